@@ -1,0 +1,56 @@
+/**
+ * Typed errors. Each carries a `remediation` sentence telling the operator what to do next;
+ * the CLI's single top-level handler maps them to exit codes and journald priorities.
+ */
+
+export const ExitCode = {
+  ok: 0,
+  failure: 1,
+  usage: 2,
+  config: 3,
+  /** The node came up, but without a cached volume (docker on its default data-root). */
+  degraded: 4,
+} as const;
+
+export class AgentError extends Error {
+  constructor(
+    message: string,
+    readonly remediation: string,
+    readonly exitCode: number = ExitCode.failure,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** Bad configuration or tags: nothing was changed. */
+export class ConfigError extends AgentError {
+  constructor(
+    readonly problems: string[],
+    remediation = "fix the listed settings and run again",
+  ) {
+    super(`invalid configuration: ${problems.join("; ")}`, remediation, ExitCode.config);
+  }
+}
+
+/** An external command failed to start or exited non-zero. */
+export class CommandError extends AgentError {
+  constructor(
+    readonly command: string[],
+    readonly exitCode_: number | undefined,
+    readonly stderr: string,
+    remediation: string,
+    options?: { cause?: unknown },
+  ) {
+    const how = exitCode_ === undefined ? "failed to start" : `exited with ${exitCode_}`;
+    const detail = stderr.trim().split("\n").slice(-3).join(" | ");
+    super(`${command.join(" ")} ${how}${detail ? `: ${detail}` : ""}`, remediation, ExitCode.failure, options);
+  }
+}
+
+/** Gives a printable message for anything thrown. */
+export function describeError(error: unknown): string {
+  if (error instanceof Error) return error.message;
+  return String(error);
+}

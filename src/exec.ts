@@ -1,0 +1,61 @@
+/**
+ * Running external programs: argument arrays only (never a shell string), the command line
+ * logged before it runs, "failed to start" told apart from "exited with N".
+ */
+import { execa } from "execa";
+import { CommandError } from "./errors.ts";
+import type { Logger } from "./log.ts";
+
+export interface RunResult {
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+}
+
+export interface RunOptions {
+  /** Throw a CommandError on a non-zero exit (default true). */
+  check?: boolean;
+  /** What the operator should do when this command fails. */
+  remediation?: string;
+  input?: string;
+  env?: Record<string, string>;
+  timeoutMs?: number;
+  cwd?: string;
+  log?: Logger;
+}
+
+/** Runs `file args…` and collects its output. */
+export async function run(file: string, args: readonly string[], options: RunOptions = {}): Promise<RunResult> {
+  const argv = [file, ...args];
+  options.log?.debug("exec", argv.join(" "));
+  let result;
+  try {
+    result = await execa(file, args, {
+      reject: false,
+      stripFinalNewline: true,
+      ...(options.input !== undefined ? { input: options.input } : { stdin: "ignore" as const }),
+      ...(options.env ? { env: options.env } : {}),
+      ...(options.timeoutMs ? { timeout: options.timeoutMs } : {}),
+      ...(options.cwd ? { cwd: options.cwd } : {}),
+    });
+  } catch (cause) {
+    throw new CommandError(argv, undefined, String(cause), options.remediation ?? `check that ${file} is installed`, {
+      cause,
+    });
+  }
+  const stdout = String(result.stdout ?? "");
+  const stderr = String(result.stderr ?? "");
+  if (result.failed && result.exitCode === undefined) {
+    throw new CommandError(
+      argv,
+      undefined,
+      result.shortMessage ?? stderr,
+      options.remediation ?? `check that ${file} is installed`,
+    );
+  }
+  const exitCode = result.exitCode ?? 1;
+  if (exitCode !== 0 && options.check !== false) {
+    throw new CommandError(argv, exitCode, stderr || stdout, options.remediation ?? `see the output of ${file}`);
+  }
+  return { exitCode, stdout, stderr };
+}
