@@ -1,0 +1,116 @@
+/** AttachVolume and DetachVolume: the checks EC2 makes, then the attachment state machine. */
+import { Ec2Error } from "../ec2-error.ts";
+import { renderAttachment } from "../render.ts";
+import { getInstance, getVolume, isoNow, type ActionContext, type ActionHandler } from "./context.ts";
+
+/** Linux device names EC2 accepts for EBS: /dev/sd[a-z], /dev/sd[a-z]1–15, /dev/xvd[a-z], /dev/xvd[a-z][a-z]. */
+const DEVICE_NAME = /^\/dev\/(?:sd[a-z](?:[1-9]|1[0-5])?|xvd[a-z][a-z]?)$/;
+
+/** Names taken on every instance by its root volume (which the emulator does not model). */
+const ROOT_DEVICES = ["/dev/xvda", "/dev/sda1"];
+
+function attachmentsOf(ctx: ActionContext, instanceId: string) {
+  return ctx.store.volumes().flatMap((v) => (v.attachment?.instanceId === instanceId ? [v.attachment] : []));
+}
+
+export const attachVolume: ActionHandler = (ctx, p) => {
+  const volumeId = p.required("VolumeId");
+  const instanceId = p.required("InstanceId");
+  const device = p.required("Device");
+  const volume = getVolume(ctx, volumeId);
+  const instance = getInstance(ctx, instanceId);
+  if (instance.state !== "running") {
+    throw new Ec2Error("IncorrectInstanceState", `The instance '${instanceId}' is not 'running'.`);
+  }
+  // The check-and-set below runs in one synchronous turn: of many concurrent calls for one
+  // volume, the first sets the attachment and every later one sees it and gets VolumeInUse.
+  if (volume.attachment || volume.state === "in-use") {
+    throw new Ec2Error("VolumeInUse", `${volumeId} is already attached to an instance`);
+  }
+  if (volume.state !== "available") {
+    throw new Ec2Error("IncorrectState", `${volumeId} is not 'available'.`);
+  }
+  if (volume.availabilityZone !== instance.availabilityZone) {
+    throw new Ec2Error(
+      "InvalidVolume.ZoneMismatch",
+      `The volume '${volumeId}' is not in the same availability zone as instance '${instanceId}'`,
+    );
+  }
+  if (!DEVICE_NAME.test(device)) {
+    throw new Ec2Error(
+      "InvalidParameterValue",
+      `Value (${device}) for parameter device is invalid. ${device} is not a valid EBS device name.`,
+    );
+  }
+  const existing = attachmentsOf(ctx, instanceId);
+  if (ROOT_DEVICES.includes(device) || existing.some((a) => a.device === device)) {
+    throw new Ec2Error(
+      "InvalidParameterValue",
+      `Invalid value '${device}' for unixDevice. Attachment point ${device} is already in use`,
+    );
+  }
+  if (existing.length >= ctx.attachmentLimit) {
+    throw new Ec2Error(
+      "AttachmentLimitExceeded",
+      `The maximum number of volume attachments (${ctx.attachmentLimit}) ` +
+        `for instance '${instanceId}' has been reached.`,
+    );
+  }
+  volume.state = "in-use";
+  volume.error = null;
+  volume.attachment = {
+    instanceId,
+    device,
+    state: "attaching",
+    attachTime: isoNow(ctx),
+    token: ctx.store.nextSeq(),
+  };
+  ctx.store.commit();
+  ctx.lifecycle.attachStarted(volumeId);
+  return renderAttachment(volumeId, volume.attachment);
+};
+
+export const detachVolume: ActionHandler = (ctx, p) => {
+  const volume = getVolume(ctx, p.required("VolumeId"));
+  const attachment = volume.attachment;
+  if (!attachment) {
+    // What EC2 answers for detaching a volume that is not attached (not InvalidAttachment.NotFound).
+    throw new Ec2Error("IncorrectState", `Volume '${volume.volumeId}' is in the '${volume.state}' state.`);
+  }
+  const instanceId = p.str("InstanceId");
+  if (instanceId !== undefined && instanceId !== "") {
+    getInstance(ctx, instanceId);
+    if (attachment.instanceId !== instanceId) {
+      throw new Ec2Error(
+        "InvalidAttachment.NotFound",
+        `The volume '${volume.volumeId}' is not attached to instance '${instanceId}'.`,
+      );
+    }
+  }
+  const device = p.str("Device");
+  if (device !== undefined && device !== "" && device !== attachment.device) {
+    throw new Ec2Error(
+      "InvalidAttachment.NotFound",
+      `The volume '${volume.volumeId}' is not attached at '${device}'.`,
+    );
+  }
+  if (p.bool("Force")) {
+    // Kept so tests can assert the agent never forces a detach (it risks data loss on EC2).
+    volume.forceDetachCount++;
+    ctx.store.event({ kind: "force-detach", volumeId: volume.volumeId, instanceId: attachment.instanceId });
+  }
+  if (attachment.state !== "detaching") {
+    attachment.state = "detaching";
+    delete attachment.stuck;
+    ctx.store.commit();
+    ctx.lifecycle.detachStarted(volume.volumeId);
+  } else if (attachment.error !== undefined) {
+    // The backend failed to remove the device last time: another DetachVolume tries again.
+    delete attachment.error;
+    ctx.store.commit();
+    ctx.lifecycle.detachStarted(volume.volumeId);
+  } else {
+    ctx.store.commit();
+  }
+  return renderAttachment(volume.volumeId, attachment);
+};

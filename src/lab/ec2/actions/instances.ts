@@ -1,0 +1,43 @@
+/** DescribeInstances: each registered instance in its own reservation. */
+import { applyFilters, type FilterFields } from "../filters.ts";
+import { OWNER_ID } from "../ids.ts";
+import type { InstanceRecord } from "../model.ts";
+import { paginate } from "../pagination.ts";
+import { renderInstance } from "../render.ts";
+import { pickByIds, type ActionContext, type ActionHandler } from "./context.ts";
+
+function attachedTo(ctx: ActionContext, instanceId: string) {
+  return ctx.store.volumes().filter((v) => v.attachment?.instanceId === instanceId);
+}
+
+const INSTANCE_FILTERS = (ctx: ActionContext): FilterFields<InstanceRecord> => ({
+  "instance-id": (i) => [i.instanceId],
+  "availability-zone": (i) => [i.availabilityZone],
+  "instance-state-name": (i) => [i.state],
+  "instance-state-code": (i) => [i.state === "running" ? 16 : 48],
+  "reservation-id": (i) => [i.reservationId],
+  "owner-id": () => [OWNER_ID],
+  "block-device-mapping.volume-id": (i) => attachedTo(ctx, i.instanceId).map((v) => v.volumeId),
+  "block-device-mapping.device-name": (i) => attachedTo(ctx, i.instanceId).map((v) => v.attachment?.device),
+  "block-device-mapping.status": (i) => attachedTo(ctx, i.instanceId).map((v) => v.attachment?.state),
+});
+
+export const describeInstances: ActionHandler = (ctx, p) => {
+  const ids = p.list("InstanceId");
+  const limits = { min: 5, max: 1000, idsParam: "InstanceId", idsName: "instancesSet" };
+  paginate([], p, limits);
+  const selected =
+    ids.length > 0
+      ? pickByIds(ids, (id) => ctx.store.instance(id), () => undefined, "InvalidInstanceID.NotFound", "instance ID")
+      : ctx.store.instances();
+  const page = paginate(applyFilters(selected, p.filters(), INSTANCE_FILTERS(ctx), (i) => i.tags), p, limits);
+  return {
+    reservationSet: page.items.map((i) => ({
+      reservationId: i.reservationId,
+      ownerId: OWNER_ID,
+      groupSet: [],
+      instancesSet: [renderInstance(i, attachedTo(ctx, i.instanceId))],
+    })),
+    nextToken: page.nextToken,
+  };
+};

@@ -1,0 +1,108 @@
+/** CreateTags, DeleteTags, DescribeTags on volumes, snapshots and instances. */
+import { Ec2Error, missingParameter } from "../ec2-error.ts";
+import { applyFilters, type FilterFields } from "../filters.ts";
+import { kindOfId, type ResourceKind } from "../ids.ts";
+import { paginate } from "../pagination.ts";
+import {
+  checkTags,
+  getInstance,
+  getSnapshot,
+  getVolume,
+  MAX_TAGS,
+  type ActionContext,
+  type ActionHandler,
+} from "./context.ts";
+
+/** The live tag record of a resource, after checking that it exists. */
+function tagsOf(ctx: ActionContext, id: string): { kind: ResourceKind; tags: Record<string, string> } {
+  const kind = kindOfId(id);
+  if (kind === "volume") return { kind, tags: getVolume(ctx, id).tags };
+  if (kind === "snapshot") return { kind, tags: getSnapshot(ctx, id).tags };
+  if (kind === "instance") return { kind, tags: getInstance(ctx, id).tags };
+  throw new Ec2Error("InvalidID", `The ID '${id}' is not valid`);
+}
+
+function resources(ctx: ActionContext, p: { list(prefix: string): string[] }) {
+  const ids = p.list("ResourceId");
+  if (ids.length === 0) throw missingParameter("ResourceId");
+  // Every resource is checked before any is changed: one bad id leaves all untouched, as on EC2.
+  return ids.map((id) => ({ id, ...tagsOf(ctx, id) }));
+}
+
+function afterChange(ctx: ActionContext, targets: { id: string; kind: ResourceKind }[]): void {
+  ctx.store.commit();
+  for (const t of targets) if (t.kind === "instance") ctx.syncInstanceTags(t.id);
+}
+
+export const createTags: ActionHandler = (ctx, p) => {
+  const targets = resources(ctx, p);
+  const tags = p.tags("Tag");
+  if (tags.length === 0) throw missingParameter("Tag");
+  const add = checkTags(tags);
+  for (const t of targets) {
+    if (Object.keys({ ...t.tags, ...add }).length > MAX_TAGS) {
+      throw new Ec2Error(
+        "TagLimitExceeded",
+        `The maximum number of tags (${MAX_TAGS}) for resource '${t.id}' has been reached.`,
+      );
+    }
+  }
+  for (const t of targets) Object.assign(t.tags, add);
+  afterChange(ctx, targets);
+  return { return: true };
+};
+
+export const deleteTags: ActionHandler = (ctx, p) => {
+  const targets = resources(ctx, p);
+  const tags = p.tags("Tag");
+  for (const t of targets) {
+    // No Tag.N at all deletes every tag; a tag without a value deletes the key whatever its
+    // value; with a value (even "") only when the value matches.
+    const doomed = tags.length === 0 ? Object.keys(t.tags).map((key) => ({ key, value: undefined })) : tags;
+    for (const { key, value } of doomed) {
+      if (Object.hasOwn(t.tags, key) && (value === undefined || t.tags[key] === value)) delete t.tags[key];
+    }
+  }
+  afterChange(ctx, targets);
+  return { return: true };
+};
+
+/** One row of DescribeTags; `seq` orders rows by resource, then key. */
+interface TagRow {
+  seq: number;
+  resourceId: string;
+  resourceType: ResourceKind;
+  key: string;
+  value: string;
+}
+
+/** Tag rows per resource; a resource has at most MAX_TAGS (< 100) tags, so seq·100 + index is unique. */
+function rows(ctx: ActionContext): TagRow[] {
+  const out: TagRow[] = [];
+  const add = (seq: number, resourceId: string, resourceType: ResourceKind, tags: Record<string, string>) =>
+    Object.keys(tags)
+      .sort()
+      .forEach((key, i) => out.push({ seq: seq * 100 + i, resourceId, resourceType, key, value: tags[key] ?? "" }));
+  for (const v of ctx.store.volumes()) add(v.seq, v.volumeId, "volume", v.tags);
+  for (const s of ctx.store.snapshots()) add(s.seq, s.snapshotId, "snapshot", s.tags);
+  for (const i of ctx.store.instances()) add(i.seq, i.instanceId, "instance", i.tags);
+  return out.sort((a, b) => a.seq - b.seq);
+}
+
+const TAG_FILTERS: FilterFields<TagRow> = {
+  "resource-id": (r) => [r.resourceId],
+  "resource-type": (r) => [r.resourceType],
+  key: (r) => [r.key],
+  value: (r) => [r.value],
+};
+
+export const describeTags: ActionHandler = (ctx, p) => {
+  const limits = { min: 5, max: 1000 };
+  paginate([], p, limits);
+  const matching = applyFilters(rows(ctx), p.filters(), TAG_FILTERS, (r) => ({ [r.key]: r.value }));
+  const page = paginate(matching, p, limits);
+  return {
+    tagSet: page.items.map(({ resourceId, resourceType, key, value }) => ({ resourceId, resourceType, key, value })),
+    nextToken: page.nextToken,
+  };
+};

@@ -1,0 +1,168 @@
+/** DescribeVolumes, CreateVolume, DeleteVolume. */
+import { Ec2Error, invalidValue, missingParameter } from "../ec2-error.ts";
+import { applyFilters, type FilterFields } from "../filters.ts";
+import { newId } from "../ids.ts";
+import type { VolumeRecord } from "../model.ts";
+import { paginate } from "../pagination.ts";
+import { renderVolume } from "../render.ts";
+import {
+  checkVolumeId,
+  getSnapshot,
+  getVolume,
+  isoNow,
+  pickByIds,
+  tagsFromSpecifications,
+  type ActionHandler,
+} from "./context.ts";
+
+/** The DescribeVolumes filters (besides `tag:<key>`, `tag-key`, `tag-value`). */
+export const VOLUME_FILTERS: FilterFields<VolumeRecord> = {
+  "volume-id": (v) => [v.volumeId],
+  "availability-zone": (v) => [v.availabilityZone],
+  status: (v) => [v.state],
+  size: (v) => [v.sizeGiB],
+  "snapshot-id": (v) => [v.snapshotId ?? ""],
+  "volume-type": (v) => [v.volumeType],
+  "create-time": (v) => [v.createTime],
+  encrypted: (v) => [v.encrypted],
+  "multi-attach-enabled": () => [false],
+  "fast-restored": () => [false],
+  "attachment.instance-id": (v) => [v.attachment?.instanceId],
+  "attachment.status": (v) => [v.attachment?.state],
+  "attachment.device": (v) => [v.attachment?.device],
+  "attachment.attach-time": (v) => [v.attachment?.attachTime],
+  "attachment.delete-on-termination": (v) => [v.attachment ? false : undefined],
+};
+
+export const describeVolumes: ActionHandler = (ctx, p) => {
+  const ids = p.list("VolumeId");
+  const limits = { min: 5, max: 500, idsParam: "VolumeId", idsName: "volumeSet" };
+  paginate([], p, limits); // parameter checks come before the lookups, as on EC2
+  const selected =
+    ids.length > 0
+      ? pickByIds(ids, (id) => ctx.store.volume(id), checkVolumeId, "InvalidVolume.NotFound", "volume")
+      : ctx.store.volumes();
+  const page = paginate(
+    applyFilters(selected, p.filters(), VOLUME_FILTERS, (v) => v.tags),
+    p,
+    limits,
+  );
+  return { volumeSet: page.items.map(renderVolume), nextToken: page.nextToken };
+};
+
+/** Size limits (GiB) per volume type. */
+const SIZE_RANGE: Record<string, [number, number]> = {
+  gp3: [1, 16384],
+  gp2: [1, 16384],
+  io1: [4, 16384],
+  io2: [4, 65536],
+  st1: [125, 16384],
+  sc1: [125, 16384],
+  standard: [1, 1024],
+};
+
+export const createVolume: ActionHandler = (ctx, p) => {
+  const zone = p.str("AvailabilityZone");
+  if (zone === undefined || zone === "") {
+    if (p.has("AvailabilityZoneId")) {
+      throw new Ec2Error("InvalidParameterValue", "The emulator supports AvailabilityZone, not AvailabilityZoneId");
+    }
+    throw missingParameter("AvailabilityZone");
+  }
+  // What EC2 answers for CreateVolume in a zone that does not exist (not InvalidParameterValue).
+  if (!ctx.zones.includes(zone)) throw new Ec2Error("InvalidZone.NotFound", `The zone '${zone}' does not exist.`);
+
+  const volumeType = p.str("VolumeType") ?? "gp3";
+  const range = SIZE_RANGE[volumeType];
+  if (!range) throw invalidValue("volumeType", volumeType);
+
+  const snapshotId = p.str("SnapshotId") || undefined;
+  const snapshot = snapshotId === undefined ? undefined : getSnapshot(ctx, snapshotId);
+  if (snapshot && snapshot.state !== "completed") {
+    throw new Ec2Error("IncorrectState", `Snapshot is in invalid state - ${snapshot.state}`);
+  }
+  let size = p.int("Size");
+  if (size === undefined) {
+    if (!snapshot) throw missingParameter("size");
+    size = snapshot.volumeSize;
+  }
+  if (snapshot && size < snapshot.volumeSize) {
+    throw new Ec2Error(
+      "InvalidParameterValue",
+      `Volume of size ${size}GB is smaller than snapshot '${snapshot.snapshotId}', ` +
+        `expect size>= ${snapshot.volumeSize}GB`,
+    );
+  }
+  if (size < range[0] || size > range[1]) {
+    throw invalidValue("size", String(size), `Volumes of type ${volumeType} must be ${range[0]}-${range[1]} GiB.`);
+  }
+
+  const rate = p.int("VolumeInitializationRate");
+  if (rate !== undefined) {
+    if (!snapshot) {
+      throw new Ec2Error(
+        "InvalidParameterValue",
+        "The volume initialization rate can be specified only when creating a volume from a snapshot.",
+      );
+    }
+    if (rate < 100 || rate > 300) {
+      throw invalidValue("VolumeInitializationRate", String(rate), "Expecting a value between 100 and 300 MiB/s.");
+    }
+  }
+
+  const throughput = p.int("Throughput");
+  if (throughput !== undefined && volumeType !== "gp3") {
+    throw new Ec2Error(
+      "InvalidParameterCombination",
+      `The parameter throughput is not supported for volume type ${volumeType}`,
+    );
+  }
+  let iops = p.int("Iops");
+  if (iops === undefined) {
+    if (volumeType === "io1" || volumeType === "io2") throw missingParameter("iops");
+    if (volumeType === "gp3") iops = 3000;
+    if (volumeType === "gp2") iops = Math.min(16000, Math.max(100, size * 3));
+  }
+
+  const tags = tagsFromSpecifications(p.tagSpecifications(), "volume");
+  const volume: VolumeRecord = {
+    volumeId: newId("volume"),
+    seq: ctx.store.nextSeq(),
+    sizeGiB: size,
+    snapshotId: snapshot?.snapshotId ?? null,
+    sourceSizeGiB: snapshot?.volumeSize ?? null,
+    availabilityZone: zone,
+    state: "creating",
+    createTime: isoNow(ctx),
+    volumeType,
+    iops: iops ?? null,
+    throughput: throughput ?? (volumeType === "gp3" ? 125 : null),
+    encrypted: p.bool("Encrypted"),
+    initializationRate: rate ?? null,
+    tags,
+    attachment: null,
+    forceDetachCount: 0,
+    error: null,
+  };
+  ctx.store.model.volumes[volume.volumeId] = volume;
+  ctx.store.commit();
+  ctx.lifecycle.volumeCreated(volume.volumeId);
+  return renderVolume(volume);
+};
+
+export const deleteVolume: ActionHandler = (ctx, p) => {
+  const volume = getVolume(ctx, p.required("VolumeId"));
+  if (volume.attachment) {
+    throw new Ec2Error(
+      "VolumeInUse",
+      `Volume ${volume.volumeId} is currently attached to ${volume.attachment.instanceId}`,
+    );
+  }
+  if (volume.state !== "available" && volume.state !== "error") {
+    throw new Ec2Error("IncorrectState", `The volume '${volume.volumeId}' is '${volume.state}'.`);
+  }
+  volume.state = "deleting";
+  ctx.store.commit();
+  ctx.lifecycle.volumeDeleting(volume.volumeId);
+  return { return: true };
+};

@@ -1,0 +1,163 @@
+/**
+ * The EC2 emulator: `startEc2Emulator()` wires the model, the state machine, the faults and
+ * the HTTP server together and returns a handle for the lab and for tests.
+ */
+import type { Logger } from "../../log.ts";
+import type { LabInstance, VolumeBackend } from "../types.ts";
+import type { ActionContext } from "./actions/index.ts";
+import type { AdminTarget } from "./admin.ts";
+import { FaultInjector, type Faults } from "./faults.ts";
+import { InstanceRegistry } from "./instances.ts";
+import { Lifecycle, type Delays } from "./lifecycle.ts";
+import type { Model } from "./model.ts";
+import { listen } from "./server.ts";
+import { StateStore } from "./state.ts";
+
+export interface Ec2EmulatorOptions {
+  /** Does the disk work; called on create/delete/snapshot/attach/detach. */
+  backend: VolumeBackend;
+  /** Where the model is kept across restarts (written atomically after each change). */
+  stateFile?: string;
+  /** Default `us-east-1`; the zones are `${region}a`, `b` and `c`. */
+  region?: string;
+  /** Transition delays in ms (defaults: create, attach and detach 1000, snapshot 2000). */
+  delays?: Partial<Delays>;
+  /** Most volumes attached to one instance (default 27, as on Nitro with a root volume). */
+  attachmentLimit?: number;
+  /** Multiplies the volume-initialization rate (default 1) so tests can follow it to 100 %. */
+  initializationSpeedup?: number;
+  /**
+   * The clock for timestamps and progress (ms since the epoch; default Date.now). Tests may
+   * drive it to follow initialization deterministically; delays always use real timers.
+   */
+  clock?: () => number;
+  faults?: Faults;
+  log?: Logger;
+  /** Port on 127.0.0.1 (default 0: a free one). */
+  port?: number;
+}
+
+export interface Ec2Emulator {
+  /** `http://127.0.0.1:<port>`: the SDK's `endpoint`, the CLI's `--endpoint-url`. */
+  readonly endpoint: string;
+  readonly port: number;
+  readonly region: string;
+  /**
+   * Adds an instance (running) and returns the live object the emulator keeps: CreateTags on
+   * the instance changes its `tags`. Registering a known id again keeps its live tags and
+   * takes the new hostRoot / metadataTags; its zone cannot change.
+   */
+  registerInstance(instance: LabInstance): LabInstance;
+  /** The live instance objects, in registration order. */
+  instances(): LabInstance[];
+  /** Terminates an instance: its attachments end at once and its volumes become available. */
+  terminateInstance(instanceId: string): void;
+  /** Replaces all faults (and restarts the throttle counting). */
+  setFaults(faults: Faults): void;
+  faults(): Faults;
+  /** A deep copy of the whole model, for assertions. */
+  snapshotState(): Model;
+  /** Replaces the whole model; transitions under way in it restart. */
+  replaceState(model: Model): void;
+  /** Stops the server and the timers, waits for backend calls under way, saves the state. */
+  close(): Promise<void>;
+}
+
+const DEFAULT_DELAYS: Delays = { createMs: 1000, attachMs: 1000, detachMs: 1000, snapshotMs: 2000 };
+
+/** Starts the emulator (loading `stateFile` when present) and resolves once it listens. */
+export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emulator> {
+  const region = opts.region ?? "us-east-1";
+  const zones = ["a", "b", "c"].map((suffix) => `${region}${suffix}`);
+  const now = opts.clock ?? Date.now;
+  const store = StateStore.open(opts.stateFile, now);
+  const faults = new FaultInjector(opts.faults);
+  const delays: Delays = { ...DEFAULT_DELAYS, ...opts.delays };
+  const log = opts.log;
+
+  const instances = new InstanceRegistry(store, region, zones, now, log);
+  const lifecycle = new Lifecycle({
+    store,
+    backend: opts.backend,
+    faults,
+    delays,
+    log,
+    now,
+    instance: (id) => instances.get(id),
+  });
+  const ctx: ActionContext = {
+    store,
+    lifecycle,
+    faults,
+    region,
+    zones,
+    attachmentLimit: opts.attachmentLimit ?? 27,
+    delays,
+    initializationSpeedup: opts.initializationSpeedup ?? 1,
+    now,
+    syncInstanceTags: (id) => instances.syncTags(id),
+    log,
+  };
+
+  const registerInstance = (instance: LabInstance) => instances.register(instance);
+  const terminateInstance = (instanceId: string) => instances.terminate(instanceId, lifecycle);
+  const setFaults = (next: Faults): void => {
+    faults.set(next);
+    lifecycle.faultsChanged();
+    log?.info("ec2-emulator", "faults set", { faults: JSON.stringify(next) });
+  };
+  const replaceState = (model: Model): void => {
+    lifecycle.cancelTimers();
+    store.replace(model);
+    instances.syncAll();
+    lifecycle.resume();
+  };
+
+  const admin: AdminTarget = {
+    region,
+    zones,
+    registerInstance,
+    describeInstance: (id) => instances.describe(id),
+    listInstances: () => store.instances().flatMap((r) => instances.describe(r.instanceId) ?? []),
+    terminateInstance,
+    faults: () => faults.get(),
+    setFaults,
+    snapshotState: () => store.copy(),
+    replaceState,
+  };
+
+  const { server, port } = await listen(ctx, admin, opts.port ?? 0, log);
+  // Only once listening: a failed start leaves no timers behind.
+  lifecycle.resume();
+  const endpoint = `http://127.0.0.1:${port}`;
+  log?.info("ec2-emulator", "listening", { endpoint, region, stateFile: opts.stateFile });
+
+  let closing: Promise<void> | undefined;
+  return {
+    endpoint,
+    port,
+    region,
+    registerInstance,
+    instances: () => instances.all(),
+    terminateInstance,
+    setFaults,
+    faults: () => faults.get(),
+    snapshotState: () => store.copy(),
+    replaceState,
+    close: () => {
+      closing ??= (async () => {
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        server.closeAllConnections();
+        await closed;
+        if (!(await lifecycle.close())) {
+          log?.warning("ec2-emulator", "backend calls still running at close; their results are not saved", {
+            endpoint,
+          });
+        }
+        store.seal();
+        log?.info("ec2-emulator", "closed", { endpoint });
+      })();
+      return closing;
+    },
+  };
+}

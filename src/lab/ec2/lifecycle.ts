@@ -1,0 +1,415 @@
+/**
+ * The state machine behind the actions: the delayed transitions (creating → available,
+ * attaching → attached, detaching → available, pending → completed) and the backend calls that
+ * go with them. Actions change the model synchronously and hand over to this module, so the
+ * check-and-set of each request happens within one turn of the event loop (that is what makes
+ * 20 concurrent AttachVolume calls for one volume give exactly one success).
+ *
+ * Backend calls for one volume run one after another (a per-volume queue), so for instance a
+ * detach never overtakes the attach it undoes. A transition that fires after the model moved on
+ * (another attachment, a deleted volume) finds its token stale and does nothing.
+ */
+import type { Logger } from "../../log.ts";
+import type { LabInstance, VolumeBackend } from "../types.ts";
+import type { FaultInjector } from "./faults.ts";
+import type { AttachmentRecord, VolumeRecord } from "./model.ts";
+import type { StateStore } from "./state.ts";
+
+/** How long each transition takes (milliseconds). */
+export interface Delays {
+  attachMs: number;
+  detachMs: number;
+  snapshotMs: number;
+  createMs: number;
+}
+
+export interface LifecycleDeps {
+  store: StateStore;
+  backend: VolumeBackend;
+  faults: FaultInjector;
+  delays: Delays;
+  log: Logger | undefined;
+  /** The emulator's clock (ms since the epoch). */
+  now(): number;
+  /** The live instance object handed to the backend. */
+  instance(instanceId: string): LabInstance | undefined;
+}
+
+function message(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** Runs the delayed transitions and backend calls; `close()` stops it. */
+export class Lifecycle {
+  private readonly timers = new Map<NodeJS.Timeout, (elapsed: boolean) => void>();
+  /** Bumped whenever the timers are cancelled, so callbacks from before see they are stale. */
+  private epoch = 0;
+  private readonly queues = new Map<string, Promise<void>>();
+  private readonly pending = new Set<Promise<unknown>>();
+  /** Backend snapshot creations and volume creations from a snapshot, so deletion waits for them. */
+  private readonly snapshotUsers = new Map<string, Set<Promise<void>>>();
+  private stopping = false;
+
+  constructor(private readonly deps: LifecycleDeps) {}
+
+  private get store(): StateStore {
+    return this.deps.store;
+  }
+
+  /**
+   * Resolves with true after `ms`, or with false as soon as the timers are cancelled (state
+   * replaced, emulator closing): the transition waiting on it then does nothing.
+   */
+  private delay(ms: number): Promise<boolean> {
+    return new Promise((resolve) => {
+      if (this.stopping) return resolve(false);
+      const timer = setTimeout(() => {
+        this.timers.delete(timer);
+        resolve(true);
+      }, ms);
+      this.timers.set(timer, resolve);
+    });
+  }
+
+  /** Whether a callback started in `epoch` may still change the model. */
+  private live(epoch: number): boolean {
+    return epoch === this.epoch;
+  }
+
+  /** Queues a backend call behind the earlier ones for the same key (volume id). */
+  private enqueue(key: string, op: () => Promise<void>): Promise<void> {
+    const previous = this.queues.get(key) ?? Promise.resolve();
+    const result = previous.then(op);
+    const tail = result.catch(() => undefined);
+    this.queues.set(key, tail);
+    this.track(tail);
+    void tail.then(() => {
+      if (this.queues.get(key) === tail) this.queues.delete(key);
+    });
+    return result;
+  }
+
+  private track(promise: Promise<unknown>): void {
+    this.pending.add(promise);
+    void promise.finally(() => this.pending.delete(promise)).catch(() => undefined);
+  }
+
+  private useSnapshot(snapshotId: string, promise: Promise<void>): void {
+    const users = this.snapshotUsers.get(snapshotId) ?? new Set();
+    const settled = promise.catch(() => undefined);
+    users.add(settled);
+    this.snapshotUsers.set(snapshotId, users);
+    void settled.then(() => {
+      users.delete(settled);
+      if (users.size === 0 && this.snapshotUsers.get(snapshotId) === users) this.snapshotUsers.delete(snapshotId);
+    });
+  }
+
+  /** Logs and records a failed backend call; returns the text kept in the model. */
+  private backendFailed(
+    what: string,
+    error: unknown,
+    ids: { volumeId?: string; snapshotId?: string; instanceId?: string },
+  ): string {
+    const detail = `${what}: ${message(error)}`;
+    this.deps.log?.error("ec2-emulator", `backend ${what} failed`, { ...ids, error: message(error) });
+    this.store.event({ kind: "backend-error", ...ids, detail });
+    return detail;
+  }
+
+  /** A new volume: the backend makes its image; it is `available` once that is done and createMs passed. */
+  volumeCreated(volumeId: string): void {
+    const volume = this.store.volume(volumeId);
+    if (!volume) return;
+    const epoch = this.epoch;
+    const { sizeGiB, snapshotId } = volume;
+    // After a restart the image may already exist: then only the delay is left to wait.
+    const create = () => this.deps.backend.createVolume(volumeId, sizeGiB, snapshotId ?? undefined);
+    const made = volume.imageReady
+      ? Promise.resolve()
+      : this.enqueue(volumeId, create).then(() => {
+          const v = this.store.volume(volumeId);
+          if (v) {
+            v.imageReady = true;
+            this.store.commit();
+          }
+        });
+    if (snapshotId) this.useSnapshot(snapshotId, made);
+    const done = Promise.all([made, this.delay(this.deps.delays.createMs)]).then(
+      ([, elapsed]) => {
+        const v = this.store.volume(volumeId);
+        if (!elapsed || !this.live(epoch) || v?.state !== "creating") return;
+        v.state = "available";
+        this.store.commit();
+      },
+      (error: unknown) => {
+        const v = this.store.volume(volumeId);
+        if (!this.live(epoch) || v?.state !== "creating") return;
+        v.state = "error";
+        v.error = this.backendFailed("createVolume", error, { volumeId });
+        this.store.commit();
+      },
+    );
+    this.track(done);
+  }
+
+  /** A volume in `deleting`: gone from the model once the backend removed its image. */
+  volumeDeleting(volumeId: string): void {
+    const epoch = this.epoch;
+    const done = this.enqueue(volumeId, () => this.deps.backend.deleteVolume(volumeId)).then(
+      () => {
+        if (!this.live(epoch) || this.store.volume(volumeId)?.state !== "deleting") return;
+        delete this.store.model.volumes[volumeId];
+        this.store.commit();
+      },
+      (error: unknown) => {
+        const v = this.store.volume(volumeId);
+        if (!this.live(epoch) || !v) return;
+        v.state = "error";
+        v.error = this.backendFailed("deleteVolume", error, { volumeId });
+        this.store.commit();
+      },
+    );
+    this.track(done);
+  }
+
+  /** A new attachment in `attaching`: completes after attachMs unless the stuckAttach fault holds it. */
+  attachStarted(volumeId: string): void {
+    const token = this.store.volume(volumeId)?.attachment?.token;
+    if (token === undefined) return;
+    const epoch = this.epoch;
+    this.track(
+      this.delay(this.deps.delays.attachMs).then((elapsed) => {
+        if (elapsed && this.live(epoch)) this.completeAttach(volumeId, token);
+      }),
+    );
+  }
+
+  private current(volumeId: string, token: number): { volume: VolumeRecord; attachment: AttachmentRecord } | undefined {
+    const volume = this.store.volume(volumeId);
+    const attachment = volume?.attachment;
+    if (!volume || !attachment || attachment.token !== token) return undefined;
+    return { volume, attachment };
+  }
+
+  private completeAttach(volumeId: string, token: number): void {
+    const found = this.current(volumeId, token);
+    if (!found || found.attachment.state !== "attaching") return;
+    const { attachment } = found;
+    if (this.deps.faults.stuckAttach(volumeId)) {
+      if (!attachment.stuck) {
+        attachment.stuck = true;
+        this.store.event({ kind: "stuck-attach", volumeId, instanceId: attachment.instanceId });
+        this.store.commit();
+      }
+      return;
+    }
+    delete attachment.stuck;
+    const instance = this.deps.instance(attachment.instanceId);
+    if (!instance) return;
+    const epoch = this.epoch;
+    // Recorded before the call: from here on there may be a device that a detach must remove.
+    attachment.deviceUp = true;
+    this.store.commit();
+    const done = this.enqueue(volumeId, () => this.deps.backend.attach(volumeId, instance)).then(
+      () => {
+        const now = this.current(volumeId, token);
+        if (!this.live(epoch) || now?.attachment.state !== "attaching") return;
+        now.attachment.state = "attached";
+        delete now.attachment.error;
+        this.store.commit();
+      },
+      (error: unknown) => {
+        const now = this.current(volumeId, token);
+        if (!this.live(epoch) || !now) return;
+        // The attachment stays `attaching` (what a client sees of a failed attach on EC2),
+        // with the reason kept in the model and the event log. No device was made, so a
+        // DetachVolume that gives up on it has nothing to remove.
+        now.attachment.deviceUp = false;
+        now.attachment.error = this.backendFailed("attach", error, { volumeId, instanceId: instance.instanceId });
+        now.volume.error = now.attachment.error;
+        this.store.commit();
+      },
+    );
+    this.track(done);
+  }
+
+  /** An attachment in `detaching`: the device goes away after detachMs, then the volume is `available`. */
+  detachStarted(volumeId: string): void {
+    const token = this.store.volume(volumeId)?.attachment?.token;
+    if (token === undefined) return;
+    const epoch = this.epoch;
+    this.track(
+      this.delay(this.deps.delays.detachMs).then((elapsed) => {
+        if (elapsed && this.live(epoch)) this.completeDetach(volumeId, token);
+      }),
+    );
+  }
+
+  private completeDetach(volumeId: string, token: number): void {
+    const found = this.current(volumeId, token);
+    if (!found || found.attachment.state !== "detaching") return;
+    const { attachment } = found;
+    const instance = this.deps.instance(attachment.instanceId);
+    const epoch = this.epoch;
+    // Only a device that attach may have made is removed; a never-completed attach left none.
+    const detach =
+      attachment.deviceUp && instance
+        ? this.enqueue(volumeId, () => this.deps.backend.detach(volumeId, instance))
+        : this.enqueue(volumeId, async () => undefined);
+    const done = detach.then(
+      () => {
+        const now = this.current(volumeId, token);
+        if (!this.live(epoch) || now?.attachment.state !== "detaching") return;
+        now.volume.attachment = null;
+        now.volume.state = "available";
+        this.store.commit();
+      },
+      (error: unknown) => {
+        const now = this.current(volumeId, token);
+        if (!this.live(epoch) || !now) return;
+        now.attachment.error = this.backendFailed("detach", error, { volumeId, instanceId: attachment.instanceId });
+        now.volume.error = now.attachment.error;
+        this.store.commit();
+      },
+    );
+    this.track(done);
+  }
+
+  /** An instance went away: its volumes are detached at once (EC2 does so on termination). */
+  instanceTerminated(instanceId: string): void {
+    const instance = this.deps.instance(instanceId);
+    for (const volume of this.store.volumes()) {
+      const attachment = volume.attachment;
+      if (attachment?.instanceId !== instanceId) continue;
+      volume.attachment = null;
+      volume.state = "available";
+      if (attachment.deviceUp && instance) {
+        const volumeId = volume.volumeId;
+        this.track(
+          this.enqueue(volumeId, () => this.deps.backend.detach(volumeId, instance)).catch((error: unknown) => {
+            this.backendFailed("detach", error, { volumeId, instanceId });
+            this.store.commit();
+          }),
+        );
+      }
+    }
+    this.store.commit();
+  }
+
+  /** A new snapshot: the backend copies the volume now; `completed` after snapshotMs. */
+  snapshotStarted(snapshotId: string): void {
+    const snapshot = this.store.snapshot(snapshotId);
+    if (!snapshot) return;
+    const epoch = this.epoch;
+    const { volumeId } = snapshot;
+    const copied = snapshot.imageReady
+      ? Promise.resolve()
+      : this.enqueue(volumeId, () => this.deps.backend.createSnapshot(snapshotId, volumeId)).then(() => {
+          const s = this.store.snapshot(snapshotId);
+          if (s) {
+            s.imageReady = true;
+            this.store.commit();
+          }
+        });
+    this.useSnapshot(snapshotId, copied);
+    const done = Promise.all([copied, this.delay(this.deps.delays.snapshotMs)]).then(
+      ([, elapsed]) => {
+        const s = this.store.snapshot(snapshotId);
+        if (!elapsed || !this.live(epoch) || s?.state !== "pending") return;
+        s.state = "completed";
+        s.completionTime = new Date(this.deps.now()).toISOString();
+        this.store.commit();
+      },
+      (error: unknown) => {
+        const s = this.store.snapshot(snapshotId);
+        if (!this.live(epoch) || !s) return;
+        s.state = "error";
+        s.error = this.backendFailed("createSnapshot", error, { snapshotId, volumeId });
+        this.store.commit();
+      },
+    );
+    this.track(done);
+  }
+
+  /** A snapshot left the model: its image goes once nothing is still copying from or to it. */
+  snapshotDeleted(snapshotId: string): void {
+    const users = [...(this.snapshotUsers.get(snapshotId) ?? [])];
+    const done = Promise.all(users)
+      .then(() => this.deps.backend.deleteSnapshot(snapshotId))
+      .catch((error: unknown) => {
+        this.backendFailed("deleteSnapshot", error, { snapshotId });
+        this.store.commit();
+      });
+    this.track(done);
+  }
+
+  /** After the stuckAttach fault changed: releases the attachments it no longer holds. */
+  faultsChanged(): void {
+    for (const volume of this.store.volumes()) {
+      const attachment = volume.attachment;
+      if (attachment?.stuck && !this.deps.faults.stuckAttach(volume.volumeId)) {
+        this.completeAttach(volume.volumeId, attachment.token);
+      }
+    }
+  }
+
+  /**
+   * Restarts the transitions that were under way when the model was saved (a restarted
+   * emulator, or a replaced state). Images known to be made are not made again; an attach or
+   * detach whose backend call was cut short (the process died) is repeated, so the backend
+   * should accept doing again what may already have been done.
+   */
+  resume(): void {
+    for (const volume of this.store.volumes()) {
+      if (volume.state === "creating") this.volumeCreated(volume.volumeId);
+      if (volume.state === "deleting") this.volumeDeleting(volume.volumeId);
+      const attachment = volume.attachment;
+      if (attachment?.state === "attaching") this.attachStarted(volume.volumeId);
+      if (attachment?.state === "detaching") this.detachStarted(volume.volumeId);
+    }
+    for (const snapshot of this.store.snapshots()) {
+      if (snapshot.state === "pending") this.snapshotStarted(snapshot.snapshotId);
+    }
+  }
+
+  /**
+   * Cancels every timer and makes callbacks from before ignore their results (the model they
+   * belonged to was replaced). Transitions under way stay as they are in the model.
+   */
+  cancelTimers(): void {
+    this.epoch++;
+    this.clearTimers();
+  }
+
+  private clearTimers(): void {
+    const timers = [...this.timers];
+    this.timers.clear();
+    for (const [timer, resolve] of timers) {
+      clearTimeout(timer);
+      resolve(false);
+    }
+  }
+
+  /**
+   * Stops starting transitions and waits for the backend calls already running; their results
+   * still enter the model, so the saved state says what the backend really did. Transitions
+   * still waiting on a delay stay where they are and resume after a restart. Resolves false
+   * when backend calls were still running after `timeoutMs` (a hung backend must not hang
+   * the lab's shutdown).
+   */
+  async close(timeoutMs = 10_000): Promise<boolean> {
+    this.stopping = true;
+    this.clearTimers();
+    const deadline = Date.now() + timeoutMs;
+    while (this.pending.size > 0) {
+      const left = deadline - Date.now();
+      if (left <= 0) return false;
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<void>((resolve) => (timer = setTimeout(resolve, left)));
+      await Promise.race([Promise.allSettled([...this.pending]), timeout]);
+      clearTimeout(timer);
+    }
+    return true;
+  }
+}

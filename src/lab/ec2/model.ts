@@ -1,0 +1,119 @@
+/**
+ * The emulator's whole state as plain JSON-able data: what the state file holds, what
+ * `GET /_lab/state` returns and what tests read through `snapshotState()`.
+ */
+
+/** Volume states; `error` is what EC2 shows when creation failed (here: the backend failed). */
+export type VolumeState = "creating" | "available" | "in-use" | "deleting" | "error";
+export type AttachmentState = "attaching" | "attached" | "detaching";
+export type SnapshotState = "pending" | "completed" | "error";
+export type InstanceState = "running" | "terminated";
+
+export interface AttachmentRecord {
+  instanceId: string;
+  device: string;
+  state: AttachmentState;
+  attachTime: string;
+  /** Tells this attachment from a later one of the same volume, so a stale timer does nothing. */
+  token: number;
+  /** Whether backend.attach was called for this attachment, so detaching must remove a device. */
+  deviceUp?: boolean;
+  /** Parked by the stuckAttach fault: stays `attaching` until the fault is lifted. */
+  stuck?: boolean;
+  /** Set when the backend failed to attach or detach; the attachment then stays where it was. */
+  error?: string;
+}
+
+export interface VolumeRecord {
+  volumeId: string;
+  /** Creation order: listing order and pagination position. */
+  seq: number;
+  sizeGiB: number;
+  snapshotId: string | null;
+  /** Size of the snapshot it was made from: what initialization has to fetch. */
+  sourceSizeGiB: number | null;
+  availabilityZone: string;
+  state: VolumeState;
+  createTime: string;
+  volumeType: string;
+  iops: number | null;
+  throughput: number | null;
+  encrypted: boolean;
+  /** MiB/s given as VolumeInitializationRate (provisioned-rate initialization), else null. */
+  initializationRate: number | null;
+  tags: Record<string, string>;
+  attachment: AttachmentRecord | null;
+  /** How many DetachVolume calls with Force=true this volume got (the agent must never force). */
+  forceDetachCount: number;
+  /** Why the volume is in `error`, or the last backend failure. */
+  error: string | null;
+  /** The backend has made the image (a restart while `creating` does not make it again). */
+  imageReady?: boolean;
+}
+
+export interface SnapshotRecord {
+  snapshotId: string;
+  seq: number;
+  volumeId: string;
+  volumeSize: number;
+  state: SnapshotState;
+  startTime: string;
+  completionTime: string | null;
+  description: string;
+  tags: Record<string, string>;
+  error: string | null;
+  /** The backend has copied the volume (a restart while `pending` does not copy it again). */
+  imageReady?: boolean;
+}
+
+export interface InstanceRecord {
+  instanceId: string;
+  seq: number;
+  reservationId: string;
+  region: string;
+  availabilityZone: string;
+  tags: Record<string, string>;
+  metadataTags: boolean;
+  hostRoot: string;
+  state: InstanceState;
+  launchTime: string;
+}
+
+/** Things tests want to assert happened (or never happened) besides the current state. */
+export interface LabEvent {
+  at: string;
+  kind: "force-detach" | "backend-error" | "instance-terminated" | "apply-then-500" | "stuck-attach";
+  volumeId?: string;
+  snapshotId?: string;
+  instanceId?: string;
+  detail?: string;
+}
+
+export interface Model {
+  version: 1;
+  /** The next sequence number to hand out (also the attachment tokens). */
+  nextSeq: number;
+  volumes: Record<string, VolumeRecord>;
+  snapshots: Record<string, SnapshotRecord>;
+  instances: Record<string, InstanceRecord>;
+  events: LabEvent[];
+}
+
+/** A model with nothing in it. */
+export function emptyModel(): Model {
+  return { version: 1, nextSeq: 1, volumes: {}, snapshots: {}, instances: {}, events: [] };
+}
+
+/** Checks that parsed JSON has the model's shape (enough to fail early on a foreign file). */
+export function isModel(value: unknown): value is Model {
+  if (typeof value !== "object" || value === null) return false;
+  const m = value as Partial<Model>;
+  return (
+    m.version === 1 &&
+    typeof m.nextSeq === "number" &&
+    typeof m.volumes === "object" &&
+    typeof m.snapshots === "object" &&
+    typeof m.instances === "object" &&
+    Array.isArray(m.events)
+  );
+}

@@ -1,0 +1,105 @@
+/**
+ * Model records as EC2's XML items. Element names are the `xmlName`s of the EC2 API model
+ * (e.g. a volume's state is `<status>`, its attachments `<attachmentSet>`), which is what
+ * both the SDK's and botocore's parsers look for.
+ */
+import { OWNER_ID } from "./ids.ts";
+import type { AttachmentRecord, InstanceRecord, SnapshotRecord, VolumeRecord } from "./model.ts";
+import type { XmlObject } from "./xml.ts";
+
+/** A `tagSet`. */
+export function renderTags(tags: Record<string, string>): XmlObject[] {
+  return Object.entries(tags).map(([key, value]) => ({ key, value }));
+}
+
+/** One `VolumeAttachment` (also the whole AttachVolume / DetachVolume result). */
+export function renderAttachment(volumeId: string, attachment: AttachmentRecord): XmlObject {
+  return {
+    volumeId,
+    instanceId: attachment.instanceId,
+    device: attachment.device,
+    status: attachment.state,
+    attachTime: attachment.attachTime,
+    deleteOnTermination: false,
+  };
+}
+
+/** One `Volume` (also the whole CreateVolume result). */
+export function renderVolume(volume: VolumeRecord): XmlObject {
+  return {
+    volumeId: volume.volumeId,
+    size: volume.sizeGiB,
+    snapshotId: volume.snapshotId ?? "",
+    availabilityZone: volume.availabilityZone,
+    status: volume.state,
+    createTime: volume.createTime,
+    attachmentSet: volume.attachment ? [renderAttachment(volume.volumeId, volume.attachment)] : [],
+    tagSet: renderTags(volume.tags),
+    volumeType: volume.volumeType,
+    iops: volume.iops,
+    throughput: volume.throughput,
+    encrypted: volume.encrypted,
+    multiAttachEnabled: false,
+    volumeInitializationRate: volume.initializationRate,
+  };
+}
+
+/** Snapshot progress as EC2 shows it: `0%` … `100%`, estimated from the elapsed time. */
+export function snapshotProgress(snapshot: SnapshotRecord, snapshotMs: number, now: number): string {
+  if (snapshot.state === "completed") return "100%";
+  if (snapshot.state === "error" || snapshotMs <= 0) return "0%";
+  const elapsed = now - Date.parse(snapshot.startTime);
+  return `${Math.max(0, Math.min(99, Math.floor((elapsed / snapshotMs) * 100)))}%`;
+}
+
+/** One `Snapshot` (also the whole CreateSnapshot result). */
+export function renderSnapshot(snapshot: SnapshotRecord, progress: string): XmlObject {
+  return {
+    snapshotId: snapshot.snapshotId,
+    volumeId: snapshot.volumeId,
+    status: snapshot.state,
+    statusMessage: snapshot.error ?? undefined,
+    startTime: snapshot.startTime,
+    completionTime: snapshot.completionTime,
+    progress,
+    ownerId: OWNER_ID,
+    volumeSize: snapshot.volumeSize,
+    description: snapshot.description,
+    encrypted: false,
+    storageTier: "standard",
+    tagSet: renderTags(snapshot.tags),
+  };
+}
+
+/** The numeric codes EC2 pairs with instance state names. */
+const STATE_CODE: Record<InstanceRecord["state"], number> = { running: 16, terminated: 48 };
+
+/** One `Instance` with the volumes attached to it as its block device mapping. */
+export function renderInstance(instance: InstanceRecord, attached: readonly VolumeRecord[]): XmlObject {
+  return {
+    instanceId: instance.instanceId,
+    imageId: "ami-00000000000000000",
+    instanceState: { code: STATE_CODE[instance.state], name: instance.state },
+    instanceType: "m6i.large",
+    launchTime: instance.launchTime,
+    placement: { availabilityZone: instance.availabilityZone, tenancy: "default" },
+    rootDeviceType: "ebs",
+    rootDeviceName: "/dev/xvda",
+    blockDeviceMapping: attached.flatMap((volume) =>
+      volume.attachment
+        ? [
+            {
+              deviceName: volume.attachment.device,
+              ebs: {
+                volumeId: volume.volumeId,
+                status: volume.attachment.state,
+                attachTime: volume.attachment.attachTime,
+                deleteOnTermination: false,
+              },
+            },
+          ]
+        : [],
+    ),
+    tagSet: renderTags(instance.tags),
+  };
+}

@@ -1,0 +1,98 @@
+/**
+ * The HTTP side: one server on 127.0.0.1 answering the EC2 Query protocol (form-encoded
+ * POST, or GET with a query string, on any path) and the JSON admin API under `/_lab/`.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Logger } from "../../log.ts";
+import { handleAdminRequest, type AdminTarget } from "./admin.ts";
+import type { ActionContext } from "./actions/index.ts";
+import { Params } from "./params.ts";
+import { handleEc2Request } from "./protocol.ts";
+
+/** Request bodies larger than this are refused (EC2 requests are a few KiB at most). */
+const MAX_BODY = 8 * 1024 * 1024;
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on("data", (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > MAX_BODY) {
+        reject(new Error("request body too large"));
+        req.destroy();
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")));
+    req.on("error", reject);
+  });
+}
+
+function send(
+  res: ServerResponse,
+  status: number,
+  contentType: string,
+  body: string,
+  extra: Record<string, string> = {},
+): void {
+  res.writeHead(status, { "content-type": contentType, "content-length": Buffer.byteLength(body), ...extra });
+  res.end(body);
+}
+
+async function handle(
+  ctx: ActionContext,
+  admin: AdminTarget,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
+  const url = new URL(req.url ?? "/", "http://localhost");
+  const body = await readBody(req);
+  if (url.pathname === "/_lab" || url.pathname.startsWith("/_lab/")) {
+    let json: unknown = undefined;
+    if (body.trim() !== "") {
+      try {
+        json = JSON.parse(body);
+      } catch {
+        send(res, 400, "application/json", JSON.stringify({ error: "body is not JSON" }));
+        return;
+      }
+    }
+    const answer = handleAdminRequest(admin, req.method ?? "GET", url.pathname, json);
+    send(res, answer.status, "application/json", JSON.stringify(answer.body, null, 1) + "\n");
+    return;
+  }
+  // Query parameters and form body together: the SDK and the CLI put everything in the body,
+  // a hand-made GET puts it in the URL.
+  const params = new Params([...url.searchParams.entries(), ...new URLSearchParams(body).entries()]);
+  const answer = await handleEc2Request(ctx, params);
+  send(res, answer.status, "text/xml;charset=UTF-8", answer.body, { "x-amzn-requestid": answer.requestId });
+}
+
+/** Starts listening on 127.0.0.1:`port` (0: any free port); resolves to the server and its port. */
+export async function listen(
+  ctx: ActionContext,
+  admin: AdminTarget,
+  port: number,
+  log: Logger | undefined,
+): Promise<{ server: Server; port: number }> {
+  const server = createServer((req, res) => {
+    handle(ctx, admin, req, res).catch((error: unknown) => {
+      log?.error("ec2-emulator", "request failed", { error: error instanceof Error ? error.message : String(error) });
+      if (!res.headersSent) send(res, 500, "text/plain", "internal error\n");
+      else res.destroy();
+    });
+  });
+  // The SDK keeps connections alive; a short keep-alive lets close() finish promptly.
+  server.keepAliveTimeout = 1000;
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, "127.0.0.1", () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  return { server, port: (server.address() as AddressInfo).port };
+}
