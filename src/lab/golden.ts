@@ -1,0 +1,169 @@
+/**
+ * The golden snapshot: what the pool-volume Packer template produces in AWS, made in the lab.
+ * A builder host gets a blank volume, formats it XFS, runs a private dockerd on a data-root on
+ * it, imports the image set, stops docker, drops machine-local state (`swarm/`), detaches it
+ * and snapshots it. Pool volumes are then created from that snapshot, tagged for the pool.
+ */
+import { rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import {
+  AttachVolumeCommand,
+  CreateSnapshotCommand,
+  CreateVolumeCommand,
+  DeleteVolumeCommand,
+  DescribeVolumesCommand,
+  DetachVolumeCommand,
+  waitUntilSnapshotCompleted,
+  waitUntilVolumeAvailable,
+  type EC2Client,
+  type Tag,
+} from "@aws-sdk/client-ec2";
+import { run } from "../exec.ts";
+import { DATA_ROOT_SUBDIR, FS_LABEL, MACHINE_LOCAL_STATE } from "../layout.ts";
+import type { Logger } from "../log.ts";
+import { VolumeKind, VolumeTag } from "../tags.ts";
+import { buildImage } from "./images.ts";
+import type { Lab, LabHost } from "./lab.ts";
+
+/** One image of the golden set. */
+export interface GoldenImage {
+  tag: string;
+  /** Bytes of incompressible payload in the image (default 0: just busybox). */
+  payloadBytes?: number;
+}
+
+/** What to build. */
+export interface GoldenOptions {
+  pool: string;
+  imageSet: string;
+  images: GoldenImage[];
+  /** Size of the builder volume, hence of the snapshot (default 2 GiB). */
+  sizeGiB?: number;
+  availabilityZone?: string;
+  log?: Logger;
+}
+
+/** The built snapshot. */
+export interface GoldenSnapshot {
+  snapshotId: string;
+  sizeGiB: number;
+  images: string[];
+}
+
+const WAIT = { minDelay: 1, maxDelay: 2, maxWaitTime: 120 };
+
+function tagList(tags: Record<string, string>): Tag[] {
+  return Object.entries(tags).map(([Key, Value]) => ({ Key, Value }));
+}
+
+/** The tags a pool's snapshot and volumes carry. */
+export function poolTags(pool: string, imageSet: string, images: string[]): Record<string, string> {
+  return {
+    [VolumeTag.managed]: "true",
+    [VolumeTag.kind]: VolumeKind.pool,
+    [VolumeTag.pool]: pool,
+    [VolumeTag.imageSet]: imageSet,
+    [VolumeTag.images]: images.join(","),
+  };
+}
+
+/** Builds the golden snapshot on a fresh builder host of the lab. */
+export async function buildGoldenSnapshot(lab: Lab, options: GoldenOptions): Promise<GoldenSnapshot> {
+  const { log } = options;
+  const ec2 = lab.ec2Client();
+  const sizeGiB = options.sizeGiB ?? 2;
+  const builder = await lab.addHost({ availabilityZone: options.availabilityZone, tags: { Name: "golden-builder" } });
+  const zone = builder.instance.availabilityZone;
+
+  const created = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: zone, Size: sizeGiB, VolumeType: "gp3" }));
+  const volumeId = created.VolumeId!;
+  await waitUntilVolumeAvailable({ client: ec2, ...WAIT }, { VolumeIds: [volumeId] });
+  await ec2.send(new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: builder.instance.instanceId, Device: "/dev/sdf" }));
+  await waitForAttached(ec2, volumeId);
+  const device = await lab.backend.deviceReady(volumeId);
+  log?.info("golden.attach", "builder volume attached", { volume: volumeId, device });
+
+  const mountPoint = join(builder.paths.mountRoot, "golden");
+  await run("mkfs.xfs", ["-q", "-L", FS_LABEL, "-m", "crc=1", "-n", "ftype=1", device], { log });
+  await run("mkdir", ["-p", mountPoint]);
+  await run("mount", ["-o", "noatime", device, mountPoint], { log });
+  try {
+    await importImages(builder, join(mountPoint, DATA_ROOT_SUBDIR), options);
+    for (const local of MACHINE_LOCAL_STATE) {
+      await rm(join(mountPoint, DATA_ROOT_SUBDIR, local), { recursive: true, force: true });
+    }
+  } finally {
+    await run("umount", [mountPoint], { log });
+  }
+
+  await ec2.send(new DetachVolumeCommand({ VolumeId: volumeId }));
+  await waitUntilVolumeAvailable({ client: ec2, ...WAIT }, { VolumeIds: [volumeId] });
+  const images = options.images.map((image) => image.tag);
+  const snapshot = await ec2.send(
+    new CreateSnapshotCommand({
+      VolumeId: volumeId,
+      Description: `ebs-cache golden snapshot: pool ${options.pool}, image set ${options.imageSet}`,
+      TagSpecifications: [{ ResourceType: "snapshot", Tags: tagList(poolTags(options.pool, options.imageSet, images)) }],
+    }),
+  );
+  const snapshotId = snapshot.SnapshotId!;
+  await waitUntilSnapshotCompleted({ client: ec2, ...WAIT }, { SnapshotIds: [snapshotId] });
+  await ec2.send(new DeleteVolumeCommand({ VolumeId: volumeId }));
+  log?.info("golden.snapshot", "golden snapshot ready", { snapshot: snapshotId, images: images.join(",") });
+  return { snapshotId, sizeGiB, images };
+}
+
+/** Polls the attachment itself (the SDK's waiters look at the volume state, not the attachment). */
+async function waitForAttached(ec2: EC2Client, volumeId: string): Promise<void> {
+  const deadline = Date.now() + WAIT.maxWaitTime * 1000;
+  while (Date.now() < deadline) {
+    const found = await ec2.send(new DescribeVolumesCommand({ VolumeIds: [volumeId] }));
+    if (found.Volumes?.[0]?.Attachments?.[0]?.State === "attached") return;
+    await sleep(100);
+  }
+  throw new Error(`${volumeId} was not attached within ${WAIT.maxWaitTime} s`);
+}
+
+/** Runs the builder's dockerd on a data-root on the volume and imports the image set into it. */
+async function importImages(builder: LabHost, dataRoot: string, options: GoldenOptions): Promise<void> {
+  await writeFile(builder.paths.daemonJson, JSON.stringify({ "data-root": dataRoot }, null, 2) + "\n");
+  const dockerd = await builder.startDocker();
+  try {
+    for (const image of options.images) {
+      await buildImage(dockerd, {
+        tag: image.tag,
+        workDir: join(builder.paths.hostRoot, "tmp"),
+        payloadBytes: image.payloadBytes ?? 0,
+        log: options.log,
+      });
+    }
+  } finally {
+    await dockerd.stop();
+  }
+}
+
+/** Creates `count` pool volumes from the snapshot, tagged for the pool, and waits until available. */
+export async function createPoolVolumes(
+  lab: Lab,
+  golden: GoldenSnapshot,
+  options: { pool: string; imageSet: string; count: number; availabilityZone?: string },
+): Promise<string[]> {
+  const ec2 = lab.ec2Client();
+  const zone = options.availabilityZone ?? `${lab.region}a`;
+  const tags = tagList(poolTags(options.pool, options.imageSet, golden.images));
+  const ids: string[] = [];
+  for (let i = 0; i < options.count; i++) {
+    const created = await ec2.send(
+      new CreateVolumeCommand({
+        AvailabilityZone: zone,
+        SnapshotId: golden.snapshotId,
+        VolumeType: "gp3",
+        TagSpecifications: [{ ResourceType: "volume", Tags: tags }],
+      }),
+    );
+    ids.push(created.VolumeId!);
+  }
+  if (ids.length > 0) await waitUntilVolumeAvailable({ client: ec2, ...WAIT }, { VolumeIds: ids });
+  return ids;
+}

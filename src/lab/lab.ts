@@ -1,0 +1,207 @@
+/**
+ * The lab: one EC2 emulator backed by loop-device volumes, and any number of emulated hosts,
+ * each with its own IMDS, its own folder standing for its root filesystem, and (on demand) its
+ * own private dockerd. Everything lives under one lab root that is reaped on close, or by the
+ * janitor if this process dies.
+ */
+import { randomBytes } from "node:crypto";
+import { mkdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { EC2Client } from "@aws-sdk/client-ec2";
+import type { Logger } from "../log.ts";
+import { startPrivateDockerd, type PrivateDockerd } from "./dockerd.ts";
+import { startEc2Emulator, type Delays, type Ec2Emulator, type Faults } from "./ec2/index.ts";
+import { startImdsEmulator, type ImdsEmulator } from "./imds.ts";
+import { createHostRoot } from "./labdir.ts";
+import { openLabRoot, type LabRoot } from "./labroot.ts";
+import { createLoopVolumeBackend, type LoopVolumeBackend } from "./loopdev.ts";
+import { byIdDir, sysfsRoot, type LabInstance } from "./types.ts";
+
+/** How to start a lab. */
+export interface LabOptions {
+  /** Base folder for lab roots (default EBS_CACHE_LAB_BASE or /var/tmp/ebs-cache-lab). */
+  base?: string;
+  /** Readable part of the lab root's folder name. */
+  name?: string;
+  region?: string;
+  /** EC2 state-machine delays (ms); small defaults keep the lab quick. */
+  delays?: Partial<Delays>;
+  /** How long after `attached` a volume's device appears on the host. */
+  deviceDelayMs?: number;
+  faults?: Faults;
+  log?: Logger;
+}
+
+/** The files and folders of one emulated host, as the agent is configured to see them. */
+export interface LabHostPaths {
+  hostRoot: string;
+  byIdDir: string;
+  sysfsRoot: string;
+  /** Where the agent mounts cache volumes. */
+  mountRoot: string;
+  /** The host's /etc/docker/daemon.json. */
+  daemonJson: string;
+  /** Docker's default data-root on this host (/var/lib/docker). */
+  defaultDataRoot: string;
+  /** Folder of the host's private dockerd (socket, exec-root, pidfile, log). */
+  dockerdRoot: string;
+}
+
+/** An emulated EC2 host. */
+export interface LabHost {
+  instance: LabInstance;
+  imds: ImdsEmulator;
+  paths: LabHostPaths;
+  /** The host's dockerd, once started. */
+  dockerd?: PrivateDockerd;
+  /** Starts the host's dockerd (on the data-root its daemon.json names) unless it runs. */
+  startDocker(): Promise<PrivateDockerd>;
+}
+
+/** A running lab. */
+export interface Lab {
+  root: string;
+  region: string;
+  ec2: Ec2Emulator;
+  backend: LoopVolumeBackend;
+  hosts: LabHost[];
+  /** An SDK client for the emulator, with dummy credentials. */
+  ec2Client(): EC2Client;
+  /** Adds a running instance (zone `<region>a` unless told) with its IMDS. */
+  addHost(options?: AddHostOptions): Promise<LabHost>;
+  /** Environment for a process that talks to the lab as the aws CLI would. */
+  awsEnv(): Record<string, string>;
+  close(): Promise<void>;
+}
+
+/** Options for Lab.addHost. */
+export interface AddHostOptions {
+  availabilityZone?: string;
+  tags?: Record<string, string>;
+  /** InstanceMetadataTags enabled (default true). */
+  metadataTags?: boolean;
+}
+
+const DEFAULT_DELAYS: Delays = { createMs: 50, attachMs: 100, detachMs: 100, snapshotMs: 100 };
+
+/** Dummy credentials: the emulator does not check signatures, but the SDK and CLI want some. */
+export const LAB_CREDENTIALS = { accessKeyId: "AKIALABLABLABLABLAB0", secretAccessKey: "lab-secret-not-checked" };
+
+function newInstanceId(): string {
+  return `i-${randomBytes(9).toString("hex").slice(0, 17)}`;
+}
+
+/** Starts a lab: lab root (with janitor), volume backend, EC2 emulator. */
+export async function startLab(options: LabOptions = {}): Promise<Lab> {
+  const { log } = options;
+  const labRoot: LabRoot = await openLabRoot({ base: options.base, name: options.name ?? "lab", log });
+  const root = labRoot.root;
+  const region = options.region ?? "us-east-1";
+  const hosts: LabHost[] = [];
+  const imdsServers: ImdsEmulator[] = [];
+  let backend: LoopVolumeBackend | undefined;
+  let ec2: Ec2Emulator | undefined;
+  const clients: EC2Client[] = [];
+
+  const close = async () => {
+    for (const host of hosts) await host.dockerd?.stop().catch(() => undefined);
+    for (const client of clients) client.destroy();
+    await Promise.all(imdsServers.map((server) => server.close().catch(() => undefined)));
+    await ec2?.close().catch(() => undefined);
+    await backend?.close().catch(() => undefined);
+    await labRoot.close();
+  };
+
+  try {
+    backend = createLoopVolumeBackend({ root, deviceDelayMs: options.deviceDelayMs ?? 50, log });
+    ec2 = await startEc2Emulator({
+      backend,
+      region,
+      stateFile: join(root, "state", "ec2.json"),
+      delays: { ...DEFAULT_DELAYS, ...options.delays },
+      faults: options.faults,
+      log,
+    });
+  } catch (error) {
+    await close();
+    throw error;
+  }
+  const emulator = ec2;
+  let dockerdCount = 0;
+
+  const addHost = async (hostOptions: AddHostOptions = {}): Promise<LabHost> => {
+    const instanceId = newInstanceId();
+    const hostRoot = await createHostRoot(root, instanceId);
+    // dockerd's socket path must stay under 108 bytes: keep its folder short.
+    const dockerdRoot = join(root, "d", String(++dockerdCount));
+    const paths: LabHostPaths = {
+      hostRoot,
+      byIdDir: byIdDir(hostRoot),
+      sysfsRoot: sysfsRoot(hostRoot),
+      mountRoot: join(hostRoot, "var/lib/ebs-cache"),
+      daemonJson: join(hostRoot, "etc/docker/daemon.json"),
+      defaultDataRoot: join(hostRoot, "var/lib/docker"),
+      dockerdRoot,
+    };
+    for (const dir of [paths.byIdDir, paths.sysfsRoot, paths.mountRoot, paths.defaultDataRoot, dockerdRoot]) {
+      await mkdir(dir, { recursive: true });
+    }
+    await mkdir(join(hostRoot, "etc/docker"), { recursive: true });
+    await writeFile(paths.daemonJson, JSON.stringify({ "data-root": paths.defaultDataRoot }, null, 2) + "\n");
+    const instance = emulator.registerInstance({
+      instanceId,
+      region,
+      availabilityZone: hostOptions.availabilityZone ?? `${region}a`,
+      tags: { ...hostOptions.tags },
+      metadataTags: hostOptions.metadataTags ?? true,
+      hostRoot,
+    });
+    const imds = await startImdsEmulator({ instance: () => instance, log });
+    imdsServers.push(imds);
+    const host: LabHost = {
+      instance,
+      imds,
+      paths,
+      async startDocker() {
+        if (host.dockerd && (await host.dockerd.isActive())) return host.dockerd;
+        if (host.dockerd) {
+          await host.dockerd.start();
+          return host.dockerd;
+        }
+        host.dockerd = await startPrivateDockerd({ root: dockerdRoot, configFile: paths.daemonJson, log });
+        return host.dockerd;
+      },
+    };
+    hosts.push(host);
+    return host;
+  };
+
+  return {
+    root,
+    region,
+    ec2: emulator,
+    backend,
+    hosts,
+    ec2Client() {
+      const client = new EC2Client({
+        endpoint: emulator.endpoint,
+        region,
+        credentials: LAB_CREDENTIALS,
+        maxAttempts: 5,
+      });
+      clients.push(client);
+      return client;
+    },
+    addHost,
+    awsEnv() {
+      return {
+        AWS_ACCESS_KEY_ID: LAB_CREDENTIALS.accessKeyId,
+        AWS_SECRET_ACCESS_KEY: LAB_CREDENTIALS.secretAccessKey,
+        AWS_DEFAULT_REGION: region,
+        AWS_EC2_METADATA_DISABLED: "true",
+        AWS_PAGER: "",
+      };
+    },
+    close,
+  };
+}

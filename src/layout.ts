@@ -1,0 +1,9 @@
+/**
+ * What a cache volume holds. The filesystem is labelled so an operator can tell a cache volume
+ * from any other disk (`lsblk -f`), and Docker's data-root sits in a subfolder so the volume's
+ * root can also carry the agent's own marker files without Docker seeing them.
+ */
+export const FS_LABEL = "ebs-cache";
+export const DATA_ROOT_SUBDIR = "docker";
+/** State that must not travel between machines: removed from a pool volume before docker sees it. */
+export const MACHINE_LOCAL_STATE = ["swarm", "containers", "network"] as const;

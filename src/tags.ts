@@ -1,0 +1,31 @@
+/**
+ * The EC2 tags the agent reads and writes. Every volume the agent manages carries
+ * `ebs-cache:managed=true`; the IAM policy (iam/) conditions attach/detach/delete on it, and
+ * gc never touches a volume without it.
+ */
+export const TAG_PREFIX = "ebs-cache:";
+
+export const VolumeTag = {
+  managed: `${TAG_PREFIX}managed`,
+  /** `pool` (generic, reusable by any instance) or `workspace` (tied to user/project/node). */
+  kind: `${TAG_PREFIX}kind`,
+  pool: `${TAG_PREFIX}pool`,
+  /** Names the image set the volume's data-root was built from. */
+  imageSet: `${TAG_PREFIX}image-set`,
+  /** Comma-separated image references the volume is expected to hold (checked after boot). */
+  images: `${TAG_PREFIX}images`,
+  /** Set only on volumes the agent created blank: the only ones it may format. */
+  createdBy: `${TAG_PREFIX}created-by`,
+  claimedBy: `${TAG_PREFIX}claimed-by`,
+  claimedAt: `${TAG_PREFIX}claimed-at`,
+  releasedAt: `${TAG_PREFIX}released-at`,
+  expiresAt: `${TAG_PREFIX}expires-at`,
+  keep: `${TAG_PREFIX}keep`,
+  initialized: `${TAG_PREFIX}initialized`,
+  userId: `${TAG_PREFIX}user-id`,
+  projectId: `${TAG_PREFIX}project-id`,
+  nodeId: `${TAG_PREFIX}node-id`,
+} as const;
+
+export const VolumeKind = { pool: "pool", workspace: "workspace" } as const;
+export type VolumeKind = (typeof VolumeKind)[keyof typeof VolumeKind];
