@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Prepares a fresh Debian 12 / Ubuntu machine (as root) to build, test and run the lab:
+# the Debian packages the lab and tests use, then the npm dependencies (which bring Node 24
+# through the `node` package, so the system's Node version does not matter). Idempotent:
+# apt runs only when a package is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+  echo "scripts/setup.sh: run as root (the lab uses loop devices, mount and a private dockerd)" >&2
+  exit 1
+fi
+
+packages=(
+  docker.io        # the lab's private dockerd and the docker CLI
+  fio              # pre-warm verdicts
+  xfsprogs         # mkfs.xfs, xfs_growfs, xfs_admin
+  e2fsprogs        # the foreign filesystems tests use
+  util-linux       # losetup, blkid, wipefs, findmnt, mount
+  awscli           # the real aws CLI, driven against the EC2 emulator
+  busybox-static   # the userland of the lab's locally built images
+  docker-registry  # a local registry for the pull baseline in bench/
+  systemd-container # systemd-nspawn boot test
+  debootstrap      # the rootfs of the systemd boot test
+  packer           # packer validate of the templates
+  ca-certificates
+  curl
+)
+command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # policy-rc.d keeps the packages' own services (the host's docker, the registry) from
+  # starting: the lab runs private instances of them and never uses the host's.
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Loop devices: make sure the control node exists (minimal containers may lack it).
+[ -e /dev/loop-control ] || modprobe loop 2>/dev/null || true
+
+if [ ! -x node_modules/.bin/node ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  npm ci --no-audit --no-fund
+fi
+echo "setup: ready (node $(node_modules/.bin/node --version))"
