@@ -22,6 +22,8 @@ export const VolumeTag = {
   expiresAt: `${TAG_PREFIX}expires-at`,
   keep: `${TAG_PREFIX}keep`,
   initialized: `${TAG_PREFIX}initialized`,
+  /** Why the last instance that claimed the volume gave it back (boot failed on it). */
+  lastError: `${TAG_PREFIX}last-error`,
   userId: `${TAG_PREFIX}user-id`,
   projectId: `${TAG_PREFIX}project-id`,
   nodeId: `${TAG_PREFIX}node-id`,

@@ -8,6 +8,7 @@ import { randomBytes } from "node:crypto";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { EC2Client } from "@aws-sdk/client-ec2";
+import type { DockerService } from "../agent/ports.ts";
 import type { Logger } from "../log.ts";
 import { startPrivateDockerd, type PrivateDockerd } from "./dockerd.ts";
 import { startEc2Emulator, type Delays, type Ec2Emulator, type Faults } from "./ec2/index.ts";
@@ -56,6 +57,10 @@ export interface LabHost {
   dockerd?: PrivateDockerd;
   /** Starts the host's dockerd (on the data-root its daemon.json names) unless it runs. */
   startDocker(): Promise<PrivateDockerd>;
+  /** The host's docker.service, as the agent controls it (start creates the dockerd on first use). */
+  dockerService(): DockerService;
+  /** `unix://…` of the host's dockerd socket (known before it starts). */
+  dockerHost: string;
 }
 
 /** A running lab. */
@@ -162,6 +167,17 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
       instance,
       imds,
       paths,
+      dockerHost: `unix://${join(dockerdRoot, "docker.sock")}`,
+      dockerService: () => ({
+        start: async () => void (await host.startDocker()),
+        stop: async () => void (await host.dockerd?.stop()),
+        restart: async () => {
+          if (host.dockerd) await host.dockerd.restart();
+          else await host.startDocker();
+        },
+        reload: async () => void (await host.dockerd?.reload()),
+        isActive: async () => (host.dockerd ? host.dockerd.isActive() : false),
+      }),
       async startDocker() {
         if (host.dockerd && (await host.dockerd.isActive())) return host.dockerd;
         if (host.dockerd) {

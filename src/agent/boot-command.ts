@@ -1,0 +1,74 @@
+/**
+ * `ebs-cache-agent boot`: identify → resolve settings → observe → plan → (dry run: print) →
+ * apply. The adapters come from the caller (the CLI's real ones, or a lab host's), so the same
+ * code runs on EC2 and in the lab.
+ */
+import { ConfigError, ExitCode } from "../errors.ts";
+import type { Logger } from "../log.ts";
+import { applyBootPlan, type BootDeps, type BootLimits, type BootResult } from "./boot.ts";
+import { observeBoot } from "./observe.ts";
+import { planBoot, type BootPlan } from "./plan.ts";
+import type { CloudVolumes, Identity } from "./ports.ts";
+import { resolveSettings, type ResolvedSettings } from "./settings.ts";
+import type { AgentConfig } from "../config/index.ts";
+
+export interface BootCommandDeps {
+  config: AgentConfig;
+  identify(): Promise<Identity>;
+  cloud: CloudVolumes;
+  /** The side-effecting adapters, built once the settings are known. */
+  bootDeps(settings: ResolvedSettings, identity: Identity): BootDeps;
+  /** docker's data-root without the agent (undefined: docker's default). */
+  defaultDataRoot?: string;
+  log: Logger;
+}
+
+export interface BootOutcome {
+  identity: Identity;
+  plan: BootPlan;
+  result?: BootResult;
+  exitCode: number;
+}
+
+/** Exit code of a finished boot: 0 ready or disabled, 4 degraded. */
+export function exitCodeOf(result: BootResult): number {
+  return result.outcome === "degraded" ? ExitCode.degraded : ExitCode.ok;
+}
+
+/** Runs the boot (or, with dryRun, only plans it). Throws ConfigError on bad tags: nothing changed. */
+export async function runBoot(deps: BootCommandDeps, options: { dryRun: boolean }): Promise<BootOutcome> {
+  const { log, config } = deps;
+  const identity = await deps.identify();
+  log.info("boot.identity", "instance identified", {
+    instance: identity.instanceId,
+    zone: identity.availabilityZone,
+    tags: identity.tagsSource,
+  });
+  const resolved = resolveSettings(config, identity);
+  if (!resolved.ok) {
+    throw new ConfigError(resolved.problems, "fix the instance tags (nothing was changed on this node)");
+  }
+  for (const line of resolved.value.applied) log.info("boot.settings", `instance tag override: ${line}`);
+  for (const line of resolved.value.warnings) log.warning("boot.settings", line);
+  const settings = resolved.value.boot;
+
+  const observed = await observeBoot(deps.cloud, identity, settings);
+  const plan = planBoot(settings, observed);
+  log.info("boot.plan", `source: ${plan.selection.source}`, {
+    candidates: "candidates" in plan.selection ? plan.selection.candidates.length : undefined,
+    steps: plan.steps.length,
+  });
+  if (options.dryRun) return { identity, plan, exitCode: ExitCode.ok };
+
+  const limits: BootLimits = {
+    attachTimeoutMs: config.timeouts.attachSeconds * 1000,
+    deviceTimeoutMs: config.timeouts.deviceSeconds * 1000,
+    dockerTimeoutMs: config.timeouts.dockerSeconds * 1000,
+    expectedImages: [...config.docker.expectedImages],
+    device: settings.device,
+    mountRoot: settings.mountRoot,
+    defaultDataRoot: deps.defaultDataRoot,
+  };
+  const result = await applyBootPlan(plan, deps.bootDeps(resolved.value, identity), limits);
+  return { identity, plan, result, exitCode: exitCodeOf(result) };
+}

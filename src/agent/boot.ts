@@ -1,0 +1,391 @@
+/**
+ * Carrying out a boot plan. Each step re-checks the world and is safe to repeat, so a boot
+ * killed at any point and run again converges. Whatever fails after the claim is undone in
+ * reverse (docker back on its old root, unmount, detach without force) and the node comes up
+ * degraded: docker on its default data-root, a `degraded` label, one clear log line.
+ */
+import { join } from "node:path";
+import { describeError } from "../errors.ts";
+import { DATA_ROOT_SUBDIR, FS_LABEL } from "../layout.ts";
+import type { Logger } from "../log.ts";
+import { VolumeTag } from "../tags.ts";
+import type { BootPlan, BootStep, CreateSpec } from "./plan.ts";
+import type { CloudVolumes, DaemonConfig, DockerEngine, DockerService, HostStorage, VolumeInfo } from "./ports.ts";
+
+/** The adapters a boot uses (built in src/cli.ts, or from the lab in tests). */
+export interface BootDeps {
+  cloud: CloudVolumes;
+  storage: HostStorage;
+  daemonConfig: DaemonConfig;
+  /** undefined when docker is left to systemd ordering (config docker.control = none). */
+  docker: DockerService | undefined;
+  engine: DockerEngine & { waitUntilReady(timeoutMs: number): Promise<void> };
+  /** Cleans a pool volume's data-root of state that must not travel between machines. */
+  prepareDataRoot(dataRoot: string, options: { kind: "pool" | "workspace"; instanceId: string }): Promise<void>;
+  /** The installed dockerd's version (`dockerd --version`), read before docker starts. */
+  dockerVersion(): Promise<string | undefined>;
+  /** Publishes the readiness labels (node labels via a manager, or engine labels). */
+  report(state: ReadinessState, details: Record<string, string>): Promise<void>;
+  log: Logger;
+  now?: () => Date;
+}
+
+export type ReadinessState = "ready" | "degraded" | "disabled";
+
+/** Limits and expectations of this boot. */
+export interface BootLimits {
+  attachTimeoutMs: number;
+  deviceTimeoutMs: number;
+  dockerTimeoutMs: number;
+  /** Images that must be listed after docker starts, beyond the volume's `images` tag. */
+  expectedImages: string[];
+  device: string;
+  /** Where cache volumes are mounted: a data-root below it is the agent's doing. */
+  mountRoot: string;
+  /** docker's data-root without the agent (undefined: no `data-root` key, docker's default). */
+  defaultDataRoot: string | undefined;
+}
+
+export interface BootResult {
+  outcome: ReadinessState;
+  volumeId?: string;
+  device?: string;
+  mountPoint?: string;
+  dataRoot?: string;
+  reason?: string;
+  timeline: Array<{ step: string; ms: number }>;
+}
+
+/** What the steps learn as they go. */
+interface Progress {
+  volume?: VolumeInfo;
+  claimedNow: boolean;
+  device?: string;
+  mountPoint?: string;
+  mountedNow: boolean;
+  dataRoot?: string;
+  switched: boolean;
+}
+
+/** A failure that should leave the node degraded, with the reason for the log and the label. */
+export class BootStepError extends Error {
+  constructor(
+    readonly step: string,
+    message: string,
+    readonly remediation: string,
+  ) {
+    super(`${step}: ${message}`);
+  }
+}
+
+/** Runs the plan. Never throws for a failure the node can live with: it degrades instead. */
+export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: BootLimits): Promise<BootResult> {
+  const { log } = deps;
+  const timeline: BootResult["timeline"] = [];
+  const progress: Progress = { claimedNow: false, mountedNow: false, switched: false };
+  for (const step of plan.steps) {
+    const started = Date.now();
+    try {
+      const done = await runStep(step, plan, progress, deps, limits);
+      timeline.push({ step: step.step, ms: Date.now() - started });
+      if (done) return { ...done, timeline };
+    } catch (error) {
+      timeline.push({ step: step.step, ms: Date.now() - started });
+      const reason = describeError(error);
+      const remediation = error instanceof BootStepError ? error.remediation : remediationOf(error);
+      log.error("boot.failed", `${reason}; falling back to docker's default data-root`, {
+        step: step.step,
+        volume: progress.volume?.volumeId,
+        remediation,
+      });
+      await undo(progress, plan, deps, reason);
+      const degraded = await degrade(deps, limits, reason);
+      return { ...degraded, timeline };
+    }
+  }
+  return { outcome: "ready", timeline, ...resultOf(progress) };
+}
+
+function resultOf(progress: Progress) {
+  return {
+    ...(progress.volume ? { volumeId: progress.volume.volumeId } : {}),
+    ...(progress.device ? { device: progress.device } : {}),
+    ...(progress.mountPoint ? { mountPoint: progress.mountPoint } : {}),
+    ...(progress.dataRoot ? { dataRoot: progress.dataRoot } : {}),
+  };
+}
+
+function remediationOf(error: unknown): string {
+  const r = (error as { remediation?: unknown } | undefined)?.remediation;
+  return typeof r === "string" ? r : "see the log lines above";
+}
+
+async function runStep(
+  step: BootStep,
+  plan: BootPlan,
+  p: Progress,
+  deps: BootDeps,
+  limits: BootLimits,
+): Promise<Omit<BootResult, "timeline"> | undefined> {
+  const { cloud, storage, log } = deps;
+  switch (step.step) {
+    case "report-disabled":
+      log.notice("boot.disabled", step.reason);
+      await deps.report("disabled", { reason: step.reason });
+      return { outcome: "disabled", reason: step.reason };
+
+    case "degrade": {
+      log.warning("boot.no-volume", step.reason);
+      return degrade(deps, limits, step.reason);
+    }
+
+    case "reuse-attached": {
+      const volume = await cloud.describeVolume(step.volumeId);
+      if (!volume) throw new BootStepError(step.step, `${step.volumeId} no longer exists`, "run boot again");
+      p.volume = volume;
+      log.info("boot.reuse", "volume already attached to this instance: reusing it", { volume: volume.volumeId });
+      return undefined;
+    }
+
+    case "claim-volume": {
+      for (const volumeId of step.candidates) {
+        const outcome = await cloud.claimVolume(volumeId, plan.instanceId, limits.device);
+        if (outcome.kind === "claimed") {
+          p.volume = await mustDescribe(cloud, volumeId, step.step);
+          p.claimedNow = true;
+          log.info("boot.claim", `claimed ${step.family} volume`, { volume: volumeId });
+          return undefined;
+        }
+        log.info("boot.claim", "candidate taken, trying the next", { volume: volumeId, reason: outcome.reason });
+      }
+      if (!step.fallback) {
+        throw new BootStepError(step.step, `every ${step.family} candidate was taken by another instance`, "grow the pool");
+      }
+      log.notice("boot.claim", "every candidate was taken: creating a volume from the pool's snapshot");
+      await createAndClaim(step.fallback, plan, p, deps, limits);
+      return undefined;
+    }
+
+    case "create-and-claim":
+      await createAndClaim(step.create, plan, p, deps, limits);
+      return undefined;
+
+    case "wait-for-attachment":
+      await cloud.waitForAttachment(volumeOf(p).volumeId, plan.instanceId, "attached", limits.attachTimeoutMs);
+      return undefined;
+
+    case "tag-claim": {
+      const at = (deps.now?.() ?? new Date()).toISOString();
+      await cloud.tagVolume(volumeOf(p).volumeId, { [VolumeTag.claimedBy]: plan.instanceId, [VolumeTag.claimedAt]: at });
+      return undefined;
+    }
+
+    case "wait-for-device":
+      p.device = await storage.waitForDevice(volumeOf(p).volumeId, limits.deviceTimeoutMs);
+      log.info("boot.device", "device verified by its serial", { volume: volumeOf(p).volumeId, device: p.device });
+      return undefined;
+
+    case "check-filesystem": {
+      const volume = volumeOf(p);
+      const device = p.device!;
+      const contents = await storage.probe(device);
+      if (contents.kind === "filesystem" && contents.type === "xfs") return undefined;
+      if (contents.kind === "blank" && volume.tags[VolumeTag.createdBy] === "agent") {
+        log.notice("boot.format", "formatting the blank volume the agent created", { volume: volume.volumeId, device });
+        await storage.format(device, FS_LABEL);
+        return undefined;
+      }
+      const found = contents.kind === "filesystem" ? `a ${contents.type} filesystem` : contents.kind === "blank" ? "no filesystem" : `a ${contents.signature} signature`;
+      throw new BootStepError(
+        step.step,
+        `${volume.volumeId} (${device}) holds ${found}, not the XFS cache filesystem; it was left untouched`,
+        "check the pool's snapshot; the agent formats only blank volumes it created itself",
+      );
+    }
+
+    case "mount": {
+      const volume = volumeOf(p);
+      const device = p.device!;
+      const mountPoint = join(step.mountRoot, volume.volumeId);
+      const current = await storage.mountPointOf(device);
+      if (current && current !== mountPoint) {
+        throw new BootStepError(step.step, `${device} is already mounted at ${current}`, `unmount ${current} first`);
+      }
+      if (!current) {
+        await storage.mount(device, mountPoint);
+        p.mountedNow = true;
+      }
+      p.mountPoint = mountPoint;
+      log.info("boot.mount", "volume mounted", { volume: volume.volumeId, mountPoint });
+      return undefined;
+    }
+
+    case "grow-filesystem":
+      if (await storage.grow(p.mountPoint!)) log.info("boot.grow", "filesystem grown to the volume's size", { mountPoint: p.mountPoint });
+      return undefined;
+
+    case "prepare-data-root": {
+      const volume = volumeOf(p);
+      p.dataRoot = join(p.mountPoint!, DATA_ROOT_SUBDIR);
+      const kind = volume.tags[VolumeTag.kind] === "workspace" ? "workspace" : "pool";
+      await deps.prepareDataRoot(p.dataRoot, { kind, instanceId: plan.instanceId });
+      return undefined;
+    }
+
+    case "switch-data-root": {
+      const engineVersion = await deps.dockerVersion().catch(() => undefined);
+      await deps.daemonConfig.setImageStore("graphdriver", engineVersion ? { engineVersion } : {});
+      const current = await deps.daemonConfig.dataRoot();
+      if (current !== p.dataRoot) {
+        await deps.daemonConfig.setDataRoot(p.dataRoot);
+        p.switched = true;
+        log.info("boot.data-root", "daemon.json data-root switched", { from: current ?? "(default)", to: p.dataRoot });
+      }
+      return undefined;
+    }
+
+    case "start-docker": {
+      if (!deps.docker) return undefined;
+      if (await deps.docker.isActive()) {
+        const info = await deps.engine.info().catch(() => undefined);
+        if (info?.dockerRootDir === p.dataRoot) return undefined;
+        log.info("boot.docker", "restarting docker on the cache volume");
+        await deps.docker.restart();
+      } else {
+        log.info("boot.docker", "starting docker on the cache volume");
+        await deps.docker.start();
+      }
+      await deps.engine.waitUntilReady(limits.dockerTimeoutMs);
+      return undefined;
+    }
+
+    case "verify-docker": {
+      if (!deps.docker) return undefined;
+      const info = await deps.engine.info();
+      if (info.dockerRootDir !== p.dataRoot) {
+        throw new BootStepError(step.step, `docker reports data-root ${info.dockerRootDir}, expected ${p.dataRoot}`, "check daemon.json and the docker unit's flags (a --data-root flag overrides daemon.json)");
+      }
+      if (info.imageStore === "containerd") {
+        throw new BootStepError(step.step, "docker uses the containerd image store: the images on the volume are in graphdriver layout", 'set "features": {"containerd-snapshotter": false} in daemon.json');
+      }
+      const listed = new Set(await deps.engine.images());
+      const wanted = [...expectedImages(volumeOf(p)), ...limits.expectedImages];
+      const missing = wanted.filter((image) => !listed.has(image) && !listed.has(withLatest(image)));
+      if (missing.length > 0) {
+        throw new BootStepError(step.step, `images missing on the volume: ${missing.join(", ")}`, "rebuild the pool's snapshot with the wanted image set");
+      }
+      log.info("boot.verified", "docker runs on the cache volume with the expected images", { images: wanted.length, dataRoot: p.dataRoot });
+      return undefined;
+    }
+
+    case "report-ready": {
+      const volume = volumeOf(p);
+      await deps.report("ready", { "volume-id": volume.volumeId, pool: volume.tags[VolumeTag.pool] ?? "", kind: volume.tags[VolumeTag.kind] ?? "" });
+      log.notice("boot.ready", "node ready on the cache volume", { volume: volume.volumeId, dataRoot: p.dataRoot });
+      return undefined;
+    }
+  }
+}
+
+function withLatest(image: string): string {
+  return /:[^/]+$/.test(image) || image.includes("@") ? image : `${image}:latest`;
+}
+
+function expectedImages(volume: VolumeInfo): string[] {
+  return (volume.tags[VolumeTag.images] ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+}
+
+function volumeOf(p: Progress): VolumeInfo {
+  if (!p.volume) throw new Error("no volume claimed yet (plan out of order)");
+  return p.volume;
+}
+
+async function mustDescribe(cloud: CloudVolumes, volumeId: string, step: string): Promise<VolumeInfo> {
+  const volume = await cloud.describeVolume(volumeId);
+  if (!volume) throw new BootStepError(step, `${volumeId} vanished after it was claimed`, "run boot again");
+  return volume;
+}
+
+async function createAndClaim(spec: CreateSpec, plan: BootPlan, p: Progress, deps: BootDeps, limits: BootLimits): Promise<void> {
+  const volume = await deps.cloud.createVolume({
+    availabilityZone: spec.availabilityZone,
+    snapshotId: spec.snapshotId,
+    volumeType: spec.volumeType,
+    tags: spec.tags,
+    ...(spec.initializationRateMiBps ? { initializationRateMiBps: spec.initializationRateMiBps } : {}),
+  });
+  deps.log.info("boot.create", "volume created from the pool's snapshot", { volume: volume.volumeId, snapshot: spec.snapshotId });
+  const outcome = await deps.cloud.claimVolume(volume.volumeId, plan.instanceId, limits.device);
+  if (outcome.kind !== "claimed") {
+    throw new BootStepError("create-and-claim", `the new volume ${volume.volumeId} could not be attached: ${outcome.reason}`, "see the EC2 error above");
+  }
+  p.volume = volume;
+  p.claimedNow = true;
+}
+
+/** Reverses what this boot did, newest first; each undo is best-effort and logged. */
+async function undo(p: Progress, plan: BootPlan, deps: BootDeps, reason: string): Promise<void> {
+  const { log } = deps;
+  const attempt = async (what: string, work: () => Promise<unknown>) => {
+    try {
+      await work();
+    } catch (error) {
+      log.error("boot.undo", `${what} failed: ${describeError(error)}`, { volume: p.volume?.volumeId });
+    }
+  };
+  if (p.switched) {
+    await attempt("restoring daemon.json", () => deps.daemonConfig.restoreBackup());
+  }
+  if (p.mountPoint && (p.mountedNow || p.switched || p.claimedNow)) {
+    if (deps.docker && p.switched) await attempt("stopping docker", () => deps.docker!.stop());
+    await attempt("unmounting", () => deps.storage.unmount(p.mountPoint!));
+  }
+  if (p.volume) {
+    const volumeId = p.volume.volumeId;
+    const stillMounted = p.device ? await deps.storage.mountPointOf(p.device).catch(() => "unknown") : undefined;
+    if (stillMounted) {
+      log.error("boot.undo", "volume still mounted: not detaching it (never force-detach a mounted volume)", { volume: volumeId, mountPoint: stillMounted });
+      return;
+    }
+    await attempt("tagging the failure", async () => {
+      await deps.cloud.untagVolume(volumeId, [VolumeTag.claimedBy, VolumeTag.claimedAt]);
+      await deps.cloud.tagVolume(volumeId, { [VolumeTag.lastError]: shorten(`${plan.instanceId}: ${reason}`) });
+    });
+    await attempt("detaching", async () => {
+      await deps.cloud.detachVolume(volumeId, plan.instanceId);
+      log.info("boot.undo", "volume detached and left for another instance", { volume: volumeId });
+    });
+  }
+}
+
+function shorten(text: string): string {
+  // EC2 tag values: at most 256 Unicode characters.
+  return text.length <= 250 ? text : `${text.slice(0, 247)}...`;
+}
+
+/** Docker on its default data-root, started, and the degraded label. */
+async function degrade(deps: BootDeps, limits: BootLimits, reason: string): Promise<Omit<BootResult, "timeline">> {
+  const { log } = deps;
+  try {
+    let current = await deps.daemonConfig.dataRoot();
+    // A data-root on a cache volume (left by an earlier boot) must not survive a degraded boot:
+    // docker would start on an empty folder where the volume used to be mounted.
+    if (current !== undefined && current.startsWith(`${limits.mountRoot}/`)) {
+      await deps.daemonConfig.setDataRoot(limits.defaultDataRoot);
+      log.notice("boot.data-root", "daemon.json data-root reset to docker's default", { from: current });
+      current = limits.defaultDataRoot;
+    }
+    const info = deps.docker && (await deps.docker.isActive()) ? await deps.engine.info().catch(() => undefined) : undefined;
+    if (deps.docker && (!(await deps.docker.isActive()) || (info && current !== undefined && info.dockerRootDir !== current))) {
+      await deps.docker.restart();
+      await deps.engine.waitUntilReady(limits.dockerTimeoutMs);
+    }
+  } catch (error) {
+    log.error("boot.degraded", `docker did not come up on its default data-root: ${describeError(error)}`, { remediation: "journalctl -u docker" });
+  }
+  await deps.report("degraded", { reason: shorten(reason) }).catch((error: unknown) => {
+    log.error("boot.label", `could not publish the degraded label: ${describeError(error)}`);
+  });
+  log.warning("boot.degraded", `node up without a cache volume: ${reason}`);
+  return { outcome: "degraded", reason };
+}

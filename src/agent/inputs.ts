@@ -1,0 +1,176 @@
+/**
+ * Validation of values that came from outside the agent's control (EC2 tags, the autoscaler's
+ * JSON tag, config): every such value passes here before it reaches a path, a label or a
+ * command. The rules are deliberately narrower than what EC2 or docker would accept: a value
+ * that fails here is reported and not used, never "cleaned up".
+ */
+
+export type InputCheck = { ok: true; value: string } | { ok: false; problem: string };
+
+/** The ids of a workspace, as osparc puts them in the instance's node-labels tag. */
+export interface WorkspaceIds {
+  userId: string;
+  projectId: string;
+  nodeId: string;
+}
+
+export const MAX_POOL_NAME = 63;
+export const MAX_RESOURCE_ID = 128;
+export const MAX_IMAGE_REF = 255;
+export const MAX_LABEL_VALUE = 255;
+
+const SHELL_METACHARACTERS = new Set(";|&$`<>(){}[]*?!~'\"\\");
+const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
+
+/** Text safe for a one-line log: control and non-ASCII characters shown as \uXXXX. */
+export function printable(text: string): string {
+  return text.replace(/[^\x20-\x7e]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
+/** Quotes a value for a problem sentence: escaped, non-ASCII shown as \uXXXX, long ones cut. */
+export function quote(value: string): string {
+  return printable(JSON.stringify(value.length > 64 ? `${value.slice(0, 61)}...` : value));
+}
+
+interface Rules {
+  /** How the value is named in the sentence: "pool name", "user id". */
+  what: string;
+  max: number;
+  slashAllowed: boolean;
+}
+
+/** The checks every kind of input shares; the first failing one is the problem. */
+function checkCommon(value: unknown, rules: Rules): InputCheck {
+  const { what, max } = rules;
+  if (typeof value !== "string") {
+    const got = Array.isArray(value) ? "an array" : typeof value === "object" && value !== null ? "an object" : String(value);
+    return { ok: false, problem: `${what} must be a string, got ${got}` };
+  }
+  const fail = (reason: string): InputCheck => ({ ok: false, problem: `${what} ${quote(value)} ${reason}` });
+  if (value === "") return { ok: false, problem: `${what} is empty` };
+  if (value.length > max) return fail(`is ${value.length} characters long; at most ${max} are allowed`);
+  const unprintable = [...value].find((c) => /[\s\p{Cc}]/u.test(c) || c.codePointAt(0)! > 0x7e);
+  if (unprintable !== undefined) {
+    const code = `U+${unprintable.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")}`;
+    return fail(/\s/u.test(unprintable) ? `contains whitespace (${code})` : `contains a non-printable or non-ASCII character (${code})`);
+  }
+  const meta = [...value].find((c) => SHELL_METACHARACTERS.has(c));
+  if (meta !== undefined) return fail(`contains the shell metacharacter ${JSON.stringify(meta)}`);
+  if (value.includes("..")) return fail(`contains ".." (it could climb out of a folder)`);
+  if (!rules.slashAllowed && value.includes("/")) return fail(`contains "/"`);
+  if (value.startsWith("-")) return fail(`starts with "-" (it could be read as a command-line option)`);
+  return { ok: true, value };
+}
+
+function checkName(value: unknown, rules: Rules): InputCheck {
+  const common = checkCommon(value, { ...rules, slashAllowed: false });
+  if (!common.ok) return common;
+  if (!NAME_PATTERN.test(common.value)) {
+    return {
+      ok: false,
+      problem: `${rules.what} ${quote(common.value)} must start with a letter or digit and hold only letters, digits, ".", "_" and "-"`,
+    };
+  }
+  return common;
+}
+
+/** A pool name (config `pool`, instance tag `ebs-cache:pool`): `^[A-Za-z0-9][A-Za-z0-9._-]*$`, at most 63 characters. */
+export function validatePoolName(value: unknown): InputCheck {
+  return checkName(value, { what: "pool name", max: MAX_POOL_NAME, slashAllowed: false });
+}
+
+/** A user / project / node id (integers and uuids pass), at most 128 characters. */
+export function validateResourceId(value: unknown, what = "id"): InputCheck {
+  return checkName(value, { what, max: MAX_RESOURCE_ID, slashAllowed: false });
+}
+
+/** A docker label value (also used for tag values the agent puts into labels): printable ASCII, at most 255 characters. */
+export function validateLabelValue(value: unknown, what = "label value"): InputCheck {
+  return checkCommon(value, { what, max: MAX_LABEL_VALUE, slashAllowed: true });
+}
+
+// Docker's reference grammar (github.com/distribution/reference, regexp.go).
+const ALPHANUMERIC = "[a-z0-9]+";
+const SEPARATOR = "(?:[._]|__|[-]+)";
+const PATH_COMPONENT = `${ALPHANUMERIC}(?:${SEPARATOR}${ALPHANUMERIC})*`;
+const DOMAIN_COMPONENT = "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])";
+const DOMAIN = `${DOMAIN_COMPONENT}(?:\\.${DOMAIN_COMPONENT})*(?::[0-9]+)?`;
+const NAME = `(?:${DOMAIN}/)?${PATH_COMPONENT}(?:/${PATH_COMPONENT})*`;
+const TAG = "[\\w][\\w.-]{0,127}";
+const DIGEST = "[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,}";
+const REFERENCE = new RegExp(`^(${NAME})(?::${TAG})?(?:@(${DIGEST}))?$`);
+
+/** An image reference per Docker's grammar: `[registry[:port]/]path[:tag][@digest]`, at most 255 characters. */
+export function validateImageRef(value: unknown, what = "image reference"): InputCheck {
+  const common = checkCommon(value, { what, max: MAX_IMAGE_REF, slashAllowed: true });
+  if (!common.ok) return common;
+  const ref = common.value;
+  const match = REFERENCE.exec(ref);
+  if (!match) {
+    const path = ref
+      .split("@")[0]!
+      .replace(/^[^/]*[.:][^/]*\//, "")
+      .replace(/:[^/]*$/, "");
+    const hint = /[A-Z]/.test(path) ? " (repository names must be lowercase)" : "";
+    return { ok: false, problem: `${what} ${quote(ref)} is not a valid Docker image reference${hint}` };
+  }
+  const digest = match[2];
+  if (digest?.startsWith("sha256:") && !/^sha256:[0-9a-f]{64}$/.test(digest)) {
+    return { ok: false, problem: `${what} ${quote(ref)} has a sha256 digest that is not 64 lowercase hex digits` };
+  }
+  return common;
+}
+
+const ID_KEYS = { userId: "user-id", projectId: "project-id", nodeId: "node-id" } as const;
+
+export type WorkspaceIdsResult = { ok: true; ids?: WorkspaceIds } | { ok: false; problem: string };
+
+/**
+ * The workspace ids from the instance tag `labelsTag` (osparc's docker node labels, JSON):
+ * keys `user-id`, `project-id`, `node-id`, or keys ending in `.user-id` etc.
+ * (`io.simcore.runtime.user-id`); numbers are taken as their decimal string.
+ * Tag missing, or none of the ids in it: ok without ids. Some but not all, or a bad value: a problem.
+ */
+export function parseWorkspaceIds(tags: Readonly<Record<string, string>>, labelsTag: string): WorkspaceIdsResult {
+  const text = tags[labelsTag];
+  if (text === undefined) return { ok: true };
+  const where = `instance tag ${quote(labelsTag)}`;
+  let labels: unknown;
+  try {
+    labels = JSON.parse(text);
+  } catch (error) {
+    return { ok: false, problem: `${where} is not valid JSON (${printable((error as Error).message).slice(0, 120)})` };
+  }
+  if (typeof labels !== "object" || labels === null || Array.isArray(labels)) {
+    const got = Array.isArray(labels) ? "an array" : typeof labels === "string" ? quote(labels) : String(labels);
+    return { ok: false, problem: `${where} must hold a JSON object, got ${got}` };
+  }
+
+  const problems: string[] = [];
+  const found: Partial<Record<keyof WorkspaceIds, string>> = {};
+  for (const [field, key] of Object.entries(ID_KEYS) as [keyof WorkspaceIds, string][]) {
+    const entries = Object.entries(labels).filter(([name]) => name === key || name.endsWith(`.${key}`));
+    const values = new Set(entries.map(([, v]) => (typeof v === "number" ? String(v) : v)));
+    if (entries.length === 0) continue;
+    if (values.size > 1) {
+      problems.push(`conflicting ${key} values under ${entries.map(([name]) => quote(name)).join(", ")}`);
+      continue;
+    }
+    const [name, raw] = entries[0]!;
+    const check = validateResourceId(typeof raw === "number" ? String(raw) : raw, key);
+    if (check.ok) found[field] = check.value;
+    else problems.push(name === key ? check.problem : `key ${quote(name)}: ${check.problem}`);
+  }
+  if (problems.length > 0) return { ok: false, problem: `${where}: ${problems.join("; ")}` };
+
+  const present = Object.keys(found) as (keyof WorkspaceIds)[];
+  if (present.length === 0) return { ok: true };
+  if (present.length < 3) {
+    const missing = (Object.keys(ID_KEYS) as (keyof WorkspaceIds)[]).filter((f) => !(f in found)).map((f) => ID_KEYS[f]);
+    return {
+      ok: false,
+      problem: `${where} names only some of the workspace ids: ${missing.join(" and ")} missing (a workspace needs user-id, project-id and node-id)`,
+    };
+  }
+  return { ok: true, ids: { userId: found.userId!, projectId: found.projectId!, nodeId: found.nodeId! } };
+}

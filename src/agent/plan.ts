@@ -1,0 +1,199 @@
+/**
+ * The boot planner: pure. From what was observed (identity, settings, volumes, snapshot) it
+ * decides where the cache volume comes from and lists the steps that follow. apply() carries
+ * the steps out; `boot --dry-run` prints them. Nothing here touches the world, so every branch
+ * of the selection is unit-tested with plain objects.
+ */
+import { createHash } from "node:crypto";
+import { VolumeKind, VolumeTag } from "../tags.ts";
+import type { Identity, SnapshotInfo, VolumeInfo } from "./ports.ts";
+
+/** What the planner needs of the configuration (already merged with env and instance tags). */
+export interface BootSettings {
+  enabled: boolean;
+  pool: string;
+  imageSet: string | null;
+  createFromSnapshot: boolean;
+  volumeType: string;
+  initializationRateMiBps: number | null;
+  device: string;
+  mountRoot: string;
+  /** User/project/node ids of a workspace, when the instance's tags name them. */
+  workspace?: WorkspaceIds;
+}
+
+export interface WorkspaceIds {
+  userId: string;
+  projectId: string;
+  nodeId: string;
+}
+
+/** What observe() found. */
+export interface BootObservation {
+  identity: Identity;
+  /** Managed volumes attached (or attaching) to this instance. */
+  attached: VolumeInfo[];
+  /** Available workspace volumes of this instance's ids, in its zone. */
+  workspace: VolumeInfo[];
+  /** Available pool volumes of the pool, in this zone (and image set, when configured). */
+  pool: VolumeInfo[];
+  /** The pool's newest completed snapshot. */
+  snapshot?: SnapshotInfo;
+}
+
+/** Where the volume comes from. */
+export type Selection =
+  | { source: "disabled"; reason: string }
+  | { source: "attached"; volumeId: string; kind: string }
+  | { source: "workspace" | "pool"; candidates: string[]; fallback?: CreateSpec }
+  | { source: "snapshot"; create: CreateSpec }
+  | { source: "none"; reason: string };
+
+/** A volume to create when no existing one can be claimed. */
+export interface CreateSpec {
+  snapshotId: string;
+  availabilityZone: string;
+  volumeType: string;
+  initializationRateMiBps: number | null;
+  tags: Record<string, string>;
+}
+
+/** One step of the boot, in order. Steps after the claim act on "the claimed volume". */
+export type BootStep =
+  | { step: "report-disabled"; reason: string }
+  | { step: "reuse-attached"; volumeId: string }
+  | { step: "claim-volume"; family: "workspace" | "pool"; candidates: string[]; fallback?: CreateSpec }
+  | { step: "create-and-claim"; create: CreateSpec }
+  | { step: "wait-for-attachment" }
+  | { step: "tag-claim" }
+  | { step: "wait-for-device" }
+  | { step: "check-filesystem" }
+  | { step: "mount"; mountRoot: string }
+  | { step: "grow-filesystem" }
+  | { step: "prepare-data-root" }
+  | { step: "switch-data-root" }
+  | { step: "start-docker" }
+  | { step: "verify-docker" }
+  | { step: "report-ready" }
+  | { step: "degrade"; reason: string };
+
+export interface BootPlan {
+  instanceId: string;
+  availabilityZone: string;
+  selection: Selection;
+  steps: BootStep[];
+}
+
+/**
+ * Orders candidates differently on every instance (rendezvous hashing on instance id + volume
+ * id), so that machines booting together spread over the pool instead of all fighting for the
+ * first volume, while one instance always tries the same order (a re-run is predictable).
+ */
+export function orderCandidates(instanceId: string, volumeIds: readonly string[]): string[] {
+  const score = (volumeId: string) => createHash("sha256").update(`${instanceId}\0${volumeId}`).digest("hex");
+  return [...volumeIds].sort((a, b) => (score(a) < score(b) ? -1 : score(a) > score(b) ? 1 : 0));
+}
+
+/** The tags a pool volume created by the agent from the pool's snapshot carries. */
+export function poolVolumeTags(settings: BootSettings, snapshot: SnapshotInfo): Record<string, string> {
+  const tags: Record<string, string> = {
+    [VolumeTag.managed]: "true",
+    [VolumeTag.kind]: VolumeKind.pool,
+    [VolumeTag.pool]: settings.pool,
+  };
+  for (const key of [VolumeTag.imageSet, VolumeTag.images]) {
+    const value = snapshot.tags[key];
+    if (value !== undefined) tags[key] = value;
+  }
+  return tags;
+}
+
+/** Chooses the volume's source. */
+export function selectSource(settings: BootSettings, observed: BootObservation): Selection {
+  if (!settings.enabled) return { source: "disabled", reason: "disabled by configuration or instance tag" };
+  const { identity } = observed;
+
+  // A volume already attached here (a reboot, or a re-run after a crash) is ours: reuse it.
+  const attached = observed.attached.filter((v) => v.attachment?.instanceId === identity.instanceId);
+  const mine = attached.find((v) => v.tags[VolumeTag.kind] === VolumeKind.workspace) ?? attached[0];
+  if (mine) return { source: "attached", volumeId: mine.volumeId, kind: mine.tags[VolumeTag.kind] ?? "unknown" };
+
+  const inZone = (v: VolumeInfo) => v.availabilityZone === identity.availabilityZone && v.state === "available";
+  const fallback = createSpec(settings, observed);
+
+  const workspace = observed.workspace.filter(inZone).map((v) => v.volumeId);
+  if (settings.workspace && workspace.length > 0) {
+    return { source: "workspace", candidates: orderCandidates(identity.instanceId, workspace), ...(fallback ? { fallback } : {}) };
+  }
+  const pool = observed.pool.filter(inZone).map((v) => v.volumeId);
+  if (pool.length > 0) {
+    return { source: "pool", candidates: orderCandidates(identity.instanceId, pool), ...(fallback ? { fallback } : {}) };
+  }
+  if (fallback) return { source: "snapshot", create: fallback };
+  const why = !settings.createFromSnapshot
+    ? "no available volume in the pool and creating from the snapshot is off"
+    : "no available volume in the pool and no completed snapshot for it";
+  return { source: "none", reason: `${why} (pool ${settings.pool}, zone ${identity.availabilityZone})` };
+}
+
+function createSpec(settings: BootSettings, observed: BootObservation): CreateSpec | undefined {
+  const snapshot = observed.snapshot;
+  if (!settings.createFromSnapshot || !snapshot || snapshot.state !== "completed") return undefined;
+  return {
+    snapshotId: snapshot.snapshotId,
+    availabilityZone: observed.identity.availabilityZone,
+    volumeType: settings.volumeType,
+    initializationRateMiBps: settings.initializationRateMiBps,
+    tags: poolVolumeTags(settings, snapshot),
+  };
+}
+
+/** The steps that bring a volume (however selected) to a docker running on it. */
+const AFTER_CLAIM: BootStep["step"][] = [
+  "wait-for-attachment",
+  "tag-claim",
+  "wait-for-device",
+  "check-filesystem",
+  "mount",
+  "grow-filesystem",
+  "prepare-data-root",
+  "switch-data-root",
+  "start-docker",
+  "verify-docker",
+  "report-ready",
+];
+
+/** Plans the boot. */
+export function planBoot(settings: BootSettings, observed: BootObservation): BootPlan {
+  const selection = selectSource(settings, observed);
+  const head: BootStep[] = [];
+  switch (selection.source) {
+    case "disabled":
+      return { ...where(observed), selection, steps: [{ step: "report-disabled", reason: selection.reason }] };
+    case "none":
+      return { ...where(observed), selection, steps: [{ step: "degrade", reason: selection.reason }] };
+    case "attached":
+      head.push({ step: "reuse-attached", volumeId: selection.volumeId });
+      break;
+    case "workspace":
+    case "pool":
+      head.push({
+        step: "claim-volume",
+        family: selection.source,
+        candidates: selection.candidates,
+        ...(selection.fallback ? { fallback: selection.fallback } : {}),
+      });
+      break;
+    case "snapshot":
+      head.push({ step: "create-and-claim", create: selection.create });
+      break;
+  }
+  const tail = AFTER_CLAIM.map((step): BootStep => (step === "mount" ? { step, mountRoot: settings.mountRoot } : ({ step } as BootStep)));
+  // A reused attachment was tagged when it was claimed.
+  const steps = selection.source === "attached" ? tail.filter((s) => s.step !== "tag-claim") : tail;
+  return { ...where(observed), selection, steps: [...head, ...steps] };
+}
+
+function where(observed: BootObservation) {
+  return { instanceId: observed.identity.instanceId, availabilityZone: observed.identity.availabilityZone };
+}

@@ -1,0 +1,149 @@
+/**
+ * The agent's view of the outside world: one small interface per external system. Real
+ * implementations live in src/aws, src/host and src/docker and are built only in src/cli.ts;
+ * the planner never sees them (it takes observed state), and apply() calls them.
+ */
+
+/** Who this instance is (IMDS), with its tags (IMDS, or DescribeTags when IMDS tags are off). */
+export interface Identity {
+  instanceId: string;
+  region: string;
+  availabilityZone: string;
+  tags: Record<string, string>;
+  tagsSource: "imds" | "ec2";
+}
+
+export type VolumeState = "creating" | "available" | "in-use" | "deleting" | "deleted" | "error";
+export type AttachmentState = "attaching" | "attached" | "detaching" | "detached" | "busy";
+
+/** A volume as the agent needs to see it. */
+export interface VolumeInfo {
+  volumeId: string;
+  availabilityZone: string;
+  state: VolumeState;
+  sizeGiB: number;
+  snapshotId?: string;
+  createTime?: Date;
+  tags: Record<string, string>;
+  /** The attachment (EC2 volumes here are never multi-attach). */
+  attachment?: { instanceId: string; device: string; state: AttachmentState };
+}
+
+/** A snapshot as the agent needs to see it. */
+export interface SnapshotInfo {
+  snapshotId: string;
+  state: "pending" | "completed" | "error" | "recoverable" | "recovering";
+  startTime?: Date;
+  volumeSizeGiB: number;
+  tags: Record<string, string>;
+}
+
+/** What a query for volumes filters on, server-side. */
+export interface VolumeQuery {
+  /** Every tag must match (value "*" = key present). */
+  tags: Record<string, string>;
+  availabilityZone?: string;
+  status?: VolumeState[];
+  attachedTo?: string;
+}
+
+/** The result of trying to claim (attach) a volume. */
+export type ClaimOutcome =
+  | { kind: "claimed" }
+  /** Someone else holds it (VolumeInUse attached elsewhere, or IncorrectState): try the next. */
+  | { kind: "taken"; reason: string };
+
+/** EC2, in the agent's words. */
+export interface CloudVolumes {
+  /** One server-side filtered DescribeVolumes (paginated): calls grow with pages, not with filters. */
+  findVolumes(query: VolumeQuery): Promise<VolumeInfo[]>;
+  describeVolume(volumeId: string): Promise<VolumeInfo | undefined>;
+  /** The newest completed snapshot carrying all the tags. */
+  newestSnapshot(tags: Record<string, string>): Promise<SnapshotInfo | undefined>;
+  /** Creates a volume and waits until it is available. */
+  createVolume(spec: {
+    availabilityZone: string;
+    snapshotId?: string;
+    sizeGiB?: number;
+    volumeType: string;
+    tags: Record<string, string>;
+    initializationRateMiBps?: number;
+  }): Promise<VolumeInfo>;
+  /**
+   * AttachVolume as a lock: `claimed` when this instance now holds it (also when the call failed
+   * with a 5xx or VolumeInUse but the volume is in fact attached here), `taken` otherwise.
+   */
+  claimVolume(volumeId: string, instanceId: string, device: string): Promise<ClaimOutcome>;
+  /** Polls the attachment itself until it reaches `state` for this instance, or throws at the deadline. */
+  waitForAttachment(volumeId: string, instanceId: string, state: "attached" | "detached", timeoutMs: number): Promise<void>;
+  /** DetachVolume, never forced. */
+  detachVolume(volumeId: string, instanceId: string): Promise<void>;
+  tagVolume(volumeId: string, tags: Record<string, string>): Promise<void>;
+  untagVolume(volumeId: string, keys: string[]): Promise<void>;
+  /** DescribeTags for the instance: the fallback when IMDS does not serve tags. */
+  instanceTags(instanceId: string): Promise<Record<string, string>>;
+}
+
+/** What a device carries, from a signature probe (blkid / wipefs -n). */
+export type DeviceContents =
+  | { kind: "blank" }
+  | { kind: "filesystem"; type: string; label?: string; uuid?: string }
+  /** A signature that is not a filesystem (partition table, RAID member, LVM, …). */
+  | { kind: "other"; signature: string };
+
+/** Block devices and filesystems of this host. */
+export interface HostStorage {
+  /**
+   * Waits (inotify on the by-id folder, not a sleep loop) for the volume's device, then confirms
+   * its identity from the NVMe serial before returning the device path (`/dev/nvme1n1`).
+   */
+  waitForDevice(volumeId: string, timeoutMs: number): Promise<string>;
+  /** The verified device of a volume attached now, or undefined. */
+  findDevice(volumeId: string): Promise<string | undefined>;
+  /** Probes signatures; throws when the probe itself fails (then nothing may be formatted). */
+  probe(device: string): Promise<DeviceContents>;
+  /** mkfs.xfs with ftype=1 and the label. Callers must have probed `blank` first. */
+  format(device: string, label: string): Promise<void>;
+  /** Where the device is mounted now, if anywhere. */
+  mountPointOf(device: string): Promise<string | undefined>;
+  mount(device: string, mountPoint: string): Promise<void>;
+  unmount(mountPoint: string): Promise<void>;
+  /** Grows the filesystem to the device's size; true when it grew. */
+  grow(mountPoint: string): Promise<boolean>;
+}
+
+/** dockerd's daemon.json, changed only in the keys the agent owns. */
+export interface DaemonConfig {
+  /** The current data-root (undefined = docker's default). Throws when the file does not parse. */
+  dataRoot(): Promise<string | undefined>;
+  /** Sets data-root (undefined removes the key), keeping every other key; atomic, with a backup. */
+  setDataRoot(dataRoot: string | undefined): Promise<void>;
+  /** Replaces the engine labels under the agent's prefix, keeping other labels. */
+  setEngineLabels(prefix: string, labels: Record<string, string>): Promise<void>;
+  /**
+   * Keeps dockerd on the graphdriver image store (pool volumes hold images in that layout):
+   * docker 29+ defaults to the containerd store, so its feature flag is turned off there.
+   */
+  setImageStore(store: "graphdriver", options: { engineVersion?: string }): Promise<void>;
+  /** Restores the file as this process first found it (before its first change). */
+  restoreBackup(): Promise<void>;
+}
+
+/** docker.service (systemd on a host, the private dockerd in the lab). */
+export interface DockerService {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+  restart(): Promise<void>;
+  /** SIGHUP: daemon.json labels apply without a restart. */
+  reload(): Promise<void>;
+  isActive(): Promise<boolean>;
+}
+
+/** What the agent asks of the docker API. */
+export interface DockerEngine {
+  info(): Promise<{ dockerRootDir: string; driver: string; imageStore: "graphdriver" | "containerd"; swarm: { nodeId: string; controlAvailable: boolean; state: string }; labels: string[] }>;
+  /** `repo:tag` of every image. */
+  images(): Promise<string[]>;
+  /** Node labels through a manager's API (this node when it is a manager). */
+  setNodeLabels(nodeId: string, add: Record<string, string>, remove: string[]): Promise<void>;
+}

@@ -1,0 +1,36 @@
+/**
+ * Preparing a volume's data-root once per instance. The first boot on a machine drops the
+ * state that must not travel between machines (swarm identity, containers, networks); a reboot
+ * or a re-run on the same instance must keep it, since by then it is this node's own. A marker
+ * on the volume, written after the cleanup, records for which instance it was done.
+ */
+import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import type { Logger } from "../log.ts";
+
+/** The marker's place: beside the data-root, on the volume, out of docker's sight. */
+export function preparedMarkerPath(dataRoot: string): string {
+  return join(dirname(dataRoot), ".ebs-cache-agent", "prepared-for");
+}
+
+/** Runs `clean` unless the volume was already prepared for this instance; then records it. */
+export async function prepareOncePerInstance(
+  dataRoot: string,
+  instanceId: string,
+  clean: () => Promise<void>,
+  log: Logger,
+): Promise<"prepared" | "already"> {
+  const marker = preparedMarkerPath(dataRoot);
+  const previous = (await readFile(marker, "utf8").catch(() => "")).trim();
+  if (previous === instanceId) {
+    log.info("boot.data-root", "data-root already prepared for this instance: keeping its node state", { dataRoot });
+    return "already";
+  }
+  await clean();
+  await mkdir(dirname(marker), { recursive: true });
+  const temp = `${marker}.tmp`;
+  await writeFile(temp, `${instanceId}\n`);
+  await rename(temp, marker);
+  log.info("boot.data-root", "machine-local state removed from the data-root", { dataRoot, previousInstance: previous || undefined });
+  return "prepared";
+}

@@ -1,0 +1,451 @@
+/**
+ * CloudVolumes over the EC2 SDK: the domain operations (find, claim, wait, release) written
+ * against the narrow `Ec2Api`. EC2 error codes become outcomes here (`claimed` / `taken`,
+ * "already detached" = success) or typed errors with a remediation (see `errors.ts`).
+ *
+ * Decisions written down:
+ * - Throttling and 5xx are retried by the SDK's standard retry strategy (`createEc2Client`);
+ *   a call that still fails with an unknown outcome is settled by describing the volume.
+ * - AttachVolume is the lock. Whatever it answers other than success, the volume's attachment
+ *   decides: attached (or attaching) to this instance = `claimed`, so a call that EC2 applied
+ *   although it answered 500 (and whose SDK retry then got VolumeInUse) counts as claimed.
+ * - A device name already used on this instance is not an error of the volume: the next free
+ *   name of /dev/sdf…/dev/sdp is tried (bounded, each failure a cheap 400 that changed nothing).
+ * - CreateVolume carries a ClientToken so an SDK retry after a lost answer cannot make a second
+ *   volume, and TagSpecifications so the volume is never visible untagged.
+ * - An AttachVolume failure with an unknown outcome (5xx or network after the SDK's retries)
+ *   whose volume then shows no attachment at all is `taken` (left available for another try):
+ *   the claim moves on rather than fail the boot.
+ * - waitForAttachment polls the attachment itself (`waitUntilVolumeInUse` looks only at the
+ *   volume state). Attached to another instance fails at once (AttachmentLostError); no
+ *   attachment yet is polled until the deadline (EC2 is eventually consistent).
+ * - DetachVolume is never forced. NotFound (volume or attachment) and IncorrectState are
+ *   success unless a describe shows the volume still attaching/attached to this instance.
+ * - DeleteTags without keys would delete every tag: `untagVolume([])` sends nothing.
+ */
+import { randomUUID } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
+import {
+  EC2Client,
+  type CreateVolumeCommandInput,
+  type Filter,
+  type Snapshot,
+  type Tag,
+  type Volume,
+  type VolumeAttachment,
+} from "@aws-sdk/client-ec2";
+import type {
+  AttachmentState,
+  ClaimOutcome,
+  CloudVolumes,
+  SnapshotInfo,
+  VolumeInfo,
+  VolumeQuery,
+  VolumeState,
+} from "../agent/ports.ts";
+import { createLogger, type Logger } from "../log.ts";
+import { isEc2Client, sdkEc2Api, type Ec2Api } from "./ec2-api.ts";
+import {
+  AttachmentLimitError,
+  AttachmentLostError,
+  AttachmentTimeoutError,
+  DeviceNameError,
+  VolumeCreateError,
+  classifyEc2Error,
+  ec2CallError,
+  outcomeUnknown,
+  type Ec2Failure,
+} from "./errors.ts";
+
+/** Attempts per EC2 call: enough to ride out throttling while a fleet boots at once (~1 min of backoff). */
+export const DEFAULT_MAX_ATTEMPTS = 10;
+
+/** How to build the SDK client. */
+export interface Ec2ClientOptions {
+  region: string;
+  /** Another endpoint than EC2's regional one (the lab's emulator, a VPC endpoint). */
+  endpoint?: string;
+  /** Attempts per call, first included (default DEFAULT_MAX_ATTEMPTS). */
+  maxAttempts?: number;
+  /**
+   * `standard` (default): jittered exponential backoff, throttling with a longer base delay.
+   * `adaptive` adds a client-side rate limiter, which learns little from the agent's few
+   * sequential calls; the jitter is what spreads a boot storm across instances.
+   */
+  retryMode?: "standard" | "adaptive";
+  /** Static credentials (the lab); the default chain (instance profile through IMDS) otherwise. */
+  credentials?: { accessKeyId: string; secretAccessKey: string; sessionToken?: string };
+  /** Per-request socket timeout (default 30 s): a hung connection must not hang the boot. */
+  requestTimeoutMs?: number;
+}
+
+/** The EC2 client the agent uses, with a retry strategy fit for a boot storm. */
+export function createEc2Client(options: Ec2ClientOptions): EC2Client {
+  return new EC2Client({
+    region: options.region,
+    ...(options.endpoint !== undefined ? { endpoint: options.endpoint } : {}),
+    ...(options.credentials !== undefined ? { credentials: options.credentials } : {}),
+    maxAttempts: options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
+    retryMode: options.retryMode ?? "standard",
+    requestHandler: { connectionTimeout: 5_000, requestTimeout: options.requestTimeoutMs ?? 30_000 },
+  });
+}
+
+/** How to build CloudVolumes. */
+export interface CloudVolumesOptions {
+  /** The SDK client (or the narrow interface over one). */
+  client: EC2Client | Ec2Api;
+  log?: Logger;
+  /** Interval between DescribeVolumes while waiting for a state (default 1000 ms). */
+  pollMs?: number;
+  /** How long createVolume waits for `available` (default 5 min). */
+  createTimeoutMs?: number;
+  /** MaxResults of Describe* pages (EC2 accepts 5 or more), capped at what each action allows (default: the cap). */
+  pageSize?: number;
+}
+
+/** Device names the agent attaches at, in order (EC2's recommended range for EBS data volumes). */
+export const DEVICE_NAMES: readonly string[] = "fghijklmnop".split("").map((letter) => `/dev/sd${letter}`);
+
+const MAX_PAGE = { DescribeVolumes: 500, DescribeSnapshots: 1000, DescribeTags: 1000 } as const;
+
+/** An attachment this instance holds (or is getting). */
+const HELD: readonly AttachmentState[] = ["attaching", "attached", "busy"];
+
+/** CloudVolumes backed by EC2. */
+export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
+  const api = isEc2Client(options.client) ? sdkEc2Api(options.client) : options.client;
+  const log = options.log ?? createLogger(() => undefined);
+  const pollMs = options.pollMs ?? 1000;
+  const createTimeoutMs = options.createTimeoutMs ?? 300_000;
+  const pageSize = (action: keyof typeof MAX_PAGE) => Math.min(options.pageSize ?? MAX_PAGE[action], MAX_PAGE[action]);
+
+  /** Runs one EC2 call; failures become typed errors naming the action. */
+  const call = async <T>(action: string, fn: () => Promise<T>): Promise<T> => {
+    try {
+      return await fn();
+    } catch (error) {
+      throw ec2CallError(action, error);
+    }
+  };
+
+  const describeVolume = async (volumeId: string): Promise<VolumeInfo | undefined> => {
+    try {
+      const out = await api.describeVolumes({ VolumeIds: [volumeId] });
+      const found = out.Volumes?.find((v) => v.VolumeId === volumeId);
+      return found && toVolumeInfo(found);
+    } catch (error) {
+      if (classifyEc2Error(error).kind === "not-found") return undefined;
+      throw ec2CallError("DescribeVolumes", error);
+    }
+  };
+
+  /** After a failed AttachVolume: the volume's attachment says whether this instance holds it. */
+  const settleClaim = async (volumeId: string, instanceId: string, failure: Ec2Failure): Promise<ClaimOutcome> => {
+    const volume = await describeVolume(volumeId);
+    if (!volume) return { kind: "taken", reason: `${failure.code}: ${volumeId} no longer exists` };
+    const attachment = volume.attachment;
+    if (attachment?.instanceId === instanceId && HELD.includes(attachment.state)) {
+      log.notice("ec2-claim", `AttachVolume answered ${failure.code}, yet the volume is ${attachment.state} here: claimed`, {
+        volumeId,
+        instanceId,
+        device: attachment.device,
+      });
+      return { kind: "claimed" };
+    }
+    const where = attachment
+      ? `${attachment.state} to ${attachment.instanceId}`
+      : `'${volume.state}' in ${volume.availabilityZone}, not attached`;
+    return { kind: "taken", reason: `${failure.code}: ${volumeId} is ${where}` };
+  };
+
+  /** Polls the volume until `done` holds; returns the last volume seen, or throws `onTimeout`'s error. */
+  const pollVolume = async (
+    volumeId: string,
+    timeoutMs: number,
+    done: (volume: VolumeInfo | undefined) => boolean,
+    onTimeout: (last: VolumeInfo | undefined) => Error,
+  ): Promise<VolumeInfo | undefined> => {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const volume = await describeVolume(volumeId);
+      if (done(volume)) return volume;
+      const remaining = deadline - Date.now();
+      if (remaining <= 0) throw onTimeout(volume);
+      await sleep(Math.min(pollMs, remaining));
+    }
+  };
+
+  return {
+    async findVolumes(query: VolumeQuery): Promise<VolumeInfo[]> {
+      const filters: Filter[] = tagFilters(query.tags);
+      if (query.availabilityZone !== undefined) filters.push({ Name: "availability-zone", Values: [query.availabilityZone] });
+      if (query.status !== undefined && query.status.length > 0) filters.push({ Name: "status", Values: [...query.status] });
+      if (query.attachedTo !== undefined) filters.push({ Name: "attachment.instance-id", Values: [query.attachedTo] });
+      const volumes: VolumeInfo[] = [];
+      let nextToken: string | undefined;
+      do {
+        const out = await call("DescribeVolumes", () =>
+          api.describeVolumes({ Filters: filters, MaxResults: pageSize("DescribeVolumes"), NextToken: nextToken }),
+        );
+        for (const volume of out.Volumes ?? []) volumes.push(toVolumeInfo(volume));
+        nextToken = out.NextToken || undefined;
+      } while (nextToken !== undefined);
+      log.debug("ec2-find-volumes", `${volumes.length} volumes match`, { filters: JSON.stringify(filters) });
+      return volumes;
+    },
+
+    describeVolume,
+
+    async newestSnapshot(tags: Record<string, string>): Promise<SnapshotInfo | undefined> {
+      const filters = [...tagFilters(tags), { Name: "status", Values: ["completed"] }];
+      let newest: Snapshot | undefined;
+      let nextToken: string | undefined;
+      do {
+        const out = await call("DescribeSnapshots", () =>
+          api.describeSnapshots({
+            OwnerIds: ["self"],
+            Filters: filters,
+            MaxResults: pageSize("DescribeSnapshots"),
+            NextToken: nextToken,
+          }),
+        );
+        for (const snapshot of out.Snapshots ?? []) {
+          if (!newest || startTime(snapshot) > startTime(newest)) newest = snapshot;
+        }
+        nextToken = out.NextToken || undefined;
+      } while (nextToken !== undefined);
+      return newest && toSnapshotInfo(newest);
+    },
+
+    async createVolume(spec): Promise<VolumeInfo> {
+      const input: CreateVolumeCommandInput = {
+        AvailabilityZone: spec.availabilityZone,
+        VolumeType: spec.volumeType as CreateVolumeCommandInput["VolumeType"],
+        TagSpecifications: [{ ResourceType: "volume", Tags: toTags(spec.tags) }],
+        // The same token on every SDK retry of this call: EC2 makes one volume, not one per attempt.
+        ClientToken: randomUUID(),
+      };
+      if (spec.snapshotId !== undefined) input.SnapshotId = spec.snapshotId;
+      if (spec.sizeGiB !== undefined) input.Size = spec.sizeGiB;
+      if (spec.initializationRateMiBps !== undefined) input.VolumeInitializationRate = spec.initializationRateMiBps;
+      const created = await call("CreateVolume", () => api.createVolume(input));
+      const volumeId = created.VolumeId;
+      if (!volumeId) throw ec2CallError("CreateVolume", new Error("the answer names no volume id"));
+      log.info("ec2-create-volume", "volume created, waiting until available", {
+        volumeId,
+        zone: spec.availabilityZone,
+        snapshotId: spec.snapshotId,
+        initializationRate: spec.initializationRateMiBps,
+      });
+      // Not found at first is EC2's eventual consistency: keep polling.
+      const ready = await pollVolume(
+        volumeId,
+        createTimeoutMs,
+        (volume) => volume !== undefined && volume.state !== "creating",
+        (last) => new VolumeCreateError(volumeId, `still ${last ? `'${last.state}'` : "not visible"} after ${Math.round(createTimeoutMs / 1000)} s`),
+      );
+      // `in-use`: another agent claimed it already (it carries pool tags); the caller's claim will say so.
+      if (!ready || (ready.state !== "available" && ready.state !== "in-use")) {
+        throw new VolumeCreateError(volumeId, `EC2 reports it '${ready?.state ?? "gone"}'`);
+      }
+      log.info("ec2-create-volume", "volume available", { volumeId });
+      return ready;
+    },
+
+    async claimVolume(volumeId: string, instanceId: string, device: string): Promise<ClaimOutcome> {
+      const tried: string[] = [];
+      let name = device;
+      for (;;) {
+        tried.push(name);
+        try {
+          await api.attachVolume({ VolumeId: volumeId, InstanceId: instanceId, Device: name });
+          log.info("ec2-claim", "AttachVolume accepted: claimed", { volumeId, instanceId, device: name });
+          return { kind: "claimed" };
+        } catch (error) {
+          const failure = classifyEc2Error(error);
+          switch (failure.kind) {
+            case "volume-in-use":
+            case "incorrect-state":
+            case "zone-mismatch": {
+              const outcome = await settleClaim(volumeId, instanceId, failure);
+              if (outcome.kind === "taken") log.info("ec2-claim", "taken", { volumeId, instanceId, reason: outcome.reason });
+              return outcome;
+            }
+            case "not-found":
+              return { kind: "taken", reason: `${failure.code}: ${volumeId} does not exist (any more)` };
+            case "device-in-use": {
+              const next = DEVICE_NAMES.find((candidate) => !tried.includes(candidate));
+              if (next === undefined) throw new DeviceNameError(instanceId, volumeId, tried, error);
+              log.info("ec2-claim", "device name in use on this instance, trying the next", { volumeId, device: name, next });
+              name = next;
+              continue;
+            }
+            case "invalid-device":
+              throw new DeviceNameError(instanceId, volumeId, tried, error);
+            case "attachment-limit": {
+              // Unless the volume is one of those attachments (an earlier run's claim).
+              const outcome = await settleClaim(volumeId, instanceId, failure);
+              if (outcome.kind === "claimed") return outcome;
+              throw new AttachmentLimitError(instanceId, volumeId, error);
+            }
+            default: {
+              if (!outcomeUnknown(failure)) throw ec2CallError("AttachVolume", error);
+              log.warning("ec2-claim", "AttachVolume outcome unknown, describing the volume", {
+                volumeId,
+                instanceId,
+                code: failure.code,
+              });
+              const outcome = await settleClaim(volumeId, instanceId, failure);
+              if (outcome.kind === "taken") log.warning("ec2-claim", "taken", { volumeId, instanceId, reason: outcome.reason });
+              return outcome;
+            }
+          }
+        }
+      }
+    },
+
+    async waitForAttachment(volumeId, instanceId, state, timeoutMs): Promise<void> {
+      const describe = (volume: VolumeInfo | undefined) => {
+        if (!volume) return "volume not found";
+        const a = volume.attachment;
+        return a ? `${a.state} to ${a.instanceId}` : `'${volume.state}', no attachment`;
+      };
+      await pollVolume(
+        volumeId,
+        timeoutMs,
+        (volume) => {
+          const attachment = volume?.attachment;
+          if (state === "detached") {
+            return attachment === undefined || attachment.instanceId !== instanceId || attachment.state === "detached";
+          }
+          if (attachment && attachment.instanceId !== instanceId) {
+            throw new AttachmentLostError(volumeId, instanceId, attachment.instanceId);
+          }
+          return attachment?.state === "attached" || attachment?.state === "busy";
+        },
+        (last) => new AttachmentTimeoutError(volumeId, instanceId, state, describe(last), timeoutMs),
+      );
+      log.info("ec2-attachment", `${volumeId} ${state}`, { volumeId, instanceId });
+    },
+
+    async detachVolume(volumeId: string, instanceId: string): Promise<void> {
+      try {
+        // Never Force: on EC2 it can lose data, and a stuck detach needs a person, not the agent.
+        await api.detachVolume({ VolumeId: volumeId, InstanceId: instanceId });
+        log.info("ec2-detach", "DetachVolume accepted", { volumeId, instanceId });
+        return;
+      } catch (error) {
+        const failure = classifyEc2Error(error);
+        if (failure.kind === "not-found" || failure.kind === "attachment-not-found") {
+          log.info("ec2-detach", "not attached to this instance: nothing to detach", { volumeId, instanceId, code: failure.code });
+          return;
+        }
+        if (failure.kind !== "incorrect-state" && !outcomeUnknown(failure)) throw ec2CallError("DetachVolume", error);
+        // IncorrectState: already detached (or detaching). Unknown outcome: maybe applied.
+        const attachment = (await describeVolume(volumeId))?.attachment;
+        if (attachment?.instanceId === instanceId && HELD.includes(attachment.state)) {
+          throw ec2CallError("DetachVolume", error);
+        }
+        log.info("ec2-detach", `DetachVolume answered ${failure.code}; the volume is not held here`, {
+          volumeId,
+          instanceId,
+          attachment: attachment ? `${attachment.state} to ${attachment.instanceId}` : "none",
+        });
+      }
+    },
+
+    async tagVolume(volumeId: string, tags: Record<string, string>): Promise<void> {
+      if (Object.keys(tags).length === 0) return;
+      await call("CreateTags", () => api.createTags({ Resources: [volumeId], Tags: toTags(tags) }));
+    },
+
+    async untagVolume(volumeId: string, keys: string[]): Promise<void> {
+      // DeleteTags without Tag entries deletes every tag of the resource.
+      if (keys.length === 0) return;
+      await call("DeleteTags", () => api.deleteTags({ Resources: [volumeId], Tags: keys.map((Key) => ({ Key })) }));
+    },
+
+    async instanceTags(instanceId: string): Promise<Record<string, string>> {
+      const tags: Record<string, string> = {};
+      let nextToken: string | undefined;
+      do {
+        const out = await call("DescribeTags", () =>
+          api.describeTags({
+            Filters: [
+              { Name: "resource-id", Values: [instanceId] },
+              { Name: "resource-type", Values: ["instance"] },
+            ],
+            MaxResults: pageSize("DescribeTags"),
+            NextToken: nextToken,
+          }),
+        );
+        for (const tag of out.Tags ?? []) if (tag.Key !== undefined) tags[tag.Key] = tag.Value ?? "";
+        nextToken = out.NextToken || undefined;
+      } while (nextToken !== undefined);
+      return tags;
+    },
+  };
+}
+
+/** EC2 filter values treat `*`, `?` and `\` as wildcards / escape: a literal value escapes them. */
+export function escapeFilterValue(value: string): string {
+  return value.replace(/[\\*?]/g, "\\$&");
+}
+
+/** One filter per tag: `tag:K` = the exact value, or `tag-key` = K for the value "*". */
+export function tagFilters(tags: Record<string, string>): Filter[] {
+  return Object.entries(tags).map(([key, value]) =>
+    value === "*" ? { Name: "tag-key", Values: [escapeFilterValue(key)] } : { Name: `tag:${key}`, Values: [escapeFilterValue(value)] },
+  );
+}
+
+function toTags(tags: Record<string, string>): Tag[] {
+  return Object.entries(tags).map(([Key, Value]) => ({ Key, Value }));
+}
+
+function tagRecord(tags: Tag[] | undefined): Record<string, string> {
+  const record: Record<string, string> = {};
+  for (const tag of tags ?? []) if (tag.Key !== undefined) record[tag.Key] = tag.Value ?? "";
+  return record;
+}
+
+function toAttachment(attachment: VolumeAttachment): VolumeInfo["attachment"] {
+  return {
+    instanceId: attachment.InstanceId ?? "",
+    device: attachment.Device ?? "",
+    state: (attachment.State ?? "attaching") as AttachmentState,
+  };
+}
+
+/** A volume as the agent sees it; EC2 volumes here are never multi-attach, so one attachment. */
+export function toVolumeInfo(volume: Volume): VolumeInfo {
+  const attachment = volume.Attachments?.find((a) => a.State !== "detached");
+  const info: VolumeInfo = {
+    volumeId: volume.VolumeId ?? "",
+    availabilityZone: volume.AvailabilityZone ?? "",
+    state: (volume.State ?? "error") as VolumeState,
+    sizeGiB: volume.Size ?? 0,
+    tags: tagRecord(volume.Tags),
+  };
+  // EC2 answers an empty SnapshotId for a volume not made from a snapshot.
+  if (volume.SnapshotId) info.snapshotId = volume.SnapshotId;
+  if (volume.CreateTime) info.createTime = volume.CreateTime;
+  if (attachment) info.attachment = toAttachment(attachment);
+  return info;
+}
+
+function startTime(snapshot: Snapshot): number {
+  return snapshot.StartTime?.getTime() ?? 0;
+}
+
+function toSnapshotInfo(snapshot: Snapshot): SnapshotInfo {
+  const info: SnapshotInfo = {
+    snapshotId: snapshot.SnapshotId ?? "",
+    state: (snapshot.State ?? "error") as SnapshotInfo["state"],
+    volumeSizeGiB: snapshot.VolumeSize ?? 0,
+    tags: tagRecord(snapshot.Tags),
+  };
+  if (snapshot.StartTime) info.startTime = snapshot.StartTime;
+  return info;
+}

@@ -1,0 +1,269 @@
+/**
+ * AWS failures in the agent's words. `classifyEc2Error` turns whatever the SDK threw into a
+ * `Ec2Fault` kind (the sentinel the domain code branches on, cause kept); what cannot be
+ * handled is raised once, at the boundary of `ec2.ts` / `imds.ts`, as one of the typed errors
+ * below, each with a remediation sentence.
+ *
+ * | EC2 code / condition                                  | kind                 | ec2.ts does                                  |
+ * | ----------------------------------------------------- | -------------------- | -------------------------------------------- |
+ * | InvalidVolume.NotFound, InvalidSnapshot.NotFound,     | not-found            | describe: undefined; claim: taken;           |
+ * |   InvalidInstanceID.NotFound, InvalidVolumeID.*       |                      | detach: success; else Ec2CallError           |
+ * | InvalidAttachment.NotFound                            | attachment-not-found | detach: success                              |
+ * | VolumeInUse                                           | volume-in-use        | claim: describe, here = claimed, else taken  |
+ * | IncorrectState                                        | incorrect-state      | claim: as VolumeInUse; detach: success       |
+ * |                                                       |                      |   unless still attached here                 |
+ * | InvalidVolume.ZoneMismatch                            | zone-mismatch        | claim: as VolumeInUse (taken)                |
+ * | InvalidParameterValue "… is already in use"           | device-in-use        | claim: next name of /dev/sdf…/dev/sdp        |
+ * | InvalidParameterValue "… not a valid EBS device name" | invalid-device       | DeviceNameError                              |
+ * | AttachmentLimitExceeded                               | attachment-limit     | AttachmentLimitError                         |
+ * | IncorrectInstanceState                                | instance-state       | Ec2CallError                                 |
+ * | RequestLimitExceeded and the SDK's throttling codes   | throttled            | SDK retries; then as server                  |
+ * | UnauthorizedOperation, AuthFailure, Blocked, …        | unauthorized         | Ec2CallError (names the IAM action)          |
+ * | InternalError, Unavailable, any 5xx                   | server               | SDK retries; claim/detach: describe, decide  |
+ * | no HTTP answer (reset, refused, timeout)              | network              | as server                                    |
+ * | any other 4xx                                         | invalid-request      | Ec2CallError                                 |
+ */
+import { AgentError, describeError } from "../errors.ts";
+
+export type Ec2Fault =
+  | "not-found"
+  | "attachment-not-found"
+  | "volume-in-use"
+  | "incorrect-state"
+  | "zone-mismatch"
+  | "device-in-use"
+  | "invalid-device"
+  | "attachment-limit"
+  | "instance-state"
+  | "throttled"
+  | "unauthorized"
+  | "server"
+  | "network"
+  | "invalid-request";
+
+/** What an EC2 call failed with. */
+export interface Ec2Failure {
+  kind: Ec2Fault;
+  /** The EC2 error code (the SDK exception's name), or the Node error code for network failures. */
+  code: string;
+  /** HTTP status, when EC2 answered. */
+  status: number | undefined;
+  message: string;
+}
+
+const NOT_FOUND = new Set([
+  "InvalidVolume.NotFound",
+  "InvalidSnapshot.NotFound",
+  "InvalidInstanceID.NotFound",
+  "InvalidVolumeID.Malformed",
+  "InvalidVolumeID.NotFound",
+]);
+const THROTTLED = new Set([
+  "RequestLimitExceeded",
+  "Throttling",
+  "ThrottlingException",
+  "RequestThrottled",
+  "RequestThrottledException",
+  "EC2ThrottledException",
+  "TooManyRequestsException",
+]);
+const UNAUTHORIZED = new Set([
+  "UnauthorizedOperation",
+  "AuthFailure",
+  "Blocked",
+  "OptInRequired",
+  "InvalidClientTokenId",
+  "SignatureDoesNotMatch",
+  "ExpiredToken",
+  "AccessDenied",
+  "CredentialsProviderError",
+]);
+const SERVER = new Set(["InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable"]);
+
+/** Classifies anything an SDK call threw (never throws itself). */
+export function classifyEc2Error(error: unknown): Ec2Failure {
+  const e = (typeof error === "object" && error !== null ? error : {}) as {
+    name?: string;
+    code?: string;
+    message?: string;
+    $metadata?: { httpStatusCode?: number };
+  };
+  const code = e.name && e.name !== "Error" ? e.name : (e.code ?? "Error");
+  const status = e.$metadata?.httpStatusCode;
+  const message = e.message ?? describeError(error);
+  const failure = (kind: Ec2Fault): Ec2Failure => ({ kind, code, status, message });
+
+  if (NOT_FOUND.has(code)) return failure("not-found");
+  if (code === "InvalidAttachment.NotFound") return failure("attachment-not-found");
+  if (code === "VolumeInUse") return failure("volume-in-use");
+  if (code === "IncorrectState") return failure("incorrect-state");
+  if (code === "InvalidVolume.ZoneMismatch") return failure("zone-mismatch");
+  if (code === "AttachmentLimitExceeded") return failure("attachment-limit");
+  if (code === "IncorrectInstanceState") return failure("instance-state");
+  if (code === "InvalidParameterValue" && /already in use/i.test(message)) return failure("device-in-use");
+  if (code === "InvalidParameterValue" && /device name|parameter device|unixDevice/i.test(message)) return failure("invalid-device");
+  if (THROTTLED.has(code) || status === 429) return failure("throttled");
+  if (UNAUTHORIZED.has(code) || status === 401 || status === 403) return failure("unauthorized");
+  if (SERVER.has(code) || (status !== undefined && status >= 500)) return failure("server");
+  if (status === undefined) return failure("network");
+  return failure("invalid-request");
+}
+
+/** Failures after which the request may or may not have been applied by EC2. */
+export function outcomeUnknown(failure: Ec2Failure): boolean {
+  return failure.kind === "server" || failure.kind === "network" || failure.kind === "throttled";
+}
+
+function remediationFor(action: string, failure: Ec2Failure): string {
+  switch (failure.kind) {
+    case "unauthorized":
+      return `grant the instance role ec2:${action} on the agent's volumes (see the policy in iam/), or fix the credentials`;
+    case "throttled":
+      return "EC2 kept throttling the account's API calls (many machines booting at once): re-run the agent (it is idempotent), or raise its maxAttempts / stagger the launches";
+    case "server":
+    case "network":
+      return "EC2 did not answer properly: check the route to the EC2 endpoint (VPC endpoint or NAT, DNS) and re-run the agent (it is idempotent)";
+    case "not-found":
+      return "the resource named in the message no longer exists (deleted meanwhile?): re-run the agent to pick another";
+    case "instance-state":
+      return "the instance is not running (stopping or terminating): nothing to do";
+    default:
+      return "check the values named in the message (configuration or tags); if they look right, report it as a bug";
+  }
+}
+
+/** An EC2 call failed in a way the agent does not handle. */
+export class Ec2CallError extends AgentError {
+  readonly kind: Ec2Fault;
+  readonly code: string;
+  constructor(
+    readonly action: string,
+    failure: Ec2Failure,
+    cause: unknown,
+    remediation = remediationFor(action, failure),
+  ) {
+    super(`EC2 ${action} failed: ${failure.code}: ${failure.message}`, remediation, undefined, { cause });
+    this.kind = failure.kind;
+    this.code = failure.code;
+  }
+}
+
+/** Wraps whatever an EC2 call threw (already-typed agent errors pass through). */
+export function ec2CallError(action: string, error: unknown): AgentError {
+  if (error instanceof AgentError) return error;
+  return new Ec2CallError(action, classifyEc2Error(error), error);
+}
+
+/** The instance has as many volumes attached as EC2 allows: no candidate can succeed. */
+export class AttachmentLimitError extends AgentError {
+  constructor(
+    readonly instanceId: string,
+    readonly volumeId: string,
+    cause: unknown,
+  ) {
+    super(
+      `cannot attach ${volumeId}: ${instanceId} has reached its limit of volume attachments`,
+      "detach volumes this instance no longer needs, or use an instance type with more EBS attachments; the node comes up without a cache volume meanwhile",
+      undefined,
+      { cause },
+    );
+  }
+}
+
+/** No device name could be used for the attachment (invalid, or all candidates taken). */
+export class DeviceNameError extends AgentError {
+  constructor(
+    readonly instanceId: string,
+    readonly volumeId: string,
+    readonly tried: string[],
+    cause: unknown,
+  ) {
+    super(
+      `cannot attach ${volumeId} to ${instanceId}: no usable device name (tried ${tried.join(", ")})`,
+      "set the agent's device to a free EBS name (/dev/sdf to /dev/sdp) and detach volumes this instance no longer needs",
+      undefined,
+      { cause },
+    );
+  }
+}
+
+/** An attachment did not reach the wanted state before the deadline. */
+export class AttachmentTimeoutError extends AgentError {
+  constructor(
+    readonly volumeId: string,
+    readonly instanceId: string,
+    readonly wanted: "attached" | "detached",
+    /** What was seen last, e.g. `attaching to i-…` or `no attachment`. */
+    readonly lastSeen: string,
+    readonly timeoutMs: number,
+  ) {
+    const remediation =
+      wanted === "attached"
+        ? `EC2 sometimes needs minutes to finish an attachment: re-run the agent later; if ${volumeId} stays 'attaching', detach it (aws ec2 detach-volume --volume-id ${volumeId}) or stop and start the instance`
+        : `make sure nothing on ${instanceId} still uses ${volumeId} (unmounted), then re-run the release; never force-detach a mounted volume`;
+    super(
+      `${volumeId} did not become ${wanted} on ${instanceId} within ${Math.round(timeoutMs / 1000)} s (last seen: ${lastSeen})`,
+      remediation,
+    );
+  }
+}
+
+/** Waiting for an attachment to this instance, the volume turned out attached to another one. */
+export class AttachmentLostError extends AgentError {
+  constructor(
+    readonly volumeId: string,
+    readonly instanceId: string,
+    readonly holder: string,
+  ) {
+    super(
+      `${volumeId} is attached to ${holder}, not to ${instanceId}`,
+      "another agent holds this volume: re-run the agent, it picks another one",
+    );
+  }
+}
+
+/** A volume the agent created did not become available. */
+export class VolumeCreateError extends AgentError {
+  constructor(
+    readonly volumeId: string,
+    reason: string,
+  ) {
+    super(
+      `volume ${volumeId} did not become available: ${reason}`,
+      `look at ${volumeId} in the EC2 console (its state message, the snapshot it came from) and delete it if it is in 'error'; the agent creates another on its next run`,
+    );
+  }
+}
+
+/** The instance metadata service did not answer in time. */
+export class ImdsUnavailableError extends AgentError {
+  constructor(
+    readonly endpoint: string,
+    readonly path: string,
+    timeoutMs: number,
+    cause: unknown,
+  ) {
+    super(
+      `the instance metadata service at ${endpoint} did not answer ${path} within ${Math.round(timeoutMs / 1000)} s: ${describeError(cause)}`,
+      "check that IMDS is enabled for the instance (HttpEndpoint=enabled) with IMDSv2 tokens reachable (HttpPutResponseHopLimit), then re-run the agent",
+      undefined,
+      { cause },
+    );
+  }
+}
+
+/** IMDS answered, but not what the agent needs (e.g. a path is missing). */
+export class ImdsError extends AgentError {
+  constructor(
+    readonly endpoint: string,
+    readonly path: string,
+    cause: unknown,
+  ) {
+    super(
+      `the instance metadata service at ${endpoint} refused ${path}: ${describeError(cause)}`,
+      "this agent only runs on EC2 instances (or in the lab); check the instance's metadata options",
+      undefined,
+      { cause },
+    );
+  }
+}

@@ -1,0 +1,139 @@
+/**
+ * Who this instance is, from the instance metadata service (IMDSv2, through the SDK's
+ * MetadataService). Early in boot IMDS may refuse connections or answer 503 for a few seconds:
+ * every read is retried with backoff until one deadline for the whole identification.
+ */
+import { MetadataService } from "@aws-sdk/ec2-metadata-service";
+import type { Identity } from "../agent/ports.ts";
+import { describeError } from "../errors.ts";
+import { createLogger, type Logger } from "../log.ts";
+import { ImdsError, ImdsUnavailableError } from "./errors.ts";
+import { retry, RetryDeadlineError } from "./retry.ts";
+
+/** What the agent needs of the metadata service: the SDK's MetadataService fits. */
+export interface MetadataSource {
+  request(path: string, options: { method?: string; headers?: Record<string, string> }): Promise<string>;
+  /** Where it is, for error messages. */
+  readonly endpoint?: string;
+}
+
+/** IMDS on EC2 (IPv4). */
+export const DEFAULT_IMDS_ENDPOINT = "http://169.254.169.254";
+
+export interface MetadataServiceOptions {
+  /** Default: AWS_EC2_METADATA_SERVICE_ENDPOINT, else DEFAULT_IMDS_ENDPOINT. */
+  endpoint?: string;
+  /** Timeout of one HTTP request (default 1000 ms, as the SDK's own IMDS credential provider). */
+  requestTimeoutMs?: number;
+}
+
+/** The metadata service over IMDSv2 only (token flow, no IMDSv1 fallback), without its own retries. */
+export function createMetadataService(options: MetadataServiceOptions = {}): MetadataSource & { endpoint: string } {
+  const endpoint = options.endpoint ?? process.env.AWS_EC2_METADATA_SERVICE_ENDPOINT ?? DEFAULT_IMDS_ENDPOINT;
+  const timeout = options.requestTimeoutMs ?? 1000;
+  return {
+    endpoint,
+    request(path, requestOptions) {
+      // A fresh MetadataService per request: after one token request times out or is refused,
+      // the SDK's instance stops asking for tokens for good, and with IMDSv1 off every later
+      // request fails. Early in boot that must not stick. (It fetches a token per request anyway.)
+      const service = new MetadataService({ endpoint, ec2MetadataV1Disabled: true, retries: 0, httpOptions: { timeout } });
+      return service.request(path, requestOptions);
+    },
+  };
+}
+
+export interface IdentifyOptions {
+  metadata: MetadataSource;
+  /** The instance's tags from EC2 (DescribeTags): used when IMDS does not serve tags. */
+  ec2Tags: (instanceId: string) => Promise<Record<string, string>>;
+  /** Deadline for the whole identification, retries included. */
+  timeoutMs: number;
+  log?: Logger;
+}
+
+const META = "/latest/meta-data";
+const TAGS = `${META}/tags/instance`;
+
+/** HTTP statuses after which asking again cannot help. */
+const FINAL_STATUSES = new Set([400, 403, 404, 405]);
+
+function statusOf(error: unknown): number | undefined {
+  return (error as { $metadata?: { httpStatusCode?: number } } | undefined)?.$metadata?.httpStatusCode;
+}
+
+/** A tag key as a path segment (keys may hold spaces; `:` and `@` are fine in a path). */
+function tagKeySegment(key: string): string {
+  return encodeURIComponent(key).replace(/%3A/gi, ":").replace(/%40/g, "@");
+}
+
+/**
+ * Reads instance id, zone, region and tags from IMDS. Tags come from IMDS when the instance
+ * allows it (InstanceMetadataTags=enabled), else from `ec2Tags` (`tagsSource: "ec2"`).
+ */
+export async function identifyInstance(options: IdentifyOptions): Promise<Identity> {
+  const { metadata, timeoutMs } = options;
+  const log = options.log ?? createLogger(() => undefined);
+  const endpoint = metadata.endpoint ?? "(default endpoint)";
+  const deadline = Date.now() + timeoutMs;
+  let retries = 0;
+
+  /** One path; undefined for a 404 when `optional`. */
+  const read = async (path: string, optional = false): Promise<string | undefined> => {
+    try {
+      return await retry(() => metadata.request(path, {}), {
+        isRetryable: (error) => !FINAL_STATUSES.has(statusOf(error) ?? 0),
+        deadline,
+        onRetry: (error, attempt, delayMs) => {
+          retries++;
+          log.debug("imds-retry", `IMDS not answering yet: ${describeError(error)}`, { path, attempt, delayMs });
+        },
+      });
+    } catch (error) {
+      if (error instanceof RetryDeadlineError) throw new ImdsUnavailableError(endpoint, path, timeoutMs, error.lastError);
+      if (optional && statusOf(error) === 404) return undefined;
+      throw new ImdsError(endpoint, path, error);
+    }
+  };
+  const required = async (path: string): Promise<string> => ((await read(path)) ?? "").trim();
+
+  const [instanceId, availabilityZone, region] = await Promise.all([
+    required(`${META}/instance-id`),
+    required(`${META}/placement/availability-zone`),
+    required(`${META}/placement/region`),
+  ]);
+
+  if (!/^i-[0-9a-f]{8,17}$/.test(instanceId) || availabilityZone === "" || region === "") {
+    throw new ImdsError(endpoint, META, new Error(`unexpected identity: instance ${JSON.stringify(instanceId)}, zone ${JSON.stringify(availabilityZone)}, region ${JSON.stringify(region)}`));
+  }
+
+  let tags: Record<string, string>;
+  let tagsSource: Identity["tagsSource"];
+  const listing = await read(TAGS, true);
+  if (listing === undefined) {
+    log.info("identify", "IMDS serves no instance tags (InstanceMetadataTags disabled): reading them with DescribeTags", {
+      instanceId,
+    });
+    tags = await options.ec2Tags(instanceId);
+    tagsSource = "ec2";
+  } else {
+    const keys = listing.split("\n").map((key) => key.trim()).filter((key) => key !== "");
+    const values = await Promise.all(keys.map((key) => read(`${TAGS}/${tagKeySegment(key)}`, true)));
+    tags = {};
+    // A 404 for a listed key: the tag was removed in between.
+    keys.forEach((key, i) => {
+      const value = values[i];
+      if (value !== undefined) tags[key] = value;
+    });
+    tagsSource = "imds";
+  }
+  log.info("identify", "instance identified", {
+    instanceId,
+    region,
+    availabilityZone,
+    tags: Object.keys(tags).length,
+    tagsSource,
+    imdsRetries: retries,
+  });
+  return { instanceId, region, availabilityZone, tags, tagsSource };
+}

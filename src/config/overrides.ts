@@ -1,0 +1,157 @@
+/**
+ * Overrides on top of the file: environment variables (every scalar key and the image list),
+ * then an allowed subset of instance tags. Both are pure: values in, a new config plus problems
+ * out. Precedence: defaults < file < environment < instance tags.
+ */
+import { quote, validatePoolName } from "../agent/inputs.ts";
+import { TAG_PREFIX } from "../tags.ts";
+import { CONFIG_KEYS, CONFIG_PATH_ENV, CONFIG_SCHEMA, ENV_PREFIX, type AgentConfig, type Field } from "./schema.ts";
+import { checkField, suggest } from "./validate.ts";
+
+export type Env = Readonly<Record<string, string | undefined>>;
+
+export interface OverrideResult<C> {
+  config: C;
+  problems: string[];
+  warnings: string[];
+}
+
+/** A copy of `object` with the value at `segments` replaced. */
+function withValue<T>(object: T, segments: readonly string[], value: unknown): T {
+  const [head, ...rest] = segments;
+  if (head === undefined) return value as T;
+  const record = object as Record<string, unknown>;
+  return { ...record, [head]: withValue(record[head], rest, value) } as T;
+}
+
+const NUMBER_TEXT = /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$/;
+
+/**
+ * Turns an environment string into the raw value its field expects; text that does not parse is
+ * returned as-is so that checkField reports it ("must be a number …, got "x"").
+ */
+export function parseEnvValue(field: Field, text: string): unknown {
+  const trimmed = text.trim();
+  const nullable = "nullable" in field && field.nullable === true;
+  if (nullable && (trimmed === "" || trimmed === "null")) return null;
+  switch (field.kind) {
+    case "boolean":
+      if (/^(true|1|yes|on)$/i.test(trimmed)) return true;
+      if (/^(false|0|no|off)$/i.test(trimmed)) return false;
+      return text;
+    case "number":
+      return NUMBER_TEXT.test(trimmed) ? Number(trimmed) : text;
+    case "stringList":
+      return trimmed
+        .split(",")
+        .map((item) => item.trim())
+        .filter((item) => item !== "");
+    case "enum":
+    case "string":
+      return trimmed;
+  }
+}
+
+const KNOWN_ENV = new Set([CONFIG_PATH_ENV, ...CONFIG_KEYS.map((key) => key.envVar)]);
+
+/**
+ * Applies `EBS_CACHE_AGENT_*` variables (see CONFIG_KEYS for the names). Bad values are problems
+ * that name the variable; variables with the prefix that match no key are warnings (with a
+ * suggestion), since other tools may share the prefix.
+ */
+export function applyEnvOverrides(config: AgentConfig, env: Env): OverrideResult<AgentConfig> {
+  const problems: string[] = [];
+  const warnings: string[] = [];
+  let out = config;
+  for (const key of CONFIG_KEYS) {
+    const text = env[key.envVar];
+    if (text === undefined) continue;
+    const label = `${key.envVar} (${key.path})`;
+    const check = checkField(key.field, parseEnvValue(key.field, text), label, (index) => `${label} item ${index + 1}`);
+    if (check.ok) out = withValue(out, key.segments, check.value);
+    else problems.push(...check.problems);
+  }
+  for (const name of Object.keys(env)) {
+    if (!name.startsWith(ENV_PREFIX) || KNOWN_ENV.has(name) || env[name] === undefined) continue;
+    const meant = suggest(name.slice(ENV_PREFIX.length), [...KNOWN_ENV], (known) => known.slice(ENV_PREFIX.length));
+    warnings.push(`environment variable ${name} matches no setting and is ignored${meant ? ` (did you mean ${meant}?)` : ""}`);
+  }
+  return { config: out, problems, warnings };
+}
+
+/** The instance tags that may override settings; any other `ebs-cache:*` instance tag is ignored with a warning. */
+export const InstanceTag = {
+  enabled: `${TAG_PREFIX}enabled`,
+  pool: `${TAG_PREFIX}pool`,
+  keep: `${TAG_PREFIX}keep`,
+  ttlHours: `${TAG_PREFIX}ttl-hours`,
+} as const;
+
+/**
+ * The settings the agent acts on: the config after env and instance tags, plus what only an
+ * instance tag can say. `keep`: the workspace volume released by this instance is never expired by gc.
+ */
+export type EffectiveSettings = AgentConfig & { readonly keep: boolean };
+
+export interface InstanceTagResult extends OverrideResult<EffectiveSettings> {
+  /** What the tags changed, for the log: `pool = "gpu" (instance tag ebs-cache:pool)`. */
+  applied: string[];
+}
+
+function parseTagBoolean(text: string): boolean | undefined {
+  const value = text.trim().toLowerCase();
+  return value === "true" ? true : value === "false" ? false : undefined;
+}
+
+/**
+ * Applies the allowed instance tags (`ebs-cache:enabled`, `ebs-cache:pool`, `ebs-cache:keep`,
+ * `ebs-cache:ttl-hours`). A malformed value is a problem and is not applied; callers must treat
+ * any problem as an error that changes nothing.
+ */
+export function applyInstanceTags(config: AgentConfig, tags: Readonly<Record<string, string>>): InstanceTagResult {
+  const problems: string[] = [];
+  const warnings: string[] = [];
+  const applied: string[] = [];
+  let out: EffectiveSettings = { ...config, keep: false };
+  const note = (setting: string, value: unknown, tag: string) => applied.push(`${setting} = ${JSON.stringify(value)} (instance tag ${tag})`);
+  const bad = (tag: string, problem: string) => problems.push(`instance tag ${tag}: ${problem}`);
+
+  for (const setting of ["enabled", "keep"] as const) {
+    const tag = InstanceTag[setting];
+    const text = tags[tag];
+    if (text === undefined) continue;
+    const value = parseTagBoolean(text);
+    if (value === undefined) bad(tag, `must be true or false, got ${quote(text)}`);
+    else {
+      out = { ...out, [setting]: value };
+      note(setting, value, tag);
+    }
+  }
+
+  const pool = tags[InstanceTag.pool];
+  if (pool !== undefined) {
+    const check = validatePoolName(pool);
+    if (check.ok) {
+      out = { ...out, pool: check.value };
+      note("pool", check.value, InstanceTag.pool);
+    } else bad(InstanceTag.pool, check.problem);
+  }
+
+  const ttl = tags[InstanceTag.ttlHours];
+  if (ttl !== undefined) {
+    const trimmed = ttl.trim();
+    const check = checkField(CONFIG_SCHEMA.fields.ttlHours, NUMBER_TEXT.test(trimmed) ? Number(trimmed) : ttl, `instance tag ${InstanceTag.ttlHours}`);
+    if (check.ok) {
+      out = { ...out, ttlHours: check.value as number };
+      note("ttlHours", check.value, InstanceTag.ttlHours);
+    } else problems.push(...check.problems);
+  }
+
+  const allowed = new Set<string>(Object.values(InstanceTag));
+  for (const tag of Object.keys(tags)) {
+    if (tag.startsWith(TAG_PREFIX) && !allowed.has(tag)) {
+      warnings.push(`instance tag ${quote(tag)} is not one of the tags that override settings (${[...allowed].join(", ")}) and is ignored`);
+    }
+  }
+  return { config: out, problems, warnings, applied };
+}

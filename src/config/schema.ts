@@ -1,0 +1,369 @@
+/**
+ * The configuration schema, as data: every key with its type, default, allowed values, meaning
+ * and environment variable. `AgentConfig` is derived from it, the defaults are read from it,
+ * validation walks it and the Markdown reference (scripts/config-reference.ts) prints it, so a
+ * key added here is typed, defaulted, validated, overridable from the environment and documented.
+ */
+
+/** Named checks for string values; validate.ts holds the code, this file only the names. */
+export type StringFormat =
+  | "poolName"
+  | "imageSet"
+  | "region"
+  | "url"
+  | "device"
+  | "absolutePath"
+  | "dockerHost"
+  | "systemdUnit"
+  | "imageRef"
+  | "labelPrefix"
+  | "tagKey";
+
+/** What each format accepts, in the words used by error messages and the reference. */
+export const FORMAT_DESCRIPTIONS: Record<StringFormat, string> = {
+  poolName: "a pool name (letters, digits, '.', '_', '-', starting with a letter or digit, at most 63 characters)",
+  imageSet: "an image-set name (printable ASCII without shell metacharacters, at most 255 characters)",
+  region: "an AWS region name such as us-east-1",
+  url: "an http:// or https:// URL",
+  device: "a device name matching ^/dev/(sd[f-p]|xvd[f-p])$",
+  absolutePath: "an absolute path without '..' segments",
+  dockerHost: "unix:// followed by an absolute socket path",
+  systemdUnit: "a systemd service name such as docker.service",
+  imageRef: "a Docker image reference (registry[:port]/path:tag or @sha256:…)",
+  labelPrefix: "a label prefix matching ^[a-z0-9]+([.-][a-z0-9]+)*$",
+  tagKey: "an EC2 tag key (1 to 128 printable characters, not starting with aws:)",
+};
+
+interface FieldBase {
+  readonly description: string;
+}
+
+export interface BooleanField extends FieldBase {
+  readonly kind: "boolean";
+  readonly default: boolean;
+}
+
+export interface StringField extends FieldBase {
+  readonly kind: "string";
+  readonly default: string | null;
+  /** null is allowed (and means "not set"; the description says what happens then). */
+  readonly nullable?: boolean;
+  readonly format?: StringFormat;
+}
+
+export interface NumberField extends FieldBase {
+  readonly kind: "number";
+  readonly default: number | null;
+  readonly nullable?: boolean;
+  readonly min: number;
+  readonly max: number;
+  readonly integer?: boolean;
+}
+
+export interface EnumField extends FieldBase {
+  readonly kind: "enum";
+  readonly values: readonly string[];
+  readonly default: string;
+}
+
+/** A list of strings; from the environment, a comma-separated list. */
+export interface StringListField extends FieldBase {
+  readonly kind: "stringList";
+  readonly default: readonly string[];
+  readonly itemFormat?: StringFormat;
+}
+
+export type Field = BooleanField | StringField | NumberField | EnumField | StringListField;
+
+/** A nested object of keys (`timeouts`, `paths`, …). */
+export interface Group {
+  readonly kind: "group";
+  readonly description: string;
+  readonly fields: { readonly [key: string]: Field | Group };
+}
+
+const seconds = (what: string, default_: number) =>
+  ({ kind: "number", default: default_, min: 1, max: 3600, description: `Seconds to wait for ${what}.` }) as const;
+
+const absolutePath = (default_: string, description: string) =>
+  ({ kind: "string", default: default_, format: "absolutePath", description }) as const;
+
+export const CONFIG_SCHEMA = {
+  kind: "group",
+  description: "ebs-cache-agent configuration",
+  fields: {
+    enabled: {
+      kind: "boolean",
+      default: true,
+      description: "Run at all. false: boot reports `disabled` and exits 0 (docker keeps its own data-root).",
+    },
+    pool: {
+      kind: "string",
+      default: "default",
+      format: "poolName",
+      description: "The pool whose volumes and snapshots this host uses (volume tag `ebs-cache:pool`).",
+    },
+    imageSet: {
+      kind: "string",
+      default: null,
+      nullable: true,
+      format: "imageSet",
+      description:
+        "When set, pool volumes and snapshots must carry tag `ebs-cache:image-set` with this value; null accepts any image set.",
+    },
+    region: {
+      kind: "string",
+      default: null,
+      nullable: true,
+      format: "region",
+      description: "AWS region; null takes it from the instance metadata (IMDS).",
+    },
+    ec2Endpoint: {
+      kind: "string",
+      default: null,
+      nullable: true,
+      format: "url",
+      description: "EC2 API endpoint (a VPC endpoint, or the lab's emulator); null uses the SDK's default for the region.",
+    },
+    imdsEndpoint: {
+      kind: "string",
+      default: null,
+      nullable: true,
+      format: "url",
+      description: "Instance metadata endpoint (the lab's emulator); null uses the SDK's default.",
+    },
+    device: {
+      kind: "string",
+      default: "/dev/sdf",
+      format: "device",
+      description: "Device name passed to AttachVolume (on Nitro the real device is found by the volume's NVMe serial).",
+    },
+    volumeType: {
+      kind: "enum",
+      values: ["gp2", "gp3", "io1", "io2", "st1", "sc1", "standard"],
+      default: "gp3",
+      description: "EBS volume type of volumes the agent creates.",
+    },
+    createFromSnapshot: {
+      kind: "boolean",
+      default: true,
+      description: "Create a volume from the pool's newest snapshot when no pool volume is available.",
+    },
+    initializationRateMiBps: {
+      kind: "number",
+      default: null,
+      nullable: true,
+      min: 100,
+      max: 300,
+      integer: true,
+      description:
+        "Volume initialization rate (MiB/s) requested for volumes created from a snapshot; null leaves blocks to load lazily.",
+    },
+    timeouts: {
+      kind: "group",
+      description: "How long each wait may last before the agent gives up on it.",
+      fields: {
+        imdsSeconds: seconds("the instance metadata service", 60),
+        attachSeconds: seconds("a volume to reach `attached` (or `available` when detaching)", 120),
+        deviceSeconds: seconds("the attached volume's block device to appear", 60),
+        dockerSeconds: seconds("docker to start and answer on the new data-root", 120),
+      },
+    },
+    paths: {
+      kind: "group",
+      description: "Where the agent finds and puts things on the host (the lab points these into its sandbox).",
+      fields: {
+        byIdDir: absolutePath("/dev/disk/by-id", "udev's by-id links, watched for the attached volume's device."),
+        sysfsRoot: absolutePath("/sys", "sysfs, read to confirm a device's NVMe serial."),
+        mountRoot: absolutePath("/var/lib/ebs-cache", "Where cache volumes are mounted."),
+        daemonJson: absolutePath("/etc/docker/daemon.json", "dockerd's configuration file, where `data-root` and engine labels are set."),
+        dockerHost: {
+          kind: "string",
+          default: "unix:///var/run/docker.sock",
+          format: "dockerHost",
+          description: "The docker API socket.",
+        },
+        stateDir: absolutePath("/var/lib/ebs-cache-agent", "The agent's own state (what it attached, backups of daemon.json)."),
+      },
+    },
+    docker: {
+      kind: "group",
+      description: "How the agent drives docker.",
+      fields: {
+        control: {
+          kind: "enum",
+          values: ["systemd", "none"],
+          default: "systemd",
+          description:
+            "How docker is (re)started on the new data-root: `systemd` restarts the unit; `none` leaves starting docker to systemd ordering (the agent runs Before=docker.service).",
+        },
+        unit: {
+          kind: "string",
+          default: "docker.service",
+          format: "systemdUnit",
+          description: "The systemd unit of dockerd.",
+        },
+        expectedImages: {
+          kind: "stringList",
+          default: [],
+          itemFormat: "imageRef",
+          description:
+            "Images that must be present after boot, in addition to those listed by the volume's `ebs-cache:images` tag.",
+        },
+      },
+    },
+    labels: {
+      kind: "group",
+      description: "The swarm labels that report readiness.",
+      fields: {
+        prefix: {
+          kind: "string",
+          default: "io.simcore.ebs-cache",
+          format: "labelPrefix",
+          description: "Prefix of the docker label keys the agent owns.",
+        },
+        mode: {
+          kind: "enum",
+          values: ["auto", "node", "engine", "off"],
+          default: "auto",
+          description:
+            "`node`: node labels through a manager's API; `engine`: daemon.json labels (work from a worker); `auto`: node labels when a manager is reachable, engine labels otherwise; `off`: none.",
+        },
+      },
+    },
+    ttlHours: {
+      kind: "number",
+      default: 24,
+      min: 1,
+      max: 8760,
+      description: "Hours a released workspace volume is kept (`ebs-cache:expires-at` = release time + this) before gc may delete it.",
+    },
+    workspace: {
+      kind: "group",
+      description: "Workspace volumes: tied to a user / project / node and kept for a while after release.",
+      fields: {
+        labelsTag: {
+          kind: "string",
+          default: "io.simcore.autoscaling.ec2_instance.docker_node_labels",
+          format: "tagKey",
+          description: "The instance tag holding JSON with the `user-id`, `project-id` and `node-id` of the workspace.",
+        },
+        create: {
+          kind: "enum",
+          values: ["snapshot", "blank", "never"],
+          default: "snapshot",
+          description:
+            "When no workspace volume exists for the ids: `snapshot` creates one from the pool's newest snapshot, `blank` creates an empty one (formatted by the agent), `never` uses the pool instead.",
+        },
+        sizeGiB: {
+          kind: "number",
+          default: 20,
+          min: 1,
+          max: 16384,
+          integer: true,
+          description: "Size (GiB) of a blank workspace volume; a volume from a snapshot is at least the snapshot's size.",
+        },
+      },
+    },
+    logLevel: {
+      kind: "enum",
+      values: ["error", "warning", "notice", "info", "debug"],
+      default: "info",
+      description: "The most verbose journald priority that is logged.",
+    },
+  },
+} as const satisfies Group;
+
+/** The value type a schema node describes. */
+export type ValueOf<F> = F extends { kind: "group"; fields: infer G }
+  ? { readonly [K in keyof G]: ValueOf<G[K]> }
+  : F extends { kind: "boolean" }
+    ? boolean
+    : F extends { kind: "enum"; values: readonly (infer V)[] }
+      ? V
+      : F extends { kind: "stringList" }
+        ? readonly string[]
+        : F extends { kind: "string"; nullable: true }
+          ? string | null
+          : F extends { kind: "string" }
+            ? string
+            : F extends { kind: "number"; nullable: true }
+              ? number | null
+              : F extends { kind: "number" }
+                ? number
+                : never;
+
+/** The validated configuration (defaults < file < environment). */
+export type AgentConfig = ValueOf<typeof CONFIG_SCHEMA>;
+
+export const DEFAULT_CONFIG_PATH = "/etc/ebs-cache-agent/config.json";
+/** Names the config file (when the caller gives no path). Not a config key. */
+export const CONFIG_PATH_ENV = "EBS_CACHE_AGENT_CONFIG";
+export const ENV_PREFIX = "EBS_CACHE_AGENT_";
+
+/** One leaf key of the schema, with where it sits and the environment variable that overrides it. */
+export interface ConfigKey {
+  /** Dotted JSON path: `timeouts.deviceSeconds`. */
+  readonly path: string;
+  readonly segments: readonly string[];
+  readonly field: Field;
+  readonly envVar: string;
+}
+
+/**
+ * `EBS_CACHE_AGENT_` + the dotted path in SCREAMING_SNAKE: camelCase boundaries become `_`,
+ * nesting becomes `__` (`timeouts.deviceSeconds` → `EBS_CACHE_AGENT_TIMEOUTS__DEVICE_SECONDS`).
+ * Binary units count as one word (`sizeGiB` → `SIZE_GIB`, not `SIZE_GI_B`).
+ */
+export function envVarName(segments: readonly string[]): string {
+  const snake = (segment: string) =>
+    segment
+      .replace(/([KMGT])iB/g, (_, unit: string) => `${unit}ib`)
+      .replace(/([a-z0-9])([A-Z])/g, "$1_$2")
+      .toUpperCase();
+  return ENV_PREFIX + segments.map(snake).join("__");
+}
+
+function flatten(group: Group, prefix: readonly string[]): ConfigKey[] {
+  return Object.entries(group.fields).flatMap(([name, node]) => {
+    const segments = [...prefix, name];
+    if (node.kind === "group") return flatten(node, segments);
+    return [{ path: segments.join("."), segments, field: node, envVar: envVarName(segments) }];
+  });
+}
+
+/** Every leaf key, in schema order. */
+export const CONFIG_KEYS: readonly ConfigKey[] = flatten(CONFIG_SCHEMA, []);
+
+/** Every group's dotted path (`timeouts`, `paths`, …), for messages about misplaced keys. */
+export const CONFIG_GROUPS: readonly string[] = Object.entries(CONFIG_SCHEMA.fields)
+  .filter(([, node]) => node.kind === "group")
+  .map(([name]) => name);
+
+/** The default of a key or group, as a fresh value (lists and objects are not shared). */
+export function defaultOf(node: Field | Group): unknown {
+  if (node.kind === "group") return Object.fromEntries(Object.entries(node.fields).map(([name, child]) => [name, defaultOf(child)]));
+  return node.kind === "stringList" ? [...node.default] : node.default;
+}
+
+/** A fresh copy of the defaults (callers may keep it; nothing shares it). */
+export function defaultConfig(): AgentConfig {
+  return defaultOf(CONFIG_SCHEMA) as AgentConfig;
+}
+
+/** What a field accepts, as the end of "must be …". */
+export function expectationOf(field: Field): string {
+  const orNull = "nullable" in field && field.nullable ? ", or null" : "";
+  switch (field.kind) {
+    case "boolean":
+      return "a boolean (true or false)";
+    case "number":
+      return `${field.integer ? "an integer" : "a number"} between ${field.min} and ${field.max}${orNull}`;
+    case "enum":
+      return `one of ${field.values.map((v) => JSON.stringify(v)).join(", ")}`;
+    case "string":
+      return `${field.format ? FORMAT_DESCRIPTIONS[field.format] : "a string"}${orNull}`;
+    case "stringList":
+      return `a list of ${field.itemFormat ? `strings, each ${FORMAT_DESCRIPTIONS[field.itemFormat]}` : "strings"}`;
+  }
+}

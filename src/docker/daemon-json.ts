@@ -1,0 +1,360 @@
+/**
+ * dockerd's daemon.json, changed only in the keys the agent owns: `data-root`, the engine labels
+ * under the agent's prefix and (when docker would otherwise use the containerd image store)
+ * `features.containerd-snapshotter`. Every other key keeps its value and its place.
+ *
+ * Safety rules:
+ * - a file that does not parse, or whose top level is not an object, is refused and left
+ *   byte-for-byte as it is (dockerd would refuse it too: an operator must look at it);
+ * - every write is atomic: a temp file in the same folder, fsync, rename, fsync of the folder,
+ *   with the file's mode and owner kept;
+ * - before its first change, an instance keeps a backup next to the file
+ *   (`daemon.json.ebs-cache-agent.bak`, a verbatim copy), or, when there was no file, a marker
+ *   (`daemon.json.ebs-cache-agent.absent`) so that restoring means removing the file. Later
+ *   changes of the same instance keep that backup: `restoreBackup()` returns to the file as this
+ *   run found it. A change that changes nothing writes nothing and takes no backup, so a re-run
+ *   keeps the backup of the run that made the change.
+ */
+import { randomBytes } from "node:crypto";
+import { lstat, mkdir, open, readFile, realpath, rename, rm, stat } from "node:fs/promises";
+import { basename, dirname, isAbsolute, join } from "node:path";
+import { AgentError, describeError } from "../errors.ts";
+import type { DaemonConfig } from "../agent/ports.ts";
+import type { Logger } from "../log.ts";
+import { isUnderPrefix, validateOwnedLabels } from "./labels.ts";
+
+/** Appended to daemon.json's name for the verbatim backup. */
+export const BACKUP_SUFFIX = ".ebs-cache-agent.bak";
+/** Appended to daemon.json's name for the marker saying there was no file before the change. */
+export const ABSENT_SUFFIX = ".ebs-cache-agent.absent";
+const NEW_FILE_MODE = 0o644;
+
+/** daemon.json as parsed: a JSON object, in the file's key order. */
+export type DaemonJson = Record<string, unknown>;
+
+/** daemon.json cannot be read, parsed, or written; the file was not changed. */
+export class DaemonJsonError extends AgentError {
+  constructor(
+    readonly path: string,
+    message: string,
+    remediation: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, remediation, undefined, options);
+  }
+}
+
+/** The daemon.json the agent edits, beyond the agent's DaemonConfig contract. */
+export interface DaemonConfigFile extends DaemonConfig {
+  readonly path: string;
+  readonly backupPath: string;
+  readonly absentMarkerPath: string;
+  /** The parsed file (`{}` when missing). */
+  read(): Promise<DaemonJson>;
+  /** The `labels` entries (`key=value`), all of them. */
+  engineLabels(): Promise<string[]>;
+  /**
+   * Makes dockerd keep the graphdriver image store (a pool volume holds images in graphdriver
+   * layout): sets `features.containerd-snapshotter` to false when the engine is 29 or newer
+   * (containerd store by default) or the key is already there; older engines are left alone.
+   */
+  setImageStore(store: "graphdriver", options: { engineVersion?: string }): Promise<void>;
+}
+
+export interface DaemonConfigOptions {
+  /** Usually /etc/docker/daemon.json. */
+  path: string;
+  log?: Logger;
+}
+
+/** Parses daemon.json text; blank text is `{}` (dockerd accepts an empty file too). */
+export function parseDaemonJson(text: string, path: string): DaemonJson {
+  if (text.trim() === "") return {};
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (cause) {
+    throw new DaemonJsonError(
+      path,
+      `${path} is not valid JSON (${describeError(cause)}); the agent left it unchanged`,
+      `fix the file by hand (python3 -m json.tool ${path}) or restore it from ${path}${BACKUP_SUFFIX}, then run again`,
+      { cause },
+    );
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
+    throw new DaemonJsonError(
+      path,
+      `${path} holds ${Array.isArray(parsed) ? "an array" : typeof parsed} at its top level, not an object; the agent left it unchanged`,
+      `make ${path} a JSON object ({} at least), then run again`,
+    );
+  }
+  return parsed as DaemonJson;
+}
+
+/** Renders like the original file: its indentation (or one line when it was one line), a final newline. */
+export function renderDaemonJson(config: DaemonJson, original?: string): string {
+  if (original !== undefined && original.trim() !== "" && !original.trim().includes("\n")) {
+    return JSON.stringify(config) + (original.endsWith("\n") ? "\n" : "");
+  }
+  const indent = original === undefined ? undefined : /^\{[ \t]*\r?\n([ \t]+)\S/.exec(original)?.[1];
+  return JSON.stringify(config, null, indent ?? 2) + "\n";
+}
+
+/** The configured data-root (`data-root`, or the pre-23 alias `graph`); undefined = docker's default. */
+export function dataRootOf(config: DaemonJson, path: string): string | undefined {
+  for (const key of ["data-root", "graph"]) {
+    const value = config[key];
+    if (value === undefined) continue;
+    if (typeof value !== "string") {
+      throw new DaemonJsonError(path, `${path}: "${key}" is not a string`, `fix "${key}" in ${path} by hand`);
+    }
+    return value;
+  }
+  return undefined;
+}
+
+/** A copy with `data-root` set in place (appended when new), or removed when undefined. */
+export function withDataRoot(config: DaemonJson, dataRoot: string | undefined, path: string): DaemonJson {
+  if (config.graph !== undefined) {
+    throw new DaemonJsonError(
+      path,
+      `${path} sets the deprecated "graph" key; the agent will not guess which of graph and data-root docker should use`,
+      `rename "graph" to "data-root" in ${path}, then run again`,
+    );
+  }
+  // eslint-disable-next-line no-control-regex
+  if (dataRoot !== undefined && (!isAbsolute(dataRoot) || /[\u0000-\u001f]/.test(dataRoot))) {
+    throw new DaemonJsonError(path, `refusing data-root ${JSON.stringify(dataRoot)}: not an absolute path`, "report this bug");
+  }
+  return withKey(config, "data-root", dataRoot);
+}
+
+/** The `labels` array, checked to be strings. */
+export function labelsOf(config: DaemonJson, path: string): string[] {
+  const labels = config.labels;
+  if (labels === undefined) return [];
+  if (!Array.isArray(labels) || labels.some((entry) => typeof entry !== "string")) {
+    throw new DaemonJsonError(path, `${path}: "labels" is not an array of "key=value" strings`, `fix "labels" in ${path} by hand`);
+  }
+  return labels as string[];
+}
+
+/** A copy whose labels under `<prefix>.` are exactly `labels`; every other entry is kept in its place. */
+export function withEngineLabels(config: DaemonJson, prefix: string, labels: Record<string, string>, path: string): DaemonJson {
+  validateOwnedLabels(prefix, labels);
+  const kept = labelsOf(config, path).filter((entry) => !isUnderPrefix(prefix, entry.split("=", 1)[0] ?? ""));
+  const next = [...kept, ...Object.entries(labels).map(([key, value]) => `${key}=${value}`)];
+  if (next.length === 0 && config.labels === undefined) return { ...config };
+  return withKey(config, "labels", next);
+}
+
+/** A copy that keeps dockerd on the graphdriver store (see DaemonConfigFile.setImageStore). */
+export function withGraphdriverStore(config: DaemonJson, engineVersion: string | undefined, path: string): DaemonJson {
+  const features = config.features;
+  if (features !== undefined && (typeof features !== "object" || features === null || Array.isArray(features))) {
+    throw new DaemonJsonError(path, `${path}: "features" is not an object`, `fix "features" in ${path} by hand`);
+  }
+  const current = (features as Record<string, unknown> | undefined)?.["containerd-snapshotter"];
+  const major = Number(/^(\d+)\./.exec(engineVersion ?? "")?.[1] ?? NaN);
+  if (current === false || (current === undefined && !(major >= 29))) return { ...config };
+  return withKey(config, "features", withKey((features ?? {}) as DaemonJson, "containerd-snapshotter", false));
+}
+
+function withKey(config: DaemonJson, key: string, value: unknown): DaemonJson {
+  const next: DaemonJson = {};
+  for (const [k, v] of Object.entries(config)) if (k !== key || value !== undefined) next[k] = k === key ? value : v;
+  if (value !== undefined && !Object.hasOwn(config, key)) next[key] = value;
+  return next;
+}
+
+interface Snapshot {
+  /** The real file written (symlinks resolved). */
+  file: string;
+  bytes: Buffer | undefined;
+  mode: number;
+  owner: { uid: number; gid: number } | undefined;
+}
+
+/** The daemon.json at `path`, for the agent. */
+export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFile {
+  const { path, log } = options;
+  const backupPath = `${path}${BACKUP_SUFFIX}`;
+  const absentMarkerPath = `${path}${ABSENT_SUFFIX}`;
+  let backedUp = false;
+  // One change at a time: two concurrent read-modify-writes would lose one of them.
+  let queue: Promise<unknown> = Promise.resolve();
+  const serially = <T>(work: () => Promise<T>): Promise<T> => {
+    const next = queue.then(work, work);
+    queue = next.catch(() => undefined);
+    return next;
+  };
+
+  async function load(): Promise<{ snapshot: Snapshot; config: DaemonJson }> {
+    const snapshot = await readSnapshot(path);
+    const config = snapshot.bytes === undefined ? {} : parseDaemonJson(snapshot.bytes.toString("utf8"), path);
+    return { snapshot, config };
+  }
+
+  async function takeBackup(snapshot: Snapshot): Promise<void> {
+    // Order matters when killed half-way: a .bak left beside a stale .absent is the newer one.
+    if (snapshot.bytes !== undefined) {
+      await writeAtomically(backupPath, snapshot.bytes, snapshot.mode, snapshot.owner);
+      await removeDurably(absentMarkerPath);
+    } else {
+      await removeDurably(backupPath);
+      await writeAtomically(absentMarkerPath, `${path} did not exist before ebs-cache-agent changed it\n`, NEW_FILE_MODE);
+    }
+    log?.info("daemon-json-backup", "kept a backup of daemon.json", {
+      path,
+      backup: snapshot.bytes !== undefined ? backupPath : absentMarkerPath,
+    });
+  }
+
+  function change(what: string, edit: (config: DaemonJson) => DaemonJson): Promise<void> {
+    return serially(async () => {
+      const { snapshot, config } = await load();
+      const next = edit(config);
+      if (JSON.stringify(next) === JSON.stringify(config)) {
+        log?.debug("daemon-json-unchanged", `${what}: daemon.json already says so`, { path });
+        return;
+      }
+      await mkdir(dirname(snapshot.file), { recursive: true, mode: 0o755 }).catch((error: unknown) => {
+        throw ioError(dirname(snapshot.file), "create", error);
+      });
+      if (!backedUp) {
+        await takeBackup(snapshot);
+        backedUp = true;
+      }
+      const text = renderDaemonJson(next, snapshot.bytes?.toString("utf8"));
+      await writeAtomically(snapshot.file, text, snapshot.mode, snapshot.owner);
+      log?.info("daemon-json-written", `${what} in daemon.json`, { path });
+    });
+  }
+
+  return {
+    path,
+    backupPath,
+    absentMarkerPath,
+    read: () => load().then(({ config }) => config),
+    dataRoot: () => load().then(({ config }) => dataRootOf(config, path)),
+    engineLabels: () => load().then(({ config }) => labelsOf(config, path)),
+    setDataRoot: (dataRoot) =>
+      change(dataRoot === undefined ? "removed data-root" : `set data-root to ${dataRoot}`, (config) =>
+        withDataRoot(config, dataRoot, path),
+      ),
+    setEngineLabels: (prefix, labels) =>
+      change(`set the engine labels under ${prefix}.`, (config) => withEngineLabels(config, prefix, labels, path)),
+    setImageStore: (_store, { engineVersion }) =>
+      change("kept the graphdriver image store", (config) => withGraphdriverStore(config, engineVersion, path)),
+    restoreBackup: () =>
+      serially(async () => {
+        const file = (await readSnapshot(path)).file;
+        const backup = await readSnapshot(backupPath);
+        if (backup.bytes !== undefined) {
+          await writeAtomically(file, backup.bytes, backup.mode, backup.owner);
+          log?.notice("daemon-json-restored", "restored daemon.json from its backup", { path, backup: backupPath });
+          return;
+        }
+        if (await exists(absentMarkerPath)) {
+          await removeDurably(file);
+          log?.notice("daemon-json-restored", "removed daemon.json: there was none before the agent's change", { path });
+          return;
+        }
+        throw new DaemonJsonError(
+          path,
+          `no backup of ${path} to restore (neither ${backupPath} nor ${absentMarkerPath} exists)`,
+          `check ${path} by hand`,
+        );
+      }),
+  };
+}
+
+/** Reads a file with its mode and owner; a missing file has no bytes. Symlinks are followed to the real file. */
+async function readSnapshot(path: string): Promise<Snapshot> {
+  let file = path;
+  try {
+    file = await realpath(path);
+  } catch (error) {
+    if (errno(error) !== "ENOENT") throw ioError(path, "resolve", error);
+  }
+  try {
+    const [bytes, info] = await Promise.all([readFile(file), stat(file)]);
+    if (!info.isFile()) throw new DaemonJsonError(path, `${path} is not a regular file`, `replace ${path} with a file`);
+    return { file, bytes, mode: info.mode & 0o7777, owner: { uid: info.uid, gid: info.gid } };
+  } catch (error) {
+    if (error instanceof DaemonJsonError) throw error;
+    if (errno(error) === "ENOENT") return { file, bytes: undefined, mode: NEW_FILE_MODE, owner: undefined };
+    throw ioError(path, "read", error);
+  }
+}
+
+/** Temp file in the same folder, fsync, rename over `path`, fsync of the folder. */
+async function writeAtomically(
+  path: string,
+  data: string | Buffer,
+  mode: number,
+  owner?: { uid: number; gid: number },
+): Promise<void> {
+  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);
+  try {
+    const handle = await open(temp, "wx", mode);
+    try {
+      await handle.writeFile(data);
+      await handle.chmod(mode); // the umask trimmed the mode given to open()
+      if (owner && process.getuid?.() === 0) await handle.chown(owner.uid, owner.gid);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(temp, path);
+  } catch (error) {
+    await rm(temp, { force: true });
+    throw ioError(path, "write", error);
+  }
+  await syncFolder(dirname(path));
+}
+
+async function removeDurably(path: string): Promise<void> {
+  try {
+    await rm(path, { force: true });
+  } catch (error) {
+    throw ioError(path, "remove", error);
+  }
+  await syncFolder(dirname(path));
+}
+
+async function syncFolder(folder: string): Promise<void> {
+  try {
+    const handle = await open(folder, "r");
+    try {
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+  } catch (error) {
+    throw ioError(folder, "fsync", error);
+  }
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await lstat(path);
+    return true;
+  } catch (error) {
+    if (errno(error) === "ENOENT") return false;
+    throw ioError(path, "stat", error);
+  }
+}
+
+function errno(error: unknown): string | undefined {
+  return (error as NodeJS.ErrnoException | undefined)?.code;
+}
+
+function ioError(path: string, action: string, cause: unknown): DaemonJsonError {
+  return new DaemonJsonError(
+    path,
+    `could not ${action} ${path}: ${describeError(cause)}`,
+    "check that the agent runs as root and that the filesystem holding it is writable and not full",
+    { cause },
+  );
+}

@@ -1,0 +1,43 @@
+/**
+ * The host's block devices and filesystems as the agent sees them (the `HostStorage` port): built
+ * once in the CLI with the host's paths (`/dev/disk/by-id`, `/sys`), or a lab host's folders.
+ */
+import type { HostStorage } from "../agent/ports.ts";
+import type { Logger } from "../log.ts";
+import { findVolumeDevice, waitForVolumeDevice } from "./device.ts";
+import { formatDevice, growFilesystem, probeDevice } from "./filesystem.ts";
+import { findMountPoint, mountDevice, unmountPath } from "./mount.ts";
+
+export { DeviceTimeoutError } from "./device.ts";
+export { DeviceIdentityError, DevicePathError, InvalidVolumeIdError } from "./serial.ts";
+export { FormatRefusedError, ProbeError } from "./filesystem.ts";
+export { MountConflictError } from "./mount.ts";
+
+/** Where this host's devices show up. */
+export interface HostStorageOptions {
+  /** udev's by-id links (default `/dev/disk/by-id`). */
+  byIdDir?: string;
+  /** sysfs (default `/sys`): serials are read from `<sysfsRoot>/class/block/<dev>/device/serial`. */
+  sysfsRoot?: string;
+  log?: Logger;
+}
+
+/** The real HostStorage: udev links, sysfs serials, blkid / wipefs, mkfs.xfs, mount, xfs_growfs. */
+export function createHostStorage(options: HostStorageOptions = {}): HostStorage {
+  const where = {
+    byIdDir: options.byIdDir ?? "/dev/disk/by-id",
+    sysfsRoot: options.sysfsRoot ?? "/sys",
+    ...(options.log ? { log: options.log } : {}),
+  };
+  const { log } = options;
+  return {
+    waitForDevice: (volumeId, timeoutMs) => waitForVolumeDevice(volumeId, timeoutMs, where),
+    findDevice: (volumeId) => findVolumeDevice(volumeId, where),
+    probe: (device) => probeDevice(device, { log }),
+    format: (device, label) => formatDevice(device, label, { log }),
+    mountPointOf: (device) => findMountPoint(device),
+    mount: (device, mountPoint) => mountDevice(device, mountPoint, { log }),
+    unmount: (mountPoint) => unmountPath(mountPoint, { log }),
+    grow: (mountPoint) => growFilesystem(mountPoint, { log }),
+  };
+}

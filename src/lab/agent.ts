@@ -1,0 +1,81 @@
+/**
+ * Running the agent on a lab host: the same wiring as on EC2 (src/agent/wiring.ts), pointed at
+ * the host's folders, its IMDS, the lab's EC2 emulator and the host's private dockerd.
+ */
+import { mkdir, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import { runBoot, type BootOutcome } from "../agent/boot-command.ts";
+import { wireBoot } from "../agent/wiring.ts";
+import { createMetadataService } from "../aws/imds.ts";
+import { validateConfig, type AgentConfig } from "../config/index.ts";
+import { AgentError } from "../errors.ts";
+import type { Logger } from "../log.ts";
+import type { Lab, LabHost } from "./lab.ts";
+
+/** Config keys a test or the demo may set on top of the lab's (a raw config.json object). */
+export type ConfigOverrides = Record<string, unknown>;
+
+/** The config.json a lab host's agent runs with: the host's paths and the lab's endpoints. */
+export function labConfigJson(lab: Lab, host: LabHost, overrides: ConfigOverrides = {}): Record<string, unknown> {
+  const base: Record<string, unknown> = {
+    region: lab.region,
+    ec2Endpoint: lab.ec2.endpoint,
+    imdsEndpoint: host.imds.endpoint,
+    timeouts: { imdsSeconds: 30, attachSeconds: 60, deviceSeconds: 30, dockerSeconds: 120 },
+    paths: {
+      byIdDir: host.paths.byIdDir,
+      sysfsRoot: host.paths.sysfsRoot,
+      mountRoot: host.paths.mountRoot,
+      daemonJson: host.paths.daemonJson,
+      dockerHost: host.dockerHost,
+      stateDir: join(host.paths.hostRoot, "var/lib/ebs-cache-agent"),
+    },
+  };
+  return deepMerge(base, overrides);
+}
+
+function deepMerge(a: Record<string, unknown>, b: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...a };
+  for (const [key, value] of Object.entries(b)) {
+    const prev = out[key];
+    out[key] =
+      value && typeof value === "object" && !Array.isArray(value) && prev && typeof prev === "object" && !Array.isArray(prev)
+        ? deepMerge(prev as Record<string, unknown>, value as Record<string, unknown>)
+        : value;
+  }
+  return out;
+}
+
+/** Validates the lab config; a problem here is a bug in the caller. */
+export function labConfig(lab: Lab, host: LabHost, overrides: ConfigOverrides = {}): AgentConfig {
+  const { config, problems } = validateConfig(labConfigJson(lab, host, overrides));
+  if (problems.length > 0) throw new AgentError(`lab config: ${problems.join("; ")}`, "fix the overrides");
+  return config;
+}
+
+/** Writes the host's /etc/ebs-cache-agent/config.json (for running the CLI as a process) and returns its path. */
+export async function writeLabConfig(lab: Lab, host: LabHost, overrides: ConfigOverrides = {}): Promise<string> {
+  const path = join(host.paths.hostRoot, "etc/ebs-cache-agent/config.json");
+  await mkdir(dirname(path), { recursive: true });
+  await writeFile(path, JSON.stringify(labConfigJson(lab, host, overrides), null, 2) + "\n");
+  return path;
+}
+
+/** Boots the agent in this process on a lab host, with the host's dockerd as docker.service. */
+export async function bootLabHost(
+  lab: Lab,
+  host: LabHost,
+  options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger },
+): Promise<BootOutcome> {
+  const config = labConfig(lab, host, options.overrides);
+  const deps = wireBoot({
+    config,
+    ec2Client: lab.ec2Client(),
+    metadata: createMetadataService({ endpoint: host.imds.endpoint }),
+    docker: config.docker.control === "none" ? undefined : host.dockerService(),
+    defaultDataRoot: host.paths.defaultDataRoot,
+    log: options.log,
+    pollMs: 100,
+  });
+  return runBoot(deps, { dryRun: options.dryRun ?? false });
+}

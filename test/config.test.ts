@@ -1,0 +1,389 @@
+import { join } from "node:path";
+import t from "tap";
+import { ConfigError } from "../src/errors.ts";
+import {
+  CONFIG_KEYS,
+  applyEnvOverrides,
+  applyInstanceTags,
+  defaultConfig,
+  loadConfig,
+  parseConfigText,
+  readConfigFile,
+  validateConfig,
+  type AgentConfig,
+} from "../src/config/index.ts";
+
+const DEFAULTS = {
+  enabled: true,
+  pool: "default",
+  imageSet: null,
+  region: null,
+  ec2Endpoint: null,
+  imdsEndpoint: null,
+  device: "/dev/sdf",
+  volumeType: "gp3",
+  createFromSnapshot: true,
+  initializationRateMiBps: null,
+  timeouts: { imdsSeconds: 60, attachSeconds: 120, deviceSeconds: 60, dockerSeconds: 120 },
+  paths: {
+    byIdDir: "/dev/disk/by-id",
+    sysfsRoot: "/sys",
+    mountRoot: "/var/lib/ebs-cache",
+    daemonJson: "/etc/docker/daemon.json",
+    dockerHost: "unix:///var/run/docker.sock",
+    stateDir: "/var/lib/ebs-cache-agent",
+  },
+  docker: { control: "systemd", unit: "docker.service", expectedImages: [] },
+  labels: { prefix: "io.simcore.ebs-cache", mode: "auto" },
+  ttlHours: 24,
+  workspace: { labelsTag: "io.simcore.autoscaling.ec2_instance.docker_node_labels", create: "snapshot", sizeGiB: 20 },
+  logLevel: "info",
+};
+
+/** Every key set to something other than its default. */
+const FULL = {
+  enabled: false,
+  pool: "gpu-2024.1",
+  imageSet: "sim4life-3.2",
+  region: "eu-central-1",
+  ec2Endpoint: "http://127.0.0.1:4566",
+  imdsEndpoint: "http://127.0.0.1:1338/",
+  device: "/dev/xvdg",
+  volumeType: "io2",
+  createFromSnapshot: false,
+  initializationRateMiBps: 300,
+  timeouts: { imdsSeconds: 5, attachSeconds: 30.5, deviceSeconds: 3600, dockerSeconds: 1 },
+  paths: {
+    byIdDir: "/tmp/lab/dev/disk/by-id",
+    sysfsRoot: "/tmp/lab/sys",
+    mountRoot: "/tmp/lab/mnt",
+    daemonJson: "/tmp/lab/etc/docker/daemon.json",
+    dockerHost: "unix:///tmp/lab/docker.sock",
+    stateDir: "/tmp/lab/state/",
+  },
+  docker: { control: "none", unit: "docker-lab.service", expectedImages: ["nginx:1.25", "registry.example.com:5000/team/app@sha256:" + "ab".repeat(32)] },
+  labels: { prefix: "io.example.cache", mode: "engine" },
+  ttlHours: 8760,
+  workspace: { labelsTag: "my.labels", create: "never", sizeGiB: 100 },
+  logLevel: "debug",
+};
+
+t.test("defaults: no file, an empty object and defaultConfig() agree", async (t) => {
+  t.same(defaultConfig(), DEFAULTS);
+  t.same(validateConfig(undefined), { config: DEFAULTS, problems: [], warnings: [] });
+  t.same(validateConfig({}), { config: DEFAULTS, problems: [], warnings: [] });
+  const a = defaultConfig();
+  (a.docker.expectedImages as string[]).push("x");
+  t.same(defaultConfig().docker.expectedImages, [], "defaults are fresh copies");
+});
+
+t.test("a full valid file is taken as written", async (t) => {
+  const result = validateConfig(FULL);
+  t.same(result.problems, []);
+  t.same(result.config, FULL);
+  t.same(validateConfig({ timeouts: { deviceSeconds: 5 } }).config.timeouts, { ...DEFAULTS.timeouts, deviceSeconds: 5 }, "a partial group keeps the other defaults");
+});
+
+t.test("every problem of a file is reported at once, each naming its JSON path", async (t) => {
+  const { problems, config } = validateConfig({
+    enabled: "yes",
+    pool: "a;b",
+    region: "moon",
+    ec2Endpoint: "ftp://x",
+    device: "/dev/sda",
+    volumeType: "gp4",
+    initializationRateMiBps: 99,
+    timeouts: { deviceSeconds: "x", attachSeconds: 0 },
+    paths: { mountRoot: "relative/dir", daemonJson: "/etc/../etc/docker/daemon.json", dockerHost: "tcp://1.2.3.4:2375" },
+    docker: { control: "systemctl", unit: "docker; reboot", expectedImages: ["nginx", "$(reboot)", 3] },
+    labels: { prefix: "Bad_Prefix", mode: "swarm" },
+    ttlHours: 0,
+    workspace: [],
+    logLevel: "verbose",
+  });
+  t.same(problems.sort(), [
+    'device: must be a device name matching ^/dev/(sd[f-p]|xvd[f-p])$, got "/dev/sda"',
+    'docker.control: must be one of "systemd", "none", got "systemctl"',
+    'docker.expectedImages[1]: image reference "$(reboot)" contains the shell metacharacter "$"',
+    "docker.expectedImages[2]: must be a string, got 3",
+    'docker.unit: must be a systemd service name such as docker.service, got "docker; reboot"',
+    'ec2Endpoint: must be an http:// or https:// URL, got "ftp://x"',
+    'enabled: must be a boolean (true or false), got "yes"',
+    "initializationRateMiBps: must be an integer between 100 and 300, or null, got 99",
+    'labels.mode: must be one of "auto", "node", "engine", "off", got "swarm"',
+    'labels.prefix: must be a label prefix matching ^[a-z0-9]+([.-][a-z0-9]+)*$, got "Bad_Prefix"',
+    'logLevel: must be one of "error", "warning", "notice", "info", "debug", got "verbose"',
+    'paths.daemonJson: "/etc/../etc/docker/daemon.json" has a ".." segment; write the path without it',
+    'paths.dockerHost: must be unix:// followed by an absolute socket path, got "tcp://1.2.3.4:2375"',
+    'paths.mountRoot: must be an absolute path without \'..\' segments, got "relative/dir"',
+    'pool: pool name "a;b" contains the shell metacharacter ";"',
+    'region: must be an AWS region name such as us-east-1, got "moon"',
+    "timeouts.attachSeconds: must be a number between 1 and 3600, got 0",
+    'timeouts.deviceSeconds: must be a number between 1 and 3600, got "x"',
+    "ttlHours: must be a number between 1 and 8760, got 0",
+    'volumeType: must be one of "gp2", "gp3", "io1", "io2", "st1", "sc1", "standard", got "gp4"',
+    "workspace: must be a JSON object, got an array",
+  ]);
+  t.same(config, DEFAULTS, "invalid values fall back to their defaults in the returned config");
+});
+
+t.test("wrong shapes", async (t) => {
+  t.same(validateConfig([]).problems, ["the configuration: must be a JSON object, got an array"]);
+  t.same(validateConfig("x").problems, ['the configuration: must be a JSON object, got "x"']);
+  t.same(validateConfig({ timeouts: null }).problems, ["timeouts: must be a JSON object, got null"]);
+  t.same(validateConfig({ pool: null }).problems, ["pool: must be a pool name (letters, digits, '.', '_', '-', starting with a letter or digit, at most 63 characters), got null"]);
+  t.same(validateConfig({ region: null, imageSet: null }).problems, [], "null is allowed where the key is nullable");
+  t.same(validateConfig({ docker: { expectedImages: "nginx" } }).problems, [
+    "docker.expectedImages: must be a list of strings, each a Docker image reference (registry[:port]/path:tag or @sha256:…), got \"nginx\"",
+  ]);
+  t.same(validateConfig({ workspace: { sizeGiB: 1.5 } }).problems, ["workspace.sizeGiB: must be an integer between 1 and 16384, got 1.5"]);
+});
+
+t.test("unknown keys are errors, with a suggestion when one is close", async (t) => {
+  t.same(validateConfig({ pools: "x" }).problems, ['pools: unknown key (did you mean "pool"?)']);
+  t.same(validateConfig({ timeouts: { deviceSecond: 5 } }).problems, ['timeouts.deviceSecond: unknown key (did you mean "timeouts.deviceSeconds"?)']);
+  t.same(validateConfig({ ttl_hours: 5 }).problems, ['ttl_hours: unknown key (did you mean "ttlHours"?)']);
+  t.same(validateConfig({ LOGLEVEL: "info" }).problems, ['LOGLEVEL: unknown key (did you mean "logLevel"?)']);
+  t.same(validateConfig({ deviceSeconds: 5 }).problems, ['deviceSeconds: unknown key (did you mean "timeouts.deviceSeconds"?)'], "a key at the wrong level");
+  t.same(validateConfig({ docker: { expected_images: [] } }).problems, ['docker.expected_images: unknown key (did you mean "docker.expectedImages"?)']);
+  t.same(validateConfig({ timeouts: { zzz: 1 } }).problems, [
+    "timeouts.zzz: unknown key (keys of timeouts: imdsSeconds, attachSeconds, deviceSeconds, dockerSeconds)",
+  ]);
+  t.match(validateConfig({ __proto__x: 1 }).problems[0], /^__proto__x: unknown key \(top-level keys: enabled, pool, /);
+  t.same(validateConfig(JSON.parse('{"__proto__": {"enabled": false}}')).problems.length, 1, "__proto__ is just an unknown key");
+  const both = validateConfig({ pools: 1, pool: "a b" }).problems;
+  t.equal(both.length, 2, "unknown keys and bad values together");
+});
+
+t.test("values must also make sense together (warnings)", async (t) => {
+  const { problems, warnings } = validateConfig({ initializationRateMiBps: 200, createFromSnapshot: false, workspace: { create: "blank" } });
+  t.same(problems, []);
+  t.match(warnings, [/initializationRateMiBps is set but no volume is ever created from a snapshot/]);
+});
+
+t.test("parseConfigText: not JSON is one problem with its position", async (t) => {
+  const cases: [string, string][] = [
+    ['{\n  "pool": "a",\n  x: 1\n}', "line 3, column 3: expected a double-quoted property name, found \"x\""],
+    ['{"pool": "a"', 'line 1, column 13: expected "," or "}", found the end of the file'],
+    ['{"enabled": yes}', 'line 1, column 13: unexpected word "yes" (strings need double quotes; the literals are true, false and null)'],
+    ['{"a": [1, 2,]}', 'line 1, column 13: trailing comma before "]"'],
+    ['{"a": 1,}', 'line 1, column 9: trailing comma before "}"'],
+    ['{"a": "x\ny"}', "line 1, column 9: control character (such as a newline) inside a string"],
+    ['{"a": 1} {"b": 2}', 'line 1, column 10: unexpected "{" after the end of the JSON value'],
+    ['{"a": 01}', 'line 1, column 8: expected "," or "}", found "1"'],
+    ["// comment\n{}", 'line 1, column 1: expected a value, found "/"'],
+  ];
+  for (const [text, where] of cases) {
+    t.same(parseConfigText(text, "/etc/c.json"), { ok: false, problem: `/etc/c.json is not valid JSON: ${where}` }, JSON.stringify(text));
+  }
+  t.same(parseConfigText('\uFEFF{"pool": "x"}', "/c"), { ok: true, raw: { pool: "x" }, warnings: [] }, "a BOM is fine");
+  const empty = parseConfigText(" \n", "/c");
+  t.ok(empty.ok && empty.raw === undefined && empty.warnings.length === 1, "an empty file means defaults, with a warning");
+});
+
+t.test("loadConfig and readConfigFile", async (t) => {
+  const dir = t.testdir({
+    "good.json": JSON.stringify({ pool: "gpu", timeouts: { deviceSeconds: 10 } }),
+    "bad.json": JSON.stringify({ pool: "a;b", timeouts: { deviceSeconds: "x" }, poool: 1 }),
+    "broken.json": '{\n  "pool": "gpu",\n}\n',
+    "empty.json": "",
+    folder: {},
+  });
+  const at = (name: string) => join(dir, name);
+
+  t.equal(await readConfigFile(at("missing.json")), undefined, "missing: undefined");
+  t.equal(await readConfigFile(at("good.json")), JSON.stringify({ pool: "gpu", timeouts: { deviceSeconds: 10 } }));
+  await t.rejects(readConfigFile(at("folder")), ConfigError, "unreadable: ConfigError");
+
+  const missing = await loadConfig({ path: at("missing.json"), env: {} });
+  t.same(missing, { config: DEFAULTS, warnings: [], path: at("missing.json"), fileFound: false }, "a missing file means all defaults");
+
+  const good = await loadConfig({ path: at("good.json"), env: {} });
+  t.equal(good.config.pool, "gpu");
+  t.equal(good.config.timeouts.deviceSeconds, 10);
+  t.equal(good.fileFound, true);
+
+  const viaEnv = await loadConfig({ env: { EBS_CACHE_AGENT_CONFIG: at("good.json") } });
+  t.equal(viaEnv.path, at("good.json"), "the path may come from EBS_CACHE_AGENT_CONFIG");
+  t.equal(viaEnv.config.pool, "gpu");
+
+  const empty = await loadConfig({ path: at("empty.json"), env: {} });
+  t.same(empty.config, DEFAULTS);
+  t.match(empty.warnings, [/is empty; using the defaults/]);
+
+  const bad = await loadConfig({ path: at("bad.json"), env: { EBS_CACHE_AGENT_TTL_HOURS: "forever" } }).catch((e: unknown) => e);
+  t.type(bad, ConfigError);
+  const problems = (bad as ConfigError).problems;
+  t.same(problems, [
+    'poool: unknown key (did you mean "pool"?)',
+    'pool: pool name "a;b" contains the shell metacharacter ";"',
+    'timeouts.deviceSeconds: must be a number between 1 and 3600, got "x"',
+    'EBS_CACHE_AGENT_TTL_HOURS (ttlHours): must be a number between 1 and 8760, got "forever"',
+  ], "file and environment problems come together");
+  t.match((bad as ConfigError).remediation, at("bad.json"), "the remediation names the file");
+  t.equal((bad as ConfigError).exitCode, 3);
+
+  const broken = await loadConfig({ path: at("broken.json"), env: {} }).catch((e: unknown) => e);
+  t.same((broken as ConfigError).problems, [`${at("broken.json")} is not valid JSON: line 3, column 1: trailing comma before "}"`]);
+});
+
+t.test("environment overrides", async (t) => {
+  const base = defaultConfig();
+  const { config, problems, warnings } = applyEnvOverrides(base, {
+    EBS_CACHE_AGENT_ENABLED: "false",
+    EBS_CACHE_AGENT_POOL: " gpu ",
+    EBS_CACHE_AGENT_REGION: "us-west-2",
+    EBS_CACHE_AGENT_EC2_ENDPOINT: "http://127.0.0.1:4566",
+    EBS_CACHE_AGENT_INITIALIZATION_RATE_MIBPS: "150",
+    EBS_CACHE_AGENT_TIMEOUTS__DEVICE_SECONDS: "5",
+    EBS_CACHE_AGENT_PATHS__BY_ID_DIR: "/lab/by-id",
+    EBS_CACHE_AGENT_DOCKER__CONTROL: "none",
+    EBS_CACHE_AGENT_DOCKER__EXPECTED_IMAGES: "nginx:1, redis ,,",
+    EBS_CACHE_AGENT_WORKSPACE__SIZE_GIB: "50",
+    EBS_CACHE_AGENT_LOG_LEVEL: "debug",
+    EBS_CACHE_AGENT_CONFIG: "/somewhere.json",
+    PATH: "/usr/bin",
+  });
+  t.same(problems, []);
+  t.same(warnings, []);
+  t.same(config, {
+    ...DEFAULTS,
+    enabled: false,
+    pool: "gpu",
+    region: "us-west-2",
+    ec2Endpoint: "http://127.0.0.1:4566",
+    initializationRateMiBps: 150,
+    timeouts: { ...DEFAULTS.timeouts, deviceSeconds: 5 },
+    paths: { ...DEFAULTS.paths, byIdDir: "/lab/by-id" },
+    docker: { ...DEFAULTS.docker, control: "none", expectedImages: ["nginx:1", "redis"] },
+    workspace: { ...DEFAULTS.workspace, sizeGiB: 50 },
+    logLevel: "debug",
+  });
+  t.same(base, DEFAULTS, "the input config is not changed");
+
+  const nulls = applyEnvOverrides({ ...base, region: "eu-west-1", imageSet: "x" }, { EBS_CACHE_AGENT_REGION: "", EBS_CACHE_AGENT_IMAGE_SET: "null" });
+  t.same([nulls.config.region, nulls.config.imageSet], [null, null], "empty or null clears a nullable key");
+  t.same(applyEnvOverrides(base, { EBS_CACHE_AGENT_DOCKER__EXPECTED_IMAGES: "" }).config.docker.expectedImages, []);
+  t.equal(applyEnvOverrides(base, { EBS_CACHE_AGENT_ENABLED: "0" }).config.enabled, false);
+
+  const bad = applyEnvOverrides(base, {
+    EBS_CACHE_AGENT_TIMEOUTS__DEVICE_SECONDS: "x",
+    EBS_CACHE_AGENT_ENABLED: "maybe",
+    EBS_CACHE_AGENT_POOL: "",
+    EBS_CACHE_AGENT_VOLUME_TYPE: "gp9",
+    EBS_CACHE_AGENT_DOCKER__EXPECTED_IMAGES: "nginx,$(reboot)",
+    EBS_CACHE_AGENT_TIMEOUT__DEVICE_SECONDS: "5",
+    EBS_CACHE_AGENT_ZZZ: "1",
+  });
+  t.same(bad.problems, [
+    'EBS_CACHE_AGENT_ENABLED (enabled): must be a boolean (true or false), got "maybe"',
+    "EBS_CACHE_AGENT_POOL (pool): pool name is empty",
+    'EBS_CACHE_AGENT_VOLUME_TYPE (volumeType): must be one of "gp2", "gp3", "io1", "io2", "st1", "sc1", "standard", got "gp9"',
+    'EBS_CACHE_AGENT_TIMEOUTS__DEVICE_SECONDS (timeouts.deviceSeconds): must be a number between 1 and 3600, got "x"',
+    'EBS_CACHE_AGENT_DOCKER__EXPECTED_IMAGES (docker.expectedImages) item 2: image reference "$(reboot)" contains the shell metacharacter "$"',
+  ]);
+  t.same(bad.warnings, [
+    "environment variable EBS_CACHE_AGENT_TIMEOUT__DEVICE_SECONDS matches no setting and is ignored (did you mean EBS_CACHE_AGENT_TIMEOUTS__DEVICE_SECONDS?)",
+    "environment variable EBS_CACHE_AGENT_ZZZ matches no setting and is ignored",
+  ]);
+  t.same(bad.config, DEFAULTS, "bad values change nothing");
+});
+
+t.test("precedence: defaults < file < environment < instance tags", async (t) => {
+  const dir = t.testdir({ "c.json": JSON.stringify({ pool: "file", ttlHours: 2, logLevel: "debug" }) });
+  const { config } = await loadConfig({ path: join(dir, "c.json"), env: { EBS_CACHE_AGENT_POOL: "env", EBS_CACHE_AGENT_TTL_HOURS: "3" } });
+  t.same([config.pool, config.ttlHours, config.logLevel, config.device], ["env", 3, "debug", "/dev/sdf"]);
+  const tagged = applyInstanceTags(config, { "ebs-cache:pool": "tag" });
+  t.same([tagged.config.pool, tagged.config.ttlHours], ["tag", 3]);
+});
+
+t.test("instance-tag overrides", async (t) => {
+  const base: AgentConfig = defaultConfig();
+  const none = applyInstanceTags(base, { Name: "worker-1", "aws:autoscaling:groupName": "g" });
+  t.same(none, { config: { ...DEFAULTS, keep: false }, problems: [], warnings: [], applied: [] }, "no tags: config unchanged, keep false");
+
+  const all = applyInstanceTags(base, {
+    "ebs-cache:enabled": "false",
+    "ebs-cache:pool": "gpu",
+    "ebs-cache:keep": "TRUE",
+    "ebs-cache:ttl-hours": "48",
+    "ebs-cache:claimed-by": "i-1",
+  });
+  t.same(all.problems, []);
+  t.same(all.config, { ...DEFAULTS, enabled: false, pool: "gpu", keep: true, ttlHours: 48 });
+  t.same(all.applied, [
+    "enabled = false (instance tag ebs-cache:enabled)",
+    "keep = true (instance tag ebs-cache:keep)",
+    'pool = "gpu" (instance tag ebs-cache:pool)',
+    "ttlHours = 48 (instance tag ebs-cache:ttl-hours)",
+  ]);
+  t.same(all.warnings, [
+    'instance tag "ebs-cache:claimed-by" is not one of the tags that override settings (ebs-cache:enabled, ebs-cache:pool, ebs-cache:keep, ebs-cache:ttl-hours) and is ignored',
+  ]);
+
+  const bad = applyInstanceTags(base, {
+    "ebs-cache:enabled": "yes",
+    "ebs-cache:keep": "",
+    "ebs-cache:pool": "$(reboot)",
+    "ebs-cache:ttl-hours": "0",
+  });
+  t.same(bad.problems, [
+    'instance tag ebs-cache:enabled: must be true or false, got "yes"',
+    'instance tag ebs-cache:keep: must be true or false, got ""',
+    'instance tag ebs-cache:pool: pool name "$(reboot)" contains the shell metacharacter "$"',
+    "instance tag ebs-cache:ttl-hours: must be a number between 1 and 8760, got 0",
+  ]);
+  t.same(bad.config, { ...DEFAULTS, keep: false }, "malformed tags are not applied");
+  t.same(bad.applied, []);
+
+  const more = (tags: Record<string, string>) => applyInstanceTags(base, tags).problems;
+  t.match(more({ "ebs-cache:pool": "../etc" }), [/"\.\."/]);
+  t.match(more({ "ebs-cache:pool": "-rf" }), [/starts with "-"/]);
+  t.match(more({ "ebs-cache:pool": "a".repeat(300) }), [/300 characters long/]);
+  t.match(more({ "ebs-cache:pool": "gpu\n" }), [/whitespace \(U\+000A\)/]);
+  t.match(more({ "ebs-cache:ttl-hours": "1d" }), [/got "1d"/]);
+  t.match(more({ "ebs-cache:ttl-hours": "NaN" }), [/got "NaN"/]);
+  t.match(more({ "ebs-cache:ttl-hours": "9000" }), [/got 9000/]);
+  const odd = applyInstanceTags(base, { "ebs-cache:\u202eevil": "1" });
+  t.notMatch(odd.warnings[0] ?? "", /\u202e/, "tag keys are escaped in warnings");
+});
+
+t.test("schema: every key has a unique env var, a description, and valid defaults", async (t) => {
+  const names = CONFIG_KEYS.map((key) => key.envVar);
+  t.equal(new Set(names).size, names.length, "unique");
+  t.notOk(names.includes("EBS_CACHE_AGENT_CONFIG"), "no clash with the config-path variable");
+  for (const key of CONFIG_KEYS) t.ok(key.field.description.length > 10, `${key.path} is described`);
+  t.same(validateConfig(defaultConfig()).problems, [], "the defaults validate");
+  t.same(names, [
+    "EBS_CACHE_AGENT_ENABLED",
+    "EBS_CACHE_AGENT_POOL",
+    "EBS_CACHE_AGENT_IMAGE_SET",
+    "EBS_CACHE_AGENT_REGION",
+    "EBS_CACHE_AGENT_EC2_ENDPOINT",
+    "EBS_CACHE_AGENT_IMDS_ENDPOINT",
+    "EBS_CACHE_AGENT_DEVICE",
+    "EBS_CACHE_AGENT_VOLUME_TYPE",
+    "EBS_CACHE_AGENT_CREATE_FROM_SNAPSHOT",
+    "EBS_CACHE_AGENT_INITIALIZATION_RATE_MIBPS",
+    "EBS_CACHE_AGENT_TIMEOUTS__IMDS_SECONDS",
+    "EBS_CACHE_AGENT_TIMEOUTS__ATTACH_SECONDS",
+    "EBS_CACHE_AGENT_TIMEOUTS__DEVICE_SECONDS",
+    "EBS_CACHE_AGENT_TIMEOUTS__DOCKER_SECONDS",
+    "EBS_CACHE_AGENT_PATHS__BY_ID_DIR",
+    "EBS_CACHE_AGENT_PATHS__SYSFS_ROOT",
+    "EBS_CACHE_AGENT_PATHS__MOUNT_ROOT",
+    "EBS_CACHE_AGENT_PATHS__DAEMON_JSON",
+    "EBS_CACHE_AGENT_PATHS__DOCKER_HOST",
+    "EBS_CACHE_AGENT_PATHS__STATE_DIR",
+    "EBS_CACHE_AGENT_DOCKER__CONTROL",
+    "EBS_CACHE_AGENT_DOCKER__UNIT",
+    "EBS_CACHE_AGENT_DOCKER__EXPECTED_IMAGES",
+    "EBS_CACHE_AGENT_LABELS__PREFIX",
+    "EBS_CACHE_AGENT_LABELS__MODE",
+    "EBS_CACHE_AGENT_TTL_HOURS",
+    "EBS_CACHE_AGENT_WORKSPACE__LABELS_TAG",
+    "EBS_CACHE_AGENT_WORKSPACE__CREATE",
+    "EBS_CACHE_AGENT_WORKSPACE__SIZE_GIB",
+    "EBS_CACHE_AGENT_LOG_LEVEL",
+  ]);
+});

@@ -1,0 +1,261 @@
+// Probing, formatting, mounting and growing against real loop devices from the lab's backend,
+// plus the parsers replayed on recorded tool output.
+import t from "tap";
+import { randomBytes } from "node:crypto";
+import { mkdir, open, readFile, truncate, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { run } from "../src/exec.ts";
+import { contentsFromBlkid, parseBlkidExport, parseWipefsJson } from "../src/host/filesystem.ts";
+import { parseMountInfo } from "../src/host/mount.ts";
+import { FormatRefusedError, MountConflictError, ProbeError, createHostStorage } from "../src/host/storage.ts";
+import { FS_LABEL } from "../src/layout.ts";
+import { createHostRoot, volumeImagePath } from "../src/lab/labdir.ts";
+import { openLabRoot } from "../src/lab/labroot.ts";
+import { createLoopVolumeBackend } from "../src/lab/loopdev.ts";
+import type { LabInstance } from "../src/lab/types.ts";
+import { createMemoryLogger } from "../src/log.ts";
+import { assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
+
+await assertLabPrerequisites();
+
+const log = createMemoryLogger();
+const lab = await openLabRoot({ name: "test-host-fs", log });
+t.teardown(() => lab.close());
+const backend = createLoopVolumeBackend({ root: lab.root, deviceDelayMs: 0, log });
+t.teardown(() => backend.close());
+const instanceId = "i-0hostfs1";
+const inst: LabInstance = {
+  instanceId,
+  region: "eu-west-3",
+  availabilityZone: "eu-west-3a",
+  tags: {},
+  metadataTags: true,
+  hostRoot: await createHostRoot(lab.root, instanceId),
+};
+const storage = createHostStorage({ log });
+
+type Teardown = { teardown(fn: () => unknown): void };
+
+function newId(prefix: "vol" | "snap"): string {
+  return `${prefix}-${randomBytes(9).toString("hex").slice(0, 17)}`;
+}
+
+/** A new volume attached as a loop device; detached at the end of the test. */
+async function volume(t: Teardown, sizeGiB = 1, fromSnapshot?: string): Promise<{ volumeId: string; device: string }> {
+  const volumeId = newId("vol");
+  await backend.createVolume(volumeId, sizeGiB, fromSnapshot);
+  await backend.attach(volumeId, inst);
+  t.teardown(() => backend.detach(volumeId, inst));
+  return { volumeId, device: await backend.deviceReady(volumeId) };
+}
+
+/** A mount point under the lab root, unmounted at the end of the test if still mounted. */
+function mountPoint(t: Teardown, name: string): string {
+  const path = join(lab.root, "mnt", `${name}-${randomBytes(3).toString("hex")}`);
+  t.teardown(() => storage.unmount(path));
+  return path;
+}
+
+async function dfBytes(path: string): Promise<number> {
+  const { stdout } = await run("df", ["-B1", "--output=size", path]);
+  return Number(stdout.trim().split("\n").at(-1));
+}
+
+/** A DOS (MBR) partition table with one Linux partition, as fdisk would write it. */
+async function writeDosPartitionTable(device: string): Promise<void> {
+  const mbr = Buffer.alloc(512);
+  mbr.writeUInt32LE(0x1234abcd, 440); // Disk signature (blkid's PTUUID).
+  mbr.writeUInt8(0x83, 446 + 4); // Partition 1: type Linux,
+  mbr.writeUInt32LE(2048, 446 + 8); // starting at sector 2048,
+  mbr.writeUInt32LE(204800, 446 + 12); // 100 MiB long.
+  mbr.writeUInt16LE(0xaa55, 510);
+  const handle = await open(device, "r+");
+  try {
+    await handle.write(mbr, 0, 512, 0);
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+t.test("parsers on recorded blkid, wipefs and mountinfo output", async (t) => {
+  const blkid = (text: string) => contentsFromBlkid(parseBlkidExport(text));
+  t.same(blkid("DEVNAME=/dev/nvme1n1\nLABEL=ebs\\ cache\nUUID=c7c4\nBLOCK_SIZE=512\nTYPE=xfs\nUSAGE=filesystem\n"), {
+    kind: "filesystem",
+    type: "xfs",
+    label: "ebs cache",
+    uuid: "c7c4",
+  });
+  t.same(blkid("DEVNAME=/dev/sdb\nUUID=Jp4Yj2-x\nVERSION=LVM2 001\nTYPE=LVM2_member\nUSAGE=raid\n"), { kind: "other", signature: "LVM2_member" });
+  t.same(blkid("DEVNAME=/dev/sdc\nUUID=9f1e\nLABEL=host:0\nUUID_SUB=77aa\nTYPE=linux_raid_member\nUSAGE=raid\n"), {
+    kind: "other",
+    signature: "linux_raid_member",
+  });
+  t.same(blkid("DEVNAME=/dev/sdd\nVERSION=2\nUUID=4c2e\nTYPE=crypto_LUKS\nUSAGE=crypto\n"), { kind: "other", signature: "crypto_LUKS" });
+  t.same(blkid("DEVNAME=/dev/sde\nUUID=11\nTYPE=swap\nUSAGE=other\n"), { kind: "other", signature: "swap" });
+  t.same(blkid("DEVNAME=/dev/sdf\nPTUUID=0b9e\nPTTYPE=gpt\n"), { kind: "other", signature: "gpt partition table" });
+  t.same(blkid("DEVNAME=/dev/sdg\nTYPE=ext4\n"), { kind: "filesystem", type: "ext4" }, "no USAGE: known filesystem types");
+  t.same(blkid("DEVNAME=/dev/sdh\nTYPE=zfs_member\n"), { kind: "other", signature: "zfs_member" }, "no USAGE: anything else is other");
+
+  t.same(parseWipefsJson(""), []);
+  t.same(parseWipefsJson('{\n   "signatures": [\n\n   ]\n}'), []);
+  t.same(
+    parseWipefsJson('{"signatures": [{"device":"loop0","offset":"0x1fe","type":"dos","uuid":null,"label":null}]}'),
+    ["dos"],
+  );
+  t.throws(() => parseWipefsJson("wipefs: garbage"));
+
+  const [entry] = parseMountInfo(
+    "36 25 7:3 / /var/lib/ebs\\040cache rw,noatime shared:1 - xfs /dev/loop3 rw,attr2,inode64\n" + "bad line\n",
+  );
+  t.same(entry, {
+    mountId: 36,
+    parentId: 25,
+    majorMinor: "7:3",
+    root: "/",
+    target: "/var/lib/ebs cache",
+    options: "rw,noatime",
+    fsType: "xfs",
+    source: "/dev/loop3",
+  });
+});
+
+t.test("probe tells blank, xfs, ext4, a partition table and unknown data apart", async (t) => {
+  const blank = await volume(t);
+  t.same(await storage.probe(blank.device), { kind: "blank" });
+
+  const xfs = await volume(t);
+  await run("mkfs.xfs", ["-q", "-L", "probe-xfs", xfs.device]);
+  t.match(await storage.probe(xfs.device), { kind: "filesystem", type: "xfs", label: "probe-xfs", uuid: /\S/ });
+
+  const ext4 = await volume(t);
+  await run("mkfs.ext4", ["-q", "-L", "probe-ext4", ext4.device]);
+  t.match(await storage.probe(ext4.device), { kind: "filesystem", type: "ext4", label: "probe-ext4" });
+
+  const partitioned = await volume(t);
+  await writeDosPartitionTable(partitioned.device);
+  t.same(await storage.probe(partitioned.device), { kind: "other", signature: "dos partition table" });
+
+  const junk = await volume(t);
+  const handle = await open(junk.device, "r+");
+  await handle.write(randomBytes(4096).fill(1, 0, 1), 0, 4096, 8192); // Not zeros, no known magic.
+  await handle.close();
+  t.match(await storage.probe(junk.device), { kind: "other", signature: /unrecognized data/ }, "data without a signature is not blank");
+});
+
+t.test("a probe that cannot read the device throws instead of saying blank", async (t) => {
+  // blkid -p answers exit 2 ("nothing found") for a device it cannot open: the probe must not.
+  t.type(await storage.probe("/dev/ebscachenosuchdevice").catch((e: unknown) => e), ProbeError);
+  t.type(await storage.probe("/dev/null").catch((e: unknown) => e), ProbeError, "a character device");
+  t.type(await storage.format("/dev/ebscachenosuchdevice", FS_LABEL).catch((e: unknown) => e), ProbeError, "format probes first");
+});
+
+t.test("format refuses a device with a signature and its data stays readable", async (t) => {
+  const { device } = await volume(t);
+  await run("mkfs.ext4", ["-q", "-L", "precious", device]);
+  const mp = mountPoint(t, "precious");
+  await storage.mount(device, mp);
+  await writeFile(join(mp, "data.txt"), "keep me");
+  await storage.unmount(mp);
+
+  const error = await storage.format(device, FS_LABEL).catch((e: unknown) => e);
+  t.type(error, FormatRefusedError);
+  t.match((error as Error).message, /not blank \(ext4 filesystem labelled "precious"\)/);
+  t.match(await storage.probe(device), { kind: "filesystem", type: "ext4", label: "precious" });
+  await storage.mount(device, mp);
+  t.equal(await readFile(join(mp, "data.txt"), "utf8"), "keep me", "the data is still there");
+  await storage.unmount(mp);
+
+  const partitioned = await volume(t);
+  await writeDosPartitionTable(partitioned.device);
+  t.type(await storage.format(partitioned.device, FS_LABEL).catch((e: unknown) => e), FormatRefusedError, "a partition table too");
+  t.same(await storage.probe(partitioned.device), { kind: "other", signature: "dos partition table" });
+});
+
+t.test("format makes XFS with ftype=1 and the label on a blank device", async (t) => {
+  const { device } = await volume(t);
+  await storage.format(device, FS_LABEL);
+  t.match(await storage.probe(device), { kind: "filesystem", type: "xfs", label: FS_LABEL });
+  const mp = mountPoint(t, "fresh");
+  await storage.mount(device, mp);
+  const info = (await run("xfs_info", [mp])).stdout;
+  t.match(info, /ftype=1/, "overlay2 needs ftype=1");
+  t.match(info, /crc=1/);
+  t.type(await storage.format(device, FS_LABEL).catch((e: unknown) => e), FormatRefusedError, "a second format is refused");
+  await t.rejects(storage.format(device, "label with spaces"), /invalid filesystem label/);
+});
+
+t.test("mount and unmount are idempotent and report the mount point", async (t) => {
+  const { device } = await volume(t);
+  await storage.format(device, FS_LABEL);
+  const mp = mountPoint(t, "idem");
+  t.equal(await storage.mountPointOf(device), undefined);
+  await storage.mount(device, mp);
+  await storage.mount(device, mp); // Already there: nothing to do.
+  t.equal(await storage.mountPointOf(device), mp);
+  t.match(await storage.probe(device), { kind: "filesystem", type: "xfs" }, "a mounted device can be probed");
+  const { stdout } = await run("findmnt", ["-n", "-o", "SOURCE,OPTIONS", mp]);
+  t.equal(stdout.split("\n").length, 1, "mounted once");
+  t.match(stdout, new RegExp(`^${device}\\s+\\S*noatime`));
+  await storage.unmount(mp);
+  await storage.unmount(mp); // Not mounted: nothing to do.
+  await storage.unmount(join(lab.root, "mnt", "never-made")); // Not even a folder.
+  t.equal(await storage.mountPointOf(device), undefined);
+  t.equal((await run("findmnt", [mp], { check: false })).exitCode, 1, "findmnt sees nothing at the mount point");
+  t.equal(await storage.mountPointOf("/dev/ebscachenosuchdevice"), undefined, "a device that is not there is mounted nowhere");
+});
+
+t.test("mount refuses a mount point where something else is mounted", async (t) => {
+  const { device } = await volume(t);
+  await storage.format(device, FS_LABEL);
+  const mp = mountPoint(t, "foreign");
+  await mkdir(mp, { recursive: true });
+  await run("mount", ["-t", "tmpfs", "-o", "size=1m", "foreign", mp]);
+  const error = await storage.mount(device, mp).catch((e: unknown) => e);
+  t.type(error, MountConflictError);
+  t.match((error as Error).message, /foreign \(tmpfs\) is mounted there/);
+  t.equal(await storage.mountPointOf(device), undefined, "the device was not mounted");
+  await storage.unmount(mp);
+
+  const other = await volume(t);
+  await storage.format(other.device, FS_LABEL);
+  await storage.mount(other.device, mp);
+  t.type(await storage.mount(device, mp).catch((e: unknown) => e), MountConflictError, "another volume's filesystem too");
+  t.equal(await storage.mountPointOf(other.device), mp);
+  await storage.unmount(mp);
+  await t.rejects(storage.mount(device, "relative/path"), /invalid mount point/);
+  await t.rejects(storage.mount(device, `${lab.root}/mnt/../../x`), /invalid mount point/, "no .. in a mount point");
+});
+
+t.test("grow: a volume made larger than its filesystem grows once", async (t) => {
+  const source = await volume(t);
+  await storage.format(source.device, FS_LABEL);
+  const mp = mountPoint(t, "grow");
+  await storage.mount(source.device, mp);
+  await writeFile(join(mp, "image-layer"), "layer");
+  t.equal(await storage.grow(mp), false, "a fresh filesystem fills its device");
+  await storage.unmount(mp);
+  const snapshotId = newId("snap");
+  await backend.createSnapshot(snapshotId, source.volumeId);
+  t.teardown(() => backend.deleteSnapshot(snapshotId));
+
+  // A volume restored from the snapshot into a larger size, as EC2 allows.
+  const bigger = await volume(t, 2, snapshotId);
+  await storage.mount(bigger.device, mp);
+  const before = await dfBytes(mp);
+  t.equal(await storage.grow(mp), true, "grown to the larger volume");
+  const after = await dfBytes(mp);
+  t.ok(after > before * 1.5, `df size went from ${before} to ${after}`);
+  t.equal(await storage.grow(mp), false, "a second grow has nothing to do");
+  t.equal(await dfBytes(mp), after);
+
+  // The volume grows while mounted (ModifyVolume): the device is resized in place.
+  await truncate(volumeImagePath(lab.root, bigger.volumeId), 3 * 1024 ** 3);
+  await run("losetup", ["-c", bigger.device]);
+  t.equal(await storage.grow(mp), true, "grown online to the resized device");
+  t.ok((await dfBytes(mp)) > after, "df size increased again");
+  t.equal(await storage.grow(mp), false);
+  t.equal(await readFile(join(mp, "image-layer"), "utf8"), "layer", "the data survived");
+  await storage.unmount(mp);
+  await t.rejects(storage.grow(mp), /nothing is mounted/);
+});

@@ -1,0 +1,86 @@
+/** The boot planner: pure, tested with plain objects. */
+import t from "tap";
+import { orderCandidates, planBoot, selectSource, type BootObservation, type BootSettings } from "../src/agent/plan.ts";
+import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
+import { VolumeTag } from "../src/tags.ts";
+
+const settings: BootSettings = {
+  enabled: true,
+  pool: "p1",
+  imageSet: null,
+  createFromSnapshot: true,
+  volumeType: "gp3",
+  initializationRateMiBps: null,
+  device: "/dev/sdf",
+  mountRoot: "/var/lib/ebs-cache",
+};
+const identity = { instanceId: "i-0aaa", region: "eu-west-1", availabilityZone: "eu-west-1a", tags: {}, tagsSource: "imds" as const };
+
+function volume(id: string, over: Partial<VolumeInfo> = {}): VolumeInfo {
+  return { volumeId: id, availabilityZone: "eu-west-1a", state: "available", sizeGiB: 10, tags: { [VolumeTag.kind]: "pool", [VolumeTag.pool]: "p1" }, ...over };
+}
+const snapshot: SnapshotInfo = { snapshotId: "snap-1", state: "completed", volumeSizeGiB: 10, tags: { [VolumeTag.images]: "a:1", [VolumeTag.imageSet]: "s1" } };
+const observed = (over: Partial<BootObservation> = {}): BootObservation => ({ identity, attached: [], workspace: [], pool: [], ...over });
+
+t.test("disabled: nothing but the report", async (t) => {
+  const plan = planBoot({ ...settings, enabled: false }, observed({ pool: [volume("vol-1")] }));
+  t.same(plan.steps.map((s) => s.step), ["report-disabled"]);
+});
+
+t.test("a volume attached to this instance is reused, whatever the pool holds", async (t) => {
+  const mine = volume("vol-9", { state: "in-use", attachment: { instanceId: "i-0aaa", device: "/dev/sdf", state: "attached" } });
+  const plan = planBoot(settings, observed({ attached: [mine], pool: [volume("vol-1")], snapshot }));
+  t.same(plan.selection, { source: "attached", volumeId: "vol-9", kind: "pool" });
+  t.equal(plan.steps[0]?.step, "reuse-attached");
+  t.notOk(plan.steps.some((s) => s.step === "tag-claim"), "a reused volume is not claimed again");
+  t.ok(plan.steps.some((s) => s.step === "verify-docker"));
+});
+
+t.test("a workspace volume of this instance's ids comes before the pool", async (t) => {
+  const ws = volume("vol-ws", { tags: { [VolumeTag.kind]: "workspace" } });
+  const sel = selectSource({ ...settings, workspace: { userId: "1", projectId: "p", nodeId: "n" } }, observed({ workspace: [ws], pool: [volume("vol-1")], snapshot }));
+  t.equal(sel.source, "workspace");
+  t.same(sel.source === "workspace" ? sel.candidates : [], ["vol-ws"]);
+});
+
+t.test("pool volumes of another zone, or not available, are never candidates", async (t) => {
+  const sel = selectSource(settings, observed({ pool: [volume("vol-b", { availabilityZone: "eu-west-1b" }), volume("vol-c", { state: "in-use" })], snapshot }));
+  t.equal(sel.source, "snapshot", "falls to the snapshot");
+});
+
+t.test("pool candidates carry the snapshot as fallback", async (t) => {
+  const sel = selectSource(settings, observed({ pool: [volume("vol-1"), volume("vol-2")], snapshot }));
+  t.equal(sel.source, "pool");
+  if (sel.source !== "pool") return;
+  t.same([...sel.candidates].sort(), ["vol-1", "vol-2"]);
+  t.equal(sel.fallback?.snapshotId, "snap-1");
+  t.equal(sel.fallback?.tags[VolumeTag.images], "a:1", "a created volume inherits the image list");
+  t.equal(sel.fallback?.tags[VolumeTag.managed], "true");
+});
+
+t.test("empty pool: snapshot; no snapshot: none; snapshot off: none", async (t) => {
+  t.equal(selectSource(settings, observed({ snapshot })).source, "snapshot");
+  t.equal(selectSource(settings, observed()).source, "none");
+  t.equal(selectSource({ ...settings, createFromSnapshot: false }, observed({ snapshot })).source, "none");
+  t.equal(selectSource(settings, observed({ snapshot: { ...snapshot, state: "pending" } })).source, "none", "a pending snapshot is not used");
+  const plan = planBoot(settings, observed());
+  t.same(plan.steps.map((s) => s.step), ["degrade"]);
+});
+
+t.test("candidate order differs between instances and is stable for one", async (t) => {
+  const ids = Array.from({ length: 20 }, (_, i) => `vol-${i.toString(16).padStart(17, "0")}`);
+  const a1 = orderCandidates("i-0001", ids);
+  t.same(orderCandidates("i-0001", [...ids].reverse()), a1, "same instance, same order whatever the input order");
+  const firsts = new Set(Array.from({ length: 30 }, (_, i) => orderCandidates(`i-${i}`, ids)[0]));
+  t.ok(firsts.size >= 5, `30 instances start on ${firsts.size} different volumes`);
+  t.same([...a1].sort(), [...ids].sort(), "a permutation");
+});
+
+t.test("the plan is serializable (shown by --dry-run)", async (t) => {
+  const plan = planBoot(settings, observed({ pool: [volume("vol-1")], snapshot }));
+  t.same(JSON.parse(JSON.stringify(plan)), plan);
+  t.same(plan.steps.map((s) => s.step), [
+    "claim-volume", "wait-for-attachment", "tag-claim", "wait-for-device", "check-filesystem", "mount",
+    "grow-filesystem", "prepare-data-root", "switch-data-root", "start-docker", "verify-docker", "report-ready",
+  ]);
+});
