@@ -15,9 +15,10 @@ import type { AgentConfig } from "../config/index.ts";
 export interface BootCommandDeps {
   config: AgentConfig;
   identify(): Promise<Identity>;
-  cloud: CloudVolumes;
+  /** EC2 in the instance's region. */
+  cloudFor(region: string): CloudVolumes;
   /** The side-effecting adapters, built once the settings are known. */
-  bootDeps(settings: ResolvedSettings, identity: Identity): BootDeps;
+  bootDeps(settings: ResolvedSettings, cloud: CloudVolumes): BootDeps;
   /** docker's data-root without the agent (undefined: docker's default). */
   defaultDataRoot?: string;
   log: Logger;
@@ -52,7 +53,8 @@ export async function runBoot(deps: BootCommandDeps, options: { dryRun: boolean 
   for (const line of resolved.value.warnings) log.warning("boot.settings", line);
   const settings = resolved.value.boot;
 
-  const observed = await observeBoot(deps.cloud, identity, settings);
+  const cloud = deps.cloudFor(config.region ?? identity.region);
+  const observed = await observeBoot(cloud, identity, settings);
   const plan = planBoot(settings, observed);
   log.info("boot.plan", `source: ${plan.selection.source}`, {
     candidates: "candidates" in plan.selection ? plan.selection.candidates.length : undefined,
@@ -69,6 +71,6 @@ export async function runBoot(deps: BootCommandDeps, options: { dryRun: boolean 
     mountRoot: settings.mountRoot,
     defaultDataRoot: deps.defaultDataRoot,
   };
-  const result = await applyBootPlan(plan, deps.bootDeps(resolved.value, identity), limits);
+  const result = await applyBootPlan(plan, deps.bootDeps(resolved.value, cloud), limits);
   return { identity, plan, result, exitCode: exitCodeOf(result) };
 }

@@ -14,13 +14,14 @@ import { installedDockerdVersion } from "../docker/service.ts";
 import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
 import type { BootCommandDeps } from "./boot-command.ts";
-import type { DockerService } from "./ports.ts";
+import type { CloudVolumes, DockerService } from "./ports.ts";
 import { prepareOncePerInstance } from "./prepare.ts";
 import { createReporter } from "./report.ts";
 
 export interface WiringOptions {
   config: AgentConfig;
-  ec2Client: EC2Client;
+  /** An EC2 client for a region (the region comes from IMDS unless the config names it). */
+  ec2Client: (region: string) => EC2Client;
   /** Defaults to IMDS at config.imdsEndpoint (or the link-local address). */
   metadata?: MetadataSource;
   /** docker.service control; undefined leaves docker to systemd ordering. */
@@ -34,21 +35,29 @@ export interface WiringOptions {
 /** Builds everything `runBoot()` needs. */
 export function wireBoot(options: WiringOptions): BootCommandDeps {
   const { config, log } = options;
-  const cloud = createCloudVolumes({ client: options.ec2Client, log, ...(options.pollMs ? { pollMs: options.pollMs } : {}) });
+  const clouds = new Map<string, CloudVolumes>();
+  const cloudFor = (region: string): CloudVolumes => {
+    let cloud = clouds.get(region);
+    if (!cloud) {
+      cloud = createCloudVolumes({ client: options.ec2Client(region), log, ...(options.pollMs ? { pollMs: options.pollMs } : {}) });
+      clouds.set(region, cloud);
+    }
+    return cloud;
+  };
   const metadata = options.metadata ?? createMetadataService(config.imdsEndpoint ? { endpoint: config.imdsEndpoint } : {});
   return {
     config,
-    cloud,
+    cloudFor,
     log,
     ...(options.defaultDataRoot ? { defaultDataRoot: options.defaultDataRoot } : {}),
     identify: () =>
       identifyInstance({
         metadata,
-        ec2Tags: (instanceId) => cloud.instanceTags(instanceId),
+        ec2Tags: (instanceId, region) => cloudFor(config.region ?? region).instanceTags(instanceId),
         timeoutMs: config.timeouts.imdsSeconds * 1000,
         log,
       }),
-    bootDeps: (settings) => {
+    bootDeps: (settings, cloud) => {
       const daemonConfig = createDaemonConfig({ path: config.paths.daemonJson, log });
       const engine = createDockerEngine({ host: config.paths.dockerHost, log });
       return {

@@ -46,7 +46,8 @@ export function createMetadataService(options: MetadataServiceOptions = {}): Met
 export interface IdentifyOptions {
   metadata: MetadataSource;
   /** The instance's tags from EC2 (DescribeTags): used when IMDS does not serve tags. */
-  ec2Tags: (instanceId: string) => Promise<Record<string, string>>;
+  /** DescribeTags for the instance, in its region (the fallback when IMDS serves no tags). */
+  ec2Tags: (instanceId: string, region: string) => Promise<Record<string, string>>;
   /** Deadline for the whole identification, retries included. */
   timeoutMs: number;
   log?: Logger;
@@ -114,7 +115,7 @@ export async function identifyInstance(options: IdentifyOptions): Promise<Identi
     log.info("identify", "IMDS serves no instance tags (InstanceMetadataTags disabled): reading them with DescribeTags", {
       instanceId,
     });
-    tags = await options.ec2Tags(instanceId);
+    tags = await options.ec2Tags(instanceId, region);
     tagsSource = "ec2";
   } else {
     const keys = listing.split("\n").map((key) => key.trim()).filter((key) => key !== "");

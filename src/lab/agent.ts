@@ -70,7 +70,7 @@ export async function bootLabHost(
   const config = labConfig(lab, host, options.overrides);
   const deps = wireBoot({
     config,
-    ec2Client: lab.ec2Client(),
+    ec2Client: () => lab.ec2Client(),
     metadata: createMetadataService({ endpoint: host.imds.endpoint }),
     docker: config.docker.control === "none" ? undefined : host.dockerService(),
     defaultDataRoot: host.paths.defaultDataRoot,

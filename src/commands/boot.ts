@@ -1,0 +1,69 @@
+/**
+ * `ebs-cache-agent boot`: the CLI face of src/agent/boot-command.ts with the real adapters
+ * (EC2 and IMDS of this instance, systemd's docker.service).
+ */
+import { Command } from "commander";
+import { runBoot, type BootOutcome } from "../agent/boot-command.ts";
+import { wireBoot } from "../agent/wiring.ts";
+import { createEc2Client } from "../aws/ec2.ts";
+import { loadConfig } from "../config/index.ts";
+import { createSystemdDockerService } from "../docker/service.ts";
+import { createLogger, type Level } from "../log.ts";
+
+export interface BootCliOptions {
+  config?: string;
+  dryRun?: boolean;
+  json?: boolean;
+}
+
+/** Prints the outcome for people (or as JSON) on stdout. */
+export function printOutcome(outcome: BootOutcome, json: boolean, out: (line: string) => void): void {
+  if (json) {
+    out(JSON.stringify({ instanceId: outcome.identity.instanceId, plan: outcome.plan, result: outcome.result ?? null }, null, 2));
+    return;
+  }
+  const { plan, result } = outcome;
+  out(`instance ${plan.instanceId} in ${plan.availabilityZone}`);
+  out(`source: ${plan.selection.source}${"candidates" in plan.selection ? ` (${plan.selection.candidates.length} candidates: ${plan.selection.candidates.join(" ")})` : ""}`);
+  if (!result) {
+    out("plan (dry run, nothing changed):");
+    for (const [i, step] of plan.steps.entries()) {
+      const { step: name, ...detail } = step;
+      out(`  ${String(i + 1).padStart(2)}. ${name}${Object.keys(detail).length ? ` ${JSON.stringify(detail)}` : ""}`);
+    }
+    return;
+  }
+  out(`outcome: ${result.outcome}${result.reason ? ` (${result.reason})` : ""}`);
+  if (result.volumeId) out(`volume: ${result.volumeId} on ${result.device ?? "?"} mounted at ${result.mountPoint ?? "?"}`);
+  for (const { step, ms } of result.timeline) out(`  ${step.padEnd(20)} ${(ms / 1000).toFixed(2)} s`);
+}
+
+/** Builds `ebs-cache-agent boot`. */
+export function bootCommand(): Command {
+  return new Command("boot")
+    .description("claim, attach and mount a cache volume, point docker's data-root at it, start docker, report readiness")
+    .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
+    .option("--dry-run", "observe and print the plan; change nothing")
+    .option("--json", "print the plan and result as JSON")
+    .addHelpText(
+      "after",
+      "\nExit codes: 0 ready (or disabled), 1 failure, 2 usage, 3 invalid configuration or instance tags (nothing changed),\n4 degraded (no cache volume: docker on its default data-root).",
+    )
+    .action(async (opts: BootCliOptions) => {
+      const { config } = await loadConfig(opts.config ? { path: opts.config } : {});
+      const log = createLogger(undefined, config.logLevel as Level);
+      // The SDK's credential chain reads instance-profile credentials from the same IMDS.
+      if (config.imdsEndpoint && !process.env.AWS_EC2_METADATA_SERVICE_ENDPOINT) {
+        process.env.AWS_EC2_METADATA_SERVICE_ENDPOINT = config.imdsEndpoint;
+      }
+      const deps = wireBoot({
+        config,
+        ec2Client: (region) => createEc2Client({ region, ...(config.ec2Endpoint ? { endpoint: config.ec2Endpoint } : {}) }),
+        docker: config.docker.control === "systemd" ? createSystemdDockerService({ unit: config.docker.unit, log }) : undefined,
+        log,
+      });
+      const outcome = await runBoot(deps, { dryRun: opts.dryRun ?? false });
+      printOutcome(outcome, opts.json ?? false, (line) => process.stdout.write(line + "\n"));
+      process.exitCode = outcome.exitCode;
+    });
+}
