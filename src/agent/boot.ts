@@ -358,9 +358,11 @@ async function undo(p: Progress, plan: BootPlan, deps: BootDeps, reason: string)
   }
 }
 
+/** One line of at most 250 characters: fits an EC2 tag value (256) and a docker label. */
 function shorten(text: string): string {
-  // EC2 tag values: at most 256 Unicode characters.
-  return text.length <= 250 ? text : `${text.slice(0, 247)}...`;
+  // eslint-disable-next-line no-control-regex
+  const line = text.replace(/[\u0000-\u001f\u007f]+/g, " ");
+  return line.length <= 250 ? line : `${line.slice(0, 247)}...`;
 }
 
 /** Docker on its default data-root, started, and the degraded label. */

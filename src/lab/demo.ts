@@ -1,7 +1,8 @@
 /**
  * `ebs-cache-agent lab`: brings the lab up, builds a golden snapshot and a pool from it, shows
- * the pool as `aws ec2 describe-volumes` does (the real CLI against the emulator), then tears
- * everything down. The first look a newcomer gets at the moving parts.
+ * the pool as `aws ec2 describe-volumes` does (the real CLI against the emulator), boots a fresh
+ * instance with the real agent (timeline, labels, `docker image ls`, a container run from the
+ * cache volume), then tears everything down. The first look a newcomer gets at the moving parts.
  */
 import { existsSync } from "node:fs";
 import { DescribeVolumesCommand } from "@aws-sdk/client-ec2";
@@ -9,6 +10,7 @@ import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";
 import { VolumeTag } from "../tags.ts";
 import { buildGoldenSnapshot, createPoolVolumes } from "./golden.ts";
+import { bootLabHost } from "./agent.ts";
 import { startLab } from "./lab.ts";
 
 const AWS_CLI = "/usr/bin/aws";
@@ -57,6 +59,31 @@ export async function runLabDemo(options: DemoOptions): Promise<void> {
     out("");
     out(`$ aws ec2 describe-volumes --filters Name=tag:${VolumeTag.pool},Values=${options.pool} --endpoint-url ${lab.ec2.endpoint}`);
     out(await describePool(lab, options.pool));
+
+    // A fresh instance boots: the agent's main job.
+    const host = await lab.addHost({ tags: { Name: "demo-node" } });
+    out("");
+    out(`instance ${host.instance.instanceId} boots (zone ${host.instance.availabilityZone})`);
+    const booted = await step("agent boot", () => bootLabHost(lab, host, { overrides: { pool: options.pool }, log }));
+    const result = booted.result!;
+    out(`outcome: ${result.outcome}${result.reason ? ` (${result.reason})` : ""}`);
+    if (result.volumeId) out(`volume ${result.volumeId} on ${result.device} at ${result.mountPoint}`);
+    out("boot timeline:");
+    for (const { step: name, ms } of result.timeline) out(`  ${name.padEnd(20)} ${(ms / 1000).toFixed(2)} s`);
+    const dockerd = host.dockerd;
+    if (dockerd) {
+      const info = await dockerd.info();
+      out(`docker data-root: ${info.DockerRootDir}`);
+      out("labels:");
+      for (const label of info.Labels) out(`  ${label}`);
+      out("$ docker image ls");
+      out((await dockerd.docker(["image", "ls"])).stdout);
+      const ran = await dockerd.docker(["run", "--rm", "--network", "none", golden.images[0]!, "echo", "hello from the cache volume"]);
+      out(`$ docker run --rm ${golden.images[0]} echo …  ->  ${ran.stdout}`);
+    }
+    out("");
+    out(`$ aws ec2 describe-volumes (after the boot)`);
+    out(await describePool(lab, options.pool));
   } finally {
     await step("lab down", () => lab.close());
   }
@@ -73,7 +100,7 @@ async function describePool(lab: Awaited<ReturnType<typeof startLab>>, pool: str
     const result = await run(
       AWS_CLI,
       ["ec2", "describe-volumes", "--endpoint-url", lab.ec2.endpoint, "--filters", filter, "--output", "table",
-        "--query", "Volumes[].{Id:VolumeId,AZ:AvailabilityZone,State:State,Size:Size,Snapshot:SnapshotId}"],
+        "--query", `Volumes[].{Id:VolumeId,AZ:AvailabilityZone,State:State,Size:Size,Snapshot:SnapshotId,ClaimedBy:Tags[?Key=='${VolumeTag.claimedBy}']|[0].Value}`],
       { env: { ...process.env, ...lab.awsEnv() } as Record<string, string> },
     );
     return result.stdout;
