@@ -227,6 +227,26 @@ t.test("mount refuses a mount point where something else is mounted", async (t) 
   await t.rejects(storage.mount(device, `${lab.root}/mnt/../../x`), /invalid mount point/, "no .. in a mount point");
 });
 
+t.test("two volumes restored from one snapshot (the same XFS UUID) mount side by side", async (t) => {
+  const source = await volume(t);
+  await storage.format(source.device, FS_LABEL);
+  const snapshotId = newId("snap");
+  await backend.createSnapshot(snapshotId, source.volumeId);
+  t.teardown(() => backend.deleteSnapshot(snapshotId));
+  const first = await volume(t, 1, snapshotId);
+  const second = await volume(t, 1, snapshotId);
+  const uuid = async (device: string) => (await run("blkid", ["-p", "-o", "value", "-s", "UUID", device])).stdout.trim();
+  t.equal(await uuid(first.device), await uuid(second.device), "both carry the snapshot's UUID");
+  const a = mountPoint(t, "clone-a");
+  const b = mountPoint(t, "clone-b");
+  await storage.mount(first.device, a);
+  await storage.mount(second.device, b);
+  t.equal(await storage.mountPointOf(first.device), a);
+  t.equal(await storage.mountPointOf(second.device), b, "XFS's duplicate-UUID check does not stop the second");
+  await storage.unmount(b);
+  await storage.unmount(a);
+});
+
 t.test("grow: a volume made larger than its filesystem grows once", async (t) => {
   const source = await volume(t);
   await storage.format(source.device, FS_LABEL);

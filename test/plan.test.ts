@@ -13,6 +13,7 @@ const settings: BootSettings = {
   initializationRateMiBps: null,
   device: "/dev/sdf",
   mountRoot: "/var/lib/ebs-cache",
+  withDocker: true,
 };
 const identity = { instanceId: "i-0aaa", region: "eu-west-1", availabilityZone: "eu-west-1a", tags: {}, tagsSource: "imds" as const };
 
@@ -83,4 +84,12 @@ t.test("the plan is serializable (shown by --dry-run)", async (t) => {
     "claim-volume", "wait-for-attachment", "tag-claim", "wait-for-device", "check-filesystem", "mount",
     "grow-filesystem", "prepare-data-root", "switch-data-root", "start-docker", "verify-docker", "report-ready",
   ]);
+});
+
+t.test("without docker (first boot phase): no docker steps and no readiness report", async (t) => {
+  const plan = planBoot({ ...settings, withDocker: false }, observed({ pool: [volume("vol-1")], snapshot }));
+  const steps = plan.steps.map((s) => s.step);
+  t.equal(steps.at(-1), "switch-data-root", "ends once daemon.json points at the volume");
+  t.notOk(steps.includes("report-ready"), "ready is never reported before docker is verified");
+  t.notOk(steps.includes("start-docker"));
 });

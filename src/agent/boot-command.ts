@@ -37,7 +37,7 @@ export function exitCodeOf(result: BootResult): number {
 }
 
 /** Runs the boot (or, with dryRun, only plans it). Throws ConfigError on bad tags: nothing changed. */
-export async function runBoot(deps: BootCommandDeps, options: { dryRun: boolean }): Promise<BootOutcome> {
+export async function runBoot(deps: BootCommandDeps, options: { dryRun: boolean; withDocker?: boolean }): Promise<BootOutcome> {
   const { log, config } = deps;
   const identity = await deps.identify();
   log.info("boot.identity", "instance identified", {
@@ -45,7 +45,7 @@ export async function runBoot(deps: BootCommandDeps, options: { dryRun: boolean 
     zone: identity.availabilityZone,
     tags: identity.tagsSource,
   });
-  const resolved = resolveSettings(config, identity);
+  const resolved = resolveSettings(config, identity, { withDocker: options.withDocker ?? true });
   if (!resolved.ok) {
     throw new ConfigError(resolved.problems, "fix the instance tags (nothing was changed on this node)");
   }
@@ -71,6 +71,10 @@ export async function runBoot(deps: BootCommandDeps, options: { dryRun: boolean 
     mountRoot: settings.mountRoot,
     defaultDataRoot: deps.defaultDataRoot,
   };
-  const result = await applyBootPlan(plan, deps.bootDeps(resolved.value, cloud), limits);
+  const bootDeps = deps.bootDeps(resolved.value, cloud);
+  // Without docker (the phase before docker.service) nothing may start or restart docker: such
+  // a start job would wait for this very unit. A degraded boot then only writes its label.
+  if (!settings.withDocker) bootDeps.docker = undefined;
+  const result = await applyBootPlan(plan, bootDeps, limits);
   return { identity, plan, result, exitCode: exitCodeOf(result) };
 }

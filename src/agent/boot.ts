@@ -47,7 +47,8 @@ export interface BootLimits {
 }
 
 export interface BootResult {
-  outcome: ReadinessState;
+  /** `prepared`: volume mounted and daemon.json switched; docker not started (first boot phase). */
+  outcome: ReadinessState | "prepared";
   volumeId?: string;
   device?: string;
   mountPoint?: string;
@@ -83,6 +84,20 @@ export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: Boot
   const { log } = deps;
   const timeline: BootResult["timeline"] = [];
   const progress: Progress = { claimedNow: false, mountedNow: false, switched: false };
+  // daemon.json must parse before a volume is claimed: the agent never rewrites a file it cannot
+  // parse, so it would otherwise attach, mount and clean a pool volume only to hand it back at
+  // switch-data-root, tagged with a last-error that is not the volume's fault.
+  if (plan.steps.some((step) => step.step === "switch-data-root")) {
+    const started = Date.now();
+    try {
+      await deps.daemonConfig.dataRoot();
+    } catch (error) {
+      timeline.push({ step: "check-daemon-json", ms: Date.now() - started });
+      const reason = describeError(error);
+      log.error("boot.failed", `${reason}; no volume was claimed`, { step: "check-daemon-json", remediation: remediationOf(error) });
+      return { ...(await degrade(deps, limits, reason)), timeline };
+    }
+  }
   for (const step of plan.steps) {
     const started = Date.now();
     try {
@@ -103,7 +118,8 @@ export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: Boot
       return { ...degraded, timeline };
     }
   }
-  return { outcome: "ready", timeline, ...resultOf(progress) };
+  const outcome = plan.steps.some((step) => step.step === "report-ready") ? "ready" : "prepared";
+  return { outcome, timeline, ...resultOf(progress) };
 }
 
 function resultOf(progress: Progress) {
@@ -383,7 +399,7 @@ async function degrade(deps: BootDeps, limits: BootLimits, reason: string): Prom
       await deps.engine.waitUntilReady(limits.dockerTimeoutMs);
     }
   } catch (error) {
-    log.error("boot.degraded", `docker did not come up on its default data-root: ${describeError(error)}`, { remediation: "journalctl -u docker" });
+    log.error("boot.degraded", `could not bring docker up on its default data-root: ${describeError(error)}`, { remediation: "journalctl -u docker" });
   }
   await deps.report("degraded", { reason: shorten(reason) }).catch((error: unknown) => {
     log.error("boot.label", `could not publish the degraded label: ${describeError(error)}`);

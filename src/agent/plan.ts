@@ -20,6 +20,12 @@ export interface BootSettings {
   mountRoot: string;
   /** User/project/node ids of a workspace, when the instance's tags name them. */
   workspace?: WorkspaceIds;
+  /**
+   * Whether this run starts and verifies docker and reports readiness. false in the first boot
+   * phase, which runs before docker.service (it cannot start docker: that start job would wait
+   * for the agent's own), or when docker.control is `none`.
+   */
+  withDocker: boolean;
 }
 
 export interface WorkspaceIds {
@@ -148,6 +154,9 @@ function createSpec(settings: BootSettings, observed: BootObservation): CreateSp
   };
 }
 
+/** Steps that need docker running: left to the second phase when this run goes without docker. */
+const DOCKER_STEPS = new Set<BootStep["step"]>(["start-docker", "verify-docker", "report-ready"]);
+
 /** The steps that bring a volume (however selected) to a docker running on it. */
 const AFTER_CLAIM: BootStep["step"][] = [
   "wait-for-attachment",
@@ -189,8 +198,11 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
       break;
   }
   const tail = AFTER_CLAIM.map((step): BootStep => (step === "mount" ? { step, mountRoot: settings.mountRoot } : ({ step } as BootStep)));
-  // A reused attachment was tagged when it was claimed.
-  const steps = selection.source === "attached" ? tail.filter((s) => s.step !== "tag-claim") : tail;
+  const steps = tail.filter(
+    (s) =>
+      // A reused attachment was tagged when it was claimed.
+      !(selection.source === "attached" && s.step === "tag-claim") && (settings.withDocker || !DOCKER_STEPS.has(s.step)),
+  );
   return { ...where(observed), selection, steps: [...head, ...steps] };
 }
 

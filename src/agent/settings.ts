@@ -18,7 +18,7 @@ export interface ResolvedSettings {
 }
 
 /** Resolves the settings, or returns the problems (then nothing may be changed). */
-export function resolveSettings(config: AgentConfig, identity: Identity): { ok: true; value: ResolvedSettings } | { ok: false; problems: string[] } {
+export function resolveSettings(config: AgentConfig, identity: Identity, options: { withDocker: boolean }): { ok: true; value: ResolvedSettings } | { ok: false; problems: string[] } {
   const tagged = applyInstanceTags(config, identity.tags);
   const problems = [...tagged.problems];
   const effective = tagged.config;
@@ -37,6 +37,7 @@ export function resolveSettings(config: AgentConfig, identity: Identity): { ok: 
     initializationRateMiBps: effective.initializationRateMiBps,
     device: effective.device,
     mountRoot: effective.paths.mountRoot,
+    withDocker: options.withDocker && effective.docker.control !== "none",
     ...(workspace.ok && workspace.ids ? { workspace: workspace.ids } : {}),
   };
   return { ok: true, value: { effective, boot, applied: tagged.applied, warnings: tagged.warnings } };

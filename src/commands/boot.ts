@@ -14,6 +14,8 @@ export interface BootCliOptions {
   config?: string;
   dryRun?: boolean;
   json?: boolean;
+  /** commander's negated --no-docker: false when given. */
+  docker: boolean;
 }
 
 /** Prints the outcome for people (or as JSON) on stdout. */
@@ -45,6 +47,10 @@ export function bootCommand(): Command {
     .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
     .option("--dry-run", "observe and print the plan; change nothing")
     .option("--json", "print the plan and result as JSON")
+    .option(
+      "--no-docker",
+      "first boot phase (before docker.service): stop once daemon.json points at the volume; no docker start, no labels",
+    )
     .addHelpText(
       "after",
       "\nExit codes: 0 ready (or disabled), 1 failure, 2 usage, 3 invalid configuration or instance tags (nothing changed),\n4 degraded (no cache volume: docker on its default data-root).",
@@ -62,7 +68,7 @@ export function bootCommand(): Command {
         docker: config.docker.control === "systemd" ? createSystemdDockerService({ unit: config.docker.unit, log }) : undefined,
         log,
       });
-      const outcome = await runBoot(deps, { dryRun: opts.dryRun ?? false });
+      const outcome = await runBoot(deps, { dryRun: opts.dryRun ?? false, withDocker: opts.docker });
       printOutcome(outcome, opts.json ?? false, (line) => process.stdout.write(line + "\n"));
       process.exitCode = outcome.exitCode;
     });

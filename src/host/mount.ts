@@ -136,8 +136,9 @@ export async function findMountPoint(device: string): Promise<string | undefined
 }
 
 /**
- * Mounts the device at `mountPoint` (created if missing) with noatime. Nothing to do when the
- * device is already mounted there; MountConflictError when something else is.
+ * Mounts the device at `mountPoint` (created if missing) with noatime (and nouuid for XFS).
+ * Nothing to do when the device is already mounted there; MountConflictError when something
+ * else is.
  */
 export async function mountDevice(device: string, mountPoint: string, options: MountOptions = {}): Promise<void> {
   const { log } = options;
@@ -156,7 +157,12 @@ export async function mountDevice(device: string, mountPoint: string, options: M
   }
   const elsewhere = await findMountPoint(device);
   if (elsewhere) log?.warning("host.mount", "the device is also mounted elsewhere", { device, elsewhere });
-  await run("mount", ["-o", "noatime", device, target], {
+  // Volumes restored from one snapshot share their XFS UUID, and XFS refuses to mount a second
+  // filesystem whose UUID is already mounted ("duplicate UUID"): with another clone of the pool's
+  // snapshot mounted on the host (a pool volume being inspected, a workspace volume made from the
+  // same snapshot; in the lab, every host on the one kernel) the cache volume could not be mounted.
+  const fsType = (await run("blkid", ["-p", "-o", "value", "-s", "TYPE", device], { check: false, log })).stdout.trim();
+  await run("mount", ["-o", fsType === "xfs" ? "noatime,nouuid" : "noatime", device, target], {
     log,
     remediation: `check the filesystem on ${device} (dmesg; xfs_repair -n ${device} while unmounted)`,
   });
