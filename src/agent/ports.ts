@@ -78,6 +78,8 @@ export interface CloudVolumes {
   waitForAttachment(volumeId: string, instanceId: string, state: "attached" | "detached", timeoutMs: number): Promise<void>;
   /** DetachVolume, never forced. */
   detachVolume(volumeId: string, instanceId: string): Promise<void>;
+  /** DeleteVolume (EC2 refuses unless the volume is available); `gone` when it no longer exists. */
+  deleteVolume(volumeId: string): Promise<"deleted" | "gone">;
   tagVolume(volumeId: string, tags: Record<string, string>): Promise<void>;
   untagVolume(volumeId: string, keys: string[]): Promise<void>;
   /** DescribeTags for the instance: the fallback when IMDS does not serve tags. */

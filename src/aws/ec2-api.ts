@@ -8,6 +8,7 @@ import {
   CreateTagsCommand,
   CreateVolumeCommand,
   DeleteTagsCommand,
+  DeleteVolumeCommand,
   DescribeSnapshotsCommand,
   DescribeTagsCommand,
   DescribeVolumesCommand,
@@ -21,6 +22,8 @@ import {
   type CreateVolumeCommandOutput,
   type DeleteTagsCommandInput,
   type DeleteTagsCommandOutput,
+  type DeleteVolumeCommandInput,
+  type DeleteVolumeCommandOutput,
   type DescribeSnapshotsCommandInput,
   type DescribeSnapshotsCommandOutput,
   type DescribeTagsCommandInput,
@@ -41,6 +44,7 @@ export interface Ec2Api {
   createTags(input: CreateTagsCommandInput): Promise<CreateTagsCommandOutput>;
   deleteTags(input: DeleteTagsCommandInput): Promise<DeleteTagsCommandOutput>;
   describeTags(input: DescribeTagsCommandInput): Promise<DescribeTagsCommandOutput>;
+  deleteVolume(input: DeleteVolumeCommandInput): Promise<DeleteVolumeCommandOutput>;
 }
 
 /** The interface over a real SDK client (its retry strategy applies to every call). */
@@ -54,6 +58,7 @@ export function sdkEc2Api(client: EC2Client): Ec2Api {
     createTags: (input) => client.send(new CreateTagsCommand(input)),
     deleteTags: (input) => client.send(new DeleteTagsCommand(input)),
     describeTags: (input) => client.send(new DescribeTagsCommand(input)),
+    deleteVolume: (input) => client.send(new DeleteVolumeCommand(input)),
   };
 }
 

@@ -355,6 +355,17 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
       }
     },
 
+    async deleteVolume(volumeId: string): Promise<"deleted" | "gone"> {
+      try {
+        await api.deleteVolume({ VolumeId: volumeId });
+        log.info("ec2-delete", "DeleteVolume accepted", { volumeId });
+        return "deleted";
+      } catch (error) {
+        if (classifyEc2Error(error).kind === "not-found") return "gone";
+        throw ec2CallError("DeleteVolume", error);
+      }
+    },
+
     async tagVolume(volumeId: string, tags: Record<string, string>): Promise<void> {
       if (Object.keys(tags).length === 0) return;
       await call("CreateTags", () => api.createTags({ Resources: [volumeId], Tags: toTags(tags) }));

@@ -4,11 +4,7 @@
  */
 import { Command } from "commander";
 import { runBoot, type BootOutcome } from "../agent/boot-command.ts";
-import { wireBoot } from "../agent/wiring.ts";
-import { createEc2Client } from "../aws/ec2.ts";
-import { loadConfig } from "../config/index.ts";
-import { createSystemdDockerService } from "../docker/service.ts";
-import { createLogger, type Level } from "../log.ts";
+import { hostContext } from "./common.ts";
 
 export interface BootCliOptions {
   config?: string;
@@ -56,18 +52,7 @@ export function bootCommand(): Command {
       "\nExit codes: 0 ready (or disabled), 1 failure, 2 usage, 3 invalid configuration or instance tags (nothing changed),\n4 degraded (no cache volume: docker on its default data-root).",
     )
     .action(async (opts: BootCliOptions) => {
-      const { config } = await loadConfig(opts.config ? { path: opts.config } : {});
-      const log = createLogger(undefined, config.logLevel as Level);
-      // The SDK's credential chain reads instance-profile credentials from the same IMDS.
-      if (config.imdsEndpoint && !process.env.AWS_EC2_METADATA_SERVICE_ENDPOINT) {
-        process.env.AWS_EC2_METADATA_SERVICE_ENDPOINT = config.imdsEndpoint;
-      }
-      const deps = wireBoot({
-        config,
-        ec2Client: (region) => createEc2Client({ region, ...(config.ec2Endpoint ? { endpoint: config.ec2Endpoint } : {}) }),
-        docker: config.docker.control === "systemd" ? createSystemdDockerService({ unit: config.docker.unit, log }) : undefined,
-        log,
-      });
+      const { deps } = await hostContext(opts.config);
       const outcome = await runBoot(deps, { dryRun: opts.dryRun ?? false, withDocker: opts.docker });
       printOutcome(outcome, opts.json ?? false, (line) => process.stdout.write(line + "\n"));
       process.exitCode = outcome.exitCode;

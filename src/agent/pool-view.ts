@@ -1,0 +1,66 @@
+/** The pool and workspace volumes as rows, for `ebs-cache-agent pool`. Pure. */
+import { VolumeTag } from "../tags.ts";
+import type { VolumeInfo } from "./ports.ts";
+
+export interface PoolRow {
+  volumeId: string;
+  kind: string;
+  pool: string;
+  zone: string;
+  state: string;
+  sizeGiB: number;
+  claimedBy: string | null;
+  /** Age in hours since creation (null when EC2 gave no time). */
+  ageHours: number | null;
+  /** ISO time, `never` (kept), or null (no expiry set). */
+  expires: string | null;
+  workspace: { userId: string; projectId: string; nodeId: string } | null;
+}
+
+export function poolRows(volumes: readonly VolumeInfo[], now: Date): PoolRow[] {
+  return volumes
+    .map((v): PoolRow => {
+      const t = v.tags;
+      const userId = t[VolumeTag.userId];
+      return {
+        volumeId: v.volumeId,
+        kind: t[VolumeTag.kind] ?? "?",
+        pool: t[VolumeTag.pool] ?? "",
+        zone: v.availabilityZone,
+        state: v.attachment ? `${v.state} (${v.attachment.state})` : v.state,
+        sizeGiB: v.sizeGiB,
+        claimedBy: v.attachment?.instanceId ?? t[VolumeTag.claimedBy] ?? null,
+        ageHours: v.createTime ? Math.max(0, (now.getTime() - v.createTime.getTime()) / 3600_000) : null,
+        expires: t[VolumeTag.keep] === "true" ? "never" : (t[VolumeTag.expiresAt] ?? null),
+        workspace: userId ? { userId, projectId: t[VolumeTag.projectId] ?? "", nodeId: t[VolumeTag.nodeId] ?? "" } : null,
+      };
+    })
+    .sort((a, b) => a.pool.localeCompare(b.pool) || a.kind.localeCompare(b.kind) || a.zone.localeCompare(b.zone) || a.volumeId.localeCompare(b.volumeId));
+}
+
+function age(hours: number | null): string {
+  if (hours === null) return "?";
+  if (hours < 1) return `${Math.round(hours * 60)}m`;
+  if (hours < 48) return `${hours.toFixed(1)}h`;
+  return `${(hours / 24).toFixed(1)}d`;
+}
+
+/** A fixed-width table for people. */
+export function renderPoolTable(rows: readonly PoolRow[]): string {
+  const header = ["VOLUME", "KIND", "POOL", "ZONE", "STATE", "GiB", "CLAIMED-BY", "AGE", "EXPIRES", "WORKSPACE"];
+  const cells = rows.map((r) => [
+    r.volumeId,
+    r.kind,
+    r.pool,
+    r.zone,
+    r.state,
+    String(r.sizeGiB),
+    r.claimedBy ?? "-",
+    age(r.ageHours),
+    r.expires ?? "-",
+    r.workspace ? `${r.workspace.userId}/${r.workspace.projectId}/${r.workspace.nodeId}` : "-",
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)));
+  const line = (c: string[]) => c.map((cell, i) => cell.padEnd(widths[i]!)).join("  ").trimEnd();
+  return [line(header), ...cells.map(line)].join("\n");
+}

@@ -1,0 +1,31 @@
+/** `ebs-cache-agent gc`: deletes expired managed volumes (see src/agent/gc-plan.ts). */
+import { Command } from "commander";
+import { runGc } from "../agent/gc.ts";
+import { ExitCode } from "../errors.ts";
+import { hostContext, wholeNumber } from "./common.ts";
+
+export function gcCommand(): Command {
+  return new Command("gc")
+    .description("delete managed volumes that are available, past ebs-cache:expires-at and not kept; never touches other volumes or snapshots")
+    .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
+    .option("--dry-run", "print what would be done; change nothing")
+    .option("--max-deletes <n>", "delete at most this many volumes per run", wholeNumber, 10)
+    .option("--json", "print the decisions as JSON")
+    .addHelpText("after", "\nExit codes: 0 done (or nothing to do), 1 some deletion failed, 3 invalid configuration.")
+    .action(async (opts: { config?: string; dryRun?: boolean; maxDeletes: number; json?: boolean }) => {
+      const context = await hostContext(opts.config);
+      const outcome = await runGc(await context.cloud(), {
+        dryRun: opts.dryRun ?? false,
+        maxDeletes: opts.maxDeletes,
+        ttlHours: context.config.ttlHours,
+        log: context.log,
+      });
+      const out = (line: string) => process.stdout.write(line + "\n");
+      if (opts.json) out(JSON.stringify(outcome, null, 2));
+      else {
+        for (const d of outcome.decisions) out(`${d.volumeId}  ${d.verdict.padEnd(13)} ${d.reason}${d.done ? `  -> ${d.done}` : ""}`);
+        out(`${opts.dryRun ? "dry run: " : ""}${outcome.deleted} deleted, ${outcome.failed} failed, ${outcome.decisions.length} managed volumes seen`);
+      }
+      process.exitCode = outcome.failed > 0 ? ExitCode.failure : ExitCode.ok;
+    });
+}

@@ -1,0 +1,28 @@
+/** `ebs-cache-agent pool`: the managed volumes, as a table or JSON. */
+import { Command } from "commander";
+import { validatePoolName } from "../agent/inputs.ts";
+import { poolRows, renderPoolTable } from "../agent/pool-view.ts";
+import { ConfigError } from "../errors.ts";
+import { VolumeTag } from "../tags.ts";
+import { hostContext } from "./common.ts";
+
+export function poolCommand(): Command {
+  return new Command("pool")
+    .description("list the pool and workspace volumes the agent manages: zone, state, claimed-by, age, expiry")
+    .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
+    .option("--pool <name>", "only this pool")
+    .option("--json", "JSON for scripts")
+    .action(async (opts: { config?: string; pool?: string; json?: boolean }) => {
+      if (opts.pool !== undefined) {
+        const check = validatePoolName(opts.pool);
+        if (!check.ok) throw new ConfigError([`--pool: ${check.problem}`]);
+      }
+      const context = await hostContext(opts.config);
+      const cloud = await context.cloud();
+      const volumes = await cloud.findVolumes({
+        tags: { [VolumeTag.managed]: "true", ...(opts.pool ? { [VolumeTag.pool]: opts.pool } : {}) },
+      });
+      const rows = poolRows(volumes, new Date());
+      process.stdout.write((opts.json ? JSON.stringify(rows, null, 2) : renderPoolTable(rows)) + "\n");
+    });
+}
