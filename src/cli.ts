@@ -6,6 +6,7 @@ import { Command, CommanderError } from "commander";
 import { bootCommand } from "./commands/boot.ts";
 import { gcCommand } from "./commands/gc.ts";
 import { poolCommand } from "./commands/pool.ts";
+import { releaseCommand } from "./commands/release.ts";
 import { AgentError, ExitCode, describeError } from "./errors.ts";
 import { labCommand } from "./lab/command.ts";
 import { createLogger } from "./log.ts";
@@ -15,6 +16,7 @@ const program = new Command()
   .description("Attach a pre-warmed EBS volume holding Docker's data-root at boot, release it at shutdown")
   .exitOverride()
   .addCommand(bootCommand())
+  .addCommand(releaseCommand())
   .addCommand(gcCommand())
   .addCommand(poolCommand())
   .addCommand(labCommand());

@@ -14,6 +14,8 @@ const settings: BootSettings = {
   device: "/dev/sdf",
   mountRoot: "/var/lib/ebs-cache",
   withDocker: true,
+  workspaceCreate: "snapshot",
+  workspaceSizeGiB: 20,
 };
 const identity = { instanceId: "i-0aaa", region: "eu-west-1", availabilityZone: "eu-west-1a", tags: {}, tagsSource: "imds" as const };
 
@@ -92,4 +94,47 @@ t.test("without docker (first boot phase): no docker steps and no readiness repo
   t.equal(steps.at(-1), "switch-data-root", "ends once daemon.json points at the volume");
   t.notOk(steps.includes("report-ready"), "ready is never reported before docker is verified");
   t.notOk(steps.includes("start-docker"));
+});
+
+t.test("no workspace volume for the ids: one is created (from the pool's snapshot, blank, or never: the pool)", async (t) => {
+  const ids = { userId: "7", projectId: "p-1", nodeId: "n-1" };
+  const ws = { ...settings, workspace: ids };
+  const pool = [volume("vol-1")];
+
+  const fromSnapshot = planBoot(ws, observed({ pool, snapshot }));
+  t.equal(fromSnapshot.selection.source, "new-workspace", "snapshot: a new workspace volume, not a pool volume");
+  t.same(fromSnapshot.steps.slice(0, 3).map((s) => s.step), ["create-and-claim", "wait-for-attachment", "tag-claim"]);
+  const spec = fromSnapshot.selection.source === "new-workspace" ? fromSnapshot.selection.create : undefined;
+  t.equal(spec?.snapshotId, "snap-1", "made from the pool's newest snapshot");
+  t.equal(spec?.sizeGiB, undefined, "its size is the snapshot's");
+  t.same(spec?.tags, {
+    [VolumeTag.managed]: "true",
+    [VolumeTag.kind]: "workspace",
+    [VolumeTag.pool]: "p1",
+    [VolumeTag.userId]: "7",
+    [VolumeTag.projectId]: "p-1",
+    [VolumeTag.nodeId]: "n-1",
+    [VolumeTag.imageSet]: "s1",
+  }, "tagged workspace with the ids and the image set; no image list, not created-by (never formatted)");
+
+  const blank = selectSource({ ...ws, workspaceCreate: "blank", workspaceSizeGiB: 30 }, observed({ pool }));
+  t.equal(blank.source, "new-workspace", "blank: no snapshot needed");
+  const blankSpec = blank.source === "new-workspace" ? blank.create : undefined;
+  t.equal(blankSpec?.snapshotId, undefined, "blank: no snapshot");
+  t.equal(blankSpec?.sizeGiB, 30, "blank: workspace.sizeGiB");
+  t.equal(blankSpec?.tags[VolumeTag.createdBy], "agent", "blank: created-by=agent, the only volumes the agent formats");
+  t.equal(blankSpec?.tags[VolumeTag.kind], "workspace");
+  t.equal(blankSpec?.tags[VolumeTag.nodeId], "n-1");
+
+  const never = selectSource({ ...ws, workspaceCreate: "never" }, observed({ pool, snapshot }));
+  t.equal(never.source, "pool", "never: the pool, as without ids");
+  t.equal(selectSource(ws, observed({ pool })).source, "pool", "snapshot without a completed snapshot: the pool");
+  t.equal(selectSource(ws, observed({ pool, snapshot: { ...snapshot, state: "pending" } })).source, "pool", "a pending snapshot makes no workspace");
+  t.equal(selectSource({ ...ws, createFromSnapshot: false }, observed({ snapshot })).source, "new-workspace", "createFromSnapshot is about pool volumes");
+
+  const existing = volume("vol-ws", { tags: { [VolumeTag.kind]: "workspace" } });
+  t.equal(selectSource({ ...ws, workspaceCreate: "blank" }, observed({ workspace: [existing], pool })).source, "workspace", "an existing workspace volume is taken, not a new one");
+  const mine = volume("vol-9", { state: "in-use", attachment: { instanceId: "i-0aaa", device: "/dev/sdf", state: "attached" } });
+  t.equal(selectSource(ws, observed({ attached: [mine], snapshot })).source, "attached", "an attached volume still comes first");
+  t.equal(selectSource(settings, observed({ pool, snapshot })).source, "pool", "without ids nothing changes");
 });

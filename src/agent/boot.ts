@@ -20,8 +20,12 @@ export interface BootDeps {
   /** undefined when docker is left to systemd ordering (config docker.control = none). */
   docker: DockerService | undefined;
   engine: DockerEngine & { waitUntilReady(timeoutMs: number): Promise<void> };
-  /** Cleans a pool volume's data-root of state that must not travel between machines. */
-  prepareDataRoot(dataRoot: string, options: { kind: "pool" | "workspace"; instanceId: string }): Promise<void>;
+  /**
+   * Cleans a volume's data-root of state that must not travel between machines. On a volume the
+   * agent created blank (`createdByAgent`) that docker never initialized, it creates the empty
+   * data-root folder instead: there is nothing to clean, and docker fills it.
+   */
+  prepareDataRoot(dataRoot: string, options: { kind: "pool" | "workspace"; instanceId: string; createdByAgent: boolean }): Promise<void>;
   /** The installed dockerd's version (`dockerd --version`), read before docker starts. */
   dockerVersion(): Promise<string | undefined>;
   /** Publishes the readiness labels (node labels via a manager, or engine labels). */
@@ -191,8 +195,13 @@ async function runStep(
       return undefined;
 
     case "tag-claim": {
+      const volume = volumeOf(p);
       const at = (deps.now?.() ?? new Date()).toISOString();
-      await cloud.tagVolume(volumeOf(p).volumeId, { [VolumeTag.claimedBy]: plan.instanceId, [VolumeTag.claimedAt]: at });
+      await cloud.tagVolume(volume.volumeId, { [VolumeTag.claimedBy]: plan.instanceId, [VolumeTag.claimedAt]: at });
+      // An earlier release's expiry no longer applies: were this instance to die without a
+      // release, gc would otherwise delete the volume at that old time instead of giving it a TTL.
+      const stale = [VolumeTag.releasedAt, VolumeTag.expiresAt].filter((key) => volume.tags[key] !== undefined);
+      await cloud.untagVolume(volume.volumeId, stale);
       return undefined;
     }
 
@@ -206,7 +215,7 @@ async function runStep(
       const device = p.device!;
       const contents = await storage.probe(device);
       if (contents.kind === "filesystem" && contents.type === "xfs") return undefined;
-      if (contents.kind === "blank" && volume.tags[VolumeTag.createdBy] === "agent") {
+      if (contents.kind === "blank" && createdByAgent(volume)) {
         log.notice("boot.format", "formatting the blank volume the agent created", { volume: volume.volumeId, device });
         await storage.format(device, FS_LABEL);
         return undefined;
@@ -244,7 +253,7 @@ async function runStep(
       const volume = volumeOf(p);
       p.dataRoot = join(p.mountPoint!, DATA_ROOT_SUBDIR);
       const kind = volume.tags[VolumeTag.kind] === "workspace" ? "workspace" : "pool";
-      await deps.prepareDataRoot(p.dataRoot, { kind, instanceId: plan.instanceId });
+      await deps.prepareDataRoot(p.dataRoot, { kind, instanceId: plan.instanceId, createdByAgent: createdByAgent(volume) });
       return undefined;
     }
 
@@ -285,7 +294,9 @@ async function runStep(
         throw new BootStepError(step.step, "docker uses the containerd image store: the images on the volume are in graphdriver layout", 'set "features": {"containerd-snapshotter": false} in daemon.json');
       }
       const listed = new Set(await deps.engine.images());
-      const wanted = [...expectedImages(volumeOf(p)), ...limits.expectedImages];
+      // A volume the agent created blank holds only what its users pulled: the configured images
+      // cannot be expected there.
+      const wanted = [...expectedImages(volumeOf(p)), ...(createdByAgent(volumeOf(p)) ? [] : limits.expectedImages)];
       const missing = wanted.filter((image) => !listed.has(image) && !listed.has(withLatest(image)));
       if (missing.length > 0) {
         throw new BootStepError(step.step, `images missing on the volume: ${missing.join(", ")}`, "rebuild the pool's snapshot with the wanted image set");
@@ -311,6 +322,10 @@ function expectedImages(volume: VolumeInfo): string[] {
   return (volume.tags[VolumeTag.images] ?? "").split(",").map((s) => s.trim()).filter(Boolean);
 }
 
+function createdByAgent(volume: VolumeInfo): boolean {
+  return volume.tags[VolumeTag.createdBy] === "agent";
+}
+
 function volumeOf(p: Progress): VolumeInfo {
   if (!p.volume) throw new Error("no volume claimed yet (plan out of order)");
   return p.volume;
@@ -325,12 +340,18 @@ async function mustDescribe(cloud: CloudVolumes, volumeId: string, step: string)
 async function createAndClaim(spec: CreateSpec, plan: BootPlan, p: Progress, deps: BootDeps, limits: BootLimits): Promise<void> {
   const volume = await deps.cloud.createVolume({
     availabilityZone: spec.availabilityZone,
-    snapshotId: spec.snapshotId,
+    ...(spec.snapshotId !== undefined ? { snapshotId: spec.snapshotId } : {}),
+    ...(spec.sizeGiB !== undefined ? { sizeGiB: spec.sizeGiB } : {}),
     volumeType: spec.volumeType,
     tags: spec.tags,
-    ...(spec.initializationRateMiBps ? { initializationRateMiBps: spec.initializationRateMiBps } : {}),
+    ...(spec.initializationRateMiBps && spec.snapshotId !== undefined ? { initializationRateMiBps: spec.initializationRateMiBps } : {}),
   });
-  deps.log.info("boot.create", "volume created from the pool's snapshot", { volume: volume.volumeId, snapshot: spec.snapshotId });
+  const kind = spec.tags[VolumeTag.kind] ?? "pool";
+  deps.log.info(
+    "boot.create",
+    spec.snapshotId !== undefined ? `${kind} volume created from the pool's snapshot` : `blank ${kind} volume created (${spec.sizeGiB ?? "?"} GiB)`,
+    { volume: volume.volumeId, snapshot: spec.snapshotId },
+  );
   const outcome = await deps.cloud.claimVolume(volume.volumeId, plan.instanceId, limits.device);
   if (outcome.kind !== "claimed") {
     throw new BootStepError("create-and-claim", `the new volume ${volume.volumeId} could not be attached: ${outcome.reason}`, "see the EC2 error above");

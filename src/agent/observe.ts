@@ -36,7 +36,10 @@ export async function observeBoot(cloud: CloudVolumes, identity: Identity, setti
         })
       : Promise.resolve([]),
     cloud.findVolumes({ tags: poolSelector(settings), availabilityZone: zone, status: ["available"] }),
-    settings.createFromSnapshot ? cloud.newestSnapshot(poolSelector(settings)) : Promise.resolve(undefined),
+    // The pool's snapshot also makes new workspace volumes (workspace.create = snapshot).
+    settings.createFromSnapshot || (settings.workspace && settings.workspaceCreate === "snapshot")
+      ? cloud.newestSnapshot(poolSelector(settings))
+      : Promise.resolve(undefined),
   ]);
   return { identity, attached, workspace, pool, ...(snapshot ? { snapshot } : {}) };
 }

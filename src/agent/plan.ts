@@ -21,6 +21,13 @@ export interface BootSettings {
   /** User/project/node ids of a workspace, when the instance's tags name them. */
   workspace?: WorkspaceIds;
   /**
+   * When the instance names a workspace and no volume of it is available (config
+   * `workspace.create`): `snapshot` creates one from the pool's newest snapshot, `blank` an empty
+   * one of `workspaceSizeGiB` (formatted by the agent), `never` falls back to the pool.
+   */
+  workspaceCreate: "snapshot" | "blank" | "never";
+  workspaceSizeGiB: number;
+  /**
    * Whether this run starts and verifies docker and reports readiness. false in the first boot
    * phase, which runs before docker.service (it cannot start docker: that start job would wait
    * for the agent's own), or when docker.control is `none`.
@@ -53,11 +60,15 @@ export type Selection =
   | { source: "attached"; volumeId: string; kind: string }
   | { source: "workspace" | "pool"; candidates: string[]; fallback?: CreateSpec }
   | { source: "snapshot"; create: CreateSpec }
+  /** A new workspace volume for this instance's ids (from the pool's snapshot, or blank). */
+  | { source: "new-workspace"; create: CreateSpec }
   | { source: "none"; reason: string };
 
-/** A volume to create when no existing one can be claimed. */
+/** A volume to create when no existing one can be claimed: from a snapshot, or blank (`sizeGiB`). */
 export interface CreateSpec {
-  snapshotId: string;
+  snapshotId?: string;
+  /** The size of a blank volume (a volume from a snapshot takes the snapshot's). */
+  sizeGiB?: number;
   availabilityZone: string;
   volumeType: string;
   initializationRateMiBps: number | null;
@@ -114,6 +125,54 @@ export function poolVolumeTags(settings: BootSettings, snapshot: SnapshotInfo): 
   return tags;
 }
 
+/**
+ * The tags of a new workspace volume: managed, kind `workspace`, the pool and the ids; from a
+ * snapshot also its image set (not its image list: once in use, what the volume holds is the
+ * user's business, and `verify-docker` must not fail because they removed an image); a blank
+ * one `created-by=agent`, the only mark that lets the agent format a volume.
+ */
+export function workspaceVolumeTags(settings: BootSettings, ids: WorkspaceIds, snapshot?: SnapshotInfo): Record<string, string> {
+  const tags: Record<string, string> = {
+    [VolumeTag.managed]: "true",
+    [VolumeTag.kind]: VolumeKind.workspace,
+    [VolumeTag.pool]: settings.pool,
+    [VolumeTag.userId]: ids.userId,
+    [VolumeTag.projectId]: ids.projectId,
+    [VolumeTag.nodeId]: ids.nodeId,
+  };
+  const imageSet = snapshot?.tags[VolumeTag.imageSet];
+  if (imageSet !== undefined) tags[VolumeTag.imageSet] = imageSet;
+  if (!snapshot) tags[VolumeTag.createdBy] = "agent";
+  return tags;
+}
+
+/** The workspace volume to create for this instance's ids, if the settings allow one. */
+function newWorkspaceSpec(settings: BootSettings, observed: BootObservation): CreateSpec | undefined {
+  const ids = settings.workspace;
+  if (!ids) return undefined;
+  const base = {
+    availabilityZone: observed.identity.availabilityZone,
+    volumeType: settings.volumeType,
+    initializationRateMiBps: null,
+  };
+  switch (settings.workspaceCreate) {
+    case "never":
+      return undefined;
+    case "blank":
+      return { ...base, sizeGiB: settings.workspaceSizeGiB, tags: workspaceVolumeTags(settings, ids) };
+    case "snapshot": {
+      const snapshot = observed.snapshot;
+      if (!snapshot || snapshot.state !== "completed") return undefined;
+      return {
+        ...base,
+        snapshotId: snapshot.snapshotId,
+        initializationRateMiBps: settings.initializationRateMiBps,
+        tags: workspaceVolumeTags(settings, ids, snapshot),
+      };
+    }
+  }
+}
+
 /** Chooses the volume's source. */
 export function selectSource(settings: BootSettings, observed: BootObservation): Selection {
   if (!settings.enabled) return { source: "disabled", reason: "disabled by configuration or instance tag" };
@@ -131,6 +190,9 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   if (settings.workspace && workspace.length > 0) {
     return { source: "workspace", candidates: orderCandidates(identity.instanceId, workspace), ...(fallback ? { fallback } : {}) };
   }
+  // No workspace volume of these ids yet: make one (unless `never`, or no snapshot to make it from).
+  const newWorkspace = newWorkspaceSpec(settings, observed);
+  if (newWorkspace) return { source: "new-workspace", create: newWorkspace };
   const pool = observed.pool.filter(inZone).map((v) => v.volumeId);
   if (pool.length > 0) {
     return { source: "pool", candidates: orderCandidates(identity.instanceId, pool), ...(fallback ? { fallback } : {}) };
@@ -194,6 +256,7 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
       });
       break;
     case "snapshot":
+    case "new-workspace":
       head.push({ step: "create-and-claim", create: selection.create });
       break;
   }

@@ -81,7 +81,12 @@ export interface CloudVolumes {
   /** DeleteVolume (EC2 refuses unless the volume is available); `gone` when it no longer exists. */
   deleteVolume(volumeId: string): Promise<"deleted" | "gone">;
   tagVolume(volumeId: string, tags: Record<string, string>): Promise<void>;
-  untagVolume(volumeId: string, keys: string[]): Promise<void>;
+  /**
+   * DeleteTags. Keys as a list delete the tags whatever their values; as a record, each tag is
+   * deleted only while it still has that value (EC2's conditional delete), so a tag another
+   * instance has rewritten in the meantime (`claimed-by`) stays.
+   */
+  untagVolume(volumeId: string, keys: string[] | Record<string, string>): Promise<void>;
   /** DescribeTags for the instance: the fallback when IMDS does not serve tags. */
   instanceTags(instanceId: string): Promise<Record<string, string>>;
 }

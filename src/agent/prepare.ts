@@ -4,7 +4,7 @@
  * or a re-run on the same instance must keep it, since by then it is this node's own. A marker
  * on the volume, written after the cleanup, records for which instance it was done.
  */
-import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
+import { lstat, mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Logger } from "../log.ts";
 
@@ -33,4 +33,24 @@ export async function prepareOncePerInstance(
   await rename(temp, marker);
   log.info("boot.data-root", "machine-local state removed from the data-root", { dataRoot, previousInstance: previous || undefined });
   return "prepared";
+}
+
+/**
+ * On a volume the agent created blank and formatted: creates the empty data-root folder and
+ * returns true while docker has never initialized it (no `image/` yet), since there is nothing
+ * to clean and the pool-volume cleanup would refuse a folder that is not a data-root yet. Once
+ * docker has run on it, false: it is cleaned like any other volume.
+ */
+export async function createFreshDataRoot(dataRoot: string, log: Logger): Promise<boolean> {
+  const initialized = await lstat(join(dataRoot, "image")).then(
+    () => true,
+    (error: NodeJS.ErrnoException) => {
+      if (error.code === "ENOENT") return false;
+      throw error;
+    },
+  );
+  if (initialized) return false;
+  await mkdir(dataRoot, { recursive: true, mode: 0o711 });
+  log.info("boot.data-root", "empty data-root created on the blank volume: docker initializes it", { dataRoot });
+  return true;
 }

@@ -43,3 +43,32 @@ export function createReporter(deps: ReporterDeps) {
     deps.log.info("labels", `engine labels set: ${deps.prefix}.state=${state}`);
   };
 }
+
+/**
+ * Builds withdraw() for the release: the agent's labels go, since the volume they describe
+ * does. Node labels (through a manager's API) only while docker still answers and `node`
+ * is asked, best effort: a node that cannot reach a manager keeps them until its next boot,
+ * and a stopped node is `down` in the swarm anyway. Engine labels are removed from daemon.json,
+ * so a docker started later (by hand, or at the next boot before the agent reports again)
+ * does not advertise `ready` for a volume it no longer has.
+ */
+export function createLabelWithdrawer(deps: ReporterDeps) {
+  return async function withdraw(options: { node: boolean }): Promise<void> {
+    if (deps.mode === "off") return;
+    if (options.node) {
+      try {
+        const info = await deps.engine.info();
+        if (chooseLabelMode(deps.mode, info) === "node" && info.swarm.nodeId) {
+          const current = await deps.engine.nodeLabels(info.swarm.nodeId);
+          const { remove } = nodeLabelChanges(deps.prefix, current, {});
+          if (remove.length > 0) await deps.engine.setNodeLabels(info.swarm.nodeId, {}, remove);
+          deps.log.info("labels", `node labels under ${deps.prefix}. removed`, { node: info.swarm.nodeId, removed: remove.length });
+        }
+      } catch (error) {
+        deps.log.warning("labels", `could not remove the node labels; the next boot replaces them: ${describeError(error)}`);
+      }
+    }
+    await deps.daemonConfig.setEngineLabels(deps.prefix, {});
+    deps.log.info("labels", `engine labels under ${deps.prefix}. removed from daemon.json`);
+  };
+}

@@ -1,22 +1,26 @@
 /**
  * Where the agent's adapters are built from the configuration: the one place that knows which
- * module implements which port. The CLI uses it with systemd's docker.service; the lab uses it
- * with a lab host's private dockerd and its own IMDS and EC2 endpoints.
+ * module implements which port, for `boot` and `release`. The CLI uses it with systemd's
+ * docker.service; the lab uses it with a lab host's private dockerd and its own IMDS and EC2
+ * endpoints.
  */
 import type { EC2Client } from "@aws-sdk/client-ec2";
 import { createCloudVolumes } from "../aws/ec2.ts";
 import { createMetadataService, identifyInstance, type MetadataSource } from "../aws/imds.ts";
 import type { AgentConfig } from "../config/index.ts";
+import type { EffectiveSettings } from "../config/overrides.ts";
 import { createDaemonConfig } from "../docker/daemon-json.ts";
 import { prepareDataRoot } from "../docker/data-root.ts";
 import { createDockerEngine } from "../docker/engine.ts";
 import { installedDockerdVersion } from "../docker/service.ts";
+import { mountPointsOf, syncFilesystem } from "../host/mount.ts";
 import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
 import type { BootCommandDeps } from "./boot-command.ts";
 import type { CloudVolumes, DockerService } from "./ports.ts";
-import { prepareOncePerInstance } from "./prepare.ts";
-import { createReporter } from "./report.ts";
+import { createFreshDataRoot, prepareOncePerInstance } from "./prepare.ts";
+import type { ReleaseCommandDeps } from "./release-command.ts";
+import { createLabelWithdrawer, createReporter } from "./report.ts";
 
 export interface WiringOptions {
   config: AgentConfig;
@@ -32,8 +36,8 @@ export interface WiringOptions {
   pollMs?: number;
 }
 
-/** Builds everything `runBoot()` needs. */
-export function wireBoot(options: WiringOptions): BootCommandDeps {
+/** What every command shares: EC2 per region and the instance's identity. */
+function wireCommon(options: WiringOptions) {
   const { config, log } = options;
   const clouds = new Map<string, CloudVolumes>();
   const cloudFor = (region: string): CloudVolumes => {
@@ -57,28 +61,76 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
         timeoutMs: config.timeouts.imdsSeconds * 1000,
         log,
       }),
+  };
+}
+
+/** The host's adapters: storage, daemon.json, the docker API, and the label publisher over them. */
+function wireHost(options: WiringOptions, labels: { prefix: string; mode: EffectiveSettings["labels"]["mode"] }) {
+  const { config, log } = options;
+  const daemonConfig = createDaemonConfig({ path: config.paths.daemonJson, log });
+  const engine = createDockerEngine({ host: config.paths.dockerHost, log });
+  const reporterDeps = { prefix: labels.prefix, mode: labels.mode, engine, daemonConfig, docker: options.docker, log };
+  return {
+    storage: createHostStorage({ byIdDir: config.paths.byIdDir, sysfsRoot: config.paths.sysfsRoot, log }),
+    daemonConfig,
+    engine,
+    reporterDeps,
+  };
+}
+
+/** Builds everything `runBoot()` needs. */
+export function wireBoot(options: WiringOptions): BootCommandDeps {
+  const { log } = options;
+  return {
+    ...wireCommon(options),
     bootDeps: (settings, cloud) => {
-      const daemonConfig = createDaemonConfig({ path: config.paths.daemonJson, log });
-      const engine = createDockerEngine({ host: config.paths.dockerHost, log });
+      const host = wireHost(options, settings.effective.labels);
       return {
         cloud,
-        storage: createHostStorage({ byIdDir: config.paths.byIdDir, sysfsRoot: config.paths.sysfsRoot, log }),
-        daemonConfig,
+        storage: host.storage,
+        daemonConfig: host.daemonConfig,
         docker: options.docker,
-        engine,
-        prepareDataRoot: async (dataRoot, { kind, instanceId }) => {
-          await prepareOncePerInstance(dataRoot, instanceId, async () => void (await prepareDataRoot(dataRoot, { kind, log })), log);
+        engine: host.engine,
+        prepareDataRoot: async (dataRoot, { kind, instanceId, createdByAgent }) => {
+          await prepareOncePerInstance(
+            dataRoot,
+            instanceId,
+            async () => {
+              // A blank volume the agent formatted has no data-root yet: docker makes it.
+              if (createdByAgent && (await createFreshDataRoot(dataRoot, log))) return;
+              await prepareDataRoot(dataRoot, { kind, log });
+            },
+            log,
+          );
         },
         dockerVersion: () => installedDockerdVersion({ log }),
-        report: createReporter({
-          prefix: settings.effective.labels.prefix,
-          mode: settings.effective.labels.mode,
-          engine,
-          daemonConfig,
-          docker: options.docker,
-          log,
-        }),
+        report: createReporter(host.reporterDeps),
         log,
+      };
+    },
+  };
+}
+
+/** Builds everything `runRelease()` needs. */
+export function wireRelease(options: WiringOptions): ReleaseCommandDeps {
+  const { log } = options;
+  return {
+    ...wireCommon(options),
+    releaseDeps: (settings, cloud) => {
+      const host = wireHost(options, settings.effective.labels);
+      return {
+        cloud,
+        storage: host.storage,
+        mounts: {
+          list: (device, mountPoint) => mountPointsOf(device, mountPoint),
+          sync: (mountPoint) => syncFilesystem(mountPoint, { log }),
+        },
+        daemonConfig: host.daemonConfig,
+        docker: options.docker,
+        engine: host.engine,
+        withdrawLabels: createLabelWithdrawer(host.reporterDeps),
+        log,
+        ...(options.pollMs ? { pollMs: options.pollMs } : {}),
       };
     },
   };

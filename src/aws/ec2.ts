@@ -371,10 +371,12 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
       await call("CreateTags", () => api.createTags({ Resources: [volumeId], Tags: toTags(tags) }));
     },
 
-    async untagVolume(volumeId: string, keys: string[]): Promise<void> {
+    async untagVolume(volumeId: string, keys: string[] | Record<string, string>): Promise<void> {
+      // A tag with a Value is deleted only while it has that value (see CloudVolumes.untagVolume).
+      const tags: Tag[] = Array.isArray(keys) ? keys.map((Key) => ({ Key })) : toTags(keys);
       // DeleteTags without Tag entries deletes every tag of the resource.
-      if (keys.length === 0) return;
-      await call("DeleteTags", () => api.deleteTags({ Resources: [volumeId], Tags: keys.map((Key) => ({ Key })) }));
+      if (tags.length === 0) return;
+      await call("DeleteTags", () => api.deleteTags({ Resources: [volumeId], Tags: tags }));
     },
 
     async instanceTags(instanceId: string): Promise<Record<string, string>> {

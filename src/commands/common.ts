@@ -3,7 +3,8 @@
  * the real adapters (EC2 of the instance's region, IMDS, systemd's docker.service).
  */
 import type { BootCommandDeps } from "../agent/boot-command.ts";
-import { wireBoot } from "../agent/wiring.ts";
+import type { ReleaseCommandDeps } from "../agent/release-command.ts";
+import { wireBoot, wireRelease, type WiringOptions } from "../agent/wiring.ts";
 import type { CloudVolumes } from "../agent/ports.ts";
 import { createEc2Client } from "../aws/ec2.ts";
 import { loadConfig, type AgentConfig } from "../config/index.ts";
@@ -14,6 +15,8 @@ export interface HostContext {
   config: AgentConfig;
   log: Logger;
   deps: BootCommandDeps;
+  /** The same adapters, wired for `release`. */
+  releaseDeps: ReleaseCommandDeps;
   /** EC2 in the configured region, or this instance's (from IMDS). */
   cloud(): Promise<CloudVolumes>;
 }
@@ -26,16 +29,18 @@ export async function hostContext(configPath: string | undefined): Promise<HostC
   if (config.imdsEndpoint && !process.env.AWS_EC2_METADATA_SERVICE_ENDPOINT) {
     process.env.AWS_EC2_METADATA_SERVICE_ENDPOINT = config.imdsEndpoint;
   }
-  const deps = wireBoot({
+  const wiring: WiringOptions = {
     config,
     ec2Client: (region) => createEc2Client({ region, ...(config.ec2Endpoint ? { endpoint: config.ec2Endpoint } : {}) }),
     docker: config.docker.control === "systemd" ? createSystemdDockerService({ unit: config.docker.unit, log }) : undefined,
     log,
-  });
+  };
+  const deps = wireBoot(wiring);
   return {
     config,
     log,
     deps,
+    releaseDeps: wireRelease(wiring),
     cloud: async () => deps.cloudFor(config.region ?? (await deps.identify()).region),
   };
 }

@@ -231,12 +231,24 @@ export const CONFIG_SCHEMA = {
         },
       },
     },
+    release: {
+      kind: "group",
+      description: "What `ebs-cache-agent release` (the unit's ExecStop, at shutdown) may do.",
+      fields: {
+        stopDocker: {
+          kind: "boolean",
+          default: true,
+          description:
+            "Stop docker when it still runs on the cache volume (a release by hand; at shutdown systemd has stopped it already). false: such a release is refused (exit 1) and nothing is changed.",
+        },
+      },
+    },
     ttlHours: {
       kind: "number",
       default: 24,
       min: 1,
       max: 8760,
-      description: "Hours a released workspace volume is kept (`ebs-cache:expires-at` = release time + this) before gc may delete it.",
+      description: "Hours a released volume is kept (`ebs-cache:expires-at` = release time + this) before gc may delete it; the `ebs-cache:ttl-hours` instance tag overrides it.",
     },
     workspace: {
       kind: "group",

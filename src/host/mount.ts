@@ -193,3 +193,24 @@ export async function unmountPath(mountPoint: string, options: MountOptions = {}
   if (left) throw new AgentError(`${target} is still mounted (${left.source}) after umount`, `check findmnt ${target}`);
   log?.info("host.mount", "unmounted", { mountPoint: target });
 }
+
+/**
+ * Every place the filesystem of `device` is mounted (bind mounts of its subfolders included),
+ * plus `mountPoint` when something is mounted there: what must come off before a detach.
+ */
+export async function mountPointsOf(device: string | undefined, mountPoint: string): Promise<string[]> {
+  const target = await canonical(mountPoint);
+  if (device !== undefined) assertDevicePath(device);
+  const number = device !== undefined ? await deviceNumber(device).catch(() => "") : "";
+  const found = (await readMountTable())
+    .filter((entry) => entry.target === target || (device !== undefined && ((number !== "" && entry.majorMinor === number) || entry.source === device)))
+    .map((entry) => entry.target);
+  // Deepest first: a mount below another comes off before it.
+  return [...new Set(found)].sort((a, b) => b.length - a.length);
+}
+
+/** Flushes one filesystem's dirty data and metadata to its device (`sync -f`, syncfs(2)). */
+export async function syncFilesystem(mountPoint: string, options: MountOptions = {}): Promise<void> {
+  assertMountPoint(mountPoint);
+  await run("sync", ["-f", mountPoint], { log: options.log, timeoutMs: 300_000, remediation: `check the device under ${mountPoint} (dmesg)` });
+}

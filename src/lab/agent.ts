@@ -5,7 +5,8 @@
 import { mkdir, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { runBoot, type BootOutcome } from "../agent/boot-command.ts";
-import { wireBoot } from "../agent/wiring.ts";
+import { runRelease, type ReleaseOutcome } from "../agent/release-command.ts";
+import { wireBoot, wireRelease, type WiringOptions } from "../agent/wiring.ts";
 import { createMetadataService } from "../aws/imds.ts";
 import { validateConfig, type AgentConfig } from "../config/index.ts";
 import { AgentError } from "../errors.ts";
@@ -61,14 +62,10 @@ export async function writeLabConfig(lab: Lab, host: LabHost, overrides: ConfigO
   return path;
 }
 
-/** Boots the agent in this process on a lab host, with the host's dockerd as docker.service. */
-export async function bootLabHost(
-  lab: Lab,
-  host: LabHost,
-  options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger },
-): Promise<BootOutcome> {
+/** How the agent is wired on a lab host: the lab's EC2, the host's IMDS and dockerd. */
+function labWiring(lab: Lab, host: LabHost, options: { overrides?: ConfigOverrides; log: Logger }): WiringOptions {
   const config = labConfig(lab, host, options.overrides);
-  const deps = wireBoot({
+  return {
     config,
     ec2Client: () => lab.ec2Client(),
     metadata: createMetadataService({ endpoint: host.imds.endpoint }),
@@ -76,6 +73,23 @@ export async function bootLabHost(
     defaultDataRoot: host.paths.defaultDataRoot,
     log: options.log,
     pollMs: 100,
-  });
-  return runBoot(deps, { dryRun: options.dryRun ?? false });
+  };
+}
+
+/** Boots the agent in this process on a lab host, with the host's dockerd as docker.service. */
+export async function bootLabHost(
+  lab: Lab,
+  host: LabHost,
+  options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger },
+): Promise<BootOutcome> {
+  return runBoot(wireBoot(labWiring(lab, host, options)), { dryRun: options.dryRun ?? false });
+}
+
+/** Releases in this process on a lab host (what the unit's ExecStop does at shutdown). */
+export async function releaseLabHost(
+  lab: Lab,
+  host: LabHost,
+  options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger },
+): Promise<ReleaseOutcome> {
+  return runRelease(wireRelease(labWiring(lab, host, options)), { dryRun: options.dryRun ?? false });
 }

@@ -1,0 +1,60 @@
+/**
+ * `ebs-cache-agent release`: identify → resolve settings → observe → plan → (dry run: print) →
+ * apply. The adapters come from the caller (src/agent/wiring.ts: the CLI's real ones, or a lab
+ * host's), so the same code runs on EC2 (systemd's ExecStop, after docker.service stopped) and
+ * in the lab.
+ */
+import type { AgentConfig } from "../config/index.ts";
+import { ExitCode } from "../errors.ts";
+import type { Logger } from "../log.ts";
+import type { CloudVolumes, Identity } from "./ports.ts";
+import { applyReleasePlan, observeRelease, type ReleaseDeps, type ReleaseResult } from "./release.ts";
+import { planRelease, type ReleasePlan } from "./release-plan.ts";
+import { resolveReleaseSettings, type ResolvedReleaseSettings } from "./settings.ts";
+
+export interface ReleaseCommandDeps {
+  config: AgentConfig;
+  identify(): Promise<Identity>;
+  /** EC2 in the instance's region. */
+  cloudFor(region: string): CloudVolumes;
+  /** The side-effecting adapters, built once the settings are known. */
+  releaseDeps(settings: ResolvedReleaseSettings, cloud: CloudVolumes): ReleaseDeps;
+  /** docker's data-root without the agent (undefined: docker's default). */
+  defaultDataRoot?: string;
+  log: Logger;
+}
+
+export interface ReleaseOutcome {
+  identity: Identity;
+  plan: ReleasePlan;
+  result?: ReleaseResult;
+  exitCode: number;
+}
+
+/** 0: released, nothing to do, or disabled; 1: refused or failed (the log says what to do). */
+export function releaseExitCode(result: ReleaseResult): number {
+  return result.outcome === "refused" || result.outcome === "failed" ? ExitCode.failure : ExitCode.ok;
+}
+
+/** Runs the release (or, with dryRun, only plans it). */
+export async function runRelease(deps: ReleaseCommandDeps, options: { dryRun: boolean }): Promise<ReleaseOutcome> {
+  const { log, config } = deps;
+  const identity = await deps.identify();
+  log.info("release.identity", "instance identified", { instance: identity.instanceId, zone: identity.availabilityZone, tags: identity.tagsSource });
+  const resolved = resolveReleaseSettings(config, identity, { defaultDataRoot: deps.defaultDataRoot });
+  for (const line of resolved.applied) log.info("release.settings", `instance tag override: ${line}`);
+  for (const line of resolved.warnings) log.warning("release.settings", line);
+  const settings = resolved.release;
+
+  const cloud = deps.cloudFor(config.region ?? identity.region);
+  const releaseDeps = deps.releaseDeps(resolved, cloud);
+  const observed = await observeRelease(releaseDeps, identity, settings);
+  const plan = planRelease(settings, observed);
+  log.info("release.plan", `decision: ${plan.decision}`, { volumes: plan.volumes.join(",") || undefined, steps: plan.steps.length });
+  if (options.dryRun) {
+    for (const warning of plan.warnings) log.warning("release.plan", warning);
+    return { identity, plan, exitCode: plan.decision === "refused" ? ExitCode.failure : ExitCode.ok };
+  }
+  const result = await applyReleasePlan(plan, releaseDeps, settings, { detachTimeoutMs: config.timeouts.attachSeconds * 1000 });
+  return { identity, plan, result, exitCode: releaseExitCode(result) };
+}

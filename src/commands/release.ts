@@ -1,0 +1,60 @@
+/**
+ * `ebs-cache-agent release`: the CLI face of src/agent/release-command.ts with the real adapters
+ * (EC2 and IMDS of this instance, systemd's docker.service). systemd runs it as the unit's
+ * ExecStop, after docker.service has stopped; see docs/release.md.
+ */
+import { Command } from "commander";
+import { runRelease, type ReleaseOutcome } from "../agent/release-command.ts";
+import { hostContext } from "./common.ts";
+
+export interface ReleaseCliOptions {
+  config?: string;
+  dryRun?: boolean;
+  json?: boolean;
+}
+
+/** Prints the outcome for people (or as JSON) on stdout. */
+export function printReleaseOutcome(outcome: ReleaseOutcome, json: boolean, out: (line: string) => void): void {
+  if (json) {
+    out(JSON.stringify({ instanceId: outcome.identity.instanceId, plan: outcome.plan, result: outcome.result ?? null }, null, 2));
+    return;
+  }
+  const { plan, result } = outcome;
+  out(`instance ${plan.instanceId}`);
+  out(`decision: ${plan.decision}${plan.reason ? ` (${plan.reason})` : ""}${plan.volumes.length ? `: ${plan.volumes.join(" ")}` : ""}`);
+  for (const warning of plan.warnings) out(`warning: ${warning}`);
+  if (!result) {
+    if (plan.steps.length > 0) out("plan (dry run, nothing changed):");
+    for (const [i, step] of plan.steps.entries()) {
+      const { step: name, ...detail } = step;
+      out(`  ${String(i + 1).padStart(2)}. ${name}${Object.keys(detail).length ? ` ${JSON.stringify(detail)}` : ""}`);
+    }
+    if (plan.remediation) out(`to do: ${plan.remediation}`);
+    return;
+  }
+  out(`outcome: ${result.outcome}${result.released.length ? ` (${result.released.join(" ")})` : ""}`);
+  for (const problem of result.problems) out(`${problem.kind}: ${problem.message}\n  to do: ${problem.remediation}`);
+  for (const { step, volumeId, ms, skipped } of result.timeline) {
+    out(`  ${step.padEnd(16)} ${(volumeId ?? "").padEnd(22)} ${skipped ? "skipped" : `${(ms / 1000).toFixed(2)} s`}`);
+  }
+}
+
+/** Builds `ebs-cache-agent release`. */
+export function releaseCommand(): Command {
+  return new Command("release")
+    .description("give the cache volume back (at shutdown): labels off, data-root reset, unmount, detach, tag released-at / expires-at")
+    .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
+    .option("--dry-run", "observe and print the plan; change nothing")
+    .option("--json", "print the plan and result as JSON")
+    .addHelpText(
+      "after",
+      "\nExit codes: 0 released (or nothing to release, or disabled), 1 refused or failed (the log says what to do; nothing\n" +
+        "mounted was detached), 2 usage, 3 invalid configuration file (nothing changed).",
+    )
+    .action(async (opts: ReleaseCliOptions) => {
+      const { releaseDeps } = await hostContext(opts.config);
+      const outcome = await runRelease(releaseDeps, { dryRun: opts.dryRun ?? false });
+      printReleaseOutcome(outcome, opts.json ?? false, (line) => process.stdout.write(line + "\n"));
+      process.exitCode = outcome.exitCode;
+    });
+}

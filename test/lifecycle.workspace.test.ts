@@ -1,0 +1,171 @@
+/**
+ * Workspace volumes across machines: the first instance of a user/project/node gets a new
+ * workspace volume (from the pool's snapshot, or blank and formatted by the agent), writes into
+ * a docker volume on it and releases it at shutdown; a second instance (another host) with the
+ * same ids claims the same volume and finds the data, without the first machine's swarm
+ * identity or containers. TTL and keep come from the instance tags.
+ */
+import t, { type Test } from "tap";
+import { readFile, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
+import { initSwarm } from "../src/lab/images.ts";
+import type { LabHost } from "../src/lab/lab.ts";
+import { VolumeTag } from "../src/tags.ts";
+import { labelRecord, LABEL_PREFIX, mountsUnder, POOL, startBootLab, type InProcessBoot } from "./fixtures/boot-lab.ts";
+import { assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
+import { releaseHost, volumeEnd, workspaceTags, type InProcessRelease } from "./fixtures/lifecycle-lab.ts";
+
+await assertLabPrerequisites();
+
+const bl = await startBootLab({ name: "test-lifecycle-ws", poolSize: 1 });
+t.teardown(() => bl.close());
+const overrides = { pool: POOL };
+const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
+
+function assertBoot(t: Test, booted: InProcessBoot, outcome: string, message: string): void {
+  t.equal(booted.result?.outcome, outcome, message, booted.result?.outcome === outcome ? {} : { result: booted.result, log: booted.log.join("\n") });
+}
+function assertRelease(t: Test, released: InProcessRelease, outcome: string, message: string): void {
+  t.equal(released.result?.outcome, outcome, message, released.result?.outcome === outcome ? {} : { result: released.result, log: released.log.join("\n") });
+}
+
+/** After a release: nothing of the volume left on the host, daemon.json back on docker's default. */
+async function assertHostReleased(t: Test, host: LabHost): Promise<void> {
+  t.same(await mountsUnder(host.paths.mountRoot), [], "nothing mounted under the host's mount root");
+  t.same(bl.lab.backend.attachments().filter((a) => a.instanceId === host.instance.instanceId), [], "no device of the volume left on the host");
+  const daemon = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as Record<string, unknown>;
+  t.equal(daemon["data-root"], host.paths.defaultDataRoot, "daemon.json data-root back on the host's default");
+  t.same(Object.keys(labelRecord((daemon.labels as string[] | undefined) ?? [])).filter((key) => key.startsWith(`${LABEL_PREFIX}.`)), [], "no agent label left in daemon.json");
+}
+
+t.test("a workspace volume made from the pool's snapshot keeps its docker volume across release and a boot on another host", async (t) => {
+  const ids = { userId: "17", projectId: "p-abc", nodeId: "n-1" };
+  const hostA = await bl.addHost({ tags: { ...workspaceTags(ids), "ebs-cache:ttl-hours": "2" } });
+  const a = await bl.boot(hostA, { overrides });
+  assertBoot(t, a, "ready", "first instance ready");
+  t.equal(a.plan.selection.source, "new-workspace", "no workspace volume yet for the ids: one is created");
+  const volumeId = a.result!.volumeId!;
+  t.notOk(bl.poolVolumes.includes(volumeId), "not the pool's volume");
+  t.equal((await bl.describe(bl.poolVolumes[0]!)).State, "available", "the pool volume is left for others");
+  const created = await bl.describe(volumeId);
+  t.equal(created.SnapshotId, bl.golden?.snapshotId, "made from the pool's newest snapshot");
+  const tags = await bl.tags(volumeId);
+  t.match(tags, {
+    [VolumeTag.managed]: "true",
+    [VolumeTag.kind]: "workspace",
+    [VolumeTag.pool]: POOL,
+    [VolumeTag.userId]: "17",
+    [VolumeTag.projectId]: "p-abc",
+    [VolumeTag.nodeId]: "n-1",
+    [VolumeTag.claimedBy]: hostA.instance.instanceId,
+  }, "tagged kind=workspace with the ids, claimed by the first instance");
+  t.notOk(tags[VolumeTag.createdBy], "not created-by=agent: a volume from a snapshot is never formatted");
+
+  const dockerA = hostA.dockerd!;
+  t.equal((await dockerA.info()).DockerRootDir, join(hostA.paths.mountRoot, volumeId, DATA_ROOT_SUBDIR), "docker runs on the workspace volume");
+  await dockerA.docker(["volume", "create", "data"]);
+  await dockerA.docker(["run", "--rm", "--network", "none", "-v", "data:/d", "lab/app:1", "sh", "-c", "echo hi > /d/f"]);
+  // Machine state that must not follow the volume to the next machine.
+  const nodeA = await initSwarm(dockerA);
+  await dockerA.docker(["create", "--name", "leftover", "--network", "none", "lab/app:1", "true"]);
+
+  const released = await releaseHost(bl, hostA);
+  assertRelease(t, released, "released", "release: released");
+  t.equal(released.exitCode, 0, "exit code 0");
+  t.same(released.result?.released, [volumeId]);
+  t.ok(released.plan.steps.some((s) => s.step === "stop-docker"), "docker still ran on the volume: the release stopped it first (release.stopDocker)");
+  t.notOk(await dockerA.isActive(), "docker is stopped");
+  const end = await volumeEnd(bl, volumeId);
+  t.equal(end.state, "available", "the volume is available");
+  t.same(end.attachments, [], "with no attachment");
+  t.equal(end.forceDetachCount, 0, "never force-detached");
+  t.match(end.tags[VolumeTag.releasedAt], ISO, "released-at, ISO 8601");
+  const releasedAt = Date.parse(end.tags[VolumeTag.releasedAt] ?? "");
+  t.equal(Date.parse(end.tags[VolumeTag.expiresAt] ?? ""), releasedAt + 2 * 3_600_000, "expires-at = released-at + 2 h (instance tag ebs-cache:ttl-hours)");
+  t.notOk(end.tags[VolumeTag.claimedBy], "claimed-by removed");
+  t.notOk(end.tags[VolumeTag.claimedAt], "claimed-at removed");
+  t.notOk(end.tags[VolumeTag.keep], "no keep");
+  t.equal(end.tags[VolumeTag.nodeId], "n-1", "the ids stay");
+  await assertHostReleased(t, hostA);
+
+  const hostB = await bl.addHost({ tags: { ...workspaceTags(ids), "ebs-cache:keep": "true" } });
+  const b = await bl.boot(hostB, { overrides });
+  assertBoot(t, b, "ready", "second instance (another host, same ids) ready");
+  t.equal(b.plan.selection.source, "workspace", "it finds the workspace volume of the ids");
+  t.same("candidates" in b.plan.selection ? b.plan.selection.candidates : [], [volumeId], "that one volume");
+  t.equal(b.result?.volumeId, volumeId, "the same volume is claimed");
+  const claimed = await bl.tags(volumeId);
+  t.equal(claimed[VolumeTag.claimedBy], hostB.instance.instanceId, "claimed-by the second instance");
+  t.notOk(claimed[VolumeTag.releasedAt] ?? claimed[VolumeTag.expiresAt], "the claim removed the old release's released-at / expires-at");
+  const dockerB = hostB.dockerd!;
+  const read = await dockerB.docker(["run", "--rm", "--network", "none", "-v", "data:/d", "lab/app:1", "cat", "/d/f"]);
+  t.equal(read.stdout.trim(), "hi", "the file written on the first host is there");
+  const info = await dockerB.info();
+  t.equal(info.Swarm.LocalNodeState, "inactive", `the first machine's swarm identity (${nodeA}) did not come along`);
+  t.equal((await dockerB.docker(["ps", "-aq"])).stdout.trim(), "", "nor its containers");
+  t.equal(labelRecord(info.Labels)[`${LABEL_PREFIX}.kind`], "workspace", "label kind=workspace");
+
+  await hostB.dockerd!.stop(); // as systemd does before ExecStop
+  const kept = await releaseHost(bl, hostB);
+  assertRelease(t, kept, "released", "second release: released");
+  t.notOk(kept.plan.steps.some((s) => s.step === "stop-docker"), "docker already stopped: no stop step");
+  const keptEnd = await volumeEnd(bl, volumeId);
+  t.equal(keptEnd.state, "available");
+  t.equal(keptEnd.tags[VolumeTag.keep], "true", "instance tag ebs-cache:keep=true: the volume is tagged keep");
+  t.notOk(keptEnd.tags[VolumeTag.expiresAt], "and gets no expires-at");
+  t.match(keptEnd.tags[VolumeTag.releasedAt], ISO, "released-at still written");
+  t.ok(Date.parse(keptEnd.tags[VolumeTag.releasedAt] ?? "") >= releasedAt, "a new released-at");
+  await assertHostReleased(t, hostB);
+});
+
+t.test("workspace.create=blank: an empty volume the agent formats, with an empty data-root docker fills; its data comes back on another host, never reformatted", async (t) => {
+  const ids = { userId: "18", projectId: "p-blank", nodeId: "n-2" };
+  // The configured images cannot be on a blank volume: they are not expected there.
+  const blank = { pool: POOL, workspace: { create: "blank", sizeGiB: 1 }, docker: { expectedImages: ["lab/app:1"] } };
+  const hostC = await bl.addHost({ tags: workspaceTags(ids) });
+  const c = await bl.boot(hostC, { overrides: blank });
+  assertBoot(t, c, "ready", "ready on the blank workspace volume");
+  t.equal(c.plan.selection.source, "new-workspace");
+  const volumeId = c.result!.volumeId!;
+  const volume = await bl.describe(volumeId);
+  t.notOk(volume.SnapshotId, "not from a snapshot");
+  t.equal(volume.Size, 1, "workspace.sizeGiB");
+  const tags = await bl.tags(volumeId);
+  t.equal(tags[VolumeTag.createdBy], "agent", "created-by=agent");
+  t.equal(tags[VolumeTag.kind], "workspace");
+  t.equal(tags[VolumeTag.userId], "18");
+  t.ok(c.log.some((line) => line.includes("formatting the blank volume the agent created")), "formatted by the agent");
+  t.ok(c.log.some((line) => line.includes("empty data-root created on the blank volume")), "an empty data-root, not the pool-volume cleanup");
+  const dockerC = hostC.dockerd!;
+  const info = await dockerC.info();
+  t.equal(info.DockerRootDir, join(hostC.paths.mountRoot, volumeId, DATA_ROOT_SUBDIR), "docker runs on it");
+  t.equal((await dockerC.docker(["image", "ls", "-q"])).stdout.trim(), "", "no image: a blank volume");
+  await dockerC.docker(["volume", "create", "notes"]);
+  const mountpoint = (await dockerC.docker(["volume", "inspect", "--format", "{{.Mountpoint}}", "notes"])).stdout.trim();
+  t.ok(mountpoint.startsWith(info.DockerRootDir), "the docker volume is on the workspace volume");
+  await writeFile(join(mountpoint, "todo.txt"), "buy milk\n");
+
+  const released = await releaseHost(bl, hostC);
+  assertRelease(t, released, "released", "released");
+  t.equal((await volumeEnd(bl, volumeId)).state, "available");
+
+  const hostD = await bl.addHost({ tags: workspaceTags(ids) });
+  const d = await bl.boot(hostD, { overrides: blank });
+  assertBoot(t, d, "ready", "ready on another host");
+  t.equal(d.result?.volumeId, volumeId, "the same workspace volume");
+  t.notOk(d.log.some((line) => line.includes("formatting")), "not formatted again: it holds a filesystem now");
+  t.ok(d.log.some((line) => line.includes("machine-local state removed")), "once docker initialized it, it is prepared like any volume");
+  const again = (await hostD.dockerd!.docker(["volume", "inspect", "--format", "{{.Mountpoint}}", "notes"])).stdout.trim();
+  t.equal(await readFile(join(again, "todo.txt"), "utf8"), "buy milk\n", "the docker volume's file is there");
+  await hostD.dockerd!.stop();
+  assertRelease(t, await releaseHost(bl, hostD), "released", "released again");
+});
+
+t.test("the lab closes and leaves no loop device, mount or dockerd behind; nothing was force-detached", async (t) => {
+  const state = bl.lab.ec2.snapshotState();
+  t.same(Object.values(state.volumes).filter((v) => v.forceDetachCount > 0).map((v) => v.volumeId), [], "forceDetachCount 0 everywhere");
+  t.same(Object.values(state.volumes).filter((v) => v.attachment).map((v) => v.volumeId), [], "no volume attached");
+  const left = await bl.close();
+  t.same(left, { rootExists: false, loopDevices: [], mounts: [], dockerds: [] });
+});
