@@ -14,6 +14,7 @@ const settings: BootSettings = {
   device: "/dev/sdf",
   mountRoot: "/var/lib/ebs-cache",
   withDocker: true,
+  mayClaim: true,
   workspaceCreate: "snapshot",
   workspaceSizeGiB: 20,
 };
@@ -137,4 +138,12 @@ t.test("no workspace volume for the ids: one is created (from the pool's snapsho
   const mine = volume("vol-9", { state: "in-use", attachment: { instanceId: "i-0aaa", device: "/dev/sdf", state: "attached" } });
   t.equal(selectSource(ws, observed({ attached: [mine], snapshot })).source, "attached", "an attached volume still comes first");
   t.equal(selectSource(settings, observed({ pool, snapshot })).source, "pool", "without ids nothing changes");
+});
+
+t.test("the second boot phase (--no-claim) reuses an attached volume and never claims", async (t) => {
+  const noClaim = { ...settings, mayClaim: false };
+  const none = selectSource(noClaim, observed({ pool: [volume("vol-1")], snapshot }));
+  t.equal(none.source, "none", "nothing attached: degraded, the pool is not touched");
+  const mine = volume("vol-9", { state: "in-use", attachment: { instanceId: "i-0aaa", device: "/dev/sdf", state: "attached" } });
+  t.equal(selectSource(noClaim, observed({ attached: [mine], pool: [volume("vol-1")] })).source, "attached");
 });

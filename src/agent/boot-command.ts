@@ -37,7 +37,7 @@ export function exitCodeOf(result: BootResult): number {
 }
 
 /** Runs the boot (or, with dryRun, only plans it). Throws ConfigError on bad tags: nothing changed. */
-export async function runBoot(deps: BootCommandDeps, options: { dryRun: boolean; withDocker?: boolean }): Promise<BootOutcome> {
+export async function runBoot(deps: BootCommandDeps, options: { dryRun: boolean; withDocker?: boolean; mayClaim?: boolean }): Promise<BootOutcome> {
   const { log, config } = deps;
   const identity = await deps.identify();
   log.info("boot.identity", "instance identified", {
@@ -45,7 +45,7 @@ export async function runBoot(deps: BootCommandDeps, options: { dryRun: boolean;
     zone: identity.availabilityZone,
     tags: identity.tagsSource,
   });
-  const resolved = resolveSettings(config, identity, { withDocker: options.withDocker ?? true });
+  const resolved = resolveSettings(config, identity, { withDocker: options.withDocker ?? true, mayClaim: options.mayClaim ?? true });
   if (!resolved.ok) {
     throw new ConfigError(resolved.problems, "fix the instance tags (nothing was changed on this node)");
   }

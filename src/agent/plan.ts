@@ -33,6 +33,13 @@ export interface BootSettings {
    * for the agent's own), or when docker.control is `none`.
    */
   withDocker: boolean;
+  /**
+   * Whether this run may claim or create a volume. false in the second boot phase (after
+   * docker.service): by then the node may have joined the swarm on docker's default data-root,
+   * and switching it to a newly claimed volume would lose that membership. It only reuses a
+   * volume phase 1 attached.
+   */
+  mayClaim: boolean;
 }
 
 export interface WorkspaceIds {
@@ -182,6 +189,7 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   const attached = observed.attached.filter((v) => v.attachment?.instanceId === identity.instanceId);
   const mine = attached.find((v) => v.tags[VolumeTag.kind] === VolumeKind.workspace) ?? attached[0];
   if (mine) return { source: "attached", volumeId: mine.volumeId, kind: mine.tags[VolumeTag.kind] ?? "unknown" };
+  if (!settings.mayClaim) return { source: "none", reason: "no cache volume is attached, and this run may not claim one (boot --no-claim)" };
 
   const inZone = (v: VolumeInfo) => v.availabilityZone === identity.availabilityZone && v.state === "available";
   const fallback = createSpec(settings, observed);

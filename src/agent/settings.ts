@@ -19,7 +19,7 @@ export interface ResolvedSettings {
 }
 
 /** Resolves the settings, or returns the problems (then nothing may be changed). */
-export function resolveSettings(config: AgentConfig, identity: Identity, options: { withDocker: boolean }): { ok: true; value: ResolvedSettings } | { ok: false; problems: string[] } {
+export function resolveSettings(config: AgentConfig, identity: Identity, options: { withDocker: boolean; mayClaim?: boolean }): { ok: true; value: ResolvedSettings } | { ok: false; problems: string[] } {
   const tagged = applyInstanceTags(config, identity.tags);
   const problems = [...tagged.problems];
   const effective = tagged.config;
@@ -39,6 +39,7 @@ export function resolveSettings(config: AgentConfig, identity: Identity, options
     device: effective.device,
     mountRoot: effective.paths.mountRoot,
     withDocker: options.withDocker && effective.docker.control !== "none",
+    mayClaim: options.mayClaim ?? true,
     workspaceCreate: effective.workspace.create,
     workspaceSizeGiB: effective.workspace.sizeGiB,
     ...(workspace.ok && workspace.ids ? { workspace: workspace.ids } : {}),

@@ -12,6 +12,8 @@ export interface BootCliOptions {
   json?: boolean;
   /** commander's negated --no-docker: false when given. */
   docker: boolean;
+  /** commander's negated --no-claim: false when given. */
+  claim: boolean;
 }
 
 /** Prints the outcome for people (or as JSON) on stdout. */
@@ -51,9 +53,13 @@ export function bootCommand(): Command {
       "after",
       "\nExit codes: 0 ready (or disabled), 1 failure, 2 usage, 3 invalid configuration or instance tags (nothing changed),\n4 degraded (no cache volume: docker on its default data-root).",
     )
+    .option(
+      "--no-claim",
+      "second boot phase (after docker.service): only reuse a volume already attached; never claim or create one",
+    )
     .action(async (opts: BootCliOptions) => {
       const { deps } = await hostContext(opts.config);
-      const outcome = await runBoot(deps, { dryRun: opts.dryRun ?? false, withDocker: opts.docker });
+      const outcome = await runBoot(deps, { dryRun: opts.dryRun ?? false, withDocker: opts.docker, mayClaim: opts.claim });
       printOutcome(outcome, opts.json ?? false, (line) => process.stdout.write(line + "\n"));
       process.exitCode = outcome.exitCode;
     });
