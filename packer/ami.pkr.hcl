@@ -1,0 +1,101 @@
+# The cluster's AMI: Debian 12 with Node.js (NodeSource, /usr/bin/node), docker, fio, xfsprogs
+# and ebs-cache-agent installed by scripts/install.sh, its units enabled:
+#   ebs-cache-agent.service          boot --no-docker, Before=docker.service
+#   ebs-cache-agent-ready.service    boot --no-claim (verify docker, readiness labels), After=docker.service
+#   ebs-cache-agent-release.service  release at shutdown (ExecStop=), after docker.service has stopped
+#   ebs-cache-agent-gc.timer         gc, hourly
+#
+#   packer build -only=amazon-ebs.ami packer/            (Packer >= 1.7: packer init packer/ first)
+#
+# The agent is packaged from this checkout by a local step (npm run build + tar into dist/),
+# so the machine running Packer needs the checkout's node_modules (npm ci).
+#
+# What the instances launched from this AMI need (set on the autoscaler's launch template, not
+# here; the builder instance itself runs no agent):
+# - an IAM instance profile whose role has iam/ebs-cache-agent-policy.json;
+# - instance metadata tags, and IMDSv2:
+#     metadata_options { http_tokens = "required", instance_metadata_tags = "enabled" }
+#   (aws ec2 create-launch-template … --metadata-options HttpTokens=required,InstanceMetadataTags=enabled).
+#   Without metadata tags the agent falls back to DescribeTags (one more EC2 call per boot).
+# With the amazon plugin (Packer >= 1.7) the builder can get the same options:
+#     metadata_options { http_endpoint = "enabled" http_tokens = "required" instance_metadata_tags = "enabled" }
+# Packer 1.6.6 (used to validate these templates offline) does not know the block, so it is
+# left out here.
+
+locals {
+  # UTC, ISO-8601 basic (20250520T101500): AMI names allow no ":".
+  build_stamp = formatdate("YYYYMMDD'T'hhmmss", timestamp())
+  repo        = abspath("${path.root}/..")
+  # What the local packaging step produces (dist/ is git-ignored).
+  agent_package = "${local.repo}/dist/ebs-cache-agent-package.tar.gz"
+}
+
+source "amazon-ebs" "ami" {
+  region          = var.region
+  subnet_id       = var.subnet_id
+  instance_type   = var.ami_instance_type
+  ami_name        = "${var.ami_name_prefix}-${local.build_stamp}"
+  ami_description = "Docker Swarm node with ebs-cache-agent (Node.js ${var.node_major}, ${var.docker_package})"
+
+  source_ami_filter {
+    filters = {
+      name                = var.source_ami_name
+      architecture        = "x86_64"
+      root-device-type    = "ebs"
+      virtualization-type = "hvm"
+    }
+    owners      = var.source_ami_owners
+    most_recent = true
+  }
+  ssh_username = var.ssh_username
+
+  launch_block_device_mappings {
+    device_name           = "/dev/xvda"
+    volume_size           = var.root_volume_size_gib
+    volume_type           = "gp3"
+    throughput            = 125
+    iops                  = 3000
+    delete_on_termination = true
+  }
+
+  tags = {
+    Name                   = "${var.ami_name_prefix}-${local.build_stamp}"
+    "ebs-cache:agent"      = "installed"
+    "ebs-cache:node-major" = "${var.node_major}"
+  }
+}
+
+build {
+  name    = "ami"
+  sources = ["source.amazon-ebs.ami"]
+
+  # Package the agent from this checkout: the bundle, its units, default config, install.sh,
+  # the docs and the IAM policy.
+  provisioner "shell-local" {
+    inline = [
+      "set -eu",
+      "cd '${local.repo}'",
+      "npm run build --silent",
+      "tar -czf '${local.agent_package}' dist/ebs-cache-agent.mjs systemd config scripts/install.sh docs iam",
+    ]
+  }
+
+  provisioner "file" {
+    source      = local.agent_package
+    destination = "/tmp/ebs-cache-agent-package.tar.gz"
+    # Made by the step above, after validation.
+    generated = true
+  }
+
+  provisioner "shell" {
+    script          = "${path.root}/scripts/ami-setup.sh"
+    execute_command = "chmod +x '{{ .Path }}'; sudo -E bash '{{ .Path }}'"
+    environment_vars = [
+      "NODE_MAJOR=${var.node_major}",
+      "DOCKER_PACKAGE=${var.docker_package}",
+      "AGENT_PACKAGE=/tmp/ebs-cache-agent-package.tar.gz",
+      "AGENT_POOL=${var.agent_pool}",
+      "AGENT_IMAGE_SET=${var.agent_image_set}",
+    ]
+  }
+}

@@ -1,0 +1,99 @@
+# A pool volume and its snapshot: an extra EBS volume formatted XFS (label ebs-cache, ftype=1 for
+# overlay2) whose docker data-root (<volume>/docker) holds the image set, pulled and extracted,
+# without the builder's machine-local state (swarm/, containers/, network/, engine-id). What the
+# lab's golden snapshot (src/lab/golden.ts) is, made in AWS:
+#
+#   packer build -only=amazon-ebsvolume.pool -var pool=sim4life -var image_set=2025-05 \
+#     -var 'images=["registry.example.org/simcore/services/dynamic/sim4life:3.1.0"]' packer/
+#
+# The volume stays (delete_on_termination = false): it is the pool's first volume, available in
+# the builder's Availability Zone. A local post-processing step then snapshots it, copying the
+# volume's tags (needs the aws CLI and the same credentials as Packer); the agent creates
+# volumes from the pool's newest snapshot in any zone. Tags (src/tags.ts):
+#   ebs-cache:managed=true  ebs-cache:kind=pool  ebs-cache:pool=<pool>
+#   ebs-cache:image-set=<image_set>  ebs-cache:images=<images, comma-separated>
+# Build it with the docker the cluster runs (var.docker_package): the data-root's layout is that
+# docker's. With the amazon plugin (Packer >= 1.7) `snapshot_volume = true` and `snapshot_tags`
+# could replace the post-processing step; Packer 1.6.6 (the offline validation) knows neither.
+
+locals {
+  pool_tags = {
+    "ebs-cache:managed"   = "true"
+    "ebs-cache:kind"      = "pool"
+    "ebs-cache:pool"      = var.pool
+    "ebs-cache:image-set" = var.image_set
+    "ebs-cache:images"    = join(",", var.images)
+  }
+  pool_stamp = formatdate("YYYYMMDD'T'hhmmss", timestamp())
+  # The checkout's dist/ (git-ignored) keeps the manifest.
+  pool_dist     = "${abspath("${path.root}/..")}/dist"
+  pool_manifest = "${local.pool_dist}/pool-volume-manifest-${local.pool_stamp}.json"
+}
+
+source "amazon-ebsvolume" "pool" {
+  region        = var.region
+  subnet_id     = var.subnet_id
+  instance_type = var.pool_builder_instance_type
+
+  source_ami_filter {
+    filters = {
+      name                = var.source_ami_name
+      architecture        = "x86_64"
+      root-device-type    = "ebs"
+      virtualization-type = "hvm"
+    }
+    owners      = var.source_ami_owners
+    most_recent = true
+  }
+  ssh_username = var.ssh_username
+
+  ebs_volumes {
+    device_name           = "/dev/sdf"
+    volume_type           = var.pool_volume_type
+    volume_size           = var.pool_volume_size_gib
+    throughput            = 125
+    iops                  = 3000
+    delete_on_termination = false
+    tags = merge(local.pool_tags, {
+      Name = "ebs-cache pool ${var.pool} (${var.image_set})"
+    })
+  }
+
+  run_tags = {
+    Name = "ebs-cache pool-volume builder (${var.pool})"
+  }
+}
+
+build {
+  name    = "pool-volume"
+  sources = ["source.amazon-ebsvolume.pool"]
+
+  provisioner "shell-local" {
+    inline = ["mkdir -p '${local.pool_dist}'"]
+  }
+
+  provisioner "shell" {
+    script          = "${path.root}/scripts/pool-volume.sh"
+    execute_command = "chmod +x '{{ .Path }}'; sudo -E bash '{{ .Path }}'"
+    environment_vars = [
+      "DOCKER_PACKAGE=${var.docker_package}",
+      "POOL_VOLUME_SIZE_GIB=${var.pool_volume_size_gib}",
+      "IMAGES=${join(" ", var.images)}",
+      "DOCKER_CONFIG_JSON=${var.docker_config_json}",
+    ]
+  }
+
+  # One chain: the manifest records the volume id, the local step snapshots that volume.
+  post-processors {
+    post-processor "manifest" {
+      output     = local.pool_manifest
+      strip_path = true
+    }
+    post-processor "shell-local" {
+      environment_vars = [
+        "MANIFEST=${local.pool_manifest}",
+      ]
+      script = "${path.root}/scripts/snapshot-pool-volume.sh"
+    }
+  }
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs (as root) on the AMI builder instance of packer/ami.pkr.hcl: Node.js from NodeSource,
+# docker, fio, xfsprogs, nvme-cli, then the agent from the uploaded package via
+# scripts/install.sh, with the AMI's config.json. Environment (set by the template):
+#   NODE_MAJOR  DOCKER_PACKAGE  AGENT_PACKAGE  AGENT_POOL  AGENT_IMAGE_SET
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+: "${NODE_MAJOR:?}" "${DOCKER_PACKAGE:?}" "${AGENT_PACKAGE:?}" "${AGENT_POOL:?}"
+AGENT_IMAGE_SET=${AGENT_IMAGE_SET:-}
+
+# cloud-init may still be configuring apt on first boot.
+if command -v cloud-init >/dev/null 2>&1; then cloud-init status --wait >/dev/null || true; fi
+
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends ca-certificates curl gnupg fio xfsprogs nvme-cli util-linux procps "$DOCKER_PACKAGE"
+
+# Node.js from NodeSource's apt repository: /usr/bin/node, the path the units run, and
+# updated by apt with the rest of the system.
+install -d -m 0755 /usr/share/keyrings
+curl -fsSL https://deb.nodesource.com/gpgkey/nodesource-repo.gpg.key | gpg --batch --yes --dearmor -o /usr/share/keyrings/nodesource.gpg
+echo "deb [signed-by=/usr/share/keyrings/nodesource.gpg] https://deb.nodesource.com/node_${NODE_MAJOR}.x nodistro main" >/etc/apt/sources.list.d/nodesource.list
+apt-get update -qq
+apt-get install -y -qq nodejs
+node_version=$(/usr/bin/node --version)
+case "$node_version" in
+  v"$NODE_MAJOR".*) echo "ami-setup: Node.js $node_version at /usr/bin/node" ;;
+  *) echo "ami-setup: expected Node.js $NODE_MAJOR at /usr/bin/node, found $node_version" >&2; exit 1 ;;
+esac
+
+# The agent.
+work=$(mktemp -d)
+tar -xzf "$AGENT_PACKAGE" -C "$work"
+bash "$work/scripts/install.sh" --bundle "$work/dist/ebs-cache-agent.mjs" /
+# The AMI's configuration (install.sh only ships the default when none exists).
+AGENT_POOL="$AGENT_POOL" AGENT_IMAGE_SET="$AGENT_IMAGE_SET" /usr/bin/node -e '
+  const fs = require("node:fs");
+  const path = "/etc/ebs-cache-agent/config.json";
+  const config = JSON.parse(fs.readFileSync(path, "utf8"));
+  config.pool = process.env.AGENT_POOL;
+  config.imageSet = process.env.AGENT_IMAGE_SET === "" ? null : process.env.AGENT_IMAGE_SET;
+  fs.writeFileSync(path, JSON.stringify(config, null, 2) + "\n");
+'
+ebs-cache-agent --help >/dev/null
+rm -rf "$work" "$AGENT_PACKAGE"
+
+# docker starts at boot, after ebs-cache-agent.service (its units are enabled by install.sh).
+systemctl enable docker.service
+# The package's postinst started docker once: an AMI must not carry an engine identity or a
+# data-root of its own (every instance would share them).
+systemctl stop docker.service docker.socket || true
+rm -rf /var/lib/docker /etc/docker/key.json
+# The agent's own state starts empty on every instance.
+rm -rf /var/lib/ebs-cache-agent /var/lib/ebs-cache
+
+apt-get clean
+echo "ami-setup: done"

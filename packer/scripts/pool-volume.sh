@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Runs (as root) on the builder instance of packer/pool-volume.pkr.hcl: formats the extra EBS
+# volume XFS (label ebs-cache, ftype=1), runs dockerd with its data-root on <volume>/docker,
+# pulls the image set, stops docker, removes the machine-local state and unmounts. The same
+# steps as the lab's golden snapshot (src/lab/golden.ts). Environment (set by the template):
+#   DOCKER_PACKAGE  POOL_VOLUME_SIZE_GIB  IMAGES (space-separated)  DOCKER_CONFIG_JSON (optional)
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+: "${DOCKER_PACKAGE:?}" "${POOL_VOLUME_SIZE_GIB:?}"
+IMAGES=${IMAGES:-}
+[ -n "$IMAGES" ] || { echo "pool-volume: no images to pull (set the variable images)" >&2; exit 1; }
+DOCKER_CONFIG_JSON=${DOCKER_CONFIG_JSON:-}
+MOUNT=/mnt/ebs-cache
+LABEL=ebs-cache            # src/layout.ts FS_LABEL
+DATA_ROOT="$MOUNT/docker"  # src/layout.ts DATA_ROOT_SUBDIR
+# State that must not travel between machines (src/layout.ts MACHINE_LOCAL_STATE, and the
+# engine id docker 23+ keeps in its data-root).
+MACHINE_LOCAL_STATE=(swarm containers network engine-id)
+
+if command -v cloud-init >/dev/null 2>&1; then cloud-init status --wait >/dev/null || true; fi
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends xfsprogs util-linux "$DOCKER_PACKAGE"
+systemctl stop docker.service docker.socket || true
+
+# The extra volume: the one disk of the wanted size with no partition, no mount and no
+# signature. It shows up some time after the instance starts: wait for it.
+want=$((POOL_VOLUME_SIZE_GIB * 1024 * 1024 * 1024))
+device=""
+for _ in $(seq 1 120); do
+  candidates=()
+  while read -r name size type; do
+    [ "$type" = disk ] && [ "$size" = "$want" ] || continue
+    [ "$(lsblk -nro NAME "$name" | wc -l)" = 1 ] || continue   # has partitions
+    findmnt -rn -S "$name" >/dev/null && continue                # mounted
+    blkid -p "$name" >/dev/null 2>&1 && continue                  # carries a signature
+    candidates+=("$name")
+  done < <(lsblk -dpnbo NAME,SIZE,TYPE)
+  if [ ${#candidates[@]} -eq 1 ]; then device=${candidates[0]}; break; fi
+  if [ ${#candidates[@]} -gt 1 ]; then echo "pool-volume: several blank ${POOL_VOLUME_SIZE_GIB} GiB disks: ${candidates[*]}" >&2; exit 1; fi
+  sleep 1
+done
+[ -n "$device" ] || { echo "pool-volume: no blank ${POOL_VOLUME_SIZE_GIB} GiB disk appeared" >&2; lsblk >&2; exit 1; }
+echo "pool-volume: formatting $device"
+
+mkfs.xfs -q -L "$LABEL" -m crc=1 -n ftype=1 "$device"
+mkdir -p "$MOUNT"
+mount -o noatime "$device" "$MOUNT"
+mkdir -p "$DATA_ROOT"
+
+# dockerd on the volume. docker 29+ defaults to the containerd image store (images outside the
+# data-root): the volume must hold graphdriver layout, as the agent expects.
+major=$(dockerd --version | sed -nE 's/.*version ([0-9]+)\..*/\1/p')
+mkdir -p /etc/docker
+if [ -f /etc/docker/daemon.json ]; then cp /etc/docker/daemon.json /etc/docker/daemon.json.pool-volume.bak; fi
+if [ "${major:-0}" -ge 29 ]; then
+  printf '{\n  "data-root": "%s",\n  "features": { "containerd-snapshotter": false }\n}\n' "$DATA_ROOT" >/etc/docker/daemon.json
+else
+  printf '{\n  "data-root": "%s"\n}\n' "$DATA_ROOT" >/etc/docker/daemon.json
+fi
+
+cleanup() {
+  rm -rf /root/.docker/config.json
+  systemctl stop docker.service docker.socket || true
+  if [ -f /etc/docker/daemon.json.pool-volume.bak ]; then mv /etc/docker/daemon.json.pool-volume.bak /etc/docker/daemon.json; else rm -f /etc/docker/daemon.json; fi
+  if findmnt -rn "$MOUNT" >/dev/null; then sync; umount "$MOUNT"; fi
+}
+trap cleanup EXIT
+
+if [ -n "$DOCKER_CONFIG_JSON" ]; then
+  install -d -m 0700 /root/.docker
+  (umask 077; printf '%s' "$DOCKER_CONFIG_JSON" >/root/.docker/config.json)
+fi
+systemctl start docker.service
+root_dir=$(docker info --format '{{.DockerRootDir}}')
+[ "$root_dir" = "$DATA_ROOT" ] || { echo "pool-volume: docker runs on $root_dir, not $DATA_ROOT" >&2; exit 1; }
+for image in $IMAGES; do
+  echo "pool-volume: pulling $image"
+  docker pull --quiet "$image"
+done
+docker image ls
+systemctl stop docker.service docker.socket
+
+for state in "${MACHINE_LOCAL_STATE[@]}"; do rm -rf "${DATA_ROOT:?}/$state"; done
+sync
+umount "$MOUNT"
+echo "pool-volume: $device holds the image set; unmounted"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs locally (packer's shell-local post-processor of packer/pool-volume.pkr.hcl): snapshots
+# the pool volume the build left, with the volume's tags (ebs-cache:managed, kind, pool,
+# image-set, images), and waits until the snapshot is completed. Needs the aws CLI with the
+# credentials Packer used. MANIFEST: the manifest post-processor's file for this build.
+set -euo pipefail
+: "${MANIFEST:?}"
+
+# amazon-ebsvolume's artifact id: "<region>:<volume id>[,<region>:<volume id>…]".
+artifact=$(sed -nE 's/.*"artifact_id": *"([^"]*)".*/\1/p' "$MANIFEST" | tail -n 1)
+[ -n "$artifact" ] || { echo "snapshot-pool-volume: no artifact_id in $MANIFEST" >&2; exit 1; }
+
+IFS=, read -r -a parts <<<"$artifact"
+for part in "${parts[@]}"; do
+  region=${part%%:*}
+  volume=${part#*:}
+  tags=$(aws ec2 describe-volumes --region "$region" --volume-ids "$volume" \
+    --query 'Volumes[0].Tags[?!starts_with(Key, `aws:`)]' --output json)
+  snapshot=$(aws ec2 create-snapshot --region "$region" --volume-id "$volume" \
+    --description "ebs-cache pool snapshot of $volume" \
+    --tag-specifications "[{\"ResourceType\":\"snapshot\",\"Tags\":$tags}]" \
+    --query SnapshotId --output text)
+  echo "snapshot-pool-volume: $snapshot of $volume ($region)"
+  # One `wait` gives up after 10 minutes; a large first snapshot takes longer.
+  for attempt in $(seq 1 12); do
+    if aws ec2 wait snapshot-completed --region "$region" --snapshot-ids "$snapshot"; then break; fi
+    [ "$attempt" -lt 12 ] || { echo "snapshot-pool-volume: $snapshot not completed after 2 hours" >&2; exit 1; }
+  done
+  echo "snapshot-pool-volume: $snapshot completed"
+done

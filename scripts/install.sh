@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Installs ebs-cache-agent into a root file system: the running machine (`/`), or an image
+# being built (Packer's chroot, a debootstrap tree, the nspawn test's rootfs).
+#
+#   scripts/install.sh [--bundle FILE] ROOT
+#
+# What it puts under ROOT:
+#   /opt/ebs-cache-agent/ebs-cache-agent.mjs        the bundle (npm run build: one file, plain node >= 22)
+#   /usr/local/bin/ebs-cache-agent                  a wrapper: /usr/bin/node /opt/ebs-cache-agent/ebs-cache-agent.mjs "$@"
+#   /etc/ebs-cache-agent/config.json                config/config.json, ONLY when absent (an operator's file is kept)
+#   /etc/systemd/system/ebs-cache-agent*.{service,timer}
+#   /etc/systemd/system/multi-user.target.wants/    ebs-cache-agent.service, ebs-cache-agent-ready.service,
+#                                                   ebs-cache-agent-release.service
+#   /etc/systemd/system/timers.target.wants/        ebs-cache-agent-gc.timer
+#   /usr/share/doc/ebs-cache-agent/                 operations.md, config.md, boot.md, labels.md, the IAM policy
+#
+# The units are enabled by creating the .wants symlinks directly (what `systemctl enable`
+# does), so this works in a chroot or on a tree with no systemd running. It runs no systemctl
+# and starts nothing; on a live host run `systemctl daemon-reload` afterwards, then
+# `systemctl start ebs-cache-agent-release.service` (it only becomes active, so that its
+# ExecStop releases the volume at this boot's shutdown; it is started at every later boot).
+#
+# The bundle is --bundle FILE, else dist/ebs-cache-agent.mjs of this checkout, built with
+# `npm run build` when missing (that needs the checkout's node_modules: `npm ci`).
+#
+# Node.js: the units run /usr/bin/node (the AMI installs Node 24 from NodeSource's apt
+# repository, which puts it there). A missing or too old (< 22) ROOT/usr/bin/node is a warning,
+# not an error: the image may get Node after the agent.
+#
+# Idempotent: running it again gives the same tree (files replaced atomically, links
+# re-pointed), and never touches an existing config.json.
+set -euo pipefail
+
+usage() {
+  echo "usage: $0 [--bundle FILE] ROOT   (ROOT: an absolute path to an existing folder, / for this machine)" >&2
+  exit 2
+}
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bundle=""
+root=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bundle) [ $# -ge 2 ] || usage; bundle=$2; shift 2 ;;
+    --bundle=*) bundle=${1#--bundle=}; shift ;;
+    -h|--help) usage ;;
+    -*) echo "install.sh: unknown option $1" >&2; usage ;;
+    *) [ -z "$root" ] || usage; root=$1; shift ;;
+  esac
+done
+
+[ -n "$root" ] || usage
+case "$root" in
+  /*) ;;
+  *) echo "install.sh: ROOT must be an absolute path, got '$root'" >&2; exit 2 ;;
+esac
+if [ ! -d "$root" ]; then
+  echo "install.sh: ROOT $root does not exist (or is not a folder)" >&2
+  exit 2
+fi
+root=$(cd "$root" && pwd -P)
+# "$root$path" must not double the slash when ROOT is /.
+[ "$root" = / ] && root=""
+
+if [ -z "$bundle" ]; then
+  bundle="$repo/dist/ebs-cache-agent.mjs"
+  if [ ! -f "$bundle" ]; then
+    echo "install.sh: $bundle missing: building it (npm run build)"
+    (cd "$repo" && npm run build --silent)
+  fi
+fi
+if [ ! -f "$bundle" ]; then
+  echo "install.sh: bundle $bundle not found" >&2
+  exit 1
+fi
+
+# install_file MODE SOURCE TARGET: copies atomically (temp file + rename), so a reader never
+# sees half a file and a second run replaces the file with identical content.
+install_file() {
+  local mode=$1 source=$2 target=$3
+  mkdir -p "$(dirname "$target")"
+  local temp
+  temp=$(mktemp "$(dirname "$target")/.$(basename "$target").XXXXXX")
+  cat "$source" >"$temp"
+  chmod "$mode" "$temp"
+  mv -f "$temp" "$target"
+}
+
+# enable UNIT TARGET: the symlink `systemctl enable` makes for WantedBy=TARGET.
+enable_unit() {
+  local unit=$1 target=$2
+  mkdir -p "$root/etc/systemd/system/$target.wants"
+  ln -sfn "/etc/systemd/system/$unit" "$root/etc/systemd/system/$target.wants/$unit"
+}
+
+install_file 0644 "$bundle" "$root/opt/ebs-cache-agent/ebs-cache-agent.mjs"
+
+wrapper=$(mktemp)
+trap 'rm -f "$wrapper"' EXIT
+cat >"$wrapper" <<'WRAPPER'
+#!/bin/sh
+# ebs-cache-agent: installed by scripts/install.sh. The units call node directly.
+exec /usr/bin/node /opt/ebs-cache-agent/ebs-cache-agent.mjs "$@"
+WRAPPER
+install_file 0755 "$wrapper" "$root/usr/local/bin/ebs-cache-agent"
+
+config="$root/etc/ebs-cache-agent/config.json"
+if [ -e "$config" ] || [ -L "$config" ]; then
+  echo "install.sh: keeping the existing $config"
+else
+  install_file 0644 "$repo/config/config.json" "$config"
+fi
+
+for unit in ebs-cache-agent.service ebs-cache-agent-ready.service ebs-cache-agent-release.service ebs-cache-agent-gc.service ebs-cache-agent-gc.timer; do
+  install_file 0644 "$repo/systemd/$unit" "$root/etc/systemd/system/$unit"
+done
+enable_unit ebs-cache-agent.service multi-user.target
+enable_unit ebs-cache-agent-ready.service multi-user.target
+enable_unit ebs-cache-agent-release.service multi-user.target
+enable_unit ebs-cache-agent-gc.timer timers.target
+
+for doc in docs/operations.md docs/config.md docs/boot.md docs/labels.md iam/ebs-cache-agent-policy.json; do
+  if [ -f "$repo/$doc" ]; then install_file 0644 "$repo/$doc" "$root/usr/share/doc/ebs-cache-agent/$(basename "$doc")"; fi
+done
+
+# Node.js check: a warning only.
+node="$root/usr/bin/node"
+if [ ! -x "$node" ]; then
+  echo "install.sh: WARNING: $node not found: the units run /usr/bin/node (Node.js >= 22; the AMI installs Node 24)" >&2
+else
+  if [ -n "$root" ]; then
+    version=$(chroot "$root" /usr/bin/node --version 2>/dev/null || "$node" --version 2>/dev/null || true)
+  else
+    version=$("$node" --version 2>/dev/null || true)
+  fi
+  major=$(printf '%s' "$version" | sed -nE 's/^v([0-9]+)\..*/\1/p')
+  if [ -z "$major" ]; then
+    echo "install.sh: WARNING: could not run $node --version: the units need Node.js >= 22 at /usr/bin/node" >&2
+  elif [ "$major" -lt 22 ]; then
+    echo "install.sh: WARNING: $node is $version: the agent needs Node.js >= 22 (the AMI installs Node 24)" >&2
+  fi
+fi
+
+echo "install.sh: ebs-cache-agent installed under ${root:-/}"

@@ -1,0 +1,403 @@
+/**
+ * The real-systemd boot: a Debian bookworm machine (debootstrap, cached) with docker.io, the
+ * agent installed by scripts/install.sh and its units enabled, booted with `systemd-nspawn -b`
+ * against the lab (EC2 + IMDS emulators on 127.0.0.1, the host's network shared, a pool of
+ * loop-device volumes made from a golden snapshot). What is checked:
+ * - ebs-cache-agent.service (boot --no-docker) finished before docker.service started, and
+ *   claimed, attached and mounted a pool volume (emulator state + the machine's mount table);
+ * - docker inside the machine runs on the volume's data-root with the golden images;
+ * - ebs-cache-agent-ready.service (boot --no-claim) finished after docker started, reused the
+ *   attached volume and published `state=ready`;
+ * - ebs-cache-agent-release.service was active before phase 1 began;
+ * - ebs-cache-agent-gc.service runs in its sandbox;
+ * - at poweroff, docker stopped before ebs-cache-agent-release.service began to stop, its
+ *   ExecStop (release) exited 0, and the volume is `available` again in the emulator, tagged
+ *   `ebs-cache:released-at`.
+ *
+ * Needs root, debootstrap, systemd-nspawn (scripts/setup.sh installs them) and the network to
+ * the Debian mirror the first time (the root file system is then cached under
+ * /var/cache/ebs-cache-agent-test). It never skips: a machine that cannot run it fails it.
+ */
+import t, { type Test } from "tap";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { DescribeVolumesCommand, type Volume } from "@aws-sdk/client-ec2";
+import { createDockerEngine } from "../src/docker/engine.ts";
+import { labConfigJson } from "../src/lab/agent.ts";
+import { buildGoldenSnapshot, createPoolVolumes } from "../src/lab/golden.ts";
+import { startLab, type Lab } from "../src/lab/lab.ts";
+import { createMemoryLogger } from "../src/log.ts";
+import { VolumeTag } from "../src/tags.ts";
+import { pollUntil } from "./fixtures/lab-prereq.ts";
+import {
+  CACHE_BASE,
+  MessageId,
+  assertNspawnPrerequisites,
+  bootMachine,
+  buildBundle,
+  cachedRootfs,
+  journalText,
+  loopDeviceNumbers,
+  machineMounts,
+  prepareMachine,
+  type JournalEntry,
+  type Machine,
+} from "./fixtures/nspawn.ts";
+
+const POOL = "nspawn";
+const IMAGE_SET = "nspawn-set-1";
+const MiB = 1024 * 1024;
+const IMAGES = [
+  { tag: "lab/app:1", payloadBytes: 2 * MiB },
+  { tag: "lab/tool:1", payloadBytes: 1 * MiB },
+];
+const LABEL_PREFIX = "io.simcore.ebs-cache";
+/** Where the lab host's folders appear inside the machine. */
+const IN_MACHINE = { byId: "/run/ebs-cache-lab/by-id", sys: "/run/ebs-cache-lab/sys" };
+const AGENT = "ebs-cache-agent.service";
+const READY = "ebs-cache-agent-ready.service";
+const RELEASE = "ebs-cache-agent-release.service";
+const GC = "ebs-cache-agent-gc.service";
+const DOCKER = "docker.service";
+
+/** The first journal entry matching, or undefined. */
+function first(entries: JournalEntry[], match: (e: JournalEntry) => boolean): JournalEntry | undefined {
+  return entries.find(match);
+}
+const jobDone = (unit: string, type: "start" | "stop") => (e: JournalEntry) =>
+  e.unit === unit && e.jobType === type && e.jobResult !== undefined && e.identifier === "systemd";
+const starting = (unit: string) => (e: JournalEntry) => e.unit === unit && e.messageId === MessageId.unitStarting && e.identifier === "systemd";
+const stopping = (unit: string) => (e: JournalEntry) => e.unit === unit && e.messageId === MessageId.unitStopping && e.identifier === "systemd";
+/** systemd's "Main/Control process exited" lines of a unit. */
+const processExits = (entries: JournalEntry[], unit: string) =>
+  entries.filter((e) => e.identifier === "systemd" && e.unit === unit && /process exited, code=/.test(e.message));
+
+/** What both machines share: the root file system, the bundle and the lab with its pool. */
+interface Setup {
+  rootfs: string;
+  bundle: string;
+  lab: Lab;
+  poolVolumes: string[];
+  describe(volumeId: string): Promise<Volume>;
+}
+
+const tagsOf = (volume: Volume) => Object.fromEntries((volume.Tags ?? []).map((tag) => [tag.Key!, tag.Value ?? ""]));
+
+type Timer = <T>(name: string, work: () => Promise<T>) => Promise<T>;
+
+/** Built once, by the first test that asks (with its timer); torn down when the file ends. */
+let setupPromise: Promise<Setup> | undefined;
+function setup(time: Timer, comment: (line: string) => void): Promise<Setup> {
+  setupPromise ??= (async () => {
+    await assertNspawnPrerequisites();
+    const rootfs = await time("rootfs", () => cachedRootfs(comment));
+    comment(`root file system ${rootfs.dir}: ${rootfs.built ? `built in ${(rootfs.ms / 1000).toFixed(1)} s` : "cached"}`);
+    const work = await mkdtemp(join(CACHE_BASE, "bundle-"));
+    t.teardown(() => rm(work, { recursive: true, force: true })); // the file's, not a subtest's
+    const bundle = await time("bundle", () => buildBundle(work));
+    const labLog = createMemoryLogger("info");
+    const lab: Lab = await time("lab", () => startLab({ name: "nspawn", log: labLog }));
+    t.teardown(() => lab.close()); // after every subtest's machine is destroyed
+    const golden = await time("golden", () => buildGoldenSnapshot(lab, { pool: POOL, imageSet: IMAGE_SET, images: IMAGES, log: labLog }));
+    const poolVolumes = await createPoolVolumes(lab, golden, { pool: POOL, imageSet: IMAGE_SET, count: 2 });
+    const ec2 = lab.ec2Client();
+    const describe = async (volumeId: string): Promise<Volume> => {
+      const out = await ec2.send(new DescribeVolumesCommand({ VolumeIds: [volumeId] }));
+      return out.Volumes![0]!;
+    };
+    return { rootfs: rootfs.dir, bundle, lab, poolVolumes, describe };
+  })();
+  return setupPromise;
+}
+
+/**
+ * A machine for a new lab host: the agent installed by install.sh (plus the given unit
+ * drop-ins), its config pointing at the lab, booted. The test's teardown destroys it.
+ */
+async function startMachine(
+  t: Test,
+  s: Setup,
+  name: string,
+  time: Timer,
+  dropIns?: Record<string, string>,
+): Promise<{ m: Machine; instanceId: string; installLog: string; bootStarted: number }> {
+  const host = await s.lab.addHost({ tags: { Name: name } });
+  // The machine's config: the lab's endpoints, the machine's own paths (its /etc/docker,
+  // /var/lib/ebs-cache, docker socket), the lab host's by-id and sysfs folders as bound in.
+  const config = labConfigJson(s.lab, host, {
+    pool: POOL,
+    imageSet: IMAGE_SET,
+    logLevel: "debug",
+    paths: {
+      byIdDir: IN_MACHINE.byId,
+      sysfsRoot: IN_MACHINE.sys,
+      mountRoot: "/var/lib/ebs-cache",
+      daemonJson: "/etc/docker/daemon.json",
+      dockerHost: "unix:///var/run/docker.sock",
+      stateDir: "/var/lib/ebs-cache-agent",
+    },
+  });
+  const blockDevices = await loopDeviceNumbers();
+  const prepared = await time("prepare", () =>
+    prepareMachine({
+      rootfs: s.rootfs,
+      bundle: s.bundle,
+      config,
+      // The machine shares the host's network namespace (to reach the emulators): its dockerd
+      // must not create a bridge or iptables rules there. The agent keeps these keys.
+      daemonJson: { bridge: "none", iptables: false, "ip-forward": false, "ip-masq": false },
+      blockDevices,
+      ...(dropIns ? { dropIns } : {}),
+    }),
+  );
+  // Destroys whatever is left of the machine (or its copy, should the boot fail).
+  const booted: { machine?: Machine } = {};
+  t.teardown(async () => {
+    if (booted.machine) await booted.machine.destroy();
+    else await rm(prepared.dir, { recursive: true, force: true });
+  });
+  const bootStarted = Date.now();
+  booted.machine = await bootMachine(prepared, [
+    { from: host.paths.byIdDir, to: IN_MACHINE.byId, readOnly: true },
+    { from: host.paths.sysfsRoot, to: IN_MACHINE.sys, readOnly: true },
+  ]);
+  return { m: booted.machine, instanceId: host.instance.instanceId, installLog: prepared.installLog, bootStarted };
+}
+
+/** A timer that records into `timings`. */
+function timer(timings: Record<string, number>): Timer {
+  return async (name, work) => {
+    const started = Date.now();
+    try {
+      return await work();
+    } finally {
+      timings[name] = Date.now() - started;
+    }
+  };
+}
+const timingsText = (timings: Record<string, number>) =>
+  `timings (s): ${Object.entries(timings)
+    .map(([k, v]) => `${k} ${(v / 1000).toFixed(1)}`)
+    .join(", ")}`;
+const agentLines = (entries: JournalEntry[]) =>
+  journalText(entries, (e) => e.identifier === "ebs-cache-agent" || e.unit === AGENT || e.unit === READY || e.unit === RELEASE || e.unit === DOCKER);
+
+t.test("systemd boots the agent before docker, docker runs on the volume, poweroff releases it", async (t) => {
+  const timings: Record<string, number> = {};
+  const time = timer(timings);
+  const s = await setup(time, (line) => t.comment(line));
+  const { poolVolumes, describe } = s;
+  const { m, instanceId, installLog, bootStarted } = await startMachine(t, s, "nspawn-machine", time);
+  t.match(installLog, /installed under/, "install.sh installed the agent into the machine");
+  let journal: JournalEntry[] = [];
+  try {
+    journal = await m.waitForJournal(
+      (entries) => (first(entries, jobDone(READY, "start")) ? entries : undefined),
+      300_000,
+      `the end of ${READY}`,
+    );
+    timings.boot = Date.now() - bootStarted;
+
+    // Phase 1 before docker.
+    const agentDone = first(journal, jobDone(AGENT, "start"));
+    const dockerStarting = first(journal, starting(DOCKER));
+    t.equal(agentDone?.jobResult, "done", `${AGENT} started successfully`);
+    t.ok(dockerStarting, `${DOCKER} started`);
+    t.ok(agentDone && dockerStarting && agentDone.seq < dockerStarting.seq, `${AGENT} finished before ${DOCKER} started`);
+    t.same(
+      processExits(journal, AGENT).filter((e) => !/status=0\//.test(e.message)),
+      [],
+      `${AGENT} (boot --no-docker) exited 0: ready, not degraded`,
+    );
+    // Phase 2 after docker: it reused the volume phase 1 attached and published state=ready.
+    const readyDone = first(journal, jobDone(READY, "start"));
+    const dockerStarted = first(journal, jobDone(DOCKER, "start"));
+    t.equal(dockerStarted?.jobResult, "done", `${DOCKER} started successfully`);
+    t.equal(readyDone?.jobResult, "done", `${READY} started successfully`);
+    t.ok(dockerStarted && readyDone && dockerStarted.seq < readyDone.seq, `${READY} finished after ${DOCKER} had started`);
+    t.same(
+      processExits(journal, READY).filter((e) => !/status=0\//.test(e.message)),
+      [],
+      `${READY} (boot --no-claim) exited 0: ready, not degraded`,
+    );
+    const readyLines = journal.filter((e) => e.systemdUnit === READY && e.identifier === "ebs-cache-agent");
+    t.ok(
+      readyLines.some((e) => /^boot\.reuse:/.test(e.message)),
+      `${READY} reused the attached volume (boot.reuse)${readyLines.length ? "" : ": it logged nothing"}`,
+    );
+    t.same(
+      readyLines.filter((e) => /^boot\.claim:/.test(e.message)).map((e) => e.message),
+      [],
+      `${READY} claimed nothing (--no-claim)`,
+    );
+    t.ok(
+      readyLines.some((e) => /^labels: /.test(e.message) && e.message.includes(`${LABEL_PREFIX}.state=ready`)),
+      `${READY} published the label ${LABEL_PREFIX}.state=ready`,
+    );
+    t.ok(
+      readyLines.some((e) => /^boot\.ready: /.test(e.message)),
+      `${READY} logged boot.ready`,
+    );
+    // The release unit: active from boot, before phase 1 began.
+    const releaseStarted = first(journal, jobDone(RELEASE, "start"));
+    const agentStarting = first(journal, starting(AGENT));
+    t.equal(releaseStarted?.jobResult, "done", `${RELEASE} is active (ExecStart=/bin/true)`);
+    t.ok(releaseStarted && agentStarting && releaseStarted.seq < agentStarting.seq, `${RELEASE} was active before ${AGENT} began`);
+
+    // The volume: attached to this instance (emulator), mounted inside the machine.
+    const attached = [];
+    for (const id of poolVolumes) {
+      const volume = await describe(id);
+      if (volume.Attachments?.some((a) => a.InstanceId === instanceId && a.State === "attached")) attached.push(volume);
+    }
+    t.equal(attached.length, 1, "one pool volume is attached to the machine's instance");
+    const volumeId = attached[0]?.VolumeId ?? "none";
+    t.equal(tagsOf(attached[0] ?? {})[VolumeTag.claimedBy], instanceId, "and tagged claimed-by this instance");
+    const mountPoint = `/var/lib/ebs-cache/${volumeId}`;
+    const mount = (await machineMounts(m.pid1)).find((entry) => entry.target === mountPoint);
+    t.ok(mount, `the volume is mounted at ${mountPoint} inside the machine`);
+    t.equal(mount?.fsType, "xfs", "XFS");
+    t.match(mount?.source ?? "", /^\/dev\/loop\d+$/, "from its (loop) device");
+    t.match(mount?.options ?? "", /noatime/, "noatime");
+    const outside = await readFile("/proc/self/mountinfo", "utf8");
+    t.notOk(outside.includes(` ${mountPoint} `), "the mount lives in the machine's namespace, not on the host");
+
+    // Docker inside the machine, through its socket as seen from the host.
+    const engine = createDockerEngine({ host: `unix:///proc/${m.pid1}/root/run/docker.sock` });
+    const info = await engine.info();
+    t.equal(info.dockerRootDir, `${mountPoint}/docker`, "docker in the machine runs on the volume's data-root");
+    t.equal(info.imageStore, "graphdriver");
+    const images = await engine.images();
+    for (const image of IMAGES) t.ok(images.includes(image.tag), `${image.tag} is there without a pull`);
+    t.ok(info.labels.includes(`${LABEL_PREFIX}.state=ready`), "the engine label state=ready is published");
+    t.ok(info.labels.includes(`${LABEL_PREFIX}.volume-id=${volumeId}`), "with the volume id");
+
+    // gc runs in its (stricter) sandbox.
+    const gc = await m.exec(["systemctl", "start", GC], 180_000);
+    journal = await m.journal();
+    t.equal(gc.exitCode, 0, `systemctl start ${GC} succeeds${gc.exitCode === 0 ? "" : `: ${gc.stderr}\n${journalText(journal, (e) => e.unit === GC || e.systemdUnit === GC)}`}`);
+    t.ok(
+      journal.some((e) => e.systemdUnit === GC && /\b0 failed, [1-9]\d* managed volumes seen/.test(e.message)),
+      "gc reached EC2 from its sandbox and saw the managed volumes (deleting none: none expired)",
+    );
+
+    // Poweroff: docker stops, then the release unit's ExecStop releases the volume.
+    const poweroffStarted = Date.now();
+    const code = await m.poweroff(240_000);
+    timings.poweroff = Date.now() - poweroffStarted;
+    t.equal(code, 0, "the machine powered off cleanly");
+    journal = await m.journal();
+    const dockerStopped = first(journal, jobDone(DOCKER, "stop"));
+    const releaseStopping = first(journal, stopping(RELEASE));
+    t.ok(dockerStopped && releaseStopping && dockerStopped.seq < releaseStopping.seq, `${DOCKER} stopped before ${RELEASE} began to stop (ExecStop=release)`);
+    const agentStopped = first(journal, jobDone(AGENT, "stop"));
+    t.ok(agentStopped && releaseStopping && agentStopped.seq < releaseStopping.seq, `${AGENT} (no ExecStop) stopped before the release began`);
+    const releaseLines = journal.filter((e) => e.identifier === "ebs-cache-agent" && e.systemdUnit === RELEASE);
+    t.ok(
+      releaseLines.some((e) => /^release\./.test(e.message)),
+      `release logged to the journal under ebs-cache-agent, from ${RELEASE}`,
+    );
+    // systemd logs a control process's exit only when it failed; a unit whose processes all
+    // exited 0 is "Deactivated successfully" (a failed ExecStop gives "Failed with result").
+    const afterReleaseStopping = (e: JournalEntry) => releaseStopping !== undefined && e.seq > releaseStopping.seq;
+    t.same(
+      processExits(journal, RELEASE)
+        .filter(afterReleaseStopping)
+        .map((e) => e.message),
+      [],
+      "release exited 0: no failed process exit",
+    );
+    const releaseEnd = first(journal, (e) => afterReleaseStopping(e) && e.identifier === "systemd" && e.unit === RELEASE && /Deactivated successfully|Failed with result/.test(e.message));
+    t.match(releaseEnd?.message ?? "(none)", /Deactivated successfully/, `${RELEASE} deactivated successfully (ExecStop=release exited 0)`);
+    const releaseStopped = first(journal, jobDone(RELEASE, "stop"));
+    t.equal(releaseStopped?.jobResult, "done", `${RELEASE} stopped`);
+    // The mount is released by the agent; should systemd unmount it itself at shutdown (it
+    // does so for mounts left over), that must come after the release's stop, not race it.
+    const systemdUnmount = first(journal, (e) => e.identifier === "systemd" && /^Unmounting .*ebs-cache/.test(e.message) && e.message.includes(volumeId));
+    t.ok(
+      systemdUnmount === undefined || (releaseStopped !== undefined && systemdUnmount.seq > releaseStopped.seq),
+      "systemd's own unmount of the volume (if any) comes after the release unit stopped",
+    );
+    const released = await pollUntil(async () => (await describe(volumeId)).State === "available", 30_000, 250);
+    const after = await describe(volumeId);
+    t.ok(released, `${volumeId} is available again`);
+    t.same(after.Attachments ?? [], [], "with no attachment");
+    t.match(tagsOf(after)[VolumeTag.releasedAt] ?? "", /^\d{4}-\d\d-\d\dT/, "tagged ebs-cache:released-at");
+  } finally {
+    const entries = await m.journal().catch(() => journal);
+    if (!t.passing()) {
+      t.comment(`the machine's journal (agent, ready, docker):\n${agentLines(entries)}`);
+      t.comment(`console tail:\n${m.console().slice(-6000)}`);
+    }
+    t.comment(timingsText(timings));
+  }
+});
+
+t.test("phase 1 fails after attaching the volume: phase 2 reuses it, the release unit still releases it at poweroff", async (t) => {
+  const timings: Record<string, number> = {};
+  const time = timer(timings);
+  const s = await setup(time, (line) => t.comment(line));
+  const { poolVolumes, describe } = s;
+  // The agent's own run succeeds (the volume is attached and mounted, daemon.json switched);
+  // the unit then fails as after an exit 1: a failed unit gets no ExecStop.
+  const { m, instanceId, bootStarted } = await startMachine(t, s, "nspawn-machine-phase1-fails", time, {
+    [AGENT]: "# Test: phase 1 fails (as on exit 1) after the agent attached and mounted the volume.\n[Service]\nExecStartPost=/bin/false\n",
+  });
+  let journal: JournalEntry[] = [];
+  try {
+    journal = await m.waitForJournal(
+      (entries) => (first(entries, jobDone(READY, "start")) ? entries : undefined),
+      300_000,
+      `the end of ${READY}`,
+    );
+    timings.boot = Date.now() - bootStarted;
+    t.equal(first(journal, jobDone(AGENT, "start"))?.jobResult, "failed", `${AGENT} failed`);
+    t.equal(first(journal, jobDone(DOCKER, "start"))?.jobResult, "done", `${DOCKER} started anyway (Before= only orders)`);
+    t.equal(first(journal, jobDone(READY, "start"))?.jobResult, "done", `${READY} ran`);
+    const readyLines = journal.filter((e) => e.systemdUnit === READY && e.identifier === "ebs-cache-agent");
+    t.ok(
+      readyLines.some((e) => /^boot\.reuse:/.test(e.message)),
+      `${READY} reused the volume phase 1 attached`,
+    );
+    t.same(
+      readyLines.filter((e) => /^boot\.claim:/.test(e.message)).map((e) => e.message),
+      [],
+      `${READY} claimed nothing (--no-claim)`,
+    );
+    const attached = [];
+    for (const id of poolVolumes) {
+      const volume = await describe(id);
+      if (volume.Attachments?.some((a) => a.InstanceId === instanceId && a.State === "attached")) attached.push(volume);
+    }
+    t.equal(attached.length, 1, "one pool volume is attached to the machine's instance");
+    const volumeId = attached[0]?.VolumeId ?? "none";
+    t.equal(first(journal, jobDone(RELEASE, "start"))?.jobResult, "done", `${RELEASE} is active all the same`);
+
+    const poweroffStarted = Date.now();
+    const code = await m.poweroff(240_000);
+    timings.poweroff = Date.now() - poweroffStarted;
+    t.equal(code, 0, "the machine powered off cleanly");
+    journal = await m.journal();
+    const dockerStopped = first(journal, jobDone(DOCKER, "stop"));
+    const releaseStopping = first(journal, stopping(RELEASE));
+    t.ok(dockerStopped && releaseStopping && dockerStopped.seq < releaseStopping.seq, `${DOCKER} stopped before ${RELEASE} began to stop`);
+    const releaseEnd = first(
+      journal,
+      (e) => releaseStopping !== undefined && e.seq > releaseStopping.seq && e.identifier === "systemd" && e.unit === RELEASE && /Deactivated successfully|Failed with result/.test(e.message),
+    );
+    t.match(releaseEnd?.message ?? "(none)", /Deactivated successfully/, "the release exited 0");
+    const released = await pollUntil(async () => (await describe(volumeId)).State === "available", 30_000, 250);
+    const after = await describe(volumeId);
+    t.ok(released, `${volumeId} is available again`);
+    t.same(after.Attachments ?? [], [], "with no attachment");
+    t.match(tagsOf(after)[VolumeTag.releasedAt] ?? "", /^\d{4}-\d\d-\d\dT/, "tagged ebs-cache:released-at");
+    t.notOk(tagsOf(after)[VolumeTag.claimedBy], "and no longer claimed-by the instance");
+  } finally {
+    const entries = await m.journal().catch(() => journal);
+    if (!t.passing()) {
+      t.comment(`the machine's journal (agent, ready, docker):\n${agentLines(entries)}`);
+      t.comment(`console tail:\n${m.console().slice(-6000)}`);
+    }
+    t.comment(timingsText(timings));
+  }
+});
