@@ -1,0 +1,814 @@
+/**
+ * Boot benchmark: how long until a fresh node can run the golden image set, three ways.
+ *
+ *   (a) attach  the agent's real boot (`bootLabHost`) on a fresh lab host with a pool volume made
+ *               from a golden snapshot holding the set, then a run check;
+ *   (b) load    `docker load -i` of a `docker save` tar of the same images into a fresh dockerd
+ *               with an empty data-root, then the run check;
+ *   (c) pull    `docker pull` of each image from a local registry (Debian's docker-registry, on
+ *               the loopback of the pulling dockerd's network namespace) into a fresh dockerd with
+ *               an empty data-root, then the run check.
+ *
+ * The run check is `docker run --rm --network none <image> true` for every image of the set.
+ * Besides, the agent runs once more as a child process (the esbuild bundle, docker.control=none)
+ * under GNU time for its own wall time and peak RSS. See bench/README.md for what is timed.
+ *
+ *   npx tsx bench/boot.ts [--sizes 0.5,1,2] [--runs 1] [--no-drop-caches] [--rss-tsx] [--verbose]
+ *
+ * Needs root and the lab's Debian packages, plus docker-registry (and `time`, optionally).
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, open, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { createServer } from "node:net";
+import { cpus, loadavg, release, tmpdir, totalmem } from "node:os";
+import { basename, dirname, join, resolve } from "node:path";
+import { performance } from "node:perf_hooks";
+import { setTimeout as sleep } from "node:timers/promises";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { parseArgs } from "node:util";
+import { AttachVolumeCommand, DescribeVolumesCommand } from "@aws-sdk/client-ec2";
+import { build } from "esbuild";
+import { describeError } from "../src/errors.ts";
+import { run } from "../src/exec.ts";
+import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
+import { createLogger, type Logger } from "../src/log.ts";
+import { bootLabHost, writeLabConfig } from "../src/lab/agent.ts";
+import { registerLabProcess, unregisterLabProcess } from "../src/lab/cleanup.ts";
+import { mountPointsUnder } from "../src/lab/devices.ts";
+import { DOCKER_CLI, type PrivateDockerd } from "../src/lab/dockerd.ts";
+import { buildGoldenSnapshot, createPoolVolumes, type GoldenImage } from "../src/lab/golden.ts";
+import { BUSYBOX } from "../src/lab/images.ts";
+import { startLab, type Lab, type LabHost } from "../src/lab/lab.ts";
+import { labBase } from "../src/lab/labdir.ts";
+
+const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const REGISTRY_BIN = "/usr/bin/docker-registry";
+const GNU_TIME = "/usr/bin/time";
+const POOL = "bench";
+const MiB = 1024 * 1024;
+const GiB = 1024 * MiB;
+/** Bounds a hung daemon, not a slow disk. */
+const LONG_MS = 20 * 60_000;
+/** The command of the run check (see runCheck). */
+const RUN_CHECK = ["/bin/busybox", "true"];
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+interface BenchOptions {
+  sizes: number[];
+  runs: number;
+  dropCaches: boolean;
+  rssTsx: boolean;
+  verbose: boolean;
+  bundle: string | undefined;
+  outDir: string;
+}
+
+function parseOptions(argv: string[]): BenchOptions {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      sizes: { type: "string", default: "0.5,1,2" },
+      runs: { type: "string", default: "1" },
+      "no-drop-caches": { type: "boolean", default: false },
+      "rss-tsx": { type: "boolean", default: false },
+      verbose: { type: "boolean", default: false },
+      bundle: { type: "string" },
+      out: { type: "string", default: join(REPO, "bench", "results") },
+      help: { type: "boolean", default: false },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(
+      [
+        "usage: npx tsx bench/boot.ts [options]",
+        "  --sizes 0.5,1,2     image-set sizes in GiB (default 0.5,1,2)",
+        "  --runs N            timed runs per method and size; the median is reported (default 1)",
+        "  --no-drop-caches    keep the page cache between preparation and the timed runs",
+        "  --rss-tsx           also measure the agent process under the tsx loader (src/cli.ts)",
+        "  --bundle PATH       agent bundle for the RSS run (default: bundle src/cli.ts afresh)",
+        "  --out DIR           where the JSON goes (default bench/results)",
+        "  --verbose           stream the lab's and the agent's log lines to stderr",
+        "",
+      ].join("\n"),
+    );
+    process.exit(0);
+  }
+  const sizes = values.sizes.split(",").map((s) => Number(s.trim()));
+  if (sizes.length === 0 || sizes.some((s) => !Number.isFinite(s) || s <= 0 || s > 16)) {
+    throw new Error(`--sizes wants GiB values in (0, 16], comma-separated: ${values.sizes}`);
+  }
+  const runs = Number(values.runs);
+  if (!Number.isInteger(runs) || runs < 1 || runs > 10) throw new Error(`--runs wants 1..10, not ${values.runs}`);
+  return {
+    sizes,
+    runs,
+    dropCaches: !values["no-drop-caches"],
+    rssTsx: values["rss-tsx"],
+    verbose: values.verbose,
+    bundle: values.bundle ? resolve(values.bundle) : undefined,
+    outDir: resolve(values.out),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Results
+
+/** One timed run: its total and the parts it is made of (ms). */
+interface Sample {
+  totalMs: number;
+  parts: Record<string, number>;
+  /** Measured alongside but not part of totalMs (e.g. the fresh dockerd's start for load/pull). */
+  excluded?: Record<string, number>;
+  /** 1-minute load average when the run started (the bench's own preparation counts too). */
+  loadAvg1?: number;
+  /** Other labs up when the run started (tests running alongside: the numbers are skewed). */
+  otherLabs?: string[];
+  /** The agent's own step timeline (attach only). */
+  timeline?: Array<{ step: string; ms: number }>;
+}
+
+interface MethodResult {
+  samples: Sample[];
+  medianMs?: number;
+  error?: string;
+}
+
+interface AgentProcessResult {
+  how: string;
+  command: string[];
+  exitCode: number;
+  outcome?: string;
+  wallMs: number;
+  /** The node process's own peak (getrusage RUSAGE_SELF at exit). */
+  peakRssKiB?: number;
+  /** GNU time's ru_maxrss: the largest of node and the commands it ran. */
+  peakRssWithChildrenKiB?: number;
+  timeline?: Array<{ step: string; ms: number }>;
+  error?: string;
+}
+
+interface SizeResult {
+  sizeGiB: number;
+  images: Array<{ tag: string; payloadBytes: number }>;
+  snapshotGiB: number;
+  setup: Record<string, number>;
+  attach: MethodResult;
+  load: MethodResult;
+  pull: MethodResult;
+  agentProcess: AgentProcessResult[];
+  ratios: { loadOverAttach?: number; pullOverAttach?: number };
+  error?: string;
+}
+
+const emptyMethod = (): MethodResult => ({ samples: [] });
+
+function median(values: number[]): number | undefined {
+  if (values.length === 0) return undefined;
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers
+
+const now = () => performance.now();
+const ms = (from: number) => Math.round(now() - from);
+const seconds = (value: number | undefined) => (value === undefined ? "-" : (value / 1000).toFixed(2));
+
+/** A logger that keeps the last lines (printed when something fails) and optionally streams them. */
+function benchLogger(verbose: boolean): Logger & { tail(n: number): string[] } {
+  const lines: string[] = [];
+  const logger = createLogger((line) => {
+    lines.push(line);
+    if (lines.length > 400) lines.splice(0, lines.length - 400);
+    if (verbose) process.stderr.write(line + "\n");
+  }, "info");
+  return Object.assign(logger, { tail: (n: number) => lines.slice(-n) });
+}
+
+/** Sectors read + written so far and I/Os in flight, summed over the machine's disks (not loop/ram). */
+async function diskActivity(): Promise<{ sectors: number; inFlight: number }> {
+  let sectors = 0;
+  let inFlight = 0;
+  for (const line of (await readFile("/proc/diskstats", "utf8")).split("\n")) {
+    const f = line.trim().split(/\s+/);
+    if (f.length < 14 || /^(loop|ram|zram|dm-|md)/.test(f[2]!)) continue;
+    sectors += Number(f[5]) + Number(f[9]);
+    inFlight += Number(f[11]);
+  }
+  return { sectors, inFlight };
+}
+
+/**
+ * Gets the machine ready for a timed run: writes back dirty pages, waits until the disks are
+ * idle (the preparation writes GiBs that the virtual disk may still be flushing after `sync`
+ * returns: up to 60 s, nothing in flight and under 1 MiB moved in half a second, twice in a row),
+ * then empties the page cache so the run reads from disk. Returns how long it waited.
+ */
+async function quiesce(dropCaches: boolean): Promise<number> {
+  const t = now();
+  await run("sync", []);
+  let previous = await diskActivity();
+  let quiet = 0;
+  while (quiet < 2 && now() - t < 60_000) {
+    await sleep(500);
+    const current = await diskActivity();
+    quiet = current.inFlight === 0 && current.sectors - previous.sectors < 2048 ? quiet + 1 : 0;
+    previous = current;
+  }
+  if (dropCaches) await writeFile("/proc/sys/vm/drop_caches", "3\n");
+  return ms(t);
+}
+
+/**
+ * `docker run --rm --network none <image> busybox true` for each image, one after the other. The
+ * lab's images hold a static busybox with a few applet links, `true` not among them: the check
+ * execs busybox itself (the same binary `true` would be).
+ */
+async function runCheck(dockerd: PrivateDockerd, refs: readonly string[]): Promise<void> {
+  for (const ref of refs) {
+    await dockerd.docker(["run", "--rm", "--network", "none", ref, ...RUN_CHECK], { timeoutMs: LONG_MS });
+  }
+}
+
+/**
+ * Unmounts the cache volumes mounted on a host. Needed between runs: every pool volume is a copy
+ * of one snapshot, so all carry the same XFS UUID, and XFS refuses to mount a second filesystem
+ * with a UUID already mounted. On EC2 each volume sits on its own machine; the lab has one kernel.
+ */
+async function unmountVolumes(host: LabHost): Promise<void> {
+  for (const mountPoint of await mountPointsUnder(host.paths.mountRoot)) await run("umount", [mountPoint]);
+}
+
+/** A TCP port free on the host's loopback right now (also free in a fresh network namespace). */
+async function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      server.close(() => (typeof address === "object" && address ? resolvePort(address.port) : reject(new Error("no port"))));
+    });
+  });
+}
+
+async function setDaemonJson(host: LabHost, extra: Record<string, unknown>): Promise<void> {
+  const current = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as Record<string, unknown>;
+  await writeFile(host.paths.daemonJson, JSON.stringify({ ...current, ...extra }, null, 2) + "\n");
+}
+
+/** The private dockerd's network namespace (see src/lab/dockerd.ts: `<root>/net.ns`). */
+const netnsOf = (host: LabHost) => join(host.paths.dockerdRoot, "net.ns");
+
+async function duBytes(path: string): Promise<number> {
+  const { stdout } = await run("du", ["-sb", path]);
+  return Number(stdout.split(/\s/)[0]);
+}
+
+/** The image set for a size: 2 images up to 0.5 GiB, 3 up to 1 GiB, 4 above; whole MiB each. */
+function imageSet(sizeGiB: number): GoldenImage[] {
+  const count = sizeGiB <= 0.5 ? 2 : sizeGiB <= 1 ? 3 : 4;
+  const each = Math.round((sizeGiB * GiB) / count / MiB) * MiB;
+  return Array.from({ length: count }, (_, i) => ({ tag: `bench/app-${i}:1`, payloadBytes: each }));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The registry, run inside a dockerd's network namespace
+
+interface Registry {
+  port: number;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts docker-registry on 127.0.0.1:<port> inside `netns` (nsenter execs it: the child's pid is
+ * the registry's), storing blobs under `storage`. Its command line names the lab root, so the
+ * lab's reaper stops it too if this process dies; it is also registered under the root's pids/.
+ */
+async function startRegistry(lab: Lab, options: { dir: string; storage: string; netns: string; port: number; log: Logger }): Promise<Registry> {
+  const { dir, storage, netns, port, log } = options;
+  await mkdir(storage, { recursive: true });
+  const config = join(dir, `registry-${port}.yml`);
+  // JSON is YAML: no YAML writer needed.
+  const settings = {
+    version: 0.1,
+    log: { level: "warn", accesslog: { disabled: true }, fields: { service: "registry" } },
+    storage: { filesystem: { rootdirectory: storage }, cache: { blobdescriptor: "inmemory" }, delete: { enabled: true } },
+    http: { addr: `127.0.0.1:${port}` },
+    health: { storagedriver: { enabled: false } },
+  };
+  await writeFile(config, JSON.stringify(settings, null, 2) + "\n");
+  const logFile = join(dir, `registry-${port}.log`);
+  const logHandle = await open(logFile, "a");
+  let child: ChildProcess;
+  try {
+    child = spawn("nsenter", [`--net=${netns}`, "--", REGISTRY_BIN, "serve", config], { stdio: ["ignore", logHandle.fd, logHandle.fd] });
+  } finally {
+    await logHandle.close();
+  }
+  let exited: string | undefined;
+  const gone = new Promise<void>((done) => {
+    child.once("exit", (code, signal) => {
+      exited = String(code ?? signal);
+      done();
+    });
+    child.once("error", (error) => {
+      exited = describeError(error);
+      done();
+    });
+  });
+  const name = `bench-registry-${port}`;
+  const stop = async () => {
+    if (exited === undefined) {
+      child.kill("SIGTERM");
+      await Promise.race([gone, sleep(5000)]);
+      if (exited === undefined) {
+        child.kill("SIGKILL");
+        await Promise.race([gone, sleep(5000)]);
+      }
+    }
+    await unregisterLabProcess(lab.root, name);
+  };
+  try {
+    if (child.pid !== undefined) await registerLabProcess(lab.root, name, child.pid).catch(() => undefined);
+    const deadline = Date.now() + 20_000;
+    while (true) {
+      if (exited !== undefined) throw new Error(`docker-registry exited (${exited}): ${(await readFile(logFile, "utf8")).slice(-500)}`);
+      const probe = await run("nsenter", [`--net=${netns}`, "--", BUSYBOX, "wget", "-q", "-O", "/dev/null", `http://127.0.0.1:${port}/v2/`], { check: false });
+      if (probe.exitCode === 0) break;
+      if (Date.now() > deadline) throw new Error(`docker-registry did not answer on 127.0.0.1:${port} within 20 s`);
+      await sleep(100);
+    }
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  log.info("bench.registry", "docker-registry up", { port, netns, storage });
+  return { port, stop };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The agent bundle for the RSS run
+
+/** Bundles src/cli.ts as scripts/build.mjs does, into `dir` (dist/ is left alone). */
+async function bundleAgent(dir: string): Promise<string> {
+  const outfile = join(dir, "ebs-cache-agent.mjs");
+  await build({
+    entryPoints: [join(REPO, "src/cli.ts")],
+    outfile,
+    bundle: true,
+    platform: "node",
+    target: "node22",
+    format: "esm",
+    sourcemap: false,
+    legalComments: "none",
+    logLevel: "silent",
+    banner: {
+      js: "#!/usr/bin/env node\nimport { createRequire as __createRequire } from 'node:module';\nconst require = __createRequire(import.meta.url);",
+    },
+  });
+  return outfile;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One size
+
+interface Context {
+  options: BenchOptions;
+  /** Scratch folder outside the lab (bundle, RSS probe). */
+  temp: string;
+  log: Logger & { tail(n: number): string[] };
+  bundle: string;
+  say(line: string): void;
+}
+
+async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
+  const { options, log, say } = ctx;
+  const images = imageSet(sizeGiB);
+  const tags = images.map((image) => image.tag);
+  const payload = images.reduce((sum, image) => sum + (image.payloadBytes ?? 0), 0);
+  // The data-root holds the set once (extracted). Headroom as a pool volume needs it for
+  // containers' writable layers; here `docker save` on the source host also stages a full copy
+  // of the layers under <data-root>/tmp. Sparse files: unwritten space costs no disk.
+  const snapshotGiB = Math.max(2, Math.ceil((payload / GiB) * 2.25 + 1));
+  const imageSetName = `bench-${sizeGiB}g`;
+  const result: SizeResult = {
+    sizeGiB,
+    images: images.map((image) => ({ tag: image.tag, payloadBytes: image.payloadBytes ?? 0 })),
+    snapshotGiB,
+    setup: {},
+    attach: emptyMethod(),
+    load: emptyMethod(),
+    pull: emptyMethod(),
+    agentProcess: [],
+    ratios: {},
+  };
+  say(`\n== image set ${sizeGiB} GiB: ${images.length} images x ${((images[0]!.payloadBytes ?? 0) / MiB).toFixed(0)} MiB, golden snapshot ${snapshotGiB} GiB`);
+
+  const zero = { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 };
+  const lab = await startLab({ name: "bench", delays: zero, deviceDelayMs: 0, log });
+  try {
+    const work = join(lab.root, "bench");
+    await mkdir(work, { recursive: true });
+
+    // --- Preparation (not timed) -----------------------------------------------------------
+    let t = now();
+    const golden = await buildGoldenSnapshot(lab, { pool: POOL, imageSet: imageSetName, images, sizeGiB: snapshotGiB, log });
+    result.setup.goldenSnapshotMs = ms(t);
+    say(`  prepared golden snapshot ${golden.snapshotId} in ${seconds(result.setup.goldenSnapshotMs)} s`);
+    t = now();
+    // One per attach run, one for the source of save/push, one (or two) for the agent process.
+    const count = options.runs + 2 + (options.rssTsx ? 1 : 0);
+    const volumes = await createPoolVolumes(lab, golden, { pool: POOL, imageSet: imageSetName, count });
+    result.setup.poolVolumesMs = ms(t);
+
+    // The source of the tar and the registry: a host running dockerd straight on a pool volume,
+    // attached and mounted by hand (as the golden test does), so (b) and (c) do not depend on (a).
+    const tar = join(work, "images.tar");
+    const registryStorage = join(work, "registry");
+    const port = await freePort();
+    const remote = (tag: string) => `127.0.0.1:${port}/${tag}`;
+    const source = await lab.addHost({ tags: { Name: "bench-source" } });
+    try {
+      const sourceVolume = volumes.pop()!;
+      const dataRoot = await attachAndMount(lab, source, sourceVolume);
+      await setDaemonJson(source, { "data-root": dataRoot, "insecure-registries": [`127.0.0.1:${port}`] });
+      const dockerd = await source.startDocker();
+      await assertImages(dockerd, tags, dataRoot);
+      t = now();
+      await dockerd.docker(["save", "-o", tar, ...tags], { timeoutMs: LONG_MS });
+      result.setup.saveMs = ms(t);
+      result.setup.tarBytes = (await stat(tar)).size;
+      const registry = await startRegistry(lab, { dir: work, storage: registryStorage, netns: netnsOf(source), port, log });
+      try {
+        t = now();
+        for (const tag of tags) {
+          await dockerd.docker(["tag", tag, remote(tag)]);
+          await dockerd.docker(["push", remote(tag)], { timeoutMs: LONG_MS });
+        }
+        result.setup.pushMs = ms(t);
+      } finally {
+        await registry.stop();
+      }
+      result.setup.registryBytes = await duBytes(registryStorage);
+    } finally {
+      await source.dockerd?.stop();
+      await unmountVolumes(source);
+    }
+    say(`  prepared tar (${(result.setup.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(result.setup.saveMs)} s) and registry (${(result.setup.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(result.setup.pushMs)} s)`);
+
+    // --- (a) attach: the agent's boot, then the run check ----------------------------------
+    await method(result.attach, "attach", ctx, lab, async () => {
+      const host = await lab.addHost({ tags: { Name: "bench-attach" } });
+      try {
+        const quiesceMs = await quiesce(options.dropCaches);
+        const t0 = now();
+        const booted = await bootLabHost(lab, host, { overrides: { pool: POOL, imageSet: imageSetName }, log });
+        const agentMs = ms(t0);
+        const outcome = booted.result?.outcome;
+        if (outcome !== "ready" || !host.dockerd) {
+          throw new Error(`agent boot ended ${outcome ?? "without a result"}: ${booted.result?.reason ?? "see the log"}`);
+        }
+        const t1 = now();
+        await runCheck(host.dockerd, tags);
+        const runCheckMs = ms(t1);
+        return { totalMs: ms(t0), parts: { agentMs, runCheckMs }, excluded: { quiesceMs }, timeline: booted.result?.timeline ?? [] };
+      } finally {
+        // Frees the CPU for what follows, and the XFS UUID for the next mount (the volume stays
+        // attached until the lab closes).
+        await host.dockerd?.stop();
+        await unmountVolumes(host);
+      }
+    });
+
+    // --- The agent as a process: wall time and peak RSS -----------------------------------
+    const processRuns: Array<[string, string[]]> = [["bundle", [ctx.bundle]]];
+    if (options.rssTsx) processRuns.push(["tsx", ["--import", "tsx", join(REPO, "src/cli.ts")]]);
+    const agentArgs = (config: string) => ["boot", "--config", config, "--json"];
+    for (const [how, entry] of processRuns) {
+      const host = await lab.addHost({ tags: { Name: `bench-rss-${how}` } });
+      try {
+        const config = await writeLabConfig(lab, host, { pool: POOL, imageSet: imageSetName, docker: { control: "none" } });
+        await quiesce(options.dropCaches);
+        const measured = await measureAgentProcess(entry, agentArgs(config), how, ctx.temp);
+        result.agentProcess.push(measured);
+        say(`  agent process (${how}): ${measured.outcome ?? "?"} in ${seconds(measured.wallMs)} s, ${rssText(measured)}`);
+      } catch (error) {
+        result.agentProcess.push({ how, command: [], exitCode: -1, wallMs: 0, error: describeError(error) });
+        say(`  agent process (${how}) FAILED: ${describeError(error)}`);
+      } finally {
+        await unmountVolumes(host);
+      }
+    }
+
+    // --- (b) docker load into a fresh dockerd ----------------------------------------------
+    await method(result.load, "load", ctx, lab, async () => {
+      const host = await lab.addHost({ tags: { Name: "bench-load" } });
+      try {
+        const t = now();
+        const dockerd = await host.startDocker();
+        const dockerdStartMs = ms(t);
+        const quiesceMs = await quiesce(options.dropCaches);
+        const t0 = now();
+        await dockerd.docker(["load", "-i", tar], { timeoutMs: LONG_MS });
+        const loadMs = ms(t0);
+        const t1 = now();
+        await runCheck(dockerd, tags);
+        const runCheckMs = ms(t1);
+        return { totalMs: ms(t0), parts: { loadMs, runCheckMs }, excluded: { dockerdStartMs, quiesceMs } };
+      } finally {
+        await host.dockerd?.stop();
+        await rm(host.paths.defaultDataRoot, { recursive: true, force: true });
+      }
+    });
+    await rm(tar, { force: true });
+
+    // --- (c) docker pull from the registry into a fresh dockerd ----------------------------
+    await method(result.pull, "pull", ctx, lab, async () => {
+      const host = await lab.addHost({ tags: { Name: "bench-pull" } });
+      let registry: Registry | undefined;
+      try {
+        await setDaemonJson(host, { "insecure-registries": [`127.0.0.1:${port}`] });
+        const t = now();
+        const dockerd = await host.startDocker();
+        const dockerdStartMs = ms(t);
+        registry = await startRegistry(lab, { dir: work, storage: registryStorage, netns: netnsOf(host), port, log });
+        const quiesceMs = await quiesce(options.dropCaches);
+        const t0 = now();
+        for (const tag of tags) await dockerd.docker(["pull", "--quiet", remote(tag)], { timeoutMs: LONG_MS });
+        const pullMs = ms(t0);
+        const t1 = now();
+        await runCheck(dockerd, tags.map(remote));
+        const runCheckMs = ms(t1);
+        return { totalMs: ms(t0), parts: { pullMs, runCheckMs }, excluded: { dockerdStartMs, quiesceMs } };
+      } finally {
+        await registry?.stop();
+        await host.dockerd?.stop();
+        await rm(host.paths.defaultDataRoot, { recursive: true, force: true });
+      }
+    });
+  } catch (error) {
+    result.error = describeError(error);
+    say(`  FAILED: ${result.error}`);
+    for (const line of log.tail(30)) say(`    | ${line}`);
+  } finally {
+    await lab.close();
+  }
+
+  const attach = result.attach.medianMs;
+  if (attach) {
+    if (result.load.medianMs !== undefined) result.ratios.loadOverAttach = round2(result.load.medianMs / attach);
+    if (result.pull.medianMs !== undefined) result.ratios.pullOverAttach = round2(result.pull.medianMs / attach);
+  }
+  return result;
+}
+
+const round2 = (value: number) => Math.round(value * 100) / 100;
+
+/** Runs one method `runs` times (each in its own try), recording samples or the first error. */
+async function method(into: MethodResult, name: string, ctx: Context, lab: Lab, once: () => Promise<Sample>): Promise<void> {
+  for (let i = 0; i < ctx.options.runs; i++) {
+    try {
+      const loadAvg1 = round2(loadavg()[0] ?? 0);
+      const others = await otherLabs(lab);
+      const sample: Sample = { ...(await once()), loadAvg1, ...(others.length > 0 ? { otherLabs: others } : {}) };
+      into.samples.push(sample);
+      const parts = Object.entries(sample.parts).map(([key, value]) => `${key} ${seconds(value)}`).join(", ");
+      const excluded = Object.entries(sample.excluded ?? {}).map(([key, value]) => `${key} ${seconds(value)}`).join(", ");
+      ctx.say(`  ${name.padEnd(6)} run ${i + 1}: ${seconds(sample.totalMs)} s (${parts}${excluded ? `; not counted: ${excluded}` : ""}) load ${sample.loadAvg1}${others.length > 0 ? ` — other labs up: ${others.join(" ")}` : ""}`);
+    } catch (error) {
+      into.error ??= describeError(error);
+      ctx.say(`  ${name.padEnd(6)} run ${i + 1} FAILED: ${describeError(error)}`);
+      for (const line of ctx.log.tail(15)) ctx.say(`    | ${line}`);
+    }
+  }
+  const m = median(into.samples.map((sample) => sample.totalMs));
+  if (m !== undefined) into.medianMs = m;
+}
+
+/** Fails, with what docker and the data-root show, unless every tag is listed. */
+async function assertImages(dockerd: PrivateDockerd, tags: readonly string[], dataRoot: string): Promise<void> {
+  const listed = (await dockerd.docker(["image", "ls", "--format", "{{.Repository}}:{{.Tag}}"])).stdout.split("\n");
+  const missing = tags.filter((tag) => !listed.includes(tag));
+  if (missing.length === 0) return;
+  const info = await dockerd.info();
+  const repositories = await readFile(join(dataRoot, "image/overlay2/repositories.json"), "utf8").catch((error: unknown) => describeError(error));
+  const mounted = await run("findmnt", ["-n", "-T", dataRoot], { check: false });
+  throw new Error(
+    `the source dockerd lacks ${missing.join(", ")}: it lists [${listed.join(" ")}], runs on ${info.DockerRootDir}; ` +
+      `repositories.json: ${repositories.slice(0, 400)}; findmnt: ${mounted.stdout}`,
+  );
+}
+
+/** Lab roots under the lab base other than `lab`'s (being created ones included). */
+async function otherLabs(lab?: Lab): Promise<string[]> {
+  const own = lab ? basename(lab.root) : undefined;
+  return (await readdir(labBase()).catch(() => [] as string[])).filter((name) => name !== own);
+}
+
+/** Attaches a volume to a host and mounts it under the host's mount root; returns its data-root. */
+async function attachAndMount(lab: Lab, host: LabHost, volumeId: string): Promise<string> {
+  const ec2 = lab.ec2Client();
+  await ec2.send(new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: host.instance.instanceId, Device: "/dev/sdf" }));
+  const deadline = Date.now() + 60_000;
+  while ((await ec2.send(new DescribeVolumesCommand({ VolumeIds: [volumeId] }))).Volumes?.[0]?.Attachments?.[0]?.State !== "attached") {
+    if (Date.now() > deadline) throw new Error(`${volumeId} was not attached within 60 s`);
+    await sleep(50);
+  }
+  const device = await lab.backend.deviceReady(volumeId);
+  const mountPoint = join(host.paths.mountRoot, volumeId);
+  await mkdir(mountPoint, { recursive: true });
+  // nouuid: every clone of the snapshot carries the same XFS UUID (see unmountVolumes).
+  await run("mount", ["-o", "noatime,nouuid", device, mountPoint]);
+  return join(mountPoint, DATA_ROOT_SUBDIR);
+}
+
+/**
+ * A module preloaded (`--import`) into the agent's process: at exit it writes the process's own
+ * peak RSS (getrusage RUSAGE_SELF, so without the commands it ran) to $BENCH_RSS_FILE.
+ */
+const RSS_PROBE = `import { writeFileSync } from "node:fs";
+process.on("exit", () => {
+  try {
+    writeFileSync(process.env.BENCH_RSS_FILE, JSON.stringify({ maxRssKiB: process.resourceUsage().maxRSS }));
+  } catch {}
+});
+`;
+
+/**
+ * Runs the agent CLI (`node [loader] <entry> boot …`) as a child process and measures its wall
+ * time and peak RSS twice: the node process alone (the probe above), and, when GNU time is
+ * installed, ru_maxrss as wait4 reports it (the largest of node and the commands it waited for,
+ * e.g. `dockerd --version`).
+ */
+async function measureAgentProcess(nodeArgs: string[], agentArgs: string[], how: string, temp: string): Promise<AgentProcessResult> {
+  const probe = join(temp, "rss-probe.mjs");
+  await writeFile(probe, RSS_PROBE);
+  const rssFile = join(temp, `rss-${how}-${Date.now()}.json`);
+  const command = [process.execPath, "--import", pathToFileURL(probe).href, ...nodeArgs, ...agentArgs];
+  const useTime = existsSync(GNU_TIME);
+  const argv = useTime ? [GNU_TIME, "-v", ...command] : command;
+  const child = spawn(argv[0]!, argv.slice(1), {
+    stdio: ["ignore", "pipe", "pipe"],
+    cwd: REPO,
+    env: { ...process.env, BENCH_RSS_FILE: rssFile },
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString("utf8")));
+  child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));
+  const t0 = now();
+  const exitCode = await new Promise<number>((done, reject) => {
+    child.once("error", reject);
+    child.once("close", (code) => done(code ?? -1));
+  });
+  const wallMs = ms(t0);
+  const own = await readFile(rssFile, "utf8")
+    .then((text) => (JSON.parse(text) as { maxRssKiB?: number }).maxRssKiB)
+    .catch(() => undefined);
+  const withChildren = useTime ? Number(/Maximum resident set size \(kbytes\): (\d+)/.exec(stderr)?.[1]) : undefined;
+  let outcome: string | undefined;
+  let timeline: AgentProcessResult["timeline"];
+  try {
+    const parsed = JSON.parse(stdout) as { result?: { outcome?: string; timeline?: AgentProcessResult["timeline"] } | null };
+    outcome = parsed.result?.outcome;
+    timeline = parsed.result?.timeline;
+  } catch {
+    // Reported through exitCode and error below.
+  }
+  const measured: AgentProcessResult = {
+    how,
+    command,
+    exitCode,
+    wallMs,
+    ...(own ? { peakRssKiB: own } : {}),
+    ...(withChildren && Number.isFinite(withChildren) ? { peakRssWithChildrenKiB: withChildren } : {}),
+    ...(outcome ? { outcome } : {}),
+    ...(timeline ? { timeline } : {}),
+  };
+  // `prepared`: with docker.control=none the agent leaves docker (and the ready label) to systemd.
+  if (exitCode !== 0 || (outcome !== "ready" && outcome !== "prepared")) {
+    const agentLines = stderr.split("\n").filter((line) => line.startsWith("<"));
+    measured.error = `exit ${exitCode}, outcome ${outcome ?? "?"}: ${agentLines.slice(-3).join(" | ")}`;
+  }
+  return measured;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report
+
+const mib = (kib: number | undefined) => (kib ? (kib / 1024).toFixed(1) : "?");
+function rssText(p: AgentProcessResult): string {
+  const withChildren = p.peakRssWithChildrenKiB ? `, ${mib(p.peakRssWithChildrenKiB)} MiB with the commands it ran (GNU time)` : "";
+  return `peak RSS ${mib(p.peakRssKiB)} MiB (node process)${withChildren}`;
+}
+
+function summaryTable(results: SizeResult[]): string[] {
+  const header = ["set GiB", "images", "attach s", "load s", "pull s", "load/attach", "pull/attach", "agent s", "agent proc s", "agent RSS MiB"];
+  const rows = results.map((r) => {
+    const bundle = r.agentProcess.find((p) => p.how === "bundle");
+    const agent = median(r.attach.samples.map((s) => s.parts.agentMs ?? 0));
+    return [
+      String(r.sizeGiB),
+      String(r.images.length),
+      r.attach.error && r.attach.medianMs === undefined ? "failed" : seconds(r.attach.medianMs),
+      r.load.error && r.load.medianMs === undefined ? "failed" : seconds(r.load.medianMs),
+      r.pull.error && r.pull.medianMs === undefined ? "failed" : seconds(r.pull.medianMs),
+      r.ratios.loadOverAttach === undefined ? "-" : `${r.ratios.loadOverAttach.toFixed(1)}x`,
+      r.ratios.pullOverAttach === undefined ? "-" : `${r.ratios.pullOverAttach.toFixed(1)}x`,
+      seconds(agent),
+      bundle && !bundle.error ? seconds(bundle.wallMs) : "-",
+      bundle?.peakRssKiB ? (bundle.peakRssKiB / 1024).toFixed(1) : "-",
+    ];
+  });
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
+  const line = (cells: string[]) => cells.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join("  ");
+  return [line(header), widths.map((w) => "-".repeat(w)).join("  "), ...rows.map(line)];
+}
+
+function sizeTable(r: SizeResult): string[] {
+  const attach = r.attach.medianMs;
+  const ratio = (value: number | undefined) => (value === undefined ? "" : `${value.toFixed(1)}x attach`);
+  const medianPart = (m: MethodResult, key: string) => median(m.samples.map((s) => s.parts[key] ?? 0));
+  const medianExcluded = (m: MethodResult, key: string) => median(m.samples.map((s) => s.excluded?.[key] ?? 0));
+  const failed = (m: MethodResult) => (m.medianMs === undefined ? `failed: ${m.error ?? "?"}` : "");
+  return [
+    `  ${"method".padEnd(8)} ${"seconds".padStart(8)}  ${"ratio".padEnd(15)} breakdown (median of ${r.attach.samples.length || "-"}/${r.load.samples.length || "-"}/${r.pull.samples.length || "-"} runs)`,
+    `  ${"attach".padEnd(8)} ${seconds(attach).padStart(8)}  ${"1.0x".padEnd(15)} agent boot ${seconds(medianPart(r.attach, "agentMs"))} + run check ${seconds(medianPart(r.attach, "runCheckMs"))} ${failed(r.attach)}`,
+    `  ${"load".padEnd(8)} ${seconds(r.load.medianMs).padStart(8)}  ${ratio(r.ratios.loadOverAttach).padEnd(15)} docker load ${seconds(medianPart(r.load, "loadMs"))} + run check ${seconds(medianPart(r.load, "runCheckMs"))} (dockerd start ${seconds(medianExcluded(r.load, "dockerdStartMs"))} not counted) ${failed(r.load)}`,
+    `  ${"pull".padEnd(8)} ${seconds(r.pull.medianMs).padStart(8)}  ${ratio(r.ratios.pullOverAttach).padEnd(15)} docker pull ${seconds(medianPart(r.pull, "pullMs"))} + run check ${seconds(medianPart(r.pull, "runCheckMs"))} (dockerd start ${seconds(medianExcluded(r.pull, "dockerdStartMs"))} not counted) ${failed(r.pull)}`,
+    ...r.agentProcess.map(
+      (p) =>
+        `  agent process (${p.how}, docker.control=none): ${p.error ? `FAILED ${p.error}` : `${seconds(p.wallMs)} s wall, ${rssText(p)}`}`,
+    ),
+  ];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main
+
+async function main(): Promise<void> {
+  const options = parseOptions(process.argv.slice(2));
+  if (process.getuid?.() !== 0) throw new Error("the lab needs root: run it with sudo");
+  for (const binary of [REGISTRY_BIN, DOCKER_CLI, BUSYBOX, "/usr/bin/nsenter"]) {
+    if (!existsSync(binary)) throw new Error(`${binary} is missing: apt-get install -y docker-registry docker.io busybox-static util-linux`);
+  }
+  const say = (line: string) => process.stdout.write(line + "\n");
+  const log = benchLogger(options.verbose);
+  const started = new Date();
+  const temp = await mkdtemp(join(tmpdir(), "ebs-bench-"));
+  const results: SizeResult[] = [];
+  try {
+    const bundle = options.bundle ?? (await bundleAgent(temp));
+    const ctx: Context = { options, temp, log, bundle, say };
+    const others = await otherLabs();
+    if (others.length > 0) say(`warning: other labs are up (${others.join(" ")}): tests running alongside skew the timings`);
+    say(`boot bench: sizes ${options.sizes.join(", ")} GiB, ${options.runs} run(s) each, page cache ${options.dropCaches ? "dropped before each timed run" : "kept"}`);
+    say(`agent bundle for the process run: ${options.bundle ? bundle : "src/cli.ts bundled afresh with esbuild (as scripts/build.mjs)"}`);
+    for (const size of options.sizes) results.push(await benchSize(size, ctx));
+  } finally {
+    await rm(temp, { recursive: true, force: true });
+  }
+
+  for (const r of results) {
+    say(`\nimage set ${r.sizeGiB} GiB (${r.images.length} x ${(r.images[0]!.payloadBytes / MiB).toFixed(0)} MiB)${r.error ? ` — incomplete: ${r.error}` : ""}`);
+    for (const line of sizeTable(r)) say(line);
+  }
+  say(`\nsummary (seconds until every image of the set ran \`docker run --rm --network none <image> ${RUN_CHECK.join(" ")}\`):`);
+  for (const line of summaryTable(results)) say(line);
+
+  const docker = await run(DOCKER_CLI, ["--version"], { check: false });
+  const report = {
+    bench: "boot",
+    startedAt: started.toISOString(),
+    finishedAt: new Date().toISOString(),
+    command: `npx tsx bench/boot.ts ${process.argv.slice(2).join(" ")}`.trim(),
+    options: { sizes: options.sizes, runs: options.runs, dropCaches: options.dropCaches, rssTsx: options.rssTsx },
+    machine: { kernel: release(), cpus: cpus().length, cpuModel: cpus()[0]?.model, memoryGiB: round2(totalmem() / GiB), node: process.version, docker: docker.stdout.trim() },
+    timing: {
+      attach: "agent boot (bootLabHost: identify, select, claim, attach, device, mount, switch data-root, start dockerd, verify images, labels) + run check",
+      load: "docker load -i <tar> + run check; the fresh dockerd's start is measured but not counted",
+      pull: "docker pull of each image (loopback registry) + run check; the fresh dockerd's start is measured but not counted",
+      runCheck: `docker run --rm --network none <image> ${RUN_CHECK.join(" ")}, each image in turn`,
+      lab: "EC2 emulator delays 0, device delay 0",
+    },
+    results,
+  };
+  await mkdir(options.outDir, { recursive: true });
+  const stamp = started.toISOString().replace(/\..*$/, "").replace(/:/g, "").replace("T", "-");
+  const file = join(options.outDir, `boot-${stamp}.json`);
+  await writeFile(file, JSON.stringify(report, null, 2) + "\n");
+  say(`\nwrote ${file}`);
+  if (results.some((r) => r.error || r.attach.error || r.load.error || r.pull.error || r.agentProcess.some((p) => p.error))) process.exitCode = 1;
+}
+
+try {
+  await main();
+} catch (error) {
+  process.stderr.write(`bench failed: ${describeError(error)}\n`);
+  process.exitCode = 1;
+}
