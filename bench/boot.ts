@@ -9,9 +9,10 @@
  *               the loopback of the pulling dockerd's network namespace) into a fresh dockerd with
  *               an empty data-root, then the run check.
  *
- * The run check is `docker run --rm --network none <image> true` for every image of the set.
+ * The run check is `docker run --rm --network none <image> /bin/busybox true` for every image of
+ * the set (the lab's images have no `true` applet link; see runCheck).
  * Besides, the agent runs once more as a child process (the esbuild bundle, docker.control=none)
- * under GNU time for its own wall time and peak RSS. See bench/README.md for what is timed.
+ * for its own wall time and peak RSS. See bench/README.md for what is timed and why.
  *
  *   npx tsx bench/boot.ts [--sizes 0.5,1,2] [--runs 1] [--no-drop-caches] [--rss-tsx] [--verbose]
  *

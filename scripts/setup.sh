@@ -14,6 +14,8 @@ fi
 packages=(
   docker.io        # the lab's private dockerd and the docker CLI
   fio              # pre-warm verdicts
+  python3-fusepy   # the lab's cold snapshots (a FUSE layer under the loop devices)
+  fuse3            # fusermount, for that layer
   xfsprogs         # mkfs.xfs, xfs_growfs, xfs_admin
   e2fsprogs        # the foreign filesystems tests use
   util-linux       # losetup, blkid, wipefs, findmnt, mount

@@ -6,6 +6,7 @@ import { Command, CommanderError } from "commander";
 import { bootCommand } from "./commands/boot.ts";
 import { gcCommand } from "./commands/gc.ts";
 import { poolCommand } from "./commands/pool.ts";
+import { prewarmCommand, statusCommand } from "./commands/prewarm.ts";
 import { releaseCommand } from "./commands/release.ts";
 import { AgentError, ExitCode, describeError } from "./errors.ts";
 import { labCommand } from "./lab/command.ts";
@@ -17,6 +18,8 @@ const program = new Command()
   .exitOverride()
   .addCommand(bootCommand())
   .addCommand(releaseCommand())
+  .addCommand(prewarmCommand())
+  .addCommand(statusCommand())
   .addCommand(gcCommand())
   .addCommand(poolCommand())
   .addCommand(labCommand());

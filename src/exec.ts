@@ -2,6 +2,7 @@
  * Running external programs: argument arrays only (never a shell string), the command line
  * logged before it runs, "failed to start" told apart from "exited with N".
  */
+import { StringDecoder } from "node:string_decoder";
 import { execa } from "execa";
 import { CommandError } from "./errors.ts";
 import type { Logger } from "./log.ts";
@@ -22,6 +23,10 @@ export interface RunOptions {
   timeoutMs?: number;
   cwd?: string;
   log?: Logger;
+  /** Called with stdout as it arrives (the whole of it is still returned). */
+  onStdout?: (chunk: string) => void;
+  /** Kills the command (SIGTERM) when aborted. */
+  signal?: AbortSignal;
 }
 
 /** Runs `file args…` and collects its output. */
@@ -30,14 +35,21 @@ export async function run(file: string, args: readonly string[], options: RunOpt
   options.log?.debug("exec", argv.join(" "));
   let result;
   try {
-    result = await execa(file, args, {
+    const subprocess = execa(file, args, {
       reject: false,
       stripFinalNewline: true,
       ...(options.input !== undefined ? { input: options.input } : { stdin: "ignore" as const }),
       ...(options.env ? { env: options.env } : {}),
       ...(options.timeoutMs ? { timeout: options.timeoutMs } : {}),
       ...(options.cwd ? { cwd: options.cwd } : {}),
+      ...(options.signal ? { cancelSignal: options.signal } : {}),
     });
+    if (options.onStdout) {
+      const onStdout = options.onStdout;
+      const decoder = new StringDecoder("utf8");
+      subprocess.stdout?.on("data", (chunk: Buffer | string) => onStdout(typeof chunk === "string" ? chunk : decoder.write(chunk)));
+    }
+    result = await subprocess;
   } catch (cause) {
     throw new CommandError(argv, undefined, String(cause), options.remediation ?? `check that ${file} is installed`, {
       cause,

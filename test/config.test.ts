@@ -38,6 +38,13 @@ const DEFAULTS = {
   release: { stopDocker: true },
   ttlHours: 24,
   workspace: { labelsTag: "io.simcore.autoscaling.ec2_instance.docker_node_labels", create: "snapshot", sizeGiB: 20 },
+  prewarm: {
+    strategy: "check",
+    background: true,
+    check: { seconds: 5, reads: 2000, ioDepth: 16 },
+    thresholds: { minIops: 1000, maxMedianLatencyMs: 20 },
+    initialize: { ioDepth: 32, maxIoKiB: 1024, timeoutMinutes: null, progressSeconds: 10 },
+  },
   logLevel: "info",
 };
 
@@ -67,6 +74,13 @@ const FULL = {
   release: { stopDocker: false },
   ttlHours: 8760,
   workspace: { labelsTag: "my.labels", create: "never", sizeGiB: 100 },
+  prewarm: {
+    strategy: "files",
+    background: false,
+    check: { seconds: 2, reads: 500, ioDepth: 4 },
+    thresholds: { minIops: 2500, maxMedianLatencyMs: null },
+    initialize: { ioDepth: 8, maxIoKiB: 512, timeoutMinutes: 60, progressSeconds: 1 },
+  },
   logLevel: "debug",
 };
 
@@ -387,6 +401,17 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_WORKSPACE__LABELS_TAG",
     "EBS_CACHE_AGENT_WORKSPACE__CREATE",
     "EBS_CACHE_AGENT_WORKSPACE__SIZE_GIB",
+    "EBS_CACHE_AGENT_PREWARM__STRATEGY",
+    "EBS_CACHE_AGENT_PREWARM__BACKGROUND",
+    "EBS_CACHE_AGENT_PREWARM__CHECK__SECONDS",
+    "EBS_CACHE_AGENT_PREWARM__CHECK__READS",
+    "EBS_CACHE_AGENT_PREWARM__CHECK__IO_DEPTH",
+    "EBS_CACHE_AGENT_PREWARM__THRESHOLDS__MIN_IOPS",
+    "EBS_CACHE_AGENT_PREWARM__THRESHOLDS__MAX_MEDIAN_LATENCY_MS",
+    "EBS_CACHE_AGENT_PREWARM__INITIALIZE__IO_DEPTH",
+    "EBS_CACHE_AGENT_PREWARM__INITIALIZE__MAX_IO_KIB",
+    "EBS_CACHE_AGENT_PREWARM__INITIALIZE__TIMEOUT_MINUTES",
+    "EBS_CACHE_AGENT_PREWARM__INITIALIZE__PROGRESS_SECONDS",
     "EBS_CACHE_AGENT_LOG_LEVEL",
   ]);
 });

@@ -85,7 +85,7 @@ t.test("the plan is serializable (shown by --dry-run)", async (t) => {
   t.same(JSON.parse(JSON.stringify(plan)), plan);
   t.same(plan.steps.map((s) => s.step), [
     "claim-volume", "wait-for-attachment", "tag-claim", "wait-for-device", "check-filesystem", "mount",
-    "grow-filesystem", "prepare-data-root", "switch-data-root", "start-docker", "verify-docker", "report-ready",
+    "grow-filesystem", "prepare-data-root", "switch-data-root", "start-docker", "verify-docker", "prewarm", "report-ready",
   ]);
 });
 

@@ -11,6 +11,7 @@ import type { Logger } from "../log.ts";
 import { VolumeTag } from "../tags.ts";
 import type { BootPlan, BootStep, CreateSpec } from "./plan.ts";
 import type { CloudVolumes, DaemonConfig, DockerEngine, DockerService, HostStorage, VolumeInfo } from "./ports.ts";
+import type { PrewarmOutcome, PrewarmTarget } from "./prewarm.ts";
 
 /** The adapters a boot uses (built in src/cli.ts, or from the lab in tests). */
 export interface BootDeps {
@@ -30,11 +31,17 @@ export interface BootDeps {
   dockerVersion(): Promise<string | undefined>;
   /** Publishes the readiness labels (node labels via a manager, or engine labels). */
   report(state: ReadinessState, details: Record<string, string>): Promise<void>;
+  /**
+   * The pre-warm step (prewarmAtBoot with the configured settings): a verdict, and maybe an
+   * initialization, inline or handed to the background run. Absent: the step does nothing.
+   */
+  prewarm?(target: PrewarmTarget): Promise<PrewarmOutcome>;
   log: Logger;
   now?: () => Date;
 }
 
-export type ReadinessState = "ready" | "degraded" | "disabled";
+/** `warming`: docker runs on the cache volume, usable, while its initialization runs in the background. */
+export type ReadinessState = "ready" | "warming" | "degraded" | "disabled";
 
 /** Limits and expectations of this boot. */
 export interface BootLimits {
@@ -53,6 +60,8 @@ export interface BootLimits {
 export interface BootResult {
   /** `prepared`: volume mounted and daemon.json switched; docker not started (first boot phase). */
   outcome: ReadinessState | "prepared";
+  /** The pre-warm's verdict and what it did (see docs/prewarm.md). */
+  prewarm?: Pick<PrewarmOutcome, "verdict" | "phase" | "before" | "after" | "error"> & { action: string };
   volumeId?: string;
   device?: string;
   mountPoint?: string;
@@ -70,6 +79,7 @@ interface Progress {
   mountedNow: boolean;
   dataRoot?: string;
   switched: boolean;
+  prewarm?: PrewarmOutcome;
 }
 
 /** A failure that should leave the node degraded, with the reason for the log and the label. */
@@ -122,7 +132,7 @@ export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: Boot
       return { ...degraded, timeline };
     }
   }
-  const outcome = plan.steps.some((step) => step.step === "report-ready") ? "ready" : "prepared";
+  const outcome = !plan.steps.some((step) => step.step === "report-ready") ? "prepared" : progress.prewarm?.labelState === "warming" ? "warming" : "ready";
   return { outcome, timeline, ...resultOf(progress) };
 }
 
@@ -132,6 +142,18 @@ function resultOf(progress: Progress) {
     ...(progress.device ? { device: progress.device } : {}),
     ...(progress.mountPoint ? { mountPoint: progress.mountPoint } : {}),
     ...(progress.dataRoot ? { dataRoot: progress.dataRoot } : {}),
+    ...(progress.prewarm
+      ? {
+          prewarm: {
+            action: progress.prewarm.decision.action,
+            verdict: progress.prewarm.verdict,
+            phase: progress.prewarm.phase,
+            ...(progress.prewarm.before ? { before: progress.prewarm.before } : {}),
+            ...(progress.prewarm.after ? { after: progress.prewarm.after } : {}),
+            ...(progress.prewarm.error ? { error: progress.prewarm.error } : {}),
+          },
+        }
+      : {}),
   };
 }
 
@@ -305,13 +327,44 @@ async function runStep(
       return undefined;
     }
 
+    case "prewarm": {
+      if (!deps.prewarm) return undefined;
+      const volume = volumeOf(p);
+      try {
+        p.prewarm = await deps.prewarm({
+          volume: { volumeId: volume.volumeId, ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}), tags: volume.tags },
+          sizeBytes: volume.sizeGiB * 1024 ** 3,
+          device: p.device!,
+          mountPoint: p.mountPoint!,
+          labels: readyDetails(volume),
+        });
+      } catch (error) {
+        // The pre-warm never keeps a node from being reported: its verdict is then unknown.
+        log.error("boot.prewarm", `pre-warm failed: ${describeError(error)}`, { volume: volume.volumeId, remediation: remediationOf(error) });
+      }
+      return undefined;
+    }
+
     case "report-ready": {
       const volume = volumeOf(p);
-      await deps.report("ready", { "volume-id": volume.volumeId, pool: volume.tags[VolumeTag.pool] ?? "", kind: volume.tags[VolumeTag.kind] ?? "" });
-      log.notice("boot.ready", "node ready on the cache volume", { volume: volume.volumeId, dataRoot: p.dataRoot });
+      const state = p.prewarm?.labelState ?? "ready";
+      // A pre-warm that failed outright (it normally never throws) leaves the verdict unknown.
+      const prewarmLabels = p.prewarm?.labels ?? (deps.prewarm ? { prewarm: "unknown" } : {});
+      // Published already when the background run took over: it alone publishes from then on.
+      if (!p.prewarm?.published) await deps.report(state, { ...readyDetails(volume), ...prewarmLabels });
+      if (state === "warming") {
+        log.notice("boot.ready", "node usable on the cache volume; the volume is warming in the background", { volume: volume.volumeId, dataRoot: p.dataRoot, prewarm: p.prewarm?.verdict });
+      } else {
+        log.notice("boot.ready", "node ready on the cache volume", { volume: volume.volumeId, dataRoot: p.dataRoot, prewarm: p.prewarm?.verdict });
+      }
       return undefined;
     }
   }
+}
+
+/** The labels that go with `ready` (and `warming`): which volume, pool and kind. */
+function readyDetails(volume: VolumeInfo): Record<string, string> {
+  return { "volume-id": volume.volumeId, pool: volume.tags[VolumeTag.pool] ?? "", kind: volume.tags[VolumeTag.kind] ?? "" };
 }
 
 function withLatest(image: string): string {

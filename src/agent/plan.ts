@@ -7,6 +7,7 @@
 import { createHash } from "node:crypto";
 import { VolumeKind, VolumeTag } from "../tags.ts";
 import type { Identity, SnapshotInfo, VolumeInfo } from "./ports.ts";
+import type { PrewarmStrategy } from "./prewarm-plan.ts";
 
 /** What the planner needs of the configuration (already merged with env and instance tags). */
 export interface BootSettings {
@@ -40,6 +41,8 @@ export interface BootSettings {
    * volume phase 1 attached.
    */
   mayClaim: boolean;
+  /** config `prewarm.strategy` (default `check`): what the `prewarm` step does, see docs/prewarm.md. */
+  prewarm?: PrewarmStrategy;
 }
 
 export interface WorkspaceIds {
@@ -98,6 +101,8 @@ export type BootStep =
   | { step: "switch-data-root" }
   | { step: "start-docker" }
   | { step: "verify-docker" }
+  /** Verdict (and initialization) of a volume restored from a snapshot; see prewarm.ts. */
+  | { step: "prewarm"; strategy: PrewarmStrategy }
   | { step: "report-ready" }
   | { step: "degrade"; reason: string };
 
@@ -225,7 +230,7 @@ function createSpec(settings: BootSettings, observed: BootObservation): CreateSp
 }
 
 /** Steps that need docker running: left to the second phase when this run goes without docker. */
-const DOCKER_STEPS = new Set<BootStep["step"]>(["start-docker", "verify-docker", "report-ready"]);
+const DOCKER_STEPS = new Set<BootStep["step"]>(["start-docker", "verify-docker", "prewarm", "report-ready"]);
 
 /** The steps that bring a volume (however selected) to a docker running on it. */
 const AFTER_CLAIM: BootStep["step"][] = [
@@ -239,6 +244,7 @@ const AFTER_CLAIM: BootStep["step"][] = [
   "switch-data-root",
   "start-docker",
   "verify-docker",
+  "prewarm",
   "report-ready",
 ];
 
@@ -268,7 +274,9 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
       head.push({ step: "create-and-claim", create: selection.create });
       break;
   }
-  const tail = AFTER_CLAIM.map((step): BootStep => (step === "mount" ? { step, mountRoot: settings.mountRoot } : ({ step } as BootStep)));
+  const tail = AFTER_CLAIM.map((step): BootStep =>
+    step === "mount" ? { step, mountRoot: settings.mountRoot } : step === "prewarm" ? { step, strategy: settings.prewarm ?? "check" } : ({ step } as BootStep),
+  );
   const steps = tail.filter(
     (s) =>
       // A reused attachment was tagged when it was claimed.

@@ -89,6 +89,12 @@ export interface CloudVolumes {
   untagVolume(volumeId: string, keys: string[] | Record<string, string>): Promise<void>;
   /** DescribeTags for the instance: the fallback when IMDS does not serve tags. */
   instanceTags(instanceId: string): Promise<Record<string, string>>;
+  /**
+   * DescribeVolumeStatus's initialization details of a volume made from a snapshot: `type`
+   * (`default` lazy loading, `provisioned-rate` for VolumeInitializationRate, `volume-copy`),
+   * progress 0-100 and EC2's estimate of the seconds left; undefined when EC2 gives none.
+   */
+  initializationStatus(volumeId: string): Promise<{ type: string; progress: number; etaSeconds?: number } | undefined>;
 }
 
 /** What a device carries, from a signature probe (blkid / wipefs -n). */

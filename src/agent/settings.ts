@@ -40,6 +40,7 @@ export function resolveSettings(config: AgentConfig, identity: Identity, options
     mountRoot: effective.paths.mountRoot,
     withDocker: options.withDocker && effective.docker.control !== "none",
     mayClaim: options.mayClaim ?? true,
+    prewarm: effective.prewarm.strategy,
     workspaceCreate: effective.workspace.create,
     workspaceSizeGiB: effective.workspace.sizeGiB,
     ...(workspace.ok && workspace.ids ? { workspace: workspace.ids } : {}),

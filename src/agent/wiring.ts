@@ -19,6 +19,9 @@ import type { Logger } from "../log.ts";
 import type { BootCommandDeps } from "./boot-command.ts";
 import type { CloudVolumes, DockerService } from "./ports.ts";
 import { createFreshDataRoot, prepareOncePerInstance } from "./prepare.ts";
+import { prewarmAtBoot } from "./prewarm.ts";
+import { prewarmSettingsFrom } from "./prewarm-plan.ts";
+import { createFioReader } from "../host/volume-reads.ts";
 import type { ReleaseCommandDeps } from "./release-command.ts";
 import { createLabelWithdrawer, createReporter } from "./report.ts";
 
@@ -34,6 +37,13 @@ export interface WiringOptions {
   log: Logger;
   /** EC2 polling interval (ms); the lab uses a short one. */
   pollMs?: number;
+  /**
+   * Starts the background pre-warm run (on a host: a detached `ebs-cache-agent prewarm
+   * --background`). Absent: a long initialization runs inline, before `ready`.
+   */
+  startPrewarm?: () => Promise<void>;
+  /** The fio binary the pre-warm runs (default `fio` on PATH). */
+  fio?: string;
 }
 
 /** What every command shares: EC2 per region and the instance's identity. */
@@ -85,6 +95,7 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
     ...wireCommon(options),
     bootDeps: (settings, cloud) => {
       const host = wireHost(options, settings.effective.labels);
+      const report = createReporter(host.reporterDeps);
       return {
         cloud,
         storage: host.storage,
@@ -104,7 +115,17 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
           );
         },
         dockerVersion: () => installedDockerdVersion({ log }),
-        report: createReporter(host.reporterDeps),
+        report,
+        prewarm: (target) =>
+          prewarmAtBoot(target, prewarmSettingsFrom(settings.effective), {
+            reader: createFioReader({ log, ...(options.fio ? { fio: options.fio } : {}) }),
+            initializationStatus: (volumeId) => cloud.initializationStatus(volumeId),
+            tagVolume: (volumeId, tags) => cloud.tagVolume(volumeId, tags),
+            report,
+            stateDir: options.config.paths.stateDir,
+            log,
+            ...(options.startPrewarm ? { startBackground: options.startPrewarm } : {}),
+          }),
         log,
       };
     },

@@ -12,6 +12,7 @@ import {
   DescribeSnapshotsCommand,
   DescribeTagsCommand,
   DescribeVolumesCommand,
+  DescribeVolumeStatusCommand,
   DetachVolumeCommand,
   EC2Client,
   type AttachVolumeCommandInput,
@@ -30,6 +31,8 @@ import {
   type DescribeTagsCommandOutput,
   type DescribeVolumesCommandInput,
   type DescribeVolumesCommandOutput,
+  type DescribeVolumeStatusCommandInput,
+  type DescribeVolumeStatusCommandOutput,
   type DetachVolumeCommandInput,
   type DetachVolumeCommandOutput,
 } from "@aws-sdk/client-ec2";
@@ -45,6 +48,7 @@ export interface Ec2Api {
   deleteTags(input: DeleteTagsCommandInput): Promise<DeleteTagsCommandOutput>;
   describeTags(input: DescribeTagsCommandInput): Promise<DescribeTagsCommandOutput>;
   deleteVolume(input: DeleteVolumeCommandInput): Promise<DeleteVolumeCommandOutput>;
+  describeVolumeStatus(input: DescribeVolumeStatusCommandInput): Promise<DescribeVolumeStatusCommandOutput>;
 }
 
 /** The interface over a real SDK client (its retry strategy applies to every call). */
@@ -59,6 +63,7 @@ export function sdkEc2Api(client: EC2Client): Ec2Api {
     deleteTags: (input) => client.send(new DeleteTagsCommand(input)),
     describeTags: (input) => client.send(new DescribeTagsCommand(input)),
     deleteVolume: (input) => client.send(new DeleteVolumeCommand(input)),
+    describeVolumeStatus: (input) => client.send(new DescribeVolumeStatusCommand(input)),
   };
 }
 

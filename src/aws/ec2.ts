@@ -379,6 +379,17 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
       await call("DeleteTags", () => api.deleteTags({ Resources: [volumeId], Tags: tags }));
     },
 
+    async initializationStatus(volumeId: string) {
+      const out = await call("DescribeVolumeStatus", () => api.describeVolumeStatus({ VolumeIds: [volumeId] }));
+      const details = out.VolumeStatuses?.find((s) => s.VolumeId === volumeId)?.InitializationStatusDetails;
+      if (!details || details.Progress === undefined) return undefined;
+      return {
+        type: details.InitializationType ?? "default",
+        progress: details.Progress,
+        ...(details.EstimatedTimeToCompleteInSeconds !== undefined ? { etaSeconds: details.EstimatedTimeToCompleteInSeconds } : {}),
+      };
+    },
+
     async instanceTags(instanceId: string): Promise<Record<string, string>> {
       const tags: Record<string, string> = {};
       let nextToken: string | undefined;

@@ -2,6 +2,7 @@
  * What every host command does first: load the config (file < env), make the logger, and wire
  * the real adapters (EC2 of the instance's region, IMDS, systemd's docker.service).
  */
+import { spawn } from "node:child_process";
 import type { BootCommandDeps } from "../agent/boot-command.ts";
 import type { ReleaseCommandDeps } from "../agent/release-command.ts";
 import { wireBoot, wireRelease, type WiringOptions } from "../agent/wiring.ts";
@@ -34,6 +35,7 @@ export async function hostContext(configPath: string | undefined): Promise<HostC
     ec2Client: (region) => createEc2Client({ region, ...(config.ec2Endpoint ? { endpoint: config.ec2Endpoint } : {}) }),
     docker: config.docker.control === "systemd" ? createSystemdDockerService({ unit: config.docker.unit, log }) : undefined,
     log,
+    startPrewarm: () => startBackgroundPrewarm(configPath),
   };
   const deps = wireBoot(wiring);
   return {
@@ -43,6 +45,26 @@ export async function hostContext(configPath: string | undefined): Promise<HostC
     releaseDeps: wireRelease(wiring),
     cloud: async () => deps.cloudFor(config.region ?? (await deps.identify()).region),
   };
+}
+
+/**
+ * Starts `ebs-cache-agent prewarm --background` (this same program, detached) for a long
+ * initialization the boot hands over, so the boot can report `warming` and exit. Under systemd
+ * it stays in the unit's cgroup (the boot units are oneshot with RemainAfterExit) and logs to
+ * the same journal; the state file tells its progress (`ebs-cache-agent status`).
+ */
+export async function startBackgroundPrewarm(configPath: string | undefined): Promise<void> {
+  const script = process.argv[1];
+  if (!script) throw new Error("cannot tell this program's path (process.argv[1])");
+  const child = spawn(process.execPath, [...process.execArgv, script, "prewarm", "--background", ...(configPath ? ["--config", configPath] : [])], {
+    detached: true,
+    stdio: ["ignore", "inherit", "inherit"],
+  });
+  await new Promise<void>((resolve, reject) => {
+    child.once("spawn", resolve);
+    child.once("error", reject);
+  });
+  child.unref();
 }
 
 /** Parses a whole number option (commander). */

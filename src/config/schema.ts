@@ -277,6 +277,73 @@ export const CONFIG_SCHEMA = {
         },
       },
     },
+    prewarm: {
+      kind: "group",
+      description: "The pre-warm of volumes restored from a snapshot, whose blocks load lazily from S3 (see docs/prewarm.md).",
+      fields: {
+        strategy: {
+          kind: "enum",
+          values: ["off", "check", "files", "device"],
+          default: "check",
+          description:
+            "`check`: a short fio sample of random reads over the allocated data gives a verdict (label `<prefix>.prewarm=warm|cold`); `files`: reads the filesystem's allocated data once (initialization), then tags the volume `ebs-cache:initialized`; `device`: AWS's documented full read of the device; `off`: nothing. Volumes not made from a snapshot, tagged initialized, or initialized by EBS at a provisioned rate are never read.",
+        },
+        background: {
+          kind: "boolean",
+          default: true,
+          description:
+            "`files`/`device`: initialize after docker is up, the node labelled `warming` (usable) until done, then `ready`; false: initialize before the node is reported ready.",
+        },
+        check: {
+          kind: "group",
+          description: "The sample that gives the verdict.",
+          fields: {
+            seconds: { kind: "number", default: 5, min: 1, max: 300, description: "Upper bound of the sample's duration (fio --runtime)." },
+            reads: { kind: "number", default: 2000, min: 10, max: 1000000, integer: true, description: "Random 4 KiB reads in the sample (fewer when the time bound comes first)." },
+            ioDepth: { kind: "number", default: 16, min: 1, max: 256, integer: true, description: "Reads in flight during the sample." },
+          },
+        },
+        thresholds: {
+          kind: "group",
+          description: "When the sample says `warm`.",
+          fields: {
+            minIops: {
+              kind: "number",
+              default: 1000,
+              min: 1,
+              max: 10000000,
+              description: "Fewer IOPS than this in the sample: `cold` (a warm gp3 volume gives ~3000 at the sample's depth, a cold one a few hundred).",
+            },
+            maxMedianLatencyMs: {
+              kind: "number",
+              default: 20,
+              nullable: true,
+              min: 0.01,
+              max: 100000,
+              description: "A median completion latency above this (ms): `cold`; null: latency is only reported.",
+            },
+          },
+        },
+        initialize: {
+          kind: "group",
+          description: "The reads of the `files` and `device` strategies.",
+          fields: {
+            ioDepth: { kind: "number", default: 32, min: 1, max: 256, integer: true, description: "Reads in flight (`files`; `device` always uses AWS's 32)." },
+            maxIoKiB: { kind: "number", default: 1024, min: 4, max: 65536, integer: true, description: "Largest single read of the `files` strategy (KiB)." },
+            timeoutMinutes: {
+              kind: "number",
+              default: null,
+              nullable: true,
+              min: 1,
+              max: 10080,
+              integer: true,
+              description: "Give the initialization up after this long (the volume stays untagged; `ebs-cache-agent prewarm` resumes it); null: no limit.",
+            },
+            progressSeconds: { kind: "number", default: 10, min: 1, max: 3600, integer: true, description: "Seconds between progress lines in the log and updates of the state file." },
+          },
+        },
+      },
+    },
     logLevel: {
       kind: "enum",
       values: ["error", "warning", "notice", "info", "debug"],

@@ -5,6 +5,7 @@
  * on a config that came with problems.
  */
 import { quote, validateImageRef, validateLabelValue, validatePoolName } from "../agent/inputs.ts";
+import { labelPrefixProblem } from "../docker/labels.ts";
 import {
   CONFIG_KEYS,
   CONFIG_SCHEMA,
@@ -68,7 +69,7 @@ const FORMAT_CHECKS: Record<StringFormat, (value: string) => string | undefined>
       : `must be ${FORMAT_DESCRIPTIONS.dockerHost}, got ${quote(value)}`,
   systemdUnit: pattern("systemdUnit", /^(?=.{1,255}$)[A-Za-z0-9_.@:][A-Za-z0-9_.@:-]*\.service$/),
   imageRef: (value) => problemOf(validateImageRef(value)),
-  labelPrefix: pattern("labelPrefix", /^[a-z0-9]+([.-][a-z0-9]+)*$/),
+  labelPrefix: (value) => pattern("labelPrefix", /^[a-z0-9]+([.-][a-z0-9]+)*$/)(value) ?? labelPrefixProblem(value),
   tagKey: (value) =>
     value.length >= 1 && value.length <= 128 && !/\p{Cc}/u.test(value) && !value.toLowerCase().startsWith("aws:")
       ? undefined

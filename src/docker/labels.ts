@@ -30,11 +30,25 @@ const CONTROL = /[\u0000-\u001f\u007f]/;
 const MAX_KEY = 256;
 const MAX_VALUE = 1024;
 
-/** Throws a LabelError unless `prefix` is a lower-case dotted name. */
+/**
+ * Labels other systems own on the same nodes: osparc's autoscaler sets
+ * `io.simcore.osparc-services-ready` on the nodes it starts. The agent removes keys under its
+ * prefix that it no longer publishes, so a prefix above one of these would fight their owner.
+ */
+export const FOREIGN_LABELS: readonly string[] = ["io.simcore.osparc-services-ready"];
+
+/** Why a prefix cannot be the agent's, or undefined when it can. */
+export function labelPrefixProblem(prefix: string): string | undefined {
+  if (!PREFIX.test(prefix) || prefix.length > 128) return `label prefix ${JSON.stringify(prefix)} is not lower-case dotted words (e.g. io.simcore.ebs-cache)`;
+  const foreign = FOREIGN_LABELS.find((key) => isUnderPrefix(prefix, key));
+  if (foreign) return `label prefix ${JSON.stringify(prefix)} would make the agent own ${foreign}, which another system sets (use e.g. io.simcore.ebs-cache)`;
+  return undefined;
+}
+
+/** Throws a LabelError unless `prefix` is a lower-case dotted name that owns no other system's label. */
 export function validateLabelPrefix(prefix: string): void {
-  if (!PREFIX.test(prefix) || prefix.length > 128) {
-    throw new LabelError(`label prefix ${JSON.stringify(prefix)} is not lower-case dotted words (e.g. io.simcore.ebs-cache)`);
-  }
+  const problem = labelPrefixProblem(prefix);
+  if (problem) throw new LabelError(problem);
 }
 
 /** Throws a LabelError for a key docker would mangle or reject: empty, `=`, whitespace, control characters. */

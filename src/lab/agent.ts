@@ -5,6 +5,7 @@
 import { mkdir, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { runBoot, type BootOutcome } from "../agent/boot-command.ts";
+import { runPrewarmCommand, type PrewarmCommandOptions, type PrewarmCommandOutcome } from "../agent/prewarm-command.ts";
 import { runRelease, type ReleaseOutcome } from "../agent/release-command.ts";
 import { wireBoot, wireRelease, type WiringOptions } from "../agent/wiring.ts";
 import { createMetadataService } from "../aws/imds.ts";
@@ -63,7 +64,7 @@ export async function writeLabConfig(lab: Lab, host: LabHost, overrides: ConfigO
 }
 
 /** How the agent is wired on a lab host: the lab's EC2, the host's IMDS and dockerd. */
-function labWiring(lab: Lab, host: LabHost, options: { overrides?: ConfigOverrides; log: Logger }): WiringOptions {
+function labWiring(lab: Lab, host: LabHost, options: { overrides?: ConfigOverrides; log: Logger; startPrewarm?: () => Promise<void>; fio?: string }): WiringOptions {
   const config = labConfig(lab, host, options.overrides);
   return {
     config,
@@ -73,16 +74,31 @@ function labWiring(lab: Lab, host: LabHost, options: { overrides?: ConfigOverrid
     defaultDataRoot: host.paths.defaultDataRoot,
     log: options.log,
     pollMs: 100,
+    ...(options.startPrewarm ? { startPrewarm: options.startPrewarm } : {}),
+    ...(options.fio ? { fio: options.fio } : {}),
   };
 }
 
-/** Boots the agent in this process on a lab host, with the host's dockerd as docker.service. */
+/**
+ * Boots the agent in this process on a lab host, with the host's dockerd as docker.service.
+ * `startPrewarm` stands for the detached `ebs-cache-agent prewarm --background` a host starts
+ * (e.g. prewarmLabHost, in this process); without it a long initialization runs inline.
+ */
 export async function bootLabHost(
   lab: Lab,
   host: LabHost,
-  options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger },
+  options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger; startPrewarm?: () => Promise<void>; fio?: string },
 ): Promise<BootOutcome> {
   return runBoot(wireBoot(labWiring(lab, host, options)), { dryRun: options.dryRun ?? false });
+}
+
+/** `ebs-cache-agent prewarm` in this process on a lab host. */
+export async function prewarmLabHost(
+  lab: Lab,
+  host: LabHost,
+  options: { overrides?: ConfigOverrides; log: Logger } & PrewarmCommandOptions,
+): Promise<PrewarmCommandOutcome> {
+  return runPrewarmCommand(wireBoot(labWiring(lab, host, options)), options);
 }
 
 /** Releases in this process on a lab host (what the unit's ExecStop does at shutdown). */

@@ -16,6 +16,7 @@ import { startImdsEmulator, type ImdsEmulator } from "./imds.ts";
 import { createHostRoot } from "./labdir.ts";
 import { openLabRoot, type LabRoot } from "./labroot.ts";
 import { createLoopVolumeBackend, type LoopVolumeBackend } from "./loopdev.ts";
+import { startColdLayer, type ColdLayer, type ColdSnapshotOptions } from "./cold.ts";
 import { byIdDir, sysfsRoot, type LabInstance } from "./types.ts";
 
 /** How to start a lab. */
@@ -30,6 +31,13 @@ export interface LabOptions {
   /** How long after `attached` a volume's device appears on the host. */
   deviceDelayMs?: number;
   faults?: Faults;
+  /**
+   * Volumes created from a snapshot read slowly on the first touch of each block (see cold.ts
+   * and docs/lab.md); off by default.
+   */
+  coldSnapshots?: ColdSnapshotOptions;
+  /** Multiplies the emulated VolumeInitializationRate (default 1). */
+  initializationSpeedup?: number;
   log?: Logger;
 }
 
@@ -69,6 +77,8 @@ export interface Lab {
   region: string;
   ec2: Ec2Emulator;
   backend: LoopVolumeBackend;
+  /** The cold-snapshot layer, when started with `coldSnapshots`. */
+  cold?: ColdLayer;
   hosts: LabHost[];
   /** An SDK client for the emulator, with dummy credentials. */
   ec2Client(): EC2Client;
@@ -106,6 +116,7 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
   const imdsServers: ImdsEmulator[] = [];
   let backend: LoopVolumeBackend | undefined;
   let ec2: Ec2Emulator | undefined;
+  let cold: ColdLayer | undefined;
   const clients: EC2Client[] = [];
 
   const close = async () => {
@@ -114,17 +125,27 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
     await Promise.all(imdsServers.map((server) => server.close().catch(() => undefined)));
     await ec2?.close().catch(() => undefined);
     await backend?.close().catch(() => undefined);
+    await cold?.close().catch(() => undefined);
     await labRoot.close();
   };
 
   try {
-    backend = createLoopVolumeBackend({ root, deviceDelayMs: options.deviceDelayMs ?? 50, log });
+    const speedup = options.initializationSpeedup ?? 1;
+    if (options.coldSnapshots) {
+      cold = await startColdLayer(root, options.coldSnapshots, {
+        initializationRate: (volumeId) => ec2?.snapshotState().volumes[volumeId]?.initializationRate,
+        speedup,
+        log,
+      });
+    }
+    backend = createLoopVolumeBackend({ root, deviceDelayMs: options.deviceDelayMs ?? 50, ...(cold ? { layer: cold } : {}), log });
     ec2 = await startEc2Emulator({
       backend,
       region,
       stateFile: join(root, "state", "ec2.json"),
       delays: { ...DEFAULT_DELAYS, ...options.delays },
       faults: options.faults,
+      initializationSpeedup: speedup,
       log,
     });
   } catch (error) {
@@ -197,6 +218,7 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
     region,
     ec2: emulator,
     backend,
+    ...(cold ? { cold } : {}),
     hosts,
     ec2Client() {
       const client = new EC2Client({

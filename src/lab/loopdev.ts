@@ -28,7 +28,22 @@ export interface LoopVolumeBackendOptions {
   root: string;
   /** How long after attach() the device appears (default 0: on the next turn of the event loop). */
   deviceDelayMs?: number;
+  /** A layer between images and loop devices (the lab's cold snapshots, cold.ts); none by default. */
+  layer?: VolumeImageLayer;
   log?: Logger;
+}
+
+/**
+ * Something between a volume's image and its loop device: told when images come and go, it
+ * names the file the loop device opens (cold.ts serves snapshot-made volumes through FUSE).
+ */
+export interface VolumeImageLayer {
+  /** After the volume's image is in place (`fromSnapshotId` set when made from a snapshot). */
+  volumeCreated(volumeId: string, image: string, fromSnapshotId: string | undefined): Promise<void>;
+  /** After the volume's image is removed. */
+  volumeDeleted(volumeId: string): Promise<void>;
+  /** The file the volume's loop device is set up on: `image` unless the layer serves it. */
+  backingFile(volumeId: string, image: string): string;
 }
 
 /** The loop-device VolumeBackend, plus what tests and the lab need to follow its background work. */
@@ -109,6 +124,7 @@ export function createLoopVolumeBackend(options: LoopVolumeBackendOptions): Loop
         }
         await truncate(temp, size); // Extends without allocating: the image stays sparse.
       });
+      await options.layer?.volumeCreated(volumeId, image, fromSnapshotId);
       log?.info("lab.loop", "volume created", { volumeId, sizeGiB, snapshot: fromSnapshotId });
     },
 
@@ -117,6 +133,7 @@ export function createLoopVolumeBackend(options: LoopVolumeBackendOptions): Loop
       const image = volumeImagePath(root, volumeId);
       if (attached.has(volumeId)) throw new Error(`volume ${volumeId} is attached: detach it first`);
       await rm(image, { force: true });
+      await options.layer?.volumeDeleted(volumeId);
       log?.info("lab.loop", "volume deleted", { volumeId });
     },
 
@@ -149,7 +166,7 @@ export function createLoopVolumeBackend(options: LoopVolumeBackendOptions): Loop
         throw new Error(`volume ${volumeId} is already attached to ${existing.instanceId}`);
       }
       await stat(image); // ENOENT: no such volume.
-      const attachment = scheduleDevice(volumeId, image, instance);
+      const attachment = scheduleDevice(volumeId, backingFileOf(volumeId), instance);
       attached.set(volumeId, attachment);
       log?.info("lab.loop", "attach accepted", { volumeId, instance: instance.instanceId, delayMs: backend.deviceDelayMs });
     },
@@ -167,7 +184,7 @@ export function createLoopVolumeBackend(options: LoopVolumeBackendOptions): Loop
       }
       attachment.cancel("detached before its device appeared");
       await attachment.work;
-      if (attachment.record) await tearDownDevice(attachment.record, volumeImagePath(root, volumeId), log);
+      if (attachment.record) await tearDownDevice(attachment.record, backingFileOf(volumeId), log);
       attached.delete(volumeId);
       await persist();
       log?.info("lab.loop", "detached", { volumeId, instance: instance.instanceId, device: attachment.record?.device });
@@ -192,6 +209,12 @@ export function createLoopVolumeBackend(options: LoopVolumeBackendOptions): Loop
       await stateWrites;
     },
   };
+
+  /** The file a volume's loop device is set up on (its image, unless a layer serves it). */
+  function backingFileOf(volumeId: string): string {
+    const image = volumeImagePath(root, volumeId);
+    return options.layer ? options.layer.backingFile(volumeId, image) : image;
+  }
 
   /** Starts the delayed device work for a new attachment. */
   function scheduleDevice(volumeId: string, image: string, instance: LabInstance): Attachment {

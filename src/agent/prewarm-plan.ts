@@ -1,0 +1,200 @@
+/**
+ * The pre-warm, as pure decisions: what to do with a volume (skip, check, initialize, follow
+ * EBS's own initialization), the verdict of a sample against the thresholds, progress figures,
+ * when a progress label is worth a label update, and the labels themselves. Nothing here
+ * touches the world; src/agent/prewarm.ts carries the decisions out. See docs/prewarm.md.
+ */
+import type { AgentConfig } from "../config/index.ts";
+import { VolumeTag } from "../tags.ts";
+
+export type PrewarmStrategy = "off" | "check" | "files" | "device";
+export const PREWARM_STRATEGIES: readonly PrewarmStrategy[] = ["off", "check", "files", "device"];
+
+/** What the pre-warm says about the volume's read performance. */
+export type Verdict = "warm" | "cold" | "unknown";
+
+/** The pre-warm's configuration (config `prewarm.*`). */
+export interface PrewarmSettings {
+  strategy: PrewarmStrategy;
+  /**
+   * files/device: run the initialization after docker is up (label `warming`, then `ready`),
+   * so the node is usable early; false: before the node is reported ready.
+   */
+  background: boolean;
+  check: {
+    /** Upper bound of the sample (fio --runtime). */
+    seconds: number;
+    /** Random reads in the sample. */
+    reads: number;
+    ioDepth: number;
+    blockBytes: number;
+  };
+  thresholds: {
+    /** Below this many IOPS in the sample the volume is cold. */
+    minIops: number;
+    /** Above this median completion latency (ms) it is cold; null: latency is only reported. */
+    maxMedianLatencyMs: number | null;
+  };
+  initialize: {
+    ioDepth: number;
+    /** Largest read of the files strategy (bytes). */
+    maxIoBytes: number;
+    /** Give up (and leave the volume untagged) after this long; null: no limit. */
+    timeoutSeconds: number | null;
+    /** Seconds between progress log lines and state-file updates. */
+    progressSeconds: number;
+  };
+}
+
+/** Defaults, as the config schema has them. */
+export const DEFAULT_PREWARM: PrewarmSettings = {
+  strategy: "check",
+  background: true,
+  check: { seconds: 5, reads: 2000, ioDepth: 16, blockBytes: 4096 },
+  thresholds: { minIops: 1000, maxMedianLatencyMs: 20 },
+  initialize: { ioDepth: 32, maxIoBytes: 1024 * 1024, timeoutSeconds: null, progressSeconds: 10 },
+};
+
+/** The settings from the configuration's `prewarm` group. */
+export function prewarmSettingsFrom(config: AgentConfig): PrewarmSettings {
+  const p = config.prewarm;
+  return {
+    strategy: p.strategy,
+    background: p.background,
+    check: { seconds: p.check.seconds, reads: p.check.reads, ioDepth: p.check.ioDepth, blockBytes: 4096 },
+    thresholds: { minIops: p.thresholds.minIops, maxMedianLatencyMs: p.thresholds.maxMedianLatencyMs },
+    initialize: {
+      ioDepth: p.initialize.ioDepth,
+      maxIoBytes: p.initialize.maxIoKiB * 1024,
+      timeoutSeconds: p.initialize.timeoutMinutes === null ? null : p.initialize.timeoutMinutes * 60,
+      progressSeconds: p.initialize.progressSeconds,
+    },
+  };
+}
+
+/** EC2's view of a volume's initialization (DescribeVolumeStatus InitializationStatusDetails). */
+export interface InitializationStatus {
+  /** `default` (lazy loading), `provisioned-rate` (VolumeInitializationRate), `volume-copy`. */
+  type: string;
+  /** 0-100. */
+  progress: number;
+  etaSeconds?: number;
+}
+
+/** What the pre-warm needs to know of the volume. */
+export interface PrewarmVolume {
+  volumeId: string;
+  snapshotId?: string;
+  tags: Record<string, string>;
+}
+
+export type PrewarmDecision =
+  /** Nothing to read: the verdict is known (`warm`) or not wanted (`unknown`, strategy off). */
+  | { action: "skip"; verdict: Verdict; reason: string }
+  /** EBS reports the initialization done (provisioned rate): tag the volume, no reads. */
+  | { action: "record-initialized"; reason: string }
+  /** EBS initializes at a provisioned rate: follow its progress instead of reading. */
+  | { action: "follow"; reason: string }
+  | { action: "check"; reason: string }
+  | { action: "initialize"; mode: "files" | "device"; background: boolean; reason: string };
+
+/** Initialization types EBS drives itself (reading would only compete with it). */
+const EBS_DRIVEN = new Set(["provisioned-rate", "volume-copy"]);
+
+/** Decides what to do with the volume. `status` is EC2's initialization status, when known. */
+export function decidePrewarm(settings: PrewarmSettings, volume: PrewarmVolume, status?: InitializationStatus): PrewarmDecision {
+  if (!volume.snapshotId) return { action: "skip", verdict: "warm", reason: "not created from a snapshot: every block is local" };
+  if (volume.tags[VolumeTag.initialized]) {
+    return { action: "skip", verdict: "warm", reason: `tagged ${VolumeTag.initialized}=${volume.tags[VolumeTag.initialized]}` };
+  }
+  if (settings.strategy === "off") return { action: "skip", verdict: "unknown", reason: "prewarm.strategy is off" };
+  if (status && EBS_DRIVEN.has(status.type)) {
+    if (status.progress >= 100) return { action: "record-initialized", reason: `EBS reports the ${status.type} initialization completed` };
+    return { action: "follow", reason: `EBS initializes it (${status.type}, ${status.progress} %): following its progress` };
+  }
+  if (settings.strategy === "check") return { action: "check", reason: "prewarm.strategy is check" };
+  return {
+    action: "initialize",
+    mode: settings.strategy,
+    background: settings.background,
+    reason: `prewarm.strategy is ${settings.strategy}`,
+  };
+}
+
+/** The figures of a sample (fio's random reads over the allocated data). */
+export interface CheckFigures {
+  reads: number;
+  seconds: number;
+  iops: number;
+  mibps: number;
+  latencyMs: { mean?: number; p50?: number; p90?: number; p99?: number; max?: number };
+}
+
+/** warm / cold against the thresholds, with the reasons in words. */
+export function verdictOf(figures: CheckFigures | undefined, thresholds: PrewarmSettings["thresholds"]): { verdict: Verdict; reasons: string[] } {
+  if (!figures || figures.reads === 0) return { verdict: "unknown", reasons: ["no sample"] };
+  const reasons: string[] = [];
+  if (figures.iops < thresholds.minIops) reasons.push(`${round(figures.iops)} IOPS < ${thresholds.minIops}`);
+  const p50 = figures.latencyMs.p50;
+  if (thresholds.maxMedianLatencyMs !== null && p50 !== undefined && p50 > thresholds.maxMedianLatencyMs) {
+    reasons.push(`median latency ${round(p50)} ms > ${thresholds.maxMedianLatencyMs} ms`);
+  }
+  if (reasons.length > 0) return { verdict: "cold", reasons };
+  return { verdict: "warm", reasons: [`${round(figures.iops)} IOPS >= ${thresholds.minIops}${p50 !== undefined ? `, median ${round(p50)} ms` : ""}`] };
+}
+
+/** Progress of a long read. */
+export interface Progress {
+  doneBytes: number;
+  totalBytes: number;
+  /** 0-100, one decimal. */
+  percent: number;
+  /** Average since the start of this run. */
+  mibps: number;
+  /** Seconds left at that rate; undefined until something was read. */
+  etaSeconds?: number;
+}
+
+/** Progress figures from bytes done (this run: `runDoneBytes` in `elapsedMs`) and total. */
+export function progressOf(doneBytes: number, totalBytes: number, runDoneBytes: number, elapsedMs: number): Progress {
+  const done = Math.max(0, Math.min(doneBytes, totalBytes));
+  const percent = totalBytes <= 0 ? 100 : Math.floor((done * 1000) / totalBytes) / 10;
+  const rate = elapsedMs > 0 ? runDoneBytes / (elapsedMs / 1000) : 0;
+  const progress: Progress = { doneBytes: done, totalBytes, percent, mibps: round(rate / MiB) };
+  if (rate > 0) progress.etaSeconds = Math.ceil((totalBytes - done) / rate);
+  return progress;
+}
+
+/** The progress label moves in whole steps (default 10 %): each change reloads dockerd or updates the node. */
+export function progressLabel(percent: number, step = 10): string {
+  return String(Math.min(100, Math.floor(percent / step) * step));
+}
+
+/** The labels of a node whose volume is warming, or ready with a verdict (see docs/labels.md). */
+export function prewarmLabels(phase: "warming" | "ready", verdict: Verdict, percent?: number): Record<string, string> {
+  return phase === "warming"
+    ? { prewarm: verdict, "prewarm-progress": progressLabel(percent ?? 0) }
+    : { prewarm: verdict };
+}
+
+/** `1.5 GiB`, `300 MiB`: for log lines and the status command. */
+export function formatBytes(bytes: number): string {
+  if (bytes >= GiB) return `${round(bytes / GiB)} GiB`;
+  if (bytes >= MiB) return `${round(bytes / MiB)} MiB`;
+  return `${Math.round(bytes / 1024)} KiB`;
+}
+
+/** `1h02m`, `3m05s`, `12s`. */
+export function formatDuration(seconds: number): string {
+  const s = Math.max(0, Math.round(seconds));
+  if (s >= 3600) return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
+  if (s >= 60) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s`;
+  return `${s}s`;
+}
+
+const MiB = 1024 * 1024;
+const GiB = 1024 * MiB;
+
+function round(n: number): number {
+  return Math.round(n * 10) / 10;
+}

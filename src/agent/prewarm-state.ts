@@ -1,0 +1,161 @@
+/**
+ * The pre-warm's state file, `<paths.stateDir>/prewarm.json`: what the boot decided, the sample
+ * figures, and the progress of a long initialization (percent, MiB/s, ETA, the resume point).
+ * The prewarm writes it (atomically: temp + rename) every few seconds; `ebs-cache-agent status`
+ * reads it. A lock file (`prewarm.lock`, pid + start time) keeps two initializations of one
+ * host from running at once; a dead holder's lock is taken over.
+ */
+import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { CheckFigures, PrewarmDecision, PrewarmStrategy, Progress, Verdict } from "./prewarm-plan.ts";
+import { formatBytes, formatDuration } from "./prewarm-plan.ts";
+
+export const STATE_FILE = "prewarm.json";
+export const LOCK_FILE = "prewarm.lock";
+
+/** Where a run stands. */
+export type PrewarmPhase =
+  /** Decided, nothing read yet. */
+  | "checking"
+  /** Initialization handed to the background run, which has not started yet. */
+  | "pending"
+  | "initializing"
+  /** Following EBS's own (provisioned-rate) initialization. */
+  | "following"
+  | "done"
+  | "skipped"
+  | "failed";
+
+export interface PrewarmState {
+  version: 1;
+  volumeId: string;
+  device: string;
+  mountPoint: string;
+  strategy: PrewarmStrategy;
+  action: PrewarmDecision["action"];
+  mode?: "files" | "device";
+  reason: string;
+  phase: PrewarmPhase;
+  verdict: Verdict;
+  /** The sample before the initialization (or the only one, strategy check). */
+  before?: CheckFigures;
+  /** The sample after it. */
+  after?: CheckFigures;
+  progress?: Progress;
+  /** Everything below `offset` (device bytes) has been read: where a resumed run starts. */
+  cursor?: { mode: "files" | "device"; offset: number };
+  /** The labels published with the state (volume-id, pool, kind), for the background run. */
+  labels: Record<string, string>;
+  /** The process running the initialization (`pid`, and its start time from /proc). */
+  pid?: number;
+  pidStart?: string;
+  startedAt: string;
+  updatedAt: string;
+  finishedAt?: string;
+  error?: string;
+}
+
+export function statePath(stateDir: string): string {
+  return join(stateDir, STATE_FILE);
+}
+
+/** The state, or undefined when there is none (or it does not parse: it is rewritten). */
+export async function readPrewarmState(stateDir: string): Promise<PrewarmState | undefined> {
+  try {
+    const parsed = JSON.parse(await readFile(statePath(stateDir), "utf8")) as PrewarmState;
+    return parsed && parsed.version === 1 && typeof parsed.volumeId === "string" ? parsed : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Writes the state atomically. */
+export async function writePrewarmState(stateDir: string, state: PrewarmState): Promise<void> {
+  await mkdir(stateDir, { recursive: true });
+  const temp = join(stateDir, `.${STATE_FILE}.${process.pid}.tmp`);
+  await writeFile(temp, JSON.stringify(state, null, 2) + "\n");
+  await rename(temp, statePath(stateDir));
+}
+
+/** The start time of a process (field 22 of /proc/<pid>/stat), or undefined when it is gone. */
+export async function processStartTime(pid: number): Promise<string | undefined> {
+  try {
+    const stat = await readFile(`/proc/${pid}/stat`, "utf8");
+    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    if (fields[0] === "Z" || fields[0] === "X") return undefined;
+    return fields[19];
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether the process that wrote (pid, start) still runs. */
+export async function isAlive(pid: number | undefined, start: string | undefined): Promise<boolean> {
+  if (!pid) return false;
+  const now = await processStartTime(pid);
+  return now !== undefined && (start === undefined || now === start);
+}
+
+/** The lock of one running initialization. */
+export interface PrewarmLock {
+  release(): Promise<void>;
+}
+
+/** Takes the lock, or returns the pid holding it. A dead holder's lock is taken over. */
+export async function acquirePrewarmLock(stateDir: string): Promise<PrewarmLock | { heldBy: number }> {
+  await mkdir(stateDir, { recursive: true });
+  const path = join(stateDir, LOCK_FILE);
+  const me = { pid: process.pid, start: await processStartTime(process.pid) };
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      await writeFile(path, JSON.stringify(me) + "\n", { flag: "wx" });
+      return { release: () => rm(path, { force: true }) };
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+    }
+    let holder: { pid?: number; start?: string } = {};
+    try {
+      holder = JSON.parse(await readFile(path, "utf8")) as typeof holder;
+    } catch {
+      holder = {};
+    }
+    if (holder.pid === process.pid && holder.start === me.start) return { release: () => rm(path, { force: true }) };
+    if (holder.pid && (await isAlive(holder.pid, holder.start))) return { heldBy: holder.pid };
+    await rm(path, { force: true }); // A dead holder (the agent was killed): take over.
+  }
+  return { heldBy: -1 };
+}
+
+/** The state in words, for `ebs-cache-agent status`. */
+export function renderPrewarmStatus(state: PrewarmState | undefined, running: boolean, now: Date = new Date()): string[] {
+  if (!state) return ["pre-warm: no state yet (the boot has not reached the pre-warm on this host)"];
+  const lines = [
+    `volume:   ${state.volumeId} (${state.device}, mounted at ${state.mountPoint})`,
+    `strategy: ${state.strategy}${state.mode ? ` (${state.mode})` : ""}: ${state.reason}`,
+  ];
+  let phase: string = state.phase;
+  if ((state.phase === "initializing" || state.phase === "following") && !running) phase = `${state.phase}, interrupted (no process runs it: \`ebs-cache-agent prewarm\` resumes)`;
+  else if (running && state.pid) phase = `${state.phase} (pid ${state.pid})`;
+  lines.push(`phase:    ${phase}`, `verdict:  ${state.verdict}`);
+  const figures = (label: string, f: CheckFigures | undefined) => {
+    if (!f) return;
+    const lat = f.latencyMs;
+    const ms = (v: number | undefined) => (v === undefined ? "?" : v.toFixed(2));
+    lines.push(
+      `${label} ${Math.round(f.iops)} IOPS, ${f.mibps.toFixed(1)} MiB/s, latency p50 ${ms(lat.p50)} ms p90 ${ms(lat.p90)} ms p99 ${ms(lat.p99)} ms (${f.reads} reads in ${f.seconds.toFixed(1)} s)`,
+    );
+  };
+  figures("before:  ", state.before);
+  figures("after:   ", state.after);
+  const p = state.progress;
+  if (p) {
+    const eta = p.etaSeconds !== undefined && p.percent < 100 ? `, ETA ${formatDuration(p.etaSeconds)}` : "";
+    lines.push(`progress: ${p.percent.toFixed(1)} % (${formatBytes(p.doneBytes)} of ${formatBytes(p.totalBytes)}), ${p.mibps.toFixed(1)} MiB/s${eta}`);
+  }
+  const age = Math.max(0, Math.round((now.getTime() - Date.parse(state.updatedAt)) / 1000));
+  lines.push(`updated:  ${state.updatedAt} (${formatDuration(age)} ago)`);
+  if (state.finishedAt) lines.push(`finished: ${state.finishedAt}`);
+  if (state.error) lines.push(`error:    ${state.error}`);
+  return lines;
+}

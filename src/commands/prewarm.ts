@@ -1,0 +1,58 @@
+/**
+ * `ebs-cache-agent prewarm`: the pre-warm of this instance's cache volume (see
+ * src/agent/prewarm-command.ts and docs/prewarm.md), and `ebs-cache-agent status`.
+ */
+import { Command, Option } from "commander";
+import { prewarmStatus, runPrewarmCommand } from "../agent/prewarm-command.ts";
+import { PREWARM_STRATEGIES, type PrewarmStrategy } from "../agent/prewarm-plan.ts";
+import { loadConfig } from "../config/index.ts";
+import { hostContext } from "./common.ts";
+
+const CONFIG_HELP = "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)";
+
+/** Builds `ebs-cache-agent prewarm`. */
+export function prewarmCommand(): Command {
+  return new Command("prewarm")
+    .description("check or initialize the cache volume restored from a snapshot (resumes an interrupted initialization); labels warming, then ready")
+    .option("-c, --config <path>", CONFIG_HELP)
+    .addOption(new Option("--strategy <strategy>", "override prewarm.strategy").choices([...PREWARM_STRATEGIES]))
+    .option("--background", "the run the boot hands a long initialization to (same work; logs say so)")
+    .option("--json", "print the outcome as JSON")
+    .addHelpText("after", "\nExit codes: 0 done (or nothing to do), 1 the pre-warm failed (the node is still reported; the log says why), 3 invalid configuration.")
+    .action(async (opts: { config?: string; strategy?: PrewarmStrategy; background?: boolean; json?: boolean }) => {
+      const context = await hostContext(opts.config);
+      if (opts.background) context.log.info("prewarm.background", "background pre-warm run started", { pid: process.pid });
+      const controller = new AbortController();
+      const stop = () => controller.abort(new Error("stopped by a signal"));
+      process.once("SIGTERM", stop);
+      process.once("SIGINT", stop);
+      try {
+        const result = await runPrewarmCommand(context.deps, { ...(opts.strategy ? { strategy: opts.strategy } : {}), signal: controller.signal });
+        const out = (line: string) => process.stdout.write(line + "\n");
+        if (opts.json) out(JSON.stringify(result, null, 2));
+        else if (result.outcome) {
+          out(`volume ${result.volumeId}: ${result.outcome.decision.action} (${result.outcome.decision.reason})`);
+          out(`verdict: ${result.outcome.verdict}, phase: ${result.outcome.phase}${result.outcome.error ? `, error: ${result.outcome.error}` : ""}`);
+        } else out("no cache volume attached: nothing to pre-warm");
+        process.exitCode = result.exitCode;
+      } finally {
+        process.off("SIGTERM", stop);
+        process.off("SIGINT", stop);
+      }
+    });
+}
+
+/** Builds `ebs-cache-agent status`. */
+export function statusCommand(): Command {
+  return new Command("status")
+    .description("the pre-warm's state on this host: verdict, figures, progress (percent, MiB/s, ETA) of a running initialization")
+    .option("-c, --config <path>", CONFIG_HELP)
+    .option("--json", "print the state file and whether a process runs it")
+    .action(async (opts: { config?: string; json?: boolean }) => {
+      const { config } = await loadConfig(opts.config ? { path: opts.config } : {});
+      const status = await prewarmStatus(config.paths.stateDir);
+      const out = (line: string) => process.stdout.write(line + "\n");
+      if (opts.json) out(JSON.stringify({ running: status.running, state: status.state ?? null }, null, 2));
+      else for (const line of status.lines) out(line);
+    });
+}

@@ -1,0 +1,174 @@
+/**
+ * The pre-warm's reads of a cache volume, with fio:
+ * - check: random `blockBytes` reads at offsets drawn uniformly over the filesystem's allocated
+ *   ranges (never its empty space), replayed from an I/O log with libaio and O_DIRECT, bounded
+ *   by a number of reads and a time;
+ * - files: every allocated range once, in device order, in reads of at most `maxIoBytes`,
+ *   `ioDepth` at a time (one fio replaying an I/O log);
+ * - device: AWS's documented full read, `fio --filename=<dev> --rw=read --bs=128k --iodepth=32
+ *   --ioengine=libaio --direct=1 --name=volume-initialize` (plus --readonly and JSON output).
+ * Both long reads report progress (fio --status-interval) and a resume point: every byte of the
+ * device below it has been read.
+ */
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { CheckFigures, PrewarmSettings } from "../agent/prewarm-plan.ts";
+import type { InitializeOptions, InitializeResult, PrewarmReader, ReadTarget } from "../agent/prewarm.ts";
+import { run } from "../exec.ts";
+import type { Logger } from "../log.ts";
+import { coveringReads, sampleReads, totalBytes, usedRanges, type ByteRange } from "./extents.ts";
+import { runFio, writeIolog, type DeviceRead, type FioReport } from "./fio.ts";
+
+const MiB = 1024 * 1024;
+/** AWS's documented block size for the full read. */
+export const DEVICE_READ_BLOCK = 128 * 1024;
+
+export interface FioReaderOptions {
+  log?: Logger;
+  /** The fio binary (default `fio` on PATH). */
+  fio?: string;
+  /** Where I/O logs are written (default the OS temp folder). */
+  workDir?: string;
+}
+
+/** The size of a block device in bytes. */
+export async function deviceSize(device: string, log?: Logger): Promise<number> {
+  const { stdout } = await run("blockdev", ["--getsize64", device], { log, remediation: "check that the device exists" });
+  const size = Number(stdout.trim());
+  if (!Number.isSafeInteger(size) || size <= 0) throw new Error(`blockdev printed no size for ${device}: ${JSON.stringify(stdout)}`);
+  return size;
+}
+
+/** The figures of a check from fio's report. */
+export function checkFigures(report: FioReport): CheckFigures {
+  return {
+    reads: report.read.totalIos,
+    seconds: report.read.runtimeMs / 1000,
+    iops: report.read.iops,
+    mibps: report.read.bytesPerSecond / MiB,
+    latencyMs: report.read.latencyMs,
+  };
+}
+
+/**
+ * The offset below which every read of `reads` has completed, given that fio counted `counted`
+ * bytes with up to `inFlight` bytes of reads still running (or left out of its count).
+ */
+export function safeCursor(reads: readonly DeviceRead[], prefix: readonly number[], counted: number, inFlight: number, from: number): number {
+  const safe = counted - inFlight;
+  if (safe <= 0 || reads.length === 0) return from;
+  let lo = 0;
+  let hi = prefix.length - 1;
+  let best = -1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    if (prefix[mid]! <= safe) {
+      best = mid;
+      lo = mid + 1;
+    } else hi = mid - 1;
+  }
+  return best < 0 ? from : reads[best]!.offset + reads[best]!.length;
+}
+
+/** The PrewarmReader over fio, xfs_info and xfs_spaceman. */
+export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
+  const { log } = options;
+  const withIolog = async <T>(work: (path: string) => Promise<T>): Promise<T> => {
+    const dir = await mkdtemp(join(options.workDir ?? tmpdir(), "ebs-cache-prewarm-"));
+    try {
+      return await work(join(dir, "reads.iolog"));
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  };
+  const fioOptions = { ...(log ? { log } : {}), ...(options.fio ? { fio: options.fio } : {}) };
+
+  return {
+    async allocatedBytes(target: ReadTarget): Promise<number> {
+      return totalBytes(await usedRanges(target.mountPoint, { log }));
+    },
+
+    async check(target: ReadTarget, check: PrewarmSettings["check"]): Promise<CheckFigures> {
+      const ranges = await usedRanges(target.mountPoint, { log });
+      const reads = sampleReads(ranges, check.reads, check.blockBytes);
+      if (reads.length === 0) throw new Error(`no allocated data on ${target.device} to sample`);
+      const report = await withIolog(async (iolog) => {
+        await writeIolog(iolog, target.device, reads);
+        return runFio(
+          { name: "prewarm-check", iolog, ioDepth: check.ioDepth, runtimeSeconds: check.seconds },
+          { ...fioOptions, timeoutMs: (check.seconds + 60) * 1000 },
+        );
+      });
+      return checkFigures(report);
+    },
+
+    async initialize(target: ReadTarget, mode: "files" | "device", init: InitializeOptions): Promise<InitializeResult> {
+      if (mode === "device") return readDevice(target, init);
+      const ranges = await usedRanges(target.mountPoint, { log, gap: init.maxIoBytes });
+      return readRanges(target, ranges, init);
+    },
+  };
+
+  async function readRanges(target: ReadTarget, ranges: ByteRange[], init: InitializeOptions): Promise<InitializeResult> {
+    const total = totalBytes(ranges);
+    const reads = coveringReads(ranges, init.maxIoBytes, init.fromOffset);
+    const before = total - reads.reduce((sum, r) => sum + r.length, 0);
+    const prefix: number[] = [];
+    let sum = 0;
+    for (const r of reads) prefix.push((sum += r.length));
+    const inFlight = init.ioDepth * init.maxIoBytes;
+    init.onProgress({ doneBytes: before, totalBytes: total, cursor: init.fromOffset, runBytes: 0 });
+    if (reads.length === 0) return { totalBytes: total, readBytes: 0 };
+    await withIolog(async (iolog) => {
+      await writeIolog(iolog, target.device, reads);
+      await runFio(
+        { name: "prewarm-files", iolog, ioDepth: init.ioDepth },
+        {
+          ...fioOptions,
+          ...(init.signal ? { signal: init.signal } : {}),
+          statusIntervalSeconds: 1,
+          onStatus: (report) => {
+            const counted = Math.min(report.read.ioBytes, sum);
+            init.onProgress({
+              doneBytes: before + counted,
+              totalBytes: total,
+              cursor: safeCursor(reads, prefix, counted, inFlight, init.fromOffset),
+              runBytes: counted,
+            });
+          },
+        },
+      );
+    });
+    // fio leaves up to iodepth-1 replayed reads out of its byte count: the log is done, all of it.
+    init.onProgress({ doneBytes: total, totalBytes: total, cursor: reads.at(-1)!.offset + reads.at(-1)!.length, runBytes: sum });
+    return { totalBytes: total, readBytes: sum };
+  }
+
+  async function readDevice(target: ReadTarget, init: InitializeOptions): Promise<InitializeResult> {
+    const size = await deviceSize(target.device, log);
+    const from = Math.min(size, Math.floor(init.fromOffset / MiB) * MiB);
+    init.onProgress({ doneBytes: from, totalBytes: size, cursor: from, runBytes: 0 });
+    if (from >= size) return { totalBytes: size, readBytes: 0 };
+    const inFlight = 32 * DEVICE_READ_BLOCK;
+    await runFio(
+      { name: "volume-initialize", device: target.device, rw: "read", blockSize: "128k", ioDepth: 32, ...(from > 0 ? { offset: from } : {}) },
+      {
+        ...fioOptions,
+        ...(init.signal ? { signal: init.signal } : {}),
+        statusIntervalSeconds: 1,
+        onStatus: (report) => {
+          const counted = report.read.ioBytes;
+          init.onProgress({
+            doneBytes: Math.min(size, from + counted),
+            totalBytes: size,
+            cursor: Math.max(from, Math.floor((from + counted - inFlight) / MiB) * MiB),
+            runBytes: counted,
+          });
+        },
+      },
+    );
+    init.onProgress({ doneBytes: size, totalBytes: size, cursor: size, runBytes: size - from });
+    return { totalBytes: size, readBytes: size - from };
+  }
+}
