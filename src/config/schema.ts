@@ -233,7 +233,7 @@ export const CONFIG_SCHEMA = {
     },
     release: {
       kind: "group",
-      description: "What `ebs-cache-agent release` (the unit's ExecStop, at shutdown) may do.",
+      description: "What `ebs-cache-agent release` (ExecStop of ebs-cache-agent-release.service, at shutdown) may do.",
       fields: {
         stopDocker: {
           kind: "boolean",

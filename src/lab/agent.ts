@@ -101,7 +101,7 @@ export async function prewarmLabHost(
   return runPrewarmCommand(wireBoot(labWiring(lab, host, options)), options);
 }
 
-/** Releases in this process on a lab host (what the unit's ExecStop does at shutdown). */
+/** Releases in this process on a lab host (what ebs-cache-agent-release.service's ExecStop does at shutdown). */
 export async function releaseLabHost(
   lab: Lab,
   host: LabHost,
