@@ -26,6 +26,18 @@ t.test("verdicts", async (t) => {
   t.equal(unreleased.verdict, "tag-expiry", "claimed but never released: tagged to expire");
   t.equal(unreleased.tags?.[VolumeTag.expiresAt], "2026-12-01T12:00:00.000Z", "now + TTL");
   t.equal(verdict(vol("vol-b", { ...managed, [VolumeTag.claimedBy]: "i-x", [VolumeTag.releasedAt]: "2026-11-30T00:00:00Z" })), "never-claimed");
+  // An instance died between tagging its claim and removing the earlier release's expiry.
+  const reclaimed = {
+    ...managed,
+    [VolumeTag.claimedBy]: "i-dead",
+    [VolumeTag.claimedAt]: "2026-11-30T10:00:00.000Z",
+    [VolumeTag.releasedAt]: "2026-11-29T09:00:00.000Z",
+    [VolumeTag.expiresAt]: "2026-11-30T09:00:00.000Z",
+  };
+  const stale = judgeVolume(vol("vol-c", reclaimed), opts);
+  t.equal(stale.verdict, "tag-expiry", "claimed after its release: the old expiry is not this claim's, a new TTL is given");
+  t.equal(stale.tags?.[VolumeTag.expiresAt], "2026-12-01T12:00:00.000Z");
+  t.equal(verdict(vol("vol-d", { ...reclaimed, [VolumeTag.claimedAt]: "2026-11-29T08:00:00.000Z" })), "delete", "claimed before its release: the release's expiry holds");
 });
 
 t.test("the cap keeps the oldest expiries", async (t) => {

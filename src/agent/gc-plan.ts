@@ -59,9 +59,14 @@ export function judgeVolume(volume: VolumeInfo, options: Pick<GcPlanOptions, "no
   if (keep === "true") return decide("kept", `${VolumeTag.keep}=true`);
 
   const expiresText = tags[VolumeTag.expiresAt];
-  if (expiresText === undefined) {
-    const claimedBy = tags[VolumeTag.claimedBy];
-    if (claimedBy !== undefined && tags[VolumeTag.releasedAt] === undefined) {
+  const claimedBy = tags[VolumeTag.claimedBy];
+  // Claimed after its last release (an instance died between its CreateTags and the DeleteTags
+  // of the old expiry): that expiry belonged to the earlier release, not to this claim.
+  const claimedAt = parseTimestamp(tags[VolumeTag.claimedAt] ?? "");
+  const releasedAt = parseTimestamp(tags[VolumeTag.releasedAt] ?? "");
+  const claimedSinceRelease = claimedBy !== undefined && claimedAt !== undefined && releasedAt !== undefined && claimedAt > releasedAt;
+  if (expiresText === undefined || claimedSinceRelease) {
+    if (claimedBy !== undefined && (tags[VolumeTag.releasedAt] === undefined || claimedSinceRelease)) {
       const expires = new Date(options.now.getTime() + options.ttlHours * 3600_000);
       return decide("tag-expiry", `claimed by ${claimedBy} but never released; expires ${expires.toISOString()}`, {
         tags: { [VolumeTag.releasedAt]: options.now.toISOString(), [VolumeTag.expiresAt]: expires.toISOString() },
