@@ -37,7 +37,7 @@ export function releaseExitCode(result: ReleaseResult): number {
 }
 
 /** Runs the release (or, with dryRun, only plans it). */
-export async function runRelease(deps: ReleaseCommandDeps, options: { dryRun: boolean }): Promise<ReleaseOutcome> {
+export async function runRelease(deps: ReleaseCommandDeps, options: { dryRun: boolean; signal?: AbortSignal }): Promise<ReleaseOutcome> {
   const { log, config } = deps;
   const identity = await deps.identify();
   log.info("release.identity", "instance identified", { instance: identity.instanceId, zone: identity.availabilityZone, tags: identity.tagsSource });
@@ -55,6 +55,12 @@ export async function runRelease(deps: ReleaseCommandDeps, options: { dryRun: bo
     for (const warning of plan.warnings) log.warning("release.plan", warning);
     return { identity, plan, exitCode: plan.decision === "refused" ? ExitCode.failure : ExitCode.ok };
   }
-  const result = await applyReleasePlan(plan, releaseDeps, settings, { detachTimeoutMs: config.timeouts.attachSeconds * 1000 });
+  const result = await applyReleasePlan(
+    plan,
+    releaseDeps,
+    settings,
+    { detachTimeoutMs: config.timeouts.attachSeconds * 1000 },
+    options.signal ? { signal: options.signal } : {},
+  );
   return { identity, plan, result, exitCode: releaseExitCode(result) };
 }

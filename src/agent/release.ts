@@ -127,7 +127,13 @@ async function observeDocker(deps: ReleaseDeps): Promise<ReleaseObservation["doc
 }
 
 /** Runs the plan. Never throws for a refusal or a failed step: the result says (exit 1). */
-export async function applyReleasePlan(plan: ReleasePlan, deps: ReleaseDeps, settings: ReleaseSettings, limits: ReleaseLimits): Promise<ReleaseResult> {
+export async function applyReleasePlan(
+  plan: ReleasePlan,
+  deps: ReleaseDeps,
+  settings: ReleaseSettings,
+  limits: ReleaseLimits,
+  options: { signal?: AbortSignal } = {},
+): Promise<ReleaseResult> {
   const { log } = deps;
   const result: ReleaseResult = { outcome: "released", released: [], problems: [], timeline: [] };
   for (const warning of plan.warnings) log.warning("release.plan", warning);
@@ -149,6 +155,18 @@ export async function applyReleasePlan(plan: ReleasePlan, deps: ReleaseDeps, set
     const volumeId = "volumeId" in step ? step.volumeId : undefined;
     if ((volumeId !== undefined && stopped.has(volumeId)) || (volumeId !== undefined && !hostSteps)) {
       result.timeline.push({ step: step.step, volumeId, ms: 0, skipped: true });
+      continue;
+    }
+    // SIGTERM: the step in flight was let finish (an unmount or a detach cut in half helps no
+    // one); no further step starts. Every step re-checks the world, so the next release
+    // (or gc, for a volume EC2 detaches at termination) takes it from here.
+    if (options.signal?.aborted) {
+      result.timeline.push({ step: step.step, ...(volumeId ? { volumeId } : {}), ms: 0, skipped: true });
+      if (!result.problems.some((p) => p.step === "sigterm")) {
+        const message = `stopped by SIGTERM before ${step.step}`;
+        result.problems.push({ step: "sigterm", kind: "failed", message, remediation: "run ebs-cache-agent release again; it continues where this one stopped" });
+        log.error("release.failed", message, { step: step.step, volume: volumeId });
+      }
       continue;
     }
     const started = Date.now();

@@ -5,7 +5,7 @@
  */
 import { Command } from "commander";
 import { runRelease, type ReleaseOutcome } from "../agent/release-command.ts";
-import { hostContext } from "./common.ts";
+import { hostContext, sigtermSignal } from "./common.ts";
 
 export interface ReleaseCliOptions {
   config?: string;
@@ -52,8 +52,8 @@ export function releaseCommand(): Command {
         "mounted was detached), 2 usage, 3 invalid configuration file (nothing changed).",
     )
     .action(async (opts: ReleaseCliOptions) => {
-      const { releaseDeps } = await hostContext(opts.config);
-      const outcome = await runRelease(releaseDeps, { dryRun: opts.dryRun ?? false });
+      const { releaseDeps, log } = await hostContext(opts.config);
+      const outcome = await runRelease(releaseDeps, { dryRun: opts.dryRun ?? false, signal: sigtermSignal(log) });
       printReleaseOutcome(outcome, opts.json ?? false, (line) => process.stdout.write(line + "\n"));
       process.exitCode = outcome.exitCode;
     });
