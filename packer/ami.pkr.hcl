@@ -16,7 +16,7 @@
 # - instance metadata tags, and IMDSv2:
 #     metadata_options { http_tokens = "required", instance_metadata_tags = "enabled" }
 #   (aws ec2 create-launch-template … --metadata-options HttpTokens=required,InstanceMetadataTags=enabled).
-#   Without metadata tags the agent falls back to DescribeTags (one more EC2 call per boot).
+#   Without metadata tags the agent reads them from the DescribeInstances call it makes anyway.
 # With the amazon plugin (Packer >= 1.7) the builder can get the same options:
 #     metadata_options { http_endpoint = "enabled" http_tokens = "required" instance_metadata_tags = "enabled" }
 # Packer 1.6.6 (used to validate these templates offline) does not know the block, so it is

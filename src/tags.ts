@@ -24,6 +24,8 @@ export const VolumeTag = {
   initialized: `${TAG_PREFIX}initialized`,
   /** Why the last instance that claimed the volume gave it back (boot failed on it). */
   lastError: `${TAG_PREFIX}last-error`,
+  /** When `last-error` was written (ISO 8601): the volume is no candidate for `claim.quarantineHours`. */
+  lastErrorAt: `${TAG_PREFIX}last-error-at`,
   userId: `${TAG_PREFIX}user-id`,
   projectId: `${TAG_PREFIX}project-id`,
   nodeId: `${TAG_PREFIX}node-id`,

@@ -235,6 +235,9 @@ t.test("claimVolume: AttachVolume is the lock", async (t) => {
   const taken = await volumes.claimVolume(elsewhere!, a, "/dev/sdg");
   t.equal(taken.kind, "taken", "a volume attached to another instance is taken");
   t.match(taken, { reason: new RegExp(`VolumeInUse: .*${b}`) });
+  const quick = cloud();
+  t.match(await quick.volumes.claimVolume(elsewhere!, a, "/dev/sdg", { notHeldHere: true }), { kind: "taken", reason: /VolumeInUse/ });
+  t.same(quick.sends, { AttachVolumeCommand: 1 }, "a candidate refused at the first attempt costs no DescribeVolumes (notHeldHere)");
 
   const mismatch = await volumes.claimVolume(farAway!, a, "/dev/sdh");
   t.match(mismatch, { kind: "taken", reason: /InvalidVolume.ZoneMismatch/ });
@@ -312,7 +315,7 @@ t.test("throttling (every second request) is ridden out by the SDK's retries", a
   t.same(await volumes.claimVolume(volume!, a, "/dev/sdm"), { kind: "claimed" });
   await attachedHere(volumes, volume!, hostA);
   t.equal((await volumes.describeVolume(volume!))?.tags[VolumeTag.claimedBy], a);
-  t.match(await volumes.instanceTags(a), { Name: "host-a" });
+  t.match((await volumes.describeInstance(a)).tags, { Name: "host-a" });
   await volumes.detachVolume(volume!, a);
   await volumes.waitForAttachment(volume!, a, "detached", 30_000);
   const sent = Object.values(sends).reduce((x, y) => x + y, 0);
@@ -354,7 +357,7 @@ t.test("detachVolume is idempotent and never forced", async (t) => {
   t.notOk(state.events.some((e) => e.kind === "force-detach"));
 });
 
-t.test("tags: add, remove, an empty removal removes nothing; instance tags are paged", async (t) => {
+t.test("tags: add, remove, an empty removal removes nothing; the instance's tags and volumes in one DescribeInstances", async (t) => {
   const [volume] = await makeVolumes(1, zoneA, { keep: "me", drop: "me" });
   const { volumes, sends } = cloud({ pageSize: 5 });
   await volumes.tagVolume(volume!, { added: "1" });
@@ -366,8 +369,16 @@ t.test("tags: add, remove, an empty removal removes nothing; instance tags are p
 
   const tags = Object.fromEntries(Array.from({ length: 12 }, (_, i) => [`key-${i}`, `value ${i}`]));
   const host = await lab.addHost({ tags });
-  t.same(await volumes.instanceTags(host.instance.instanceId), tags);
-  t.equal(sends.DescribeTagsCommand, 3, "12 tags in pages of 5");
+  const instance = await volumes.describeInstance(host.instance.instanceId);
+  t.same(instance.tags, tags);
+  t.equal(instance.state, "running");
+  t.same(instance.volumes, [], "no volume attached yet");
+  t.same(await volumes.claimVolume(volume!, host.instance.instanceId, "/dev/sdo"), { kind: "claimed" });
+  const later = await volumes.describeInstance(host.instance.instanceId);
+  t.same(later.volumes.map((v) => v.volumeId), [volume], "the attached volume is among its block devices");
+  t.equal(sends.DescribeInstancesCommand, 2, "one call each");
+  await volumes.detachVolume(volume!, host.instance.instanceId);
+  await volumes.waitForAttachment(volume!, host.instance.instanceId, "detached", 30_000);
 });
 
 t.test("EC2 errors are classified into the agent's sentinels", async (t) => {

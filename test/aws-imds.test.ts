@@ -1,6 +1,6 @@
 /**
  * identifyInstance (src/aws/imds.ts) against the lab's hosts: the SDK's MetadataService over
- * HTTP to each host's IMDSv2 emulator, and DescribeTags through the EC2 emulator when the
+ * HTTP to each host's IMDSv2 emulator, and DescribeInstances through the EC2 emulator when the
  * instance does not serve tags in IMDS.
  */
 import t from "tap";
@@ -34,7 +34,7 @@ const hostTags = {
 
 /** ec2Tags for tests where IMDS must serve the tags: any call is a failure. */
 const noEc2Tags = async (instanceId: string): Promise<Record<string, string>> => {
-  throw new Error(`DescribeTags was not expected (instance ${instanceId})`);
+  throw new Error(`EC2 tags were not expected (instance ${instanceId})`);
 };
 
 t.test("identity and tags from IMDS", async (t) => {
@@ -53,14 +53,14 @@ t.test("identity and tags from IMDS", async (t) => {
   t.ok(host.imds.requests.every((r) => r.status === 200), "no request was refused");
 });
 
-t.test("InstanceMetadataTags disabled: tags from EC2 DescribeTags", async (t) => {
+t.test("InstanceMetadataTags disabled: tags from EC2 DescribeInstances", async (t) => {
   const host = await lab.addHost({ tags: hostTags, metadataTags: false });
   const asked: string[] = [];
   const identity = await identifyInstance({
     metadata: createMetadataService({ endpoint: host.imds.endpoint }),
     ec2Tags: (instanceId) => {
       asked.push(instanceId);
-      return cloud.instanceTags(instanceId);
+      return cloud.describeInstance(instanceId).then((instance) => instance.tags);
     },
     timeoutMs: 30_000,
     log,

@@ -1,7 +1,7 @@
 /**
  * The boot path without a pool volume to take: the pool's volumes are all in another zone (never
  * tried), then a volume is made from the pool's snapshot, or, without a snapshot, the node comes
- * up degraded on docker's default data-root. And instance tags read through DescribeTags when
+ * up degraded on docker's default data-root. And instance tags read through DescribeInstances when
  * IMDS serves none: `ebs-cache:enabled=false` disables the agent.
  */
 import t, { type Test } from "tap";
@@ -105,16 +105,17 @@ t.test("no pool volume and no snapshot: degraded, docker up on its default data-
   t.equal((await dockerd!.docker(["image", "ls", "-q"])).stdout.trim(), "", "the default root holds no cached image (as without the agent)");
 });
 
-t.test("IMDS serving no tags: tags come from DescribeTags, ebs-cache:enabled=false gives disabled, nothing attached, docker untouched", async (t) => {
+t.test("IMDS serving no tags: tags come from DescribeInstances, ebs-cache:enabled=false gives disabled, nothing attached, docker untouched", async (t) => {
   const host = await bl.addHost({ availabilityZone: "us-east-1a", metadataTags: false, tags: { "ebs-cache:enabled": "false" } });
   const before = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as Record<string, unknown>;
   const requests = bl.emulatorAttachRequests();
   const booted = await bl.boot(host, { overrides: { pool: POOL } });
   assertOutcome(t, booted, "disabled", "outcome disabled");
   t.equal(booted.exitCode, 0, "exit code 0");
-  t.equal(booted.identity.tagsSource, "ec2", "the tags came from DescribeTags");
+  t.equal(booted.identity.tagsSource, "ec2", "the tags came from EC2");
   t.equal(booted.identity.tags["ebs-cache:enabled"], "false");
-  t.ok(bl.calls.some((c) => c.command === "DescribeTagsCommand"), "DescribeTags was called");
+  const described = bl.calls.filter((c) => c.command === "DescribeInstancesCommand" && (c.input.InstanceIds as string[] | undefined)?.includes(host.instance.instanceId));
+  t.equal(described.length, 1, "one DescribeInstances (tags and attached volumes)");
   t.equal(booted.plan.selection.source, "disabled");
   t.equal(bl.emulatorAttachRequests(), requests, "no AttachVolume");
   t.same(bl.lab.backend.attachments().filter((a) => a.instanceId === host.instance.instanceId), [], "nothing attached to the instance");

@@ -1,6 +1,16 @@
 /** The boot planner: pure, tested with plain objects. */
 import t from "tap";
-import { orderCandidates, planBoot, selectSource, type BootObservation, type BootSettings } from "../src/agent/plan.ts";
+import {
+  createSpecFrom,
+  isQuarantined,
+  lookupsNeeded,
+  orderCandidates,
+  planBoot,
+  poolQuery,
+  selectSource,
+  type BootObservation,
+  type BootSettings,
+} from "../src/agent/plan.ts";
 import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
 import { VolumeTag } from "../src/tags.ts";
 
@@ -17,6 +27,7 @@ const settings: BootSettings = {
   mayClaim: true,
   workspaceCreate: "snapshot",
   workspaceSizeGiB: 20,
+  claim: { candidatesPerListing: 50, maxVolumes: 3, maxLosses: 5, quarantineHours: 6 },
 };
 const identity = { instanceId: "i-0aaa", region: "eu-west-1", availabilityZone: "eu-west-1a", tags: {}, tagsSource: "imds" as const };
 
@@ -36,7 +47,8 @@ t.test("a volume attached to this instance is reused, whatever the pool holds", 
   const plan = planBoot(settings, observed({ attached: [mine], pool: [volume("vol-1")], snapshot }));
   t.same(plan.selection, { source: "attached", volumeId: "vol-9", kind: "pool" });
   t.equal(plan.steps[0]?.step, "reuse-attached");
-  t.notOk(plan.steps.some((s) => s.step === "tag-claim"), "a reused volume is not claimed again");
+  t.equal(plan.steps[1]?.step, "tag-claim", "a reused volume's claim tags are ensured again (a killed run may not have written them)");
+  t.notOk(plan.steps.some((s) => s.step === "claim-volume" || s.step === "create-and-claim"), "and it is not claimed again");
   t.ok(plan.steps.some((s) => s.step === "verify-docker"));
 });
 
@@ -52,14 +64,56 @@ t.test("pool volumes of another zone, or not available, are never candidates", a
   t.equal(sel.source, "snapshot", "falls to the snapshot");
 });
 
-t.test("pool candidates carry the snapshot as fallback", async (t) => {
-  const sel = selectSource(settings, observed({ pool: [volume("vol-1"), volume("vol-2")], snapshot }));
+t.test("pool candidates carry the snapshot as a fallback looked up only when needed", async (t) => {
+  const sel = selectSource(settings, observed({ pool: [volume("vol-1"), volume("vol-2")] }));
   t.equal(sel.source, "pool");
   if (sel.source !== "pool") return;
   t.same([...sel.candidates].sort(), ["vol-1", "vol-2"]);
-  t.equal(sel.fallback?.snapshotId, "snap-1");
-  t.equal(sel.fallback?.tags[VolumeTag.images], "a:1", "a created volume inherits the image list");
-  t.equal(sel.fallback?.tags[VolumeTag.managed], "true");
+  t.same(sel.relist, poolQuery(settings, "eu-west-1a"), "a loss lists the same query again");
+  t.ok(sel.fallback, "a fallback without the snapshot itself");
+  const spec = createSpecFrom(sel.fallback!, snapshot);
+  t.equal(spec?.snapshotId, "snap-1");
+  t.equal(spec?.tags[VolumeTag.images], "a:1", "a created volume inherits the image list");
+  t.equal(spec?.tags[VolumeTag.managed], "true");
+  t.equal(createSpecFrom(sel.fallback!, { ...snapshot, state: "pending" }), undefined, "a pending snapshot makes nothing");
+  t.equal(createSpecFrom(sel.fallback!, undefined), undefined);
+  t.notOk("fallback" in selectSource({ ...settings, createFromSnapshot: false }, observed({ pool: [volume("vol-1")] })), "createFromSnapshot off: no fallback");
+});
+
+t.test("quarantine: a volume given back with last-error is no candidate until quarantineHours passed", async (t) => {
+  const now = new Date("2026-12-01T12:00:00Z");
+  const failed = (at: string | undefined) =>
+    volume(`vol-${at ?? "none"}`, { tags: { ...volume("x").tags, [VolumeTag.lastError]: "i-0bbb: foreign filesystem", ...(at ? { [VolumeTag.lastErrorAt]: at } : {}) } });
+  const recent = failed("2026-12-01T11:00:00Z");
+  const old = failed("2026-12-01T05:00:00Z");
+  const untimed = failed(undefined);
+  t.ok(isQuarantined(recent, now, 6), "1 h ago: quarantined");
+  t.notOk(isQuarantined(old, now, 6), "7 h ago: a candidate again");
+  t.ok(isQuarantined(untimed, now, 6), "no time: quarantined (not handed out on a guess)");
+  t.notOk(isQuarantined(recent, now, 0), "0 turns quarantine off");
+  t.notOk(isQuarantined(volume("vol-ok"), now, 6), "no last-error: never");
+  const sel = selectSource(settings, observed({ now, pool: [recent, old, untimed] }));
+  t.equal(sel.source, "pool");
+  if (sel.source === "pool") t.same(sel.candidates, [old.volumeId], "only the volume past its quarantine");
+  t.equal(selectSource({ ...settings, createFromSnapshot: false }, observed({ now, pool: [recent, untimed] })).source, "none", "only quarantined volumes: no candidate");
+});
+
+t.test("lookups: a pool boot asks only for the pool page; the snapshot only when the pool has nothing usable", async (t) => {
+  const base = observed();
+  t.notOk(lookupsNeeded(settings, base, "workspace"), "no ids: no workspace lookup");
+  t.ok(lookupsNeeded(settings, base, "pool"));
+  t.notOk(lookupsNeeded(settings, { ...base, pool: [volume("vol-1")] }, "snapshot"), "candidates: no snapshot lookup");
+  t.ok(lookupsNeeded(settings, base, "snapshot"), "empty pool: the snapshot");
+  t.notOk(lookupsNeeded({ ...settings, createFromSnapshot: false }, base, "snapshot"));
+  const mine = volume("vol-m", { state: "in-use", attachment: { instanceId: identity.instanceId, device: "/dev/sdf", state: "attached" } });
+  for (const stage of ["workspace", "pool", "snapshot"] as const) {
+    t.notOk(lookupsNeeded({ ...settings, workspace: { userId: "1", projectId: "p", nodeId: "n" } }, { ...base, attached: [mine] }, stage), `attached: no ${stage} lookup`);
+    t.notOk(lookupsNeeded({ ...settings, mayClaim: false }, base, stage), `--no-claim: no ${stage} lookup`);
+  }
+  const ws = { ...settings, workspace: { userId: "1", projectId: "p", nodeId: "n" } };
+  t.ok(lookupsNeeded(ws, base, "workspace"));
+  t.notOk(lookupsNeeded(ws, { ...base, workspace: [volume("vol-w")] }, "pool"), "a workspace volume: no pool lookup");
+  t.ok(lookupsNeeded(ws, base, "snapshot"), "no workspace volume: the snapshot makes one");
 });
 
 t.test("empty pool: snapshot; no snapshot: none; snapshot off: none", async (t) => {
@@ -84,7 +138,7 @@ t.test("the plan is serializable (shown by --dry-run)", async (t) => {
   const plan = planBoot(settings, observed({ pool: [volume("vol-1")], snapshot }));
   t.same(JSON.parse(JSON.stringify(plan)), plan);
   t.same(plan.steps.map((s) => s.step), [
-    "claim-volume", "wait-for-attachment", "tag-claim", "wait-for-device", "check-filesystem", "mount",
+    "claim-volume", "tag-claim", "wait-for-device", "check-filesystem", "mount",
     "grow-filesystem", "prepare-data-root", "switch-data-root", "start-docker", "verify-docker", "prewarm", "report-ready",
   ]);
 });
@@ -104,7 +158,7 @@ t.test("no workspace volume for the ids: one is created (from the pool's snapsho
 
   const fromSnapshot = planBoot(ws, observed({ pool, snapshot }));
   t.equal(fromSnapshot.selection.source, "new-workspace", "snapshot: a new workspace volume, not a pool volume");
-  t.same(fromSnapshot.steps.slice(0, 3).map((s) => s.step), ["create-and-claim", "wait-for-attachment", "tag-claim"]);
+  t.same(fromSnapshot.steps.slice(0, 3).map((s) => s.step), ["create-and-claim", "tag-claim", "wait-for-device"]);
   const spec = fromSnapshot.selection.source === "new-workspace" ? fromSnapshot.selection.create : undefined;
   t.equal(spec?.snapshotId, "snap-1", "made from the pool's newest snapshot");
   t.equal(spec?.sizeGiB, undefined, "its size is the snapshot's");

@@ -21,6 +21,8 @@ export interface BootCommandDeps {
   bootDeps(settings: ResolvedSettings, cloud: CloudVolumes): BootDeps;
   /** docker's data-root without the agent (undefined: docker's default). */
   defaultDataRoot?: string;
+  /** This boot of the machine (see BootLimits.bootId). */
+  bootId?: string;
   log: Logger;
 }
 
@@ -37,7 +39,10 @@ export function exitCodeOf(result: BootResult): number {
 }
 
 /** Runs the boot (or, with dryRun, only plans it). Throws ConfigError on bad tags: nothing changed. */
-export async function runBoot(deps: BootCommandDeps, options: { dryRun: boolean; withDocker?: boolean; mayClaim?: boolean }): Promise<BootOutcome> {
+export async function runBoot(
+  deps: BootCommandDeps,
+  options: { dryRun: boolean; withDocker?: boolean; mayClaim?: boolean; signal?: AbortSignal },
+): Promise<BootOutcome> {
   const { log, config } = deps;
   const identity = await deps.identify();
   log.info("boot.identity", "instance identified", {
@@ -54,7 +59,7 @@ export async function runBoot(deps: BootCommandDeps, options: { dryRun: boolean;
   const settings = resolved.value.boot;
 
   const cloud = deps.cloudFor(config.region ?? identity.region);
-  const observed = await observeBoot(cloud, identity, settings);
+  const observed = await observeBoot(cloud, identity, settings, options.signal ? { signal: options.signal } : {});
   const plan = planBoot(settings, observed);
   log.info("boot.plan", `source: ${plan.selection.source}`, {
     candidates: "candidates" in plan.selection ? plan.selection.candidates.length : undefined,
@@ -70,11 +75,13 @@ export async function runBoot(deps: BootCommandDeps, options: { dryRun: boolean;
     device: settings.device,
     mountRoot: settings.mountRoot,
     defaultDataRoot: deps.defaultDataRoot,
+    ...(deps.bootId ? { bootId: deps.bootId } : {}),
   };
   const bootDeps = deps.bootDeps(resolved.value, cloud);
   // Without docker (the phase before docker.service) nothing may start or restart docker: such
   // a start job would wait for this very unit. A degraded boot then only writes its label.
   if (!settings.withDocker) bootDeps.docker = undefined;
-  const result = await applyBootPlan(plan, bootDeps, limits);
+  const known = [...observed.attached, ...observed.workspace, ...observed.pool];
+  const result = await applyBootPlan(plan, bootDeps, limits, { known, ...(options.signal ? { signal: options.signal } : {}) });
   return { identity, plan, result, exitCode: exitCodeOf(result) };
 }

@@ -1,15 +1,21 @@
 /**
  * Carrying out a boot plan. Each step re-checks the world and is safe to repeat, so a boot
  * killed at any point and run again converges. Whatever fails after the claim is undone in
- * reverse (docker back on its old root, unmount, detach without force) and the node comes up
- * degraded: docker on its default data-root, a `degraded` label, one clear log line.
+ * reverse (docker back on its old root, unmount, detach without force). A failure that is the
+ * volume's (its device never attached, its filesystem is not the agent's) hands that volume
+ * back tagged `last-error` (quarantined) and the boot claims its next candidate, up to
+ * `claim.maxVolumes`; any other failure, or SIGTERM, leaves the node degraded: docker on its
+ * default data-root, a `degraded` label, one clear log line.
  */
+import { createHash } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
 import { join } from "node:path";
 import { describeError } from "../errors.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL } from "../layout.ts";
 import type { Logger } from "../log.ts";
 import { VolumeTag } from "../tags.ts";
-import type { BootPlan, BootStep, CreateSpec } from "./plan.ts";
+import { DeviceTimeoutError } from "../host/device.ts";
+import { createSpecFrom, isQuarantined, orderCandidates, type BootPlan, type BootStep, type CreateSpec } from "./plan.ts";
 import type { CloudVolumes, DaemonConfig, DockerEngine, DockerService, HostStorage, VolumeInfo } from "./ports.ts";
 import type { PrewarmOutcome, PrewarmTarget } from "./prewarm.ts";
 
@@ -55,6 +61,20 @@ export interface BootLimits {
   mountRoot: string;
   /** docker's data-root without the agent (undefined: no `data-root` key, docker's default). */
   defaultDataRoot: string | undefined;
+  /**
+   * This boot of the machine (/proc/sys/kernel/random/boot_id): with the instance id, it makes
+   * the CreateVolume ClientToken, so a rerun of a killed boot gets the volume the first run
+   * created instead of a second one, while the next boot makes a new one.
+   */
+  bootId?: string;
+}
+
+/** What apply gets besides the plan. */
+export interface ApplyOptions {
+  /** Volumes observe() saw: their tags serve the claim without another DescribeVolumes. */
+  known?: readonly VolumeInfo[];
+  /** Aborted on SIGTERM: the step in flight stops, the undo runs, the node degrades. */
+  signal?: AbortSignal;
 }
 
 export interface BootResult {
@@ -70,10 +90,12 @@ export interface BootResult {
   timeline: Array<{ step: string; ms: number }>;
 }
 
-/** What the steps learn as they go. */
+/** What the steps learn as they go (about the volume in hand; reset when it is handed back). */
 interface Progress {
   volume?: VolumeInfo;
   claimedNow: boolean;
+  /** The claimed-at this run wrote, so the undo removes only its own. */
+  claimedAt?: string;
   device?: string;
   mountPoint?: string;
   mountedNow: boolean;
@@ -93,11 +115,44 @@ export class BootStepError extends Error {
   }
 }
 
+/** The claim's bookkeeping across the volumes one boot takes in turn. */
+interface ClaimState {
+  known: Map<string, VolumeInfo>;
+  /** Volumes lost to another instance, or handed back: never tried again in this boot. */
+  tried: Set<string>;
+  /** Volumes claimed so far (each one that failed was handed back). */
+  volumes: number;
+  losses: number;
+  /** Why each volume handed back in this boot failed, for the reason of a boot that then degrades. */
+  handedBack: string[];
+  signal?: AbortSignal;
+}
+
+/** Steps whose failure is the volume's: it is handed back quarantined and the next one tried. */
+const VOLUME_STEPS = new Set<BootStep["step"]>(["wait-for-device", "check-filesystem", "mount", "grow-filesystem", "prepare-data-root"]);
+/**
+ * Docker failing on the volume's data-root, or missing its images, is most likely the volume's
+ * too (the host's side, daemon.json and dockerd's flags, was checked before the claim): it is
+ * quarantined, but the node degrades rather than restart docker on volume after volume.
+ */
+const DOCKER_ON_VOLUME_STEPS = new Set<BootStep["step"]>(["start-docker", "verify-docker"]);
+
 /** Runs the plan. Never throws for a failure the node can live with: it degrades instead. */
-export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: BootLimits): Promise<BootResult> {
+export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: BootLimits, options: ApplyOptions = {}): Promise<BootResult> {
   const { log } = deps;
   const timeline: BootResult["timeline"] = [];
-  const progress: Progress = { claimedNow: false, mountedNow: false, switched: false };
+  let progress: Progress = { claimedNow: false, mountedNow: false, switched: false };
+  const claim: ClaimState = {
+    known: new Map((options.known ?? []).map((v) => [v.volumeId, v])),
+    tried: new Set(),
+    volumes: 0,
+    losses: 0,
+    handedBack: [],
+    ...(options.signal ? { signal: options.signal } : {}),
+  };
+  const claimIndex = plan.steps.findIndex((step) => step.step === "claim-volume");
+  const claimStep = plan.steps[claimIndex];
+  const maxVolumes = claimStep?.step === "claim-volume" ? claimStep.maxVolumes : 1;
   // daemon.json must parse before a volume is claimed: the agent never rewrites a file it cannot
   // parse, so it would otherwise attach, mount and clean a pool volume only to hand it back at
   // switch-data-root, tagged with a last-error that is not the volume's fault.
@@ -112,22 +167,40 @@ export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: Boot
       return { ...(await degrade(deps, limits, reason)), timeline };
     }
   }
-  for (const step of plan.steps) {
+  for (let index = 0; index < plan.steps.length; index++) {
+    const step = plan.steps[index]!;
     const started = Date.now();
     try {
-      const done = await runStep(step, plan, progress, deps, limits);
+      if (options.signal?.aborted) throw new CancelledError(step.step);
+      const done = await runStep(step, plan, progress, deps, limits, claim);
       timeline.push({ step: step.step, ms: Date.now() - started });
       if (done) return { ...done, timeline };
-    } catch (error) {
+    } catch (caught) {
       timeline.push({ step: step.step, ms: Date.now() - started });
+      const error = options.signal?.aborted && !(caught instanceof CancelledError) ? new CancelledError(step.step, caught) : caught;
       const reason = describeError(error);
-      const remediation = error instanceof BootStepError ? error.remediation : remediationOf(error);
+      const volumeId = progress.volume?.volumeId;
+      const cancelled = error instanceof CancelledError;
+      const volumeFault = !cancelled && VOLUME_STEPS.has(step.step) && (await isVolumeFault(error, progress, plan, deps));
+      // Undo with no signal: a boot stopped by SIGTERM still hands back what it holds.
+      await undo(progress, plan, deps, reason, { quarantine: volumeFault || (!cancelled && DOCKER_ON_VOLUME_STEPS.has(step.step)) });
+      if (volumeFault && volumeId && claimIndex >= 0 && claim.volumes < maxVolumes) {
+        log.warning("boot.volume-unusable", `${reason}; handed back, trying the next candidate`, {
+          step: step.step,
+          volume: volumeId,
+          remediation: remediationOf(error),
+        });
+        claim.tried.add(volumeId);
+        claim.handedBack.push(reason);
+        progress = { claimedNow: false, mountedNow: false, switched: false };
+        index = claimIndex - 1;
+        continue;
+      }
       log.error("boot.failed", `${reason}; falling back to docker's default data-root`, {
         step: step.step,
-        volume: progress.volume?.volumeId,
-        remediation,
+        volume: volumeId,
+        remediation: remediationOf(error),
       });
-      await undo(progress, plan, deps, reason);
       const degraded = await degrade(deps, limits, reason);
       return { ...degraded, timeline };
     }
@@ -162,14 +235,37 @@ function remediationOf(error: unknown): string {
   return typeof r === "string" ? r : "see the log lines above";
 }
 
+/** systemd stopped the boot (SIGTERM: a stop, or TimeoutStartSec): it undoes and degrades. */
+export class CancelledError extends BootStepError {
+  constructor(step: string, cause?: unknown) {
+    super(step, "stopped by SIGTERM before it finished", "see why systemd stopped the unit (journalctl -u ebs-cache-agent; TimeoutStartSec)");
+    if (cause !== undefined) this.cause = cause;
+  }
+}
+
+/**
+ * Whether a failure of a volume step is the volume's fault (quarantine it, try the next) rather
+ * than the host's. A device that never appeared is the volume's only while EC2 still shows the
+ * attachment unfinished: attached with no device is this host's udev/driver, and quarantining
+ * good volumes one after another would not help it.
+ */
+async function isVolumeFault(error: unknown, p: Progress, plan: BootPlan, deps: BootDeps): Promise<boolean> {
+  if (!(error instanceof DeviceTimeoutError)) return true;
+  const volume = p.volume ? await deps.cloud.describeVolume(p.volume.volumeId).catch(() => undefined) : undefined;
+  const attachment = volume?.attachment;
+  return !(attachment?.instanceId === plan.instanceId && attachment.state === "attached");
+}
+
 async function runStep(
   step: BootStep,
   plan: BootPlan,
   p: Progress,
   deps: BootDeps,
   limits: BootLimits,
+  claim: ClaimState,
 ): Promise<Omit<BootResult, "timeline"> | undefined> {
   const { cloud, storage, log } = deps;
+  const call = claim.signal ? { signal: claim.signal } : {};
   switch (step.step) {
     case "report-disabled":
       log.notice("boot.disabled", step.reason);
@@ -182,53 +278,48 @@ async function runStep(
     }
 
     case "reuse-attached": {
-      const volume = await cloud.describeVolume(step.volumeId);
+      const volume = claim.known.get(step.volumeId) ?? (await cloud.describeVolume(step.volumeId, call));
       if (!volume) throw new BootStepError(step.step, `${step.volumeId} no longer exists`, "run boot again");
       p.volume = volume;
       log.info("boot.reuse", "volume already attached to this instance: reusing it", { volume: volume.volumeId });
       return undefined;
     }
 
-    case "claim-volume": {
-      for (const volumeId of step.candidates) {
-        const outcome = await cloud.claimVolume(volumeId, plan.instanceId, limits.device);
-        if (outcome.kind === "claimed") {
-          p.volume = await mustDescribe(cloud, volumeId, step.step);
-          p.claimedNow = true;
-          log.info("boot.claim", `claimed ${step.family} volume`, { volume: volumeId });
-          return undefined;
-        }
-        log.info("boot.claim", "candidate taken, trying the next", { volume: volumeId, reason: outcome.reason });
-      }
-      if (!step.fallback) {
-        throw new BootStepError(step.step, `every ${step.family} candidate was taken by another instance`, "grow the pool");
-      }
-      log.notice("boot.claim", "every candidate was taken: creating a volume from the pool's snapshot");
-      await createAndClaim(step.fallback, plan, p, deps, limits);
+    case "claim-volume":
+      await claimNext(step, plan, p, deps, limits, claim);
       return undefined;
-    }
 
     case "create-and-claim":
-      await createAndClaim(step.create, plan, p, deps, limits);
-      return undefined;
-
-    case "wait-for-attachment":
-      await cloud.waitForAttachment(volumeOf(p).volumeId, plan.instanceId, "attached", limits.attachTimeoutMs);
+      await createAndClaim(step.create, plan, p, deps, limits, claim);
       return undefined;
 
     case "tag-claim": {
+      // Ensured from the volume's tags as last described, on every run (a reused attachment
+      // included): a boot killed between AttachVolume and these tags, or between CreateTags and
+      // DeleteTags, is finished here. At most one CreateTags and one DeleteTags; none when the
+      // tags are right already.
       const volume = volumeOf(p);
-      const at = (deps.now?.() ?? new Date()).toISOString();
-      await cloud.tagVolume(volume.volumeId, { [VolumeTag.claimedBy]: plan.instanceId, [VolumeTag.claimedAt]: at });
-      // An earlier release's expiry no longer applies: were this instance to die without a
-      // release, gc would otherwise delete the volume at that old time instead of giving it a TTL.
-      const stale = [VolumeTag.releasedAt, VolumeTag.expiresAt].filter((key) => volume.tags[key] !== undefined);
-      await cloud.untagVolume(volume.volumeId, stale);
+      const tags = volume.tags;
+      if (tags[VolumeTag.claimedBy] !== plan.instanceId) {
+        const at = (deps.now?.() ?? new Date()).toISOString();
+        await cloud.tagVolume(volume.volumeId, { [VolumeTag.claimedBy]: plan.instanceId, [VolumeTag.claimedAt]: at }, call);
+        tags[VolumeTag.claimedBy] = plan.instanceId;
+        tags[VolumeTag.claimedAt] = at;
+        p.claimedAt = at;
+      }
+      // An earlier release's expiry no longer applies (were this instance to die without a
+      // release, gc would otherwise delete the volume at that old time instead of giving it a
+      // TTL), nor does an earlier instance's error once this one uses the volume.
+      const stale = CLAIM_CLEARS.filter((key) => tags[key] !== undefined);
+      await cloud.untagVolume(volume.volumeId, stale, call);
+      for (const key of stale) delete tags[key];
       return undefined;
     }
 
     case "wait-for-device":
-      p.device = await storage.waitForDevice(volumeOf(p).volumeId, limits.deviceTimeoutMs);
+      // The device, identified by its NVMe serial, is the proof of the attachment: no
+      // DescribeVolumes polling. Its deadline covers both (EC2's attach, then udev).
+      p.device = await storage.waitForDevice(volumeOf(p).volumeId, limits.attachTimeoutMs + limits.deviceTimeoutMs, call);
       log.info("boot.device", "device verified by its serial", { volume: volumeOf(p).volumeId, device: p.device });
       return undefined;
 
@@ -384,13 +475,81 @@ function volumeOf(p: Progress): VolumeInfo {
   return p.volume;
 }
 
-async function mustDescribe(cloud: CloudVolumes, volumeId: string, step: string): Promise<VolumeInfo> {
-  const volume = await cloud.describeVolume(volumeId);
-  if (!volume) throw new BootStepError(step, `${volumeId} vanished after it was claimed`, "run boot again");
-  return volume;
+/** Tags a claim removes: a release's expiry, an earlier instance's error. */
+const CLAIM_CLEARS = [VolumeTag.releasedAt, VolumeTag.expiresAt, VolumeTag.lastError, VolumeTag.lastErrorAt];
+
+/**
+ * Claims the next candidate. AttachVolume is the lock; a loss to another instance (VolumeInUse)
+ * costs one fresh page of candidates rather than a walk over a stale list, after a jittered
+ * pause so that the losers of one round do not collide again. Out of candidates (or of
+ * `maxLosses`): a volume from the pool's snapshot, or the node degrades.
+ */
+async function claimNext(
+  step: Extract<BootStep, { step: "claim-volume" }>,
+  plan: BootPlan,
+  p: Progress,
+  deps: BootDeps,
+  limits: BootLimits,
+  claim: ClaimState,
+): Promise<void> {
+  const { cloud, log } = deps;
+  const call = claim.signal ? { signal: claim.signal } : {};
+  let candidates = step.candidates.filter((id) => !claim.tried.has(id));
+  // After a volume was handed back, the plan's list is stale: ask again.
+  if (claim.volumes > 0) candidates = await relist(step, plan, deps, claim);
+  while (candidates.length > 0 && claim.losses < step.maxLosses) {
+    const volumeId = candidates[0]!;
+    claim.tried.add(volumeId);
+    // Observe found no managed volume attached here (else the plan would reuse it), and this
+    // boot tries each candidate once: a refusal is someone else's claim.
+    // Held as "maybe ours" while AttachVolume is in flight: if SIGTERM cuts the call, the undo's
+    // detach (a no-op for a volume not attached here) settles whatever EC2 did with it.
+    const listed = claim.known.get(volumeId);
+    if (listed) p.volume = listed;
+    const outcome = await cloud.claimVolume(volumeId, plan.instanceId, limits.device, { ...call, notHeldHere: true });
+    if (outcome.kind === "claimed") {
+      p.volume = listed ?? (await cloud.describeVolume(volumeId, call));
+      if (!p.volume) throw new BootStepError(step.step, `${volumeId} vanished after it was claimed`, "run boot again");
+      p.claimedNow = true;
+      claim.volumes++;
+      log.info("boot.claim", `claimed ${step.family} volume`, { volume: volumeId, losses: claim.losses });
+      return;
+    }
+    delete p.volume;
+    claim.losses++;
+    log.info("boot.claim", "candidate taken by another instance", { volume: volumeId, reason: outcome.reason, losses: claim.losses });
+    if (claim.losses >= step.maxLosses) break;
+    await sleep(lossPauseMs(claim.losses), undefined, call);
+    candidates = await relist(step, plan, deps, claim);
+  }
+  const before = claim.handedBack.length > 0 ? ` (handed back: ${claim.handedBack.join("; ")})` : "";
+  const gone = claim.handedBack.length > 0 ? `no other ${step.family} candidate` : `every ${step.family} candidate was taken`;
+  const why = `${candidates.length === 0 ? gone : `lost ${claim.losses} claims to other instances`}${before}`;
+  if (!step.fallback) throw new BootStepError(step.step, `${why}, and creating from the snapshot is off`, "grow the pool, or enable createFromSnapshot");
+  const create = createSpecFrom(step.fallback, await cloud.newestSnapshot(step.fallback.snapshotTags, call));
+  if (!create) throw new BootStepError(step.step, `${why}, and the pool has no completed snapshot`, "grow the pool, or build the pool's snapshot");
+  log.notice("boot.claim", `${why}: creating a volume from the pool's snapshot`, { snapshot: create.snapshotId });
+  await createAndClaim(create, plan, p, deps, limits, claim);
 }
 
-async function createAndClaim(spec: CreateSpec, plan: BootPlan, p: Progress, deps: BootDeps, limits: BootLimits): Promise<void> {
+/** One fresh page of candidates, minus those tried and those in quarantine, in this instance's order. */
+async function relist(step: Extract<BootStep, { step: "claim-volume" }>, plan: BootPlan, deps: BootDeps, claim: ClaimState): Promise<string[]> {
+  const now = deps.now?.() ?? new Date();
+  const fresh = await deps.cloud.findVolumes(step.relist, { firstPage: step.pageSize, ...(claim.signal ? { signal: claim.signal } : {}) });
+  for (const volume of fresh) claim.known.set(volume.volumeId, volume);
+  const usable = fresh.filter(
+    (v) => v.state === "available" && !v.attachment && !claim.tried.has(v.volumeId) && !isQuarantined(v, now, step.quarantineHours),
+  );
+  return orderCandidates(plan.instanceId, usable.map((v) => v.volumeId));
+}
+
+/** A pause after the n-th lost claim: 100-500 ms, growing, with jitter. */
+function lossPauseMs(losses: number): number {
+  return Math.round(Math.random() * 100 * 2 ** Math.min(losses, 2)) + 100;
+}
+
+async function createAndClaim(spec: CreateSpec, plan: BootPlan, p: Progress, deps: BootDeps, limits: BootLimits, claim: ClaimState): Promise<void> {
+  const call = claim.signal ? { signal: claim.signal } : {};
   const volume = await deps.cloud.createVolume({
     availabilityZone: spec.availabilityZone,
     ...(spec.snapshotId !== undefined ? { snapshotId: spec.snapshotId } : {}),
@@ -398,23 +557,42 @@ async function createAndClaim(spec: CreateSpec, plan: BootPlan, p: Progress, dep
     volumeType: spec.volumeType,
     tags: spec.tags,
     ...(spec.initializationRateMiBps && spec.snapshotId !== undefined ? { initializationRateMiBps: spec.initializationRateMiBps } : {}),
-  });
+    clientToken: clientToken(plan.instanceId, limits.bootId, spec, claim.volumes),
+  }, call);
   const kind = spec.tags[VolumeTag.kind] ?? "pool";
   deps.log.info(
     "boot.create",
     spec.snapshotId !== undefined ? `${kind} volume created from the pool's snapshot` : `blank ${kind} volume created (${spec.sizeGiB ?? "?"} GiB)`,
     { volume: volume.volumeId, snapshot: spec.snapshotId },
   );
-  const outcome = await deps.cloud.claimVolume(volume.volumeId, plan.instanceId, limits.device);
+  p.volume = volume;
+  const outcome = await deps.cloud.claimVolume(volume.volumeId, plan.instanceId, limits.device, { ...call, justCreated: true });
   if (outcome.kind !== "claimed") {
+    delete p.volume;
     throw new BootStepError("create-and-claim", `the new volume ${volume.volumeId} could not be attached: ${outcome.reason}`, "see the EC2 error above");
   }
   p.volume = volume;
   p.claimedNow = true;
+  claim.volumes++;
 }
 
-/** Reverses what this boot did, newest first; each undo is best-effort and logged. */
-async function undo(p: Progress, plan: BootPlan, deps: BootDeps, reason: string): Promise<void> {
+/**
+ * CreateVolume's idempotency token (EC2 allows 64 ASCII characters): the same for a rerun of
+ * this boot (same instance, same boot id, same spec, same turn), so a boot killed after
+ * CreateVolume gets that volume back rather than leaving it behind and making another.
+ */
+function clientToken(instanceId: string, bootId: string | undefined, spec: CreateSpec, turn: number): string {
+  const text = JSON.stringify([instanceId, bootId ?? "", turn, spec.snapshotId ?? "", spec.sizeGiB ?? 0, spec.availabilityZone, spec.volumeType, spec.tags]);
+  return `ebs-cache-${createHash("sha256").update(text).digest("hex").slice(0, 48)}`;
+}
+
+/**
+ * Reverses what this boot did, newest first; each undo is best-effort and logged. The volume is
+ * detached (never forced) and its claim tags removed (only while they are this instance's);
+ * with `quarantine` (the failure was the volume's) it is tagged `last-error` and
+ * `last-error-at`, so no boot takes it for `claim.quarantineHours`.
+ */
+async function undo(p: Progress, plan: BootPlan, deps: BootDeps, reason: string, options: { quarantine: boolean }): Promise<void> {
   const { log } = deps;
   const attempt = async (what: string, work: () => Promise<unknown>) => {
     try {
@@ -438,8 +616,14 @@ async function undo(p: Progress, plan: BootPlan, deps: BootDeps, reason: string)
       return;
     }
     await attempt("tagging the failure", async () => {
-      await deps.cloud.untagVolume(volumeId, [VolumeTag.claimedBy, VolumeTag.claimedAt]);
-      await deps.cloud.tagVolume(volumeId, { [VolumeTag.lastError]: shorten(`${plan.instanceId}: ${reason}`) });
+      await deps.cloud.untagVolume(volumeId, {
+        [VolumeTag.claimedBy]: plan.instanceId,
+        ...(p.claimedAt ? { [VolumeTag.claimedAt]: p.claimedAt } : {}),
+      });
+      if (options.quarantine) {
+        const at = (deps.now?.() ?? new Date()).toISOString();
+        await deps.cloud.tagVolume(volumeId, { [VolumeTag.lastError]: shorten(`${plan.instanceId}: ${reason}`), [VolumeTag.lastErrorAt]: at });
+      }
     });
     await attempt("detaching", async () => {
       await deps.cloud.detachVolume(volumeId, plan.instanceId);

@@ -1,45 +1,44 @@
 /**
- * Observing before planning: a fixed number of server-side filtered EC2 calls, whatever the
- * pool's size (one DescribeVolumes per family, one DescribeSnapshots).
+ * Observing before planning, at a cost that does not grow with the pool: one DescribeInstances
+ * (the instance's tags and its attached volumes; shared with identify when IMDS serves no
+ * tags), a DescribeVolumes by id only when volumes are attached, then only the lookups the
+ * selection can still need, each one bounded page (see `lookupsNeeded` in plan.ts). A pool boot
+ * makes DescribeInstances + one DescribeVolumes here.
  */
-import { VolumeKind, VolumeTag } from "../tags.ts";
-import type { BootObservation, BootSettings } from "./plan.ts";
-import type { CloudVolumes, Identity } from "./ports.ts";
+import { VolumeTag } from "../tags.ts";
+import { lookupsNeeded, poolQuery, poolSelector, workspaceQuery, type BootObservation, type BootSettings } from "./plan.ts";
+import type { Cancellable, CloudVolumes, Identity } from "./ports.ts";
 
-/** The tags that select a pool's volumes and snapshots. */
-export function poolSelector(settings: Pick<BootSettings, "pool" | "imageSet">): Record<string, string> {
-  return {
-    [VolumeTag.managed]: "true",
-    [VolumeTag.kind]: VolumeKind.pool,
-    [VolumeTag.pool]: settings.pool,
-    ...(settings.imageSet ? { [VolumeTag.imageSet]: settings.imageSet } : {}),
-  };
-}
+export { poolSelector };
 
 /** Gathers what the planner needs. */
-export async function observeBoot(cloud: CloudVolumes, identity: Identity, settings: BootSettings): Promise<BootObservation> {
-  if (!settings.enabled) return { identity, attached: [], workspace: [], pool: [] };
+export async function observeBoot(
+  cloud: CloudVolumes,
+  identity: Identity,
+  settings: BootSettings,
+  options: Cancellable & { now?: () => Date } = {},
+): Promise<BootObservation> {
+  const now = options.now?.() ?? new Date();
+  const observed: BootObservation = { identity, now, attached: [], workspace: [], pool: [] };
+  if (!settings.enabled) return observed;
+  const call = options.signal ? { signal: options.signal } : {};
   const zone = identity.availabilityZone;
-  const [attached, workspace, pool, snapshot] = await Promise.all([
-    cloud.findVolumes({ tags: { [VolumeTag.managed]: "true" }, attachedTo: identity.instanceId }),
-    settings.workspace
-      ? cloud.findVolumes({
-          tags: {
-            [VolumeTag.managed]: "true",
-            [VolumeTag.kind]: VolumeKind.workspace,
-            [VolumeTag.userId]: settings.workspace.userId,
-            [VolumeTag.projectId]: settings.workspace.projectId,
-            [VolumeTag.nodeId]: settings.workspace.nodeId,
-          },
-          availabilityZone: zone,
-          status: ["available"],
-        })
-      : Promise.resolve([]),
-    cloud.findVolumes({ tags: poolSelector(settings), availabilityZone: zone, status: ["available"] }),
-    // The pool's snapshot also makes new workspace volumes (workspace.create = snapshot).
-    settings.createFromSnapshot || (settings.workspace && settings.workspaceCreate === "snapshot")
-      ? cloud.newestSnapshot(poolSelector(settings))
-      : Promise.resolve(undefined),
-  ]);
-  return { identity, attached, workspace, pool, ...(snapshot ? { snapshot } : {}) };
+
+  const instance = await cloud.describeInstance(identity.instanceId, call);
+  const mapped = instance.volumes.map((v) => v.volumeId);
+  if (mapped.length > 0) {
+    observed.attached = await cloud.findVolumes({ volumeIds: mapped, tags: { [VolumeTag.managed]: "true" } }, call);
+  }
+  const page = { ...call, firstPage: settings.claim.candidatesPerListing };
+  if (settings.workspace && lookupsNeeded(settings, observed, "workspace")) {
+    observed.workspace = await cloud.findVolumes(workspaceQuery(settings.workspace, zone), page);
+  }
+  if (lookupsNeeded(settings, observed, "pool")) {
+    observed.pool = await cloud.findVolumes(poolQuery(settings, zone), page);
+  }
+  if (lookupsNeeded(settings, observed, "snapshot")) {
+    const snapshot = await cloud.newestSnapshot(poolSelector(settings), call);
+    if (snapshot) observed.snapshot = snapshot;
+  }
+  return observed;
 }

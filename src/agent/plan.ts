@@ -6,7 +6,7 @@
  */
 import { createHash } from "node:crypto";
 import { VolumeKind, VolumeTag } from "../tags.ts";
-import type { Identity, SnapshotInfo, VolumeInfo } from "./ports.ts";
+import type { Identity, SnapshotInfo, VolumeInfo, VolumeQuery } from "./ports.ts";
 import type { PrewarmStrategy } from "./prewarm-plan.ts";
 
 /** What the planner needs of the configuration (already merged with env and instance tags). */
@@ -43,6 +43,15 @@ export interface BootSettings {
   mayClaim: boolean;
   /** config `prewarm.strategy` (default `check`): what the `prewarm` step does, see docs/prewarm.md. */
   prewarm?: PrewarmStrategy;
+  /** config `claim`: page size, volumes and losses per boot, quarantine. */
+  claim: ClaimSettings;
+}
+
+export interface ClaimSettings {
+  candidatesPerListing: number;
+  maxVolumes: number;
+  maxLosses: number;
+  quarantineHours: number;
 }
 
 export interface WorkspaceIds {
@@ -54,13 +63,15 @@ export interface WorkspaceIds {
 /** What observe() found. */
 export interface BootObservation {
   identity: Identity;
+  /** When it was observed: quarantine is judged against it. */
+  now?: Date;
   /** Managed volumes attached (or attaching) to this instance. */
   attached: VolumeInfo[];
-  /** Available workspace volumes of this instance's ids, in its zone. */
+  /** Available workspace volumes of this instance's ids, in its zone (one bounded page). */
   workspace: VolumeInfo[];
-  /** Available pool volumes of the pool, in this zone (and image set, when configured). */
+  /** Available pool volumes of the pool, in this zone and image set (one bounded page). */
   pool: VolumeInfo[];
-  /** The pool's newest completed snapshot. */
+  /** The pool's newest completed snapshot, looked up only when the selection may need it. */
   snapshot?: SnapshotInfo;
 }
 
@@ -68,7 +79,7 @@ export interface BootObservation {
 export type Selection =
   | { source: "disabled"; reason: string }
   | { source: "attached"; volumeId: string; kind: string }
-  | { source: "workspace" | "pool"; candidates: string[]; fallback?: CreateSpec }
+  | { source: "workspace" | "pool"; candidates: string[]; relist: VolumeQuery; fallback?: SnapshotFallback }
   | { source: "snapshot"; create: CreateSpec }
   /** A new workspace volume for this instance's ids (from the pool's snapshot, or blank). */
   | { source: "new-workspace"; create: CreateSpec }
@@ -85,13 +96,39 @@ export interface CreateSpec {
   tags: Record<string, string>;
 }
 
+/**
+ * Creating a pool volume from the pool's newest snapshot once every candidate is gone: the
+ * snapshot is looked up only then, so a boot that claims a volume never pays for it.
+ */
+export interface SnapshotFallback {
+  snapshotTags: Record<string, string>;
+  pool: string;
+  availabilityZone: string;
+  volumeType: string;
+  initializationRateMiBps: number | null;
+}
+
 /** One step of the boot, in order. Steps after the claim act on "the claimed volume". */
 export type BootStep =
   | { step: "report-disabled"; reason: string }
   | { step: "reuse-attached"; volumeId: string }
-  | { step: "claim-volume"; family: "workspace" | "pool"; candidates: string[]; fallback?: CreateSpec }
+  /**
+   * Candidates in this instance's order; after a loss to another instance, a fresh page of
+   * `relist` (minus what was tried and what is quarantined) replaces them.
+   */
+  | {
+      step: "claim-volume";
+      family: "workspace" | "pool";
+      candidates: string[];
+      relist: VolumeQuery;
+      maxVolumes: number;
+      maxLosses: number;
+      quarantineHours: number;
+      pageSize: number;
+      fallback?: SnapshotFallback;
+    }
   | { step: "create-and-claim"; create: CreateSpec }
-  | { step: "wait-for-attachment" }
+  /** Ensures the claim tags (claimed-by this instance, no release or error tags): every run, not assumed. */
   | { step: "tag-claim" }
   | { step: "wait-for-device" }
   | { step: "check-filesystem" }
@@ -124,7 +161,7 @@ export function orderCandidates(instanceId: string, volumeIds: readonly string[]
 }
 
 /** The tags a pool volume created by the agent from the pool's snapshot carries. */
-export function poolVolumeTags(settings: BootSettings, snapshot: SnapshotInfo): Record<string, string> {
+export function poolVolumeTags(settings: Pick<BootSettings, "pool">, snapshot: SnapshotInfo): Record<string, string> {
   const tags: Record<string, string> = {
     [VolumeTag.managed]: "true",
     [VolumeTag.kind]: VolumeKind.pool,
@@ -185,6 +222,48 @@ function newWorkspaceSpec(settings: BootSettings, observed: BootObservation): Cr
   }
 }
 
+/**
+ * Whether a volume is in quarantine: an instance gave it back with `last-error` less than
+ * `hours` ago. A `last-error` without a readable time (written before `last-error-at` existed)
+ * counts as recent: a volume that failed once is not handed to the next machine on a guess.
+ */
+export function isQuarantined(volume: VolumeInfo, now: Date, hours: number): boolean {
+  if (hours <= 0 || volume.tags[VolumeTag.lastError] === undefined) return false;
+  const at = Date.parse(volume.tags[VolumeTag.lastErrorAt] ?? "");
+  if (Number.isNaN(at)) return true;
+  return now.getTime() - at < hours * 3600_000;
+}
+
+/** The query a pool boot lists candidates with (and lists again after a loss). */
+export function poolQuery(settings: Pick<BootSettings, "pool" | "imageSet">, zone: string): VolumeQuery {
+  return { tags: poolSelector(settings), availabilityZone: zone, status: ["available"] };
+}
+
+/** The query for this instance's workspace volumes. */
+export function workspaceQuery(ids: WorkspaceIds, zone: string): VolumeQuery {
+  return {
+    tags: {
+      [VolumeTag.managed]: "true",
+      [VolumeTag.kind]: VolumeKind.workspace,
+      [VolumeTag.userId]: ids.userId,
+      [VolumeTag.projectId]: ids.projectId,
+      [VolumeTag.nodeId]: ids.nodeId,
+    },
+    availabilityZone: zone,
+    status: ["available"],
+  };
+}
+
+/** The tags that select a pool's volumes and snapshots. */
+export function poolSelector(settings: Pick<BootSettings, "pool" | "imageSet">): Record<string, string> {
+  return {
+    [VolumeTag.managed]: "true",
+    [VolumeTag.kind]: VolumeKind.pool,
+    [VolumeTag.pool]: settings.pool,
+    ...(settings.imageSet ? { [VolumeTag.imageSet]: settings.imageSet } : {}),
+  };
+}
+
 /** Chooses the volume's source. */
 export function selectSource(settings: BootSettings, observed: BootObservation): Selection {
   if (!settings.enabled) return { source: "disabled", reason: "disabled by configuration or instance tag" };
@@ -196,25 +275,86 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   if (mine) return { source: "attached", volumeId: mine.volumeId, kind: mine.tags[VolumeTag.kind] ?? "unknown" };
   if (!settings.mayClaim) return { source: "none", reason: "no cache volume is attached, and this run may not claim one (boot --no-claim)" };
 
-  const inZone = (v: VolumeInfo) => v.availabilityZone === identity.availabilityZone && v.state === "available";
-  const fallback = createSpec(settings, observed);
+  const now = observed.now ?? new Date(0);
+  const usable = (v: VolumeInfo) =>
+    v.availabilityZone === identity.availabilityZone && v.state === "available" && !isQuarantined(v, now, settings.claim.quarantineHours);
+  const fallback = snapshotFallback(settings, observed);
 
-  const workspace = observed.workspace.filter(inZone).map((v) => v.volumeId);
+  const workspace = observed.workspace.filter(usable).map((v) => v.volumeId);
   if (settings.workspace && workspace.length > 0) {
-    return { source: "workspace", candidates: orderCandidates(identity.instanceId, workspace), ...(fallback ? { fallback } : {}) };
+    return {
+      source: "workspace",
+      candidates: orderCandidates(identity.instanceId, workspace),
+      relist: workspaceQuery(settings.workspace, identity.availabilityZone),
+      ...(fallback ? { fallback } : {}),
+    };
   }
   // No workspace volume of these ids yet: make one (unless `never`, or no snapshot to make it from).
   const newWorkspace = newWorkspaceSpec(settings, observed);
   if (newWorkspace) return { source: "new-workspace", create: newWorkspace };
-  const pool = observed.pool.filter(inZone).map((v) => v.volumeId);
+  const pool = observed.pool.filter(usable).map((v) => v.volumeId);
   if (pool.length > 0) {
-    return { source: "pool", candidates: orderCandidates(identity.instanceId, pool), ...(fallback ? { fallback } : {}) };
+    return {
+      source: "pool",
+      candidates: orderCandidates(identity.instanceId, pool),
+      relist: poolQuery(settings, identity.availabilityZone),
+      ...(fallback ? { fallback } : {}),
+    };
   }
-  if (fallback) return { source: "snapshot", create: fallback };
+  const create = createSpec(settings, observed);
+  if (create) return { source: "snapshot", create };
   const why = !settings.createFromSnapshot
     ? "no available volume in the pool and creating from the snapshot is off"
     : "no available volume in the pool and no completed snapshot for it";
   return { source: "none", reason: `${why} (pool ${settings.pool}, zone ${identity.availabilityZone})` };
+}
+
+function snapshotFallback(settings: BootSettings, observed: BootObservation): SnapshotFallback | undefined {
+  if (!settings.createFromSnapshot) return undefined;
+  return {
+    snapshotTags: poolSelector(settings),
+    pool: settings.pool,
+    availabilityZone: observed.identity.availabilityZone,
+    volumeType: settings.volumeType,
+    initializationRateMiBps: settings.initializationRateMiBps,
+  };
+}
+
+/** The pool volume to create from the fallback's snapshot, once it has been looked up. */
+export function createSpecFrom(fallback: SnapshotFallback, snapshot: SnapshotInfo | undefined): CreateSpec | undefined {
+  if (!snapshot || snapshot.state !== "completed") return undefined;
+  return {
+    snapshotId: snapshot.snapshotId,
+    availabilityZone: fallback.availabilityZone,
+    volumeType: fallback.volumeType,
+    initializationRateMiBps: fallback.initializationRateMiBps,
+    tags: poolVolumeTags(fallback, snapshot),
+  };
+}
+
+/**
+ * Which lookups the selection still needs after the attached volumes, for observe(): the
+ * workspace page, the pool page, the snapshot. Asking only for these keeps a pool boot at one
+ * DescribeVolumes.
+ */
+export function lookupsNeeded(settings: BootSettings, observed: Pick<BootObservation, "attached" | "workspace" | "pool" | "identity" | "now">, stage: "workspace" | "pool" | "snapshot"): boolean {
+  if (!settings.enabled || !settings.mayClaim) return false;
+  if (observed.attached.some((v) => v.attachment?.instanceId === observed.identity.instanceId)) return false;
+  const now = observed.now ?? new Date(0);
+  const usable = (list: VolumeInfo[]) => list.some((v) => v.state === "available" && !isQuarantined(v, now, settings.claim.quarantineHours));
+  const hasWorkspace = settings.workspace !== undefined && usable(observed.workspace);
+  switch (stage) {
+    case "workspace":
+      return settings.workspace !== undefined;
+    case "snapshot":
+      if (hasWorkspace) return false;
+      if (settings.workspace && settings.workspaceCreate === "snapshot") return true;
+      return settings.createFromSnapshot && !usable(observed.pool);
+    case "pool":
+      // A new workspace volume from the snapshot comes before the pool; the pool is still asked
+      // for, since the snapshot may turn out missing.
+      return !hasWorkspace;
+  }
 }
 
 function createSpec(settings: BootSettings, observed: BootObservation): CreateSpec | undefined {
@@ -234,7 +374,6 @@ const DOCKER_STEPS = new Set<BootStep["step"]>(["start-docker", "verify-docker",
 
 /** The steps that bring a volume (however selected) to a docker running on it. */
 const AFTER_CLAIM: BootStep["step"][] = [
-  "wait-for-attachment",
   "tag-claim",
   "wait-for-device",
   "check-filesystem",
@@ -266,6 +405,11 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
         step: "claim-volume",
         family: selection.source,
         candidates: selection.candidates,
+        relist: selection.relist,
+        maxVolumes: settings.claim.maxVolumes,
+        maxLosses: settings.claim.maxLosses,
+        quarantineHours: settings.claim.quarantineHours,
+        pageSize: settings.claim.candidatesPerListing,
         ...(selection.fallback ? { fallback: selection.fallback } : {}),
       });
       break;
@@ -277,11 +421,9 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
   const tail = AFTER_CLAIM.map((step): BootStep =>
     step === "mount" ? { step, mountRoot: settings.mountRoot } : step === "prewarm" ? { step, strategy: settings.prewarm ?? "check" } : ({ step } as BootStep),
   );
-  const steps = tail.filter(
-    (s) =>
-      // A reused attachment was tagged when it was claimed.
-      !(selection.source === "attached" && s.step === "tag-claim") && (settings.withDocker || !DOCKER_STEPS.has(s.step)),
-  );
+  // tag-claim stays for a reused attachment too: a boot killed between AttachVolume and its
+  // tags (or between CreateTags and DeleteTags) is finished by the next run, not assumed done.
+  const steps = tail.filter((s) => settings.withDocker || !DOCKER_STEPS.has(s.step));
   return { ...where(observed), selection, steps: [...head, ...steps] };
 }
 

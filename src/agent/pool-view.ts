@@ -1,5 +1,6 @@
 /** The pool and workspace volumes as rows, for `ebs-cache-agent pool`. Pure. */
 import { VolumeTag } from "../tags.ts";
+import { isQuarantined } from "./plan.ts";
 import type { VolumeInfo } from "./ports.ts";
 
 export interface PoolRow {
@@ -15,13 +16,17 @@ export interface PoolRow {
   /** ISO time, `never` (kept), or null (no expiry set). */
   expires: string | null;
   workspace: { userId: string; projectId: string; nodeId: string } | null;
+  /** The last instance's error when it gave the volume back (`last-error`), or null. */
+  lastError: { message: string; at: string | null; quarantined: boolean } | null;
 }
 
-export function poolRows(volumes: readonly VolumeInfo[], now: Date): PoolRow[] {
+/** Rows of the volumes; `quarantineHours` (config `claim.quarantineHours`) tells which are out of the selection. */
+export function poolRows(volumes: readonly VolumeInfo[], now: Date, quarantineHours: number): PoolRow[] {
   return volumes
     .map((v): PoolRow => {
       const t = v.tags;
       const userId = t[VolumeTag.userId];
+      const lastError = t[VolumeTag.lastError];
       return {
         volumeId: v.volumeId,
         kind: t[VolumeTag.kind] ?? "?",
@@ -33,6 +38,10 @@ export function poolRows(volumes: readonly VolumeInfo[], now: Date): PoolRow[] {
         ageHours: v.createTime ? Math.max(0, (now.getTime() - v.createTime.getTime()) / 3600_000) : null,
         expires: t[VolumeTag.keep] === "true" ? "never" : (t[VolumeTag.expiresAt] ?? null),
         workspace: userId ? { userId, projectId: t[VolumeTag.projectId] ?? "", nodeId: t[VolumeTag.nodeId] ?? "" } : null,
+        lastError:
+          lastError !== undefined
+            ? { message: lastError, at: t[VolumeTag.lastErrorAt] ?? null, quarantined: isQuarantined(v, now, quarantineHours) }
+            : null,
       };
     })
     .sort((a, b) => a.pool.localeCompare(b.pool) || a.kind.localeCompare(b.kind) || a.zone.localeCompare(b.zone) || a.volumeId.localeCompare(b.volumeId));
@@ -47,7 +56,7 @@ function age(hours: number | null): string {
 
 /** A fixed-width table for people. */
 export function renderPoolTable(rows: readonly PoolRow[]): string {
-  const header = ["VOLUME", "KIND", "POOL", "ZONE", "STATE", "GiB", "CLAIMED-BY", "AGE", "EXPIRES", "WORKSPACE"];
+  const header = ["VOLUME", "KIND", "POOL", "ZONE", "STATE", "GiB", "CLAIMED-BY", "AGE", "EXPIRES", "WORKSPACE", "LAST-ERROR"];
   const cells = rows.map((r) => [
     r.volumeId,
     r.kind,
@@ -59,6 +68,7 @@ export function renderPoolTable(rows: readonly PoolRow[]): string {
     age(r.ageHours),
     r.expires ?? "-",
     r.workspace ? `${r.workspace.userId}/${r.workspace.projectId}/${r.workspace.nodeId}` : "-",
+    r.lastError ? `${r.lastError.quarantined ? "quarantined: " : ""}${r.lastError.message}` : "-",
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)));
   const line = (c: string[]) => c.map((cell, i) => cell.padEnd(widths[i]!)).join("  ").trimEnd();

@@ -4,7 +4,7 @@
  * the planner never sees them (it takes observed state), and apply() calls them.
  */
 
-/** Who this instance is (IMDS), with its tags (IMDS, or DescribeTags when IMDS tags are off). */
+/** Who this instance is (IMDS), with its tags (IMDS, or DescribeInstances when IMDS tags are off). */
 export interface Identity {
   instanceId: string;
   region: string;
@@ -38,8 +38,28 @@ export interface SnapshotInfo {
   tags: Record<string, string>;
 }
 
+/** The instance as EC2 describes it, from one DescribeInstances. */
+export interface InstanceInfo {
+  instanceId: string;
+  /** pending, running, stopping, stopped, shutting-down, terminated. */
+  state: string;
+  tags: Record<string, string>;
+  /** EBS volumes mapped to it other than its root device, attaching or attached. */
+  volumes: Array<{ volumeId: string; device: string; status: string }>;
+}
+
+/**
+ * Cancellation: systemd's SIGTERM (a stop, or TimeoutStartSec) aborts the signal, and the call in
+ * flight stops (the HTTP request, a wait for a device, a poll).
+ */
+export interface Cancellable {
+  signal?: AbortSignal;
+}
+
 /** What a query for volumes filters on, server-side. */
 export interface VolumeQuery {
+  /** Only these volumes (DescribeVolumes by id, with the filters below applied too). */
+  volumeIds?: string[];
   /** Every tag must match (value "*" = key present). */
   tags: Record<string, string>;
   availabilityZone?: string;
@@ -53,13 +73,30 @@ export type ClaimOutcome =
   /** Someone else holds it (VolumeInUse attached elsewhere, or IncorrectState): try the next. */
   | { kind: "taken"; reason: string };
 
+/** What the caller of claimVolume knows. */
+export interface ClaimOptions extends Cancellable {
+  /** Created by this process a moment ago: NotFound is EC2's eventual consistency, retried for a while. */
+  justCreated?: boolean;
+  /**
+   * Not attached to this instance before this call (a listed candidate, the instance holding no
+   * managed volume): a refusal at the first attempt is another instance's claim, no describe needed.
+   */
+  notHeldHere?: boolean;
+}
+
 /** EC2, in the agent's words. */
 export interface CloudVolumes {
-  /** One server-side filtered DescribeVolumes (paginated): calls grow with pages, not with filters. */
-  findVolumes(query: VolumeQuery): Promise<VolumeInfo[]>;
-  describeVolume(volumeId: string): Promise<VolumeInfo | undefined>;
+  /**
+   * Server-side filtered DescribeVolumes. With `firstPage`, one call that returns at most that
+   * many (a bounded page of candidates: the boot's cost does not grow with the pool); without,
+   * every page (gc, pool, release).
+   */
+  findVolumes(query: VolumeQuery, options?: Cancellable & { firstPage?: number }): Promise<VolumeInfo[]>;
+  describeVolume(volumeId: string, options?: Cancellable): Promise<VolumeInfo | undefined>;
+  /** DescribeInstances of one instance: tags, state, its EBS volumes. */
+  describeInstance(instanceId: string, options?: Cancellable): Promise<InstanceInfo>;
   /** The newest completed snapshot carrying all the tags. */
-  newestSnapshot(tags: Record<string, string>): Promise<SnapshotInfo | undefined>;
+  newestSnapshot(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo | undefined>;
   /** Creates a volume and waits until it is available. */
   createVolume(spec: {
     availabilityZone: string;
@@ -68,27 +105,27 @@ export interface CloudVolumes {
     volumeType: string;
     tags: Record<string, string>;
     initializationRateMiBps?: number;
-  }): Promise<VolumeInfo>;
+    /** Idempotency token: the same token makes no second volume (an SDK retry, a rerun of the same boot). */
+    clientToken?: string;
+  }, options?: Cancellable): Promise<VolumeInfo>;
   /**
    * AttachVolume as a lock: `claimed` when this instance now holds it (also when the call failed
    * with a 5xx or VolumeInUse but the volume is in fact attached here), `taken` otherwise.
    */
-  claimVolume(volumeId: string, instanceId: string, device: string): Promise<ClaimOutcome>;
+  claimVolume(volumeId: string, instanceId: string, device: string, options?: ClaimOptions): Promise<ClaimOutcome>;
   /** Polls the attachment itself until it reaches `state` for this instance, or throws at the deadline. */
-  waitForAttachment(volumeId: string, instanceId: string, state: "attached" | "detached", timeoutMs: number): Promise<void>;
+  waitForAttachment(volumeId: string, instanceId: string, state: "attached" | "detached", timeoutMs: number, options?: Cancellable): Promise<void>;
   /** DetachVolume, never forced. */
-  detachVolume(volumeId: string, instanceId: string): Promise<void>;
+  detachVolume(volumeId: string, instanceId: string, options?: Cancellable): Promise<void>;
   /** DeleteVolume (EC2 refuses unless the volume is available); `gone` when it no longer exists. */
   deleteVolume(volumeId: string): Promise<"deleted" | "gone">;
-  tagVolume(volumeId: string, tags: Record<string, string>): Promise<void>;
+  tagVolume(volumeId: string, tags: Record<string, string>, options?: Cancellable): Promise<void>;
   /**
    * DeleteTags. Keys as a list delete the tags whatever their values; as a record, each tag is
    * deleted only while it still has that value (EC2's conditional delete), so a tag another
    * instance has rewritten in the meantime (`claimed-by`) stays.
    */
-  untagVolume(volumeId: string, keys: string[] | Record<string, string>): Promise<void>;
-  /** DescribeTags for the instance: the fallback when IMDS does not serve tags. */
-  instanceTags(instanceId: string): Promise<Record<string, string>>;
+  untagVolume(volumeId: string, keys: string[] | Record<string, string>, options?: Cancellable): Promise<void>;
   /**
    * DescribeVolumeStatus's initialization details of a volume made from a snapshot: `type`
    * (`default` lazy loading, `provisioned-rate` for VolumeInitializationRate, `volume-copy`),
@@ -110,7 +147,7 @@ export interface HostStorage {
    * Waits (inotify on the by-id folder, not a sleep loop) for the volume's device, then confirms
    * its identity from the NVMe serial before returning the device path (`/dev/nvme1n1`).
    */
-  waitForDevice(volumeId: string, timeoutMs: number): Promise<string>;
+  waitForDevice(volumeId: string, timeoutMs: number, options?: Cancellable): Promise<string>;
   /** The verified device of a volume attached now, or undefined. */
   findDevice(volumeId: string): Promise<string | undefined>;
   /** Probes signatures; throws when the probe itself fails (then nothing may be formatted). */

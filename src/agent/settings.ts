@@ -41,6 +41,7 @@ export function resolveSettings(config: AgentConfig, identity: Identity, options
     withDocker: options.withDocker && effective.docker.control !== "none",
     mayClaim: options.mayClaim ?? true,
     prewarm: effective.prewarm.strategy,
+    claim: { ...effective.claim },
     workspaceCreate: effective.workspace.create,
     workspaceSizeGiB: effective.workspace.sizeGiB,
     ...(workspace.ok && workspace.ids ? { workspace: workspace.ids } : {}),

@@ -4,6 +4,7 @@
  * docker.service; the lab uses it with a lab host's private dockerd and its own IMDS and EC2
  * endpoints.
  */
+import { readFileSync } from "node:fs";
 import type { EC2Client } from "@aws-sdk/client-ec2";
 import { createCloudVolumes } from "../aws/ec2.ts";
 import { createMetadataService, identifyInstance, type MetadataSource } from "../aws/imds.ts";
@@ -53,25 +54,57 @@ function wireCommon(options: WiringOptions) {
   const cloudFor = (region: string): CloudVolumes => {
     let cloud = clouds.get(region);
     if (!cloud) {
-      cloud = createCloudVolumes({ client: options.ec2Client(region), log, ...(options.pollMs ? { pollMs: options.pollMs } : {}) });
+      cloud = sharingDescribeInstance(createCloudVolumes({ client: options.ec2Client(region), log, ...(options.pollMs ? { pollMs: options.pollMs } : {}) }));
       clouds.set(region, cloud);
     }
     return cloud;
   };
   const metadata = options.metadata ?? createMetadataService(config.imdsEndpoint ? { endpoint: config.imdsEndpoint } : {});
+  const bootId = readBootId();
   return {
     config,
     cloudFor,
     log,
     ...(options.defaultDataRoot ? { defaultDataRoot: options.defaultDataRoot } : {}),
+    ...(bootId ? { bootId } : {}),
     identify: () =>
       identifyInstance({
         metadata,
-        ec2Tags: (instanceId, region) => cloudFor(config.region ?? region).instanceTags(instanceId),
+        ec2Tags: async (instanceId, region) => (await cloudFor(config.region ?? region).describeInstance(instanceId)).tags,
         timeoutMs: config.timeouts.imdsSeconds * 1000,
         log,
       }),
   };
+}
+
+/**
+ * One DescribeInstances per instance for the life of a command: identify (the instance's tags,
+ * when IMDS serves none) and observe (its attached volumes) read the same answer, so a boot
+ * pays for the call once. A failed call is not remembered.
+ */
+function sharingDescribeInstance(cloud: CloudVolumes): CloudVolumes {
+  const answers = new Map<string, ReturnType<CloudVolumes["describeInstance"]>>();
+  return {
+    ...cloud,
+    describeInstance(instanceId, call) {
+      let answer = answers.get(instanceId);
+      if (!answer) {
+        answer = cloud.describeInstance(instanceId, call);
+        answers.set(instanceId, answer);
+        answer.catch(() => answers.delete(instanceId));
+      }
+      return answer;
+    },
+  };
+}
+
+/** This boot of the machine, from the kernel; undefined where it cannot be read. */
+function readBootId(): string | undefined {
+  try {
+    return readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim() || undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The host's adapters: storage, daemon.json, the docker API, and the label publisher over them. */

@@ -9,8 +9,8 @@ import {
   CreateVolumeCommand,
   DeleteTagsCommand,
   DeleteVolumeCommand,
+  DescribeInstancesCommand,
   DescribeSnapshotsCommand,
-  DescribeTagsCommand,
   DescribeVolumesCommand,
   DescribeVolumeStatusCommand,
   DetachVolumeCommand,
@@ -25,10 +25,10 @@ import {
   type DeleteTagsCommandOutput,
   type DeleteVolumeCommandInput,
   type DeleteVolumeCommandOutput,
+  type DescribeInstancesCommandInput,
+  type DescribeInstancesCommandOutput,
   type DescribeSnapshotsCommandInput,
   type DescribeSnapshotsCommandOutput,
-  type DescribeTagsCommandInput,
-  type DescribeTagsCommandOutput,
   type DescribeVolumesCommandInput,
   type DescribeVolumesCommandOutput,
   type DescribeVolumeStatusCommandInput,
@@ -37,34 +37,44 @@ import {
   type DetachVolumeCommandOutput,
 } from "@aws-sdk/client-ec2";
 
+/** Per call: cancellation (systemd's SIGTERM) reaches the HTTP request and the SDK's retry waits. */
+export interface CallOptions {
+  signal?: AbortSignal;
+}
+
 /** The EC2 actions the agent uses. */
 export interface Ec2Api {
-  describeVolumes(input: DescribeVolumesCommandInput): Promise<DescribeVolumesCommandOutput>;
-  describeSnapshots(input: DescribeSnapshotsCommandInput): Promise<DescribeSnapshotsCommandOutput>;
-  createVolume(input: CreateVolumeCommandInput): Promise<CreateVolumeCommandOutput>;
-  attachVolume(input: AttachVolumeCommandInput): Promise<AttachVolumeCommandOutput>;
-  detachVolume(input: DetachVolumeCommandInput): Promise<DetachVolumeCommandOutput>;
-  createTags(input: CreateTagsCommandInput): Promise<CreateTagsCommandOutput>;
-  deleteTags(input: DeleteTagsCommandInput): Promise<DeleteTagsCommandOutput>;
-  describeTags(input: DescribeTagsCommandInput): Promise<DescribeTagsCommandOutput>;
-  deleteVolume(input: DeleteVolumeCommandInput): Promise<DeleteVolumeCommandOutput>;
-  describeVolumeStatus(input: DescribeVolumeStatusCommandInput): Promise<DescribeVolumeStatusCommandOutput>;
+  describeVolumes(input: DescribeVolumesCommandInput, options?: CallOptions): Promise<DescribeVolumesCommandOutput>;
+  /** The instance's tags, state and EBS mappings in one call (identity and reboot checks). */
+  describeInstances(input: DescribeInstancesCommandInput, options?: CallOptions): Promise<DescribeInstancesCommandOutput>;
+  describeSnapshots(input: DescribeSnapshotsCommandInput, options?: CallOptions): Promise<DescribeSnapshotsCommandOutput>;
+  createVolume(input: CreateVolumeCommandInput, options?: CallOptions): Promise<CreateVolumeCommandOutput>;
+  attachVolume(input: AttachVolumeCommandInput, options?: CallOptions): Promise<AttachVolumeCommandOutput>;
+  detachVolume(input: DetachVolumeCommandInput, options?: CallOptions): Promise<DetachVolumeCommandOutput>;
+  createTags(input: CreateTagsCommandInput, options?: CallOptions): Promise<CreateTagsCommandOutput>;
+  deleteTags(input: DeleteTagsCommandInput, options?: CallOptions): Promise<DeleteTagsCommandOutput>;
+  deleteVolume(input: DeleteVolumeCommandInput, options?: CallOptions): Promise<DeleteVolumeCommandOutput>;
+  describeVolumeStatus(input: DescribeVolumeStatusCommandInput, options?: CallOptions): Promise<DescribeVolumeStatusCommandOutput>;
 }
 
 /** The interface over a real SDK client (its retry strategy applies to every call). */
 export function sdkEc2Api(client: EC2Client): Ec2Api {
   return {
-    describeVolumes: (input) => client.send(new DescribeVolumesCommand(input)),
-    describeSnapshots: (input) => client.send(new DescribeSnapshotsCommand(input)),
-    createVolume: (input) => client.send(new CreateVolumeCommand(input)),
-    attachVolume: (input) => client.send(new AttachVolumeCommand(input)),
-    detachVolume: (input) => client.send(new DetachVolumeCommand(input)),
-    createTags: (input) => client.send(new CreateTagsCommand(input)),
-    deleteTags: (input) => client.send(new DeleteTagsCommand(input)),
-    describeTags: (input) => client.send(new DescribeTagsCommand(input)),
-    deleteVolume: (input) => client.send(new DeleteVolumeCommand(input)),
-    describeVolumeStatus: (input) => client.send(new DescribeVolumeStatusCommand(input)),
+    describeVolumes: (input, options) => client.send(new DescribeVolumesCommand(input), sendOptions(options)),
+    describeInstances: (input, options) => client.send(new DescribeInstancesCommand(input), sendOptions(options)),
+    describeSnapshots: (input, options) => client.send(new DescribeSnapshotsCommand(input), sendOptions(options)),
+    createVolume: (input, options) => client.send(new CreateVolumeCommand(input), sendOptions(options)),
+    attachVolume: (input, options) => client.send(new AttachVolumeCommand(input), sendOptions(options)),
+    detachVolume: (input, options) => client.send(new DetachVolumeCommand(input), sendOptions(options)),
+    createTags: (input, options) => client.send(new CreateTagsCommand(input), sendOptions(options)),
+    deleteTags: (input, options) => client.send(new DeleteTagsCommand(input), sendOptions(options)),
+    deleteVolume: (input, options) => client.send(new DeleteVolumeCommand(input), sendOptions(options)),
+    describeVolumeStatus: (input, options) => client.send(new DescribeVolumeStatusCommand(input), sendOptions(options)),
   };
+}
+
+function sendOptions(options: CallOptions | undefined) {
+  return options?.signal ? { abortSignal: options.signal } : {};
 }
 
 /** Whether `value` is an SDK client (rather than an Ec2Api already). */

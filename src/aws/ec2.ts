@@ -6,9 +6,15 @@
  * Decisions written down:
  * - Throttling and 5xx are retried by the SDK's standard retry strategy (`createEc2Client`);
  *   a call that still fails with an unknown outcome is settled by describing the volume.
- * - AttachVolume is the lock. Whatever it answers other than success, the volume's attachment
- *   decides: attached (or attaching) to this instance = `claimed`, so a call that EC2 applied
- *   although it answered 500 (and whose SDK retry then got VolumeInUse) counts as claimed.
+ * - AttachVolume is the lock. A VolumeInUse / IncorrectState on the call's first attempt, for a
+ *   volume the caller knows was not attached here (`notHeldHere`: a candidate of a listing, the
+ *   instance holding nothing), is another instance's claim: `taken`, with no describe (a herd
+ *   of losers must not double its calls). Otherwise, after a retried attempt (the SDK's `$metadata.attempts` > 1) or an unknown outcome,
+ *   the volume's attachment decides: attached (or attaching) to this instance = `claimed`, so a
+ *   call that EC2 applied although it answered 500 (and whose retry then got VolumeInUse)
+ *   counts as claimed.
+ * - A volume this process has just created may be unknown to AttachVolume for a few seconds
+ *   (EC2's eventual consistency): NotFound then is retried until a deadline, not `taken`.
  * - A device name already used on this instance is not an error of the volume: the next free
  *   name of /dev/sdf…/dev/sdp is tried (bounded, each failure a cheap 400 that changed nothing).
  * - CreateVolume carries a ClientToken so an SDK retry after a lost answer cannot make a second
@@ -36,8 +42,11 @@ import {
 } from "@aws-sdk/client-ec2";
 import type {
   AttachmentState,
+  Cancellable,
+  ClaimOptions,
   ClaimOutcome,
   CloudVolumes,
+  InstanceInfo,
   SnapshotInfo,
   VolumeInfo,
   VolumeQuery,
@@ -107,7 +116,11 @@ export interface CloudVolumesOptions {
 /** Device names the agent attaches at, in order (EC2's recommended range for EBS data volumes). */
 export const DEVICE_NAMES: readonly string[] = "fghijklmnop".split("").map((letter) => `/dev/sd${letter}`);
 
-const MAX_PAGE = { DescribeVolumes: 500, DescribeSnapshots: 1000, DescribeTags: 1000 } as const;
+const MAX_PAGE = { DescribeVolumes: 500, DescribeSnapshots: 1000 } as const;
+/** EC2's smallest MaxResults for Describe* calls. */
+const MIN_PAGE = 5;
+/** How long a volume this process created may stay invisible to AttachVolume (eventual consistency). */
+const CREATED_VISIBLE_MS = 30_000;
 
 /** An attachment this instance holds (or is getting). */
 const HELD: readonly AttachmentState[] = ["attaching", "attached", "busy"];
@@ -120,29 +133,34 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
   const createTimeoutMs = options.createTimeoutMs ?? 300_000;
   const pageSize = (action: keyof typeof MAX_PAGE) => Math.min(options.pageSize ?? MAX_PAGE[action], MAX_PAGE[action]);
 
+  /** Aborted waits end at once: the caller (a boot cancelled by SIGTERM) undoes what it did. */
+  const pause = (ms: number, options?: Cancellable) => sleep(ms, undefined, options?.signal ? { signal: options.signal } : {});
+
   /** Runs one EC2 call; failures become typed errors naming the action. */
   const call = async <T>(action: string, fn: () => Promise<T>): Promise<T> => {
     try {
       return await fn();
     } catch (error) {
+      if (isAbort(error)) throw error;
       throw ec2CallError(action, error);
     }
   };
 
-  const describeVolume = async (volumeId: string): Promise<VolumeInfo | undefined> => {
+  const describeVolume = async (volumeId: string, options?: Cancellable): Promise<VolumeInfo | undefined> => {
     try {
-      const out = await api.describeVolumes({ VolumeIds: [volumeId] });
+      const out = await api.describeVolumes({ VolumeIds: [volumeId] }, options);
       const found = out.Volumes?.find((v) => v.VolumeId === volumeId);
       return found && toVolumeInfo(found);
     } catch (error) {
+      if (isAbort(error)) throw error;
       if (classifyEc2Error(error).kind === "not-found") return undefined;
       throw ec2CallError("DescribeVolumes", error);
     }
   };
 
   /** After a failed AttachVolume: the volume's attachment says whether this instance holds it. */
-  const settleClaim = async (volumeId: string, instanceId: string, failure: Ec2Failure): Promise<ClaimOutcome> => {
-    const volume = await describeVolume(volumeId);
+  const settleClaim = async (volumeId: string, instanceId: string, failure: Ec2Failure, options?: Cancellable): Promise<ClaimOutcome> => {
+    const volume = await describeVolume(volumeId, options);
     if (!volume) return { kind: "taken", reason: `${failure.code}: ${volumeId} no longer exists` };
     const attachment = volume.attachment;
     if (attachment?.instanceId === instanceId && HELD.includes(attachment.state)) {
@@ -165,31 +183,41 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
     timeoutMs: number,
     done: (volume: VolumeInfo | undefined) => boolean,
     onTimeout: (last: VolumeInfo | undefined) => Error,
+    options?: Cancellable,
   ): Promise<VolumeInfo | undefined> => {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const volume = await describeVolume(volumeId);
+      const volume = await describeVolume(volumeId, options);
       if (done(volume)) return volume;
       const remaining = deadline - Date.now();
       if (remaining <= 0) throw onTimeout(volume);
-      await sleep(Math.min(pollMs, remaining));
+      await pause(Math.min(pollMs, remaining), options);
     }
   };
 
   return {
-    async findVolumes(query: VolumeQuery): Promise<VolumeInfo[]> {
+    async findVolumes(query: VolumeQuery, options?: Cancellable & { firstPage?: number }): Promise<VolumeInfo[]> {
       const filters: Filter[] = tagFilters(query.tags);
       if (query.availabilityZone !== undefined) filters.push({ Name: "availability-zone", Values: [query.availabilityZone] });
       if (query.status !== undefined && query.status.length > 0) filters.push({ Name: "status", Values: [...query.status] });
       if (query.attachedTo !== undefined) filters.push({ Name: "attachment.instance-id", Values: [query.attachedTo] });
       const volumes: VolumeInfo[] = [];
+      // EC2 refuses MaxResults together with VolumeIds: a query by id is one answer anyway.
+      const byIds = query.volumeIds !== undefined;
+      if (byIds && query.volumeIds!.length === 0) return [];
+      const maxResults = byIds ? undefined : Math.max(MIN_PAGE, Math.min(options?.firstPage ?? pageSize("DescribeVolumes"), pageSize("DescribeVolumes")));
       let nextToken: string | undefined;
       do {
         const out = await call("DescribeVolumes", () =>
-          api.describeVolumes({ Filters: filters, MaxResults: pageSize("DescribeVolumes"), NextToken: nextToken }),
+          api.describeVolumes(
+            { Filters: filters, ...(byIds ? { VolumeIds: query.volumeIds } : { MaxResults: maxResults }), NextToken: nextToken },
+            options,
+          ),
         );
         for (const volume of out.Volumes ?? []) volumes.push(toVolumeInfo(volume));
         nextToken = out.NextToken || undefined;
+        // A bounded page of candidates is one call, however large the pool.
+        if (options?.firstPage !== undefined) break;
       } while (nextToken !== undefined);
       log.debug("ec2-find-volumes", `${volumes.length} volumes match`, { filters: JSON.stringify(filters) });
       return volumes;
@@ -197,7 +225,22 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
 
     describeVolume,
 
-    async newestSnapshot(tags: Record<string, string>): Promise<SnapshotInfo | undefined> {
+    async describeInstance(instanceId: string, options?: Cancellable): Promise<InstanceInfo> {
+      const out = await call("DescribeInstances", () => api.describeInstances({ InstanceIds: [instanceId] }, options));
+      const instance = out.Reservations?.flatMap((r) => r.Instances ?? []).find((i) => i.InstanceId === instanceId);
+      if (!instance) throw ec2CallError("DescribeInstances", new Error(`the answer does not describe ${instanceId}`));
+      const root = instance.RootDeviceName;
+      return {
+        instanceId,
+        state: instance.State?.Name ?? "unknown",
+        tags: tagRecord(instance.Tags),
+        volumes: (instance.BlockDeviceMappings ?? [])
+          .filter((m) => m.Ebs?.VolumeId && m.DeviceName !== root && m.Ebs.Status !== "detached")
+          .map((m) => ({ volumeId: m.Ebs!.VolumeId!, device: m.DeviceName ?? "", status: m.Ebs!.Status ?? "attached" })),
+      };
+    },
+
+    async newestSnapshot(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo | undefined> {
       const filters = [...tagFilters(tags), { Name: "status", Values: ["completed"] }];
       let newest: Snapshot | undefined;
       let nextToken: string | undefined;
@@ -208,7 +251,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
             Filters: filters,
             MaxResults: pageSize("DescribeSnapshots"),
             NextToken: nextToken,
-          }),
+          }, options),
         );
         for (const snapshot of out.Snapshots ?? []) {
           if (!newest || startTime(snapshot) > startTime(newest)) newest = snapshot;
@@ -218,18 +261,18 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
       return newest && toSnapshotInfo(newest);
     },
 
-    async createVolume(spec): Promise<VolumeInfo> {
+    async createVolume(spec, options): Promise<VolumeInfo> {
       const input: CreateVolumeCommandInput = {
         AvailabilityZone: spec.availabilityZone,
         VolumeType: spec.volumeType as CreateVolumeCommandInput["VolumeType"],
         TagSpecifications: [{ ResourceType: "volume", Tags: toTags(spec.tags) }],
         // The same token on every SDK retry of this call: EC2 makes one volume, not one per attempt.
-        ClientToken: randomUUID(),
+        ClientToken: spec.clientToken ?? randomUUID(),
       };
       if (spec.snapshotId !== undefined) input.SnapshotId = spec.snapshotId;
       if (spec.sizeGiB !== undefined) input.Size = spec.sizeGiB;
       if (spec.initializationRateMiBps !== undefined) input.VolumeInitializationRate = spec.initializationRateMiBps;
-      const created = await call("CreateVolume", () => api.createVolume(input));
+      const created = await call("CreateVolume", () => api.createVolume(input, options));
       const volumeId = created.VolumeId;
       if (!volumeId) throw ec2CallError("CreateVolume", new Error("the answer names no volume id"));
       log.info("ec2-create-volume", "volume created, waiting until available", {
@@ -244,6 +287,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
         createTimeoutMs,
         (volume) => volume !== undefined && volume.state !== "creating",
         (last) => new VolumeCreateError(volumeId, `still ${last ? `'${last.state}'` : "not visible"} after ${Math.round(createTimeoutMs / 1000)} s`),
+        options,
       );
       // `in-use`: another agent claimed it already (it carries pool tags); the caller's claim will say so.
       if (!ready || (ready.state !== "available" && ready.state !== "in-use")) {
@@ -253,26 +297,40 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
       return ready;
     },
 
-    async claimVolume(volumeId: string, instanceId: string, device: string): Promise<ClaimOutcome> {
+    async claimVolume(volumeId: string, instanceId: string, device: string, options?: ClaimOptions): Promise<ClaimOutcome> {
       const tried: string[] = [];
       let name = device;
-      for (;;) {
+      const notFoundUntil = Date.now() + (options?.justCreated ? CREATED_VISIBLE_MS : 0);
+      for (let round = 1; ; round++) {
         tried.push(name);
         try {
-          await api.attachVolume({ VolumeId: volumeId, InstanceId: instanceId, Device: name });
+          await api.attachVolume({ VolumeId: volumeId, InstanceId: instanceId, Device: name }, options);
           log.info("ec2-claim", "AttachVolume accepted: claimed", { volumeId, instanceId, device: name });
           return { kind: "claimed" };
         } catch (error) {
+          if (isAbort(error)) throw error;
           const failure = classifyEc2Error(error);
           switch (failure.kind) {
             case "volume-in-use":
             case "incorrect-state":
             case "zone-mismatch": {
-              const outcome = await settleClaim(volumeId, instanceId, failure);
+              // Refused at the call's first attempt, for a volume the caller knows was not
+              // attached here before: EC2 changed nothing, so another instance holds it.
+              if (options?.notHeldHere && attemptsOf(error) === 1 && tried.length === 1 && round === 1) {
+                log.info("ec2-claim", "taken", { volumeId, instanceId, code: failure.code });
+                return { kind: "taken", reason: `${failure.code}: ${volumeId} is held by another instance` };
+              }
+              const outcome = await settleClaim(volumeId, instanceId, failure, options);
               if (outcome.kind === "taken") log.info("ec2-claim", "taken", { volumeId, instanceId, reason: outcome.reason });
               return outcome;
             }
             case "not-found":
+              if (Date.now() < notFoundUntil) {
+                log.info("ec2-claim", "the new volume is not visible to AttachVolume yet (EC2's eventual consistency): retrying", { volumeId });
+                tried.pop();
+                await pause(Math.min(pollMs, 1000) * Math.min(round, 4), options);
+                continue;
+              }
               return { kind: "taken", reason: `${failure.code}: ${volumeId} does not exist (any more)` };
             case "device-in-use": {
               const next = DEVICE_NAMES.find((candidate) => !tried.includes(candidate));
@@ -285,7 +343,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
               throw new DeviceNameError(instanceId, volumeId, tried, error);
             case "attachment-limit": {
               // Unless the volume is one of those attachments (an earlier run's claim).
-              const outcome = await settleClaim(volumeId, instanceId, failure);
+              const outcome = await settleClaim(volumeId, instanceId, failure, options);
               if (outcome.kind === "claimed") return outcome;
               throw new AttachmentLimitError(instanceId, volumeId, error);
             }
@@ -296,7 +354,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
                 instanceId,
                 code: failure.code,
               });
-              const outcome = await settleClaim(volumeId, instanceId, failure);
+              const outcome = await settleClaim(volumeId, instanceId, failure, options);
               if (outcome.kind === "taken") log.warning("ec2-claim", "taken", { volumeId, instanceId, reason: outcome.reason });
               return outcome;
             }
@@ -305,7 +363,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
       }
     },
 
-    async waitForAttachment(volumeId, instanceId, state, timeoutMs): Promise<void> {
+    async waitForAttachment(volumeId, instanceId, state, timeoutMs, options): Promise<void> {
       const describe = (volume: VolumeInfo | undefined) => {
         if (!volume) return "volume not found";
         const a = volume.attachment;
@@ -325,17 +383,19 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
           return attachment?.state === "attached" || attachment?.state === "busy";
         },
         (last) => new AttachmentTimeoutError(volumeId, instanceId, state, describe(last), timeoutMs),
+        options,
       );
       log.info("ec2-attachment", `${volumeId} ${state}`, { volumeId, instanceId });
     },
 
-    async detachVolume(volumeId: string, instanceId: string): Promise<void> {
+    async detachVolume(volumeId: string, instanceId: string, options?: Cancellable): Promise<void> {
       try {
         // Never Force: on EC2 it can lose data, and a stuck detach needs a person, not the agent.
-        await api.detachVolume({ VolumeId: volumeId, InstanceId: instanceId });
+        await api.detachVolume({ VolumeId: volumeId, InstanceId: instanceId }, options);
         log.info("ec2-detach", "DetachVolume accepted", { volumeId, instanceId });
         return;
       } catch (error) {
+        if (isAbort(error)) throw error;
         const failure = classifyEc2Error(error);
         if (failure.kind === "not-found" || failure.kind === "attachment-not-found") {
           log.info("ec2-detach", "not attached to this instance: nothing to detach", { volumeId, instanceId, code: failure.code });
@@ -343,7 +403,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
         }
         if (failure.kind !== "incorrect-state" && !outcomeUnknown(failure)) throw ec2CallError("DetachVolume", error);
         // IncorrectState: already detached (or detaching). Unknown outcome: maybe applied.
-        const attachment = (await describeVolume(volumeId))?.attachment;
+        const attachment = (await describeVolume(volumeId, options))?.attachment;
         if (attachment?.instanceId === instanceId && HELD.includes(attachment.state)) {
           throw ec2CallError("DetachVolume", error);
         }
@@ -366,17 +426,17 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
       }
     },
 
-    async tagVolume(volumeId: string, tags: Record<string, string>): Promise<void> {
+    async tagVolume(volumeId: string, tags: Record<string, string>, options?: Cancellable): Promise<void> {
       if (Object.keys(tags).length === 0) return;
-      await call("CreateTags", () => api.createTags({ Resources: [volumeId], Tags: toTags(tags) }));
+      await call("CreateTags", () => api.createTags({ Resources: [volumeId], Tags: toTags(tags) }, options));
     },
 
-    async untagVolume(volumeId: string, keys: string[] | Record<string, string>): Promise<void> {
+    async untagVolume(volumeId: string, keys: string[] | Record<string, string>, options?: Cancellable): Promise<void> {
       // A tag with a Value is deleted only while it has that value (see CloudVolumes.untagVolume).
       const tags: Tag[] = Array.isArray(keys) ? keys.map((Key) => ({ Key })) : toTags(keys);
       // DeleteTags without Tag entries deletes every tag of the resource.
       if (tags.length === 0) return;
-      await call("DeleteTags", () => api.deleteTags({ Resources: [volumeId], Tags: tags }));
+      await call("DeleteTags", () => api.deleteTags({ Resources: [volumeId], Tags: tags }, options));
     },
 
     async initializationStatus(volumeId: string) {
@@ -389,27 +449,17 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
         ...(details.EstimatedTimeToCompleteInSeconds !== undefined ? { etaSeconds: details.EstimatedTimeToCompleteInSeconds } : {}),
       };
     },
-
-    async instanceTags(instanceId: string): Promise<Record<string, string>> {
-      const tags: Record<string, string> = {};
-      let nextToken: string | undefined;
-      do {
-        const out = await call("DescribeTags", () =>
-          api.describeTags({
-            Filters: [
-              { Name: "resource-id", Values: [instanceId] },
-              { Name: "resource-type", Values: ["instance"] },
-            ],
-            MaxResults: pageSize("DescribeTags"),
-            NextToken: nextToken,
-          }),
-        );
-        for (const tag of out.Tags ?? []) if (tag.Key !== undefined) tags[tag.Key] = tag.Value ?? "";
-        nextToken = out.NextToken || undefined;
-      } while (nextToken !== undefined);
-      return tags;
-    },
   };
+}
+
+/** How many attempts the SDK made for a failed call (1: it refused the first, nothing was retried). */
+function attemptsOf(error: unknown): number | undefined {
+  return (error as { $metadata?: { attempts?: number } } | undefined)?.$metadata?.attempts;
+}
+
+/** An aborted call (cancellation), which is no EC2 failure and must not be classified as one. */
+export function isAbort(error: unknown): boolean {
+  return (error as { name?: unknown } | undefined)?.name === "AbortError";
 }
 
 /** EC2 filter values treat `*`, `?` and `\` as wildcards / escape: a literal value escapes them. */

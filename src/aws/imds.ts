@@ -45,8 +45,7 @@ export function createMetadataService(options: MetadataServiceOptions = {}): Met
 
 export interface IdentifyOptions {
   metadata: MetadataSource;
-  /** The instance's tags from EC2 (DescribeTags): used when IMDS does not serve tags. */
-  /** DescribeTags for the instance, in its region (the fallback when IMDS serves no tags). */
+  /** The instance's tags from EC2 (DescribeInstances), in its region: used when IMDS serves no tags. */
   ec2Tags: (instanceId: string, region: string) => Promise<Record<string, string>>;
   /** Deadline for the whole identification, retries included. */
   timeoutMs: number;
@@ -112,7 +111,7 @@ export async function identifyInstance(options: IdentifyOptions): Promise<Identi
   let tagsSource: Identity["tagsSource"];
   const listing = await read(TAGS, true);
   if (listing === undefined) {
-    log.info("identify", "IMDS serves no instance tags (InstanceMetadataTags disabled): reading them with DescribeTags", {
+    log.info("identify", "IMDS serves no instance tags (InstanceMetadataTags disabled): reading them from EC2 (DescribeInstances)", {
       instanceId,
     });
     tags = await options.ec2Tags(instanceId, region);

@@ -4,7 +4,7 @@
  */
 import { Command } from "commander";
 import { runBoot, type BootOutcome } from "../agent/boot-command.ts";
-import { hostContext } from "./common.ts";
+import { hostContext, sigtermSignal } from "./common.ts";
 
 export interface BootCliOptions {
   config?: string;
@@ -58,8 +58,9 @@ export function bootCommand(): Command {
       "second boot phase (after docker.service): only reuse a volume already attached; never claim or create one",
     )
     .action(async (opts: BootCliOptions) => {
-      const { deps } = await hostContext(opts.config);
-      const outcome = await runBoot(deps, { dryRun: opts.dryRun ?? false, withDocker: opts.docker, mayClaim: opts.claim });
+      const { deps, log } = await hostContext(opts.config);
+      const signal = sigtermSignal(log);
+      const outcome = await runBoot(deps, { dryRun: opts.dryRun ?? false, withDocker: opts.docker, mayClaim: opts.claim, signal });
       printOutcome(outcome, opts.json ?? false, (line) => process.stdout.write(line + "\n"));
       process.exitCode = outcome.exitCode;
     });

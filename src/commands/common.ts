@@ -67,6 +67,20 @@ export async function startBackgroundPrewarm(configPath: string | undefined): Pr
   child.unref();
 }
 
+/**
+ * An abort signal for systemd's SIGTERM (a stop, or TimeoutStartSec/TimeoutStopSec). Handling
+ * the signal keeps Node from dying at once: the command undoes (boot) or finishes its current
+ * step (release) and exits by itself; systemd's SIGKILL still follows after its timeout.
+ */
+export function sigtermSignal(log: Logger): AbortSignal {
+  const controller = new AbortController();
+  process.once("SIGTERM", () => {
+    log.warning("agent.sigterm", "SIGTERM received: stopping after the step in flight");
+    controller.abort();
+  });
+  return controller.signal;
+}
+
 /** Parses a whole number option (commander). */
 export function wholeNumber(value: string): number {
   const n = Number(value);

@@ -8,7 +8,7 @@ import { hostContext } from "./common.ts";
 
 export function poolCommand(): Command {
   return new Command("pool")
-    .description("list the pool and workspace volumes the agent manages: zone, state, claimed-by, age, expiry")
+    .description("list the pool and workspace volumes the agent manages: zone, state, claimed-by, age, expiry, last error (quarantined)")
     .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
     .option("--pool <name>", "only this pool")
     .option("--json", "JSON for scripts")
@@ -22,7 +22,7 @@ export function poolCommand(): Command {
       const volumes = await cloud.findVolumes({
         tags: { [VolumeTag.managed]: "true", ...(opts.pool ? { [VolumeTag.pool]: opts.pool } : {}) },
       });
-      const rows = poolRows(volumes, new Date());
+      const rows = poolRows(volumes, new Date(), context.config.claim.quarantineHours);
       process.stdout.write((opts.json ? JSON.stringify(rows, null, 2) : renderPoolTable(rows)) + "\n");
     });
 }

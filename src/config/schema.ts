@@ -159,6 +159,46 @@ export const CONFIG_SCHEMA = {
       description:
         "Volume initialization rate (MiB/s) requested for volumes created from a snapshot; null leaves blocks to load lazily.",
     },
+    claim: {
+      kind: "group",
+      description: "How a boot picks and claims a volume when many machines boot at once.",
+      fields: {
+        candidatesPerListing: {
+          kind: "number",
+          default: 50,
+          min: 5,
+          max: 500,
+          integer: true,
+          description:
+            "Available volumes asked of EC2 in one DescribeVolumes (one page): a boot's EC2 calls do not grow with the pool. After losing a volume to another machine, the boot asks again for a fresh page.",
+        },
+        maxVolumes: {
+          kind: "number",
+          default: 3,
+          min: 1,
+          max: 10,
+          integer: true,
+          description:
+            "Volumes one boot may take in turn when a claimed volume turns out unusable (foreign filesystem, no device): each is handed back, tagged `ebs-cache:last-error`, and the next candidate tried.",
+        },
+        maxLosses: {
+          kind: "number",
+          default: 5,
+          min: 1,
+          max: 50,
+          integer: true,
+          description: "Claims one boot may lose to other machines (VolumeInUse) before it falls back to the snapshot or degrades.",
+        },
+        quarantineHours: {
+          kind: "number",
+          default: 6,
+          min: 0,
+          max: 720,
+          description:
+            "A volume tagged `ebs-cache:last-error` less than this long ago (tag `ebs-cache:last-error-at`) is not a candidate; 0 turns quarantine off. `ebs-cache-agent pool` shows quarantined volumes.",
+        },
+      },
+    },
     timeouts: {
       kind: "group",
       description: "How long each wait may last before the agent gives up on it.",

@@ -100,7 +100,7 @@ export async function findVolumeDevice(volumeId: string, where: DeviceLocations)
  * malicious) is never used: the wait goes on in case udev replaces it, and the deadline then
  * throws its DeviceIdentityError. No device at the deadline: DeviceTimeoutError.
  */
-export async function waitForVolumeDevice(volumeId: string, timeoutMs: number, where: DeviceLocations): Promise<string> {
+export async function waitForVolumeDevice(volumeId: string, timeoutMs: number, where: DeviceLocations, signal?: AbortSignal): Promise<string> {
   assertVolumeId(volumeId);
   if (!Number.isFinite(timeoutMs) || timeoutMs < 0) throw new RangeError(`invalid timeout ${timeoutMs} ms`);
   const { log } = where;
@@ -113,11 +113,16 @@ export async function waitForVolumeDevice(volumeId: string, timeoutMs: number, w
   let last: LinkState = { kind: "absent" };
   const watchedTargets = new Set<string>();
 
+  signal?.throwIfAborted();
   return new Promise<string>((resolvePromise, rejectPromise) => {
+    // Cancellation (SIGTERM) ends the wait at once, watchers closed, with the signal's AbortError.
+    const onAbort = () => finish({ error: signal!.reason });
+    signal?.addEventListener("abort", onAbort, { once: true });
     const finish = (outcome: { device: string } | { error: unknown }) => {
       if (done) return;
       done = true;
       clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
       void Promise.all(watchers.map((w) => w.close().catch(() => undefined))).then(() => {
         if ("device" in outcome) resolvePromise(outcome.device);
         else rejectPromise(outcome.error);

@@ -31,7 +31,7 @@ export function createHostStorage(options: HostStorageOptions = {}): HostStorage
   };
   const { log } = options;
   return {
-    waitForDevice: (volumeId, timeoutMs) => waitForVolumeDevice(volumeId, timeoutMs, where),
+    waitForDevice: (volumeId, timeoutMs, call) => waitForVolumeDevice(volumeId, timeoutMs, where, call?.signal),
     findDevice: (volumeId) => findVolumeDevice(volumeId, where),
     probe: (device) => probeDevice(device, { log }),
     format: (device, label) => formatDevice(device, label, { log }),

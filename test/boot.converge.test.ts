@@ -1,0 +1,135 @@
+/**
+ * Boots that converge and hold (lab): claim tags ensured on every run, a bad volume quarantined
+ * and passed over for the next candidate, and SIGTERM during a boot undoing what it holds.
+ */
+import t from "tap";
+import { fileURLToPath } from "node:url";
+import { AttachVolumeCommand, CreateTagsCommand } from "@aws-sdk/client-ec2";
+import { execa } from "execa";
+import { ExitCode } from "../src/errors.ts";
+import { run } from "../src/exec.ts";
+import { writeLabConfig } from "../src/lab/agent.ts";
+import { orderCandidates } from "../src/agent/plan.ts";
+import { VolumeTag } from "../src/tags.ts";
+import { goldenPoolTags, startBootLab } from "./fixtures/boot-lab.ts";
+import { assertLabPrerequisites, childEnv, pollUntil } from "./fixtures/lab-prereq.ts";
+
+await assertLabPrerequisites();
+
+const bl = await startBootLab({ name: "test-boot-converge", poolSize: 0 });
+t.teardown(() => bl.close());
+
+const CLI = fileURLToPath(new URL("../src/cli.ts", import.meta.url));
+
+t.test("a reused attachment whose claim tags were never written (killed after AttachVolume) gets them; stale release and error tags go", async (t) => {
+  const [volumeId] = await bl.createPool("stale-tags", 1);
+  const host = await bl.addHost();
+  // What a boot killed right after AttachVolume leaves: attached here, an earlier release's
+  // expiry and an earlier instance's error still on the volume, no claimed-by.
+  const ec2 = bl.lab.ec2Client();
+  await ec2.send(new CreateTagsCommand({
+    Resources: [volumeId!],
+    Tags: [
+      { Key: VolumeTag.releasedAt, Value: "2026-01-01T00:00:00.000Z" },
+      { Key: VolumeTag.expiresAt, Value: "2026-01-02T00:00:00.000Z" },
+      { Key: VolumeTag.lastError, Value: "i-0123456789abcdef0: an old failure" },
+      { Key: VolumeTag.lastErrorAt, Value: "2026-01-01T00:00:00.000Z" },
+    ],
+  }));
+  await ec2.send(new AttachVolumeCommand({ VolumeId: volumeId!, InstanceId: host.instance.instanceId, Device: "/dev/sdf" }));
+
+  const booted = await bl.boot(host, { overrides: { pool: "stale-tags" } });
+  t.equal(booted.result?.outcome, "ready", "ready on the attached volume", booted.result?.outcome === "ready" ? {} : { log: booted.log.join("\n") });
+  t.equal(booted.plan.selection.source, "attached");
+  const tags = await bl.tags(volumeId!);
+  t.equal(tags[VolumeTag.claimedBy], host.instance.instanceId, "claimed-by written by the rerun");
+  t.ok(tags[VolumeTag.claimedAt], "claimed-at written");
+  for (const key of [VolumeTag.releasedAt, VolumeTag.expiresAt, VolumeTag.lastError, VolumeTag.lastErrorAt]) {
+    t.equal(tags[key], undefined, `${key} removed`);
+  }
+
+  // Right already: a second run writes no tag.
+  const before = bl.calls.length;
+  const again = await bl.boot(host, { overrides: { pool: "stale-tags" } });
+  t.equal(again.result?.outcome, "ready");
+  const mine = bl.calls.slice(before).map((c) => c.command);
+  t.notOk(mine.includes("CreateTagsCommand") || mine.includes("DeleteTagsCommand"), "no tag call when the tags are right", { calls: mine });
+  // The pre-warm asks DescribeVolumeStatus of a volume from a snapshot not yet initialized: its own call.
+  const claimPath = mine.filter((c) => c !== "DescribeVolumeStatusCommand");
+  t.same(claimPath, ["DescribeInstancesCommand", "DescribeVolumesCommand"], "a reboot asks EC2 twice: the instance, its attached volume");
+  await host.dockerd?.stop();
+});
+
+t.test("a foreign volume first in the order is handed back quarantined and the next candidate is claimed; the next boot does not try it", async (t) => {
+  const pool = "bad-first";
+  const [good] = await bl.createPool(pool, 1);
+  const bad = await bl.createBlankVolume(goldenPoolTags(pool, bl.golden));
+  await bl.withVolume(bad, (device) => run("mkfs.ext4", ["-q", "-L", "other", device]));
+
+  // A host whose order puts the bad volume first.
+  let host = await bl.addHost();
+  for (let i = 0; i < 20 && orderCandidates(host.instance.instanceId, [good!, bad])[0] !== bad; i++) host = await bl.addHost();
+  t.equal(orderCandidates(host.instance.instanceId, [good!, bad])[0], bad, "this host tries the bad volume first");
+
+  const booted = await bl.boot(host, { overrides: { pool } });
+  t.equal(booted.result?.outcome, "ready", "ready on the next candidate", booted.result?.outcome === "ready" ? {} : { result: booted.result, log: booted.log.join("\n") });
+  t.equal(booted.result?.volumeId, good, "on the good volume");
+  // (The good one may take two calls: the bad one still holds /dev/sdf while it detaches, and
+  // EC2 refuses a name in use, so the next name is tried.)
+  t.same([...new Set(bl.attachCalls(host.instance.instanceId))], [bad, good], "claimed the bad one, then the good one");
+  t.ok(await bl.waitAvailable(bad), "the bad volume is detached again");
+  const tags = await bl.tags(bad);
+  t.match(tags[VolumeTag.lastError], new RegExp(`^${host.instance.instanceId}: .*ext4`), "last-error says why");
+  t.ok(Date.parse(tags[VolumeTag.lastErrorAt] ?? "") > Date.now() - 3600_000, "last-error-at is now");
+  t.notOk(tags[VolumeTag.claimedBy], "no claim left on it");
+  t.equal((await bl.withVolume(bad, (device) => run("blkid", ["-p", "-o", "value", "-s", "LABEL", device]))).stdout.trim(), "other", "its filesystem untouched");
+
+  // Another host, whatever its order: the quarantined volume is no candidate.
+  const other = await bl.addHost();
+  const second = await bl.boot(other, { overrides: { pool, createFromSnapshot: false } });
+  t.equal(second.result?.outcome, "degraded", "nothing else left in the pool");
+  t.same(bl.attachCalls(other.instance.instanceId), [], "the quarantined volume was not tried");
+  t.match(second.result?.reason, /no available volume in the pool/);
+
+  // Quarantine off: it is a candidate again (and fails again, handed back).
+  const third = await bl.addHost();
+  const retried = await bl.boot(third, { overrides: { pool, createFromSnapshot: false, claim: { quarantineHours: 0 } } });
+  t.equal(retried.result?.outcome, "degraded");
+  t.same(bl.attachCalls(third.instance.instanceId), [bad], "with quarantine off it is tried");
+  await host.dockerd?.stop();
+});
+
+t.test("SIGTERM while the boot waits for its device: the wait stops, the volume is handed back, the node degrades (exit 4)", async (t) => {
+  const pool = "sigterm";
+  const [volumeId] = await bl.createPool(pool, 1);
+  const host = await bl.addHost();
+  // The attachment never completes: the boot waits for its device until the signal.
+  bl.lab.ec2.setFaults({ stuckAttach: [volumeId!] });
+  t.teardown(() => bl.lab.ec2.setFaults({}));
+  const config = await writeLabConfig(bl.lab, host, { pool, docker: { control: "none" }, timeouts: { attachSeconds: 600, deviceSeconds: 600 } });
+  const child = execa(process.execPath, ["--import", "tsx", CLI, "boot", "--no-docker", "--json", "--config", config], {
+    cwd: fileURLToPath(new URL("..", import.meta.url)),
+    env: childEnv(),
+    extendEnv: false,
+    reject: false,
+    stdin: "ignore",
+    timeout: 240_000,
+  });
+  const attachedHere = async () => (await bl.describe(volumeId!)).Attachments?.some((a) => a.InstanceId === host.instance.instanceId && a.State !== "detached") ?? false;
+  t.ok(await pollUntil(attachedHere), "the claim was made");
+  child.kill("SIGTERM");
+  const result = await child;
+  t.equal(result.exitCode, ExitCode.degraded, "exit code 4", { stderr: String(result.stderr).slice(-2000) });
+  const printed = JSON.parse(String(result.stdout)) as { result: { outcome: string; reason: string } };
+  t.equal(printed.result.outcome, "degraded");
+  t.match(printed.result.reason, /SIGTERM/, "the reason says SIGTERM");
+  t.match(String(result.stderr), /agent\.sigterm/, "the signal is logged");
+  bl.lab.ec2.setFaults({});
+  t.ok(
+    await pollUntil(async () => !(await attachedHere())),
+    "the volume was handed back (detached, never forced)",
+  );
+  t.notOk((await bl.tags(volumeId!))[VolumeTag.claimedBy], "no claim tag left");
+  t.notOk((await bl.tags(volumeId!))[VolumeTag.lastError], "not quarantined: the volume did nothing wrong");
+  t.equal(bl.lab.ec2.snapshotState().volumes[volumeId!]?.forceDetachCount, 0, "never force-detached");
+});
