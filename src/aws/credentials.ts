@@ -17,7 +17,7 @@
  */
 import { fromEnv } from "@aws-sdk/credential-provider-env";
 import { fromInstanceMetadata } from "@smithy/credential-provider-imds";
-import type { AwsCredentialIdentity, AwsCredentialIdentityProvider } from "@smithy/types";
+import type { AwsCredentialIdentity, AwsCredentialIdentityProvider, Logger as SdkLogger } from "@smithy/types";
 import { describeError } from "../errors.ts";
 import { createLogger, type Logger } from "../log.ts";
 import { CredentialsUnavailableError } from "./errors.ts";
@@ -84,7 +84,7 @@ export function instanceProfileCredentials(options: InstanceProfileOptions): Aws
       const credentials = await retry(
         () => {
           attempts++;
-          return fromInstanceMetadata({ timeout: options.requestTimeoutMs, maxRetries: 0, ec2MetadataV1Disabled: true })();
+          return fromInstanceMetadata({ timeout: options.requestTimeoutMs, maxRetries: 0, ec2MetadataV1Disabled: true, logger: sdkLogger(log) })();
         },
         {
           isRetryable: (error) => !FINAL_STATUSES.has(imdsStatusOf(error) ?? 0),
@@ -126,6 +126,17 @@ export function agentCredentials(options: { static?: StaticCredentials; instance
     // Read at each fetch, as the SDK's chain does: a variable set later still counts.
     if (process.env.AWS_ACCESS_KEY_ID && process.env.AWS_SECRET_ACCESS_KEY) return fromEnv()();
     return instanceProfile();
+  };
+}
+
+/** The SDK provider's few messages (e.g. an expiry extended while IMDS is down) into the agent's log, not the console. */
+function sdkLogger(log: Logger): SdkLogger {
+  const text = (parts: unknown[]) => parts.map((part) => (typeof part === "string" ? part : describeError(part))).join(" ");
+  return {
+    debug: (...parts: unknown[]) => log.debug("credentials-sdk", text(parts)),
+    info: (...parts: unknown[]) => log.debug("credentials-sdk", text(parts)),
+    warn: (...parts: unknown[]) => log.warning("credentials-sdk", text(parts)),
+    error: (...parts: unknown[]) => log.error("credentials-sdk", text(parts)),
   };
 }
 
