@@ -5,7 +5,8 @@
  * leave the node degraded (exit 4) with a reason that says credentials, not IAM; a real
  * permission refusal by EC2 also leaves the node degraded but fails the unit (exit 1) with the
  * IAM hint. Each boot is the first phase (`--no-docker`, `docker.control: none`): claim, format
- * (a blank workspace volume the agent creates), mount and switch daemon.json, no docker.
+ * (a blank workspace volume the agent creates), mount and switch daemon.json, no docker. The
+ * second phase (`--no-claim`) that cannot ask EC2 fails and leaves daemon.json on the volume.
  */
 import t from "tap";
 import { execa } from "execa";
@@ -48,10 +49,10 @@ interface Run {
  * `boot --no-docker --json` as a process with no AWS_* variable: its credentials can only come
  * from the host's IMDS (config `imdsEndpoint`), through the agent's instance-profile provider.
  */
-async function bootCli(host: LabHost, overrides: ConfigOverrides = {}): Promise<Run> {
+async function bootCli(host: LabHost, overrides: ConfigOverrides = {}, phase = "--no-docker"): Promise<Run> {
   const config = await writeLabConfig(bl.lab, host, { ...OVERRIDES, ...overrides });
   const env = Object.fromEntries(Object.entries(childEnv()).filter(([key]) => !key.startsWith("AWS_")));
-  const result = await execa(process.execPath, ["--import", "tsx", join(REPO, "src", "cli.ts"), "boot", "--no-docker", "--json", "--config", config], {
+  const result = await execa(process.execPath, ["--import", "tsx", join(REPO, "src", "cli.ts"), "boot", phase, "--json", "--config", config], {
     cwd: REPO,
     env: { ...env, AWS_CONFIG_FILE: "/nonexistent/aws-config", AWS_SHARED_CREDENTIALS_FILE: "/nonexistent/aws-credentials" },
     extendEnv: false,
@@ -91,6 +92,18 @@ t.test("credentials answering after 3 s (the SDK's default gives up after 1 s): 
   if (volumeId) t.equal((await bl.tags(volumeId))[VolumeTag.claimedBy], host.instance.instanceId, "claimed by this instance");
   t.equal(roleFetches(host).length, 1, "the credentials were fetched once for the whole boot");
   t.match(run.stderr, /instance-profile credentials from IMDS/);
+
+  // The second phase (after docker.service) without credentials: docker may run on the volume
+  // already, so it must not be moved off it: exit 1, daemon.json left on the volume.
+  const dataRoot = (JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as Record<string, unknown>)["data-root"];
+  t.match(dataRoot, new RegExp(`^${host.paths.mountRoot}/`), "daemon.json points at the volume");
+  host.imds.slowCredentials(600_000);
+  const second = await bootCli(host, { timeouts: { imdsSeconds: 3, imdsRequestSeconds: 1 } }, "--no-claim");
+  t.equal(second.exitCode, ExitCode.failure, "--no-claim without credentials: exit 1", { stderr: second.stderr });
+  t.match(second.stderr, /no instance-profile credentials/);
+  const after = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as Record<string, unknown>;
+  t.equal(after["data-root"], dataRoot, "daemon.json still on the volume");
+  t.notMatch(JSON.stringify(after.labels ?? []), /state=degraded/, "no degraded label over a prepared volume");
 });
 
 t.test("credentials that never come within timeouts.imdsSeconds: degraded, exit 4, the reason says credentials (not IAM), no EC2 call", async (t) => {

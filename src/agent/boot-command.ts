@@ -87,7 +87,10 @@ export async function runBoot(deps: BootCommandDeps, options: { dryRun: boolean;
  * the SDK's retries, a permission refused) — plans the degraded boot instead, so the same
  * degrade path runs: docker on its default data-root, the `degraded` label with the reason.
  * `transient` tells a failure that may clear (exit 4) from one an operator must fix (exit 1).
- * Anything else (a bug, an unexpected answer) is thrown as before.
+ * Anything else (a bug, an unexpected answer) is thrown as before, and so is every failure of a
+ * run that may not claim (`--no-claim`, after docker started): docker may already run on the
+ * volume the first phase mounted, and a degrade would move it off that volume under a node
+ * that may have joined the swarm; that run fails and leaves docker as it is.
  */
 async function observeOrDegrade(
   cloud: CloudVolumes,
@@ -99,7 +102,7 @@ async function observeOrDegrade(
     return { observed: await observeBoot(cloud, identity, settings) };
   } catch (error) {
     const failure = cloudFailureOf(error);
-    if (!failure) throw error;
+    if (!failure || !settings.mayClaim) throw error;
     const { transient } = failure;
     const reason = describeError(error);
     log.error("boot.observe", `${reason}; no volume was claimed`, {
