@@ -148,3 +148,25 @@ t.test("EC2 refusing the role (UnauthorizedOperation): degraded as well, but exi
   const daemonJson = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as Record<string, unknown>;
   t.match(JSON.stringify(daemonJson.labels ?? []), /io\.simcore\.ebs-cache\.state=degraded/, "the degraded label is published");
 });
+
+t.test("a burst of agents whose IMDS is slow to hand out credentials: every exit code is 0 or 4, never 1", async (t) => {
+  // 4 hosts whose credentials take 3 s per answer, 2 whose credentials never come in time.
+  const slow = await Promise.all([0, 1, 2, 3].map(() => bl.addHost({ tags: hostIds() })));
+  const never = await Promise.all([0, 1].map(() => bl.addHost({ tags: hostIds() })));
+  for (const host of slow) host.imds.slowCredentials(3_000);
+  for (const host of never) host.imds.slowCredentials(600_000);
+  // The slow ones with the defaults (5 s per answer); the others with a short budget.
+  const runs = await Promise.all([
+    ...slow.map((host) => bootCli(host)),
+    ...never.map((host) => bootCli(host, { timeouts: { imdsSeconds: 4, imdsRequestSeconds: 1 } })),
+  ]);
+  t.same(
+    runs.map((run) => run.exitCode),
+    [0, 0, 0, 0, ExitCode.degraded, ExitCode.degraded],
+    "slow credentials: prepared; no credentials: degraded",
+    { stderr: runs.map((run) => run.stderr.split("\n").filter((line) => /^<[0-3]>/.test(line)).join("\n")) },
+  );
+  const volumes = runs.slice(0, 4).map((run) => run.result?.volumeId);
+  t.equal(new Set(volumes.filter(Boolean)).size, 4, "each prepared agent on a volume of its own");
+  for (const run of runs.slice(4)) t.match(run.result?.reason, /no instance-profile credentials/, "the degraded ones say why");
+});
