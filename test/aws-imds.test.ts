@@ -8,7 +8,7 @@ import { createServer } from "node:net";
 import type { AddressInfo } from "node:net";
 import { createCloudVolumes, createEc2Client } from "../src/aws/ec2.ts";
 import { ImdsUnavailableError } from "../src/aws/errors.ts";
-import { createMetadataService, identifyInstance } from "../src/aws/imds.ts";
+import { createMetadataService, identifyInstance, imdsTagKeyProblem } from "../src/aws/imds.ts";
 import { retry, RetryDeadlineError } from "../src/aws/retry.ts";
 import type { AgentError } from "../src/errors.ts";
 import { LAB_CREDENTIALS, startLab } from "../src/lab/lab.ts";
@@ -25,12 +25,15 @@ const client = createEc2Client({ region: lab.region, endpoint: lab.ec2.endpoint,
 t.teardown(() => client.destroy());
 const cloud = createCloudVolumes({ client, log });
 
+/** Keys IMDS can serve: every character EC2 allows there (`- _ + = , . @ :`), none needing encoding. */
 const hostTags = {
   Name: "swarm-worker",
   [VolumeTag.pool]: "builders",
-  "cost center": "42",
+  "cost+center=ops,eu@team:1": "42",
   "io.simcore.autoscaling.ec2_instance.docker_node_labels": JSON.stringify({ "user-id": "7", "node-id": "n-1" }),
 };
+/** Keys EC2 keeps off an instance with metadata tags: such an instance reads them from EC2 (DescribeInstances). */
+const describeOnlyTags = { ...hostTags, "cost center": "42", "k8s.io/cluster/lab": "owned" };
 
 /** ec2Tags for tests where IMDS must serve the tags: any call is a failure. */
 const noEc2Tags = async (instanceId: string): Promise<Record<string, string>> => {
@@ -54,7 +57,7 @@ t.test("identity and tags from IMDS", async (t) => {
 });
 
 t.test("InstanceMetadataTags disabled: tags from EC2 DescribeInstances", async (t) => {
-  const host = await lab.addHost({ tags: hostTags, metadataTags: false });
+  const host = await lab.addHost({ tags: describeOnlyTags, metadataTags: false });
   const asked: string[] = [];
   const identity = await identifyInstance({
     metadata: createMetadataService({ endpoint: host.imds.endpoint }),
@@ -66,9 +69,44 @@ t.test("InstanceMetadataTags disabled: tags from EC2 DescribeInstances", async (
     log,
   });
   t.same(asked, [host.instance.instanceId]);
-  t.same(identity.tags, hostTags);
+  t.same(identity.tags, describeOnlyTags, "keys with spaces and '/' included");
   t.equal(identity.tagsSource, "ec2");
   t.ok(host.imds.requests.some((r) => r.path.endsWith("/tags/instance") && r.status === 404), "IMDS said 404 for the tags");
+});
+
+t.test("IMDS tag-key rules: EC2 refuses an instance with metadata tags and a key IMDS cannot serve", async (t) => {
+  for (const key of ["cost center", "k8s.io/cluster/lab", ".", "..", "_index", "caf\u00e9"]) {
+    t.match(imdsTagKeyProblem(key), /is not a valid tag key\. Tag keys must match pattern/, JSON.stringify(key));
+    await t.rejects(lab.addHost({ tags: { [key]: "x" } }), { message: /is not a valid tag key/ }, `${JSON.stringify(key)}: launch refused`);
+  }
+  for (const key of ["Name", "ebs-cache:pool", "a.b_c-d+e=f,g@h:i", "_index2", "..."]) t.equal(imdsTagKeyProblem(key), undefined, key);
+  // With metadata tags off the same keys are fine (EC2 serves them).
+  await t.resolves(lab.addHost({ tags: { "cost center": "42" }, metadataTags: false }));
+});
+
+t.test("a key IMDS cannot serve that shows up anyway: identify falls back to EC2", async (t) => {
+  const host = await lab.addHost({ tags: { Name: "odd" } });
+  // Only reachable behind EC2's back (the live object): what a lenient emulator or a future
+  // IMDS change could list. The agent must not act on a partial tag set.
+  host.instance.tags["k8s.io/cluster/lab"] = "owned";
+  const asked: string[] = [];
+  const identity = await identifyInstance({
+    metadata: createMetadataService({ endpoint: host.imds.endpoint }),
+    ec2Tags: async (instanceId) => {
+      asked.push(instanceId);
+      return { Name: "odd", "k8s.io/cluster/lab": "owned" };
+    },
+    timeoutMs: 30_000,
+    log,
+  });
+  t.same(asked, [host.instance.instanceId], "EC2 asked once");
+  t.equal(identity.tagsSource, "ec2");
+  t.same(identity.tags, { Name: "odd", "k8s.io/cluster/lab": "owned" });
+  t.ok(
+    log.lines.some((line) => /IMDS lists tag keys it cannot serve/.test(line) && line.includes("k8s.io/cluster/lab")),
+    "the fallback is logged with the key",
+  );
+  t.notOk(host.imds.requests.some((r) => r.path.includes("k8s.io")), "the key was never requested as a path");
 });
 
 t.test("IMDS unavailable early in boot: identification still succeeds", async (t) => {

@@ -170,9 +170,18 @@ t.test("tags are read live from the instance", async (t) => {
   t.equal(await failureStatus(sdk.request("/latest/meta-data/tags/instance", {})), 404);
 });
 
-t.test("tag keys with spaces are reached percent-encoded", async (t) => {
-  const imds = await emulator(t, labInstance({ tags: { "cost center": "42" } }));
-  t.equal(await sdkClient(imds).request("/latest/meta-data/tags/instance/cost%20center", {}), "42");
+t.test("tag keys with every character IMDS allows are reached as they are", async (t) => {
+  const key = "cost+center=ops,eu@team:1.a_b-c";
+  const imds = await emulator(t, labInstance({ tags: { [key]: "42" } }));
+  t.ok((await sdkClient(imds).request("/latest/meta-data/tags/instance", {})).split("\n").includes(key), "listed");
+  t.equal(await sdkClient(imds).request(`/latest/meta-data/tags/instance/${key}`, {}), "42");
+});
+
+t.test("a key holding '/' (which EC2 keeps off such an instance) is listed but cannot be read as a path", async (t) => {
+  const imds = await emulator(t, labInstance({ tags: { "k8s.io/cluster/lab": "owned" } }));
+  const sdk = sdkClient(imds);
+  t.ok((await sdk.request("/latest/meta-data/tags/instance", {})).split("\n").includes("k8s.io/cluster/lab"));
+  t.equal(await failureStatus(sdk.request("/latest/meta-data/tags/instance/k8s.io/cluster/lab", {})), 404);
 });
 
 t.test("unavailableFor makes early-boot requests fail, then IMDS answers", async (t) => {

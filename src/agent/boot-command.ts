@@ -3,11 +3,12 @@
  * apply. The adapters come from the caller (the CLI's real ones, or a lab host's), so the same
  * code runs on EC2 and in the lab.
  */
-import { ConfigError, ExitCode } from "../errors.ts";
+import { cloudFailureOf } from "../aws/errors.ts";
+import { AgentError, ConfigError, ExitCode, describeError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import { applyBootPlan, type BootDeps, type BootLimits, type BootResult } from "./boot.ts";
 import { observeBoot } from "./observe.ts";
-import { planBoot, type BootPlan } from "./plan.ts";
+import { planBoot, type BootObservation, type BootPlan, type BootSettings } from "./plan.ts";
 import type { CloudVolumes, Identity } from "./ports.ts";
 import { resolveSettings, type ResolvedSettings } from "./settings.ts";
 import type { AgentConfig } from "../config/index.ts";
@@ -59,8 +60,8 @@ export async function runBoot(
   const settings = resolved.value.boot;
 
   const cloud = deps.cloudFor(config.region ?? identity.region);
-  const observed = await observeBoot(cloud, identity, settings, options.signal ? { signal: options.signal } : {});
-  const plan = planBoot(settings, observed);
+  const observation = await observeOrDegrade(cloud, identity, settings, log, options.signal);
+  const plan = "plan" in observation ? observation.plan : planBoot(settings, observation.observed);
   log.info("boot.plan", `source: ${plan.selection.source}`, {
     candidates: "candidates" in plan.selection ? plan.selection.candidates.length : undefined,
     steps: plan.steps.length,
@@ -81,7 +82,51 @@ export async function runBoot(
   // Without docker (the phase before docker.service) nothing may start or restart docker: such
   // a start job would wait for this very unit. A degraded boot then only writes its label.
   if (!settings.withDocker) bootDeps.docker = undefined;
-  const known = [...observed.attached, ...observed.workspace, ...observed.pool];
+  const known = "observed" in observation ? [...observation.observed.attached, ...observation.observed.workspace, ...observation.observed.pool] : [];
   const result = await applyBootPlan(plan, bootDeps, limits, { known, ...(options.signal ? { signal: options.signal } : {}) });
-  return { identity, plan, result, exitCode: exitCodeOf(result) };
+  // A problem that will not clear by itself (permissions) fails the unit, after the node came up degraded.
+  const exitCode = "plan" in observation && !observation.transient ? ExitCode.failure : exitCodeOf(result);
+  return { identity, plan, result, exitCode };
 }
+
+/**
+ * Observes, or — when EC2 cannot be asked (no credentials, EC2 unreachable or throttling past
+ * the SDK's retries, a permission refused) — plans the degraded boot instead, so the same
+ * degrade path runs: docker on its default data-root, the `degraded` label with the reason.
+ * `transient` tells a failure that may clear (exit 4) from one an operator must fix (exit 1).
+ * Anything else (a bug, an unexpected answer) is thrown as before, and so is every failure of a
+ * run that may not claim (`--no-claim`, after docker started): docker may already run on the
+ * volume the first phase mounted, and a degrade would move it off that volume under a node
+ * that may have joined the swarm; that run fails and leaves docker as it is.
+ */
+async function observeOrDegrade(
+  cloud: CloudVolumes,
+  identity: Identity,
+  settings: BootSettings,
+  log: Logger,
+  signal: AbortSignal | undefined,
+): Promise<{ observed: BootObservation } | { plan: BootPlan; transient: boolean }> {
+  try {
+    return { observed: await observeBoot(cloud, identity, settings, signal ? { signal } : {}) };
+  } catch (error) {
+    // SIGTERM while observing: nothing was claimed yet; the node degrades like any stopped boot.
+    const failure = signal?.aborted ? { transient: true } : cloudFailureOf(error);
+    if (!failure || !settings.mayClaim) throw error;
+    const { transient } = failure;
+    const reason = signal?.aborted ? "stopped by SIGTERM while observing" : describeError(error);
+    log.error("boot.observe", `${reason}; no volume was claimed`, {
+      remediation: error instanceof AgentError ? error.remediation : undefined,
+      transient,
+    });
+    return {
+      plan: {
+        instanceId: identity.instanceId,
+        availabilityZone: identity.availabilityZone,
+        selection: { source: "none", reason },
+        steps: [{ step: "degrade", reason }],
+      },
+      transient,
+    };
+  }
+}
+

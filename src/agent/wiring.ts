@@ -59,7 +59,9 @@ function wireCommon(options: WiringOptions) {
     }
     return cloud;
   };
-  const metadata = options.metadata ?? createMetadataService(config.imdsEndpoint ? { endpoint: config.imdsEndpoint } : {});
+  const metadata =
+    options.metadata ??
+    createMetadataService({ requestTimeoutMs: config.timeouts.imdsRequestSeconds * 1000, ...(config.imdsEndpoint ? { endpoint: config.imdsEndpoint } : {}) });
   const bootId = readBootId();
   return {
     config,

@@ -4,6 +4,8 @@
  * "already detached" = success) or typed errors with a remediation (see `errors.ts`).
  *
  * Decisions written down:
+ * - Credentials: static (the lab), else the environment's, else the instance profile fetched
+ *   with the agent's IMDS timeouts and retries (credentials.ts), once per client.
  * - Throttling and 5xx are retried by the SDK's standard retry strategy (`createEc2Client`);
  *   a call that still fails with an unknown outcome is settled by describing the volume.
  * - AttachVolume is the lock. A VolumeInUse / IncorrectState on the call's first attempt, for a
@@ -53,6 +55,7 @@ import type {
   VolumeState,
 } from "../agent/ports.ts";
 import { createLogger, type Logger } from "../log.ts";
+import { agentCredentials, type InstanceProfileOptions, type StaticCredentials } from "./credentials.ts";
 import { isEc2Client, sdkEc2Api, type Ec2Api } from "./ec2-api.ts";
 import {
   AttachmentLimitError,
@@ -65,6 +68,7 @@ import {
   outcomeUnknown,
   type Ec2Failure,
 } from "./errors.ts";
+import { DEFAULT_IMDS_ENDPOINT } from "./imds.ts";
 
 /** Attempts per EC2 call: enough to ride out throttling while a fleet boots at once (~1 min of backoff). */
 export const DEFAULT_MAX_ATTEMPTS = 10;
@@ -82,18 +86,31 @@ export interface Ec2ClientOptions {
    * sequential calls; the jitter is what spreads a boot storm across instances.
    */
   retryMode?: "standard" | "adaptive";
-  /** Static credentials (the lab); the default chain (instance profile through IMDS) otherwise. */
-  credentials?: { accessKeyId: string; secretAccessKey: string; sessionToken?: string };
+  /** Static credentials (the lab, tests); else the environment's, else the instance profile. */
+  credentials?: StaticCredentials;
+  /**
+   * How the instance profile's credentials are fetched (the agent's IMDS endpoint, timeouts and
+   * budget). Default: the link-local IMDS (or AWS_EC2_METADATA_SERVICE_ENDPOINT), 5 s per
+   * request, 60 s in all.
+   */
+  instanceProfile?: Partial<InstanceProfileOptions>;
   /** Per-request socket timeout (default 30 s): a hung connection must not hang the boot. */
   requestTimeoutMs?: number;
 }
 
-/** The EC2 client the agent uses, with a retry strategy fit for a boot storm. */
+/** The EC2 client the agent uses, with a retry strategy fit for a boot storm and credentials fetched once per client. */
 export function createEc2Client(options: Ec2ClientOptions): EC2Client {
+  const instanceProfile: InstanceProfileOptions = {
+    endpoint: process.env.AWS_EC2_METADATA_SERVICE_ENDPOINT ?? DEFAULT_IMDS_ENDPOINT,
+    requestTimeoutMs: 5_000,
+    budgetMs: 60_000,
+    ...options.instanceProfile,
+  };
   return new EC2Client({
     region: options.region,
     ...(options.endpoint !== undefined ? { endpoint: options.endpoint } : {}),
-    ...(options.credentials !== undefined ? { credentials: options.credentials } : {}),
+    // A provider function: the client memoizes it (one fetch for concurrent calls) and refreshes it before expiry.
+    credentials: agentCredentials({ ...(options.credentials ? { static: options.credentials } : {}), instanceProfile }),
     maxAttempts: options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
     retryMode: options.retryMode ?? "standard",
     requestHandler: { connectionTimeout: 5_000, requestTimeout: options.requestTimeoutMs ?? 30_000 },

@@ -19,6 +19,9 @@
  * | IncorrectInstanceState                                | instance-state       | Ec2CallError                                 |
  * | RequestLimitExceeded and the SDK's throttling codes   | throttled            | SDK retries; then as server                  |
  * | UnauthorizedOperation, AuthFailure, Blocked, …        | unauthorized         | Ec2CallError (names the IAM action)          |
+ * | no credentials to sign with: CredentialsProviderError,| credentials-         | Ec2CallError (IMDS / instance profile hint); |
+ * |   ProviderError (IMDS timeout, refused, 5xx), "Could  |   unavailable        |   boot degrades (transient)                  |
+ * |   not load credentials…", CredentialsUnavailableError |                      |                                              |
  * | InternalError, Unavailable, any 5xx                   | server               | SDK retries; claim/detach: describe, decide  |
  * | no HTTP answer (reset, refused, timeout)              | network              | as server                                    |
  * | any other 4xx                                         | invalid-request      | Ec2CallError                                 |
@@ -37,6 +40,7 @@ export type Ec2Fault =
   | "instance-state"
   | "throttled"
   | "unauthorized"
+  | "credentials-unavailable"
   | "server"
   | "network"
   | "invalid-request";
@@ -76,7 +80,16 @@ const UNAUTHORIZED = new Set([
   "SignatureDoesNotMatch",
   "ExpiredToken",
   "AccessDenied",
+]);
+/**
+ * Errors of the SDK's credential providers and of the agent's own (credentials.ts): the request
+ * was never signed nor sent, so EC2 never judged the permissions.
+ */
+const CREDENTIALS = new Set([
   "CredentialsProviderError",
+  "ProviderError",
+  "InstanceMetadataV1FallbackError",
+  "CredentialsUnavailableError",
 ]);
 const SERVER = new Set(["InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable"]);
 
@@ -93,6 +106,9 @@ export function classifyEc2Error(error: unknown): Ec2Failure {
   const message = e.message ?? describeError(error);
   const failure = (kind: Ec2Fault): Ec2Failure => ({ kind, code, status, message });
 
+  if (CREDENTIALS.has(code) || /could not load credentials|credential is missing|unable to (load|resolve) credentials/i.test(message)) {
+    return failure("credentials-unavailable");
+  }
   if (NOT_FOUND.has(code)) return failure("not-found");
   if (code === "InvalidAttachment.NotFound") return failure("attachment-not-found");
   if (code === "VolumeInUse") return failure("volume-in-use");
@@ -109,6 +125,23 @@ export function classifyEc2Error(error: unknown): Ec2Failure {
   return failure("invalid-request");
 }
 
+/**
+ * Failures that may clear by themselves (a later boot, or the same one after waiting): the boot
+ * degrades on them with exit 4 instead of failing. A permission or request problem does not clear.
+ */
+export function isTransientFailure(failure: Pick<Ec2Failure, "kind">): boolean {
+  return ["credentials-unavailable", "throttled", "server", "network"].includes(failure.kind);
+}
+
+/**
+ * The EC2 failure behind an error a CloudVolumes call threw (undefined for anything else: a bug,
+ * a typed error of the agent's own), and whether it may clear by itself.
+ */
+export function cloudFailureOf(error: unknown): { kind: Ec2Fault; transient: boolean } | undefined {
+  const kind = error instanceof Ec2CallError ? error.kind : error instanceof CredentialsUnavailableError ? "credentials-unavailable" : undefined;
+  return kind && { kind, transient: isTransientFailure({ kind }) };
+}
+
 /** Failures after which the request may or may not have been applied by EC2. */
 export function outcomeUnknown(failure: Ec2Failure): boolean {
   return failure.kind === "server" || failure.kind === "network" || failure.kind === "throttled";
@@ -118,6 +151,8 @@ function remediationFor(action: string, failure: Ec2Failure): string {
   switch (failure.kind) {
     case "unauthorized":
       return `grant the instance role ec2:${action} on the agent's volumes (see the policy in iam/), or fix the credentials`;
+    case "credentials-unavailable":
+      return CREDENTIALS_REMEDIATION;
     case "throttled":
       return "EC2 kept throttling the account's API calls (many machines booting at once): re-run the agent (it is idempotent), or raise its maxAttempts / stagger the launches";
     case "server":
@@ -262,6 +297,30 @@ export class ImdsError extends AgentError {
     super(
       `the instance metadata service at ${endpoint} refused ${path}: ${describeError(cause)}`,
       "this agent only runs on EC2 instances (or in the lab); check the instance's metadata options",
+      undefined,
+      { cause },
+    );
+  }
+}
+
+/** What to check when the instance profile's credentials do not come (true for IMDS and for EC2's side of it). */
+const CREDENTIALS_REMEDIATION =
+  "the node could not get credentials to call EC2 (nothing was asked of EC2): check that IMDS is enabled (HttpEndpoint=enabled) " +
+  "and answers IMDSv2 token requests on this host (HttpPutResponseHopLimit at least 1, 2 if the agent runs in a container), " +
+  "that an instance profile with the agent's role is attached (aws ec2 describe-iam-instance-profile-associations), " +
+  "and re-run the agent (it is idempotent); raise timeouts.imdsSeconds / timeouts.imdsRequestSeconds if IMDS is only slow";
+
+/** The instance profile's credentials did not come from IMDS within the agent's budget. */
+export class CredentialsUnavailableError extends AgentError {
+  constructor(
+    readonly endpoint: string,
+    readonly attempts: number,
+    readonly elapsedMs: number,
+    cause: unknown,
+  ) {
+    super(
+      `no instance-profile credentials from IMDS at ${endpoint} after ${attempts} attempt${attempts === 1 ? "" : "s"} in ${(elapsedMs / 1000).toFixed(1)} s: ${describeError(cause)}`,
+      CREDENTIALS_REMEDIATION,
       undefined,
       { cause },
     );

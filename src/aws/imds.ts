@@ -62,9 +62,15 @@ function statusOf(error: unknown): number | undefined {
   return (error as { $metadata?: { httpStatusCode?: number } } | undefined)?.$metadata?.httpStatusCode;
 }
 
-/** A tag key as a path segment (keys may hold spaces; `:` and `@` are fine in a path). */
-function tagKeySegment(key: string): string {
-  return encodeURIComponent(key).replace(/%3A/gi, ":").replace(/%40/g, "@");
+/**
+ * EC2's rule for instance tag keys once tags are allowed in instance metadata: letters, digits
+ * and `- _ + = , . @ :`, not `.`, `..` or `_index` (no spaces, no "/"). EC2 refuses the launch,
+ * the CreateTags or the ModifyInstanceMetadataOptions that would break it, with this message
+ * (InvalidParameterValue). Undefined for a key that follows it.
+ */
+export function imdsTagKeyProblem(key: string): string | undefined {
+  if (/^[0-9a-zA-Z\-_+=,.@:]{1,255}$/.test(key) && key !== "." && key !== ".." && key !== "_index") return undefined;
+  return `'${key}' is not a valid tag key. Tag keys must match pattern ([0-9a-zA-Z\\-_+=,.@:]{1,255}), and must not be a reserved name ('.', '..', '_index')`;
 }
 
 /**
@@ -118,14 +124,27 @@ export async function identifyInstance(options: IdentifyOptions): Promise<Identi
     tagsSource = "ec2";
   } else {
     const keys = listing.split("\n").map((key) => key.trim()).filter((key) => key !== "");
-    const values = await Promise.all(keys.map((key) => read(`${TAGS}/${tagKeySegment(key)}`, true)));
-    tags = {};
-    // A 404 for a listed key: the tag was removed in between.
-    keys.forEach((key, i) => {
-      const value = values[i];
-      if (value !== undefined) tags[key] = value;
-    });
-    tagsSource = "imds";
+    const unservable = keys.filter((key) => imdsTagKeyProblem(key) !== undefined);
+    if (unservable.length > 0) {
+      // EC2 does not let such keys onto an instance with metadata tags; if one shows up anyway
+      // it cannot be read as a path, and a partial tag set could hide a setting: ask EC2.
+      log.warning("identify", "IMDS lists tag keys it cannot serve: reading the tags from EC2 (DescribeInstances)", {
+        instanceId,
+        keys: unservable.join(", "),
+      });
+      tags = await options.ec2Tags(instanceId, region);
+      tagsSource = "ec2";
+    } else {
+      // Every allowed character is valid in a URL path as it is: no encoding.
+      const values = await Promise.all(keys.map((key) => read(`${TAGS}/${key}`, true)));
+      tags = {};
+      // A 404 for a listed key: the tag was removed in between.
+      keys.forEach((key, i) => {
+        const value = values[i];
+        if (value !== undefined) tags[key] = value;
+      });
+      tagsSource = "imds";
+    }
   }
   log.info("identify", "instance identified", {
     instanceId,

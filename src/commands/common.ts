@@ -7,7 +7,9 @@ import type { BootCommandDeps } from "../agent/boot-command.ts";
 import type { ReleaseCommandDeps } from "../agent/release-command.ts";
 import { wireBoot, wireRelease, type WiringOptions } from "../agent/wiring.ts";
 import type { CloudVolumes } from "../agent/ports.ts";
+import { useImdsEndpoint } from "../aws/credentials.ts";
 import { createEc2Client } from "../aws/ec2.ts";
+import { DEFAULT_IMDS_ENDPOINT } from "../aws/imds.ts";
 import { loadConfig, type AgentConfig } from "../config/index.ts";
 import { createSystemdDockerService } from "../docker/service.ts";
 import { createLogger, type Level, type Logger } from "../log.ts";
@@ -26,13 +28,18 @@ export interface HostContext {
 export async function hostContext(configPath: string | undefined): Promise<HostContext> {
   const { config } = await loadConfig(configPath ? { path: configPath } : {});
   const log = createLogger(undefined, config.logLevel as Level);
-  // The SDK's credential chain reads instance-profile credentials from the same IMDS.
-  if (config.imdsEndpoint && !process.env.AWS_EC2_METADATA_SERVICE_ENDPOINT) {
-    process.env.AWS_EC2_METADATA_SERVICE_ENDPOINT = config.imdsEndpoint;
-  }
+  // Instance-profile credentials come from the IMDS the identity comes from (the config's
+  // endpoint wins over the environment, as for the identity).
+  useImdsEndpoint(config.imdsEndpoint);
+  const instanceProfile = {
+    endpoint: config.imdsEndpoint ?? process.env.AWS_EC2_METADATA_SERVICE_ENDPOINT ?? DEFAULT_IMDS_ENDPOINT,
+    requestTimeoutMs: config.timeouts.imdsRequestSeconds * 1000,
+    budgetMs: config.timeouts.imdsSeconds * 1000,
+    log,
+  };
   const wiring: WiringOptions = {
     config,
-    ec2Client: (region) => createEc2Client({ region, ...(config.ec2Endpoint ? { endpoint: config.ec2Endpoint } : {}) }),
+    ec2Client: (region) => createEc2Client({ region, instanceProfile, ...(config.ec2Endpoint ? { endpoint: config.ec2Endpoint } : {}) }),
     docker: config.docker.control === "systemd" ? createSystemdDockerService({ unit: config.docker.unit, log }) : undefined,
     log,
     startPrewarm: () => startBackgroundPrewarm(configPath),

@@ -203,7 +203,16 @@ export const CONFIG_SCHEMA = {
       kind: "group",
       description: "How long each wait may last before the agent gives up on it.",
       fields: {
-        imdsSeconds: seconds("the instance metadata service", 60),
+        imdsSeconds: {
+          ...seconds("the instance metadata service", 60),
+          description:
+            "Seconds to wait for the instance metadata service: the identity, and the instance profile's credentials for EC2 (each, retries included). A node that gets no credentials in that time comes up degraded.",
+        },
+        imdsRequestSeconds: {
+          ...seconds("one answer of the instance metadata service", 5),
+          description:
+            "Seconds to wait for one answer of the instance metadata service (a token, a path, the credentials) before asking again, within `timeouts.imdsSeconds`.",
+        },
         attachSeconds: seconds("a volume to reach `attached` (or `available` when detaching)", 120),
         deviceSeconds: seconds("the attached volume's block device to appear", 60),
         dockerSeconds: seconds("docker to start and answer on the new data-root", 120),

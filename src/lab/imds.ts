@@ -7,8 +7,15 @@
  * disabled every GET needs a valid token (401 otherwise); an invalid or expired token is a 401
  * even when IMDSv1 is allowed; tags are served only when the instance allows metadata tags.
  * The instance is read on every request, so CreateTags on the emulated instance shows up at once.
+ * With metadata tags allowed EC2 refuses tag keys IMDS could not serve (`imdsTagKeyProblem`:
+ * the EC2 emulator's registration applies it); a key that got past that anyway is listed as
+ * it is, and one holding "/" cannot be read, as a path.
+ *
+ * Faults for the instance-profile credentials (what a fleet booting at once met): answers
+ * delayed (`slowCredentials`), and a number of failures before they answer (`credentialsFailFor`).
  */
 import { randomBytes } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Logger } from "../log.ts";
@@ -20,7 +27,8 @@ const TOKEN_HEADER = "x-aws-ec2-metadata-token";
 const MAX_TOKEN_TTL_SECONDS = 21600;
 /** Instance-profile credentials last 6 h on EC2 and are rotated well before they expire. */
 const CREDENTIALS_LIFETIME_MS = 6 * 3600_000;
-const CREDENTIALS_ROTATE_BEFORE_MS = 3600_000;
+/** Paths of the instance-profile credentials (the role listing and the role's document). */
+const CREDENTIALS_PREFIX = "/latest/meta-data/iam/security-credentials";
 const MAX_RECORDED_REQUESTS = 1000;
 
 /** How to start the emulator: which instance it describes and how strict it is. */
@@ -38,6 +46,11 @@ export interface ImdsEmulatorOptions {
   iamRole?: string | null;
   /** Fixed credentials to hand out; random ones (stable for the emulator's life) otherwise. */
   credentials?: { accessKeyId: string; secretAccessKey: string; sessionToken?: string };
+  /**
+   * How long handed-out credentials last (default 6 h, as on EC2); they are rotated when a
+   * sixth of that is left (1 h on EC2). Short lifetimes test a client's refresh.
+   */
+  credentialsLifetimeSeconds?: number;
 }
 
 /** One request as the emulator answered it, for tests that count retries. */
@@ -68,6 +81,17 @@ export interface ImdsEmulator {
    * (`"reset"`, default) or answered with 503.
    */
   unavailableFor(n: number, how?: "reset" | "503"): void;
+  /**
+   * Delays every answer under `/latest/meta-data/iam/security-credentials` (the role listing and
+   * the role's credentials) by `ms`, as IMDS handing out a role's first credentials during a
+   * boot storm; `undefined` restores normal answers. A client that gives up first sees no answer.
+   */
+  slowCredentials(ms: number | undefined): void;
+  /**
+   * Makes the next `n` requests under `/latest/meta-data/iam/security-credentials` fail (503,
+   * default, or a reset connection), then answer again.
+   */
+  credentialsFailFor(n: number, how?: "reset" | "503"): void;
   close(): Promise<void>;
 }
 
@@ -91,7 +115,12 @@ export async function startImdsEmulator(options: ImdsEmulatorOptions): Promise<I
   const requests: ImdsRequestRecord[] = [];
   let ttlOverride: number | undefined;
   let unavailable = { remaining: 0, how: "reset" as "reset" | "503" };
+  let credentialsDelayMs: number | undefined;
+  let credentialsFailures = { remaining: 0, how: "503" as "reset" | "503" };
+  const lifetimeMs = (options.credentialsLifetimeSeconds ?? CREDENTIALS_LIFETIME_MS / 1000) * 1000;
   let credentials = newCredentials(options.credentials);
+  /** Aborts the delayed answers when the emulator closes. */
+  const closing = new AbortController();
 
   const record = (req: IncomingMessage, status: number | "reset") => {
     requests.push({ method: req.method ?? "", path: req.url ?? "", status });
@@ -135,11 +164,11 @@ export async function startImdsEmulator(options: ImdsEmulatorOptions): Promise<I
 
   const serveMetadata = async (req: IncomingMessage, res: ServerResponse, path: string) => {
     if (checkToken(req) !== "ok") return reply(req, res, 401, "Unauthorized");
-    if (Date.now() > credentials.issuedAt + CREDENTIALS_LIFETIME_MS - CREDENTIALS_ROTATE_BEFORE_MS) {
+    if (Date.now() > credentials.issuedAt + lifetimeMs - lifetimeMs / 6) {
       credentials = newCredentials(options.credentials);
     }
     const instance = await options.instance();
-    const tree = metadataTree(instance, { accountId, role, credentials, startedAt });
+    const tree = metadataTree(instance, { accountId, role, credentials, lifetimeMs, startedAt });
     const found = lookup(tree, path);
     if (found === undefined) return reply(req, res, 404, "Not Found");
     reply(req, res, 200, found);
@@ -162,6 +191,24 @@ export async function startImdsEmulator(options: ImdsEmulatorOptions): Promise<I
     }
     if (req.method !== "GET" && req.method !== "HEAD") {
       return reply(req, res, 405, "Method Not Allowed", { Allow: "GET, HEAD" });
+    }
+    if (path === CREDENTIALS_PREFIX || path.startsWith(`${CREDENTIALS_PREFIX}/`)) {
+      if (credentialsFailures.remaining > 0) {
+        credentialsFailures.remaining -= 1;
+        if (credentialsFailures.how === "503") return reply(req, res, 503, "Service Unavailable");
+        record(req, "reset");
+        req.socket.destroy();
+        return;
+      }
+      if (credentialsDelayMs !== undefined) {
+        try {
+          await sleep(credentialsDelayMs, undefined, { signal: closing.signal });
+        } catch {
+          return; // closing
+        }
+        // The client gave up meanwhile: nobody to answer.
+        if (req.socket.destroyed) return record(req, "reset");
+      }
     }
     await serveMetadata(req, res, path);
   };
@@ -199,7 +246,14 @@ export async function startImdsEmulator(options: ImdsEmulatorOptions): Promise<I
     unavailableFor(n, how = "reset") {
       unavailable = { remaining: n, how };
     },
+    slowCredentials(ms) {
+      credentialsDelayMs = ms;
+    },
+    credentialsFailFor(n, how = "503") {
+      credentialsFailures = { remaining: n, how };
+    },
     close() {
+      closing.abort();
       return new Promise<void>((resolve, reject) => {
         server.close((error) => (error ? reject(error) : resolve()));
         // SDK clients keep connections alive; without this close() would wait for them.
@@ -212,7 +266,7 @@ export async function startImdsEmulator(options: ImdsEmulatorOptions): Promise<I
 /** The metadata served for an instance, as a tree of directories and values. */
 function metadataTree(
   instance: LabInstance,
-  ctx: { accountId: string; role: string | null; credentials: Credentials; startedAt: Date },
+  ctx: { accountId: string; role: string | null; credentials: Credentials; lifetimeMs: number; startedAt: Date },
 ): MetadataTree {
   const metaData: MetadataTree = {
     "instance-id": instance.instanceId,
@@ -241,7 +295,7 @@ function metadataTree(
             AccessKeyId: credentials.accessKeyId,
             SecretAccessKey: credentials.secretAccessKey,
             Token: credentials.sessionToken,
-            Expiration: isoSeconds(new Date(credentials.issuedAt + CREDENTIALS_LIFETIME_MS)),
+            Expiration: isoSeconds(new Date(credentials.issuedAt + ctx.lifetimeMs)),
           },
           null,
           2,
@@ -250,9 +304,9 @@ function metadataTree(
     };
   }
   if (instance.metadataTags) {
-    // IMDS cannot serve a key containing "/" (AWS refuses such keys when metadata tags are on).
-    const servable = Object.entries(instance.tags).filter(([key]) => !key.includes("/") && key !== "." && key !== "..");
-    metaData.tags = { instance: Object.fromEntries(servable) };
+    // Listed as they are: EC2 keeps keys IMDS cannot serve off an instance with metadata tags
+    // (imdsTagKeyProblem), and a "/" in a key that got past it makes it unreachable as a path.
+    metaData.tags = { instance: { ...instance.tags } };
   }
   const identity = {
     accountId: ctx.accountId,

@@ -3,6 +3,7 @@
  * registerInstance() hands out. The IMDS emulator and the volume backend read these objects, so
  * CreateTags/DeleteTags on an instance update their `tags` in place instead of replacing them.
  */
+import { imdsTagKeyProblem } from "../../aws/imds.ts";
 import type { Logger } from "../../log.ts";
 import type { LabInstance } from "../types.ts";
 import type { AdminInstance } from "./admin.ts";
@@ -82,6 +83,9 @@ export class InstanceRegistry {
       throw new Error(`instance ${instanceId}: zone ${availabilityZone} is not one of ${this.zones.join(", ")}`);
     }
     const known = this.store.instance(instanceId);
+    // As RunInstances / ModifyInstanceMetadataOptions: no tag keys IMDS could not serve.
+    const badKey = instance.metadataTags ? Object.keys(known?.tags ?? instance.tags).find((key) => imdsTagKeyProblem(key)) : undefined;
+    if (badKey !== undefined) throw new Error(`instance ${instanceId}: ${imdsTagKeyProblem(badKey)}`);
     if (known) {
       if (known.availabilityZone !== availabilityZone) {
         throw new Error(`instance ${instanceId} is already registered in ${known.availabilityZone}`);
