@@ -71,7 +71,7 @@ export const attachVolume: ActionHandler = (ctx, p) => {
 };
 
 export const detachVolume: ActionHandler = (ctx, p) => {
-  const volume = getVolume(ctx, p.required("VolumeId"));
+  const volume = getVolume(ctx, p.required("VolumeId"), p.action);
   const attachment = volume.attachment;
   if (!attachment) {
     // What EC2 answers for detaching a volume that is not attached (not InvalidAttachment.NotFound).

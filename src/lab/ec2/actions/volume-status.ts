@@ -7,7 +7,14 @@ import { applyFilters, type FilterFields } from "../filters.ts";
 import type { VolumeRecord } from "../model.ts";
 import { paginate } from "../pagination.ts";
 import type { XmlObject } from "../xml.ts";
-import { checkVolumeId, pickByIds, type ActionContext, type ActionHandler } from "./context.ts";
+import {
+  checkVolumeId,
+  lookupVolume,
+  pickByIds,
+  visibleVolumes,
+  type ActionContext,
+  type ActionHandler,
+} from "./context.ts";
 
 /** Initialization progress of a volume, or undefined for a volume not made from a snapshot. */
 export function initialization(
@@ -70,8 +77,8 @@ export const describeVolumeStatus: ActionHandler = (ctx, p) => {
   paginate([], p, limits);
   const selected =
     ids.length > 0
-      ? pickByIds(ids, (id) => ctx.store.volume(id), checkVolumeId, "InvalidVolume.NotFound", "volume")
-      : ctx.store.volumes().filter((v) => v.state !== "deleting");
+      ? pickByIds(ids, (id) => lookupVolume(ctx, p.action, id), checkVolumeId, "InvalidVolume.NotFound", "volume")
+      : visibleVolumes(ctx, p.action).filter((v) => v.state !== "deleting");
   const page = paginate(applyFilters(selected, p.filters(), STATUS_FILTERS(ctx)), p, limits);
   return { volumeStatusSet: page.items.map((v) => statusItem(ctx, v)), nextToken: page.nextToken };
 };

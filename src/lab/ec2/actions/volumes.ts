@@ -10,8 +10,10 @@ import {
   getSnapshot,
   getVolume,
   isoNow,
+  lookupVolume,
   pickByIds,
   tagsFromSpecifications,
+  visibleVolumes,
   type ActionHandler,
 } from "./context.ts";
 
@@ -40,8 +42,8 @@ export const describeVolumes: ActionHandler = (ctx, p) => {
   paginate([], p, limits); // parameter checks come before the lookups, as on EC2
   const selected =
     ids.length > 0
-      ? pickByIds(ids, (id) => ctx.store.volume(id), checkVolumeId, "InvalidVolume.NotFound", "volume")
-      : ctx.store.volumes();
+      ? pickByIds(ids, (id) => lookupVolume(ctx, p.action, id), checkVolumeId, "InvalidVolume.NotFound", "volume")
+      : visibleVolumes(ctx, p.action);
   const page = paginate(
     applyFilters(selected, p.filters(), VOLUME_FILTERS, (v) => v.tags),
     p,
@@ -151,7 +153,7 @@ export const createVolume: ActionHandler = (ctx, p) => {
 };
 
 export const deleteVolume: ActionHandler = (ctx, p) => {
-  const volume = getVolume(ctx, p.required("VolumeId"));
+  const volume = getVolume(ctx, p.required("VolumeId"), p.action);
   if (volume.attachment) {
     throw new Ec2Error(
       "VolumeInUse",
