@@ -1,10 +1,12 @@
 /** DescribeVolumes, CreateVolume, DeleteVolume. */
 import { Ec2Error, invalidValue, missingParameter } from "../ec2-error.ts";
 import { applyFilters, type FilterFields } from "../filters.ts";
+import { clientToken, earlierRequest, fingerprint, rememberToken } from "../idempotency.ts";
 import { newId } from "../ids.ts";
 import type { VolumeRecord } from "../model.ts";
 import { paginate } from "../pagination.ts";
 import { renderVolume } from "../render.ts";
+import type { XmlObject } from "../xml.ts";
 import {
   checkVolumeId,
   getSnapshot,
@@ -64,6 +66,17 @@ const SIZE_RANGE: Record<string, [number, number]> = {
 };
 
 export const createVolume: ActionHandler = (ctx, p) => {
+  // A repeat of an earlier request (same token, same parameters) answers what that one made.
+  const token = clientToken(p);
+  const print = token === undefined ? "" : fingerprint(p);
+  const earlier = token === undefined ? undefined : earlierRequest(ctx.store.model, token, print);
+  if (earlier) {
+    ctx.store.event({ kind: "idempotent-replay", volumeId: earlier.volumeId, detail: "CreateVolume" });
+    ctx.store.commit();
+    const now = ctx.store.volume(earlier.volumeId);
+    return now ? renderVolume(now) : (earlier.response as XmlObject);
+  }
+
   const zone = p.str("AvailabilityZone");
   if (zone === undefined || zone === "") {
     if (p.has("AvailabilityZoneId")) {
@@ -147,9 +160,13 @@ export const createVolume: ActionHandler = (ctx, p) => {
     error: null,
   };
   ctx.store.model.volumes[volume.volumeId] = volume;
+  const response = renderVolume(volume);
+  if (token !== undefined) {
+    rememberToken(ctx.store.model, token, { volumeId: volume.volumeId, fingerprint: print, response, at: isoNow(ctx) });
+  }
   ctx.store.commit();
   ctx.lifecycle.volumeCreated(volume.volumeId);
-  return renderVolume(volume);
+  return response;
 };
 
 export const deleteVolume: ActionHandler = (ctx, p) => {
