@@ -5,7 +5,12 @@
 
 /** Volume states; `error` is what EC2 shows when creation failed (here: the backend failed). */
 export type VolumeState = "creating" | "available" | "in-use" | "deleting" | "error";
-export type AttachmentState = "attaching" | "attached" | "detaching";
+/**
+ * `busy`: a (not forced) detach waits because the volume is still in use on the instance (EC2:
+ * "If the volume is mounted … the volume can get stuck in the busy state while detaching");
+ * it completes once the volume is unmounted, or with a forced detach.
+ */
+export type AttachmentState = "attaching" | "attached" | "detaching" | "busy";
 export type SnapshotState = "pending" | "completed" | "error";
 export type InstanceState = "running" | "terminated";
 
@@ -22,6 +27,8 @@ export interface AttachmentRecord {
   stuck?: boolean;
   /** Set when the backend failed to attach or detach; the attachment then stays where it was. */
   error?: string;
+  /** A DetachVolume with Force=true was asked for: the detach does not wait for a busy device. */
+  forced?: boolean;
 }
 
 export interface VolumeRecord {

@@ -104,9 +104,13 @@ export const detachVolume: ActionHandler = (ctx, p) => {
   if (p.bool("Force")) {
     // Kept so tests can assert the agent never forces a detach (it risks data loss on EC2).
     volume.forceDetachCount++;
+    attachment.forced = true;
     ctx.store.event({ kind: "force-detach", volumeId: volume.volumeId, instanceId: attachment.instanceId });
   }
-  if (attachment.state !== "detaching") {
+  if (attachment.state === "busy") {
+    // Already waiting for the device to be free; a forced detach is picked up by that wait.
+    ctx.store.commit();
+  } else if (attachment.state !== "detaching") {
     attachment.state = "detaching";
     delete attachment.stuck;
     ctx.store.commit();
