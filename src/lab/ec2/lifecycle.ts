@@ -400,6 +400,16 @@ export class Lifecycle {
     this.track(done);
   }
 
+  /** What the backend has fetched of a volume made from a snapshot (see VolumeBackend.initializationProgress). */
+  initializationProgress(volumeId: string): { done: number; total: number } | undefined {
+    try {
+      return this.deps.backend.initializationProgress?.(volumeId);
+    } catch (error) {
+      this.deps.log?.warning("ec2-emulator", "could not read initialization progress", { volumeId, error: message(error) });
+      return undefined;
+    }
+  }
+
   /** After the stuckAttach fault changed: releases the attachments it no longer holds. */
   faultsChanged(): void {
     for (const volume of this.store.volumes()) {
