@@ -370,3 +370,22 @@ t.test("DescribeInstances: tags and block device mapping with each volume's atta
   const after = await ec2.send(new DescribeInstancesCommand({ InstanceIds: [host.instanceId] }));
   t.equal(after.Reservations?.[0]?.Instances?.[0]?.BlockDeviceMappings?.length, 2, "a detached volume leaves the mapping");
 });
+
+t.test("CreateTags on an instance with tags in instance metadata: only keys IMDS can serve", async (t) => {
+  const lab = await startLab(t);
+  const ec2 = lab.client();
+  const tag = (id: string, Key: string) => ec2.send(new CreateTagsCommand({ Resources: [id], Tags: [{ Key, Value: "v" }] }));
+  for (const key of ["a/b", "a b", ".", "..", "_index", "key!"]) {
+    t.match(await sdkError(tag(lab.a.instanceId, key)), { name: "InvalidParameterValue", message: /instance metadata/ }, key);
+  }
+  t.notOk(Object.hasOwn(lab.a.tags, "a/b"), "nothing was set");
+  await tag(lab.a.instanceId, "io.simcore.autoscaling.ec2_instance.docker_node_labels");
+  await tag(lab.a.instanceId, "a+b-c=d,e_f:g@h");
+  t.equal(lab.a.tags["a+b-c=d,e_f:g@h"], "v");
+  const plain = lab.emu.registerInstance({ ...labInstance("us-east-1a"), metadataTags: false });
+  await tag(plain.instanceId, "a/b");
+  t.equal(plain.tags["a/b"], "v", "without metadata tags any key is fine");
+  const volumeId = await availableVolume(ec2);
+  await tag(volumeId, "a b/c");
+  t.same((await describeVolume(ec2, volumeId)).Tags, [{ Key: "a b/c", Value: "v" }], "volumes are not concerned");
+});

@@ -39,11 +39,34 @@ function afterChange(ctx: ActionContext, targets: { id: string; kind: ResourceKi
   for (const t of targets) if (t.kind === "instance") ctx.syncInstanceTags(t.id);
 }
 
+/**
+ * Tag keys an instance may carry while its tags are served by IMDS (InstanceMetadataTags): the
+ * EC2 user guide allows only letters, digits and `+ - = . , _ : @`, no spaces or `/`, and not
+ * `.`, `..` or `_index` alone, since each key becomes a path under /latest/meta-data/tags/instance.
+ */
+const IMDS_TAG_KEY = /^[A-Za-z0-9+\-=.,_:@]+$/;
+const IMDS_RESERVED_KEYS = new Set([".", "..", "_index"]);
+
+function checkImdsTagKeys(ctx: ActionContext, targets: { id: string; kind: ResourceKind }[], keys: string[]): void {
+  for (const t of targets) {
+    if (t.kind !== "instance" || !getInstance(ctx, t.id).metadataTags) continue;
+    const bad = keys.find((key) => !IMDS_TAG_KEY.test(key) || IMDS_RESERVED_KEYS.has(key));
+    if (bad !== undefined) {
+      throw new Ec2Error(
+        "InvalidParameterValue",
+        `Tag key '${bad}' is not allowed on instance '${t.id}', which allows tags in instance metadata: ` +
+          "keys may contain only letters, digits and + - = . , _ : @, and may not be '.', '..' or '_index'.",
+      );
+    }
+  }
+}
+
 export const createTags: ActionHandler = (ctx, p) => {
   const targets = resources(ctx, p);
   const tags = p.tags("Tag");
   if (tags.length === 0) throw missingParameter("Tag");
   const add = checkTags(tags);
+  checkImdsTagKeys(ctx, targets, Object.keys(add));
   for (const t of targets) {
     if (Object.keys({ ...t.tags, ...add }).length > MAX_TAGS) {
       throw new Ec2Error(
