@@ -17,7 +17,7 @@
  * the loop devices, then the FUSE mount.
  */
 import { spawn } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { link, mkdir, open, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -206,6 +206,17 @@ export async function startColdLayer(root: string, options: ColdSnapshotOptions,
     },
 
     isCold: (volumeId) => existsSync(linkOf(volumeId)),
+
+    initializationProgress(volumeId) {
+      if (closed || !existsSync(linkOf(volumeId))) return undefined;
+      // Read synchronously (the EC2 emulator answers within one turn); the FUSE process
+      // serving the file is another process, so this cannot wait on ourselves.
+      const parsed = JSON.parse(readFileSync(join(paths.mountPoint, ".cold-status.json"), "utf8")) as {
+        files?: Record<string, ColdVolumeStatus>;
+      };
+      const status = parsed.files?.[`${volumeId}.img`];
+      return status ? { done: status.warmChunks, total: status.chunks } : undefined;
+    },
 
     async volumeStatus(volumeId) {
       if (!existsSync(linkOf(volumeId))) return undefined;

@@ -10,12 +10,12 @@
  * `attached`. deviceReady(volumeId) and settled() let a test wait for that work.
  */
 import { randomBytes } from "node:crypto";
-import { link, mkdir, rename, rm, stat, symlink, truncate, unlink, writeFile } from "node:fs/promises";
+import { link, mkdir, readdir, rename, rm, stat, symlink, truncate, unlink, writeFile } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { describeError } from "../errors.ts";
 import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";
-import { listLoopDevices } from "./devices.ts";
+import { listLoopDevices, listMounts } from "./devices.ts";
 import { assertLabId, snapshotImagePath, volumeImagePath } from "./labdir.ts";
 import { removeDeviceEntries, writeAttachmentRecords, type AttachmentRecord } from "./loopstate.ts";
 import { byIdDir, ebsByIdName, sysfsRoot, type LabInstance, type VolumeBackend } from "./types.ts";
@@ -44,6 +44,8 @@ export interface VolumeImageLayer {
   volumeDeleted(volumeId: string): Promise<void>;
   /** The file the volume's loop device is set up on: `image` unless the layer serves it. */
   backingFile(volumeId: string, image: string): string;
+  /** What the layer has fetched of a volume it serves (see VolumeBackend.initializationProgress). */
+  initializationProgress?(volumeId: string): { done: number; total: number } | undefined;
 }
 
 /** The loop-device VolumeBackend, plus what tests and the lab need to follow its background work. */
@@ -188,6 +190,19 @@ export function createLoopVolumeBackend(options: LoopVolumeBackendOptions): Loop
       attached.delete(volumeId);
       await persist();
       log?.info("lab.loop", "detached", { volumeId, instance: instance.instanceId, device: attachment.record?.device });
+    },
+
+    async inUse(volumeId) {
+      const device = attached.get(volumeId)?.record?.device;
+      if (device === undefined) return false;
+      // Mounted here, or held by another block device (dm, md, a partition table's parts).
+      if ((await listMounts()).some((mount) => mount.source === device)) return true;
+      const holders = await readdir(join("/sys/block", basename(device), "holders")).catch(() => []);
+      return holders.length > 0;
+    },
+
+    initializationProgress(volumeId) {
+      return options.layer?.initializationProgress?.(volumeId);
     },
 
     deviceReady(volumeId) {

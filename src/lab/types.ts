@@ -45,4 +45,15 @@ export interface VolumeBackend {
   attach(volumeId: string, instance: LabInstance): Promise<void>;
   /** Removes the volume's device from the instance. */
   detach(volumeId: string, instance: LabInstance): Promise<void>;
+  /**
+   * Whether the volume's device is in use on the instance (mounted, or held by another block
+   * device): a detach that is not forced then waits in `busy`, as on EC2. Absent: never in use.
+   */
+  inUse?(volumeId: string, instance: LabInstance): Promise<boolean>;
+  /**
+   * How much of a volume made from a snapshot the storage has fetched (units done / all), for
+   * DescribeVolumeStatus's default initialization; undefined when the storage does not track
+   * it (the volume then counts as initialized). Synchronous: actions answer in one turn.
+   */
+  initializationProgress?(volumeId: string): { done: number; total: number } | undefined;
 }

@@ -15,6 +15,8 @@ export interface ActionFaults {
   latencyMs?: number;
   /** Apply this action's change, then answer 500 InternalError. */
   applyThen500?: boolean;
+  /** This action does not see volumes younger than this (ms); overrides the global value. */
+  notFoundAfterCreateMs?: number;
 }
 
 export interface Faults {
@@ -26,6 +28,13 @@ export interface Faults {
   stuckAttach?: true | string[];
   /** Actions whose change is applied but which answer 500 `InternalError`. */
   applyThen500?: string[];
+  /**
+   * EC2's eventual consistency after CreateVolume: for this long (ms) after its creation a
+   * volume answers `InvalidVolume.NotFound` when named by id, and is missing from listings.
+   * AWS documents this ("Eventual consistency in the Amazon EC2 API": a resource just created
+   * may not be visible to the calls that follow it) and tells clients to retry with backoff.
+   */
+  notFoundAfterCreateMs?: number;
   /** Per-action overrides of the above. */
   actions?: Record<string, ActionFaults>;
 }
@@ -43,6 +52,7 @@ export function validateFaults(value: unknown): string[] {
   };
   rate("throttleRate", f.throttleRate);
   ms("latencyMs", f.latencyMs);
+  ms("notFoundAfterCreateMs", f.notFoundAfterCreateMs);
   const stuck = f.stuckAttach;
   if (stuck !== undefined && stuck !== true && !(Array.isArray(stuck) && stuck.every((s) => typeof s === "string"))) {
     problems.push("stuckAttach must be true or a list of volume ids");
@@ -57,10 +67,11 @@ export function validateFaults(value: unknown): string[] {
       for (const [action, o] of Object.entries(f.actions as Record<string, Record<string, unknown>>)) {
         rate(`actions.${action}.throttleRate`, o?.throttleRate);
         ms(`actions.${action}.latencyMs`, o?.latencyMs);
+        ms(`actions.${action}.notFoundAfterCreateMs`, o?.notFoundAfterCreateMs);
       }
   }
   for (const key of Object.keys(f)) {
-    if (!["throttleRate", "latencyMs", "stuckAttach", "applyThen500", "actions"].includes(key)) {
+    if (!["throttleRate", "latencyMs", "stuckAttach", "applyThen500", "notFoundAfterCreateMs", "actions"].includes(key)) {
       problems.push(`unknown fault ${key}`);
     }
   }
@@ -107,6 +118,11 @@ export class FaultInjector {
 
   applyThen500(action: string): boolean {
     return this.faults.actions?.[action]?.applyThen500 ?? this.faults.applyThen500?.includes(action) ?? false;
+  }
+
+  /** How long (ms) after its creation a volume stays invisible to `action`. */
+  notFoundAfterCreateMs(action: string): number {
+    return this.faults.actions?.[action]?.notFoundAfterCreateMs ?? this.faults.notFoundAfterCreateMs ?? 0;
   }
 
   stuckAttach(volumeId: string): boolean {

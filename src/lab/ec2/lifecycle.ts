@@ -246,10 +246,66 @@ export class Lifecycle {
     );
   }
 
+  /**
+   * A detach whose delay has passed: a device still in use on the instance (mounted) keeps the
+   * attachment `busy`, checked again every busyRecheckMs, until it is free or the detach is
+   * forced; EC2 does the same with a mounted volume ("the volume can get stuck in the busy
+   * state while it is trying to detach").
+   */
   private completeDetach(volumeId: string, token: number): void {
     const found = this.current(volumeId, token);
-    if (!found || found.attachment.state !== "detaching") return;
+    if (!found || (found.attachment.state !== "detaching" && found.attachment.state !== "busy")) return;
     const { attachment } = found;
+    const instance = this.deps.instance(attachment.instanceId);
+    const inUse = this.deps.backend.inUse?.bind(this.deps.backend);
+    if (attachment.forced || !attachment.deviceUp || !instance || !inUse) {
+      this.finishDetach(volumeId, token);
+      return;
+    }
+    const epoch = this.epoch;
+    const checked = inUse(volumeId, instance).then(
+      (busy) => busy,
+      (error: unknown) => {
+        // Not knowing is treated as in use: detaching a mounted device is what must not happen.
+        this.deps.log?.warning("ec2-emulator", "could not tell whether the device is in use", {
+          volumeId,
+          error: message(error),
+        });
+        return true;
+      },
+    );
+    this.track(
+      checked.then(async (busy) => {
+        const now = this.current(volumeId, token);
+        if (!this.live(epoch) || !now || (now.attachment.state !== "detaching" && now.attachment.state !== "busy")) return;
+        if (!busy || now.attachment.forced) {
+          this.finishDetach(volumeId, token);
+          return;
+        }
+        if (now.attachment.state !== "busy") {
+          now.attachment.state = "busy";
+          this.store.event({ kind: "detach-busy", volumeId, instanceId: now.attachment.instanceId });
+          this.store.commit();
+        }
+        if ((await this.delay(this.busyRecheckMs)) && this.live(epoch)) this.completeDetach(volumeId, token);
+      }),
+    );
+  }
+
+  /** How often a busy detach looks again whether the device is still in use. */
+  private get busyRecheckMs(): number {
+    return Math.max(20, Math.min(this.deps.delays.detachMs, 500));
+  }
+
+  /** Removes the device (if attach made one) and ends the attachment. */
+  private finishDetach(volumeId: string, token: number): void {
+    const found = this.current(volumeId, token);
+    if (!found) return;
+    const { attachment } = found;
+    if (attachment.state === "busy") {
+      attachment.state = "detaching";
+      this.store.commit();
+    }
     const instance = this.deps.instance(attachment.instanceId);
     const epoch = this.epoch;
     // Only a device that attach may have made is removed; a never-completed attach left none.
@@ -344,6 +400,16 @@ export class Lifecycle {
     this.track(done);
   }
 
+  /** What the backend has fetched of a volume made from a snapshot (see VolumeBackend.initializationProgress). */
+  initializationProgress(volumeId: string): { done: number; total: number } | undefined {
+    try {
+      return this.deps.backend.initializationProgress?.(volumeId);
+    } catch (error) {
+      this.deps.log?.warning("ec2-emulator", "could not read initialization progress", { volumeId, error: message(error) });
+      return undefined;
+    }
+  }
+
   /** After the stuckAttach fault changed: releases the attachments it no longer holds. */
   faultsChanged(): void {
     for (const volume of this.store.volumes()) {
@@ -366,7 +432,7 @@ export class Lifecycle {
       if (volume.state === "deleting") this.volumeDeleting(volume.volumeId);
       const attachment = volume.attachment;
       if (attachment?.state === "attaching") this.attachStarted(volume.volumeId);
-      if (attachment?.state === "detaching") this.detachStarted(volume.volumeId);
+      if (attachment?.state === "detaching" || attachment?.state === "busy") this.detachStarted(volume.volumeId);
     }
     for (const snapshot of this.store.snapshots()) {
       if (snapshot.state === "pending") this.snapshotStarted(snapshot.snapshotId);

@@ -33,6 +33,10 @@ export class MemoryVolumeBackend implements VolumeBackend {
   readonly snapshots = new Set<string>();
   /** Volume id → instance id of the devices that exist. */
   readonly attached = new Map<string, string>();
+  /** Volumes whose device counts as in use (mounted): tests add and remove them. */
+  readonly busy = new Set<string>();
+  /** Volume id → initialization progress to report (tests set it); absent: not tracked. */
+  readonly initialization = new Map<string, { done: number; total: number }>();
 
   constructor(private readonly options: MemoryVolumeBackendOptions = {}) {}
 
@@ -86,6 +90,14 @@ export class MemoryVolumeBackend implements VolumeBackend {
       if (holder !== undefined) throw new Error(`${volumeId} already has a device on ${holder}`);
       this.attached.set(volumeId, instance.instanceId);
     });
+  }
+
+  inUse(volumeId: string): Promise<boolean> {
+    return Promise.resolve(this.attached.has(volumeId) && this.busy.has(volumeId));
+  }
+
+  initializationProgress(volumeId: string): { done: number; total: number } | undefined {
+    return this.initialization.get(volumeId);
   }
 
   detach(volumeId: string, instance: LabInstance): Promise<void> {

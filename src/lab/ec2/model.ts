@@ -5,7 +5,12 @@
 
 /** Volume states; `error` is what EC2 shows when creation failed (here: the backend failed). */
 export type VolumeState = "creating" | "available" | "in-use" | "deleting" | "error";
-export type AttachmentState = "attaching" | "attached" | "detaching";
+/**
+ * `busy`: a (not forced) detach waits because the volume is still in use on the instance (EC2:
+ * "If the volume is mounted … the volume can get stuck in the busy state while detaching");
+ * it completes once the volume is unmounted, or with a forced detach.
+ */
+export type AttachmentState = "attaching" | "attached" | "detaching" | "busy";
 export type SnapshotState = "pending" | "completed" | "error";
 export type InstanceState = "running" | "terminated";
 
@@ -22,6 +27,8 @@ export interface AttachmentRecord {
   stuck?: boolean;
   /** Set when the backend failed to attach or detach; the attachment then stays where it was. */
   error?: string;
+  /** A DetachVolume with Force=true was asked for: the detach does not wait for a busy device. */
+  forced?: boolean;
 }
 
 export interface VolumeRecord {
@@ -82,11 +89,28 @@ export interface InstanceRecord {
 /** Things tests want to assert happened (or never happened) besides the current state. */
 export interface LabEvent {
   at: string;
-  kind: "force-detach" | "backend-error" | "instance-terminated" | "apply-then-500" | "stuck-attach";
+  kind:
+    | "force-detach"
+    | "backend-error"
+    | "instance-terminated"
+    | "apply-then-500"
+    | "stuck-attach"
+    | "detach-busy"
+    | "idempotent-replay";
   volumeId?: string;
   snapshotId?: string;
   instanceId?: string;
   detail?: string;
+}
+
+/** A CreateVolume ClientToken seen before: what it made, and with which parameters. */
+export interface ClientTokenRecord {
+  volumeId: string;
+  /** The request's parameters (all but ClientToken, Action, Version, DryRun), canonical JSON. */
+  fingerprint: string;
+  /** The volume as the first answer rendered it, answered again once the volume is gone. */
+  response: Record<string, unknown>;
+  at: string;
 }
 
 export interface Model {
@@ -97,11 +121,13 @@ export interface Model {
   snapshots: Record<string, SnapshotRecord>;
   instances: Record<string, InstanceRecord>;
   events: LabEvent[];
+  /** CreateVolume idempotency: ClientToken → what it made (absent in state files from before). */
+  clientTokens?: Record<string, ClientTokenRecord>;
 }
 
 /** A model with nothing in it. */
 export function emptyModel(): Model {
-  return { version: 1, nextSeq: 1, volumes: {}, snapshots: {}, instances: {}, events: [] };
+  return { version: 1, nextSeq: 1, volumes: {}, snapshots: {}, instances: {}, events: [], clientTokens: {} };
 }
 
 /** Checks that parsed JSON has the model's shape (enough to fail early on a foreign file). */
@@ -114,6 +140,7 @@ export function isModel(value: unknown): value is Model {
     typeof m.volumes === "object" &&
     typeof m.snapshots === "object" &&
     typeof m.instances === "object" &&
-    Array.isArray(m.events)
+    Array.isArray(m.events) &&
+    (m.clientTokens === undefined || (typeof m.clientTokens === "object" && m.clientTokens !== null))
   );
 }

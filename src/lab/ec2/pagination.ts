@@ -6,9 +6,16 @@
 import { Ec2Error } from "./ec2-error.ts";
 import type { Params } from "./params.ts";
 
-/** The accepted `MaxResults` range of one action (DescribeVolumes 5–500, most others 5–1000). */
+/**
+ * `MaxResults` of one action: below `min` is InvalidParameterValue; above `max` is accepted
+ * and capped, as the API reference says of DescribeVolumes ("between 5 and 500; if MaxResults
+ * is given a value larger than 500, only 500 items are returned"), DescribeSnapshots and
+ * DescribeVolumeStatus (the same with 1,000). The aws CLI relies on it: its describe-volumes
+ * asks for 1000 per page by default.
+ */
 export interface PageLimits {
   min: number;
+  /** The most items of one page (a larger MaxResults gives this many). */
   max: number;
   /** The list-of-ids parameter that cannot be combined with MaxResults, e.g. `VolumeId`. */
   idsParam?: string;
@@ -45,19 +52,20 @@ export function paginate<T extends { seq: number }>(items: readonly T[], params:
         `The parameter ${limits.idsName ?? limits.idsParam} cannot be used with the parameter maxResults`,
       );
     }
-    if (maxResults < limits.min || maxResults > limits.max) {
+    if (maxResults < limits.min) {
       throw new Ec2Error(
         "InvalidParameterValue",
         `Value ( ${maxResults} ) for parameter maxResults is invalid. ` +
-          `Expecting a value between ${limits.min} and ${limits.max}.`,
+          `Expecting a value greater than or equal to ${limits.min}.`,
       );
     }
   }
+  const pageSize = maxResults === undefined ? undefined : Math.min(maxResults, limits.max);
   const token = params.str("NextToken");
   const after = token ? decodeToken(token) : undefined;
   const rest = after === undefined ? [...items] : items.filter((item) => item.seq > after);
-  if (maxResults === undefined || rest.length <= maxResults) return { items: rest, nextToken: undefined };
-  const page = rest.slice(0, maxResults);
+  if (pageSize === undefined || rest.length <= pageSize) return { items: rest, nextToken: undefined };
+  const page = rest.slice(0, pageSize);
   const last = page[page.length - 1] as T;
   return { items: page, nextToken: encodeToken(last.seq) };
 }

@@ -3,8 +3,14 @@ import { Ec2Error } from "../ec2-error.ts";
 import { renderAttachment } from "../render.ts";
 import { getInstance, getVolume, isoNow, type ActionContext, type ActionHandler } from "./context.ts";
 
-/** Linux device names EC2 accepts for EBS: /dev/sd[a-z], /dev/sd[a-z]1–15, /dev/xvd[a-z], /dev/xvd[a-z][a-z]. */
-const DEVICE_NAME = /^\/dev\/(?:sd[a-z](?:[1-9]|1[0-5])?|xvd[a-z][a-z]?)$/;
+/**
+ * Device names EC2 accepts for EBS on (HVM, Nitro) Linux instances, from "Device names for
+ * volumes on Amazon EC2 instances": /dev/sd[a-z], /dev/xvd[e-z], /dev/xvd[a-d][a-z] (but not
+ * /dev/xvddy and /dev/xvddz), plus the root names /dev/sda1 and /dev/xvda (taken by the root
+ * volume, so "in use" rather than invalid). Partition-style names (/dev/sdf1) are paravirtual
+ * only, and a name without /dev/ is refused here: the agent always gives the full path.
+ */
+const DEVICE_NAME = /^\/dev\/(?:sd[a-z]|sda1|xvda|xvd[e-z]|xvd[a-c][a-z]|xvdd[a-x])$/;
 
 /** Names taken on every instance by its root volume (which the emulator does not model). */
 const ROOT_DEVICES = ["/dev/xvda", "/dev/sda1"];
@@ -17,7 +23,14 @@ export const attachVolume: ActionHandler = (ctx, p) => {
   const volumeId = p.required("VolumeId");
   const instanceId = p.required("InstanceId");
   const device = p.required("Device");
-  const volume = getVolume(ctx, volumeId);
+  // A malformed name is a bad parameter whatever the volume's state: checked before any lookup.
+  if (!DEVICE_NAME.test(device)) {
+    throw new Ec2Error(
+      "InvalidParameterValue",
+      `Value (${device}) for parameter device is invalid. ${device} is not a valid EBS device name.`,
+    );
+  }
+  const volume = getVolume(ctx, volumeId, p.action);
   const instance = getInstance(ctx, instanceId);
   if (instance.state !== "running") {
     throw new Ec2Error("IncorrectInstanceState", `The instance '${instanceId}' is not 'running'.`);
@@ -34,12 +47,6 @@ export const attachVolume: ActionHandler = (ctx, p) => {
     throw new Ec2Error(
       "InvalidVolume.ZoneMismatch",
       `The volume '${volumeId}' is not in the same availability zone as instance '${instanceId}'`,
-    );
-  }
-  if (!DEVICE_NAME.test(device)) {
-    throw new Ec2Error(
-      "InvalidParameterValue",
-      `Value (${device}) for parameter device is invalid. ${device} is not a valid EBS device name.`,
     );
   }
   const existing = attachmentsOf(ctx, instanceId);
@@ -71,7 +78,7 @@ export const attachVolume: ActionHandler = (ctx, p) => {
 };
 
 export const detachVolume: ActionHandler = (ctx, p) => {
-  const volume = getVolume(ctx, p.required("VolumeId"));
+  const volume = getVolume(ctx, p.required("VolumeId"), p.action);
   const attachment = volume.attachment;
   if (!attachment) {
     // What EC2 answers for detaching a volume that is not attached (not InvalidAttachment.NotFound).
@@ -97,9 +104,13 @@ export const detachVolume: ActionHandler = (ctx, p) => {
   if (p.bool("Force")) {
     // Kept so tests can assert the agent never forces a detach (it risks data loss on EC2).
     volume.forceDetachCount++;
+    attachment.forced = true;
     ctx.store.event({ kind: "force-detach", volumeId: volume.volumeId, instanceId: attachment.instanceId });
   }
-  if (attachment.state !== "detaching") {
+  if (attachment.state === "busy") {
+    // Already waiting for the device to be free; a forced detach is picked up by that wait.
+    ctx.store.commit();
+  } else if (attachment.state !== "detaching") {
     attachment.state = "detaching";
     delete attachment.stuck;
     ctx.store.commit();

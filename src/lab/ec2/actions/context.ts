@@ -60,9 +60,30 @@ export function checkSnapshotId(id: string): void {
   }
 }
 
-export function getVolume(ctx: ActionContext, id: string): VolumeRecord {
-  checkVolumeId(id);
+/**
+ * Whether `action` sees the volume yet: under the notFoundAfterCreateMs fault a volume younger
+ * than the lag is invisible, as EC2's eventual consistency can make it right after CreateVolume.
+ */
+export function volumeVisible(ctx: ActionContext, action: string | undefined, volume: VolumeRecord): boolean {
+  const lag = ctx.faults.notFoundAfterCreateMs(action ?? "");
+  return lag <= 0 || ctx.now() - Date.parse(volume.createTime) >= lag;
+}
+
+/** The volume with this id as `action` sees it (undefined: absent, or not visible yet). */
+export function lookupVolume(ctx: ActionContext, action: string | undefined, id: string): VolumeRecord | undefined {
   const volume = ctx.store.volume(id);
+  return volume && volumeVisible(ctx, action, volume) ? volume : undefined;
+}
+
+/** Every volume `action` sees, in creation order. */
+export function visibleVolumes(ctx: ActionContext, action: string | undefined): VolumeRecord[] {
+  return ctx.store.volumes().filter((v) => volumeVisible(ctx, action, v));
+}
+
+/** The volume named `id`; InvalidVolume.NotFound when it does not exist (for `action`, see volumeVisible). */
+export function getVolume(ctx: ActionContext, id: string, action?: string): VolumeRecord {
+  checkVolumeId(id);
+  const volume = lookupVolume(ctx, action, id);
   if (!volume) throw new Ec2Error("InvalidVolume.NotFound", notFoundMessage("volume", [id]));
   return volume;
 }

@@ -21,7 +21,7 @@ function render(ctx: ActionContext, snapshot: SnapshotRecord) {
 }
 
 export const createSnapshot: ActionHandler = (ctx, p) => {
-  const volume = getVolume(ctx, p.required("VolumeId"));
+  const volume = getVolume(ctx, p.required("VolumeId"), p.action);
   if (volume.state !== "available" && volume.state !== "in-use") {
     throw new Ec2Error("IncorrectState", `The volume '${volume.volumeId}' is '${volume.state}'.`);
   }

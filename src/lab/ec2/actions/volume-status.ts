@@ -1,23 +1,38 @@
 /**
  * DescribeVolumeStatus, including the initialization of volumes made from snapshots: with a
  * VolumeInitializationRate (provisioned-rate) progress grows linearly from the creation time
- * at that rate over the snapshot's size; without one (default) the volume counts as initialized.
+ * at that rate over the snapshot's size; without one (default) progress is what the storage
+ * has fetched so far (the lab's cold layer: warm chunks / all chunks), as EBS reports the
+ * blocks it has loaded from S3, and 100 % where the storage does not track it.
  */
 import { applyFilters, type FilterFields } from "../filters.ts";
 import type { VolumeRecord } from "../model.ts";
 import { paginate } from "../pagination.ts";
 import type { XmlObject } from "../xml.ts";
-import { checkVolumeId, pickByIds, type ActionContext, type ActionHandler } from "./context.ts";
+import {
+  checkVolumeId,
+  lookupVolume,
+  pickByIds,
+  visibleVolumes,
+  type ActionContext,
+  type ActionHandler,
+} from "./context.ts";
 
 /** Initialization progress of a volume, or undefined for a volume not made from a snapshot. */
 export function initialization(
   volume: VolumeRecord,
   speedup: number,
   now: number,
+  fetched?: { done: number; total: number },
 ): { type: "default" | "provisioned-rate"; progress: number; etaSeconds: number | undefined } | undefined {
   if (volume.snapshotId === null) return undefined;
   if (volume.initializationRate === null || volume.sourceSizeGiB === null) {
-    return { type: "default", progress: 100, etaSeconds: undefined };
+    // EC2 gives no time estimate for default initialization: it depends on how the volume is read.
+    const progress =
+      fetched === undefined || fetched.total <= 0
+        ? 100
+        : Math.max(0, Math.min(100, Math.floor((fetched.done * 100) / fetched.total)));
+    return { type: "default", progress, etaSeconds: undefined };
   }
   const totalMiB = volume.sourceSizeGiB * 1024;
   const elapsedSeconds = Math.max(0, (now - Date.parse(volume.createTime)) / 1000) * speedup;
@@ -28,8 +43,17 @@ export function initialization(
   return { type: "provisioned-rate", progress, etaSeconds };
 }
 
+/** A volume's initialization as the emulator reports it now. */
+function initializationOf(ctx: ActionContext, volume: VolumeRecord) {
+  const fetched =
+    volume.snapshotId !== null && volume.initializationRate === null
+      ? ctx.lifecycle.initializationProgress(volume.volumeId)
+      : undefined;
+  return initialization(volume, ctx.initializationSpeedup, ctx.now(), fetched);
+}
+
 function statusItem(ctx: ActionContext, volume: VolumeRecord): XmlObject {
-  const init = initialization(volume, ctx.initializationSpeedup, ctx.now());
+  const init = initializationOf(ctx, volume);
   // A backend failure shows as impaired I/O, so whoever watches status sees something is wrong.
   const impaired = volume.error !== null;
   const details: XmlObject[] = [
@@ -53,16 +77,16 @@ function statusItem(ctx: ActionContext, volume: VolumeRecord): XmlObject {
 }
 
 /** The DescribeVolumeStatus filters this emulator supports. */
-const STATUS_FILTERS = (ctx: ActionContext): FilterFields<VolumeRecord> => ({
+const STATUS_FILTERS: FilterFields<VolumeRecord> = {
   "availability-zone": (v) => [v.availabilityZone],
   "volume-status.status": (v) => [v.error !== null ? "impaired" : "ok"],
   "volume-status.details-name": (v) => [
     "io-enabled",
     "io-performance",
-    ...(initialization(v, ctx.initializationSpeedup, ctx.now()) ? ["initialization-state"] : []),
+    ...(v.snapshotId !== null ? ["initialization-state"] : []),
   ],
   "volume-status.details-status": (v) => [v.error !== null ? "failed" : "passed", "not-applicable"],
-});
+};
 
 export const describeVolumeStatus: ActionHandler = (ctx, p) => {
   const ids = p.list("VolumeId");
@@ -70,8 +94,8 @@ export const describeVolumeStatus: ActionHandler = (ctx, p) => {
   paginate([], p, limits);
   const selected =
     ids.length > 0
-      ? pickByIds(ids, (id) => ctx.store.volume(id), checkVolumeId, "InvalidVolume.NotFound", "volume")
-      : ctx.store.volumes().filter((v) => v.state !== "deleting");
-  const page = paginate(applyFilters(selected, p.filters(), STATUS_FILTERS(ctx)), p, limits);
+      ? pickByIds(ids, (id) => lookupVolume(ctx, p.action, id), checkVolumeId, "InvalidVolume.NotFound", "volume")
+      : visibleVolumes(ctx, p.action).filter((v) => v.state !== "deleting");
+  const page = paginate(applyFilters(selected, p.filters(), STATUS_FILTERS), p, limits);
   return { volumeStatusSet: page.items.map((v) => statusItem(ctx, v)), nextToken: page.nextToken };
 };

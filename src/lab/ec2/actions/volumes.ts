@@ -1,17 +1,21 @@
 /** DescribeVolumes, CreateVolume, DeleteVolume. */
 import { Ec2Error, invalidValue, missingParameter } from "../ec2-error.ts";
 import { applyFilters, type FilterFields } from "../filters.ts";
+import { clientToken, earlierRequest, fingerprint, rememberToken } from "../idempotency.ts";
 import { newId } from "../ids.ts";
 import type { VolumeRecord } from "../model.ts";
 import { paginate } from "../pagination.ts";
 import { renderVolume } from "../render.ts";
+import type { XmlObject } from "../xml.ts";
 import {
   checkVolumeId,
   getSnapshot,
   getVolume,
   isoNow,
+  lookupVolume,
   pickByIds,
   tagsFromSpecifications,
+  visibleVolumes,
   type ActionHandler,
 } from "./context.ts";
 
@@ -40,8 +44,8 @@ export const describeVolumes: ActionHandler = (ctx, p) => {
   paginate([], p, limits); // parameter checks come before the lookups, as on EC2
   const selected =
     ids.length > 0
-      ? pickByIds(ids, (id) => ctx.store.volume(id), checkVolumeId, "InvalidVolume.NotFound", "volume")
-      : ctx.store.volumes();
+      ? pickByIds(ids, (id) => lookupVolume(ctx, p.action, id), checkVolumeId, "InvalidVolume.NotFound", "volume")
+      : visibleVolumes(ctx, p.action);
   const page = paginate(
     applyFilters(selected, p.filters(), VOLUME_FILTERS, (v) => v.tags),
     p,
@@ -62,6 +66,17 @@ const SIZE_RANGE: Record<string, [number, number]> = {
 };
 
 export const createVolume: ActionHandler = (ctx, p) => {
+  // A repeat of an earlier request (same token, same parameters) answers what that one made.
+  const token = clientToken(p);
+  const print = token === undefined ? "" : fingerprint(p);
+  const earlier = token === undefined ? undefined : earlierRequest(ctx.store.model, token, print);
+  if (earlier) {
+    ctx.store.event({ kind: "idempotent-replay", volumeId: earlier.volumeId, detail: "CreateVolume" });
+    ctx.store.commit();
+    const now = ctx.store.volume(earlier.volumeId);
+    return now ? renderVolume(now) : (earlier.response as XmlObject);
+  }
+
   const zone = p.str("AvailabilityZone");
   if (zone === undefined || zone === "") {
     if (p.has("AvailabilityZoneId")) {
@@ -145,13 +160,17 @@ export const createVolume: ActionHandler = (ctx, p) => {
     error: null,
   };
   ctx.store.model.volumes[volume.volumeId] = volume;
+  const response = renderVolume(volume);
+  if (token !== undefined) {
+    rememberToken(ctx.store.model, token, { volumeId: volume.volumeId, fingerprint: print, response, at: isoNow(ctx) });
+  }
   ctx.store.commit();
   ctx.lifecycle.volumeCreated(volume.volumeId);
-  return renderVolume(volume);
+  return response;
 };
 
 export const deleteVolume: ActionHandler = (ctx, p) => {
-  const volume = getVolume(ctx, p.required("VolumeId"));
+  const volume = getVolume(ctx, p.required("VolumeId"), p.action);
   if (volume.attachment) {
     throw new Ec2Error(
       "VolumeInUse",
