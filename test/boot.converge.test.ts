@@ -11,7 +11,7 @@ import { run } from "../src/exec.ts";
 import { writeLabConfig } from "../src/lab/agent.ts";
 import { orderCandidates } from "../src/agent/plan.ts";
 import { VolumeTag } from "../src/tags.ts";
-import { goldenPoolTags, startBootLab } from "./fixtures/boot-lab.ts";
+import { goldenPoolTags, POOL, startBootLab } from "./fixtures/boot-lab.ts";
 import { assertLabPrerequisites, childEnv, pollUntil } from "./fixtures/lab-prereq.ts";
 
 await assertLabPrerequisites();
@@ -132,4 +132,20 @@ t.test("SIGTERM while the boot waits for its device: the wait stops, the volume 
   t.notOk((await bl.tags(volumeId!))[VolumeTag.claimedBy], "no claim tag left");
   t.notOk((await bl.tags(volumeId!))[VolumeTag.lastError], "not quarantined: the volume did nothing wrong");
   t.equal(bl.lab.ec2.snapshotState().volumes[volumeId!]?.forceDetachCount, 0, "never force-detached");
+});
+
+t.test("a volume just created that EC2 does not show yet (eventual consistency) is waited for, not taken as gone", async (t) => {
+  // The lab's pool of the golden snapshot is empty here: the boot makes a volume from the snapshot.
+  const host = await bl.addHost();
+  // DescribeVolumes shows the new volume at once; AttachVolume does not yet.
+  bl.lab.ec2.setFaults({ actions: { AttachVolume: { notFoundAfterCreateMs: 2500 } } });
+  t.teardown(() => bl.lab.ec2.setFaults({}));
+  const before = bl.calls.length;
+  const created = await bl.boot(host, { overrides: { pool: POOL } });
+  bl.lab.ec2.setFaults({});
+  t.equal(created.plan.selection.source, "snapshot", "no pool volume: one is made from the snapshot");
+  t.equal(created.result?.outcome, "ready", "ready on the new volume", created.result?.outcome === "ready" ? {} : { result: created.result, log: created.log.join("\n") });
+  t.ok(created.log.some((line) => /not visible to AttachVolume yet/.test(line)), "AttachVolume met NotFound and waited");
+  t.equal(bl.calls.slice(before).filter((c) => c.command === "CreateVolumeCommand").length, 1, "one CreateVolume");
+  await host.dockerd?.stop();
 });
