@@ -342,7 +342,7 @@ t.test("identify: the agent's own filesystem passes, anything else is refused wi
   const notOurs = await storage.identify({ volumeId: blank.volumeId, createdByAgent: false }, blank.device).catch((e: unknown) => e);
   t.type(notOurs, ForeignVolumeError, "blank, created by someone else");
   t.match((notOurs as ForeignVolumeError).message, new RegExp(`^${blank.volumeId} \\(${blank.device}\\) holds no filesystem \\(blank\\)`));
-  t.match((notOurs as ForeignVolumeError).remediation, /remove its ebs-cache:pool/);
+  t.match((notOurs as ForeignVolumeError).remediation, /remove its ebs-cache:managed tag/);
 
   await storage.format(blank.device, FS_LABEL);
   t.same(await storage.identify({ volumeId: blank.volumeId, createdByAgent: true }, blank.device), { kind: "cache", fresh: true }, "formatted by the agent, no data-root yet");

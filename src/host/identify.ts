@@ -46,7 +46,7 @@ export class ForeignVolumeError extends AgentError {
   ) {
     super(
       `${volumeId ? `${volumeId} (${device})` : device} holds ${found}, not the agent's cache filesystem (XFS labelled ${JSON.stringify(FS_LABEL)} holding ${DATA_ROOT_SUBDIR}/); it was left untouched`,
-      `inspect the volume from another machine (lsblk -f; wipefs -n; xfs_db -r -c 'ls /'): if it is not a cache volume, remove its ebs-cache:pool (or workspace) tags so no instance claims it again; if it should be one, replace it with a volume made from the pool's snapshot. The agent never formats, mounts read-write or repairs a volume it has not identified as its own`,
+      `inspect the volume from another machine (lsblk -f; wipefs -n; xfs_db -r -c 'ls /'): if it is not a cache volume, remove its ebs-cache:managed tag (then no instance claims it and gc never deletes it); if it should be one, replace it with a volume made from the pool's snapshot. The agent never formats, mounts read-write or repairs a volume it has not identified as its own`,
       undefined,
       options,
     );
