@@ -18,6 +18,12 @@ packages=(
   fuse3            # fusermount, for that layer
   xfsprogs         # mkfs.xfs, xfs_growfs, xfs_admin
   e2fsprogs        # the foreign filesystems tests use
+  btrfs-progs      # the foreign-volume corpus (test/boot.foreign.test.ts): btrfs
+  dosfstools       #   vfat
+  fdisk            #   sfdisk: GPT and MBR partition tables
+  lvm2             #   pvcreate: an LVM physical volume (no volume group: nothing activates)
+  cryptsetup-bin   #   a LUKS header (never opened)
+  mdadm            #   mdadm --examine checks the md RAID superblocks the test writes
   util-linux       # losetup, blkid, wipefs, findmnt, mount
   awscli           # the real aws CLI, driven against the EC2 emulator
   busybox-static   # the userland of the lab's locally built images

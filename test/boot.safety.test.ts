@@ -65,7 +65,7 @@ t.test("a pool volume with a foreign filesystem (ext4 holding a file) is never f
   const booted = await bl.boot(host, { overrides: { pool: "foreign" } });
   assertOutcome(t, booted, "degraded", "outcome degraded");
   t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
-  t.match(booted.result?.reason, /holds a ext4 filesystem.*left untouched/, "the reason names the foreign filesystem");
+  t.match(booted.result?.reason, /holds an ext4 filesystem labelled "precious", not the agent's cache filesystem.*left untouched/, "the reason names the foreign filesystem");
   t.same(bl.attachCalls(host.instance.instanceId), [volumeId], "it was claimed once (AttachVolume is the lock)");
   t.notOk(booted.log.some((line) => /formatting|mkfs/.test(line)), "no format was attempted");
   await assertGivenBack(t, volumeId, host);
@@ -88,7 +88,7 @@ t.test("a blank pool volume the agent did not create is never formatted: boot de
   const booted = await bl.boot(host, { overrides: { pool: "blank" } });
   assertOutcome(t, booted, "degraded", "outcome degraded");
   t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
-  t.match(booted.result?.reason, /holds no filesystem.*left untouched/, "the reason says the volume is blank and was left alone");
+  t.match(booted.result?.reason, /holds no filesystem \(blank\), on a volume the agent did not create.*left untouched/, "the reason says the volume is blank and was left alone");
   t.same(bl.attachCalls(host.instance.instanceId), [volumeId], "it was claimed once");
   t.notOk(booted.log.some((line) => /formatting|mkfs/.test(line)), "no format was attempted");
   await assertGivenBack(t, volumeId, host);

@@ -6,9 +6,10 @@ import { mkdir, open, readFile, truncate, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { run } from "../src/exec.ts";
 import { contentsFromBlkid, parseBlkidExport, parseWipefsJson } from "../src/host/filesystem.ts";
+import { foundPhrase, judgeLayout, judgeSignature, parseXfsDb } from "../src/host/identify.ts";
 import { parseMountInfo } from "../src/host/mount.ts";
-import { FormatRefusedError, MountConflictError, ProbeError, createHostStorage } from "../src/host/storage.ts";
-import { FS_LABEL } from "../src/layout.ts";
+import { ForeignVolumeError, FormatRefusedError, MountConflictError, ProbeError, createHostStorage } from "../src/host/storage.ts";
+import { DATA_ROOT_SUBDIR, FS_LABEL } from "../src/layout.ts";
 import { createHostRoot, volumeImagePath } from "../src/lab/labdir.ts";
 import { openLabRoot } from "../src/lab/labroot.ts";
 import { createLoopVolumeBackend } from "../src/lab/loopdev.ts";
@@ -59,6 +60,12 @@ function mountPoint(t: Teardown, name: string): string {
 async function dfBytes(path: string): Promise<number> {
   const { stdout } = await run("df", ["-B1", "--output=size", path]);
   return Number(stdout.trim().split("\n").at(-1));
+}
+
+/** A mount by the test itself (storage.mount refuses what is not the agent's filesystem). */
+async function plainMount(device: string, mp: string, options = "noatime"): Promise<void> {
+  await mkdir(mp, { recursive: true });
+  await run("mount", ["-o", options, device, mp]);
 }
 
 /** A DOS (MBR) partition table with one Linux partition, as fdisk would write it. */
@@ -154,7 +161,7 @@ t.test("format refuses a device with a signature and its data stays readable", a
   const { device } = await volume(t);
   await run("mkfs.ext4", ["-q", "-L", "precious", device]);
   const mp = mountPoint(t, "precious");
-  await storage.mount(device, mp);
+  await plainMount(device, mp);
   await writeFile(join(mp, "data.txt"), "keep me");
   await storage.unmount(mp);
 
@@ -162,7 +169,7 @@ t.test("format refuses a device with a signature and its data stays readable", a
   t.type(error, FormatRefusedError);
   t.match((error as Error).message, /not blank \(ext4 filesystem labelled "precious"\)/);
   t.match(await storage.probe(device), { kind: "filesystem", type: "ext4", label: "precious" });
-  await storage.mount(device, mp);
+  await plainMount(device, mp, "ro");
   t.equal(await readFile(join(mp, "data.txt"), "utf8"), "keep me", "the data is still there");
   await storage.unmount(mp);
 
@@ -278,4 +285,85 @@ t.test("grow: a volume made larger than its filesystem grows once", async (t) =>
   t.equal(await readFile(join(mp, "image-layer"), "utf8"), "layer", "the data survived");
   await storage.unmount(mp);
   await t.rejects(storage.grow(mp), /nothing is mounted/);
+});
+
+t.test("identification, pure: xfs_db output parsed, signatures and layouts judged", async (t) => {
+  // Recorded from xfs_db 6.1.0 (`xfs_db -r -c version -c 'ls /'`).
+  const recorded = [
+    "versionnum [0xb4b5+0x18a] = V5,NLINK,DIRV2,ATTR,ALIGN,LOGV2,EXTFLG,MOREBITS,ATTR2,LAZYSBCOUNT,PROJID32BIT,CRC,FTYPE,FINOBT,SPARSE_INODES,REFLINK,INOBTCNT,BIGTIME",
+    "/:",
+    "8          128                directory      0x0000002e   1 . (good)",
+    "10         128                directory      0x0000172e   2 .. (good)",
+    "12         131                directory      0xfc7af1d4   6 docker (good)",
+    "15         132                regular        0x0cda756f   6 a file (good)",
+    "20         134                directory      0xe81d077d  16 .ebs-cache-agent (good)",
+    "",
+  ].join("\n");
+  t.same(parseXfsDb(recorded), {
+    ftype: true,
+    rootEntries: [
+      { type: "directory", name: "." },
+      { type: "directory", name: ".." },
+      { type: "directory", name: "docker" },
+      { type: "regular", name: "a file" },
+      { type: "directory", name: ".ebs-cache-agent" },
+    ],
+  });
+  t.equal(parseXfsDb("versionnum [0xb4a4+0x8] = V4,NLINK,DIRV2\n/:\n").ftype, false, "a V4 filesystem without ftype");
+  t.throws(() => parseXfsDb("/:\n"), /no versionnum/);
+  t.throws(() => parseXfsDb("versionnum [0x1] = V5,FTYPE\n/:\ngarbage\n"), /unexpected xfs_db directory line/);
+  t.throws(() => parseXfsDb("versionnum [0x1] = V5,FTYPE\n"), /no listing/);
+
+  const ours = { kind: "filesystem", type: "xfs", label: FS_LABEL } as const;
+  t.same(judgeSignature(ours, false), { verdict: "inspect" });
+  t.same(judgeSignature({ kind: "blank" }, true), { verdict: "blank" });
+  t.match(judgeSignature({ kind: "blank" }, false), { verdict: "foreign", found: /blank.*did not create/ });
+  t.match(judgeSignature({ kind: "filesystem", type: "xfs", label: "data" }, true), { verdict: "foreign", found: 'an xfs filesystem labelled "data"' });
+  t.match(judgeSignature({ kind: "filesystem", type: "xfs" }, true), { verdict: "foreign", found: "an xfs filesystem without a label" });
+  t.match(judgeSignature({ kind: "filesystem", type: "ext4", label: FS_LABEL }, true), { verdict: "foreign", found: /ext4/ }, "the label alone is not enough");
+  t.equal(foundPhrase({ kind: "other", signature: "LVM2_member" }), "an LVM physical volume (LVM2_member)");
+  t.equal(foundPhrase({ kind: "other", signature: "gpt partition table" }), "a gpt partition table");
+
+  const dir = (name: string, type = "directory") => ({ name, type });
+  const dots = [dir("."), dir("..")];
+  t.same(judgeLayout({ ftype: true, rootEntries: [...dots, dir(DATA_ROOT_SUBDIR)] }, false), { verdict: "cache", fresh: false });
+  t.same(judgeLayout({ ftype: true, rootEntries: [...dots, dir(DATA_ROOT_SUBDIR), dir("extra", "regular")] }, false), { verdict: "cache", fresh: false });
+  t.same(judgeLayout({ ftype: true, rootEntries: [...dots] }, true), { verdict: "cache", fresh: true }, "agent-created, never used");
+  t.same(judgeLayout({ ftype: true, rootEntries: [...dots, dir(".ebs-cache-agent")] }, true), { verdict: "cache", fresh: true });
+  t.match(judgeLayout({ ftype: true, rootEntries: [...dots] }, false), { verdict: "foreign", found: /without the docker\/ data-root folder \(its root holds nothing else\)/ });
+  t.match(judgeLayout({ ftype: true, rootEntries: [...dots, dir("home")] }, true), { verdict: "foreign", found: /its root holds home/ }, "agent-created but holding someone's folder");
+  t.match(judgeLayout({ ftype: true, rootEntries: [...dots, dir(DATA_ROOT_SUBDIR, "regular")] }, true), { verdict: "foreign", found: /docker is a regular, not a directory/ });
+  t.match(judgeLayout({ ftype: false, rootEntries: [...dots, dir(DATA_ROOT_SUBDIR)] }, false), { verdict: "foreign", found: /without ftype=1/ });
+});
+
+t.test("identify: the agent's own filesystem passes, anything else is refused with ForeignVolumeError; mount and grow refuse foreign labels", async (t) => {
+  const blank = await volume(t);
+  t.same(await storage.identify({ volumeId: blank.volumeId, createdByAgent: true }, blank.device), { kind: "blank" }, "blank and created by the agent: to be formatted");
+  const notOurs = await storage.identify({ volumeId: blank.volumeId, createdByAgent: false }, blank.device).catch((e: unknown) => e);
+  t.type(notOurs, ForeignVolumeError, "blank, created by someone else");
+  t.match((notOurs as ForeignVolumeError).message, new RegExp(`^${blank.volumeId} \\(${blank.device}\\) holds no filesystem \\(blank\\)`));
+  t.match((notOurs as ForeignVolumeError).remediation, /remove its ebs-cache:managed tag/);
+
+  await storage.format(blank.device, FS_LABEL);
+  t.same(await storage.identify({ volumeId: blank.volumeId, createdByAgent: true }, blank.device), { kind: "cache", fresh: true }, "formatted by the agent, no data-root yet");
+  t.type(await storage.identify({ volumeId: blank.volumeId, createdByAgent: false }, blank.device).catch((e: unknown) => e), ForeignVolumeError, "the same without the created-by tag: no data-root, not provably ours");
+  const mp = mountPoint(t, "ours");
+  await storage.mount(blank.device, mp);
+  await mkdir(join(mp, DATA_ROOT_SUBDIR));
+  await storage.unmount(mp);
+  t.same(await storage.identify({ volumeId: blank.volumeId, createdByAgent: false }, blank.device), { kind: "cache", fresh: false }, "with its data-root: ours");
+
+  const foreign = await volume(t);
+  await run("mkfs.xfs", ["-q", "-L", "data", foreign.device]);
+  const error = await storage.identify({ volumeId: foreign.volumeId, createdByAgent: true }, foreign.device).catch((e: unknown) => e);
+  t.type(error, ForeignVolumeError);
+  t.match(error, { volumeId: foreign.volumeId, device: foreign.device, found: 'an xfs filesystem labelled "data"' });
+  const fmp = mountPoint(t, "foreign");
+  t.type(await storage.mount(foreign.device, fmp).catch((e: unknown) => e), ForeignVolumeError, "mount refuses a foreign label by itself");
+  t.equal(await storage.mountPointOf(foreign.device), undefined, "and mounted nothing");
+  await plainMount(foreign.device, fmp);
+  t.type(await storage.grow(fmp).catch((e: unknown) => e), ForeignVolumeError, "grow refuses a foreign label");
+  await storage.unmount(fmp);
+
+  t.type(await storage.identify({ volumeId: "vol-0", createdByAgent: true }, "/dev/ebscachenosuchdevice").catch((e: unknown) => e), ForeignVolumeError, "a probe failure is not ours either");
 });

@@ -324,21 +324,21 @@ async function runStep(
       return undefined;
 
     case "check-filesystem": {
+      // Positive identification before any write: only the agent's own cache filesystem goes on
+      // to be mounted read-write (which replays its log) and grown. Anything else throws
+      // ForeignVolumeError with the volume left byte-for-byte unchanged.
       const volume = volumeOf(p);
       const device = p.device!;
-      const contents = await storage.probe(device);
-      if (contents.kind === "filesystem" && contents.type === "xfs") return undefined;
-      if (contents.kind === "blank" && createdByAgent(volume)) {
+      const owner = { volumeId: volume.volumeId, createdByAgent: createdByAgent(volume) };
+      let identity = await storage.identify(owner, device);
+      if (identity.kind === "blank") {
         log.notice("boot.format", "formatting the blank volume the agent created", { volume: volume.volumeId, device });
         await storage.format(device, FS_LABEL);
-        return undefined;
+        identity = await storage.identify(owner, device);
+        if (identity.kind !== "cache") throw new BootStepError(step.step, `${volume.volumeId} (${device}) is still blank after mkfs.xfs`, `check dmesg and lsblk -f ${device}`);
       }
-      const found = contents.kind === "filesystem" ? `a ${contents.type} filesystem` : contents.kind === "blank" ? "no filesystem" : `a ${contents.signature} signature`;
-      throw new BootStepError(
-        step.step,
-        `${volume.volumeId} (${device}) holds ${found}, not the XFS cache filesystem; it was left untouched`,
-        "check the pool's snapshot; the agent formats only blank volumes it created itself",
-      );
+      log.info("boot.filesystem", "the agent's cache filesystem", { volume: volume.volumeId, device, fresh: identity.fresh });
+      return undefined;
     }
 
     case "mount": {

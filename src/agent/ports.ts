@@ -141,6 +141,13 @@ export type DeviceContents =
   /** A signature that is not a filesystem (partition table, RAID member, LVM, …). */
   | { kind: "other"; signature: string };
 
+/**
+ * What identify() positively found on a volume's device. `cache`: the agent's own filesystem
+ * (`fresh` when the agent formatted it and docker has not run on it yet); `blank`: a volume the
+ * agent created, to be formatted. Anything else is refused (ForeignVolumeError), never returned.
+ */
+export type CacheIdentity = { kind: "cache"; fresh: boolean } | { kind: "blank" };
+
 /** Block devices and filesystems of this host. */
 export interface HostStorage {
   /**
@@ -152,13 +159,20 @@ export interface HostStorage {
   findDevice(volumeId: string): Promise<string | undefined>;
   /** Probes signatures; throws when the probe itself fails (then nothing may be formatted). */
   probe(device: string): Promise<DeviceContents>;
+  /**
+   * Identifies the agent's own cache filesystem without writing a byte (signatures, then a
+   * read-only look at the layout that replays no log). Throws ForeignVolumeError for anything
+   * else, a failed probe included.
+   */
+  identify(volume: { volumeId: string; createdByAgent: boolean }, device: string): Promise<CacheIdentity>;
   /** mkfs.xfs with ftype=1 and the label. Callers must have probed `blank` first. */
   format(device: string, label: string): Promise<void>;
   /** Where the device is mounted now, if anywhere. */
   mountPointOf(device: string): Promise<string | undefined>;
+  /** Mounts read-write; refuses (ForeignVolumeError) a device without the agent's XFS label. */
   mount(device: string, mountPoint: string): Promise<void>;
   unmount(mountPoint: string): Promise<void>;
-  /** Grows the filesystem to the device's size; true when it grew. */
+  /** Grows the filesystem to the device's size; true when it grew. Refuses like mount(). */
   grow(mountPoint: string): Promise<boolean>;
 }
 

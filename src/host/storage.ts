@@ -6,11 +6,13 @@ import type { HostStorage } from "../agent/ports.ts";
 import type { Logger } from "../log.ts";
 import { findVolumeDevice, waitForVolumeDevice } from "./device.ts";
 import { formatDevice, growFilesystem, probeDevice } from "./filesystem.ts";
-import { findMountPoint, mountDevice, unmountPath } from "./mount.ts";
+import { assertCacheLabel, identifyCacheVolume } from "./identify.ts";
+import { findMountPoint, mountAt, mountDevice, unmountPath } from "./mount.ts";
 
 export { DeviceTimeoutError } from "./device.ts";
 export { DeviceIdentityError, DevicePathError, InvalidVolumeIdError } from "./serial.ts";
 export { FormatRefusedError, ProbeError } from "./filesystem.ts";
+export { ForeignVolumeError } from "./identify.ts";
 export { MountConflictError } from "./mount.ts";
 
 /** Where this host's devices show up. */
@@ -22,7 +24,10 @@ export interface HostStorageOptions {
   log?: Logger;
 }
 
-/** The real HostStorage: udev links, sysfs serials, blkid / wipefs, mkfs.xfs, mount, xfs_growfs. */
+/**
+ * The real HostStorage: udev links, sysfs serials, blkid / wipefs / xfs_db -r, mkfs.xfs, mount,
+ * xfs_growfs. mount and grow check the agent's XFS label themselves, whatever the caller did.
+ */
 export function createHostStorage(options: HostStorageOptions = {}): HostStorage {
   const where = {
     byIdDir: options.byIdDir ?? "/dev/disk/by-id",
@@ -34,10 +39,18 @@ export function createHostStorage(options: HostStorageOptions = {}): HostStorage
     waitForDevice: (volumeId, timeoutMs, call) => waitForVolumeDevice(volumeId, timeoutMs, where, call?.signal),
     findDevice: (volumeId) => findVolumeDevice(volumeId, where),
     probe: (device) => probeDevice(device, { log }),
+    identify: (volume, device) => identifyCacheVolume(volume, device, { log }),
     format: (device, label) => formatDevice(device, label, { log }),
     mountPointOf: (device) => findMountPoint(device),
-    mount: (device, mountPoint) => mountDevice(device, mountPoint, { log }),
+    async mount(device, mountPoint) {
+      await assertCacheLabel(device, { log });
+      await mountDevice(device, mountPoint, { log });
+    },
     unmount: (mountPoint) => unmountPath(mountPoint, { log }),
-    grow: (mountPoint) => growFilesystem(mountPoint, { log }),
+    async grow(mountPoint) {
+      const mounted = await mountAt(mountPoint);
+      if (mounted) await assertCacheLabel(mounted.source, { log });
+      return growFilesystem(mountPoint, { log });
+    },
   };
 }

@@ -1,0 +1,223 @@
+/**
+ * Positive identification of the agent's own cache filesystem, before anything writes to a
+ * volume. "Ours" means: XFS, labelled FS_LABEL, with ftype=1 (overlay2 needs it and the agent
+ * always formats with it), holding the data-root folder DATA_ROOT_SUBDIR at its root. A volume
+ * the agent created blank and formatted itself (tag created-by=agent) may not hold the data-root
+ * yet: its root must then be empty but for the agent's own folder. Anything else (another label
+ * or filesystem, a partition table, LVM, LUKS, RAID, swap, garbage, a failed probe) is foreign:
+ * it is refused with ForeignVolumeError and never mounted read-write, grown, or log-replayed.
+ *
+ * The layout is read with `xfs_db -r`, not with a mount. xfs_db opens the device read-only in
+ * user space and never replays the log, whereas a kernel mount replays a dirty XFS log even
+ * with `-o ro` (only `ro,norecovery` does not); it also leaves no mount behind if the agent is
+ * killed, does not care about clones sharing one UUID, and keeps a damaged foreign filesystem
+ * out of the kernel. Its view of a filesystem with a dirty log (or mounted now) is the
+ * metadata written in place, which may lag the log: for the data-root folder that is no
+ * loss, since a pool or snapshot volume holds it from its (cleanly unmounted) build, and an
+ * agent-created volume is allowed to lack it. xfs_db runs only on what blkid already found to
+ * be an XFS superblock with the agent's label: it is not meant for arbitrary bytes.
+ */
+import { AgentError } from "../errors.ts";
+import { run } from "../exec.ts";
+import { DATA_ROOT_SUBDIR, FS_LABEL } from "../layout.ts";
+import type { CacheIdentity, DeviceContents } from "../agent/ports.ts";
+import type { Logger } from "../log.ts";
+import { describeContents, probeDevice, ProbeError } from "./filesystem.ts";
+import { assertDevicePath } from "./serial.ts";
+
+/** What the agent itself may put at the root of a volume it formatted, before docker ran on it. */
+const AGENT_ROOT_ENTRIES = new Set([".ebs-cache-agent", "lost+found"]);
+
+/** How long xfs_db may take to read a superblock and a root directory. */
+const XFS_DB_TIMEOUT_MS = 60_000;
+
+/**
+ * The volume does not hold the agent's cache filesystem: nothing was written to it. The one
+ * error every refusal uses, so that a boot can tell "not ours" from any other failure.
+ */
+export class ForeignVolumeError extends AgentError {
+  constructor(
+    /** undefined when the refusal comes from a host operation that knows only the device. */
+    readonly volumeId: string | undefined,
+    readonly device: string,
+    /** What was found, as a phrase ("an ext4 filesystem labelled \"data\""). */
+    readonly found: string,
+    options?: { cause?: unknown },
+  ) {
+    super(
+      `${volumeId ? `${volumeId} (${device})` : device} holds ${found}, not the agent's cache filesystem (XFS labelled ${JSON.stringify(FS_LABEL)} holding ${DATA_ROOT_SUBDIR}/); it was left untouched`,
+      `inspect the volume from another machine (lsblk -f; wipefs -n; xfs_db -r -c 'ls /'): if it is not a cache volume, remove its ebs-cache:managed tag (then no instance claims it and gc never deletes it); if it should be one, replace it with a volume made from the pool's snapshot. The agent never formats, mounts read-write or repairs a volume it has not identified as its own`,
+      undefined,
+      options,
+    );
+  }
+}
+
+/** One entry of a directory as xfs_db lists it. */
+export interface DirEntry {
+  name: string;
+  /** xfs_db's type word: directory, regular, symlink, … ("unknown" without ftype). */
+  type: string;
+}
+
+/** What `xfs_db -r` shows of an XFS filesystem: its feature flags and its root directory. */
+export interface XfsLayout {
+  ftype: boolean;
+  rootEntries: DirEntry[];
+}
+
+/** The first verdict, from the signature probe alone. */
+export type SignatureVerdict = { verdict: "blank" } | { verdict: "inspect" } | { verdict: "foreign"; found: string };
+
+/** The second verdict, from the layout of an XFS filesystem with the agent's label. */
+export type LayoutVerdict = { verdict: "cache"; fresh: boolean } | { verdict: "foreign"; found: string };
+
+/** Names for signatures that say what they are to an operator. */
+const SIGNATURE_NAMES: Record<string, string> = {
+  LVM2_member: "an LVM physical volume",
+  crypto_LUKS: "a LUKS encrypted container",
+  linux_raid_member: "an md RAID member",
+  swap: "swap space",
+};
+
+/** A phrase naming what the probe found, for the refusal. */
+export function foundPhrase(contents: DeviceContents): string {
+  switch (contents.kind) {
+    case "blank":
+      return "no filesystem (blank)";
+    case "filesystem": {
+      const what = describeContents(contents);
+      // Filesystem types are read letter by letter when they start so: "an xfs", "an ntfs".
+      return `${/^(?:[aeiou]|x|n|f2)/i.test(what) ? "an" : "a"} ${what}${contents.label ? "" : " without a label"}`;
+    }
+    case "other": {
+      const name = SIGNATURE_NAMES[contents.signature];
+      if (name) return `${name} (${contents.signature})`;
+      return /partition table$/.test(contents.signature) ? `a ${contents.signature}` : `data the agent does not own: ${contents.signature}`;
+    }
+  }
+}
+
+/**
+ * Pure: what the signatures alone say. Only an XFS with the agent's label is worth a look at
+ * its layout; a blank device is the agent's only when the agent created the volume.
+ */
+export function judgeSignature(contents: DeviceContents, createdByAgent: boolean): SignatureVerdict {
+  if (contents.kind === "blank") {
+    return createdByAgent ? { verdict: "blank" } : { verdict: "foreign", found: "no filesystem (blank), on a volume the agent did not create" };
+  }
+  if (contents.kind === "filesystem" && contents.type === "xfs" && contents.label === FS_LABEL) return { verdict: "inspect" };
+  return { verdict: "foreign", found: foundPhrase(contents) };
+}
+
+/** Pure: whether the layout of an XFS labelled FS_LABEL is the agent's. */
+export function judgeLayout(layout: XfsLayout, createdByAgent: boolean): LayoutVerdict {
+  const label = `an XFS filesystem labelled ${JSON.stringify(FS_LABEL)}`;
+  if (!layout.ftype) return { verdict: "foreign", found: `${label} without ftype=1` };
+  const entries = layout.rootEntries.filter((entry) => entry.name !== "." && entry.name !== "..");
+  const dataRoot = entries.find((entry) => entry.name === DATA_ROOT_SUBDIR);
+  if (dataRoot?.type === "directory") return { verdict: "cache", fresh: false };
+  if (dataRoot) return { verdict: "foreign", found: `${label} whose ${DATA_ROOT_SUBDIR} is a ${dataRoot.type}, not a directory` };
+  const others = entries.filter((entry) => !AGENT_ROOT_ENTRIES.has(entry.name));
+  if (createdByAgent && others.length === 0) return { verdict: "cache", fresh: true };
+  const holding = others.length === 0 ? "nothing else" : others.slice(0, 5).map((entry) => entry.name).join(", ") + (others.length > 5 ? ", …" : "");
+  return { verdict: "foreign", found: `${label} without the ${DATA_ROOT_SUBDIR}/ data-root folder (its root holds ${holding})` };
+}
+
+/**
+ * Parses the output of `xfs_db -r -c version -c 'ls /'`: the feature list of the version line,
+ * and one directory entry per line (`<offset> <inode> <type> <hash> <namelen> <name> (good)`;
+ * the name length is given, so names with spaces parse).
+ */
+export function parseXfsDb(text: string): XfsLayout {
+  const version = /^versionnum \[[^\]]*\] = (.*)$/m.exec(text);
+  if (!version) throw new Error("xfs_db printed no versionnum line");
+  const features = version[1]!.split(",").map((feature) => feature.trim());
+  const rootEntries: DirEntry[] = [];
+  let listing = false;
+  for (const line of text.split("\n")) {
+    if (line === "/:") {
+      listing = true;
+      continue;
+    }
+    if (!listing || line.trim() === "") continue;
+    const match = /^\s*\d+\s+\d+\s+(\S+)\s+0x[0-9a-f]+\s+(\d+)\s(.*)$/.exec(line);
+    if (!match) {
+      if (line.startsWith("versionnum")) continue;
+      throw new Error(`unexpected xfs_db directory line: ${JSON.stringify(line)}`);
+    }
+    const length = Number(match[2]);
+    const rest = match[3]!;
+    if (rest.length < length) throw new Error(`truncated xfs_db directory line: ${JSON.stringify(line)}`);
+    rootEntries.push({ type: match[1]!, name: rest.slice(0, length) });
+  }
+  if (!listing) throw new Error("xfs_db printed no listing of /");
+  return { ftype: features.includes("FTYPE"), rootEntries };
+}
+
+/** Reads an XFS filesystem's features and root directory without writing (`xfs_db -r`). */
+export async function readXfsLayout(device: string, options: { log?: Logger } = {}): Promise<XfsLayout> {
+  assertDevicePath(device);
+  const result = await run("xfs_db", ["-r", "-c", "version", "-c", "ls /", device], { log: options.log, check: false, timeoutMs: XFS_DB_TIMEOUT_MS });
+  if (result.exitCode !== 0) {
+    throw new ProbeError(device, `xfs_db -r exited with ${result.exitCode}: ${(result.stderr.trim() || result.stdout.trim()).split("\n")[0] ?? ""}`);
+  }
+  try {
+    return parseXfsDb(result.stdout);
+  } catch (error) {
+    throw new ProbeError(device, `unreadable xfs_db output: ${(error as Error).message}`, { cause: error });
+  }
+}
+
+/**
+ * Identifies what the volume's device holds, writing nothing: the agent's cache filesystem
+ * (`fresh` when the agent formatted it and docker has not run on it yet), or a blank volume the
+ * agent created (to be formatted). Everything else throws ForeignVolumeError, a failed probe
+ * included: what cannot be read cannot be positively identified.
+ */
+export async function identifyCacheVolume(
+  volume: { volumeId: string; createdByAgent: boolean },
+  device: string,
+  options: { log?: Logger } = {},
+): Promise<CacheIdentity> {
+  const { log } = options;
+  assertDevicePath(device);
+  const refuse = (found: string, cause?: unknown): never => {
+    log?.warning("host.identify", "not the agent's cache filesystem", { volume: volume.volumeId, device, found });
+    throw new ForeignVolumeError(volume.volumeId, device, found, cause === undefined ? undefined : { cause });
+  };
+  let contents: DeviceContents;
+  try {
+    contents = await probeDevice(device, options);
+  } catch (error) {
+    return refuse(`something the agent could not probe (${(error as Error).message})`, error);
+  }
+  const first = judgeSignature(contents, volume.createdByAgent);
+  if (first.verdict === "foreign") return refuse(first.found);
+  if (first.verdict === "blank") return { kind: "blank" };
+  let layout: XfsLayout;
+  try {
+    layout = await readXfsLayout(device, options);
+  } catch (error) {
+    return refuse(`an XFS filesystem labelled ${JSON.stringify(FS_LABEL)} whose layout could not be read (${(error as Error).message})`, error);
+  }
+  const second = judgeLayout(layout, volume.createdByAgent);
+  if (second.verdict === "foreign") return refuse(second.found);
+  log?.info("host.identify", "the agent's cache filesystem", { volume: volume.volumeId, device, fresh: second.fresh });
+  return { kind: "cache", fresh: second.fresh };
+}
+
+/**
+ * The last guard before a read-write mount or a grow: the device must carry an XFS superblock
+ * with the agent's label (blkid's low-level probe). Cheap, and it keeps a caller that skipped
+ * identification from mounting a foreign filesystem (which would replay its log).
+ */
+export async function assertCacheLabel(device: string, options: { log?: Logger } = {}): Promise<void> {
+  assertDevicePath(device);
+  const contents = await probeDevice(device, options).catch((error: unknown) => {
+    throw new ForeignVolumeError(undefined, device, `something the agent could not probe (${(error as Error).message})`, { cause: error });
+  });
+  if (contents.kind !== "filesystem" || contents.type !== "xfs" || contents.label !== FS_LABEL) {
+    throw new ForeignVolumeError(undefined, device, foundPhrase(contents));
+  }
+}
