@@ -29,8 +29,17 @@ export interface BootDeps {
   prepareDataRoot(dataRoot: string, options: { kind: "pool" | "workspace"; instanceId: string; createdByAgent: boolean }): Promise<void>;
   /** The installed dockerd's version (`dockerd --version`), read before docker starts. */
   dockerVersion(): Promise<string | undefined>;
-  /** Publishes the readiness labels (node labels via a manager, or engine labels). */
+  /**
+   * Publishes the readiness labels (node labels via a manager, or engine labels) and reads them
+   * back; throws when they did not take.
+   */
   report(state: ReadinessState, details: Record<string, string>): Promise<void>;
+  /**
+   * The host checks before anything is claimed (src/agent/preflight.ts): daemon.json parses and
+   * holds nothing the switch refuses, dockerd's flags do not conflict with it. Throws the
+   * refusal. Absent: only daemon.json's parse is checked.
+   */
+  preflight?(): Promise<void>;
   /**
    * The pre-warm step (prewarmAtBoot with the configured settings): a verdict, and maybe an
    * initialization, inline or handed to the background run. Absent: the step does nothing.
@@ -98,18 +107,23 @@ export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: Boot
   const { log } = deps;
   const timeline: BootResult["timeline"] = [];
   const progress: Progress = { claimedNow: false, mountedNow: false, switched: false };
-  // daemon.json must parse before a volume is claimed: the agent never rewrites a file it cannot
-  // parse, so it would otherwise attach, mount and clean a pool volume only to hand it back at
-  // switch-data-root, tagged with a last-error that is not the volume's fault.
+  // The host must take the switch before a volume is claimed (daemon.json parses and holds
+  // nothing the switch or dockerd refuses, dockerd's flags agree with it): the agent would
+  // otherwise attach, mount and clean a pool volume only to hand it back at switch-data-root or
+  // start-docker, tagged with a last-error that is not the volume's fault.
   if (plan.steps.some((step) => step.step === "switch-data-root")) {
     const started = Date.now();
     try {
-      await deps.daemonConfig.dataRoot();
+      await (deps.preflight ? deps.preflight() : deps.daemonConfig.dataRoot());
+      timeline.push({ step: "check-host", ms: Date.now() - started });
     } catch (error) {
-      timeline.push({ step: "check-daemon-json", ms: Date.now() - started });
+      timeline.push({ step: "check-host", ms: Date.now() - started });
       const reason = describeError(error);
-      log.error("boot.failed", `${reason}; no volume was claimed`, { step: "check-daemon-json", remediation: remediationOf(error) });
-      return { ...(await degrade(deps, limits, reason)), timeline };
+      log.error("boot.failed", `${reason}; no volume was claimed`, { step: "check-host", remediation: remediationOf(error) });
+      // daemon.json (or dockerd's reading of it) is what is wrong: the agent writes nothing into
+      // it, not even the degraded engine label, and leaves it as it found it.
+      const report = async () => log.notice("boot.label", "no degraded label published: the host's docker configuration refused the switch");
+      return { ...(await degrade({ ...deps, report }, limits, reason)), timeline };
     }
   }
   for (const step of plan.steps) {
