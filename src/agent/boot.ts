@@ -324,7 +324,11 @@ async function runStep(
       if (!deps.docker) return undefined;
       const info = await deps.engine.info();
       if (info.dockerRootDir !== p.dataRoot) {
-        throw new BootStepError(step.step, `docker reports data-root ${info.dockerRootDir}, expected ${p.dataRoot}`, "check daemon.json and the docker unit's flags (a --data-root flag overrides daemon.json)");
+        throw new BootStepError(
+          step.step,
+          `docker reports data-root ${info.dockerRootDir}, expected ${p.dataRoot}`,
+          "check that dockerd reads the agent's daemon.json (its --config-file) and that nothing else sets its data-root: dockerd refuses --data-root given both as a flag and in daemon.json (systemctl cat docker; journalctl -u docker)",
+        );
       }
       if (info.imageStore === "containerd") {
         throw new BootStepError(step.step, "docker uses the containerd image store: the images on the volume are in graphdriver layout", 'set "features": {"containerd-snapshotter": false} in daemon.json');
@@ -365,7 +369,13 @@ async function runStep(
       // A pre-warm that failed outright (it normally never throws) leaves the verdict unknown.
       const prewarmLabels = p.prewarm?.labels ?? (deps.prewarm ? { prewarm: "unknown" } : {});
       // Published already when the background run took over: it alone publishes from then on.
-      if (!p.prewarm?.published) await deps.report(state, { ...readyDetails(volume), ...prewarmLabels });
+      if (!p.prewarm?.published) {
+        try {
+          await deps.report(state, { ...readyDetails(volume), ...prewarmLabels });
+        } catch (error) {
+          return labelsDidNotTake(deps, p, error);
+        }
+      }
       if (state === "warming") {
         log.notice("boot.ready", "node usable on the cache volume; the volume is warming in the background", { volume: volume.volumeId, dataRoot: p.dataRoot, prewarm: p.prewarm?.verdict });
       } else {
@@ -374,6 +384,24 @@ async function runStep(
       return undefined;
     }
   }
+}
+
+/**
+ * The labels of a node on its cache volume did not take (refused, or not read back): the node
+ * is not reported `ready` to anyone. Docker stays on the volume (the volume is not at fault, and
+ * rolling back would not make labels take); the outcome is `degraded` with the reason, and one
+ * best-effort `degraded` publication follows.
+ */
+async function labelsDidNotTake(deps: BootDeps, p: Progress, error: unknown): Promise<Omit<BootResult, "timeline">> {
+  const reason = `readiness labels did not take: ${describeError(error)}`;
+  deps.log.error("boot.labels", `${reason}; the node is not reported ready (docker stays on the cache volume)`, {
+    volume: p.volume?.volumeId,
+    remediation: remediationOf(error),
+  });
+  await deps.report("degraded", { reason: shorten(reason) }).catch((again: unknown) => {
+    deps.log.error("boot.label", `could not publish the degraded label either: ${describeError(again)}`);
+  });
+  return { outcome: "degraded", reason, ...resultOf(p) };
 }
 
 /** The labels that go with `ready` (and `warming`): which volume, pool and kind. */
