@@ -130,3 +130,19 @@ t.test("a --label flag: the reporter writes no engine labels (dockerd would refu
   await dockerd.restart();
   t.same(labelRecord((await dockerd.info()).Labels), { rack: "b2" }, "docker still starts");
 });
+
+t.test("dockerd's own rule, on the real binary: a flag and its daemon.json key refuse the start; --add-runtime and runtimes combine", async (t) => {
+  const cases = [
+    { flags: ["--label", "rack=c3"], key: { labels: ["zone=z"] }, refused: /the following directives are specified both as a flag and in the configuration file: labels/ },
+    { flags: ["-s", "vfs"], key: { "storage-driver": "vfs" }, refused: /specified both as a flag and in the configuration file: storage-driver/ },
+    { flags: ["--add-runtime", "lab=/usr/bin/runc"], key: { runtimes: { other: { path: "/usr/bin/runc" } } }, refused: undefined },
+  ];
+  for (const c of cases) {
+    const host = await bl.addHost({ dockerdArgs: c.flags });
+    const config = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as Record<string, unknown>;
+    await writeFile(host.paths.daemonJson, JSON.stringify({ ...config, ...c.key }, null, 2) + "\n");
+    const started = host.startDocker();
+    if (c.refused) await t.rejects(started, c.refused, `${c.flags.join(" ")} with ${Object.keys(c.key).join()} in daemon.json: dockerd refuses to start`);
+    else await t.resolves(started, `${c.flags.join(" ")} with ${Object.keys(c.key).join()} in daemon.json: dockerd starts`);
+  }
+});
