@@ -15,6 +15,9 @@ const UNIT = "/lib/systemd/system/docker.service";
 const DROPIN = "/etc/systemd/system/docker.service.d/x.conf";
 const DEFAULTS = "/etc/default/docker";
 const STOCK_ARGV = "/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock $DOCKER_OPTS";
+/** A unit in the style of Amazon Linux's docker package: $OPTIONS and friends from /etc/sysconfig files (written from memory, not recorded). */
+const AL2023_ARGV = "/usr/bin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock $OPTIONS $DOCKER_STORAGE_OPTIONS $DOCKER_ADD_RUNTIMES";
+const AL2023_SYSCONFIG = '# The max number of open files for the daemon itself, and all\n# running containers.\nOPTIONS="--default-ulimit nofile=32768:65536"\n';
 
 interface Case {
   name: string;
@@ -187,6 +190,19 @@ const corpus: Case[] = [
     name: "flags with no daemon.json counterpart the agent writes are fine",
     argv: "/usr/bin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock --iptables=false --debug --log-level warn",
     expect: [],
+  },
+  {
+    name: "an Amazon Linux-style unit: $OPTIONS from /etc/sysconfig/docker, an empty daemon.json",
+    argv: AL2023_ARGV,
+    envFiles: { "-/etc/sysconfig/docker": AL2023_SYSCONFIG, "-/etc/sysconfig/docker-storage": undefined },
+    expect: [],
+  },
+  {
+    name: "an Amazon Linux-style unit with default-ulimits also in daemon.json",
+    argv: AL2023_ARGV,
+    envFiles: { "-/etc/sysconfig/docker": AL2023_SYSCONFIG },
+    daemonJson: { "default-ulimits": { nofile: { Name: "nofile", Soft: 1024, Hard: 4096 } } },
+    expect: [eitherOr("--default-ulimit nofile=32768:65536", "OPTIONS in /etc/sysconfig/docker (EnvironmentFile of docker.service)", "default-ulimits")],
   },
   {
     name: "a unit systemd does not know",
