@@ -230,9 +230,10 @@ export function effectiveDockerdCommand(snapshot: UnitSnapshot): DockerdCommand 
     return { source: unit, args: [], problems };
   }
   const origin = `ExecStart in ${traced.execStart ?? snapshot.props.fragmentPath ?? unit}`;
-  const start = exec.argv.findIndex((a) => basename(a) === "dockerd");
+  // dockerd's own word, or argv[0] when `@` gave the program another name.
+  const own = exec.argv.findIndex((a) => basename(a) === "dockerd");
   const args: DockerdArg[] = [];
-  for (const word of exec.argv.slice(start + 1)) {
+  for (const word of exec.argv.slice(own >= 0 ? own + 1 : 1)) {
     const whole = /^\$([A-Za-z_][A-Za-z0-9_]*)$/.exec(word);
     if (whole) {
       const found = env.get(whole[1]!);
