@@ -35,8 +35,17 @@ export interface BootDeps {
   prepareDataRoot(dataRoot: string, options: { kind: "pool" | "workspace"; instanceId: string; createdByAgent: boolean }): Promise<void>;
   /** The installed dockerd's version (`dockerd --version`), read before docker starts. */
   dockerVersion(): Promise<string | undefined>;
-  /** Publishes the readiness labels (node labels via a manager, or engine labels). */
+  /**
+   * Publishes the readiness labels (node labels via a manager, or engine labels) and reads them
+   * back; throws when they did not take.
+   */
   report(state: ReadinessState, details: Record<string, string>): Promise<void>;
+  /**
+   * The host checks before anything is claimed (src/agent/preflight.ts): daemon.json parses and
+   * holds nothing the switch refuses, dockerd's flags do not conflict with it. Throws the
+   * refusal. Absent: only daemon.json's parse is checked.
+   */
+  preflight?(): Promise<void>;
   /**
    * The pre-warm step (prewarmAtBoot with the configured settings): a verdict, and maybe an
    * initialization, inline or handed to the background run. Absent: the step does nothing.
@@ -153,18 +162,23 @@ export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: Boot
   const claimIndex = plan.steps.findIndex((step) => step.step === "claim-volume");
   const claimStep = plan.steps[claimIndex];
   const maxVolumes = claimStep?.step === "claim-volume" ? claimStep.maxVolumes : 1;
-  // daemon.json must parse before a volume is claimed: the agent never rewrites a file it cannot
-  // parse, so it would otherwise attach, mount and clean a pool volume only to hand it back at
-  // switch-data-root, tagged with a last-error that is not the volume's fault.
+  // The host must take the switch before a volume is claimed (daemon.json parses and holds
+  // nothing the switch or dockerd refuses, dockerd's flags agree with it): the agent would
+  // otherwise attach, mount and clean a pool volume only to hand it back at switch-data-root or
+  // start-docker, tagged with a last-error that is not the volume's fault.
   if (plan.steps.some((step) => step.step === "switch-data-root")) {
     const started = Date.now();
     try {
-      await deps.daemonConfig.dataRoot();
+      await (deps.preflight ? deps.preflight() : deps.daemonConfig.dataRoot());
+      timeline.push({ step: "check-host", ms: Date.now() - started });
     } catch (error) {
-      timeline.push({ step: "check-daemon-json", ms: Date.now() - started });
+      timeline.push({ step: "check-host", ms: Date.now() - started });
       const reason = describeError(error);
-      log.error("boot.failed", `${reason}; no volume was claimed`, { step: "check-daemon-json", remediation: remediationOf(error) });
-      return { ...(await degrade(deps, limits, reason)), timeline };
+      log.error("boot.failed", `${reason}; no volume was claimed`, { step: "check-host", remediation: remediationOf(error) });
+      // daemon.json (or dockerd's reading of it) is what is wrong: the agent writes nothing into
+      // it, not even the degraded engine label, and leaves it as it found it.
+      const report = async () => log.notice("boot.label", "no degraded label published: the host's docker configuration refused the switch");
+      return { ...(await degrade({ ...deps, report }, limits, reason)), timeline };
     }
   }
   for (let index = 0; index < plan.steps.length; index++) {
@@ -401,7 +415,11 @@ async function runStep(
       if (!deps.docker) return undefined;
       const info = await deps.engine.info();
       if (info.dockerRootDir !== p.dataRoot) {
-        throw new BootStepError(step.step, `docker reports data-root ${info.dockerRootDir}, expected ${p.dataRoot}`, "check daemon.json and the docker unit's flags (a --data-root flag overrides daemon.json)");
+        throw new BootStepError(
+          step.step,
+          `docker reports data-root ${info.dockerRootDir}, expected ${p.dataRoot}`,
+          "check that dockerd reads the agent's daemon.json (its --config-file) and that nothing else sets its data-root: dockerd refuses --data-root given both as a flag and in daemon.json (systemctl cat docker; journalctl -u docker)",
+        );
       }
       if (info.imageStore === "containerd") {
         throw new BootStepError(step.step, "docker uses the containerd image store: the images on the volume are in graphdriver layout", 'set "features": {"containerd-snapshotter": false} in daemon.json');
@@ -442,7 +460,13 @@ async function runStep(
       // A pre-warm that failed outright (it normally never throws) leaves the verdict unknown.
       const prewarmLabels = p.prewarm?.labels ?? (deps.prewarm ? { prewarm: "unknown" } : {});
       // Published already when the background run took over: it alone publishes from then on.
-      if (!p.prewarm?.published) await deps.report(state, { ...readyDetails(volume), ...prewarmLabels });
+      if (!p.prewarm?.published) {
+        try {
+          await deps.report(state, { ...readyDetails(volume), ...prewarmLabels });
+        } catch (error) {
+          return labelsDidNotTake(deps, p, error);
+        }
+      }
       if (state === "warming") {
         log.notice("boot.ready", "node usable on the cache volume; the volume is warming in the background", { volume: volume.volumeId, dataRoot: p.dataRoot, prewarm: p.prewarm?.verdict });
       } else {
@@ -451,6 +475,24 @@ async function runStep(
       return undefined;
     }
   }
+}
+
+/**
+ * The labels of a node on its cache volume did not take (refused, or not read back): the node
+ * is not reported `ready` to anyone. Docker stays on the volume (the volume is not at fault, and
+ * rolling back would not make labels take); the outcome is `degraded` with the reason, and one
+ * best-effort `degraded` publication follows.
+ */
+async function labelsDidNotTake(deps: BootDeps, p: Progress, error: unknown): Promise<Omit<BootResult, "timeline">> {
+  const reason = `readiness labels did not take: ${describeError(error)}`;
+  deps.log.error("boot.labels", `${reason}; the node is not reported ready (docker stays on the cache volume)`, {
+    volume: p.volume?.volumeId,
+    remediation: remediationOf(error),
+  });
+  await deps.report("degraded", { reason: shorten(reason) }).catch((again: unknown) => {
+    deps.log.error("boot.label", `could not publish the degraded label either: ${describeError(again)}`);
+  });
+  return { outcome: "degraded", reason, ...resultOf(p) };
 }
 
 /** The labels that go with `ready` (and `warming`): which volume, pool and kind. */

@@ -4,9 +4,11 @@
  * daemon.json and reloads dockerd (SIGHUP, no restart), which reach the managers as
  * `engine.labels.<prefix>.state`. See docs/labels.md.
  */
-import { describeError } from "../errors.ts";
+import { setTimeout as sleep } from "node:timers/promises";
+import { AgentError, describeError } from "../errors.ts";
 import type { Logger } from "../log.ts";
-import { chooseLabelMode, nodeLabelChanges, readinessLabels, type LabelModeSetting } from "../docker/labels.ts";
+import type { HostProblem } from "../docker/dockerd-flags.ts";
+import { chooseLabelMode, isUnderPrefix, nodeLabelChanges, readinessLabels, type LabelModeSetting } from "../docker/labels.ts";
 import type { ReadinessState } from "./boot.ts";
 import type { DaemonConfig, DockerEngine, DockerService } from "./ports.ts";
 
@@ -17,31 +19,122 @@ export interface ReporterDeps {
   daemonConfig: DaemonConfig;
   docker: DockerService | undefined;
   log: Logger;
+  /**
+   * Why engine labels must not be written on this host (a `--label` flag: dockerd refuses it
+   * next to daemon.json's `labels`, at the reload and at its next start), or undefined.
+   */
+  engineLabelsProblem?: () => Promise<HostProblem | undefined>;
+  /** How long published labels may take to show in `docker info` / the node (default 15 s). */
+  readBackTimeoutMs?: number;
 }
 
-/** Builds report(state, details) for the boot. */
+/** Labels were published but do not show where the scheduler reads them, or could not be published. */
+export class LabelsNotTakenError extends AgentError {
+  constructor(message: string, remediation: string, options?: { cause?: unknown }) {
+    super(message, remediation, undefined, options);
+  }
+}
+
+const DEFAULT_READ_BACK_MS = 15_000;
+
+/**
+ * Builds report(state, details): publishes, then reads back. Throws LabelsNotTakenError when
+ * they do not show within the deadline (or cannot be published on this host): the caller must
+ * then not call the node ready. Engine labels written while docker is not running apply at its
+ * start and cannot be read back yet; that is logged.
+ */
 export function createReporter(deps: ReporterDeps) {
   return async function report(state: ReadinessState, details: Record<string, string>): Promise<void> {
     if (deps.mode === "off") return;
     const labels = readinessLabels(deps.prefix, state, details);
     const info = await deps.engine.info().catch(() => undefined);
     const mode = info ? chooseLabelMode(deps.mode, info) : deps.mode === "node" ? "node" : "engine";
+    const deadline = Date.now() + (deps.readBackTimeoutMs ?? DEFAULT_READ_BACK_MS);
     if (mode === "node" && info?.swarm.nodeId) {
-      const current = await deps.engine.nodeLabels(info.swarm.nodeId);
+      const nodeId = info.swarm.nodeId;
+      const current = await deps.engine.nodeLabels(nodeId);
       const { add, remove } = nodeLabelChanges(deps.prefix, current, labels);
-      await deps.engine.setNodeLabels(info.swarm.nodeId, add, remove);
-      deps.log.info("labels", `node labels set: ${deps.prefix}.state=${state}`, { node: info.swarm.nodeId });
+      await deps.engine.setNodeLabels(nodeId, add, remove);
+      await readBack(deps, "node", labels, deadline, async () => deps.engine.nodeLabels(nodeId));
+      deps.log.info("labels", `node labels set and read back: ${deps.prefix}.state=${state}`, { node: nodeId });
       return;
     }
     // A worker (or docker not up yet): engine labels, applied by a reload when docker runs.
-    await deps.daemonConfig.setEngineLabels(deps.prefix, labels);
-    if (deps.docker && (await deps.docker.isActive())) {
-      await deps.docker.reload().catch((error: unknown) => {
-        deps.log.warning("labels", `docker reload failed; the labels apply at docker's next start: ${describeError(error)}`);
-      });
+    const refused = await deps.engineLabelsProblem?.();
+    if (refused) {
+      throw new LabelsNotTakenError(`engine labels not written: ${refused.problem}`, refused.remediation);
     }
-    deps.log.info("labels", `engine labels set: ${deps.prefix}.state=${state}`);
+    await deps.daemonConfig.setEngineLabels(deps.prefix, labels);
+    if (!deps.docker || !(await deps.docker.isActive())) {
+      deps.log.info("labels", `engine labels written: ${deps.prefix}.state=${state}; docker is not running here, they apply at its start (not read back)`);
+      return;
+    }
+    try {
+      await deps.docker.reload();
+    } catch (error) {
+      throw new LabelsNotTakenError(
+        `docker did not reload daemon.json for the engine labels: ${describeError(error)}`,
+        "see why dockerd refused the file: journalctl -u docker -n 50",
+        { cause: error },
+      );
+    }
+    await readBack(deps, "engine", labels, deadline, async () => engineLabelRecord((await deps.engine.info()).labels));
+    deps.log.info("labels", `engine labels set and read back: ${deps.prefix}.state=${state}`);
   };
+}
+
+/** `key=value` entries as a record (a later entry wins, as docker's dedup keeps one). */
+function engineLabelRecord(entries: readonly string[]): Record<string, string> {
+  const record: Record<string, string> = {};
+  for (const entry of entries) {
+    const eq = entry.indexOf("=");
+    if (eq > 0) record[entry.slice(0, eq)] = entry.slice(eq + 1);
+  }
+  return record;
+}
+
+/**
+ * Polls until the labels under the prefix are exactly `wanted` (a reload is applied
+ * asynchronously on a real host), backing off from 100 ms to 1 s; throws at the deadline.
+ */
+async function readBack(
+  deps: ReporterDeps,
+  mode: "node" | "engine",
+  wanted: Record<string, string>,
+  deadline: number,
+  read: () => Promise<Record<string, string>>,
+): Promise<void> {
+  let wait = 100;
+  let differences: string[];
+  for (;;) {
+    try {
+      differences = labelDifferences(deps.prefix, await read(), wanted);
+      if (differences.length === 0) return;
+    } catch (error) {
+      differences = [`could not read them: ${describeError(error)}`];
+    }
+    if (Date.now() >= deadline) break;
+    await sleep(Math.min(wait, Math.max(0, deadline - Date.now())));
+    wait = Math.min(wait * 2, 1000);
+  }
+  const where = mode === "node" ? "the node's labels (docker node inspect)" : "docker info's Labels";
+  throw new LabelsNotTakenError(
+    `${where} still differ from what was published after ${deps.readBackTimeoutMs ?? DEFAULT_READ_BACK_MS} ms: ${differences.slice(0, 4).join("; ")}`,
+    mode === "node"
+      ? "check that this node can update itself through a manager (docker node inspect self), or use labels.mode engine"
+      : "check that dockerd reads the agent's daemon.json (its --config-file) and that no --label flag is set: journalctl -u docker -n 50",
+  );
+}
+
+/** What differs under the prefix between what docker shows and what was published. */
+export function labelDifferences(prefix: string, shown: Record<string, string>, wanted: Record<string, string>): string[] {
+  const out: string[] = [];
+  for (const [key, value] of Object.entries(wanted)) {
+    if (!Object.hasOwn(shown, key)) out.push(`${key} missing`);
+    else if (shown[key] !== value) out.push(`${key}=${shown[key]} (published ${value})`);
+  }
+  for (const key of Object.keys(shown)) if (isUnderPrefix(prefix, key) && !Object.hasOwn(wanted, key)) out.push(`${key} still there`);
+  return out;
 }
 
 /**

@@ -14,6 +14,8 @@ import { createDaemonConfig } from "../docker/daemon-json.ts";
 import { prepareDataRoot } from "../docker/data-root.ts";
 import { createDockerEngine } from "../docker/engine.ts";
 import { installedDockerdVersion } from "../docker/service.ts";
+import { createSystemdDockerdCommand } from "../docker/dockerd-command.ts";
+import type { DockerdCommand } from "../docker/dockerd-flags.ts";
 import { mountPointsOf, syncFilesystem } from "../host/mount.ts";
 import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
@@ -25,6 +27,7 @@ import { prewarmSettingsFrom } from "./prewarm-plan.ts";
 import { createFioReader } from "../host/volume-reads.ts";
 import type { ReleaseCommandDeps } from "./release-command.ts";
 import { createLabelWithdrawer, createReporter } from "./report.ts";
+import { engineLabelsProblem, preflightHost } from "./preflight.ts";
 
 export interface WiringOptions {
   config: AgentConfig;
@@ -45,6 +48,11 @@ export interface WiringOptions {
   startPrewarm?: () => Promise<void>;
   /** The fio binary the pre-warm runs (default `fio` on PATH). */
   fio?: string;
+  /**
+   * dockerd's effective command line. Default: systemd's `docker.unit` (systemctl show, its
+   * drop-ins and environment files); the lab passes its private dockerd's.
+   */
+  dockerdCommand?: () => Promise<DockerdCommand>;
 }
 
 /** What every command shares: EC2 per region and the instance's identity. */
@@ -114,12 +122,32 @@ function wireHost(options: WiringOptions, labels: { prefix: string; mode: Effect
   const { config, log } = options;
   const daemonConfig = createDaemonConfig({ path: config.paths.daemonJson, log });
   const engine = createDockerEngine({ host: config.paths.dockerHost, log });
-  const reporterDeps = { prefix: labels.prefix, mode: labels.mode, engine, daemonConfig, docker: options.docker, log };
+  // Read once per run: the unit does not change under a boot, and every report checks it.
+  let command: Promise<DockerdCommand> | undefined;
+  const dockerdCommand = () => (command ??= (options.dockerdCommand ?? createSystemdDockerdCommand({ unit: config.docker.unit, log }))());
+  const reporterDeps = {
+    prefix: labels.prefix,
+    mode: labels.mode,
+    engine,
+    daemonConfig,
+    docker: options.docker,
+    log,
+    engineLabelsProblem: () => engineLabelsProblem({ dockerdCommand, daemonJsonPath: config.paths.daemonJson }),
+  };
   return {
     storage: createHostStorage({ byIdDir: config.paths.byIdDir, sysfsRoot: config.paths.sysfsRoot, log }),
     daemonConfig,
     engine,
     reporterDeps,
+    preflight: () =>
+      preflightHost({
+        daemonJsonPath: config.paths.daemonJson,
+        readDaemonJson: () => daemonConfig.read(),
+        dockerdCommand,
+        dockerVersion: () => installedDockerdVersion({ log }),
+        labels,
+        log,
+      }),
   };
 }
 
@@ -151,6 +179,7 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
         },
         dockerVersion: () => installedDockerdVersion({ log }),
         report,
+        preflight: host.preflight,
         prewarm: (target) =>
           prewarmAtBoot(target, prewarmSettingsFrom(settings.effective), {
             reader: createFioReader({ log, ...(options.fio ? { fio: options.fio } : {}) }),

@@ -76,6 +76,8 @@ function labWiring(lab: Lab, host: LabHost, options: { overrides?: ConfigOverrid
     pollMs: 100,
     ...(options.startPrewarm ? { startPrewarm: options.startPrewarm } : {}),
     ...(options.fio ? { fio: options.fio } : {}),
+    // The lab has no systemd unit for its dockerd: the host says how it starts it.
+    dockerdCommand: async () => host.dockerdCommand(),
   };
 }
 

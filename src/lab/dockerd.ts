@@ -118,6 +118,25 @@ export function dockerdService(dockerd: PrivateDockerd): ServiceControl {
 }
 
 /**
+ * The arguments a private dockerd is started with (after its path), known before it starts: the
+ * lab host hands them to the agent as dockerd's effective command line.
+ */
+export function privateDockerdArgs(options: Pick<PrivateDockerdOptions, "root" | "configFile" | "extraArgs">): string[] {
+  // dockerd 20.10 uses a system containerd when it finds one: keep our tasks apart from the host's.
+  const namespace = containerdNamespace(options.root);
+  const containerd = existsSync(SYSTEM_CONTAINERD_SOCKET)
+    ? ["--containerd-namespace", namespace, "--containerd-plugins-namespace", `${namespace}-plugins`]
+    : [];
+  return [
+    ...["--config-file", options.configFile, "--exec-root", join(options.root, "exec"), "--pidfile", join(options.root, "dockerd.pid")],
+    ...["-H", `unix://${join(options.root, "docker.sock")}`],
+    ...["--bridge=none", "--iptables=false", "--ip6tables=false"],
+    ...containerd,
+    ...(options.extraArgs ?? []),
+  ];
+}
+
+/**
  * Processes belonging to the private dockerd under `root`: dockerd, its containerd, the shims
  * and the containers below them. The sweep after a stop and the tests use it; the lab reaper
  * finds them through their command lines instead (see cleanup.ts), knowing no dockerd root.
@@ -242,17 +261,7 @@ class LabDockerd implements PrivateDockerd {
   }
 
   private dockerdArgs(): string[] {
-    // dockerd 20.10 uses a system containerd when it finds one: keep our tasks apart from the host's.
-    const namespace = containerdNamespace(this.root);
-    const containerd = existsSync(SYSTEM_CONTAINERD_SOCKET)
-      ? ["--containerd-namespace", namespace, "--containerd-plugins-namespace", `${namespace}-plugins`]
-      : [];
-    return [
-      ...["--config-file", this.configFile, "--exec-root", this.execRoot, "--pidfile", this.pidFile, "-H", this.host],
-      ...["--bridge=none", "--iptables=false", "--ip6tables=false"],
-      ...containerd,
-      ...(this.options.extraArgs ?? []),
-    ];
+    return privateDockerdArgs(this.options);
   }
 
   async stop(): Promise<void> {

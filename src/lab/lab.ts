@@ -10,7 +10,8 @@ import { join } from "node:path";
 import { EC2Client } from "@aws-sdk/client-ec2";
 import type { DockerService } from "../agent/ports.ts";
 import type { Logger } from "../log.ts";
-import { startPrivateDockerd, type PrivateDockerd } from "./dockerd.ts";
+import { privateDockerdArgs, startPrivateDockerd, type PrivateDockerd } from "./dockerd.ts";
+import type { DockerdCommand } from "../docker/dockerd-flags.ts";
 import { startEc2Emulator, type Delays, type Ec2Emulator, type Faults } from "./ec2/index.ts";
 import { startImdsEmulator, type ImdsEmulator } from "./imds.ts";
 import { createHostRoot } from "./labdir.ts";
@@ -69,6 +70,8 @@ export interface LabHost {
   dockerService(): DockerService;
   /** `unix://…` of the host's dockerd socket (known before it starts). */
   dockerHost: string;
+  /** dockerd's command line on this host, as the agent reads it (systemd's unit on a real host). */
+  dockerdCommand(): DockerdCommand;
 }
 
 /** A running lab. */
@@ -95,6 +98,8 @@ export interface AddHostOptions {
   tags?: Record<string, string>;
   /** InstanceMetadataTags enabled (default true). */
   metadataTags?: boolean;
+  /** More flags for the host's dockerd, as a unit's ExecStart or DOCKER_OPTS would add them. */
+  dockerdArgs?: string[];
 }
 
 const DEFAULT_DELAYS: Delays = { createMs: 50, attachMs: 100, detachMs: 100, snapshotMs: 100 };
@@ -160,6 +165,7 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
     const hostRoot = await createHostRoot(root, instanceId);
     // dockerd's socket path must stay under 108 bytes: keep its folder short.
     const dockerdRoot = join(root, "d", String(++dockerdCount));
+    const dockerdExtra = hostOptions.dockerdArgs ? { extraArgs: [...hostOptions.dockerdArgs] } : {};
     const paths: LabHostPaths = {
       hostRoot,
       byIdDir: byIdDir(hostRoot),
@@ -205,9 +211,17 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
           await host.dockerd.start();
           return host.dockerd;
         }
-        host.dockerd = await startPrivateDockerd({ root: dockerdRoot, configFile: paths.daemonJson, log });
+        host.dockerd = await startPrivateDockerd({ root: dockerdRoot, configFile: paths.daemonJson, log, ...dockerdExtra });
         return host.dockerd;
       },
+      dockerdCommand: () => ({
+        source: "the lab's private dockerd",
+        args: privateDockerdArgs({ root: dockerdRoot, configFile: paths.daemonJson, ...dockerdExtra }).map((value) => ({
+          value,
+          origin: "the lab dockerd's command line (addHost dockerdArgs)",
+        })),
+        problems: [],
+      }),
     };
     hosts.push(host);
     return host;
