@@ -149,3 +149,29 @@ t.test("a volume just created that EC2 does not show yet (eventual consistency) 
   t.equal(bl.calls.slice(before).filter((c) => c.command === "CreateVolumeCommand").length, 1, "one CreateVolume");
   await host.dockerd?.stop();
 });
+
+t.test("the first phase's budget: a stuck attachment is undone at timeouts.bootSeconds, and no creation starts that would not fit", async (t) => {
+  const pool = "budget";
+  const [volumeId] = await bl.createPool(pool, 1);
+  const host = await bl.addHost();
+  bl.lab.ec2.setFaults({ stuckAttach: [volumeId!] });
+  t.teardown(() => bl.lab.ec2.setFaults({}));
+  const overrides = { pool, docker: { control: "none" }, timeouts: { bootSeconds: 6, attachSeconds: 600, deviceSeconds: 600 } };
+  const run1 = await bl.cli(host, ["--no-docker", "--json"], overrides);
+  bl.lab.ec2.setFaults({});
+  t.equal(run1.exitCode, ExitCode.degraded, "degraded (exit 4), not late", { stderr: run1.stderr.slice(-2000) });
+  const printed = JSON.parse(run1.stdout) as { result: { outcome: string; reason: string } };
+  t.match(printed.result.reason, /boot budget of 6 s ran out/, "the reason names the budget");
+  t.ok(await bl.waitAvailable(volumeId!), "the stuck claim was handed back");
+  t.notOk((await bl.tags(volumeId!))[VolumeTag.lastError], "not quarantined (the wait was cut, the volume did nothing wrong)");
+
+  // An empty pool of the golden snapshot with less budget left than a creation takes.
+  const other = await bl.addHost();
+  const volumesBefore = Object.keys(bl.lab.ec2.snapshotState().volumes).length;
+  const run2 = await bl.cli(other, ["--no-docker", "--json"], { pool: POOL, docker: { control: "none" }, timeouts: { bootSeconds: 5, createSeconds: 30 } });
+  t.equal(run2.exitCode, ExitCode.degraded);
+  const second = JSON.parse(run2.stdout) as { plan: { selection: { source: string } }; result: { reason: string } };
+  t.equal(second.plan.selection.source, "snapshot");
+  t.match(second.result.reason, /less than a volume from the snapshot takes/, "no CreateVolume started");
+  t.equal(Object.keys(bl.lab.ec2.snapshotState().volumes).length, volumesBefore, "no volume was created");
+});

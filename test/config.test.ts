@@ -24,7 +24,8 @@ const DEFAULTS = {
   volumeType: "gp3",
   createFromSnapshot: true,
   initializationRateMiBps: null,
-  timeouts: { imdsSeconds: 60, imdsRequestSeconds: 5, attachSeconds: 120, deviceSeconds: 60, dockerSeconds: 120 },
+  claim: { candidatesPerListing: 50, maxVolumes: 3, maxLosses: 5, quarantineHours: 6 },
+  timeouts: { imdsSeconds: 60, imdsRequestSeconds: 5, attachSeconds: 120, deviceSeconds: 60, dockerSeconds: 120, bootSeconds: 40, createSeconds: 20 },
   paths: {
     byIdDir: "/dev/disk/by-id",
     sysfsRoot: "/sys",
@@ -60,7 +61,8 @@ const FULL = {
   volumeType: "io2",
   createFromSnapshot: false,
   initializationRateMiBps: 300,
-  timeouts: { imdsSeconds: 5, imdsRequestSeconds: 2, attachSeconds: 30.5, deviceSeconds: 3600, dockerSeconds: 1 },
+  claim: { candidatesPerListing: 5, maxVolumes: 1, maxLosses: 50, quarantineHours: 0 },
+  timeouts: { imdsSeconds: 5, imdsRequestSeconds: 2, attachSeconds: 30.5, deviceSeconds: 3600, dockerSeconds: 1, bootSeconds: 5, createSeconds: 0 },
   paths: {
     byIdDir: "/tmp/lab/dev/disk/by-id",
     sysfsRoot: "/tmp/lab/sys",
@@ -163,7 +165,7 @@ t.test("unknown keys are errors, with a suggestion when one is close", async (t)
   t.same(validateConfig({ deviceSeconds: 5 }).problems, ['deviceSeconds: unknown key (did you mean "timeouts.deviceSeconds"?)'], "a key at the wrong level");
   t.same(validateConfig({ docker: { expected_images: [] } }).problems, ['docker.expected_images: unknown key (did you mean "docker.expectedImages"?)']);
   t.same(validateConfig({ timeouts: { zzz: 1 } }).problems, [
-    "timeouts.zzz: unknown key (keys of timeouts: imdsSeconds, imdsRequestSeconds, attachSeconds, deviceSeconds, dockerSeconds)",
+    "timeouts.zzz: unknown key (keys of timeouts: imdsSeconds, imdsRequestSeconds, attachSeconds, deviceSeconds, dockerSeconds, bootSeconds, createSeconds)",
   ]);
   t.match(validateConfig({ __proto__x: 1 }).problems[0], /^__proto__x: unknown key \(top-level keys: enabled, pool, /);
   t.same(validateConfig(JSON.parse('{"__proto__": {"enabled": false}}')).problems.length, 1, "__proto__ is just an unknown key");
@@ -381,11 +383,17 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_VOLUME_TYPE",
     "EBS_CACHE_AGENT_CREATE_FROM_SNAPSHOT",
     "EBS_CACHE_AGENT_INITIALIZATION_RATE_MIBPS",
+    "EBS_CACHE_AGENT_CLAIM__CANDIDATES_PER_LISTING",
+    "EBS_CACHE_AGENT_CLAIM__MAX_VOLUMES",
+    "EBS_CACHE_AGENT_CLAIM__MAX_LOSSES",
+    "EBS_CACHE_AGENT_CLAIM__QUARANTINE_HOURS",
     "EBS_CACHE_AGENT_TIMEOUTS__IMDS_SECONDS",
     "EBS_CACHE_AGENT_TIMEOUTS__IMDS_REQUEST_SECONDS",
     "EBS_CACHE_AGENT_TIMEOUTS__ATTACH_SECONDS",
     "EBS_CACHE_AGENT_TIMEOUTS__DEVICE_SECONDS",
     "EBS_CACHE_AGENT_TIMEOUTS__DOCKER_SECONDS",
+    "EBS_CACHE_AGENT_TIMEOUTS__BOOT_SECONDS",
+    "EBS_CACHE_AGENT_TIMEOUTS__CREATE_SECONDS",
     "EBS_CACHE_AGENT_PATHS__BY_ID_DIR",
     "EBS_CACHE_AGENT_PATHS__SYSFS_ROOT",
     "EBS_CACHE_AGENT_PATHS__MOUNT_ROOT",

@@ -6,7 +6,7 @@
 import { cloudFailureOf } from "../aws/errors.ts";
 import { AgentError, ConfigError, ExitCode, describeError } from "../errors.ts";
 import type { Logger } from "../log.ts";
-import { applyBootPlan, type BootDeps, type BootLimits, type BootResult } from "./boot.ts";
+import { applyBootPlan, BootBudgetSpent, CancelledError, type BootDeps, type BootLimits, type BootResult } from "./boot.ts";
 import { observeBoot } from "./observe.ts";
 import { planBoot, type BootObservation, type BootPlan, type BootSettings } from "./plan.ts";
 import type { CloudVolumes, Identity } from "./ports.ts";
@@ -45,6 +45,7 @@ export async function runBoot(
   options: { dryRun: boolean; withDocker?: boolean; mayClaim?: boolean; signal?: AbortSignal },
 ): Promise<BootOutcome> {
   const { log, config } = deps;
+  const started = Date.now();
   const identity = await deps.identify();
   log.info("boot.identity", "instance identified", {
     instance: identity.instanceId,
@@ -60,7 +61,11 @@ export async function runBoot(
   const settings = resolved.value.boot;
 
   const cloud = deps.cloudFor(config.region ?? identity.region);
-  const observation = await observeOrDegrade(cloud, identity, settings, log, options.signal);
+  // One budget for the first phase (it may claim, and runs before docker.service): whatever is
+  // not done by then is undone and the node degrades, so that it joins the swarm in time.
+  const budget = settings.mayClaim && !settings.withDocker && !options.dryRun ? bootBudget(config.timeouts.bootSeconds, started) : undefined;
+  const signal = anySignal([options.signal, budget?.signal]);
+  const observation = await observeOrDegrade(cloud, identity, settings, log, signal);
   const plan = "plan" in observation ? observation.plan : planBoot(settings, observation.observed);
   log.info("boot.plan", `source: ${plan.selection.source}`, {
     candidates: "candidates" in plan.selection ? plan.selection.candidates.length : undefined,
@@ -83,7 +88,12 @@ export async function runBoot(
   // a start job would wait for this very unit. A degraded boot then only writes its label.
   if (!settings.withDocker) bootDeps.docker = undefined;
   const known = "observed" in observation ? [...observation.observed.attached, ...observation.observed.workspace, ...observation.observed.pool] : [];
-  const result = await applyBootPlan(plan, bootDeps, limits, { known, ...(options.signal ? { signal: options.signal } : {}) });
+  const result = await applyBootPlan(plan, bootDeps, limits, {
+    known,
+    createMs: config.timeouts.createSeconds * 1000,
+    ...(signal ? { signal } : {}),
+    ...(budget ? { deadline: budget.deadline } : {}),
+  }).finally(() => budget?.clear());
   // A problem that will not clear by itself (permissions) fails the unit, after the node came up degraded.
   const exitCode = "plan" in observation && !observation.transient ? ExitCode.failure : exitCodeOf(result);
   return { identity, plan, result, exitCode };
@@ -109,11 +119,12 @@ async function observeOrDegrade(
   try {
     return { observed: await observeBoot(cloud, identity, settings, signal ? { signal } : {}) };
   } catch (error) {
-    // SIGTERM while observing: nothing was claimed yet; the node degrades like any stopped boot.
+    // SIGTERM or the budget while observing: nothing was claimed yet; the node degrades like
+    // any stopped boot.
     const failure = signal?.aborted ? { transient: true } : cloudFailureOf(error);
     if (!failure || !settings.mayClaim) throw error;
     const { transient } = failure;
-    const reason = signal?.aborted ? "stopped by SIGTERM while observing" : describeError(error);
+    const reason = signal?.aborted ? new CancelledError("observe", signal).message : describeError(error);
     log.error("boot.observe", `${reason}; no volume was claimed`, {
       remediation: error instanceof AgentError ? error.remediation : undefined,
       transient,
@@ -130,3 +141,21 @@ async function observeOrDegrade(
   }
 }
 
+/**
+ * The first phase's budget: a signal aborted `seconds` after `started` (with BootBudgetSpent as
+ * its reason, so the log says which ran out), and that deadline. The timer does not keep the
+ * process alive.
+ */
+function bootBudget(seconds: number, started: number): { signal: AbortSignal; deadline: number; clear(): void } {
+  const controller = new AbortController();
+  const deadline = started + seconds * 1000;
+  const timer = setTimeout(() => controller.abort(new BootBudgetSpent(seconds)), Math.max(0, deadline - Date.now()));
+  timer.unref();
+  return { signal: controller.signal, deadline, clear: () => clearTimeout(timer) };
+}
+
+/** One signal for several (SIGTERM, the budget): aborted by whichever comes first, with its reason. */
+function anySignal(signals: Array<AbortSignal | undefined>): AbortSignal | undefined {
+  const present = signals.filter((s): s is AbortSignal => s !== undefined);
+  return present.length <= 1 ? present[0] : AbortSignal.any(present);
+}

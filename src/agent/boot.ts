@@ -82,8 +82,12 @@ export interface BootLimits {
 export interface ApplyOptions {
   /** Volumes observe() saw: their tags serve the claim without another DescribeVolumes. */
   known?: readonly VolumeInfo[];
-  /** Aborted on SIGTERM: the step in flight stops, the undo runs, the node degrades. */
+  /** Aborted on SIGTERM or when the boot budget runs out: the step in flight stops, the undo runs, the node degrades. */
   signal?: AbortSignal;
+  /** When the boot budget runs out (ms since the epoch): a volume creation that would not fit is not started. */
+  deadline?: number;
+  /** How long creating a volume from the snapshot and attaching it takes (config timeouts.createSeconds). */
+  createMs?: number;
 }
 
 export interface BootResult {
@@ -135,6 +139,8 @@ interface ClaimState {
   /** Why each volume handed back in this boot failed, for the reason of a boot that then degrades. */
   handedBack: string[];
   signal?: AbortSignal;
+  deadline?: number;
+  createMs: number;
 }
 
 /** Steps whose failure is the volume's: it is handed back quarantined and the next one tried. */
@@ -157,7 +163,9 @@ export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: Boot
     volumes: 0,
     losses: 0,
     handedBack: [],
+    createMs: options.createMs ?? 0,
     ...(options.signal ? { signal: options.signal } : {}),
+    ...(options.deadline !== undefined ? { deadline: options.deadline } : {}),
   };
   const claimIndex = plan.steps.findIndex((step) => step.step === "claim-volume");
   const claimStep = plan.steps[claimIndex];
@@ -185,13 +193,13 @@ export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: Boot
     const step = plan.steps[index]!;
     const started = Date.now();
     try {
-      if (options.signal?.aborted) throw new CancelledError(step.step);
+      if (options.signal?.aborted) throw new CancelledError(step.step, options.signal);
       const done = await runStep(step, plan, progress, deps, limits, claim);
       timeline.push({ step: step.step, ms: Date.now() - started });
       if (done) return { ...done, timeline };
     } catch (caught) {
       timeline.push({ step: step.step, ms: Date.now() - started });
-      const error = options.signal?.aborted && !(caught instanceof CancelledError) ? new CancelledError(step.step, caught) : caught;
+      const error = options.signal?.aborted && !(caught instanceof CancelledError) ? new CancelledError(step.step, options.signal, caught) : caught;
       const reason = describeError(error);
       const volumeId = progress.volume?.volumeId;
       const cancelled = error instanceof CancelledError;
@@ -251,9 +259,23 @@ function remediationOf(error: unknown): string {
 
 /** systemd stopped the boot (SIGTERM: a stop, or TimeoutStartSec): it undoes and degrades. */
 export class CancelledError extends BootStepError {
-  constructor(step: string, cause?: unknown) {
-    super(step, "stopped by SIGTERM before it finished", "see why systemd stopped the unit (journalctl -u ebs-cache-agent; TimeoutStartSec)");
+  constructor(step: string, signal: AbortSignal, cause?: unknown) {
+    const budget = signal.reason instanceof BootBudgetSpent ? signal.reason : undefined;
+    super(
+      step,
+      budget ? `the boot budget of ${budget.seconds} s ran out before it finished` : "stopped by SIGTERM before it finished",
+      budget
+        ? "EC2 or the device was slow: see the timeline; raise timeouts.bootSeconds only as far as the autoscaler's start-time limit allows"
+        : "see why systemd stopped the unit (journalctl -u ebs-cache-agent; TimeoutStartSec)",
+    );
     if (cause !== undefined) this.cause = cause;
+  }
+}
+
+/** The abort reason of a boot whose budget (config timeouts.bootSeconds) ran out. */
+export class BootBudgetSpent extends Error {
+  constructor(readonly seconds: number) {
+    super(`boot budget of ${seconds} s spent`);
   }
 }
 
@@ -592,6 +614,15 @@ function lossPauseMs(losses: number): number {
 
 async function createAndClaim(spec: CreateSpec, plan: BootPlan, p: Progress, deps: BootDeps, limits: BootLimits, claim: ClaimState): Promise<void> {
   const call = claim.signal ? { signal: claim.signal } : {};
+  // Started too late, a creation would only be undone at the deadline: the node degrades now.
+  const left = claim.deadline !== undefined ? claim.deadline - Date.now() : Infinity;
+  if (left < claim.createMs) {
+    throw new BootStepError(
+      "create-and-claim",
+      `${Math.max(0, Math.round(left / 1000))} s of the boot budget left, less than a volume from the snapshot takes (timeouts.createSeconds ${Math.round(claim.createMs / 1000)} s): not created`,
+      "keep the pool filled so boots need not create volumes",
+    );
+  }
   const volume = await deps.cloud.createVolume({
     availabilityZone: spec.availabilityZone,
     ...(spec.snapshotId !== undefined ? { snapshotId: spec.snapshotId } : {}),

@@ -216,6 +216,22 @@ export const CONFIG_SCHEMA = {
         attachSeconds: seconds("a volume to reach `attached` (or `available` when detaching)", 120),
         deviceSeconds: seconds("the attached volume's block device to appear", 60),
         dockerSeconds: seconds("docker to start and answer on the new data-root", 120),
+        bootSeconds: {
+          kind: "number",
+          default: 40,
+          min: 5,
+          max: 3600,
+          description:
+            "The first boot phase's budget (`boot --no-docker`, before docker.service), identification included: whatever is not done by then is undone and the node degrades, so it still joins the swarm within the autoscaler's start-time limit (osparc's EC2_INSTANCES_MAX_START_TIME, 1 minute by default).",
+        },
+        createSeconds: {
+          kind: "number",
+          default: 20,
+          min: 0,
+          max: 3600,
+          description:
+            "How long creating a volume from the snapshot and attaching it takes: with less of the boot budget left, no volume is created (the node degrades instead of being undone at the deadline).",
+        },
       },
     },
     paths: {
