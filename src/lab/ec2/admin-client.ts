@@ -3,6 +3,7 @@ import type { LabInstance } from "../types.ts";
 import type { AdminInstance } from "./admin.ts";
 import type { Faults } from "./faults.ts";
 import type { LabEvent, Model } from "./model.ts";
+import type { HoldSpec, HoldStatus, RequestCounts, RequestRecord } from "./requests.ts";
 
 /** Talks to `/_lab/` of the emulator at `endpoint` (e.g. `http://127.0.0.1:4566`). */
 export class Ec2Admin {
@@ -66,5 +67,44 @@ export class Ec2Admin {
 
   async events(): Promise<LabEvent[]> {
     return (await this.call<LabEvent[]>("GET", "events")).body;
+  }
+
+  /** Counters and records of the EC2 requests since the last reset. */
+  async requests(): Promise<{ counts: RequestCounts; records: RequestRecord[] }> {
+    return (await this.call<{ counts: RequestCounts; records: RequestRecord[] }>("GET", "requests")).body;
+  }
+
+  async resetRequests(): Promise<void> {
+    await this.call("DELETE", "requests");
+  }
+
+  async addHold(spec: HoldSpec): Promise<HoldStatus> {
+    return (await this.call<HoldStatus>("POST", "holds", spec)).body;
+  }
+
+  async hold(id: string): Promise<HoldStatus | undefined> {
+    const { status, body } = await this.call<HoldStatus>("GET", `holds/${encodeURIComponent(id)}`);
+    return status === 404 ? undefined : body;
+  }
+
+  /** Polls until the hold caught its request; false at the deadline or when the hold is gone. */
+  async waitForHold(id: string, timeoutMs: number, pollMs = 20): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const hold = await this.hold(id);
+      if (!hold) return false;
+      if (hold.hit) return true;
+      if (Date.now() >= deadline) return false;
+      await new Promise((resolve) => setTimeout(resolve, pollMs));
+    }
+  }
+
+  /** Lets the held request go on, or drops it (never applied / never answered). */
+  async releaseHold(id: string, options: { drop?: boolean } = {}): Promise<void> {
+    await this.call("POST", `holds/${encodeURIComponent(id)}/release`, { drop: options.drop ?? false });
+  }
+
+  async clearHolds(): Promise<void> {
+    await this.call("DELETE", "holds");
   }
 }

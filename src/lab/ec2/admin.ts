@@ -12,12 +12,20 @@
  *   GET  /_lab/state                      → the whole model
  *   PUT  /_lab/state                      body: model (replaces it; transitions restart) → model
  *   GET  /_lab/events                     → [event…] (force-detaches, backend errors, …)
+ *   GET  /_lab/requests                   → { counts, records } of the EC2 requests since the last reset
+ *   DELETE /_lab/requests                 → resets the counters and records → { counts, records }
+ *   GET  /_lab/holds                      → [hold…]
+ *   POST /_lab/holds                      body: HoldSpec → 201 hold (see requests.ts)
+ *   GET  /_lab/holds/<id>                 → hold (`hit` once its request is parked) | 404
+ *   POST /_lab/holds/<id>/release         body: { drop?: boolean } → 200 (the request goes on, or is dropped)
+ *   DELETE /_lab/holds                    → releases every hold (requests go on)
  *
  * Errors are `{ "error": "…" }` with 400 (bad input) or 404 (unknown instance / path).
  */
 import type { LabInstance } from "../types.ts";
 import { validateFaults, type Faults } from "./faults.ts";
 import { isModel, type Model } from "./model.ts";
+import { validateHoldSpec, type HoldSpec, type RequestLedger } from "./requests.ts";
 
 /** An instance as the admin API shows it. */
 export interface AdminInstance extends LabInstance {
@@ -29,6 +37,7 @@ export interface AdminInstance extends LabInstance {
 export interface AdminTarget {
   region: string;
   zones: readonly string[];
+  requests: RequestLedger;
   registerInstance(instance: LabInstance): LabInstance;
   describeInstance(instanceId: string): AdminInstance | undefined;
   listInstances(): AdminInstance[];
@@ -110,8 +119,42 @@ export function handleAdminRequest(target: AdminTarget, method: string, path: st
     if (collection === "events" && parts.length === 1 && method === "GET") {
       return { status: 200, body: target.snapshotState().events };
     }
+    if (collection === "requests" && parts.length === 1) {
+      if (method === "DELETE") target.requests.reset();
+      if (method === "GET" || method === "DELETE") {
+        return { status: 200, body: { counts: target.requests.snapshotCounts(), records: target.requests.records() } };
+      }
+    }
+    if (collection === "holds") return routeHolds(target.requests, method, parts, body);
   } catch (error) {
     return bad(error instanceof Error ? error.message : String(error));
   }
   return notFound(`no route ${method} ${path}`);
+}
+
+function routeHolds(requests: RequestLedger, method: string, parts: string[], body: unknown): AdminAnswer {
+  const [, id, verb] = parts;
+  if (parts.length === 1) {
+    if (method === "GET") return { status: 200, body: requests.listHolds() };
+    if (method === "DELETE") {
+      requests.clearHolds(true);
+      return { status: 200, body: [] };
+    }
+    if (method === "POST") {
+      const problems = validateHoldSpec(body);
+      if (problems.length > 0) return bad(problems.join("; "));
+      return { status: 201, body: requests.addHold(body as HoldSpec) };
+    }
+  }
+  if (id !== undefined) {
+    const found = requests.hold(id);
+    if (!found) return notFound(`no hold ${id}`);
+    if (parts.length === 2 && method === "GET") return { status: 200, body: found };
+    if (parts.length === 3 && verb === "release" && method === "POST") {
+      const drop = typeof body === "object" && body !== null && (body as { drop?: unknown }).drop === true;
+      requests.releaseHold(id, !drop);
+      return { status: 200, body: { ...found, released: true } };
+    }
+  }
+  return notFound(`no route ${method} /_lab/${parts.join("/")}`);
 }

@@ -10,6 +10,7 @@ import { FaultInjector, type Faults } from "./faults.ts";
 import { InstanceRegistry } from "./instances.ts";
 import { Lifecycle, type Delays } from "./lifecycle.ts";
 import type { Model } from "./model.ts";
+import { RequestLedger } from "./requests.ts";
 import { listen } from "./server.ts";
 import { StateStore } from "./state.ts";
 
@@ -57,6 +58,8 @@ export interface Ec2Emulator {
   faults(): Faults;
   /** A deep copy of the whole model, for assertions. */
   snapshotState(): Model;
+  /** The EC2 requests received (counters, records) and the holds that park chosen ones. */
+  readonly requests: RequestLedger;
   /** Replaces the whole model; transitions under way in it restart. */
   replaceState(model: Model): void;
   /** Stops the server and the timers, waits for backend calls under way, saves the state. */
@@ -113,8 +116,10 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
     lifecycle.resume();
   };
 
+  const requests = new RequestLedger();
   const admin: AdminTarget = {
     region,
+    requests,
     zones,
     registerInstance,
     describeInstance: (id) => instances.describe(id),
@@ -126,7 +131,7 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
     replaceState,
   };
 
-  const { server, port } = await listen(ctx, admin, opts.port ?? 0, log);
+  const { server, port } = await listen(ctx, admin, requests, opts.port ?? 0, log);
   // Only once listening: a failed start leaves no timers behind.
   lifecycle.resume();
   const endpoint = `http://127.0.0.1:${port}`;
@@ -143,9 +148,12 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
     setFaults,
     faults: () => faults.get(),
     snapshotState: () => store.copy(),
+    requests,
     replaceState,
     close: () => {
       closing ??= (async () => {
+        // Held requests would keep their connections (and server.close) waiting.
+        requests.clearHolds(false);
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         server.closeAllConnections();
         await closed;

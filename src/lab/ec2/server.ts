@@ -9,6 +9,7 @@ import { handleAdminRequest, type AdminTarget } from "./admin.ts";
 import type { ActionContext } from "./actions/index.ts";
 import { Params } from "./params.ts";
 import { handleEc2Request } from "./protocol.ts";
+import { callerOf, type RequestLedger } from "./requests.ts";
 
 /** Request bodies larger than this are refused (EC2 requests are a few KiB at most). */
 const MAX_BODY = 8 * 1024 * 1024;
@@ -45,6 +46,7 @@ function send(
 async function handle(
   ctx: ActionContext,
   admin: AdminTarget,
+  ledger: RequestLedger,
   req: IncomingMessage,
   res: ServerResponse,
 ): Promise<void> {
@@ -67,7 +69,19 @@ async function handle(
   // Query parameters and form body together: the SDK and the CLI put everything in the body,
   // a hand-made GET puts it in the URL.
   const params = new Params([...url.searchParams.entries(), ...new URLSearchParams(body).entries()]);
+  const header = req.headers.authorization;
+  const ticket = ledger.arrive(params, callerOf(Array.isArray(header) ? header[0] : header));
+  // A dropped request ends like a client killed mid-call: the connection closes unanswered.
+  if (!(await ticket.gate("before"))) {
+    res.destroy();
+    return;
+  }
   const answer = await handleEc2Request(ctx, params);
+  ledger.settle(ticket.record, answer.status, /<Code>([^<]+)<\/Code>/.exec(answer.body)?.[1]);
+  if (!(await ticket.gate("after"))) {
+    res.destroy();
+    return;
+  }
   send(res, answer.status, "text/xml;charset=UTF-8", answer.body, { "x-amzn-requestid": answer.requestId });
 }
 
@@ -75,11 +89,12 @@ async function handle(
 export async function listen(
   ctx: ActionContext,
   admin: AdminTarget,
+  ledger: RequestLedger,
   port: number,
   log: Logger | undefined,
 ): Promise<{ server: Server; port: number }> {
   const server = createServer((req, res) => {
-    handle(ctx, admin, req, res).catch((error: unknown) => {
+    handle(ctx, admin, ledger, req, res).catch((error: unknown) => {
       log?.error("ec2-emulator", "request failed", { error: error instanceof Error ? error.message : String(error) });
       if (!res.headersSent) send(res, 500, "text/plain", "internal error\n");
       else res.destroy();
