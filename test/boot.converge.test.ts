@@ -175,3 +175,23 @@ t.test("the first phase's budget: a stuck attachment is undone at timeouts.bootS
   t.match(second.result.reason, /less than a volume from the snapshot takes/, "no CreateVolume started");
   t.equal(Object.keys(bl.lab.ec2.snapshotState().volumes).length, volumesBefore, "no volume was created");
 });
+
+t.test("a warm buffer being activated: the boot waits for the labels tag the autoscaler writes after StartInstances", async (t) => {
+  const host = await bl.addHost({ metadataTags: false, tags: { "io.simcore.autoscaling.warm_buffer_machine": "false" } });
+  const labels = JSON.stringify({ "user-id": "42", "project-id": "p-1", "node-id": "n-1" });
+  const booting = bl.boot(host, { overrides: { pool: POOL, workspace: { waitForLabelsTagSeconds: 20 } } });
+  await new Promise((resolve) => setTimeout(resolve, 2500));
+  await bl.lab.ec2Client().send(new CreateTagsCommand({ Resources: [host.instance.instanceId], Tags: [{ Key: "io.simcore.autoscaling.ec2_instance.docker_node_labels", Value: labels }] }));
+  const booted = await booting;
+  t.ok(booted.log.some((line) => /waiting up to 20 s/.test(line)), "it waited", { log: booted.log.slice(0, 10).join("\n") });
+  t.ok(booted.log.some((line) => /the labels tag arrived/.test(line)), "the tag arrived");
+  t.equal(booted.plan.selection.source, "new-workspace", "the workspace ids were used: a workspace volume for them");
+  t.equal(booted.result?.outcome, "ready", "ready", booted.result?.outcome === "ready" ? {} : { result: booted.result });
+
+  // Not a warm buffer being activated: no wait.
+  const plain = await bl.addHost({ metadataTags: false });
+  const quick = await bl.boot(plain, { overrides: { pool: "nothing-here", createFromSnapshot: false } });
+  t.notOk(quick.log.some((line) => /waiting up to/.test(line)), "no wait on an ordinary instance");
+  await host.dockerd?.stop();
+  await plain.dockerd?.stop();
+});

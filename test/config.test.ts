@@ -38,7 +38,7 @@ const DEFAULTS = {
   labels: { prefix: "io.simcore.ebs-cache", mode: "auto" },
   release: { stopDocker: true },
   ttlHours: 24,
-  workspace: { labelsTag: "io.simcore.autoscaling.ec2_instance.docker_node_labels", create: "snapshot", sizeGiB: 20 },
+  workspace: { labelsTag: "io.simcore.autoscaling.ec2_instance.docker_node_labels", create: "snapshot", sizeGiB: 20, waitForLabelsTag: "warm-buffer", waitForLabelsTagSeconds: 15 },
   prewarm: {
     strategy: "check",
     background: true,
@@ -75,7 +75,7 @@ const FULL = {
   labels: { prefix: "io.example.cache", mode: "engine" },
   release: { stopDocker: false },
   ttlHours: 8760,
-  workspace: { labelsTag: "my.labels", create: "never", sizeGiB: 100 },
+  workspace: { labelsTag: "my.labels", create: "never", sizeGiB: 100, waitForLabelsTag: "always", waitForLabelsTagSeconds: 0 },
   prewarm: {
     strategy: "files",
     background: false,
@@ -410,6 +410,8 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_WORKSPACE__LABELS_TAG",
     "EBS_CACHE_AGENT_WORKSPACE__CREATE",
     "EBS_CACHE_AGENT_WORKSPACE__SIZE_GIB",
+    "EBS_CACHE_AGENT_WORKSPACE__WAIT_FOR_LABELS_TAG",
+    "EBS_CACHE_AGENT_WORKSPACE__WAIT_FOR_LABELS_TAG_SECONDS",
     "EBS_CACHE_AGENT_PREWARM__STRATEGY",
     "EBS_CACHE_AGENT_PREWARM__BACKGROUND",
     "EBS_CACHE_AGENT_PREWARM__CHECK__SECONDS",

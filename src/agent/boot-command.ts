@@ -15,7 +15,8 @@ import type { AgentConfig } from "../config/index.ts";
 
 export interface BootCommandDeps {
   config: AgentConfig;
-  identify(): Promise<Identity>;
+  /** `fresh`: tags read again from their source (a late labels tag), not the answer cached for this run. */
+  identify(options?: { fresh?: boolean }): Promise<Identity>;
   /** EC2 in the instance's region. */
   cloudFor(region: string): CloudVolumes;
   /** The side-effecting adapters, built once the settings are known. */
@@ -46,7 +47,7 @@ export async function runBoot(
 ): Promise<BootOutcome> {
   const { log, config } = deps;
   const started = Date.now();
-  const identity = await deps.identify();
+  const identity = await waitForLabelsTag(deps, await deps.identify(), options.signal);
   log.info("boot.identity", "instance identified", {
     instance: identity.instanceId,
     zone: identity.availabilityZone,
@@ -158,4 +159,39 @@ function bootBudget(seconds: number, started: number): { signal: AbortSignal; de
 function anySignal(signals: Array<AbortSignal | undefined>): AbortSignal | undefined {
   const present = signals.filter((s): s is AbortSignal => s !== undefined);
   return present.length <= 1 ? present[0] : AbortSignal.any(present);
+}
+
+/** Tags that mark an osparc warm buffer; `false` while it is being activated for a task. */
+const WARM_BUFFER_TAGS = ["io.simcore.autoscaling.warm_buffer_machine", "io.simcore.autoscaling.buffer_machine"];
+
+/** Whether the tags hold the labels tag, single or chunked (`<key>_0`, `<key>_1`, …). */
+function hasLabelsTag(tags: Readonly<Record<string, string>>, key: string): boolean {
+  return Object.keys(tags).some((name) => name === key || (name.startsWith(`${key}_`) && /^\d+$/.test(name.slice(key.length + 1))));
+}
+
+/**
+ * osparc activates a warm buffer with StartInstances and writes the task's tags only after it:
+ * the first boot phase may run before the labels tag exists. On such an instance (or always,
+ * by config) the boot reads the tags again, once a second, for a bounded time before it falls
+ * back to the pool. Tags that never come are a warning, not a failure.
+ */
+async function waitForLabelsTag(deps: BootCommandDeps, identity: Identity, signal: AbortSignal | undefined): Promise<Identity> {
+  const { config, log } = deps;
+  const key = config.workspace.labelsTag;
+  const mode = config.workspace.waitForLabelsTag;
+  const activating = WARM_BUFFER_TAGS.some((tag) => identity.tags[tag] === "false");
+  const seconds = config.workspace.waitForLabelsTagSeconds;
+  if (hasLabelsTag(identity.tags, key) || mode === "never" || seconds === 0 || (mode === "warm-buffer" && !activating)) return identity;
+  log.notice("boot.labels-tag", `no labels tag yet${activating ? " on a warm buffer being activated" : ""}: waiting up to ${seconds} s for it`, { tag: key });
+  const deadline = Date.now() + seconds * 1000;
+  while (Date.now() < deadline && !signal?.aborted) {
+    await new Promise((resolve) => setTimeout(resolve, Math.min(1000, Math.max(0, deadline - Date.now()))));
+    const again = await deps.identify({ fresh: true });
+    if (hasLabelsTag(again.tags, key)) {
+      log.info("boot.labels-tag", "the labels tag arrived", { tag: key });
+      return again;
+    }
+  }
+  log.warning("boot.labels-tag", `no labels tag after ${seconds} s: going on without workspace ids`, { tag: key });
+  return identity;
 }

@@ -94,7 +94,7 @@ export interface CloudVolumes {
   findVolumes(query: VolumeQuery, options?: Cancellable & { firstPage?: number }): Promise<VolumeInfo[]>;
   describeVolume(volumeId: string, options?: Cancellable): Promise<VolumeInfo | undefined>;
   /** DescribeInstances of one instance: tags, state, its EBS volumes. */
-  describeInstance(instanceId: string, options?: Cancellable): Promise<InstanceInfo>;
+  describeInstance(instanceId: string, options?: Cancellable & { fresh?: boolean }): Promise<InstanceInfo>;
   /** The newest completed snapshot carrying all the tags. */
   newestSnapshot(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo | undefined>;
   /** Creates a volume and waits until it is available. */

@@ -77,10 +77,10 @@ function wireCommon(options: WiringOptions) {
     log,
     ...(options.defaultDataRoot ? { defaultDataRoot: options.defaultDataRoot } : {}),
     ...(bootId ? { bootId } : {}),
-    identify: () =>
+    identify: (options?: { fresh?: boolean }) =>
       identifyInstance({
         metadata,
-        ec2Tags: async (instanceId, region) => (await cloudFor(config.region ?? region).describeInstance(instanceId)).tags,
+        ec2Tags: async (instanceId, region) => (await cloudFor(config.region ?? region).describeInstance(instanceId, options?.fresh ? { fresh: true } : {})).tags,
         timeoutMs: config.timeouts.imdsSeconds * 1000,
         log,
       }),
@@ -97,7 +97,7 @@ function sharingDescribeInstance(cloud: CloudVolumes): CloudVolumes {
   return {
     ...cloud,
     describeInstance(instanceId, call) {
-      let answer = answers.get(instanceId);
+      let answer = call?.fresh ? undefined : answers.get(instanceId);
       if (!answer) {
         answer = cloud.describeInstance(instanceId, call);
         answers.set(instanceId, answer);

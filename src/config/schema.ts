@@ -340,6 +340,20 @@ export const CONFIG_SCHEMA = {
           integer: true,
           description: "Size (GiB) of a blank workspace volume; a volume from a snapshot is at least the snapshot's size.",
         },
+        waitForLabelsTag: {
+          kind: "enum",
+          values: ["warm-buffer", "always", "never"],
+          default: "warm-buffer",
+          description:
+            "When the labels tag is missing at boot, wait for it (`waitForLabelsTagSeconds`) before using the pool: `warm-buffer` only on an instance being activated from a warm buffer (tag `io.simcore.autoscaling.warm_buffer_machine=false`: osparc writes the task's tags after StartInstances), `always`, or `never`.",
+        },
+        waitForLabelsTagSeconds: {
+          kind: "number",
+          default: 15,
+          min: 0,
+          max: 600,
+          description: "How long a boot waits for a late labels tag (counted in the first phase's budget, timeouts.bootSeconds).",
+        },
       },
     },
     prewarm: {
