@@ -8,7 +8,14 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { AgentError, describeError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import type { HostProblem } from "../docker/dockerd-flags.ts";
-import { chooseLabelMode, isUnderPrefix, nodeLabelChanges, readinessLabels, type LabelModeSetting } from "../docker/labels.ts";
+import {
+  assertOwnedUpdate,
+  chooseLabelMode,
+  isUnderPrefix,
+  nodeLabelChanges,
+  readinessLabels,
+  type LabelModeSetting,
+} from "../docker/labels.ts";
 import type { ReadinessState } from "./boot.ts";
 import type { DaemonConfig, DockerEngine, DockerService } from "./ports.ts";
 
@@ -54,6 +61,7 @@ export function createReporter(deps: ReporterDeps) {
       const nodeId = info.swarm.nodeId;
       const current = await deps.engine.nodeLabels(nodeId);
       const { add, remove } = nodeLabelChanges(deps.prefix, current, labels);
+      assertOwnedUpdate(deps.prefix, add, remove);
       await deps.engine.setNodeLabels(nodeId, add, remove);
       await readBack(deps, "node", labels, deadline, async () => deps.engine.nodeLabels(nodeId));
       deps.log.info("labels", `node labels set and read back: ${deps.prefix}.state=${state}`, { node: nodeId });
@@ -154,6 +162,7 @@ export function createLabelWithdrawer(deps: ReporterDeps) {
         if (chooseLabelMode(deps.mode, info) === "node" && info.swarm.nodeId) {
           const current = await deps.engine.nodeLabels(info.swarm.nodeId);
           const { remove } = nodeLabelChanges(deps.prefix, current, {});
+          assertOwnedUpdate(deps.prefix, {}, remove);
           if (remove.length > 0) await deps.engine.setNodeLabels(info.swarm.nodeId, {}, remove);
           deps.log.info("labels", `node labels under ${deps.prefix}. removed`, { node: info.swarm.nodeId, removed: remove.length });
         }
