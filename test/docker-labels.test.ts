@@ -18,7 +18,7 @@ import {
   readinessLabels,
   validateOwnedLabels,
 } from "../src/docker/labels.ts";
-import { createLabelWithdrawer, createReporter, type ReporterDeps } from "../src/agent/report.ts";
+import { createLabelWithdrawer, createReporter, volumeDetails, type ReporterDeps } from "../src/agent/report.ts";
 import { createMemoryLogger } from "../src/log.ts";
 
 const PREFIX = "io.simcore.ebs-cache";
@@ -154,6 +154,35 @@ t.test("label values: one printable line within docker's limits", async (t) => {
   t.same(readinessLabels(PREFIX, "ready", { pool: "user_42 é" }), { [`${PREFIX}.state`]: "ready", [`${PREFIX}.pool`]: "user_42 é" });
 });
 
+t.test("workspace ids of the mounted volume are published under the prefix", async (t) => {
+  const workspace = {
+    volumeId: "vol-0123456789abcdef0",
+    tags: {
+      "ebs-cache:managed": "true",
+      "ebs-cache:kind": "workspace",
+      "ebs-cache:pool": "sim4life",
+      "ebs-cache:user-id": "user_42",
+      "ebs-cache:project-id": "3fa85f64-5717-4562-b3fc-2c963f66afa6",
+      "ebs-cache:product-name": "s4l",
+      "ebs-cache:node-id": "",
+      "ebs-cache:unrelated": "x",
+    },
+  };
+  t.same(readinessLabels(PREFIX, "ready", volumeDetails(workspace)), {
+    [`${PREFIX}.state`]: "ready",
+    [`${PREFIX}.volume-id`]: "vol-0123456789abcdef0",
+    [`${PREFIX}.pool`]: "sim4life",
+    [`${PREFIX}.kind`]: "workspace",
+    [`${PREFIX}.workspace.user-id`]: "user_42",
+    [`${PREFIX}.workspace.project-id`]: "3fa85f64-5717-4562-b3fc-2c963f66afa6",
+    [`${PREFIX}.workspace.product-name`]: "s4l",
+  });
+  const pool = { volumeId: "vol-0aaaaaaaaaaaaaaaa", tags: { "ebs-cache:kind": "pool", "ebs-cache:pool": "sim4life", "ebs-cache:user-id": "42" } };
+  t.same(Object.keys(volumeDetails(pool)).filter((key) => key.startsWith("workspace.")), [], "a pool volume publishes no ids, whatever its tags");
+  const injected = { volumeId: "vol-0bbbbbbbbbbbbbbbb", tags: { "ebs-cache:kind": "workspace", "ebs-cache:user-id": "42\nio.simcore.osparc-services-ready=true" } };
+  t.throws(() => readinessLabels(PREFIX, "ready", volumeDetails(injected)), LabelError, "an id that is not one line never becomes a label");
+});
+
 /** A manager node as the reporter sees it, recording every label update. */
 function fakeManager(labels: Record<string, string>) {
   const updates: { add: Record<string, string>; remove: string[] }[] = [];
@@ -176,16 +205,18 @@ t.test("reporter on a manager: osparc's labels survive publication and withdrawa
   const osparc = { "io.simcore.osparc-services-ready": "false", "user-id": "user_42", "ec2-instance-type": "g4dn.xlarge" };
   const node = fakeManager({ ...osparc, [`${PREFIX}.reason`]: "stale" });
   const deps = { prefix: PREFIX, mode: "auto", engine: node.engine, daemonConfig: node.daemonConfig, docker: undefined, log: createMemoryLogger() } as unknown as ReporterDeps;
-  await createReporter(deps)("ready", { "volume-id": "vol-0123456789abcdef0", pool: "", kind: "workspace" });
+  const volume = { volumeId: "vol-0123456789abcdef0", tags: { "ebs-cache:kind": "workspace", "ebs-cache:user-id": "user_42" } };
+  await createReporter(deps)("ready", volumeDetails(volume));
   t.same(node.labels, {
     ...osparc,
     [`${PREFIX}.state`]: "ready",
     [`${PREFIX}.volume-id`]: "vol-0123456789abcdef0",
     [`${PREFIX}.pool`]: "",
     [`${PREFIX}.kind`]: "workspace",
+    [`${PREFIX}.workspace.user-id`]: "user_42",
   });
   await createLabelWithdrawer(deps)({ node: true });
-  t.same(node.labels, osparc, "the release withdraws the agent's labels, and only them");
+  t.same(node.labels, osparc, "the release withdraws the workspace labels with the others, and only them");
   for (const { add, remove } of node.updates) {
     for (const key of [...Object.keys(add), ...remove]) t.ok(key.startsWith(`${PREFIX}.`), `${key} is the agent's`);
   }

@@ -14,8 +14,10 @@ import {
   isUnderPrefix,
   nodeLabelChanges,
   readinessLabels,
+  workspaceLabelExtras,
   type LabelModeSetting,
 } from "../docker/labels.ts";
+import { TAG_PREFIX, VolumeTag } from "../tags.ts";
 import type { ReadinessState } from "./boot.ts";
 import type { DaemonConfig, DockerEngine, DockerService } from "./ports.ts";
 
@@ -33,6 +35,20 @@ export interface ReporterDeps {
   engineLabelsProblem?: () => Promise<HostProblem | undefined>;
   /** How long published labels may take to show in `docker info` / the node (default 15 s). */
   readBackTimeoutMs?: number;
+}
+
+/**
+ * The readiness extras that describe the mounted volume: `volume-id`, `pool`, `kind`, and for a
+ * workspace volume the ids it records (`workspace.user-id`, …, from its `ebs-cache:<key>` tags).
+ */
+export function volumeDetails(volume: { volumeId: string; tags: Record<string, string> }): Record<string, string> {
+  const kind = volume.tags[VolumeTag.kind];
+  return {
+    "volume-id": volume.volumeId,
+    pool: volume.tags[VolumeTag.pool] ?? "",
+    kind: kind ?? "",
+    ...workspaceLabelExtras(kind, (key) => volume.tags[`${TAG_PREFIX}${key}`]),
+  };
 }
 
 /** Labels were published but do not show where the scheduler reads them, or could not be published. */

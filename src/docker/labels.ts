@@ -158,6 +158,24 @@ export function assertOwnedUpdate(prefix: string, add: Record<string, string>, r
   }
 }
 
+/** The workspace ids a volume may record (tags `ebs-cache:<key>`), published as `<prefix>.workspace.<key>`. */
+export const WORKSPACE_ID_KEYS: readonly string[] = ["user-id", "project-id", "node-id", "wallet-id", "product-name"];
+
+/**
+ * The `workspace.<key>` readiness extras for the ids a workspace volume records, so a scheduler
+ * can tell whose data a node holds; a pool volume (or one without ids) gives none. `idOf` reads
+ * one recorded id (the volume's `ebs-cache:<key>` tag).
+ */
+export function workspaceLabelExtras(kind: string | undefined, idOf: (key: string) => string | undefined): Record<string, string> {
+  if (kind !== "workspace") return {};
+  const extras: Record<string, string> = {};
+  for (const key of WORKSPACE_ID_KEYS) {
+    const value = idOf(key);
+    if (value !== undefined && value !== "") extras[`workspace.${key}`] = value;
+  }
+  return extras;
+}
+
 /** True when `key` is `<prefix>.<something>`. */
 export function isUnderPrefix(prefix: string, key: string): boolean {
   return key.startsWith(`${prefix}.`) && key.length > prefix.length + 1;
