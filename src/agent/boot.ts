@@ -18,6 +18,7 @@ import { DeviceTimeoutError } from "../host/device.ts";
 import { createSpecFrom, isQuarantined, orderCandidates, type BootPlan, type BootStep, type CreateSpec } from "./plan.ts";
 import type { CloudVolumes, DaemonConfig, DockerEngine, DockerService, HostStorage, VolumeInfo } from "./ports.ts";
 import type { PrewarmOutcome, PrewarmTarget } from "./prewarm.ts";
+import { volumeDetails } from "./report.ts";
 
 /** The adapters a boot uses (built in src/cli.ts, or from the lab in tests). */
 export interface BootDeps {
@@ -519,7 +520,7 @@ async function labelsDidNotTake(deps: BootDeps, p: Progress, error: unknown): Pr
 
 /** The labels that go with `ready` (and `warming`): which volume, pool and kind. */
 function readyDetails(volume: VolumeInfo): Record<string, string> {
-  return { "volume-id": volume.volumeId, pool: volume.tags[VolumeTag.pool] ?? "", kind: volume.tags[VolumeTag.kind] ?? "" };
+  return volumeDetails(volume);
 }
 
 function withLatest(image: string): string {

@@ -15,6 +15,7 @@ import { prewarmAtBoot, runInitialization, type PrewarmDeps, type PrewarmOutcome
 import { decidePrewarm, prewarmSettingsFrom, type PrewarmStrategy } from "./prewarm-plan.ts";
 import { isAlive, readPrewarmState, renderPrewarmStatus, type PrewarmState } from "./prewarm-state.ts";
 import { resolveSettings } from "./settings.ts";
+import { volumeDetails } from "./report.ts";
 
 export interface PrewarmCommandOptions {
   /** Overrides config `prewarm.strategy`. */
@@ -66,7 +67,7 @@ export async function runPrewarmCommand(deps: BootCommandDeps, options: PrewarmC
     labels:
       previous?.volumeId === volume.volumeId
         ? previous.labels
-        : { "volume-id": volume.volumeId, pool: volume.tags[VolumeTag.pool] ?? "", kind: volume.tags[VolumeTag.kind] ?? "" },
+        : volumeDetails(volume),
   };
   const report = bootDeps.report;
   const prewarmDeps: PrewarmDeps = {

@@ -8,7 +8,16 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { AgentError, describeError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import type { HostProblem } from "../docker/dockerd-flags.ts";
-import { chooseLabelMode, isUnderPrefix, nodeLabelChanges, readinessLabels, type LabelModeSetting } from "../docker/labels.ts";
+import {
+  assertOwnedUpdate,
+  chooseLabelMode,
+  isUnderPrefix,
+  nodeLabelChanges,
+  readinessLabels,
+  workspaceLabelExtras,
+  type LabelModeSetting,
+} from "../docker/labels.ts";
+import { TAG_PREFIX, VolumeTag } from "../tags.ts";
 import type { ReadinessState } from "./boot.ts";
 import type { DaemonConfig, DockerEngine, DockerService } from "./ports.ts";
 
@@ -26,6 +35,20 @@ export interface ReporterDeps {
   engineLabelsProblem?: () => Promise<HostProblem | undefined>;
   /** How long published labels may take to show in `docker info` / the node (default 15 s). */
   readBackTimeoutMs?: number;
+}
+
+/**
+ * The readiness extras that describe the mounted volume: `volume-id`, `pool`, `kind`, and for a
+ * workspace volume the ids it records (`workspace.user-id`, …, from its `ebs-cache:<key>` tags).
+ */
+export function volumeDetails(volume: { volumeId: string; tags: Record<string, string> }): Record<string, string> {
+  const kind = volume.tags[VolumeTag.kind];
+  return {
+    "volume-id": volume.volumeId,
+    pool: volume.tags[VolumeTag.pool] ?? "",
+    kind: kind ?? "",
+    ...workspaceLabelExtras(kind, (key) => volume.tags[`${TAG_PREFIX}${key}`]),
+  };
 }
 
 /** Labels were published but do not show where the scheduler reads them, or could not be published. */
@@ -54,6 +77,7 @@ export function createReporter(deps: ReporterDeps) {
       const nodeId = info.swarm.nodeId;
       const current = await deps.engine.nodeLabels(nodeId);
       const { add, remove } = nodeLabelChanges(deps.prefix, current, labels);
+      assertOwnedUpdate(deps.prefix, add, remove);
       await deps.engine.setNodeLabels(nodeId, add, remove);
       await readBack(deps, "node", labels, deadline, async () => deps.engine.nodeLabels(nodeId));
       deps.log.info("labels", `node labels set and read back: ${deps.prefix}.state=${state}`, { node: nodeId });
@@ -154,6 +178,7 @@ export function createLabelWithdrawer(deps: ReporterDeps) {
         if (chooseLabelMode(deps.mode, info) === "node" && info.swarm.nodeId) {
           const current = await deps.engine.nodeLabels(info.swarm.nodeId);
           const { remove } = nodeLabelChanges(deps.prefix, current, {});
+          assertOwnedUpdate(deps.prefix, {}, remove);
           if (remove.length > 0) await deps.engine.setNodeLabels(info.swarm.nodeId, {}, remove);
           deps.log.info("labels", `node labels under ${deps.prefix}. removed`, { node: info.swarm.nodeId, removed: remove.length });
         }

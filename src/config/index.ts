@@ -16,7 +16,7 @@ export {
   type Field,
   type Group,
 } from "./schema.ts";
-export { checkField, crossCheck, validateConfig, type ValidationResult } from "./validate.ts";
+export { checkField, crossCheck, crossProblems, validateConfig, type ValidationResult } from "./validate.ts";
 export { loadConfig, parseConfigText, readConfigFile, type LoadOptions, type LoadedConfig } from "./load.ts";
 export {
   InstanceTag,

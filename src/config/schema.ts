@@ -17,6 +17,7 @@ export type StringFormat =
   | "systemdUnit"
   | "imageRef"
   | "labelPrefix"
+  | "labelKey"
   | "tagKey";
 
 /** What each format accepts, in the words used by error messages and the reference. */
@@ -31,6 +32,7 @@ export const FORMAT_DESCRIPTIONS: Record<StringFormat, string> = {
   systemdUnit: "a systemd service name such as docker.service",
   imageRef: "a Docker image reference (registry[:port]/path:tag or @sha256:…)",
   labelPrefix: "a label prefix matching ^[a-z0-9]+([.-][a-z0-9]+)*$",
+  labelKey: "a docker label key (lower-case letters, digits, '.', '_', '-', at most 256 characters)",
   tagKey: "an EC2 tag key (1 to 128 printable characters, not starting with aws:)",
 };
 
@@ -285,7 +287,8 @@ export const CONFIG_SCHEMA = {
           kind: "string",
           default: "io.simcore.ebs-cache",
           format: "labelPrefix",
-          description: "Prefix of the docker label keys the agent owns.",
+          description:
+            "Prefix of the docker label keys the agent owns; it writes and removes nothing else. Refused when empty, in docker's reserved namespaces (`com.docker.`, `io.docker.`, `org.dockerproject.`) or osparc's (`io.simcore.osparc-`), or when it equals, contains or lies above a label osparc's autoscaler sets (`io.simcore.osparc-services-ready`, `user-id`, `ec2-instance-type`, …; see docs/labels.md) or one of `labels.protectedKeys`.",
         },
         mode: {
           kind: "enum",
@@ -293,6 +296,13 @@ export const CONFIG_SCHEMA = {
           default: "auto",
           description:
             "`node`: node labels through a manager's API; `engine`: daemon.json labels (work from a worker); `auto`: node labels when a manager is reachable, engine labels otherwise; `off`: none.",
+        },
+        protectedKeys: {
+          kind: "stringList",
+          default: [],
+          itemFormat: "labelKey",
+          description:
+            "More node labels other systems set on these hosts, protected like osparc's own: list here the autoscaler's `NODES_MONITORING_NODE_LABELS`, `NODES_MONITORING_NEW_NODES_LABELS` and instance types' `custom_node_labels`. `labels.prefix` may not equal, contain or lie above any of them.",
         },
       },
     },

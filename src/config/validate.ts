@@ -5,7 +5,7 @@
  * on a config that came with problems.
  */
 import { quote, validateImageRef, validateLabelValue, validatePoolName } from "../agent/inputs.ts";
-import { labelPrefixProblem } from "../docker/labels.ts";
+import { labelPrefixProblems } from "../docker/labels.ts";
 import {
   CONFIG_KEYS,
   CONFIG_SCHEMA,
@@ -46,8 +46,8 @@ function checkAbsolutePath(value: string, format: StringFormat = "absolutePath")
   return undefined;
 }
 
-/** The checks behind each `StringFormat`: a problem (without the key's path), or undefined. */
-const FORMAT_CHECKS: Record<StringFormat, (value: string) => string | undefined> = {
+/** The checks behind each `StringFormat`: the problems (without the key's path), or undefined. */
+const FORMAT_CHECKS: Record<StringFormat, (value: string) => string | readonly string[] | undefined> = {
   poolName: (value) => problemOf(validatePoolName(value)),
   imageSet: (value) => problemOf(validateLabelValue(value, "image set")),
   region: pattern("region", /^[a-z]{2,4}(-[a-z]+)+-\d{1,2}$/),
@@ -69,12 +69,25 @@ const FORMAT_CHECKS: Record<StringFormat, (value: string) => string | undefined>
       : `must be ${FORMAT_DESCRIPTIONS.dockerHost}, got ${quote(value)}`,
   systemdUnit: pattern("systemdUnit", /^(?=.{1,255}$)[A-Za-z0-9_.@:][A-Za-z0-9_.@:-]*\.service$/),
   imageRef: (value) => problemOf(validateImageRef(value)),
-  labelPrefix: (value) => pattern("labelPrefix", /^[a-z0-9]+([.-][a-z0-9]+)*$/)(value) ?? labelPrefixProblem(value),
+  labelPrefix: (value) => {
+    const shape = pattern("labelPrefix", /^[a-z0-9]+([.-][a-z0-9]+)*$/)(value);
+    if (shape) return shape;
+    const owned = labelPrefixProblems(value);
+    return owned.length > 0 ? owned : undefined;
+  },
+  labelKey: (value) =>
+    value.length <= 256 && /^[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?$/.test(value) ? undefined : `must be ${FORMAT_DESCRIPTIONS.labelKey}, got ${quote(value)}`,
   tagKey: (value) =>
     value.length >= 1 && value.length <= 128 && !/\p{Cc}/u.test(value) && !value.toLowerCase().startsWith("aws:")
       ? undefined
       : `must be ${FORMAT_DESCRIPTIONS.tagKey}, got ${quote(value)}`,
 };
+
+/** Every problem of `value` against `format` (none without a format). */
+function formatProblems(format: StringFormat | undefined, value: string): readonly string[] {
+  const found = format ? FORMAT_CHECKS[format](value) : undefined;
+  return found === undefined ? [] : typeof found === "string" ? [found] : found;
+}
 
 export type FieldCheck = { ok: true; value: unknown } | { ok: false; problems: string[] };
 
@@ -106,15 +119,14 @@ export function checkField(
       return typeof value === "string" && field.values.includes(value) ? { ok: true, value } : mismatch();
     case "string": {
       if (typeof value !== "string") return mismatch();
-      const problem = field.format ? FORMAT_CHECKS[field.format](value) : undefined;
-      return problem ? { ok: false, problems: [`${label}: ${problem}`] } : { ok: true, value };
+      const problems = formatProblems(field.format, value);
+      return problems.length > 0 ? { ok: false, problems: problems.map((problem) => `${label}: ${problem}`) } : { ok: true, value };
     }
     case "stringList": {
       if (!Array.isArray(value)) return mismatch();
       const problems = value.flatMap((item: unknown, index) => {
         if (typeof item !== "string") return [`${itemLabel(index)}: must be a string, got ${describeValue(item)}`];
-        const problem = field.itemFormat ? FORMAT_CHECKS[field.itemFormat](item) : undefined;
-        return problem ? [`${itemLabel(index)}: ${problem}`] : [];
+        return formatProblems(field.itemFormat, item).map((problem) => `${itemLabel(index)}: ${problem}`);
       });
       return problems.length > 0 ? { ok: false, problems } : { ok: true, value: [...(value as string[])] };
     }
@@ -205,11 +217,22 @@ export function crossCheck(config: AgentConfig): string[] {
 }
 
 /**
+ * Problems that only show with two keys together: a label prefix that collides with one of
+ * `labels.protectedKeys` (its collisions with osparc's own labels are the prefix's own problems).
+ */
+export function crossProblems(config: AgentConfig): string[] {
+  const alone = new Set(labelPrefixProblems(config.labels.prefix));
+  return labelPrefixProblems(config.labels.prefix, config.labels.protectedKeys)
+    .filter((problem) => !alone.has(problem))
+    .map((problem) => `labels.prefix: ${problem}`);
+}
+
+/**
  * Validates raw configuration (parsed JSON; undefined = no file = all defaults). Pure; collects
  * every problem (unknown keys with a suggestion, wrong types, out-of-range numbers, bad enums).
  */
 export function validateConfig(raw: unknown): ValidationResult {
   const problems: string[] = [];
   const config = (raw === undefined ? defaultOf(CONFIG_SCHEMA) : readGroup(CONFIG_SCHEMA, raw, [], problems)) as AgentConfig;
-  return { config, problems, warnings: crossCheck(config) };
+  return { config, problems: [...problems, ...crossProblems(config)], warnings: crossCheck(config) };
 }

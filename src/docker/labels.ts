@@ -24,44 +24,114 @@ export class LabelError extends AgentError {
 const PREFIX = /^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*$/;
 /** What may follow `<prefix>.` in a key the agent owns. */
 const SUFFIX = /^[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?$/;
-/** Control characters (newlines included) would break daemon.json lines, logs and constraints. */
-// eslint-disable-next-line no-control-regex
-const CONTROL = /[\u0000-\u001f\u007f]/;
+/**
+ * Control and format characters (newlines, DEL, C1 controls, zero-width and bidi overrides) would
+ * break daemon.json lines, logs and constraints, or make a value read differently than it is.
+ */
+const UNPRINTABLE = /[\p{Cc}\p{Cf}]/u;
 const MAX_KEY = 256;
 const MAX_VALUE = 1024;
+/** Long enough for any real prefix, short enough that `<prefix>.workspace.product-name` fits a key. */
+const MAX_PREFIX = 128;
 
 /**
- * Labels other systems own on the same nodes: osparc's autoscaler sets
- * `io.simcore.osparc-services-ready` on the nodes it starts. The agent removes keys under its
- * prefix that it no longer publishes, so a prefix above one of these would fight their owner.
+ * Node labels osparc's autoscaler owns (`utils/utils_docker.py`, `models_library/docker.py`):
+ * its readiness and lifecycle labels, the instance type, and the plain placement keys it copies
+ * from the labels tag on activation and removes on drain. The agent never writes, changes or
+ * removes them, and no prefix may equal, contain or lie above one of them.
  */
-export const FOREIGN_LABELS: readonly string[] = ["io.simcore.osparc-services-ready"];
+export const OSPARC_LABELS: readonly string[] = [
+  "io.simcore.osparc-services-ready",
+  "io.simcore.osparc-services-ready-last-changed",
+  "io.simcore.osparc-node-found-empty",
+  "io.simcore.osparc-node-termination-started",
+  "ec2-instance-type",
+  "product-name",
+  "user-id",
+  "project-id",
+  "node-id",
+  "wallet-id",
+];
 
-/** Why a prefix cannot be the agent's, or undefined when it can. */
-export function labelPrefixProblem(prefix: string): string | undefined {
-  if (!PREFIX.test(prefix) || prefix.length > 128) return `label prefix ${JSON.stringify(prefix)} is not lower-case dotted words (e.g. io.simcore.ebs-cache)`;
-  const foreign = FOREIGN_LABELS.find((key) => isUnderPrefix(prefix, key));
-  if (foreign) return `label prefix ${JSON.stringify(prefix)} would make the agent own ${foreign}, which another system sets (use e.g. io.simcore.ebs-cache)`;
+/**
+ * Namespaces a prefix may neither enter nor lie above: docker reserves three for itself
+ * (docs.docker.com, "Docker object labels"), and osparc names its node labels `io.simcore.osparc-…`
+ * (new ones have been added over time).
+ */
+export const RESERVED_NAMESPACES: readonly { namespace: string; owner: string }[] = [
+  { namespace: "com.docker.", owner: "docker" },
+  { namespace: "io.docker.", owner: "docker" },
+  { namespace: "org.dockerproject.", owner: "docker" },
+  { namespace: "io.simcore.osparc-", owner: "osparc's autoscaler" },
+];
+
+/**
+ * Every reason `prefix` cannot be the agent's, empty when it can. `protectedKeys` are more labels
+ * other systems set on these nodes (osparc's `NODES_MONITORING_*` lists, `custom_node_labels`):
+ * the agent removes keys under its prefix that it no longer publishes, so a prefix above one of
+ * them would fight its owner, and a prefix equal to or holding one would confuse every reader.
+ */
+export function labelPrefixProblems(prefix: string, protectedKeys: readonly string[] = []): string[] {
+  const shown = JSON.stringify(prefix);
+  if (prefix === "") return ["label prefix is empty: the agent would own every label (use e.g. io.simcore.ebs-cache)"];
+  if (!PREFIX.test(prefix) || prefix.length > MAX_PREFIX) {
+    return [`label prefix ${shown} is not lower-case dotted words of at most ${MAX_PREFIX} characters (e.g. io.simcore.ebs-cache)`];
+  }
+  const problems: string[] = [];
+  const clashing: string[] = [];
+  for (const { namespace, owner } of RESERVED_NAMESPACES) {
+    const stem = namespace.replace(/[.-]$/, "");
+    if (prefix === stem || prefix.startsWith(namespace)) problems.push(`label prefix ${shown} lies in ${namespace}*, which ${owner} reserves`);
+    else if (namespace.startsWith(prefix)) problems.push(`label prefix ${shown} lies above ${namespace}*, which ${owner} reserves: the agent would remove labels there`);
+    else continue;
+    clashing.push(namespace);
+  }
+  const osparc = new Set(OSPARC_LABELS);
+  const keys = [...OSPARC_LABELS, ...protectedKeys.filter((key) => !osparc.has(key))];
+  for (const key of keys) {
+    const owner = osparc.has(key) ? "osparc's autoscaler" : "another system (labels.protectedKeys)";
+    const relation = prefixRelation(prefix, key);
+    if (!relation) continue;
+    // "lies above" a key of a namespace already named adds nothing to that line.
+    if (relation !== "equals" && relation !== "contains" && clashing.some((namespace) => key.startsWith(namespace))) continue;
+    problems.push(`label prefix ${shown} ${relation} ${key}, a label ${owner} sets`);
+  }
+  return problems;
+}
+
+/** How a prefix collides with a key owned by someone else, or undefined when it does not. */
+function prefixRelation(prefix: string, key: string): string | undefined {
+  if (prefix === key) return "equals";
+  // `io.simcore` above `io.simcore.osparc-services-ready`; `node` would read as `node-id`'s family.
+  if (key.startsWith(`${prefix}.`)) return "lies above";
+  if (key.startsWith(prefix)) return "is the start of";
+  // `user-id.cache` or `acme.user-id`: the owned name as whole dotted words inside the prefix.
+  if (`.${prefix}.`.includes(`.${key}.`)) return "contains";
   return undefined;
+}
+
+/** Why a prefix cannot be the agent's (the first reason), or undefined when it can. */
+export function labelPrefixProblem(prefix: string, protectedKeys: readonly string[] = []): string | undefined {
+  return labelPrefixProblems(prefix, protectedKeys)[0];
 }
 
 /** Throws a LabelError unless `prefix` is a lower-case dotted name that owns no other system's label. */
 export function validateLabelPrefix(prefix: string): void {
-  const problem = labelPrefixProblem(prefix);
-  if (problem) throw new LabelError(problem);
+  const problems = labelPrefixProblems(prefix);
+  if (problems.length > 0) throw new LabelError(problems.join("; "), "set labels.prefix to a name of its own, e.g. io.simcore.ebs-cache");
 }
 
 /** Throws a LabelError for a key docker would mangle or reject: empty, `=`, whitespace, control characters. */
 export function validateLabelKey(key: string): void {
-  if (key === "" || key.length > MAX_KEY || key.includes("=") || /\s/.test(key) || CONTROL.test(key)) {
+  if (key === "" || key.length > MAX_KEY || key.includes("=") || /\s/.test(key) || UNPRINTABLE.test(key)) {
     throw new LabelError(`label key ${JSON.stringify(key)} is empty, too long, or holds "=", whitespace or control characters`);
   }
 }
 
-/** Throws a LabelError for a value holding a newline or another control character, or too long. */
+/** Throws a LabelError for a value that is not one printable line (no control or format characters), or too long. */
 export function validateLabelValue(key: string, value: string): void {
-  if (typeof value !== "string" || value.length > MAX_VALUE || CONTROL.test(value)) {
-    throw new LabelError(`label ${key} has a value that is not a single line of at most ${MAX_VALUE} characters`);
+  if (typeof value !== "string" || value.length > MAX_VALUE || UNPRINTABLE.test(value)) {
+    throw new LabelError(`label ${key} has a value that is not a single printable line of at most ${MAX_VALUE} characters`);
   }
 }
 
@@ -73,6 +143,37 @@ export function validateOwnedLabels(prefix: string, labels: Record<string, strin
     if (!isUnderPrefix(prefix, key)) throw new LabelError(`label ${key} is not under the agent's prefix ${prefix}.`);
     validateLabelValue(key, value);
   }
+}
+
+/**
+ * Throws a LabelError when a node-label update would write or remove a key outside `<prefix>.`:
+ * the last check before the manager's API, so no planning mistake can touch a label the agent
+ * does not own (osparc's readiness and placement labels live on the same node).
+ */
+export function assertOwnedUpdate(prefix: string, add: Record<string, string>, remove: readonly string[]): void {
+  validateOwnedLabels(prefix, add);
+  for (const key of remove) {
+    validateLabelKey(key);
+    if (!isUnderPrefix(prefix, key)) throw new LabelError(`refusing to remove label ${key}: it is not under the agent's prefix ${prefix}.`);
+  }
+}
+
+/** The workspace ids a volume may record (tags `ebs-cache:<key>`), published as `<prefix>.workspace.<key>`. */
+export const WORKSPACE_ID_KEYS: readonly string[] = ["user-id", "project-id", "node-id", "wallet-id", "product-name"];
+
+/**
+ * The `workspace.<key>` readiness extras for the ids a workspace volume records, so a scheduler
+ * can tell whose data a node holds; a pool volume (or one without ids) gives none. `idOf` reads
+ * one recorded id (the volume's `ebs-cache:<key>` tag).
+ */
+export function workspaceLabelExtras(kind: string | undefined, idOf: (key: string) => string | undefined): Record<string, string> {
+  if (kind !== "workspace") return {};
+  const extras: Record<string, string> = {};
+  for (const key of WORKSPACE_ID_KEYS) {
+    const value = idOf(key);
+    if (value !== undefined && value !== "") extras[`workspace.${key}`] = value;
+  }
+  return extras;
 }
 
 /** True when `key` is `<prefix>.<something>`. */
