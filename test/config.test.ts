@@ -24,6 +24,7 @@ const DEFAULTS = {
   volumeType: "gp3",
   createFromSnapshot: true,
   initializationRateMiBps: null,
+  claim: { candidatesPerListing: 50, maxVolumes: 3, maxLosses: 5, quarantineHours: 6 },
   timeouts: { imdsSeconds: 60, imdsRequestSeconds: 5, attachSeconds: 120, deviceSeconds: 60, dockerSeconds: 120 },
   paths: {
     byIdDir: "/dev/disk/by-id",
@@ -60,6 +61,7 @@ const FULL = {
   volumeType: "io2",
   createFromSnapshot: false,
   initializationRateMiBps: 300,
+  claim: { candidatesPerListing: 100, maxVolumes: 2, maxLosses: 10, quarantineHours: 0 },
   timeouts: { imdsSeconds: 5, imdsRequestSeconds: 2, attachSeconds: 30.5, deviceSeconds: 3600, dockerSeconds: 1 },
   paths: {
     byIdDir: "/tmp/lab/dev/disk/by-id",
@@ -381,6 +383,10 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_VOLUME_TYPE",
     "EBS_CACHE_AGENT_CREATE_FROM_SNAPSHOT",
     "EBS_CACHE_AGENT_INITIALIZATION_RATE_MIBPS",
+    "EBS_CACHE_AGENT_CLAIM__CANDIDATES_PER_LISTING",
+    "EBS_CACHE_AGENT_CLAIM__MAX_VOLUMES",
+    "EBS_CACHE_AGENT_CLAIM__MAX_LOSSES",
+    "EBS_CACHE_AGENT_CLAIM__QUARANTINE_HOURS",
     "EBS_CACHE_AGENT_TIMEOUTS__IMDS_SECONDS",
     "EBS_CACHE_AGENT_TIMEOUTS__IMDS_REQUEST_SECONDS",
     "EBS_CACHE_AGENT_TIMEOUTS__ATTACH_SECONDS",
