@@ -7,7 +7,7 @@ import { readFile } from "node:fs/promises";
 import { ConfigError } from "../errors.ts";
 import { applyEnvOverrides, type Env } from "./overrides.ts";
 import { CONFIG_PATH_ENV, DEFAULT_CONFIG_PATH, type AgentConfig } from "./schema.ts";
-import { crossCheck, validateConfig } from "./validate.ts";
+import { crossCheck, crossProblems, validateConfig } from "./validate.ts";
 
 /** The file's text, or undefined when it does not exist (all defaults then). */
 export async function readConfigFile(path: string): Promise<string | undefined> {
@@ -173,6 +173,8 @@ export async function loadConfig(options: LoadOptions = {}): Promise<LoadedConfi
   problems.push(...overridden.problems);
   // Cross-checks run on the final config (validateConfig's own warnings saw the file alone).
   warnings.push(...overridden.warnings, ...crossCheck(overridden.config));
+  // The file alone was cross-checked by validateConfig; the environment may have changed it.
+  for (const problem of crossProblems(overridden.config)) if (!problems.includes(problem)) problems.push(problem);
 
   if (problems.length > 0) {
     throw new ConfigError(problems, `fix the listed settings in ${path} (or the EBS_CACHE_AGENT_* environment variables) and run again`);

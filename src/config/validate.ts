@@ -5,6 +5,7 @@
  * on a config that came with problems.
  */
 import { quote, validateImageRef, validateLabelValue, validatePoolName } from "../agent/inputs.ts";
+import { isWorkspaceKey } from "../agent/workspace-ids.ts";
 import { labelPrefixProblem } from "../docker/labels.ts";
 import {
   CONFIG_KEYS,
@@ -74,6 +75,7 @@ const FORMAT_CHECKS: Record<StringFormat, (value: string) => string | undefined>
     value.length >= 1 && value.length <= 128 && !/\p{Cc}/u.test(value) && !value.toLowerCase().startsWith("aws:")
       ? undefined
       : `must be ${FORMAT_DESCRIPTIONS.tagKey}, got ${quote(value)}`,
+  workspaceKey: (value) => (isWorkspaceKey(value) ? undefined : `must be ${FORMAT_DESCRIPTIONS.workspaceKey}, got ${quote(value)}`),
 };
 
 export type FieldCheck = { ok: true; value: unknown } | { ok: false; problems: string[] };
@@ -204,6 +206,16 @@ export function crossCheck(config: AgentConfig): string[] {
   return warnings;
 }
 
+/** Settings that cannot work together: problems, like a bad value. */
+export function crossProblems(config: AgentConfig): string[] {
+  const problems: string[] = [];
+  const outside = config.workspace.minimumKeys.filter((key) => !config.workspace.idKeys.includes(key));
+  if (outside.length > 0) {
+    problems.push(`workspace.minimumKeys: ${outside.map((key) => JSON.stringify(key)).join(", ")} not in workspace.idKeys, so no workspace could ever be used; add it to idKeys or remove it`);
+  }
+  return problems;
+}
+
 /**
  * Validates raw configuration (parsed JSON; undefined = no file = all defaults). Pure; collects
  * every problem (unknown keys with a suggestion, wrong types, out-of-range numbers, bad enums).
@@ -211,5 +223,5 @@ export function crossCheck(config: AgentConfig): string[] {
 export function validateConfig(raw: unknown): ValidationResult {
   const problems: string[] = [];
   const config = (raw === undefined ? defaultOf(CONFIG_SCHEMA) : readGroup(CONFIG_SCHEMA, raw, [], problems)) as AgentConfig;
-  return { config, problems, warnings: crossCheck(config) };
+  return { config, problems: [...problems, ...crossProblems(config)], warnings: crossCheck(config) };
 }
