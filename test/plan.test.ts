@@ -14,7 +14,7 @@ import {
 } from "../src/agent/plan.ts";
 import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
 import { VolumeTag } from "../src/tags.ts";
-import { workspaceIdTags, type WorkspaceIds } from "../src/agent/workspace-ids.ts";
+import { workspaceIdsOfVolume, workspaceIdTags, type WorkspaceIds } from "../src/agent/workspace-ids.ts";
 
 const settings: BootSettings = {
   enabled: true,
@@ -258,4 +258,9 @@ t.test("a workspace volume serves exactly its keys: a user-level one never a pro
     { [VolumeTag.userId]: "user_42", [VolumeTag.workspaceKeys]: "user-id" },
     "a new user-level volume records only user-id, and says so",
   );
+  t.same(workspaceIdsOfVolume(spec?.tags ?? {}), { "user-id": "user_42" }, "the ids read back from the volume's tags (phase 2, labels)");
+  t.same(workspaceIdsOfVolume(workspaceIdTags({ "node-id": "n", "wallet-id": "w" })), { "wallet-id": "w", "node-id": "n" });
+  t.equal(workspaceIdsOfVolume(legacy.tags), undefined, "no keys tag: no ids read back");
+  t.equal(workspaceIdsOfVolume({ ...workspaceIdTags({ "user-id": "1" }), [VolumeTag.userId]: "a b" }), undefined, "a bad value on the volume: none");
+  t.equal(workspaceIdsOfVolume({ [VolumeTag.workspaceKeys]: "user-id,group-id", [VolumeTag.userId]: "1" }), undefined, "an unknown key: none");
 });
