@@ -26,9 +26,17 @@ export const VolumeTag = {
   lastError: `${TAG_PREFIX}last-error`,
   /** When `last-error` was written (ISO 8601): the volume is no candidate for `claim.quarantineHours`. */
   lastErrorAt: `${TAG_PREFIX}last-error-at`,
+  /** The workspace ids, one tag per label key the workspace was made for (see src/agent/workspace-ids.ts). */
   userId: `${TAG_PREFIX}user-id`,
   projectId: `${TAG_PREFIX}project-id`,
   nodeId: `${TAG_PREFIX}node-id`,
+  walletId: `${TAG_PREFIX}wallet-id`,
+  productName: `${TAG_PREFIX}product-name`,
+  /**
+   * The label keys a workspace volume was made for, comma-separated in a fixed order
+   * (`user-id,project-id`): a volume matches an instance only for exactly these keys.
+   */
+  workspaceKeys: `${TAG_PREFIX}workspace-keys`,
 } as const;
 
 export const VolumeKind = { pool: "pool", workspace: "workspace" } as const;

@@ -1,7 +1,8 @@
 /**
- * `ebs-cache-agent boot` as a process, where nothing may change: instance tags carrying shell
- * metacharacters, `..`, an over-long value or malformed workspace JSON are refused before the
- * agent makes a single EC2 call (exit 3), and `--dry-run` prints the plan and changes nothing.
+ * `ebs-cache-agent boot` as a process, where nothing may change: the agent's own instance tags
+ * carrying shell metacharacters, `..` or an over-long value are refused before the agent makes a
+ * single EC2 call (exit 3); osparc's labels tag, broken, is a warning and the pool, never a
+ * refusal; and `--dry-run` prints the plan and changes nothing.
  * The CLI runs with `docker.control: none` so that no mistake could reach this machine's own
  * docker.service; the pool's volumes are blank (a dry run never looks inside them).
  */
@@ -42,7 +43,6 @@ const BAD_TAGS: Array<{ what: string; tags: Record<string, string>; problem: Reg
   { what: "a shell metacharacter in ebs-cache:pool (x;reboot)", tags: { "ebs-cache:pool": "x;reboot" }, problem: /ebs-cache:pool: pool name "x;reboot" contains the shell metacharacter ";"/ },
   { what: "'..' in ebs-cache:pool", tags: { "ebs-cache:pool": "../../etc" }, problem: /ebs-cache:pool: pool name "\.\.\/\.\.\/etc" contains "\.\."/ },
   { what: "a 300-character ebs-cache:pool", tags: { "ebs-cache:pool": "p".repeat(300) }, problem: /ebs-cache:pool: pool name "p+\.\.\." is 300 characters long; at most 63 are allowed/ },
-  { what: `malformed JSON in ${WORKSPACE_TAG}`, tags: { [WORKSPACE_TAG]: "{bad" }, problem: /instance tag "io\.simcore\.autoscaling\.ec2_instance\.docker_node_labels" is not valid JSON/ },
 ];
 
 t.test("invalid instance tags are rejected with a clear error before anything changes: exit 3, no EC2 call, daemon.json unchanged", async (t) => {
@@ -96,6 +96,26 @@ t.test("boot --dry-run prints the plan and changes nothing: no AttachVolume, dae
   for (const volumeId of poolVolumes) {
     t.equal((await bl.describe(volumeId)).State, "available", `${volumeId} still available`);
     t.same(Object.keys(await bl.tags(volumeId)).sort(), Object.keys(goldenPoolTags(POOL, undefined)).sort(), `${volumeId}: no tag added`);
+  }
+});
+
+t.test("osparc's labels tag, broken (bad JSON, a missing chunk, a bad id), is one warning and the pool: exit 0, never 3", async (t) => {
+  const broken: Array<{ what: string; tags: Record<string, string>; warning: RegExp }> = [
+    { what: "malformed JSON", tags: { [WORKSPACE_TAG]: "{bad" }, warning: /instance tag "io\.simcore\.autoscaling\.ec2_instance\.docker_node_labels": not valid JSON/ },
+    { what: "a missing chunk", tags: { [`${WORKSPACE_TAG}_0`]: '{"user-id": "1", ', [`${WORKSPACE_TAG}_2`]: '"x": "y"}' }, warning: /chunk _1 missing/ },
+    { what: "a hostile id", tags: { [WORKSPACE_TAG]: JSON.stringify({ "user-id": "$(reboot)" }) }, warning: /user-id "\$\(reboot\)" contains the shell metacharacter/ },
+  ];
+  for (const { what, tags, warning } of broken) {
+    const host = await bl.addHost({ tags });
+    const before = await hostState(host);
+    const run = await bl.cli(host, ["--dry-run", "--json"], overrides);
+    t.equal(run.exitCode, 0, `${what}: exit 0`, { stderr: run.stderr });
+    const warnings = run.stderr.split("\n").filter((line) => line.startsWith("<4>"));
+    t.equal(warnings.filter((line) => warning.test(line)).length, 1, `${what}: one warning line naming the problem`, { stderr: run.stderr });
+    t.match(warnings.find((line) => warning.test(line)), /the pool is used/, `${what}: it says the pool is used`);
+    const printed = JSON.parse(run.stdout) as { plan: BootPlan };
+    t.equal(printed.plan.selection.source, "pool", `${what}: the plan takes the pool`);
+    t.same(await hostState(host), before, `${what}: dry run, nothing changed`);
   }
 });
 

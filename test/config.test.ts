@@ -38,7 +38,15 @@ const DEFAULTS = {
   labels: { prefix: "io.simcore.ebs-cache", mode: "auto", protectedKeys: [] },
   release: { stopDocker: true },
   ttlHours: 24,
-  workspace: { labelsTag: "io.simcore.autoscaling.ec2_instance.docker_node_labels", create: "snapshot", sizeGiB: 20, waitForLabelsTag: "warm-buffer", waitForLabelsTagSeconds: 15 },
+  workspace: {
+    labelsTag: "io.simcore.autoscaling.ec2_instance.docker_node_labels",
+    idKeys: ["user-id", "project-id", "node-id"],
+    minimumKeys: ["user-id"],
+    create: "snapshot",
+    sizeGiB: 20,
+    waitForLabelsTag: "warm-buffer",
+    waitForLabelsTagSeconds: 15,
+  },
   prewarm: {
     strategy: "check",
     background: true,
@@ -75,7 +83,7 @@ const FULL = {
   labels: { prefix: "io.example.cache", mode: "engine", protectedKeys: ["io.example.autoscaled-node"] },
   release: { stopDocker: false },
   ttlHours: 8760,
-  workspace: { labelsTag: "my.labels", create: "never", sizeGiB: 100, waitForLabelsTag: "always", waitForLabelsTagSeconds: 0 },
+  workspace: { labelsTag: "my.labels", idKeys: ["product-name", "wallet-id", "user-id"], minimumKeys: ["user-id", "wallet-id"], create: "never", sizeGiB: 100, waitForLabelsTag: "always", waitForLabelsTagSeconds: 0 },
   prewarm: {
     strategy: "files",
     background: false,
@@ -171,6 +179,24 @@ t.test("unknown keys are errors, with a suggestion when one is close", async (t)
   t.same(validateConfig(JSON.parse('{"__proto__": {"enabled": false}}')).problems.length, 1, "__proto__ is just an unknown key");
   const both = validateConfig({ pools: 1, pool: "a b" }).problems;
   t.equal(both.length, 2, "unknown keys and bad values together");
+});
+
+t.test("workspace keys: osparc's placement label keys only, the minimum among them", async (t) => {
+  t.same(validateConfig({ workspace: { idKeys: ["user-id", "userid", "io.simcore.user-id"] } }).problems, [
+    'workspace.idKeys[1]: must be one of osparc\'s placement label keys: product-name, wallet-id, user-id, project-id, node-id, got "userid"',
+    'workspace.idKeys[2]: must be one of osparc\'s placement label keys: product-name, wallet-id, user-id, project-id, node-id, got "io.simcore.user-id"',
+  ]);
+  t.same(validateConfig({ workspace: { idKeys: ["project-id", "node-id"] } }).problems, [
+    'workspace.minimumKeys: "user-id" not in workspace.idKeys, so no workspace could ever be used; add it to idKeys or remove it',
+  ], "the default minimum must stay among the keys");
+  t.same(validateConfig({ workspace: { idKeys: ["project-id", "node-id"], minimumKeys: ["project-id"] } }).problems, []);
+  t.same(validateConfig({ workspace: { idKeys: [], minimumKeys: [] } }).problems, [], "no keys: workspaces off");
+  const dir = t.testdir({ "c.json": "{}" });
+  const fromEnv = await loadConfig({ path: join(dir, "c.json"), env: { EBS_CACHE_AGENT_WORKSPACE__ID_KEYS: "user-id, wallet-id", EBS_CACHE_AGENT_WORKSPACE__MINIMUM_KEYS: "wallet-id,user-id" } });
+  t.same([fromEnv.config.workspace.idKeys, fromEnv.config.workspace.minimumKeys], [["user-id", "wallet-id"], ["wallet-id", "user-id"]], "comma lists from the environment");
+  const envBad = await loadConfig({ path: join(dir, "c.json"), env: { EBS_CACHE_AGENT_WORKSPACE__ID_KEYS: "project-id" } }).catch((e: unknown) => e);
+  t.ok(envBad instanceof ConfigError, "the environment's keys are cross-checked too");
+  t.match((envBad as ConfigError).problems, [/workspace\.minimumKeys: "user-id" not in workspace\.idKeys/]);
 });
 
 t.test("values must also make sense together (warnings)", async (t) => {
@@ -409,6 +435,8 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_RELEASE__STOP_DOCKER",
     "EBS_CACHE_AGENT_TTL_HOURS",
     "EBS_CACHE_AGENT_WORKSPACE__LABELS_TAG",
+    "EBS_CACHE_AGENT_WORKSPACE__ID_KEYS",
+    "EBS_CACHE_AGENT_WORKSPACE__MINIMUM_KEYS",
     "EBS_CACHE_AGENT_WORKSPACE__CREATE",
     "EBS_CACHE_AGENT_WORKSPACE__SIZE_GIB",
     "EBS_CACHE_AGENT_WORKSPACE__WAIT_FOR_LABELS_TAG",

@@ -1,10 +1,10 @@
 import t, { type Test } from "tap";
 import {
-  parseWorkspaceIds,
   validateImageRef,
   validateLabelValue,
   validatePoolName,
   validateResourceId,
+  validateWorkspaceId,
   type InputCheck,
 } from "../src/agent/inputs.ts";
 
@@ -120,52 +120,14 @@ t.test("validateImageRef", async (t) => {
   ]);
 });
 
-t.test("parseWorkspaceIds", async (t) => {
-  const TAG = "io.simcore.autoscaling.ec2_instance.docker_node_labels";
-  const withLabels = (labels: unknown) => ({ [TAG]: typeof labels === "string" ? labels : JSON.stringify(labels), Name: "x" });
-  const uuid = "0b8f3e8e-6f4e-4c9e-9d6a-3f1f8a1e2b3c";
-
-  t.same(parseWorkspaceIds({ Name: "x" }, TAG), { ok: true }, "tag missing: no workspace");
-  t.same(parseWorkspaceIds(withLabels({ other: "1" }), TAG), { ok: true }, "no ids in the tag: no workspace");
-  t.same(
-    parseWorkspaceIds(withLabels({ "user-id": "7", "project-id": uuid, "node-id": uuid }), TAG),
-    { ok: true, ids: { userId: "7", projectId: uuid, nodeId: uuid } },
-    "plain keys",
-  );
-  t.same(
-    parseWorkspaceIds(
-      withLabels({ "io.simcore.runtime.user-id": 7, "io.simcore.runtime.project-id": uuid, "io.simcore.runtime.node-id": uuid, x: 1 }),
-      TAG,
-    ),
-    { ok: true, ids: { userId: "7", projectId: uuid, nodeId: uuid } },
-    "prefixed keys, numbers become strings",
-  );
-
-  const problem = (labels: unknown) => {
-    const r = parseWorkspaceIds(withLabels(labels), TAG);
-    t.equal(r.ok, false, `rejects ${JSON.stringify(labels)}`);
-    return r.ok ? "" : r.problem;
-  };
-  t.match(problem("{not json"), /is not valid JSON/);
-  t.match(problem("[1,2]"), /must hold a JSON object, got an array/);
-  t.match(problem("null"), /must hold a JSON object, got null/);
-  t.match(problem("\"x\""), /must hold a JSON object/);
-  t.match(problem({ "user-id": "1" }), /project-id and node-id missing/);
-  t.match(problem({ "user-id": "1", "project-id": "2" }), /node-id missing/);
-  t.match(problem({ "user-id": "$(reboot)", "project-id": "2", "node-id": "3" }), /user-id .* contains the shell metacharacter "\$"/);
-  t.match(problem({ "user-id": "1", "project-id": "../etc", "node-id": "3" }), /project-id .*"\.\."/);
-  t.match(problem({ "user-id": "1", "project-id": "2", "node-id": "-rf" }), /node-id .*starts with "-"/);
-  t.match(problem({ "user-id": "1", "project-id": "2", "node-id": "a\nb" }), /whitespace/);
-  t.match(problem({ "user-id": "1", "project-id": "2", "node-id": "a/b" }), /"\/"/);
-  t.match(problem({ "user-id": "1", "project-id": "2", "node-id": long(300) }), /300 characters/);
-  t.match(problem({ "user-id": null, "project-id": "2", "node-id": "3" }), /user-id .*must be a string, got null/);
-  t.match(problem({ "user-id": { a: 1 }, "project-id": "2", "node-id": "3" }), /must be a string/);
-  t.match(problem({ "user-id": "1", "a.user-id": "2", "project-id": "2", "node-id": "3" }), /conflicting user-id values/);
-  t.same(
-    parseWorkspaceIds(withLabels({ "user-id": "1", "a.user-id": 1, "project-id": "2", "node-id": "3" }), TAG),
-    { ok: true, ids: { userId: "1", projectId: "2", nodeId: "3" } },
-    "the same id under two keys is fine",
-  );
-  const both = problem({ "user-id": ";", "project-id": "2", "node-id": "`" });
-  t.match(both, /user-id.*; node-id/, "every bad id is reported");
+t.test("validateWorkspaceId: opaque values up to 255 characters (a tag value and a label value), hostile ones refused", async (t) => {
+  accepts(t, (v) => validateWorkspaceId(v, "user-id"), ["42", "user_42", "0b8f3e8e-6f4e-4c9e-9d6a-3f1f8a1e2b3c", "osparc", "s4l:lite", "a@b", "x=y", ".hidden", "_x", long(255)]);
+  rejects(t, (v) => validateWorkspaceId(v, "user-id"), [
+    ...HOSTILE,
+    [long(256), /256 characters long; at most 255/],
+    ["a/b", /contains "\/"/],
+    ["a?b", /metacharacter "\?"/],
+    [42, /user-id must be a string, got 42/],
+    [null, /must be a string, got null/],
+  ]);
 });

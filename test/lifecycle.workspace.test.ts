@@ -6,6 +6,7 @@
  * identity or containers. TTL and keep come from the instance tags.
  */
 import t, { type Test } from "tap";
+import { DeleteTagsCommand } from "@aws-sdk/client-ec2";
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
@@ -14,7 +15,8 @@ import type { LabHost } from "../src/lab/lab.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { labelRecord, LABEL_PREFIX, mountsUnder, POOL, startBootLab, type InProcessBoot } from "./fixtures/boot-lab.ts";
 import { assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
-import { releaseHost, volumeEnd, workspaceTags, type InProcessRelease } from "./fixtures/lifecycle-lab.ts";
+import { readWorkspaceRecord } from "../src/agent/workspace-record.ts";
+import { releaseHost, volumeEnd, workspaceTags, WORKSPACE_TAG, type InProcessRelease } from "./fixtures/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 
@@ -160,6 +162,63 @@ t.test("workspace.create=blank: an empty volume the agent formats, with an empty
   t.equal(await readFile(join(again, "todo.txt"), "utf8"), "buy milk\n", "the docker volume's file is there");
   await hostD.dockerd!.stop();
   assertRelease(t, await releaseHost(bl, hostD), "released", "released again");
+});
+
+t.test("osparc's way: a user-level workspace from a chunked tag comes back for the same user-id only, never for a project-level request", async (t) => {
+  // osparc's own placement example carries product-name + user-id only; the labels are long
+  // enough to be written in chunks, and carry the agent's keep the osparc way.
+  const tagsA = workspaceTags({ userId: "user_42" }, { chunked: true, labels: { "product-name": "osparc", [`${LABEL_PREFIX}.keep`]: "true" } });
+  t.ok(Object.keys(tagsA).length >= 3 && !(WORKSPACE_TAG in tagsA), "the labels tag is chunked (_0, _1, …)", { keys: Object.keys(tagsA) });
+  const hostA = await bl.addHost({ tags: tagsA });
+  const a = await bl.boot(hostA, { overrides });
+  assertBoot(t, a, "ready", "ready on the chunked tag, no refusal");
+  t.equal(a.plan.selection.source, "new-workspace", "only user-id (workspace.minimumKeys): a user-level workspace volume is created");
+  const volumeId = a.result!.volumeId!;
+  const tags = await bl.tags(volumeId);
+  t.equal(tags[VolumeTag.userId], "user_42", "the templated user id, as osparc renders it");
+  t.equal(tags[VolumeTag.workspaceKeys], "user-id", "recorded as made for user-id only");
+  t.notOk(tags[VolumeTag.projectId] ?? tags[VolumeTag.nodeId] ?? tags[VolumeTag.productName], "no other id tag (product-name is not an id key by default)");
+  const record = await readWorkspaceRecord(join(hostA.paths.hostRoot, "var/lib/ebs-cache-agent"));
+  t.same([record.record?.instanceId, record.record?.ids, record.record?.keep], [hostA.instance.instanceId, { "user-id": "user_42" }, true], "phase 1 recorded the ids and keep");
+  const dockerA = hostA.dockerd!;
+  await dockerA.docker(["volume", "create", "data"]);
+  await dockerA.docker(["run", "--rm", "--network", "none", "-v", "data:/d", "lab/app:1", "sh", "-c", "echo user42 > /d/f"]);
+
+  // After the join the autoscaler copies the labels onto the node and deletes the tags.
+  await bl.ec2.send(new DeleteTagsCommand({ Resources: [hostA.instance.instanceId], Tags: Object.keys(tagsA).map((Key) => ({ Key })) }));
+  t.notOk(Object.keys(hostA.instance.tags).some((key) => key.startsWith(WORKSPACE_TAG)), "the labels tag is gone from the instance");
+  await dockerA.stop();
+  const released = await releaseHost(bl, hostA);
+  assertRelease(t, released, "released", "released without the tag");
+  const end = await volumeEnd(bl, volumeId);
+  t.equal(end.state, "available");
+  t.equal(end.tags[VolumeTag.keep], "true", "keep from the labels tag, through phase 1's record: tagged keep");
+  t.notOk(end.tags[VolumeTag.expiresAt], "and no expiry");
+
+  // The same user, for a project: a project-level request is not served by the user's volume.
+  const hostB = await bl.addHost({ tags: workspaceTags({ userId: "user_42", projectId: "p-7" }, { chunked: true }) });
+  const b = await bl.boot(hostB, { overrides });
+  assertBoot(t, b, "ready", "the project-level instance is ready");
+  t.equal(b.plan.selection.source, "new-workspace", "no volume of user-id + project-id: a new one, not the user's");
+  t.not(b.result?.volumeId, volumeId, "another volume");
+  t.equal((await bl.tags(b.result!.volumeId!))[VolumeTag.workspaceKeys], "user-id,project-id", "made for user-id + project-id");
+  t.equal((await bl.describe(volumeId)).State, "available", "the user-level volume was not touched");
+  const readB = await hostB.dockerd!.docker(["volume", "ls", "-q"]);
+  t.notOk(readB.stdout.includes("data"), "the user's docker volume is not on the project's node");
+  await hostB.dockerd!.stop();
+  assertRelease(t, await releaseHost(bl, hostB), "released", "project-level instance released");
+
+  // The same user-id again (single tag this time): its volume comes back, with the file.
+  const hostC = await bl.addHost({ tags: workspaceTags({ userId: "user_42" }) });
+  const c = await bl.boot(hostC, { overrides });
+  assertBoot(t, c, "ready", "the second user-level instance is ready");
+  t.equal(c.plan.selection.source, "workspace", "it finds the user's workspace volume");
+  t.same("candidates" in c.plan.selection ? c.plan.selection.candidates : [], [volumeId], "that volume only (not the project's)");
+  t.equal(c.result?.volumeId, volumeId);
+  const read = await hostC.dockerd!.docker(["run", "--rm", "--network", "none", "-v", "data:/d", "lab/app:1", "cat", "/d/f"]);
+  t.equal(read.stdout.trim(), "user42", "the file written by the first instance is there");
+  await hostC.dockerd!.stop();
+  assertRelease(t, await releaseHost(bl, hostC), "released", "released again");
 });
 
 t.test("the lab closes and leaves no loop device, mount or dockerd behind; nothing was force-detached", async (t) => {

@@ -8,11 +8,13 @@ import {
   planBoot,
   poolQuery,
   selectSource,
+  workspaceQuery,
   type BootObservation,
   type BootSettings,
 } from "../src/agent/plan.ts";
 import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
 import { VolumeTag } from "../src/tags.ts";
+import { workspaceIdsOfVolume, workspaceIdTags, type WorkspaceIds } from "../src/agent/workspace-ids.ts";
 
 const settings: BootSettings = {
   enabled: true,
@@ -35,6 +37,10 @@ function volume(id: string, over: Partial<VolumeInfo> = {}): VolumeInfo {
   return { volumeId: id, availabilityZone: "eu-west-1a", state: "available", sizeGiB: 10, tags: { [VolumeTag.kind]: "pool", [VolumeTag.pool]: "p1" }, ...over };
 }
 const snapshot: SnapshotInfo = { snapshotId: "snap-1", state: "completed", volumeSizeGiB: 10, tags: { [VolumeTag.images]: "a:1", [VolumeTag.imageSet]: "s1" } };
+/** A workspace volume as the agent tags one for `ids`. */
+function workspaceVolume(id: string, ids: WorkspaceIds, over: Partial<VolumeInfo> = {}): VolumeInfo {
+  return volume(id, { tags: { [VolumeTag.managed]: "true", [VolumeTag.kind]: "workspace", [VolumeTag.pool]: "p1", ...workspaceIdTags(ids) }, ...over });
+}
 const observed = (over: Partial<BootObservation> = {}): BootObservation => ({ identity, attached: [], workspace: [], pool: [], ...over });
 
 t.test("disabled: nothing but the report", async (t) => {
@@ -53,8 +59,9 @@ t.test("a volume attached to this instance is reused, whatever the pool holds", 
 });
 
 t.test("a workspace volume of this instance's ids comes before the pool", async (t) => {
-  const ws = volume("vol-ws", { tags: { [VolumeTag.kind]: "workspace" } });
-  const sel = selectSource({ ...settings, workspace: { userId: "1", projectId: "p", nodeId: "n" } }, observed({ workspace: [ws], pool: [volume("vol-1")], snapshot }));
+  const ids = { "user-id": "1", "project-id": "p", "node-id": "n" };
+  const ws = workspaceVolume("vol-ws", ids);
+  const sel = selectSource({ ...settings, workspace: ids }, observed({ workspace: [ws], pool: [volume("vol-1")], snapshot }));
   t.equal(sel.source, "workspace");
   t.same(sel.source === "workspace" ? sel.candidates : [], ["vol-ws"]);
 });
@@ -107,12 +114,13 @@ t.test("lookups: a pool boot asks only for the pool page; the snapshot only when
   t.notOk(lookupsNeeded({ ...settings, createFromSnapshot: false }, base, "snapshot"));
   const mine = volume("vol-m", { state: "in-use", attachment: { instanceId: identity.instanceId, device: "/dev/sdf", state: "attached" } });
   for (const stage of ["workspace", "pool", "snapshot"] as const) {
-    t.notOk(lookupsNeeded({ ...settings, workspace: { userId: "1", projectId: "p", nodeId: "n" } }, { ...base, attached: [mine] }, stage), `attached: no ${stage} lookup`);
+    t.notOk(lookupsNeeded({ ...settings, workspace: { "user-id": "1", "project-id": "p", "node-id": "n" } }, { ...base, attached: [mine] }, stage), `attached: no ${stage} lookup`);
     t.notOk(lookupsNeeded({ ...settings, mayClaim: false }, base, stage), `--no-claim: no ${stage} lookup`);
   }
-  const ws = { ...settings, workspace: { userId: "1", projectId: "p", nodeId: "n" } };
+  const ws = { ...settings, workspace: { "user-id": "1", "project-id": "p", "node-id": "n" } };
   t.ok(lookupsNeeded(ws, base, "workspace"));
-  t.notOk(lookupsNeeded(ws, { ...base, workspace: [volume("vol-w")] }, "pool"), "a workspace volume: no pool lookup");
+  t.notOk(lookupsNeeded(ws, { ...base, workspace: [workspaceVolume("vol-w", ws.workspace)] }, "pool"), "a workspace volume: no pool lookup");
+  t.ok(lookupsNeeded(ws, { ...base, workspace: [workspaceVolume("vol-w", { "user-id": "1" })] }, "pool"), "a volume of another level is no workspace volume of these ids");
   t.ok(lookupsNeeded(ws, base, "snapshot"), "no workspace volume: the snapshot makes one");
 });
 
@@ -152,7 +160,7 @@ t.test("without docker (first boot phase): no docker steps and no readiness repo
 });
 
 t.test("no workspace volume for the ids: one is created (from the pool's snapshot, blank, or never: the pool)", async (t) => {
-  const ids = { userId: "7", projectId: "p-1", nodeId: "n-1" };
+  const ids = { "user-id": "7", "project-id": "p-1", "node-id": "n-1" };
   const ws = { ...settings, workspace: ids };
   const pool = [volume("vol-1")];
 
@@ -169,8 +177,9 @@ t.test("no workspace volume for the ids: one is created (from the pool's snapsho
     [VolumeTag.userId]: "7",
     [VolumeTag.projectId]: "p-1",
     [VolumeTag.nodeId]: "n-1",
+    [VolumeTag.workspaceKeys]: "user-id,project-id,node-id",
     [VolumeTag.imageSet]: "s1",
-  }, "tagged workspace with the ids and the image set; no image list, not created-by (never formatted)");
+  }, "tagged workspace with the ids, the keys they are for and the image set; no image list, not created-by (never formatted)");
 
   const blank = selectSource({ ...ws, workspaceCreate: "blank", workspaceSizeGiB: 30 }, observed({ pool }));
   t.equal(blank.source, "new-workspace", "blank: no snapshot needed");
@@ -187,7 +196,7 @@ t.test("no workspace volume for the ids: one is created (from the pool's snapsho
   t.equal(selectSource(ws, observed({ pool, snapshot: { ...snapshot, state: "pending" } })).source, "pool", "a pending snapshot makes no workspace");
   t.equal(selectSource({ ...ws, createFromSnapshot: false }, observed({ snapshot })).source, "new-workspace", "createFromSnapshot is about pool volumes");
 
-  const existing = volume("vol-ws", { tags: { [VolumeTag.kind]: "workspace" } });
+  const existing = workspaceVolume("vol-ws", ids);
   t.equal(selectSource({ ...ws, workspaceCreate: "blank" }, observed({ workspace: [existing], pool })).source, "workspace", "an existing workspace volume is taken, not a new one");
   const mine = volume("vol-9", { state: "in-use", attachment: { instanceId: "i-0aaa", device: "/dev/sdf", state: "attached" } });
   t.equal(selectSource(ws, observed({ attached: [mine], snapshot })).source, "attached", "an attached volume still comes first");
@@ -200,4 +209,58 @@ t.test("the second boot phase (--no-claim) reuses an attached volume and never c
   t.equal(none.source, "none", "nothing attached: degraded, the pool is not touched");
   const mine = volume("vol-9", { state: "in-use", attachment: { instanceId: "i-0aaa", device: "/dev/sdf", state: "attached" } });
   t.equal(selectSource(noClaim, observed({ attached: [mine], pool: [volume("vol-1")] })).source, "attached");
+});
+
+t.test("a workspace volume serves exactly its keys: a user-level one never a project's node, and the reverse", async (t) => {
+  const userLevel = workspaceVolume("vol-user", { "user-id": "42" });
+  const projectLevel = workspaceVolume("vol-project", { "user-id": "42", "project-id": "p-1" });
+  const otherProject = workspaceVolume("vol-other", { "user-id": "42", "project-id": "p-2" });
+  const otherUser = workspaceVolume("vol-43", { "user-id": "43" });
+  // observe() lists by workspaceQuery; the planner checks again, so even a listing that held
+  // every workspace volume could only ever give an exact match.
+  const all = [userLevel, projectLevel, otherProject, otherUser];
+  const pick = (ids: WorkspaceIds) => {
+    const sel = selectSource({ ...settings, workspace: ids, workspaceCreate: "never" }, observed({ workspace: all, pool: [volume("vol-1")] }));
+    return sel.source === "workspace" ? sel.candidates : sel.source;
+  };
+  t.same(pick({ "user-id": "42" }), ["vol-user"], "user-level request: the user-level volume only");
+  t.same(pick({ "user-id": "42", "project-id": "p-1" }), ["vol-project"], "project-level request: that project's volume only");
+  t.same(pick({ "user-id": "42", "project-id": "p-3" }), "pool", "a project with no volume yet: not the user's volume, the pool");
+  t.same(pick({ "user-id": "44" }), "pool", "another user: the pool");
+  t.same(pick({ "user-id": "42", "node-id": "n" }), "pool", "same user-id, other keys: the pool");
+
+  const q = workspaceQuery({ "user-id": "42" }, "eu-west-1a");
+  t.same(q.tags, { [VolumeTag.managed]: "true", [VolumeTag.kind]: "workspace", [VolumeTag.userId]: "42", [VolumeTag.workspaceKeys]: "user-id" }, "EC2 filters on every id present and the keys tag");
+  t.same(
+    workspaceQuery({ "node-id": "n", "product-name": "osparc", "user-id": "42" }, "z").tags[VolumeTag.workspaceKeys],
+    "product-name,user-id,node-id",
+    "the keys in a fixed order, whatever order the labels had",
+  );
+
+  const legacy = volume("vol-legacy", { tags: { [VolumeTag.managed]: "true", [VolumeTag.kind]: "workspace", [VolumeTag.userId]: "42" } });
+  t.same(
+    selectSource({ ...settings, workspace: { "user-id": "42" }, workspaceCreate: "never" }, observed({ workspace: [legacy], pool: [] })).source,
+    "none",
+    "a volume without the keys tag is not taken on a guess",
+  );
+  const stray = workspaceVolume("vol-stray", { "user-id": "42" }, {});
+  stray.tags[VolumeTag.projectId] = "p-1";
+  t.same(
+    selectSource({ ...settings, workspace: { "user-id": "42" }, workspaceCreate: "never" }, observed({ workspace: [stray], pool: [] })).source,
+    "none",
+    "an id tag the keys tag does not name makes the level ambiguous: not taken",
+  );
+
+  const made = planBoot({ ...settings, workspace: { "user-id": "user_42" } }, observed({ snapshot }));
+  const spec = made.selection.source === "new-workspace" ? made.selection.create : undefined;
+  t.same(
+    Object.fromEntries(Object.entries(spec?.tags ?? {}).filter(([k]) => [VolumeTag.userId, VolumeTag.projectId, VolumeTag.nodeId, VolumeTag.workspaceKeys].includes(k as never))),
+    { [VolumeTag.userId]: "user_42", [VolumeTag.workspaceKeys]: "user-id" },
+    "a new user-level volume records only user-id, and says so",
+  );
+  t.same(workspaceIdsOfVolume(spec?.tags ?? {}), { "user-id": "user_42" }, "the ids read back from the volume's tags (phase 2, labels)");
+  t.same(workspaceIdsOfVolume(workspaceIdTags({ "node-id": "n", "wallet-id": "w" })), { "wallet-id": "w", "node-id": "n" });
+  t.equal(workspaceIdsOfVolume(legacy.tags), undefined, "no keys tag: no ids read back");
+  t.equal(workspaceIdsOfVolume({ ...workspaceIdTags({ "user-id": "1" }), [VolumeTag.userId]: "a b" }), undefined, "a bad value on the volume: none");
+  t.equal(workspaceIdsOfVolume({ [VolumeTag.workspaceKeys]: "user-id,group-id", [VolumeTag.userId]: "1" }), undefined, "an unknown key: none");
 });

@@ -10,7 +10,8 @@ import { applyBootPlan, BootBudgetSpent, CancelledError, type BootDeps, type Boo
 import { observeBoot } from "./observe.ts";
 import { planBoot, type BootObservation, type BootPlan, type BootSettings } from "./plan.ts";
 import type { CloudVolumes, Identity } from "./ports.ts";
-import { resolveSettings, type ResolvedSettings } from "./settings.ts";
+import { recordOf, resolveSettings, type ResolvedSettings } from "./settings.ts";
+import { readWorkspaceRecord, writeWorkspaceRecord } from "./workspace-record.ts";
 import type { AgentConfig } from "../config/index.ts";
 
 export interface BootCommandDeps {
@@ -53,13 +54,26 @@ export async function runBoot(
     zone: identity.availabilityZone,
     tags: identity.tagsSource,
   });
-  const resolved = resolveSettings(config, identity, { withDocker: options.withDocker ?? true, mayClaim: options.mayClaim ?? true });
+  const mayClaim = options.mayClaim ?? true;
+  const stateDir = config.paths.stateDir;
+  const previous = await readWorkspaceRecord(stateDir);
+  if (previous.problem) log.warning("boot.settings", `${previous.problem}: the labels tag is read instead`, { stateDir });
+  const resolved = resolveSettings(config, identity, { withDocker: options.withDocker ?? true, mayClaim, recorded: previous.record });
   if (!resolved.ok) {
     throw new ConfigError(resolved.problems, "fix the instance tags (nothing was changed on this node)");
   }
   for (const line of resolved.value.applied) log.info("boot.settings", `instance tag override: ${line}`);
   for (const line of resolved.value.warnings) log.warning("boot.settings", line);
+  for (const line of resolved.value.notes) log.info("boot.settings", line);
   const settings = resolved.value.boot;
+  // The autoscaler deletes the labels tag after the join: phase 2, reboots' later phases and the
+  // release read what this phase used from the record.
+  if (mayClaim && !options.dryRun && !resolved.value.request.fromRecord) {
+    const record = { ...recordOf(identity, resolved.value.request), recordedAt: new Date().toISOString() };
+    await writeWorkspaceRecord(stateDir, record).catch((error: unknown) =>
+      log.warning("boot.settings", `could not record the workspace request: ${describeError(error)}; later runs read the labels tag, which the autoscaler may have deleted by then`, { stateDir }),
+    );
+  }
 
   const cloud = deps.cloudFor(config.region ?? identity.region);
   // One budget for the first phase (it may claim, and runs before docker.service): whatever is

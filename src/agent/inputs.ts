@@ -7,17 +7,15 @@
 
 export type InputCheck = { ok: true; value: string } | { ok: false; problem: string };
 
-/** The ids of a workspace, as osparc puts them in the instance's node-labels tag. */
-export interface WorkspaceIds {
-  userId: string;
-  projectId: string;
-  nodeId: string;
-}
-
 export const MAX_POOL_NAME = 63;
 export const MAX_RESOURCE_ID = 128;
 export const MAX_IMAGE_REF = 255;
 export const MAX_LABEL_VALUE = 255;
+/**
+ * A workspace id is stored as an EC2 tag value (at most 256) and published as a label value
+ * (`<prefix>.workspace.<key>`, at most MAX_LABEL_VALUE): the smaller of the two.
+ */
+export const MAX_WORKSPACE_ID = MAX_LABEL_VALUE;
 
 const SHELL_METACHARACTERS = new Set(";|&$`<>(){}[]*?!~'\"\\");
 const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
@@ -84,6 +82,17 @@ export function validateResourceId(value: unknown, what = "id"): InputCheck {
   return checkName(value, { what, max: MAX_RESOURCE_ID, slashAllowed: false });
 }
 
+/**
+ * A workspace id (a value of osparc's node labels: `42`, `user_42`, a uuid, a product name): an
+ * opaque string up to EC2's tag-value limit. It becomes a tag value, a filter value, a docker
+ * label value and a log field, never a path or an argument; still, whitespace, control
+ * characters, shell metacharacters (which also keeps EC2's filter wildcards `*` and `?` out),
+ * `/`, `..` and a leading `-` are refused.
+ */
+export function validateWorkspaceId(value: unknown, what = "workspace id"): InputCheck {
+  return checkCommon(value, { what, max: MAX_WORKSPACE_ID, slashAllowed: false });
+}
+
 /** A docker label value (also used for tag values the agent puts into labels): printable ASCII, at most 255 characters. */
 export function validateLabelValue(value: unknown, what = "label value"): InputCheck {
   return checkCommon(value, { what, max: MAX_LABEL_VALUE, slashAllowed: true });
@@ -119,58 +128,4 @@ export function validateImageRef(value: unknown, what = "image reference"): Inpu
     return { ok: false, problem: `${what} ${quote(ref)} has a sha256 digest that is not 64 lowercase hex digits` };
   }
   return common;
-}
-
-const ID_KEYS = { userId: "user-id", projectId: "project-id", nodeId: "node-id" } as const;
-
-export type WorkspaceIdsResult = { ok: true; ids?: WorkspaceIds } | { ok: false; problem: string };
-
-/**
- * The workspace ids from the instance tag `labelsTag` (osparc's docker node labels, JSON):
- * keys `user-id`, `project-id`, `node-id`, or keys ending in `.user-id` etc.
- * (`io.simcore.runtime.user-id`); numbers are taken as their decimal string.
- * Tag missing, or none of the ids in it: ok without ids. Some but not all, or a bad value: a problem.
- */
-export function parseWorkspaceIds(tags: Readonly<Record<string, string>>, labelsTag: string): WorkspaceIdsResult {
-  const text = tags[labelsTag];
-  if (text === undefined) return { ok: true };
-  const where = `instance tag ${quote(labelsTag)}`;
-  let labels: unknown;
-  try {
-    labels = JSON.parse(text);
-  } catch (error) {
-    return { ok: false, problem: `${where} is not valid JSON (${printable((error as Error).message).slice(0, 120)})` };
-  }
-  if (typeof labels !== "object" || labels === null || Array.isArray(labels)) {
-    const got = Array.isArray(labels) ? "an array" : typeof labels === "string" ? quote(labels) : String(labels);
-    return { ok: false, problem: `${where} must hold a JSON object, got ${got}` };
-  }
-
-  const problems: string[] = [];
-  const found: Partial<Record<keyof WorkspaceIds, string>> = {};
-  for (const [field, key] of Object.entries(ID_KEYS) as [keyof WorkspaceIds, string][]) {
-    const entries = Object.entries(labels).filter(([name]) => name === key || name.endsWith(`.${key}`));
-    const values = new Set(entries.map(([, v]) => (typeof v === "number" ? String(v) : v)));
-    if (entries.length === 0) continue;
-    if (values.size > 1) {
-      problems.push(`conflicting ${key} values under ${entries.map(([name]) => quote(name)).join(", ")}`);
-      continue;
-    }
-    const [name, raw] = entries[0]!;
-    const check = validateResourceId(typeof raw === "number" ? String(raw) : raw, key);
-    if (check.ok) found[field] = check.value;
-    else problems.push(name === key ? check.problem : `key ${quote(name)}: ${check.problem}`);
-  }
-  if (problems.length > 0) return { ok: false, problem: `${where}: ${problems.join("; ")}` };
-
-  const present = Object.keys(found) as (keyof WorkspaceIds)[];
-  if (present.length === 0) return { ok: true };
-  if (present.length < 3) {
-    const missing = (Object.keys(ID_KEYS) as (keyof WorkspaceIds)[]).filter((f) => !(f in found)).map((f) => ID_KEYS[f]);
-    return {
-      ok: false,
-      problem: `${where} names only some of the workspace ids: ${missing.join(" and ")} missing (a workspace needs user-id, project-id and node-id)`,
-    };
-  }
-  return { ok: true, ids: { userId: found.userId!, projectId: found.projectId!, nodeId: found.nodeId! } };
 }

@@ -8,6 +8,9 @@ import { createHash } from "node:crypto";
 import { VolumeKind, VolumeTag } from "../tags.ts";
 import type { Identity, SnapshotInfo, VolumeInfo, VolumeQuery } from "./ports.ts";
 import type { PrewarmStrategy } from "./prewarm-plan.ts";
+import { volumeMatchesWorkspace, workspaceIdTags, type WorkspaceIds } from "./workspace-ids.ts";
+
+export type { WorkspaceIds };
 
 /** What the planner needs of the configuration (already merged with env and instance tags). */
 export interface BootSettings {
@@ -19,7 +22,10 @@ export interface BootSettings {
   initializationRateMiBps: number | null;
   device: string;
   mountRoot: string;
-  /** User/project/node ids of a workspace, when the instance's tags name them. */
+  /**
+   * The workspace ids (whichever of the configured keys osparc's labels carry, at least
+   * `workspace.minimumKeys`), when the instance names a workspace.
+   */
   workspace?: WorkspaceIds;
   /**
    * When the instance names a workspace and no volume of it is available (config
@@ -52,12 +58,6 @@ export interface ClaimSettings {
   maxVolumes: number;
   maxLosses: number;
   quarantineHours: number;
-}
-
-export interface WorkspaceIds {
-  userId: string;
-  projectId: string;
-  nodeId: string;
 }
 
 /** What observe() found. */
@@ -175,7 +175,8 @@ export function poolVolumeTags(settings: Pick<BootSettings, "pool">, snapshot: S
 }
 
 /**
- * The tags of a new workspace volume: managed, kind `workspace`, the pool and the ids; from a
+ * The tags of a new workspace volume: managed, kind `workspace`, the pool, the ids and the keys
+ * they are for (`ebs-cache:workspace-keys`, see workspace-ids.ts); from a
  * snapshot also its image set (not its image list: once in use, what the volume holds is the
  * user's business, and `verify-docker` must not fail because they removed an image); a blank
  * one `created-by=agent`, the only mark that lets the agent format a volume.
@@ -185,9 +186,7 @@ export function workspaceVolumeTags(settings: BootSettings, ids: WorkspaceIds, s
     [VolumeTag.managed]: "true",
     [VolumeTag.kind]: VolumeKind.workspace,
     [VolumeTag.pool]: settings.pool,
-    [VolumeTag.userId]: ids.userId,
-    [VolumeTag.projectId]: ids.projectId,
-    [VolumeTag.nodeId]: ids.nodeId,
+    ...workspaceIdTags(ids),
   };
   const imageSet = snapshot?.tags[VolumeTag.imageSet];
   if (imageSet !== undefined) tags[VolumeTag.imageSet] = imageSet;
@@ -239,15 +238,17 @@ export function poolQuery(settings: Pick<BootSettings, "pool" | "imageSet">, zon
   return { tags: poolSelector(settings), availabilityZone: zone, status: ["available"] };
 }
 
-/** The query for this instance's workspace volumes. */
+/**
+ * The query for this instance's workspace volumes: every id tag present and the keys tag, so
+ * EC2 returns only volumes made for exactly these keys (a user-level volume and a project-level
+ * one of the same user differ in `ebs-cache:workspace-keys`).
+ */
 export function workspaceQuery(ids: WorkspaceIds, zone: string): VolumeQuery {
   return {
     tags: {
       [VolumeTag.managed]: "true",
       [VolumeTag.kind]: VolumeKind.workspace,
-      [VolumeTag.userId]: ids.userId,
-      [VolumeTag.projectId]: ids.projectId,
-      [VolumeTag.nodeId]: ids.nodeId,
+      ...workspaceIdTags(ids),
     },
     availabilityZone: zone,
     status: ["available"],
@@ -280,12 +281,14 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
     v.availabilityZone === identity.availabilityZone && v.state === "available" && !isQuarantined(v, now, settings.claim.quarantineHours);
   const fallback = snapshotFallback(settings, observed);
 
-  const workspace = observed.workspace.filter(usable).map((v) => v.volumeId);
-  if (settings.workspace && workspace.length > 0) {
+  // EC2 filtered on the ids already; checked again so that only an exact match is ever claimed.
+  const ids = settings.workspace;
+  const workspace = ids ? observed.workspace.filter((v) => usable(v) && volumeMatchesWorkspace(v.tags, ids)).map((v) => v.volumeId) : [];
+  if (ids && workspace.length > 0) {
     return {
       source: "workspace",
       candidates: orderCandidates(identity.instanceId, workspace),
-      relist: workspaceQuery(settings.workspace, identity.availabilityZone),
+      relist: workspaceQuery(ids, identity.availabilityZone),
       ...(fallback ? { fallback } : {}),
     };
   }
@@ -342,7 +345,8 @@ export function lookupsNeeded(settings: BootSettings, observed: Pick<BootObserva
   if (observed.attached.some((v) => v.attachment?.instanceId === observed.identity.instanceId)) return false;
   const now = observed.now ?? new Date(0);
   const usable = (list: VolumeInfo[]) => list.some((v) => v.state === "available" && !isQuarantined(v, now, settings.claim.quarantineHours));
-  const hasWorkspace = settings.workspace !== undefined && usable(observed.workspace);
+  const ids = settings.workspace;
+  const hasWorkspace = ids !== undefined && usable(observed.workspace.filter((v) => volumeMatchesWorkspace(v.tags, ids)));
   switch (stage) {
     case "workspace":
       return settings.workspace !== undefined;

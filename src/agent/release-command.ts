@@ -11,6 +11,7 @@ import type { CloudVolumes, Identity } from "./ports.ts";
 import { applyReleasePlan, observeRelease, type ReleaseDeps, type ReleaseResult } from "./release.ts";
 import { planRelease, type ReleasePlan } from "./release-plan.ts";
 import { resolveReleaseSettings, type ResolvedReleaseSettings } from "./settings.ts";
+import { readWorkspaceRecord } from "./workspace-record.ts";
 
 export interface ReleaseCommandDeps {
   config: AgentConfig;
@@ -41,7 +42,9 @@ export async function runRelease(deps: ReleaseCommandDeps, options: { dryRun: bo
   const { log, config } = deps;
   const identity = await deps.identify();
   log.info("release.identity", "instance identified", { instance: identity.instanceId, zone: identity.availabilityZone, tags: identity.tagsSource });
-  const resolved = resolveReleaseSettings(config, identity, { defaultDataRoot: deps.defaultDataRoot });
+  const previous = await readWorkspaceRecord(config.paths.stateDir);
+  if (previous.problem) log.warning("release.settings", `${previous.problem}: keep is read from the labels tag instead`);
+  const resolved = resolveReleaseSettings(config, identity, { defaultDataRoot: deps.defaultDataRoot, recorded: previous.record });
   for (const line of resolved.applied) log.info("release.settings", `instance tag override: ${line}`);
   for (const line of resolved.warnings) log.warning("release.settings", line);
   const settings = resolved.release;

@@ -51,7 +51,7 @@ export function bootCommand(): Command {
     )
     .addHelpText(
       "after",
-      "\nExit codes: 0 ready (or disabled), 1 failure, 2 usage, 3 invalid configuration or instance tags (nothing changed),\n4 degraded (no cache volume: docker on its default data-root).",
+      "\nExit codes: 0 ready (or disabled), 1 failure, 2 usage, 3 invalid configuration or ebs-cache:* instance tags (nothing changed),\n4 degraded (no cache volume: docker on its default data-root).",
     )
     .option(
       "--no-claim",

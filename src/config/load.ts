@@ -173,7 +173,8 @@ export async function loadConfig(options: LoadOptions = {}): Promise<LoadedConfi
   problems.push(...overridden.problems);
   // Cross-checks run on the final config (validateConfig's own warnings saw the file alone).
   warnings.push(...overridden.warnings, ...crossCheck(overridden.config));
-  problems.push(...crossProblems(overridden.config).filter((problem) => !problems.includes(problem)));
+  // The file alone was cross-checked by validateConfig; the environment may have changed it.
+  for (const problem of crossProblems(overridden.config)) if (!problems.includes(problem)) problems.push(problem);
 
   if (problems.length > 0) {
     throw new ConfigError(problems, `fix the listed settings in ${path} (or the EBS_CACHE_AGENT_* environment variables) and run again`);

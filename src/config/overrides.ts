@@ -155,3 +155,62 @@ export function applyInstanceTags(config: AgentConfig, tags: Readonly<Record<str
   }
   return { config: out, problems, warnings, applied };
 }
+
+/**
+ * `keep` and `enabled` as osparc can carry them without a change to its autoscaler: keys
+ * `<labels.prefix>.keep` / `<labels.prefix>.enabled` in the labels tag (a service label →
+ * director-v2's placement labels → the instance's labels tag). Values: JSON booleans or the
+ * strings `true` / `false` (docker labels are strings).
+ */
+export interface LabelSwitches {
+  keep?: boolean;
+  enabled?: boolean;
+  /** `<prefix>.keep` present but neither true nor false: the release keeps the volume rather than guess. */
+  keepMalformed: boolean;
+  warnings: string[];
+}
+
+export function labelSwitchKeys(prefix: string): { keep: string; enabled: string } {
+  return { keep: `${prefix}.keep`, enabled: `${prefix}.enabled` };
+}
+
+/** Reads the switches from the labels tag's object. */
+export function readLabelSwitches(labels: Readonly<Record<string, unknown>>, prefix: string): LabelSwitches {
+  const out: LabelSwitches = { keepMalformed: false, warnings: [] };
+  const keys = labelSwitchKeys(prefix);
+  for (const setting of ["keep", "enabled"] as const) {
+    const raw = labels[keys[setting]];
+    if (raw === undefined) continue;
+    const value = typeof raw === "boolean" ? raw : typeof raw === "string" ? parseTagBoolean(raw) : undefined;
+    if (value !== undefined) out[setting] = value;
+    else {
+      const got = typeof raw === "string" ? quote(raw) : JSON.stringify(raw) ?? String(raw);
+      if (setting === "keep") out.keepMalformed = true;
+      out.warnings.push(
+        `label ${keys[setting]} in the labels tag must be true or false, got ${got}: not applied${setting === "keep" ? " (a released workspace volume is kept rather than expired on a guess)" : ""}`,
+      );
+    }
+  }
+  return out;
+}
+
+/**
+ * Applies `keep` / `enabled` from the labels where no instance tag (`ebs-cache:keep`,
+ * `ebs-cache:enabled`) says otherwise: the instance tag wins.
+ */
+export function applyLabelSwitches(
+  settings: EffectiveSettings,
+  switches: Pick<LabelSwitches, "keep" | "enabled">,
+  tags: Readonly<Record<string, string>>,
+  origin: string,
+): { config: EffectiveSettings; applied: string[] } {
+  let out = settings;
+  const applied: string[] = [];
+  for (const setting of ["keep", "enabled"] as const) {
+    const value = switches[setting];
+    if (value === undefined || tags[InstanceTag[setting]] !== undefined) continue;
+    out = { ...out, [setting]: value };
+    applied.push(`${setting} = ${JSON.stringify(value)} (${origin})`);
+  }
+  return { config: out, applied };
+}

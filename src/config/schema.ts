@@ -18,7 +18,8 @@ export type StringFormat =
   | "imageRef"
   | "labelPrefix"
   | "labelKey"
-  | "tagKey";
+  | "tagKey"
+  | "workspaceKey";
 
 /** What each format accepts, in the words used by error messages and the reference. */
 export const FORMAT_DESCRIPTIONS: Record<StringFormat, string> = {
@@ -34,6 +35,7 @@ export const FORMAT_DESCRIPTIONS: Record<StringFormat, string> = {
   labelPrefix: "a label prefix matching ^[a-z0-9]+([.-][a-z0-9]+)*$",
   labelKey: "a docker label key (lower-case letters, digits, '.', '_', '-', at most 256 characters)",
   tagKey: "an EC2 tag key (1 to 128 printable characters, not starting with aws:)",
+  workspaceKey: "one of osparc's placement label keys: product-name, wallet-id, user-id, project-id, node-id",
 };
 
 interface FieldBase {
@@ -333,7 +335,21 @@ export const CONFIG_SCHEMA = {
           kind: "string",
           default: "io.simcore.autoscaling.ec2_instance.docker_node_labels",
           format: "tagKey",
-          description: "The instance tag holding JSON with the `user-id`, `project-id` and `node-id` of the workspace.",
+          description:
+            "The instance tag holding osparc's docker node labels (JSON), whole or in 256-character chunks `<tag>_0`, `<tag>_1`, …: the workspace ids, and `<labels.prefix>.keep` / `.enabled`. A missing chunk, bad JSON or a bad id is a warning and the pool is used.",
+        },
+        idKeys: {
+          kind: "stringList",
+          default: ["user-id", "project-id", "node-id"],
+          itemFormat: "workspaceKey",
+          description:
+            "The label keys (also matched as a suffix `.<key>`) that identify a workspace. A volume serves an instance whose ids equal its own for exactly the keys present; `[]` turns workspaces off.",
+        },
+        minimumKeys: {
+          kind: "stringList",
+          default: ["user-id"],
+          itemFormat: "workspaceKey",
+          description: "Keys that must all be among the labels for a workspace; with fewer ids the pool is used. Each must be one of `idKeys`.",
         },
         create: {
           kind: "enum",

@@ -5,6 +5,7 @@
  * on a config that came with problems.
  */
 import { quote, validateImageRef, validateLabelValue, validatePoolName } from "../agent/inputs.ts";
+import { isWorkspaceKey } from "../agent/workspace-ids.ts";
 import { labelPrefixProblems } from "../docker/labels.ts";
 import {
   CONFIG_KEYS,
@@ -81,6 +82,7 @@ const FORMAT_CHECKS: Record<StringFormat, (value: string) => string | readonly s
     value.length >= 1 && value.length <= 128 && !/\p{Cc}/u.test(value) && !value.toLowerCase().startsWith("aws:")
       ? undefined
       : `must be ${FORMAT_DESCRIPTIONS.tagKey}, got ${quote(value)}`,
+  workspaceKey: (value) => (isWorkspaceKey(value) ? undefined : `must be ${FORMAT_DESCRIPTIONS.workspaceKey}, got ${quote(value)}`),
 };
 
 /** Every problem of `value` against `format` (none without a format). */
@@ -217,14 +219,23 @@ export function crossCheck(config: AgentConfig): string[] {
 }
 
 /**
- * Problems that only show with two keys together: a label prefix that collides with one of
- * `labels.protectedKeys` (its collisions with osparc's own labels are the prefix's own problems).
+ * Problems that only show with two keys together: a workspace minimum key outside the id keys,
+ * and a label prefix that collides with one of `labels.protectedKeys` (its collisions with
+ * osparc's own labels are the prefix's own problems).
  */
 export function crossProblems(config: AgentConfig): string[] {
+  const problems: string[] = [];
+  const outside = config.workspace.minimumKeys.filter((key) => !config.workspace.idKeys.includes(key));
+  if (outside.length > 0) {
+    problems.push(`workspace.minimumKeys: ${outside.map((key) => JSON.stringify(key)).join(", ")} not in workspace.idKeys, so no workspace could ever be used; add it to idKeys or remove it`);
+  }
   const alone = new Set(labelPrefixProblems(config.labels.prefix));
-  return labelPrefixProblems(config.labels.prefix, config.labels.protectedKeys)
-    .filter((problem) => !alone.has(problem))
-    .map((problem) => `labels.prefix: ${problem}`);
+  problems.push(
+    ...labelPrefixProblems(config.labels.prefix, config.labels.protectedKeys)
+      .filter((problem) => !alone.has(problem))
+      .map((problem) => `labels.prefix: ${problem}`),
+  );
+  return problems;
 }
 
 /**

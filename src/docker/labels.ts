@@ -178,8 +178,15 @@ export function workspaceLabelExtras(kind: string | undefined, idOf: (key: strin
 
 /** True when `key` is `<prefix>.<something>`. */
 export function isUnderPrefix(prefix: string, key: string): boolean {
-  return key.startsWith(`${prefix}.`) && key.length > prefix.length + 1;
+  return key.startsWith(`${prefix}.`) && key.length > prefix.length + 1 && !REQUEST_LABELS.includes(key.slice(prefix.length + 1));
 }
+
+/**
+ * Names under the prefix that are requests to the agent (`<prefix>.keep`, `<prefix>.enabled`,
+ * carried by osparc's labels tag), not labels of the agent's: should the autoscaler copy them
+ * onto the node, the agent neither replaces nor withdraws them.
+ */
+export const REQUEST_LABELS: readonly string[] = ["keep", "enabled"];
 
 /**
  * The labels that tell the scheduler about this node: `<prefix>.state` plus one `<prefix>.<name>`

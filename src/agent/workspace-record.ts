@@ -1,0 +1,87 @@
+/**
+ * What the first boot phase took from osparc's labels tag, kept in `<paths.stateDir>/workspace.json`:
+ * the autoscaler deletes the tag once the node has joined, so the second phase (`boot --no-claim`),
+ * a reboot and the release at shutdown read this record instead. Written atomically (temp, fsync,
+ * rename); read back with the same checks as the tag, since a file is no more trusted than a tag.
+ */
+import { mkdir, open, readFile, rename } from "node:fs/promises";
+import { join } from "node:path";
+import { quote, validateWorkspaceId } from "./inputs.ts";
+import { WORKSPACE_KEYS, type WorkspaceIds, type WorkspaceKey } from "./workspace-ids.ts";
+
+const RECORD_FILE = "workspace.json";
+
+export interface WorkspaceRecord {
+  /** The instance it was written on: a record of another instance (a copied disk) is not used. */
+  instanceId: string;
+  recordedAt: string;
+  /** The workspace phase 1 asked for; absent: none (the pool). */
+  ids?: WorkspaceIds;
+  /** `<labels.prefix>.keep` / `.enabled` from the labels tag, when it carried them. */
+  keep?: boolean;
+  enabled?: boolean;
+}
+
+export function workspaceRecordPath(stateDir: string): string {
+  return join(stateDir, RECORD_FILE);
+}
+
+/** Checks a parsed record; a problem sentence when it cannot be used. */
+export function parseWorkspaceRecord(raw: unknown): { ok: true; record: WorkspaceRecord } | { ok: false; problem: string } {
+  const bad = (problem: string) => ({ ok: false as const, problem: `${RECORD_FILE}: ${problem}` });
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) return bad("not a JSON object");
+  const r = raw as Record<string, unknown>;
+  if (typeof r.instanceId !== "string" || !/^i-[0-9a-f]{8,17}$/.test(r.instanceId)) return bad("no valid instanceId");
+  if (typeof r.recordedAt !== "string") return bad("no recordedAt");
+  const record: WorkspaceRecord = { instanceId: r.instanceId, recordedAt: r.recordedAt };
+  for (const flag of ["keep", "enabled"] as const) {
+    if (r[flag] === undefined) continue;
+    if (typeof r[flag] !== "boolean") return bad(`${flag} is not a boolean`);
+    record[flag] = r[flag];
+  }
+  if (r.ids !== undefined) {
+    if (typeof r.ids !== "object" || r.ids === null || Array.isArray(r.ids)) return bad("ids is not an object");
+    const ids: Partial<Record<WorkspaceKey, string>> = {};
+    for (const [key, value] of Object.entries(r.ids)) {
+      if (!(WORKSPACE_KEYS as readonly string[]).includes(key)) return bad(`unknown id key ${quote(key)}`);
+      const check = validateWorkspaceId(value, key);
+      if (!check.ok) return bad(check.problem);
+      ids[key as WorkspaceKey] = check.value;
+    }
+    if (Object.keys(ids).length > 0) record.ids = ids;
+  }
+  return { ok: true, record };
+}
+
+/** The record, undefined when there is none; a problem when it is there but unusable. */
+export async function readWorkspaceRecord(stateDir: string): Promise<{ record?: WorkspaceRecord; problem?: string }> {
+  let text: string;
+  try {
+    text = await readFile(workspaceRecordPath(stateDir), "utf8");
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return {};
+    return { problem: `${RECORD_FILE} unreadable: ${(error as Error).message}` };
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    return { problem: `${RECORD_FILE}: not valid JSON` };
+  }
+  const parsed = parseWorkspaceRecord(raw);
+  return parsed.ok ? { record: parsed.record } : { problem: parsed.problem };
+}
+
+/** Replaces the record atomically: a reader sees the old one or the new one, never half of one. */
+export async function writeWorkspaceRecord(stateDir: string, record: WorkspaceRecord): Promise<void> {
+  await mkdir(stateDir, { recursive: true });
+  const temp = join(stateDir, `.${RECORD_FILE}.${process.pid}.tmp`);
+  const handle = await open(temp, "w", 0o644);
+  try {
+    await handle.writeFile(`${JSON.stringify(record, null, 2)}\n`);
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+  await rename(temp, workspaceRecordPath(stateDir));
+}
