@@ -1,6 +1,7 @@
 /** The pool and workspace volumes as rows, for `ebs-cache-agent pool`. Pure. */
 import { VolumeTag } from "../tags.ts";
 import { isQuarantined } from "./plan.ts";
+import { workspaceIdsOfVolume, type WorkspaceIds } from "./workspace-ids.ts";
 import type { VolumeInfo } from "./ports.ts";
 
 export interface PoolRow {
@@ -15,7 +16,8 @@ export interface PoolRow {
   ageHours: number | null;
   /** ISO time, `never` (kept), or null (no expiry set). */
   expires: string | null;
-  workspace: { userId: string; projectId: string; nodeId: string } | null;
+  /** The ids a workspace volume was made for (`user-id`, `project-id`, …), or null. */
+  workspace: WorkspaceIds | null;
   /** The last instance's error when it gave the volume back (`last-error`), or null. */
   lastError: { message: string; at: string | null; quarantined: boolean } | null;
 }
@@ -25,7 +27,6 @@ export function poolRows(volumes: readonly VolumeInfo[], now: Date, quarantineHo
   return volumes
     .map((v): PoolRow => {
       const t = v.tags;
-      const userId = t[VolumeTag.userId];
       const lastError = t[VolumeTag.lastError];
       return {
         volumeId: v.volumeId,
@@ -37,7 +38,7 @@ export function poolRows(volumes: readonly VolumeInfo[], now: Date, quarantineHo
         claimedBy: v.attachment?.instanceId ?? t[VolumeTag.claimedBy] ?? null,
         ageHours: v.createTime ? Math.max(0, (now.getTime() - v.createTime.getTime()) / 3600_000) : null,
         expires: t[VolumeTag.keep] === "true" ? "never" : (t[VolumeTag.expiresAt] ?? null),
-        workspace: userId ? { userId, projectId: t[VolumeTag.projectId] ?? "", nodeId: t[VolumeTag.nodeId] ?? "" } : null,
+        workspace: workspaceIdsOfVolume(t) ?? null,
         lastError:
           lastError !== undefined
             ? { message: lastError, at: t[VolumeTag.lastErrorAt] ?? null, quarantined: isQuarantined(v, now, quarantineHours) }
@@ -67,7 +68,7 @@ export function renderPoolTable(rows: readonly PoolRow[]): string {
     r.claimedBy ?? "-",
     age(r.ageHours),
     r.expires ?? "-",
-    r.workspace ? `${r.workspace.userId}/${r.workspace.projectId}/${r.workspace.nodeId}` : "-",
+    r.workspace ? Object.entries(r.workspace).map(([key, id]) => `${key}=${id}`).join(",") : "-",
     r.lastError ? `${r.lastError.quarantined ? "quarantined: " : ""}${r.lastError.message}` : "-",
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)));
