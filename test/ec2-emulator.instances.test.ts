@@ -4,7 +4,8 @@
  * DescribeInstances and its `instance-state-name` / `instance-state-code` filters follow the
  * transitions, volumes stay attached over a stop (their device too) and are detached at
  * termination (deleted with DeleteOnTermination), and the shutdown hook runs while the instance
- * is `stopping` / `shutting-down`, which it does not leave before the hook is done.
+ * is `stopping` / `shutting-down`, which it does not leave before the hook is done; the aws CLI
+ * drives the same actions.
  */
 import t from "tap";
 import {
@@ -17,7 +18,7 @@ import {
   type EC2Client,
   type Filter,
 } from "@aws-sdk/client-ec2";
-import { attachmentState, describeVolume, gate, labInstance, poll, sdkError, startLab, volumeState } from "./ec2-emulator.helpers.ts";
+import { attachmentState, awsEc2, awsJson, describeVolume, gate, labInstance, poll, sdkError, startLab, volumeState } from "./ec2-emulator.helpers.ts";
 
 const DELAYS = { startMs: 60, stopMs: 60, terminateMs: 60 };
 
@@ -154,4 +155,28 @@ t.test("the shutdown hook runs while the instance is stopping / shutting-down, a
   await ec2.send(new TerminateInstancesCommand({ InstanceIds: [lab.b.instanceId] }));
   await reached(ec2, lab.b.instanceId, "terminated");
   t.same(seen, ["stop while stopping", "terminate while shutting-down"], "one hook per OS shutdown; a failing hook does not hold the instance");
+});
+
+t.test("the aws CLI: stop-instances, describe-instances by state, start-instances, terminate-instances", async (t) => {
+  const lab = await startLab(t, { delays: { createMs: 10, attachMs: 10, detachMs: 10, snapshotMs: 10, ...DELAYS } });
+  const e = lab.emu.endpoint;
+  const ec2 = lab.client();
+  const id = lab.a.instanceId;
+  type Change = { InstanceId: string; CurrentState: { Code: number; Name: string }; PreviousState: { Code: number; Name: string } };
+  const stop = await awsJson<{ StoppingInstances: Change[] }>(e, ["stop-instances", "--instance-ids", id]);
+  t.same(stop.StoppingInstances, [{ InstanceId: id, CurrentState: { Code: 64, Name: "stopping" }, PreviousState: { Code: 16, Name: "running" } }]);
+  await reached(ec2, id, "stopped");
+  const listed = await awsJson<{ Reservations: { Instances: { InstanceId: string; State: { Name: string } }[] }[] }>(e, [
+    "describe-instances",
+    "--filters",
+    "Name=instance-state-name,Values=stopped",
+  ]);
+  t.same(listed.Reservations.flatMap((r) => r.Instances.map((i) => `${i.InstanceId} ${i.State.Name}`)), [`${id} stopped`]);
+  const start = await awsJson<{ StartingInstances: Change[] }>(e, ["start-instances", "--instance-ids", id]);
+  t.match(start.StartingInstances, [{ CurrentState: { Code: 0, Name: "pending" }, PreviousState: { Code: 80, Name: "stopped" } }]);
+  await reached(ec2, id, "running");
+  const term = await awsJson<{ TerminatingInstances: Change[] }>(e, ["terminate-instances", "--instance-ids", id]);
+  t.match(term.TerminatingInstances, [{ CurrentState: { Code: 32, Name: "shutting-down" }, PreviousState: { Code: 16, Name: "running" } }]);
+  const refused = await awsEc2(e, ["start-instances", "--instance-ids", id]);
+  t.match(refused.stderr, /IncorrectInstanceState/, "starting a terminating instance: IncorrectInstanceState");
 });
