@@ -15,7 +15,7 @@ import { readFile } from "node:fs/promises";
 import { DescribeInstancesCommand, StartInstancesCommand, StopInstancesCommand, TerminateInstancesCommand } from "@aws-sdk/client-ec2";
 import type { LabHost } from "../src/lab/lab.ts";
 import { VolumeTag } from "../src/tags.ts";
-import { GOLDEN_IMAGES, labelRecord, LABEL_PREFIX, mountsUnder, POOL, startBootLab, type InProcessBoot } from "./fixtures/boot-lab.ts";
+import { GOLDEN_IMAGES, labelRecord, LABEL_PREFIX, mountsUnder, POOL, startBootLab, type Ec2Call, type InProcessBoot } from "./fixtures/boot-lab.ts";
 import { assertLabPrerequisites, pollUntil } from "./fixtures/lab-prereq.ts";
 import { mutatingCalls, releaseCli, releaseHost, volumeEnd, type InProcessRelease } from "./fixtures/lifecycle-lab.ts";
 
@@ -51,12 +51,14 @@ async function bootedHost(t: Test): Promise<{ host: LabHost; volumeId: string; m
  * release runs (its ExecStop). The hook records the release and what EC2 said meanwhile.
  */
 function releaseAtShutdown(host: LabHost, before?: () => Promise<void>) {
-  const seen: { release?: InProcessRelease; stateDuring?: string | undefined; dryRun?: string } = {};
+  const seen: { release?: InProcessRelease; stateDuring?: string | undefined; dryRun?: string; calls?: Ec2Call[] } = {};
   bl.lab.ec2.setShutdownHook(host.instance.instanceId, async () => {
     await host.dockerd?.stop();
     seen.stateDuring = await instanceState(host.instance.instanceId);
     await before?.();
+    const from = bl.calls.length;
     seen.release = await releaseHost(bl, host);
+    seen.calls = bl.calls.slice(from);
   });
   return seen;
 }
@@ -121,6 +123,26 @@ t.test("a stop (warm buffer): unmounted, left attached and claimed with no expir
   t.equal(claimed.tags[VolumeTag.claimedBy], id);
   t.notOk(claimed.tags[VolumeTag.expiresAt]);
 
+  bl.lab.ec2.setShutdownHook(id, undefined);
+});
+
+t.test("osparc's usual instance (no tags in instance metadata): the release's one DescribeInstances gives both the tags and the state", async (t) => {
+  const host = await bl.addHost({ metadataTags: false });
+  const booted = await bl.boot(host, { overrides });
+  assertOutcome(t, booted, "ready", "boot: ready");
+  const volumeId = booted.result!.volumeId!;
+  const id = host.instance.instanceId;
+  const seen = releaseAtShutdown(host);
+  await bl.ec2.send(new StopInstancesCommand({ InstanceIds: [id] }));
+  // Not polling EC2 meanwhile: the calls made during the release are the agent's own.
+  t.ok(await pollUntil(async () => seen.calls !== undefined), "the release ran");
+  t.ok(await reached(id, "stopped"), "stopped");
+  const released = seen.release!;
+  assertOutcome(t, released, "released", "released");
+  t.equal(released.identity.tagsSource, "ec2", "the tags came from EC2");
+  t.equal(released.plan.shutdown.kind, "stop");
+  t.same(released.result?.kept, [volumeId]);
+  t.same(seen.calls!.map((c) => c.command).filter((c) => c === "DescribeInstancesCommand"), ["DescribeInstancesCommand"], "one DescribeInstances for the whole release");
   bl.lab.ec2.setShutdownHook(id, undefined);
 });
 

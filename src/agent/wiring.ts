@@ -219,7 +219,8 @@ export function wireRelease(options: WiringOptions): ReleaseCommandDeps {
         withdrawLabels: createLabelWithdrawer(host.reporterDeps),
         log,
         ...(options.pollMs ? { pollMs: options.pollMs } : {}),
-        // Stop or terminate: one IMDS answer's time for the notice, and for the whole question.
+        // Stop or terminate: the notice gets one IMDS answer's time, the whole question
+        // (DescribeInstances beside it) twice that; at shutdown there is no time to wait longer.
         spotInstanceAction: () => readSpotInstanceAction(metadata, { timeoutMs: config.timeouts.imdsRequestSeconds * 1000 }),
         shutdownQuestionMs: config.timeouts.imdsRequestSeconds * 2000,
       };
