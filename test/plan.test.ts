@@ -264,3 +264,16 @@ t.test("a workspace volume serves exactly its keys: a user-level one never a pro
   t.equal(workspaceIdsOfVolume({ ...workspaceIdTags({ "user-id": "1" }), [VolumeTag.userId]: "a b" }), undefined, "a bad value on the volume: none");
   t.equal(workspaceIdsOfVolume({ [VolumeTag.workspaceKeys]: "user-id,group-id", [VolumeTag.userId]: "1" }), undefined, "an unknown key: none");
 });
+
+t.test("an attached workspace volume of other ids is not mounted (a warm buffer started for another user)", async (t) => {
+  const theirs = volume("vol-a", {
+    state: "in-use",
+    attachment: { instanceId: identity.instanceId, device: "/dev/sdf", state: "attached" },
+    tags: { [VolumeTag.kind]: "workspace", [VolumeTag.pool]: "p1", [VolumeTag.workspaceKeys]: "user-id", [VolumeTag.userId]: "alice" },
+  });
+  const bob = selectSource({ ...settings, workspace: { "user-id": "bob" } }, observed({ attached: [theirs] }));
+  t.equal(bob.source, "none");
+  t.match(bob, { reason: /made for other ids/ });
+  t.equal(selectSource({ ...settings, workspace: { "user-id": "alice" } }, observed({ attached: [theirs] })).source, "attached", "the same ids: reused");
+  t.equal(selectSource(settings, observed({ attached: [theirs] })).source, "attached", "no ids asked for: reused (a reboot after osparc removed the tag)");
+});

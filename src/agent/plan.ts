@@ -273,6 +273,12 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   // A volume already attached here (a reboot, or a re-run after a crash) is ours: reuse it.
   const attached = observed.attached.filter((v) => v.attachment?.instanceId === identity.instanceId);
   const mine = attached.find((v) => v.tags[VolumeTag.kind] === VolumeKind.workspace) ?? attached[0];
+  // A stopped warm buffer keeps its volume attached; started again for other ids, it must not
+  // mount the previous user's workspace. The node degrades; the volume stays attached (nothing
+  // is claimed or detached here) and goes back at the release.
+  if (mine && mine.tags[VolumeTag.kind] === VolumeKind.workspace && settings.workspace && !volumeMatchesWorkspace(mine.tags, settings.workspace)) {
+    return { source: "none", reason: `the workspace volume attached here (${mine.volumeId}) was made for other ids than this instance's: not mounted` };
+  }
   if (mine) return { source: "attached", volumeId: mine.volumeId, kind: mine.tags[VolumeTag.kind] ?? "unknown" };
   if (!settings.mayClaim) return { source: "none", reason: "no cache volume is attached, and this run may not claim one (boot --no-claim)" };
 

@@ -53,6 +53,15 @@ export async function runRelease(deps: ReleaseCommandDeps, options: { dryRun: bo
   const releaseDeps = deps.releaseDeps(resolved, cloud);
   const observed = await observeRelease(releaseDeps, identity, settings);
   const plan = planRelease(settings, observed);
+  if (observed.shutdown) {
+    const what =
+      plan.shutdown.kind === "stop"
+        ? "the instance is being stopped: its cache volume is unmounted and stays attached, with no expiry, for its next start"
+        : plan.shutdown.kind === "terminate"
+          ? "the instance is being terminated: full release (detach, released-at / expires-at)"
+          : "whether the instance stops or terminates is unknown: full release (detach, released-at / expires-at)";
+    log.notice("release.shutdown", what, { why: plan.shutdown.reason });
+  }
   log.info("release.plan", `decision: ${plan.decision}`, { volumes: plan.volumes.join(",") || undefined, steps: plan.steps.length });
   if (options.dryRun) {
     for (const warning of plan.warnings) log.warning("release.plan", warning);

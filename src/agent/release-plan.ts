@@ -8,6 +8,8 @@
  *   withdraw-labels → reset-data-root → stop-docker → per volume: sync → unmount → detach →
  *   wait-detached → tag-released; then tag-released for volumes an earlier release detached but
  *   did not tag (it was killed in between).
+ * When the instance is being stopped (not terminated) the volume stays with it: per volume
+ *   sync → unmount → keep-attached, no detach and no release tags (see instanceFate()).
  * daemon.json is reset before docker stops, so that a docker started again meanwhile (a socket
  * activation, a person) comes up on its default root and never on the volume being released.
  */
@@ -42,9 +44,58 @@ export interface HeldVolume {
   mountPoints: string[];
 }
 
+/**
+ * What EC2 is about to do with this instance, as observed at shutdown: its state from
+ * DescribeInstances and the spot interruption notice from IMDS, each an answer or the reason
+ * there is none.
+ */
+export interface ShutdownObservation {
+  /** DescribeInstances' `State.Name` (pending, running, stopping, stopped, shutting-down, terminated). */
+  instanceState: { ok: true; state: string } | { ok: false; problem: string };
+  /** The notice's action (stop, hibernate, terminate); undefined: no notice (404, on-demand instances). */
+  spotAction: { ok: true; action: string | undefined } | { ok: false; problem: string };
+}
+
+/**
+ * Why this shutdown happens. `stop`: the instance is being stopped and will start again (an
+ * osparc warm buffer): its volume stays attached, unexpired, for that start. `terminate`, and
+ * `unknown` when it could not be learned: the full release, so that a volume is never stranded
+ * without an expiry on a machine that goes away.
+ */
+export interface InstanceFate {
+  kind: "stop" | "terminate" | "unknown";
+  /** Which observation decided, in words, for the log and the dry run. */
+  reason: string;
+}
+
+/** Decides the instance's fate from what was observed (pure). The instance's own state comes first. */
+export function instanceFate(observed: ShutdownObservation | undefined): InstanceFate {
+  if (!observed) return { kind: "unknown", reason: "not asked: no cache volume is attached to this instance" };
+  const { instanceState, spotAction } = observed;
+  if (instanceState.ok) {
+    const state = instanceState.state;
+    if (state === "stopping" || state === "stopped") return { kind: "stop", reason: `EC2 shows the instance '${state}'` };
+    if (state === "shutting-down" || state === "terminated") return { kind: "terminate", reason: `EC2 shows the instance '${state}'` };
+  }
+  // EC2 may not have moved the state yet when the OS starts shutting down for a spot interruption.
+  if (spotAction.ok && spotAction.action !== undefined) {
+    if (spotAction.action === "stop" || spotAction.action === "hibernate") {
+      return { kind: "stop", reason: `the spot interruption notice says '${spotAction.action}'` };
+    }
+    if (spotAction.action === "terminate") return { kind: "terminate", reason: "the spot interruption notice says 'terminate'" };
+  }
+  const why = [
+    instanceState.ok ? `EC2 shows the instance '${instanceState.state}'` : `its state could not be learned (${instanceState.problem})`,
+    spotAction.ok ? (spotAction.action === undefined ? "no spot interruption notice" : `spot notice '${spotAction.action}' not understood`) : `the spot notice could not be read (${spotAction.problem})`,
+  ];
+  return { kind: "unknown", reason: why.join("; ") };
+}
+
 /** What observeRelease() found. */
 export interface ReleaseObservation {
   identity: Identity;
+  /** What EC2 is about to do with the instance; absent when it was not asked (no volume held). */
+  shutdown?: ShutdownObservation;
   /** Managed volumes attached (attaching, detaching) to this instance. */
   held: HeldVolume[];
   /**
@@ -74,6 +125,12 @@ export type ReleaseStep =
   | { step: "detach"; volumeId: string; device?: string; mountPoint: string }
   | { step: "wait-detached"; volumeId: string }
   /**
+   * The instance is being stopped: the unmounted volume stays attached for its next start,
+   * `claimed-by` kept, and any `released-at` / `expires-at` removed (a stopped instance's volume
+   * must not expire under it).
+   */
+  | { step: "keep-attached"; volumeId: string; removeTags: string[] }
+  /**
    * `released-at` (this time, or the one an interrupted release already wrote), `expires-at`
    * (+ TTL) or `keep=true`; `claimed-by` / `claimed-at` removed while they still name this instance.
    */
@@ -91,6 +148,8 @@ export interface ReleasePlan {
   volumes: string[];
   /** Things the operator should know (daemon.json unreadable, volumes left alone when disabled). */
   warnings: string[];
+  /** Stop or terminate (or unknown), and why: a stop keeps the volumes attached. */
+  shutdown: InstanceFate;
   steps: ReleaseStep[];
 }
 
@@ -150,7 +209,8 @@ export function planRelease(settings: ReleaseSettings, observed: ReleaseObservat
   const untagged = observed.untagged
     .filter((v) => !held.some((h) => h.volume.volumeId === v.volumeId))
     .sort((a, b) => a.volumeId.localeCompare(b.volumeId));
-  const base = { instanceId, volumes: [] as string[], warnings, steps: [] as ReleaseStep[] };
+  const shutdown = instanceFate(observed.shutdown);
+  const base = { instanceId, volumes: [] as string[], warnings, shutdown, steps: [] as ReleaseStep[] };
 
   if (!settings.enabled) {
     if (held.length > 0) {
@@ -214,6 +274,14 @@ export function planRelease(settings: ReleaseSettings, observed: ReleaseObservat
     const volumeId = volume.volumeId;
     const ours = mountPointOf(settings.mountRoot, volumeId);
     const dev = device !== undefined ? { device } : {};
+    if (shutdown.kind === "stop" && volume.attachment?.state !== "detaching") {
+      // Cleanly unmounted (the next start mounts it without a log replay), and left attached.
+      if (mountPoints.length > 0) steps.push({ step: "sync", volumeId, mountPoints });
+      steps.push({ step: "unmount", volumeId, ...dev, mountPoints: [...new Set([...mountPoints, ours])] });
+      const removeTags = [VolumeTag.releasedAt, VolumeTag.expiresAt].filter((key) => key in volume.tags);
+      steps.push({ step: "keep-attached", volumeId, removeTags });
+      continue;
+    }
     // A detach already under way (an interrupted release): wait for it, then tag.
     if (volume.attachment?.state !== "detaching") {
       if (mountPoints.length > 0) steps.push({ step: "sync", volumeId, mountPoints });

@@ -23,6 +23,7 @@ import {
   type ReleasePlan,
   type ReleaseSettings,
   type ReleaseStep,
+  type ShutdownObservation,
 } from "./release-plan.ts";
 import type { CloudVolumes, DaemonConfig, DockerService, HostStorage, Identity, VolumeInfo } from "./ports.ts";
 
@@ -47,6 +48,13 @@ export interface ReleaseDeps {
   now?: () => Date;
   /** Interval between DescribeVolumes while waiting for `available` (default 1000 ms). */
   pollMs?: number;
+  /**
+   * The spot interruption notice's action (src/aws/spot-notice.ts), undefined when there is
+   * none; absent: not read.
+   */
+  spotInstanceAction?: () => Promise<string | undefined>;
+  /** How long the release may wait for the instance's state and the spot notice (default 10 s). */
+  shutdownQuestionMs?: number;
 }
 
 export interface ReleaseLimits {
@@ -71,6 +79,8 @@ export interface ReleaseResult {
   reason?: string;
   /** Volumes detached (or found detached) and tagged released. */
   released: string[];
+  /** Volumes unmounted and left attached over a stop, for the instance's next start. */
+  kept: string[];
   problems: Array<{ step: string; volumeId?: string; kind: "refused" | "failed"; message: string; remediation: string }>;
   timeline: Array<{ step: string; volumeId?: string; ms: number; skipped?: boolean }>;
 }
@@ -101,6 +111,8 @@ export async function observeRelease(deps: ReleaseDeps, identity: Identity, sett
     held.push({ volume, ...(device !== undefined ? { device } : {}), mountPoints });
   }
   const untagged = claimed.filter((v) => v.state === "available" && !v.attachment);
+  // Asked only when it matters: a stop keeps held volumes attached; everything else is the same.
+  const shutdown = settings.enabled && held.length > 0 ? await observeShutdown(deps, instanceId) : undefined;
 
   let daemonJson: ReleaseObservation["daemonJson"];
   try {
@@ -112,7 +124,40 @@ export async function observeRelease(deps: ReleaseDeps, identity: Identity, sett
     daemonJson = { ok: false, problem: describeError(error) };
   }
 
-  return { identity, held, untagged, daemonJson, docker: settings.enabled ? await observeDocker(deps) : { active: false } };
+  return {
+    identity,
+    held,
+    untagged,
+    ...(shutdown ? { shutdown } : {}),
+    daemonJson,
+    docker: settings.enabled ? await observeDocker(deps) : { active: false },
+  };
+}
+
+/**
+ * Stop or terminate: the instance's state (one DescribeInstances) and the spot interruption
+ * notice, asked together under one deadline. Either may fail: the planner then decides from the
+ * other, and without either it releases fully.
+ */
+async function observeShutdown(deps: ReleaseDeps, instanceId: string): Promise<ShutdownObservation> {
+  const timeoutMs = deps.shutdownQuestionMs ?? 10_000;
+  const signal = AbortSignal.timeout(timeoutMs);
+  const bounded = <T>(work: Promise<T>): Promise<T> =>
+    Promise.race([
+      work,
+      new Promise<never>((_, reject) => {
+        if (signal.aborted) reject(new Error(`no answer within ${timeoutMs} ms`));
+        signal.addEventListener("abort", () => reject(new Error(`no answer within ${timeoutMs} ms`)), { once: true });
+      }),
+    ]);
+  const [state, spot] = await Promise.allSettled([
+    bounded(deps.cloud.describeInstance(instanceId, { signal })),
+    deps.spotInstanceAction ? bounded(deps.spotInstanceAction()) : Promise.reject(new Error("no metadata service to ask")),
+  ]);
+  return {
+    instanceState: state.status === "fulfilled" ? { ok: true, state: state.value.state } : { ok: false, problem: describeError(state.reason) },
+    spotAction: spot.status === "fulfilled" ? { ok: true, action: spot.value } : { ok: false, problem: describeError(spot.reason) },
+  };
 }
 
 async function observeDocker(deps: ReleaseDeps): Promise<ReleaseObservation["docker"]> {
@@ -135,7 +180,7 @@ export async function applyReleasePlan(
   options: { signal?: AbortSignal } = {},
 ): Promise<ReleaseResult> {
   const { log } = deps;
-  const result: ReleaseResult = { outcome: "released", released: [], problems: [], timeline: [] };
+  const result: ReleaseResult = { outcome: "released", released: [], kept: [], problems: [], timeline: [] };
   for (const warning of plan.warnings) log.warning("release.plan", warning);
   if (plan.decision !== "release") {
     const outcome = plan.decision === "refused" ? "refused" : plan.decision;
@@ -196,7 +241,10 @@ export async function applyReleasePlan(
     result.outcome = result.problems.some((p) => p.kind === "refused") ? "refused" : "failed";
     result.reason = result.problems.map((p) => p.message).join("; ");
   } else {
-    log.notice("release.done", "released", { volumes: result.released.join(",") || undefined });
+    log.notice("release.done", result.kept.length > 0 ? "released; kept attached over the stop" : "released", {
+      volumes: result.released.join(",") || undefined,
+      kept: result.kept.join(",") || undefined,
+    });
   }
   return result;
 }
@@ -287,6 +335,19 @@ async function runStep(
       await cloud.waitForAttachment(step.volumeId, instanceId, "detached", limits.detachTimeoutMs);
       const volume = await waitAvailable(deps, step.volumeId, instanceId, limits.detachTimeoutMs);
       log.notice("release.detached", "volume detached", { volume: step.volumeId, state: volume?.state ?? "gone" });
+      return;
+    }
+
+    case "keep-attached": {
+      // Before anything is left attached: is it really unmounted? (The unmount step refuses
+      // rather than leave a mount, so this only guards against a mount made since.)
+      const mounted = await deps.mounts.list(undefined, mountPointOf(settings.mountRoot, step.volumeId));
+      if (mounted.length > 0) {
+        throw new ReleaseRefusedError(step.step, `${step.volumeId} is mounted again (${mounted.join(", ")})`, "unmount it, then run release again");
+      }
+      if (step.removeTags.length > 0) await cloud.untagVolume(step.volumeId, step.removeTags);
+      result.kept.push(step.volumeId);
+      log.notice("release.kept", "volume unmounted and left attached for the instance's next start (a stop): no expiry", { volume: step.volumeId });
       return;
     }
 

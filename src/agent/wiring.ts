@@ -8,6 +8,7 @@ import { readFileSync } from "node:fs";
 import type { EC2Client } from "@aws-sdk/client-ec2";
 import { createCloudVolumes } from "../aws/ec2.ts";
 import { createMetadataService, identifyInstance, type MetadataSource } from "../aws/imds.ts";
+import { readSpotInstanceAction } from "../aws/spot-notice.ts";
 import type { AgentConfig } from "../config/index.ts";
 import type { EffectiveSettings } from "../config/overrides.ts";
 import { createDaemonConfig } from "../docker/daemon-json.ts";
@@ -74,6 +75,7 @@ function wireCommon(options: WiringOptions) {
   return {
     config,
     cloudFor,
+    metadata,
     log,
     ...(options.defaultDataRoot ? { defaultDataRoot: options.defaultDataRoot } : {}),
     ...(bootId ? { bootId } : {}),
@@ -198,9 +200,10 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
 
 /** Builds everything `runRelease()` needs. */
 export function wireRelease(options: WiringOptions): ReleaseCommandDeps {
-  const { log } = options;
+  const { log, config } = options;
+  const { metadata, ...common } = wireCommon(options);
   return {
-    ...wireCommon(options),
+    ...common,
     releaseDeps: (settings, cloud) => {
       const host = wireHost(options, settings.effective.labels);
       return {
@@ -216,6 +219,10 @@ export function wireRelease(options: WiringOptions): ReleaseCommandDeps {
         withdrawLabels: createLabelWithdrawer(host.reporterDeps),
         log,
         ...(options.pollMs ? { pollMs: options.pollMs } : {}),
+        // Stop or terminate: the notice gets one IMDS answer's time, the whole question
+        // (DescribeInstances beside it) twice that; at shutdown there is no time to wait longer.
+        spotInstanceAction: () => readSpotInstanceAction(metadata, { timeoutMs: config.timeouts.imdsRequestSeconds * 1000 }),
+        shutdownQuestionMs: config.timeouts.imdsRequestSeconds * 2000,
       };
     },
   };

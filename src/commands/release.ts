@@ -22,6 +22,7 @@ export function printReleaseOutcome(outcome: ReleaseOutcome, json: boolean, out:
   const { plan, result } = outcome;
   out(`instance ${plan.instanceId}`);
   out(`decision: ${plan.decision}${plan.reason ? ` (${plan.reason})` : ""}${plan.volumes.length ? `: ${plan.volumes.join(" ")}` : ""}`);
+  out(`shutdown: ${plan.shutdown.kind} (${plan.shutdown.reason})`);
   for (const warning of plan.warnings) out(`warning: ${warning}`);
   if (!result) {
     if (plan.steps.length > 0) out("plan (dry run, nothing changed):");
@@ -33,6 +34,7 @@ export function printReleaseOutcome(outcome: ReleaseOutcome, json: boolean, out:
     return;
   }
   out(`outcome: ${result.outcome}${result.released.length ? ` (${result.released.join(" ")})` : ""}`);
+  if (result.kept.length > 0) out(`kept attached over the stop: ${result.kept.join(" ")}`);
   for (const problem of result.problems) out(`${problem.kind}: ${problem.message}\n  to do: ${problem.remediation}`);
   for (const { step, volumeId, ms, skipped } of result.timeline) {
     out(`  ${step.padEnd(16)} ${(volumeId ?? "").padEnd(22)} ${skipped ? "skipped" : `${(ms / 1000).toFixed(2)} s`}`);
@@ -42,7 +44,10 @@ export function printReleaseOutcome(outcome: ReleaseOutcome, json: boolean, out:
 /** Builds `ebs-cache-agent release`. */
 export function releaseCommand(): Command {
   return new Command("release")
-    .description("give the cache volume back (at shutdown): labels off, data-root reset, unmount, detach, tag released-at / expires-at")
+    .description(
+      "give the cache volume back (at shutdown): labels off, data-root reset, unmount, detach, tag released-at / expires-at; " +
+        "when the instance is being stopped, the volume is unmounted and stays attached",
+    )
     .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
     .option("--dry-run", "observe and print the plan; change nothing")
     .option("--json", "print the plan and result as JSON")

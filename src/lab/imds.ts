@@ -13,6 +13,10 @@
  *
  * Faults for the instance-profile credentials (what a fleet booting at once met): answers
  * delayed (`slowCredentials`), and a number of failures before they answer (`credentialsFailFor`).
+ *
+ * A spot interruption notice (`setSpotInstanceAction`) is served at
+ * `/latest/meta-data/spot/instance-action` as EC2 does for the two minutes before it stops,
+ * hibernates or terminates a spot instance; without one that path is a 404.
  */
 import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -92,7 +96,16 @@ export interface ImdsEmulator {
    * default, or a reset connection), then answer again.
    */
   credentialsFailFor(n: number, how?: "reset" | "503"): void;
+  /** Serves a spot interruption notice from now on (`undefined`: none, the path is a 404). */
+  setSpotInstanceAction(notice: SpotInstanceAction | undefined): void;
   close(): Promise<void>;
+}
+
+/** EC2's spot interruption notice: `{"action": "terminate", "time": "2017-09-18T08:22:00Z"}`. */
+export interface SpotInstanceAction {
+  action: "stop" | "hibernate" | "terminate";
+  /** When EC2 acts, ISO 8601 in UTC without milliseconds. */
+  time: string;
 }
 
 /** A metadata directory: leaves are strings, sub-directories are nested trees. */
@@ -117,6 +130,7 @@ export async function startImdsEmulator(options: ImdsEmulatorOptions): Promise<I
   let unavailable = { remaining: 0, how: "reset" as "reset" | "503" };
   let credentialsDelayMs: number | undefined;
   let credentialsFailures = { remaining: 0, how: "503" as "reset" | "503" };
+  let spotNotice: SpotInstanceAction | undefined;
   const lifetimeMs = (options.credentialsLifetimeSeconds ?? CREDENTIALS_LIFETIME_MS / 1000) * 1000;
   let credentials = newCredentials(options.credentials);
   /** Aborts the delayed answers when the emulator closes. */
@@ -168,7 +182,7 @@ export async function startImdsEmulator(options: ImdsEmulatorOptions): Promise<I
       credentials = newCredentials(options.credentials);
     }
     const instance = await options.instance();
-    const tree = metadataTree(instance, { accountId, role, credentials, lifetimeMs, startedAt });
+    const tree = metadataTree(instance, { accountId, role, credentials, lifetimeMs, startedAt, spotNotice });
     const found = lookup(tree, path);
     if (found === undefined) return reply(req, res, 404, "Not Found");
     reply(req, res, 200, found);
@@ -252,6 +266,9 @@ export async function startImdsEmulator(options: ImdsEmulatorOptions): Promise<I
     credentialsFailFor(n, how = "503") {
       credentialsFailures = { remaining: n, how };
     },
+    setSpotInstanceAction(notice) {
+      spotNotice = notice ? { ...notice } : undefined;
+    },
     close() {
       closing.abort();
       return new Promise<void>((resolve, reject) => {
@@ -266,7 +283,7 @@ export async function startImdsEmulator(options: ImdsEmulatorOptions): Promise<I
 /** The metadata served for an instance, as a tree of directories and values. */
 function metadataTree(
   instance: LabInstance,
-  ctx: { accountId: string; role: string | null; credentials: Credentials; lifetimeMs: number; startedAt: Date },
+  ctx: { accountId: string; role: string | null; credentials: Credentials; lifetimeMs: number; startedAt: Date; spotNotice: SpotInstanceAction | undefined },
 ): MetadataTree {
   const metaData: MetadataTree = {
     "instance-id": instance.instanceId,
@@ -303,6 +320,7 @@ function metadataTree(
       },
     };
   }
+  if (ctx.spotNotice) metaData.spot = { "instance-action": JSON.stringify(ctx.spotNotice) };
   if (instance.metadataTags) {
     // Listed as they are: EC2 keeps keys IMDS cannot serve off an instance with metadata tags
     // (imdsTagKeyProblem), and a "/" in a key that got past it makes it unreachable as a path.

@@ -102,7 +102,7 @@ export interface AddHostOptions {
   dockerdArgs?: string[];
 }
 
-const DEFAULT_DELAYS: Delays = { createMs: 50, attachMs: 100, detachMs: 100, snapshotMs: 100 };
+const DEFAULT_DELAYS: Delays = { createMs: 50, attachMs: 100, detachMs: 100, snapshotMs: 100, startMs: 100, stopMs: 100, terminateMs: 100 };
 
 /** Dummy credentials: the emulator does not check signatures, but the SDK and CLI want some. */
 export const LAB_CREDENTIALS = { accessKeyId: "AKIALABLABLABLABLAB0", secretAccessKey: "lab-secret-not-checked" };

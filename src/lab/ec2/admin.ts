@@ -24,12 +24,12 @@
  */
 import type { LabInstance } from "../types.ts";
 import { validateFaults, type Faults } from "./faults.ts";
-import { isModel, type Model } from "./model.ts";
+import { isModel, type InstanceState, type Model } from "./model.ts";
 import { validateHoldSpec, type HoldSpec, type RequestLedger } from "./requests.ts";
 
 /** An instance as the admin API shows it. */
 export interface AdminInstance extends LabInstance {
-  state: "running" | "terminated";
+  state: InstanceState;
   volumes: { volumeId: string; device: string; state: string }[];
 }
 

@@ -8,7 +8,7 @@ import type { ActionContext } from "./actions/index.ts";
 import type { AdminTarget } from "./admin.ts";
 import { FaultInjector, type Faults } from "./faults.ts";
 import { InstanceRegistry } from "./instances.ts";
-import { Lifecycle, type Delays } from "./lifecycle.ts";
+import { Lifecycle, type Delays, type ShutdownKind } from "./lifecycle.ts";
 import type { Model } from "./model.ts";
 import { RequestLedger } from "./requests.ts";
 import { listen } from "./server.ts";
@@ -51,8 +51,18 @@ export interface Ec2Emulator {
   registerInstance(instance: LabInstance): LabInstance;
   /** The live instance objects, in registration order. */
   instances(): LabInstance[];
-  /** Terminates an instance: its attachments end at once and its volumes become available. */
+  /**
+   * Terminates an instance at once, as a power loss would: no shutdown runs, its attachments end
+   * and its volumes become available. (TerminateInstances goes through `shutting-down`.)
+   */
   terminateInstance(instanceId: string): void;
+  /**
+   * What runs while the instance is `stopping` / `shutting-down` after StopInstances /
+   * TerminateInstances (its OS shutting down: a lab host runs the agent's release there). The
+   * instance reaches `stopped` / `terminated` only once it resolved (or failed). `undefined`
+   * removes it.
+   */
+  setShutdownHook(instanceId: string, hook: ((kind: ShutdownKind) => Promise<void>) | undefined): void;
   /** Replaces all faults (and restarts the throttle counting). */
   setFaults(faults: Faults): void;
   faults(): Faults;
@@ -66,7 +76,7 @@ export interface Ec2Emulator {
   close(): Promise<void>;
 }
 
-const DEFAULT_DELAYS: Delays = { createMs: 1000, attachMs: 1000, detachMs: 1000, snapshotMs: 2000 };
+const DEFAULT_DELAYS: Delays = { createMs: 1000, attachMs: 1000, detachMs: 1000, snapshotMs: 2000, startMs: 1000, stopMs: 1000, terminateMs: 1000 };
 
 /** Starts the emulator (loading `stateFile` when present) and resolves once it listens. */
 export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emulator> {
@@ -79,7 +89,9 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
   const log = opts.log;
 
   const instances = new InstanceRegistry(store, region, zones, now, log);
+  const shutdownHooks = new Map<string, (kind: ShutdownKind) => Promise<void>>();
   const lifecycle = new Lifecycle({
+    shutdown: async (instanceId, kind) => shutdownHooks.get(instanceId)?.(kind),
     store,
     backend: opts.backend,
     faults,
@@ -145,6 +157,10 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
     registerInstance,
     instances: () => instances.all(),
     terminateInstance,
+    setShutdownHook: (instanceId, hook) => {
+      if (hook) shutdownHooks.set(instanceId, hook);
+      else shutdownHooks.delete(instanceId);
+    },
     setFaults,
     faults: () => faults.get(),
     snapshotState: () => store.copy(),

@@ -1,7 +1,8 @@
 /**
  * The state machine behind the actions: the delayed transitions (creating → available,
- * attaching → attached, detaching → available, pending → completed) and the backend calls that
- * go with them. Actions change the model synchronously and hand over to this module, so the
+ * attaching → attached, detaching → available, pending → completed; instances pending →
+ * running, stopping → stopped, shutting-down → terminated) and the backend calls that go with
+ * them. Actions change the model synchronously and hand over to this module, so the
  * check-and-set of each request happens within one turn of the event loop (that is what makes
  * 20 concurrent AttachVolume calls for one volume give exactly one success).
  *
@@ -21,7 +22,22 @@ export interface Delays {
   detachMs: number;
   snapshotMs: number;
   createMs: number;
+  /** pending → running after StartInstances. */
+  startMs: number;
+  /** stopping → stopped after StopInstances (at least; the instance's shutdown hook too). */
+  stopMs: number;
+  /** shutting-down → terminated after TerminateInstances (at least; the shutdown hook too). */
+  terminateMs: number;
 }
+
+/** Why an instance's OS is shutting down: what EC2 does with it afterwards. */
+export type ShutdownKind = "stop" | "terminate";
+
+/**
+ * The instance's OS shutting down (its systemd stop jobs, the agent's release among them):
+ * EC2 holds the instance in `stopping` / `shutting-down` while it runs, then powers it off.
+ */
+export type ShutdownHook = (instanceId: string, kind: ShutdownKind) => Promise<void>;
 
 export interface LifecycleDeps {
   store: StateStore;
@@ -33,6 +49,8 @@ export interface LifecycleDeps {
   now(): number;
   /** The live instance object handed to the backend. */
   instance(instanceId: string): LabInstance | undefined;
+  /** Runs the instance's shutdown (see ShutdownHook); absent or resolved at once: nothing runs. */
+  shutdown?: ShutdownHook;
 }
 
 function message(error: unknown): string {
@@ -332,14 +350,19 @@ export class Lifecycle {
     this.track(done);
   }
 
-  /** An instance went away: its volumes are detached at once (EC2 does so on termination). */
+  /**
+   * An instance went away: its volumes are detached at once (EC2 does so on termination), and
+   * those attached with DeleteOnTermination are deleted.
+   */
   instanceTerminated(instanceId: string): void {
     const instance = this.deps.instance(instanceId);
+    const deleting: string[] = [];
     for (const volume of this.store.volumes()) {
       const attachment = volume.attachment;
       if (attachment?.instanceId !== instanceId) continue;
       volume.attachment = null;
-      volume.state = "available";
+      volume.state = attachment.deleteOnTermination ? "deleting" : "available";
+      if (attachment.deleteOnTermination) deleting.push(volume.volumeId);
       if (attachment.deviceUp && instance) {
         const volumeId = volume.volumeId;
         this.track(
@@ -351,6 +374,52 @@ export class Lifecycle {
       }
     }
     this.store.commit();
+    // Queued behind the detach of the same volume: the device goes before the image.
+    for (const volumeId of deleting) this.volumeDeleting(volumeId);
+  }
+
+  /** StartInstances made the instance `pending`: `running` after startMs. */
+  instanceStarting(instanceId: string): void {
+    const epoch = this.epoch;
+    this.track(
+      this.delay(this.deps.delays.startMs).then((elapsed) => {
+        const record = this.store.instance(instanceId);
+        if (!elapsed || !this.live(epoch) || record?.state !== "pending") return;
+        record.state = "running";
+        this.store.event({ kind: "instance-started", instanceId });
+        this.store.commit();
+      }),
+    );
+  }
+
+  /**
+   * StopInstances or TerminateInstances made the instance `stopping` / `shutting-down`: its
+   * shutdown hook runs (the agent's release, in a lab host), and once it is done and the delay
+   * passed the instance is `stopped` (volumes stay attached, devices stay) or `terminated`.
+   * A failing hook does not hold the instance: EC2 powers it off whatever the OS did.
+   */
+  instanceShuttingDown(instanceId: string, kind: ShutdownKind, runHook = true): void {
+    const epoch = this.epoch;
+    const hook = runHook && this.deps.shutdown ? this.deps.shutdown(instanceId, kind) : Promise.resolve();
+    const shutDown = hook.catch((error: unknown) => {
+      this.deps.log?.warning("ec2-emulator", "the instance's shutdown hook failed; it is powered off anyway", { instanceId, error: message(error) });
+    });
+    const during = kind === "stop" ? "stopping" : "shutting-down";
+    this.track(
+      Promise.all([shutDown, this.delay(kind === "stop" ? this.deps.delays.stopMs : this.deps.delays.terminateMs)]).then(([, elapsed]) => {
+        const record = this.store.instance(instanceId);
+        if (!elapsed || !this.live(epoch) || record?.state !== during) return;
+        if (kind === "stop") {
+          record.state = "stopped";
+          this.store.event({ kind: "instance-stopped", instanceId });
+          this.store.commit();
+          return;
+        }
+        record.state = "terminated";
+        this.store.event({ kind: "instance-terminated", instanceId });
+        this.instanceTerminated(instanceId);
+      }),
+    );
   }
 
   /** A new snapshot: the backend copies the volume now; `completed` after snapshotMs. */
@@ -436,6 +505,12 @@ export class Lifecycle {
     }
     for (const snapshot of this.store.snapshots()) {
       if (snapshot.state === "pending") this.snapshotStarted(snapshot.snapshotId);
+    }
+    // The OS of an instance caught mid-shutdown is gone with the old process: no hook again.
+    for (const instance of this.store.instances()) {
+      if (instance.state === "pending") this.instanceStarting(instance.instanceId);
+      if (instance.state === "stopping") this.instanceShuttingDown(instance.instanceId, "stop", false);
+      if (instance.state === "shutting-down") this.instanceShuttingDown(instance.instanceId, "terminate", false);
     }
   }
 

@@ -12,7 +12,21 @@ export type VolumeState = "creating" | "available" | "in-use" | "deleting" | "er
  */
 export type AttachmentState = "attaching" | "attached" | "detaching" | "busy";
 export type SnapshotState = "pending" | "completed" | "error";
-export type InstanceState = "running" | "terminated";
+/**
+ * EC2's instance states. `stopping` and `shutting-down` last while the instance's OS shuts down
+ * (its systemd stop jobs run then: the agent's release asks which of the two it is).
+ */
+export type InstanceState = "pending" | "running" | "stopping" | "stopped" | "shutting-down" | "terminated";
+
+/** The numeric codes EC2 pairs with instance state names (the low byte of `InstanceState.Code`). */
+export const INSTANCE_STATE_CODE: Readonly<Record<InstanceState, number>> = {
+  pending: 0,
+  running: 16,
+  "shutting-down": 32,
+  terminated: 48,
+  stopping: 64,
+  stopped: 80,
+};
 
 export interface AttachmentRecord {
   instanceId: string;
@@ -29,6 +43,11 @@ export interface AttachmentRecord {
   error?: string;
   /** A DetachVolume with Force=true was asked for: the detach does not wait for a busy device. */
   forced?: boolean;
+  /**
+   * EC2 deletes the volume when the instance terminates. AttachVolume always attaches with
+   * false (as on EC2: only ModifyInstanceAttribute changes it); a test may set it in the model.
+   */
+  deleteOnTermination?: boolean;
 }
 
 export interface VolumeRecord {
@@ -93,6 +112,8 @@ export interface LabEvent {
     | "force-detach"
     | "backend-error"
     | "instance-terminated"
+    | "instance-stopped"
+    | "instance-started"
     | "apply-then-500"
     | "stuck-attach"
     | "detach-busy"

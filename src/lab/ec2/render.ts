@@ -4,7 +4,7 @@
  * both the SDK's and botocore's parsers look for.
  */
 import { OWNER_ID } from "./ids.ts";
-import type { AttachmentRecord, InstanceRecord, SnapshotRecord, VolumeRecord } from "./model.ts";
+import { INSTANCE_STATE_CODE, type AttachmentRecord, type InstanceRecord, type InstanceState, type SnapshotRecord, type VolumeRecord } from "./model.ts";
 import type { XmlObject } from "./xml.ts";
 
 /** A `tagSet`. */
@@ -20,7 +20,7 @@ export function renderAttachment(volumeId: string, attachment: AttachmentRecord)
     device: attachment.device,
     status: attachment.state,
     attachTime: attachment.attachTime,
-    deleteOnTermination: false,
+    deleteOnTermination: attachment.deleteOnTermination ?? false,
   };
 }
 
@@ -71,15 +71,22 @@ export function renderSnapshot(snapshot: SnapshotRecord, progress: string): XmlO
   };
 }
 
-/** The numeric codes EC2 pairs with instance state names. */
-const STATE_CODE: Record<InstanceRecord["state"], number> = { running: 16, terminated: 48 };
+/** An `InstanceState` element: `{ code, name }`. */
+export function renderInstanceState(state: InstanceState): XmlObject {
+  return { code: INSTANCE_STATE_CODE[state], name: state };
+}
+
+/** One item of StoppingInstances / StartingInstances / TerminatingInstances. */
+export function renderStateChange(instanceId: string, previous: InstanceState, current: InstanceState): XmlObject {
+  return { instanceId, currentState: renderInstanceState(current), previousState: renderInstanceState(previous) };
+}
 
 /** One `Instance` with the volumes attached to it as its block device mapping. */
 export function renderInstance(instance: InstanceRecord, attached: readonly VolumeRecord[]): XmlObject {
   return {
     instanceId: instance.instanceId,
     imageId: "ami-00000000000000000",
-    instanceState: { code: STATE_CODE[instance.state], name: instance.state },
+    instanceState: renderInstanceState(instance.state),
     instanceType: "m6i.large",
     launchTime: instance.launchTime,
     placement: { availabilityZone: instance.availabilityZone, tenancy: "default" },
@@ -94,7 +101,7 @@ export function renderInstance(instance: InstanceRecord, attached: readonly Volu
                 volumeId: volume.volumeId,
                 status: volume.attachment.state,
                 attachTime: volume.attachment.attachTime,
-                deleteOnTermination: false,
+                deleteOnTermination: volume.attachment.deleteOnTermination ?? false,
               },
             },
           ]

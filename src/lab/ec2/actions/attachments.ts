@@ -32,8 +32,9 @@ export const attachVolume: ActionHandler = (ctx, p) => {
   }
   const volume = getVolume(ctx, volumeId, p.action);
   const instance = getInstance(ctx, instanceId);
-  if (instance.state !== "running") {
-    throw new Ec2Error("IncorrectInstanceState", `The instance '${instanceId}' is not 'running'.`);
+  // EC2 attaches to a running or a stopped instance (the device shows at the next start).
+  if (instance.state !== "running" && instance.state !== "stopped") {
+    throw new Ec2Error("IncorrectInstanceState", `The instance '${instanceId}' is not in a valid state for this operation.`);
   }
   // The check-and-set below runs in one synchronous turn: of many concurrent calls for one
   // volume, the first sets the attachment and every later one sees it and gets VolumeInUse.

@@ -1,6 +1,7 @@
 /** The EC2 actions the emulator implements, by their Query-protocol `Action` name. */
 import { attachVolume, detachVolume } from "./attachments.ts";
 import type { ActionHandler } from "./context.ts";
+import { startInstances, stopInstances, terminateInstances } from "./instance-states.ts";
 import { describeInstances } from "./instances.ts";
 import { createSnapshot, deleteSnapshot, describeSnapshots } from "./snapshots.ts";
 import { createTags, deleteTags, describeTags } from "./tags.ts";
@@ -23,4 +24,7 @@ export const ACTIONS: Readonly<Record<string, ActionHandler>> = {
   DeleteTags: deleteTags,
   DescribeTags: describeTags,
   DescribeInstances: describeInstances,
+  StopInstances: stopInstances,
+  StartInstances: startInstances,
+  TerminateInstances: terminateInstances,
 };

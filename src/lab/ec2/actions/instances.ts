@@ -1,7 +1,7 @@
 /** DescribeInstances: each registered instance in its own reservation. */
 import { applyFilters, type FilterFields } from "../filters.ts";
 import { OWNER_ID } from "../ids.ts";
-import type { InstanceRecord } from "../model.ts";
+import { INSTANCE_STATE_CODE, type InstanceRecord } from "../model.ts";
 import { paginate } from "../pagination.ts";
 import { renderInstance } from "../render.ts";
 import { pickByIds, type ActionContext, type ActionHandler } from "./context.ts";
@@ -14,7 +14,7 @@ const INSTANCE_FILTERS = (ctx: ActionContext): FilterFields<InstanceRecord> => (
   "instance-id": (i) => [i.instanceId],
   "availability-zone": (i) => [i.availabilityZone],
   "instance-state-name": (i) => [i.state],
-  "instance-state-code": (i) => [i.state === "running" ? 16 : 48],
+  "instance-state-code": (i) => [INSTANCE_STATE_CODE[i.state]],
   "reservation-id": (i) => [i.reservationId],
   "owner-id": () => [OWNER_ID],
   "block-device-mapping.volume-id": (i) => attachedTo(ctx, i.instanceId).map((v) => v.volumeId),
