@@ -1,33 +1,14 @@
 /** The release planner: pure, tested with plain objects. */
 import t from "tap";
 import type { VolumeInfo } from "../src/agent/ports.ts";
-import { earlierReleaseTime, planRelease, releaseTags, type HeldVolume, type ReleaseObservation, type ReleaseSettings } from "../src/agent/release-plan.ts";
+import { earlierReleaseTime, planRelease, releaseTags, type HeldVolume, type ReleaseObservation } from "../src/agent/release-plan.ts";
 import { VolumeTag } from "../src/tags.ts";
+import { heldVolume, identity, ME, ON_CACHE, releaseSettings } from "./fixtures/release-plan.ts";
 
-const ME = "i-0aaa";
-const settings: ReleaseSettings = {
-  enabled: true,
-  keep: false,
-  ttlHours: 24,
-  mountRoot: "/var/lib/ebs-cache",
-  defaultDataRoot: undefined,
-  stopDocker: true,
-  controlsDocker: true,
-  labels: { prefix: "io.simcore.ebs-cache", mode: "auto" },
-};
-const identity = { instanceId: ME, region: "eu-west-1", availabilityZone: "eu-west-1a", tags: {}, tagsSource: "imds" as const };
-const ON_CACHE = "/var/lib/ebs-cache/vol-1/docker";
+const settings = releaseSettings;
 
 function volume(id: string, over: Partial<VolumeInfo> = {}): VolumeInfo {
-  return {
-    volumeId: id,
-    availabilityZone: "eu-west-1a",
-    state: "in-use",
-    sizeGiB: 10,
-    tags: { [VolumeTag.managed]: "true", [VolumeTag.kind]: "workspace", [VolumeTag.claimedBy]: ME, [VolumeTag.claimedAt]: "2030-01-01T10:00:00.000Z" },
-    attachment: { instanceId: ME, device: "/dev/sdf", state: "attached" },
-    ...over,
-  };
+  return heldVolume(id, "workspace", over);
 }
 const mounted = (id: string): HeldVolume => ({ volume: volume(id), device: "/dev/nvme1n1", mountPoints: [`/var/lib/ebs-cache/${id}`] });
 const observed = (over: Partial<ReleaseObservation> = {}): ReleaseObservation => ({
