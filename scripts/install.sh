@@ -5,7 +5,8 @@
 #   scripts/install.sh [--bundle FILE] ROOT
 #
 # What it puts under ROOT:
-#   /opt/ebs-cache-agent/ebs-cache-agent.mjs        the bundle (npm run build: one file, plain node >= 22)
+#   /opt/ebs-cache-agent/ebs-cache-agent.mjs        the bundle's entry (npm run build; plain node >= 22)
+#   /opt/ebs-cache-agent/chunks/                    the code it loads per command (dist/chunks/)
 #   /usr/local/bin/ebs-cache-agent                  a wrapper: /usr/bin/node /opt/ebs-cache-agent/ebs-cache-agent.mjs "$@"
 #   /etc/ebs-cache-agent/config.json                config/config.json, ONLY when absent (an operator's file is kept)
 #   /etc/systemd/system/ebs-cache-agent*.{service,timer}
@@ -21,7 +22,8 @@
 # ExecStop releases the volume at this boot's shutdown; it is started at every later boot).
 #
 # The bundle is --bundle FILE, else dist/ebs-cache-agent.mjs of this checkout, built with
-# `npm run build` when missing (that needs the checkout's node_modules: `npm ci`).
+# `npm run build` when missing (that needs the checkout's node_modules: `npm ci`). FILE is the
+# entry; the chunks/ folder beside it is installed with it (the lab bundle beside it is not).
 #
 # Node.js: the units run /usr/bin/node (the AMI installs Node 24 from NodeSource's apt
 # repository, which puts it there). A missing or too old (< 22) ROOT/usr/bin/node is a warning,
@@ -73,6 +75,11 @@ if [ ! -f "$bundle" ]; then
   echo "install.sh: bundle $bundle not found" >&2
   exit 1
 fi
+chunks="$(dirname "$bundle")/chunks"
+if grep -q '"\./chunks/' "$bundle" && [ ! -d "$chunks" ]; then
+  echo "install.sh: $bundle loads ./chunks/, but $chunks is missing (npm run build writes both)" >&2
+  exit 1
+fi
 
 # install_file MODE SOURCE TARGET: copies atomically (temp file + rename), so a reader never
 # sees half a file and a second run replaces the file with identical content.
@@ -93,7 +100,21 @@ enable_unit() {
   ln -sfn "/etc/systemd/system/$unit" "$root/etc/systemd/system/$target.wants/$unit"
 }
 
+# The chunks first, then the entry that names them, then the chunks no entry names any more
+# (their names carry a content hash): a run started meanwhile finds every file it imports.
+shopt -s nullglob
+declare -A wanted=()
+if [ -d "$chunks" ]; then
+  for chunk in "$chunks"/*.mjs; do
+    install_file 0644 "$chunk" "$root/opt/ebs-cache-agent/chunks/$(basename "$chunk")"
+    wanted[$(basename "$chunk")]=1
+  done
+fi
 install_file 0644 "$bundle" "$root/opt/ebs-cache-agent/ebs-cache-agent.mjs"
+for old in "$root"/opt/ebs-cache-agent/chunks/*.mjs; do
+  [ -n "${wanted[$(basename "$old")]:-}" ] || rm -f "$old"
+done
+shopt -u nullglob
 
 wrapper=$(mktemp)
 trap 'rm -f "$wrapper"' EXIT
