@@ -8,6 +8,9 @@
 #   /opt/ebs-cache-agent/ebs-cache-agent.mjs        the bundle's entry (npm run build; plain node >= 22)
 #   /opt/ebs-cache-agent/chunks/                    the code it loads per command (dist/chunks/)
 #   /usr/local/bin/ebs-cache-agent                  a wrapper: /usr/bin/node /opt/ebs-cache-agent/ebs-cache-agent.mjs "$@"
+#                                                   (with Node's compile cache, as the units)
+#   /var/cache/ebs-cache-agent/                     created empty: Node's compile cache (NODE_COMPILE_CACHE
+#                                                   in the units), filled by the first run (the AMI build warms it)
 #   /etc/ebs-cache-agent/config.json                config/config.json, ONLY when absent (an operator's file is kept)
 #   /etc/systemd/system/ebs-cache-agent*.{service,timer}
 #   /etc/systemd/system/multi-user.target.wants/    ebs-cache-agent.service, ebs-cache-agent-ready.service,
@@ -115,12 +118,18 @@ for old in "$root"/opt/ebs-cache-agent/chunks/*.mjs; do
   [ -n "${wanted[$(basename "$old")]:-}" ] || rm -f "$old"
 done
 shopt -u nullglob
+# Node's compile cache (see the units' NODE_COMPILE_CACHE): root's, written by the agent's runs.
+mkdir -p "$root/var/cache/ebs-cache-agent"
+chmod 0755 "$root/var/cache/ebs-cache-agent"
 
 wrapper=$(mktemp)
 trap 'rm -f "$wrapper"' EXIT
 cat >"$wrapper" <<'WRAPPER'
 #!/bin/sh
 # ebs-cache-agent: installed by scripts/install.sh. The units call node directly.
+# Node's compile cache, as the units use it: a start without it parses every chunk afresh.
+# Where the folder cannot be written (another user, a read-only /var) node runs without it.
+export NODE_COMPILE_CACHE="${NODE_COMPILE_CACHE-/var/cache/ebs-cache-agent/node-compile-cache}"
 exec /usr/bin/node /opt/ebs-cache-agent/ebs-cache-agent.mjs "$@"
 WRAPPER
 install_file 0755 "$wrapper" "$root/usr/local/bin/ebs-cache-agent"

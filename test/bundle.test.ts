@@ -66,6 +66,20 @@ t.test("the bundle runs on its own", async (t) => {
   t.match(bad.stderr, /timeouts\.deviceSeconds/, "every problem is reported at once");
 });
 
+t.test("Node's compile cache: filled where it can be written, harmless where it cannot", async (t) => {
+  const cache = join(dir, "compile-cache");
+  const warm = await run(process.execPath, [bundle, "boot", "--help"], { cwd: dir, env: { NODE_COMPILE_CACHE: cache } });
+  t.match(warm.stdout, /--dry-run/);
+  const entries = await readdir(cache, { recursive: true });
+  t.ok(entries.length > 1, `the cache holds the compiled chunks (${entries.length} entries)`);
+
+  // A cache folder that cannot be created (its parent is a file): as a read-only /var/cache.
+  const blocked = join(dir, "config.json", "compile-cache");
+  const ro = await run(process.execPath, [bundle, "boot", "--help"], { cwd: dir, env: { NODE_COMPILE_CACHE: blocked } });
+  t.match(ro.stdout, /--dry-run/, "the command still answers");
+  t.equal(ro.stderr, "", "and says nothing about the cache");
+});
+
 t.test("the lab runs from its own bundle", async (t) => {
   const help = await run(process.execPath, ["dist/ebs-cache-lab.mjs", "--help"]);
   t.match(help.stdout, /--pool-size/);

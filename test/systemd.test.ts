@@ -281,6 +281,7 @@ t.test("install.sh: layout, enabled units, idempotent, keeps an operator's confi
   const chunks = await readdir(join(dirname(bundlePath), "chunks"));
   t.ok(chunks.length > 1, "the build has chunks");
   for (const chunk of chunks) t.match(after1[`opt/ebs-cache-agent/chunks/${chunk}`], /^file 644 /, `chunks/${chunk} beside the entry`);
+  t.equal(after1["var/cache/ebs-cache-agent"], "dir 755", "the compile cache's folder");
   t.match(after1["usr/local/bin/ebs-cache-agent"], /^file 755 /, "the wrapper");
   t.match(await readFile(join(root, "usr/local/bin/ebs-cache-agent"), "utf8"), new RegExp(`exec ${NODE} ${BUNDLE} "\\$@"`));
   t.equal(await readFile(join(root, "etc/ebs-cache-agent/config.json"), "utf8"), await readFile("config/config.json", "utf8"), "the default config");
