@@ -10,6 +10,7 @@
 // The agent is the entry file and its chunks folder, installed together (scripts/install.sh).
 // `node scripts/build.mjs --agent-only` builds only the agent.
 import { build } from "esbuild";
+import { realpathSync } from "node:fs";
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import process, { argv } from "node:process";
@@ -58,7 +59,8 @@ export async function buildLab(outdir = "dist", root = process.cwd()) {
   return result.metafile;
 }
 
-if (import.meta.url === pathToFileURL(argv[1] ?? "").href) {
+// Run as a script (not imported by bench/): node resolves its own path through symlinks, so must this.
+if (argv[1] && import.meta.url === pathToFileURL(realpathSync(argv[1])).href) {
   const outdir = "dist";
   await mkdir(join(outdir, "meta"), { recursive: true });
   await writeFile(join(outdir, "meta", "agent.json"), JSON.stringify(await buildAgent(outdir)));
