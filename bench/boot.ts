@@ -29,7 +29,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import { AttachVolumeCommand, DescribeVolumesCommand } from "@aws-sdk/client-ec2";
-import { build } from "esbuild";
+import { buildAgent } from "../scripts/build.mjs";
 import { describeError } from "../src/errors.ts";
 import { run } from "../src/exec.ts";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
@@ -355,24 +355,10 @@ async function startRegistry(lab: Lab, options: { dir: string; storage: string; 
 // ---------------------------------------------------------------------------------------------
 // The agent bundle for the RSS run
 
-/** Bundles src/cli.ts as scripts/build.mjs does, into `dir` (dist/ is left alone). */
+/** Builds the agent with scripts/build.mjs into `dir` (dist/ is left alone); returns its entry. */
 async function bundleAgent(dir: string): Promise<string> {
-  const outfile = join(dir, "ebs-cache-agent.mjs");
-  await build({
-    entryPoints: [join(REPO, "src/cli.ts")],
-    outfile,
-    bundle: true,
-    platform: "node",
-    target: "node22",
-    format: "esm",
-    sourcemap: false,
-    legalComments: "none",
-    logLevel: "silent",
-    banner: {
-      js: "#!/usr/bin/env node\nimport { createRequire as __createRequire } from 'node:module';\nconst require = __createRequire(import.meta.url);",
-    },
-  });
-  return outfile;
+  await buildAgent(dir, REPO);
+  return join(dir, "ebs-cache-agent.mjs");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -769,7 +755,7 @@ async function main(): Promise<void> {
     const others = await otherLabs();
     if (others.length > 0) say(`warning: other labs are up (${others.join(" ")}): tests running alongside skew the timings`);
     say(`boot bench: sizes ${options.sizes.join(", ")} GiB, ${options.runs} run(s) each, page cache ${options.dropCaches ? "dropped before each timed run" : "kept"}`);
-    say(`agent bundle for the process run: ${options.bundle ? bundle : "src/cli.ts bundled afresh with esbuild (as scripts/build.mjs)"}`);
+    say(`agent bundle for the process run: ${options.bundle ? bundle : "src/cli.ts built afresh with scripts/build.mjs"}`);
     for (const size of options.sizes) results.push(await benchSize(size, ctx));
   } finally {
     await rm(temp, { recursive: true, force: true });

@@ -69,14 +69,14 @@ build {
   name    = "ami"
   sources = ["source.amazon-ebs.ami"]
 
-  # Package the agent from this checkout: the bundle, its units, default config, install.sh,
-  # the docs and the IAM policy.
+  # Package the agent from this checkout: the bundle (its entry and chunks; not the lab), its
+  # units, default config, install.sh, the docs and the IAM policy.
   provisioner "shell-local" {
     inline = [
       "set -eu",
       "cd '${local.repo}'",
-      "npm run build --silent",
-      "tar -czf '${local.agent_package}' dist/ebs-cache-agent.mjs systemd config scripts/install.sh docs iam",
+      "npm run build:agent --silent",
+      "tar -czf '${local.agent_package}' dist/ebs-cache-agent.mjs dist/chunks systemd config scripts/install.sh docs iam",
     ]
   }
 

@@ -5,8 +5,12 @@
 #   scripts/install.sh [--bundle FILE] ROOT
 #
 # What it puts under ROOT:
-#   /opt/ebs-cache-agent/ebs-cache-agent.mjs        the bundle (npm run build: one file, plain node >= 22)
+#   /opt/ebs-cache-agent/ebs-cache-agent.mjs        the bundle's entry (npm run build; plain node >= 22)
+#   /opt/ebs-cache-agent/chunks/                    the code it loads per command (dist/chunks/)
 #   /usr/local/bin/ebs-cache-agent                  a wrapper: /usr/bin/node /opt/ebs-cache-agent/ebs-cache-agent.mjs "$@"
+#                                                   (with Node's compile cache, as the units)
+#   /var/cache/ebs-cache-agent/                     created empty: Node's compile cache (NODE_COMPILE_CACHE
+#                                                   in the units), filled by the first run (the AMI build warms it)
 #   /etc/ebs-cache-agent/config.json                config/config.json, ONLY when absent (an operator's file is kept)
 #   /etc/systemd/system/ebs-cache-agent*.{service,timer}
 #   /etc/systemd/system/multi-user.target.wants/    ebs-cache-agent.service, ebs-cache-agent-ready.service,
@@ -21,7 +25,8 @@
 # ExecStop releases the volume at this boot's shutdown; it is started at every later boot).
 #
 # The bundle is --bundle FILE, else dist/ebs-cache-agent.mjs of this checkout, built with
-# `npm run build` when missing (that needs the checkout's node_modules: `npm ci`).
+# `npm run build` when missing (that needs the checkout's node_modules: `npm ci`). FILE is the
+# entry; the chunks/ folder beside it is installed with it (the lab bundle beside it is not).
 #
 # Node.js: the units run /usr/bin/node (the AMI installs Node 24 from NodeSource's apt
 # repository, which puts it there). A missing or too old (< 22) ROOT/usr/bin/node is a warning,
@@ -73,6 +78,11 @@ if [ ! -f "$bundle" ]; then
   echo "install.sh: bundle $bundle not found" >&2
   exit 1
 fi
+chunks="$(dirname "$bundle")/chunks"
+if grep -q '"\./chunks/' "$bundle" && [ ! -d "$chunks" ]; then
+  echo "install.sh: $bundle loads ./chunks/, but $chunks is missing (npm run build writes both)" >&2
+  exit 1
+fi
 
 # install_file MODE SOURCE TARGET: copies atomically (temp file + rename), so a reader never
 # sees half a file and a second run replaces the file with identical content.
@@ -93,13 +103,33 @@ enable_unit() {
   ln -sfn "/etc/systemd/system/$unit" "$root/etc/systemd/system/$target.wants/$unit"
 }
 
+# The chunks first, then the entry that names them, then the chunks no entry names any more
+# (their names carry a content hash): a run started meanwhile finds every file it imports.
+shopt -s nullglob
+declare -A wanted=()
+if [ -d "$chunks" ]; then
+  for chunk in "$chunks"/*.mjs; do
+    install_file 0644 "$chunk" "$root/opt/ebs-cache-agent/chunks/$(basename "$chunk")"
+    wanted[$(basename "$chunk")]=1
+  done
+fi
 install_file 0644 "$bundle" "$root/opt/ebs-cache-agent/ebs-cache-agent.mjs"
+for old in "$root"/opt/ebs-cache-agent/chunks/*.mjs; do
+  [ -n "${wanted[$(basename "$old")]:-}" ] || rm -f "$old"
+done
+shopt -u nullglob
+# Node's compile cache (see the units' NODE_COMPILE_CACHE): root's, written by the agent's runs.
+mkdir -p "$root/var/cache/ebs-cache-agent"
+chmod 0755 "$root/var/cache/ebs-cache-agent"
 
 wrapper=$(mktemp)
 trap 'rm -f "$wrapper"' EXIT
 cat >"$wrapper" <<'WRAPPER'
 #!/bin/sh
 # ebs-cache-agent: installed by scripts/install.sh. The units call node directly.
+# Node's compile cache, as the units use it: a start without it parses every chunk afresh.
+# Where the folder cannot be written (another user, a read-only /var) node runs without it.
+export NODE_COMPILE_CACHE="${NODE_COMPILE_CACHE-/var/cache/ebs-cache-agent/node-compile-cache}"
 exec /usr/bin/node /opt/ebs-cache-agent/ebs-cache-agent.mjs "$@"
 WRAPPER
 install_file 0755 "$wrapper" "$root/usr/local/bin/ebs-cache-agent"

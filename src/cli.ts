@@ -1,30 +1,83 @@
+#!/usr/bin/env node
 /**
- * Command-line entry. Errors end here: an AgentError is logged once with its remediation and
- * mapped to its exit code; anything else is a bug (exit 1, with the stack at debug).
+ * Command-line entry of the agent (the lab has its own: src/lab/main.ts). Errors end here: an
+ * AgentError is logged once with its remediation and mapped to its exit code; anything else is a
+ * bug (exit 1, with the stack at debug).
+ *
+ * Only the command asked for is loaded: each command's module (and, through it, the AWS SDK,
+ * docker and fio code) is imported when that command runs, so `--help` or `pool` does not parse
+ * the code of `boot`. In the bundle each command is a chunk of its own (scripts/build.mjs).
  */
 import { Command, CommanderError } from "commander";
-import { bootCommand } from "./commands/boot.ts";
-import { gcCommand } from "./commands/gc.ts";
-import { poolCommand } from "./commands/pool.ts";
-import { prewarmCommand, statusCommand } from "./commands/prewarm.ts";
-import { releaseCommand } from "./commands/release.ts";
 import { AgentError, ExitCode, describeError } from "./errors.ts";
-import { labCommand } from "./lab/command.ts";
 import { createLogger } from "./log.ts";
 
-const program = new Command()
-  .name("ebs-cache-agent")
-  .description("Attach a pre-warmed EBS volume holding Docker's data-root at boot, release it at shutdown")
-  .exitOverride()
-  .addCommand(bootCommand())
-  .addCommand(releaseCommand())
-  .addCommand(prewarmCommand())
-  .addCommand(statusCommand())
-  .addCommand(gcCommand())
-  .addCommand(poolCommand())
-  .addCommand(labCommand());
+/** A command of the CLI: its one-line summary (the top-level listing) and how to build it. */
+interface CommandEntry {
+  name: string;
+  summary: string;
+  load: () => Promise<Command>;
+}
+
+const COMMANDS: CommandEntry[] = [
+  {
+    name: "boot",
+    summary: "claim, attach and mount a cache volume, switch docker's data-root to it, report readiness",
+    load: async () => (await import("./commands/boot.ts")).bootCommand(),
+  },
+  {
+    name: "release",
+    summary: "give the cache volume back (at shutdown): unmount, detach, tag released-at / expires-at",
+    load: async () => (await import("./commands/release.ts")).releaseCommand(),
+  },
+  {
+    name: "prewarm",
+    summary: "check or initialize the cache volume restored from a snapshot",
+    load: async () => (await import("./commands/prewarm.ts")).prewarmCommand(),
+  },
+  {
+    name: "status",
+    summary: "the pre-warm's state on this host: verdict, figures, progress",
+    load: async () => (await import("./commands/prewarm.ts")).statusCommand(),
+  },
+  {
+    name: "gc",
+    summary: "delete expired managed volumes (never other volumes or snapshots)",
+    load: async () => (await import("./commands/gc.ts")).gcCommand(),
+  },
+  {
+    name: "pool",
+    summary: "list the pool and workspace volumes the agent manages",
+    load: async () => (await import("./commands/pool.ts")).poolCommand(),
+  },
+];
+
+/**
+ * The command the arguments name (`boot …`, `help boot`), or undefined (`--help`, no command,
+ * an unknown one: commander answers those from the summaries alone).
+ */
+function requestedCommand(args: readonly string[]): string | undefined {
+  const words = args.filter((arg) => !arg.startsWith("-"));
+  const name = words[0] === "help" ? words[1] : words[0];
+  return COMMANDS.some((entry) => entry.name === name) ? name : undefined;
+}
+
+/** The program with the requested command built for real and the others as listing entries. */
+async function buildProgram(args: readonly string[]): Promise<Command> {
+  const program = new Command()
+    .name("ebs-cache-agent")
+    .description("Attach a pre-warmed EBS volume holding Docker's data-root at boot, release it at shutdown")
+    .exitOverride();
+  const requested = requestedCommand(args);
+  for (const entry of COMMANDS) {
+    const command = entry.name === requested ? await entry.load() : new Command(entry.name);
+    program.addCommand(command.summary(entry.summary));
+  }
+  return program;
+}
 
 try {
+  const program = await buildProgram(process.argv.slice(2));
   await program.parseAsync(process.argv);
 } catch (error) {
   const log = createLogger();

@@ -10,7 +10,7 @@ import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { chmod, copyFile, link, lstat, mkdir, mkdtemp, readdir, readFile, readlink, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join, relative } from "node:path";
+import { dirname, join, relative } from "node:path";
 import { validateConfig } from "../src/config/index.ts";
 import { run } from "../src/exec.ts";
 import { NODE_BINARY, REPO, buildBundle, childEnv } from "./fixtures/nspawn.ts";
@@ -278,6 +278,10 @@ t.test("install.sh: layout, enabled units, idempotent, keeps an operator's confi
     createHash("sha256").update(await readFile(bundlePath)).digest("hex"),
     "is the given bundle",
   );
+  const chunks = await readdir(join(dirname(bundlePath), "chunks"));
+  t.ok(chunks.length > 1, "the build has chunks");
+  for (const chunk of chunks) t.match(after1[`opt/ebs-cache-agent/chunks/${chunk}`], /^file 644 /, `chunks/${chunk} beside the entry`);
+  t.equal(after1["var/cache/ebs-cache-agent"], "dir 755", "the compile cache's folder");
   t.match(after1["usr/local/bin/ebs-cache-agent"], /^file 755 /, "the wrapper");
   t.match(await readFile(join(root, "usr/local/bin/ebs-cache-agent"), "utf8"), new RegExp(`exec ${NODE} ${BUNDLE} "\\$@"`));
   t.equal(await readFile(join(root, "etc/ebs-cache-agent/config.json"), "utf8"), await readFile("config/config.json", "utf8"), "the default config");
@@ -298,9 +302,11 @@ t.test("install.sh: layout, enabled units, idempotent, keeps an operator's confi
     t.equal(enabled.stdout.trim(), state, `systemctl --root is-enabled ${unit}: ${state}`);
   }
 
+  // A chunk of an older build, which no entry names any more.
+  await writeFile(join(root, "opt/ebs-cache-agent/chunks/chunk-OLDBUILD.mjs"), "export {};\n");
   const second = await install(root, bundlePath);
   t.equal(second.exitCode, 0);
-  t.same(await snapshot(root), after1, "a second run leaves the same tree");
+  t.same(await snapshot(root), after1, "a second run leaves the same tree (an older build's chunk removed)");
 
   const operator = JSON.stringify({ pool: "operators-pool", logLevel: "debug" }, null, 2) + "\n";
   await writeFile(join(root, "etc/ebs-cache-agent/config.json"), operator);

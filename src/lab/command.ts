@@ -1,6 +1,6 @@
 /**
- * The `lab` command tree of the CLI: the demo, and the janitor entry a bundled build uses to
- * watch a lab root (see janitor.ts).
+ * The lab's command tree (src/lab/main.ts runs it): the demo, and the janitor entry a bundled
+ * lab uses to watch a lab root (see janitor.ts).
  */
 import { Command, InvalidArgumentError } from "commander";
 import { createLogger, type Level } from "../log.ts";
@@ -13,9 +13,9 @@ function positiveInt(value: string): number {
   return n;
 }
 
-/** Builds `ebs-cache-agent lab …`. */
+/** Builds `ebs-cache-lab …` (`npm run lab -- …`). */
 export function labCommand(): Command {
-  const lab = new Command("lab")
+  const lab = new Command("ebs-cache-lab")
     .description("run the agent's world on this machine: EC2 + IMDS emulators, loop-device volumes, a private dockerd (root)")
     .option("--pool <name>", "pool name", "lab")
     .option("--pool-size <n>", "pool volumes to create", positiveInt, 3)

@@ -1,6 +1,6 @@
 /**
  * Entry of the janitor process when run from sources (`node --import tsx janitor-main.ts <root>`);
- * a bundled build routes `lab janitor <root>` to the same runJanitor(). See janitor.ts.
+ * a bundled lab routes `janitor <root>` (src/lab/main.ts) to the same runJanitor(). See janitor.ts.
  */
 import { createLogger } from "../log.ts";
 import { runJanitor } from "./janitor.ts";

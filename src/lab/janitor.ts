@@ -6,7 +6,7 @@
  *
  * How it is started (so a bundled build can do the same):
  *   from sources: `<node> --import <tsx loader URL> src/lab/janitor-main.ts <root>`
- *   from a bundle: `<node> <bundle.mjs> lab janitor <root>`; the CLI routes that to runJanitor().
+ *   from a bundle: `<node> <ebs-cache-lab.mjs> janitor <root>`; src/lab/main.ts routes that to runJanitor().
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { openSync, closeSync } from "node:fs";
@@ -33,7 +33,7 @@ export interface JanitorCommand {
 
 /**
  * How to run the janitor for `root`: from sources through tsx (resolved from this module, so the
- * caller's cwd does not matter), or, when this code is bundled, through the bundle's CLI.
+ * caller's cwd does not matter), or, when this code is bundled, through the lab bundle's CLI.
  * Only the loader is passed on, not the caller's execArgv: a test runner's instrumentation
  * (tap's --import hooks) must not ride along into a process that outlives the test.
  */
@@ -43,7 +43,7 @@ export function janitorCommand(root: string): JanitorCommand {
     const entry = fileURLToPath(new URL("./janitor-main.ts", here));
     return { file: process.execPath, args: ["--import", import.meta.resolve("tsx"), entry, root] };
   }
-  return { file: process.execPath, args: [fileURLToPath(here), "lab", "janitor", root] };
+  return { file: process.execPath, args: [fileURLToPath(here), "janitor", root] };
 }
 
 /** The owner's handle on its janitor. */
