@@ -20,7 +20,7 @@ import type { CloudVolumes, DaemonConfig, DockerEngine, DockerService, HostStora
 import type { PrewarmOutcome, PrewarmTarget } from "./prewarm.ts";
 import { volumeDetails } from "./report.ts";
 
-/** The adapters a boot uses (built in src/cli.ts, or from the lab in tests). */
+/** The adapters a boot uses (built in src/agent/wiring.ts, for the CLI or a lab host). */
 export interface BootDeps {
   cloud: CloudVolumes;
   storage: HostStorage;

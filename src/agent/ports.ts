@@ -1,7 +1,8 @@
 /**
  * The agent's view of the outside world: one small interface per external system. Real
- * implementations live in src/aws, src/host and src/docker and are built only in src/cli.ts;
- * the planner never sees them (it takes observed state), and apply() calls them.
+ * implementations live in src/aws, src/host and src/docker and are built only in
+ * src/agent/wiring.ts (for the CLI's commands and the lab); the planner never sees them (it
+ * takes observed state), and apply() calls them.
  */
 
 /** Who this instance is (IMDS), with its tags (IMDS, or DescribeInstances when IMDS tags are off). */
