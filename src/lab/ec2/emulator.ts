@@ -66,6 +66,11 @@ export interface Ec2Emulator {
   /** Replaces all faults (and restarts the throttle counting). */
   setFaults(faults: Faults): void;
   faults(): Faults;
+  /**
+   * Changes transition delays for the transitions that start from now on (those under way keep
+   * theirs): a bench draws new EC2 latencies for each boot.
+   */
+  setDelays(next: Partial<Delays>): void;
   /** A deep copy of the whole model, for assertions. */
   snapshotState(): Model;
   /** The EC2 requests received (counters, records) and the holds that park chosen ones. */
@@ -163,6 +168,8 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
     },
     setFaults,
     faults: () => faults.get(),
+    // The lifecycle and the actions hold this very object: changing it in place is enough.
+    setDelays: (next) => void Object.assign(delays, next),
     snapshotState: () => store.copy(),
     requests,
     replaceState,

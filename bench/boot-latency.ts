@@ -1,0 +1,595 @@
+/**
+ * Boot-time benchmark with EC2's latencies, and the agent's own overhead without them.
+ *
+ *   latency   N fresh lab instances boot one after another, each with EC2 latencies drawn anew
+ *             (below), the way a host boots: phase 1 `boot --no-docker` as a CLI process (the
+ *             esbuild bundle) → `prepared`; dockerd started on the volume (systemd's
+ *             docker.service); phase 2 `boot --no-claim` → `ready`. Twice: a pool volume is
+ *             claimed, then (the pool used up) a volume is created from the pool's snapshot.
+ *   overhead  Zero EC2 delays: the one-shot boot (claim … docker … pre-warm sample … labels) on a
+ *             fresh instance and pool volume, then, on the same host and volume, the floor: mount
+ *             and dockerd start alone. Reported side by side with the agent's step timeline.
+ *
+ *   npx tsx bench/boot-latency.ts [--boots 20] [--overhead-runs 10] [--parts latency,overhead]
+ *                                 [--paths pool,snapshot] [--seed 13] [--drop-caches] [--verbose]
+ *
+ * Needs root and the lab's Debian packages (docs/lab.md). Runs on demand only. See bench/README.md.
+ */
+import { spawn } from "node:child_process";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { cpus, loadavg, release, tmpdir, totalmem } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { performance } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { build } from "esbuild";
+import { runBoot, type BootOutcome } from "../src/agent/boot-command.ts";
+import { wireBoot } from "../src/agent/wiring.ts";
+import { createMetadataService } from "../src/aws/imds.ts";
+import { describeError } from "../src/errors.ts";
+import { run } from "../src/exec.ts";
+import { createLogger, type Logger } from "../src/log.ts";
+import { labConfig, writeLabConfig, type ConfigOverrides } from "../src/lab/agent.ts";
+import { mountPointsUnder } from "../src/lab/devices.ts";
+import type { Faults } from "../src/lab/ec2/index.ts";
+import { buildGoldenSnapshot, createPoolVolumes } from "../src/lab/golden.ts";
+import { startLab, type Lab, type LabHost } from "../src/lab/lab.ts";
+
+const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const POOL = "bootlat";
+const IMAGE_SET = "bootlat-set-1";
+const MiB = 1024 * 1024;
+/** Two small images: boot time does not depend on the set's size (bench/boot.ts shows it flat). */
+const IMAGES = [
+  { tag: "bench/app:1", payloadBytes: 8 * MiB },
+  { tag: "bench/tool:1", payloadBytes: 4 * MiB },
+];
+
+// ---------------------------------------------------------------------------------------------
+// EC2's latencies
+//
+// AWS publishes no latency figures for these transitions; the ranges are the ones commonly seen,
+// and the way AWS's own tooling waits for them:
+// - AttachVolume → `attached`: a few seconds. AWS's parallelcluster cookbook polls the attachment
+//   every 5 s rather than assume it (aws/aws-parallelcluster-cookbook PR #103, "Poll on EBS Volume
+//   Attachment"); drawn from 1–4 s.
+// - the NVMe device after the attachment: the guest kernel enumerates it some time after EC2
+//   reports the attach; dstack had intermittent "volume not found among block devices" right
+//   after AttachVolume and now polls for the device every 500 ms for up to 30 s
+//   (dstackai/dstack PR #4002, "Fix/ebs device resolve retry"); drawn from 0.5–3 s.
+// - CreateVolume from a snapshot → `available`: seconds to tens of seconds; the SDKs' VolumeAvailable
+//   waiter polls every 15 s (aws-sdk-ruby Aws::EC2::Waiters::VolumeAvailable: delay 15, 40
+//   attempts); drawn from 5–20 s.
+// - one EC2 API request (TLS to the regional endpoint, the service's own time): 50–300 ms,
+//   drawn per action for each boot (every request of that action in the boot waits the same).
+// The emulator adds `attachMs` before `attached`, the lab's loop backend `deviceDelayMs` after it,
+// `createMs` before `available`, and the `latencyMs` fault before answering a request.
+
+interface Latencies {
+  attachMs: number;
+  deviceDelayMs: number;
+  createMs: number;
+  apiMs: Record<string, number>;
+}
+
+const RANGES = {
+  attachMs: [1000, 4000],
+  deviceDelayMs: [500, 3000],
+  createMs: [5000, 20000],
+  apiMs: [50, 300],
+} as const;
+
+/** The EC2 actions a boot makes (docs/boot.md), each with its own draw. */
+const ACTIONS = ["DescribeInstances", "DescribeVolumes", "DescribeSnapshots", "CreateVolume", "AttachVolume", "CreateTags", "DeleteTags", "DescribeVolumeStatus"];
+
+/** mulberry32: a small seeded generator, so a run's draws can be repeated. */
+function generator(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function draw(random: () => number): Latencies {
+  const between = ([lo, hi]: readonly [number, number]) => Math.round(lo + (hi - lo) * random());
+  return {
+    attachMs: between(RANGES.attachMs),
+    deviceDelayMs: between(RANGES.deviceDelayMs),
+    createMs: between(RANGES.createMs),
+    apiMs: Object.fromEntries(ACTIONS.map((action) => [action, between(RANGES.apiMs)])),
+  };
+}
+
+const ZERO: Latencies = { attachMs: 0, deviceDelayMs: 0, createMs: 0, apiMs: {} };
+
+function applyLatencies(lab: Lab, latencies: Latencies): void {
+  lab.ec2.setDelays({ attachMs: latencies.attachMs, createMs: latencies.createMs, detachMs: 0, snapshotMs: 0 });
+  lab.backend.deviceDelayMs = latencies.deviceDelayMs;
+  const faults: Faults = { actions: Object.fromEntries(Object.entries(latencies.apiMs).map(([action, latencyMs]) => [action, { latencyMs }])) };
+  lab.ec2.setFaults(faults);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+interface Options {
+  boots: number;
+  overheadRuns: number;
+  parts: Set<"latency" | "overhead">;
+  paths: Array<"pool" | "snapshot">;
+  seed: number;
+  dropCaches: boolean;
+  zeroLatency: boolean;
+  verbose: boolean;
+  outDir: string;
+}
+
+function parseOptions(argv: string[]): Options {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      boots: { type: "string", default: "20" },
+      "overhead-runs": { type: "string", default: "10" },
+      parts: { type: "string", default: "latency,overhead" },
+      paths: { type: "string", default: "pool,snapshot" },
+      seed: { type: "string", default: "13" },
+      "drop-caches": { type: "boolean", default: false },
+      "zero-latency": { type: "boolean", default: false },
+      verbose: { type: "boolean", default: false },
+      out: { type: "string", default: join(REPO, "bench", "results") },
+      help: { type: "boolean", default: false },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(
+      [
+        "usage: npx tsx bench/boot-latency.ts [options]",
+        "  --boots N            instances booted per path with EC2 latencies (default 20)",
+        "  --paths pool,snapshot  where the volume comes from: a pool volume, a volume created from the snapshot",
+        "  --overhead-runs N    zero-delay boots, each beside its floor (mount + dockerd start) (default 10)",
+        "  --parts latency,overhead",
+        "  --seed N             seed of the latency draws (default 13)",
+        "  --zero-latency       the latency part with every EC2 delay at 0 (the phased boot's own time)",
+        "  --drop-caches        drop the page cache before each timed overhead run (agent and floor alike)",
+        "  --out DIR            where the JSON goes (default bench/results)",
+        "  --verbose            stream the lab's and the agent's log lines to stderr",
+        "",
+      ].join("\n"),
+    );
+    process.exit(0);
+  }
+  const count = (name: string, value: string, max: number) => {
+    const n = Number(value);
+    if (!Number.isInteger(n) || n < 0 || n > max) throw new Error(`--${name} wants 0..${max}, not ${value}`);
+    return n;
+  };
+  const parts = new Set(values.parts.split(",").map((p) => p.trim()));
+  for (const part of parts) if (part !== "latency" && part !== "overhead") throw new Error(`--parts: unknown part ${part}`);
+  const paths = values.paths.split(",").map((p) => p.trim());
+  for (const path of paths) if (path !== "pool" && path !== "snapshot") throw new Error(`--paths: unknown path ${path}`);
+  return {
+    boots: count("boots", values.boots, 200),
+    overheadRuns: count("overhead-runs", values["overhead-runs"], 100),
+    parts: parts as Set<"latency" | "overhead">,
+    paths: paths as Array<"pool" | "snapshot">,
+    seed: count("seed", values.seed, 2 ** 31),
+    dropCaches: values["drop-caches"],
+    zeroLatency: values["zero-latency"],
+    verbose: values.verbose,
+    outDir: resolve(values.out),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+const now = () => performance.now();
+const ms = (from: number) => Math.round(now() - from);
+const sec = (value: number | undefined) => (value === undefined ? "-" : (value / 1000).toFixed(2));
+
+/** Nearest-rank percentile (p in 0..100). */
+function percentile(values: number[], p: number): number | undefined {
+  if (values.length === 0) return undefined;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)];
+}
+
+const stats = (values: number[]) => ({
+  n: values.length,
+  p50: percentile(values, 50),
+  p95: percentile(values, 95),
+  min: values.length ? Math.min(...values) : undefined,
+  max: values.length ? Math.max(...values) : undefined,
+});
+
+/** A logger keeping each line with the time it was written (to place `boot.identity`). */
+function timedLogger(verbose: boolean): Logger & { lines: Array<{ at: number; line: string }> } {
+  const lines: Array<{ at: number; line: string }> = [];
+  const logger = createLogger((line) => {
+    lines.push({ at: now(), line });
+    if (lines.length > 2000) lines.splice(0, lines.length - 2000);
+    if (verbose) process.stderr.write(line + "\n");
+  }, "info");
+  return Object.assign(logger, { lines });
+}
+
+async function unmountVolumes(host: LabHost): Promise<void> {
+  for (const mountPoint of await mountPointsUnder(host.paths.mountRoot)) await run("umount", [mountPoint]);
+}
+
+async function dropCaches(): Promise<void> {
+  await run("sync", []);
+  await writeFile("/proc/sys/vm/drop_caches", "3\n");
+}
+
+/** Bundles src/cli.ts as scripts/build.mjs does (as bench/boot.ts), into `dir`. */
+async function bundleAgent(dir: string): Promise<string> {
+  const outfile = join(dir, "ebs-cache-agent.mjs");
+  await build({
+    entryPoints: [join(REPO, "src/cli.ts")],
+    outfile,
+    bundle: true,
+    platform: "node",
+    target: "node22",
+    format: "esm",
+    sourcemap: false,
+    legalComments: "none",
+    logLevel: "silent",
+    banner: { js: "#!/usr/bin/env node\nimport { createRequire as __createRequire } from 'node:module';\nconst require = __createRequire(import.meta.url);" },
+  });
+  return outfile;
+}
+
+interface CliRun {
+  exitCode: number;
+  wallMs: number;
+  outcome?: string;
+  reason?: string;
+  source?: string;
+  timeline?: Array<{ step: string; ms: number }>;
+  stderrTail: string[];
+  /** Each log line with the ms since spawn it arrived at: places what the timeline does not cover (start, exit). */
+  logAt: Array<[number, string]>;
+}
+
+/** `node <bundle> <args>` as a child process: wall time and the JSON result. */
+async function runCli(bundle: string, args: string[]): Promise<CliRun> {
+  const child = spawn(process.execPath, [bundle, ...args], { stdio: ["ignore", "pipe", "pipe"], cwd: REPO });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString("utf8")));
+  const t0 = now();
+  const logAt: Array<[number, string]> = [];
+  child.stderr.on("data", (chunk: Buffer) => {
+    const text = chunk.toString("utf8");
+    stderr += text;
+    for (const line of text.split("\n")) if (line.startsWith("<")) logAt.push([ms(t0), line.slice(0, 100)]);
+  });
+  const exitCode = await new Promise<number>((done, reject) => {
+    child.once("error", reject);
+    child.once("close", (code) => done(code ?? -1));
+  });
+  const wallMs = ms(t0);
+  const result: CliRun = { exitCode, wallMs, logAt, stderrTail: stderr.split("\n").filter((l) => l.startsWith("<")).slice(-4) };
+  try {
+    const parsed = JSON.parse(stdout) as {
+      plan?: { selection?: { source?: string } };
+      result?: { outcome?: string; reason?: string; timeline?: CliRun["timeline"] } | null;
+    };
+    if (parsed.result?.outcome) result.outcome = parsed.result.outcome;
+    if (parsed.result?.reason) result.reason = parsed.result.reason;
+    if (parsed.result?.timeline) result.timeline = parsed.result.timeline;
+    if (parsed.plan?.selection?.source) result.source = parsed.plan.selection.source;
+  } catch {
+    // exitCode and stderrTail say what happened.
+  }
+  return result;
+}
+
+/**
+ * The agent in this process on a lab host, wired as on EC2 (src/agent/wiring.ts) but without the
+ * lab's short EC2 poll (src/lab/agent.ts uses 100 ms; the product's default is kept here).
+ */
+async function bootInProcess(lab: Lab, host: LabHost, overrides: ConfigOverrides, log: Logger, options: { withDocker: boolean; mayClaim: boolean }): Promise<BootOutcome> {
+  const config = labConfig(lab, host, overrides);
+  const deps = wireBoot({
+    config,
+    ec2Client: () => lab.ec2Client(),
+    metadata: createMetadataService({ endpoint: host.imds.endpoint }),
+    docker: host.dockerService(),
+    defaultDataRoot: host.paths.defaultDataRoot,
+    log,
+    dockerdCommand: async () => host.dockerdCommand(),
+  });
+  return runBoot(deps, { dryRun: false, ...options });
+}
+
+const overrides: ConfigOverrides = { pool: POOL, imageSet: IMAGE_SET };
+
+// ---------------------------------------------------------------------------------------------
+// Part 1: boots with EC2's latencies
+
+interface LatencyBoot {
+  path: "pool" | "snapshot";
+  latencies: Latencies;
+  source?: string;
+  /** Phase 1 as a process, spawn → exit: time to `prepared`. */
+  preparedMs?: number;
+  phase1Outcome?: string;
+  phase1Timeline?: Array<{ step: string; ms: number }>;
+  /** Phase 1's log lines with their arrival (ms since spawn). */
+  phase1Log?: Array<[number, string]>;
+  /** dockerd started on the volume (systemd's docker.service between the phases). */
+  dockerStartMs?: number;
+  /** Phase 2 in this process (see the README: a process adds nodeStartMs). */
+  phase2Ms?: number;
+  phase2Outcome?: string;
+  phase2Timeline?: Array<{ step: string; ms: number }>;
+  /** preparedMs + dockerStartMs + phase2Ms + the bundle's node start. */
+  readyMs?: number;
+  error?: string;
+  loadAvg1: number;
+}
+
+async function latencyBoot(
+  lab: Lab,
+  path: "pool" | "snapshot",
+  latencies: Latencies,
+  bundle: string,
+  nodeStartMs: number,
+  log: ReturnType<typeof timedLogger>,
+): Promise<LatencyBoot> {
+  const boot: LatencyBoot = { path, latencies, loadAvg1: Math.round((loadavg()[0] ?? 0) * 100) / 100 };
+  const host = await lab.addHost({ tags: { Name: `bench-${path}` } });
+  try {
+    const config = await writeLabConfig(lab, host, { ...overrides, docker: { control: "none" } });
+    applyLatencies(lab, latencies);
+    const phase1 = await runCli(bundle, ["boot", "--no-docker", "--json", "--config", config]);
+    boot.preparedMs = phase1.wallMs;
+    if (phase1.outcome) boot.phase1Outcome = phase1.outcome;
+    if (phase1.source) boot.source = phase1.source;
+    if (phase1.timeline) boot.phase1Timeline = phase1.timeline;
+    boot.phase1Log = phase1.logAt;
+    if (phase1.outcome !== "prepared") {
+      throw new Error(`phase 1 exit ${phase1.exitCode}, ${phase1.outcome ?? "no result"}: ${phase1.reason ?? phase1.stderrTail.join(" | ")}`);
+    }
+    let t = now();
+    await host.startDocker();
+    boot.dockerStartMs = ms(t);
+    t = now();
+    const phase2 = await bootInProcess(lab, host, overrides, log, { withDocker: true, mayClaim: false });
+    boot.phase2Ms = ms(t);
+    boot.phase2Outcome = phase2.result?.outcome ?? "none";
+    boot.phase2Timeline = phase2.result?.timeline ?? [];
+    if (boot.phase2Outcome !== "ready") throw new Error(`phase 2 ended ${boot.phase2Outcome}: ${phase2.result?.reason ?? "?"}`);
+    boot.readyMs = boot.preparedMs + boot.dockerStartMs + boot.phase2Ms + nodeStartMs;
+  } catch (error) {
+    boot.error = describeError(error);
+  } finally {
+    applyLatencies(lab, ZERO);
+    // Frees the CPU and the mount for the next boot; the volume stays attached to this host.
+    await host.dockerd?.stop().catch(() => undefined);
+    await unmountVolumes(host).catch(() => undefined);
+  }
+  return boot;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Part 2: the agent's own overhead at zero EC2 delay
+
+interface OverheadRun {
+  /** The one-shot boot in this process, boot start → `ready`. */
+  agentMs?: number;
+  outcome?: string;
+  /** start → `boot.identity` logged. */
+  identifyMs?: number;
+  /** identity → the first step (observe, plan). */
+  observeMs?: number;
+  timeline?: Array<{ step: string; ms: number }>;
+  /** The floor on the same host and volume: mount, then dockerd start. */
+  floorMountMs?: number;
+  floorDockerMs?: number;
+  floorMs?: number;
+  overMs?: number;
+  error?: string;
+  loadAvg1: number;
+}
+
+async function overheadRun(lab: Lab, log: ReturnType<typeof timedLogger>, drop: boolean): Promise<OverheadRun> {
+  const result: OverheadRun = { loadAvg1: Math.round((loadavg()[0] ?? 0) * 100) / 100 };
+  const host = await lab.addHost({ tags: { Name: "bench-overhead" } });
+  try {
+    applyLatencies(lab, ZERO);
+    if (drop) await dropCaches();
+    const mark = log.lines.length;
+    const t0 = now();
+    const booted = await bootInProcess(lab, host, overrides, log, { withDocker: true, mayClaim: true });
+    result.agentMs = ms(t0);
+    result.outcome = booted.result?.outcome ?? "none";
+    result.timeline = booted.result?.timeline ?? [];
+    if (result.outcome !== "ready" || !booted.result?.device || !booted.result.mountPoint) {
+      throw new Error(`boot ended ${result.outcome}: ${booted.result?.reason ?? "?"}`);
+    }
+    const identified = log.lines.slice(mark).find((entry) => entry.line.includes("boot.identity"));
+    const steps = result.timeline.reduce((sum, step) => sum + step.ms, 0);
+    if (identified) {
+      result.identifyMs = Math.round(identified.at - t0);
+      result.observeMs = Math.max(0, result.agentMs - result.identifyMs - steps);
+    }
+
+    // The floor: the same volume on the same host, docker's daemon.json already pointing at it.
+    await host.dockerd?.stop();
+    await unmountVolumes(host);
+    if (drop) await dropCaches();
+    let t = now();
+    await run("mount", ["-o", "noatime,nouuid", booted.result.device, booted.result.mountPoint]);
+    result.floorMountMs = ms(t);
+    t = now();
+    await host.startDocker();
+    result.floorDockerMs = ms(t);
+    result.floorMs = result.floorMountMs + result.floorDockerMs;
+    result.overMs = result.agentMs - result.floorMs;
+  } catch (error) {
+    result.error = describeError(error);
+  } finally {
+    await host.dockerd?.stop().catch(() => undefined);
+    await unmountVolumes(host).catch(() => undefined);
+  }
+  return result;
+}
+
+/** Median of each step's duration over the runs, in the order the steps ran. */
+function stepMedians(timelines: Array<Array<{ step: string; ms: number }>>): Array<{ step: string; p50: number }> {
+  const order: string[] = [];
+  const byStep = new Map<string, number[]>();
+  for (const timeline of timelines) {
+    const perRun = new Map<string, number>();
+    for (const { step, ms: d } of timeline) {
+      if (!byStep.has(step)) {
+        byStep.set(step, []);
+        order.push(step);
+      }
+      perRun.set(step, (perRun.get(step) ?? 0) + d);
+    }
+    for (const [step, d] of perRun) byStep.get(step)!.push(d);
+  }
+  return order.map((step) => ({ step, p50: percentile(byStep.get(step)!, 50)! }));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main
+
+async function main(): Promise<void> {
+  const options = parseOptions(process.argv.slice(2));
+  if (process.getuid?.() !== 0) throw new Error("the lab needs root: run it with sudo");
+  const say = (line: string) => process.stdout.write(line + "\n");
+  const log = timedLogger(options.verbose);
+  const started = new Date();
+  const temp = await mkdtemp(join(tmpdir(), "ebs-bench-lat-"));
+  const random = generator(options.seed);
+  const latencyBoots: LatencyBoot[] = [];
+  const overheadRuns: OverheadRun[] = [];
+  let nodeStartMs: number;
+  const nodeStarts: number[] = [];
+
+  const doLatency = options.parts.has("latency") && options.boots > 0;
+  const doOverhead = options.parts.has("overhead") && options.overheadRuns > 0;
+  const poolBoots = doLatency && options.paths.includes("pool") ? options.boots : 0;
+  const lab = await startLab({ name: "bootlat", delays: { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 }, deviceDelayMs: 0, log });
+  try {
+    const bundle = await bundleAgent(temp);
+    // What a process phase 2 would add to the in-process one: node loading the bundle.
+    for (let i = 0; i < 5; i++) nodeStarts.push((await runCli(bundle, ["--help"])).wallMs);
+    nodeStartMs = percentile(nodeStarts, 50)!;
+    say(`boot-latency bench: node start of the bundle (\`node <bundle> --help\`) p50 ${sec(nodeStartMs)} s of ${nodeStarts.map(sec).join(" ")}`);
+
+    const t = now();
+    const golden = await buildGoldenSnapshot(lab, { pool: POOL, imageSet: IMAGE_SET, images: IMAGES, log });
+    // The overhead runs and the pool boots take one pool volume each; the snapshot boots find the
+    // pool used up and create theirs.
+    await createPoolVolumes(lab, golden, { pool: POOL, imageSet: IMAGE_SET, count: (doOverhead ? options.overheadRuns : 0) + poolBoots });
+    say(`prepared golden snapshot ${golden.snapshotId} and ${(doOverhead ? options.overheadRuns : 0) + poolBoots} pool volumes in ${sec(ms(t))} s`);
+
+    if (doOverhead) {
+      say(`\n== overhead: ${options.overheadRuns} one-shot boots at zero EC2 delay, each beside its floor (mount + dockerd start, same host and volume)${options.dropCaches ? ", page cache dropped before each" : ""}`);
+      for (let i = 0; i < options.overheadRuns; i++) {
+        const r = await overheadRun(lab, log, options.dropCaches);
+        overheadRuns.push(r);
+        say(
+          r.error
+            ? `  run ${i + 1} FAILED: ${r.error}`
+            : `  run ${i + 1}: agent ${sec(r.agentMs)} s, floor ${sec(r.floorMs)} s (mount ${sec(r.floorMountMs)} + dockerd ${sec(r.floorDockerMs)}), over ${sec(r.overMs)} s; ` +
+                `identify ${sec(r.identifyMs)} observe ${sec(r.observeMs)} | ${r.timeline!.map((s) => `${s.step} ${sec(s.ms)}`).join(", ")} (load ${r.loadAvg1})`,
+        );
+      }
+    }
+
+    if (doLatency) {
+      for (const path of options.paths) {
+        say(`\n== latency, ${path}: ${options.boots} boots, ${options.zeroLatency ? "every EC2 delay 0" : `attach ${RANGES.attachMs.join("–")} ms, device ${RANGES.deviceDelayMs.join("–")} ms, create ${RANGES.createMs.join("–")} ms, API ${RANGES.apiMs.join("–")} ms per action`}`);
+        for (let i = 0; i < options.boots; i++) {
+          const latencies = options.zeroLatency ? ZERO : draw(random);
+          const b = await latencyBoot(lab, path, latencies, bundle, nodeStartMs, log);
+          latencyBoots.push(b);
+          const drawn = `attach ${latencies.attachMs} device ${latencies.deviceDelayMs}${path === "snapshot" ? ` create ${latencies.createMs}` : ""}`;
+          say(
+            b.error
+              ? `  boot ${i + 1} (${drawn}) FAILED after prepared ${sec(b.preparedMs)} s: ${b.error}`
+              : `  boot ${i + 1} (${drawn}): ${b.source}, prepared ${sec(b.preparedMs)} s, dockerd ${sec(b.dockerStartMs)} s, phase 2 ${sec(b.phase2Ms)} s, ready ${sec(b.readyMs)} s (load ${b.loadAvg1})`,
+          );
+        }
+      }
+    }
+  } finally {
+    await lab.close();
+    await rm(temp, { recursive: true, force: true });
+  }
+
+  // ---- Summary
+  const summary: Record<string, unknown> = { nodeStartMs, nodeStarts };
+  if (latencyBoots.length > 0) {
+    say(`\n${options.zeroLatency ? "every EC2 delay 0" : "with EC2 latencies"} (nearest-rank percentiles; ready = prepared + dockerd start + phase 2 + node start ${sec(nodeStartMs)} s):`);
+    say(`  path       boots  ok  prepared p50  p95    ready p50  p95    budget 40 s kept  prepared minus the drawn transitions p50/p95`);
+    for (const path of options.paths) {
+      const boots = latencyBoots.filter((b) => b.path === path);
+      const ok = boots.filter((b) => !b.error && b.source === (path === "pool" ? "pool" : "snapshot"));
+      const prepared = stats(ok.map((b) => b.preparedMs!));
+      const ready = stats(ok.map((b) => b.readyMs!));
+      const inBudget = boots.filter((b) => b.preparedMs !== undefined && b.preparedMs <= 40_000).length;
+      // What phase 1 adds to EC2's transitions it waits for (the drawn attach, device, create):
+      // node's start, the API round trips, the agent's own steps.
+      const transitions = (b: LatencyBoot) => b.latencies.attachMs + b.latencies.deviceDelayMs + (path === "snapshot" ? b.latencies.createMs : 0);
+      const preparedOverTransitions = stats(ok.map((b) => b.preparedMs! - transitions(b)));
+      summary[path] = { prepared, ready, preparedOverTransitions, boots: boots.length, ok: ok.length, inBudget, sources: boots.map((b) => b.source ?? "?") };
+      say(`  ${path.padEnd(9)}  ${String(boots.length).padStart(5)}  ${String(ok.length).padStart(2)}  ${sec(prepared.p50).padStart(12)}  ${sec(prepared.p95).padStart(5)}  ${sec(ready.p50).padStart(9)}  ${sec(ready.p95).padStart(5)}  ${`${inBudget}/${boots.length}`.padEnd(16)}  ${sec(preparedOverTransitions.p50)} / ${sec(preparedOverTransitions.p95)}`);
+    }
+  }
+  if (overheadRuns.length > 0) {
+    const ok = overheadRuns.filter((r) => !r.error);
+    const agent = stats(ok.map((r) => r.agentMs!));
+    const floor = stats(ok.map((r) => r.floorMs!));
+    const over = stats(ok.map((r) => r.overMs!));
+    const steps = stepMedians(ok.map((r) => r.timeline!));
+    const identify = percentile(ok.map((r) => r.identifyMs ?? 0), 50);
+    const observe = percentile(ok.map((r) => r.observeMs ?? 0), 50);
+    summary.overhead = { agent, floor, over, identifyP50: identify, observeP50: observe, steps, floorMountP50: percentile(ok.map((r) => r.floorMountMs!), 50), floorDockerP50: percentile(ok.map((r) => r.floorDockerMs!), 50) };
+    say(`\nzero EC2 delay, ${ok.length}/${overheadRuns.length} runs: agent p50 ${sec(agent.p50)} s (p95 ${sec(agent.p95)}), floor p50 ${sec(floor.p50)} s (p95 ${sec(floor.p95)}), agent over floor p50 ${sec(over.p50)} s (p95 ${sec(over.p95)}); target ≤ 0.50 s over`);
+    say(`  step medians: identify ${sec(identify)}, observe+plan ${sec(observe)}, ${steps.map((s) => `${s.step} ${sec(s.p50)}`).join(", ")}`);
+  }
+
+  const docker = await run("docker", ["--version"], { check: false }).catch(() => ({ stdout: "" }));
+  const report = {
+    bench: "boot-latency",
+    startedAt: started.toISOString(),
+    finishedAt: new Date().toISOString(),
+    command: `npx tsx bench/boot-latency.ts ${process.argv.slice(2).join(" ")}`.trim(),
+    options: { ...options, parts: [...options.parts] },
+    ranges: RANGES,
+    machine: { kernel: release(), cpus: cpus().length, cpuModel: cpus()[0]?.model, memoryGiB: Math.round((totalmem() / 1024 ** 3) * 100) / 100, node: process.version, docker: docker.stdout.trim() },
+    timing: {
+      prepared: "`node <bundle> boot --no-docker --json` (docker.control none): spawn → exit",
+      ready: "prepared + dockerd start on the volume (the lab's private dockerd, API polled every 100 ms) + `boot --no-claim` in this process + the bundle's node start (nodeStartMs)",
+      overhead: "one-shot boot in this process (boot start → ready) vs, on the same host and volume, mount + dockerd start",
+    },
+    summary,
+    latencyBoots,
+    overheadRuns,
+  };
+  await mkdir(options.outDir, { recursive: true });
+  const stamp = started.toISOString().replace(/\..*$/, "").replace(/:/g, "-");
+  const file = join(options.outDir, `boot-latency-${stamp}.json`);
+  await writeFile(file, JSON.stringify(report, null, 2) + "\n");
+  say(`\nwrote ${file}`);
+  if (latencyBoots.some((b) => b.error) || overheadRuns.some((r) => r.error)) process.exitCode = 1;
+}
+
+try {
+  await main();
+} catch (error) {
+  process.stderr.write(`bench failed: ${describeError(error)}\n`);
+  process.exitCode = 1;
+}
