@@ -136,17 +136,26 @@ function wireHost(options: WiringOptions, labels: { prefix: string; mode: Effect
     log,
     engineLabelsProblem: () => engineLabelsProblem({ dockerdCommand, daemonJsonPath: config.paths.daemonJson }),
   };
+  // The installed dockerd does not change during a run: `dockerd --version` once (it takes ~0.1 s),
+  // for the pre-claim check and the data-root switch alike. A failed read is not remembered.
+  let version: Promise<string | undefined> | undefined;
+  const dockerVersion = () => {
+    version ??= installedDockerdVersion({ log });
+    version.catch(() => (version = undefined));
+    return version;
+  };
   return {
     storage: createHostStorage({ byIdDir: config.paths.byIdDir, sysfsRoot: config.paths.sysfsRoot, log }),
     daemonConfig,
     engine,
     reporterDeps,
+    dockerVersion,
     preflight: () =>
       preflightHost({
         daemonJsonPath: config.paths.daemonJson,
         readDaemonJson: () => daemonConfig.read(),
         dockerdCommand,
-        dockerVersion: () => installedDockerdVersion({ log }),
+        dockerVersion,
         labels,
         log,
       }),
@@ -179,7 +188,7 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
             log,
           );
         },
-        dockerVersion: () => installedDockerdVersion({ log }),
+        dockerVersion: host.dockerVersion,
         report,
         preflight: host.preflight,
         prewarm: (target) =>
