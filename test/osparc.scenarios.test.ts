@@ -59,6 +59,7 @@ async function machineFor(t: Test, labels: Record<string, string>): Promise<{ no
   const boot = await osparc.boot(node);
   assertBoot(t, boot.phase1, "prepared", "phase 1 (boot --no-docker): prepared");
   assertBoot(t, boot, "ready", "phase 2 (boot --no-claim, after docker.service): ready");
+  t.comment(`phase 1 ${Math.round(boot.phase1.ms)} ms, to ready ${Math.round(boot.ms)} ms (lab delays)`);
   await osparc.join(node);
   await osparc.attachNode(node);
   const after = await osparc.instanceTags(node);
@@ -193,8 +194,8 @@ t.test("a warm buffer: keeps its volume attached over stop and start (no AttachV
   const rebooted = await osparc.boot(buffer);
   assertBoot(t, rebooted, "ready", "started again: ready");
   t.equal(rebooted.phase1.plan.selection.source, "attached", "phase 1 finds the volume attached");
-  const waited = rebooted.phase1.log.find((line) => /waiting up to/.test(line));
-  t.comment(`restart of an activated buffer: phase 1 took ${Math.round(rebooted.phase1.ms)} ms${waited ? `, waited for a labels tag: ${waited}` : ""}`);
+  const waited = (run: AgentRun<BootOutcome>) => (run.log.some((line) => /waiting up to/.test(line)) ? " (waited for a labels tag)" : "");
+  t.comment(`restart of an activated buffer: phase 1 ${Math.round(rebooted.phase1.ms)} ms${waited(rebooted.phase1)}, to ready ${Math.round(rebooted.ms)} ms${waited(rebooted)}`);
   t.equal(rebooted.result?.volumeId, volumeId, "the same volume");
   t.equal(attachRequests(buffer.instanceId, again), 0, "0 AttachVolume on this start either");
   await osparc.terminate(buffer);
