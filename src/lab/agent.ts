@@ -89,9 +89,14 @@ function labWiring(lab: Lab, host: LabHost, options: { overrides?: ConfigOverrid
 export async function bootLabHost(
   lab: Lab,
   host: LabHost,
-  options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger; startPrewarm?: () => Promise<void>; fio?: string },
+  options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger; startPrewarm?: () => Promise<void>; fio?: string; withDocker?: boolean; mayClaim?: boolean },
 ): Promise<BootOutcome> {
-  return runBoot(wireBoot(labWiring(lab, host, options)), { dryRun: options.dryRun ?? false });
+  // withDocker false / mayClaim false: `boot --no-docker` (phase 1) / `boot --no-claim` (phase 2).
+  return runBoot(wireBoot(labWiring(lab, host, options)), {
+    dryRun: options.dryRun ?? false,
+    ...(options.withDocker !== undefined ? { withDocker: options.withDocker } : {}),
+    ...(options.mayClaim !== undefined ? { mayClaim: options.mayClaim } : {}),
+  });
 }
 
 /** `ebs-cache-agent prewarm` in this process on a lab host. */
