@@ -196,6 +196,8 @@ t.test("a warm buffer: keeps its volume attached over stop and start (no AttachV
   t.equal(rebooted.phase1.plan.selection.source, "attached", "phase 1 finds the volume attached");
   const waited = (run: AgentRun<BootOutcome>) => (run.log.some((line) => /waiting up to/.test(line)) ? " (waited for a labels tag)" : "");
   t.comment(`restart of an activated buffer: phase 1 ${Math.round(rebooted.phase1.ms)} ms${waited(rebooted.phase1)}, to ready ${Math.round(rebooted.ms)} ms${waited(rebooted)}`);
+  t.equal(waited(rebooted.phase1), "", "a once-activated buffer does not wait for the tag osparc deleted after the join (phase 1)");
+  t.equal(waited(rebooted), "", "nor does phase 2");
   t.equal(rebooted.result?.volumeId, volumeId, "the same volume");
   t.equal(attachRequests(buffer.instanceId, again), 0, "0 AttachVolume on this start either");
   await osparc.terminate(buffer);

@@ -48,15 +48,21 @@ export async function runBoot(
 ): Promise<BootOutcome> {
   const { log, config } = deps;
   const started = Date.now();
-  const identity = await waitForLabelsTag(deps, await deps.identify(), options.signal);
+  const mayClaim = options.mayClaim ?? true;
+  const stateDir = config.paths.stateDir;
+  const previous = await readWorkspaceRecord(stateDir);
+  const found = await deps.identify();
+  // Only the first phase waits for a late labels tag, and only while this instance was never
+  // given a workspace: a node activated once keeps its ids in the record (osparc deletes the tag
+  // after the join and does not re-activate a node for other ids), so a later start must not
+  // wait for a tag that will not come.
+  const activatedBefore = previous.record?.instanceId === found.instanceId && previous.record.ids !== undefined;
+  const identity = mayClaim && !activatedBefore ? await waitForLabelsTag(deps, found, options.signal) : found;
   log.info("boot.identity", "instance identified", {
     instance: identity.instanceId,
     zone: identity.availabilityZone,
     tags: identity.tagsSource,
   });
-  const mayClaim = options.mayClaim ?? true;
-  const stateDir = config.paths.stateDir;
-  const previous = await readWorkspaceRecord(stateDir);
   if (previous.problem) log.warning("boot.settings", `${previous.problem}: the labels tag is read instead`, { stateDir });
   const resolved = resolveSettings(config, identity, { withDocker: options.withDocker ?? true, mayClaim, recorded: previous.record });
   if (!resolved.ok) {
