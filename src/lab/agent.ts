@@ -36,7 +36,8 @@ export function labConfigJson(lab: Lab, host: LabHost, overrides: ConfigOverride
   return deepMerge(base, overrides);
 }
 
-function deepMerge(a: Record<string, unknown>, b: Record<string, unknown>): Record<string, unknown> {
+/** Config overrides on top of a base: objects merged key by key, anything else replaced. */
+export function deepMerge(a: Record<string, unknown>, b: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = { ...a };
   for (const [key, value] of Object.entries(b)) {
     const prev = out[key];

@@ -20,7 +20,7 @@ import { labelsTagAsOsparcWrites, readLabelsTag } from "../agent/labels-tag.ts";
 import type { ReleaseOutcome } from "../agent/release-command.ts";
 import { AgentError } from "../errors.ts";
 import { createMemoryLogger, type Logger } from "../log.ts";
-import { bootLabHost, releaseLabHost, type ConfigOverrides } from "./agent.ts";
+import { bootLabHost, deepMerge, releaseLabHost, type ConfigOverrides } from "./agent.ts";
 import { initSwarm } from "./images.ts";
 import type { Lab, LabHost } from "./lab.ts";
 
@@ -241,16 +241,4 @@ function escape(text: string): string {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-function deepMerge(a: Record<string, unknown>, b: Record<string, unknown>): Record<string, unknown> {
-  const out: Record<string, unknown> = { ...a };
-  for (const [key, value] of Object.entries(b)) {
-    const prev = out[key];
-    out[key] =
-      value && typeof value === "object" && !Array.isArray(value) && prev && typeof prev === "object" && !Array.isArray(prev)
-        ? deepMerge(prev as Record<string, unknown>, value as Record<string, unknown>)
-        : value;
-  }
-  return out;
 }
