@@ -22,7 +22,7 @@ import { dirname, join, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import type { ReadTarget } from "../src/agent/prewarm.ts";
+import type { ReadTarget } from "../src/agent/ports.ts";
 import { run } from "../src/exec.ts";
 import { runFio } from "../src/host/fio.ts";
 import { createFioReader, deviceSize } from "../src/host/volume-reads.ts";

@@ -17,8 +17,8 @@ import {
   progressOf,
   verdictOf,
   type PrewarmSettings,
-} from "../src/agent/prewarm-plan.ts";
-import { acquirePrewarmLock, readPrewarmState, renderPrewarmStatus, writePrewarmState, type PrewarmState } from "../src/agent/prewarm-state.ts";
+} from "../src/agent/prewarm/plan.ts";
+import { acquirePrewarmLock, readPrewarmState, renderPrewarmStatus, writePrewarmState, type PrewarmState } from "../src/agent/prewarm/state.ts";
 import { allocatedRanges, coveringReads, mergeRanges, parseFreesp, parseXfsInfo, sampleReads, totalBytes } from "../src/host/extents.ts";
 import { parseFioJson, splitJsonDocuments } from "../src/host/fio.ts";
 import { checkFigures } from "../src/host/volume-reads.ts";

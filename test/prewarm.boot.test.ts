@@ -10,7 +10,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { execa } from "execa";
-import { readPrewarmState } from "../src/agent/prewarm-state.ts";
+import { readPrewarmState } from "../src/agent/prewarm/state.ts";
 import { bootLabHost, prewarmLabHost, writeLabConfig } from "../src/lab/agent.ts";
 import type { LabHost } from "../src/lab/lab.ts";
 import { createMemoryLogger } from "../src/log.ts";

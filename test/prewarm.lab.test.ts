@@ -7,9 +7,9 @@
  */
 import t from "tap";
 import { join } from "node:path";
-import { prewarmAtBoot, runInitialization, type PrewarmDeps, type PrewarmTarget } from "../src/agent/prewarm.ts";
-import { DEFAULT_PREWARM, verdictOf, type PrewarmSettings } from "../src/agent/prewarm-plan.ts";
-import { readPrewarmState } from "../src/agent/prewarm-state.ts";
+import { prewarmAtBoot, runInitialization, type PrewarmDeps } from "../src/agent/prewarm/apply.ts";
+import { DEFAULT_PREWARM, verdictOf, type PrewarmSettings, type PrewarmTarget } from "../src/agent/prewarm/plan.ts";
+import { readPrewarmState } from "../src/agent/prewarm/state.ts";
 import { createCloudVolumes } from "../src/aws/ec2.ts";
 import { run } from "../src/exec.ts";
 import { createFioReader } from "../src/host/volume-reads.ts";

@@ -17,7 +17,7 @@ import { VolumeTag } from "../tags.ts";
 import { DeviceTimeoutError } from "../host/device.ts";
 import { createSpecFrom, isQuarantined, orderCandidates, type BootPlan, type BootStep, type CreateSpec } from "./plan.ts";
 import type { CloudVolumes, DaemonConfig, DockerEngine, DockerService, HostStorage, VolumeInfo } from "./ports.ts";
-import type { PrewarmOutcome, PrewarmTarget } from "./prewarm.ts";
+import type { PrewarmOutcome, PrewarmTarget } from "./prewarm/plan.ts";
 import { volumeDetails } from "./report.ts";
 
 /** The adapters a boot uses (built in src/agent/wiring.ts, for the CLI or a lab host). */

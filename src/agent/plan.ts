@@ -7,7 +7,7 @@
 import { createHash } from "node:crypto";
 import { VolumeKind, VolumeTag } from "../tags.ts";
 import type { Identity, SnapshotInfo, VolumeInfo, VolumeQuery } from "./ports.ts";
-import type { PrewarmStrategy } from "./prewarm-plan.ts";
+import type { PrewarmStrategy } from "./prewarm/plan.ts";
 import { volumeMatchesWorkspace, workspaceIdTags, type WorkspaceIds } from "./workspace-ids.ts";
 
 export type { WorkspaceIds };
@@ -138,7 +138,7 @@ export type BootStep =
   | { step: "switch-data-root" }
   | { step: "start-docker" }
   | { step: "verify-docker" }
-  /** Verdict (and initialization) of a volume restored from a snapshot; see prewarm.ts. */
+  /** Verdict (and initialization) of a volume restored from a snapshot; see prewarm/apply.ts. */
   | { step: "prewarm"; strategy: PrewarmStrategy }
   | { step: "report-ready" }
   | { step: "degrade"; reason: string };

@@ -212,3 +212,71 @@ export interface DockerEngine {
   /** Node labels through a manager's API (this node when it is a manager). */
   setNodeLabels(nodeId: string, add: Record<string, string>, remove: string[]): Promise<void>;
 }
+
+// ---- pre-warm ----
+
+/** The device to read and where its filesystem is mounted. */
+export interface ReadTarget {
+  device: string;
+  mountPoint: string;
+}
+
+/** The sample's bounds (config `prewarm.check`): random reads over the allocated data. */
+export interface SampleBounds {
+  /** Upper bound of the sample (fio --runtime). */
+  seconds: number;
+  /** Random reads in the sample. */
+  reads: number;
+  ioDepth: number;
+  blockBytes: number;
+}
+
+/** The figures of a sample (fio's random reads over the allocated data). */
+export interface CheckFigures {
+  reads: number;
+  seconds: number;
+  iops: number;
+  mibps: number;
+  latencyMs: { mean?: number; p50?: number; p90?: number; p99?: number; max?: number };
+}
+
+/** Progress of a long read, as the reader reports it. */
+export interface ReadProgress {
+  /** Bytes of the whole job read (a resumed run starts above 0). */
+  doneBytes: number;
+  totalBytes: number;
+  /** Every byte of the device below this offset has been read: the resume point. */
+  cursor: number;
+  /** Bytes read by this run. */
+  runBytes: number;
+}
+
+export interface InitializeOptions {
+  fromOffset: number;
+  ioDepth: number;
+  maxIoBytes: number;
+  onProgress(progress: ReadProgress): void;
+  signal?: AbortSignal;
+}
+
+export interface InitializeResult {
+  totalBytes: number;
+  readBytes: number;
+}
+
+/** The pre-warm's reads of a cache volume (fio on a host: src/host/volume-reads.ts). */
+export interface PrewarmReader {
+  /** Bytes of data the filesystem holds (what `files` reads). */
+  allocatedBytes(target: ReadTarget): Promise<number>;
+  check(target: ReadTarget, bounds: SampleBounds): Promise<CheckFigures>;
+  initialize(target: ReadTarget, mode: "files" | "device", options: InitializeOptions): Promise<InitializeResult>;
+}
+
+/** EC2's view of a volume's initialization (DescribeVolumeStatus InitializationStatusDetails). */
+export interface InitializationStatus {
+  /** `default` (lazy loading), `provisioned-rate` (VolumeInitializationRate), `volume-copy`. */
+  type: string;
+  /** 0-100. */
+  progress: number;
+  etaSeconds?: number;
+}

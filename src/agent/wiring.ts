@@ -1,6 +1,6 @@
 /**
  * Where the agent's adapters are built from the configuration: the one place that knows which
- * module implements which port, for `boot` and `release`. The CLI uses it with systemd's
+ * module implements which port, for `boot`, `prewarm` and `release`. The CLI uses it with systemd's
  * docker.service; the lab uses it with a lab host's private dockerd and its own IMDS and EC2
  * endpoints.
  */
@@ -21,10 +21,11 @@ import { mountPointsOf, syncFilesystem } from "../host/mount.ts";
 import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
 import type { BootCommandDeps } from "./boot-command.ts";
-import type { CloudVolumes, DockerService } from "./ports.ts";
+import type { CloudVolumes, DockerService, PrewarmReader } from "./ports.ts";
 import { createFreshDataRoot, prepareOncePerInstance } from "./prepare.ts";
-import { prewarmAtBoot } from "./prewarm.ts";
-import { prewarmSettingsFrom } from "./prewarm-plan.ts";
+import { prewarmAtBoot } from "./prewarm/apply.ts";
+import { prewarmSettingsFrom } from "./prewarm/plan.ts";
+import type { PrewarmCommandDeps } from "./prewarm/run.ts";
 import { createFioReader } from "../host/volume-reads.ts";
 import type { ReleaseCommandDeps } from "./release-command.ts";
 import { createLabelWithdrawer, createReporter } from "./report.ts";
@@ -193,7 +194,7 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
         preflight: host.preflight,
         prewarm: (target) =>
           prewarmAtBoot(target, prewarmSettingsFrom(settings.effective), {
-            reader: createFioReader({ log, ...(options.fio ? { fio: options.fio } : {}) }),
+            reader: fioReader(options),
             initializationStatus: (volumeId) => cloud.initializationStatus(volumeId),
             tagVolume: (volumeId, tags) => cloud.tagVolume(volumeId, tags),
             report,
@@ -203,6 +204,22 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
           }),
         log,
       };
+    },
+  };
+}
+
+/** The pre-warm's reads: fio on this host. */
+function fioReader(options: WiringOptions): PrewarmReader {
+  return createFioReader({ log: options.log, ...(options.fio ? { fio: options.fio } : {}) });
+}
+
+/** Builds everything `runPrewarmCommand()` needs. */
+export function wirePrewarm(options: WiringOptions): PrewarmCommandDeps {
+  return {
+    ...wireCommon(options),
+    prewarmHost: (settings) => {
+      const host = wireHost(options, settings.effective.labels);
+      return { storage: host.storage, report: createReporter(host.reporterDeps), reader: fioReader(options) };
     },
   };
 }

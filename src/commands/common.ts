@@ -4,8 +4,9 @@
  */
 import { spawn } from "node:child_process";
 import type { BootCommandDeps } from "../agent/boot-command.ts";
+import type { PrewarmCommandDeps } from "../agent/prewarm/run.ts";
 import type { ReleaseCommandDeps } from "../agent/release-command.ts";
-import { wireBoot, wireRelease, type WiringOptions } from "../agent/wiring.ts";
+import { wireBoot, wirePrewarm, wireRelease, type WiringOptions } from "../agent/wiring.ts";
 import type { CloudVolumes } from "../agent/ports.ts";
 import { useImdsEndpoint } from "../aws/credentials.ts";
 import { createEc2Client } from "../aws/ec2.ts";
@@ -20,6 +21,8 @@ export interface HostContext {
   deps: BootCommandDeps;
   /** The same adapters, wired for `release`. */
   releaseDeps: ReleaseCommandDeps;
+  /** The same adapters, wired for `prewarm`. */
+  prewarmDeps: PrewarmCommandDeps;
   /** EC2 in the configured region, or this instance's (from IMDS). */
   cloud(): Promise<CloudVolumes>;
 }
@@ -50,6 +53,7 @@ export async function hostContext(configPath: string | undefined): Promise<HostC
     log,
     deps,
     releaseDeps: wireRelease(wiring),
+    prewarmDeps: wirePrewarm(wiring),
     cloud: async () => deps.cloudFor(config.region ?? (await deps.identify()).region),
   };
 }

@@ -1,10 +1,10 @@
 /**
  * `ebs-cache-agent prewarm`: the pre-warm of this instance's cache volume (see
- * src/agent/prewarm-command.ts and docs/prewarm.md), and `ebs-cache-agent status`.
+ * src/agent/prewarm/run.ts and docs/prewarm.md), and `ebs-cache-agent status`.
  */
 import { Command, Option } from "commander";
-import { prewarmStatus, runPrewarmCommand } from "../agent/prewarm-command.ts";
-import { PREWARM_STRATEGIES, type PrewarmStrategy } from "../agent/prewarm-plan.ts";
+import { PREWARM_STRATEGIES, type PrewarmStrategy } from "../agent/prewarm/plan.ts";
+import { prewarmStatus, runPrewarmCommand } from "../agent/prewarm/run.ts";
 import { loadConfig } from "../config/index.ts";
 import { hostContext } from "./common.ts";
 
@@ -27,7 +27,7 @@ export function prewarmCommand(): Command {
       process.once("SIGTERM", stop);
       process.once("SIGINT", stop);
       try {
-        const result = await runPrewarmCommand(context.deps, { ...(opts.strategy ? { strategy: opts.strategy } : {}), signal: controller.signal });
+        const result = await runPrewarmCommand(context.prewarmDeps, { ...(opts.strategy ? { strategy: opts.strategy } : {}), signal: controller.signal });
         const out = (line: string) => process.stdout.write(line + "\n");
         if (opts.json) out(JSON.stringify(result, null, 2));
         else if (result.outcome) {

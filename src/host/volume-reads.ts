@@ -13,8 +13,7 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { CheckFigures, PrewarmSettings } from "../agent/prewarm-plan.ts";
-import type { InitializeOptions, InitializeResult, PrewarmReader, ReadTarget } from "../agent/prewarm.ts";
+import type { CheckFigures, InitializeOptions, InitializeResult, PrewarmReader, ReadTarget, SampleBounds } from "../agent/ports.ts";
 import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";
 import { coveringReads, sampleReads, totalBytes, usedRanges, type ByteRange } from "./extents.ts";
@@ -89,7 +88,7 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
       return totalBytes(await usedRanges(target.mountPoint, { log }));
     },
 
-    async check(target: ReadTarget, check: PrewarmSettings["check"]): Promise<CheckFigures> {
+    async check(target: ReadTarget, check: SampleBounds): Promise<CheckFigures> {
       const ranges = await usedRanges(target.mountPoint, { log });
       const reads = sampleReads(ranges, check.reads, check.blockBytes);
       if (reads.length === 0) throw new Error(`no allocated data on ${target.device} to sample`);

@@ -5,9 +5,9 @@
 import { mkdir, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { runBoot, type BootOutcome } from "../agent/boot-command.ts";
-import { runPrewarmCommand, type PrewarmCommandOptions, type PrewarmCommandOutcome } from "../agent/prewarm-command.ts";
+import { runPrewarmCommand, type PrewarmCommandOptions, type PrewarmCommandOutcome } from "../agent/prewarm/run.ts";
 import { runRelease, type ReleaseOutcome } from "../agent/release-command.ts";
-import { wireBoot, wireRelease, type WiringOptions } from "../agent/wiring.ts";
+import { wireBoot, wirePrewarm, wireRelease, type WiringOptions } from "../agent/wiring.ts";
 import { createMetadataService } from "../aws/imds.ts";
 import { validateConfig, type AgentConfig } from "../config/index.ts";
 import { AgentError } from "../errors.ts";
@@ -106,7 +106,7 @@ export async function prewarmLabHost(
   host: LabHost,
   options: { overrides?: ConfigOverrides; log: Logger } & PrewarmCommandOptions,
 ): Promise<PrewarmCommandOutcome> {
-  return runPrewarmCommand(wireBoot(labWiring(lab, host, options)), options);
+  return runPrewarmCommand(wirePrewarm(labWiring(lab, host, options)), options);
 }
 
 /** Releases in this process on a lab host (what ebs-cache-agent-release.service's ExecStop does at shutdown). */

@@ -7,8 +7,9 @@
  */
 import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import type { CheckFigures, PrewarmDecision, PrewarmStrategy, Progress, Verdict } from "./prewarm-plan.ts";
-import { formatBytes, formatDuration } from "./prewarm-plan.ts";
+import type { CheckFigures } from "../ports.ts";
+import type { PrewarmDecision, PrewarmStrategy, Progress, Verdict } from "./plan.ts";
+import { formatBytes, formatDuration } from "./plan.ts";
 
 export const STATE_FILE = "prewarm.json";
 export const LOCK_FILE = "prewarm.lock";

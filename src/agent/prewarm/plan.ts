@@ -1,11 +1,14 @@
 /**
  * The pre-warm, as pure decisions: what to do with a volume (skip, check, initialize, follow
  * EBS's own initialization), the verdict of a sample against the thresholds, progress figures,
- * when a progress label is worth a label update, and the labels themselves. Nothing here
- * touches the world; src/agent/prewarm.ts carries the decisions out. See docs/prewarm.md.
+ * when a progress label is worth a label update, the labels themselves, and the outcome and
+ * state a run starts from. Nothing here touches the world; apply.ts carries the decisions out.
+ * See docs/prewarm.md.
  */
-import type { AgentConfig } from "../config/index.ts";
-import { VolumeTag } from "../tags.ts";
+import type { AgentConfig } from "../../config/index.ts";
+import { VolumeTag } from "../../tags.ts";
+import type { CheckFigures, InitializationStatus, ReadTarget, SampleBounds } from "../ports.ts";
+import type { PrewarmPhase, PrewarmState } from "./state.ts";
 
 export type PrewarmStrategy = "off" | "check" | "files" | "device";
 export const PREWARM_STRATEGIES: readonly PrewarmStrategy[] = ["off", "check", "files", "device"];
@@ -21,14 +24,7 @@ export interface PrewarmSettings {
    * so the node is usable early; false: before the node is reported ready.
    */
   background: boolean;
-  check: {
-    /** Upper bound of the sample (fio --runtime). */
-    seconds: number;
-    /** Random reads in the sample. */
-    reads: number;
-    ioDepth: number;
-    blockBytes: number;
-  };
+  check: SampleBounds;
   thresholds: {
     /** Below this many IOPS in the sample the volume is cold. */
     minIops: number;
@@ -72,15 +68,6 @@ export function prewarmSettingsFrom(config: AgentConfig): PrewarmSettings {
   };
 }
 
-/** EC2's view of a volume's initialization (DescribeVolumeStatus InitializationStatusDetails). */
-export interface InitializationStatus {
-  /** `default` (lazy loading), `provisioned-rate` (VolumeInitializationRate), `volume-copy`. */
-  type: string;
-  /** 0-100. */
-  progress: number;
-  etaSeconds?: number;
-}
-
 /** What the pre-warm needs to know of the volume. */
 export interface PrewarmVolume {
   volumeId: string;
@@ -119,15 +106,6 @@ export function decidePrewarm(settings: PrewarmSettings, volume: PrewarmVolume, 
     background: settings.background,
     reason: `prewarm.strategy is ${settings.strategy}`,
   };
-}
-
-/** The figures of a sample (fio's random reads over the allocated data). */
-export interface CheckFigures {
-  reads: number;
-  seconds: number;
-  iops: number;
-  mibps: number;
-  latencyMs: { mean?: number; p50?: number; p90?: number; p99?: number; max?: number };
 }
 
 /** warm / cold against the thresholds, with the reasons in words. */
@@ -175,6 +153,69 @@ export function prewarmLabels(phase: "warming" | "ready", verdict: Verdict, perc
   return phase === "warming"
     ? { prewarm: verdict, "prewarm-progress": progressLabel(percent ?? 0) }
     : { prewarm: verdict };
+}
+
+/** The volume to pre-warm, on this host. */
+export interface PrewarmTarget extends ReadTarget {
+  volume: PrewarmVolume;
+  /** The volume's size (for progress while EBS initializes it), when known. */
+  sizeBytes?: number;
+  /** The labels published with the state (volume-id, pool, kind). */
+  labels: Record<string, string>;
+}
+
+/** What a pre-warm did, and what the node's labels should say. */
+export interface PrewarmOutcome {
+  decision: PrewarmDecision;
+  verdict: Verdict;
+  phase: PrewarmPhase;
+  /** What the node's state label should say now. */
+  labelState: "ready" | "warming";
+  /** The pre-warm's labels (`prewarm`, and `prewarm-progress` while warming). */
+  labels: Record<string, string>;
+  before?: CheckFigures;
+  after?: CheckFigures;
+  progress?: Progress;
+  error?: string;
+  /**
+   * The labels were published already (before the background run was started, which publishes
+   * from then on): the boot must not publish them again, or it could overwrite a later `ready`.
+   */
+  published?: boolean;
+}
+
+/** The outcome of a pre-warm that leaves the node `ready`. */
+export function readyOutcome(decision: PrewarmDecision, verdict: Verdict, phase: PrewarmPhase, extra: Partial<PrewarmOutcome> = {}): PrewarmOutcome {
+  return { decision, verdict, phase, labelState: "ready", labels: prewarmLabels("ready", verdict), ...extra };
+}
+
+/** The state file of a run that has only decided. */
+export function startingState(target: PrewarmTarget, settings: PrewarmSettings, decision: PrewarmDecision, now: Date): PrewarmState {
+  return {
+    version: 1,
+    volumeId: target.volume.volumeId,
+    device: target.device,
+    mountPoint: target.mountPoint,
+    strategy: settings.strategy,
+    action: decision.action,
+    ...(decision.action === "initialize" ? { mode: decision.mode } : {}),
+    reason: decision.reason,
+    phase: "checking",
+    verdict: "unknown",
+    labels: target.labels,
+    startedAt: now.toISOString(),
+    updatedAt: now.toISOString(),
+  };
+}
+
+/** The previous state when it is this volume's (another volume's says nothing about this one). */
+export function stateOfVolume(previous: PrewarmState | undefined, volumeId: string): PrewarmState | undefined {
+  return previous?.volumeId === volumeId ? previous : undefined;
+}
+
+/** Where a read of `mode` resumes: the previous run's resume point, only when it read the same way. */
+export function resumePoint(previous: PrewarmState | undefined, mode: "files" | "device" | undefined): PrewarmState["cursor"] {
+  return previous?.cursor && previous.cursor.mode === mode ? previous.cursor : undefined;
 }
 
 /** `1.5 GiB`, `300 MiB`: for log lines and the status command. */

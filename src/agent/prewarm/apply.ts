@@ -1,0 +1,487 @@
+/**
+ * Carrying out the pre-warm's decisions (plan.ts), with the reads behind the PrewarmReader port
+ * (src/host/volume-reads.ts on a host):
+ *
+ * - prewarmAtBoot(): the boot's step, after docker is verified. Skips, checks (a bounded fio
+ *   sample: verdict warm/cold), or starts the initialization: inline before `ready`, or handed to
+ *   the background run (the node is labelled `warming` and usable at once). One handler per
+ *   decision (AT_BOOT).
+ * - runInitialization(): the long part (the `prewarm` command, or the background run): reads
+ *   the allocated data (files) or the whole device, or follows EBS's provisioned-rate
+ *   initialization (LONG_READS), with progress in the log, the state file and the
+ *   `prewarm-progress` label; tags the volume `ebs-cache:initialized` only once every byte was
+ *   read; then a second sample, and `ready`.
+ *
+ * Never blocks the node: a failing or missing fio gives the verdict `unknown`, one error line
+ * with the remedy, and the node is still reported. A run killed half-way leaves a resume point
+ * in the state file: the next run starts there (and reads again what may not have completed).
+ */
+import { describeError } from "../../errors.ts";
+import type { Logger } from "../../log.ts";
+import { VolumeTag } from "../../tags.ts";
+import type { InitializationStatus, PrewarmReader } from "../ports.ts";
+import { initializationStatusOf, remediationOr, sampleVolume, type Sample } from "./observe.ts";
+import {
+  decidePrewarm,
+  formatBytes,
+  formatDuration,
+  prewarmLabels,
+  progressLabel,
+  progressOf,
+  readyOutcome,
+  resumePoint,
+  startingState,
+  stateOfVolume,
+  type PrewarmDecision,
+  type PrewarmOutcome,
+  type PrewarmSettings,
+  type PrewarmTarget,
+} from "./plan.ts";
+import { acquirePrewarmLock, isAlive, processStartTime, readPrewarmState, writePrewarmState, type PrewarmState } from "./state.ts";
+
+/** What the pre-warm uses of the world (the ports, narrowed to its calls). */
+export interface PrewarmDeps {
+  reader: PrewarmReader;
+  /** DescribeVolumeStatus initialization details; undefined when EC2 does not say. */
+  initializationStatus?(volumeId: string): Promise<InitializationStatus | undefined>;
+  tagVolume(volumeId: string, tags: Record<string, string>): Promise<void>;
+  /** Publishes the readiness labels (absent: nothing is published, e.g. before docker runs). */
+  report?(state: "warming" | "ready", details: Record<string, string>): Promise<void>;
+  /** `paths.stateDir`: prewarm.json and prewarm.lock. */
+  stateDir: string;
+  log: Logger;
+  now?: () => Date;
+  sleep?: (ms: number) => Promise<void>;
+  /**
+   * Starts the background run (on a host: a detached `ebs-cache-agent prewarm --background`).
+   * Absent: the initialization runs inline, before the node is reported ready.
+   */
+  startBackground?: () => Promise<void>;
+  /** How often EBS's initialization status is polled while following it (default 10 s). */
+  followPollMs?: number;
+}
+
+const nowOf = (deps: PrewarmDeps) => deps.now?.() ?? new Date();
+
+// ---- the boot's step ----
+
+/** The boot's step, once decided: the state file as decided, and the previous run's. */
+interface AtBoot {
+  target: PrewarmTarget;
+  settings: PrewarmSettings;
+  deps: PrewarmDeps;
+  previous: PrewarmState | undefined;
+  /** Updates the state file (a failed write is logged: the pre-warm goes on). */
+  save(changes: Partial<PrewarmState>): Promise<void>;
+}
+
+type Action = PrewarmDecision["action"];
+type AtBootHandler<A extends Action> = (run: AtBoot, decision: Extract<PrewarmDecision, { action: A }>) => Promise<PrewarmOutcome>;
+
+/** One handler per decision of the boot's step. */
+const AT_BOOT: { [A in Action]: AtBootHandler<A> } = {
+  skip: skipReads,
+  "record-initialized": recordInitialized,
+  check: checkOnly,
+  follow: startLongRun,
+  initialize: startLongRun,
+};
+
+/**
+ * The boot's pre-warm step. Returns what to publish with the readiness labels; never throws
+ * for the pre-warm's own failures (the node is reported either way).
+ */
+export async function prewarmAtBoot(target: PrewarmTarget, settings: PrewarmSettings, deps: PrewarmDeps): Promise<PrewarmOutcome> {
+  const { log } = deps;
+  const decision = decidePrewarm(settings, target.volume, await initializationStatusOf(deps, target.volume));
+  log.info("prewarm.decide", `${decision.action}: ${decision.reason}`, { volume: target.volume.volumeId, strategy: settings.strategy });
+  const state = startingState(target, settings, decision, nowOf(deps));
+  const previous = await readPrewarmState(deps.stateDir);
+  const save = async (changes: Partial<PrewarmState>) => {
+    Object.assign(state, changes, { updatedAt: nowOf(deps).toISOString() });
+    await writePrewarmState(deps.stateDir, state).catch((error: unknown) => {
+      log.warning("prewarm.state", `could not write the state file: ${describeError(error)}`, { stateDir: deps.stateDir });
+    });
+  };
+  // The table's key is the decision's action: each handler gets the decision it is written for.
+  const handle = AT_BOOT[decision.action] as AtBootHandler<Action>;
+  return handle({ target, settings, deps, previous, save }, decision);
+}
+
+async function skipReads(run: AtBoot, decision: Extract<PrewarmDecision, { action: "skip" }>): Promise<PrewarmOutcome> {
+  await run.save({ phase: "skipped", verdict: decision.verdict, finishedAt: nowOf(run.deps).toISOString() });
+  return readyOutcome(decision, decision.verdict, "skipped");
+}
+
+async function recordInitialized(run: AtBoot, decision: Extract<PrewarmDecision, { action: "record-initialized" }>): Promise<PrewarmOutcome> {
+  const { deps } = run;
+  const volumeId = run.target.volume.volumeId;
+  await deps.tagVolume(volumeId, { [VolumeTag.initialized]: nowOf(deps).toISOString() }).catch((error: unknown) => {
+    deps.log.warning("prewarm.tag", `could not tag the volume initialized: ${describeError(error)}`, { volume: volumeId });
+  });
+  await run.save({ phase: "done", verdict: "warm", finishedAt: nowOf(deps).toISOString() });
+  deps.log.notice("prewarm.done", decision.reason, { volume: volumeId });
+  return readyOutcome(decision, "warm", "done");
+}
+
+async function checkOnly(run: AtBoot, decision: Extract<PrewarmDecision, { action: "check" }>): Promise<PrewarmOutcome> {
+  await run.save({ phase: "checking" });
+  const result = await sampleVolume(run.target, run.settings, run.deps, "sample");
+  await run.save({
+    phase: result.error ? "failed" : "done",
+    verdict: result.verdict,
+    ...(result.figures ? { before: result.figures } : {}),
+    ...(result.error ? { error: result.error } : {}),
+    finishedAt: nowOf(run.deps).toISOString(),
+  });
+  return readyOutcome(decision, result.verdict, result.error ? "failed" : "done", {
+    ...(result.figures ? { before: result.figures } : {}),
+    ...(result.error ? { error: result.error } : {}),
+  });
+}
+
+/** follow / initialize: handed to the background run when it can be, else run inline now. */
+async function startLongRun(run: AtBoot, decision: Extract<PrewarmDecision, { action: "follow" | "initialize" }>): Promise<PrewarmOutcome> {
+  const running = await alreadyRunning(run, decision);
+  if (running) return running;
+  const before: Sample =
+    decision.action !== "initialize"
+      ? { verdict: "unknown" }
+      : run.previous?.volumeId === run.target.volume.volumeId && run.previous.before
+        ? { figures: run.previous.before, verdict: run.previous.verdict }
+        : await sampleVolume(run.target, run.settings, run.deps, "before initialization");
+  const background = decision.action === "follow" ? run.settings.background : decision.background;
+  if (background && run.deps.startBackground) {
+    const handed = await handToBackground(run, decision, before, run.deps.startBackground);
+    if (handed) return handed;
+  }
+  await run.save({ phase: "pending", verdict: before.verdict, ...(before.figures ? { before: before.figures } : {}) });
+  return runInitialization(run.target, run.settings, run.deps, { decision, publish: false });
+}
+
+/** Another run may hold it already (a re-run of the boot while the background run works). */
+async function alreadyRunning(run: AtBoot, decision: PrewarmDecision): Promise<PrewarmOutcome | undefined> {
+  const previous = stateOfVolume(run.previous, run.target.volume.volumeId);
+  if (!previous?.pid || !(await isAlive(previous.pid, previous.pidStart))) return undefined;
+  run.deps.log.notice("prewarm.running", `already ${previous.phase} by process ${previous.pid}`, { volume: previous.volumeId });
+  return {
+    decision,
+    verdict: previous.verdict,
+    phase: previous.phase,
+    labelState: "warming",
+    labels: prewarmLabels("warming", previous.verdict, previous.progress?.percent),
+    ...(previous.progress ? { progress: previous.progress } : {}),
+  };
+}
+
+/**
+ * Publishes `warming` and starts the background run; undefined when it could not be started
+ * (logged: the caller initializes inline instead).
+ */
+async function handToBackground(run: AtBoot, decision: PrewarmDecision, before: Sample, startBackground: () => Promise<void>): Promise<PrewarmOutcome | undefined> {
+  const { deps, target } = run;
+  const { log } = deps;
+  const volumeId = target.volume.volumeId;
+  const previous = stateOfVolume(run.previous, volumeId);
+  const cursor = resumePoint(previous, decision.action === "initialize" ? decision.mode : undefined);
+  const progress = previous?.progress;
+  await run.save({
+    phase: "pending",
+    verdict: before.verdict,
+    ...(before.figures ? { before: before.figures } : {}),
+    ...(cursor ? { cursor } : {}),
+    ...(progress ? { progress } : {}),
+  });
+  const labels = prewarmLabels("warming", before.verdict, progress?.percent);
+  let published = false;
+  if (deps.report) {
+    try {
+      await deps.report("warming", { ...target.labels, ...labels });
+      published = true;
+    } catch (error) {
+      log.warning("prewarm.labels", `could not publish the warming labels: ${describeError(error)}`);
+    }
+  }
+  try {
+    await startBackground();
+    log.notice("prewarm.background", "initialization handed to the background run: the node is usable meanwhile", { volume: volumeId });
+    return { decision, verdict: before.verdict, phase: "pending", labelState: "warming", labels, published, ...(before.figures ? { before: before.figures } : {}) };
+  } catch (error) {
+    log.error("prewarm.background", `could not start the background run, initializing now: ${describeError(error)}`, { volume: volumeId });
+    return undefined;
+  }
+}
+
+// ---- the long part ----
+
+/** Options of runInitialization. */
+export interface RunInitializationOptions {
+  /** Default: decided afresh from the volume's tags and EC2's status. */
+  decision?: PrewarmDecision;
+  /** Publish `warming` with progress, then `ready` (the background run does; inline at boot, the boot does). */
+  publish: boolean;
+  signal?: AbortSignal;
+}
+
+type LongAction = "follow" | "initialize";
+type Publish = (state: "warming" | "ready", labels: Record<string, string>) => Promise<void>;
+type OnProgress = (p: { doneBytes: number; totalBytes: number; runBytes: number; cursor?: number; etaSeconds?: number }) => void;
+
+/** A long run under way: its state file (writes chained) and its label publisher. */
+interface LongRun<A extends LongAction = LongAction> {
+  target: PrewarmTarget;
+  settings: PrewarmSettings;
+  deps: PrewarmDeps;
+  decision: Extract<PrewarmDecision, { action: A }>;
+  state: PrewarmState;
+  /** Updates the state and queues a write; resolves once the queue has drained to it. */
+  save(changes: Partial<PrewarmState>): Promise<void>;
+  /** Waits for the writes queued so far. */
+  flush(): Promise<void>;
+  publish: Publish;
+  /** Date.now() at the start: progress rates are this run's. */
+  started: number;
+}
+
+/** The reads of the long part, one per decision. */
+const LONG_READS: { [A in LongAction]: (run: LongRun<A>, onProgress: OnProgress, signal: AbortSignal) => Promise<void> } = {
+  follow: followEbs,
+  initialize: readVolume,
+};
+
+/**
+ * The long part: initialize (or follow EBS's initialization), tag, sample again, publish
+ * `ready`. Resumes from the state file's resume point when it is this volume's and mode's.
+ */
+export async function runInitialization(target: PrewarmTarget, settings: PrewarmSettings, deps: PrewarmDeps, options: RunInitializationOptions): Promise<PrewarmOutcome> {
+  const decision = options.decision ?? decidePrewarm(settings, target.volume, await initializationStatusOf(deps, target.volume));
+  const publish = publisher(target, deps, options.publish);
+  if (decision.action !== "initialize" && decision.action !== "follow") {
+    // Nothing long to do (tagged meanwhile, or the strategy changed): the boot's step covers it.
+    const outcome = await prewarmAtBoot(target, settings, { ...deps, startBackground: undefined });
+    await publish("ready", outcome.labels);
+    return outcome;
+  }
+  const lock = await acquirePrewarmLock(deps.stateDir);
+  if ("heldBy" in lock) return leaveToHolder(target, deps, decision, lock.heldBy);
+
+  const run = await startRun(target, settings, deps, decision, publish);
+  const stop = stopper(settings, options.signal);
+  try {
+    await sampleFirst(run);
+    await run.save({});
+    await publish("warming", prewarmLabels("warming", run.state.verdict, run.state.progress?.percent));
+    const read = LONG_READS[decision.action] as (run: LongRun, onProgress: OnProgress, signal: AbortSignal) => Promise<void>;
+    await read(run, progressReporter(run), stop.signal);
+    return await finishRun(run);
+  } catch (error) {
+    const interrupted = stop.signal.aborted && options.signal?.aborted === true;
+    return await failRun(run, stop.signal.aborted ? stop.signal.reason : error, interrupted, error);
+  } finally {
+    stop.dispose();
+    await lock.release();
+  }
+}
+
+/** Publishes the labels when this run publishes (a failure is logged, not thrown). */
+function publisher(target: PrewarmTarget, deps: PrewarmDeps, enabled: boolean): Publish {
+  return async (state, labels) => {
+    if (!enabled || !deps.report) return;
+    await deps.report(state, { ...target.labels, ...labels }).catch((error: unknown) => {
+      deps.log.warning("prewarm.labels", `could not publish the labels: ${describeError(error)}`, { state });
+    });
+  };
+}
+
+/** Another process holds the lock: its state says where the node stands. */
+async function leaveToHolder(target: PrewarmTarget, deps: PrewarmDeps, decision: PrewarmDecision, holder: number): Promise<PrewarmOutcome> {
+  deps.log.notice("prewarm.running", `another pre-warm runs already (process ${holder}): leaving it to finish`, { volume: target.volume.volumeId });
+  const current = await readPrewarmState(deps.stateDir);
+  return {
+    decision,
+    verdict: current?.verdict ?? "unknown",
+    phase: current?.phase ?? "initializing",
+    labelState: "warming",
+    labels: prewarmLabels("warming", current?.verdict ?? "unknown", current?.progress?.percent),
+  };
+}
+
+/** The run's state (carrying over this volume's sample, resume point and progress) and its writer. */
+async function startRun(
+  target: PrewarmTarget,
+  settings: PrewarmSettings,
+  deps: PrewarmDeps,
+  decision: Extract<PrewarmDecision, { action: LongAction }>,
+  publish: Publish,
+): Promise<LongRun> {
+  const mine = stateOfVolume(await readPrewarmState(deps.stateDir), target.volume.volumeId);
+  const cursor = resumePoint(mine, decision.action === "initialize" ? decision.mode : undefined);
+  const state: PrewarmState = {
+    ...startingState(target, settings, decision, nowOf(deps)),
+    ...(mine?.before ? { before: mine.before } : {}),
+    verdict: mine?.verdict ?? "unknown",
+    phase: decision.action === "follow" ? "following" : "initializing",
+    pid: process.pid,
+    ...(cursor ? { cursor } : {}),
+    ...(mine?.progress ? { progress: mine.progress } : {}),
+  };
+  const start = await processStartTime(process.pid);
+  if (start) state.pidStart = start;
+  // Writes are chained: progress arrives while a write may still be under way.
+  let writes: Promise<void> = Promise.resolve();
+  const save = (changes: Partial<PrewarmState>) => {
+    Object.assign(state, changes, { updatedAt: nowOf(deps).toISOString() });
+    const snapshot = JSON.parse(JSON.stringify(state)) as PrewarmState;
+    writes = writes
+      .then(() => writePrewarmState(deps.stateDir, snapshot))
+      .catch((error: unknown) => deps.log.warning("prewarm.state", `could not write the state file: ${describeError(error)}`));
+    return writes;
+  };
+  return { target, settings, deps, decision, state, save, flush: () => writes, publish, started: Date.now() };
+}
+
+/** Aborts the reads on the caller's signal (SIGTERM) or at `initialize.timeoutSeconds`. */
+function stopper(settings: PrewarmSettings, signal: AbortSignal | undefined): { signal: AbortSignal; dispose(): void } {
+  const controller = new AbortController();
+  const stop = () => controller.abort(new Error("stopped"));
+  signal?.addEventListener("abort", stop, { once: true });
+  const limit = settings.initialize.timeoutSeconds;
+  const timer = limit ? setTimeout(() => controller.abort(new Error(`timed out after ${limit} s`)), limit * 1000) : undefined;
+  return {
+    signal: controller.signal,
+    dispose: () => {
+      if (timer) clearTimeout(timer);
+      signal?.removeEventListener("abort", stop);
+    },
+  };
+}
+
+/** Run on its own (`ebs-cache-agent prewarm`), an initialization has no sample yet: the figures to compare the result with. */
+async function sampleFirst(run: LongRun): Promise<void> {
+  if (run.decision.action !== "initialize" || run.state.before) return;
+  const before = await sampleVolume(run.target, run.settings, run.deps, "before initialization");
+  Object.assign(run.state, { verdict: before.verdict, ...(before.figures ? { before: before.figures } : {}) });
+}
+
+/**
+ * Progress into the state (written every `progressSeconds`), the log, and the `prewarm-progress`
+ * label (only when it moves a whole step: each change reloads dockerd or updates the node).
+ */
+function progressReporter(run: LongRun): OnProgress {
+  const { state, settings } = run;
+  const mode = run.decision.action === "initialize" ? run.decision.mode : undefined;
+  let lastLog = 0;
+  let lastLabel = state.progress ? progressLabel(state.progress.percent) : "";
+  return (p) => {
+    const progress = progressOf(p.doneBytes, p.totalBytes, p.runBytes, Date.now() - run.started);
+    if (p.etaSeconds !== undefined) progress.etaSeconds = p.etaSeconds;
+    const changes: Partial<PrewarmState> = { progress };
+    if (mode && p.cursor !== undefined) changes.cursor = { mode, offset: p.cursor };
+    const due = Date.now() - lastLog >= settings.initialize.progressSeconds * 1000;
+    if (due || progress.percent >= 100) {
+      lastLog = Date.now();
+      void run.save(changes);
+      const eta = progress.etaSeconds !== undefined ? `, ETA ${formatDuration(progress.etaSeconds)}` : "";
+      run.deps.log.info("prewarm.progress", `${progress.percent.toFixed(1)} % (${formatBytes(progress.doneBytes)} of ${formatBytes(progress.totalBytes)}), ${progress.mibps.toFixed(1)} MiB/s${eta}`, {
+        volume: run.target.volume.volumeId,
+      });
+    } else {
+      Object.assign(state, changes);
+    }
+    const label = progressLabel(progress.percent);
+    if (label !== lastLabel && progress.percent < 100) {
+      lastLabel = label;
+      void run.publish("warming", prewarmLabels("warming", state.verdict, progress.percent));
+    }
+  };
+}
+
+/** files / device: every byte once, from the resume point. */
+async function readVolume(run: LongRun<"initialize">, onProgress: OnProgress, signal: AbortSignal): Promise<void> {
+  const { target, settings, decision, state } = run;
+  const { log } = run.deps;
+  const from = state.cursor?.offset ?? 0;
+  const done = state.progress ? ` (${state.progress.percent.toFixed(1)} % done)` : "";
+  log.notice("prewarm.initialize", from > 0 ? `resuming at device offset ${formatBytes(from)}${done}` : `reading the ${decision.mode === "files" ? "allocated data" : "whole device"}`, {
+    volume: target.volume.volumeId,
+    mode: decision.mode,
+    device: target.device,
+  });
+  const result = await run.deps.reader.initialize(target, decision.mode, {
+    fromOffset: from,
+    ioDepth: settings.initialize.ioDepth,
+    maxIoBytes: settings.initialize.maxIoBytes,
+    onProgress,
+    signal,
+  });
+  log.notice("prewarm.initialize", `read ${formatBytes(result.readBytes)} in ${formatDuration((Date.now() - run.started) / 1000)}`, {
+    volume: target.volume.volumeId,
+    total: formatBytes(result.totalBytes),
+  });
+}
+
+/** follow: polls EBS's initialization status until it reports 100 %. */
+async function followEbs(run: LongRun<"follow">, onProgress: OnProgress, signal: AbortSignal): Promise<void> {
+  const { deps, target } = run;
+  if (!deps.initializationStatus) throw new Error("EC2's initialization status is not available");
+  const sleep = deps.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
+  const total = target.sizeBytes ?? 100;
+  let first: number | undefined;
+  for (;;) {
+    if (signal.aborted) throw signal.reason;
+    const status = await deps.initializationStatus(target.volume.volumeId);
+    const percent = status ? status.progress : 100;
+    first ??= percent;
+    onProgress({
+      doneBytes: (percent / 100) * total,
+      totalBytes: total,
+      runBytes: ((percent - first) / 100) * total,
+      ...(status?.etaSeconds !== undefined ? { etaSeconds: status.etaSeconds } : {}),
+    });
+    if (percent >= 100) return;
+    await sleep(deps.followPollMs ?? 10_000);
+  }
+}
+
+/** Every byte was read (or EBS says it is done): only now is the volume tagged; then the second sample. */
+async function finishRun(run: LongRun): Promise<PrewarmOutcome> {
+  const { deps, state } = run;
+  const volumeId = run.target.volume.volumeId;
+  await run.flush();
+  await deps.tagVolume(volumeId, { [VolumeTag.initialized]: nowOf(deps).toISOString() });
+  const after = await sampleVolume(run.target, run.settings, deps, "after initialization");
+  const verdict = after.verdict === "unknown" ? "warm" : after.verdict;
+  await run.save({ phase: "done", verdict, ...(after.figures ? { after: after.figures } : {}), finishedAt: nowOf(deps).toISOString() });
+  await run.flush();
+  deps.log.notice("prewarm.done", `volume initialized and tagged ${VolumeTag.initialized}`, { volume: volumeId, verdict });
+  const outcome = readyOutcome(run.decision, verdict, "done", {
+    ...(state.before ? { before: state.before } : {}),
+    ...(after.figures ? { after: after.figures } : {}),
+    ...(state.progress ? { progress: state.progress } : {}),
+  });
+  await run.publish("ready", outcome.labels);
+  return outcome;
+}
+
+/**
+ * Stopped (SIGTERM: `pending`, resumable), timed out or failed: the state says so, the volume
+ * stays untagged, and the node is `ready` with the verdict it had. `cause` is what the message
+ * tells (the abort's reason when aborted), `error` the error thrown (its remediation).
+ */
+async function failRun(run: LongRun, cause: unknown, interrupted: boolean, error: unknown): Promise<PrewarmOutcome> {
+  const { deps, state } = run;
+  const message = describeError(cause);
+  await run.save({ phase: interrupted ? "pending" : "failed", error: message, ...(interrupted ? {} : { finishedAt: nowOf(deps).toISOString() }) });
+  await run.flush();
+  deps.log.error("prewarm.failed", `initialization ${interrupted ? "interrupted" : "failed"}: ${message}; the volume is not tagged initialized and the node stays usable`, {
+    volume: run.target.volume.volumeId,
+    remediation: remediationOr(error, "run `ebs-cache-agent prewarm` to resume"),
+  });
+  const outcome = readyOutcome(run.decision, state.verdict, interrupted ? "pending" : "failed", {
+    error: message,
+    ...(state.before ? { before: state.before } : {}),
+    ...(state.progress ? { progress: state.progress } : {}),
+  });
+  await run.publish("ready", outcome.labels);
+  return outcome;
+}

@@ -1,0 +1,108 @@
+/**
+ * `ebs-cache-agent prewarm`: the pre-warm of the cache volume attached to this instance, on its
+ * own. With `--background` it is the run the boot hands a long initialization to (the node is
+ * labelled `warming` meanwhile); by hand it checks, initializes, or resumes an interrupted
+ * initialization. The adapters come from the caller (src/agent/wiring.ts: the CLI's real ones,
+ * or a lab host's).
+ *
+ * And `ebs-cache-agent status`: the state file in words.
+ */
+import type { AgentConfig } from "../../config/index.ts";
+import { ConfigError, ExitCode } from "../../errors.ts";
+import type { Logger } from "../../log.ts";
+import type { CloudVolumes, HostStorage, Identity, PrewarmReader, VolumeInfo } from "../ports.ts";
+import { volumeDetails } from "../report.ts";
+import { resolveSettings, type ResolvedSettings } from "../settings.ts";
+import { prewarmAtBoot, runInitialization, type PrewarmDeps } from "./apply.ts";
+import { findAttachedVolume, findMountedDevice } from "./observe.ts";
+import { decidePrewarm, prewarmSettingsFrom, stateOfVolume, type PrewarmOutcome, type PrewarmStrategy, type PrewarmTarget } from "./plan.ts";
+import { isAlive, readPrewarmState, renderPrewarmStatus, type PrewarmState } from "./state.ts";
+
+/** The host's side of the command, built once the settings are known. */
+export interface PrewarmHost {
+  storage: Pick<HostStorage, "findDevice" | "mountPointOf">;
+  /** Publishes the readiness labels. */
+  report(state: "warming" | "ready", details: Record<string, string>): Promise<void>;
+  reader: PrewarmReader;
+}
+
+/** What the command needs (src/agent/wiring.ts builds it). */
+export interface PrewarmCommandDeps {
+  config: AgentConfig;
+  identify(): Promise<Identity>;
+  /** EC2 in the instance's region. */
+  cloudFor(region: string): CloudVolumes;
+  prewarmHost(settings: ResolvedSettings): PrewarmHost;
+  log: Logger;
+}
+
+export interface PrewarmCommandOptions {
+  /** Overrides config `prewarm.strategy`. */
+  strategy?: PrewarmStrategy;
+  /** Stops the reads (SIGTERM): the state keeps the resume point. */
+  signal?: AbortSignal;
+}
+
+export interface PrewarmCommandOutcome {
+  volumeId?: string;
+  outcome?: PrewarmOutcome;
+  /** 0 done (or nothing to do), 1 the pre-warm failed (the node is still reported). */
+  exitCode: number;
+}
+
+/** Runs the pre-warm of the attached cache volume. */
+export async function runPrewarmCommand(deps: PrewarmCommandDeps, options: PrewarmCommandOptions = {}): Promise<PrewarmCommandOutcome> {
+  const { log, config } = deps;
+  const identity = await deps.identify();
+  const resolved = resolveSettings(config, identity, { withDocker: true, mayClaim: false });
+  if (!resolved.ok) throw new ConfigError(resolved.problems, "fix the instance tags (nothing was changed on this node)");
+  const cloud = deps.cloudFor(config.region ?? identity.region);
+  const volume = await findAttachedVolume(cloud, identity.instanceId);
+  if (!volume) {
+    log.notice("prewarm.none", "no cache volume is attached to this instance: nothing to pre-warm", { instance: identity.instanceId });
+    return { exitCode: ExitCode.ok };
+  }
+  const host = deps.prewarmHost(resolved.value);
+  const mounted = await findMountedDevice(host.storage, volume.volumeId);
+  const settings = { ...prewarmSettingsFrom(resolved.value.effective), ...(options.strategy ? { strategy: options.strategy } : {}) };
+  const target = targetOf(volume, mounted, await readPrewarmState(config.paths.stateDir));
+  const prewarmDeps: PrewarmDeps = {
+    reader: host.reader,
+    initializationStatus: (volumeId) => cloud.initializationStatus(volumeId),
+    tagVolume: (volumeId, tags) => cloud.tagVolume(volumeId, tags),
+    report: (state, details) => host.report(state, details),
+    stateDir: config.paths.stateDir,
+    log,
+  };
+  const status = await cloud.initializationStatus(volume.volumeId).catch(() => undefined);
+  const decision = decidePrewarm(settings, target.volume, status);
+  log.info("prewarm.decide", `${decision.action}: ${decision.reason}`, { volume: volume.volumeId, strategy: settings.strategy });
+  let outcome: PrewarmOutcome;
+  if (decision.action === "initialize" || decision.action === "follow") {
+    outcome = await runInitialization(target, settings, prewarmDeps, { decision, publish: true, ...(options.signal ? { signal: options.signal } : {}) });
+  } else {
+    outcome = await prewarmAtBoot(target, settings, prewarmDeps);
+    await host.report("ready", { ...target.labels, ...outcome.labels }).catch((error: unknown) => {
+      log.warning("prewarm.labels", `could not publish the labels: ${String(error)}`);
+    });
+  }
+  return { volumeId: volume.volumeId, outcome, exitCode: outcome.phase === "failed" ? ExitCode.failure : ExitCode.ok };
+}
+
+/** The volume as the pre-warm sees it; the labels of this volume's previous run, which the boot chose. */
+function targetOf(volume: VolumeInfo, mounted: { device: string; mountPoint: string }, previous: PrewarmState | undefined): PrewarmTarget {
+  return {
+    volume: { volumeId: volume.volumeId, ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}), tags: volume.tags },
+    sizeBytes: volume.sizeGiB * 1024 ** 3,
+    device: mounted.device,
+    mountPoint: mounted.mountPoint,
+    labels: stateOfVolume(previous, volume.volumeId)?.labels ?? volumeDetails(volume),
+  };
+}
+
+/** What `ebs-cache-agent status` shows: the pre-warm state and whether a process works on it. */
+export async function prewarmStatus(stateDir: string): Promise<{ state: PrewarmState | undefined; running: boolean; lines: string[] }> {
+  const state = await readPrewarmState(stateDir);
+  const running = state ? await isAlive(state.pid, state.pidStart) : false;
+  return { state, running, lines: renderPrewarmStatus(state, running) };
+}
