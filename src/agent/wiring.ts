@@ -26,7 +26,7 @@ import { createFreshDataRoot, prepareOncePerInstance } from "./prepare.ts";
 import { prewarmAtBoot } from "./prewarm.ts";
 import { prewarmSettingsFrom } from "./prewarm-plan.ts";
 import { createFioReader } from "../host/volume-reads.ts";
-import type { ReleaseCommandDeps } from "./release-command.ts";
+import type { ReleaseCommandDeps } from "./release/run.ts";
 import { createLabelWithdrawer, createReporter } from "./report.ts";
 import { engineLabelsProblem, preflightHost } from "./preflight.ts";
 

@@ -4,7 +4,7 @@
  */
 import { spawn } from "node:child_process";
 import type { BootCommandDeps } from "../agent/boot-command.ts";
-import type { ReleaseCommandDeps } from "../agent/release-command.ts";
+import type { ReleaseCommandDeps } from "../agent/release/run.ts";
 import { wireBoot, wireRelease, type WiringOptions } from "../agent/wiring.ts";
 import type { CloudVolumes } from "../agent/ports.ts";
 import { useImdsEndpoint } from "../aws/credentials.ts";
