@@ -23,32 +23,32 @@ const COMMANDS: CommandEntry[] = [
   {
     name: "boot",
     summary: "claim, attach and mount a cache volume, switch docker's data-root to it, report readiness",
-    load: async () => (await import("./commands/boot.ts")).bootCommand(),
+    load: async () => (await import("./cli/boot.ts")).bootCommand(),
   },
   {
     name: "release",
     summary: "give the cache volume back (at shutdown): unmount, detach, tag released-at / expires-at",
-    load: async () => (await import("./commands/release.ts")).releaseCommand(),
+    load: async () => (await import("./cli/release.ts")).releaseCommand(),
   },
   {
     name: "prewarm",
     summary: "check or initialize the cache volume restored from a snapshot",
-    load: async () => (await import("./commands/prewarm.ts")).prewarmCommand(),
+    load: async () => (await import("./cli/prewarm.ts")).prewarmCommand(),
   },
   {
     name: "status",
     summary: "the pre-warm's state on this host: verdict, figures, progress",
-    load: async () => (await import("./commands/prewarm.ts")).statusCommand(),
+    load: async () => (await import("./cli/prewarm.ts")).statusCommand(),
   },
   {
     name: "gc",
     summary: "delete expired managed volumes (never other volumes or snapshots)",
-    load: async () => (await import("./commands/gc.ts")).gcCommand(),
+    load: async () => (await import("./cli/gc.ts")).gcCommand(),
   },
   {
     name: "pool",
     summary: "list the pool and workspace volumes the agent manages",
-    load: async () => (await import("./commands/pool.ts")).poolCommand(),
+    load: async () => (await import("./cli/pool.ts")).poolCommand(),
   },
 ];
 

@@ -1,6 +1,6 @@
 /** gc's planner: pure, every kind of volume. */
 import t from "tap";
-import { judgeVolume, parseTimestamp, planGc } from "../src/agent/gc-plan.ts";
+import { judgeVolume, parseTimestamp, planGc } from "../src/agent/gc/plan.ts";
 import type { VolumeInfo } from "../src/agent/ports.ts";
 import { VolumeTag } from "../src/tags.ts";
 

@@ -1,7 +1,7 @@
 /** The release planner: pure, tested with plain objects. */
 import t from "tap";
 import type { VolumeInfo } from "../src/agent/ports.ts";
-import { earlierReleaseTime, planRelease, releaseTags, type HeldVolume, type ReleaseObservation } from "../src/agent/release-plan.ts";
+import { earlierReleaseTime, planRelease, releaseTags, type HeldVolume, type ReleaseObservation } from "../src/agent/release/plan.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { heldVolume, identity, ME, ON_CACHE, releaseSettings } from "./fixtures/release-plan.ts";
 

@@ -9,7 +9,7 @@ import t, { type Test } from "tap";
 import { spawn } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import type { ReleasePlan } from "../src/agent/release-plan.ts";
+import type { ReleasePlan } from "../src/agent/release/plan.ts";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
 import type { LabHost } from "../src/lab/lab.ts";
 import { initSwarm } from "../src/lab/images.ts";

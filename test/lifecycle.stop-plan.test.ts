@@ -5,7 +5,7 @@
  */
 import t from "tap";
 import type { VolumeInfo } from "../src/agent/ports.ts";
-import { instanceFate, planRelease, type HeldVolume, type ReleaseObservation, type ShutdownObservation } from "../src/agent/release-plan.ts";
+import { instanceFate, planRelease, type HeldVolume, type ReleaseObservation, type ShutdownObservation } from "../src/agent/release/plan.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { heldVolume, identity, ME, ON_CACHE, releaseSettings } from "./fixtures/release-plan.ts";
 

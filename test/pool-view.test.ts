@@ -1,6 +1,6 @@
 /** The pool view: pure rows and table. */
 import t from "tap";
-import { poolRows, renderPoolTable } from "../src/agent/pool-view.ts";
+import { poolRows, renderPoolTable } from "../src/agent/pool/view.ts";
 import type { VolumeInfo } from "../src/agent/ports.ts";
 import { VolumeTag } from "../src/tags.ts";
 

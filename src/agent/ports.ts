@@ -4,6 +4,7 @@
  * src/agent/wiring.ts (for the CLI's commands and the lab); the planner never sees them (it
  * takes observed state), and apply() calls them.
  */
+import type { Logger } from "../log.ts";
 
 /** Who this instance is (IMDS), with its tags (IMDS, or DescribeInstances when IMDS tags are off). */
 export interface Identity {
@@ -202,6 +203,48 @@ export interface DockerService {
   /** SIGHUP: daemon.json labels apply without a restart. */
   reload(): Promise<void>;
   isActive(): Promise<boolean>;
+}
+
+/** The mount table and syncfs of this host (src/host/mount.ts). */
+export interface MountTable {
+  /** Every mount of the device's filesystem, plus `mountPoint` when mounted. */
+  list(device: string | undefined, mountPoint: string): Promise<string[]>;
+  sync(mountPoint: string): Promise<void>;
+}
+
+/** daemon.json as a release reads and resets it: its data-root and its `labels` entries (`key=value`, all of them). */
+export type ReleaseDaemonConfig = Pick<DaemonConfig, "dataRoot" | "setDataRoot"> & { engineLabels(): Promise<string[]> };
+
+/** What a release asks the docker API: only on which root docker runs (DockerEngine's info answers it). */
+export interface DockerRootQuery {
+  info(): Promise<{ dockerRootDir: string }>;
+}
+
+/** The spot interruption notice's action (src/aws/spot-notice.ts): stop, hibernate, terminate; undefined when there is none. */
+export type SpotInstanceAction = () => Promise<string | undefined>;
+
+/** Removes the agent's readiness labels (src/agent/report.ts createLabelWithdrawer); node labels only with `node`. */
+export type LabelWithdrawer = (options: { node: boolean }) => Promise<void>;
+
+/** The adapters a release uses (built in src/agent/wiring.ts), and its few knobs. */
+export interface ReleaseDeps {
+  cloud: CloudVolumes;
+  storage: Pick<HostStorage, "findDevice" | "mountPointOf" | "unmount">;
+  mounts: MountTable;
+  daemonConfig: ReleaseDaemonConfig;
+  /** undefined with `docker.control: none`. */
+  docker: DockerService | undefined;
+  /** Asked only while docker runs (or, without docker control, to learn whether it does). */
+  engine: DockerRootQuery;
+  withdrawLabels: LabelWithdrawer;
+  log: Logger;
+  now?: () => Date;
+  /** Interval between DescribeVolumes while waiting for `available` (default 1000 ms). */
+  pollMs?: number;
+  /** Absent: the notice is not read. */
+  spotInstanceAction?: SpotInstanceAction;
+  /** How long the release may wait for the instance's state and the spot notice (default 10 s). */
+  shutdownQuestionMs?: number;
 }
 
 /** What the agent asks of the docker API. */

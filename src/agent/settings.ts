@@ -13,7 +13,7 @@ import { applyInstanceTags, applyLabelSwitches, InstanceTag, readLabelSwitches, 
 import { validatePoolName } from "./inputs.ts";
 import { readLabelsTag } from "./labels-tag.ts";
 import type { BootSettings } from "./plan.ts";
-import type { ReleaseSettings } from "./release-plan.ts";
+import type { ReleaseSettings } from "./release/plan.ts";
 import type { Identity } from "./ports.ts";
 import { describeWorkspace, workspaceIdsFromLabels, type WorkspaceIds } from "./workspace-ids.ts";
 import type { WorkspaceRecord } from "./workspace-record.ts";

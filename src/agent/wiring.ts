@@ -6,15 +6,16 @@
  */
 import { readFileSync } from "node:fs";
 import type { EC2Client } from "@aws-sdk/client-ec2";
-import { createCloudVolumes } from "../aws/ec2.ts";
-import { createMetadataService, identifyInstance, type MetadataSource } from "../aws/imds.ts";
+import { useImdsEndpoint } from "../aws/credentials.ts";
+import { createCloudVolumes, createEc2Client } from "../aws/ec2.ts";
+import { DEFAULT_IMDS_ENDPOINT, createMetadataService, identifyInstance, type MetadataSource } from "../aws/imds.ts";
 import { readSpotInstanceAction } from "../aws/spot-notice.ts";
 import type { AgentConfig } from "../config/index.ts";
 import type { EffectiveSettings } from "../config/overrides.ts";
 import { createDaemonConfig } from "../docker/daemon-json.ts";
 import { prepareDataRoot } from "../docker/data-root.ts";
 import { createDockerEngine } from "../docker/engine.ts";
-import { installedDockerdVersion } from "../docker/service.ts";
+import { createSystemdDockerService, installedDockerdVersion } from "../docker/service.ts";
 import { createSystemdDockerdCommand } from "../docker/dockerd-command.ts";
 import type { DockerdCommand } from "../docker/dockerd-flags.ts";
 import { mountPointsOf, syncFilesystem } from "../host/mount.ts";
@@ -27,7 +28,7 @@ import { prewarmAtBoot } from "./prewarm/apply.ts";
 import { prewarmSettingsFrom } from "./prewarm/plan.ts";
 import type { PrewarmCommandDeps } from "./prewarm/run.ts";
 import { createFioReader } from "../host/volume-reads.ts";
-import type { ReleaseCommandDeps } from "./release-command.ts";
+import type { ReleaseCommandDeps } from "./release/run.ts";
 import { createLabelWithdrawer, createReporter } from "./report.ts";
 import { engineLabelsProblem, preflightHost } from "./preflight.ts";
 
@@ -251,5 +252,28 @@ export function wireRelease(options: WiringOptions): ReleaseCommandDeps {
         shutdownQuestionMs: config.timeouts.imdsRequestSeconds * 2000,
       };
     },
+  };
+}
+
+/**
+ * The wiring of a host's commands: EC2 of the instance's region, with instance-profile
+ * credentials from the same IMDS the identity comes from (the config's endpoint wins over the
+ * environment, as for the identity), and systemd's docker.service unless `docker.control` is
+ * none. The lab passes its own options instead.
+ */
+export function hostWiringOptions(config: AgentConfig, log: Logger, startPrewarm: () => Promise<void>): WiringOptions {
+  useImdsEndpoint(config.imdsEndpoint);
+  const instanceProfile = {
+    endpoint: config.imdsEndpoint ?? process.env.AWS_EC2_METADATA_SERVICE_ENDPOINT ?? DEFAULT_IMDS_ENDPOINT,
+    requestTimeoutMs: config.timeouts.imdsRequestSeconds * 1000,
+    budgetMs: config.timeouts.imdsSeconds * 1000,
+    log,
+  };
+  return {
+    config,
+    ec2Client: (region) => createEc2Client({ region, instanceProfile, ...(config.ec2Endpoint ? { endpoint: config.ec2Endpoint } : {}) }),
+    docker: config.docker.control === "systemd" ? createSystemdDockerService({ unit: config.docker.unit, log }) : undefined,
+    log,
+    startPrewarm,
   };
 }

@@ -6,7 +6,7 @@ import { mkdir, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { runBoot, type BootOutcome } from "../agent/boot-command.ts";
 import { runPrewarmCommand, type PrewarmCommandOptions, type PrewarmCommandOutcome } from "../agent/prewarm/run.ts";
-import { runRelease, type ReleaseOutcome } from "../agent/release-command.ts";
+import { runRelease, type ReleaseOutcome } from "../agent/release/run.ts";
 import { wireBoot, wirePrewarm, wireRelease, type WiringOptions } from "../agent/wiring.ts";
 import { createMetadataService } from "../aws/imds.ts";
 import { validateConfig, type AgentConfig } from "../config/index.ts";

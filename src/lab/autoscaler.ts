@@ -17,7 +17,7 @@
 import { CreateTagsCommand, DeleteTagsCommand, DescribeInstancesCommand, StartInstancesCommand, StopInstancesCommand, TerminateInstancesCommand, type EC2Client } from "@aws-sdk/client-ec2";
 import type { BootOutcome } from "../agent/boot-command.ts";
 import { labelsTagAsOsparcWrites, readLabelsTag } from "../agent/labels-tag.ts";
-import type { ReleaseOutcome } from "../agent/release-command.ts";
+import type { ReleaseOutcome } from "../agent/release/run.ts";
 import { AgentError } from "../errors.ts";
 import { createMemoryLogger, type Logger } from "../log.ts";
 import { bootLabHost, deepMerge, releaseLabHost, type ConfigOverrides } from "./agent.ts";

@@ -1,7 +1,7 @@
 /**
  * The release planner: pure. From what was observed at shutdown (the volumes this instance
  * holds, what is mounted, daemon.json, docker) it decides what `release` does; apply
- * (src/agent/release.ts) carries the steps out, each re-checking the world, and
+ * (./apply.ts) carries the steps out, each re-checking the world, and
  * `release --dry-run` prints them. Every branch is unit-tested with plain objects.
  *
  * The order of the steps:
@@ -13,9 +13,9 @@
  * daemon.json is reset before docker stops, so that a docker started again meanwhile (a socket
  * activation, a person) comes up on its default root and never on the volume being released.
  */
-import { VolumeKind, VolumeTag } from "../tags.ts";
-import type { LabelModeSetting } from "../docker/labels.ts";
-import type { Identity, VolumeInfo } from "./ports.ts";
+import { VolumeKind, VolumeTag } from "../../tags.ts";
+import type { LabelModeSetting } from "../../docker/labels.ts";
+import type { Identity, VolumeInfo } from "../ports.ts";
 
 /** What the planner needs of the settings (config, environment and instance tags merged). */
 export interface ReleaseSettings {

@@ -1,8 +1,8 @@
-/** The pool and workspace volumes as rows, for `ebs-cache-agent pool`. Pure. */
-import { VolumeTag } from "../tags.ts";
-import { isQuarantined } from "./plan.ts";
-import { workspaceIdsOfVolume, type WorkspaceIds } from "./workspace-ids.ts";
-import type { VolumeInfo } from "./ports.ts";
+/** The pool and workspace volumes as rows and a table, for `ebs-cache-agent pool` (src/cli/pool.ts). Pure. */
+import { VolumeTag } from "../../tags.ts";
+import { isQuarantined } from "../plan.ts";
+import { workspaceIdsOfVolume, type WorkspaceIds } from "../workspace-ids.ts";
+import type { VolumeInfo } from "../ports.ts";
 
 export interface PoolRow {
   volumeId: string;

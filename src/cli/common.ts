@@ -1,18 +1,15 @@
 /**
- * What every host command does first: load the config (file < env), make the logger, and wire
- * the real adapters (EC2 of the instance's region, IMDS, systemd's docker.service).
+ * What every host command does first: load the config (file < env), make the logger, and have
+ * src/agent/wiring.ts build the real adapters (EC2 of the instance's region, IMDS, systemd's
+ * docker.service).
  */
 import { spawn } from "node:child_process";
 import type { BootCommandDeps } from "../agent/boot-command.ts";
 import type { PrewarmCommandDeps } from "../agent/prewarm/run.ts";
-import type { ReleaseCommandDeps } from "../agent/release-command.ts";
-import { wireBoot, wirePrewarm, wireRelease, type WiringOptions } from "../agent/wiring.ts";
+import type { ReleaseCommandDeps } from "../agent/release/run.ts";
+import { hostWiringOptions, wireBoot, wirePrewarm, wireRelease } from "../agent/wiring.ts";
 import type { CloudVolumes } from "../agent/ports.ts";
-import { useImdsEndpoint } from "../aws/credentials.ts";
-import { createEc2Client } from "../aws/ec2.ts";
-import { DEFAULT_IMDS_ENDPOINT } from "../aws/imds.ts";
 import { loadConfig, type AgentConfig } from "../config/index.ts";
-import { createSystemdDockerService } from "../docker/service.ts";
 import { createLogger, type Level, type Logger } from "../log.ts";
 
 export interface HostContext {
@@ -27,26 +24,11 @@ export interface HostContext {
   cloud(): Promise<CloudVolumes>;
 }
 
-/** Loads the config and wires the real adapters. */
+/** Loads the config and wires the real adapters (src/agent/wiring.ts). */
 export async function hostContext(configPath: string | undefined): Promise<HostContext> {
   const { config } = await loadConfig(configPath ? { path: configPath } : {});
   const log = createLogger(undefined, config.logLevel as Level);
-  // Instance-profile credentials come from the IMDS the identity comes from (the config's
-  // endpoint wins over the environment, as for the identity).
-  useImdsEndpoint(config.imdsEndpoint);
-  const instanceProfile = {
-    endpoint: config.imdsEndpoint ?? process.env.AWS_EC2_METADATA_SERVICE_ENDPOINT ?? DEFAULT_IMDS_ENDPOINT,
-    requestTimeoutMs: config.timeouts.imdsRequestSeconds * 1000,
-    budgetMs: config.timeouts.imdsSeconds * 1000,
-    log,
-  };
-  const wiring: WiringOptions = {
-    config,
-    ec2Client: (region) => createEc2Client({ region, instanceProfile, ...(config.ec2Endpoint ? { endpoint: config.ec2Endpoint } : {}) }),
-    docker: config.docker.control === "systemd" ? createSystemdDockerService({ unit: config.docker.unit, log }) : undefined,
-    log,
-    startPrewarm: () => startBackgroundPrewarm(configPath),
-  };
+  const wiring = hostWiringOptions(config, log, () => startBackgroundPrewarm(configPath));
   const deps = wireBoot(wiring);
   return {
     config,

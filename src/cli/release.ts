@@ -1,10 +1,11 @@
 /**
- * `ebs-cache-agent release`: the CLI face of src/agent/release-command.ts with the real adapters
- * (EC2 and IMDS of this instance, systemd's docker.service). systemd runs it as the ExecStop
- * of ebs-cache-agent-release.service, after docker.service has stopped; see docs/release.md.
+ * `ebs-cache-agent release`: the CLI face of src/agent/release/run.ts with the real adapters
+ * (EC2 and IMDS of this instance, systemd's docker.service) wired in src/agent/wiring.ts.
+ * systemd runs it as the ExecStop of ebs-cache-agent-release.service, after docker.service has
+ * stopped; see docs/release.md.
  */
 import { Command } from "commander";
-import { runRelease, type ReleaseOutcome } from "../agent/release-command.ts";
+import { runRelease, type ReleaseOutcome } from "../agent/release/run.ts";
 import { hostContext, sigtermSignal } from "./common.ts";
 
 export interface ReleaseCliOptions {

@@ -1,9 +1,9 @@
 /** `ebs-cache-agent pool`: the managed volumes, as a table or JSON. */
 import { Command } from "commander";
 import { validatePoolName } from "../agent/inputs.ts";
-import { poolRows, renderPoolTable } from "../agent/pool-view.ts";
+import { observePool } from "../agent/pool/observe.ts";
+import { poolRows, renderPoolTable } from "../agent/pool/view.ts";
 import { ConfigError } from "../errors.ts";
-import { VolumeTag } from "../tags.ts";
 import { hostContext } from "./common.ts";
 
 export function poolCommand(): Command {
@@ -18,10 +18,7 @@ export function poolCommand(): Command {
         if (!check.ok) throw new ConfigError([`--pool: ${check.problem}`]);
       }
       const context = await hostContext(opts.config);
-      const cloud = await context.cloud();
-      const volumes = await cloud.findVolumes({
-        tags: { [VolumeTag.managed]: "true", ...(opts.pool ? { [VolumeTag.pool]: opts.pool } : {}) },
-      });
+      const volumes = await observePool(await context.cloud(), opts.pool !== undefined ? { pool: opts.pool } : {});
       const rows = poolRows(volumes, new Date(), context.config.claim.quarantineHours);
       process.stdout.write((opts.json ? JSON.stringify(rows, null, 2) : renderPoolTable(rows)) + "\n");
     });

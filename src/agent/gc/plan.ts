@@ -3,8 +3,8 @@
  * every other one is left alone. Pure: the volumes and the time come in, a verdict per volume
  * goes out (`gc --dry-run` prints it).
  */
-import { VolumeTag } from "../tags.ts";
-import type { VolumeInfo } from "./ports.ts";
+import { VolumeTag } from "../../tags.ts";
+import type { VolumeInfo } from "../ports.ts";
 
 export type GcVerdict =
   /** Managed, available, past expires-at, not kept: deleted (within the cap). */

@@ -1,17 +1,18 @@
 /**
- * `ebs-cache-agent release`: identify → resolve settings → observe → plan → (dry run: print) →
- * apply. The adapters come from the caller (src/agent/wiring.ts: the CLI's real ones, or a lab
- * host's), so the same code runs on EC2 (systemd's ExecStop, after docker.service stopped) and
- * in the lab.
+ * The release's entry (`ebs-cache-agent release`, src/cli/release.ts): identify → resolve
+ * settings → observe → plan → (dry run: print) → apply. The adapters come from the caller
+ * (src/agent/wiring.ts: the CLI's real ones, or a lab host's), so the same code runs on EC2
+ * (systemd's ExecStop, after docker.service stopped) and in the lab.
  */
-import type { AgentConfig } from "../config/index.ts";
-import { ExitCode } from "../errors.ts";
-import type { Logger } from "../log.ts";
-import type { CloudVolumes, Identity } from "./ports.ts";
-import { applyReleasePlan, observeRelease, type ReleaseDeps, type ReleaseResult } from "./release.ts";
-import { planRelease, type ReleasePlan } from "./release-plan.ts";
-import { resolveReleaseSettings, type ResolvedReleaseSettings } from "./settings.ts";
-import { readWorkspaceRecord } from "./workspace-record.ts";
+import type { AgentConfig } from "../../config/index.ts";
+import { ExitCode } from "../../errors.ts";
+import type { Logger } from "../../log.ts";
+import type { CloudVolumes, Identity, ReleaseDeps } from "../ports.ts";
+import { resolveReleaseSettings, type ResolvedReleaseSettings } from "../settings.ts";
+import { readWorkspaceRecord } from "../workspace-record.ts";
+import { applyReleasePlan, type ReleaseResult } from "./apply.ts";
+import { observeRelease } from "./observe.ts";
+import { planRelease, type ReleasePlan } from "./plan.ts";
 
 export interface ReleaseCommandDeps {
   config: AgentConfig;

@@ -1,7 +1,6 @@
-/** `ebs-cache-agent gc`: deletes expired managed volumes (see src/agent/gc-plan.ts). */
+/** `ebs-cache-agent gc`: deletes expired managed volumes (src/agent/gc/: the verdicts are planned in plan.ts). */
 import { Command } from "commander";
-import { runGc } from "../agent/gc.ts";
-import { ExitCode } from "../errors.ts";
+import { gcExitCode, runGc } from "../agent/gc/run.ts";
 import { hostContext, wholeNumber } from "./common.ts";
 
 export function gcCommand(): Command {
@@ -26,6 +25,6 @@ export function gcCommand(): Command {
         for (const d of outcome.decisions) out(`${d.volumeId}  ${d.verdict.padEnd(13)} ${d.reason}${d.done ? `  -> ${d.done}` : ""}`);
         out(`${opts.dryRun ? "dry run: " : ""}${outcome.deleted} deleted, ${outcome.failed} failed, ${outcome.decisions.length} managed volumes seen`);
       }
-      process.exitCode = outcome.failed > 0 ? ExitCode.failure : ExitCode.ok;
+      process.exitCode = gcExitCode(outcome);
     });
 }

@@ -1,0 +1,25 @@
+/**
+ * gc's entry (`ebs-cache-agent gc`, src/cli/gc.ts): observe the managed volumes, plan (pure,
+ * ./plan.ts), apply.
+ */
+import { ExitCode } from "../../errors.ts";
+import type { Logger } from "../../log.ts";
+import type { CloudVolumes } from "../ports.ts";
+import { applyGc, type GcOutcome } from "./apply.ts";
+import { observeGc } from "./observe.ts";
+import { planGc } from "./plan.ts";
+
+/** Runs gc over the managed volumes EC2 shows in this region. */
+export async function runGc(
+  cloud: CloudVolumes,
+  options: { dryRun: boolean; maxDeletes: number; ttlHours: number; now?: Date; log: Logger },
+): Promise<GcOutcome> {
+  const volumes = await observeGc(cloud);
+  const decisions = planGc(volumes, { now: options.now ?? new Date(), ttlHours: options.ttlHours, maxDeletes: options.maxDeletes });
+  return applyGc(decisions, cloud, { dryRun: options.dryRun, log: options.log });
+}
+
+/** 0: done (or nothing to do); 1: some action failed (the log says which). */
+export function gcExitCode(outcome: GcOutcome): number {
+  return outcome.failed > 0 ? ExitCode.failure : ExitCode.ok;
+}
