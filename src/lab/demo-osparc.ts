@@ -56,6 +56,13 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
       say("agent", `phase 1 (boot --no-docker): ${outcomeOf(boot.phase1)} in ${sec(boot.phase1.ms)}`);
       say("agent", `docker.service started; phase 2 (boot --no-claim): ${outcomeOf(boot)}, ${sec(boot.ms)} from boot start`);
     };
+    const terminateInBackground = (node: OsparcNode): Promise<void> => {
+      say("osparc", `TerminateInstances ${node.instanceId}`);
+      const done = osparc.terminate(node).then(() => say("osparc", `${node.instanceId} terminated: release ${outcomeOf(node.lastRelease)}`));
+      // Awaited at the end; a failure meanwhile must not crash the demo before the lab is torn down.
+      done.catch(() => undefined);
+      return done;
+    };
     /** RunInstances with the task's labels, boot, join, attach (tag deleted), activate. */
     const machineFor = async (labels: Record<string, string>, who: string) => {
       const node = await osparc.launch(labels);
@@ -95,15 +102,14 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     const file = await again.node.host.dockerd!.docker(["run", "--rm", "--network", "none", "-v", "work:/data", IMAGE, "cat", "/data/file"]);
     say("agent", `${again.boot.result?.volumeId === workspace ? "the same" : "ANOTHER"} workspace volume ${again.boot.result?.volumeId} (${again.boot.phase1.plan.selection.source})`);
     say("docker", `cat /data/file in docker volume "work": ${file.stdout.trim()}`);
-    await osparc.terminate(again.node);
-    say("osparc", `TerminateInstances ${again.node.instanceId}`);
+    // Nothing below needs these two volumes back: their terminations run while the next boots do.
+    const terminations = [terminateInBackground(again.node)];
 
     // 4. Other ids.
     const other = await machineFor(OTHER, "user_77 (other ids)");
     const volumes = (await other.node.host.dockerd!.docker(["volume", "ls", "-q"])).stdout.split("\n").filter(Boolean);
     say("agent", `other ids: volume ${other.boot.result?.volumeId} (${other.boot.phase1.plan.selection.source}), ${other.boot.result?.volumeId === workspace ? "THE FIRST IDS' WORKSPACE" : "not the workspace of user_42"}; docker volumes: ${volumes.length === 0 ? "none" : volumes.join(" ")}`);
-    await osparc.terminate(other.node);
-    say("osparc", `TerminateInstances ${other.node.instanceId}`);
+    terminations.push(terminateInBackground(other.node));
 
     // 5. A warm buffer: stopped with its pool volume attached, activated with the tag after the start.
     const buffer = await osparc.launch({}, { warmBuffer: true });
@@ -128,6 +134,7 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     say("osparc", "joined; labels tag deleted");
     await osparc.terminate(buffer);
     say("osparc", `TerminateInstances ${buffer.instanceId}: ${kept} ${(await describe(lab, kept)).state}`);
+    await Promise.all(terminations);
   } finally {
     await lab.close();
     say("lab", "down");
