@@ -239,7 +239,7 @@ async function bundleAgent(dir: string): Promise<string> {
     sourcemap: false,
     legalComments: "none",
     logLevel: "silent",
-    banner: { js: "#!/usr/bin/env node\nimport { createRequire as __createRequire } from 'node:module';\nconst require = __createRequire(import.meta.url);" },
+    banner: { js: "import { createRequire as __createRequire } from 'node:module';\nconst require = __createRequire(import.meta.url);" },
   });
   return outfile;
 }

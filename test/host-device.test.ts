@@ -4,7 +4,9 @@ import t from "tap";
 import { randomBytes } from "node:crypto";
 import { lstat, mkdir, rm, stat, symlink, unlink, writeFile } from "node:fs/promises";
 import { basename, join } from "node:path";
+import { watch } from "chokidar";
 import { run } from "../src/exec.ts";
+import { closeWatcher } from "../src/host/device.ts";
 import { DeviceIdentityError, DevicePathError, DeviceTimeoutError, InvalidVolumeIdError, createHostStorage } from "../src/host/storage.ts";
 import { createHostRoot } from "../src/lab/labdir.ts";
 import { openLabRoot } from "../src/lab/labroot.ts";
@@ -215,4 +217,24 @@ t.test("a link that comes before its device node: the wait ends when the node ap
   const { rdev } = await stat(loop);
   await run("mknod", [node, "b", String(Math.floor(rdev / 256) & 0xfff), String(rdev & 0xff)]);
   t.equal(await waiting, node);
+});
+
+t.test("closing the device watch clears chokidar's pending re-read throttle (it kept a finished boot's process alive)", async (t) => {
+  const dir = join(lab.root, `watch-${randomBytes(4).toString("hex")}`);
+  await mkdir(dir);
+  const opened = async () => {
+    const watcher = watch(dir, { persistent: false, ignoreInitial: true });
+    await new Promise<void>((ready) => watcher.once("ready", ready));
+    // A re-read in flight at close: its throttle is set and only the read's end would clear it.
+    const throttle = watcher._throttle("readdir", dir, 1000);
+    if (!throttle) throw new Error("chokidar did not throttle");
+    return { watcher, timer: (throttle as unknown as { timeoutObject: NodeJS.Timeout }).timeoutObject };
+  };
+  const plain = await opened();
+  await plain.watcher.close();
+  t.ok(plain.timer.hasRef() && !(plain.timer as unknown as { _destroyed: boolean })._destroyed, "chokidar's own close() leaves the 1 s timer running (why closeWatcher exists)");
+  clearTimeout(plain.timer);
+  const ours = await opened();
+  await closeWatcher(ours.watcher);
+  t.ok((ours.timer as unknown as { _destroyed: boolean })._destroyed, "closeWatcher clears it");
 });

@@ -5,6 +5,7 @@
 import { Command, InvalidArgumentError } from "commander";
 import { createLogger, type Level } from "../log.ts";
 import { runLabDemo } from "./demo.ts";
+import { runOsparcDemo } from "./demo-osparc.ts";
 import { runJanitor } from "./janitor.ts";
 
 function positiveInt(value: string): number {
@@ -20,15 +21,21 @@ export function labCommand(): Command {
     .option("--pool <name>", "pool name", "lab")
     .option("--pool-size <n>", "pool volumes to create", positiveInt, 3)
     .option("--image-mib <n>", "payload of the demo image, MiB", positiveInt, 64)
+    .option("--osparc", "the second demo: osparc's autoscaler (src/lab/autoscaler.ts) launching, terminating, stopping and starting agents (--image-mib ignored)")
     .option("--verbose", "log every event (debug)")
-    .action(async (opts: { pool: string; poolSize: number; imageMib: number; verbose?: boolean }) => {
+    .action(async (opts: { pool: string; poolSize: number; imageMib: number; osparc?: boolean; verbose?: boolean }) => {
       const level: Level = opts.verbose ? "debug" : "info";
+      const out = (line: string) => process.stdout.write(line + "\n");
+      if (opts.osparc) {
+        await runOsparcDemo({ pool: opts.pool, poolSize: opts.poolSize, log: createLogger(undefined, level), out });
+        return;
+      }
       await runLabDemo({
         pool: opts.pool,
         poolSize: opts.poolSize,
         imageMiB: opts.imageMib,
         log: createLogger(undefined, level),
-        out: (line) => process.stdout.write(line + "\n"),
+        out,
       });
     });
   lab
