@@ -17,15 +17,25 @@
  * Every engine runs that scenario; docker 28 also hands its released volume to a second
  * instance, which runs the images from it without a pull. The unit-ordering scenario (phase 1
  * fails after attaching) is about systemd, not docker: it runs on 20.10 only.
+ * The containerd image store (docker 28, `features.containerd-snapshotter`) is shown without
+ * the agent, which does not handle it yet: a builder machine puts containerd's root on a volume
+ * (src/docker/containerd-store.ts) and imports an image; on another machine docker sees the
+ * image only once containerd's root is on the volume too, and runs it without a pull.
+ *
  * Needs root, debootstrap, systemd-nspawn (scripts/setup.sh installs them) and the network to
  * the Debian mirror the first time (the root file system is then cached under
  * /var/cache/ebs-cache-agent-test). It never skips: a machine that cannot run it fails it.
  */
 import t, { type Test } from "tap";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { DescribeVolumesCommand, type Volume } from "@aws-sdk/client-ec2";
+import { CONTAINERD_MACHINE_LOCAL_STATE, CONTAINERD_ROOT_SUBDIR, containerdRootOnVolume, createContainerdConfig } from "../src/docker/containerd-store.ts";
 import { createDockerEngine } from "../src/docker/engine.ts";
+import { run, type RunOptions } from "../src/exec.ts";
+import { DOCKER_CLI } from "../src/lab/dockerd.ts";
+import { buildImage } from "../src/lab/images.ts";
+import { DATA_ROOT_SUBDIR, FS_LABEL } from "../src/layout.ts";
 import { labConfigJson } from "../src/lab/agent.ts";
 import { buildGoldenSnapshot, createPoolVolumes, type GoldenSnapshot } from "../src/lab/golden.ts";
 import { startLab, type Lab } from "../src/lab/lab.ts";
@@ -451,3 +461,102 @@ t.test(`${ENGINES["20.10"].name}: phase 1 fails after attaching the volume: phas
   }
 });
 
+/** Disables a product unit in a machine that exercises docker alone. */
+const DISABLED = "# Test: this machine exercises docker alone.\n[Unit]\nConditionPathExists=/run/ebs-cache-test-never\n";
+const VOLUME_IN_MACHINE = "/mnt/cache-volume";
+
+/**
+ * A docker 28 machine without the agent (its units skipped) whose docker uses the containerd
+ * image store; docker.service has started.
+ */
+async function containerdStoreMachine(t: Test, bundle: string): Promise<Machine> {
+  const rootfs = await cachedRootfs(ENGINES["28"], (line) => t.comment(line));
+  const prepared = await prepareMachine({
+    rootfs: rootfs.dir,
+    bundle,
+    config: {},
+    daemonJson: { bridge: "none", iptables: false, "ip-forward": false, "ip-masq": false, features: { "containerd-snapshotter": true } },
+    blockDevices: await loopDeviceNumbers(),
+    dropIns: { [AGENT]: DISABLED, [READY]: DISABLED, [RELEASE]: DISABLED },
+  });
+  const booted: { machine?: Machine } = {};
+  t.teardown(async () => {
+    if (booted.machine) await booted.machine.destroy();
+    else await rm(prepared.dir, { recursive: true, force: true });
+  });
+  booted.machine = await bootMachine(prepared, []);
+  await booted.machine.waitForJournal((entries) => (first(entries, jobDone(DOCKER, "start")) ? true : undefined), 180_000, `the start of ${DOCKER}`);
+  return booted.machine;
+}
+
+/** Runs a command in the machine; fails the test with its output when it does not exit 0. */
+async function inMachine(t: Test, m: Machine, args: string[]): Promise<string> {
+  const out = await m.exec(args);
+  if (out.exitCode !== 0) t.fail(`${args.join(" ")} exited ${out.exitCode}: ${out.stderr}${out.stdout}`);
+  return out.stdout;
+}
+
+/** Points the machine's docker at the volume: data-root and (when asked) containerd's root, both restarted. */
+async function dockerOnVolume(t: Test, m: Machine, options: { containerdRoot: boolean }): Promise<ReturnType<typeof createDockerEngine>> {
+  const containerd = createContainerdConfig({ path: join(m.dir, "etc/containerd/config.toml") });
+  if (options.containerdRoot) t.equal(await containerd.setRoot(containerdRootOnVolume(VOLUME_IN_MACHINE)), true, "containerd's root set to the volume's containerd/");
+  const daemonJson = join(m.dir, "etc/docker/daemon.json");
+  const config = JSON.parse(await readFile(daemonJson, "utf8")) as Record<string, unknown>;
+  await writeFile(daemonJson, JSON.stringify({ ...config, "data-root": join(VOLUME_IN_MACHINE, DATA_ROOT_SUBDIR) }, null, 2) + "\n");
+  await inMachine(t, m, ["systemctl", "stop", "docker.service", "docker.socket"]);
+  await inMachine(t, m, ["systemctl", "restart", "containerd.service"]);
+  await inMachine(t, m, ["systemctl", "start", "docker.service"]);
+  return createDockerEngine({ host: `unix:///proc/${m.pid1}/root/run/docker.sock` });
+}
+
+t.test(`${ENGINES["28"].name}, containerd image store: the images are in containerd's root, which must be on the volume`, async (t) => {
+  const timings: Record<string, number> = {};
+  const time = timer(timings);
+  const { bundle } = await shared(time);
+  // The volume: a loop device of its own (this is about docker, not the claim).
+  const work = await mkdtemp(join(CACHE_BASE, "containerd-store-"));
+  t.teardown(() => rm(work, { recursive: true, force: true }));
+  const file = join(work, "volume.img");
+  await run("truncate", ["-s", "1G", file]);
+  await run("mkfs.xfs", ["-q", "-L", FS_LABEL, "-m", "crc=1", "-n", "ftype=1", file]);
+  const device = (await run("losetup", ["--find", "--show", file])).stdout.trim();
+  t.teardown(() => run("losetup", ["--detach", device], { check: false }));
+
+  // The builder: containerd's root on the volume, an image imported, machine-local state dropped.
+  const builder = await time("builder", () => containerdStoreMachine(t, bundle));
+  await inMachine(t, builder, ["mkdir", "-p", VOLUME_IN_MACHINE]);
+  await inMachine(t, builder, ["mount", "-o", "noatime", device, VOLUME_IN_MACHINE]);
+  const built = await dockerOnVolume(t, builder, { containerdRoot: true });
+  const builtInfo = await built.info();
+  t.equal(builtInfo.imageStore, "containerd", "the builder's docker uses the containerd store");
+  t.equal(builtInfo.dockerRootDir, join(VOLUME_IN_MACHINE, DATA_ROOT_SUBDIR), "with its data-root on the volume");
+  const host = `unix:///proc/${builder.pid1}/root/run/docker.sock`;
+  const client = {
+    docker: (args: readonly string[], options?: RunOptions) => run(DOCKER_CLI, ["-H", host, ...args], options),
+    info: () => Promise.reject(new Error("not used")),
+  };
+  await buildImage(client, { tag: IMAGES[0]!.tag, workDir: work, payloadBytes: IMAGES[0]!.payloadBytes });
+  const content = await readdir(join(`/proc/${builder.pid1}/root`, VOLUME_IN_MACHINE, CONTAINERD_ROOT_SUBDIR)).catch((): string[] => []);
+  t.ok(content.includes("io.containerd.content.v1.content") && content.includes("io.containerd.metadata.v1.bolt"), "the content store and containerd's metadata are on the volume");
+  const dataRoot = await readdir(join(`/proc/${builder.pid1}/root`, VOLUME_IN_MACHINE, DATA_ROOT_SUBDIR));
+  t.notOk(dataRoot.includes("image"), "and the data-root holds no image store of its own");
+  await inMachine(t, builder, ["systemctl", "stop", "docker.service", "docker.socket", "containerd.service"]);
+  for (const local of CONTAINERD_MACHINE_LOCAL_STATE) await inMachine(t, builder, ["rm", "-rf", join(VOLUME_IN_MACHINE, CONTAINERD_ROOT_SUBDIR, local)]);
+  await inMachine(t, builder, ["umount", VOLUME_IN_MACHINE]);
+  t.equal(await builder.poweroff(120_000), 0, "the builder powered off");
+
+  // Another machine takes the volume.
+  const m = await time("second", () => containerdStoreMachine(t, bundle));
+  await inMachine(t, m, ["mkdir", "-p", VOLUME_IN_MACHINE]);
+  await inMachine(t, m, ["mount", "-o", "noatime", device, VOLUME_IN_MACHINE]);
+  const dataRootOnly = await dockerOnVolume(t, m, { containerdRoot: false });
+  t.notOk((await dataRootOnly.images()).includes(IMAGES[0]!.tag), "with only the data-root on the volume, docker does not see the image (containerd's root is /var/lib/containerd)");
+  const engine = await dockerOnVolume(t, m, { containerdRoot: true });
+  t.ok((await engine.images()).includes(IMAGES[0]!.tag), `with containerd's root on the volume, ${IMAGES[0]!.tag} is there without a pull`);
+  const ran = await m.exec(["docker", "run", "--rm", "--pull=never", "--network=none", IMAGES[0]!.tag, "/bin/sh", "-c", "exit 0"], 120_000);
+  t.equal(ran.exitCode, 0, `and runs${ran.exitCode === 0 ? "" : `: ${ran.stderr}`}`);
+  await inMachine(t, m, ["systemctl", "stop", "docker.service", "docker.socket", "containerd.service"]);
+  await inMachine(t, m, ["umount", VOLUME_IN_MACHINE]);
+  t.equal(await m.poweroff(120_000), 0, "the machine powered off");
+  t.comment(timingsText(timings));
+});
