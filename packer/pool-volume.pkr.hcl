@@ -12,22 +12,28 @@
 # volumes from the pool's newest snapshot in any zone. Tags (src/tags.ts):
 #   ebs-cache:managed=true  ebs-cache:kind=pool  ebs-cache:pool=<pool>
 #   ebs-cache:image-set=<image_set>  ebs-cache:images=<images, comma-separated>
-# Build it with the docker the cluster runs (var.docker_package): the data-root's layout is that
-# docker's. With the amazon plugin (Packer >= 1.7) `snapshot_volume = true` and `snapshot_tags`
+#   ebs-cache:image-store=<image_store>  ebs-cache:engine-version=<the builder's docker version>
+# (the engine version is known on the builder only: it writes it to a file this template
+# downloads, and the snapshot step tags the volume with it before snapshotting).
+# Build it with the docker the cluster runs (var.docker_package) and the store its hosts use
+# (var.image_store): the agent leaves a volume whose store does not match the host's. With the amazon plugin (Packer >= 1.7) `snapshot_volume = true` and `snapshot_tags`
 # could replace the post-processing step; Packer 1.6.6 (the offline validation) knows neither.
 
 locals {
   pool_tags = {
-    "ebs-cache:managed"   = "true"
-    "ebs-cache:kind"      = "pool"
-    "ebs-cache:pool"      = var.pool
-    "ebs-cache:image-set" = var.image_set
-    "ebs-cache:images"    = join(",", var.images)
+    "ebs-cache:managed"     = "true"
+    "ebs-cache:kind"        = "pool"
+    "ebs-cache:pool"        = var.pool
+    "ebs-cache:image-set"   = var.image_set
+    "ebs-cache:images"      = join(",", var.images)
+    "ebs-cache:image-store" = var.image_store
   }
   pool_stamp = formatdate("YYYYMMDD'T'hhmmss", timestamp())
   # The checkout's dist/ (git-ignored) keeps the manifest.
   pool_dist     = "${abspath("${path.root}/..")}/dist"
   pool_manifest = "${local.pool_dist}/pool-volume-manifest-${local.pool_stamp}.json"
+  # What the builder's docker was (ENGINE_VERSION=…), downloaded for the snapshot step.
+  pool_built = "${local.pool_dist}/pool-volume-built-${local.pool_stamp}.env"
 }
 
 source "amazon-ebsvolume" "pool" {
@@ -80,7 +86,14 @@ build {
       "POOL_VOLUME_SIZE_GIB=${var.pool_volume_size_gib}",
       "IMAGES=${join(" ", var.images)}",
       "DOCKER_CONFIG_JSON=${var.docker_config_json}",
+      "IMAGE_STORE=${var.image_store}",
     ]
+  }
+
+  provisioner "file" {
+    direction   = "download"
+    source      = "/var/tmp/ebs-cache-pool-volume.env"
+    destination = local.pool_built
   }
 
   # One chain: the manifest records the volume id, the local step snapshots that volume.
@@ -92,6 +105,7 @@ build {
     post-processor "shell-local" {
       environment_vars = [
         "MANIFEST=${local.pool_manifest}",
+        "BUILT=${local.pool_built}",
       ]
       script = "${path.root}/scripts/snapshot-pool-volume.sh"
     }

@@ -20,8 +20,8 @@ variable "subnet_id" {
 
 variable "source_ami_name" {
   type        = string
-  default     = "debian-12-amd64-*"
-  description = "Name filter of the base AMI (the newest match is used)."
+  default     = "debian-13-amd64-*"
+  description = "Name filter of the base AMI (the newest match is used). Debian 13's docker.io is 26.1 (docs/operations.md, Engines tested); Debian 12's was 20.10, long out of support."
 }
 
 variable "source_ami_owners" {
@@ -104,6 +104,16 @@ variable "images" {
   validation {
     condition     = length(join(",", var.images)) <= 256
     error_message = "The images list is written to the tag ebs-cache:images, whose value is at most 256 characters."
+  }
+}
+
+variable "image_store" {
+  type        = string
+  default     = "graphdriver"
+  description = "Image store the pool volume is built with (tag ebs-cache:image-store): graphdriver (overlay2 in <volume>/docker), or containerd (features.containerd-snapshotter, containerd's root in <volume>/containerd). Use the store the cluster's hosts run."
+  validation {
+    condition     = contains(["graphdriver", "containerd"], var.image_store)
+    error_message = "The image_store is graphdriver or containerd."
   }
 }
 

@@ -37,6 +37,13 @@ export const VolumeTag = {
    * (`user-id,project-id`): a volume matches an instance only for exactly these keys.
    */
   workspaceKeys: `${TAG_PREFIX}workspace-keys`,
+  /**
+   * The image store the volume's data-root was built with: `graphdriver` or `containerd`
+   * (features.containerd-snapshotter). No tag: graphdriver (see src/docker/image-store.ts).
+   */
+  imageStore: `${TAG_PREFIX}image-store`,
+  /** The docker engine version that built the volume's images (`dockerd --version`, e.g. 28.5.2). */
+  engineVersion: `${TAG_PREFIX}engine-version`,
 } as const;
 
 export const VolumeKind = { pool: "pool", workspace: "workspace" } as const;

@@ -34,6 +34,9 @@ t.test("golden snapshot, pool, and an image run from a pool volume", async (t) =
   t.equal(snapshots.Snapshots?.[0]?.State, "completed");
   t.equal(snapTags[VolumeTag.pool], "p1");
   t.equal(snapTags[VolumeTag.images], "lab/app:1,lab/tool:2");
+  t.equal(snapTags[VolumeTag.imageStore], "graphdriver", "the snapshot records the builder's image store");
+  t.match(snapTags[VolumeTag.engineVersion], /^\d+\.\d+\.\d+/, "and its engine version");
+  t.same(golden.built, { store: "graphdriver", engineVersion: snapTags[VolumeTag.engineVersion] });
 
   const ids = await createPoolVolumes(lab, golden, { pool: "p1", imageSet: "set-1", count: 2 });
   const pool = await ec2.send(
@@ -47,6 +50,10 @@ t.test("golden snapshot, pool, and an image run from a pool volume", async (t) =
   );
   t.same(pool.Volumes?.map((v) => v.VolumeId).sort(), [...ids].sort(), "both pool volumes are found by tag, zone and status");
   t.ok(pool.Volumes?.every((v) => v.SnapshotId === golden.snapshotId));
+  t.ok(
+    pool.Volumes?.every((v) => v.Tags?.some((tag) => tag.Key === VolumeTag.imageStore && tag.Value === "graphdriver")),
+    "the pool volumes carry the image store too",
+  );
 
   // Another host attaches a pool volume and runs docker on it.
   const host = await lab.addHost();

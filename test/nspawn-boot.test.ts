@@ -1,5 +1,6 @@
 /**
- * The real-systemd boot: a Debian bookworm machine (debootstrap, cached) with docker.io, the
+ * The real-systemd boot, on three docker engines (test/fixtures/nspawn.ts ENGINES: Debian 12's
+ * 20.10, Debian 13's 26.1, sid's 28.5): a Debian machine (debootstrap, cached) with docker.io, the
  * agent installed by scripts/install.sh and its units enabled, booted with `systemd-nspawn -b`
  * against the lab (EC2 + IMDS emulators on 127.0.0.1, the host's network shared, a pool of
  * loop-device volumes made from a golden snapshot). What is checked:
@@ -13,24 +14,38 @@
  * - at poweroff, docker stopped before ebs-cache-agent-release.service began to stop, its
  *   ExecStop (release) exited 0, and the volume is `available` again in the emulator, tagged
  *   `ebs-cache:released-at`.
+ * Every engine runs that scenario; docker 28 also hands its released volume to a second
+ * instance, which runs the images from it without a pull. The unit-ordering scenario (phase 1
+ * fails after attaching) is about systemd, not docker: it runs on 20.10 only.
+ * The containerd image store (docker 28, `features.containerd-snapshotter`) is shown without
+ * the agent, which does not handle it yet: a builder machine puts containerd's root on a volume
+ * (src/docker/containerd-store.ts) and imports an image; on another machine docker sees the
+ * image only once containerd's root is on the volume too, and runs it without a pull.
  *
  * Needs root, debootstrap, systemd-nspawn (scripts/setup.sh installs them) and the network to
  * the Debian mirror the first time (the root file system is then cached under
  * /var/cache/ebs-cache-agent-test). It never skips: a machine that cannot run it fails it.
  */
 import t, { type Test } from "tap";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { DescribeVolumesCommand, type Volume } from "@aws-sdk/client-ec2";
+import { CONTAINERD_MACHINE_LOCAL_STATE, CONTAINERD_ROOT_SUBDIR, containerdRootOnVolume, createContainerdConfig } from "../src/docker/containerd-store.ts";
 import { createDockerEngine } from "../src/docker/engine.ts";
+import { run, type RunOptions } from "../src/exec.ts";
+import { DOCKER_CLI } from "../src/lab/dockerd.ts";
+import { buildImage } from "../src/lab/images.ts";
+import { DATA_ROOT_SUBDIR, FS_LABEL } from "../src/layout.ts";
 import { labConfigJson } from "../src/lab/agent.ts";
-import { buildGoldenSnapshot, createPoolVolumes } from "../src/lab/golden.ts";
+import { buildGoldenSnapshot, createPoolVolumes, type GoldenSnapshot } from "../src/lab/golden.ts";
 import { startLab, type Lab } from "../src/lab/lab.ts";
 import { createMemoryLogger } from "../src/log.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { pollUntil } from "./fixtures/lab-prereq.ts";
 import {
   CACHE_BASE,
+  ENGINE_NAMES,
+  ENGINES,
   MessageId,
   assertNspawnPrerequisites,
   bootMachine,
@@ -40,11 +55,15 @@ import {
   loopDeviceNumbers,
   machineMounts,
   prepareMachine,
+  type EngineName,
+  type EngineRootfs,
   type JournalEntry,
   type Machine,
 } from "./fixtures/nspawn.ts";
 
 const POOL = "nspawn";
+/** `dockerd --version` of each engine's machine. */
+const ENGINE_VERSION: Record<EngineName, RegExp> = { "20.10": /^Docker version 20\.10\./, "26": /^Docker version 26\./, "28": /^Docker version 28\./ };
 const IMAGE_SET = "nspawn-set-1";
 const MiB = 1024 * 1024;
 const IMAGES = [
@@ -72,13 +91,20 @@ const stopping = (unit: string) => (e: JournalEntry) => e.unit === unit && e.mes
 const processExits = (entries: JournalEntry[], unit: string) =>
   entries.filter((e) => e.identifier === "systemd" && e.unit === unit && /process exited, code=/.test(e.message));
 
-/** What both machines share: the root file system, the bundle and the lab with its pool. */
-interface Setup {
-  rootfs: string;
+/** What every machine shares: the bundle and the lab with its golden snapshot. */
+interface Shared {
   bundle: string;
   lab: Lab;
-  poolVolumes: string[];
+  golden: GoldenSnapshot;
   describe(volumeId: string): Promise<Volume>;
+}
+
+/** One engine's: its root file system and a pool of its own (volumes never go from one engine to another). */
+interface Setup extends Shared {
+  engine: EngineRootfs;
+  rootfs: string;
+  pool: string;
+  poolVolumes: string[];
 }
 
 const tagsOf = (volume: Volume) => Object.fromEntries((volume.Tags ?? []).map((tag) => [tag.Key!, tag.Value ?? ""]));
@@ -86,12 +112,10 @@ const tagsOf = (volume: Volume) => Object.fromEntries((volume.Tags ?? []).map((t
 type Timer = <T>(name: string, work: () => Promise<T>) => Promise<T>;
 
 /** Built once, by the first test that asks (with its timer); torn down when the file ends. */
-let setupPromise: Promise<Setup> | undefined;
-function setup(time: Timer, comment: (line: string) => void): Promise<Setup> {
-  setupPromise ??= (async () => {
+let sharedPromise: Promise<Shared> | undefined;
+function shared(time: Timer): Promise<Shared> {
+  sharedPromise ??= (async () => {
     await assertNspawnPrerequisites();
-    const rootfs = await time("rootfs", () => cachedRootfs(comment));
-    comment(`root file system ${rootfs.dir}: ${rootfs.built ? `built in ${(rootfs.ms / 1000).toFixed(1)} s` : "cached"}`);
     const work = await mkdtemp(join(CACHE_BASE, "bundle-"));
     t.teardown(() => rm(work, { recursive: true, force: true })); // the file's, not a subtest's
     const bundle = await time("bundle", () => buildBundle(work));
@@ -99,16 +123,27 @@ function setup(time: Timer, comment: (line: string) => void): Promise<Setup> {
     const lab: Lab = await time("lab", () => startLab({ name: "nspawn", log: labLog }));
     t.teardown(() => lab.close()); // after every subtest's machine is destroyed
     const golden = await time("golden", () => buildGoldenSnapshot(lab, { pool: POOL, imageSet: IMAGE_SET, images: IMAGES, log: labLog }));
-    const poolVolumes = await createPoolVolumes(lab, golden, { pool: POOL, imageSet: IMAGE_SET, count: 2 });
     const ec2 = lab.ec2Client();
     const describe = async (volumeId: string): Promise<Volume> => {
       const out = await ec2.send(new DescribeVolumesCommand({ VolumeIds: [volumeId] }));
       return out.Volumes![0]!;
     };
-    return { rootfs: rootfs.dir, bundle, lab, poolVolumes, describe };
+    return { bundle, lab, golden, describe };
   })();
-  return setupPromise;
+  return sharedPromise;
 }
+
+/** An engine's root file system (built once, cached) and a fresh pool of `count` volumes of its own. */
+async function setup(name: EngineName, count: number, time: Timer, comment: (line: string) => void): Promise<Setup> {
+  const s = await shared(time);
+  const engine = ENGINES[name];
+  const rootfs = await time("rootfs", () => cachedRootfs(engine, comment));
+  comment(`${engine.name}: root file system ${rootfs.dir}: ${rootfs.built ? `built in ${(rootfs.ms / 1000).toFixed(1)} s` : "cached"}`);
+  const pool = `${POOL}-${name.replace(/\W/g, "")}-${++pools}`;
+  const poolVolumes = await createPoolVolumes(s.lab, s.golden, { pool, imageSet: IMAGE_SET, count });
+  return { ...s, engine, rootfs: rootfs.dir, pool, poolVolumes };
+}
+let pools = 0;
 
 /**
  * A machine for a new lab host: the agent installed by install.sh (plus the given unit
@@ -125,7 +160,7 @@ async function startMachine(
   // The machine's config: the lab's endpoints, the machine's own paths (its /etc/docker,
   // /var/lib/ebs-cache, docker socket), the lab host's by-id and sysfs folders as bound in.
   const config = labConfigJson(s.lab, host, {
-    pool: POOL,
+    pool: s.pool,
     imageSet: IMAGE_SET,
     logLevel: "debug",
     paths: {
@@ -182,13 +217,16 @@ const timingsText = (timings: Record<string, number>) =>
 const agentLines = (entries: JournalEntry[]) =>
   journalText(entries, (e) => e.identifier === "ebs-cache-agent" || e.unit === AGENT || e.unit === READY || e.unit === RELEASE || e.unit === DOCKER);
 
-t.test("systemd boots the agent before docker, docker runs on the volume, poweroff releases it", async (t) => {
-  const timings: Record<string, number> = {};
+/**
+ * The whole boot on one machine of `s`'s engine: phase 1 before docker, docker on the volume,
+ * phase 2 ready, gc, poweroff releases. Returns the volume it used and released.
+ */
+async function bootAndRelease(t: Test, s: Setup, machineName: string, timings: Record<string, number>): Promise<string> {
   const time = timer(timings);
-  const s = await setup(time, (line) => t.comment(line));
   const { poolVolumes, describe } = s;
-  const { m, instanceId, installLog, bootStarted } = await startMachine(t, s, "nspawn-machine", time);
+  const { m, instanceId, installLog, bootStarted } = await startMachine(t, s, machineName, time);
   t.match(installLog, /installed under/, "install.sh installed the agent into the machine");
+  let volumeId = "none";
   let journal: JournalEntry[] = [];
   try {
     journal = await m.waitForJournal(
@@ -251,7 +289,7 @@ t.test("systemd boots the agent before docker, docker runs on the volume, powero
       if (volume.Attachments?.some((a) => a.InstanceId === instanceId && a.State === "attached")) attached.push(volume);
     }
     t.equal(attached.length, 1, "one pool volume is attached to the machine's instance");
-    const volumeId = attached[0]?.VolumeId ?? "none";
+    volumeId = attached[0]?.VolumeId ?? "none";
     t.equal(tagsOf(attached[0] ?? {})[VolumeTag.claimedBy], instanceId, "and tagged claimed-by this instance");
     const mountPoint = `/var/lib/ebs-cache/${volumeId}`;
     const mount = (await machineMounts(m.pid1)).find((entry) => entry.target === mountPoint);
@@ -267,8 +305,13 @@ t.test("systemd boots the agent before docker, docker runs on the volume, powero
     const info = await engine.info();
     t.equal(info.dockerRootDir, `${mountPoint}/docker`, "docker in the machine runs on the volume's data-root");
     t.equal(info.imageStore, "graphdriver");
+    t.match((await m.exec(["dockerd", "--version"])).stdout, ENGINE_VERSION[engineNameOf(s.engine)], `the machine runs ${s.engine.name}`);
     const images = await engine.images();
     for (const image of IMAGES) t.ok(images.includes(image.tag), `${image.tag} is there without a pull`);
+    // The image runs from the volume: no registry is reachable, and --pull=never forbids trying.
+    // (An imported image has no PATH: the shell by its path.)
+    const ran = await m.exec(["docker", "run", "--rm", "--pull=never", "--network=none", IMAGES[0]!.tag, "/bin/sh", "-c", "exit 0"], 120_000);
+    t.equal(ran.exitCode, 0, `${IMAGES[0]!.tag} runs from the volume without a pull${ran.exitCode === 0 ? "" : `: ${ran.stderr}`}`);
     t.ok(info.labels.includes(`${LABEL_PREFIX}.state=ready`), "the engine label state=ready is published");
     t.ok(info.labels.includes(`${LABEL_PREFIX}.volume-id=${volumeId}`), "with the volume id");
 
@@ -331,12 +374,28 @@ t.test("systemd boots the agent before docker, docker runs on the volume, powero
     }
     t.comment(timingsText(timings));
   }
-});
+  return volumeId;
+}
 
-t.test("phase 1 fails after attaching the volume: phase 2 reuses it, the release unit still releases it at poweroff", async (t) => {
+const engineNameOf = (engine: EngineRootfs) => ENGINE_NAMES.find((name) => ENGINES[name] === engine)!;
+
+for (const name of ENGINE_NAMES) {
+  t.test(`${ENGINES[name].name}: systemd boots the agent before docker, docker runs on the volume, poweroff releases it`, async (t) => {
+    const timings: Record<string, number> = {};
+    const s = await setup(name, 1, timer(timings), (line) => t.comment(line));
+    const released = await bootAndRelease(t, s, `nspawn-${name.replace(/\W/g, "")}`, timings);
+    if (name !== "28") return;
+    // A second instance takes the volume the first released (the pool's only one) and runs
+    // the images from it.
+    const second = await bootAndRelease(t, s, "nspawn-28-second", {});
+    t.equal(second, released, `the second instance took ${released}, released by the first`);
+  });
+}
+
+t.test(`${ENGINES["20.10"].name}: phase 1 fails after attaching the volume: phase 2 reuses it, the release unit still releases it at poweroff`, async (t) => {
   const timings: Record<string, number> = {};
   const time = timer(timings);
-  const s = await setup(time, (line) => t.comment(line));
+  const s = await setup("20.10", 2, time, (line) => t.comment(line));
   const { poolVolumes, describe } = s;
   // The agent's own run succeeds (the volume is attached and mounted, daemon.json switched);
   // the unit then fails as after an exit 1: a failed unit gets no ExecStop.
@@ -400,4 +459,104 @@ t.test("phase 1 fails after attaching the volume: phase 2 reuses it, the release
     }
     t.comment(timingsText(timings));
   }
+});
+
+/** Disables a product unit in a machine that exercises docker alone. */
+const DISABLED = "# Test: this machine exercises docker alone.\n[Unit]\nConditionPathExists=/run/ebs-cache-test-never\n";
+const VOLUME_IN_MACHINE = "/mnt/cache-volume";
+
+/**
+ * A docker 28 machine without the agent (its units skipped) whose docker uses the containerd
+ * image store; docker.service has started.
+ */
+async function containerdStoreMachine(t: Test, bundle: string): Promise<Machine> {
+  const rootfs = await cachedRootfs(ENGINES["28"], (line) => t.comment(line));
+  const prepared = await prepareMachine({
+    rootfs: rootfs.dir,
+    bundle,
+    config: {},
+    daemonJson: { bridge: "none", iptables: false, "ip-forward": false, "ip-masq": false, features: { "containerd-snapshotter": true } },
+    blockDevices: await loopDeviceNumbers(),
+    dropIns: { [AGENT]: DISABLED, [READY]: DISABLED, [RELEASE]: DISABLED },
+  });
+  const booted: { machine?: Machine } = {};
+  t.teardown(async () => {
+    if (booted.machine) await booted.machine.destroy();
+    else await rm(prepared.dir, { recursive: true, force: true });
+  });
+  booted.machine = await bootMachine(prepared, []);
+  await booted.machine.waitForJournal((entries) => (first(entries, jobDone(DOCKER, "start")) ? true : undefined), 180_000, `the start of ${DOCKER}`);
+  return booted.machine;
+}
+
+/** Runs a command in the machine; fails the test with its output when it does not exit 0. */
+async function inMachine(t: Test, m: Machine, args: string[]): Promise<string> {
+  const out = await m.exec(args);
+  if (out.exitCode !== 0) t.fail(`${args.join(" ")} exited ${out.exitCode}: ${out.stderr}${out.stdout}`);
+  return out.stdout;
+}
+
+/** Points the machine's docker at the volume: data-root and (when asked) containerd's root, both restarted. */
+async function dockerOnVolume(t: Test, m: Machine, options: { containerdRoot: boolean }): Promise<ReturnType<typeof createDockerEngine>> {
+  const containerd = createContainerdConfig({ path: join(m.dir, "etc/containerd/config.toml") });
+  if (options.containerdRoot) t.equal(await containerd.setRoot(containerdRootOnVolume(VOLUME_IN_MACHINE)), true, "containerd's root set to the volume's containerd/");
+  const daemonJson = join(m.dir, "etc/docker/daemon.json");
+  const config = JSON.parse(await readFile(daemonJson, "utf8")) as Record<string, unknown>;
+  await writeFile(daemonJson, JSON.stringify({ ...config, "data-root": join(VOLUME_IN_MACHINE, DATA_ROOT_SUBDIR) }, null, 2) + "\n");
+  await inMachine(t, m, ["systemctl", "stop", "docker.service", "docker.socket"]);
+  await inMachine(t, m, ["systemctl", "restart", "containerd.service"]);
+  await inMachine(t, m, ["systemctl", "start", "docker.service"]);
+  return createDockerEngine({ host: `unix:///proc/${m.pid1}/root/run/docker.sock` });
+}
+
+t.test(`${ENGINES["28"].name}, containerd image store: the images are in containerd's root, which must be on the volume`, async (t) => {
+  const timings: Record<string, number> = {};
+  const time = timer(timings);
+  const { bundle } = await shared(time);
+  // The volume: a loop device of its own (this is about docker, not the claim).
+  const work = await mkdtemp(join(CACHE_BASE, "containerd-store-"));
+  t.teardown(() => rm(work, { recursive: true, force: true }));
+  const file = join(work, "volume.img");
+  await run("truncate", ["-s", "1G", file]);
+  await run("mkfs.xfs", ["-q", "-L", FS_LABEL, "-m", "crc=1", "-n", "ftype=1", file]);
+  const device = (await run("losetup", ["--find", "--show", file])).stdout.trim();
+  t.teardown(() => run("losetup", ["--detach", device], { check: false }));
+
+  // The builder: containerd's root on the volume, an image imported, machine-local state dropped.
+  const builder = await time("builder", () => containerdStoreMachine(t, bundle));
+  await inMachine(t, builder, ["mkdir", "-p", VOLUME_IN_MACHINE]);
+  await inMachine(t, builder, ["mount", "-o", "noatime", device, VOLUME_IN_MACHINE]);
+  const built = await dockerOnVolume(t, builder, { containerdRoot: true });
+  const builtInfo = await built.info();
+  t.equal(builtInfo.imageStore, "containerd", "the builder's docker uses the containerd store");
+  t.equal(builtInfo.dockerRootDir, join(VOLUME_IN_MACHINE, DATA_ROOT_SUBDIR), "with its data-root on the volume");
+  const host = `unix:///proc/${builder.pid1}/root/run/docker.sock`;
+  const client = {
+    docker: (args: readonly string[], options?: RunOptions) => run(DOCKER_CLI, ["-H", host, ...args], options),
+    info: () => Promise.reject(new Error("not used")),
+  };
+  await buildImage(client, { tag: IMAGES[0]!.tag, workDir: work, payloadBytes: IMAGES[0]!.payloadBytes });
+  const content = await readdir(join(`/proc/${builder.pid1}/root`, VOLUME_IN_MACHINE, CONTAINERD_ROOT_SUBDIR)).catch((): string[] => []);
+  t.ok(content.includes("io.containerd.content.v1.content") && content.includes("io.containerd.metadata.v1.bolt"), "the content store and containerd's metadata are on the volume");
+  const dataRoot = await readdir(join(`/proc/${builder.pid1}/root`, VOLUME_IN_MACHINE, DATA_ROOT_SUBDIR));
+  t.notOk(dataRoot.includes("image"), "and the data-root holds no image store of its own");
+  await inMachine(t, builder, ["systemctl", "stop", "docker.service", "docker.socket", "containerd.service"]);
+  for (const local of CONTAINERD_MACHINE_LOCAL_STATE) await inMachine(t, builder, ["rm", "-rf", join(VOLUME_IN_MACHINE, CONTAINERD_ROOT_SUBDIR, local)]);
+  await inMachine(t, builder, ["umount", VOLUME_IN_MACHINE]);
+  t.equal(await builder.poweroff(120_000), 0, "the builder powered off");
+
+  // Another machine takes the volume.
+  const m = await time("second", () => containerdStoreMachine(t, bundle));
+  await inMachine(t, m, ["mkdir", "-p", VOLUME_IN_MACHINE]);
+  await inMachine(t, m, ["mount", "-o", "noatime", device, VOLUME_IN_MACHINE]);
+  const dataRootOnly = await dockerOnVolume(t, m, { containerdRoot: false });
+  t.notOk((await dataRootOnly.images()).includes(IMAGES[0]!.tag), "with only the data-root on the volume, docker does not see the image (containerd's root is /var/lib/containerd)");
+  const engine = await dockerOnVolume(t, m, { containerdRoot: true });
+  t.ok((await engine.images()).includes(IMAGES[0]!.tag), `with containerd's root on the volume, ${IMAGES[0]!.tag} is there without a pull`);
+  const ran = await m.exec(["docker", "run", "--rm", "--pull=never", "--network=none", IMAGES[0]!.tag, "/bin/sh", "-c", "exit 0"], 120_000);
+  t.equal(ran.exitCode, 0, `and runs${ran.exitCode === 0 ? "" : `: ${ran.stderr}`}`);
+  await inMachine(t, m, ["systemctl", "stop", "docker.service", "docker.socket", "containerd.service"]);
+  await inMachine(t, m, ["umount", VOLUME_IN_MACHINE]);
+  t.equal(await m.poweroff(120_000), 0, "the machine powered off");
+  t.comment(timingsText(timings));
 });

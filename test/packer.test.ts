@@ -106,6 +106,7 @@ t.test("the templates agree with the code on tags and the volume layout", async 
   expectTag(VolumeTag.pool, /var\.pool\b/);
   expectTag(VolumeTag.imageSet, /var\.image_set\b/);
   expectTag(VolumeTag.images, /join\(",", var\.images\)/);
+  expectTag(VolumeTag.imageStore, /var\.image_store\b/);
   t.match(pool, /delete_on_termination\s*=\s*false/, "the pool volume outlives its builder");
 
   const script = await readFile("packer/scripts/pool-volume.sh", "utf8");
@@ -117,6 +118,7 @@ t.test("the templates agree with the code on tags and the volume layout", async 
 
   const snapshot = await readFile("packer/scripts/snapshot-pool-volume.sh", "utf8");
   t.match(snapshot, /ResourceType\\":\\"snapshot\\",\\"Tags\\":\$tags/, "the snapshot gets the volume's tags");
+  t.match(snapshot, new RegExp(`Key=${VolumeTag.engineVersion},Value=\\$engine_version`), "the volume is tagged with the builder's engine version before the snapshot");
 
   const ami = await readFile("packer/scripts/ami-setup.sh", "utf8");
   t.match(ami, /scripts\/install\.sh" --bundle "[^"]+" \//, "the AMI gets the agent through scripts/install.sh");

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Runs (as root) on the builder instance of packer/pool-volume.pkr.hcl: formats the extra EBS
-# volume XFS (label ebs-cache, ftype=1), runs dockerd with its data-root on <volume>/docker,
+# volume XFS (label ebs-cache, ftype=1), runs dockerd with its data-root on <volume>/docker
+# (and, for the containerd image store, containerd with its root on <volume>/containerd),
 # pulls the image set, stops docker, removes the machine-local state and unmounts. The same
-# steps as the lab's golden snapshot (src/lab/golden.ts). Environment (set by the template):
+# steps as the lab's golden snapshot (src/lab/golden.ts). Writes ENGINE_VERSION to $BUILT_FILE
+# for the template to download (the snapshot step tags it). Environment (set by the template):
 #   DOCKER_PACKAGE  POOL_VOLUME_SIZE_GIB  IMAGES (space-separated)  DOCKER_CONFIG_JSON (optional)
+#   IMAGE_STORE (graphdriver | containerd)
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -11,12 +14,20 @@ export DEBIAN_FRONTEND=noninteractive
 IMAGES=${IMAGES:-}
 [ -n "$IMAGES" ] || { echo "pool-volume: no images to pull (set the variable images)" >&2; exit 1; }
 DOCKER_CONFIG_JSON=${DOCKER_CONFIG_JSON:-}
+IMAGE_STORE=${IMAGE_STORE:-graphdriver}
+case "$IMAGE_STORE" in graphdriver | containerd) ;; *) echo "pool-volume: IMAGE_STORE is graphdriver or containerd, not $IMAGE_STORE" >&2; exit 1 ;; esac
+BUILT_FILE=/var/tmp/ebs-cache-pool-volume.env
 MOUNT=/mnt/ebs-cache
 LABEL=ebs-cache            # src/layout.ts FS_LABEL
 DATA_ROOT="$MOUNT/docker"  # src/layout.ts DATA_ROOT_SUBDIR
 # State that must not travel between machines (src/layout.ts MACHINE_LOCAL_STATE, and the
 # engine id docker 23+ keeps in its data-root).
 MACHINE_LOCAL_STATE=(swarm containers network engine-id)
+# The containerd store: containerd's root on the volume (src/docker/containerd-store.ts), minus
+# its machine-local state (CONTAINERD_MACHINE_LOCAL_STATE there).
+CONTAINERD_ROOT="$MOUNT/containerd"
+CONTAINERD_CONFIG=/etc/containerd/config.toml
+CONTAINERD_MACHINE_LOCAL_STATE=(io.containerd.grpc.v1.introspection io.containerd.runtime.v2.task io.containerd.sandbox.controller.v1.shim tmpmounts)
 
 if command -v cloud-init >/dev/null 2>&1; then cloud-init status --wait >/dev/null || true; fi
 apt-get update -qq
@@ -48,22 +59,37 @@ mkdir -p "$MOUNT"
 mount -o noatime "$device" "$MOUNT"
 mkdir -p "$DATA_ROOT"
 
-# dockerd on the volume. docker 29+ defaults to the containerd image store (images outside the
-# data-root): the volume must hold graphdriver layout, as the agent expects.
-major=$(dockerd --version | sed -nE 's/.*version ([0-9]+)\..*/\1/p')
+# dockerd on the volume, with the image store asked for: docker 29+ defaults to the containerd
+# store, older ones to graphdriver, so the feature is always written out.
 mkdir -p /etc/docker
 if [ -f /etc/docker/daemon.json ]; then cp /etc/docker/daemon.json /etc/docker/daemon.json.pool-volume.bak; fi
-if [ "${major:-0}" -ge 29 ]; then
-  printf '{\n  "data-root": "%s",\n  "features": { "containerd-snapshotter": false }\n}\n' "$DATA_ROOT" >/etc/docker/daemon.json
-else
-  printf '{\n  "data-root": "%s"\n}\n' "$DATA_ROOT" >/etc/docker/daemon.json
+snapshotter=false
+[ "$IMAGE_STORE" = containerd ] && snapshotter=true
+printf '{\n  "data-root": "%s",\n  "features": { "containerd-snapshotter": %s }\n}\n' "$DATA_ROOT" "$snapshotter" >/etc/docker/daemon.json
+# With the containerd store, Debian's dockerd keeps images in the system containerd's root
+# (docs/operations.md, Engines tested): that root goes on the volume.
+if [ "$IMAGE_STORE" = containerd ]; then
+  mkdir -p /etc/containerd "$CONTAINERD_ROOT"
+  if [ -f "$CONTAINERD_CONFIG" ]; then cp "$CONTAINERD_CONFIG" "$CONTAINERD_CONFIG.pool-volume.bak"; fi
+  systemctl stop containerd.service || true
+  # The top-level root replaced (TOML keys of a table are unordered; a second root would be refused).
+  { if [ -f "$CONTAINERD_CONFIG.pool-volume.bak" ]; then cat "$CONTAINERD_CONFIG.pool-volume.bak"; fi; } |
+    awk -v root="$CONTAINERD_ROOT" 'BEGIN { print "root = \"" root "\"" } /^[[:space:]]*\[/ { table = 1 } !table && /^[[:space:]]*root[[:space:]]*=/ { next } { print }' \
+      >"$CONTAINERD_CONFIG.new"
+  mv "$CONTAINERD_CONFIG.new" "$CONTAINERD_CONFIG"
+  systemctl start containerd.service
 fi
 
 cleanup() {
   rm -rf /root/.docker/config.json
   systemctl stop docker.service docker.socket || true
   if [ -f /etc/docker/daemon.json.pool-volume.bak ]; then mv /etc/docker/daemon.json.pool-volume.bak /etc/docker/daemon.json; else rm -f /etc/docker/daemon.json; fi
+  if [ "$IMAGE_STORE" = containerd ]; then
+    systemctl stop containerd.service || true
+    if [ -f "$CONTAINERD_CONFIG.pool-volume.bak" ]; then mv "$CONTAINERD_CONFIG.pool-volume.bak" "$CONTAINERD_CONFIG"; else rm -f "$CONTAINERD_CONFIG"; fi
+  fi
   if findmnt -rn "$MOUNT" >/dev/null; then sync; umount "$MOUNT"; fi
+  if [ "$IMAGE_STORE" = containerd ]; then systemctl start containerd.service || true; fi
 }
 trap cleanup EXIT
 
@@ -74,6 +100,12 @@ fi
 systemctl start docker.service
 root_dir=$(docker info --format '{{.DockerRootDir}}')
 [ "$root_dir" = "$DATA_ROOT" ] || { echo "pool-volume: docker runs on $root_dir, not $DATA_ROOT" >&2; exit 1; }
+# The store dockerd really uses (src/docker/engine.ts detectImageStore): a snapshotter reports
+# driver-type io.containerd.snapshotter.v1.
+store=graphdriver
+docker info --format '{{json .DriverStatus}}' | grep -q 'io.containerd.snapshotter.v1' && store=containerd
+[ "$store" = "$IMAGE_STORE" ] || { echo "pool-volume: docker uses the $store image store, not $IMAGE_STORE" >&2; exit 1; }
+printf 'ENGINE_VERSION=%s\n' "$(docker version --format '{{.Server.Version}}')" >"$BUILT_FILE"
 for image in $IMAGES; do
   echo "pool-volume: pulling $image"
   docker pull --quiet "$image"
@@ -82,6 +114,10 @@ docker image ls
 systemctl stop docker.service docker.socket
 
 for state in "${MACHINE_LOCAL_STATE[@]}"; do rm -rf "${DATA_ROOT:?}/$state"; done
+if [ "$IMAGE_STORE" = containerd ]; then
+  systemctl stop containerd.service
+  for state in "${CONTAINERD_MACHINE_LOCAL_STATE[@]}"; do rm -rf "${CONTAINERD_ROOT:?}/$state"; done
+fi
 sync
 umount "$MOUNT"
 echo "pool-volume: $device holds the image set; unmounted"

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Runs locally (packer's shell-local post-processor of packer/pool-volume.pkr.hcl): snapshots
 # the pool volume the build left, with the volume's tags (ebs-cache:managed, kind, pool,
-# image-set, images), and waits until the snapshot is completed. Needs the aws CLI with the
-# credentials Packer used. MANIFEST: the manifest post-processor's file for this build.
+# image-set, images, image-store), and waits until the snapshot is completed. First it tags the
+# volume ebs-cache:engine-version with the builder's docker version (BUILT, downloaded from the
+# builder: ENGINE_VERSION=…). Needs the aws CLI with the credentials Packer used. MANIFEST: the
+# manifest post-processor's file for this build.
 set -euo pipefail
-: "${MANIFEST:?}"
+: "${MANIFEST:?}" "${BUILT:?}"
+
+engine_version=$(sed -nE 's/^ENGINE_VERSION=([^[:space:]]+)$/\1/p' "$BUILT" | tail -n 1)
+[ -n "$engine_version" ] || { echo "snapshot-pool-volume: no ENGINE_VERSION in $BUILT" >&2; exit 1; }
 
 # amazon-ebsvolume's artifact id: "<region>:<volume id>[,<region>:<volume id>…]".
 artifact=$(sed -nE 's/.*"artifact_id": *"([^"]*)".*/\1/p' "$MANIFEST" | tail -n 1)
@@ -14,6 +19,7 @@ IFS=, read -r -a parts <<<"$artifact"
 for part in "${parts[@]}"; do
   region=${part%%:*}
   volume=${part#*:}
+  aws ec2 create-tags --region "$region" --resources "$volume" --tags "Key=ebs-cache:engine-version,Value=$engine_version"
   tags=$(aws ec2 describe-volumes --region "$region" --volume-ids "$volume" \
     --query 'Volumes[0].Tags[?!starts_with(Key, `aws:`)]' --output json)
   snapshot=$(aws ec2 create-snapshot --region "$region" --volume-id "$volume" \

@@ -19,6 +19,8 @@ import {
   type EC2Client,
   type Tag,
 } from "@aws-sdk/client-ec2";
+import { detectImageStore, type ImageStore } from "../docker/engine.ts";
+import { storeTags } from "../docker/image-store.ts";
 import { run } from "../exec.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL, MACHINE_LOCAL_STATE } from "../layout.ts";
 import type { Logger } from "../log.ts";
@@ -49,6 +51,8 @@ export interface GoldenSnapshot {
   snapshotId: string;
   sizeGiB: number;
   images: string[];
+  /** How the images were stored, as the builder's dockerd reported it (tagged on the snapshot and the pool volumes). */
+  built: { store: ImageStore; engineVersion: string };
 }
 
 const WAIT = { minDelay: 1, maxDelay: 2, maxWaitTime: 120 };
@@ -57,14 +61,18 @@ function tagList(tags: Record<string, string>): Tag[] {
   return Object.entries(tags).map(([Key, Value]) => ({ Key, Value }));
 }
 
-/** The tags a pool's snapshot and volumes carry. */
-export function poolTags(pool: string, imageSet: string, images: string[]): Record<string, string> {
+/**
+ * The tags a pool's snapshot and volumes carry; with `built`, the image store and engine version
+ * the images were built with (src/docker/image-store.ts).
+ */
+export function poolTags(pool: string, imageSet: string, images: string[], built?: GoldenSnapshot["built"]): Record<string, string> {
   return {
     [VolumeTag.managed]: "true",
     [VolumeTag.kind]: VolumeKind.pool,
     [VolumeTag.pool]: pool,
     [VolumeTag.imageSet]: imageSet,
     [VolumeTag.images]: images.join(","),
+    ...(built ? storeTags(built) : {}),
   };
 }
 
@@ -88,8 +96,9 @@ export async function buildGoldenSnapshot(lab: Lab, options: GoldenOptions): Pro
   await run("mkfs.xfs", ["-q", "-L", FS_LABEL, "-m", "crc=1", "-n", "ftype=1", device], { log });
   await run("mkdir", ["-p", mountPoint]);
   await run("mount", ["-o", "noatime", device, mountPoint], { log });
+  let built: GoldenSnapshot["built"];
   try {
-    await importImages(builder, join(mountPoint, DATA_ROOT_SUBDIR), options);
+    built = await importImages(builder, join(mountPoint, DATA_ROOT_SUBDIR), options);
     for (const local of MACHINE_LOCAL_STATE) {
       await rm(join(mountPoint, DATA_ROOT_SUBDIR, local), { recursive: true, force: true });
     }
@@ -104,14 +113,14 @@ export async function buildGoldenSnapshot(lab: Lab, options: GoldenOptions): Pro
     new CreateSnapshotCommand({
       VolumeId: volumeId,
       Description: `ebs-cache golden snapshot: pool ${options.pool}, image set ${options.imageSet}`,
-      TagSpecifications: [{ ResourceType: "snapshot", Tags: tagList(poolTags(options.pool, options.imageSet, images)) }],
+      TagSpecifications: [{ ResourceType: "snapshot", Tags: tagList(poolTags(options.pool, options.imageSet, images, built)) }],
     }),
   );
   const snapshotId = snapshot.SnapshotId!;
   await waitUntilSnapshotCompleted({ client: ec2, ...WAIT }, { SnapshotIds: [snapshotId] });
   await ec2.send(new DeleteVolumeCommand({ VolumeId: volumeId }));
-  log?.info("golden.snapshot", "golden snapshot ready", { snapshot: snapshotId, images: images.join(",") });
-  return { snapshotId, sizeGiB, images };
+  log?.info("golden.snapshot", "golden snapshot ready", { snapshot: snapshotId, images: images.join(","), store: built.store, engine: built.engineVersion });
+  return { snapshotId, sizeGiB, images, built };
 }
 
 /** Polls the attachment itself (the SDK's waiters look at the volume state, not the attachment). */
@@ -125,11 +134,16 @@ async function waitForAttached(ec2: EC2Client, volumeId: string): Promise<void> 
   throw new Error(`${volumeId} was not attached within ${WAIT.maxWaitTime} s`);
 }
 
-/** Runs the builder's dockerd on a data-root on the volume and imports the image set into it. */
-async function importImages(builder: LabHost, dataRoot: string, options: GoldenOptions): Promise<void> {
+/**
+ * Runs the builder's dockerd on a data-root on the volume and imports the image set into it;
+ * returns the store and version that dockerd reported.
+ */
+async function importImages(builder: LabHost, dataRoot: string, options: GoldenOptions): Promise<GoldenSnapshot["built"]> {
   await writeFile(builder.paths.daemonJson, JSON.stringify({ "data-root": dataRoot }, null, 2) + "\n");
   const dockerd = await builder.startDocker();
   try {
+    const info = await dockerd.info();
+    const built = { store: detectImageStore(info), engineVersion: info.ServerVersion };
     for (const image of options.images) {
       await buildImage(dockerd, {
         tag: image.tag,
@@ -138,6 +152,7 @@ async function importImages(builder: LabHost, dataRoot: string, options: GoldenO
         log: options.log,
       });
     }
+    return built;
   } finally {
     await dockerd.stop();
   }
@@ -151,7 +166,7 @@ export async function createPoolVolumes(
 ): Promise<string[]> {
   const ec2 = lab.ec2Client();
   const zone = options.availabilityZone ?? `${lab.region}a`;
-  const tags = tagList(poolTags(options.pool, options.imageSet, golden.images));
+  const tags = tagList(poolTags(options.pool, options.imageSet, golden.images, golden.built));
   const ids: string[] = [];
   for (let i = 0; i < options.count; i++) {
     const created = await ec2.send(

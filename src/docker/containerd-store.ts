@@ -1,0 +1,258 @@
+/**
+ * The containerd image store on the cache volume. With `features.containerd-snapshotter=true`,
+ * dockerd keeps no images under its data-root: the content store (`io.containerd.content.v1.content`),
+ * the snapshots (`io.containerd.snapshotter.v1.overlayfs`) and the metadata that names them
+ * (`io.containerd.metadata.v1.bolt/meta.db`, namespace `moby`) are under containerd's `root`.
+ * Debian's docker.service passes `--containerd=/run/containerd/containerd.sock`, and a dockerd
+ * without that flag still uses the system containerd when its socket exists (checked on docker
+ * 28.5.2 with containerd 2.1.9, docs/operations.md "Engines tested"): the root is
+ * /var/lib/containerd, on the machine's root disk. A volume holding only the data-root therefore
+ * holds no images for this store; its images are visible only when containerd's root is the
+ * volume's `containerd/` folder, beside `docker/`.
+ *
+ * This module edits the top-level `root` of /etc/containerd/config.toml (every other line kept
+ * byte for byte, `state` left on /run: it is runtime state) with a backup as daemon.json gets,
+ * and says which containerd state must not travel between machines. containerd reads its config
+ * only at start: the caller restarts containerd.service when `setRoot` changed the file, before
+ * docker starts.
+ */
+import { randomBytes } from "node:crypto";
+import { lstat, open, readFile, realpath, rename, rm, stat } from "node:fs/promises";
+import { basename, dirname, isAbsolute, join } from "node:path";
+import { AgentError, describeError } from "../errors.ts";
+import type { Logger } from "../log.ts";
+
+/** The volume's folder that is containerd's root, beside DATA_ROOT_SUBDIR (src/layout.ts). */
+export const CONTAINERD_ROOT_SUBDIR = "containerd";
+/** containerd's root when config.toml sets none. */
+export const DEFAULT_CONTAINERD_ROOT = "/var/lib/containerd";
+/** Usually where containerd reads its config. */
+export const DEFAULT_CONTAINERD_CONFIG = "/etc/containerd/config.toml";
+/** Appended to config.toml's name for the verbatim backup (the same suffixes as daemon.json's). */
+export const CONTAINERD_BACKUP_SUFFIX = ".ebs-cache-agent.bak";
+export const CONTAINERD_ABSENT_SUFFIX = ".ebs-cache-agent.absent";
+
+/**
+ * Folders of containerd's root that belong to the machine that ran it, not to the images:
+ * the instance's uuid (introspection: two hosts must not report the same one), the tasks and
+ * shims of its containers, and its temporary mounts. Removed from a pool volume before
+ * containerd starts on it, as MACHINE_LOCAL_STATE is from the data-root.
+ */
+export const CONTAINERD_MACHINE_LOCAL_STATE = [
+  "io.containerd.grpc.v1.introspection",
+  "io.containerd.runtime.v2.task",
+  "io.containerd.sandbox.controller.v1.shim",
+  "tmpmounts",
+] as const;
+
+/** config.toml cannot be read, understood or written; it was not changed. */
+export class ContainerdConfigError extends AgentError {
+  constructor(
+    readonly path: string,
+    message: string,
+    remediation: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, remediation, undefined, options);
+  }
+}
+
+/** containerd's root on a volume mounted at `mountPoint`. */
+export function containerdRootOnVolume(mountPoint: string): string {
+  return join(mountPoint, CONTAINERD_ROOT_SUBDIR);
+}
+
+/** The lines of the top-level table: before the first `[table]` or `[[array]]` header. */
+function topLevelEnd(lines: readonly string[]): number {
+  const header = lines.findIndex((line) => /^\s*\[/.test(line));
+  return header === -1 ? lines.length : header;
+}
+
+const ROOT_LINE = /^(\s*)(root|"root"|'root')\s*=\s*(.*)$/;
+
+/** The value of a one-line TOML string (basic or literal), or undefined when it is something else. */
+function tomlString(raw: string): string | undefined {
+  const value = raw.replace(/\s+#.*$/, "").trim();
+  const literal = /^'([^']*)'$/.exec(value);
+  if (literal) return literal[1];
+  const basic = /^"((?:[^"\\]|\\.)*)"$/.exec(value);
+  if (!basic) return undefined;
+  try {
+    return JSON.parse(`"${basic[1]}"`) as string;
+  } catch {
+    return undefined;
+  }
+}
+
+/** containerd's root as config.toml sets it (top-level `root`), or the default. */
+export function containerdRootOf(text: string, path: string): string {
+  const lines = text.split("\n");
+  const end = topLevelEnd(lines);
+  for (let i = 0; i < end; i++) {
+    const m = ROOT_LINE.exec(lines[i]!);
+    if (!m) continue;
+    const value = tomlString(m[3]!);
+    if (value === undefined) {
+      throw new ContainerdConfigError(path, `${path}: line ${i + 1}, the top-level root is not a one-line string`, `write root = "/var/lib/containerd" (or remove the line) in ${path}`);
+    }
+    return value;
+  }
+  return DEFAULT_CONTAINERD_ROOT;
+}
+
+/**
+ * config.toml's text with the top-level `root` set to `root` (undefined: the line removed, so
+ * containerd uses its default); every other line is kept as it is.
+ */
+export function withContainerdRoot(text: string, root: string | undefined, path: string): string {
+  if (root !== undefined && !isAbsolute(root)) {
+    throw new ContainerdConfigError(path, `containerd's root must be an absolute path, not ${JSON.stringify(root)}`, "report this: the agent computed it from the volume's mount point");
+  }
+  containerdRootOf(text, path); // refuses a root line this module would not understand
+  const lines = text.split("\n");
+  const end = topLevelEnd(lines);
+  const line = root === undefined ? undefined : `root = ${JSON.stringify(root)}`;
+  const at = lines.slice(0, end).findIndex((l) => ROOT_LINE.test(l));
+  if (at !== -1) {
+    if (line === undefined) lines.splice(at, 1);
+    else lines[at] = line;
+    return lines.join("\n");
+  }
+  if (line === undefined) return text;
+  // After `version = …` when there is one (containerd reads the version first), else first.
+  const version = lines.slice(0, end).findIndex((l) => /^\s*version\s*=/.test(l));
+  lines.splice(version === -1 ? 0 : version + 1, 0, line);
+  return lines.join("\n");
+}
+
+/** /etc/containerd/config.toml, changed only in its top-level `root`. */
+export interface ContainerdConfigFile {
+  readonly path: string;
+  readonly backupPath: string;
+  readonly absentMarkerPath: string;
+  /** The root containerd uses (config.toml's, or the default). */
+  root(): Promise<string>;
+  /**
+   * Sets the top-level root (undefined: removes it). Returns whether the file changed: only then
+   * must containerd restart. The first change of a run keeps a backup of the file as it was.
+   */
+  setRoot(root: string | undefined): Promise<boolean>;
+  /** Puts the file back as the first change of this run found it. */
+  restoreBackup(): Promise<void>;
+}
+
+export function createContainerdConfig(options: { path?: string; log?: Logger } = {}): ContainerdConfigFile {
+  const path = options.path ?? DEFAULT_CONTAINERD_CONFIG;
+  const { log } = options;
+  const backupPath = `${path}${CONTAINERD_BACKUP_SUFFIX}`;
+  const absentMarkerPath = `${path}${CONTAINERD_ABSENT_SUFFIX}`;
+  let backedUp = false;
+
+  return {
+    path,
+    backupPath,
+    absentMarkerPath,
+    async root() {
+      const current = await readSnapshot(path);
+      return containerdRootOf(current.text ?? "", path);
+    },
+    async setRoot(root) {
+      const current = await readSnapshot(path);
+      const next = withContainerdRoot(current.text ?? "", root, path);
+      if (next === (current.text ?? "")) {
+        log?.debug("containerd-config-unchanged", "containerd's root is already set", { path, root: root ?? DEFAULT_CONTAINERD_ROOT });
+        return false;
+      }
+      if (!backedUp) {
+        if (current.text !== undefined) {
+          await writeAtomically(backupPath, current.text, current.mode);
+          await rm(absentMarkerPath, { force: true });
+        } else {
+          await rm(backupPath, { force: true });
+          await writeAtomically(absentMarkerPath, `${path} did not exist before ebs-cache-agent changed it\n`, 0o644);
+        }
+        backedUp = true;
+      }
+      await writeAtomically(current.file, next, current.mode);
+      log?.info("containerd-config-written", "set containerd's root", { path, root: root ?? DEFAULT_CONTAINERD_ROOT });
+      return true;
+    },
+    async restoreBackup() {
+      const file = (await readSnapshot(path)).file;
+      const backup = await readSnapshot(backupPath);
+      if (backup.text !== undefined) {
+        await writeAtomically(file, backup.text, backup.mode);
+        log?.notice("containerd-config-restored", "restored config.toml from its backup", { path, backup: backupPath });
+        return;
+      }
+      if (await exists(absentMarkerPath)) {
+        await rm(file, { force: true });
+        log?.notice("containerd-config-restored", "removed config.toml: there was none before the agent's change", { path });
+        return;
+      }
+      throw new ContainerdConfigError(path, `no backup of ${path} to restore (neither ${backupPath} nor ${absentMarkerPath} exists)`, `check ${path} by hand`);
+    },
+  };
+}
+
+async function readSnapshot(path: string): Promise<{ file: string; text: string | undefined; mode: number }> {
+  let file = path;
+  try {
+    file = await realpath(path);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw ioError(path, "resolve", error);
+  }
+  try {
+    const [text, info] = await Promise.all([readFile(file, "utf8"), stat(file)]);
+    if (!info.isFile()) throw new ContainerdConfigError(path, `${path} is not a regular file`, `replace ${path} with a file`);
+    return { file, text, mode: info.mode & 0o7777 };
+  } catch (error) {
+    if (error instanceof ContainerdConfigError) throw error;
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return { file, text: undefined, mode: 0o644 };
+    throw ioError(path, "read", error);
+  }
+}
+
+/** Temp file in the same folder, fsync, rename, fsync of the folder (as daemon.json is written). */
+async function writeAtomically(path: string, data: string, mode: number): Promise<void> {
+  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);
+  try {
+    const handle = await open(temp, "wx", mode);
+    try {
+      await handle.writeFile(data);
+      await handle.chmod(mode);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(temp, path);
+    const folder = await open(dirname(path), "r");
+    try {
+      await folder.sync();
+    } finally {
+      await folder.close();
+    }
+  } catch (error) {
+    await rm(temp, { force: true });
+    throw ioError(path, "write", error);
+  }
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await lstat(path);
+    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return false;
+    throw ioError(path, "stat", error);
+  }
+}
+
+function ioError(path: string, action: string, cause: unknown): ContainerdConfigError {
+  return new ContainerdConfigError(
+    path,
+    `could not ${action} ${path}: ${describeError(cause)}`,
+    "check that the agent runs as root and that the filesystem holding it is writable and not full",
+    { cause },
+  );
+}
