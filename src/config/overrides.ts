@@ -3,7 +3,7 @@
  * then an allowed subset of instance tags. Both are pure: values in, a new config plus problems
  * out. Precedence: defaults < file < environment < instance tags.
  */
-import { quote, validatePoolName } from "../agent/inputs.ts";
+import { quote, validatePoolName } from "../inputs.ts";
 import { TAG_PREFIX } from "../tags.ts";
 import { CONFIG_KEYS, CONFIG_PATH_ENV, CONFIG_SCHEMA, ENV_PREFIX, type AgentConfig, type Field } from "./schema.ts";
 import { checkField, suggest } from "./validate.ts";

@@ -4,7 +4,7 @@
  * An invalid value is replaced by its default in the returned config, but a caller must not act
  * on a config that came with problems.
  */
-import { quote, validateImageRef, validateLabelValue, validatePoolName } from "../agent/inputs.ts";
+import { quote, validateImageRef, validateLabelValue, validatePoolName } from "../inputs.ts";
 import { isWorkspaceKey } from "../agent/workspace-ids.ts";
 import { labelPrefixProblems } from "../docker/labels.ts";
 import {
