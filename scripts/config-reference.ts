@@ -2,7 +2,7 @@
  * Prints the configuration reference (Markdown) generated from the schema:
  * `npx tsx scripts/config-reference.ts > docs/config.md`.
  */
-import { InstanceTag } from "../src/config/overrides.ts";
+import { InstanceTag } from "../src/tags.ts";
 import { CONFIG_KEYS, CONFIG_PATH_ENV, CONFIG_SCHEMA, DEFAULT_CONFIG_PATH, expectationOf, type Group } from "../src/config/schema.ts";
 
 const cell = (text: string) => text.replace(/\|/g, "\\|").replace(/\n/g, " ");

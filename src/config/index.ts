@@ -19,7 +19,6 @@ export {
 export { checkField, crossCheck, crossProblems, validateConfig, type ValidationResult } from "./validate.ts";
 export { loadConfig, parseConfigText, readConfigFile, type LoadOptions, type LoadedConfig } from "./load.ts";
 export {
-  InstanceTag,
   applyEnvOverrides,
   applyInstanceTags,
   type EffectiveSettings,

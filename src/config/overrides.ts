@@ -4,7 +4,7 @@
  * out. Precedence: defaults < file < environment < instance tags.
  */
 import { quote, validatePoolName } from "../inputs.ts";
-import { TAG_PREFIX } from "../tags.ts";
+import { InstanceTag, TAG_PREFIX } from "../tags.ts";
 import { CONFIG_KEYS, CONFIG_PATH_ENV, CONFIG_SCHEMA, ENV_PREFIX, type AgentConfig, type Field } from "./schema.ts";
 import { checkField, suggest } from "./validate.ts";
 
@@ -78,14 +78,6 @@ export function applyEnvOverrides(config: AgentConfig, env: Env): OverrideResult
   }
   return { config: out, problems, warnings };
 }
-
-/** The instance tags that may override settings; any other `ebs-cache:*` instance tag is ignored with a warning. */
-export const InstanceTag = {
-  enabled: `${TAG_PREFIX}enabled`,
-  pool: `${TAG_PREFIX}pool`,
-  keep: `${TAG_PREFIX}keep`,
-  ttlHours: `${TAG_PREFIX}ttl-hours`,
-} as const;
 
 /**
  * The settings the agent acts on: the config after env and instance tags, plus what only an
