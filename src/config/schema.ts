@@ -84,6 +84,11 @@ export type SchemaNode = FieldSchema | GroupSchema;
 
 export const isGroup = (node: SchemaNode): node is GroupSchema => node.type === "object";
 
+const seconds = (what: string, default_: number) =>
+  ({ type: "number", minimum: 1, maximum: 3600, default: default_, description: `Seconds to wait for ${what}.` }) as const;
+
+const absolutePath = (default_: string, description: string) => ({ type: "string", "x-format": "absolutePath", default: default_, description }) as const;
+
 export const CONFIG_SCHEMA = {
   type: "object",
   description: "ebs-cache-agent configuration",
@@ -199,27 +204,9 @@ export const CONFIG_SCHEMA = {
           default: 5,
           description: "Seconds to wait for one answer of the instance metadata service (a token, a path, the credentials) before asking again, within `timeouts.imdsSeconds`.",
         },
-        attachSeconds: {
-          type: "number",
-          minimum: 1,
-          maximum: 3600,
-          default: 120,
-          description: "Seconds to wait for a volume to reach `attached` (or `available` when detaching).",
-        },
-        deviceSeconds: {
-          type: "number",
-          minimum: 1,
-          maximum: 3600,
-          default: 60,
-          description: "Seconds to wait for the attached volume's block device to appear.",
-        },
-        dockerSeconds: {
-          type: "number",
-          minimum: 1,
-          maximum: 3600,
-          default: 120,
-          description: "Seconds to wait for docker to start and answer on the new data-root.",
-        },
+        attachSeconds: seconds("a volume to reach `attached` (or `available` when detaching)", 120),
+        deviceSeconds: seconds("the attached volume's block device to appear", 60),
+        dockerSeconds: seconds("docker to start and answer on the new data-root", 120),
         bootSeconds: {
           type: "number",
           minimum: 5,
@@ -240,42 +227,17 @@ export const CONFIG_SCHEMA = {
       type: "object",
       description: "Where the agent finds and puts things on the host (the lab points these into its sandbox).",
       properties: {
-        byIdDir: {
-          type: "string",
-          "x-format": "absolutePath",
-          default: "/dev/disk/by-id",
-          description: "udev's by-id links, watched for the attached volume's device.",
-        },
-        sysfsRoot: {
-          type: "string",
-          "x-format": "absolutePath",
-          default: "/sys",
-          description: "sysfs, read to confirm a device's NVMe serial.",
-        },
-        mountRoot: {
-          type: "string",
-          "x-format": "absolutePath",
-          default: "/var/lib/ebs-cache",
-          description: "Where cache volumes are mounted.",
-        },
-        daemonJson: {
-          type: "string",
-          "x-format": "absolutePath",
-          default: "/etc/docker/daemon.json",
-          description: "dockerd's configuration file, where `data-root` and engine labels are set.",
-        },
+        byIdDir: absolutePath("/dev/disk/by-id", "udev's by-id links, watched for the attached volume's device."),
+        sysfsRoot: absolutePath("/sys", "sysfs, read to confirm a device's NVMe serial."),
+        mountRoot: absolutePath("/var/lib/ebs-cache", "Where cache volumes are mounted."),
+        daemonJson: absolutePath("/etc/docker/daemon.json", "dockerd's configuration file, where `data-root` and engine labels are set."),
         dockerHost: {
           type: "string",
           "x-format": "dockerHost",
           default: "unix:///var/run/docker.sock",
           description: "The docker API socket.",
         },
-        stateDir: {
-          type: "string",
-          "x-format": "absolutePath",
-          default: "/var/lib/ebs-cache-agent",
-          description: "The agent's own state (what it attached, backups of daemon.json).",
-        },
+        stateDir: absolutePath("/var/lib/ebs-cache-agent", "The agent's own state (what it attached, backups of daemon.json)."),
       },
     },
     docker: {
