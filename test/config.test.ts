@@ -495,6 +495,7 @@ t.test("the shipped schema accepts the example configs and flags what an editor 
 
 t.test("a top-level $schema key is accepted and ignored", async (t) => {
   t.same(validateConfig({ $schema: "./config.schema.json", pool: "gpu" }), { config: { ...DEFAULTS, pool: "gpu" }, problems: [], warnings: [] });
+  t.same(validateConfig({ $schema: 5 }).problems, ["$schema: must be a string (the path or URL of the config's JSON Schema, for editors), got 5"]);
   t.same(validateConfig({ timeouts: { $schema: "x" } }).problems, ["timeouts.$schema: unknown key (keys of timeouts: imdsSeconds, imdsRequestSeconds, attachSeconds, deviceSeconds, dockerSeconds, bootSeconds, createSeconds)"], "only at the top");
 });
 

@@ -16,6 +16,7 @@ import {
   CONFIG_KEYS,
   CONFIG_SCHEMA,
   FORMATS,
+  SCHEMA_KEY,
   defaultConfig,
   expectationOf,
   isGroup,
@@ -197,6 +198,9 @@ function readGroup(group: GroupSchema, raw: unknown, segments: readonly string[]
     }
   }
   const record = raw as Record<string, unknown>;
+  if (segments.length === 0 && byPath.has(`/${SCHEMA_KEY}`)) {
+    reading.problems.push(`${SCHEMA_KEY}: must be a string (the path or URL of the config's JSON Schema, for editors), got ${describeValue(record[SCHEMA_KEY])}`);
+  }
   for (const [name, node] of Object.entries(group.properties)) {
     if (!Object.hasOwn(record, name)) continue;
     const path = [...segments, name];
