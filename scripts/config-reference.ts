@@ -2,8 +2,8 @@
  * Prints the configuration reference (Markdown) generated from the schema:
  * `npx tsx scripts/config-reference.ts > docs/config.md`.
  */
-import { InstanceTag } from "../src/config/overrides.ts";
-import { CONFIG_KEYS, CONFIG_PATH_ENV, CONFIG_SCHEMA, DEFAULT_CONFIG_PATH, expectationOf, type Group } from "../src/config/schema.ts";
+import { InstanceTag } from "../src/tags.ts";
+import { CONFIG_KEYS, CONFIG_PATH_ENV, CONFIG_SCHEMA, DEFAULT_CONFIG_PATH, SCHEMA_KEY, expectationOf, isGroup, type GroupSchema } from "../src/config/schema.ts";
 
 const cell = (text: string) => text.replace(/\|/g, "\\|").replace(/\n/g, " ");
 const code = (value: unknown) => `\`${JSON.stringify(value)}\``;
@@ -21,9 +21,15 @@ const lines = [
   "key's type (booleans: true/false/1/0/yes/no/on/off; lists: comma-separated; an empty value or",
   "`null` clears a key that allows null).",
   "",
+  "The keys are also a JSON Schema (draft 2020-12), installed beside the file as",
+  `\`${DEFAULT_CONFIG_PATH.replace(/config\.json$/, "config.schema.json")}\` (config/config.schema.json in the repository): start the file with`,
+  `\`"${SCHEMA_KEY}": "./config.schema.json"\` and an editor that reads JSON Schemas (VS Code, JetBrains, vim/neovim with a`,
+  "JSON language server) completes the keys and flags a typo or a bad value as you type. The agent ignores the",
+  `\`${SCHEMA_KEY}\` key.`,
+  "",
 ];
 
-const groups = Object.entries(CONFIG_SCHEMA.fields).filter(([, node]) => node.kind === "group") as [string, Group][];
+const groups = Object.entries<GroupSchema | object>(CONFIG_SCHEMA.properties).filter((entry): entry is [string, GroupSchema] => isGroup(entry[1] as GroupSchema));
 const sections = [
   { title: "Top level", description: "", inSection: (segments: readonly string[]) => segments.length === 1 },
   ...groups.map(([name, group]) => ({

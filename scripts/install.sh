@@ -12,6 +12,8 @@
 #   /var/cache/ebs-cache-agent/                     created empty: Node's compile cache (NODE_COMPILE_CACHE
 #                                                   in the units), filled by the first run (the AMI build warms it)
 #   /etc/ebs-cache-agent/config.json                config/config.json, ONLY when absent (an operator's file is kept)
+#   /etc/ebs-cache-agent/config.schema.json         its JSON Schema, for editors (`"$schema": "./config.schema.json"`);
+#                                                   always replaced: it describes the installed version's keys
 #   /etc/systemd/system/ebs-cache-agent*.{service,timer}
 #   /etc/systemd/system/multi-user.target.wants/    ebs-cache-agent.service, ebs-cache-agent-ready.service,
 #                                                   ebs-cache-agent-release.service
@@ -140,6 +142,7 @@ if [ -e "$config" ] || [ -L "$config" ]; then
 else
   install_file 0644 "$repo/config/config.json" "$config"
 fi
+install_file 0644 "$repo/config/config.schema.json" "$root/etc/ebs-cache-agent/config.schema.json"
 
 for unit in ebs-cache-agent.service ebs-cache-agent-ready.service ebs-cache-agent-release.service ebs-cache-agent-gc.service ebs-cache-agent-gc.timer; do
   install_file 0644 "$repo/systemd/$unit" "$root/etc/systemd/system/$unit"

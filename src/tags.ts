@@ -48,3 +48,11 @@ export const VolumeTag = {
 
 export const VolumeKind = { pool: "pool", workspace: "workspace" } as const;
 export type VolumeKind = (typeof VolumeKind)[keyof typeof VolumeKind];
+
+/** The instance tags that may override settings; any other `ebs-cache:*` instance tag is ignored with a warning. */
+export const InstanceTag = {
+  enabled: `${TAG_PREFIX}enabled`,
+  pool: `${TAG_PREFIX}pool`,
+  keep: `${TAG_PREFIX}keep`,
+  ttlHours: `${TAG_PREFIX}ttl-hours`,
+} as const;

@@ -1,8 +1,14 @@
+import { Ajv2020 } from "ajv/dist/2020.js";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import t from "tap";
+import { generate, SCHEMA_FILE } from "../scripts/config-schema.ts";
+import { WORKSPACE_KEYS } from "../src/agent/workspace-ids.ts";
+import { CONFIG_SCHEMA, SCHEMA_ANNOTATIONS } from "../src/config/schema.ts";
 import { ConfigError } from "../src/errors.ts";
 import {
   CONFIG_KEYS,
+  PREWARM_STRATEGIES,
   applyEnvOverrides,
   applyInstanceTags,
   defaultConfig,
@@ -454,4 +460,51 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_PREWARM__INITIALIZE__PROGRESS_SECONDS",
     "EBS_CACHE_AGENT_LOG_LEVEL",
   ]);
+});
+
+t.test("the generated files (shipped schema, standalone validator) are what scripts/config-schema.ts writes", async (t) => {
+  for (const [path, text] of Object.entries(generate())) {
+    t.equal(await readFile(path, "utf8"), text, `${path} is current (regenerate with: npx tsx scripts/config-schema.ts)`);
+  }
+});
+
+/** The shipped schema as an editor sees it: the file alone, compiled by ajv at test time. */
+async function shippedValidator() {
+  const ajv = new Ajv2020({ allErrors: true, strict: true });
+  for (const keyword of SCHEMA_ANNOTATIONS) ajv.addKeyword({ keyword, schemaType: "string" });
+  return ajv.compile(JSON.parse(await readFile(SCHEMA_FILE, "utf8")) as object);
+}
+
+t.test("the shipped schema accepts the example configs and flags what an editor should", async (t) => {
+  const validate = await shippedValidator();
+  const example: unknown = JSON.parse(await readFile("config/config.json", "utf8"));
+  t.ok(validate(example), `config/config.json is valid: ${JSON.stringify(validate.errors)}`);
+  t.match(example, { $schema: "./config.schema.json" }, "the example names its schema for editors");
+  t.ok(validate(FULL), `every key set: ${JSON.stringify(validate.errors)}`);
+  t.ok(validate(DEFAULTS), `the defaults: ${JSON.stringify(validate.errors)}`);
+
+  const flagged = (config: unknown) => (validate(config) ? [] : (validate.errors ?? []).map((e) => `${e.instancePath} ${e.keyword}`));
+  t.same(flagged({ pools: "x" }), [" additionalProperties"], "a misspelt key");
+  t.same(flagged({ timeouts: { deviceSecond: 5 } }), ["/timeouts additionalProperties"], "a misspelt nested key");
+  t.same(flagged({ volumeType: "gp4" }), ["/volumeType enum"]);
+  t.same(flagged({ ttlHours: 0 }), ["/ttlHours minimum"]);
+  t.same(flagged({ device: "/dev/sda", labels: { prefix: "Bad_Prefix" } }), ["/device pattern", "/labels/prefix pattern"], "formats have patterns");
+  t.same(flagged({ workspace: { idKeys: ["userid"] } }), ["/workspace/idKeys/0 enum"]);
+});
+
+t.test("a top-level $schema key is accepted and ignored", async (t) => {
+  t.same(validateConfig({ $schema: "./config.schema.json", pool: "gpu" }), { config: { ...DEFAULTS, pool: "gpu" }, problems: [], warnings: [] });
+  t.same(validateConfig({ $schema: 5 }).problems, ["$schema: must be a string (the path or URL of the config's JSON Schema, for editors), got 5"]);
+  t.same(validateConfig({ timeouts: { $schema: "x" } }).problems, ["timeouts.$schema: unknown key (keys of timeouts: imdsSeconds, imdsRequestSeconds, attachSeconds, deviceSeconds, dockerSeconds, bootSeconds, createSeconds)"], "only at the top");
+});
+
+t.test("lists the schema holds agree with the code that uses them", async (t) => {
+  t.same(CONFIG_SCHEMA.properties.workspace.properties.idKeys.items.enum, WORKSPACE_KEYS, "workspace keys");
+  // AgentConfig is derived from the schema: a value outside an enum does not type-check.
+  const strategy: AgentConfig["prewarm"]["strategy"] = "files";
+  // @ts-expect-error -- not one of the schema's strategies
+  const wrong: AgentConfig["prewarm"]["strategy"] = "fast";
+  // @ts-expect-error -- a nullable key is `number | null`, never a string
+  const text: AgentConfig["initializationRateMiBps"] = "100";
+  t.same([strategy, wrong, text], ["files", "fast", "100"]);
 });

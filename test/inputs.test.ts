@@ -6,7 +6,7 @@ import {
   validateResourceId,
   validateWorkspaceId,
   type InputCheck,
-} from "../src/agent/inputs.ts";
+} from "../src/inputs.ts";
 
 const long = (n: number) => "a".repeat(n);
 

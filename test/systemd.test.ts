@@ -285,6 +285,7 @@ t.test("install.sh: layout, enabled units, idempotent, keeps an operator's confi
   t.match(after1["usr/local/bin/ebs-cache-agent"], /^file 755 /, "the wrapper");
   t.match(await readFile(join(root, "usr/local/bin/ebs-cache-agent"), "utf8"), new RegExp(`exec ${NODE} ${BUNDLE} "\\$@"`));
   t.equal(await readFile(join(root, "etc/ebs-cache-agent/config.json"), "utf8"), await readFile("config/config.json", "utf8"), "the default config");
+  t.equal(await readFile(join(root, "etc/ebs-cache-agent/config.schema.json"), "utf8"), await readFile("config/config.schema.json", "utf8"), "its JSON Schema beside it");
   for (const unit of UNITS) t.equal(await readFile(join(root, "etc/systemd/system", unit), "utf8"), await readFile(join("systemd", unit), "utf8"), unit);
   t.equal(after1["etc/systemd/system/multi-user.target.wants/ebs-cache-agent.service"], "link -> /etc/systemd/system/ebs-cache-agent.service");
   t.equal(after1["etc/systemd/system/multi-user.target.wants/ebs-cache-agent-ready.service"], "link -> /etc/systemd/system/ebs-cache-agent-ready.service");

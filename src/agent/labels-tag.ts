@@ -8,7 +8,7 @@
  * The tag is the autoscaler's, not the agent's: whatever is wrong with it is reported and the
  * boot goes on without it (the pool), never refused.
  */
-import { printable, quote } from "./inputs.ts";
+import { printable, quote } from "../inputs.ts";
 
 /** EC2's limit on a tag value, the size of osparc's chunks. */
 export const LABELS_CHUNK_SIZE = 256;

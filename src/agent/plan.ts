@@ -7,7 +7,7 @@
 import { createHash } from "node:crypto";
 import { VolumeKind, VolumeTag } from "../tags.ts";
 import type { Identity, SnapshotInfo, VolumeInfo, VolumeQuery } from "./ports.ts";
-import type { PrewarmStrategy } from "./prewarm/plan.ts";
+import type { PrewarmStrategy } from "../config/index.ts";
 import { volumeMatchesWorkspace, workspaceIdTags, type WorkspaceIds } from "./workspace-ids.ts";
 
 export type { WorkspaceIds };

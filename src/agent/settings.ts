@@ -9,8 +9,9 @@
  * without it (the pool).
  */
 import type { AgentConfig } from "../config/index.ts";
-import { applyInstanceTags, applyLabelSwitches, InstanceTag, readLabelSwitches, type EffectiveSettings } from "../config/overrides.ts";
-import { validatePoolName } from "./inputs.ts";
+import { applyInstanceTags, applyLabelSwitches, readLabelSwitches, type EffectiveSettings } from "../config/overrides.ts";
+import { InstanceTag } from "../tags.ts";
+import { validatePoolName } from "../inputs.ts";
 import { readLabelsTag } from "./labels-tag.ts";
 import type { BootSettings } from "./plan.ts";
 import type { ReleaseSettings } from "./release/plan.ts";

@@ -6,7 +6,7 @@
  * project's node, and a project-level one never serves a user-level request. Pure.
  */
 import { VolumeTag } from "../tags.ts";
-import { quote, validateWorkspaceId } from "./inputs.ts";
+import { quote, validateWorkspaceId } from "../inputs.ts";
 
 /** The label keys that may identify a workspace, broadest first (also the order of `ebs-cache:workspace-keys`). */
 export const WORKSPACE_KEYS = ["product-name", "wallet-id", "user-id", "project-id", "node-id"] as const;

@@ -6,7 +6,7 @@
  */
 import { mkdir, open, readFile, rename } from "node:fs/promises";
 import { join } from "node:path";
-import { quote, validateWorkspaceId } from "./inputs.ts";
+import { quote, validateWorkspaceId } from "../inputs.ts";
 import { WORKSPACE_KEYS, type WorkspaceIds, type WorkspaceKey } from "./workspace-ids.ts";
 
 const RECORD_FILE = "workspace.json";

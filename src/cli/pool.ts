@@ -1,6 +1,6 @@
 /** `ebs-cache-agent pool`: the managed volumes, as a table or JSON. */
 import { Command } from "commander";
-import { validatePoolName } from "../agent/inputs.ts";
+import { validatePoolName } from "../inputs.ts";
 import { observePool } from "../agent/pool/observe.ts";
 import { poolRows, renderPoolTable } from "../agent/pool/view.ts";
 import { ConfigError } from "../errors.ts";

@@ -3,7 +3,7 @@
  * src/agent/prewarm/run.ts and docs/prewarm.md), and `ebs-cache-agent status`.
  */
 import { Command, Option } from "commander";
-import { PREWARM_STRATEGIES, type PrewarmStrategy } from "../agent/prewarm/plan.ts";
+import { PREWARM_STRATEGIES, type PrewarmStrategy } from "../config/index.ts";
 import { prewarmStatus, runPrewarmCommand } from "../agent/prewarm/run.ts";
 import { loadConfig } from "../config/index.ts";
 import { hostContext } from "./common.ts";

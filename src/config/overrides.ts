@@ -3,10 +3,10 @@
  * then an allowed subset of instance tags. Both are pure: values in, a new config plus problems
  * out. Precedence: defaults < file < environment < instance tags.
  */
-import { quote, validatePoolName } from "../agent/inputs.ts";
-import { TAG_PREFIX } from "../tags.ts";
-import { CONFIG_KEYS, CONFIG_PATH_ENV, CONFIG_SCHEMA, ENV_PREFIX, type AgentConfig, type Field } from "./schema.ts";
-import { checkField, suggest } from "./validate.ts";
+import { quote, validatePoolName } from "../inputs.ts";
+import { InstanceTag, TAG_PREFIX } from "../tags.ts";
+import { CONFIG_KEYS, CONFIG_PATH_ENV, ENV_PREFIX, envVarName, isNullable, kindOf, type AgentConfig, type FieldSchema } from "./schema.ts";
+import { readValues, suggest, withValues, type Labels } from "./validate.ts";
 
 export type Env = Readonly<Record<string, string | undefined>>;
 
@@ -16,25 +16,24 @@ export interface OverrideResult<C> {
   warnings: string[];
 }
 
-/** A copy of `object` with the value at `segments` replaced. */
-function withValue<T>(object: T, segments: readonly string[], value: unknown): T {
+/** A copy of `object` with the value at `segments` set (missing groups are created). */
+function withValue(object: Record<string, unknown>, segments: readonly string[], value: unknown): Record<string, unknown> {
   const [head, ...rest] = segments;
-  if (head === undefined) return value as T;
-  const record = object as Record<string, unknown>;
-  return { ...record, [head]: withValue(record[head], rest, value) } as T;
+  if (head === undefined) return object;
+  const inner = rest.length === 0 ? value : withValue((object[head] as Record<string, unknown> | undefined) ?? {}, rest, value);
+  return { ...object, [head]: inner };
 }
 
 const NUMBER_TEXT = /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$/;
 
 /**
  * Turns an environment string into the raw value its field expects; text that does not parse is
- * returned as-is so that checkField reports it ("must be a number …, got "x"").
+ * returned as-is so that validation reports it ("must be a number …, got "x"").
  */
-export function parseEnvValue(field: Field, text: string): unknown {
+function parseEnvValue(field: FieldSchema, text: string): unknown {
   const trimmed = text.trim();
-  const nullable = "nullable" in field && field.nullable === true;
-  if (nullable && (trimmed === "" || trimmed === "null")) return null;
-  switch (field.kind) {
+  if (isNullable(field) && (trimmed === "" || trimmed === "null")) return null;
+  switch (kindOf(field)) {
     case "boolean":
       if (/^(true|1|yes|on)$/i.test(trimmed)) return true;
       if (/^(false|0|no|off)$/i.test(trimmed)) return false;
@@ -54,38 +53,32 @@ export function parseEnvValue(field: Field, text: string): unknown {
 
 const KNOWN_ENV = new Set([CONFIG_PATH_ENV, ...CONFIG_KEYS.map((key) => key.envVar)]);
 
+/** Problems about the environment name the variable and the key: `EBS_CACHE_AGENT_POOL (pool): …`. */
+const ENV_LABELS: Labels = {
+  key: (segments) => `${envVarName(segments)} (${segments.join(".")})`,
+  item: (segments, index) => `${envVarName(segments)} (${segments.join(".")}) item ${index + 1}`,
+};
+
 /**
  * Applies `EBS_CACHE_AGENT_*` variables (see CONFIG_KEYS for the names). Bad values are problems
  * that name the variable; variables with the prefix that match no key are warnings (with a
  * suggestion), since other tools may share the prefix.
  */
 export function applyEnvOverrides(config: AgentConfig, env: Env): OverrideResult<AgentConfig> {
-  const problems: string[] = [];
   const warnings: string[] = [];
-  let out = config;
+  let overlay: Record<string, unknown> = {};
   for (const key of CONFIG_KEYS) {
     const text = env[key.envVar];
-    if (text === undefined) continue;
-    const label = `${key.envVar} (${key.path})`;
-    const check = checkField(key.field, parseEnvValue(key.field, text), label, (index) => `${label} item ${index + 1}`);
-    if (check.ok) out = withValue(out, key.segments, check.value);
-    else problems.push(...check.problems);
+    if (text !== undefined) overlay = withValue(overlay, key.segments, parseEnvValue(key.field, text));
   }
+  const { values, problems } = readValues(overlay, ENV_LABELS);
   for (const name of Object.keys(env)) {
     if (!name.startsWith(ENV_PREFIX) || KNOWN_ENV.has(name) || env[name] === undefined) continue;
     const meant = suggest(name.slice(ENV_PREFIX.length), [...KNOWN_ENV], (known) => known.slice(ENV_PREFIX.length));
     warnings.push(`environment variable ${name} matches no setting and is ignored${meant ? ` (did you mean ${meant}?)` : ""}`);
   }
-  return { config: out, problems, warnings };
+  return { config: withValues(config, values), problems, warnings };
 }
-
-/** The instance tags that may override settings; any other `ebs-cache:*` instance tag is ignored with a warning. */
-export const InstanceTag = {
-  enabled: `${TAG_PREFIX}enabled`,
-  pool: `${TAG_PREFIX}pool`,
-  keep: `${TAG_PREFIX}keep`,
-  ttlHours: `${TAG_PREFIX}ttl-hours`,
-} as const;
 
 /**
  * The settings the agent acts on: the config after env and instance tags, plus what only an
@@ -140,10 +133,11 @@ export function applyInstanceTags(config: AgentConfig, tags: Readonly<Record<str
   const ttl = tags[InstanceTag.ttlHours];
   if (ttl !== undefined) {
     const trimmed = ttl.trim();
-    const check = checkField(CONFIG_SCHEMA.fields.ttlHours, NUMBER_TEXT.test(trimmed) ? Number(trimmed) : ttl, `instance tag ${InstanceTag.ttlHours}`);
-    if (check.ok) {
-      out = { ...out, ttlHours: check.value as number };
-      note("ttlHours", check.value, InstanceTag.ttlHours);
+    const label = `instance tag ${InstanceTag.ttlHours}`;
+    const check = readValues({ ttlHours: NUMBER_TEXT.test(trimmed) ? Number(trimmed) : ttl }, { key: () => label, item: () => label });
+    if (check.problems.length === 0) {
+      out = { ...out, ttlHours: check.values.ttlHours as number };
+      note("ttlHours", check.values.ttlHours, InstanceTag.ttlHours);
     } else problems.push(...check.problems);
   }
 
@@ -170,7 +164,7 @@ export interface LabelSwitches {
   warnings: string[];
 }
 
-export function labelSwitchKeys(prefix: string): { keep: string; enabled: string } {
+function labelSwitchKeys(prefix: string): { keep: string; enabled: string } {
   return { keep: `${prefix}.keep`, enabled: `${prefix}.enabled` };
 }
 

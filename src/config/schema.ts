@@ -1,11 +1,18 @@
 /**
- * The configuration schema, as data: every key with its type, default, allowed values, meaning
- * and environment variable. `AgentConfig` is derived from it, the defaults are read from it,
- * validation walks it and the Markdown reference (scripts/config-reference.ts) prints it, so a
- * key added here is typed, defaulted, validated, overridable from the environment and documented.
+ * The configuration schema: a JSON Schema (draft 2020-12) written as a TypeScript constant, so
+ * that `AgentConfig` is derived from it by the type mapper below. From it come the defaults,
+ * the environment variables, the Markdown reference (scripts/config-reference.ts), and, by
+ * scripts/config-schema.ts, the schema file shipped beside config.json (config/config.schema.json,
+ * what editors check a config against through `$schema`) and the validator generated from it
+ * with ajv (schema-validator.generated.ts). A key added here is typed, defaulted, validated,
+ * overridable from the environment and documented.
+ *
+ * `x-format` names a check of validate.ts that JSON Schema cannot express (an image reference's
+ * grammar, a label prefix that must not collide with osparc's labels); the shipped file carries
+ * the format's pattern too, so that an editor flags most bad values on its own.
  */
 
-/** Named checks for string values; validate.ts holds the code, this file only the names. */
+/** Named checks for string values. */
 export type StringFormat =
   | "poolName"
   | "imageSet"
@@ -21,476 +28,490 @@ export type StringFormat =
   | "tagKey"
   | "workspaceKey";
 
-/** What each format accepts, in the words used by error messages and the reference. */
-export const FORMAT_DESCRIPTIONS: Record<StringFormat, string> = {
-  poolName: "a pool name (letters, digits, '.', '_', '-', starting with a letter or digit, at most 63 characters)",
-  imageSet: "an image-set name (printable ASCII without shell metacharacters, at most 255 characters)",
-  region: "an AWS region name such as us-east-1",
-  url: "an http:// or https:// URL",
-  device: "a device name matching ^/dev/(sd[f-p]|xvd[f-p])$",
-  absolutePath: "an absolute path without '..' segments",
-  dockerHost: "unix:// followed by an absolute socket path",
-  systemdUnit: "a systemd service name such as docker.service",
-  imageRef: "a Docker image reference (registry[:port]/path:tag or @sha256:…)",
-  labelPrefix: "a label prefix matching ^[a-z0-9]+([.-][a-z0-9]+)*$",
-  labelKey: "a docker label key (lower-case letters, digits, '.', '_', '-', at most 256 characters)",
-  tagKey: "an EC2 tag key (1 to 128 printable characters, not starting with aws:)",
-  workspaceKey: "one of osparc's placement label keys: product-name, wallet-id, user-id, project-id, node-id",
+interface FormatSpec {
+  /** What the format accepts, in the words used by error messages and the reference. */
+  readonly description: string;
+  /**
+   * A pattern of the shipped schema (for editors and ajv). Where validate.ts has code for the
+   * format, that code decides and gives the message; the pattern is then only as strict as it.
+   */
+  readonly pattern?: string;
+}
+
+export const FORMATS: Readonly<Record<StringFormat, FormatSpec>> = {
+  poolName: {
+    description: "a pool name (letters, digits, '.', '_', '-', starting with a letter or digit, at most 63 characters)",
+    pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
+  },
+  imageSet: { description: "an image-set name (printable ASCII without shell metacharacters, at most 255 characters)", pattern: "^[!-~]{1,255}$" },
+  region: { description: "an AWS region name such as us-east-1", pattern: "^[a-z]{2,4}(-[a-z]+)+-\\d{1,2}$" },
+  url: { description: "an http:// or https:// URL", pattern: "^[hH][tT][tT][pP][sS]?://\\S+$" },
+  device: { description: "a device name matching ^/dev/(sd[f-p]|xvd[f-p])$", pattern: "^/dev/(sd[f-p]|xvd[f-p])$" },
+  absolutePath: { description: "an absolute path without '..' segments", pattern: "^/" },
+  dockerHost: { description: "unix:// followed by an absolute socket path", pattern: "^unix:///" },
+  systemdUnit: { description: "a systemd service name such as docker.service", pattern: "^(?=.{1,255}$)[A-Za-z0-9_.@:][A-Za-z0-9_.@:-]*\\.service$" },
+  imageRef: { description: "a Docker image reference (registry[:port]/path:tag or @sha256:…)", pattern: "^[!-~]{1,255}$" },
+  labelPrefix: { description: "a label prefix matching ^[a-z0-9]+([.-][a-z0-9]+)*$", pattern: "^[a-z0-9]+([.-][a-z0-9]+)*$" },
+  labelKey: {
+    description: "a docker label key (lower-case letters, digits, '.', '_', '-', at most 256 characters)",
+    pattern: "^(?=.{1,256}$)[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?$",
+  },
+  tagKey: { description: "an EC2 tag key (1 to 128 printable characters, not starting with aws:)", pattern: "^(?![aA][wW][sS]:)[^\\p{Cc}]{1,128}$" },
+  // Its values are the items' `enum`: an editor completes them.
+  workspaceKey: { description: "one of osparc's placement label keys: product-name, wallet-id, user-id, project-id, node-id" },
 };
 
-interface FieldBase {
+/** A key's schema: a JSON Schema of a scalar, or of a list of strings. */
+export interface FieldSchema {
+  readonly type: "boolean" | "string" | "number" | "integer" | "array" | readonly ["string" | "number" | "integer", "null"];
   readonly description: string;
+  readonly default: unknown;
+  readonly enum?: readonly string[];
+  readonly minimum?: number;
+  readonly maximum?: number;
+  readonly "x-format"?: StringFormat;
+  readonly items?: { readonly type: "string"; readonly enum?: readonly string[]; readonly "x-format"?: StringFormat };
 }
 
-export interface BooleanField extends FieldBase {
-  readonly kind: "boolean";
-  readonly default: boolean;
-}
-
-export interface StringField extends FieldBase {
-  readonly kind: "string";
-  readonly default: string | null;
-  /** null is allowed (and means "not set"; the description says what happens then). */
-  readonly nullable?: boolean;
-  readonly format?: StringFormat;
-}
-
-export interface NumberField extends FieldBase {
-  readonly kind: "number";
-  readonly default: number | null;
-  readonly nullable?: boolean;
-  readonly min: number;
-  readonly max: number;
-  readonly integer?: boolean;
-}
-
-export interface EnumField extends FieldBase {
-  readonly kind: "enum";
-  readonly values: readonly string[];
-  readonly default: string;
-}
-
-/** A list of strings; from the environment, a comma-separated list. */
-export interface StringListField extends FieldBase {
-  readonly kind: "stringList";
-  readonly default: readonly string[];
-  readonly itemFormat?: StringFormat;
-}
-
-export type Field = BooleanField | StringField | NumberField | EnumField | StringListField;
-
-/** A nested object of keys (`timeouts`, `paths`, …). */
-export interface Group {
-  readonly kind: "group";
+/** A nested object of keys (`timeouts`, `paths`, …); no other key is allowed in it. */
+export interface GroupSchema {
+  readonly type: "object";
   readonly description: string;
-  readonly fields: { readonly [key: string]: Field | Group };
+  readonly properties: { readonly [key: string]: FieldSchema | GroupSchema };
 }
+
+export type SchemaNode = FieldSchema | GroupSchema;
+
+export const isGroup = (node: SchemaNode): node is GroupSchema => node.type === "object";
 
 const seconds = (what: string, default_: number) =>
-  ({ kind: "number", default: default_, min: 1, max: 3600, description: `Seconds to wait for ${what}.` }) as const;
+  ({ type: "number", minimum: 1, maximum: 3600, default: default_, description: `Seconds to wait for ${what}.` }) as const;
 
-const absolutePath = (default_: string, description: string) =>
-  ({ kind: "string", default: default_, format: "absolutePath", description }) as const;
+const absolutePath = (default_: string, description: string) => ({ type: "string", "x-format": "absolutePath", default: default_, description }) as const;
 
 export const CONFIG_SCHEMA = {
-  kind: "group",
+  type: "object",
   description: "ebs-cache-agent configuration",
-  fields: {
+  properties: {
     enabled: {
-      kind: "boolean",
+      type: "boolean",
       default: true,
       description: "Run at all. false: boot reports `disabled` and exits 0 (docker keeps its own data-root).",
     },
     pool: {
-      kind: "string",
+      type: "string",
+      "x-format": "poolName",
       default: "default",
-      format: "poolName",
       description: "The pool whose volumes and snapshots this host uses (volume tag `ebs-cache:pool`).",
     },
     imageSet: {
-      kind: "string",
+      type: ["string", "null"],
+      "x-format": "imageSet",
       default: null,
-      nullable: true,
-      format: "imageSet",
-      description:
-        "When set, pool volumes and snapshots must carry tag `ebs-cache:image-set` with this value; null accepts any image set.",
+      description: "When set, pool volumes and snapshots must carry tag `ebs-cache:image-set` with this value; null accepts any image set.",
     },
     region: {
-      kind: "string",
+      type: ["string", "null"],
+      "x-format": "region",
       default: null,
-      nullable: true,
-      format: "region",
       description: "AWS region; null takes it from the instance metadata (IMDS).",
     },
     ec2Endpoint: {
-      kind: "string",
+      type: ["string", "null"],
+      "x-format": "url",
       default: null,
-      nullable: true,
-      format: "url",
       description: "EC2 API endpoint (a VPC endpoint, or the lab's emulator); null uses the SDK's default for the region.",
     },
     imdsEndpoint: {
-      kind: "string",
+      type: ["string", "null"],
+      "x-format": "url",
       default: null,
-      nullable: true,
-      format: "url",
       description: "Instance metadata endpoint (the lab's emulator); null uses the SDK's default.",
     },
     device: {
-      kind: "string",
+      type: "string",
+      "x-format": "device",
       default: "/dev/sdf",
-      format: "device",
       description: "Device name passed to AttachVolume (on Nitro the real device is found by the volume's NVMe serial).",
     },
     volumeType: {
-      kind: "enum",
-      values: ["gp2", "gp3", "io1", "io2", "st1", "sc1", "standard"],
+      type: "string",
+      enum: ["gp2", "gp3", "io1", "io2", "st1", "sc1", "standard"],
       default: "gp3",
       description: "EBS volume type of volumes the agent creates.",
     },
     createFromSnapshot: {
-      kind: "boolean",
+      type: "boolean",
       default: true,
       description: "Create a volume from the pool's newest snapshot when no pool volume is available.",
     },
     initializationRateMiBps: {
-      kind: "number",
+      type: ["integer", "null"],
+      minimum: 100,
+      maximum: 300,
       default: null,
-      nullable: true,
-      min: 100,
-      max: 300,
-      integer: true,
-      description:
-        "Volume initialization rate (MiB/s) requested for volumes created from a snapshot; null leaves blocks to load lazily.",
+      description: "Volume initialization rate (MiB/s) requested for volumes created from a snapshot; null leaves blocks to load lazily.",
     },
     claim: {
-      kind: "group",
+      type: "object",
       description: "How a boot picks and claims a volume when many machines boot at once.",
-      fields: {
+      properties: {
         candidatesPerListing: {
-          kind: "number",
+          type: "integer",
+          minimum: 5,
+          maximum: 500,
           default: 50,
-          min: 5,
-          max: 500,
-          integer: true,
-          description:
-            "Available volumes asked of EC2 in one DescribeVolumes (one page): a boot's EC2 calls do not grow with the pool. After losing a volume to another machine, the boot asks again for a fresh page.",
+          description: "Available volumes asked of EC2 in one DescribeVolumes (one page): a boot's EC2 calls do not grow with the pool. After losing a volume to another machine, the boot asks again for a fresh page.",
         },
         maxVolumes: {
-          kind: "number",
+          type: "integer",
+          minimum: 1,
+          maximum: 10,
           default: 3,
-          min: 1,
-          max: 10,
-          integer: true,
-          description:
-            "Volumes one boot may take in turn when a claimed volume turns out unusable (foreign filesystem, no device): each is handed back, tagged `ebs-cache:last-error`, and the next candidate tried.",
+          description: "Volumes one boot may take in turn when a claimed volume turns out unusable (foreign filesystem, no device): each is handed back, tagged `ebs-cache:last-error`, and the next candidate tried.",
         },
         maxLosses: {
-          kind: "number",
+          type: "integer",
+          minimum: 1,
+          maximum: 50,
           default: 5,
-          min: 1,
-          max: 50,
-          integer: true,
           description: "Claims one boot may lose to other machines (VolumeInUse) before it falls back to the snapshot or degrades.",
         },
         quarantineHours: {
-          kind: "number",
+          type: "number",
+          minimum: 0,
+          maximum: 720,
           default: 6,
-          min: 0,
-          max: 720,
-          description:
-            "A volume tagged `ebs-cache:last-error` less than this long ago (tag `ebs-cache:last-error-at`) is not a candidate; 0 turns quarantine off. `ebs-cache-agent pool` shows quarantined volumes.",
+          description: "A volume tagged `ebs-cache:last-error` less than this long ago (tag `ebs-cache:last-error-at`) is not a candidate; 0 turns quarantine off. `ebs-cache-agent pool` shows quarantined volumes.",
         },
       },
     },
     timeouts: {
-      kind: "group",
+      type: "object",
       description: "How long each wait may last before the agent gives up on it.",
-      fields: {
+      properties: {
         imdsSeconds: {
-          ...seconds("the instance metadata service", 60),
-          description:
-            "Seconds to wait for the instance metadata service: the identity, and the instance profile's credentials for EC2 (each, retries included). A node that gets no credentials in that time comes up degraded.",
+          type: "number",
+          minimum: 1,
+          maximum: 3600,
+          default: 60,
+          description: "Seconds to wait for the instance metadata service: the identity, and the instance profile's credentials for EC2 (each, retries included). A node that gets no credentials in that time comes up degraded.",
         },
         imdsRequestSeconds: {
-          ...seconds("one answer of the instance metadata service", 5),
-          description:
-            "Seconds to wait for one answer of the instance metadata service (a token, a path, the credentials) before asking again, within `timeouts.imdsSeconds`.",
+          type: "number",
+          minimum: 1,
+          maximum: 3600,
+          default: 5,
+          description: "Seconds to wait for one answer of the instance metadata service (a token, a path, the credentials) before asking again, within `timeouts.imdsSeconds`.",
         },
         attachSeconds: seconds("a volume to reach `attached` (or `available` when detaching)", 120),
         deviceSeconds: seconds("the attached volume's block device to appear", 60),
         dockerSeconds: seconds("docker to start and answer on the new data-root", 120),
         bootSeconds: {
-          kind: "number",
+          type: "number",
+          minimum: 5,
+          maximum: 3600,
           default: 40,
-          min: 5,
-          max: 3600,
-          description:
-            "The first boot phase's budget (`boot --no-docker`, before docker.service), identification included: whatever is not done by then is undone and the node degrades, so it still joins the swarm within the autoscaler's start-time limit (osparc's EC2_INSTANCES_MAX_START_TIME, 1 minute by default).",
+          description: "The first boot phase's budget (`boot --no-docker`, before docker.service), identification included: whatever is not done by then is undone and the node degrades, so it still joins the swarm within the autoscaler's start-time limit (osparc's EC2_INSTANCES_MAX_START_TIME, 1 minute by default).",
         },
         createSeconds: {
-          kind: "number",
+          type: "number",
+          minimum: 0,
+          maximum: 3600,
           default: 20,
-          min: 0,
-          max: 3600,
-          description:
-            "How long creating a volume from the snapshot and attaching it takes: with less of the boot budget left, no volume is created (the node degrades instead of being undone at the deadline).",
+          description: "How long creating a volume from the snapshot and attaching it takes: with less of the boot budget left, no volume is created (the node degrades instead of being undone at the deadline).",
         },
       },
     },
     paths: {
-      kind: "group",
+      type: "object",
       description: "Where the agent finds and puts things on the host (the lab points these into its sandbox).",
-      fields: {
+      properties: {
         byIdDir: absolutePath("/dev/disk/by-id", "udev's by-id links, watched for the attached volume's device."),
         sysfsRoot: absolutePath("/sys", "sysfs, read to confirm a device's NVMe serial."),
         mountRoot: absolutePath("/var/lib/ebs-cache", "Where cache volumes are mounted."),
         daemonJson: absolutePath("/etc/docker/daemon.json", "dockerd's configuration file, where `data-root` and engine labels are set."),
         dockerHost: {
-          kind: "string",
+          type: "string",
+          "x-format": "dockerHost",
           default: "unix:///var/run/docker.sock",
-          format: "dockerHost",
           description: "The docker API socket.",
         },
         stateDir: absolutePath("/var/lib/ebs-cache-agent", "The agent's own state (what it attached, backups of daemon.json)."),
       },
     },
     docker: {
-      kind: "group",
+      type: "object",
       description: "How the agent drives docker.",
-      fields: {
+      properties: {
         control: {
-          kind: "enum",
-          values: ["systemd", "none"],
+          type: "string",
+          enum: ["systemd", "none"],
           default: "systemd",
-          description:
-            "How docker is (re)started on the new data-root: `systemd` restarts the unit; `none` leaves starting docker to systemd ordering (the agent runs Before=docker.service).",
+          description: "How docker is (re)started on the new data-root: `systemd` restarts the unit; `none` leaves starting docker to systemd ordering (the agent runs Before=docker.service).",
         },
         unit: {
-          kind: "string",
+          type: "string",
+          "x-format": "systemdUnit",
           default: "docker.service",
-          format: "systemdUnit",
           description: "The systemd unit of dockerd.",
         },
         expectedImages: {
-          kind: "stringList",
+          type: "array",
+          items: {
+            type: "string",
+            "x-format": "imageRef",
+          },
           default: [],
-          itemFormat: "imageRef",
-          description:
-            "Images that must be present after boot, in addition to those listed by the volume's `ebs-cache:images` tag.",
+          description: "Images that must be present after boot, in addition to those listed by the volume's `ebs-cache:images` tag.",
         },
       },
     },
     labels: {
-      kind: "group",
+      type: "object",
       description: "The swarm labels that report readiness.",
-      fields: {
+      properties: {
         prefix: {
-          kind: "string",
+          type: "string",
+          "x-format": "labelPrefix",
           default: "io.simcore.ebs-cache",
-          format: "labelPrefix",
-          description:
-            "Prefix of the docker label keys the agent owns; it writes and removes nothing else. Refused when empty, in docker's reserved namespaces (`com.docker.`, `io.docker.`, `org.dockerproject.`) or osparc's (`io.simcore.osparc-`), or when it equals, contains or lies above a label osparc's autoscaler sets (`io.simcore.osparc-services-ready`, `user-id`, `ec2-instance-type`, …; see docs/labels.md) or one of `labels.protectedKeys`.",
+          description: "Prefix of the docker label keys the agent owns; it writes and removes nothing else. Refused when empty, in docker's reserved namespaces (`com.docker.`, `io.docker.`, `org.dockerproject.`) or osparc's (`io.simcore.osparc-`), or when it equals, contains or lies above a label osparc's autoscaler sets (`io.simcore.osparc-services-ready`, `user-id`, `ec2-instance-type`, …; see docs/labels.md) or one of `labels.protectedKeys`.",
         },
         mode: {
-          kind: "enum",
-          values: ["auto", "node", "engine", "off"],
+          type: "string",
+          enum: ["auto", "node", "engine", "off"],
           default: "auto",
-          description:
-            "`node`: node labels through a manager's API; `engine`: daemon.json labels (work from a worker); `auto`: node labels when a manager is reachable, engine labels otherwise; `off`: none.",
+          description: "`node`: node labels through a manager's API; `engine`: daemon.json labels (work from a worker); `auto`: node labels when a manager is reachable, engine labels otherwise; `off`: none.",
         },
         protectedKeys: {
-          kind: "stringList",
+          type: "array",
+          items: {
+            type: "string",
+            "x-format": "labelKey",
+          },
           default: [],
-          itemFormat: "labelKey",
-          description:
-            "More node labels other systems set on these hosts, protected like osparc's own: list here the autoscaler's `NODES_MONITORING_NODE_LABELS`, `NODES_MONITORING_NEW_NODES_LABELS` and instance types' `custom_node_labels`. `labels.prefix` may not equal, contain or lie above any of them.",
+          description: "More node labels other systems set on these hosts, protected like osparc's own: list here the autoscaler's `NODES_MONITORING_NODE_LABELS`, `NODES_MONITORING_NEW_NODES_LABELS` and instance types' `custom_node_labels`. `labels.prefix` may not equal, contain or lie above any of them.",
         },
       },
     },
     release: {
-      kind: "group",
+      type: "object",
       description: "What `ebs-cache-agent release` (ExecStop of ebs-cache-agent-release.service, at shutdown) may do.",
-      fields: {
+      properties: {
         stopDocker: {
-          kind: "boolean",
+          type: "boolean",
           default: true,
-          description:
-            "Stop docker when it still runs on the cache volume (a release by hand; at shutdown systemd has stopped it already). false: such a release is refused (exit 1) and nothing is changed.",
+          description: "Stop docker when it still runs on the cache volume (a release by hand; at shutdown systemd has stopped it already). false: such a release is refused (exit 1) and nothing is changed.",
         },
       },
     },
     ttlHours: {
-      kind: "number",
+      type: "number",
+      minimum: 1,
+      maximum: 8760,
       default: 24,
-      min: 1,
-      max: 8760,
       description: "Hours a released volume is kept (`ebs-cache:expires-at` = release time + this) before gc may delete it; the `ebs-cache:ttl-hours` instance tag overrides it.",
     },
     workspace: {
-      kind: "group",
+      type: "object",
       description: "Workspace volumes: tied to a user / project / node and kept for a while after release.",
-      fields: {
+      properties: {
         labelsTag: {
-          kind: "string",
+          type: "string",
+          "x-format": "tagKey",
           default: "io.simcore.autoscaling.ec2_instance.docker_node_labels",
-          format: "tagKey",
-          description:
-            "The instance tag holding osparc's docker node labels (JSON), whole or in 256-character chunks `<tag>_0`, `<tag>_1`, …: the workspace ids, and `<labels.prefix>.keep` / `.enabled`. A missing chunk, bad JSON or a bad id is a warning and the pool is used.",
+          description: "The instance tag holding osparc's docker node labels (JSON), whole or in 256-character chunks `<tag>_0`, `<tag>_1`, …: the workspace ids, and `<labels.prefix>.keep` / `.enabled`. A missing chunk, bad JSON or a bad id is a warning and the pool is used.",
         },
         idKeys: {
-          kind: "stringList",
+          type: "array",
+          items: {
+            type: "string",
+            enum: ["product-name", "wallet-id", "user-id", "project-id", "node-id"],
+            "x-format": "workspaceKey",
+          },
           default: ["user-id", "project-id", "node-id"],
-          itemFormat: "workspaceKey",
-          description:
-            "The label keys (also matched as a suffix `.<key>`) that identify a workspace. A volume serves an instance whose ids equal its own for exactly the keys present; `[]` turns workspaces off.",
+          description: "The label keys (also matched as a suffix `.<key>`) that identify a workspace. A volume serves an instance whose ids equal its own for exactly the keys present; `[]` turns workspaces off.",
         },
         minimumKeys: {
-          kind: "stringList",
+          type: "array",
+          items: {
+            type: "string",
+            enum: ["product-name", "wallet-id", "user-id", "project-id", "node-id"],
+            "x-format": "workspaceKey",
+          },
           default: ["user-id"],
-          itemFormat: "workspaceKey",
           description: "Keys that must all be among the labels for a workspace; with fewer ids the pool is used. Each must be one of `idKeys`.",
         },
         create: {
-          kind: "enum",
-          values: ["snapshot", "blank", "never"],
+          type: "string",
+          enum: ["snapshot", "blank", "never"],
           default: "snapshot",
-          description:
-            "When no workspace volume exists for the ids: `snapshot` creates one from the pool's newest snapshot, `blank` creates an empty one (formatted by the agent), `never` uses the pool instead.",
+          description: "When no workspace volume exists for the ids: `snapshot` creates one from the pool's newest snapshot, `blank` creates an empty one (formatted by the agent), `never` uses the pool instead.",
         },
         sizeGiB: {
-          kind: "number",
+          type: "integer",
+          minimum: 1,
+          maximum: 16384,
           default: 20,
-          min: 1,
-          max: 16384,
-          integer: true,
           description: "Size (GiB) of a blank workspace volume; a volume from a snapshot is at least the snapshot's size.",
         },
         waitForLabelsTag: {
-          kind: "enum",
-          values: ["warm-buffer", "always", "never"],
+          type: "string",
+          enum: ["warm-buffer", "always", "never"],
           default: "warm-buffer",
-          description:
-            "When the labels tag is missing at boot, wait for it (`waitForLabelsTagSeconds`) before using the pool: `warm-buffer` only on an instance being activated from a warm buffer (tag `io.simcore.autoscaling.warm_buffer_machine=false`: osparc writes the task's tags after StartInstances), `always`, or `never`.",
+          description: "When the labels tag is missing at boot, wait for it (`waitForLabelsTagSeconds`) before using the pool: `warm-buffer` only on an instance being activated from a warm buffer (tag `io.simcore.autoscaling.warm_buffer_machine=false`: osparc writes the task's tags after StartInstances), `always`, or `never`.",
         },
         waitForLabelsTagSeconds: {
-          kind: "number",
+          type: "number",
+          minimum: 0,
+          maximum: 600,
           default: 15,
-          min: 0,
-          max: 600,
           description: "How long a boot waits for a late labels tag (counted in the first phase's budget, timeouts.bootSeconds).",
         },
       },
     },
     prewarm: {
-      kind: "group",
+      type: "object",
       description: "The pre-warm of volumes restored from a snapshot, whose blocks load lazily from S3 (see docs/prewarm.md).",
-      fields: {
+      properties: {
         strategy: {
-          kind: "enum",
-          values: ["off", "check", "files", "device"],
+          type: "string",
+          enum: ["off", "check", "files", "device"],
           default: "check",
-          description:
-            "`check`: a short fio sample of random reads over the allocated data gives a verdict (label `<prefix>.prewarm=warm|cold`); `files`: reads the filesystem's allocated data once (initialization), then tags the volume `ebs-cache:initialized`; `device`: AWS's documented full read of the device; `off`: nothing. Volumes not made from a snapshot, tagged initialized, or initialized by EBS at a provisioned rate are never read.",
+          description: "`check`: a short fio sample of random reads over the allocated data gives a verdict (label `<prefix>.prewarm=warm|cold`); `files`: reads the filesystem's allocated data once (initialization), then tags the volume `ebs-cache:initialized`; `device`: AWS's documented full read of the device; `off`: nothing. Volumes not made from a snapshot, tagged initialized, or initialized by EBS at a provisioned rate are never read.",
         },
         background: {
-          kind: "boolean",
+          type: "boolean",
           default: true,
-          description:
-            "`files`/`device`: initialize after docker is up, the node labelled `warming` (usable) until done, then `ready`; false: initialize before the node is reported ready.",
+          description: "`files`/`device`: initialize after docker is up, the node labelled `warming` (usable) until done, then `ready`; false: initialize before the node is reported ready.",
         },
         check: {
-          kind: "group",
+          type: "object",
           description: "The sample that gives the verdict.",
-          fields: {
-            seconds: { kind: "number", default: 5, min: 1, max: 300, description: "Upper bound of the sample's duration (fio --runtime)." },
-            reads: { kind: "number", default: 2000, min: 10, max: 1000000, integer: true, description: "Random 4 KiB reads in the sample (fewer when the time bound comes first)." },
-            ioDepth: { kind: "number", default: 16, min: 1, max: 256, integer: true, description: "Reads in flight during the sample." },
+          properties: {
+            seconds: {
+              type: "number",
+              minimum: 1,
+              maximum: 300,
+              default: 5,
+              description: "Upper bound of the sample's duration (fio --runtime).",
+            },
+            reads: {
+              type: "integer",
+              minimum: 10,
+              maximum: 1000000,
+              default: 2000,
+              description: "Random 4 KiB reads in the sample (fewer when the time bound comes first).",
+            },
+            ioDepth: {
+              type: "integer",
+              minimum: 1,
+              maximum: 256,
+              default: 16,
+              description: "Reads in flight during the sample.",
+            },
           },
         },
         thresholds: {
-          kind: "group",
+          type: "object",
           description: "When the sample says `warm`.",
-          fields: {
+          properties: {
             minIops: {
-              kind: "number",
+              type: "number",
+              minimum: 1,
+              maximum: 10000000,
               default: 1000,
-              min: 1,
-              max: 10000000,
               description: "Fewer IOPS than this in the sample: `cold` (a warm gp3 volume gives ~3000 at the sample's depth, a cold one a few hundred).",
             },
             maxMedianLatencyMs: {
-              kind: "number",
+              type: ["number", "null"],
+              minimum: 0.01,
+              maximum: 100000,
               default: 20,
-              nullable: true,
-              min: 0.01,
-              max: 100000,
               description: "A median completion latency above this (ms): `cold`; null: latency is only reported.",
             },
           },
         },
         initialize: {
-          kind: "group",
+          type: "object",
           description: "The reads of the `files` and `device` strategies.",
-          fields: {
-            ioDepth: { kind: "number", default: 32, min: 1, max: 256, integer: true, description: "Reads in flight (`files`; `device` always uses AWS's 32)." },
-            maxIoKiB: { kind: "number", default: 1024, min: 4, max: 65536, integer: true, description: "Largest single read of the `files` strategy (KiB)." },
+          properties: {
+            ioDepth: {
+              type: "integer",
+              minimum: 1,
+              maximum: 256,
+              default: 32,
+              description: "Reads in flight (`files`; `device` always uses AWS's 32).",
+            },
+            maxIoKiB: {
+              type: "integer",
+              minimum: 4,
+              maximum: 65536,
+              default: 1024,
+              description: "Largest single read of the `files` strategy (KiB).",
+            },
             timeoutMinutes: {
-              kind: "number",
+              type: ["integer", "null"],
+              minimum: 1,
+              maximum: 10080,
               default: null,
-              nullable: true,
-              min: 1,
-              max: 10080,
-              integer: true,
               description: "Give the initialization up after this long (the volume stays untagged; `ebs-cache-agent prewarm` resumes it); null: no limit.",
             },
-            progressSeconds: { kind: "number", default: 10, min: 1, max: 3600, integer: true, description: "Seconds between progress lines in the log and updates of the state file." },
+            progressSeconds: {
+              type: "integer",
+              minimum: 1,
+              maximum: 3600,
+              default: 10,
+              description: "Seconds between progress lines in the log and updates of the state file.",
+            },
           },
         },
       },
     },
     logLevel: {
-      kind: "enum",
-      values: ["error", "warning", "notice", "info", "debug"],
+      type: "string",
+      enum: ["error", "warning", "notice", "info", "debug"],
       default: "info",
       description: "The most verbose journald priority that is logged.",
     },
   },
-} as const satisfies Group;
+} as const satisfies GroupSchema;
 
-/** The value type a schema node describes. */
-export type ValueOf<F> = F extends { kind: "group"; fields: infer G }
-  ? { readonly [K in keyof G]: ValueOf<G[K]> }
-  : F extends { kind: "boolean" }
-    ? boolean
-    : F extends { kind: "enum"; values: readonly (infer V)[] }
-      ? V
-      : F extends { kind: "stringList" }
-        ? readonly string[]
-        : F extends { kind: "string"; nullable: true }
-          ? string | null
-          : F extends { kind: "string" }
-            ? string
-            : F extends { kind: "number"; nullable: true }
-              ? number | null
-              : F extends { kind: "number" }
-                ? number
-                : never;
+/** The value type a JSON Schema of this file describes. */
+type ValueOf<S> = S extends { type: "object"; properties: infer P }
+  ? { readonly [K in keyof P]: ValueOf<P[K]> }
+  : S extends { enum: readonly (infer V)[] }
+    ? V
+    : S extends { type: "array" }
+      ? readonly string[]
+      : S extends { type: readonly (infer T)[] }
+        ? ScalarOf<T>
+        : S extends { type: infer T }
+          ? ScalarOf<T>
+          : never;
+
+type ScalarOf<T> = T extends "string" ? string : T extends "number" | "integer" ? number : T extends "boolean" ? boolean : T extends "null" ? null : never;
 
 /** The validated configuration (defaults < file < environment). */
 export type AgentConfig = ValueOf<typeof CONFIG_SCHEMA>;
+
+/** The pre-warm strategies: this enum is the one list of them. */
+export const PREWARM_STRATEGIES = CONFIG_SCHEMA.properties.prewarm.properties.strategy.enum;
+export type PrewarmStrategy = (typeof PREWARM_STRATEGIES)[number];
 
 export const DEFAULT_CONFIG_PATH = "/etc/ebs-cache-agent/config.json";
 /** Names the config file (when the caller gives no path). Not a config key. */
 export const CONFIG_PATH_ENV = "EBS_CACHE_AGENT_CONFIG";
 export const ENV_PREFIX = "EBS_CACHE_AGENT_";
+/** The top-level key that names the config's JSON Schema for editors; the agent ignores its value. */
+export const SCHEMA_KEY = "$schema";
 
 /** One leaf key of the schema, with where it sits and the environment variable that overrides it. */
 export interface ConfigKey {
   /** Dotted JSON path: `timeouts.deviceSeconds`. */
   readonly path: string;
   readonly segments: readonly string[];
-  readonly field: Field;
+  readonly field: FieldSchema;
   readonly envVar: string;
 }
 
@@ -508,10 +529,10 @@ export function envVarName(segments: readonly string[]): string {
   return ENV_PREFIX + segments.map(snake).join("__");
 }
 
-function flatten(group: Group, prefix: readonly string[]): ConfigKey[] {
-  return Object.entries(group.fields).flatMap(([name, node]) => {
+function flatten(group: GroupSchema, prefix: readonly string[]): ConfigKey[] {
+  return Object.entries(group.properties).flatMap(([name, node]) => {
     const segments = [...prefix, name];
-    if (node.kind === "group") return flatten(node, segments);
+    if (isGroup(node)) return flatten(node, segments);
     return [{ path: segments.join("."), segments, field: node, envVar: envVarName(segments) }];
   });
 }
@@ -519,15 +540,10 @@ function flatten(group: Group, prefix: readonly string[]): ConfigKey[] {
 /** Every leaf key, in schema order. */
 export const CONFIG_KEYS: readonly ConfigKey[] = flatten(CONFIG_SCHEMA, []);
 
-/** Every group's dotted path (`timeouts`, `paths`, …), for messages about misplaced keys. */
-export const CONFIG_GROUPS: readonly string[] = Object.entries(CONFIG_SCHEMA.fields)
-  .filter(([, node]) => node.kind === "group")
-  .map(([name]) => name);
-
 /** The default of a key or group, as a fresh value (lists and objects are not shared). */
-export function defaultOf(node: Field | Group): unknown {
-  if (node.kind === "group") return Object.fromEntries(Object.entries(node.fields).map(([name, child]) => [name, defaultOf(child)]));
-  return node.kind === "stringList" ? [...node.default] : node.default;
+function defaultOf(node: SchemaNode): unknown {
+  if (isGroup(node)) return Object.fromEntries(Object.entries(node.properties).map(([name, child]) => [name, defaultOf(child)]));
+  return Array.isArray(node.default) ? [...(node.default as unknown[])] : node.default;
 }
 
 /** A fresh copy of the defaults (callers may keep it; nothing shares it). */
@@ -535,19 +551,72 @@ export function defaultConfig(): AgentConfig {
   return defaultOf(CONFIG_SCHEMA) as AgentConfig;
 }
 
+/** How a key's value is read from the environment and described. */
+type FieldKind = "boolean" | "number" | "enum" | "string" | "stringList";
+
+export function kindOf(field: FieldSchema): FieldKind {
+  if (field.enum) return "enum";
+  const type = typeof field.type === "string" ? field.type : field.type[0];
+  return type === "array" ? "stringList" : type === "integer" ? "number" : type;
+}
+
+export const isNullable = (field: FieldSchema): boolean => typeof field.type !== "string" && field.type.includes("null");
+
+/** What a list item accepts, as the end of "must be …". */
+export function itemExpectationOf(field: FieldSchema): string {
+  const format = field.items?.["x-format"];
+  return format ? FORMATS[format].description : "a string";
+}
+
 /** What a field accepts, as the end of "must be …". */
-export function expectationOf(field: Field): string {
-  const orNull = "nullable" in field && field.nullable ? ", or null" : "";
-  switch (field.kind) {
+export function expectationOf(field: FieldSchema): string {
+  const orNull = isNullable(field) ? ", or null" : "";
+  const format = field["x-format"];
+  switch (kindOf(field)) {
     case "boolean":
       return "a boolean (true or false)";
-    case "number":
-      return `${field.integer ? "an integer" : "a number"} between ${field.min} and ${field.max}${orNull}`;
+    case "number": {
+      const integer = field.type === "integer" || (typeof field.type !== "string" && field.type.includes("integer"));
+      return `${integer ? "an integer" : "a number"} between ${field.minimum} and ${field.maximum}${orNull}`;
+    }
     case "enum":
-      return `one of ${field.values.map((v) => JSON.stringify(v)).join(", ")}`;
+      return `one of ${field.enum!.map((v) => JSON.stringify(v)).join(", ")}`;
     case "string":
-      return `${field.format ? FORMAT_DESCRIPTIONS[field.format] : "a string"}${orNull}`;
+      return `${format ? FORMATS[format].description : "a string"}${orNull}`;
     case "stringList":
-      return `a list of ${field.itemFormat ? `strings, each ${FORMAT_DESCRIPTIONS[field.itemFormat]}` : "strings"}`;
+      return `a list of ${field.items?.["x-format"] ? `strings, each ${itemExpectationOf(field)}` : "strings"}`;
   }
+}
+
+/** What ajv needs besides the standard keywords (see scripts/config-schema.ts). */
+export const SCHEMA_ANNOTATIONS = ["x-format", "patternErrorMessage"] as const;
+
+/**
+ * The schema as shipped (config/config.schema.json) and compiled: every group closed to other
+ * keys, each format's pattern filled in (with the message VS Code shows when it fails), and the
+ * top-level `$schema` key allowed.
+ */
+export function shippedSchema(): Record<string, unknown> {
+  const withFormat = (node: { "x-format"?: StringFormat }) => {
+    const format = node["x-format"];
+    const pattern = format ? FORMATS[format].pattern : undefined;
+    return pattern ? { ...node, pattern, patternErrorMessage: `must be ${FORMATS[format!].description}` } : node;
+  };
+  const expand = (node: SchemaNode): Record<string, unknown> => {
+    if (isGroup(node)) {
+      const properties = Object.fromEntries(Object.entries(node.properties).map(([name, child]) => [name, expand(child)]));
+      return { type: "object", description: node.description, additionalProperties: false, properties };
+    }
+    return node.items ? { ...node, items: withFormat(node.items) } : withFormat(node);
+  };
+  const root = expand(CONFIG_SCHEMA);
+  return {
+    $schema: "https://json-schema.org/draft/2020-12/schema",
+    title: "ebs-cache-agent configuration",
+    ...root,
+    properties: {
+      [SCHEMA_KEY]: { type: "string", description: "The JSON Schema of this file, for editors (./config.schema.json beside it); the agent ignores it." },
+      ...(root.properties as object),
+    },
+  };
 }

@@ -3,21 +3,32 @@
  * problem and warning out. Nothing stops at the first problem: the operator fixes a file once.
  * An invalid value is replaced by its default in the returned config, but a caller must not act
  * on a config that came with problems.
+ *
+ * The JSON Schema checks shape, types, ranges, enums and unknown keys (ajv, compiled ahead of
+ * time into schema-validator.generated.ts); this module turns its findings into sentences that
+ * name the key, what it accepts and the bad value, and adds what a schema cannot say: the
+ * named formats' own checks, a "did you mean" for unknown keys, and the checks across keys.
  */
-import { quote, validateImageRef, validateLabelValue, validatePoolName } from "../agent/inputs.ts";
-import { isWorkspaceKey } from "../agent/workspace-ids.ts";
+import type { ErrorObject } from "ajv";
 import { labelPrefixProblems } from "../docker/labels.ts";
+import { quote, validateImageRef, validateLabelValue, validatePoolName } from "../inputs.ts";
 import {
   CONFIG_KEYS,
   CONFIG_SCHEMA,
-  FORMAT_DESCRIPTIONS,
-  defaultOf,
+  FORMATS,
+  SCHEMA_KEY,
+  defaultConfig,
   expectationOf,
+  isGroup,
+  itemExpectationOf,
   type AgentConfig,
-  type Field,
-  type Group,
+  type FieldSchema,
+  type GroupSchema,
   type StringFormat,
 } from "./schema.ts";
+import generatedValidator from "./schema-validator.generated.ts";
+
+const validateSchema = generatedValidator as unknown as { (data: unknown): boolean; errors?: ErrorObject[] | null };
 
 export interface ValidationResult {
   /** Complete: defaults where a key is absent or invalid. */
@@ -28,30 +39,29 @@ export interface ValidationResult {
 }
 
 /** A value as shown in a problem: strings quoted (escaped, cut when long), objects by kind. */
-export function describeValue(value: unknown): string {
+function describeValue(value: unknown): string {
   if (typeof value === "string") return quote(value);
   if (Array.isArray(value)) return "an array";
   if (typeof value === "object" && value !== null) return "an object";
   return String(value);
 }
 
-const pattern = (format: StringFormat, regex: RegExp) => (value: string) =>
-  regex.test(value) ? undefined : `must be ${FORMAT_DESCRIPTIONS[format]}, got ${quote(value)}`;
-
 const problemOf = (check: { ok: true } | { ok: false; problem: string }) => (check.ok ? undefined : check.problem);
 
 function checkAbsolutePath(value: string, format: StringFormat = "absolutePath"): string | undefined {
-  if (!value.startsWith("/")) return `must be ${FORMAT_DESCRIPTIONS[format]}, got ${quote(value)}`;
+  if (!value.startsWith("/")) return `must be ${FORMATS[format].description}, got ${quote(value)}`;
   if (value.split("/").includes("..")) return `${quote(value)} has a ".." segment; write the path without it`;
   if (/\p{Cc}/u.test(value)) return `${quote(value)} contains a control character`;
   return undefined;
 }
 
-/** The checks behind each `StringFormat`: the problems (without the key's path), or undefined. */
-const FORMAT_CHECKS: Record<StringFormat, (value: string) => string | readonly string[] | undefined> = {
+/**
+ * The formats whose check is more than the schema's pattern: this code decides and words the
+ * problem (the pattern's own finding is dropped). The other formats are their pattern (or enum).
+ */
+const FORMAT_CHECKS: Partial<Record<StringFormat, (value: string) => string | readonly string[] | undefined>> = {
   poolName: (value) => problemOf(validatePoolName(value)),
   imageSet: (value) => problemOf(validateLabelValue(value, "image set")),
-  region: pattern("region", /^[a-z]{2,4}(-[a-z]+)+-\d{1,2}$/),
   url: (value) => {
     let url: URL | undefined;
     try {
@@ -60,79 +70,25 @@ const FORMAT_CHECKS: Record<StringFormat, (value: string) => string | readonly s
       url = undefined;
     }
     const ok = url !== undefined && (url.protocol === "http:" || url.protocol === "https:") && url.hostname !== "" && !/\s/.test(value);
-    return ok ? undefined : `must be ${FORMAT_DESCRIPTIONS.url}, got ${quote(value)}`;
+    return ok ? undefined : `must be ${FORMATS.url.description}, got ${quote(value)}`;
   },
-  device: pattern("device", /^\/dev\/(sd[f-p]|xvd[f-p])$/),
   absolutePath: (value) => checkAbsolutePath(value),
   dockerHost: (value) =>
     value.startsWith("unix://")
       ? checkAbsolutePath(value.slice("unix://".length), "dockerHost")
-      : `must be ${FORMAT_DESCRIPTIONS.dockerHost}, got ${quote(value)}`,
-  systemdUnit: pattern("systemdUnit", /^(?=.{1,255}$)[A-Za-z0-9_.@:][A-Za-z0-9_.@:-]*\.service$/),
+      : `must be ${FORMATS.dockerHost.description}, got ${quote(value)}`,
   imageRef: (value) => problemOf(validateImageRef(value)),
   labelPrefix: (value) => {
-    const shape = pattern("labelPrefix", /^[a-z0-9]+([.-][a-z0-9]+)*$/)(value);
-    if (shape) return shape;
+    if (!/^[a-z0-9]+([.-][a-z0-9]+)*$/.test(value)) return `must be ${FORMATS.labelPrefix.description}, got ${quote(value)}`;
     const owned = labelPrefixProblems(value);
     return owned.length > 0 ? owned : undefined;
   },
-  labelKey: (value) =>
-    value.length <= 256 && /^[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?$/.test(value) ? undefined : `must be ${FORMAT_DESCRIPTIONS.labelKey}, got ${quote(value)}`,
-  tagKey: (value) =>
-    value.length >= 1 && value.length <= 128 && !/\p{Cc}/u.test(value) && !value.toLowerCase().startsWith("aws:")
-      ? undefined
-      : `must be ${FORMAT_DESCRIPTIONS.tagKey}, got ${quote(value)}`,
-  workspaceKey: (value) => (isWorkspaceKey(value) ? undefined : `must be ${FORMAT_DESCRIPTIONS.workspaceKey}, got ${quote(value)}`),
 };
 
-/** Every problem of `value` against `format` (none without a format). */
+/** Every problem of a string `value` against `format` (none without a format). */
 function formatProblems(format: StringFormat | undefined, value: string): readonly string[] {
-  const found = format ? FORMAT_CHECKS[format](value) : undefined;
+  const found = format ? FORMAT_CHECKS[format]?.(value) : undefined;
   return found === undefined ? [] : typeof found === "string" ? [found] : found;
-}
-
-export type FieldCheck = { ok: true; value: unknown } | { ok: false; problems: string[] };
-
-/**
- * Checks one value against its field. `label` starts each problem (a JSON path, or an
- * environment variable); `itemLabel` names a list item.
- */
-export function checkField(
-  field: Field,
-  value: unknown,
-  label: string,
-  itemLabel: (index: number) => string = (index) => `${label}[${index}]`,
-): FieldCheck {
-  const mismatch = (): FieldCheck => ({ ok: false, problems: [`${label}: must be ${expectationOf(field)}, got ${describeValue(value)}`] });
-  if (value === null) return "nullable" in field && field.nullable ? { ok: true, value: null } : mismatch();
-  switch (field.kind) {
-    case "boolean":
-      return typeof value === "boolean" ? { ok: true, value } : mismatch();
-    case "number": {
-      const ok =
-        typeof value === "number" &&
-        Number.isFinite(value) &&
-        (!field.integer || Number.isInteger(value)) &&
-        value >= field.min &&
-        value <= field.max;
-      return ok ? { ok: true, value } : mismatch();
-    }
-    case "enum":
-      return typeof value === "string" && field.values.includes(value) ? { ok: true, value } : mismatch();
-    case "string": {
-      if (typeof value !== "string") return mismatch();
-      const problems = formatProblems(field.format, value);
-      return problems.length > 0 ? { ok: false, problems: problems.map((problem) => `${label}: ${problem}`) } : { ok: true, value };
-    }
-    case "stringList": {
-      if (!Array.isArray(value)) return mismatch();
-      const problems = value.flatMap((item: unknown, index) => {
-        if (typeof item !== "string") return [`${itemLabel(index)}: must be a string, got ${describeValue(item)}`];
-        return formatProblems(field.itemFormat, item).map((problem) => `${itemLabel(index)}: ${problem}`);
-      });
-      return problems.length > 0 ? { ok: false, problems } : { ok: true, value: [...(value as string[])] };
-    }
-  }
 }
 
 /** Edit distance, for "did you mean". */
@@ -162,49 +118,121 @@ export function suggest(name: string, candidates: readonly string[], nameOf: (ca
 }
 
 /** Every path a key can have, for keys written at the wrong level (`deviceSeconds` at the top). */
-const ALL_PATHS = [...CONFIG_KEYS.map((key) => key.path), ...Object.keys(CONFIG_SCHEMA.fields)];
+const ALL_PATHS = [...CONFIG_KEYS.map((key) => key.path), ...Object.keys(CONFIG_SCHEMA.properties)];
 
-function unknownKeyProblem(key: string, segments: readonly string[], group: Group): string {
+function unknownKeyProblem(key: string, segments: readonly string[], group: GroupSchema): string {
   const path = [...segments, key].join(".");
-  const sibling = suggest(key, Object.keys(group.fields));
+  const sibling = suggest(key, Object.keys(group.properties));
   const elsewhere = sibling === undefined ? suggest(key, ALL_PATHS, (p) => p.split(".").pop()!) : undefined;
   const meant = sibling !== undefined ? [...segments, sibling].join(".") : elsewhere;
   if (meant !== undefined) return `${path}: unknown key (did you mean "${meant}"?)`;
-  const known = Object.keys(group.fields).join(", ");
+  const known = Object.keys(group.properties).join(", ");
   return `${path}: unknown key (${segments.length > 0 ? `keys of ${segments.join(".")}` : "top-level keys"}: ${known})`;
+}
+
+/** How problems name where a value came from: a JSON path, an environment variable, a tag. */
+export interface Labels {
+  key(segments: readonly string[]): string;
+  item(segments: readonly string[], index: number): string;
+}
+
+const FILE_LABELS: Labels = {
+  key: (segments) => segments.join("."),
+  item: (segments, index) => `${segments.join(".")}[${index}]`,
+};
+
+export interface Reading {
+  /** The valid values found, nested as in the config; an invalid or absent key is absent. */
+  values: Record<string, unknown>;
+  problems: string[];
+}
+
+/** ajv's findings by the JSON Pointer of the value they are about. */
+function findingsByPath(raw: unknown): Map<string, ErrorObject[]> {
+  const byPath = new Map<string, ErrorObject[]>();
+  if (validateSchema(raw)) return byPath;
+  for (const error of validateSchema.errors ?? []) byPath.set(error.instancePath, [...(byPath.get(error.instancePath) ?? []), error]);
+  return byPath;
+}
+
+const hasCheck = (format: StringFormat | undefined) => format !== undefined && FORMAT_CHECKS[format] !== undefined;
+
+/** A finding the code of a format replaces: its pattern. */
+const relevant = (findings: readonly ErrorObject[] | undefined, format: StringFormat | undefined) =>
+  (findings ?? []).filter((finding) => !(finding.keyword === "pattern" && hasCheck(format)));
+
+function fieldProblems(field: FieldSchema, value: unknown, segments: readonly string[], byPath: Map<string, ErrorObject[]>, labels: Labels): string[] {
+  const pointer = `/${segments.join("/")}`;
+  const label = labels.key(segments);
+  const own = relevant(byPath.get(pointer), field["x-format"]);
+  if (own.length > 0) {
+    // A string that only fails its pattern is described by the format alone, as the format's own checks do.
+    const format = field["x-format"];
+    const expected = own.every((finding) => finding.keyword === "pattern") && format ? FORMATS[format].description : expectationOf(field);
+    return [`${label}: must be ${expected}, got ${describeValue(value)}`];
+  }
+  if (Array.isArray(value)) {
+    const format = field.items?.["x-format"];
+    return value.flatMap((item: unknown, index) => {
+      const itemLabel = labels.item(segments, index);
+      const found = relevant(byPath.get(`${pointer}/${index}`), format);
+      if (found.some((finding) => finding.keyword === "type")) return [`${itemLabel}: must be a string, got ${describeValue(item)}`];
+      if (found.length > 0) return [`${itemLabel}: must be ${itemExpectationOf(field)}, got ${describeValue(item)}`];
+      return formatProblems(format, item as string).map((problem) => `${itemLabel}: ${problem}`);
+    });
+  }
+  return typeof value === "string" ? formatProblems(field["x-format"], value).map((problem) => `${label}: ${problem}`) : [];
+}
+
+function readGroup(group: GroupSchema, raw: unknown, segments: readonly string[], byPath: Map<string, ErrorObject[]>, labels: Labels, reading: Reading): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  const findings = byPath.get(segments.length > 0 ? `/${segments.join("/")}` : "") ?? [];
+  if (findings.some((finding) => finding.keyword === "type")) {
+    const where = segments.length > 0 ? labels.key(segments) : "the configuration";
+    reading.problems.push(`${where}: must be a JSON object, got ${describeValue(raw)}`);
+    return out;
+  }
+  for (const finding of findings) {
+    if (finding.keyword === "additionalProperties") {
+      reading.problems.push(unknownKeyProblem(String((finding.params as { additionalProperty: string }).additionalProperty), segments, group));
+    }
+  }
+  const record = raw as Record<string, unknown>;
+  if (segments.length === 0 && byPath.has(`/${SCHEMA_KEY}`)) {
+    reading.problems.push(`${SCHEMA_KEY}: must be a string (the path or URL of the config's JSON Schema, for editors), got ${describeValue(record[SCHEMA_KEY])}`);
+  }
+  for (const [name, node] of Object.entries(group.properties)) {
+    if (!Object.hasOwn(record, name)) continue;
+    const path = [...segments, name];
+    if (isGroup(node)) {
+      out[name] = readGroup(node, record[name], path, byPath, labels, reading);
+      continue;
+    }
+    const problems = fieldProblems(node, record[name], path, byPath, labels);
+    if (problems.length > 0) reading.problems.push(...problems);
+    else out[name] = Array.isArray(record[name]) ? [...(record[name] as unknown[])] : record[name];
+  }
+  return out;
+}
+
+/**
+ * Checks `raw` (a config, or a part of one: no key is required) against the schema: the valid
+ * values, and every problem in schema order, each starting with the label of where it came from.
+ */
+export function readValues(raw: unknown, labels: Labels = FILE_LABELS): Reading {
+  const reading: Reading = { values: {}, problems: [] };
+  reading.values = readGroup(CONFIG_SCHEMA, raw, [], findingsByPath(raw), labels, reading);
+  return reading;
 }
 
 const isPlainObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === "object" && value !== null && !Array.isArray(value);
 
-function readGroup(group: Group, raw: unknown, segments: readonly string[], problems: string[]): Record<string, unknown> {
-  if (!isPlainObject(raw)) {
-    const where = segments.length > 0 ? segments.join(".") : "the configuration";
-    problems.push(`${where}: must be a JSON object, got ${describeValue(raw)}`);
-    return defaultOf(group) as Record<string, unknown>;
-  }
-  for (const key of Object.keys(raw)) {
-    if (!Object.hasOwn(group.fields, key)) problems.push(unknownKeyProblem(key, segments, group));
-  }
-  const out: Record<string, unknown> = {};
-  for (const [name, node] of Object.entries(group.fields)) {
-    const path = [...segments, name];
-    if (!Object.hasOwn(raw, name)) {
-      out[name] = defaultOf(node);
-      continue;
-    }
-    if (node.kind === "group") {
-      out[name] = readGroup(node, raw[name], path, problems);
-      continue;
-    }
-    const check = checkField(node, raw[name], path.join("."));
-    if (check.ok) out[name] = check.value;
-    else {
-      problems.push(...check.problems);
-      out[name] = defaultOf(node);
-    }
-  }
-  return out;
+/** A copy of `base` with `values` (as readValues returns them) laid over it. */
+export function withValues<T>(base: T, values: Readonly<Record<string, unknown>>): T {
+  const out: Record<string, unknown> = { ...(base as Record<string, unknown>) };
+  for (const [name, value] of Object.entries(values)) out[name] = isPlainObject(value) ? withValues(out[name], value) : value;
+  return out as T;
 }
 
 /** Settings that are valid one by one but do not make sense together. */
@@ -241,9 +269,11 @@ export function crossProblems(config: AgentConfig): string[] {
 /**
  * Validates raw configuration (parsed JSON; undefined = no file = all defaults). Pure; collects
  * every problem (unknown keys with a suggestion, wrong types, out-of-range numbers, bad enums).
+ * A top-level `$schema` (for editors) is accepted and ignored.
  */
 export function validateConfig(raw: unknown): ValidationResult {
-  const problems: string[] = [];
-  const config = (raw === undefined ? defaultOf(CONFIG_SCHEMA) : readGroup(CONFIG_SCHEMA, raw, [], problems)) as AgentConfig;
+  if (raw === undefined) return { config: defaultConfig(), problems: [], warnings: [] };
+  const { values, problems } = readValues(raw);
+  const config = withValues(defaultConfig(), values);
   return { config, problems: [...problems, ...crossProblems(config)], warnings: crossCheck(config) };
 }

@@ -5,13 +5,11 @@
  * state a run starts from. Nothing here touches the world; apply.ts carries the decisions out.
  * See docs/prewarm.md.
  */
-import type { AgentConfig } from "../../config/index.ts";
+import { defaultConfig, type AgentConfig, type PrewarmStrategy } from "../../config/index.ts";
 import { VolumeTag } from "../../tags.ts";
 import type { CheckFigures, InitializationStatus, ReadTarget, SampleBounds } from "../ports.ts";
 import type { PrewarmPhase, PrewarmState } from "./state.ts";
 
-export type PrewarmStrategy = "off" | "check" | "files" | "device";
-export const PREWARM_STRATEGIES: readonly PrewarmStrategy[] = ["off", "check", "files", "device"];
 
 /** What the pre-warm says about the volume's read performance. */
 export type Verdict = "warm" | "cold" | "unknown";
@@ -43,13 +41,6 @@ export interface PrewarmSettings {
 }
 
 /** Defaults, as the config schema has them. */
-export const DEFAULT_PREWARM: PrewarmSettings = {
-  strategy: "check",
-  background: true,
-  check: { seconds: 5, reads: 2000, ioDepth: 16, blockBytes: 4096 },
-  thresholds: { minIops: 1000, maxMedianLatencyMs: 20 },
-  initialize: { ioDepth: 32, maxIoBytes: 1024 * 1024, timeoutSeconds: null, progressSeconds: 10 },
-};
 
 /** The settings from the configuration's `prewarm` group. */
 export function prewarmSettingsFrom(config: AgentConfig): PrewarmSettings {
@@ -67,6 +58,9 @@ export function prewarmSettingsFrom(config: AgentConfig): PrewarmSettings {
     },
   };
 }
+
+/** The defaults, read from the config schema\'s defaults (not repeated here). */
+export const DEFAULT_PREWARM: PrewarmSettings = prewarmSettingsFrom(defaultConfig());
 
 /** What the pre-warm needs to know of the volume. */
 export interface PrewarmVolume {

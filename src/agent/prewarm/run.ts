@@ -15,7 +15,8 @@ import { volumeDetails } from "../report.ts";
 import { resolveSettings, type ResolvedSettings } from "../settings.ts";
 import { prewarmAtBoot, runInitialization, type PrewarmDeps } from "./apply.ts";
 import { findAttachedVolume, findMountedDevice } from "./observe.ts";
-import { decidePrewarm, prewarmSettingsFrom, stateOfVolume, type PrewarmOutcome, type PrewarmStrategy, type PrewarmTarget } from "./plan.ts";
+import { decidePrewarm, prewarmSettingsFrom, stateOfVolume, type PrewarmOutcome, type PrewarmTarget } from "./plan.ts";
+import type { PrewarmStrategy } from "../../config/index.ts";
 import { isAlive, readPrewarmState, renderPrewarmStatus, type PrewarmState } from "./state.ts";
 
 /** The host's side of the command, built once the settings are known. */

@@ -8,7 +8,8 @@
 import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { CheckFigures } from "../ports.ts";
-import type { PrewarmDecision, PrewarmStrategy, Progress, Verdict } from "./plan.ts";
+import type { PrewarmStrategy } from "../../config/index.ts";
+import type { PrewarmDecision, Progress, Verdict } from "./plan.ts";
 import { formatBytes, formatDuration } from "./plan.ts";
 
 export const STATE_FILE = "prewarm.json";
