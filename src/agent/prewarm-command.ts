@@ -9,7 +9,7 @@
 import { AgentError, ConfigError, ExitCode } from "../errors.ts";
 import { createFioReader } from "../host/volume-reads.ts";
 import { VolumeTag } from "../tags.ts";
-import type { BootCommandDeps } from "./boot-command.ts";
+import type { BootCommandDeps } from "./boot/run.ts";
 import type { VolumeInfo } from "./ports.ts";
 import { prewarmAtBoot, runInitialization, type PrewarmDeps, type PrewarmOutcome, type PrewarmReader, type PrewarmTarget } from "./prewarm.ts";
 import { decidePrewarm, prewarmSettingsFrom, type PrewarmStrategy } from "./prewarm-plan.ts";

@@ -12,7 +12,7 @@ import type { AgentConfig } from "../config/index.ts";
 import { applyInstanceTags, applyLabelSwitches, InstanceTag, readLabelSwitches, type EffectiveSettings } from "../config/overrides.ts";
 import { validatePoolName } from "./inputs.ts";
 import { readLabelsTag } from "./labels-tag.ts";
-import type { BootSettings } from "./plan.ts";
+import type { BootSettings } from "./boot/plan.ts";
 import type { ReleaseSettings } from "./release-plan.ts";
 import type { Identity } from "./ports.ts";
 import { describeWorkspace, workspaceIdsFromLabels, type WorkspaceIds } from "./workspace-ids.ts";

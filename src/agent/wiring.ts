@@ -20,15 +20,15 @@ import type { DockerdCommand } from "../docker/dockerd-flags.ts";
 import { mountPointsOf, syncFilesystem } from "../host/mount.ts";
 import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
-import type { BootCommandDeps } from "./boot-command.ts";
+import type { BootCommandDeps } from "./boot/run.ts";
 import type { CloudVolumes, DockerService } from "./ports.ts";
-import { createFreshDataRoot, prepareOncePerInstance } from "./prepare.ts";
+import { createFreshDataRoot, prepareOncePerInstance } from "./boot/prepare.ts";
 import { prewarmAtBoot } from "./prewarm.ts";
 import { prewarmSettingsFrom } from "./prewarm-plan.ts";
 import { createFioReader } from "../host/volume-reads.ts";
 import type { ReleaseCommandDeps } from "./release-command.ts";
 import { createLabelWithdrawer, createReporter } from "./report.ts";
-import { engineLabelsProblem, preflightHost } from "./preflight.ts";
+import { engineLabelsProblem, preflightHost } from "./boot/preflight.ts";
 
 export interface WiringOptions {
   config: AgentConfig;

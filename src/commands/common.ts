@@ -3,7 +3,7 @@
  * the real adapters (EC2 of the instance's region, IMDS, systemd's docker.service).
  */
 import { spawn } from "node:child_process";
-import type { BootCommandDeps } from "../agent/boot-command.ts";
+import type { BootCommandDeps } from "../agent/boot/run.ts";
 import type { ReleaseCommandDeps } from "../agent/release-command.ts";
 import { wireBoot, wireRelease, type WiringOptions } from "../agent/wiring.ts";
 import type { CloudVolumes } from "../agent/ports.ts";

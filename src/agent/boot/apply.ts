@@ -10,15 +10,15 @@
 import { createHash } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { join } from "node:path";
-import { describeError } from "../errors.ts";
-import { DATA_ROOT_SUBDIR, FS_LABEL } from "../layout.ts";
-import type { Logger } from "../log.ts";
-import { VolumeTag } from "../tags.ts";
-import { DeviceTimeoutError } from "../host/device.ts";
+import { describeError } from "../../errors.ts";
+import { DATA_ROOT_SUBDIR, FS_LABEL } from "../../layout.ts";
+import type { Logger } from "../../log.ts";
+import { VolumeTag } from "../../tags.ts";
+import { DeviceTimeoutError } from "../../host/device.ts";
 import { createSpecFrom, isQuarantined, orderCandidates, type BootPlan, type BootStep, type CreateSpec } from "./plan.ts";
-import type { CloudVolumes, DaemonConfig, DockerEngine, DockerService, HostStorage, VolumeInfo } from "./ports.ts";
-import type { PrewarmOutcome, PrewarmTarget } from "./prewarm.ts";
-import { volumeDetails } from "./report.ts";
+import type { CloudVolumes, DaemonConfig, DockerEngine, DockerService, HostStorage, VolumeInfo } from "../ports.ts";
+import type { PrewarmOutcome, PrewarmTarget } from "../prewarm.ts";
+import { volumeDetails } from "../report.ts";
 
 /** The adapters a boot uses (built in src/agent/wiring.ts, for the CLI or a lab host). */
 export interface BootDeps {
@@ -42,7 +42,7 @@ export interface BootDeps {
    */
   report(state: ReadinessState, details: Record<string, string>): Promise<void>;
   /**
-   * The host checks before anything is claimed (src/agent/preflight.ts): daemon.json parses and
+   * The host checks before anything is claimed (src/agent/boot/preflight.ts): daemon.json parses and
    * holds nothing the switch refuses, dockerd's flags do not conflict with it. Throws the
    * refusal. Absent: only daemon.json's parse is checked.
    */

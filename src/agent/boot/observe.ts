@@ -5,9 +5,9 @@
  * selection can still need, each one bounded page (see `lookupsNeeded` in plan.ts). A pool boot
  * makes DescribeInstances + one DescribeVolumes here.
  */
-import { VolumeTag } from "../tags.ts";
+import { VolumeTag } from "../../tags.ts";
 import { lookupsNeeded, poolQuery, poolSelector, workspaceQuery, type BootObservation, type BootSettings } from "./plan.ts";
-import type { Cancellable, CloudVolumes, Identity } from "./ports.ts";
+import type { Cancellable, CloudVolumes, Identity } from "../ports.ts";
 
 export { poolSelector };
 

@@ -3,16 +3,16 @@
  * apply. The adapters come from the caller (the CLI's real ones, or a lab host's), so the same
  * code runs on EC2 and in the lab.
  */
-import { cloudFailureOf } from "../aws/errors.ts";
-import { AgentError, ConfigError, ExitCode, describeError } from "../errors.ts";
-import type { Logger } from "../log.ts";
-import { applyBootPlan, BootBudgetSpent, CancelledError, type BootDeps, type BootLimits, type BootResult } from "./boot.ts";
+import { cloudFailureOf } from "../../aws/errors.ts";
+import { AgentError, ConfigError, ExitCode, describeError } from "../../errors.ts";
+import type { Logger } from "../../log.ts";
+import { applyBootPlan, BootBudgetSpent, CancelledError, type BootDeps, type BootLimits, type BootResult } from "./apply.ts";
 import { observeBoot } from "./observe.ts";
 import { planBoot, type BootObservation, type BootPlan, type BootSettings } from "./plan.ts";
-import type { CloudVolumes, Identity } from "./ports.ts";
-import { recordOf, resolveSettings, type ResolvedSettings } from "./settings.ts";
-import { readWorkspaceRecord, writeWorkspaceRecord } from "./workspace-record.ts";
-import type { AgentConfig } from "../config/index.ts";
+import type { CloudVolumes, Identity } from "../ports.ts";
+import { recordOf, resolveSettings, type ResolvedSettings } from "../settings.ts";
+import { readWorkspaceRecord, writeWorkspaceRecord } from "../workspace-record.ts";
+import type { AgentConfig } from "../../config/index.ts";
 
 export interface BootCommandDeps {
   config: AgentConfig;
