@@ -212,3 +212,6 @@ export interface DockerEngine {
   /** Node labels through a manager's API (this node when it is a manager). */
   setNodeLabels(nodeId: string, add: Record<string, string>, remove: string[]): Promise<void>;
 }
+
+/** The node's readiness as its labels say it; `warming`: docker runs on the cache volume, usable, while its initialization runs in the background. */
+export type ReadinessState = "ready" | "warming" | "degraded" | "disabled";

@@ -16,7 +16,7 @@ import type { Logger } from "../../log.ts";
 import { VolumeTag } from "../../tags.ts";
 import { DeviceTimeoutError } from "../../host/device.ts";
 import { createSpecFrom, isQuarantined, orderCandidates, type BootPlan, type BootStep, type CreateSpec } from "./plan.ts";
-import type { CloudVolumes, DaemonConfig, DockerEngine, DockerService, HostStorage, VolumeInfo } from "../ports.ts";
+import type { CloudVolumes, DaemonConfig, DockerEngine, DockerService, HostStorage, ReadinessState, VolumeInfo } from "../ports.ts";
 import type { PrewarmOutcome, PrewarmTarget } from "../prewarm.ts";
 import { volumeDetails } from "../report.ts";
 
@@ -55,9 +55,6 @@ export interface BootDeps {
   log: Logger;
   now?: () => Date;
 }
-
-/** `warming`: docker runs on the cache volume, usable, while its initialization runs in the background. */
-export type ReadinessState = "ready" | "warming" | "degraded" | "disabled";
 
 /** Limits and expectations of this boot. */
 export interface BootLimits {
