@@ -17,7 +17,7 @@ import type { AddressInfo } from "node:net";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
 import type { BootPlan } from "../src/agent/boot/plan.ts";
-import type { BootResult } from "../src/agent/boot/apply.ts";
+import type { BootResult } from "../src/agent/boot/context.ts";
 import { ExitCode } from "../src/errors.ts";
 import { writeLabConfig, type ConfigOverrides } from "../src/lab/agent.ts";
 import type { LabHost } from "../src/lab/lab.ts";

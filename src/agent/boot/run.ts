@@ -6,7 +6,9 @@
 import { cloudFailureOf } from "../../aws/errors.ts";
 import { AgentError, ConfigError, ExitCode, describeError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
-import { applyBootPlan, BootBudgetSpent, CancelledError, type BootDeps, type BootLimits, type BootResult } from "./apply.ts";
+import { applyBootPlan } from "./apply.ts";
+import type { BootDeps, BootLimits, BootResult } from "./context.ts";
+import { BootBudgetSpent, CancelledError } from "./errors.ts";
 import { observeBoot } from "./observe.ts";
 import { planBoot, type BootObservation, type BootPlan, type BootSettings } from "./plan.ts";
 import type { CloudVolumes, Identity } from "../ports.ts";
