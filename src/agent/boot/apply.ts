@@ -161,8 +161,8 @@ const STEP_HANDLERS: { [K in StepName]: StepHandler<K> } = {
   "report-disabled": reportDisabled,
   degrade: degradeAsPlanned,
   "reuse-attached": reuseAttached,
-  "claim-volume": async (step, ctx) => void (await claimNext(step, ctx)),
-  "create-and-claim": async (step, ctx) => void (await createAndClaim(step.create, ctx)),
+  "claim-volume": claimVolume,
+  "create-and-claim": createVolumeAndClaim,
   "tag-claim": tagClaim,
   "wait-for-device": waitForDevice,
   "check-filesystem": checkFilesystem,
@@ -196,6 +196,18 @@ async function reuseAttached(step: StepOf<"reuse-attached">, { p, deps, claim, c
   if (!volume) throw new BootStepError(step.step, `${step.volumeId} no longer exists`, "run boot again");
   p.volume = volume;
   deps.log.info("boot.reuse", "volume already attached to this instance: reusing it", { volume: volume.volumeId });
+  return undefined;
+}
+
+/** The next candidate, or one created from the snapshot when they run out (claim.ts). */
+async function claimVolume(step: StepOf<"claim-volume">, ctx: StepContext): Promise<undefined> {
+  await claimNext(step, ctx);
+  return undefined;
+}
+
+/** The plan chose a new volume (from the snapshot, or a blank workspace volume): created and attached (claim.ts). */
+async function createVolumeAndClaim(step: StepOf<"create-and-claim">, ctx: StepContext): Promise<undefined> {
+  await createAndClaim(step.create, ctx);
   return undefined;
 }
 
