@@ -23,7 +23,7 @@ import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { build } from "esbuild";
-import { runBoot, type BootOutcome } from "../src/agent/boot-command.ts";
+import { runBoot, type BootOutcome } from "../src/agent/boot/run.ts";
 import { wireBoot } from "../src/agent/wiring.ts";
 import { createMetadataService } from "../src/aws/imds.ts";
 import { describeError } from "../src/errors.ts";

@@ -8,8 +8,8 @@
 import t from "tap";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import type { BootPlan } from "../src/agent/plan.ts";
-import type { BootResult } from "../src/agent/boot.ts";
+import type { BootPlan } from "../src/agent/boot/plan.ts";
+import type { BootResult } from "../src/agent/boot/context.ts";
 import { ExitCode } from "../src/errors.ts";
 import { run } from "../src/exec.ts";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";

@@ -9,7 +9,7 @@ import { execa } from "execa";
 import { ExitCode } from "../src/errors.ts";
 import { run } from "../src/exec.ts";
 import { writeLabConfig } from "../src/lab/agent.ts";
-import { orderCandidates } from "../src/agent/plan.ts";
+import { orderCandidates } from "../src/agent/boot/plan.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { goldenPoolTags, POOL, startBootLab } from "./fixtures/boot-lab.ts";
 import { assertLabPrerequisites, childEnv, pollUntil } from "./fixtures/lab-prereq.ts";

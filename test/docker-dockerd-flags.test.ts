@@ -8,7 +8,7 @@
 import t from "tap";
 import { effectiveDockerdCommand, parseSystemctlShow, type UnitFile } from "../src/docker/dockerd-command.ts";
 import { dockerdFlagProblems, parseDockerdFlags, configFileOf, DEFAULT_CONFIG_FILE } from "../src/docker/dockerd-flags.ts";
-import { agentKeysFor, plannedDaemonJson } from "../src/agent/preflight.ts";
+import { agentKeysFor, plannedDaemonJson } from "../src/agent/boot/preflight.ts";
 import type { LabelModeSetting } from "../src/docker/labels.ts";
 
 const UNIT = "/lib/systemd/system/docker.service";

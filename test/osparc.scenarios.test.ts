@@ -9,7 +9,7 @@
 import t, { type Test } from "tap";
 import { VolumeTag } from "../src/tags.ts";
 import { createAutoscalerActor, Osparc, type AgentRun, type OsparcBoot, type OsparcNode } from "../src/lab/autoscaler.ts";
-import type { BootOutcome } from "../src/agent/boot-command.ts";
+import type { BootOutcome } from "../src/agent/boot/run.ts";
 import { GOLDEN_IMAGES, labelRecord, LABEL_PREFIX, POOL, startBootLab } from "./fixtures/boot-lab.ts";
 import { assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
 import { volumeEnd } from "./fixtures/lifecycle-lab.ts";

@@ -11,7 +11,7 @@ import {
   workspaceQuery,
   type BootObservation,
   type BootSettings,
-} from "../src/agent/plan.ts";
+} from "../src/agent/boot/plan.ts";
 import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { workspaceIdsOfVolume, workspaceIdTags, type WorkspaceIds } from "../src/agent/workspace-ids.ts";

@@ -11,7 +11,7 @@ import { existsSync } from "node:fs";
 import { copyFile, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { createReporter, LabelsNotTakenError } from "../src/agent/report.ts";
-import { engineLabelsProblem } from "../src/agent/preflight.ts";
+import { engineLabelsProblem } from "../src/agent/boot/preflight.ts";
 import { createDaemonConfig } from "../src/docker/daemon-json.ts";
 import { createDockerEngine } from "../src/docker/engine.ts";
 import { ExitCode } from "../src/errors.ts";

@@ -1,5 +1,5 @@
 /**
- * The pre-claim host check (src/agent/preflight.ts) as pure logic over in-memory ports: which
+ * The pre-claim host check (src/agent/boot/preflight.ts) as pure logic over in-memory ports: which
  * daemon.json keys it refuses, how a dockerd command line is judged, that a daemon.json that
  * does not parse is reported as before.
  */
@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DaemonJsonError, parseDaemonJson, type DaemonJson } from "../src/docker/daemon-json.ts";
 import type { DockerdCommand } from "../src/docker/dockerd-flags.ts";
-import { agentKeysFor, daemonJsonProblems, engineLabelsProblem, PreflightError, preflightHost } from "../src/agent/preflight.ts";
+import { agentKeysFor, daemonJsonProblems, engineLabelsProblem, PreflightError, preflightHost } from "../src/agent/boot/preflight.ts";
 import { createMemoryLogger } from "../src/log.ts";
 
 const PATH = "/etc/docker/daemon.json";

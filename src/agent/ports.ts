@@ -323,3 +323,8 @@ export interface InitializationStatus {
   progress: number;
   etaSeconds?: number;
 }
+
+// ---- readiness ----
+
+/** The node's readiness as its labels say it; `warming`: docker runs on the cache volume, usable, while its initialization runs in the background. */
+export type ReadinessState = "ready" | "warming" | "degraded" | "disabled";

@@ -18,8 +18,7 @@ import {
   type LabelModeSetting,
 } from "../docker/labels.ts";
 import { TAG_PREFIX, VolumeTag } from "../tags.ts";
-import type { ReadinessState } from "./boot.ts";
-import type { DaemonConfig, DockerEngine, DockerService } from "./ports.ts";
+import type { DaemonConfig, DockerEngine, DockerService, ReadinessState } from "./ports.ts";
 
 export interface ReporterDeps {
   prefix: string;

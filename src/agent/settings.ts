@@ -13,7 +13,7 @@ import { applyInstanceTags, applyLabelSwitches, readLabelSwitches, type Effectiv
 import { InstanceTag } from "../tags.ts";
 import { validatePoolName } from "../inputs.ts";
 import { readLabelsTag } from "./labels-tag.ts";
-import type { BootSettings } from "./plan.ts";
+import type { BootSettings } from "./boot/plan.ts";
 import type { ReleaseSettings } from "./release/plan.ts";
 import type { Identity } from "./ports.ts";
 import { describeWorkspace, workspaceIdsFromLabels, type WorkspaceIds } from "./workspace-ids.ts";

@@ -21,16 +21,16 @@ import type { DockerdCommand } from "../docker/dockerd-flags.ts";
 import { mountPointsOf, syncFilesystem } from "../host/mount.ts";
 import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
-import type { BootCommandDeps } from "./boot-command.ts";
+import type { BootCommandDeps } from "./boot/run.ts";
 import type { CloudVolumes, DockerService, PrewarmReader } from "./ports.ts";
-import { createFreshDataRoot, prepareOncePerInstance } from "./prepare.ts";
+import { createFreshDataRoot, prepareOncePerInstance } from "./boot/prepare.ts";
 import { prewarmAtBoot } from "./prewarm/apply.ts";
 import { prewarmSettingsFrom } from "./prewarm/plan.ts";
 import type { PrewarmCommandDeps } from "./prewarm/run.ts";
 import { createFioReader } from "../host/volume-reads.ts";
 import type { ReleaseCommandDeps } from "./release/run.ts";
 import { createLabelWithdrawer, createReporter } from "./report.ts";
-import { engineLabelsProblem, preflightHost } from "./preflight.ts";
+import { engineLabelsProblem, preflightHost } from "./boot/preflight.ts";
 
 export interface WiringOptions {
   config: AgentConfig;

@@ -1,9 +1,9 @@
 /**
- * `ebs-cache-agent boot`: the CLI face of src/agent/boot-command.ts with the real adapters
+ * `ebs-cache-agent boot`: the CLI face of src/agent/boot/run.ts with the real adapters
  * (EC2 and IMDS of this instance, systemd's docker.service) wired in src/agent/wiring.ts.
  */
 import { Command } from "commander";
-import { runBoot, type BootOutcome } from "../agent/boot-command.ts";
+import { runBoot, type BootOutcome } from "../agent/boot/run.ts";
 import { hostContext, sigtermSignal } from "./common.ts";
 
 export interface BootCliOptions {

@@ -4,7 +4,7 @@
  * docker.service).
  */
 import { spawn } from "node:child_process";
-import type { BootCommandDeps } from "../agent/boot-command.ts";
+import type { BootCommandDeps } from "../agent/boot/run.ts";
 import type { PrewarmCommandDeps } from "../agent/prewarm/run.ts";
 import type { ReleaseCommandDeps } from "../agent/release/run.ts";
 import { hostWiringOptions, wireBoot, wirePrewarm, wireRelease } from "../agent/wiring.ts";

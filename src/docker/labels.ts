@@ -4,9 +4,7 @@
  * (daemon.json `labels` + SIGHUP; managers then see them as `engine.labels.<key>`).
  */
 import { AgentError, ExitCode } from "../errors.ts";
-
-/** What the `<prefix>.state` label says about this node. */
-export type ReadinessState = "ready" | "degraded" | "disabled" | "warming";
+import type { ReadinessState } from "../agent/ports.ts";
 
 /** How the operator asked labels to be published. */
 export type LabelModeSetting = "auto" | "node" | "engine" | "off";

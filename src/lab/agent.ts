@@ -4,7 +4,7 @@
  */
 import { mkdir, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { runBoot, type BootOutcome } from "../agent/boot-command.ts";
+import { runBoot, type BootOutcome } from "../agent/boot/run.ts";
 import { runPrewarmCommand, type PrewarmCommandOptions, type PrewarmCommandOutcome } from "../agent/prewarm/run.ts";
 import { runRelease, type ReleaseOutcome } from "../agent/release/run.ts";
 import { wireBoot, wirePrewarm, wireRelease, type WiringOptions } from "../agent/wiring.ts";

@@ -15,7 +15,7 @@
  *   which stops docker.service and runs the agent's release (its ExecStop).
  */
 import { CreateTagsCommand, DeleteTagsCommand, DescribeInstancesCommand, StartInstancesCommand, StopInstancesCommand, TerminateInstancesCommand, type EC2Client } from "@aws-sdk/client-ec2";
-import type { BootOutcome } from "../agent/boot-command.ts";
+import type { BootOutcome } from "../agent/boot/run.ts";
 import { labelsTagAsOsparcWrites, readLabelsTag } from "../agent/labels-tag.ts";
 import type { ReleaseOutcome } from "../agent/release/run.ts";
 import { AgentError } from "../errors.ts";

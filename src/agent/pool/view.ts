@@ -1,6 +1,6 @@
 /** The pool and workspace volumes as rows and a table, for `ebs-cache-agent pool` (src/cli/pool.ts). Pure. */
 import { VolumeTag } from "../../tags.ts";
-import { isQuarantined } from "../plan.ts";
+import { isQuarantined } from "../boot/plan.ts";
 import { workspaceIdsOfVolume, type WorkspaceIds } from "../workspace-ids.ts";
 import type { VolumeInfo } from "../ports.ts";
 

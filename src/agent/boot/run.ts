@@ -1,23 +1,22 @@
 /**
- * `ebs-cache-agent boot`: identify → resolve settings → observe → plan → (dry run: print) →
- * apply. The adapters come from the caller (the CLI's real ones, or a lab host's), so the same
- * code runs on EC2 and in the lab.
+ * The boot use case's entry, called by the CLI (`ebs-cache-agent boot`): identify → resolve
+ * settings → observe (or degrade) → plan → (dry run: print) → apply → exit code. The adapters
+ * come from the caller (the CLI's real ones, or a lab host's), so the same code runs on EC2 and
+ * in the lab.
  */
-import { cloudFailureOf } from "../aws/errors.ts";
-import { AgentError, ConfigError, ExitCode, describeError } from "../errors.ts";
-import type { Logger } from "../log.ts";
-import { applyBootPlan, BootBudgetSpent, CancelledError, type BootDeps, type BootLimits, type BootResult } from "./boot.ts";
-import { observeBoot } from "./observe.ts";
+import { cloudFailureOf } from "../../aws/errors.ts";
+import { AgentError, ConfigError, ExitCode, describeError } from "../../errors.ts";
+import type { Logger } from "../../log.ts";
+import { applyBootPlan } from "./apply.ts";
+import type { BootDeps, BootLimits, BootResult } from "./context.ts";
+import { BootBudgetSpent, CancelledError } from "./errors.ts";
+import { observeBoot, observeIdentity, type IdentitySource } from "./observe.ts";
 import { planBoot, type BootObservation, type BootPlan, type BootSettings } from "./plan.ts";
-import type { CloudVolumes, Identity } from "./ports.ts";
-import { recordOf, resolveSettings, type ResolvedSettings } from "./settings.ts";
-import { readWorkspaceRecord, writeWorkspaceRecord } from "./workspace-record.ts";
-import type { AgentConfig } from "../config/index.ts";
+import type { CloudVolumes, Identity } from "../ports.ts";
+import { recordOf, resolveSettings, type ResolvedSettings } from "../settings.ts";
+import { writeWorkspaceRecord } from "../workspace-record.ts";
 
-export interface BootCommandDeps {
-  config: AgentConfig;
-  /** `fresh`: tags read again from their source (a late labels tag), not the answer cached for this run. */
-  identify(options?: { fresh?: boolean }): Promise<Identity>;
+export interface BootCommandDeps extends IdentitySource {
   /** EC2 in the instance's region. */
   cloudFor(region: string): CloudVolumes;
   /** The side-effecting adapters, built once the settings are known. */
@@ -26,7 +25,6 @@ export interface BootCommandDeps {
   defaultDataRoot?: string;
   /** This boot of the machine (see BootLimits.bootId). */
   bootId?: string;
-  log: Logger;
 }
 
 export interface BootOutcome {
@@ -50,14 +48,7 @@ export async function runBoot(
   const started = Date.now();
   const mayClaim = options.mayClaim ?? true;
   const stateDir = config.paths.stateDir;
-  const previous = await readWorkspaceRecord(stateDir);
-  const found = await deps.identify();
-  // Only the first phase waits for a late labels tag, and only while this instance was never
-  // given a workspace: a node activated once keeps its ids in the record (osparc deletes the tag
-  // after the join and does not re-activate a node for other ids), so a later start must not
-  // wait for a tag that will not come.
-  const activatedBefore = previous.record?.instanceId === found.instanceId && previous.record.ids !== undefined;
-  const identity = mayClaim && !activatedBefore ? await waitForLabelsTag(deps, found, options.signal) : found;
+  const { identity, previous } = await observeIdentity(deps, { mayClaim, ...(options.signal ? { signal: options.signal } : {}) });
   log.info("boot.identity", "instance identified", {
     instance: identity.instanceId,
     zone: identity.availabilityZone,
@@ -179,39 +170,4 @@ function bootBudget(seconds: number, started: number): { signal: AbortSignal; de
 function anySignal(signals: Array<AbortSignal | undefined>): AbortSignal | undefined {
   const present = signals.filter((s): s is AbortSignal => s !== undefined);
   return present.length <= 1 ? present[0] : AbortSignal.any(present);
-}
-
-/** Tags that mark an osparc warm buffer; `false` while it is being activated for a task. */
-const WARM_BUFFER_TAGS = ["io.simcore.autoscaling.warm_buffer_machine", "io.simcore.autoscaling.buffer_machine"];
-
-/** Whether the tags hold the labels tag, single or chunked (`<key>_0`, `<key>_1`, …). */
-function hasLabelsTag(tags: Readonly<Record<string, string>>, key: string): boolean {
-  return Object.keys(tags).some((name) => name === key || (name.startsWith(`${key}_`) && /^\d+$/.test(name.slice(key.length + 1))));
-}
-
-/**
- * osparc activates a warm buffer with StartInstances and writes the task's tags only after it:
- * the first boot phase may run before the labels tag exists. On such an instance (or always,
- * by config) the boot reads the tags again, once a second, for a bounded time before it falls
- * back to the pool. Tags that never come are a warning, not a failure.
- */
-async function waitForLabelsTag(deps: BootCommandDeps, identity: Identity, signal: AbortSignal | undefined): Promise<Identity> {
-  const { config, log } = deps;
-  const key = config.workspace.labelsTag;
-  const mode = config.workspace.waitForLabelsTag;
-  const activating = WARM_BUFFER_TAGS.some((tag) => identity.tags[tag] === "false");
-  const seconds = config.workspace.waitForLabelsTagSeconds;
-  if (hasLabelsTag(identity.tags, key) || mode === "never" || seconds === 0 || (mode === "warm-buffer" && !activating)) return identity;
-  log.notice("boot.labels-tag", `no labels tag yet${activating ? " on a warm buffer being activated" : ""}: waiting up to ${seconds} s for it`, { tag: key });
-  const deadline = Date.now() + seconds * 1000;
-  while (Date.now() < deadline && !signal?.aborted) {
-    await new Promise((resolve) => setTimeout(resolve, Math.min(1000, Math.max(0, deadline - Date.now()))));
-    const again = await deps.identify({ fresh: true });
-    if (hasLabelsTag(again.tags, key)) {
-      log.info("boot.labels-tag", "the labels tag arrived", { tag: key });
-      return again;
-    }
-  }
-  log.warning("boot.labels-tag", `no labels tag after ${seconds} s: going on without workspace ids`, { tag: key });
-  return identity;
 }

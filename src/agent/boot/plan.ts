@@ -5,10 +5,10 @@
  * of the selection is unit-tested with plain objects.
  */
 import { createHash } from "node:crypto";
-import { VolumeKind, VolumeTag } from "../tags.ts";
-import type { Identity, SnapshotInfo, VolumeInfo, VolumeQuery } from "./ports.ts";
-import type { PrewarmStrategy } from "../config/index.ts";
-import { volumeMatchesWorkspace, workspaceIdTags, type WorkspaceIds } from "./workspace-ids.ts";
+import { VolumeKind, VolumeTag } from "../../tags.ts";
+import type { Identity, SnapshotInfo, VolumeInfo, VolumeQuery } from "../ports.ts";
+import type { PrewarmStrategy } from "../../config/index.ts";
+import { volumeMatchesWorkspace, workspaceIdTags, type WorkspaceIds } from "../workspace-ids.ts";
 
 export type { WorkspaceIds };
 

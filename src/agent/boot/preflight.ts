@@ -12,9 +12,9 @@
  */
 import { realpath } from "node:fs/promises";
 import { resolve } from "node:path";
-import { AgentError, ExitCode } from "../errors.ts";
-import type { Logger } from "../log.ts";
-import type { DaemonJson } from "../docker/daemon-json.ts";
+import { AgentError, ExitCode } from "../../errors.ts";
+import type { Logger } from "../../log.ts";
+import type { DaemonJson } from "../../docker/daemon-json.ts";
 import {
   AGENT_KEYS,
   configFileOf,
@@ -22,8 +22,8 @@ import {
   parseDockerdFlags,
   type DockerdCommand,
   type HostProblem,
-} from "../docker/dockerd-flags.ts";
-import { isUnderPrefix, type LabelModeSetting } from "../docker/labels.ts";
+} from "../../docker/dockerd-flags.ts";
+import { isUnderPrefix, type LabelModeSetting } from "../../docker/labels.ts";
 
 /** The host would refuse the switch; nothing was changed and no volume was claimed. */
 export class PreflightError extends AgentError {

@@ -6,7 +6,7 @@
  */
 import { lstat, mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import type { Logger } from "../log.ts";
+import type { Logger } from "../../log.ts";
 
 /** The marker's place: beside the data-root, on the volume, out of docker's sight. */
 export function preparedMarkerPath(dataRoot: string): string {

@@ -1,0 +1,429 @@
+/**
+ * Carrying out a boot plan. Each step re-checks the world and is safe to repeat, so a boot
+ * killed at any point and run again converges. Whatever fails after the claim is undone in
+ * reverse (docker back on its old root, unmount, detach without force). A failure that is the
+ * volume's (its device never attached, its filesystem is not the agent's) hands that volume
+ * back tagged `last-error` (quarantined) and the boot claims its next candidate, up to
+ * `claim.maxVolumes`; any other failure, or SIGTERM, leaves the node degraded: docker on its
+ * default data-root, a `degraded` label, one clear log line.
+ */
+import { join } from "node:path";
+import { describeError } from "../../errors.ts";
+import { DATA_ROOT_SUBDIR, FS_LABEL } from "../../layout.ts";
+import { VolumeTag } from "../../tags.ts";
+import { DeviceTimeoutError } from "../../host/device.ts";
+import type { VolumeInfo } from "../ports.ts";
+import { volumeDetails } from "../report.ts";
+import { claimNext, createAndClaim } from "./claim.ts";
+import { freshProgress, type ApplyOptions, type BootDeps, type BootLimits, type BootResult, type ClaimState, type Finished, type Progress, type StepContext } from "./context.ts";
+import { BootStepError, CancelledError, remediationOf } from "./errors.ts";
+import type { BootPlan, BootStep } from "./plan.ts";
+import { degrade, shorten, undo } from "./undo.ts";
+
+/** Steps whose failure is the volume's: it is handed back quarantined and the next one tried. */
+const VOLUME_STEPS = new Set<BootStep["step"]>(["wait-for-device", "check-filesystem", "mount", "grow-filesystem", "prepare-data-root"]);
+/**
+ * Docker failing on the volume's data-root, or missing its images, is most likely the volume's
+ * too (the host's side, daemon.json and dockerd's flags, was checked before the claim): it is
+ * quarantined, but the node degrades rather than restart docker on volume after volume.
+ */
+const DOCKER_ON_VOLUME_STEPS = new Set<BootStep["step"]>(["start-docker", "verify-docker"]);
+
+/** Runs the plan. Never throws for a failure the node can live with: it degrades instead. */
+export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: BootLimits, options: ApplyOptions = {}): Promise<BootResult> {
+  const { log } = deps;
+  const timeline: BootResult["timeline"] = [];
+  let progress = freshProgress();
+  const claim: ClaimState = {
+    known: new Map((options.known ?? []).map((v) => [v.volumeId, v])),
+    tried: new Set(),
+    volumes: 0,
+    losses: 0,
+    handedBack: [],
+    createMs: options.createMs ?? 0,
+    ...(options.signal ? { signal: options.signal } : {}),
+    ...(options.deadline !== undefined ? { deadline: options.deadline } : {}),
+  };
+  const claimIndex = plan.steps.findIndex((step) => step.step === "claim-volume");
+  const claimStep = plan.steps[claimIndex];
+  const maxVolumes = claimStep?.step === "claim-volume" ? claimStep.maxVolumes : 1;
+  if (plan.steps.some((step) => step.step === "switch-data-root")) {
+    const refused = await checkHost(deps, limits, timeline);
+    if (refused) return { ...refused, timeline };
+  }
+  for (let index = 0; index < plan.steps.length; index++) {
+    const step = plan.steps[index]!;
+    const started = Date.now();
+    try {
+      if (options.signal?.aborted) throw new CancelledError(step.step, options.signal);
+      const done = await runStep(step, { plan, p: progress, deps, limits, claim, call: claim.signal ? { signal: claim.signal } : {} });
+      timeline.push({ step: step.step, ms: Date.now() - started });
+      if (done) return { ...done, timeline };
+    } catch (caught) {
+      timeline.push({ step: step.step, ms: Date.now() - started });
+      const error = options.signal?.aborted && !(caught instanceof CancelledError) ? new CancelledError(step.step, options.signal, caught) : caught;
+      const reason = describeError(error);
+      const volumeId = progress.volume?.volumeId;
+      const cancelled = error instanceof CancelledError;
+      const volumeFault = !cancelled && VOLUME_STEPS.has(step.step) && (await isVolumeFault(error, progress, plan, deps));
+      // Undo with no signal: a boot stopped by SIGTERM still hands back what it holds.
+      await undo(progress, plan, deps, reason, { quarantine: volumeFault || (!cancelled && DOCKER_ON_VOLUME_STEPS.has(step.step)) });
+      if (volumeFault && volumeId && claimIndex >= 0 && claim.volumes < maxVolumes) {
+        log.warning("boot.volume-unusable", `${reason}; handed back, trying the next candidate`, {
+          step: step.step,
+          volume: volumeId,
+          remediation: remediationOf(error),
+        });
+        claim.tried.add(volumeId);
+        claim.handedBack.push(reason);
+        progress = freshProgress();
+        index = claimIndex - 1;
+        continue;
+      }
+      log.error("boot.failed", `${reason}; falling back to docker's default data-root`, {
+        step: step.step,
+        volume: volumeId,
+        remediation: remediationOf(error),
+      });
+      const degraded = await degrade(deps, limits, reason);
+      return { ...degraded, timeline };
+    }
+  }
+  const outcome = !plan.steps.some((step) => step.step === "report-ready") ? "prepared" : progress.prewarm?.labelState === "warming" ? "warming" : "ready";
+  return { outcome, timeline, ...resultOf(progress) };
+}
+
+/**
+ * The host must take the switch before a volume is claimed (daemon.json parses and holds
+ * nothing the switch or dockerd refuses, dockerd's flags agree with it): the agent would
+ * otherwise attach, mount and clean a pool volume only to hand it back at switch-data-root or
+ * start-docker, tagged with a last-error that is not the volume's fault. Returns the degraded
+ * boot when the host refuses.
+ */
+async function checkHost(deps: BootDeps, limits: BootLimits, timeline: BootResult["timeline"]): Promise<Finished | undefined> {
+  const started = Date.now();
+  try {
+    await (deps.preflight ? deps.preflight() : deps.daemonConfig.dataRoot());
+    timeline.push({ step: "check-host", ms: Date.now() - started });
+    return undefined;
+  } catch (error) {
+    timeline.push({ step: "check-host", ms: Date.now() - started });
+    const reason = describeError(error);
+    deps.log.error("boot.failed", `${reason}; no volume was claimed`, { step: "check-host", remediation: remediationOf(error) });
+    // daemon.json (or dockerd's reading of it) is what is wrong: the agent writes nothing into
+    // it, not even the degraded engine label, and leaves it as it found it.
+    const report = async () => deps.log.notice("boot.label", "no degraded label published: the host's docker configuration refused the switch");
+    return degrade({ ...deps, report }, limits, reason);
+  }
+}
+
+function resultOf(progress: Progress) {
+  return {
+    ...(progress.volume ? { volumeId: progress.volume.volumeId } : {}),
+    ...(progress.device ? { device: progress.device } : {}),
+    ...(progress.mountPoint ? { mountPoint: progress.mountPoint } : {}),
+    ...(progress.dataRoot ? { dataRoot: progress.dataRoot } : {}),
+    ...(progress.prewarm
+      ? {
+          prewarm: {
+            action: progress.prewarm.decision.action,
+            verdict: progress.prewarm.verdict,
+            phase: progress.prewarm.phase,
+            ...(progress.prewarm.before ? { before: progress.prewarm.before } : {}),
+            ...(progress.prewarm.after ? { after: progress.prewarm.after } : {}),
+            ...(progress.prewarm.error ? { error: progress.prewarm.error } : {}),
+          },
+        }
+      : {}),
+  };
+}
+
+/**
+ * Whether a failure of a volume step is the volume's fault (quarantine it, try the next) rather
+ * than the host's. A device that never appeared is the volume's only while EC2 still shows the
+ * attachment unfinished: attached with no device is this host's udev/driver, and quarantining
+ * good volumes one after another would not help it.
+ */
+async function isVolumeFault(error: unknown, p: Progress, plan: BootPlan, deps: BootDeps): Promise<boolean> {
+  if (!(error instanceof DeviceTimeoutError)) return true;
+  const volume = p.volume ? await deps.cloud.describeVolume(p.volume.volumeId).catch(() => undefined) : undefined;
+  const attachment = volume?.attachment;
+  return !(attachment?.instanceId === plan.instanceId && attachment.state === "attached");
+}
+
+type StepName = BootStep["step"];
+type StepOf<K extends StepName> = Extract<BootStep, { step: K }>;
+/** A step's work: `Finished` ends the boot there (disabled, degraded); nothing goes on to the next step. */
+type StepHandler<K extends StepName> = (step: StepOf<K>, ctx: StepContext) => Promise<Finished | undefined>;
+
+/** One handler per step of the plan. */
+const STEP_HANDLERS: { [K in StepName]: StepHandler<K> } = {
+  "report-disabled": reportDisabled,
+  degrade: degradeAsPlanned,
+  "reuse-attached": reuseAttached,
+  "claim-volume": claimVolume,
+  "create-and-claim": createVolumeAndClaim,
+  "tag-claim": tagClaim,
+  "wait-for-device": waitForDevice,
+  "check-filesystem": checkFilesystem,
+  mount: mountVolume,
+  "grow-filesystem": growFilesystem,
+  "prepare-data-root": prepareDataRoot,
+  "switch-data-root": switchDataRoot,
+  "start-docker": startDocker,
+  "verify-docker": verifyDocker,
+  prewarm,
+  "report-ready": reportReady,
+};
+
+function runStep<K extends StepName>(step: StepOf<K>, ctx: StepContext): Promise<Finished | undefined> {
+  return STEP_HANDLERS[step.step](step, ctx);
+}
+
+async function reportDisabled(step: StepOf<"report-disabled">, { deps }: StepContext): Promise<Finished> {
+  deps.log.notice("boot.disabled", step.reason);
+  await deps.report("disabled", { reason: step.reason });
+  return { outcome: "disabled", reason: step.reason };
+}
+
+async function degradeAsPlanned(step: StepOf<"degrade">, { deps, limits }: StepContext): Promise<Finished> {
+  deps.log.warning("boot.no-volume", step.reason);
+  return degrade(deps, limits, step.reason);
+}
+
+async function reuseAttached(step: StepOf<"reuse-attached">, { p, deps, claim, call }: StepContext): Promise<undefined> {
+  const volume = claim.known.get(step.volumeId) ?? (await deps.cloud.describeVolume(step.volumeId, call));
+  if (!volume) throw new BootStepError(step.step, `${step.volumeId} no longer exists`, "run boot again");
+  p.volume = volume;
+  deps.log.info("boot.reuse", "volume already attached to this instance: reusing it", { volume: volume.volumeId });
+  return undefined;
+}
+
+/** The next candidate, or one created from the snapshot when they run out (claim.ts). */
+async function claimVolume(step: StepOf<"claim-volume">, ctx: StepContext): Promise<undefined> {
+  await claimNext(step, ctx);
+  return undefined;
+}
+
+/** The plan chose a new volume (from the snapshot, or a blank workspace volume): created and attached (claim.ts). */
+async function createVolumeAndClaim(step: StepOf<"create-and-claim">, ctx: StepContext): Promise<undefined> {
+  await createAndClaim(step.create, ctx);
+  return undefined;
+}
+
+/** Tags a claim removes: a release's expiry, an earlier instance's error. */
+const CLAIM_CLEARS = [VolumeTag.releasedAt, VolumeTag.expiresAt, VolumeTag.lastError, VolumeTag.lastErrorAt];
+
+/**
+ * Ensured from the volume's tags as last described, on every run (a reused attachment
+ * included): a boot killed between AttachVolume and these tags, or between CreateTags and
+ * DeleteTags, is finished here. At most one CreateTags and one DeleteTags; none when the tags
+ * are right already.
+ */
+async function tagClaim(_step: StepOf<"tag-claim">, { plan, p, deps, call }: StepContext): Promise<undefined> {
+  const volume = volumeOf(p);
+  const tags = volume.tags;
+  if (tags[VolumeTag.claimedBy] !== plan.instanceId) {
+    const at = (deps.now?.() ?? new Date()).toISOString();
+    await deps.cloud.tagVolume(volume.volumeId, { [VolumeTag.claimedBy]: plan.instanceId, [VolumeTag.claimedAt]: at }, call);
+    tags[VolumeTag.claimedBy] = plan.instanceId;
+    tags[VolumeTag.claimedAt] = at;
+    p.claimedAt = at;
+  }
+  // An earlier release's expiry no longer applies (were this instance to die without a
+  // release, gc would otherwise delete the volume at that old time instead of giving it a
+  // TTL), nor does an earlier instance's error once this one uses the volume.
+  const stale = CLAIM_CLEARS.filter((key) => tags[key] !== undefined);
+  await deps.cloud.untagVolume(volume.volumeId, stale, call);
+  for (const key of stale) delete tags[key];
+  return undefined;
+}
+
+/**
+ * The device, identified by its NVMe serial, is the proof of the attachment: no DescribeVolumes
+ * polling. Its deadline covers both (EC2's attach, then udev).
+ */
+async function waitForDevice(_step: StepOf<"wait-for-device">, { p, deps, limits, call }: StepContext): Promise<undefined> {
+  p.device = await deps.storage.waitForDevice(volumeOf(p).volumeId, limits.attachTimeoutMs + limits.deviceTimeoutMs, call);
+  deps.log.info("boot.device", "device verified by its serial", { volume: volumeOf(p).volumeId, device: p.device });
+  return undefined;
+}
+
+/**
+ * Positive identification before any write: only the agent's own cache filesystem goes on to be
+ * mounted read-write (which replays its log) and grown. Anything else throws ForeignVolumeError
+ * with the volume left byte-for-byte unchanged.
+ */
+async function checkFilesystem(step: StepOf<"check-filesystem">, { p, deps }: StepContext): Promise<undefined> {
+  const { storage, log } = deps;
+  const volume = volumeOf(p);
+  const device = p.device!;
+  const owner = { volumeId: volume.volumeId, createdByAgent: createdByAgent(volume) };
+  let identity = await storage.identify(owner, device);
+  if (identity.kind === "blank") {
+    log.notice("boot.format", "formatting the blank volume the agent created", { volume: volume.volumeId, device });
+    await storage.format(device, FS_LABEL);
+    identity = await storage.identify(owner, device);
+    if (identity.kind !== "cache") throw new BootStepError(step.step, `${volume.volumeId} (${device}) is still blank after mkfs.xfs`, `check dmesg and lsblk -f ${device}`);
+  }
+  log.info("boot.filesystem", "the agent's cache filesystem", { volume: volume.volumeId, device, fresh: identity.fresh });
+  return undefined;
+}
+
+async function mountVolume(step: StepOf<"mount">, { p, deps }: StepContext): Promise<undefined> {
+  const volume = volumeOf(p);
+  const device = p.device!;
+  const mountPoint = join(step.mountRoot, volume.volumeId);
+  const current = await deps.storage.mountPointOf(device);
+  if (current && current !== mountPoint) {
+    throw new BootStepError(step.step, `${device} is already mounted at ${current}`, `unmount ${current} first`);
+  }
+  if (!current) {
+    await deps.storage.mount(device, mountPoint);
+    p.mountedNow = true;
+  }
+  p.mountPoint = mountPoint;
+  deps.log.info("boot.mount", "volume mounted", { volume: volume.volumeId, mountPoint });
+  return undefined;
+}
+
+async function growFilesystem(_step: StepOf<"grow-filesystem">, { p, deps }: StepContext): Promise<undefined> {
+  if (await deps.storage.grow(p.mountPoint!)) deps.log.info("boot.grow", "filesystem grown to the volume's size", { mountPoint: p.mountPoint });
+  return undefined;
+}
+
+async function prepareDataRoot(_step: StepOf<"prepare-data-root">, { plan, p, deps }: StepContext): Promise<undefined> {
+  const volume = volumeOf(p);
+  p.dataRoot = join(p.mountPoint!, DATA_ROOT_SUBDIR);
+  const kind = volume.tags[VolumeTag.kind] === "workspace" ? "workspace" : "pool";
+  await deps.prepareDataRoot(p.dataRoot, { kind, instanceId: plan.instanceId, createdByAgent: createdByAgent(volume) });
+  return undefined;
+}
+
+async function switchDataRoot(_step: StepOf<"switch-data-root">, { p, deps }: StepContext): Promise<undefined> {
+  const engineVersion = await deps.dockerVersion().catch(() => undefined);
+  await deps.daemonConfig.setImageStore("graphdriver", engineVersion ? { engineVersion } : {});
+  const current = await deps.daemonConfig.dataRoot();
+  if (current !== p.dataRoot) {
+    await deps.daemonConfig.setDataRoot(p.dataRoot);
+    p.switched = true;
+    deps.log.info("boot.data-root", "daemon.json data-root switched", { from: current ?? "(default)", to: p.dataRoot });
+  }
+  return undefined;
+}
+
+async function startDocker(_step: StepOf<"start-docker">, { p, deps, limits }: StepContext): Promise<undefined> {
+  const { docker, engine, log } = deps;
+  if (!docker) return undefined;
+  if (await docker.isActive()) {
+    const info = await engine.info().catch(() => undefined);
+    if (info?.dockerRootDir === p.dataRoot) return undefined;
+    log.info("boot.docker", "restarting docker on the cache volume");
+    await docker.restart();
+  } else {
+    log.info("boot.docker", "starting docker on the cache volume");
+    await docker.start();
+  }
+  await engine.waitUntilReady(limits.dockerTimeoutMs);
+  return undefined;
+}
+
+async function verifyDocker(step: StepOf<"verify-docker">, { p, deps, limits }: StepContext): Promise<undefined> {
+  if (!deps.docker) return undefined;
+  const info = await deps.engine.info();
+  if (info.dockerRootDir !== p.dataRoot) {
+    throw new BootStepError(
+      step.step,
+      `docker reports data-root ${info.dockerRootDir}, expected ${p.dataRoot}`,
+      "check that dockerd reads the agent's daemon.json (its --config-file) and that nothing else sets its data-root: dockerd refuses --data-root given both as a flag and in daemon.json (systemctl cat docker; journalctl -u docker)",
+    );
+  }
+  if (info.imageStore === "containerd") {
+    throw new BootStepError(step.step, "docker uses the containerd image store: the images on the volume are in graphdriver layout", 'set "features": {"containerd-snapshotter": false} in daemon.json');
+  }
+  const listed = new Set(await deps.engine.images());
+  // A volume the agent created blank holds only what its users pulled: the configured images
+  // cannot be expected there.
+  const wanted = [...expectedImages(volumeOf(p)), ...(createdByAgent(volumeOf(p)) ? [] : limits.expectedImages)];
+  const missing = wanted.filter((image) => !listed.has(image) && !listed.has(withLatest(image)));
+  if (missing.length > 0) {
+    throw new BootStepError(step.step, `images missing on the volume: ${missing.join(", ")}`, "rebuild the pool's snapshot with the wanted image set");
+  }
+  deps.log.info("boot.verified", "docker runs on the cache volume with the expected images", { images: wanted.length, dataRoot: p.dataRoot });
+  return undefined;
+}
+
+async function prewarm(_step: StepOf<"prewarm">, { p, deps }: StepContext): Promise<undefined> {
+  if (!deps.prewarm) return undefined;
+  const volume = volumeOf(p);
+  try {
+    p.prewarm = await deps.prewarm({
+      volume: { volumeId: volume.volumeId, ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}), tags: volume.tags },
+      sizeBytes: volume.sizeGiB * 1024 ** 3,
+      device: p.device!,
+      mountPoint: p.mountPoint!,
+      labels: volumeDetails(volume),
+    });
+  } catch (error) {
+    // The pre-warm never keeps a node from being reported: its verdict is then unknown.
+    deps.log.error("boot.prewarm", `pre-warm failed: ${describeError(error)}`, { volume: volume.volumeId, remediation: remediationOf(error) });
+  }
+  return undefined;
+}
+
+async function reportReady(_step: StepOf<"report-ready">, { p, deps }: StepContext): Promise<Finished | undefined> {
+  const volume = volumeOf(p);
+  const state = p.prewarm?.labelState ?? "ready";
+  // A pre-warm that failed outright (it normally never throws) leaves the verdict unknown.
+  const prewarmLabels = p.prewarm?.labels ?? (deps.prewarm ? { prewarm: "unknown" } : {});
+  // Published already when the background run took over: it alone publishes from then on.
+  if (!p.prewarm?.published) {
+    try {
+      await deps.report(state, { ...volumeDetails(volume), ...prewarmLabels });
+    } catch (error) {
+      return labelsDidNotTake(deps, p, error);
+    }
+  }
+  const fields = { volume: volume.volumeId, dataRoot: p.dataRoot, prewarm: p.prewarm?.verdict };
+  if (state === "warming") {
+    deps.log.notice("boot.ready", "node usable on the cache volume; the volume is warming in the background", fields);
+  } else {
+    deps.log.notice("boot.ready", "node ready on the cache volume", fields);
+  }
+  return undefined;
+}
+
+/**
+ * The labels of a node on its cache volume did not take (refused, or not read back): the node
+ * is not reported `ready` to anyone. Docker stays on the volume (the volume is not at fault, and
+ * rolling back would not make labels take); the outcome is `degraded` with the reason, and one
+ * best-effort `degraded` publication follows.
+ */
+async function labelsDidNotTake(deps: BootDeps, p: Progress, error: unknown): Promise<Finished> {
+  const reason = `readiness labels did not take: ${describeError(error)}`;
+  deps.log.error("boot.labels", `${reason}; the node is not reported ready (docker stays on the cache volume)`, {
+    volume: p.volume?.volumeId,
+    remediation: remediationOf(error),
+  });
+  await deps.report("degraded", { reason: shorten(reason) }).catch((again: unknown) => {
+    deps.log.error("boot.label", `could not publish the degraded label either: ${describeError(again)}`);
+  });
+  return { outcome: "degraded", reason, ...resultOf(p) };
+}
+
+function withLatest(image: string): string {
+  return /:[^/]+$/.test(image) || image.includes("@") ? image : `${image}:latest`;
+}
+
+function expectedImages(volume: VolumeInfo): string[] {
+  return (volume.tags[VolumeTag.images] ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+}
+
+function createdByAgent(volume: VolumeInfo): boolean {
+  return volume.tags[VolumeTag.createdBy] === "agent";
+}
+
+function volumeOf(p: Progress): VolumeInfo {
+  if (!p.volume) throw new Error("no volume claimed yet (plan out of order)");
+  return p.volume;
+}

@@ -1,0 +1,123 @@
+/**
+ * Taking a volume: the next candidate (AttachVolume is the lock), or one created from the
+ * pool's snapshot when the candidates run out.
+ */
+import { createHash } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
+import { VolumeTag } from "../../tags.ts";
+import type { StepContext } from "./context.ts";
+import { BootStepError } from "./errors.ts";
+import { createSpecFrom, isQuarantined, orderCandidates, type BootStep, type CreateSpec } from "./plan.ts";
+
+type ClaimStep = Extract<BootStep, { step: "claim-volume" }>;
+
+/**
+ * Claims the next candidate. AttachVolume is the lock; a loss to another instance (VolumeInUse)
+ * costs one fresh page of candidates rather than a walk over a stale list, after a jittered
+ * pause so that the losers of one round do not collide again. Out of candidates (or of
+ * `maxLosses`): a volume from the pool's snapshot, or the node degrades.
+ */
+export async function claimNext(step: ClaimStep, ctx: StepContext): Promise<void> {
+  const { plan, p, deps, limits, claim, call } = ctx;
+  const { cloud, log } = deps;
+  let candidates = step.candidates.filter((id) => !claim.tried.has(id));
+  // After a volume was handed back, the plan's list is stale: ask again.
+  if (claim.volumes > 0) candidates = await relist(step, ctx);
+  while (candidates.length > 0 && claim.losses < step.maxLosses) {
+    const volumeId = candidates[0]!;
+    claim.tried.add(volumeId);
+    // Observe found no managed volume attached here (else the plan would reuse it), and this
+    // boot tries each candidate once: a refusal is someone else's claim.
+    // Held as "maybe ours" while AttachVolume is in flight: if SIGTERM cuts the call, the undo's
+    // detach (a no-op for a volume not attached here) settles whatever EC2 did with it.
+    const listed = claim.known.get(volumeId);
+    if (listed) p.volume = listed;
+    const outcome = await cloud.claimVolume(volumeId, plan.instanceId, limits.device, { ...call, notHeldHere: true });
+    if (outcome.kind === "claimed") {
+      p.volume = listed ?? (await cloud.describeVolume(volumeId, call));
+      if (!p.volume) throw new BootStepError(step.step, `${volumeId} vanished after it was claimed`, "run boot again");
+      p.claimedNow = true;
+      claim.volumes++;
+      log.info("boot.claim", `claimed ${step.family} volume`, { volume: volumeId, losses: claim.losses });
+      return;
+    }
+    delete p.volume;
+    claim.losses++;
+    log.info("boot.claim", "candidate taken by another instance", { volume: volumeId, reason: outcome.reason, losses: claim.losses });
+    if (claim.losses >= step.maxLosses) break;
+    await sleep(lossPauseMs(claim.losses), undefined, call);
+    candidates = await relist(step, ctx);
+  }
+  const before = claim.handedBack.length > 0 ? ` (handed back: ${claim.handedBack.join("; ")})` : "";
+  const gone = claim.handedBack.length > 0 ? `no other ${step.family} candidate` : `every ${step.family} candidate was taken`;
+  const why = `${candidates.length === 0 ? gone : `lost ${claim.losses} claims to other instances`}${before}`;
+  if (!step.fallback) throw new BootStepError(step.step, `${why}, and creating from the snapshot is off`, "grow the pool, or enable createFromSnapshot");
+  const create = createSpecFrom(step.fallback, await cloud.newestSnapshot(step.fallback.snapshotTags, call));
+  if (!create) throw new BootStepError(step.step, `${why}, and the pool has no completed snapshot`, "grow the pool, or build the pool's snapshot");
+  log.notice("boot.claim", `${why}: creating a volume from the pool's snapshot`, { snapshot: create.snapshotId });
+  await createAndClaim(create, ctx);
+}
+
+/** One fresh page of candidates, minus those tried and those in quarantine, in this instance's order. */
+async function relist(step: ClaimStep, { plan, deps, claim }: StepContext): Promise<string[]> {
+  const now = deps.now?.() ?? new Date();
+  const fresh = await deps.cloud.findVolumes(step.relist, { firstPage: step.pageSize, ...(claim.signal ? { signal: claim.signal } : {}) });
+  for (const volume of fresh) claim.known.set(volume.volumeId, volume);
+  const usable = fresh.filter(
+    (v) => v.state === "available" && !v.attachment && !claim.tried.has(v.volumeId) && !isQuarantined(v, now, step.quarantineHours),
+  );
+  return orderCandidates(plan.instanceId, usable.map((v) => v.volumeId));
+}
+
+/** A pause after the n-th lost claim: 100-500 ms, growing, with jitter. */
+function lossPauseMs(losses: number): number {
+  return Math.round(Math.random() * 100 * 2 ** Math.min(losses, 2)) + 100;
+}
+
+/** Creates a volume (from the snapshot, or blank) and attaches it; refused when the boot budget could not hold it. */
+export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promise<void> {
+  const { plan, p, deps, limits, claim, call } = ctx;
+  // Started too late, a creation would only be undone at the deadline: the node degrades now.
+  const left = claim.deadline !== undefined ? claim.deadline - Date.now() : Infinity;
+  if (left < claim.createMs) {
+    throw new BootStepError(
+      "create-and-claim",
+      `${Math.max(0, Math.round(left / 1000))} s of the boot budget left, less than a volume from the snapshot takes (timeouts.createSeconds ${Math.round(claim.createMs / 1000)} s): not created`,
+      "keep the pool filled so boots need not create volumes",
+    );
+  }
+  const volume = await deps.cloud.createVolume({
+    availabilityZone: spec.availabilityZone,
+    ...(spec.snapshotId !== undefined ? { snapshotId: spec.snapshotId } : {}),
+    ...(spec.sizeGiB !== undefined ? { sizeGiB: spec.sizeGiB } : {}),
+    volumeType: spec.volumeType,
+    tags: spec.tags,
+    ...(spec.initializationRateMiBps && spec.snapshotId !== undefined ? { initializationRateMiBps: spec.initializationRateMiBps } : {}),
+    clientToken: clientToken(plan.instanceId, limits.bootId, spec, claim.volumes),
+  }, call);
+  const kind = spec.tags[VolumeTag.kind] ?? "pool";
+  deps.log.info(
+    "boot.create",
+    spec.snapshotId !== undefined ? `${kind} volume created from the pool's snapshot` : `blank ${kind} volume created (${spec.sizeGiB ?? "?"} GiB)`,
+    { volume: volume.volumeId, snapshot: spec.snapshotId },
+  );
+  p.volume = volume;
+  const outcome = await deps.cloud.claimVolume(volume.volumeId, plan.instanceId, limits.device, { ...call, justCreated: true });
+  if (outcome.kind !== "claimed") {
+    delete p.volume;
+    throw new BootStepError("create-and-claim", `the new volume ${volume.volumeId} could not be attached: ${outcome.reason}`, "see the EC2 error above");
+  }
+  p.volume = volume;
+  p.claimedNow = true;
+  claim.volumes++;
+}
+
+/**
+ * CreateVolume's idempotency token (EC2 allows 64 ASCII characters): the same for a rerun of
+ * this boot (same instance, same boot id, same spec, same turn), so a boot killed after
+ * CreateVolume gets that volume back rather than leaving it behind and making another.
+ */
+function clientToken(instanceId: string, bootId: string | undefined, spec: CreateSpec, turn: number): string {
+  const text = JSON.stringify([instanceId, bootId ?? "", turn, spec.snapshotId ?? "", spec.sizeGiB ?? 0, spec.availabilityZone, spec.volumeType, spec.tags]);
+  return `ebs-cache-${createHash("sha256").update(text).digest("hex").slice(0, 48)}`;
+}

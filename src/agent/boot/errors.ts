@@ -1,0 +1,47 @@
+/**
+ * The boot's own failures. Each one ends in a hand-back or a degraded node, never in a thrown
+ * exit: apply catches them, and run.ts derives the exit code from the outcome. They still carry
+ * the exit code of that outcome (4, degraded) so the one error hierarchy tells the truth.
+ */
+import { AgentError, ExitCode } from "../../errors.ts";
+
+/** A failure that should leave the node degraded, with the reason for the log and the label. */
+export class BootStepError extends AgentError {
+  constructor(
+    readonly step: string,
+    message: string,
+    remediation: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`${step}: ${message}`, remediation, ExitCode.degraded, options);
+  }
+}
+
+/** The abort reason of a boot whose budget (config timeouts.bootSeconds) ran out. */
+export class BootBudgetSpent extends AgentError {
+  constructor(readonly seconds: number) {
+    super(
+      `boot budget of ${seconds} s spent`,
+      "EC2 or the device was slow: see the timeline; raise timeouts.bootSeconds only as far as the autoscaler's start-time limit allows",
+      ExitCode.degraded,
+    );
+  }
+}
+
+/** systemd stopped the boot (SIGTERM: a stop, or TimeoutStartSec), or its budget ran out: it undoes and degrades. */
+export class CancelledError extends BootStepError {
+  constructor(step: string, signal: AbortSignal, cause?: unknown) {
+    const budget = signal.reason instanceof BootBudgetSpent ? signal.reason : undefined;
+    super(
+      step,
+      budget ? `the boot budget of ${budget.seconds} s ran out before it finished` : "stopped by SIGTERM before it finished",
+      budget ? budget.remediation : "see why systemd stopped the unit (journalctl -u ebs-cache-agent; TimeoutStartSec)",
+      cause !== undefined ? { cause } : undefined,
+    );
+  }
+}
+
+/** The remediation to log with any failure: an AgentError's own, else a pointer to the log. */
+export function remediationOf(error: unknown): string {
+  return error instanceof AgentError ? error.remediation : "see the log lines above";
+}

@@ -1,0 +1,89 @@
+/**
+ * The two ways out of a boot that failed: undo what it did to the volume in hand (which is then
+ * handed back, maybe quarantined), and degrade (docker on its default data-root, the `degraded`
+ * label, one clear log line).
+ */
+import { describeError } from "../../errors.ts";
+import { VolumeTag } from "../../tags.ts";
+import type { BootDeps, BootLimits, Finished, Progress } from "./context.ts";
+import type { BootPlan } from "./plan.ts";
+
+/**
+ * Reverses what this boot did, newest first; each undo is best-effort and logged. The volume is
+ * detached (never forced) and its claim tags removed (only while they are this instance's);
+ * with `quarantine` (the failure was the volume's) it is tagged `last-error` and
+ * `last-error-at`, so no boot takes it for `claim.quarantineHours`.
+ */
+export async function undo(p: Progress, plan: BootPlan, deps: BootDeps, reason: string, options: { quarantine: boolean }): Promise<void> {
+  const { log } = deps;
+  const attempt = async (what: string, work: () => Promise<unknown>) => {
+    try {
+      await work();
+    } catch (error) {
+      log.error("boot.undo", `${what} failed: ${describeError(error)}`, { volume: p.volume?.volumeId });
+    }
+  };
+  if (p.switched) {
+    await attempt("restoring daemon.json", () => deps.daemonConfig.restoreBackup());
+  }
+  if (p.mountPoint && (p.mountedNow || p.switched || p.claimedNow)) {
+    if (deps.docker && p.switched) await attempt("stopping docker", () => deps.docker!.stop());
+    await attempt("unmounting", () => deps.storage.unmount(p.mountPoint!));
+  }
+  if (p.volume) {
+    const volumeId = p.volume.volumeId;
+    const stillMounted = p.device ? await deps.storage.mountPointOf(p.device).catch(() => "unknown") : undefined;
+    if (stillMounted) {
+      log.error("boot.undo", "volume still mounted: not detaching it (never force-detach a mounted volume)", { volume: volumeId, mountPoint: stillMounted });
+      return;
+    }
+    await attempt("tagging the failure", async () => {
+      await deps.cloud.untagVolume(volumeId, {
+        [VolumeTag.claimedBy]: plan.instanceId,
+        ...(p.claimedAt ? { [VolumeTag.claimedAt]: p.claimedAt } : {}),
+      });
+      if (options.quarantine) {
+        const at = (deps.now?.() ?? new Date()).toISOString();
+        await deps.cloud.tagVolume(volumeId, { [VolumeTag.lastError]: shorten(`${plan.instanceId}: ${reason}`), [VolumeTag.lastErrorAt]: at });
+      }
+    });
+    await attempt("detaching", async () => {
+      await deps.cloud.detachVolume(volumeId, plan.instanceId);
+      log.info("boot.undo", "volume detached and left for another instance", { volume: volumeId });
+    });
+  }
+}
+
+/** One line of at most 250 characters: fits an EC2 tag value (256) and a docker label. */
+export function shorten(text: string): string {
+  // eslint-disable-next-line no-control-regex
+  const line = text.replace(/[\u0000-\u001f\u007f]+/g, " ");
+  return line.length <= 250 ? line : `${line.slice(0, 247)}...`;
+}
+
+/** Docker on its default data-root, started, and the degraded label. */
+export async function degrade(deps: BootDeps, limits: BootLimits, reason: string): Promise<Finished> {
+  const { log } = deps;
+  try {
+    let current = await deps.daemonConfig.dataRoot();
+    // A data-root on a cache volume (left by an earlier boot) must not survive a degraded boot:
+    // docker would start on an empty folder where the volume used to be mounted.
+    if (current !== undefined && current.startsWith(`${limits.mountRoot}/`)) {
+      await deps.daemonConfig.setDataRoot(limits.defaultDataRoot);
+      log.notice("boot.data-root", "daemon.json data-root reset to docker's default", { from: current });
+      current = limits.defaultDataRoot;
+    }
+    const info = deps.docker && (await deps.docker.isActive()) ? await deps.engine.info().catch(() => undefined) : undefined;
+    if (deps.docker && (!(await deps.docker.isActive()) || (info && current !== undefined && info.dockerRootDir !== current))) {
+      await deps.docker.restart();
+      await deps.engine.waitUntilReady(limits.dockerTimeoutMs);
+    }
+  } catch (error) {
+    log.error("boot.degraded", `could not bring docker up on its default data-root: ${describeError(error)}`, { remediation: "journalctl -u docker" });
+  }
+  await deps.report("degraded", { reason: shorten(reason) }).catch((error: unknown) => {
+    log.error("boot.label", `could not publish the degraded label: ${describeError(error)}`);
+  });
+  log.warning("boot.degraded", `node up without a cache volume: ${reason}`);
+  return { outcome: "degraded", reason };
+}
