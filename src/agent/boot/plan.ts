@@ -8,6 +8,7 @@ import { createHash } from "node:crypto";
 import { VolumeKind, VolumeTag } from "../../tags.ts";
 import type { Identity, SnapshotInfo, VolumeInfo, VolumeQuery } from "../ports.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
+import { attachedCacheVolume } from "../attached.ts";
 import { volumeMatchesWorkspace, workspaceIdTags, type WorkspaceIds } from "../workspace-ids.ts";
 
 export type { WorkspaceIds };
@@ -271,8 +272,7 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   const { identity } = observed;
 
   // A volume already attached here (a reboot, or a re-run after a crash) is ours: reuse it.
-  const attached = observed.attached.filter((v) => v.attachment?.instanceId === identity.instanceId);
-  const mine = attached.find((v) => v.tags[VolumeTag.kind] === VolumeKind.workspace) ?? attached[0];
+  const mine = attachedCacheVolume(observed.attached, identity.instanceId);
   // A stopped warm buffer keeps its volume attached; started again for other ids, it must not
   // mount the previous user's workspace. The node degrades; the volume stays attached (nothing
   // is claimed or detached here) and goes back at the release.
