@@ -22,30 +22,10 @@ import { releaseMetrics } from "../src/metrics/release.ts";
 import { escapeLabelValue, renderTextFormat } from "../src/metrics/render.ts";
 import { carryCounters, MetricsWriteError, textfilePath, writeTextfile } from "../src/metrics/textfile.ts";
 import { parsePromText, sampleOf, type ParsedFamily } from "./fixtures/prom-text.ts";
+import { readyBoot } from "./fixtures/use-case-results.ts";
 
 const at = new Date("2026-12-01T10:00:00Z");
 
-export const readyBoot: BootResult = {
-  outcome: "ready",
-  volumeId: "vol-0123456789abcdef0",
-  device: "/dev/nvme1n1",
-  mountPoint: "/mnt/ebs-cache/vol-0123456789abcdef0",
-  dataRoot: "/mnt/ebs-cache/vol-0123456789abcdef0/docker",
-  prewarm: {
-    action: "check",
-    verdict: "cold",
-    phase: "done",
-    before: { reads: 400, seconds: 2, iops: 200, mibps: 0.8, latencyMs: { p50: 4.5, p90: 9, p99: 20 } },
-  },
-  timeline: [
-    { step: "check-host", ms: 12 },
-    { step: "claim-volume", ms: 1500 },
-    { step: "wait-for-device", ms: 300 },
-    { step: "claim-volume", ms: 500 },
-    { step: "mount", ms: 40 },
-    { step: "start-docker", ms: 2100 },
-  ],
-};
 
 /** Names and labels by the conventions, checked on what the parser read (not on the model). */
 function assertConventions(tt: Test, families: Map<string, ParsedFamily>) {
