@@ -23,6 +23,7 @@ import { escapeLabelValue, renderTextFormat } from "../src/metrics/render.ts";
 import { carryCounters, MetricsWriteError, textfilePath, writeTextfile } from "../src/metrics/textfile.ts";
 import { parsePromText, sampleOf, type ParsedFamily } from "./fixtures/prom-text.ts";
 import { readyBoot } from "./fixtures/use-case-results.ts";
+import { readCacheFilesystem } from "../src/host/facts.ts";
 
 const at = new Date("2026-12-01T10:00:00Z");
 
@@ -290,4 +291,12 @@ t.test("a write that cannot happen says so and leaves the old file", async (tt) 
   const path = await writeTextfile(dir, "release", []);
   tt.equal(await readFile(path, "utf8"), "", "no figures: an empty file, which the collector accepts");
   tt.equal(textfilePath("/x", "keeper"), "/x/ebs_cache_agent_keeper.prom");
+});
+
+t.test("host facts: only the filesystem mounted exactly there", async (tt) => {
+  const dir = await mkdtemp(join(tmpdir(), "metrics-"));
+  tt.teardown(() => rm(dir, { recursive: true, force: true }));
+  // A folder is no mount point, even though systeminformation's own filter would match a mount containing its text.
+  tt.equal(await readCacheFilesystem(dir), undefined);
+  tt.equal(await readCacheFilesystem(dir.slice(0, -1)), undefined);
 });

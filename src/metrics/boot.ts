@@ -4,6 +4,7 @@
  * boot of the host, so every figure is a gauge of the last boot.
  */
 import type { BootResult } from "../agent/boot.ts";
+import type { Selection } from "../agent/plan.ts";
 import { durationsByStep, family, gauge, reasonLabel, seconds, type MetricFamily } from "./family.ts";
 import { prewarmMetrics } from "./prewarm.ts";
 
@@ -38,6 +39,24 @@ export function bootSourceOf(outcome: BootResult["outcome"], selected: Exclude<B
   if (outcome === "degraded") return "degraded";
   if (outcome === "disabled") return "disabled";
   return selected;
+}
+
+/**
+ * The source from the plan's selection: a new workspace volume is `snapshot` or `blank` by what
+ * it is created from. A pool claim that fell back to the snapshot shows as `pool` here: the
+ * result does not say so yet (it should carry its source; until then the caller may pass it).
+ */
+export function bootSourceFrom(selection: Selection, outcome: BootResult["outcome"]): BootSource {
+  switch (selection.source) {
+    case "none":
+      return bootSourceOf(outcome, "pool");
+    case "new-workspace":
+      return bootSourceOf(outcome, selection.create.snapshotId ? "snapshot" : "blank");
+    case "disabled":
+      return "disabled";
+    default:
+      return bootSourceOf(outcome, selection.source);
+  }
 }
 
 /** The boot's families, in the order the file lists them. */

@@ -45,7 +45,8 @@ export function prewarmMetrics(facts: PrewarmFacts): MetricFamily[] {
     iops.push({ labels: { sample }, value: figures.iops });
     rate.push({ labels: { sample }, value: figures.mibps * MiB });
     for (const [percentile, ms] of Object.entries(figures.latencyMs)) {
-      if (ms !== undefined) latency.push({ labels: { sample, percentile }, value: ms / 1000 });
+      // fio reports nanoseconds: whole nanoseconds, without the float noise of ms / 1000.
+      if (ms !== undefined) latency.push({ labels: { sample, percentile }, value: Math.round(ms * 1e6) / 1e9 });
     }
   }
   families.push(
