@@ -15,6 +15,7 @@ import type { CacheFilesystem } from "../src/host/facts.ts";
 import { buildStatus, type StatusDocument, type StatusInputs } from "../src/status/document.ts";
 import { BOOT_RECORD_FILE, readBootRecord, readReleaseRecord, writeBootRecord, writeReleaseRecord, type BootRecord, type ReleaseRecord } from "../src/status/records.ts";
 import { renderStatus, statusExitCode } from "../src/status/view.ts";
+import { observeStatus, type StatusSources } from "../src/status/observe.ts";
 import { readyBoot } from "./fixtures/use-case-results.ts";
 
 const schema = JSON.parse(await readFile(new URL("../schema/status.schema.json", import.meta.url), "utf8")) as object;
@@ -178,4 +179,33 @@ t.test("the records: written atomically, read back, a corrupt one reported", asy
   tt.match((await readBootRecord(dir)).problem, /not a version 1 record/);
   await writeFile(join(dir, BOOT_RECORD_FILE), JSON.stringify({ ...boot, finishedAt: "never" }));
   tt.match((await readBootRecord(dir)).problem, /finish time/);
+});
+
+t.test("observeStatus: the records and the sources into one valid document; a failing source is a problem", async (tt) => {
+  const dir = await mkdtemp(join(tmpdir(), "status-"));
+  tt.teardown(() => rm(dir, { recursive: true, force: true }));
+  await writeBootRecord(dir, boot);
+  const sources: StatusSources = {
+    stateDir: dir,
+    prewarm: async () => ({ state: prewarm, running: true }),
+    filesystem: async (mountPoint) => (mountPoint === readyBoot.mountPoint ? fs : undefined),
+    dockerDataRoot: async () => readyBoot.dataRoot,
+    now: () => now,
+  };
+  const healthy = buildStatus(await observeStatus(sources));
+  assertValid(tt, healthy);
+  tt.equal(healthy.healthy, true, healthy.problems.join("; "));
+  tt.equal(healthy.mount?.usedRatio, 0.4);
+  tt.equal(healthy.prewarm?.running, true);
+  const failing = buildStatus(
+    await observeStatus({
+      ...sources,
+      dockerDataRoot: async () => {
+        throw new Error("daemon.json: Unexpected token");
+      },
+    }),
+  );
+  assertValid(tt, failing);
+  tt.equal(failing.healthy, false);
+  tt.match(failing.problems.join("\n"), /could not read daemon\.json's data-root: daemon\.json: Unexpected token/);
 });
