@@ -1,0 +1,75 @@
+/**
+ * Facts about the host for the metrics, `status` and the log, read with `systeminformation`:
+ * the cache filesystem's size and use (df), the block device's model and serial (lsblk), memory
+ * and CPU. The package is imported only here and only when a fact is asked for: it costs about
+ * 50-80 ms to load, which a boot that publishes no metrics should not pay.
+ *
+ * It runs df and lsblk itself (through a shell, with fixed command lines and no input of ours),
+ * so nothing here touches a device; these are facts to show, never to decide a write on (the
+ * device's identity for that is src/host/serial.ts, read from sysfs).
+ */
+
+/** The cache volume's filesystem as df sees it, with the device under it. */
+export interface CacheFilesystem {
+  mountPoint: string;
+  /** The mounted device (`/dev/nvme1n1`, `/dev/loop3`). */
+  device: string;
+  fsType: string;
+  sizeBytes: number;
+  usedBytes: number;
+  availableBytes: number;
+  /** used / (used + available), as df's Use% counts it (blocks reserved for root excluded). */
+  usedRatio: number;
+  /** The device's model and serial as lsblk reports them; an EBS NVMe volume's serial is its id without the dash. Absent for a loop device. */
+  model?: string;
+  serial?: string;
+}
+
+export interface HostContext {
+  memoryBytes: number;
+  cpuCores: number;
+  cpuModel: string;
+}
+
+type Si = typeof import("systeminformation");
+let loaded: Promise<Si> | undefined;
+function si(): Promise<Si> {
+  loaded ??= import("systeminformation");
+  return loaded;
+}
+
+/**
+ * The filesystem mounted exactly at `mountPoint`, or undefined when nothing is mounted there.
+ * (systeminformation's own filter matches any mount containing the text, so `/mnt/cache` would
+ * also match `/mnt/cache2`: the exact match is made here.)
+ */
+export async function readCacheFilesystem(mountPoint: string): Promise<CacheFilesystem | undefined> {
+  const lib = await si();
+  const mounted = (await lib.fsSize()).find((fs) => fs.mount === mountPoint);
+  if (!mounted) return undefined;
+  const facts: CacheFilesystem = {
+    mountPoint,
+    device: mounted.fs,
+    fsType: mounted.type,
+    sizeBytes: mounted.size,
+    usedBytes: mounted.used,
+    availableBytes: mounted.available,
+    usedRatio: mounted.used + mounted.available > 0 ? mounted.used / (mounted.used + mounted.available) : 0,
+  };
+  const name = mounted.fs.replace(/^\/dev\//, "");
+  const block = (await lib.blockDevices()).find((b) => b.name === name);
+  if (block?.model) facts.model = block.model.trim();
+  if (block?.serial) facts.serial = block.serial.trim();
+  return facts;
+}
+
+/** Memory and CPU, for the metrics' context. */
+export async function readHostContext(): Promise<HostContext> {
+  const lib = await si();
+  const [mem, cpu] = await Promise.all([lib.mem(), lib.cpu()]);
+  return {
+    memoryBytes: mem.total,
+    cpuCores: cpu.cores,
+    cpuModel: [cpu.manufacturer, cpu.brand].filter((part) => part && part !== "unknown").join(" ").trim() || "unknown",
+  };
+}

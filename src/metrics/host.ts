@@ -1,0 +1,31 @@
+/**
+ * The host's figures that go with a boot or a pre-warm: the cache filesystem's size and fill, the
+ * block device behind it, memory and CPU for context (src/host/facts.ts reads them).
+ */
+import type { CacheFilesystem, HostContext } from "../host/facts.ts";
+import { gauge, type MetricFamily } from "./family.ts";
+
+/** The cache filesystem's families (labels: mount point and device). */
+export function cacheFilesystemMetrics(fs: CacheFilesystem): MetricFamily[] {
+  const labels = { mountpoint: fs.mountPoint, device: fs.device };
+  return [
+    gauge("cache_filesystem_size_bytes", "bytes", "Size of the cache volume's filesystem.", fs.sizeBytes, labels),
+    gauge("cache_filesystem_used_bytes", "bytes", "Bytes used on the cache volume's filesystem.", fs.usedBytes, labels),
+    gauge("cache_filesystem_available_bytes", "bytes", "Bytes still available on the cache volume's filesystem.", fs.availableBytes, labels),
+    gauge("cache_filesystem_used_ratio", "ratio", "How full the cache volume's filesystem is (used / (used + available), as df counts it).", fs.usedRatio, labels),
+    gauge("cache_device_info", "info", "The block device under the cache filesystem, with the model and serial it reports (an EBS volume's serial is its id).", 1, {
+      device: fs.device,
+      model: fs.model ?? "",
+      serial: fs.serial ?? "",
+    }),
+  ];
+}
+
+/** The host's families: memory and CPU, so a slow boot can be told from a small machine. */
+export function hostMetrics(host: HostContext): MetricFamily[] {
+  return [
+    gauge("host_memory_bytes", "bytes", "The host's memory.", host.memoryBytes),
+    gauge("host_cpu_cores", "cores", "The host's logical CPUs.", host.cpuCores),
+    gauge("host_info", "info", "The host's CPU model.", 1, { cpu_model: host.cpuModel }),
+  ];
+}

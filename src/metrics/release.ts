@@ -1,0 +1,39 @@
+/** A release's figures (`ebs_cache_agent_release.prom`): outcome, how long, which volumes went where. */
+import type { ReleaseResult } from "../agent/release.ts";
+import { durationsByStep, family, gauge, reasonLabel, seconds, type MetricFamily } from "./family.ts";
+
+export interface ReleaseFacts {
+  result: ReleaseResult;
+  finishedAt: Date;
+}
+
+/** The release's families. */
+export function releaseMetrics({ result, finishedAt }: ReleaseFacts): MetricFamily[] {
+  const steps = durationsByStep(result.timeline);
+  const totalMs = [...steps.values()].reduce((sum, ms) => sum + ms, 0);
+  const problems = new Map<string, number>();
+  for (const p of result.problems) problems.set(p.kind, (problems.get(p.kind) ?? 0) + 1);
+  return [
+    gauge("release_info", "info", "The last release: outcome (released, nothing, disabled, refused, failed) and the reason when it was not released.", 1, {
+      outcome: result.outcome,
+      reason: reasonLabel(result.reason ?? result.problems[0]?.message),
+    }),
+    gauge("release_duration_seconds", "seconds", "How long the last release's steps took in all.", seconds(totalMs), { outcome: result.outcome }),
+    family(
+      "release_step_duration_seconds",
+      "gauge",
+      "seconds",
+      "How long each step of the last release took (summed over its volumes).",
+      [...steps].map(([step, ms]) => ({ labels: { step }, value: seconds(ms) })),
+    ),
+    family("release_volumes", "gauge", "volumes", "Volumes the last release detached and tagged released, or kept attached over a stop.", [
+      { labels: { disposition: "released" }, value: result.released.length },
+      { labels: { disposition: "kept" }, value: result.kept.length },
+    ]),
+    family("release_problems", "gauge", "problems", "Steps the last release refused or failed (see the journal for each).", [
+      { labels: { kind: "refused" }, value: problems.get("refused") ?? 0 },
+      { labels: { kind: "failed" }, value: problems.get("failed") ?? 0 },
+    ]),
+    gauge("release_timestamp_seconds", "seconds", "When the last release finished (seconds since the epoch).", finishedAt.getTime() / 1000),
+  ];
+}

@@ -1,0 +1,204 @@
+/**
+ * `status --json`: the whole state of the host in one document (schema/status.schema.json),
+ * built purely from what the agent keeps (the last boot and release records, the pre-warm's
+ * state file) and what was observed just now (the cache filesystem, docker's data-root, the
+ * labels shown). The verdict `healthy` and its `problems` make it a health check; `warnings`
+ * are shown but do not fail it.
+ */
+import type { CheckFigures, Progress } from "../agent/prewarm-plan.ts";
+import type { PrewarmState } from "../agent/prewarm-state.ts";
+import type { CacheFilesystem } from "../host/facts.ts";
+import type { BootRecord, ReleaseRecord } from "./records.ts";
+
+export const STATUS_VERSION = 1;
+
+/** What status reads and observes; every part may be missing on a host that never booted. */
+export interface StatusInputs {
+  now: Date;
+  boot?: BootRecord;
+  release?: ReleaseRecord;
+  prewarm?: { state: PrewarmState; running: boolean };
+  /** The filesystem mounted at the boot's mount point now (undefined: nothing mounted there). */
+  filesystem?: CacheFilesystem;
+  /** docker's data-root now (daemon.json's `data-root`; undefined: docker's default). */
+  dockerDataRoot?: string;
+  /** The readiness labels shown now (engine or node labels), when they could be read. */
+  labels?: Record<string, string>;
+  /** Records that did not parse: reported, not trusted. */
+  recordProblems?: string[];
+}
+
+export interface StatusThresholds {
+  /** Fill at which the cache filesystem is a warning (0 to 1). */
+  warnUsedRatio: number;
+  /** Fill at which it is a problem: docker is about to fail writes. */
+  failUsedRatio: number;
+}
+
+export const DEFAULT_THRESHOLDS: StatusThresholds = { warnUsedRatio: 0.85, failUsedRatio: 0.95 };
+
+export interface StatusDocument {
+  version: typeof STATUS_VERSION;
+  generatedAt: string;
+  healthy: boolean;
+  problems: string[];
+  warnings: string[];
+  boot: null | {
+    outcome: string;
+    source: string;
+    reason: string | null;
+    finishedAt: string;
+    durationSeconds: number;
+    timeline: Array<{ step: string; seconds: number }>;
+  };
+  volume: null | { volumeId: string; device: string | null; model: string | null; serial: string | null };
+  mount: null | {
+    mountPoint: string;
+    mounted: boolean;
+    fsType: string | null;
+    sizeBytes: number | null;
+    usedBytes: number | null;
+    availableBytes: number | null;
+    usedRatio: number | null;
+  };
+  dataRoot: null | { expected: string; current: string | null; matches: boolean };
+  labels: null | { published: Record<string, string>; shown: Record<string, string> | null };
+  prewarm: null | {
+    volumeId: string;
+    strategy: string;
+    phase: string;
+    verdict: string;
+    running: boolean;
+    reason: string;
+    before: CheckFigures | null;
+    after: CheckFigures | null;
+    progress: Progress | null;
+    updatedAt: string;
+    error: string | null;
+  };
+  lastRelease: null | {
+    outcome: string;
+    reason: string | null;
+    finishedAt: string;
+    afterBoot: boolean;
+    released: string[];
+    kept: string[];
+    problems: Array<{ step: string; volumeId: string | null; kind: string; message: string }>;
+  };
+}
+
+const UP = new Set(["ready", "warming"]);
+/** Labels the background pre-warm moves on after the boot (warming → ready, the progress): not a drift. */
+const MOVING_LABELS = [".state", ".prewarm", ".prewarm-progress"];
+
+/** Builds the document and its verdict. Pure: the same inputs give the same document. */
+export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds = DEFAULT_THRESHOLDS): StatusDocument {
+  const problems: string[] = [...(inputs.recordProblems ?? [])];
+  const warnings: string[] = [];
+  const b = inputs.boot;
+  const r = b?.result;
+  if (!b || !r) problems.push("no boot recorded on this host (`ebs-cache-agent boot` has not finished here)");
+  else if (r.outcome === "degraded") problems.push(`the boot degraded: ${r.reason ?? "see the journal"}`);
+  else if (r.outcome === "prepared") problems.push("the boot's second phase has not run: docker is not started on the cache volume");
+  else if (r.outcome === "disabled") warnings.push(`the cache is disabled on this host${r.reason ? `: ${r.reason}` : ""}`);
+
+  const fs = inputs.filesystem;
+  let mount: StatusDocument["mount"] = null;
+  if (r?.mountPoint) {
+    mount = {
+      mountPoint: r.mountPoint,
+      mounted: fs !== undefined,
+      fsType: fs?.fsType ?? null,
+      sizeBytes: fs?.sizeBytes ?? null,
+      usedBytes: fs?.usedBytes ?? null,
+      availableBytes: fs?.availableBytes ?? null,
+      usedRatio: fs ? round(fs.usedRatio, 4) : null,
+    };
+    const percent = (ratio: number) => `${(ratio * 100).toFixed(1)} %`;
+    if (!fs && UP.has(r.outcome)) problems.push(`the cache volume is not mounted at ${r.mountPoint}`);
+    else if (fs && fs.usedRatio >= thresholds.failUsedRatio) problems.push(`the cache filesystem is ${percent(fs.usedRatio)} full`);
+    else if (fs && fs.usedRatio >= thresholds.warnUsedRatio) warnings.push(`the cache filesystem is ${percent(fs.usedRatio)} full`);
+  }
+
+  let dataRoot: StatusDocument["dataRoot"] = null;
+  if (r?.dataRoot) {
+    const current = inputs.dockerDataRoot ?? null;
+    dataRoot = { expected: r.dataRoot, current, matches: current === r.dataRoot };
+    if (!dataRoot.matches && UP.has(r.outcome)) problems.push(`docker's data-root is ${current ?? "its default"}, not the cache volume's ${r.dataRoot}`);
+  }
+
+  const published = b?.labels ?? {};
+  const shown = inputs.labels ?? null;
+  if (shown && b?.labels) {
+    const differ = Object.entries(published).filter(([name, value]) => shown[name] !== value && !MOVING_LABELS.some((suffix) => name.endsWith(suffix)));
+    for (const [name, value] of differ) warnings.push(`label ${name} shows ${JSON.stringify(shown[name] ?? null)}, the boot published ${JSON.stringify(value)}`);
+  }
+
+  const p = inputs.prewarm;
+  if (p && (p.state.phase === "initializing" || p.state.phase === "following") && !p.running) {
+    warnings.push("the pre-warm's initialization was interrupted (`ebs-cache-agent prewarm` resumes it)");
+  }
+  if (p?.state.phase === "failed") warnings.push(`the pre-warm failed: ${p.state.error ?? "see the journal"}`);
+  if (p?.state.verdict === "cold" && p.state.phase !== "initializing") warnings.push("the cache volume is cold: its first reads come from S3");
+
+  const rel = inputs.release;
+  const afterBoot = rel !== undefined && (!b || Date.parse(rel.finishedAt) > Date.parse(b.finishedAt));
+  if (rel && afterBoot && (rel.result.outcome === "released" || rel.result.outcome === "failed" || rel.result.outcome === "refused")) {
+    problems.push(`a release (${rel.result.outcome}) ran after the boot: the node is no longer on its cache volume`);
+  }
+
+  const timeline = (r?.timeline ?? []).map((entry) => ({ step: entry.step, seconds: entry.ms / 1000 }));
+  return {
+    version: STATUS_VERSION,
+    generatedAt: inputs.now.toISOString(),
+    healthy: problems.length === 0,
+    problems,
+    warnings,
+    boot:
+      b && r
+        ? {
+            outcome: r.outcome,
+            source: b.source,
+            reason: r.reason ?? null,
+            finishedAt: b.finishedAt,
+            durationSeconds: round(timeline.reduce((sum, t) => sum + t.seconds, 0), 3),
+            timeline,
+          }
+        : null,
+    volume: r?.volumeId ? { volumeId: r.volumeId, device: r.device ?? null, model: fs?.model ?? null, serial: fs?.serial ?? null } : null,
+    mount,
+    dataRoot,
+    labels: b ? { published, shown } : null,
+    prewarm: p
+      ? {
+          volumeId: p.state.volumeId,
+          strategy: p.state.strategy,
+          phase: p.state.phase,
+          verdict: p.state.verdict,
+          running: p.running,
+          reason: p.state.reason,
+          before: p.state.before ?? null,
+          after: p.state.after ?? null,
+          progress: p.state.progress ?? null,
+          updatedAt: p.state.updatedAt,
+          error: p.state.error ?? null,
+        }
+      : null,
+    lastRelease: rel
+      ? {
+          outcome: rel.result.outcome,
+          reason: rel.result.reason ?? null,
+          finishedAt: rel.finishedAt,
+          afterBoot,
+          released: rel.result.released,
+          kept: rel.result.kept,
+          problems: rel.result.problems.map((x) => ({ step: x.step, volumeId: x.volumeId ?? null, kind: x.kind, message: x.message })),
+        }
+      : null,
+  };
+}
+
+function round(value: number, digits: number): number {
+  const f = 10 ** digits;
+  return Math.round(value * f) / f;
+}

@@ -1,0 +1,56 @@
+/**
+ * What `status` reads: the records in the state folder, the pre-warm's state, and the world now
+ * (the filesystem at the boot's mount point, docker's data-root, the labels shown). The parts
+ * owned by other modules come in as functions, so this file knows no adapter; the CLI passes
+ * the real ones (prewarm-state's reader, daemon.json's data-root, the engine's labels).
+ */
+import type { PrewarmState } from "../agent/prewarm-state.ts";
+import type { CacheFilesystem } from "../host/facts.ts";
+import type { StatusInputs } from "./document.ts";
+import { readBootRecord, readReleaseRecord } from "./records.ts";
+
+export interface StatusSources {
+  stateDir: string;
+  /** The pre-warm's state and whether a process runs it (prewarmStatus). */
+  prewarm(): Promise<{ state?: PrewarmState; running: boolean }>;
+  /** The filesystem mounted exactly at a mount point (src/host/facts.ts readCacheFilesystem). */
+  filesystem(mountPoint: string): Promise<CacheFilesystem | undefined>;
+  /** daemon.json's `data-root` now (undefined: docker's default). */
+  dockerDataRoot(): Promise<string | undefined>;
+  /** The readiness labels shown now; undefined when docker cannot be asked. */
+  labels?(): Promise<Record<string, string> | undefined>;
+  now?: () => Date;
+}
+
+/** Gathers the inputs of buildStatus; a source that fails is a problem in the document, not a crash of the health check. */
+export async function observeStatus(sources: StatusSources): Promise<StatusInputs> {
+  const problems: string[] = [];
+  const attempt = async <T>(what: string, read: () => Promise<T>): Promise<T | undefined> => {
+    try {
+      return await read();
+    } catch (error) {
+      problems.push(`could not read ${what}: ${(error as Error)?.message ?? String(error)}`);
+      return undefined;
+    }
+  };
+  const [boot, release, prewarm, dockerDataRoot, labels] = await Promise.all([
+    readBootRecord(sources.stateDir),
+    readReleaseRecord(sources.stateDir),
+    attempt("the pre-warm's state", sources.prewarm),
+    attempt("daemon.json's data-root", sources.dockerDataRoot),
+    sources.labels ? attempt("docker's labels", sources.labels) : Promise.resolve(undefined),
+  ]);
+  for (const read of [boot, release]) if (read.problem) problems.push(read.problem);
+  const mountPoint = boot.record?.result.mountPoint;
+  const filesystem = mountPoint ? await attempt(`the filesystem at ${mountPoint}`, () => sources.filesystem(mountPoint)) : undefined;
+  return {
+    now: (sources.now ?? (() => new Date()))(),
+    ...(boot.record ? { boot: boot.record } : {}),
+    ...(release.record ? { release: release.record } : {}),
+    ...(prewarm?.state ? { prewarm: { state: prewarm.state, running: prewarm.running } } : {}),
+    ...(filesystem ? { filesystem } : {}),
+    ...(dockerDataRoot !== undefined ? { dockerDataRoot } : {}),
+    ...(labels ? { labels } : {}),
+    ...(problems.length > 0 ? { recordProblems: problems } : {}),
+  };
+}

@@ -1,0 +1,211 @@
+/**
+ * `status --json`: the document built from the agent's records and what is observed now is
+ * valid against schema/status.schema.json (ajv) in every state a host can be in, its verdict
+ * and exit code say healthy or not, the human view says the same, and the records survive a
+ * round trip through the state folder (a corrupt one is a problem, not trusted).
+ */
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import t, { type Test } from "tap";
+import { Ajv } from "ajv";
+import type { PrewarmState } from "../src/agent/prewarm-state.ts";
+import type { ReleaseResult } from "../src/agent/release.ts";
+import type { CacheFilesystem } from "../src/host/facts.ts";
+import { buildStatus, type StatusDocument, type StatusInputs } from "../src/status/document.ts";
+import { BOOT_RECORD_FILE, readBootRecord, readReleaseRecord, writeBootRecord, writeReleaseRecord, type BootRecord, type ReleaseRecord } from "../src/status/records.ts";
+import { renderStatus, statusExitCode } from "../src/status/view.ts";
+import { observeStatus, type StatusSources } from "../src/status/observe.ts";
+import { readyBoot } from "./fixtures/use-case-results.ts";
+
+const schema = JSON.parse(await readFile(new URL("../schema/status.schema.json", import.meta.url), "utf8")) as object;
+const validate = new Ajv({ allErrors: true, strict: true }).compile(schema);
+
+function assertValid(tt: Test, doc: StatusDocument) {
+  const ok = validate(JSON.parse(JSON.stringify(doc)));
+  tt.ok(ok, `valid against the schema${ok ? "" : `: ${JSON.stringify(validate.errors)}`}`);
+}
+
+const now = new Date("2026-12-01T12:00:00Z");
+const boot: BootRecord = {
+  version: 1,
+  instanceId: "i-0123456789abcdef0",
+  finishedAt: "2026-12-01T10:00:00.000Z",
+  source: "pool",
+  result: readyBoot,
+  labels: { "io.simcore.ebs-cache.state": "ready", "io.simcore.ebs-cache.volume-id": readyBoot.volumeId!, "io.simcore.ebs-cache.prewarm": "cold" },
+};
+const fs: CacheFilesystem = {
+  mountPoint: readyBoot.mountPoint!,
+  device: "/dev/nvme1n1",
+  fsType: "xfs",
+  sizeBytes: 100 * 2 ** 30,
+  usedBytes: 40 * 2 ** 30,
+  availableBytes: 60 * 2 ** 30,
+  usedRatio: 0.4,
+  model: "Amazon Elastic Block Store",
+  serial: "vol0123456789abcdef0",
+};
+const prewarm: PrewarmState = {
+  version: 1,
+  volumeId: readyBoot.volumeId!,
+  device: "/dev/nvme1n1",
+  mountPoint: readyBoot.mountPoint!,
+  strategy: "files",
+  action: "initialize",
+  mode: "files",
+  reason: "prewarm.strategy is files",
+  phase: "initializing",
+  verdict: "cold",
+  before: readyBoot.prewarm!.before!,
+  progress: { doneBytes: 10, totalBytes: 40, percent: 25, mibps: 50, etaSeconds: 9 },
+  labels: {},
+  pid: 4242,
+  startedAt: "2026-12-01T10:00:00Z",
+  updatedAt: "2026-12-01T10:01:00Z",
+};
+const healthyInputs: StatusInputs = {
+  now,
+  boot,
+  filesystem: fs,
+  dockerDataRoot: readyBoot.dataRoot!,
+  labels: { ...boot.labels, "io.simcore.ebs-cache.state": "warming", "io.simcore.ebs-cache.prewarm-progress": "20" },
+  prewarm: { state: prewarm, running: true },
+};
+
+t.test("a healthy host: everything in one valid document, exit 0", async (tt) => {
+  const doc = buildStatus(healthyInputs);
+  assertValid(tt, doc);
+  tt.equal(doc.healthy, true);
+  tt.same(doc.problems, []);
+  tt.same(doc.warnings, [], "a cold volume being initialized, and labels the pre-warm moved on, are no warning");
+  tt.equal(statusExitCode(doc), 0);
+  tt.equal(doc.boot?.source, "pool");
+  tt.equal(doc.boot?.durationSeconds, 4.452);
+  tt.equal(doc.volume?.serial, "vol0123456789abcdef0");
+  tt.equal(doc.mount?.usedRatio, 0.4);
+  tt.equal(doc.dataRoot?.matches, true);
+  tt.equal(doc.prewarm?.progress?.percent, 25);
+  const view = renderStatus(doc).join("\n");
+  tt.match(view, /^health: +healthy/);
+  tt.match(view, /boot: +ready from pool/);
+  tt.match(view, /slowest steps: start-docker 2\.1 s, claim-volume 2\.0 s/);
+  tt.match(view, /40\.0 % used/);
+  tt.match(view, /pre-warm: cold, initializing \(running\), 25\.0 % read/);
+});
+
+t.test("unhealthy hosts: each problem named, the exit code a health check reads", async (tt) => {
+  const cases: Array<{ name: string; inputs: StatusInputs; problem: RegExp; exit: number }> = [
+    { name: "no boot", inputs: { now }, problem: /no boot recorded/, exit: 1 },
+    {
+      name: "degraded",
+      inputs: { now, boot: { ...boot, source: "degraded", result: { outcome: "degraded", reason: "no pool volume", timeline: [{ step: "claim-volume", ms: 10 }] } } },
+      problem: /degraded: no pool volume/,
+      exit: 4,
+    },
+    { name: "not mounted", inputs: { ...healthyInputs, filesystem: undefined }, problem: /not mounted at/, exit: 1 },
+    { name: "data-root moved", inputs: { ...healthyInputs, dockerDataRoot: undefined }, problem: /data-root is its default/, exit: 1 },
+    { name: "full", inputs: { ...healthyInputs, filesystem: { ...fs, usedRatio: 0.97 } }, problem: /97\.0 % full/, exit: 1 },
+    {
+      name: "released after the boot",
+      inputs: { ...healthyInputs, release: release("2026-12-01T11:00:00Z", { outcome: "released", released: [readyBoot.volumeId!] }) },
+      problem: /release \(released\) ran after the boot/,
+      exit: 1,
+    },
+    { name: "a corrupt record", inputs: { ...healthyInputs, recordProblems: ["last-boot.json does not parse as JSON"] }, problem: /does not parse/, exit: 1 },
+  ];
+  for (const c of cases) {
+    const doc = buildStatus(c.inputs);
+    assertValid(tt, doc);
+    tt.equal(doc.healthy, false, c.name);
+    tt.match(doc.problems.join("\n"), c.problem, c.name);
+    tt.equal(statusExitCode(doc), c.exit, `${c.name}: exit ${c.exit}`);
+    tt.match(renderStatus(doc)[0], /UNHEALTHY/, c.name);
+  }
+});
+
+function release(finishedAt: string, result: Partial<ReleaseResult>): ReleaseRecord {
+  return { version: 1, instanceId: boot.instanceId, finishedAt, result: { outcome: "nothing", released: [], kept: [], problems: [], timeline: [], ...result } };
+}
+
+t.test("warnings do not fail the check", async (tt) => {
+  const doc = buildStatus({
+    ...healthyInputs,
+    filesystem: { ...fs, usedRatio: 0.9 },
+    prewarm: { state: { ...prewarm, phase: "initializing" }, running: false },
+    labels: { ...boot.labels, "io.simcore.ebs-cache.volume-id": "vol-0fedcba9876543210" },
+    release: release("2026-11-30T10:00:00Z", {
+      outcome: "refused",
+      problems: [{ step: "unmount", volumeId: "vol-0fedcba9876543210", kind: "refused", message: "busy", remediation: "x" }],
+    }),
+  });
+  assertValid(tt, doc);
+  tt.equal(doc.healthy, true);
+  tt.equal(statusExitCode(doc), 0);
+  tt.equal(doc.lastRelease?.afterBoot, false, "a release before this boot is history");
+  tt.match(doc.warnings.join("\n"), /90\.0 % full/);
+  tt.match(doc.warnings.join("\n"), /interrupted/);
+  tt.match(doc.warnings.join("\n"), /label io\.simcore\.ebs-cache\.volume-id shows "vol-0fedcba9876543210"/);
+  tt.match(renderStatus(doc).join("\n"), /warning: .*interrupted/);
+  const disabled = buildStatus({ now, boot: { ...boot, source: "disabled", result: { outcome: "disabled", reason: "ebs-cache:enabled=false", timeline: [] } } });
+  assertValid(tt, disabled);
+  tt.equal(disabled.healthy, true, "disabled on purpose is healthy");
+  tt.match(disabled.warnings[0]!, /disabled on this host: ebs-cache:enabled=false/);
+});
+
+t.test("the schema refuses what it should (so the validations above mean something)", async (tt) => {
+  const doc = JSON.parse(JSON.stringify(buildStatus(healthyInputs))) as Record<string, unknown>;
+  tt.notOk(validate({ ...doc, healthy: "yes" }), "healthy is a boolean");
+  tt.notOk(validate({ ...doc, extra: 1 }), "no unknown field");
+  tt.notOk(validate({ ...doc, boot: { ...(doc.boot as object), outcome: "fine" } }), "outcome from the list");
+  tt.notOk(validate({ ...doc, volume: { ...(doc.volume as object), volumeId: "vol-XYZ" } }), "a volume id of EC2's shape");
+  tt.notOk(validate({ ...doc, mount: { ...(doc.mount as object), usedRatio: 40 } }), "a ratio, not a percent");
+  tt.notOk(validate({ ...doc, generatedAt: "yesterday" }), "an ISO time");
+  const { prewarm: _dropped, ...withoutPrewarm } = doc;
+  tt.notOk(validate(withoutPrewarm), "every part present (null when absent)");
+});
+
+t.test("the records: written atomically, read back, a corrupt one reported", async (tt) => {
+  const dir = await mkdtemp(join(tmpdir(), "status-"));
+  tt.teardown(() => rm(dir, { recursive: true, force: true }));
+  tt.same(await readBootRecord(dir), {}, "none yet");
+  await writeBootRecord(dir, boot);
+  await writeReleaseRecord(dir, release("2026-12-01T11:00:00Z", { outcome: "released" }));
+  tt.same((await readBootRecord(dir)).record, boot);
+  tt.equal((await readReleaseRecord(dir)).record?.result.outcome, "released");
+  await writeFile(join(dir, BOOT_RECORD_FILE), "{ not json");
+  tt.match((await readBootRecord(dir)).problem, /does not parse/);
+  await writeFile(join(dir, BOOT_RECORD_FILE), JSON.stringify({ version: 2 }));
+  tt.match((await readBootRecord(dir)).problem, /not a version 1 record/);
+  await writeFile(join(dir, BOOT_RECORD_FILE), JSON.stringify({ ...boot, finishedAt: "never" }));
+  tt.match((await readBootRecord(dir)).problem, /finish time/);
+});
+
+t.test("observeStatus: the records and the sources into one valid document; a failing source is a problem", async (tt) => {
+  const dir = await mkdtemp(join(tmpdir(), "status-"));
+  tt.teardown(() => rm(dir, { recursive: true, force: true }));
+  await writeBootRecord(dir, boot);
+  const sources: StatusSources = {
+    stateDir: dir,
+    prewarm: async () => ({ state: prewarm, running: true }),
+    filesystem: async (mountPoint) => (mountPoint === readyBoot.mountPoint ? fs : undefined),
+    dockerDataRoot: async () => readyBoot.dataRoot,
+    now: () => now,
+  };
+  const healthy = buildStatus(await observeStatus(sources));
+  assertValid(tt, healthy);
+  tt.equal(healthy.healthy, true, healthy.problems.join("; "));
+  tt.equal(healthy.mount?.usedRatio, 0.4);
+  tt.equal(healthy.prewarm?.running, true);
+  const failing = buildStatus(
+    await observeStatus({
+      ...sources,
+      dockerDataRoot: async () => {
+        throw new Error("daemon.json: Unexpected token");
+      },
+    }),
+  );
+  assertValid(tt, failing);
+  tt.equal(failing.healthy, false);
+  tt.match(failing.problems.join("\n"), /could not read daemon\.json's data-root: daemon\.json: Unexpected token/);
+});
