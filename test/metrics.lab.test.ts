@@ -20,7 +20,7 @@ import { releaseMetrics } from "../src/metrics/release.ts";
 import { writeTextfile } from "../src/metrics/textfile.ts";
 import { buildStatus } from "../src/status/document.ts";
 import { statusExitCode } from "../src/status/view.ts";
-import type { GcOutcome } from "../src/agent/gc.ts";
+import type { GcOutcome } from "../src/agent/gc/apply.ts";
 import { POOL, startBootLab } from "./fixtures/boot-lab.ts";
 import { assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
 import { releaseHost } from "./fixtures/lifecycle-lab.ts";

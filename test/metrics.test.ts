@@ -8,10 +8,10 @@ import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promise
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t, { type Test } from "tap";
-import type { BootResult } from "../src/agent/boot.ts";
-import type { GcOutcome } from "../src/agent/gc.ts";
-import type { PrewarmState } from "../src/agent/prewarm-state.ts";
-import type { ReleaseResult } from "../src/agent/release.ts";
+import type { BootResult } from "../src/agent/boot/context.ts";
+import type { GcOutcome } from "../src/agent/gc/apply.ts";
+import type { PrewarmState } from "../src/agent/prewarm/state.ts";
+import type { ReleaseResult } from "../src/agent/release/apply.ts";
 import { bootMetrics, bootSourceOf } from "../src/metrics/boot.ts";
 import { family, gauge, namingProblems, reasonLabel, type MetricFamily } from "../src/metrics/family.ts";
 import { gcMetrics } from "../src/metrics/gc.ts";

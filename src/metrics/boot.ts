@@ -3,8 +3,8 @@
  * pre-warm's verdict. One boot per file (`ebs_cache_agent_boot.prom`), overwritten by the next
  * boot of the host, so every figure is a gauge of the last boot.
  */
-import type { BootResult } from "../agent/boot.ts";
-import type { Selection } from "../agent/plan.ts";
+import type { BootResult } from "../agent/boot/context.ts";
+import type { Selection } from "../agent/boot/plan.ts";
 import { durationsByStep, family, gauge, reasonLabel, seconds, type MetricFamily } from "./family.ts";
 import { prewarmMetrics } from "./prewarm.ts";
 

@@ -3,8 +3,8 @@
  * deletions are counters carried from run to run (see carryCounters), and what the last run saw
  * is a gauge by verdict.
  */
-import type { GcOutcome } from "../agent/gc.ts";
-import type { GcVerdict } from "../agent/gc-plan.ts";
+import type { GcOutcome } from "../agent/gc/apply.ts";
+import type { GcVerdict } from "../agent/gc/plan.ts";
 import { family, gauge, type MetricFamily } from "./family.ts";
 
 export interface GcFacts {

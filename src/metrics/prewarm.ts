@@ -3,8 +3,9 @@
  * an initialization. From the boot's result, or from the state file the background run keeps
  * (`prewarm.json`), which rewrites `ebs_cache_agent_prewarm.prom` as it goes.
  */
-import type { CheckFigures, Progress } from "../agent/prewarm-plan.ts";
-import type { PrewarmState } from "../agent/prewarm-state.ts";
+import type { CheckFigures } from "../agent/ports.ts";
+import type { Progress } from "../agent/prewarm/plan.ts";
+import type { PrewarmState } from "../agent/prewarm/state.ts";
 import { epochSeconds, family, gauge, type MetricFamily, type Sample } from "./family.ts";
 
 const MiB = 1024 * 1024;

@@ -1,5 +1,5 @@
 /** A release's figures (`ebs_cache_agent_release.prom`): outcome, how long, which volumes went where. */
-import type { ReleaseResult } from "../agent/release.ts";
+import type { ReleaseResult } from "../agent/release/apply.ts";
 import { durationsByStep, family, gauge, reasonLabel, seconds, type MetricFamily } from "./family.ts";
 
 export interface ReleaseFacts {

@@ -5,8 +5,9 @@
  * labels shown). The verdict `healthy` and its `problems` make it a health check; `warnings`
  * are shown but do not fail it.
  */
-import type { CheckFigures, Progress } from "../agent/prewarm-plan.ts";
-import type { PrewarmState } from "../agent/prewarm-state.ts";
+import type { CheckFigures } from "../agent/ports.ts";
+import type { Progress } from "../agent/prewarm/plan.ts";
+import type { PrewarmState } from "../agent/prewarm/state.ts";
 import type { CacheFilesystem } from "../host/facts.ts";
 import type { BootRecord, ReleaseRecord } from "./records.ts";
 

@@ -4,7 +4,7 @@
  * owned by other modules come in as functions, so this file knows no adapter; the CLI passes
  * the real ones (prewarm-state's reader, daemon.json's data-root, the engine's labels).
  */
-import type { PrewarmState } from "../agent/prewarm-state.ts";
+import type { PrewarmState } from "../agent/prewarm/state.ts";
 import type { CacheFilesystem } from "../host/facts.ts";
 import type { StatusInputs } from "./document.ts";
 import { readBootRecord, readReleaseRecord } from "./records.ts";

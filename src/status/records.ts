@@ -6,8 +6,8 @@
  */
 import { mkdir, open, readFile, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import type { BootResult } from "../agent/boot.ts";
-import type { ReleaseResult } from "../agent/release.ts";
+import type { BootResult } from "../agent/boot/context.ts";
+import type { ReleaseResult } from "../agent/release/apply.ts";
 import type { BootSource } from "../metrics/boot.ts";
 
 export const BOOT_RECORD_FILE = "last-boot.json";
