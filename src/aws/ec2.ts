@@ -520,7 +520,7 @@ function attemptsOf(error: unknown): number | undefined {
 }
 
 /** An aborted call (cancellation), which is no EC2 failure and must not be classified as one. */
-export function isAbort(error: unknown): boolean {
+function isAbort(error: unknown): boolean {
   return (error as { name?: unknown } | undefined)?.name === "AbortError";
 }
 
@@ -555,7 +555,7 @@ function toAttachment(attachment: VolumeAttachment): VolumeInfo["attachment"] {
 }
 
 /** A volume as the agent sees it; EC2 volumes here are never multi-attach, so one attachment. */
-export function toVolumeInfo(volume: Volume): VolumeInfo {
+function toVolumeInfo(volume: Volume): VolumeInfo {
   const attachment = volume.Attachments?.find((a) => a.State !== "detached");
   const info: VolumeInfo = {
     volumeId: volume.VolumeId ?? "",
