@@ -14,15 +14,7 @@
 import t from "tap";
 import { VolumeTag } from "../src/tags.ts";
 import { callerKey } from "./fixtures/agent-process.ts";
-import {
-  assertBootConverged,
-  describePoint,
-  killThenRerun,
-  referencePoints,
-  rerun,
-  startKillMatrixLab,
-  testLabClosesClean,
-} from "./fixtures/kill-matrix.ts";
+import { assertBootConverged, describePoint, killThenRerun, referencePoints, rerun, startKillMatrixLab, testLabClosesClean } from "./fixtures/kill-matrix.ts";
 
 const km = await startKillMatrixLab(t, "test-boot-kill");
 const { bl } = km;

@@ -27,20 +27,7 @@ import {
 import { MemoryVolumeBackend } from "../src/lab/ec2/memory-backend.ts";
 import { startEc2Emulator, type Model } from "../src/lab/ec2/index.ts";
 import type { VolumeRecord } from "../src/lab/ec2/model.ts";
-import {
-  attachmentState,
-  availableVolume,
-  awsJson,
-  describeVolume,
-  FAST,
-  gate,
-  labInstance,
-  poll,
-  sdkError,
-  snapshotCompleted,
-  startLab,
-  volumeState,
-} from "./ec2-emulator.helpers.ts";
+import { attachmentState, availableVolume, awsJson, describeVolume, FAST, gate, labInstance, poll, sdkError, snapshotCompleted, startLab, volumeState } from "./ec2-emulator.helpers.ts";
 
 /** A 4 GiB volume (or one from the snapshot), available. */
 const available4 = (client: Client, zone = "us-east-1a", snapshotId?: string) =>

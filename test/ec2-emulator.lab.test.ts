@@ -20,18 +20,7 @@ import {
 import { Ec2Admin } from "../src/lab/ec2/admin-client.ts";
 import { startEc2Emulator, type Model } from "../src/lab/ec2/index.ts";
 import { MemoryVolumeBackend } from "../src/lab/ec2/memory-backend.ts";
-import {
-  attachmentState,
-  availableVolume,
-  describeVolume,
-  FAST,
-  labInstance,
-  poll,
-  sdkError,
-  snapshotCompleted,
-  startLab,
-  volumeState,
-} from "./ec2-emulator.helpers.ts";
+import { attachmentState, availableVolume, describeVolume, FAST, labInstance, poll, sdkError, snapshotCompleted, startLab, volumeState } from "./ec2-emulator.helpers.ts";
 
 const volume = describeVolume;
 

@@ -25,18 +25,7 @@ import {
   type DescribeSnapshotsCommandInput,
   type EC2Client,
 } from "@aws-sdk/client-ec2";
-import {
-  attachmentState,
-  availableVolume,
-  describeVolume,
-  gate,
-  labInstance,
-  poll,
-  sdkError,
-  snapshotCompleted,
-  startLab,
-  volumeState,
-} from "./ec2-emulator.helpers.ts";
+import { attachmentState, availableVolume, describeVolume, gate, labInstance, poll, sdkError, snapshotCompleted, startLab, volumeState } from "./ec2-emulator.helpers.ts";
 
 const volume = describeVolume;
 

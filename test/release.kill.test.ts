@@ -12,15 +12,7 @@ import t from "tap";
 import { VolumeTag } from "../src/tags.ts";
 import type { LabHost } from "../src/lab/lab.ts";
 import { callerKey } from "./fixtures/agent-process.ts";
-import {
-  assertReleaseConverged,
-  describePoint,
-  killThenRerun,
-  referencePoints,
-  rerun,
-  startKillMatrixLab,
-  testLabClosesClean,
-} from "./fixtures/kill-matrix.ts";
+import { assertReleaseConverged, describePoint, killThenRerun, referencePoints, rerun, startKillMatrixLab, testLabClosesClean } from "./fixtures/kill-matrix.ts";
 
 const km = await startKillMatrixLab(t, "test-release-kill");
 const { bl, overrides } = km;
