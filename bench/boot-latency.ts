@@ -22,7 +22,6 @@ import { dirname, join, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { build } from "esbuild";
 import { runBoot, type BootOutcome } from "../src/agent/boot/run.ts";
 import { wireBoot } from "../src/agent/wiring.ts";
 import { createMetadataService } from "../src/aws/imds.ts";
@@ -34,6 +33,7 @@ import { mountPointsUnder } from "../src/lab/devices.ts";
 import type { Faults } from "../src/lab/ec2/index.ts";
 import { buildGoldenSnapshot, createPoolVolumes } from "../src/lab/golden.ts";
 import { startLab, type Lab, type LabHost } from "../src/lab/lab.ts";
+import { buildAgent } from "../scripts/build.mjs";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const POOL = "bootlat";
@@ -226,22 +226,10 @@ async function dropCaches(): Promise<void> {
   await writeFile("/proc/sys/vm/drop_caches", "3\n");
 }
 
-/** Bundles src/cli.ts as scripts/build.mjs does (as bench/boot.ts), into `dir`. */
+/** Builds the agent with scripts/build.mjs into `dir` (dist/ is left alone); returns its entry. */
 async function bundleAgent(dir: string): Promise<string> {
-  const outfile = join(dir, "ebs-cache-agent.mjs");
-  await build({
-    entryPoints: [join(REPO, "src/cli.ts")],
-    outfile,
-    bundle: true,
-    platform: "node",
-    target: "node22",
-    format: "esm",
-    sourcemap: false,
-    legalComments: "none",
-    logLevel: "silent",
-    banner: { js: "import { createRequire as __createRequire } from 'node:module';\nconst require = __createRequire(import.meta.url);" },
-  });
-  return outfile;
+  await buildAgent(dir, REPO);
+  return join(dir, "ebs-cache-agent.mjs");
 }
 
 interface CliRun {

@@ -14,33 +14,17 @@
 import t from "tap";
 import { VolumeTag } from "../src/tags.ts";
 import { callerKey } from "./fixtures/agent-process.ts";
-import { goldenPoolTags, POOL, startBootLab } from "./fixtures/boot-lab.ts";
-import {
-  assertBootConverged,
-  describePoint,
-  earlierRelease,
-  events,
-  killPoints,
-  rerun,
-  resetPool,
-  runKilled,
-} from "./fixtures/kill-matrix.ts";
-import { assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
+import { assertBootConverged, describePoint, killThenRerun, referencePoints, rerun, startKillMatrixLab, testLabClosesClean } from "./fixtures/kill-matrix.ts";
 
-await assertLabPrerequisites();
-
-const bl = await startBootLab({ name: "test-boot-kill", poolSize: 2 });
-t.teardown(() => bl.close());
-const overrides = { pool: POOL, createFromSnapshot: false };
-const pristine = () => ({ ...goldenPoolTags(POOL, bl.golden), ...earlierRelease() });
+const km = await startKillMatrixLab(t, "test-boot-kill");
+const { bl } = km;
 
 // One clean boot: the EC2 calls it makes and the events it logs are the points to kill at.
-await resetPool(bl, VolumeTag.pool, pristine);
+await km.resetPool();
 const cleanHost = await bl.addHost({ tags: { Name: "kill-clean" } });
 const cleanCaller = await callerKey(cleanHost);
-const clean = await rerun(bl, cleanHost, "boot", overrides);
-const cleanRecords = bl.lab.ec2.requests.records().filter((r) => r.caller === cleanCaller);
-const points = killPoints(cleanRecords, clean.lines, () => true);
+const clean = await rerun(bl, cleanHost, "boot", km.overrides);
+const { records: cleanRecords, points } = referencePoints(bl, cleanCaller, clean.lines);
 
 t.test("a clean boot (the reference the points come from) converges too", async (t) => {
   t.equal(clean.run.exitCode, 0, "exit 0", { stderr: clean.run.stderr });
@@ -52,18 +36,12 @@ t.test("a clean boot (the reference the points come from) converges too", async 
 
 for (const [i, point] of points.entries()) {
   t.test(`boot killed ${describePoint(point)}, then booted again: converges`, async (t) => {
-    await resetPool(bl, VolumeTag.pool, pristine);
+    await km.resetPool();
     const host = await bl.addHost({ tags: { Name: `kill-${i}` } });
-    const killed = await runKilled(bl, host, "boot", point, overrides);
-    t.ok(killed.reached, "the agent reached the point and was killed there", killed.reached ? {} : { exitCode: killed.run.exitCode, events: events(killed.lines) });
-    const again = await rerun(bl, host, "boot", overrides);
-    t.equal(again.run.exitCode, 0, "the rerun exits 0", again.run.exitCode === 0 ? {} : { stderr: again.run.stderr });
+    const again = await killThenRerun(t, km, host, "boot", point);
     t.equal(again.json?.result?.outcome, "prepared", "the rerun prepared the node", { reason: again.json?.result?.reason });
     await assertBootConverged(t, bl, host, VolumeTag.pool);
   });
 }
 
-t.test("the lab closes and leaves no loop device, mount or dockerd behind", async (t) => {
-  await resetPool(bl, VolumeTag.pool, pristine);
-  t.same(await bl.close(), { rootExists: false, loopDevices: [], mounts: [], dockerds: [] });
-});
+testLabClosesClean(t, km);

@@ -1,5 +1,4 @@
 import t from "tap";
-import { existsSync } from "node:fs";
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { join } from "node:path";
@@ -16,20 +15,15 @@ import {
 import { chooseLabelMode, readinessLabels } from "../src/docker/labels.ts";
 import { installedDockerdVersion } from "../src/docker/service.ts";
 import {
-  DOCKER_CLI,
-  DOCKERD,
   dockerdService,
   privateDockerdProcesses,
   startPrivateDockerd,
   type PrivateDockerd,
 } from "../src/lab/dockerd.ts";
-import { buildImage, BUSYBOX, initSwarm, leaveSwarm } from "../src/lab/images.ts";
+import { buildImage, initSwarm, leaveSwarm } from "../src/lab/images.ts";
+import { assertDockerPrerequisites } from "./fixtures/lab-prereq.ts";
 
-// These tests run a real (private) dockerd: without root or docker.io they must fail, not skip.
-if (process.getuid?.() !== 0) throw new Error("test/docker-engine.test.ts needs root (it runs a private dockerd)");
-for (const needed of [DOCKERD, DOCKER_CLI, BUSYBOX]) {
-  if (!existsSync(needed)) throw new Error(`${needed} is missing: run scripts/ setup (docker.io, busybox-static)`);
-}
+assertDockerPrerequisites("test/docker-engine.test.ts");
 
 // Short: dockerd's sockets live under its root, and sun_path holds 108 bytes.
 const top = await mkdtemp("/var/tmp/ebs-cache-lab-test-");

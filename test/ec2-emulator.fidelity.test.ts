@@ -27,28 +27,11 @@ import {
 import { MemoryVolumeBackend } from "../src/lab/ec2/memory-backend.ts";
 import { startEc2Emulator, type Model } from "../src/lab/ec2/index.ts";
 import type { VolumeRecord } from "../src/lab/ec2/model.ts";
-import {
-  attachmentState,
-  awsJson,
-  describeVolume,
-  FAST,
-  gate,
-  labInstance,
-  poll,
-  sdkError,
-  snapshotCompleted,
-  startLab,
-  volumeState,
-} from "./ec2-emulator.helpers.ts";
+import { attachmentState, availableVolume, awsJson, describeVolume, FAST, gate, labInstance, poll, sdkError, snapshotCompleted, startLab, volumeState } from "./ec2-emulator.helpers.ts";
 
-async function availableVolume(client: Client, zone = "us-east-1a", snapshotId?: string): Promise<string> {
-  const created = await client.send(
-    new CreateVolumeCommand({ AvailabilityZone: zone, ...(snapshotId ? { SnapshotId: snapshotId } : { Size: 4 }) }),
-  );
-  const id = created.VolumeId as string;
-  await volumeState(client, id, "available");
-  return id;
-}
+/** A 4 GiB volume (or one from the snapshot), available. */
+const available4 = (client: Client, zone = "us-east-1a", snapshotId?: string) =>
+  availableVolume(client, { zone, ...(snapshotId ? { snapshotId } : { size: 4 }) });
 
 const volumeCount = (model: Model) => Object.keys(model.volumes).length;
 
@@ -189,7 +172,7 @@ t.test("notFoundAfterCreateMs: a new volume is NotFound by id and missing from l
 t.test("busy: a detach of a volume in use waits in busy until it is free, or forced", async (t) => {
   const lab = await startLab(t);
   const ec2 = lab.client();
-  const id = await availableVolume(ec2);
+  const id = await available4(ec2);
   await ec2.send(new AttachVolumeCommand({ VolumeId: id, InstanceId: lab.a.instanceId, Device: "/dev/sdf" }));
   await attachmentState(ec2, id, "attached");
   lab.backend.busy.add(id); // stands for "mounted on the instance"
@@ -214,7 +197,7 @@ t.test("busy: a detach of a volume in use waits in busy until it is free, or for
   t.equal(lab.emu.snapshotState().volumes[id]?.forceDetachCount, 0);
 
   // Force ends a busy detach (EC2 allows it, at the risk of the data): counted as a force.
-  const other = await availableVolume(ec2);
+  const other = await available4(ec2);
   await ec2.send(new AttachVolumeCommand({ VolumeId: other, InstanceId: lab.a.instanceId, Device: "/dev/sdg" }));
   await attachmentState(ec2, other, "attached");
   lab.backend.busy.add(other);
@@ -228,10 +211,10 @@ t.test("busy: a detach of a volume in use waits in busy until it is free, or for
 t.test("default initialization follows what the storage fetched", async (t) => {
   const lab = await startLab(t);
   const ec2 = lab.client();
-  const source = await availableVolume(ec2);
+  const source = await available4(ec2);
   const snapshot = (await ec2.send(new CreateSnapshotCommand({ VolumeId: source }))).SnapshotId as string;
   await snapshotCompleted(ec2, snapshot);
-  const id = await availableVolume(ec2, "us-east-1a", snapshot);
+  const id = await available4(ec2, "us-east-1a", snapshot);
   const status = async () => {
     const out = await ec2.send(new DescribeVolumeStatusCommand({ VolumeIds: [id] }));
     const item = out.VolumeStatuses?.[0];
@@ -316,7 +299,7 @@ t.test("AttachVolume accepts only the device names EC2 accepts for EBS on Linux"
   const attach = (VolumeId: string, Device: string) =>
     ec2.send(new AttachVolumeCommand({ VolumeId, InstanceId: lab.a.instanceId, Device }));
   const invalid = ["/dev/sdf1", "/dev/xvdb", "/dev/xvddz", "/dev/xvdza", "/dev/nvme1n1", "/dev/sd", "sdf", "/dev/sdF", "/dev/../sdf", "/dev/sdf "];
-  const id = await availableVolume(ec2);
+  const id = await available4(ec2);
   for (const device of invalid) {
     t.match(await sdkError(attach(id, device)), { name: "InvalidParameterValue", message: /not a valid EBS device name/ }, device);
   }
@@ -325,7 +308,7 @@ t.test("AttachVolume accepts only the device names EC2 accepts for EBS on Linux"
   const valid = ["/dev/sdf", "/dev/sdp", "/dev/sdz", "/dev/xvdf", "/dev/xvdz", "/dev/xvdba", "/dev/xvddx"];
   const volumes: string[] = [];
   for (const device of valid) {
-    const volumeId = await availableVolume(ec2);
+    const volumeId = await available4(ec2);
     volumes.push(volumeId);
     const answer = await attach(volumeId, device);
     t.equal(answer.Device, device, `${device} accepted`);
@@ -340,9 +323,9 @@ t.test("DescribeInstances: tags and block device mapping with each volume's atta
   const lab = await startLab(t, { backendOptions: { hold: (c) => (c.op === "detach" ? detachHold.promise : undefined) } });
   const ec2 = lab.client();
   const host = lab.emu.registerInstance(labInstance("us-east-1a", { "ebs-cache:pool": "p1", role: "worker" }));
-  const attached = await availableVolume(ec2);
-  const attaching = await availableVolume(ec2);
-  const detaching = await availableVolume(ec2);
+  const attached = await available4(ec2);
+  const attaching = await available4(ec2);
+  const detaching = await available4(ec2);
   await ec2.send(new AttachVolumeCommand({ VolumeId: attached, InstanceId: host.instanceId, Device: "/dev/sdf" }));
   await ec2.send(new AttachVolumeCommand({ VolumeId: detaching, InstanceId: host.instanceId, Device: "/dev/sdh" }));
   await attachmentState(ec2, attached, "attached");
@@ -385,7 +368,7 @@ t.test("CreateTags on an instance with tags in instance metadata: only keys IMDS
   const plain = lab.emu.registerInstance({ ...labInstance("us-east-1a"), metadataTags: false });
   await tag(plain.instanceId, "a/b");
   t.equal(plain.tags["a/b"], "v", "without metadata tags any key is fine");
-  const volumeId = await availableVolume(ec2);
+  const volumeId = await available4(ec2);
   await tag(volumeId, "a b/c");
   t.same((await describeVolume(ec2, volumeId)).Tags, [{ Key: "a b/c", Value: "v" }], "volumes are not concerned");
 });

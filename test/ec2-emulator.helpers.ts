@@ -3,7 +3,7 @@
  * SDK client and the aws CLI pointed at it, and polling with generous deadlines (no test may
  * depend on how fast the machine is).
  */
-import { DescribeSnapshotsCommand, DescribeVolumesCommand, EC2Client, type Volume } from "@aws-sdk/client-ec2";
+import { CreateVolumeCommand, DescribeSnapshotsCommand, DescribeVolumesCommand, EC2Client, type Volume } from "@aws-sdk/client-ec2";
 import { randomBytes } from "node:crypto";
 import { run, type RunResult } from "../src/exec.ts";
 import { MemoryVolumeBackend, type MemoryVolumeBackendOptions } from "../src/lab/ec2/memory-backend.ts";
@@ -120,6 +120,34 @@ export async function describeVolume(client: EC2Client, volumeId: string): Promi
   const found = out.Volumes?.[0];
   if (!found) throw new Error(`no ${volumeId}`);
   return found;
+}
+
+/** Creates a volume (8 GiB in us-east-1a unless told) and waits until it is available. */
+export async function availableVolume(
+  client: EC2Client,
+  input: {
+    zone?: string;
+    size?: number;
+    tags?: Record<string, string>;
+    snapshotId?: string;
+    type?: "gp3" | "gp2" | "io2";
+  } = {},
+): Promise<string> {
+  const created = await client.send(
+    new CreateVolumeCommand({
+      AvailabilityZone: input.zone ?? "us-east-1a",
+      Size: input.size ?? (input.snapshotId ? undefined : 8),
+      SnapshotId: input.snapshotId,
+      VolumeType: input.type,
+      ...(input.type === "io2" ? { Iops: 3000 } : {}),
+      TagSpecifications: input.tags
+        ? [{ ResourceType: "volume", Tags: Object.entries(input.tags).map(([Key, Value]) => ({ Key, Value })) }]
+        : undefined,
+    }),
+  );
+  const id = created.VolumeId as string;
+  await volumeState(client, id, "available");
+  return id;
 }
 
 /** Polls until the volume's state is `state`. */

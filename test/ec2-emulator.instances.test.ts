@@ -18,7 +18,7 @@ import {
   type EC2Client,
   type Filter,
 } from "@aws-sdk/client-ec2";
-import { attachmentState, awsEc2, awsJson, describeVolume, gate, labInstance, poll, sdkError, startLab, volumeState } from "./ec2-emulator.helpers.ts";
+import { attachmentState, awsEc2, awsJson, describeVolume, gate, labInstance, poll, sdkError, startLab, volumeState, type Lab } from "./ec2-emulator.helpers.ts";
 
 const DELAYS = { startMs: 60, stopMs: 60, terminateMs: 60 };
 
@@ -43,6 +43,14 @@ async function attachedVolume(ec2: EC2Client, instanceId: string, device: string
   return volumeId;
 }
 
+/** Holds the instance in stopping / shutting-down (its shutdown hook waits) until `open()`. */
+function holdShutdown(t: { teardown(fn: () => unknown): void }, lab: Lab, instanceId: string): { open(): void } {
+  const hold = gate();
+  lab.emu.setShutdownHook(instanceId, () => hold.promise);
+  t.teardown(() => hold.open());
+  return hold;
+}
+
 t.test("stop → stopped with its volume still attached (and its device); start → pending → running; the answers carry both states", async (t) => {
   const lab = await startLab(t, { delays: { createMs: 10, attachMs: 10, detachMs: 10, snapshotMs: 10, ...DELAYS } });
   const ec2 = lab.client();
@@ -50,10 +58,13 @@ t.test("stop → stopped with its volume still attached (and its device); start 
   const vol = await attachedVolume(ec2, id, "/dev/sdf");
   t.same(await instanceState(ec2, id), { name: "running", code: 16 });
 
+  // The shutdown hook holds the instance in stopping while the test looks, however slow the machine.
+  const stopping = holdShutdown(t, lab, id);
   const stop = await ec2.send(new StopInstancesCommand({ InstanceIds: [id] }));
   t.same(stop.StoppingInstances, [{ InstanceId: id, PreviousState: { Code: 16, Name: "running" }, CurrentState: { Code: 64, Name: "stopping" } }]);
   t.same(await instanceState(ec2, id), { name: "stopping", code: 64 }, "DescribeInstances shows stopping at once");
   t.same(await idsWhere(ec2, [{ Name: "instance-state-name", Values: ["stopping"] }]), [id], "instance-state-name filter");
+  stopping.open();
   t.same(await reached(ec2, id, "stopped"), { name: "stopped", code: 80 });
   t.same(await idsWhere(ec2, [{ Name: "instance-state-code", Values: ["80"] }]), [id], "instance-state-code filter");
 
@@ -89,9 +100,11 @@ t.test("terminate → shutting-down → terminated: volumes detached (DeleteOnTe
   lab.emu.replaceState(model);
   t.match((await describeVolume(ec2, doomed)).Attachments, [{ DeleteOnTermination: true }]);
 
+  const shuttingDown = holdShutdown(t, lab, id);
   const out = await ec2.send(new TerminateInstancesCommand({ InstanceIds: [id] }));
   t.same(out.TerminatingInstances, [{ InstanceId: id, PreviousState: { Code: 16, Name: "running" }, CurrentState: { Code: 32, Name: "shutting-down" } }]);
   t.equal((await describeVolume(ec2, kept)).State, "in-use", "attached while shutting down");
+  shuttingDown.open();
   t.same(await reached(ec2, id, "terminated"), { name: "terminated", code: 48 });
   const v = await volumeState(ec2, kept, "available");
   t.same(v.Attachments, [], "DeleteOnTermination=false: detached, available");

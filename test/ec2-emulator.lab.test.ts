@@ -20,26 +20,12 @@ import {
 import { Ec2Admin } from "../src/lab/ec2/admin-client.ts";
 import { startEc2Emulator, type Model } from "../src/lab/ec2/index.ts";
 import { MemoryVolumeBackend } from "../src/lab/ec2/memory-backend.ts";
-import {
-  attachmentState,
-  describeVolume,
-  FAST,
-  labInstance,
-  poll,
-  sdkError,
-  snapshotCompleted,
-  startLab,
-  volumeState,
-} from "./ec2-emulator.helpers.ts";
+import { attachmentState, availableVolume, describeVolume, FAST, labInstance, poll, sdkError, snapshotCompleted, startLab, volumeState } from "./ec2-emulator.helpers.ts";
 
 const volume = describeVolume;
 
-async function availableVolume(client: EC2Client, zone = "us-east-1a"): Promise<string> {
-  const created = await client.send(new CreateVolumeCommand({ AvailabilityZone: zone, Size: 4 }));
-  const id = created.VolumeId as string;
-  await volumeState(client, id, "available");
-  return id;
-}
+/** A 4 GiB volume, available. */
+const available4 = (client: EC2Client, zone = "us-east-1a") => availableVolume(client, { zone, size: 4 });
 
 t.test("throttling: deterministic rate, SDK retries through it, surfaces it without retries", async (t) => {
   const lab = await startLab(t);
@@ -89,8 +75,8 @@ t.test("latency is added before every answer", async (t) => {
 t.test("stuckAttach keeps an attachment in attaching until lifted", async (t) => {
   const lab = await startLab(t);
   const ec2 = lab.client();
-  const stuck = await availableVolume(ec2);
-  const fine = await availableVolume(ec2);
+  const stuck = await available4(ec2);
+  const fine = await available4(ec2);
   lab.emu.setFaults({ stuckAttach: [stuck] });
   await ec2.send(new AttachVolumeCommand({ VolumeId: stuck, InstanceId: lab.a.instanceId, Device: "/dev/sdf" }));
   await ec2.send(new AttachVolumeCommand({ VolumeId: fine, InstanceId: lab.a.instanceId, Device: "/dev/sdg" }));
@@ -105,7 +91,7 @@ t.test("stuckAttach keeps an attachment in attaching until lifted", async (t) =>
 
   // `true` holds every volume; a plain detach of a stuck attachment ends it without a device to remove.
   lab.emu.setFaults({ stuckAttach: true });
-  const third = await availableVolume(ec2);
+  const third = await available4(ec2);
   await ec2.send(new AttachVolumeCommand({ VolumeId: third, InstanceId: lab.a.instanceId, Device: "/dev/sdh" }));
   await poll(() => lab.emu.snapshotState().events.filter((e) => e.kind === "stuck-attach"), (e) => e.length === 2);
   await ec2.send(new DetachVolumeCommand({ VolumeId: third }));
@@ -116,7 +102,7 @@ t.test("stuckAttach keeps an attachment in attaching until lifted", async (t) =>
 t.test("applyThen500: the change happens although the call failed", async (t) => {
   const lab = await startLab(t, { faults: { applyThen500: ["AttachVolume"] } });
   const once = lab.client(1);
-  const first = await availableVolume(once);
+  const first = await available4(once);
   t.match(
     await sdkError(once.send(new AttachVolumeCommand({ VolumeId: first, InstanceId: lab.a.instanceId, Device: "/dev/sdf" }))),
     { name: "InternalError", status: 500 },
@@ -127,7 +113,7 @@ t.test("applyThen500: the change happens although the call failed", async (t) =>
   // With retries, the SDK repeats the call and the retry finds the volume taken: the caller
   // must check who holds it rather than trust the error.
   const retrying = lab.client();
-  const second = await availableVolume(retrying);
+  const second = await available4(retrying);
   t.match(
     await sdkError(retrying.send(new AttachVolumeCommand({ VolumeId: second, InstanceId: lab.a.instanceId, Device: "/dev/sdg" }))),
     { name: "VolumeInUse", attempts: 2 },
@@ -144,7 +130,7 @@ t.test("backend failures stay visible, and DetachVolume recovers", async (t) => 
     },
   });
   const ec2 = lab.client();
-  const id = await availableVolume(ec2);
+  const id = await available4(ec2);
   await ec2.send(new AttachVolumeCommand({ VolumeId: id, InstanceId: lab.a.instanceId, Device: "/dev/sdf" }));
   await poll(() => lab.emu.snapshotState().volumes[id]?.attachment?.error, (e) => e !== undefined);
   t.equal((await volume(ec2, id)).Attachments?.[0]?.State, "attaching", "a failed attach stays attaching");
@@ -188,7 +174,7 @@ t.test("persistence: a restarted emulator resumes from its state file", async (t
   const inst = first.registerInstance(labInstance("us-east-1a", { Role: "worker" }));
   const ec2 = client(first.endpoint);
   t.teardown(() => ec2.destroy());
-  const attachedId = await availableVolume(ec2);
+  const attachedId = await available4(ec2);
   await ec2.send(new AttachVolumeCommand({ VolumeId: attachedId, InstanceId: inst.instanceId, Device: "/dev/sdf" }));
   await attachmentState(ec2, attachedId, "attached");
   await ec2.send(new CreateTagsCommand({ Resources: [attachedId, inst.instanceId], Tags: [{ Key: "ebs-cache:owner", Value: inst.instanceId }] }));
@@ -255,7 +241,7 @@ t.test("admin API under /_lab/", async (t) => {
   await t.rejects(admin.registerInstance({ ...fresh, availabilityZone: "eu-west-1a" }), /400/);
   await t.rejects(admin.registerInstance({ instanceId: "i-1" } as never), /400/);
 
-  const vol = await availableVolume(ec2, "us-east-1c");
+  const vol = await available4(ec2, "us-east-1c");
   await ec2.send(new AttachVolumeCommand({ VolumeId: vol, InstanceId: fresh.instanceId, Device: "/dev/sdf" }));
   t.match(await admin.instance(fresh.instanceId), { volumes: [{ volumeId: vol, device: "/dev/sdf" }] });
   t.match(await admin.terminateInstance(fresh.instanceId), { state: "terminated", volumes: [] });

@@ -25,47 +25,9 @@ import {
   type DescribeSnapshotsCommandInput,
   type EC2Client,
 } from "@aws-sdk/client-ec2";
-import {
-  attachmentState,
-  describeVolume,
-  gate,
-  labInstance,
-  poll,
-  sdkError,
-  snapshotCompleted,
-  startLab,
-  volumeState,
-} from "./ec2-emulator.helpers.ts";
+import { attachmentState, availableVolume, describeVolume, gate, labInstance, poll, sdkError, snapshotCompleted, startLab, volumeState } from "./ec2-emulator.helpers.ts";
 
 const volume = describeVolume;
-
-/** Creates a volume and waits until it is available. */
-async function availableVolume(
-  client: EC2Client,
-  input: {
-    zone?: string;
-    size?: number;
-    tags?: Record<string, string>;
-    snapshotId?: string;
-    type?: "gp3" | "gp2" | "io2";
-  } = {},
-): Promise<string> {
-  const created = await client.send(
-    new CreateVolumeCommand({
-      AvailabilityZone: input.zone ?? "us-east-1a",
-      Size: input.size ?? (input.snapshotId ? undefined : 8),
-      SnapshotId: input.snapshotId,
-      VolumeType: input.type,
-      ...(input.type === "io2" ? { Iops: 3000 } : {}),
-      TagSpecifications: input.tags
-        ? [{ ResourceType: "volume", Tags: Object.entries(input.tags).map(([Key, Value]) => ({ Key, Value })) }]
-        : undefined,
-    }),
-  );
-  const id = created.VolumeId as string;
-  await volumeState(client, id, "available");
-  return id;
-}
 
 async function attached(client: EC2Client, volumeId: string, instanceId: string, device = "/dev/sdf"): Promise<void> {
   await client.send(new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: instanceId, Device: device }));

@@ -13,9 +13,9 @@ import { DATA_ROOT_SUBDIR, FS_LABEL } from "../src/layout.ts";
 import { createHostRoot, volumeImagePath } from "../src/lab/labdir.ts";
 import { openLabRoot } from "../src/lab/labroot.ts";
 import { createLoopVolumeBackend } from "../src/lab/loopdev.ts";
-import type { LabInstance } from "../src/lab/types.ts";
 import { createMemoryLogger } from "../src/log.ts";
 import { assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
+import { loopInstance } from "./fixtures/loop-instance.ts";
 
 await assertLabPrerequisites();
 
@@ -25,14 +25,7 @@ t.teardown(() => lab.close());
 const backend = createLoopVolumeBackend({ root: lab.root, deviceDelayMs: 0, log });
 t.teardown(() => backend.close());
 const instanceId = "i-0hostfs1";
-const inst: LabInstance = {
-  instanceId,
-  region: "eu-west-3",
-  availabilityZone: "eu-west-3a",
-  tags: {},
-  metadataTags: true,
-  hostRoot: await createHostRoot(lab.root, instanceId),
-};
+const inst = loopInstance(instanceId, await createHostRoot(lab.root, instanceId));
 const storage = createHostStorage({ log });
 
 type Teardown = { teardown(fn: () => unknown): void };

@@ -22,6 +22,7 @@ import {
 } from "../src/lab/procinfo.ts";
 import { createMemoryLogger } from "../src/log.ts";
 import { assertLabPrerequisites, childEnv, pollUntil } from "./fixtures/lab-prereq.ts";
+import { loopInstance } from "./fixtures/loop-instance.ts";
 
 await assertLabPrerequisites();
 
@@ -311,14 +312,7 @@ t.test("reaping an owner that never detached removes device entries outside the 
   const backend = createLoopVolumeBackend({ root, log });
   const volumeId = "vol-0123123123123123a";
   await backend.createVolume(volumeId, 1);
-  await backend.attach(volumeId, {
-    instanceId: "i-0outside",
-    hostRoot,
-    region: "eu-west-3",
-    availabilityZone: "eu-west-3a",
-    tags: {},
-    metadataTags: true,
-  });
+  await backend.attach(volumeId, loopInstance("i-0outside", hostRoot));
   const device = await backend.deviceReady(volumeId);
   await backend.settled(); // The attachment record is on disk: a crash now loses only memory.
   const link = join(byIdDir(hostRoot), ebsByIdName(volumeId));

@@ -4,20 +4,15 @@ import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { run } from "../src/exec.ts";
 import {
-  DOCKER_CLI,
-  DOCKERD,
   dockerdService,
   privateDockerdProcesses,
   startPrivateDockerd,
   type PrivateDockerd,
 } from "../src/lab/dockerd.ts";
-import { buildImage, BUSYBOX, initSwarm, leaveSwarm } from "../src/lab/images.ts";
+import { buildImage, initSwarm, leaveSwarm } from "../src/lab/images.ts";
+import { assertDockerPrerequisites } from "./fixtures/lab-prereq.ts";
 
-// These tests run the real dockerd: without root or docker.io they must fail, not skip.
-if (process.getuid?.() !== 0) throw new Error("test/lab-dockerd.test.ts needs root (it runs a private dockerd)");
-for (const needed of [DOCKERD, DOCKER_CLI, BUSYBOX]) {
-  if (!existsSync(needed)) throw new Error(`${needed} is missing: run scripts/ setup (docker.io, busybox-static)`);
-}
+assertDockerPrerequisites("test/lab-dockerd.test.ts");
 
 /** What the host's own docker owns; none of it may appear because of the lab. */
 const HOST_DOCKER_PATHS = ["/var/run/docker.sock", "/etc/docker/key.json", "/var/lib/docker", "/run/containerd"];

@@ -9,6 +9,7 @@ import { createLoopVolumeBackend, type LoopVolumeBackend } from "../src/lab/loop
 import { byIdDir, ebsByIdName, sysfsRoot, type LabInstance } from "../src/lab/types.ts";
 import { createMemoryLogger } from "../src/log.ts";
 import { assertLabPrerequisites, pollUntil } from "./fixtures/lab-prereq.ts";
+import { loopInstance } from "./fixtures/loop-instance.ts";
 
 await assertLabPrerequisites();
 
@@ -21,14 +22,7 @@ t.teardown(async () => {
 let instanceCount = 0;
 async function instance(): Promise<LabInstance> {
   const instanceId = `i-0loopdev${++instanceCount}`;
-  return {
-    instanceId,
-    region: "eu-west-3",
-    availabilityZone: "eu-west-3a",
-    tags: {},
-    metadataTags: true,
-    hostRoot: await createHostRoot(lab.root, instanceId),
-  };
+  return loopInstance(instanceId, await createHostRoot(lab.root, instanceId));
 }
 
 /** Loop devices backed by `image`, as losetup lists them. */

@@ -14,29 +14,22 @@ import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
 import type { LabHost } from "../src/lab/lab.ts";
 import { initSwarm } from "../src/lab/images.ts";
 import { VolumeTag } from "../src/tags.ts";
-import { findmnt, labelRecord, LABEL_PREFIX, mountsUnder, POOL, startBootLab, type InProcessBoot } from "./fixtures/boot-lab.ts";
+import { findmnt, labelRecord, LABEL_PREFIX, mountsUnder, POOL, startBootLab } from "./fixtures/boot-lab.ts";
 import { assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
-import { mutatingCalls, releaseCli, releaseHost, startReleaseCli, volumeEnd, type InProcessRelease } from "./fixtures/lifecycle-lab.ts";
+import { mutatingCalls, releaseCli, releaseHost, startReleaseCli, volumeEnd } from "./fixtures/lifecycle-lab.ts";
+import { assertOutcome, ISO_TIME } from "./fixtures/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 
 const bl = await startBootLab({ name: "test-lifecycle-release", poolSize: 4 });
 t.teardown(() => bl.close());
 const overrides = { pool: POOL };
-const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
-
-function assertBoot(t: Test, booted: InProcessBoot, outcome: string, message: string): void {
-  t.equal(booted.result?.outcome, outcome, message, booted.result?.outcome === outcome ? {} : { result: booted.result, log: booted.log.join("\n") });
-}
-function assertRelease(t: Test, released: InProcessRelease, outcome: string, message: string): void {
-  t.equal(released.result?.outcome, outcome, message, released.result?.outcome === outcome ? {} : { result: released.result, log: released.log.join("\n") });
-}
 
 /** Boots a fresh host on a pool volume; returns it with the volume and its mount point. */
 async function bootedHost(t: Test, tags: Record<string, string> = {}): Promise<{ host: LabHost; volumeId: string; mountPoint: string }> {
   const host = await bl.addHost({ tags });
   const booted = await bl.boot(host, { overrides });
-  assertBoot(t, booted, "ready", "boot: ready");
+  assertOutcome(t, booted, "ready", "boot: ready");
   return { host, volumeId: booted.result!.volumeId!, mountPoint: booted.result!.mountPoint! };
 }
 
@@ -62,7 +55,7 @@ function assertReleasedTags(t: Test, end: Awaited<ReturnType<typeof volumeEnd>>)
   t.equal(end.state, "available", "available");
   t.same(end.attachments, [], "no attachment");
   t.equal(end.forceDetachCount, 0, "never force-detached");
-  t.match(end.tags[VolumeTag.releasedAt], ISO, "released-at");
+  t.match(end.tags[VolumeTag.releasedAt], ISO_TIME, "released-at");
   t.equal(Date.parse(end.tags[VolumeTag.expiresAt] ?? ""), Date.parse(end.tags[VolumeTag.releasedAt] ?? "") + 24 * 3_600_000, "expires-at = released-at + ttlHours (24)");
   t.notOk(end.tags[VolumeTag.claimedBy], "claimed-by removed");
   t.notOk(end.tags[VolumeTag.claimedAt], "claimed-at removed");
@@ -72,7 +65,7 @@ t.test("release twice: the first releases, the second finds nothing to do and ch
   const { host, volumeId } = await bootedHost(t);
   await host.dockerd!.stop(); // systemd stops docker.service before the agent's ExecStop
   const first = await releaseHost(bl, host);
-  assertRelease(t, first, "released", "first release: released");
+  assertOutcome(t, first, "released", "first release: released");
   t.equal(first.exitCode, 0, "exit code 0");
   t.equal(first.plan.decision, "release");
   t.same(first.plan.steps.map((s) => s.step), ["withdraw-labels", "reset-data-root", "sync", "unmount", "detach", "wait-detached", "tag-released"], "the shutdown plan");
@@ -88,7 +81,7 @@ t.test("release twice: the first releases, the second finds nothing to do and ch
   const calls = bl.calls.length;
   const second = await releaseHost(bl, host);
   t.equal(second.exitCode, 0, "second release: exit code 0");
-  assertRelease(t, second, "nothing", "second release: nothing to do");
+  assertOutcome(t, second, "nothing", "second release: nothing to do");
   t.same(second.plan.steps, [], "no step planned");
   t.same(mutatingCalls(bl, calls), [], "no EC2 call that changes anything");
   t.same(await volumeEnd(bl, volumeId), end, "the volume's end state is the same (tags included)");
@@ -162,7 +155,7 @@ t.test("a busy mount (a process with its cwd on the volume) refuses the release:
 
   const calls = bl.calls.length;
   const refused = await releaseHost(bl, host);
-  assertRelease(t, refused, "refused", "release refused");
+  assertOutcome(t, refused, "refused", "release refused");
   t.equal(refused.exitCode, 1, "exit code 1");
   const problem = refused.result?.problems[0];
   t.equal(problem?.step, "unmount", "at the unmount");
@@ -182,7 +175,7 @@ t.test("a busy mount (a process with its cwd on the volume) refuses the release:
   holder.kill("SIGTERM");
   await exited;
   const released = await releaseHost(bl, host);
-  assertRelease(t, released, "released", "after the process ended: released");
+  assertOutcome(t, released, "released", "after the process ended: released");
   t.equal(released.exitCode, 0);
   assertReleasedTags(t, await volumeEnd(bl, volumeId));
   t.notOk(await findmnt(mountPoint), "unmounted");
@@ -194,13 +187,13 @@ t.test("docker still running on the volume: refused with release.stopDocker=fals
   // through the API before docker stops.
   const nodeId = await initSwarm(host.dockerd!);
   const rerun = await bl.boot(host, { overrides });
-  assertBoot(t, rerun, "ready", "re-run on the manager: ready");
+  assertOutcome(t, rerun, "ready", "re-run on the manager: ready");
   t.equal((await nodeLabels(host)).state, "ready", "node label state=ready");
   const before = await hostState(host);
   t.ok(before.dockerPid, "docker runs on the volume");
   const calls = bl.calls.length;
   const refused = await releaseHost(bl, host, { overrides: { ...overrides, release: { stopDocker: false } } });
-  assertRelease(t, refused, "refused", "refused");
+  assertOutcome(t, refused, "refused", "refused");
   t.equal(refused.exitCode, 1, "exit code 1");
   t.equal(refused.plan.decision, "refused");
   t.match(refused.result?.reason, /docker still runs on the cache volume .* release\.stopDocker is false: nothing was changed/, "says why");
@@ -210,7 +203,7 @@ t.test("docker still running on the volume: refused with release.stopDocker=fals
   t.equal((await volumeEnd(bl, volumeId)).state, "in-use");
 
   const released = await releaseHost(bl, host);
-  assertRelease(t, released, "released", "with the default (stopDocker true): released");
+  assertOutcome(t, released, "released", "with the default (stopDocker true): released");
   t.same(released.plan.steps.slice(0, 3).map((s) => s.step), ["withdraw-labels", "reset-data-root", "stop-docker"], "labels off and daemon.json reset before docker stops");
   t.ok(released.log.some((line) => new RegExp(`^<6>labels: node labels under ${LABEL_PREFIX.replace(/\./g, "\\.")}\\. removed node=${nodeId} removed=[1-9]`).test(line)), "the node labels were removed through the manager's API", { log: released.log.join("\n") });
   t.notOk(await host.dockerd!.isActive(), "docker stopped");
@@ -222,7 +215,7 @@ t.test("a disabled instance (ebs-cache:enabled=false): boot attaches nothing and
   const host = await bl.addHost({ tags: { "ebs-cache:enabled": "false" } });
   const attaches = bl.emulatorAttachRequests();
   const booted = await bl.boot(host, { overrides });
-  assertBoot(t, booted, "disabled", "boot: disabled");
+  assertOutcome(t, booted, "disabled", "boot: disabled");
   t.equal(booted.exitCode, 0);
   t.equal(bl.emulatorAttachRequests(), attaches, "no AttachVolume");
   t.notOk(host.dockerd, "docker neither started nor restarted");
@@ -233,7 +226,7 @@ t.test("a disabled instance (ebs-cache:enabled=false): boot attaches nothing and
   const before = await hostState(host);
   const calls = bl.calls.length;
   const released = await releaseHost(bl, host);
-  assertRelease(t, released, "disabled", "release: disabled");
+  assertOutcome(t, released, "disabled", "release: disabled");
   t.equal(released.exitCode, 0, "exit code 0");
   t.same(released.plan.steps, [], "no step");
   t.same(mutatingCalls(bl, calls), [], "no EC2 change");

@@ -15,20 +15,16 @@ import { readFile } from "node:fs/promises";
 import { DescribeInstancesCommand, StartInstancesCommand, StopInstancesCommand, TerminateInstancesCommand } from "@aws-sdk/client-ec2";
 import type { LabHost } from "../src/lab/lab.ts";
 import { VolumeTag } from "../src/tags.ts";
-import { GOLDEN_IMAGES, labelRecord, LABEL_PREFIX, mountsUnder, POOL, startBootLab, type Ec2Call, type InProcessBoot } from "./fixtures/boot-lab.ts";
+import { GOLDEN_IMAGES, labelRecord, LABEL_PREFIX, mountsUnder, POOL, startBootLab, type Ec2Call } from "./fixtures/boot-lab.ts";
 import { assertLabPrerequisites, pollUntil } from "./fixtures/lab-prereq.ts";
 import { mutatingCalls, releaseCli, releaseHost, volumeEnd, type InProcessRelease } from "./fixtures/lifecycle-lab.ts";
+import { assertOutcome, ISO_TIME } from "./fixtures/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 
 const bl = await startBootLab({ name: "test-lifecycle-stop", poolSize: 4 });
 t.teardown(() => bl.close());
 const overrides = { pool: POOL };
-const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
-
-function assertOutcome(t: Test, got: InProcessBoot | InProcessRelease, outcome: string, message: string): void {
-  t.equal(got.result?.outcome, outcome, message, got.result?.outcome === outcome ? {} : { result: got.result, log: got.log.join("\n") });
-}
 
 async function instanceState(instanceId: string): Promise<string | undefined> {
   const out = await bl.ec2.send(new DescribeInstancesCommand({ InstanceIds: [instanceId] }));
@@ -163,7 +159,7 @@ t.test("a terminate (shutting-down): the full release, as before", async (t) => 
   t.equal(end.state, "available");
   t.same(end.attachments, []);
   t.equal(end.forceDetachCount, 0);
-  t.match(end.tags[VolumeTag.releasedAt], ISO);
+  t.match(end.tags[VolumeTag.releasedAt], ISO_TIME);
   t.ok(end.tags[VolumeTag.expiresAt], "expires-at");
   t.notOk(end.tags[VolumeTag.claimedBy], "claim removed");
 });

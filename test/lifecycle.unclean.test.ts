@@ -9,24 +9,21 @@
  * cut right after a log write would leave it), dockerd is killed (SIGKILL), the instance
  * terminated; the dead machine's mount is dropped as its kernel would have vanished.
  */
-import t, { type Test } from "tap";
+import t from "tap";
 import { join } from "node:path";
 import { run } from "../src/exec.ts";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
 import { VolumeTag } from "../src/tags.ts";
-import { findmnt, mountsUnder, POOL, startBootLab, type InProcessBoot } from "./fixtures/boot-lab.ts";
+import { findmnt, mountsUnder, POOL, startBootLab } from "./fixtures/boot-lab.ts";
 import { assertLabPrerequisites, pollUntil } from "./fixtures/lab-prereq.ts";
 import { releaseHost, volumeEnd, workspaceTags } from "./fixtures/lifecycle-lab.ts";
+import { assertOutcome } from "./fixtures/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 
 const bl = await startBootLab({ name: "test-lifecycle-unclean" });
 t.teardown(() => bl.close());
 const overrides = { pool: POOL };
-
-function assertBoot(t: Test, booted: InProcessBoot, outcome: string, message: string): void {
-  t.equal(booted.result?.outcome, outcome, message, booted.result?.outcome === outcome ? {} : { result: booted.result, log: booted.log.join("\n") });
-}
 
 /** `xfs_repair -n` on the volume from a helper host: its exit code and whether it found a dirty log. */
 async function xfsCheck(volumeId: string): Promise<{ exitCode: number; dirtyLog: boolean }> {
@@ -40,7 +37,7 @@ t.test("no release (the instance died): the next boot of the workspace mounts th
   const ids = { userId: "21", projectId: "p-crash", nodeId: "n-9" };
   const dead = await bl.addHost({ tags: workspaceTags(ids) });
   const first = await bl.boot(dead, { overrides });
-  assertBoot(t, first, "ready", "first instance ready");
+  assertOutcome(t, first, "ready", "first instance ready");
   const volumeId = first.result!.volumeId!;
   const mountPoint = first.result!.mountPoint!;
   const dockerd = dead.dockerd!;
@@ -68,7 +65,7 @@ t.test("no release (the instance died): the next boot of the workspace mounts th
 
   const next = await bl.addHost({ tags: workspaceTags(ids) });
   const booted = await bl.boot(next, { overrides });
-  assertBoot(t, booted, "ready", "the next instance of the workspace is ready");
+  assertOutcome(t, booted, "ready", "the next instance of the workspace is ready");
   t.equal(booted.plan.selection.source, "workspace", "it takes the workspace volume");
   t.equal(booted.result?.volumeId, volumeId, "the dead instance's volume");
   t.equal((await bl.tags(volumeId))[VolumeTag.claimedBy], next.instance.instanceId, "claimed-by the new instance");

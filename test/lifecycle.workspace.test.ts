@@ -13,24 +13,17 @@ import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
 import { initSwarm } from "../src/lab/images.ts";
 import type { LabHost } from "../src/lab/lab.ts";
 import { VolumeTag } from "../src/tags.ts";
-import { labelRecord, LABEL_PREFIX, mountsUnder, POOL, startBootLab, type InProcessBoot } from "./fixtures/boot-lab.ts";
+import { labelRecord, LABEL_PREFIX, mountsUnder, POOL, startBootLab } from "./fixtures/boot-lab.ts";
 import { assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
 import { readWorkspaceRecord } from "../src/agent/workspace-record.ts";
-import { releaseHost, volumeEnd, workspaceTags, WORKSPACE_TAG, type InProcessRelease } from "./fixtures/lifecycle-lab.ts";
+import { releaseHost, volumeEnd, workspaceTags, WORKSPACE_TAG } from "./fixtures/lifecycle-lab.ts";
+import { assertOutcome, ISO_TIME } from "./fixtures/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 
 const bl = await startBootLab({ name: "test-lifecycle-ws", poolSize: 1 });
 t.teardown(() => bl.close());
 const overrides = { pool: POOL };
-const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
-
-function assertBoot(t: Test, booted: InProcessBoot, outcome: string, message: string): void {
-  t.equal(booted.result?.outcome, outcome, message, booted.result?.outcome === outcome ? {} : { result: booted.result, log: booted.log.join("\n") });
-}
-function assertRelease(t: Test, released: InProcessRelease, outcome: string, message: string): void {
-  t.equal(released.result?.outcome, outcome, message, released.result?.outcome === outcome ? {} : { result: released.result, log: released.log.join("\n") });
-}
 
 /** After a release: nothing of the volume left on the host, daemon.json back on docker's default. */
 async function assertHostReleased(t: Test, host: LabHost): Promise<void> {
@@ -45,7 +38,7 @@ t.test("a workspace volume made from the pool's snapshot keeps its docker volume
   const ids = { userId: "17", projectId: "p-abc", nodeId: "n-1" };
   const hostA = await bl.addHost({ tags: { ...workspaceTags(ids), "ebs-cache:ttl-hours": "2" } });
   const a = await bl.boot(hostA, { overrides });
-  assertBoot(t, a, "ready", "first instance ready");
+  assertOutcome(t, a, "ready", "first instance ready");
   t.equal(a.plan.selection.source, "new-workspace", "no workspace volume yet for the ids: one is created");
   const volumeId = a.result!.volumeId!;
   t.notOk(bl.poolVolumes.includes(volumeId), "not the pool's volume");
@@ -73,7 +66,7 @@ t.test("a workspace volume made from the pool's snapshot keeps its docker volume
   await dockerA.docker(["create", "--name", "leftover", "--network", "none", "lab/app:1", "true"]);
 
   const released = await releaseHost(bl, hostA);
-  assertRelease(t, released, "released", "release: released");
+  assertOutcome(t, released, "released", "release: released");
   t.equal(released.exitCode, 0, "exit code 0");
   t.same(released.result?.released, [volumeId]);
   t.ok(released.plan.steps.some((s) => s.step === "stop-docker"), "docker still ran on the volume: the release stopped it first (release.stopDocker)");
@@ -82,7 +75,7 @@ t.test("a workspace volume made from the pool's snapshot keeps its docker volume
   t.equal(end.state, "available", "the volume is available");
   t.same(end.attachments, [], "with no attachment");
   t.equal(end.forceDetachCount, 0, "never force-detached");
-  t.match(end.tags[VolumeTag.releasedAt], ISO, "released-at, ISO 8601");
+  t.match(end.tags[VolumeTag.releasedAt], ISO_TIME, "released-at, ISO_TIME 8601");
   const releasedAt = Date.parse(end.tags[VolumeTag.releasedAt] ?? "");
   t.equal(Date.parse(end.tags[VolumeTag.expiresAt] ?? ""), releasedAt + 2 * 3_600_000, "expires-at = released-at + 2 h (instance tag ebs-cache:ttl-hours)");
   t.notOk(end.tags[VolumeTag.claimedBy], "claimed-by removed");
@@ -93,7 +86,7 @@ t.test("a workspace volume made from the pool's snapshot keeps its docker volume
 
   const hostB = await bl.addHost({ tags: { ...workspaceTags(ids), "ebs-cache:keep": "true" } });
   const b = await bl.boot(hostB, { overrides });
-  assertBoot(t, b, "ready", "second instance (another host, same ids) ready");
+  assertOutcome(t, b, "ready", "second instance (another host, same ids) ready");
   t.equal(b.plan.selection.source, "workspace", "it finds the workspace volume of the ids");
   t.same("candidates" in b.plan.selection ? b.plan.selection.candidates : [], [volumeId], "that one volume");
   t.equal(b.result?.volumeId, volumeId, "the same volume is claimed");
@@ -110,13 +103,13 @@ t.test("a workspace volume made from the pool's snapshot keeps its docker volume
 
   await hostB.dockerd!.stop(); // as systemd does before ExecStop
   const kept = await releaseHost(bl, hostB);
-  assertRelease(t, kept, "released", "second release: released");
+  assertOutcome(t, kept, "released", "second release: released");
   t.notOk(kept.plan.steps.some((s) => s.step === "stop-docker"), "docker already stopped: no stop step");
   const keptEnd = await volumeEnd(bl, volumeId);
   t.equal(keptEnd.state, "available");
   t.equal(keptEnd.tags[VolumeTag.keep], "true", "instance tag ebs-cache:keep=true: the volume is tagged keep");
   t.notOk(keptEnd.tags[VolumeTag.expiresAt], "and gets no expires-at");
-  t.match(keptEnd.tags[VolumeTag.releasedAt], ISO, "released-at still written");
+  t.match(keptEnd.tags[VolumeTag.releasedAt], ISO_TIME, "released-at still written");
   t.ok(Date.parse(keptEnd.tags[VolumeTag.releasedAt] ?? "") >= releasedAt, "a new released-at");
   await assertHostReleased(t, hostB);
 });
@@ -127,7 +120,7 @@ t.test("workspace.create=blank: an empty volume the agent formats, with an empty
   const blank = { pool: POOL, workspace: { create: "blank", sizeGiB: 1 }, docker: { expectedImages: ["lab/app:1"] } };
   const hostC = await bl.addHost({ tags: workspaceTags(ids) });
   const c = await bl.boot(hostC, { overrides: blank });
-  assertBoot(t, c, "ready", "ready on the blank workspace volume");
+  assertOutcome(t, c, "ready", "ready on the blank workspace volume");
   t.equal(c.plan.selection.source, "new-workspace");
   const volumeId = c.result!.volumeId!;
   const volume = await bl.describe(volumeId);
@@ -149,19 +142,19 @@ t.test("workspace.create=blank: an empty volume the agent formats, with an empty
   await writeFile(join(mountpoint, "todo.txt"), "buy milk\n");
 
   const released = await releaseHost(bl, hostC);
-  assertRelease(t, released, "released", "released");
+  assertOutcome(t, released, "released", "released");
   t.equal((await volumeEnd(bl, volumeId)).state, "available");
 
   const hostD = await bl.addHost({ tags: workspaceTags(ids) });
   const d = await bl.boot(hostD, { overrides: blank });
-  assertBoot(t, d, "ready", "ready on another host");
+  assertOutcome(t, d, "ready", "ready on another host");
   t.equal(d.result?.volumeId, volumeId, "the same workspace volume");
   t.notOk(d.log.some((line) => line.includes("formatting")), "not formatted again: it holds a filesystem now");
   t.ok(d.log.some((line) => line.includes("machine-local state removed")), "once docker initialized it, it is prepared like any volume");
   const again = (await hostD.dockerd!.docker(["volume", "inspect", "--format", "{{.Mountpoint}}", "notes"])).stdout.trim();
   t.equal(await readFile(join(again, "todo.txt"), "utf8"), "buy milk\n", "the docker volume's file is there");
   await hostD.dockerd!.stop();
-  assertRelease(t, await releaseHost(bl, hostD), "released", "released again");
+  assertOutcome(t, await releaseHost(bl, hostD), "released", "released again");
 });
 
 t.test("osparc's way: a user-level workspace from a chunked tag comes back for the same user-id only, never for a project-level request", async (t) => {
@@ -171,7 +164,7 @@ t.test("osparc's way: a user-level workspace from a chunked tag comes back for t
   t.ok(Object.keys(tagsA).length >= 3 && !(WORKSPACE_TAG in tagsA), "the labels tag is chunked (_0, _1, …)", { keys: Object.keys(tagsA) });
   const hostA = await bl.addHost({ tags: tagsA });
   const a = await bl.boot(hostA, { overrides });
-  assertBoot(t, a, "ready", "ready on the chunked tag, no refusal");
+  assertOutcome(t, a, "ready", "ready on the chunked tag, no refusal");
   t.equal(a.plan.selection.source, "new-workspace", "only user-id (workspace.minimumKeys): a user-level workspace volume is created");
   const volumeId = a.result!.volumeId!;
   const tags = await bl.tags(volumeId);
@@ -189,7 +182,7 @@ t.test("osparc's way: a user-level workspace from a chunked tag comes back for t
   t.notOk(Object.keys(hostA.instance.tags).some((key) => key.startsWith(WORKSPACE_TAG)), "the labels tag is gone from the instance");
   await dockerA.stop();
   const released = await releaseHost(bl, hostA);
-  assertRelease(t, released, "released", "released without the tag");
+  assertOutcome(t, released, "released", "released without the tag");
   const end = await volumeEnd(bl, volumeId);
   t.equal(end.state, "available");
   t.equal(end.tags[VolumeTag.keep], "true", "keep from the labels tag, through phase 1's record: tagged keep");
@@ -198,7 +191,7 @@ t.test("osparc's way: a user-level workspace from a chunked tag comes back for t
   // The same user, for a project: a project-level request is not served by the user's volume.
   const hostB = await bl.addHost({ tags: workspaceTags({ userId: "user_42", projectId: "p-7" }, { chunked: true }) });
   const b = await bl.boot(hostB, { overrides });
-  assertBoot(t, b, "ready", "the project-level instance is ready");
+  assertOutcome(t, b, "ready", "the project-level instance is ready");
   t.equal(b.plan.selection.source, "new-workspace", "no volume of user-id + project-id: a new one, not the user's");
   t.not(b.result?.volumeId, volumeId, "another volume");
   t.equal((await bl.tags(b.result!.volumeId!))[VolumeTag.workspaceKeys], "user-id,project-id", "made for user-id + project-id");
@@ -206,19 +199,19 @@ t.test("osparc's way: a user-level workspace from a chunked tag comes back for t
   const readB = await hostB.dockerd!.docker(["volume", "ls", "-q"]);
   t.notOk(readB.stdout.includes("data"), "the user's docker volume is not on the project's node");
   await hostB.dockerd!.stop();
-  assertRelease(t, await releaseHost(bl, hostB), "released", "project-level instance released");
+  assertOutcome(t, await releaseHost(bl, hostB), "released", "project-level instance released");
 
   // The same user-id again (single tag this time): its volume comes back, with the file.
   const hostC = await bl.addHost({ tags: workspaceTags({ userId: "user_42" }) });
   const c = await bl.boot(hostC, { overrides });
-  assertBoot(t, c, "ready", "the second user-level instance is ready");
+  assertOutcome(t, c, "ready", "the second user-level instance is ready");
   t.equal(c.plan.selection.source, "workspace", "it finds the user's workspace volume");
   t.same("candidates" in c.plan.selection ? c.plan.selection.candidates : [], [volumeId], "that volume only (not the project's)");
   t.equal(c.result?.volumeId, volumeId);
   const read = await hostC.dockerd!.docker(["run", "--rm", "--network", "none", "-v", "data:/d", "lab/app:1", "cat", "/d/f"]);
   t.equal(read.stdout.trim(), "user42", "the file written by the first instance is there");
   await hostC.dockerd!.stop();
-  assertRelease(t, await releaseHost(bl, hostC), "released", "released again");
+  assertOutcome(t, await releaseHost(bl, hostC), "released", "released again");
 });
 
 t.test("the lab closes and leaves no loop device, mount or dockerd behind; nothing was force-detached", async (t) => {

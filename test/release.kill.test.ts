@@ -12,29 +12,14 @@ import t from "tap";
 import { VolumeTag } from "../src/tags.ts";
 import type { LabHost } from "../src/lab/lab.ts";
 import { callerKey } from "./fixtures/agent-process.ts";
-import { goldenPoolTags, POOL, startBootLab } from "./fixtures/boot-lab.ts";
-import {
-  assertReleaseConverged,
-  describePoint,
-  earlierRelease,
-  events,
-  killPoints,
-  rerun,
-  resetPool,
-  runKilled,
-} from "./fixtures/kill-matrix.ts";
-import { assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
+import { assertReleaseConverged, describePoint, killThenRerun, referencePoints, rerun, startKillMatrixLab, testLabClosesClean } from "./fixtures/kill-matrix.ts";
 
-await assertLabPrerequisites();
-
-const bl = await startBootLab({ name: "test-release-kill", poolSize: 2 });
-t.teardown(() => bl.close());
-const overrides = { pool: POOL, createFromSnapshot: false };
-const pristine = () => ({ ...goldenPoolTags(POOL, bl.golden), ...earlierRelease() });
+const km = await startKillMatrixLab(t, "test-release-kill");
+const { bl, overrides } = km;
 
 /** A fresh host booted (as a CLI process) on a pool volume; the volume it holds. */
 async function bootedHost(name: string): Promise<{ host: LabHost; volumeId: string | undefined }> {
-  await resetPool(bl, VolumeTag.pool, pristine);
+  await km.resetPool();
   const host = await bl.addHost({ tags: { Name: name } });
   const booted = await rerun(bl, host, "boot", overrides);
   return { host, volumeId: booted.run.exitCode === 0 ? booted.json?.result?.volumeId : undefined };
@@ -45,8 +30,7 @@ const reference = await bootedHost("release-kill-clean");
 const referenceCaller = await callerKey(reference.host);
 bl.lab.ec2.requests.reset();
 const clean = await rerun(bl, reference.host, "release", overrides);
-const cleanRecords = bl.lab.ec2.requests.records().filter((r) => r.caller === referenceCaller);
-const points = killPoints(cleanRecords, clean.lines, () => true);
+const { records: cleanRecords, points } = referencePoints(bl, referenceCaller, clean.lines);
 
 t.test("a clean release (the reference the points come from) converges", async (t) => {
   t.ok(reference.volumeId, "the reference host booted on a pool volume");
@@ -63,15 +47,9 @@ for (const [i, point] of points.entries()) {
       t.fail("the host did not boot on a pool volume: nothing to release");
       return;
     }
-    const killed = await runKilled(bl, host, "release", point, overrides);
-    t.ok(killed.reached, "the agent reached the point and was killed there", killed.reached ? {} : { exitCode: killed.run.exitCode, events: events(killed.lines) });
-    const again = await rerun(bl, host, "release", overrides);
-    t.equal(again.run.exitCode, 0, "the rerun exits 0", again.run.exitCode === 0 ? {} : { stderr: again.run.stderr });
+    await killThenRerun(t, km, host, "release", point);
     await assertReleaseConverged(t, bl, host, volumeId, VolumeTag.pool);
   });
 }
 
-t.test("the lab closes and leaves no loop device, mount or dockerd behind", async (t) => {
-  await resetPool(bl, VolumeTag.pool, pristine);
-  t.same(await bl.close(), { rootExists: false, loopDevices: [], mounts: [], dockerds: [] });
-});
+testLabClosesClean(t, km);

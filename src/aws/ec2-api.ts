@@ -10,11 +10,12 @@ import {
   DeleteTagsCommand,
   DeleteVolumeCommand,
   DescribeInstancesCommand,
-  DescribeSnapshotsCommand,
   DescribeVolumesCommand,
   DescribeVolumeStatusCommand,
   DetachVolumeCommand,
   EC2Client,
+  paginateDescribeSnapshots,
+  paginateDescribeVolumes,
   type AttachVolumeCommandInput,
   type AttachVolumeCommandOutput,
   type CreateTagsCommandInput,
@@ -45,9 +46,12 @@ export interface CallOptions {
 /** The EC2 actions the agent uses. */
 export interface Ec2Api {
   describeVolumes(input: DescribeVolumesCommandInput, options?: CallOptions): Promise<DescribeVolumesCommandOutput>;
+  /** Every page of a DescribeVolumes listing, following NextToken (the SDK's paginator). */
+  describeVolumesPages(input: DescribeVolumesCommandInput, options?: CallOptions): AsyncIterable<DescribeVolumesCommandOutput>;
   /** The instance's tags, state and EBS mappings in one call (identity and reboot checks). */
   describeInstances(input: DescribeInstancesCommandInput, options?: CallOptions): Promise<DescribeInstancesCommandOutput>;
-  describeSnapshots(input: DescribeSnapshotsCommandInput, options?: CallOptions): Promise<DescribeSnapshotsCommandOutput>;
+  /** Every page of a DescribeSnapshots listing, following NextToken (the SDK's paginator). */
+  describeSnapshotsPages(input: DescribeSnapshotsCommandInput, options?: CallOptions): AsyncIterable<DescribeSnapshotsCommandOutput>;
   createVolume(input: CreateVolumeCommandInput, options?: CallOptions): Promise<CreateVolumeCommandOutput>;
   attachVolume(input: AttachVolumeCommandInput, options?: CallOptions): Promise<AttachVolumeCommandOutput>;
   detachVolume(input: DetachVolumeCommandInput, options?: CallOptions): Promise<DetachVolumeCommandOutput>;
@@ -62,7 +66,9 @@ export function sdkEc2Api(client: EC2Client): Ec2Api {
   return {
     describeVolumes: (input, options) => client.send(new DescribeVolumesCommand(input), sendOptions(options)),
     describeInstances: (input, options) => client.send(new DescribeInstancesCommand(input), sendOptions(options)),
-    describeSnapshots: (input, options) => client.send(new DescribeSnapshotsCommand(input), sendOptions(options)),
+    // The paginator hands its extra arguments to client.send: cancellation reaches every page.
+    describeVolumesPages: (input, options) => paginateDescribeVolumes({ client }, { ...input }, sendOptions(options)),
+    describeSnapshotsPages: (input, options) => paginateDescribeSnapshots({ client }, { ...input }, sendOptions(options)),
     createVolume: (input, options) => client.send(new CreateVolumeCommand(input), sendOptions(options)),
     attachVolume: (input, options) => client.send(new AttachVolumeCommand(input), sendOptions(options)),
     detachVolume: (input, options) => client.send(new DetachVolumeCommand(input), sendOptions(options)),

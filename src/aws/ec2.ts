@@ -36,6 +36,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import {
   EC2Client,
   type CreateVolumeCommandInput,
+  type DescribeVolumesCommandInput,
   type Filter,
   type Snapshot,
   type Tag,
@@ -142,330 +143,374 @@ const CREATED_VISIBLE_MS = 30_000;
 /** An attachment this instance holds (or is getting). */
 const HELD: readonly AttachmentState[] = ["attaching", "attached", "busy"];
 
+type VolumeSpec = Parameters<CloudVolumes["createVolume"]>[0];
+
+/** What every operation of CloudVolumes shares: the API, the log and the timing settings. */
+interface Ec2Context {
+  api: Ec2Api;
+  log: Logger;
+  pollMs: number;
+  createTimeoutMs: number;
+  /** MaxResults for an action's pages: the configured page size, capped at what the action allows. */
+  pageSize: (action: keyof typeof MAX_PAGE) => number;
+}
+
 /** CloudVolumes backed by EC2. */
 export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
-  const api = isEc2Client(options.client) ? sdkEc2Api(options.client) : options.client;
-  const log = options.log ?? createLogger(() => undefined);
-  const pollMs = options.pollMs ?? 1000;
-  const createTimeoutMs = options.createTimeoutMs ?? 300_000;
-  const pageSize = (action: keyof typeof MAX_PAGE) => Math.min(options.pageSize ?? MAX_PAGE[action], MAX_PAGE[action]);
-
-  /** Aborted waits end at once: the caller (a boot cancelled by SIGTERM) undoes what it did. */
-  const pause = (ms: number, options?: Cancellable) => sleep(ms, undefined, options?.signal ? { signal: options.signal } : {});
-
-  /** Runs one EC2 call; failures become typed errors naming the action. */
-  const call = async <T>(action: string, fn: () => Promise<T>): Promise<T> => {
-    try {
-      return await fn();
-    } catch (error) {
-      if (isAbort(error)) throw error;
-      throw ec2CallError(action, error);
-    }
+  const ctx: Ec2Context = {
+    api: isEc2Client(options.client) ? sdkEc2Api(options.client) : options.client,
+    log: options.log ?? createLogger(() => undefined),
+    pollMs: options.pollMs ?? 1000,
+    createTimeoutMs: options.createTimeoutMs ?? 300_000,
+    pageSize: (action) => Math.min(options.pageSize ?? MAX_PAGE[action], MAX_PAGE[action]),
   };
-
-  const describeVolume = async (volumeId: string, options?: Cancellable): Promise<VolumeInfo | undefined> => {
-    try {
-      const out = await api.describeVolumes({ VolumeIds: [volumeId] }, options);
-      const found = out.Volumes?.find((v) => v.VolumeId === volumeId);
-      return found && toVolumeInfo(found);
-    } catch (error) {
-      if (isAbort(error)) throw error;
-      if (classifyEc2Error(error).kind === "not-found") return undefined;
-      throw ec2CallError("DescribeVolumes", error);
-    }
-  };
-
-  /** After a failed AttachVolume: the volume's attachment says whether this instance holds it. */
-  const settleClaim = async (volumeId: string, instanceId: string, failure: Ec2Failure, options?: Cancellable): Promise<ClaimOutcome> => {
-    const volume = await describeVolume(volumeId, options);
-    if (!volume) return { kind: "taken", reason: `${failure.code}: ${volumeId} no longer exists` };
-    const attachment = volume.attachment;
-    if (attachment?.instanceId === instanceId && HELD.includes(attachment.state)) {
-      log.notice("ec2-claim", `AttachVolume answered ${failure.code}, yet the volume is ${attachment.state} here: claimed`, {
-        volumeId,
-        instanceId,
-        device: attachment.device,
-      });
-      return { kind: "claimed" };
-    }
-    const where = attachment
-      ? `${attachment.state} to ${attachment.instanceId}`
-      : `'${volume.state}' in ${volume.availabilityZone}, not attached`;
-    return { kind: "taken", reason: `${failure.code}: ${volumeId} is ${where}` };
-  };
-
-  /** Polls the volume until `done` holds; returns the last volume seen, or throws `onTimeout`'s error. */
-  const pollVolume = async (
-    volumeId: string,
-    timeoutMs: number,
-    done: (volume: VolumeInfo | undefined) => boolean,
-    onTimeout: (last: VolumeInfo | undefined) => Error,
-    options?: Cancellable,
-  ): Promise<VolumeInfo | undefined> => {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const volume = await describeVolume(volumeId, options);
-      if (done(volume)) return volume;
-      const remaining = deadline - Date.now();
-      if (remaining <= 0) throw onTimeout(volume);
-      await pause(Math.min(pollMs, remaining), options);
-    }
-  };
-
   return {
-    async findVolumes(query: VolumeQuery, options?: Cancellable & { firstPage?: number }): Promise<VolumeInfo[]> {
-      const filters: Filter[] = tagFilters(query.tags);
-      if (query.availabilityZone !== undefined) filters.push({ Name: "availability-zone", Values: [query.availabilityZone] });
-      if (query.status !== undefined && query.status.length > 0) filters.push({ Name: "status", Values: [...query.status] });
-      if (query.attachedTo !== undefined) filters.push({ Name: "attachment.instance-id", Values: [query.attachedTo] });
-      const volumes: VolumeInfo[] = [];
-      // EC2 refuses MaxResults together with VolumeIds: a query by id is one answer anyway.
-      const byIds = query.volumeIds !== undefined;
-      if (byIds && query.volumeIds!.length === 0) return [];
-      const maxResults = byIds ? undefined : Math.max(MIN_PAGE, Math.min(options?.firstPage ?? pageSize("DescribeVolumes"), pageSize("DescribeVolumes")));
-      let nextToken: string | undefined;
-      do {
-        const out = await call("DescribeVolumes", () =>
-          api.describeVolumes(
-            { Filters: filters, ...(byIds ? { VolumeIds: query.volumeIds } : { MaxResults: maxResults }), NextToken: nextToken },
-            options,
-          ),
-        );
-        for (const volume of out.Volumes ?? []) volumes.push(toVolumeInfo(volume));
-        nextToken = out.NextToken || undefined;
-        // A bounded page of candidates is one call, however large the pool.
-        if (options?.firstPage !== undefined) break;
-      } while (nextToken !== undefined);
-      log.debug("ec2-find-volumes", `${volumes.length} volumes match`, { filters: JSON.stringify(filters) });
-      return volumes;
-    },
-
-    describeVolume,
-
-    async describeInstance(instanceId: string, options?: Cancellable): Promise<InstanceInfo> {
-      const out = await call("DescribeInstances", () => api.describeInstances({ InstanceIds: [instanceId] }, options));
-      const instance = out.Reservations?.flatMap((r) => r.Instances ?? []).find((i) => i.InstanceId === instanceId);
-      if (!instance) throw ec2CallError("DescribeInstances", new Error(`the answer does not describe ${instanceId}`));
-      const root = instance.RootDeviceName;
-      return {
-        instanceId,
-        state: instance.State?.Name ?? "unknown",
-        tags: tagRecord(instance.Tags),
-        volumes: (instance.BlockDeviceMappings ?? [])
-          .filter((m) => m.Ebs?.VolumeId && m.DeviceName !== root && m.Ebs.Status !== "detached")
-          .map((m) => ({ volumeId: m.Ebs!.VolumeId!, device: m.DeviceName ?? "", status: m.Ebs!.Status ?? "attached" })),
-      };
-    },
-
-    async newestSnapshot(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo | undefined> {
-      const filters = [...tagFilters(tags), { Name: "status", Values: ["completed"] }];
-      let newest: Snapshot | undefined;
-      let nextToken: string | undefined;
-      do {
-        const out = await call("DescribeSnapshots", () =>
-          api.describeSnapshots({
-            OwnerIds: ["self"],
-            Filters: filters,
-            MaxResults: pageSize("DescribeSnapshots"),
-            NextToken: nextToken,
-          }, options),
-        );
-        for (const snapshot of out.Snapshots ?? []) {
-          if (!newest || startTime(snapshot) > startTime(newest)) newest = snapshot;
-        }
-        nextToken = out.NextToken || undefined;
-      } while (nextToken !== undefined);
-      return newest && toSnapshotInfo(newest);
-    },
-
-    async createVolume(spec, options): Promise<VolumeInfo> {
-      const input: CreateVolumeCommandInput = {
-        AvailabilityZone: spec.availabilityZone,
-        VolumeType: spec.volumeType as CreateVolumeCommandInput["VolumeType"],
-        TagSpecifications: [{ ResourceType: "volume", Tags: toTags(spec.tags) }],
-        // The same token on every SDK retry of this call: EC2 makes one volume, not one per attempt.
-        ClientToken: spec.clientToken ?? randomUUID(),
-      };
-      if (spec.snapshotId !== undefined) input.SnapshotId = spec.snapshotId;
-      if (spec.sizeGiB !== undefined) input.Size = spec.sizeGiB;
-      if (spec.initializationRateMiBps !== undefined) input.VolumeInitializationRate = spec.initializationRateMiBps;
-      const created = await call("CreateVolume", () => api.createVolume(input, options));
-      const volumeId = created.VolumeId;
-      if (!volumeId) throw ec2CallError("CreateVolume", new Error("the answer names no volume id"));
-      log.info("ec2-create-volume", "volume created, waiting until available", {
-        volumeId,
-        zone: spec.availabilityZone,
-        snapshotId: spec.snapshotId,
-        initializationRate: spec.initializationRateMiBps,
-      });
-      // Not found at first is EC2's eventual consistency: keep polling.
-      const ready = await pollVolume(
-        volumeId,
-        createTimeoutMs,
-        (volume) => volume !== undefined && volume.state !== "creating",
-        (last) => new VolumeCreateError(volumeId, `still ${last ? `'${last.state}'` : "not visible"} after ${Math.round(createTimeoutMs / 1000)} s`),
-        options,
-      );
-      // `in-use`: another agent claimed it already (it carries pool tags); the caller's claim will say so.
-      if (!ready || (ready.state !== "available" && ready.state !== "in-use")) {
-        throw new VolumeCreateError(volumeId, `EC2 reports it '${ready?.state ?? "gone"}'`);
-      }
-      log.info("ec2-create-volume", "volume available", { volumeId });
-      return ready;
-    },
-
-    async claimVolume(volumeId: string, instanceId: string, device: string, options?: ClaimOptions): Promise<ClaimOutcome> {
-      const tried: string[] = [];
-      let name = device;
-      const notFoundUntil = Date.now() + (options?.justCreated ? CREATED_VISIBLE_MS : 0);
-      for (let round = 1; ; round++) {
-        tried.push(name);
-        try {
-          await api.attachVolume({ VolumeId: volumeId, InstanceId: instanceId, Device: name }, options);
-          log.info("ec2-claim", "AttachVolume accepted: claimed", { volumeId, instanceId, device: name });
-          return { kind: "claimed" };
-        } catch (error) {
-          if (isAbort(error)) throw error;
-          const failure = classifyEc2Error(error);
-          switch (failure.kind) {
-            case "volume-in-use":
-            case "incorrect-state":
-            case "zone-mismatch": {
-              // Refused at the call's first attempt, for a volume the caller knows was not
-              // attached here before: EC2 changed nothing, so another instance holds it.
-              if (options?.notHeldHere && attemptsOf(error) === 1 && tried.length === 1 && round === 1) {
-                log.info("ec2-claim", "taken", { volumeId, instanceId, code: failure.code });
-                return { kind: "taken", reason: `${failure.code}: ${volumeId} is held by another instance` };
-              }
-              const outcome = await settleClaim(volumeId, instanceId, failure, options);
-              if (outcome.kind === "taken") log.info("ec2-claim", "taken", { volumeId, instanceId, reason: outcome.reason });
-              return outcome;
-            }
-            case "not-found":
-              if (Date.now() < notFoundUntil) {
-                log.info("ec2-claim", "the new volume is not visible to AttachVolume yet (EC2's eventual consistency): retrying", { volumeId });
-                tried.pop();
-                await pause(Math.min(pollMs, 1000) * Math.min(round, 4), options);
-                continue;
-              }
-              return { kind: "taken", reason: `${failure.code}: ${volumeId} does not exist (any more)` };
-            case "device-in-use": {
-              const next = DEVICE_NAMES.find((candidate) => !tried.includes(candidate));
-              if (next === undefined) throw new DeviceNameError(instanceId, volumeId, tried, error);
-              log.info("ec2-claim", "device name in use on this instance, trying the next", { volumeId, device: name, next });
-              name = next;
-              continue;
-            }
-            case "invalid-device":
-              throw new DeviceNameError(instanceId, volumeId, tried, error);
-            case "attachment-limit": {
-              // Unless the volume is one of those attachments (an earlier run's claim).
-              const outcome = await settleClaim(volumeId, instanceId, failure, options);
-              if (outcome.kind === "claimed") return outcome;
-              throw new AttachmentLimitError(instanceId, volumeId, error);
-            }
-            default: {
-              if (!outcomeUnknown(failure)) throw ec2CallError("AttachVolume", error);
-              log.warning("ec2-claim", "AttachVolume outcome unknown, describing the volume", {
-                volumeId,
-                instanceId,
-                code: failure.code,
-              });
-              const outcome = await settleClaim(volumeId, instanceId, failure, options);
-              if (outcome.kind === "taken") log.warning("ec2-claim", "taken", { volumeId, instanceId, reason: outcome.reason });
-              return outcome;
-            }
-          }
-        }
-      }
-    },
-
-    async waitForAttachment(volumeId, instanceId, state, timeoutMs, options): Promise<void> {
-      const describe = (volume: VolumeInfo | undefined) => {
-        if (!volume) return "volume not found";
-        const a = volume.attachment;
-        return a ? `${a.state} to ${a.instanceId}` : `'${volume.state}', no attachment`;
-      };
-      await pollVolume(
-        volumeId,
-        timeoutMs,
-        (volume) => {
-          const attachment = volume?.attachment;
-          if (state === "detached") {
-            return attachment === undefined || attachment.instanceId !== instanceId || attachment.state === "detached";
-          }
-          if (attachment && attachment.instanceId !== instanceId) {
-            throw new AttachmentLostError(volumeId, instanceId, attachment.instanceId);
-          }
-          return attachment?.state === "attached" || attachment?.state === "busy";
-        },
-        (last) => new AttachmentTimeoutError(volumeId, instanceId, state, describe(last), timeoutMs),
-        options,
-      );
-      log.info("ec2-attachment", `${volumeId} ${state}`, { volumeId, instanceId });
-    },
-
-    async detachVolume(volumeId: string, instanceId: string, options?: Cancellable): Promise<void> {
-      try {
-        // Never Force: on EC2 it can lose data, and a stuck detach needs a person, not the agent.
-        await api.detachVolume({ VolumeId: volumeId, InstanceId: instanceId }, options);
-        log.info("ec2-detach", "DetachVolume accepted", { volumeId, instanceId });
-        return;
-      } catch (error) {
-        if (isAbort(error)) throw error;
-        const failure = classifyEc2Error(error);
-        if (failure.kind === "not-found" || failure.kind === "attachment-not-found") {
-          log.info("ec2-detach", "not attached to this instance: nothing to detach", { volumeId, instanceId, code: failure.code });
-          return;
-        }
-        if (failure.kind !== "incorrect-state" && !outcomeUnknown(failure)) throw ec2CallError("DetachVolume", error);
-        // IncorrectState: already detached (or detaching). Unknown outcome: maybe applied.
-        const attachment = (await describeVolume(volumeId, options))?.attachment;
-        if (attachment?.instanceId === instanceId && HELD.includes(attachment.state)) {
-          throw ec2CallError("DetachVolume", error);
-        }
-        log.info("ec2-detach", `DetachVolume answered ${failure.code}; the volume is not held here`, {
-          volumeId,
-          instanceId,
-          attachment: attachment ? `${attachment.state} to ${attachment.instanceId}` : "none",
-        });
-      }
-    },
-
-    async deleteVolume(volumeId: string): Promise<"deleted" | "gone"> {
-      try {
-        await api.deleteVolume({ VolumeId: volumeId });
-        log.info("ec2-delete", "DeleteVolume accepted", { volumeId });
-        return "deleted";
-      } catch (error) {
-        if (classifyEc2Error(error).kind === "not-found") return "gone";
-        throw ec2CallError("DeleteVolume", error);
-      }
-    },
-
-    async tagVolume(volumeId: string, tags: Record<string, string>, options?: Cancellable): Promise<void> {
+    findVolumes: (query, options) => findVolumes(ctx, query, options),
+    describeVolume: (volumeId, options) => describeVolume(ctx, volumeId, options),
+    describeInstance: (instanceId, options) => describeInstance(ctx, instanceId, options),
+    newestSnapshot: (tags, options) => newestSnapshot(ctx, tags, options),
+    createVolume: (spec, options) => createVolume(ctx, spec, options),
+    claimVolume: (volumeId, instanceId, device, options) => claimVolume(ctx, volumeId, instanceId, device, options),
+    waitForAttachment: (volumeId, instanceId, state, timeoutMs, options) =>
+      waitForAttachment(ctx, volumeId, instanceId, state, timeoutMs, options),
+    detachVolume: (volumeId, instanceId, options) => detachVolume(ctx, volumeId, instanceId, options),
+    deleteVolume: (volumeId) => deleteVolume(ctx, volumeId),
+    tagVolume: async (volumeId, tags, options) => {
       if (Object.keys(tags).length === 0) return;
-      await call("CreateTags", () => api.createTags({ Resources: [volumeId], Tags: toTags(tags) }, options));
+      await call("CreateTags", () => ctx.api.createTags({ Resources: [volumeId], Tags: toTags(tags) }, options));
     },
-
-    async untagVolume(volumeId: string, keys: string[] | Record<string, string>, options?: Cancellable): Promise<void> {
+    untagVolume: async (volumeId, keys, options) => {
       // A tag with a Value is deleted only while it has that value (see CloudVolumes.untagVolume).
       const tags: Tag[] = Array.isArray(keys) ? keys.map((Key) => ({ Key })) : toTags(keys);
       // DeleteTags without Tag entries deletes every tag of the resource.
       if (tags.length === 0) return;
-      await call("DeleteTags", () => api.deleteTags({ Resources: [volumeId], Tags: tags }, options));
+      await call("DeleteTags", () => ctx.api.deleteTags({ Resources: [volumeId], Tags: tags }, options));
     },
+    initializationStatus: (volumeId) => initializationStatus(ctx, volumeId),
+  };
+}
 
-    async initializationStatus(volumeId: string) {
-      const out = await call("DescribeVolumeStatus", () => api.describeVolumeStatus({ VolumeIds: [volumeId] }));
-      const details = out.VolumeStatuses?.find((s) => s.VolumeId === volumeId)?.InitializationStatusDetails;
-      if (!details || details.Progress === undefined) return undefined;
-      return {
-        type: details.InitializationType ?? "default",
-        progress: details.Progress,
-        ...(details.EstimatedTimeToCompleteInSeconds !== undefined ? { etaSeconds: details.EstimatedTimeToCompleteInSeconds } : {}),
-      };
+/** Aborted waits end at once: the caller (a boot cancelled by SIGTERM) undoes what it did. */
+function pause(ms: number, options?: Cancellable): Promise<void> {
+  return sleep(ms, undefined, options?.signal ? { signal: options.signal } : {});
+}
+
+/** Runs one EC2 call (or walks one listing); failures become typed errors naming the action. */
+async function call<T>(action: string, fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (error) {
+    if (isAbort(error)) throw error;
+    throw ec2CallError(action, error);
+  }
+}
+
+/** The server-side filters of a volume query. */
+function volumeFilters(query: VolumeQuery): Filter[] {
+  const filters: Filter[] = tagFilters(query.tags);
+  if (query.availabilityZone !== undefined) filters.push({ Name: "availability-zone", Values: [query.availabilityZone] });
+  if (query.status !== undefined && query.status.length > 0) filters.push({ Name: "status", Values: [...query.status] });
+  if (query.attachedTo !== undefined) filters.push({ Name: "attachment.instance-id", Values: [query.attachedTo] });
+  return filters;
+}
+
+/**
+ * The volumes matching a query. With `firstPage`, one bounded page of candidates: one call
+ * however large the pool (a boot's EC2 calls stay constant); otherwise every page.
+ */
+async function findVolumes(ctx: Ec2Context, query: VolumeQuery, options?: Cancellable & { firstPage?: number }): Promise<VolumeInfo[]> {
+  const filters = volumeFilters(query);
+  let volumes: Volume[];
+  if (query.volumeIds !== undefined) {
+    if (query.volumeIds.length === 0) return [];
+    // EC2 refuses MaxResults together with VolumeIds: a query by id is one answer anyway.
+    volumes = await call("DescribeVolumes", () => allVolumes(ctx, { Filters: filters, VolumeIds: query.volumeIds }, options));
+  } else if (options?.firstPage !== undefined) {
+    const maxResults = Math.max(MIN_PAGE, Math.min(options.firstPage, ctx.pageSize("DescribeVolumes")));
+    const out = await call("DescribeVolumes", () => ctx.api.describeVolumes({ Filters: filters, MaxResults: maxResults }, options));
+    volumes = out.Volumes ?? [];
+  } else {
+    const maxResults = Math.max(MIN_PAGE, ctx.pageSize("DescribeVolumes"));
+    volumes = await call("DescribeVolumes", () => allVolumes(ctx, { Filters: filters, MaxResults: maxResults }, options));
+  }
+  ctx.log.debug("ec2-find-volumes", `${volumes.length} volumes match`, { filters: JSON.stringify(filters) });
+  return volumes.map(toVolumeInfo);
+}
+
+async function allVolumes(ctx: Ec2Context, input: DescribeVolumesCommandInput, options?: Cancellable): Promise<Volume[]> {
+  const volumes: Volume[] = [];
+  for await (const page of ctx.api.describeVolumesPages(input, options)) volumes.push(...(page.Volumes ?? []));
+  return volumes;
+}
+
+async function describeVolume(ctx: Ec2Context, volumeId: string, options?: Cancellable): Promise<VolumeInfo | undefined> {
+  try {
+    const out = await ctx.api.describeVolumes({ VolumeIds: [volumeId] }, options);
+    const found = out.Volumes?.find((v) => v.VolumeId === volumeId);
+    return found && toVolumeInfo(found);
+  } catch (error) {
+    if (isAbort(error)) throw error;
+    if (classifyEc2Error(error).kind === "not-found") return undefined;
+    throw ec2CallError("DescribeVolumes", error);
+  }
+}
+
+async function describeInstance(ctx: Ec2Context, instanceId: string, options?: Cancellable): Promise<InstanceInfo> {
+  const out = await call("DescribeInstances", () => ctx.api.describeInstances({ InstanceIds: [instanceId] }, options));
+  const instance = out.Reservations?.flatMap((r) => r.Instances ?? []).find((i) => i.InstanceId === instanceId);
+  if (!instance) throw ec2CallError("DescribeInstances", new Error(`the answer does not describe ${instanceId}`));
+  const root = instance.RootDeviceName;
+  return {
+    instanceId,
+    state: instance.State?.Name ?? "unknown",
+    tags: tagRecord(instance.Tags),
+    volumes: (instance.BlockDeviceMappings ?? [])
+      .filter((m) => m.Ebs?.VolumeId && m.DeviceName !== root && m.Ebs.Status !== "detached")
+      .map((m) => ({ volumeId: m.Ebs!.VolumeId!, device: m.DeviceName ?? "", status: m.Ebs!.Status ?? "attached" })),
+  };
+}
+
+/** The newest completed snapshot of this account with the tags (every page: EC2 does not sort them). */
+async function newestSnapshot(ctx: Ec2Context, tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo | undefined> {
+  const input = {
+    OwnerIds: ["self"],
+    Filters: [...tagFilters(tags), { Name: "status", Values: ["completed"] }],
+    MaxResults: ctx.pageSize("DescribeSnapshots"),
+  };
+  return call("DescribeSnapshots", async () => {
+    let newest: Snapshot | undefined;
+    for await (const page of ctx.api.describeSnapshotsPages(input, options)) {
+      for (const snapshot of page.Snapshots ?? []) {
+        if (!newest || startTime(snapshot) > startTime(newest)) newest = snapshot;
+      }
+    }
+    return newest && toSnapshotInfo(newest);
+  });
+}
+
+async function createVolume(ctx: Ec2Context, spec: VolumeSpec, options?: Cancellable): Promise<VolumeInfo> {
+  const input: CreateVolumeCommandInput = {
+    AvailabilityZone: spec.availabilityZone,
+    VolumeType: spec.volumeType as CreateVolumeCommandInput["VolumeType"],
+    TagSpecifications: [{ ResourceType: "volume", Tags: toTags(spec.tags) }],
+    // The same token on every SDK retry of this call: EC2 makes one volume, not one per attempt.
+    ClientToken: spec.clientToken ?? randomUUID(),
+  };
+  if (spec.snapshotId !== undefined) input.SnapshotId = spec.snapshotId;
+  if (spec.sizeGiB !== undefined) input.Size = spec.sizeGiB;
+  if (spec.initializationRateMiBps !== undefined) input.VolumeInitializationRate = spec.initializationRateMiBps;
+  const created = await call("CreateVolume", () => ctx.api.createVolume(input, options));
+  const volumeId = created.VolumeId;
+  if (!volumeId) throw ec2CallError("CreateVolume", new Error("the answer names no volume id"));
+  ctx.log.info("ec2-create-volume", "volume created, waiting until available", {
+    volumeId,
+    zone: spec.availabilityZone,
+    snapshotId: spec.snapshotId,
+    initializationRate: spec.initializationRateMiBps,
+  });
+  const timeoutMs = ctx.createTimeoutMs;
+  // Not found at first is EC2's eventual consistency: keep polling.
+  const ready = await pollVolume(
+    ctx,
+    volumeId,
+    timeoutMs,
+    (volume) => volume !== undefined && volume.state !== "creating",
+    (last) => new VolumeCreateError(volumeId, `still ${last ? `'${last.state}'` : "not visible"} after ${Math.round(timeoutMs / 1000)} s`),
+    options,
+  );
+  // `in-use`: another agent claimed it already (it carries pool tags); the caller's claim will say so.
+  if (!ready || (ready.state !== "available" && ready.state !== "in-use")) {
+    throw new VolumeCreateError(volumeId, `EC2 reports it '${ready?.state ?? "gone"}'`);
+  }
+  ctx.log.info("ec2-create-volume", "volume available", { volumeId });
+  return ready;
+}
+
+/** Polls the volume until `done` holds; returns the last volume seen, or throws `onTimeout`'s error. */
+async function pollVolume(
+  ctx: Ec2Context,
+  volumeId: string,
+  timeoutMs: number,
+  done: (volume: VolumeInfo | undefined) => boolean,
+  onTimeout: (last: VolumeInfo | undefined) => Error,
+  options?: Cancellable,
+): Promise<VolumeInfo | undefined> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const volume = await describeVolume(ctx, volumeId, options);
+    if (done(volume)) return volume;
+    const remaining = deadline - Date.now();
+    if (remaining <= 0) throw onTimeout(volume);
+    await pause(Math.min(ctx.pollMs, remaining), options);
+  }
+}
+
+/** AttachVolume as the lock: `claimed`, `taken` (move on), or a typed error. */
+async function claimVolume(ctx: Ec2Context, volumeId: string, instanceId: string, device: string, options?: ClaimOptions): Promise<ClaimOutcome> {
+  const { api, log } = ctx;
+  const tried: string[] = [];
+  let name = device;
+  const notFoundUntil = Date.now() + (options?.justCreated ? CREATED_VISIBLE_MS : 0);
+  for (let round = 1; ; round++) {
+    tried.push(name);
+    try {
+      await api.attachVolume({ VolumeId: volumeId, InstanceId: instanceId, Device: name }, options);
+      log.info("ec2-claim", "AttachVolume accepted: claimed", { volumeId, instanceId, device: name });
+      return { kind: "claimed" };
+    } catch (error) {
+      if (isAbort(error)) throw error;
+      const failure = classifyEc2Error(error);
+      switch (failure.kind) {
+        case "volume-in-use":
+        case "incorrect-state":
+        case "zone-mismatch": {
+          // Refused at the call's first attempt, for a volume the caller knows was not
+          // attached here before: EC2 changed nothing, so another instance holds it.
+          if (options?.notHeldHere && attemptsOf(error) === 1 && tried.length === 1 && round === 1) {
+            log.info("ec2-claim", "taken", { volumeId, instanceId, code: failure.code });
+            return { kind: "taken", reason: `${failure.code}: ${volumeId} is held by another instance` };
+          }
+          const outcome = await settleClaim(ctx, volumeId, instanceId, failure, options);
+          if (outcome.kind === "taken") log.info("ec2-claim", "taken", { volumeId, instanceId, reason: outcome.reason });
+          return outcome;
+        }
+        case "not-found":
+          if (Date.now() < notFoundUntil) {
+            log.info("ec2-claim", "the new volume is not visible to AttachVolume yet (EC2's eventual consistency): retrying", { volumeId });
+            tried.pop();
+            await pause(Math.min(ctx.pollMs, 1000) * Math.min(round, 4), options);
+            continue;
+          }
+          return { kind: "taken", reason: `${failure.code}: ${volumeId} does not exist (any more)` };
+        case "device-in-use": {
+          const next = DEVICE_NAMES.find((candidate) => !tried.includes(candidate));
+          if (next === undefined) throw new DeviceNameError(instanceId, volumeId, tried, error);
+          log.info("ec2-claim", "device name in use on this instance, trying the next", { volumeId, device: name, next });
+          name = next;
+          continue;
+        }
+        case "invalid-device":
+          throw new DeviceNameError(instanceId, volumeId, tried, error);
+        case "attachment-limit": {
+          // Unless the volume is one of those attachments (an earlier run's claim).
+          const outcome = await settleClaim(ctx, volumeId, instanceId, failure, options);
+          if (outcome.kind === "claimed") return outcome;
+          throw new AttachmentLimitError(instanceId, volumeId, error);
+        }
+        default: {
+          if (!outcomeUnknown(failure)) throw ec2CallError("AttachVolume", error);
+          log.warning("ec2-claim", "AttachVolume outcome unknown, describing the volume", {
+            volumeId,
+            instanceId,
+            code: failure.code,
+          });
+          const outcome = await settleClaim(ctx, volumeId, instanceId, failure, options);
+          if (outcome.kind === "taken") log.warning("ec2-claim", "taken", { volumeId, instanceId, reason: outcome.reason });
+          return outcome;
+        }
+      }
+    }
+  }
+}
+
+/** After a failed AttachVolume: the volume's attachment says whether this instance holds it. */
+async function settleClaim(ctx: Ec2Context, volumeId: string, instanceId: string, failure: Ec2Failure, options?: Cancellable): Promise<ClaimOutcome> {
+  const volume = await describeVolume(ctx, volumeId, options);
+  if (!volume) return { kind: "taken", reason: `${failure.code}: ${volumeId} no longer exists` };
+  const attachment = volume.attachment;
+  if (attachment?.instanceId === instanceId && HELD.includes(attachment.state)) {
+    ctx.log.notice("ec2-claim", `AttachVolume answered ${failure.code}, yet the volume is ${attachment.state} here: claimed`, {
+      volumeId,
+      instanceId,
+      device: attachment.device,
+    });
+    return { kind: "claimed" };
+  }
+  const where = attachment
+    ? `${attachment.state} to ${attachment.instanceId}`
+    : `'${volume.state}' in ${volume.availabilityZone}, not attached`;
+  return { kind: "taken", reason: `${failure.code}: ${volumeId} is ${where}` };
+}
+
+async function waitForAttachment(
+  ctx: Ec2Context,
+  volumeId: string,
+  instanceId: string,
+  state: "attached" | "detached",
+  timeoutMs: number,
+  options?: Cancellable,
+): Promise<void> {
+  const describe = (volume: VolumeInfo | undefined) => {
+    if (!volume) return "volume not found";
+    const a = volume.attachment;
+    return a ? `${a.state} to ${a.instanceId}` : `'${volume.state}', no attachment`;
+  };
+  await pollVolume(
+    ctx,
+    volumeId,
+    timeoutMs,
+    (volume) => {
+      const attachment = volume?.attachment;
+      if (state === "detached") {
+        return attachment === undefined || attachment.instanceId !== instanceId || attachment.state === "detached";
+      }
+      if (attachment && attachment.instanceId !== instanceId) {
+        throw new AttachmentLostError(volumeId, instanceId, attachment.instanceId);
+      }
+      return attachment?.state === "attached" || attachment?.state === "busy";
     },
+    (last) => new AttachmentTimeoutError(volumeId, instanceId, state, describe(last), timeoutMs),
+    options,
+  );
+  ctx.log.info("ec2-attachment", `${volumeId} ${state}`, { volumeId, instanceId });
+}
+
+async function detachVolume(ctx: Ec2Context, volumeId: string, instanceId: string, options?: Cancellable): Promise<void> {
+  try {
+    // Never Force: on EC2 it can lose data, and a stuck detach needs a person, not the agent.
+    await ctx.api.detachVolume({ VolumeId: volumeId, InstanceId: instanceId }, options);
+    ctx.log.info("ec2-detach", "DetachVolume accepted", { volumeId, instanceId });
+    return;
+  } catch (error) {
+    if (isAbort(error)) throw error;
+    const failure = classifyEc2Error(error);
+    if (failure.kind === "not-found" || failure.kind === "attachment-not-found") {
+      ctx.log.info("ec2-detach", "not attached to this instance: nothing to detach", { volumeId, instanceId, code: failure.code });
+      return;
+    }
+    if (failure.kind !== "incorrect-state" && !outcomeUnknown(failure)) throw ec2CallError("DetachVolume", error);
+    // IncorrectState: already detached (or detaching). Unknown outcome: maybe applied.
+    const attachment = (await describeVolume(ctx, volumeId, options))?.attachment;
+    if (attachment?.instanceId === instanceId && HELD.includes(attachment.state)) {
+      throw ec2CallError("DetachVolume", error);
+    }
+    ctx.log.info("ec2-detach", `DetachVolume answered ${failure.code}; the volume is not held here`, {
+      volumeId,
+      instanceId,
+      attachment: attachment ? `${attachment.state} to ${attachment.instanceId}` : "none",
+    });
+  }
+}
+
+async function deleteVolume(ctx: Ec2Context, volumeId: string): Promise<"deleted" | "gone"> {
+  try {
+    await ctx.api.deleteVolume({ VolumeId: volumeId });
+    ctx.log.info("ec2-delete", "DeleteVolume accepted", { volumeId });
+    return "deleted";
+  } catch (error) {
+    if (classifyEc2Error(error).kind === "not-found") return "gone";
+    throw ec2CallError("DeleteVolume", error);
+  }
+}
+
+async function initializationStatus(ctx: Ec2Context, volumeId: string) {
+  const out = await call("DescribeVolumeStatus", () => ctx.api.describeVolumeStatus({ VolumeIds: [volumeId] }));
+  const details = out.VolumeStatuses?.find((s) => s.VolumeId === volumeId)?.InitializationStatusDetails;
+  if (!details || details.Progress === undefined) return undefined;
+  return {
+    type: details.InitializationType ?? "default",
+    progress: details.Progress,
+    ...(details.EstimatedTimeToCompleteInSeconds !== undefined ? { etaSeconds: details.EstimatedTimeToCompleteInSeconds } : {}),
   };
 }
 
@@ -475,7 +520,7 @@ function attemptsOf(error: unknown): number | undefined {
 }
 
 /** An aborted call (cancellation), which is no EC2 failure and must not be classified as one. */
-export function isAbort(error: unknown): boolean {
+function isAbort(error: unknown): boolean {
   return (error as { name?: unknown } | undefined)?.name === "AbortError";
 }
 
@@ -510,7 +555,7 @@ function toAttachment(attachment: VolumeAttachment): VolumeInfo["attachment"] {
 }
 
 /** A volume as the agent sees it; EC2 volumes here are never multi-attach, so one attachment. */
-export function toVolumeInfo(volume: Volume): VolumeInfo {
+function toVolumeInfo(volume: Volume): VolumeInfo {
   const attachment = volume.Attachments?.find((a) => a.State !== "detached");
   const info: VolumeInfo = {
     volumeId: volume.VolumeId ?? "",

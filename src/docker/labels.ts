@@ -108,11 +108,6 @@ function prefixRelation(prefix: string, key: string): string | undefined {
   return undefined;
 }
 
-/** Why a prefix cannot be the agent's (the first reason), or undefined when it can. */
-export function labelPrefixProblem(prefix: string, protectedKeys: readonly string[] = []): string | undefined {
-  return labelPrefixProblems(prefix, protectedKeys)[0];
-}
-
 /** Throws a LabelError unless `prefix` is a lower-case dotted name that owns no other system's label. */
 export function validateLabelPrefix(prefix: string): void {
   const problems = labelPrefixProblems(prefix);

@@ -12,7 +12,6 @@
 import { Ec2Error } from "../ec2-error.ts";
 import type { InstanceRecord, InstanceState } from "../model.ts";
 import { renderStateChange } from "../render.ts";
-import type { XmlObject } from "../xml.ts";
 import { getInstance, type ActionContext, type ActionHandler } from "./context.ts";
 
 const INSTANCE_ID = /^i-(?:[0-9a-f]{8}|[0-9a-f]{17})$/;
@@ -30,64 +29,55 @@ function namedInstances(ctx: ActionContext, ids: string[]): InstanceRecord[] {
   return [...new Set(ids)].map((id) => getInstance(ctx, id));
 }
 
-/**
- * Checks every instance before changing any (EC2 refuses the whole call), then moves each one
- * `from` → `to` (or leaves it, when `unchanged` says so) and starts the transition.
- */
-function changeStates(
-  ctx: ActionContext,
-  instances: InstanceRecord[],
-  rule: (state: InstanceState) => "change" | "unchanged" | "refuse",
-  refusal: (id: string) => string,
-  to: InstanceState,
-  started: (instanceId: string, previous: InstanceState) => void,
-): XmlObject {
-  for (const instance of instances) {
-    if (rule(instance.state) === "refuse") throw new Ec2Error("IncorrectInstanceState", refusal(instance.instanceId));
-  }
-  const changes = instances.map((instance) => {
-    const previous = instance.state;
-    if (rule(previous) === "change") instance.state = to;
-    return { instance, previous, changed: rule(previous) === "change" };
-  });
-  ctx.store.commit();
-  for (const { instance, previous, changed } of changes) if (changed) started(instance.instanceId, previous);
-  return { instancesSet: changes.map(({ instance, previous }) => renderStateChange(instance.instanceId, previous, instance.state)) };
+/** One instance action as a state transition: which states it changes, to what, and what follows. */
+interface Transition {
+  rule: (state: InstanceState) => "change" | "unchanged" | "refuse";
+  refusal: (id: string) => string;
+  to: InstanceState;
+  /** Starts what the new state sets off (a shutdown, a boot) once the change is committed. */
+  started: (ctx: ActionContext, instanceId: string, previous: InstanceState) => void;
 }
 
-export const stopInstances: ActionHandler = (ctx, p) => {
-  const instances = namedInstances(ctx, p.list("InstanceId"));
-  return changeStates(
-    ctx,
-    instances,
-    (state) => (state === "running" ? "change" : state === "stopping" || state === "stopped" ? "unchanged" : "refuse"),
-    (id) => `This instance '${id}' is not in a state from which it can be stopped.`,
-    "stopping",
-    (id) => ctx.lifecycle.instanceShuttingDown(id, "stop"),
-  );
-};
+/**
+ * The action's handler: checks every named instance before changing any (EC2 refuses the whole
+ * call), then moves each one to `to` (or leaves it, when the rule says so) and starts the transition.
+ */
+function transitionHandler(transition: Transition): ActionHandler {
+  return (ctx, p) => {
+    const instances = namedInstances(ctx, p.list("InstanceId"));
+    const { rule, refusal, to, started } = transition;
+    for (const instance of instances) {
+      if (rule(instance.state) === "refuse") throw new Ec2Error("IncorrectInstanceState", refusal(instance.instanceId));
+    }
+    const changes = instances.map((instance) => {
+      const previous = instance.state;
+      if (rule(previous) === "change") instance.state = to;
+      return { instance, previous, changed: rule(previous) === "change" };
+    });
+    ctx.store.commit();
+    for (const { instance, previous, changed } of changes) if (changed) started(ctx, instance.instanceId, previous);
+    return { instancesSet: changes.map(({ instance, previous }) => renderStateChange(instance.instanceId, previous, instance.state)) };
+  };
+}
 
-export const startInstances: ActionHandler = (ctx, p) => {
-  const instances = namedInstances(ctx, p.list("InstanceId"));
-  return changeStates(
-    ctx,
-    instances,
-    (state) => (state === "stopped" ? "change" : state === "pending" || state === "running" ? "unchanged" : "refuse"),
-    (id) => `The instance '${id}' is not in a state from which it can be started.`,
-    "pending",
-    (id) => ctx.lifecycle.instanceStarting(id),
-  );
-};
+export const stopInstances = transitionHandler({
+  rule: (state) => (state === "running" ? "change" : state === "stopping" || state === "stopped" ? "unchanged" : "refuse"),
+  refusal: (id) => `This instance '${id}' is not in a state from which it can be stopped.`,
+  to: "stopping",
+  started: (ctx, id) => ctx.lifecycle.instanceShuttingDown(id, "stop"),
+});
 
-export const terminateInstances: ActionHandler = (ctx, p) => {
-  const instances = namedInstances(ctx, p.list("InstanceId"));
-  return changeStates(
-    ctx,
-    instances,
-    (state) => (state === "shutting-down" || state === "terminated" ? "unchanged" : "change"),
-    () => "",
-    "shutting-down",
-    // A stopped instance has no OS running to shut down.
-    (id, previous) => ctx.lifecycle.instanceShuttingDown(id, "terminate", previous !== "stopped"),
-  );
-};
+export const startInstances = transitionHandler({
+  rule: (state) => (state === "stopped" ? "change" : state === "pending" || state === "running" ? "unchanged" : "refuse"),
+  refusal: (id) => `The instance '${id}' is not in a state from which it can be started.`,
+  to: "pending",
+  started: (ctx, id) => ctx.lifecycle.instanceStarting(id),
+});
+
+export const terminateInstances = transitionHandler({
+  rule: (state) => (state === "shutting-down" || state === "terminated" ? "unchanged" : "change"),
+  refusal: () => "",
+  to: "shutting-down",
+  // A stopped instance has no OS running to shut down.
+  started: (ctx, id, previous) => ctx.lifecycle.instanceShuttingDown(id, "terminate", previous !== "stopped"),
+});
