@@ -278,6 +278,19 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
       return newest && toSnapshotInfo(newest);
     },
 
+    async findSnapshots(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo[]> {
+      const snapshots: SnapshotInfo[] = [];
+      let nextToken: string | undefined;
+      do {
+        const out = await call("DescribeSnapshots", () =>
+          api.describeSnapshots({ OwnerIds: ["self"], Filters: tagFilters(tags), MaxResults: pageSize("DescribeSnapshots"), NextToken: nextToken }, options),
+        );
+        for (const snapshot of out.Snapshots ?? []) snapshots.push(toSnapshotInfo(snapshot));
+        nextToken = out.NextToken || undefined;
+      } while (nextToken !== undefined);
+      return snapshots;
+    },
+
     async createVolume(spec, options): Promise<VolumeInfo> {
       const input: CreateVolumeCommandInput = {
         AvailabilityZone: spec.availabilityZone,
