@@ -1,5 +1,6 @@
 /** The keeper's planner: pure, tested with plain objects. */
 import t from "tap";
+import { keeperFacts, type KeeperOutcome } from "../src/agent/keeper/run.ts";
 import { planKeeper, slotToken, type KeeperObservation, type KeeperSettings } from "../src/agent/keeper/plan.ts";
 import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
 import { VolumeTag } from "../src/tags.ts";
@@ -104,4 +105,25 @@ t.test("slot tokens: equal for keepers that see the same pool, different once it
   const claimed = planKeeper(settings, observed([volume("vol-a", "eu-west-1a", { state: "in-use", attachment: { instanceId: "i-1", device: "/dev/sdf", state: "attached" } })]));
   t.notSame(creates(claimed)[0]?.clientToken, undefined);
   t.not(creates(claimed).find((s) => s.zone === "eu-west-1a")?.slot, 0, "a claimed volume still holds its slot: the top-up takes the next");
+});
+
+t.test("the run's facts for the metrics textfile", async (t) => {
+  const plan = planKeeper(settings, observed([volume("vol-a", "eu-west-1a")]));
+  const outcome: KeeperOutcome = {
+    plan,
+    final: plan,
+    rounds: 2,
+    failed: 1,
+    results: [
+      { ...creates(plan)[0]!, done: "created", volumeId: "vol-n" },
+      { ...creates(plan)[1]!, done: "failed", error: "x" },
+      { step: "trim", volumeId: "vol-t", zone: "eu-west-1a", reason: "r", done: "skipped" },
+    ],
+  };
+  const at = new Date("2026-06-01T12:05:00Z");
+  t.same(keeperFacts(outcome, at), {
+    actions: [{ action: "create", pool: "p1", outcome: "done" }, { action: "create", pool: "p1", outcome: "failed" }],
+    poolVolumes: { p1: 1 },
+    finishedAt: at,
+  });
 });

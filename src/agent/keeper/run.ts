@@ -7,6 +7,7 @@
  */
 import { ConfigError, ExitCode } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
+import type { KeeperFacts } from "../../metrics/keeper.ts";
 import type { KeeperCloud } from "../ports.ts";
 import { applyKeeper, type KeeperResult } from "./apply.ts";
 import { observeKeeper } from "./observe.ts";
@@ -80,4 +81,16 @@ export async function runKeeper(
 /** 0: done (or nothing to do); 1: some step failed (the log says which). */
 export function keeperExitCode(outcome: KeeperOutcome): number {
   return outcome.failed > 0 ? ExitCode.failure : ExitCode.ok;
+}
+
+/**
+ * What a run reports to the metrics textfile (src/metrics/keeper.ts): each step done or failed
+ * (skipped trims are no action), and the pool's stock after the run.
+ */
+export function keeperFacts(outcome: KeeperOutcome, finishedAt: Date): KeeperFacts {
+  const actions = outcome.results
+    .filter((r) => r.done !== "skipped")
+    .map((r) => ({ action: r.step, pool: outcome.plan.pool, outcome: r.done === "failed" ? ("failed" as const) : ("done" as const) }));
+  const stock = outcome.final.zones.reduce((sum, z) => sum + z.available + z.creating, 0);
+  return { actions, poolVolumes: { [outcome.plan.pool]: stock }, finishedAt };
 }
