@@ -47,7 +47,7 @@ const COMMANDS: CommandEntry[] = [
   },
   {
     name: "pool",
-    summary: "list the pool and workspace volumes the agent manages",
+    summary: "list the pool and workspace volumes the agent manages; `pool fill`: keep the pool stocked (the keeper)",
     load: async () => (await import("./cli/pool.ts")).poolCommand(),
   },
 ];

@@ -196,6 +196,10 @@ t.test("newestSnapshot picks the newest completed snapshot carrying the tags", a
   lab.ec2.replaceState(broken);
   t.equal((await volumes.newestSnapshot(tags))?.snapshotId, snapshotIds[2], "only completed snapshots count");
   t.equal(await volumes.newestSnapshot({ [VolumeTag.pool]: "no-such-pool" }), undefined);
+  const all = await volumes.findSnapshots(tags);
+  t.same(all.map((s) => s.snapshotId).sort(), snapshotIds.slice(0, 3).sort(), "findSnapshots: every snapshot with the tags, in any state");
+  t.ok(all.every((s) => s.startTime instanceof Date), "with their start times");
+  t.same(await volumes.findSnapshots({ [VolumeTag.pool]: "no-such-pool" }), []);
 
   t.test("createVolume from it: tags at creation, initialization rate, waits until available", async (t) => {
     const spec = {

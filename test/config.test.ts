@@ -59,6 +59,7 @@ const DEFAULTS = {
     thresholds: { minIops: 1000, maxMedianLatencyMs: 20 },
     initialize: { ioDepth: 32, maxIoKiB: 1024, timeoutMinutes: null, progressSeconds: 10 },
   },
+  keeper: { zones: [], minAvailable: 2, maxAvailable: 4, maxVolumes: 20, maxGiB: 2000, initializationRateMiBps: 100 },
   logLevel: "info",
 };
 
@@ -96,6 +97,7 @@ const FULL = {
     thresholds: { minIops: 2500, maxMedianLatencyMs: null },
     initialize: { ioDepth: 8, maxIoKiB: 512, timeoutMinutes: 60, progressSeconds: 1 },
   },
+  keeper: { zones: ["eu-central-1a", "eu-central-1b"], minAvailable: 0, maxAvailable: 10, maxVolumes: 100, maxGiB: 5000, initializationRateMiBps: null },
   logLevel: "debug",
 };
 
@@ -202,6 +204,18 @@ t.test("workspace keys: osparc's placement label keys only, the minimum among th
   const envBad = await loadConfig({ path: join(dir, "c.json"), env: { EBS_CACHE_AGENT_WORKSPACE__ID_KEYS: "project-id" } }).catch((e: unknown) => e);
   t.ok(envBad instanceof ConfigError, "the environment's keys are cross-checked too");
   t.match((envBad as ConfigError).problems, [/workspace\.minimumKeys: "user-id" not in workspace\.idKeys/]);
+});
+
+t.test("keeper: zone names are checked, the lower bound may not exceed the upper", async (t) => {
+  t.same(validateConfig({ keeper: { zones: ["eu-central-1a", "eu-central-1", "a;b"] } }).problems, [
+    'keeper.zones[1]: must be an availability zone name such as us-east-1a, got "eu-central-1"',
+    'keeper.zones[2]: must be an availability zone name such as us-east-1a, got "a;b"',
+  ]);
+  t.same(validateConfig({ keeper: { minAvailable: 5, maxAvailable: 3 } }).problems, [
+    "keeper.maxAvailable: 3 is below keeper.minAvailable (5), so the keeper would create volumes and delete them again; raise it or lower minAvailable",
+  ]);
+  t.same(validateConfig({ keeper: { minAvailable: 3, maxAvailable: 3 } }).problems, [], "equal bounds are a fixed target");
+  t.same(validateConfig({ keeper: { initializationRateMiBps: 301 } }).problems, ["keeper.initializationRateMiBps: must be an integer between 100 and 300, or null, got 301"]);
 });
 
 t.test("values must also make sense together (warnings)", async (t) => {
@@ -457,6 +471,12 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_PREWARM__INITIALIZE__MAX_IO_KIB",
     "EBS_CACHE_AGENT_PREWARM__INITIALIZE__TIMEOUT_MINUTES",
     "EBS_CACHE_AGENT_PREWARM__INITIALIZE__PROGRESS_SECONDS",
+    "EBS_CACHE_AGENT_KEEPER__ZONES",
+    "EBS_CACHE_AGENT_KEEPER__MIN_AVAILABLE",
+    "EBS_CACHE_AGENT_KEEPER__MAX_AVAILABLE",
+    "EBS_CACHE_AGENT_KEEPER__MAX_VOLUMES",
+    "EBS_CACHE_AGENT_KEEPER__MAX_GIB",
+    "EBS_CACHE_AGENT_KEEPER__INITIALIZATION_RATE_MIBPS",
     "EBS_CACHE_AGENT_LOG_LEVEL",
   ]);
 });

@@ -15,7 +15,7 @@ import { validateConfig } from "../src/config/index.ts";
 import { run } from "../src/exec.ts";
 import { NODE_BINARY, REPO, buildBundle, childEnv } from "./fixtures/nspawn.ts";
 
-const UNITS = ["ebs-cache-agent.service", "ebs-cache-agent-ready.service", "ebs-cache-agent-release.service", "ebs-cache-agent-gc.service", "ebs-cache-agent-gc.timer"];
+const UNITS = ["ebs-cache-agent.service", "ebs-cache-agent-ready.service", "ebs-cache-agent-release.service", "ebs-cache-agent-gc.service", "ebs-cache-agent-gc.timer", "ebs-cache-agent-keeper.service", "ebs-cache-agent-keeper.timer"];
 const NODE = "/usr/bin/node";
 const BUNDLE = "/opt/ebs-cache-agent/ebs-cache-agent.mjs";
 /** Options that give a unit a mount namespace of its own (or a device policy): mounts made by the agent would not reach docker. */
@@ -253,6 +253,18 @@ t.test("gc service and timer", async (t) => {
   t.ok(words(timer, "Install", "WantedBy").includes("timers.target"));
 });
 
+t.test("keeper service and timer", async (t) => {
+  const { unit: service } = await readUnit("ebs-cache-agent-keeper.service");
+  t.equal(last(service, "Service", "Type"), "oneshot");
+  t.equal(last(service, "Service", "ExecStart"), `${NODE} ${BUNDLE} pool fill`);
+  t.notOk(service.Install, "started by its timer only");
+  t.equal(last(service, "Service", "CapabilityBoundingSet"), "", "no capabilities: it only talks to EC2");
+  const { unit: timer } = await readUnit("ebs-cache-agent-keeper.timer");
+  t.ok(last(timer, "Timer", "OnCalendar"), "OnCalendar");
+  t.ok(last(timer, "Timer", "RandomizedDelaySec"), "RandomizedDelaySec spreads the keepers");
+  t.ok(words(timer, "Install", "WantedBy").includes("timers.target"));
+});
+
 t.test("the commands the units run exist in the bundle", async (t) => {
   const bundlePath = await bundle();
   const boot = await run(process.execPath, [bundlePath, "boot", "--help"], { check: false, env: childEnv() });
@@ -263,6 +275,8 @@ t.test("the commands the units run exist in the bundle", async (t) => {
     // (`<unknown> --help` prints the program's help and exits 0: look at the usage line.)
     t.match(help.stdout, new RegExp(`^Usage: ebs-cache-agent ${command} `), `\`${command}\` is a command of the agent`);
   }
+  const fill = await run(process.execPath, [bundlePath, "pool", "fill", "--help"], { check: false, env: childEnv() });
+  t.match(fill.stdout, /^Usage: ebs-cache-agent pool fill /, "`pool fill` is a command of the agent");
 });
 
 t.test("install.sh: layout, enabled units, idempotent, keeps an operator's config", async (t) => {
@@ -298,6 +312,8 @@ t.test("install.sh: layout, enabled units, idempotent, keeps an operator's confi
     ["ebs-cache-agent-release.service", "enabled"],
     ["ebs-cache-agent-gc.timer", "enabled"],
     ["ebs-cache-agent-gc.service", "static"],
+    ["ebs-cache-agent-keeper.timer", "disabled"],
+    ["ebs-cache-agent-keeper.service", "static"],
   ] as const) {
     const enabled = await run("systemctl", [`--root=${root}`, "is-enabled", unit], { check: false });
     t.equal(enabled.stdout.trim(), state, `systemctl --root is-enabled ${unit}: ${state}`);

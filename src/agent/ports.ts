@@ -99,6 +99,8 @@ export interface CloudVolumes {
   describeInstance(instanceId: string, options?: Cancellable & { fresh?: boolean }): Promise<InstanceInfo>;
   /** The newest completed snapshot carrying all the tags. */
   newestSnapshot(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo | undefined>;
+  /** Every snapshot of this account carrying all the tags, in any state (the keeper orders volumes by their snapshot's age). */
+  findSnapshots(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo[]>;
   /** Creates a volume and waits until it is available. */
   createVolume(spec: {
     availabilityZone: string;
@@ -328,3 +330,11 @@ export interface InitializationStatus {
 
 /** The node's readiness as its labels say it; `warming`: docker runs on the cache volume, usable, while its initialization runs in the background. */
 export type ReadinessState = "ready" | "warming" | "degraded" | "disabled";
+
+// ---- pool keeper ----
+
+/** What `pool fill` asks of EC2 (src/agent/keeper/): the pool's volumes and snapshots, creates, tags and deletes. */
+export type KeeperCloud = Pick<
+  CloudVolumes,
+  "findVolumes" | "describeVolume" | "findSnapshots" | "newestSnapshot" | "createVolume" | "tagVolume" | "deleteVolume" | "initializationStatus"
+>;

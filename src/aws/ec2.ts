@@ -169,6 +169,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
     describeVolume: (volumeId, options) => describeVolume(ctx, volumeId, options),
     describeInstance: (instanceId, options) => describeInstance(ctx, instanceId, options),
     newestSnapshot: (tags, options) => newestSnapshot(ctx, tags, options),
+    findSnapshots: (tags, options) => findSnapshots(ctx, tags, options),
     createVolume: (spec, options) => createVolume(ctx, spec, options),
     claimVolume: (volumeId, instanceId, device, options) => claimVolume(ctx, volumeId, instanceId, device, options),
     waitForAttachment: (volumeId, instanceId, state, timeoutMs, options) =>
@@ -285,6 +286,18 @@ async function newestSnapshot(ctx: Ec2Context, tags: Record<string, string>, opt
       }
     }
     return newest && toSnapshotInfo(newest);
+  });
+}
+
+/** Every snapshot of the account with these tags, whatever its state (the keeper orders by start time). */
+async function findSnapshots(ctx: Ec2Context, tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo[]> {
+  const input = { OwnerIds: ["self"], Filters: tagFilters(tags), MaxResults: ctx.pageSize("DescribeSnapshots") };
+  return call("DescribeSnapshots", async () => {
+    const snapshots: SnapshotInfo[] = [];
+    for await (const page of ctx.api.describeSnapshotsPages(input, options)) {
+      for (const snapshot of page.Snapshots ?? []) snapshots.push(toSnapshotInfo(snapshot));
+    }
+    return snapshots;
   });
 }
 

@@ -1,15 +1,18 @@
-/** `ebs-cache-agent pool`: the managed volumes, as a table or JSON. */
+/** `ebs-cache-agent pool`: the managed volumes, as a table or JSON; `pool fill`: the keeper (src/agent/keeper/). */
 import { Command } from "commander";
 import { validatePoolName } from "../inputs.ts";
+import { keeperExitCode, keeperSettingsFrom, runKeeper, type KeeperOutcome } from "../agent/keeper/run.ts";
 import { observePool } from "../agent/pool/observe.ts";
 import { poolRows, renderPoolTable } from "../agent/pool/view.ts";
 import { ConfigError } from "../errors.ts";
 import { hostContext } from "./common.ts";
 
+const CONFIG_OPTION = ["-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)"] as const;
+
 export function poolCommand(): Command {
-  return new Command("pool")
+  const pool = new Command("pool")
     .description("list the pool and workspace volumes the agent manages: zone, state, claimed-by, age, expiry, last error (quarantined)")
-    .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
+    .option(...CONFIG_OPTION)
     .option("--pool <name>", "only this pool")
     .option("--json", "JSON for scripts")
     .action(async (opts: { config?: string; pool?: string; json?: boolean }) => {
@@ -22,4 +25,52 @@ export function poolCommand(): Command {
       const rows = poolRows(volumes, new Date(), context.config.claim.quarantineHours);
       process.stdout.write((opts.json ? JSON.stringify(rows, null, 2) : renderPoolTable(rows)) + "\n");
     });
+  pool.addCommand(fillCommand());
+  return pool;
+}
+
+function fillCommand(): Command {
+  return new Command("fill")
+    .description(
+      "the pool keeper: in each zone of keeper.zones, create volumes from the pool's newest snapshot up to keeper.minAvailable available " +
+        "(within keeper.maxVolumes and keeper.maxGiB for the whole pool), delete available ones beyond keeper.maxAvailable (oldest first; " +
+        "never one in use, kept or not managed), and tag ebs-cache:initialized the volumes EBS reports fully initialized",
+    )
+    .option(...CONFIG_OPTION)
+    .option("--dry-run", "print the plan; change nothing")
+    .option("--json", "print the plan and what was done as JSON")
+    .addHelpText(
+      "after",
+      "\nSafe to run on several hosts at once: each new volume's ClientToken names its slot, and the pool is counted again before each further volume." +
+        "\nExit codes: 0 done (or nothing to do), 1 some step failed, 3 invalid configuration (keeper.zones empty).",
+    )
+    .action(async (_opts: unknown, command: Command) => {
+      // `pool`'s own --config and --json are parsed by `pool` wherever they stand (`pool fill --json`).
+      const opts = command.optsWithGlobals<{ config?: string; dryRun?: boolean; json?: boolean }>();
+      const context = await hostContext(opts.config);
+      const settings = keeperSettingsFrom(context.config);
+      const outcome = await runKeeper(await context.cloud(), settings, { dryRun: opts.dryRun ?? false, log: context.log });
+      process.stdout.write((opts.json ? JSON.stringify(outcome, null, 2) : renderKeeperOutcome(outcome, opts.dryRun ?? false)) + "\n");
+      process.exitCode = keeperExitCode(outcome);
+    });
+}
+
+/** The plan and what was done, for people. */
+function renderKeeperOutcome(outcome: KeeperOutcome, dryRun: boolean): string {
+  const { plan, final } = outcome;
+  const lines = [
+    `pool ${plan.pool}: ${plan.totals.volumes} volumes, ${plan.totals.gib} GiB (cap ${plan.totals.maxVolumes} volumes, ${plan.totals.maxGiB} GiB); snapshot ${plan.snapshotId ?? "none"}`,
+  ];
+  for (const z of plan.zones) {
+    const todo = [z.create > 0 ? `create ${z.create}` : "", z.trim > 0 ? `trim ${z.trim}` : ""].filter(Boolean).join(", ") || "nothing to do";
+    lines.push(`  ${z.zone}: ${z.available} available + ${z.creating} creating, ${z.total} in all: ${todo}${z.short ? ` (short: ${z.short})` : ""}`);
+  }
+  if (dryRun) {
+    for (const s of plan.steps) lines.push(`  would ${s.step} ${"volumeId" in s ? s.volumeId : `slot ${s.slot} from ${s.snapshotId} (${s.sizeGiB} GiB)`} in ${s.zone}`);
+    lines.push("dry run: nothing changed");
+    return lines.join("\n");
+  }
+  for (const r of outcome.results) lines.push(`  ${r.step} ${r.volumeId ?? ""} in ${r.zone}: ${r.done}${r.error ? ` (${r.error})` : ""}`);
+  lines.push(`after ${outcome.rounds} rounds: ${final.zones.map((z) => `${z.zone} ${z.available + z.creating}`).join(", ")} in stock; ${outcome.failed} failed`);
+  return lines.join("\n");
 }

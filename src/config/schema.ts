@@ -17,6 +17,7 @@ export type StringFormat =
   | "poolName"
   | "imageSet"
   | "region"
+  | "availabilityZone"
   | "url"
   | "device"
   | "absolutePath"
@@ -45,6 +46,7 @@ export const FORMATS: Readonly<Record<StringFormat, FormatSpec>> = {
   },
   imageSet: { description: "an image-set name (printable ASCII without shell metacharacters, at most 255 characters)", pattern: "^[!-~]{1,255}$" },
   region: { description: "an AWS region name such as us-east-1", pattern: "^[a-z]{2,4}(-[a-z]+)+-\\d{1,2}$" },
+  availabilityZone: { description: "an availability zone name such as us-east-1a", pattern: "^[a-z]{2,4}(-[a-z]+)+-\\d{1,2}[a-z]$" },
   url: { description: "an http:// or https:// URL", pattern: "^[hH][tT][tT][pP][sS]?://\\S+$" },
   device: { description: "a device name matching ^/dev/(sd[f-p]|xvd[f-p])$", pattern: "^/dev/(sd[f-p]|xvd[f-p])$" },
   absolutePath: { description: "an absolute path without '..' segments", pattern: "^/" },
@@ -465,6 +467,53 @@ export const CONFIG_SCHEMA = {
               description: "Seconds between progress lines in the log and updates of the state file.",
             },
           },
+        },
+      },
+    },
+    keeper: {
+      type: "object",
+      description: "The pool keeper (`ebs-cache-agent pool fill`, ebs-cache-agent-keeper.timer): keeps the pool's zones stocked with available volumes made from its newest snapshot (see docs/keeper.md).",
+      properties: {
+        zones: {
+          type: "array",
+          items: { type: "string", "x-format": "availabilityZone" },
+          default: [],
+          description: "The availability zones the keeper stocks (those the autoscaler launches machines in); empty: `pool fill` refuses to run.",
+        },
+        minAvailable: {
+          type: "integer",
+          minimum: 0,
+          maximum: 1000,
+          default: 2,
+          description: "Available volumes (creating ones included) the keeper keeps in each zone: fewer, and it creates volumes, within `maxVolumes` and `maxGiB`.",
+        },
+        maxAvailable: {
+          type: "integer",
+          minimum: 0,
+          maximum: 1000,
+          default: 4,
+          description: "Available volumes beyond this in a zone are deleted, oldest snapshot first, then oldest volume; never one in use, kept (`ebs-cache:keep=true`), quarantined, or not managed. At least `minAvailable`.",
+        },
+        maxVolumes: {
+          type: "integer",
+          minimum: 1,
+          maximum: 10000,
+          default: 20,
+          description: "Hard cap on the pool's volumes in all zones and every state (in use included): the keeper creates none beyond it.",
+        },
+        maxGiB: {
+          type: "integer",
+          minimum: 1,
+          maximum: 10000000,
+          default: 2000,
+          description: "Hard cap on the pool's provisioned GiB in all zones and every state: the keeper creates no volume that would exceed it.",
+        },
+        initializationRateMiBps: {
+          type: ["integer", "null"],
+          minimum: 100,
+          maximum: 300,
+          default: 100,
+          description: "VolumeInitializationRate (MiB/s) of the volumes the keeper creates: EBS loads every block from the snapshot at this rate with no instance attached, and the keeper tags the volume `ebs-cache:initialized` once EBS reports 100 %; null: blocks load lazily on first read.",
         },
       },
     },

@@ -248,7 +248,7 @@ export function crossCheck(config: AgentConfig): string[] {
 
 /**
  * Problems that only show with two keys together: a workspace minimum key outside the id keys,
- * and a label prefix that collides with one of `labels.protectedKeys` (its collisions with
+ * a keeper whose lower bound is above its upper one, and a label prefix that collides with one of `labels.protectedKeys` (its collisions with
  * osparc's own labels are the prefix's own problems).
  */
 export function crossProblems(config: AgentConfig): string[] {
@@ -256,6 +256,9 @@ export function crossProblems(config: AgentConfig): string[] {
   const outside = config.workspace.minimumKeys.filter((key) => !config.workspace.idKeys.includes(key));
   if (outside.length > 0) {
     problems.push(`workspace.minimumKeys: ${outside.map((key) => JSON.stringify(key)).join(", ")} not in workspace.idKeys, so no workspace could ever be used; add it to idKeys or remove it`);
+  }
+  if (config.keeper.minAvailable > config.keeper.maxAvailable) {
+    problems.push(`keeper.maxAvailable: ${config.keeper.maxAvailable} is below keeper.minAvailable (${config.keeper.minAvailable}), so the keeper would create volumes and delete them again; raise it or lower minAvailable`);
   }
   const alone = new Set(labelPrefixProblems(config.labels.prefix));
   problems.push(

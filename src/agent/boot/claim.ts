@@ -7,7 +7,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { VolumeTag } from "../../tags.ts";
 import type { StepContext } from "./context.ts";
 import { BootStepError } from "./errors.ts";
-import { createSpecFrom, isQuarantined, orderCandidates, type BootStep, type CreateSpec } from "./plan.ts";
+import { createSpecFrom, isQuarantined, preferInitialized, type BootStep, type CreateSpec } from "./plan.ts";
 
 type ClaimStep = Extract<BootStep, { step: "claim-volume" }>;
 
@@ -66,7 +66,7 @@ async function relist(step: ClaimStep, { plan, deps, claim }: StepContext): Prom
   const usable = fresh.filter(
     (v) => v.state === "available" && !v.attachment && !claim.tried.has(v.volumeId) && !isQuarantined(v, now, step.quarantineHours),
   );
-  return orderCandidates(plan.instanceId, usable.map((v) => v.volumeId));
+  return preferInitialized(plan.instanceId, usable);
 }
 
 /** A pause after the n-th lost claim: 100-500 ms, growing, with jitter. */

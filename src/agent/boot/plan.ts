@@ -161,6 +161,18 @@ export function orderCandidates(instanceId: string, volumeIds: readonly string[]
   return [...volumeIds].sort((a, b) => (score(a) < score(b) ? -1 : score(a) > score(b) ? 1 : 0));
 }
 
+/**
+ * The claim order of a listing: volumes tagged `ebs-cache:initialized` (the pool keeper tags a
+ * volume once EBS reports its initialization complete) first, since their blocks are all
+ * loaded and the node is ready without a pre-warm; within each group, this instance's order
+ * (orderCandidates), so a herd still spreads.
+ */
+export function preferInitialized(instanceId: string, volumes: readonly Pick<VolumeInfo, "volumeId" | "tags">[]): string[] {
+  const initialized = volumes.filter((v) => v.tags[VolumeTag.initialized] !== undefined).map((v) => v.volumeId);
+  const others = volumes.filter((v) => v.tags[VolumeTag.initialized] === undefined).map((v) => v.volumeId);
+  return [...orderCandidates(instanceId, initialized), ...orderCandidates(instanceId, others)];
+}
+
 /** The tags a pool volume created by the agent from the pool's snapshot carries. */
 export function poolVolumeTags(settings: Pick<BootSettings, "pool">, snapshot: SnapshotInfo): Record<string, string> {
   const tags: Record<string, string> = {
@@ -301,11 +313,11 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   // No workspace volume of these ids yet: make one (unless `never`, or no snapshot to make it from).
   const newWorkspace = newWorkspaceSpec(settings, observed);
   if (newWorkspace) return { source: "new-workspace", create: newWorkspace };
-  const pool = observed.pool.filter(usable).map((v) => v.volumeId);
+  const pool = observed.pool.filter(usable);
   if (pool.length > 0) {
     return {
       source: "pool",
-      candidates: orderCandidates(identity.instanceId, pool),
+      candidates: preferInitialized(identity.instanceId, pool),
       relist: poolQuery(settings, identity.availabilityZone),
       ...(fallback ? { fallback } : {}),
     };

@@ -1,0 +1,89 @@
+/**
+ * The keeper's plan, carried out: one handler per step (KEEPER_HANDLERS). Each re-checks what it
+ * relies on: a trim describes the volume again and deletes it only while it is still an
+ * available, unattached, managed, not kept volume of the pool (EC2 refuses DeleteVolume for an
+ * attached one anyway); a create carries its slot's ClientToken, so a keeper racing another
+ * gets the volume the other made rather than a second one.
+ */
+import { describeError } from "../../errors.ts";
+import type { Logger } from "../../log.ts";
+import { VolumeKind, VolumeTag } from "../../tags.ts";
+import type { KeeperCloud } from "../ports.ts";
+import type { KeeperStep } from "./plan.ts";
+
+/**
+ * `created`: a new volume; `existing`: the slot's token answered a volume that existed before
+ * this keeper's round (another keeper's, made for the same slot); `tagged`, `deleted`; `skipped`:
+ * the volume changed since it was observed (claimed, kept) and was left alone; `failed`.
+ */
+export type KeeperDone = "created" | "existing" | "tagged" | "deleted" | "skipped" | "failed";
+
+export type KeeperResult = KeeperStep & { done: KeeperDone; volumeId?: string; error?: string };
+
+type Fields = Record<string, string | number | undefined>;
+
+interface HandlerContext {
+  cloud: KeeperCloud;
+  log: Logger;
+  /** Volume ids this round observed: a create answered with one of them made nothing new. */
+  known: ReadonlySet<string>;
+}
+
+type Handler<S extends KeeperStep> = (step: S, ctx: HandlerContext, fields: Fields) => Promise<{ done: Exclude<KeeperDone, "failed">; volumeId?: string }>;
+
+const KEEPER_HANDLERS: { [K in KeeperStep["step"]]: Handler<Extract<KeeperStep, { step: K }>> } = {
+  create: async (step, { cloud, log, known }, fields) => {
+    const volume = await cloud.createVolume({
+      availabilityZone: step.zone,
+      snapshotId: step.snapshotId,
+      volumeType: step.volumeType,
+      tags: step.tags,
+      clientToken: step.clientToken,
+      ...(step.initializationRateMiBps !== null ? { initializationRateMiBps: step.initializationRateMiBps } : {}),
+    });
+    const existing = known.has(volume.volumeId);
+    log.notice("keeper.create", existing ? "the slot's volume exists already (another keeper made it)" : "pool volume created", { ...fields, volume: volume.volumeId });
+    return { done: existing ? "existing" : "created", volumeId: volume.volumeId };
+  },
+  "tag-initialized": async (step, { cloud, log }, fields) => {
+    await cloud.tagVolume(step.volumeId, { [VolumeTag.initialized]: new Date().toISOString() });
+    log.info("keeper.initialized", "volume tagged initialized", fields);
+    return { done: "tagged", volumeId: step.volumeId };
+  },
+  trim: async (step, { cloud, log }, fields) => {
+    const now = await cloud.describeVolume(step.volumeId);
+    const why = !now
+      ? "gone"
+      : now.state !== "available" || now.attachment
+        ? `now ${now.attachment ? `attached to ${now.attachment.instanceId}` : now.state}`
+        : now.tags[VolumeTag.managed] !== "true" || now.tags[VolumeTag.kind] !== VolumeKind.pool
+          ? "no longer tagged as a managed pool volume"
+          : now.tags[VolumeTag.keep] === "true"
+            ? `tagged ${VolumeTag.keep}=true`
+            : undefined;
+    if (why !== undefined) {
+      log.info("keeper.trim", `left alone: ${why}`, fields);
+      return { done: "skipped", volumeId: step.volumeId };
+    }
+    await cloud.deleteVolume(step.volumeId);
+    log.notice("keeper.trim", "surplus pool volume deleted", fields);
+    return { done: "deleted", volumeId: step.volumeId };
+  },
+};
+
+/** Carries out the steps in order; a failed step is recorded and logged, never thrown. */
+export async function applyKeeper(steps: readonly KeeperStep[], ctx: HandlerContext): Promise<KeeperResult[]> {
+  const results: KeeperResult[] = [];
+  for (const step of steps) {
+    const fields: Fields = { step: step.step, zone: step.zone, ...("volumeId" in step ? { volume: step.volumeId } : { slot: step.slot }) };
+    try {
+      const handler = KEEPER_HANDLERS[step.step] as Handler<KeeperStep>;
+      results.push({ ...step, ...(await handler(step, ctx, fields)) });
+    } catch (error) {
+      const message = describeError(error);
+      ctx.log.error("keeper", `${step.step} failed: ${message}`, fields);
+      results.push({ ...step, done: "failed", error: message });
+    }
+  }
+  return results;
+}

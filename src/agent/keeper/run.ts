@@ -1,0 +1,96 @@
+/**
+ * The keeper's entry (`ebs-cache-agent pool fill`, src/cli/pool.ts): observe the pool, plan
+ * (pure, ./plan.ts), apply. The first round tags and trims what it planned and makes one
+ * volume; every further volume only after a recount (observe and plan again), so a keeper that
+ * raced another sees the other's volumes before it makes more, and the caps are checked against
+ * the pool as it is, not as it was at the start.
+ */
+import { ConfigError, ExitCode } from "../../errors.ts";
+import type { Logger } from "../../log.ts";
+import type { KeeperFacts } from "../../metrics/keeper.ts";
+import type { KeeperCloud } from "../ports.ts";
+import { applyKeeper, type KeeperResult } from "./apply.ts";
+import { observeKeeper } from "./observe.ts";
+import { planKeeper, type KeeperPlan, type KeeperSettings } from "./plan.ts";
+
+export interface KeeperOutcome {
+  /** The first round's plan (what `--dry-run` prints). */
+  plan: KeeperPlan;
+  /** The last plan: the pool as the keeper left it (after its last recount). */
+  final: KeeperPlan;
+  results: KeeperResult[];
+  rounds: number;
+  failed: number;
+}
+
+/** The keeper's settings from the configuration; refuses a keeper with no zone to stock. */
+export function keeperSettingsFrom(config: {
+  pool: string;
+  imageSet: string | null;
+  volumeType: string;
+  claim: { quarantineHours: number };
+  keeper: Omit<KeeperSettings, "pool" | "imageSet" | "volumeType" | "quarantineHours">;
+}): KeeperSettings {
+  if (config.keeper.zones.length === 0) {
+    throw new ConfigError(["keeper.zones: empty, so the keeper has no zone to stock"], "list the availability zones the autoscaler launches machines in under keeper.zones");
+  }
+  return {
+    pool: config.pool,
+    imageSet: config.imageSet,
+    volumeType: config.volumeType,
+    quarantineHours: config.claim.quarantineHours,
+    ...config.keeper,
+  };
+}
+
+/** Runs the keeper once over the pool. */
+export async function runKeeper(
+  cloud: KeeperCloud,
+  settings: KeeperSettings,
+  options: { dryRun: boolean; log: Logger; now?: () => Date },
+): Promise<KeeperOutcome> {
+  const now = options.now ?? (() => new Date());
+  const observed = await observeKeeper(cloud, settings, { now: now() });
+  const plan = planKeeper(settings, observed);
+  const outcome: KeeperOutcome = { plan, final: plan, results: [], rounds: 1, failed: 0 };
+  if (options.dryRun) return outcome;
+
+  const known = new Set(observed.volumes.map((v) => v.volumeId));
+  const ctx = { cloud, log: options.log, known };
+  const firstCreate = plan.steps.find((s) => s.step === "create");
+  outcome.results.push(...(await applyKeeper([...plan.steps.filter((s) => s.step !== "create"), ...(firstCreate ? [firstCreate] : [])], ctx)));
+
+  // Bounded: each round makes at most one volume, and the cap bounds the volumes.
+  for (let round = 2; round <= settings.maxVolumes + 1; round++) {
+    const last = outcome.results.at(-1);
+    // A failed create, or a token that answered a volume seen before (nothing new): stop here, the next run goes on.
+    if (!firstCreate || !last || last.step !== "create" || last.done !== "created") break;
+    if (last.volumeId) known.add(last.volumeId);
+    const recount = await observeKeeper(cloud, settings, { now: now(), withSnapshots: false, withInitialization: false });
+    for (const v of recount.volumes) known.add(v.volumeId);
+    outcome.final = planKeeper(settings, recount);
+    outcome.rounds = round;
+    const next = outcome.final.steps.find((s) => s.step === "create");
+    if (!next) break;
+    outcome.results.push(...(await applyKeeper([next], ctx)));
+  }
+  outcome.failed = outcome.results.filter((r) => r.done === "failed").length;
+  return outcome;
+}
+
+/** 0: done (or nothing to do); 1: some step failed (the log says which). */
+export function keeperExitCode(outcome: KeeperOutcome): number {
+  return outcome.failed > 0 ? ExitCode.failure : ExitCode.ok;
+}
+
+/**
+ * What a run reports to the metrics textfile (src/metrics/keeper.ts): each step done or failed
+ * (skipped trims are no action), and the pool's stock after the run.
+ */
+export function keeperFacts(outcome: KeeperOutcome, finishedAt: Date): KeeperFacts {
+  const actions = outcome.results
+    .filter((r) => r.done !== "skipped")
+    .map((r) => ({ action: r.step, pool: outcome.plan.pool, outcome: r.done === "failed" ? ("failed" as const) : ("done" as const) }));
+  const stock = outcome.final.zones.reduce((sum, z) => sum + z.available + z.creating, 0);
+  return { actions, poolVolumes: { [outcome.plan.pool]: stock }, finishedAt };
+}

@@ -1,0 +1,129 @@
+/** The keeper's planner: pure, tested with plain objects. */
+import t from "tap";
+import { keeperFacts, type KeeperOutcome } from "../src/agent/keeper/run.ts";
+import { planKeeper, slotToken, type KeeperObservation, type KeeperSettings } from "../src/agent/keeper/plan.ts";
+import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
+import { VolumeTag } from "../src/tags.ts";
+
+const settings: KeeperSettings = {
+  pool: "p1",
+  imageSet: null,
+  volumeType: "gp3",
+  zones: ["eu-west-1a", "eu-west-1b"],
+  minAvailable: 2,
+  maxAvailable: 3,
+  maxVolumes: 10,
+  maxGiB: 1000,
+  initializationRateMiBps: 200,
+  quarantineHours: 6,
+};
+const now = new Date("2026-06-01T12:00:00Z");
+const snapshot: SnapshotInfo = { snapshotId: "snap-new", state: "completed", volumeSizeGiB: 50, startTime: new Date("2026-05-01T00:00:00Z"), tags: { [VolumeTag.imageSet]: "s1", [VolumeTag.images]: "a:1" } };
+const poolTags = { [VolumeTag.managed]: "true", [VolumeTag.kind]: "pool", [VolumeTag.pool]: "p1" };
+
+function volume(id: string, zone: string, over: Partial<VolumeInfo> = {}): VolumeInfo {
+  return { volumeId: id, availabilityZone: zone, state: "available", sizeGiB: 50, snapshotId: "snap-new", tags: { ...poolTags }, ...over };
+}
+const observed = (volumes: VolumeInfo[], over: Partial<KeeperObservation> = {}): KeeperObservation => ({
+  now,
+  volumes,
+  snapshot,
+  snapshotStarts: { "snap-old": "2026-01-01T00:00:00.000Z", "snap-new": "2026-05-01T00:00:00.000Z" },
+  initialization: {},
+  ...over,
+});
+const creates = (plan: ReturnType<typeof planKeeper>) => plan.steps.filter((s) => s.step === "create");
+
+t.test("empty pool: minAvailable per zone, the emptiest zone first, tagged like a pool volume", async (t) => {
+  const plan = planKeeper(settings, observed([]));
+  t.same(creates(plan).map((s) => s.zone), ["eu-west-1a", "eu-west-1b", "eu-west-1a", "eu-west-1b"]);
+  const first = creates(plan)[0]!;
+  t.same([first.snapshotId, first.sizeGiB, first.initializationRateMiBps, first.slot], ["snap-new", 50, 200, 0]);
+  t.same(first.tags, { ...poolTags, [VolumeTag.imageSet]: "s1", [VolumeTag.images]: "a:1" });
+  t.ok(first.clientToken.length <= 64 && /^[\x20-\x7e]+$/.test(first.clientToken), "a token EC2 accepts");
+  t.same(JSON.parse(JSON.stringify(plan)), plan, "serializable (printed by --dry-run)");
+});
+
+t.test("what counts as stock: creating yes; attached, quarantined, other image sets, foreign and deleting volumes no", async (t) => {
+  const zone = "eu-west-1a";
+  const plan = planKeeper({ ...settings, zones: [zone], imageSet: "s1" }, observed([
+    volume("vol-creating", zone, { state: "creating", tags: { ...poolTags, [VolumeTag.imageSet]: "s1" } }),
+    volume("vol-attached", zone, { state: "in-use", attachment: { instanceId: "i-1", device: "/dev/sdf", state: "attached" }, tags: { ...poolTags, [VolumeTag.imageSet]: "s1" } }),
+    volume("vol-quarantined", zone, { tags: { ...poolTags, [VolumeTag.imageSet]: "s1", [VolumeTag.lastError]: "x", [VolumeTag.lastErrorAt]: "2026-06-01T11:00:00Z" } }),
+    volume("vol-other-set", zone, { tags: { ...poolTags, [VolumeTag.imageSet]: "s0" } }),
+    volume("vol-foreign", zone, { tags: { [VolumeTag.kind]: "pool", [VolumeTag.pool]: "p1", [VolumeTag.imageSet]: "s1" } }),
+    volume("vol-deleting", zone, { state: "deleting", tags: { ...poolTags, [VolumeTag.imageSet]: "s1" } }),
+  ]));
+  t.same(plan.zones[0], { zone, available: 0, creating: 1, total: 4, create: 1, trim: 0 });
+  t.same(plan.totals, { volumes: 4, gib: 200, maxVolumes: 10, maxGiB: 1000 }, "every live managed volume of the pool counts toward the caps; foreign and deleting ones do not");
+});
+
+t.test("the caps: volumes and GiB of the whole pool", async (t) => {
+  const inUse = (id: string) => volume(id, "eu-west-1c", { state: "in-use", attachment: { instanceId: "i-1", device: "/dev/sdf", state: "attached" } });
+  const byCount = planKeeper({ ...settings, maxVolumes: 5 }, observed([inUse("v1"), inUse("v2")]));
+  t.equal(creates(byCount).length, 3, "5 - 2 in use elsewhere");
+  t.match(byCount.zones.find((z) => z.zone === "eu-west-1b")?.short, /cap \(5 volumes/);
+  const byGiB = planKeeper({ ...settings, maxGiB: 249 }, observed([inUse("v1"), inUse("v2")]));
+  t.equal(creates(byGiB).length, 2, "100 GiB used, 149 left: two volumes of 50 GiB");
+  t.same(creates(planKeeper(settings, observed([], { snapshot: undefined }))), [], "no snapshot: nothing to create from");
+  t.same(planKeeper(settings, observed([], { snapshot: undefined })).zones[0]?.short, "the pool has no completed snapshot");
+});
+
+t.test("surplus: oldest snapshot first, then oldest volume; never kept, quarantined or attached", async (t) => {
+  const zone = "eu-west-1a";
+  const at = (iso: string) => new Date(iso);
+  const plan = planKeeper({ ...settings, zones: [zone], minAvailable: 0, maxAvailable: 1 }, observed([
+    volume("vol-new-early", zone, { createTime: at("2026-05-02T00:00:00Z") }),
+    volume("vol-old-late", zone, { snapshotId: "snap-old", createTime: at("2026-05-30T00:00:00Z") }),
+    volume("vol-old-early", zone, { snapshotId: "snap-old", createTime: at("2026-05-03T00:00:00Z") }),
+    volume("vol-kept", zone, { snapshotId: "snap-old", createTime: at("2026-01-02T00:00:00Z"), tags: { ...poolTags, [VolumeTag.keep]: "true" } }),
+    volume("vol-quarantined", zone, { snapshotId: "snap-old", tags: { ...poolTags, [VolumeTag.lastError]: "x", [VolumeTag.lastErrorAt]: "2026-06-01T11:00:00Z" } }),
+    volume("vol-new-late", zone, { createTime: at("2026-05-31T00:00:00Z") }),
+  ]));
+  t.same(plan.steps.filter((s) => s.step === "trim").map((s) => "volumeId" in s && s.volumeId), ["vol-old-early", "vol-old-late", "vol-new-early", "vol-new-late"], "5 in stock (the kept one counts), 1 allowed");
+});
+
+t.test("volumes EBS reports initialized are tagged; others not", async (t) => {
+  const zone = "eu-west-1a";
+  const plan = planKeeper({ ...settings, zones: [zone] }, observed(
+    [volume("vol-done", zone), volume("vol-half", zone), volume("vol-tagged", zone, { tags: { ...poolTags, [VolumeTag.initialized]: "2026-01-01T00:00:00Z" } })],
+    { initialization: { "vol-done": { type: "provisioned-rate", progress: 100 }, "vol-half": { type: "provisioned-rate", progress: 50 } } },
+  ));
+  t.same(plan.steps.filter((s) => s.step === "tag-initialized").map((s) => "volumeId" in s && s.volumeId), ["vol-done"]);
+});
+
+t.test("slot tokens: equal for keepers that see the same pool, different once it changed", async (t) => {
+  const base = slotToken("p1", "eu-west-1a", 2, "snap-new", ["vol-b", "vol-a"], now);
+  t.equal(slotToken("p1", "eu-west-1a", 2, "snap-new", ["vol-a", "vol-b"], new Date(now.getTime() + 60_000)), base, "same pool, same hour: same token");
+  t.not(slotToken("p1", "eu-west-1a", 2, "snap-new", ["vol-a", "vol-c"], now), base, "other volumes (one deleted, one made): another token");
+  t.not(slotToken("p1", "eu-west-1b", 2, "snap-new", ["vol-a", "vol-b"], now), base, "another zone");
+  t.not(slotToken("p1", "eu-west-1a", 2, "snap-newer", ["vol-a", "vol-b"], now), base, "another snapshot");
+  t.not(slotToken("p1", "eu-west-1a", 2, "snap-new", ["vol-a", "vol-b"], new Date(now.getTime() + 3600_000)), base, "the next hour");
+  const a = planKeeper(settings, observed([volume("vol-a", "eu-west-1a")]));
+  const b = planKeeper(settings, observed([volume("vol-a", "eu-west-1a")]));
+  t.same(creates(a).map((s) => s.clientToken), creates(b).map((s) => s.clientToken), "two keepers planning from the same pool: the same tokens");
+  const claimed = planKeeper(settings, observed([volume("vol-a", "eu-west-1a", { state: "in-use", attachment: { instanceId: "i-1", device: "/dev/sdf", state: "attached" } })]));
+  t.notSame(creates(claimed)[0]?.clientToken, undefined);
+  t.not(creates(claimed).find((s) => s.zone === "eu-west-1a")?.slot, 0, "a claimed volume still holds its slot: the top-up takes the next");
+});
+
+t.test("the run's facts for the metrics textfile", async (t) => {
+  const plan = planKeeper(settings, observed([volume("vol-a", "eu-west-1a")]));
+  const outcome: KeeperOutcome = {
+    plan,
+    final: plan,
+    rounds: 2,
+    failed: 1,
+    results: [
+      { ...creates(plan)[0]!, done: "created", volumeId: "vol-n" },
+      { ...creates(plan)[1]!, done: "failed", error: "x" },
+      { step: "trim", volumeId: "vol-t", zone: "eu-west-1a", reason: "r", done: "skipped" },
+    ],
+  };
+  const at = new Date("2026-06-01T12:05:00Z");
+  t.same(keeperFacts(outcome, at), {
+    actions: [{ action: "create", pool: "p1", outcome: "done" }, { action: "create", pool: "p1", outcome: "failed" }],
+    poolVolumes: { p1: 1 },
+    finishedAt: at,
+  });
+});

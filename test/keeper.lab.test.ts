@@ -1,0 +1,224 @@
+/**
+ * The pool keeper (`pool fill`) on the lab, against the EC2 emulator over HTTP: fills three
+ * zones from empty with volumes of the pool's newest snapshot at a provisioned initialization
+ * rate, tags them initialized once EBS reports 100 %, tops up after claims within the cap, two
+ * keepers racing never overshoot, surplus goes oldest snapshot first and then oldest volume,
+ * and in-use, kept and foreign volumes are never touched; a dry run changes nothing.
+ */
+import t from "tap";
+import { AttachVolumeCommand, CreateSnapshotCommand, CreateVolumeCommand, DescribeSnapshotsCommand, DescribeVolumesCommand, type EC2Client } from "@aws-sdk/client-ec2";
+import { runKeeper, type KeeperOutcome } from "../src/agent/keeper/run.ts";
+import type { KeeperSettings } from "../src/agent/keeper/plan.ts";
+import { createCloudVolumes } from "../src/aws/ec2.ts";
+import { run } from "../src/exec.ts";
+import { writeLabConfig } from "../src/lab/agent.ts";
+import { poolTags } from "../src/lab/golden.ts";
+import { startLab } from "../src/lab/lab.ts";
+import { createMemoryLogger } from "../src/log.ts";
+import { VolumeTag } from "../src/tags.ts";
+import { assertLabPrerequisites, pollUntil } from "./fixtures/lab-prereq.ts";
+
+await assertLabPrerequisites();
+
+const log = createMemoryLogger();
+// EBS's provisioned-rate initialization of a 1 GiB volume at 100 MiB/s takes ~10 s; sped up, it is done by the next run.
+const lab = await startLab({ name: "test-keeper", log, initializationSpeedup: 1000 });
+t.teardown(() => lab.close());
+const ec2 = lab.ec2Client();
+const host = await lab.addHost();
+const [zoneA, zoneB, zoneC] = [`${lab.region}a`, `${lab.region}b`, `${lab.region}c`] as const;
+const WRITES = new Set(["CreateVolume", "DeleteVolume", "CreateTags", "DeleteTags", "AttachVolume", "DetachVolume"]);
+
+interface Seen {
+  volumeId: string;
+  zone: string;
+  state: string;
+  snapshotId?: string;
+  attached?: string;
+  initializationRate?: number;
+  tags: Record<string, string>;
+}
+
+async function volumes(client: EC2Client = ec2): Promise<Seen[]> {
+  const out = await client.send(new DescribeVolumesCommand({}));
+  return (out.Volumes ?? []).map((v) => ({
+    volumeId: v.VolumeId!,
+    zone: v.AvailabilityZone!,
+    state: v.State!,
+    ...(v.SnapshotId ? { snapshotId: v.SnapshotId } : {}),
+    ...(v.Attachments?.[0]?.InstanceId ? { attached: v.Attachments[0].InstanceId } : {}),
+    ...(v.VolumeInitializationRate !== undefined ? { initializationRate: v.VolumeInitializationRate } : {}),
+    tags: Object.fromEntries((v.Tags ?? []).map((x) => [x.Key!, x.Value!])),
+  }));
+}
+
+const ofPool = (list: Seen[], pool: string) => list.filter((v) => v.tags[VolumeTag.pool] === pool && v.tags[VolumeTag.managed] === "true" && v.state !== "deleting");
+const perZone = (list: Seen[], state = "available") =>
+  Object.fromEntries([zoneA, zoneB, zoneC].map((zone) => [zone, list.filter((v) => v.zone === zone && v.state === state && !v.attached).length]));
+
+const tagList = (tags: Record<string, string>) => Object.entries(tags).map(([Key, Value]) => ({ Key, Value }));
+
+async function createRaw(zone: string, tags: Record<string, string>, snapshotId?: string): Promise<string> {
+  const out = await ec2.send(
+    new CreateVolumeCommand({
+      AvailabilityZone: zone,
+      ...(snapshotId ? { SnapshotId: snapshotId } : { Size: 1 }),
+      TagSpecifications: [{ ResourceType: "volume", Tags: tagList(tags) }],
+    }),
+  );
+  return out.VolumeId!;
+}
+
+async function allAvailable(): Promise<void> {
+  if (!(await pollUntil(async () => (await volumes()).every((v) => v.state !== "creating")))) throw new Error("volumes stayed creating");
+}
+
+/** A completed snapshot tagged as the pool's (as the Packer flow makes one). */
+async function poolSnapshot(pool: string): Promise<string> {
+  const tags = poolTags(pool, "set-1", ["alpine:3.20"]);
+  const source = await createRaw(zoneA, { Name: `source-${pool}` });
+  await allAvailable();
+  const id = (await ec2.send(new CreateSnapshotCommand({ VolumeId: source, TagSpecifications: [{ ResourceType: "snapshot", Tags: tagList(tags) }] }))).SnapshotId!;
+  const done = await pollUntil(async () => (await ec2.send(new DescribeSnapshotsCommand({ SnapshotIds: [id] }))).Snapshots?.[0]?.State === "completed");
+  if (!done) throw new Error(`snapshot ${id} never completed`);
+  return id;
+}
+
+function settings(pool: string, over: Partial<KeeperSettings> = {}): KeeperSettings {
+  return {
+    pool,
+    imageSet: null,
+    volumeType: "gp3",
+    zones: [zoneA, zoneB, zoneC],
+    minAvailable: 2,
+    maxAvailable: 3,
+    maxVolumes: 20,
+    maxGiB: 100,
+    initializationRateMiBps: 100,
+    quarantineHours: 6,
+    ...over,
+  };
+}
+
+/** One keeper in this process, with its own SDK client (as another host would have). */
+function keeper(pool: string, over: Partial<KeeperSettings> = {}, dryRun = false): Promise<KeeperOutcome> {
+  const cloud = createCloudVolumes({ client: lab.ec2Client(), pollMs: 50 });
+  return runKeeper(cloud, settings(pool, over), { dryRun, log });
+}
+
+async function cli(config: string, args: string[]) {
+  return run(process.execPath, ["--import", "tsx", "src/cli.ts", "pool", "fill", ...args, "--config", config], { check: false });
+}
+
+const fillSnapshot = await poolSnapshot("fill");
+const config = await writeLabConfig(lab, host, {
+  pool: "fill",
+  keeper: { zones: [zoneA, zoneB, zoneC], minAvailable: 2, maxAvailable: 3, maxVolumes: 8, maxGiB: 100, initializationRateMiBps: 100 },
+});
+
+t.test("--dry-run prints the plan and writes nothing", async (t) => {
+  const before = lab.ec2.requests.records().length;
+  const dry = await cli(config, ["--dry-run", "--json"]);
+  t.equal(dry.exitCode, 0, dry.stderr);
+  const outcome = JSON.parse(dry.stdout) as KeeperOutcome;
+  t.same(outcome.plan.zones.map((z) => [z.zone, z.available, z.create]), [[zoneA, 0, 2], [zoneB, 0, 2], [zoneC, 0, 2]], "two to create per zone");
+  t.equal(outcome.plan.snapshotId, fillSnapshot, "from the pool's snapshot");
+  t.same(outcome.results, [], "nothing done");
+  const writes = lab.ec2.requests.records().slice(before).filter((r) => WRITES.has(r.action));
+  t.same(writes, [], "the emulator's ledger shows no write");
+  t.same(ofPool(await volumes(), "fill"), [], "no volume made");
+  const text = await cli(config, ["--dry-run"]);
+  t.match(text.stdout, /would create slot 0 from snap-/);
+  t.match(text.stdout, /dry run: nothing changed/);
+});
+
+t.test("fills three zones to the target from empty", async (t) => {
+  const fill = await cli(config, ["--json"]);
+  t.equal(fill.exitCode, 0, fill.stderr);
+  const outcome = JSON.parse(fill.stdout) as KeeperOutcome;
+  t.equal(outcome.results.filter((r) => r.done === "created").length, 6, "six volumes made");
+  t.equal(outcome.rounds, 7, "a recount after each volume (the last finds nothing to do)");
+  const pool = ofPool(await volumes(), "fill");
+  t.same(perZone(pool), { [zoneA]: 2, [zoneB]: 2, [zoneC]: 2 });
+  for (const v of pool) {
+    t.equal(v.snapshotId, fillSnapshot, `${v.volumeId} from the snapshot`);
+    t.equal(v.initializationRate, 100, `${v.volumeId} at the provisioned initialization rate`);
+    t.same(
+      [v.tags[VolumeTag.managed], v.tags[VolumeTag.kind], v.tags[VolumeTag.imageSet], v.tags[VolumeTag.images], v.tags[VolumeTag.createdBy]],
+      ["true", "pool", "set-1", "alpine:3.20", undefined],
+      "tagged as a pool volume of the snapshot's image set, never created-by (not to be formatted)",
+    );
+  }
+  const again = await keeper("fill", { maxVolumes: 8 });
+  t.same(again.results.filter((r) => r.step === "create"), [], "a second run creates nothing");
+  t.equal(again.results.filter((r) => r.done === "tagged").length, 6, "and tags the six initialized (EBS reports 100 %)");
+  t.ok(ofPool(await volumes(), "fill").every((v) => /^\d{4}-/.test(v.tags[VolumeTag.initialized] ?? "")), "every volume tagged ebs-cache:initialized");
+});
+
+t.test("tops up after claims, within the cap", async (t) => {
+  const inA = ofPool(await volumes(), "fill").filter((v) => v.zone === zoneA);
+  for (const [i, v] of inA.entries()) {
+    await ec2.send(new AttachVolumeCommand({ VolumeId: v.volumeId, InstanceId: host.instance.instanceId, Device: `/dev/sd${"fg"[i]}` }));
+  }
+  const topUp = await keeper("fill", { maxVolumes: 8 });
+  t.equal(topUp.results.filter((r) => r.done === "created").length, 2, "two volumes: the cap of 8 allows both");
+  const pool = ofPool(await volumes(), "fill");
+  t.same(perZone(pool), { [zoneA]: 2, [zoneB]: 2, [zoneC]: 2 }, "zone a is back to its target");
+  t.equal(pool.length, 8);
+  t.ok(inA.every((v) => pool.find((p) => p.volumeId === v.volumeId)?.attached === host.instance.instanceId), "the claimed volumes are untouched");
+
+  const claimed = pool.find((v) => v.zone === zoneA && !v.attached)!;
+  await ec2.send(new AttachVolumeCommand({ VolumeId: claimed.volumeId, InstanceId: host.instance.instanceId, Device: "/dev/sdh" }));
+  const capped = await keeper("fill", { maxVolumes: 8 });
+  t.same(capped.results.filter((r) => r.step === "create"), [], "at the cap: nothing created");
+  t.match(capped.plan.zones.find((z) => z.zone === zoneA)?.short ?? "", /cap \(8 volumes/, "the plan says why zone a stays short");
+  t.equal(ofPool(await volumes(), "fill").length, 8);
+});
+
+t.test("two keepers racing never overshoot the target or the cap", async (t) => {
+  await poolSnapshot("race");
+  const before = lab.ec2.requests.records().length;
+  const [a, b] = await Promise.all([keeper("race", { minAvailable: 3, maxAvailable: 3 }), keeper("race", { minAvailable: 3, maxAvailable: 3 })]);
+  t.same([a.failed, b.failed], [0, 0]);
+  const race = ofPool(await volumes(), "race");
+  t.same(perZone(race), { [zoneA]: 3, [zoneB]: 3, [zoneC]: 3 }, "exactly the target in each zone");
+  t.equal(race.length, 9, "nine volumes, though both keepers planned nine");
+  const creates = lab.ec2.requests.records().slice(before).filter((r) => r.action === "CreateVolume").length;
+  t.ok(creates > 9, `the keepers sent ${creates} CreateVolume for 9 volumes: the slots' tokens made one volume per slot`);
+
+  await poolSnapshot("capped");
+  const runs = await Promise.all([1, 2, 3].map(() => keeper("capped", { minAvailable: 3, maxAvailable: 3, maxVolumes: 5 })));
+  t.same(runs.map((r) => r.failed), [0, 0, 0]);
+  const capped = ofPool(await volumes(), "capped");
+  t.equal(capped.length, 5, "three keepers at once: exactly the cap of 5 volumes");
+  t.same(perZone(capped), { [zoneA]: 2, [zoneB]: 2, [zoneC]: 1 }, "spread over the zones, the emptiest first");
+});
+
+t.test("trims surplus oldest snapshot first, then oldest volume; never in-use, kept or foreign volumes", async (t) => {
+  const old = await poolSnapshot("trim");
+  const managed = { [VolumeTag.managed]: "true", [VolumeTag.kind]: "pool", [VolumeTag.pool]: "trim" };
+  const current = await createRaw(zoneA, managed, await poolSnapshot("trim"));
+  await allAvailable();
+  const oldest = await createRaw(zoneA, managed, old);
+  await allAvailable();
+  const older = await createRaw(zoneA, managed, old);
+  const kept = await createRaw(zoneA, { ...managed, [VolumeTag.keep]: "true" }, old);
+  const inUse = await createRaw(zoneA, managed, old);
+  const foreign = await createRaw(zoneA, { [VolumeTag.kind]: "pool", [VolumeTag.pool]: "trim" }, old);
+  await allAvailable();
+  await ec2.send(new AttachVolumeCommand({ VolumeId: inUse, InstanceId: host.instance.instanceId, Device: "/dev/sdi" }));
+  const only = { zones: [zoneA], minAvailable: 0 };
+
+  const dry = await keeper("trim", { ...only, maxAvailable: 3 }, true);
+  t.same(dry.plan.steps.filter((s) => s.step === "trim").map((s) => "volumeId" in s && s.volumeId), [oldest], "4 in stock, 3 allowed: the oldest volume of the oldest snapshot");
+  const first = await keeper("trim", { ...only, maxAvailable: 3 });
+  t.same(first.results.filter((r) => r.done === "deleted").map((r) => r.volumeId), [oldest]);
+  const second = await keeper("trim", { ...only, maxAvailable: 2 });
+  t.same(second.results.filter((r) => r.done === "deleted").map((r) => r.volumeId), [older], "then the next of the old snapshot, though the current one's volume was made first");
+  const third = await keeper("trim", { ...only, maxAvailable: 0 });
+  t.same(third.results.filter((r) => r.done === "deleted").map((r) => r.volumeId), [current], "down to none: the kept volume stays");
+
+  const left = new Map((await volumes()).map((v) => [v.volumeId, v]));
+  for (const id of [kept, inUse, foreign]) t.ok(left.has(id) && left.get(id)!.state !== "deleting", `${id} is still there`);
+  t.equal(left.get(inUse)?.attached, host.instance.instanceId, "the in-use volume stays attached");
+});
