@@ -60,6 +60,7 @@ const DEFAULTS = {
     thresholds: { minIops: 1000, maxMedianLatencyMs: 20 },
     initialize: { ioDepth: 32, maxIoKiB: 1024, timeoutMinutes: null, progressSeconds: 10 },
   },
+  metrics: { textfileDir: "/var/lib/prometheus/node-exporter" },
   logLevel: "info",
 };
 
@@ -97,6 +98,7 @@ const FULL = {
     thresholds: { minIops: 2500, maxMedianLatencyMs: null },
     initialize: { ioDepth: 8, maxIoKiB: 512, timeoutMinutes: 60, progressSeconds: 1 },
   },
+  metrics: { textfileDir: "/tmp/lab/node-exporter" },
   logLevel: "debug",
 };
 
@@ -165,6 +167,10 @@ t.test("wrong shapes", async (t) => {
   t.same(validateConfig({ timeouts: null }).problems, ["timeouts: must be a JSON object, got null"]);
   t.same(validateConfig({ pool: null }).problems, ["pool: must be a pool name (letters, digits, '.', '_', '-', starting with a letter or digit, at most 63 characters), got null"]);
   t.same(validateConfig({ region: null, imageSet: null }).problems, [], "null is allowed where the key is nullable");
+  t.same(validateConfig({ metrics: { textfileDir: null } }).config.metrics, { textfileDir: null }, "null writes no metrics");
+  t.same(validateConfig({ metrics: { textfileDir: "node-exporter" } }).problems, [
+    "metrics.textfileDir: must be an absolute path without '..' segments, got \"node-exporter\"",
+  ]);
   t.same(validateConfig({ docker: { expectedImages: "nginx" } }).problems, [
     "docker.expectedImages: must be a list of strings, each a Docker image reference (registry[:port]/path:tag or @sha256:…), got \"nginx\"",
   ]);
@@ -458,6 +464,7 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_PREWARM__INITIALIZE__MAX_IO_KIB",
     "EBS_CACHE_AGENT_PREWARM__INITIALIZE__TIMEOUT_MINUTES",
     "EBS_CACHE_AGENT_PREWARM__INITIALIZE__PROGRESS_SECONDS",
+    "EBS_CACHE_AGENT_METRICS__TEXTFILE_DIR",
     "EBS_CACHE_AGENT_LOG_LEVEL",
   ]);
 });
