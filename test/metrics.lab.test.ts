@@ -7,7 +7,7 @@
  * --json`, run as a process, validates against schema/status.schema.json and its exit code is
  * the health check: 0 after a boot, 4 after a degraded one, 1 after a release.
  */
-import { readdir, readFile, stat, statfs } from "node:fs/promises";
+import { mkdir, readdir, readFile, stat, statfs, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import t, { type Test } from "tap";
 import { Ajv } from "ajv";
@@ -27,7 +27,7 @@ import { parsePromText, sampleOf, type ParsedFamily } from "./fixtures/prom-text
 await assertLabPrerequisites();
 
 const REPO = new URL("..", import.meta.url).pathname;
-const bl = await startBootLab({ name: "test-metrics", poolSize: 2 });
+const bl = await startBootLab({ name: "test-metrics", poolSize: 3 });
 t.teardown(() => bl.close());
 
 const schema = JSON.parse(await readFile(new URL("../schema/status.schema.json", import.meta.url), "utf8")) as object;
@@ -117,6 +117,8 @@ t.test("a pool boot: its textfile (source, steps, the cache filesystem), the pre
   tt.equal(json.doc?.dataRoot?.matches, true);
   tt.same(json.doc?.warnings.filter((w) => w.startsWith("label ")), [], "docker shows the labels the boot published");
   const human = await status(host, false);
+  tt.comment(`ebs_cache_agent_prewarm.prom:\n${await readFile(join(textfileDir(host), "ebs_cache_agent_prewarm.prom"), "utf8")}`);
+  tt.comment(`ebs-cache-agent status:\n${human.stdout}`);
   tt.equal(human.exitCode, 0);
   tt.match(human.stdout, /^health: {3}healthy$/m);
   tt.match(human.stdout, new RegExp(`boot: {5}ready from pool`));
@@ -143,6 +145,18 @@ t.test("a two-phase boot (--no-docker, then --no-claim): one record of both phas
   const json = await status(two, true);
   assertValid(tt, json.doc);
   tt.equal(json.exitCode, 0, `healthy: ${json.doc?.problems.join("; ")}`);
+});
+
+t.test("a metrics folder that cannot be written: a warning; the boot still ready, exit 0, its status record written", async (tt) => {
+  const blocked = await bl.addHost();
+  const file = join(blocked.paths.hostRoot, "not-a-folder");
+  await mkdir(blocked.paths.hostRoot, { recursive: true });
+  await writeFile(file, "a file where the metrics folder's parent should be\n");
+  const booted = await bl.boot(blocked, { overrides: { pool: POOL, metrics: { textfileDir: join(file, "node-exporter") } } });
+  tt.equal(booted.result?.outcome, "ready", "the outcome is the boot's", booted.result?.outcome === "ready" ? {} : { log: booted.log.join("\n") });
+  tt.equal(booted.exitCode, 0);
+  tt.ok(booted.log.some((line) => /^<4>metrics: could not write the boot metrics/.test(line)), "one warning says so");
+  tt.ok((await stat(join(stateDir(blocked), "last-boot.json"))).isFile(), "the status record does not depend on the metrics");
 });
 
 t.test("a degraded boot: source degraded, the reason, no hit, no cache figures; status exits 4", async (tt) => {

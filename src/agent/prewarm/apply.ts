@@ -101,11 +101,13 @@ export async function prewarmAtBoot(target: PrewarmTarget, settings: PrewarmSett
   const previous = await readPrewarmState(deps.stateDir);
   const save = async (changes: Partial<PrewarmState>) => {
     Object.assign(state, changes, { updatedAt: nowOf(deps).toISOString() });
-    const written = await writePrewarmState(deps.stateDir, state).then(
-      () => true,
-      (error: unknown) => log.warning("prewarm.state", `could not write the state file: ${describeError(error)}`, { stateDir: deps.stateDir }),
-    );
-    if (written) await deps.recorder?.prewarmStateWritten(state);
+    try {
+      await writePrewarmState(deps.stateDir, state);
+    } catch (error) {
+      log.warning("prewarm.state", `could not write the state file: ${describeError(error)}`, { stateDir: deps.stateDir });
+      return;
+    }
+    await deps.recorder?.prewarmStateWritten(state);
   };
   // The table's key is the decision's action: each handler gets the decision it is written for.
   const handle = AT_BOOT[decision.action] as AtBootHandler<Action>;
