@@ -159,6 +159,17 @@ t.test("a metrics folder that cannot be written: a warning; the boot still ready
   tt.ok((await stat(join(stateDir(blocked), "last-boot.json"))).isFile(), "the status record does not depend on the metrics");
 });
 
+t.test("the pool taken: a volume created from the snapshot, source snapshot, not a cache hit", async (tt) => {
+  const late = await bl.addHost();
+  const booted = await bl.boot(late, { overrides: { pool: POOL } });
+  tt.equal(booted.result?.outcome, "ready", "ready on a new volume", booted.result?.outcome === "ready" ? {} : { log: booted.log.join("\n") });
+  tt.notOk(bl.poolVolumes.includes(booted.result!.volumeId!), "not one of the pool's volumes");
+  tt.equal(booted.result?.source, "snapshot");
+  const boot = await readProm(late, "boot");
+  tt.equal(sampleOf(boot, "ebs_cache_agent_boot_info")?.labels.source, "snapshot");
+  tt.equal(sampleOf(boot, "ebs_cache_agent_boot_cache_hit_ratio")?.value, 0);
+});
+
 t.test("a degraded boot: source degraded, the reason, no hit, no cache figures; status exits 4", async (tt) => {
   const other = await bl.addHost();
   const booted = await bl.boot(other, { overrides: { pool: "nothing-here" } });
