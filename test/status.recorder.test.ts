@@ -11,7 +11,7 @@ import { join } from "node:path";
 import t, { type Test } from "tap";
 import type { BootResult } from "../src/agent/boot/context.ts";
 import type { Selection } from "../src/agent/boot/plan.ts";
-import { bootSourceOf } from "../src/agent/boot/source.ts";
+import { BOOT_SOURCES, bootSourceOf } from "../src/agent/boot/source.ts";
 import type { GcOutcome } from "../src/agent/gc/apply.ts";
 import type { PrewarmState } from "../src/agent/prewarm/state.ts";
 import type { CacheFilesystem } from "../src/host/facts.ts";
@@ -64,6 +64,8 @@ t.test("bootSourceOf: the outcome, then what the boot created, then the selectio
   tt.equal(bootSourceOf({ source: "new-workspace", create: { ...create, snapshotId: "snap-1" } }, "prepared", "snapshot"), "snapshot");
   tt.equal(bootSourceOf({ source: "disabled", reason: "off" }, "disabled", undefined), "disabled");
   tt.equal(bootSourceOf({ source: "none", reason: "nothing" }, "degraded", undefined), "degraded");
+  const schema = JSON.parse(await readFile(new URL("../schema/status.schema.json", import.meta.url), "utf8")) as { properties: { boot: { properties: { source: { enum: string[] } } } } };
+  tt.same(schema.properties.boot.properties.source.enum, BOOT_SOURCES, "status.schema.json lists the same sources");
 });
 
 t.test("a boot: the record and the textfile, with the host facts of a boot that came up", async (tt) => {

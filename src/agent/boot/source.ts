@@ -12,7 +12,8 @@ import type { Selection } from "./plan.ts";
  * `snapshot`: created from the pool's snapshot (warm only after initialization); `blank`: created
  * empty; `degraded` / `disabled`: no cache volume.
  */
-export type BootSource = "pool" | "workspace" | "attached" | "snapshot" | "blank" | "degraded" | "disabled";
+export const BOOT_SOURCES = ["pool", "workspace", "attached", "snapshot", "blank", "degraded", "disabled"] as const;
+export type BootSource = (typeof BOOT_SOURCES)[number];
 
 /** What this boot created the volume in hand from, when it created one. */
 export type CreatedFrom = "snapshot" | "blank";
