@@ -8,7 +8,6 @@ import { CONFIG_SCHEMA, SCHEMA_ANNOTATIONS } from "../src/config/schema.ts";
 import { ConfigError } from "../src/errors.ts";
 import {
   CONFIG_KEYS,
-  PREWARM_STRATEGIES,
   applyEnvOverrides,
   applyInstanceTags,
   defaultConfig,
