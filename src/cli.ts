@@ -37,8 +37,8 @@ const COMMANDS: CommandEntry[] = [
   },
   {
     name: "status",
-    summary: "the pre-warm's state on this host: verdict, figures, progress",
-    load: async () => (await import("./cli/prewarm.ts")).statusCommand(),
+    summary: "the state of this host (boot, volume, fill, data-root, labels, pre-warm, release); exit code as a health check",
+    load: async () => (await import("./cli/status.ts")).statusCommand(),
   },
   {
     name: "gc",

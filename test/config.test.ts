@@ -60,6 +60,7 @@ const DEFAULTS = {
     initialize: { ioDepth: 32, maxIoKiB: 1024, timeoutMinutes: null, progressSeconds: 10 },
   },
   keeper: { zones: [], minAvailable: 2, maxAvailable: 4, maxVolumes: 20, maxGiB: 2000, initializationRateMiBps: 100 },
+  metrics: { textfileDir: "/var/lib/prometheus/node-exporter" },
   logLevel: "info",
 };
 
@@ -98,6 +99,7 @@ const FULL = {
     initialize: { ioDepth: 8, maxIoKiB: 512, timeoutMinutes: 60, progressSeconds: 1 },
   },
   keeper: { zones: ["eu-central-1a", "eu-central-1b"], minAvailable: 0, maxAvailable: 10, maxVolumes: 100, maxGiB: 5000, initializationRateMiBps: null },
+  metrics: { textfileDir: "/tmp/lab/node-exporter" },
   logLevel: "debug",
 };
 
@@ -166,6 +168,10 @@ t.test("wrong shapes", async (t) => {
   t.same(validateConfig({ timeouts: null }).problems, ["timeouts: must be a JSON object, got null"]);
   t.same(validateConfig({ pool: null }).problems, ["pool: must be a pool name (letters, digits, '.', '_', '-', starting with a letter or digit, at most 63 characters), got null"]);
   t.same(validateConfig({ region: null, imageSet: null }).problems, [], "null is allowed where the key is nullable");
+  t.same(validateConfig({ metrics: { textfileDir: null } }).config.metrics, { textfileDir: null }, "null writes no metrics");
+  t.same(validateConfig({ metrics: { textfileDir: "node-exporter" } }).problems, [
+    "metrics.textfileDir: must be an absolute path without '..' segments, got \"node-exporter\"",
+  ]);
   t.same(validateConfig({ docker: { expectedImages: "nginx" } }).problems, [
     "docker.expectedImages: must be a list of strings, each a Docker image reference (registry[:port]/path:tag or @sha256:…), got \"nginx\"",
   ]);
@@ -477,6 +483,7 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_KEEPER__MAX_VOLUMES",
     "EBS_CACHE_AGENT_KEEPER__MAX_GIB",
     "EBS_CACHE_AGENT_KEEPER__INITIALIZATION_RATE_MIBPS",
+    "EBS_CACHE_AGENT_METRICS__TEXTFILE_DIR",
     "EBS_CACHE_AGENT_LOG_LEVEL",
   ]);
 });

@@ -15,7 +15,7 @@ import { readyBoot } from "./fixtures/use-case-results.ts";
 
 const at = new Date();
 const families = [
-  ...bootMetrics({ result: readyBoot, source: "pool", finishedAt: at }),
+  ...bootMetrics({ result: readyBoot, finishedAt: at }),
   ...prewarmMetrics({
     ...readyBoot.prewarm!,
     after: readyBoot.prewarm!.before,
@@ -53,5 +53,5 @@ t.test("docs/metrics.md names metrics the agent writes, and shows the boot's fil
     if (doc.includes(`${name}.prom`)) continue;
     tt.ok(known.has(name), `${name} is written by the agent`);
   }
-  for (const f of bootMetrics({ result: readyBoot, source: "pool", finishedAt: at })) tt.match(doc, `# TYPE ${f.name} ${f.type}`, `the example shows ${f.name}`);
+  for (const f of bootMetrics({ result: readyBoot, finishedAt: at })) tt.match(doc, `# TYPE ${f.name} ${f.type}`, `the example shows ${f.name}`);
 });

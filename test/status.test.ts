@@ -31,7 +31,6 @@ const boot: BootRecord = {
   version: 1,
   instanceId: "i-0123456789abcdef0",
   finishedAt: "2026-12-01T10:00:00.000Z",
-  source: "pool",
   result: readyBoot,
   labels: { "io.simcore.ebs-cache.state": "ready", "io.simcore.ebs-cache.volume-id": readyBoot.volumeId!, "io.simcore.ebs-cache.prewarm": "cold" },
 };
@@ -99,7 +98,7 @@ t.test("unhealthy hosts: each problem named, the exit code a health check reads"
     { name: "no boot", inputs: { now }, problem: /no boot recorded/, exit: 1 },
     {
       name: "degraded",
-      inputs: { now, boot: { ...boot, source: "degraded", result: { outcome: "degraded", reason: "no pool volume", timeline: [{ step: "claim-volume", ms: 10 }] } } },
+      inputs: { now, boot: { ...boot, result: { outcome: "degraded", source: "degraded", reason: "no pool volume", timeline: [{ step: "claim-volume", ms: 10 }] } } },
       problem: /degraded: no pool volume/,
       exit: 4,
     },
@@ -147,7 +146,7 @@ t.test("warnings do not fail the check", async (tt) => {
   tt.match(doc.warnings.join("\n"), /interrupted/);
   tt.match(doc.warnings.join("\n"), /label io\.simcore\.ebs-cache\.volume-id shows "vol-0fedcba9876543210"/);
   tt.match(renderStatus(doc).join("\n"), /warning: .*interrupted/);
-  const disabled = buildStatus({ now, boot: { ...boot, source: "disabled", result: { outcome: "disabled", reason: "ebs-cache:enabled=false", timeline: [] } } });
+  const disabled = buildStatus({ now, boot: { ...boot, result: { outcome: "disabled", source: "disabled", reason: "ebs-cache:enabled=false", timeline: [] } } });
   assertValid(tt, disabled);
   tt.equal(disabled.healthy, true, "disabled on purpose is healthy");
   tt.match(disabled.warnings[0]!, /disabled on this host: ebs-cache:enabled=false/);

@@ -5,6 +5,10 @@
  * takes observed state), and apply() calls them.
  */
 import type { Logger } from "../log.ts";
+import type { BootResult } from "./boot/context.ts";
+import type { GcOutcome } from "./gc/apply.ts";
+import type { PrewarmState } from "./prewarm/state.ts";
+import type { ReleaseResult } from "./release/apply.ts";
 
 /** Who this instance is (IMDS), with its tags (IMDS, or DescribeInstances when IMDS tags are off). */
 export interface Identity {
@@ -338,3 +342,22 @@ export type KeeperCloud = Pick<
   CloudVolumes,
   "findVolumes" | "describeVolume" | "findSnapshots" | "newestSnapshot" | "createVolume" | "tagVolume" | "deleteVolume" | "initializationStatus"
 >;
+
+// ---- what operators read ----
+
+/** Which run of the boot: `first` (`boot --no-docker`), `second` (`boot --no-claim`), `single` (both in one run). */
+export type BootPhase = "first" | "second" | "single";
+
+/**
+ * Where a finished use case leaves what operators read without the journal: the records
+ * `ebs-cache-agent status` reads (`last-boot.json`, `last-release.json`) and the metrics textfiles
+ * of node_exporter (src/status/recorder.ts). Never throws: a write that fails is a warning in the
+ * log, and the use case's outcome and exit code stay what they were.
+ */
+export interface OutcomeRecorder {
+  bootFinished(boot: { instanceId: string; bootId?: string; phase: BootPhase; result: BootResult; finishedAt: Date }): Promise<void>;
+  releaseFinished(release: { instanceId: string; result: ReleaseResult; finishedAt: Date }): Promise<void>;
+  gcFinished(gc: { outcome: GcOutcome; dryRun: boolean; finishedAt: Date }): Promise<void>;
+  /** After each write of the pre-warm's state file (at boot, and as a long initialization goes). */
+  prewarmStateWritten(state: PrewarmState): Promise<void>;
+}

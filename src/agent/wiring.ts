@@ -22,7 +22,7 @@ import { mountPointsOf, syncFilesystem } from "../host/mount.ts";
 import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
 import type { BootCommandDeps } from "./boot/run.ts";
-import type { CloudVolumes, DockerService, PrewarmReader } from "./ports.ts";
+import type { CloudVolumes, DockerService, OutcomeRecorder, PrewarmReader } from "./ports.ts";
 import { createFreshDataRoot, prepareOncePerInstance } from "./boot/prepare.ts";
 import { prewarmAtBoot } from "./prewarm/apply.ts";
 import { prewarmSettingsFrom } from "./prewarm/plan.ts";
@@ -30,6 +30,8 @@ import type { PrewarmCommandDeps } from "./prewarm/run.ts";
 import { createFioReader } from "../host/volume-reads.ts";
 import type { ReleaseCommandDeps } from "./release/run.ts";
 import { createLabelWithdrawer, createReporter } from "./report.ts";
+import { readinessLabels } from "../docker/labels.ts";
+import { createOutcomeRecorder } from "../status/recorder.ts";
 import { engineLabelsProblem, preflightHost } from "./boot/preflight.ts";
 
 export interface WiringOptions {
@@ -164,14 +166,37 @@ function wireHost(options: WiringOptions, labels: { prefix: string; mode: Effect
   };
 }
 
+/**
+ * The records `status` reads and the metrics textfiles (`metrics.textfileDir`); `publishedLabels`
+ * tells the boot's record which labels the run published.
+ */
+export function wireRecorder(options: WiringOptions, publishedLabels?: () => Record<string, string> | undefined): OutcomeRecorder {
+  const { config, log } = options;
+  return createOutcomeRecorder({
+    stateDir: config.paths.stateDir,
+    textfileDir: config.metrics.textfileDir,
+    log,
+    ...(publishedLabels ? { publishedLabels } : {}),
+  });
+}
+
 /** Builds everything `runBoot()` needs. */
 export function wireBoot(options: WiringOptions): BootCommandDeps {
   const { log } = options;
+  // The labels the last report of this run published, for the boot's record.
+  let published: Record<string, string> | undefined;
+  const recorder = wireRecorder(options, () => published);
   return {
     ...wireCommon(options),
+    recorder,
     bootDeps: (settings, cloud) => {
       const host = wireHost(options, settings.effective.labels);
-      const report = createReporter(host.reporterDeps);
+      const publish = createReporter(host.reporterDeps);
+      const { prefix, mode } = settings.effective.labels;
+      const report: typeof publish = async (state, details) => {
+        await publish(state, details);
+        if (mode !== "off") published = readinessLabels(prefix, state, details);
+      };
       return {
         cloud,
         storage: host.storage,
@@ -201,6 +226,7 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
             report,
             stateDir: options.config.paths.stateDir,
             log,
+            recorder,
             ...(options.startPrewarm ? { startBackground: options.startPrewarm } : {}),
           }),
         log,
@@ -218,6 +244,7 @@ function fioReader(options: WiringOptions): PrewarmReader {
 export function wirePrewarm(options: WiringOptions): PrewarmCommandDeps {
   return {
     ...wireCommon(options),
+    recorder: wireRecorder(options),
     prewarmHost: (settings) => {
       const host = wireHost(options, settings.effective.labels);
       return { storage: host.storage, report: createReporter(host.reporterDeps), reader: fioReader(options) };
@@ -231,6 +258,7 @@ export function wireRelease(options: WiringOptions): ReleaseCommandDeps {
   const { metadata, ...common } = wireCommon(options);
   return {
     ...common,
+    recorder: wireRecorder(options),
     releaseDeps: (settings, cloud) => {
       const host = wireHost(options, settings.effective.labels);
       return {

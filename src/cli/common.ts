@@ -7,8 +7,8 @@ import { spawn } from "node:child_process";
 import type { BootCommandDeps } from "../agent/boot/run.ts";
 import type { PrewarmCommandDeps } from "../agent/prewarm/run.ts";
 import type { ReleaseCommandDeps } from "../agent/release/run.ts";
-import { hostWiringOptions, wireBoot, wirePrewarm, wireRelease } from "../agent/wiring.ts";
-import type { CloudVolumes } from "../agent/ports.ts";
+import { hostWiringOptions, wireBoot, wirePrewarm, wireRecorder, wireRelease } from "../agent/wiring.ts";
+import type { CloudVolumes, OutcomeRecorder } from "../agent/ports.ts";
 import { loadConfig, type AgentConfig } from "../config/index.ts";
 import { createLogger, type Level, type Logger } from "../log.ts";
 
@@ -22,6 +22,8 @@ export interface HostContext {
   prewarmDeps: PrewarmCommandDeps;
   /** EC2 in the configured region, or this instance's (from IMDS). */
   cloud(): Promise<CloudVolumes>;
+  /** The status records and metrics textfiles (`gc` writes its metrics through it). */
+  recorder: OutcomeRecorder;
 }
 
 /** Loads the config and wires the real adapters (src/agent/wiring.ts). */
@@ -37,6 +39,7 @@ export async function hostContext(configPath: string | undefined): Promise<HostC
     releaseDeps: wireRelease(wiring),
     prewarmDeps: wirePrewarm(wiring),
     cloud: async () => deps.cloudFor(config.region ?? (await deps.identify()).region),
+    recorder: wireRecorder(wiring),
   };
 }
 

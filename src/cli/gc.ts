@@ -18,6 +18,7 @@ export function gcCommand(): Command {
         maxDeletes: opts.maxDeletes,
         ttlHours: context.config.ttlHours,
         log: context.log,
+        recorder: context.recorder,
       });
       const out = (line: string) => process.stdout.write(line + "\n");
       if (opts.json) out(JSON.stringify(outcome, null, 2));

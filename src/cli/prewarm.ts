@@ -1,11 +1,10 @@
 /**
  * `ebs-cache-agent prewarm`: the pre-warm of this instance's cache volume (see
- * src/agent/prewarm/run.ts and docs/prewarm.md), and `ebs-cache-agent status`.
+ * src/agent/prewarm/run.ts and docs/prewarm.md).
  */
 import { Command, Option } from "commander";
 import { PREWARM_STRATEGIES, type PrewarmStrategy } from "../config/index.ts";
-import { prewarmStatus, runPrewarmCommand } from "../agent/prewarm/run.ts";
-import { loadConfig } from "../config/index.ts";
+import { runPrewarmCommand } from "../agent/prewarm/run.ts";
 import { hostContext } from "./common.ts";
 
 const CONFIG_HELP = "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)";
@@ -39,20 +38,5 @@ export function prewarmCommand(): Command {
         process.off("SIGTERM", stop);
         process.off("SIGINT", stop);
       }
-    });
-}
-
-/** Builds `ebs-cache-agent status`. */
-export function statusCommand(): Command {
-  return new Command("status")
-    .description("the pre-warm's state on this host: verdict, figures, progress (percent, MiB/s, ETA) of a running initialization")
-    .option("-c, --config <path>", CONFIG_HELP)
-    .option("--json", "print the state file and whether a process runs it")
-    .action(async (opts: { config?: string; json?: boolean }) => {
-      const { config } = await loadConfig(opts.config ? { path: opts.config } : {});
-      const status = await prewarmStatus(config.paths.stateDir);
-      const out = (line: string) => process.stdout.write(line + "\n");
-      if (opts.json) out(JSON.stringify({ running: status.running, state: status.state ?? null }, null, 2));
-      else for (const line of status.lines) out(line);
     });
 }

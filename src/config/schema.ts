@@ -517,6 +517,18 @@ export const CONFIG_SCHEMA = {
         },
       },
     },
+    metrics: {
+      type: "object",
+      description: "What the agent leaves for Prometheus (see docs/metrics.md).",
+      properties: {
+        textfileDir: {
+          type: ["string", "null"],
+          "x-format": "absolutePath",
+          default: "/var/lib/prometheus/node-exporter",
+          description: "node_exporter's textfile collector folder, where each use case replaces its `ebs_cache_agent_<use-case>.prom`; null writes no metrics.",
+        },
+      },
+    },
     logLevel: {
       type: "string",
       enum: ["error", "warning", "notice", "info", "debug"],

@@ -32,6 +32,8 @@ export function labConfigJson(lab: Lab, host: LabHost, overrides: ConfigOverride
       dockerHost: host.dockerHost,
       stateDir: join(host.paths.hostRoot, "var/lib/ebs-cache-agent"),
     },
+    // Never the host's node_exporter folder: the host's own, in its root.
+    metrics: { textfileDir: join(host.paths.hostRoot, "var/lib/prometheus/node-exporter") },
   };
   return deepMerge(base, overrides);
 }

@@ -11,9 +11,6 @@ import { AgentError } from "../errors.ts";
 import type { MetricFamily } from "./family.ts";
 import { renderSeries, renderTextFormat } from "./render.ts";
 
-/** node_exporter's conventional textfile folder (Debian's prometheus-node-exporter reads it). */
-export const DEFAULT_TEXTFILE_DIR = "/var/lib/prometheus/node-exporter";
-
 export type MetricsUseCase = "boot" | "prewarm" | "release" | "gc" | "keeper" | "host";
 
 /** The file a use case writes. */
@@ -25,7 +22,7 @@ export class MetricsWriteError extends AgentError {
   constructor(path: string, cause: unknown) {
     super(
       `could not write the metrics file ${path}: ${(cause as Error)?.message ?? String(cause)}`,
-      "check that the metrics directory exists, is on a writable filesystem and belongs to root (or set the metrics directory to another folder)",
+      "check that metrics.textfileDir is a folder root can create and write (or set it to another folder, or to null to write no metrics)",
       undefined,
       { cause },
     );

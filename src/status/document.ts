@@ -159,7 +159,7 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
       b && r
         ? {
             outcome: r.outcome,
-            source: b.source,
+            source: r.source,
             reason: r.reason ?? null,
             finishedAt: b.finishedAt,
             durationSeconds: round(timeline.reduce((sum, t) => sum + t.seconds, 0), 3),

@@ -7,8 +7,8 @@
 import { mkdir, open, readFile, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { BootResult } from "../agent/boot/context.ts";
+import type { BootPhase } from "../agent/ports.ts";
 import type { ReleaseResult } from "../agent/release/apply.ts";
-import type { BootSource } from "../metrics/boot.ts";
 
 export const BOOT_RECORD_FILE = "last-boot.json";
 export const RELEASE_RECORD_FILE = "last-release.json";
@@ -16,8 +16,12 @@ export const RELEASE_RECORD_FILE = "last-release.json";
 export interface BootRecord {
   version: 1;
   instanceId: string;
+  /** The machine boot it belongs to (/proc/sys/kernel/random/boot_id): the two phases of one boot share it. */
+  bootId?: string;
+  /** `first` (`boot --no-docker`), `second` (`boot --no-claim`), or `single` (a boot that does both). */
+  phase?: BootPhase;
   finishedAt: string;
-  source: BootSource;
+  /** The result with its source; after a two-phase boot, both phases' (see withFirstPhase). */
   result: BootResult;
   /** The readiness labels the boot published (name → value), as read back. */
   labels?: Record<string, string>;
@@ -84,6 +88,34 @@ function checkRecord(value: unknown, file: string): string | undefined {
   const result = value.result;
   if (!isObject(result) || typeof result.outcome !== "string" || !Array.isArray(result.timeline)) return `${file} lacks its result`;
   return undefined;
+}
+
+/**
+ * The second phase's record (`boot --no-claim`, after docker.service) on top of the first's of the
+ * same machine boot (`boot --no-docker`): the second phase only reuses the volume the first
+ * attached, so alone it would say `attached` for every boot and time only its half. The joined
+ * record keeps the first phase's source (unless the second degraded) and, when both degraded,
+ * the first's reason (the cause; the second only finds no volume); its timeline is both phases'.
+ * A record of another machine boot or instance is not joined.
+ */
+export function withFirstPhase(first: BootRecord | undefined, second: BootRecord): BootRecord {
+  if (second.phase !== "second" || first?.phase !== "first") return second;
+  if (first.instanceId !== second.instanceId || !first.bootId || first.bootId !== second.bootId) return second;
+  const before = first.result;
+  const after = second.result;
+  if (before.outcome !== "prepared" && before.outcome !== "degraded") return second;
+  if (before.outcome === "prepared" && after.volumeId && after.volumeId !== before.volumeId) return second;
+  const bothDegraded = before.outcome === "degraded" && after.outcome === "degraded";
+  const keepsSource = before.outcome === "prepared" && after.outcome !== "degraded" && after.outcome !== "disabled";
+  return {
+    ...second,
+    result: {
+      ...after,
+      ...(keepsSource ? { source: before.source } : {}),
+      ...(bothDegraded && before.reason ? { reason: before.reason } : {}),
+      timeline: [...before.timeline, ...after.timeline],
+    },
+  };
 }
 
 export function writeBootRecord(stateDir: string, record: BootRecord): Promise<void> {

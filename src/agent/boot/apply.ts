@@ -18,6 +18,7 @@ import { claimNext, createAndClaim } from "./claim.ts";
 import { freshProgress, type ApplyOptions, type BootDeps, type BootLimits, type BootResult, type ClaimState, type Finished, type Progress, type StepContext } from "./context.ts";
 import { BootStepError, CancelledError, remediationOf } from "./errors.ts";
 import type { BootPlan, BootStep } from "./plan.ts";
+import { bootSourceOf } from "./source.ts";
 import { degrade, shorten, undo } from "./undo.ts";
 
 /** Steps whose failure is the volume's: it is handed back quarantined and the next one tried. */
@@ -49,7 +50,7 @@ export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: Boot
   const maxVolumes = claimStep?.step === "claim-volume" ? claimStep.maxVolumes : 1;
   if (plan.steps.some((step) => step.step === "switch-data-root")) {
     const refused = await checkHost(deps, limits, timeline);
-    if (refused) return { ...refused, timeline };
+    if (refused) return { ...refused, timeline, source: bootSourceOf(plan.selection, refused.outcome, undefined) };
   }
   for (let index = 0; index < plan.steps.length; index++) {
     const step = plan.steps[index]!;
@@ -58,7 +59,7 @@ export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: Boot
       if (options.signal?.aborted) throw new CancelledError(step.step, options.signal);
       const done = await runStep(step, { plan, p: progress, deps, limits, claim, call: claim.signal ? { signal: claim.signal } : {} });
       timeline.push({ step: step.step, ms: Date.now() - started });
-      if (done) return { ...done, timeline };
+      if (done) return { ...done, timeline, source: bootSourceOf(plan.selection, done.outcome, progress.created) };
     } catch (caught) {
       timeline.push({ step: step.step, ms: Date.now() - started });
       const error = options.signal?.aborted && !(caught instanceof CancelledError) ? new CancelledError(step.step, options.signal, caught) : caught;
@@ -86,11 +87,11 @@ export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: Boot
         remediation: remediationOf(error),
       });
       const degraded = await degrade(deps, limits, reason);
-      return { ...degraded, timeline };
+      return { ...degraded, timeline, source: bootSourceOf(plan.selection, degraded.outcome, undefined) };
     }
   }
   const outcome = !plan.steps.some((step) => step.step === "report-ready") ? "prepared" : progress.prewarm?.labelState === "warming" ? "warming" : "ready";
-  return { outcome, timeline, ...resultOf(progress) };
+  return { outcome, source: bootSourceOf(plan.selection, outcome, progress.created), timeline, ...resultOf(progress) };
 }
 
 /**

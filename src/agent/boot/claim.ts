@@ -109,6 +109,7 @@ export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promis
   }
   p.volume = volume;
   p.claimedNow = true;
+  p.created = spec.snapshotId !== undefined ? "snapshot" : "blank";
   claim.volumes++;
 }
 

@@ -6,6 +6,7 @@ import type { Logger } from "../../log.ts";
 import type { BootPlan } from "./plan.ts";
 import type { CloudVolumes, DaemonConfig, DockerEngine, DockerService, HostStorage, ReadinessState, VolumeInfo } from "../ports.ts";
 import type { PrewarmOutcome, PrewarmTarget } from "../prewarm/plan.ts";
+import type { BootSource, CreatedFrom } from "./source.ts";
 
 /** The adapters a boot uses (built in src/agent/wiring.ts, for the CLI or a lab host). */
 export interface BootDeps {
@@ -78,6 +79,8 @@ export interface ApplyOptions {
 export interface BootResult {
   /** `prepared`: volume mounted and daemon.json switched; docker not started (first boot phase). */
   outcome: ReadinessState | "prepared";
+  /** Where the data-root came from (./source.ts): a pool claim that fell back to the snapshot is `snapshot`. */
+  source: BootSource;
   /** The pre-warm's verdict and what it did (see docs/prewarm.md). */
   prewarm?: Pick<PrewarmOutcome, "verdict" | "phase" | "before" | "after" | "error"> & { action: string };
   volumeId?: string;
@@ -88,8 +91,8 @@ export interface BootResult {
   timeline: Array<{ step: string; ms: number }>;
 }
 
-/** A boot that ended before the last step (disabled, degraded), without its timeline yet. */
-export type Finished = Omit<BootResult, "timeline">;
+/** A boot that ended before the last step (disabled, degraded), without its timeline and source yet. */
+export type Finished = Omit<BootResult, "timeline" | "source">;
 
 /** What the steps learn as they go (about the volume in hand; reset when it is handed back). */
 export interface Progress {
@@ -103,6 +106,8 @@ export interface Progress {
   dataRoot?: string;
   switched: boolean;
   prewarm?: PrewarmOutcome;
+  /** Set when this boot created the volume in hand (the plan's creation, or the claim's fallback). */
+  created?: CreatedFrom;
 }
 
 /** Progress with no volume in hand: at the start, and after one was handed back. */

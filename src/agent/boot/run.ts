@@ -12,7 +12,7 @@ import type { BootDeps, BootLimits, BootResult } from "./context.ts";
 import { BootBudgetSpent, CancelledError } from "./errors.ts";
 import { observeBoot, observeIdentity, type IdentitySource } from "./observe.ts";
 import { planBoot, type BootObservation, type BootPlan, type BootSettings } from "./plan.ts";
-import type { CloudVolumes, Identity } from "../ports.ts";
+import type { BootPhase, CloudVolumes, Identity, OutcomeRecorder } from "../ports.ts";
 import { recordOf, resolveSettings, type ResolvedSettings } from "../settings.ts";
 import { writeWorkspaceRecord } from "../workspace-record.ts";
 
@@ -25,6 +25,8 @@ export interface BootCommandDeps extends IdentitySource {
   defaultDataRoot?: string;
   /** This boot of the machine (see BootLimits.bootId). */
   bootId?: string;
+  /** Leaves the outcome for `status` and the metrics; absent: nothing is recorded. */
+  recorder?: OutcomeRecorder;
 }
 
 export interface BootOutcome {
@@ -108,6 +110,8 @@ export async function runBoot(
   }).finally(() => budget?.clear());
   // A problem that will not clear by itself (permissions) fails the unit, after the node came up degraded.
   const exitCode = "plan" in observation && !observation.transient ? ExitCode.failure : exitCodeOf(result);
+  const phase: BootPhase = !settings.mayClaim ? "second" : settings.withDocker ? "single" : "first";
+  await deps.recorder?.bootFinished({ instanceId: identity.instanceId, ...(deps.bootId ? { bootId: deps.bootId } : {}), phase, result, finishedAt: new Date() });
   return { identity, plan, result, exitCode };
 }
 

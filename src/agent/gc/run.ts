@@ -4,7 +4,7 @@
  */
 import { ExitCode } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
-import type { CloudVolumes } from "../ports.ts";
+import type { CloudVolumes, OutcomeRecorder } from "../ports.ts";
 import { applyGc, type GcOutcome } from "./apply.ts";
 import { observeGc } from "./observe.ts";
 import { planGc } from "./plan.ts";
@@ -12,11 +12,13 @@ import { planGc } from "./plan.ts";
 /** Runs gc over the managed volumes EC2 shows in this region. */
 export async function runGc(
   cloud: CloudVolumes,
-  options: { dryRun: boolean; maxDeletes: number; ttlHours: number; now?: Date; log: Logger },
+  options: { dryRun: boolean; maxDeletes: number; ttlHours: number; now?: Date; log: Logger; recorder?: OutcomeRecorder },
 ): Promise<GcOutcome> {
   const volumes = await observeGc(cloud);
   const decisions = planGc(volumes, { now: options.now ?? new Date(), ttlHours: options.ttlHours, maxDeletes: options.maxDeletes });
-  return applyGc(decisions, cloud, { dryRun: options.dryRun, log: options.log });
+  const outcome = await applyGc(decisions, cloud, { dryRun: options.dryRun, log: options.log });
+  await options.recorder?.gcFinished({ outcome, dryRun: options.dryRun, finishedAt: new Date() });
+  return outcome;
 }
 
 /** 0: done (or nothing to do); 1: some action failed (the log says which). */

@@ -19,7 +19,7 @@
 import { describeError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { VolumeTag } from "../../tags.ts";
-import type { InitializationStatus, PrewarmReader } from "../ports.ts";
+import type { InitializationStatus, OutcomeRecorder, PrewarmReader } from "../ports.ts";
 import { initializationStatusOf, remediationOr, sampleVolume, type Sample } from "./observe.ts";
 import {
   decidePrewarm,
@@ -59,6 +59,8 @@ export interface PrewarmDeps {
   startBackground?: () => Promise<void>;
   /** How often EBS's initialization status is polled while following it (default 10 s). */
   followPollMs?: number;
+  /** Told of each state written (the pre-warm's metrics); absent: nothing but the state file. */
+  recorder?: Pick<OutcomeRecorder, "prewarmStateWritten">;
 }
 
 const nowOf = (deps: PrewarmDeps) => deps.now?.() ?? new Date();
@@ -99,9 +101,13 @@ export async function prewarmAtBoot(target: PrewarmTarget, settings: PrewarmSett
   const previous = await readPrewarmState(deps.stateDir);
   const save = async (changes: Partial<PrewarmState>) => {
     Object.assign(state, changes, { updatedAt: nowOf(deps).toISOString() });
-    await writePrewarmState(deps.stateDir, state).catch((error: unknown) => {
+    try {
+      await writePrewarmState(deps.stateDir, state);
+    } catch (error) {
       log.warning("prewarm.state", `could not write the state file: ${describeError(error)}`, { stateDir: deps.stateDir });
-    });
+      return;
+    }
+    await deps.recorder?.prewarmStateWritten(state);
   };
   // The table's key is the decision's action: each handler gets the decision it is written for.
   const handle = AT_BOOT[decision.action] as AtBootHandler<Action>;
@@ -334,6 +340,7 @@ async function startRun(
     const snapshot = JSON.parse(JSON.stringify(state)) as PrewarmState;
     writes = writes
       .then(() => writePrewarmState(deps.stateDir, snapshot))
+      .then(() => deps.recorder?.prewarmStateWritten(snapshot))
       .catch((error: unknown) => deps.log.warning("prewarm.state", `could not write the state file: ${describeError(error)}`));
     return writes;
   };

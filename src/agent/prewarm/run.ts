@@ -10,7 +10,7 @@
 import type { AgentConfig } from "../../config/index.ts";
 import { ConfigError, ExitCode } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
-import type { CloudVolumes, HostStorage, Identity, PrewarmReader, VolumeInfo } from "../ports.ts";
+import type { CloudVolumes, HostStorage, Identity, OutcomeRecorder, PrewarmReader, VolumeInfo } from "../ports.ts";
 import { volumeDetails } from "../report.ts";
 import { resolveSettings, type ResolvedSettings } from "../settings.ts";
 import { prewarmAtBoot, runInitialization, type PrewarmDeps } from "./apply.ts";
@@ -35,6 +35,8 @@ export interface PrewarmCommandDeps {
   cloudFor(region: string): CloudVolumes;
   prewarmHost(settings: ResolvedSettings): PrewarmHost;
   log: Logger;
+  /** Writes the pre-warm's metrics with each state written; absent: only the state file. */
+  recorder?: Pick<OutcomeRecorder, "prewarmStateWritten">;
 }
 
 export interface PrewarmCommandOptions {
@@ -74,6 +76,7 @@ export async function runPrewarmCommand(deps: PrewarmCommandDeps, options: Prewa
     report: (state, details) => host.report(state, details),
     stateDir: config.paths.stateDir,
     log,
+    ...(deps.recorder ? { recorder: deps.recorder } : {}),
   };
   const status = await cloud.initializationStatus(volume.volumeId).catch(() => undefined);
   const decision = decidePrewarm(settings, target.volume, status);

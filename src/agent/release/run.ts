@@ -7,7 +7,7 @@
 import type { AgentConfig } from "../../config/index.ts";
 import { ExitCode } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
-import type { CloudVolumes, Identity, ReleaseDeps } from "../ports.ts";
+import type { CloudVolumes, Identity, OutcomeRecorder, ReleaseDeps } from "../ports.ts";
 import { resolveReleaseSettings, type ResolvedReleaseSettings } from "../settings.ts";
 import { readWorkspaceRecord } from "../workspace-record.ts";
 import { applyReleasePlan, type ReleaseResult } from "./apply.ts";
@@ -24,6 +24,8 @@ export interface ReleaseCommandDeps {
   /** docker's data-root without the agent (undefined: docker's default). */
   defaultDataRoot?: string;
   log: Logger;
+  /** Leaves the outcome for `status` and the metrics; absent: nothing is recorded. */
+  recorder?: OutcomeRecorder;
 }
 
 export interface ReleaseOutcome {
@@ -75,5 +77,6 @@ export async function runRelease(deps: ReleaseCommandDeps, options: { dryRun: bo
     { detachTimeoutMs: config.timeouts.attachSeconds * 1000 },
     options.signal ? { signal: options.signal } : {},
   );
+  await deps.recorder?.releaseFinished({ instanceId: identity.instanceId, result, finishedAt: new Date() });
   return { identity, plan, result, exitCode: releaseExitCode(result) };
 }

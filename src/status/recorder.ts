@@ -1,0 +1,109 @@
+/**
+ * The OutcomeRecorder port (src/agent/ports.ts): what a finished use case leaves for operators,
+ * the status records in `<paths.stateDir>` and one metrics textfile per use case in
+ * `metrics.textfileDir` (null: none). Nothing here may change a use case's outcome: every write
+ * that fails is a warning, never an exception.
+ *
+ * The host facts (systeminformation, 50-80 ms to load, then df and lsblk) are read only for a
+ * boot that came up (`ready`, `warming`): by then docker runs on the volume and the labels are
+ * published, so they cost the node nothing; the first phase, before docker.service, never
+ * reads them.
+ */
+import type { OutcomeRecorder } from "../agent/ports.ts";
+import { AgentError, describeError } from "../errors.ts";
+import type { CacheFilesystem, HostContext } from "../host/facts.ts";
+import type { Logger } from "../log.ts";
+import { bootMetrics } from "../metrics/boot.ts";
+import type { MetricFamily } from "../metrics/family.ts";
+import { gcMetrics } from "../metrics/gc.ts";
+import { cacheFilesystemMetrics, hostMetrics } from "../metrics/host.ts";
+import { prewarmMetrics } from "../metrics/prewarm.ts";
+import { releaseMetrics } from "../metrics/release.ts";
+import { writeTextfile, type MetricsUseCase } from "../metrics/textfile.ts";
+import { readBootRecord, withFirstPhase, writeBootRecord, writeReleaseRecord, type BootRecord } from "./records.ts";
+
+/** The host facts the boot's metrics carry (src/host/facts.ts). */
+export interface HostFacts {
+  cacheFilesystem(mountPoint: string): Promise<CacheFilesystem | undefined>;
+  host(): Promise<HostContext>;
+}
+
+export interface RecorderOptions {
+  stateDir: string;
+  /** node_exporter's textfile folder; null writes no metrics. */
+  textfileDir: string | null;
+  log: Logger;
+  /** The readiness labels this run published last (name → value), for `status` to compare. */
+  publishedLabels?: () => Record<string, string> | undefined;
+  /** Default: src/host/facts.ts, loaded when first asked. */
+  facts?: HostFacts;
+}
+
+/** The real facts, imported on first use so that a run which reads none does not load them. */
+const hostFacts: HostFacts = {
+  cacheFilesystem: async (mountPoint) => (await import("../host/facts.ts")).readCacheFilesystem(mountPoint),
+  host: async () => (await import("../host/facts.ts")).readHostContext(),
+};
+
+/** Builds the recorder. */
+export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder {
+  const { stateDir, textfileDir, log } = options;
+  const facts = options.facts ?? hostFacts;
+
+  /** Runs a write; a failure is logged, never thrown. */
+  const attempt = async (what: string, write: () => Promise<unknown>): Promise<void> => {
+    try {
+      await write();
+    } catch (error) {
+      log.warning("metrics", `could not write ${what}: ${describeError(error)}; the outcome is unchanged`, {
+        remediation: error instanceof AgentError ? error.remediation : undefined,
+      });
+    }
+  };
+  const textfile = (useCase: MetricsUseCase, families: () => Promise<MetricFamily[]> | MetricFamily[], carry = false) =>
+    textfileDir === null ? Promise.resolve() : attempt(`the ${useCase} metrics`, async () => writeTextfile(textfileDir, useCase, await families(), { carry }));
+
+  /** The cache filesystem and the host, each left out (with a note) when it cannot be read. */
+  const factsFor = async (mountPoint: string): Promise<MetricFamily[]> => {
+    const [fs, host] = await Promise.allSettled([facts.cacheFilesystem(mountPoint), facts.host()]);
+    const families: MetricFamily[] = [];
+    if (fs.status === "fulfilled" && fs.value) families.push(...cacheFilesystemMetrics(fs.value));
+    else log.info("metrics", `no figures of the cache filesystem at ${mountPoint}: ${fs.status === "rejected" ? describeError(fs.reason) : "nothing mounted there"}`);
+    if (host.status === "fulfilled") families.push(...hostMetrics(host.value));
+    else log.info("metrics", `no figures of the host: ${describeError(host.reason)}`);
+    return families;
+  };
+
+  return {
+    async bootFinished({ instanceId, bootId, phase, result, finishedAt }) {
+      const labels = options.publishedLabels?.();
+      let record: BootRecord = {
+        version: 1,
+        instanceId,
+        ...(bootId ? { bootId } : {}),
+        phase,
+        finishedAt: finishedAt.toISOString(),
+        result,
+        ...(labels ? { labels } : {}),
+      };
+      if (phase === "second") record = withFirstPhase((await readBootRecord(stateDir).catch(() => ({ record: undefined }))).record, record);
+      await attempt("the boot's status record", () => writeBootRecord(stateDir, record));
+      const up = result.outcome === "ready" || result.outcome === "warming";
+      await textfile("boot", async () => [
+        ...bootMetrics({ result: record.result, finishedAt }),
+        ...(up && result.mountPoint ? await factsFor(result.mountPoint) : []),
+      ]);
+    },
+    async releaseFinished({ instanceId, result, finishedAt }) {
+      await attempt("the release's status record", () => writeReleaseRecord(stateDir, { version: 1, instanceId, finishedAt: finishedAt.toISOString(), result }));
+      await textfile("release", () => releaseMetrics({ result, finishedAt }));
+    },
+    async gcFinished({ outcome, dryRun, finishedAt }) {
+      // gc's counters count over its runs: the previous file's values are carried.
+      await textfile("gc", () => gcMetrics({ outcome, dryRun, finishedAt }), true);
+    },
+    async prewarmStateWritten(state) {
+      await textfile("prewarm", () => prewarmMetrics(state));
+    },
+  };
+}
