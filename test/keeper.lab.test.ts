@@ -5,6 +5,8 @@
  * keepers racing never overshoot, surplus goes oldest snapshot first and then oldest volume,
  * and in-use, kept and foreign volumes are never touched; a dry run changes nothing.
  */
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
 import t from "tap";
 import { AttachVolumeCommand, CreateSnapshotCommand, CreateVolumeCommand, DescribeSnapshotsCommand, DescribeVolumesCommand, type EC2Client } from "@aws-sdk/client-ec2";
 import { runKeeper, type KeeperOutcome } from "../src/agent/keeper/run.ts";
@@ -17,6 +19,7 @@ import { startLab } from "../src/lab/lab.ts";
 import { createMemoryLogger } from "../src/log.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { assertLabPrerequisites, pollUntil } from "./fixtures/lab-prereq.ts";
+import { parsePromText, sampleOf } from "./fixtures/prom-text.ts";
 
 await assertLabPrerequisites();
 
@@ -140,6 +143,10 @@ t.test("fills three zones to the target from empty", async (t) => {
   t.equal(outcome.rounds, 7, "a recount after each volume (the last finds nothing to do)");
   const pool = ofPool(await volumes(), "fill");
   t.same(perZone(pool), { [zoneA]: 2, [zoneB]: 2, [zoneC]: 2 });
+  // The run's figures for node_exporter (metrics.textfileDir, inside the lab host's root).
+  const prom = parsePromText(await readFile(join(host.paths.hostRoot, "var/lib/prometheus/node-exporter/ebs_cache_agent_keeper.prom"), "utf8"));
+  t.equal(sampleOf(prom, "ebs_cache_agent_keeper_actions_total", { action: "create", pool: "fill", outcome: "done" })?.value, 6, "the textfile counts six creates");
+  t.equal(sampleOf(prom, "ebs_cache_agent_keeper_pool_volumes", { pool: "fill" })?.value, 6, "and six volumes stocked");
   for (const v of pool) {
     t.equal(v.snapshotId, fillSnapshot, `${v.volumeId} from the snapshot`);
     t.equal(v.initializationRate, 100, `${v.volumeId} at the provisioned initialization rate`);

@@ -7,6 +7,7 @@
 import type { Logger } from "../log.ts";
 import type { BootResult } from "./boot/context.ts";
 import type { GcOutcome } from "./gc/apply.ts";
+import type { KeeperFacts } from "../metrics/keeper.ts";
 import type { PrewarmState } from "./prewarm/state.ts";
 import type { ReleaseResult } from "./release/apply.ts";
 
@@ -358,6 +359,8 @@ export interface OutcomeRecorder {
   bootFinished(boot: { instanceId: string; bootId?: string; phase: BootPhase; result: BootResult; finishedAt: Date }): Promise<void>;
   releaseFinished(release: { instanceId: string; result: ReleaseResult; finishedAt: Date }): Promise<void>;
   gcFinished(gc: { outcome: GcOutcome; dryRun: boolean; finishedAt: Date }): Promise<void>;
+  /** After a keeper run (`pool fill`) that was not a dry run. */
+  keeperFinished(keeper: KeeperFacts): Promise<void>;
   /** After each write of the pre-warm's state file (at boot, and as a long initialization goes). */
   prewarmStateWritten(state: PrewarmState): Promise<void>;
 }

@@ -49,7 +49,7 @@ function fillCommand(): Command {
       const opts = command.optsWithGlobals<{ config?: string; dryRun?: boolean; json?: boolean }>();
       const context = await hostContext(opts.config);
       const settings = keeperSettingsFrom(context.config);
-      const outcome = await runKeeper(await context.cloud(), settings, { dryRun: opts.dryRun ?? false, log: context.log });
+      const outcome = await runKeeper(await context.cloud(), settings, { dryRun: opts.dryRun ?? false, log: context.log, recorder: context.recorder });
       process.stdout.write((opts.json ? JSON.stringify(outcome, null, 2) : renderKeeperOutcome(outcome, opts.dryRun ?? false)) + "\n");
       process.exitCode = keeperExitCode(outcome);
     });

@@ -1,11 +1,11 @@
 /**
- * The keeper's figures (`ebs_cache_agent_keeper.prom`): the keeper (which keeps the pool at its
- * size) is not built yet; this is the shape its run reports, so its metrics exist beside the
- * others when it lands. Actions are counters carried from run to run.
+ * The keeper's figures (`ebs_cache_agent_keeper.prom`), written after each `pool fill` run that
+ * is not a dry run (src/agent/keeper/run.ts `keeperFacts`). Actions are counters carried from run
+ * to run.
  */
 import { family, gauge, type MetricFamily } from "./family.ts";
 
-/** One thing a keeper run did to the pool (e.g. `create`, `snapshot`, `retire`). */
+/** One thing a keeper run did to the pool (`create`, `tag-initialized`, `trim`). */
 export interface KeeperAction {
   action: string;
   pool: string;

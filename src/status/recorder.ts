@@ -16,6 +16,7 @@ import type { Logger } from "../log.ts";
 import { bootMetrics } from "../metrics/boot.ts";
 import type { MetricFamily } from "../metrics/family.ts";
 import { gcMetrics } from "../metrics/gc.ts";
+import { keeperMetrics } from "../metrics/keeper.ts";
 import { cacheFilesystemMetrics, hostMetrics } from "../metrics/host.ts";
 import { prewarmMetrics } from "../metrics/prewarm.ts";
 import { releaseMetrics } from "../metrics/release.ts";
@@ -101,6 +102,10 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
     async gcFinished({ outcome, dryRun, finishedAt }) {
       // gc's counters count over its runs: the previous file's values are carried.
       await textfile("gc", () => gcMetrics({ outcome, dryRun, finishedAt }), true);
+    },
+    async keeperFinished(facts) {
+      // Like gc's, the keeper's action counters count over its runs.
+      await textfile("keeper", () => keeperMetrics(facts), true);
     },
     async prewarmStateWritten(state) {
       await textfile("prewarm", () => prewarmMetrics(state));

@@ -8,7 +8,7 @@
 import { ConfigError, ExitCode } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import type { KeeperFacts } from "../../metrics/keeper.ts";
-import type { KeeperCloud } from "../ports.ts";
+import type { KeeperCloud, OutcomeRecorder } from "../ports.ts";
 import { applyKeeper, type KeeperResult } from "./apply.ts";
 import { observeKeeper } from "./observe.ts";
 import { planKeeper, type KeeperPlan, type KeeperSettings } from "./plan.ts";
@@ -47,7 +47,7 @@ export function keeperSettingsFrom(config: {
 export async function runKeeper(
   cloud: KeeperCloud,
   settings: KeeperSettings,
-  options: { dryRun: boolean; log: Logger; now?: () => Date },
+  options: { dryRun: boolean; log: Logger; now?: () => Date; recorder?: OutcomeRecorder },
 ): Promise<KeeperOutcome> {
   const now = options.now ?? (() => new Date());
   const observed = await observeKeeper(cloud, settings, { now: now() });
@@ -75,6 +75,7 @@ export async function runKeeper(
     outcome.results.push(...(await applyKeeper([next], ctx)));
   }
   outcome.failed = outcome.results.filter((r) => r.done === "failed").length;
+  await options.recorder?.keeperFinished(keeperFacts(outcome, now()));
   return outcome;
 }
 
