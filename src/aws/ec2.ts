@@ -181,7 +181,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
     if (!volume) return { kind: "taken", reason: `${failure.code}: ${volumeId} no longer exists` };
     const attachment = volume.attachment;
     if (attachment?.instanceId === instanceId && HELD.includes(attachment.state)) {
-      log.notice("ec2-claim", `AttachVolume answered ${failure.code}, yet the volume is ${attachment.state} here: claimed`, {
+      log.notice("ec2.claim", `AttachVolume answered ${failure.code}, yet the volume is ${attachment.state} here: claimed`, {
         volumeId,
         instanceId,
         device: attachment.device,
@@ -236,7 +236,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
         // A bounded page of candidates is one call, however large the pool.
         if (options?.firstPage !== undefined) break;
       } while (nextToken !== undefined);
-      log.debug("ec2-find-volumes", `${volumes.length} volumes match`, { filters: JSON.stringify(filters) });
+      log.debug("ec2.find-volumes", `${volumes.length} volumes match`, { filters: JSON.stringify(filters) });
       return volumes;
     },
 
@@ -292,7 +292,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
       const created = await call("CreateVolume", () => api.createVolume(input, options));
       const volumeId = created.VolumeId;
       if (!volumeId) throw ec2CallError("CreateVolume", new Error("the answer names no volume id"));
-      log.info("ec2-create-volume", "volume created, waiting until available", {
+      log.info("ec2.create-volume", "volume created, waiting until available", {
         volumeId,
         zone: spec.availabilityZone,
         snapshotId: spec.snapshotId,
@@ -310,7 +310,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
       if (!ready || (ready.state !== "available" && ready.state !== "in-use")) {
         throw new VolumeCreateError(volumeId, `EC2 reports it '${ready?.state ?? "gone"}'`);
       }
-      log.info("ec2-create-volume", "volume available", { volumeId });
+      log.info("ec2.create-volume", "volume available", { volumeId });
       return ready;
     },
 
@@ -322,7 +322,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
         tried.push(name);
         try {
           await api.attachVolume({ VolumeId: volumeId, InstanceId: instanceId, Device: name }, options);
-          log.info("ec2-claim", "AttachVolume accepted: claimed", { volumeId, instanceId, device: name });
+          log.info("ec2.claim", "AttachVolume accepted: claimed", { volumeId, instanceId, device: name });
           return { kind: "claimed" };
         } catch (error) {
           if (isAbort(error)) throw error;
@@ -334,16 +334,16 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
               // Refused at the call's first attempt, for a volume the caller knows was not
               // attached here before: EC2 changed nothing, so another instance holds it.
               if (options?.notHeldHere && attemptsOf(error) === 1 && tried.length === 1 && round === 1) {
-                log.info("ec2-claim", "taken", { volumeId, instanceId, code: failure.code });
+                log.info("ec2.claim", "taken", { volumeId, instanceId, code: failure.code });
                 return { kind: "taken", reason: `${failure.code}: ${volumeId} is held by another instance` };
               }
               const outcome = await settleClaim(volumeId, instanceId, failure, options);
-              if (outcome.kind === "taken") log.info("ec2-claim", "taken", { volumeId, instanceId, reason: outcome.reason });
+              if (outcome.kind === "taken") log.info("ec2.claim", "taken", { volumeId, instanceId, reason: outcome.reason });
               return outcome;
             }
             case "not-found":
               if (Date.now() < notFoundUntil) {
-                log.info("ec2-claim", "the new volume is not visible to AttachVolume yet (EC2's eventual consistency): retrying", { volumeId });
+                log.info("ec2.claim", "the new volume is not visible to AttachVolume yet (EC2's eventual consistency): retrying", { volumeId });
                 tried.pop();
                 await pause(Math.min(pollMs, 1000) * Math.min(round, 4), options);
                 continue;
@@ -352,7 +352,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
             case "device-in-use": {
               const next = DEVICE_NAMES.find((candidate) => !tried.includes(candidate));
               if (next === undefined) throw new DeviceNameError(instanceId, volumeId, tried, error);
-              log.info("ec2-claim", "device name in use on this instance, trying the next", { volumeId, device: name, next });
+              log.info("ec2.claim", "device name in use on this instance, trying the next", { volumeId, device: name, next });
               name = next;
               continue;
             }
@@ -366,13 +366,13 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
             }
             default: {
               if (!outcomeUnknown(failure)) throw ec2CallError("AttachVolume", error);
-              log.warning("ec2-claim", "AttachVolume outcome unknown, describing the volume", {
+              log.warning("ec2.claim", "AttachVolume outcome unknown, describing the volume", {
                 volumeId,
                 instanceId,
                 code: failure.code,
               });
               const outcome = await settleClaim(volumeId, instanceId, failure, options);
-              if (outcome.kind === "taken") log.warning("ec2-claim", "taken", { volumeId, instanceId, reason: outcome.reason });
+              if (outcome.kind === "taken") log.warning("ec2.claim", "taken", { volumeId, instanceId, reason: outcome.reason });
               return outcome;
             }
           }
@@ -402,20 +402,20 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
         (last) => new AttachmentTimeoutError(volumeId, instanceId, state, describe(last), timeoutMs),
         options,
       );
-      log.info("ec2-attachment", `${volumeId} ${state}`, { volumeId, instanceId });
+      log.info("ec2.attachment", `${volumeId} ${state}`, { volumeId, instanceId });
     },
 
     async detachVolume(volumeId: string, instanceId: string, options?: Cancellable): Promise<void> {
       try {
         // Never Force: on EC2 it can lose data, and a stuck detach needs a person, not the agent.
         await api.detachVolume({ VolumeId: volumeId, InstanceId: instanceId }, options);
-        log.info("ec2-detach", "DetachVolume accepted", { volumeId, instanceId });
+        log.info("ec2.detach", "DetachVolume accepted", { volumeId, instanceId });
         return;
       } catch (error) {
         if (isAbort(error)) throw error;
         const failure = classifyEc2Error(error);
         if (failure.kind === "not-found" || failure.kind === "attachment-not-found") {
-          log.info("ec2-detach", "not attached to this instance: nothing to detach", { volumeId, instanceId, code: failure.code });
+          log.info("ec2.detach", "not attached to this instance: nothing to detach", { volumeId, instanceId, code: failure.code });
           return;
         }
         if (failure.kind !== "incorrect-state" && !outcomeUnknown(failure)) throw ec2CallError("DetachVolume", error);
@@ -424,7 +424,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
         if (attachment?.instanceId === instanceId && HELD.includes(attachment.state)) {
           throw ec2CallError("DetachVolume", error);
         }
-        log.info("ec2-detach", `DetachVolume answered ${failure.code}; the volume is not held here`, {
+        log.info("ec2.detach", `DetachVolume answered ${failure.code}; the volume is not held here`, {
           volumeId,
           instanceId,
           attachment: attachment ? `${attachment.state} to ${attachment.instanceId}` : "none",
@@ -435,7 +435,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
     async deleteVolume(volumeId: string): Promise<"deleted" | "gone"> {
       try {
         await api.deleteVolume({ VolumeId: volumeId });
-        log.info("ec2-delete", "DeleteVolume accepted", { volumeId });
+        log.info("ec2.delete", "DeleteVolume accepted", { volumeId });
         return "deleted";
       } catch (error) {
         if (classifyEc2Error(error).kind === "not-found") return "gone";

@@ -160,7 +160,7 @@ export function createContainerdConfig(options: { path?: string; log?: Logger } 
       const current = await readSnapshot(path);
       const next = withContainerdRoot(current.text ?? "", root, path);
       if (next === (current.text ?? "")) {
-        log?.debug("containerd-config-unchanged", "containerd's root is already set", { path, root: root ?? DEFAULT_CONTAINERD_ROOT });
+        log?.debug("docker.containerd-config-unchanged", "containerd's root is already set", { path, root: root ?? DEFAULT_CONTAINERD_ROOT });
         return false;
       }
       if (!backedUp) {
@@ -174,7 +174,7 @@ export function createContainerdConfig(options: { path?: string; log?: Logger } 
         backedUp = true;
       }
       await writeAtomically(current.file, next, current.mode);
-      log?.info("containerd-config-written", "set containerd's root", { path, root: root ?? DEFAULT_CONTAINERD_ROOT });
+      log?.info("docker.containerd-config-written", "set containerd's root", { path, root: root ?? DEFAULT_CONTAINERD_ROOT });
       return true;
     },
     async restoreBackup() {
@@ -182,12 +182,12 @@ export function createContainerdConfig(options: { path?: string; log?: Logger } 
       const backup = await readSnapshot(backupPath);
       if (backup.text !== undefined) {
         await writeAtomically(file, backup.text, backup.mode);
-        log?.notice("containerd-config-restored", "restored config.toml from its backup", { path, backup: backupPath });
+        log?.notice("docker.containerd-config-restored", "restored config.toml from its backup", { path, backup: backupPath });
         return;
       }
       if (await exists(absentMarkerPath)) {
         await rm(file, { force: true });
-        log?.notice("containerd-config-restored", "removed config.toml: there was none before the agent's change", { path });
+        log?.notice("docker.containerd-config-restored", "removed config.toml: there was none before the agent's change", { path });
         return;
       }
       throw new ContainerdConfigError(path, `no backup of ${path} to restore (neither ${backupPath} nor ${absentMarkerPath} exists)`, `check ${path} by hand`);

@@ -204,7 +204,7 @@ export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFi
       await removeDurably(backupPath);
       await writeAtomically(absentMarkerPath, `${path} did not exist before ebs-cache-agent changed it\n`, NEW_FILE_MODE);
     }
-    log?.info("daemon-json-backup", "kept a backup of daemon.json", {
+    log?.info("docker.daemon-json-backup", "kept a backup of daemon.json", {
       path,
       backup: snapshot.bytes !== undefined ? backupPath : absentMarkerPath,
     });
@@ -215,7 +215,7 @@ export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFi
       const { snapshot, config } = await load();
       const next = edit(config);
       if (JSON.stringify(next) === JSON.stringify(config)) {
-        log?.debug("daemon-json-unchanged", `${what}: daemon.json already says so`, { path });
+        log?.debug("docker.daemon-json-unchanged", `${what}: daemon.json already says so`, { path });
         return;
       }
       await mkdir(dirname(snapshot.file), { recursive: true, mode: 0o755 }).catch((error: unknown) => {
@@ -227,7 +227,7 @@ export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFi
       }
       const text = renderDaemonJson(next, snapshot.bytes?.toString("utf8"));
       await writeAtomically(snapshot.file, text, snapshot.mode, snapshot.owner);
-      log?.info("daemon-json-written", `${what} in daemon.json`, { path });
+      log?.info("docker.daemon-json-written", `${what} in daemon.json`, { path });
     });
   }
 
@@ -252,12 +252,12 @@ export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFi
         const backup = await readSnapshot(backupPath);
         if (backup.bytes !== undefined) {
           await writeAtomically(file, backup.bytes, backup.mode, backup.owner);
-          log?.notice("daemon-json-restored", "restored daemon.json from its backup", { path, backup: backupPath });
+          log?.notice("docker.daemon-json-restored", "restored daemon.json from its backup", { path, backup: backupPath });
           return;
         }
         if (await exists(absentMarkerPath)) {
           await removeDurably(file);
-          log?.notice("daemon-json-restored", "removed daemon.json: there was none before the agent's change", { path });
+          log?.notice("docker.daemon-json-restored", "removed daemon.json: there was none before the agent's change", { path });
           return;
         }
         throw new DaemonJsonError(

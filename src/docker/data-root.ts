@@ -80,7 +80,7 @@ export async function prepareDataRoot(dataRoot: string, options: PrepareDataRoot
   await tree.remove(join("network", "files", "local-kv.db"));
   if (kind === "pool") await tree.removeChildren("volumes");
 
-  log?.info("data-root-prepared", `removed machine-local state from the ${kind} volume's data-root`, {
+  log?.info("docker.data-root-prepared", `removed machine-local state from the ${kind} volume's data-root`, {
     dataRoot: root,
     removed: report.removed.length,
     skipped: report.skipped.length,
@@ -191,7 +191,7 @@ class ScopedTree {
       throw this.failure(relative, "remove", error);
     }
     this.report.removed.push(relative);
-    this.log?.debug("data-root-removed", `removed ${relative}`, { dataRoot: this.root });
+    this.log?.debug("docker.data-root-removed", `removed ${relative}`, { dataRoot: this.root });
   }
 
   /** Removes everything inside the folder `relative`, keeping the folder. */
@@ -237,7 +237,7 @@ class ScopedTree {
 
   skip(relative: string, why: string): void {
     this.report.skipped.push(`${relative}: ${why}`);
-    this.log?.warning("data-root-skipped", `left ${relative} alone: ${why}`, { dataRoot: this.root });
+    this.log?.warning("docker.data-root-skipped", `left ${relative} alone: ${why}`, { dataRoot: this.root });
   }
 
   /**
