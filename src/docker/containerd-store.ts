@@ -16,10 +16,10 @@
  * only at start: the caller restarts containerd.service when `setRoot` changed the file, before
  * docker starts.
  */
-import { randomBytes } from "node:crypto";
-import { lstat, open, readFile, realpath, rename, rm, stat } from "node:fs/promises";
-import { basename, dirname, isAbsolute, join } from "node:path";
+import { lstat, readFile, realpath, rm, stat } from "node:fs/promises";
+import { isAbsolute, join } from "node:path";
 import { AgentError, describeError } from "../errors.ts";
+import { writeFileAtomic } from "../fs-atomic.ts";
 import type { Logger } from "../log.ts";
 
 /** The volume's folder that is containerd's root, beside DATA_ROOT_SUBDIR (src/layout.ts). */
@@ -213,27 +213,10 @@ async function readSnapshot(path: string): Promise<{ file: string; text: string 
   }
 }
 
-/** Temp file in the same folder, fsync, rename, fsync of the folder (as daemon.json is written). */
 async function writeAtomically(path: string, data: string, mode: number): Promise<void> {
-  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);
   try {
-    const handle = await open(temp, "wx", mode);
-    try {
-      await handle.writeFile(data);
-      await handle.chmod(mode);
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    await rename(temp, path);
-    const folder = await open(dirname(path), "r");
-    try {
-      await folder.sync();
-    } finally {
-      await folder.close();
-    }
+    await writeFileAtomic(path, data, { mode });
   } catch (error) {
-    await rm(temp, { force: true });
     throw ioError(path, "write", error);
   }
 }

@@ -15,10 +15,10 @@
  *   run found it. A change that changes nothing writes nothing and takes no backup, so a re-run
  *   keeps the backup of the run that made the change.
  */
-import { randomBytes } from "node:crypto";
-import { lstat, mkdir, open, readFile, realpath, rename, rm, stat } from "node:fs/promises";
-import { basename, dirname, isAbsolute, join } from "node:path";
+import { lstat, mkdir, readFile, realpath, rm, stat } from "node:fs/promises";
+import { dirname, isAbsolute } from "node:path";
 import { AgentError, describeError } from "../errors.ts";
+import { syncFolder as syncFolderDurably, writeFileAtomic } from "../fs-atomic.ts";
 import type { DaemonConfig } from "../agent/ports.ts";
 import type { Logger } from "../log.ts";
 import { isUnderPrefix, validateOwnedLabels } from "./labels.ts";
@@ -288,30 +288,12 @@ async function readSnapshot(path: string): Promise<Snapshot> {
   }
 }
 
-/** Temp file in the same folder, fsync, rename over `path`, fsync of the folder. */
-async function writeAtomically(
-  path: string,
-  data: string | Buffer,
-  mode: number,
-  owner?: { uid: number; gid: number },
-): Promise<void> {
-  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);
+async function writeAtomically(path: string, data: string | Buffer, mode: number, owner?: { uid: number; gid: number }): Promise<void> {
   try {
-    const handle = await open(temp, "wx", mode);
-    try {
-      await handle.writeFile(data);
-      await handle.chmod(mode); // the umask trimmed the mode given to open()
-      if (owner && process.getuid?.() === 0) await handle.chown(owner.uid, owner.gid);
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    await rename(temp, path);
+    await writeFileAtomic(path, data, { mode, ...(owner ? { owner } : {}) });
   } catch (error) {
-    await rm(temp, { force: true });
     throw ioError(path, "write", error);
   }
-  await syncFolder(dirname(path));
 }
 
 async function removeDurably(path: string): Promise<void> {
@@ -325,12 +307,7 @@ async function removeDurably(path: string): Promise<void> {
 
 async function syncFolder(folder: string): Promise<void> {
   try {
-    const handle = await open(folder, "r");
-    try {
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
+    await syncFolderDurably(folder);
   } catch (error) {
     throw ioError(folder, "fsync", error);
   }
