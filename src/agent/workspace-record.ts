@@ -8,7 +8,8 @@ import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { writeFileAtomic } from "../fs-atomic.ts";
 import { quote, validateWorkspaceId } from "../inputs.ts";
-import { WORKSPACE_KEYS, type WorkspaceIds, type WorkspaceKey } from "./workspace-ids.ts";
+import { WORKSPACE_KEYS, type WorkspaceKey } from "../tags.ts";
+import type { WorkspaceIds } from "./workspace-ids.ts";
 
 const RECORD_FILE = "workspace.json";
 

@@ -27,8 +27,7 @@ import { lstat, open, readdir, readFile, realpath, rm } from "node:fs/promises";
 import { isAbsolute, join, normalize, sep } from "node:path";
 import { AgentError, describeError } from "../errors.ts";
 import type { Logger } from "../log.ts";
-
-export type VolumeKind = "pool" | "workspace";
+import { VolumeKind } from "../tags.ts";
 
 /** The data-root cannot be prepared (not a data-root, in use, unreadable): docker has not seen it. */
 export class DataRootError extends AgentError {
@@ -78,7 +77,7 @@ export async function prepareDataRoot(dataRoot: string, options: PrepareDataRoot
   for (const driver of report.drivers) await removeContainerLayers(tree, driver);
   await tree.removeChildren("containers");
   await tree.remove(join("network", "files", "local-kv.db"));
-  if (kind === "pool") await tree.removeChildren("volumes");
+  if (kind === VolumeKind.pool) await tree.removeChildren("volumes");
 
   log?.info("docker.data-root-prepared", `removed machine-local state from the ${kind} volume's data-root`, {
     dataRoot: root,
