@@ -213,6 +213,7 @@ async function readSnapshot(path: string): Promise<{ file: string; text: string 
   }
 }
 
+/** writeFileAtomic (src/fs-atomic.ts), a failure told as a ContainerdConfigError. */
 async function writeAtomically(path: string, data: string, mode: number): Promise<void> {
   try {
     await writeFileAtomic(path, data, { mode });

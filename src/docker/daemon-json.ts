@@ -288,6 +288,7 @@ async function readSnapshot(path: string): Promise<Snapshot> {
   }
 }
 
+/** writeFileAtomic (src/fs-atomic.ts), a failure told as a DaemonJsonError. */
 async function writeAtomically(path: string, data: string | Buffer, mode: number, owner?: { uid: number; gid: number }): Promise<void> {
   try {
     await writeFileAtomic(path, data, { mode, ...(owner ? { owner } : {}) });
