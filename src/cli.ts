@@ -1,15 +1,15 @@
 #!/usr/bin/env node
 /**
- * Command-line entry of the agent (the lab has its own: src/lab/main.ts). Errors end here: an
- * AgentError is logged once with its remediation and mapped to its exit code; anything else is a
- * bug (exit 1, with the stack at debug).
+ * Command-line entry of the agent (the lab has its own: src/lab/main.ts). Errors end here, in
+ * src/fatal.ts's handler: an AgentError is logged once with its remediation and mapped to its
+ * exit code; anything else is a bug (exit 1, with the stack at debug).
  *
  * Only the command asked for is loaded: each command's module (and, through it, the AWS SDK,
  * docker and fio code) is imported when that command runs, so `--help` or `pool` does not parse
  * the code of `boot`. In the bundle each command is a chunk of its own (scripts/build.mjs).
  */
-import { Command, CommanderError } from "commander";
-import { AgentError, ExitCode, describeError } from "./errors.ts";
+import { Command } from "commander";
+import { reportFatal } from "./fatal.ts";
 import { createLogger } from "./log.ts";
 
 /** A command of the CLI: its one-line summary (the top-level listing) and how to build it. */
@@ -80,15 +80,5 @@ try {
   const program = await buildProgram(process.argv.slice(2));
   await program.parseAsync(process.argv);
 } catch (error) {
-  const log = createLogger();
-  if (error instanceof CommanderError) {
-    process.exitCode = error.exitCode === 0 ? ExitCode.ok : ExitCode.usage;
-  } else if (error instanceof AgentError) {
-    log.error("agent", error.message, { remediation: error.remediation });
-    process.exitCode = error.exitCode;
-  } else {
-    log.error("agent", `unexpected failure: ${describeError(error)}`, { remediation: "report this as a bug with the log above" });
-    if (error instanceof Error && error.stack) log.debug("agent", error.stack);
-    process.exitCode = ExitCode.failure;
-  }
+  process.exitCode = reportFatal(error, createLogger(), { failed: "agent.failed", stack: "agent.stack", untypedIsBug: true });
 }

@@ -49,6 +49,11 @@ export class CommandError extends AgentError {
   }
 }
 
+/** The remediation an error carries (an AgentError's), or `fallback` for anything else. */
+export function remediationOr(error: unknown, fallback: string): string {
+  return error instanceof AgentError ? error.remediation : fallback;
+}
+
 /** Gives a printable message for anything thrown. */
 export function describeError(error: unknown): string {
   if (error instanceof Error) return error.message;

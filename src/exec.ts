@@ -32,7 +32,7 @@ export interface RunOptions {
 /** Runs `file args…` and collects its output. */
 export async function run(file: string, args: readonly string[], options: RunOptions = {}): Promise<RunResult> {
   const argv = [file, ...args];
-  options.log?.debug("exec", argv.join(" "));
+  options.log?.debug("exec.run", argv.join(" "));
   let result;
   try {
     const subprocess = execa(file, args, {

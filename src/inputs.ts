@@ -5,17 +5,19 @@
  * that fails here is reported and not used, never "cleaned up".
  */
 
+import { MAX_TAG_VALUE } from "./tags.ts";
+
 export type InputCheck = { ok: true; value: string } | { ok: false; problem: string };
 
 export const MAX_POOL_NAME = 63;
 export const MAX_RESOURCE_ID = 128;
 export const MAX_IMAGE_REF = 255;
-export const MAX_LABEL_VALUE = 255;
 /**
- * A workspace id is stored as an EC2 tag value (at most 256) and published as a label value
- * (`<prefix>.workspace.<key>`, at most MAX_LABEL_VALUE): the smaller of the two.
+ * A workspace id is stored as an EC2 tag value (MAX_TAG_VALUE) and published as a label value
+ * (`<prefix>.workspace.<key>`, at most MAX_LABEL_VALUE in src/docker/labels.ts, which is longer):
+ * the tag's limit is the one that binds.
  */
-export const MAX_WORKSPACE_ID = MAX_LABEL_VALUE;
+export const MAX_WORKSPACE_ID = MAX_TAG_VALUE;
 
 const SHELL_METACHARACTERS = new Set(";|&$`<>(){}[]*?!~'\"\\");
 const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
@@ -93,9 +95,13 @@ export function validateWorkspaceId(value: unknown, what = "workspace id"): Inpu
   return checkCommon(value, { what, max: MAX_WORKSPACE_ID, slashAllowed: false });
 }
 
-/** A docker label value (also used for tag values the agent puts into labels): printable ASCII, at most 255 characters. */
-export function validateLabelValue(value: unknown, what = "label value"): InputCheck {
-  return checkCommon(value, { what, max: MAX_LABEL_VALUE, slashAllowed: true });
+/**
+ * A value the agent stores as an EC2 tag (e.g. config `imageSet`, the volumes' `ebs-cache:image-set`):
+ * printable ASCII without shell metacharacters, at most MAX_TAG_VALUE (EC2's limit) characters.
+ * A label value the agent publishes is checked once more, by docker/labels.ts's validateLabelValue.
+ */
+export function validateTagValue(value: unknown, what = "tag value"): InputCheck {
+  return checkCommon(value, { what, max: MAX_TAG_VALUE, slashAllowed: true });
 }
 
 // Docker's reference grammar (github.com/distribution/reference, regexp.go).

@@ -6,6 +6,25 @@
 
 export type Level = "error" | "warning" | "notice" | "info" | "debug";
 
+/**
+ * The areas an event name starts with: a use case (`boot`, `release`, …) or the adapter that
+ * logs (`ec2`, `imds`, `docker`, …). One style, `<area>.<event>` with hyphenated words
+ * (`boot.claim`, `ec2.create-volume`), so `journalctl … | grep ' ec2\.'` finds one area's lines;
+ * test/log.test.ts checks every event in src/ against it.
+ */
+export const LOG_AREAS = [
+  "agent", "boot", "release", "gc", "prewarm", "pool", "keeper", "metrics", "status",
+  "ec2", "imds", "credentials", "identify", "labels", "docker", "host", "exec", "lab",
+] as const;
+
+const WORDS = "[a-z0-9]+(?:-[a-z0-9]+)*";
+const EVENT_NAME = new RegExp(`^(${LOG_AREAS.join("|")})\\.${WORDS}$`);
+
+/** Whether `event` follows the one event-name style (see LOG_AREAS). */
+export function isEventName(event: string): boolean {
+  return EVENT_NAME.test(event);
+}
+
 const PRIORITY: Record<Level, number> = { error: 3, warning: 4, notice: 5, info: 6, debug: 7 };
 
 export type Fields = Record<string, string | number | boolean | undefined | null>;

@@ -1,5 +1,6 @@
 /**
- * The EC2 tags the agent reads and writes. Every volume the agent manages carries
+ * The names the agent reads and writes outside itself, side by side: the EC2 tags of volumes and
+ * instances, and the docker labels it publishes. Every volume the agent manages carries
  * `ebs-cache:managed=true`; the IAM policy (iam/) conditions attach/detach/delete on it, and
  * gc never touches a volume without it.
  */
@@ -46,8 +47,28 @@ export const VolumeTag = {
   engineVersion: `${TAG_PREFIX}engine-version`,
 } as const;
 
+/** EC2's limit on a tag value, in characters: a value the agent stores as a tag must fit it. */
+export const MAX_TAG_VALUE = 256;
+
 export const VolumeKind = { pool: "pool", workspace: "workspace" } as const;
 export type VolumeKind = (typeof VolumeKind)[keyof typeof VolumeKind];
+
+/**
+ * The label keys that may identify a workspace (osparc's node labels), broadest first (also the
+ * order of `ebs-cache:workspace-keys`). A volume records each id as a tag (WORKSPACE_ID_TAG) and a
+ * node on it publishes each as the label `workspace.<key>` (workspaceLabel).
+ */
+export const WORKSPACE_KEYS = ["product-name", "wallet-id", "user-id", "project-id", "node-id"] as const;
+export type WorkspaceKey = (typeof WORKSPACE_KEYS)[number];
+
+/** The volume tag recording one workspace id. */
+export const WORKSPACE_ID_TAG: Readonly<Record<WorkspaceKey, string>> = {
+  "product-name": VolumeTag.productName,
+  "wallet-id": VolumeTag.walletId,
+  "user-id": VolumeTag.userId,
+  "project-id": VolumeTag.projectId,
+  "node-id": VolumeTag.nodeId,
+};
 
 /** The instance tags that may override settings; any other `ebs-cache:*` instance tag is ignored with a warning. */
 export const InstanceTag = {
@@ -56,3 +77,35 @@ export const InstanceTag = {
   keep: `${TAG_PREFIX}keep`,
   ttlHours: `${TAG_PREFIX}ttl-hours`,
 } as const;
+
+/**
+ * The readiness labels the agent publishes, by name: each goes out as `<labels.prefix>.<name>`
+ * (labelKey). docs/labels.md is the contract; `pool`, `kind` and the workspace ids carry the
+ * volume's tags of the same meaning.
+ */
+export const Label = {
+  state: "state",
+  volumeId: "volume-id",
+  pool: "pool",
+  kind: "kind",
+  prewarm: "prewarm",
+  prewarmProgress: "prewarm-progress",
+  /** Why the state is `degraded` or `disabled`. */
+  reason: "reason",
+} as const;
+
+/** The label of one workspace id a volume records: `workspace.user-id`. */
+export function workspaceLabel(key: WorkspaceKey): string {
+  return `workspace.${key}`;
+}
+
+/**
+ * Names under the prefix that are requests to the agent in osparc's labels tag
+ * (`<prefix>.keep`, `<prefix>.enabled`), not labels the agent publishes.
+ */
+export const RequestLabel = { keep: "keep", enabled: "enabled" } as const;
+
+/** The full key of a label name under the agent's prefix: `io.simcore.ebs-cache.state`. */
+export function labelKey(prefix: string, name: string): string {
+  return `${prefix}.${name}`;
+}

@@ -26,7 +26,7 @@ const WORKSPACE_TAG = "io.simcore.autoscaling.ec2_instance.docker_node_labels";
 
 /** EC2 requests the emulator answered so far (any action, any process). */
 function ec2Requests(): number {
-  return bl.labLog.filter((line) => /^<\d>ec2-emulator: [A-Z][A-Za-z]+( failed)? requestId=/.test(line)).length;
+  return bl.labLog.filter((line) => /^<\d>lab\.ec2-emulator: [A-Z][A-Za-z]+( failed)? requestId=/.test(line)).length;
 }
 
 /** Everything on the host that a boot could change. */

@@ -71,7 +71,7 @@ async function bootCli(host: LabHost, overrides: ConfigOverrides = {}, phase = "
 
 /** EC2 requests the emulator answered so far (any process). */
 function ec2Requests(): number {
-  return bl.labLog.filter((line) => /^<\d>ec2-emulator: [A-Z][A-Za-z]+( failed)? requestId=/.test(line)).length;
+  return bl.labLog.filter((line) => /^<\d>lab\.ec2-emulator: [A-Z][A-Za-z]+( failed)? requestId=/.test(line)).length;
 }
 
 function hostIds(): ReturnType<typeof workspaceTags> {

@@ -170,7 +170,7 @@ t.test("boot again on the same instance (a re-run, then a reboot): no second Att
   t.ok(await pollUntil(async () => (await dockerd.info()).Swarm.LocalNodeState === "active", 60_000), "the swarm comes back");
   t.equal((await dockerd.info()).Swarm.NodeID, nodeId, "same swarm node id: the node's swarm state was kept");
   // Node labels when the manager answered at once, engine labels while its swarm was starting.
-  const published = reboot.log.find((line) => /^<\d>labels: (node|engine) labels set/.test(line)) ?? "";
+  const published = reboot.log.find((line) => /^<\d>labels\.publish: (node|engine) labels set/.test(line)) ?? "";
   const labels = published.includes("node labels") ? await nodeLabels(dockerd) : labelRecord((await dockerd.info()).Labels);
   t.equal(labels[`${LABEL_PREFIX}.state`], "ready", "state=ready published after the reboot", { published });
   const ran = await dockerd.docker(["run", "--rm", "--network", "none", "lab/tool:1", "echo", "ok"]);

@@ -153,7 +153,7 @@ t.test("docker failing on the new data-root (a pool volume with corrupt image me
   t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
   t.equal(booted.result?.timeline.at(-1)?.step, "start-docker", "the failing step is start-docker");
   t.match(booted.result?.reason, /reference store/, "the reason carries dockerd's complaint");
-  t.ok(booted.log.some((line) => line.includes("daemon-json-restored")), "daemon.json restored from its backup");
+  t.ok(booted.log.some((line) => line.includes("docker.daemon-json-restored: ")), "daemon.json restored from its backup");
 
   const after = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as Record<string, unknown>;
   const { labels, ...rest } = after;

@@ -3,7 +3,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import t from "tap";
 import { generate, SCHEMA_FILE } from "../scripts/config-schema.ts";
-import { WORKSPACE_KEYS } from "../src/agent/workspace-ids.ts";
+import { WORKSPACE_KEYS } from "../src/tags.ts";
 import { CONFIG_SCHEMA, SCHEMA_ANNOTATIONS } from "../src/config/schema.ts";
 import { ConfigError } from "../src/errors.ts";
 import {

@@ -257,7 +257,7 @@ t.test("data-root preparation", async (t) => {
     t.ok(existsSync(join(root, "network/files")), "network/ itself kept");
     t.ok(report.removed.includes(join("overlay2", mountId)));
     t.same(report.skipped, []);
-    t.ok(log.lines.some((line) => line.includes("data-root-prepared")));
+    t.ok(log.lines.some((line) => line.includes("docker.data-root-prepared: ")));
 
     const again = await prepareDataRoot(root, { kind: "pool" });
     t.same(again.removed, [], "a second run has nothing to do");

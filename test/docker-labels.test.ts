@@ -3,7 +3,7 @@
  * label osparc (or docker) owns, the writer refuses keys outside the prefix, and the workspace
  * ids of the mounted volume are published under it.
  */
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
@@ -13,6 +13,7 @@ import {
   assertOwnedUpdate,
   LabelError,
   labelPrefixProblems,
+  MAX_LABEL_VALUE,
   nodeLabelChanges,
   OSPARC_LABELS,
   readinessLabels,
@@ -20,6 +21,7 @@ import {
 } from "../src/docker/labels.ts";
 import { createLabelWithdrawer, createReporter, volumeDetails, type ReporterDeps } from "../src/agent/report.ts";
 import { createMemoryLogger } from "../src/log.ts";
+import { Label, MAX_TAG_VALUE, RequestLabel, WORKSPACE_KEYS, workspaceLabel } from "../src/tags.ts";
 
 const PREFIX = "io.simcore.ebs-cache";
 
@@ -147,11 +149,26 @@ t.test("the writer refuses any key outside the prefix", async (t) => {
   t.same(nodeLabelChanges(PREFIX, current, {}), { add: {}, remove: [`${PREFIX}.pool`] }, "only the agent's own keys are ever removed");
 });
 
-t.test("label values: one printable line within docker's limits", async (t) => {
-  for (const value of ["a\nb", "a\u0000b", "\u0085x", "a\u200bb", "\u202eevil", "x".repeat(1025)]) {
+t.test("label values: one printable line of at most MAX_LABEL_VALUE characters", async (t) => {
+  t.equal(MAX_LABEL_VALUE, 1024);
+  for (const value of ["a\nb", "a\u0000b", "\u0085x", "a\u200bb", "\u202eevil", "x".repeat(MAX_LABEL_VALUE + 1)]) {
     t.throws(() => readinessLabels(PREFIX, "ready", { pool: value }), LabelError, JSON.stringify(value).slice(0, 40));
   }
   t.same(readinessLabels(PREFIX, "ready", { pool: "user_42 é" }), { [`${PREFIX}.state`]: "ready", [`${PREFIX}.pool`]: "user_42 é" });
+  t.equal(readinessLabels(PREFIX, "ready", { reason: "x".repeat(MAX_LABEL_VALUE) })[`${PREFIX}.reason`]?.length, MAX_LABEL_VALUE, "the limit itself passes");
+  // A tag value (at most EC2's 256 characters) always fits a label: ids and pool names pass both checks.
+  t.ok(MAX_TAG_VALUE <= MAX_LABEL_VALUE, "every tag value fits a label value");
+  t.ok(readinessLabels(PREFIX, "ready", volumeDetails({ volumeId: "vol-1", tags: { "ebs-cache:kind": "workspace", "ebs-cache:user-id": "u".repeat(MAX_TAG_VALUE) } })));
+});
+
+t.test("the label names in src/tags.ts are the ones docs/labels.md promises", async (t) => {
+  const doc = await readFile(join(import.meta.dirname, "..", "docs", "labels.md"), "utf8");
+  const table = doc.slice(doc.indexOf("## Keys and values"), doc.indexOf("Values are one printable line"));
+  const documented = new Set([...table.matchAll(/^\| `<prefix>\.([a-z.<>-]+)`/gm)].map((m) => m[1]!));
+  t.ok(documented.size >= 8, `the table was read (${[...documented].join(", ")})`);
+  t.same([...documented].sort(), [...Object.values(Label), "workspace.<key>"].sort(), "every documented key has its constant, and no more");
+  for (const key of WORKSPACE_KEYS) t.match(table, `\`${key}\``, `${workspaceLabel(key)} is documented`);
+  t.same(Object.values(RequestLabel).sort(), ["enabled", "keep"], "the requests osparc's labels tag may carry");
 });
 
 t.test("workspace ids of the mounted volume are published under the prefix", async (t) => {

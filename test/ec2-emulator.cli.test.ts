@@ -142,7 +142,7 @@ t.test("CLI auto-pagination over NextToken", async (t) => {
     const v = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1c", Size: 1 }));
     made.push(v.VolumeId as string);
   }
-  const requests = () => log.lines.filter((l) => l.startsWith("<7>ec2-emulator: DescribeVolumes ")).length;
+  const requests = () => log.lines.filter((l) => l.startsWith("<7>lab.ec2-emulator: DescribeVolumes ")).length;
 
   const all = await awsJson<{ Volumes: CliVolume[] }>(e, ["describe-volumes", "--page-size", "5"]);
   t.same(all.Volumes.map((v) => v.VolumeId), made, "all 12, in order, none twice");

@@ -205,7 +205,7 @@ t.test("docker still running on the volume: refused with release.stopDocker=fals
   const released = await releaseHost(bl, host);
   assertOutcome(t, released, "released", "with the default (stopDocker true): released");
   t.same(released.plan.steps.slice(0, 3).map((s) => s.step), ["withdraw-labels", "reset-data-root", "stop-docker"], "labels off and daemon.json reset before docker stops");
-  t.ok(released.log.some((line) => new RegExp(`^<6>labels: node labels under ${LABEL_PREFIX.replace(/\./g, "\\.")}\\. removed node=${nodeId} removed=[1-9]`).test(line)), "the node labels were removed through the manager's API", { log: released.log.join("\n") });
+  t.ok(released.log.some((line) => new RegExp(`^<6>labels\\.remove: node labels under ${LABEL_PREFIX.replace(/\./g, "\\.")}\\. removed node=${nodeId} removed=[1-9]`).test(line)), "the node labels were removed through the manager's API", { log: released.log.join("\n") });
   t.notOk(await host.dockerd!.isActive(), "docker stopped");
   t.notOk(await findmnt(mountPoint), "unmounted");
   assertReleasedTags(t, await volumeEnd(bl, volumeId));

@@ -269,7 +269,7 @@ async function bootAndRelease(t: Test, s: Setup, machineName: string, timings: R
       `${READY} claimed nothing (--no-claim)`,
     );
     t.ok(
-      readyLines.some((e) => /^labels: /.test(e.message) && e.message.includes(`${LABEL_PREFIX}.state=ready`)),
+      readyLines.some((e) => /^labels\.publish: /.test(e.message) && e.message.includes(`${LABEL_PREFIX}.state=ready`)),
       `${READY} published the label ${LABEL_PREFIX}.state=ready`,
     );
     t.ok(

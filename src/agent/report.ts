@@ -17,7 +17,7 @@ import {
   workspaceLabelExtras,
   type LabelModeSetting,
 } from "../docker/labels.ts";
-import { TAG_PREFIX, VolumeTag } from "../tags.ts";
+import { Label, labelKey, VolumeTag, WORKSPACE_ID_TAG } from "../tags.ts";
 import type { DaemonConfig, DockerEngine, DockerService, ReadinessState } from "./ports.ts";
 
 export interface ReporterDeps {
@@ -43,10 +43,10 @@ export interface ReporterDeps {
 export function volumeDetails(volume: { volumeId: string; tags: Record<string, string> }): Record<string, string> {
   const kind = volume.tags[VolumeTag.kind];
   return {
-    "volume-id": volume.volumeId,
-    pool: volume.tags[VolumeTag.pool] ?? "",
-    kind: kind ?? "",
-    ...workspaceLabelExtras(kind, (key) => volume.tags[`${TAG_PREFIX}${key}`]),
+    [Label.volumeId]: volume.volumeId,
+    [Label.pool]: volume.tags[VolumeTag.pool] ?? "",
+    [Label.kind]: kind ?? "",
+    ...workspaceLabelExtras(kind, (key) => volume.tags[WORKSPACE_ID_TAG[key]]),
   };
 }
 
@@ -79,7 +79,7 @@ export function createReporter(deps: ReporterDeps) {
       assertOwnedUpdate(deps.prefix, add, remove);
       await deps.engine.setNodeLabels(nodeId, add, remove);
       await readBack(deps, "node", labels, deadline, async () => deps.engine.nodeLabels(nodeId));
-      deps.log.info("labels", `node labels set and read back: ${deps.prefix}.state=${state}`, { node: nodeId });
+      deps.log.info("labels.publish", `node labels set and read back: ${labelKey(deps.prefix, Label.state)}=${state}`, { node: nodeId });
       return;
     }
     // A worker (or docker not up yet): engine labels, applied by a reload when docker runs.
@@ -89,7 +89,7 @@ export function createReporter(deps: ReporterDeps) {
     }
     await deps.daemonConfig.setEngineLabels(deps.prefix, labels);
     if (!deps.docker || !(await deps.docker.isActive())) {
-      deps.log.info("labels", `engine labels written: ${deps.prefix}.state=${state}; docker is not running here, they apply at its start (not read back)`);
+      deps.log.info("labels.publish", `engine labels written: ${labelKey(deps.prefix, Label.state)}=${state}; docker is not running here, they apply at its start (not read back)`);
       return;
     }
     try {
@@ -102,7 +102,7 @@ export function createReporter(deps: ReporterDeps) {
       );
     }
     await readBack(deps, "engine", labels, deadline, async () => engineLabelRecord((await deps.engine.info()).labels));
-    deps.log.info("labels", `engine labels set and read back: ${deps.prefix}.state=${state}`);
+    deps.log.info("labels.publish", `engine labels set and read back: ${labelKey(deps.prefix, Label.state)}=${state}`);
   };
 }
 
@@ -179,13 +179,13 @@ export function createLabelWithdrawer(deps: ReporterDeps) {
           const { remove } = nodeLabelChanges(deps.prefix, current, {});
           assertOwnedUpdate(deps.prefix, {}, remove);
           if (remove.length > 0) await deps.engine.setNodeLabels(info.swarm.nodeId, {}, remove);
-          deps.log.info("labels", `node labels under ${deps.prefix}. removed`, { node: info.swarm.nodeId, removed: remove.length });
+          deps.log.info("labels.remove", `node labels under ${deps.prefix}. removed`, { node: info.swarm.nodeId, removed: remove.length });
         }
       } catch (error) {
-        deps.log.warning("labels", `could not remove the node labels; the next boot replaces them: ${describeError(error)}`);
+        deps.log.warning("labels.remove", `could not remove the node labels; the next boot replaces them: ${describeError(error)}`);
       }
     }
     await deps.daemonConfig.setEngineLabels(deps.prefix, {});
-    deps.log.info("labels", `engine labels under ${deps.prefix}. removed from daemon.json`);
+    deps.log.info("labels.remove", `engine labels under ${deps.prefix}. removed from daemon.json`);
   };
 }

@@ -5,12 +5,8 @@
  * instance's for exactly the same keys: a user-level workspace (only `user-id`) never serves a
  * project's node, and a project-level one never serves a user-level request. Pure.
  */
-import { VolumeTag } from "../tags.ts";
+import { VolumeTag, WORKSPACE_ID_TAG, WORKSPACE_KEYS, type WorkspaceKey } from "../tags.ts";
 import { quote, validateWorkspaceId } from "../inputs.ts";
-
-/** The label keys that may identify a workspace, broadest first (also the order of `ebs-cache:workspace-keys`). */
-export const WORKSPACE_KEYS = ["product-name", "wallet-id", "user-id", "project-id", "node-id"] as const;
-export type WorkspaceKey = (typeof WORKSPACE_KEYS)[number];
 
 /** The ids of a workspace, by label key; the keys present are the workspace's level. */
 export type WorkspaceIds = Readonly<Partial<Record<WorkspaceKey, string>>>;
@@ -24,15 +20,6 @@ export interface WorkspaceKeySettings {
 export function isWorkspaceKey(key: string): key is WorkspaceKey {
   return (WORKSPACE_KEYS as readonly string[]).includes(key);
 }
-
-/** The volume tag recording one id. */
-export const WORKSPACE_ID_TAG: Readonly<Record<WorkspaceKey, string>> = {
-  "product-name": VolumeTag.productName,
-  "wallet-id": VolumeTag.walletId,
-  "user-id": VolumeTag.userId,
-  "project-id": VolumeTag.projectId,
-  "node-id": VolumeTag.nodeId,
-};
 
 /** The keys present, in WORKSPACE_KEYS order. */
 export function workspaceKeysOf(ids: WorkspaceIds): WorkspaceKey[] {

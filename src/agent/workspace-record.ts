@@ -4,10 +4,12 @@
  * a reboot and the release at shutdown read this record instead. Written atomically (temp, fsync,
  * rename); read back with the same checks as the tag, since a file is no more trusted than a tag.
  */
-import { mkdir, open, readFile, rename } from "node:fs/promises";
+import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
+import { writeFileAtomic } from "../fs-atomic.ts";
 import { quote, validateWorkspaceId } from "../inputs.ts";
-import { WORKSPACE_KEYS, type WorkspaceIds, type WorkspaceKey } from "./workspace-ids.ts";
+import { WORKSPACE_KEYS, type WorkspaceKey } from "../tags.ts";
+import type { WorkspaceIds } from "./workspace-ids.ts";
 
 const RECORD_FILE = "workspace.json";
 
@@ -75,13 +77,5 @@ export async function readWorkspaceRecord(stateDir: string): Promise<{ record?: 
 /** Replaces the record atomically: a reader sees the old one or the new one, never half of one. */
 export async function writeWorkspaceRecord(stateDir: string, record: WorkspaceRecord): Promise<void> {
   await mkdir(stateDir, { recursive: true });
-  const temp = join(stateDir, `.${RECORD_FILE}.${process.pid}.tmp`);
-  const handle = await open(temp, "w", 0o644);
-  try {
-    await handle.writeFile(`${JSON.stringify(record, null, 2)}\n`);
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-  await rename(temp, workspaceRecordPath(stateDir));
+  await writeFileAtomic(workspaceRecordPath(stateDir), `${JSON.stringify(record, null, 2)}\n`);
 }

@@ -93,13 +93,13 @@ export function instanceProfileCredentials(options: InstanceProfileOptions): Aws
           // in a boot storm is what this rides out, not a refused connection that clears in ms.
           delayMs: (attempt) => exponentialDelay(attempt, 250, 5000) * (0.5 + Math.random() / 2),
           onRetry: (error, attempt, delayMs) =>
-            log.debug("credentials-retry", `instance-profile credentials not there yet: ${credentialFailure(error)}`, {
+            log.debug("credentials.retry", `instance-profile credentials not there yet: ${credentialFailure(error)}`, {
               attempt,
               delayMs: Math.round(delayMs),
             }),
         },
       );
-      log.info("credentials", "instance-profile credentials from IMDS", {
+      log.info("credentials.imds", "instance-profile credentials from IMDS", {
         attempts,
         ms: Date.now() - started,
         ...(credentials.expiration ? { expires: credentials.expiration.toISOString() } : {}),
@@ -133,10 +133,10 @@ export function agentCredentials(options: { static?: StaticCredentials; instance
 function sdkLogger(log: Logger): SdkLogger {
   const text = (parts: unknown[]) => parts.map((part) => (typeof part === "string" ? part : describeError(part))).join(" ");
   return {
-    debug: (...parts: unknown[]) => log.debug("credentials-sdk", text(parts)),
-    info: (...parts: unknown[]) => log.debug("credentials-sdk", text(parts)),
-    warn: (...parts: unknown[]) => log.warning("credentials-sdk", text(parts)),
-    error: (...parts: unknown[]) => log.error("credentials-sdk", text(parts)),
+    debug: (...parts: unknown[]) => log.debug("credentials.sdk", text(parts)),
+    info: (...parts: unknown[]) => log.debug("credentials.sdk", text(parts)),
+    warn: (...parts: unknown[]) => log.warning("credentials.sdk", text(parts)),
+    error: (...parts: unknown[]) => log.error("credentials.sdk", text(parts)),
   };
 }
 

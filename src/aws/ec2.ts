@@ -234,7 +234,7 @@ async function findVolumes(ctx: Ec2Context, query: VolumeQuery, options?: Cancel
     const maxResults = Math.max(MIN_PAGE, ctx.pageSize("DescribeVolumes"));
     volumes = await call("DescribeVolumes", () => allVolumes(ctx, { Filters: filters, MaxResults: maxResults }, options));
   }
-  ctx.log.debug("ec2-find-volumes", `${volumes.length} volumes match`, { filters: JSON.stringify(filters) });
+  ctx.log.debug("ec2.find-volumes", `${volumes.length} volumes match`, { filters: JSON.stringify(filters) });
   return volumes.map(toVolumeInfo);
 }
 
@@ -315,7 +315,7 @@ async function createVolume(ctx: Ec2Context, spec: VolumeSpec, options?: Cancell
   const created = await call("CreateVolume", () => ctx.api.createVolume(input, options));
   const volumeId = created.VolumeId;
   if (!volumeId) throw ec2CallError("CreateVolume", new Error("the answer names no volume id"));
-  ctx.log.info("ec2-create-volume", "volume created, waiting until available", {
+  ctx.log.info("ec2.create-volume", "volume created, waiting until available", {
     volumeId,
     zone: spec.availabilityZone,
     snapshotId: spec.snapshotId,
@@ -335,7 +335,7 @@ async function createVolume(ctx: Ec2Context, spec: VolumeSpec, options?: Cancell
   if (!ready || (ready.state !== "available" && ready.state !== "in-use")) {
     throw new VolumeCreateError(volumeId, `EC2 reports it '${ready?.state ?? "gone"}'`);
   }
-  ctx.log.info("ec2-create-volume", "volume available", { volumeId });
+  ctx.log.info("ec2.create-volume", "volume available", { volumeId });
   return ready;
 }
 
@@ -368,7 +368,7 @@ async function claimVolume(ctx: Ec2Context, volumeId: string, instanceId: string
     tried.push(name);
     try {
       await api.attachVolume({ VolumeId: volumeId, InstanceId: instanceId, Device: name }, options);
-      log.info("ec2-claim", "AttachVolume accepted: claimed", { volumeId, instanceId, device: name });
+      log.info("ec2.claim", "AttachVolume accepted: claimed", { volumeId, instanceId, device: name });
       return { kind: "claimed" };
     } catch (error) {
       if (isAbort(error)) throw error;
@@ -380,16 +380,16 @@ async function claimVolume(ctx: Ec2Context, volumeId: string, instanceId: string
           // Refused at the call's first attempt, for a volume the caller knows was not
           // attached here before: EC2 changed nothing, so another instance holds it.
           if (options?.notHeldHere && attemptsOf(error) === 1 && tried.length === 1 && round === 1) {
-            log.info("ec2-claim", "taken", { volumeId, instanceId, code: failure.code });
+            log.info("ec2.claim", "taken", { volumeId, instanceId, code: failure.code });
             return { kind: "taken", reason: `${failure.code}: ${volumeId} is held by another instance` };
           }
           const outcome = await settleClaim(ctx, volumeId, instanceId, failure, options);
-          if (outcome.kind === "taken") log.info("ec2-claim", "taken", { volumeId, instanceId, reason: outcome.reason });
+          if (outcome.kind === "taken") log.info("ec2.claim", "taken", { volumeId, instanceId, reason: outcome.reason });
           return outcome;
         }
         case "not-found":
           if (Date.now() < notFoundUntil) {
-            log.info("ec2-claim", "the new volume is not visible to AttachVolume yet (EC2's eventual consistency): retrying", { volumeId });
+            log.info("ec2.claim", "the new volume is not visible to AttachVolume yet (EC2's eventual consistency): retrying", { volumeId });
             tried.pop();
             await pause(Math.min(ctx.pollMs, 1000) * Math.min(round, 4), options);
             continue;
@@ -398,7 +398,7 @@ async function claimVolume(ctx: Ec2Context, volumeId: string, instanceId: string
         case "device-in-use": {
           const next = DEVICE_NAMES.find((candidate) => !tried.includes(candidate));
           if (next === undefined) throw new DeviceNameError(instanceId, volumeId, tried, error);
-          log.info("ec2-claim", "device name in use on this instance, trying the next", { volumeId, device: name, next });
+          log.info("ec2.claim", "device name in use on this instance, trying the next", { volumeId, device: name, next });
           name = next;
           continue;
         }
@@ -412,13 +412,13 @@ async function claimVolume(ctx: Ec2Context, volumeId: string, instanceId: string
         }
         default: {
           if (!outcomeUnknown(failure)) throw ec2CallError("AttachVolume", error);
-          log.warning("ec2-claim", "AttachVolume outcome unknown, describing the volume", {
+          log.warning("ec2.claim", "AttachVolume outcome unknown, describing the volume", {
             volumeId,
             instanceId,
             code: failure.code,
           });
           const outcome = await settleClaim(ctx, volumeId, instanceId, failure, options);
-          if (outcome.kind === "taken") log.warning("ec2-claim", "taken", { volumeId, instanceId, reason: outcome.reason });
+          if (outcome.kind === "taken") log.warning("ec2.claim", "taken", { volumeId, instanceId, reason: outcome.reason });
           return outcome;
         }
       }
@@ -432,7 +432,7 @@ async function settleClaim(ctx: Ec2Context, volumeId: string, instanceId: string
   if (!volume) return { kind: "taken", reason: `${failure.code}: ${volumeId} no longer exists` };
   const attachment = volume.attachment;
   if (attachment?.instanceId === instanceId && HELD.includes(attachment.state)) {
-    ctx.log.notice("ec2-claim", `AttachVolume answered ${failure.code}, yet the volume is ${attachment.state} here: claimed`, {
+    ctx.log.notice("ec2.claim", `AttachVolume answered ${failure.code}, yet the volume is ${attachment.state} here: claimed`, {
       volumeId,
       instanceId,
       device: attachment.device,
@@ -475,20 +475,20 @@ async function waitForAttachment(
     (last) => new AttachmentTimeoutError(volumeId, instanceId, state, describe(last), timeoutMs),
     options,
   );
-  ctx.log.info("ec2-attachment", `${volumeId} ${state}`, { volumeId, instanceId });
+  ctx.log.info("ec2.attachment", `${volumeId} ${state}`, { volumeId, instanceId });
 }
 
 async function detachVolume(ctx: Ec2Context, volumeId: string, instanceId: string, options?: Cancellable): Promise<void> {
   try {
     // Never Force: on EC2 it can lose data, and a stuck detach needs a person, not the agent.
     await ctx.api.detachVolume({ VolumeId: volumeId, InstanceId: instanceId }, options);
-    ctx.log.info("ec2-detach", "DetachVolume accepted", { volumeId, instanceId });
+    ctx.log.info("ec2.detach", "DetachVolume accepted", { volumeId, instanceId });
     return;
   } catch (error) {
     if (isAbort(error)) throw error;
     const failure = classifyEc2Error(error);
     if (failure.kind === "not-found" || failure.kind === "attachment-not-found") {
-      ctx.log.info("ec2-detach", "not attached to this instance: nothing to detach", { volumeId, instanceId, code: failure.code });
+      ctx.log.info("ec2.detach", "not attached to this instance: nothing to detach", { volumeId, instanceId, code: failure.code });
       return;
     }
     if (failure.kind !== "incorrect-state" && !outcomeUnknown(failure)) throw ec2CallError("DetachVolume", error);
@@ -497,7 +497,7 @@ async function detachVolume(ctx: Ec2Context, volumeId: string, instanceId: strin
     if (attachment?.instanceId === instanceId && HELD.includes(attachment.state)) {
       throw ec2CallError("DetachVolume", error);
     }
-    ctx.log.info("ec2-detach", `DetachVolume answered ${failure.code}; the volume is not held here`, {
+    ctx.log.info("ec2.detach", `DetachVolume answered ${failure.code}; the volume is not held here`, {
       volumeId,
       instanceId,
       attachment: attachment ? `${attachment.state} to ${attachment.instanceId}` : "none",
@@ -508,7 +508,7 @@ async function detachVolume(ctx: Ec2Context, volumeId: string, instanceId: strin
 async function deleteVolume(ctx: Ec2Context, volumeId: string): Promise<"deleted" | "gone"> {
   try {
     await ctx.api.deleteVolume({ VolumeId: volumeId });
-    ctx.log.info("ec2-delete", "DeleteVolume accepted", { volumeId });
+    ctx.log.info("ec2.delete", "DeleteVolume accepted", { volumeId });
     return "deleted";
   } catch (error) {
     if (classifyEc2Error(error).kind === "not-found") return "gone";

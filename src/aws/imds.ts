@@ -92,7 +92,7 @@ export async function identifyInstance(options: IdentifyOptions): Promise<Identi
         deadline,
         onRetry: (error, attempt, delayMs) => {
           retries++;
-          log.debug("imds-retry", `IMDS not answering yet: ${describeError(error)}`, { path, attempt, delayMs });
+          log.debug("imds.retry", `IMDS not answering yet: ${describeError(error)}`, { path, attempt, delayMs });
         },
       });
     } catch (error) {
@@ -117,7 +117,7 @@ export async function identifyInstance(options: IdentifyOptions): Promise<Identi
   let tagsSource: Identity["tagsSource"];
   const listing = await read(TAGS, true);
   if (listing === undefined) {
-    log.info("identify", "IMDS serves no instance tags (InstanceMetadataTags disabled): reading them from EC2 (DescribeInstances)", {
+    log.info("identify.tags-from-ec2", "IMDS serves no instance tags (InstanceMetadataTags disabled): reading them from EC2 (DescribeInstances)", {
       instanceId,
     });
     tags = await options.ec2Tags(instanceId, region);
@@ -128,7 +128,7 @@ export async function identifyInstance(options: IdentifyOptions): Promise<Identi
     if (unservable.length > 0) {
       // EC2 does not let such keys onto an instance with metadata tags; if one shows up anyway
       // it cannot be read as a path, and a partial tag set could hide a setting: ask EC2.
-      log.warning("identify", "IMDS lists tag keys it cannot serve: reading the tags from EC2 (DescribeInstances)", {
+      log.warning("identify.tags-from-ec2", "IMDS lists tag keys it cannot serve: reading the tags from EC2 (DescribeInstances)", {
         instanceId,
         keys: unservable.join(", "),
       });
@@ -146,7 +146,7 @@ export async function identifyInstance(options: IdentifyOptions): Promise<Identi
       tagsSource = "imds";
     }
   }
-  log.info("identify", "instance identified", {
+  log.info("identify.instance", "instance identified", {
     instanceId,
     region,
     availabilityZone,

@@ -3,6 +3,7 @@
  * what `isRetryable` accepts is tried again, with capped exponential backoff, until a deadline.
  */
 import { setTimeout as sleep } from "node:timers/promises";
+import { AgentError, remediationOr } from "../errors.ts";
 
 export interface RetryOptions {
   /** Errors for which another attempt can help; any other error is thrown at once. */
@@ -15,14 +16,21 @@ export interface RetryOptions {
   onRetry?: (error: unknown, attempt: number, delayMs: number) => void;
 }
 
-/** Thrown when the deadline passed with the operation still failing; `cause` is the last error. */
-export class RetryDeadlineError extends Error {
+/**
+ * Thrown when the deadline passed with the operation still failing; `cause` is the last error,
+ * whose remediation (if it has one) is this one's: the last failure says what to fix.
+ */
+export class RetryDeadlineError extends AgentError {
   constructor(
     readonly attempts: number,
     readonly lastError: unknown,
   ) {
-    super(`still failing after ${attempts} attempts`, { cause: lastError });
-    this.name = "RetryDeadlineError";
+    super(
+      `still failing after ${attempts} attempts`,
+      remediationOr(lastError, "see the last error (the cause) and run the command again"),
+      lastError instanceof AgentError ? lastError.exitCode : undefined,
+      { cause: lastError },
+    );
   }
 }
 

@@ -4,7 +4,7 @@
  * out. Precedence: defaults < file < environment < instance tags.
  */
 import { quote, validatePoolName } from "../inputs.ts";
-import { InstanceTag, TAG_PREFIX } from "../tags.ts";
+import { InstanceTag, labelKey, RequestLabel, TAG_PREFIX } from "../tags.ts";
 import { CONFIG_KEYS, CONFIG_PATH_ENV, ENV_PREFIX, envVarName, isNullable, kindOf, type AgentConfig, type FieldSchema } from "./schema.ts";
 import { readValues, suggest, withValues, type Labels } from "./validate.ts";
 
@@ -165,7 +165,7 @@ export interface LabelSwitches {
 }
 
 function labelSwitchKeys(prefix: string): { keep: string; enabled: string } {
-  return { keep: `${prefix}.keep`, enabled: `${prefix}.enabled` };
+  return { keep: labelKey(prefix, RequestLabel.keep), enabled: labelKey(prefix, RequestLabel.enabled) };
 }
 
 /** Reads the switches from the labels tag's object. */

@@ -44,7 +44,7 @@ export const FORMATS: Readonly<Record<StringFormat, FormatSpec>> = {
     description: "a pool name (letters, digits, '.', '_', '-', starting with a letter or digit, at most 63 characters)",
     pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
   },
-  imageSet: { description: "an image-set name (printable ASCII without shell metacharacters, at most 255 characters)", pattern: "^[!-~]{1,255}$" },
+  imageSet: { description: "an image-set name (printable ASCII without shell metacharacters, at most 256 characters: a tag value)", pattern: "^[!-~]{1,256}$" },
   region: { description: "an AWS region name such as us-east-1", pattern: "^[a-z]{2,4}(-[a-z]+)+-\\d{1,2}$" },
   availabilityZone: { description: "an availability zone name such as us-east-1a", pattern: "^[a-z]{2,4}(-[a-z]+)+-\\d{1,2}[a-z]$" },
   url: { description: "an http:// or https:// URL", pattern: "^[hH][tT][tT][pP][sS]?://\\S+$" },

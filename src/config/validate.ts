@@ -11,7 +11,7 @@
  */
 import type { ErrorObject } from "ajv";
 import { labelPrefixProblems } from "../docker/labels.ts";
-import { quote, validateImageRef, validateLabelValue, validatePoolName } from "../inputs.ts";
+import { quote, validateImageRef, validatePoolName, validateTagValue } from "../inputs.ts";
 import {
   CONFIG_KEYS,
   CONFIG_SCHEMA,
@@ -61,7 +61,7 @@ function checkAbsolutePath(value: string, format: StringFormat = "absolutePath")
  */
 const FORMAT_CHECKS: Partial<Record<StringFormat, (value: string) => string | readonly string[] | undefined>> = {
   poolName: (value) => problemOf(validatePoolName(value)),
-  imageSet: (value) => problemOf(validateLabelValue(value, "image set")),
+  imageSet: (value) => problemOf(validateTagValue(value, "image set")),
   url: (value) => {
     let url: URL | undefined;
     try {

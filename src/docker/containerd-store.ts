@@ -16,10 +16,10 @@
  * only at start: the caller restarts containerd.service when `setRoot` changed the file, before
  * docker starts.
  */
-import { randomBytes } from "node:crypto";
-import { lstat, open, readFile, realpath, rename, rm, stat } from "node:fs/promises";
-import { basename, dirname, isAbsolute, join } from "node:path";
+import { lstat, readFile, realpath, rm, stat } from "node:fs/promises";
+import { isAbsolute, join } from "node:path";
 import { AgentError, describeError } from "../errors.ts";
+import { writeFileAtomic } from "../fs-atomic.ts";
 import type { Logger } from "../log.ts";
 
 /** The volume's folder that is containerd's root, beside DATA_ROOT_SUBDIR (src/layout.ts). */
@@ -160,7 +160,7 @@ export function createContainerdConfig(options: { path?: string; log?: Logger } 
       const current = await readSnapshot(path);
       const next = withContainerdRoot(current.text ?? "", root, path);
       if (next === (current.text ?? "")) {
-        log?.debug("containerd-config-unchanged", "containerd's root is already set", { path, root: root ?? DEFAULT_CONTAINERD_ROOT });
+        log?.debug("docker.containerd-config-unchanged", "containerd's root is already set", { path, root: root ?? DEFAULT_CONTAINERD_ROOT });
         return false;
       }
       if (!backedUp) {
@@ -174,7 +174,7 @@ export function createContainerdConfig(options: { path?: string; log?: Logger } 
         backedUp = true;
       }
       await writeAtomically(current.file, next, current.mode);
-      log?.info("containerd-config-written", "set containerd's root", { path, root: root ?? DEFAULT_CONTAINERD_ROOT });
+      log?.info("docker.containerd-config-written", "set containerd's root", { path, root: root ?? DEFAULT_CONTAINERD_ROOT });
       return true;
     },
     async restoreBackup() {
@@ -182,12 +182,12 @@ export function createContainerdConfig(options: { path?: string; log?: Logger } 
       const backup = await readSnapshot(backupPath);
       if (backup.text !== undefined) {
         await writeAtomically(file, backup.text, backup.mode);
-        log?.notice("containerd-config-restored", "restored config.toml from its backup", { path, backup: backupPath });
+        log?.notice("docker.containerd-config-restored", "restored config.toml from its backup", { path, backup: backupPath });
         return;
       }
       if (await exists(absentMarkerPath)) {
         await rm(file, { force: true });
-        log?.notice("containerd-config-restored", "removed config.toml: there was none before the agent's change", { path });
+        log?.notice("docker.containerd-config-restored", "removed config.toml: there was none before the agent's change", { path });
         return;
       }
       throw new ContainerdConfigError(path, `no backup of ${path} to restore (neither ${backupPath} nor ${absentMarkerPath} exists)`, `check ${path} by hand`);
@@ -213,27 +213,11 @@ async function readSnapshot(path: string): Promise<{ file: string; text: string 
   }
 }
 
-/** Temp file in the same folder, fsync, rename, fsync of the folder (as daemon.json is written). */
+/** writeFileAtomic (src/fs-atomic.ts), a failure told as a ContainerdConfigError. */
 async function writeAtomically(path: string, data: string, mode: number): Promise<void> {
-  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);
   try {
-    const handle = await open(temp, "wx", mode);
-    try {
-      await handle.writeFile(data);
-      await handle.chmod(mode);
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    await rename(temp, path);
-    const folder = await open(dirname(path), "r");
-    try {
-      await folder.sync();
-    } finally {
-      await folder.close();
-    }
+    await writeFileAtomic(path, data, { mode });
   } catch (error) {
-    await rm(temp, { force: true });
     throw ioError(path, "write", error);
   }
 }

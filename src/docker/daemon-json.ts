@@ -15,10 +15,10 @@
  *   run found it. A change that changes nothing writes nothing and takes no backup, so a re-run
  *   keeps the backup of the run that made the change.
  */
-import { randomBytes } from "node:crypto";
-import { lstat, mkdir, open, readFile, realpath, rename, rm, stat } from "node:fs/promises";
-import { basename, dirname, isAbsolute, join } from "node:path";
+import { lstat, mkdir, readFile, realpath, rm, stat } from "node:fs/promises";
+import { dirname, isAbsolute } from "node:path";
 import { AgentError, describeError } from "../errors.ts";
+import { syncFolder as syncFolderDurably, writeFileAtomic } from "../fs-atomic.ts";
 import type { DaemonConfig } from "../agent/ports.ts";
 import type { Logger } from "../log.ts";
 import { isUnderPrefix, validateOwnedLabels } from "./labels.ts";
@@ -204,7 +204,7 @@ export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFi
       await removeDurably(backupPath);
       await writeAtomically(absentMarkerPath, `${path} did not exist before ebs-cache-agent changed it\n`, NEW_FILE_MODE);
     }
-    log?.info("daemon-json-backup", "kept a backup of daemon.json", {
+    log?.info("docker.daemon-json-backup", "kept a backup of daemon.json", {
       path,
       backup: snapshot.bytes !== undefined ? backupPath : absentMarkerPath,
     });
@@ -215,7 +215,7 @@ export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFi
       const { snapshot, config } = await load();
       const next = edit(config);
       if (JSON.stringify(next) === JSON.stringify(config)) {
-        log?.debug("daemon-json-unchanged", `${what}: daemon.json already says so`, { path });
+        log?.debug("docker.daemon-json-unchanged", `${what}: daemon.json already says so`, { path });
         return;
       }
       await mkdir(dirname(snapshot.file), { recursive: true, mode: 0o755 }).catch((error: unknown) => {
@@ -227,7 +227,7 @@ export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFi
       }
       const text = renderDaemonJson(next, snapshot.bytes?.toString("utf8"));
       await writeAtomically(snapshot.file, text, snapshot.mode, snapshot.owner);
-      log?.info("daemon-json-written", `${what} in daemon.json`, { path });
+      log?.info("docker.daemon-json-written", `${what} in daemon.json`, { path });
     });
   }
 
@@ -252,12 +252,12 @@ export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFi
         const backup = await readSnapshot(backupPath);
         if (backup.bytes !== undefined) {
           await writeAtomically(file, backup.bytes, backup.mode, backup.owner);
-          log?.notice("daemon-json-restored", "restored daemon.json from its backup", { path, backup: backupPath });
+          log?.notice("docker.daemon-json-restored", "restored daemon.json from its backup", { path, backup: backupPath });
           return;
         }
         if (await exists(absentMarkerPath)) {
           await removeDurably(file);
-          log?.notice("daemon-json-restored", "removed daemon.json: there was none before the agent's change", { path });
+          log?.notice("docker.daemon-json-restored", "removed daemon.json: there was none before the agent's change", { path });
           return;
         }
         throw new DaemonJsonError(
@@ -288,30 +288,13 @@ async function readSnapshot(path: string): Promise<Snapshot> {
   }
 }
 
-/** Temp file in the same folder, fsync, rename over `path`, fsync of the folder. */
-async function writeAtomically(
-  path: string,
-  data: string | Buffer,
-  mode: number,
-  owner?: { uid: number; gid: number },
-): Promise<void> {
-  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);
+/** writeFileAtomic (src/fs-atomic.ts), a failure told as a DaemonJsonError. */
+async function writeAtomically(path: string, data: string | Buffer, mode: number, owner?: { uid: number; gid: number }): Promise<void> {
   try {
-    const handle = await open(temp, "wx", mode);
-    try {
-      await handle.writeFile(data);
-      await handle.chmod(mode); // the umask trimmed the mode given to open()
-      if (owner && process.getuid?.() === 0) await handle.chown(owner.uid, owner.gid);
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    await rename(temp, path);
+    await writeFileAtomic(path, data, { mode, ...(owner ? { owner } : {}) });
   } catch (error) {
-    await rm(temp, { force: true });
     throw ioError(path, "write", error);
   }
-  await syncFolder(dirname(path));
 }
 
 async function removeDurably(path: string): Promise<void> {
@@ -325,12 +308,7 @@ async function removeDurably(path: string): Promise<void> {
 
 async function syncFolder(folder: string): Promise<void> {
   try {
-    const handle = await open(folder, "r");
-    try {
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
+    await syncFolderDurably(folder);
   } catch (error) {
     throw ioError(folder, "fsync", error);
   }

@@ -27,8 +27,7 @@ import { lstat, open, readdir, readFile, realpath, rm } from "node:fs/promises";
 import { isAbsolute, join, normalize, sep } from "node:path";
 import { AgentError, describeError } from "../errors.ts";
 import type { Logger } from "../log.ts";
-
-export type VolumeKind = "pool" | "workspace";
+import { VolumeKind } from "../tags.ts";
 
 /** The data-root cannot be prepared (not a data-root, in use, unreadable): docker has not seen it. */
 export class DataRootError extends AgentError {
@@ -78,9 +77,9 @@ export async function prepareDataRoot(dataRoot: string, options: PrepareDataRoot
   for (const driver of report.drivers) await removeContainerLayers(tree, driver);
   await tree.removeChildren("containers");
   await tree.remove(join("network", "files", "local-kv.db"));
-  if (kind === "pool") await tree.removeChildren("volumes");
+  if (kind === VolumeKind.pool) await tree.removeChildren("volumes");
 
-  log?.info("data-root-prepared", `removed machine-local state from the ${kind} volume's data-root`, {
+  log?.info("docker.data-root-prepared", `removed machine-local state from the ${kind} volume's data-root`, {
     dataRoot: root,
     removed: report.removed.length,
     skipped: report.skipped.length,
@@ -191,7 +190,7 @@ class ScopedTree {
       throw this.failure(relative, "remove", error);
     }
     this.report.removed.push(relative);
-    this.log?.debug("data-root-removed", `removed ${relative}`, { dataRoot: this.root });
+    this.log?.debug("docker.data-root-removed", `removed ${relative}`, { dataRoot: this.root });
   }
 
   /** Removes everything inside the folder `relative`, keeping the folder. */
@@ -237,7 +236,7 @@ class ScopedTree {
 
   skip(relative: string, why: string): void {
     this.report.skipped.push(`${relative}: ${why}`);
-    this.log?.warning("data-root-skipped", `left ${relative} alone: ${why}`, { dataRoot: this.root });
+    this.log?.warning("docker.data-root-skipped", `left ${relative} alone: ${why}`, { dataRoot: this.root });
   }
 
   /**

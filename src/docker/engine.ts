@@ -126,7 +126,7 @@ export function createDockerEngine(options: DockerEngineOptions): DockerEngineCl
 
   async function call<T>(method: "GET" | "POST", path: string, body?: unknown, callTimeoutMs = timeoutMs): Promise<T> {
     const label = `${method} ${path}`;
-    log?.debug("docker-api", label, { socket: socketPath });
+    log?.debug("docker.api", label, { socket: socketPath });
     let answer: { status: number; text: string };
     try {
       answer = await send(socketPath, method, path, body, callTimeoutMs);
@@ -218,16 +218,16 @@ export function createDockerEngine(options: DockerEngineOptions): DockerEngineCl
         for (const key of remove) delete labels[key];
         Object.assign(labels, add);
         if (JSON.stringify(sorted(labels)) === JSON.stringify(sorted(before))) {
-          log?.debug("node-labels-unchanged", "node labels already as wanted", { nodeId });
+          log?.debug("labels.node-unchanged", "node labels already as wanted", { nodeId });
           return;
         }
         try {
           await call("POST", `/nodes/${encodeURIComponent(nodeId)}/update?version=${version}`, { ...spec, Labels: labels });
-          log?.info("node-labels", "updated node labels", { nodeId, added: Object.keys(add).join(","), removed: remove.join(",") });
+          log?.info("labels.node", "updated node labels", { nodeId, added: Object.keys(add).join(","), removed: remove.join(",") });
           return;
         } catch (error) {
           if (attempt >= 2 || !isVersionConflict(error)) throw error;
-          log?.notice("node-labels-retry", "the node changed meanwhile, updating its labels again", { nodeId, version });
+          log?.notice("labels.node-retry", "the node changed meanwhile, updating its labels again", { nodeId, version });
         }
       }
     },

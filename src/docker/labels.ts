@@ -5,6 +5,7 @@
  */
 import { AgentError, ExitCode } from "../errors.ts";
 import type { ReadinessState } from "../agent/ports.ts";
+import { Label, labelKey, RequestLabel, VolumeKind, WORKSPACE_KEYS, workspaceLabel, type WorkspaceKey } from "../tags.ts";
 
 /** How the operator asked labels to be published. */
 export type LabelModeSetting = "auto" | "node" | "engine" | "off";
@@ -28,7 +29,13 @@ const SUFFIX = /^[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?$/;
  */
 const UNPRINTABLE = /[\p{Cc}\p{Cf}]/u;
 const MAX_KEY = 256;
-const MAX_VALUE = 1024;
+/**
+ * The longest label value the agent publishes. Docker sets no limit; this bound keeps daemon.json
+ * and node specs readable. Values that come from tags (pool, kind, workspace ids) are already
+ * shorter: EC2 caps a tag value at MAX_TAG_VALUE (src/tags.ts), and src/inputs.ts checks them
+ * against that when they are read.
+ */
+export const MAX_LABEL_VALUE = 1024;
 /** Long enough for any real prefix, short enough that `<prefix>.workspace.product-name` fits a key. */
 const MAX_PREFIX = 128;
 
@@ -121,10 +128,14 @@ export function validateLabelKey(key: string): void {
   }
 }
 
-/** Throws a LabelError for a value that is not one printable line (no control or format characters), or too long. */
+/**
+ * The one check of a label value the agent publishes (readiness labels, node-label updates): one
+ * printable line (no control or format characters) of at most MAX_LABEL_VALUE characters.
+ * Throws a LabelError otherwise.
+ */
 export function validateLabelValue(key: string, value: string): void {
-  if (typeof value !== "string" || value.length > MAX_VALUE || UNPRINTABLE.test(value)) {
-    throw new LabelError(`label ${key} has a value that is not a single printable line of at most ${MAX_VALUE} characters`);
+  if (typeof value !== "string" || value.length > MAX_LABEL_VALUE || UNPRINTABLE.test(value)) {
+    throw new LabelError(`label ${key} has a value that is not a single printable line of at most ${MAX_LABEL_VALUE} characters`);
   }
 }
 
@@ -151,20 +162,17 @@ export function assertOwnedUpdate(prefix: string, add: Record<string, string>, r
   }
 }
 
-/** The workspace ids a volume may record (tags `ebs-cache:<key>`), published as `<prefix>.workspace.<key>`. */
-export const WORKSPACE_ID_KEYS: readonly string[] = ["user-id", "project-id", "node-id", "wallet-id", "product-name"];
-
 /**
  * The `workspace.<key>` readiness extras for the ids a workspace volume records, so a scheduler
  * can tell whose data a node holds; a pool volume (or one without ids) gives none. `idOf` reads
  * one recorded id (the volume's `ebs-cache:<key>` tag).
  */
-export function workspaceLabelExtras(kind: string | undefined, idOf: (key: string) => string | undefined): Record<string, string> {
-  if (kind !== "workspace") return {};
+export function workspaceLabelExtras(kind: string | undefined, idOf: (key: WorkspaceKey) => string | undefined): Record<string, string> {
+  if (kind !== VolumeKind.workspace) return {};
   const extras: Record<string, string> = {};
-  for (const key of WORKSPACE_ID_KEYS) {
+  for (const key of WORKSPACE_KEYS) {
     const value = idOf(key);
-    if (value !== undefined && value !== "") extras[`workspace.${key}`] = value;
+    if (value !== undefined && value !== "") extras[workspaceLabel(key)] = value;
   }
   return extras;
 }
@@ -179,7 +187,7 @@ export function isUnderPrefix(prefix: string, key: string): boolean {
  * carried by osparc's labels tag), not labels of the agent's: should the autoscaler copy them
  * onto the node, the agent neither replaces nor withdraws them.
  */
-export const REQUEST_LABELS: readonly string[] = ["keep", "enabled"];
+export const REQUEST_LABELS: readonly string[] = Object.values(RequestLabel);
 
 /**
  * The labels that tell the scheduler about this node: `<prefix>.state` plus one `<prefix>.<name>`
@@ -191,13 +199,13 @@ export function readinessLabels(
   extras: Record<string, string | undefined> = {},
 ): Record<string, string> {
   validateLabelPrefix(prefix);
-  const labels: Record<string, string> = { [`${prefix}.state`]: state };
+  const labels: Record<string, string> = { [labelKey(prefix, Label.state)]: state };
   for (const [name, value] of Object.entries(extras)) {
     if (value === undefined) continue;
-    if (!SUFFIX.test(name) || name === "state") {
-      throw new LabelError(`readiness label name ${JSON.stringify(name)} is not a lower-case word (or is the reserved "state")`);
+    if (!SUFFIX.test(name) || name === Label.state) {
+      throw new LabelError(`readiness label name ${JSON.stringify(name)} is not a lower-case word (or is the reserved "${Label.state}")`);
     }
-    const key = `${prefix}.${name}`;
+    const key = labelKey(prefix, name);
     validateLabelValue(key, value);
     labels[key] = value;
   }

@@ -50,7 +50,7 @@ export function createSystemdDockerService(options: SystemdDockerServiceOptions 
   }
 
   async function act(action: "start" | "stop" | "restart" | "reload"): Promise<void> {
-    options.log?.info("docker-service", `${action} ${unit}`, { unit });
+    options.log?.info("docker.service", `${action} ${unit}`, { unit });
     const result = await systemctlRun(action, [action, unit]);
     if (result.exitCode !== 0) {
       const detail = (result.stderr || result.stdout).trim().split("\n").slice(-3).join(" | ");

@@ -5,10 +5,11 @@
  * root, so a reaper that knows nothing of the lab's in-memory state (the janitor, another test
  * run) can still clean it.
  */
-import { lstat, mkdir, readdir, readFile, realpath, rename, rm, rmdir, stat, unlink, writeFile } from "node:fs/promises";
+import { lstat, mkdir, readdir, readFile, realpath, rm, rmdir, stat, unlink, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { describeError } from "../errors.ts";
+import { writeFileAtomic } from "../fs-atomic.ts";
 import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";
 import { isUnder, listLoopDevices, listMounts, type MountEntry } from "./devices.ts";
@@ -67,9 +68,7 @@ export async function registerLabProcess(root: string, name: string, pid: number
   if (!identity) throw new Error(`process ${pid} (${name}) is not running`);
   const dir = labPaths(root).pids;
   await mkdir(dir, { recursive: true });
-  const temp = join(dir, `.${name}.${process.pid}.tmp`);
-  await writeFile(temp, JSON.stringify({ name, ...identity }) + "\n");
-  await rename(temp, join(dir, `${name}.json`));
+  await writeFileAtomic(join(dir, `${name}.json`), JSON.stringify({ name, ...identity }) + "\n");
 }
 
 /** Forgets a registered process (after it was stopped normally). */
@@ -200,9 +199,7 @@ async function acquireReaperLock(root: string): Promise<"acquired" | string> {
     holder = undefined;
   }
   if (holder && (await isProcessAlive(holder))) return `being reaped by process ${holder.pid}`;
-  const temp = `${path}.${process.pid}.tmp`;
-  await writeFile(temp, JSON.stringify(me) + "\n");
-  await rename(temp, path);
+  await writeFileAtomic(path, JSON.stringify(me) + "\n");
   return "acquired";
 }
 

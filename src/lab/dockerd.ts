@@ -219,7 +219,7 @@ class LabDockerd implements PrivateDockerd {
     await createNetns(this.netnsFile);
 
     const logOffset = existsSync(this.logFile) ? (await stat(this.logFile)).size : 0;
-    this.options.log?.info("dockerd-start", "starting private dockerd", { root: this.root, dataRoot });
+    this.options.log?.info("lab.dockerd-start", "starting private dockerd", { root: this.root, dataRoot });
     const exitStatus = await this.launch();
     const ready = await this.waitReady(this.options.readyTimeoutMs ?? 60_000, () => exitStatus() !== undefined);
     if (!ready) {
@@ -228,13 +228,13 @@ class LabDockerd implements PrivateDockerd {
       const how = exitStatus() !== undefined ? `exited (${exitStatus()})` : "did not answer in time";
       throw new AgentError(`private dockerd ${how}: ${tail}`, `see ${this.logFile}`);
     }
-    this.options.log?.info("dockerd-ready", "private dockerd is up", { pid: this.runningPid, host: this.host });
+    this.options.log?.info("lab.dockerd-ready", "private dockerd is up", { pid: this.runningPid, host: this.host });
   }
 
   /** Spawns dockerd in its namespace; returns how to ask whether (and how) it has exited. */
   private async launch(): Promise<() => string | undefined> {
     const args = [`--net=${this.netnsFile}`, "--", DOCKERD, ...this.dockerdArgs()];
-    this.options.log?.debug("exec", ["nsenter", ...args].join(" "));
+    this.options.log?.debug("lab.exec", ["nsenter", ...args].join(" "));
     const logHandle = await open(this.logFile, "a");
     // A daemon, so spawn rather than run(): nsenter execs dockerd (same pid) in the namespace.
     // Detached and unref'd: it behaves as a service, not as a child of whoever started it.
@@ -268,11 +268,11 @@ class LabDockerd implements PrivateDockerd {
     const pid = this.runningPid ?? (await readPid(this.pidFile));
     const stopTimeoutMs = this.options.stopTimeoutMs ?? 45_000;
     if (pid !== undefined) {
-      this.options.log?.info("dockerd-stop", "stopping private dockerd", { pid });
+      this.options.log?.info("lab.dockerd-stop", "stopping private dockerd", { pid });
       signal(pid, "SIGTERM");
       if (!(await waitGone([pid], stopTimeoutMs))) {
         const message = `dockerd ignored SIGTERM for ${stopTimeoutMs} ms, killing it`;
-        this.options.log?.warning("dockerd-kill", message, { pid });
+        this.options.log?.warning("lab.dockerd-kill", message, { pid });
         await killAndWait([pid]);
       }
     }
@@ -349,7 +349,7 @@ class LabDockerd implements PrivateDockerd {
     const leftovers = await findPrivateDockerdProcesses(this.root);
     if (leftovers.length > 0) {
       const pids = leftovers.map((entry) => entry.pid);
-      this.options.log?.warning("dockerd-leftovers", "killing processes dockerd left behind", { pids: pids.join(",") });
+      this.options.log?.warning("lab.dockerd-leftovers", "killing processes dockerd left behind", { pids: pids.join(",") });
       if (!(await killAndWait(pids))) {
         throw new AgentError(
           `processes of the private dockerd survived SIGKILL: ${pids.join(" ")}`,
@@ -410,7 +410,7 @@ async function prepareDaemonConfig(configFile: string, root: string, log?: Logge
   if (typeof config["data-root"] !== "string") additions["data-root"] = join(root, "data");
   if (typeof config["deprecated-key-path"] !== "string") additions["deprecated-key-path"] = join(root, "key.json");
   if (Object.keys(additions).length > 0) {
-    log?.debug("dockerd-config", `adding ${Object.keys(additions).join(", ")} to ${configFile}`);
+    log?.debug("lab.dockerd-config", `adding ${Object.keys(additions).join(", ")} to ${configFile}`);
     await writeFile(configFile, JSON.stringify({ ...config, ...additions }, null, 2) + "\n");
   }
   return (config["data-root"] as string | undefined) ?? join(root, "data");

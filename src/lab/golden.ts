@@ -90,7 +90,7 @@ export async function buildGoldenSnapshot(lab: Lab, options: GoldenOptions): Pro
   await ec2.send(new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: builder.instance.instanceId, Device: "/dev/sdf" }));
   await waitForAttached(ec2, volumeId);
   const device = await lab.backend.deviceReady(volumeId);
-  log?.info("golden.attach", "builder volume attached", { volume: volumeId, device });
+  log?.info("lab.golden-attach", "builder volume attached", { volume: volumeId, device });
 
   const mountPoint = join(builder.paths.mountRoot, "golden");
   await run("mkfs.xfs", ["-q", "-L", FS_LABEL, "-m", "crc=1", "-n", "ftype=1", device], { log });
@@ -119,7 +119,7 @@ export async function buildGoldenSnapshot(lab: Lab, options: GoldenOptions): Pro
   const snapshotId = snapshot.SnapshotId!;
   await waitUntilSnapshotCompleted({ client: ec2, ...WAIT }, { SnapshotIds: [snapshotId] });
   await ec2.send(new DeleteVolumeCommand({ VolumeId: volumeId }));
-  log?.info("golden.snapshot", "golden snapshot ready", { snapshot: snapshotId, images: images.join(","), store: built.store, engine: built.engineVersion });
+  log?.info("lab.golden-snapshot", "golden snapshot ready", { snapshot: snapshotId, images: images.join(","), store: built.store, engine: built.engineVersion });
   return { snapshotId, sizeGiB, images, built };
 }
 

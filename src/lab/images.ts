@@ -66,7 +66,7 @@ export async function buildImage(docker: DockerClient, options: BuildImageOption
     if (!/^sha256:[0-9a-f]{64}$/.test(id)) {
       throw new AgentError(`docker import printed ${JSON.stringify(id)}, not an image id`, "see the dockerd log");
     }
-    options.log?.info("image-built", "imported lab image", { tag: options.tag, id, payloadBytes });
+    options.log?.info("lab.image-built", "imported lab image", { tag: options.tag, id, payloadBytes });
     return id;
   } finally {
     await rm(temp, { recursive: true, force: true });

@@ -139,7 +139,7 @@ export async function startImdsEmulator(options: ImdsEmulatorOptions): Promise<I
   const record = (req: IncomingMessage, status: number | "reset") => {
     requests.push({ method: req.method ?? "", path: req.url ?? "", status });
     if (requests.length > MAX_RECORDED_REQUESTS) requests.shift();
-    options.log?.debug("imds-request", `${req.method} ${req.url} -> ${status}`);
+    options.log?.debug("lab.imds-request", `${req.method} ${req.url} -> ${status}`);
   };
   const reply = (
     req: IncomingMessage,
@@ -231,7 +231,7 @@ export async function startImdsEmulator(options: ImdsEmulatorOptions): Promise<I
     // The body (if any) is irrelevant; drain it so keep-alive connections stay usable.
     req.resume();
     handle(req, res).catch((error: unknown) => {
-      options.log?.warning("imds-error", String(error), { path: req.url });
+      options.log?.warning("lab.imds-error", String(error), { path: req.url });
       if (!res.headersSent) reply(req, res, 500, "Internal Server Error");
       else res.destroy();
     });
@@ -245,7 +245,7 @@ export async function startImdsEmulator(options: ImdsEmulatorOptions): Promise<I
   });
   const port = (server.address() as AddressInfo).port;
   const endpoint = `http://127.0.0.1:${port}`;
-  options.log?.info("imds-started", "IMDS emulator listening", { endpoint, imdsV1 });
+  options.log?.info("lab.imds-started", "IMDS emulator listening", { endpoint, imdsV1 });
 
   return {
     endpoint,

@@ -4,8 +4,9 @@
  * instance's hostRoot may live elsewhere). Cleanup never trusts it alone: loop devices and
  * mounts are found from the kernel's lists; this record only adds the links to remove.
  */
-import { readFile, readlink, rename, rm, unlink, writeFile } from "node:fs/promises";
+import { readFile, readlink, rm, unlink } from "node:fs/promises";
 import { join } from "node:path";
+import { writeFileAtomic } from "../fs-atomic.ts";
 import { labPaths } from "./labdir.ts";
 
 /** One attached volume, as recorded once its device appeared. */
@@ -45,12 +46,10 @@ function isAttachmentRecord(value: unknown): value is AttachmentRecord {
   );
 }
 
-/** Replaces the record file atomically (temp + rename): a crash leaves the old or the new one. */
+/** Replaces the record file atomically: a crash leaves the old or the new one. */
 export async function writeAttachmentRecords(root: string, records: readonly AttachmentRecord[]): Promise<void> {
   const path = loopStatePath(root);
-  const temp = `${path}.${process.pid}.tmp`;
-  await writeFile(temp, JSON.stringify({ attachments: records }, null, 2) + "\n");
-  await rename(temp, path);
+  await writeFileAtomic(path, JSON.stringify({ attachments: records }, null, 2) + "\n");
 }
 
 /**

@@ -5,6 +5,7 @@
  * name, `_total` on counters only, no label named twice), so a misnamed metric fails its unit
  * test instead of a dashboard query.
  */
+import { AgentError } from "../errors.ts";
 
 /** Every metric of the agent starts with this, so one `{__name__=~"ebs_cache_agent_.*"}` finds them all. */
 export const METRIC_PREFIX = "ebs_cache_agent_";
@@ -33,10 +34,9 @@ export interface MetricFamily {
 }
 
 /** The bad name, and why; thrown for a programming error, never for a measured value. */
-export class MetricNameError extends Error {
+export class MetricNameError extends AgentError {
   constructor(name: string, why: string) {
-    super(`metric ${JSON.stringify(name)}: ${why}`);
-    this.name = "MetricNameError";
+    super(`metric ${JSON.stringify(name)}: ${why}`, "fix the metric's definition in src/metrics/: this is a bug, not a setting");
   }
 }
 

@@ -5,9 +5,10 @@
  * whole: a temp file in the same folder (the collector reads only `*.prom`), fsync, rename,
  * fsync of the folder, so a crash leaves the old file or the new one, never half of one.
  */
-import { mkdir, open, readFile, rename, rm } from "node:fs/promises";
+import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { AgentError } from "../errors.ts";
+import { writeFileAtomic } from "../fs-atomic.ts";
 import type { MetricFamily } from "./family.ts";
 import { renderSeries, renderTextFormat } from "./render.ts";
 
@@ -51,28 +52,13 @@ export function carryCounters(families: readonly MetricFamily[], previousText: s
 /** Replaces the use case's file atomically; returns its path. `carry`: add the previous file's counters. */
 export async function writeTextfile(dir: string, useCase: MetricsUseCase, families: readonly MetricFamily[], options: { carry?: boolean } = {}): Promise<string> {
   const path = textfilePath(dir, useCase);
-  const temp = join(dir, `.ebs_cache_agent_${useCase}.prom.${process.pid}.tmp`);
   try {
     const previous = options.carry ? await readFile(path, "utf8").catch(() => undefined) : undefined;
     const text = renderTextFormat(options.carry ? carryCounters(families, previous) : families);
     await mkdir(dir, { recursive: true });
-    const handle = await open(temp, "w", 0o644);
-    try {
-      await handle.writeFile(text);
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    await rename(temp, path);
-    const folder = await open(dir, "r");
-    try {
-      await folder.sync();
-    } finally {
-      await folder.close();
-    }
+    await writeFileAtomic(path, text);
     return path;
   } catch (error) {
-    await rm(temp, { force: true }).catch(() => undefined);
     throw new MetricsWriteError(path, error);
   }
 }

@@ -9,6 +9,7 @@ import type { CheckFigures } from "../agent/ports.ts";
 import type { Progress } from "../agent/prewarm/plan.ts";
 import type { PrewarmState } from "../agent/prewarm/state.ts";
 import type { CacheFilesystem } from "../host/facts.ts";
+import { Label } from "../tags.ts";
 import type { BootRecord, ReleaseRecord } from "./records.ts";
 
 export const STATUS_VERSION = 1;
@@ -90,7 +91,7 @@ export interface StatusDocument {
 
 const UP = new Set(["ready", "warming"]);
 /** Labels the background pre-warm moves on after the boot (warming → ready, the progress): not a drift. */
-const MOVING_LABELS = [".state", ".prewarm", ".prewarm-progress"];
+const MOVING_LABELS = [Label.state, Label.prewarm, Label.prewarmProgress].map((name) => `.${name}`);
 
 /** Builds the document and its verdict. Pure: the same inputs give the same document. */
 export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds = DEFAULT_THRESHOLDS): StatusDocument {

@@ -4,8 +4,9 @@
  * without these a health check would have to read the journal. Written atomically (temp,
  * fsync, rename, fsync of the folder); a record that does not parse is reported, not trusted.
  */
-import { mkdir, open, readFile, rename, rm } from "node:fs/promises";
+import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
+import { writeFileAtomic } from "../fs-atomic.ts";
 import type { BootResult } from "../agent/boot/context.ts";
 import type { BootPhase } from "../agent/ports.ts";
 import type { ReleaseResult } from "../agent/release/apply.ts";
@@ -38,26 +39,7 @@ export type RecordRead<T> = { record?: T; problem?: string };
 
 async function writeJsonAtomic(dir: string, file: string, value: unknown): Promise<void> {
   await mkdir(dir, { recursive: true });
-  const temp = join(dir, `.${file}.${process.pid}.tmp`);
-  try {
-    const handle = await open(temp, "w", 0o644);
-    try {
-      await handle.writeFile(JSON.stringify(value, null, 2) + "\n");
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    await rename(temp, join(dir, file));
-    const folder = await open(dir, "r");
-    try {
-      await folder.sync();
-    } finally {
-      await folder.close();
-    }
-  } catch (error) {
-    await rm(temp, { force: true }).catch(() => undefined);
-    throw error;
-  }
+  await writeFileAtomic(join(dir, file), JSON.stringify(value, null, 2) + "\n");
 }
 
 async function readJson(dir: string, file: string): Promise<{ value?: unknown; problem?: string }> {

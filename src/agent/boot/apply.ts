@@ -10,7 +10,7 @@
 import { join } from "node:path";
 import { describeError } from "../../errors.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL } from "../../layout.ts";
-import { VolumeTag } from "../../tags.ts";
+import { Label, VolumeTag } from "../../tags.ts";
 import { DeviceTimeoutError } from "../../host/device.ts";
 import type { VolumeInfo } from "../ports.ts";
 import { volumeDetails } from "../report.ts";
@@ -183,7 +183,7 @@ function runStep<K extends StepName>(step: StepOf<K>, ctx: StepContext): Promise
 
 async function reportDisabled(step: StepOf<"report-disabled">, { deps }: StepContext): Promise<Finished> {
   deps.log.notice("boot.disabled", step.reason);
-  await deps.report("disabled", { reason: step.reason });
+  await deps.report("disabled", { [Label.reason]: step.reason });
   return { outcome: "disabled", reason: step.reason };
 }
 
@@ -376,7 +376,7 @@ async function reportReady(_step: StepOf<"report-ready">, { p, deps }: StepConte
   const volume = volumeOf(p);
   const state = p.prewarm?.labelState ?? "ready";
   // A pre-warm that failed outright (it normally never throws) leaves the verdict unknown.
-  const prewarmLabels = p.prewarm?.labels ?? (deps.prewarm ? { prewarm: "unknown" } : {});
+  const prewarmLabels = p.prewarm?.labels ?? (deps.prewarm ? { [Label.prewarm]: "unknown" } : {});
   // Published already when the background run took over: it alone publishes from then on.
   if (!p.prewarm?.published) {
     try {
@@ -406,7 +406,7 @@ async function labelsDidNotTake(deps: BootDeps, p: Progress, error: unknown): Pr
     volume: p.volume?.volumeId,
     remediation: remediationOf(error),
   });
-  await deps.report("degraded", { reason: shorten(reason) }).catch((again: unknown) => {
+  await deps.report("degraded", { [Label.reason]: shorten(reason) }).catch((again: unknown) => {
     deps.log.error("boot.label", `could not publish the degraded label either: ${describeError(again)}`);
   });
   return { outcome: "degraded", reason, ...resultOf(p) };

@@ -3,6 +3,7 @@
  * or a lab host), the limits, and the progress the steps share as they go.
  */
 import type { Logger } from "../../log.ts";
+import type { VolumeKind } from "../../tags.ts";
 import type { BootPlan } from "./plan.ts";
 import type { CloudVolumes, DaemonConfig, DockerEngine, DockerService, HostStorage, ReadinessState, VolumeInfo } from "../ports.ts";
 import type { PrewarmOutcome, PrewarmTarget } from "../prewarm/plan.ts";
@@ -21,7 +22,7 @@ export interface BootDeps {
    * agent created blank (`createdByAgent`) that docker never initialized, it creates the empty
    * data-root folder instead: there is nothing to clean, and docker fills it.
    */
-  prepareDataRoot(dataRoot: string, options: { kind: "pool" | "workspace"; instanceId: string; createdByAgent: boolean }): Promise<void>;
+  prepareDataRoot(dataRoot: string, options: { kind: VolumeKind; instanceId: string; createdByAgent: boolean }): Promise<void>;
   /** The installed dockerd's version (`dockerd --version`), read before docker starts. */
   dockerVersion(): Promise<string | undefined>;
   /**

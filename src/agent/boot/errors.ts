@@ -3,7 +3,7 @@
  * exit: apply catches them, and run.ts derives the exit code from the outcome. They still carry
  * the exit code of that outcome (4, degraded) so the one error hierarchy tells the truth.
  */
-import { AgentError, ExitCode } from "../../errors.ts";
+import { AgentError, ExitCode, remediationOr } from "../../errors.ts";
 
 /** A failure that should leave the node degraded, with the reason for the log and the label. */
 export class BootStepError extends AgentError {
@@ -43,5 +43,5 @@ export class CancelledError extends BootStepError {
 
 /** The remediation to log with any failure: an AgentError's own, else a pointer to the log. */
 export function remediationOf(error: unknown): string {
-  return error instanceof AgentError ? error.remediation : "see the log lines above";
+  return remediationOr(error, "see the log lines above");
 }

@@ -4,9 +4,10 @@
  * or a re-run on the same instance must keep it, since by then it is this node's own. A marker
  * on the volume, written after the cleanup, records for which instance it was done.
  */
-import { lstat, mkdir, readFile, rename, writeFile } from "node:fs/promises";
+import { lstat, mkdir, readFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Logger } from "../../log.ts";
+import { writeFileAtomic } from "../../fs-atomic.ts";
 
 /** The marker's place: beside the data-root, on the volume, out of docker's sight. */
 export function preparedMarkerPath(dataRoot: string): string {
@@ -28,9 +29,7 @@ export async function prepareOncePerInstance(
   }
   await clean();
   await mkdir(dirname(marker), { recursive: true });
-  const temp = `${marker}.tmp`;
-  await writeFile(temp, `${instanceId}\n`);
-  await rename(temp, marker);
+  await writeFileAtomic(marker, `${instanceId}\n`);
   log.info("boot.data-root", "machine-local state removed from the data-root", { dataRoot, previousInstance: previous || undefined });
   return "prepared";
 }

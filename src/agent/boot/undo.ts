@@ -4,7 +4,7 @@
  * label, one clear log line).
  */
 import { describeError } from "../../errors.ts";
-import { VolumeTag } from "../../tags.ts";
+import { Label, VolumeTag } from "../../tags.ts";
 import type { BootDeps, BootLimits, Finished, Progress } from "./context.ts";
 import type { BootPlan } from "./plan.ts";
 
@@ -81,7 +81,7 @@ export async function degrade(deps: BootDeps, limits: BootLimits, reason: string
   } catch (error) {
     log.error("boot.degraded", `could not bring docker up on its default data-root: ${describeError(error)}`, { remediation: "journalctl -u docker" });
   }
-  await deps.report("degraded", { reason: shorten(reason) }).catch((error: unknown) => {
+  await deps.report("degraded", { [Label.reason]: shorten(reason) }).catch((error: unknown) => {
     log.error("boot.label", `could not publish the degraded label: ${describeError(error)}`);
   });
   log.warning("boot.degraded", `node up without a cache volume: ${reason}`);

@@ -24,12 +24,12 @@ type GcHandler = (decision: GcDecision, cloud: CloudVolumes, log: Logger, fields
 const GC_HANDLERS: Partial<Record<GcVerdict, GcHandler>> = {
   "tag-expiry": async (decision, cloud, log, fields) => {
     await cloud.tagVolume(decision.volumeId, decision.tags ?? {});
-    log.notice("gc", "never-released volume tagged to expire", fields);
+    log.notice("gc.tagged", "never-released volume tagged to expire", fields);
     return "tagged";
   },
   delete: async (decision, cloud, log, fields) => {
     const done = await cloud.deleteVolume(decision.volumeId);
-    log.notice("gc", "expired volume deleted", fields);
+    log.notice("gc.deleted", "expired volume deleted", fields);
     return done;
   },
 };
@@ -40,10 +40,10 @@ export async function applyGc(decisions: GcDecision[], cloud: CloudVolumes, opti
   const outcome: GcOutcome = { decisions, deleted: 0, failed: 0 };
   for (const decision of outcome.decisions) {
     const fields = { volume: decision.volumeId, verdict: decision.verdict, reason: decision.reason };
-    if (decision.verdict === "malformed") log.warning("gc", "skipping a volume with malformed tags", fields);
+    if (decision.verdict === "malformed") log.warning("gc.malformed", "skipping a volume with malformed tags", fields);
     const handler = GC_HANDLERS[decision.verdict];
     if (options.dryRun || !handler) {
-      log.debug("gc", options.dryRun ? "would act (dry run)" : "left alone", fields);
+      log.debug("gc.skipped", options.dryRun ? "would act (dry run)" : "left alone", fields);
       continue;
     }
     try {
@@ -53,7 +53,7 @@ export async function applyGc(decisions: GcDecision[], cloud: CloudVolumes, opti
       decision.done = "failed";
       decision.error = describeError(error);
       outcome.failed++;
-      log.error("gc", `could not act on the volume: ${decision.error}`, fields);
+      log.error("gc.failed", `could not act on the volume: ${decision.error}`, fields);
     }
   }
   return outcome;

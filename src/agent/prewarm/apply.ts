@@ -16,11 +16,11 @@
  * with the remedy, and the node is still reported. A run killed half-way leaves a resume point
  * in the state file: the next run starts there (and reads again what may not have completed).
  */
-import { describeError } from "../../errors.ts";
+import { describeError, remediationOr } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { VolumeTag } from "../../tags.ts";
 import type { InitializationStatus, OutcomeRecorder, PrewarmReader } from "../ports.ts";
-import { initializationStatusOf, remediationOr, sampleVolume, type Sample } from "./observe.ts";
+import { initializationStatusOf, sampleVolume, type Sample } from "./observe.ts";
 import {
   decidePrewarm,
   formatBytes,

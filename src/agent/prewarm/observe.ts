@@ -3,7 +3,7 @@
  * sample of the volume's read performance (fio on a host), and, for the `prewarm` command, the
  * cache volume attached to this instance with its device and mount point.
  */
-import { AgentError, describeError } from "../../errors.ts";
+import { AgentError, describeError, remediationOr } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
 import { attachedCacheVolume } from "../attached.ts";
 import type { CheckFigures, CloudVolumes, HostStorage, InitializationStatus, VolumeInfo } from "../ports.ts";
@@ -71,10 +71,4 @@ export async function findMountedDevice(storage: Pick<HostStorage, "findDevice" 
   const mountPoint = await storage.mountPointOf(device);
   if (!mountPoint) throw new AgentError(`${volumeId} (${device}) is not mounted`, "run `ebs-cache-agent boot` first");
   return { device, mountPoint };
-}
-
-/** The remediation an error carries, or `fallback` when it carries none. */
-export function remediationOr(error: unknown, fallback: string): string {
-  const remediation = (error as { remediation?: unknown } | undefined)?.remediation;
-  return typeof remediation === "string" ? remediation : fallback;
 }

@@ -6,7 +6,7 @@
  * See docs/prewarm.md.
  */
 import { defaultConfig, type AgentConfig, type PrewarmStrategy } from "../../config/index.ts";
-import { VolumeTag } from "../../tags.ts";
+import { Label, VolumeTag } from "../../tags.ts";
 import type { CheckFigures, InitializationStatus, ReadTarget, SampleBounds } from "../ports.ts";
 import type { PrewarmPhase, PrewarmState } from "./state.ts";
 
@@ -145,8 +145,8 @@ export function progressLabel(percent: number, step = 10): string {
 /** The labels of a node whose volume is warming, or ready with a verdict (see docs/labels.md). */
 export function prewarmLabels(phase: "warming" | "ready", verdict: Verdict, percent?: number): Record<string, string> {
   return phase === "warming"
-    ? { prewarm: verdict, "prewarm-progress": progressLabel(percent ?? 0) }
-    : { prewarm: verdict };
+    ? { [Label.prewarm]: verdict, [Label.prewarmProgress]: progressLabel(percent ?? 0) }
+    : { [Label.prewarm]: verdict };
 }
 
 /** The volume to pre-warm, on this host. */

@@ -5,8 +5,9 @@
  * reads it. A lock file (`prewarm.lock`, pid + start time) keeps two initializations of one
  * host from running at once; a dead holder's lock is taken over.
  */
-import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { writeFileAtomic } from "../../fs-atomic.ts";
 import type { CheckFigures } from "../ports.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
 import type { PrewarmDecision, Progress, Verdict } from "./plan.ts";
@@ -74,9 +75,7 @@ export async function readPrewarmState(stateDir: string): Promise<PrewarmState |
 /** Writes the state atomically. */
 export async function writePrewarmState(stateDir: string, state: PrewarmState): Promise<void> {
   await mkdir(stateDir, { recursive: true });
-  const temp = join(stateDir, `.${STATE_FILE}.${process.pid}.tmp`);
-  await writeFile(temp, JSON.stringify(state, null, 2) + "\n");
-  await rename(temp, statePath(stateDir));
+  await writeFileAtomic(statePath(stateDir), JSON.stringify(state, null, 2) + "\n");
 }
 
 /** The start time of a process (field 22 of /proc/<pid>/stat), or undefined when it is gone. */

@@ -10,7 +10,7 @@
  * touch a volume that is not `ebs-cache:managed=true`.
  */
 import { setTimeout as sleep } from "node:timers/promises";
-import { AgentError, describeError } from "../../errors.ts";
+import { AgentError, describeError, remediationOr } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
 import type { ReleaseDeps, VolumeInfo } from "../ports.ts";
 import { dockerActive } from "./observe.ts";
@@ -145,7 +145,7 @@ function problemOf(step: string, volumeId: string | undefined, error: unknown): 
     ...(volumeId !== undefined ? { volumeId } : {}),
     kind: error instanceof ReleaseRefusedError ? "refused" : "failed",
     message: describeError(error),
-    remediation: error instanceof AgentError ? error.remediation : "see the log lines above, then run release again",
+    remediation: remediationOr(error, "see the log lines above, then run release again"),
   };
 }
 

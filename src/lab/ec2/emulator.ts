@@ -124,7 +124,7 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
   const setFaults = (next: Faults): void => {
     faults.set(next);
     lifecycle.faultsChanged();
-    log?.info("ec2-emulator", "faults set", { faults: JSON.stringify(next) });
+    log?.info("lab.ec2-emulator", "faults set", { faults: JSON.stringify(next) });
   };
   const replaceState = (model: Model): void => {
     lifecycle.cancelTimers();
@@ -152,7 +152,7 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
   // Only once listening: a failed start leaves no timers behind.
   lifecycle.resume();
   const endpoint = `http://127.0.0.1:${port}`;
-  log?.info("ec2-emulator", "listening", { endpoint, region, stateFile: opts.stateFile });
+  log?.info("lab.ec2-emulator", "listening", { endpoint, region, stateFile: opts.stateFile });
 
   let closing: Promise<void> | undefined;
   return {
@@ -181,12 +181,12 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
         server.closeAllConnections();
         await closed;
         if (!(await lifecycle.close())) {
-          log?.warning("ec2-emulator", "backend calls still running at close; their results are not saved", {
+          log?.warning("lab.ec2-emulator", "backend calls still running at close; their results are not saved", {
             endpoint,
           });
         }
         store.seal();
-        log?.info("ec2-emulator", "closed", { endpoint });
+        log?.info("lab.ec2-emulator", "closed", { endpoint });
       })();
       return closing;
     },

@@ -110,7 +110,7 @@ export class InstanceRegistry {
     this.store.commit();
     this.live.set(instanceId, instance);
     this.syncTags(instanceId);
-    this.log?.info("ec2-emulator", "instance registered", { instance: instanceId, zone: availabilityZone });
+    this.log?.info("lab.ec2-emulator", "instance registered", { instance: instanceId, zone: availabilityZone });
     return instance;
   }
 

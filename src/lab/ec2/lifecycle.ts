@@ -130,7 +130,7 @@ export class Lifecycle {
     ids: { volumeId?: string; snapshotId?: string; instanceId?: string },
   ): string {
     const detail = `${what}: ${message(error)}`;
-    this.deps.log?.error("ec2-emulator", `backend ${what} failed`, { ...ids, error: message(error) });
+    this.deps.log?.error("lab.ec2-emulator", `backend ${what} failed`, { ...ids, error: message(error) });
     this.store.event({ kind: "backend-error", ...ids, detail });
     return detail;
   }
@@ -285,7 +285,7 @@ export class Lifecycle {
       (busy) => busy,
       (error: unknown) => {
         // Not knowing is treated as in use: detaching a mounted device is what must not happen.
-        this.deps.log?.warning("ec2-emulator", "could not tell whether the device is in use", {
+        this.deps.log?.warning("lab.ec2-emulator", "could not tell whether the device is in use", {
           volumeId,
           error: message(error),
         });
@@ -402,7 +402,7 @@ export class Lifecycle {
     const epoch = this.epoch;
     const hook = runHook && this.deps.shutdown ? this.deps.shutdown(instanceId, kind) : Promise.resolve();
     const shutDown = hook.catch((error: unknown) => {
-      this.deps.log?.warning("ec2-emulator", "the instance's shutdown hook failed; it is powered off anyway", { instanceId, error: message(error) });
+      this.deps.log?.warning("lab.ec2-emulator", "the instance's shutdown hook failed; it is powered off anyway", { instanceId, error: message(error) });
     });
     const during = kind === "stop" ? "stopping" : "shutting-down";
     this.track(
@@ -474,7 +474,7 @@ export class Lifecycle {
     try {
       return this.deps.backend.initializationProgress?.(volumeId);
     } catch (error) {
-      this.deps.log?.warning("ec2-emulator", "could not read initialization progress", { volumeId, error: message(error) });
+      this.deps.log?.warning("lab.ec2-emulator", "could not read initialization progress", { volumeId, error: message(error) });
       return undefined;
     }
   }

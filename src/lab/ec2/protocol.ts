@@ -27,7 +27,7 @@ export async function handleEc2Request(ctx: ActionContext, params: Params): Prom
   const latency = ctx.faults.latencyMs(action);
   if (latency > 0) await sleep(latency);
   if (ctx.faults.throttle(action)) {
-    ctx.log?.debug("ec2-emulator", "throttled", { action, requestId });
+    ctx.log?.debug("lab.ec2-emulator", "throttled", { action, requestId });
     return fail(throttled(), requestId);
   }
   if (action === "") {
@@ -45,17 +45,17 @@ export async function handleEc2Request(ctx: ActionContext, params: Params): Prom
     if (ctx.faults.applyThen500(action)) {
       ctx.store.event({ kind: "apply-then-500", detail: action });
       ctx.store.commit();
-      ctx.log?.info("ec2-emulator", "change applied, answering 500 (fault)", { action, requestId });
+      ctx.log?.info("lab.ec2-emulator", "change applied, answering 500 (fault)", { action, requestId });
       return fail(internalError(), requestId);
     }
-    ctx.log?.debug("ec2-emulator", action, { requestId });
+    ctx.log?.debug("lab.ec2-emulator", action, { requestId });
     return { status: 200, body: renderResponse(action, requestId, result), requestId };
   } catch (error) {
     if (error instanceof Ec2Error) {
-      ctx.log?.debug("ec2-emulator", `${action} failed`, { requestId, code: error.code, message: error.message });
+      ctx.log?.debug("lab.ec2-emulator", `${action} failed`, { requestId, code: error.code, message: error.message });
       return fail(error, requestId);
     }
-    ctx.log?.error("ec2-emulator", `${action} crashed`, {
+    ctx.log?.error("lab.ec2-emulator", `${action} crashed`, {
       requestId,
       error: error instanceof Error ? (error.stack ?? error.message) : String(error),
     });
