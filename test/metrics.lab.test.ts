@@ -155,7 +155,7 @@ t.test("a metrics folder that cannot be written: a warning; the boot still ready
   const booted = await bl.boot(blocked, { overrides: { pool: POOL, metrics: { textfileDir: join(file, "node-exporter") } } });
   tt.equal(booted.result?.outcome, "ready", "the outcome is the boot's", booted.result?.outcome === "ready" ? {} : { log: booted.log.join("\n") });
   tt.equal(booted.exitCode, 0);
-  tt.ok(booted.log.some((line) => /^<4>metrics: could not write the boot metrics/.test(line)), "one warning says so");
+  tt.ok(booted.log.some((line) => /^<4>metrics.write-failed: could not write the boot metrics/.test(line)), "one warning says so");
   tt.ok((await stat(join(stateDir(blocked), "last-boot.json"))).isFile(), "the status record does not depend on the metrics");
 });
 

@@ -145,7 +145,7 @@ t.test("a write that fails is a warning, never an exception", async (tt) => {
   await recorder.bootFinished({ instanceId: "i-1", phase: "single", result: readyBoot, finishedAt: at });
   await recorder.releaseFinished({ instanceId: "i-1", result: { outcome: "nothing", released: [], kept: [], problems: [], timeline: [] }, finishedAt: at });
   await recorder.gcFinished({ outcome: { decisions: [], deleted: 0, failed: 0 }, dryRun: false, finishedAt: at });
-  const warnings = log.lines.filter((l) => l.startsWith("<4>metrics: could not write"));
+  const warnings = log.lines.filter((l) => l.startsWith("<4>metrics.write-failed: could not write"));
   tt.equal(warnings.length, 5, "boot record and metrics, release record and metrics, gc metrics");
   tt.match(warnings.find((l) => l.includes("the boot metrics")) ?? "", /remediation=/, "with what to do");
 });

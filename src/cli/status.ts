@@ -47,7 +47,7 @@ async function shownLabels(config: AgentConfig, log: Logger): Promise<Record<str
     else labels = Object.fromEntries(info.labels.map((entry) => [entry.slice(0, entry.indexOf("=")), entry.slice(entry.indexOf("=") + 1)]));
     return Object.fromEntries(Object.entries(labels).filter(([key]) => isUnderPrefix(prefix, key)));
   } catch (error) {
-    log.debug("status", `docker's labels not read: ${(error as Error).message}`);
+    log.debug("status.labels-unread", `docker's labels not read: ${(error as Error).message}`);
     return undefined;
   }
 }

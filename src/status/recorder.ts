@@ -56,7 +56,7 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
     try {
       await write();
     } catch (error) {
-      log.warning("metrics", `could not write ${what}: ${describeError(error)}; the outcome is unchanged`, {
+      log.warning("metrics.write-failed", `could not write ${what}: ${describeError(error)}; the outcome is unchanged`, {
         remediation: error instanceof AgentError ? error.remediation : undefined,
       });
     }
@@ -69,9 +69,9 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
     const [fs, host] = await Promise.allSettled([facts.cacheFilesystem(mountPoint), facts.host()]);
     const families: MetricFamily[] = [];
     if (fs.status === "fulfilled" && fs.value) families.push(...cacheFilesystemMetrics(fs.value));
-    else log.info("metrics", `no figures of the cache filesystem at ${mountPoint}: ${fs.status === "rejected" ? describeError(fs.reason) : "nothing mounted there"}`);
+    else log.info("metrics.no-figures", `no figures of the cache filesystem at ${mountPoint}: ${fs.status === "rejected" ? describeError(fs.reason) : "nothing mounted there"}`);
     if (host.status === "fulfilled") families.push(...hostMetrics(host.value));
-    else log.info("metrics", `no figures of the host: ${describeError(host.reason)}`);
+    else log.info("metrics.no-figures", `no figures of the host: ${describeError(host.reason)}`);
     return families;
   };
 

@@ -81,7 +81,7 @@ export async function applyKeeper(steps: readonly KeeperStep[], ctx: HandlerCont
       results.push({ ...step, ...(await handler(step, ctx, fields)) });
     } catch (error) {
       const message = describeError(error);
-      ctx.log.error("keeper", `${step.step} failed: ${message}`, fields);
+      ctx.log.error("keeper.step-failed", `${step.step} failed: ${message}`, fields);
       results.push({ ...step, done: "failed", error: message });
     }
   }
