@@ -26,8 +26,14 @@ export async function undo(p: Progress, plan: BootPlan, deps: BootDeps, reason: 
   if (p.switched) {
     await attempt("restoring daemon.json", () => deps.daemonConfig.restoreBackup());
   }
-  if (p.mountPoint && (p.mountedNow || p.switched || p.claimedNow)) {
-    if (deps.docker && p.switched) await attempt("stopping docker", () => deps.docker!.stop());
+  if (p.containerdSwitched && deps.containerd) {
+    await attempt("restoring containerd's config.toml", () => deps.containerd!.restoreBackup());
+  }
+  if (p.mountPoint && (p.mountedNow || p.switched || p.claimedNow || p.containerdSwitched)) {
+    if (deps.docker && (p.switched || p.containerdSwitched)) await attempt("stopping docker", () => deps.docker!.stop());
+    // containerd holds its metadata (meta.db) on the volume open: the unmount would be refused.
+    const containerd = p.containerdSwitched ? deps.containerd?.service : undefined;
+    if (containerd) await attempt("stopping containerd", () => containerd.stop());
     await attempt("unmounting", () => deps.storage.unmount(p.mountPoint!));
   }
   if (p.volume) {
