@@ -230,7 +230,7 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
             async () => {
               // A blank volume the agent formatted has no data-root yet: docker makes it.
               if (createdByAgent && (await createFreshDataRoot(dataRoot, log))) return;
-              await prepareDataRoot(dataRoot, { kind, log });
+              await prepareDataRoot(dataRoot, { kind, log, ...(imageStore ? { imageStore } : {}) });
               // containerd's root beside the data-root: its machine-local state goes with the
               // data-root's, once per instance, before containerd starts on it.
               if (imageStore === "containerd" && kind === "pool") {
