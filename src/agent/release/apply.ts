@@ -9,11 +9,11 @@
  * refuses the release of that volume: nothing detached, nothing tagged), force a detach, or
  * touch a volume that is not `ebs-cache:managed=true`.
  */
+import { dirname } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AgentError, describeError } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
 import type { ReleaseDeps, VolumeInfo } from "../ports.ts";
-import { dirname } from "node:path";
 import { dockerActive } from "./observe.ts";
 import { isBelow, mountPointOf, releaseTags, type ReleasePlan, type ReleaseSettings, type ReleaseStep } from "./plan.ts";
 
