@@ -1,5 +1,5 @@
 import t from "tap";
-import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -8,9 +8,12 @@ import {
   containerdRootOf,
   containerdRootOnVolume,
   createContainerdConfig,
+  CONTAINERD_MACHINE_LOCAL_STATE,
   DEFAULT_CONTAINERD_ROOT,
+  prepareContainerdRoot,
   withContainerdRoot,
 } from "../src/docker/containerd-store.ts";
+import { DataRootError, prepareDataRoot } from "../src/docker/data-root.ts";
 
 /** The head of Debian's /etc/containerd/config.toml (containerd 2.1.9+ds1-5, sid). */
 const DEBIAN = `version = 2
@@ -80,4 +83,48 @@ t.test("the file: backup before the first change, no write when unchanged, resto
   await writeFile(bad, "root = [1]\n");
   await t.rejects(createContainerdConfig({ path: bad }).setRoot("/mnt/vol/containerd"), ContainerdConfigError);
   t.equal(await readFile(bad, "utf8"), "root = [1]\n", "a refused file is left as it was");
+});
+
+t.test("prepareContainerdRoot: creates the root; on a pool volume's first boot drops only the machine-local state", async (t) => {
+  const volume = await mkdtemp(join(tmpdir(), "containerd-root-"));
+  t.teardown(() => rm(volume, { recursive: true, force: true }));
+  const root = containerdRootOnVolume(volume);
+  await prepareContainerdRoot(root, { dropMachineState: true });
+  t.equal((await stat(root)).mode & 0o777, 0o711, "created 0711, as containerd makes it");
+  const kept = ["io.containerd.content.v1.content", "io.containerd.metadata.v1.bolt", "io.containerd.snapshotter.v1.overlayfs"];
+  for (const name of [...kept, ...CONTAINERD_MACHINE_LOCAL_STATE]) {
+    await mkdir(join(root, name, "x"), { recursive: true });
+    await writeFile(join(root, name, "x", "f"), "data");
+  }
+  await prepareContainerdRoot(root, { dropMachineState: false });
+  t.same((await readdir(root)).sort(), [...kept, ...CONTAINERD_MACHINE_LOCAL_STATE].sort(), "without dropMachineState nothing is removed");
+  await prepareContainerdRoot(root, { dropMachineState: true });
+  t.same((await readdir(root)).sort(), kept.sort(), "the images' content, snapshots and metadata stay; the instance's state goes");
+  await prepareContainerdRoot(root, { dropMachineState: true });
+  t.same((await readdir(root)).sort(), kept.sort(), "again: nothing more to do");
+
+  const elsewhere = await mkdtemp(join(tmpdir(), "containerd-elsewhere-"));
+  t.teardown(() => rm(elsewhere, { recursive: true, force: true }));
+  await mkdir(join(elsewhere, "tmpmounts"));
+  const linked = join(volume, "linked");
+  await symlink(elsewhere, linked);
+  await t.rejects(prepareContainerdRoot(linked, { dropMachineState: true }), ContainerdConfigError, "a root that is a symlink is refused");
+  t.same(await readdir(elsewhere), ["tmpmounts"], "and nothing it points to is removed");
+  await t.rejects(prepareContainerdRoot("relative/containerd", { dropMachineState: true }), ContainerdConfigError, "a relative root is refused");
+});
+
+t.test("prepareDataRoot with the containerd store: a data-root without image/ is recognised by containerd's metadata beside it", async (t) => {
+  const volume = await mkdtemp(join(tmpdir(), "containerd-data-root-"));
+  t.teardown(() => rm(volume, { recursive: true, force: true }));
+  const dataRoot = join(volume, "docker");
+  await mkdir(join(dataRoot, "containers", "c1"), { recursive: true });
+  await mkdir(join(dataRoot, "swarm"), { recursive: true });
+  await t.rejects(prepareDataRoot(dataRoot, { kind: "pool", imageStore: "containerd" }), DataRootError, "no containerd metadata beside it: refused");
+  await t.rejects(prepareDataRoot(dataRoot, { kind: "pool" }), DataRootError, "as the graphdriver store refuses a data-root without image/");
+  t.same((await readdir(dataRoot)).sort(), ["containers", "swarm"], "nothing removed by a refusal");
+  await mkdir(join(volume, "containerd", "io.containerd.metadata.v1.bolt"), { recursive: true });
+  const report = await prepareDataRoot(dataRoot, { kind: "pool", imageStore: "containerd" });
+  t.same(report.drivers, [], "no graph driver layout");
+  t.same(await readdir(dataRoot), ["containers"], "swarm identity removed");
+  t.same(await readdir(join(dataRoot, "containers")), [], "and the containers");
 });

@@ -17,10 +17,14 @@
  * Every engine runs that scenario; docker 28 also hands its released volume to a second
  * instance, which runs the images from it without a pull. The unit-ordering scenario (phase 1
  * fails after attaching) is about systemd, not docker: it runs on 20.10 only.
- * The containerd image store (docker 28, `features.containerd-snapshotter`) is shown without
- * the agent, which does not handle it yet: a builder machine puts containerd's root on a volume
- * (src/docker/containerd-store.ts) and imports an image; on another machine docker sees the
- * image only once containerd's root is on the volume too, and runs it without a pull.
+ * The containerd image store (docker 28, `features.containerd-snapshotter`): first without the
+ * agent, what docker does (a builder machine puts containerd's root on a volume and imports an
+ * image; on another machine docker sees the image only once containerd's root is on the volume
+ * too, and runs it without a pull); then through the agent: a containerd-store golden snapshot
+ * (built in a docker 28 machine, tagged `ebs-cache:image-store=containerd`) beside the graphdriver
+ * one in the same pool, a machine whose daemon.json asks for the containerd store claims the
+ * containerd volume only, puts containerd's root on it, runs the images without a pull, a re-run
+ * of phase 1 attaches nothing new, poweroff releases it, and a second instance takes it.
  *
  * Needs root, debootstrap, systemd-nspawn (scripts/setup.sh installs them) and the network to
  * the Debian mirror the first time (the root file system is then cached under
@@ -29,15 +33,26 @@
 import t, { type Test } from "tap";
 import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { DescribeVolumesCommand, type Volume } from "@aws-sdk/client-ec2";
+import {
+  AttachVolumeCommand,
+  CreateSnapshotCommand,
+  CreateVolumeCommand,
+  DeleteVolumeCommand,
+  DescribeVolumesCommand,
+  DetachVolumeCommand,
+  waitUntilSnapshotCompleted,
+  waitUntilVolumeAvailable,
+  type Volume,
+} from "@aws-sdk/client-ec2";
 import { CONTAINERD_MACHINE_LOCAL_STATE, CONTAINERD_ROOT_SUBDIR, containerdRootOnVolume, createContainerdConfig } from "../src/docker/containerd-store.ts";
 import { createDockerEngine } from "../src/docker/engine.ts";
 import { run, type RunOptions } from "../src/exec.ts";
 import { DOCKER_CLI } from "../src/lab/dockerd.ts";
 import { buildImage } from "../src/lab/images.ts";
-import { DATA_ROOT_SUBDIR, FS_LABEL } from "../src/layout.ts";
+import { DATA_ROOT_SUBDIR, FS_LABEL, MACHINE_LOCAL_STATE } from "../src/layout.ts";
 import { labConfigJson } from "../src/lab/agent.ts";
-import { buildGoldenSnapshot, createPoolVolumes, type GoldenSnapshot } from "../src/lab/golden.ts";
+import { buildGoldenSnapshot, createPoolVolumes, poolTags, type GoldenSnapshot } from "../src/lab/golden.ts";
+import type { ImageStore } from "../src/docker/engine.ts";
 import { startLab, type Lab } from "../src/lab/lab.ts";
 import { createMemoryLogger } from "../src/log.ts";
 import { VolumeTag } from "../src/tags.ts";
@@ -155,6 +170,7 @@ async function startMachine(
   name: string,
   time: Timer,
   dropIns?: Record<string, string>,
+  store: ImageStore = "graphdriver",
 ): Promise<{ m: Machine; instanceId: string; installLog: string; bootStarted: number }> {
   const host = await s.lab.addHost({ tags: { Name: name } });
   // The machine's config: the lab's endpoints, the machine's own paths (its /etc/docker,
@@ -168,6 +184,7 @@ async function startMachine(
       sysfsRoot: IN_MACHINE.sys,
       mountRoot: "/var/lib/ebs-cache",
       daemonJson: "/etc/docker/daemon.json",
+      containerdConfig: "/etc/containerd/config.toml",
       dockerHost: "unix:///var/run/docker.sock",
       stateDir: "/var/lib/ebs-cache-agent",
     },
@@ -180,7 +197,7 @@ async function startMachine(
       config,
       // The machine shares the host's network namespace (to reach the emulators): its dockerd
       // must not create a bridge or iptables rules there. The agent keeps these keys.
-      daemonJson: { bridge: "none", iptables: false, "ip-forward": false, "ip-masq": false },
+      daemonJson: { bridge: "none", iptables: false, "ip-forward": false, "ip-masq": false, ...(store === "containerd" ? { features: { "containerd-snapshotter": true } } : {}) },
       blockDevices,
       ...(dropIns ? { dropIns } : {}),
     }),
@@ -221,10 +238,17 @@ const agentLines = (entries: JournalEntry[]) =>
  * The whole boot on one machine of `s`'s engine: phase 1 before docker, docker on the volume,
  * phase 2 ready, gc, poweroff releases. Returns the volume it used and released.
  */
-async function bootAndRelease(t: Test, s: Setup, machineName: string, timings: Record<string, number>): Promise<string> {
+async function bootAndRelease(
+  t: Test,
+  s: Setup,
+  machineName: string,
+  timings: Record<string, number>,
+  options: { store?: ImageStore; rerun?: boolean } = {},
+): Promise<string> {
   const time = timer(timings);
   const { poolVolumes, describe } = s;
-  const { m, instanceId, installLog, bootStarted } = await startMachine(t, s, machineName, time);
+  const store = options.store ?? "graphdriver";
+  const { m, instanceId, installLog, bootStarted } = await startMachine(t, s, machineName, time, undefined, store);
   t.match(installLog, /installed under/, "install.sh installed the agent into the machine");
   let volumeId = "none";
   let journal: JournalEntry[] = [];
@@ -304,7 +328,8 @@ async function bootAndRelease(t: Test, s: Setup, machineName: string, timings: R
     const engine = createDockerEngine({ host: `unix:///proc/${m.pid1}/root/run/docker.sock` });
     const info = await engine.info();
     t.equal(info.dockerRootDir, `${mountPoint}/docker`, "docker in the machine runs on the volume's data-root");
-    t.equal(info.imageStore, "graphdriver");
+    t.equal(info.imageStore, store, `with the ${store} image store`);
+    if (store === "containerd") await assertContainerdOnVolume(t, m, mountPoint, volumeId);
     t.match((await m.exec(["dockerd", "--version"])).stdout, ENGINE_VERSION[engineNameOf(s.engine)], `the machine runs ${s.engine.name}`);
     const images = await engine.images();
     for (const image of IMAGES) t.ok(images.includes(image.tag), `${image.tag} is there without a pull`);
@@ -314,6 +339,8 @@ async function bootAndRelease(t: Test, s: Setup, machineName: string, timings: R
     t.equal(ran.exitCode, 0, `${IMAGES[0]!.tag} runs from the volume without a pull${ran.exitCode === 0 ? "" : `: ${ran.stderr}`}`);
     t.ok(info.labels.includes(`${LABEL_PREFIX}.state=ready`), "the engine label state=ready is published");
     t.ok(info.labels.includes(`${LABEL_PREFIX}.volume-id=${volumeId}`), "with the volume id");
+
+    if (options.rerun) await rerunBoot(t, m, s, volumeId, instanceId);
 
     // gc runs in its (stricter) sandbox.
     const gc = await m.exec(["systemctl", "start", GC], 180_000);
@@ -366,6 +393,14 @@ async function bootAndRelease(t: Test, s: Setup, machineName: string, timings: R
     t.ok(released, `${volumeId} is available again`);
     t.same(after.Attachments ?? [], [], "with no attachment");
     t.match(tagsOf(after)[VolumeTag.releasedAt] ?? "", /^\d{4}-\d\d-\d\dT/, "tagged ebs-cache:released-at");
+    if (store === "containerd") {
+      const config = await readFile(join(m.dir, "etc/containerd/config.toml"), "utf8");
+      t.notMatch(config, /^root = /m, "the release put config.toml back: no root on the volume any more");
+      t.ok(
+        releaseLines.some((e) => /^release\.containerd: /.test(e.message)),
+        "the release saw containerd's root on the volume and put it back before the unmount",
+      );
+    }
   } finally {
     const entries = await m.journal().catch(() => journal);
     if (!t.passing()) {
@@ -558,5 +593,110 @@ t.test(`${ENGINES["28"].name}, containerd image store: the images are in contain
   await inMachine(t, m, ["systemctl", "stop", "docker.service", "docker.socket", "containerd.service"]);
   await inMachine(t, m, ["umount", VOLUME_IN_MACHINE]);
   t.equal(await m.poweroff(120_000), 0, "the machine powered off");
+  t.comment(timingsText(timings));
+});
+
+/** containerd's root is the volume's containerd/ (config.toml), with the images' content and metadata. */
+async function assertContainerdOnVolume(t: Test, m: Machine, mountPoint: string, volumeId: string): Promise<void> {
+  const config = await readFile(join(m.dir, "etc/containerd/config.toml"), "utf8");
+  t.match(config, new RegExp(`^root = "${mountPoint}/containerd"$`, "m"), "config.toml's root is the volume's containerd/");
+  const backup = await readFile(join(m.dir, "etc/containerd/config.toml.ebs-cache-agent.bak"), "utf8").catch(() => "(none)");
+  t.match(backup, /^version = /m, "its backup is Debian's file as the machine had it");
+  t.notMatch(backup, new RegExp(volumeId), "without the volume in it");
+  const root = await readdir(join(`/proc/${m.pid1}/root`, mountPoint, CONTAINERD_ROOT_SUBDIR)).catch((): string[] => []);
+  t.ok(root.includes("io.containerd.content.v1.content") && root.includes("io.containerd.metadata.v1.bolt"), "containerd's content store and metadata are on the volume");
+}
+
+/**
+ * Phase 1 and phase 2 once more on the running machine, as after a reboot with the volume still
+ * attached: they reuse it, attach nothing, and docker keeps its images.
+ */
+async function rerunBoot(t: Test, m: Machine, s: Setup, volumeId: string, instanceId: string): Promise<void> {
+  const before = await s.describe(volumeId);
+  const claimedAt = tagsOf(before)[VolumeTag.claimedAt];
+  const phase1 = await m.exec(["systemctl", "restart", AGENT], 180_000);
+  t.equal(phase1.exitCode, 0, `${AGENT} ran again${phase1.exitCode === 0 ? "" : `: ${phase1.stderr}`}`);
+  const phase2 = await m.exec(["systemctl", "restart", READY], 180_000);
+  t.equal(phase2.exitCode, 0, `${READY} ran again${phase2.exitCode === 0 ? "" : `: ${phase2.stderr}`}`);
+  const after = await s.describe(volumeId);
+  t.equal(tagsOf(after)[VolumeTag.claimedAt], claimedAt, "the same claim: no new attach, no new claimed-at");
+  t.same(after.Attachments?.map((a) => [a.InstanceId, a.State]), [[instanceId, "attached"]], "still attached to this instance only");
+  const journal = await m.journal();
+  const rerunLines = journal.filter((e) => e.identifier === "ebs-cache-agent" && (e.systemdUnit === AGENT || e.systemdUnit === READY));
+  t.same(rerunLines.filter((e) => /^boot\.claim:/.test(e.message)).length, 1, "one claim over both runs of phase 1 (the first boot's)");
+  const ran = await m.exec(["docker", "run", "--rm", "--pull=never", "--network=none", IMAGES[1]!.tag, "/bin/sh", "-c", "exit 0"], 120_000);
+  t.equal(ran.exitCode, 0, `after the re-run ${IMAGES[1]!.tag} still runs without a pull${ran.exitCode === 0 ? "" : `: ${ran.stderr}`}`);
+}
+
+/**
+ * A golden snapshot built with the containerd image store: a lab volume formatted by the agent's
+ * rule, mounted in a docker 28 machine whose containerd root and data-root are on it, the images
+ * imported, machine-local state dropped, snapshotted and tagged `image-store=containerd` (what
+ * the Packer pool-volume flow does with `image_store=containerd`).
+ */
+async function containerdGolden(t: Test, s: Shared, pool: string): Promise<GoldenSnapshot> {
+  const ec2 = s.lab.ec2Client();
+  const host = await s.lab.addHost({ tags: { Name: "containerd-golden-builder" } });
+  const created = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: host.instance.availabilityZone, Size: 2, VolumeType: "gp3" }));
+  const volumeId = created.VolumeId!;
+  const wait = { client: ec2, minDelay: 1, maxDelay: 2, maxWaitTime: 120 };
+  await waitUntilVolumeAvailable(wait, { VolumeIds: [volumeId] });
+  await ec2.send(new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: host.instance.instanceId, Device: "/dev/sdf" }));
+  t.ok(await pollUntil(async () => (await s.describe(volumeId)).Attachments?.[0]?.State === "attached", 60_000, 100), "the builder volume is attached");
+  const device = await s.lab.backend.deviceReady(volumeId);
+  await run("mkfs.xfs", ["-q", "-L", FS_LABEL, "-m", "crc=1", "-n", "ftype=1", device]);
+
+  const builder = await containerdStoreMachine(t, s.bundle);
+  await inMachine(t, builder, ["mkdir", "-p", VOLUME_IN_MACHINE]);
+  await inMachine(t, builder, ["mount", "-o", "noatime", device, VOLUME_IN_MACHINE]);
+  const engine = await dockerOnVolume(t, builder, { containerdRoot: true });
+  t.equal((await engine.info()).imageStore, "containerd", "the builder's docker uses the containerd store");
+  const engineVersion = /version ([0-9][^\s,]*)/.exec((await builder.exec(["dockerd", "--version"])).stdout)?.[1] ?? "unknown";
+  const hostSocket = `unix:///proc/${builder.pid1}/root/run/docker.sock`;
+  const client = {
+    docker: (args: readonly string[], options?: RunOptions) => run(DOCKER_CLI, ["-H", hostSocket, ...args], options),
+    info: () => Promise.reject(new Error("not used")),
+  };
+  const work = await mkdtemp(join(CACHE_BASE, "containerd-golden-"));
+  t.teardown(() => rm(work, { recursive: true, force: true }));
+  for (const image of IMAGES) await buildImage(client, { tag: image.tag, workDir: work, payloadBytes: image.payloadBytes });
+  await inMachine(t, builder, ["systemctl", "stop", "docker.service", "docker.socket", "containerd.service"]);
+  for (const local of CONTAINERD_MACHINE_LOCAL_STATE) await inMachine(t, builder, ["rm", "-rf", join(VOLUME_IN_MACHINE, CONTAINERD_ROOT_SUBDIR, local)]);
+  for (const local of MACHINE_LOCAL_STATE) await inMachine(t, builder, ["rm", "-rf", join(VOLUME_IN_MACHINE, DATA_ROOT_SUBDIR, local)]);
+  await inMachine(t, builder, ["umount", VOLUME_IN_MACHINE]);
+  t.equal(await builder.poweroff(120_000), 0, "the builder powered off");
+
+  await ec2.send(new DetachVolumeCommand({ VolumeId: volumeId }));
+  await waitUntilVolumeAvailable(wait, { VolumeIds: [volumeId] });
+  const images = IMAGES.map((image) => image.tag);
+  const built = { store: "containerd" as const, engineVersion };
+  const snapshot = await ec2.send(
+    new CreateSnapshotCommand({
+      VolumeId: volumeId,
+      TagSpecifications: [{ ResourceType: "snapshot", Tags: Object.entries(poolTags(pool, IMAGE_SET, images, built)).map(([Key, Value]) => ({ Key, Value })) }],
+    }),
+  );
+  await waitUntilSnapshotCompleted(wait, { SnapshotIds: [snapshot.SnapshotId!] });
+  await ec2.send(new DeleteVolumeCommand({ VolumeId: volumeId }));
+  return { snapshotId: snapshot.SnapshotId!, sizeGiB: 2, images, built };
+}
+
+t.test(`${ENGINES["28"].name}, containerd image store through the agent: the containerd volume claimed, containerd's root on it, re-run, release, a second instance`, async (t) => {
+  const timings: Record<string, number> = {};
+  const time = timer(timings);
+  // A pool holding one graphdriver volume (the shared golden) and one containerd volume.
+  const s = await setup("28", 1, time, (line) => t.comment(line));
+  const graphdriverVolume = s.poolVolumes[0]!;
+  const golden = await time("containerd-golden", () => containerdGolden(t, s, s.pool));
+  const [containerdVolume] = await createPoolVolumes(s.lab, golden, { pool: s.pool, imageSet: IMAGE_SET, count: 1 });
+  t.equal(tagsOf(await s.describe(containerdVolume!))[VolumeTag.imageStore], "containerd", "the containerd pool volume is tagged with its store");
+  const onContainerd: Setup = { ...s, poolVolumes: [containerdVolume!] };
+  const first = await bootAndRelease(t, onContainerd, "nspawn-28-containerd", timings, { store: "containerd", rerun: true });
+  t.equal(first, containerdVolume, "the machine claimed the containerd volume");
+  const left = await s.describe(graphdriverVolume);
+  t.equal(left.State, "available", "the graphdriver volume of the same pool was left alone");
+  t.notOk(tagsOf(left)[VolumeTag.claimedBy], "never claimed");
+  const second = await bootAndRelease(t, onContainerd, "nspawn-28-containerd-second", {}, { store: "containerd" });
+  t.equal(second, containerdVolume, `the second instance took ${containerdVolume}, released by the first`);
   t.comment(timingsText(timings));
 });

@@ -6,7 +6,7 @@ import {
   lookupsNeeded,
   orderCandidates,
   planBoot,
-  preferInitialized,
+  candidateOrder,
   poolQuery,
   selectSource,
   workspaceQuery,
@@ -143,19 +143,26 @@ t.test("candidate order differs between instances and is stable for one", async 
   t.same([...a1].sort(), [...ids].sort(), "a permutation");
 });
 
+const GRAPHDRIVER = { store: "graphdriver" } as const;
+
 t.test("initialized volumes are tried first, each group in the instance's order", async (t) => {
   const ids = Array.from({ length: 12 }, (_, i) => `vol-${i.toString(16).padStart(17, "0")}`);
   const warm = new Set([ids[3]!, ids[7]!, ids[10]!]);
   const volumes = ids.map((id) => volume(id, warm.has(id) ? { tags: { [VolumeTag.kind]: "pool", [VolumeTag.pool]: "p1", [VolumeTag.initialized]: "2026-01-01T00:00:00.000Z" } } : {}));
   for (const instanceId of ["i-0001", "i-0002", "i-0003"]) {
-    const order = preferInitialized(instanceId, volumes);
+    const order = candidateOrder(instanceId, volumes, GRAPHDRIVER).fitting;
     t.same(new Set(order.slice(0, 3)), warm, `${instanceId}: the initialized volumes come first`);
     t.same(order.slice(0, 3), orderCandidates(instanceId, [...warm]), "in the instance's order");
     t.same(order.slice(3), orderCandidates(instanceId, ids.filter((id) => !warm.has(id))), "then the others, in the instance's order");
   }
   const selection = selectSource(settings, observed({ pool: volumes, snapshot }));
   t.ok(selection.source === "pool" && warm.has(selection.candidates[0]!), "the boot's first candidate is an initialized volume");
-  t.same(preferInitialized("i-0001", volumes.filter((v) => !warm.has(v.volumeId))), orderCandidates("i-0001", ids.filter((id) => !warm.has(id))), "none initialized: the order is unchanged");
+  t.same(candidateOrder("i-0001", volumes.filter((v) => !warm.has(v.volumeId)), GRAPHDRIVER).fitting, orderCandidates("i-0001", ids.filter((id) => !warm.has(id))), "none initialized: the order is unchanged");
+  // A volume of the containerd store is set apart even when initialized; the rest keep their order.
+  const other = volume(ids[3]!, { tags: { [VolumeTag.kind]: "pool", [VolumeTag.pool]: "p1", [VolumeTag.initialized]: "2026-01-01T00:00:00.000Z", [VolumeTag.imageStore]: "containerd" } });
+  const mixed = candidateOrder("i-0001", volumes.map((v) => (v.volumeId === ids[3] ? other : v)), GRAPHDRIVER);
+  t.same(mixed.mismatched.map((m) => m.volume), [ids[3]], "the other store's volume is no candidate");
+  t.same(mixed.fitting.slice(0, 2), orderCandidates("i-0001", [ids[7]!, ids[10]!]), "the other initialized volumes still come first");
 });
 
 t.test("the plan is serializable (shown by --dry-run)", async (t) => {

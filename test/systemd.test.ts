@@ -178,6 +178,7 @@ t.test("ebs-cache-agent.service: phase 1, before docker; no release here", async
   t.equal(last(unit, "Service", "Type"), "oneshot");
   t.equal(last(unit, "Service", "RemainAfterExit"), "yes", "stays active once done (docker and phase 2 are ordered after it)");
   t.ok(words(unit, "Unit", "Before").includes("docker.service"), "Before=docker.service");
+  t.ok(words(unit, "Unit", "Before").includes("containerd.service"), "Before=containerd.service: containerd starts on the root this phase set");
   for (const after of ["network-online.target", "local-fs.target"]) t.ok(words(unit, "Unit", "After").includes(after), `After=${after}`);
   t.ok(words(unit, "Unit", "Wants").includes("network-online.target"), "Wants=network-online.target");
   t.notOk(words(unit, "Unit", "Requires").includes("docker.service") || words(unit, "Unit", "Wants").includes("docker.service"), "does not pull docker in (docker.service is ordered after it)");
@@ -201,6 +202,8 @@ t.test("ebs-cache-agent-release.service: active from boot, releases at stop, aft
   t.notOk(words(unit, "Service", "SuccessExitStatus").length, "no SuccessExitStatus: a failed release shows as a failed unit");
   t.ok(words(unit, "Unit", "Before").includes("docker.service"), "Before=docker.service: at shutdown it stops after docker has stopped");
   t.ok(words(unit, "Unit", "Before").includes("ebs-cache-agent.service"), "Before=ebs-cache-agent.service: never overlaps phase 1");
+  t.ok(words(unit, "Unit", "Before").includes("containerd.service"), "Before=containerd.service: at shutdown it stops after containerd, which holds its metadata on the volume");
+  t.notOk(words(unit, "Unit", "After").includes("containerd.service"), "not After=containerd.service (an ordering cycle through phase 1)");
   for (const after of ["network-online.target", "local-fs.target"]) t.ok(words(unit, "Unit", "After").includes(after), `After=${after}: released while it is still up`);
   t.ok(words(unit, "Unit", "Wants").includes("network-online.target"), "Wants=network-online.target");
   for (const key of ["Requires", "Wants", "BindsTo", "PartOf", "Requisite"]) {

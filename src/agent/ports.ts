@@ -194,10 +194,11 @@ export interface DaemonConfig {
   /** Replaces the engine labels under the agent's prefix, keeping other labels. */
   setEngineLabels(prefix: string, labels: Record<string, string>): Promise<void>;
   /**
-   * Keeps dockerd on the graphdriver image store (pool volumes hold images in that layout):
-   * docker 29+ defaults to the containerd store, so its feature flag is turned off there.
+   * Keeps dockerd on the image store the host is configured with: for graphdriver (pool volumes
+   * hold images in that layout) docker 29+'s default is turned off; containerd is left as
+   * daemon.json asks for it.
    */
-  setImageStore(store: "graphdriver", options: { engineVersion?: string }): Promise<void>;
+  setImageStore(store: "graphdriver" | "containerd", options: { engineVersion?: string }): Promise<void>;
   /** Restores the file as this process first found it (before its first change). */
   restoreBackup(): Promise<void>;
 }
@@ -250,6 +251,8 @@ export interface ReleaseDeps {
   pollMs?: number;
   /** Absent: the notice is not read. */
   spotInstanceAction?: SpotInstanceAction;
+  /** containerd's root and service: a root on the volume is put back and containerd stopped before the unmount. Absent: not looked at. */
+  containerd?: ContainerdRoot;
   /** How long the release may wait for the instance's state and the spot notice (default 10 s). */
   shutdownQuestionMs?: number;
 }
@@ -363,4 +366,24 @@ export interface OutcomeRecorder {
   keeperFinished(keeper: KeeperFacts): Promise<void>;
   /** After each write of the pre-warm's state file (at boot, and as a long initialization goes). */
   prewarmStateWritten(state: PrewarmState): Promise<void>;
+}
+
+// ---- the containerd image store ----
+
+/**
+ * containerd's config.toml root and containerd.service (src/docker/containerd-store.ts): with
+ * the containerd image store the images are under containerd's root, which must be on the
+ * cache volume beside docker's data-root.
+ */
+export interface ContainerdRoot {
+  /** The root containerd uses (config.toml's, or its default). */
+  root(): Promise<string>;
+  /** Sets config.toml's top-level root (undefined: removed); true when the file changed, and containerd must restart. */
+  setRoot(root: string | undefined): Promise<boolean>;
+  /** config.toml as the agent's first change found it. */
+  restoreBackup(): Promise<void>;
+  /** Creates the root on the volume (and drops containerd's machine-local state from it with `dropMachineState`). */
+  prepareRoot(root: string, options: { dropMachineState: boolean }): Promise<void>;
+  /** containerd.service; undefined when the agent does not control services (docker.control none). */
+  service: DockerService | undefined;
 }

@@ -5,6 +5,7 @@
  * endpoints.
  */
 import { readFileSync } from "node:fs";
+import { dirname } from "node:path";
 import type { EC2Client } from "@aws-sdk/client-ec2";
 import { useImdsEndpoint } from "../aws/credentials.ts";
 import { createCloudVolumes, createEc2Client } from "../aws/ec2.ts";
@@ -12,7 +13,9 @@ import { DEFAULT_IMDS_ENDPOINT, createMetadataService, identifyInstance, type Me
 import { readSpotInstanceAction } from "../aws/spot-notice.ts";
 import type { AgentConfig } from "../config/index.ts";
 import type { EffectiveSettings } from "../config/overrides.ts";
+import { containerdRootOnVolume, createContainerdConfig, prepareContainerdRoot } from "../docker/containerd-store.ts";
 import { createDaemonConfig } from "../docker/daemon-json.ts";
+import { configuredStore, type HostStore } from "../docker/image-store.ts";
 import { prepareDataRoot } from "../docker/data-root.ts";
 import { createDockerEngine } from "../docker/engine.ts";
 import { createSystemdDockerService, installedDockerdVersion } from "../docker/service.ts";
@@ -22,7 +25,7 @@ import { mountPointsOf, syncFilesystem } from "../host/mount.ts";
 import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
 import type { BootCommandDeps } from "./boot/run.ts";
-import type { CloudVolumes, DockerService, OutcomeRecorder, PrewarmReader } from "./ports.ts";
+import type { CloudVolumes, ContainerdRoot, DockerService, OutcomeRecorder, PrewarmReader } from "./ports.ts";
 import { createFreshDataRoot, prepareOncePerInstance } from "./boot/prepare.ts";
 import { prewarmAtBoot } from "./prewarm/apply.ts";
 import { prewarmSettingsFrom } from "./prewarm/plan.ts";
@@ -42,6 +45,12 @@ export interface WiringOptions {
   metadata?: MetadataSource;
   /** docker.service control; undefined leaves docker to systemd ordering. */
   docker: DockerService | undefined;
+  /**
+   * containerd.service control, for a host on the containerd image store (its root moves to the
+   * volume); undefined leaves containerd to systemd ordering. The lab passes none: its dockerd
+   * runs on the host's 20.10 with the graphdriver store.
+   */
+  containerd?: DockerService;
   defaultDataRoot?: string;
   log: Logger;
   /** EC2 polling interval (ms); the lab uses a short one. */
@@ -123,8 +132,48 @@ function readBootId(): string | undefined {
   }
 }
 
+/**
+ * The installed dockerd does not change during a run: `dockerd --version` once (it takes ~0.1 s),
+ * for the host's store, the pre-claim check and the data-root switch alike. A failed read is
+ * not remembered.
+ */
+function memoizedDockerVersion(log: Logger): () => Promise<string | undefined> {
+  let version: Promise<string | undefined> | undefined;
+  return () => {
+    version ??= installedDockerdVersion({ log });
+    version.catch(() => (version = undefined));
+    return version;
+  };
+}
+
+/** The image store daemon.json asks for, and the engine's version (for selection, image-store.ts). */
+function hostStoreReader(options: WiringOptions, dockerVersion: () => Promise<string | undefined>): () => Promise<HostStore> {
+  const daemonConfig = createDaemonConfig({ path: options.config.paths.daemonJson, log: options.log });
+  return async () => {
+    const [json, engineVersion] = await Promise.all([daemonConfig.read(), dockerVersion().catch(() => undefined)]);
+    return { store: configuredStore(json), ...(engineVersion ? { engineVersion } : {}) };
+  };
+}
+
+/** containerd's config.toml and service, for a host on the containerd image store. */
+function wireContainerd(options: WiringOptions): ContainerdRoot {
+  const { config, log } = options;
+  const file = createContainerdConfig({ path: config.paths.containerdConfig, log });
+  return {
+    root: () => file.root(),
+    setRoot: (root) => file.setRoot(root),
+    restoreBackup: () => file.restoreBackup(),
+    prepareRoot: (root, { dropMachineState }) => prepareContainerdRoot(root, { dropMachineState, log }),
+    service: options.containerd,
+  };
+}
+
 /** The host's adapters: storage, daemon.json, the docker API, and the label publisher over them. */
-function wireHost(options: WiringOptions, labels: { prefix: string; mode: EffectiveSettings["labels"]["mode"] }) {
+function wireHost(
+  options: WiringOptions,
+  labels: { prefix: string; mode: EffectiveSettings["labels"]["mode"] },
+  dockerVersion: () => Promise<string | undefined> = memoizedDockerVersion(options.log),
+) {
   const { config, log } = options;
   const daemonConfig = createDaemonConfig({ path: config.paths.daemonJson, log });
   const engine = createDockerEngine({ host: config.paths.dockerHost, log });
@@ -139,14 +188,6 @@ function wireHost(options: WiringOptions, labels: { prefix: string; mode: Effect
     docker: options.docker,
     log,
     engineLabelsProblem: () => engineLabelsProblem({ dockerdCommand, daemonJsonPath: config.paths.daemonJson }),
-  };
-  // The installed dockerd does not change during a run: `dockerd --version` once (it takes ~0.1 s),
-  // for the pre-claim check and the data-root switch alike. A failed read is not remembered.
-  let version: Promise<string | undefined> | undefined;
-  const dockerVersion = () => {
-    version ??= installedDockerdVersion({ log });
-    version.catch(() => (version = undefined));
-    return version;
   };
   return {
     storage: createHostStorage({ byIdDir: config.paths.byIdDir, sysfsRoot: config.paths.sysfsRoot, log }),
@@ -183,14 +224,17 @@ export function wireRecorder(options: WiringOptions, publishedLabels?: () => Rec
 /** Builds everything `runBoot()` needs. */
 export function wireBoot(options: WiringOptions): BootCommandDeps {
   const { log } = options;
+  const dockerVersion = memoizedDockerVersion(log);
+  const containerd = wireContainerd(options);
   // The labels the last report of this run published, for the boot's record.
   let published: Record<string, string> | undefined;
   const recorder = wireRecorder(options, () => published);
   return {
     ...wireCommon(options),
     recorder,
+    hostStore: hostStoreReader(options, dockerVersion),
     bootDeps: (settings, cloud) => {
-      const host = wireHost(options, settings.effective.labels);
+      const host = wireHost(options, settings.effective.labels, dockerVersion);
       const publish = createReporter(host.reporterDeps);
       const { prefix, mode } = settings.effective.labels;
       const report: typeof publish = async (state, details) => {
@@ -203,14 +247,20 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
         daemonConfig: host.daemonConfig,
         docker: options.docker,
         engine: host.engine,
-        prepareDataRoot: async (dataRoot, { kind, instanceId, createdByAgent }) => {
+        containerd,
+        prepareDataRoot: async (dataRoot, { kind, instanceId, createdByAgent, imageStore }) => {
           await prepareOncePerInstance(
             dataRoot,
             instanceId,
             async () => {
               // A blank volume the agent formatted has no data-root yet: docker makes it.
               if (createdByAgent && (await createFreshDataRoot(dataRoot, log))) return;
-              await prepareDataRoot(dataRoot, { kind, log });
+              await prepareDataRoot(dataRoot, { kind, log, ...(imageStore ? { imageStore } : {}) });
+              // containerd's root beside the data-root: its machine-local state goes with the
+              // data-root's, once per instance, before containerd starts on it.
+              if (imageStore === "containerd" && kind === "pool") {
+                await prepareContainerdRoot(containerdRootOnVolume(dirname(dataRoot)), { dropMachineState: true, log });
+              }
             },
             log,
           );
@@ -272,6 +322,7 @@ export function wireRelease(options: WiringOptions): ReleaseCommandDeps {
         docker: options.docker,
         engine: host.engine,
         withdrawLabels: createLabelWithdrawer(host.reporterDeps),
+        containerd: wireContainerd(options),
         log,
         ...(options.pollMs ? { pollMs: options.pollMs } : {}),
         // Stop or terminate: the notice gets one IMDS answer's time, the whole question
@@ -301,6 +352,7 @@ export function hostWiringOptions(config: AgentConfig, log: Logger, startPrewarm
     config,
     ec2Client: (region) => createEc2Client({ region, instanceProfile, ...(config.ec2Endpoint ? { endpoint: config.ec2Endpoint } : {}) }),
     docker: config.docker.control === "systemd" ? createSystemdDockerService({ unit: config.docker.unit, log }) : undefined,
+    ...(config.docker.control === "systemd" ? { containerd: createSystemdDockerService({ unit: "containerd.service", log }) } : {}),
     log,
     startPrewarm,
   };

@@ -233,6 +233,10 @@ export const CONFIG_SCHEMA = {
         sysfsRoot: absolutePath("/sys", "sysfs, read to confirm a device's NVMe serial."),
         mountRoot: absolutePath("/var/lib/ebs-cache", "Where cache volumes are mounted."),
         daemonJson: absolutePath("/etc/docker/daemon.json", "dockerd's configuration file, where `data-root` and engine labels are set."),
+        containerdConfig: absolutePath(
+          "/etc/containerd/config.toml",
+          "containerd's configuration file: on a host with the containerd image store (daemon.json `features.containerd-snapshotter: true`) its top-level `root` is set to the volume's `containerd/` folder, where the images are, and restored at the release.",
+        ),
         dockerHost: {
           type: "string",
           "x-format": "dockerHost",

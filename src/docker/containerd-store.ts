@@ -16,7 +16,7 @@
  * only at start: the caller restarts containerd.service when `setRoot` changed the file, before
  * docker starts.
  */
-import { lstat, readFile, realpath, rm, stat } from "node:fs/promises";
+import { lstat, mkdir, readFile, realpath, rm, stat } from "node:fs/promises";
 import { isAbsolute, join } from "node:path";
 import { AgentError, describeError } from "../errors.ts";
 import { writeFileAtomic } from "../fs-atomic.ts";
@@ -60,6 +60,41 @@ export class ContainerdConfigError extends AgentError {
 /** containerd's root on a volume mounted at `mountPoint`. */
 export function containerdRootOnVolume(mountPoint: string): string {
   return join(mountPoint, CONTAINERD_ROOT_SUBDIR);
+}
+
+/**
+ * containerd's root on a mounted volume, made ready for containerd: the folder created (0711,
+ * as containerd makes it) and, with `dropMachineState` (a pool volume's first boot on this
+ * instance), CONTAINERD_MACHINE_LOCAL_STATE removed. Refuses a root that is not a folder (a
+ * symlink would lead the removal off the volume).
+ */
+export async function prepareContainerdRoot(root: string, options: { dropMachineState: boolean; log?: Logger }): Promise<void> {
+  if (!isAbsolute(root)) throw new ContainerdConfigError(root, `containerd's root must be an absolute path, not ${JSON.stringify(root)}`, "report this: the agent computed it from the volume's mount point");
+  const info = await lstat(root).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === "ENOENT") return undefined;
+    throw ioError(root, "stat", error);
+  });
+  if (info && !info.isDirectory()) {
+    throw new ContainerdConfigError(root, `${root} is not a folder`, `move ${root} away: it is where containerd's root goes on the cache volume`);
+  }
+  if (!info) {
+    await mkdir(root, { recursive: true, mode: 0o711 }).catch((error: unknown) => {
+      throw ioError(root, "create", error);
+    });
+    options.log?.info("docker.containerd-root-created", "containerd's root created on the volume", { root });
+    return;
+  }
+  if (!options.dropMachineState) return;
+  const removed: string[] = [];
+  for (const name of CONTAINERD_MACHINE_LOCAL_STATE) {
+    const path = join(root, name);
+    if (!(await exists(path))) continue;
+    await rm(path, { recursive: true, force: true }).catch((error: unknown) => {
+      throw ioError(path, "remove", error);
+    });
+    removed.push(name);
+  }
+  options.log?.info("docker.containerd-root-prepared", "containerd's machine-local state removed from the volume", { root, removed: removed.join(",") || "(none)" });
 }
 
 /** The lines of the top-level table: before the first `[table]` or `[[array]]` header. */

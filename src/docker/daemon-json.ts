@@ -22,6 +22,7 @@ import { syncFolder as syncFolderDurably, writeFileAtomic } from "../fs-atomic.t
 import type { DaemonConfig } from "../agent/ports.ts";
 import type { Logger } from "../log.ts";
 import { isUnderPrefix, validateOwnedLabels } from "./labels.ts";
+import type { ImageStore } from "./engine.ts";
 
 /** Appended to daemon.json's name for the verbatim backup. */
 export const BACKUP_SUFFIX = ".ebs-cache-agent.bak";
@@ -57,8 +58,10 @@ export interface DaemonConfigFile extends DaemonConfig {
    * Makes dockerd keep the graphdriver image store (a pool volume holds images in graphdriver
    * layout): sets `features.containerd-snapshotter` to false when the engine is 29 or newer
    * (containerd store by default) or the key is already there; older engines are left alone.
+   * `containerd`: the host asked for it in daemon.json (image-store.ts configuredStore), which
+   * is left as it is.
    */
-  setImageStore(store: "graphdriver", options: { engineVersion?: string }): Promise<void>;
+  setImageStore(store: ImageStore, options: { engineVersion?: string }): Promise<void>;
 }
 
 export interface DaemonConfigOptions {
@@ -244,8 +247,8 @@ export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFi
       ),
     setEngineLabels: (prefix, labels) =>
       change(`set the engine labels under ${prefix}.`, (config) => withEngineLabels(config, prefix, labels, path)),
-    setImageStore: (_store, { engineVersion }) =>
-      change("kept the graphdriver image store", (config) => withGraphdriverStore(config, engineVersion, path)),
+    setImageStore: (store, { engineVersion }) =>
+      store === "containerd" ? Promise.resolve() : change("kept the graphdriver image store", (config) => withGraphdriverStore(config, engineVersion, path)),
     restoreBackup: () =>
       serially(async () => {
         const file = (await readSnapshot(path)).file;

@@ -43,6 +43,12 @@ export class DataRootError extends AgentError {
 
 export interface PrepareDataRootOptions {
   kind: VolumeKind;
+  /**
+   * The store the images are in (default graphdriver). With `containerd` the data-root has no
+   * `image/` folder (the images are in containerd's root beside it, containerd-store.ts): it is
+   * recognised by containerd's metadata folder on the volume instead.
+   */
+  imageStore?: "graphdriver" | "containerd";
   log?: Logger;
 }
 
@@ -66,10 +72,11 @@ const DRIVER_NAME = /^[a-z0-9][a-z0-9-]*$/;
 /** Removes machine-local state from `dataRoot` (see the module comment) before dockerd opens it. */
 export async function prepareDataRoot(dataRoot: string, options: PrepareDataRootOptions): Promise<PreparedDataRoot> {
   const root = normalize(dataRoot).replace(/\/+$/, "") || "/";
-  await assertDataRoot(root);
+  await assertDataRoot(root, options.imageStore ?? "graphdriver");
   await assertNothingMountedUnder(root);
   const { log, kind } = options;
-  const report: PreparedDataRoot = { dataRoot: root, kind, drivers: await imageDrivers(root), removed: [], skipped: [] };
+  const drivers = (await kindOf(join(root, "image"))) === "directory" ? await imageDrivers(root) : [];
+  const report: PreparedDataRoot = { dataRoot: root, kind, drivers, removed: [], skipped: [] };
   const tree = new ScopedTree(root, report, log);
 
   await tree.remove("swarm");
@@ -88,14 +95,26 @@ export async function prepareDataRoot(dataRoot: string, options: PrepareDataRoot
   return report;
 }
 
-async function assertDataRoot(root: string): Promise<void> {
-  const remediation = "check that the volume is mounted and holds a docker data-root (an image/ folder)";
+/** containerd's metadata, in its root beside the data-root: what marks a containerd-store volume's data-root. */
+const CONTAINERD_METADATA = join("..", "containerd", "io.containerd.metadata.v1.bolt");
+
+async function assertDataRoot(root: string, store: "graphdriver" | "containerd"): Promise<void> {
+  const remediation =
+    store === "containerd"
+      ? "check that the volume is mounted and holds a docker data-root with containerd's root beside it (containerd/io.containerd.metadata.v1.bolt)"
+      : "check that the volume is mounted and holds a docker data-root (an image/ folder)";
   if (!isAbsolute(root) || root === "/") {
     throw new DataRootError(root, `refusing to prepare ${JSON.stringify(root)}: not an absolute folder below /`, remediation);
   }
   const kind = await kindOf(root);
   if (kind !== "directory") {
     throw new DataRootError(root, `data-root ${root} is ${kind === "missing" ? "missing" : `a ${kind}, not a folder`}`, remediation);
+  }
+  if (store === "containerd") {
+    if ((await kindOf(join(root, CONTAINERD_METADATA))) !== "directory") {
+      throw new DataRootError(root, `${root} does not look like a containerd-store data-root: no ${normalize(join(root, CONTAINERD_METADATA))} beside it`, remediation);
+    }
+    return;
   }
   if ((await kindOf(join(root, "image"))) !== "directory") {
     throw new DataRootError(root, `${root} does not look like a docker data-root: it has no image/ folder`, remediation);

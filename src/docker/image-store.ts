@@ -25,6 +25,20 @@ export interface HostStore {
   engineVersion?: string;
 }
 
+/**
+ * The store the host's daemon.json asks for: containerd only with
+ * `features.containerd-snapshotter: true`. Without the key, graphdriver on every engine, docker
+ * 29 included: 29 chooses its default by what it finds in the data-root (graphdriver when images
+ * from an older engine are there), and the agent changes the data-root under it, so the agent
+ * does not guess: it pins graphdriver (DaemonConfig.setImageStore writes `false` on 29+), and a
+ * host that wants the containerd store says so in daemon.json.
+ */
+export function configuredStore(daemonJson: Readonly<Record<string, unknown>>): ImageStore {
+  const features = daemonJson.features;
+  if (typeof features !== "object" || features === null || Array.isArray(features)) return "graphdriver";
+  return (features as Record<string, unknown>)["containerd-snapshotter"] === true ? "containerd" : "graphdriver";
+}
+
 /** What the tags say about a volume's images. */
 export type VolumeStore =
   | { known: true; store: ImageStore; recorded: boolean; engineVersion?: string }

@@ -29,6 +29,7 @@ export function labConfigJson(lab: Lab, host: LabHost, overrides: ConfigOverride
       sysfsRoot: host.paths.sysfsRoot,
       mountRoot: host.paths.mountRoot,
       daemonJson: host.paths.daemonJson,
+      containerdConfig: join(host.paths.hostRoot, "etc/containerd/config.toml"),
       dockerHost: host.dockerHost,
       stateDir: join(host.paths.hostRoot, "var/lib/ebs-cache-agent"),
     },

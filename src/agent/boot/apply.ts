@@ -10,6 +10,7 @@
 import { join } from "node:path";
 import { describeError } from "../../errors.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL } from "../../layout.ts";
+import { containerdRootOnVolume } from "../../docker/containerd-store.ts";
 import { Label, VolumeTag } from "../../tags.ts";
 import { DeviceTimeoutError } from "../../host/device.ts";
 import type { VolumeInfo } from "../ports.ts";
@@ -297,13 +298,31 @@ async function prepareDataRoot(_step: StepOf<"prepare-data-root">, { plan, p, de
   const volume = volumeOf(p);
   p.dataRoot = join(p.mountPoint!, DATA_ROOT_SUBDIR);
   const kind = volume.tags[VolumeTag.kind] === "workspace" ? "workspace" : "pool";
-  await deps.prepareDataRoot(p.dataRoot, { kind, instanceId: plan.instanceId, createdByAgent: createdByAgent(volume) });
+  const imageStore = plan.hostStore?.store ?? "graphdriver";
+  await deps.prepareDataRoot(p.dataRoot, { kind, instanceId: plan.instanceId, createdByAgent: createdByAgent(volume), imageStore });
   return undefined;
 }
 
-async function switchDataRoot(_step: StepOf<"switch-data-root">, { p, deps }: StepContext): Promise<undefined> {
-  const engineVersion = await deps.dockerVersion().catch(() => undefined);
-  await deps.daemonConfig.setImageStore("graphdriver", engineVersion ? { engineVersion } : {});
+/**
+ * daemon.json's data-root on the volume and, on a host with the containerd image store,
+ * containerd's root too (config.toml): there the images are under containerd's root, and with
+ * only the data-root moved docker would see none of them.
+ */
+async function switchDataRoot(step: StepOf<"switch-data-root">, { plan, p, deps }: StepContext): Promise<undefined> {
+  const store = plan.hostStore?.store ?? "graphdriver";
+  const engineVersion = plan.hostStore?.engineVersion ?? (await deps.dockerVersion().catch(() => undefined));
+  await deps.daemonConfig.setImageStore(store, engineVersion ? { engineVersion } : {});
+  if (store === "containerd") {
+    if (!deps.containerd) {
+      throw new BootStepError(step.step, "this host uses the containerd image store and the agent was built without containerd's config", "report this: the wiring passes no containerd adapter");
+    }
+    const root = containerdRootOnVolume(p.mountPoint!);
+    await deps.containerd.prepareRoot(root, { dropMachineState: false });
+    if (await deps.containerd.setRoot(root)) {
+      p.containerdSwitched = true;
+      deps.log.info("boot.containerd-root", "containerd's root set to the volume", { to: root });
+    }
+  }
   const current = await deps.daemonConfig.dataRoot();
   if (current !== p.dataRoot) {
     await deps.daemonConfig.setDataRoot(p.dataRoot);
@@ -316,6 +335,14 @@ async function switchDataRoot(_step: StepOf<"switch-data-root">, { p, deps }: St
 async function startDocker(_step: StepOf<"start-docker">, { p, deps, limits }: StepContext): Promise<undefined> {
   const { docker, engine, log } = deps;
   if (!docker) return undefined;
+  // containerd reads its root only at start: restarted on the new one, docker after it (dockerd
+  // keeps its view of containerd's images from its own start).
+  const containerd = p.containerdSwitched ? deps.containerd?.service : undefined;
+  if (containerd && (await containerd.isActive())) {
+    log.info("boot.containerd", "restarting containerd on the cache volume");
+    if (await docker.isActive()) await docker.stop();
+    await containerd.restart();
+  }
   if (await docker.isActive()) {
     const info = await engine.info().catch(() => undefined);
     if (info?.dockerRootDir === p.dataRoot) return undefined;
@@ -329,7 +356,7 @@ async function startDocker(_step: StepOf<"start-docker">, { p, deps, limits }: S
   return undefined;
 }
 
-async function verifyDocker(step: StepOf<"verify-docker">, { p, deps, limits }: StepContext): Promise<undefined> {
+async function verifyDocker(step: StepOf<"verify-docker">, { plan, p, deps, limits }: StepContext): Promise<undefined> {
   if (!deps.docker) return undefined;
   const info = await deps.engine.info();
   if (info.dockerRootDir !== p.dataRoot) {
@@ -339,8 +366,15 @@ async function verifyDocker(step: StepOf<"verify-docker">, { p, deps, limits }: 
       "check that dockerd reads the agent's daemon.json (its --config-file) and that nothing else sets its data-root: dockerd refuses --data-root given both as a flag and in daemon.json (systemctl cat docker; journalctl -u docker)",
     );
   }
-  if (info.imageStore === "containerd") {
-    throw new BootStepError(step.step, "docker uses the containerd image store: the images on the volume are in graphdriver layout", 'set "features": {"containerd-snapshotter": false} in daemon.json');
+  const store = plan.hostStore?.store ?? "graphdriver";
+  if (info.imageStore !== store) {
+    throw new BootStepError(
+      step.step,
+      `docker uses the ${info.imageStore} image store, and the volume was chosen for the ${store} store: its images would be invisible`,
+      store === "graphdriver"
+        ? 'set "features": {"containerd-snapshotter": false} in daemon.json'
+        : 'check that daemon.json\'s "features": {"containerd-snapshotter": true} reaches dockerd (its --config-file; journalctl -u docker)',
+    );
   }
   const listed = new Set(await deps.engine.images());
   // A volume the agent created blank holds only what its users pulled: the configured images

@@ -7,7 +7,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { VolumeTag } from "../../tags.ts";
 import type { StepContext } from "./context.ts";
 import { BootStepError } from "./errors.ts";
-import { createSpecFrom, isQuarantined, preferInitialized, type BootStep, type CreateSpec } from "./plan.ts";
+import { storeFit } from "../../docker/image-store.ts";
+import { candidateOrder, createSpecFrom, isQuarantined, type BootStep, type CreateSpec } from "./plan.ts";
 
 type ClaimStep = Extract<BootStep, { step: "claim-volume" }>;
 
@@ -52,13 +53,19 @@ export async function claimNext(step: ClaimStep, ctx: StepContext): Promise<void
   const gone = claim.handedBack.length > 0 ? `no other ${step.family} candidate` : `every ${step.family} candidate was taken`;
   const why = `${candidates.length === 0 ? gone : `lost ${claim.losses} claims to other instances`}${before}`;
   if (!step.fallback) throw new BootStepError(step.step, `${why}, and creating from the snapshot is off`, "grow the pool, or enable createFromSnapshot");
-  const create = createSpecFrom(step.fallback, await cloud.newestSnapshot(step.fallback.snapshotTags, call));
+  const snapshot = await cloud.newestSnapshot(step.fallback.snapshotTags, call);
+  const fit = snapshot?.state === "completed" ? storeFit(snapshot.tags, step.fallback.hostStore ?? { store: "graphdriver" }) : undefined;
+  if (snapshot && fit && !fit.fits) throw new BootStepError(step.step, `${why}, and the pool's snapshot ${snapshot.snapshotId} does not fit: ${fit.reason.replace(/^the volume/, "it")}`, fit.remediation);
+  const create = createSpecFrom(step.fallback, snapshot);
   if (!create) throw new BootStepError(step.step, `${why}, and the pool has no completed snapshot`, "grow the pool, or build the pool's snapshot");
   log.notice("boot.claim", `${why}: creating a volume from the pool's snapshot`, { snapshot: create.snapshotId });
   await createAndClaim(create, ctx);
 }
 
-/** One fresh page of candidates, minus those tried and those in quarantine, in this instance's order. */
+/**
+ * One fresh page of candidates, minus those tried, those in quarantine and those of the other
+ * image store, in this instance's order (those built by the host's engine major first).
+ */
 async function relist(step: ClaimStep, { plan, deps, claim }: StepContext): Promise<string[]> {
   const now = deps.now?.() ?? new Date();
   const fresh = await deps.cloud.findVolumes(step.relist, { firstPage: step.pageSize, ...(claim.signal ? { signal: claim.signal } : {}) });
@@ -66,7 +73,7 @@ async function relist(step: ClaimStep, { plan, deps, claim }: StepContext): Prom
   const usable = fresh.filter(
     (v) => v.state === "available" && !v.attachment && !claim.tried.has(v.volumeId) && !isQuarantined(v, now, step.quarantineHours),
   );
-  return preferInitialized(plan.instanceId, usable);
+  return candidateOrder(plan.instanceId, usable, step.hostStore ?? { store: "graphdriver" }).fitting;
 }
 
 /** A pause after the n-th lost claim: 100-500 ms, growing, with jitter. */

@@ -5,7 +5,7 @@
 import type { Logger } from "../../log.ts";
 import type { VolumeKind } from "../../tags.ts";
 import type { BootPlan } from "./plan.ts";
-import type { CloudVolumes, DaemonConfig, DockerEngine, DockerService, HostStorage, ReadinessState, VolumeInfo } from "../ports.ts";
+import type { CloudVolumes, ContainerdRoot, DaemonConfig, DockerEngine, DockerService, HostStorage, ReadinessState, VolumeInfo } from "../ports.ts";
 import type { PrewarmOutcome, PrewarmTarget } from "../prewarm/plan.ts";
 import type { BootSource, CreatedFrom } from "./source.ts";
 
@@ -22,7 +22,12 @@ export interface BootDeps {
    * agent created blank (`createdByAgent`) that docker never initialized, it creates the empty
    * data-root folder instead: there is nothing to clean, and docker fills it.
    */
-  prepareDataRoot(dataRoot: string, options: { kind: VolumeKind; instanceId: string; createdByAgent: boolean }): Promise<void>;
+  prepareDataRoot(
+    dataRoot: string,
+    options: { kind: VolumeKind; instanceId: string; createdByAgent: boolean; imageStore?: "graphdriver" | "containerd" },
+  ): Promise<void>;
+  /** containerd's root and service, for a host on the containerd image store. Absent: such a host degrades at switch-data-root. */
+  containerd?: ContainerdRoot;
   /** The installed dockerd's version (`dockerd --version`), read before docker starts. */
   dockerVersion(): Promise<string | undefined>;
   /**
@@ -106,6 +111,8 @@ export interface Progress {
   mountedNow: boolean;
   dataRoot?: string;
   switched: boolean;
+  /** config.toml's root was changed by this run: containerd restarts before docker, the undo restores it. */
+  containerdSwitched?: boolean;
   prewarm?: PrewarmOutcome;
   /** Set when this boot created the volume in hand (the plan's creation, or the claim's fallback). */
   created?: CreatedFrom;

@@ -9,6 +9,7 @@
 import type { AgentConfig } from "../../config/index.ts";
 import type { Logger } from "../../log.ts";
 import { VolumeTag } from "../../tags.ts";
+import type { HostStore } from "../../docker/image-store.ts";
 import type { Cancellable, CloudVolumes, Identity } from "../ports.ts";
 import { readWorkspaceRecord, type WorkspaceRecord } from "../workspace-record.ts";
 import { lookupsNeeded, poolQuery, poolSelector, workspaceQuery, type BootObservation, type BootSettings } from "./plan.ts";
@@ -39,16 +40,21 @@ export async function observeIdentity(
   return { identity, previous };
 }
 
-/** Gathers what the planner needs. */
+/**
+ * Gathers what the planner needs. `hostStore` reads the host's image store (daemon.json and
+ * `dockerd --version`), alongside EC2; when it fails, the store is left unobserved: the same
+ * daemon.json read fails the host check before any claim.
+ */
 export async function observeBoot(
   cloud: CloudVolumes,
   identity: Identity,
   settings: BootSettings,
-  options: Cancellable & { now?: () => Date } = {},
+  options: Cancellable & { now?: () => Date; hostStore?: () => Promise<HostStore> } = {},
 ): Promise<BootObservation> {
   const now = options.now?.() ?? new Date();
   const observed: BootObservation = { identity, now, attached: [], workspace: [], pool: [] };
   if (!settings.enabled) return observed;
+  const hostStore = options.hostStore?.().catch(() => undefined);
   const call = options.signal ? { signal: options.signal } : {};
   const zone = identity.availabilityZone;
 
@@ -64,6 +70,9 @@ export async function observeBoot(
   if (lookupsNeeded(settings, observed, "pool")) {
     observed.pool = await cloud.findVolumes(poolQuery(settings, zone), page);
   }
+  // Read beside EC2's calls; the snapshot lookup depends on it (pool volumes of the other store are no candidates).
+  const store = await hostStore;
+  if (store) observed.hostStore = store;
   if (lookupsNeeded(settings, observed, "snapshot")) {
     const snapshot = await cloud.newestSnapshot(poolSelector(settings), call);
     if (snapshot) observed.snapshot = snapshot;

@@ -10,6 +10,7 @@ import type { Identity, SnapshotInfo, VolumeInfo, VolumeQuery } from "../ports.t
 import type { PrewarmStrategy } from "../../config/index.ts";
 import { attachedCacheVolume } from "../attached.ts";
 import { volumeMatchesWorkspace, workspaceIdTags, type WorkspaceIds } from "../workspace-ids.ts";
+import { orderByStore, storeFit, type HostStore } from "../../docker/image-store.ts";
 
 export type { WorkspaceIds };
 
@@ -74,6 +75,17 @@ export interface BootObservation {
   pool: VolumeInfo[];
   /** The pool's newest completed snapshot, looked up only when the selection may need it. */
   snapshot?: SnapshotInfo;
+  /**
+   * The image store this host's dockerd is configured with (daemon.json) and its version: a
+   * volume built with the other store would hide its images, so it is never selected. Absent:
+   * the graphdriver store (what the agent pins when daemon.json does not ask for containerd).
+   */
+  hostStore?: HostStore;
+}
+
+/** The host's store as observed, graphdriver when not observed. */
+export function hostStoreOf(observed: Pick<BootObservation, "hostStore">): HostStore {
+  return observed.hostStore ?? { store: "graphdriver" };
 }
 
 /** Where the volume comes from. */
@@ -103,6 +115,8 @@ export interface CreateSpec {
  */
 export interface SnapshotFallback {
   snapshotTags: Record<string, string>;
+  /** The host's store: a snapshot built with the other one is not used. */
+  hostStore?: HostStore;
   pool: string;
   availabilityZone: string;
   volumeType: string;
@@ -126,6 +140,8 @@ export type BootStep =
       maxLosses: number;
       quarantineHours: number;
       pageSize: number;
+      /** The host's store: a fresh page is filtered and ordered by it as the plan's list was. */
+      hostStore?: HostStore;
       fallback?: SnapshotFallback;
     }
   | { step: "create-and-claim"; create: CreateSpec }
@@ -149,6 +165,8 @@ export interface BootPlan {
   availabilityZone: string;
   selection: Selection;
   steps: BootStep[];
+  /** The host's image store as observed: switch-data-root and verify-docker follow it. */
+  hostStore?: HostStore;
 }
 
 /**
@@ -164,13 +182,26 @@ export function orderCandidates(instanceId: string, volumeIds: readonly string[]
 /**
  * The claim order of a listing: volumes tagged `ebs-cache:initialized` (the pool keeper tags a
  * volume once EBS reports its initialization complete) first, since their blocks are all
- * loaded and the node is ready without a pre-warm; within each group, this instance's order
- * (orderCandidates), so a herd still spreads.
+ * loaded and the node is ready without a pre-warm; within each group, volumes built by this
+ * host's docker major version before the others (src/docker/image-store.ts), each in this
+ * instance's order (orderCandidates), so a herd still spreads. Volumes whose image store would
+ * hide their images from this host are set apart (`mismatched`), never candidates.
  */
-export function preferInitialized(instanceId: string, volumes: readonly Pick<VolumeInfo, "volumeId" | "tags">[]): string[] {
-  const initialized = volumes.filter((v) => v.tags[VolumeTag.initialized] !== undefined).map((v) => v.volumeId);
-  const others = volumes.filter((v) => v.tags[VolumeTag.initialized] === undefined).map((v) => v.volumeId);
-  return [...orderCandidates(instanceId, initialized), ...orderCandidates(instanceId, others)];
+export function candidateOrder(
+  instanceId: string,
+  volumes: readonly Pick<VolumeInfo, "volumeId" | "tags">[],
+  host: HostStore,
+): { fitting: string[]; mismatched: Array<{ volume: string; reason: string; remediation: string }> } {
+  const tags = new Map(volumes.map((v) => [v.volumeId, v.tags]));
+  const group = (initialized: boolean) =>
+    orderByStore(
+      orderCandidates(instanceId, volumes.filter((v) => (v.tags[VolumeTag.initialized] !== undefined) === initialized).map((v) => v.volumeId)),
+      (id) => tags.get(id)!,
+      host,
+    );
+  const warm = group(true);
+  const rest = group(false);
+  return { fitting: [...warm.fitting, ...rest.fitting], mismatched: [...warm.mismatched, ...rest.mismatched] };
 }
 
 /** The tags a pool volume created by the agent from the pool's snapshot carries. */
@@ -180,7 +211,7 @@ export function poolVolumeTags(settings: Pick<BootSettings, "pool">, snapshot: S
     [VolumeTag.kind]: VolumeKind.pool,
     [VolumeTag.pool]: settings.pool,
   };
-  for (const key of [VolumeTag.imageSet, VolumeTag.images]) {
+  for (const key of [VolumeTag.imageSet, VolumeTag.images, VolumeTag.imageStore, VolumeTag.engineVersion]) {
     const value = snapshot.tags[key];
     if (value !== undefined) tags[key] = value;
   }
@@ -194,16 +225,26 @@ export function poolVolumeTags(settings: Pick<BootSettings, "pool">, snapshot: S
  * user's business, and `verify-docker` must not fail because they removed an image); a blank
  * one `created-by=agent`, the only mark that lets the agent format a volume.
  */
-export function workspaceVolumeTags(settings: BootSettings, ids: WorkspaceIds, snapshot?: SnapshotInfo): Record<string, string> {
+export function workspaceVolumeTags(settings: BootSettings, ids: WorkspaceIds, snapshot?: SnapshotInfo, host?: HostStore): Record<string, string> {
   const tags: Record<string, string> = {
     [VolumeTag.managed]: "true",
     [VolumeTag.kind]: VolumeKind.workspace,
     [VolumeTag.pool]: settings.pool,
     ...workspaceIdTags(ids),
   };
-  const imageSet = snapshot?.tags[VolumeTag.imageSet];
-  if (imageSet !== undefined) tags[VolumeTag.imageSet] = imageSet;
-  if (!snapshot) tags[VolumeTag.createdBy] = "agent";
+  for (const key of [VolumeTag.imageSet, VolumeTag.imageStore, VolumeTag.engineVersion]) {
+    const value = snapshot?.tags[key];
+    if (value !== undefined) tags[key] = value;
+  }
+  if (!snapshot) {
+    tags[VolumeTag.createdBy] = "agent";
+    // This host's docker fills a blank volume, in this host's store: recorded, or the next
+    // host would take the untagged volume for a graphdriver one.
+    if (host) {
+      tags[VolumeTag.imageStore] = host.store;
+      if (host.engineVersion) tags[VolumeTag.engineVersion] = host.engineVersion;
+    }
+  }
   return tags;
 }
 
@@ -220,10 +261,10 @@ function newWorkspaceSpec(settings: BootSettings, observed: BootObservation): Cr
     case "never":
       return undefined;
     case "blank":
-      return { ...base, sizeGiB: settings.workspaceSizeGiB, tags: workspaceVolumeTags(settings, ids) };
+      return { ...base, sizeGiB: settings.workspaceSizeGiB, tags: workspaceVolumeTags(settings, ids, undefined, hostStoreOf(observed)) };
     case "snapshot": {
       const snapshot = observed.snapshot;
-      if (!snapshot || snapshot.state !== "completed") return undefined;
+      if (!snapshot || snapshot.state !== "completed" || !storeFit(snapshot.tags, hostStoreOf(observed)).fits) return undefined;
       return {
         ...base,
         snapshotId: snapshot.snapshotId,
@@ -278,10 +319,15 @@ export function poolSelector(settings: Pick<BootSettings, "pool" | "imageSet">):
   };
 }
 
-/** Chooses the volume's source. */
+/**
+ * Chooses the volume's source. Only volumes whose image store fits the host's are candidates
+ * (image-store.ts): a volume built with the other store would mount fine and start docker on
+ * an empty image list, so a mismatch is left alone before the claim, never mounted as ready.
+ */
 export function selectSource(settings: BootSettings, observed: BootObservation): Selection {
   if (!settings.enabled) return { source: "disabled", reason: "disabled by configuration or instance tag" };
   const { identity } = observed;
+  const host = hostStoreOf(observed);
 
   // A volume already attached here (a reboot, or a re-run after a crash) is ours: reuse it.
   const mine = attachedCacheVolume(observed.attached, identity.instanceId);
@@ -291,39 +337,59 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   if (mine && mine.tags[VolumeTag.kind] === VolumeKind.workspace && settings.workspace && !volumeMatchesWorkspace(mine.tags, settings.workspace)) {
     return { source: "none", reason: `the workspace volume attached here (${mine.volumeId}) was made for other ids than this instance's: not mounted` };
   }
-  if (mine) return { source: "attached", volumeId: mine.volumeId, kind: mine.tags[VolumeTag.kind] ?? "unknown" };
+  if (mine) {
+    // The host's daemon.json changed its store since the claim: the same treatment, the volume
+    // stays attached until the release.
+    const fit = storeFit(mine.tags, host);
+    if (!fit.fits) return { source: "none", reason: `the volume attached here (${mine.volumeId}) does not fit: ${fit.reason}; not mounted (${fit.remediation})` };
+    return { source: "attached", volumeId: mine.volumeId, kind: mine.tags[VolumeTag.kind] ?? "unknown" };
+  }
   if (!settings.mayClaim) return { source: "none", reason: "no cache volume is attached, and this run may not claim one (boot --no-claim)" };
 
   const now = observed.now ?? new Date(0);
   const usable = (v: VolumeInfo) =>
     v.availabilityZone === identity.availabilityZone && v.state === "available" && !isQuarantined(v, now, settings.claim.quarantineHours);
   const fallback = snapshotFallback(settings, observed);
+  const ordered = (volumes: VolumeInfo[]) => candidateOrder(identity.instanceId, volumes, host);
+  const mismatch = (family: string, first: { volume: string; reason: string; remediation: string }) =>
+    `no ${family} volume fits this host's image store: ${first.volume} ${first.reason.replace(/^the volume /, "")} (${first.remediation})`;
 
   // EC2 filtered on the ids already; checked again so that only an exact match is ever claimed.
   const ids = settings.workspace;
-  const workspace = ids ? observed.workspace.filter((v) => usable(v) && volumeMatchesWorkspace(v.tags, ids)).map((v) => v.volumeId) : [];
-  if (ids && workspace.length > 0) {
+  const workspace = ids ? ordered(observed.workspace.filter((v) => usable(v) && volumeMatchesWorkspace(v.tags, ids))) : { fitting: [], mismatched: [] };
+  if (ids && workspace.fitting.length > 0) {
     return {
       source: "workspace",
-      candidates: orderCandidates(identity.instanceId, workspace),
+      candidates: workspace.fitting,
       relist: workspaceQuery(ids, identity.availabilityZone),
       ...(fallback ? { fallback } : {}),
     };
   }
+  // This user's volumes exist but hold images this docker cannot see: a new workspace volume
+  // would split their data, the pool would hand them someone else's cache. The node degrades.
+  const firstWorkspace = workspace.mismatched[0];
+  if (firstWorkspace) return { source: "none", reason: mismatch("workspace", firstWorkspace) };
   // No workspace volume of these ids yet: make one (unless `never`, or no snapshot to make it from).
   const newWorkspace = newWorkspaceSpec(settings, observed);
   if (newWorkspace) return { source: "new-workspace", create: newWorkspace };
-  const pool = observed.pool.filter(usable);
-  if (pool.length > 0) {
+  const pool = ordered(observed.pool.filter(usable));
+  if (pool.fitting.length > 0) {
     return {
       source: "pool",
-      candidates: preferInitialized(identity.instanceId, pool),
+      candidates: pool.fitting,
       relist: poolQuery(settings, identity.availabilityZone),
       ...(fallback ? { fallback } : {}),
     };
   }
   const create = createSpec(settings, observed);
   if (create) return { source: "snapshot", create };
+  const firstPool = pool.mismatched[0];
+  if (firstPool) return { source: "none", reason: `${mismatch("pool", firstPool)} (pool ${settings.pool}, zone ${identity.availabilityZone})` };
+  const snapshot = observed.snapshot;
+  const snapshotFit = settings.createFromSnapshot && snapshot?.state === "completed" ? storeFit(snapshot.tags, host) : undefined;
+  if (snapshot && snapshotFit && !snapshotFit.fits) {
+    return { source: "none", reason: `no available volume in the pool and its snapshot ${snapshot.snapshotId} does not fit: ${snapshotFit.reason.replace(/^the volume/, "it")} (${snapshotFit.remediation})` };
+  }
   const why = !settings.createFromSnapshot
     ? "no available volume in the pool and creating from the snapshot is off"
     : "no available volume in the pool and no completed snapshot for it";
@@ -334,6 +400,7 @@ function snapshotFallback(settings: BootSettings, observed: BootObservation): Sn
   if (!settings.createFromSnapshot) return undefined;
   return {
     snapshotTags: poolSelector(settings),
+    ...(observed.hostStore ? { hostStore: observed.hostStore } : {}),
     pool: settings.pool,
     availabilityZone: observed.identity.availabilityZone,
     volumeType: settings.volumeType,
@@ -343,7 +410,7 @@ function snapshotFallback(settings: BootSettings, observed: BootObservation): Sn
 
 /** The pool volume to create from the fallback's snapshot, once it has been looked up. */
 export function createSpecFrom(fallback: SnapshotFallback, snapshot: SnapshotInfo | undefined): CreateSpec | undefined {
-  if (!snapshot || snapshot.state !== "completed") return undefined;
+  if (!snapshot || snapshot.state !== "completed" || !storeFit(snapshot.tags, fallback.hostStore ?? { store: "graphdriver" }).fits) return undefined;
   return {
     snapshotId: snapshot.snapshotId,
     availabilityZone: fallback.availabilityZone,
@@ -358,7 +425,11 @@ export function createSpecFrom(fallback: SnapshotFallback, snapshot: SnapshotInf
  * workspace page, the pool page, the snapshot. Asking only for these keeps a pool boot at one
  * DescribeVolumes.
  */
-export function lookupsNeeded(settings: BootSettings, observed: Pick<BootObservation, "attached" | "workspace" | "pool" | "identity" | "now">, stage: "workspace" | "pool" | "snapshot"): boolean {
+export function lookupsNeeded(
+  settings: BootSettings,
+  observed: Pick<BootObservation, "attached" | "workspace" | "pool" | "identity" | "now" | "hostStore">,
+  stage: "workspace" | "pool" | "snapshot",
+): boolean {
   if (!settings.enabled || !settings.mayClaim) return false;
   if (observed.attached.some((v) => v.attachment?.instanceId === observed.identity.instanceId)) return false;
   const now = observed.now ?? new Date(0);
@@ -371,7 +442,8 @@ export function lookupsNeeded(settings: BootSettings, observed: Pick<BootObserva
     case "snapshot":
       if (hasWorkspace) return false;
       if (settings.workspace && settings.workspaceCreate === "snapshot") return true;
-      return settings.createFromSnapshot && !usable(observed.pool);
+      // Pool volumes of the other image store are no candidates: the snapshot may be.
+      return settings.createFromSnapshot && !usable(observed.pool.filter((v) => storeFit(v.tags, hostStoreOf(observed)).fits));
     case "pool":
       // A new workspace volume from the snapshot comes before the pool; the pool is still asked
       // for, since the snapshot may turn out missing.
@@ -381,7 +453,7 @@ export function lookupsNeeded(settings: BootSettings, observed: Pick<BootObserva
 
 function createSpec(settings: BootSettings, observed: BootObservation): CreateSpec | undefined {
   const snapshot = observed.snapshot;
-  if (!settings.createFromSnapshot || !snapshot || snapshot.state !== "completed") return undefined;
+  if (!settings.createFromSnapshot || !snapshot || snapshot.state !== "completed" || !storeFit(snapshot.tags, hostStoreOf(observed)).fits) return undefined;
   return {
     snapshotId: snapshot.snapshotId,
     availabilityZone: observed.identity.availabilityZone,
@@ -432,6 +504,7 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
         maxLosses: settings.claim.maxLosses,
         quarantineHours: settings.claim.quarantineHours,
         pageSize: settings.claim.candidatesPerListing,
+        ...(observed.hostStore ? { hostStore: observed.hostStore } : {}),
         ...(selection.fallback ? { fallback: selection.fallback } : {}),
       });
       break;
@@ -450,5 +523,9 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
 }
 
 function where(observed: BootObservation) {
-  return { instanceId: observed.identity.instanceId, availabilityZone: observed.identity.availabilityZone };
+  return {
+    instanceId: observed.identity.instanceId,
+    availabilityZone: observed.identity.availabilityZone,
+    ...(observed.hostStore ? { hostStore: observed.hostStore } : {}),
+  };
 }

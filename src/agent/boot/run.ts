@@ -13,6 +13,7 @@ import { BootBudgetSpent, CancelledError } from "./errors.ts";
 import { observeBoot, observeIdentity, type IdentitySource } from "./observe.ts";
 import { planBoot, type BootObservation, type BootPlan, type BootSettings } from "./plan.ts";
 import type { BootPhase, CloudVolumes, Identity, OutcomeRecorder } from "../ports.ts";
+import type { HostStore } from "../../docker/image-store.ts";
 import { recordOf, resolveSettings, type ResolvedSettings } from "../settings.ts";
 import { writeWorkspaceRecord } from "../workspace-record.ts";
 
@@ -27,6 +28,8 @@ export interface BootCommandDeps extends IdentitySource {
   bootId?: string;
   /** Leaves the outcome for `status` and the metrics; absent: nothing is recorded. */
   recorder?: OutcomeRecorder;
+  /** The host's image store and engine version (daemon.json, `dockerd --version`); absent: not observed (graphdriver). */
+  hostStore?: () => Promise<HostStore>;
 }
 
 export interface BootOutcome {
@@ -79,7 +82,7 @@ export async function runBoot(
   // not done by then is undone and the node degrades, so that it joins the swarm in time.
   const budget = settings.mayClaim && !settings.withDocker && !options.dryRun ? bootBudget(config.timeouts.bootSeconds, started) : undefined;
   const signal = anySignal([options.signal, budget?.signal]);
-  const observation = await observeOrDegrade(cloud, identity, settings, log, signal);
+  const observation = await observeOrDegrade(cloud, identity, settings, log, signal, deps.hostStore);
   const plan = "plan" in observation ? observation.plan : planBoot(settings, observation.observed);
   log.info("boot.plan", `source: ${plan.selection.source}`, {
     candidates: "candidates" in plan.selection ? plan.selection.candidates.length : undefined,
@@ -131,9 +134,10 @@ async function observeOrDegrade(
   settings: BootSettings,
   log: Logger,
   signal: AbortSignal | undefined,
+  hostStore: (() => Promise<HostStore>) | undefined,
 ): Promise<{ observed: BootObservation } | { plan: BootPlan; transient: boolean }> {
   try {
-    return { observed: await observeBoot(cloud, identity, settings, signal ? { signal } : {}) };
+    return { observed: await observeBoot(cloud, identity, settings, { ...(signal ? { signal } : {}), ...(hostStore ? { hostStore } : {}) }) };
   } catch (error) {
     // SIGTERM or the budget while observing: nothing was claimed yet; the node degrades like
     // any stopped boot.

@@ -26,8 +26,16 @@ export async function undo(p: Progress, plan: BootPlan, deps: BootDeps, reason: 
   if (p.switched) {
     await attempt("restoring daemon.json", () => deps.daemonConfig.restoreBackup());
   }
-  if (p.mountPoint && (p.mountedNow || p.switched || p.claimedNow)) {
-    if (deps.docker && p.switched) await attempt("stopping docker", () => deps.docker!.stop());
+  if (p.containerdSwitched && deps.containerd) {
+    await attempt("restoring containerd's config.toml", () => deps.containerd!.restoreBackup());
+  }
+  if (p.mountPoint && (p.mountedNow || p.switched || p.claimedNow || p.containerdSwitched)) {
+    if (deps.docker && (p.switched || p.containerdSwitched)) await attempt("stopping docker", () => deps.docker!.stop());
+    // containerd holds its metadata (meta.db) on the volume open: the unmount would be refused.
+    // Only in a run with docker control: in phase 1 containerd has not started (it is ordered
+    // after the agent), and a stop job would cancel its pending start.
+    const containerd = p.containerdSwitched && deps.docker ? deps.containerd?.service : undefined;
+    if (containerd) await attempt("stopping containerd", () => containerd.stop());
     await attempt("unmounting", () => deps.storage.unmount(p.mountPoint!));
   }
   if (p.volume) {
@@ -73,7 +81,15 @@ export async function degrade(deps: BootDeps, limits: BootLimits, reason: string
       log.notice("boot.data-root", "daemon.json data-root reset to docker's default", { from: current });
       current = limits.defaultDataRoot;
     }
+    const containerdMoved = await resetContainerdRoot(deps, limits);
     const info = deps.docker && (await deps.docker.isActive()) ? await deps.engine.info().catch(() => undefined) : undefined;
+    // containerd reads its root only at start; docker follows it (phase 1 has no docker control:
+    // containerd starts after it, on the root put back).
+    const containerd = containerdMoved && deps.docker ? deps.containerd?.service : undefined;
+    if (containerd && (await containerd.isActive())) {
+      await deps.docker!.stop();
+      await containerd.restart();
+    }
     if (deps.docker && (!(await deps.docker.isActive()) || (info && current !== undefined && info.dockerRootDir !== current))) {
       await deps.docker.restart();
       await deps.engine.waitUntilReady(limits.dockerTimeoutMs);
@@ -86,4 +102,23 @@ export async function degrade(deps: BootDeps, limits: BootLimits, reason: string
   });
   log.warning("boot.degraded", `node up without a cache volume: ${reason}`);
   return { outcome: "degraded", reason };
+}
+
+/**
+ * containerd's root left on a cache volume by an earlier boot must not survive a degraded boot
+ * either: containerd would start on an empty folder where the volume used to be mounted. Put
+ * back from the backup (or removed); true when it moved.
+ */
+async function resetContainerdRoot(deps: BootDeps, limits: BootLimits): Promise<boolean> {
+  const containerd = deps.containerd;
+  if (!containerd) return false;
+  const below = (root: string) => root.startsWith(`${limits.mountRoot}/`);
+  const from = await containerd.root();
+  if (!below(from)) return false;
+  await containerd.restoreBackup().catch((error: unknown) => {
+    deps.log.warning("boot.containerd-root", `could not restore config.toml from its backup: ${describeError(error)}; removing its root instead`);
+  });
+  if (below(await containerd.root())) await containerd.setRoot(undefined);
+  deps.log.notice("boot.containerd-root", "containerd's root put back off the cache volume", { from, to: await containerd.root() });
+  return true;
 }

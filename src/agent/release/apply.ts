@@ -9,6 +9,7 @@
  * refuses the release of that volume: nothing detached, nothing tagged), force a detach, or
  * touch a volume that is not `ebs-cache:managed=true`.
  */
+import { dirname } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AgentError, describeError, remediationOr } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
@@ -198,6 +199,7 @@ async function syncFilesystems(step: Extract<ReleaseStep, { step: "sync" }>, { d
 
 async function unmountVolume(step: Extract<ReleaseStep, { step: "unmount" }>, { deps, settings }: StepContext): Promise<void> {
   const ours = mountPointOf(settings.mountRoot, step.volumeId);
+  await releaseContainerdRoot(ours, deps);
   const now = await deps.mounts.list(step.device, ours);
   // Deepest first: a mount below another must go before it.
   for (const mountPoint of [...new Set([...now, ...step.mountPoints])].sort((a, b) => b.length - a.length)) {
@@ -212,6 +214,32 @@ async function unmountVolume(step: Extract<ReleaseStep, { step: "unmount" }>, { 
     }
   }
   deps.log.info("release.unmount", "unmounted", { volume: step.volumeId });
+}
+
+/**
+ * containerd's root on the volume (the containerd image store): config.toml put back as the
+ * boot found it, and containerd stopped, since it holds its metadata (meta.db) open on the volume
+ * and the unmount would be refused. Checked from config.toml each time, so a rerun converges.
+ */
+async function releaseContainerdRoot(mountPoint: string, deps: ReleaseDeps): Promise<void> {
+  const containerd = deps.containerd;
+  if (!containerd) return;
+  const root = await containerd.root();
+  if (!isBelow(mountPoint, root)) return;
+  if (containerd.service) {
+    // Stopped whatever is-active says: at shutdown its stop job may be under way, and a stop
+    // waits for it.
+    deps.log.notice("release.containerd", "stopping containerd: its root is on the cache volume", { root });
+    await containerd.service.stop();
+  } else {
+    throw new ReleaseRefusedError("unmount", `containerd's root (${root}) is on the cache volume and the agent does not control containerd (docker.control none)`, "stop containerd, then run release again");
+  }
+  await containerd.restoreBackup().catch((error: unknown) => {
+    deps.log.warning("release.containerd", `could not restore config.toml from its backup (${describeError(error)}): removing its root instead`, { root });
+  });
+  // A backup taken after an earlier boot's change would point at a volume again.
+  if (isBelow(dirname(mountPoint), await containerd.root())) await containerd.setRoot(undefined);
+  deps.log.notice("release.containerd", "containerd's root put back off the cache volume", { from: root, to: await containerd.root() });
 }
 
 async function detachVolume(step: Extract<ReleaseStep, { step: "detach" }>, { deps, instanceId }: StepContext): Promise<void> {
