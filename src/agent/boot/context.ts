@@ -5,6 +5,7 @@
 import type { Logger } from "../../log.ts";
 import type { BootPlan } from "./plan.ts";
 import type { CloudVolumes, DaemonConfig, DockerEngine, DockerService, HostStorage, ReadinessState, VolumeInfo } from "../ports.ts";
+import type { PrewarmAtBoot } from "../prewarm/apply.ts";
 import type { PrewarmOutcome, PrewarmTarget } from "../prewarm/plan.ts";
 
 /** The adapters a boot uses (built in src/agent/wiring.ts, for the CLI or a lab host). */
@@ -35,10 +36,11 @@ export interface BootDeps {
    */
   preflight?(): Promise<void>;
   /**
-   * The pre-warm step (prewarmAtBoot with the configured settings): a verdict, and maybe an
-   * initialization, inline or handed to the background run. Absent: the step does nothing.
+   * Begins the pre-warm (beginPrewarmAtBoot with the configured settings): the sample starts at
+   * once (the boot begins it as docker starts); a verdict, and maybe an initialization, inline or
+   * handed to the background run, once its outcome is asked for. Absent: the step does nothing.
    */
-  prewarm?(target: PrewarmTarget): Promise<PrewarmOutcome>;
+  prewarm?(target: PrewarmTarget): PrewarmAtBoot;
   log: Logger;
   now?: () => Date;
 }
@@ -102,6 +104,12 @@ export interface Progress {
   mountedNow: boolean;
   dataRoot?: string;
   switched: boolean;
+  /** The step resume-prepared runs after all, while it runs: a failure is judged as that step's. */
+  inStep?: BootPlan["steps"][number]["step"];
+  /** The filesystem's data size (bytes) from its superblock, as identified before the mount. */
+  filesystemBytes?: number;
+  /** The pre-warm begun while docker starts; its outcome is awaited by the `prewarm` step. */
+  prewarmRun?: PrewarmAtBoot;
   prewarm?: PrewarmOutcome;
 }
 

@@ -11,6 +11,7 @@ import { applyBootPlan } from "./apply.ts";
 import type { BootDeps, BootLimits, BootResult } from "./context.ts";
 import { BootBudgetSpent, CancelledError } from "./errors.ts";
 import { observeBoot, observeIdentity, type IdentitySource } from "./observe.ts";
+import { preparedInThisBoot, readPreparedRecord, removePreparedRecord, writePreparedRecord } from "./prepared.ts";
 import { planBoot, type BootObservation, type BootPlan, type BootSettings } from "./plan.ts";
 import type { CloudVolumes, Identity } from "../ports.ts";
 import { recordOf, resolveSettings, type ResolvedSettings } from "../settings.ts";
@@ -78,7 +79,11 @@ export async function runBoot(
   const budget = settings.mayClaim && !settings.withDocker && !options.dryRun ? bootBudget(config.timeouts.bootSeconds, started) : undefined;
   const signal = anySignal([options.signal, budget?.signal]);
   const observation = await observeOrDegrade(cloud, identity, settings, log, signal);
-  const plan = "plan" in observation ? observation.plan : planBoot(settings, observation.observed);
+  // The second phase need not redo what the first did in this boot (prepared.ts); a first phase
+  // vouches for nothing until it has prepared the volume again.
+  const prepared = !settings.mayClaim ? preparedInThisBoot(await readPreparedRecord(stateDir), { bootId: deps.bootId, instanceId: identity.instanceId }) : undefined;
+  if (settings.mayClaim && !options.dryRun) await removePreparedRecord(stateDir).catch(() => undefined);
+  const plan = "plan" in observation ? observation.plan : planBoot(settings, { ...observation.observed, ...(prepared ? { prepared } : {}) });
   log.info("boot.plan", `source: ${plan.selection.source}`, {
     candidates: "candidates" in plan.selection ? plan.selection.candidates.length : undefined,
     steps: plan.steps.length,
@@ -106,9 +111,20 @@ export async function runBoot(
     ...(signal ? { signal } : {}),
     ...(budget ? { deadline: budget.deadline } : {}),
   }).finally(() => budget?.clear());
+  if (result.outcome === "prepared" && deps.bootId) await recordPrepared(stateDir, deps.bootId, identity.instanceId, result, log);
   // A problem that will not clear by itself (permissions) fails the unit, after the node came up degraded.
   const exitCode = "plan" in observation && !observation.transient ? ExitCode.failure : exitCodeOf(result);
   return { identity, plan, result, exitCode };
+}
+
+/** Leaves the prepared volume to the second phase (a failed write is logged: that phase then checks everything again). */
+async function recordPrepared(stateDir: string, bootId: string, instanceId: string, result: BootResult, log: Logger): Promise<void> {
+  const { volumeId, device, mountPoint, dataRoot } = result;
+  if (!volumeId || !device || !mountPoint || !dataRoot) return;
+  const record = { version: 1 as const, bootId, instanceId, volumeId, device, mountPoint, dataRoot, preparedAt: new Date().toISOString() };
+  await writePreparedRecord(stateDir, record).catch((error: unknown) =>
+    log.warning("boot.prepared", `could not record the prepared volume: ${describeError(error)}; the second phase checks it again`, { stateDir }),
+  );
 }
 
 /**
