@@ -78,6 +78,10 @@ export async function runBoot(
   // not done by then is undone and the node degrades, so that it joins the swarm in time.
   const budget = settings.mayClaim && !settings.withDocker && !options.dryRun ? bootBudget(config.timeouts.bootSeconds, started) : undefined;
   const signal = anySignal([options.signal, budget?.signal]);
+  const bootDeps = deps.bootDeps(resolved.value, cloud);
+  // `dockerd --version` (~0.1 s, memoized per run) is wanted by the host check and the switch of a
+  // run that may claim: read while EC2 is asked, off the boot's path. A failure is not kept.
+  if (settings.mayClaim && settings.enabled && !options.dryRun) void bootDeps.dockerVersion().catch(() => undefined);
   const observation = await observeOrDegrade(cloud, identity, settings, log, signal);
   // The second phase need not redo what the first did in this boot (prepared.ts); a first phase
   // vouches for nothing until it has prepared the volume again.
@@ -100,7 +104,6 @@ export async function runBoot(
     defaultDataRoot: deps.defaultDataRoot,
     ...(deps.bootId ? { bootId: deps.bootId } : {}),
   };
-  const bootDeps = deps.bootDeps(resolved.value, cloud);
   // Without docker (the phase before docker.service) nothing may start or restart docker: such
   // a start job would wait for this very unit. A degraded boot then only writes its label.
   if (!settings.withDocker) bootDeps.docker = undefined;
