@@ -13,7 +13,7 @@ import {
   type EC2Client,
 } from "@aws-sdk/client-ec2";
 import type { CloudVolumes } from "../src/agent/ports.ts";
-import { createCloudVolumes, createEc2Client, DEVICE_NAMES, escapeFilterValue, tagFilters } from "../src/aws/ec2.ts";
+import { CREATE_POLL, createCloudVolumes, createEc2Client, createPollPause, DEVICE_NAMES, escapeFilterValue, tagFilters } from "../src/aws/ec2.ts";
 import {
   AttachmentTimeoutError,
   classifyEc2Error,
@@ -426,4 +426,25 @@ t.test("the lab closes and leaves no loop device", async (t) => {
   labClosed = true;
   const loops = (await run("losetup", ["-a"])).stdout;
   t.notOk(loops.includes(root), "no loop device of this lab is left");
+});
+
+t.test("a new volume is polled from 100 ms up to 250 ms for its first 30 s, then at pollMs", async (t) => {
+  const pauses: number[] = [];
+  let previous: number | undefined;
+  for (let elapsed = 0, i = 0; i < 6; i++) {
+    previous = createPollPause(previous, elapsed, 1000);
+    pauses.push(previous);
+    elapsed += previous;
+  }
+  t.same(pauses, [100, 150, 225, 250, 250, 250]);
+  t.equal(createPollPause(250, CREATE_POLL.fastForMs, 1000), 1000, "past 30 s: the usual interval");
+  t.equal(createPollPause(undefined, 0, 50), 50, "a shorter pollMs (the lab's) is never exceeded");
+  // The cost the doc comment states: DescribeVolumes calls while a creation takes 15 s.
+  let calls = 1;
+  previous = undefined;
+  for (let elapsed = 0; elapsed < 15_000; calls++) {
+    previous = createPollPause(previous, elapsed, 1000);
+    elapsed += previous;
+  }
+  t.ok(calls >= 60 && calls <= 63, `a 15 s creation: ${calls} DescribeVolumes`);
 });

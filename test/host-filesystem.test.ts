@@ -5,8 +5,8 @@ import { randomBytes } from "node:crypto";
 import { mkdir, open, readFile, truncate, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { run } from "../src/exec.ts";
-import { contentsFromBlkid, parseBlkidExport, parseWipefsJson } from "../src/host/filesystem.ts";
-import { foundPhrase, judgeLayout, judgeSignature, parseXfsDb } from "../src/host/identify.ts";
+import { contentsFromBlkid, parseBlkidExport, parseWipefsJson, xfsDataBytes } from "../src/host/filesystem.ts";
+import { foundPhrase, judgeLayout, judgeSignature, parseXfsDb, parseXfsSuperblock } from "../src/host/identify.ts";
 import { parseMountInfo } from "../src/host/mount.ts";
 import { ForeignVolumeError, FormatRefusedError, MountConflictError, ProbeError, createHostStorage } from "../src/host/storage.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL } from "../src/layout.ts";
@@ -280,6 +280,23 @@ t.test("grow: a volume made larger than its filesystem grows once", async (t) =>
   await t.rejects(storage.grow(mp), /nothing is mounted/);
 });
 
+t.test("the primary XFS superblock read by the agent: label and data size; anything else is none", async (t) => {
+  const sb = Buffer.alloc(4096);
+  sb.write("XFSB", 0, "latin1");
+  sb.writeUInt32BE(4096, 4);
+  sb.writeBigUInt64BE(262144n, 8);
+  sb.write(FS_LABEL, 108, "latin1");
+  t.same(parseXfsSuperblock(sb), { label: FS_LABEL, dataBytes: 1024 ** 3 });
+  const full = Buffer.from(sb);
+  full.write("abcdefghijkl", 108, "latin1");
+  t.equal(parseXfsSuperblock(full)?.label, "abcdefghijkl", "a 12-byte label has no terminating zero");
+  t.equal(parseXfsSuperblock(Buffer.alloc(4096)), undefined, "zeros");
+  const ext = Buffer.from(sb);
+  ext.write("EXT4", 0, "latin1");
+  t.equal(parseXfsSuperblock(ext), undefined, "no XFS magic");
+  t.equal(parseXfsSuperblock(sb.subarray(0, 100)), undefined, "too short");
+});
+
 t.test("identification, pure: xfs_db output parsed, signatures and layouts judged", async (t) => {
   // Recorded from xfs_db 6.1.0 (`xfs_db -r -c version -c 'ls /'`).
   const recorded = [
@@ -338,13 +355,17 @@ t.test("identify: the agent's own filesystem passes, anything else is refused wi
   t.match((notOurs as ForeignVolumeError).remediation, /remove its ebs-cache:managed tag/);
 
   await storage.format(blank.device, FS_LABEL);
-  t.same(await storage.identify({ volumeId: blank.volumeId, createdByAgent: true }, blank.device), { kind: "cache", fresh: true }, "formatted by the agent, no data-root yet");
+  const fresh = await storage.identify({ volumeId: blank.volumeId, createdByAgent: true }, blank.device);
+  t.same({ ...fresh, dataBytes: undefined }, { kind: "cache", fresh: true, dataBytes: undefined }, "formatted by the agent, no data-root yet");
   t.type(await storage.identify({ volumeId: blank.volumeId, createdByAgent: false }, blank.device).catch((e: unknown) => e), ForeignVolumeError, "the same without the created-by tag: no data-root, not provably ours");
   const mp = mountPoint(t, "ours");
   await storage.mount(blank.device, mp);
   await mkdir(join(mp, DATA_ROOT_SUBDIR));
+  const filesystemBytes = await xfsDataBytes(mp);
   await storage.unmount(mp);
-  t.same(await storage.identify({ volumeId: blank.volumeId, createdByAgent: false }, blank.device), { kind: "cache", fresh: false }, "with its data-root: ours");
+  t.same(await storage.identify({ volumeId: blank.volumeId, createdByAgent: false }, blank.device), { kind: "cache", fresh: false, dataBytes: filesystemBytes }, "with its data-root: ours");
+  t.equal(filesystemBytes, 1024 ** 3, "the superblock's data size is xfs_info's, the whole 1 GiB device (what grow compares with the volume's size)");
+  t.equal((fresh as { dataBytes?: number }).dataBytes, filesystemBytes);
 
   const foreign = await volume(t);
   await run("mkfs.xfs", ["-q", "-L", "data", foreign.device]);

@@ -13,6 +13,7 @@ import {
   type BootObservation,
   type BootSettings,
 } from "../src/agent/boot/plan.ts";
+import { preparedInThisBoot } from "../src/agent/boot/prepared.ts";
 import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { workspaceIdsOfVolume, workspaceIdTags, type WorkspaceIds } from "../src/agent/workspace-ids.ts";
@@ -299,4 +300,39 @@ t.test("an attached workspace volume of other ids is not mounted (a warm buffer 
   t.match(bob, { reason: /made for other ids/ });
   t.equal(selectSource({ ...settings, workspace: { "user-id": "alice" } }, observed({ attached: [theirs] })).source, "attached", "the same ids: reused");
   t.equal(selectSource(settings, observed({ attached: [theirs] })).source, "attached", "no ids asked for: reused (a reboot after osparc removed the tag)");
+});
+
+t.test("the second phase resumes what the first phase of this boot prepared, and only that volume", async (t) => {
+  const mine = volume("vol-9", { state: "in-use", attachment: { instanceId: "i-0aaa", device: "/dev/sdf", state: "attached" } });
+  const phase2 = { ...settings, mayClaim: false };
+  const prepared = {
+    version: 1 as const,
+    bootId: "boot-1",
+    instanceId: "i-0aaa",
+    volumeId: "vol-9",
+    device: "/dev/nvme1n1",
+    mountPoint: "/var/lib/ebs-cache/vol-9",
+    dataRoot: "/var/lib/ebs-cache/vol-9/docker",
+    preparedAt: "2026-12-01T00:00:00Z",
+  };
+  const resumed = planBoot(phase2, observed({ attached: [mine], prepared }));
+  t.same(
+    resumed.steps.map((s) => s.step),
+    ["reuse-attached", "tag-claim", "wait-for-device", "resume-prepared", "start-docker", "verify-docker", "prewarm", "report-ready"],
+    "identify, mount, grow, clean and switch are confirmed in one step",
+  );
+  t.match(resumed.steps.find((s) => s.step === "resume-prepared"), { mountRoot: "/var/lib/ebs-cache", mountPoint: prepared.mountPoint, dataRoot: prepared.dataRoot });
+
+  const full = ["reuse-attached", "tag-claim", "wait-for-device", "check-filesystem", "mount", "grow-filesystem", "prepare-data-root", "switch-data-root", "start-docker", "verify-docker", "prewarm", "report-ready"];
+  t.same(planBoot(phase2, observed({ attached: [mine] })).steps.map((s) => s.step), full, "no record: every step");
+  t.same(planBoot(phase2, observed({ attached: [mine], prepared: { ...prepared, volumeId: "vol-8" } })).steps.map((s) => s.step), full, "another volume's record: every step");
+});
+
+t.test("a prepared record counts only in the boot and on the instance that wrote it", async (t) => {
+  const record = { version: 1 as const, bootId: "boot-1", instanceId: "i-0aaa", volumeId: "vol-9", device: "/dev/nvme1n1", mountPoint: "/m/vol-9", dataRoot: "/m/vol-9/docker", preparedAt: "" };
+  t.equal(preparedInThisBoot(record, { bootId: "boot-1", instanceId: "i-0aaa" }), record);
+  t.equal(preparedInThisBoot(record, { bootId: "boot-2", instanceId: "i-0aaa" }), undefined, "after a reboot");
+  t.equal(preparedInThisBoot(record, { bootId: "boot-1", instanceId: "i-0bbb" }), undefined, "another instance's");
+  t.equal(preparedInThisBoot(record, { bootId: undefined, instanceId: "i-0aaa" }), undefined, "no boot id: nothing vouched for");
+  t.equal(preparedInThisBoot(undefined, { bootId: "boot-1", instanceId: "i-0aaa" }), undefined);
 });

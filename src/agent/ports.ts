@@ -155,7 +155,10 @@ export type DeviceContents =
  * (`fresh` when the agent formatted it and docker has not run on it yet); `blank`: a volume the
  * agent created, to be formatted. Anything else is refused (ForeignVolumeError), never returned.
  */
-export type CacheIdentity = { kind: "cache"; fresh: boolean } | { kind: "blank" };
+export type CacheIdentity =
+  /** `dataBytes`: the filesystem's data size from its superblock, when read. */
+  | { kind: "cache"; fresh: boolean; dataBytes?: number }
+  | { kind: "blank" };
 
 /** Block devices and filesystems of this host. */
 export interface HostStorage {

@@ -27,7 +27,7 @@ import type { Logger } from "../log.ts";
 import type { BootCommandDeps } from "./boot/run.ts";
 import type { CloudVolumes, ContainerdRoot, DockerService, OutcomeRecorder, PrewarmReader } from "./ports.ts";
 import { createFreshDataRoot, prepareOncePerInstance } from "./boot/prepare.ts";
-import { prewarmAtBoot } from "./prewarm/apply.ts";
+import { beginPrewarmAtBoot } from "./prewarm/apply.ts";
 import { prewarmSettingsFrom } from "./prewarm/plan.ts";
 import type { PrewarmCommandDeps } from "./prewarm/run.ts";
 import { createFioReader } from "../host/volume-reads.ts";
@@ -269,7 +269,7 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
         report,
         preflight: host.preflight,
         prewarm: (target) =>
-          prewarmAtBoot(target, prewarmSettingsFrom(settings.effective), {
+          beginPrewarmAtBoot(target, prewarmSettingsFrom(settings.effective), {
             reader: fioReader(options),
             initializationStatus: (volumeId) => cloud.initializationStatus(volumeId),
             tagVolume: (volumeId, tags) => cloud.tagVolume(volumeId, tags),

@@ -112,12 +112,20 @@ export function describeContents(contents: DeviceContents): string {
  * Probes the device's signatures. Blank only when blkid finds nothing, wipefs finds nothing and
  * the first MiB reads as zeros; throws ProbeError when any of that cannot be established.
  */
-export async function probeDevice(device: string, options: FilesystemOptions = {}): Promise<DeviceContents> {
+export async function probeDevice(device: string, options: FilesystemOptions & { start?: Promise<Buffer> } = {}): Promise<DeviceContents> {
   const { log } = options;
   assertDevicePath(device);
-  const allZero = await startIsZero(device);
-  const blkid = await run("blkid", ["-p", "-o", "export", device], { log, check: false });
-  const wipefs = await run("wipefs", ["-n", "-J", device], { log, check: false });
+  // Three reads of the device, none of them writing: at once. Each is waited for, and judged in
+  // this order, so that a failure reads as it did one after the other (and no probe outlives
+  // the answer).
+  const [start, blkidRun, wipefsRun] = await Promise.allSettled([
+    options.start ?? readDeviceStart(device),
+    run("blkid", ["-p", "-o", "export", device], { log, check: false }),
+    run("wipefs", ["-n", "-J", device], { log, check: false }),
+  ]);
+  const allZero = isAllZero(settled(start));
+  const blkid = settled(blkidRun);
+  const wipefs = settled(wipefsRun);
   if (wipefs.exitCode !== 0) throw new ProbeError(device, `wipefs -n exited with ${wipefs.exitCode}: ${wipefs.stderr.trim()}`);
   let signatures: string[];
   try {
@@ -204,8 +212,21 @@ export async function growFilesystem(mountPoint: string, options: FilesystemOpti
   return after > before;
 }
 
-/** Opens and reads the start of the device: proves it is readable, and tells whether it is all zeros. */
-async function startIsZero(device: string): Promise<boolean> {
+function settled<T>(result: PromiseSettledResult<T>): T {
+  if (result.status === "rejected") throw result.reason;
+  return result.value;
+}
+
+function isAllZero(start: Buffer): boolean {
+  return start.equals(Buffer.alloc(start.length));
+}
+
+/**
+ * Opens and reads the first MiB of the device (what it holds there: zeros for a blank volume,
+ * a superblock). Proves the device readable; throws ProbeError otherwise.
+ */
+export async function readDeviceStart(device: string): Promise<Buffer> {
+  assertDevicePath(device);
   let handle;
   try {
     if (!(await stat(device)).isBlockDevice()) throw new Error("not a block device");
@@ -218,7 +239,7 @@ async function startIsZero(device: string): Promise<boolean> {
       filled += bytesRead;
     }
     if (filled === 0) throw new Error("the device reads as empty (size 0?)");
-    return buffer.subarray(0, filled).equals(Buffer.alloc(filled));
+    return buffer.subarray(0, filled);
   } catch (error) {
     throw new ProbeError(device, (error as Error).message, { cause: error });
   } finally {

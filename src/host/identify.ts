@@ -14,15 +14,16 @@
  * out of the kernel. Its view of a filesystem with a dirty log (or mounted now) is the
  * metadata written in place, which may lag the log: for the data-root folder that is no
  * loss, since a pool or snapshot volume holds it from its (cleanly unmounted) build, and an
- * agent-created volume is allowed to lack it. xfs_db runs only on what blkid already found to
- * be an XFS superblock with the agent's label: it is not meant for arbitrary bytes.
+ * agent-created volume is allowed to lack it. xfs_db runs only on what starts with an XFS
+ * superblock carrying the agent's label (read by the agent itself), beside blkid, whose verdict
+ * must agree before xfs_db's answer counts: it is not meant for arbitrary bytes.
  */
 import { AgentError } from "../errors.ts";
 import { run } from "../exec.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL } from "../layout.ts";
 import type { CacheIdentity, DeviceContents } from "../agent/ports.ts";
 import type { Logger } from "../log.ts";
-import { describeContents, probeDevice, ProbeError } from "./filesystem.ts";
+import { describeContents, probeDevice, ProbeError, readDeviceStart } from "./filesystem.ts";
 import { assertDevicePath } from "./serial.ts";
 
 /** What the agent itself may put at the root of a volume it formatted, before docker ran on it. */
@@ -155,6 +156,28 @@ export function parseXfsDb(text: string): XfsLayout {
   return { ftype: features.includes("FTYPE"), rootEntries };
 }
 
+/** What the primary XFS superblock says (the first sector of the device), when there is one. */
+export interface XfsSuperblock {
+  label: string;
+  /** The data section's size in bytes (block size × data blocks), as xfs_info reports it. */
+  dataBytes: number;
+}
+
+/**
+ * Pure: the primary XFS superblock at the start of a device (magic `XFSB`; big-endian
+ * sb_blocksize at 4, sb_dblocks at 8, sb_fname at 108), or undefined when there is none.
+ */
+export function parseXfsSuperblock(start: Buffer): XfsSuperblock | undefined {
+  if (start.length < 120 || start.toString("latin1", 0, 4) !== "XFSB") return undefined;
+  const blockSize = start.readUInt32BE(4);
+  const dataBlocks = start.readBigUInt64BE(8);
+  const name = start.subarray(108, 120);
+  const end = name.indexOf(0);
+  const dataBytes = Number(BigInt(blockSize) * dataBlocks);
+  if (!Number.isSafeInteger(dataBytes)) return undefined;
+  return { label: name.subarray(0, end < 0 ? name.length : end).toString("latin1"), dataBytes };
+}
+
 /** Reads an XFS filesystem's features and root directory without writing (`xfs_db -r`). */
 export async function readXfsLayout(device: string, options: { log?: Logger } = {}): Promise<XfsLayout> {
   assertDevicePath(device);
@@ -186,25 +209,39 @@ export async function identifyCacheVolume(
     log?.warning("host.identify", "not the agent's cache filesystem", { volume: volume.volumeId, device, found });
     throw new ForeignVolumeError(volume.volumeId, device, found, cause === undefined ? undefined : { cause });
   };
+  // The reads run at once (none writes): the signature probe, and, when the superblock at the
+  // start of the device is an XFS one with the agent's label, xfs_db's look at the layout. Its
+  // answer counts only if the signature probe agrees (judgeSignature); otherwise it is waited
+  // for and dropped, so that no read outlives the refusal.
+  const start = readDeviceStart(device);
+  const superblock = start.then(parseXfsSuperblock, () => undefined);
+  const layoutRead = superblock.then((sb) => (sb?.label === FS_LABEL ? readXfsLayout(device, options) : undefined));
+  const layoutSettled = layoutRead.then(
+    () => undefined,
+    () => undefined,
+  );
   let contents: DeviceContents;
   try {
-    contents = await probeDevice(device, options);
+    contents = await probeDevice(device, { ...options, start });
   } catch (error) {
+    await layoutSettled;
     return refuse(`something the agent could not probe (${(error as Error).message})`, error);
   }
   const first = judgeSignature(contents, volume.createdByAgent);
+  if (first.verdict !== "inspect") await layoutSettled;
   if (first.verdict === "foreign") return refuse(first.found);
   if (first.verdict === "blank") return { kind: "blank" };
   let layout: XfsLayout;
   try {
-    layout = await readXfsLayout(device, options);
+    layout = (await layoutRead) ?? (await readXfsLayout(device, options));
   } catch (error) {
     return refuse(`an XFS filesystem labelled ${JSON.stringify(FS_LABEL)} whose layout could not be read (${(error as Error).message})`, error);
   }
   const second = judgeLayout(layout, volume.createdByAgent);
   if (second.verdict === "foreign") return refuse(second.found);
-  log?.info("host.identify", "the agent's cache filesystem", { volume: volume.volumeId, device, fresh: second.fresh });
-  return { kind: "cache", fresh: second.fresh };
+  const dataBytes = (await superblock)?.dataBytes;
+  log?.info("host.identify", "the agent's cache filesystem", { volume: volume.volumeId, device, fresh: second.fresh, dataBytes });
+  return { kind: "cache", fresh: second.fresh, ...(dataBytes !== undefined ? { dataBytes } : {}) };
 }
 
 /**
@@ -212,7 +249,7 @@ export async function identifyCacheVolume(
  * with the agent's label (blkid's low-level probe). Cheap, and it keeps a caller that skipped
  * identification from mounting a foreign filesystem (which would replay its log).
  */
-export async function assertCacheLabel(device: string, options: { log?: Logger } = {}): Promise<void> {
+export async function assertCacheLabel(device: string, options: { log?: Logger } = {}): Promise<{ kind: "filesystem"; type: "xfs"; label: string }> {
   assertDevicePath(device);
   const contents = await probeDevice(device, options).catch((error: unknown) => {
     throw new ForeignVolumeError(undefined, device, `something the agent could not probe (${(error as Error).message})`, { cause: error });
@@ -220,4 +257,5 @@ export async function assertCacheLabel(device: string, options: { log?: Logger }
   if (contents.kind !== "filesystem" || contents.type !== "xfs" || contents.label !== FS_LABEL) {
     throw new ForeignVolumeError(undefined, device, foundPhrase(contents));
   }
+  return { kind: "filesystem", type: "xfs", label: contents.label };
 }

@@ -136,11 +136,12 @@ export async function findMountPoint(device: string): Promise<string | undefined
 }
 
 /**
- * Mounts the device at `mountPoint` (created if missing) with noatime (and nouuid for XFS).
+ * Mounts the device at `mountPoint` (created if missing) with noatime (and nouuid for XFS: the
+ * type given, or probed).
  * Nothing to do when the device is already mounted there; MountConflictError when something
  * else is.
  */
-export async function mountDevice(device: string, mountPoint: string, options: MountOptions = {}): Promise<void> {
+export async function mountDevice(device: string, mountPoint: string, options: MountOptions & { fsType?: string } = {}): Promise<void> {
   const { log } = options;
   assertDevicePath(device);
   assertMountPoint(mountPoint);
@@ -161,7 +162,8 @@ export async function mountDevice(device: string, mountPoint: string, options: M
   // filesystem whose UUID is already mounted ("duplicate UUID"): with another clone of the pool's
   // snapshot mounted on the host (a pool volume being inspected, a workspace volume made from the
   // same snapshot; in the lab, every host on the one kernel) the cache volume could not be mounted.
-  const fsType = (await run("blkid", ["-p", "-o", "value", "-s", "TYPE", device], { check: false, log })).stdout.trim();
+  // The caller may know the type already (it just probed the device): no second probe.
+  const fsType = options.fsType ?? (await run("blkid", ["-p", "-o", "value", "-s", "TYPE", device], { check: false, log })).stdout.trim();
   await run("mount", ["-o", fsType === "xfs" ? "noatime,nouuid" : "noatime", device, target], {
     log,
     remediation: `check the filesystem on ${device} (dmesg; xfs_repair -n ${device} while unmounted)`,

@@ -43,8 +43,8 @@ export function createHostStorage(options: HostStorageOptions = {}): HostStorage
     format: (device, label) => formatDevice(device, label, { log }),
     mountPointOf: (device) => findMountPoint(device),
     async mount(device, mountPoint) {
-      await assertCacheLabel(device, { log });
-      await mountDevice(device, mountPoint, { log });
+      const { type } = await assertCacheLabel(device, { log });
+      await mountDevice(device, mountPoint, { fsType: type, ...(log ? { log } : {}) });
     },
     unmount: (mountPoint) => unmountPath(mountPoint, { log }),
     async grow(mountPoint) {

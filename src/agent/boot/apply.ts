@@ -13,7 +13,9 @@ import { DATA_ROOT_SUBDIR, FS_LABEL } from "../../layout.ts";
 import { containerdRootOnVolume } from "../../docker/containerd-store.ts";
 import { Label, VolumeTag } from "../../tags.ts";
 import { DeviceTimeoutError } from "../../host/device.ts";
+import { GROW_MARGIN_BYTES } from "../../host/filesystem.ts";
 import type { VolumeInfo } from "../ports.ts";
+import type { PrewarmAtBoot } from "../prewarm/apply.ts";
 import { volumeDetails } from "../report.ts";
 import { claimNext, createAndClaim } from "./claim.ts";
 import { freshProgress, type ApplyOptions, type BootDeps, type BootLimits, type BootResult, type ClaimState, type Finished, type Progress, type StepContext } from "./context.ts";
@@ -67,12 +69,16 @@ export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: Boot
       const reason = describeError(error);
       const volumeId = progress.volume?.volumeId;
       const cancelled = error instanceof CancelledError;
-      const volumeFault = !cancelled && VOLUME_STEPS.has(step.step) && (await isVolumeFault(error, progress, plan, deps));
+      const failed = progress.inStep ?? step.step;
+      const volumeFault = !cancelled && VOLUME_STEPS.has(failed) && (await isVolumeFault(error, progress, plan, deps));
+      // A sample begun while docker started still reads the device: the undo unmounts and
+      // detaches only once it is done (it is bounded by prewarm.check.seconds).
+      await progress.prewarmRun?.idle();
       // Undo with no signal: a boot stopped by SIGTERM still hands back what it holds.
-      await undo(progress, plan, deps, reason, { quarantine: volumeFault || (!cancelled && DOCKER_ON_VOLUME_STEPS.has(step.step)) });
+      await undo(progress, plan, deps, reason, { quarantine: volumeFault || (!cancelled && DOCKER_ON_VOLUME_STEPS.has(failed)) });
       if (volumeFault && volumeId && claimIndex >= 0 && claim.volumes < maxVolumes) {
         log.warning("boot.volume-unusable", `${reason}; handed back, trying the next candidate`, {
-          step: step.step,
+          step: failed,
           volume: volumeId,
           remediation: remediationOf(error),
         });
@@ -83,7 +89,7 @@ export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: Boot
         continue;
       }
       log.error("boot.failed", `${reason}; falling back to docker's default data-root`, {
-        step: step.step,
+        step: failed,
         volume: volumeId,
         remediation: remediationOf(error),
       });
@@ -172,6 +178,7 @@ const STEP_HANDLERS: { [K in StepName]: StepHandler<K> } = {
   "grow-filesystem": growFilesystem,
   "prepare-data-root": prepareDataRoot,
   "switch-data-root": switchDataRoot,
+  "resume-prepared": resumePrepared,
   "start-docker": startDocker,
   "verify-docker": verifyDocker,
   prewarm,
@@ -268,6 +275,7 @@ async function checkFilesystem(step: StepOf<"check-filesystem">, { p, deps }: St
     identity = await storage.identify(owner, device);
     if (identity.kind !== "cache") throw new BootStepError(step.step, `${volume.volumeId} (${device}) is still blank after mkfs.xfs`, `check dmesg and lsblk -f ${device}`);
   }
+  if (identity.dataBytes !== undefined) p.filesystemBytes = identity.dataBytes;
   log.info("boot.filesystem", "the agent's cache filesystem", { volume: volume.volumeId, device, fresh: identity.fresh });
   return undefined;
 }
@@ -289,7 +297,17 @@ async function mountVolume(step: StepOf<"mount">, { p, deps }: StepContext): Pro
   return undefined;
 }
 
+/**
+ * Grows the filesystem when the volume is larger. A filesystem whose superblock (read at
+ * check-filesystem) already covers the size EC2 gives the volume cannot grow: no device size
+ * and xfs_info to read (a pool volume is made at its snapshot's size). A stale superblock only
+ * ever shows less, which takes the full check.
+ */
 async function growFilesystem(_step: StepOf<"grow-filesystem">, { p, deps }: StepContext): Promise<undefined> {
+  if (p.filesystemBytes !== undefined && volumeOf(p).sizeGiB * 1024 ** 3 - p.filesystemBytes <= GROW_MARGIN_BYTES) {
+    deps.log.debug("boot.grow", "the filesystem fills the volume's size", { mountPoint: p.mountPoint, filesystem: p.filesystemBytes });
+    return undefined;
+  }
   if (await deps.storage.grow(p.mountPoint!)) deps.log.info("boot.grow", "filesystem grown to the volume's size", { mountPoint: p.mountPoint });
   return undefined;
 }
@@ -332,8 +350,49 @@ async function switchDataRoot(step: StepOf<"switch-data-root">, { plan, p, deps 
   return undefined;
 }
 
-async function startDocker(_step: StepOf<"start-docker">, { p, deps, limits }: StepContext): Promise<undefined> {
+/**
+ * Phase 1 of this boot identified, mounted, grew, cleaned and switched to this volume (its
+ * record, prepared.ts): when its device (verified by serial at wait-for-device) is mounted where
+ * phase 1 mounted it and daemon.json's data-root is still phase 1's, none of that is done
+ * again. Anything else (unmounted, switched back meanwhile) runs those steps after all.
+ */
+async function resumePrepared(step: StepOf<"resume-prepared">, ctx: StepContext): Promise<undefined> {
+  const { p, deps } = ctx;
+  const volume = volumeOf(p);
+  const [mountedAt, dataRoot] = await Promise.all([deps.storage.mountPointOf(p.device!), deps.daemonConfig.dataRoot()]);
+  if (mountedAt === step.mountPoint && dataRoot === step.dataRoot && step.dataRoot === join(step.mountPoint, DATA_ROOT_SUBDIR)) {
+    p.mountPoint = step.mountPoint;
+    p.dataRoot = step.dataRoot;
+    deps.log.info("boot.resume", "prepared by the first phase of this boot: mounted, data-root switched; not checked again", { volume: volume.volumeId, mountPoint: step.mountPoint });
+    return undefined;
+  }
+  deps.log.notice("boot.resume", "not as the first phase of this boot left it: preparing it again", {
+    volume: volume.volumeId,
+    mountedAt: mountedAt ?? "(not mounted)",
+    dataRoot: dataRoot ?? "(default)",
+  });
+  const again: BootStep[] = [
+    { step: "check-filesystem" },
+    { step: "mount", mountRoot: step.mountRoot },
+    { step: "grow-filesystem" },
+    { step: "prepare-data-root" },
+    { step: "switch-data-root" },
+  ];
+  for (const each of again) {
+    // A failure is judged as that step's (quarantine or not), as without the record.
+    p.inStep = each.step;
+    await runStep(each, ctx);
+  }
+  p.inStep = undefined;
+  return undefined;
+}
+
+async function startDocker(_step: StepOf<"start-docker">, ctx: StepContext): Promise<undefined> {
+  const { p, deps, limits } = ctx;
   const { docker, engine, log } = deps;
+  // The pre-warm sample reads the device, not docker: it runs while docker starts and is
+  // verified; the `prewarm` step awaits its verdict.
+  if (ctx.plan.steps.some((step) => step.step === "prewarm")) p.prewarmRun ??= beginPrewarm(ctx);
   if (!docker) return undefined;
   // containerd reads its root only at start: restarted on the new one, docker after it (dockerd
   // keeps its view of containerd's images from its own start).
@@ -388,17 +447,27 @@ async function verifyDocker(step: StepOf<"verify-docker">, { plan, p, deps, limi
   return undefined;
 }
 
-async function prewarm(_step: StepOf<"prewarm">, { p, deps }: StepContext): Promise<undefined> {
+/** Begins the pre-warm of the volume in hand (undefined without a pre-warm). */
+function beginPrewarm({ p, deps }: StepContext): PrewarmAtBoot | undefined {
+  if (!deps.prewarm) return undefined;
+  const volume = volumeOf(p);
+  return deps.prewarm({
+    volume: { volumeId: volume.volumeId, ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}), tags: volume.tags },
+    sizeBytes: volume.sizeGiB * 1024 ** 3,
+    device: p.device!,
+    mountPoint: p.mountPoint!,
+    labels: volumeDetails(volume),
+  });
+}
+
+/** The pre-warm's outcome (begun with start-docker, or now); its long part starts only here, docker verified. */
+async function prewarm(_step: StepOf<"prewarm">, ctx: StepContext): Promise<undefined> {
+  const { p, deps } = ctx;
   if (!deps.prewarm) return undefined;
   const volume = volumeOf(p);
   try {
-    p.prewarm = await deps.prewarm({
-      volume: { volumeId: volume.volumeId, ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}), tags: volume.tags },
-      sizeBytes: volume.sizeGiB * 1024 ** 3,
-      device: p.device!,
-      mountPoint: p.mountPoint!,
-      labels: volumeDetails(volume),
-    });
+    p.prewarmRun ??= beginPrewarm(ctx);
+    p.prewarm = await p.prewarmRun?.outcome();
   } catch (error) {
     // The pre-warm never keeps a node from being reported: its verdict is then unknown.
     deps.log.error("boot.prewarm", `pre-warm failed: ${describeError(error)}`, { volume: volume.volumeId, remediation: remediationOf(error) });

@@ -6,6 +6,7 @@ import type { Logger } from "../../log.ts";
 import type { VolumeKind } from "../../tags.ts";
 import type { BootPlan } from "./plan.ts";
 import type { CloudVolumes, ContainerdRoot, DaemonConfig, DockerEngine, DockerService, HostStorage, ReadinessState, VolumeInfo } from "../ports.ts";
+import type { PrewarmAtBoot } from "../prewarm/apply.ts";
 import type { PrewarmOutcome, PrewarmTarget } from "../prewarm/plan.ts";
 import type { BootSource, CreatedFrom } from "./source.ts";
 
@@ -42,10 +43,11 @@ export interface BootDeps {
    */
   preflight?(): Promise<void>;
   /**
-   * The pre-warm step (prewarmAtBoot with the configured settings): a verdict, and maybe an
-   * initialization, inline or handed to the background run. Absent: the step does nothing.
+   * Begins the pre-warm (beginPrewarmAtBoot with the configured settings): the sample starts at
+   * once (the boot begins it as docker starts); a verdict, and maybe an initialization, inline or
+   * handed to the background run, once its outcome is asked for. Absent: the step does nothing.
    */
-  prewarm?(target: PrewarmTarget): Promise<PrewarmOutcome>;
+  prewarm?(target: PrewarmTarget): PrewarmAtBoot;
   log: Logger;
   now?: () => Date;
 }
@@ -113,6 +115,12 @@ export interface Progress {
   switched: boolean;
   /** config.toml's root was changed by this run: containerd restarts before docker, the undo restores it. */
   containerdSwitched?: boolean;
+  /** The step resume-prepared runs after all, while it runs: a failure is judged as that step's. */
+  inStep?: BootPlan["steps"][number]["step"];
+  /** The filesystem's data size (bytes) from its superblock, as identified before the mount. */
+  filesystemBytes?: number;
+  /** The pre-warm begun while docker starts; its outcome is awaited by the `prewarm` step. */
+  prewarmRun?: PrewarmAtBoot;
   prewarm?: PrewarmOutcome;
   /** Set when this boot created the volume in hand (the plan's creation, or the claim's fallback). */
   created?: CreatedFrom;

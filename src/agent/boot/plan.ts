@@ -11,6 +11,7 @@ import type { PrewarmStrategy } from "../../config/index.ts";
 import { attachedCacheVolume } from "../attached.ts";
 import { volumeMatchesWorkspace, workspaceIdTags, type WorkspaceIds } from "../workspace-ids.ts";
 import { orderByStore, storeFit, type HostStore } from "../../docker/image-store.ts";
+import type { PreparedRecord } from "./prepared.ts";
 
 export type { WorkspaceIds };
 
@@ -81,6 +82,8 @@ export interface BootObservation {
    * the graphdriver store (what the agent pins when daemon.json does not ask for containerd).
    */
   hostStore?: HostStore;
+  /** What the first phase of this boot (same boot id, same instance) prepared (prepared.ts). */
+  prepared?: PreparedRecord;
 }
 
 /** The host's store as observed, graphdriver when not observed. */
@@ -153,6 +156,12 @@ export type BootStep =
   | { step: "grow-filesystem" }
   | { step: "prepare-data-root" }
   | { step: "switch-data-root" }
+  /**
+   * Instead of check-filesystem … switch-data-root, when the first phase of this boot prepared
+   * this volume: it is confirmed mounted at `mountPoint` with daemon.json's data-root at
+   * `dataRoot`, or else those steps run after all.
+   */
+  | { step: "resume-prepared"; mountRoot: string; mountPoint: string; dataRoot: string }
   | { step: "start-docker" }
   | { step: "verify-docker" }
   /** Verdict (and initialization) of a volume restored from a snapshot; see prewarm/apply.ts. */
@@ -519,7 +528,18 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
   // tag-claim stays for a reused attachment too: a boot killed between AttachVolume and its
   // tags (or between CreateTags and DeleteTags) is finished by the next run, not assumed done.
   const steps = tail.filter((s) => settings.withDocker || !DOCKER_STEPS.has(s.step));
-  return { ...where(observed), selection, steps: [...head, ...steps] };
+  const prepared = selection.source === "attached" && observed.prepared?.volumeId === selection.volumeId ? observed.prepared : undefined;
+  return { ...where(observed), selection, steps: [...head, ...(prepared ? resumingPrepared(steps, settings, prepared) : steps)] };
+}
+
+/** What phase 1 of this boot did to the volume: confirmed in one step rather than done again. */
+const PREPARING = new Set<BootStep["step"]>(["check-filesystem", "mount", "grow-filesystem", "prepare-data-root", "switch-data-root"]);
+
+function resumingPrepared(steps: BootStep[], settings: BootSettings, prepared: PreparedRecord): BootStep[] {
+  const at = steps.findIndex((s) => PREPARING.has(s.step));
+  if (at < 0) return steps;
+  const resume: BootStep = { step: "resume-prepared", mountRoot: settings.mountRoot, mountPoint: prepared.mountPoint, dataRoot: prepared.dataRoot };
+  return [...steps.slice(0, at), resume, ...steps.slice(at).filter((s) => !PREPARING.has(s.step))];
 }
 
 function where(observed: BootObservation) {

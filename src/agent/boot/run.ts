@@ -11,6 +11,7 @@ import { applyBootPlan } from "./apply.ts";
 import type { BootDeps, BootLimits, BootResult } from "./context.ts";
 import { BootBudgetSpent, CancelledError } from "./errors.ts";
 import { observeBoot, observeIdentity, type IdentitySource } from "./observe.ts";
+import { preparedInThisBoot, readPreparedRecord, removePreparedRecord, writePreparedRecord } from "./prepared.ts";
 import { planBoot, type BootObservation, type BootPlan, type BootSettings } from "./plan.ts";
 import type { BootPhase, CloudVolumes, Identity, OutcomeRecorder } from "../ports.ts";
 import type { HostStore } from "../../docker/image-store.ts";
@@ -82,8 +83,16 @@ export async function runBoot(
   // not done by then is undone and the node degrades, so that it joins the swarm in time.
   const budget = settings.mayClaim && !settings.withDocker && !options.dryRun ? bootBudget(config.timeouts.bootSeconds, started) : undefined;
   const signal = anySignal([options.signal, budget?.signal]);
+  const bootDeps = deps.bootDeps(resolved.value, cloud);
+  // `dockerd --version` (~0.1 s, memoized per run) is wanted by the host check and the switch of a
+  // run that may claim: read while EC2 is asked, off the boot's path. A failure is not kept.
+  if (settings.mayClaim && settings.enabled && !options.dryRun) void bootDeps.dockerVersion().catch(() => undefined);
   const observation = await observeOrDegrade(cloud, identity, settings, log, signal, deps.hostStore);
-  const plan = "plan" in observation ? observation.plan : planBoot(settings, observation.observed);
+  // The second phase need not redo what the first did in this boot (prepared.ts); a first phase
+  // vouches for nothing until it has prepared the volume again.
+  const prepared = !settings.mayClaim ? preparedInThisBoot(await readPreparedRecord(stateDir), { bootId: deps.bootId, instanceId: identity.instanceId }) : undefined;
+  if (settings.mayClaim && !options.dryRun) await removePreparedRecord(stateDir).catch(() => undefined);
+  const plan = "plan" in observation ? observation.plan : planBoot(settings, { ...observation.observed, ...(prepared ? { prepared } : {}) });
   log.info("boot.plan", `source: ${plan.selection.source}`, {
     candidates: "candidates" in plan.selection ? plan.selection.candidates.length : undefined,
     steps: plan.steps.length,
@@ -100,7 +109,6 @@ export async function runBoot(
     defaultDataRoot: deps.defaultDataRoot,
     ...(deps.bootId ? { bootId: deps.bootId } : {}),
   };
-  const bootDeps = deps.bootDeps(resolved.value, cloud);
   // Without docker (the phase before docker.service) nothing may start or restart docker: such
   // a start job would wait for this very unit. A degraded boot then only writes its label.
   if (!settings.withDocker) bootDeps.docker = undefined;
@@ -111,11 +119,22 @@ export async function runBoot(
     ...(signal ? { signal } : {}),
     ...(budget ? { deadline: budget.deadline } : {}),
   }).finally(() => budget?.clear());
+  if (result.outcome === "prepared" && deps.bootId) await recordPrepared(stateDir, deps.bootId, identity.instanceId, result, log);
   // A problem that will not clear by itself (permissions) fails the unit, after the node came up degraded.
   const exitCode = "plan" in observation && !observation.transient ? ExitCode.failure : exitCodeOf(result);
   const phase: BootPhase = !settings.mayClaim ? "second" : settings.withDocker ? "single" : "first";
   await deps.recorder?.bootFinished({ instanceId: identity.instanceId, ...(deps.bootId ? { bootId: deps.bootId } : {}), phase, result, finishedAt: new Date() });
   return { identity, plan, result, exitCode };
+}
+
+/** Leaves the prepared volume to the second phase (a failed write is logged: that phase then checks everything again). */
+async function recordPrepared(stateDir: string, bootId: string, instanceId: string, result: BootResult, log: Logger): Promise<void> {
+  const { volumeId, device, mountPoint, dataRoot } = result;
+  if (!volumeId || !device || !mountPoint || !dataRoot) return;
+  const record = { version: 1 as const, bootId, instanceId, volumeId, device, mountPoint, dataRoot, preparedAt: new Date().toISOString() };
+  await writePreparedRecord(stateDir, record).catch((error: unknown) =>
+    log.warning("boot.prepared", `could not record the prepared volume: ${describeError(error)}; the second phase checks it again`, { stateDir }),
+  );
 }
 
 /**

@@ -2,10 +2,10 @@
  * Carrying out the pre-warm's decisions (plan.ts), with the reads behind the PrewarmReader port
  * (src/host/volume-reads.ts on a host):
  *
- * - prewarmAtBoot(): the boot's step, after docker is verified. Skips, checks (a bounded fio
- *   sample: verdict warm/cold), or starts the initialization: inline before `ready`, or handed to
- *   the background run (the node is labelled `warming` and usable at once). One handler per
- *   decision (AT_BOOT).
+ * - beginPrewarmAtBoot() / prewarmAtBoot(): the boot's step. Skips, checks (a bounded fio
+ *   sample: verdict warm/cold) while docker starts, or, once docker is verified, starts the
+ *   initialization: inline before `ready`, or handed to the background run (the node is
+ *   labelled `warming` and usable at once). One handler per decision (AT_BOOT).
  * - runInitialization(): the long part (the `prewarm` command, or the background run): reads
  *   the allocated data (files) or the whole device, or follows EBS's provisioned-rate
  *   initialization (LONG_READS), with progress in the log, the state file and the
@@ -89,11 +89,55 @@ const AT_BOOT: { [A in Action]: AtBootHandler<A> } = {
   initialize: startLongRun,
 };
 
+/** Decisions whose work needs only the device (and EC2), not docker: done as soon as the pre-warm begins. */
+const DEVICE_ONLY = new Set<Action>(["skip", "record-initialized", "check"]);
+
+/** The boot's pre-warm, begun (beginPrewarmAtBoot). */
+export interface PrewarmAtBoot {
+  /**
+   * What to publish with the readiness labels. Call it once docker is verified: a long
+   * initialization (`follow`, `initialize`) starts only then, since it publishes `warming` and
+   * hands the reads to the background run. Never rejects for the pre-warm's own failures.
+   */
+  outcome(): Promise<PrewarmOutcome>;
+  /** Resolves (never rejects) once nothing begun so far reads the device; starts nothing. */
+  idle(): Promise<void>;
+}
+
 /**
- * The boot's pre-warm step. Returns what to publish with the readiness labels; never throws
- * for the pre-warm's own failures (the node is reported either way).
+ * Begins the boot's pre-warm: the decision, and at once what needs only the device (the
+ * sample, a skip, the `initialized` tag), so that the boot can run it while docker starts: the
+ * sample reads the device, not docker.
+ */
+export function beginPrewarmAtBoot(target: PrewarmTarget, settings: PrewarmSettings, deps: PrewarmDeps): PrewarmAtBoot {
+  const begun = decideAtBoot(target, settings, deps).then(async (run) => ({
+    run,
+    early: DEVICE_ONLY.has(run.decision.action) ? await handleAtBoot(run) : undefined,
+  }));
+  // Rejections reach outcome(); idle() only waits.
+  const idle = begun.then(
+    () => undefined,
+    () => undefined,
+  );
+  return {
+    outcome: async () => {
+      const { run, early } = await begun;
+      return early ?? handleAtBoot(run);
+    },
+    idle: () => idle,
+  };
+}
+
+/**
+ * The boot's pre-warm step, whole. Returns what to publish with the readiness labels; never
+ * throws for the pre-warm's own failures (the node is reported either way).
  */
 export async function prewarmAtBoot(target: PrewarmTarget, settings: PrewarmSettings, deps: PrewarmDeps): Promise<PrewarmOutcome> {
+  return handleAtBoot(await decideAtBoot(target, settings, deps));
+}
+
+/** The decision, and the state file as decided beside the previous run's. */
+async function decideAtBoot(target: PrewarmTarget, settings: PrewarmSettings, deps: PrewarmDeps): Promise<AtBoot & { decision: PrewarmDecision }> {
   const { log } = deps;
   const decision = decidePrewarm(settings, target.volume, await initializationStatusOf(deps, target.volume));
   log.info("prewarm.decide", `${decision.action}: ${decision.reason}`, { volume: target.volume.volumeId, strategy: settings.strategy });
@@ -109,9 +153,13 @@ export async function prewarmAtBoot(target: PrewarmTarget, settings: PrewarmSett
     }
     await deps.recorder?.prewarmStateWritten(state);
   };
+  return { target, settings, deps, previous, save, decision };
+}
+
+function handleAtBoot(run: AtBoot & { decision: PrewarmDecision }): Promise<PrewarmOutcome> {
   // The table's key is the decision's action: each handler gets the decision it is written for.
-  const handle = AT_BOOT[decision.action] as AtBootHandler<Action>;
-  return handle({ target, settings, deps, previous, save }, decision);
+  const handle = AT_BOOT[run.decision.action] as AtBootHandler<Action>;
+  return handle(run, run.decision);
 }
 
 async function skipReads(run: AtBoot, decision: Extract<PrewarmDecision, { action: "skip" }>): Promise<PrewarmOutcome> {
