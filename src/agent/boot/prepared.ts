@@ -6,8 +6,9 @@
  * (`resume-prepared`). Another boot id (a reboot), instance or volume makes the record say
  * nothing; anything not as recorded makes the second phase do every check.
  */
-import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
+import { writeFileAtomic } from "../../fs-atomic.ts";
 
 export const PREPARED_FILE = "prepared.json";
 
@@ -40,12 +41,10 @@ export async function readPreparedRecord(stateDir: string): Promise<PreparedReco
   }
 }
 
-/** Writes the record atomically (temp + rename). */
+/** Writes the record atomically (src/fs-atomic.ts). */
 export async function writePreparedRecord(stateDir: string, record: PreparedRecord): Promise<void> {
   await mkdir(stateDir, { recursive: true });
-  const temp = join(stateDir, `.${PREPARED_FILE}.${process.pid}.tmp`);
-  await writeFile(temp, JSON.stringify(record, null, 2) + "\n");
-  await rename(temp, join(stateDir, PREPARED_FILE));
+  await writeFileAtomic(join(stateDir, PREPARED_FILE), JSON.stringify(record, null, 2) + "\n");
 }
 
 /** Removes the record: a first phase starting over vouches for nothing until it is done. */
