@@ -12,6 +12,7 @@
 import { randomBytes } from "node:crypto";
 import { link, mkdir, readdir, rename, rm, stat, symlink, truncate, unlink, writeFile } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { describeError } from "../errors.ts";
 import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";
@@ -30,6 +31,11 @@ export interface LoopVolumeBackendOptions {
   deviceDelayMs?: number;
   /** A layer between images and loop devices (the lab's cold snapshots, cold.ts); none by default. */
   layer?: VolumeImageLayer;
+  /**
+   * How long a snapshot of a detached volume waits for the kernel to let go of a loop device
+   * still serving its image (see createSnapshot) before it copies anyway (default 30 s).
+   */
+  releaseTimeoutMs?: number;
   log?: Logger;
 }
 
@@ -146,11 +152,19 @@ export function createLoopVolumeBackend(options: LoopVolumeBackendOptions): Loop
       const attachment = attached.get(volumeId);
       if (attachment && !attachment.timer) await attachment.work;
       const device = attached.get(volumeId)?.record?.device;
+      // Detached as far as the lab knows, the kernel may still serve the image: `umount` only
+      // removes this mount namespace's mount, and while another namespace holds a copy of it
+      // (any process that unshared its mounts meanwhile, anywhere on the host: a systemd-nspawn
+      // container of another test run, runc, unshare) the filesystem stays live, its last writes (XFS log and
+      // metadata) not yet in the image, and `losetup -d` only marks the device to go with it.
+      // A copy taken then is an older state of the volume; a real EBS snapshot of a detached
+      // volume holds everything written before the detach. So wait for the kernel to let go.
+      const lingering = device ? [] : await waitForRelease(volumeId);
       // Write what the kernel still holds for the device (and a filesystem mounted on it) to the
       // image; a real snapshot is crash-consistent, this one at least sees every completed write.
-      if (device) await run("blockdev", ["--flushbufs", device], { log });
+      for (const flushed of device ? [device] : lingering) await run("blockdev", ["--flushbufs", flushed], { log });
       await placeNewFile(target, (temp) => sparseCopy(image, temp, log));
-      log?.info("lab.loop", "snapshot created", { snapshotId, volumeId, flushed: device !== undefined });
+      log?.info("lab.loop", "snapshot created", { snapshotId, volumeId, flushed: device ?? (lingering.join(",") || undefined) });
     },
 
     async deleteSnapshot(snapshotId) {
@@ -229,6 +243,32 @@ export function createLoopVolumeBackend(options: LoopVolumeBackendOptions): Loop
   function backingFileOf(volumeId: string): string {
     const image = volumeImagePath(root, volumeId);
     return options.layer ? options.layer.backingFile(volumeId, image) : image;
+  }
+
+  /**
+   * Waits until no loop device serves the volume's image (or the layer's file for it): a device
+   * the lab detached lingers while a filesystem on it is still mounted somewhere (the kernel
+   * frees it with the last unmount, after the filesystem wrote everything back). Returns the
+   * devices still there after `releaseTimeoutMs` (a filesystem really left mounted: the snapshot
+   * is then crash-consistent, as one of an in-use EBS volume).
+   */
+  async function waitForRelease(volumeId: string): Promise<string[]> {
+    const files = new Set([volumeImagePath(root, volumeId), backingFileOf(volumeId)]);
+    const deadline = Date.now() + (options.releaseTimeoutMs ?? 30_000);
+    let logged = false;
+    for (;;) {
+      const lingering = (await listLoopDevices()).filter((loop) => files.has(loop.backingFile)).map((loop) => loop.device);
+      if (lingering.length === 0) return [];
+      if (Date.now() >= deadline) {
+        log?.warning("lab.loop", "a detached volume's device is still in use: the snapshot is only crash-consistent", { volumeId, devices: lingering.join(",") });
+        return lingering;
+      }
+      if (!logged) {
+        log?.info("lab.loop", "waiting for the kernel to release the detached volume's device before the snapshot", { volumeId, devices: lingering.join(",") });
+        logged = true;
+      }
+      await sleep(100);
+    }
   }
 
   /** Starts the delayed device work for a new attachment. */
