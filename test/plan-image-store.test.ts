@@ -4,28 +4,13 @@
  * major come first. Pure, tested with plain objects.
  */
 import t from "tap";
-import { createSpecFrom, lookupsNeeded, orderCandidates, planBoot, selectSource, type BootObservation, type BootSettings } from "../src/agent/boot/plan.ts";
+import { createSpecFrom, lookupsNeeded, orderCandidates, planBoot, selectSource } from "../src/agent/boot/plan.ts";
 import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
+import { observed, settings } from "./fixtures/boot-plan.ts";
 import { configuredStore, type HostStore } from "../src/docker/image-store.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { workspaceIdTags } from "../src/agent/workspace-ids.ts";
 
-const settings: BootSettings = {
-  enabled: true,
-  pool: "p1",
-  imageSet: null,
-  createFromSnapshot: true,
-  volumeType: "gp3",
-  initializationRateMiBps: null,
-  device: "/dev/sdf",
-  mountRoot: "/var/lib/ebs-cache",
-  withDocker: true,
-  mayClaim: true,
-  workspaceCreate: "snapshot",
-  workspaceSizeGiB: 20,
-  claim: { candidatesPerListing: 50, maxVolumes: 3, maxLosses: 5, quarantineHours: 6 },
-};
-const identity = { instanceId: "i-0aaa", region: "eu-west-1", availabilityZone: "eu-west-1a", tags: {}, tagsSource: "imds" as const };
 const containerd28: HostStore = { store: "containerd", engineVersion: "28.5.2" };
 const graphdriver28: HostStore = { store: "graphdriver", engineVersion: "28.5.2" };
 
@@ -41,7 +26,6 @@ function snapshotOf(store?: string): SnapshotInfo {
   if (store !== undefined) tags[VolumeTag.imageStore] = store;
   return { snapshotId: "snap-1", state: "completed", volumeSizeGiB: 10, tags };
 }
-const observed = (over: Partial<BootObservation> = {}): BootObservation => ({ identity, attached: [], workspace: [], pool: [], ...over });
 
 t.test("the host's store comes from daemon.json: containerd only when asked for, docker 29's default not guessed", async (t) => {
   t.equal(configuredStore({ features: { "containerd-snapshotter": true } }), "containerd");

@@ -10,30 +10,13 @@ import {
   poolQuery,
   selectSource,
   workspaceQuery,
-  type BootObservation,
-  type BootSettings,
 } from "../src/agent/boot/plan.ts";
 import { preparedInThisBoot } from "../src/agent/boot/prepared.ts";
 import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
+import { identity, observed, settings } from "./fixtures/boot-plan.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { workspaceIdsOfVolume, workspaceIdTags, type WorkspaceIds } from "../src/agent/workspace-ids.ts";
 
-const settings: BootSettings = {
-  enabled: true,
-  pool: "p1",
-  imageSet: null,
-  createFromSnapshot: true,
-  volumeType: "gp3",
-  initializationRateMiBps: null,
-  device: "/dev/sdf",
-  mountRoot: "/var/lib/ebs-cache",
-  withDocker: true,
-  mayClaim: true,
-  workspaceCreate: "snapshot",
-  workspaceSizeGiB: 20,
-  claim: { candidatesPerListing: 50, maxVolumes: 3, maxLosses: 5, quarantineHours: 6 },
-};
-const identity = { instanceId: "i-0aaa", region: "eu-west-1", availabilityZone: "eu-west-1a", tags: {}, tagsSource: "imds" as const };
 
 function volume(id: string, over: Partial<VolumeInfo> = {}): VolumeInfo {
   return { volumeId: id, availabilityZone: "eu-west-1a", state: "available", sizeGiB: 10, tags: { [VolumeTag.kind]: "pool", [VolumeTag.pool]: "p1" }, ...over };
@@ -43,7 +26,6 @@ const snapshot: SnapshotInfo = { snapshotId: "snap-1", state: "completed", volum
 function workspaceVolume(id: string, ids: WorkspaceIds, over: Partial<VolumeInfo> = {}): VolumeInfo {
   return volume(id, { tags: { [VolumeTag.managed]: "true", [VolumeTag.kind]: "workspace", [VolumeTag.pool]: "p1", ...workspaceIdTags(ids) }, ...over });
 }
-const observed = (over: Partial<BootObservation> = {}): BootObservation => ({ identity, attached: [], workspace: [], pool: [], ...over });
 
 t.test("disabled: nothing but the report", async (t) => {
   const plan = planBoot({ ...settings, enabled: false }, observed({ pool: [volume("vol-1")] }));
