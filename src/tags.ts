@@ -13,6 +13,12 @@ export const VolumeTag = {
   pool: `${TAG_PREFIX}pool`,
   /** Names the image set the volume's data-root was built from. */
   imageSet: `${TAG_PREFIX}image-set`,
+  /**
+   * When the image set was built (ISO 8601, UTC): with the image set, the volume's generation
+   * (src/agent/generation.ts). Set on the snapshot by the golden build and the Packer
+   * pool-volume flow; volumes made from a snapshot copy it.
+   */
+  builtAt: `${TAG_PREFIX}built-at`,
   /** Comma-separated image references the volume is expected to hold (checked after boot). */
   images: `${TAG_PREFIX}images`,
   /** Set only on volumes the agent created blank: the only ones it may format. */
@@ -46,6 +52,12 @@ export const VolumeTag = {
   /** The docker engine version that built the volume's images (`dockerd --version`, e.g. 28.5.2). */
   engineVersion: `${TAG_PREFIX}engine-version`,
 } as const;
+
+/**
+ * The tags that say what a volume's data-root holds: a volume made from a snapshot copies them
+ * from it (a workspace volume all but `images`: once in use, what it holds is the user's).
+ */
+export const CONTENT_TAGS = [VolumeTag.imageSet, VolumeTag.builtAt, VolumeTag.images, VolumeTag.imageStore, VolumeTag.engineVersion] as const;
 
 /** EC2's limit on a tag value, in characters: a value the agent stores as a tag must fit it. */
 export const MAX_TAG_VALUE = 256;

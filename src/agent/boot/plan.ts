@@ -5,7 +5,7 @@
  * of the selection is unit-tested with plain objects.
  */
 import { createHash } from "node:crypto";
-import { VolumeKind, VolumeTag } from "../../tags.ts";
+import { CONTENT_TAGS, VolumeKind, VolumeTag } from "../../tags.ts";
 import type { Identity, SnapshotInfo, VolumeInfo, VolumeQuery } from "../ports.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
 import { attachedCacheVolume } from "../attached.ts";
@@ -220,7 +220,7 @@ export function poolVolumeTags(settings: Pick<BootSettings, "pool">, snapshot: S
     [VolumeTag.kind]: VolumeKind.pool,
     [VolumeTag.pool]: settings.pool,
   };
-  for (const key of [VolumeTag.imageSet, VolumeTag.images, VolumeTag.imageStore, VolumeTag.engineVersion]) {
+  for (const key of CONTENT_TAGS) {
     const value = snapshot.tags[key];
     if (value !== undefined) tags[key] = value;
   }
@@ -241,7 +241,7 @@ export function workspaceVolumeTags(settings: BootSettings, ids: WorkspaceIds, s
     [VolumeTag.pool]: settings.pool,
     ...workspaceIdTags(ids),
   };
-  for (const key of [VolumeTag.imageSet, VolumeTag.imageStore, VolumeTag.engineVersion]) {
+  for (const key of CONTENT_TAGS.filter((k) => k !== VolumeTag.images)) {
     const value = snapshot?.tags[key];
     if (value !== undefined) tags[key] = value;
   }

@@ -14,7 +14,7 @@
  * or a deletion; the bucket keeps tokens from living forever (EC2 forgets them after a while).
  */
 import { createHash } from "node:crypto";
-import { VolumeKind, VolumeTag } from "../../tags.ts";
+import { CONTENT_TAGS, VolumeKind, VolumeTag } from "../../tags.ts";
 import { isQuarantined, poolSelector } from "../boot/plan.ts";
 import type { InitializationStatus, SnapshotInfo, VolumeInfo } from "../ports.ts";
 
@@ -106,7 +106,7 @@ function isStock(settings: KeeperSettings, v: VolumeInfo, now: Date): boolean {
 export function keeperVolumeTags(pool: string, snapshot: SnapshotInfo): Record<string, string> {
   const tags: Record<string, string> = { [VolumeTag.managed]: "true", [VolumeTag.kind]: VolumeKind.pool, [VolumeTag.pool]: pool };
   // Never `created-by`: that tag allows formatting, and this volume holds the snapshot's data.
-  for (const key of [VolumeTag.imageSet, VolumeTag.images, VolumeTag.imageStore, VolumeTag.engineVersion]) {
+  for (const key of CONTENT_TAGS) {
     const value = snapshot.tags[key];
     if (value !== undefined) tags[key] = value;
   }
