@@ -76,3 +76,13 @@ export function isSuperseded(generation: Generation, current: Generation | undef
   if (!current?.builtAt) return false;
   return generation.builtAt === null || generation.builtAt.getTime() < current.builtAt.getTime();
 }
+
+/** The image references a snapshot's or volume's `ebs-cache:images` tag lists (comma-separated), as written. */
+export function imagesOf(tags: Readonly<Record<string, string>>): string[] {
+  return (tags[VolumeTag.images] ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+}
+
+/** An image reference as docker lists it: `:latest` added when it names no tag or digest. */
+export function withLatest(image: string): string {
+  return /:[^/]+$/.test(image) || image.includes("@") ? image : `${image}:latest`;
+}

@@ -17,6 +17,7 @@ import { GROW_MARGIN_BYTES } from "../../host/filesystem.ts";
 import type { VolumeInfo } from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
 import { volumeDetails } from "../report.ts";
+import { imagesOf, withLatest } from "../generation.ts";
 import { claimNext, createAndClaim } from "./claim.ts";
 import { freshProgress, type ApplyOptions, type BootDeps, type BootLimits, type BootResult, type ClaimState, type Finished, type Progress, type StepContext } from "./context.ts";
 import { BootStepError, CancelledError, remediationOf } from "./errors.ts";
@@ -438,7 +439,7 @@ async function verifyDocker(step: StepOf<"verify-docker">, { plan, p, deps, limi
   const listed = new Set(await deps.engine.images());
   // A volume the agent created blank holds only what its users pulled: the configured images
   // cannot be expected there.
-  const wanted = [...expectedImages(volumeOf(p)), ...(createdByAgent(volumeOf(p)) ? [] : limits.expectedImages)];
+  const wanted = [...imagesOf(volumeOf(p).tags), ...(createdByAgent(volumeOf(p)) ? [] : limits.expectedImages)];
   const missing = wanted.filter((image) => !listed.has(image) && !listed.has(withLatest(image)));
   if (missing.length > 0) {
     throw new BootStepError(step.step, `images missing on the volume: ${missing.join(", ")}`, "rebuild the pool's snapshot with the wanted image set");
@@ -513,14 +514,6 @@ async function labelsDidNotTake(deps: BootDeps, p: Progress, error: unknown): Pr
     deps.log.error("boot.label", `could not publish the degraded label either: ${describeError(again)}`);
   });
   return { outcome: "degraded", reason, ...resultOf(p) };
-}
-
-function withLatest(image: string): string {
-  return /:[^/]+$/.test(image) || image.includes("@") ? image : `${image}:latest`;
-}
-
-function expectedImages(volume: VolumeInfo): string[] {
-  return (volume.tags[VolumeTag.images] ?? "").split(",").map((s) => s.trim()).filter(Boolean);
 }
 
 function createdByAgent(volume: VolumeInfo): boolean {
