@@ -521,6 +521,43 @@ export const CONFIG_SCHEMA = {
         },
       },
     },
+    cost: {
+      type: "object",
+      description:
+        "Prices for the estimated monthly cost `ebs-cache-agent pool` shows (see docs/keeper.md). The defaults are AWS's us-east-1 list prices for gp3 volumes and standard snapshots: set your region's (the AWS EBS pricing page). An estimate, not a bill: no discounts, taxes or partial months.",
+      properties: {
+        gibMonthUsd: {
+          type: "number",
+          minimum: 0,
+          maximum: 100,
+          default: 0.08,
+          description:
+            "USD per provisioned GiB-month of a volume (gp3's us-east-1 list price). Volumes of another type are priced per GiB at this price too, and `pool` says so beside them.",
+        },
+        iopsMonthUsd: {
+          type: "number",
+          minimum: 0,
+          maximum: 100,
+          default: 0.005,
+          description: "USD per provisioned IOPS-month of a gp3 volume above its free 3000 (us-east-1 list price).",
+        },
+        throughputMonthUsd: {
+          type: "number",
+          minimum: 0,
+          maximum: 100,
+          default: 0.04,
+          description: "USD per provisioned MiB/s-month of a gp3 volume's throughput above its free 125 (us-east-1 list price).",
+        },
+        snapshotGibMonthUsd: {
+          type: "number",
+          minimum: 0,
+          maximum: 100,
+          default: 0.05,
+          description:
+            "USD per GiB-month of a snapshot in the standard tier (us-east-1 list price). `pool` counts each completed snapshot at its volume size: an upper bound, since EBS bills only the blocks a snapshot stores.",
+        },
+      },
+    },
     metrics: {
       type: "object",
       description: "What the agent leaves for Prometheus (see docs/metrics.md).",
