@@ -132,6 +132,7 @@ t.test("findVolumes: one DescribeVolumes serves 30 matches among 35, filtered by
   t.match(first, { availabilityZone: zoneA, state: "available", sizeGiB: 1, tags });
   t.equal(first.attachment, undefined);
   t.ok(first.createTime instanceof Date);
+  t.match(first, { volumeType: "gp3", iops: 3000, throughputMiBps: 125 }, "type, IOPS and throughput as EC2 gives a gp3 created without them");
 
   const attached = await volumes.findVolumes({ tags, attachedTo: hostB.instance.instanceId });
   t.same(attached.map((v) => v.volumeId), [inUse]);

@@ -34,6 +34,10 @@ export interface VolumeInfo {
   tags: Record<string, string>;
   /** The attachment (EC2 volumes here are never multi-attach). */
   attachment?: { instanceId: string; device: string; state: AttachmentState };
+  /** EBS volume type (`gp3`, `gp2`, `io2`, …), provisioned IOPS and throughput, as EC2 describes them: what the volume costs. */
+  volumeType?: string;
+  iops?: number;
+  throughputMiBps?: number;
 }
 
 /** A snapshot as the agent needs to see it. */

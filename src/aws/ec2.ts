@@ -605,6 +605,9 @@ function toVolumeInfo(volume: Volume): VolumeInfo {
   if (volume.SnapshotId) info.snapshotId = volume.SnapshotId;
   if (volume.CreateTime) info.createTime = volume.CreateTime;
   if (attachment) info.attachment = toAttachment(attachment);
+  if (volume.VolumeType) info.volumeType = volume.VolumeType;
+  if (volume.Iops !== undefined) info.iops = volume.Iops;
+  if (volume.Throughput !== undefined) info.throughputMiBps = volume.Throughput;
   return info;
 }
 
