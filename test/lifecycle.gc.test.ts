@@ -110,7 +110,7 @@ t.test("pool shows the managed volumes as a table and as JSON", async (t) => {
   t.match(table.stdout, new RegExp(`${v.kept}.*never`));
   t.notMatch(table.stdout, new RegExp(v.foreign), "foreign volumes are not listed");
   const json = await run(process.execPath, ["--import", "tsx", "src/cli.ts", "pool", "--json", "--config", config]);
-  const rows = JSON.parse(json.stdout) as Array<{ volumeId: string; claimedBy: string | null; expires: string | null }>;
+  const rows = (JSON.parse(json.stdout) as { volumes: Array<{ volumeId: string; claimedBy: string | null; expires: string | null }> }).volumes;
   t.equal(rows.find((r) => r.volumeId === v.attached)?.claimedBy, host.instance.instanceId);
   const bad = await cli(["pool", "--pool", "a;b"]);
   t.equal(bad.exitCode, 3, "a bad pool name is a usage error with exit 3");

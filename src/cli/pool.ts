@@ -3,7 +3,8 @@ import { Command } from "commander";
 import { validatePoolName } from "../inputs.ts";
 import { keeperExitCode, keeperSettingsFrom, runKeeper, type KeeperOutcome } from "../agent/keeper/run.ts";
 import { observePool } from "../agent/pool/observe.ts";
-import { poolRows, renderPoolTable } from "../agent/pool/view.ts";
+import { poolReport, poolViewSettingsFrom } from "../agent/pool/summary.ts";
+import { renderPoolReport } from "../agent/pool/view.ts";
 import { ConfigError } from "../errors.ts";
 import { hostContext } from "./common.ts";
 
@@ -11,19 +12,23 @@ const CONFIG_OPTION = ["-c, --config <path>", "config file (default /etc/ebs-cac
 
 export function poolCommand(): Command {
   const pool = new Command("pool")
-    .description("list the pool and workspace volumes the agent manages: zone, state, claimed-by, age, expiry, last error (quarantined)")
+    .description(
+      "list the pool and workspace volumes the agent manages: per zone by state and generation with their GiB, estimated monthly cost " +
+        "(config cost.*) and the keeper's target; then each volume: state, claimed-by, age, expiry, generation, last error (quarantined)",
+    )
     .option(...CONFIG_OPTION)
     .option("--pool <name>", "only this pool")
-    .option("--json", "JSON for scripts")
+    .option("--json", "JSON for scripts (schema/pool.schema.json)")
+    .addHelpText("after", "\nCosts are estimates at the prices in config cost.* (us-east-1 list prices by default); snapshots count at their volume size, the most they can cost.")
     .action(async (opts: { config?: string; pool?: string; json?: boolean }) => {
       if (opts.pool !== undefined) {
         const check = validatePoolName(opts.pool);
         if (!check.ok) throw new ConfigError([`--pool: ${check.problem}`]);
       }
       const context = await hostContext(opts.config);
-      const volumes = await observePool(await context.cloud(), opts.pool !== undefined ? { pool: opts.pool } : {});
-      const rows = poolRows(volumes, new Date(), context.config.claim.quarantineHours);
-      process.stdout.write((opts.json ? JSON.stringify(rows, null, 2) : renderPoolTable(rows)) + "\n");
+      const observed = await observePool(await context.cloud(), opts.pool !== undefined ? { pool: opts.pool } : {});
+      const report = poolReport(observed, poolViewSettingsFrom(context.config), new Date());
+      process.stdout.write((opts.json ? JSON.stringify(report, null, 2) : renderPoolReport(report)) + "\n");
     });
   pool.addCommand(fillCommand());
   return pool;

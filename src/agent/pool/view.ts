@@ -1,51 +1,12 @@
-/** The pool and workspace volumes as rows and a table, for `ebs-cache-agent pool` (src/cli/pool.ts). Pure. */
-import { VolumeTag } from "../../tags.ts";
-import { isQuarantined } from "../boot/plan.ts";
-import { workspaceIdsOfVolume, type WorkspaceIds } from "../workspace-ids.ts";
-import type { VolumeInfo } from "../ports.ts";
+/** `pool` for people: per pool a table of its zones by kind and generation, the totals, then one line per volume. Pure. */
+import { formatUsd } from "./cost.ts";
+import type { GenerationGroup, PoolReport, PoolSummary, PoolVolume, StateCounts, ZoneKeeper } from "./summary.ts";
 
-export interface PoolRow {
-  volumeId: string;
-  kind: string;
-  pool: string;
-  zone: string;
-  state: string;
-  sizeGiB: number;
-  claimedBy: string | null;
-  /** Age in hours since creation (null when EC2 gave no time). */
-  ageHours: number | null;
-  /** ISO time, `never` (kept), or null (no expiry set). */
-  expires: string | null;
-  /** The ids a workspace volume was made for (`user-id`, `project-id`, …), or null. */
-  workspace: WorkspaceIds | null;
-  /** The last instance's error when it gave the volume back (`last-error`), or null. */
-  lastError: { message: string; at: string | null; quarantined: boolean } | null;
-}
-
-/** Rows of the volumes; `quarantineHours` (config `claim.quarantineHours`) tells which are out of the selection. */
-export function poolRows(volumes: readonly VolumeInfo[], now: Date, quarantineHours: number): PoolRow[] {
-  return volumes
-    .map((v): PoolRow => {
-      const t = v.tags;
-      const lastError = t[VolumeTag.lastError];
-      return {
-        volumeId: v.volumeId,
-        kind: t[VolumeTag.kind] ?? "?",
-        pool: t[VolumeTag.pool] ?? "",
-        zone: v.availabilityZone,
-        state: v.attachment ? `${v.state} (${v.attachment.state})` : v.state,
-        sizeGiB: v.sizeGiB,
-        claimedBy: v.attachment?.instanceId ?? t[VolumeTag.claimedBy] ?? null,
-        ageHours: v.createTime ? Math.max(0, (now.getTime() - v.createTime.getTime()) / 3600_000) : null,
-        expires: t[VolumeTag.keep] === "true" ? "never" : (t[VolumeTag.expiresAt] ?? null),
-        workspace: workspaceIdsOfVolume(t) ?? null,
-        lastError:
-          lastError !== undefined
-            ? { message: lastError, at: t[VolumeTag.lastErrorAt] ?? null, quarantined: isQuarantined(v, now, quarantineHours) }
-            : null,
-      };
-    })
-    .sort((a, b) => a.pool.localeCompare(b.pool) || a.kind.localeCompare(b.kind) || a.zone.localeCompare(b.zone) || a.volumeId.localeCompare(b.volumeId));
+/** Columns padded to their widest cell, two spaces apart. */
+function table(header: readonly string[], cells: readonly string[][]): string[] {
+  const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)));
+  const line = (c: readonly string[]) => c.map((cell, i) => cell.padEnd(widths[i]!)).join("  ").trimEnd();
+  return [line(header), ...cells.map(line)];
 }
 
 function age(hours: number | null): string {
@@ -55,9 +16,45 @@ function age(hours: number | null): string {
   return `${(hours / 24).toFixed(1)}d`;
 }
 
-/** A fixed-width table for people. */
-export function renderPoolTable(rows: readonly PoolRow[]): string {
-  const header = ["VOLUME", "KIND", "POOL", "ZONE", "STATE", "GiB", "CLAIMED-BY", "AGE", "EXPIRES", "WORKSPACE", "LAST-ERROR"];
+const stateCells = (s: StateCounts) => [s.available, s.inUse, s.creating, s.other, s.quarantined].map(String);
+
+function generationCell(g: GenerationGroup): string {
+  return `${g.generation}${g.current ? " (current)" : g.superseded ? " (superseded)" : ""}`;
+}
+
+function keeperCell(k: ZoneKeeper | null): string {
+  if (!k) return "-";
+  const verdict = k.belowMin > 0 ? `${k.belowMin} short` : k.aboveMax > 0 ? `${k.aboveMax} over` : "on target";
+  return `${k.minAvailable}..${k.maxAvailable} available: has ${k.stock}, ${verdict}`;
+}
+
+/** One pool: what it costs, its zones by kind and generation, the keeper's caps. */
+export function renderPoolSummary(p: PoolSummary): string[] {
+  const lines = [
+    `pool ${p.pool || "-"}: current generation ${p.currentGeneration?.generation ?? "none (no completed snapshot)"}; ` +
+      `${p.volumes} volumes, ${p.gib} GiB, USD ${formatUsd(p.volumesMonthlyUsd)}/month + ${p.snapshots.completed} snapshots ` +
+      `(${p.snapshots.gib} GiB at most) USD ${formatUsd(p.snapshotsMonthlyUsd)}/month = USD ${formatUsd(p.monthlyUsd)}/month`,
+  ];
+  const cells: string[][] = [];
+  for (const z of p.zones) {
+    for (const g of z.generations) cells.push([z.zone, g.kind, generationCell(g), ...stateCells(g.states), String(g.gib), formatUsd(g.monthlyUsd), ""]);
+    cells.push([z.zone, "all", "", ...stateCells(z.states), String(z.gib), formatUsd(z.monthlyUsd), keeperCell(z.keeper)]);
+  }
+  if (cells.length > 0) {
+    lines.push(...table(["ZONE", "KIND", "GENERATION", "AVAILABLE", "IN-USE", "CREATING", "OTHER", "QUARANTINED", "GiB", "USD/MONTH", "KEEPER"], cells).map((l) => `  ${l}`));
+  }
+  if (p.keeper) {
+    lines.push(
+      `  keeper: ${p.keeper.minAvailable}..${p.keeper.maxAvailable} available in each of ${p.keeper.zones.join(", ")}; ` +
+        `caps ${p.keeper.maxVolumes} volumes / ${p.keeper.maxGiB} GiB, the pool has ${p.keeper.volumes} / ${p.keeper.gib}`,
+    );
+  }
+  return lines;
+}
+
+/** The volumes, one a line. */
+export function renderPoolTable(rows: readonly PoolVolume[]): string {
+  const header = ["VOLUME", "KIND", "POOL", "ZONE", "STATE", "GiB", "CLAIMED-BY", "AGE", "EXPIRES", "GENERATION", "USD/MONTH", "WORKSPACE", "LAST-ERROR"];
   const cells = rows.map((r) => [
     r.volumeId,
     r.kind,
@@ -68,10 +65,26 @@ export function renderPoolTable(rows: readonly PoolRow[]): string {
     r.claimedBy ?? "-",
     age(r.ageHours),
     r.expires ?? "-",
+    `${r.generation}${r.superseded ? " (superseded)" : ""}`,
+    formatUsd(r.monthlyUsd),
     r.workspace ? Object.entries(r.workspace).map(([key, id]) => `${key}=${id}`).join(",") : "-",
     r.lastError ? `${r.lastError.quarantined ? "quarantined: " : ""}${r.lastError.message}` : "-",
   ]);
-  const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)));
-  const line = (c: string[]) => c.map((cell, i) => cell.padEnd(widths[i]!)).join("  ").trimEnd();
-  return [line(header), ...cells.map(line)].join("\n");
+  return table(header, cells).join("\n");
+}
+
+/** The whole report: each pool, the total and the prices it was made with, any notes, then the volumes. */
+export function renderPoolReport(report: PoolReport): string {
+  const { total, prices } = report;
+  const lines = report.pools.flatMap((p) => [...renderPoolSummary(p), ""]);
+  lines.push(
+    `total: ${total.volumes} volumes, ${total.gib} GiB, USD ${formatUsd(total.volumesMonthlyUsd)}/month; ${total.snapshots} snapshots, ` +
+      `${total.snapshotGiB} GiB at most, USD ${formatUsd(total.snapshotsMonthlyUsd)}/month; USD ${formatUsd(total.monthlyUsd)}/month in all`,
+    `prices (config cost.*, USD): ${prices.gibMonthUsd}/GiB-month, ${prices.iopsMonthUsd}/IOPS-month above gp3's 3000, ` +
+      `${prices.throughputMonthUsd}/MiB/s-month above gp3's 125, snapshots ${prices.snapshotGibMonthUsd}/GiB-month`,
+    ...report.notes.map((n) => `note: ${n}`),
+    "",
+    renderPoolTable(report.volumes),
+  );
+  return lines.join("\n");
 }

@@ -1,0 +1,49 @@
+/** The pool and workspace volumes as rows, one a volume, for `ebs-cache-agent pool` (src/cli/pool.ts). Pure. */
+import { VolumeTag } from "../../tags.ts";
+import { isQuarantined } from "../boot/plan.ts";
+import { workspaceIdsOfVolume, type WorkspaceIds } from "../workspace-ids.ts";
+import type { VolumeInfo } from "../ports.ts";
+
+export interface PoolRow {
+  volumeId: string;
+  kind: string;
+  pool: string;
+  zone: string;
+  state: string;
+  sizeGiB: number;
+  claimedBy: string | null;
+  /** Age in hours since creation (null when EC2 gave no time). */
+  ageHours: number | null;
+  /** ISO time, `never` (kept), or null (no expiry set). */
+  expires: string | null;
+  /** The ids a workspace volume was made for (`user-id`, `project-id`, …), or null. */
+  workspace: WorkspaceIds | null;
+  /** The last instance's error when it gave the volume back (`last-error`), or null. */
+  lastError: { message: string; at: string | null; quarantined: boolean } | null;
+}
+
+/** Rows of the volumes; `quarantineHours` (config `claim.quarantineHours`) tells which are out of the selection. */
+export function poolRows(volumes: readonly VolumeInfo[], now: Date, quarantineHours: number): PoolRow[] {
+  return volumes
+    .map((v): PoolRow => {
+      const t = v.tags;
+      const lastError = t[VolumeTag.lastError];
+      return {
+        volumeId: v.volumeId,
+        kind: t[VolumeTag.kind] ?? "?",
+        pool: t[VolumeTag.pool] ?? "",
+        zone: v.availabilityZone,
+        state: v.attachment ? `${v.state} (${v.attachment.state})` : v.state,
+        sizeGiB: v.sizeGiB,
+        claimedBy: v.attachment?.instanceId ?? t[VolumeTag.claimedBy] ?? null,
+        ageHours: v.createTime ? Math.max(0, (now.getTime() - v.createTime.getTime()) / 3600_000) : null,
+        expires: t[VolumeTag.keep] === "true" ? "never" : (t[VolumeTag.expiresAt] ?? null),
+        workspace: workspaceIdsOfVolume(t) ?? null,
+        lastError:
+          lastError !== undefined
+            ? { message: lastError, at: t[VolumeTag.lastErrorAt] ?? null, quarantined: isQuarantined(v, now, quarantineHours) }
+            : null,
+      };
+    })
+    .sort((a, b) => a.pool.localeCompare(b.pool) || a.kind.localeCompare(b.kind) || a.zone.localeCompare(b.zone) || a.volumeId.localeCompare(b.volumeId));
+}
