@@ -1,4 +1,6 @@
 /** The pool's summary (src/agent/pool/summary.ts): zones by state and generation, cost, the keeper's target. Pure. */
+import { Ajv } from "ajv";
+import { readFile } from "node:fs/promises";
 import t from "tap";
 import { poolReport, poolViewSettingsFrom, type PoolViewSettings } from "../src/agent/pool/summary.ts";
 import { renderPoolReport } from "../src/agent/pool/view.ts";
@@ -25,7 +27,7 @@ let n = 0;
 function vol(zone: string, snapshotId: string, extra: Partial<VolumeInfo> & { tags?: Record<string, string> } = {}): VolumeInfo {
   const { tags, ...rest } = extra;
   return {
-    volumeId: `vol-${++n}`,
+    volumeId: `vol-${String(++n).padStart(8, "0")}`,
     availabilityZone: zone,
     state: "available",
     sizeGiB: 10,
@@ -66,7 +68,7 @@ t.test("the current generation is the newest completed snapshot's; volumes take 
     ],
     "newest first; the old one is superseded",
   );
-  t.same(report.volumes.find((v) => v.volumeId === "vol-3")?.superseded, true);
+  t.same(report.volumes.find((v) => v.volumeId === "vol-00000003")?.superseded, true);
   const tagged = poolReport({ volumes: [vol("eu-west-1a", "snap-unknown", { tags: { [VolumeTag.builtAt]: NEW } })], snapshots }, settings, now);
   t.equal(tagged.volumes[0]?.generation, `set@${NEW}`, "a volume's own built-at counts even when its snapshot is gone");
   const orphan = poolReport({ volumes: [vol("eu-west-1a", "snap-gone")], snapshots }, settings, now);
@@ -88,7 +90,7 @@ t.test("costs per zone, per generation and in all, snapshots apart", async (t) =
   t.same(pool.snapshots, { completed: 2, gib: 20, monthlyUsd: 1 }, "completed snapshots only, at their volume size");
   t.same([pool.volumesMonthlyUsd, pool.snapshotsMonthlyUsd, pool.monthlyUsd], [28, 1, 29]);
   t.same(report.total, { volumes: 9, gib: 100, snapshots: 2, snapshotGiB: 20, volumesMonthlyUsd: 28, snapshotsMonthlyUsd: 1, monthlyUsd: 29 });
-  t.same(report.notes, ["vol-7: io2: priced per GiB at cost.gibMonthUsd only; io2's own GiB price and provisioned IOPS not counted"]);
+  t.same(report.notes, ["vol-00000007: io2: priced per GiB at cost.gibMonthUsd only; io2's own GiB price and provisioned IOPS not counted"]);
 });
 
 t.test("the keeper's target per zone, and zones it stocks that have no volume yet", async (t) => {
@@ -126,6 +128,16 @@ t.test("the rendering shows each zone's groups, the keeper and the money", async
   t.match(text, /eu-west-1c\s+all\s+0\s+0\s+0\s+0\s+0\s+0\s+0\.00\s+2\.\.3 available: has 0, 2 short/);
   t.match(text, /keeper: 2\.\.3 available in each of eu-west-1a, eu-west-1b, eu-west-1c; caps 20 volumes \/ 500 GiB, the pool has 8 \/ 90/);
   t.match(text, /^total: 9 volumes, 100 GiB, USD 28\.00\/month; 2 snapshots, 20 GiB at most, USD 1\.00\/month; USD 29\.00\/month in all$/m);
-  t.match(text, /^note: vol-7: io2/m);
+  t.match(text, /^note: vol-00000007: io2/m);
   t.match(text, /^VOLUME\s+KIND\s+POOL\s+ZONE\s+STATE/m);
+});
+
+t.test("--json is valid against schema/pool.schema.json", async (t) => {
+  const schema = JSON.parse(await readFile(new URL("../schema/pool.schema.json", import.meta.url), "utf8")) as object;
+  const validate = new Ajv({ allErrors: true, strict: true }).compile(schema);
+  const check = (doc: unknown, what: string) => t.ok(validate(JSON.parse(JSON.stringify(doc))), `${what}${validate.errors ? `: ${JSON.stringify(validate.errors)}` : ""}`);
+  check(report, "a pool with a keeper, two generations, a quarantined and an io2 volume");
+  check(poolReport({ volumes: [], snapshots: [] }, { ...settings, keeper: null }, now), "nothing at all");
+  check(poolReport({ volumes: [vol("eu-west-1a", "snap-gone", { tags: { [VolumeTag.pool]: "" } })], snapshots: [] }, settings, now), "a volume of no known generation");
+  t.notOk(validate({ ...JSON.parse(JSON.stringify(report)), extra: 1 }), "the schema would catch an unknown key");
 });
