@@ -133,6 +133,21 @@ export interface PoolReport {
 
 const noStates = (): StateCounts => ({ available: 0, inUse: 0, creating: 0, other: 0, quarantined: 0 });
 const emptyTally = (): Tally => ({ volumes: 0, gib: 0, monthlyUsd: 0, states: noStates() });
+const iso = (d: Date | null) => d?.toISOString() ?? null;
+const poolOf = (tags: Readonly<Record<string, string>>) => tags[VolumeTag.pool] ?? "";
+const sum = <T>(items: readonly T[], of: (item: T) => number) => items.reduce((total, item) => total + of(item), 0);
+
+/** One volume as the summary counts it. */
+interface Assessed {
+  volume: VolumeInfo;
+  kind: string;
+  state: keyof StateCounts;
+  /** Unrounded. */
+  monthlyUsd: number;
+  generation: Generation;
+  current: boolean;
+  superseded: boolean;
+}
 
 function stateOf(volume: VolumeInfo, now: Date, quarantineHours: number): keyof StateCounts {
   if (volume.state === "in-use" || (volume.state === "available" && volume.attachment)) return "inUse";
@@ -141,150 +156,127 @@ function stateOf(volume: VolumeInfo, now: Date, quarantineHours: number): keyof 
   return "other";
 }
 
-function add(tally: Tally, state: keyof StateCounts, gib: number, monthlyUsd: number): void {
+function count(tally: Tally, a: Assessed): void {
   tally.volumes += 1;
-  tally.gib += gib;
-  tally.monthlyUsd += monthlyUsd;
-  tally.states[state] += 1;
+  tally.gib += a.volume.sizeGiB;
+  tally.monthlyUsd += a.monthlyUsd;
+  tally.states[a.state] += 1;
 }
 
 function rounded<T extends Tally>(tally: T): T {
   return { ...tally, monthlyUsd: usd(tally.monthlyUsd) };
 }
 
-const iso = (d: Date | null) => d?.toISOString() ?? null;
-const poolOf = (v: VolumeInfo) => v.tags[VolumeTag.pool] ?? "";
+/** A pool's current generation: that of its newest completed pool snapshot (of the configured image set, for the configured pool). */
+function currentOf(pool: string, snapshots: readonly SnapshotInfo[], settings: PoolViewSettings): Generation | undefined {
+  const own = snapshots.filter((s) => (s.tags[VolumeTag.kind] ?? VolumeKind.pool) === VolumeKind.pool);
+  return currentGeneration(own, pool === settings.pool ? settings.imageSet : null);
+}
+
+/** A zone's volumes in groups of one kind and generation, newest generation first. */
+function generationGroups(assessed: readonly Assessed[]): GenerationGroup[] {
+  const groups = new Map<string, GenerationGroup>();
+  for (const a of assessed) {
+    const name = generationName(a.generation);
+    const key = `${a.kind} ${name}`;
+    let group = groups.get(key);
+    if (!group) {
+      group = { kind: a.kind, generation: name, imageSet: a.generation.imageSet, builtAt: iso(a.generation.builtAt), current: a.current, superseded: a.superseded, ...emptyTally() };
+      groups.set(key, group);
+    }
+    count(group, a);
+  }
+  return [...groups.values()]
+    .sort((x, y) => x.kind.localeCompare(y.kind) || compareGenerations(groupGeneration(x), groupGeneration(y)))
+    .map(rounded);
+}
+
+function groupGeneration(group: GenerationGroup): Generation {
+  return { imageSet: group.imageSet, builtAt: group.builtAt === null ? null : new Date(group.builtAt) };
+}
+
+/** The keeper's view of a zone: its stock is the available and creating pool volumes, as the keeper counts them. */
+function zoneKeeper(assessed: readonly Assessed[], keeper: KeeperTarget): ZoneKeeper {
+  const pool = assessed.filter((a) => a.kind === VolumeKind.pool);
+  const available = pool.filter((a) => a.state === "available").length;
+  const stock = available + pool.filter((a) => a.state === "creating").length;
+  return {
+    minAvailable: keeper.minAvailable,
+    maxAvailable: keeper.maxAvailable,
+    stock,
+    belowMin: Math.max(0, keeper.minAvailable - stock),
+    aboveMax: Math.max(0, available - keeper.maxAvailable),
+  };
+}
+
+function summarizePool(pool: string, assessed: readonly Assessed[], snapshots: readonly SnapshotInfo[], current: Generation | undefined, keeper: KeeperTarget | null, prices: Prices): PoolSummary {
+  const zoneNames = [...new Set([...assessed.map((a) => a.volume.availabilityZone), ...(keeper?.zones ?? [])])].sort();
+  const zones = zoneNames.map((zone): ZoneSummary => {
+    const inZone = assessed.filter((a) => a.volume.availabilityZone === zone);
+    const tally = emptyTally();
+    for (const a of inZone) count(tally, a);
+    return { zone, ...rounded(tally), generations: generationGroups(inZone), keeper: keeper?.zones.includes(zone) ? zoneKeeper(inZone, keeper) : null };
+  });
+  const completed = snapshots.filter((s) => s.state === "completed");
+  const volumesUsd = sum(assessed, (a) => a.monthlyUsd);
+  const snapshotsUsd = sum(completed, (s) => snapshotMonthlyCost(s, prices));
+  // What the keeper's caps count: the pool's volumes of kind pool, every state.
+  const poolKind = assessed.filter((a) => a.kind === VolumeKind.pool);
+  return {
+    pool,
+    currentGeneration: current ? { generation: generationName(current), imageSet: current.imageSet, builtAt: iso(current.builtAt) } : null,
+    zones,
+    snapshots: { completed: completed.length, gib: sum(completed, (s) => s.volumeSizeGiB), monthlyUsd: usd(snapshotsUsd) },
+    keeper: keeper ? { ...keeper, zones: [...keeper.zones], volumes: poolKind.length, gib: sum(poolKind, (a) => a.volume.sizeGiB) } : null,
+    volumes: assessed.length,
+    gib: sum(assessed, (a) => a.volume.sizeGiB),
+    volumesMonthlyUsd: usd(volumesUsd),
+    snapshotsMonthlyUsd: usd(snapshotsUsd),
+    monthlyUsd: usd(volumesUsd + snapshotsUsd),
+  };
+}
 
 /** The report of the volumes and snapshots observePool() found. */
 export function poolReport(observation: { volumes: readonly VolumeInfo[]; snapshots: readonly SnapshotInfo[] }, settings: PoolViewSettings, now: Date): PoolReport {
   const { volumes, snapshots } = observation;
   const { prices } = settings;
   const snapshotsById = new Map(snapshots.map((s) => [s.snapshotId, s]));
-  const poolNames = [...new Set([...volumes.map(poolOf), ...snapshots.map((s) => s.tags[VolumeTag.pool] ?? "")])];
-  if (settings.keeper && !poolNames.includes(settings.pool)) poolNames.push(settings.pool);
+  const poolNames = new Set([...volumes.map((v) => poolOf(v.tags)), ...snapshots.map((s) => poolOf(s.tags))]);
+  if (settings.keeper) poolNames.add(settings.pool);
+  const current = new Map([...poolNames].map((pool) => [pool, currentOf(pool, snapshots.filter((s) => poolOf(s.tags) === pool), settings)]));
+
   const notes: string[] = [];
-
-  const current = new Map<string, Generation | undefined>();
-  for (const pool of poolNames) {
-    const own = snapshots.filter((s) => (s.tags[VolumeTag.pool] ?? "") === pool && (s.tags[VolumeTag.kind] ?? VolumeKind.pool) === VolumeKind.pool);
-    current.set(pool, currentGeneration(own, pool === settings.pool ? settings.imageSet : null));
-  }
-
-  const rows = new Map(poolRows(volumes, now, settings.quarantineHours).map((r) => [r.volumeId, r]));
-  const detailed: PoolVolume[] = [];
-  const pools: PoolSummary[] = poolNames.sort().map((pool) => {
-    const cur = current.get(pool);
-    const keeper = pool === settings.pool ? settings.keeper : null;
-    const zones = new Map<string, { tally: Tally; groups: Map<string, GenerationGroup>; stock: number; availableStock: number }>();
-    const zoneOf = (zone: string) => {
-      let z = zones.get(zone);
-      if (!z) zones.set(zone, (z = { tally: emptyTally(), groups: new Map(), stock: 0, availableStock: 0 }));
-      return z;
-    };
-    for (const zone of keeper?.zones ?? []) zoneOf(zone);
-
-    let poolVolumes = 0;
-    let poolGiB = 0;
-    let volumesUsd = 0;
-    for (const v of volumes.filter((x) => poolOf(x) === pool)) {
-      const state = stateOf(v, now, settings.quarantineHours);
-      const cost = volumeMonthlyCost(v, prices);
-      if (cost.note) notes.push(`${v.volumeId}: ${cost.note}`);
-      const generation = volumeGeneration(v, snapshotsById);
-      const name = generationName(generation);
-      const superseded = isSuperseded(generation, cur);
-      const kind = v.tags[VolumeTag.kind] ?? "?";
-      const z = zoneOf(v.availabilityZone);
-      add(z.tally, state, v.sizeGiB, cost.monthlyUsd);
-      const key = `${kind} ${name}`;
-      let group = z.groups.get(key);
-      if (!group) {
-        group = {
-          kind,
-          generation: name,
-          imageSet: generation.imageSet,
-          builtAt: iso(generation.builtAt),
-          current: cur !== undefined && compareGenerations(generation, cur) === 0,
-          superseded,
-          ...emptyTally(),
-        };
-        z.groups.set(key, group);
-      }
-      add(group, state, v.sizeGiB, cost.monthlyUsd);
-      if (kind === VolumeKind.pool && (state === "available" || state === "creating")) {
-        z.stock += 1;
-        if (state === "available") z.availableStock += 1;
-      }
-      poolVolumes += 1;
-      poolGiB += v.sizeGiB;
-      volumesUsd += cost.monthlyUsd;
-      const row = rows.get(v.volumeId)!;
-      detailed.push({
-        ...row,
-        volumeType: v.volumeType ?? null,
-        iops: v.iops ?? null,
-        throughputMiBps: v.throughputMiBps ?? null,
-        generation: name,
-        superseded,
-        monthlyUsd: usd(cost.monthlyUsd),
-      });
-    }
-
-    const completed = snapshots.filter((s) => (s.tags[VolumeTag.pool] ?? "") === pool && s.state === "completed");
-    const snapshotsUsd = completed.reduce((sum, s) => sum + snapshotMonthlyCost(s, prices), 0);
-    const zoneSummaries = [...zones.entries()]
-      .sort(([a], [b]) => a.localeCompare(b))
-      .map(([zone, z]): ZoneSummary => {
-        const generations = [...z.groups.values()]
-          .sort((a, b) => a.kind.localeCompare(b.kind) || compareGenerations(groupGeneration(a), groupGeneration(b)))
-          .map(rounded);
-        const inKeeper = keeper !== null && keeper.zones.includes(zone);
-        return {
-          zone,
-          ...rounded(z.tally),
-          generations,
-          keeper: inKeeper
-            ? {
-                minAvailable: keeper.minAvailable,
-                maxAvailable: keeper.maxAvailable,
-                stock: z.stock,
-                belowMin: Math.max(0, keeper.minAvailable - z.stock),
-                aboveMax: Math.max(0, z.availableStock - keeper.maxAvailable),
-              }
-            : null,
-        };
-      });
-    const poolKind = volumes.filter((v) => poolOf(v) === pool && v.tags[VolumeTag.kind] === VolumeKind.pool);
+  const assessed = volumes.map((volume): Assessed => {
+    const cost = volumeMonthlyCost(volume, prices);
+    if (cost.note) notes.push(`${volume.volumeId}: ${cost.note}`);
+    const generation = volumeGeneration(volume, snapshotsById);
+    const cur = current.get(poolOf(volume.tags));
     return {
-      pool,
-      currentGeneration: cur ? { generation: generationName(cur), imageSet: cur.imageSet, builtAt: iso(cur.builtAt) } : null,
-      zones: zoneSummaries,
-      snapshots: { completed: completed.length, gib: completed.reduce((sum, s) => sum + s.volumeSizeGiB, 0), monthlyUsd: usd(snapshotsUsd) },
-      keeper: keeper
-        ? {
-            zones: [...keeper.zones],
-            minAvailable: keeper.minAvailable,
-            maxAvailable: keeper.maxAvailable,
-            maxVolumes: keeper.maxVolumes,
-            maxGiB: keeper.maxGiB,
-            // What the keeper's caps count: the pool's volumes of kind pool, every state.
-            volumes: poolKind.length,
-            gib: poolKind.reduce((sum, v) => sum + v.sizeGiB, 0),
-          }
-        : null,
-      volumes: poolVolumes,
-      gib: poolGiB,
-      volumesMonthlyUsd: usd(volumesUsd),
-      snapshotsMonthlyUsd: usd(snapshotsUsd),
-      monthlyUsd: usd(volumesUsd + snapshotsUsd),
+      volume,
+      kind: volume.tags[VolumeTag.kind] ?? "?",
+      state: stateOf(volume, now, settings.quarantineHours),
+      monthlyUsd: cost.monthlyUsd,
+      generation,
+      current: cur !== undefined && compareGenerations(generation, cur) === 0,
+      superseded: isSuperseded(generation, cur),
     };
   });
+  const byId = new Map(assessed.map((a) => [a.volume.volumeId, a]));
+  const pools = [...poolNames].sort().map((pool) =>
+    summarizePool(
+      pool,
+      assessed.filter((a) => poolOf(a.volume.tags) === pool),
+      snapshots.filter((s) => poolOf(s.tags) === pool),
+      current.get(pool),
+      pool === settings.pool ? settings.keeper : null,
+      prices,
+    ),
+  );
 
   // Totals from the unrounded figures, so they are not off by the sum of the rounding.
-  const volumesUsd = volumes.reduce((sum, v) => sum + volumeMonthlyCost(v, prices).monthlyUsd, 0);
   const completed = snapshots.filter((s) => s.state === "completed");
-  const snapshotsUsd = completed.reduce((sum, s) => sum + snapshotMonthlyCost(s, prices), 0);
-  const order = new Map([...rows.keys()].map((id, i) => [id, i]));
+  const volumesUsd = sum(assessed, (a) => a.monthlyUsd);
+  const snapshotsUsd = sum(completed, (s) => snapshotMonthlyCost(s, prices));
   return {
     schemaVersion: 1,
     generatedAt: now.toISOString(),
@@ -292,18 +284,25 @@ export function poolReport(observation: { volumes: readonly VolumeInfo[]; snapsh
     pools,
     total: {
       volumes: volumes.length,
-      gib: volumes.reduce((sum, v) => sum + v.sizeGiB, 0),
+      gib: sum(volumes, (v) => v.sizeGiB),
       snapshots: completed.length,
-      snapshotGiB: completed.reduce((sum, s) => sum + s.volumeSizeGiB, 0),
+      snapshotGiB: sum(completed, (s) => s.volumeSizeGiB),
       volumesMonthlyUsd: usd(volumesUsd),
       snapshotsMonthlyUsd: usd(snapshotsUsd),
       monthlyUsd: usd(volumesUsd + snapshotsUsd),
     },
     notes,
-    volumes: detailed.sort((a, b) => order.get(a.volumeId)! - order.get(b.volumeId)!),
+    volumes: poolRows(volumes, now, settings.quarantineHours).map((row): PoolVolume => {
+      const { volume, generation, superseded, monthlyUsd } = byId.get(row.volumeId)!;
+      return {
+        ...row,
+        volumeType: volume.volumeType ?? null,
+        iops: volume.iops ?? null,
+        throughputMiBps: volume.throughputMiBps ?? null,
+        generation: generationName(generation),
+        superseded,
+        monthlyUsd: usd(monthlyUsd),
+      };
+    }),
   };
-}
-
-function groupGeneration(group: GenerationGroup): Generation {
-  return { imageSet: group.imageSet, builtAt: group.builtAt === null ? null : new Date(group.builtAt) };
 }
