@@ -117,6 +117,10 @@ t.test("settings from the configuration: no keeper zones, no keeper target", asy
   const config = { pool: "p", imageSet: null, claim: { quarantineHours: 6 }, cost: prices, keeper: { ...keeper, initializationRateMiBps: 100 } };
   t.same(poolViewSettingsFrom(config), settings);
   t.equal(poolViewSettingsFrom({ ...config, keeper: { ...config.keeper, zones: [] } }).keeper, null);
+  t.same(poolViewSettingsFrom(config, "p"), settings, "pool --pool <the configured pool>: the keeper's target shows");
+  const elsewhere = poolViewSettingsFrom(config, "q");
+  t.equal(elsewhere.keeper, null, "pool --pool <another pool>: no target");
+  t.same(poolReport({ volumes: [], snapshots: [] }, elsewhere, now).pools, [], "so the configured pool does not show up in another's listing");
 });
 
 t.test("the rendering shows each zone's groups, the keeper and the money", async (t) => {

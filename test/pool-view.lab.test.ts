@@ -71,10 +71,11 @@ if (!(await pollUntil(async () => (await ec2.send(new DescribeVolumesCommand({ V
   throw new Error(`${v.inUseA} never in use`);
 }
 
-const config = await writeLabConfig(lab, host, {
+const settings = {
   pool: "cost",
   keeper: { zones: [zoneA, zoneB, zoneC], minAvailable: 2, maxAvailable: 3, maxVolumes: 10, maxGiB: 100, initializationRateMiBps: 100 },
-});
+};
+const config = await writeLabConfig(lab, host, settings);
 const pool = (args: string[]) => run(process.execPath, ["--import", "tsx", "src/cli.ts", "pool", ...args, "--config", config], { check: false });
 
 t.test("pool --json: per zone by state and generation, the cost, the keeper's target", async (t) => {
@@ -141,4 +142,14 @@ t.test("pool: the same for people, and the configured prices", async (t) => {
   const report = JSON.parse(other.stdout) as PoolReport;
   t.same([report.total.volumesMonthlyUsd, report.total.snapshotsMonthlyUsd], [0.5, 0], "config cost.* sets the prices");
   t.equal(report.pools[0]?.keeper, null, "no keeper zones: no target");
+  await writeLabConfig(lab, host, settings);
+});
+
+t.test("pool --pool: one pool only; the keeper's target with its own pool, not with another", async (t) => {
+  const own = JSON.parse((await pool(["--pool", "cost", "--json"])).stdout) as PoolReport;
+  t.same([own.pools.map((p) => p.pool), own.total.volumes, own.pools[0]?.zones.length], [["cost"], 5, 3]);
+  const other = await pool(["--pool", "other", "--json"]);
+  t.equal(other.exitCode, 0, other.stderr);
+  const report = JSON.parse(other.stdout) as PoolReport;
+  t.same([report.pools, report.volumes, report.total.monthlyUsd], [[], [], 0], "nothing of pool cost, not even its keeper zones");
 });

@@ -27,7 +27,7 @@ export function poolCommand(): Command {
       }
       const context = await hostContext(opts.config);
       const observed = await observePool(await context.cloud(), opts.pool !== undefined ? { pool: opts.pool } : {});
-      const report = poolReport(observed, poolViewSettingsFrom(context.config), new Date());
+      const report = poolReport(observed, poolViewSettingsFrom(context.config, opts.pool), new Date());
       process.stdout.write((opts.json ? JSON.stringify(report, null, 2) : renderPoolReport(report)) + "\n");
     });
   pool.addCommand(fillCommand());

@@ -31,21 +31,22 @@ export interface KeeperTarget {
   maxGiB: number;
 }
 
-/** The view's settings from the configuration. */
-export function poolViewSettingsFrom(config: {
-  pool: string;
-  imageSet: string | null;
-  claim: { quarantineHours: number };
-  cost: Prices;
-  keeper: KeeperTarget;
-}): PoolViewSettings {
+/**
+ * The view's settings from the configuration. `listed`: the one pool `pool --pool` lists; the
+ * keeper's target (of the configured pool) shows only when that is the configured pool.
+ */
+export function poolViewSettingsFrom(
+  config: { pool: string; imageSet: string | null; claim: { quarantineHours: number }; cost: Prices; keeper: KeeperTarget },
+  listed?: string,
+): PoolViewSettings {
   const { zones, minAvailable, maxAvailable, maxVolumes, maxGiB } = config.keeper;
+  const keeps = zones.length > 0 && (listed === undefined || listed === config.pool);
   return {
     quarantineHours: config.claim.quarantineHours,
     prices: { ...config.cost },
     pool: config.pool,
     imageSet: config.imageSet,
-    keeper: zones.length > 0 ? { zones: [...zones], minAvailable, maxAvailable, maxVolumes, maxGiB } : null,
+    keeper: keeps ? { zones: [...zones], minAvailable, maxAvailable, maxVolumes, maxGiB } : null,
   };
 }
 
