@@ -7,6 +7,7 @@
  */
 import { Command } from "commander";
 import { prewarmStatus } from "../agent/prewarm/run.ts";
+import { refreshStatus } from "../agent/refresh/run.ts";
 import { loadConfig, type AgentConfig } from "../config/index.ts";
 import { createDaemonConfig } from "../docker/daemon-json.ts";
 import { createDockerEngine } from "../docker/engine.ts";
@@ -28,6 +29,7 @@ export function statusSources(config: AgentConfig, log: Logger): StatusSources {
     filesystem: async (mountPoint) => (await import("../host/facts.ts")).readCacheFilesystem(mountPoint),
     dockerDataRoot: () => createDaemonConfig({ path: config.paths.daemonJson, log }).dataRoot(),
     labels: () => shownLabels(config, log),
+    refresh: () => refreshStatus(stateDir),
   };
 }
 
