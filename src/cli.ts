@@ -42,7 +42,7 @@ const COMMANDS: CommandEntry[] = [
   },
   {
     name: "status",
-    summary: "the state of this host (boot, volume, fill, data-root, labels, pre-warm, release); exit code as a health check",
+    summary: "the state of this host (boot, volume, fill, data-root, labels, pre-warm, refresh, release); exit code as a health check",
     load: async () => (await import("./cli/status.ts")).statusCommand(),
   },
   {

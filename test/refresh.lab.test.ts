@@ -78,7 +78,7 @@ t.test("after ready: the missing image is pulled, a failing pull changes nothing
   );
   await waitUntilSnapshotCompleted({ client: bl.ec2, minDelay: 1, maxDelay: 2, maxWaitTime: 120 }, { SnapshotIds: [created.SnapshotId!] });
 
-  const overrides = { pool: POOL, labels: { mode: "engine" }, refresh: { enabled: true, pullSeconds: 120 } };
+  const overrides = { pool: POOL, labels: { mode: "engine" }, refresh: { enabled: true, concurrency: 2, pullSeconds: 120 } };
   let refreshing: Promise<RefreshOutcome> | undefined;
   const booted = await bootLabHost(bl.lab, host, {
     overrides,

@@ -58,7 +58,7 @@ async function shownLabels(config: AgentConfig, log: Logger): Promise<Record<str
 export function statusCommand(): Command {
   return new Command("status")
     .description(
-      "the state of this host: last boot (outcome, source, timeline), volume, mount and fill, docker's data-root, labels, pre-warm, last release",
+      "the state of this host: last boot (outcome, source, timeline), volume, mount and fill, docker's data-root, labels, pre-warm, refresh, last release",
     )
     .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
     .option("--json", "print the document of schema/status.schema.json")

@@ -5,6 +5,7 @@
  * background; a file that does not parse is reported, not trusted.
  */
 import { mkdir, readFile } from "node:fs/promises";
+import { uptime } from "node:os";
 import { join } from "node:path";
 import { writeFileAtomic } from "../../fs-atomic.ts";
 import type { RefreshSource } from "./plan.ts";
@@ -69,9 +70,14 @@ export async function readRefreshState(stateDir: string): Promise<RefreshState |
   return value as RefreshState;
 }
 
-/** Whether a process with this pid exists (a `running` state whose process is gone was killed). */
-export function isRunning(state: Pick<RefreshState, "pid" | "phase">): boolean {
+/**
+ * Whether the refresh still runs: `running`, started since the machine booted (a pid from before
+ * a reboot may name another process now), and its process exists. A `running` state whose
+ * process is gone was killed.
+ */
+export function isRunning(state: Pick<RefreshState, "pid" | "phase" | "startedAt">): boolean {
   if (state.phase !== "running") return false;
+  if (Date.parse(state.startedAt) < Date.now() - uptime() * 1000) return false;
   try {
     process.kill(state.pid, 0);
     return true;
