@@ -27,7 +27,7 @@ packages=(
   util-linux       # losetup, blkid, wipefs, findmnt, mount
   awscli           # the real aws CLI, driven against the EC2 emulator
   busybox-static   # the userland of the lab's locally built images
-  docker-registry  # a local registry for the pull baseline in bench/
+  docker-registry  # a local registry: the pull baseline in bench/, the refresh lab test
   systemd-container # systemd-nspawn boot test
   debootstrap      # the rootfs of the systemd boot test
   packer           # packer validate of the templates

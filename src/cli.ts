@@ -36,8 +36,13 @@ const COMMANDS: CommandEntry[] = [
     load: async () => (await import("./cli/prewarm.ts")).prewarmCommand(),
   },
   {
+    name: "refresh",
+    summary: "pull the images of the pool's current generation (and osparc's pre_pulled_images) the cache volume lacks",
+    load: async () => (await import("./cli/refresh.ts")).refreshCommand(),
+  },
+  {
     name: "status",
-    summary: "the state of this host (boot, volume, fill, data-root, labels, pre-warm, release); exit code as a health check",
+    summary: "the state of this host (boot, volume, fill, data-root, labels, pre-warm, refresh, release); exit code as a health check",
     load: async () => (await import("./cli/status.ts")).statusCommand(),
   },
   {

@@ -8,6 +8,7 @@ import t from "tap";
 import { bootMetrics } from "../src/metrics/boot.ts";
 import { gcMetrics } from "../src/metrics/gc.ts";
 import { cacheFilesystemMetrics, hostMetrics } from "../src/metrics/host.ts";
+import { refreshMetrics } from "../src/metrics/refresh.ts";
 import { keeperMetrics } from "../src/metrics/keeper.ts";
 import { prewarmMetrics } from "../src/metrics/prewarm.ts";
 import { releaseMetrics } from "../src/metrics/release.ts";
@@ -27,6 +28,7 @@ const families = [
   ...keeperMetrics({ actions: [{ action: "create", pool: "p", outcome: "done" }], poolVolumes: { p: 1 }, finishedAt: at }),
   ...cacheFilesystemMetrics({ mountPoint: "/m", device: "/dev/x", fsType: "xfs", sizeBytes: 1, usedBytes: 0, availableBytes: 1, usedRatio: 0 }),
   ...hostMetrics({ memoryBytes: 1, cpuCores: 1, cpuModel: "x" }),
+  ...refreshMetrics({ version: 1, pid: 1, volumeId: null, generation: null, phase: "done", images: [], markedCurrent: null, warnings: [], startedAt: at.toISOString(), updatedAt: at.toISOString() }),
 ];
 const known = new Set(families.map((f) => f.name));
 

@@ -35,16 +35,23 @@ function tagParts(tags: Readonly<Record<string, string>>, key: string) {
   return { single, chunks, oddKeys };
 }
 
+/** A chunked JSON tag (osparc's `dump_as_ec2_tags` form) read and parsed, before its shape is checked. */
+export type ChunkedJsonTagRead =
+  | { found: false }
+  | { found: true; ok: true; value: unknown; form: "single" | "chunked"; chunks: number }
+  | { found: true; ok: false; problem: string };
+
 /**
- * Reads the labels tag from the instance's tags. Absent (neither form): `found: false`. Both
- * forms at once, a missing chunk, JSON that does not parse or is not an object: a problem
- * (one sentence); nothing of the tag may then be used.
+ * Reads a tag osparc writes with `dump_as_ec2_tags` (the labels tag, `pre_pulled_images`): the
+ * single tag or its chunks joined in index order, parsed as JSON. Absent (neither form):
+ * `found: false`. Both forms at once, a missing chunk, JSON that does not parse: a problem (one
+ * sentence naming the tag).
  */
-export function readLabelsTag(tags: Readonly<Record<string, string>>, key: string): LabelsTagRead {
+export function readChunkedJsonTag(tags: Readonly<Record<string, string>>, key: string): ChunkedJsonTagRead {
   const { single, chunks, oddKeys } = tagParts(tags, key);
   if (single === undefined && chunks.size === 0 && oddKeys.length === 0) return { found: false };
   const where = `instance tag ${quote(key)}`;
-  const bad = (problem: string): LabelsTagRead => ({ found: true, ok: false, problem: `${where}: ${problem}` });
+  const bad = (problem: string): ChunkedJsonTagRead => ({ found: true, ok: false, problem: `${where}: ${problem}` });
   if (oddKeys.length > 0) return bad(`chunk key ${quote(oddKeys[0]!)} is not numbered 0, 1, 2, ... (leading zero)`);
   // The autoscaler writes one form; both at once means a write or a delete half done: which one
   // is current cannot be told, and a wrong guess could hand this node another user's workspace.
@@ -60,18 +67,30 @@ export function readLabelsTag(tags: Readonly<Record<string, string>>, key: strin
     text = [...chunks.keys()].sort((a, b) => a - b).map((index) => chunks.get(index)!).join("");
   }
 
-  let labels: unknown;
+  let value: unknown;
   try {
-    labels = JSON.parse(text);
+    value = JSON.parse(text);
   } catch (error) {
     return bad(`not valid JSON (${printable((error as Error).message).slice(0, 120)})`);
   }
+  const form = single !== undefined ? "single" : "chunked";
+  return { found: true, ok: true, value, form, chunks: form === "single" ? 1 : chunks.size };
+}
+
+/**
+ * Reads the labels tag from the instance's tags. Absent (neither form): `found: false`. Both
+ * forms at once, a missing chunk, JSON that does not parse or is not an object: a problem (one
+ * sentence); nothing of the tag may then be used.
+ */
+export function readLabelsTag(tags: Readonly<Record<string, string>>, key: string): LabelsTagRead {
+  const read = readChunkedJsonTag(tags, key);
+  if (!read.found || !read.ok) return read;
+  const labels = read.value;
   if (typeof labels !== "object" || labels === null || Array.isArray(labels)) {
     const got = Array.isArray(labels) ? "an array" : typeof labels === "string" ? quote(labels) : String(labels);
-    return bad(`must hold a JSON object, got ${got}`);
+    return { found: true, ok: false, problem: `instance tag ${quote(key)}: must hold a JSON object, got ${got}` };
   }
-  const form = single !== undefined ? "single" : "chunked";
-  return { found: true, ok: true, labels: labels as Record<string, unknown>, form, chunks: form === "single" ? 1 : chunks.size };
+  return { found: true, ok: true, labels: labels as Record<string, unknown>, form: read.form, chunks: read.chunks };
 }
 
 /**

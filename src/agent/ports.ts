@@ -9,6 +9,7 @@ import type { BootResult } from "./boot/context.ts";
 import type { GcOutcome } from "./gc/apply.ts";
 import type { KeeperFacts } from "../metrics/keeper.ts";
 import type { PrewarmState } from "./prewarm/state.ts";
+import type { RefreshState } from "./refresh/state.ts";
 import type { ReleaseResult } from "./release/apply.ts";
 
 /** Who this instance is (IMDS), with its tags (IMDS, or DescribeInstances when IMDS tags are off). */
@@ -373,6 +374,8 @@ export interface OutcomeRecorder {
   keeperFinished(keeper: KeeperFacts): Promise<void>;
   /** After each write of the pre-warm's state file (at boot, and as a long initialization goes). */
   prewarmStateWritten(state: PrewarmState): Promise<void>;
+  /** After each write of the refresh's state file (as its pulls go). */
+  refreshStateWritten(state: RefreshState): Promise<void>;
 }
 
 // ---- the containerd image store ----
@@ -394,3 +397,17 @@ export interface ContainerdRoot {
   /** containerd.service; undefined when the agent does not control services (docker.control none). */
   service: DockerService | undefined;
 }
+
+// ---- refresh ----
+
+/** Pulls images through the host's dockerd (src/docker/pull.ts), with docker's own registry credentials. */
+export interface ImagePuller {
+  /**
+   * Pulls one image. Resolves with its size when docker tells it; throws when the pull fails,
+   * outlasts `timeoutMs`, or is aborted (the pull in flight is stopped).
+   */
+  pull(image: string, options: { timeoutMs: number; signal?: AbortSignal }): Promise<{ bytes?: number }>;
+}
+
+/** What the refresh asks of EC2 (src/agent/refresh/): the attached volume, its pool's snapshots, a tag. */
+export type RefreshCloud = Pick<CloudVolumes, "findVolumes" | "findSnapshots" | "describeVolume" | "tagVolume">;

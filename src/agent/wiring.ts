@@ -32,6 +32,8 @@ import { prewarmSettingsFrom } from "./prewarm/plan.ts";
 import type { PrewarmCommandDeps } from "./prewarm/run.ts";
 import { createFioReader } from "../host/volume-reads.ts";
 import type { ReleaseCommandDeps } from "./release/run.ts";
+import type { RefreshCommandDeps } from "./refresh/run.ts";
+import { createImagePuller } from "../docker/pull.ts";
 import { createLabelWithdrawer, createReporter } from "./report.ts";
 import { readinessLabels } from "../docker/labels.ts";
 import { createOutcomeRecorder } from "../status/recorder.ts";
@@ -67,6 +69,11 @@ export interface WiringOptions {
    * drop-ins and environment files); the lab passes its private dockerd's.
    */
   dockerdCommand?: () => Promise<DockerdCommand>;
+  /**
+   * Starts the background refresh after `ready` (on a host: a detached `ebs-cache-agent refresh
+   * --background`); used only with config refresh.enabled. Absent: no refresh after boot.
+   */
+  startRefresh?: () => Promise<void>;
 }
 
 /** What every command shares: EC2 per region and the instance's identity. */
@@ -233,6 +240,7 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
     ...wireCommon(options),
     recorder,
     hostStore: hostStoreReader(options, dockerVersion),
+    ...(options.startRefresh && options.config.refresh.enabled ? { startRefresh: options.startRefresh } : {}),
     bootDeps: (settings, cloud) => {
       const host = wireHost(options, settings.effective.labels, dockerVersion);
       const publish = createReporter(host.reporterDeps);
@@ -355,5 +363,18 @@ export function hostWiringOptions(config: AgentConfig, log: Logger, startPrewarm
     ...(config.docker.control === "systemd" ? { containerd: createSystemdDockerService({ unit: "containerd.service", log }) } : {}),
     log,
     startPrewarm,
+  };
+}
+
+/** Builds everything `runRefresh()` needs: EC2, the docker API's image list, `docker pull`. */
+export function wireRefresh(options: WiringOptions): RefreshCommandDeps {
+  const { config, log } = options;
+  const { metadata: _metadata, ...common } = wireCommon(options);
+  const recorder = wireRecorder(options);
+  return {
+    ...common,
+    engine: createDockerEngine({ host: config.paths.dockerHost, log }),
+    puller: createImagePuller({ host: config.paths.dockerHost, log }),
+    writeMetrics: (state) => recorder.refreshStateWritten(state),
   };
 }

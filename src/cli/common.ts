@@ -7,7 +7,8 @@ import { spawn } from "node:child_process";
 import type { BootCommandDeps } from "../agent/boot/run.ts";
 import type { PrewarmCommandDeps } from "../agent/prewarm/run.ts";
 import type { ReleaseCommandDeps } from "../agent/release/run.ts";
-import { hostWiringOptions, wireBoot, wirePrewarm, wireRecorder, wireRelease } from "../agent/wiring.ts";
+import { hostWiringOptions, wireBoot, wirePrewarm, wireRecorder, wireRefresh, wireRelease } from "../agent/wiring.ts";
+import type { RefreshCommandDeps } from "../agent/refresh/run.ts";
 import type { CloudVolumes, OutcomeRecorder } from "../agent/ports.ts";
 import { loadConfig, type AgentConfig } from "../config/index.ts";
 import { createLogger, type Level, type Logger } from "../log.ts";
@@ -20,6 +21,8 @@ export interface HostContext {
   releaseDeps: ReleaseCommandDeps;
   /** The same adapters, wired for `prewarm`. */
   prewarmDeps: PrewarmCommandDeps;
+  /** The same adapters, wired for `refresh`. */
+  refreshDeps: RefreshCommandDeps;
   /** EC2 in the configured region, or this instance's (from IMDS). */
   cloud(): Promise<CloudVolumes>;
   /** The status records and metrics textfiles (`gc` writes its metrics through it). */
@@ -30,7 +33,7 @@ export interface HostContext {
 export async function hostContext(configPath: string | undefined): Promise<HostContext> {
   const { config } = await loadConfig(configPath ? { path: configPath } : {});
   const log = createLogger(undefined, config.logLevel as Level);
-  const wiring = hostWiringOptions(config, log, () => startBackgroundPrewarm(configPath));
+  const wiring = { ...hostWiringOptions(config, log, () => startBackgroundPrewarm(configPath)), startRefresh: () => startBackgroundRefresh(configPath) };
   const deps = wireBoot(wiring);
   return {
     config,
@@ -38,6 +41,7 @@ export async function hostContext(configPath: string | undefined): Promise<HostC
     deps,
     releaseDeps: wireRelease(wiring),
     prewarmDeps: wirePrewarm(wiring),
+    refreshDeps: wireRefresh(wiring),
     cloud: async () => deps.cloudFor(config.region ?? (await deps.identify()).region),
     recorder: wireRecorder(wiring),
   };
@@ -53,6 +57,25 @@ export async function startBackgroundPrewarm(configPath: string | undefined): Pr
   const script = process.argv[1];
   if (!script) throw new Error("cannot tell this program's path (process.argv[1])");
   const child = spawn(process.execPath, [...process.execArgv, script, "prewarm", "--background", ...(configPath ? ["--config", configPath] : [])], {
+    detached: true,
+    stdio: ["ignore", "inherit", "inherit"],
+  });
+  await new Promise<void>((resolve, reject) => {
+    child.once("spawn", resolve);
+    child.once("error", reject);
+  });
+  child.unref();
+}
+
+/**
+ * Starts `ebs-cache-agent refresh --background` (detached) once a boot reported the node up: the
+ * pulls run in the boot unit's cgroup, so stopping that unit (at shutdown, before docker stops)
+ * sends the refresh SIGTERM too, and it stops its pulls.
+ */
+export async function startBackgroundRefresh(configPath: string | undefined): Promise<void> {
+  const script = process.argv[1];
+  if (!script) throw new Error("cannot tell this program's path (process.argv[1])");
+  const child = spawn(process.execPath, [...process.execArgv, script, "refresh", "--background", ...(configPath ? ["--config", configPath] : [])], {
     detached: true,
     stdio: ["ignore", "inherit", "inherit"],
   });

@@ -7,6 +7,7 @@
  */
 import { Command } from "commander";
 import { prewarmStatus } from "../agent/prewarm/run.ts";
+import { refreshStatus } from "../agent/refresh/run.ts";
 import { loadConfig, type AgentConfig } from "../config/index.ts";
 import { createDaemonConfig } from "../docker/daemon-json.ts";
 import { createDockerEngine } from "../docker/engine.ts";
@@ -28,6 +29,7 @@ export function statusSources(config: AgentConfig, log: Logger): StatusSources {
     filesystem: async (mountPoint) => (await import("../host/facts.ts")).readCacheFilesystem(mountPoint),
     dockerDataRoot: () => createDaemonConfig({ path: config.paths.daemonJson, log }).dataRoot(),
     labels: () => shownLabels(config, log),
+    refresh: () => refreshStatus(stateDir),
   };
 }
 
@@ -56,7 +58,7 @@ async function shownLabels(config: AgentConfig, log: Logger): Promise<Record<str
 export function statusCommand(): Command {
   return new Command("status")
     .description(
-      "the state of this host: last boot (outcome, source, timeline), volume, mount and fill, docker's data-root, labels, pre-warm, last release",
+      "the state of this host: last boot (outcome, source, timeline), volume, mount and fill, docker's data-root, labels, pre-warm, refresh, last release",
     )
     .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
     .option("--json", "print the document of schema/status.schema.json")

@@ -558,6 +558,37 @@ export const CONFIG_SCHEMA = {
         },
       },
     },
+    refresh: {
+      type: "object",
+      description: "The background refresh after `ready` (see docs/operations.md, \"Volumes that stay current\"): pulls the images of the pool's current generation, and those of osparc's `pre_pulled_images` instance tag, that the volume lacks, so the volume goes back to the pool current. A failing pull is a warning: readiness never changes.",
+      properties: {
+        enabled: {
+          type: "boolean",
+          default: false,
+          description: "Run the refresh after a boot that reported `ready` (or `warming`) on a pool volume. Off by default: pulls cost registry bandwidth and need the host's registry credentials (docker's own, e.g. `docker login` or a credential helper), which only the operator knows are there. Workspace volumes are never refreshed: their content is the user's.",
+        },
+        concurrency: {
+          type: "integer",
+          minimum: 1,
+          maximum: 2,
+          default: 1,
+          description: "Pulls at once. One keeps the bandwidth for the services the node starts; two when the registry is near.",
+        },
+        pullSeconds: {
+          type: "number",
+          minimum: 10,
+          maximum: 7200,
+          default: 1800,
+          description: "Longest time one pull may take; past it the pull is stopped and counted failed, and the next image is pulled.",
+        },
+        prePulledImagesTag: {
+          type: ["string", "null"],
+          "x-format": "tagKey",
+          default: "io.simcore.autoscaling.ec2_instance.pre_pulled_images",
+          description: "The instance tag holding osparc's list of images to pre-pull (a JSON array), whole or in 256-character chunks `<tag>_0`, `<tag>_1`, …; its images are pulled too. A missing chunk or bad JSON is one warning and the tag is skipped. null: not read.",
+        },
+      },
+    },
     metrics: {
       type: "object",
       description: "What the agent leaves for Prometheus (see docs/metrics.md).",

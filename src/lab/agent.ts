@@ -7,7 +7,8 @@ import { dirname, join } from "node:path";
 import { runBoot, type BootOutcome } from "../agent/boot/run.ts";
 import { runPrewarmCommand, type PrewarmCommandOptions, type PrewarmCommandOutcome } from "../agent/prewarm/run.ts";
 import { runRelease, type ReleaseOutcome } from "../agent/release/run.ts";
-import { wireBoot, wirePrewarm, wireRelease, type WiringOptions } from "../agent/wiring.ts";
+import { runRefresh, type RefreshOutcome } from "../agent/refresh/run.ts";
+import { wireBoot, wirePrewarm, wireRefresh, wireRelease, type WiringOptions } from "../agent/wiring.ts";
 import { createMetadataService } from "../aws/imds.ts";
 import { validateConfig, type AgentConfig } from "../config/index.ts";
 import { AgentError } from "../errors.ts";
@@ -68,7 +69,7 @@ export async function writeLabConfig(lab: Lab, host: LabHost, overrides: ConfigO
 }
 
 /** How the agent is wired on a lab host: the lab's EC2, the host's IMDS and dockerd. */
-function labWiring(lab: Lab, host: LabHost, options: { overrides?: ConfigOverrides; log: Logger; startPrewarm?: () => Promise<void>; fio?: string }): WiringOptions {
+function labWiring(lab: Lab, host: LabHost, options: { overrides?: ConfigOverrides; log: Logger; startPrewarm?: () => Promise<void>; startRefresh?: () => Promise<void>; fio?: string }): WiringOptions {
   const config = labConfig(lab, host, options.overrides);
   return {
     config,
@@ -79,6 +80,7 @@ function labWiring(lab: Lab, host: LabHost, options: { overrides?: ConfigOverrid
     log: options.log,
     pollMs: 100,
     ...(options.startPrewarm ? { startPrewarm: options.startPrewarm } : {}),
+    ...(options.startRefresh ? { startRefresh: options.startRefresh } : {}),
     ...(options.fio ? { fio: options.fio } : {}),
     // The lab has no systemd unit for its dockerd: the host says how it starts it.
     dockerdCommand: async () => host.dockerdCommand(),
@@ -93,7 +95,17 @@ function labWiring(lab: Lab, host: LabHost, options: { overrides?: ConfigOverrid
 export async function bootLabHost(
   lab: Lab,
   host: LabHost,
-  options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger; startPrewarm?: () => Promise<void>; fio?: string; withDocker?: boolean; mayClaim?: boolean },
+  options: {
+    overrides?: ConfigOverrides;
+    dryRun?: boolean;
+    log: Logger;
+    startPrewarm?: () => Promise<void>;
+    /** Stands for the detached `ebs-cache-agent refresh --background` (e.g. refreshLabHost); used with refresh.enabled. */
+    startRefresh?: () => Promise<void>;
+    fio?: string;
+    withDocker?: boolean;
+    mayClaim?: boolean;
+  },
 ): Promise<BootOutcome> {
   // withDocker false / mayClaim false: `boot --no-docker` (phase 1) / `boot --no-claim` (phase 2).
   return runBoot(wireBoot(labWiring(lab, host, options)), {
@@ -119,4 +131,13 @@ export async function releaseLabHost(
   options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger },
 ): Promise<ReleaseOutcome> {
   return runRelease(wireRelease(labWiring(lab, host, options)), { dryRun: options.dryRun ?? false });
+}
+
+/** `ebs-cache-agent refresh` in this process on a lab host (pulls through the host's private dockerd). */
+export async function refreshLabHost(
+  lab: Lab,
+  host: LabHost,
+  options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger; signal?: AbortSignal },
+): Promise<RefreshOutcome> {
+  return runRefresh(wireRefresh(labWiring(lab, host, options)), { dryRun: options.dryRun ?? false, ...(options.signal ? { signal: options.signal } : {}) });
 }

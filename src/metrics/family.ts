@@ -14,9 +14,9 @@ export type MetricType = "gauge" | "counter";
 
 /**
  * The unit a name ends with (before `_total` for a counter). `info`: a constant 1 whose labels
- * carry the facts; `volumes`, `actions`, `cores`: counts of things; `ratio`: 0 to 1.
+ * carry the facts; `volumes`, `actions`, `cores`, `images`: counts of things; `ratio`: 0 to 1.
  */
-export type MetricUnit = "seconds" | "bytes" | "ratio" | "info" | "iops" | "bytes_per_second" | "volumes" | "actions" | "cores" | "problems";
+export type MetricUnit = "seconds" | "bytes" | "ratio" | "info" | "iops" | "bytes_per_second" | "volumes" | "actions" | "cores" | "problems" | "images";
 
 export type Labels = Record<string, string>;
 

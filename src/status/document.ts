@@ -8,6 +8,7 @@
 import type { CheckFigures } from "../agent/ports.ts";
 import type { Progress } from "../agent/prewarm/plan.ts";
 import type { PrewarmState } from "../agent/prewarm/state.ts";
+import type { RefreshState } from "../agent/refresh/state.ts";
 import type { CacheFilesystem } from "../host/facts.ts";
 import { Label } from "../tags.ts";
 import type { BootRecord, ReleaseRecord } from "./records.ts";
@@ -28,6 +29,8 @@ export interface StatusInputs {
   labels?: Record<string, string>;
   /** Records that did not parse: reported, not trusted. */
   recordProblems?: string[];
+  /** The last refresh of the volume's images (src/agent/refresh/state.ts) and whether it runs. */
+  refresh?: { state: RefreshState; running: boolean };
 }
 
 export interface StatusThresholds {
@@ -86,6 +89,24 @@ export interface StatusDocument {
     released: string[];
     kept: string[];
     problems: Array<{ step: string; volumeId: string | null; kind: string; message: string }>;
+  };
+  refresh: null | {
+    volumeId: string | null;
+    generation: string | null;
+    phase: string;
+    running: boolean;
+    reason: string | null;
+    wanted: number;
+    present: number;
+    pulled: number;
+    failed: number;
+    pending: number;
+    pulledBytes: number;
+    images: Array<{ image: string; sources: string[]; phase: string; bytes: number | null; seconds: number | null; error: string | null }>;
+    markedCurrent: boolean | null;
+    startedAt: string;
+    updatedAt: string;
+    finishedAt: string | null;
   };
 }
 
@@ -149,6 +170,11 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
     problems.push(`a release (${rel.result.outcome}) ran after the boot: the node is no longer on its cache volume`);
   }
 
+  const refresh = refreshBlock(inputs.refresh);
+  // A refresh never changes readiness: what it failed to pull is a warning, never a problem.
+  if (refresh && refresh.failed > 0) warnings.push(`the refresh could not pull ${refresh.failed} of ${refresh.wanted} image(s): ${refresh.images.filter((i) => i.phase === "failed").map((i) => i.image).slice(0, 3).join(", ")}`);
+  if (refresh?.phase === "running" && !refresh.running) warnings.push("the refresh was interrupted (`ebs-cache-agent refresh` runs it again)");
+
   const timeline = (r?.timeline ?? []).map((entry) => ({ step: entry.step, seconds: entry.ms / 1000 }));
   return {
     version: STATUS_VERSION,
@@ -197,6 +223,32 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
           problems: rel.result.problems.map((x) => ({ step: x.step, volumeId: x.volumeId ?? null, kind: x.kind, message: x.message })),
         }
       : null,
+    refresh,
+  };
+}
+
+/** The refresh's block: its state with counts by phase. */
+function refreshBlock(input: StatusInputs["refresh"]): StatusDocument["refresh"] {
+  if (!input) return null;
+  const { state, running } = input;
+  const count = (phase: string) => state.images.filter((i) => i.phase === phase).length;
+  return {
+    volumeId: state.volumeId,
+    generation: state.generation,
+    phase: state.phase,
+    running,
+    reason: state.reason ?? null,
+    wanted: state.images.length,
+    present: count("present"),
+    pulled: count("pulled"),
+    failed: count("failed"),
+    pending: count("pending") + count("pulling"),
+    pulledBytes: state.images.reduce((sum, i) => sum + (i.phase === "pulled" ? (i.bytes ?? 0) : 0), 0),
+    images: state.images.map((i) => ({ image: i.image, sources: [...i.sources], phase: i.phase, bytes: i.bytes ?? null, seconds: i.seconds ?? null, error: i.error ?? null })),
+    markedCurrent: state.markedCurrent,
+    startedAt: state.startedAt,
+    updatedAt: state.updatedAt,
+    finishedAt: state.finishedAt ?? null,
   };
 }
 

@@ -5,6 +5,7 @@
  * the real ones (prewarm-state's reader, daemon.json's data-root, the engine's labels).
  */
 import type { PrewarmState } from "../agent/prewarm/state.ts";
+import type { RefreshState } from "../agent/refresh/state.ts";
 import type { CacheFilesystem } from "../host/facts.ts";
 import type { StatusInputs } from "./document.ts";
 import { readBootRecord, readReleaseRecord } from "./records.ts";
@@ -19,6 +20,8 @@ export interface StatusSources {
   dockerDataRoot(): Promise<string | undefined>;
   /** The readiness labels shown now; undefined when docker cannot be asked. */
   labels?(): Promise<Record<string, string> | undefined>;
+  /** The refresh's state and whether its process runs; absent or no state: no refresh ran here. */
+  refresh?(): Promise<{ state?: RefreshState; running: boolean }>;
   now?: () => Date;
 }
 
@@ -40,6 +43,7 @@ export async function observeStatus(sources: StatusSources): Promise<StatusInput
     attempt("daemon.json's data-root", sources.dockerDataRoot),
     sources.labels ? attempt("docker's labels", sources.labels) : Promise.resolve(undefined),
   ]);
+  const refresh = sources.refresh ? await attempt("the refresh's state", sources.refresh) : undefined;
   for (const read of [boot, release]) if (read.problem) problems.push(read.problem);
   const mountPoint = boot.record?.result.mountPoint;
   const filesystem = mountPoint ? await attempt(`the filesystem at ${mountPoint}`, () => sources.filesystem(mountPoint)) : undefined;
@@ -51,6 +55,7 @@ export async function observeStatus(sources: StatusSources): Promise<StatusInput
     ...(filesystem ? { filesystem } : {}),
     ...(dockerDataRoot !== undefined ? { dockerDataRoot } : {}),
     ...(labels ? { labels } : {}),
+    ...(refresh?.state ? { refresh: { state: refresh.state, running: refresh.running } } : {}),
     ...(problems.length > 0 ? { recordProblems: problems } : {}),
   };
 }

@@ -17,6 +17,7 @@ import { bootMetrics } from "../metrics/boot.ts";
 import type { MetricFamily } from "../metrics/family.ts";
 import { gcMetrics } from "../metrics/gc.ts";
 import { keeperMetrics } from "../metrics/keeper.ts";
+import { refreshMetrics } from "../metrics/refresh.ts";
 import { cacheFilesystemMetrics, hostMetrics } from "../metrics/host.ts";
 import { prewarmMetrics } from "../metrics/prewarm.ts";
 import { releaseMetrics } from "../metrics/release.ts";
@@ -109,6 +110,9 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
     },
     async prewarmStateWritten(state) {
       await textfile("prewarm", () => prewarmMetrics(state));
+    },
+    async refreshStateWritten(state) {
+      await textfile("refresh", () => refreshMetrics(state));
     },
   };
 }

@@ -45,6 +45,11 @@ export function renderStatus(doc: StatusDocument): string[] {
     const progress = p.progress && p.progress.percent < 100 ? `, ${p.progress.percent.toFixed(1)} % read` : "";
     lines.push(`pre-warm: ${p.verdict}, ${p.phase}${p.running ? " (running)" : ""}${progress} (${p.strategy}: ${p.reason})`);
   }
+  const f = doc.refresh;
+  if (f) {
+    const counts = f.phase === "skipped" ? f.reason ?? "" : `${f.pulled + f.failed} of ${f.wanted - f.present} pulls done: ${f.pulled} pulled, ${f.failed} failed, ${f.present} present${f.markedCurrent ? ", volume tagged current" : ""}`;
+    lines.push(`refresh:  ${f.phase}${f.running ? " (running)" : ""}${f.generation ? ` toward ${f.generation}` : ""}${counts ? ` (${counts})` : ""}`);
+  }
   const r = doc.lastRelease;
   if (r) lines.push(`release:  ${r.outcome} at ${r.finishedAt}${r.afterBoot ? " (after this boot)" : ""}${r.reason ? `: ${r.reason}` : ""}`);
   return lines;

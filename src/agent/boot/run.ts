@@ -31,6 +31,8 @@ export interface BootCommandDeps extends IdentitySource {
   recorder?: OutcomeRecorder;
   /** The host's image store and engine version (daemon.json, `dockerd --version`); absent: not observed (graphdriver). */
   hostStore?: () => Promise<HostStore>;
+  /** Starts the background refresh of the volume's images (config refresh.enabled); absent: none. */
+  startRefresh?: () => Promise<void>;
 }
 
 export interface BootOutcome {
@@ -124,7 +126,13 @@ export async function runBoot(
   const exitCode = "plan" in observation && !observation.transient ? ExitCode.failure : exitCodeOf(result);
   const phase: BootPhase = !settings.mayClaim ? "second" : settings.withDocker ? "single" : "first";
   await deps.recorder?.bootFinished({ instanceId: identity.instanceId, ...(deps.bootId ? { bootId: deps.bootId } : {}), phase, result, finishedAt: new Date() });
+  if (deps.startRefresh && (result.outcome === "ready" || result.outcome === "warming")) await startRefresh(deps.startRefresh, log);
   return { identity, plan, result, exitCode };
+}
+
+/** Hands the refresh to its own process once the node is up; a failure to start it is a warning, never the boot's. */
+async function startRefresh(start: () => Promise<void>, log: Logger): Promise<void> {
+  await start().catch((error: unknown) => log.warning("boot.refresh", `could not start the background refresh: ${describeError(error)}; readiness is unchanged`));
 }
 
 /** Leaves the prepared volume to the second phase (a failed write is logged: that phase then checks everything again). */

@@ -1,0 +1,63 @@
+/**
+ * The image lists a refresh wants, read from the world's tags: osparc's `pre_pulled_images`
+ * instance tag, and references compared the way docker lists them. Pure.
+ *
+ * osparc's autoscaler writes `io.simcore.autoscaling.ec2_instance.pre_pulled_images` as the JSON
+ * array of the images it pulled onto a warm buffer (`dump_as_ec2_tags`: whole, or in 256-character
+ * chunks `<key>_0`, `<key>_1`, …, like the labels tag). The tag is the autoscaler's: whatever is
+ * wrong with it is a warning and the refresh goes on without it (or without the bad entries).
+ */
+import { validateImageRef } from "../../inputs.ts";
+import { withLatest } from "../generation.ts";
+import { readChunkedJsonTag } from "../labels-tag.ts";
+
+export interface PrePulledImagesRead {
+  /** Valid references, in the tag's order, without repeats (as docker would list them). */
+  images: string[];
+  /** One sentence per problem: the tag unreadable (then no image), or an entry skipped. */
+  warnings: string[];
+}
+
+/** The images osparc's `pre_pulled_images` tag lists; nothing (and no warning) when the tag is absent. */
+export function readPrePulledImages(tags: Readonly<Record<string, string>>, key: string): PrePulledImagesRead {
+  const read = readChunkedJsonTag(tags, key);
+  if (!read.found) return { images: [], warnings: [] };
+  if (!read.ok) return { images: [], warnings: [`${read.problem}; its images are not pulled`] };
+  if (!Array.isArray(read.value)) {
+    return { images: [], warnings: [`instance tag "${key}": must hold a JSON array of image references, got ${read.value === null ? "null" : typeof read.value}; its images are not pulled`] };
+  }
+  const images: string[] = [];
+  const warnings: string[] = [];
+  const seen = new Set<string>();
+  for (const [index, entry] of (read.value as unknown[]).entries()) {
+    const check = validateImageRef(entry, `instance tag "${key}" entry ${index}`);
+    if (!check.ok) {
+      warnings.push(`${check.problem}; skipped`);
+      continue;
+    }
+    const listed = asListed(check.value);
+    if (seen.has(listed)) continue;
+    seen.add(listed);
+    images.push(check.value);
+  }
+  return { images, warnings };
+}
+
+/**
+ * A reference as `docker images` lists it: Docker Hub's implicit parts dropped
+ * (`docker.io/library/redis` → `redis`, `index.docker.io/org/app` → `org/app`) and `:latest` added
+ * when it names no tag or digest. Two spellings of one image then compare equal.
+ */
+export function asListed(image: string): string {
+  const slash = image.indexOf("/");
+  const first = slash < 0 ? "" : image.slice(0, slash);
+  const hasRegistry = first.includes(".") || first.includes(":") || first === "localhost";
+  let ref = image;
+  if (hasRegistry && DOCKER_HUB.has(first)) ref = image.slice(slash + 1);
+  else if (hasRegistry) return withLatest(image);
+  // Docker Hub's official images live under `library/`, which docker does not show.
+  if (/^library\/[^/:@]+(?:[:@].*)?$/.test(ref)) ref = ref.slice("library/".length);
+  return withLatest(ref);
+}
+
+const DOCKER_HUB = new Set(["docker.io", "index.docker.io", "registry-1.docker.io"]);

@@ -1,0 +1,44 @@
+/**
+ * `ebs-cache-agent refresh`: pulls the images the attached pool volume lacks (see
+ * src/agent/refresh/ and docs/operations.md). The boot starts it with `--background` after
+ * `ready` when config refresh.enabled is true; by hand it runs whatever that setting says.
+ */
+import { Command } from "commander";
+import { renderRefresh, runRefresh } from "../agent/refresh/run.ts";
+import { hostContext } from "./common.ts";
+
+/** Builds `ebs-cache-agent refresh`. */
+export function refreshCommand(): Command {
+  return new Command("refresh")
+    .description("pull the images of the pool's current generation and of osparc's pre_pulled_images instance tag that the cache volume lacks; tag the volume current when it holds them all")
+    .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
+    .option("--dry-run", "observe and print the plan; pull nothing, tag nothing")
+    .option("--json", "print the plan and the final state as JSON")
+    .option("--background", "the run a boot starts after ready (same work; logs say so)")
+    .addHelpText(
+      "after",
+      "\nA failed pull is a warning: the node's readiness labels never change. Only pool volumes are refreshed.\n" +
+        "Exit codes: 0 done (pulls may have failed: see the output or `status`), 1 the refresh could not run (EC2 or docker unreachable), 3 invalid configuration.",
+    )
+    .action(async (opts: { config?: string; dryRun?: boolean; json?: boolean; background?: boolean }) => {
+      const context = await hostContext(opts.config);
+      if (opts.background) context.log.info("refresh.background", "background refresh run started", { pid: process.pid });
+      const controller = new AbortController();
+      const stop = () => {
+        context.log.warning("agent.sigterm", "signal received: stopping the pulls in flight");
+        controller.abort(new Error("stopped by a signal"));
+      };
+      process.once("SIGTERM", stop);
+      process.once("SIGINT", stop);
+      try {
+        const outcome = await runRefresh(context.refreshDeps, { dryRun: opts.dryRun ?? false, signal: controller.signal });
+        const out = (line: string) => process.stdout.write(line + "\n");
+        if (opts.json) out(JSON.stringify({ plan: outcome.plan, state: outcome.state ?? null }, null, 2));
+        else for (const line of renderRefresh(outcome)) out(line);
+        process.exitCode = outcome.exitCode;
+      } finally {
+        process.off("SIGTERM", stop);
+        process.off("SIGINT", stop);
+      }
+    });
+}
