@@ -61,6 +61,7 @@ const DEFAULTS = {
     initialize: { ioDepth: 32, maxIoKiB: 1024, timeoutMinutes: null, progressSeconds: 10 },
   },
   keeper: { zones: [], minAvailable: 2, maxAvailable: 4, maxVolumes: 20, maxGiB: 2000, initializationRateMiBps: 100 },
+  gc: { supersededGraceHours: 24 },
   metrics: { textfileDir: "/var/lib/prometheus/node-exporter" },
   logLevel: "info",
 };
@@ -101,6 +102,7 @@ const FULL = {
     initialize: { ioDepth: 8, maxIoKiB: 512, timeoutMinutes: 60, progressSeconds: 1 },
   },
   keeper: { zones: ["eu-central-1a", "eu-central-1b"], minAvailable: 0, maxAvailable: 10, maxVolumes: 100, maxGiB: 5000, initializationRateMiBps: null },
+  gc: { supersededGraceHours: null },
   metrics: { textfileDir: "/tmp/lab/node-exporter" },
   logLevel: "debug",
 };
@@ -486,6 +488,7 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_KEEPER__MAX_VOLUMES",
     "EBS_CACHE_AGENT_KEEPER__MAX_GIB",
     "EBS_CACHE_AGENT_KEEPER__INITIALIZATION_RATE_MIBPS",
+    "EBS_CACHE_AGENT_GC__SUPERSEDED_GRACE_HOURS",
     "EBS_CACHE_AGENT_METRICS__TEXTFILE_DIR",
     "EBS_CACHE_AGENT_LOG_LEVEL",
   ]);
