@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs locally (packer's shell-local post-processor of packer/pool-volume.pkr.hcl): snapshots
 # the pool volume the build left, with the volume's tags (ebs-cache:managed, kind, pool,
-# image-set, images, image-store), and waits until the snapshot is completed. First it tags the
-# volume ebs-cache:engine-version with the builder's docker version (BUILT, downloaded from the
-# builder: ENGINE_VERSION=…). Needs the aws CLI with the credentials Packer used. MANIFEST: the
-# manifest post-processor's file for this build.
+# image-set, images, image-store, built-at: the generation), and waits until the snapshot is
+# completed. First it tags the volume ebs-cache:engine-version with the builder's docker version
+# (BUILT, downloaded from the builder: ENGINE_VERSION=…). Needs the aws CLI with the credentials
+# Packer used. MANIFEST: the manifest post-processor's file for this build.
 set -euo pipefail
 : "${MANIFEST:?}" "${BUILT:?}"
 
@@ -22,6 +22,9 @@ for part in "${parts[@]}"; do
   aws ec2 create-tags --region "$region" --resources "$volume" --tags "Key=ebs-cache:engine-version,Value=$engine_version"
   tags=$(aws ec2 describe-volumes --region "$region" --volume-ids "$volume" \
     --query 'Volumes[0].Tags[?!starts_with(Key, `aws:`)]' --output json)
+  # The generation travels with the tags: a volume without its build time (an older template)
+  # would make a snapshot that boots rank below every built one.
+  grep -q '"ebs-cache:built-at"' <<<"$tags" || { echo "snapshot-pool-volume: $volume has no ebs-cache:built-at tag" >&2; exit 1; }
   snapshot=$(aws ec2 create-snapshot --region "$region" --volume-id "$volume" \
     --description "ebs-cache pool snapshot of $volume" \
     --tag-specifications "[{\"ResourceType\":\"snapshot\",\"Tags\":$tags}]" \
