@@ -73,6 +73,12 @@ interface PoolCurrent {
   since: Date;
 }
 
+/** What judging generations needs, worked out once per run. */
+interface Generations {
+  current: ReadonlyMap<string, PoolCurrent>;
+  snapshots: ReadonlyMap<string, SnapshotInfo>;
+}
+
 /** Parses an ISO 8601 timestamp as the agent writes it; undefined when malformed. */
 export function parseTimestamp(text: string): Date | undefined {
   if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(text)) return undefined;
@@ -83,7 +89,7 @@ export function parseTimestamp(text: string): Date | undefined {
 /** Decides for one volume, the cap aside. */
 export function judgeVolume(volume: VolumeInfo, options: Pick<GcPlanOptions, "now" | "ttlHours" | "retire">): GcDecision {
   const decision = judgeExpiry(volume, options);
-  return options.retire ? judgeGeneration(volume, decision, options.now, options.retire, currentByPool(options.retire)) : decision;
+  return options.retire ? judgeGeneration(volume, decision, options.now, options.retire, generationsOf(options.retire)) : decision;
 }
 
 /** Expiry alone: released volumes past expires-at, never-released ones tagged to expire. */
@@ -119,6 +125,10 @@ function judgeExpiry(volume: VolumeInfo, options: Pick<GcPlanOptions, "now" | "t
   return decide("delete", `expired ${expires.toISOString()}`);
 }
 
+function generationsOf(retire: RetireOptions): Generations {
+  return { current: currentByPool(retire), snapshots: new Map(retire.snapshots.map((s) => [s.snapshotId, s])) };
+}
+
 /** Each pool's current generation, by pool name. */
 function currentByPool(retire: RetireOptions): Map<string, PoolCurrent> {
   const byPool = new Map<string, SnapshotInfo[]>();
@@ -147,10 +157,10 @@ const IN_STOCK = new Set<GcVerdict>(["never-claimed", "not-expired"]);
  * never-released (in doubt) one, a workspace volume, or one whose build time cannot be learned,
  * keeps the verdict expiry gave it.
  */
-function judgeGeneration(volume: VolumeInfo, decision: GcDecision, now: Date, retire: RetireOptions, current: ReadonlyMap<string, PoolCurrent>): GcDecision {
+function judgeGeneration(volume: VolumeInfo, decision: GcDecision, now: Date, retire: RetireOptions, generations: Generations): GcDecision {
   if (!IN_STOCK.has(decision.verdict) || volume.tags[VolumeTag.kind] !== VolumeKind.pool) return decision;
-  const pool = current.get(volume.tags[VolumeTag.pool] ?? "");
-  const generation = volumeGeneration(volume, new Map(retire.snapshots.map((s) => [s.snapshotId, s])));
+  const pool = generations.current.get(volume.tags[VolumeTag.pool] ?? "");
+  const generation = volumeGeneration(volume, generations.snapshots);
   if (!pool || generation.builtAt === null || !isSuperseded(generation, pool.generation)) return decision;
   if (isQuarantined(volume, now, retire.quarantineHours)) return { ...decision, reason: `${decision.reason}; superseded, but in quarantine` };
   const by = `generation ${generationName(generation)} superseded by ${generationName(pool.generation)}`;
@@ -165,15 +175,15 @@ function judgeGeneration(volume: VolumeInfo, decision: GcDecision, now: Date, re
  * (oldest expiry first), then superseded ones (oldest generation first).
  */
 export function planGc(volumes: readonly VolumeInfo[], options: GcPlanOptions): GcDecision[] {
-  const current = options.retire ? currentByPool(options.retire) : new Map<string, PoolCurrent>();
+  const { retire } = options;
+  const generations = retire ? generationsOf(retire) : undefined;
   const decisions = volumes.map((volume) => {
     const decision = judgeExpiry(volume, options);
-    return options.retire ? judgeGeneration(volume, decision, options.now, options.retire, current) : decision;
+    return retire && generations ? judgeGeneration(volume, decision, options.now, retire, generations) : decision;
   });
   const byId = new Map(volumes.map((v) => [v.volumeId, v]));
   const expiry = (d: GcDecision) => parseTimestamp(byId.get(d.volumeId)?.tags[VolumeTag.expiresAt] ?? "")?.getTime() ?? 0;
-  const snapshots = new Map((options.retire?.snapshots ?? []).map((s) => [s.snapshotId, s]));
-  const generation = (d: GcDecision) => volumeGeneration(byId.get(d.volumeId)!, snapshots);
+  const generation = (d: GcDecision) => volumeGeneration(byId.get(d.volumeId)!, generations?.snapshots);
   const deletions = [
     ...decisions.filter((d) => d.verdict === "delete").sort((a, b) => expiry(a) - expiry(b)),
     ...decisions.filter((d) => d.verdict === "superseded").sort((a, b) => compareGenerations(generation(b), generation(a))),
