@@ -137,8 +137,11 @@ t.test("gc: superseded only after the grace, then exactly the old available pool
   for (const id of expected) t.match(text.stdout, new RegExp(`^${id}  superseded +generation gen-set-1@`, "m"), `gc --dry-run prints ${id} as superseded`);
   t.same(await states(), before, "a dry run changes nothing");
 
+  const asked = lab.ec2.requests.records().length;
   const real = await gc(0, ["--json"]);
   t.equal(real.exitCode, 0, "gc runs", { stderr: real.stderr });
+  const reads = lab.ec2.requests.records().slice(asked).map((r) => r.action).filter((a) => a.startsWith("Describe"));
+  t.same(reads.sort(), ["DescribeSnapshots", "DescribeVolumes"], "one listing of the volumes and one of the pools' snapshots");
   t.same(real.decisions.filter((d) => d.done === "deleted" || d.done === "gone").map((d) => d.volumeId).sort(), expected, "exactly those deleted");
   const left = await states();
   for (const id of expected) t.not(left.get(id), "available", `${id} retired`);
