@@ -13,6 +13,9 @@
 #   ebs-cache:managed=true  ebs-cache:kind=pool  ebs-cache:pool=<pool>
 #   ebs-cache:image-set=<image_set>  ebs-cache:images=<images, comma-separated>
 #   ebs-cache:image-store=<image_store>  ebs-cache:engine-version=<the builder's docker version>
+#   ebs-cache:built-at=<this build's start, UTC, RFC 3339>
+# Image set and built-at are the snapshot's generation (docs/boot.md, "Generations"): every build
+# makes a new one, which boots prefer, the keeper stocks and gc retires the older ones for.
 # (the engine version is known on the builder only: it writes it to a file this template
 # downloads, and the snapshot step tags the volume with it before snapshotting).
 # Build it with the docker the cluster runs (var.docker_package) and the store its hosts use
@@ -20,6 +23,8 @@
 # could replace the post-processing step; Packer 1.6.6 (the offline validation) knows neither.
 
 locals {
+  # timestamp() is RFC 3339 in UTC (2026-12-01T10:00:00Z), what ebs-cache:built-at holds.
+  pool_built_at = timestamp()
   pool_tags = {
     "ebs-cache:managed"     = "true"
     "ebs-cache:kind"        = "pool"
@@ -27,8 +32,9 @@ locals {
     "ebs-cache:image-set"   = var.image_set
     "ebs-cache:images"      = join(",", var.images)
     "ebs-cache:image-store" = var.image_store
+    "ebs-cache:built-at"    = local.pool_built_at
   }
-  pool_stamp = formatdate("YYYYMMDD'T'hhmmss", timestamp())
+  pool_stamp = formatdate("YYYYMMDD'T'hhmmss", local.pool_built_at)
   # The checkout's dist/ (git-ignored) keeps the manifest.
   pool_dist     = "${abspath("${path.root}/..")}/dist"
   pool_manifest = "${local.pool_dist}/pool-volume-manifest-${local.pool_stamp}.json"

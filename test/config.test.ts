@@ -63,6 +63,7 @@ const DEFAULTS = {
   keeper: { zones: [], minAvailable: 2, maxAvailable: 4, maxVolumes: 20, maxGiB: 2000, initializationRateMiBps: 100 },
   cost: { gibMonthUsd: 0.08, iopsMonthUsd: 0.005, throughputMonthUsd: 0.04, snapshotGibMonthUsd: 0.05 },
   refresh: { enabled: false, concurrency: 1, pullSeconds: 1800, prePulledImagesTag: "io.simcore.autoscaling.ec2_instance.pre_pulled_images" },
+  gc: { supersededGraceHours: 24 },
   metrics: { textfileDir: "/var/lib/prometheus/node-exporter" },
   logLevel: "info",
 };
@@ -105,6 +106,7 @@ const FULL = {
   keeper: { zones: ["eu-central-1a", "eu-central-1b"], minAvailable: 0, maxAvailable: 10, maxVolumes: 100, maxGiB: 5000, initializationRateMiBps: null },
   cost: { gibMonthUsd: 0.0952, iopsMonthUsd: 0.006, throughputMonthUsd: 0.048, snapshotGibMonthUsd: 0 },
   refresh: { enabled: true, concurrency: 2, pullSeconds: 60, prePulledImagesTag: null },
+  gc: { supersededGraceHours: null },
   metrics: { textfileDir: "/tmp/lab/node-exporter" },
   logLevel: "debug",
 };
@@ -498,6 +500,7 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_REFRESH__CONCURRENCY",
     "EBS_CACHE_AGENT_REFRESH__PULL_SECONDS",
     "EBS_CACHE_AGENT_REFRESH__PRE_PULLED_IMAGES_TAG",
+    "EBS_CACHE_AGENT_GC__SUPERSEDED_GRACE_HOURS",
     "EBS_CACHE_AGENT_METRICS__TEXTFILE_DIR",
     "EBS_CACHE_AGENT_LOG_LEVEL",
   ]);

@@ -1,7 +1,7 @@
 /** gc's planner: pure, every kind of volume. */
 import t from "tap";
-import { judgeVolume, parseTimestamp, planGc } from "../src/agent/gc/plan.ts";
-import type { VolumeInfo } from "../src/agent/ports.ts";
+import { judgeVolume, parseTimestamp, planGc, type RetireOptions } from "../src/agent/gc/plan.ts";
+import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
 import { VolumeTag } from "../src/tags.ts";
 
 const now = new Date("2026-11-30T12:00:00Z");
@@ -52,4 +52,75 @@ t.test("timestamps", async (t) => {
   t.ok(parseTimestamp("2026-11-30T12:00:00Z"));
   t.ok(parseTimestamp("2026-11-30T12:00:00.123+02:00"));
   for (const bad of ["", "2026-11-30", "1700000000", "2026-13-45T99:00:00Z", "never"]) t.equal(parseTimestamp(bad), undefined, bad);
+});
+
+t.test("superseded pool volumes: retired after the grace, only when they sit in the pool", async (t) => {
+  const pool = (name: string, over: Record<string, string> = {}) => ({ ...managed, [VolumeTag.kind]: "pool", [VolumeTag.pool]: name, ...over });
+  const snapshot = (id: string, poolName: string, builtAt: string | undefined, startTime: string, over: Partial<SnapshotInfo> = {}): SnapshotInfo => ({
+    snapshotId: id,
+    state: "completed",
+    volumeSizeGiB: 10,
+    startTime: new Date(startTime),
+    tags: pool(poolName, builtAt ? { [VolumeTag.builtAt]: builtAt, [VolumeTag.imageSet]: "set" } : {}),
+    ...over,
+  });
+  const snapshots = [
+    snapshot("snap-old", "p1", "2026-11-01T00:00:00Z", "2026-11-01T01:00:00Z"),
+    // The current generation: built the day before, snapshotted 36 h before `now`.
+    snapshot("snap-new", "p1", "2026-11-28T00:00:00Z", "2026-11-29T00:00:00Z"),
+    snapshot("snap-newest-pending", "p1", "2026-11-30T00:00:00Z", "2026-11-30T00:00:00Z", { state: "pending" }),
+    snapshot("snap-q", "q", "2026-11-01T00:00:00Z", "2026-11-01T01:00:00Z"),
+  ];
+  const old = (id: string, over: Record<string, string> = {}, info: Partial<VolumeInfo> = {}) => vol(id, pool("p1", { [VolumeTag.builtAt]: "2026-11-01T00:00:00Z", ...over }), { snapshotId: "snap-old", ...info });
+  const volumes = [
+    old("vol-old"),
+    vol("vol-old-untagged", pool("p1"), { snapshotId: "snap-old" }),
+    old("vol-old-released", { [VolumeTag.claimedBy]: "i-1", [VolumeTag.releasedAt]: "2026-11-30T00:00:00Z", [VolumeTag.expiresAt]: "2026-12-01T00:00:00Z" }),
+    old("vol-old-in-use", {}, { state: "in-use", attachment: { instanceId: "i-2", device: "/dev/sdf", state: "attached" } }),
+    old("vol-old-kept", { [VolumeTag.keep]: "true" }),
+    old("vol-old-quarantined", { [VolumeTag.lastError]: "x", [VolumeTag.lastErrorAt]: "2026-11-30T10:00:00Z" }),
+    old("vol-old-unreleased", { [VolumeTag.claimedBy]: "i-dead" }),
+    vol("vol-old-workspace", { ...pool("p1", { [VolumeTag.builtAt]: "2026-11-01T00:00:00Z" }), [VolumeTag.kind]: "workspace" }, { snapshotId: "snap-old" }),
+    vol("vol-old-foreign", { [VolumeTag.kind]: "pool", [VolumeTag.pool]: "p1", [VolumeTag.builtAt]: "2026-11-01T00:00:00Z" }),
+    vol("vol-unknown", pool("p1"), { snapshotId: "snap-deleted" }),
+    vol("vol-new", pool("p1", { [VolumeTag.builtAt]: "2026-11-28T00:00:00Z" }), { snapshotId: "snap-new" }),
+    vol("vol-q", pool("q", { [VolumeTag.builtAt]: "2026-11-01T00:00:00Z" }), { snapshotId: "snap-q" }),
+    vol("vol-no-snapshots", pool("r", { [VolumeTag.builtAt]: "2020-01-01T00:00:00Z" })),
+  ];
+  const retire: RetireOptions = { snapshots, graceHours: 24, quarantineHours: 6 };
+  const verdicts = (options: Partial<typeof opts> & { retire?: RetireOptions }) =>
+    Object.fromEntries(planGc(volumes, { ...opts, ...options }).map((d) => [d.volumeId, d.verdict]));
+  const after = verdicts({ retire });
+  t.same(Object.entries(after).filter(([, v]) => v === "superseded").map(([id]) => id).sort(), ["vol-old", "vol-old-released", "vol-old-untagged"], "36 h out, 24 h of grace: the old generation's pool volumes that sit in the pool");
+  t.same(
+    [after["vol-old-in-use"], after["vol-old-kept"], after["vol-old-quarantined"], after["vol-old-unreleased"], after["vol-old-workspace"], after["vol-old-foreign"]],
+    ["in-use", "kept", "never-claimed", "tag-expiry", "never-claimed", "foreign"],
+    "never one in use, kept, in quarantine, in doubt (never released), a workspace volume or a foreign one",
+  );
+  t.same([after["vol-unknown"], after["vol-new"], after["vol-q"], after["vol-no-snapshots"]], ["never-claimed", "never-claimed", "never-claimed", "never-claimed"], "unknown generation, the current one, the only generation of its pool, a pool with no snapshot: left");
+  const before = planGc(volumes, { ...opts, retire: { ...retire, graceHours: 48 } });
+  t.same(before.filter((d) => d.verdict === "superseded"), [], "within the grace (36 h of 48): nothing retired");
+  t.match(before.find((d) => d.volumeId === "vol-old")?.reason, /superseded by set@2026-11-28T00:00:00.000Z, retired from 2026-12-01T00:00:00.000Z/, "the grace counts from the snapshot's start (later than its build)");
+  t.equal(verdicts({ retire: { ...retire, graceHours: null } })["vol-old"], "never-claimed", "null: never retired");
+  t.equal(verdicts({})["vol-old"], "never-claimed", "without snapshots gc judges expiry only");
+  // This host pins the old image set for p1: its current generation is that set's, nothing older is left.
+  const pinned = [...snapshots, snapshot("snap-new-set", "p1", "2026-11-28T00:00:00Z", "2026-11-29T00:00:00Z")].map((s) => (s.snapshotId === "snap-new" || s.snapshotId === "snap-new-set" ? { ...s, tags: { ...s.tags, [VolumeTag.imageSet]: "set-b" } } : s));
+  t.equal(verdicts({ retire: { ...retire, snapshots: pinned, pool: { name: "p1", imageSet: "set" } } })["vol-old"], "never-claimed", "the configured image set's newest snapshot is the pool's current generation");
+  t.equal(verdicts({ retire: { ...retire, snapshots: pinned, pool: { name: "other", imageSet: "set" } } })["vol-old"], "superseded", "a pool this host does not use: the newest of any image set");
+  const capped = planGc(volumes, { ...opts, maxDeletes: 2, retire });
+  t.same(capped.filter((d) => d.verdict === "superseded").length + capped.filter((d) => d.verdict === "delete").length, 2, "the cap counts retirements too");
+  t.equal(capped.filter((d) => d.verdict === "over-cap").length, 1);
+  t.same(JSON.parse(JSON.stringify(capped)), capped, "serializable (printed by --dry-run --json)");
+});
+
+t.test("the cap: expired volumes before superseded ones, the oldest generation first", async (t) => {
+  const tags = (builtAt: string) => ({ ...managed, [VolumeTag.kind]: "pool", [VolumeTag.pool]: "p1", [VolumeTag.builtAt]: builtAt });
+  const snapshots: SnapshotInfo[] = [{ snapshotId: "snap-3", state: "completed", volumeSizeGiB: 10, startTime: new Date("2026-11-03T00:00:00Z"), tags: tags("2026-11-03T00:00:00Z") }];
+  const volumes = [
+    vol("vol-g2", tags("2026-11-02T00:00:00Z")),
+    vol("vol-g1", tags("2026-11-01T00:00:00Z")),
+    vol("vol-expired", { ...managed, [VolumeTag.expiresAt]: "2026-11-30T00:00:00Z" }),
+  ];
+  const plan = planGc(volumes, { ...opts, maxDeletes: 2, retire: { snapshots, graceHours: 0, quarantineHours: 6 } });
+  t.same(plan.map((d) => [d.volumeId, d.verdict]), [["vol-g2", "over-cap"], ["vol-g1", "superseded"], ["vol-expired", "delete"]]);
 });

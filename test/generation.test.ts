@@ -1,6 +1,6 @@
 /** Image-set generations: pure ordering of snapshots and volumes. */
 import t from "tap";
-import { compareGenerations, currentGeneration, generationName, isSuperseded, snapshotGeneration, volumeGeneration } from "../src/agent/generation.ts";
+import { compareGenerations, currentGeneration, currentSnapshot, generationName, isSuperseded, snapshotGeneration, volumeGeneration } from "../src/agent/generation.ts";
 import type { SnapshotInfo } from "../src/agent/ports.ts";
 import { VolumeTag } from "../src/tags.ts";
 
@@ -52,4 +52,18 @@ t.test("the current generation and what it supersedes", async (t) => {
     { imageSet: "b", builtAt: new Date("2026-11-01T00:00:00Z") },
   ].sort(compareGenerations);
   t.same(order.map((g) => g.imageSet), ["b", "a", null], "newest first, unknown last");
+});
+
+t.test("the current snapshot: built-at beats start time; completed only; the later of one generation's snapshots", async (t) => {
+  const snapshots = [
+    snap("snap-new", { [VolumeTag.builtAt]: "2026-11-01T00:00:00Z" }, { startTime: new Date("2026-11-01T01:00:00Z") }),
+    // An older image set snapshotted again later: newest by start time, not by generation.
+    snap("snap-old-again", { [VolumeTag.builtAt]: "2026-10-01T00:00:00Z" }, { startTime: new Date("2026-11-20T00:00:00Z") }),
+    snap("snap-pending", { [VolumeTag.builtAt]: "2026-12-01T00:00:00Z" }, { state: "pending" }),
+  ];
+  t.equal(currentSnapshot(snapshots)?.snapshotId, "snap-new");
+  const twice = [...snapshots, snap("snap-new-again", { [VolumeTag.builtAt]: "2026-11-01T00:00:00Z" }, { startTime: new Date("2026-11-02T00:00:00Z") })];
+  t.equal(currentSnapshot(twice)?.snapshotId, "snap-new-again", "one generation snapshotted twice: the later snapshot");
+  t.equal(currentSnapshot([snap("a", {}, { startTime: new Date("2026-01-01T00:00:00Z") }), snap("b", {}, { startTime: new Date("2026-02-01T00:00:00Z") })])?.snapshotId, "b", "without built-at: the newest start, as before");
+  t.equal(currentSnapshot(snapshots, "no-such-set"), undefined);
 });

@@ -28,7 +28,7 @@ const observed = (volumes: VolumeInfo[], over: Partial<KeeperObservation> = {}):
   now,
   volumes,
   snapshot,
-  snapshotStarts: { "snap-old": "2026-01-01T00:00:00.000Z", "snap-new": "2026-05-01T00:00:00.000Z" },
+  snapshots: [{ ...snapshot, snapshotId: "snap-old", startTime: new Date("2026-01-01T00:00:00Z") }, snapshot],
   initialization: {},
   ...over,
 });
@@ -54,7 +54,7 @@ t.test("what counts as stock: creating yes; attached, quarantined, other image s
     volume("vol-foreign", zone, { tags: { [VolumeTag.kind]: "pool", [VolumeTag.pool]: "p1", [VolumeTag.imageSet]: "s1" } }),
     volume("vol-deleting", zone, { state: "deleting", tags: { ...poolTags, [VolumeTag.imageSet]: "s1" } }),
   ]));
-  t.same(plan.zones[0], { zone, available: 0, creating: 1, total: 4, create: 1, trim: 0 });
+  t.same(plan.zones[0], { zone, available: 0, superseded: 0, creating: 1, total: 4, create: 1, trim: 0 });
   t.same(plan.totals, { volumes: 4, gib: 200, maxVolumes: 10, maxGiB: 1000 }, "every live managed volume of the pool counts toward the caps; foreign and deleting ones do not");
 });
 
@@ -69,7 +69,7 @@ t.test("the caps: volumes and GiB of the whole pool", async (t) => {
   t.same(planKeeper(settings, observed([], { snapshot: undefined })).zones[0]?.short, "the pool has no completed snapshot");
 });
 
-t.test("surplus: oldest snapshot first, then oldest volume; never kept, quarantined or attached", async (t) => {
+t.test("surplus: oldest generation first, then oldest volume; never kept, quarantined or attached", async (t) => {
   const zone = "eu-west-1a";
   const at = (iso: string) => new Date(iso);
   const plan = planKeeper({ ...settings, zones: [zone], minAvailable: 0, maxAvailable: 1 }, observed([
@@ -80,7 +80,49 @@ t.test("surplus: oldest snapshot first, then oldest volume; never kept, quaranti
     volume("vol-quarantined", zone, { snapshotId: "snap-old", tags: { ...poolTags, [VolumeTag.lastError]: "x", [VolumeTag.lastErrorAt]: "2026-06-01T11:00:00Z" } }),
     volume("vol-new-late", zone, { createTime: at("2026-05-31T00:00:00Z") }),
   ]));
-  t.same(plan.steps.filter((s) => s.step === "trim").map((s) => "volumeId" in s && s.volumeId), ["vol-old-early", "vol-old-late", "vol-new-early", "vol-new-late"], "5 in stock (the kept one counts), 1 allowed");
+  t.same(plan.steps.filter((s) => s.step === "trim").map((s) => "volumeId" in s && s.volumeId), ["vol-old-early", "vol-old-late", "vol-new-early"], "2 current + 3 superseded (the kept one counts), 1 allowed: the newest current one stays, the kept one is never trimmed");
+  t.same(plan.zones[0], { zone, available: 2, superseded: 3, creating: 0, total: 6, create: 0, trim: 3 });
+});
+
+const built = (iso: string) => ({ ...poolTags, [VolumeTag.builtAt]: iso });
+const generations = {
+  snapshot: { ...snapshot, snapshotId: "snap-g3", startTime: new Date("2026-05-01T00:00:00Z"), tags: { ...snapshot.tags, [VolumeTag.builtAt]: "2026-04-30T00:00:00Z" } },
+  snapshots: [
+    { ...snapshot, snapshotId: "snap-g1", startTime: new Date("2026-03-01T00:00:00Z"), tags: { ...snapshot.tags, [VolumeTag.builtAt]: "2026-02-28T00:00:00Z" } },
+    { ...snapshot, snapshotId: "snap-g3", startTime: new Date("2026-05-01T00:00:00Z"), tags: { ...snapshot.tags, [VolumeTag.builtAt]: "2026-04-30T00:00:00Z" } },
+    // An old image set snapshotted again later: its start time is newest, its build time is not.
+    { ...snapshot, snapshotId: "snap-g2-again", startTime: new Date("2026-05-20T00:00:00Z"), tags: { ...snapshot.tags, [VolumeTag.builtAt]: "2026-03-31T00:00:00Z" } },
+  ],
+};
+
+t.test("generations: only the current one is stock; new volumes come from its snapshot", async (t) => {
+  const zone = "eu-west-1a";
+  const plan = planKeeper({ ...settings, zones: [zone] }, observed([
+    volume("vol-g1", zone, { snapshotId: "snap-g1", tags: { ...poolTags } }),
+    volume("vol-g2", zone, { snapshotId: "snap-g2-again", tags: built("2026-03-31T00:00:00Z") }),
+    volume("vol-unknown", zone, { snapshotId: "snap-deleted", tags: { ...poolTags } }),
+    volume("vol-g3", zone, { snapshotId: "snap-g3", tags: built("2026-04-30T00:00:00Z") }),
+  ], generations));
+  t.same(plan.zones[0], { zone, available: 1, superseded: 3, creating: 0, total: 4, create: 1, trim: 0 }, "3 superseded volumes do not make up the 2 current ones wanted");
+  t.equal(plan.generation, "s1@2026-04-30T00:00:00.000Z");
+  const create = creates(plan)[0]!;
+  t.same([create.snapshotId, create.tags[VolumeTag.builtAt]], ["snap-g3", "2026-04-30T00:00:00Z"], "from the current generation's snapshot, its built-at copied");
+  t.same(plan.steps.filter((s) => s.step === "trim"), [], "below minAvailable of the current generation: the superseded ones stay (a boot gets them warm)");
+});
+
+t.test("generations: superseded trimmed first, oldest generation first, once the current stock is at minAvailable", async (t) => {
+  const zone = "eu-west-1a";
+  const trims = (volumes: VolumeInfo[]) => planKeeper({ ...settings, zones: [zone] }, observed(volumes, generations)).steps.filter((s) => s.step === "trim").map((s) => "volumeId" in s && s.volumeId);
+  const current = [1, 2].map((i) => volume(`vol-g3-${i}`, zone, { snapshotId: "snap-g3", tags: built("2026-04-30T00:00:00Z"), createTime: new Date(`2026-05-0${i}T00:00:00Z`) }));
+  const older = [
+    volume("vol-g2", zone, { snapshotId: "snap-g2-again", tags: built("2026-03-31T00:00:00Z"), createTime: new Date("2026-01-01T00:00:00Z") }),
+    volume("vol-g1", zone, { snapshotId: "snap-g1", tags: { ...poolTags }, createTime: new Date("2026-05-29T00:00:00Z") }),
+    volume("vol-unknown", zone, { snapshotId: "snap-deleted", tags: { ...poolTags }, createTime: new Date("2026-05-30T00:00:00Z") }),
+  ];
+  t.same(trims([...current, ...older]), ["vol-unknown", "vol-g1"], "2 current + 3 superseded, at most 3: an unknown generation is the oldest, then g1 (whatever the volumes' ages); g2 stays");
+  t.same(trims([current[0]!, ...older]), [], "1 current, 2 wanted: nothing superseded goes yet");
+  const four = [3, 4, 5, 6].map((i) => volume(`vol-g3-${i}`, zone, { snapshotId: "snap-g3", tags: built("2026-04-30T00:00:00Z"), createTime: new Date(`2026-05-0${i}T00:00:00Z`) }));
+  t.same(trims([...four, ...older]), ["vol-unknown", "vol-g1", "vol-g2", "vol-g3-3"], "4 current, at most 3: every superseded one goes, then the oldest current one");
 });
 
 t.test("volumes EBS reports initialized are tagged; others not", async (t) => {

@@ -107,6 +107,8 @@ t.test("the templates agree with the code on tags and the volume layout", async 
   expectTag(VolumeTag.imageSet, /var\.image_set\b/);
   expectTag(VolumeTag.images, /join\(",", var\.images\)/);
   expectTag(VolumeTag.imageStore, /var\.image_store\b/);
+  expectTag(VolumeTag.builtAt, /local\.pool_built_at\b/);
+  t.match(pool, /pool_built_at\s*=\s*timestamp\(\)/, "built-at is the build's time (RFC 3339, UTC)");
   t.match(pool, /delete_on_termination\s*=\s*false/, "the pool volume outlives its builder");
 
   const script = await readFile("packer/scripts/pool-volume.sh", "utf8");

@@ -148,6 +148,31 @@ t.test("initialized volumes are tried first, each group in the instance's order"
   t.same(mixed.fitting.slice(0, 2), orderCandidates("i-0001", [ids[7]!, ids[10]!]), "the other initialized volumes still come first");
 });
 
+t.test("the newest generation is tried first; a superseded one only after it, still before the snapshot", async (t) => {
+  const ids = Array.from({ length: 12 }, (_, i) => `vol-${i.toString(16).padStart(17, "0")}`);
+  const tagsOf = (i: number): Record<string, string> => {
+    const tags: Record<string, string> = { [VolumeTag.kind]: "pool", [VolumeTag.pool]: "p1" };
+    // 0-3: the new generation, 4-7: the old one, 8-11: no built-at (made before generations: the oldest).
+    if (i < 4) tags[VolumeTag.builtAt] = "2026-11-01T00:00:00Z";
+    else if (i < 8) tags[VolumeTag.builtAt] = "2026-10-01T00:00:00Z";
+    // An initialized volume of the old generation does not jump ahead of the new one.
+    if (i === 5 || i === 2) tags[VolumeTag.initialized] = "2026-10-02T00:00:00Z";
+    return tags;
+  };
+  const volumes = ids.map((id, i) => volume(id, { tags: tagsOf(i) }));
+  for (const instanceId of ["i-0001", "i-0002"]) {
+    const order = candidateOrder(instanceId, [...volumes].reverse(), GRAPHDRIVER).fitting;
+    t.same(order.slice(0, 4), [ids[2]!, ...orderCandidates(instanceId, [ids[0]!, ids[1]!, ids[3]!])], `${instanceId}: the new generation first, initialized first within it`);
+    t.same(order.slice(4, 8), [ids[5]!, ...orderCandidates(instanceId, [ids[4]!, ids[6]!, ids[7]!])], "then the old generation");
+    t.same(order.slice(8), orderCandidates(instanceId, ids.slice(8)), "then the volumes of unknown generation");
+  }
+  t.not(candidateOrder("i-0001", volumes, GRAPHDRIVER).fitting[1], candidateOrder("i-0002", volumes, GRAPHDRIVER).fitting[1], "instances still spread inside a generation");
+  const old = volumes.slice(4);
+  const selection = selectSource(settings, observed({ pool: old, snapshot }));
+  t.ok(selection.source === "pool" && selection.candidates.length === 8, "no current volume listed: the superseded ones are claimed, not a new one from the snapshot");
+  t.same(candidateOrder("i-0001", ids.slice(8).map((id) => volume(id)), GRAPHDRIVER).fitting, orderCandidates("i-0001", ids.slice(8)), "a pool without built-at tags keeps today's order");
+});
+
 t.test("the plan is serializable (shown by --dry-run)", async (t) => {
   const plan = planBoot(settings, observed({ pool: [volume("vol-1")], snapshot }));
   t.same(JSON.parse(JSON.stringify(plan)), plan);

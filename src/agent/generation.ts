@@ -58,14 +58,25 @@ export function compareGenerations(a: Generation, b: Generation): number {
 }
 
 /**
+ * The snapshot of the pool's current generation: the newest completed one by `built-at` (else
+ * its start time), restricted to `imageSet` when the configuration names one. New volumes
+ * (boot's cold path, the keeper) come from it. Undefined when the pool has no completed snapshot.
+ */
+export function currentSnapshot<S extends Pick<SnapshotInfo, "state" | "tags" | "startTime">>(snapshots: readonly S[], imageSet: string | null = null): S | undefined {
+  const byStart = (s: S) => s.startTime?.getTime() ?? -Infinity;
+  return snapshots
+    .filter((s) => s.state === "completed" && (imageSet === null || s.tags[VolumeTag.imageSet] === imageSet))
+    // The same generation snapshotted twice: the later snapshot, as before generations existed.
+    .sort((a, b) => compareGenerations(snapshotGeneration(a), snapshotGeneration(b)) || byStart(b) - byStart(a))[0];
+}
+
+/**
  * The pool's current generation: its newest completed snapshot's (restricted to `imageSet` when
  * the configuration names one). Undefined when the pool has no completed snapshot.
  */
 export function currentGeneration(snapshots: readonly Pick<SnapshotInfo, "state" | "tags" | "startTime">[], imageSet: string | null = null): Generation | undefined {
-  return snapshots
-    .filter((s) => s.state === "completed" && (imageSet === null || s.tags[VolumeTag.imageSet] === imageSet))
-    .map(snapshotGeneration)
-    .sort(compareGenerations)[0];
+  const snapshot = currentSnapshot(snapshots, imageSet);
+  return snapshot && snapshotGeneration(snapshot);
 }
 
 /**

@@ -107,7 +107,11 @@ export interface CloudVolumes {
   describeVolume(volumeId: string, options?: Cancellable): Promise<VolumeInfo | undefined>;
   /** DescribeInstances of one instance: tags, state, its EBS volumes. */
   describeInstance(instanceId: string, options?: Cancellable & { fresh?: boolean }): Promise<InstanceInfo>;
-  /** The newest completed snapshot carrying all the tags. */
+  /**
+   * The newest completed snapshot carrying all the tags, by start time. Not the pool's current
+   * generation (built-at beats start time): for that, currentSnapshot(findSnapshots(…)) of
+   * src/agent/generation.ts.
+   */
   newestSnapshot(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo | undefined>;
   /** Every snapshot of this account carrying all the tags, in any state (the keeper orders volumes by their snapshot's age). */
   findSnapshots(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo[]>;

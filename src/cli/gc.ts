@@ -1,11 +1,13 @@
-/** `ebs-cache-agent gc`: deletes expired managed volumes (src/agent/gc/: the verdicts are planned in plan.ts). */
+/** `ebs-cache-agent gc`: deletes expired managed volumes and superseded pool volumes (src/agent/gc/: the verdicts are planned in plan.ts). */
 import { Command } from "commander";
 import { gcExitCode, runGc } from "../agent/gc/run.ts";
 import { hostContext, wholeNumber } from "./common.ts";
 
 export function gcCommand(): Command {
   return new Command("gc")
-    .description("delete managed volumes that are available, past ebs-cache:expires-at and not kept; never touches other volumes or snapshots")
+    .description(
+      "delete managed volumes that are available, past ebs-cache:expires-at and not kept, and available pool volumes of a superseded generation once gc.supersededGraceHours have passed; never touches other volumes or snapshots",
+    )
     .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
     .option("--dry-run", "print what would be done; change nothing")
     .option("--max-deletes <n>", "delete at most this many volumes per run", wholeNumber, 10)
@@ -17,6 +19,11 @@ export function gcCommand(): Command {
         dryRun: opts.dryRun ?? false,
         maxDeletes: opts.maxDeletes,
         ttlHours: context.config.ttlHours,
+        retire: {
+          graceHours: context.config.gc.supersededGraceHours,
+          quarantineHours: context.config.claim.quarantineHours,
+          pool: { name: context.config.pool, imageSet: context.config.imageSet },
+        },
         log: context.log,
         recorder: context.recorder,
       });

@@ -64,11 +64,11 @@ function fillCommand(): Command {
 function renderKeeperOutcome(outcome: KeeperOutcome, dryRun: boolean): string {
   const { plan, final } = outcome;
   const lines = [
-    `pool ${plan.pool}: ${plan.totals.volumes} volumes, ${plan.totals.gib} GiB (cap ${plan.totals.maxVolumes} volumes, ${plan.totals.maxGiB} GiB); snapshot ${plan.snapshotId ?? "none"}`,
+    `pool ${plan.pool}: ${plan.totals.volumes} volumes, ${plan.totals.gib} GiB (cap ${plan.totals.maxVolumes} volumes, ${plan.totals.maxGiB} GiB); snapshot ${plan.snapshotId ?? "none"}${plan.generation ? ` (generation ${plan.generation})` : ""}`,
   ];
   for (const z of plan.zones) {
     const todo = [z.create > 0 ? `create ${z.create}` : "", z.trim > 0 ? `trim ${z.trim}` : ""].filter(Boolean).join(", ") || "nothing to do";
-    lines.push(`  ${z.zone}: ${z.available} available + ${z.creating} creating, ${z.total} in all: ${todo}${z.short ? ` (short: ${z.short})` : ""}`);
+    lines.push(`  ${z.zone}: ${z.available} available + ${z.creating} creating, ${z.superseded} superseded, ${z.total} in all: ${todo}${z.short ? ` (short: ${z.short})` : ""}`);
   }
   if (dryRun) {
     for (const s of plan.steps) lines.push(`  would ${s.step} ${"volumeId" in s ? s.volumeId : `slot ${s.slot} from ${s.snapshotId} (${s.sizeGiB} GiB)`} in ${s.zone}`);

@@ -589,6 +589,19 @@ export const CONFIG_SCHEMA = {
         },
       },
     },
+    gc: {
+      type: "object",
+      description: "What `ebs-cache-agent gc` deletes besides expired volumes (see docs/operations.md, \"gc\").",
+      properties: {
+        supersededGraceHours: {
+          type: ["number", "null"],
+          minimum: 0,
+          maximum: 8760,
+          default: 24,
+          description: "Hours a pool's current generation (its newest completed snapshot, `ebs-cache:built-at`) is out before gc deletes the available pool volumes of older generations, counted from that snapshot's start or build time, whichever is later; never a volume in use, kept, in quarantine, never released, or a workspace volume. null: gc never retires a volume for its generation.",
+        },
+      },
+    },
     metrics: {
       type: "object",
       description: "What the agent leaves for Prometheus (see docs/metrics.md).",

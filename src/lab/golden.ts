@@ -2,7 +2,8 @@
  * The golden snapshot: what the pool-volume Packer template produces in AWS, made in the lab.
  * A builder host gets a blank volume, formats it XFS, runs a private dockerd on a data-root on
  * it, imports the image set, stops docker, drops machine-local state (`swarm/`), detaches it
- * and snapshots it. Pool volumes are then created from that snapshot, tagged for the pool.
+ * and snapshots it, tagged with the build's time (`ebs-cache:built-at`: with the image set, the
+ * snapshot's generation). Pool volumes are then created from that snapshot, tagged for the pool.
  */
 import { rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -43,6 +44,11 @@ export interface GoldenOptions {
   /** Size of the builder volume, hence of the snapshot (default 2 GiB). */
   sizeGiB?: number;
   availabilityZone?: string;
+  /**
+   * The build's time, tagged `ebs-cache:built-at` (default: when the build starts). Tests pass
+   * it to make two generations of one pool without waiting between them.
+   */
+  builtAt?: Date;
   log?: Logger;
 }
 
@@ -53,6 +59,11 @@ export interface GoldenSnapshot {
   images: string[];
   /** How the images were stored, as the builder's dockerd reported it (tagged on the snapshot and the pool volumes). */
   built: { store: ImageStore; engineVersion: string };
+  /**
+   * The build's time as tagged (`ebs-cache:built-at`, ISO 8601): its generation, with the image
+   * set. Always set by buildGoldenSnapshot; absent for a snapshot a test made otherwise.
+   */
+  builtAt?: string;
 }
 
 const WAIT = { minDelay: 1, maxDelay: 2, maxWaitTime: 120 };
@@ -63,9 +74,10 @@ function tagList(tags: Record<string, string>): Tag[] {
 
 /**
  * The tags a pool's snapshot and volumes carry; with `built`, the image store and engine version
- * the images were built with (src/docker/image-store.ts).
+ * the images were built with (src/docker/image-store.ts); with `builtAt`, the build's time (the
+ * generation, src/agent/generation.ts).
  */
-export function poolTags(pool: string, imageSet: string, images: string[], built?: GoldenSnapshot["built"]): Record<string, string> {
+export function poolTags(pool: string, imageSet: string, images: string[], built?: GoldenSnapshot["built"], builtAt?: string): Record<string, string> {
   return {
     [VolumeTag.managed]: "true",
     [VolumeTag.kind]: VolumeKind.pool,
@@ -73,6 +85,7 @@ export function poolTags(pool: string, imageSet: string, images: string[], built
     [VolumeTag.imageSet]: imageSet,
     [VolumeTag.images]: images.join(","),
     ...(built ? storeTags(built) : {}),
+    ...(builtAt ? { [VolumeTag.builtAt]: builtAt } : {}),
   };
 }
 
@@ -81,6 +94,7 @@ export async function buildGoldenSnapshot(lab: Lab, options: GoldenOptions): Pro
   const { log } = options;
   const ec2 = lab.ec2Client();
   const sizeGiB = options.sizeGiB ?? 2;
+  const builtAt = (options.builtAt ?? new Date()).toISOString();
   const builder = await lab.addHost({ availabilityZone: options.availabilityZone, tags: { Name: "golden-builder" } });
   const zone = builder.instance.availabilityZone;
 
@@ -113,14 +127,14 @@ export async function buildGoldenSnapshot(lab: Lab, options: GoldenOptions): Pro
     new CreateSnapshotCommand({
       VolumeId: volumeId,
       Description: `ebs-cache golden snapshot: pool ${options.pool}, image set ${options.imageSet}`,
-      TagSpecifications: [{ ResourceType: "snapshot", Tags: tagList(poolTags(options.pool, options.imageSet, images, built)) }],
+      TagSpecifications: [{ ResourceType: "snapshot", Tags: tagList(poolTags(options.pool, options.imageSet, images, built, builtAt)) }],
     }),
   );
   const snapshotId = snapshot.SnapshotId!;
   await waitUntilSnapshotCompleted({ client: ec2, ...WAIT }, { SnapshotIds: [snapshotId] });
   await ec2.send(new DeleteVolumeCommand({ VolumeId: volumeId }));
-  log?.info("lab.golden-snapshot", "golden snapshot ready", { snapshot: snapshotId, images: images.join(","), store: built.store, engine: built.engineVersion });
-  return { snapshotId, sizeGiB, images, built };
+  log?.info("lab.golden-snapshot", "golden snapshot ready", { snapshot: snapshotId, images: images.join(","), store: built.store, engine: built.engineVersion, builtAt });
+  return { snapshotId, sizeGiB, images, built, builtAt };
 }
 
 /** Polls the attachment itself (the SDK's waiters look at the volume state, not the attachment). */
@@ -166,7 +180,7 @@ export async function createPoolVolumes(
 ): Promise<string[]> {
   const ec2 = lab.ec2Client();
   const zone = options.availabilityZone ?? `${lab.region}a`;
-  const tags = tagList(poolTags(options.pool, options.imageSet, golden.images, golden.built));
+  const tags = tagList(poolTags(options.pool, options.imageSet, golden.images, golden.built, golden.builtAt));
   const ids: string[] = [];
   for (let i = 0; i < options.count; i++) {
     const created = await ec2.send(

@@ -8,6 +8,7 @@ import { VolumeTag } from "../../tags.ts";
 import type { StepContext } from "./context.ts";
 import { BootStepError } from "./errors.ts";
 import { storeFit } from "../../docker/image-store.ts";
+import { currentSnapshot } from "../generation.ts";
 import { candidateOrder, createSpecFrom, isQuarantined, type BootStep, type CreateSpec } from "./plan.ts";
 
 type ClaimStep = Extract<BootStep, { step: "claim-volume" }>;
@@ -53,7 +54,8 @@ export async function claimNext(step: ClaimStep, ctx: StepContext): Promise<void
   const gone = claim.handedBack.length > 0 ? `no other ${step.family} candidate` : `every ${step.family} candidate was taken`;
   const why = `${candidates.length === 0 ? gone : `lost ${claim.losses} claims to other instances`}${before}`;
   if (!step.fallback) throw new BootStepError(step.step, `${why}, and creating from the snapshot is off`, "grow the pool, or enable createFromSnapshot");
-  const snapshot = await cloud.newestSnapshot(step.fallback.snapshotTags, call);
+  // The newest generation's snapshot (built-at beats start time: an old image set snapshotted again is no newer).
+  const snapshot = currentSnapshot(await cloud.findSnapshots(step.fallback.snapshotTags, call));
   const fit = snapshot?.state === "completed" ? storeFit(snapshot.tags, step.fallback.hostStore ?? { store: "graphdriver" }) : undefined;
   if (snapshot && fit && !fit.fits) throw new BootStepError(step.step, `${why}, and the pool's snapshot ${snapshot.snapshotId} does not fit: ${fit.reason.replace(/^the volume/, "it")}`, fit.remediation);
   const create = createSpecFrom(step.fallback, snapshot);

@@ -12,6 +12,7 @@ import { VolumeTag } from "../../tags.ts";
 import type { HostStore } from "../../docker/image-store.ts";
 import type { Cancellable, CloudVolumes, Identity } from "../ports.ts";
 import { readWorkspaceRecord, type WorkspaceRecord } from "../workspace-record.ts";
+import { currentSnapshot } from "../generation.ts";
 import { lookupsNeeded, poolQuery, poolSelector, workspaceQuery, type BootObservation, type BootSettings } from "./plan.ts";
 
 /** What identifying the instance needs (part of the boot's deps). */
@@ -74,7 +75,7 @@ export async function observeBoot(
   const store = await hostStore;
   if (store) observed.hostStore = store;
   if (lookupsNeeded(settings, observed, "snapshot")) {
-    const snapshot = await cloud.newestSnapshot(poolSelector(settings), call);
+    const snapshot = currentSnapshot(await cloud.findSnapshots(poolSelector(settings), call));
     if (snapshot) observed.snapshot = snapshot;
   }
   return observed;

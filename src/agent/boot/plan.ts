@@ -11,6 +11,7 @@ import type { PrewarmStrategy } from "../../config/index.ts";
 import { attachedCacheVolume } from "../attached.ts";
 import { volumeMatchesWorkspace, workspaceIdTags, type WorkspaceIds } from "../workspace-ids.ts";
 import { orderByStore, storeFit, type HostStore } from "../../docker/image-store.ts";
+import { compareGenerations, generationName, volumeGeneration, type Generation } from "../generation.ts";
 import type { PreparedRecord } from "./prepared.ts";
 
 export type { WorkspaceIds };
@@ -189,12 +190,16 @@ export function orderCandidates(instanceId: string, volumeIds: readonly string[]
 }
 
 /**
- * The claim order of a listing: volumes tagged `ebs-cache:initialized` (the pool keeper tags a
- * volume once EBS reports its initialization complete) first, since their blocks are all
- * loaded and the node is ready without a pre-warm; within each group, volumes built by this
- * host's docker major version before the others (src/docker/image-store.ts), each in this
- * instance's order (orderCandidates), so a herd still spreads. Volumes whose image store would
- * hide their images from this host are set apart (`mismatched`), never candidates.
+ * The claim order of a listing: the newest generation first (src/agent/generation.ts: the
+ * `ebs-cache:built-at` of the image set; a volume without it is the oldest), so that a boot takes
+ * a volume of the current image set while one is listed, and a superseded one only when none is
+ * left (its images are old, but warm: better than a cold volume from the snapshot). Within a
+ * generation, volumes tagged `ebs-cache:initialized` (the pool keeper tags a volume once EBS
+ * reports its initialization complete) first, since their blocks are all loaded and the node is
+ * ready without a pre-warm; within each group, volumes built by this host's docker major version
+ * before the others (src/docker/image-store.ts), each in this instance's order
+ * (orderCandidates), so a herd still spreads. Volumes whose image store would hide their images
+ * from this host are set apart (`mismatched`), never candidates.
  */
 export function candidateOrder(
   instanceId: string,
@@ -202,15 +207,29 @@ export function candidateOrder(
   host: HostStore,
 ): { fitting: string[]; mismatched: Array<{ volume: string; reason: string; remediation: string }> } {
   const tags = new Map(volumes.map((v) => [v.volumeId, v.tags]));
-  const group = (initialized: boolean) =>
-    orderByStore(
-      orderCandidates(instanceId, volumes.filter((v) => (v.tags[VolumeTag.initialized] !== undefined) === initialized).map((v) => v.volumeId)),
-      (id) => tags.get(id)!,
-      host,
-    );
-  const warm = group(true);
-  const rest = group(false);
-  return { fitting: [...warm.fitting, ...rest.fitting], mismatched: [...warm.mismatched, ...rest.mismatched] };
+  // Boot lists no snapshots (one DescribeVolumes for a pool boot): a volume's own built-at decides.
+  const generations = new Map<string, { generation: Generation; members: Pick<VolumeInfo, "volumeId" | "tags">[] }>();
+  for (const v of volumes) {
+    const generation = volumeGeneration(v);
+    const name = generationName(generation);
+    const entry = generations.get(name) ?? { generation, members: [] };
+    entry.members.push(v);
+    generations.set(name, entry);
+  }
+  const fitting: string[] = [];
+  const mismatched: Array<{ volume: string; reason: string; remediation: string }> = [];
+  for (const { members } of [...generations.values()].sort((a, b) => compareGenerations(a.generation, b.generation))) {
+    for (const initialized of [true, false]) {
+      const group = orderByStore(
+        orderCandidates(instanceId, members.filter((v) => (v.tags[VolumeTag.initialized] !== undefined) === initialized).map((v) => v.volumeId)),
+        (id) => tags.get(id)!,
+        host,
+      );
+      fitting.push(...group.fitting);
+      mismatched.push(...group.mismatched);
+    }
+  }
+  return { fitting, mismatched };
 }
 
 /** The tags a pool volume created by the agent from the pool's snapshot carries. */

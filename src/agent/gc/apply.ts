@@ -32,6 +32,11 @@ const GC_HANDLERS: Partial<Record<GcVerdict, GcHandler>> = {
     log.notice("gc.deleted", "expired volume deleted", fields);
     return done;
   },
+  superseded: async (decision, cloud, log, fields) => {
+    const done = await cloud.deleteVolume(decision.volumeId);
+    log.notice("gc.retired", "superseded pool volume deleted", fields);
+    return done;
+  },
 };
 
 /** Acts on the decisions (a dry run only logs them). A failed action is counted, never thrown. */

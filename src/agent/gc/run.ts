@@ -1,21 +1,35 @@
 /**
- * gc's entry (`ebs-cache-agent gc`, src/cli/gc.ts): observe the managed volumes, plan (pure,
- * ./plan.ts), apply.
+ * gc's entry (`ebs-cache-agent gc`, src/cli/gc.ts): observe the managed volumes and the pools'
+ * snapshots, plan (pure, ./plan.ts), apply.
  */
 import { ExitCode } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import type { CloudVolumes, OutcomeRecorder } from "../ports.ts";
 import { applyGc, type GcOutcome } from "./apply.ts";
 import { observeGc } from "./observe.ts";
-import { planGc } from "./plan.ts";
+import { planGc, type RetireOptions } from "./plan.ts";
 
 /** Runs gc over the managed volumes EC2 shows in this region. */
 export async function runGc(
   cloud: CloudVolumes,
-  options: { dryRun: boolean; maxDeletes: number; ttlHours: number; now?: Date; log: Logger; recorder?: OutcomeRecorder },
+  options: {
+    dryRun: boolean;
+    maxDeletes: number;
+    ttlHours: number;
+    /** Retiring superseded pool volumes (`gc.supersededGraceHours`, `claim.quarantineHours`, this host's pool). */
+    retire: Omit<RetireOptions, "snapshots">;
+    now?: Date;
+    log: Logger;
+    recorder?: OutcomeRecorder;
+  },
 ): Promise<GcOutcome> {
-  const volumes = await observeGc(cloud);
-  const decisions = planGc(volumes, { now: options.now ?? new Date(), ttlHours: options.ttlHours, maxDeletes: options.maxDeletes });
+  const { volumes, snapshots } = await observeGc(cloud);
+  const decisions = planGc(volumes, {
+    now: options.now ?? new Date(),
+    ttlHours: options.ttlHours,
+    maxDeletes: options.maxDeletes,
+    retire: { ...options.retire, snapshots },
+  });
   const outcome = await applyGc(decisions, cloud, { dryRun: options.dryRun, log: options.log });
   await options.recorder?.gcFinished({ outcome, dryRun: options.dryRun, finishedAt: new Date() });
   return outcome;

@@ -1,25 +1,23 @@
 /**
  * What the keeper looks at: the pool's volumes (one filtered DescribeVolumes, all pages), its
- * newest completed snapshot, the start times of its snapshots (the trim order), and EBS's
- * initialization of the available volumes not yet tagged `ebs-cache:initialized`. Reads only.
+ * snapshots (one filtered DescribeSnapshots, all pages: the current generation's snapshot, which
+ * new volumes come from, and the generation of volumes without a built-at of their own), and
+ * EBS's initialization of the available volumes not yet tagged `ebs-cache:initialized`. Reads only.
  */
 import { VolumeTag } from "../../tags.ts";
+import { currentSnapshot } from "../generation.ts";
 import type { InitializationStatus, KeeperCloud } from "../ports.ts";
-import { keeperSnapshotSelector, keeperVolumeSelector, type KeeperObservation, type KeeperSettings } from "./plan.ts";
+import { keeperVolumeSelector, type KeeperObservation, type KeeperSettings } from "./plan.ts";
 
-/** Everything planKeeper() needs; `withSnapshots: false` skips the snapshot listing (a recount, where only creates follow). */
+/** Everything planKeeper() needs; `withInitialization: false` skips EBS's initialization (a recount, where only creates follow). */
 export async function observeKeeper(
   cloud: KeeperCloud,
   settings: KeeperSettings,
-  options: { now: Date; withSnapshots?: boolean; withInitialization?: boolean },
+  options: { now: Date; withInitialization?: boolean },
 ): Promise<KeeperObservation> {
-  const [volumes, snapshot, snapshots] = await Promise.all([
-    cloud.findVolumes({ tags: keeperVolumeSelector(settings) }),
-    cloud.newestSnapshot(keeperSnapshotSelector(settings)),
-    options.withSnapshots === false ? Promise.resolve([]) : cloud.findSnapshots(keeperVolumeSelector(settings)),
-  ]);
-  const snapshotStarts: Record<string, string> = {};
-  for (const s of snapshots) if (s.startTime) snapshotStarts[s.snapshotId] = s.startTime.toISOString();
+  // Every image set's snapshots of the pool: the generation of any of its volumes may be needed.
+  const [volumes, snapshots] = await Promise.all([cloud.findVolumes({ tags: keeperVolumeSelector(settings) }), cloud.findSnapshots(keeperVolumeSelector(settings))]);
+  const snapshot = currentSnapshot(snapshots, settings.imageSet);
 
   const initialization: Record<string, InitializationStatus | null> = {};
   if (options.withInitialization !== false) {
@@ -35,5 +33,5 @@ export async function observeKeeper(
       );
     }
   }
-  return { now: options.now, volumes, ...(snapshot ? { snapshot } : {}), snapshotStarts, initialization };
+  return { now: options.now, volumes, ...(snapshot ? { snapshot } : {}), snapshots, initialization };
 }

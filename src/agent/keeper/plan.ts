@@ -1,8 +1,9 @@
 /**
- * The pool keeper, planned: per configured zone, how many volumes to create from the pool's
- * newest snapshot (up to `minAvailable`, within the pool's caps), which surplus available
- * volumes to delete (beyond `maxAvailable`, oldest first), and which volumes EBS reports fully
- * initialized so they get tagged. Pure: the observation comes in, a serializable plan goes out
+ * The pool keeper, planned: per configured zone, how many volumes to create from the snapshot of
+ * the pool's current generation (up to `minAvailable` volumes of that generation, within the
+ * pool's caps), which surplus available volumes to delete (beyond `maxAvailable`, superseded
+ * generations first, oldest first), and which volumes EBS reports fully initialized so they get
+ * tagged. Pure: the observation comes in, a serializable plan goes out
  * (`pool fill --dry-run` prints it).
  *
  * Several keepers may run at once (a timer on each manager). Each create carries a ClientToken
@@ -15,7 +16,8 @@
  */
 import { createHash } from "node:crypto";
 import { CONTENT_TAGS, VolumeKind, VolumeTag } from "../../tags.ts";
-import { isQuarantined, poolSelector } from "../boot/plan.ts";
+import { isQuarantined } from "../boot/plan.ts";
+import { compareGenerations, generationName, isSuperseded, snapshotGeneration, volumeGeneration, type Generation } from "../generation.ts";
 import type { InitializationStatus, SnapshotInfo, VolumeInfo } from "../ports.ts";
 
 /** What the keeper needs of the configuration (`keeper.*`, the pool, the volume type). */
@@ -38,10 +40,14 @@ export interface KeeperObservation {
   now: Date;
   /** Every volume tagged as this pool's (`managed`, kind `pool`, `pool`), all zones, all states. */
   volumes: VolumeInfo[];
-  /** The pool's newest completed snapshot (with the image set when configured). */
+  /**
+   * The snapshot of the pool's current generation (currentSnapshot: the newest completed one by
+   * built-at, with the image set when configured): new volumes come from it, and volumes of an
+   * older generation are no stock.
+   */
   snapshot?: SnapshotInfo;
-  /** Start times (ISO) of the pool's snapshots by id: the trim order. */
-  snapshotStarts: Record<string, string>;
+  /** The pool's snapshots in any state: the generation of a volume that carries no built-at of its own. */
+  snapshots: SnapshotInfo[];
   /** EBS's initialization of the available, not yet tagged volumes made from a snapshot (null: EC2 gave none). */
   initialization: Record<string, InitializationStatus | null>;
 }
@@ -67,8 +73,13 @@ export type KeeperStep =
 /** One zone's count and what the plan does about it. */
 export interface ZoneView {
   zone: string;
-  /** Available, unattached, not quarantined (what a boot may claim). */
+  /** Available, unattached, not quarantined, of the current generation (what a boot should claim). */
   available: number;
+  /**
+   * Available, unattached, not quarantined, of a superseded generation: claimed only when no
+   * current one is left, trimmed first, and no stock toward `minAvailable`.
+   */
+  superseded: number;
   /** Being created: stock already on its way. */
   creating: number;
   /** Every live volume of the pool in the zone (in use included). */
@@ -82,6 +93,8 @@ export interface ZoneView {
 export interface KeeperPlan {
   pool: string;
   snapshotId: string | null;
+  /** The current generation (generationName), null with no completed snapshot. */
+  generation: string | null;
   totals: { volumes: number; gib: number; maxVolumes: number; maxGiB: number };
   zones: ZoneView[];
   steps: KeeperStep[];
@@ -95,11 +108,34 @@ const GONE = new Set(["deleting", "deleted"]);
 const isPoolVolume = (settings: KeeperSettings, v: VolumeInfo) =>
   v.tags[VolumeTag.managed] === "true" && v.tags[VolumeTag.kind] === VolumeKind.pool && v.tags[VolumeTag.pool] === settings.pool;
 
-/** A volume of the pool's current selection (the image set when configured) that a boot may claim now. */
-function isStock(settings: KeeperSettings, v: VolumeInfo, now: Date): boolean {
-  if (settings.imageSet !== null && v.tags[VolumeTag.imageSet] !== settings.imageSet) return false;
-  if (v.state === "creating") return true;
-  return v.state === "available" && !v.attachment && !isQuarantined(v, now, settings.quarantineHours);
+/** A volume of the pool's selection (the image set when configured), whatever its generation. */
+const isSelected = (settings: KeeperSettings, v: VolumeInfo) => settings.imageSet === null || v.tags[VolumeTag.imageSet] === settings.imageSet;
+
+/** Available to a boot: unattached, not quarantined (a boot skips it). */
+const isClaimable = (settings: KeeperSettings, v: VolumeInfo, now: Date) =>
+  v.state === "available" && !v.attachment && !isQuarantined(v, now, settings.quarantineHours);
+
+/** How the plan sees one volume's generation. */
+interface Generations {
+  current: Generation | undefined;
+  of: (v: VolumeInfo) => Generation;
+}
+
+function generationsOf(observed: KeeperObservation): Generations {
+  const byId = new Map(observed.snapshots.map((s) => [s.snapshotId, s]));
+  const current = observed.snapshot?.state === "completed" ? snapshotGeneration(observed.snapshot) : undefined;
+  return { current, of: (v) => volumeGeneration(v, byId) };
+}
+
+/** A volume of the pool's current generation that a boot may claim now, or one being created (stock on its way). */
+function isStock(settings: KeeperSettings, v: VolumeInfo, now: Date, generations: Generations): boolean {
+  if (!isSelected(settings, v) || isSuperseded(generations.of(v), generations.current)) return false;
+  return v.state === "creating" || isClaimable(settings, v, now);
+}
+
+/** An available volume of an older generation: a boot takes it only when no current one is left. */
+function isSupersededStock(settings: KeeperSettings, v: VolumeInfo, now: Date, generations: Generations): boolean {
+  return isSelected(settings, v) && isClaimable(settings, v, now) && isSuperseded(generations.of(v), generations.current);
 }
 
 /** The tags of a keeper's volume: a pool volume's, with what the snapshot says of its contents. */
@@ -121,11 +157,13 @@ export function slotToken(pool: string, zone: string, slot: number, snapshotId: 
   return `ebs-cache-keeper-${digest.slice(0, 40)}`;
 }
 
-/** Oldest first: by the snapshot's start time (unknown: oldest), then the volume's create time, then id. */
-function trimOrder(observed: KeeperObservation): (a: VolumeInfo, b: VolumeInfo) => number {
-  const started = (v: VolumeInfo) => Date.parse(observed.snapshotStarts[v.snapshotId ?? ""] ?? "") || 0;
+/**
+ * Trim order: superseded generations before the current one, the oldest generation first (a
+ * volume of unknown generation is the oldest), then the oldest volume, then by id.
+ */
+function trimOrder(generations: Generations): (a: VolumeInfo, b: VolumeInfo) => number {
   const created = (v: VolumeInfo) => v.createTime?.getTime() ?? 0;
-  return (a, b) => started(a) - started(b) || created(a) - created(b) || a.volumeId.localeCompare(b.volumeId);
+  return (a, b) => compareGenerations(generations.of(b), generations.of(a)) || created(a) - created(b) || a.volumeId.localeCompare(b.volumeId);
 }
 
 /** Plans one round of the keeper. */
@@ -139,6 +177,7 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
     maxGiB: settings.maxGiB,
   };
   const steps: KeeperStep[] = [];
+  const generations = generationsOf(observed);
 
   for (const v of live) {
     const status = observed.initialization[v.volumeId];
@@ -149,23 +188,31 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
 
   const zones: ZoneView[] = settings.zones.map((zone) => {
     const inZone = live.filter((v) => v.availabilityZone === zone);
-    const stock = inZone.filter((v) => isStock(settings, v, now));
+    const stock = inZone.filter((v) => isStock(settings, v, now, generations));
     const creating = stock.filter((v) => v.state === "creating").length;
-    return { zone, available: stock.length - creating, creating, total: inZone.length, create: 0, trim: 0 };
+    const superseded = inZone.filter((v) => isSupersededStock(settings, v, now, generations)).length;
+    return { zone, available: stock.length - creating, superseded, creating, total: inZone.length, create: 0, trim: 0 };
   });
 
-  // Surplus: only available volumes go, never kept, quarantined (not stock) or attached ones.
+  // Surplus: the current stock beyond maxAvailable goes, oldest first. Superseded volumes count
+  // toward maxAvailable too, and go before any current one, but only once the current stock has
+  // reached minAvailable: until then they are what a boot gets warm. Never kept, quarantined or
+  // attached ones; never a current volume to make room for a superseded one.
   for (const view of zones) {
-    const surplus = view.available + view.creating - settings.maxAvailable;
-    if (surplus <= 0) continue;
-    const trimmable = live
-      .filter((v) => v.availabilityZone === view.zone && isStock(settings, v, now) && v.state === "available" && v.tags[VolumeTag.keep] !== "true")
-      .sort(trimOrder(observed))
-      .slice(0, surplus);
-    for (const v of trimmable) {
-      steps.push({ step: "trim", volumeId: v.volumeId, zone: view.zone, reason: `${view.available + view.creating} in stock, at most ${settings.maxAvailable}: the oldest go` });
+    const current = view.available + view.creating;
+    const trimmable = (which: (v: VolumeInfo) => boolean) =>
+      live.filter((v) => v.availabilityZone === view.zone && v.state === "available" && v.tags[VolumeTag.keep] !== "true" && which(v)).sort(trimOrder(generations));
+    const currentTrims = trimmable((v) => isStock(settings, v, now, generations)).slice(0, Math.max(0, current - settings.maxAvailable));
+    const room = current - currentTrims.length + view.superseded - settings.maxAvailable;
+    const supersededTrims = current >= settings.minAvailable && room > 0 ? trimmable((v) => isSupersededStock(settings, v, now, generations)).slice(0, room) : [];
+    const inStock = `${current} current + ${view.superseded} superseded in stock, at most ${settings.maxAvailable}`;
+    for (const v of supersededTrims) {
+      steps.push({ step: "trim", volumeId: v.volumeId, zone: view.zone, reason: `${inStock}: superseded generations go first (this one ${generationName(generations.of(v))})` });
     }
-    view.trim = trimmable.length;
+    for (const v of currentTrims) {
+      steps.push({ step: "trim", volumeId: v.volumeId, zone: view.zone, reason: `${inStock}: the oldest current ones go` });
+    }
+    view.trim = supersededTrims.length + currentTrims.length;
   }
 
   // Shortage: the zone furthest below its target first, within what the caps leave.
@@ -204,15 +251,11 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
       }
     }
   }
-  return { pool: settings.pool, snapshotId: snapshot?.snapshotId ?? null, totals, zones, steps };
+  return { pool: settings.pool, snapshotId: snapshot?.snapshotId ?? null, generation: generations.current ? generationName(generations.current) : null, totals, zones, steps };
 }
 
-/** The tags that select the pool's volumes (all image sets: every one counts toward the caps). */
+/** The tags that select the pool's volumes and snapshots (all image sets: every volume counts toward the caps, every snapshot may be a volume's source). */
 export function keeperVolumeSelector(settings: Pick<KeeperSettings, "pool">): Record<string, string> {
   return { [VolumeTag.managed]: "true", [VolumeTag.kind]: VolumeKind.pool, [VolumeTag.pool]: settings.pool };
 }
 
-/** The tags that select the snapshot new volumes come from. */
-export function keeperSnapshotSelector(settings: Pick<KeeperSettings, "pool" | "imageSet">): Record<string, string> {
-  return poolSelector(settings);
-}

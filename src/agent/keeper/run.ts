@@ -66,7 +66,7 @@ export async function runKeeper(
     // A failed create, or a token that answered a volume seen before (nothing new): stop here, the next run goes on.
     if (!firstCreate || !last || last.step !== "create" || last.done !== "created") break;
     if (last.volumeId) known.add(last.volumeId);
-    const recount = await observeKeeper(cloud, settings, { now: now(), withSnapshots: false, withInitialization: false });
+    const recount = await observeKeeper(cloud, settings, { now: now(), withInitialization: false });
     for (const v of recount.volumes) known.add(v.volumeId);
     outcome.final = planKeeper(settings, recount);
     outcome.rounds = round;
