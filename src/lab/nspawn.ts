@@ -188,6 +188,9 @@ export interface Machine {
   destroy(): Promise<void>;
 }
 
+/** PATH of commands run in a machine (a Debian root's). */
+const MACHINE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /** SIGRTMIN+4 as systemd sees it (glibc's SIGRTMIN is 34): "power off". */
 const SIGRTMIN_PLUS_4 = 34 + 4;
 
@@ -303,10 +306,12 @@ export async function bootMachine(prepared: PreparedMachine, binds: Bind[]): Pro
       }
     },
     async exec(command, timeoutMs = 120_000) {
-      return run("nsenter", ["--target", String(pid1), "--mount", "--uts", "--ipc", "--pid", "--", ...command], {
+      // `env -i`: the command sees the machine's PATH only, none of this process's environment
+      // (a test runner's NODE_OPTIONS would make the machine's node load modules it lacks).
+      return run("nsenter", ["--target", String(pid1), "--mount", "--uts", "--ipc", "--pid", "--", "env", "-i", `PATH=${MACHINE_PATH}`, ...command], {
         check: false,
         timeoutMs,
-        env: { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" },
+        env: { PATH: MACHINE_PATH },
       });
     },
     async poweroff(timeoutMs) {
