@@ -14,7 +14,7 @@ import { DATA_ROOT_SUBDIR } from "../layout.ts";
 import { DOCKER_CLI } from "./dockerd.ts";
 import type { DockerClient } from "./images.ts";
 import { MessageId, type JournalEntry } from "./nspawn-journal.ts";
-import { bootMachine, loopDeviceNumbers, prepareMachine, type Machine } from "./nspawn.ts";
+import { bootMachine, loopDeviceNumbers, prepareMachine, type Bind, type Machine } from "./nspawn.ts";
 
 export const AGENT_UNITS = ["ebs-cache-agent.service", "ebs-cache-agent-ready.service", "ebs-cache-agent-release.service"] as const;
 
@@ -70,18 +70,22 @@ export async function dockerOnlyMachine(options: {
   bundle: string;
   store: ImageStore;
   onBooted: (m: Machine) => void;
+  /** Host folders bound into the machine (e.g. a tar to `docker load`). */
+  binds?: Bind[];
+  /** daemon.json keys beside the lab's (e.g. `insecure-registries`). */
+  daemonJson?: Record<string, unknown>;
 }): Promise<Machine> {
   const prepared = await prepareMachine({
     rootfs: options.rootfs,
     bundle: options.bundle,
     config: {},
-    daemonJson: machineDaemonJson(options.store),
+    daemonJson: { ...machineDaemonJson(options.store), ...options.daemonJson },
     blockDevices: await loopDeviceNumbers(),
     dropIns: Object.fromEntries(AGENT_UNITS.map((unit) => [unit, HELD_BACK])),
   });
   let m: Machine;
   try {
-    m = await bootMachine(prepared, []);
+    m = await bootMachine(prepared, options.binds ?? []);
   } catch (error) {
     await rm(prepared.dir, { recursive: true, force: true });
     throw error;
