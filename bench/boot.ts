@@ -15,6 +15,11 @@
  * for its own wall time and peak RSS. See bench/README.md for what is timed and why.
  *
  *   npx tsx bench/boot.ts [--sizes 0.5,1,2] [--runs 1] [--no-drop-caches] [--rss-tsx] [--verbose]
+ *                         [--engines 20,28] [--stores graphdriver,containerd]
+ *
+ * With --engines / --stores, each engine and store is a dimension: the host's own dockerd where it
+ * is that engine with the graphdriver store, otherwise every node (golden builder, attach, load,
+ * pull) is an engine machine (src/lab/nspawn*.ts: Debian with that docker under its own systemd).
  *
  * Needs root and the lab's Debian packages, plus docker-registry (and `time`, optionally).
  */
@@ -42,6 +47,14 @@ import { buildGoldenSnapshot, createPoolVolumes, type GoldenImage } from "../src
 import { BUSYBOX } from "../src/lab/images.ts";
 import { startLab, type Lab, type LabHost } from "../src/lab/lab.ts";
 import { labBase } from "../src/lab/labdir.ts";
+import type { ImageStore } from "../src/docker/engine.ts";
+import { DOCKERD } from "../src/lab/dockerd.ts";
+import { EngineChoiceError, chooseHostEngine, parseEngine, parseStore, type HostEngine } from "../src/lab/engine-choice.ts";
+import { dockerOnlyMachine, dockerOnVolume, inMachine, jobDone, unitStarting } from "../src/lab/nspawn-docker.ts";
+import { buildEngineGoldenSnapshot } from "../src/lab/nspawn-golden.ts";
+import { READY_UNIT, machineStatus, startEngineHost, waitForReadyUnit } from "../src/lab/nspawn-host.ts";
+import type { Machine } from "../src/lab/nspawn.ts";
+import { ENGINES, cachedRootfs, nspawnProblems, type EngineName } from "../src/lab/nspawn-rootfs.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const REGISTRY_BIN = "/usr/bin/docker-registry";
@@ -65,6 +78,9 @@ interface BenchOptions {
   verbose: boolean;
   bundle: string | undefined;
   outDir: string;
+  /** The engines asked for (none: the host's dockerd only). */
+  engines: EngineName[];
+  stores: ImageStore[];
 }
 
 function parseOptions(argv: string[]): BenchOptions {
@@ -78,6 +94,8 @@ function parseOptions(argv: string[]): BenchOptions {
       verbose: { type: "boolean", default: false },
       bundle: { type: "string" },
       out: { type: "string", default: join(REPO, "bench", "results") },
+      engines: { type: "string" },
+      stores: { type: "string", default: "graphdriver" },
       help: { type: "boolean", default: false },
     },
   });
@@ -91,6 +109,9 @@ function parseOptions(argv: string[]): BenchOptions {
         "  --rss-tsx           also measure the agent process under the tsx loader (src/cli.ts)",
         "  --bundle PATH       agent bundle for the RSS run (default: bundle src/cli.ts afresh)",
         "  --out DIR           where the JSON goes (default bench/results)",
+        "  --engines 20,26,28  docker engines to compare (default: this machine's dockerd); one other than the",
+        "                      host's runs every node in a systemd-nspawn machine of its Debian release",
+        "  --stores graphdriver,containerd  image stores to compare (default graphdriver; containerd needs 26 or 28)",
         "  --verbose           stream the lab's and the agent's log lines to stderr",
         "",
       ].join("\n"),
@@ -111,6 +132,8 @@ function parseOptions(argv: string[]): BenchOptions {
     verbose: values.verbose,
     bundle: values.bundle ? resolve(values.bundle) : undefined,
     outDir: resolve(values.out),
+    engines: values.engines ? values.engines.split(",").map(parseEngine) : [],
+    stores: values.stores.split(",").map(parseStore),
   };
 }
 
@@ -153,6 +176,11 @@ interface AgentProcessResult {
 
 interface SizeResult {
   sizeGiB: number;
+  /** The docker engine and image store of the nodes. */
+  engine: string;
+  store: ImageStore;
+  /** Where the nodes' docker ran: the host's dockerd, or engine machines. */
+  nodes: "host" | "machine";
   images: Array<{ tag: string; payloadBytes: number }>;
   snapshotGiB: number;
   setup: Record<string, number>;
@@ -370,6 +398,8 @@ interface Context {
   temp: string;
   log: Logger & { tail(n: number): string[] };
   bundle: string;
+  /** `dockerd --version`'s version on this machine. */
+  hostEngine: string;
   say(line: string): void;
 }
 
@@ -385,6 +415,9 @@ async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
   const imageSetName = `bench-${sizeGiB}g`;
   const result: SizeResult = {
     sizeGiB,
+    engine: ctx.hostEngine,
+    store: "graphdriver",
+    nodes: "host",
     images: images.map((image) => ({ tag: image.tag, payloadBytes: image.payloadBytes ?? 0 })),
     snapshotGiB,
     setup: {},
@@ -599,6 +632,16 @@ async function otherLabs(lab?: Lab): Promise<string[]> {
 
 /** Attaches a volume to a host and mounts it under the host's mount root; returns its data-root. */
 async function attachAndMount(lab: Lab, host: LabHost, volumeId: string): Promise<string> {
+  const device = await attachDevice(lab, host, volumeId);
+  const mountPoint = join(host.paths.mountRoot, volumeId);
+  await mkdir(mountPoint, { recursive: true });
+  // nouuid: every clone of the snapshot carries the same XFS UUID (see unmountVolumes).
+  await run("mount", ["-o", "noatime,nouuid", device, mountPoint]);
+  return join(mountPoint, DATA_ROOT_SUBDIR);
+}
+
+/** Attaches a volume to a host; returns its device once it is there. */
+async function attachDevice(lab: Lab, host: LabHost, volumeId: string): Promise<string> {
   const ec2 = lab.ec2Client();
   await ec2.send(new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: host.instance.instanceId, Device: "/dev/sdf" }));
   const deadline = Date.now() + 60_000;
@@ -606,12 +649,7 @@ async function attachAndMount(lab: Lab, host: LabHost, volumeId: string): Promis
     if (Date.now() > deadline) throw new Error(`${volumeId} was not attached within 60 s`);
     await sleep(50);
   }
-  const device = await lab.backend.deviceReady(volumeId);
-  const mountPoint = join(host.paths.mountRoot, volumeId);
-  await mkdir(mountPoint, { recursive: true });
-  // nouuid: every clone of the snapshot carries the same XFS UUID (see unmountVolumes).
-  await run("mount", ["-o", "noatime,nouuid", device, mountPoint]);
-  return join(mountPoint, DATA_ROOT_SUBDIR);
+  return lab.backend.deviceReady(volumeId);
 }
 
 /**
@@ -686,6 +724,212 @@ async function measureAgentProcess(nodeArgs: string[], agentArgs: string[], how:
 }
 
 // ---------------------------------------------------------------------------------------------
+// Engines and stores (engine machines)
+
+/**
+ * Every engine × store asked for, as where its nodes run; a combination the lab cannot run
+ * (containerd on 20.10) is said and left out.
+ */
+function engineChoices(options: BenchOptions, hostEngine: string, say: (line: string) => void): HostEngine[] {
+  if (options.engines.length === 0 && options.stores.length === 1 && options.stores[0] === "graphdriver") return [{ kind: "host" }];
+  const engines: Array<EngineName | undefined> = options.engines.length > 0 ? options.engines : [undefined];
+  const choices: HostEngine[] = [];
+  for (const engine of engines) {
+    for (const store of options.stores) {
+      try {
+        choices.push(chooseHostEngine({ ...(engine ? { engine } : {}), store }, hostEngine));
+      } catch (error) {
+        if (!(error instanceof EngineChoiceError)) throw error;
+        say(`skipped: docker ${engine ?? hostEngine} with the ${store} store: ${error.message}`);
+      }
+    }
+  }
+  return choices;
+}
+
+/** Where the bench's work folder (tar) is bound in the engine machines. */
+const IN_MACHINE_WORK = "/bench";
+
+/** The run check inside an engine machine, with its own docker CLI. */
+async function machineRunCheck(m: Machine, refs: readonly string[]): Promise<void> {
+  for (const ref of refs) await inMachine(m, ["docker", "run", "--rm", "--pull=never", "--network", "none", ref, ...RUN_CHECK], LONG_MS);
+}
+
+/**
+ * One size on one engine and store, every node an engine machine: the golden snapshot built by
+ * that docker on that store (buildEngineGoldenSnapshot); attach = the agent under the machine's
+ * systemd; load and pull in fresh machines. The same source volume feeds the tar and the
+ * registry (which listens on this machine's loopback: the machines share its network).
+ */
+async function benchEngineSize(choice: Extract<HostEngine, { kind: "machine" }>, sizeGiB: number, ctx: Context): Promise<SizeResult> {
+  const { options, log, say } = ctx;
+  const engine = ENGINES[choice.engine];
+  const { store } = choice;
+  const images = imageSet(sizeGiB);
+  const tags = images.map((image) => image.tag);
+  const payload = images.reduce((sum, image) => sum + (image.payloadBytes ?? 0), 0);
+  const snapshotGiB = Math.max(2, Math.ceil((payload / GiB) * 2.25 + 1));
+  const imageSetName = `bench-${sizeGiB}g`;
+  const result: SizeResult = {
+    sizeGiB,
+    engine: engine.name,
+    store,
+    nodes: "machine",
+    images: images.map((image) => ({ tag: image.tag, payloadBytes: image.payloadBytes ?? 0 })),
+    snapshotGiB,
+    setup: {},
+    attach: emptyMethod(),
+    load: emptyMethod(),
+    pull: emptyMethod(),
+    agentProcess: [],
+    ratios: {},
+  };
+  say(`\n== ${engine.name}, ${store} store, image set ${sizeGiB} GiB: ${images.length} images x ${((images[0]!.payloadBytes ?? 0) / MiB).toFixed(0)} MiB, golden snapshot ${snapshotGiB} GiB`);
+  let t = now();
+  const rootfs = await cachedRootfs(engine, say);
+  result.setup.rootfsMs = ms(t);
+  if (rootfs.built) say(`  built the root file system of ${engine.name} in ${seconds(rootfs.ms)} s (cached from now on)`);
+
+  const zero = { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 };
+  const lab = await startLab({ name: "bench", delays: zero, deviceDelayMs: 0, log });
+  const machines: Machine[] = [];
+  const keep = (m: Machine) => void machines.push(m);
+  const destroyAll = async () => {
+    for (const m of machines.splice(0)) await m.destroy();
+  };
+  try {
+    const work = join(lab.root, "bench");
+    await mkdir(work, { recursive: true });
+    const workBind = { from: work, to: IN_MACHINE_WORK };
+
+    // --- Preparation (not timed) -----------------------------------------------------------
+    t = now();
+    const golden = await buildEngineGoldenSnapshot(lab, { pool: POOL, imageSet: imageSetName, images, sizeGiB: snapshotGiB, rootfs: rootfs.dir, bundle: ctx.bundle, store, log });
+    result.setup.goldenSnapshotMs = ms(t);
+    say(`  prepared golden snapshot ${golden.snapshotId} (docker ${golden.built.engineVersion}, ${golden.built.store}) in ${seconds(result.setup.goldenSnapshotMs)} s`);
+    const volumes = await createPoolVolumes(lab, golden, { pool: POOL, imageSet: imageSetName, count: options.runs + 1 });
+
+    const port = await freePort();
+    const registryAt = `127.0.0.1:${port}`;
+    const remote = (tag: string) => `${registryAt}/${tag}`;
+    const registryStorage = join(work, "registry");
+    const hostNetns = `/proc/${process.pid}/ns/net`;
+    const insecure = { "insecure-registries": [registryAt] };
+    const source = await lab.addHost({ tags: { Name: "bench-source" } });
+    try {
+      const device = await attachDevice(lab, source, volumes.pop()!);
+      const m = await dockerOnlyMachine({ rootfs: rootfs.dir, bundle: ctx.bundle, store, onBooted: keep, binds: [workBind], daemonJson: insecure });
+      await inMachine(m, ["mkdir", "-p", "/mnt/source"]);
+      await inMachine(m, ["mount", "-o", "noatime,nouuid", device, "/mnt/source"]);
+      await dockerOnVolume(m, "/mnt/source", store);
+      t = now();
+      await inMachine(m, ["docker", "save", "-o", join(IN_MACHINE_WORK, "images.tar"), ...tags], LONG_MS);
+      result.setup.saveMs = ms(t);
+      result.setup.tarBytes = (await stat(join(work, "images.tar"))).size;
+      const registry = await startRegistry(lab, { dir: work, storage: registryStorage, netns: hostNetns, port, log });
+      try {
+        t = now();
+        for (const tag of tags) {
+          await inMachine(m, ["docker", "tag", tag, remote(tag)]);
+          await inMachine(m, ["docker", "push", remote(tag)], LONG_MS);
+        }
+        result.setup.pushMs = ms(t);
+      } finally {
+        await registry.stop();
+      }
+      result.setup.registryBytes = await duBytes(registryStorage);
+    } finally {
+      await destroyAll();
+    }
+    say(`  prepared tar (${(result.setup.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(result.setup.saveMs)} s) and registry (${(result.setup.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(result.setup.pushMs)} s)`);
+
+    // --- (a) attach: the agent's phases under the machine's systemd, then the run check ------
+    await method(result.attach, "attach", ctx, lab, async () => {
+      try {
+        const quiesceMs = await quiesce(options.dropCaches);
+        const t0 = now();
+        const { machine: m } = await startEngineHost(lab, { rootfs: rootfs.dir, bundle: ctx.bundle, store, name: "bench-attach", overrides: { pool: POOL, imageSet: imageSetName } }, keep);
+        const journal = await waitForReadyUnit(m, LONG_MS);
+        const machineMs = ms(t0);
+        const agentStarting = unitStarting(journal, "ebs-cache-agent.service");
+        const readyDone = jobDone(journal, READY_UNIT, "start");
+        if (!agentStarting || !readyDone) throw new Error("the machine's journal lacks the agent's start or the ready unit's end");
+        const agentMs = Math.round((readyDone.realtimeUs - agentStarting.realtimeUs) / 1000);
+        const status = await machineStatus(m);
+        if (status.boot?.outcome !== "ready") throw new Error(`agent boot ended ${status.boot?.outcome ?? "without a result"}: ${status.boot?.reason ?? "see the journal"}`);
+        const t1 = now();
+        await machineRunCheck(m, tags);
+        const runCheckMs = ms(t1);
+        return {
+          totalMs: agentMs + runCheckMs,
+          parts: { agentMs, runCheckMs },
+          excluded: { quiesceMs, machineBootUntilReadyMs: machineMs },
+          timeline: status.boot.timeline.map((entry) => ({ step: entry.step, ms: Math.round(entry.seconds * 1000) })),
+        };
+      } finally {
+        // Frees the CPU, and the XFS UUID (every pool volume is a clone) for the next mount.
+        await destroyAll();
+      }
+    });
+
+    // --- (b) docker load into a fresh machine's docker -------------------------------------
+    await method(result.load, "load", ctx, lab, async () => {
+      try {
+        const t0 = now();
+        const m = await dockerOnlyMachine({ rootfs: rootfs.dir, bundle: ctx.bundle, store, onBooted: keep, binds: [{ ...workBind, readOnly: true }] });
+        const dockerdStartMs = ms(t0);
+        const quiesceMs = await quiesce(options.dropCaches);
+        const t1 = now();
+        await inMachine(m, ["docker", "load", "-i", join(IN_MACHINE_WORK, "images.tar")], LONG_MS);
+        const loadMs = ms(t1);
+        const t2 = now();
+        await machineRunCheck(m, tags);
+        const runCheckMs = ms(t2);
+        return { totalMs: ms(t1), parts: { loadMs, runCheckMs }, excluded: { dockerdStartMs, quiesceMs } };
+      } finally {
+        await destroyAll();
+      }
+    });
+    await rm(join(work, "images.tar"), { force: true });
+
+    // --- (c) docker pull into a fresh machine's docker -------------------------------------
+    await method(result.pull, "pull", ctx, lab, async () => {
+      let registry: Registry | undefined;
+      try {
+        const t0 = now();
+        const m = await dockerOnlyMachine({ rootfs: rootfs.dir, bundle: ctx.bundle, store, onBooted: keep, daemonJson: insecure });
+        const dockerdStartMs = ms(t0);
+        registry = await startRegistry(lab, { dir: work, storage: registryStorage, netns: hostNetns, port, log });
+        const quiesceMs = await quiesce(options.dropCaches);
+        const t1 = now();
+        for (const tag of tags) await inMachine(m, ["docker", "pull", "--quiet", remote(tag)], LONG_MS);
+        const pullMs = ms(t1);
+        const t2 = now();
+        await machineRunCheck(m, tags.map(remote));
+        const runCheckMs = ms(t2);
+        return { totalMs: ms(t1), parts: { pullMs, runCheckMs }, excluded: { dockerdStartMs, quiesceMs } };
+      } finally {
+        await registry?.stop();
+        await destroyAll();
+      }
+    });
+  } catch (error) {
+    result.error = describeError(error);
+    say(`  FAILED: ${result.error}`);
+    for (const line of log.tail(30)) say(`    | ${line}`);
+  } finally {
+    await destroyAll();
+    await lab.close();
+  }
+  const attach = result.attach.medianMs;
+  if (attach) {
+    if (result.load.medianMs !== undefined) result.ratios.loadOverAttach = round2(result.load.medianMs / attach);
+    if (result.pull.medianMs !== undefined) result.ratios.pullOverAttach = round2(result.pull.medianMs / attach);
+  }
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Report
 
 const mib = (kib: number | undefined) => (kib ? (kib / 1024).toFixed(1) : "?");
@@ -695,11 +939,13 @@ function rssText(p: AgentProcessResult): string {
 }
 
 function summaryTable(results: SizeResult[]): string[] {
-  const header = ["set GiB", "images", "attach s", "load s", "pull s", "load/attach", "pull/attach", "agent s", "agent proc s", "agent RSS MiB"];
+  const header = ["engine", "store", "set GiB", "images", "attach s", "load s", "pull s", "load/attach", "pull/attach", "agent s", "agent proc s", "agent RSS MiB"];
   const rows = results.map((r) => {
     const bundle = r.agentProcess.find((p) => p.how === "bundle");
     const agent = median(r.attach.samples.map((s) => s.parts.agentMs ?? 0));
     return [
+      `${r.engine}${r.nodes === "machine" ? " (nspawn)" : " (host)"}`,
+      r.store,
       String(r.sizeGiB),
       String(r.images.length),
       r.attach.error && r.attach.medianMs === undefined ? "failed" : seconds(r.attach.medianMs),
@@ -751,18 +997,26 @@ async function main(): Promise<void> {
   const results: SizeResult[] = [];
   try {
     const bundle = options.bundle ?? (await bundleAgent(temp));
-    const ctx: Context = { options, temp, log, bundle, say };
+    const hostEngine = /version ([0-9][^\s,]*)/.exec((await run(DOCKERD, ["--version"], { check: false })).stdout)?.[1] ?? "unknown";
+    const ctx: Context = { options, temp, log, bundle, hostEngine, say };
+    const choices = engineChoices(options, hostEngine, say);
+    if (choices.some((c) => c.kind === "machine")) {
+      const problems = await nspawnProblems();
+      if (problems.length > 0) throw new Error(`engine machines cannot run here: ${problems.join("; ")}`);
+    }
     const others = await otherLabs();
     if (others.length > 0) say(`warning: other labs are up (${others.join(" ")}): tests running alongside skew the timings`);
     say(`boot bench: sizes ${options.sizes.join(", ")} GiB, ${options.runs} run(s) each, page cache ${options.dropCaches ? "dropped before each timed run" : "kept"}`);
     say(`agent bundle for the process run: ${options.bundle ? bundle : "src/cli.ts built afresh with scripts/build.mjs"}`);
-    for (const size of options.sizes) results.push(await benchSize(size, ctx));
+    for (const choice of choices) {
+      for (const size of options.sizes) results.push(choice.kind === "host" ? await benchSize(size, ctx) : await benchEngineSize(choice, size, ctx));
+    }
   } finally {
     await rm(temp, { recursive: true, force: true });
   }
 
   for (const r of results) {
-    say(`\nimage set ${r.sizeGiB} GiB (${r.images.length} x ${(r.images[0]!.payloadBytes / MiB).toFixed(0)} MiB)${r.error ? ` — incomplete: ${r.error}` : ""}`);
+    say(`\n${r.engine} (${r.nodes}), ${r.store} store: image set ${r.sizeGiB} GiB (${r.images.length} x ${(r.images[0]!.payloadBytes / MiB).toFixed(0)} MiB)${r.error ? ` — incomplete: ${r.error}` : ""}`);
     for (const line of sizeTable(r)) say(line);
   }
   say(`\nsummary (seconds until every image of the set ran \`docker run --rm --network none <image> ${RUN_CHECK.join(" ")}\`):`);
@@ -774,7 +1028,7 @@ async function main(): Promise<void> {
     startedAt: started.toISOString(),
     finishedAt: new Date().toISOString(),
     command: `npx tsx bench/boot.ts ${process.argv.slice(2).join(" ")}`.trim(),
-    options: { sizes: options.sizes, runs: options.runs, dropCaches: options.dropCaches, rssTsx: options.rssTsx },
+    options: { sizes: options.sizes, runs: options.runs, dropCaches: options.dropCaches, rssTsx: options.rssTsx, engines: options.engines, stores: options.stores },
     machine: { kernel: release(), cpus: cpus().length, cpuModel: cpus()[0]?.model, memoryGiB: round2(totalmem() / GiB), node: process.version, docker: docker.stdout.trim() },
     timing: {
       attach: "agent boot (bootLabHost: identify, select, claim, attach, device, mount, switch data-root, start dockerd, verify images, labels) + run check",
@@ -782,6 +1036,8 @@ async function main(): Promise<void> {
       pull: "docker pull of each image (loopback registry) + run check; the fresh dockerd's start is measured but not counted",
       runCheck: `docker run --rm --network none <image> ${RUN_CHECK.join(" ")}, each image in turn`,
       lab: "EC2 emulator delays 0, device delay 0",
+      machine:
+        "engine machines: attach = the agent's phases under the machine's systemd (ebs-cache-agent.service starting -> ebs-cache-agent-ready.service done, from the machine's journal; docker.service's start between them included) + run check; the machine's own boot up to the agent is measured but not counted; load and pull as on the host, in a fresh machine whose docker.service has started (its boot not counted)",
     },
     results,
   };

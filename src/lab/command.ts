@@ -3,8 +3,14 @@
  * lab uses to watch a lab root (see janitor.ts).
  */
 import { Command, InvalidArgumentError } from "commander";
+import type { ImageStore } from "../docker/engine.ts";
+import { run } from "../exec.ts";
 import { createLogger, type Level } from "../log.ts";
 import { runLabDemo } from "./demo.ts";
+import { runEngineDemo } from "./demo-engine.ts";
+import { DOCKERD } from "./dockerd.ts";
+import { EngineChoiceError, chooseHostEngine, parseEngine, parseStore } from "./engine-choice.ts";
+import type { EngineName } from "./nspawn-rootfs.ts";
 import { runOsparcDemo } from "./demo-osparc.ts";
 import { runJanitor } from "./janitor.ts";
 
@@ -21,11 +27,22 @@ export function labCommand(): Command {
     .option("--pool <name>", "pool name", "lab")
     .option("--pool-size <n>", "pool volumes to create", positiveInt, 3)
     .option("--image-mib <n>", "payload of the demo image, MiB", positiveInt, 64)
+    .option("--engine <version>", "docker engine of the demo's host: 20, 26 or 28 (default: this machine's dockerd; another one runs the host in a systemd-nspawn machine of the Debian release that ships it)", parseEngine)
+    .option("--store <store>", "image store of the golden snapshot and the host's docker: graphdriver (default) or containerd (docker 26 and 28)", parseStore)
     .option("--osparc", "the second demo: osparc's autoscaler (src/lab/autoscaler.ts) launching, terminating, stopping and starting agents (--image-mib ignored)")
     .option("--verbose", "log every event (debug)")
-    .action(async (opts: { pool: string; poolSize: number; imageMib: number; osparc?: boolean; verbose?: boolean }) => {
+    .action(async (opts: { pool: string; poolSize: number; imageMib: number; engine?: EngineName; store?: ImageStore; osparc?: boolean; verbose?: boolean }) => {
       const level: Level = opts.verbose ? "debug" : "info";
       const out = (line: string) => process.stdout.write(line + "\n");
+      if (opts.engine !== undefined || opts.store !== undefined) {
+        if (opts.osparc) throw new EngineChoiceError("--osparc runs on this machine's dockerd: it takes no --engine or --store", "drop --engine and --store, or --osparc");
+        const hostVersion = (await run(DOCKERD, ["--version"], { check: false }).catch(() => undefined))?.stdout;
+        const choice = chooseHostEngine({ engine: opts.engine, store: opts.store }, /version ([0-9][^\s,]*)/.exec(hostVersion ?? "")?.[1]);
+        if (choice.kind === "machine") {
+          await runEngineDemo({ ...choice, pool: opts.pool, poolSize: opts.poolSize, imageMiB: opts.imageMib, log: createLogger(undefined, level), out });
+          return;
+        }
+      }
       if (opts.osparc) {
         await runOsparcDemo({ pool: opts.pool, poolSize: opts.poolSize, log: createLogger(undefined, level), out });
         return;

@@ -11,7 +11,7 @@ import type { Logger } from "../log.ts";
 import { VolumeTag } from "../tags.ts";
 import { buildGoldenSnapshot, createPoolVolumes } from "./golden.ts";
 import { bootLabHost } from "./agent.ts";
-import { startLab } from "./lab.ts";
+import { startLab, type Lab } from "./lab.ts";
 
 const AWS_CLI = "/usr/bin/aws";
 
@@ -94,7 +94,7 @@ export async function runLabDemo(options: DemoOptions): Promise<void> {
 }
 
 /** The pool as the real aws CLI shows it; the SDK's view when the CLI is not installed. */
-async function describePool(lab: Awaited<ReturnType<typeof startLab>>, pool: string): Promise<string> {
+export async function describePool(lab: Lab, pool: string): Promise<string> {
   const filter = `Name=tag:${VolumeTag.pool},Values=${pool}`;
   if (existsSync(AWS_CLI)) {
     const result = await run(

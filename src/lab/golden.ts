@@ -138,7 +138,7 @@ export async function buildGoldenSnapshot(lab: Lab, options: GoldenOptions): Pro
 }
 
 /** Polls the attachment itself (the SDK's waiters look at the volume state, not the attachment). */
-async function waitForAttached(ec2: EC2Client, volumeId: string): Promise<void> {
+export async function waitForAttached(ec2: EC2Client, volumeId: string): Promise<void> {
   const deadline = Date.now() + WAIT.maxWaitTime * 1000;
   while (Date.now() < deadline) {
     const found = await ec2.send(new DescribeVolumesCommand({ VolumeIds: [volumeId] }));
