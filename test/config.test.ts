@@ -61,6 +61,7 @@ const DEFAULTS = {
     initialize: { ioDepth: 32, maxIoKiB: 1024, timeoutMinutes: null, progressSeconds: 10 },
   },
   keeper: { zones: [], minAvailable: 2, maxAvailable: 4, maxVolumes: 20, maxGiB: 2000, initializationRateMiBps: 100 },
+  prune: { afterBoot: true, thresholdPercent: 85, targetPercent: 75 },
   metrics: { textfileDir: "/var/lib/prometheus/node-exporter" },
   logLevel: "info",
 };
@@ -101,6 +102,7 @@ const FULL = {
     initialize: { ioDepth: 8, maxIoKiB: 512, timeoutMinutes: 60, progressSeconds: 1 },
   },
   keeper: { zones: ["eu-central-1a", "eu-central-1b"], minAvailable: 0, maxAvailable: 10, maxVolumes: 100, maxGiB: 5000, initializationRateMiBps: null },
+  prune: { afterBoot: false, thresholdPercent: 90, targetPercent: 60 },
   metrics: { textfileDir: "/tmp/lab/node-exporter" },
   logLevel: "debug",
 };
@@ -224,6 +226,14 @@ t.test("keeper: zone names are checked, the lower bound may not exceed the upper
   ]);
   t.same(validateConfig({ keeper: { minAvailable: 3, maxAvailable: 3 } }).problems, [], "equal bounds are a fixed target");
   t.same(validateConfig({ keeper: { initializationRateMiBps: 301 } }).problems, ["keeper.initializationRateMiBps: must be an integer between 100 and 300, or null, got 301"]);
+});
+
+t.test("prune: the target must be below the threshold", async (t) => {
+  t.same(validateConfig({ prune: { thresholdPercent: 80, targetPercent: 80 } }).problems, [
+    "prune.targetPercent: 80 is not below prune.thresholdPercent (80), so a prune could never reach its target; lower it",
+  ]);
+  t.same(validateConfig({ prune: { thresholdPercent: 101 } }).problems.length, 1, "a percent above 100 is refused");
+  t.same(validateConfig({ prune: { thresholdPercent: 90, targetPercent: 50 } }).problems, []);
 });
 
 t.test("values must also make sense together (warnings)", async (t) => {
@@ -486,6 +496,9 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_KEEPER__MAX_VOLUMES",
     "EBS_CACHE_AGENT_KEEPER__MAX_GIB",
     "EBS_CACHE_AGENT_KEEPER__INITIALIZATION_RATE_MIBPS",
+    "EBS_CACHE_AGENT_PRUNE__AFTER_BOOT",
+    "EBS_CACHE_AGENT_PRUNE__THRESHOLD_PERCENT",
+    "EBS_CACHE_AGENT_PRUNE__TARGET_PERCENT",
     "EBS_CACHE_AGENT_METRICS__TEXTFILE_DIR",
     "EBS_CACHE_AGENT_LOG_LEVEL",
   ]);
