@@ -7,7 +7,7 @@ import { readFile } from "node:fs/promises";
 import t from "tap";
 import { bootMetrics } from "../src/metrics/boot.ts";
 import { gcMetrics } from "../src/metrics/gc.ts";
-import { cacheFilesystemMetrics, hostMetrics } from "../src/metrics/host.ts";
+import { cacheDeviceMetrics, cacheFilesystemMetrics, hostMetrics } from "../src/metrics/host.ts";
 import { keeperMetrics } from "../src/metrics/keeper.ts";
 import { prewarmMetrics } from "../src/metrics/prewarm.ts";
 import { releaseMetrics } from "../src/metrics/release.ts";
@@ -25,7 +25,8 @@ const families = [
   ...releaseMetrics({ result: { outcome: "released", released: [], kept: [], problems: [], timeline: [{ step: "detach", ms: 1 }] }, finishedAt: at }),
   ...gcMetrics({ outcome: { decisions: [], deleted: 0, failed: 0 }, dryRun: false, finishedAt: at }),
   ...keeperMetrics({ actions: [{ action: "create", pool: "p", outcome: "done" }], poolVolumes: { p: 1 }, finishedAt: at }),
-  ...cacheFilesystemMetrics({ mountPoint: "/m", device: "/dev/x", fsType: "xfs", sizeBytes: 1, usedBytes: 0, availableBytes: 1, usedRatio: 0 }),
+  ...cacheFilesystemMetrics({ mountPoint: "/m", device: "/dev/x", sizeBytes: 1, usedBytes: 0, availableBytes: 1, usedRatio: 0, inodes: 2, freeInodes: 1 }),
+  ...cacheDeviceMetrics({ mountPoint: "/m", device: "/dev/x", fsType: "xfs", sizeBytes: 1, usedBytes: 0, availableBytes: 1, usedRatio: 0 }),
   ...hostMetrics({ memoryBytes: 1, cpuCores: 1, cpuModel: "x" }),
 ];
 const known = new Set(families.map((f) => f.name));

@@ -79,7 +79,9 @@ t.test("a boot: the record and the textfile, with the host facts of a boot that 
   tt.same(record.labels, { "x.state": "ready" });
   const prom = parsePromText(await readFile(join(dir, "prom", "ebs_cache_agent_boot.prom"), "utf8"));
   tt.equal(sampleOf(prom, "ebs_cache_agent_boot_info")?.labels.source, "pool");
-  tt.equal(sampleOf(prom, "ebs_cache_agent_cache_filesystem_used_ratio")?.value, 0.4);
+  tt.notOk(prom.has("ebs_cache_agent_cache_filesystem_used_ratio"), "the fill is in its own file, not the boot's");
+  const fill = parsePromText(await readFile(join(dir, "prom", "ebs_cache_agent_fill.prom"), "utf8"));
+  tt.equal(sampleOf(fill, "ebs_cache_agent_cache_filesystem_used_ratio")?.value, 0.4);
   tt.equal(sampleOf(prom, "ebs_cache_agent_host_cpu_cores")?.value, 2);
   tt.equal(facts.calls, 2);
 
@@ -87,7 +89,9 @@ t.test("a boot: the record and the textfile, with the host facts of a boot that 
   await recorder.bootFinished({ instanceId: "i-1", phase: "first", result: degraded, finishedAt: at });
   tt.equal(facts.calls, 2, "no host facts for a boot that did not come up");
   const after = parsePromText(await readFile(join(dir, "prom", "ebs_cache_agent_boot.prom"), "utf8"));
-  tt.notOk(after.has("ebs_cache_agent_cache_filesystem_size_bytes"), "the file is replaced whole");
+  tt.notOk(after.has("ebs_cache_agent_cache_device_info"), "the file is replaced whole");
+  const fillAfter = parsePromText(await readFile(join(dir, "prom", "ebs_cache_agent_fill.prom"), "utf8"));
+  tt.notOk(fillAfter.has("ebs_cache_agent_cache_filesystem_size_bytes"), "no fill of an earlier boot left behind");
   tt.same(log.lines.filter((l) => l.includes("could not write")), []);
 });
 
@@ -146,7 +150,7 @@ t.test("a write that fails is a warning, never an exception", async (tt) => {
   await recorder.releaseFinished({ instanceId: "i-1", result: { outcome: "nothing", released: [], kept: [], problems: [], timeline: [] }, finishedAt: at });
   await recorder.gcFinished({ outcome: { decisions: [], deleted: 0, failed: 0 }, dryRun: false, finishedAt: at });
   const warnings = log.lines.filter((l) => l.startsWith("<4>metrics.write-failed: could not write"));
-  tt.equal(warnings.length, 5, "boot record and metrics, release record and metrics, gc metrics");
+  tt.equal(warnings.length, 6, "boot record, boot and fill metrics, release record and metrics, gc metrics");
   tt.match(warnings.find((l) => l.includes("the boot metrics")) ?? "", /remediation=/, "with what to do");
 });
 
@@ -178,3 +182,4 @@ t.test("gc's counters are carried from run to run; the pre-warm's state becomes 
   tt.equal(sampleOf(prewarm, "ebs_cache_agent_prewarm_progress_ratio")?.value, 0.25);
   tt.equal(sampleOf(prewarm, "ebs_cache_agent_prewarm_info")?.labels.strategy, "files");
 });
+

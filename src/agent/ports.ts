@@ -390,3 +390,19 @@ export interface ContainerdRoot {
   /** containerd.service; undefined when the agent does not control services (docker.control none). */
   service: DockerService | undefined;
 }
+
+// ---- the cache filesystem's fill ----
+
+/** A filesystem's fill from statfs(2): bytes as df counts them (blocks reserved for root are neither used nor available), and inodes. */
+export interface FilesystemFill {
+  mountPoint: string;
+  /** The mounted device (`/dev/nvme1n1`), from the mount table. */
+  device: string;
+  sizeBytes: number;
+  usedBytes: number;
+  availableBytes: number;
+  /** used / (used + available), as df's Use% counts it. */
+  usedRatio: number;
+  inodes: number;
+  freeInodes: number;
+}
