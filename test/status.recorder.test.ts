@@ -183,3 +183,20 @@ t.test("gc's counters are carried from run to run; the pre-warm's state becomes 
   tt.equal(sampleOf(prewarm, "ebs_cache_agent_prewarm_info")?.labels.strategy, "files");
 });
 
+t.test("a prune: its counters carried from run to run, the fill it left in the fill file; a dry run counts nothing", async (tt) => {
+  const dir = await folder(tt);
+  const recorder = createOutcomeRecorder({ stateDir: dir, textfileDir: dir, log: createMemoryLogger(), facts: countingFacts() });
+  const fill = { mountPoint: "/mnt/x", device: "/dev/loop1", sizeBytes: 100, usedBytes: 50, availableBytes: 50, usedRatio: 0.5, inodes: 10, freeInodes: 4 };
+  const facts = { verdict: "prune", reason: "above", dryRun: false, removedImages: 2, failedImages: 0, removedBytes: 30, usedRatioBefore: 0.9, usedRatioAfter: 0.5, fill, finishedAt: at };
+  await recorder.pruneFinished(facts);
+  await recorder.pruneFinished(facts);
+  await recorder.pruneFinished({ ...facts, dryRun: true });
+  const prune = parsePromText(await readFile(join(dir, "ebs_cache_agent_prune.prom"), "utf8"));
+  tt.equal(sampleOf(prune, "ebs_cache_agent_prune_removed_images_total")?.value, 4);
+  tt.equal(sampleOf(prune, "ebs_cache_agent_prune_removed_bytes_total")?.value, 60);
+  tt.equal(sampleOf(prune, "ebs_cache_agent_prune_dry_run_ratio")?.value, 1);
+  tt.notOk(prune.has("ebs_cache_agent_cache_filesystem_used_ratio"), "the fill is not in the prune's file");
+  const fillFile = parsePromText(await readFile(join(dir, "ebs_cache_agent_fill.prom"), "utf8"));
+  tt.equal(sampleOf(fillFile, "ebs_cache_agent_cache_filesystem_used_ratio", { mountpoint: "/mnt/x" })?.value, 0.5);
+  tt.equal(sampleOf(fillFile, "ebs_cache_agent_cache_filesystem_free_inodes")?.value, 4);
+});

@@ -35,6 +35,9 @@ import type { ReleaseCommandDeps } from "./release/run.ts";
 import { createLabelWithdrawer, createReporter } from "./report.ts";
 import { readinessLabels } from "../docker/labels.ts";
 import { createOutcomeRecorder } from "../status/recorder.ts";
+import { readBootRecord } from "../status/records.ts";
+import { readFilesystemFill } from "../host/fill.ts";
+import type { PruneDeps } from "./prune/observe.ts";
 import { engineLabelsProblem, preflightHost } from "./boot/preflight.ts";
 
 export interface WiringOptions {
@@ -355,5 +358,32 @@ export function hostWiringOptions(config: AgentConfig, log: Logger, startPrewarm
     ...(config.docker.control === "systemd" ? { containerd: createSystemdDockerService({ unit: "containerd.service", log }) } : {}),
     log,
     startPrewarm,
+  };
+}
+
+/**
+ * Builds everything `runPrune()` needs: the boot's record (which volume is mounted where), EC2 of
+ * the instance's region, statfs, and the host's docker API.
+ */
+export function wirePrune(options: WiringOptions): PruneDeps {
+  const { config, log } = options;
+  const common = wireCommon(options);
+  let cloud: CloudVolumes | undefined;
+  const cloudNow = async () => (cloud ??= common.cloudFor(config.region ?? (await common.identify()).region));
+  return {
+    mountedVolume: async () => {
+      const { record } = await readBootRecord(config.paths.stateDir);
+      const result = record?.result;
+      if (!result || (result.outcome !== "ready" && result.outcome !== "warming")) return undefined;
+      const { volumeId, mountPoint, dataRoot } = result;
+      return volumeId && mountPoint && dataRoot ? { volumeId, mountPoint, dataRoot } : undefined;
+    },
+    cloud: {
+      describeVolume: async (volumeId, call) => (await cloudNow()).describeVolume(volumeId, call),
+      findSnapshots: async (tags, call) => (await cloudNow()).findSnapshots(tags, call),
+    },
+    fill: (mountPoint) => readFilesystemFill(mountPoint),
+    docker: createDockerEngine({ host: config.paths.dockerHost, log }),
+    log,
   };
 }

@@ -18,6 +18,7 @@ import type { MetricFamily } from "../metrics/family.ts";
 import { gcMetrics } from "../metrics/gc.ts";
 import { keeperMetrics } from "../metrics/keeper.ts";
 import { cacheDeviceMetrics, cacheFilesystemMetrics, hostMetrics } from "../metrics/host.ts";
+import { pruneMetrics } from "../metrics/prune.ts";
 import { prewarmMetrics } from "../metrics/prewarm.ts";
 import { releaseMetrics } from "../metrics/release.ts";
 import { writeTextfile, type MetricsUseCase } from "../metrics/textfile.ts";
@@ -114,6 +115,11 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
     },
     async prewarmStateWritten(state) {
       await textfile("prewarm", () => prewarmMetrics(state));
+    },
+    async pruneFinished(prune) {
+      // Like gc's, the prune's counters count over its runs.
+      await textfile("prune", () => pruneMetrics(prune), true);
+      if (prune.fill) await textfile("fill", () => cacheFilesystemMetrics(prune.fill!));
     },
   };
 }
