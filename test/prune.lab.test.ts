@@ -160,5 +160,23 @@ t.test("above the threshold, a pool volume loses the image outside the generatio
   t.equal(printed.plan.currentSource, "snapshot", "EC2 asked through the config's endpoint");
   t.equal(printed.plan.verdict, "nothing-to-remove", "above this config's 40 %, but every image left is current or in use");
   t.same(printed.plan.images.map((d) => d.verdict).sort(), ["current", "in-use"], "the two images left, each kept for its reason");
+
+  // The run a boot starts (`prune --after-boot`): its figures, exit 0 whatever happens, nothing when turned off.
+  const afterBoot = (overrides: Record<string, unknown>) =>
+    writeLabConfig(lab, host, { imageSet: "set", ...overrides }).then((path) =>
+      execa(process.execPath, ["--import", "tsx", CLI, "prune", "--after-boot", "--config", path], { env: childEnv(), extendEnv: false, reject: false, stdin: "ignore", timeout: 120_000 }),
+    );
+  const hostTextfiles = join(host.paths.hostRoot, "var/lib/prometheus/node-exporter");
+  const ran = await afterBoot({});
+  t.equal(ran.exitCode, 0, "--after-boot exits 0");
+  t.match(String(ran.stderr), /prune\.plan: below-threshold/, "its verdict in the journal");
+  const figures = parsePromText(await readFile(join(hostTextfiles, "ebs_cache_agent_prune.prom"), "utf8"));
+  t.equal(sampleOf(figures, "ebs_cache_agent_prune_info")?.labels.verdict, "below-threshold", "its figures in the host's textfile folder");
+  const broken = await afterBoot({ paths: { dockerHost: `unix://${join(lab.root, "no-such.sock")}` } });
+  t.equal(broken.exitCode, 0, "a failing prune after the boot still exits 0");
+  t.match(String(broken.stderr), /prune\.failed: the prune after the boot failed: .*readiness is unchanged/, "and says so as a warning");
+  const off = await afterBoot({ prune: { afterBoot: false } });
+  t.equal(off.exitCode, 0, "turned off: exit 0");
+  t.notMatch(String(off.stderr), /prune\./, "prune.afterBoot false: nothing runs");
   await rm(join(mountPoint, "filler"));
 });
