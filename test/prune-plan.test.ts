@@ -118,6 +118,7 @@ t.test("never pruned: a workspace volume, a foreign or unknown one, no generatio
     ["no kind tag", { tags: { [VolumeTag.managed]: "true" } }, "not-managed"],
     ["no image list anywhere", { current: { images: [], source: "none" } }, "no-generation"],
     ["docker on its default root", { dockerRootDir: "/var/lib/docker" }, "docker-elsewhere"],
+    ["a background pre-warm reading the files", { prewarmRunning: true }, "prewarm-running"],
     ["nothing mounted", { fill: undefined }, "not-mounted"],
     ["no boot on a volume", { volume: undefined }, "no-volume"],
   ];

@@ -29,7 +29,7 @@ import type { CloudVolumes, ContainerdRoot, DockerService, OutcomeRecorder, Prew
 import { createFreshDataRoot, prepareOncePerInstance } from "./boot/prepare.ts";
 import { beginPrewarmAtBoot } from "./prewarm/apply.ts";
 import { prewarmSettingsFrom } from "./prewarm/plan.ts";
-import type { PrewarmCommandDeps } from "./prewarm/run.ts";
+import { prewarmStatus, type PrewarmCommandDeps } from "./prewarm/run.ts";
 import { createFioReader } from "../host/volume-reads.ts";
 import type { ReleaseCommandDeps } from "./release/run.ts";
 import { createLabelWithdrawer, createReporter } from "./report.ts";
@@ -384,6 +384,10 @@ export function wirePrune(options: WiringOptions): PruneDeps {
     },
     fill: (mountPoint) => readFilesystemFill(mountPoint),
     docker: createDockerEngine({ host: config.paths.dockerHost, log }),
+    prewarmRunning: async () => {
+      const { state, running } = await prewarmStatus(config.paths.stateDir);
+      return running && (state?.phase === "initializing" || state?.phase === "following");
+    },
     log,
   };
 }

@@ -18,6 +18,8 @@ export interface PruneDeps {
   /** statfs of the filesystem mounted exactly there (src/host/fill.ts). */
   fill(mountPoint: string): Promise<FilesystemFill | undefined>;
   docker: DockerImages;
+  /** Whether a background pre-warm reads the volume now (its state file and process). Absent: never. */
+  prewarmRunning?(): Promise<boolean>;
   log: Logger;
 }
 
@@ -55,6 +57,10 @@ export async function observePrune(deps: PruneDeps, options: { imageSet: string 
       return undefined;
     });
   }
-  const [images, containerImageIds] = await Promise.all([deps.docker.imageEntries(), deps.docker.containerImageIds()]);
-  return { ...base, current: currentImages(tags, snapshots, options.imageSet), images, containerImageIds };
+  const [images, containerImageIds, prewarmRunning] = await Promise.all([
+    deps.docker.imageEntries(),
+    deps.docker.containerImageIds(),
+    deps.prewarmRunning?.() ?? Promise.resolve(false),
+  ]);
+  return { ...base, current: currentImages(tags, snapshots, options.imageSet), images, containerImageIds, prewarmRunning };
 }

@@ -32,6 +32,8 @@ export interface PruneObservation {
   fill?: FilesystemFill;
   /** The data-root docker runs on now. */
   dockerRootDir?: string;
+  /** A background pre-warm reads the volume's files now: removing them under it would fail its reads. */
+  prewarmRunning?: boolean;
   /** The current generation's image references, as tagged, and where they came from. */
   current: { images: string[]; source: CurrentImagesSource; generation?: string };
   images: ImageEntry[];
@@ -49,6 +51,8 @@ export type PruneVerdict =
   | "not-mounted"
   /** Docker does not run on the volume's data-root: its images are not the volume's. */
   | "docker-elsewhere"
+  /** The background pre-warm is reading the volume: the prune waits for the next run. */
+  | "prewarm-running"
   /** Not `ebs-cache:managed=true`, or EC2 does not know the volume. */
   | "not-managed"
   | "workspace"
@@ -130,6 +134,9 @@ export function planPrune(settings: PruneSettings, observed: PruneObservation): 
   if (kind === VolumeKind.workspace) return stop("workspace", "a workspace volume's data is its user's: never pruned");
   if (kind !== VolumeKind.pool) return stop("not-managed", `${volume.volumeId} has ${VolumeTag.kind}=${JSON.stringify(kind ?? null)}, not pool`);
   const percent = fill.usedRatio * 100;
+  if (observed.prewarmRunning && percent > settings.thresholdPercent) {
+    return stop("prewarm-running", "the background pre-warm is reading the volume's files; run `ebs-cache-agent prune` once it is done");
+  }
   if (percent <= settings.thresholdPercent) {
     return stop("below-threshold", `${percent.toFixed(1)} % used, at or below the threshold of ${settings.thresholdPercent} %`);
   }
