@@ -3,13 +3,16 @@
  * images (src/agent/prune/observe.ts currentImages), on observed state built in memory: the
  * threshold and the target, images kept because they are current, in use (by id, whatever
  * their tags) or a parent of a kept one, the order of removals, and every case that prunes
- * nothing (workspace, foreign, untagged, docker elsewhere, nothing mounted).
+ * nothing (workspace, foreign, untagged, docker elsewhere, a pre-warm reading, nothing mounted);
+ * and the pure halves of the adapters that feed it (docker's image list, statfs's figures).
  */
 import t from "tap";
 import { currentImages } from "../src/agent/prune/observe.ts";
 import { planPrune, type PruneObservation } from "../src/agent/prune/plan.ts";
 import { removalReferences } from "../src/agent/prune/apply.ts";
 import type { FilesystemFill, ImageEntry, SnapshotInfo } from "../src/agent/ports.ts";
+import { toImageEntry } from "../src/docker/engine.ts";
+import { fillOf } from "../src/host/fill.ts";
 import { VolumeTag } from "../src/tags.ts";
 
 const MiB = 2 ** 20;
@@ -148,4 +151,17 @@ t.test("the current images: the pool's newest completed snapshot, else the volum
   t.same(currentImages(own, undefined, "set"), { images: ["a:1"], source: "volume" }, "EC2 could not be asked: the volume's own list");
   t.same(currentImages(own, [], "set"), { images: ["a:1"], source: "volume" }, "no snapshot");
   t.same(currentImages({}, [], null), { images: [], source: "none" }, "no list anywhere");
+});
+
+t.test("what the adapters hand the planner: images as docker lists them, the fill as statfs gives it", async (t) => {
+  t.same(
+    toImageEntry({ Id: "sha256:a", RepoTags: ["<none>:<none>"], RepoDigests: ["<none>@<none>"], Created: 5, Size: 100, SharedSize: 30, ParentId: "" }),
+    { id: "sha256:a", repoTags: [], repoDigests: [], created: 5, sizeBytes: 100, uniqueBytes: 70 },
+    "docker's <none> placeholders dropped, the unique bytes from SharedSize",
+  );
+  t.notOk("uniqueBytes" in toImageEntry({ Id: "sha256:b", Size: 100, SharedSize: -1 }), "SharedSize -1: docker did not count it (API before 1.42)");
+  const fill = fillOf("/m", "/dev/loop1", { bsize: 4096, blocks: 1000, bfree: 300, bavail: 200, files: 64, ffree: 60 });
+  t.same([fill.sizeBytes, fill.usedBytes, fill.availableBytes], [4096000, 2867200, 819200], "blocks reserved for root are neither used nor available");
+  t.ok(Math.abs(fill.usedRatio - 700 / 900) < 1e-12, "used / (used + available), as df counts it");
+  t.same([fill.inodes, fill.freeInodes, fill.device], [64, 60, "/dev/loop1"]);
 });
