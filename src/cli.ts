@@ -51,6 +51,11 @@ const COMMANDS: CommandEntry[] = [
     load: async () => (await import("./cli/gc.ts")).gcCommand(),
   },
   {
+    name: "prune",
+    summary: "on a pool volume filling up, remove images outside the current generation (never a workspace volume's, never one a container uses)",
+    load: async () => (await import("./cli/prune.ts")).pruneCommand(),
+  },
+  {
     name: "pool",
     summary: "list the pool and workspace volumes the agent manages; `pool fill`: keep the pool stocked (the keeper)",
     load: async () => (await import("./cli/pool.ts")).poolCommand(),

@@ -13,7 +13,7 @@ export type Level = "error" | "warning" | "notice" | "info" | "debug";
  * test/log.test.ts checks every event in src/ against it.
  */
 export const LOG_AREAS = [
-  "agent", "boot", "release", "gc", "prewarm", "pool", "keeper", "metrics", "status", "refresh",
+  "agent", "boot", "release", "gc", "prewarm", "pool", "keeper", "metrics", "status", "refresh", "prune",
   "ec2", "imds", "credentials", "identify", "labels", "docker", "host", "exec", "lab",
 ] as const;
 

@@ -46,7 +46,7 @@ t.test("the agent's build carries no lab code", async (t) => {
 
 t.test("the bundle runs on its own", async (t) => {
   const top = await run(process.execPath, [bundle, "--help"], { cwd: dir });
-  for (const command of ["boot", "release", "prewarm", "status", "gc", "pool"]) t.match(top.stdout, new RegExp(`^  ${command}\\b`, "m"), `--help lists ${command}`);
+  for (const command of ["boot", "release", "prewarm", "status", "gc", "prune", "pool"]) t.match(top.stdout, new RegExp(`^  ${command}\\b`, "m"), `--help lists ${command}`);
   t.notMatch(top.stdout, /\blab\b/, "and no lab command");
 
   const help = await run(process.execPath, [bundle, "boot", "--help"], { cwd: dir });

@@ -64,6 +64,7 @@ const DEFAULTS = {
   cost: { gibMonthUsd: 0.08, iopsMonthUsd: 0.005, throughputMonthUsd: 0.04, snapshotGibMonthUsd: 0.05 },
   refresh: { enabled: false, concurrency: 1, pullSeconds: 1800, prePulledImagesTag: "io.simcore.autoscaling.ec2_instance.pre_pulled_images" },
   gc: { supersededGraceHours: 24 },
+  prune: { afterBoot: true, thresholdPercent: 85, targetPercent: 75 },
   metrics: { textfileDir: "/var/lib/prometheus/node-exporter" },
   logLevel: "info",
 };
@@ -107,6 +108,7 @@ const FULL = {
   cost: { gibMonthUsd: 0.0952, iopsMonthUsd: 0.006, throughputMonthUsd: 0.048, snapshotGibMonthUsd: 0 },
   refresh: { enabled: true, concurrency: 2, pullSeconds: 60, prePulledImagesTag: null },
   gc: { supersededGraceHours: null },
+  prune: { afterBoot: false, thresholdPercent: 90, targetPercent: 60 },
   metrics: { textfileDir: "/tmp/lab/node-exporter" },
   logLevel: "debug",
 };
@@ -230,6 +232,14 @@ t.test("keeper: zone names are checked, the lower bound may not exceed the upper
   ]);
   t.same(validateConfig({ keeper: { minAvailable: 3, maxAvailable: 3 } }).problems, [], "equal bounds are a fixed target");
   t.same(validateConfig({ keeper: { initializationRateMiBps: 301 } }).problems, ["keeper.initializationRateMiBps: must be an integer between 100 and 300, or null, got 301"]);
+});
+
+t.test("prune: the target must be below the threshold", async (t) => {
+  t.same(validateConfig({ prune: { thresholdPercent: 80, targetPercent: 80 } }).problems, [
+    "prune.targetPercent: 80 is not below prune.thresholdPercent (80), so a prune could never reach its target; lower it",
+  ]);
+  t.same(validateConfig({ prune: { thresholdPercent: 101 } }).problems.length, 1, "a percent above 100 is refused");
+  t.same(validateConfig({ prune: { thresholdPercent: 90, targetPercent: 50 } }).problems, []);
 });
 
 t.test("values must also make sense together (warnings)", async (t) => {
@@ -501,6 +511,9 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_REFRESH__PULL_SECONDS",
     "EBS_CACHE_AGENT_REFRESH__PRE_PULLED_IMAGES_TAG",
     "EBS_CACHE_AGENT_GC__SUPERSEDED_GRACE_HOURS",
+    "EBS_CACHE_AGENT_PRUNE__AFTER_BOOT",
+    "EBS_CACHE_AGENT_PRUNE__THRESHOLD_PERCENT",
+    "EBS_CACHE_AGENT_PRUNE__TARGET_PERCENT",
     "EBS_CACHE_AGENT_METRICS__TEXTFILE_DIR",
     "EBS_CACHE_AGENT_LOG_LEVEL",
   ]);

@@ -7,9 +7,10 @@ import { readFile } from "node:fs/promises";
 import t from "tap";
 import { bootMetrics } from "../src/metrics/boot.ts";
 import { gcMetrics } from "../src/metrics/gc.ts";
-import { cacheFilesystemMetrics, hostMetrics } from "../src/metrics/host.ts";
+import { cacheDeviceMetrics, cacheFilesystemMetrics, hostMetrics } from "../src/metrics/host.ts";
 import { refreshMetrics } from "../src/metrics/refresh.ts";
 import { keeperMetrics } from "../src/metrics/keeper.ts";
+import { pruneMetrics } from "../src/metrics/prune.ts";
 import { prewarmMetrics } from "../src/metrics/prewarm.ts";
 import { releaseMetrics } from "../src/metrics/release.ts";
 import { readyBoot } from "./fixtures/use-case-results.ts";
@@ -26,7 +27,9 @@ const families = [
   ...releaseMetrics({ result: { outcome: "released", released: [], kept: [], problems: [], timeline: [{ step: "detach", ms: 1 }] }, finishedAt: at }),
   ...gcMetrics({ outcome: { decisions: [], deleted: 0, failed: 0 }, dryRun: false, finishedAt: at }),
   ...keeperMetrics({ actions: [{ action: "create", pool: "p", outcome: "done" }], poolVolumes: { p: 1 }, finishedAt: at }),
-  ...cacheFilesystemMetrics({ mountPoint: "/m", device: "/dev/x", fsType: "xfs", sizeBytes: 1, usedBytes: 0, availableBytes: 1, usedRatio: 0 }),
+  ...cacheFilesystemMetrics({ mountPoint: "/m", device: "/dev/x", sizeBytes: 1, usedBytes: 0, availableBytes: 1, usedRatio: 0, inodes: 2, freeInodes: 1 }),
+  ...cacheDeviceMetrics({ mountPoint: "/m", device: "/dev/x", fsType: "xfs", sizeBytes: 1, usedBytes: 0, availableBytes: 1, usedRatio: 0 }),
+  ...pruneMetrics({ verdict: "prune", reason: "x", dryRun: false, removedImages: 1, failedImages: 0, removedBytes: 1, usedRatioBefore: 0.9, usedRatioAfter: 0.5, finishedAt: at }),
   ...hostMetrics({ memoryBytes: 1, cpuCores: 1, cpuModel: "x" }),
   ...refreshMetrics({ version: 1, pid: 1, volumeId: null, generation: null, phase: "done", images: [], markedCurrent: null, warnings: [], startedAt: at.toISOString(), updatedAt: at.toISOString() }),
 ];

@@ -83,7 +83,7 @@ t.test("a pool boot: its textfile (source, steps, the cache filesystem), the pre
   tt.equal(result.outcome, "ready", "the boot got its volume", result.outcome === "ready" ? {} : { log: booted.log.join("\n") });
   tt.equal(result.source, "pool", "the result carries its source");
   const files = await assertFolder(tt, host);
-  tt.same([...files.keys()], ["ebs_cache_agent_boot.prom", "ebs_cache_agent_prewarm.prom"]);
+  tt.same([...files.keys()], ["ebs_cache_agent_boot.prom", "ebs_cache_agent_fill.prom", "ebs_cache_agent_prewarm.prom"]);
   const boot = await readProm(host, "boot");
   tt.comment(`ebs_cache_agent_boot.prom after a lab boot:\n${await readFile(join(textfileDir(host), "ebs_cache_agent_boot.prom"), "utf8")}`);
   tt.same(sampleOf(boot, "ebs_cache_agent_boot_info")?.labels, { outcome: "ready", source: "pool", volume_id: result.volumeId!, reason: "" });
@@ -93,9 +93,12 @@ t.test("a pool boot: its textfile (source, steps, the cache filesystem), the pre
   }
   // The loop device the lab attached: df's figures are the kernel's (statfs), the device is the mount's source.
   const kernel = await statfs(result.mountPoint!);
-  tt.equal(sampleOf(boot, "ebs_cache_agent_cache_filesystem_size_bytes")?.value, kernel.blocks * kernel.bsize, "size as statfs says");
-  tt.equal(sampleOf(boot, "ebs_cache_agent_cache_filesystem_used_bytes")?.labels.device, result.device, "the device the boot attached");
-  const used = sampleOf(boot, "ebs_cache_agent_cache_filesystem_used_ratio")!.value;
+  const fill = await readProm(host, "fill");
+  tt.equal(sampleOf(fill, "ebs_cache_agent_cache_filesystem_size_bytes")?.value, kernel.blocks * kernel.bsize, "size as statfs says");
+  tt.equal(sampleOf(fill, "ebs_cache_agent_cache_filesystem_used_bytes")?.labels.device, result.device, "the device the boot attached");
+  tt.ok((sampleOf(fill, "ebs_cache_agent_cache_filesystem_inodes")?.value ?? 0) > 0, "inodes from statfs");
+  tt.equal(sampleOf(boot, "ebs_cache_agent_cache_device_info")?.labels.device, result.device, "the device's facts stay in the boot's file");
+  const used = sampleOf(fill, "ebs_cache_agent_cache_filesystem_used_ratio")!.value;
   tt.ok(used > 0 && used < 1, `a fill between 0 and 1 (${used})`);
   tt.ok(sampleOf(boot, "ebs_cache_agent_host_memory_bytes")!.value > 0);
   tt.ok(sampleOf(boot, "ebs_cache_agent_host_cpu_cores")!.value >= 1);
@@ -181,7 +184,7 @@ t.test("a degraded boot: source degraded, the reason, no hit, no cache figures; 
   tt.equal(info.labels.source, "degraded");
   tt.match(info.labels.reason, /no completed snapshot/);
   tt.equal(sampleOf(boot, "ebs_cache_agent_boot_cache_hit_ratio")?.value, 0);
-  tt.notOk(boot.has("ebs_cache_agent_cache_filesystem_size_bytes"), "no cache filesystem without a volume");
+  tt.notOk((await readProm(other, "fill")).has("ebs_cache_agent_cache_filesystem_size_bytes"), "no cache filesystem without a volume");
   const json = await status(other, true);
   assertValid(tt, json.doc);
   tt.equal(json.exitCode, 4, "exit 4: degraded");

@@ -15,7 +15,7 @@ import type { ReleaseResult } from "../src/agent/release/apply.ts";
 import { bootMetrics } from "../src/metrics/boot.ts";
 import { family, gauge, namingProblems, reasonLabel, type MetricFamily } from "../src/metrics/family.ts";
 import { gcMetrics } from "../src/metrics/gc.ts";
-import { cacheFilesystemMetrics, hostMetrics } from "../src/metrics/host.ts";
+import { cacheDeviceMetrics, cacheFilesystemMetrics, hostMetrics } from "../src/metrics/host.ts";
 import { keeperMetrics } from "../src/metrics/keeper.ts";
 import { prewarmMetrics } from "../src/metrics/prewarm.ts";
 import { releaseMetrics } from "../src/metrics/release.ts";
@@ -35,7 +35,7 @@ function assertConventions(tt: Test, families: Map<string, ParsedFamily>) {
     tt.ok(f.help.length > 10, `${f.name} has a HELP`);
     if (f.type === "counter") tt.match(f.name, /_total$/, `${f.name}: a counter ends with _total`);
     else tt.notMatch(f.name, /_total$/, `${f.name}: only counters end with _total`);
-    tt.match(f.name, /_(seconds|bytes|ratio|info|iops|bytes_per_second|volumes|actions|cores|problems)(_total)?$/, `${f.name}: a unit in the name`);
+    tt.match(f.name, /_(seconds|bytes|ratio|info|iops|bytes_per_second|volumes|actions|cores|problems|inodes|images)(_total)?$/, `${f.name}: a unit in the name`);
     tt.notMatch(f.name, /_(milliseconds|ms|mib|kb|percent)(_|$)/, `${f.name}: base units only`);
     for (const s of f.samples) {
       if (f.name.endsWith("_ratio")) tt.ok(s.value >= 0 && s.value <= 1, `${f.name} within 0..1`);
@@ -184,24 +184,30 @@ t.test("keeper: actions by action, pool and outcome", async (tt) => {
 });
 
 t.test("host facts", async (tt) => {
+  const fs = {
+    mountPoint: "/mnt/c",
+    device: "/dev/nvme1n1",
+    fsType: "xfs",
+    sizeBytes: 100,
+    usedBytes: 25,
+    availableBytes: 75,
+    usedRatio: 0.25,
+    inodes: 640,
+    freeInodes: 600,
+    model: "Amazon Elastic Block Store",
+    serial: "vol0123456789abcdef0",
+  };
   const parsed = roundTrip([
-    ...cacheFilesystemMetrics({
-      mountPoint: "/mnt/c",
-      device: "/dev/nvme1n1",
-      fsType: "xfs",
-      sizeBytes: 100,
-      usedBytes: 25,
-      availableBytes: 75,
-      usedRatio: 0.25,
-      model: "Amazon Elastic Block Store",
-      serial: "vol0123456789abcdef0",
-    }),
+    ...cacheFilesystemMetrics(fs),
+    ...cacheDeviceMetrics(fs),
     ...hostMetrics({ memoryBytes: 8 << 30, cpuCores: 2, cpuModel: "Intel Xeon" }),
   ]);
   assertConventions(tt, parsed);
   tt.equal(sampleOf(parsed, "ebs_cache_agent_cache_filesystem_used_ratio", { mountpoint: "/mnt/c" })?.value, 0.25);
+  tt.equal(sampleOf(parsed, "ebs_cache_agent_cache_filesystem_free_inodes", { mountpoint: "/mnt/c" })?.value, 600);
   tt.equal(sampleOf(parsed, "ebs_cache_agent_cache_device_info")?.labels.serial, "vol0123456789abcdef0");
   tt.equal(sampleOf(parsed, "ebs_cache_agent_host_cpu_cores")?.value, 2);
+  tt.notOk(cacheFilesystemMetrics({ ...fs, inodes: undefined }).some((f) => f.name.includes("inodes")), "no inode figures when statfs gave none");
 });
 
 t.test("names that break the conventions are refused when the family is made", async (tt) => {

@@ -79,7 +79,9 @@ t.test("a boot: the record and the textfile, with the host facts of a boot that 
   tt.same(record.labels, { "x.state": "ready" });
   const prom = parsePromText(await readFile(join(dir, "prom", "ebs_cache_agent_boot.prom"), "utf8"));
   tt.equal(sampleOf(prom, "ebs_cache_agent_boot_info")?.labels.source, "pool");
-  tt.equal(sampleOf(prom, "ebs_cache_agent_cache_filesystem_used_ratio")?.value, 0.4);
+  tt.notOk(prom.has("ebs_cache_agent_cache_filesystem_used_ratio"), "the fill is in its own file, not the boot's");
+  const fill = parsePromText(await readFile(join(dir, "prom", "ebs_cache_agent_fill.prom"), "utf8"));
+  tt.equal(sampleOf(fill, "ebs_cache_agent_cache_filesystem_used_ratio")?.value, 0.4);
   tt.equal(sampleOf(prom, "ebs_cache_agent_host_cpu_cores")?.value, 2);
   tt.equal(facts.calls, 2);
 
@@ -87,7 +89,9 @@ t.test("a boot: the record and the textfile, with the host facts of a boot that 
   await recorder.bootFinished({ instanceId: "i-1", phase: "first", result: degraded, finishedAt: at });
   tt.equal(facts.calls, 2, "no host facts for a boot that did not come up");
   const after = parsePromText(await readFile(join(dir, "prom", "ebs_cache_agent_boot.prom"), "utf8"));
-  tt.notOk(after.has("ebs_cache_agent_cache_filesystem_size_bytes"), "the file is replaced whole");
+  tt.notOk(after.has("ebs_cache_agent_cache_device_info"), "the file is replaced whole");
+  const fillAfter = parsePromText(await readFile(join(dir, "prom", "ebs_cache_agent_fill.prom"), "utf8"));
+  tt.notOk(fillAfter.has("ebs_cache_agent_cache_filesystem_size_bytes"), "no fill of an earlier boot left behind");
   tt.same(log.lines.filter((l) => l.includes("could not write")), []);
 });
 
@@ -146,7 +150,7 @@ t.test("a write that fails is a warning, never an exception", async (tt) => {
   await recorder.releaseFinished({ instanceId: "i-1", result: { outcome: "nothing", released: [], kept: [], problems: [], timeline: [] }, finishedAt: at });
   await recorder.gcFinished({ outcome: { decisions: [], deleted: 0, failed: 0 }, dryRun: false, finishedAt: at });
   const warnings = log.lines.filter((l) => l.startsWith("<4>metrics.write-failed: could not write"));
-  tt.equal(warnings.length, 5, "boot record and metrics, release record and metrics, gc metrics");
+  tt.equal(warnings.length, 6, "boot record, boot and fill metrics, release record and metrics, gc metrics");
   tt.match(warnings.find((l) => l.includes("the boot metrics")) ?? "", /remediation=/, "with what to do");
 });
 
@@ -177,4 +181,22 @@ t.test("gc's counters are carried from run to run; the pre-warm's state becomes 
   const prewarm = parsePromText(await readFile(join(dir, "ebs_cache_agent_prewarm.prom"), "utf8"));
   tt.equal(sampleOf(prewarm, "ebs_cache_agent_prewarm_progress_ratio")?.value, 0.25);
   tt.equal(sampleOf(prewarm, "ebs_cache_agent_prewarm_info")?.labels.strategy, "files");
+});
+
+t.test("a prune: its counters carried from run to run, the fill it left in the fill file; a dry run counts nothing", async (tt) => {
+  const dir = await folder(tt);
+  const recorder = createOutcomeRecorder({ stateDir: dir, textfileDir: dir, log: createMemoryLogger(), facts: countingFacts() });
+  const fill = { mountPoint: "/mnt/x", device: "/dev/loop1", sizeBytes: 100, usedBytes: 50, availableBytes: 50, usedRatio: 0.5, inodes: 10, freeInodes: 4 };
+  const facts = { verdict: "prune", reason: "above", dryRun: false, removedImages: 2, failedImages: 0, removedBytes: 30, usedRatioBefore: 0.9, usedRatioAfter: 0.5, fill, finishedAt: at };
+  await recorder.pruneFinished(facts);
+  await recorder.pruneFinished(facts);
+  await recorder.pruneFinished({ ...facts, dryRun: true });
+  const prune = parsePromText(await readFile(join(dir, "ebs_cache_agent_prune.prom"), "utf8"));
+  tt.equal(sampleOf(prune, "ebs_cache_agent_prune_removed_images_total")?.value, 4);
+  tt.equal(sampleOf(prune, "ebs_cache_agent_prune_removed_bytes_total")?.value, 60);
+  tt.equal(sampleOf(prune, "ebs_cache_agent_prune_dry_run_ratio")?.value, 1);
+  tt.notOk(prune.has("ebs_cache_agent_cache_filesystem_used_ratio"), "the fill is not in the prune's file");
+  const fillFile = parsePromText(await readFile(join(dir, "ebs_cache_agent_fill.prom"), "utf8"));
+  tt.equal(sampleOf(fillFile, "ebs_cache_agent_cache_filesystem_used_ratio", { mountpoint: "/mnt/x" })?.value, 0.5);
+  tt.equal(sampleOf(fillFile, "ebs_cache_agent_cache_filesystem_free_inodes")?.value, 4);
 });

@@ -42,6 +42,8 @@ const fs: CacheFilesystem = {
   usedBytes: 40 * 2 ** 30,
   availableBytes: 60 * 2 ** 30,
   usedRatio: 0.4,
+  inodes: 1000,
+  freeInodes: 750,
   model: "Amazon Elastic Block Store",
   serial: "vol0123456789abcdef0",
 };
@@ -83,13 +85,14 @@ t.test("a healthy host: everything in one valid document, exit 0", async (tt) =>
   tt.equal(doc.boot?.durationSeconds, 4.452);
   tt.equal(doc.volume?.serial, "vol0123456789abcdef0");
   tt.equal(doc.mount?.usedRatio, 0.4);
+  tt.same([doc.mount?.inodes, doc.mount?.freeInodes], [1000, 750], "statfs's inodes");
   tt.equal(doc.dataRoot?.matches, true);
   tt.equal(doc.prewarm?.progress?.percent, 25);
   const view = renderStatus(doc).join("\n");
   tt.match(view, /^health: +healthy/);
   tt.match(view, /boot: +ready from pool/);
   tt.match(view, /slowest steps: start-docker 2\.1 s, claim-volume 2\.0 s/);
-  tt.match(view, /40\.0 % used/);
+  tt.match(view, /40\.0 % used, 25\.0 % of inodes/);
   tt.match(view, /pre-warm: cold, initializing \(running\), 25\.0 % read/);
 });
 

@@ -11,6 +11,7 @@ import type { KeeperFacts } from "../metrics/keeper.ts";
 import type { PrewarmState } from "./prewarm/state.ts";
 import type { RefreshState } from "./refresh/state.ts";
 import type { ReleaseResult } from "./release/apply.ts";
+import type { PruneFacts } from "../metrics/prune.ts";
 
 /** Who this instance is (IMDS), with its tags (IMDS, or DescribeInstances when IMDS tags are off). */
 export interface Identity {
@@ -380,6 +381,8 @@ export interface OutcomeRecorder {
   prewarmStateWritten(state: PrewarmState): Promise<void>;
   /** After each write of the refresh's state file (as its pulls go). */
   refreshStateWritten(state: RefreshState): Promise<void>;
+  /** After a prune (src/agent/prune/): its figures, and the fill it left (a dry run: the fill it found). */
+  pruneFinished(prune: PruneFacts): Promise<void>;
 }
 
 // ---- the containerd image store ----
@@ -415,3 +418,45 @@ export interface ImagePuller {
 
 /** What the refresh asks of EC2 (src/agent/refresh/): the attached volume, its pool's snapshots, a tag. */
 export type RefreshCloud = Pick<CloudVolumes, "findVolumes" | "findSnapshots" | "describeVolume" | "tagVolume">;
+// ---- prune (src/agent/prune/) ----
+
+/** A filesystem's fill from statfs(2): bytes as df counts them (blocks reserved for root are neither used nor available), and inodes. */
+export interface FilesystemFill {
+  mountPoint: string;
+  /** The mounted device (`/dev/nvme1n1`), from the mount table. */
+  device: string;
+  sizeBytes: number;
+  usedBytes: number;
+  availableBytes: number;
+  /** used / (used + available), as df's Use% counts it. */
+  usedRatio: number;
+  inodes: number;
+  freeInodes: number;
+}
+
+/** An image as the docker API lists it (`GET /images/json`). */
+export interface ImageEntry {
+  /** `sha256:…` */
+  id: string;
+  /** `repo:tag` references (none: a dangling image). */
+  repoTags: string[];
+  /** `repo@sha256:…` references. */
+  repoDigests: string[];
+  /** The image it was built on (classic builds only; pulled images have none). */
+  parentId?: string;
+  /** Seconds since the epoch. */
+  created: number;
+  sizeBytes: number;
+  /** Bytes no other image shares (Size − SharedSize), when docker computed it. */
+  uniqueBytes?: number;
+}
+
+/** What the prune asks of the host's dockerd: its root, its images, the images its containers use, and removal without force. */
+export interface DockerImages {
+  info(): Promise<{ dockerRootDir: string }>;
+  imageEntries(): Promise<ImageEntry[]>;
+  /** The image id of every container, running or stopped. */
+  containerImageIds(): Promise<string[]>;
+  /** `DELETE /images/<reference>` without force: docker refuses an image a container uses. Returns what docker deleted (image and layer ids). */
+  removeImage(reference: string): Promise<{ untagged: string[]; deleted: string[] }>;
+}

@@ -29,7 +29,7 @@ import type { CloudVolumes, ContainerdRoot, DockerService, OutcomeRecorder, Prew
 import { createFreshDataRoot, prepareOncePerInstance } from "./boot/prepare.ts";
 import { beginPrewarmAtBoot } from "./prewarm/apply.ts";
 import { prewarmSettingsFrom } from "./prewarm/plan.ts";
-import type { PrewarmCommandDeps } from "./prewarm/run.ts";
+import { prewarmStatus, type PrewarmCommandDeps } from "./prewarm/run.ts";
 import { createFioReader } from "../host/volume-reads.ts";
 import type { ReleaseCommandDeps } from "./release/run.ts";
 import type { RefreshCommandDeps } from "./refresh/run.ts";
@@ -37,6 +37,9 @@ import { createImagePuller } from "../docker/pull.ts";
 import { createLabelWithdrawer, createReporter } from "./report.ts";
 import { readinessLabels } from "../docker/labels.ts";
 import { createOutcomeRecorder } from "../status/recorder.ts";
+import { readBootRecord } from "../status/records.ts";
+import { readFilesystemFill } from "../host/fill.ts";
+import type { PruneDeps } from "./prune/observe.ts";
 import { engineLabelsProblem, preflightHost } from "./boot/preflight.ts";
 
 export interface WiringOptions {
@@ -376,5 +379,36 @@ export function wireRefresh(options: WiringOptions): RefreshCommandDeps {
     engine: createDockerEngine({ host: config.paths.dockerHost, log }),
     puller: createImagePuller({ host: config.paths.dockerHost, log }),
     writeMetrics: (state) => recorder.refreshStateWritten(state),
+  };
+}
+
+/**
+ * Builds everything `runPrune()` needs: the boot's record (which volume is mounted where), EC2 of
+ * the instance's region, statfs, and the host's docker API.
+ */
+export function wirePrune(options: WiringOptions): PruneDeps {
+  const { config, log } = options;
+  const common = wireCommon(options);
+  let cloud: CloudVolumes | undefined;
+  const cloudNow = async () => (cloud ??= common.cloudFor(config.region ?? (await common.identify()).region));
+  return {
+    mountedVolume: async () => {
+      const { record } = await readBootRecord(config.paths.stateDir);
+      const result = record?.result;
+      if (!result || (result.outcome !== "ready" && result.outcome !== "warming")) return undefined;
+      const { volumeId, mountPoint, dataRoot } = result;
+      return volumeId && mountPoint && dataRoot ? { volumeId, mountPoint, dataRoot } : undefined;
+    },
+    cloud: {
+      describeVolume: async (volumeId, call) => (await cloudNow()).describeVolume(volumeId, call),
+      findSnapshots: async (tags, call) => (await cloudNow()).findSnapshots(tags, call),
+    },
+    fill: (mountPoint) => readFilesystemFill(mountPoint),
+    docker: createDockerEngine({ host: config.paths.dockerHost, log }),
+    prewarmRunning: async () => {
+      const { state, running } = await prewarmStatus(config.paths.stateDir);
+      return running && (state?.phase === "initializing" || state?.phase === "following");
+    },
+    log,
   };
 }

@@ -58,10 +58,15 @@ export function bootCommand(): Command {
       "second boot phase (after docker.service): only reuse a volume already attached; never claim or create one",
     )
     .action(async (opts: BootCliOptions) => {
-      const { deps, log } = await hostContext(opts.config);
+      const { deps, log, config } = await hostContext(opts.config);
       const signal = sigtermSignal(log);
       const outcome = await runBoot(deps, { dryRun: opts.dryRun ?? false, withDocker: opts.docker, mayClaim: opts.claim, signal });
       printOutcome(outcome, opts.json ?? false, (line) => process.stdout.write(line + "\n"));
       process.exitCode = outcome.exitCode;
+      // The prune runs detached, after the node is up: it never delays or changes the boot's outcome.
+      const up = outcome.result?.outcome === "ready" || outcome.result?.outcome === "warming";
+      if (up && config.prune.afterBoot) {
+        await (await import("./prune.ts")).startPruneAfterBoot(opts.config).catch((error: unknown) => log.warning("prune.start", `could not start the prune: ${String(error)}`));
+      }
     });
 }

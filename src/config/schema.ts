@@ -602,6 +602,31 @@ export const CONFIG_SCHEMA = {
         },
       },
     },
+    prune: {
+      type: "object",
+      description: "Keeps a pool volume's filesystem from filling up: after each boot that came up, and with `ebs-cache-agent prune`, images outside the pool's current generation are removed (never on a workspace volume, never an image a container uses; see docs/operations.md).",
+      properties: {
+        afterBoot: {
+          type: "boolean",
+          default: true,
+          description: "Run the prune in the background after a boot that came up (`ready`, `warming`); it never changes readiness or the boot's exit code.",
+        },
+        thresholdPercent: {
+          type: "integer",
+          minimum: 1,
+          maximum: 100,
+          default: 85,
+          description: "Prune only when the cache filesystem is fuller than this (percent of used + available, as df counts it).",
+        },
+        targetPercent: {
+          type: "integer",
+          minimum: 0,
+          maximum: 99,
+          default: 75,
+          description: "Remove images, oldest first, until the fill is estimated at or below this; below `thresholdPercent`.",
+        },
+      },
+    },
     metrics: {
       type: "object",
       description: "What the agent leaves for Prometheus (see docs/metrics.md).",

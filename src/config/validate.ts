@@ -248,7 +248,7 @@ export function crossCheck(config: AgentConfig): string[] {
 
 /**
  * Problems that only show with two keys together: a workspace minimum key outside the id keys,
- * a keeper whose lower bound is above its upper one, and a label prefix that collides with one of `labels.protectedKeys` (its collisions with
+ * a keeper whose lower bound is above its upper one, a prune target not below its threshold, and a label prefix that collides with one of `labels.protectedKeys` (its collisions with
  * osparc's own labels are the prefix's own problems).
  */
 export function crossProblems(config: AgentConfig): string[] {
@@ -259,6 +259,9 @@ export function crossProblems(config: AgentConfig): string[] {
   }
   if (config.keeper.minAvailable > config.keeper.maxAvailable) {
     problems.push(`keeper.maxAvailable: ${config.keeper.maxAvailable} is below keeper.minAvailable (${config.keeper.minAvailable}), so the keeper would create volumes and delete them again; raise it or lower minAvailable`);
+  }
+  if (config.prune.targetPercent >= config.prune.thresholdPercent) {
+    problems.push(`prune.targetPercent: ${config.prune.targetPercent} is not below prune.thresholdPercent (${config.prune.thresholdPercent}), so a prune could never reach its target; lower it`);
   }
   const alone = new Set(labelPrefixProblems(config.labels.prefix));
   problems.push(

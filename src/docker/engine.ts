@@ -6,7 +6,7 @@
 import { request } from "node:http";
 import { isAbsolute } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import type { DockerEngine } from "../agent/ports.ts";
+import type { DockerEngine, DockerImages, ImageEntry } from "../agent/ports.ts";
 import { AgentError, ConfigError, describeError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import { validateLabelKey, validateLabelValue } from "./labels.ts";
@@ -57,7 +57,7 @@ export class DockerApiError extends AgentError {
 }
 
 /** The engine as the agent uses it: the DockerEngine contract plus readiness and node-label reads. */
-export interface DockerEngineClient extends DockerEngine {
+export interface DockerEngineClient extends DockerEngine, DockerImages {
   readonly socketPath: string;
   info(): Promise<EngineInfo>;
   /** `GET /info` as docker sent it. */
@@ -79,6 +79,34 @@ export interface DockerEngineOptions {
 }
 
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+/** An image id, `repo:tag` or `repo@digest` as docker lists them: printable, no spaces, bounded. */
+const IMAGE_REFERENCE = /^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}$/;
+
+/** The fields of `GET /images/json` the prune reads. */
+interface RawImage {
+  Id?: string;
+  ParentId?: string;
+  RepoTags?: string[] | null;
+  RepoDigests?: string[] | null;
+  Created?: number;
+  Size?: number;
+  SharedSize?: number;
+}
+
+/** An image as the agent sees it; `<none>` placeholders dropped, SharedSize -1 (not computed) left out. */
+export function toImageEntry(raw: RawImage): ImageEntry {
+  const size = raw.Size ?? 0;
+  const shared = raw.SharedSize ?? -1;
+  return {
+    id: raw.Id ?? "",
+    repoTags: (raw.RepoTags ?? []).filter((tag) => !tag.includes("<none>")),
+    repoDigests: (raw.RepoDigests ?? []).filter((digest) => !digest.startsWith("<none>")),
+    ...(raw.ParentId ? { parentId: raw.ParentId } : {}),
+    created: raw.Created ?? 0,
+    sizeBytes: size,
+    ...(shared >= 0 ? { uniqueBytes: Math.max(0, size - shared) } : {}),
+  };
+}
 const MAX_BODY_BYTES = 64 * 1024 * 1024;
 
 /**
@@ -124,7 +152,7 @@ export function createDockerEngine(options: DockerEngineOptions): DockerEngineCl
   const timeoutMs = options.requestTimeoutMs ?? 30_000;
   const log = options.log;
 
-  async function call<T>(method: "GET" | "POST", path: string, body?: unknown, callTimeoutMs = timeoutMs): Promise<T> {
+  async function call<T>(method: "GET" | "POST" | "DELETE", path: string, body?: unknown, callTimeoutMs = timeoutMs): Promise<T> {
     const label = `${method} ${path}`;
     log?.debug("docker.api", label, { socket: socketPath });
     let answer: { status: number; text: string };
@@ -181,6 +209,23 @@ export function createDockerEngine(options: DockerEngineOptions): DockerEngineCl
       const list = await call<Array<{ RepoTags?: string[] | null }>>("GET", "/images/json");
       const tags = list.flatMap((image) => image.RepoTags ?? []).filter((tag) => !tag.includes("<none>"));
       return [...new Set(tags)].sort();
+    },
+    async imageEntries() {
+      const list = await call<RawImage[]>("GET", "/images/json?shared-size=1");
+      return list.map(toImageEntry);
+    },
+    async containerImageIds() {
+      const list = await call<Array<{ ImageID?: string }>>("GET", "/containers/json?all=1");
+      return [...new Set(list.map((c) => c.ImageID ?? "").filter(Boolean))];
+    },
+    async removeImage(reference) {
+      if (!IMAGE_REFERENCE.test(reference)) throw new ConfigError([`${JSON.stringify(reference)} is not an image reference`]);
+      // No force: docker itself refuses an image a container (running or stopped) uses.
+      const answer = await call<Array<{ Untagged?: string; Deleted?: string }>>("DELETE", `/images/${encodeURIComponent(reference)}?force=false&noprune=false`);
+      return {
+        untagged: (answer ?? []).flatMap((item) => (item.Untagged ? [item.Untagged] : [])),
+        deleted: (answer ?? []).flatMap((item) => (item.Deleted ? [item.Deleted] : [])),
+      };
     },
     ping: () => ping(),
     async waitUntilReady(waitMs) {

@@ -8,6 +8,7 @@
  * so nothing here touches a device; these are facts to show, never to decide a write on (the
  * device's identity for that is src/host/serial.ts, read from sysfs).
  */
+import { statfs } from "node:fs/promises";
 
 /** The cache volume's filesystem as df sees it, with the device under it. */
 export interface CacheFilesystem {
@@ -20,6 +21,9 @@ export interface CacheFilesystem {
   availableBytes: number;
   /** used / (used + available), as df's Use% counts it (blocks reserved for root excluded). */
   usedRatio: number;
+  /** Inodes in all and free (statfs(2)); absent when statfs failed. */
+  inodes?: number;
+  freeInodes?: number;
   /** The device's model and serial as lsblk reports them; an EBS NVMe volume's serial is its id without the dash. Absent for a loop device. */
   model?: string;
   serial?: string;
@@ -56,6 +60,11 @@ export async function readCacheFilesystem(mountPoint: string): Promise<CacheFile
     availableBytes: mounted.available,
     usedRatio: mounted.used + mounted.available > 0 ? mounted.used / (mounted.used + mounted.available) : 0,
   };
+  const inodes = await statfs(mountPoint).catch(() => undefined);
+  if (inodes) {
+    facts.inodes = inodes.files;
+    facts.freeInodes = inodes.ffree;
+  }
   const name = mounted.fs.replace(/^\/dev\//, "");
   const block = (await lib.blockDevices()).find((b) => b.name === name);
   if (block?.model) facts.model = block.model.trim();

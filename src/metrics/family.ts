@@ -16,7 +16,7 @@ export type MetricType = "gauge" | "counter";
  * The unit a name ends with (before `_total` for a counter). `info`: a constant 1 whose labels
  * carry the facts; `volumes`, `actions`, `cores`, `images`: counts of things; `ratio`: 0 to 1.
  */
-export type MetricUnit = "seconds" | "bytes" | "ratio" | "info" | "iops" | "bytes_per_second" | "volumes" | "actions" | "cores" | "problems" | "images";
+export type MetricUnit = "seconds" | "bytes" | "ratio" | "info" | "iops" | "bytes_per_second" | "volumes" | "actions" | "cores" | "problems" | "inodes" | "images";
 
 export type Labels = Record<string, string>;
 

@@ -12,7 +12,7 @@ import { writeFileAtomic } from "../fs-atomic.ts";
 import type { MetricFamily } from "./family.ts";
 import { renderSeries, renderTextFormat } from "./render.ts";
 
-export type MetricsUseCase = "boot" | "prewarm" | "release" | "gc" | "keeper" | "host" | "refresh";
+export type MetricsUseCase = "boot" | "prewarm" | "release" | "gc" | "keeper" | "host" | "fill" | "prune" | "refresh";
 
 /** The file a use case writes. */
 export function textfilePath(dir: string, useCase: MetricsUseCase): string {

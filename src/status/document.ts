@@ -65,6 +65,9 @@ export interface StatusDocument {
     usedBytes: number | null;
     availableBytes: number | null;
     usedRatio: number | null;
+    /** statfs's inodes, in all and free (null: not read). */
+    inodes: number | null;
+    freeInodes: number | null;
   };
   dataRoot: null | { expected: string; current: string | null; matches: boolean };
   labels: null | { published: Record<string, string>; shown: Record<string, string> | null };
@@ -136,11 +139,13 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
       usedBytes: fs?.usedBytes ?? null,
       availableBytes: fs?.availableBytes ?? null,
       usedRatio: fs ? round(fs.usedRatio, 4) : null,
+      inodes: fs?.inodes ?? null,
+      freeInodes: fs?.freeInodes ?? null,
     };
     const percent = (ratio: number) => `${(ratio * 100).toFixed(1)} %`;
     if (!fs && UP.has(r.outcome)) problems.push(`the cache volume is not mounted at ${r.mountPoint}`);
     else if (fs && fs.usedRatio >= thresholds.failUsedRatio) problems.push(`the cache filesystem is ${percent(fs.usedRatio)} full`);
-    else if (fs && fs.usedRatio >= thresholds.warnUsedRatio) warnings.push(`the cache filesystem is ${percent(fs.usedRatio)} full`);
+    else if (fs && fs.usedRatio >= thresholds.warnUsedRatio) warnings.push(`the cache filesystem is ${percent(fs.usedRatio)} full (\`ebs-cache-agent prune\` removes images outside the current generation of a pool volume)`);
   }
 
   let dataRoot: StatusDocument["dataRoot"] = null;

@@ -18,7 +18,8 @@ import type { MetricFamily } from "../metrics/family.ts";
 import { gcMetrics } from "../metrics/gc.ts";
 import { keeperMetrics } from "../metrics/keeper.ts";
 import { refreshMetrics } from "../metrics/refresh.ts";
-import { cacheFilesystemMetrics, hostMetrics } from "../metrics/host.ts";
+import { cacheDeviceMetrics, cacheFilesystemMetrics, hostMetrics } from "../metrics/host.ts";
+import { pruneMetrics } from "../metrics/prune.ts";
 import { prewarmMetrics } from "../metrics/prewarm.ts";
 import { releaseMetrics } from "../metrics/release.ts";
 import { writeTextfile, type MetricsUseCase } from "../metrics/textfile.ts";
@@ -65,15 +66,20 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
   const textfile = (useCase: MetricsUseCase, families: () => Promise<MetricFamily[]> | MetricFamily[], carry = false) =>
     textfileDir === null ? Promise.resolve() : attempt(`the ${useCase} metrics`, async () => writeTextfile(textfileDir, useCase, await families(), { carry }));
 
-  /** The cache filesystem and the host, each left out (with a note) when it cannot be read. */
-  const factsFor = async (mountPoint: string): Promise<MetricFamily[]> => {
+  /**
+   * The boot's host figures (the device, the host) and the fill (its own file, which the prune
+   * replaces too), each left out (with a note) when it cannot be read.
+   */
+  const factsFor = async (mountPoint: string): Promise<{ boot: MetricFamily[]; fill: MetricFamily[] }> => {
     const [fs, host] = await Promise.allSettled([facts.cacheFilesystem(mountPoint), facts.host()]);
-    const families: MetricFamily[] = [];
-    if (fs.status === "fulfilled" && fs.value) families.push(...cacheFilesystemMetrics(fs.value));
-    else log.info("metrics.no-figures", `no figures of the cache filesystem at ${mountPoint}: ${fs.status === "rejected" ? describeError(fs.reason) : "nothing mounted there"}`);
-    if (host.status === "fulfilled") families.push(...hostMetrics(host.value));
+    const figures = { boot: [] as MetricFamily[], fill: [] as MetricFamily[] };
+    if (fs.status === "fulfilled" && fs.value) {
+      figures.boot.push(...cacheDeviceMetrics(fs.value));
+      figures.fill.push(...cacheFilesystemMetrics(fs.value));
+    } else log.info("metrics.no-figures", `no figures of the cache filesystem at ${mountPoint}: ${fs.status === "rejected" ? describeError(fs.reason) : "nothing mounted there"}`);
+    if (host.status === "fulfilled") figures.boot.push(...hostMetrics(host.value));
     else log.info("metrics.no-figures", `no figures of the host: ${describeError(host.reason)}`);
-    return families;
+    return figures;
   };
 
   return {
@@ -91,10 +97,10 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
       if (phase === "second") record = withFirstPhase((await readBootRecord(stateDir).catch(() => ({ record: undefined }))).record, record);
       await attempt("the boot's status record", () => writeBootRecord(stateDir, record));
       const up = result.outcome === "ready" || result.outcome === "warming";
-      await textfile("boot", async () => [
-        ...bootMetrics({ result: record.result, finishedAt }),
-        ...(up && result.mountPoint ? await factsFor(result.mountPoint) : []),
-      ]);
+      const figures = up && result.mountPoint ? await factsFor(result.mountPoint) : { boot: [], fill: [] };
+      await textfile("boot", () => [...bootMetrics({ result: record.result, finishedAt }), ...figures.boot]);
+      // A boot that did not come up leaves no fill of an earlier one behind.
+      await textfile("fill", () => figures.fill);
     },
     async releaseFinished({ instanceId, result, finishedAt }) {
       await attempt("the release's status record", () => writeReleaseRecord(stateDir, { version: 1, instanceId, finishedAt: finishedAt.toISOString(), result }));
@@ -113,6 +119,11 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
     },
     async refreshStateWritten(state) {
       await textfile("refresh", () => refreshMetrics(state));
+    },
+    async pruneFinished(prune) {
+      // Like gc's, the prune's counters count over its runs.
+      await textfile("prune", () => pruneMetrics(prune), true);
+      if (prune.fill) await textfile("fill", () => cacheFilesystemMetrics(prune.fill!));
     },
   };
 }

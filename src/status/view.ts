@@ -32,7 +32,8 @@ export function renderStatus(doc: StatusDocument): string[] {
     if (!m.mounted) lines.push(`mount:    ${m.mountPoint}: NOT MOUNTED`);
     else {
       const size = m.sizeBytes !== null ? `${(m.sizeBytes / GiB).toFixed(1)} GiB` : "?";
-      const used = m.usedRatio !== null ? `${(m.usedRatio * 100).toFixed(1)} % used` : "";
+      const inodes = m.inodes && m.freeInodes !== null ? `, ${(((m.inodes - m.freeInodes) / m.inodes) * 100).toFixed(1)} % of inodes` : "";
+      const used = m.usedRatio !== null ? `${(m.usedRatio * 100).toFixed(1)} % used${inodes}` : "";
       lines.push(`mount:    ${m.mountPoint} (${m.fsType ?? "?"}, ${size}, ${used})`);
     }
   }

@@ -1,0 +1,196 @@
+/**
+ * The prune, planned: when the cache filesystem is fuller than the threshold and the volume is a
+ * pool volume, which images to remove so that it falls below the target. Pure: the observed
+ * volume, fill, images and containers come in, a verdict and one decision per image go out
+ * (`prune --dry-run` prints them).
+ *
+ * What is never removed: an image of the current generation (the pool's newest completed
+ * snapshot's `ebs-cache:images`, else the volume's own), an image any container uses (running or
+ * stopped, by image id, so every tag of that id is kept), and the parents of kept images. A
+ * workspace volume is never pruned: what it holds is its user's.
+ */
+import { VolumeKind, VolumeTag } from "../../tags.ts";
+import { withLatest } from "../generation.ts";
+import type { FilesystemFill, ImageEntry } from "../ports.ts";
+
+export interface PruneSettings {
+  /** Prune only above this fill (percent of used + available). */
+  thresholdPercent: number;
+  /** Remove images until the fill is estimated at or below this (below the threshold: src/config/validate.ts). */
+  targetPercent: number;
+}
+
+/** Where the current generation's image list came from. */
+export type CurrentImagesSource = "snapshot" | "volume" | "none";
+
+export interface PruneObservation {
+  /** The cache volume the last boot mounted; undefined: no boot on a volume recorded. */
+  volume?: { volumeId: string; mountPoint: string; dataRoot: string };
+  /** Its tags as EC2 describes them now; undefined: EC2 does not know the volume. */
+  tags?: Record<string, string>;
+  /** The fill of the filesystem mounted at the volume's mount point; undefined: nothing mounted there. */
+  fill?: FilesystemFill;
+  /** The data-root docker runs on now. */
+  dockerRootDir?: string;
+  /** A background pre-warm reads the volume's files now: removing them under it would fail its reads. */
+  prewarmRunning?: boolean;
+  /** The current generation's image references, as tagged, and where they came from. */
+  current: { images: string[]; source: CurrentImagesSource; generation?: string };
+  images: ImageEntry[];
+  /** Image ids of every container, running or stopped. */
+  containerImageIds: string[];
+}
+
+export type PruneVerdict =
+  /** Images are removed (or would be, on a dry run). */
+  | "prune"
+  | "below-threshold"
+  /** Above the threshold, but every image is kept (current, in use, or a parent of one). */
+  | "nothing-to-remove"
+  | "no-volume"
+  | "not-mounted"
+  /** Docker does not run on the volume's data-root: its images are not the volume's. */
+  | "docker-elsewhere"
+  /** The background pre-warm is reading the volume: the prune waits for the next run. */
+  | "prewarm-running"
+  /** Not `ebs-cache:managed=true`, or EC2 does not know the volume. */
+  | "not-managed"
+  | "workspace"
+  /** Neither the pool's snapshot nor the volume names the current images: nothing can be told apart. */
+  | "no-generation";
+
+export type ImageVerdict = "remove" | "current" | "in-use" | "parent-of-kept" | "spared";
+
+export interface ImageDecision {
+  id: string;
+  references: string[];
+  sizeBytes: number;
+  /** What removing it frees, as estimated (bytes no other image shares, else its size). */
+  freesBytes: number;
+  created: string;
+  verdict: ImageVerdict;
+  reason: string;
+}
+
+export interface PrunePlan {
+  verdict: PruneVerdict;
+  reason: string;
+  volumeId?: string;
+  mountPoint?: string;
+  usedRatio?: number;
+  /** The fill the removals should leave, as estimated. */
+  projectedUsedRatio?: number;
+  currentSource: CurrentImagesSource;
+  generation?: string;
+  /** Every image, with what the prune does with it (empty when the verdict stops before looking). */
+  images: ImageDecision[];
+  /** The images to remove, in order (oldest first, then largest). */
+  removals: ImageDecision[];
+}
+
+/** The references of the current generation, normalized as docker lists them. */
+function currentReferences(images: readonly string[]): Set<string> {
+  const set = new Set<string>();
+  for (const image of images) {
+    set.add(withLatest(image));
+    // `repo:tag@sha256:…` is listed by docker as `repo@sha256:…` among RepoDigests.
+    if (image.includes("@")) set.add(image.replace(/:[^/@]+@/, "@"));
+  }
+  return set;
+}
+
+/** The ids of `kept` and of every image they were built on. */
+function withAncestors(kept: ReadonlySet<string>, byId: ReadonlyMap<string, ImageEntry>): Set<string> {
+  const all = new Set<string>();
+  for (const id of kept) {
+    let next: string | undefined = id;
+    while (next !== undefined && !all.has(next)) {
+      all.add(next);
+      next = byId.get(next)?.parentId;
+    }
+  }
+  return all;
+}
+
+/** Decides the prune. */
+export function planPrune(settings: PruneSettings, observed: PruneObservation): PrunePlan {
+  const { volume, fill, tags } = observed;
+  const base = { currentSource: observed.current.source, ...(observed.current.generation ? { generation: observed.current.generation } : {}), images: [], removals: [] };
+  const stop = (verdict: PruneVerdict, reason: string, extra: Partial<PrunePlan> = {}): PrunePlan => ({
+    ...base,
+    verdict,
+    reason,
+    ...(volume ? { volumeId: volume.volumeId, mountPoint: volume.mountPoint } : {}),
+    ...(fill ? { usedRatio: fill.usedRatio } : {}),
+    ...extra,
+  });
+  if (!volume) return stop("no-volume", "no boot on a cache volume is recorded on this host");
+  if (!fill) return stop("not-mounted", `nothing is mounted at ${volume.mountPoint}`);
+  if (observed.dockerRootDir !== volume.dataRoot) {
+    return stop("docker-elsewhere", `docker runs on ${observed.dockerRootDir ?? "an unknown data-root"}, not on the volume's ${volume.dataRoot}`);
+  }
+  if (!tags || tags[VolumeTag.managed] !== "true") return stop("not-managed", `${volume.volumeId} is not a volume the agent manages`);
+  const kind = tags[VolumeTag.kind];
+  if (kind === VolumeKind.workspace) return stop("workspace", "a workspace volume's data is its user's: never pruned");
+  if (kind !== VolumeKind.pool) return stop("not-managed", `${volume.volumeId} has ${VolumeTag.kind}=${JSON.stringify(kind ?? null)}, not pool`);
+  const percent = fill.usedRatio * 100;
+  if (observed.prewarmRunning && percent > settings.thresholdPercent) {
+    return stop("prewarm-running", "the background pre-warm is reading the volume's files; run `ebs-cache-agent prune` once it is done");
+  }
+  if (percent <= settings.thresholdPercent) {
+    return stop("below-threshold", `${percent.toFixed(1)} % used, at or below the threshold of ${settings.thresholdPercent} %`);
+  }
+  if (observed.current.images.length === 0) {
+    return stop("no-generation", "neither the pool's newest snapshot nor the volume lists its images (ebs-cache:images): nothing can be told apart");
+  }
+
+  const current = currentReferences(observed.current.images);
+  const byId = new Map(observed.images.map((image) => [image.id, image]));
+  const inUse = new Set(observed.containerImageIds);
+  const isCurrent = (image: ImageEntry) => [...image.repoTags, ...image.repoDigests].some((ref) => current.has(ref));
+  const kept = withAncestors(new Set(observed.images.filter((image) => inUse.has(image.id) || isCurrent(image)).map((image) => image.id)), byId);
+
+  const decisions: ImageDecision[] = observed.images.map((image) => {
+    const decide = (verdict: ImageVerdict, reason: string): ImageDecision => ({
+      id: image.id,
+      references: image.repoTags,
+      sizeBytes: image.sizeBytes,
+      freesBytes: image.uniqueBytes ?? image.sizeBytes,
+      created: new Date(image.created * 1000).toISOString(),
+      verdict,
+      reason,
+    });
+    if (inUse.has(image.id)) return decide("in-use", "a container (running or stopped) uses it");
+    if (isCurrent(image)) return decide("current", "in the current generation's image list");
+    if (kept.has(image.id)) return decide("parent-of-kept", "a kept image is built on it");
+    return decide("remove", "outside the current generation, no container uses it");
+  });
+
+  // Oldest first (the generations furthest behind), the largest first among equals.
+  const candidates = decisions
+    .filter((d) => d.verdict === "remove")
+    .sort((a, b) => a.created.localeCompare(b.created) || b.freesBytes - a.freesBytes || a.id.localeCompare(b.id));
+  const capacity = fill.usedBytes + fill.availableBytes;
+  const targetBytes = (settings.targetPercent / 100) * capacity;
+  let used = fill.usedBytes;
+  const removals: ImageDecision[] = [];
+  for (const candidate of candidates) {
+    if (used <= targetBytes) {
+      candidate.verdict = "spared";
+      candidate.reason = `the removals before it reach the target of ${settings.targetPercent} %`;
+      continue;
+    }
+    removals.push(candidate);
+    used -= candidate.freesBytes;
+  }
+  const projectedUsedRatio = capacity > 0 ? Math.max(0, used) / capacity : 0;
+  if (removals.length === 0) {
+    return stop("nothing-to-remove", `${percent.toFixed(1)} % used, above ${settings.thresholdPercent} %, but every image is current, in use, or a parent of one`, { images: decisions });
+  }
+  const freed = removals.reduce((sum, d) => sum + d.freesBytes, 0);
+  return stop(
+    "prune",
+    `${percent.toFixed(1)} % used, above ${settings.thresholdPercent} %: ${removals.length} image(s) outside the current generation, about ${(freed / 2 ** 20).toFixed(0)} MiB`,
+    { images: decisions, removals, projectedUsedRatio },
+  );
+}

@@ -1,0 +1,92 @@
+/**
+ * `ebs-cache-agent prune`: removes images outside the pool's current generation from a pool
+ * volume fuller than `prune.thresholdPercent` (src/agent/prune/: the decisions are planned in
+ * plan.ts). The boot starts it in the background after it came up (`--after-boot`).
+ */
+import { spawn } from "node:child_process";
+import { Command, Option } from "commander";
+import { pruneExitCode, runPrune, type PruneOutcome } from "../agent/prune/run.ts";
+import { hostWiringOptions, wirePrune, wireRecorder } from "../agent/wiring.ts";
+import { loadConfig } from "../config/index.ts";
+import { AgentError, describeError } from "../errors.ts";
+import { createLogger, type Level } from "../log.ts";
+
+const MiB = 2 ** 20;
+
+/** The outcome for people: the verdict, then each image and what became of it. */
+export function renderPrune(outcome: PruneOutcome): string[] {
+  const { plan } = outcome;
+  const percent = (ratio: number | undefined) => (ratio === undefined ? "?" : `${(ratio * 100).toFixed(1)} %`);
+  const lines = [`${outcome.dryRun ? "dry run: " : ""}${plan.verdict}: ${plan.reason}`];
+  if (plan.volumeId) lines.push(`volume ${plan.volumeId} at ${plan.mountPoint ?? "?"}; current images from ${plan.currentSource}${plan.generation ? ` (${plan.generation})` : ""}`);
+  const done = new Map(outcome.removals.map((r) => [r.id, r]));
+  for (const image of plan.images) {
+    const result = done.get(image.id);
+    const name = image.references.join(",") || image.id.slice(0, 19);
+    lines.push(`  ${image.verdict.padEnd(14)} ${name}  ${(image.freesBytes / MiB).toFixed(1)} MiB  ${image.reason}${result ? `  -> ${result.done}${result.error ? ` (${result.error})` : ""}` : ""}`);
+  }
+  if (plan.verdict === "prune") {
+    lines.push(
+      outcome.dryRun
+        ? `would remove ${plan.removals.length} image(s): fill ${percent(plan.usedRatio)} -> about ${percent(plan.projectedUsedRatio)}`
+        : `${outcome.removed} removed, ${outcome.failed} failed: fill ${percent(outcome.usedRatioBefore)} -> ${percent(outcome.usedRatioAfter)}`,
+    );
+  }
+  return lines;
+}
+
+export function pruneCommand(): Command {
+  return new Command("prune")
+    .description(
+      "on a pool volume fuller than prune.thresholdPercent, remove images outside the pool's current generation until the fill is below prune.targetPercent; never on a workspace volume, never an image a container uses (running or stopped), never forced",
+    )
+    .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
+    .option("--dry-run", "print what would be removed; change nothing")
+    .option("--json", "print the plan and what was done as JSON")
+    .addOption(new Option("--after-boot", "the run a boot starts: only when prune.afterBoot, a failure is a warning, exit 0").hideHelp())
+    .addHelpText("after", "\nExit codes: 0 done (or nothing to do), 1 some removal failed or docker/EC2 could not be asked, 3 invalid configuration.")
+    .action(async (opts: { config?: string; dryRun?: boolean; json?: boolean; afterBoot?: boolean }) => {
+      const { config } = await loadConfig(opts.config ? { path: opts.config } : {});
+      const log = createLogger(undefined, config.logLevel as Level);
+      if (opts.afterBoot && !config.prune.afterBoot) return;
+      const wiring = hostWiringOptions(config, log, async () => undefined);
+      const run = runPrune(wirePrune(wiring), {
+        settings: { thresholdPercent: config.prune.thresholdPercent, targetPercent: config.prune.targetPercent },
+        imageSet: config.imageSet,
+        dryRun: opts.dryRun ?? false,
+        recorder: wireRecorder(wiring),
+      });
+      if (opts.afterBoot) {
+        // Off the boot's path: whatever happens here, the node's readiness stands.
+        await run.catch((error: unknown) =>
+          log.warning("prune.failed", `the prune after the boot failed: ${describeError(error)}; readiness is unchanged`, {
+            remediation: error instanceof AgentError ? error.remediation : undefined,
+          }),
+        );
+        return;
+      }
+      const outcome = await run;
+      const out = (line: string) => process.stdout.write(line + "\n");
+      if (opts.json) out(JSON.stringify(outcome, null, 2));
+      else for (const line of renderPrune(outcome)) out(line);
+      process.exitCode = pruneExitCode(outcome);
+    });
+}
+
+/**
+ * Starts `ebs-cache-agent prune --after-boot` (this same program, detached), as the boot hands
+ * its long pre-warm over: the boot exits at once and the prune's lines go to the same journal.
+ */
+export async function startPruneAfterBoot(configPath: string | undefined): Promise<void> {
+  const script = process.argv[1];
+  if (!script) throw new Error("cannot tell this program's path (process.argv[1])");
+  const child = spawn(process.execPath, [...process.execArgv, script, "prune", "--after-boot", ...(configPath ? ["--config", configPath] : [])], {
+    detached: true,
+    stdio: ["ignore", "inherit", "inherit"],
+  });
+  await new Promise<void>((resolve, reject) => {
+    child.once("spawn", resolve);
+    child.once("error", reject);
+  });
+  child.unref();
+}
