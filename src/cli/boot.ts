@@ -63,10 +63,13 @@ export function bootCommand(): Command {
       const outcome = await runBoot(deps, { dryRun: opts.dryRun ?? false, withDocker: opts.docker, mayClaim: opts.claim, signal });
       printOutcome(outcome, opts.json ?? false, (line) => process.stdout.write(line + "\n"));
       process.exitCode = outcome.exitCode;
-      // The prune runs detached, after the node is up: it never delays or changes the boot's outcome.
+      // The prune runs detached, after the node is up and only on a full disk: it never delays or
+      // changes the boot's outcome.
       const up = outcome.result?.outcome === "ready" || outcome.result?.outcome === "warming";
       if (up && config.prune.afterBoot) {
-        await (await import("./prune.ts")).startPruneAfterBoot(opts.config).catch((error: unknown) => log.warning("prune.start", `could not start the prune: ${String(error)}`));
+        await (await import("./prune.ts"))
+          .startPruneAfterBoot(opts.config, outcome.result?.mountPoint, config.prune.thresholdPercent)
+          .catch((error: unknown) => log.warning("prune.start", `could not start the prune: ${String(error)}`));
       }
     });
 }

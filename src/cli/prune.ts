@@ -9,6 +9,7 @@ import { pruneExitCode, runPrune, type PruneOutcome } from "../agent/prune/run.t
 import { hostWiringOptions, wirePrune, wireRecorder } from "../agent/wiring.ts";
 import { loadConfig } from "../config/index.ts";
 import { AgentError, describeError } from "../errors.ts";
+import { readFilesystemFill } from "../host/fill.ts";
 import { createLogger, type Level } from "../log.ts";
 
 const MiB = 2 ** 20;
@@ -77,7 +78,13 @@ export function pruneCommand(): Command {
  * Starts `ebs-cache-agent prune --after-boot` (this same program, detached), as the boot hands
  * its long pre-warm over: the boot exits at once and the prune's lines go to the same journal.
  */
-export async function startPruneAfterBoot(configPath: string | undefined): Promise<void> {
+/**
+ * Starts the prune detached once the boot came up, only when the cache filesystem is fuller than
+ * the threshold: below it a prune would start a process and ask EC2 only to stop, on every boot.
+ */
+export async function startPruneAfterBoot(configPath: string | undefined, mountPoint: string | undefined, thresholdPercent: number): Promise<boolean> {
+  const fill = mountPoint === undefined ? undefined : await readFilesystemFill(mountPoint);
+  if (!fill || fill.usedRatio * 100 <= thresholdPercent) return false;
   const script = process.argv[1];
   if (!script) throw new Error("cannot tell this program's path (process.argv[1])");
   const child = spawn(process.execPath, [...process.execArgv, script, "prune", "--after-boot", ...(configPath ? ["--config", configPath] : [])], {
@@ -89,4 +96,5 @@ export async function startPruneAfterBoot(configPath: string | undefined): Promi
     child.once("error", reject);
   });
   child.unref();
+  return true;
 }

@@ -609,7 +609,7 @@ export const CONFIG_SCHEMA = {
         afterBoot: {
           type: "boolean",
           default: true,
-          description: "Run the prune in the background after a boot that came up (`ready`, `warming`); it never changes readiness or the boot's exit code.",
+          description: "Run the prune in the background after a boot that came up (`ready`, `warming`) on a cache filesystem fuller than `thresholdPercent`; it never changes readiness or the boot's exit code.",
         },
         thresholdPercent: {
           type: "integer",
