@@ -15,10 +15,11 @@
  *
  * Needs root and the lab's Debian packages (docs/lab.md). Runs on demand only. See bench/README.md.
  */
-import { spawn } from "node:child_process";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { spawn, type ChildProcess } from "node:child_process";
+import { subscribe } from "node:diagnostics_channel";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { cpus, loadavg, release, tmpdir, totalmem } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -367,6 +368,48 @@ async function latencyBoot(
 }
 
 // ---------------------------------------------------------------------------------------------
+// Work done, as the machine's load cannot fake it: processes spawned and CPU time
+
+/**
+ * Every process this one spawns (node's `child_process` diagnostics channel: execa, the lab, the
+ * agent alike), by its command's name. The overhead run reads it around the agent's boot: the lab
+ * spawns too (losetup for an attach, dockerd), so the names say whose each is.
+ */
+const spawned: string[] = [];
+subscribe("child_process", (message) => {
+  const child = (message as { process: ChildProcess }).process;
+  child.once("spawn", () => spawned.push(basename(child.spawnfile ?? "?")));
+});
+
+/** CPU seconds of this process (user + system) and of its children waited for (`/proc/self/stat` cutime + cstime). */
+async function cpuNow(): Promise<{ selfMs: number; childrenMs: number }> {
+  const usage = process.cpuUsage();
+  // The fields after the command's closing parenthesis; cutime and cstime are the stat's 16th and 17th.
+  const stat = (await readFile("/proc/self/stat", "utf8")).split(") ")[1]!.split(" ");
+  const ticks = Number(stat[13]) + Number(stat[14]);
+  return { selfMs: Math.round((usage.user + usage.system) / 1000), childrenMs: Math.round((ticks * 1000) / CLOCK_TICKS) };
+}
+/** USER_HZ: 100 on every Linux this runs on (getconf CLK_TCK). */
+const CLOCK_TICKS = 100;
+
+/** What ran between two readings: spawns by command, CPU of this process and of its exited children. */
+function workSince(spawnMark: number, cpu: { selfMs: number; childrenMs: number }, after: { selfMs: number; childrenMs: number }): Work {
+  const commands: Record<string, number> = {};
+  for (const name of spawned.slice(spawnMark)) commands[name] = (commands[name] ?? 0) + 1;
+  return { spawns: spawned.length - spawnMark, commands, cpuSelfMs: after.selfMs - cpu.selfMs, cpuChildrenMs: after.childrenMs - cpu.childrenMs };
+}
+
+interface Work {
+  /** Processes spawned (the agent's and the lab's: see `commands`). */
+  spawns: number;
+  commands: Record<string, number>;
+  /** CPU of the bench's process: the agent in process, and the lab's EC2 emulator and IMDS. */
+  cpuSelfMs: number;
+  /** CPU of the children that exited meanwhile (not dockerd, which runs on). */
+  cpuChildrenMs: number;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Part 2: the agent's own overhead at zero EC2 delay
 
 interface OverheadRun {
@@ -383,6 +426,8 @@ interface OverheadRun {
   floorDockerMs?: number;
   floorMs?: number;
   overMs?: number;
+  /** The agent's boot, spawns and CPU (see Work). */
+  work?: Work;
   error?: string;
   loadAvg1: number;
 }
@@ -394,9 +439,12 @@ async function overheadRun(lab: Lab, log: ReturnType<typeof timedLogger>, drop: 
     applyLatencies(lab, ZERO);
     if (drop) await dropCaches();
     const mark = log.lines.length;
+    const spawnMark = spawned.length;
+    const cpu = await cpuNow();
     const t0 = now();
     const booted = await bootInProcess(lab, host, overrides, log, { withDocker: true, mayClaim: true });
     result.agentMs = ms(t0);
+    result.work = workSince(spawnMark, cpu, await cpuNow());
     result.outcome = booted.result?.outcome ?? "none";
     result.timeline = booted.result?.timeline ?? [];
     if (result.outcome !== "ready" || !booted.result?.device || !booted.result.mountPoint) {
@@ -428,6 +476,13 @@ async function overheadRun(lab: Lab, log: ReturnType<typeof timedLogger>, drop: 
     await unmountVolumes(host).catch(() => undefined);
   }
   return result;
+}
+
+/** Median count of each command over the runs (0 in a run that did not spawn it), most spawned first. */
+function commandMedians(runs: Array<Record<string, number>>): Record<string, number> {
+  const names = new Set(runs.flatMap((r) => Object.keys(r)));
+  const medians = [...names].map((name) => [name, percentile(runs.map((r) => r[name] ?? 0), 50)!] as const);
+  return Object.fromEntries(medians.filter(([, n]) => n > 0).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0])));
 }
 
 /** Median of each step's duration over the runs, in the order the steps ran. */
@@ -491,7 +546,8 @@ async function main(): Promise<void> {
           r.error
             ? `  run ${i + 1} FAILED: ${r.error}`
             : `  run ${i + 1}: agent ${sec(r.agentMs)} s, floor ${sec(r.floorMs)} s (mount ${sec(r.floorMountMs)} + dockerd ${sec(r.floorDockerMs)}), over ${sec(r.overMs)} s; ` +
-                `identify ${sec(r.identifyMs)} observe ${sec(r.observeMs)} | ${r.timeline!.map((s) => `${s.step} ${sec(s.ms)}`).join(", ")} (load ${r.loadAvg1})`,
+                `identify ${sec(r.identifyMs)} observe ${sec(r.observeMs)} | ${r.timeline!.map((s) => `${s.step} ${sec(s.ms)}`).join(", ")} (load ${r.loadAvg1}); ` +
+                `${r.work!.spawns} spawns, CPU ${sec(r.work!.cpuSelfMs)} s in process + ${sec(r.work!.cpuChildrenMs)} s children`,
         );
       }
     }
@@ -544,9 +600,27 @@ async function main(): Promise<void> {
     const steps = stepMedians(ok.map((r) => r.timeline!));
     const identify = percentile(ok.map((r) => r.identifyMs ?? 0), 50);
     const observe = percentile(ok.map((r) => r.observeMs ?? 0), 50);
-    summary.overhead = { agent, floor, over, identifyP50: identify, observeP50: observe, steps, floorMountP50: percentile(ok.map((r) => r.floorMountMs!), 50), floorDockerP50: percentile(ok.map((r) => r.floorDockerMs!), 50) };
+    const spawns = percentile(ok.map((r) => r.work!.spawns), 50);
+    const cpuSelf = percentile(ok.map((r) => r.work!.cpuSelfMs), 50);
+    const cpuChildren = percentile(ok.map((r) => r.work!.cpuChildrenMs), 50);
+    const commands = commandMedians(ok.map((r) => r.work!.commands));
+    summary.overhead = {
+      agent,
+      floor,
+      over,
+      identifyP50: identify,
+      observeP50: observe,
+      steps,
+      floorMountP50: percentile(ok.map((r) => r.floorMountMs!), 50),
+      floorDockerP50: percentile(ok.map((r) => r.floorDockerMs!), 50),
+      spawnsP50: spawns,
+      commandsP50: commands,
+      cpuSelfMsP50: cpuSelf,
+      cpuChildrenMsP50: cpuChildren,
+    };
     say(`\nzero EC2 delay, ${ok.length}/${overheadRuns.length} runs: agent p50 ${sec(agent.p50)} s (p95 ${sec(agent.p95)}), floor p50 ${sec(floor.p50)} s (p95 ${sec(floor.p95)}), agent over floor p50 ${sec(over.p50)} s (p95 ${sec(over.p95)}); target ≤ 0.50 s over`);
     say(`  step medians: identify ${sec(identify)}, observe+plan ${sec(observe)}, ${steps.map((s) => `${s.step} ${sec(s.p50)}`).join(", ")}`);
+    say(`  per boot (medians): ${spawns} processes spawned (${Object.entries(commands).map(([name, n]) => `${name} ${n}`).join(", ")}), CPU ${sec(cpuSelf)} s in process + ${sec(cpuChildren)} s of exited children`);
   }
 
   const docker = await run("docker", ["--version"], { check: false }).catch(() => ({ stdout: "" }));
