@@ -375,10 +375,10 @@ async function latencyBoot(
  * agent alike), by its command's name. The overhead run reads it around the agent's boot: the lab
  * spawns too (losetup for an attach, dockerd), so the names say whose each is.
  */
-const spawned: string[] = [];
+const spawned: Array<{ name: string; argv: string }> = [];
 subscribe("child_process", (message) => {
   const child = (message as { process: ChildProcess }).process;
-  child.once("spawn", () => spawned.push(basename(child.spawnfile ?? "?")));
+  child.once("spawn", () => spawned.push({ name: basename(child.spawnfile ?? "?"), argv: child.spawnargs.join(" ").slice(0, 200) }));
 });
 
 /** CPU seconds of this process (user + system) and of its children waited for (`/proc/self/stat` cutime + cstime). */
@@ -395,14 +395,17 @@ const CLOCK_TICKS = 100;
 /** What ran between two readings: spawns by command, CPU of this process and of its exited children. */
 function workSince(spawnMark: number, cpu: { selfMs: number; childrenMs: number }, after: { selfMs: number; childrenMs: number }): Work {
   const commands: Record<string, number> = {};
-  for (const name of spawned.slice(spawnMark)) commands[name] = (commands[name] ?? 0) + 1;
-  return { spawns: spawned.length - spawnMark, commands, cpuSelfMs: after.selfMs - cpu.selfMs, cpuChildrenMs: after.childrenMs - cpu.childrenMs };
+  const processes = spawned.slice(spawnMark);
+  for (const { name } of processes) commands[name] = (commands[name] ?? 0) + 1;
+  return { spawns: processes.length, commands, argv: processes.map((p) => p.argv), cpuSelfMs: after.selfMs - cpu.selfMs, cpuChildrenMs: after.childrenMs - cpu.childrenMs };
 }
 
 interface Work {
   /** Processes spawned (the agent's and the lab's: see `commands`). */
   spawns: number;
   commands: Record<string, number>;
+  /** Each process's command line, in the order they started. */
+  argv: string[];
   /** CPU of the bench's process: the agent in process, and the lab's EC2 emulator and IMDS. */
   cpuSelfMs: number;
   /** CPU of the children that exited meanwhile (not dockerd, which runs on). */
@@ -413,8 +416,13 @@ interface Work {
 // Part 2: the agent's own overhead at zero EC2 delay
 
 interface OverheadRun {
-  /** The one-shot boot in this process, boot start → `ready`. */
+  /** The one-shot boot in this process, boot start → `ready` (labels published, `boot.ready` logged). */
   agentMs?: number;
+  /**
+   * `ready` → runBoot's return: the status record and metrics textfile, with the host facts they
+   * read (systeminformation's df, lsblk, lscpu): after the labels, off the node's path.
+   */
+  recordMs?: number;
   outcome?: string;
   /** start → `boot.identity` logged. */
   identifyMs?: number;
@@ -443,14 +451,18 @@ async function overheadRun(lab: Lab, log: ReturnType<typeof timedLogger>, drop: 
     const cpu = await cpuNow();
     const t0 = now();
     const booted = await bootInProcess(lab, host, overrides, log, { withDocker: true, mayClaim: true });
-    result.agentMs = ms(t0);
+    const returned = now();
     result.work = workSince(spawnMark, cpu, await cpuNow());
     result.outcome = booted.result?.outcome ?? "none";
     result.timeline = booted.result?.timeline ?? [];
-    if (result.outcome !== "ready" || !booted.result?.device || !booted.result.mountPoint) {
+    const lines = log.lines.slice(mark);
+    const ready = lines.find((entry) => entry.line.includes("boot.ready"));
+    if (result.outcome !== "ready" || !ready || !booted.result?.device || !booted.result.mountPoint) {
       throw new Error(`boot ended ${result.outcome}: ${booted.result?.reason ?? "?"}`);
     }
-    const identified = log.lines.slice(mark).find((entry) => entry.line.includes("boot.identity"));
+    result.agentMs = Math.round(ready.at - t0);
+    result.recordMs = Math.round(returned - ready.at);
+    const identified = lines.find((entry) => entry.line.includes("boot.identity"));
     const steps = result.timeline.reduce((sum, step) => sum + step.ms, 0);
     if (identified) {
       result.identifyMs = Math.round(identified.at - t0);
@@ -547,7 +559,7 @@ async function main(): Promise<void> {
             ? `  run ${i + 1} FAILED: ${r.error}`
             : `  run ${i + 1}: agent ${sec(r.agentMs)} s, floor ${sec(r.floorMs)} s (mount ${sec(r.floorMountMs)} + dockerd ${sec(r.floorDockerMs)}), over ${sec(r.overMs)} s; ` +
                 `identify ${sec(r.identifyMs)} observe ${sec(r.observeMs)} | ${r.timeline!.map((s) => `${s.step} ${sec(s.ms)}`).join(", ")} (load ${r.loadAvg1}); ` +
-                `${r.work!.spawns} spawns, CPU ${sec(r.work!.cpuSelfMs)} s in process + ${sec(r.work!.cpuChildrenMs)} s children`,
+                `then record ${sec(r.recordMs)} s; ${r.work!.spawns} spawns, CPU ${sec(r.work!.cpuSelfMs)} s in process + ${sec(r.work!.cpuChildrenMs)} s children`,
         );
       }
     }
@@ -604,6 +616,7 @@ async function main(): Promise<void> {
     const cpuSelf = percentile(ok.map((r) => r.work!.cpuSelfMs), 50);
     const cpuChildren = percentile(ok.map((r) => r.work!.cpuChildrenMs), 50);
     const commands = commandMedians(ok.map((r) => r.work!.commands));
+    const record = percentile(ok.map((r) => r.recordMs!), 50);
     summary.overhead = {
       agent,
       floor,
@@ -613,6 +626,7 @@ async function main(): Promise<void> {
       steps,
       floorMountP50: percentile(ok.map((r) => r.floorMountMs!), 50),
       floorDockerP50: percentile(ok.map((r) => r.floorDockerMs!), 50),
+      recordP50: record,
       spawnsP50: spawns,
       commandsP50: commands,
       cpuSelfMsP50: cpuSelf,
@@ -620,7 +634,8 @@ async function main(): Promise<void> {
     };
     say(`\nzero EC2 delay, ${ok.length}/${overheadRuns.length} runs: agent p50 ${sec(agent.p50)} s (p95 ${sec(agent.p95)}), floor p50 ${sec(floor.p50)} s (p95 ${sec(floor.p95)}), agent over floor p50 ${sec(over.p50)} s (p95 ${sec(over.p95)}); target ≤ 0.50 s over`);
     say(`  step medians: identify ${sec(identify)}, observe+plan ${sec(observe)}, ${steps.map((s) => `${s.step} ${sec(s.p50)}`).join(", ")}`);
-    say(`  per boot (medians): ${spawns} processes spawned (${Object.entries(commands).map(([name, n]) => `${name} ${n}`).join(", ")}), CPU ${sec(cpuSelf)} s in process + ${sec(cpuChildren)} s of exited children`);
+    say(`  after ready (status record, metrics, host facts; not counted above) p50 ${sec(record)} s`);
+    say(`  per boot, record included (medians): ${spawns} processes spawned (${Object.entries(commands).map(([name, n]) => `${name} ${n}`).join(", ")}), CPU ${sec(cpuSelf)} s in process + ${sec(cpuChildren)} s of exited children`);
   }
 
   const docker = await run("docker", ["--version"], { check: false }).catch(() => ({ stdout: "" }));
@@ -635,7 +650,7 @@ async function main(): Promise<void> {
     timing: {
       prepared: "`node <bundle> boot --no-docker --json` (docker.control none): spawn → exit",
       ready: "prepared + dockerd start on the volume (the lab's private dockerd, API polled every 100 ms) + `boot --no-claim` in this process + the bundle's node start (nodeStartMs)",
-      overhead: "one-shot boot in this process (boot start → ready) vs, on the same host and volume, mount + dockerd start",
+      overhead: "one-shot boot in this process (boot start → `boot.ready` logged, the labels published) vs, on the same host and volume, mount + dockerd start; spawns and CPU from boot start to runBoot's return (the after-ready record included)",
     },
     summary,
     latencyBoots,
