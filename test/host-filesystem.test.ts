@@ -1,7 +1,9 @@
 // Probing, formatting, mounting and growing against real loop devices from the lab's backend,
 // plus the parsers replayed on recorded tool output.
 import t from "tap";
+import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { subscribe, unsubscribe } from "node:diagnostics_channel";
 import { mkdir, open, readFile, truncate, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { run } from "../src/exec.ts";
@@ -380,4 +382,50 @@ t.test("identify: the agent's own filesystem passes, anything else is refused wi
   await storage.unmount(fmp);
 
   t.type(await storage.identify({ volumeId: "vol-0", createdByAgent: true }, "/dev/ebscachenosuchdevice").catch((e: unknown) => e), ForeignVolumeError, "a probe failure is not ours either");
+});
+
+/** The commands this process spawns while `body` runs (node's child_process diagnostics channel). */
+async function spawnedDuring(body: () => Promise<unknown>): Promise<string[]> {
+  const names: string[] = [];
+  const listener = (message: unknown) => {
+    const child = (message as { process: ChildProcess }).process;
+    child.once("spawn", () => names.push(child.spawnfile ?? "?"));
+  };
+  subscribe("child_process", listener);
+  try {
+    await body();
+  } finally {
+    unsubscribe("child_process", listener);
+  }
+  return names;
+}
+
+t.test("mount right after identification takes its probe while the device is unchanged, and probes again otherwise", async (t) => {
+  const { volumeId, device } = await volume(t);
+  await storage.format(device, FS_LABEL);
+  const owner = { volumeId, createdByAgent: true };
+  t.match(await storage.identify(owner, device), { kind: "cache", fresh: true });
+  const mp = mountPoint(t, "identified");
+  const spawned = await spawnedDuring(() => storage.mount(device, mp));
+  t.equal(await storage.mountPointOf(device), mp, "mounted");
+  t.same(spawned, ["mount"], "no blkid or wipefs again: only mount itself");
+  await storage.unmount(mp);
+
+  // Changed since its identification (another label): probed in full, and refused.
+  t.match(await storage.identify(owner, device), { kind: "cache" });
+  await run("xfs_admin", ["-L", "other", device]);
+  const refusal = { error: undefined as unknown };
+  const again = await spawnedDuring(async () => (refusal.error = await storage.mount(device, mp).catch((e: unknown) => e)));
+  t.type(refusal.error, ForeignVolumeError, "the new label is seen");
+  t.ok(again.includes("blkid") && again.includes("wipefs"), "by a full probe");
+  t.equal(await storage.mountPointOf(device), undefined, "and nothing was mounted");
+
+  // Another device than the one identified: probed in full (and mounted, being the agent's).
+  await run("xfs_admin", ["-L", FS_LABEL, device]);
+  const other = await volume(t);
+  await storage.format(other.device, FS_LABEL);
+  t.match(await storage.identify({ volumeId: other.volumeId, createdByAgent: true }, other.device), { kind: "cache" });
+  const probed = await spawnedDuring(() => storage.mount(device, mp));
+  t.ok(probed.includes("blkid"), "the identification of another device does not stand for this one");
+  t.equal(await storage.mountPointOf(device), mp);
 });
