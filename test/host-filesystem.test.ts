@@ -7,6 +7,7 @@ import { subscribe, unsubscribe } from "node:diagnostics_channel";
 import { mkdir, open, readFile, truncate, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { run } from "../src/exec.ts";
+import { allocatedRanges, mergeRanges, parseFreesp, parseXfsInfo, usedRanges } from "../src/host/extents.ts";
 import { contentsFromBlkid, parseBlkidExport, parseWipefsJson, xfsDataBytes } from "../src/host/filesystem.ts";
 import { foundPhrase, judgeLayout, judgeSignature, parseXfsDb, parseXfsSuperblock } from "../src/host/identify.ts";
 import { parseMountInfo } from "../src/host/mount.ts";
@@ -428,4 +429,20 @@ t.test("mount right after identification takes its probe while the device is unc
   const probed = await spawnedDuring(() => storage.mount(device, mp));
   t.ok(probed.includes("blkid"), "the identification of another device does not stand for this one");
   t.equal(await storage.mountPointOf(device), mp);
+});
+
+t.test("the allocated ranges come from one xfs_spaceman: the same as xfs_info's geometry and freesp apart", async (t) => {
+  const { device } = await volume(t);
+  await storage.format(device, FS_LABEL);
+  const mp = mountPoint(t, "extents");
+  await storage.mount(device, mp);
+  await writeFile(join(mp, "data"), randomBytes(3 * 1024 * 1024));
+  await run("sync", ["-f", mp]);
+  let ranges: Awaited<ReturnType<typeof usedRanges>> = [];
+  const spawned = await spawnedDuring(async () => (ranges = await usedRanges(mp)));
+  t.same(spawned, ["xfs_spaceman"], "one process (xfs_info alone is a shell script running findmnt and xfs_spaceman)");
+  const geometry = parseXfsInfo((await run("xfs_info", [mp])).stdout);
+  const free = parseFreesp((await run("xfs_spaceman", ["-c", "freesp -d", mp])).stdout);
+  t.same(ranges, mergeRanges(allocatedRanges(geometry, free)), "the ranges xfs_info and freesp give apart");
+  t.ok(ranges.reduce((sum, r) => sum + r.end - r.start, 0) >= 3 * 1024 * 1024, "the file's data is in them");
 });
