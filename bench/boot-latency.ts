@@ -214,7 +214,7 @@ function timedLogger(verbose: boolean): Logger & { lines: Array<{ at: number; li
     lines.push({ at: now(), line });
     if (lines.length > 2000) lines.splice(0, lines.length - 2000);
     if (verbose) process.stderr.write(line + "\n");
-  }, "info");
+  }, "debug");
   return Object.assign(logger, { lines });
 }
 
@@ -436,6 +436,8 @@ interface OverheadRun {
   overMs?: number;
   /** The agent's boot, spawns and CPU (see Work). */
   work?: Work;
+  /** The boot's log lines (debug included: each command run) with their time since boot start (ms). */
+  log?: Array<[number, string]>;
   error?: string;
   loadAvg1: number;
 }
@@ -460,6 +462,7 @@ async function overheadRun(lab: Lab, log: ReturnType<typeof timedLogger>, drop: 
     if (result.outcome !== "ready" || !ready || !booted.result?.device || !booted.result.mountPoint) {
       throw new Error(`boot ended ${result.outcome}: ${booted.result?.reason ?? "?"}`);
     }
+    result.log = lines.map((entry) => [Math.round(entry.at - t0), entry.line.slice(0, 300)]);
     result.agentMs = Math.round(ready.at - t0);
     result.recordMs = Math.round(returned - ready.at);
     const identified = lines.find((entry) => entry.line.includes("boot.identity"));
