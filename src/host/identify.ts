@@ -236,10 +236,13 @@ export async function identifyWithEvidence(
   // The reads run at once (none writes): the signature probe, and, when the superblock at the
   // start of the device is an XFS one with the agent's label, xfs_db's look at the layout. Its
   // answer counts only if the signature probe agrees (judgeSignature); otherwise it is waited
-  // for and dropped, so that no read outlives the refusal.
+  // for and dropped, so that no read outlives the refusal. The first MiB is read before any
+  // process starts (the blocks blkid and wipefs read first too), so that xfs_db, the slowest,
+  // is spawned first: spawning blocks this process's thread for a while on a busy host.
   const start = readDeviceStart(device);
   const superblock = start.then(parseXfsSuperblock, () => undefined);
-  const layoutRead = superblock.then((sb) => (sb?.label === FS_LABEL ? readXfsLayout(device, options) : undefined));
+  const sb = await superblock;
+  const layoutRead = Promise.resolve(sb?.label === FS_LABEL ? readXfsLayout(device, options) : undefined);
   const layoutSettled = layoutRead.then(
     () => undefined,
     () => undefined,
