@@ -16,6 +16,7 @@
  * Needs root and the lab's Debian packages (docs/lab.md). Runs on demand only. See bench/README.md.
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { subscribe } from "node:diagnostics_channel";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { cpus, loadavg, release, tmpdir, totalmem } from "node:os";
@@ -208,10 +209,18 @@ const stats = (values: number[]) => ({
 });
 
 /** A logger keeping each line with the time it was written (to place `boot.identity`). */
-function timedLogger(verbose: boolean): Logger & { lines: Array<{ at: number; line: string }> } {
-  const lines: Array<{ at: number; line: string }> = [];
+/** A log line, with the CPU and spawn count when it is the line that says `ready`. */
+interface TimedLine {
+  at: number;
+  line: string;
+  cpu?: { selfMs: number; childrenMs: number };
+  spawned?: number;
+}
+
+function timedLogger(verbose: boolean): Logger & { lines: TimedLine[] } {
+  const lines: TimedLine[] = [];
   const logger = createLogger((line) => {
-    lines.push({ at: now(), line });
+    lines.push({ at: now(), line, ...(line.includes("boot.ready") ? { cpu: cpuNowSync(), spawned: spawned.length } : {}) });
     if (lines.length > 2000) lines.splice(0, lines.length - 2000);
     if (verbose) process.stderr.write(line + "\n");
   }, "debug");
@@ -383,9 +392,18 @@ subscribe("child_process", (message) => {
 
 /** CPU seconds of this process (user + system) and of its children waited for (`/proc/self/stat` cutime + cstime). */
 async function cpuNow(): Promise<{ selfMs: number; childrenMs: number }> {
+  return cpuFrom(await readFile("/proc/self/stat", "utf8"));
+}
+
+/** The same, read synchronously: inside the log's sink, at the very line that says `ready`. */
+function cpuNowSync(): { selfMs: number; childrenMs: number } {
+  return cpuFrom(readFileSync("/proc/self/stat", "utf8"));
+}
+
+function cpuFrom(procStat: string): { selfMs: number; childrenMs: number } {
   const usage = process.cpuUsage();
   // The fields after the command's closing parenthesis; cutime and cstime are the stat's 16th and 17th.
-  const stat = (await readFile("/proc/self/stat", "utf8")).split(") ")[1]!.split(" ");
+  const stat = procStat.split(") ")[1]!.split(" ");
   const ticks = Number(stat[13]) + Number(stat[14]);
   return { selfMs: Math.round((usage.user + usage.system) / 1000), childrenMs: Math.round((ticks * 1000) / CLOCK_TICKS) };
 }
@@ -393,9 +411,9 @@ async function cpuNow(): Promise<{ selfMs: number; childrenMs: number }> {
 const CLOCK_TICKS = 100;
 
 /** What ran between two readings: spawns by command, CPU of this process and of its exited children. */
-function workSince(spawnMark: number, cpu: { selfMs: number; childrenMs: number }, after: { selfMs: number; childrenMs: number }): Work {
+function workSince(spawnMark: number, cpu: { selfMs: number; childrenMs: number }, after: { selfMs: number; childrenMs: number }, spawnEnd = spawned.length): Work {
   const commands: Record<string, number> = {};
-  const processes = spawned.slice(spawnMark);
+  const processes = spawned.slice(spawnMark, spawnEnd);
   for (const { name } of processes) commands[name] = (commands[name] ?? 0) + 1;
   return { spawns: processes.length, commands, argv: processes.map((p) => p.argv), cpuSelfMs: after.selfMs - cpu.selfMs, cpuChildrenMs: after.childrenMs - cpu.childrenMs };
 }
@@ -434,8 +452,10 @@ interface OverheadRun {
   floorDockerMs?: number;
   floorMs?: number;
   overMs?: number;
-  /** The agent's boot, spawns and CPU (see Work). */
+  /** The agent's boot, spawns and CPU (see Work), to runBoot's return (the after-ready record included). */
   work?: Work;
+  /** The same to `ready` (read in the log's sink at the `boot.ready` line). */
+  toReady?: Work;
   /** The boot's log lines (debug included: each command run) with their time since boot start (ms). */
   log?: Array<[number, string]>;
   error?: string;
@@ -463,6 +483,7 @@ async function overheadRun(lab: Lab, log: ReturnType<typeof timedLogger>, drop: 
       throw new Error(`boot ended ${result.outcome}: ${booted.result?.reason ?? "?"}`);
     }
     result.log = lines.map((entry) => [Math.round(entry.at - t0), entry.line.slice(0, 300)]);
+    if (ready.cpu && ready.spawned !== undefined) result.toReady = workSince(spawnMark, cpu, ready.cpu, ready.spawned);
     result.agentMs = Math.round(ready.at - t0);
     result.recordMs = Math.round(returned - ready.at);
     const identified = lines.find((entry) => entry.line.includes("boot.identity"));
@@ -620,6 +641,14 @@ async function main(): Promise<void> {
     const cpuChildren = percentile(ok.map((r) => r.work!.cpuChildrenMs), 50);
     const commands = commandMedians(ok.map((r) => r.work!.commands));
     const record = percentile(ok.map((r) => r.recordMs!), 50);
+    const toReady = ok.filter((r) => r.toReady).map((r) => r.toReady!);
+    const readyWork = {
+      spawnsP50: percentile(toReady.map((w) => w.spawns), 50),
+      commandsP50: commandMedians(toReady.map((w) => w.commands)),
+      cpuSelfMsP50: percentile(toReady.map((w) => w.cpuSelfMs), 50),
+      cpuChildrenMsP50: percentile(toReady.map((w) => w.cpuChildrenMs), 50),
+      cpuTotalMsP50: percentile(toReady.map((w) => w.cpuSelfMs + w.cpuChildrenMs), 50),
+    };
     summary.overhead = {
       agent,
       floor,
@@ -630,6 +659,7 @@ async function main(): Promise<void> {
       floorMountP50: percentile(ok.map((r) => r.floorMountMs!), 50),
       floorDockerP50: percentile(ok.map((r) => r.floorDockerMs!), 50),
       recordP50: record,
+      toReady: readyWork,
       spawnsP50: spawns,
       commandsP50: commands,
       cpuSelfMsP50: cpuSelf,
@@ -638,6 +668,10 @@ async function main(): Promise<void> {
     say(`\nzero EC2 delay, ${ok.length}/${overheadRuns.length} runs: agent p50 ${sec(agent.p50)} s (p95 ${sec(agent.p95)}), floor p50 ${sec(floor.p50)} s (p95 ${sec(floor.p95)}), agent over floor p50 ${sec(over.p50)} s (p95 ${sec(over.p95)}); target ≤ 0.50 s over`);
     say(`  step medians: identify ${sec(identify)}, observe+plan ${sec(observe)}, ${steps.map((s) => `${s.step} ${sec(s.p50)}`).join(", ")}`);
     say(`  after ready (status record, metrics, host facts; not counted above) p50 ${sec(record)} s`);
+    say(
+      `  per boot to ready (medians): ${readyWork.spawnsP50} processes spawned (${Object.entries(readyWork.commandsP50).map(([name, n]) => `${name} ${n}`).join(", ")}), ` +
+        `CPU ${sec(readyWork.cpuTotalMsP50)} s (${sec(readyWork.cpuSelfMsP50)} s in process + ${sec(readyWork.cpuChildrenMsP50)} s of exited children)`,
+    );
     say(`  per boot, record included (medians): ${spawns} processes spawned (${Object.entries(commands).map(([name, n]) => `${name} ${n}`).join(", ")}), CPU ${sec(cpuSelf)} s in process + ${sec(cpuChildren)} s of exited children`);
   }
 
