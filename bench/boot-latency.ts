@@ -20,7 +20,7 @@ import { readFileSync } from "node:fs";
 import { subscribe } from "node:diagnostics_channel";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { cpus, loadavg, release, tmpdir, totalmem } from "node:os";
-import { basename, dirname, join, resolve } from "node:path";
+import { basename, dirname, join, relative, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -681,7 +681,7 @@ async function main(): Promise<void> {
     startedAt: started.toISOString(),
     finishedAt: new Date().toISOString(),
     command: `npx tsx bench/boot-latency.ts ${process.argv.slice(2).join(" ")}`.trim(),
-    options: { ...options, parts: [...options.parts] },
+    options: { ...options, parts: [...options.parts], outDir: relative(REPO, options.outDir) || "." },
     ranges: RANGES,
     machine: { kernel: release(), cpus: cpus().length, cpuModel: cpus()[0]?.model, memoryGiB: Math.round((totalmem() / 1024 ** 3) * 100) / 100, node: process.version, docker: docker.stdout.trim() },
     timing: {
