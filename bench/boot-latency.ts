@@ -15,10 +15,12 @@
  *
  * Needs root and the lab's Debian packages (docs/lab.md). Runs on demand only. See bench/README.md.
  */
-import { spawn } from "node:child_process";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { subscribe } from "node:diagnostics_channel";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { cpus, loadavg, release, tmpdir, totalmem } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { basename, dirname, join, relative, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -207,13 +209,21 @@ const stats = (values: number[]) => ({
 });
 
 /** A logger keeping each line with the time it was written (to place `boot.identity`). */
-function timedLogger(verbose: boolean): Logger & { lines: Array<{ at: number; line: string }> } {
-  const lines: Array<{ at: number; line: string }> = [];
+/** A log line, with the CPU and spawn count when it is the line that says `ready`. */
+interface TimedLine {
+  at: number;
+  line: string;
+  cpu?: { selfMs: number; childrenMs: number };
+  spawned?: number;
+}
+
+function timedLogger(verbose: boolean): Logger & { lines: TimedLine[] } {
+  const lines: TimedLine[] = [];
   const logger = createLogger((line) => {
-    lines.push({ at: now(), line });
+    lines.push({ at: now(), line, ...(line.includes("boot.ready") ? { cpu: cpuNowSync(), spawned: spawned.length } : {}) });
     if (lines.length > 2000) lines.splice(0, lines.length - 2000);
     if (verbose) process.stderr.write(line + "\n");
-  }, "info");
+  }, "debug");
   return Object.assign(logger, { lines });
 }
 
@@ -367,11 +377,70 @@ async function latencyBoot(
 }
 
 // ---------------------------------------------------------------------------------------------
+// Work done, as the machine's load cannot fake it: processes spawned and CPU time
+
+/**
+ * Every process this one spawns (node's `child_process` diagnostics channel: execa, the lab, the
+ * agent alike), by its command's name. The overhead run reads it around the agent's boot: the lab
+ * spawns too (losetup for an attach, dockerd), so the names say whose each is.
+ */
+const spawned: Array<{ name: string; argv: string }> = [];
+subscribe("child_process", (message) => {
+  const child = (message as { process: ChildProcess }).process;
+  child.once("spawn", () => spawned.push({ name: basename(child.spawnfile ?? "?"), argv: child.spawnargs.join(" ").slice(0, 200) }));
+});
+
+/** CPU seconds of this process (user + system) and of its children waited for (`/proc/self/stat` cutime + cstime). */
+async function cpuNow(): Promise<{ selfMs: number; childrenMs: number }> {
+  return cpuFrom(await readFile("/proc/self/stat", "utf8"));
+}
+
+/** The same, read synchronously: inside the log's sink, at the very line that says `ready`. */
+function cpuNowSync(): { selfMs: number; childrenMs: number } {
+  return cpuFrom(readFileSync("/proc/self/stat", "utf8"));
+}
+
+function cpuFrom(procStat: string): { selfMs: number; childrenMs: number } {
+  const usage = process.cpuUsage();
+  // The fields after the command's closing parenthesis; cutime and cstime are the stat's 16th and 17th.
+  const stat = procStat.split(") ")[1]!.split(" ");
+  const ticks = Number(stat[13]) + Number(stat[14]);
+  return { selfMs: Math.round((usage.user + usage.system) / 1000), childrenMs: Math.round((ticks * 1000) / CLOCK_TICKS) };
+}
+/** USER_HZ: 100 on every Linux this runs on (getconf CLK_TCK). */
+const CLOCK_TICKS = 100;
+
+/** What ran between two readings: spawns by command, CPU of this process and of its exited children. */
+function workSince(spawnMark: number, cpu: { selfMs: number; childrenMs: number }, after: { selfMs: number; childrenMs: number }, spawnEnd = spawned.length): Work {
+  const commands: Record<string, number> = {};
+  const processes = spawned.slice(spawnMark, spawnEnd);
+  for (const { name } of processes) commands[name] = (commands[name] ?? 0) + 1;
+  return { spawns: processes.length, commands, argv: processes.map((p) => p.argv), cpuSelfMs: after.selfMs - cpu.selfMs, cpuChildrenMs: after.childrenMs - cpu.childrenMs };
+}
+
+interface Work {
+  /** Processes spawned (the agent's and the lab's: see `commands`). */
+  spawns: number;
+  commands: Record<string, number>;
+  /** Each process's command line, in the order they started. */
+  argv: string[];
+  /** CPU of the bench's process: the agent in process, and the lab's EC2 emulator and IMDS. */
+  cpuSelfMs: number;
+  /** CPU of the children that exited meanwhile (not dockerd, which runs on). */
+  cpuChildrenMs: number;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Part 2: the agent's own overhead at zero EC2 delay
 
 interface OverheadRun {
-  /** The one-shot boot in this process, boot start → `ready`. */
+  /** The one-shot boot in this process, boot start → `ready` (labels published, `boot.ready` logged). */
   agentMs?: number;
+  /**
+   * `ready` → runBoot's return: the status record and metrics textfile, with the host facts they
+   * read (systeminformation's df, lsblk, lscpu): after the labels, off the node's path.
+   */
+  recordMs?: number;
   outcome?: string;
   /** start → `boot.identity` logged. */
   identifyMs?: number;
@@ -383,6 +452,12 @@ interface OverheadRun {
   floorDockerMs?: number;
   floorMs?: number;
   overMs?: number;
+  /** The agent's boot, spawns and CPU (see Work), to runBoot's return (the after-ready record included). */
+  work?: Work;
+  /** The same to `ready` (read in the log's sink at the `boot.ready` line). */
+  toReady?: Work;
+  /** The boot's log lines (debug included: each command run) with their time since boot start (ms). */
+  log?: Array<[number, string]>;
   error?: string;
   loadAvg1: number;
 }
@@ -394,15 +469,24 @@ async function overheadRun(lab: Lab, log: ReturnType<typeof timedLogger>, drop: 
     applyLatencies(lab, ZERO);
     if (drop) await dropCaches();
     const mark = log.lines.length;
+    const spawnMark = spawned.length;
+    const cpu = await cpuNow();
     const t0 = now();
     const booted = await bootInProcess(lab, host, overrides, log, { withDocker: true, mayClaim: true });
-    result.agentMs = ms(t0);
+    const returned = now();
+    result.work = workSince(spawnMark, cpu, await cpuNow());
     result.outcome = booted.result?.outcome ?? "none";
     result.timeline = booted.result?.timeline ?? [];
-    if (result.outcome !== "ready" || !booted.result?.device || !booted.result.mountPoint) {
+    const lines = log.lines.slice(mark);
+    const ready = lines.find((entry) => entry.line.includes("boot.ready"));
+    if (result.outcome !== "ready" || !ready || !booted.result?.device || !booted.result.mountPoint) {
       throw new Error(`boot ended ${result.outcome}: ${booted.result?.reason ?? "?"}`);
     }
-    const identified = log.lines.slice(mark).find((entry) => entry.line.includes("boot.identity"));
+    result.log = lines.map((entry) => [Math.round(entry.at - t0), entry.line.slice(0, 300)]);
+    if (ready.cpu && ready.spawned !== undefined) result.toReady = workSince(spawnMark, cpu, ready.cpu, ready.spawned);
+    result.agentMs = Math.round(ready.at - t0);
+    result.recordMs = Math.round(returned - ready.at);
+    const identified = lines.find((entry) => entry.line.includes("boot.identity"));
     const steps = result.timeline.reduce((sum, step) => sum + step.ms, 0);
     if (identified) {
       result.identifyMs = Math.round(identified.at - t0);
@@ -428,6 +512,13 @@ async function overheadRun(lab: Lab, log: ReturnType<typeof timedLogger>, drop: 
     await unmountVolumes(host).catch(() => undefined);
   }
   return result;
+}
+
+/** Median count of each command over the runs (0 in a run that did not spawn it), most spawned first. */
+function commandMedians(runs: Array<Record<string, number>>): Record<string, number> {
+  const names = new Set(runs.flatMap((r) => Object.keys(r)));
+  const medians = [...names].map((name) => [name, percentile(runs.map((r) => r[name] ?? 0), 50)!] as const);
+  return Object.fromEntries(medians.filter(([, n]) => n > 0).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0])));
 }
 
 /** Median of each step's duration over the runs, in the order the steps ran. */
@@ -491,7 +582,8 @@ async function main(): Promise<void> {
           r.error
             ? `  run ${i + 1} FAILED: ${r.error}`
             : `  run ${i + 1}: agent ${sec(r.agentMs)} s, floor ${sec(r.floorMs)} s (mount ${sec(r.floorMountMs)} + dockerd ${sec(r.floorDockerMs)}), over ${sec(r.overMs)} s; ` +
-                `identify ${sec(r.identifyMs)} observe ${sec(r.observeMs)} | ${r.timeline!.map((s) => `${s.step} ${sec(s.ms)}`).join(", ")} (load ${r.loadAvg1})`,
+                `identify ${sec(r.identifyMs)} observe ${sec(r.observeMs)} | ${r.timeline!.map((s) => `${s.step} ${sec(s.ms)}`).join(", ")} (load ${r.loadAvg1}); ` +
+                `then record ${sec(r.recordMs)} s; ${r.work!.spawns} spawns, CPU ${sec(r.work!.cpuSelfMs)} s in process + ${sec(r.work!.cpuChildrenMs)} s children`,
         );
       }
     }
@@ -544,9 +636,43 @@ async function main(): Promise<void> {
     const steps = stepMedians(ok.map((r) => r.timeline!));
     const identify = percentile(ok.map((r) => r.identifyMs ?? 0), 50);
     const observe = percentile(ok.map((r) => r.observeMs ?? 0), 50);
-    summary.overhead = { agent, floor, over, identifyP50: identify, observeP50: observe, steps, floorMountP50: percentile(ok.map((r) => r.floorMountMs!), 50), floorDockerP50: percentile(ok.map((r) => r.floorDockerMs!), 50) };
+    const spawns = percentile(ok.map((r) => r.work!.spawns), 50);
+    const cpuSelf = percentile(ok.map((r) => r.work!.cpuSelfMs), 50);
+    const cpuChildren = percentile(ok.map((r) => r.work!.cpuChildrenMs), 50);
+    const commands = commandMedians(ok.map((r) => r.work!.commands));
+    const record = percentile(ok.map((r) => r.recordMs!), 50);
+    const toReady = ok.filter((r) => r.toReady).map((r) => r.toReady!);
+    const readyWork = {
+      spawnsP50: percentile(toReady.map((w) => w.spawns), 50),
+      commandsP50: commandMedians(toReady.map((w) => w.commands)),
+      cpuSelfMsP50: percentile(toReady.map((w) => w.cpuSelfMs), 50),
+      cpuChildrenMsP50: percentile(toReady.map((w) => w.cpuChildrenMs), 50),
+      cpuTotalMsP50: percentile(toReady.map((w) => w.cpuSelfMs + w.cpuChildrenMs), 50),
+    };
+    summary.overhead = {
+      agent,
+      floor,
+      over,
+      identifyP50: identify,
+      observeP50: observe,
+      steps,
+      floorMountP50: percentile(ok.map((r) => r.floorMountMs!), 50),
+      floorDockerP50: percentile(ok.map((r) => r.floorDockerMs!), 50),
+      recordP50: record,
+      toReady: readyWork,
+      spawnsP50: spawns,
+      commandsP50: commands,
+      cpuSelfMsP50: cpuSelf,
+      cpuChildrenMsP50: cpuChildren,
+    };
     say(`\nzero EC2 delay, ${ok.length}/${overheadRuns.length} runs: agent p50 ${sec(agent.p50)} s (p95 ${sec(agent.p95)}), floor p50 ${sec(floor.p50)} s (p95 ${sec(floor.p95)}), agent over floor p50 ${sec(over.p50)} s (p95 ${sec(over.p95)}); target ≤ 0.50 s over`);
     say(`  step medians: identify ${sec(identify)}, observe+plan ${sec(observe)}, ${steps.map((s) => `${s.step} ${sec(s.p50)}`).join(", ")}`);
+    say(`  after ready (status record, metrics, host facts; not counted above) p50 ${sec(record)} s`);
+    say(
+      `  per boot to ready (medians): ${readyWork.spawnsP50} processes spawned (${Object.entries(readyWork.commandsP50).map(([name, n]) => `${name} ${n}`).join(", ")}), ` +
+        `CPU ${sec(readyWork.cpuTotalMsP50)} s (${sec(readyWork.cpuSelfMsP50)} s in process + ${sec(readyWork.cpuChildrenMsP50)} s of exited children)`,
+    );
+    say(`  per boot, record included (medians): ${spawns} processes spawned (${Object.entries(commands).map(([name, n]) => `${name} ${n}`).join(", ")}), CPU ${sec(cpuSelf)} s in process + ${sec(cpuChildren)} s of exited children`);
   }
 
   const docker = await run("docker", ["--version"], { check: false }).catch(() => ({ stdout: "" }));
@@ -555,13 +681,13 @@ async function main(): Promise<void> {
     startedAt: started.toISOString(),
     finishedAt: new Date().toISOString(),
     command: `npx tsx bench/boot-latency.ts ${process.argv.slice(2).join(" ")}`.trim(),
-    options: { ...options, parts: [...options.parts] },
+    options: { ...options, parts: [...options.parts], outDir: relative(REPO, options.outDir) || "." },
     ranges: RANGES,
     machine: { kernel: release(), cpus: cpus().length, cpuModel: cpus()[0]?.model, memoryGiB: Math.round((totalmem() / 1024 ** 3) * 100) / 100, node: process.version, docker: docker.stdout.trim() },
     timing: {
       prepared: "`node <bundle> boot --no-docker --json` (docker.control none): spawn → exit",
       ready: "prepared + dockerd start on the volume (the lab's private dockerd, API polled every 100 ms) + `boot --no-claim` in this process + the bundle's node start (nodeStartMs)",
-      overhead: "one-shot boot in this process (boot start → ready) vs, on the same host and volume, mount + dockerd start",
+      overhead: "one-shot boot in this process (boot start → `boot.ready` logged, the labels published) vs, on the same host and volume, mount + dockerd start; spawns and CPU from boot start to runBoot's return (the after-ready record included)",
     },
     summary,
     latencyBoots,

@@ -1,10 +1,13 @@
 // Probing, formatting, mounting and growing against real loop devices from the lab's backend,
 // plus the parsers replayed on recorded tool output.
 import t from "tap";
+import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { subscribe, unsubscribe } from "node:diagnostics_channel";
 import { mkdir, open, readFile, truncate, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { run } from "../src/exec.ts";
+import { allocatedRanges, mergeRanges, parseFreesp, parseXfsInfo, usedRanges } from "../src/host/extents.ts";
 import { contentsFromBlkid, parseBlkidExport, parseWipefsJson, xfsDataBytes } from "../src/host/filesystem.ts";
 import { foundPhrase, judgeLayout, judgeSignature, parseXfsDb, parseXfsSuperblock } from "../src/host/identify.ts";
 import { parseMountInfo } from "../src/host/mount.ts";
@@ -380,4 +383,66 @@ t.test("identify: the agent's own filesystem passes, anything else is refused wi
   await storage.unmount(fmp);
 
   t.type(await storage.identify({ volumeId: "vol-0", createdByAgent: true }, "/dev/ebscachenosuchdevice").catch((e: unknown) => e), ForeignVolumeError, "a probe failure is not ours either");
+});
+
+/** The commands this process spawns while `body` runs (node's child_process diagnostics channel). */
+async function spawnedDuring(body: () => Promise<unknown>): Promise<string[]> {
+  const names: string[] = [];
+  const listener = (message: unknown) => {
+    const child = (message as { process: ChildProcess }).process;
+    child.once("spawn", () => names.push(child.spawnfile ?? "?"));
+  };
+  subscribe("child_process", listener);
+  try {
+    await body();
+  } finally {
+    unsubscribe("child_process", listener);
+  }
+  return names;
+}
+
+t.test("mount right after identification takes its probe while the device is unchanged, and probes again otherwise", async (t) => {
+  const { volumeId, device } = await volume(t);
+  await storage.format(device, FS_LABEL);
+  const owner = { volumeId, createdByAgent: true };
+  t.match(await storage.identify(owner, device), { kind: "cache", fresh: true });
+  const mp = mountPoint(t, "identified");
+  const spawned = await spawnedDuring(() => storage.mount(device, mp));
+  t.equal(await storage.mountPointOf(device), mp, "mounted");
+  t.same(spawned, ["mount"], "no blkid or wipefs again: only mount itself");
+  await storage.unmount(mp);
+
+  // Changed since its identification (another label): probed in full, and refused.
+  t.match(await storage.identify(owner, device), { kind: "cache" });
+  await run("xfs_admin", ["-L", "other", device]);
+  const refusal = { error: undefined as unknown };
+  const again = await spawnedDuring(async () => (refusal.error = await storage.mount(device, mp).catch((e: unknown) => e)));
+  t.type(refusal.error, ForeignVolumeError, "the new label is seen");
+  t.ok(again.includes("blkid") && again.includes("wipefs"), "by a full probe");
+  t.equal(await storage.mountPointOf(device), undefined, "and nothing was mounted");
+
+  // Another device than the one identified: probed in full (and mounted, being the agent's).
+  await run("xfs_admin", ["-L", FS_LABEL, device]);
+  const other = await volume(t);
+  await storage.format(other.device, FS_LABEL);
+  t.match(await storage.identify({ volumeId: other.volumeId, createdByAgent: true }, other.device), { kind: "cache" });
+  const probed = await spawnedDuring(() => storage.mount(device, mp));
+  t.ok(probed.includes("blkid"), "the identification of another device does not stand for this one");
+  t.equal(await storage.mountPointOf(device), mp);
+});
+
+t.test("the allocated ranges come from one xfs_spaceman: the same as xfs_info's geometry and freesp apart", async (t) => {
+  const { device } = await volume(t);
+  await storage.format(device, FS_LABEL);
+  const mp = mountPoint(t, "extents");
+  await storage.mount(device, mp);
+  await writeFile(join(mp, "data"), randomBytes(3 * 1024 * 1024));
+  await run("sync", ["-f", mp]);
+  let ranges: Awaited<ReturnType<typeof usedRanges>> = [];
+  const spawned = await spawnedDuring(async () => (ranges = await usedRanges(mp)));
+  t.same(spawned, ["xfs_spaceman"], "one process (xfs_info alone is a shell script running findmnt and xfs_spaceman)");
+  const geometry = parseXfsInfo((await run("xfs_info", [mp])).stdout);
+  const free = parseFreesp((await run("xfs_spaceman", ["-c", "freesp -d", mp])).stdout);
+  t.same(ranges, mergeRanges(allocatedRanges(geometry, free)), "the ranges xfs_info and freesp give apart");
+  t.ok(ranges.reduce((sum, r) => sum + r.end - r.start, 0) >= 3 * 1024 * 1024, "the file's data is in them");
 });

@@ -2,7 +2,9 @@
  * Where a filesystem's data lies on its device: the allocated ranges, i.e. everything except
  * the free space. On XFS (the cache volumes' filesystem) the free extents come from
  * `xfs_spaceman -c "freesp -d"` (GETFSMAP, works on a mounted filesystem without rmapbt) and the
- * geometry from `xfs_info`; allocated = every allocation group minus its free extents, so file
+ * geometry from its `info` command (what `xfs_info` prints for a mounted filesystem: xfs_info is a
+ * shell script that runs findmnt and then `xfs_spaceman -c info`); both in one process.
+ * Allocated = every allocation group minus its free extents, so file
  * data, directories, inodes, btrees and the log are all in it. Parsing and range arithmetic are
  * pure (tested with recorded output); only usedRanges() runs the tools.
  */
@@ -42,7 +44,10 @@ export function parseXfsInfo(text: string): XfsGeometry {
   return { agCount: Number(ag[1]), agBlocks: Number(ag[2]), blockSize: Number(data[1]), dataBlocks: Number(data[2]) };
 }
 
-/** Parses `xfs_spaceman -c "freesp -d"`: the `agno agbno len` lines before the histogram. */
+/**
+ * Parses `xfs_spaceman -c "freesp -d"`: the `agno agbno len` lines before the histogram (the
+ * geometry that `-c info` prints before them has no line of three bare numbers).
+ */
 export function parseFreesp(text: string): FreeExtent[] {
   const extents: FreeExtent[] = [];
   for (const line of text.split("\n")) {
@@ -137,8 +142,7 @@ export function sampleReads(ranges: readonly ByteRange[], count: number, blockSi
 
 /** The allocated ranges of the XFS filesystem mounted at `mountPoint` (merged across gaps below `gap` bytes). */
 export async function usedRanges(mountPoint: string, options: { log?: Logger; gap?: number } = {}): Promise<ByteRange[]> {
-  const remediation = "install xfsprogs (xfs_info, xfs_spaceman); the volume must hold XFS";
-  const info = await run("xfs_info", [mountPoint], { log: options.log, remediation });
-  const free = await run("xfs_spaceman", ["-c", "freesp -d", mountPoint], { log: options.log, remediation });
-  return mergeRanges(allocatedRanges(parseXfsInfo(info.stdout), parseFreesp(free.stdout)), options.gap ?? 0);
+  const remediation = "install xfsprogs (xfs_spaceman); the volume must hold XFS";
+  const { stdout } = await run("xfs_spaceman", ["-c", "info", "-c", "freesp -d", mountPoint], { log: options.log, remediation });
+  return mergeRanges(allocatedRanges(parseXfsInfo(stdout), parseFreesp(stdout)), options.gap ?? 0);
 }

@@ -24,6 +24,7 @@ import { DATA_ROOT_SUBDIR, FS_LABEL } from "../layout.ts";
 import type { CacheIdentity, DeviceContents } from "../agent/ports.ts";
 import type { Logger } from "../log.ts";
 import { describeContents, probeDevice, ProbeError, readDeviceStart } from "./filesystem.ts";
+import { deviceNumber } from "./mount.ts";
 import { assertDevicePath } from "./serial.ts";
 
 /** What the agent itself may put at the root of a volume it formatted, before docker ran on it. */
@@ -193,6 +194,19 @@ export async function readXfsLayout(device: string, options: { log?: Logger } = 
 }
 
 /**
+ * What a positive identification saw of the device: which kernel device it was (`major:minor`,
+ * the same before and after the reads) and its first MiB. The label check before the mount
+ * takes it as its answer while both are unchanged (see assertCacheLabel).
+ */
+export interface IdentifiedDevice {
+  device: string;
+  number: string;
+  start: Buffer;
+  /** When the identification ended (ms since the epoch). */
+  at: number;
+}
+
+/**
  * Identifies what the volume's device holds, writing nothing: the agent's cache filesystem
  * (`fresh` when the agent formatted it and docker has not run on it yet), or a blank volume the
  * agent created (to be formatted). Everything else throws ForeignVolumeError, a failed probe
@@ -203,8 +217,18 @@ export async function identifyCacheVolume(
   device: string,
   options: { log?: Logger } = {},
 ): Promise<CacheIdentity> {
+  return (await identifyWithEvidence(volume, device, options)).identity;
+}
+
+/** identifyCacheVolume, and for the agent's filesystem what it saw of the device (IdentifiedDevice). */
+export async function identifyWithEvidence(
+  volume: { volumeId: string; createdByAgent: boolean },
+  device: string,
+  options: { log?: Logger } = {},
+): Promise<{ identity: CacheIdentity; seen?: IdentifiedDevice }> {
   const { log } = options;
   assertDevicePath(device);
+  const numberBefore = deviceNumber(device).catch(() => undefined);
   const refuse = (found: string, cause?: unknown): never => {
     log?.warning("host.identify", "not the agent's cache filesystem", { volume: volume.volumeId, device, found });
     throw new ForeignVolumeError(volume.volumeId, device, found, cause === undefined ? undefined : { cause });
@@ -212,10 +236,13 @@ export async function identifyCacheVolume(
   // The reads run at once (none writes): the signature probe, and, when the superblock at the
   // start of the device is an XFS one with the agent's label, xfs_db's look at the layout. Its
   // answer counts only if the signature probe agrees (judgeSignature); otherwise it is waited
-  // for and dropped, so that no read outlives the refusal.
+  // for and dropped, so that no read outlives the refusal. The first MiB is read before any
+  // process starts (the blocks blkid and wipefs read first too), so that xfs_db, the slowest,
+  // is spawned first: spawning blocks this process's thread for a while on a busy host.
   const start = readDeviceStart(device);
   const superblock = start.then(parseXfsSuperblock, () => undefined);
-  const layoutRead = superblock.then((sb) => (sb?.label === FS_LABEL ? readXfsLayout(device, options) : undefined));
+  const sb = await superblock;
+  const layoutRead = Promise.resolve(sb?.label === FS_LABEL ? readXfsLayout(device, options) : undefined);
   const layoutSettled = layoutRead.then(
     () => undefined,
     () => undefined,
@@ -230,7 +257,7 @@ export async function identifyCacheVolume(
   const first = judgeSignature(contents, volume.createdByAgent);
   if (first.verdict !== "inspect") await layoutSettled;
   if (first.verdict === "foreign") return refuse(first.found);
-  if (first.verdict === "blank") return { kind: "blank" };
+  if (first.verdict === "blank") return { identity: { kind: "blank" } };
   let layout: XfsLayout;
   try {
     layout = (await layoutRead) ?? (await readXfsLayout(device, options));
@@ -241,16 +268,53 @@ export async function identifyCacheVolume(
   if (second.verdict === "foreign") return refuse(second.found);
   const dataBytes = (await superblock)?.dataBytes;
   log?.info("host.identify", "the agent's cache filesystem", { volume: volume.volumeId, device, fresh: second.fresh, dataBytes });
-  return { kind: "cache", fresh: second.fresh, ...(dataBytes !== undefined ? { dataBytes } : {}) };
+  const identity: CacheIdentity = { kind: "cache", fresh: second.fresh, ...(dataBytes !== undefined ? { dataBytes } : {}) };
+  const [before, after, bytes] = await Promise.all([numberBefore, deviceNumber(device).catch(() => undefined), start.catch(() => undefined)]);
+  const seen = before !== undefined && before === after && bytes ? { device, number: before, start: bytes, at: Date.now() } : undefined;
+  return { identity, ...(seen ? { seen } : {}) };
+}
+
+/** How long an identification stands in for the label check before a mount (a boot mounts within milliseconds of it). */
+const IDENTIFIED_FOR_MS = 30_000;
+
+/**
+ * Whether the device is, byte for byte where it was read, what `seen` identified moments ago: the
+ * same kernel device before and after the read, and the same first MiB. Then blkid's and wipefs's
+ * verdict of the identification still holds for it: everything they can find in the first MiB
+ * (the XFS superblock with the agent's label, no partition table, no other signature) is
+ * unchanged, and a signature elsewhere (at the device's end) would take a writer on this host to
+ * a device only the agent has opened since EC2 attached it to this instance alone. False (check
+ * again in full) on any difference or failure.
+ */
+async function stillAsIdentified(device: string, seen: IdentifiedDevice): Promise<boolean> {
+  if (seen.device !== device || Date.now() - seen.at > IDENTIFIED_FOR_MS) return false;
+  try {
+    const before = await deviceNumber(device);
+    const start = await readDeviceStart(device);
+    const after = await deviceNumber(device);
+    return before === seen.number && after === seen.number && start.equals(seen.start) && parseXfsSuperblock(start)?.label === FS_LABEL;
+  } catch {
+    return false;
+  }
 }
 
 /**
  * The last guard before a read-write mount or a grow: the device must carry an XFS superblock
  * with the agent's label (blkid's low-level probe). Cheap, and it keeps a caller that skipped
- * identification from mounting a foreign filesystem (which would replay its log).
+ * identification from mounting a foreign filesystem (which would replay its log). Given this
+ * process's identification of the device (`identified`), and the device unchanged since
+ * (stillAsIdentified: one read of its first MiB, no process), that identification's probe is
+ * the answer; anything else probes again.
  */
-export async function assertCacheLabel(device: string, options: { log?: Logger } = {}): Promise<{ kind: "filesystem"; type: "xfs"; label: string }> {
+export async function assertCacheLabel(
+  device: string,
+  options: { log?: Logger; identified?: IdentifiedDevice } = {},
+): Promise<{ kind: "filesystem"; type: "xfs"; label: string }> {
   assertDevicePath(device);
+  if (options.identified && (await stillAsIdentified(device, options.identified))) {
+    options.log?.debug("host.identify", "unchanged since its identification: the label check stands", { device });
+    return { kind: "filesystem", type: "xfs", label: FS_LABEL };
+  }
   const contents = await probeDevice(device, options).catch((error: unknown) => {
     throw new ForeignVolumeError(undefined, device, `something the agent could not probe (${(error as Error).message})`, { cause: error });
   });

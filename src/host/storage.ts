@@ -6,7 +6,7 @@ import type { HostStorage } from "../agent/ports.ts";
 import type { Logger } from "../log.ts";
 import { findVolumeDevice, waitForVolumeDevice } from "./device.ts";
 import { formatDevice, growFilesystem, probeDevice } from "./filesystem.ts";
-import { assertCacheLabel, identifyCacheVolume } from "./identify.ts";
+import { assertCacheLabel, identifyWithEvidence, type IdentifiedDevice } from "./identify.ts";
 import { findMountPoint, mountAt, mountDevice, unmountPath } from "./mount.ts";
 
 export { DeviceTimeoutError } from "./device.ts";
@@ -35,15 +35,23 @@ export function createHostStorage(options: HostStorageOptions = {}): HostStorage
     ...(options.log ? { log: options.log } : {}),
   };
   const { log } = options;
+  // The last positive identification in this process: the mount's label check reuses its probe
+  // while the device is unchanged (identify.ts, assertCacheLabel).
+  let identified: IdentifiedDevice | undefined;
   return {
     waitForDevice: (volumeId, timeoutMs, call) => waitForVolumeDevice(volumeId, timeoutMs, where, call?.signal),
     findDevice: (volumeId) => findVolumeDevice(volumeId, where),
     probe: (device) => probeDevice(device, { log }),
-    identify: (volume, device) => identifyCacheVolume(volume, device, { log }),
+    async identify(volume, device) {
+      identified = undefined;
+      const { identity, seen } = await identifyWithEvidence(volume, device, { log });
+      identified = seen;
+      return identity;
+    },
     format: (device, label) => formatDevice(device, label, { log }),
     mountPointOf: (device) => findMountPoint(device),
     async mount(device, mountPoint) {
-      const { type } = await assertCacheLabel(device, { log });
+      const { type } = await assertCacheLabel(device, { ...(log ? { log } : {}), ...(identified ? { identified } : {}) });
       await mountDevice(device, mountPoint, { fsType: type, ...(log ? { log } : {}) });
     },
     unmount: (mountPoint) => unmountPath(mountPoint, { log }),

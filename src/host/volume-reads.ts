@@ -70,7 +70,7 @@ export function safeCursor(reads: readonly DeviceRead[], prefix: readonly number
   return best < 0 ? from : reads[best]!.offset + reads[best]!.length;
 }
 
-/** The PrewarmReader over fio, xfs_info and xfs_spaceman. */
+/** The PrewarmReader over fio and xfs_spaceman. */
 export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
   const { log } = options;
   const withIolog = async <T>(work: (path: string) => Promise<T>): Promise<T> => {

@@ -12,7 +12,7 @@ import { describeError } from "../errors.ts";
 import { writeFileAtomic } from "../fs-atomic.ts";
 import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";
-import { isUnder, listLoopDevices, listMounts, type MountEntry } from "./devices.ts";
+import { detachLoop, isUnder, listLoopDevices, listMounts, type MountEntry } from "./devices.ts";
 import { removeKilledContainerCgroups } from "./dockerd.ts";
 import { CREATING_PREFIX, labPaths, OWNER_FILE, readLabOwner } from "./labdir.ts";
 import { readAttachmentRecords, removeDeviceEntries } from "./loopstate.ts";
@@ -111,11 +111,7 @@ export async function reapLab(root: string, options: ReapOptions & { force?: boo
     const belongs = (mount: MountEntry) => isUnder(mount.target, root) || loopDevices.has(mount.source);
     report.unmounted = await unmountAll(belongs, log);
     for (const record of await readAttachmentRecords(root)) await removeDeviceEntries(record);
-    for (const loop of loops) {
-      const result = await run("losetup", ["-d", loop.device], { log, check: false });
-      if (result.exitCode === 0) report.detached.push(loop.device);
-      else log?.warning("lab.reap", "could not detach loop device", { device: loop.device, error: result.stderr });
-    }
+    for (const loop of loops) if ((await detachLoop(loop, log)) === "detached") report.detached.push(loop.device);
     const leftover = (await listMounts()).filter((mount) => isUnder(mount.target, root));
     if (leftover.length > 0) {
       // Removing files under a live mount would delete the mounted filesystem's contents.

@@ -25,7 +25,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";
 import { registerLabProcess, unregisterLabProcess } from "./cleanup.ts";
-import { isUnder, listLoopDevices, listMounts } from "./devices.ts";
+import { detachLoop, isUnder, listLoopDevices, listMounts } from "./devices.ts";
 import { assertLabId } from "./labdir.ts";
 import type { VolumeImageLayer } from "./loopdev.ts";
 import { isProcessAlive, processIdentity, type ProcessIdentity } from "./procinfo.ts";
@@ -243,7 +243,7 @@ export async function startColdLayer(root: string, options: ColdSnapshotOptions,
       const devices = new Set(loops.map((loop) => loop.device));
       const mounts = (await listMounts()).filter((m) => devices.has(m.source)).sort((a, b) => b.target.length - a.target.length);
       for (const mount of mounts) await run("umount", [mount.target], { log, check: false });
-      for (const loop of loops) await run("losetup", ["-d", loop.device], { log, check: false });
+      for (const loop of loops) await detachLoop(loop, log);
       await run("fusermount", ["-u", paths.mountPoint], { log, check: false });
       if (identity) {
         const deadline = Date.now() + 5_000;

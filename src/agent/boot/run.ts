@@ -56,6 +56,12 @@ export async function runBoot(
   const started = Date.now();
   const mayClaim = options.mayClaim ?? true;
   const stateDir = config.paths.stateDir;
+  // The host's image store (daemon.json, and `dockerd --version`: a process, ~0.1 s) is read
+  // beside IMDS and EC2 rather than after them: with EC2 answering fast the observation would
+  // otherwise wait for it. Read-only; a failure leaves the store unobserved, as in observeBoot.
+  const hostStoreRead = deps.hostStore?.();
+  hostStoreRead?.catch(() => undefined);
+  const hostStore = hostStoreRead ? () => hostStoreRead : undefined;
   const { identity, previous } = await observeIdentity(deps, { mayClaim, ...(options.signal ? { signal: options.signal } : {}) });
   log.info("boot.identity", "instance identified", {
     instance: identity.instanceId,
@@ -89,7 +95,7 @@ export async function runBoot(
   // `dockerd --version` (~0.1 s, memoized per run) is wanted by the host check and the switch of a
   // run that may claim: read while EC2 is asked, off the boot's path. A failure is not kept.
   if (settings.mayClaim && settings.enabled && !options.dryRun) void bootDeps.dockerVersion().catch(() => undefined);
-  const observation = await observeOrDegrade(cloud, identity, settings, log, signal, deps.hostStore);
+  const observation = await observeOrDegrade(cloud, identity, settings, log, signal, hostStore);
   // The second phase need not redo what the first did in this boot (prepared.ts); a first phase
   // vouches for nothing until it has prepared the volume again.
   const prepared = !settings.mayClaim ? preparedInThisBoot(await readPreparedRecord(stateDir), { bootId: deps.bootId, instanceId: identity.instanceId }) : undefined;
