@@ -44,6 +44,24 @@ t.test("empty pool: minAvailable per zone, the emptiest zone first, tagged like 
   t.same(JSON.parse(JSON.stringify(plan)), plan, "serializable (printed by --dry-run)");
 });
 
+t.test("a volume on its way is neither stock nor trimmed: a release between detach and tags, a boot's new volume", async (t) => {
+  const zone = "eu-west-1a";
+  const claim = (by: string, at: string) => ({ ...poolTags, [VolumeTag.claimedBy]: by, [VolumeTag.claimedAt]: at });
+  const plan = planKeeper({ ...settings, zones: [zone], minAvailable: 1, maxAvailable: 1 }, observed([
+    volume("vol-releasing", zone, { tags: claim("i-1", "2026-06-01T11:58:00Z") }),
+    volume("vol-booting", zone, { state: "creating", tags: claim("i-2", "2026-06-01T11:59:00Z") }),
+    volume("vol-free-1", zone),
+    volume("vol-free-2", zone),
+    volume("vol-abandoned", zone, { tags: claim("i-dead", "2026-06-01T09:00:00Z") }),
+  ]));
+  const trimmed = plan.steps.filter((s) => s.step === "trim").map((s) => s.volumeId);
+  t.notOk(trimmed.includes("vol-releasing"), "never trimmed under its release");
+  t.notOk(trimmed.includes("vol-booting"), "never trimmed under the boot that made it");
+  t.equal(plan.zones[0]!.available, 3, "the free and the abandoned volumes are stock, the ones on their way are not");
+  t.equal(plan.zones[0]!.creating, 0, "a boot's volume being created is not stock on its way");
+  t.equal(trimmed.length, 2, "surplus over maxAvailable 1 trimmed from the stock only");
+});
+
 t.test("what counts as stock: creating yes; attached, quarantined, other image sets, foreign and deleting volumes no", async (t) => {
   const zone = "eu-west-1a";
   const plan = planKeeper({ ...settings, zones: [zone], imageSet: "s1" }, observed([

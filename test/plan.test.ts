@@ -2,6 +2,7 @@
 import t from "tap";
 import {
   createSpecFrom,
+  isInTransit,
   isQuarantined,
   lookupsNeeded,
   orderCandidates,
@@ -87,6 +88,25 @@ t.test("quarantine: a volume given back with last-error is no candidate until qu
   t.equal(sel.source, "pool");
   if (sel.source === "pool") t.same(sel.candidates, [old.volumeId], "only the volume past its quarantine");
   t.equal(selectSource({ ...settings, createFromSnapshot: false }, observed({ now, pool: [recent, untimed] })).source, "none", "only quarantined volumes: no candidate");
+});
+
+t.test("in transit: another instance's volume between its release's detach and tags, or a boot's new volume, is no candidate", async (t) => {
+  const now = new Date("2026-12-01T12:00:00Z");
+  const claimed = (id: string, by: string, at: string | undefined) =>
+    volume(id, { tags: { ...volume("x").tags, [VolumeTag.claimedBy]: by, ...(at ? { [VolumeTag.claimedAt]: at } : {}) } });
+  const releasing = claimed("vol-releasing", "i-other", "2026-12-01T11:55:00Z");
+  const abandoned = claimed("vol-abandoned", "i-dead", "2026-12-01T11:00:00Z");
+  const mine = claimed("vol-mine", identity.instanceId, "2026-12-01T11:59:00Z");
+  const untimed = claimed("vol-untimed", "i-old", undefined);
+  t.ok(isInTransit(releasing, now, identity.instanceId), "claimed 5 min ago by another instance: on its way");
+  t.notOk(isInTransit(abandoned, now, identity.instanceId), "claimed an hour ago and still available: that instance died");
+  t.notOk(isInTransit(mine, now, identity.instanceId), "this instance's own claim (a rerun) is its own");
+  t.notOk(isInTransit(untimed, now, identity.instanceId), "a claim without a time (older agents): not held back");
+  t.ok(isInTransit(mine, now), "without an instance (the keeper): every recent claim");
+  t.notOk(isInTransit(volume("vol-free"), now), "no claim: never");
+  const sel = selectSource(settings, observed({ now, pool: [releasing, abandoned, mine, untimed] }));
+  t.equal(sel.source, "pool");
+  if (sel.source === "pool") t.same([...sel.candidates].sort(), ["vol-abandoned", "vol-mine", "vol-untimed"], "everything but the volume on its way");
 });
 
 t.test("lookups: a pool boot asks only for the pool page; the snapshot only when the pool has nothing usable", async (t) => {

@@ -9,7 +9,7 @@ import type { StepContext } from "./context.ts";
 import { BootStepError } from "./errors.ts";
 import { storeFit } from "../../docker/image-store.ts";
 import { currentSnapshot } from "../generation.ts";
-import { candidateOrder, createSpecFrom, isQuarantined, type BootStep, type CreateSpec } from "./plan.ts";
+import { candidateOrder, createSpecFrom, isInTransit, isQuarantined, type BootStep, type CreateSpec } from "./plan.ts";
 
 type ClaimStep = Extract<BootStep, { step: "claim-volume" }>;
 
@@ -73,7 +73,8 @@ async function relist(step: ClaimStep, { plan, deps, claim }: StepContext): Prom
   const fresh = await deps.cloud.findVolumes(step.relist, { firstPage: step.pageSize, ...(claim.signal ? { signal: claim.signal } : {}) });
   for (const volume of fresh) claim.known.set(volume.volumeId, volume);
   const usable = fresh.filter(
-    (v) => v.state === "available" && !v.attachment && !claim.tried.has(v.volumeId) && !isQuarantined(v, now, step.quarantineHours),
+    (v) =>
+      v.state === "available" && !v.attachment && !claim.tried.has(v.volumeId) && !isQuarantined(v, now, step.quarantineHours) && !isInTransit(v, now, plan.instanceId),
   );
   return candidateOrder(plan.instanceId, usable, step.hostStore ?? { store: "graphdriver" }).fitting;
 }
@@ -95,12 +96,16 @@ export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promis
       "keep the pool filled so boots need not create volumes",
     );
   }
+  // Claimed from its creation: a pool volume is visible to other boots (and the keeper) as an
+  // available pool volume before this boot attaches it, and they leave a claimed one alone
+  // (isInTransit). Not part of the token: a rerun of this boot must get the same volume back.
+  const claimedAt = (deps.now?.() ?? new Date()).toISOString();
   const volume = await deps.cloud.createVolume({
     availabilityZone: spec.availabilityZone,
     ...(spec.snapshotId !== undefined ? { snapshotId: spec.snapshotId } : {}),
     ...(spec.sizeGiB !== undefined ? { sizeGiB: spec.sizeGiB } : {}),
     volumeType: spec.volumeType,
-    tags: spec.tags,
+    tags: { ...spec.tags, [VolumeTag.claimedBy]: plan.instanceId, [VolumeTag.claimedAt]: claimedAt },
     ...(spec.initializationRateMiBps && spec.snapshotId !== undefined ? { initializationRateMiBps: spec.initializationRateMiBps } : {}),
     clientToken: clientToken(plan.instanceId, limits.bootId, spec, claim.volumes),
   }, call);
@@ -114,9 +119,13 @@ export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promis
   const outcome = await deps.cloud.claimVolume(volume.volumeId, plan.instanceId, limits.device, { ...call, justCreated: true });
   if (outcome.kind !== "claimed") {
     delete p.volume;
+    // Not this instance's after all: the claim made at creation goes (only if still ours).
+    await deps.cloud.untagVolume(volume.volumeId, { [VolumeTag.claimedBy]: plan.instanceId }, call).catch(() => undefined);
     throw new BootStepError("create-and-claim", `the new volume ${volume.volumeId} could not be attached: ${outcome.reason}`, "see the EC2 error above");
   }
   p.volume = volume;
+  // A rerun gets the first run's volume, with the first run's claim time.
+  if (volume.tags[VolumeTag.claimedBy] === plan.instanceId) p.claimedAt = volume.tags[VolumeTag.claimedAt] ?? claimedAt;
   p.claimedNow = true;
   p.created = spec.snapshotId !== undefined ? "snapshot" : "blank";
   claim.volumes++;

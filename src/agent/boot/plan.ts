@@ -315,6 +315,28 @@ export function isQuarantined(volume: VolumeInfo, now: Date, hours: number): boo
   return now.getTime() - at < hours * 3600_000;
 }
 
+/**
+ * How long a volume still available under another instance's claim counts as on its way (a
+ * release between its detach and its tags, a boot between creating and attaching it) rather
+ * than abandoned by an instance that died: far above a release's or a create's seconds.
+ */
+export const IN_TRANSIT_MINUTES = 15;
+
+/**
+ * Whether an available volume is another instance's, on its way: it carries that instance's
+ * `claimed-by` (a release removes it with its tags; a boot that creates a volume sets it at
+ * creation) from less than IN_TRANSIT_MINUTES ago. Neither a boot nor the keeper takes such a
+ * volume: a boot would have the releasing instance tag it released under it, and the keeper
+ * would delete it under the release or the boot that made it. Older claims are an instance that
+ * died: gc gives those an expiry, and a boot may take them.
+ */
+export function isInTransit(volume: Pick<VolumeInfo, "tags">, now: Date, instanceId?: string): boolean {
+  const by = volume.tags[VolumeTag.claimedBy];
+  if (by === undefined || by === instanceId) return false;
+  const at = Date.parse(volume.tags[VolumeTag.claimedAt] ?? "");
+  return !Number.isNaN(at) && now.getTime() - at < IN_TRANSIT_MINUTES * 60_000;
+}
+
 /** The query a pool boot lists candidates with (and lists again after a loss). */
 export function poolQuery(settings: Pick<BootSettings, "pool" | "imageSet">, zone: string): VolumeQuery {
   return { tags: poolSelector(settings), availabilityZone: zone, status: ["available"] };
@@ -376,7 +398,7 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
 
   const now = observed.now ?? new Date(0);
   const usable = (v: VolumeInfo) =>
-    v.availabilityZone === identity.availabilityZone && v.state === "available" && !isQuarantined(v, now, settings.claim.quarantineHours);
+    v.availabilityZone === identity.availabilityZone && v.state === "available" && !isQuarantined(v, now, settings.claim.quarantineHours) && !isInTransit(v, now, identity.instanceId);
   const fallback = snapshotFallback(settings, observed);
   const ordered = (volumes: VolumeInfo[]) => candidateOrder(identity.instanceId, volumes, host);
   const mismatch = (family: string, first: { volume: string; reason: string; remediation: string }) =>

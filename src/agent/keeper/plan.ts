@@ -16,7 +16,7 @@
  */
 import { createHash } from "node:crypto";
 import { CONTENT_TAGS, VolumeKind, VolumeTag } from "../../tags.ts";
-import { isQuarantined } from "../boot/plan.ts";
+import { isInTransit, isQuarantined } from "../boot/plan.ts";
 import { compareGenerations, generationName, isSuperseded, snapshotGeneration, volumeGeneration, type Generation } from "../generation.ts";
 import type { InitializationStatus, SnapshotInfo, VolumeInfo } from "../ports.ts";
 
@@ -111,9 +111,13 @@ const isPoolVolume = (settings: KeeperSettings, v: VolumeInfo) =>
 /** A volume of the pool's selection (the image set when configured), whatever its generation. */
 const isSelected = (settings: KeeperSettings, v: VolumeInfo) => settings.imageSet === null || v.tags[VolumeTag.imageSet] === settings.imageSet;
 
-/** Available to a boot: unattached, not quarantined (a boot skips it). */
+/**
+ * Available to a boot: unattached, not quarantined, not another instance's on its way (a boot
+ * skips those; and one a release has just detached, or a boot has just made, must never be
+ * trimmed under it).
+ */
 const isClaimable = (settings: KeeperSettings, v: VolumeInfo, now: Date) =>
-  v.state === "available" && !v.attachment && !isQuarantined(v, now, settings.quarantineHours);
+  v.state === "available" && !v.attachment && !isQuarantined(v, now, settings.quarantineHours) && !isInTransit(v, now);
 
 /** How the plan sees one volume's generation. */
 interface Generations {
@@ -130,7 +134,7 @@ function generationsOf(observed: KeeperObservation): Generations {
 /** A volume of the pool's current generation that a boot may claim now, or one being created (stock on its way). */
 function isStock(settings: KeeperSettings, v: VolumeInfo, now: Date, generations: Generations): boolean {
   if (!isSelected(settings, v) || isSuperseded(generations.of(v), generations.current)) return false;
-  return v.state === "creating" || isClaimable(settings, v, now);
+  return (v.state === "creating" && !isInTransit(v, now)) || isClaimable(settings, v, now);
 }
 
 /** An available volume of an older generation: a boot takes it only when no current one is left. */
