@@ -38,7 +38,9 @@ export interface HostContext {
 type Si = typeof import("systeminformation");
 let loaded: Promise<Si> | undefined;
 function si(): Promise<Si> {
-  loaded ??= import("systeminformation");
+  // A CommonJS package: Node's import gives its exports by name, the agent's esbuild bundle only
+  // as `default` (module.exports); module.exports is right in both.
+  loaded ??= import("systeminformation").then((module) => (module as Si & { default?: Si }).default ?? module);
   return loaded;
 }
 
