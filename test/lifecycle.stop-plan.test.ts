@@ -4,6 +4,7 @@
  * unexpired; a terminate or an unknown fate releases fully, as before).
  */
 import t from "tap";
+import { rebootQueuedIn } from "../src/host/reboot.ts";
 import type { VolumeInfo } from "../src/agent/ports.ts";
 import { instanceFate, planRelease, type HeldVolume, type ReleaseObservation, type ShutdownObservation } from "../src/agent/release/plan.ts";
 import { VolumeTag } from "../src/tags.ts";
@@ -48,6 +49,11 @@ t.test("the fate: the instance's own state first, then the spot notice; anything
     ["both failed", { instanceState: failed("timeout"), spotAction: failed("refused") }, "unknown", /could not be learned.*could not be read \(refused\)/],
     ["unexpected state value", { instanceState: state("rebooting"), spotAction: spot(undefined) }, "unknown", /'rebooting'/],
     ["unexpected notice value", { instanceState: failed("x"), spotAction: spot("reboot") }, "unknown", /'reboot' not understood/],
+    ["running + a reboot queued (EC2 shows a rebooting instance running)", { instanceState: state("running"), spotAction: spot(undefined), reboot: { ok: true, queued: true } }, "stop", /rebooting \(systemd has reboot.target queued\)/],
+    ["running, no reboot queued (a poweroff)", { instanceState: state("running"), spotAction: spot(undefined), reboot: { ok: true, queued: false } }, "unknown", /no spot interruption notice; no reboot queued/],
+    ["reboot queued but EC2 shows shutting-down: the state wins", { instanceState: state("shutting-down"), spotAction: spot(undefined), reboot: { ok: true, queued: true } }, "terminate", /'shutting-down'/],
+    ["reboot queued but the spot notice says terminate", { instanceState: state("running"), spotAction: spot("terminate"), reboot: { ok: true, queued: true } }, "terminate", /notice says 'terminate'/],
+    ["systemd could not be asked", { instanceState: state("running"), spotAction: spot(undefined), reboot: { ok: false, problem: "no systemctl" } }, "unknown", /could not be learned \(no systemctl\)/],
   ];
   for (const [name, obs, kind, reason] of cases) {
     const fate = instanceFate(obs);
@@ -110,4 +116,16 @@ t.test("disabled: nothing is done whatever the fate", async (t) => {
   const plan = planRelease({ ...settings, enabled: false }, observed({ instanceState: state("stopping"), spotAction: spot(undefined) }));
   t.equal(plan.decision, "disabled");
   t.same(plan.steps, []);
+});
+
+t.test("systemd's job list: a queued start of reboot.target, kexec.target or soft-reboot.target is a reboot", async (t) => {
+  const jobs = (unit: string, type = "start") => `1234 ${unit} ${type} waiting\n1200 ebs-cache-agent.service stop running\n`;
+  t.ok(rebootQueuedIn(jobs("reboot.target")));
+  t.ok(rebootQueuedIn(jobs("kexec.target")));
+  t.ok(rebootQueuedIn(jobs("soft-reboot.target")));
+  t.notOk(rebootQueuedIn(jobs("poweroff.target")), "a poweroff is no reboot");
+  t.notOk(rebootQueuedIn(jobs("halt.target")));
+  t.notOk(rebootQueuedIn(jobs("reboot.target", "stop")), "only a start of the target");
+  t.notOk(rebootQueuedIn(""), "no jobs");
+  t.notOk(rebootQueuedIn("  12 ebs-cache-agent.service stop running  "));
 });

@@ -268,6 +268,8 @@ export interface ReleaseDeps {
   containerd?: ContainerdRoot;
   /** How long the release may wait for the instance's state and the spot notice (default 10 s). */
   shutdownQuestionMs?: number;
+  /** Whether the host's systemd is rebooting (src/host/reboot.ts). Absent: not asked (the lab, a release by hand outside systemd). */
+  rebootQueued?: () => Promise<boolean>;
 }
 
 /** What the agent asks of the docker API. */

@@ -18,6 +18,7 @@ import { createDaemonConfig } from "../docker/daemon-json.ts";
 import { configuredStore, type HostStore } from "../docker/image-store.ts";
 import { prepareDataRoot } from "../docker/data-root.ts";
 import { createDockerEngine } from "../docker/engine.ts";
+import { systemdRebootQueued } from "../host/reboot.ts";
 import { createSystemdDockerService, installedDockerdVersion } from "../docker/service.ts";
 import { createSystemdDockerdCommand } from "../docker/dockerd-command.ts";
 import type { DockerdCommand } from "../docker/dockerd-flags.ts";
@@ -50,6 +51,8 @@ export interface WiringOptions {
   metadata?: MetadataSource;
   /** docker.service control; undefined leaves docker to systemd ordering. */
   docker: DockerService | undefined;
+  /** Whether the host's systemd is rebooting (asked by the release on a real host only). */
+  rebootQueued?: () => Promise<boolean>;
   /**
    * containerd.service control, for a host on the containerd image store (its root moves to the
    * volume); undefined leaves containerd to systemd ordering. The lab passes none: its dockerd
@@ -340,6 +343,7 @@ export function wireRelease(options: WiringOptions): ReleaseCommandDeps {
         // (DescribeInstances beside it) twice that; at shutdown there is no time to wait longer.
         spotInstanceAction: () => readSpotInstanceAction(metadata, { timeoutMs: config.timeouts.imdsRequestSeconds * 1000 }),
         shutdownQuestionMs: config.timeouts.imdsRequestSeconds * 2000,
+        ...(options.rebootQueued ? { rebootQueued: options.rebootQueued } : {}),
       };
     },
   };
@@ -364,6 +368,8 @@ export function hostWiringOptions(config: AgentConfig, log: Logger, startPrewarm
     ec2Client: (region) => createEc2Client({ region, instanceProfile, ...(config.ec2Endpoint ? { endpoint: config.ec2Endpoint } : {}) }),
     docker: config.docker.control === "systemd" ? createSystemdDockerService({ unit: config.docker.unit, log }) : undefined,
     ...(config.docker.control === "systemd" ? { containerd: createSystemdDockerService({ unit: "containerd.service", log }) } : {}),
+    // systemd runs the release at shutdown whatever docker.control says: ask it whether it reboots.
+    rebootQueued: () => systemdRebootQueued(),
     log,
     startPrewarm,
   };

@@ -60,8 +60,8 @@ async function observeDaemonJson(deps: ReleaseDeps, prefix: string): Promise<Rel
 }
 
 /**
- * Stop or terminate: the instance's state (one DescribeInstances) and the spot interruption
- * notice, asked together under one deadline. Either may fail: the planner then decides from the
+ * Stop or terminate: the instance's state (one DescribeInstances), the spot interruption
+ * notice and (on a systemd host) whether a reboot is queued, asked together under one deadline. Either may fail: the planner then decides from the
  * other, and without either it releases fully.
  */
 async function observeShutdown(deps: ReleaseDeps, instanceId: string): Promise<ShutdownObservation> {
@@ -75,13 +75,17 @@ async function observeShutdown(deps: ReleaseDeps, instanceId: string): Promise<S
         signal.addEventListener("abort", () => reject(new Error(`no answer within ${timeoutMs} ms`)), { once: true });
       }),
     ]);
-  const [state, spot] = await Promise.allSettled([
+  const [state, spot, reboot] = await Promise.allSettled([
     bounded(deps.cloud.describeInstance(instanceId, { signal })),
     deps.spotInstanceAction ? bounded(deps.spotInstanceAction()) : Promise.reject(new Error("no metadata service to ask")),
+    deps.rebootQueued ? bounded(deps.rebootQueued()) : Promise.resolve(undefined),
   ]);
   return {
     instanceState: state.status === "fulfilled" ? { ok: true, state: state.value.state } : { ok: false, problem: describeError(state.reason) },
     spotAction: spot.status === "fulfilled" ? { ok: true, action: spot.value } : { ok: false, problem: describeError(spot.reason) },
+    ...(deps.rebootQueued
+      ? { reboot: reboot.status === "fulfilled" ? { ok: true as const, queued: reboot.value === true } : { ok: false as const, problem: describeError(reboot.reason) } }
+      : {}),
   };
 }
 

@@ -54,11 +54,16 @@ export interface ShutdownObservation {
   instanceState: { ok: true; state: string } | { ok: false; problem: string };
   /** The notice's action (stop, hibernate, terminate); undefined: no notice (404, on-demand instances). */
   spotAction: { ok: true; action: string | undefined } | { ok: false; problem: string };
+  /**
+   * Whether the host's systemd is rebooting (a reboot.target job queued): EC2 shows a rebooting
+   * instance `running`. Absent: not asked.
+   */
+  reboot?: { ok: true; queued: boolean } | { ok: false; problem: string };
 }
 
 /**
  * Why this shutdown happens. `stop`: the instance is being stopped and will start again (an
- * osparc warm buffer): its volume stays attached, unexpired, for that start. `terminate`, and
+ * osparc warm buffer), or the host reboots: its volume stays attached, unexpired, for that start. `terminate`, and
  * `unknown` when it could not be learned: the full release, so that a volume is never stranded
  * without an expiry on a machine that goes away.
  */
@@ -84,9 +89,13 @@ export function instanceFate(observed: ShutdownObservation | undefined): Instanc
     }
     if (spotAction.action === "terminate") return { kind: "terminate", reason: "the spot interruption notice says 'terminate'" };
   }
+  // A reboot keeps the instance and its attachments, as a stop does: the volume stays for the
+  // boot that follows (no AttachVolume, no expiry).
+  if (observed.reboot?.ok && observed.reboot.queued) return { kind: "stop", reason: "the host is rebooting (systemd has reboot.target queued)" };
   const why = [
     instanceState.ok ? `EC2 shows the instance '${instanceState.state}'` : `its state could not be learned (${instanceState.problem})`,
     spotAction.ok ? (spotAction.action === undefined ? "no spot interruption notice" : `spot notice '${spotAction.action}' not understood`) : `the spot notice could not be read (${spotAction.problem})`,
+    ...(observed.reboot === undefined ? [] : [observed.reboot.ok ? "no reboot queued" : `whether the host reboots could not be learned (${observed.reboot.problem})`]),
   ];
   return { kind: "unknown", reason: why.join("; ") };
 }
