@@ -14,8 +14,11 @@
  * - at poweroff, docker stopped before ebs-cache-agent-release.service began to stop, its
  *   ExecStop (release) exited 0, and the volume is `available` again in the emulator, tagged
  *   `ebs-cache:released-at`.
- * Every engine runs that scenario; docker 28 also hands its released volume to a second
- * instance, which runs the images from it without a pull. The unit-ordering scenario (phase 1
+ * Every engine runs that scenario; on docker 28 the first machine also reboots (a real reboot of
+ * its systemd: nspawn exits 133 and boots the same root again, the volume's loop device and the
+ * emulator's attachment staying, as an EBS attachment stays over an instance's reboot; see
+ * rebootMachine), and the second instance takes the volume the first released and runs the
+ * images from it without a pull. The unit-ordering scenario (phase 1
  * fails after attaching) is about systemd, not docker: it runs on 20.10 only.
  * The containerd image store (docker 28, `features.containerd-snapshotter`): first without the
  * agent, what docker does (a builder machine puts containerd's root on a volume and imports an
@@ -24,7 +27,8 @@
  * (built in a docker 28 machine, tagged `ebs-cache:image-store=containerd`) beside the graphdriver
  * one in the same pool, a machine whose daemon.json asks for the containerd store claims the
  * containerd volume only, puts containerd's root on it, runs the images without a pull, a re-run
- * of phase 1 attaches nothing new, poweroff releases it, and a second instance takes it.
+ * of both phases on the running machine attaches nothing new, a reboot attaches nothing new
+ * either, poweroff releases it, and a second instance takes it.
  *
  * Needs root, debootstrap, systemd-nspawn (scripts/setup.sh installs them) and the network to
  * the Debian mirror the first time (the root file system is then cached under
@@ -243,7 +247,7 @@ async function bootAndRelease(
   s: Setup,
   machineName: string,
   timings: Record<string, number>,
-  options: { store?: ImageStore; rerun?: boolean } = {},
+  options: { store?: ImageStore; rerun?: boolean; reboot?: boolean } = {},
 ): Promise<string> {
   const time = timer(timings);
   const { poolVolumes, describe } = s;
@@ -341,10 +345,14 @@ async function bootAndRelease(
     t.ok(info.labels.includes(`${LABEL_PREFIX}.volume-id=${volumeId}`), "with the volume id");
 
     if (options.rerun) await rerunBoot(t, m, s, volumeId, instanceId);
+    // From here on, the checks read the journal of the boot that powers off.
+    let bootId: string | undefined;
+    if (options.reboot) bootId = await rebootMachine(t, m, s, { volumeId, instanceId, store, timings });
+    const ofThisBoot = (entries: JournalEntry[]) => (bootId === undefined ? entries : entries.filter((e) => e.bootId === bootId));
 
     // gc runs in its (stricter) sandbox.
     const gc = await m.exec(["systemctl", "start", GC], 180_000);
-    journal = await m.journal();
+    journal = ofThisBoot(await m.journal());
     t.equal(gc.exitCode, 0, `systemctl start ${GC} succeeds${gc.exitCode === 0 ? "" : `: ${gc.stderr}\n${journalText(journal, (e) => e.unit === GC || e.systemdUnit === GC)}`}`);
     t.ok(
       journal.some((e) => e.systemdUnit === GC && /\b0 failed, [1-9]\d* managed volumes seen/.test(e.message)),
@@ -356,7 +364,7 @@ async function bootAndRelease(
     const code = await m.poweroff(240_000);
     timings.poweroff = Date.now() - poweroffStarted;
     t.equal(code, 0, "the machine powered off cleanly");
-    journal = await m.journal();
+    journal = ofThisBoot(await m.journal());
     const dockerStopped = first(journal, jobDone(DOCKER, "stop"));
     const releaseStopping = first(journal, stopping(RELEASE));
     t.ok(dockerStopped && releaseStopping && dockerStopped.seq < releaseStopping.seq, `${DOCKER} stopped before ${RELEASE} began to stop (ExecStop=release)`);
@@ -418,7 +426,7 @@ for (const name of ENGINE_NAMES) {
   t.test(`${ENGINES[name].name}: systemd boots the agent before docker, docker runs on the volume, poweroff releases it`, async (t) => {
     const timings: Record<string, number> = {};
     const s = await setup(name, 1, timer(timings), (line) => t.comment(line));
-    const released = await bootAndRelease(t, s, `nspawn-${name.replace(/\W/g, "")}`, timings);
+    const released = await bootAndRelease(t, s, `nspawn-${name.replace(/\W/g, "")}`, timings, { reboot: name === "28" });
     if (name !== "28") return;
     // A second instance takes the volume the first released (the pool's only one) and runs
     // the images from it.
@@ -608,8 +616,10 @@ async function assertContainerdOnVolume(t: Test, m: Machine, mountPoint: string,
 }
 
 /**
- * Phase 1 and phase 2 once more on the running machine, as after a reboot with the volume still
- * attached: they reuse it, attach nothing, and docker keeps its images.
+ * Phase 1 and phase 2 once more on the running machine, docker up on the volume (a re-run by
+ * hand, or after the agent was killed): they reuse the volume, attach nothing, and docker keeps
+ * its images. Not a reboot (rebootMachine is): here phase 1 meets the volume mounted and docker
+ * running on it.
  */
 async function rerunBoot(t: Test, m: Machine, s: Setup, volumeId: string, instanceId: string): Promise<void> {
   const before = await s.describe(volumeId);
@@ -626,6 +636,89 @@ async function rerunBoot(t: Test, m: Machine, s: Setup, volumeId: string, instan
   t.same(rerunLines.filter((e) => /^boot\.claim:/.test(e.message)).length, 1, "one claim over both runs of phase 1 (the first boot's)");
   const ran = await m.exec(["docker", "run", "--rm", "--pull=never", "--network=none", IMAGES[1]!.tag, "/bin/sh", "-c", "exit 0"], 120_000);
   t.equal(ran.exitCode, 0, `after the re-run ${IMAGES[1]!.tag} still runs without a pull${ran.exitCode === 0 ? "" : `: ${ran.stderr}`}`);
+}
+
+/**
+ * A real reboot of the machine's systemd (Machine.reboot: nspawn exits 133, the same root boots
+ * again with a new boot id; the lab's loop device and the emulator's attachment stay, as an EBS
+ * volume stays attached over an instance's reboot). Both phases run again in the new boot, reuse
+ * the attached volume without an AttachVolume, docker comes up on it with the images and runs
+ * one without a pull, and readiness is published again. Returns the new boot's id.
+ *
+ * `systemctl reboot --force`: the reboot runs without stopping the units, so the release unit's
+ * ExecStop does not run and the volume stays attached (a reboot that skips the orderly stop: a
+ * hang or kernel panic, `reboot -f`). An orderly `systemctl reboot` stops the release unit like
+ * any shutdown, and the release cannot tell a reboot from a termination (EC2 shows the instance
+ * `running`): it gives the volume back and the new boot claims one again, with an AttachVolume.
+ */
+async function rebootMachine(
+  t: Test,
+  m: Machine,
+  s: Setup,
+  at: { volumeId: string; instanceId: string; store: ImageStore; timings: Record<string, number> },
+): Promise<string> {
+  const { volumeId, instanceId, store } = at;
+  const before = await s.describe(volumeId);
+  const firstBoot = await m.bootId();
+  const asked = s.lab.ec2.requests.records().length;
+  const started = Date.now();
+  await m.reboot(["systemctl", "reboot", "--force"], 180_000);
+  const bootId = await m.bootId();
+  t.not(bootId, firstBoot, `the machine rebooted: a new boot id (${firstBoot} -> ${bootId})`);
+  const journal = await m.waitForJournal(
+    (entries) => (entries.some((e) => e.bootId === bootId && jobDone(READY, "start")(e)) ? entries : undefined),
+    300_000,
+    `the end of ${READY} after the reboot`,
+  );
+  at.timings.reboot = Date.now() - started;
+  t.ok(journal.some((e) => e.bootId === firstBoot && jobDone(READY, "start")(e)), "the journal holds the first boot's run too");
+  const thisBoot = journal.filter((e) => e.bootId === bootId);
+
+  // Both phases ran again in the new boot, in their order around docker.
+  const agentDone = first(thisBoot, jobDone(AGENT, "start"));
+  const dockerStarting = first(thisBoot, starting(DOCKER));
+  t.equal(agentDone?.jobResult, "done", `${AGENT} ran again in the new boot`);
+  t.ok(agentDone && dockerStarting && agentDone.seq < dockerStarting.seq, `and finished before ${DOCKER} started`);
+  t.equal(first(thisBoot, jobDone(READY, "start"))?.jobResult, "done", `${READY} ran again in the new boot`);
+  t.same(
+    [...processExits(thisBoot, AGENT), ...processExits(thisBoot, READY)].filter((e) => !/status=0\//.test(e.message)).map((e) => e.message),
+    [],
+    "both exited 0",
+  );
+  const lines = (unit: string) => thisBoot.filter((e) => e.systemdUnit === unit && e.identifier === "ebs-cache-agent").map((e) => e.message);
+  t.ok(lines(AGENT).some((line) => /^boot\.reuse:/.test(line)), `${AGENT} reused the volume still attached (boot.reuse)`);
+  t.same([...lines(AGENT), ...lines(READY)].filter((line) => /^boot\.claim:/.test(line)), [], "and claimed nothing");
+  t.ok(
+    lines(READY).some((line) => /^labels\.publish: /.test(line) && line.includes(`${LABEL_PREFIX}.state=ready`)),
+    `${READY} published ${LABEL_PREFIX}.state=ready again`,
+  );
+
+  // EC2: no attach, no detach, the same claim.
+  const calls = s.lab.ec2.requests
+    .records()
+    .slice(asked)
+    .filter((r) => r.instanceId === instanceId || r.volumeId === volumeId)
+    .map((r) => r.action);
+  t.same(calls.filter((a) => a === "AttachVolume" || a === "DetachVolume"), [], `no AttachVolume or DetachVolume over the reboot (EC2 calls: ${calls.join(", ")})`);
+  const after = await s.describe(volumeId);
+  t.same(after.Attachments?.map((a) => [a.InstanceId, a.State]), [[instanceId, "attached"]], "the volume is still attached to this instance only");
+  t.equal(tagsOf(after)[VolumeTag.claimedAt], tagsOf(before)[VolumeTag.claimedAt], "under the same claim (claimed-at unchanged)");
+
+  // Docker of the new boot on the volume, with the images, and readiness on the engine.
+  const mountPoint = `/var/lib/ebs-cache/${volumeId}`;
+  t.ok((await machineMounts(m.pid1)).some((e) => e.target === mountPoint && e.fsType === "xfs"), `the volume is mounted at ${mountPoint} again`);
+  const engine = createDockerEngine({ host: `unix:///proc/${m.pid1}/root/run/docker.sock` });
+  const info = await engine.info();
+  t.equal(info.dockerRootDir, `${mountPoint}/docker`, "docker runs on the volume's data-root again");
+  t.equal(info.imageStore, store, `with the ${store} image store`);
+  if (store === "containerd") await assertContainerdOnVolume(t, m, mountPoint, volumeId);
+  const images = await engine.images();
+  t.same(IMAGES.map((image) => image.tag).filter((tag) => !images.includes(tag)), [], "docker lists every image of the volume");
+  const ran = await m.exec(["docker", "run", "--rm", "--pull=never", "--network=none", IMAGES[1]!.tag, "/bin/sh", "-c", "exit 0"], 120_000);
+  t.equal(ran.exitCode, 0, `${IMAGES[1]!.tag} runs from the volume without a pull after the reboot${ran.exitCode === 0 ? "" : `: ${ran.stderr}`}`);
+  t.ok(info.labels.includes(`${LABEL_PREFIX}.state=ready`), "the engine label state=ready is published again");
+  t.ok(info.labels.includes(`${LABEL_PREFIX}.volume-id=${volumeId}`), "with the volume id");
+  return bootId;
 }
 
 /**
@@ -681,7 +774,7 @@ async function containerdGolden(t: Test, s: Shared, pool: string): Promise<Golde
   return { snapshotId: snapshot.SnapshotId!, sizeGiB: 2, images, built };
 }
 
-t.test(`${ENGINES["28"].name}, containerd image store through the agent: the containerd volume claimed, containerd's root on it, re-run, release, a second instance`, async (t) => {
+t.test(`${ENGINES["28"].name}, containerd image store through the agent: the containerd volume claimed, containerd's root on it, re-run, reboot, release, a second instance`, async (t) => {
   const timings: Record<string, number> = {};
   const time = timer(timings);
   // A pool holding one graphdriver volume (the shared golden) and one containerd volume.
@@ -691,7 +784,7 @@ t.test(`${ENGINES["28"].name}, containerd image store through the agent: the con
   const [containerdVolume] = await createPoolVolumes(s.lab, golden, { pool: s.pool, imageSet: IMAGE_SET, count: 1 });
   t.equal(tagsOf(await s.describe(containerdVolume!))[VolumeTag.imageStore], "containerd", "the containerd pool volume is tagged with its store");
   const onContainerd: Setup = { ...s, poolVolumes: [containerdVolume!] };
-  const first = await bootAndRelease(t, onContainerd, "nspawn-28-containerd", timings, { store: "containerd", rerun: true });
+  const first = await bootAndRelease(t, onContainerd, "nspawn-28-containerd", timings, { store: "containerd", rerun: true, reboot: true });
   t.equal(first, containerdVolume, "the machine claimed the containerd volume");
   const left = await s.describe(graphdriverVolume);
   t.equal(left.State, "available", "the graphdriver volume of the same pool was left alone");

@@ -10,6 +10,8 @@ import { run } from "../exec.ts";
 export interface JournalEntry {
   seq: number;
   realtimeUs: number;
+  /** `_BOOT_ID`: which boot of the machine wrote it (a reboot starts another). */
+  bootId?: string;
   message: string;
   unit?: string;
   systemdUnit?: string;
@@ -62,6 +64,7 @@ export async function readJournal(dir: string): Promise<JournalEntry[]> {
     entries.push({
       seq: cursorSeq === undefined ? index : parseInt(cursorSeq, 16),
       realtimeUs: Number(field(raw, "__REALTIME_TIMESTAMP") ?? 0),
+      ...(field(raw, "_BOOT_ID") !== undefined ? { bootId: field(raw, "_BOOT_ID") } : {}),
       message: field(raw, "MESSAGE") ?? "",
       unit: field(raw, "UNIT"),
       systemdUnit: field(raw, "_SYSTEMD_UNIT"),

@@ -171,15 +171,29 @@ async function fillMachine(setup: MachineSetup, dir: string, name: string): Prom
 export interface Machine {
   dir: string;
   name: string;
-  /** PID (on the host) of the machine's systemd. */
-  pid1: number;
-  /** Console output so far. */
+  /** PID (on the host) of the machine's systemd in its current boot (a reboot gives a new one). */
+  readonly pid1: number;
+  /** Console output so far, of every boot. */
   console(): string;
   journal(): Promise<JournalEntry[]>;
   /** Polls the journal until `check` finds what it wants; returns it, or throws at the deadline. */
   waitForJournal<T>(check: (entries: JournalEntry[]) => T | undefined, timeoutMs: number, what: string): Promise<T>;
   /** Runs a program inside the machine (all its namespaces), e.g. systemctl. */
   exec(args: string[], timeoutMs?: number): Promise<{ exitCode: number; stdout: string; stderr: string }>;
+  /**
+   * The boot id of the machine's current boot, as its journal writes it (`_BOOT_ID`: 32 hex
+   * digits, no dashes). nspawn gives each boot of the container a new one.
+   */
+  bootId(): Promise<string>;
+  /**
+   * Reboots the machine: runs `command` inside (e.g. `systemctl reboot`), waits for nspawn to
+   * exit with 133 (its exit status when the container's systemd rebooted) and starts nspawn
+   * again on the same root with the same binds, as the kernel would boot the same disk again.
+   * What the host holds for the machine (the lab's loop devices, the emulator's attachments)
+   * stays, as an EBS volume stays attached over an instance's reboot. Returns when the new
+   * boot's systemd runs.
+   */
+  reboot(command: string[], timeoutMs: number): Promise<void>;
   /** Asks systemd for a clean poweroff (SIGRTMIN+4 to its PID 1) and waits for nspawn to exit. */
   poweroff(timeoutMs: number): Promise<number | null>;
   /** Whether nspawn still runs. */
@@ -193,6 +207,20 @@ const MACHINE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 
 /** SIGRTMIN+4 as systemd sees it (glibc's SIGRTMIN is 34): "power off". */
 const SIGRTMIN_PLUS_4 = 34 + 4;
+
+/** systemd-nspawn's exit status when the container rebooted (systemd-nspawn(1), "Exit status"). */
+export const NSPAWN_REBOOTED = 133;
+
+/** One run of systemd-nspawn: one boot of the machine. */
+interface Boot {
+  child: ChildProcess;
+  /** Resolves with nspawn's exit code (null: killed by a signal, or it could not start). */
+  exited: Promise<number | null>;
+  running(): boolean;
+  exitCode(): number | null | undefined;
+  /** PID (on the host) of the container's systemd; 0 when it never started. */
+  pid1: number;
+}
 
 /**
  * Boots the prepared machine: `systemd-nspawn -b` with the host's network (so it reaches the
@@ -219,80 +247,99 @@ export async function bootMachine(prepared: PreparedMachine, binds: Bind[]): Pro
     ...binds.map((b) => `--${b.readOnly ? "bind-ro" : "bind"}=${b.from}:${b.to}`),
   ];
   let consoleText = "";
-  // The unified cgroup hierarchy: the test hosts mount cgroup v1 with v2 beside it; on v1 the
-  // container's cgroup tree is read-only (runc cannot create a container's cgroup) and systemd
-  // 257+ refuses to boot at all. EC2's Debian 12 and 13 boot on v2 too.
-  const env = { ...childEnv(), SYSTEMD_NSPAWN_UNIFIED_HIERARCHY: "1" };
-  const child: ChildProcess = spawn("setpriv", args, { stdio: ["ignore", "pipe", "pipe"], env });
   const append = (chunk: Buffer) => {
     consoleText += chunk.toString("utf8");
     if (consoleText.length > 2_000_000) consoleText = consoleText.slice(-1_000_000);
   };
-  child.stdout?.on("data", append);
-  child.stderr?.on("data", append);
-  let exitCode: number | null | undefined;
-  const exited = new Promise<number | null>((resolve) => {
-    child.on("exit", (code) => {
-      exitCode = code;
-      resolve(code);
-    });
-    child.on("error", (error) => {
-      append(Buffer.from(`\nspawn failed: ${String(error)}\n`));
-      exitCode = null;
-      resolve(null);
-    });
-  });
-  const running = () => exitCode === undefined;
+  // The unified cgroup hierarchy: the test hosts mount cgroup v1 with v2 beside it; on v1 the
+  // container's cgroup tree is read-only (runc cannot create a container's cgroup) and systemd
+  // 257+ refuses to boot at all. EC2's Debian 12 and 13 boot on v2 too.
+  const env = { ...childEnv(), SYSTEMD_NSPAWN_UNIFIED_HIERARCHY: "1" };
 
-  // The container's PID 1 is nspawn's child.
-  const nspawnPid = child.pid;
-  let pid1 = 0;
-  const deadline = Date.now() + 30_000;
-  while (nspawnPid !== undefined && running() && Date.now() < deadline) {
-    const children = await readFile(`/proc/${nspawnPid}/task/${nspawnPid}/children`, "utf8").catch(() => "");
-    const candidate = Number(children.trim().split(/\s+/)[0] ?? 0);
-    if (candidate > 0) {
-      const comm = await readFile(`/proc/${candidate}/comm`, "utf8").catch(() => "");
-      if (comm.trim() === "systemd") {
-        pid1 = candidate;
-        break;
+  const launch = async (): Promise<Boot> => {
+    const child: ChildProcess = spawn("setpriv", args, { stdio: ["ignore", "pipe", "pipe"], env });
+    child.stdout?.on("data", append);
+    child.stderr?.on("data", append);
+    let exitCode: number | null | undefined;
+    const exited = new Promise<number | null>((resolve) => {
+      child.on("exit", (code) => {
+        exitCode = code;
+        resolve(code);
+      });
+      child.on("error", (error) => {
+        append(Buffer.from(`\nspawn failed: ${String(error)}\n`));
+        exitCode = null;
+        resolve(null);
+      });
+    });
+    const running = () => exitCode === undefined;
+    // The container's PID 1 is nspawn's child.
+    const nspawnPid = child.pid;
+    let pid1 = 0;
+    const deadline = Date.now() + 30_000;
+    while (nspawnPid !== undefined && running() && Date.now() < deadline) {
+      const children = await readFile(`/proc/${nspawnPid}/task/${nspawnPid}/children`, "utf8").catch(() => "");
+      const candidate = Number(children.trim().split(/\s+/)[0] ?? 0);
+      if (candidate > 0) {
+        const comm = await readFile(`/proc/${candidate}/comm`, "utf8").catch(() => "");
+        if (comm.trim() === "systemd") {
+          pid1 = candidate;
+          break;
+        }
+      }
+      await sleep(50);
+    }
+    return { child, exited, running, exitCode: () => exitCode, pid1 };
+  };
+
+  let current = await launch();
+
+  const stop = async (boot: Boot) => {
+    if (!boot.running()) return;
+    if (boot.pid1 > 0) {
+      try {
+        process.kill(boot.pid1, "SIGKILL");
+      } catch {
+        // already gone
       }
     }
-    await sleep(50);
-  }
-
+    await Promise.race([boot.exited, sleep(10_000, undefined, { ref: false })]);
+    if (boot.running() && boot.child.pid !== undefined) {
+      try {
+        process.kill(boot.child.pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+      await Promise.race([boot.exited, sleep(10_000, undefined, { ref: false })]);
+    }
+  };
   const destroy = async () => {
-    if (running()) {
-      if (pid1 > 0) {
-        try {
-          process.kill(pid1, "SIGKILL");
-        } catch {
-          // already gone
-        }
-      }
-      await Promise.race([exited, sleep(10_000, undefined, { ref: false })]);
-      if (running() && nspawnPid !== undefined) {
-        try {
-          process.kill(nspawnPid, "SIGKILL");
-        } catch {
-          // already gone
-        }
-        await Promise.race([exited, sleep(10_000, undefined, { ref: false })]);
-      }
-    }
+    await stop(current);
     await rm(dir, { recursive: true, force: true });
     await rm(join("/run/systemd/nspawn/propagate", name), { recursive: true, force: true }).catch(() => undefined);
   };
+  const notStarted = () => new Error(`systemd-nspawn did not start the container's systemd within 30 s:\n${consoleText.slice(-4000)}`);
 
-  if (pid1 === 0) {
+  if (current.pid1 === 0) {
     await destroy();
-    throw new Error(`systemd-nspawn did not start the container's systemd within 30 s:\n${consoleText.slice(-4000)}`);
+    throw notStarted();
   }
+
+  const exec: Machine["exec"] = async (command, timeoutMs = 120_000) =>
+    // `env -i`: the command sees the machine's PATH only, none of this process's environment
+    // (a test runner's NODE_OPTIONS would make the machine's node load modules it lacks).
+    run("nsenter", ["--target", String(current.pid1), "--mount", "--uts", "--ipc", "--pid", "--", "env", "-i", `PATH=${MACHINE_PATH}`, ...command], {
+      check: false,
+      timeoutMs,
+      env: { PATH: MACHINE_PATH },
+    });
 
   const machine: Machine = {
     dir,
     name,
-    pid1,
+    get pid1() {
+      return current.pid1;
+    },
     console: () => consoleText,
     journal: () => readJournal(dir),
     async waitForJournal(check, timeoutMs, what) {
@@ -300,28 +347,38 @@ export async function bootMachine(prepared: PreparedMachine, binds: Bind[]): Pro
       for (;;) {
         const found = check(await readJournal(dir));
         if (found !== undefined) return found;
-        if (!running()) throw new Error(`the machine stopped while waiting for ${what}:\n${consoleText.slice(-4000)}`);
+        if (!current.running()) throw new Error(`the machine stopped while waiting for ${what}:\n${consoleText.slice(-4000)}`);
         if (Date.now() > until) throw new Error(`no ${what} within ${timeoutMs / 1000} s`);
         await sleep(500);
       }
     },
-    async exec(command, timeoutMs = 120_000) {
-      // `env -i`: the command sees the machine's PATH only, none of this process's environment
-      // (a test runner's NODE_OPTIONS would make the machine's node load modules it lacks).
-      return run("nsenter", ["--target", String(pid1), "--mount", "--uts", "--ipc", "--pid", "--", "env", "-i", `PATH=${MACHINE_PATH}`, ...command], {
-        check: false,
-        timeoutMs,
-        env: { PATH: MACHINE_PATH },
-      });
+    exec,
+    async bootId() {
+      const out = await exec(["cat", "/proc/sys/kernel/random/boot_id"], 30_000);
+      const id = out.stdout.trim().replace(/-/g, "");
+      if (out.exitCode !== 0 || !/^[0-9a-f]{32}$/.test(id)) throw new Error(`no boot id from the machine (exit ${out.exitCode}): ${out.stderr}${out.stdout}`);
+      return id;
+    },
+    async reboot(command, timeoutMs) {
+      if (!current.running()) throw new Error(`${name} does not run: nothing to reboot`);
+      const until = Date.now() + timeoutMs;
+      const asked = await exec(command, timeoutMs);
+      // The command may be killed by the shutdown it started: its exit status says nothing.
+      const code = await Promise.race([current.exited, sleep(Math.max(0, until - Date.now()), undefined, { ref: false }).then(() => "timeout" as const)]);
+      if (code === "timeout") throw new Error(`${name} did not reboot within ${timeoutMs / 1000} s after ${command.join(" ")} (exit ${asked.exitCode}: ${asked.stderr}):\n${consoleText.slice(-4000)}`);
+      if (code !== NSPAWN_REBOOTED) throw new Error(`systemd-nspawn exited ${code} after ${command.join(" ")}, not ${NSPAWN_REBOOTED} (a reboot):\n${consoleText.slice(-4000)}`);
+      append(Buffer.from(`\n[lab] ${name}: the machine rebooted (nspawn exited ${NSPAWN_REBOOTED}); booting it again\n`));
+      current = await launch();
+      if (current.pid1 === 0) throw notStarted();
     },
     async poweroff(timeoutMs) {
-      if (!running()) return exitCode ?? null;
-      process.kill(pid1, SIGRTMIN_PLUS_4);
-      const code = await Promise.race([exited, sleep(timeoutMs, undefined, { ref: false }).then(() => "timeout" as const)]);
+      if (!current.running()) return current.exitCode() ?? null;
+      process.kill(current.pid1, SIGRTMIN_PLUS_4);
+      const code = await Promise.race([current.exited, sleep(timeoutMs, undefined, { ref: false }).then(() => "timeout" as const)]);
       if (code === "timeout") throw new Error(`the machine did not power off within ${timeoutMs / 1000} s:\n${consoleText.slice(-4000)}`);
       return code;
     },
-    running,
+    running: () => current.running(),
     destroy,
   };
   return machine;
