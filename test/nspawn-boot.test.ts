@@ -645,11 +645,10 @@ async function rerunBoot(t: Test, m: Machine, s: Setup, volumeId: string, instan
  * the attached volume without an AttachVolume, docker comes up on it with the images and runs
  * one without a pull, and readiness is published again. Returns the new boot's id.
  *
- * `systemctl reboot --force`: the reboot runs without stopping the units, so the release unit's
- * ExecStop does not run and the volume stays attached (a reboot that skips the orderly stop: a
- * hang or kernel panic, `reboot -f`). An orderly `systemctl reboot` stops the release unit like
- * any shutdown, and the release cannot tell a reboot from a termination (EC2 shows the instance
- * `running`): it gives the volume back and the new boot claims one again, with an AttachVolume.
+ * An orderly `systemctl reboot`: systemd stops the units as at any shutdown, so the release
+ * unit's ExecStop runs; EC2 shows the instance `running`, and the release learns from systemd's
+ * queued reboot.target that the instance comes back (src/host/reboot.ts): it unmounts and keeps
+ * the volume attached, as at a stop.
  */
 async function rebootMachine(
   t: Test,
@@ -662,7 +661,7 @@ async function rebootMachine(
   const firstBoot = await m.bootId();
   const asked = s.lab.ec2.requests.records().length;
   const started = Date.now();
-  await m.reboot(["systemctl", "reboot", "--force"], 180_000);
+  await m.reboot(["systemctl", "reboot"], 180_000);
   const bootId = await m.bootId();
   t.not(bootId, firstBoot, `the machine rebooted: a new boot id (${firstBoot} -> ${bootId})`);
   const journal = await m.waitForJournal(
@@ -673,6 +672,11 @@ async function rebootMachine(
   at.timings.reboot = Date.now() - started;
   t.ok(journal.some((e) => e.bootId === firstBoot && jobDone(READY, "start")(e)), "the journal holds the first boot's run too");
   const thisBoot = journal.filter((e) => e.bootId === bootId);
+  const released = journal.filter((e) => e.bootId === firstBoot && e.systemdUnit === RELEASE && e.identifier === "ebs-cache-agent").map((e) => e.message);
+  t.ok(
+    released.some((line) => /^release\.shutdown: /.test(line) && /rebooting/.test(line)),
+    `the release at the reboot's shutdown saw the reboot (${released.filter((line) => line.startsWith("release.shutdown")).join(" | ") || "no release.shutdown line"})`,
+  );
 
   // Both phases ran again in the new boot, in their order around docker.
   const agentDone = first(thisBoot, jobDone(AGENT, "start"));
