@@ -328,9 +328,12 @@ export const IN_TRANSIT_MINUTES = 15;
  * creation) from less than IN_TRANSIT_MINUTES ago. Neither a boot nor the keeper takes such a
  * volume: a boot would have the releasing instance tag it released under it, and the keeper
  * would delete it under the release or the boot that made it. Older claims are an instance that
- * died: gc gives those an expiry, and a boot may take them.
+ * died: gc gives those an expiry, and a boot may take them. Pool volumes only: a workspace
+ * volume serves one set of ids, the keeper never touches it, and its next instance (after one
+ * that died without a release) must get it at once, not a quarter of an hour later.
  */
 export function isInTransit(volume: Pick<VolumeInfo, "tags">, now: Date, instanceId?: string): boolean {
+  if (volume.tags[VolumeTag.kind] === VolumeKind.workspace) return false;
   const by = volume.tags[VolumeTag.claimedBy];
   if (by === undefined || by === instanceId) return false;
   const at = Date.parse(volume.tags[VolumeTag.claimedAt] ?? "");
