@@ -104,6 +104,9 @@ t.test("in transit: another instance's volume between its release's detach and t
   t.notOk(isInTransit(untimed, now, identity.instanceId), "a claim without a time (older agents): not held back");
   t.ok(isInTransit(mine, now), "without an instance (the keeper): every recent claim");
   t.notOk(isInTransit(volume("vol-free"), now), "no claim: never");
+  const created = { ...claimed("vol-created", "i-other", undefined), createTime: new Date("2026-12-01T11:59:30Z") };
+  t.ok(isInTransit(created, now, identity.instanceId), "a boot's new volume (claimed-by from its creation, no claimed-at yet): timed by its create time");
+  t.notOk(isInTransit({ ...created, createTime: new Date("2026-12-01T09:00:00Z") }, now, identity.instanceId), "created hours ago and never attached: its boot died");
   const workspace = workspaceVolume("vol-ws", { "user-id": "21" }, { tags: { ...workspaceVolume("x", { "user-id": "21" }).tags, [VolumeTag.claimedBy]: "i-dead", [VolumeTag.claimedAt]: "2026-12-01T11:58:00Z" } });
   t.notOk(isInTransit(workspace, now, identity.instanceId), "a workspace volume whose instance died a minute after claiming it: its next instance takes it");
   const sel = selectSource(settings, observed({ now, pool: [releasing, abandoned, mine, untimed] }));

@@ -233,7 +233,8 @@ const CLAIM_CLEARS = [VolumeTag.releasedAt, VolumeTag.expiresAt, VolumeTag.lastE
 async function tagClaim(_step: StepOf<"tag-claim">, { plan, p, deps, call }: StepContext): Promise<undefined> {
   const volume = volumeOf(p);
   const tags = volume.tags;
-  if (tags[VolumeTag.claimedBy] !== plan.instanceId) {
+  // A volume this boot created carries its claimed-by from the creation, not yet the time.
+  if (tags[VolumeTag.claimedBy] !== plan.instanceId || tags[VolumeTag.claimedAt] === undefined) {
     const at = (deps.now?.() ?? new Date()).toISOString();
     await deps.cloud.tagVolume(volume.volumeId, { [VolumeTag.claimedBy]: plan.instanceId, [VolumeTag.claimedAt]: at }, call);
     tags[VolumeTag.claimedBy] = plan.instanceId;

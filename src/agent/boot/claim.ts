@@ -98,14 +98,14 @@ export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promis
   }
   // Claimed from its creation: a pool volume is visible to other boots (and the keeper) as an
   // available pool volume before this boot attaches it, and they leave a claimed one alone
-  // (isInTransit). Not part of the token: a rerun of this boot must get the same volume back.
-  const claimedAt = (deps.now?.() ?? new Date()).toISOString();
+  // (isInTransit, timed by the volume's create time until tag-claim adds claimed-at). Only the
+  // instance id: the request must be the same on a rerun, or EC2 refuses the repeated token.
   const volume = await deps.cloud.createVolume({
     availabilityZone: spec.availabilityZone,
     ...(spec.snapshotId !== undefined ? { snapshotId: spec.snapshotId } : {}),
     ...(spec.sizeGiB !== undefined ? { sizeGiB: spec.sizeGiB } : {}),
     volumeType: spec.volumeType,
-    tags: { ...spec.tags, [VolumeTag.claimedBy]: plan.instanceId, [VolumeTag.claimedAt]: claimedAt },
+    tags: { ...spec.tags, [VolumeTag.claimedBy]: plan.instanceId },
     ...(spec.initializationRateMiBps && spec.snapshotId !== undefined ? { initializationRateMiBps: spec.initializationRateMiBps } : {}),
     clientToken: clientToken(plan.instanceId, limits.bootId, spec, claim.volumes),
   }, call);
@@ -124,8 +124,6 @@ export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promis
     throw new BootStepError("create-and-claim", `the new volume ${volume.volumeId} could not be attached: ${outcome.reason}`, "see the EC2 error above");
   }
   p.volume = volume;
-  // A rerun gets the first run's volume, with the first run's claim time.
-  if (volume.tags[VolumeTag.claimedBy] === plan.instanceId) p.claimedAt = volume.tags[VolumeTag.claimedAt] ?? claimedAt;
   p.claimedNow = true;
   p.created = spec.snapshotId !== undefined ? "snapshot" : "blank";
   claim.volumes++;

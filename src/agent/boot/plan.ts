@@ -332,12 +332,14 @@ export const IN_TRANSIT_MINUTES = 15;
  * volume serves one set of ids, the keeper never touches it, and its next instance (after one
  * that died without a release) must get it at once, not a quarter of an hour later.
  */
-export function isInTransit(volume: Pick<VolumeInfo, "tags">, now: Date, instanceId?: string): boolean {
+export function isInTransit(volume: Pick<VolumeInfo, "tags" | "createTime">, now: Date, instanceId?: string): boolean {
   if (volume.tags[VolumeTag.kind] === VolumeKind.workspace) return false;
   const by = volume.tags[VolumeTag.claimedBy];
   if (by === undefined || by === instanceId) return false;
-  const at = Date.parse(volume.tags[VolumeTag.claimedAt] ?? "");
-  return !Number.isNaN(at) && now.getTime() - at < IN_TRANSIT_MINUTES * 60_000;
+  // A boot's new volume carries claimed-by from its creation and claimed-at only once attached.
+  const tagged = Date.parse(volume.tags[VolumeTag.claimedAt] ?? "");
+  const at = Number.isNaN(tagged) ? volume.createTime?.getTime() : tagged;
+  return at !== undefined && now.getTime() - at < IN_TRANSIT_MINUTES * 60_000;
 }
 
 /** The query a pool boot lists candidates with (and lists again after a loss). */
