@@ -48,15 +48,14 @@ export async function hostContext(configPath: string | undefined): Promise<HostC
 }
 
 /**
- * Starts `ebs-cache-agent prewarm --background` (this same program, detached) for a long
- * initialization the boot hands over, so the boot can report `warming` and exit. Under systemd
- * it stays in the unit's cgroup (the boot units are oneshot with RemainAfterExit) and logs to
- * the same journal; the state file tells its progress (`ebs-cache-agent status`).
+ * Starts this same program detached with `args` (and the config it was given): the caller exits
+ * at once. Under systemd the child stays in the unit's cgroup (the boot units are oneshot with
+ * RemainAfterExit), so stopping the unit stops it too, and it logs to the same journal.
  */
-export async function startBackgroundPrewarm(configPath: string | undefined): Promise<void> {
+export async function startDetached(args: readonly string[], configPath: string | undefined): Promise<void> {
   const script = process.argv[1];
   if (!script) throw new Error("cannot tell this program's path (process.argv[1])");
-  const child = spawn(process.execPath, [...process.execArgv, script, "prewarm", "--background", ...(configPath ? ["--config", configPath] : [])], {
+  const child = spawn(process.execPath, [...process.execArgv, script, ...args, ...(configPath ? ["--config", configPath] : [])], {
     detached: true,
     stdio: ["ignore", "inherit", "inherit"],
   });
@@ -68,22 +67,21 @@ export async function startBackgroundPrewarm(configPath: string | undefined): Pr
 }
 
 /**
- * Starts `ebs-cache-agent refresh --background` (detached) once a boot reported the node up: the
- * pulls run in the boot unit's cgroup, so stopping that unit (at shutdown, before docker stops)
- * sends the refresh SIGTERM too, and it stops its pulls.
+ * Starts `ebs-cache-agent prewarm --background` for a long initialization the boot hands over,
+ * so the boot can report `warming` and exit; the state file tells its progress
+ * (`ebs-cache-agent status`).
+ */
+export async function startBackgroundPrewarm(configPath: string | undefined): Promise<void> {
+  await startDetached(["prewarm", "--background"], configPath);
+}
+
+/**
+ * Starts `ebs-cache-agent refresh --background` once a boot reported the node up: stopping the
+ * boot unit (at shutdown, before docker stops) sends the refresh SIGTERM too, and it stops its
+ * pulls.
  */
 export async function startBackgroundRefresh(configPath: string | undefined): Promise<void> {
-  const script = process.argv[1];
-  if (!script) throw new Error("cannot tell this program's path (process.argv[1])");
-  const child = spawn(process.execPath, [...process.execArgv, script, "refresh", "--background", ...(configPath ? ["--config", configPath] : [])], {
-    detached: true,
-    stdio: ["ignore", "inherit", "inherit"],
-  });
-  await new Promise<void>((resolve, reject) => {
-    child.once("spawn", resolve);
-    child.once("error", reject);
-  });
-  child.unref();
+  await startDetached(["refresh", "--background"], configPath);
 }
 
 /**

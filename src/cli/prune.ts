@@ -3,7 +3,7 @@
  * volume fuller than `prune.thresholdPercent` (src/agent/prune/: the decisions are planned in
  * plan.ts). The boot starts it in the background after it came up (`--after-boot`).
  */
-import { spawn } from "node:child_process";
+import { startDetached } from "./common.ts";
 import { Command, Option } from "commander";
 import { pruneExitCode, runPrune, type PruneOutcome } from "../agent/prune/run.ts";
 import { hostWiringOptions, wirePrune, wireRecorder } from "../agent/wiring.ts";
@@ -75,26 +75,13 @@ export function pruneCommand(): Command {
 }
 
 /**
- * Starts `ebs-cache-agent prune --after-boot` (this same program, detached), as the boot hands
- * its long pre-warm over: the boot exits at once and the prune's lines go to the same journal.
- */
-/**
- * Starts the prune detached once the boot came up, only when the cache filesystem is fuller than
- * the threshold: below it a prune would start a process and ask EC2 only to stop, on every boot.
+ * Starts `ebs-cache-agent prune --after-boot` detached once the boot came up, only when the cache
+ * filesystem is fuller than the threshold: below it a prune would start a process and ask EC2
+ * only to stop, on every boot.
  */
 export async function startPruneAfterBoot(configPath: string | undefined, mountPoint: string | undefined, thresholdPercent: number): Promise<boolean> {
   const fill = mountPoint === undefined ? undefined : await readFilesystemFill(mountPoint);
   if (!fill || fill.usedRatio * 100 <= thresholdPercent) return false;
-  const script = process.argv[1];
-  if (!script) throw new Error("cannot tell this program's path (process.argv[1])");
-  const child = spawn(process.execPath, [...process.execArgv, script, "prune", "--after-boot", ...(configPath ? ["--config", configPath] : [])], {
-    detached: true,
-    stdio: ["ignore", "inherit", "inherit"],
-  });
-  await new Promise<void>((resolve, reject) => {
-    child.once("spawn", resolve);
-    child.once("error", reject);
-  });
-  child.unref();
+  await startDetached(["prune", "--after-boot"], configPath);
   return true;
 }
