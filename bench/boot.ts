@@ -23,10 +23,9 @@
  *
  * Needs root and the lab's Debian packages, plus docker-registry (and `time`, optionally).
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, open, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
-import { createServer } from "node:net";
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { cpus, loadavg, release, tmpdir, totalmem } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
@@ -40,11 +39,11 @@ import { run } from "../src/exec.ts";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
 import { createLogger, type Logger } from "../src/log.ts";
 import { bootLabHost, writeLabConfig } from "../src/lab/agent.ts";
-import { registerLabProcess, unregisterLabProcess } from "../src/lab/cleanup.ts";
 import { mountPointsUnder } from "../src/lab/devices.ts";
 import { DOCKER_CLI, type PrivateDockerd } from "../src/lab/dockerd.ts";
 import { buildGoldenSnapshot, createPoolVolumes, type GoldenImage } from "../src/lab/golden.ts";
 import { BUSYBOX } from "../src/lab/images.ts";
+import { REGISTRY_BIN, freeLoopbackPort, startLabRegistry, type LabRegistry } from "../src/lab/registry.ts";
 import { startLab, type Lab, type LabHost } from "../src/lab/lab.ts";
 import { labBase } from "../src/lab/labdir.ts";
 import type { ImageStore } from "../src/docker/engine.ts";
@@ -57,7 +56,6 @@ import type { Machine } from "../src/lab/nspawn.ts";
 import { ENGINES, cachedRootfs, nspawnProblems, type EngineName } from "../src/lab/nspawn-rootfs.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const REGISTRY_BIN = "/usr/bin/docker-registry";
 const GNU_TIME = "/usr/bin/time";
 const POOL = "bench";
 const MiB = 1024 * 1024;
@@ -273,18 +271,6 @@ async function unmountVolumes(host: LabHost): Promise<void> {
   for (const mountPoint of await mountPointsUnder(host.paths.mountRoot)) await run("umount", [mountPoint]);
 }
 
-/** A TCP port free on the host's loopback right now (also free in a fresh network namespace). */
-async function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      server.close(() => (typeof address === "object" && address ? resolvePort(address.port) : reject(new Error("no port"))));
-    });
-  });
-}
-
 async function setDaemonJson(host: LabHost, extra: Record<string, unknown>): Promise<void> {
   const current = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as Record<string, unknown>;
   await writeFile(host.paths.daemonJson, JSON.stringify({ ...current, ...extra }, null, 2) + "\n");
@@ -308,76 +294,46 @@ function imageSet(sizeGiB: number): GoldenImage[] {
 // ---------------------------------------------------------------------------------------------
 // The registry, run inside a dockerd's network namespace
 
-interface Registry {
-  port: number;
-  stop(): Promise<void>;
+/** Registries come from src/lab/registry.ts (startLabRegistry): the same docker-registry the refresh's lab test runs. */
+type Registry = LabRegistry;
+
+/** Starts docker-registry on 127.0.0.1:<port> inside `netns`, registered under the lab's root so its reaper stops it too. */
+async function startRegistry(lab: Lab, options: { dir: string; storage: string; netns: string; port: number; log: Logger }): Promise<Registry> {
+  return startLabRegistry({ labRoot: lab.root, ...options });
 }
 
+/** A docker CLI command on the source of the tar and the registry: the host's dockerd, or a machine's. */
+type DockerCli = (args: string[], timeoutMs?: number) => Promise<unknown>;
+
 /**
- * Starts docker-registry on 127.0.0.1:<port> inside `netns` (nsenter execs it: the child's pid is
- * the registry's), storing blobs under `storage`. Its command line names the lab root, so the
- * lab's reaper stops it too if this process dies; it is also registered under the root's pids/.
+ * The set saved to a tar (`tarArg` as the source's docker names it, `tarFile` as this process
+ * does) and pushed to a fresh registry (stopped after; its storage serves the pulls); the times
+ * and sizes.
  */
-async function startRegistry(lab: Lab, options: { dir: string; storage: string; netns: string; port: number; log: Logger }): Promise<Registry> {
-  const { dir, storage, netns, port, log } = options;
-  await mkdir(storage, { recursive: true });
-  const config = join(dir, `registry-${port}.yml`);
-  // JSON is YAML: no YAML writer needed.
-  const settings = {
-    version: 0.1,
-    log: { level: "warn", accesslog: { disabled: true }, fields: { service: "registry" } },
-    storage: { filesystem: { rootdirectory: storage }, cache: { blobdescriptor: "inmemory" }, delete: { enabled: true } },
-    http: { addr: `127.0.0.1:${port}` },
-    health: { storagedriver: { enabled: false } },
-  };
-  await writeFile(config, JSON.stringify(settings, null, 2) + "\n");
-  const logFile = join(dir, `registry-${port}.log`);
-  const logHandle = await open(logFile, "a");
-  let child: ChildProcess;
+async function prepareTarAndRegistry(
+  lab: Lab,
+  docker: DockerCli,
+  tags: readonly string[],
+  o: { tarArg: string; tarFile: string; work: string; storage: string; netns: string; port: number; log: Logger },
+): Promise<{ saveMs: number; tarBytes: number; pushMs: number; registryBytes: number }> {
+  let t = now();
+  await docker(["save", "-o", o.tarArg, ...tags], LONG_MS);
+  const saveMs = ms(t);
+  const tarBytes = (await stat(o.tarFile)).size;
+  let pushMs: number;
+  const registry = await startRegistry(lab, { dir: o.work, storage: o.storage, netns: o.netns, port: o.port, log: o.log });
   try {
-    child = spawn("nsenter", [`--net=${netns}`, "--", REGISTRY_BIN, "serve", config], { stdio: ["ignore", logHandle.fd, logHandle.fd] });
+    t = now();
+    for (const tag of tags) {
+      const remote = `127.0.0.1:${o.port}/${tag}`;
+      await docker(["tag", tag, remote]);
+      await docker(["push", remote], LONG_MS);
+    }
+    pushMs = ms(t);
   } finally {
-    await logHandle.close();
+    await registry.stop();
   }
-  let exited: string | undefined;
-  const gone = new Promise<void>((done) => {
-    child.once("exit", (code, signal) => {
-      exited = String(code ?? signal);
-      done();
-    });
-    child.once("error", (error) => {
-      exited = describeError(error);
-      done();
-    });
-  });
-  const name = `bench-registry-${port}`;
-  const stop = async () => {
-    if (exited === undefined) {
-      child.kill("SIGTERM");
-      await Promise.race([gone, sleep(5000)]);
-      if (exited === undefined) {
-        child.kill("SIGKILL");
-        await Promise.race([gone, sleep(5000)]);
-      }
-    }
-    await unregisterLabProcess(lab.root, name);
-  };
-  try {
-    if (child.pid !== undefined) await registerLabProcess(lab.root, name, child.pid).catch(() => undefined);
-    const deadline = Date.now() + 20_000;
-    while (true) {
-      if (exited !== undefined) throw new Error(`docker-registry exited (${exited}): ${(await readFile(logFile, "utf8")).slice(-500)}`);
-      const probe = await run("nsenter", [`--net=${netns}`, "--", BUSYBOX, "wget", "-q", "-O", "/dev/null", `http://127.0.0.1:${port}/v2/`], { check: false });
-      if (probe.exitCode === 0) break;
-      if (Date.now() > deadline) throw new Error(`docker-registry did not answer on 127.0.0.1:${port} within 20 s`);
-      await sleep(100);
-    }
-  } catch (error) {
-    await stop();
-    throw error;
-  }
-  log.info("bench.registry", "docker-registry up", { port, netns, storage });
-  return { port, stop };
+  return { saveMs, tarBytes, pushMs, registryBytes: await duBytes(o.storage) };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -450,8 +406,9 @@ async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
     // attached and mounted by hand (as the golden test does), so (b) and (c) do not depend on (a).
     const tar = join(work, "images.tar");
     const registryStorage = join(work, "registry");
-    const port = await freePort();
+    const port = await freeLoopbackPort();
     const remote = (tag: string) => `127.0.0.1:${port}/${tag}`;
+    let prepared: Awaited<ReturnType<typeof prepareTarAndRegistry>>;
     const source = await lab.addHost({ tags: { Name: "bench-source" } });
     try {
       const sourceVolume = volumes.pop()!;
@@ -459,27 +416,14 @@ async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
       await setDaemonJson(source, { "data-root": dataRoot, "insecure-registries": [`127.0.0.1:${port}`] });
       const dockerd = await source.startDocker();
       await assertImages(dockerd, tags, dataRoot);
-      t = now();
-      await dockerd.docker(["save", "-o", tar, ...tags], { timeoutMs: LONG_MS });
-      result.setup.saveMs = ms(t);
-      result.setup.tarBytes = (await stat(tar)).size;
-      const registry = await startRegistry(lab, { dir: work, storage: registryStorage, netns: netnsOf(source), port, log });
-      try {
-        t = now();
-        for (const tag of tags) {
-          await dockerd.docker(["tag", tag, remote(tag)]);
-          await dockerd.docker(["push", remote(tag)], { timeoutMs: LONG_MS });
-        }
-        result.setup.pushMs = ms(t);
-      } finally {
-        await registry.stop();
-      }
-      result.setup.registryBytes = await duBytes(registryStorage);
+      const docker: DockerCli = (args, timeoutMs) => dockerd.docker(args, timeoutMs ? { timeoutMs } : {});
+      prepared = await prepareTarAndRegistry(lab, docker, tags, { tarArg: tar, tarFile: tar, work, storage: registryStorage, netns: netnsOf(source), port, log });
     } finally {
       await source.dockerd?.stop();
       await unmountVolumes(source);
     }
-    say(`  prepared tar (${(result.setup.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(result.setup.saveMs)} s) and registry (${(result.setup.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(result.setup.pushMs)} s)`);
+    Object.assign(result.setup, prepared);
+    say(`  prepared tar (${(prepared.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(prepared.saveMs)} s) and registry (${(prepared.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(prepared.pushMs)} s)`);
 
     // --- (a) attach: the agent's boot, then the run check ----------------------------------
     await method(result.attach, "attach", ctx, lab, async () => {
@@ -809,12 +753,13 @@ async function benchEngineSize(choice: Extract<HostEngine, { kind: "machine" }>,
     say(`  prepared golden snapshot ${golden.snapshotId} (docker ${golden.built.engineVersion}, ${golden.built.store}) in ${seconds(result.setup.goldenSnapshotMs)} s`);
     const volumes = await createPoolVolumes(lab, golden, { pool: POOL, imageSet: imageSetName, count: options.runs + 1 });
 
-    const port = await freePort();
+    const port = await freeLoopbackPort();
     const registryAt = `127.0.0.1:${port}`;
     const remote = (tag: string) => `${registryAt}/${tag}`;
     const registryStorage = join(work, "registry");
     const hostNetns = `/proc/${process.pid}/ns/net`;
     const insecure = { "insecure-registries": [registryAt] };
+    let prepared: Awaited<ReturnType<typeof prepareTarAndRegistry>>;
     const source = await lab.addHost({ tags: { Name: "bench-source" } });
     try {
       const device = await attachDevice(lab, source, volumes.pop()!);
@@ -822,26 +767,14 @@ async function benchEngineSize(choice: Extract<HostEngine, { kind: "machine" }>,
       await inMachine(m, ["mkdir", "-p", "/mnt/source"]);
       await inMachine(m, ["mount", "-o", "noatime,nouuid", device, "/mnt/source"]);
       await dockerOnVolume(m, "/mnt/source", store);
-      t = now();
-      await inMachine(m, ["docker", "save", "-o", join(IN_MACHINE_WORK, "images.tar"), ...tags], LONG_MS);
-      result.setup.saveMs = ms(t);
-      result.setup.tarBytes = (await stat(join(work, "images.tar"))).size;
-      const registry = await startRegistry(lab, { dir: work, storage: registryStorage, netns: hostNetns, port, log });
-      try {
-        t = now();
-        for (const tag of tags) {
-          await inMachine(m, ["docker", "tag", tag, remote(tag)]);
-          await inMachine(m, ["docker", "push", remote(tag)], LONG_MS);
-        }
-        result.setup.pushMs = ms(t);
-      } finally {
-        await registry.stop();
-      }
-      result.setup.registryBytes = await duBytes(registryStorage);
+      const docker: DockerCli = (args, timeoutMs) => inMachine(m, ["docker", ...args], timeoutMs);
+      const tarArg = join(IN_MACHINE_WORK, "images.tar");
+      prepared = await prepareTarAndRegistry(lab, docker, tags, { tarArg, tarFile: join(work, "images.tar"), work, storage: registryStorage, netns: hostNetns, port, log });
     } finally {
       await destroyAll();
     }
-    say(`  prepared tar (${(result.setup.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(result.setup.saveMs)} s) and registry (${(result.setup.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(result.setup.pushMs)} s)`);
+    Object.assign(result.setup, prepared);
+    say(`  prepared tar (${(prepared.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(prepared.saveMs)} s) and registry (${(prepared.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(prepared.pushMs)} s)`);
 
     // --- (a) attach: the agent's phases under the machine's systemd, then the run check ------
     await method(result.attach, "attach", ctx, lab, async () => {
