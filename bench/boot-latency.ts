@@ -36,6 +36,7 @@ import type { Faults } from "../src/lab/ec2/index.ts";
 import { buildGoldenSnapshot, createPoolVolumes } from "../src/lab/golden.ts";
 import { startLab, type Lab, type LabHost } from "../src/lab/lab.ts";
 import { buildAgent } from "../scripts/build.mjs";
+import { EC2_RANGES, percentile, seededRandom } from "./sampling.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const POOL = "bootlat";
@@ -74,27 +75,16 @@ interface Latencies {
   apiMs: Record<string, number>;
 }
 
+/** The ranges drawn from (bench/sampling.ts), under the names this bench's JSON has always used. */
 const RANGES = {
-  attachMs: [1000, 4000],
-  deviceDelayMs: [500, 3000],
-  createMs: [5000, 20000],
-  apiMs: [50, 300],
+  attachMs: EC2_RANGES.attachMs,
+  deviceDelayMs: EC2_RANGES.deviceMs,
+  createMs: EC2_RANGES.createMs,
+  apiMs: EC2_RANGES.apiMs,
 } as const;
 
 /** The EC2 actions a boot makes (docs/boot.md), each with its own draw. */
 const ACTIONS = ["DescribeInstances", "DescribeVolumes", "DescribeSnapshots", "CreateVolume", "AttachVolume", "CreateTags", "DeleteTags", "DescribeVolumeStatus"];
-
-/** mulberry32: a small seeded generator, so a run's draws can be repeated. */
-function generator(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function draw(random: () => number): Latencies {
   const between = ([lo, hi]: readonly [number, number]) => Math.round(lo + (hi - lo) * random());
@@ -192,13 +182,6 @@ function parseOptions(argv: string[]): Options {
 const now = () => performance.now();
 const ms = (from: number) => Math.round(now() - from);
 const sec = (value: number | undefined) => (value === undefined ? "-" : (value / 1000).toFixed(2));
-
-/** Nearest-rank percentile (p in 0..100). */
-function percentile(values: number[], p: number): number | undefined {
-  if (values.length === 0) return undefined;
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)];
-}
 
 const stats = (values: number[]) => ({
   n: values.length,
@@ -549,7 +532,7 @@ async function main(): Promise<void> {
   const log = timedLogger(options.verbose);
   const started = new Date();
   const temp = await mkdtemp(join(tmpdir(), "ebs-bench-lat-"));
-  const random = generator(options.seed);
+  const random = seededRandom(options.seed);
   const latencyBoots: LatencyBoot[] = [];
   const overheadRuns: OverheadRun[] = [];
   let nodeStartMs: number;

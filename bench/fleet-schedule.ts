@@ -8,6 +8,7 @@
  * come in groups (an autoscaler scales up several machines at once for one burst of jobs), more
  * instances to a group in the busy hours.
  */
+import { EC2_RANGES, seededRandom } from "./sampling.ts";
 
 export const DAY_MINUTES = 24 * 60;
 
@@ -27,17 +28,6 @@ export const HOURLY_WEIGHT: readonly number[] = [
   0.6, 0.6, // 18-20
   0.3, 0.3, 0.3, 0.3, // 20-24 night
 ];
-
-/**
- * EC2's latencies, the ranges bench/boot-latency.ts uses (its header says where they come from):
- * AttachVolume → `attached` 1-4 s, the NVMe device 0.5-3 s after it, CreateVolume from a
- * snapshot → `available` 5-20 s.
- */
-export const EC2_RANGES = {
-  attachMs: [1000, 4000],
-  deviceMs: [500, 3000],
-  createMs: [5000, 20000],
-} as const;
 
 /** One instance of the day. */
 export interface FleetArrival {
@@ -59,18 +49,6 @@ export interface ScheduleOptions {
   boots: number;
   /** Median life of an instance, simulated minutes (default 90). */
   medianLifeMin?: number;
-}
-
-/** mulberry32: a small seeded generator (as bench/boot-latency.ts), so a day can be repeated. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** A minute of the day drawn from HOURLY_WEIGHT (inverse of its piecewise-constant CDF). */
@@ -142,13 +120,6 @@ export function arrivalsPerHour(schedule: readonly FleetArrival[]): number[] {
   const out = new Array<number>(24).fill(0);
   for (const a of schedule) out[Math.floor(a.atMin / 60)]!++;
   return out;
-}
-
-/** Nearest-rank percentile (p in 0..100); undefined for no values. */
-export function percentile(values: readonly number[], p: number): number | undefined {
-  if (values.length === 0) return undefined;
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)];
 }
 
 /**

@@ -40,7 +40,8 @@ import { createLogger, type Logger } from "../src/log.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { assertLabPrerequisites } from "../test/fixtures/lab-prereq.ts";
 import { buildAgent } from "../scripts/build.mjs";
-import { DAY_MINUTES, EC2_RANGES, arrivalsPerHour, concurrency, fleetSchedule, gibHours, percentile, type FleetArrival } from "./fleet-schedule.ts";
+import { DAY_MINUTES, arrivalsPerHour, concurrency, fleetSchedule, gibHours, type FleetArrival } from "./fleet-schedule.ts";
+import { EC2_RANGES, percentile } from "./sampling.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 /** Each run has its own pool (and golden snapshot), so nothing of one run is seen by the other. */

@@ -3,7 +3,8 @@
  * day has its bursts and its quiet hours, and the figures the bench reports from it add up.
  */
 import t from "tap";
-import { DAY_MINUTES, EC2_RANGES, arrivalsPerHour, concurrency, fleetSchedule, gibHours, percentile } from "../bench/fleet-schedule.ts";
+import { DAY_MINUTES, arrivalsPerHour, concurrency, fleetSchedule, gibHours } from "../bench/fleet-schedule.ts";
+import { EC2_RANGES, percentile } from "../bench/sampling.ts";
 
 t.test("the same seed gives the same day; another seed another", async (t) => {
   const a = fleetSchedule({ seed: 11, boots: 60 });
