@@ -120,21 +120,37 @@ export async function buildGoldenSnapshot(lab: Lab, options: GoldenOptions): Pro
     await run("umount", [mountPoint], { log });
   }
 
+  return snapshotBuilderVolume(lab, volumeId, options, { sizeGiB, built, builtAt, description: `ebs-cache golden snapshot: pool ${options.pool}, image set ${options.imageSet}` });
+}
+
+/**
+ * The last part of a golden build, whatever built it: the builder's volume (its filesystem
+ * already unmounted) detached, snapshotted with the pool's tags (the store, the engine and the
+ * build's time included), and deleted once the snapshot is completed.
+ */
+export async function snapshotBuilderVolume(
+  lab: Lab,
+  volumeId: string,
+  options: Pick<GoldenOptions, "pool" | "imageSet" | "images" | "log">,
+  build: { sizeGiB: number; built: GoldenSnapshot["built"]; builtAt: string; description: string },
+): Promise<GoldenSnapshot> {
+  const ec2 = lab.ec2Client();
+  const { built, builtAt } = build;
   await ec2.send(new DetachVolumeCommand({ VolumeId: volumeId }));
   await waitUntilVolumeAvailable({ client: ec2, ...WAIT }, { VolumeIds: [volumeId] });
   const images = options.images.map((image) => image.tag);
   const snapshot = await ec2.send(
     new CreateSnapshotCommand({
       VolumeId: volumeId,
-      Description: `ebs-cache golden snapshot: pool ${options.pool}, image set ${options.imageSet}`,
+      Description: build.description,
       TagSpecifications: [{ ResourceType: "snapshot", Tags: tagList(poolTags(options.pool, options.imageSet, images, built, builtAt)) }],
     }),
   );
   const snapshotId = snapshot.SnapshotId!;
   await waitUntilSnapshotCompleted({ client: ec2, ...WAIT }, { SnapshotIds: [snapshotId] });
   await ec2.send(new DeleteVolumeCommand({ VolumeId: volumeId }));
-  log?.info("lab.golden-snapshot", "golden snapshot ready", { snapshot: snapshotId, images: images.join(","), store: built.store, engine: built.engineVersion, builtAt });
-  return { snapshotId, sizeGiB, images, built, builtAt };
+  options.log?.info("lab.golden-snapshot", "golden snapshot ready", { snapshot: snapshotId, images: images.join(","), store: built.store, engine: built.engineVersion, builtAt });
+  return { snapshotId, sizeGiB: build.sizeGiB, images, built, builtAt };
 }
 
 /** Polls the attachment itself (the SDK's waiters look at the volume state, not the attachment). */

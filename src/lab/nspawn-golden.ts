@@ -10,11 +10,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import {
   AttachVolumeCommand,
-  CreateSnapshotCommand,
   CreateVolumeCommand,
-  DeleteVolumeCommand,
-  DetachVolumeCommand,
-  waitUntilSnapshotCompleted,
   waitUntilVolumeAvailable,
 } from "@aws-sdk/client-ec2";
 import { CONTAINERD_MACHINE_LOCAL_STATE, CONTAINERD_ROOT_SUBDIR } from "../docker/containerd-store.ts";
@@ -22,7 +18,7 @@ import type { ImageStore } from "../docker/engine.ts";
 import { AgentError } from "../errors.ts";
 import { run } from "../exec.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL, MACHINE_LOCAL_STATE } from "../layout.ts";
-import { poolTags, waitForAttached, type GoldenOptions, type GoldenSnapshot } from "./golden.ts";
+import { snapshotBuilderVolume, waitForAttached, type GoldenOptions, type GoldenSnapshot } from "./golden.ts";
 import { buildImage } from "./images.ts";
 import type { Lab } from "./lab.ts";
 import { dockerOnlyMachine, dockerOnVolume, inMachine, machineDockerClient, machineEngineVersion } from "./nspawn-docker.ts";
@@ -88,19 +84,10 @@ export async function buildEngineGoldenSnapshot(lab: Lab, options: EngineGoldenO
     await rm(work, { recursive: true, force: true });
   }
 
-  await ec2.send(new DetachVolumeCommand({ VolumeId: volumeId }));
-  await waitUntilVolumeAvailable({ client: ec2, ...WAIT }, { VolumeIds: [volumeId] });
-  const images = options.images.map((image) => image.tag);
-  const snapshot = await ec2.send(
-    new CreateSnapshotCommand({
-      VolumeId: volumeId,
-      Description: `ebs-cache golden snapshot: pool ${options.pool}, image set ${options.imageSet}, docker ${built.engineVersion} (${built.store})`,
-      TagSpecifications: [{ ResourceType: "snapshot", Tags: Object.entries(poolTags(options.pool, options.imageSet, images, built)).map(([Key, Value]) => ({ Key, Value })) }],
-    }),
-  );
-  const snapshotId = snapshot.SnapshotId!;
-  await waitUntilSnapshotCompleted({ client: ec2, ...WAIT }, { SnapshotIds: [snapshotId] });
-  await ec2.send(new DeleteVolumeCommand({ VolumeId: volumeId }));
-  log?.info("lab.golden-snapshot", "golden snapshot ready", { snapshot: snapshotId, images: images.join(","), store: built.store, engine: built.engineVersion });
-  return { snapshotId, sizeGiB, images, built };
+  return snapshotBuilderVolume(lab, volumeId, options, {
+    sizeGiB,
+    built,
+    builtAt: (options.builtAt ?? new Date()).toISOString(),
+    description: `ebs-cache golden snapshot: pool ${options.pool}, image set ${options.imageSet}, docker ${built.engineVersion} (${built.store})`,
+  });
 }
