@@ -172,6 +172,16 @@ export async function snapshotCompleted(client: EC2Client, snapshotId: string): 
 export const AWS_CLI = "/usr/bin/aws";
 
 /** Runs `aws ec2 <args>` against the emulator; env isolates it from any real AWS configuration. */
+/** The aws CLI's environment against the emulator: dummy keys, no IMDS, no pager, no config or credentials files of the machine. */
+export const AWS_CLI_EMULATOR_ENV: Readonly<Record<string, string>> = {
+  AWS_ACCESS_KEY_ID: "dummy",
+  AWS_SECRET_ACCESS_KEY: "dummy",
+  AWS_EC2_METADATA_DISABLED: "true",
+  AWS_PAGER: "",
+  AWS_CONFIG_FILE: "/dev/null",
+  AWS_SHARED_CREDENTIALS_FILE: "/dev/null",
+};
+
 export async function awsEc2(
   endpoint: string,
   args: readonly string[],
@@ -181,12 +191,7 @@ export async function awsEc2(
     check: false,
     timeoutMs: 120_000,
     env: {
-      AWS_ACCESS_KEY_ID: "dummy",
-      AWS_SECRET_ACCESS_KEY: "dummy",
-      AWS_EC2_METADATA_DISABLED: "true",
-      AWS_PAGER: "",
-      AWS_CONFIG_FILE: "/dev/null",
-      AWS_SHARED_CREDENTIALS_FILE: "/dev/null",
+      ...AWS_CLI_EMULATOR_ENV,
       // Client errors are not retried anyway; this keeps 5xx cases from backing off for seconds.
       AWS_MAX_ATTEMPTS: "1",
       ...env,

@@ -13,7 +13,7 @@ import { currentSnapshot } from "../src/agent/generation.ts";
 import type { SnapshotInfo } from "../src/agent/ports.ts";
 import { run } from "../src/exec.ts";
 import { VolumeKind, VolumeTag } from "../src/tags.ts";
-import { AWS_CLI, startLab, volumeState } from "./ec2-emulator.helpers.ts";
+import { AWS_CLI, AWS_CLI_EMULATOR_ENV, startLab, volumeState } from "./ec2-emulator.helpers.ts";
 
 await access(AWS_CLI).catch(() => {
   throw new Error(`${AWS_CLI} is missing: install the Debian package awscli (scripts/setup.sh does)`);
@@ -60,12 +60,7 @@ t.test("the snapshot step copies the volume's generation; a volume without one i
         MANIFEST: manifest,
         BUILT: built,
         EC2_ENDPOINT_URL: lab.emu.endpoint,
-        AWS_ACCESS_KEY_ID: "dummy",
-        AWS_SECRET_ACCESS_KEY: "dummy",
-        AWS_EC2_METADATA_DISABLED: "true",
-        AWS_PAGER: "",
-        AWS_CONFIG_FILE: "/dev/null",
-        AWS_SHARED_CREDENTIALS_FILE: "/dev/null",
+        ...AWS_CLI_EMULATOR_ENV,
       },
     });
   }
