@@ -58,6 +58,7 @@ import { labConfigJson } from "../src/lab/agent.ts";
 import { buildGoldenSnapshot, createPoolVolumes, poolTags, type GoldenSnapshot } from "../src/lab/golden.ts";
 import type { ImageStore } from "../src/docker/engine.ts";
 import { startLab, type Lab } from "../src/lab/lab.ts";
+import { IN_MACHINE, MACHINE_AGENT_PATHS } from "../src/lab/nspawn-host.ts";
 import { createMemoryLogger } from "../src/log.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { pollUntil } from "./fixtures/lab-prereq.ts";
@@ -91,7 +92,6 @@ const IMAGES = [
 ];
 const LABEL_PREFIX = "io.simcore.ebs-cache";
 /** Where the lab host's folders appear inside the machine. */
-const IN_MACHINE = { byId: "/run/ebs-cache-lab/by-id", sys: "/run/ebs-cache-lab/sys" };
 const AGENT = "ebs-cache-agent.service";
 const READY = "ebs-cache-agent-ready.service";
 const RELEASE = "ebs-cache-agent-release.service";
@@ -183,15 +183,7 @@ async function startMachine(
     pool: s.pool,
     imageSet: IMAGE_SET,
     logLevel: "debug",
-    paths: {
-      byIdDir: IN_MACHINE.byId,
-      sysfsRoot: IN_MACHINE.sys,
-      mountRoot: "/var/lib/ebs-cache",
-      daemonJson: "/etc/docker/daemon.json",
-      containerdConfig: "/etc/containerd/config.toml",
-      dockerHost: "unix:///var/run/docker.sock",
-      stateDir: "/var/lib/ebs-cache-agent",
-    },
+    paths: MACHINE_AGENT_PATHS,
   });
   const blockDevices = await loopDeviceNumbers();
   const prepared = await time("prepare", () =>

@@ -15,7 +15,19 @@ import { journalText, type JournalEntry } from "./nspawn-journal.ts";
 import { bootMachine, loopDeviceNumbers, prepareMachine, type Machine } from "./nspawn.ts";
 
 /** Where the lab host's folders appear inside the machine. */
-const IN_MACHINE = { byId: "/run/ebs-cache-lab/by-id", sys: "/run/ebs-cache-lab/sys" };
+/** Where a machine sees the lab host's by-id and sysfs folders (bound in read-only). */
+export const IN_MACHINE = { byId: "/run/ebs-cache-lab/by-id", sys: "/run/ebs-cache-lab/sys" };
+
+/** The agent's paths inside an engine machine: its own /etc/docker, state and docker socket, the lab host's devices as bound in. */
+export const MACHINE_AGENT_PATHS = {
+  byIdDir: IN_MACHINE.byId,
+  sysfsRoot: IN_MACHINE.sys,
+  mountRoot: "/var/lib/ebs-cache",
+  daemonJson: "/etc/docker/daemon.json",
+  containerdConfig: "/etc/containerd/config.toml",
+  dockerHost: "unix:///var/run/docker.sock",
+  stateDir: "/var/lib/ebs-cache-agent",
+} as const;
 export const READY_UNIT = "ebs-cache-agent-ready.service";
 
 /** What the host runs. */
@@ -45,15 +57,7 @@ export async function startEngineHost(lab: Lab, options: EngineHostOptions, onBo
   const host = await lab.addHost({ tags: { Name: options.name } });
   const config = labConfigJson(lab, host, {
     ...options.overrides,
-    paths: {
-      byIdDir: IN_MACHINE.byId,
-      sysfsRoot: IN_MACHINE.sys,
-      mountRoot: "/var/lib/ebs-cache",
-      daemonJson: "/etc/docker/daemon.json",
-      containerdConfig: "/etc/containerd/config.toml",
-      dockerHost: "unix:///var/run/docker.sock",
-      stateDir: "/var/lib/ebs-cache-agent",
-    },
+    paths: MACHINE_AGENT_PATHS,
     metrics: { textfileDir: "/var/lib/prometheus/node-exporter" },
   });
   const prepared = await prepareMachine({
