@@ -93,6 +93,8 @@ function stable(value: unknown): unknown {
 
 function normalVolumes(volumes: Volume[], normalise: (text: string) => string): NormalVolume[] {
   return volumes
+    // EC2 lists a deleted volume as `deleting` for a while (the emulator briefly, moto never): it is gone either way.
+    .filter((v) => v.State !== "deleting")
     .map((v) => ({
       role: normalise(v.VolumeId!),
       state: v.State!,
