@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepares a fresh Debian 12 / Ubuntu machine (as root) to build, test and run the lab:
-# the Debian packages the lab and tests use, then the npm dependencies (which bring Node 24
-# through the `node` package, so the system's Node version does not matter). Idempotent:
+# the Debian packages the lab and tests use, a check that the machine's Python has moto, then
+# the npm dependencies (which bring Node 24 through the `node` package, so the system's Node
+# version does not matter). Idempotent:
 # apt runs only when a package is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +51,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   trap 'rm -f /usr/sbin/policy-rc.d' EXIT
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# moto's EC2 server (test/ec2-twice.test.ts runs the agent's EC2 paths against it and the lab's
+# emulator): it comes with the machine image's Python (pyenv), not from Debian, and no Python
+# package index is reachable from here to install it. scripts/moto-server.sh finds it even where
+# PATH lacks pyenv's shims; without it the test would fail, so setup says so now.
+if ! moto=$(bash scripts/moto-server.sh --check); then
+  echo "scripts/setup.sh: moto is missing: test/ec2-twice.test.ts needs it (pip install 'moto[server]' into the machine's python3)" >&2
+  exit 1
+fi
+echo "setup: $moto"
 
 # Loop devices: make sure the control node exists (minimal containers may lack it).
 [ -e /dev/loop-control ] || modprobe loop 2>/dev/null || true

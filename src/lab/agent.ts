@@ -13,29 +13,44 @@ import { createMetadataService } from "../aws/imds.ts";
 import { validateConfig, type AgentConfig } from "../config/index.ts";
 import { AgentError } from "../errors.ts";
 import type { Logger } from "../log.ts";
-import type { Lab, LabHost } from "./lab.ts";
+import type { Lab, LabHost, LabHostPaths } from "./lab.ts";
 
 /** Config keys a test or the demo may set on top of the lab's (a raw config.json object). */
 export type ConfigOverrides = Record<string, unknown>;
 
 /** The config.json a lab host's agent runs with: the host's paths and the lab's endpoints. */
 export function labConfigJson(lab: Lab, host: LabHost, overrides: ConfigOverrides = {}): Record<string, unknown> {
+  return agentConfigJson({ region: lab.region, ec2Endpoint: lab.ec2.endpoint, imdsEndpoint: host.imds.endpoint, paths: host.paths, dockerHost: host.dockerHost }, overrides);
+}
+
+/** What an agent's config points at: an EC2 endpoint, an IMDS, and a host folder (hostFolderPaths). */
+export interface AgentTarget {
+  region: string;
+  ec2Endpoint: string;
+  imdsEndpoint: string;
+  paths: Pick<LabHostPaths, "hostRoot" | "byIdDir" | "sysfsRoot" | "mountRoot" | "daemonJson">;
+  dockerHost: string;
+}
+
+/** The config.json of an agent pointed at `target`: every path it writes under the host folder. */
+export function agentConfigJson(target: AgentTarget, overrides: ConfigOverrides = {}): Record<string, unknown> {
+  const { paths } = target;
   const base: Record<string, unknown> = {
-    region: lab.region,
-    ec2Endpoint: lab.ec2.endpoint,
-    imdsEndpoint: host.imds.endpoint,
+    region: target.region,
+    ec2Endpoint: target.ec2Endpoint,
+    imdsEndpoint: target.imdsEndpoint,
     timeouts: { imdsSeconds: 30, attachSeconds: 60, deviceSeconds: 30, dockerSeconds: 120 },
     paths: {
-      byIdDir: host.paths.byIdDir,
-      sysfsRoot: host.paths.sysfsRoot,
-      mountRoot: host.paths.mountRoot,
-      daemonJson: host.paths.daemonJson,
-      containerdConfig: join(host.paths.hostRoot, "etc/containerd/config.toml"),
-      dockerHost: host.dockerHost,
-      stateDir: join(host.paths.hostRoot, "var/lib/ebs-cache-agent"),
+      byIdDir: paths.byIdDir,
+      sysfsRoot: paths.sysfsRoot,
+      mountRoot: paths.mountRoot,
+      daemonJson: paths.daemonJson,
+      containerdConfig: join(paths.hostRoot, "etc/containerd/config.toml"),
+      dockerHost: target.dockerHost,
+      stateDir: join(paths.hostRoot, "var/lib/ebs-cache-agent"),
     },
     // Never the host's node_exporter folder: the host's own, in its root.
-    metrics: { textfileDir: join(host.paths.hostRoot, "var/lib/prometheus/node-exporter") },
+    metrics: { textfileDir: join(paths.hostRoot, "var/lib/prometheus/node-exporter") },
   };
   return deepMerge(base, overrides);
 }

@@ -6,7 +6,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { mkdir, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { EC2Client } from "@aws-sdk/client-ec2";
 import type { DockerService } from "../agent/ports.ts";
 import type { Logger } from "../log.ts";
@@ -55,6 +55,26 @@ export interface LabHostPaths {
   defaultDataRoot: string;
   /** Folder of the host's private dockerd (socket, exec-root, pidfile, log). */
   dockerdRoot: string;
+}
+
+/** A host folder's paths (all but its dockerd's), laid out as a real host's under `hostRoot`. */
+export function hostFolderPaths(hostRoot: string): Omit<LabHostPaths, "dockerdRoot"> {
+  return {
+    hostRoot,
+    byIdDir: byIdDir(hostRoot),
+    sysfsRoot: sysfsRoot(hostRoot),
+    mountRoot: join(hostRoot, "var/lib/ebs-cache"),
+    daemonJson: join(hostRoot, "etc/docker/daemon.json"),
+    defaultDataRoot: join(hostRoot, "var/lib/docker"),
+  };
+}
+
+/** Creates a host folder's folders and its daemon.json (docker on its default data-root). */
+export async function prepareHostFolder(paths: Omit<LabHostPaths, "dockerdRoot">): Promise<void> {
+  for (const dir of [paths.byIdDir, paths.sysfsRoot, paths.mountRoot, paths.defaultDataRoot, dirname(paths.daemonJson)]) {
+    await mkdir(dir, { recursive: true });
+  }
+  await writeFile(paths.daemonJson, JSON.stringify({ "data-root": paths.defaultDataRoot }, null, 2) + "\n");
 }
 
 /** An emulated EC2 host. */
@@ -166,20 +186,9 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
     // dockerd's socket path must stay under 108 bytes: keep its folder short.
     const dockerdRoot = join(root, "d", String(++dockerdCount));
     const dockerdExtra = hostOptions.dockerdArgs ? { extraArgs: [...hostOptions.dockerdArgs] } : {};
-    const paths: LabHostPaths = {
-      hostRoot,
-      byIdDir: byIdDir(hostRoot),
-      sysfsRoot: sysfsRoot(hostRoot),
-      mountRoot: join(hostRoot, "var/lib/ebs-cache"),
-      daemonJson: join(hostRoot, "etc/docker/daemon.json"),
-      defaultDataRoot: join(hostRoot, "var/lib/docker"),
-      dockerdRoot,
-    };
-    for (const dir of [paths.byIdDir, paths.sysfsRoot, paths.mountRoot, paths.defaultDataRoot, dockerdRoot]) {
-      await mkdir(dir, { recursive: true });
-    }
-    await mkdir(join(hostRoot, "etc/docker"), { recursive: true });
-    await writeFile(paths.daemonJson, JSON.stringify({ "data-root": paths.defaultDataRoot }, null, 2) + "\n");
+    const paths: LabHostPaths = { ...hostFolderPaths(hostRoot), dockerdRoot };
+    await prepareHostFolder(paths);
+    await mkdir(dockerdRoot, { recursive: true });
     const instance = emulator.registerInstance({
       instanceId,
       region,

@@ -50,7 +50,7 @@ export async function runKeeper(
   options: { dryRun: boolean; log: Logger; now?: () => Date; recorder?: OutcomeRecorder },
 ): Promise<KeeperOutcome> {
   const now = options.now ?? (() => new Date());
-  const observed = await observeKeeper(cloud, settings, { now: now() });
+  const observed = await observeKeeper(cloud, settings, { now: now(), log: options.log });
   const plan = planKeeper(settings, observed);
   const outcome: KeeperOutcome = { plan, final: plan, results: [], rounds: 1, failed: 0 };
   if (options.dryRun) return outcome;
