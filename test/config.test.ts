@@ -282,8 +282,12 @@ t.test("loadConfig and readConfigFile", async (t) => {
   t.equal(await readConfigFile(at("good.json")), JSON.stringify({ pool: "gpu", timeouts: { deviceSeconds: 10 } }));
   await t.rejects(readConfigFile(at("folder")), ConfigError, "unreadable: ConfigError");
 
-  const missing = await loadConfig({ path: at("missing.json"), env: {} });
-  t.same(missing, { config: DEFAULTS, warnings: [], path: at("missing.json"), fileFound: false }, "a missing file means all defaults");
+  const named = await loadConfig({ path: at("missing.json"), env: {} }).catch((e: unknown) => e);
+  t.type(named, ConfigError, "a named file that is missing is an error (exit 3), never the defaults");
+  t.same((named as ConfigError).problems, [`${at("missing.json")}: no such file (named by --config)`]);
+  t.match((named as ConfigError).remediation, /only the default \/etc\/ebs-cache-agent\/config\.json may be absent/);
+  const namedByEnv = await loadConfig({ env: { EBS_CACHE_AGENT_CONFIG: at("missing.json") } }).catch((e: unknown) => e);
+  t.same((namedByEnv as ConfigError).problems, [`${at("missing.json")}: no such file (named by EBS_CACHE_AGENT_CONFIG)`], "so is one the variable names");
 
   const good = await loadConfig({ path: at("good.json"), env: {} });
   t.equal(good.config.pool, "gpu");
