@@ -28,7 +28,9 @@ const lines = [
   `\`${DEFAULT_CONFIG_PATH.replace(/config\.json$/, "config.schema.json")}\` (config/config.schema.json in the repository): start the file with`,
   `\`"${SCHEMA_KEY}": "./config.schema.json"\` and an editor that reads JSON Schemas (VS Code, JetBrains, vim/neovim with a`,
   "JSON language server) completes the keys and flags a typo or a bad value as you type. The agent ignores the",
-  `\`${SCHEMA_KEY}\` key.`,
+  `\`${SCHEMA_KEY}\` key. The schema's patterns keep to regular-expression syntax every engine reads alike (no`,
+  "`\\p{…}`, `\\d` or a bare `$`), so other validators read it as the agent does: the tests check python's `jsonschema`",
+  "against ajv on every key.",
   "",
 ];
 
