@@ -32,10 +32,15 @@ packages=(
   systemd-container # systemd-nspawn boot test
   debootstrap      # the rootfs of the systemd boot test
   packer           # packer validate of the templates
+  shellcheck       # every shell script of the repository is checked (test/shellcheck.test.ts)
   ca-certificates
   curl
 )
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
+# python3's jsonschema validates documents against the shipped JSON Schemas next to ajv
+# (test/schema-oracle.test.ts). The python3 on PATH may be another interpreter (pyenv) that has
+# it already; if not, Debian's package gives it to /usr/bin/python3, which the test tries next.
+python3 -c 'import jsonschema' >/dev/null 2>&1 || /usr/bin/python3 -c 'import jsonschema' >/dev/null 2>&1 || packages+=(python3-jsonschema)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -4,11 +4,16 @@
  * src/fatal.ts's handler: an AgentError is logged once with its remediation and mapped to its
  * exit code; anything else is a bug (exit 1, with the stack at debug).
  *
+ * Shell conventions hold in every command: a usage error (an unknown option or command, a bad
+ * choice or value, a missing argument) exits 2 with the command's usage line, `--help` and
+ * `--version` exit 0.
+ *
  * Only the command asked for is loaded: each command's module (and, through it, the AWS SDK,
  * docker and fio code) is imported when that command runs, so `--help` or `pool` does not parse
  * the code of `boot`. In the bundle each command is a chunk of its own (scripts/build.mjs).
  */
 import { Command } from "commander";
+import packageJson from "../package.json" with { type: "json" };
 import { reportFatal } from "./fatal.ts";
 import { createLogger } from "./log.ts";
 
@@ -72,18 +77,29 @@ function requestedCommand(args: readonly string[]): string | undefined {
   return COMMANDS.some((entry) => entry.name === name) ? name : undefined;
 }
 
+/**
+ * Makes `command` and its subcommands end a usage error by throwing (src/fatal.ts maps it to exit
+ * 2) after the usage line, rather than exiting 1 on their own: commander gives a command added
+ * with addCommand none of its parent's settings, so each needs them.
+ */
+function followShellConventions(command: Command, fullName: string): Command {
+  command.exitOverride().showHelpAfterError(`Usage: ${fullName} ${command.usage()}\n(${fullName} --help lists the options)`);
+  for (const sub of command.commands) followShellConventions(sub, `${fullName} ${sub.name()}`);
+  return command;
+}
+
 /** The program with the requested command built for real and the others as listing entries. */
 async function buildProgram(args: readonly string[]): Promise<Command> {
   const program = new Command()
     .name("ebs-cache-agent")
     .description("Attach a pre-warmed EBS volume holding Docker's data-root at boot, release it at shutdown")
-    .exitOverride();
+    .version(packageJson.version, "-V, --version", "print the agent's version");
   const requested = requestedCommand(args);
   for (const entry of COMMANDS) {
     const command = entry.name === requested ? await entry.load() : new Command(entry.name);
     program.addCommand(command.summary(entry.summary));
   }
-  return program;
+  return followShellConventions(program, program.name());
 }
 
 try {

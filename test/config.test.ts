@@ -1,10 +1,11 @@
-import { Ajv2020 } from "ajv/dist/2020.js";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import t from "tap";
-import { generate, SCHEMA_FILE } from "../scripts/config-schema.ts";
+import { generate } from "../scripts/config-schema.ts";
+import { shippedConfigValidator } from "./fixtures/schema-validators.ts";
+import { FULL_CONFIG as FULL, INVALID_CONFIGS } from "./fixtures/config-documents.ts";
 import { WORKSPACE_KEYS } from "../src/tags.ts";
-import { CONFIG_SCHEMA, SCHEMA_ANNOTATIONS } from "../src/config/schema.ts";
+import { CONFIG_SCHEMA } from "../src/config/schema.ts";
 import { ConfigError } from "../src/errors.ts";
 import {
   CONFIG_KEYS,
@@ -69,50 +70,6 @@ const DEFAULTS = {
   logLevel: "info",
 };
 
-/** Every key set to something other than its default. */
-const FULL = {
-  enabled: false,
-  pool: "gpu-2024.1",
-  imageSet: "sim4life-3.2",
-  region: "eu-central-1",
-  ec2Endpoint: "http://127.0.0.1:4566",
-  imdsEndpoint: "http://127.0.0.1:1338/",
-  device: "/dev/xvdg",
-  volumeType: "io2",
-  createFromSnapshot: false,
-  initializationRateMiBps: 300,
-  claim: { candidatesPerListing: 5, maxVolumes: 1, maxLosses: 50, quarantineHours: 0 },
-  timeouts: { imdsSeconds: 5, imdsRequestSeconds: 2, attachSeconds: 30.5, deviceSeconds: 3600, dockerSeconds: 1, bootSeconds: 5, createSeconds: 0 },
-  paths: {
-    byIdDir: "/tmp/lab/dev/disk/by-id",
-    sysfsRoot: "/tmp/lab/sys",
-    mountRoot: "/tmp/lab/mnt",
-    daemonJson: "/tmp/lab/etc/docker/daemon.json",
-    containerdConfig: "/tmp/lab/etc/containerd/config.toml",
-    dockerHost: "unix:///tmp/lab/docker.sock",
-    stateDir: "/tmp/lab/state/",
-  },
-  docker: { control: "none", unit: "docker-lab.service", expectedImages: ["nginx:1.25", "registry.example.com:5000/team/app@sha256:" + "ab".repeat(32)] },
-  labels: { prefix: "io.example.cache", mode: "engine", protectedKeys: ["io.example.autoscaled-node"] },
-  release: { stopDocker: false },
-  ttlHours: 8760,
-  workspace: { labelsTag: "my.labels", idKeys: ["product-name", "wallet-id", "user-id"], minimumKeys: ["user-id", "wallet-id"], create: "never", sizeGiB: 100, waitForLabelsTag: "always", waitForLabelsTagSeconds: 0 },
-  prewarm: {
-    strategy: "files",
-    background: false,
-    check: { seconds: 2, reads: 500, ioDepth: 4 },
-    thresholds: { minIops: 2500, maxMedianLatencyMs: null },
-    initialize: { ioDepth: 8, maxIoKiB: 512, timeoutMinutes: 60, progressSeconds: 1 },
-  },
-  keeper: { zones: ["eu-central-1a", "eu-central-1b"], minAvailable: 0, maxAvailable: 10, maxVolumes: 100, maxGiB: 5000, initializationRateMiBps: null },
-  cost: { gibMonthUsd: 0.0952, iopsMonthUsd: 0.006, throughputMonthUsd: 0.048, snapshotGibMonthUsd: 0 },
-  refresh: { enabled: true, concurrency: 2, pullSeconds: 60, prePulledImagesTag: null },
-  gc: { supersededGraceHours: null },
-  prune: { afterBoot: false, thresholdPercent: 90, targetPercent: 60 },
-  metrics: { textfileDir: "/tmp/lab/node-exporter" },
-  logLevel: "debug",
-};
-
 t.test("defaults: no file, an empty object and defaultConfig() agree", async (t) => {
   t.same(defaultConfig(), DEFAULTS);
   t.same(validateConfig(undefined), { config: DEFAULTS, problems: [], warnings: [] });
@@ -130,22 +87,7 @@ t.test("a full valid file is taken as written", async (t) => {
 });
 
 t.test("every problem of a file is reported at once, each naming its JSON path", async (t) => {
-  const { problems, config } = validateConfig({
-    enabled: "yes",
-    pool: "a;b",
-    region: "moon",
-    ec2Endpoint: "ftp://x",
-    device: "/dev/sda",
-    volumeType: "gp4",
-    initializationRateMiBps: 99,
-    timeouts: { deviceSeconds: "x", attachSeconds: 0 },
-    paths: { mountRoot: "relative/dir", daemonJson: "/etc/../etc/docker/daemon.json", dockerHost: "tcp://1.2.3.4:2375" },
-    docker: { control: "systemctl", unit: "docker; reboot", expectedImages: ["nginx", "$(reboot)", 3] },
-    labels: { prefix: "Bad_Prefix", mode: "swarm" },
-    ttlHours: 0,
-    workspace: [],
-    logLevel: "verbose",
-  });
+  const { problems, config } = validateConfig(INVALID_CONFIGS.everyProblemAtOnce.document);
   t.same(problems.sort(), [
     'device: must be a device name matching ^/dev/(sd[f-p]|xvd[f-p])$, got "/dev/sda"',
     'docker.control: must be one of "systemd", "none", got "systemctl"',
@@ -282,8 +224,12 @@ t.test("loadConfig and readConfigFile", async (t) => {
   t.equal(await readConfigFile(at("good.json")), JSON.stringify({ pool: "gpu", timeouts: { deviceSeconds: 10 } }));
   await t.rejects(readConfigFile(at("folder")), ConfigError, "unreadable: ConfigError");
 
-  const missing = await loadConfig({ path: at("missing.json"), env: {} });
-  t.same(missing, { config: DEFAULTS, warnings: [], path: at("missing.json"), fileFound: false }, "a missing file means all defaults");
+  const named = await loadConfig({ path: at("missing.json"), env: {} }).catch((e: unknown) => e);
+  t.type(named, ConfigError, "a named file that is missing is an error (exit 3), never the defaults");
+  t.same((named as ConfigError).problems, [`${at("missing.json")}: no such file (named by --config)`]);
+  t.match((named as ConfigError).remediation, /only the default \/etc\/ebs-cache-agent\/config\.json may be absent/);
+  const namedByEnv = await loadConfig({ env: { EBS_CACHE_AGENT_CONFIG: at("missing.json") } }).catch((e: unknown) => e);
+  t.same((namedByEnv as ConfigError).problems, [`${at("missing.json")}: no such file (named by EBS_CACHE_AGENT_CONFIG)`], "so is one the variable names");
 
   const good = await loadConfig({ path: at("good.json"), env: {} });
   t.equal(good.config.pool, "gpu");
@@ -525,15 +471,8 @@ t.test("the generated files (shipped schema, standalone validator) are what scri
   }
 });
 
-/** The shipped schema as an editor sees it: the file alone, compiled by ajv at test time. */
-async function shippedValidator() {
-  const ajv = new Ajv2020({ allErrors: true, strict: true });
-  for (const keyword of SCHEMA_ANNOTATIONS) ajv.addKeyword({ keyword, schemaType: "string" });
-  return ajv.compile(JSON.parse(await readFile(SCHEMA_FILE, "utf8")) as object);
-}
-
 t.test("the shipped schema accepts the example configs and flags what an editor should", async (t) => {
-  const validate = await shippedValidator();
+  const validate = await shippedConfigValidator();
   const example: unknown = JSON.parse(await readFile("config/config.json", "utf8"));
   t.ok(validate(example), `config/config.json is valid: ${JSON.stringify(validate.errors)}`);
   t.match(example, { $schema: "./config.schema.json" }, "the example names its schema for editors");

@@ -3,7 +3,7 @@
  * label osparc (or docker) owns, the writer refuses keys outside the prefix, and the workspace
  * ids of the mounted volume are published under it.
  */
-import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
@@ -107,9 +107,10 @@ t.test("labels.protectedKeys: the operator's monitoring labels are protected too
 t.test("loadConfig: a bad prefix from the file or the environment is exit 3 with every problem", async (t) => {
   const dir = await mkdtemp(join(tmpdir(), "labels-config-"));
   t.teardown(() => rm(dir, { recursive: true, force: true }));
-  const missing = join(dir, "none.json");
+  const emptyFile = join(dir, "empty.json");
+  await writeFile(emptyFile, "{}");
   const error = await loadConfig({
-    path: missing,
+    path: emptyFile,
     env: { EBS_CACHE_AGENT_LABELS__PREFIX: "io.simcore", EBS_CACHE_AGENT_POOL: "a;b" },
   }).catch((e: unknown) => e);
   t.ok(error instanceof ConfigError);
@@ -119,13 +120,13 @@ t.test("loadConfig: a bad prefix from the file or the environment is exit 3 with
   t.equal(problems.length, 2, problems.join(" | "));
   t.match(problems.join("\n"), /EBS_CACHE_AGENT_LABELS__PREFIX \(labels\.prefix\): label prefix "io\.simcore" lies above io\.simcore\.osparc-\*/);
   const cross = await loadConfig({
-    path: missing,
+    path: emptyFile,
     env: { EBS_CACHE_AGENT_LABELS__PREFIX: "io.example", EBS_CACHE_AGENT_LABELS__PROTECTED_KEYS: "io.example.autoscaled-node" },
   }).catch((e: unknown) => e);
   t.same((cross as ConfigError).problems, [
     'labels.prefix: label prefix "io.example" lies above io.example.autoscaled-node, a label another system (labels.protectedKeys) sets',
   ], "the cross-check runs on the final config, once");
-  const fine = await loadConfig({ path: missing, env: { EBS_CACHE_AGENT_LABELS__PROTECTED_KEYS: "io.simcore.autoscaled-node" } });
+  const fine = await loadConfig({ path: emptyFile, env: { EBS_CACHE_AGENT_LABELS__PROTECTED_KEYS: "io.simcore.autoscaled-node" } });
   t.same(fine.config.labels.protectedKeys, ["io.simcore.autoscaled-node"]);
 });
 

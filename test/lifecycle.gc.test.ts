@@ -113,5 +113,6 @@ t.test("pool shows the managed volumes as a table and as JSON", async (t) => {
   const rows = (JSON.parse(json.stdout) as { volumes: Array<{ volumeId: string; claimedBy: string | null; expires: string | null }> }).volumes;
   t.equal(rows.find((r) => r.volumeId === v.attached)?.claimedBy, host.instance.instanceId);
   const bad = await cli(["pool", "--pool", "a;b"]);
-  t.equal(bad.exitCode, 3, "a bad pool name is a usage error with exit 3");
+  t.equal(bad.exitCode, 2, "a bad pool name is a usage error: exit 2");
+  t.match(bad.stderr, /^Usage: ebs-cache-agent pool /m, "with the usage line");
 });

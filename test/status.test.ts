@@ -9,14 +9,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t, { type Test } from "tap";
 import { Ajv } from "ajv";
-import type { PrewarmState } from "../src/agent/prewarm/state.ts";
 import type { ReleaseResult } from "../src/agent/release/apply.ts";
-import type { CacheFilesystem } from "../src/host/facts.ts";
 import { buildStatus, type StatusDocument, type StatusInputs } from "../src/status/document.ts";
-import { BOOT_RECORD_FILE, readBootRecord, readReleaseRecord, writeBootRecord, writeReleaseRecord, type BootRecord, type ReleaseRecord } from "../src/status/records.ts";
+import { BOOT_RECORD_FILE, readBootRecord, readReleaseRecord, writeBootRecord, writeReleaseRecord, type ReleaseRecord } from "../src/status/records.ts";
 import { renderStatus, statusExitCode } from "../src/status/view.ts";
 import { observeStatus, type StatusSources } from "../src/status/observe.ts";
 import { readyBoot } from "./fixtures/use-case-results.ts";
+import { cacheFilesystem as fs, healthyStatusInputs as healthyInputs, prewarmState as prewarm, readyBootRecord as boot, statusNow as now } from "./fixtures/status-inputs.ts";
 
 const schema = JSON.parse(await readFile(new URL("../schema/status.schema.json", import.meta.url), "utf8")) as object;
 const validate = new Ajv({ allErrors: true, strict: true }).compile(schema);
@@ -25,54 +24,6 @@ function assertValid(tt: Test, doc: StatusDocument) {
   const ok = validate(JSON.parse(JSON.stringify(doc)));
   tt.ok(ok, `valid against the schema${ok ? "" : `: ${JSON.stringify(validate.errors)}`}`);
 }
-
-const now = new Date("2026-12-01T12:00:00Z");
-const boot: BootRecord = {
-  version: 1,
-  instanceId: "i-0123456789abcdef0",
-  finishedAt: "2026-12-01T10:00:00.000Z",
-  result: readyBoot,
-  labels: { "io.simcore.ebs-cache.state": "ready", "io.simcore.ebs-cache.volume-id": readyBoot.volumeId!, "io.simcore.ebs-cache.prewarm": "cold" },
-};
-const fs: CacheFilesystem = {
-  mountPoint: readyBoot.mountPoint!,
-  device: "/dev/nvme1n1",
-  fsType: "xfs",
-  sizeBytes: 100 * 2 ** 30,
-  usedBytes: 40 * 2 ** 30,
-  availableBytes: 60 * 2 ** 30,
-  usedRatio: 0.4,
-  inodes: 1000,
-  freeInodes: 750,
-  model: "Amazon Elastic Block Store",
-  serial: "vol0123456789abcdef0",
-};
-const prewarm: PrewarmState = {
-  version: 1,
-  volumeId: readyBoot.volumeId!,
-  device: "/dev/nvme1n1",
-  mountPoint: readyBoot.mountPoint!,
-  strategy: "files",
-  action: "initialize",
-  mode: "files",
-  reason: "prewarm.strategy is files",
-  phase: "initializing",
-  verdict: "cold",
-  before: readyBoot.prewarm!.before!,
-  progress: { doneBytes: 10, totalBytes: 40, percent: 25, mibps: 50, etaSeconds: 9 },
-  labels: {},
-  pid: 4242,
-  startedAt: "2026-12-01T10:00:00Z",
-  updatedAt: "2026-12-01T10:01:00Z",
-};
-const healthyInputs: StatusInputs = {
-  now,
-  boot,
-  filesystem: fs,
-  dockerDataRoot: readyBoot.dataRoot!,
-  labels: { ...boot.labels, "io.simcore.ebs-cache.state": "warming", "io.simcore.ebs-cache.prewarm-progress": "20" },
-  prewarm: { state: prewarm, running: true },
-};
 
 t.test("a healthy host: everything in one valid document, exit 0", async (tt) => {
   const doc = buildStatus(healthyInputs);

@@ -41,7 +41,7 @@ device=""
 for _ in $(seq 1 120); do
   candidates=()
   while read -r name size type; do
-    [ "$type" = disk ] && [ "$size" = "$want" ] || continue
+    if [ "$type" != disk ] || [ "$size" != "$want" ]; then continue; fi
     [ "$(lsblk -nro NAME "$name" | wc -l)" = 1 ] || continue   # has partitions
     findmnt -rn -S "$name" >/dev/null && continue                # mounted
     blkid -p "$name" >/dev/null 2>&1 && continue                  # carries a signature

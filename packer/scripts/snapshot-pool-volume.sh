@@ -24,6 +24,8 @@ for part in "${parts[@]}"; do
   region=${part%%:*}
   volume=${part#*:}
   aws ec2 "${endpoint[@]}" create-tags --region "$region" --resources "$volume" --tags "Key=ebs-cache:engine-version,Value=$engine_version"
+  # The backquotes are a JMESPath literal for the aws CLI, not a command substitution.
+  # shellcheck disable=SC2016
   tags=$(aws ec2 "${endpoint[@]}" describe-volumes --region "$region" --volume-ids "$volume" \
     --query 'Volumes[0].Tags[?!starts_with(Key, `aws:`)]' --output json)
   # The generation travels with the tags: a volume without its build time (an older template)

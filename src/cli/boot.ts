@@ -5,6 +5,7 @@
 import { Command } from "commander";
 import { runBoot, type BootOutcome } from "../agent/boot/run.ts";
 import { hostContext, sigtermSignal } from "./common.ts";
+import { CONFIG_OPTION } from "./options.ts";
 
 export interface BootCliOptions {
   config?: string;
@@ -42,7 +43,7 @@ export function printOutcome(outcome: BootOutcome, json: boolean, out: (line: st
 export function bootCommand(): Command {
   return new Command("boot")
     .description("claim, attach and mount a cache volume, point docker's data-root at it, start docker, report readiness")
-    .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
+    .option(...CONFIG_OPTION)
     .option("--dry-run", "observe and print the plan; change nothing")
     .option("--json", "print the plan and result as JSON")
     .option(

@@ -10,8 +10,9 @@ import type { ReleaseCommandDeps } from "../agent/release/run.ts";
 import { hostWiringOptions, wireBoot, wirePrewarm, wireRecorder, wireRefresh, wireRelease } from "../agent/wiring.ts";
 import type { RefreshCommandDeps } from "../agent/refresh/run.ts";
 import type { CloudVolumes, OutcomeRecorder } from "../agent/ports.ts";
-import { loadConfig, type AgentConfig } from "../config/index.ts";
-import { createLogger, type Level, type Logger } from "../log.ts";
+import type { AgentConfig } from "../config/index.ts";
+import type { Logger } from "../log.ts";
+import { loadCommandConfig } from "./load-config.ts";
 
 export interface HostContext {
   config: AgentConfig;
@@ -31,8 +32,7 @@ export interface HostContext {
 
 /** Loads the config and wires the real adapters (src/agent/wiring.ts). */
 export async function hostContext(configPath: string | undefined): Promise<HostContext> {
-  const { config } = await loadConfig(configPath ? { path: configPath } : {});
-  const log = createLogger(undefined, config.logLevel as Level);
+  const { config, log } = await loadCommandConfig(configPath);
   const wiring = { ...hostWiringOptions(config, log, () => startBackgroundPrewarm(configPath)), startRefresh: () => startBackgroundRefresh(configPath) };
   const deps = wireBoot(wiring);
   return {
@@ -96,11 +96,4 @@ export function sigtermSignal(log: Logger): AbortSignal {
     controller.abort();
   });
   return controller.signal;
-}
-
-/** Parses a whole number option (commander). */
-export function wholeNumber(value: string): number {
-  const n = Number(value);
-  if (!Number.isSafeInteger(n) || n < 0) throw new Error(`expected a whole number, got ${JSON.stringify(value)}`);
-  return n;
 }

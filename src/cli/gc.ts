@@ -1,18 +1,19 @@
 /** `ebs-cache-agent gc`: deletes expired managed volumes and superseded pool volumes (src/agent/gc/: the verdicts are planned in plan.ts). */
 import { Command } from "commander";
 import { gcExitCode, runGc } from "../agent/gc/run.ts";
-import { hostContext, wholeNumber } from "./common.ts";
+import { hostContext } from "./common.ts";
+import { CONFIG_OPTION, wholeNumber } from "./options.ts";
 
 export function gcCommand(): Command {
   return new Command("gc")
     .description(
       "delete managed volumes that are available, past ebs-cache:expires-at and not kept, and available pool volumes of a superseded generation once gc.supersededGraceHours have passed; never touches other volumes or snapshots",
     )
-    .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
+    .option(...CONFIG_OPTION)
     .option("--dry-run", "print what would be done; change nothing")
     .option("--max-deletes <n>", "delete at most this many volumes per run", wholeNumber, 10)
     .option("--json", "print the decisions as JSON")
-    .addHelpText("after", "\nExit codes: 0 done (or nothing to do), 1 some deletion failed, 3 invalid configuration.")
+    .addHelpText("after", "\nExit codes: 0 done (or nothing to do), 1 some deletion failed, 2 usage, 3 invalid configuration.")
     .action(async (opts: { config?: string; dryRun?: boolean; maxDeletes: number; json?: boolean }) => {
       const context = await hostContext(opts.config);
       const outcome = await runGc(await context.cloud(), {

@@ -1,14 +1,11 @@
 /** `ebs-cache-agent pool`: the managed volumes, as a table or JSON; `pool fill`: the keeper (src/agent/keeper/). */
 import { Command } from "commander";
-import { validatePoolName } from "../inputs.ts";
 import { keeperExitCode, keeperSettingsFrom, runKeeper, type KeeperOutcome } from "../agent/keeper/run.ts";
 import { observePool } from "../agent/pool/observe.ts";
 import { poolReport, poolViewSettingsFrom } from "../agent/pool/summary.ts";
 import { renderPoolReport } from "../agent/pool/view.ts";
-import { ConfigError } from "../errors.ts";
 import { hostContext } from "./common.ts";
-
-const CONFIG_OPTION = ["-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)"] as const;
+import { CONFIG_OPTION, poolNameOption } from "./options.ts";
 
 export function poolCommand(): Command {
   const pool = new Command("pool")
@@ -17,14 +14,14 @@ export function poolCommand(): Command {
         "(config cost.*) and the keeper's target; then each volume: state, claimed-by, age, expiry, generation, last error (quarantined)",
     )
     .option(...CONFIG_OPTION)
-    .option("--pool <name>", "only this pool")
+    .option("--pool <name>", "only this pool", poolNameOption)
     .option("--json", "JSON for scripts (schema/pool.schema.json)")
-    .addHelpText("after", "\nCosts are estimates at the prices in config cost.* (us-east-1 list prices by default); snapshots count at their volume size, the most they can cost.")
+    .addHelpText(
+      "after",
+      "\nCosts are estimates at the prices in config cost.* (us-east-1 list prices by default); snapshots count at their volume size, the most they can cost." +
+        "\nExit codes: 0 listed, 1 EC2 could not be asked, 2 usage (a bad --pool name too), 3 invalid configuration.",
+    )
     .action(async (opts: { config?: string; pool?: string; json?: boolean }) => {
-      if (opts.pool !== undefined) {
-        const check = validatePoolName(opts.pool);
-        if (!check.ok) throw new ConfigError([`--pool: ${check.problem}`]);
-      }
       const context = await hostContext(opts.config);
       const observed = await observePool(await context.cloud(), opts.pool !== undefined ? { pool: opts.pool } : {});
       const report = poolReport(observed, poolViewSettingsFrom(context.config, opts.pool), new Date());
@@ -47,7 +44,7 @@ function fillCommand(): Command {
     .addHelpText(
       "after",
       "\nSafe to run on several hosts at once: each new volume's ClientToken names its slot, and the pool is counted again before each further volume." +
-        "\nExit codes: 0 done (or nothing to do), 1 some step failed, 3 invalid configuration (keeper.zones empty).",
+        "\nExit codes: 0 done (or nothing to do), 1 some step failed, 2 usage, 3 invalid configuration (keeper.zones empty).",
     )
     .action(async (_opts: unknown, command: Command) => {
       // `pool`'s own --config and --json are parsed by `pool` wherever they stand (`pool fill --json`).

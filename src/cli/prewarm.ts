@@ -6,18 +6,17 @@ import { Command, Option } from "commander";
 import { PREWARM_STRATEGIES, type PrewarmStrategy } from "../config/index.ts";
 import { runPrewarmCommand } from "../agent/prewarm/run.ts";
 import { hostContext } from "./common.ts";
-
-const CONFIG_HELP = "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)";
+import { CONFIG_OPTION } from "./options.ts";
 
 /** Builds `ebs-cache-agent prewarm`. */
 export function prewarmCommand(): Command {
   return new Command("prewarm")
     .description("check or initialize the cache volume restored from a snapshot (resumes an interrupted initialization); labels warming, then ready")
-    .option("-c, --config <path>", CONFIG_HELP)
+    .option(...CONFIG_OPTION)
     .addOption(new Option("--strategy <strategy>", "override prewarm.strategy").choices([...PREWARM_STRATEGIES]))
     .option("--background", "the run the boot hands a long initialization to (same work; logs say so)")
     .option("--json", "print the outcome as JSON")
-    .addHelpText("after", "\nExit codes: 0 done (or nothing to do), 1 the pre-warm failed (the node is still reported; the log says why), 3 invalid configuration.")
+    .addHelpText("after", "\nExit codes: 0 done (or nothing to do), 1 the pre-warm failed (the node is still reported; the log says why), 2 usage, 3 invalid configuration.")
     .action(async (opts: { config?: string; strategy?: PrewarmStrategy; background?: boolean; json?: boolean }) => {
       const context = await hostContext(opts.config);
       if (opts.background) context.log.info("prewarm.background", "background pre-warm run started", { pid: process.pid });

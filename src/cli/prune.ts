@@ -4,13 +4,13 @@
  * plan.ts). The boot starts it in the background after it came up (`--after-boot`).
  */
 import { startDetached } from "./common.ts";
+import { loadCommandConfig } from "./load-config.ts";
 import { Command, Option } from "commander";
 import { pruneExitCode, runPrune, type PruneOutcome } from "../agent/prune/run.ts";
 import { hostWiringOptions, wirePrune, wireRecorder } from "../agent/wiring.ts";
-import { loadConfig } from "../config/index.ts";
 import { AgentError, describeError } from "../errors.ts";
 import { readFilesystemFill } from "../host/fill.ts";
-import { createLogger, type Level } from "../log.ts";
+import { CONFIG_OPTION } from "./options.ts";
 
 const MiB = 2 ** 20;
 
@@ -41,14 +41,13 @@ export function pruneCommand(): Command {
     .description(
       "on a pool volume fuller than prune.thresholdPercent, remove images outside the pool's current generation until the fill is below prune.targetPercent; never on a workspace volume, never an image a container uses (running or stopped), never forced",
     )
-    .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
+    .option(...CONFIG_OPTION)
     .option("--dry-run", "print what would be removed; change nothing")
     .option("--json", "print the plan and what was done as JSON")
     .addOption(new Option("--after-boot", "the run a boot starts: only when prune.afterBoot, a failure is a warning, exit 0").hideHelp())
-    .addHelpText("after", "\nExit codes: 0 done (or nothing to do), 1 some removal failed or docker/EC2 could not be asked, 3 invalid configuration.")
+    .addHelpText("after", "\nExit codes: 0 done (or nothing to do), 1 some removal failed or docker/EC2 could not be asked, 2 usage, 3 invalid configuration.")
     .action(async (opts: { config?: string; dryRun?: boolean; json?: boolean; afterBoot?: boolean }) => {
-      const { config } = await loadConfig(opts.config ? { path: opts.config } : {});
-      const log = createLogger(undefined, config.logLevel as Level);
+      const { config, log } = await loadCommandConfig(opts.config);
       if (opts.afterBoot && !config.prune.afterBoot) return;
       const wiring = hostWiringOptions(config, log, async () => undefined);
       const run = runPrune(wirePrune(wiring), {

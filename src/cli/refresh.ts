@@ -6,19 +6,20 @@
 import { Command } from "commander";
 import { renderRefresh, runRefresh } from "../agent/refresh/run.ts";
 import { hostContext } from "./common.ts";
+import { CONFIG_OPTION } from "./options.ts";
 
 /** Builds `ebs-cache-agent refresh`. */
 export function refreshCommand(): Command {
   return new Command("refresh")
     .description("pull the images of the pool's current generation and of osparc's pre_pulled_images instance tag that the cache volume lacks; tag the volume current when it holds them all")
-    .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
+    .option(...CONFIG_OPTION)
     .option("--dry-run", "observe and print the plan; pull nothing, tag nothing")
     .option("--json", "print the plan and the final state as JSON")
     .option("--background", "the run a boot starts after ready (same work; logs say so)")
     .addHelpText(
       "after",
       "\nA failed pull is a warning: the node's readiness labels never change. Only pool volumes are refreshed.\n" +
-        "Exit codes: 0 done (pulls may have failed: see the output or `status`), 1 the refresh could not run (EC2 or docker unreachable), 3 invalid configuration.",
+        "Exit codes: 0 done (pulls may have failed: see the output or `status`), 1 the refresh could not run (EC2 or docker unreachable), 2 usage, 3 invalid configuration.",
     )
     .action(async (opts: { config?: string; dryRun?: boolean; json?: boolean; background?: boolean }) => {
       const context = await hostContext(opts.config);

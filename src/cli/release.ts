@@ -7,6 +7,7 @@
 import { Command } from "commander";
 import { runRelease, type ReleaseOutcome } from "../agent/release/run.ts";
 import { hostContext, sigtermSignal } from "./common.ts";
+import { CONFIG_OPTION } from "./options.ts";
 
 export interface ReleaseCliOptions {
   config?: string;
@@ -49,7 +50,7 @@ export function releaseCommand(): Command {
       "give the cache volume back (at shutdown): labels off, data-root reset, unmount, detach, tag released-at / expires-at; " +
         "when the instance is being stopped, the volume is unmounted and stays attached",
     )
-    .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
+    .option(...CONFIG_OPTION)
     .option("--dry-run", "observe and print the plan; change nothing")
     .option("--json", "print the plan and result as JSON")
     .addHelpText(

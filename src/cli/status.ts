@@ -8,14 +8,16 @@
 import { Command } from "commander";
 import { prewarmStatus } from "../agent/prewarm/run.ts";
 import { refreshStatus } from "../agent/refresh/run.ts";
-import { loadConfig, type AgentConfig } from "../config/index.ts";
+import type { AgentConfig } from "../config/index.ts";
 import { createDaemonConfig } from "../docker/daemon-json.ts";
 import { createDockerEngine } from "../docker/engine.ts";
 import { chooseLabelMode, isUnderPrefix } from "../docker/labels.ts";
-import { createLogger, type Level, type Logger } from "../log.ts";
+import type { Logger } from "../log.ts";
 import { buildStatus } from "../status/document.ts";
 import { observeStatus, type StatusSources } from "../status/observe.ts";
 import { renderStatus, statusExitCode } from "../status/view.ts";
+import { loadCommandConfig } from "./load-config.ts";
+import { CONFIG_OPTION } from "./options.ts";
 
 /** A health check must answer promptly: a docker that does not answer in this long shows no labels. */
 const DOCKER_ANSWER_MS = 5000;
@@ -60,17 +62,16 @@ export function statusCommand(): Command {
     .description(
       "the state of this host: last boot (outcome, source, timeline), volume, mount and fill, docker's data-root, labels, pre-warm, refresh, last release",
     )
-    .option("-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG)")
+    .option(...CONFIG_OPTION)
     .option("--json", "print the document of schema/status.schema.json")
     .addHelpText(
       "after",
       "\nA health check: it reads the agent's records and the host, and changes nothing.\n" +
         "Exit codes: 0 healthy (warnings may be listed), 1 a problem (no boot recorded, the volume not mounted, docker's data-root\n" +
-        "not the volume's, the cache filesystem 95 % full, a release since the boot), 3 invalid configuration, 4 the boot degraded.",
+        "not the volume's, the cache filesystem 95 % full, a release since the boot), 2 usage, 3 invalid configuration, 4 the boot degraded.",
     )
     .action(async (opts: { config?: string; json?: boolean }) => {
-      const { config } = await loadConfig(opts.config ? { path: opts.config } : {});
-      const log = createLogger(undefined, config.logLevel as Level);
+      const { config, log } = await loadCommandConfig(opts.config);
       const doc = buildStatus(await observeStatus(statusSources(config, log)));
       const out = (line: string) => process.stdout.write(line + "\n");
       if (opts.json) out(JSON.stringify(doc, null, 2));

@@ -132,7 +132,10 @@ function locateJsonError(text: string): { offset: number; reason: string } | und
 }
 
 export interface LoadOptions {
-  /** The file; default: $EBS_CACHE_AGENT_CONFIG, else /etc/ebs-cache-agent/config.json. */
+  /**
+   * The file (`--config`); default: $EBS_CACHE_AGENT_CONFIG, else /etc/ebs-cache-agent/config.json.
+   * A file named here or by the variable must exist; only the default may be absent.
+   */
   path?: string;
   /** Default: process.env. */
   env?: Env;
@@ -143,7 +146,7 @@ export interface LoadedConfig {
   warnings: string[];
   /** The file that was looked for. */
   path: string;
-  /** false when it did not exist (defaults and environment only). */
+  /** false when the default file did not exist (defaults and environment only). */
   fileFound: boolean;
 }
 
@@ -153,8 +156,17 @@ export interface LoadedConfig {
  */
 export async function loadConfig(options: LoadOptions = {}): Promise<LoadedConfig> {
   const env = options.env ?? process.env;
-  const path = options.path ?? (env[CONFIG_PATH_ENV] || DEFAULT_CONFIG_PATH);
+  const named = options.path ?? (env[CONFIG_PATH_ENV] || undefined);
+  const path = named ?? DEFAULT_CONFIG_PATH;
   const text = await readConfigFile(path);
+  // Only the default file may be absent (all defaults then): a file someone named and that is not
+  // there is most likely a typo, and running on the defaults would hide it.
+  if (text === undefined && named !== undefined) {
+    throw new ConfigError(
+      [`${path}: no such file (named by ${options.path !== undefined ? "--config" : CONFIG_PATH_ENV})`],
+      `name an existing config file; only the default ${DEFAULT_CONFIG_PATH} may be absent, which means all defaults`,
+    );
+  }
   const problems: string[] = [];
   const warnings: string[] = [];
 

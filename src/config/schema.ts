@@ -39,26 +39,40 @@ interface FormatSpec {
   readonly pattern?: string;
 }
 
+/**
+ * The end of the string in a pattern. The patterns are read by ajv (ECMAScript, `u` flag), by
+ * editors, and by validators in other languages (python's jsonschema, with `re`), so they keep
+ * to what all of them read alike: explicit ranges instead of `\p{…}`, `\d`, `\s` or `.` (whose
+ * sets differ between engines), no lookbehind. `$` alone also matches before a final newline in
+ * Python's `re` (and PCRE): the lookahead makes it the end of the string everywhere.
+ */
+const END = "$(?!\\n)";
+
+/** ECMAScript's `\S` spelled out: anything but its whitespace and line terminators. */
+const NOT_SPACE = "[^\\t-\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff]";
+
 export const FORMATS: Readonly<Record<StringFormat, FormatSpec>> = {
   poolName: {
     description: "a pool name (letters, digits, '.', '_', '-', starting with a letter or digit, at most 63 characters)",
-    pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
+    pattern: `^[A-Za-z0-9][A-Za-z0-9._-]{0,62}${END}`,
   },
-  imageSet: { description: "an image-set name (printable ASCII without shell metacharacters, at most 256 characters: a tag value)", pattern: "^[!-~]{1,256}$" },
-  region: { description: "an AWS region name such as us-east-1", pattern: "^[a-z]{2,4}(-[a-z]+)+-\\d{1,2}$" },
-  availabilityZone: { description: "an availability zone name such as us-east-1a", pattern: "^[a-z]{2,4}(-[a-z]+)+-\\d{1,2}[a-z]$" },
-  url: { description: "an http:// or https:// URL", pattern: "^[hH][tT][tT][pP][sS]?://\\S+$" },
-  device: { description: "a device name matching ^/dev/(sd[f-p]|xvd[f-p])$", pattern: "^/dev/(sd[f-p]|xvd[f-p])$" },
+  imageSet: { description: "an image-set name (printable ASCII without shell metacharacters, at most 256 characters: a tag value)", pattern: `^[!-~]{1,256}${END}` },
+  region: { description: "an AWS region name such as us-east-1", pattern: `^[a-z]{2,4}(-[a-z]+)+-[0-9]{1,2}${END}` },
+  availabilityZone: { description: "an availability zone name such as us-east-1a", pattern: `^[a-z]{2,4}(-[a-z]+)+-[0-9]{1,2}[a-z]${END}` },
+  url: { description: "an http:// or https:// URL", pattern: `^[hH][tT][tT][pP][sS]?://${NOT_SPACE}+${END}` },
+  device: { description: "a device name matching ^/dev/(sd[f-p]|xvd[f-p])$", pattern: `^/dev/(sd[f-p]|xvd[f-p])${END}` },
   absolutePath: { description: "an absolute path without '..' segments", pattern: "^/" },
   dockerHost: { description: "unix:// followed by an absolute socket path", pattern: "^unix:///" },
-  systemdUnit: { description: "a systemd service name such as docker.service", pattern: "^(?=.{1,255}$)[A-Za-z0-9_.@:][A-Za-z0-9_.@:-]*\\.service$" },
-  imageRef: { description: "a Docker image reference (registry[:port]/path:tag or @sha256:…)", pattern: "^[!-~]{1,255}$" },
-  labelPrefix: { description: "a label prefix matching ^[a-z0-9]+([.-][a-z0-9]+)*$", pattern: "^[a-z0-9]+([.-][a-z0-9]+)*$" },
+  // At most 255 characters in all: 1 + 246 + ".service".
+  systemdUnit: { description: "a systemd service name such as docker.service", pattern: `^[A-Za-z0-9_.@:][A-Za-z0-9_.@:-]{0,246}\\.service${END}` },
+  imageRef: { description: "a Docker image reference (registry[:port]/path:tag or @sha256:…)", pattern: `^[!-~]{1,255}${END}` },
+  labelPrefix: { description: "a label prefix matching ^[a-z0-9]+([.-][a-z0-9]+)*$", pattern: `^[a-z0-9]+([.-][a-z0-9]+)*${END}` },
   labelKey: {
     description: "a docker label key (lower-case letters, digits, '.', '_', '-', at most 256 characters)",
-    pattern: "^(?=.{1,256}$)[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?$",
+    pattern: `^[a-z0-9](?:[a-z0-9._-]{0,254}[a-z0-9])?${END}`,
   },
-  tagKey: { description: "an EC2 tag key (1 to 128 printable characters, not starting with aws:)", pattern: "^(?![aA][wW][sS]:)[^\\p{Cc}]{1,128}$" },
+  // No control character (Unicode category Cc: U+0000-U+001F, U+007F-U+009F).
+  tagKey: { description: "an EC2 tag key (1 to 128 printable characters, not starting with aws:)", pattern: `^(?![aA][wW][sS]:)[^\\u0000-\\u001f\\u007f-\\u009f]{1,128}${END}` },
   // Its values are the items' `enum`: an editor completes them.
   workspaceKey: { description: "one of osparc's placement label keys: product-name, wallet-id, user-id, project-id, node-id" },
 };

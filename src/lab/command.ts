@@ -2,8 +2,9 @@
  * The lab's command tree (src/lab/main.ts runs it): the demo, and the janitor entry a bundled
  * lab uses to watch a lab root (see janitor.ts).
  */
-import { Command, InvalidArgumentError } from "commander";
+import { Command } from "commander";
 import type { ImageStore } from "../docker/engine.ts";
+import { wholeNumber } from "../cli/options.ts";
 import { run } from "../exec.ts";
 import { createLogger, type Level } from "../log.ts";
 import { runLabDemo } from "./demo.ts";
@@ -14,19 +15,13 @@ import type { EngineName } from "./nspawn-rootfs.ts";
 import { runOsparcDemo } from "./demo-osparc.ts";
 import { runJanitor } from "./janitor.ts";
 
-function positiveInt(value: string): number {
-  const n = Number(value);
-  if (!Number.isSafeInteger(n) || n < 0) throw new InvalidArgumentError("expected a whole number");
-  return n;
-}
-
 /** Builds `ebs-cache-lab …` (`npm run lab -- …`). */
 export function labCommand(): Command {
   const lab = new Command("ebs-cache-lab")
     .description("run the agent's world on this machine: EC2 + IMDS emulators, loop-device volumes, a private dockerd (root)")
     .option("--pool <name>", "pool name", "lab")
-    .option("--pool-size <n>", "pool volumes to create", positiveInt, 3)
-    .option("--image-mib <n>", "payload of the demo image, MiB", positiveInt, 64)
+    .option("--pool-size <n>", "pool volumes to create", wholeNumber, 3)
+    .option("--image-mib <n>", "payload of the demo image, MiB", wholeNumber, 64)
     .option("--engine <version>", "docker engine of the demo's host: 20, 26 or 28 (default: this machine's dockerd; another one runs the host in a systemd-nspawn machine of the Debian release that ships it)", parseEngine)
     .option("--store <store>", "image store of the golden snapshot and the host's docker: graphdriver (default) or containerd (docker 26 and 28)", parseStore)
     .option("--osparc", "the second demo: osparc's autoscaler (src/lab/autoscaler.ts) launching, terminating, stopping and starting agents (--image-mib ignored)")
