@@ -31,6 +31,7 @@ packages=(
   systemd-container # systemd-nspawn boot test
   debootstrap      # the rootfs of the systemd boot test
   packer           # packer validate of the templates
+  shellcheck       # shell scripts checked lint-clean (test/check-iam.test.ts)
   ca-certificates
   curl
 )
