@@ -66,7 +66,7 @@ t.test("a clear refusal without the aws CLI, without credentials, or with a bad 
     }
     const noCredentials = await script([], env);
     t.equal(noCredentials.code, 2, "exit 2 without credentials");
-    t.match(noCredentials.stderr, /no usable AWS credentials/, noCredentials.stderr.trim().split("\n")[0]);
+    t.match(noCredentials.stderr, /no usable AWS credentials/, noCredentials.stderr.trim().split("\n")[0] ?? "");
   }
 
   const bad = await script(["--frobnicate"], process.env);
