@@ -20,7 +20,8 @@
 set -euo pipefail
 
 # One case a line: expected decision, action, resource (volume, snapshot, instance:own,
-# instance:other, new-volume), then the request's context as KEY=VALUE (a list: VALUE,VALUE).
+# instance:other, new-volume, key: a KMS key), then the request's context as KEY=VALUE (a list:
+# VALUE,VALUE). The KMS cases are the grants EC2 uses for an encrypted volume, through EC2 only.
 # Every request also carries ec2:SourceInstanceARN (the own instance), and an instance resource
 # its ec2:InstanceID.
 CASES='
@@ -33,6 +34,7 @@ allowed ec2:DetachVolume instance:own
 denied  ec2:DetachVolume instance:other
 allowed ec2:CreateVolume new-volume aws:RequestTag/ebs-cache:managed=true aws:TagKeys=ebs-cache:managed
 denied  ec2:CreateVolume new-volume aws:RequestTag/Name=scratch aws:TagKeys=Name
+allowed ec2:CreateVolume new-volume aws:RequestTag/ebs-cache:managed=true aws:RequestTag/CostCenter=42 aws:TagKeys=ebs-cache:managed,CostCenter ec2:Encrypted=true
 allowed ec2:CreateVolume snapshot aws:ResourceTag/ebs-cache:managed=true
 denied  ec2:CreateVolume snapshot aws:ResourceTag/Name=backup
 allowed ec2:CreateTags new-volume ec2:CreateAction=CreateVolume aws:RequestTag/ebs-cache:managed=true aws:TagKeys=ebs-cache:managed
@@ -44,6 +46,10 @@ denied  ec2:DeleteTags volume aws:ResourceTag/ebs-cache:managed=true aws:TagKeys
 allowed ec2:DeleteVolume volume aws:ResourceTag/ebs-cache:managed=true
 denied  ec2:DeleteVolume volume aws:ResourceTag/Name=database
 denied  ec2:DeleteVolume volume aws:ResourceTag/ebs-cache:managed=true aws:ResourceTag/ebs-cache:keep=true
+allowed kms:CreateGrant key kms:ViaService=ec2.eu-west-1.amazonaws.com kms:GrantIsForAWSResource=true
+denied  kms:CreateGrant key
+allowed kms:GenerateDataKeyWithoutPlaintext key kms:ViaService=ec2.eu-west-1.amazonaws.com
+denied  kms:Decrypt key
 '
 OWN=i-0a11ce0000000000a
 OTHER=i-0b0b000000000000b
@@ -115,20 +121,24 @@ resource_arn() {
     snapshot) echo "arn:aws:ec2:$region::snapshot/snap-0000000000000000a" ;;
     instance:own) echo "arn:aws:ec2:$region:$account:instance/$OWN" ;;
     instance:other) echo "arn:aws:ec2:$region:$account:instance/$OTHER" ;;
+    key) echo "arn:aws:kms:$region:$account:key/1234abcd-12ab-34cd-56ef-1234567890ab" ;;
     *) echo "check-iam: unknown resource $1 in CASES" >&2; exit 2 ;;
   esac
 }
 
-# One context entry as JSON: KEY=VALUE, a list for aws:TagKeys.
+# One context entry as JSON: KEY=VALUE, a list for aws:TagKeys, a boolean for the Bool keys.
 context_entry() {
   local key=${1%%=*} value=${1#*=} type=string
-  if [ "$key" = aws:TagKeys ]; then type=stringList; fi
+  case "$key" in
+    aws:TagKeys) type=stringList ;;
+    kms:GrantIsForAWSResource | ec2:Encrypted) type=boolean ;;
+  esac
   printf '{"ContextKeyName":"%s","ContextKeyValues":["%s"],"ContextKeyType":"%s"}' "$key" "${value//,/\",\"}" "$type"
 }
 
 echo
 echo "== aws iam simulate-custom-policy"
-printf '%-8s %-18s %-15s %-13s %s\n' expected action resource decision context
+printf '%-8s %-35s %-15s %-13s %s\n' expected action resource decision context
 while read -r expected action resource context; do
   [ -n "$expected" ] || continue
   arn=$(resource_arn "$resource")
@@ -148,7 +158,7 @@ while read -r expected action resource context; do
   if [ "$decision" = allowed ]; then verdict=allowed; fi
   mark=""
   if [ "$verdict" != "$expected" ]; then mark="   <-- expected $expected"; failed=1; fi
-  printf '%-8s %-18s %-15s %-13s %s%s\n' "$expected" "$action" "$resource" "$decision" "$context" "$mark"
+  printf '%-8s %-35s %-15s %-13s %s%s\n' "$expected" "$action" "$resource" "$decision" "$context" "$mark"
 done <<< "$CASES"
 
 if [ "$failed" -ne 0 ]; then

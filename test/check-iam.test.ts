@@ -113,6 +113,7 @@ t.test("the cases the script asks AWS about are decided as it expects by an inde
       snapshot: `arn:aws:ec2:${region}::snapshot/snap-0000000000000000a`,
       "instance:own": `arn:aws:ec2:${region}:${ACCOUNT}:instance/${OWN}`,
       "instance:other": `arn:aws:ec2:${region}:${ACCOUNT}:instance/${OTHER}`,
+      key: `arn:aws:kms:${region}:${ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab`,
     };
     if (!arns[resource]) throw new Error(`unknown resource ${resource}`);
     return arns[resource];
@@ -133,5 +134,6 @@ t.test("the cases the script asks AWS about are decided as it expects by an inde
     const decision = result === "Allowed" ? "allowed" : typeof result === "string" ? "denied" : `error ${result.errors}`;
     t.equal(decision, c.expected, `${c.action} ${c.resource} ${c.context.join(" ")}: ${c.expected} (${typeof result === "string" ? result : "error"})`);
   }
+  t.same(await contextEntry("kms:GrantIsForAWSResource=true"), { ContextKeyName: "kms:GrantIsForAWSResource", ContextKeyValues: ["true"], ContextKeyType: "boolean" }, "a boolean");
   t.same(await contextEntry("aws:TagKeys=ebs-cache:a,ebs-cache:b"), { ContextKeyName: "aws:TagKeys", ContextKeyValues: ["ebs-cache:a", "ebs-cache:b"], ContextKeyType: "stringList" }, "a list");
 });
