@@ -18,6 +18,9 @@
 # makes a new one, which boots prefer, the keeper stocks and gc retires the older ones for.
 # (the engine version is known on the builder only: it writes it to a file this template
 # downloads, and the snapshot step tags the volume with it before snapshotting).
+# pool_volume_encrypted / pool_volume_kms_key_id encrypt the volume (its snapshot and the volumes
+# made from it are then encrypted with that key), pool_volume_tags adds the operator's tags to the
+# volume and, through the snapshot step, to the snapshot.
 # Build it with the docker the cluster runs (var.docker_package) and the store its hosts use
 # (var.image_store): the agent leaves a volume whose store does not match the host's. With the amazon plugin (Packer >= 1.7) `snapshot_volume = true` and `snapshot_tags`
 # could replace the post-processing step; Packer 1.6.6 (the offline validation) knows neither.
@@ -65,8 +68,11 @@ source "amazon-ebsvolume" "pool" {
     volume_size           = var.pool_volume_size_gib
     throughput            = 125
     iops                  = 3000
+    encrypted             = var.pool_volume_encrypted
+    kms_key_id            = var.pool_volume_kms_key_id
     delete_on_termination = false
-    tags = merge(local.pool_tags, {
+    # The operator's tags first: the pool's own ebs-cache: tags win. The snapshot step copies them all.
+    tags = merge(var.pool_volume_tags, local.pool_tags, {
       Name = "ebs-cache pool ${var.pool} (${var.image_set})"
     })
   }

@@ -128,6 +128,24 @@ variable "pool_volume_type" {
   default = "gp3"
 }
 
+variable "pool_volume_encrypted" {
+  type        = bool
+  default     = false
+  description = "Encrypt the pool volume, and so its snapshot and every volume made from it (config volumes.encrypted of the agent)."
+}
+
+variable "pool_volume_kms_key_id" {
+  type        = string
+  default     = ""
+  description = "The KMS key (id, alias/NAME or ARN) of the encrypted pool volume; empty: the account's default key for EBS. Needs pool_volume_encrypted."
+}
+
+variable "pool_volume_tags" {
+  type        = map(string)
+  default     = {}
+  description = "The operator's tags (cost allocation, ownership) on the pool volume and its snapshot, as the agent's config volumes.tags puts them on the volumes it creates; keys outside ebs-cache: and aws:."
+}
+
 variable "pool_builder_instance_type" {
   type        = string
   default     = "t3.large"

@@ -32,7 +32,7 @@ packages=(
   systemd-container # systemd-nspawn boot test
   debootstrap      # the rootfs of the systemd boot test
   packer           # packer validate of the templates
-  shellcheck       # every shell script of the repository is checked (test/shellcheck.test.ts)
+  shellcheck       # every shell script of the repository is checked (test/shellcheck.test.ts, test/check-iam.test.ts)
   ca-certificates
   curl
 )

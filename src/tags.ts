@@ -61,6 +61,15 @@ export const CONTENT_TAGS = [VolumeTag.imageSet, VolumeTag.builtAt, VolumeTag.im
 
 /** EC2's limit on a tag value, in characters: a value the agent stores as a tag must fit it. */
 export const MAX_TAG_VALUE = 256;
+/** EC2's limit on a tag key, in characters. */
+export const MAX_TAG_KEY = 128;
+/** EC2's limit on the tags of one resource (volume, snapshot). */
+export const MAX_TAGS_PER_RESOURCE = 50;
+/**
+ * How many operator tags (config `volumes.tags`) a volume can take beside the agent's own: every
+ * VolumeTag may be on one volume at once, so a new agent tag lowers this.
+ */
+export const MAX_OPERATOR_TAGS = MAX_TAGS_PER_RESOURCE - Object.keys(VolumeTag).length;
 
 export const VolumeKind = { pool: "pool", workspace: "workspace" } as const;
 export type VolumeKind = (typeof VolumeKind)[keyof typeof VolumeKind];

@@ -10,8 +10,11 @@ import { join } from "node:path";
 import { ExitCode } from "../src/errors.ts";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
 import { VolumeTag } from "../src/tags.ts";
+import { CreateVolumeCommand } from "@aws-sdk/client-ec2";
+import { workspaceIdTags } from "../src/agent/workspace-ids.ts";
 import { labelRecord, LABEL_PREFIX, POOL, startBootLab, type InProcessBoot } from "./fixtures/boot-lab.ts";
-import { assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
+import { assertLabPrerequisites, pollUntil } from "./fixtures/lab-prereq.ts";
+import { workspaceTags } from "./fixtures/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 
@@ -54,7 +57,10 @@ t.test("pool volumes of another zone are never tried: with creating from the sna
 t.test("no pool volume in this zone: a volume is created from the pool's snapshot, attached and ready", async (t) => {
   const host = await bl.addHost({ availabilityZone: "us-east-1a" });
   const instanceId = host.instance.instanceId;
-  const booted = await bl.boot(host, { overrides: { pool: POOL } });
+  // The volume made as an operator configures it (config volumes): encrypted with a KMS key, gp3
+  // throughput above the baseline, the operator's tags.
+  const volumes = { encrypted: true, kmsKeyId: "alias/ebs-cache", throughputMiBps: 250, tags: ["CostCenter=42", "Owner=platform"] };
+  const booted = await bl.boot(host, { overrides: { pool: POOL, volumes } });
   assertOutcome(t, booted, "ready", "outcome ready");
   t.equal(booted.exitCode, 0);
   t.equal(booted.plan.selection.source, "snapshot", "the plan creates a volume from the snapshot");
@@ -70,6 +76,10 @@ t.test("no pool volume in this zone: a volume is created from the pool's snapsho
   t.equal(tags[VolumeTag.kind], "pool");
   t.equal(tags[VolumeTag.managed], "true");
   t.equal(tags[VolumeTag.claimedBy], instanceId, "claimed-by this instance");
+  t.match(tags, { CostCenter: "42", Owner: "platform" }, "the operator's tags beside the agent's");
+  t.equal(volume.Encrypted, true, "encrypted");
+  t.match(volume.KmsKeyId, /:alias\/ebs-cache$/, "with the configured key");
+  t.same([volume.Iops, volume.Throughput], [3000, 250], "gp3's baseline IOPS, the configured throughput");
   t.same(bl.attachCalls(instanceId), [volumeId], "one AttachVolume, for the new volume");
   await otherZoneUntouched(t);
 
@@ -79,6 +89,37 @@ t.test("no pool volume in this zone: a volume is created from the pool's snapsho
   t.equal(labelRecord(info.Labels)[`${LABEL_PREFIX}.state`], "ready", "label state=ready");
   const ran = await dockerd.docker(["run", "--rm", "--network", "none", "lab/app:1", "echo", "ok"]);
   t.equal(ran.stdout.trim(), "ok", "the snapshot's images run");
+});
+
+t.test("workspace.requireEncrypted: the user's workspace volume EBS does not encrypt is not attached; the node degrades with the reason", async (t) => {
+  const ids = { "user-id": "u-plain" };
+  const host = await bl.addHost({ availabilityZone: "us-east-1a", tags: workspaceTags({ userId: ids["user-id"] }) });
+  const instanceId = host.instance.instanceId;
+  const created = await bl.ec2.send(
+    new CreateVolumeCommand({
+      AvailabilityZone: "us-east-1a",
+      SnapshotId: bl.golden!.snapshotId,
+      TagSpecifications: [
+        { ResourceType: "volume", Tags: Object.entries({ [VolumeTag.managed]: "true", [VolumeTag.kind]: "workspace", [VolumeTag.pool]: POOL, ...workspaceIdTags(ids) }).map(([Key, Value]) => ({ Key, Value })) },
+      ],
+    }),
+  );
+  const plain = created.VolumeId!;
+  await pollUntil(async () => (await bl.describe(plain)).State === "available");
+  const createsBefore = bl.calls.filter((c) => c.command === "CreateVolumeCommand").length;
+
+  const booted = await bl.boot(host, { overrides: { pool: POOL, workspace: { requireEncrypted: true }, volumes: { encrypted: true } } });
+  assertOutcome(t, booted, "degraded", "outcome degraded");
+  t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
+  t.match(booted.result?.reason, new RegExp(`the workspace volume ${plain} of these ids is not encrypted and workspace\\.requireEncrypted is set: not attached`), "the reason names the volume and the switch");
+  t.same(bl.attachCalls(instanceId), [], "no AttachVolume");
+  t.equal(bl.calls.filter((c) => c.command === "CreateVolumeCommand").length, createsBefore, "no new workspace volume (it would split the user's data)");
+  const after = await bl.describe(plain);
+  t.equal(after.State, "available", "the volume is left as it was");
+  t.same(after.Attachments, []);
+  const labels = labelRecord((await host.dockerd!.info()).Labels);
+  t.equal(labels[`${LABEL_PREFIX}.state`], "degraded", "label state=degraded");
+  t.match(labels[`${LABEL_PREFIX}.reason`], /not encrypted/, "a label gives the reason");
 });
 
 t.test("no pool volume and no snapshot: degraded, docker up on its default data-root, label state=degraded, exit code 4", async (t) => {

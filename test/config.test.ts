@@ -4,7 +4,7 @@ import t from "tap";
 import { generate } from "../scripts/config-schema.ts";
 import { shippedConfigValidator } from "./fixtures/schema-validators.ts";
 import { FULL_CONFIG as FULL, INVALID_CONFIGS } from "./fixtures/config-documents.ts";
-import { WORKSPACE_KEYS } from "../src/tags.ts";
+import { MAX_OPERATOR_TAGS, VolumeTag, WORKSPACE_KEYS } from "../src/tags.ts";
 import { CONFIG_SCHEMA } from "../src/config/schema.ts";
 import { ConfigError } from "../src/errors.ts";
 import {
@@ -30,6 +30,7 @@ const DEFAULTS = {
   volumeType: "gp3",
   createFromSnapshot: true,
   initializationRateMiBps: null,
+  volumes: { encrypted: false, kmsKeyId: null, iops: null, throughputMiBps: null, tags: [] },
   claim: { candidatesPerListing: 50, maxVolumes: 3, maxLosses: 5, quarantineHours: 6 },
   timeouts: { imdsSeconds: 60, imdsRequestSeconds: 5, attachSeconds: 120, deviceSeconds: 60, dockerSeconds: 120, bootSeconds: 40, createSeconds: 20 },
   paths: {
@@ -51,6 +52,7 @@ const DEFAULTS = {
     minimumKeys: ["user-id"],
     create: "snapshot",
     sizeGiB: 20,
+    requireEncrypted: false,
     waitForLabelsTag: "warm-buffer",
     waitForLabelsTagSeconds: 15,
   },
@@ -174,6 +176,54 @@ t.test("keeper: zone names are checked, the lower bound may not exceed the upper
   ]);
   t.same(validateConfig({ keeper: { minAvailable: 3, maxAvailable: 3 } }).problems, [], "equal bounds are a fixed target");
   t.same(validateConfig({ keeper: { initializationRateMiBps: 301 } }).problems, ["keeper.initializationRateMiBps: must be an integer between 100 and 300, or null, got 301"]);
+});
+
+t.test("volumes: encryption, gp3 performance and operator tags within EC2's rules, reported at once", async (t) => {
+  const good = validateConfig({
+    volumes: { encrypted: true, kmsKeyId: "alias/ebs-cache", iops: 6000, throughputMiBps: 500, tags: ["CostCenter=1234", "Owner=team a", "Empty="] },
+    workspace: { requireEncrypted: true },
+  });
+  t.same(good.problems, [], "a valid volumes group");
+  t.same(good.config.volumes.tags, ["CostCenter=1234", "Owner=team a", "Empty="]);
+  for (const key of ["1234abcd-12ab-34cd-56ef-1234567890ab", "arn:aws:kms:eu-west-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab", "arn:aws:kms:eu-west-1:111122223333:alias/ebs", "mrk-1234abcd12ab34cd56ef1234567890ab"]) {
+    t.same(validateConfig({ volumes: { encrypted: true, kmsKeyId: key } }).problems, [], `KMS key ${key}`);
+  }
+  t.match(
+    validateConfig({
+      volumeType: "gp2",
+      volumes: { kmsKeyId: "1234", iops: 2000, throughputMiBps: 3000, tags: ["aws:owner=x", "ebs-cache:pool=y", "noequals", `${"k".repeat(129)}=v`, `Long=${"v".repeat(257)}`] },
+    }).problems,
+    [
+      'volumes.kmsKeyId: must be a KMS key: a key id (1234abcd-12ab-34cd-56ef-1234567890ab), alias/NAME, a key ARN or an alias ARN, got "1234"',
+      "volumes.iops: must be an integer between 3000 and 80000, or null, got 2000",
+      "volumes.throughputMiBps: must be an integer between 125 and 2000, or null, got 3000",
+      'volumes.tags[0]: the key of "aws:owner=x" starts with aws:, which EC2 reserves for AWS\'s own tags',
+      'volumes.tags[1]: the key of "ebs-cache:pool=y" is in the agent\'s own ebs-cache: namespace: choose another key',
+      'volumes.tags[2]: must be KEY=VALUE, got "noequals"',
+      /^volumes\.tags\[3\]: the key of "k+\.\.\." must be 1 to 128 characters \(EC2's limit\)$/,
+      /^volumes\.tags\[4\]: the value of "Long=v+\.\.\." is longer than 256 characters \(EC2's limit\)$/,
+    ],
+    "every bad value at once, each naming its key",
+  );
+  t.same(
+    validateConfig({ volumeType: "gp2", volumes: { kmsKeyId: "alias/x", iops: 4000, throughputMiBps: 1001, tags: ["A=1", "A=2"] }, workspace: { requireEncrypted: true, create: "blank", sizeGiB: 5 } }).problems,
+    [
+      "volumes.kmsKeyId: set, but volumes.encrypted is false, and EC2 takes a KmsKeyId only with Encrypted=true; set volumes.encrypted to true or remove the key",
+      "workspace.requireEncrypted: true, but volumes.encrypted is false, so a workspace volume the agent creates could be refused at the next boot; set volumes.encrypted to true",
+      'volumes.iops: set, but volumeType is "gp2"; the agent provisions IOPS and throughput on gp3 only',
+      'volumes.throughputMiBps: set, but volumeType is "gp2"; the agent provisions IOPS and throughput on gp3 only',
+      "volumes.throughputMiBps: 1001 MiB/s is more than 0.25 MiB/s per IOPS of 4000 IOPS (1000), which EC2 refuses; raise volumes.iops or lower the throughput",
+      "volumes.iops: 4000 is more than 500 per GiB of a blank workspace volume of workspace.sizeGiB 5 (2500), which EC2 refuses; lower it or raise workspace.sizeGiB",
+      'volumes.tags: "A" given more than once; a tag has one value',
+    ],
+    "the checks across keys",
+  );
+  t.same(validateConfig({ volumes: { throughputMiBps: 750 } }).problems, [], "750 MiB/s on the 3000 IOPS baseline is the most");
+  t.match(validateConfig({ volumes: { throughputMiBps: 751 } }).problems, [/of 3000 IOPS \(750\)/], "751 is one too many");
+  const many = Array.from({ length: MAX_OPERATOR_TAGS + 1 }, (_, i) => `k${i}=v`);
+  t.same(validateConfig({ volumes: { tags: many.slice(0, MAX_OPERATOR_TAGS) } }).problems, [], `${MAX_OPERATOR_TAGS} operator tags fit`);
+  t.same(validateConfig({ volumes: { tags: many } }).problems, [`volumes.tags: ${MAX_OPERATOR_TAGS + 1} tags, more than the ${MAX_OPERATOR_TAGS} a volume can take beside the agent's own (EC2 allows 50 tags on a resource)`]);
+  t.equal(MAX_OPERATOR_TAGS + Object.keys(VolumeTag).length, 50, "operator tags and every agent tag together are EC2's 50");
 });
 
 t.test("prune: the target must be below the threshold", async (t) => {
@@ -398,6 +448,11 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_VOLUME_TYPE",
     "EBS_CACHE_AGENT_CREATE_FROM_SNAPSHOT",
     "EBS_CACHE_AGENT_INITIALIZATION_RATE_MIBPS",
+    "EBS_CACHE_AGENT_VOLUMES__ENCRYPTED",
+    "EBS_CACHE_AGENT_VOLUMES__KMS_KEY_ID",
+    "EBS_CACHE_AGENT_VOLUMES__IOPS",
+    "EBS_CACHE_AGENT_VOLUMES__THROUGHPUT_MIBPS",
+    "EBS_CACHE_AGENT_VOLUMES__TAGS",
     "EBS_CACHE_AGENT_CLAIM__CANDIDATES_PER_LISTING",
     "EBS_CACHE_AGENT_CLAIM__MAX_VOLUMES",
     "EBS_CACHE_AGENT_CLAIM__MAX_LOSSES",
@@ -429,6 +484,7 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_WORKSPACE__MINIMUM_KEYS",
     "EBS_CACHE_AGENT_WORKSPACE__CREATE",
     "EBS_CACHE_AGENT_WORKSPACE__SIZE_GIB",
+    "EBS_CACHE_AGENT_WORKSPACE__REQUIRE_ENCRYPTED",
     "EBS_CACHE_AGENT_WORKSPACE__WAIT_FOR_LABELS_TAG",
     "EBS_CACHE_AGENT_WORKSPACE__WAIT_FOR_LABELS_TAG_SECONDS",
     "EBS_CACHE_AGENT_PREWARM__STRATEGY",

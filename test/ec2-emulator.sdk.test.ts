@@ -138,6 +138,66 @@ t.test("CreateVolume errors", async (t) => {
   await poll(() => lab.backend.callsOf("createVolume"), (calls) => calls.some((c) => c.other === snap.SnapshotId));
 });
 
+t.test("CreateVolume: EC2's rules for encryption, KMS keys, gp3 IOPS and throughput, and tags", async (t) => {
+  const lab = await startLab(t);
+  const ec2 = lab.client();
+  const zone = "us-east-1a";
+  const create = (input: Omit<ConstructorParameters<typeof CreateVolumeCommand>[0], "AvailabilityZone">) => ec2.send(new CreateVolumeCommand({ AvailabilityZone: zone, ...input }));
+
+  t.match(await sdkError(create({ Size: 10, KmsKeyId: "alias/ebs-cache" })), { name: "InvalidParameterDependency", message: /KmsKeyId requires the parameter Encrypted/ }, "KmsKeyId without Encrypted");
+  const keyId = "1234abcd-12ab-34cd-56ef-1234567890ab";
+  const shapes: Array<[string, RegExp]> = [
+    [keyId, new RegExp(`^arn:aws:kms:us-east-1:\\d{12}:key/${keyId}$`)],
+    ["alias/ebs-cache", /^arn:aws:kms:us-east-1:\d{12}:alias\/ebs-cache$/],
+    [`arn:aws:kms:us-east-1:111122223333:key/${keyId}`, new RegExp(`^arn:aws:kms:us-east-1:111122223333:key/${keyId}$`)],
+    ["arn:aws:kms:us-east-1:111122223333:alias/team", /^arn:aws:kms:us-east-1:111122223333:alias\/team$/],
+  ];
+  for (const [given, arn] of shapes) {
+    const id = (await create({ Size: 10, Encrypted: true, KmsKeyId: given })).VolumeId!;
+    const v = await volumeState(ec2, id, "available");
+    t.equal(v.Encrypted, true, `encrypted with ${given}`);
+    t.match(v.KmsKeyId, arn, "the key as its ARN");
+  }
+  const bad = (await create({ Size: 10, Encrypted: true, KmsKeyId: "not-a-key" })).VolumeId!;
+  t.equal((await volumeState(ec2, bad, "error")).State, "error", "a key of no valid shape: accepted, then the volume fails (EC2 checks the key asynchronously)");
+  const byDefault = await volumeState(ec2, (await create({ Size: 10, Encrypted: true })).VolumeId!, "available");
+  t.match(byDefault.KmsKeyId, /^arn:aws:kms:us-east-1:\d{12}:key\//, "Encrypted without a key: the account's default key for EBS");
+
+  const source = (await create({ Size: 10, Encrypted: true, KmsKeyId: keyId })).VolumeId!;
+  await volumeState(ec2, source, "available");
+  const snap = (await ec2.send(new CreateSnapshotCommand({ VolumeId: source }))).SnapshotId!;
+  await snapshotCompleted(ec2, snap);
+  const done = (await ec2.send(new DescribeSnapshotsCommand({ SnapshotIds: [snap] }))).Snapshots?.[0];
+  t.equal(done?.Encrypted, true, "a snapshot of an encrypted volume is encrypted");
+  t.equal((await ec2.send(new DescribeSnapshotsCommand({ Filters: [{ Name: "encrypted", Values: ["true"] }] }))).Snapshots?.length, 1, "and found by the encrypted filter");
+  const restored = await volumeState(ec2, (await create({ SnapshotId: snap, Encrypted: false })).VolumeId!, "available");
+  t.equal(restored.Encrypted, true, "a volume from an encrypted snapshot is encrypted, Encrypted=false ignored");
+  t.match(restored.KmsKeyId, new RegExp(`key/${keyId}$`), "with the snapshot's key");
+  const rekeyed = await volumeState(ec2, (await create({ SnapshotId: snap, Encrypted: true, KmsKeyId: "alias/other" })).VolumeId!, "available");
+  t.match(rekeyed.KmsKeyId, /alias\/other$/, "or with the key the request names");
+
+  const gp3 = await volumeState(ec2, (await create({ Size: 20, Iops: 10000, Throughput: 1000 })).VolumeId!, "available");
+  t.same([gp3.Iops, gp3.Throughput], [10000, 1000], "provisioned IOPS and throughput are kept");
+  const refusals: Array<[Parameters<typeof create>[0], RegExp, string]> = [
+    [{ Size: 100, Iops: 2999 }, /iops of 2999 is too low; minimum is 3000/, "IOPS below gp3's 3000"],
+    [{ Size: 1000, Iops: 80001 }, /iops of 80001 is too high; maximum is 80000/, "IOPS above gp3's 80000"],
+    [{ Size: 10, Iops: 5001 }, /Iops to volume size ratio of 500\.1\d* is too high; maximum is 500/, "more than 500 IOPS per GiB"],
+    [{ Size: 100, Throughput: 124 }, /throughput of 124 is too low; minimum is 125/, "throughput below 125"],
+    [{ Size: 1000, Iops: 80000, Throughput: 2001 }, /throughput of 2001 is too high; maximum is 2000/, "throughput above 2000"],
+    [{ Size: 100, Iops: 3000, Throughput: 751 }, /Throughput \(MiBps\) to iops ratio of 0\.250333 is too high; maximum is 0\.250000/, "more than 0.25 MiB/s per IOPS"],
+  ];
+  for (const [input, message, why] of refusals) t.match(await sdkError(create(input)), { name: "InvalidParameterValue", message }, why);
+  t.match(await sdkError(create({ Size: 10, VolumeType: "gp2", Iops: 3000 })), { name: "InvalidParameterCombination" }, "Iops on gp2");
+  t.same((await volumeState(ec2, (await create({ Size: 2, Iops: 3000 })).VolumeId!, "available")).Iops, 3000, "the 3000 baseline on a 2 GiB volume (the ratio counts above it)");
+
+  const tags = (n: number) => Array.from({ length: n }, (_, i) => ({ Key: `k${i}`, Value: "v" }));
+  t.match(await sdkError(create({ Size: 1, TagSpecifications: [{ ResourceType: "volume", Tags: tags(51) }] })), { name: "TagLimitExceeded" }, "51 tags");
+  t.ok((await create({ Size: 1, TagSpecifications: [{ ResourceType: "volume", Tags: tags(50) }] })).VolumeId, "50 tags");
+  t.match(await sdkError(create({ Size: 1, TagSpecifications: [{ ResourceType: "volume", Tags: [{ Key: "aws:owner", Value: "x" }] }] })), { name: "InvalidParameterValue", message: /aws:/ }, "aws: is reserved");
+  t.match(await sdkError(create({ Size: 1, TagSpecifications: [{ ResourceType: "volume", Tags: [{ Key: "k".repeat(129), Value: "x" }] }] })), { name: "InvalidParameterValue" }, "a key of 129 characters");
+  t.match(await sdkError(create({ Size: 1, TagSpecifications: [{ ResourceType: "volume", Tags: [{ Key: "k", Value: "v".repeat(257) }] }] })), { name: "InvalidParameterValue" }, "a value of 257 characters");
+});
+
 t.test("DescribeVolumes: ids, filters (OR within, AND across, wildcards)", async (t) => {
   const lab = await startLab(t);
   const ec2 = lab.client();

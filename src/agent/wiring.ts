@@ -12,6 +12,7 @@ import { createCloudVolumes, createEc2Client } from "../aws/ec2.ts";
 import { DEFAULT_IMDS_ENDPOINT, createMetadataService, identifyInstance, type MetadataSource } from "../aws/imds.ts";
 import { readSpotInstanceAction } from "../aws/spot-notice.ts";
 import type { AgentConfig } from "../config/index.ts";
+import { splitOperatorTag } from "../config/validate.ts";
 import type { EffectiveSettings } from "../config/overrides.ts";
 import { containerdRootOnVolume, createContainerdConfig, prepareContainerdRoot } from "../docker/containerd-store.ts";
 import { createDaemonConfig } from "../docker/daemon-json.ts";
@@ -26,7 +27,7 @@ import { mountPointsOf, syncFilesystem } from "../host/mount.ts";
 import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
 import type { BootCommandDeps } from "./boot/run.ts";
-import type { CloudVolumes, ContainerdRoot, DockerService, OutcomeRecorder, PrewarmReader } from "./ports.ts";
+import type { CloudVolumes, ContainerdRoot, DockerService, OutcomeRecorder, PrewarmReader, VolumeCreation } from "./ports.ts";
 import { createFreshDataRoot, prepareOncePerInstance } from "./boot/prepare.ts";
 import { beginPrewarmAtBoot } from "./prewarm/apply.ts";
 import { prewarmSettingsFrom } from "./prewarm/plan.ts";
@@ -82,6 +83,22 @@ export interface WiringOptions {
   startRefresh?: () => Promise<void>;
 }
 
+/** What every volume the agent creates gets, from config `volumes`. */
+export function volumeCreation(config: Pick<AgentConfig, "volumes">): VolumeCreation {
+  const v = config.volumes;
+  return {
+    encrypted: v.encrypted,
+    ...(v.kmsKeyId !== null ? { kmsKeyId: v.kmsKeyId } : {}),
+    ...(v.iops !== null ? { iops: v.iops } : {}),
+    ...(v.throughputMiBps !== null ? { throughputMiBps: v.throughputMiBps } : {}),
+    // Each is KEY=VALUE: the config's check refused anything else.
+    tags: Object.fromEntries(v.tags.flatMap((text) => {
+      const tag = splitOperatorTag(text);
+      return tag ? [[tag.key, tag.value]] : [];
+    })),
+  };
+}
+
 /** What every command shares: EC2 per region and the instance's identity. */
 function wireCommon(options: WiringOptions) {
   const { config, log } = options;
@@ -89,7 +106,9 @@ function wireCommon(options: WiringOptions) {
   const cloudFor = (region: string): CloudVolumes => {
     let cloud = clouds.get(region);
     if (!cloud) {
-      cloud = sharingDescribeInstance(createCloudVolumes({ client: options.ec2Client(region), log, ...(options.pollMs ? { pollMs: options.pollMs } : {}) }));
+      cloud = sharingDescribeInstance(
+        createCloudVolumes({ client: options.ec2Client(region), log, creation: volumeCreation(config), ...(options.pollMs ? { pollMs: options.pollMs } : {}) }),
+      );
       clouds.set(region, cloud);
     }
     return cloud;

@@ -51,6 +51,7 @@ import type {
   CloudVolumes,
   InstanceInfo,
   SnapshotInfo,
+  VolumeCreation,
   VolumeInfo,
   VolumeQuery,
   VolumeState,
@@ -129,6 +130,8 @@ export interface CloudVolumesOptions {
   createTimeoutMs?: number;
   /** MaxResults of Describe* pages (EC2 accepts 5 or more), capped at what each action allows (default: the cap). */
   pageSize?: number;
+  /** What every volume this creates gets (config `volumes`); absent: EC2's defaults and the agent's tags only. */
+  creation?: VolumeCreation;
 }
 
 /** Device names the agent attaches at, in order (EC2's recommended range for EBS data volumes). */
@@ -170,6 +173,7 @@ interface Ec2Context {
   createTimeoutMs: number;
   /** MaxResults for an action's pages: the configured page size, capped at what the action allows. */
   pageSize: (action: keyof typeof MAX_PAGE) => number;
+  creation?: VolumeCreation;
 }
 
 /** CloudVolumes backed by EC2. */
@@ -180,6 +184,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
     pollMs: options.pollMs ?? 1000,
     createTimeoutMs: options.createTimeoutMs ?? 300_000,
     pageSize: (action) => Math.min(options.pageSize ?? MAX_PAGE[action], MAX_PAGE[action]),
+    ...(options.creation ? { creation: options.creation } : {}),
   };
   return {
     findVolumes: (query, options) => findVolumes(ctx, query, options),
@@ -318,17 +323,28 @@ async function findSnapshots(ctx: Ec2Context, tags: Record<string, string>, opti
   });
 }
 
-async function createVolume(ctx: Ec2Context, spec: VolumeSpec, options?: Cancellable): Promise<VolumeInfo> {
+/** The CreateVolume request for a spec and the creation settings every volume gets. */
+export function createVolumeInput(spec: VolumeSpec, creation: VolumeCreation | undefined, clientToken: string): CreateVolumeCommandInput {
   const input: CreateVolumeCommandInput = {
     AvailabilityZone: spec.availabilityZone,
     VolumeType: spec.volumeType as CreateVolumeCommandInput["VolumeType"],
-    TagSpecifications: [{ ResourceType: "volume", Tags: toTags(spec.tags) }],
-    // The same token on every SDK retry of this call: EC2 makes one volume, not one per attempt.
-    ClientToken: spec.clientToken ?? randomUUID(),
+    // The operator's tags first: the agent's own (disjoint by the config's check) are the spec's.
+    TagSpecifications: [{ ResourceType: "volume", Tags: toTags({ ...creation?.tags, ...spec.tags }) }],
+    ClientToken: clientToken,
   };
   if (spec.snapshotId !== undefined) input.SnapshotId = spec.snapshotId;
   if (spec.sizeGiB !== undefined) input.Size = spec.sizeGiB;
   if (spec.initializationRateMiBps !== undefined) input.VolumeInitializationRate = spec.initializationRateMiBps;
+  if (creation?.encrypted) input.Encrypted = true;
+  if (creation?.kmsKeyId !== undefined) input.KmsKeyId = creation.kmsKeyId;
+  if (creation?.iops !== undefined) input.Iops = creation.iops;
+  if (creation?.throughputMiBps !== undefined) input.Throughput = creation.throughputMiBps;
+  return input;
+}
+
+async function createVolume(ctx: Ec2Context, spec: VolumeSpec, options?: Cancellable): Promise<VolumeInfo> {
+  // The same token on every SDK retry of this call: EC2 makes one volume, not one per attempt.
+  const input = createVolumeInput(spec, ctx.creation, spec.clientToken ?? randomUUID());
   const created = await call("CreateVolume", () => ctx.api.createVolume(input, options));
   const volumeId = created.VolumeId;
   if (!volumeId) throw ec2CallError("CreateVolume", new Error("the answer names no volume id"));
@@ -608,6 +624,8 @@ function toVolumeInfo(volume: Volume): VolumeInfo {
   if (volume.VolumeType) info.volumeType = volume.VolumeType;
   if (volume.Iops !== undefined) info.iops = volume.Iops;
   if (volume.Throughput !== undefined) info.throughputMiBps = volume.Throughput;
+  if (volume.Encrypted !== undefined) info.encrypted = volume.Encrypted;
+  if (volume.KmsKeyId) info.kmsKeyId = volume.KmsKeyId;
   return info;
 }
 

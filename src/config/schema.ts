@@ -11,6 +11,7 @@
  * grammar, a label prefix that must not collide with osparc's labels); the shipped file carries
  * the format's pattern too, so that an editor flags most bad values on its own.
  */
+import { MAX_OPERATOR_TAGS, MAX_TAG_VALUE, MAX_TAGS_PER_RESOURCE } from "../tags.ts";
 
 /** Named checks for string values. */
 export type StringFormat =
@@ -27,7 +28,9 @@ export type StringFormat =
   | "labelPrefix"
   | "labelKey"
   | "tagKey"
-  | "workspaceKey";
+  | "workspaceKey"
+  | "kmsKeyId"
+  | "operatorTag";
 
 interface FormatSpec {
   /** What the format accepts, in the words used by error messages and the reference. */
@@ -73,6 +76,15 @@ export const FORMATS: Readonly<Record<StringFormat, FormatSpec>> = {
   },
   // No control character (Unicode category Cc: U+0000-U+001F, U+007F-U+009F).
   tagKey: { description: "an EC2 tag key (1 to 128 printable characters, not starting with aws:)", pattern: `^(?![aA][wW][sS]:)[^\\u0000-\\u001f\\u007f-\\u009f]{1,128}${END}` },
+  kmsKeyId: {
+    description: "a KMS key: a key id (1234abcd-12ab-34cd-56ef-1234567890ab), alias/NAME, a key ARN or an alias ARN",
+    pattern: `^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|mrk-[0-9a-fA-F]{32}|alias/[A-Za-z0-9/_-]{1,250}|arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:(key/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|mrk-[0-9a-fA-F]{32})|alias/[A-Za-z0-9/_-]{1,250}))${END}`,
+  },
+  operatorTag: {
+    description:
+      "an EC2 tag as KEY=VALUE (key 1 to 128 characters without '=', not starting with aws: or ebs-cache:; value up to 256 characters)",
+    pattern: "^(?![aA][wW][sS]:)(?!ebs-cache:)[^=]{1,128}=",
+  },
   // Its values are the items' `enum`: an editor completes them.
   workspaceKey: { description: "one of osparc's placement label keys: product-name, wallet-id, user-id, project-id, node-id" },
 };
@@ -167,6 +179,43 @@ export const CONFIG_SCHEMA = {
       maximum: 300,
       default: null,
       description: "Volume initialization rate (MiB/s) requested for volumes created from a snapshot; null leaves blocks to load lazily.",
+    },
+    volumes: {
+      type: "object",
+      description: "How the volumes the agent creates are made (a boot from the pool's snapshot or blank, and `pool fill`), as Karpenter's EC2NodeClass `blockDeviceMappings` and `tags` (see docs/operations.md, \"Volumes as you configure them\").",
+      properties: {
+        encrypted: {
+          type: "boolean",
+          default: false,
+          description: "Ask EC2 for an encrypted volume (`Encrypted=true`). false asks nothing: the volume is encrypted when its snapshot is, or when the account encrypts new volumes by default.",
+        },
+        kmsKeyId: {
+          type: ["string", "null"],
+          "x-format": "kmsKeyId",
+          default: null,
+          description: "The KMS key that encrypts them (`KmsKeyId`); needs `encrypted: true`. null: the account's default key for EBS. The instance profile needs the KMS grants of iam/ (scoped to EC2 by `kms:ViaService`).",
+        },
+        iops: {
+          type: ["integer", "null"],
+          minimum: 3000,
+          maximum: 80000,
+          default: null,
+          description: "gp3 IOPS to provision (`Iops`, EC2's gp3 range), at most 500 per GiB of the volume; needs `volumeType: gp3`. null: gp3's baseline of 3000. Above 3000 they cost extra (cost.iopsMonthUsd).",
+        },
+        throughputMiBps: {
+          type: ["integer", "null"],
+          minimum: 125,
+          maximum: 2000,
+          default: null,
+          description: "gp3 throughput to provision (`Throughput`, MiB/s), at most a quarter of the IOPS (0.25 MiB/s per IOPS); needs `volumeType: gp3`. null: gp3's baseline of 125. Above 125 it costs extra (cost.throughputMonthUsd).",
+        },
+        tags: {
+          type: "array",
+          items: { type: "string", "x-format": "operatorTag" },
+          default: [],
+          description: `Your tags (cost allocation, ownership) as \`KEY=VALUE\`, put on every volume the agent creates, with its own \`ebs-cache:*\` tags: keys outside the \`ebs-cache:\` namespace and not starting with \`aws:\`, 1 to 128 characters, values up to ${MAX_TAG_VALUE}; at most ${MAX_OPERATOR_TAGS} (EC2 allows ${MAX_TAGS_PER_RESOURCE} tags on a resource, and the agent's own take up to ${MAX_TAGS_PER_RESOURCE - MAX_OPERATOR_TAGS}). In the environment variable, comma-separated (a value cannot hold a comma there).`,
+        },
+      },
     },
     claim: {
       type: "object",
@@ -374,6 +423,11 @@ export const CONFIG_SCHEMA = {
           maximum: 16384,
           default: 20,
           description: "Size (GiB) of a blank workspace volume; a volume from a snapshot is at least the snapshot's size.",
+        },
+        requireEncrypted: {
+          type: "boolean",
+          default: false,
+          description: "Refuse to attach a workspace volume that is not encrypted: the node comes up `degraded` with the reason, docker on its own data-root, and the volume is left as it is. Needs `volumes.encrypted: true`, so that the workspace volumes the agent creates are encrypted.",
         },
         waitForLabelsTag: {
           type: "string",

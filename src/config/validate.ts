@@ -12,6 +12,7 @@
 import type { ErrorObject } from "ajv";
 import { labelPrefixProblems } from "../docker/labels.ts";
 import { quote, validateImageRef, validatePoolName, validateTagValue } from "../inputs.ts";
+import { MAX_OPERATOR_TAGS, MAX_TAG_KEY, MAX_TAG_VALUE, TAG_PREFIX } from "../tags.ts";
 import {
   CONFIG_KEYS,
   CONFIG_SCHEMA,
@@ -78,12 +79,31 @@ const FORMAT_CHECKS: Partial<Record<StringFormat, (value: string) => string | re
       ? checkAbsolutePath(value.slice("unix://".length), "dockerHost")
       : `must be ${FORMATS.dockerHost.description}, got ${quote(value)}`,
   imageRef: (value) => problemOf(validateImageRef(value)),
+  operatorTag: (value) => operatorTagProblem(value),
   labelPrefix: (value) => {
     if (!/^[a-z0-9]+([.-][a-z0-9]+)*$/.test(value)) return `must be ${FORMATS.labelPrefix.description}, got ${quote(value)}`;
     const owned = labelPrefixProblems(value);
     return owned.length > 0 ? owned : undefined;
   },
 };
+
+/** An operator tag `KEY=VALUE` split at its first `=`, or undefined without one. */
+export function splitOperatorTag(value: string): { key: string; value: string } | undefined {
+  const at = value.indexOf("=");
+  return at < 0 ? undefined : { key: value.slice(0, at), value: value.slice(at + 1) };
+}
+
+/** What EC2 would refuse in an operator tag, or what would collide with the agent's own tags. */
+function operatorTagProblem(text: string): string | undefined {
+  const tag = splitOperatorTag(text);
+  if (!tag) return `must be KEY=VALUE, got ${quote(text)}`;
+  if (tag.key.length === 0 || tag.key.length > MAX_TAG_KEY) return `the key of ${quote(text)} must be 1 to ${MAX_TAG_KEY} characters (EC2's limit)`;
+  if (/^aws:/i.test(tag.key)) return `the key of ${quote(text)} starts with aws:, which EC2 reserves for AWS's own tags`;
+  if (tag.key.startsWith(TAG_PREFIX)) return `the key of ${quote(text)} is in the agent's own ${TAG_PREFIX} namespace: choose another key`;
+  if (tag.value.length > MAX_TAG_VALUE) return `the value of ${quote(text)} is longer than ${MAX_TAG_VALUE} characters (EC2's limit)`;
+  if (/\p{Cc}/u.test(text)) return `${quote(text)} contains a control character`;
+  return undefined;
+}
 
 /** Every problem of a string `value` against `format` (none without a format). */
 function formatProblems(format: StringFormat | undefined, value: string): readonly string[] {
@@ -263,12 +283,45 @@ export function crossProblems(config: AgentConfig): string[] {
   if (config.prune.targetPercent >= config.prune.thresholdPercent) {
     problems.push(`prune.targetPercent: ${config.prune.targetPercent} is not below prune.thresholdPercent (${config.prune.thresholdPercent}), so a prune could never reach its target; lower it`);
   }
+  problems.push(...volumeProblems(config));
   const alone = new Set(labelPrefixProblems(config.labels.prefix));
   problems.push(
     ...labelPrefixProblems(config.labels.prefix, config.labels.protectedKeys)
       .filter((problem) => !alone.has(problem))
       .map((problem) => `labels.prefix: ${problem}`),
   );
+  return problems;
+}
+
+/** gp3's IOPS per GiB and MiB/s per IOPS ceilings, and its baseline IOPS (EC2's CreateVolume rules). */
+export const GP3 = { maxIopsPerGiB: 500, maxMiBpsPerIops: 0.25, baselineIops: 3000 } as const;
+
+/** The `volumes` keys that only make sense together, with `volumeType` and the workspace's. */
+function volumeProblems(config: AgentConfig): string[] {
+  const problems: string[] = [];
+  const v = config.volumes;
+  if (v.kmsKeyId !== null && !v.encrypted) {
+    problems.push("volumes.kmsKeyId: set, but volumes.encrypted is false, and EC2 takes a KmsKeyId only with Encrypted=true; set volumes.encrypted to true or remove the key");
+  }
+  if (config.workspace.requireEncrypted && !v.encrypted) {
+    problems.push("workspace.requireEncrypted: true, but volumes.encrypted is false, so a workspace volume the agent creates could be refused at the next boot; set volumes.encrypted to true");
+  }
+  for (const key of ["iops", "throughputMiBps"] as const) {
+    if (v[key] !== null && config.volumeType !== "gp3") problems.push(`volumes.${key}: set, but volumeType is ${JSON.stringify(config.volumeType)}; the agent provisions IOPS and throughput on gp3 only`);
+  }
+  const iops = v.iops ?? GP3.baselineIops;
+  if (v.throughputMiBps !== null && v.throughputMiBps > iops * GP3.maxMiBpsPerIops) {
+    problems.push(`volumes.throughputMiBps: ${v.throughputMiBps} MiB/s is more than ${GP3.maxMiBpsPerIops} MiB/s per IOPS of ${iops} IOPS (${iops * GP3.maxMiBpsPerIops}), which EC2 refuses; raise volumes.iops or lower the throughput`);
+  }
+  if (v.iops !== null && config.workspace.create === "blank" && v.iops > config.workspace.sizeGiB * GP3.maxIopsPerGiB) {
+    problems.push(`volumes.iops: ${v.iops} is more than ${GP3.maxIopsPerGiB} per GiB of a blank workspace volume of workspace.sizeGiB ${config.workspace.sizeGiB} (${config.workspace.sizeGiB * GP3.maxIopsPerGiB}), which EC2 refuses; lower it or raise workspace.sizeGiB`);
+  }
+  const keys = v.tags.map((text) => splitOperatorTag(text)?.key).filter((key) => key !== undefined);
+  const twice = [...new Set(keys.filter((key, i) => keys.indexOf(key) !== i))];
+  if (twice.length > 0) problems.push(`volumes.tags: ${twice.map((key) => JSON.stringify(key)).join(", ")} given more than once; a tag has one value`);
+  if (v.tags.length > MAX_OPERATOR_TAGS) {
+    problems.push(`volumes.tags: ${v.tags.length} tags, more than the ${MAX_OPERATOR_TAGS} a volume can take beside the agent's own (EC2 allows 50 tags on a resource)`);
+  }
   return problems;
 }
 

@@ -19,6 +19,7 @@ import {
   waitUntilVolumeAvailable,
   type EC2Client,
   type Tag,
+  type CreateVolumeCommandInput,
 } from "@aws-sdk/client-ec2";
 import { detectImageStore, type ImageStore } from "../docker/engine.ts";
 import { storeTags } from "../docker/image-store.ts";
@@ -49,7 +50,23 @@ export interface GoldenOptions {
    * it to make two generations of one pool without waiting between them.
    */
   builtAt?: Date;
+  /**
+   * The builder volume as an operator configures it (the Packer template's pool_volume_*): its
+   * snapshot is then encrypted with the key, and carries the operator's tags beside the pool's.
+   */
+  volume?: { encrypted?: boolean; kmsKeyId?: string; tags?: Record<string, string> };
   log?: Logger;
+}
+
+/** The CreateVolume of a golden build's builder volume (empty, gp3, encrypted as asked). */
+export function builderVolumeInput(zone: string, sizeGiB: number, volume: GoldenOptions["volume"]): CreateVolumeCommandInput {
+  return {
+    AvailabilityZone: zone,
+    Size: sizeGiB,
+    VolumeType: "gp3",
+    ...(volume?.encrypted ? { Encrypted: true } : {}),
+    ...(volume?.kmsKeyId !== undefined ? { KmsKeyId: volume.kmsKeyId } : {}),
+  };
 }
 
 /** The built snapshot. */
@@ -98,7 +115,7 @@ export async function buildGoldenSnapshot(lab: Lab, options: GoldenOptions): Pro
   const builder = await lab.addHost({ availabilityZone: options.availabilityZone, tags: { Name: "golden-builder" } });
   const zone = builder.instance.availabilityZone;
 
-  const created = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: zone, Size: sizeGiB, VolumeType: "gp3" }));
+  const created = await ec2.send(new CreateVolumeCommand(builderVolumeInput(zone, sizeGiB, options.volume)));
   const volumeId = created.VolumeId!;
   await waitUntilVolumeAvailable({ client: ec2, ...WAIT }, { VolumeIds: [volumeId] });
   await ec2.send(new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: builder.instance.instanceId, Device: "/dev/sdf" }));
@@ -131,7 +148,7 @@ export async function buildGoldenSnapshot(lab: Lab, options: GoldenOptions): Pro
 export async function snapshotBuilderVolume(
   lab: Lab,
   volumeId: string,
-  options: Pick<GoldenOptions, "pool" | "imageSet" | "images" | "log">,
+  options: Pick<GoldenOptions, "pool" | "imageSet" | "images" | "log" | "volume">,
   build: { sizeGiB: number; built: GoldenSnapshot["built"]; builtAt: string; description: string },
 ): Promise<GoldenSnapshot> {
   const ec2 = lab.ec2Client();
@@ -143,7 +160,8 @@ export async function snapshotBuilderVolume(
     new CreateSnapshotCommand({
       VolumeId: volumeId,
       Description: build.description,
-      TagSpecifications: [{ ResourceType: "snapshot", Tags: tagList(poolTags(options.pool, options.imageSet, images, built, builtAt)) }],
+      // The operator's tags first: the pool's own win.
+      TagSpecifications: [{ ResourceType: "snapshot", Tags: tagList({ ...options.volume?.tags, ...poolTags(options.pool, options.imageSet, images, built, builtAt) }) }],
     }),
   );
   const snapshotId = snapshot.SnapshotId!;

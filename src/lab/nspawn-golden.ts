@@ -18,7 +18,7 @@ import type { ImageStore } from "../docker/engine.ts";
 import { AgentError } from "../errors.ts";
 import { run } from "../exec.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL, MACHINE_LOCAL_STATE } from "../layout.ts";
-import { snapshotBuilderVolume, waitForAttached, type GoldenOptions, type GoldenSnapshot } from "./golden.ts";
+import { builderVolumeInput, snapshotBuilderVolume, waitForAttached, type GoldenOptions, type GoldenSnapshot } from "./golden.ts";
 import { buildImage } from "./images.ts";
 import type { Lab } from "./lab.ts";
 import { dockerOnlyMachine, dockerOnVolume, inMachine, machineDockerClient, machineEngineVersion } from "./nspawn-docker.ts";
@@ -44,7 +44,7 @@ export async function buildEngineGoldenSnapshot(lab: Lab, options: EngineGoldenO
   const ec2 = lab.ec2Client();
   const sizeGiB = options.sizeGiB ?? 2;
   const builder = await lab.addHost({ availabilityZone: options.availabilityZone, tags: { Name: "golden-builder" } });
-  const created = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: builder.instance.availabilityZone, Size: sizeGiB, VolumeType: "gp3" }));
+  const created = await ec2.send(new CreateVolumeCommand(builderVolumeInput(builder.instance.availabilityZone, sizeGiB, options.volume)));
   const volumeId = created.VolumeId!;
   await waitUntilVolumeAvailable({ client: ec2, ...WAIT }, { VolumeIds: [volumeId] });
   await ec2.send(new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: builder.instance.instanceId, Device: "/dev/sdf" }));

@@ -65,8 +65,8 @@ export async function claimNext(step: ClaimStep, ctx: StepContext): Promise<void
 }
 
 /**
- * One fresh page of candidates, minus those tried, those in quarantine and those of the other
- * image store, in this instance's order (those built by the host's engine major first).
+ * One fresh page of candidates, minus those tried, those in quarantine, those not encrypted
+ * when the step requires it, and those of the other image store, in this instance's order (those built by the host's engine major first).
  */
 async function relist(step: ClaimStep, { plan, deps, claim }: StepContext): Promise<string[]> {
   const now = deps.now?.() ?? new Date();
@@ -74,7 +74,12 @@ async function relist(step: ClaimStep, { plan, deps, claim }: StepContext): Prom
   for (const volume of fresh) claim.known.set(volume.volumeId, volume);
   const usable = fresh.filter(
     (v) =>
-      v.state === "available" && !v.attachment && !claim.tried.has(v.volumeId) && !isQuarantined(v, now, step.quarantineHours) && !isInTransit(v, now, plan.instanceId),
+      v.state === "available" &&
+      !v.attachment &&
+      !claim.tried.has(v.volumeId) &&
+      !isQuarantined(v, now, step.quarantineHours) &&
+      !isInTransit(v, now, plan.instanceId) &&
+      (step.requireEncrypted !== true || v.encrypted === true),
   );
   return candidateOrder(plan.instanceId, usable, step.hostStore ?? { store: "graphdriver" }).fitting;
 }

@@ -38,6 +38,8 @@ export interface BootSettings {
    */
   workspaceCreate: "snapshot" | "blank" | "never";
   workspaceSizeGiB: number;
+  /** config `workspace.requireEncrypted`: a workspace volume EBS does not encrypt is never attached. Absent: false. */
+  requireEncryptedWorkspace?: boolean;
   /**
    * Whether this run starts and verifies docker and reports readiness. false in the first boot
    * phase, which runs before docker.service (it cannot start docker: that start job would wait
@@ -146,6 +148,8 @@ export type BootStep =
       pageSize: number;
       /** The host's store: a fresh page is filtered and ordered by it as the plan's list was. */
       hostStore?: HostStore;
+      /** Workspace volumes EBS does not encrypt are left out of a fresh page too (workspace.requireEncrypted). */
+      requireEncrypted?: boolean;
       fallback?: SnapshotFallback;
     }
   | { step: "create-and-claim"; create: CreateSpec }
@@ -392,6 +396,9 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   if (mine && mine.tags[VolumeTag.kind] === VolumeKind.workspace && settings.workspace && !volumeMatchesWorkspace(mine.tags, settings.workspace)) {
     return { source: "none", reason: `the workspace volume attached here (${mine.volumeId}) was made for other ids than this instance's: not mounted` };
   }
+  if (mine && settings.requireEncryptedWorkspace && mine.tags[VolumeTag.kind] === VolumeKind.workspace && mine.encrypted !== true) {
+    return { source: "none", reason: unencryptedWorkspace(mine.volumeId, "attached here") };
+  }
   if (mine) {
     // The host's daemon.json changed its store since the claim: the same treatment, the volume
     // stays attached until the release.
@@ -411,7 +418,10 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
 
   // EC2 filtered on the ids already; checked again so that only an exact match is ever claimed.
   const ids = settings.workspace;
-  const workspace = ids ? ordered(observed.workspace.filter((v) => usable(v) && volumeMatchesWorkspace(v.tags, ids))) : { fitting: [], mismatched: [] };
+  const ofIds = ids ? observed.workspace.filter((v) => usable(v) && volumeMatchesWorkspace(v.tags, ids)) : [];
+  const refused = (v: VolumeInfo) => settings.requireEncryptedWorkspace === true && v.encrypted !== true;
+  const unencrypted = ofIds.filter(refused).map((v) => v.volumeId);
+  const workspace = ids ? ordered(ofIds.filter((v) => !refused(v))) : { fitting: [], mismatched: [] };
   if (ids && workspace.fitting.length > 0) {
     return {
       source: "workspace",
@@ -424,6 +434,9 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   // would split their data, the pool would hand them someone else's cache. The node degrades.
   const firstWorkspace = workspace.mismatched[0];
   if (firstWorkspace) return { source: "none", reason: mismatch("workspace", firstWorkspace) };
+  // The same for this user's volumes EBS does not encrypt when the operator requires it.
+  const plain = unencrypted[0];
+  if (plain) return { source: "none", reason: unencryptedWorkspace(plain, "of these ids") };
   // No workspace volume of these ids yet: make one (unless `never`, or no snapshot to make it from).
   const newWorkspace = newWorkspaceSpec(settings, observed);
   if (newWorkspace) return { source: "new-workspace", create: newWorkspace };
@@ -449,6 +462,14 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
     ? "no available volume in the pool and creating from the snapshot is off"
     : "no available volume in the pool and no completed snapshot for it";
   return { source: "none", reason: `${why} (pool ${settings.pool}, zone ${identity.availabilityZone})` };
+}
+
+/** Why a workspace volume that EBS does not encrypt is not attached (config workspace.requireEncrypted). */
+function unencryptedWorkspace(volumeId: string, where: string): string {
+  return (
+    `the workspace volume ${volumeId} ${where} is not encrypted and workspace.requireEncrypted is set: not attached ` +
+    "(encrypt it: snapshot it, copy the snapshot with encryption, make a volume of the copy with the same tags, and delete the old one)"
+  );
 }
 
 function snapshotFallback(settings: BootSettings, observed: BootObservation): SnapshotFallback | undefined {
@@ -560,6 +581,7 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
         quarantineHours: settings.claim.quarantineHours,
         pageSize: settings.claim.candidatesPerListing,
         ...(observed.hostStore ? { hostStore: observed.hostStore } : {}),
+        ...(selection.source === "workspace" && settings.requireEncryptedWorkspace ? { requireEncrypted: true } : {}),
         ...(selection.fallback ? { fallback: selection.fallback } : {}),
       });
       break;

@@ -65,6 +65,8 @@ export interface VolumeRecord {
   iops: number | null;
   throughput: number | null;
   encrypted: boolean;
+  /** The KMS key's ARN when encrypted (absent in state written before the emulator knew keys). */
+  kmsKeyId?: string | null;
   /** MiB/s given as VolumeInitializationRate (provisioned-rate initialization), else null. */
   initializationRate: number | null;
   tags: Record<string, string>;
@@ -87,6 +89,9 @@ export interface SnapshotRecord {
   completionTime: string | null;
   description: string;
   tags: Record<string, string>;
+  /** A snapshot of an encrypted volume is encrypted with its key (absent: not encrypted). */
+  encrypted?: boolean;
+  kmsKeyId?: string | null;
   error: string | null;
   /** The backend has copied the volume (a restart while `pending` does not copy it again). */
   imageReady?: boolean;

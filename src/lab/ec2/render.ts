@@ -39,6 +39,7 @@ export function renderVolume(volume: VolumeRecord): XmlObject {
     iops: volume.iops,
     throughput: volume.throughput,
     encrypted: volume.encrypted,
+    kmsKeyId: volume.kmsKeyId ?? undefined,
     multiAttachEnabled: false,
     volumeInitializationRate: volume.initializationRate,
   };
@@ -65,7 +66,8 @@ export function renderSnapshot(snapshot: SnapshotRecord, progress: string): XmlO
     ownerId: OWNER_ID,
     volumeSize: snapshot.volumeSize,
     description: snapshot.description,
-    encrypted: false,
+    encrypted: snapshot.encrypted === true,
+    kmsKeyId: snapshot.kmsKeyId ?? undefined,
     storageTier: "standard",
     tagSet: renderTags(snapshot.tags),
   };

@@ -36,6 +36,8 @@ export const createSnapshot: ActionHandler = (ctx, p) => {
     completionTime: null,
     description: p.str("Description") ?? "",
     tags,
+    // A snapshot of an encrypted volume is encrypted with the volume's key.
+    ...(volume.encrypted ? { encrypted: true, kmsKeyId: volume.kmsKeyId ?? null } : {}),
     error: null,
   };
   ctx.store.model.snapshots[snapshot.snapshotId] = snapshot;
@@ -54,7 +56,7 @@ const SNAPSHOT_FILTERS = (ctx: ActionContext): FilterFields<SnapshotRecord> => (
   "owner-id": () => [OWNER_ID],
   "start-time": (s) => [s.startTime],
   progress: (s) => [snapshotProgress(s, ctx.delays.snapshotMs, ctx.now())],
-  encrypted: () => [false],
+  encrypted: (s) => [s.encrypted === true],
   "storage-tier": () => ["standard"],
 });
 

@@ -3,6 +3,7 @@ import { Ec2Error, invalidValue, missingParameter } from "../ec2-error.ts";
 import { applyFilters, type FilterFields } from "../filters.ts";
 import { clientToken, earlierRequest, fingerprint, rememberToken } from "../idempotency.ts";
 import { newId } from "../ids.ts";
+import { volumeEncryption } from "../kms.ts";
 import type { VolumeRecord } from "../model.ts";
 import { paginate } from "../pagination.ts";
 import { renderVolume } from "../render.ts";
@@ -133,12 +134,17 @@ export const createVolume: ActionHandler = (ctx, p) => {
     );
   }
   let iops = p.int("Iops");
+  if (iops !== undefined && !PROVISIONED_IOPS.has(volumeType)) {
+    throw new Ec2Error("InvalidParameterCombination", `The parameter iops is not supported for ${volumeType} volumes.`);
+  }
   if (iops === undefined) {
     if (volumeType === "io1" || volumeType === "io2") throw missingParameter("iops");
-    if (volumeType === "gp3") iops = 3000;
+    if (volumeType === "gp3") iops = GP3_LIMITS.baselineIops;
     if (volumeType === "gp2") iops = Math.min(16000, Math.max(100, size * 3));
   }
+  if (volumeType === "gp3") checkGp3(size, iops!, throughput ?? GP3_LIMITS.baselineThroughput);
 
+  const encryption = volumeEncryption(ctx.region, { encrypted: p.bool("Encrypted"), kmsKeyId: p.str("KmsKeyId") }, snapshot);
   const tags = tagsFromSpecifications(p.tagSpecifications(), "volume");
   const volume: VolumeRecord = {
     volumeId: newId("volume"),
@@ -152,7 +158,8 @@ export const createVolume: ActionHandler = (ctx, p) => {
     volumeType,
     iops: iops ?? null,
     throughput: throughput ?? (volumeType === "gp3" ? 125 : null),
-    encrypted: p.bool("Encrypted"),
+    encrypted: encryption.encrypted,
+    kmsKeyId: encryption.kmsKeyId,
     initializationRate: rate ?? null,
     tags,
     attachment: null,
@@ -164,10 +171,42 @@ export const createVolume: ActionHandler = (ctx, p) => {
   if (token !== undefined) {
     rememberToken(ctx.store.model, token, { volumeId: volume.volumeId, fingerprint: print, response, at: isoNow(ctx) });
   }
+  if (encryption.keyProblem !== undefined) {
+    // EC2 checks the key after answering: the volume fails instead of becoming available.
+    volume.state = "error";
+    volume.error = encryption.keyProblem;
+    ctx.store.commit();
+    return response;
+  }
   ctx.store.commit();
   ctx.lifecycle.volumeCreated(volume.volumeId);
   return response;
 };
+
+/** The volume types that take Iops. */
+const PROVISIONED_IOPS = new Set(["gp3", "io1", "io2"]);
+
+/** EC2's gp3 limits (CreateVolume): IOPS and throughput ranges, and their ratios to size and IOPS. */
+export const GP3_LIMITS = { baselineIops: 3000, maxIops: 80000, maxIopsPerGiB: 500, baselineThroughput: 125, maxThroughput: 2000, maxMiBpsPerIops: 0.25 } as const;
+
+/** EC2's refusals of a gp3 volume's IOPS and throughput, in its words. */
+function checkGp3(sizeGiB: number, iops: number, throughput: number): void {
+  const l = GP3_LIMITS;
+  if (iops < l.baselineIops) throw new Ec2Error("InvalidParameterValue", `Volume iops of ${iops} is too low; minimum is ${l.baselineIops}.`);
+  if (iops > l.maxIops) throw new Ec2Error("InvalidParameterValue", `Volume iops of ${iops} is too high; maximum is ${l.maxIops}.`);
+  // The baseline is every gp3 volume's, whatever its size; only IOPS above it count against the ratio.
+  if (iops > l.baselineIops && iops / sizeGiB > l.maxIopsPerGiB) {
+    throw new Ec2Error("InvalidParameterValue", `Iops to volume size ratio of ${(iops / sizeGiB).toFixed(6)} is too high; maximum is ${l.maxIopsPerGiB.toFixed(6)}.`);
+  }
+  if (throughput < l.baselineThroughput) throw new Ec2Error("InvalidParameterValue", `Volume throughput of ${throughput} is too low; minimum is ${l.baselineThroughput}.`);
+  if (throughput > l.maxThroughput) throw new Ec2Error("InvalidParameterValue", `Volume throughput of ${throughput} is too high; maximum is ${l.maxThroughput}.`);
+  if (throughput > l.baselineThroughput && throughput / iops > l.maxMiBpsPerIops) {
+    throw new Ec2Error(
+      "InvalidParameterValue",
+      `Throughput (MiBps) to iops ratio of ${(throughput / iops).toFixed(6)} is too high; maximum is ${l.maxMiBpsPerIops.toFixed(6)} MiBps per iops.`,
+    );
+  }
+}
 
 export const deleteVolume: ActionHandler = (ctx, p) => {
   const volume = getVolume(ctx, p.required("VolumeId"), p.action);
