@@ -374,6 +374,49 @@ export function poolSelector(settings: Pick<BootSettings, "pool" | "imageSet">):
   };
 }
 
+/** What judging a listed volume as a claim candidate needs: where and when the boot runs. */
+export interface ClaimContext {
+  now: Date;
+  availabilityZone: string;
+  instanceId: string;
+  quarantineHours: number;
+}
+
+/**
+ * The one rule of what a boot may claim, for its selection (selectSource), the lookups that feed
+ * it (lookupsNeeded) and its fresh pages after a loss (claim.ts): available and unattached, in
+ * this zone, not in quarantine, not another instance's on its way (isInTransit). The image store
+ * is judged after it (candidateOrder sets misfits apart).
+ */
+export function isClaimable(volume: VolumeInfo, at: ClaimContext): boolean {
+  return (
+    volume.state === "available" &&
+    !volume.attachment &&
+    volume.availabilityZone === at.availabilityZone &&
+    !isQuarantined(volume, at.now, at.quarantineHours) &&
+    !isInTransit(volume, at.now, at.instanceId)
+  );
+}
+
+/**
+ * The listed volumes a boot may claim, per family, in this instance's order (isClaimable, then
+ * candidateOrder): workspace volumes only of exactly this instance's ids (EC2 filtered on them
+ * already; checked again so that only an exact match is ever claimed).
+ */
+export function claimCandidates(
+  settings: Pick<BootSettings, "workspace" | "claim">,
+  observed: Pick<BootObservation, "workspace" | "pool" | "identity" | "now" | "hostStore">,
+): Record<"workspace" | "pool", ReturnType<typeof candidateOrder>> {
+  const { identity } = observed;
+  const at: ClaimContext = { now: observed.now ?? new Date(0), availabilityZone: identity.availabilityZone, instanceId: identity.instanceId, quarantineHours: settings.claim.quarantineHours };
+  const ordered = (volumes: VolumeInfo[]) => candidateOrder(identity.instanceId, volumes.filter((v) => isClaimable(v, at)), hostStoreOf(observed));
+  const ids = settings.workspace;
+  return {
+    workspace: ids ? ordered(observed.workspace.filter((v) => volumeMatchesWorkspace(v.tags, ids))) : { fitting: [], mismatched: [] },
+    pool: ordered(observed.pool),
+  };
+}
+
 /**
  * Chooses the volume's source. Only volumes whose image store fits the host's are candidates
  * (image-store.ts): a volume built with the other store would mount fine and start docker on
@@ -401,17 +444,12 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   }
   if (!settings.mayClaim) return { source: "none", reason: "no cache volume is attached, and this run may not claim one (boot --no-claim)" };
 
-  const now = observed.now ?? new Date(0);
-  const usable = (v: VolumeInfo) =>
-    v.availabilityZone === identity.availabilityZone && v.state === "available" && !isQuarantined(v, now, settings.claim.quarantineHours) && !isInTransit(v, now, identity.instanceId);
   const fallback = snapshotFallback(settings, observed);
-  const ordered = (volumes: VolumeInfo[]) => candidateOrder(identity.instanceId, volumes, host);
   const mismatch = (family: string, first: { volume: string; reason: string; remediation: string }) =>
     `no ${family} volume fits this host's image store: ${first.volume} ${first.reason.replace(/^the volume /, "")} (${first.remediation})`;
 
-  // EC2 filtered on the ids already; checked again so that only an exact match is ever claimed.
   const ids = settings.workspace;
-  const workspace = ids ? ordered(observed.workspace.filter((v) => usable(v) && volumeMatchesWorkspace(v.tags, ids))) : { fitting: [], mismatched: [] };
+  const { workspace, pool } = claimCandidates(settings, observed);
   if (ids && workspace.fitting.length > 0) {
     return {
       source: "workspace",
@@ -427,7 +465,6 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   // No workspace volume of these ids yet: make one (unless `never`, or no snapshot to make it from).
   const newWorkspace = newWorkspaceSpec(settings, observed);
   if (newWorkspace) return { source: "new-workspace", create: newWorkspace };
-  const pool = ordered(observed.pool.filter(usable));
   if (pool.fitting.length > 0) {
     return {
       source: "pool",
@@ -487,18 +524,18 @@ export function lookupsNeeded(
 ): boolean {
   if (!settings.enabled || !settings.mayClaim) return false;
   if (observed.attached.some((v) => v.attachment?.instanceId === observed.identity.instanceId)) return false;
-  const now = observed.now ?? new Date(0);
-  const usable = (list: VolumeInfo[]) => list.some((v) => v.state === "available" && !isQuarantined(v, now, settings.claim.quarantineHours));
-  const ids = settings.workspace;
-  const hasWorkspace = ids !== undefined && usable(observed.workspace.filter((v) => volumeMatchesWorkspace(v.tags, ids)));
+  // The selection's own candidates decide: a volume it would reject (on its way, quarantined,
+  // of the other image store) must not spare the snapshot it would then need.
+  const { workspace, pool } = claimCandidates(settings, observed);
+  // Workspace volumes of the ids, fitting or not: the selection ends with them (claimed, or degraded).
+  const hasWorkspace = settings.workspace !== undefined && workspace.fitting.length + workspace.mismatched.length > 0;
   switch (stage) {
     case "workspace":
       return settings.workspace !== undefined;
     case "snapshot":
       if (hasWorkspace) return false;
       if (settings.workspace && settings.workspaceCreate === "snapshot") return true;
-      // Pool volumes of the other image store are no candidates: the snapshot may be.
-      return settings.createFromSnapshot && !usable(observed.pool.filter((v) => storeFit(v.tags, hostStoreOf(observed)).fits));
+      return settings.createFromSnapshot && pool.fitting.length === 0;
     case "pool":
       // A new workspace volume from the snapshot comes before the pool; the pool is still asked
       // for, since the snapshot may turn out missing.
