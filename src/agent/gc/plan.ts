@@ -170,6 +170,29 @@ function judgeGeneration(volume: VolumeInfo, decision: GcDecision, now: Date, re
   return { volumeId: volume.volumeId, verdict: "superseded", reason: `${by}, out since ${pool.since.toISOString()} (grace ${retire.graceHours} h)` };
 }
 
+/** The verdicts gc deletes on. */
+export const DELETING = new Set<GcVerdict>(["delete", "superseded"]);
+
+/** The tags whose change since the plan spares a volume: a keep, a claim, a release, a new expiry. */
+const SPARING_TAGS = [VolumeTag.managed, VolumeTag.keep, VolumeTag.claimedBy, VolumeTag.claimedAt, VolumeTag.releasedAt, VolumeTag.expiresAt] as const;
+
+/**
+ * Why a volume planned for deletion is spared after all, judged on EC2's answer right before its
+ * DeleteVolume (`fresh`; undefined: it is gone); undefined: it still goes. Anything that changed
+ * since it was observed and may mean someone wants it spares it — its state or an attachment, a
+ * keep, a claim, a release, a new expiry — and so does a verdict of its own that is no longer a
+ * deletion. Pure.
+ */
+export function sparedSince(observed: VolumeInfo, fresh: VolumeInfo, options: Pick<GcPlanOptions, "now" | "ttlHours" | "retire">): string | undefined {
+  if (fresh.state !== observed.state || fresh.attachment) {
+    return `now ${fresh.attachment ? `attached to ${fresh.attachment.instanceId}` : fresh.state}`;
+  }
+  const changed = SPARING_TAGS.filter((key) => fresh.tags[key] !== observed.tags[key]);
+  if (changed.length > 0) return `${changed.map((key) => `${key}=${fresh.tags[key] === undefined ? "(removed)" : JSON.stringify(fresh.tags[key])}`).join(", ")} since it was judged`;
+  const again = judgeVolume(fresh, options);
+  return DELETING.has(again.verdict) ? undefined : `now ${again.verdict}: ${again.reason}`;
+}
+
 /**
  * Decides for every volume; deletions beyond `maxDeletes` become `over-cap`: expired ones first
  * (oldest expiry first), then superseded ones (oldest generation first).
