@@ -13,6 +13,7 @@ import { volumeMatchesWorkspace, workspaceIdTags, type WorkspaceIds } from "../w
 import { orderByStore, storeFit, type HostStore } from "../../docker/image-store.ts";
 import { compareGenerations, generationName, volumeGeneration, type Generation } from "../generation.ts";
 import type { PreparedRecord } from "./prepared.ts";
+import type { VolumeIntent } from "../volume-intent.ts";
 
 export type { WorkspaceIds };
 
@@ -55,6 +56,11 @@ export interface BootSettings {
   prewarm?: PrewarmStrategy;
   /** config `claim`: page size, volumes and losses per boot, quarantine. */
   claim: ClaimSettings;
+  /**
+   * What the instance asks of its volume (keep, TTL): tag-claim writes it on the volume's tags,
+   * so gc honours it should the instance die without a release (src/agent/volume-intent.ts).
+   */
+  intent: VolumeIntent;
 }
 
 export interface ClaimSettings {
@@ -149,8 +155,11 @@ export type BootStep =
       fallback?: SnapshotFallback;
     }
   | { step: "create-and-claim"; create: CreateSpec }
-  /** Ensures the claim tags (claimed-by this instance, no release or error tags): every run, not assumed. */
-  | { step: "tag-claim" }
+  /**
+   * Ensures the claim tags (claimed-by this instance, no release or error tags) and the
+   * instance's intent (keep, TTL: src/agent/volume-intent.ts): every run, not assumed.
+   */
+  | { step: "tag-claim"; intent: VolumeIntent }
   | { step: "wait-for-device" }
   | { step: "check-filesystem" }
   | { step: "mount"; mountRoot: string }
@@ -606,7 +615,13 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
       break;
   }
   const tail = AFTER_CLAIM.map((step): BootStep =>
-    step === "mount" ? { step, mountRoot: settings.mountRoot } : step === "prewarm" ? { step, strategy: settings.prewarm ?? "check" } : ({ step } as BootStep),
+    step === "mount"
+      ? { step, mountRoot: settings.mountRoot }
+      : step === "prewarm"
+        ? { step, strategy: settings.prewarm ?? "check" }
+        : step === "tag-claim"
+          ? { step, intent: settings.intent }
+          : ({ step } as BootStep),
   );
   // tag-claim stays for a reused attachment too: a boot killed between AttachVolume and its
   // tags (or between CreateTags and DeleteTags) is finished by the next run, not assumed done.

@@ -8,6 +8,7 @@ import { VolumeKind, VolumeTag } from "../../tags.ts";
 import { isQuarantined } from "../boot/plan.ts";
 import { compareGenerations, currentSnapshot, generationName, isSuperseded, snapshotGeneration, volumeGeneration, type Generation } from "../generation.ts";
 import type { SnapshotInfo, VolumeInfo } from "../ports.ts";
+import { recordedTtlHours, TTL_HOURS } from "../volume-intent.ts";
 
 export type GcVerdict =
   /** Managed, available, past expires-at, not kept: deleted (within the cap). */
@@ -21,7 +22,9 @@ export type GcVerdict =
   | "over-cap"
   /**
    * Available and claimed by an instance, but never released (the instance died, or its
-   * release was killed between detach and tagging): tagged released-at / expires-at now.
+   * release was killed between detach and tagging): tagged released-at / expires-at now, the
+   * expiry by the TTL its instance recorded at the claim (`ebs-cache:ttl-hours`), else gc's.
+   * (A keep recorded at the claim made it `kept` already.)
    */
   | "tag-expiry"
   | "not-expired"
@@ -112,8 +115,13 @@ function judgeExpiry(volume: VolumeInfo, options: Pick<GcPlanOptions, "now" | "t
   const claimedSinceRelease = claimedBy !== undefined && claimedAt !== undefined && releasedAt !== undefined && claimedAt > releasedAt;
   if (expiresText === undefined || claimedSinceRelease) {
     if (claimedBy !== undefined && (tags[VolumeTag.releasedAt] === undefined || claimedSinceRelease)) {
-      const expires = new Date(options.now.getTime() + options.ttlHours * 3600_000);
-      return decide("tag-expiry", `claimed by ${claimedBy} but never released; expires ${expires.toISOString()}`, {
+      // The TTL its instance asked for, recorded at the claim (its keep was judged above).
+      const recorded = recordedTtlHours(tags);
+      if (recorded.kind === "malformed") return decide("malformed", `${VolumeTag.ttlHours}=${JSON.stringify(recorded.text)} is not a number of hours from ${TTL_HOURS.min} to ${TTL_HOURS.max}`);
+      const ttlHours = recorded.kind === "hours" ? recorded.hours : options.ttlHours;
+      const expires = new Date(options.now.getTime() + ttlHours * 3600_000);
+      const ttl = recorded.kind === "hours" ? `its instance's TTL of ${ttlHours} h` : `gc's TTL of ${ttlHours} h (no ${VolumeTag.ttlHours} recorded)`;
+      return decide("tag-expiry", `claimed by ${claimedBy} but never released; expires ${expires.toISOString()}, ${ttl}`, {
         tags: { [VolumeTag.releasedAt]: options.now.toISOString(), [VolumeTag.expiresAt]: expires.toISOString() },
       });
     }
