@@ -27,7 +27,20 @@ export const VolumeTag = {
   claimedAt: `${TAG_PREFIX}claimed-at`,
   releasedAt: `${TAG_PREFIX}released-at`,
   expiresAt: `${TAG_PREFIX}expires-at`,
+  /** `true`: gc never deletes the volume (a workspace volume whose instance asked keep, or a person's mark). */
   keep: `${TAG_PREFIX}keep`,
+  /**
+   * The instance whose claim wrote `keep` (src/agent/volume-intent.ts): only that instance takes
+   * it back, when it no longer asks keep. A `keep` without it (a release's, a person's, one whose
+   * instance died holding the volume) stays until a person removes it.
+   */
+  keepBy: `${TAG_PREFIX}keep-by`,
+  /**
+   * The TTL in hours the claiming instance asked for (config `ttlHours`, or its
+   * `ebs-cache:ttl-hours` instance tag), written at the claim: gc gives a volume whose instance
+   * died without a release this TTL, as the release would have.
+   */
+  ttlHours: `${TAG_PREFIX}ttl-hours`,
   initialized: `${TAG_PREFIX}initialized`,
   /** Why the last instance that claimed the volume gave it back (boot failed on it). */
   lastError: `${TAG_PREFIX}last-error`,

@@ -1,6 +1,6 @@
 /** gc's planner: pure, every kind of volume. */
 import t from "tap";
-import { judgeVolume, parseTimestamp, planGc, type RetireOptions } from "../src/agent/gc/plan.ts";
+import { judgeVolume, parseTimestamp, planGc, sparedSince, type RetireOptions } from "../src/agent/gc/plan.ts";
 import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
 import { VolumeTag } from "../src/tags.ts";
 
@@ -38,6 +38,23 @@ t.test("verdicts", async (t) => {
   t.equal(stale.verdict, "tag-expiry", "claimed after its release: the old expiry is not this claim's, a new TTL is given");
   t.equal(stale.tags?.[VolumeTag.expiresAt], "2026-12-01T12:00:00.000Z");
   t.equal(verdict(vol("vol-d", { ...reclaimed, [VolumeTag.claimedAt]: "2026-11-29T08:00:00.000Z" })), "delete", "claimed before its release: the release's expiry holds");
+});
+
+t.test("the look right before a deletion: anything that would keep the volume spares it", async (t) => {
+  const expired = vol("vol-e", { ...managed, [VolumeTag.kind]: "workspace", [VolumeTag.releasedAt]: "2026-11-29T10:00:00.000Z", [VolumeTag.expiresAt]: "2026-11-30T10:00:00.000Z" });
+  const spared = (fresh: VolumeInfo) => sparedSince(expired, fresh, opts);
+  const tagged = (tags: Record<string, string>) => ({ ...expired, tags: { ...expired.tags, ...tags } });
+  t.equal(spared(expired), undefined, "unchanged: it goes");
+  t.equal(spared(tagged({ [VolumeTag.initialized]: "2026-11-30T11:00:00.000Z" })), undefined, "a tag that spares nothing: it goes");
+  t.match(spared(tagged({ [VolumeTag.keep]: "true" })), /ebs-cache:keep="true" since it was judged/, "kept since");
+  t.match(spared(tagged({ [VolumeTag.claimedBy]: "i-new", [VolumeTag.claimedAt]: "2026-11-30T11:59:00.000Z" })), /ebs-cache:claimed-by="i-new", ebs-cache:claimed-at=.* since it was judged/, "claimed since");
+  t.match(spared({ ...expired, state: "in-use", attachment: { instanceId: "i-new", device: "/dev/sdf", state: "attaching" } }), /now attached to i-new/, "attached since");
+  t.match(spared({ ...expired, state: "creating" }), /now creating/, "another state");
+  t.match(spared(tagged({ [VolumeTag.expiresAt]: "2026-12-02T10:00:00.000Z", [VolumeTag.releasedAt]: "2026-12-01T10:00:00.000Z" })), /ebs-cache:released-at=.*ebs-cache:expires-at=.* since it was judged/, "released again, a new expiry");
+  const { [VolumeTag.managed]: _managed, ...unmanaged } = expired.tags;
+  t.match(spared({ ...expired, tags: unmanaged }), /ebs-cache:managed=\(removed\)/, "no longer managed");
+  // Judged again on what EC2 says now, whatever the tags compared: the verdict itself must still delete.
+  t.match(sparedSince({ ...expired, tags: { ...expired.tags, [VolumeTag.expiresAt]: "2026-11-30T13:00:00.000Z" } }, tagged({ [VolumeTag.expiresAt]: "2026-11-30T13:00:00.000Z" }), opts), /^now not-expired/, "a verdict that no longer deletes");
 });
 
 t.test("the cap keeps the oldest expiries", async (t) => {

@@ -1,6 +1,7 @@
 /** The keeper's planner: pure, tested with plain objects. */
 import t from "tap";
 import { keeperFacts, type KeeperOutcome } from "../src/agent/keeper/run.ts";
+import { readInitialization } from "../src/agent/keeper/observe.ts";
 import { planKeeper, slotToken, type KeeperObservation, type KeeperSettings } from "../src/agent/keeper/plan.ts";
 import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
 import { VolumeTag } from "../src/tags.ts";
@@ -152,6 +153,25 @@ t.test("volumes EBS reports initialized are tagged; others not", async (t) => {
   t.same(plan.steps.filter((s) => s.step === "tag-initialized").map((s) => "volumeId" in s && s.volumeId), ["vol-done"]);
 });
 
+t.test("a status that cannot be read costs only that volume's initialized tag: the others are read, and the plan still creates and trims", async (t) => {
+  const zone = "eu-west-1a";
+  const ids = ["vol-done", "vol-throttled", "vol-half", "vol-surplus-1", "vol-surplus-2", "vol-surplus-3", "vol-surplus-4"];
+  const asked: string[] = [];
+  const read = await readInitialization(ids, async (volumeId) => {
+    asked.push(volumeId);
+    if (volumeId === "vol-throttled") throw new Error("RequestLimitExceeded: Request limit exceeded.");
+    return { type: "provisioned-rate", progress: volumeId === "vol-half" ? 50 : 100 };
+  });
+  t.same([...asked].sort(), [...ids].sort(), "every volume asked about, the ones after the failure included");
+  t.same(read.unread, { "vol-throttled": "RequestLimitExceeded: Request limit exceeded." }, "the failure recorded for its volume");
+  t.same(Object.keys(read.initialization).sort(), ids.filter((id) => id !== "vol-throttled").sort(), "every other status read");
+
+  const plan = planKeeper({ ...settings, zones: [zone, "eu-west-1b"], minAvailable: 1, maxAvailable: 5 }, observed(ids.map((id) => volume(id, zone)), read));
+  t.same(plan.steps.filter((s) => s.step === "tag-initialized").map((s) => "volumeId" in s && s.volumeId).sort(), ["vol-done", "vol-surplus-1", "vol-surplus-2", "vol-surplus-3", "vol-surplus-4"], "the read ones at 100 % tagged, the unread one not");
+  t.same(plan.steps.filter((s) => s.step === "trim").length, 2, "7 in stock, 5 allowed: two trimmed");
+  t.same(creates(plan).map((s) => s.zone), ["eu-west-1b"], "and the empty zone gets its volume");
+});
+
 t.test("slot tokens: equal for keepers that see the same pool, different once it changed", async (t) => {
   const base = slotToken("p1", "eu-west-1a", 2, "snap-new", ["vol-b", "vol-a"], now);
   t.equal(slotToken("p1", "eu-west-1a", 2, "snap-new", ["vol-a", "vol-b"], new Date(now.getTime() + 60_000)), base, "same pool, same hour: same token");
@@ -173,7 +193,8 @@ t.test("the run's facts for the metrics textfile", async (t) => {
     plan,
     final: plan,
     rounds: 2,
-    failed: 1,
+    failed: 2,
+    unread: [{ volumeId: "vol-u", zone: "eu-west-1a", error: "throttled" }],
     results: [
       { ...creates(plan)[0]!, done: "created", volumeId: "vol-n" },
       { ...creates(plan)[1]!, done: "failed", error: "x" },
@@ -182,7 +203,7 @@ t.test("the run's facts for the metrics textfile", async (t) => {
   };
   const at = new Date("2026-06-01T12:05:00Z");
   t.same(keeperFacts(outcome, at), {
-    actions: [{ action: "create", pool: "p1", outcome: "done" }, { action: "create", pool: "p1", outcome: "failed" }],
+    actions: [{ action: "create", pool: "p1", outcome: "done" }, { action: "create", pool: "p1", outcome: "failed" }, { action: "tag-initialized", pool: "p1", outcome: "failed" }],
     poolVolumes: { p1: 1 },
     finishedAt: at,
   });

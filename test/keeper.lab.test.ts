@@ -271,3 +271,28 @@ t.test("volumes as configured: encrypted with the KMS key, gp3 IOPS and throughp
   t.match(refused.stderr, /volumes\.tags\[0\]: the key of "aws:x=1" starts with aws:/);
 });
 
+t.test("DescribeVolumeStatus failing costs only the initialized tags: the same run still trims and creates, the next one tags", async (t) => {
+  const snapshotId = await poolSnapshot("status");
+  const managed = { [VolumeTag.managed]: "true", [VolumeTag.kind]: "pool", [VolumeTag.pool]: "status" };
+  const made: string[] = [];
+  for (let i = 0; i < 4; i++) made.push(await createRaw(zoneA, managed, snapshotId));
+  await allAvailable();
+  const over = { zones: [zoneA, zoneB], minAvailable: 1, maxAvailable: 3 };
+
+  // Every DescribeVolumeStatus throttled, past the client's retries: EC2 answers none of them.
+  lab.ec2.setFaults({ actions: { DescribeVolumeStatus: { throttleRate: 1 } } });
+  const failing = await keeper("status", over).finally(() => lab.ec2.setFaults({}));
+  t.same(failing.unread.map((u) => u.volumeId).sort(), [...made].sort(), "each volume's status read failed, and is reported");
+  t.ok(failing.unread.every((u) => u.zone === zoneA && /RequestLimitExceeded|limit/i.test(u.error)), "with its zone and EC2's error", { unread: failing.unread });
+  t.equal(failing.failed, 4, "the run counts them as failures (exit 1 for the timer)");
+  t.same(failing.results.filter((r) => r.step === "tag-initialized"), [], "nothing tagged initialized");
+  t.equal(failing.results.filter((r) => r.step === "trim" && r.done === "deleted").length, 1, "4 in zone a, 3 allowed: one trimmed all the same");
+  t.same(failing.results.filter((r) => r.done === "created").map((r) => r.zone), [zoneB], "and zone b gets its volume");
+  t.ok(log.lines.some((line) => /^<4>keeper\.status-unread: could not read the volume's initialization/.test(line)), "a warning per volume");
+
+  const next = await keeper("status", over);
+  t.same(next.unread, [], "EC2 answers again");
+  const left = ofPool(await volumes(), "status").filter((v) => v.state === "available");
+  t.equal(next.results.filter((r) => r.done === "tagged").length, left.length, "the next run tags every volume it could not read");
+  t.ok(left.every((v) => /^\d{4}-/.test(v.tags[VolumeTag.initialized] ?? "")), "every available volume tagged ebs-cache:initialized");
+});

@@ -1,10 +1,13 @@
 /**
  * gc and pool on the lab, as CLI processes against the EC2 emulator: volumes of every kind;
  * only the expired managed ones go, a dry run deletes nothing, the cap holds, a never-released
- * volume is tagged to expire, snapshots and foreign volumes are never touched.
+ * volume is tagged to expire, snapshots and foreign volumes are never touched, and a volume that
+ * changed between gc's judgement and its deletion is spared.
  */
 import t from "tap";
-import { AttachVolumeCommand, CreateSnapshotCommand, CreateVolumeCommand, DescribeSnapshotsCommand, DescribeVolumesCommand, type EC2Client } from "@aws-sdk/client-ec2";
+import { AttachVolumeCommand, CreateSnapshotCommand, CreateTagsCommand, CreateVolumeCommand, DescribeSnapshotsCommand, DescribeVolumesCommand, type EC2Client } from "@aws-sdk/client-ec2";
+import { runGc } from "../src/agent/gc/run.ts";
+import { createCloudVolumes } from "../src/aws/ec2.ts";
 import { run } from "../src/exec.ts";
 import { writeLabConfig } from "../src/lab/agent.ts";
 import { startLab } from "../src/lab/lab.ts";
@@ -115,4 +118,48 @@ t.test("pool shows the managed volumes as a table and as JSON", async (t) => {
   const bad = await cli(["pool", "--pool", "a;b"]);
   t.equal(bad.exitCode, 2, "a bad pool name is a usage error: exit 2");
   t.match(bad.stderr, /^Usage: ebs-cache-agent pool /m, "with the usage line");
+});
+
+t.test("gc looks again right before each deletion: a volume kept, claimed, attached or given a new expiry since it was judged is spared", async (t) => {
+  const expired = { ...managed, [VolumeTag.kind]: "workspace", [VolumeTag.releasedAt]: iso(-30 * hour), [VolumeTag.expiresAt]: iso(-6 * hour) };
+  const late = {
+    kept: await volume(expired),
+    claimed: await volume(expired),
+    attached: await volume(expired),
+    reReleased: await volume(expired),
+    untouched: await volume(expired),
+  };
+  if (!(await pollUntil(async () => {
+    const now = await states(ec2);
+    return Object.values(late).every((id) => now.get(id)?.state === "available");
+  }))) throw new Error("the volumes never became available");
+  const tag = (id: string, tags: Record<string, string>) => ec2.send(new CreateTagsCommand({ Resources: [id], Tags: Object.entries(tags).map(([Key, Value]) => ({ Key, Value })) }));
+
+  // gc's listing is its first DescribeVolumes; the second is its look at the first volume it deletes.
+  const hold = lab.ec2.requests.addHold({ action: "DescribeVolumes", nth: 2, apply: "before" });
+  const gcLog = createMemoryLogger("debug");
+  const running = runGc(createCloudVolumes({ client: lab.ec2Client(), pollMs: 50 }), {
+    dryRun: false,
+    maxDeletes: 20,
+    ttlHours: 24,
+    retire: { graceHours: null, quarantineHours: 6 },
+    log: gcLog,
+  });
+  t.ok(await lab.ec2.requests.waitForHold(hold.id, 60_000), "gc judged and is about to delete");
+  // Meanwhile, on the fleet: what would keep each volume.
+  await tag(late.kept, { [VolumeTag.keep]: "true" });
+  await tag(late.claimed, { [VolumeTag.claimedBy]: "i-0123456789abcdef0", [VolumeTag.claimedAt]: iso(0) });
+  await ec2.send(new AttachVolumeCommand({ VolumeId: late.attached, InstanceId: host.instance.instanceId, Device: "/dev/sdg" }));
+  await tag(late.reReleased, { [VolumeTag.releasedAt]: iso(0), [VolumeTag.expiresAt]: iso(24 * hour) });
+  lab.ec2.requests.releaseHold(hold.id);
+  const outcome = await running;
+
+  const done = Object.fromEntries(Object.entries(late).map(([name, id]) => [name, outcome.decisions.find((d) => d.volumeId === id)?.done]));
+  t.same(done, { kept: "spared", claimed: "spared", attached: "spared", reReleased: "spared", untouched: "deleted" }, "each changed volume spared, the unchanged one deleted", { decisions: outcome.decisions });
+  t.equal(outcome.spared, 4, "the run counts them");
+  t.equal(outcome.failed, 0, "none was a failed DeleteVolume: gc did not try");
+  t.equal(gcLog.lines.filter((line) => /^<5>gc\.spared: left alone: /.test(line)).length, 4, "one notice each, saying why");
+  const after = await states(ec2);
+  for (const name of ["kept", "claimed", "attached", "reReleased"] as const) t.equal(after.get(late[name])?.state === "deleting" || !after.has(late[name]), false, `${name}: still there`);
+  t.ok(!after.has(late.untouched) || after.get(late.untouched)?.state === "deleting", "the unchanged one is gone");
 });

@@ -68,7 +68,7 @@ t.test("a stop: labels off, data-root reset, sync, unmount, keep-attached; no de
   t.equal(plan.decision, "release");
   t.equal(plan.shutdown.kind, "stop");
   t.same(steps(plan), KEPT);
-  t.same(plan.steps.at(-1), { step: "keep-attached", volumeId: "vol-1", removeTags: [] }, "no expiry tag to remove");
+  t.same(plan.steps.at(-1), { step: "keep-attached", volumeId: "vol-1", setTags: {}, removeTags: [] }, "no expiry tag to remove, the intent on the volume already");
   t.notOk(steps(plan).some((s) => s === "detach" || s === "tag-released"), "neither detached nor tagged released");
   t.same(JSON.parse(JSON.stringify(plan)), plan, "serializable, shutdown included (release --dry-run --json)");
 });
@@ -82,7 +82,19 @@ t.test("a stop with docker still running on the volume: docker is stopped first;
 t.test("a stop removes an expiry left on a kept volume (a stopped instance's volume must never expire under it)", async (t) => {
   const stale = volume("vol-1", { tags: { ...volume("vol-1").tags, [VolumeTag.releasedAt]: "2030-01-01T09:00:00.000Z", [VolumeTag.expiresAt]: "2030-01-02T09:00:00.000Z" } });
   const plan = planRelease(settings, observed({ instanceState: state("stopped"), spotAction: spot(undefined) }, { held: [mounted(stale)] }));
-  t.same(plan.steps.at(-1), { step: "keep-attached", volumeId: "vol-1", removeTags: [VolumeTag.releasedAt, VolumeTag.expiresAt] });
+  t.same(plan.steps.at(-1), { step: "keep-attached", volumeId: "vol-1", setTags: {}, removeTags: [VolumeTag.releasedAt, VolumeTag.expiresAt] });
+});
+
+t.test("a stop writes the instance's intent as it is now: a stopped warm buffer may be terminated with no release", async (t) => {
+  const stopping = { instanceState: state("stopping"), spotAction: spot(undefined) };
+  const workspace = heldVolume("vol-1", "workspace");
+  const keepNow = planRelease({ ...settings, keep: true, ttlHours: 72 }, observed(stopping, { held: [mounted(workspace)] }));
+  t.same(keepNow.steps.at(-1), { step: "keep-attached", volumeId: "vol-1", setTags: { [VolumeTag.ttlHours]: "72", [VolumeTag.keep]: "true", [VolumeTag.keepBy]: ME }, removeTags: [] }, "keep and a TTL asked since the claim");
+  const ownKeep = heldVolume("vol-1", "workspace", { tags: { ...workspace.tags, [VolumeTag.keep]: "true", [VolumeTag.keepBy]: ME } });
+  const dropped = planRelease(settings, observed(stopping, { held: [mounted(ownKeep)] }));
+  t.same(dropped.steps.at(-1), { step: "keep-attached", volumeId: "vol-1", setTags: {}, removeTags: [VolumeTag.keep, VolumeTag.keepBy] }, "the keep its claim wrote, no longer asked: removed");
+  const poolKeep = planRelease({ ...settings, keep: true }, observed(stopping));
+  t.same(poolKeep.steps.at(-1), { step: "keep-attached", volumeId: "vol-1", setTags: {}, removeTags: [] }, "a pool volume is never kept");
 });
 
 t.test("a stop still finishes what an earlier release started: a detach under way, a volume detached but untagged", async (t) => {

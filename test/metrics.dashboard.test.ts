@@ -25,7 +25,7 @@ const families = [
     updatedAt: at.toISOString(),
   }),
   ...releaseMetrics({ result: { outcome: "released", released: [], kept: [], problems: [], timeline: [{ step: "detach", ms: 1 }] }, finishedAt: at }),
-  ...gcMetrics({ outcome: { decisions: [], deleted: 0, failed: 0 }, dryRun: false, finishedAt: at }),
+  ...gcMetrics({ outcome: { decisions: [], deleted: 0, spared: 0, failed: 0 }, dryRun: false, finishedAt: at }),
   ...keeperMetrics({ actions: [{ action: "create", pool: "p", outcome: "done" }], poolVolumes: { p: 1 }, finishedAt: at }),
   ...cacheFilesystemMetrics({ mountPoint: "/m", device: "/dev/x", sizeBytes: 1, usedBytes: 0, availableBytes: 1, usedRatio: 0, inodes: 2, freeInodes: 1 }),
   ...cacheDeviceMetrics({ mountPoint: "/m", device: "/dev/x", fsType: "xfs", sizeBytes: 1, usedBytes: 0, availableBytes: 1, usedRatio: 0 }),

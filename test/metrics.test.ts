@@ -147,8 +147,10 @@ const gcRun: GcOutcome = {
     { volumeId: "vol-3", verdict: "tag-expiry", reason: "never released", done: "tagged" },
     { volumeId: "vol-4", verdict: "kept", reason: "keep=true" },
     { volumeId: "vol-5", verdict: "kept", reason: "keep=true" },
+    { volumeId: "vol-6", verdict: "delete", reason: "expired; spared: now in-use", done: "spared" },
   ],
   deleted: 1,
+  spared: 1,
   failed: 1,
 };
 
@@ -160,6 +162,7 @@ t.test("gc: volumes by verdict, and counters", async (tt) => {
   tt.equal(parsed.get("ebs_cache_agent_gc_deleted_volumes_total")?.type, "counter");
   tt.equal(sampleOf(parsed, "ebs_cache_agent_gc_deleted_volumes_total")?.value, 1);
   tt.equal(sampleOf(parsed, "ebs_cache_agent_gc_tagged_volumes_total")?.value, 1);
+  tt.equal(sampleOf(parsed, "ebs_cache_agent_gc_spared_volumes_total")?.value, 1, "a deletion called off by the last look counts");
   const dry = roundTrip(gcMetrics({ outcome: gcRun, dryRun: true, finishedAt: at }));
   tt.equal(sampleOf(dry, "ebs_cache_agent_gc_deleted_volumes_total")?.value, 0, "a dry run deletes nothing");
   tt.equal(sampleOf(dry, "ebs_cache_agent_gc_dry_run_ratio")?.value, 1);

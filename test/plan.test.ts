@@ -114,6 +114,33 @@ t.test("in transit: another instance's volume between its release's detach and t
   if (sel.source === "pool") t.same([...sel.candidates].sort(), ["vol-abandoned", "vol-mine", "vol-untimed"], "everything but the volume on its way");
 });
 
+t.test("the snapshot lookup and the selection go by one rule: a pool whose every volume is on its way gets the snapshot, not a degraded node", async (t) => {
+  const now = new Date("2026-12-01T12:00:00Z");
+  const base = volume("x").tags;
+  // What a boot saw on the fleet: the pool's only volumes were between a release's detach and its tags.
+  const releasing = [1, 2].map((n) => volume(`vol-releasing-${n}`, { tags: { ...base, [VolumeTag.claimedBy]: "i-other", [VolumeTag.claimedAt]: "2026-12-01T11:58:00Z" } }));
+  const seen = observed({ now, pool: releasing });
+  const needed = lookupsNeeded(settings, seen, "snapshot");
+  t.ok(needed, "volumes on their way are no candidates: the boot looks the snapshot up");
+  const plan = planBoot(settings, needed ? { ...seen, snapshot } : seen);
+  t.equal(plan.selection.source, "snapshot", "and makes a volume from it", { selection: plan.selection });
+
+  // Every reason a listed volume is no candidate: the lookup and the selection agree on each.
+  const unusable: Record<string, VolumeInfo> = {
+    "on its way": releasing[0]!,
+    quarantined: volume("vol-q", { tags: { ...base, [VolumeTag.lastError]: "bad", [VolumeTag.lastErrorAt]: "2026-12-01T11:00:00Z" } }),
+    "in another zone": volume("vol-z", { availabilityZone: "eu-west-1b" }),
+    "no longer available": volume("vol-u", { state: "in-use", attachment: { instanceId: "i-other", device: "/dev/sdf", state: "attached" } }),
+    "of the other image store": volume("vol-c", { tags: { ...base, [VolumeTag.imageStore]: "containerd" } }),
+  };
+  for (const [why, v] of Object.entries(unusable)) {
+    const one = observed({ now, pool: [v] });
+    t.equal(selectSource({ ...settings, createFromSnapshot: false }, one).source, "none", `${why}: no candidate`);
+    t.ok(lookupsNeeded(settings, one, "snapshot"), `${why}: so the snapshot is looked up`);
+  }
+  t.notOk(lookupsNeeded(settings, observed({ now, pool: [...releasing, volume("vol-free")] }), "snapshot"), "one free volume among them: no snapshot lookup");
+});
+
 t.test("lookups: a pool boot asks only for the pool page; the snapshot only when the pool has nothing usable", async (t) => {
   const base = observed();
   t.notOk(lookupsNeeded(settings, base, "workspace"), "no ids: no workspace lookup");

@@ -148,7 +148,7 @@ t.test("a write that fails is a warning, never an exception", async (tt) => {
   const recorder = createOutcomeRecorder({ stateDir: join(notADir, "state"), textfileDir: join(notADir, "prom"), log, facts: countingFacts() });
   await recorder.bootFinished({ instanceId: "i-1", phase: "single", result: readyBoot, finishedAt: at });
   await recorder.releaseFinished({ instanceId: "i-1", result: { outcome: "nothing", released: [], kept: [], problems: [], timeline: [] }, finishedAt: at });
-  await recorder.gcFinished({ outcome: { decisions: [], deleted: 0, failed: 0 }, dryRun: false, finishedAt: at });
+  await recorder.gcFinished({ outcome: { decisions: [], deleted: 0, spared: 0, failed: 0 }, dryRun: false, finishedAt: at });
   const warnings = log.lines.filter((l) => l.startsWith("<4>metrics.write-failed: could not write"));
   tt.equal(warnings.length, 6, "boot record, boot and fill metrics, release record and metrics, gc metrics");
   tt.match(warnings.find((l) => l.includes("the boot metrics")) ?? "", /remediation=/, "with what to do");
@@ -157,7 +157,7 @@ t.test("a write that fails is a warning, never an exception", async (tt) => {
 t.test("gc's counters are carried from run to run; the pre-warm's state becomes its own file", async (tt) => {
   const dir = await folder(tt);
   const recorder = createOutcomeRecorder({ stateDir: dir, textfileDir: dir, log: createMemoryLogger(), facts: countingFacts() });
-  const outcome: GcOutcome = { decisions: [{ volumeId: "vol-1", verdict: "delete", reason: "expired", done: "deleted" }], deleted: 1, failed: 0 };
+  const outcome: GcOutcome = { decisions: [{ volumeId: "vol-1", verdict: "delete", reason: "expired", done: "deleted" }], deleted: 1, spared: 0, failed: 0 };
   await recorder.gcFinished({ outcome, dryRun: false, finishedAt: at });
   await recorder.gcFinished({ outcome, dryRun: false, finishedAt: at });
   const gc = parsePromText(await readFile(join(dir, "ebs_cache_agent_gc.prom"), "utf8"));

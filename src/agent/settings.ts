@@ -139,11 +139,22 @@ export function resolveSettings(
     workspaceSizeGiB: effective.workspace.sizeGiB,
     requireEncryptedWorkspace: effective.workspace.requireEncrypted,
     ...(workspace ? { workspace } : {}),
+    // A malformed instance tag refused the boot above; a malformed keep in the labels tag keeps.
+    intent: { keep: keepAsked(effective, request, identity.tags), ttlHours: effective.ttlHours },
   };
   return {
     ok: true,
     value: { effective, boot, applied: [...tagged.applied, ...switched.applied], warnings: [...tagged.warnings, ...request.warnings], notes, request },
   };
+}
+
+/**
+ * Whether the instance asks keep, for the claim and the release alike: the effective setting
+ * (instance tag, else the labels tag), or a malformed keep in the labels tag where no instance
+ * tag says (the volume is kept rather than expired on a guess).
+ */
+function keepAsked(effective: Pick<EffectiveSettings, "keep">, request: Pick<OsparcRequest, "keepMalformed">, tags: Readonly<Record<string, string>>): boolean {
+  return effective.keep || (tags[InstanceTag.keep] === undefined && request.keepMalformed);
 }
 
 /** The settings a release acts on, with what instance tags changed and what was wrong with them. */
@@ -175,10 +186,9 @@ export function resolveReleaseSettings(
   const keepText = identity.tags[InstanceTag.keep];
   const keepTagMalformed = keepText !== undefined && !/^\s*(true|false)\s*$/i.test(keepText);
   if (keepTagMalformed) warnings.push(`instance tag ${InstanceTag.keep} is not true or false: the released workspace volume is kept (never expired) rather than risk its data`);
-  const keepMalformed = keepTagMalformed || (keepText === undefined && request.keepMalformed);
   const release: ReleaseSettings = {
     enabled: effective.enabled,
-    keep: effective.keep || keepMalformed,
+    keep: keepTagMalformed || keepAsked(effective, request, identity.tags),
     ttlHours: effective.ttlHours,
     mountRoot: effective.paths.mountRoot,
     defaultDataRoot: options.defaultDataRoot,

@@ -32,7 +32,7 @@ export function gcCommand(): Command {
       if (opts.json) out(JSON.stringify(outcome, null, 2));
       else {
         for (const d of outcome.decisions) out(`${d.volumeId}  ${d.verdict.padEnd(13)} ${d.reason}${d.done ? `  -> ${d.done}` : ""}`);
-        out(`${opts.dryRun ? "dry run: " : ""}${outcome.deleted} deleted, ${outcome.failed} failed, ${outcome.decisions.length} managed volumes seen`);
+        out(`${opts.dryRun ? "dry run: " : ""}${outcome.deleted} deleted, ${outcome.spared} spared, ${outcome.failed} failed, ${outcome.decisions.length} managed volumes seen`);
       }
       process.exitCode = gcExitCode(outcome);
     });

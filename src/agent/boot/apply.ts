@@ -19,6 +19,7 @@ import type { PrewarmAtBoot } from "../prewarm/apply.ts";
 import { volumeDetails } from "../report.ts";
 import { imagesOf, withLatest } from "../generation.ts";
 import { claimNext, createAndClaim } from "./claim.ts";
+import { claimTagChanges } from "./claim-tags.ts";
 import { freshProgress, type ApplyOptions, type BootDeps, type BootLimits, type BootResult, type ClaimState, type Finished, type Progress, type StepContext } from "./context.ts";
 import { BootStepError, CancelledError, remediationOf } from "./errors.ts";
 import type { BootPlan, BootStep } from "./plan.ts";
@@ -221,32 +222,24 @@ async function createVolumeAndClaim(step: StepOf<"create-and-claim">, ctx: StepC
   return undefined;
 }
 
-/** Tags a claim removes: a release's expiry, an earlier instance's error. */
-const CLAIM_CLEARS = [VolumeTag.releasedAt, VolumeTag.expiresAt, VolumeTag.lastError, VolumeTag.lastErrorAt];
-
 /**
  * Ensured from the volume's tags as last described, on every run (a reused attachment
  * included): a boot killed between AttachVolume and these tags, or between CreateTags and
- * DeleteTags, is finished here. At most one CreateTags and one DeleteTags; none when the tags
- * are right already.
+ * DeleteTags, is finished here, and an intent changed since (a reboot with other instance tags)
+ * is written. At most one CreateTags and one DeleteTags (claim-tags.ts); none when the tags are
+ * right already.
  */
-async function tagClaim(_step: StepOf<"tag-claim">, { plan, p, deps, call }: StepContext): Promise<undefined> {
+async function tagClaim(step: StepOf<"tag-claim">, { plan, p, deps, call }: StepContext): Promise<undefined> {
   const volume = volumeOf(p);
   const tags = volume.tags;
-  // A volume this boot created carries its claimed-by from the creation, not yet the time.
-  if (tags[VolumeTag.claimedBy] !== plan.instanceId || tags[VolumeTag.claimedAt] === undefined) {
-    const at = (deps.now?.() ?? new Date()).toISOString();
-    await deps.cloud.tagVolume(volume.volumeId, { [VolumeTag.claimedBy]: plan.instanceId, [VolumeTag.claimedAt]: at }, call);
-    tags[VolumeTag.claimedBy] = plan.instanceId;
-    tags[VolumeTag.claimedAt] = at;
-    p.claimedAt = at;
+  const changes = claimTagChanges(tags, plan.instanceId, step.intent, deps.now?.() ?? new Date());
+  if (Object.keys(changes.set).length > 0) {
+    await deps.cloud.tagVolume(volume.volumeId, changes.set, call);
+    Object.assign(tags, changes.set);
+    if (changes.set[VolumeTag.claimedAt] !== undefined) p.claimedAt = changes.set[VolumeTag.claimedAt];
   }
-  // An earlier release's expiry no longer applies (were this instance to die without a
-  // release, gc would otherwise delete the volume at that old time instead of giving it a
-  // TTL), nor does an earlier instance's error once this one uses the volume.
-  const stale = CLAIM_CLEARS.filter((key) => tags[key] !== undefined);
-  await deps.cloud.untagVolume(volume.volumeId, stale, call);
-  for (const key of stale) delete tags[key];
+  await deps.cloud.untagVolume(volume.volumeId, changes.remove, call);
+  for (const key of changes.remove) delete tags[key];
   return undefined;
 }
 

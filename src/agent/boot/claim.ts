@@ -9,7 +9,7 @@ import type { StepContext } from "./context.ts";
 import { BootStepError } from "./errors.ts";
 import { storeFit } from "../../docker/image-store.ts";
 import { currentSnapshot } from "../generation.ts";
-import { candidateOrder, createSpecFrom, isInTransit, isQuarantined, type BootStep, type CreateSpec } from "./plan.ts";
+import { candidateOrder, createSpecFrom, isClaimable, type BootStep, type CreateSpec } from "./plan.ts";
 
 type ClaimStep = Extract<BootStep, { step: "claim-volume" }>;
 
@@ -65,22 +65,17 @@ export async function claimNext(step: ClaimStep, ctx: StepContext): Promise<void
 }
 
 /**
- * One fresh page of candidates, minus those tried, those in quarantine, those not encrypted
- * when the step requires it, and those of the other image store, in this instance's order (those built by the host's engine major first).
+ * One fresh page of candidates, minus those tried and those the selection's rule rejects
+ * (isClaimable: in quarantine, on their way; not encrypted when the step requires it;
+ * candidateOrder: of the other image store), in this
+ * instance's order (those built by the host's engine major first).
  */
 async function relist(step: ClaimStep, { plan, deps, claim }: StepContext): Promise<string[]> {
   const now = deps.now?.() ?? new Date();
   const fresh = await deps.cloud.findVolumes(step.relist, { firstPage: step.pageSize, ...(claim.signal ? { signal: claim.signal } : {}) });
   for (const volume of fresh) claim.known.set(volume.volumeId, volume);
-  const usable = fresh.filter(
-    (v) =>
-      v.state === "available" &&
-      !v.attachment &&
-      !claim.tried.has(v.volumeId) &&
-      !isQuarantined(v, now, step.quarantineHours) &&
-      !isInTransit(v, now, plan.instanceId) &&
-      (step.requireEncrypted !== true || v.encrypted === true),
-  );
+  const at = { now, availabilityZone: plan.availabilityZone, instanceId: plan.instanceId, quarantineHours: step.quarantineHours };
+  const usable = fresh.filter((v) => !claim.tried.has(v.volumeId) && isClaimable(v, at) && (step.requireEncrypted !== true || v.encrypted === true));
   return candidateOrder(plan.instanceId, usable, step.hostStore ?? { store: "graphdriver" }).fitting;
 }
 

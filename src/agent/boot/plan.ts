@@ -13,6 +13,7 @@ import { volumeMatchesWorkspace, workspaceIdTags, type WorkspaceIds } from "../w
 import { orderByStore, storeFit, type HostStore } from "../../docker/image-store.ts";
 import { compareGenerations, generationName, volumeGeneration, type Generation } from "../generation.ts";
 import type { PreparedRecord } from "./prepared.ts";
+import type { VolumeIntent } from "../volume-intent.ts";
 
 export type { WorkspaceIds };
 
@@ -57,6 +58,11 @@ export interface BootSettings {
   prewarm?: PrewarmStrategy;
   /** config `claim`: page size, volumes and losses per boot, quarantine. */
   claim: ClaimSettings;
+  /**
+   * What the instance asks of its volume (keep, TTL): tag-claim writes it on the volume's tags,
+   * so gc honours it should the instance die without a release (src/agent/volume-intent.ts).
+   */
+  intent: VolumeIntent;
 }
 
 export interface ClaimSettings {
@@ -153,8 +159,11 @@ export type BootStep =
       fallback?: SnapshotFallback;
     }
   | { step: "create-and-claim"; create: CreateSpec }
-  /** Ensures the claim tags (claimed-by this instance, no release or error tags): every run, not assumed. */
-  | { step: "tag-claim" }
+  /**
+   * Ensures the claim tags (claimed-by this instance, no release or error tags) and the
+   * instance's intent (keep, TTL: src/agent/volume-intent.ts): every run, not assumed.
+   */
+  | { step: "tag-claim"; intent: VolumeIntent }
   | { step: "wait-for-device" }
   | { step: "check-filesystem" }
   | { step: "mount"; mountRoot: string }
@@ -378,6 +387,53 @@ export function poolSelector(settings: Pick<BootSettings, "pool" | "imageSet">):
   };
 }
 
+/** What judging a listed volume as a claim candidate needs: where and when the boot runs. */
+export interface ClaimContext {
+  now: Date;
+  availabilityZone: string;
+  instanceId: string;
+  quarantineHours: number;
+}
+
+/**
+ * The one rule of what a boot may claim, for its selection (selectSource), the lookups that feed
+ * it (lookupsNeeded) and its fresh pages after a loss (claim.ts): available and unattached, in
+ * this zone, not in quarantine, not another instance's on its way (isInTransit). The image store
+ * is judged after it (candidateOrder sets misfits apart).
+ */
+export function isClaimable(volume: VolumeInfo, at: ClaimContext): boolean {
+  return (
+    volume.state === "available" &&
+    !volume.attachment &&
+    volume.availabilityZone === at.availabilityZone &&
+    !isQuarantined(volume, at.now, at.quarantineHours) &&
+    !isInTransit(volume, at.now, at.instanceId)
+  );
+}
+
+/**
+ * The listed volumes a boot may claim, per family, in this instance's order (isClaimable, then
+ * candidateOrder): workspace volumes only of exactly this instance's ids (EC2 filtered on them
+ * already; checked again so that only an exact match is ever claimed).
+ */
+export function claimCandidates(
+  settings: Pick<BootSettings, "workspace" | "claim" | "requireEncryptedWorkspace">,
+  observed: Pick<BootObservation, "workspace" | "pool" | "identity" | "now" | "hostStore">,
+): Record<"workspace" | "pool", ReturnType<typeof candidateOrder>> & { unencrypted: string[] } {
+  const { identity } = observed;
+  const at: ClaimContext = { now: observed.now ?? new Date(0), availabilityZone: identity.availabilityZone, instanceId: identity.instanceId, quarantineHours: settings.claim.quarantineHours };
+  const ordered = (volumes: VolumeInfo[]) => candidateOrder(identity.instanceId, volumes, hostStoreOf(observed));
+  const ids = settings.workspace;
+  const ofIds = ids ? observed.workspace.filter((v) => isClaimable(v, at) && volumeMatchesWorkspace(v.tags, ids)) : [];
+  // A workspace volume EBS does not encrypt is never claimed when the operator requires encryption.
+  const refused = (v: VolumeInfo) => settings.requireEncryptedWorkspace === true && v.encrypted !== true;
+  return {
+    workspace: ids ? ordered(ofIds.filter((v) => !refused(v))) : { fitting: [], mismatched: [] },
+    unencrypted: ofIds.filter(refused).map((v) => v.volumeId),
+    pool: ordered(observed.pool.filter((v) => isClaimable(v, at))),
+  };
+}
+
 /**
  * Chooses the volume's source. Only volumes whose image store fits the host's are candidates
  * (image-store.ts): a volume built with the other store would mount fine and start docker on
@@ -408,20 +464,12 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   }
   if (!settings.mayClaim) return { source: "none", reason: "no cache volume is attached, and this run may not claim one (boot --no-claim)" };
 
-  const now = observed.now ?? new Date(0);
-  const usable = (v: VolumeInfo) =>
-    v.availabilityZone === identity.availabilityZone && v.state === "available" && !isQuarantined(v, now, settings.claim.quarantineHours) && !isInTransit(v, now, identity.instanceId);
   const fallback = snapshotFallback(settings, observed);
-  const ordered = (volumes: VolumeInfo[]) => candidateOrder(identity.instanceId, volumes, host);
   const mismatch = (family: string, first: { volume: string; reason: string; remediation: string }) =>
     `no ${family} volume fits this host's image store: ${first.volume} ${first.reason.replace(/^the volume /, "")} (${first.remediation})`;
 
-  // EC2 filtered on the ids already; checked again so that only an exact match is ever claimed.
   const ids = settings.workspace;
-  const ofIds = ids ? observed.workspace.filter((v) => usable(v) && volumeMatchesWorkspace(v.tags, ids)) : [];
-  const refused = (v: VolumeInfo) => settings.requireEncryptedWorkspace === true && v.encrypted !== true;
-  const unencrypted = ofIds.filter(refused).map((v) => v.volumeId);
-  const workspace = ids ? ordered(ofIds.filter((v) => !refused(v))) : { fitting: [], mismatched: [] };
+  const { workspace, pool, unencrypted } = claimCandidates(settings, observed);
   if (ids && workspace.fitting.length > 0) {
     return {
       source: "workspace",
@@ -440,7 +488,6 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   // No workspace volume of these ids yet: make one (unless `never`, or no snapshot to make it from).
   const newWorkspace = newWorkspaceSpec(settings, observed);
   if (newWorkspace) return { source: "new-workspace", create: newWorkspace };
-  const pool = ordered(observed.pool.filter(usable));
   if (pool.fitting.length > 0) {
     return {
       source: "pool",
@@ -508,18 +555,18 @@ export function lookupsNeeded(
 ): boolean {
   if (!settings.enabled || !settings.mayClaim) return false;
   if (observed.attached.some((v) => v.attachment?.instanceId === observed.identity.instanceId)) return false;
-  const now = observed.now ?? new Date(0);
-  const usable = (list: VolumeInfo[]) => list.some((v) => v.state === "available" && !isQuarantined(v, now, settings.claim.quarantineHours));
-  const ids = settings.workspace;
-  const hasWorkspace = ids !== undefined && usable(observed.workspace.filter((v) => volumeMatchesWorkspace(v.tags, ids)));
+  // The selection's own candidates decide: a volume it would reject (on its way, quarantined,
+  // of the other image store) must not spare the snapshot it would then need.
+  const { workspace, pool, unencrypted } = claimCandidates(settings, observed);
+  // Workspace volumes of the ids, fitting or not: the selection ends with them (claimed, or degraded).
+  const hasWorkspace = settings.workspace !== undefined && workspace.fitting.length + workspace.mismatched.length + unencrypted.length > 0;
   switch (stage) {
     case "workspace":
       return settings.workspace !== undefined;
     case "snapshot":
       if (hasWorkspace) return false;
       if (settings.workspace && settings.workspaceCreate === "snapshot") return true;
-      // Pool volumes of the other image store are no candidates: the snapshot may be.
-      return settings.createFromSnapshot && !usable(observed.pool.filter((v) => storeFit(v.tags, hostStoreOf(observed)).fits));
+      return settings.createFromSnapshot && pool.fitting.length === 0;
     case "pool":
       // A new workspace volume from the snapshot comes before the pool; the pool is still asked
       // for, since the snapshot may turn out missing.
@@ -591,7 +638,13 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
       break;
   }
   const tail = AFTER_CLAIM.map((step): BootStep =>
-    step === "mount" ? { step, mountRoot: settings.mountRoot } : step === "prewarm" ? { step, strategy: settings.prewarm ?? "check" } : ({ step } as BootStep),
+    step === "mount"
+      ? { step, mountRoot: settings.mountRoot }
+      : step === "prewarm"
+        ? { step, strategy: settings.prewarm ?? "check" }
+        : step === "tag-claim"
+          ? { step, intent: settings.intent }
+          : ({ step } as BootStep),
   );
   // tag-claim stays for a reused attachment too: a boot killed between AttachVolume and its
   // tags (or between CreateTags and DeleteTags) is finished by the next run, not assumed done.

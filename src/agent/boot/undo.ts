@@ -10,7 +10,8 @@ import type { BootPlan } from "./plan.ts";
 
 /**
  * Reverses what this boot did, newest first; each undo is best-effort and logged. The volume is
- * detached (never forced) and its claim tags removed (only while they are this instance's);
+ * detached (never forced) and its claim tags removed (only while they are this instance's, with
+ * a keep its claim wrote);
  * with `quarantine` (the failure was the volume's) it is tagged `last-error` and
  * `last-error-at`, so no boot takes it for `claim.quarantineHours`.
  */
@@ -45,10 +46,13 @@ export async function undo(p: Progress, plan: BootPlan, deps: BootDeps, reason: 
       log.error("boot.undo", "volume still mounted: not detaching it (never force-detach a mounted volume)", { volume: volumeId, mountPoint: stillMounted });
       return;
     }
+    // A keep this instance's claim wrote goes with the claim: the volume is no longer its.
+    const ownKeep: Record<string, string> = p.volume.tags[VolumeTag.keepBy] === plan.instanceId ? { [VolumeTag.keep]: "true", [VolumeTag.keepBy]: plan.instanceId } : {};
     await attempt("tagging the failure", async () => {
       await deps.cloud.untagVolume(volumeId, {
         [VolumeTag.claimedBy]: plan.instanceId,
         ...(p.claimedAt ? { [VolumeTag.claimedAt]: p.claimedAt } : {}),
+        ...ownKeep,
       });
       if (options.quarantine) {
         const at = (deps.now?.() ?? new Date()).toISOString();

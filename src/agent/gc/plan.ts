@@ -8,6 +8,7 @@ import { VolumeKind, VolumeTag } from "../../tags.ts";
 import { isQuarantined } from "../boot/plan.ts";
 import { compareGenerations, currentSnapshot, generationName, isSuperseded, snapshotGeneration, volumeGeneration, type Generation } from "../generation.ts";
 import type { SnapshotInfo, VolumeInfo } from "../ports.ts";
+import { recordedTtlHours, TTL_HOURS } from "../volume-intent.ts";
 
 export type GcVerdict =
   /** Managed, available, past expires-at, not kept: deleted (within the cap). */
@@ -21,7 +22,9 @@ export type GcVerdict =
   | "over-cap"
   /**
    * Available and claimed by an instance, but never released (the instance died, or its
-   * release was killed between detach and tagging): tagged released-at / expires-at now.
+   * release was killed between detach and tagging): tagged released-at / expires-at now, the
+   * expiry by the TTL its instance recorded at the claim (`ebs-cache:ttl-hours`), else gc's.
+   * (A keep recorded at the claim made it `kept` already.)
    */
   | "tag-expiry"
   | "not-expired"
@@ -112,8 +115,13 @@ function judgeExpiry(volume: VolumeInfo, options: Pick<GcPlanOptions, "now" | "t
   const claimedSinceRelease = claimedBy !== undefined && claimedAt !== undefined && releasedAt !== undefined && claimedAt > releasedAt;
   if (expiresText === undefined || claimedSinceRelease) {
     if (claimedBy !== undefined && (tags[VolumeTag.releasedAt] === undefined || claimedSinceRelease)) {
-      const expires = new Date(options.now.getTime() + options.ttlHours * 3600_000);
-      return decide("tag-expiry", `claimed by ${claimedBy} but never released; expires ${expires.toISOString()}`, {
+      // The TTL its instance asked for, recorded at the claim (its keep was judged above).
+      const recorded = recordedTtlHours(tags);
+      if (recorded.kind === "malformed") return decide("malformed", `${VolumeTag.ttlHours}=${JSON.stringify(recorded.text)} is not a number of hours from ${TTL_HOURS.min} to ${TTL_HOURS.max}`);
+      const ttlHours = recorded.kind === "hours" ? recorded.hours : options.ttlHours;
+      const expires = new Date(options.now.getTime() + ttlHours * 3600_000);
+      const ttl = recorded.kind === "hours" ? `its instance's TTL of ${ttlHours} h` : `gc's TTL of ${ttlHours} h (no ${VolumeTag.ttlHours} recorded)`;
+      return decide("tag-expiry", `claimed by ${claimedBy} but never released; expires ${expires.toISOString()}, ${ttl}`, {
         tags: { [VolumeTag.releasedAt]: options.now.toISOString(), [VolumeTag.expiresAt]: expires.toISOString() },
       });
     }
@@ -168,6 +176,29 @@ function judgeGeneration(volume: VolumeInfo, decision: GcDecision, now: Date, re
   const from = new Date(pool.since.getTime() + retire.graceHours * 3600_000);
   if (now.getTime() < from.getTime()) return { ...decision, reason: `${decision.reason}; ${by}, retired from ${from.toISOString()}` };
   return { volumeId: volume.volumeId, verdict: "superseded", reason: `${by}, out since ${pool.since.toISOString()} (grace ${retire.graceHours} h)` };
+}
+
+/** The verdicts gc deletes on. */
+export const DELETING = new Set<GcVerdict>(["delete", "superseded"]);
+
+/** The tags whose change since the plan spares a volume: a keep, a claim, a release, a new expiry. */
+const SPARING_TAGS = [VolumeTag.managed, VolumeTag.keep, VolumeTag.claimedBy, VolumeTag.claimedAt, VolumeTag.releasedAt, VolumeTag.expiresAt] as const;
+
+/**
+ * Why a volume planned for deletion is spared after all, judged on EC2's answer right before its
+ * DeleteVolume (`fresh`; undefined: it is gone); undefined: it still goes. Anything that changed
+ * since it was observed and may mean someone wants it spares it — its state or an attachment, a
+ * keep, a claim, a release, a new expiry — and so does a verdict of its own that is no longer a
+ * deletion. Pure.
+ */
+export function sparedSince(observed: VolumeInfo, fresh: VolumeInfo, options: Pick<GcPlanOptions, "now" | "ttlHours" | "retire">): string | undefined {
+  if (fresh.state !== observed.state || fresh.attachment) {
+    return `now ${fresh.attachment ? `attached to ${fresh.attachment.instanceId}` : fresh.state}`;
+  }
+  const changed = SPARING_TAGS.filter((key) => fresh.tags[key] !== observed.tags[key]);
+  if (changed.length > 0) return `${changed.map((key) => `${key}=${fresh.tags[key] === undefined ? "(removed)" : JSON.stringify(fresh.tags[key])}`).join(", ")} since it was judged`;
+  const again = judgeVolume(fresh, options);
+  return DELETING.has(again.verdict) ? undefined : `now ${again.verdict}: ${again.reason}`;
 }
 
 /**

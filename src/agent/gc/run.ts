@@ -24,13 +24,10 @@ export async function runGc(
   },
 ): Promise<GcOutcome> {
   const { volumes, snapshots } = await observeGc(cloud);
-  const decisions = planGc(volumes, {
-    now: options.now ?? new Date(),
-    ttlHours: options.ttlHours,
-    maxDeletes: options.maxDeletes,
-    retire: { ...options.retire, snapshots },
-  });
-  const outcome = await applyGc(decisions, cloud, { dryRun: options.dryRun, log: options.log });
+  const judging = { now: options.now ?? new Date(), ttlHours: options.ttlHours, retire: { ...options.retire, snapshots } };
+  const decisions = planGc(volumes, { ...judging, maxDeletes: options.maxDeletes });
+  const recheck = { observed: new Map(volumes.map((v) => [v.volumeId, v])), options: judging };
+  const outcome = await applyGc(decisions, cloud, { dryRun: options.dryRun, log: options.log, recheck });
   await options.recorder?.gcFinished({ outcome, dryRun: options.dryRun, finishedAt: new Date() });
   return outcome;
 }

@@ -2,14 +2,10 @@
  * What the keeper looks at: the pool's volumes (one filtered DescribeVolumes, all pages), its
  * snapshots (one filtered DescribeSnapshots, all pages: the current generation's snapshot, which
  * new volumes come from, and the generation of volumes without a built-at of their own), and
- * EBS's initialization of the available volumes not yet tagged `ebs-cache:initialized`. Reads only.
- *
- * The initialization only decides a tag: when EC2 will not say it (DescribeVolumeStatus refused
- * by a trimmed IAM policy, an endpoint that lacks the call), those volumes stay untagged for this
- * run, with one warning, and the keeper still stocks and trims the pool.
+ * EBS's initialization of the available volumes not yet tagged `ebs-cache:initialized` (a volume
+ * whose status cannot be read is left untagged this run, see readInitialization). Reads only.
  */
 import { describeError } from "../../errors.ts";
-import type { Logger } from "../../log.ts";
 import { VolumeTag } from "../../tags.ts";
 import { currentSnapshot } from "../generation.ts";
 import type { InitializationStatus, KeeperCloud } from "../ports.ts";
@@ -19,39 +15,50 @@ import { keeperVolumeSelector, type KeeperObservation, type KeeperSettings } fro
 export async function observeKeeper(
   cloud: KeeperCloud,
   settings: KeeperSettings,
-  options: { now: Date; withInitialization?: boolean; log?: Logger },
+  options: { now: Date; withInitialization?: boolean },
 ): Promise<KeeperObservation> {
   // Every image set's snapshots of the pool: the generation of any of its volumes may be needed.
   const [volumes, snapshots] = await Promise.all([cloud.findVolumes({ tags: keeperVolumeSelector(settings) }), cloud.findSnapshots(keeperVolumeSelector(settings))]);
   const snapshot = currentSnapshot(snapshots, settings.imageSet);
 
-  const initialization: Record<string, InitializationStatus | null> = {};
+  let status: InitializationRead = { initialization: {}, unread: {} };
   if (options.withInitialization !== false) {
     const pending = volumes.filter(
       (v) => v.state === "available" && !v.attachment && v.snapshotId !== undefined && v.tags[VolumeTag.initialized] === undefined && settings.zones.includes(v.availabilityZone),
     );
-    const unknown: string[] = [];
-    let firstError: unknown;
-    // One DescribeVolumeStatus per volume, a few at a time: the pool is tens of volumes, not thousands.
-    for (let i = 0; i < pending.length; i += 5) {
-      await Promise.all(
-        pending.slice(i, i + 5).map(async (v) => {
-          try {
-            initialization[v.volumeId] = (await cloud.initializationStatus(v.volumeId)) ?? null;
-          } catch (error) {
-            initialization[v.volumeId] = null;
-            unknown.push(v.volumeId);
-            firstError ??= error;
-          }
-        }),
-      );
-    }
-    if (unknown.length > 0) {
-      options.log?.warning("keeper.initialization-unknown", `EC2 did not tell the initialization of ${unknown.length} volume(s): ${describeError(firstError)}; they are not tagged initialized this run`, {
-        volumes: unknown.sort().join(","),
-        remediation: "allow ec2:DescribeVolumeStatus to the keeper (iam/ebs-cache-agent-policy.json) and check the EC2 endpoint",
-      });
-    }
+    status = await readInitialization(
+      pending.map((v) => v.volumeId),
+      (volumeId) => cloud.initializationStatus(volumeId),
+    );
   }
-  return { now: options.now, volumes, ...(snapshot ? { snapshot } : {}), snapshots, initialization };
+  return { now: options.now, volumes, ...(snapshot ? { snapshot } : {}), snapshots, ...status };
+}
+
+/** What DescribeVolumeStatus said of each volume asked about, and why it could not say it of the others. */
+export interface InitializationRead {
+  /** By volume id; null: EC2 gave no initialization details. */
+  initialization: Record<string, InitializationStatus | null>;
+  /** By volume id: why its status could not be read (throttling past the retries, a 5xx). */
+  unread: Record<string, string>;
+}
+
+/**
+ * One DescribeVolumeStatus per volume, a few at a time (the pool is tens of volumes, not
+ * thousands). A read that fails costs only that volume's `initialized` tag this run: it is
+ * recorded in `unread`, never thrown, so the keeper still creates and trims.
+ */
+export async function readInitialization(volumeIds: readonly string[], read: (volumeId: string) => Promise<InitializationStatus | undefined>): Promise<InitializationRead> {
+  const out: InitializationRead = { initialization: {}, unread: {} };
+  for (let i = 0; i < volumeIds.length; i += 5) {
+    await Promise.all(
+      volumeIds.slice(i, i + 5).map(async (volumeId) => {
+        try {
+          out.initialization[volumeId] = (await read(volumeId)) ?? null;
+        } catch (error) {
+          out.unread[volumeId] = describeError(error);
+        }
+      }),
+    );
+  }
+  return out;
 }

@@ -50,6 +50,11 @@ export interface KeeperObservation {
   snapshots: SnapshotInfo[];
   /** EBS's initialization of the available, not yet tagged volumes made from a snapshot (null: EC2 gave none). */
   initialization: Record<string, InitializationStatus | null>;
+  /**
+   * Those whose initialization could not be read (DescribeVolumeStatus failed), with why: they
+   * are not tagged this run, and nothing else of the plan depends on it.
+   */
+  unread?: Record<string, string>;
 }
 
 export interface CreateStep {

@@ -20,7 +20,10 @@ export interface KeeperOutcome {
   final: KeeperPlan;
   results: KeeperResult[];
   rounds: number;
+  /** Steps that failed, and volumes whose initialization could not be read (each a tag not made). */
   failed: number;
+  /** Volumes whose DescribeVolumeStatus failed this run, with why: left untagged, nothing else changed. */
+  unread: Array<{ volumeId: string; zone: string; error: string }>;
 }
 
 /** The keeper's settings from the configuration; refuses a keeper with no zone to stock. */
@@ -50,9 +53,14 @@ export async function runKeeper(
   options: { dryRun: boolean; log: Logger; now?: () => Date; recorder?: OutcomeRecorder },
 ): Promise<KeeperOutcome> {
   const now = options.now ?? (() => new Date());
-  const observed = await observeKeeper(cloud, settings, { now: now(), log: options.log });
+  const observed = await observeKeeper(cloud, settings, { now: now() });
   const plan = planKeeper(settings, observed);
-  const outcome: KeeperOutcome = { plan, final: plan, results: [], rounds: 1, failed: 0 };
+  const zoneOf = new Map(observed.volumes.map((v) => [v.volumeId, v.availabilityZone]));
+  const unread = Object.entries(observed.unread ?? {}).map(([volumeId, error]) => ({ volumeId, zone: zoneOf.get(volumeId) ?? "", error }));
+  for (const { volumeId, zone, error } of unread) {
+    options.log.warning("keeper.status-unread", `could not read the volume's initialization: ${error}; not tagged initialized this run`, { volume: volumeId, zone });
+  }
+  const outcome: KeeperOutcome = { plan, final: plan, results: [], rounds: 1, failed: unread.length, unread };
   if (options.dryRun) return outcome;
 
   const known = new Set(observed.volumes.map((v) => v.volumeId));
@@ -74,24 +82,28 @@ export async function runKeeper(
     if (!next) break;
     outcome.results.push(...(await applyKeeper([next], ctx)));
   }
-  outcome.failed = outcome.results.filter((r) => r.done === "failed").length;
+  outcome.failed = outcome.results.filter((r) => r.done === "failed").length + unread.length;
   await options.recorder?.keeperFinished(keeperFacts(outcome, now()));
   return outcome;
 }
 
-/** 0: done (or nothing to do); 1: some step failed (the log says which). */
+/** 0: done (or nothing to do); 1: some step failed, or a volume's initialization could not be read (the log says which). */
 export function keeperExitCode(outcome: KeeperOutcome): number {
   return outcome.failed > 0 ? ExitCode.failure : ExitCode.ok;
 }
 
 /**
  * What a run reports to the metrics textfile (src/metrics/keeper.ts): each step done or failed
- * (skipped trims are no action), and the pool's stock after the run.
+ * (skipped trims are no action), a status that could not be read as a failed tag-initialized,
+ * and the pool's stock after the run.
  */
 export function keeperFacts(outcome: KeeperOutcome, finishedAt: Date): KeeperFacts {
-  const actions = outcome.results
-    .filter((r) => r.done !== "skipped")
-    .map((r) => ({ action: r.step, pool: outcome.plan.pool, outcome: r.done === "failed" ? ("failed" as const) : ("done" as const) }));
+  const actions = [
+    ...outcome.results
+      .filter((r) => r.done !== "skipped")
+      .map((r) => ({ action: r.step, pool: outcome.plan.pool, outcome: r.done === "failed" ? ("failed" as const) : ("done" as const) })),
+    ...outcome.unread.map(() => ({ action: "tag-initialized" as const, pool: outcome.plan.pool, outcome: "failed" as const })),
+  ];
   const stock = outcome.final.zones.reduce((sum, z) => sum + z.available + z.creating, 0);
   return { actions, poolVolumes: { [outcome.plan.pool]: stock }, finishedAt };
 }

@@ -275,6 +275,7 @@ async function keepAttached(step: Extract<ReleaseStep, { step: "keep-attached" }
   if (mounted.length > 0) {
     throw new ReleaseRefusedError(step.step, `${step.volumeId} is mounted again (${mounted.join(", ")})`, "unmount it, then run release again");
   }
+  if (Object.keys(step.setTags).length > 0) await deps.cloud.tagVolume(step.volumeId, step.setTags);
   if (step.removeTags.length > 0) await deps.cloud.untagVolume(step.volumeId, step.removeTags);
   result.kept.push(step.volumeId);
   deps.log.notice("release.kept", "volume unmounted and left attached for the instance's next start (a stop): no expiry", { volume: step.volumeId });
@@ -300,7 +301,16 @@ async function tagReleased(step: Extract<ReleaseStep, { step: "tag-released" }>,
   }
   const releasedAt = step.releasedAt !== undefined ? new Date(step.releasedAt) : (deps.now?.() ?? new Date());
   const claimedAt = volume.tags[VolumeTag.claimedAt];
-  const tags = releaseTags({ instanceId, kind: step.kind, keep: step.keep, ttlHours: step.ttlHours, releasedAt, ...(claimedAt !== undefined ? { claimedAt } : {}) });
+  const keepBy = volume.tags[VolumeTag.keepBy];
+  const tags = releaseTags({
+    instanceId,
+    kind: step.kind,
+    keep: step.keep,
+    ttlHours: step.ttlHours,
+    releasedAt,
+    ...(claimedAt !== undefined ? { claimedAt } : {}),
+    ...(keepBy !== undefined ? { keepBy } : {}),
+  });
   if (step.keep && !(VolumeTag.keep in tags.set)) {
     log.info("release.tag", "keep applies to workspace volumes only: this pool volume gets an expiry", { volume: step.volumeId });
   }

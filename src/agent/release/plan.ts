@@ -13,7 +13,8 @@
  * daemon.json is reset before docker stops, so that a docker started again meanwhile (a socket
  * activation, a person) comes up on its default root and never on the volume being released.
  */
-import { VolumeKind, VolumeTag } from "../../tags.ts";
+import { VolumeTag } from "../../tags.ts";
+import { intentChanges, keepApplies } from "../volume-intent.ts";
 import type { LabelModeSetting } from "../../docker/labels.ts";
 import type { Identity, VolumeInfo } from "../ports.ts";
 
@@ -136,9 +137,11 @@ export type ReleaseStep =
   /**
    * The instance is being stopped: the unmounted volume stays attached for its next start,
    * `claimed-by` kept, and any `released-at` / `expires-at` removed (a stopped instance's volume
-   * must not expire under it).
+   * must not expire under it). `setTags` / `removeTags` also bring the instance's intent (keep,
+   * TTL) up to date: a stopped warm buffer may be terminated while stopped, with no release, and
+   * gc then goes by these tags.
    */
-  | { step: "keep-attached"; volumeId: string; removeTags: string[] }
+  | { step: "keep-attached"; volumeId: string; setTags: Record<string, string>; removeTags: string[] }
   /**
    * `released-at` (this time, or the one an interrupted release already wrote), `expires-at`
    * (+ TTL) or `keep=true`; `claimed-by` / `claimed-at` removed while they still name this instance.
@@ -185,7 +188,9 @@ export function earlierReleaseTime(volume: VolumeInfo): string | undefined {
 
 /**
  * The tags a released volume gets (set, then removed), for one release time. `keep` applies to
- * workspace volumes only: a kept pool volume would never leave the pool's count.
+ * workspace volumes only: a kept pool volume would never leave the pool's count. A keep this
+ * instance's claim wrote (`keep-by` this instance) goes when the instance no longer asks it, and
+ * becomes a plain keep (nobody's to take back) when it still does.
  */
 export function releaseTags(options: {
   instanceId: string;
@@ -195,8 +200,11 @@ export function releaseTags(options: {
   releasedAt: Date;
   /** The volume's current `claimed-at`, removed only while it still has this value. */
   claimedAt?: string;
+  /** The volume's current `keep-by`: the instance whose claim wrote its keep. */
+  keepBy?: string;
 }): { set: Record<string, string>; remove: Record<string, string>; removeKeys: string[] } {
-  const keep = options.keep && options.kind === VolumeKind.workspace;
+  const keep = keepApplies(options.kind, options);
+  const ownKeep = options.keepBy === options.instanceId;
   const set: Record<string, string> = { [VolumeTag.releasedAt]: options.releasedAt.toISOString() };
   const removeKeys: string[] = [];
   if (keep) {
@@ -204,9 +212,12 @@ export function releaseTags(options: {
     removeKeys.push(VolumeTag.expiresAt);
   } else {
     set[VolumeTag.expiresAt] = new Date(options.releasedAt.getTime() + options.ttlHours * 3_600_000).toISOString();
+    // Asked at the claim, no longer now (an instance tag removed or set false since).
+    if (ownKeep) removeKeys.push(VolumeTag.keep, VolumeTag.keepBy);
   }
   const remove: Record<string, string> = { [VolumeTag.claimedBy]: options.instanceId };
   if (options.claimedAt !== undefined) remove[VolumeTag.claimedAt] = options.claimedAt;
+  if (keep && ownKeep) remove[VolumeTag.keepBy] = options.instanceId;
   return { set, remove, removeKeys };
 }
 
@@ -287,8 +298,9 @@ export function planRelease(settings: ReleaseSettings, observed: ReleaseObservat
       // Cleanly unmounted (the next start mounts it without a log replay), and left attached.
       if (mountPoints.length > 0) steps.push({ step: "sync", volumeId, mountPoints });
       steps.push({ step: "unmount", volumeId, ...dev, mountPoints: [...new Set([...mountPoints, ours])] });
-      const removeTags = [VolumeTag.releasedAt, VolumeTag.expiresAt].filter((key) => key in volume.tags);
-      steps.push({ step: "keep-attached", volumeId, removeTags });
+      const intent = intentChanges(volume.tags, instanceId, settings);
+      const removeTags = [...[VolumeTag.releasedAt, VolumeTag.expiresAt].filter((key) => key in volume.tags), ...intent.remove];
+      steps.push({ step: "keep-attached", volumeId, setTags: intent.set, removeTags });
       continue;
     }
     // A detach already under way (an interrupted release): wait for it, then tag.
