@@ -46,13 +46,18 @@ export async function undo(p: Progress, plan: BootPlan, deps: BootDeps, reason: 
       log.error("boot.undo", "volume still mounted: not detaching it (never force-detach a mounted volume)", { volume: volumeId, mountPoint: stillMounted });
       return;
     }
-    // A keep this instance's claim wrote goes with the claim: the volume is no longer its.
+    // The intent this instance's claim wrote goes with the claim: the volume is no longer its.
+    // The keep only where the claim marked it as its own, the TTL only while it is the value the
+    // claim wrote (a value-conditional DeleteTags).
     const ownKeep: Record<string, string> = p.volume.tags[VolumeTag.keepBy] === plan.instanceId ? { [VolumeTag.keep]: "true", [VolumeTag.keepBy]: plan.instanceId } : {};
+    const claimStep = plan.steps.find((s) => s.step === "tag-claim");
+    const ownTtl: Record<string, string> = claimStep?.step === "tag-claim" ? { [VolumeTag.ttlHours]: String(claimStep.intent.ttlHours) } : {};
     await attempt("tagging the failure", async () => {
       await deps.cloud.untagVolume(volumeId, {
         [VolumeTag.claimedBy]: plan.instanceId,
         ...(p.claimedAt ? { [VolumeTag.claimedAt]: p.claimedAt } : {}),
         ...ownKeep,
+        ...ownTtl,
       });
       if (options.quarantine) {
         const at = (deps.now?.() ?? new Date()).toISOString();
