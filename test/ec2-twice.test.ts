@@ -110,6 +110,21 @@ function normalVolumes(volumes: Volume[], normalise: (text: string) => string): 
     .sort((a, b) => JSON.stringify(a).localeCompare(JSON.stringify(b)));
 }
 
+/**
+ * Every volume once none is attaching or detaching: the agent hands a volume back with a
+ * DetachVolume it does not wait for (the next boot does not need it), and EC2 takes a moment.
+ */
+async function settledVolumes(backend: Backend): Promise<Volume[]> {
+  const moving = (volumes: Volume[]) => volumes.some((v) => (v.Attachments ?? []).some((a) => a.State === "attaching" || a.State === "detaching"));
+  const deadline = Date.now() + 30_000;
+  let volumes = await allVolumes(backend.ec2);
+  while (moving(volumes) && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    volumes = await allVolumes(backend.ec2);
+  }
+  return volumes;
+}
+
 async function runScenario(backend: Backend): Promise<Run> {
   const s = await seed(backend, Date.now());
   const normalise = normaliser(backend, s);
@@ -119,7 +134,7 @@ async function runScenario(backend: Backend): Promise<Run> {
     const run = await agent(config, [...step.args]);
     const json = run.stdout.trim().startsWith("{") ? stable(JSON.parse(normalise(run.stdout))) : undefined;
     const events = [...run.stderr.matchAll(/^<(\d)>([a-z]+\.[a-z0-9-]+):/gm)].map((m) => `<${m[1]}>${m[2]}`);
-    steps.set(step.name, { run, json, events, state: normalVolumes(await allVolumes(backend.ec2), normalise) });
+    steps.set(step.name, { run, json, events, state: normalVolumes(await settledVolumes(backend), normalise) });
   }
   return { backend, seed: s, steps };
 }
