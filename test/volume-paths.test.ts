@@ -12,6 +12,7 @@ import { dirname, join } from "node:path";
 import t from "tap";
 import { checkVolumeLayout } from "../src/host/volume-layout.ts";
 import { mkdirBeneath, readFileBeneath, removeBeneath, resolveBeneath, VolumePathError } from "../src/host/volume-paths.ts";
+import { LINKS, makeLink, makeSpecial, SPECIALS } from "./fixtures/odd-files.ts";
 
 const top = await mkdtemp(join(tmpdir(), "volume-paths-"));
 t.teardown(() => rm(top, { recursive: true, force: true }));
@@ -55,47 +56,39 @@ async function volume(): Promise<string> {
   for (const empty of ["docker/tmp", "docker/plugins", "docker/runtimes", "docker/trust", "docker/containerd/daemon"]) await mkdir(join(root, empty), { recursive: true });
   await mkdir(join(root, "docker/overlay2/l"), { recursive: true });
   await symlink(`../${LAYER}/diff`, join(root, "docker/overlay2/l/IMAGELAYERLINK000000000000"));
+  // What overlay2 makes on XFS for its quotas (loop0's numbers stand in for the volume's device).
+  for (const store of ["overlay2", "volumes"]) execFileSync("mknod", [join(root, "docker", store, "backingFsBlockDev"), "b", "7", "0"]);
   // Image content: a link inside a layer's diff is an ordinary file of the image.
   await symlink("/etc", join(root, `docker/overlay2/${LAYER}/diff/etc-link`));
   await symlink("usr/bin", join(root, "containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/1/fs/bin"));
   return root;
 }
 
-/**
- * A unix socket left at `path` (bound by python3 from its folder: a socket's path must fit in
- * 108 bytes, and Node's server unlinks its socket when closed).
- */
-export function makeSocket(path: string): void {
-  execFileSync("python3", ["-c", "import os, socket, sys; os.chdir(os.path.dirname(sys.argv[1])); socket.socket(socket.AF_UNIX).bind(os.path.basename(sys.argv[1]))", path]);
-}
-
 /** A FIFO, a device node and a socket made once, moved into place for each case and back (cheaper than making each anew). */
-const SPECIALS = await folder();
-execFileSync("mkfifo", [join(SPECIALS, "fifo")]);
-execFileSync("mknod", [join(SPECIALS, "device"), "c", "1", "3"]);
-makeSocket(join(SPECIALS, "socket"));
+const STOCK = await folder();
+for (const kind of SPECIALS) makeSpecial(kind, join(STOCK, kind));
 
 /** Puts a thing that is not a folder or a regular file at `path` (whose folder exists); returns how to take it away. */
 const ODD: Record<string, (path: string, canary: string) => Promise<() => Promise<void>>> = {
-  "a link to a host folder": (path, canary) => link(canary, path),
-  "a link to a file": (path, canary) => link(join(canary, "file"), path),
-  "a link to a device": (path) => link("/dev/null", path),
-  "a dangling link": (path, canary) => link(join(canary, "absent"), path),
-  "a link loop": (path) => link(path, path),
-  "a FIFO": (path) => special("fifo", path),
-  "a device node": (path) => special("device", path),
-  "a socket": (path) => special("socket", path),
+  ...Object.fromEntries(
+    Object.keys(LINKS).map((kind) => [
+      kind,
+      async (path: string, canary: string) => {
+        await makeLink(kind, canary, path);
+        return () => rm(path);
+      },
+    ]),
+  ),
+  ...Object.fromEntries(
+    SPECIALS.map((kind) => [
+      kind,
+      async (path: string) => {
+        await rename(join(STOCK, kind), path);
+        return () => rename(path, join(STOCK, kind));
+      },
+    ]),
+  ),
 };
-
-async function link(target: string, path: string): Promise<() => Promise<void>> {
-  await symlink(target, path);
-  return () => rm(path);
-}
-
-async function special(name: string, path: string): Promise<() => Promise<void>> {
-  await rename(join(SPECIALS, name), path);
-  return () => rename(path, join(SPECIALS, name));
-}
 
 /** Paths the layout check covers, with what belongs there. */
 const CHECKED = [
@@ -113,6 +106,7 @@ const CHECKED = [
   "docker/network/files/local-kv.db",
   "docker/volumes",
   "docker/volumes/metadata.db",
+  "docker/volumes/backingFsBlockDev",
   "docker/volumes/v1",
   "docker/volumes/v1/_data",
   "docker/image",
@@ -124,6 +118,7 @@ const CHECKED = [
   "docker/image/overlay2/imagedb",
   "docker/overlay2",
   "docker/overlay2/l",
+  "docker/overlay2/backingFsBlockDev",
   `docker/overlay2/${LAYER}`,
   `docker/overlay2/${LAYER}/diff`,
   `docker/overlay2/${LAYER}/link`,
@@ -200,7 +195,7 @@ t.test("readFileBeneath: a FIFO, a device, a link are refused, never read (no ha
   await writeFile(join(root, "m", "ok"), "i-1\n");
   t.equal(await readFileBeneath(root, "m/ok"), "i-1");
   t.equal(await readFileBeneath(root, "m/none"), undefined);
-  for (const [name, make] of [["fifo", ODD["a FIFO"]!], ["device", ODD["a device node"]!], ["link", ODD["a link to a device"]!]] as const) {
+  for (const [name, make] of [["fifo", ODD["a FIFO"]!], ["device", ODD["a device node"]!], ["link", ODD["a link to a device"]!], ["loop", ODD["a link loop"]!]] as const) {
     const takeAway = await make(join(root, "m", name), root);
     await t.rejects(readFileBeneath(root, `m/${name}`), VolumePathError, name);
     await takeAway();

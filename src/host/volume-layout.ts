@@ -28,10 +28,16 @@ type Rule =
   /** A symlink whose target (as written, never followed) matches. */
   | { kind: "link"; target: RegExp }
   /** A folder or a regular file; a folder's entries are plain too, `depth` levels down. */
-  | { kind: "plain"; depth: number };
+  | { kind: "plain"; depth: number }
+  /**
+   * A block device node: `backingFsBlockDev`, which overlay2 and the local volume driver unlink
+   * and make again at each start, to set XFS project quotas through.
+   */
+  | { kind: "block device" };
 
 const folder = (children?: Record<string, Rule>, each?: Rule): Rule => ({ kind: "folder", ...(children ? { children } : {}), ...(each ? { each } : {}) });
 const file: Rule = { kind: "file" };
+const BACKING_FS_DEVICE = { backingFsBlockDev: { kind: "block device" } } as const;
 const plain = (depth: number): Rule => ({ kind: "plain", depth });
 
 /** Folders dockerd makes at the top of its data-root (moby daemon.NewDaemon and the stores it opens). */
@@ -57,10 +63,10 @@ const DATA_ROOT: Rule = folder(
     "engine-id": file,
     image: folder(undefined, IMAGE_DRIVER),
     // Each layer's folder holds diff/, work/, merged/ and the files link, lower, committed.
-    overlay2: folder({ l: folder(undefined, { kind: "link", target: OVERLAY_LINK_TARGET }) }, folder(undefined, plain(0))),
+    overlay2: folder({ l: folder(undefined, { kind: "link", target: OVERLAY_LINK_TARGET }), ...BACKING_FS_DEVICE }, folder(undefined, plain(0))),
     containers: folder(undefined, folder(undefined, plain(2))),
     network: folder({ files: folder({ "local-kv.db": file }, plain(1)) }, plain(1)),
-    volumes: folder({ "metadata.db": file }, folder({ _data: folder() }, plain(0))),
+    volumes: folder({ "metadata.db": file, ...BACKING_FS_DEVICE }, folder({ _data: folder() }, plain(0))),
     swarm: folder(undefined, plain(2)),
   },
   plain(1),
@@ -117,6 +123,9 @@ async function checkEntry(root: string, path: string, kind: EntryKind, rule: Rul
       return;
     case "plain":
       if (kind !== "folder" && kind !== "file") throw new VolumePathError(root, path, kind, "a folder or a regular file");
+      return;
+    case "block device":
+      if (kind !== "block device") throw new VolumePathError(root, path, kind, "a block device node");
       return;
     case "link":
       if (kind !== "symlink" || !rule.target.test(await readLinkBeneath(root, path))) throw new VolumePathError(root, path, kind, `a symlink to ${rule.target.source}`);
