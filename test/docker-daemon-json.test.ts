@@ -1,7 +1,6 @@
 import t from "tap";
 import { existsSync } from "node:fs";
-import { chmod, lstat, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { chmod, lstat, mkdir, readdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import {
   ABSENT_SUFFIX,
@@ -15,15 +14,9 @@ import { VolumePathError } from "../src/host/volume-paths.ts";
 import { chooseLabelMode, LabelError, nodeLabelChanges, readinessLabels } from "../src/docker/labels.ts";
 import { createSystemdDockerService, DockerServiceError, installedDockerdVersion } from "../src/docker/service.ts";
 import { createMemoryLogger } from "../src/log.ts";
+import { tempFolders } from "./fixtures/temp-folders.ts";
 
-const top = await mkdtemp(join(tmpdir(), "ebs-cache-docker-json-"));
-t.teardown(() => rm(top, { recursive: true, force: true }));
-let folders = 0;
-async function folder(): Promise<string> {
-  const dir = join(top, String((folders += 1)));
-  await mkdir(dir, { recursive: true });
-  return dir;
-}
+const folder = await tempFolders("ebs-cache-docker-json-");
 
 t.test("daemon.json", async (t) => {
   t.test("keeps every other key and its order; sets and removes data-root", async (t) => {

@@ -6,22 +6,15 @@
  * with docker and quarantine: test/boot.symlink.test.ts.
  */
 import { execFileSync } from "node:child_process";
-import { lstat, mkdir, mkdtemp, readdir, readFile, rename, rm, symlink, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { lstat, mkdir, readdir, readFile, rename, rm, symlink, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import t from "tap";
 import { checkVolumeLayout } from "../src/host/volume-layout.ts";
 import { mkdirBeneath, readFileBeneath, removeBeneath, resolveBeneath, VolumePathError } from "../src/host/volume-paths.ts";
 import { LINKS, makeLink, makeSpecial, SPECIALS } from "./fixtures/odd-files.ts";
+import { tempFolders } from "./fixtures/temp-folders.ts";
 
-const top = await mkdtemp(join(tmpdir(), "volume-paths-"));
-t.teardown(() => rm(top, { recursive: true, force: true }));
-let folders = 0;
-async function folder(): Promise<string> {
-  const dir = join(top, String((folders += 1)));
-  await mkdir(dir, { recursive: true });
-  return dir;
-}
+const folder = await tempFolders("volume-paths-");
 
 const LAYER = "b".repeat(64);
 const CONTAINER = "d".repeat(64);

@@ -16,7 +16,7 @@
  */
 import { CONTAINERD_ROOT_SUBDIR } from "../docker/containerd-store.ts";
 import { DATA_ROOT_SUBDIR } from "../layout.ts";
-import { direntKind, type EntryKind, listBeneath, readLinkBeneath, VolumePathError } from "./volume-paths.ts";
+import { kindOf, type EntryKind, listBeneath, readLinkBeneath, VolumePathError } from "./volume-paths.ts";
 
 /** The agent's own folder on the volume (beside the data-root, out of docker's sight). */
 export const AGENT_SUBDIR = ".ebs-cache-agent";
@@ -107,7 +107,7 @@ async function walk(root: string, relative: string, rule: Rule): Promise<void> {
     const childRule = children?.[entry.name] ?? each;
     if (!childRule) continue;
     const path = relative === "" ? entry.name : `${relative}/${entry.name}`;
-    const kind = direntKind(entry);
+    const kind = kindOf(entry);
     await checkEntry(root, path, kind, childRule);
     if (kind === "folder") await walk(root, path, childRule);
   }

@@ -11,7 +11,7 @@
  * nothing but the agent writes the volume while it is prepared (docker has not started on it).
  * Every module that reads, writes or removes on a volume goes through this one (a test holds it).
  */
-import { constants, type Dirent } from "node:fs";
+import { constants, type Dirent, type Stats } from "node:fs";
 import { lstat, mkdir, open, readdir, readlink, rm } from "node:fs/promises";
 import { isAbsolute, join, normalize, sep } from "node:path";
 import { AgentError } from "../errors.ts";
@@ -37,21 +37,18 @@ export class VolumePathError extends AgentError {
 /** lstat's answer as an EntryKind; `missing` for ENOENT. */
 export async function entryKind(path: string): Promise<EntryKind> {
   try {
-    const info = await lstat(path);
-    if (info.isSymbolicLink()) return "symlink";
-    if (info.isDirectory()) return "folder";
-    if (info.isFile()) return "file";
-    if (info.isFIFO()) return "fifo";
-    if (info.isSocket()) return "socket";
-    return info.isBlockDevice() ? "block device" : "character device";
+    return kindOf(await lstat(path));
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return "missing";
     throw error;
   }
 }
 
-/** What a readdir entry is, from its d_type (lstat's answer when the filesystem gives none). */
-export function direntKind(entry: Dirent): EntryKind {
+/**
+ * What an lstat answer or a readdir entry is (an entry's type is its d_type, or lstat's when the
+ * filesystem gives none).
+ */
+export function kindOf(entry: Stats | Dirent): EntryKind {
   if (entry.isSymbolicLink()) return "symlink";
   if (entry.isDirectory()) return "folder";
   if (entry.isFile()) return "file";
