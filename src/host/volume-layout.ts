@@ -2,11 +2,11 @@
  * What a cache volume may hold where the agent or docker will look, checked before either
  * touches it. dockerd follows symlinks in its data-root: a `docker/swarm` linked to a host
  * folder would have it write its swarm state there, a container's folder linked elsewhere its
- * logs, a named volume's `_data` its users' files. So, on every boot before docker starts, the paths below are walked with
- * lstat (readdir's d_type, never following a link): anything but a folder where a folder is
- * expected (a symlink, dangling or looping ones included, a FIFO, a socket, a device node), or
- * anything but a regular file where a file is, refuses the volume (VolumePathError), which the
- * boot quarantines. Missing paths are fine: docker creates them.
+ * logs, a named volume's `_data` its users' files. So, on every boot before docker starts, the
+ * paths below are walked with lstat (readdir's d_type, never following a link): anything but a
+ * folder where a folder is expected (a symlink, dangling or looping ones included, a FIFO, a
+ * socket, a device node), or anything but a regular file where a file is, refuses the volume
+ * (VolumePathError), which the boot quarantines. Missing paths are fine: docker creates them.
  *
  * The depth is what the agent walks (the cleanup's `containers/`, `layerdb/mounts/`,
  * `overlay2/<layer>/`) and where dockerd keeps state it writes or resolves without a lookup
