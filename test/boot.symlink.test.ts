@@ -199,6 +199,33 @@ for (const [index, group] of groups.entries()) {
   });
 }
 
+/**
+ * A volume found attached and mounted (a reboot, a rerun) is not one this boot claimed: the undo
+ * leaves it mounted and attached, untagged (src/agent/boot/undo.ts), and the node degrades.
+ * docker is kept off it all the same.
+ */
+t.test("a reboot checks again: a link that appeared on a volume already prepared for this instance keeps docker off it", async (t) => {
+  const pool = "symlink-reboot";
+  const [volumeId] = await bl.createPool(pool, 1);
+  const host = await bl.addHost();
+  const first = await bl.boot(host, { overrides: { pool } });
+  t.equal(first.result?.outcome, "ready", "ready on the volume", first.result?.outcome === "ready" ? {} : { log: first.log.join("\n") });
+  const mountPoint = first.result!.mountPoint!;
+  await host.dockerd!.stop();
+  await rm(join(mountPoint, "docker", "swarm"), { recursive: true, force: true });
+  await makeLink("a link to a host folder", canary, join(mountPoint, "docker", "swarm"));
+
+  const reboot = await bl.boot(host, { overrides: { pool } });
+  const log = reboot.log.join("\n");
+  t.match(log, /already prepared for this instance|boot\.reuse/, "the volume attached to this instance is reused");
+  t.equal(reboot.result?.outcome, "degraded", "the node degrades (no other candidate on a reuse)", { log });
+  t.match(reboot.result?.reason ?? "", /docker\/swarm on the volume is a symlink/, "naming the link");
+  t.notOk(reboot.log.some((line) => line.includes("daemon.json data-root switched") && line.includes(volumeId!)), "daemon.json not switched to it");
+  t.not((await host.dockerd!.info()).DockerRootDir, join(mountPoint, DATA_ROOT_SUBDIR), "docker runs on its default data-root, not on the volume");
+  t.same(await treeState(canary), canaryBefore, "the canary is unchanged");
+  await host.dockerd?.stop();
+});
+
 t.test("the corpus", async (t) => {
   t.equal(refused, CASES.length, `${refused} of ${CASES.length} cases (${PATHS.length} paths × ${Object.keys(LINKS).length} links + one special file each) quarantined before docker`);
   t.same(await treeState(canary), canaryBefore, "the canary at the end");
