@@ -1,7 +1,6 @@
 import t from "tap";
 import { existsSync } from "node:fs";
-import { chmod, lstat, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { chmod, lstat, mkdir, readdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import {
   ABSENT_SUFFIX,
@@ -11,18 +10,13 @@ import {
   renderDaemonJson,
 } from "../src/docker/daemon-json.ts";
 import { DataRootError, prepareDataRoot } from "../src/docker/data-root.ts";
+import { VolumePathError } from "../src/host/volume-paths.ts";
 import { chooseLabelMode, LabelError, nodeLabelChanges, readinessLabels } from "../src/docker/labels.ts";
 import { createSystemdDockerService, DockerServiceError, installedDockerdVersion } from "../src/docker/service.ts";
 import { createMemoryLogger } from "../src/log.ts";
+import { tempFolders } from "./fixtures/temp-folders.ts";
 
-const top = await mkdtemp(join(tmpdir(), "ebs-cache-docker-json-"));
-t.teardown(() => rm(top, { recursive: true, force: true }));
-let folders = 0;
-async function folder(): Promise<string> {
-  const dir = join(top, String((folders += 1)));
-  await mkdir(dir, { recursive: true });
-  return dir;
-}
+const folder = await tempFolders("ebs-cache-docker-json-");
 
 t.test("daemon.json", async (t) => {
   t.test("keeps every other key and its order; sets and removes data-root", async (t) => {
@@ -274,7 +268,7 @@ t.test("data-root preparation", async (t) => {
     t.notOk(existsSync(join(root, "network/files/local-kv.db")));
   });
 
-  t.test("symlinks pointing out of the data-root: the links go, their targets stay", async (t) => {
+  t.test("symlinks to remove: the links go, their targets stay", async (t) => {
     const dir = await folder();
     const root = join(dir, "docker");
     const { outside } = await fakeDataRoot(root);
@@ -283,18 +277,27 @@ t.test("data-root preparation", async (t) => {
     await symlink(outside, join(root, "containers", "abc", "mounts", "escape"));
     await rm(join(root, "swarm"), { recursive: true });
     await symlink(outside, join(root, "swarm"));
-    await rm(join(root, "network"), { recursive: true });
-    await symlink(outside, join(root, "network"));
-    await rm(join(root, "volumes"), { recursive: true });
-    await symlink(outside, join(root, "volumes"));
     const report = await prepareDataRoot(root, { kind: "pool", log: createMemoryLogger() });
     t.equal(await readFile(join(outside, "precious"), "utf8"), "not docker's", "target untouched");
-    t.equal(await readFile(join(outside, "files", "local-kv.db"), "utf8"), "someone else's", "not reached through network/");
     t.same((await readdir(outside)).sort(), ["files", "precious"]);
     t.notOk(existsSync(join(root, "swarm")), "the swarm link itself is gone");
     t.notOk(existsSync(join(root, "containers", "evil")));
-    t.ok(report.skipped.some((line) => line.startsWith("network/files/local-kv.db")), "network/ through a link is skipped");
-    t.ok(report.skipped.some((line) => line.startsWith("volumes")), "volumes/ through a link is skipped");
+    t.same(report.skipped, []);
+  });
+
+  t.test("a folder on the way that is a symlink refuses the volume: nothing is reached through it", async (t) => {
+    for (const linked of ["network", "volumes", join("image", "overlay2", "layerdb")]) {
+      const dir = await folder();
+      const root = join(dir, "docker");
+      const { outside } = await fakeDataRoot(root);
+      await rm(join(root, linked), { recursive: true });
+      await symlink(outside, join(root, linked));
+      const error = await prepareDataRoot(root, { kind: "pool", log: createMemoryLogger() }).catch((e: unknown) => e);
+      t.type(error, VolumePathError, `${linked} as a link`);
+      t.match((error as Error).message, new RegExp(`${linked.replaceAll("/", "\\/")} on the volume is a symlink`), "naming the link");
+      t.equal(await readFile(join(outside, "files", "local-kv.db"), "utf8"), "someone else's", "not reached through it");
+      t.same((await readdir(outside)).sort(), ["files", "precious"]);
+    }
   });
 
   t.test("refuses what is not a data-root", async (t) => {

@@ -29,6 +29,7 @@ import type { Logger } from "../log.ts";
 import type { BootCommandDeps } from "./boot/run.ts";
 import type { CloudVolumes, ContainerdRoot, DockerService, OutcomeRecorder, PrewarmReader, VolumeCreation } from "./ports.ts";
 import { createFreshDataRoot, prepareOncePerInstance } from "./boot/prepare.ts";
+import { checkVolumeLayout } from "../host/volume-layout.ts";
 import { beginPrewarmAtBoot } from "./prewarm/apply.ts";
 import { prewarmSettingsFrom } from "./prewarm/plan.ts";
 import { prewarmStatus, type PrewarmCommandDeps } from "./prewarm/run.ts";
@@ -282,6 +283,9 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
         engine: host.engine,
         containerd,
         prepareDataRoot: async (dataRoot, { kind, instanceId, createdByAgent, imageStore }) => {
+          // On every boot, a reboot's included (its marker skips the cleanup, not this): docker
+          // follows whatever links the volume holds.
+          await checkVolumeLayout(dirname(dataRoot));
           await prepareOncePerInstance(
             dataRoot,
             instanceId,

@@ -20,6 +20,7 @@ import { lstat, mkdir, readFile, realpath, rm, stat } from "node:fs/promises";
 import { isAbsolute, join } from "node:path";
 import { AgentError, describeError } from "../errors.ts";
 import { writeFileAtomic } from "../fs-atomic.ts";
+import { entryKind, removeBeneath } from "../host/volume-paths.ts";
 import type { Logger } from "../log.ts";
 
 /** The volume's folder that is containerd's root, beside DATA_ROOT_SUBDIR (src/layout.ts). */
@@ -70,14 +71,13 @@ export function containerdRootOnVolume(mountPoint: string): string {
  */
 export async function prepareContainerdRoot(root: string, options: { dropMachineState: boolean; log?: Logger }): Promise<void> {
   if (!isAbsolute(root)) throw new ContainerdConfigError(root, `containerd's root must be an absolute path, not ${JSON.stringify(root)}`, "report this: the agent computed it from the volume's mount point");
-  const info = await lstat(root).catch((error: NodeJS.ErrnoException) => {
-    if (error.code === "ENOENT") return undefined;
+  const kind = await entryKind(root).catch((error: unknown) => {
     throw ioError(root, "stat", error);
   });
-  if (info && !info.isDirectory()) {
-    throw new ContainerdConfigError(root, `${root} is not a folder`, `move ${root} away: it is where containerd's root goes on the cache volume`);
+  if (kind !== "missing" && kind !== "folder") {
+    throw new ContainerdConfigError(root, `${root} is not a folder (a ${kind})`, `move ${root} away: it is where containerd's root goes on the cache volume`);
   }
-  if (!info) {
+  if (kind === "missing") {
     await mkdir(root, { recursive: true, mode: 0o711 }).catch((error: unknown) => {
       throw ioError(root, "create", error);
     });
@@ -87,12 +87,11 @@ export async function prepareContainerdRoot(root: string, options: { dropMachine
   if (!options.dropMachineState) return;
   const removed: string[] = [];
   for (const name of CONTAINERD_MACHINE_LOCAL_STATE) {
-    const path = join(root, name);
-    if (!(await exists(path))) continue;
-    await rm(path, { recursive: true, force: true }).catch((error: unknown) => {
-      throw ioError(path, "remove", error);
+    // A link there is unlinked, its target untouched.
+    const gone = await removeBeneath(root, name).catch((error: unknown) => {
+      throw ioError(join(root, name), "remove", error);
     });
-    removed.push(name);
+    if (gone) removed.push(name);
   }
   options.log?.info("docker.containerd-root-prepared", "containerd's machine-local state removed from the volume", { root, removed: removed.join(",") || "(none)" });
 }

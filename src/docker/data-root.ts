@@ -18,14 +18,16 @@
  * Pool volumes also lose `volumes/*` (named volumes): a pool volume goes from user to user, and one
  * user's data must not reach the next. Workspace volumes keep `volumes/`: that is the user's data.
  *
- * Nothing is followed out of the data-root: a symlink to remove is unlinked (its target is never
- * touched), a folder reached through a symlink is skipped with a warning, and nothing may be
- * mounted below the data-root (a running dockerd's layers, a bind mount), or it is refused.
+ * Nothing is followed out of the data-root (every path through src/host/volume-paths.ts): a
+ * symlink to remove is unlinked (its target is never touched), a folder on the way that is a
+ * symlink or anything but a folder refuses the volume (VolumePathError; the boot checked the
+ * whole layout before, src/host/volume-layout.ts), and nothing may be mounted below the
+ * data-root (a running dockerd's layers, a bind mount), or it is refused.
  */
-import { constants } from "node:fs";
-import { lstat, open, readdir, readFile, realpath, rm } from "node:fs/promises";
-import { isAbsolute, join, normalize, sep } from "node:path";
+import { isAbsolute, join, normalize } from "node:path";
 import { AgentError, describeError } from "../errors.ts";
+import { canonicalPath, readMountTable } from "../host/mount.ts";
+import { entryKind, listBeneath, readFileBeneath, removeBeneath, VolumePathError } from "../host/volume-paths.ts";
 import type { Logger } from "../log.ts";
 import { VolumeKind } from "../tags.ts";
 
@@ -60,7 +62,7 @@ export interface PreparedDataRoot {
   drivers: string[];
   /** Paths removed, relative to the data-root. */
   removed: string[];
-  /** Paths left alone on purpose (reached through a symlink, unknown driver layout), with why. */
+  /** Paths left alone on purpose (an unknown driver layout), with why. */
   skipped: string[];
 }
 
@@ -75,7 +77,7 @@ export async function prepareDataRoot(dataRoot: string, options: PrepareDataRoot
   await assertDataRoot(root, options.imageStore ?? "graphdriver");
   await assertNothingMountedUnder(root);
   const { log, kind } = options;
-  const drivers = (await kindOf(join(root, "image"))) === "directory" ? await imageDrivers(root) : [];
+  const drivers = (await entryKind(join(root, "image"))) === "folder" ? await imageDrivers(root) : [];
   const report: PreparedDataRoot = { dataRoot: root, kind, drivers, removed: [], skipped: [] };
   const tree = new ScopedTree(root, report, log);
 
@@ -106,25 +108,26 @@ async function assertDataRoot(root: string, store: "graphdriver" | "containerd")
   if (!isAbsolute(root) || root === "/") {
     throw new DataRootError(root, `refusing to prepare ${JSON.stringify(root)}: not an absolute folder below /`, remediation);
   }
-  const kind = await kindOf(root);
-  if (kind !== "directory") {
+  const kind = await entryKind(root);
+  if (kind !== "folder") {
     throw new DataRootError(root, `data-root ${root} is ${kind === "missing" ? "missing" : `a ${kind}, not a folder`}`, remediation);
   }
   if (store === "containerd") {
-    if ((await kindOf(join(root, CONTAINERD_METADATA))) !== "directory") {
+    if ((await entryKind(join(root, CONTAINERD_METADATA))) !== "folder") {
       throw new DataRootError(root, `${root} does not look like a containerd-store data-root: no ${normalize(join(root, CONTAINERD_METADATA))} beside it`, remediation);
     }
     return;
   }
-  if ((await kindOf(join(root, "image"))) !== "directory") {
+  if ((await entryKind(join(root, "image"))) !== "folder") {
     throw new DataRootError(root, `${root} does not look like a docker data-root: it has no image/ folder`, remediation);
   }
 }
 
 async function assertNothingMountedUnder(root: string): Promise<void> {
-  // mountinfo names real paths: compare with the data-root's real path too (a symlink above it).
-  const roots = [...new Set([root, await realpath(root)])];
-  const below = (await mountPoints()).filter((mountPoint) => roots.some((dir) => mountPoint.startsWith(`${dir}/`)));
+  // mountinfo names real paths: compare with the data-root's real path too (a symlink above it,
+  // on the host's side of the mount).
+  const roots = [...new Set([root, await canonicalPath(root)])];
+  const below = (await readMountTable()).map((entry) => entry.target).filter((mountPoint) => roots.some((dir) => mountPoint.startsWith(`${dir}/`)));
   if (below.length > 0) {
     throw new DataRootError(
       root,
@@ -134,18 +137,8 @@ async function assertNothingMountedUnder(root: string): Promise<void> {
   }
 }
 
-/** Mount points of this mount namespace, unescaped (`\040` is a space in /proc/self/mountinfo). */
-async function mountPoints(): Promise<string[]> {
-  const text = await readFile("/proc/self/mountinfo", "utf8");
-  return text
-    .split("\n")
-    .map((line) => line.split(" ")[4])
-    .filter((field): field is string => field !== undefined)
-    .map((field) => field.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8))));
-}
-
 async function imageDrivers(root: string): Promise<string[]> {
-  const entries = await readdir(join(root, "image"), { withFileTypes: true });
+  const entries = await listBeneath(root, "image");
   return entries
     .filter((entry) => entry.isDirectory() && DRIVER_NAME.test(entry.name))
     .map((entry) => entry.name)
@@ -176,21 +169,7 @@ async function removeContainerLayers(tree: ScopedTree, driver: string): Promise<
   }
 }
 
-type EntryKind = "directory" | "file" | "symlink" | "other" | "missing";
-
-async function kindOf(path: string): Promise<EntryKind> {
-  try {
-    const info = await lstat(path);
-    if (info.isSymbolicLink()) return "symlink";
-    if (info.isDirectory()) return "directory";
-    return info.isFile() ? "file" : "other";
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ENOENT") return "missing";
-    throw error;
-  }
-}
-
-/** Removal inside one folder, never through a symlink: every folder on the way is checked with lstat. */
+/** Removal inside one folder, never through a symlink: every folder on the way is checked with lstat (volume-paths.ts). */
 class ScopedTree {
   constructor(
     private readonly root: string,
@@ -200,14 +179,13 @@ class ScopedTree {
 
   /** Removes `relative` (a folder recursively; a symlink as a link). */
   async remove(relative: string): Promise<void> {
-    const path = await this.reach(relative);
-    if (path === undefined || (await kindOf(path)) === "missing") return;
+    let removed;
     try {
-      // rm does not follow symlinks inside the folder either: it lstat()s and unlinks them.
-      await rm(path, { recursive: true, force: true });
+      removed = await removeBeneath(this.root, relative);
     } catch (error) {
       throw this.failure(relative, "remove", error);
     }
+    if (!removed) return;
     this.report.removed.push(relative);
     this.log?.debug("docker.data-root-removed", `removed ${relative}`, { dataRoot: this.root });
   }
@@ -217,39 +195,21 @@ class ScopedTree {
     for (const name of await this.children(relative)) await this.remove(join(relative, name));
   }
 
-  /** Names inside the folder `relative`, or none when it is missing or reached through a symlink. */
+  /** Names inside the folder `relative`, none when it is missing. */
   async children(relative: string): Promise<string[]> {
-    const path = await this.reach(relative);
-    if (path === undefined) return [];
-    const kind = await kindOf(path);
-    if (kind === "missing") return [];
-    if (kind !== "directory") {
-      this.skip(relative, `a ${kind}, not a folder`);
-      return [];
-    }
     try {
-      return (await readdir(path)).sort();
+      return (await listBeneath(this.root, relative)).map((entry) => entry.name);
     } catch (error) {
       throw this.failure(relative, "list", error);
     }
   }
 
-  /** The trimmed text of a small regular file (not through a symlink), or undefined. */
+  /** The trimmed text of a small regular file, or undefined when it is missing. */
   async readSmallFile(relative: string): Promise<string | undefined> {
-    const path = await this.reach(relative);
-    if (path === undefined) return undefined;
-    let handle;
     try {
-      handle = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW);
-    } catch {
-      return undefined;
-    }
-    try {
-      const buffer = Buffer.alloc(256);
-      const { bytesRead } = await handle.read(buffer, 0, buffer.length, 0);
-      return buffer.subarray(0, bytesRead).toString("utf8").trim();
-    } finally {
-      await handle.close();
+      return await readFileBeneath(this.root, relative, 256);
+    } catch (error) {
+      throw this.failure(relative, "read", error);
     }
   }
 
@@ -258,30 +218,9 @@ class ScopedTree {
     this.log?.warning("docker.data-root-skipped", `left ${relative} alone: ${why}`, { dataRoot: this.root });
   }
 
-  /**
-   * The absolute path of `relative` when every folder above it is a real folder inside the root;
-   * undefined (with a warning) when one is a symlink or not a folder; missing folders are fine.
-   */
-  private async reach(relative: string): Promise<string | undefined> {
-    const parts = normalize(relative).split(sep);
-    if (parts.some((part) => part === ".." || part === "" || part === ".")) {
-      throw new DataRootError(this.root, `refusing the path ${relative} inside the data-root`, "report this bug");
-    }
-    let path = this.root;
-    for (const [index, part] of parts.entries()) {
-      if (index === parts.length - 1) return join(path, part);
-      path = join(path, part);
-      const kind = await kindOf(path);
-      if (kind === "missing") return join(this.root, relative);
-      if (kind !== "directory") {
-        this.skip(relative, `${parts.slice(0, index + 1).join("/")} is a ${kind}, not a folder`);
-        return undefined;
-      }
-    }
-    return path;
-  }
-
-  private failure(relative: string, action: string, cause: unknown): DataRootError {
+  /** A link or an odd file on the way is the volume's content refused as it is (VolumePathError); anything else, a DataRootError. */
+  private failure(relative: string, action: string, cause: unknown): AgentError {
+    if (cause instanceof VolumePathError) return cause;
     return new DataRootError(
       this.root,
       `could not ${action} ${join(this.root, relative)}: ${describeError(cause)}`,

@@ -96,8 +96,8 @@ export async function deviceNumber(device: string): Promise<string> {
   return `${major}:${minor}`;
 }
 
-/** The canonical form of a mount point (what mountinfo shows); the path itself when it does not exist. */
-async function canonical(mountPoint: string): Promise<string> {
+/** The canonical form of a mount point or a folder below one (what mountinfo shows); the path itself when it does not exist. */
+export async function canonicalPath(mountPoint: string): Promise<string> {
   assertMountPoint(mountPoint);
   try {
     return await realpath(mountPoint);
@@ -116,7 +116,7 @@ function assertMountPoint(mountPoint: string): void {
 
 /** What is visible at `mountPoint` now (the last of stacked mounts), if anything. */
 export async function mountAt(mountPoint: string): Promise<MountEntry | undefined> {
-  const target = await canonical(mountPoint);
+  const target = await canonicalPath(mountPoint);
   return (await readMountTable()).filter((entry) => entry.target === target).at(-1);
 }
 
@@ -178,7 +178,7 @@ export async function mountDevice(device: string, mountPoint: string, options: M
 /** Unmounts whatever is mounted at `mountPoint` (never lazily, never forced); nothing to do when nothing is. */
 export async function unmountPath(mountPoint: string, options: MountOptions = {}): Promise<void> {
   const { log } = options;
-  const target = await canonical(mountPoint);
+  const target = await canonicalPath(mountPoint);
   // Stacked mounts come off one by one; the table bounds the loop.
   const stacked = (await readMountTable()).filter((entry) => entry.target === target).length;
   if (stacked === 0) {
@@ -201,7 +201,7 @@ export async function unmountPath(mountPoint: string, options: MountOptions = {}
  * plus `mountPoint` when something is mounted there: what must come off before a detach.
  */
 export async function mountPointsOf(device: string | undefined, mountPoint: string): Promise<string[]> {
-  const target = await canonical(mountPoint);
+  const target = await canonicalPath(mountPoint);
   if (device !== undefined) assertDevicePath(device);
   const number = device !== undefined ? await deviceNumber(device).catch(() => "") : "";
   const found = (await readMountTable())

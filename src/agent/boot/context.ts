@@ -19,7 +19,9 @@ export interface BootDeps {
   docker: DockerService | undefined;
   engine: DockerEngine & { waitUntilReady(timeoutMs: number): Promise<void> };
   /**
-   * Cleans a volume's data-root of state that must not travel between machines. On a volume the
+   * Checks the volume's layout (src/host/volume-layout.ts: no link, FIFO, socket or device where
+   * docker or the agent expects a folder or a file; a refusal quarantines the volume), then
+   * cleans its data-root of state that must not travel between machines. On a volume the
    * agent created blank (`createdByAgent`) that docker never initialized, it creates the empty
    * data-root folder instead: there is nothing to clean, and docker fills it.
    */
