@@ -26,7 +26,7 @@ import { mountPointsOf, syncFilesystem } from "../host/mount.ts";
 import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
 import type { BootCommandDeps } from "./boot/run.ts";
-import type { CloudVolumes, ContainerdRoot, DockerService, OutcomeRecorder, PrewarmReader } from "./ports.ts";
+import type { CloudVolumes, ContainerdRoot, DockerService, Identity, OutcomeRecorder, PrewarmReader } from "./ports.ts";
 import { createFreshDataRoot, prepareOncePerInstance } from "./boot/prepare.ts";
 import { beginPrewarmAtBoot } from "./prewarm/apply.ts";
 import { prewarmSettingsFrom } from "./prewarm/plan.ts";
@@ -112,6 +112,8 @@ function wireCommon(options: WiringOptions) {
         timeoutMs: config.timeouts.imdsSeconds * 1000,
         log,
       }),
+    // The boot's own DescribeInstances (shared): no call of its own.
+    launchTime: async (identity: Identity) => (await cloudFor(config.region ?? identity.region).describeInstance(identity.instanceId)).launchTime,
   };
 }
 
