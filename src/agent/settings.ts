@@ -139,6 +139,7 @@ export function resolveSettings(
     claim: { ...effective.claim },
     workspaceCreate: effective.workspace.create,
     workspaceSizeGiB: effective.workspace.sizeGiB,
+    ttlHours: effective.ttlHours,
     ...(workspace ? { workspace } : {}),
   };
   return {
