@@ -27,7 +27,7 @@ import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
 import type { BootCommandDeps } from "./boot/run.ts";
 import type { CloudVolumes, ContainerdRoot, DockerService, Identity, OutcomeRecorder, PrewarmReader } from "./ports.ts";
-import { createFreshDataRoot, prepareOncePerInstance } from "./boot/prepare.ts";
+import { createFreshDataRoot, prepareOncePerActivation } from "./boot/prepare.ts";
 import { beginPrewarmAtBoot } from "./prewarm/apply.ts";
 import { prewarmSettingsFrom } from "./prewarm/plan.ts";
 import { prewarmStatus, type PrewarmCommandDeps } from "./prewarm/run.ts";
@@ -264,16 +264,16 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
         docker: options.docker,
         engine: host.engine,
         containerd,
-        prepareDataRoot: async (dataRoot, { kind, instanceId, createdByAgent, imageStore }) => {
-          await prepareOncePerInstance(
+        prepareDataRoot: async (dataRoot, { kind, activation, createdByAgent, imageStore }) => {
+          await prepareOncePerActivation(
             dataRoot,
-            instanceId,
+            { kind, activation },
             async () => {
               // A blank volume the agent formatted has no data-root yet: docker makes it.
               if (createdByAgent && (await createFreshDataRoot(dataRoot, log))) return;
               await prepareDataRoot(dataRoot, { kind, log, ...(imageStore ? { imageStore } : {}) });
               // containerd's root beside the data-root: its machine-local state goes with the
-              // data-root's, once per instance, before containerd starts on it.
+              // data-root's, once per activation, before containerd starts on it.
               if (imageStore === "containerd" && kind === "pool") {
                 await prepareContainerdRoot(containerdRootOnVolume(dirname(dataRoot)), { dropMachineState: true, log });
               }

@@ -52,6 +52,9 @@ export function sameActivation(record: Pick<WorkspaceRecord, "instanceId" | "lau
   return false;
 }
 
+/** An EC2 instance id, as records and markers must name one. */
+export const INSTANCE_ID = /^i-[0-9a-f]{8,17}$/;
+
 export function workspaceRecordPath(stateDir: string): string {
   return join(stateDir, RECORD_FILE);
 }
@@ -61,7 +64,7 @@ export function parseWorkspaceRecord(raw: unknown): { ok: true; record: Workspac
   const bad = (problem: string) => ({ ok: false as const, problem: `${RECORD_FILE}: ${problem}` });
   if (typeof raw !== "object" || raw === null || Array.isArray(raw)) return bad("not a JSON object");
   const r = raw as Record<string, unknown>;
-  if (typeof r.instanceId !== "string" || !/^i-[0-9a-f]{8,17}$/.test(r.instanceId)) return bad("no valid instanceId");
+  if (typeof r.instanceId !== "string" || !INSTANCE_ID.test(r.instanceId)) return bad("no valid instanceId");
   if (typeof r.recordedAt !== "string") return bad("no recordedAt");
   const record: WorkspaceRecord = { instanceId: r.instanceId, recordedAt: r.recordedAt };
   for (const field of ["launchTime", "bootId"] as const) {

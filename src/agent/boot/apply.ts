@@ -351,12 +351,13 @@ async function growFilesystem(_step: StepOf<"grow-filesystem">, { p, deps }: Ste
   return undefined;
 }
 
-async function prepareDataRoot(_step: StepOf<"prepare-data-root">, { plan, p, deps }: StepContext): Promise<undefined> {
+async function prepareDataRoot(_step: StepOf<"prepare-data-root">, { plan, p, deps, limits }: StepContext): Promise<undefined> {
   const volume = volumeOf(p);
   p.dataRoot = join(p.mountPoint!, DATA_ROOT_SUBDIR);
   const kind = volume.tags[VolumeTag.kind] === "workspace" ? "workspace" : "pool";
   const imageStore = plan.hostStore?.store ?? "graphdriver";
-  await deps.prepareDataRoot(p.dataRoot, { kind, instanceId: plan.instanceId, createdByAgent: createdByAgent(volume), imageStore });
+  const activation = { instanceId: plan.instanceId, ...(limits.launchTime ? { launchTime: limits.launchTime } : {}), ...(limits.bootId ? { bootId: limits.bootId } : {}) };
+  await deps.prepareDataRoot(p.dataRoot, { kind, activation, createdByAgent: createdByAgent(volume), imageStore });
   return undefined;
 }
 

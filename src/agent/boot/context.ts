@@ -4,6 +4,7 @@
  */
 import type { Logger } from "../../log.ts";
 import type { VolumeKind } from "../../tags.ts";
+import type { Activation } from "../workspace-record.ts";
 import type { BootPlan } from "./plan.ts";
 import type { CloudVolumes, ContainerdRoot, DaemonConfig, DockerEngine, DockerService, HostStorage, ReadinessState, VolumeInfo } from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
@@ -19,13 +20,15 @@ export interface BootDeps {
   docker: DockerService | undefined;
   engine: DockerEngine & { waitUntilReady(timeoutMs: number): Promise<void> };
   /**
-   * Cleans a volume's data-root of state that must not travel between machines. On a volume the
-   * agent created blank (`createdByAgent`) that docker never initialized, it creates the empty
-   * data-root folder instead: there is nothing to clean, and docker fills it.
+   * Cleans a volume's data-root of state that must not travel between tenants, unless this
+   * activation (a pool volume) or this instance (a workspace volume) prepared it already
+   * (prepare.ts). On a volume the agent created blank (`createdByAgent`) that docker never
+   * initialized, it creates the empty data-root folder instead: there is nothing to clean, and
+   * docker fills it.
    */
   prepareDataRoot(
     dataRoot: string,
-    options: { kind: VolumeKind; instanceId: string; createdByAgent: boolean; imageStore?: "graphdriver" | "containerd" },
+    options: { kind: VolumeKind; activation: Activation; createdByAgent: boolean; imageStore?: "graphdriver" | "containerd" },
   ): Promise<void>;
   /** containerd's root and service, for a host on the containerd image store. Absent: such a host degrades at switch-data-root. */
   containerd?: ContainerdRoot;
@@ -70,6 +73,11 @@ export interface BootLimits {
    * created instead of a second one, while the next boot makes a new one.
    */
   bootId?: string;
+  /**
+   * EC2's LaunchTime of the instance (DescribeInstances): with the instance id and the boot id,
+   * the activation a pool volume's data-root is prepared for (prepare.ts). Absent: unknown.
+   */
+  launchTime?: string;
 }
 
 /** What apply gets besides the plan. */

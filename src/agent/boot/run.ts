@@ -121,6 +121,7 @@ export async function runBoot(
     mountRoot: settings.mountRoot,
     defaultDataRoot: deps.defaultDataRoot,
     ...(deps.bootId ? { bootId: deps.bootId } : {}),
+    ...(activation.launchTime ? { launchTime: activation.launchTime } : {}),
   };
   // Without docker (the phase before docker.service) nothing may start or restart docker: such
   // a start job would wait for this very unit. A degraded boot then only writes its label.
