@@ -4,7 +4,9 @@
  * docker.service stopped) and asks EC2 which it is.
  * - stopping (an osparc warm buffer): docker stopped, the filesystem cleanly unmounted, labels
  *   withdrawn, daemon.json reset, the volume still attached with no expiry and still claimed;
- *   the next start reuses it with no AttachVolume and docker finds its images and volumes;
+ *   the next start reuses it with no AttachVolume and docker finds its images, while the start
+ *   is a new tenant: the previous activation's containers and named volumes are gone (a reboot
+ *   of one activation keeps them);
  * - shutting-down: the full release, as before;
  * - the state unknown (DescribeInstances failing) while the instance in fact stops: the full
  *   release (a volume is never stranded without an expiry on a machine that may go away);
@@ -12,6 +14,7 @@
  */
 import t, { type Test } from "tap";
 import { readFile } from "node:fs/promises";
+import { run } from "../src/exec.ts";
 import { DescribeInstancesCommand, StartInstancesCommand, StopInstancesCommand, TerminateInstancesCommand } from "@aws-sdk/client-ec2";
 import type { LabHost } from "../src/lab/lab.ts";
 import { VolumeTag } from "../src/tags.ts";
@@ -59,12 +62,39 @@ function releaseAtShutdown(host: LabHost, before?: () => Promise<void>) {
   return seen;
 }
 
-t.test("a stop (warm buffer): unmounted, left attached and claimed with no expiry; the start reuses it with no AttachVolume and docker finds its images and volumes", async (t) => {
+/** What a tenant's service leaves on the node: a docker volume holding a file, and a container (restarted with docker) using it. */
+async function tenantState(host: LabHost, name: string): Promise<void> {
+  const docker = host.dockerd!;
+  await docker.docker(["volume", "create", name]);
+  await docker.docker(["run", "--rm", "--network", "none", "-v", `${name}:/data`, GOLDEN_IMAGES[0]!.tag, "sh", "-c", `echo ${name} > /data/file`]);
+  await docker.docker(["run", "-d", "--name", `svc-${name}`, "--restart", "always", "--stop-timeout", "1", "--network", "none", "-v", `${name}:/data`, GOLDEN_IMAGES[0]!.tag, "sleep", "100000"]);
+}
+
+/** The named volumes and containers docker shows. */
+async function dockerState(host: LabHost): Promise<{ volumes: string[]; containers: string[] }> {
+  const lines = async (args: string[]) => (await host.dockerd!.docker(args)).stdout.split("\n").filter((line) => line !== "");
+  return { volumes: await lines(["volume", "ls", "--format", "{{.Name}}"]), containers: await lines(["ps", "-a", "--format", "{{.Names}}"]) };
+}
+
+/** The file the tenant's service wrote into its docker volume, read by a new container. */
+async function fileIn(host: LabHost, name: string): Promise<string> {
+  return (await host.dockerd!.docker(["run", "--rm", "--pull=never", "--network", "none", "-v", `${name}:/data`, GOLDEN_IMAGES[0]!.tag, "cat", "/data/file"])).stdout.trim();
+}
+
+t.test("a stop (warm buffer): unmounted, left attached and claimed with no expiry; the start reuses it with no AttachVolume, a new tenant: images kept, the previous activation's containers and named volumes gone", async (t) => {
   const { host, volumeId, mountPoint } = await bootedHost(t);
   const id = host.instance.instanceId;
-  // A docker volume holding a file: what a service of this node wrote.
-  await host.dockerd!.docker(["volume", "create", "work"]);
-  await host.dockerd!.docker(["run", "--rm", "-v", "work:/data", GOLDEN_IMAGES[0]!.tag, "sh", "-c", "echo kept-over-the-stop > /data/file"]);
+  await tenantState(host, "work");
+
+  // A reboot of this activation (no StartInstances: the same LaunchTime) keeps the node's state.
+  await host.dockerd!.stop();
+  await run("umount", [mountPoint]);
+  const rebooted = await bl.boot(host, { overrides });
+  assertOutcome(t, rebooted, "ready", "the boot after a reboot: ready");
+  t.equal(rebooted.result?.volumeId, volumeId, "on the same volume");
+  t.ok(rebooted.log.some((line) => /data-root already prepared for this activation/.test(line)), "prepared already for this activation", { log: rebooted.log });
+  t.match(await dockerState(host), { volumes: ["work"], containers: ["svc-work"] }, "the reboot keeps the docker volume and the container");
+  t.equal(await fileIn(host, "work"), "work", "and the docker volume's file");
 
   const seen = releaseAtShutdown(host, async () => {
     const dry = await releaseCli(bl, host, ["--dry-run"]);
@@ -101,7 +131,7 @@ t.test("a stop (warm buffer): unmounted, left attached and claimed with no expir
   t.equal(daemon["data-root"], host.paths.defaultDataRoot, "daemon.json data-root reset");
   t.same(daemon.labels, [], "labels withdrawn");
 
-  // The warm buffer is activated: started, then booted.
+  // The warm buffer is activated: started (a new LaunchTime: a new activation), then booted.
   await bl.ec2.send(new StartInstancesCommand({ InstanceIds: [id] }));
   t.ok(await reached(id, "running"), "started");
   const attachesBefore = bl.attachCalls(id).length;
@@ -110,10 +140,14 @@ t.test("a stop (warm buffer): unmounted, left attached and claimed with no expir
   t.equal(booted.result?.volumeId, volumeId, "on the same volume");
   t.equal(booted.result?.mountPoint, mountPoint);
   t.equal(bl.attachCalls(id).length - attachesBefore, 0, "with no AttachVolume");
+  t.ok(booted.log.some((line) => /machine-local state removed from the data-root: prepared in an earlier activation of this instance/.test(line)), "prepared as for a new tenant", { log: booted.log });
+  t.same(await dockerState(host), { volumes: [], containers: [] }, "the previous activation's docker volume and container are gone");
   const images = (await host.dockerd!.docker(["images", "--format", "{{.Repository}}:{{.Tag}}"])).stdout.split("\n");
-  for (const image of GOLDEN_IMAGES) t.ok(images.includes(image.tag), `docker finds ${image.tag}`);
-  const file = await host.dockerd!.docker(["run", "--rm", "-v", "work:/data", GOLDEN_IMAGES[0]!.tag, "cat", "/data/file"]);
-  t.equal(file.stdout.trim(), "kept-over-the-stop", "and the docker volume's file");
+  for (const image of GOLDEN_IMAGES) {
+    t.ok(images.includes(image.tag), `docker finds ${image.tag}`);
+    const ran = await host.dockerd!.docker(["run", "--rm", "--pull=never", "--network", "none", image.tag, "echo", "ok"]);
+    t.equal(ran.stdout.trim(), "ok", `${image.tag} runs from the volume (--pull=never)`);
+  }
   t.equal(labelRecord((await host.dockerd!.info()).Labels)[`${LABEL_PREFIX}.state`], "ready", "ready again");
   const claimed = await volumeEnd(bl, volumeId);
   t.equal(claimed.tags[VolumeTag.claimedBy], id);

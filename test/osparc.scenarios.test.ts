@@ -173,7 +173,7 @@ t.test("a warm buffer: keeps its volume attached over stop and start (no AttachV
   };
   await stopped("first stop");
 
-  // Activation for a task: warm_buffer_machine=false, StartInstances, then the labels tag.
+  // Activation for a task: StartInstances, then one CreateTags with warm_buffer_machine=false and the labels tag.
   const since = lastSeq();
   const activated = await osparc.activateWarmBuffer(buffer, FIRST, { overrides: { workspace: { waitForLabelsTagSeconds: 20 } } });
   assertBoot(t, activated, "ready", "the activated buffer's boot: ready");

@@ -372,17 +372,39 @@ t.test("a workspace volume serves exactly its keys: a user-level one never a pro
   t.equal(workspaceIdsOfVolume({ [VolumeTag.workspaceKeys]: "user-id,group-id", [VolumeTag.userId]: "1" }), undefined, "an unknown key: none");
 });
 
-t.test("an attached workspace volume of other ids is not mounted (a warm buffer started for another user)", async (t) => {
+t.test("an attached workspace volume is mounted only for the ids this run has: else handed back, then the pool (a warm buffer started for another tenant)", async (t) => {
   const theirs = volume("vol-a", {
     state: "in-use",
     attachment: { instanceId: identity.instanceId, device: "/dev/sdf", state: "attached" },
     tags: { [VolumeTag.kind]: "workspace", [VolumeTag.pool]: "p1", [VolumeTag.workspaceKeys]: "user-id", [VolumeTag.userId]: "alice" },
   });
-  const bob = selectSource({ ...settings, workspace: { "user-id": "bob" } }, observed({ attached: [theirs] }));
-  t.equal(bob.source, "none");
-  t.match(bob, { reason: /made for other ids/ });
-  t.equal(selectSource({ ...settings, workspace: { "user-id": "alice" } }, observed({ attached: [theirs] })).source, "attached", "the same ids: reused");
-  t.equal(selectSource(settings, observed({ attached: [theirs] })).source, "attached", "no ids asked for: reused (a reboot after osparc removed the tag)");
+  const pool = [volume("vol-1")];
+  const bob = planBoot({ ...settings, workspace: { "user-id": "bob" }, workspaceCreate: "never", intent: { keep: false, ttlHours: 48 } }, observed({ attached: [theirs], pool }));
+  t.match(bob.steps[0], { step: "hand-back-attached", volumeId: "vol-a", keep: false, ttlHours: 48, reason: /made for other ids/ }, "another user's: handed back first");
+  t.match(bob.selection, { source: "pool", candidates: ["vol-1"] }, "then the pool, as if nothing were attached");
+  t.notOk(bob.steps.some((s) => s.step === "reuse-attached"), "never reused");
+
+  const none = planBoot(settings, observed({ attached: [theirs], pool }));
+  t.match(none.steps[0], { step: "hand-back-attached", volumeId: "vol-a", ttlHours: 24, reason: /current tags name none/ }, "no ids (a start with no labels): handed back too");
+  t.equal(none.selection.source, "pool");
+  t.ok(lookupsNeeded(settings, observed({ attached: [theirs] }), "pool"), "the pool is looked up although a volume is attached");
+
+  const kept = planBoot(settings, observed({ attached: [{ ...theirs, tags: { ...theirs.tags, [VolumeTag.keep]: "true" } }], pool }));
+  t.match(kept.steps[0], { step: "hand-back-attached", keep: true }, "its owner's keep, as the volume carries it");
+
+  const alice = planBoot({ ...settings, workspace: { "user-id": "alice" } }, observed({ attached: [theirs], pool }));
+  t.same(alice.selection, { source: "attached", volumeId: "vol-a", kind: "workspace" }, "the same ids: reused");
+  t.notOk(alice.steps.some((s) => s.step === "hand-back-attached"));
+  t.notOk(lookupsNeeded({ ...settings, workspace: { "user-id": "alice" } }, observed({ attached: [theirs] }), "pool"), "and nothing looked up");
+
+  const phase2 = planBoot({ ...settings, mayClaim: false }, observed({ attached: [theirs] }));
+  t.same(phase2.steps.map((s) => s.step), ["degrade"], "a run that may not claim leaves it attached, unmounted, and degrades");
+  t.match(phase2.selection, { source: "none", reason: /not mounted/ });
+
+  const nothingElse = planBoot({ ...settings, createFromSnapshot: false }, observed({ attached: [theirs] }));
+  t.same(nothingElse.steps.map((s) => s.step), ["hand-back-attached", "degrade"], "nothing to take instead: still handed back, then degraded");
+  const poolVolume = volume("vol-p", { state: "in-use", attachment: { instanceId: identity.instanceId, device: "/dev/sdf", state: "attached" } });
+  t.equal(planBoot(settings, observed({ attached: [poolVolume] })).selection.source, "attached", "a pool volume serves anyone");
 });
 
 t.test("the second phase resumes what the first phase of this boot prepared, and only that volume", async (t) => {

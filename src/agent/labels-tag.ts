@@ -9,6 +9,7 @@
  * boot goes on without it (the pool), never refused.
  */
 import { printable, quote } from "../inputs.ts";
+import { isNumberSource, objectMembers } from "./json-members.ts";
 
 /** EC2's limit on a tag value, the size of osparc's chunks. */
 export const LABELS_CHUNK_SIZE = 256;
@@ -38,7 +39,7 @@ function tagParts(tags: Readonly<Record<string, string>>, key: string) {
 /** A chunked JSON tag (osparc's `dump_as_ec2_tags` form) read and parsed, before its shape is checked. */
 export type ChunkedJsonTagRead =
   | { found: false }
-  | { found: true; ok: true; value: unknown; form: "single" | "chunked"; chunks: number }
+  | { found: true; ok: true; value: unknown; text: string; form: "single" | "chunked"; chunks: number }
   | { found: true; ok: false; problem: string };
 
 /**
@@ -74,23 +75,37 @@ export function readChunkedJsonTag(tags: Readonly<Record<string, string>>, key: 
     return bad(`not valid JSON (${printable((error as Error).message).slice(0, 120)})`);
   }
   const form = single !== undefined ? "single" : "chunked";
-  return { found: true, ok: true, value, form, chunks: form === "single" ? 1 : chunks.size };
+  return { found: true, ok: true, value, text, form, chunks: form === "single" ? 1 : chunks.size };
 }
 
 /**
  * Reads the labels tag from the instance's tags. Absent (neither form): `found: false`. Both
- * forms at once, a missing chunk, JSON that does not parse or is not an object: a problem (one
- * sentence); nothing of the tag may then be used.
+ * forms at once, a missing chunk, JSON that does not parse or is not an object, a key written
+ * twice: a problem (one sentence); nothing of the tag may then be used.
+ *
+ * Ids are text: a number is taken as its source text (`42` reads as `"42"`, the text a template
+ * renders; `4.2e1` stays `4.2e1`; two integers beyond 2^53 stay two), never through a double.
+ * Other values as JSON gives them.
  */
 export function readLabelsTag(tags: Readonly<Record<string, string>>, key: string): LabelsTagRead {
   const read = readChunkedJsonTag(tags, key);
   if (!read.found || !read.ok) return read;
   const labels = read.value;
+  const bad = (problem: string): LabelsTagRead => ({ found: true, ok: false, problem: `instance tag ${quote(key)}: ${problem}` });
   if (typeof labels !== "object" || labels === null || Array.isArray(labels)) {
     const got = Array.isArray(labels) ? "an array" : typeof labels === "string" ? quote(labels) : String(labels);
-    return { found: true, ok: false, problem: `instance tag ${quote(key)}: must hold a JSON object, got ${got}` };
+    return bad(`must hold a JSON object, got ${got}`);
   }
-  return { found: true, ok: true, labels: labels as Record<string, unknown>, form: read.form, chunks: read.chunks };
+  const members = objectMembers(read.text);
+  const seen = new Set<string>();
+  for (const { key: name } of members) {
+    // JSON.parse keeps the last of two equal keys, osparc's reader too: which one was meant cannot be told.
+    if (seen.has(name)) return bad(`key ${quote(name)} written twice: cannot tell which value is meant`);
+    seen.add(name);
+  }
+  // fromEntries defines own properties: a key `__proto__` stays a label, not a prototype.
+  const text = Object.fromEntries(members.map(({ key: name, source }) => [name, isNumberSource(source) ? source : (JSON.parse(source) as unknown)]));
+  return { found: true, ok: true, labels: text, form: read.form, chunks: read.chunks };
 }
 
 /**

@@ -76,6 +76,11 @@ export interface InstanceInfo {
   tags: Record<string, string>;
   /** EBS volumes mapped to it other than its root device, attaching or attached. */
   volumes: Array<{ volumeId: string; device: string; status: string }>;
+  /**
+   * EC2's LaunchTime (ISO 8601): the time the instance was last launched or started. A stop and
+   * start changes it, a reboot does not: it names one activation (workspace-record.ts).
+   */
+  launchTime?: string;
 }
 
 /**

@@ -41,6 +41,8 @@ export interface OsparcRequest {
  * since the autoscaler deletes the tag after the join and may write another for a later task:
  * what the mounted volume was chosen for is what phase 1 saw. Without the tag, the first phase
  * too goes by the record (a reboot after the join: the tag is gone, the volume still attached).
+ * A boot passes only a record of the current activation (observeIdentity): one left before a
+ * stop and start proves nothing about the current tenant.
  */
 export function readOsparcRequest(
   config: AgentConfig,

@@ -27,8 +27,8 @@ import { mountPointsOf, syncFilesystem } from "../host/mount.ts";
 import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
 import type { BootCommandDeps } from "./boot/run.ts";
-import type { CloudVolumes, ContainerdRoot, DockerService, OutcomeRecorder, PrewarmReader, VolumeCreation } from "./ports.ts";
-import { createFreshDataRoot, prepareOncePerInstance } from "./boot/prepare.ts";
+import type { CloudVolumes, ContainerdRoot, DockerService, Identity, OutcomeRecorder, PrewarmReader, VolumeCreation } from "./ports.ts";
+import { createFreshDataRoot, prepareOncePerActivation } from "./boot/prepare.ts";
 import { checkVolumeLayout } from "../host/volume-layout.ts";
 import { beginPrewarmAtBoot } from "./prewarm/apply.ts";
 import { prewarmSettingsFrom } from "./prewarm/plan.ts";
@@ -132,6 +132,8 @@ function wireCommon(options: WiringOptions) {
         timeoutMs: config.timeouts.imdsSeconds * 1000,
         log,
       }),
+    // The boot's own DescribeInstances (shared): no call of its own.
+    launchTime: async (identity: Identity) => (await cloudFor(config.region ?? identity.region).describeInstance(identity.instanceId)).launchTime,
   };
 }
 
@@ -282,19 +284,19 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
         docker: options.docker,
         engine: host.engine,
         containerd,
-        prepareDataRoot: async (dataRoot, { kind, instanceId, createdByAgent, imageStore }) => {
+        prepareDataRoot: async (dataRoot, { kind, activation, createdByAgent, imageStore }) => {
           // On every boot, a reboot's included (its marker skips the cleanup, not this): docker
           // follows whatever links the volume holds.
           await checkVolumeLayout(dirname(dataRoot));
-          await prepareOncePerInstance(
+          await prepareOncePerActivation(
             dataRoot,
-            instanceId,
+            { kind, activation },
             async () => {
               // A blank volume the agent formatted has no data-root yet: docker makes it.
               if (createdByAgent && (await createFreshDataRoot(dataRoot, log))) return;
               await prepareDataRoot(dataRoot, { kind, log, ...(imageStore ? { imageStore } : {}) });
               // containerd's root beside the data-root: its machine-local state goes with the
-              // data-root's, once per instance, before containerd starts on it.
+              // data-root's, once per activation, before containerd starts on it.
               if (imageStore === "containerd" && kind === "pool") {
                 await prepareContainerdRoot(containerdRootOnVolume(dirname(dataRoot)), { dropMachineState: true, log });
               }

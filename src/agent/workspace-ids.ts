@@ -73,7 +73,8 @@ export type WorkspaceIdsResult =
 
 /**
  * The workspace ids in osparc's node labels, for the configured keys: a label `<key>` or one
- * ending in `.<key>` (`io.simcore.runtime.user-id`); numbers taken as their decimal text. No id
+ * ending in `.<key>` (`io.simcore.runtime.user-id`); each a string, compared as exact text (a
+ * number from the tag arrives as its source text, see readLabelsTag). No id
  * at all: no workspace. Ids present but not every key of `minimumKeys`: no workspace, with a
  * note. A value that is not a usable id, or one key with two values: a problem (the caller
  * warns and uses the pool).
@@ -85,13 +86,14 @@ export function workspaceIdsFromLabels(labels: Readonly<Record<string, unknown>>
     if (!settings.idKeys.includes(key)) continue;
     const entries = Object.entries(labels).filter(([name]) => name === key || name.endsWith(`.${key}`));
     if (entries.length === 0) continue;
-    const asText = (value: unknown) => (typeof value === "number" && Number.isFinite(value) ? String(value) : value);
-    if (new Set(entries.map(([, value]) => asText(value))).size > 1) {
+    // Compared as the text osparc wrote: readLabelsTag gives numbers as their source text, and
+    // a JS number (its text lost to a double) is refused as no string.
+    if (new Set(entries.map(([, value]) => (typeof value === "string" ? value : JSON.stringify(value)))).size > 1) {
       problems.push(`conflicting ${key} values under ${entries.map(([name]) => quote(name)).join(", ")}`);
       continue;
     }
     const [name, raw] = entries[0]!;
-    const check = validateWorkspaceId(asText(raw), key);
+    const check = validateWorkspaceId(raw, key);
     if (check.ok) ids[key] = check.value;
     else problems.push(name === key ? check.problem : `label ${quote(name)}: ${check.problem}`);
   }

@@ -3,6 +3,13 @@
  * the autoscaler deletes the tag once the node has joined, so the second phase (`boot --no-claim`),
  * a reboot and the release at shutdown read this record instead. Written atomically (temp, fsync,
  * rename); read back with the same checks as the tag, since a file is no more trusted than a tag.
+ *
+ * A record speaks for **one activation** of its instance only: a stopped instance started again
+ * (an osparc warm buffer) is a new tenant until its current tags say who it serves. One
+ * activation is one instance id and one EC2 `LaunchTime` (DescribeInstances: StartInstances sets
+ * it, a reboot does not); where the launch time is not known on both sides, one kernel boot id
+ * (`/proc/sys/kernel/random/boot_id`: phase 1, phase 2 and the release at shutdown of one boot).
+ * Anything else — another instance, another launch, neither known — is an earlier activation.
  */
 import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -16,6 +23,9 @@ const RECORD_FILE = "workspace.json";
 export interface WorkspaceRecord {
   /** The instance it was written on: a record of another instance (a copied disk) is not used. */
   instanceId: string;
+  /** The activation it was written in (see above); absent in records written before they were kept. */
+  launchTime?: string;
+  bootId?: string;
   recordedAt: string;
   /** The workspace phase 1 asked for; absent: none (the pool). */
   ids?: WorkspaceIds;
@@ -23,6 +33,27 @@ export interface WorkspaceRecord {
   keep?: boolean;
   enabled?: boolean;
 }
+
+/** Which activation a run belongs to: its instance, EC2's LaunchTime and the kernel's boot id, as far as known. */
+export interface Activation {
+  instanceId: string;
+  launchTime?: string | undefined;
+  bootId?: string | undefined;
+}
+
+/**
+ * Whether the record was written in this activation (the rule above): same instance, and the
+ * same launch time when both are known, else the same boot id when both are known, else not.
+ */
+export function sameActivation(record: Pick<WorkspaceRecord, "instanceId" | "launchTime" | "bootId">, now: Activation): boolean {
+  if (record.instanceId !== now.instanceId) return false;
+  if (record.launchTime !== undefined && now.launchTime !== undefined) return record.launchTime === now.launchTime;
+  if (record.bootId !== undefined && now.bootId !== undefined) return record.bootId === now.bootId;
+  return false;
+}
+
+/** An EC2 instance id, as records and markers must name one. */
+export const INSTANCE_ID = /^i-[0-9a-f]{8,17}$/;
 
 export function workspaceRecordPath(stateDir: string): string {
   return join(stateDir, RECORD_FILE);
@@ -33,9 +64,14 @@ export function parseWorkspaceRecord(raw: unknown): { ok: true; record: Workspac
   const bad = (problem: string) => ({ ok: false as const, problem: `${RECORD_FILE}: ${problem}` });
   if (typeof raw !== "object" || raw === null || Array.isArray(raw)) return bad("not a JSON object");
   const r = raw as Record<string, unknown>;
-  if (typeof r.instanceId !== "string" || !/^i-[0-9a-f]{8,17}$/.test(r.instanceId)) return bad("no valid instanceId");
+  if (typeof r.instanceId !== "string" || !INSTANCE_ID.test(r.instanceId)) return bad("no valid instanceId");
   if (typeof r.recordedAt !== "string") return bad("no recordedAt");
   const record: WorkspaceRecord = { instanceId: r.instanceId, recordedAt: r.recordedAt };
+  for (const field of ["launchTime", "bootId"] as const) {
+    if (r[field] === undefined) continue;
+    if (typeof r[field] !== "string" || r[field] === "") return bad(`${field} is not a non-empty string`);
+    record[field] = r[field];
+  }
   for (const flag of ["keep", "enabled"] as const) {
     if (r[flag] === undefined) continue;
     if (typeof r[flag] !== "boolean") return bad(`${flag} is not a boolean`);

@@ -290,6 +290,7 @@ async function describeInstance(ctx: Ec2Context, instanceId: string, options?: C
     volumes: (instance.BlockDeviceMappings ?? [])
       .filter((m) => m.Ebs?.VolumeId && m.DeviceName !== root && m.Ebs.Status !== "detached")
       .map((m) => ({ volumeId: m.Ebs!.VolumeId!, device: m.DeviceName ?? "", status: m.Ebs!.Status ?? "attached" })),
+    ...(instance.LaunchTime ? { launchTime: instance.LaunchTime.toISOString() } : {}),
   };
 }
 

@@ -433,7 +433,7 @@ export const CONFIG_SCHEMA = {
           type: "string",
           enum: ["warm-buffer", "always", "never"],
           default: "warm-buffer",
-          description: "When the labels tag is missing at boot, wait for it (`waitForLabelsTagSeconds`) before using the pool: `warm-buffer` only on an instance being activated from a warm buffer (tag `io.simcore.autoscaling.warm_buffer_machine=false`: osparc writes the task's tags after StartInstances), `always`, or `never`.",
+          description: "When the labels tag is missing at boot, wait for the instance's tags (`waitForLabelsTagSeconds`) before using the pool: `warm-buffer` only on a stopped warm buffer started again before its activation's tags (tag `io.simcore.autoscaling.warm_buffer_machine=true` on an instance that booted before: osparc writes `false` and the labels in one CreateTags after StartInstances), `always` on any instance without the labels tag, or `never`.",
         },
         waitForLabelsTagSeconds: {
           type: "number",

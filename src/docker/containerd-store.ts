@@ -65,8 +65,8 @@ export function containerdRootOnVolume(mountPoint: string): string {
 
 /**
  * containerd's root on a mounted volume, made ready for containerd: the folder created (0711,
- * as containerd makes it) and, with `dropMachineState` (a pool volume's first boot on this
- * instance), CONTAINERD_MACHINE_LOCAL_STATE removed. Refuses a root that is not a folder (a
+ * as containerd makes it) and, with `dropMachineState` (a pool volume's first boot of this
+ * activation), CONTAINERD_MACHINE_LOCAL_STATE removed. Refuses a root that is not a folder (a
  * symlink would lead the removal off the volume).
  */
 export async function prepareContainerdRoot(root: string, options: { dropMachineState: boolean; log?: Logger }): Promise<void> {

@@ -87,11 +87,17 @@ export interface AutoscalerActor {
   /** StopInstances; resolves once EC2 shows `stopped`. */
   stop(node: OsparcNode): Promise<void>;
   /**
-   * `_try_start_warm_buffer_instances`: `warm_buffer_machine=false`, StartInstances, and only
-   * after the start the task's labels tag. The boot runs meanwhile; the tag is written once the
-   * boot has been running for `tagDelayMs` (default: once it says it waits for the tag).
+   * `_try_start_warm_buffer_instances`: StartInstances, then ONE CreateTags carrying
+   * `warm_buffer_machine=false` and the task's labels tag together (no labels tag for `{}`: a
+   * start to refill hot buffers). The boot runs meanwhile; the tags are written once the boot
+   * has been running for `tagDelayMs` (default: once it says it waits for them). `tags-first`
+   * writes the same CreateTags before the start (the order osparc does not use, for tests).
    */
-  activateWarmBuffer(node: OsparcNode, labels: Record<string, string>, options?: { overrides?: ConfigOverrides; tagDelayMs?: number }): Promise<OsparcBoot>;
+  activateWarmBuffer(
+    node: OsparcNode,
+    labels: Record<string, string>,
+    options?: { overrides?: ConfigOverrides; tagDelayMs?: number; order?: "osparc" | "tags-first" },
+  ): Promise<OsparcBoot>;
   /** StartInstances (a warm buffer restarted as it is, no new tags). */
   start(node: OsparcNode): Promise<void>;
   /** The docker node's labels (the swarm's node spec). */
@@ -211,17 +217,23 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
       await reach(node, "running");
     },
     async activateWarmBuffer(node, labels, activation = {}) {
-      await ec2.send(new CreateTagsCommand({ Resources: [node.instanceId], Tags: [{ Key: Osparc.warmBufferTag, Value: "false" }] }));
+      // One CreateTags, as `_try_start_warm_buffer_instances` sets `get_activated_warm_buffer_ec2_tags`
+      // with `dump_task_required_node_labels_as_tags` (only when the task has labels).
+      const activationTags = { [Osparc.warmBufferTag]: "false", ...(Object.keys(labels).length > 0 ? labelsTagAsOsparcWrites(Osparc.labelsTag, labels) : {}) };
+      const tag = () => ec2.send(new CreateTagsCommand({ Resources: [node.instanceId], Tags: Object.entries(activationTags).map(([Key, Value]) => ({ Key, Value })) }));
+      const tagsFirst = activation.order === "tags-first";
+      if (tagsFirst) await tag();
       await ec2.send(new StartInstancesCommand({ InstanceIds: [node.instanceId] }));
       await reach(node, "running");
       // "first start the instance and then set the tags": the boot is already under way.
       const log = createMemoryLogger("debug");
       const booting = boot(node, { ...(activation.overrides ? { overrides: activation.overrides } : {}), log });
-      const deadline = Date.now() + transitionMs;
-      if (activation.tagDelayMs !== undefined) await sleep(activation.tagDelayMs);
-      else while (!log.lines.some((line) => /boot\.labels-tag: no labels tag yet/.test(line)) && Date.now() < deadline) await sleep(20);
-      const tags = labelsTagAsOsparcWrites(Osparc.labelsTag, labels);
-      await ec2.send(new CreateTagsCommand({ Resources: [node.instanceId], Tags: Object.entries(tags).map(([Key, Value]) => ({ Key, Value })) }));
+      if (!tagsFirst) {
+        const deadline = Date.now() + transitionMs;
+        if (activation.tagDelayMs !== undefined) await sleep(activation.tagDelayMs);
+        else while (!log.lines.some((line) => /boot\.labels-tag: no labels tag yet/.test(line)) && Date.now() < deadline) await sleep(20);
+        await tag();
+      }
       node.labels = { ...labels };
       return booting;
     },

@@ -123,7 +123,7 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     say("osparc", `StopInstances ${buffer.instanceId}: stopped`);
     say("agent", `release (${buffer.lastRelease?.plan.shutdown.kind ?? "?"}): ${outcomeOf(buffer.lastRelease)}; ${kept} ${stopped.state}${stopped.attachedTo ? ` to ${stopped.attachedTo}` : ""}, expires-at ${stopped.tags[VolumeTag.expiresAt] ?? "none"}`);
     const since = lastSeq();
-    say("osparc", `activation for user_99: ${Osparc.warmBufferTag}=false, StartInstances, then the labels tag`);
+    say("osparc", `activation for user_99: StartInstances, then one CreateTags: ${Osparc.warmBufferTag}=false with the labels tag`);
     const activated = await osparc.activateWarmBuffer(buffer, BUFFERED, { overrides: { workspace: { waitForLabelsTagSeconds: 20 } } });
     const waited = activated.phase1.log.find((line) => /the labels tag arrived/.test(line));
     say("agent", `phase 1 waited for the labels tag: ${waited ? "it arrived" : "it never came"}`);

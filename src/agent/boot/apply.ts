@@ -11,7 +11,8 @@ import { join } from "node:path";
 import { describeError } from "../../errors.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL } from "../../layout.ts";
 import { containerdRootOnVolume } from "../../docker/containerd-store.ts";
-import { Label, VolumeTag } from "../../tags.ts";
+import { Label, VolumeKind, VolumeTag } from "../../tags.ts";
+import { mountPointOf, releaseTags } from "../release/plan.ts";
 import { DeviceTimeoutError } from "../../host/device.ts";
 import { GROW_MARGIN_BYTES } from "../../host/filesystem.ts";
 import type { VolumeInfo } from "../ports.ts";
@@ -170,6 +171,7 @@ type StepHandler<K extends StepName> = (step: StepOf<K>, ctx: StepContext) => Pr
 const STEP_HANDLERS: { [K in StepName]: StepHandler<K> } = {
   "report-disabled": reportDisabled,
   degrade: degradeAsPlanned,
+  "hand-back-attached": handBackAttached,
   "reuse-attached": reuseAttached,
   "claim-volume": claimVolume,
   "create-and-claim": createVolumeAndClaim,
@@ -200,6 +202,41 @@ async function reportDisabled(step: StepOf<"report-disabled">, { deps }: StepCon
 async function degradeAsPlanned(step: StepOf<"degrade">, { deps, limits }: StepContext): Promise<Finished> {
   deps.log.warning("boot.no-volume", step.reason);
   return degrade(deps, limits, step.reason);
+}
+
+/**
+ * Another tenant's workspace volume (or one no current id names) is given back as a release
+ * gives a volume back, so that its owner's next start finds it `available`: unmounted (only an
+ * earlier run of this boot can have mounted it, before docker), detached without force, tagged
+ * `released-at` with `expires-at` (or `keep`). A mount the agent did not make, or any failure,
+ * stops here: the node degrades with the volume attached and unmounted, never mounted for this run.
+ */
+async function handBackAttached(step: StepOf<"hand-back-attached">, { plan, deps, limits, call }: StepContext): Promise<undefined> {
+  const { cloud, storage, log } = deps;
+  const { volumeId } = step;
+  log.notice("boot.hand-back", `${step.reason}: not mounted; handing it back released`, { volume: volumeId });
+  const device = await storage.findDevice(volumeId);
+  const ours = mountPointOf(limits.mountRoot, volumeId);
+  const mounted = device ? await storage.mountPointOf(device) : undefined;
+  if (mounted !== undefined && mounted !== ours) {
+    throw new BootStepError(step.step, `${volumeId} is mounted at ${mounted}, not by the agent: not handed back`, `unmount ${mounted}, then run boot again`);
+  }
+  if (mounted !== undefined) await storage.unmount(mounted);
+  if (device && (await storage.mountPointOf(device)) !== undefined) {
+    throw new BootStepError(step.step, `${volumeId} is still mounted: not detaching it`, "find what holds it (fuser -vm), then run boot again");
+  }
+  await cloud.detachVolume(volumeId, plan.instanceId, call);
+  await cloud.waitForAttachment(volumeId, plan.instanceId, "detached", limits.attachTimeoutMs, call);
+  const volume = await cloud.describeVolume(volumeId, call);
+  if (!volume) return undefined;
+  const claimedAt = volume.tags[VolumeTag.claimedAt];
+  const releasedAt = deps.now?.() ?? new Date();
+  const tags = releaseTags({ instanceId: plan.instanceId, kind: VolumeKind.workspace, keep: step.keep, ttlHours: step.ttlHours, releasedAt, ...(claimedAt !== undefined ? { claimedAt } : {}) });
+  await cloud.tagVolume(volumeId, tags.set, call);
+  await cloud.untagVolume(volumeId, tags.removeKeys, call);
+  await cloud.untagVolume(volumeId, tags.remove, call);
+  log.notice("boot.hand-back", "workspace volume handed back released", { volume: volumeId, expiresAt: tags.set[VolumeTag.expiresAt], keep: tags.set[VolumeTag.keep] });
+  return undefined;
 }
 
 async function reuseAttached(step: StepOf<"reuse-attached">, { p, deps, claim, call }: StepContext): Promise<undefined> {
@@ -307,12 +344,13 @@ async function growFilesystem(_step: StepOf<"grow-filesystem">, { p, deps }: Ste
   return undefined;
 }
 
-async function prepareDataRoot(_step: StepOf<"prepare-data-root">, { plan, p, deps }: StepContext): Promise<undefined> {
+async function prepareDataRoot(_step: StepOf<"prepare-data-root">, { plan, p, deps, limits }: StepContext): Promise<undefined> {
   const volume = volumeOf(p);
   p.dataRoot = join(p.mountPoint!, DATA_ROOT_SUBDIR);
   const kind = volume.tags[VolumeTag.kind] === "workspace" ? "workspace" : "pool";
   const imageStore = plan.hostStore?.store ?? "graphdriver";
-  await deps.prepareDataRoot(p.dataRoot, { kind, instanceId: plan.instanceId, createdByAgent: createdByAgent(volume), imageStore });
+  const activation = { instanceId: plan.instanceId, ...(limits.launchTime ? { launchTime: limits.launchTime } : {}), ...(limits.bootId ? { bootId: limits.bootId } : {}) };
+  await deps.prepareDataRoot(p.dataRoot, { kind, activation, createdByAgent: createdByAgent(volume), imageStore });
   return undefined;
 }
 

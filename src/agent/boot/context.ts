@@ -4,6 +4,7 @@
  */
 import type { Logger } from "../../log.ts";
 import type { VolumeKind } from "../../tags.ts";
+import type { Activation } from "../workspace-record.ts";
 import type { BootPlan } from "./plan.ts";
 import type { CloudVolumes, ContainerdRoot, DaemonConfig, DockerEngine, DockerService, HostStorage, ReadinessState, VolumeInfo } from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
@@ -21,13 +22,14 @@ export interface BootDeps {
   /**
    * Checks the volume's layout (src/host/volume-layout.ts: no link, FIFO, socket or device where
    * docker or the agent expects a folder or a file; a refusal quarantines the volume), then
-   * cleans its data-root of state that must not travel between machines. On a volume the
-   * agent created blank (`createdByAgent`) that docker never initialized, it creates the empty
-   * data-root folder instead: there is nothing to clean, and docker fills it.
+   * cleans its data-root of state that must not travel between tenants, unless this activation
+   * (a pool volume) or this instance (a workspace volume) prepared it already (prepare.ts). On a
+   * volume the agent created blank (`createdByAgent`) that docker never initialized, it creates
+   * the empty data-root folder instead: there is nothing to clean, and docker fills it.
    */
   prepareDataRoot(
     dataRoot: string,
-    options: { kind: VolumeKind; instanceId: string; createdByAgent: boolean; imageStore?: "graphdriver" | "containerd" },
+    options: { kind: VolumeKind; activation: Activation; createdByAgent: boolean; imageStore?: "graphdriver" | "containerd" },
   ): Promise<void>;
   /** containerd's root and service, for a host on the containerd image store. Absent: such a host degrades at switch-data-root. */
   containerd?: ContainerdRoot;
@@ -72,6 +74,11 @@ export interface BootLimits {
    * created instead of a second one, while the next boot makes a new one.
    */
   bootId?: string;
+  /**
+   * EC2's LaunchTime of the instance (DescribeInstances): with the instance id and the boot id,
+   * the activation a pool volume's data-root is prepared for (prepare.ts). Absent: unknown.
+   */
+  launchTime?: string;
 }
 
 /** What apply gets besides the plan. */

@@ -11,7 +11,7 @@ import type { Logger } from "../../log.ts";
 import { VolumeTag } from "../../tags.ts";
 import type { HostStore } from "../../docker/image-store.ts";
 import type { Cancellable, CloudVolumes, Identity } from "../ports.ts";
-import { readWorkspaceRecord, type WorkspaceRecord } from "../workspace-record.ts";
+import { readWorkspaceRecord, sameActivation, type Activation, type WorkspaceRecord } from "../workspace-record.ts";
 import { currentSnapshot } from "../generation.ts";
 import { lookupsNeeded, poolQuery, poolSelector, workspaceQuery, type BootObservation, type BootSettings } from "./plan.ts";
 
@@ -20,25 +20,33 @@ export interface IdentitySource {
   config: AgentConfig;
   /** `fresh`: tags read again from their source (a late labels tag), not the answer cached for this run. */
   identify(options?: { fresh?: boolean }): Promise<Identity>;
+  /** EC2's LaunchTime of the instance (DescribeInstances, shared with the boot's own): one activation. Absent or failing: unknown. */
+  launchTime?(identity: Identity): Promise<string | undefined>;
+  /** This boot of the machine (/proc/sys/kernel/random/boot_id). */
+  bootId?: string;
   log: Logger;
 }
 
 /**
- * The instance and the workspace record an earlier run left (`problem`: it could not be read).
- * Only a run that may claim (the first phase) waits for a late labels tag, and only while this
- * instance was never given a workspace: a node activated once keeps its ids in the record
- * (osparc deletes the tag after the join and does not re-activate a node for other ids), so a
- * later start must not wait for a tag that will not come.
+ * The instance, its activation, and the workspace record an earlier run left: `record` only when
+ * it was written in this activation (workspace-record.ts: phase 2, a reboot, a rerun), `earlier`
+ * when it is this instance's from an earlier one (a stop and start: it proves nothing about the
+ * current tenant), `problem` when it could not be read. Only a run that may claim (the first
+ * phase) and has no record of this activation waits for the activation's tags (waitForTags).
  */
 export async function observeIdentity(
   source: IdentitySource,
   options: { mayClaim: boolean; signal?: AbortSignal },
-): Promise<{ identity: Identity; previous: { record?: WorkspaceRecord; problem?: string } }> {
-  const previous = await readWorkspaceRecord(source.config.paths.stateDir);
+): Promise<{ identity: Identity; activation: Activation; previous: { record?: WorkspaceRecord; earlier?: WorkspaceRecord; problem?: string } }> {
+  const read = await readWorkspaceRecord(source.config.paths.stateDir);
   const found = await source.identify();
-  const activatedBefore = previous.record?.instanceId === found.instanceId && previous.record.ids !== undefined;
-  const identity = options.mayClaim && !activatedBefore ? await waitForLabelsTag(source, found, options.signal) : found;
-  return { identity, previous };
+  const launchTime = await source.launchTime?.(found).catch(() => undefined);
+  const activation: Activation = { instanceId: found.instanceId, ...(launchTime ? { launchTime } : {}), ...(source.bootId ? { bootId: source.bootId } : {}) };
+  const mine = read.record?.instanceId === found.instanceId ? read.record : undefined;
+  const current = mine && sameActivation(mine, activation) ? mine : undefined;
+  const identity = options.mayClaim && !current ? await waitForTags(source, found, { startedBefore: mine !== undefined }, options.signal) : found;
+  const previous = { ...(current ? { record: current } : {}), ...(mine && !current ? { earlier: mine } : {}), ...(read.problem ? { problem: read.problem } : {}) };
+  return { identity, activation, previous };
 }
 
 /**
@@ -81,7 +89,7 @@ export async function observeBoot(
   return observed;
 }
 
-/** Tags that mark an osparc warm buffer; `false` while it is being activated for a task. */
+/** Tags that mark an osparc warm buffer: `true` while it waits stopped, `false` once activated. */
 const WARM_BUFFER_TAGS = ["io.simcore.autoscaling.warm_buffer_machine", "io.simcore.autoscaling.buffer_machine"];
 
 /** Whether the tags hold the labels tag, single or chunked (`<key>_0`, `<key>_1`, …). */
@@ -90,25 +98,40 @@ function hasLabelsTag(tags: Readonly<Record<string, string>>, key: string): bool
 }
 
 /**
- * osparc activates a warm buffer with StartInstances and writes the task's tags only after it:
- * the first boot phase may run before the labels tag exists. On such an instance (or always,
- * by config) the boot reads the tags again, once a second, for a bounded time before it falls
- * back to the pool. Tags that never come are a warning, not a failure.
+ * What the boot still waits for in these tags, undefined when nothing. osparc activates a warm
+ * buffer with StartInstances and then ONE CreateTags carrying `warm_buffer_machine=false` and
+ * the labels tag together (`_try_start_warm_buffer_instances`): a boot that sees `false` sees
+ * the labels already, or none will come (a start to refill hot buffers has no task); one that
+ * sees `true` on an instance that ran before (a stopped buffer started again) runs before that
+ * CreateTags and waits for it. `true` on the first boot is the buffer's own creation: no wait.
+ * `always` also waits for a missing labels tag on any instance.
  */
-async function waitForLabelsTag(source: IdentitySource, identity: Identity, signal: AbortSignal | undefined): Promise<Identity> {
+export function awaitedTags(tags: Readonly<Record<string, string>>, options: { labelsTag: string; mode: string; startedBefore: boolean }): string | undefined {
+  if (hasLabelsTag(tags, options.labelsTag) || options.mode === "never") return undefined;
+  const dormant = WARM_BUFFER_TAGS.some((tag) => tags[tag] === "true");
+  if (dormant && (options.startedBefore || options.mode === "always")) return "a stopped warm buffer started again, before its activation's tags";
+  return options.mode === "always" ? "no labels tag on this instance" : undefined;
+}
+
+/**
+ * Reads the tags again, once a second, for up to `workspace.waitForLabelsTagSeconds` while
+ * awaitedTags says the activation's tags are still to come. Tags that never come are a warning,
+ * not a failure: the boot goes on with the tags it has (no ids: the pool).
+ */
+async function waitForTags(source: IdentitySource, identity: Identity, context: { startedBefore: boolean }, signal: AbortSignal | undefined): Promise<Identity> {
   const { config, log } = source;
   const key = config.workspace.labelsTag;
-  const mode = config.workspace.waitForLabelsTag;
-  const activating = WARM_BUFFER_TAGS.some((tag) => identity.tags[tag] === "false");
+  const options = { labelsTag: key, mode: config.workspace.waitForLabelsTag, startedBefore: context.startedBefore };
   const seconds = config.workspace.waitForLabelsTagSeconds;
-  if (hasLabelsTag(identity.tags, key) || mode === "never" || seconds === 0 || (mode === "warm-buffer" && !activating)) return identity;
-  log.notice("boot.labels-tag", `no labels tag yet${activating ? " on a warm buffer being activated" : ""}: waiting up to ${seconds} s for it`, { tag: key });
+  const why = awaitedTags(identity.tags, options);
+  if (why === undefined || seconds === 0) return identity;
+  log.notice("boot.labels-tag", `no labels tag yet (${why}): waiting up to ${seconds} s for the instance's tags`, { tag: key });
   const deadline = Date.now() + seconds * 1000;
   while (Date.now() < deadline && !signal?.aborted) {
     await new Promise((resolve) => setTimeout(resolve, Math.min(1000, Math.max(0, deadline - Date.now()))));
     const again = await source.identify({ fresh: true });
-    if (hasLabelsTag(again.tags, key)) {
-      log.info("boot.labels-tag", "the labels tag arrived", { tag: key });
+    if (awaitedTags(again.tags, options) === undefined) {
+      log.info("boot.labels-tag", hasLabelsTag(again.tags, key) ? "the labels tag arrived" : "the instance was activated without a labels tag", { tag: key });
       return again;
     }
   }

@@ -138,6 +138,12 @@ export interface SnapshotFallback {
 /** One step of the boot, in order. Steps after the claim act on "the claimed volume". */
 export type BootStep =
   | { step: "report-disabled"; reason: string }
+  /**
+   * A workspace volume attached here that this run's ids do not name (another tenant's, or no
+   * ids at all): never mounted; unmounted if an earlier run of this boot mounted it, detached
+   * (never forced) and tagged released with an expiry, as a release would, before the claim.
+   */
+  | { step: "hand-back-attached"; volumeId: string; keep: boolean; ttlHours: number; reason: string }
   | { step: "reuse-attached"; volumeId: string }
   /**
    * Candidates in this instance's order; after a loss to another instance, a fresh page of
@@ -435,6 +441,29 @@ export function claimCandidates(
 }
 
 /**
+ * The managed volume attached here, split by whether this run may mount it. A stopped instance
+ * keeps its volumes attached, and starts again as a new tenant: a workspace volume serves only
+ * the ids this run has (the instance's current tags, or this activation's record: settings.ts),
+ * and with other ids or none it is `foreign` — never mounted, handed back (hand-back-attached)
+ * before the claim. A pool volume serves anyone.
+ */
+export function attachedHere(
+  settings: Pick<BootSettings, "workspace">,
+  observed: Pick<BootObservation, "attached" | "identity">,
+): { mine?: VolumeInfo; foreign?: VolumeInfo } {
+  const attached = attachedCacheVolume(observed.attached, observed.identity.instanceId);
+  if (!attached) return {};
+  const ids = settings.workspace;
+  if (attached.tags[VolumeTag.kind] === VolumeKind.workspace && !(ids && volumeMatchesWorkspace(attached.tags, ids))) return { foreign: attached };
+  return { mine: attached };
+}
+
+function foreignReason(settings: Pick<BootSettings, "workspace">, foreign: VolumeInfo): string {
+  const whose = settings.workspace ? "was made for other ids than this instance's" : "belongs to a workspace and this instance's current tags name none";
+  return `the workspace volume attached here (${foreign.volumeId}) ${whose}`;
+}
+
+/**
  * Chooses the volume's source. Only volumes whose image store fits the host's are candidates
  * (image-store.ts): a volume built with the other store would mount fine and start docker on
  * an empty image list, so a mismatch is left alone before the claim, never mounted as ready.
@@ -444,14 +473,12 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   const { identity } = observed;
   const host = hostStoreOf(observed);
 
-  // A volume already attached here (a reboot, or a re-run after a crash) is ours: reuse it.
-  const mine = attachedCacheVolume(observed.attached, identity.instanceId);
-  // A stopped warm buffer keeps its volume attached; started again for other ids, it must not
-  // mount the previous user's workspace. The node degrades; the volume stays attached (nothing
-  // is claimed or detached here) and goes back at the release.
-  if (mine && mine.tags[VolumeTag.kind] === VolumeKind.workspace && settings.workspace && !volumeMatchesWorkspace(mine.tags, settings.workspace)) {
-    return { source: "none", reason: `the workspace volume attached here (${mine.volumeId}) was made for other ids than this instance's: not mounted` };
-  }
+  // A volume already attached here (a reboot, or a re-run after a crash) is ours: reuse it —
+  // unless it is a workspace volume this run's ids do not name (below).
+  const { mine, foreign } = attachedHere(settings, observed);
+  // A run that may not claim cannot take the pool instead: the node degrades, the volume stays
+  // attached and unmounted, and the release gives it back.
+  if (foreign && !settings.mayClaim) return { source: "none", reason: `${foreignReason(settings, foreign)}: not mounted` };
   if (mine && settings.requireEncryptedWorkspace && mine.tags[VolumeTag.kind] === VolumeKind.workspace && mine.encrypted !== true) {
     return { source: "none", reason: unencryptedWorkspace(mine.volumeId, "attached here") };
   }
@@ -554,7 +581,8 @@ export function lookupsNeeded(
   stage: "workspace" | "pool" | "snapshot",
 ): boolean {
   if (!settings.enabled || !settings.mayClaim) return false;
-  if (observed.attached.some((v) => v.attachment?.instanceId === observed.identity.instanceId)) return false;
+  // A volume to reuse needs no lookup; one to hand back (attachedHere) leaves the claim to do.
+  if (attachedHere(settings, observed).mine) return false;
   // The selection's own candidates decide: a volume it would reject (on its way, quarantined,
   // of the other image store) must not spare the snapshot it would then need.
   const { workspace, pool, unencrypted } = claimCandidates(settings, observed);
@@ -608,11 +636,22 @@ const AFTER_CLAIM: BootStep["step"][] = [
 export function planBoot(settings: BootSettings, observed: BootObservation): BootPlan {
   const selection = selectSource(settings, observed);
   const head: BootStep[] = [];
+  const { foreign } = attachedHere(settings, observed);
+  if (foreign && settings.mayClaim && selection.source !== "disabled") {
+    head.push({
+      step: "hand-back-attached",
+      volumeId: foreign.volumeId,
+      // Its owner's keep, as its claim recorded it on the volume; else it expires like any release.
+      keep: foreign.tags[VolumeTag.keep] === "true",
+      ttlHours: settings.intent.ttlHours,
+      reason: foreignReason(settings, foreign),
+    });
+  }
   switch (selection.source) {
     case "disabled":
       return { ...where(observed), selection, steps: [{ step: "report-disabled", reason: selection.reason }] };
     case "none":
-      return { ...where(observed), selection, steps: [{ step: "degrade", reason: selection.reason }] };
+      return { ...where(observed), selection, steps: [...head, { step: "degrade", reason: selection.reason }] };
     case "attached":
       head.push({ step: "reuse-attached", volumeId: selection.volumeId });
       break;

@@ -1,8 +1,19 @@
 /**
- * Preparing a volume's data-root once per instance. The first boot on a machine drops the
- * state that must not travel between machines (swarm identity, containers, networks); a reboot
- * or a re-run on the same instance must keep it, since by then it is this node's own. A marker
- * on the volume, written after the cleanup, records for which instance it was done.
+ * Preparing a volume's data-root once per activation. A data-root that arrives from another
+ * tenant drops the state that must not travel (swarm identity, containers, networks, and on a
+ * pool volume its named volumes); a reboot or a re-run of the same activation must keep it,
+ * since by then it is this node's own. A marker on the volume, written after the cleanup,
+ * records which activation it was done for, so the decision is made from the volume itself.
+ *
+ * A pool volume serves one activation: a stopped instance that starts again is a new tenant
+ * (workspace-record.ts: one activation is one instance id and one EC2 LaunchTime, else one
+ * kernel boot id), and a pool volume kept attached over the stop would otherwise hand the
+ * previous tenant's containers and named volumes to the next. A workspace volume serves its
+ * ids, which the boot checked before mounting it (plan.ts `attachedHere`): on the same instance
+ * it keeps its node state across activations, as its user's data.
+ *
+ * A kill at any point converges: until the marker is replaced (atomically, after the cleanup)
+ * a rerun decides the same and cleans again, which finds less or nothing to remove.
  *
  * The marker and the data-root are on the volume: they are reached through
  * src/host/volume-paths.ts, never through a link (a marker folder linked to a host folder would
@@ -13,6 +24,8 @@ import type { Logger } from "../../log.ts";
 import { writeFileAtomic } from "../../fs-atomic.ts";
 import { AGENT_SUBDIR } from "../../host/volume-layout.ts";
 import { mkdirBeneath, readFileBeneath, resolveBeneath } from "../../host/volume-paths.ts";
+import { VolumeKind } from "../../tags.ts";
+import { INSTANCE_ID, sameActivation, type Activation } from "../workspace-record.ts";
 
 const MARKER = "prepared-for";
 
@@ -21,23 +34,80 @@ export function preparedMarkerPath(dataRoot: string): string {
   return join(dirname(dataRoot), AGENT_SUBDIR, MARKER);
 }
 
-/** Runs `clean` unless the volume was already prepared for this instance; then records it. */
-export async function prepareOncePerInstance(
+/**
+ * The activation the marker names. Its text is JSON (`instanceId`, `launchTime`, `bootId`); a
+ * marker of an older agent is the bare instance id, which names an instance and no activation.
+ * Anything else names nothing (undefined).
+ */
+export function parsePreparedMarker(text: string): Activation | undefined {
+  const trimmed = text.trim();
+  if (INSTANCE_ID.test(trimmed)) return { instanceId: trimmed };
+  let raw: unknown;
+  try {
+    raw = JSON.parse(trimmed);
+  } catch {
+    return undefined;
+  }
+  if (typeof raw !== "object" || raw === null) return undefined;
+  const r = raw as Record<string, unknown>;
+  if (typeof r.instanceId !== "string" || !INSTANCE_ID.test(r.instanceId)) return undefined;
+  const marker: Activation = { instanceId: r.instanceId };
+  for (const field of ["launchTime", "bootId"] as const) {
+    if (typeof r[field] === "string" && r[field] !== "") marker[field] = r[field];
+  }
+  return marker;
+}
+
+export function preparedMarkerText(activation: Activation): string {
+  const { instanceId, launchTime, bootId } = activation;
+  return JSON.stringify({ instanceId, ...(launchTime ? { launchTime } : {}), ...(bootId ? { bootId } : {}) }) + "\n";
+}
+
+/**
+ * Pure: whether the data-root the marker describes is this run's own node state (kept) or a
+ * previous tenant's (cleaned). A pool volume: only the same activation (no marker, or no proof
+ * of it, is another tenant). A workspace volume: the same instance.
+ */
+export function keepsNodeState(kind: VolumeKind, marker: Activation | undefined, now: Activation): boolean {
+  if (!marker) return false;
+  return kind === VolumeKind.workspace ? marker.instanceId === now.instanceId : sameActivation(marker, now);
+}
+
+/** Why a data-root is cleaned, for the log. */
+function previousTenant(marker: Activation | undefined, now: Activation): string {
+  if (!marker) return "no marker of an earlier preparation";
+  if (marker.instanceId !== now.instanceId) return `prepared for another instance (${marker.instanceId})`;
+  return `prepared in an earlier activation of this instance (launched ${marker.launchTime ?? "at an unknown time"})`;
+}
+
+/** Runs `clean` unless the volume was already prepared for this activation (keepsNodeState); then records it. */
+export async function prepareOncePerActivation(
   dataRoot: string,
-  instanceId: string,
+  options: { kind: VolumeKind; activation: Activation },
   clean: () => Promise<void>,
   log: Logger,
 ): Promise<"prepared" | "already"> {
+  const { kind, activation } = options;
   const volumeRoot = dirname(dataRoot);
-  const previous = (await readFileBeneath(volumeRoot, join(AGENT_SUBDIR, MARKER), 256)) ?? "";
-  if (previous === instanceId) {
-    log.info("boot.data-root", "data-root already prepared for this instance: keeping its node state", { dataRoot });
+  const marker = parsePreparedMarker((await readFileBeneath(volumeRoot, join(AGENT_SUBDIR, MARKER), 1024)) ?? "");
+  if (keepsNodeState(kind, marker, activation)) {
+    // The activation as now known (a reboot's boot id, a launch time learned since): the
+    // fallback to the boot id then holds for the rest of this boot.
+    const current: Activation = { instanceId: activation.instanceId, launchTime: activation.launchTime ?? marker!.launchTime, bootId: activation.bootId ?? marker!.bootId };
+    if (preparedMarkerText(current) !== preparedMarkerText(marker!)) {
+      const folder = await mkdirBeneath(volumeRoot, AGENT_SUBDIR);
+      await writeFileAtomic(join(folder, MARKER), preparedMarkerText(current));
+    }
+    log.info("boot.data-root", `data-root already prepared for this ${kind === VolumeKind.pool ? "activation" : "instance"}: keeping its node state`, { dataRoot });
     return "already";
   }
   await clean();
   const folder = await mkdirBeneath(volumeRoot, AGENT_SUBDIR);
-  await writeFileAtomic(join(folder, MARKER), `${instanceId}\n`);
-  log.info("boot.data-root", "machine-local state removed from the data-root", { dataRoot, previousInstance: previous || undefined });
+  await writeFileAtomic(join(folder, MARKER), preparedMarkerText(activation));
+  log.info("boot.data-root", `machine-local state removed from the data-root: ${previousTenant(marker, activation)}`, {
+    dataRoot,
+    previousInstance: marker?.instanceId,
+  });
   return "prepared";
 }
 

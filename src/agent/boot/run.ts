@@ -25,8 +25,6 @@ export interface BootCommandDeps extends IdentitySource {
   bootDeps(settings: ResolvedSettings, cloud: CloudVolumes): BootDeps;
   /** docker's data-root without the agent (undefined: docker's default). */
   defaultDataRoot?: string;
-  /** This boot of the machine (see BootLimits.bootId). */
-  bootId?: string;
   /** Leaves the outcome for `status` and the metrics; absent: nothing is recorded. */
   recorder?: OutcomeRecorder;
   /** The host's image store and engine version (daemon.json, `dockerd --version`); absent: not observed (graphdriver). */
@@ -62,13 +60,15 @@ export async function runBoot(
   const hostStoreRead = deps.hostStore?.();
   hostStoreRead?.catch(() => undefined);
   const hostStore = hostStoreRead ? () => hostStoreRead : undefined;
-  const { identity, previous } = await observeIdentity(deps, { mayClaim, ...(options.signal ? { signal: options.signal } : {}) });
+  const { identity, activation, previous } = await observeIdentity(deps, { mayClaim, ...(options.signal ? { signal: options.signal } : {}) });
   log.info("boot.identity", "instance identified", {
     instance: identity.instanceId,
     zone: identity.availabilityZone,
     tags: identity.tagsSource,
   });
   if (previous.problem) log.warning("boot.settings", `${previous.problem}: the labels tag is read instead`, { stateDir });
+  // A stop and start: whoever the record named is not this run's tenant until the tags say so.
+  if (previous.earlier) log.info("boot.settings", `the workspace record is of an earlier activation (${previous.earlier.recordedAt}): not used; the current tags say who this instance serves`, { stateDir });
   const resolved = resolveSettings(config, identity, { withDocker: options.withDocker ?? true, mayClaim, recorded: previous.record });
   if (!resolved.ok) {
     throw new ConfigError(resolved.problems, "fix the instance tags (nothing was changed on this node)");
@@ -80,7 +80,12 @@ export async function runBoot(
   // The autoscaler deletes the labels tag after the join: phase 2, reboots' later phases and the
   // release read what this phase used from the record.
   if (mayClaim && !options.dryRun && !resolved.value.request.fromRecord) {
-    const record = { ...recordOf(identity, resolved.value.request), recordedAt: new Date().toISOString() };
+    const record = {
+      ...recordOf(identity, resolved.value.request),
+      ...(activation.launchTime ? { launchTime: activation.launchTime } : {}),
+      ...(activation.bootId ? { bootId: activation.bootId } : {}),
+      recordedAt: new Date().toISOString(),
+    };
     await writeWorkspaceRecord(stateDir, record).catch((error: unknown) =>
       log.warning("boot.settings", `could not record the workspace request: ${describeError(error)}; later runs read the labels tag, which the autoscaler may have deleted by then`, { stateDir }),
     );
@@ -116,6 +121,7 @@ export async function runBoot(
     mountRoot: settings.mountRoot,
     defaultDataRoot: deps.defaultDataRoot,
     ...(deps.bootId ? { bootId: deps.bootId } : {}),
+    ...(activation.launchTime ? { launchTime: activation.launchTime } : {}),
   };
   // Without docker (the phase before docker.service) nothing may start or restart docker: such
   // a start job would wait for this very unit. A degraded boot then only writes its label.

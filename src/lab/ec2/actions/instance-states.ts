@@ -36,6 +36,8 @@ interface Transition {
   to: InstanceState;
   /** Starts what the new state sets off (a shutdown, a boot) once the change is committed. */
   started: (ctx: ActionContext, instanceId: string, previous: InstanceState) => void;
+  /** What else the change sets on the instance, committed with it. */
+  changing?: (ctx: ActionContext, instance: InstanceRecord) => void;
 }
 
 /**
@@ -45,13 +47,16 @@ interface Transition {
 function transitionHandler(transition: Transition): ActionHandler {
   return (ctx, p) => {
     const instances = namedInstances(ctx, p.list("InstanceId"));
-    const { rule, refusal, to, started } = transition;
+    const { rule, refusal, to, started, changing } = transition;
     for (const instance of instances) {
       if (rule(instance.state) === "refuse") throw new Ec2Error("IncorrectInstanceState", refusal(instance.instanceId));
     }
     const changes = instances.map((instance) => {
       const previous = instance.state;
-      if (rule(previous) === "change") instance.state = to;
+      if (rule(previous) === "change") {
+        instance.state = to;
+        changing?.(ctx, instance);
+      }
       return { instance, previous, changed: rule(previous) === "change" };
     });
     ctx.store.commit();
@@ -72,6 +77,8 @@ export const startInstances = transitionHandler({
   refusal: (id) => `The instance '${id}' is not in a state from which it can be started.`,
   to: "pending",
   started: (ctx, id) => ctx.lifecycle.instanceStarting(id),
+  // EC2's LaunchTime is "the time that the instance was last launched": a start sets it, a reboot does not.
+  changing: (ctx, instance) => (instance.launchTime = new Date(ctx.now()).toISOString()),
 });
 
 export const terminateInstances = transitionHandler({
