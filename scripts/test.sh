@@ -2,10 +2,13 @@
 # `npm test`: the type-check, lint and every tap test (tap's options are package.json's "tap");
 # exits non-zero when any of them fails. Arguments go to tap (`npm test -- test/config.test.ts`).
 #
-# As root, the engine machines' root file systems start building first, in the background
-# (scripts/rootfs.ts): a first build takes minutes and would otherwise start only when the
-# nspawn tests reach it. The tests use the same cache and lock (src/lab/nspawn-rootfs.ts), so
-# they wait for that build or, if it failed, make their own: the result does not depend on it.
+# What runs at once, for wall time on a small machine (none of it writes what another reads):
+# - as root, the engine machines' root file systems start building first, in the background
+#   (scripts/rootfs.ts): a first build takes minutes and would otherwise start only when the
+#   nspawn tests reach it. The tests use the same cache and lock (src/lab/nspawn-rootfs.ts), so
+#   they wait for that build or, if it failed, make their own: the result does not depend on it;
+# - the type-check and lint run beside tap (they only read the sources); their output is shown
+#   when they end, and their failure fails `npm test` as tap's does.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # As npm runs it (its Node 24 and tap first on PATH), also when run as `bash scripts/test.sh`.
@@ -20,17 +23,33 @@ if [ "$(id -u)" = 0 ]; then
   rootfs_pid=$!
 fi
 
-# Never leaves the build running behind `npm test` (whatever it finished stays cached) and
-# shows its log as TAP comments.
-finish() {
-  if [ -n "$rootfs_pid" ]; then
-    wait "$rootfs_pid" || true
-    sed 's/^/# /' "$work/rootfs.log"
-  fi
-  exit "$1"
+# `name` `command…`: runs in the background, its output kept for show().
+declare -A pids=()
+background() {
+  local name=$1
+  shift
+  "$@" >"$work/$name.log" 2>&1 &
+  pids[$name]=$!
+}
+# Waits for `name`, shows its output; returns its exit status.
+show() {
+  local name=$1 status=0
+  wait "${pids[$name]}" || status=$?
+  echo "# npm run $name: $([ "$status" -eq 0 ] && echo ok || echo "FAILED (exit $status)")"
+  cat "$work/$name.log"
+  return "$status"
 }
 
-npm run typecheck || finish 1
-npm run lint || finish 1
+background typecheck npm run --silent typecheck
+background lint npm run --silent lint
 tap "$@"
-finish $?
+status=$?
+show typecheck || status=1
+show lint || status=1
+
+# Never leave the build running behind `npm test`: whatever it finished stays cached.
+if [ -n "$rootfs_pid" ]; then
+  wait "$rootfs_pid" || true
+  sed 's/^/# /' "$work/rootfs.log"
+fi
+exit "$status"
