@@ -8,7 +8,12 @@
 #   nspawn tests reach it. The tests use the same cache and lock (src/lab/nspawn-rootfs.ts), so
 #   they wait for that build or, if it failed, make their own: the result does not depend on it;
 # - the type-check and lint run beside tap (they only read the sources); their output is shown
-#   when they end, and their failure fails `npm test` as tap's does.
+#   when they end, and their failure fails `npm test` as tap's does;
+# - tap runs two test files at once (package.json "tap": "jobs"; tap's own default leaves a core
+#   free, so one at a time on 2 cores): most lab files spend their time waiting on devices,
+#   dockerd, nspawn machines and the emulator's delays, and every lab has a root, loop devices,
+#   dockerds and machines of its own. The herd (test/boot.herd.test.ts) is "serial", alone: it
+#   is the load test, sized to the machine's cores.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # As npm runs it (its Node 24 and tap first on PATH), also when run as `bash scripts/test.sh`.
