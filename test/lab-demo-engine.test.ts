@@ -11,11 +11,12 @@
  * It never skips: a machine that cannot run it fails it.
  */
 import { existsSync } from "node:fs";
-import { readFile, readdir } from "node:fs/promises";
+import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import t from "tap";
 import { EngineChoiceError, chooseHostEngine, engineOfVersion, parseEngine, parseStore } from "../src/lab/engine-choice.ts";
 import { runEngineDemo } from "../src/lab/demo-engine.ts";
+import { machineOwner } from "../src/lab/nspawn.ts";
 import { MACHINES, pidAlive } from "../src/lab/nspawn-rootfs.ts";
 import { createMemoryLogger } from "../src/log.ts";
 import { assertDockerPrerequisites, assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
@@ -78,7 +79,7 @@ t.test("the demo on docker 28 with the containerd image store", async (t) => {
   // whose owner (src/lab/nspawn.ts writes it first) is another live process is not the demo's.
   const left = [];
   for (const name of (await readdir(MACHINES).catch((): string[] => [])).filter((name) => !machinesBefore.has(name))) {
-    const owner = Number(await readFile(join(MACHINES, name, ".owner"), "utf8").catch(() => "0"));
+    const owner = await machineOwner(join(MACHINES, name));
     if (existsSync(join(MACHINES, name)) && !(owner > 0 && owner !== process.pid && pidAlive(owner))) left.push(name);
   }
   t.same(left, [], "no machine copy left behind");
