@@ -12,8 +12,10 @@
 # - tap runs two test files at once (package.json "tap": "jobs"; tap's own default leaves a core
 #   free, so one at a time on 2 cores): most lab files spend their time waiting on devices,
 #   dockerd, nspawn machines and the emulator's delays, and every lab has a root, loop devices,
-#   dockerds and machines of its own. The herd (test/boot.herd.test.ts) is "serial", alone: it
-#   is the load test, sized to the machine's cores.
+#   dockerds and machines of its own. "serial" files run alone: the herd (the load test, sized
+#   to the machine's cores) and the two that boot systemd machines (lab-demo-engine,
+#   nspawn-boot), whose release at a machine's poweroff or reboot was seen missing with two
+#   machines' files running at once (and once on main, alone in the suite).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # As npm runs it (its Node 24 and tap first on PATH), also when run as `bash scripts/test.sh`.
