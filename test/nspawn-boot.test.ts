@@ -130,11 +130,31 @@ const tagsOf = (volume: Volume) => Object.fromEntries((volume.Tags ?? []).map((t
 
 type Timer = <T>(name: string, work: () => Promise<T>) => Promise<T>;
 
+/**
+ * The engines' root file systems (cachedRootfs), all asked for at once by the first test: a first
+ * build takes minutes of debootstrap, so the three overlap each other and the shared setup instead
+ * of following one another. Each test awaits the one it boots; what it gets is the same.
+ */
+const rootfsBuilds = new Map<EngineName, ReturnType<typeof cachedRootfs>>();
+function startRootfsBuilds(): void {
+  for (const name of ENGINE_NAMES) {
+    if (rootfsBuilds.has(name)) continue;
+    const build = cachedRootfs(ENGINES[name], (line) => t.comment(line));
+    build.catch(() => undefined); // its failure is reported by the test that awaits it
+    rootfsBuilds.set(name, build);
+  }
+}
+function rootfsOf(name: EngineName): ReturnType<typeof cachedRootfs> {
+  startRootfsBuilds();
+  return rootfsBuilds.get(name)!;
+}
+
 /** Built once, by the first test that asks (with its timer); torn down when the file ends. */
 let sharedPromise: Promise<Shared> | undefined;
 function shared(time: Timer): Promise<Shared> {
   sharedPromise ??= (async () => {
     await assertNspawnPrerequisites();
+    startRootfsBuilds();
     const work = await mkdtemp(join(CACHE_BASE, "bundle-"));
     t.teardown(() => rm(work, { recursive: true, force: true })); // the file's, not a subtest's
     const bundle = await time("bundle", () => buildBundle(work));
@@ -156,7 +176,7 @@ function shared(time: Timer): Promise<Shared> {
 async function setup(name: EngineName, count: number, time: Timer, comment: (line: string) => void): Promise<Setup> {
   const s = await shared(time);
   const engine = ENGINES[name];
-  const rootfs = await time("rootfs", () => cachedRootfs(engine, comment));
+  const rootfs = await time("rootfs", () => rootfsOf(name));
   comment(`${engine.name}: root file system ${rootfs.dir}: ${rootfs.built ? `built in ${(rootfs.ms / 1000).toFixed(1)} s` : "cached"}`);
   const pool = `${POOL}-${name.replace(/\W/g, "")}-${++pools}`;
   const poolVolumes = await createPoolVolumes(s.lab, s.golden, { pool, imageSet: IMAGE_SET, count });
@@ -505,7 +525,7 @@ const VOLUME_IN_MACHINE = "/mnt/cache-volume";
  * image store; docker.service has started.
  */
 async function containerdStoreMachine(t: Test, bundle: string): Promise<Machine> {
-  const rootfs = await cachedRootfs(ENGINES["28"], (line) => t.comment(line));
+  const rootfs = await rootfsOf("28");
   const prepared = await prepareMachine({
     rootfs: rootfs.dir,
     bundle,

@@ -176,6 +176,7 @@ export async function cachedRootfs(engine: EngineRootfs, log: (line: string) => 
   await mkdir(CACHE_BASE, { recursive: true });
   const lock = `${dir}.lock`;
   // One builder at a time: mkdir is atomic; a lock whose owner died is taken over.
+  let waitingFor = 0;
   for (;;) {
     try {
       await mkdir(lock);
@@ -185,7 +186,8 @@ export async function cachedRootfs(engine: EngineRootfs, log: (line: string) => 
       if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
       const owner = Number(await readFile(join(lock, "pid"), "utf8").catch(() => "0"));
       if (owner > 0 && pidAlive(owner)) {
-        log(`waiting for process ${owner}, which is building ${dir}`);
+        if (owner !== waitingFor) log(`waiting for process ${owner}, which is building ${dir}`); // once, not every poll
+        waitingFor = owner;
         await sleep(2000);
         if (existsSync(join(dir, MARKER))) return { dir, built: false, ms: Date.now() - started };
         continue;

@@ -76,6 +76,11 @@ export interface PreparedMachine {
   installLog: string;
 }
 
+/** The process that made the machine copy in `dir` (its `.owner` file), or 0 when it names none. */
+export async function machineOwner(dir: string): Promise<number> {
+  return Number(await readFile(join(dir, ".owner"), "utf8").catch(() => "0")) || 0;
+}
+
 /** Removes machine copies left by processes (tests, demos, benches) that died. */
 async function reapStaleMachines(): Promise<void> {
   let names: string[];
@@ -86,7 +91,7 @@ async function reapStaleMachines(): Promise<void> {
   }
   for (const name of names) {
     const dir = join(MACHINES, name);
-    const owner = Number(await readFile(join(dir, ".owner"), "utf8").catch(() => "0"));
+    const owner = await machineOwner(dir);
     if (owner > 0 && pidAlive(owner)) continue;
     const running = await run("pgrep", ["-f", `systemd-nspawn .*--directory=${dir}( |$)`], { check: false });
     if (running.exitCode === 0) continue;

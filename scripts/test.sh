@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# `npm test`: the type-check, lint and every tap test (tap's options are package.json's "tap");
+# exits non-zero when any of them fails. Arguments go to tap (`npm test -- test/config.test.ts`).
+#
+# What runs at once, for wall time on a small machine (none of it writes what another reads):
+# - as root, the engine machines' root file systems start building first, in the background
+#   (scripts/rootfs.ts): a first build takes minutes and would otherwise start only when the
+#   nspawn tests reach it. The tests use the same cache and lock (src/lab/nspawn-rootfs.ts), so
+#   they wait for that build or, if it failed, make their own: the result does not depend on it;
+# - the type-check and lint run beside tap (they only read the sources); their output is shown
+#   when they end, and their failure fails `npm test` as tap's does;
+# - tap runs two test files at once (package.json "tap": "jobs"; tap's own default leaves a core
+#   free, so one at a time on 2 cores): most lab files spend their time waiting on devices,
+#   dockerd, nspawn machines and the emulator's delays, and every lab has a root, loop devices,
+#   dockerds and machines of its own. "serial" files run alone: the herd (the load test, sized
+#   to the machine's cores) and the two that boot systemd machines (lab-demo-engine,
+#   nspawn-boot), whose release at a machine's poweroff or reboot was seen missing with two
+#   machines' files running at once (and once on main, alone in the suite).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+# As npm runs it (its Node 24 and tap first on PATH), also when run as `bash scripts/test.sh`.
+export PATH="$PWD/node_modules/.bin:$PATH"
+
+work=$(mktemp -d -t ebs-cache-agent-test.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+rootfs_pid=
+if [ "$(id -u)" = 0 ]; then
+  tsx scripts/rootfs.ts >"$work/rootfs.log" 2>&1 &
+  rootfs_pid=$!
+fi
+
+# `name` `command…`: runs in the background, its output kept for show().
+declare -A pids=()
+background() {
+  local name=$1
+  shift
+  "$@" >"$work/$name.log" 2>&1 &
+  pids[$name]=$!
+}
+# Waits for `name`, shows its output; returns its exit status.
+show() {
+  local name=$1 status=0
+  wait "${pids[$name]}" || status=$?
+  echo "# npm run $name: $([ "$status" -eq 0 ] && echo ok || echo "FAILED (exit $status)")"
+  cat "$work/$name.log"
+  return "$status"
+}
+
+background typecheck npm run --silent typecheck
+background lint npm run --silent lint
+tap "$@"
+status=$?
+show typecheck || status=1
+show lint || status=1
+
+# Never leave the build running behind `npm test`: whatever it finished stays cached.
+if [ -n "$rootfs_pid" ]; then
+  wait "$rootfs_pid" || true
+  sed 's/^/# /' "$work/rootfs.log"
+fi
+exit "$status"
