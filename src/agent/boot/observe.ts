@@ -36,10 +36,12 @@ export interface IdentitySource {
  */
 export async function observeIdentity(
   source: IdentitySource,
-  options: { mayClaim: boolean; signal?: AbortSignal },
+  options: { mayClaim: boolean; signal?: AbortSignal; checkTags?: (identity: Identity) => void },
 ): Promise<{ identity: Identity; activation: Activation; previous: { record?: WorkspaceRecord; earlier?: WorkspaceRecord; problem?: string } }> {
   const read = await readWorkspaceRecord(source.config.paths.stateDir);
   const found = await source.identify();
+  // Tags that refuse the boot do so before any EC2 call of its own (the launch time's included).
+  options.checkTags?.(found);
   const launchTime = await source.launchTime?.(found).catch(() => undefined);
   const activation: Activation = { instanceId: found.instanceId, ...(launchTime ? { launchTime } : {}), ...(source.bootId ? { bootId: source.bootId } : {}) };
   const mine = read.record?.instanceId === found.instanceId ? read.record : undefined;

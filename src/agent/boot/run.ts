@@ -60,7 +60,13 @@ export async function runBoot(
   const hostStoreRead = deps.hostStore?.();
   hostStoreRead?.catch(() => undefined);
   const hostStore = hostStoreRead ? () => hostStoreRead : undefined;
-  const { identity, activation, previous } = await observeIdentity(deps, { mayClaim, ...(options.signal ? { signal: options.signal } : {}) });
+  // Bad instance tags refuse the boot whatever an earlier record says: checked as soon as they
+  // are read, before any EC2 call (nothing was changed on this node).
+  const checkTags = (found: Identity) => {
+    const checked = resolveSettings(config, found, { withDocker: options.withDocker ?? true, mayClaim });
+    if (!checked.ok) throw new ConfigError(checked.problems, "fix the instance tags (nothing was changed on this node)");
+  };
+  const { identity, activation, previous } = await observeIdentity(deps, { mayClaim, checkTags, ...(options.signal ? { signal: options.signal } : {}) });
   log.info("boot.identity", "instance identified", {
     instance: identity.instanceId,
     zone: identity.availabilityZone,
