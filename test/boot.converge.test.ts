@@ -3,6 +3,7 @@
  * and passed over for the next candidate, and SIGTERM during a boot undoing what it holds.
  */
 import t from "tap";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { AttachVolumeCommand, CreateTagsCommand } from "@aws-sdk/client-ec2";
 import { execa } from "execa";
@@ -11,6 +12,7 @@ import { run } from "../src/exec.ts";
 import { writeLabConfig } from "../src/lab/agent.ts";
 import { orderCandidates } from "../src/agent/boot/plan.ts";
 import { VolumeTag } from "../src/tags.ts";
+import { writeWorkspaceRecord } from "../src/agent/workspace-record.ts";
 import { goldenPoolTags, POOL, startBootLab } from "./fixtures/boot-lab.ts";
 import { assertLabPrerequisites, childEnv, pollUntil } from "./fixtures/lab-prereq.ts";
 
@@ -176,22 +178,41 @@ t.test("the first phase's budget: a stuck attachment is undone at timeouts.bootS
   t.equal(Object.keys(bl.lab.ec2.snapshotState().volumes).length, volumesBefore, "no volume was created");
 });
 
-t.test("a warm buffer being activated: the boot waits for the labels tag the autoscaler writes after StartInstances", async (t) => {
-  const host = await bl.addHost({ metadataTags: false, tags: { "io.simcore.autoscaling.warm_buffer_machine": "false" } });
+t.test("a stopped warm buffer started again: the boot waits for osparc's one CreateTags (warm_buffer_machine=false with the labels)", async (t) => {
+  // osparc's activation (_try_start_warm_buffer_instances): StartInstances, then one CreateTags
+  // carrying warm_buffer_machine=false and the labels tag together. A boot that runs before that
+  // CreateTags sees `true` on an instance that booted before (its record of an earlier activation).
+  const host = await bl.addHost({ metadataTags: false, tags: { "io.simcore.autoscaling.warm_buffer_machine": "true" } });
+  const stateDir = join(host.paths.hostRoot, "var/lib/ebs-cache-agent");
+  await writeWorkspaceRecord(stateDir, { instanceId: host.instance.instanceId, launchTime: "2026-01-01T00:00:00.000Z", bootId: "an-earlier-boot", recordedAt: "2026-01-01T00:00:30.000Z" });
   const labels = JSON.stringify({ "user-id": "42", "project-id": "p-1", "node-id": "n-1" });
   const booting = bl.boot(host, { overrides: { pool: POOL, workspace: { waitForLabelsTagSeconds: 20 } } });
   await new Promise((resolve) => setTimeout(resolve, 2500));
-  await bl.lab.ec2Client().send(new CreateTagsCommand({ Resources: [host.instance.instanceId], Tags: [{ Key: "io.simcore.autoscaling.ec2_instance.docker_node_labels", Value: labels }] }));
+  await bl.lab.ec2Client().send(
+    new CreateTagsCommand({
+      Resources: [host.instance.instanceId],
+      Tags: [
+        { Key: "io.simcore.autoscaling.warm_buffer_machine", Value: "false" },
+        { Key: "io.simcore.autoscaling.ec2_instance.docker_node_labels", Value: labels },
+      ],
+    }),
+  );
   const booted = await booting;
   t.ok(booted.log.some((line) => /waiting up to 20 s/.test(line)), "it waited", { log: booted.log.slice(0, 10).join("\n") });
   t.ok(booted.log.some((line) => /the labels tag arrived/.test(line)), "the tag arrived");
   t.equal(booted.plan.selection.source, "new-workspace", "the workspace ids were used: a workspace volume for them");
   t.equal(booted.result?.outcome, "ready", "ready", booted.result?.outcome === "ready" ? {} : { result: booted.result });
 
+  // Activated without a task (a hot-buffer refill): `false` and no labels tag. None will come: no wait.
+  const refill = await bl.addHost({ metadataTags: false, tags: { "io.simcore.autoscaling.warm_buffer_machine": "false" } });
+  const refilled = await bl.boot(refill, { overrides: { pool: "nothing-here", createFromSnapshot: false } });
+  t.notOk(refilled.log.some((line) => /waiting up to/.test(line)), "no wait on an activation that carries no labels");
+
   // Not a warm buffer being activated: no wait.
   const plain = await bl.addHost({ metadataTags: false });
   const quick = await bl.boot(plain, { overrides: { pool: "nothing-here", createFromSnapshot: false } });
   t.notOk(quick.log.some((line) => /waiting up to/.test(line)), "no wait on an ordinary instance");
   await host.dockerd?.stop();
+  await refill.dockerd?.stop();
   await plain.dockerd?.stop();
 });
