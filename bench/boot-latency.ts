@@ -84,7 +84,16 @@ const RANGES = {
 } as const;
 
 /** The EC2 actions a boot makes (docs/boot.md), each with its own draw. */
-const ACTIONS = ["DescribeInstances", "DescribeVolumes", "DescribeSnapshots", "CreateVolume", "AttachVolume", "CreateTags", "DeleteTags", "DescribeVolumeStatus"];
+const ACTIONS = [
+  "DescribeInstances",
+  "DescribeVolumes",
+  "DescribeSnapshots",
+  "CreateVolume",
+  "AttachVolume",
+  "CreateTags",
+  "DeleteTags",
+  "DescribeVolumeStatus",
+];
 
 function draw(random: () => number): Latencies {
   const between = ([lo, hi]: readonly [number, number]) => Math.round(lo + (hi - lo) * random());
@@ -101,7 +110,9 @@ const ZERO: Latencies = { attachMs: 0, deviceDelayMs: 0, createMs: 0, apiMs: {} 
 function applyLatencies(lab: Lab, latencies: Latencies): void {
   lab.ec2.setDelays({ attachMs: latencies.attachMs, createMs: latencies.createMs, detachMs: 0, snapshotMs: 0 });
   lab.backend.deviceDelayMs = latencies.deviceDelayMs;
-  const faults: Faults = { actions: Object.fromEntries(Object.entries(latencies.apiMs).map(([action, latencyMs]) => [action, { latencyMs }])) };
+  const faults: Faults = {
+    actions: Object.fromEntries(Object.entries(latencies.apiMs).map(([action, latencyMs]) => [action, { latencyMs }])),
+  };
   lab.ec2.setFaults(faults);
 }
 
@@ -160,9 +171,11 @@ function parseOptions(argv: string[]): Options {
     return n;
   };
   const parts = new Set(values.parts.split(",").map((p) => p.trim()));
-  for (const part of parts) if (part !== "latency" && part !== "overhead") throw new Error(`--parts: unknown part ${part}`);
+  for (const part of parts)
+    if (part !== "latency" && part !== "overhead") throw new Error(`--parts: unknown part ${part}`);
   const paths = values.paths.split(",").map((p) => p.trim());
-  for (const path of paths) if (path !== "pool" && path !== "snapshot") throw new Error(`--paths: unknown path ${path}`);
+  for (const path of paths)
+    if (path !== "pool" && path !== "snapshot") throw new Error(`--paths: unknown path ${path}`);
   return {
     boots: count("boots", values.boots, 200),
     overheadRuns: count("overhead-runs", values["overhead-runs"], 100),
@@ -203,7 +216,11 @@ interface TimedLine {
 function timedLogger(verbose: boolean): Logger & { lines: TimedLine[] } {
   const lines: TimedLine[] = [];
   const logger = createLogger((line) => {
-    lines.push({ at: now(), line, ...(line.includes("boot.ready") ? { cpu: cpuNowSync(), spawned: spawned.length } : {}) });
+    lines.push({
+      at: now(),
+      line,
+      ...(line.includes("boot.ready") ? { cpu: cpuNowSync(), spawned: spawned.length } : {}),
+    });
     if (lines.length > 2000) lines.splice(0, lines.length - 2000);
     if (verbose) process.stderr.write(line + "\n");
   }, "debug");
@@ -255,7 +272,15 @@ async function runCli(bundle: string, args: string[]): Promise<CliRun> {
     child.once("close", (code) => done(code ?? -1));
   });
   const wallMs = ms(t0);
-  const result: CliRun = { exitCode, wallMs, logAt, stderrTail: stderr.split("\n").filter((l) => l.startsWith("<")).slice(-4) };
+  const result: CliRun = {
+    exitCode,
+    wallMs,
+    logAt,
+    stderrTail: stderr
+      .split("\n")
+      .filter((l) => l.startsWith("<"))
+      .slice(-4),
+  };
   try {
     const parsed = JSON.parse(stdout) as {
       plan?: { selection?: { source?: string } };
@@ -275,7 +300,13 @@ async function runCli(bundle: string, args: string[]): Promise<CliRun> {
  * The agent in this process on a lab host, wired as on EC2 (src/agent/wiring.ts) but without the
  * lab's short EC2 poll (src/lab/agent.ts uses 100 ms; the product's default is kept here).
  */
-async function bootInProcess(lab: Lab, host: LabHost, overrides: ConfigOverrides, log: Logger, options: { withDocker: boolean; mayClaim: boolean }): Promise<BootOutcome> {
+async function bootInProcess(
+  lab: Lab,
+  host: LabHost,
+  overrides: ConfigOverrides,
+  log: Logger,
+  options: { withDocker: boolean; mayClaim: boolean },
+): Promise<BootOutcome> {
   const config = labConfig(lab, host, overrides);
   const deps = wireBoot({
     config,
@@ -336,7 +367,9 @@ async function latencyBoot(
     if (phase1.timeline) boot.phase1Timeline = phase1.timeline;
     boot.phase1Log = phase1.logAt;
     if (phase1.outcome !== "prepared") {
-      throw new Error(`phase 1 exit ${phase1.exitCode}, ${phase1.outcome ?? "no result"}: ${phase1.reason ?? phase1.stderrTail.join(" | ")}`);
+      throw new Error(
+        `phase 1 exit ${phase1.exitCode}, ${phase1.outcome ?? "no result"}: ${phase1.reason ?? phase1.stderrTail.join(" | ")}`,
+      );
     }
     let t = now();
     await host.startDocker();
@@ -346,7 +379,8 @@ async function latencyBoot(
     boot.phase2Ms = ms(t);
     boot.phase2Outcome = phase2.result?.outcome ?? "none";
     boot.phase2Timeline = phase2.result?.timeline ?? [];
-    if (boot.phase2Outcome !== "ready") throw new Error(`phase 2 ended ${boot.phase2Outcome}: ${phase2.result?.reason ?? "?"}`);
+    if (boot.phase2Outcome !== "ready")
+      throw new Error(`phase 2 ended ${boot.phase2Outcome}: ${phase2.result?.reason ?? "?"}`);
     boot.readyMs = boot.preparedMs + boot.dockerStartMs + boot.phase2Ms + nodeStartMs;
   } catch (error) {
     boot.error = describeError(error);
@@ -370,7 +404,9 @@ async function latencyBoot(
 const spawned: Array<{ name: string; argv: string }> = [];
 subscribe("child_process", (message) => {
   const child = (message as { process: ChildProcess }).process;
-  child.once("spawn", () => spawned.push({ name: basename(child.spawnfile ?? "?"), argv: child.spawnargs.join(" ").slice(0, 200) }));
+  child.once("spawn", () =>
+    spawned.push({ name: basename(child.spawnfile ?? "?"), argv: child.spawnargs.join(" ").slice(0, 200) }),
+  );
 });
 
 /** CPU seconds of this process (user + system) and of its children waited for (`/proc/self/stat` cutime + cstime). */
@@ -388,17 +424,31 @@ function cpuFrom(procStat: string): { selfMs: number; childrenMs: number } {
   // The fields after the command's closing parenthesis; cutime and cstime are the stat's 16th and 17th.
   const stat = procStat.split(") ")[1]!.split(" ");
   const ticks = Number(stat[13]) + Number(stat[14]);
-  return { selfMs: Math.round((usage.user + usage.system) / 1000), childrenMs: Math.round((ticks * 1000) / CLOCK_TICKS) };
+  return {
+    selfMs: Math.round((usage.user + usage.system) / 1000),
+    childrenMs: Math.round((ticks * 1000) / CLOCK_TICKS),
+  };
 }
 /** USER_HZ: 100 on every Linux this runs on (getconf CLK_TCK). */
 const CLOCK_TICKS = 100;
 
 /** What ran between two readings: spawns by command, CPU of this process and of its exited children. */
-function workSince(spawnMark: number, cpu: { selfMs: number; childrenMs: number }, after: { selfMs: number; childrenMs: number }, spawnEnd = spawned.length): Work {
+function workSince(
+  spawnMark: number,
+  cpu: { selfMs: number; childrenMs: number },
+  after: { selfMs: number; childrenMs: number },
+  spawnEnd = spawned.length,
+): Work {
   const commands: Record<string, number> = {};
   const processes = spawned.slice(spawnMark, spawnEnd);
   for (const { name } of processes) commands[name] = (commands[name] ?? 0) + 1;
-  return { spawns: processes.length, commands, argv: processes.map((p) => p.argv), cpuSelfMs: after.selfMs - cpu.selfMs, cpuChildrenMs: after.childrenMs - cpu.childrenMs };
+  return {
+    spawns: processes.length,
+    commands,
+    argv: processes.map((p) => p.argv),
+    cpuSelfMs: after.selfMs - cpu.selfMs,
+    cpuChildrenMs: after.childrenMs - cpu.childrenMs,
+  };
 }
 
 interface Work {
@@ -500,7 +550,16 @@ async function overheadRun(lab: Lab, log: ReturnType<typeof timedLogger>, drop: 
 /** Median count of each command over the runs (0 in a run that did not spawn it), most spawned first. */
 function commandMedians(runs: Array<Record<string, number>>): Record<string, number> {
   const names = new Set(runs.flatMap((r) => Object.keys(r)));
-  const medians = [...names].map((name) => [name, percentile(runs.map((r) => r[name] ?? 0), 50)!] as const);
+  const medians = [...names].map(
+    (name) =>
+      [
+        name,
+        percentile(
+          runs.map((r) => r[name] ?? 0),
+          50,
+        )!,
+      ] as const,
+  );
   return Object.fromEntries(medians.filter(([, n]) => n > 0).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0])));
 }
 
@@ -541,23 +600,38 @@ async function main(): Promise<void> {
   const doLatency = options.parts.has("latency") && options.boots > 0;
   const doOverhead = options.parts.has("overhead") && options.overheadRuns > 0;
   const poolBoots = doLatency && options.paths.includes("pool") ? options.boots : 0;
-  const lab = await startLab({ name: "bootlat", delays: { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 }, deviceDelayMs: 0, log });
+  const lab = await startLab({
+    name: "bootlat",
+    delays: { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 },
+    deviceDelayMs: 0,
+    log,
+  });
   try {
     const bundle = await bundleAgent(temp);
     // What a process phase 2 would add to the in-process one: node loading the bundle.
     for (let i = 0; i < 5; i++) nodeStarts.push((await runCli(bundle, ["--help"])).wallMs);
     nodeStartMs = percentile(nodeStarts, 50)!;
-    say(`boot-latency bench: node start of the bundle (\`node <bundle> --help\`) p50 ${sec(nodeStartMs)} s of ${nodeStarts.map(sec).join(" ")}`);
+    say(
+      `boot-latency bench: node start of the bundle (\`node <bundle> --help\`) p50 ${sec(nodeStartMs)} s of ${nodeStarts.map(sec).join(" ")}`,
+    );
 
     const t = now();
     const golden = await buildGoldenSnapshot(lab, { pool: POOL, imageSet: IMAGE_SET, images: IMAGES, log });
     // The overhead runs and the pool boots take one pool volume each; the snapshot boots find the
     // pool used up and create theirs.
-    await createPoolVolumes(lab, golden, { pool: POOL, imageSet: IMAGE_SET, count: (doOverhead ? options.overheadRuns : 0) + poolBoots });
-    say(`prepared golden snapshot ${golden.snapshotId} and ${(doOverhead ? options.overheadRuns : 0) + poolBoots} pool volumes in ${sec(ms(t))} s`);
+    await createPoolVolumes(lab, golden, {
+      pool: POOL,
+      imageSet: IMAGE_SET,
+      count: (doOverhead ? options.overheadRuns : 0) + poolBoots,
+    });
+    say(
+      `prepared golden snapshot ${golden.snapshotId} and ${(doOverhead ? options.overheadRuns : 0) + poolBoots} pool volumes in ${sec(ms(t))} s`,
+    );
 
     if (doOverhead) {
-      say(`\n== overhead: ${options.overheadRuns} one-shot boots at zero EC2 delay, each beside its floor (mount + dockerd start, same host and volume)${options.dropCaches ? ", page cache dropped before each" : ""}`);
+      say(
+        `\n== overhead: ${options.overheadRuns} one-shot boots at zero EC2 delay, each beside its floor (mount + dockerd start, same host and volume)${options.dropCaches ? ", page cache dropped before each" : ""}`,
+      );
       for (let i = 0; i < options.overheadRuns; i++) {
         const r = await overheadRun(lab, log, options.dropCaches);
         overheadRuns.push(r);
@@ -573,7 +647,9 @@ async function main(): Promise<void> {
 
     if (doLatency) {
       for (const path of options.paths) {
-        say(`\n== latency, ${path}: ${options.boots} boots, ${options.zeroLatency ? "every EC2 delay 0" : `attach ${RANGES.attachMs.join("–")} ms, device ${RANGES.deviceDelayMs.join("–")} ms, create ${RANGES.createMs.join("–")} ms, API ${RANGES.apiMs.join("–")} ms per action`}`);
+        say(
+          `\n== latency, ${path}: ${options.boots} boots, ${options.zeroLatency ? "every EC2 delay 0" : `attach ${RANGES.attachMs.join("–")} ms, device ${RANGES.deviceDelayMs.join("–")} ms, create ${RANGES.createMs.join("–")} ms, API ${RANGES.apiMs.join("–")} ms per action`}`,
+        );
         for (let i = 0; i < options.boots; i++) {
           const latencies = options.zeroLatency ? ZERO : draw(random);
           const b = await latencyBoot(lab, path, latencies, bundle, nodeStartMs, log);
@@ -595,8 +671,12 @@ async function main(): Promise<void> {
   // ---- Summary
   const summary: Record<string, unknown> = { nodeStartMs, nodeStarts };
   if (latencyBoots.length > 0) {
-    say(`\n${options.zeroLatency ? "every EC2 delay 0" : "with EC2 latencies"} (nearest-rank percentiles; ready = prepared + dockerd start + phase 2 + node start ${sec(nodeStartMs)} s):`);
-    say(`  path       boots  ok  prepared p50  p95    ready p50  p95    budget 40 s kept  prepared minus the drawn transitions p50/p95`);
+    say(
+      `\n${options.zeroLatency ? "every EC2 delay 0" : "with EC2 latencies"} (nearest-rank percentiles; ready = prepared + dockerd start + phase 2 + node start ${sec(nodeStartMs)} s):`,
+    );
+    say(
+      `  path       boots  ok  prepared p50  p95    ready p50  p95    budget 40 s kept  prepared minus the drawn transitions p50/p95`,
+    );
     for (const path of options.paths) {
       const boots = latencyBoots.filter((b) => b.path === path);
       const ok = boots.filter((b) => !b.error && b.source === (path === "pool" ? "pool" : "snapshot"));
@@ -605,10 +685,21 @@ async function main(): Promise<void> {
       const inBudget = boots.filter((b) => b.preparedMs !== undefined && b.preparedMs <= 40_000).length;
       // What phase 1 adds to EC2's transitions it waits for (the drawn attach, device, create):
       // node's start, the API round trips, the agent's own steps.
-      const transitions = (b: LatencyBoot) => b.latencies.attachMs + b.latencies.deviceDelayMs + (path === "snapshot" ? b.latencies.createMs : 0);
+      const transitions = (b: LatencyBoot) =>
+        b.latencies.attachMs + b.latencies.deviceDelayMs + (path === "snapshot" ? b.latencies.createMs : 0);
       const preparedOverTransitions = stats(ok.map((b) => b.preparedMs! - transitions(b)));
-      summary[path] = { prepared, ready, preparedOverTransitions, boots: boots.length, ok: ok.length, inBudget, sources: boots.map((b) => b.source ?? "?") };
-      say(`  ${path.padEnd(9)}  ${String(boots.length).padStart(5)}  ${String(ok.length).padStart(2)}  ${sec(prepared.p50).padStart(12)}  ${sec(prepared.p95).padStart(5)}  ${sec(ready.p50).padStart(9)}  ${sec(ready.p95).padStart(5)}  ${`${inBudget}/${boots.length}`.padEnd(16)}  ${sec(preparedOverTransitions.p50)} / ${sec(preparedOverTransitions.p95)}`);
+      summary[path] = {
+        prepared,
+        ready,
+        preparedOverTransitions,
+        boots: boots.length,
+        ok: ok.length,
+        inBudget,
+        sources: boots.map((b) => b.source ?? "?"),
+      };
+      say(
+        `  ${path.padEnd(9)}  ${String(boots.length).padStart(5)}  ${String(ok.length).padStart(2)}  ${sec(prepared.p50).padStart(12)}  ${sec(prepared.p95).padStart(5)}  ${sec(ready.p50).padStart(9)}  ${sec(ready.p95).padStart(5)}  ${`${inBudget}/${boots.length}`.padEnd(16)}  ${sec(preparedOverTransitions.p50)} / ${sec(preparedOverTransitions.p95)}`,
+      );
     }
   }
   if (overheadRuns.length > 0) {
@@ -617,20 +708,50 @@ async function main(): Promise<void> {
     const floor = stats(ok.map((r) => r.floorMs!));
     const over = stats(ok.map((r) => r.overMs!));
     const steps = stepMedians(ok.map((r) => r.timeline!));
-    const identify = percentile(ok.map((r) => r.identifyMs ?? 0), 50);
-    const observe = percentile(ok.map((r) => r.observeMs ?? 0), 50);
-    const spawns = percentile(ok.map((r) => r.work!.spawns), 50);
-    const cpuSelf = percentile(ok.map((r) => r.work!.cpuSelfMs), 50);
-    const cpuChildren = percentile(ok.map((r) => r.work!.cpuChildrenMs), 50);
+    const identify = percentile(
+      ok.map((r) => r.identifyMs ?? 0),
+      50,
+    );
+    const observe = percentile(
+      ok.map((r) => r.observeMs ?? 0),
+      50,
+    );
+    const spawns = percentile(
+      ok.map((r) => r.work!.spawns),
+      50,
+    );
+    const cpuSelf = percentile(
+      ok.map((r) => r.work!.cpuSelfMs),
+      50,
+    );
+    const cpuChildren = percentile(
+      ok.map((r) => r.work!.cpuChildrenMs),
+      50,
+    );
     const commands = commandMedians(ok.map((r) => r.work!.commands));
-    const record = percentile(ok.map((r) => r.recordMs!), 50);
+    const record = percentile(
+      ok.map((r) => r.recordMs!),
+      50,
+    );
     const toReady = ok.filter((r) => r.toReady).map((r) => r.toReady!);
     const readyWork = {
-      spawnsP50: percentile(toReady.map((w) => w.spawns), 50),
+      spawnsP50: percentile(
+        toReady.map((w) => w.spawns),
+        50,
+      ),
       commandsP50: commandMedians(toReady.map((w) => w.commands)),
-      cpuSelfMsP50: percentile(toReady.map((w) => w.cpuSelfMs), 50),
-      cpuChildrenMsP50: percentile(toReady.map((w) => w.cpuChildrenMs), 50),
-      cpuTotalMsP50: percentile(toReady.map((w) => w.cpuSelfMs + w.cpuChildrenMs), 50),
+      cpuSelfMsP50: percentile(
+        toReady.map((w) => w.cpuSelfMs),
+        50,
+      ),
+      cpuChildrenMsP50: percentile(
+        toReady.map((w) => w.cpuChildrenMs),
+        50,
+      ),
+      cpuTotalMsP50: percentile(
+        toReady.map((w) => w.cpuSelfMs + w.cpuChildrenMs),
+        50,
+      ),
     };
     summary.overhead = {
       agent,
@@ -639,8 +760,14 @@ async function main(): Promise<void> {
       identifyP50: identify,
       observeP50: observe,
       steps,
-      floorMountP50: percentile(ok.map((r) => r.floorMountMs!), 50),
-      floorDockerP50: percentile(ok.map((r) => r.floorDockerMs!), 50),
+      floorMountP50: percentile(
+        ok.map((r) => r.floorMountMs!),
+        50,
+      ),
+      floorDockerP50: percentile(
+        ok.map((r) => r.floorDockerMs!),
+        50,
+      ),
       recordP50: record,
       toReady: readyWork,
       spawnsP50: spawns,
@@ -648,14 +775,24 @@ async function main(): Promise<void> {
       cpuSelfMsP50: cpuSelf,
       cpuChildrenMsP50: cpuChildren,
     };
-    say(`\nzero EC2 delay, ${ok.length}/${overheadRuns.length} runs: agent p50 ${sec(agent.p50)} s (p95 ${sec(agent.p95)}), floor p50 ${sec(floor.p50)} s (p95 ${sec(floor.p95)}), agent over floor p50 ${sec(over.p50)} s (p95 ${sec(over.p95)}); target ≤ 0.50 s over`);
-    say(`  step medians: identify ${sec(identify)}, observe+plan ${sec(observe)}, ${steps.map((s) => `${s.step} ${sec(s.p50)}`).join(", ")}`);
+    say(
+      `\nzero EC2 delay, ${ok.length}/${overheadRuns.length} runs: agent p50 ${sec(agent.p50)} s (p95 ${sec(agent.p95)}), floor p50 ${sec(floor.p50)} s (p95 ${sec(floor.p95)}), agent over floor p50 ${sec(over.p50)} s (p95 ${sec(over.p95)}); target ≤ 0.50 s over`,
+    );
+    say(
+      `  step medians: identify ${sec(identify)}, observe+plan ${sec(observe)}, ${steps.map((s) => `${s.step} ${sec(s.p50)}`).join(", ")}`,
+    );
     say(`  after ready (status record, metrics, host facts; not counted above) p50 ${sec(record)} s`);
     say(
-      `  per boot to ready (medians): ${readyWork.spawnsP50} processes spawned (${Object.entries(readyWork.commandsP50).map(([name, n]) => `${name} ${n}`).join(", ")}), ` +
+      `  per boot to ready (medians): ${readyWork.spawnsP50} processes spawned (${Object.entries(readyWork.commandsP50)
+        .map(([name, n]) => `${name} ${n}`)
+        .join(", ")}), ` +
         `CPU ${sec(readyWork.cpuTotalMsP50)} s (${sec(readyWork.cpuSelfMsP50)} s in process + ${sec(readyWork.cpuChildrenMsP50)} s of exited children)`,
     );
-    say(`  per boot, record included (medians): ${spawns} processes spawned (${Object.entries(commands).map(([name, n]) => `${name} ${n}`).join(", ")}), CPU ${sec(cpuSelf)} s in process + ${sec(cpuChildren)} s of exited children`);
+    say(
+      `  per boot, record included (medians): ${spawns} processes spawned (${Object.entries(commands)
+        .map(([name, n]) => `${name} ${n}`)
+        .join(", ")}), CPU ${sec(cpuSelf)} s in process + ${sec(cpuChildren)} s of exited children`,
+    );
   }
 
   const docker = await run("docker", ["--version"], { check: false }).catch(() => ({ stdout: "" }));
@@ -666,11 +803,20 @@ async function main(): Promise<void> {
     command: `npx tsx bench/boot-latency.ts ${process.argv.slice(2).join(" ")}`.trim(),
     options: { ...options, parts: [...options.parts], outDir: relative(REPO, options.outDir) || "." },
     ranges: RANGES,
-    machine: { kernel: release(), cpus: cpus().length, cpuModel: cpus()[0]?.model, memoryGiB: Math.round((totalmem() / 1024 ** 3) * 100) / 100, node: process.version, docker: docker.stdout.trim() },
+    machine: {
+      kernel: release(),
+      cpus: cpus().length,
+      cpuModel: cpus()[0]?.model,
+      memoryGiB: Math.round((totalmem() / 1024 ** 3) * 100) / 100,
+      node: process.version,
+      docker: docker.stdout.trim(),
+    },
     timing: {
       prepared: "`node <bundle> boot --no-docker --json` (docker.control none): spawn → exit",
-      ready: "prepared + dockerd start on the volume (the lab's private dockerd, API polled every 100 ms) + `boot --no-claim` in this process + the bundle's node start (nodeStartMs)",
-      overhead: "one-shot boot in this process (boot start → `boot.ready` logged, the labels published) vs, on the same host and volume, mount + dockerd start; spawns and CPU from boot start to runBoot's return (the after-ready record included)",
+      ready:
+        "prepared + dockerd start on the volume (the lab's private dockerd, API polled every 100 ms) + `boot --no-claim` in this process + the bundle's node start (nodeStartMs)",
+      overhead:
+        "one-shot boot in this process (boot start → `boot.ready` logged, the labels published) vs, on the same host and volume, mount + dockerd start; spawns and CPU from boot start to runBoot's return (the after-ready record included)",
     },
     summary,
     latencyBoots,

@@ -48,7 +48,13 @@ import { startLab, type Lab, type LabHost } from "../src/lab/lab.ts";
 import { labBase } from "../src/lab/labdir.ts";
 import type { ImageStore } from "../src/docker/engine.ts";
 import { DOCKERD } from "../src/lab/dockerd.ts";
-import { EngineChoiceError, chooseHostEngine, parseEngine, parseStore, type HostEngine } from "../src/lab/engine-choice.ts";
+import {
+  EngineChoiceError,
+  chooseHostEngine,
+  parseEngine,
+  parseStore,
+  type HostEngine,
+} from "../src/lab/engine-choice.ts";
 import { dockerOnlyMachine, dockerOnVolume, inMachine, jobDone, unitStarting } from "../src/lab/nspawn-docker.ts";
 import { buildEngineGoldenSnapshot } from "../src/lab/nspawn-golden.ts";
 import { READY_UNIT, machineStatus, startEngineHost, waitForReadyUnit } from "../src/lab/nspawn-host.ts";
@@ -298,7 +304,10 @@ function imageSet(sizeGiB: number): GoldenImage[] {
 type Registry = LabRegistry;
 
 /** Starts docker-registry on 127.0.0.1:<port> inside `netns`, registered under the lab's root so its reaper stops it too. */
-async function startRegistry(lab: Lab, options: { dir: string; storage: string; netns: string; port: number; log: Logger }): Promise<Registry> {
+async function startRegistry(
+  lab: Lab,
+  options: { dir: string; storage: string; netns: string; port: number; log: Logger },
+): Promise<Registry> {
   return startLabRegistry({ labRoot: lab.root, ...options });
 }
 
@@ -321,7 +330,13 @@ async function prepareTarAndRegistry(
   const saveMs = ms(t);
   const tarBytes = (await stat(o.tarFile)).size;
   let pushMs: number;
-  const registry = await startRegistry(lab, { dir: o.work, storage: o.storage, netns: o.netns, port: o.port, log: o.log });
+  const registry = await startRegistry(lab, {
+    dir: o.work,
+    storage: o.storage,
+    netns: o.netns,
+    port: o.port,
+    log: o.log,
+  });
   try {
     t = now();
     for (const tag of tags) {
@@ -383,7 +398,9 @@ async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
     agentProcess: [],
     ratios: {},
   };
-  say(`\n== image set ${sizeGiB} GiB: ${images.length} images x ${((images[0]!.payloadBytes ?? 0) / MiB).toFixed(0)} MiB, golden snapshot ${snapshotGiB} GiB`);
+  say(
+    `\n== image set ${sizeGiB} GiB: ${images.length} images x ${((images[0]!.payloadBytes ?? 0) / MiB).toFixed(0)} MiB, golden snapshot ${snapshotGiB} GiB`,
+  );
 
   const zero = { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 };
   const lab = await startLab({ name: "bench", delays: zero, deviceDelayMs: 0, log });
@@ -393,7 +410,13 @@ async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
 
     // --- Preparation (not timed) -----------------------------------------------------------
     let t = now();
-    const golden = await buildGoldenSnapshot(lab, { pool: POOL, imageSet: imageSetName, images, sizeGiB: snapshotGiB, log });
+    const golden = await buildGoldenSnapshot(lab, {
+      pool: POOL,
+      imageSet: imageSetName,
+      images,
+      sizeGiB: snapshotGiB,
+      log,
+    });
     result.setup.goldenSnapshotMs = ms(t);
     say(`  prepared golden snapshot ${golden.snapshotId} in ${seconds(result.setup.goldenSnapshotMs)} s`);
     t = now();
@@ -417,13 +440,23 @@ async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
       const dockerd = await source.startDocker();
       await assertImages(dockerd, tags, dataRoot);
       const docker: DockerCli = (args, timeoutMs) => dockerd.docker(args, timeoutMs ? { timeoutMs } : {});
-      prepared = await prepareTarAndRegistry(lab, docker, tags, { tarArg: tar, tarFile: tar, work, storage: registryStorage, netns: netnsOf(source), port, log });
+      prepared = await prepareTarAndRegistry(lab, docker, tags, {
+        tarArg: tar,
+        tarFile: tar,
+        work,
+        storage: registryStorage,
+        netns: netnsOf(source),
+        port,
+        log,
+      });
     } finally {
       await source.dockerd?.stop();
       await unmountVolumes(source);
     }
     Object.assign(result.setup, prepared);
-    say(`  prepared tar (${(prepared.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(prepared.saveMs)} s) and registry (${(prepared.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(prepared.pushMs)} s)`);
+    say(
+      `  prepared tar (${(prepared.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(prepared.saveMs)} s) and registry (${(prepared.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(prepared.pushMs)} s)`,
+    );
 
     // --- (a) attach: the agent's boot, then the run check ----------------------------------
     await method(result.attach, "attach", ctx, lab, async () => {
@@ -435,12 +468,19 @@ async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
         const agentMs = ms(t0);
         const outcome = booted.result?.outcome;
         if (outcome !== "ready" || !host.dockerd) {
-          throw new Error(`agent boot ended ${outcome ?? "without a result"}: ${booted.result?.reason ?? "see the log"}`);
+          throw new Error(
+            `agent boot ended ${outcome ?? "without a result"}: ${booted.result?.reason ?? "see the log"}`,
+          );
         }
         const t1 = now();
         await runCheck(host.dockerd, tags);
         const runCheckMs = ms(t1);
-        return { totalMs: ms(t0), parts: { agentMs, runCheckMs }, excluded: { quiesceMs }, timeline: booted.result?.timeline ?? [] };
+        return {
+          totalMs: ms(t0),
+          parts: { agentMs, runCheckMs },
+          excluded: { quiesceMs },
+          timeline: booted.result?.timeline ?? [],
+        };
       } finally {
         // Frees the CPU for what follows, and the XFS UUID for the next mount (the volume stays
         // attached until the lab closes).
@@ -456,11 +496,17 @@ async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
     for (const [how, entry] of processRuns) {
       const host = await lab.addHost({ tags: { Name: `bench-rss-${how}` } });
       try {
-        const config = await writeLabConfig(lab, host, { pool: POOL, imageSet: imageSetName, docker: { control: "none" } });
+        const config = await writeLabConfig(lab, host, {
+          pool: POOL,
+          imageSet: imageSetName,
+          docker: { control: "none" },
+        });
         await quiesce(options.dropCaches);
         const measured = await measureAgentProcess(entry, agentArgs(config), how, ctx.temp);
         result.agentProcess.push(measured);
-        say(`  agent process (${how}): ${measured.outcome ?? "?"} in ${seconds(measured.wallMs)} s, ${rssText(measured)}`);
+        say(
+          `  agent process (${how}): ${measured.outcome ?? "?"} in ${seconds(measured.wallMs)} s, ${rssText(measured)}`,
+        );
       } catch (error) {
         result.agentProcess.push({ how, command: [], exitCode: -1, wallMs: 0, error: describeError(error) });
         say(`  agent process (${how}) FAILED: ${describeError(error)}`);
@@ -534,16 +580,28 @@ async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
 const round2 = (value: number) => Math.round(value * 100) / 100;
 
 /** Runs one method `runs` times (each in its own try), recording samples or the first error. */
-async function method(into: MethodResult, name: string, ctx: Context, lab: Lab, once: () => Promise<Sample>): Promise<void> {
+async function method(
+  into: MethodResult,
+  name: string,
+  ctx: Context,
+  lab: Lab,
+  once: () => Promise<Sample>,
+): Promise<void> {
   for (let i = 0; i < ctx.options.runs; i++) {
     try {
       const loadAvg1 = round2(loadavg()[0] ?? 0);
       const others = await otherLabs(lab);
       const sample: Sample = { ...(await once()), loadAvg1, ...(others.length > 0 ? { otherLabs: others } : {}) };
       into.samples.push(sample);
-      const parts = Object.entries(sample.parts).map(([key, value]) => `${key} ${seconds(value)}`).join(", ");
-      const excluded = Object.entries(sample.excluded ?? {}).map(([key, value]) => `${key} ${seconds(value)}`).join(", ");
-      ctx.say(`  ${name.padEnd(6)} run ${i + 1}: ${seconds(sample.totalMs)} s (${parts}${excluded ? `; not counted: ${excluded}` : ""}) load ${sample.loadAvg1}${others.length > 0 ? ` — other labs up: ${others.join(" ")}` : ""}`);
+      const parts = Object.entries(sample.parts)
+        .map(([key, value]) => `${key} ${seconds(value)}`)
+        .join(", ");
+      const excluded = Object.entries(sample.excluded ?? {})
+        .map(([key, value]) => `${key} ${seconds(value)}`)
+        .join(", ");
+      ctx.say(
+        `  ${name.padEnd(6)} run ${i + 1}: ${seconds(sample.totalMs)} s (${parts}${excluded ? `; not counted: ${excluded}` : ""}) load ${sample.loadAvg1}${others.length > 0 ? ` — other labs up: ${others.join(" ")}` : ""}`,
+      );
     } catch (error) {
       into.error ??= describeError(error);
       ctx.say(`  ${name.padEnd(6)} run ${i + 1} FAILED: ${describeError(error)}`);
@@ -560,7 +618,9 @@ async function assertImages(dockerd: PrivateDockerd, tags: readonly string[], da
   const missing = tags.filter((tag) => !listed.includes(tag));
   if (missing.length === 0) return;
   const info = await dockerd.info();
-  const repositories = await readFile(join(dataRoot, "image/overlay2/repositories.json"), "utf8").catch((error: unknown) => describeError(error));
+  const repositories = await readFile(join(dataRoot, "image/overlay2/repositories.json"), "utf8").catch(
+    (error: unknown) => describeError(error),
+  );
   const mounted = await run("findmnt", ["-n", "-T", dataRoot], { check: false });
   throw new Error(
     `the source dockerd lacks ${missing.join(", ")}: it lists [${listed.join(" ")}], runs on ${info.DockerRootDir}; ` +
@@ -587,9 +647,14 @@ async function attachAndMount(lab: Lab, host: LabHost, volumeId: string): Promis
 /** Attaches a volume to a host; returns its device once it is there. */
 async function attachDevice(lab: Lab, host: LabHost, volumeId: string): Promise<string> {
   const ec2 = lab.ec2Client();
-  await ec2.send(new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: host.instance.instanceId, Device: "/dev/sdf" }));
+  await ec2.send(
+    new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: host.instance.instanceId, Device: "/dev/sdf" }),
+  );
   const deadline = Date.now() + 60_000;
-  while ((await ec2.send(new DescribeVolumesCommand({ VolumeIds: [volumeId] }))).Volumes?.[0]?.Attachments?.[0]?.State !== "attached") {
+  while (
+    (await ec2.send(new DescribeVolumesCommand({ VolumeIds: [volumeId] }))).Volumes?.[0]?.Attachments?.[0]?.State !==
+    "attached"
+  ) {
     if (Date.now() > deadline) throw new Error(`${volumeId} was not attached within 60 s`);
     await sleep(50);
   }
@@ -614,7 +679,12 @@ process.on("exit", () => {
  * installed, ru_maxrss as wait4 reports it (the largest of node and the commands it waited for,
  * e.g. `dockerd --version`).
  */
-async function measureAgentProcess(nodeArgs: string[], agentArgs: string[], how: string, temp: string): Promise<AgentProcessResult> {
+async function measureAgentProcess(
+  nodeArgs: string[],
+  agentArgs: string[],
+  how: string,
+  temp: string,
+): Promise<AgentProcessResult> {
   const probe = join(temp, "rss-probe.mjs");
   await writeFile(probe, RSS_PROBE);
   const rssFile = join(temp, `rss-${how}-${Date.now()}.json`);
@@ -643,7 +713,9 @@ async function measureAgentProcess(nodeArgs: string[], agentArgs: string[], how:
   let outcome: string | undefined;
   let timeline: AgentProcessResult["timeline"];
   try {
-    const parsed = JSON.parse(stdout) as { result?: { outcome?: string; timeline?: AgentProcessResult["timeline"] } | null };
+    const parsed = JSON.parse(stdout) as {
+      result?: { outcome?: string; timeline?: AgentProcessResult["timeline"] } | null;
+    };
     outcome = parsed.result?.outcome;
     timeline = parsed.result?.timeline;
   } catch {
@@ -675,7 +747,8 @@ async function measureAgentProcess(nodeArgs: string[], agentArgs: string[], how:
  * (containerd on 20.10) is said and left out.
  */
 function engineChoices(options: BenchOptions, hostEngine: string, say: (line: string) => void): HostEngine[] {
-  if (options.engines.length === 0 && options.stores.length === 1 && options.stores[0] === "graphdriver") return [{ kind: "host" }];
+  if (options.engines.length === 0 && options.stores.length === 1 && options.stores[0] === "graphdriver")
+    return [{ kind: "host" }];
   const engines: Array<EngineName | undefined> = options.engines.length > 0 ? options.engines : [undefined];
   const choices: HostEngine[] = [];
   for (const engine of engines) {
@@ -696,7 +769,8 @@ const IN_MACHINE_WORK = "/bench";
 
 /** The run check inside an engine machine, with its own docker CLI. */
 async function machineRunCheck(m: Machine, refs: readonly string[]): Promise<void> {
-  for (const ref of refs) await inMachine(m, ["docker", "run", "--rm", "--pull=never", "--network", "none", ref, ...RUN_CHECK], LONG_MS);
+  for (const ref of refs)
+    await inMachine(m, ["docker", "run", "--rm", "--pull=never", "--network", "none", ref, ...RUN_CHECK], LONG_MS);
 }
 
 /**
@@ -705,7 +779,11 @@ async function machineRunCheck(m: Machine, refs: readonly string[]): Promise<voi
  * systemd; load and pull in fresh machines. The same source volume feeds the tar and the
  * registry (which listens on this machine's loopback: the machines share its network).
  */
-async function benchEngineSize(choice: Extract<HostEngine, { kind: "machine" }>, sizeGiB: number, ctx: Context): Promise<SizeResult> {
+async function benchEngineSize(
+  choice: Extract<HostEngine, { kind: "machine" }>,
+  sizeGiB: number,
+  ctx: Context,
+): Promise<SizeResult> {
   const { options, log, say } = ctx;
   const engine = ENGINES[choice.engine];
   const { store } = choice;
@@ -728,11 +806,14 @@ async function benchEngineSize(choice: Extract<HostEngine, { kind: "machine" }>,
     agentProcess: [],
     ratios: {},
   };
-  say(`\n== ${engine.name}, ${store} store, image set ${sizeGiB} GiB: ${images.length} images x ${((images[0]!.payloadBytes ?? 0) / MiB).toFixed(0)} MiB, golden snapshot ${snapshotGiB} GiB`);
+  say(
+    `\n== ${engine.name}, ${store} store, image set ${sizeGiB} GiB: ${images.length} images x ${((images[0]!.payloadBytes ?? 0) / MiB).toFixed(0)} MiB, golden snapshot ${snapshotGiB} GiB`,
+  );
   let t = now();
   const rootfs = await cachedRootfs(engine, say);
   result.setup.rootfsMs = ms(t);
-  if (rootfs.built) say(`  built the root file system of ${engine.name} in ${seconds(rootfs.ms)} s (cached from now on)`);
+  if (rootfs.built)
+    say(`  built the root file system of ${engine.name} in ${seconds(rootfs.ms)} s (cached from now on)`);
 
   const zero = { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 };
   const lab = await startLab({ name: "bench", delays: zero, deviceDelayMs: 0, log });
@@ -748,10 +829,25 @@ async function benchEngineSize(choice: Extract<HostEngine, { kind: "machine" }>,
 
     // --- Preparation (not timed) -----------------------------------------------------------
     t = now();
-    const golden = await buildEngineGoldenSnapshot(lab, { pool: POOL, imageSet: imageSetName, images, sizeGiB: snapshotGiB, rootfs: rootfs.dir, bundle: ctx.bundle, store, log });
+    const golden = await buildEngineGoldenSnapshot(lab, {
+      pool: POOL,
+      imageSet: imageSetName,
+      images,
+      sizeGiB: snapshotGiB,
+      rootfs: rootfs.dir,
+      bundle: ctx.bundle,
+      store,
+      log,
+    });
     result.setup.goldenSnapshotMs = ms(t);
-    say(`  prepared golden snapshot ${golden.snapshotId} (docker ${golden.built.engineVersion}, ${golden.built.store}) in ${seconds(result.setup.goldenSnapshotMs)} s`);
-    const volumes = await createPoolVolumes(lab, golden, { pool: POOL, imageSet: imageSetName, count: options.runs + 1 });
+    say(
+      `  prepared golden snapshot ${golden.snapshotId} (docker ${golden.built.engineVersion}, ${golden.built.store}) in ${seconds(result.setup.goldenSnapshotMs)} s`,
+    );
+    const volumes = await createPoolVolumes(lab, golden, {
+      pool: POOL,
+      imageSet: imageSetName,
+      count: options.runs + 1,
+    });
 
     const port = await freeLoopbackPort();
     const registryAt = `127.0.0.1:${port}`;
@@ -763,33 +859,64 @@ async function benchEngineSize(choice: Extract<HostEngine, { kind: "machine" }>,
     const source = await lab.addHost({ tags: { Name: "bench-source" } });
     try {
       const device = await attachDevice(lab, source, volumes.pop()!);
-      const m = await dockerOnlyMachine({ rootfs: rootfs.dir, bundle: ctx.bundle, store, onBooted: keep, binds: [workBind], daemonJson: insecure });
+      const m = await dockerOnlyMachine({
+        rootfs: rootfs.dir,
+        bundle: ctx.bundle,
+        store,
+        onBooted: keep,
+        binds: [workBind],
+        daemonJson: insecure,
+      });
       await inMachine(m, ["mkdir", "-p", "/mnt/source"]);
       await inMachine(m, ["mount", "-o", "noatime,nouuid", device, "/mnt/source"]);
       await dockerOnVolume(m, "/mnt/source", store);
       const docker: DockerCli = (args, timeoutMs) => inMachine(m, ["docker", ...args], timeoutMs);
       const tarArg = join(IN_MACHINE_WORK, "images.tar");
-      prepared = await prepareTarAndRegistry(lab, docker, tags, { tarArg, tarFile: join(work, "images.tar"), work, storage: registryStorage, netns: hostNetns, port, log });
+      prepared = await prepareTarAndRegistry(lab, docker, tags, {
+        tarArg,
+        tarFile: join(work, "images.tar"),
+        work,
+        storage: registryStorage,
+        netns: hostNetns,
+        port,
+        log,
+      });
     } finally {
       await destroyAll();
     }
     Object.assign(result.setup, prepared);
-    say(`  prepared tar (${(prepared.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(prepared.saveMs)} s) and registry (${(prepared.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(prepared.pushMs)} s)`);
+    say(
+      `  prepared tar (${(prepared.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(prepared.saveMs)} s) and registry (${(prepared.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(prepared.pushMs)} s)`,
+    );
 
     // --- (a) attach: the agent's phases under the machine's systemd, then the run check ------
     await method(result.attach, "attach", ctx, lab, async () => {
       try {
         const quiesceMs = await quiesce(options.dropCaches);
         const t0 = now();
-        const { machine: m } = await startEngineHost(lab, { rootfs: rootfs.dir, bundle: ctx.bundle, store, name: "bench-attach", overrides: { pool: POOL, imageSet: imageSetName } }, keep);
+        const { machine: m } = await startEngineHost(
+          lab,
+          {
+            rootfs: rootfs.dir,
+            bundle: ctx.bundle,
+            store,
+            name: "bench-attach",
+            overrides: { pool: POOL, imageSet: imageSetName },
+          },
+          keep,
+        );
         const journal = await waitForReadyUnit(m, LONG_MS);
         const machineMs = ms(t0);
         const agentStarting = unitStarting(journal, "ebs-cache-agent.service");
         const readyDone = jobDone(journal, READY_UNIT, "start");
-        if (!agentStarting || !readyDone) throw new Error("the machine's journal lacks the agent's start or the ready unit's end");
+        if (!agentStarting || !readyDone)
+          throw new Error("the machine's journal lacks the agent's start or the ready unit's end");
         const agentMs = Math.round((readyDone.realtimeUs - agentStarting.realtimeUs) / 1000);
         const status = await machineStatus(m);
-        if (status.boot?.outcome !== "ready") throw new Error(`agent boot ended ${status.boot?.outcome ?? "without a result"}: ${status.boot?.reason ?? "see the journal"}`);
+        if (status.boot?.outcome !== "ready")
+          throw new Error(
+            `agent boot ended ${status.boot?.outcome ?? "without a result"}: ${status.boot?.reason ?? "see the journal"}`,
+          );
         const t1 = now();
         await machineRunCheck(m, tags);
         const runCheckMs = ms(t1);
@@ -809,7 +936,13 @@ async function benchEngineSize(choice: Extract<HostEngine, { kind: "machine" }>,
     await method(result.load, "load", ctx, lab, async () => {
       try {
         const t0 = now();
-        const m = await dockerOnlyMachine({ rootfs: rootfs.dir, bundle: ctx.bundle, store, onBooted: keep, binds: [{ ...workBind, readOnly: true }] });
+        const m = await dockerOnlyMachine({
+          rootfs: rootfs.dir,
+          bundle: ctx.bundle,
+          store,
+          onBooted: keep,
+          binds: [{ ...workBind, readOnly: true }],
+        });
         const dockerdStartMs = ms(t0);
         const quiesceMs = await quiesce(options.dropCaches);
         const t1 = now();
@@ -830,7 +963,13 @@ async function benchEngineSize(choice: Extract<HostEngine, { kind: "machine" }>,
       let registry: Registry | undefined;
       try {
         const t0 = now();
-        const m = await dockerOnlyMachine({ rootfs: rootfs.dir, bundle: ctx.bundle, store, onBooted: keep, daemonJson: insecure });
+        const m = await dockerOnlyMachine({
+          rootfs: rootfs.dir,
+          bundle: ctx.bundle,
+          store,
+          onBooted: keep,
+          daemonJson: insecure,
+        });
         const dockerdStartMs = ms(t0);
         registry = await startRegistry(lab, { dir: work, storage: registryStorage, netns: hostNetns, port, log });
         const quiesceMs = await quiesce(options.dropCaches);
@@ -867,12 +1006,27 @@ async function benchEngineSize(choice: Extract<HostEngine, { kind: "machine" }>,
 
 const mib = (kib: number | undefined) => (kib ? (kib / 1024).toFixed(1) : "?");
 function rssText(p: AgentProcessResult): string {
-  const withChildren = p.peakRssWithChildrenKiB ? `, ${mib(p.peakRssWithChildrenKiB)} MiB with the commands it ran (GNU time)` : "";
+  const withChildren = p.peakRssWithChildrenKiB
+    ? `, ${mib(p.peakRssWithChildrenKiB)} MiB with the commands it ran (GNU time)`
+    : "";
   return `peak RSS ${mib(p.peakRssKiB)} MiB (node process)${withChildren}`;
 }
 
 function summaryTable(results: SizeResult[]): string[] {
-  const header = ["engine", "store", "set GiB", "images", "attach s", "load s", "pull s", "load/attach", "pull/attach", "agent s", "agent proc s", "agent RSS MiB"];
+  const header = [
+    "engine",
+    "store",
+    "set GiB",
+    "images",
+    "attach s",
+    "load s",
+    "pull s",
+    "load/attach",
+    "pull/attach",
+    "agent s",
+    "agent proc s",
+    "agent RSS MiB",
+  ];
   const rows = results.map((r) => {
     const bundle = r.agentProcess.find((p) => p.how === "bundle");
     const agent = median(r.attach.samples.map((s) => s.parts.agentMs ?? 0));
@@ -892,7 +1046,8 @@ function summaryTable(results: SizeResult[]): string[] {
     ];
   });
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
-  const line = (cells: string[]) => cells.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join("  ");
+  const line = (cells: string[]) =>
+    cells.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join("  ");
   return [line(header), widths.map((w) => "-".repeat(w)).join("  "), ...rows.map(line)];
 }
 
@@ -921,7 +1076,8 @@ async function main(): Promise<void> {
   const options = parseOptions(process.argv.slice(2));
   if (process.getuid?.() !== 0) throw new Error("the lab needs root: run it with sudo");
   for (const binary of [REGISTRY_BIN, DOCKER_CLI, BUSYBOX, "/usr/bin/nsenter"]) {
-    if (!existsSync(binary)) throw new Error(`${binary} is missing: apt-get install -y docker-registry docker.io busybox-static util-linux`);
+    if (!existsSync(binary))
+      throw new Error(`${binary} is missing: apt-get install -y docker-registry docker.io busybox-static util-linux`);
   }
   const say = (line: string) => process.stdout.write(line + "\n");
   const log = benchLogger(options.verbose);
@@ -930,7 +1086,8 @@ async function main(): Promise<void> {
   const results: SizeResult[] = [];
   try {
     const bundle = options.bundle ?? (await bundleAgent(temp));
-    const hostEngine = /version ([0-9][^\s,]*)/.exec((await run(DOCKERD, ["--version"], { check: false })).stdout)?.[1] ?? "unknown";
+    const hostEngine =
+      /version ([0-9][^\s,]*)/.exec((await run(DOCKERD, ["--version"], { check: false })).stdout)?.[1] ?? "unknown";
     const ctx: Context = { options, temp, log, bundle, hostEngine, say };
     const choices = engineChoices(options, hostEngine, say);
     if (choices.some((c) => c.kind === "machine")) {
@@ -938,21 +1095,31 @@ async function main(): Promise<void> {
       if (problems.length > 0) throw new Error(`engine machines cannot run here: ${problems.join("; ")}`);
     }
     const others = await otherLabs();
-    if (others.length > 0) say(`warning: other labs are up (${others.join(" ")}): tests running alongside skew the timings`);
-    say(`boot bench: sizes ${options.sizes.join(", ")} GiB, ${options.runs} run(s) each, page cache ${options.dropCaches ? "dropped before each timed run" : "kept"}`);
-    say(`agent bundle for the process run: ${options.bundle ? bundle : "src/cli.ts built afresh with scripts/build.mjs"}`);
+    if (others.length > 0)
+      say(`warning: other labs are up (${others.join(" ")}): tests running alongside skew the timings`);
+    say(
+      `boot bench: sizes ${options.sizes.join(", ")} GiB, ${options.runs} run(s) each, page cache ${options.dropCaches ? "dropped before each timed run" : "kept"}`,
+    );
+    say(
+      `agent bundle for the process run: ${options.bundle ? bundle : "src/cli.ts built afresh with scripts/build.mjs"}`,
+    );
     for (const choice of choices) {
-      for (const size of options.sizes) results.push(choice.kind === "host" ? await benchSize(size, ctx) : await benchEngineSize(choice, size, ctx));
+      for (const size of options.sizes)
+        results.push(choice.kind === "host" ? await benchSize(size, ctx) : await benchEngineSize(choice, size, ctx));
     }
   } finally {
     await rm(temp, { recursive: true, force: true });
   }
 
   for (const r of results) {
-    say(`\n${r.engine} (${r.nodes}), ${r.store} store: image set ${r.sizeGiB} GiB (${r.images.length} x ${(r.images[0]!.payloadBytes / MiB).toFixed(0)} MiB)${r.error ? ` — incomplete: ${r.error}` : ""}`);
+    say(
+      `\n${r.engine} (${r.nodes}), ${r.store} store: image set ${r.sizeGiB} GiB (${r.images.length} x ${(r.images[0]!.payloadBytes / MiB).toFixed(0)} MiB)${r.error ? ` — incomplete: ${r.error}` : ""}`,
+    );
     for (const line of sizeTable(r)) say(line);
   }
-  say(`\nsummary (seconds until every image of the set ran \`docker run --rm --network none <image> ${RUN_CHECK.join(" ")}\`):`);
+  say(
+    `\nsummary (seconds until every image of the set ran \`docker run --rm --network none <image> ${RUN_CHECK.join(" ")}\`):`,
+  );
   for (const line of summaryTable(results)) say(line);
 
   const docker = await run(DOCKER_CLI, ["--version"], { check: false });
@@ -961,10 +1128,25 @@ async function main(): Promise<void> {
     startedAt: started.toISOString(),
     finishedAt: new Date().toISOString(),
     command: `npx tsx bench/boot.ts ${process.argv.slice(2).join(" ")}`.trim(),
-    options: { sizes: options.sizes, runs: options.runs, dropCaches: options.dropCaches, rssTsx: options.rssTsx, engines: options.engines, stores: options.stores },
-    machine: { kernel: release(), cpus: cpus().length, cpuModel: cpus()[0]?.model, memoryGiB: round2(totalmem() / GiB), node: process.version, docker: docker.stdout.trim() },
+    options: {
+      sizes: options.sizes,
+      runs: options.runs,
+      dropCaches: options.dropCaches,
+      rssTsx: options.rssTsx,
+      engines: options.engines,
+      stores: options.stores,
+    },
+    machine: {
+      kernel: release(),
+      cpus: cpus().length,
+      cpuModel: cpus()[0]?.model,
+      memoryGiB: round2(totalmem() / GiB),
+      node: process.version,
+      docker: docker.stdout.trim(),
+    },
     timing: {
-      attach: "agent boot (bootLabHost: identify, select, claim, attach, device, mount, switch data-root, start dockerd, verify images, labels) + run check",
+      attach:
+        "agent boot (bootLabHost: identify, select, claim, attach, device, mount, switch data-root, start dockerd, verify images, labels) + run check",
       load: "docker load -i <tar> + run check; the fresh dockerd's start is measured but not counted",
       pull: "docker pull of each image (loopback registry) + run check; the fresh dockerd's start is measured but not counted",
       runCheck: `docker run --rm --network none <image> ${RUN_CHECK.join(" ")}, each image in turn`,
@@ -979,7 +1161,12 @@ async function main(): Promise<void> {
   const file = join(options.outDir, `boot-${stamp}.json`);
   await writeFile(file, JSON.stringify(report, null, 2) + "\n");
   say(`\nwrote ${file}`);
-  if (results.some((r) => r.error || r.attach.error || r.load.error || r.pull.error || r.agentProcess.some((p) => p.error))) process.exitCode = 1;
+  if (
+    results.some(
+      (r) => r.error || r.attach.error || r.load.error || r.pull.error || r.agentProcess.some((p) => p.error),
+    )
+  )
+    process.exitCode = 1;
 }
 
 try {

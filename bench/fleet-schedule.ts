@@ -17,16 +17,30 @@ export const DAY_MINUTES = 24 * 60;
  * working day; the numbers only set the shape, `boots` sets the total.
  */
 export const HOURLY_WEIGHT: readonly number[] = [
-  0.2, 0.2, 0.2, 0.2, 0.2, 0.2, // 00-06 night
-  0.5, 1.5, // 06-08 waking up
-  4, 4, // 08-10 morning burst
-  1.5, 1.5, // 10-12
+  0.2,
+  0.2,
+  0.2,
+  0.2,
+  0.2,
+  0.2, // 00-06 night
+  0.5,
+  1.5, // 06-08 waking up
+  4,
+  4, // 08-10 morning burst
+  1.5,
+  1.5, // 10-12
   0.5, // 12-13 lunch dip
   1.2, // 13-14
-  3.5, 3.5, // 14-16 afternoon burst
-  1.2, 1.2, // 16-18
-  0.6, 0.6, // 18-20
-  0.3, 0.3, 0.3, 0.3, // 20-24 night
+  3.5,
+  3.5, // 14-16 afternoon burst
+  1.2,
+  1.2, // 16-18
+  0.6,
+  0.6, // 18-20
+  0.3,
+  0.3,
+  0.3,
+  0.3, // 20-24 night
 ];
 
 /** One instance of the day. */
@@ -77,8 +91,10 @@ const between = (random: () => number, [lo, hi]: readonly [number, number]) => M
  * between 15 minutes and 8 hours.
  */
 export function fleetSchedule(options: ScheduleOptions): FleetArrival[] {
-  if (!Number.isInteger(options.boots) || options.boots < 1) throw new Error(`boots must be a positive integer, not ${options.boots}`);
-  if (!Number.isInteger(options.seed) || options.seed < 0) throw new Error(`seed must be a non-negative integer, not ${options.seed}`);
+  if (!Number.isInteger(options.boots) || options.boots < 1)
+    throw new Error(`boots must be a positive integer, not ${options.boots}`);
+  if (!Number.isInteger(options.seed) || options.seed < 0)
+    throw new Error(`seed must be a non-negative integer, not ${options.seed}`);
   const medianLife = options.medianLifeMin ?? 90;
   if (!(medianLife > 0)) throw new Error(`medianLifeMin must be positive, not ${medianLife}`);
   const random = seededRandom(options.seed);
@@ -96,7 +112,11 @@ export function fleetSchedule(options: ScheduleOptions): FleetArrival[] {
         atMin: round3(atMin),
         lifeMin: round3(lifeMin),
         group,
-        ec2: { attachMs: between(random, EC2_RANGES.attachMs), deviceMs: between(random, EC2_RANGES.deviceMs), createMs: between(random, EC2_RANGES.createMs) },
+        ec2: {
+          attachMs: between(random, EC2_RANGES.attachMs),
+          deviceMs: between(random, EC2_RANGES.deviceMs),
+          createMs: between(random, EC2_RANGES.createMs),
+        },
       });
     }
   }

@@ -40,7 +40,14 @@ import { createLogger, type Logger } from "../src/log.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { assertLabPrerequisites } from "../test/fixtures/lab-prereq.ts";
 import { buildAgent } from "../scripts/build.mjs";
-import { DAY_MINUTES, arrivalsPerHour, concurrency, fleetSchedule, gibHours, type FleetArrival } from "./fleet-schedule.ts";
+import {
+  DAY_MINUTES,
+  arrivalsPerHour,
+  concurrency,
+  fleetSchedule,
+  gibHours,
+  type FleetArrival,
+} from "./fleet-schedule.ts";
 import { EC2_RANGES, percentile } from "./sampling.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -116,7 +123,8 @@ function parseOptions(argv: string[]): Options {
   const problems: string[] = [];
   const int = (name: string, value: string, min: number, max: number) => {
     const n = Number(value);
-    if (!Number.isInteger(n) || n < min || n > max) problems.push(`--${name} wants an integer in ${min}..${max}, not ${value}`);
+    if (!Number.isInteger(n) || n < min || n > max)
+      problems.push(`--${name} wants an integer in ${min}..${max}, not ${value}`);
     return n;
   };
   const minutes = Number(values.minutes);
@@ -183,9 +191,17 @@ const now = () => performance.now();
 // The agent as a process on each instance
 
 /** What `boot --json` printed of its result (undefined: no JSON, the exit code and stderr tell). */
-function bootResult(stdout: string): { outcome?: string; source?: string; volumeId?: string; reason?: string } | undefined {
+function bootResult(
+  stdout: string,
+): { outcome?: string; source?: string; volumeId?: string; reason?: string } | undefined {
   try {
-    return (JSON.parse(stdout) as { result?: { outcome?: string; source?: string; volumeId?: string; reason?: string } | null }).result ?? undefined;
+    return (
+      (
+        JSON.parse(stdout) as {
+          result?: { outcome?: string; source?: string; volumeId?: string; reason?: string } | null;
+        }
+      ).result ?? undefined
+    );
   } catch {
     return undefined;
   }
@@ -281,8 +297,17 @@ interface RunReport {
  * only polls during those waits, so their length adds up; the poll's granularity (100 ms in the
  * lab) is counted once, as run.
  */
-function fullLengthMs(wallMs: number, source: string | undefined, arrival: FleetArrival, scaled: ReturnType<typeof scaledDelays>): number {
-  const extra = arrival.ec2.attachMs - scaled.attachMs + (arrival.ec2.deviceMs - scaled.deviceMs) + (source === "snapshot" ? arrival.ec2.createMs - scaled.createMs : 0);
+function fullLengthMs(
+  wallMs: number,
+  source: string | undefined,
+  arrival: FleetArrival,
+  scaled: ReturnType<typeof scaledDelays>,
+): number {
+  const extra =
+    arrival.ec2.attachMs -
+    scaled.attachMs +
+    (arrival.ec2.deviceMs - scaled.deviceMs) +
+    (source === "snapshot" ? arrival.ec2.createMs - scaled.createMs : 0);
   return wallMs + extra;
 }
 
@@ -291,7 +316,14 @@ const baseOverrides = (pool: string): ConfigOverrides => ({ pool, imageSet: IMAG
 function keeperOverrides(pool: string, zone: string, min: number, max: number, options: Options): ConfigOverrides {
   return {
     ...baseOverrides(pool),
-    keeper: { zones: [zone], minAvailable: min, maxAvailable: max, maxVolumes: options.maxVolumes, maxGiB: options.maxVolumes * options.sizeGiB, initializationRateMiBps: 100 },
+    keeper: {
+      zones: [zone],
+      minAvailable: min,
+      maxAvailable: max,
+      maxVolumes: options.maxVolumes,
+      maxGiB: options.maxVolumes * options.sizeGiB,
+      initializationRateMiBps: 100,
+    },
   };
 }
 
@@ -307,11 +339,21 @@ function keeperOn(lab: Lab, manager: LabHost, overrides: ConfigOverrides, log: L
 }
 
 function poolVolumes(lab: Lab, pool: string) {
-  return Object.values(lab.ec2.snapshotState().volumes).filter((v) => v.tags[VolumeTag.managed] === "true" && v.tags[VolumeTag.pool] === pool);
+  return Object.values(lab.ec2.snapshotState().volumes).filter(
+    (v) => v.tags[VolumeTag.managed] === "true" && v.tags[VolumeTag.pool] === pool,
+  );
 }
 
 /** Fills the pool before the day: `count` volumes made by one keeper fill, then waits until EBS has them initialized and tagged. */
-async function prepareStartingPool(lab: Lab, manager: LabHost, pool: string, zone: string, count: number, options: Options, log: Logger): Promise<void> {
+async function prepareStartingPool(
+  lab: Lab,
+  manager: LabHost,
+  pool: string,
+  zone: string,
+  count: number,
+  options: Options,
+  log: Logger,
+): Promise<void> {
   if (count === 0) return;
   const keeper = keeperOn(lab, manager, keeperOverrides(pool, zone, count, count, options), log);
   await keeper();
@@ -319,9 +361,12 @@ async function prepareStartingPool(lab: Lab, manager: LabHost, pool: string, zon
   for (;;) {
     // The keeper tags `initialized` once DescribeVolumeStatus says 100 %.
     await keeper();
-    const ready = poolVolumes(lab, pool).filter((v) => v.state === "available" && v.tags[VolumeTag.initialized] !== undefined).length;
+    const ready = poolVolumes(lab, pool).filter(
+      (v) => v.state === "available" && v.tags[VolumeTag.initialized] !== undefined,
+    ).length;
     if (ready >= count) return;
-    if (Date.now() > deadline) throw new Error(`the starting pool was not initialized within 120 s (${ready}/${count})`);
+    if (Date.now() > deadline)
+      throw new Error(`the starting pool was not initialized within 120 s (${ready}/${count})`);
     await sleep(500);
   }
 }
@@ -334,7 +379,12 @@ async function emptyPool(lab: Lab, pool: string): Promise<void> {
   }
   const deadline = Date.now() + 60_000;
   while (poolVolumes(lab, pool).length > 0) {
-    if (Date.now() > deadline) throw new Error(`pool volumes left after the run: ${poolVolumes(lab, pool).map((v) => `${v.volumeId} ${v.state}`).join(", ")}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `pool volumes left after the run: ${poolVolumes(lab, pool)
+          .map((v) => `${v.volumeId} ${v.state}`)
+          .join(", ")}`,
+      );
     await sleep(200);
   }
 }
@@ -376,7 +426,14 @@ async function runDay(
     let live = 0;
     for (const v of poolVolumes(lab, pool)) {
       seen.add(v.volumeId);
-      if (!lives.has(v.volumeId)) lives.set(v.volumeId, { volumeId: v.volumeId, sizeGiB: v.sizeGiB, bornMs: Date.parse(v.createTime), fromSnapshot: v.snapshotId !== null, byBoot: v.initializationRate === null });
+      if (!lives.has(v.volumeId))
+        lives.set(v.volumeId, {
+          volumeId: v.volumeId,
+          sizeGiB: v.sizeGiB,
+          bornMs: Date.parse(v.createTime),
+          fromSnapshot: v.snapshotId !== null,
+          byBoot: v.initializationRate === null,
+        });
       const life = lives.get(v.volumeId)!;
       if (v.state === "deleting") life.goneMs ??= Date.now();
       else live++;
@@ -398,14 +455,21 @@ async function runDay(
   const keeper =
     which === "on"
       ? (async () => {
-          const keeperRun = keeperOn(lab, manager, keeperOverrides(pool, zone, options.keeperMin, options.keeperMax, options), log);
+          const keeperRun = keeperOn(
+            lab,
+            manager,
+            keeperOverrides(pool, zone, options.keeperMin, options.keeperMax, options),
+            log,
+          );
           for (let tick = 0; at(tick * KEEPER_EVERY_MIN) < dayEnd && !stopping(); tick++) {
             await sleepUntil(at(tick * KEEPER_EVERY_MIN));
             try {
               const outcome = await keeperRun();
               keeperRuns++;
               keeperFailed += outcome.failed;
-              deletedByKeeper += outcome.results.filter((r) => r.step === "trim" && r.done !== "failed" && r.done !== "skipped").length;
+              deletedByKeeper += outcome.results.filter(
+                (r) => r.step === "trim" && r.done !== "failed" && r.done !== "skipped",
+              ).length;
             } catch (error) {
               keeperRuns++;
               keeperFailed++;
@@ -419,7 +483,13 @@ async function runDay(
   const instance = async (arrival: FleetArrival): Promise<void> => {
     await sleepUntil(at(arrival.atMin));
     if (stopping()) return;
-    const record: BootRecord = { index: arrival.index, atMin: arrival.atMin, lifeMin: arrival.lifeMin, outcome: "none", lateMs: Math.round(now() - at(arrival.atMin)) };
+    const record: BootRecord = {
+      index: arrival.index,
+      atMin: arrival.atMin,
+      lifeMin: arrival.lifeMin,
+      outcome: "none",
+      lateMs: Math.round(now() - at(arrival.atMin)),
+    };
     records.push(record);
     running++;
     peakInstances = Math.max(peakInstances, running);
@@ -429,16 +499,21 @@ async function runDay(
       host = await lab.addHost({ availabilityZone: zone, tags: { Name: `fleet-${which}-${arrival.index}` } });
       configPath = await writeLabConfig(lab, host, baseOverrides(pool));
       const t0 = now();
-      const booted = await run(process.execPath, [agent, "boot", "--no-docker", "--json", "--config", configPath], { check: false, cwd: REPO });
+      const booted = await run(process.execPath, [agent, "boot", "--no-docker", "--json", "--config", configPath], {
+        check: false,
+        cwd: REPO,
+      });
       record.wallMs = Math.round(now() - t0);
       const result = bootResult(booted.stdout);
       record.outcome = result?.outcome ?? "none";
       if (result?.source) record.source = result.source;
-      if (record.outcome === "prepared") record.preparedMs = Math.round(fullLengthMs(record.wallMs, record.source, arrival, scaled));
+      if (record.outcome === "prepared")
+        record.preparedMs = Math.round(fullLengthMs(record.wallMs, record.source, arrival, scaled));
       else record.error = `exit ${booted.exitCode}: ${result?.reason ?? lastLines(booted.stderr)}`;
       if (result?.volumeId) {
         record.volumeId = result.volumeId;
-        record.initialized = lab.ec2.snapshotState().volumes[result.volumeId]?.tags[VolumeTag.initialized] !== undefined;
+        record.initialized =
+          lab.ec2.snapshotState().volumes[result.volumeId]?.tags[VolumeTag.initialized] !== undefined;
         const fetches = await coldFetches(lab, result.volumeId);
         if (fetches !== undefined) record.coldFetches = fetches;
       }
@@ -449,9 +524,14 @@ async function runDay(
     try {
       if (host && configPath) {
         // The instance's shutdown: ebs-cache-agent-release.service's ExecStop, then EC2 ends it.
-        const released = await run(process.execPath, [agent, "release", "--config", configPath], { check: false, cwd: REPO });
+        const released = await run(process.execPath, [agent, "release", "--config", configPath], {
+          check: false,
+          cwd: REPO,
+        });
         record.released = released.exitCode === 0;
-        if (!record.released) record.error = `${record.error ?? ""} release exit ${released.exitCode}: ${lastLines(released.stderr)}`.trim();
+        if (!record.released)
+          record.error =
+            `${record.error ?? ""} release exit ${released.exitCode}: ${lastLines(released.stderr)}`.trim();
         lab.ec2.terminateInstance(host.instance.instanceId);
       }
     } catch (error) {
@@ -461,10 +541,15 @@ async function runDay(
     }
   };
 
-  const progress = setInterval(() => {
-    const simHour = Math.min(24, (now() - dayStart) / clock.msPerMin / 60);
-    say(`  [${which}] ${simHour.toFixed(1).padStart(4)} h: ${running} running, ${records.length} booted, ${peakVolumes} peak volumes`);
-  }, Math.max(5000, 120 * clock.msPerMin));
+  const progress = setInterval(
+    () => {
+      const simHour = Math.min(24, (now() - dayStart) / clock.msPerMin / 60);
+      say(
+        `  [${which}] ${simHour.toFixed(1).padStart(4)} h: ${running} running, ${records.length} booted, ${peakVolumes} peak volumes`,
+      );
+    },
+    Math.max(5000, 120 * clock.msPerMin),
+  );
   try {
     await Promise.all([...schedule.map(instance), keeper]);
   } finally {
@@ -489,19 +574,38 @@ async function runDay(
     hits: hits.length,
     hitRate: ok.length ? hits.length / ok.length : 0,
     initializedHits: hits.filter((r) => r.initialized).length,
-    preparedP50Ms: percentile(ok.map((r) => r.preparedMs!), 50),
-    preparedP95Ms: percentile(ok.map((r) => r.preparedMs!), 95),
-    wallP50Ms: percentile(ok.map((r) => r.wallMs!), 50),
-    wallP95Ms: percentile(ok.map((r) => r.wallMs!), 95),
-    poolP50Ms: percentile(hits.map((r) => r.preparedMs!), 50),
-    snapshotP50Ms: percentile(ok.filter((r) => r.source === "snapshot").map((r) => r.preparedMs!), 50),
+    preparedP50Ms: percentile(
+      ok.map((r) => r.preparedMs!),
+      50,
+    ),
+    preparedP95Ms: percentile(
+      ok.map((r) => r.preparedMs!),
+      95,
+    ),
+    wallP50Ms: percentile(
+      ok.map((r) => r.wallMs!),
+      50,
+    ),
+    wallP95Ms: percentile(
+      ok.map((r) => r.wallMs!),
+      95,
+    ),
+    poolP50Ms: percentile(
+      hits.map((r) => r.preparedMs!),
+      50,
+    ),
+    snapshotP50Ms: percentile(
+      ok.filter((r) => r.source === "snapshot").map((r) => r.preparedMs!),
+      50,
+    ),
     degraded: records.filter((r) => r.outcome === "degraded").length,
     volumesCreated: created.length,
     createdByBoots,
     createdByKeeper: Math.max(0, created.length - createdByBoots),
     deletedByKeeper,
     // Lives clipped to the day; simulated hours per wall ms = factor / 3.6e6.
-    gibHours: Math.round(gibHours(lifeList, { fromMs: dayStartWall, toMs: dayEndWall }, clock.factor / 3_600_000) * 10) / 10,
+    gibHours:
+      Math.round(gibHours(lifeList, { fromMs: dayStartWall, toMs: dayEndWall }, clock.factor / 3_600_000) * 10) / 10,
     peakVolumes,
     peakInstances,
     releaseFailed: records.filter((r) => r.released === false || (r.error ?? "").includes("release")).length,
@@ -531,22 +635,36 @@ function table(reports: RunReport[]): string {
   const on = reports.find((r) => r.run === "on");
   const rows: Array<[string, (r: RunReport) => string, (r: RunReport) => number | undefined]> = [
     ["boots: prepared / degraded", (r) => `${r.ok} / ${r.degraded} of ${r.boots}`, (r) => r.ok],
-    ["hit rate (pool volume claimed)", (r) => `${pct(r.hitRate)} (${r.hits}; ${r.initializedHits} initialized)`, (r) => r.hitRate],
+    [
+      "hit rate (pool volume claimed)",
+      (r) => `${pct(r.hitRate)} (${r.hits}; ${r.initializedHits} initialized)`,
+      (r) => r.hitRate,
+    ],
     ["time to prepared p50", (r) => `${sec(r.preparedP50Ms)} s`, (r) => r.preparedP50Ms],
     ["time to prepared p95", (r) => `${sec(r.preparedP95Ms)} s`, (r) => r.preparedP95Ms],
     ["  p50 pool / snapshot path", (r) => `${sec(r.poolP50Ms)} / ${sec(r.snapshotP50Ms)} s`, () => undefined],
     ["  as run (scaled EC2) p50 / p95", (r) => `${sec(r.wallP50Ms)} / ${sec(r.wallP95Ms)} s`, () => undefined],
-    ["volumes created (by boots + keeper)", (r) => `${r.volumesCreated} (${r.createdByBoots} + ${r.createdByKeeper})`, (r) => r.volumesCreated],
+    [
+      "volumes created (by boots + keeper)",
+      (r) => `${r.volumesCreated} (${r.createdByBoots} + ${r.createdByKeeper})`,
+      (r) => r.volumesCreated,
+    ],
     ["volumes deleted by the keeper", (r) => String(r.deletedByKeeper), () => undefined],
     ["GiB-hours", (r) => r.gibHours.toFixed(1), (r) => r.gibHours],
     ["peak volumes", (r) => String(r.peakVolumes), (r) => r.peakVolumes],
     ["peak instances", (r) => String(r.peakInstances), () => undefined],
-    ["keeper runs (steps failed)", (r) => (r.run === "on" ? `${r.keeperRuns} (${r.keeperFailed})` : "-"), () => undefined],
+    [
+      "keeper runs (steps failed)",
+      (r) => (r.run === "on" ? `${r.keeperRuns} (${r.keeperFailed})` : "-"),
+      () => undefined,
+    ],
     ["releases failed", (r) => String(r.releaseFailed), () => undefined],
   ];
   const lines = ["| figure | keeper off | keeper on | on / off |", "| --- | ---: | ---: | ---: |"];
   for (const [name, show, value] of rows) {
-    lines.push(`| ${name} | ${off ? show(off) : "-"} | ${on ? show(on) : "-"} | ${off && on ? ratio(value(on), value(off)) : "-"} |`);
+    lines.push(
+      `| ${name} | ${off ? show(off) : "-"} | ${on ? show(on) : "-"} | ${off && on ? ratio(value(on), value(off)) : "-"} |`,
+    );
   }
   return lines.join("\n");
 }
@@ -576,7 +694,9 @@ async function main(): Promise<void> {
     `fleet bench: ${options.boots} boots over a day in ${options.minutes} min of wall (×${Math.round(clock.factor)}), seed ${options.seed}; ` +
       `arrivals per hour ${perHour.join(" ")}; at most ${peakConcurrency} instances at once by the schedule`,
   );
-  say(`  EC2 delays as run: attach ${scaled.attachMs} ms, device ${scaled.deviceMs} ms, create ${scaled.createMs} ms (AWS ranges ÷ ${Math.round(clock.factor)}); cold chunks ${options.coldDelayMs} ms on first read`);
+  say(
+    `  EC2 delays as run: attach ${scaled.attachMs} ms, device ${scaled.deviceMs} ms, create ${scaled.createMs} ms (AWS ranges ÷ ${Math.round(clock.factor)}); cold chunks ${options.coldDelayMs} ms on first read`,
+  );
 
   let stopped = false;
   const lab = await startLab({
@@ -611,18 +731,29 @@ async function main(): Promise<void> {
     const t = now();
     // One golden snapshot per run's pool: the same images, built the same way.
     for (const which of options.runs) {
-      const golden = await buildGoldenSnapshot(lab, { pool: poolOf(which), imageSet: IMAGE_SET, images: IMAGES, sizeGiB: options.sizeGiB, availabilityZone: zone, log });
+      const golden = await buildGoldenSnapshot(lab, {
+        pool: poolOf(which),
+        imageSet: IMAGE_SET,
+        images: IMAGES,
+        sizeGiB: options.sizeGiB,
+        availabilityZone: zone,
+        log,
+      });
       say(`  golden snapshot of pool ${poolOf(which)}: ${golden.snapshotId} (${golden.sizeGiB} GiB)`);
     }
     say(`  built in ${sec(now() - t)} s`);
     const manager = await lab.addHost({ availabilityZone: zone, tags: { Name: "fleet-manager" } });
     for (const which of options.runs) {
       if (stopped) break;
-      say(`\n== keeper ${which}: ${options.poolSize} initialized volumes to start${which === "on" ? `, keeper every ${KEEPER_EVERY_MIN} simulated min (min ${options.keeperMin}, max ${options.keeperMax}, cap ${options.maxVolumes})` : ""}`);
+      say(
+        `\n== keeper ${which}: ${options.poolSize} initialized volumes to start${which === "on" ? `, keeper every ${KEEPER_EVERY_MIN} simulated min (min ${options.keeperMin}, max ${options.keeperMax}, cap ${options.maxVolumes})` : ""}`,
+      );
       const report = await runDay(lab, agent, manager, zone, which, schedule, options, log, say, () => stopped);
       reports.push(report);
       const failed = report.records.filter((r) => r.error);
-      say(`  done in ${report.wallSeconds} s wall: ${report.ok}/${report.boots} prepared, hit rate ${pct(report.hitRate)}, ${report.volumesCreated} volumes created, ${report.gibHours.toFixed(1)} GiB-h, bench lag at most ${report.maxLateMs} ms`);
+      say(
+        `  done in ${report.wallSeconds} s wall: ${report.ok}/${report.boots} prepared, hit rate ${pct(report.hitRate)}, ${report.volumesCreated} volumes created, ${report.gibHours.toFixed(1)} GiB-h, bench lag at most ${report.maxLateMs} ms`,
+      );
       for (const r of failed.slice(0, 5)) say(`  instance ${r.index} (${r.source ?? "no volume"}) FAILED: ${r.error}`);
     }
   } catch (error) {
@@ -644,7 +775,13 @@ async function main(): Promise<void> {
     options,
     clock: { ...clock, scaledDelays: scaled, ec2Ranges: EC2_RANGES },
     schedule: { arrivalsPerHour: perHour, peakConcurrency, arrivals: schedule },
-    machine: { kernel: release(), cpus: cpus().length, memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version, loadavg: loadavg() },
+    machine: {
+      kernel: release(),
+      cpus: cpus().length,
+      memoryGiB: Math.round(totalmem() / 2 ** 30),
+      node: process.version,
+      loadavg: loadavg(),
+    },
     reports,
   };
   await mkdir(options.out, { recursive: true });

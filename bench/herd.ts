@@ -26,7 +26,8 @@ import { earlierRelease } from "../test/fixtures/kill-matrix.ts";
 import { assertLabPrerequisites } from "../test/fixtures/lab-prereq.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const USAGE = "npx tsx bench/herd.ts [--agents 50] [--volumes 20] [--throttle 0.2] [--sizes 1,100,1000] [--no-herd] [--no-calls] [--out DIR]\n";
+const USAGE =
+  "npx tsx bench/herd.ts [--agents 50] [--volumes 20] [--throttle 0.2] [--sizes 1,100,1000] [--no-herd] [--no-calls] [--out DIR]\n";
 
 const { values } = parseArgs({
   options: {
@@ -81,7 +82,9 @@ if (!values["no-calls"]) {
     for (const size of sizes) {
       const measured = await measureBootCalls(bl, size, earlierRelease());
       calls.push(measured);
-      say(`calls: pool of ${size}: ${measured.calls} EC2 calls ${JSON.stringify(measured.byAction)} (exit ${measured.exitCode}, ${measured.outcome ?? "?"})`);
+      say(
+        `calls: pool of ${size}: ${measured.calls} EC2 calls ${JSON.stringify(measured.byAction)} (exit ${measured.exitCode}, ${measured.outcome ?? "?"})`,
+      );
     }
   } finally {
     await bl.close();
@@ -96,11 +99,23 @@ const result = {
   herd: herd && { ...herd, attachPerClaim: Number.isFinite(herd.attachPerClaim) ? herd.attachPerClaim : null },
   calls,
   targets: {
-    ...(herd ? { attachPerAgentAtMost1_5: herd.attachHandled / herd.perAgent.length <= 1.5, noDoubleClaim: herd.doubleClaims.length === 0, exitCodes0or4: Object.keys(herd.exitCodes).every((c) => c === "0" || c === "4") } : {}),
-    ...(calls.length > 0 ? { callsAtMost5: calls.every((c) => c.calls <= 5), callsFlat: calls.every((c) => c.calls === calls[0]!.calls) } : {}),
+    ...(herd
+      ? {
+          attachPerAgentAtMost1_5: herd.attachHandled / herd.perAgent.length <= 1.5,
+          noDoubleClaim: herd.doubleClaims.length === 0,
+          exitCodes0or4: Object.keys(herd.exitCodes).every((c) => c === "0" || c === "4"),
+        }
+      : {}),
+    ...(calls.length > 0
+      ? { callsAtMost5: calls.every((c) => c.calls <= 5), callsFlat: calls.every((c) => c.calls === calls[0]!.calls) }
+      : {}),
   },
 };
-say(`targets: ${Object.entries(result.targets).map(([k, v]) => `${k} ${v ? "met" : "MISSED"}`).join(", ")}`);
+say(
+  `targets: ${Object.entries(result.targets)
+    .map(([k, v]) => `${k} ${v ? "met" : "MISSED"}`)
+    .join(", ")}`,
+);
 await mkdir(values.out, { recursive: true });
 const file = join(values.out, `herd-${date.replace(/[:.]/g, "-").slice(0, 19)}.json`);
 await writeFile(file, JSON.stringify(result, null, 2) + "\n");

@@ -44,7 +44,9 @@ const { values } = parseArgs({
   },
 });
 if (values.help) {
-  process.stdout.write("npx tsx bench/prewarm.ts [--size-gib 4] [--fill 0.25] [--delay-ms 10] [--chunk-kib 512] [--seq-mib 512] [--out DIR]\n");
+  process.stdout.write(
+    "npx tsx bench/prewarm.ts [--size-gib 4] [--fill 0.25] [--delay-ms 10] [--chunk-kib 512] [--seq-mib 512] [--out DIR]\n",
+  );
   process.exit(0);
 }
 const sizeGiB = Number(values["size-gib"]);
@@ -54,12 +56,23 @@ const chunkBytes = Number(values["chunk-kib"]) * 1024;
 const seqBytes = Number(values["seq-mib"]) * MiB;
 
 const say = (line: string) => process.stdout.write(line + "\n");
-const lab = await startLab({ name: "bench-prewarm", coldSnapshots: { firstReadDelayMs: delayMs, chunkBytes }, delays: { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 }, deviceDelayMs: 0 });
+const lab = await startLab({
+  name: "bench-prewarm",
+  coldSnapshots: { firstReadDelayMs: delayMs, chunkBytes },
+  delays: { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 },
+  deviceDelayMs: 0,
+});
 try {
   const ec2 = lab.ec2Client();
   const dataMiB = Math.round(sizeGiB * 1024 * fill);
-  say(`lab ${lab.root}: ${sizeGiB} GiB volume, ${dataMiB} MiB of data (${fill * 100} %), first read of a ${chunkBytes / 1024} KiB chunk waits ${delayMs} ms`);
-  const snapshotId = await makeDataSnapshot(lab, ec2, { sizeGiB, dataMiB, files: Math.max(1, Math.ceil(dataMiB / 64)) });
+  say(
+    `lab ${lab.root}: ${sizeGiB} GiB volume, ${dataMiB} MiB of data (${fill * 100} %), first read of a ${chunkBytes / 1024} KiB chunk waits ${delayMs} ms`,
+  );
+  const snapshotId = await makeDataSnapshot(lab, ec2, {
+    sizeGiB,
+    dataMiB,
+    files: Math.max(1, Math.ceil(dataMiB / 64)),
+  });
   const host = await lab.addHost();
   const zone = host.instance.availabilityZone;
   const fresh = async (mount: boolean): Promise<ReadTarget> => {
@@ -73,28 +86,52 @@ try {
   // seq: the device's sequential throughput on cold blocks.
   const seqTarget = await fresh(false);
   await dropCaches();
-  const seqReport = await runFio({ name: "volume-initialize", device: seqTarget.device, rw: "read", blockSize: "128k", ioDepth: 32, size: seqBytes });
+  const seqReport = await runFio({
+    name: "volume-initialize",
+    device: seqTarget.device,
+    rw: "read",
+    blockSize: "128k",
+    ioDepth: 32,
+    size: seqBytes,
+  });
   const seqSeconds = seqReport.read.runtimeMs / 1000;
   const seqMiBps = seqReport.read.ioBytes / MiB / seqSeconds;
-  say(`seq:    ${(seqReport.read.ioBytes / MiB).toFixed(0)} MiB in ${seqSeconds.toFixed(2)} s = ${seqMiBps.toFixed(1)} MiB/s`);
+  say(
+    `seq:    ${(seqReport.read.ioBytes / MiB).toFixed(0)} MiB in ${seqSeconds.toFixed(2)} s = ${seqMiBps.toFixed(1)} MiB/s`,
+  );
 
   // files: the agent's initialization of the allocated data.
   const filesTarget = await fresh(true);
   const allocated = await reader.allocatedBytes(filesTarget);
   await dropCaches();
   let started = performance.now();
-  const files = await reader.initialize(filesTarget, "files", { fromOffset: 0, ioDepth: 32, maxIoBytes: MiB, onProgress: () => undefined });
+  const files = await reader.initialize(filesTarget, "files", {
+    fromOffset: 0,
+    ioDepth: 32,
+    maxIoBytes: MiB,
+    onProgress: () => undefined,
+  });
   const filesSeconds = (performance.now() - started) / 1000;
-  say(`files:  ${(files.readBytes / MiB).toFixed(0)} MiB (allocated ${(allocated / MiB).toFixed(0)} MiB) in ${filesSeconds.toFixed(2)} s = ${(files.readBytes / MiB / filesSeconds).toFixed(1)} MiB/s`);
+  say(
+    `files:  ${(files.readBytes / MiB).toFixed(0)} MiB (allocated ${(allocated / MiB).toFixed(0)} MiB) in ${filesSeconds.toFixed(2)} s = ${(files.readBytes / MiB / filesSeconds).toFixed(1)} MiB/s`,
+  );
 
   // device: AWS's documented full read.
   const deviceTarget = await fresh(false);
   const size = await deviceSize(deviceTarget.device);
   await dropCaches();
   started = performance.now();
-  const deviceReport = await runFio({ name: "volume-initialize", device: deviceTarget.device, rw: "read", blockSize: "128k", ioDepth: 32 });
+  const deviceReport = await runFio({
+    name: "volume-initialize",
+    device: deviceTarget.device,
+    rw: "read",
+    blockSize: "128k",
+    ioDepth: 32,
+  });
   const deviceSeconds = (performance.now() - started) / 1000;
-  say(`device: ${(deviceReport.read.ioBytes / MiB).toFixed(0)} MiB in ${deviceSeconds.toFixed(2)} s = ${(deviceReport.read.ioBytes / MiB / deviceSeconds).toFixed(1)} MiB/s`);
+  say(
+    `device: ${(deviceReport.read.ioBytes / MiB).toFixed(0)} MiB in ${deviceSeconds.toFixed(2)} s = ${(deviceReport.read.ioBytes / MiB / deviceSeconds).toFixed(1)} MiB/s`,
+  );
 
   const ideal = allocated / MiB / seqMiBps;
   const ratio = deviceSeconds / filesSeconds;
@@ -106,7 +143,11 @@ try {
     allocatedBytes: allocated,
     seq: { bytes: seqReport.read.ioBytes, seconds: seqSeconds, mibps: seqMiBps },
     files: { bytes: files.readBytes, seconds: filesSeconds, mibps: files.readBytes / MiB / filesSeconds },
-    device: { bytes: deviceReport.read.ioBytes, seconds: deviceSeconds, mibps: deviceReport.read.ioBytes / MiB / deviceSeconds },
+    device: {
+      bytes: deviceReport.read.ioBytes,
+      seconds: deviceSeconds,
+      mibps: deviceReport.read.ioBytes / MiB / deviceSeconds,
+    },
     idealFilesSeconds: ideal,
     filesVsIdeal: filesSeconds / ideal,
     /** The same with the full read's own throughput as the device's sequential throughput. */
@@ -117,12 +158,22 @@ try {
   say("");
   say("| method | bytes read | seconds | MiB/s |");
   say("| --- | ---: | ---: | ---: |");
-  say(`| files (allocated data) | ${(files.readBytes / MiB).toFixed(0)} MiB | ${filesSeconds.toFixed(2)} | ${result.files.mibps.toFixed(1)} |`);
-  say(`| device (AWS full read) | ${(deviceReport.read.ioBytes / MiB).toFixed(0)} MiB | ${deviceSeconds.toFixed(2)} | ${result.device.mibps.toFixed(1)} |`);
+  say(
+    `| files (allocated data) | ${(files.readBytes / MiB).toFixed(0)} MiB | ${filesSeconds.toFixed(2)} | ${result.files.mibps.toFixed(1)} |`,
+  );
+  say(
+    `| device (AWS full read) | ${(deviceReport.read.ioBytes / MiB).toFixed(0)} MiB | ${deviceSeconds.toFixed(2)} | ${result.device.mibps.toFixed(1)} |`,
+  );
   say("");
-  say(`allocated ${(allocated / MiB).toFixed(0)} MiB / seq ${seqMiBps.toFixed(1)} MiB/s = ${ideal.toFixed(2)} s; files took ${result.filesVsIdeal.toFixed(2)} x that (target <= 1.3): ${result.targets.filesWithin1_3xIdeal ? "met" : "MISSED"}`);
-  say(`(with the full read's own ${result.device.mibps.toFixed(1)} MiB/s as the device's throughput: ${result.filesVsIdealFromDeviceRead.toFixed(2)} x)`);
-  say(`device / files = ${ratio.toFixed(2)} x (target >= 3): ${result.targets.deviceAtLeast3xFiles ? "met" : "MISSED"}`);
+  say(
+    `allocated ${(allocated / MiB).toFixed(0)} MiB / seq ${seqMiBps.toFixed(1)} MiB/s = ${ideal.toFixed(2)} s; files took ${result.filesVsIdeal.toFixed(2)} x that (target <= 1.3): ${result.targets.filesWithin1_3xIdeal ? "met" : "MISSED"}`,
+  );
+  say(
+    `(with the full read's own ${result.device.mibps.toFixed(1)} MiB/s as the device's throughput: ${result.filesVsIdealFromDeviceRead.toFixed(2)} x)`,
+  );
+  say(
+    `device / files = ${ratio.toFixed(2)} x (target >= 3): ${result.targets.deviceAtLeast3xFiles ? "met" : "MISSED"}`,
+  );
   await mkdir(values.out, { recursive: true });
   const file = join(values.out, `prewarm-${result.date.replace(/[:.]/g, "-").slice(0, 19)}.json`);
   await writeFile(file, JSON.stringify(result, null, 2) + "\n");

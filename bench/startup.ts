@@ -47,9 +47,11 @@ if (values.help) {
   );
   process.exit(0);
 }
-if (!existsSync(GNU_TIME)) throw new Error(`${GNU_TIME} is missing: install Debian's \`time\` package (GNU time measures the peak RSS)`);
+if (!existsSync(GNU_TIME))
+  throw new Error(`${GNU_TIME} is missing: install Debian's \`time\` package (GNU time measures the peak RSS)`);
 const runs = Number(values.runs);
-if (!Number.isSafeInteger(runs) || runs < 1) throw new Error(`--runs: expected a whole number >= 1, got ${values.runs}`);
+if (!Number.isSafeInteger(runs) || runs < 1)
+  throw new Error(`--runs: expected a whole number >= 1, got ${values.runs}`);
 
 interface Sample {
   wallMs: number;
@@ -73,7 +75,8 @@ function stepsMs(stdout: string): number | undefined {
   }
   const result = parsed.result;
   if (!result?.timeline) return undefined;
-  if (result.outcome !== "prepared" && result.outcome !== "ready") throw new Error(`boot ended ${result.outcome ?? "?"}, not prepared`);
+  if (result.outcome !== "prepared" && result.outcome !== "ready")
+    throw new Error(`boot ended ${result.outcome ?? "?"}, not prepared`);
   return result.timeline.reduce((sum, step) => sum + step.ms, 0);
 }
 
@@ -81,13 +84,24 @@ function stepsMs(stdout: string): number | undefined {
 async function measure(args: string[], env: Record<string, string>, scratch: string): Promise<Sample> {
   const timeFile = join(scratch, "time.txt");
   const t0 = performance.now();
-  const result = await run(GNU_TIME, ["-f", "%M %U %S", "-o", timeFile, process.execPath, ...args], { env, check: false });
+  const result = await run(GNU_TIME, ["-f", "%M %U %S", "-o", timeFile, process.execPath, ...args], {
+    env,
+    check: false,
+  });
   const wallMs = performance.now() - t0;
   // boot exits 4 (degraded) or 0; anything else means the figure measured a failure.
-  if (result.exitCode !== 0 && result.exitCode !== 4) throw new Error(`${args.join(" ")} exited ${result.exitCode}: ${result.stderr.split("\n").slice(-3).join(" | ")}`);
+  if (result.exitCode !== 0 && result.exitCode !== 4)
+    throw new Error(`${args.join(" ")} exited ${result.exitCode}: ${result.stderr.split("\n").slice(-3).join(" | ")}`);
   const steps = stepsMs(result.stdout);
-  const [rss, user, system] = ((await readFile(timeFile, "utf8")).trim().split("\n").pop() ?? "").split(" ").map(Number);
-  return { wallMs, cpuMs: ((user ?? NaN) + (system ?? NaN)) * 1000, maxRssKiB: rss ?? NaN, ...(steps === undefined ? {} : { stepsMs: steps }) };
+  const [rss, user, system] = ((await readFile(timeFile, "utf8")).trim().split("\n").pop() ?? "")
+    .split(" ")
+    .map(Number);
+  return {
+    wallMs,
+    cpuMs: ((user ?? NaN) + (system ?? NaN)) * 1000,
+    maxRssKiB: rss ?? NaN,
+    ...(steps === undefined ? {} : { stepsMs: steps }),
+  };
 }
 
 function median(values: number[]): number {
@@ -102,7 +116,9 @@ function report(name: string, samples: Sample[]): void {
   process.stdout.write(
     `${name.padEnd(40)} ${(median(wall) / 1000).toFixed(2)} s  cpu ${(median(samples.map((s) => s.cpuMs)) / 1000).toFixed(2)} s  ${(median(rss) / 1024).toFixed(0).padStart(4)} MiB` +
       `   (wall ${(Math.min(...wall) / 1000).toFixed(2)}..${(Math.max(...wall) / 1000).toFixed(2)} s, ${samples.length} runs` +
-      (steps.length === samples.length ? `; wall - boot steps (node, loading, observe) ${(median(samples.map((s) => s.wallMs - s.stepsMs!)) / 1000).toFixed(2)} s` : "") +
+      (steps.length === samples.length
+        ? `; wall - boot steps (node, loading, observe) ${(median(samples.map((s) => s.wallMs - s.stepsMs!)) / 1000).toFixed(2)} s`
+        : "") +
       ")\n",
   );
 }
@@ -126,11 +142,17 @@ try {
   for (const [b, bundle] of bundles.entries()) {
     for (const command of COMMANDS) await run(process.execPath, [bundle, command, "--help"], { env: caches[1]![1](b) });
   }
-  process.stdout.write(`node ${process.version}, median of ${runs}; bundles (run in turn, so they share the machine's load):\n`);
+  process.stdout.write(
+    `node ${process.version}, median of ${runs}; bundles (run in turn, so they share the machine's load):\n`,
+  );
   for (const [b, bundle] of bundles.entries()) process.stdout.write(`  [${b}] ${bundle}\n`);
 
   /** Runs `args(bundle)` `runs` times per bundle and cache mode, the bundles in turn, and reports. */
-  const measureCase = async (name: string, args: (bundle: string) => Promise<string[]>, after?: () => Promise<void>) => {
+  const measureCase = async (
+    name: string,
+    args: (bundle: string) => Promise<string[]>,
+    after?: () => Promise<void>,
+  ) => {
     for (const [how, env] of caches) {
       const samples: Sample[][] = bundles.map(() => []);
       for (let i = 0; i < runs; i++) {
@@ -151,10 +173,24 @@ try {
 
   if (values.lab) {
     const log = createMemoryLogger();
-    const created = await startLab({ name: "startup", delays: { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 }, deviceDelayMs: 0, log });
+    const created = await startLab({
+      name: "startup",
+      delays: { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 },
+      deviceDelayMs: 0,
+      log,
+    });
     lab = created;
-    const golden = await buildGoldenSnapshot(created, { pool: "startup", imageSet: "startup-set", images: [{ tag: "startup/app:1" }], log });
-    await createPoolVolumes(created, golden, { pool: "startup", imageSet: "startup-set", count: runs * caches.length * bundles.length });
+    const golden = await buildGoldenSnapshot(created, {
+      pool: "startup",
+      imageSet: "startup-set",
+      images: [{ tag: "startup/app:1" }],
+      log,
+    });
+    await createPoolVolumes(created, golden, {
+      pool: "startup",
+      imageSet: "startup-set",
+      count: runs * caches.length * bundles.length,
+    });
     const host = await created.addHost({ tags: { Name: "startup-pool" } });
     const poolConfig = await writeLabConfig(created, host, { pool: "startup" });
     await measureCase("pool --json (lab)", async (bundle) => [bundle, "pool", "--json", "--config", poolConfig]);
@@ -165,7 +201,11 @@ try {
       "boot --json (lab)",
       async (bundle) => {
         booted = await created.addHost({ tags: { Name: "startup-boot" } });
-        const config = await writeLabConfig(created, booted, { pool: "startup", imageSet: "startup-set", docker: { control: "none" } });
+        const config = await writeLabConfig(created, booted, {
+          pool: "startup",
+          imageSet: "startup-set",
+          docker: { control: "none" },
+        });
         return [bundle, "boot", "--config", config, "--json"];
       },
       // Every clone of the snapshot has the same XFS UUID: one mounted at a time.

@@ -17,7 +17,8 @@ import process, { argv } from "node:process";
 import { pathToFileURL } from "node:url";
 
 // Some bundled CommonJS dependencies call require(); give every ESM output file one.
-const REQUIRE_SHIM = "import { createRequire as __createRequire } from 'node:module';\nconst require = __createRequire(import.meta.url);";
+const REQUIRE_SHIM =
+  "import { createRequire as __createRequire } from 'node:module';\nconst require = __createRequire(import.meta.url);";
 
 const common = {
   bundle: true,
@@ -55,7 +56,12 @@ export async function buildAgent(outdir = "dist", root = process.cwd()) {
 
 /** Builds the lab (`root`/src/lab/main.ts) into `outdir/ebs-cache-lab.mjs`, one file; returns esbuild's metafile. */
 export async function buildLab(outdir = "dist", root = process.cwd()) {
-  const result = await build({ ...common, absWorkingDir: root, entryPoints: ["src/lab/main.ts"], outfile: join(outdir, "ebs-cache-lab.mjs") });
+  const result = await build({
+    ...common,
+    absWorkingDir: root,
+    entryPoints: ["src/lab/main.ts"],
+    outfile: join(outdir, "ebs-cache-lab.mjs"),
+  });
   return result.metafile;
 }
 
@@ -64,5 +70,6 @@ if (argv[1] && import.meta.url === pathToFileURL(realpathSync(argv[1])).href) {
   const outdir = "dist";
   await mkdir(join(outdir, "meta"), { recursive: true });
   await writeFile(join(outdir, "meta", "agent.json"), JSON.stringify(await buildAgent(outdir)));
-  if (!argv.includes("--agent-only")) await writeFile(join(outdir, "meta", "lab.json"), JSON.stringify(await buildLab(outdir)));
+  if (!argv.includes("--agent-only"))
+    await writeFile(join(outdir, "meta", "lab.json"), JSON.stringify(await buildLab(outdir)));
 }

@@ -3,7 +3,16 @@
  * `npx tsx scripts/config-reference.ts > docs/config.md`.
  */
 import { InstanceTag } from "../src/tags.ts";
-import { CONFIG_KEYS, CONFIG_PATH_ENV, CONFIG_SCHEMA, DEFAULT_CONFIG_PATH, SCHEMA_KEY, expectationOf, isGroup, type GroupSchema } from "../src/config/schema.ts";
+import {
+  CONFIG_KEYS,
+  CONFIG_PATH_ENV,
+  CONFIG_SCHEMA,
+  DEFAULT_CONFIG_PATH,
+  SCHEMA_KEY,
+  expectationOf,
+  isGroup,
+  type GroupSchema,
+} from "../src/config/schema.ts";
 
 const cell = (text: string) => text.replace(/\|/g, "\\|").replace(/\n/g, " ");
 const code = (value: unknown) => `\`${JSON.stringify(value)}\``;
@@ -34,7 +43,9 @@ const lines = [
   "",
 ];
 
-const groups = Object.entries<GroupSchema | object>(CONFIG_SCHEMA.properties).filter((entry): entry is [string, GroupSchema] => isGroup(entry[1] as GroupSchema));
+const groups = Object.entries<GroupSchema | object>(CONFIG_SCHEMA.properties).filter(
+  (entry): entry is [string, GroupSchema] => isGroup(entry[1] as GroupSchema),
+);
 const sections = [
   { title: "Top level", description: "", inSection: (segments: readonly string[]) => segments.length === 1 },
   ...groups.map(([name, group]) => ({

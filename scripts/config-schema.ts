@@ -29,7 +29,9 @@ function validationOnly(node: unknown): unknown {
       // The names inside `properties` are config keys, never keywords.
       .map(([keyword, value]) => [
         keyword,
-        keyword === "properties" ? Object.fromEntries(Object.entries(value as object).map(([name, child]) => [name, validationOnly(child)])) : validationOnly(value),
+        keyword === "properties"
+          ? Object.fromEntries(Object.entries(value as object).map(([name, child]) => [name, validationOnly(child)]))
+          : validationOnly(value),
       ]),
   );
 }
@@ -39,7 +41,12 @@ export function generate(): Record<string, string> {
   const schema = shippedSchema();
   // No minLength/maxLength in the schema (patterns bound lengths): their code would import ajv's
   // runtime. `messages: false`: validate.ts words the problems itself.
-  const ajv = new Ajv2020({ allErrors: true, strict: true, messages: false, code: { source: true, esm: true, lines: true } });
+  const ajv = new Ajv2020({
+    allErrors: true,
+    strict: true,
+    messages: false,
+    code: { source: true, esm: true, lines: true },
+  });
   const code = standalone.default(ajv, ajv.compile(validationOnly(schema) as object));
   const validator = [
     "/* eslint-disable */",

@@ -24,7 +24,9 @@ const results = await Promise.allSettled(
   ENGINE_NAMES.map(async (name) => {
     const engine = ENGINES[name];
     const rootfs = await cachedRootfs(engine, (line) => console.log(`rootfs: ${line}`));
-    console.log(`rootfs: ${engine.name}: ${rootfs.dir} ${rootfs.built ? `built in ${(rootfs.ms / 1000).toFixed(1)} s` : "cached"}`);
+    console.log(
+      `rootfs: ${engine.name}: ${rootfs.dir} ${rootfs.built ? `built in ${(rootfs.ms / 1000).toFixed(1)} s` : "cached"}`,
+    );
   }),
 );
 for (const result of results) {

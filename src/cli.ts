@@ -47,7 +47,8 @@ const COMMANDS: CommandEntry[] = [
   },
   {
     name: "status",
-    summary: "the state of this host (boot, volume, fill, data-root, labels, pre-warm, refresh, release); exit code as a health check",
+    summary:
+      "the state of this host (boot, volume, fill, data-root, labels, pre-warm, refresh, release); exit code as a health check",
     load: async () => (await import("./cli/status.ts")).statusCommand(),
   },
   {
@@ -57,7 +58,8 @@ const COMMANDS: CommandEntry[] = [
   },
   {
     name: "prune",
-    summary: "on a pool volume filling up, remove images outside the current generation (never a workspace volume's, never one a container uses)",
+    summary:
+      "on a pool volume filling up, remove images outside the current generation (never a workspace volume's, never one a container uses)",
     load: async () => (await import("./cli/prune.ts")).pruneCommand(),
   },
   {
@@ -83,7 +85,9 @@ function requestedCommand(args: readonly string[]): string | undefined {
  * with addCommand none of its parent's settings, so each needs them.
  */
 function followShellConventions(command: Command, fullName: string): Command {
-  command.exitOverride().showHelpAfterError(`Usage: ${fullName} ${command.usage()}\n(${fullName} --help lists the options)`);
+  command
+    .exitOverride()
+    .showHelpAfterError(`Usage: ${fullName} ${command.usage()}\n(${fullName} --help lists the options)`);
   for (const sub of command.commands) followShellConventions(sub, `${fullName} ${sub.name()}`);
   return command;
 }
@@ -106,5 +110,9 @@ try {
   const program = await buildProgram(process.argv.slice(2));
   await program.parseAsync(process.argv);
 } catch (error) {
-  process.exitCode = reportFatal(error, createLogger(), { failed: "agent.failed", stack: "agent.stack", untypedIsBug: true });
+  process.exitCode = reportFatal(error, createLogger(), {
+    failed: "agent.failed",
+    stack: "agent.stack",
+    untypedIsBug: true,
+  });
 }

@@ -47,7 +47,9 @@ export async function run(file: string, args: readonly string[], options: RunOpt
     if (options.onStdout) {
       const onStdout = options.onStdout;
       const decoder = new StringDecoder("utf8");
-      subprocess.stdout?.on("data", (chunk: Buffer | string) => onStdout(typeof chunk === "string" ? chunk : decoder.write(chunk)));
+      subprocess.stdout?.on("data", (chunk: Buffer | string) =>
+        onStdout(typeof chunk === "string" ? chunk : decoder.write(chunk)),
+      );
     }
     result = await subprocess;
   } catch (cause) {

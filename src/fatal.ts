@@ -37,7 +37,9 @@ export function reportFatal(error: unknown, log: Logger, events: FatalEvents): n
   if (error instanceof AgentError) {
     log.error(events.failed, error.message, { remediation: error.remediation });
   } else if (events.untypedIsBug) {
-    log.error(events.failed, `unexpected failure: ${describeError(error)}`, { remediation: "report this as a bug with the log above" });
+    log.error(events.failed, `unexpected failure: ${describeError(error)}`, {
+      remediation: "report this as a bug with the log above",
+    });
     if (error instanceof Error && error.stack) log.debug(events.stack, error.stack);
   } else {
     log.error(events.failed, describeError(error));

@@ -21,7 +21,11 @@ export interface AtomicWriteOptions {
  * itself survives a crash. The folder must exist. Throws the filesystem's error; the temp file
  * is removed on failure.
  */
-export async function writeFileAtomic(path: string, data: string | Uint8Array, options: AtomicWriteOptions = {}): Promise<void> {
+export async function writeFileAtomic(
+  path: string,
+  data: string | Uint8Array,
+  options: AtomicWriteOptions = {},
+): Promise<void> {
   const mode = options.mode ?? 0o644;
   const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);
   try {

@@ -43,7 +43,11 @@ interface Rules {
 function checkCommon(value: unknown, rules: Rules): InputCheck {
   const { what, max } = rules;
   if (typeof value !== "string") {
-    const got = Array.isArray(value) ? "an array" : typeof value === "object" && value !== null ? "an object" : String(value);
+    const got = Array.isArray(value)
+      ? "an array"
+      : typeof value === "object" && value !== null
+        ? "an object"
+        : String(value);
     return { ok: false, problem: `${what} must be a string, got ${got}` };
   }
   const fail = (reason: string): InputCheck => ({ ok: false, problem: `${what} ${quote(value)} ${reason}` });
@@ -52,7 +56,11 @@ function checkCommon(value: unknown, rules: Rules): InputCheck {
   const unprintable = [...value].find((c) => /[\s\p{Cc}]/u.test(c) || c.codePointAt(0)! > 0x7e);
   if (unprintable !== undefined) {
     const code = `U+${unprintable.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")}`;
-    return fail(/\s/u.test(unprintable) ? `contains whitespace (${code})` : `contains a non-printable or non-ASCII character (${code})`);
+    return fail(
+      /\s/u.test(unprintable)
+        ? `contains whitespace (${code})`
+        : `contains a non-printable or non-ASCII character (${code})`,
+    );
   }
   const meta = [...value].find((c) => SHELL_METACHARACTERS.has(c));
   if (meta !== undefined) return fail(`contains the shell metacharacter ${JSON.stringify(meta)}`);

@@ -13,8 +13,26 @@ export type Level = "error" | "warning" | "notice" | "info" | "debug";
  * test/log.test.ts checks every event in src/ against it.
  */
 export const LOG_AREAS = [
-  "agent", "boot", "release", "gc", "prewarm", "pool", "keeper", "metrics", "status", "refresh", "prune",
-  "ec2", "imds", "credentials", "identify", "labels", "docker", "host", "exec", "lab",
+  "agent",
+  "boot",
+  "release",
+  "gc",
+  "prewarm",
+  "pool",
+  "keeper",
+  "metrics",
+  "status",
+  "refresh",
+  "prune",
+  "ec2",
+  "imds",
+  "credentials",
+  "identify",
+  "labels",
+  "docker",
+  "host",
+  "exec",
+  "lab",
 ] as const;
 
 const WORDS = "[a-z0-9]+(?:-[a-z0-9]+)*";
@@ -69,5 +87,8 @@ export function createLogger(
 /** A logger that keeps lines in memory: for tests and for the lab's printed timeline. */
 export function createMemoryLogger(minLevel: Level = "debug"): Logger & { lines: string[] } {
   const lines: string[] = [];
-  return Object.assign(createLogger((line) => lines.push(line), minLevel), { lines });
+  return Object.assign(
+    createLogger((line) => lines.push(line), minLevel),
+    { lines },
+  );
 }

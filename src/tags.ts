@@ -70,7 +70,13 @@ export const VolumeTag = {
  * The tags that say what a volume's data-root holds: a volume made from a snapshot copies them
  * from it (a workspace volume all but `images`: once in use, what it holds is the user's).
  */
-export const CONTENT_TAGS = [VolumeTag.imageSet, VolumeTag.builtAt, VolumeTag.images, VolumeTag.imageStore, VolumeTag.engineVersion] as const;
+export const CONTENT_TAGS = [
+  VolumeTag.imageSet,
+  VolumeTag.builtAt,
+  VolumeTag.images,
+  VolumeTag.imageStore,
+  VolumeTag.engineVersion,
+] as const;
 
 /** EC2's limit on a tag value, in characters: a value the agent stores as a tag must fit it. */
 export const MAX_TAG_VALUE = 256;

@@ -28,6 +28,10 @@ t.test("only volumes attached to this instance count", async (t) => {
   const mine = attached("vol-pool", VolumeKind.pool, "i-1");
   t.equal(attachedCacheVolume([elsewhere, mine], "i-1")?.volumeId, "vol-pool");
   t.equal(attachedCacheVolume([elsewhere], "i-1"), undefined);
-  t.equal(attachedCacheVolume([{ ...mine, attachment: undefined }] as VolumeInfo[], "i-1"), undefined, "a detached volume is nobody's");
+  t.equal(
+    attachedCacheVolume([{ ...mine, attachment: undefined }] as VolumeInfo[], "i-1"),
+    undefined,
+    "a detached volume is nobody's",
+  );
   t.equal(attachedCacheVolume([], "i-1"), undefined);
 });

@@ -13,13 +13,16 @@ import {
   type EC2Client,
 } from "@aws-sdk/client-ec2";
 import type { CloudVolumes } from "../src/agent/ports.ts";
-import { CREATE_POLL, createCloudVolumes, createEc2Client, createPollPause, DEVICE_NAMES, escapeFilterValue, tagFilters } from "../src/aws/ec2.ts";
 import {
-  AttachmentTimeoutError,
-  classifyEc2Error,
-  Ec2CallError,
-  outcomeUnknown,
-} from "../src/aws/errors.ts";
+  CREATE_POLL,
+  createCloudVolumes,
+  createEc2Client,
+  createPollPause,
+  DEVICE_NAMES,
+  escapeFilterValue,
+  tagFilters,
+} from "../src/aws/ec2.ts";
+import { AttachmentTimeoutError, classifyEc2Error, Ec2CallError, outcomeUnknown } from "../src/aws/errors.ts";
 import { AgentError } from "../src/errors.ts";
 import { run } from "../src/exec.ts";
 import { LAB_CREDENTIALS, startLab, type Lab, type LabHost } from "../src/lab/lab.ts";
@@ -40,7 +43,11 @@ const zoneA = `${lab.region}a`;
 const zoneB = `${lab.region}b`;
 
 /** A client for the code under test that counts sends (per command) and HTTP attempts. */
-function countingClient(maxAttempts?: number): { client: EC2Client; sends: Record<string, number>; attempts: Record<string, number> } {
+function countingClient(maxAttempts?: number): {
+  client: EC2Client;
+  sends: Record<string, number>;
+  attempts: Record<string, number>;
+} {
   const client = createEc2Client({
     region: lab.region,
     endpoint: lab.ec2.endpoint,
@@ -88,7 +95,9 @@ async function makeVolumes(count: number, zone: string, tags: Record<string, str
           AvailabilityZone: zone,
           Size: 1,
           VolumeType: "gp3",
-          TagSpecifications: [{ ResourceType: "volume", Tags: Object.entries(tags).map(([Key, Value]) => ({ Key, Value })) }],
+          TagSpecifications: [
+            { ResourceType: "volume", Tags: Object.entries(tags).map(([Key, Value]) => ({ Key, Value })) },
+          ],
         }),
       );
       return out.VolumeId!;
@@ -126,22 +135,37 @@ t.test("findVolumes: one DescribeVolumes serves 30 matches among 35, filtered by
 
   for (const key of Object.keys(sends)) delete sends[key];
   const found = await volumes.findVolumes({ tags, availabilityZone: zoneA, status: ["available"] });
-  t.same(found.map((v) => v.volumeId).sort(), [...matching].sort(), "exactly the 30 available volumes of the pool in the zone");
+  t.same(
+    found.map((v) => v.volumeId).sort(),
+    [...matching].sort(),
+    "exactly the 30 available volumes of the pool in the zone",
+  );
   t.same(sends, { DescribeVolumesCommand: 1 }, "one EC2 call for 30 volumes");
   const first = found[0]!;
   t.match(first, { availabilityZone: zoneA, state: "available", sizeGiB: 1, tags });
   t.equal(first.attachment, undefined);
   t.ok(first.createTime instanceof Date);
-  t.match(first, { volumeType: "gp3", iops: 3000, throughputMiBps: 125 }, "type, IOPS and throughput as EC2 gives a gp3 created without them");
+  t.match(
+    first,
+    { volumeType: "gp3", iops: 3000, throughputMiBps: 125 },
+    "type, IOPS and throughput as EC2 gives a gp3 created without them",
+  );
 
   const attached = await volumes.findVolumes({ tags, attachedTo: hostB.instance.instanceId });
-  t.same(attached.map((v) => v.volumeId), [inUse]);
+  t.same(
+    attached.map((v) => v.volumeId),
+    [inUse],
+  );
   t.match(attached[0]!.attachment, { instanceId: hostB.instance.instanceId, device: "/dev/sdf" });
 
   const byKey = await volumes.findVolumes({ tags: { "test:other-zone": "*" } });
   t.same(byKey.map((v) => v.volumeId).sort(), [...otherZone].sort(), 'a tag value "*" matches on the key alone');
 
-  t.same(await volumes.findVolumes({ tags: { [VolumeTag.pool]: tags[VolumeTag.pool]!.slice(0, -1) + "?" } }), [], "wildcards in a value are literal");
+  t.same(
+    await volumes.findVolumes({ tags: { [VolumeTag.pool]: tags[VolumeTag.pool]!.slice(0, -1) + "?" } }),
+    [],
+    "wildcards in a value are literal",
+  );
 
   const paged = cloud({ pageSize: 10 });
   const all = await paged.volumes.findVolumes({ tags, availabilityZone: zoneA, status: ["available"] });
@@ -170,7 +194,9 @@ t.test("newestSnapshot picks the newest completed snapshot carrying the tags", a
     const out = await setup.send(
       new CreateSnapshotCommand({
         VolumeId: source,
-        TagSpecifications: [{ ResourceType: "snapshot", Tags: Object.entries(snapTags).map(([Key, Value]) => ({ Key, Value })) }],
+        TagSpecifications: [
+          { ResourceType: "snapshot", Tags: Object.entries(snapTags).map(([Key, Value]) => ({ Key, Value })) },
+        ],
       }),
     );
     snapshotIds.push(out.SnapshotId!);
@@ -198,8 +224,15 @@ t.test("newestSnapshot picks the newest completed snapshot carrying the tags", a
   t.equal((await volumes.newestSnapshot(tags))?.snapshotId, snapshotIds[2], "only completed snapshots count");
   t.equal(await volumes.newestSnapshot({ [VolumeTag.pool]: "no-such-pool" }), undefined);
   const all = await volumes.findSnapshots(tags);
-  t.same(all.map((s) => s.snapshotId).sort(), snapshotIds.slice(0, 3).sort(), "findSnapshots: every snapshot with the tags, in any state");
-  t.ok(all.every((s) => s.startTime instanceof Date), "with their start times");
+  t.same(
+    all.map((s) => s.snapshotId).sort(),
+    snapshotIds.slice(0, 3).sort(),
+    "findSnapshots: every snapshot with the tags, in any state",
+  );
+  t.ok(
+    all.every((s) => s.startTime instanceof Date),
+    "with their start times",
+  );
   t.same(await volumes.findSnapshots({ [VolumeTag.pool]: "no-such-pool" }), []);
 
   t.test("createVolume from it: tags at creation, initialization rate, waits until available", async (t) => {
@@ -211,12 +244,20 @@ t.test("newestSnapshot picks the newest completed snapshot carrying the tags", a
       initializationRateMiBps: 200,
     };
     const created = await volumes.createVolume(spec);
-    t.match(created, { availabilityZone: zoneA, state: "available", snapshotId: snapshotIds[2], sizeGiB: 1, tags: spec.tags });
+    t.match(created, {
+      availabilityZone: zoneA,
+      state: "available",
+      snapshotId: snapshotIds[2],
+      sizeGiB: 1,
+      tags: spec.tags,
+    });
     t.equal(sends.CreateVolumeCommand, 1, "one CreateVolume: tags come with it, not with a CreateTags after");
     t.notOk(sends.CreateTagsCommand);
     t.equal(lab.ec2.snapshotState().volumes[created.volumeId]?.initializationRate, 200);
 
-    const error = await volumes.createVolume({ ...spec, snapshotId: "snap-0000000000000000f" }).catch((e: unknown) => e);
+    const error = await volumes
+      .createVolume({ ...spec, snapshotId: "snap-0000000000000000f" })
+      .catch((e: unknown) => e);
     t.type(error, Ec2CallError);
     t.match(error, { kind: "not-found", code: "InvalidSnapshot.NotFound", action: "CreateVolume" });
     t.match((error as AgentError).remediation, /no longer exists/);
@@ -233,20 +274,37 @@ t.test("claimVolume: AttachVolume is the lock", async (t) => {
 
   t.same(await volumes.claimVolume(free!, a, "/dev/sdf"), { kind: "claimed" });
   await attachedHere(volumes, free!, hostA);
-  t.match(await volumes.describeVolume(free!), { state: "in-use", attachment: { instanceId: a, device: "/dev/sdf", state: "attached" } });
-  t.same(await volumes.claimVolume(free!, a, "/dev/sdf"), { kind: "claimed" }, "claiming again what this instance holds is claimed");
+  t.match(await volumes.describeVolume(free!), {
+    state: "in-use",
+    attachment: { instanceId: a, device: "/dev/sdf", state: "attached" },
+  });
+  t.same(
+    await volumes.claimVolume(free!, a, "/dev/sdf"),
+    { kind: "claimed" },
+    "claiming again what this instance holds is claimed",
+  );
 
   t.same(await volumes.claimVolume(elsewhere!, b, "/dev/sdg"), { kind: "claimed" });
   const taken = await volumes.claimVolume(elsewhere!, a, "/dev/sdg");
   t.equal(taken.kind, "taken", "a volume attached to another instance is taken");
   t.match(taken, { reason: new RegExp(`VolumeInUse: .*${b}`) });
   const quick = cloud();
-  t.match(await quick.volumes.claimVolume(elsewhere!, a, "/dev/sdg", { notHeldHere: true }), { kind: "taken", reason: /VolumeInUse/ });
-  t.same(quick.sends, { AttachVolumeCommand: 1 }, "a candidate refused at the first attempt costs no DescribeVolumes (notHeldHere)");
+  t.match(await quick.volumes.claimVolume(elsewhere!, a, "/dev/sdg", { notHeldHere: true }), {
+    kind: "taken",
+    reason: /VolumeInUse/,
+  });
+  t.same(
+    quick.sends,
+    { AttachVolumeCommand: 1 },
+    "a candidate refused at the first attempt costs no DescribeVolumes (notHeldHere)",
+  );
 
   const mismatch = await volumes.claimVolume(farAway!, a, "/dev/sdh");
   t.match(mismatch, { kind: "taken", reason: /InvalidVolume.ZoneMismatch/ });
-  t.match(await volumes.claimVolume("vol-0123456789abcdef0", a, "/dev/sdh"), { kind: "taken", reason: /InvalidVolume.NotFound/ });
+  t.match(await volumes.claimVolume("vol-0123456789abcdef0", a, "/dev/sdh"), {
+    kind: "taken",
+    reason: /InvalidVolume.NotFound/,
+  });
 
   // /dev/sdf is used on host A by `free`: the next free name is taken instead.
   t.same(await volumes.claimVolume(nextDevice!, a, "/dev/sdf"), { kind: "claimed" });
@@ -300,7 +358,9 @@ t.test("a stuck attachment makes waitForAttachment time out with a typed error",
   t.match(error, { volumeId: volume, instanceId: a, wanted: "attached", lastSeen: `attaching to ${a}` });
   t.match((error as AgentError).remediation, /detach-volume/);
 
-  const other = await volumes.waitForAttachment(volume!, hostB.instance.instanceId, "attached", 5_000).catch((e: unknown) => e);
+  const other = await volumes
+    .waitForAttachment(volume!, hostB.instance.instanceId, "attached", 5_000)
+    .catch((e: unknown) => e);
   t.match(other, { name: "AttachmentLostError" }, "attached to another instance: no point waiting");
 
   lab.ec2.setFaults({});
@@ -349,46 +409,64 @@ t.test("detachVolume is idempotent and never forced", async (t) => {
   t.pass("detaching a volume that does not exist is success (InvalidVolume.NotFound)");
   await volumes.detachVolume(theirs!, a);
   t.pass("detaching from this instance a volume attached elsewhere is success (InvalidAttachment.NotFound)");
-  t.match(await volumes.describeVolume(theirs!), { attachment: { instanceId: b, state: "attached" } }, "and leaves it alone");
+  t.match(
+    await volumes.describeVolume(theirs!),
+    { attachment: { instanceId: b, state: "attached" } },
+    "and leaves it alone",
+  );
 
   await volumes.detachVolume(theirs!, b);
   await volumes.waitForAttachment(theirs!, b, "detached", 30_000);
   const state = lab.ec2.snapshotState();
   t.same(
-    Object.values(state.volumes).filter((v) => v.forceDetachCount > 0).map((v) => v.volumeId),
+    Object.values(state.volumes)
+      .filter((v) => v.forceDetachCount > 0)
+      .map((v) => v.volumeId),
     [],
     "no volume was ever force-detached",
   );
   t.notOk(state.events.some((e) => e.kind === "force-detach"));
 });
 
-t.test("tags: add, remove, an empty removal removes nothing; the instance's tags and volumes in one DescribeInstances", async (t) => {
-  const [volume] = await makeVolumes(1, zoneA, { keep: "me", drop: "me" });
-  const { volumes, sends } = cloud({ pageSize: 5 });
-  await volumes.tagVolume(volume!, { added: "1" });
-  await volumes.untagVolume(volume!, ["drop"]);
-  await volumes.untagVolume(volume!, []);
-  await volumes.tagVolume(volume!, {});
-  t.same((await volumes.describeVolume(volume!))?.tags, { keep: "me", added: "1" });
-  t.equal(sends.DeleteTagsCommand, 1, "nothing is sent for an empty removal (it would delete every tag)");
+t.test(
+  "tags: add, remove, an empty removal removes nothing; the instance's tags and volumes in one DescribeInstances",
+  async (t) => {
+    const [volume] = await makeVolumes(1, zoneA, { keep: "me", drop: "me" });
+    const { volumes, sends } = cloud({ pageSize: 5 });
+    await volumes.tagVolume(volume!, { added: "1" });
+    await volumes.untagVolume(volume!, ["drop"]);
+    await volumes.untagVolume(volume!, []);
+    await volumes.tagVolume(volume!, {});
+    t.same((await volumes.describeVolume(volume!))?.tags, { keep: "me", added: "1" });
+    t.equal(sends.DeleteTagsCommand, 1, "nothing is sent for an empty removal (it would delete every tag)");
 
-  const tags = Object.fromEntries(Array.from({ length: 12 }, (_, i) => [`key-${i}`, `value ${i}`]));
-  const host = await lab.addHost({ tags });
-  const instance = await volumes.describeInstance(host.instance.instanceId);
-  t.same(instance.tags, tags);
-  t.equal(instance.state, "running");
-  t.same(instance.volumes, [], "no volume attached yet");
-  t.same(await volumes.claimVolume(volume!, host.instance.instanceId, "/dev/sdo"), { kind: "claimed" });
-  const later = await volumes.describeInstance(host.instance.instanceId);
-  t.same(later.volumes.map((v) => v.volumeId), [volume], "the attached volume is among its block devices");
-  t.equal(sends.DescribeInstancesCommand, 2, "one call each");
-  await volumes.detachVolume(volume!, host.instance.instanceId);
-  await volumes.waitForAttachment(volume!, host.instance.instanceId, "detached", 30_000);
-});
+    const tags = Object.fromEntries(Array.from({ length: 12 }, (_, i) => [`key-${i}`, `value ${i}`]));
+    const host = await lab.addHost({ tags });
+    const instance = await volumes.describeInstance(host.instance.instanceId);
+    t.same(instance.tags, tags);
+    t.equal(instance.state, "running");
+    t.same(instance.volumes, [], "no volume attached yet");
+    t.same(await volumes.claimVolume(volume!, host.instance.instanceId, "/dev/sdo"), { kind: "claimed" });
+    const later = await volumes.describeInstance(host.instance.instanceId);
+    t.same(
+      later.volumes.map((v) => v.volumeId),
+      [volume],
+      "the attached volume is among its block devices",
+    );
+    t.equal(sends.DescribeInstancesCommand, 2, "one call each");
+    await volumes.detachVolume(volume!, host.instance.instanceId);
+    await volumes.waitForAttachment(volume!, host.instance.instanceId, "detached", 30_000);
+  },
+);
 
 t.test("EC2 errors are classified into the agent's sentinels", async (t) => {
   const sdkError = (name: string, status: number, message = name) =>
-    new EC2ServiceException({ name, $fault: status >= 500 ? "server" : "client", $metadata: { httpStatusCode: status }, message });
+    new EC2ServiceException({
+      name,
+      $fault: status >= 500 ? "server" : "client",
+      $metadata: { httpStatusCode: status },
+      message,
+    });
   const cases: [unknown, string][] = [
     [sdkError("InvalidVolume.NotFound", 400), "not-found"],
     [sdkError("InvalidAttachment.NotFound", 400), "attachment-not-found"],
@@ -396,8 +474,22 @@ t.test("EC2 errors are classified into the agent's sentinels", async (t) => {
     [sdkError("IncorrectState", 400), "incorrect-state"],
     [sdkError("InvalidVolume.ZoneMismatch", 400), "zone-mismatch"],
     [sdkError("AttachmentLimitExceeded", 400), "attachment-limit"],
-    [sdkError("InvalidParameterValue", 400, "Invalid value '/dev/sdf' for unixDevice. Attachment point /dev/sdf is already in use"), "device-in-use"],
-    [sdkError("InvalidParameterValue", 400, "Value (/dev/x) for parameter device is invalid. /dev/x is not a valid EBS device name."), "invalid-device"],
+    [
+      sdkError(
+        "InvalidParameterValue",
+        400,
+        "Invalid value '/dev/sdf' for unixDevice. Attachment point /dev/sdf is already in use",
+      ),
+      "device-in-use",
+    ],
+    [
+      sdkError(
+        "InvalidParameterValue",
+        400,
+        "Value (/dev/x) for parameter device is invalid. /dev/x is not a valid EBS device name.",
+      ),
+      "invalid-device",
+    ],
     [sdkError("InvalidParameterValue", 400, "Value (0) for parameter size is invalid."), "invalid-request"],
     [sdkError("RequestLimitExceeded", 503), "throttled"],
     [sdkError("UnauthorizedOperation", 403), "unauthorized"],

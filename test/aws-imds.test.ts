@@ -52,8 +52,14 @@ t.test("identity and tags from IMDS", async (t) => {
     tags: hostTags,
     tagsSource: "imds",
   });
-  t.ok(host.imds.requests.some((r) => r.method === "PUT" && r.path === "/latest/api/token"), "IMDSv2 token flow");
-  t.ok(host.imds.requests.every((r) => r.status === 200), "no request was refused");
+  t.ok(
+    host.imds.requests.some((r) => r.method === "PUT" && r.path === "/latest/api/token"),
+    "IMDSv2 token flow",
+  );
+  t.ok(
+    host.imds.requests.every((r) => r.status === 200),
+    "no request was refused",
+  );
 });
 
 t.test("InstanceMetadataTags disabled: tags from EC2 DescribeInstances", async (t) => {
@@ -71,15 +77,23 @@ t.test("InstanceMetadataTags disabled: tags from EC2 DescribeInstances", async (
   t.same(asked, [host.instance.instanceId]);
   t.same(identity.tags, describeOnlyTags, "keys with spaces and '/' included");
   t.equal(identity.tagsSource, "ec2");
-  t.ok(host.imds.requests.some((r) => r.path.endsWith("/tags/instance") && r.status === 404), "IMDS said 404 for the tags");
+  t.ok(
+    host.imds.requests.some((r) => r.path.endsWith("/tags/instance") && r.status === 404),
+    "IMDS said 404 for the tags",
+  );
 });
 
 t.test("IMDS tag-key rules: EC2 refuses an instance with metadata tags and a key IMDS cannot serve", async (t) => {
   for (const key of ["cost center", "k8s.io/cluster/lab", ".", "..", "_index", "caf\u00e9"]) {
     t.match(imdsTagKeyProblem(key), /is not a valid tag key\. Tag keys must match pattern/, JSON.stringify(key));
-    await t.rejects(lab.addHost({ tags: { [key]: "x" } }), { message: /is not a valid tag key/ }, `${JSON.stringify(key)}: launch refused`);
+    await t.rejects(
+      lab.addHost({ tags: { [key]: "x" } }),
+      { message: /is not a valid tag key/ },
+      `${JSON.stringify(key)}: launch refused`,
+    );
   }
-  for (const key of ["Name", "ebs-cache:pool", "a.b_c-d+e=f,g@h:i", "_index2", "..."]) t.equal(imdsTagKeyProblem(key), undefined, key);
+  for (const key of ["Name", "ebs-cache:pool", "a.b_c-d+e=f,g@h:i", "_index2", "..."])
+    t.equal(imdsTagKeyProblem(key), undefined, key);
   // With metadata tags off the same keys are fine (EC2 serves them).
   await t.resolves(lab.addHost({ tags: { "cost center": "42" }, metadataTags: false }));
 });
@@ -106,7 +120,10 @@ t.test("a key IMDS cannot serve that shows up anyway: identify falls back to EC2
     log.lines.some((line) => /IMDS lists tag keys it cannot serve/.test(line) && line.includes("k8s.io/cluster/lab")),
     "the fallback is logged with the key",
   );
-  t.notOk(host.imds.requests.some((r) => r.path.includes("k8s.io")), "the key was never requested as a path");
+  t.notOk(
+    host.imds.requests.some((r) => r.path.includes("k8s.io")),
+    "the key was never requested as a path",
+  );
 });
 
 t.test("IMDS unavailable early in boot: identification still succeeds", async (t) => {
@@ -121,7 +138,11 @@ t.test("IMDS unavailable early in boot: identification still succeeds", async (t
     });
     t.equal(identity.instanceId, host.instance.instanceId, how);
     t.same(identity.tags, { Name: `early-${how}` });
-    t.equal(host.imds.requests.filter((r) => r.status === (how === "reset" ? "reset" : 503)).length, 3, `3 requests failed (${how})`);
+    t.equal(
+      host.imds.requests.filter((r) => r.status === (how === "reset" ? "reset" : 503)).length,
+      3,
+      `3 requests failed (${how})`,
+    );
   }
 });
 

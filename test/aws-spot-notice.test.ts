@@ -6,7 +6,14 @@ import { readSpotInstanceAction } from "../src/aws/spot-notice.ts";
 import { startImdsEmulator } from "../src/lab/imds.ts";
 
 const imds = await startImdsEmulator({
-  instance: () => ({ instanceId: "i-0123456789abcdef0", region: "us-east-1", availabilityZone: "us-east-1a", tags: {}, metadataTags: false, hostRoot: "/nonexistent" }),
+  instance: () => ({
+    instanceId: "i-0123456789abcdef0",
+    region: "us-east-1",
+    availabilityZone: "us-east-1a",
+    tags: {},
+    metadataTags: false,
+    hostRoot: "/nonexistent",
+  }),
 });
 t.teardown(() => imds.close());
 const metadata = createMetadataService({ endpoint: imds.endpoint });
@@ -31,5 +38,9 @@ t.test("an unreadable notice, a failing or silent IMDS: ImdsError naming the pat
   t.ok(error instanceof ImdsError, "503: ImdsError");
   t.match((error as Error).message, /spot\/instance-action/);
   const silent: MetadataSource = { endpoint: "fake", request: () => new Promise(() => undefined) };
-  await t.rejects(readSpotInstanceAction(silent, { timeoutMs: 50 }), /no answer within 50 ms/, "bounded by its timeout");
+  await t.rejects(
+    readSpotInstanceAction(silent, { timeoutMs: 50 }),
+    /no answer within 50 ms/,
+    "bounded by its timeout",
+  );
 });

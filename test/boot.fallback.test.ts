@@ -23,7 +23,12 @@ const bl = await startBootLab({ name: "test-boot-fallback", poolSize: 2, poolZon
 t.teardown(() => bl.close());
 
 function assertOutcome(t: Test, booted: InProcessBoot, outcome: string, message: string): void {
-  t.equal(booted.result?.outcome, outcome, message, booted.result?.outcome === outcome ? {} : { result: booted.result, log: booted.log.join("\n") });
+  t.equal(
+    booted.result?.outcome,
+    outcome,
+    message,
+    booted.result?.outcome === outcome ? {} : { result: booted.result, log: booted.log.join("\n") },
+  );
 }
 
 /** The other zone's pool volumes are untouched: available, never attached, never tagged as claimed. */
@@ -41,25 +46,37 @@ async function otherZoneUntouched(t: Test): Promise<void> {
   );
 }
 
-t.test("pool volumes of another zone are never tried: with creating from the snapshot off, the node degrades", async (t) => {
-  const host = await bl.addHost({ availabilityZone: "us-east-1a" });
-  const requests = bl.emulatorAttachRequests();
-  const booted = await bl.boot(host, { overrides: { pool: POOL, createFromSnapshot: false } });
-  assertOutcome(t, booted, "degraded", "outcome degraded");
-  t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
-  t.equal(booted.plan.selection.source, "none", "the plan finds nothing to claim in us-east-1a");
-  t.match(booted.result?.reason, /no available volume in the pool/, "the reason says so");
-  t.equal(bl.emulatorAttachRequests(), requests, "the emulator got no AttachVolume at all");
-  await otherZoneUntouched(t);
-  t.equal((await host.dockerd!.info()).DockerRootDir, host.paths.defaultDataRoot, "docker up on its default data-root");
-});
+t.test(
+  "pool volumes of another zone are never tried: with creating from the snapshot off, the node degrades",
+  async (t) => {
+    const host = await bl.addHost({ availabilityZone: "us-east-1a" });
+    const requests = bl.emulatorAttachRequests();
+    const booted = await bl.boot(host, { overrides: { pool: POOL, createFromSnapshot: false } });
+    assertOutcome(t, booted, "degraded", "outcome degraded");
+    t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
+    t.equal(booted.plan.selection.source, "none", "the plan finds nothing to claim in us-east-1a");
+    t.match(booted.result?.reason, /no available volume in the pool/, "the reason says so");
+    t.equal(bl.emulatorAttachRequests(), requests, "the emulator got no AttachVolume at all");
+    await otherZoneUntouched(t);
+    t.equal(
+      (await host.dockerd!.info()).DockerRootDir,
+      host.paths.defaultDataRoot,
+      "docker up on its default data-root",
+    );
+  },
+);
 
 t.test("no pool volume in this zone: a volume is created from the pool's snapshot, attached and ready", async (t) => {
   const host = await bl.addHost({ availabilityZone: "us-east-1a" });
   const instanceId = host.instance.instanceId;
   // The volume made as an operator configures it (config volumes): encrypted with a KMS key, gp3
   // throughput above the baseline, the operator's tags.
-  const volumes = { encrypted: true, kmsKeyId: "alias/ebs-cache", throughputMiBps: 250, tags: ["CostCenter=42", "Owner=platform"] };
+  const volumes = {
+    encrypted: true,
+    kmsKeyId: "alias/ebs-cache",
+    throughputMiBps: 250,
+    tags: ["CostCenter=42", "Owner=platform"],
+  };
   const booted = await bl.boot(host, { overrides: { pool: POOL, volumes } });
   assertOutcome(t, booted, "ready", "outcome ready");
   t.equal(booted.exitCode, 0);
@@ -91,80 +108,133 @@ t.test("no pool volume in this zone: a volume is created from the pool's snapsho
   t.equal(ran.stdout.trim(), "ok", "the snapshot's images run");
 });
 
-t.test("workspace.requireEncrypted: the user's workspace volume EBS does not encrypt is not attached; the node degrades with the reason", async (t) => {
-  const ids = { "user-id": "u-plain" };
-  const host = await bl.addHost({ availabilityZone: "us-east-1a", tags: workspaceTags({ userId: ids["user-id"] }) });
-  const instanceId = host.instance.instanceId;
-  const created = await bl.ec2.send(
-    new CreateVolumeCommand({
-      AvailabilityZone: "us-east-1a",
-      SnapshotId: bl.golden!.snapshotId,
-      TagSpecifications: [
-        { ResourceType: "volume", Tags: Object.entries({ [VolumeTag.managed]: "true", [VolumeTag.kind]: "workspace", [VolumeTag.pool]: POOL, ...workspaceIdTags(ids) }).map(([Key, Value]) => ({ Key, Value })) },
-      ],
-    }),
-  );
-  const plain = created.VolumeId!;
-  await pollUntil(async () => (await bl.describe(plain)).State === "available");
-  const createsBefore = bl.calls.filter((c) => c.command === "CreateVolumeCommand").length;
+t.test(
+  "workspace.requireEncrypted: the user's workspace volume EBS does not encrypt is not attached; the node degrades with the reason",
+  async (t) => {
+    const ids = { "user-id": "u-plain" };
+    const host = await bl.addHost({ availabilityZone: "us-east-1a", tags: workspaceTags({ userId: ids["user-id"] }) });
+    const instanceId = host.instance.instanceId;
+    const created = await bl.ec2.send(
+      new CreateVolumeCommand({
+        AvailabilityZone: "us-east-1a",
+        SnapshotId: bl.golden!.snapshotId,
+        TagSpecifications: [
+          {
+            ResourceType: "volume",
+            Tags: Object.entries({
+              [VolumeTag.managed]: "true",
+              [VolumeTag.kind]: "workspace",
+              [VolumeTag.pool]: POOL,
+              ...workspaceIdTags(ids),
+            }).map(([Key, Value]) => ({ Key, Value })),
+          },
+        ],
+      }),
+    );
+    const plain = created.VolumeId!;
+    await pollUntil(async () => (await bl.describe(plain)).State === "available");
+    const createsBefore = bl.calls.filter((c) => c.command === "CreateVolumeCommand").length;
 
-  const booted = await bl.boot(host, { overrides: { pool: POOL, workspace: { requireEncrypted: true }, volumes: { encrypted: true } } });
-  assertOutcome(t, booted, "degraded", "outcome degraded");
-  t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
-  t.match(booted.result?.reason, new RegExp(`the workspace volume ${plain} of these ids is not encrypted and workspace\\.requireEncrypted is set: not attached`), "the reason names the volume and the switch");
-  t.same(bl.attachCalls(instanceId), [], "no AttachVolume");
-  t.equal(bl.calls.filter((c) => c.command === "CreateVolumeCommand").length, createsBefore, "no new workspace volume (it would split the user's data)");
-  const after = await bl.describe(plain);
-  t.equal(after.State, "available", "the volume is left as it was");
-  t.same(after.Attachments, []);
-  const labels = labelRecord((await host.dockerd!.info()).Labels);
-  t.equal(labels[`${LABEL_PREFIX}.state`], "degraded", "label state=degraded");
-  t.match(labels[`${LABEL_PREFIX}.reason`], /not encrypted/, "a label gives the reason");
-});
+    const booted = await bl.boot(host, {
+      overrides: { pool: POOL, workspace: { requireEncrypted: true }, volumes: { encrypted: true } },
+    });
+    assertOutcome(t, booted, "degraded", "outcome degraded");
+    t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
+    t.match(
+      booted.result?.reason,
+      new RegExp(
+        `the workspace volume ${plain} of these ids is not encrypted and workspace\\.requireEncrypted is set: not attached`,
+      ),
+      "the reason names the volume and the switch",
+    );
+    t.same(bl.attachCalls(instanceId), [], "no AttachVolume");
+    t.equal(
+      bl.calls.filter((c) => c.command === "CreateVolumeCommand").length,
+      createsBefore,
+      "no new workspace volume (it would split the user's data)",
+    );
+    const after = await bl.describe(plain);
+    t.equal(after.State, "available", "the volume is left as it was");
+    t.same(after.Attachments, []);
+    const labels = labelRecord((await host.dockerd!.info()).Labels);
+    t.equal(labels[`${LABEL_PREFIX}.state`], "degraded", "label state=degraded");
+    t.match(labels[`${LABEL_PREFIX}.reason`], /not encrypted/, "a label gives the reason");
+  },
+);
 
-t.test("no pool volume and no snapshot: degraded, docker up on its default data-root, label state=degraded, exit code 4", async (t) => {
-  const host = await bl.addHost({ availabilityZone: "us-east-1a" });
-  const before = await readFile(host.paths.daemonJson, "utf8");
-  const requests = bl.emulatorAttachRequests();
-  // A pool nobody built: no volume, no snapshot.
-  const booted = await bl.boot(host, { overrides: { pool: "nothing-here" } });
-  assertOutcome(t, booted, "degraded", "outcome degraded");
-  t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
-  t.equal(booted.plan.selection.source, "none");
-  t.match(booted.result?.reason, /no completed snapshot/, "the reason names the missing snapshot");
-  t.equal(bl.emulatorAttachRequests(), requests, "no AttachVolume");
+t.test(
+  "no pool volume and no snapshot: degraded, docker up on its default data-root, label state=degraded, exit code 4",
+  async (t) => {
+    const host = await bl.addHost({ availabilityZone: "us-east-1a" });
+    const before = await readFile(host.paths.daemonJson, "utf8");
+    const requests = bl.emulatorAttachRequests();
+    // A pool nobody built: no volume, no snapshot.
+    const booted = await bl.boot(host, { overrides: { pool: "nothing-here" } });
+    assertOutcome(t, booted, "degraded", "outcome degraded");
+    t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
+    t.equal(booted.plan.selection.source, "none");
+    t.match(booted.result?.reason, /no completed snapshot/, "the reason names the missing snapshot");
+    t.equal(bl.emulatorAttachRequests(), requests, "no AttachVolume");
 
-  const dockerd = host.dockerd;
-  t.ok(dockerd && (await dockerd.isActive()), "docker is up");
-  const info = await dockerd!.info();
-  t.equal(info.DockerRootDir, host.paths.defaultDataRoot, "DockerRootDir is the host's default data-root");
-  const labels = labelRecord(info.Labels);
-  t.equal(labels[`${LABEL_PREFIX}.state`], "degraded", "label state=degraded");
-  t.match(labels[`${LABEL_PREFIX}.reason`], /no completed snapshot/, "a label gives the reason");
-  const after = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as Record<string, unknown>;
-  t.equal(after["data-root"], (JSON.parse(before) as Record<string, unknown>)["data-root"], "daemon.json data-root unchanged");
-  t.equal((await dockerd!.docker(["image", "ls", "-q"])).stdout.trim(), "", "the default root holds no cached image (as without the agent)");
-});
+    const dockerd = host.dockerd;
+    t.ok(dockerd && (await dockerd.isActive()), "docker is up");
+    const info = await dockerd!.info();
+    t.equal(info.DockerRootDir, host.paths.defaultDataRoot, "DockerRootDir is the host's default data-root");
+    const labels = labelRecord(info.Labels);
+    t.equal(labels[`${LABEL_PREFIX}.state`], "degraded", "label state=degraded");
+    t.match(labels[`${LABEL_PREFIX}.reason`], /no completed snapshot/, "a label gives the reason");
+    const after = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as Record<string, unknown>;
+    t.equal(
+      after["data-root"],
+      (JSON.parse(before) as Record<string, unknown>)["data-root"],
+      "daemon.json data-root unchanged",
+    );
+    t.equal(
+      (await dockerd!.docker(["image", "ls", "-q"])).stdout.trim(),
+      "",
+      "the default root holds no cached image (as without the agent)",
+    );
+  },
+);
 
-t.test("IMDS serving no tags: tags come from DescribeInstances, ebs-cache:enabled=false gives disabled, nothing attached, docker untouched", async (t) => {
-  const host = await bl.addHost({ availabilityZone: "us-east-1a", metadataTags: false, tags: { "ebs-cache:enabled": "false" } });
-  const before = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as Record<string, unknown>;
-  const requests = bl.emulatorAttachRequests();
-  const booted = await bl.boot(host, { overrides: { pool: POOL } });
-  assertOutcome(t, booted, "disabled", "outcome disabled");
-  t.equal(booted.exitCode, 0, "exit code 0");
-  t.equal(booted.identity.tagsSource, "ec2", "the tags came from EC2");
-  t.equal(booted.identity.tags["ebs-cache:enabled"], "false");
-  const described = bl.calls.filter((c) => c.command === "DescribeInstancesCommand" && (c.input.InstanceIds as string[] | undefined)?.includes(host.instance.instanceId));
-  t.equal(described.length, 1, "one DescribeInstances (tags and attached volumes)");
-  t.equal(booted.plan.selection.source, "disabled");
-  t.equal(bl.emulatorAttachRequests(), requests, "no AttachVolume");
-  t.same(bl.lab.backend.attachments().filter((a) => a.instanceId === host.instance.instanceId), [], "nothing attached to the instance");
-  t.notOk(host.dockerd, "docker was neither started nor restarted");
-  const after = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as Record<string, unknown>;
-  t.equal(after["data-root"], before["data-root"], "daemon.json data-root unchanged");
-  t.same(after.labels, [`${LABEL_PREFIX}.state=disabled`, `${LABEL_PREFIX}.reason=disabled by configuration or instance tag`], "only the disabled label is published (for docker's next start)");
-});
+t.test(
+  "IMDS serving no tags: tags come from DescribeInstances, ebs-cache:enabled=false gives disabled, nothing attached, docker untouched",
+  async (t) => {
+    const host = await bl.addHost({
+      availabilityZone: "us-east-1a",
+      metadataTags: false,
+      tags: { "ebs-cache:enabled": "false" },
+    });
+    const before = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as Record<string, unknown>;
+    const requests = bl.emulatorAttachRequests();
+    const booted = await bl.boot(host, { overrides: { pool: POOL } });
+    assertOutcome(t, booted, "disabled", "outcome disabled");
+    t.equal(booted.exitCode, 0, "exit code 0");
+    t.equal(booted.identity.tagsSource, "ec2", "the tags came from EC2");
+    t.equal(booted.identity.tags["ebs-cache:enabled"], "false");
+    const described = bl.calls.filter(
+      (c) =>
+        c.command === "DescribeInstancesCommand" &&
+        (c.input.InstanceIds as string[] | undefined)?.includes(host.instance.instanceId),
+    );
+    t.equal(described.length, 1, "one DescribeInstances (tags and attached volumes)");
+    t.equal(booted.plan.selection.source, "disabled");
+    t.equal(bl.emulatorAttachRequests(), requests, "no AttachVolume");
+    t.same(
+      bl.lab.backend.attachments().filter((a) => a.instanceId === host.instance.instanceId),
+      [],
+      "nothing attached to the instance",
+    );
+    t.notOk(host.dockerd, "docker was neither started nor restarted");
+    const after = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as Record<string, unknown>;
+    t.equal(after["data-root"], before["data-root"], "daemon.json data-root unchanged");
+    t.same(
+      after.labels,
+      [`${LABEL_PREFIX}.state=disabled`, `${LABEL_PREFIX}.reason=disabled by configuration or instance tag`],
+      "only the disabled label is published (for docker's next start)",
+    );
+  },
+);
 
 t.test("the lab closes and leaves no loop device, mount or dockerd behind", async (t) => {
   const left = await bl.close();

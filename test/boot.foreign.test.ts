@@ -45,13 +45,21 @@ const TOOLS: Record<string, string> = {
 
 async function onPath(tool: string): Promise<boolean> {
   for (const dir of (process.env.PATH ?? "").split(":").concat(["/usr/sbin", "/sbin"])) {
-    if (await access(join(dir, tool), constants.X_OK).then(() => true, () => false)) return true;
+    if (
+      await access(join(dir, tool), constants.X_OK).then(
+        () => true,
+        () => false,
+      )
+    )
+      return true;
   }
   return false;
 }
 const missing = [];
-for (const [tool, pkg] of Object.entries(TOOLS)) if (!(await onPath(tool))) missing.push(`${tool} (Debian package ${pkg})`);
-if (missing.length > 0) throw new Error(`the foreign-volume corpus cannot be made: missing ${missing.join(", ")}; run scripts/setup.sh`);
+for (const [tool, pkg] of Object.entries(TOOLS))
+  if (!(await onPath(tool))) missing.push(`${tool} (Debian package ${pkg})`);
+if (missing.length > 0)
+  throw new Error(`the foreign-volume corpus cannot be made: missing ${missing.join(", ")}; run scripts/setup.sh`);
 
 const bl = await startBootLab({ name: "test-boot-foreign" });
 t.teardown(() => bl.close());
@@ -73,13 +81,26 @@ interface Kind {
 }
 
 /** An XFS made by mkfs.xfs from a proto file (no mount): root entries given as `name type`. */
-async function xfsWith(bench: Workbench, options: { label?: string; entries: string[]; v4?: boolean; sizeMiB?: number }): Promise<void> {
+async function xfsWith(
+  bench: Workbench,
+  options: { label?: string; entries: string[]; v4?: boolean; sizeMiB?: number },
+): Promise<void> {
   const proto = join(bench.scratch, `proto-${randomBytes(3).toString("hex")}`);
-  const lines = options.entries.map((entry) => (entry.endsWith("/") ? `${entry.slice(0, -1)} d--755 0 0\n$` : `${entry} ---644 0 0 /dev/null`));
+  const lines = options.entries.map((entry) =>
+    entry.endsWith("/") ? `${entry.slice(0, -1)} d--755 0 0\n$` : `${entry} ---644 0 0 /dev/null`,
+  );
   await writeFile(proto, ["ignored", "0 0", "d--755 0 0", ...lines, "$", ""].join("\n"));
   const features = options.v4 ? ["-m", "crc=0", "-n", "ftype=0"] : ["-m", "crc=1", "-n", "ftype=1"];
   const size = options.sizeMiB ? ["-d", `size=${options.sizeMiB}m`] : [];
-  await run("mkfs.xfs", ["-q", ...(options.label ? ["-L", options.label] : []), ...features, ...size, "-p", proto, bench.device]);
+  await run("mkfs.xfs", [
+    "-q",
+    ...(options.label ? ["-L", options.label] : []),
+    ...features,
+    ...size,
+    "-p",
+    proto,
+    bench.device,
+  ]);
 }
 
 /** Leaves the XFS on the device with a dirty log: metadata changed, logged, never written in place. */
@@ -95,7 +116,8 @@ async function dirtyLog(bench: Workbench): Promise<void> {
     await run("umount", [mnt]);
   }
   const check = await run("xfs_repair", ["-n", bench.device], { check: false });
-  if (!/valuable metadata changes in a log/.test(check.stdout + check.stderr)) throw new Error("the corpus volume's log is not dirty");
+  if (!/valuable metadata changes in a log/.test(check.stdout + check.stderr))
+    throw new Error("the corpus volume's log is not dirty");
 }
 
 /** Writes bytes at an offset of the device. */
@@ -145,53 +167,157 @@ async function mdSuperblock(device: string, version: "1.0" | "1.2"): Promise<voi
   sb.writeUInt32LE(Number(((sum & 0xffffffffn) + (sum >> 32n)) & 0xffffffffn), 216); // sb_csum
   await writeAt(device, superOffset * 512, sb);
   const examined = await run("mdadm", ["--examine", device], { check: false });
-  if (!/Version : 1\.[02][\s\S]*Checksum : \S+ - correct/.test(examined.stdout)) throw new Error(`mdadm --examine does not accept the superblock: ${examined.stdout}${examined.stderr}`);
+  if (!/Version : 1\.[02][\s\S]*Checksum : \S+ - correct/.test(examined.stdout))
+    throw new Error(`mdadm --examine does not accept the superblock: ${examined.stdout}${examined.stderr}`);
 }
 
 const CORPUS: Kind[] = [
-  { name: "ext4 holding a file", found: /an ext4 filesystem labelled \\?"precious/, make: async (b) => {
-    await run("mkfs.ext4", ["-q", "-L", "precious", b.device]);
-    await withMounted(b.device, join(b.scratch, "ext4"), (mnt) => writeFile(join(mnt, "precious.txt"), "someone's data\n"), { readOnly: false });
-  } },
-  { name: "btrfs", found: /a btrfs filesystem labelled \\?"data/, make: (b) => run("mkfs.btrfs", ["-q", "-L", "data", b.device]).then(() => undefined) },
-  { name: "vfat", found: /a vfat filesystem labelled \\?"DATA/, make: (b) => run("mkfs.vfat", ["-n", "DATA", b.device]).then(() => undefined) },
-  { name: "swap", found: /swap space \(swap\)/, make: (b) => run("mkswap", ["-L", "swap", b.device]).then(() => undefined) },
-  { name: "XFS with a foreign label holding docker/", found: /an xfs filesystem labelled \\?"data/, make: (b) => xfsWith(b, { label: "data", entries: [`${DATA_ROOT_SUBDIR}/`] }) },
-  { name: "XFS with a foreign label holding docker/, smaller than its volume (grow would apply)", found: /an xfs filesystem labelled \\?"data/, make: (b) => xfsWith(b, { label: "data", entries: [`${DATA_ROOT_SUBDIR}/`], sizeMiB: 512 }) },
-  { name: "XFS without a label holding docker/", found: /an xfs filesystem without a label/, make: (b) => xfsWith(b, { entries: [`${DATA_ROOT_SUBDIR}/`] }) },
-  { name: "XFS with the agent's label but no docker/", found: /without the docker\/ data-root folder \(its root holds home\)/, make: (b) => xfsWith(b, { label: FS_LABEL, entries: ["home/"] }) },
-  { name: "XFS with the agent's label, created by the agent, holding someone's folder", createdByAgent: true, found: /without the docker\/ data-root folder \(its root holds home\)/, make: (b) => xfsWith(b, { label: FS_LABEL, entries: ["home/"] }) },
-  { name: "XFS with the agent's label whose docker is a file", found: /docker is a regular, not a directory/, make: (b) => xfsWith(b, { label: FS_LABEL, entries: [DATA_ROOT_SUBDIR] }) },
-  { name: "XFS V4 with the agent's label and docker/ but no ftype", found: /without ftype=1/, make: (b) => xfsWith(b, { label: FS_LABEL, entries: [`${DATA_ROOT_SUBDIR}/`], v4: true }) },
-  { name: "XFS with a foreign label and a dirty log", found: /an xfs filesystem labelled \\?"data/, make: async (b) => {
-    await xfsWith(b, { label: "data", entries: [`${DATA_ROOT_SUBDIR}/`] });
-    await dirtyLog(b);
-  } },
-  { name: "XFS with the agent's label, no docker/, and a dirty log", found: /without the docker\/ data-root folder/, make: async (b) => {
-    await xfsWith(b, { label: FS_LABEL, entries: ["home/"] });
-    await dirtyLog(b);
-  } },
-  { name: "XFS of the agent's layout with a garbled superblock", found: /unrecognized data/, make: async (b) => {
-    await xfsWith(b, { label: FS_LABEL, entries: [`${DATA_ROOT_SUBDIR}/`] });
-    await writeAt(b.device, 120, Buffer.from("garbage-garbage-garbage"));
-  } },
-  { name: "GPT partition table", found: /a gpt partition table/, make: (b) => run("sfdisk", ["-q", b.device], { input: "label: gpt\nsize=100MiB, type=linux\n" }).then(() => undefined) },
-  { name: "MBR partition table", found: /a dos partition table/, make: (b) => run("sfdisk", ["-q", b.device], { input: "label: dos\nsize=100MiB, type=83\n" }).then(() => undefined) },
+  {
+    name: "ext4 holding a file",
+    found: /an ext4 filesystem labelled \\?"precious/,
+    make: async (b) => {
+      await run("mkfs.ext4", ["-q", "-L", "precious", b.device]);
+      await withMounted(
+        b.device,
+        join(b.scratch, "ext4"),
+        (mnt) => writeFile(join(mnt, "precious.txt"), "someone's data\n"),
+        { readOnly: false },
+      );
+    },
+  },
+  {
+    name: "btrfs",
+    found: /a btrfs filesystem labelled \\?"data/,
+    make: (b) => run("mkfs.btrfs", ["-q", "-L", "data", b.device]).then(() => undefined),
+  },
+  {
+    name: "vfat",
+    found: /a vfat filesystem labelled \\?"DATA/,
+    make: (b) => run("mkfs.vfat", ["-n", "DATA", b.device]).then(() => undefined),
+  },
+  {
+    name: "swap",
+    found: /swap space \(swap\)/,
+    make: (b) => run("mkswap", ["-L", "swap", b.device]).then(() => undefined),
+  },
+  {
+    name: "XFS with a foreign label holding docker/",
+    found: /an xfs filesystem labelled \\?"data/,
+    make: (b) => xfsWith(b, { label: "data", entries: [`${DATA_ROOT_SUBDIR}/`] }),
+  },
+  {
+    name: "XFS with a foreign label holding docker/, smaller than its volume (grow would apply)",
+    found: /an xfs filesystem labelled \\?"data/,
+    make: (b) => xfsWith(b, { label: "data", entries: [`${DATA_ROOT_SUBDIR}/`], sizeMiB: 512 }),
+  },
+  {
+    name: "XFS without a label holding docker/",
+    found: /an xfs filesystem without a label/,
+    make: (b) => xfsWith(b, { entries: [`${DATA_ROOT_SUBDIR}/`] }),
+  },
+  {
+    name: "XFS with the agent's label but no docker/",
+    found: /without the docker\/ data-root folder \(its root holds home\)/,
+    make: (b) => xfsWith(b, { label: FS_LABEL, entries: ["home/"] }),
+  },
+  {
+    name: "XFS with the agent's label, created by the agent, holding someone's folder",
+    createdByAgent: true,
+    found: /without the docker\/ data-root folder \(its root holds home\)/,
+    make: (b) => xfsWith(b, { label: FS_LABEL, entries: ["home/"] }),
+  },
+  {
+    name: "XFS with the agent's label whose docker is a file",
+    found: /docker is a regular, not a directory/,
+    make: (b) => xfsWith(b, { label: FS_LABEL, entries: [DATA_ROOT_SUBDIR] }),
+  },
+  {
+    name: "XFS V4 with the agent's label and docker/ but no ftype",
+    found: /without ftype=1/,
+    make: (b) => xfsWith(b, { label: FS_LABEL, entries: [`${DATA_ROOT_SUBDIR}/`], v4: true }),
+  },
+  {
+    name: "XFS with a foreign label and a dirty log",
+    found: /an xfs filesystem labelled \\?"data/,
+    make: async (b) => {
+      await xfsWith(b, { label: "data", entries: [`${DATA_ROOT_SUBDIR}/`] });
+      await dirtyLog(b);
+    },
+  },
+  {
+    name: "XFS with the agent's label, no docker/, and a dirty log",
+    found: /without the docker\/ data-root folder/,
+    make: async (b) => {
+      await xfsWith(b, { label: FS_LABEL, entries: ["home/"] });
+      await dirtyLog(b);
+    },
+  },
+  {
+    name: "XFS of the agent's layout with a garbled superblock",
+    found: /unrecognized data/,
+    make: async (b) => {
+      await xfsWith(b, { label: FS_LABEL, entries: [`${DATA_ROOT_SUBDIR}/`] });
+      await writeAt(b.device, 120, Buffer.from("garbage-garbage-garbage"));
+    },
+  },
+  {
+    name: "GPT partition table",
+    found: /a gpt partition table/,
+    make: (b) =>
+      run("sfdisk", ["-q", b.device], { input: "label: gpt\nsize=100MiB, type=linux\n" }).then(() => undefined),
+  },
+  {
+    name: "MBR partition table",
+    found: /a dos partition table/,
+    make: (b) => run("sfdisk", ["-q", b.device], { input: "label: dos\nsize=100MiB, type=83\n" }).then(() => undefined),
+  },
   // --devices: lvm sees (and records) this device only; a PV without a volume group activates nothing.
-  { name: "LVM physical volume", found: /an LVM physical volume/, make: (b) => run("pvcreate", ["-q", "--devices", b.device, b.device]).then(() => undefined) },
-  { name: "LUKS container", found: /a LUKS encrypted container/, make: async (b) => {
-    const key = join(b.scratch, "luks.key");
-    await writeFile(key, randomBytes(32));
-    // pbkdf2 with few iterations: the header is what matters here, not the key's strength.
-    await run("cryptsetup", ["luksFormat", "--batch-mode", "--type", "luks2", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--key-file", key, b.device]);
-  } },
+  {
+    name: "LVM physical volume",
+    found: /an LVM physical volume/,
+    make: (b) => run("pvcreate", ["-q", "--devices", b.device, b.device]).then(() => undefined),
+  },
+  {
+    name: "LUKS container",
+    found: /a LUKS encrypted container/,
+    make: async (b) => {
+      const key = join(b.scratch, "luks.key");
+      await writeFile(key, randomBytes(32));
+      // pbkdf2 with few iterations: the header is what matters here, not the key's strength.
+      await run("cryptsetup", [
+        "luksFormat",
+        "--batch-mode",
+        "--type",
+        "luks2",
+        "--pbkdf",
+        "pbkdf2",
+        "--pbkdf-force-iterations",
+        "1000",
+        "--key-file",
+        key,
+        b.device,
+      ]);
+    },
+  },
   { name: "md RAID1 member (metadata 1.2)", found: /an md RAID member/, make: (b) => mdSuperblock(b.device, "1.2") },
-  { name: "md RAID1 member (metadata 1.0) over the agent's own filesystem", found: /an md RAID member/, make: async (b) => {
-    await xfsWith(b, { label: FS_LABEL, entries: [`${DATA_ROOT_SUBDIR}/`] });
-    await mdSuperblock(b.device, "1.0");
-  } },
-  { name: "data without a signature", found: /unrecognized data/, make: (b) => writeAt(b.device, 8192, randomBytes(4096)) },
-  { name: "blank, not created by the agent", found: /no filesystem \(blank\), on a volume the agent did not create/, make: async () => undefined },
+  {
+    name: "md RAID1 member (metadata 1.0) over the agent's own filesystem",
+    found: /an md RAID member/,
+    make: async (b) => {
+      await xfsWith(b, { label: FS_LABEL, entries: [`${DATA_ROOT_SUBDIR}/`] });
+      await mdSuperblock(b.device, "1.0");
+    },
+  },
+  {
+    name: "data without a signature",
+    found: /unrecognized data/,
+    make: (b) => writeAt(b.device, 8192, randomBytes(4096)),
+  },
+  {
+    name: "blank, not created by the agent",
+    found: /no filesystem \(blank\), on a volume the agent did not create/,
+    make: async () => undefined,
+  },
 ];
 
 /**
@@ -249,7 +375,10 @@ let host: LabHost | undefined;
 for (const [index, kind] of CORPUS.entries()) {
   t.test(`foreign: ${kind.name} is refused and left byte-for-byte unchanged`, async (t) => {
     const pool = `corpus-${index}`;
-    const tags = { ...goldenPoolTags(pool, bl.golden), ...(kind.createdByAgent ? { [VolumeTag.createdBy]: "agent" } : {}) };
+    const tags = {
+      ...goldenPoolTags(pool, bl.golden),
+      ...(kind.createdByAgent ? { [VolumeTag.createdBy]: "agent" } : {}),
+    };
     const started = Date.now();
     const volumeId = await bl.createBlankVolume(tags);
     await bl.withVolume(volumeId, async (device, helper) => {
@@ -265,12 +394,21 @@ for (const [index, kind] of CORPUS.entries()) {
     const booted = await bl.boot(host, { overrides: { pool } });
     const bootMs = Date.now() - made;
     const log = booted.log.join("\n");
-    t.equal(booted.result?.outcome, "degraded", "the boot degrades", booted.result?.outcome === "degraded" ? {} : { result: booted.result, log });
+    t.equal(
+      booted.result?.outcome,
+      "degraded",
+      "the boot degrades",
+      booted.result?.outcome === "degraded" ? {} : { result: booted.result, log },
+    );
     t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
     t.match(log, /<4>host\.identify: not the agent's cache filesystem/, "the refusal is logged");
     t.match(log, kind.found, "naming what was found");
     t.match(booted.result?.reason ?? "", /not the agent's cache filesystem|candidate/, "the degraded reason says why");
-    t.same(bl.attachCalls(host.instance.instanceId).filter((id) => id === volumeId), [volumeId], "claimed once");
+    t.same(
+      bl.attachCalls(host.instance.instanceId).filter((id) => id === volumeId),
+      [volumeId],
+      "claimed once",
+    );
     t.notOk(/formatting|mkfs|xfs_growfs|host\.mount: mounted/.test(log), "no format, no mount, no grow");
 
     t.ok(await bl.waitAvailable(volumeId), "detached again (available)");
@@ -284,25 +422,45 @@ for (const [index, kind] of CORPUS.entries()) {
   });
 }
 
-t.test("ours: a pool volume of the agent's layout with a dirty log is mounted, its log replayed, and docker is ready on it", async (t) => {
-  const [volumeId] = await bl.createPool("dirty-ours", 1);
-  await bl.withVolume(volumeId!, async (device, helper) => {
-    const scratch = join(helper.paths.hostRoot, "tmp", "corpus");
-    await mkdir(scratch, { recursive: true });
-    await dirtyLog({ device, scratch });
-  });
-  const ours = await bl.addHost();
-  const booted = await bl.boot(ours, { overrides: { pool: "dirty-ours" } });
-  t.equal(booted.result?.outcome, "ready", "ready on the volume", booted.result?.outcome === "ready" ? {} : { result: booted.result, log: booted.log.join("\n") });
-  t.equal(booted.result?.volumeId, volumeId);
-  const mountPoint = booted.result!.mountPoint!;
-  await t.resolves(access(join(mountPoint, "only-in-the-log")), "the folder that existed only in the log is there: the log was replayed at the mount");
-  t.equal((await ours.dockerd!.info()).DockerRootDir, join(mountPoint, DATA_ROOT_SUBDIR), "docker on the volume");
-});
+t.test(
+  "ours: a pool volume of the agent's layout with a dirty log is mounted, its log replayed, and docker is ready on it",
+  async (t) => {
+    const [volumeId] = await bl.createPool("dirty-ours", 1);
+    await bl.withVolume(volumeId!, async (device, helper) => {
+      const scratch = join(helper.paths.hostRoot, "tmp", "corpus");
+      await mkdir(scratch, { recursive: true });
+      await dirtyLog({ device, scratch });
+    });
+    const ours = await bl.addHost();
+    const booted = await bl.boot(ours, { overrides: { pool: "dirty-ours" } });
+    t.equal(
+      booted.result?.outcome,
+      "ready",
+      "ready on the volume",
+      booted.result?.outcome === "ready" ? {} : { result: booted.result, log: booted.log.join("\n") },
+    );
+    t.equal(booted.result?.volumeId, volumeId);
+    const mountPoint = booted.result!.mountPoint!;
+    await t.resolves(
+      access(join(mountPoint, "only-in-the-log")),
+      "the folder that existed only in the log is there: the log was replayed at the mount",
+    );
+    t.equal((await ours.dockerd!.info()).DockerRootDir, join(mountPoint, DATA_ROOT_SUBDIR), "docker on the volume");
+  },
+);
 
-t.test("the lab closes and leaves no loop device, mount or dockerd behind; no volume was ever force-detached", async (t) => {
-  const state = bl.lab.ec2.snapshotState();
-  t.same(Object.values(state.volumes).filter((v) => v.forceDetachCount > 0).map((v) => v.volumeId), [], "forceDetachCount 0 everywhere");
-  const left = await bl.close();
-  t.same(left, { rootExists: false, loopDevices: [], mounts: [], dockerds: [] });
-});
+t.test(
+  "the lab closes and leaves no loop device, mount or dockerd behind; no volume was ever force-detached",
+  async (t) => {
+    const state = bl.lab.ec2.snapshotState();
+    t.same(
+      Object.values(state.volumes)
+        .filter((v) => v.forceDetachCount > 0)
+        .map((v) => v.volumeId),
+      [],
+      "forceDetachCount 0 everywhere",
+    );
+    const left = await bl.close();
+    t.same(left, { rootExists: false, loopDevices: [], mounts: [], dockerds: [] });
+  },
+);

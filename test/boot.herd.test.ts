@@ -43,14 +43,26 @@ t.test(`${AGENTS} agents boot at once on ${VOLUMES} pool volumes with ${THROTTLE
   t.comment(herdSummary(f));
 
   const odd = f.perAgent.filter((a) => a.exitCode !== 0 && a.exitCode !== ExitCode.degraded);
-  t.same(odd.map((a) => `${a.instanceId} exit ${a.exitCode}: ${a.reason ?? ""}`), [], "every agent exits 0 or 4");
-  t.ok(f.perAgent.every((a) => (a.exitCode === 0) === (a.outcome === "prepared")), "exit 0 exactly for the prepared agents", { perAgent: f.perAgent.map((a) => [a.instanceId, a.exitCode, a.outcome]) });
+  t.same(
+    odd.map((a) => `${a.instanceId} exit ${a.exitCode}: ${a.reason ?? ""}`),
+    [],
+    "every agent exits 0 or 4",
+  );
+  t.ok(
+    f.perAgent.every((a) => (a.exitCode === 0) === (a.outcome === "prepared")),
+    "exit 0 exactly for the prepared agents",
+    { perAgent: f.perAgent.map((a) => [a.instanceId, a.exitCode, a.outcome]) },
+  );
   t.same(f.doubleClaims, [], "no double claim: no volume held twice, no instance holding two");
   t.same(f.misreported, [], "each prepared agent holds the volume it reports");
-  t.equal(f.claims, Math.min(AGENTS, VOLUMES), "the pool is used up: as many claims as volumes (or agents)", { reasons: f.perAgent.filter((a) => a.outcome !== "prepared").map((a) => a.reason) });
+  t.equal(f.claims, Math.min(AGENTS, VOLUMES), "the pool is used up: as many claims as volumes (or agents)", {
+    reasons: f.perAgent.filter((a) => a.outcome !== "prepared").map((a) => a.reason),
+  });
   t.equal(f.attachAccepted, f.claims, "the emulator accepted exactly one AttachVolume per claim");
   const floor = AGENTS / Math.max(1, f.claims);
-  t.comment(`AttachVolume per claim ${f.attachPerClaim.toFixed(2)}; the floor for a herd that lists together is ${floor.toFixed(2)}`);
+  t.comment(
+    `AttachVolume per claim ${f.attachPerClaim.toFixed(2)}; the floor for a herd that lists together is ${floor.toFixed(2)}`,
+  );
   const perAgent = f.attachHandled / AGENTS;
   t.ok(perAgent <= MAX_ATTACH_PER_AGENT, `AttachVolume per agent ${perAgent.toFixed(2)} ≤ ${MAX_ATTACH_PER_AGENT}`, {
     attachHandled: f.attachHandled,

@@ -14,7 +14,15 @@
 import t from "tap";
 import { VolumeTag } from "../src/tags.ts";
 import { callerKey } from "./fixtures/agent-process.ts";
-import { assertBootConverged, describePoint, killThenRerun, referencePoints, rerun, startKillMatrixLab, testLabClosesClean } from "./fixtures/kill-matrix.ts";
+import {
+  assertBootConverged,
+  describePoint,
+  killThenRerun,
+  referencePoints,
+  rerun,
+  startKillMatrixLab,
+  testLabClosesClean,
+} from "./fixtures/kill-matrix.ts";
 
 const km = await startKillMatrixLab(t, "test-boot-kill");
 const { bl } = km;
@@ -29,7 +37,11 @@ const { records: cleanRecords, points } = referencePoints(bl, cleanCaller, clean
 t.test("a clean boot (the reference the points come from) converges too", async (t) => {
   t.equal(clean.run.exitCode, 0, "exit 0", { stderr: clean.run.stderr });
   t.equal(clean.json?.result?.outcome, "prepared", "prepared (docker.control none)");
-  t.ok(cleanRecords.some((r) => r.action === "AttachVolume"), "it claimed with AttachVolume", { calls: cleanRecords.map((r) => r.action) });
+  t.ok(
+    cleanRecords.some((r) => r.action === "AttachVolume"),
+    "it claimed with AttachVolume",
+    { calls: cleanRecords.map((r) => r.action) },
+  );
   t.ok(points.length > 0, "kill points found", { points: points.map(describePoint) });
   await assertBootConverged(t, bl, cleanHost, VolumeTag.pool);
 });
@@ -39,7 +51,9 @@ for (const [i, point] of points.entries()) {
     await km.resetPool();
     const host = await bl.addHost({ tags: { Name: `kill-${i}` } });
     const again = await killThenRerun(t, km, host, "boot", point);
-    t.equal(again.json?.result?.outcome, "prepared", "the rerun prepared the node", { reason: again.json?.result?.reason });
+    t.equal(again.json?.result?.outcome, "prepared", "the rerun prepared the node", {
+      reason: again.json?.result?.reason,
+    });
     await assertBootConverged(t, bl, host, VolumeTag.pool);
   });
 }

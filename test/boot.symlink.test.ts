@@ -29,7 +29,8 @@ import { LINKS, makeLink, makeSpecial, SPECIALS } from "./fixtures/odd-files.ts"
 
 await assertLabPrerequisites();
 assertDockerPrerequisites("boot.symlink");
-for (const tool of ["mkfifo", "mknod", "python3"]) if (!(await onPath(tool))) throw new Error(`${tool} is missing: the corpus cannot be made`);
+for (const tool of ["mkfifo", "mknod", "python3"])
+  if (!(await onPath(tool))) throw new Error(`${tool} is missing: the corpus cannot be made`);
 
 const bl = await startBootLab({ name: "test-boot-symlink" });
 t.teardown(() => bl.close());
@@ -69,7 +70,10 @@ interface Case {
   kind: string;
 }
 /** Every path as every link, and as one of the special files (in turn, so each special meets a third of the paths). */
-const CASES: Case[] = PATHS.flatMap((path, index) => [...Object.keys(LINKS).map((kind) => ({ path, kind })), { path, kind: SPECIALS[index % SPECIALS.length]! }]);
+const CASES: Case[] = PATHS.flatMap((path, index) => [
+  ...Object.keys(LINKS).map((kind) => ({ path, kind })),
+  { path, kind: SPECIALS[index % SPECIALS.length]! },
+]);
 /** Odd volumes per boot: with the good one, claim.maxVolumes' ceiling (10). */
 const PER_BOOT = 9;
 
@@ -88,8 +92,21 @@ async function treeState(dir: string): Promise<Record<string, string>> {
   const visit = async (relative: string): Promise<void> => {
     const path = join(dir, relative);
     const info = await lstat(path, { bigint: true });
-    const content = info.isFile() ? createHash("sha256").update(await readFile(path)).digest("hex") : "";
-    state[relative || "."] = [info.mode.toString(8), info.uid, info.gid, info.size, info.nlink, info.mtimeNs, info.ctimeNs, content].join(" ");
+    const content = info.isFile()
+      ? createHash("sha256")
+          .update(await readFile(path))
+          .digest("hex")
+      : "";
+    state[relative || "."] = [
+      info.mode.toString(8),
+      info.uid,
+      info.gid,
+      info.size,
+      info.nlink,
+      info.mtimeNs,
+      info.ctimeNs,
+      content,
+    ].join(" ");
     if (info.isDirectory()) for (const name of (await readdir(path)).sort()) await visit(join(relative, name));
   };
   await visit("");
@@ -163,50 +180,87 @@ for (let at = 0; at < CASES.length; at += PER_BOOT) groups.push(CASES.slice(at, 
 let refused = 0;
 
 for (const [index, group] of groups.entries()) {
-  t.test(`boot ${index + 1}/${groups.length}: ${group.length} odd volumes quarantined before docker, then the good one`, async (t) => {
-    const pool = `symlink-${index}`;
-    const started = Date.now();
-    const [good, ...odd] = await bl.createPool(pool, group.length + 1);
-    // The good volume is of an older generation: claimed only once every odd one was handed back.
-    await bl.ec2.send(new CreateTagsCommand({ Resources: [good!], Tags: [{ Key: VolumeTag.builtAt, Value: "2000-01-01T00:00:00Z" }] }));
-    const made = new Map<string, { each: Case; relative: string }>();
-    for (const [at, each] of group.entries()) {
-      const volumeId = odd[at]!;
-      made.set(volumeId, { each, relative: await editImage(volumeId, (mountPoint) => makeCase(mountPoint, each)) });
-    }
-    const host = await bl.addHost();
-    const labLines = bl.labLog.length;
-    const booted = await bl.boot(host, { overrides: { pool, claim: { maxVolumes: 10 } } });
-    const log = booted.log.join("\n");
-    const bootMs = Date.now() - started;
-    t.equal(booted.result?.outcome, "ready", "ready on the good volume", booted.result?.outcome === "ready" ? {} : { result: booted.result, log });
-    t.equal(booted.result?.volumeId, good, "the good volume, tried last");
-    const dataRoot = join(host.paths.mountRoot, good!, DATA_ROOT_SUBDIR);
-    t.equal((await host.dockerd!.info()).DockerRootDir, dataRoot, "docker runs on it");
-    t.equal(booted.result?.timeline.filter((step) => step.step === "switch-data-root").length, 1, "switch-data-root ran once");
-    const switches = booted.log.filter((line) => line.includes("daemon.json data-root switched"));
-    t.ok(switches.length === 1 && switches[0]!.includes(good!), "daemon.json switched once: to the good volume", { switches });
-    const dockerdStarts = bl.labLog.slice(labLines).filter((line) => line.includes("lab.dockerd-start"));
-    t.ok(dockerdStarts.some((line) => line.includes(good!)), "dockerd started on the good volume's data-root");
+  t.test(
+    `boot ${index + 1}/${groups.length}: ${group.length} odd volumes quarantined before docker, then the good one`,
+    async (t) => {
+      const pool = `symlink-${index}`;
+      const started = Date.now();
+      const [good, ...odd] = await bl.createPool(pool, group.length + 1);
+      // The good volume is of an older generation: claimed only once every odd one was handed back.
+      await bl.ec2.send(
+        new CreateTagsCommand({
+          Resources: [good!],
+          Tags: [{ Key: VolumeTag.builtAt, Value: "2000-01-01T00:00:00Z" }],
+        }),
+      );
+      const made = new Map<string, { each: Case; relative: string }>();
+      for (const [at, each] of group.entries()) {
+        const volumeId = odd[at]!;
+        made.set(volumeId, { each, relative: await editImage(volumeId, (mountPoint) => makeCase(mountPoint, each)) });
+      }
+      const host = await bl.addHost();
+      const labLines = bl.labLog.length;
+      const booted = await bl.boot(host, { overrides: { pool, claim: { maxVolumes: 10 } } });
+      const log = booted.log.join("\n");
+      const bootMs = Date.now() - started;
+      t.equal(
+        booted.result?.outcome,
+        "ready",
+        "ready on the good volume",
+        booted.result?.outcome === "ready" ? {} : { result: booted.result, log },
+      );
+      t.equal(booted.result?.volumeId, good, "the good volume, tried last");
+      const dataRoot = join(host.paths.mountRoot, good!, DATA_ROOT_SUBDIR);
+      t.equal((await host.dockerd!.info()).DockerRootDir, dataRoot, "docker runs on it");
+      t.equal(
+        booted.result?.timeline.filter((step) => step.step === "switch-data-root").length,
+        1,
+        "switch-data-root ran once",
+      );
+      const switches = booted.log.filter((line) => line.includes("daemon.json data-root switched"));
+      t.ok(switches.length === 1 && switches[0]!.includes(good!), "daemon.json switched once: to the good volume", {
+        switches,
+      });
+      const dockerdStarts = bl.labLog.slice(labLines).filter((line) => line.includes("lab.dockerd-start"));
+      t.ok(
+        dockerdStarts.some((line) => line.includes(good!)),
+        "dockerd started on the good volume's data-root",
+      );
 
-    for (const [volumeId, { each, relative }] of made) {
-      const name = `${relative} as ${each.kind}`;
-      t.notOk(dockerdStarts.some((line) => line.includes(volumeId)), `${name}: dockerd never started on it`);
-      t.notOk(switches.some((line) => line.includes(volumeId)), `${name}: daemon.json's data-root never switched to it`);
-      t.ok(await bl.waitAvailable(volumeId), `${name}: handed back, available`);
-      t.equal(bl.lab.ec2.snapshotState().volumes[volumeId]?.forceDetachCount, 0, `${name}: never force-detached`);
-      const tags = await bl.tags(volumeId);
-      const quarantined = tags[VolumeTag.lastError] ?? "";
-      // The data-root itself is the identification's to refuse (its layout, read without mounting).
-      const named = relative === DATA_ROOT_SUBDIR ? /not the agent's cache filesystem/.test(quarantined) : quarantined.includes(`${relative} on the volume is a `);
-      t.ok(named, `${name}: quarantined, naming it`, named ? {} : { lastError: quarantined });
-      if (named) refused++;
-    }
-    t.same(await treeState(canary), canaryBefore, "the canary is unchanged, byte for byte and mode for mode");
-    t.notOk(await lstat(`${canary}-absent`).then(() => true, () => false), "no dangling link's target was made");
-    await host.dockerd?.stop();
-    t.comment(`made and booted in ${bootMs} ms`);
-  });
+      for (const [volumeId, { each, relative }] of made) {
+        const name = `${relative} as ${each.kind}`;
+        t.notOk(
+          dockerdStarts.some((line) => line.includes(volumeId)),
+          `${name}: dockerd never started on it`,
+        );
+        t.notOk(
+          switches.some((line) => line.includes(volumeId)),
+          `${name}: daemon.json's data-root never switched to it`,
+        );
+        t.ok(await bl.waitAvailable(volumeId), `${name}: handed back, available`);
+        t.equal(bl.lab.ec2.snapshotState().volumes[volumeId]?.forceDetachCount, 0, `${name}: never force-detached`);
+        const tags = await bl.tags(volumeId);
+        const quarantined = tags[VolumeTag.lastError] ?? "";
+        // The data-root itself is the identification's to refuse (its layout, read without mounting).
+        const named =
+          relative === DATA_ROOT_SUBDIR
+            ? /not the agent's cache filesystem/.test(quarantined)
+            : quarantined.includes(`${relative} on the volume is a `);
+        t.ok(named, `${name}: quarantined, naming it`, named ? {} : { lastError: quarantined });
+        if (named) refused++;
+      }
+      t.same(await treeState(canary), canaryBefore, "the canary is unchanged, byte for byte and mode for mode");
+      t.notOk(
+        await lstat(`${canary}-absent`).then(
+          () => true,
+          () => false,
+        ),
+        "no dangling link's target was made",
+      );
+      await host.dockerd?.stop();
+      t.comment(`made and booted in ${bootMs} ms`);
+    },
+  );
 }
 
 /**
@@ -214,36 +268,64 @@ for (const [index, group] of groups.entries()) {
  * leaves it mounted and attached, untagged (src/agent/boot/undo.ts), and the node degrades.
  * docker is kept off it all the same.
  */
-t.test("a reboot checks again: a link that appeared on a volume already prepared for this instance keeps docker off it", async (t) => {
-  const pool = "symlink-reboot";
-  const [volumeId] = await bl.createPool(pool, 1);
-  const host = await bl.addHost();
-  const first = await bl.boot(host, { overrides: { pool } });
-  t.equal(first.result?.outcome, "ready", "ready on the volume", first.result?.outcome === "ready" ? {} : { log: first.log.join("\n") });
-  const mountPoint = first.result!.mountPoint!;
-  await host.dockerd!.stop();
-  await rm(join(mountPoint, "docker", "swarm"), { recursive: true, force: true });
-  await makeLink("a link to a host folder", canary, join(mountPoint, "docker", "swarm"));
+t.test(
+  "a reboot checks again: a link that appeared on a volume already prepared for this instance keeps docker off it",
+  async (t) => {
+    const pool = "symlink-reboot";
+    const [volumeId] = await bl.createPool(pool, 1);
+    const host = await bl.addHost();
+    const first = await bl.boot(host, { overrides: { pool } });
+    t.equal(
+      first.result?.outcome,
+      "ready",
+      "ready on the volume",
+      first.result?.outcome === "ready" ? {} : { log: first.log.join("\n") },
+    );
+    const mountPoint = first.result!.mountPoint!;
+    await host.dockerd!.stop();
+    await rm(join(mountPoint, "docker", "swarm"), { recursive: true, force: true });
+    await makeLink("a link to a host folder", canary, join(mountPoint, "docker", "swarm"));
 
-  const reboot = await bl.boot(host, { overrides: { pool } });
-  const log = reboot.log.join("\n");
-  t.match(log, /already prepared for this instance|boot\.reuse/, "the volume attached to this instance is reused");
-  t.equal(reboot.result?.outcome, "degraded", "the node degrades (no other candidate on a reuse)", { log });
-  t.match(reboot.result?.reason ?? "", /docker\/swarm on the volume is a symlink/, "naming the link");
-  t.notOk(reboot.log.some((line) => line.includes("daemon.json data-root switched") && line.includes(volumeId!)), "daemon.json not switched to it");
-  t.not((await host.dockerd!.info()).DockerRootDir, join(mountPoint, DATA_ROOT_SUBDIR), "docker runs on its default data-root, not on the volume");
-  t.same(await treeState(canary), canaryBefore, "the canary is unchanged");
-  await host.dockerd?.stop();
-});
+    const reboot = await bl.boot(host, { overrides: { pool } });
+    const log = reboot.log.join("\n");
+    t.match(log, /already prepared for this instance|boot\.reuse/, "the volume attached to this instance is reused");
+    t.equal(reboot.result?.outcome, "degraded", "the node degrades (no other candidate on a reuse)", { log });
+    t.match(reboot.result?.reason ?? "", /docker\/swarm on the volume is a symlink/, "naming the link");
+    t.notOk(
+      reboot.log.some((line) => line.includes("daemon.json data-root switched") && line.includes(volumeId!)),
+      "daemon.json not switched to it",
+    );
+    t.not(
+      (await host.dockerd!.info()).DockerRootDir,
+      join(mountPoint, DATA_ROOT_SUBDIR),
+      "docker runs on its default data-root, not on the volume",
+    );
+    t.same(await treeState(canary), canaryBefore, "the canary is unchanged");
+    await host.dockerd?.stop();
+  },
+);
 
 t.test("the corpus", async (t) => {
-  t.equal(refused, CASES.length, `${refused} of ${CASES.length} cases (${PATHS.length} paths × ${Object.keys(LINKS).length} links + one special file each) quarantined before docker`);
+  t.equal(
+    refused,
+    CASES.length,
+    `${refused} of ${CASES.length} cases (${PATHS.length} paths × ${Object.keys(LINKS).length} links + one special file each) quarantined before docker`,
+  );
   t.same(await treeState(canary), canaryBefore, "the canary at the end");
 });
 
-t.test("the lab closes and leaves no loop device, mount or dockerd behind; no volume was ever force-detached", async (t) => {
-  const state = bl.lab.ec2.snapshotState();
-  t.same(Object.values(state.volumes).filter((v) => v.forceDetachCount > 0).map((v) => v.volumeId), [], "forceDetachCount 0 everywhere");
-  const left = await bl.close();
-  t.same(left, { rootExists: false, loopDevices: [], mounts: [], dockerds: [] });
-});
+t.test(
+  "the lab closes and leaves no loop device, mount or dockerd behind; no volume was ever force-detached",
+  async (t) => {
+    const state = bl.lab.ec2.snapshotState();
+    t.same(
+      Object.values(state.volumes)
+        .filter((v) => v.forceDetachCount > 0)
+        .map((v) => v.volumeId),
+      [],
+      "forceDetachCount 0 everywhere",
+    );
+    const left = await bl.close();
+    t.same(left, { rootExists: false, loopDevices: [], mounts: [], dockerds: [] });
+  },
+);

@@ -30,7 +30,10 @@ const LAB_STRINGS = ["janitor-ready", "cold-fuse", "AKIALABLABLABLABLAB0", "star
 t.test("the agent's build carries no lab code", async (t) => {
   const meta = JSON.parse(await readFile("dist/meta/agent.json", "utf8")) as Metafile;
   const modules = Object.values(meta.outputs).flatMap((output) => Object.keys(output.inputs));
-  t.ok(modules.some((path) => path.startsWith("src/agent/")), "the metafile lists the agent's modules");
+  t.ok(
+    modules.some((path) => path.startsWith("src/agent/")),
+    "the metafile lists the agent's modules",
+  );
   t.same(
     modules.filter((path) => path.includes("src/lab/")),
     [],
@@ -46,7 +49,8 @@ t.test("the agent's build carries no lab code", async (t) => {
 
 t.test("the bundle runs on its own", async (t) => {
   const top = await run(process.execPath, [bundle, "--help"], { cwd: dir });
-  for (const command of ["boot", "release", "prewarm", "status", "gc", "prune", "pool"]) t.match(top.stdout, new RegExp(`^  ${command}\\b`, "m"), `--help lists ${command}`);
+  for (const command of ["boot", "release", "prewarm", "status", "gc", "prune", "pool"])
+    t.match(top.stdout, new RegExp(`^  ${command}\\b`, "m"), `--help lists ${command}`);
   t.notMatch(top.stdout, /\blab\b/, "and no lab command");
 
   const help = await run(process.execPath, [bundle, "boot", "--help"], { cwd: dir });
@@ -68,14 +72,20 @@ t.test("the bundle runs on its own", async (t) => {
 
 t.test("Node's compile cache: filled where it can be written, harmless where it cannot", async (t) => {
   const cache = join(dir, "compile-cache");
-  const warm = await run(process.execPath, [bundle, "boot", "--help"], { cwd: dir, env: { NODE_COMPILE_CACHE: cache } });
+  const warm = await run(process.execPath, [bundle, "boot", "--help"], {
+    cwd: dir,
+    env: { NODE_COMPILE_CACHE: cache },
+  });
   t.match(warm.stdout, /--dry-run/);
   const entries = await readdir(cache, { recursive: true });
   t.ok(entries.length > 1, `the cache holds the compiled chunks (${entries.length} entries)`);
 
   // A cache folder that cannot be created (its parent is a file): as a read-only /var/cache.
   const blocked = join(dir, "config.json", "compile-cache");
-  const ro = await run(process.execPath, [bundle, "boot", "--help"], { cwd: dir, env: { NODE_COMPILE_CACHE: blocked } });
+  const ro = await run(process.execPath, [bundle, "boot", "--help"], {
+    cwd: dir,
+    env: { NODE_COMPILE_CACHE: blocked },
+  });
   t.match(ro.stdout, /--dry-run/, "the command still answers");
   t.equal(ro.stderr, "", "and says nothing about the cache");
 });

@@ -25,7 +25,10 @@ async function which(command: string): Promise<string | undefined> {
 }
 
 /** Runs the script with bash found on this PATH (the script's own PATH may lack it); its exit code, stdout and stderr. */
-async function script(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number; stdout: string; stderr: string }> {
+async function script(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number; stdout: string; stderr: string }> {
   const bash = (await which("bash")) ?? "bash";
   try {
     const { stdout, stderr } = await run(bash, [SCRIPT, ...args], { env, timeout: 120_000 });
@@ -42,7 +45,9 @@ t.test("parses and is shellcheck-clean", async (t) => {
   const shellcheck = await which("shellcheck");
   t.ok(shellcheck, "shellcheck is installed (Debian package shellcheck: apt-get install -y shellcheck)");
   if (!shellcheck) return;
-  const { stdout } = await run(shellcheck, ["--format=gcc", SCRIPT]).catch((error: { stdout?: string }) => ({ stdout: error.stdout ?? "failed" }));
+  const { stdout } = await run(shellcheck, ["--format=gcc", SCRIPT]).catch((error: { stdout?: string }) => ({
+    stdout: error.stdout ?? "failed",
+  }));
   t.equal(stdout, "", "shellcheck reports nothing");
 });
 
@@ -60,9 +65,20 @@ t.test("a clear refusal without the aws CLI, without credentials, or with a bad 
   t.ok(aws, "the aws CLI is installed (pip install awscli), for the no-credentials case");
   if (aws) {
     // No credentials anywhere the CLI looks, and no instance metadata: it answers without a network call.
-    const env: NodeJS.ProcessEnv = { ...process.env, HOME: bin, AWS_CONFIG_FILE: "/dev/null", AWS_SHARED_CREDENTIALS_FILE: "/dev/null", AWS_EC2_METADATA_DISABLED: "true" };
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      HOME: bin,
+      AWS_CONFIG_FILE: "/dev/null",
+      AWS_SHARED_CREDENTIALS_FILE: "/dev/null",
+      AWS_EC2_METADATA_DISABLED: "true",
+    };
     for (const key of Object.keys(env)) {
-      if (/^AWS_(ACCESS_KEY_ID|SECRET_ACCESS_KEY|SESSION_TOKEN|PROFILE|DEFAULT_PROFILE|WEB_IDENTITY_TOKEN_FILE|ROLE_ARN|CONTAINER_)/.test(key)) delete env[key];
+      if (
+        /^AWS_(ACCESS_KEY_ID|SECRET_ACCESS_KEY|SESSION_TOKEN|PROFILE|DEFAULT_PROFILE|WEB_IDENTITY_TOKEN_FILE|ROLE_ARN|CONTAINER_)/.test(
+          key,
+        )
+      )
+        delete env[key];
     }
     const noCredentials = await script([], env);
     t.equal(noCredentials.code, 2, "exit 2 without credentials");
@@ -104,7 +120,10 @@ t.test("the cases the script asks AWS about are decided as it expects by an inde
   const policy = JSON.parse(await readFile(POLICY, "utf8")) as unknown;
   const cases = await scriptCases();
   t.ok(cases.length >= 15, `${cases.length} cases`);
-  t.ok(cases.some((c) => c.expected === "allowed") && cases.some((c) => c.expected === "denied"), "both decisions are asked for");
+  t.ok(
+    cases.some((c) => c.expected === "allowed") && cases.some((c) => c.expected === "denied"),
+    "both decisions are asked for",
+  );
   const arn = (resource: string): string => {
     const region = "eu-west-1";
     const arns: Record<string, string> = {
@@ -126,14 +145,32 @@ t.test("the cases the script asks AWS about are decided as it expects by an inde
     if (c.resource === "instance:own") context["ec2:InstanceID"] = OWN;
     if (c.resource === "instance:other") context["ec2:InstanceID"] = OTHER;
     for (const item of c.context) {
-      const entry = (await contextEntry(item)) as { ContextKeyName: string; ContextKeyValues: string[]; ContextKeyType: string };
-      context[entry.ContextKeyName] = entry.ContextKeyType === "stringList" ? entry.ContextKeyValues : entry.ContextKeyValues[0]!;
+      const entry = (await contextEntry(item)) as {
+        ContextKeyName: string;
+        ContextKeyValues: string[];
+        ContextKeyType: string;
+      };
+      context[entry.ContextKeyName] =
+        entry.ContextKeyType === "stringList" ? entry.ContextKeyValues : entry.ContextKeyValues[0]!;
     }
     const check: Check = { resource: arn(c.resource), context };
     const result = await evaluate(policy, c.action, check);
-    const decision = result === "Allowed" ? "allowed" : typeof result === "string" ? "denied" : `error ${result.errors}`;
-    t.equal(decision, c.expected, `${c.action} ${c.resource} ${c.context.join(" ")}: ${c.expected} (${typeof result === "string" ? result : "error"})`);
+    const decision =
+      result === "Allowed" ? "allowed" : typeof result === "string" ? "denied" : `error ${result.errors}`;
+    t.equal(
+      decision,
+      c.expected,
+      `${c.action} ${c.resource} ${c.context.join(" ")}: ${c.expected} (${typeof result === "string" ? result : "error"})`,
+    );
   }
-  t.same(await contextEntry("kms:GrantIsForAWSResource=true"), { ContextKeyName: "kms:GrantIsForAWSResource", ContextKeyValues: ["true"], ContextKeyType: "boolean" }, "a boolean");
-  t.same(await contextEntry("aws:TagKeys=ebs-cache:a,ebs-cache:b"), { ContextKeyName: "aws:TagKeys", ContextKeyValues: ["ebs-cache:a", "ebs-cache:b"], ContextKeyType: "stringList" }, "a list");
+  t.same(
+    await contextEntry("kms:GrantIsForAWSResource=true"),
+    { ContextKeyName: "kms:GrantIsForAWSResource", ContextKeyValues: ["true"], ContextKeyType: "boolean" },
+    "a boolean",
+  );
+  t.same(
+    await contextEntry("aws:TagKeys=ebs-cache:a,ebs-cache:b"),
+    { ContextKeyName: "aws:TagKeys", ContextKeyValues: ["ebs-cache:a", "ebs-cache:b"], ContextKeyType: "stringList" },
+    "a list",
+  );
 });

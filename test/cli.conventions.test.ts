@@ -16,7 +16,17 @@ import { childEnv } from "./fixtures/lab-prereq.ts";
 
 const CLI = "src/cli.ts";
 /** Every command of the agent, as typed after `ebs-cache-agent`. */
-const COMMANDS = [["boot"], ["release"], ["prewarm"], ["refresh"], ["status"], ["gc"], ["prune"], ["pool"], ["pool", "fill"]];
+const COMMANDS = [
+  ["boot"],
+  ["release"],
+  ["prewarm"],
+  ["refresh"],
+  ["status"],
+  ["gc"],
+  ["prune"],
+  ["pool"],
+  ["pool", "fill"],
+];
 /** Usage errors every command has, whatever its options. */
 const EVERY_COMMAND_ERRORS = [
   { kind: "unknown option", args: ["--no-such-option"], says: /unknown option '--no-such-option'/ },
@@ -25,11 +35,26 @@ const EVERY_COMMAND_ERRORS = [
 ];
 /** Usage errors of one command's own options. */
 const OWN_ERRORS = [
-  { command: ["gc"], kind: "negative number", args: ["--max-deletes", "-1"], says: /argument '-1' is invalid\. expected a whole number, got "-1"/ },
+  {
+    command: ["gc"],
+    kind: "negative number",
+    args: ["--max-deletes", "-1"],
+    says: /argument '-1' is invalid\. expected a whole number, got "-1"/,
+  },
   { command: ["gc"], kind: "not a number", args: ["--max-deletes", "ten"], says: /argument 'ten' is invalid/ },
   { command: ["gc"], kind: "missing number", args: ["--max-deletes"], says: /argument missing/ },
-  { command: ["prewarm"], kind: "bad choice", args: ["--strategy", "fast"], says: /Allowed choices are off, check, files, device/ },
-  { command: ["pool"], kind: "bad pool name", args: ["--pool", "a;b"], says: /pool name "a;b" contains the shell metacharacter ";"/ },
+  {
+    command: ["prewarm"],
+    kind: "bad choice",
+    args: ["--strategy", "fast"],
+    says: /Allowed choices are off, check, files, device/,
+  },
+  {
+    command: ["pool"],
+    kind: "bad pool name",
+    args: ["--pool", "a;b"],
+    says: /pool name "a;b" contains the shell metacharacter ";"/,
+  },
   { command: [], kind: "unknown command", args: ["lab"], says: /unknown command 'lab'/ },
   { command: [], kind: "unknown top-level option", args: ["--dryrun"], says: /unknown option '--dryrun'/ },
 ];
@@ -54,11 +79,13 @@ async function agent(args: readonly string[], env: Record<string, string> = {}) 
 /** Runs `jobs` a few at a time: the processes are independent, and the machine may be small. */
 async function inBatches<T>(jobs: Array<() => Promise<T>>, size = 3): Promise<T[]> {
   const out: T[] = [];
-  for (let i = 0; i < jobs.length; i += size) out.push(...(await Promise.all(jobs.slice(i, i + size).map((job) => job()))));
+  for (let i = 0; i < jobs.length; i += size)
+    out.push(...(await Promise.all(jobs.slice(i, i + size).map((job) => job()))));
   return out;
 }
 
-const usageLine = (command: readonly string[]) => new RegExp(`^Usage: ${["ebs-cache-agent", ...command].join(" ")} \\[options\\]`, "m");
+const usageLine = (command: readonly string[]) =>
+  new RegExp(`^Usage: ${["ebs-cache-agent", ...command].join(" ")} \\[options\\]`, "m");
 
 t.test("a usage error exits 2 with the command's usage line, in every command", async (t) => {
   const cases = [
@@ -95,31 +122,59 @@ t.test("--help exits 0 in every command and lists exit code 2; --version prints 
   }
 });
 
-t.test("a --config file that does not exist is a configuration error (exit 3) in every command, never the defaults", async (t) => {
-  const dir = await mkdtemp(join(tmpdir(), "cli-conventions-"));
-  t.teardown(() => rm(dir, { recursive: true, force: true }));
-  const missing = join(dir, "confg.json");
-  const runs = await inBatches(COMMANDS.map((command) => () => agent([...command, "--config", missing])));
-  for (const [i, command] of COMMANDS.entries()) {
-    const run = runs[i]!;
-    t.equal(run.exitCode, ExitCode.config, `${command.join(" ")}: exit 3`, { stderr: run.stderr });
-    t.match(run.stderr, `<3>agent.failed: invalid configuration: ${missing}: no such file (named by --config)`, `${command.join(" ")}: names the file`);
-    t.match(run.stderr, /only the default \/etc\/ebs-cache-agent\/config\.json may be absent/, `${command.join(" ")}: and says what may be absent`);
-  }
-  const viaEnv = await agent(["status"], { EBS_CACHE_AGENT_CONFIG: missing });
-  t.equal(viaEnv.exitCode, ExitCode.config, "a file EBS_CACHE_AGENT_CONFIG names must exist too");
-  t.match(viaEnv.stderr, `${missing}: no such file (named by EBS_CACHE_AGENT_CONFIG)`);
-});
+t.test(
+  "a --config file that does not exist is a configuration error (exit 3) in every command, never the defaults",
+  async (t) => {
+    const dir = await mkdtemp(join(tmpdir(), "cli-conventions-"));
+    t.teardown(() => rm(dir, { recursive: true, force: true }));
+    const missing = join(dir, "confg.json");
+    const runs = await inBatches(COMMANDS.map((command) => () => agent([...command, "--config", missing])));
+    for (const [i, command] of COMMANDS.entries()) {
+      const run = runs[i]!;
+      t.equal(run.exitCode, ExitCode.config, `${command.join(" ")}: exit 3`, { stderr: run.stderr });
+      t.match(
+        run.stderr,
+        `<3>agent.failed: invalid configuration: ${missing}: no such file (named by --config)`,
+        `${command.join(" ")}: names the file`,
+      );
+      t.match(
+        run.stderr,
+        /only the default \/etc\/ebs-cache-agent\/config\.json may be absent/,
+        `${command.join(" ")}: and says what may be absent`,
+      );
+    }
+    const viaEnv = await agent(["status"], { EBS_CACHE_AGENT_CONFIG: missing });
+    t.equal(viaEnv.exitCode, ExitCode.config, "a file EBS_CACHE_AGENT_CONFIG names must exist too");
+    t.match(viaEnv.stderr, `${missing}: no such file (named by EBS_CACHE_AGENT_CONFIG)`);
+  },
+);
 
 t.test("configuration warnings are logged, never dropped", async (t) => {
   const dir = await mkdtemp(join(tmpdir(), "cli-conventions-"));
   t.teardown(() => rm(dir, { recursive: true, force: true }));
   // `status` reads only: a state folder of its own, no daemon.json, a docker that is not there.
-  const paths = { stateDir: join(dir, "state"), daemonJson: join(dir, "daemon.json"), dockerHost: `unix://${join(dir, "docker.sock")}`, mountRoot: join(dir, "mnt") };
+  const paths = {
+    stateDir: join(dir, "state"),
+    daemonJson: join(dir, "daemon.json"),
+    dockerHost: `unix://${join(dir, "docker.sock")}`,
+    mountRoot: join(dir, "mnt"),
+  };
   const config = join(dir, "config.json");
-  await writeFile(config, JSON.stringify({ paths, labels: { mode: "off" }, initializationRateMiBps: 200, createFromSnapshot: false, workspace: { create: "blank" } }));
+  await writeFile(
+    config,
+    JSON.stringify({
+      paths,
+      labels: { mode: "off" },
+      initializationRateMiBps: 200,
+      createFromSnapshot: false,
+      workspace: { create: "blank" },
+    }),
+  );
 
-  const run = await agent(["status", "--json", "--config", config], { EBS_CACHE_AGENT_POOOL: "gpu", EBS_CACHE_AGENT_LOG_LEVEL: "info" });
+  const run = await agent(["status", "--json", "--config", config], {
+    EBS_CACHE_AGENT_POOOL: "gpu",
+    EBS_CACHE_AGENT_LOG_LEVEL: "info",
+  });
   t.equal(run.exitCode, ExitCode.failure, "status still runs: no boot recorded here (exit 1)", { stderr: run.stderr });
   t.ok(JSON.parse(run.stdout), "and prints its document");
   t.match(
@@ -127,9 +182,20 @@ t.test("configuration warnings are logged, never dropped", async (t) => {
     /^<4>agent\.config-warning: environment variable EBS_CACHE_AGENT_POOOL matches no setting and is ignored \(did you mean EBS_CACHE_AGENT_POOL\?\)$/m,
     "a typo'd variable is a warning naming the one meant",
   );
-  t.match(run.stderr, /^<4>agent\.config-warning: initializationRateMiBps is set but no volume is ever created from a snapshot/m, "a setting without effect is a warning");
+  t.match(
+    run.stderr,
+    /^<4>agent\.config-warning: initializationRateMiBps is set but no volume is ever created from a snapshot/m,
+    "a setting without effect is a warning",
+  );
 
-  const quiet = await agent(["status", "--config", config], { EBS_CACHE_AGENT_POOOL: "gpu", EBS_CACHE_AGENT_LOG_LEVEL: "error" });
+  const quiet = await agent(["status", "--config", config], {
+    EBS_CACHE_AGENT_POOOL: "gpu",
+    EBS_CACHE_AGENT_LOG_LEVEL: "error",
+  });
   t.equal(quiet.exitCode, ExitCode.failure);
-  t.notMatch(quiet.stderr, /config-warning/, "logLevel error silences the warnings, as it does every other line below it");
+  t.notMatch(
+    quiet.stderr,
+    /config-warning/,
+    "logLevel error silences the warnings, as it does every other line below it",
+  );
 });

@@ -32,7 +32,15 @@ const DEFAULTS = {
   initializationRateMiBps: null,
   volumes: { encrypted: false, kmsKeyId: null, iops: null, throughputMiBps: null, tags: [] },
   claim: { candidatesPerListing: 50, maxVolumes: 3, maxLosses: 5, quarantineHours: 6 },
-  timeouts: { imdsSeconds: 60, imdsRequestSeconds: 5, attachSeconds: 120, deviceSeconds: 60, dockerSeconds: 120, bootSeconds: 40, createSeconds: 20 },
+  timeouts: {
+    imdsSeconds: 60,
+    imdsRequestSeconds: 5,
+    attachSeconds: 120,
+    deviceSeconds: 60,
+    dockerSeconds: 120,
+    bootSeconds: 40,
+    createSeconds: 20,
+  },
   paths: {
     byIdDir: "/dev/disk/by-id",
     sysfsRoot: "/sys",
@@ -65,7 +73,12 @@ const DEFAULTS = {
   },
   keeper: { zones: [], minAvailable: 2, maxAvailable: 4, maxVolumes: 20, maxGiB: 2000, initializationRateMiBps: 100 },
   cost: { gibMonthUsd: 0.08, iopsMonthUsd: 0.005, throughputMonthUsd: 0.04, snapshotGibMonthUsd: 0.05 },
-  refresh: { enabled: false, concurrency: 1, pullSeconds: 1800, prePulledImagesTag: "io.simcore.autoscaling.ec2_instance.pre_pulled_images" },
+  refresh: {
+    enabled: false,
+    concurrency: 1,
+    pullSeconds: 1800,
+    prePulledImagesTag: "io.simcore.autoscaling.ec2_instance.pre_pulled_images",
+  },
   gc: { supersededGraceHours: 24 },
   prune: { afterBoot: true, thresholdPercent: 85, targetPercent: 75 },
   metrics: { textfileDir: "/var/lib/prometheus/node-exporter" },
@@ -85,7 +98,11 @@ t.test("a full valid file is taken as written", async (t) => {
   const result = validateConfig(FULL);
   t.same(result.problems, []);
   t.same(result.config, FULL);
-  t.same(validateConfig({ timeouts: { deviceSeconds: 5 } }).config.timeouts, { ...DEFAULTS.timeouts, deviceSeconds: 5 }, "a partial group keeps the other defaults");
+  t.same(
+    validateConfig({ timeouts: { deviceSeconds: 5 } }).config.timeouts,
+    { ...DEFAULTS.timeouts, deviceSeconds: 5 },
+    "a partial group keeps the other defaults",
+  );
 });
 
 t.test("every problem of a file is reported at once, each naming its JSON path", async (t) => {
@@ -104,7 +121,7 @@ t.test("every problem of a file is reported at once, each naming its JSON path",
     'logLevel: must be one of "error", "warning", "notice", "info", "debug", got "verbose"',
     'paths.daemonJson: "/etc/../etc/docker/daemon.json" has a ".." segment; write the path without it',
     'paths.dockerHost: must be unix:// followed by an absolute socket path, got "tcp://1.2.3.4:2375"',
-    'paths.mountRoot: must be an absolute path without \'..\' segments, got "relative/dir"',
+    "paths.mountRoot: must be an absolute path without '..' segments, got \"relative/dir\"",
     'pool: pool name "a;b" contains the shell metacharacter ";"',
     'region: must be an AWS region name such as us-east-1, got "moon"',
     "timeouts.attachSeconds: must be a number between 1 and 3600, got 0",
@@ -120,30 +137,50 @@ t.test("wrong shapes", async (t) => {
   t.same(validateConfig([]).problems, ["the configuration: must be a JSON object, got an array"]);
   t.same(validateConfig("x").problems, ['the configuration: must be a JSON object, got "x"']);
   t.same(validateConfig({ timeouts: null }).problems, ["timeouts: must be a JSON object, got null"]);
-  t.same(validateConfig({ pool: null }).problems, ["pool: must be a pool name (letters, digits, '.', '_', '-', starting with a letter or digit, at most 63 characters), got null"]);
+  t.same(validateConfig({ pool: null }).problems, [
+    "pool: must be a pool name (letters, digits, '.', '_', '-', starting with a letter or digit, at most 63 characters), got null",
+  ]);
   t.same(validateConfig({ region: null, imageSet: null }).problems, [], "null is allowed where the key is nullable");
-  t.same(validateConfig({ metrics: { textfileDir: null } }).config.metrics, { textfileDir: null }, "null writes no metrics");
+  t.same(
+    validateConfig({ metrics: { textfileDir: null } }).config.metrics,
+    { textfileDir: null },
+    "null writes no metrics",
+  );
   t.same(validateConfig({ metrics: { textfileDir: "node-exporter" } }).problems, [
     "metrics.textfileDir: must be an absolute path without '..' segments, got \"node-exporter\"",
   ]);
   t.same(validateConfig({ docker: { expectedImages: "nginx" } }).problems, [
-    "docker.expectedImages: must be a list of strings, each a Docker image reference (registry[:port]/path:tag or @sha256:…), got \"nginx\"",
+    'docker.expectedImages: must be a list of strings, each a Docker image reference (registry[:port]/path:tag or @sha256:…), got "nginx"',
   ]);
-  t.same(validateConfig({ workspace: { sizeGiB: 1.5 } }).problems, ["workspace.sizeGiB: must be an integer between 1 and 16384, got 1.5"]);
+  t.same(validateConfig({ workspace: { sizeGiB: 1.5 } }).problems, [
+    "workspace.sizeGiB: must be an integer between 1 and 16384, got 1.5",
+  ]);
 });
 
 t.test("unknown keys are errors, with a suggestion when one is close", async (t) => {
   t.same(validateConfig({ pools: "x" }).problems, ['pools: unknown key (did you mean "pool"?)']);
-  t.same(validateConfig({ timeouts: { deviceSecond: 5 } }).problems, ['timeouts.deviceSecond: unknown key (did you mean "timeouts.deviceSeconds"?)']);
+  t.same(validateConfig({ timeouts: { deviceSecond: 5 } }).problems, [
+    'timeouts.deviceSecond: unknown key (did you mean "timeouts.deviceSeconds"?)',
+  ]);
   t.same(validateConfig({ ttl_hours: 5 }).problems, ['ttl_hours: unknown key (did you mean "ttlHours"?)']);
   t.same(validateConfig({ LOGLEVEL: "info" }).problems, ['LOGLEVEL: unknown key (did you mean "logLevel"?)']);
-  t.same(validateConfig({ deviceSeconds: 5 }).problems, ['deviceSeconds: unknown key (did you mean "timeouts.deviceSeconds"?)'], "a key at the wrong level");
-  t.same(validateConfig({ docker: { expected_images: [] } }).problems, ['docker.expected_images: unknown key (did you mean "docker.expectedImages"?)']);
+  t.same(
+    validateConfig({ deviceSeconds: 5 }).problems,
+    ['deviceSeconds: unknown key (did you mean "timeouts.deviceSeconds"?)'],
+    "a key at the wrong level",
+  );
+  t.same(validateConfig({ docker: { expected_images: [] } }).problems, [
+    'docker.expected_images: unknown key (did you mean "docker.expectedImages"?)',
+  ]);
   t.same(validateConfig({ timeouts: { zzz: 1 } }).problems, [
     "timeouts.zzz: unknown key (keys of timeouts: imdsSeconds, imdsRequestSeconds, attachSeconds, deviceSeconds, dockerSeconds, bootSeconds, createSeconds)",
   ]);
   t.match(validateConfig({ __proto__x: 1 }).problems[0], /^__proto__x: unknown key \(top-level keys: enabled, pool, /);
-  t.same(validateConfig(JSON.parse('{"__proto__": {"enabled": false}}')).problems.length, 1, "__proto__ is just an unknown key");
+  t.same(
+    validateConfig(JSON.parse('{"__proto__": {"enabled": false}}')).problems.length,
+    1,
+    "__proto__ is just an unknown key",
+  );
   const both = validateConfig({ pools: 1, pool: "a b" }).problems;
   t.equal(both.length, 2, "unknown keys and bad values together");
 });
@@ -153,15 +190,38 @@ t.test("workspace keys: osparc's placement label keys only, the minimum among th
     'workspace.idKeys[1]: must be one of osparc\'s placement label keys: product-name, wallet-id, user-id, project-id, node-id, got "userid"',
     'workspace.idKeys[2]: must be one of osparc\'s placement label keys: product-name, wallet-id, user-id, project-id, node-id, got "io.simcore.user-id"',
   ]);
-  t.same(validateConfig({ workspace: { idKeys: ["project-id", "node-id"] } }).problems, [
-    'workspace.minimumKeys: "user-id" not in workspace.idKeys, so no workspace could ever be used; add it to idKeys or remove it',
-  ], "the default minimum must stay among the keys");
-  t.same(validateConfig({ workspace: { idKeys: ["project-id", "node-id"], minimumKeys: ["project-id"] } }).problems, []);
+  t.same(
+    validateConfig({ workspace: { idKeys: ["project-id", "node-id"] } }).problems,
+    [
+      'workspace.minimumKeys: "user-id" not in workspace.idKeys, so no workspace could ever be used; add it to idKeys or remove it',
+    ],
+    "the default minimum must stay among the keys",
+  );
+  t.same(
+    validateConfig({ workspace: { idKeys: ["project-id", "node-id"], minimumKeys: ["project-id"] } }).problems,
+    [],
+  );
   t.same(validateConfig({ workspace: { idKeys: [], minimumKeys: [] } }).problems, [], "no keys: workspaces off");
   const dir = t.testdir({ "c.json": "{}" });
-  const fromEnv = await loadConfig({ path: join(dir, "c.json"), env: { EBS_CACHE_AGENT_WORKSPACE__ID_KEYS: "user-id, wallet-id", EBS_CACHE_AGENT_WORKSPACE__MINIMUM_KEYS: "wallet-id,user-id" } });
-  t.same([fromEnv.config.workspace.idKeys, fromEnv.config.workspace.minimumKeys], [["user-id", "wallet-id"], ["wallet-id", "user-id"]], "comma lists from the environment");
-  const envBad = await loadConfig({ path: join(dir, "c.json"), env: { EBS_CACHE_AGENT_WORKSPACE__ID_KEYS: "project-id" } }).catch((e: unknown) => e);
+  const fromEnv = await loadConfig({
+    path: join(dir, "c.json"),
+    env: {
+      EBS_CACHE_AGENT_WORKSPACE__ID_KEYS: "user-id, wallet-id",
+      EBS_CACHE_AGENT_WORKSPACE__MINIMUM_KEYS: "wallet-id,user-id",
+    },
+  });
+  t.same(
+    [fromEnv.config.workspace.idKeys, fromEnv.config.workspace.minimumKeys],
+    [
+      ["user-id", "wallet-id"],
+      ["wallet-id", "user-id"],
+    ],
+    "comma lists from the environment",
+  );
+  const envBad = await loadConfig({
+    path: join(dir, "c.json"),
+    env: { EBS_CACHE_AGENT_WORKSPACE__ID_KEYS: "project-id" },
+  }).catch((e: unknown) => e);
   t.ok(envBad instanceof ConfigError, "the environment's keys are cross-checked too");
   t.match((envBad as ConfigError).problems, [/workspace\.minimumKeys: "user-id" not in workspace\.idKeys/]);
 });
@@ -174,24 +234,46 @@ t.test("keeper: zone names are checked, the lower bound may not exceed the upper
   t.same(validateConfig({ keeper: { minAvailable: 5, maxAvailable: 3 } }).problems, [
     "keeper.maxAvailable: 3 is below keeper.minAvailable (5), so the keeper would create volumes and delete them again; raise it or lower minAvailable",
   ]);
-  t.same(validateConfig({ keeper: { minAvailable: 3, maxAvailable: 3 } }).problems, [], "equal bounds are a fixed target");
-  t.same(validateConfig({ keeper: { initializationRateMiBps: 301 } }).problems, ["keeper.initializationRateMiBps: must be an integer between 100 and 300, or null, got 301"]);
+  t.same(
+    validateConfig({ keeper: { minAvailable: 3, maxAvailable: 3 } }).problems,
+    [],
+    "equal bounds are a fixed target",
+  );
+  t.same(validateConfig({ keeper: { initializationRateMiBps: 301 } }).problems, [
+    "keeper.initializationRateMiBps: must be an integer between 100 and 300, or null, got 301",
+  ]);
 });
 
 t.test("volumes: encryption, gp3 performance and operator tags within EC2's rules, reported at once", async (t) => {
   const good = validateConfig({
-    volumes: { encrypted: true, kmsKeyId: "alias/ebs-cache", iops: 6000, throughputMiBps: 500, tags: ["CostCenter=1234", "Owner=team a", "Empty="] },
+    volumes: {
+      encrypted: true,
+      kmsKeyId: "alias/ebs-cache",
+      iops: 6000,
+      throughputMiBps: 500,
+      tags: ["CostCenter=1234", "Owner=team a", "Empty="],
+    },
     workspace: { requireEncrypted: true },
   });
   t.same(good.problems, [], "a valid volumes group");
   t.same(good.config.volumes.tags, ["CostCenter=1234", "Owner=team a", "Empty="]);
-  for (const key of ["1234abcd-12ab-34cd-56ef-1234567890ab", "arn:aws:kms:eu-west-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab", "arn:aws:kms:eu-west-1:111122223333:alias/ebs", "mrk-1234abcd12ab34cd56ef1234567890ab"]) {
+  for (const key of [
+    "1234abcd-12ab-34cd-56ef-1234567890ab",
+    "arn:aws:kms:eu-west-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+    "arn:aws:kms:eu-west-1:111122223333:alias/ebs",
+    "mrk-1234abcd12ab34cd56ef1234567890ab",
+  ]) {
     t.same(validateConfig({ volumes: { encrypted: true, kmsKeyId: key } }).problems, [], `KMS key ${key}`);
   }
   t.match(
     validateConfig({
       volumeType: "gp2",
-      volumes: { kmsKeyId: "1234", iops: 2000, throughputMiBps: 3000, tags: ["aws:owner=x", "ebs-cache:pool=y", "noequals", `${"k".repeat(129)}=v`, `Long=${"v".repeat(257)}`] },
+      volumes: {
+        kmsKeyId: "1234",
+        iops: 2000,
+        throughputMiBps: 3000,
+        tags: ["aws:owner=x", "ebs-cache:pool=y", "noequals", `${"k".repeat(129)}=v`, `Long=${"v".repeat(257)}`],
+      },
     }).problems,
     [
       'volumes.kmsKeyId: must be a KMS key: a key id (1234abcd-12ab-34cd-56ef-1234567890ab), alias/NAME, a key ARN or an alias ARN, got "1234"',
@@ -206,7 +288,11 @@ t.test("volumes: encryption, gp3 performance and operator tags within EC2's rule
     "every bad value at once, each naming its key",
   );
   t.same(
-    validateConfig({ volumeType: "gp2", volumes: { kmsKeyId: "alias/x", iops: 4000, throughputMiBps: 1001, tags: ["A=1", "A=2"] }, workspace: { requireEncrypted: true, create: "blank", sizeGiB: 5 } }).problems,
+    validateConfig({
+      volumeType: "gp2",
+      volumes: { kmsKeyId: "alias/x", iops: 4000, throughputMiBps: 1001, tags: ["A=1", "A=2"] },
+      workspace: { requireEncrypted: true, create: "blank", sizeGiB: 5 },
+    }).problems,
     [
       "volumes.kmsKeyId: set, but volumes.encrypted is false, and EC2 takes a KmsKeyId only with Encrypted=true; set volumes.encrypted to true or remove the key",
       "workspace.requireEncrypted: true, but volumes.encrypted is false, so a workspace volume the agent creates could be refused at the next boot; set volumes.encrypted to true",
@@ -218,12 +304,30 @@ t.test("volumes: encryption, gp3 performance and operator tags within EC2's rule
     ],
     "the checks across keys",
   );
-  t.same(validateConfig({ volumes: { throughputMiBps: 750 } }).problems, [], "750 MiB/s on the 3000 IOPS baseline is the most");
-  t.match(validateConfig({ volumes: { throughputMiBps: 751 } }).problems, [/of 3000 IOPS \(750\)/], "751 is one too many");
+  t.same(
+    validateConfig({ volumes: { throughputMiBps: 750 } }).problems,
+    [],
+    "750 MiB/s on the 3000 IOPS baseline is the most",
+  );
+  t.match(
+    validateConfig({ volumes: { throughputMiBps: 751 } }).problems,
+    [/of 3000 IOPS \(750\)/],
+    "751 is one too many",
+  );
   const many = Array.from({ length: MAX_OPERATOR_TAGS + 1 }, (_, i) => `k${i}=v`);
-  t.same(validateConfig({ volumes: { tags: many.slice(0, MAX_OPERATOR_TAGS) } }).problems, [], `${MAX_OPERATOR_TAGS} operator tags fit`);
-  t.same(validateConfig({ volumes: { tags: many } }).problems, [`volumes.tags: ${MAX_OPERATOR_TAGS + 1} tags, more than the ${MAX_OPERATOR_TAGS} a volume can take beside the agent's own (EC2 allows 50 tags on a resource)`]);
-  t.equal(MAX_OPERATOR_TAGS + Object.keys(VolumeTag).length, 50, "operator tags and every agent tag together are EC2's 50");
+  t.same(
+    validateConfig({ volumes: { tags: many.slice(0, MAX_OPERATOR_TAGS) } }).problems,
+    [],
+    `${MAX_OPERATOR_TAGS} operator tags fit`,
+  );
+  t.same(validateConfig({ volumes: { tags: many } }).problems, [
+    `volumes.tags: ${MAX_OPERATOR_TAGS + 1} tags, more than the ${MAX_OPERATOR_TAGS} a volume can take beside the agent's own (EC2 allows 50 tags on a resource)`,
+  ]);
+  t.equal(
+    MAX_OPERATOR_TAGS + Object.keys(VolumeTag).length,
+    50,
+    "operator tags and every agent tag together are EC2's 50",
+  );
 });
 
 t.test("prune: the target must be below the threshold", async (t) => {
@@ -235,16 +339,23 @@ t.test("prune: the target must be below the threshold", async (t) => {
 });
 
 t.test("values must also make sense together (warnings)", async (t) => {
-  const { problems, warnings } = validateConfig({ initializationRateMiBps: 200, createFromSnapshot: false, workspace: { create: "blank" } });
+  const { problems, warnings } = validateConfig({
+    initializationRateMiBps: 200,
+    createFromSnapshot: false,
+    workspace: { create: "blank" },
+  });
   t.same(problems, []);
   t.match(warnings, [/initializationRateMiBps is set but no volume is ever created from a snapshot/]);
 });
 
 t.test("parseConfigText: not JSON is one problem with its position", async (t) => {
   const cases: [string, string][] = [
-    ['{\n  "pool": "a",\n  x: 1\n}', "line 3, column 3: expected a double-quoted property name, found \"x\""],
+    ['{\n  "pool": "a",\n  x: 1\n}', 'line 3, column 3: expected a double-quoted property name, found "x"'],
     ['{"pool": "a"', 'line 1, column 13: expected "," or "}", found the end of the file'],
-    ['{"enabled": yes}', 'line 1, column 13: unexpected word "yes" (strings need double quotes; the literals are true, false and null)'],
+    [
+      '{"enabled": yes}',
+      'line 1, column 13: unexpected word "yes" (strings need double quotes; the literals are true, false and null)',
+    ],
     ['{"a": [1, 2,]}', 'line 1, column 13: trailing comma before "]"'],
     ['{"a": 1,}', 'line 1, column 9: trailing comma before "}"'],
     ['{"a": "x\ny"}', "line 1, column 9: control character (such as a newline) inside a string"],
@@ -253,11 +364,18 @@ t.test("parseConfigText: not JSON is one problem with its position", async (t) =
     ["// comment\n{}", 'line 1, column 1: expected a value, found "/"'],
   ];
   for (const [text, where] of cases) {
-    t.same(parseConfigText(text, "/etc/c.json"), { ok: false, problem: `/etc/c.json is not valid JSON: ${where}` }, JSON.stringify(text));
+    t.same(
+      parseConfigText(text, "/etc/c.json"),
+      { ok: false, problem: `/etc/c.json is not valid JSON: ${where}` },
+      JSON.stringify(text),
+    );
   }
   t.same(parseConfigText('\uFEFF{"pool": "x"}', "/c"), { ok: true, raw: { pool: "x" }, warnings: [] }, "a BOM is fine");
   const empty = parseConfigText(" \n", "/c");
-  t.ok(empty.ok && empty.raw === undefined && empty.warnings.length === 1, "an empty file means defaults, with a warning");
+  t.ok(
+    empty.ok && empty.raw === undefined && empty.warnings.length === 1,
+    "an empty file means defaults, with a warning",
+  );
 });
 
 t.test("loadConfig and readConfigFile", async (t) => {
@@ -279,7 +397,11 @@ t.test("loadConfig and readConfigFile", async (t) => {
   t.same((named as ConfigError).problems, [`${at("missing.json")}: no such file (named by --config)`]);
   t.match((named as ConfigError).remediation, /only the default \/etc\/ebs-cache-agent\/config\.json may be absent/);
   const namedByEnv = await loadConfig({ env: { EBS_CACHE_AGENT_CONFIG: at("missing.json") } }).catch((e: unknown) => e);
-  t.same((namedByEnv as ConfigError).problems, [`${at("missing.json")}: no such file (named by EBS_CACHE_AGENT_CONFIG)`], "so is one the variable names");
+  t.same(
+    (namedByEnv as ConfigError).problems,
+    [`${at("missing.json")}: no such file (named by EBS_CACHE_AGENT_CONFIG)`],
+    "so is one the variable names",
+  );
 
   const good = await loadConfig({ path: at("good.json"), env: {} });
   t.equal(good.config.pool, "gpu");
@@ -294,20 +416,28 @@ t.test("loadConfig and readConfigFile", async (t) => {
   t.same(empty.config, DEFAULTS);
   t.match(empty.warnings, [/is empty; using the defaults/]);
 
-  const bad = await loadConfig({ path: at("bad.json"), env: { EBS_CACHE_AGENT_TTL_HOURS: "forever" } }).catch((e: unknown) => e);
+  const bad = await loadConfig({ path: at("bad.json"), env: { EBS_CACHE_AGENT_TTL_HOURS: "forever" } }).catch(
+    (e: unknown) => e,
+  );
   t.type(bad, ConfigError);
   const problems = (bad as ConfigError).problems;
-  t.same(problems, [
-    'poool: unknown key (did you mean "pool"?)',
-    'pool: pool name "a;b" contains the shell metacharacter ";"',
-    'timeouts.deviceSeconds: must be a number between 1 and 3600, got "x"',
-    'EBS_CACHE_AGENT_TTL_HOURS (ttlHours): must be a number between 1 and 8760, got "forever"',
-  ], "file and environment problems come together");
+  t.same(
+    problems,
+    [
+      'poool: unknown key (did you mean "pool"?)',
+      'pool: pool name "a;b" contains the shell metacharacter ";"',
+      'timeouts.deviceSeconds: must be a number between 1 and 3600, got "x"',
+      'EBS_CACHE_AGENT_TTL_HOURS (ttlHours): must be a number between 1 and 8760, got "forever"',
+    ],
+    "file and environment problems come together",
+  );
   t.match((bad as ConfigError).remediation, at("bad.json"), "the remediation names the file");
   t.equal((bad as ConfigError).exitCode, 3);
 
   const broken = await loadConfig({ path: at("broken.json"), env: {} }).catch((e: unknown) => e);
-  t.same((broken as ConfigError).problems, [`${at("broken.json")} is not valid JSON: line 3, column 1: trailing comma before "}"`]);
+  t.same((broken as ConfigError).problems, [
+    `${at("broken.json")} is not valid JSON: line 3, column 1: trailing comma before "}"`,
+  ]);
 });
 
 t.test("environment overrides", async (t) => {
@@ -344,7 +474,10 @@ t.test("environment overrides", async (t) => {
   });
   t.same(base, DEFAULTS, "the input config is not changed");
 
-  const nulls = applyEnvOverrides({ ...base, region: "eu-west-1", imageSet: "x" }, { EBS_CACHE_AGENT_REGION: "", EBS_CACHE_AGENT_IMAGE_SET: "null" });
+  const nulls = applyEnvOverrides(
+    { ...base, region: "eu-west-1", imageSet: "x" },
+    { EBS_CACHE_AGENT_REGION: "", EBS_CACHE_AGENT_IMAGE_SET: "null" },
+  );
   t.same([nulls.config.region, nulls.config.imageSet], [null, null], "empty or null clears a nullable key");
   t.same(applyEnvOverrides(base, { EBS_CACHE_AGENT_DOCKER__EXPECTED_IMAGES: "" }).config.docker.expectedImages, []);
   t.equal(applyEnvOverrides(base, { EBS_CACHE_AGENT_ENABLED: "0" }).config.enabled, false);
@@ -374,7 +507,10 @@ t.test("environment overrides", async (t) => {
 
 t.test("precedence: defaults < file < environment < instance tags", async (t) => {
   const dir = t.testdir({ "c.json": JSON.stringify({ pool: "file", ttlHours: 2, logLevel: "debug" }) });
-  const { config } = await loadConfig({ path: join(dir, "c.json"), env: { EBS_CACHE_AGENT_POOL: "env", EBS_CACHE_AGENT_TTL_HOURS: "3" } });
+  const { config } = await loadConfig({
+    path: join(dir, "c.json"),
+    env: { EBS_CACHE_AGENT_POOL: "env", EBS_CACHE_AGENT_TTL_HOURS: "3" },
+  });
   t.same([config.pool, config.ttlHours, config.logLevel, config.device], ["env", 3, "debug", "/dev/sdf"]);
   const tagged = applyInstanceTags(config, { "ebs-cache:pool": "tag" });
   t.same([tagged.config.pool, tagged.config.ttlHours], ["tag", 3]);
@@ -383,7 +519,11 @@ t.test("precedence: defaults < file < environment < instance tags", async (t) =>
 t.test("instance-tag overrides", async (t) => {
   const base: AgentConfig = defaultConfig();
   const none = applyInstanceTags(base, { Name: "worker-1", "aws:autoscaling:groupName": "g" });
-  t.same(none, { config: { ...DEFAULTS, keep: false }, problems: [], warnings: [], applied: [] }, "no tags: config unchanged, keep false");
+  t.same(
+    none,
+    { config: { ...DEFAULTS, keep: false }, problems: [], warnings: [], applied: [] },
+    "no tags: config unchanged, keep false",
+  );
 
   const all = applyInstanceTags(base, {
     "ebs-cache:enabled": "false",
@@ -521,11 +661,18 @@ t.test("schema: every key has a unique env var, a description, and valid default
   ]);
 });
 
-t.test("the generated files (shipped schema, standalone validator) are what scripts/config-schema.ts writes", async (t) => {
-  for (const [path, text] of Object.entries(generate())) {
-    t.equal(await readFile(path, "utf8"), text, `${path} is current (regenerate with: npx tsx scripts/config-schema.ts)`);
-  }
-});
+t.test(
+  "the generated files (shipped schema, standalone validator) are what scripts/config-schema.ts writes",
+  async (t) => {
+    for (const [path, text] of Object.entries(generate())) {
+      t.equal(
+        await readFile(path, "utf8"),
+        text,
+        `${path} is current (regenerate with: npx tsx scripts/config-schema.ts)`,
+      );
+    }
+  },
+);
 
 t.test("the shipped schema accepts the example configs and flags what an editor should", async (t) => {
   const validate = await shippedConfigValidator();
@@ -535,19 +682,36 @@ t.test("the shipped schema accepts the example configs and flags what an editor 
   t.ok(validate(FULL), `every key set: ${JSON.stringify(validate.errors)}`);
   t.ok(validate(DEFAULTS), `the defaults: ${JSON.stringify(validate.errors)}`);
 
-  const flagged = (config: unknown) => (validate(config) ? [] : (validate.errors ?? []).map((e) => `${e.instancePath} ${e.keyword}`));
+  const flagged = (config: unknown) =>
+    validate(config) ? [] : (validate.errors ?? []).map((e) => `${e.instancePath} ${e.keyword}`);
   t.same(flagged({ pools: "x" }), [" additionalProperties"], "a misspelt key");
   t.same(flagged({ timeouts: { deviceSecond: 5 } }), ["/timeouts additionalProperties"], "a misspelt nested key");
   t.same(flagged({ volumeType: "gp4" }), ["/volumeType enum"]);
   t.same(flagged({ ttlHours: 0 }), ["/ttlHours minimum"]);
-  t.same(flagged({ device: "/dev/sda", labels: { prefix: "Bad_Prefix" } }), ["/device pattern", "/labels/prefix pattern"], "formats have patterns");
+  t.same(
+    flagged({ device: "/dev/sda", labels: { prefix: "Bad_Prefix" } }),
+    ["/device pattern", "/labels/prefix pattern"],
+    "formats have patterns",
+  );
   t.same(flagged({ workspace: { idKeys: ["userid"] } }), ["/workspace/idKeys/0 enum"]);
 });
 
 t.test("a top-level $schema key is accepted and ignored", async (t) => {
-  t.same(validateConfig({ $schema: "./config.schema.json", pool: "gpu" }), { config: { ...DEFAULTS, pool: "gpu" }, problems: [], warnings: [] });
-  t.same(validateConfig({ $schema: 5 }).problems, ["$schema: must be a string (the path or URL of the config's JSON Schema, for editors), got 5"]);
-  t.same(validateConfig({ timeouts: { $schema: "x" } }).problems, ["timeouts.$schema: unknown key (keys of timeouts: imdsSeconds, imdsRequestSeconds, attachSeconds, deviceSeconds, dockerSeconds, bootSeconds, createSeconds)"], "only at the top");
+  t.same(validateConfig({ $schema: "./config.schema.json", pool: "gpu" }), {
+    config: { ...DEFAULTS, pool: "gpu" },
+    problems: [],
+    warnings: [],
+  });
+  t.same(validateConfig({ $schema: 5 }).problems, [
+    "$schema: must be a string (the path or URL of the config's JSON Schema, for editors), got 5",
+  ]);
+  t.same(
+    validateConfig({ timeouts: { $schema: "x" } }).problems,
+    [
+      "timeouts.$schema: unknown key (keys of timeouts: imdsSeconds, imdsRequestSeconds, attachSeconds, deviceSeconds, dockerSeconds, bootSeconds, createSeconds)",
+    ],
+    "only at the top",
+  );
 });
 
 t.test("lists the schema holds agree with the code that uses them", async (t) => {

@@ -43,7 +43,11 @@ t.test("containerdRootOf: the top-level root, or the default; a root inside a ta
 
 t.test("withContainerdRoot: sets, replaces and removes only the top-level root line", async (t) => {
   const set = withContainerdRoot(DEBIAN, "/var/lib/ebs-cache/vol-1/containerd", P);
-  t.equal(set, DEBIAN.replace("version = 2\n", 'version = 2\nroot = "/var/lib/ebs-cache/vol-1/containerd"\n'), "inserted after version, the rest byte for byte");
+  t.equal(
+    set,
+    DEBIAN.replace("version = 2\n", 'version = 2\nroot = "/var/lib/ebs-cache/vol-1/containerd"\n'),
+    "inserted after version, the rest byte for byte",
+  );
   t.equal(containerdRootOf(set, P), "/var/lib/ebs-cache/vol-1/containerd");
   const replaced = withContainerdRoot(set, "/var/lib/ebs-cache/vol-2/containerd", P);
   t.equal(replaced, DEBIAN.replace("version = 2\n", 'version = 2\nroot = "/var/lib/ebs-cache/vol-2/containerd"\n'));
@@ -52,7 +56,11 @@ t.test("withContainerdRoot: sets, replaces and removes only the top-level root l
   t.equal(withContainerdRoot("", "/v/containerd", P), 'root = "/v/containerd"\n', "no file: one line");
   t.equal(withContainerdRoot("[plugins]\n", "/v/c", P), 'root = "/v/c"\n[plugins]\n', "before the first table");
   t.throws(() => withContainerdRoot(DEBIAN, "relative/path", P), ContainerdConfigError);
-  t.throws(() => withContainerdRoot("root = 5\n", "/v/c", P), ContainerdConfigError, "a root line it does not understand is left alone");
+  t.throws(
+    () => withContainerdRoot("root = 5\n", "/v/c", P),
+    ContainerdConfigError,
+    "a root line it does not understand is left alone",
+  );
 });
 
 t.test("the file: backup before the first change, no write when unchanged, restore", async (t) => {
@@ -85,46 +93,80 @@ t.test("the file: backup before the first change, no write when unchanged, resto
   t.equal(await readFile(bad, "utf8"), "root = [1]\n", "a refused file is left as it was");
 });
 
-t.test("prepareContainerdRoot: creates the root; on a pool volume's first boot drops only the machine-local state", async (t) => {
-  const volume = await mkdtemp(join(tmpdir(), "containerd-root-"));
-  t.teardown(() => rm(volume, { recursive: true, force: true }));
-  const root = containerdRootOnVolume(volume);
-  await prepareContainerdRoot(root, { dropMachineState: true });
-  t.equal((await stat(root)).mode & 0o777, 0o711, "created 0711, as containerd makes it");
-  const kept = ["io.containerd.content.v1.content", "io.containerd.metadata.v1.bolt", "io.containerd.snapshotter.v1.overlayfs"];
-  for (const name of [...kept, ...CONTAINERD_MACHINE_LOCAL_STATE]) {
-    await mkdir(join(root, name, "x"), { recursive: true });
-    await writeFile(join(root, name, "x", "f"), "data");
-  }
-  await prepareContainerdRoot(root, { dropMachineState: false });
-  t.same((await readdir(root)).sort(), [...kept, ...CONTAINERD_MACHINE_LOCAL_STATE].sort(), "without dropMachineState nothing is removed");
-  await prepareContainerdRoot(root, { dropMachineState: true });
-  t.same((await readdir(root)).sort(), kept.sort(), "the images' content, snapshots and metadata stay; the instance's state goes");
-  await prepareContainerdRoot(root, { dropMachineState: true });
-  t.same((await readdir(root)).sort(), kept.sort(), "again: nothing more to do");
+t.test(
+  "prepareContainerdRoot: creates the root; on a pool volume's first boot drops only the machine-local state",
+  async (t) => {
+    const volume = await mkdtemp(join(tmpdir(), "containerd-root-"));
+    t.teardown(() => rm(volume, { recursive: true, force: true }));
+    const root = containerdRootOnVolume(volume);
+    await prepareContainerdRoot(root, { dropMachineState: true });
+    t.equal((await stat(root)).mode & 0o777, 0o711, "created 0711, as containerd makes it");
+    const kept = [
+      "io.containerd.content.v1.content",
+      "io.containerd.metadata.v1.bolt",
+      "io.containerd.snapshotter.v1.overlayfs",
+    ];
+    for (const name of [...kept, ...CONTAINERD_MACHINE_LOCAL_STATE]) {
+      await mkdir(join(root, name, "x"), { recursive: true });
+      await writeFile(join(root, name, "x", "f"), "data");
+    }
+    await prepareContainerdRoot(root, { dropMachineState: false });
+    t.same(
+      (await readdir(root)).sort(),
+      [...kept, ...CONTAINERD_MACHINE_LOCAL_STATE].sort(),
+      "without dropMachineState nothing is removed",
+    );
+    await prepareContainerdRoot(root, { dropMachineState: true });
+    t.same(
+      (await readdir(root)).sort(),
+      kept.sort(),
+      "the images' content, snapshots and metadata stay; the instance's state goes",
+    );
+    await prepareContainerdRoot(root, { dropMachineState: true });
+    t.same((await readdir(root)).sort(), kept.sort(), "again: nothing more to do");
 
-  const elsewhere = await mkdtemp(join(tmpdir(), "containerd-elsewhere-"));
-  t.teardown(() => rm(elsewhere, { recursive: true, force: true }));
-  await mkdir(join(elsewhere, "tmpmounts"));
-  const linked = join(volume, "linked");
-  await symlink(elsewhere, linked);
-  await t.rejects(prepareContainerdRoot(linked, { dropMachineState: true }), ContainerdConfigError, "a root that is a symlink is refused");
-  t.same(await readdir(elsewhere), ["tmpmounts"], "and nothing it points to is removed");
-  await t.rejects(prepareContainerdRoot("relative/containerd", { dropMachineState: true }), ContainerdConfigError, "a relative root is refused");
-});
+    const elsewhere = await mkdtemp(join(tmpdir(), "containerd-elsewhere-"));
+    t.teardown(() => rm(elsewhere, { recursive: true, force: true }));
+    await mkdir(join(elsewhere, "tmpmounts"));
+    const linked = join(volume, "linked");
+    await symlink(elsewhere, linked);
+    await t.rejects(
+      prepareContainerdRoot(linked, { dropMachineState: true }),
+      ContainerdConfigError,
+      "a root that is a symlink is refused",
+    );
+    t.same(await readdir(elsewhere), ["tmpmounts"], "and nothing it points to is removed");
+    await t.rejects(
+      prepareContainerdRoot("relative/containerd", { dropMachineState: true }),
+      ContainerdConfigError,
+      "a relative root is refused",
+    );
+  },
+);
 
-t.test("prepareDataRoot with the containerd store: a data-root without image/ is recognised by containerd's metadata beside it", async (t) => {
-  const volume = await mkdtemp(join(tmpdir(), "containerd-data-root-"));
-  t.teardown(() => rm(volume, { recursive: true, force: true }));
-  const dataRoot = join(volume, "docker");
-  await mkdir(join(dataRoot, "containers", "c1"), { recursive: true });
-  await mkdir(join(dataRoot, "swarm"), { recursive: true });
-  await t.rejects(prepareDataRoot(dataRoot, { kind: "pool", imageStore: "containerd" }), DataRootError, "no containerd metadata beside it: refused");
-  await t.rejects(prepareDataRoot(dataRoot, { kind: "pool" }), DataRootError, "as the graphdriver store refuses a data-root without image/");
-  t.same((await readdir(dataRoot)).sort(), ["containers", "swarm"], "nothing removed by a refusal");
-  await mkdir(join(volume, "containerd", "io.containerd.metadata.v1.bolt"), { recursive: true });
-  const report = await prepareDataRoot(dataRoot, { kind: "pool", imageStore: "containerd" });
-  t.same(report.drivers, [], "no graph driver layout");
-  t.same(await readdir(dataRoot), ["containers"], "swarm identity removed");
-  t.same(await readdir(join(dataRoot, "containers")), [], "and the containers");
-});
+t.test(
+  "prepareDataRoot with the containerd store: a data-root without image/ is recognised by containerd's metadata beside it",
+  async (t) => {
+    const volume = await mkdtemp(join(tmpdir(), "containerd-data-root-"));
+    t.teardown(() => rm(volume, { recursive: true, force: true }));
+    const dataRoot = join(volume, "docker");
+    await mkdir(join(dataRoot, "containers", "c1"), { recursive: true });
+    await mkdir(join(dataRoot, "swarm"), { recursive: true });
+    await t.rejects(
+      prepareDataRoot(dataRoot, { kind: "pool", imageStore: "containerd" }),
+      DataRootError,
+      "no containerd metadata beside it: refused",
+    );
+    await t.rejects(
+      prepareDataRoot(dataRoot, { kind: "pool" }),
+      DataRootError,
+      "as the graphdriver store refuses a data-root without image/",
+    );
+    t.same((await readdir(dataRoot)).sort(), ["containers", "swarm"], "nothing removed by a refusal");
+    await mkdir(join(volume, "containerd", "io.containerd.metadata.v1.bolt"), { recursive: true });
+    const report = await prepareDataRoot(dataRoot, { kind: "pool", imageStore: "containerd" });
+    t.same(report.drivers, [], "no graph driver layout");
+    t.same(await readdir(dataRoot), ["containers"], "swarm identity removed");
+    t.same(await readdir(join(dataRoot, "containers")), [], "and the containers");
+  },
+);

@@ -21,13 +21,18 @@ const folder = await tempFolders("ebs-cache-docker-json-");
 t.test("daemon.json", async (t) => {
   t.test("keeps every other key and its order; sets and removes data-root", async (t) => {
     const path = join(await folder(), "daemon.json");
-    const original = '{\n    "log-driver": "json-file",\n    "data-root": "/old",\n    "log-opts": {"max-size": "10m"},\n    "live-restore": true\n}\n';
+    const original =
+      '{\n    "log-driver": "json-file",\n    "data-root": "/old",\n    "log-opts": {"max-size": "10m"},\n    "live-restore": true\n}\n';
     await writeFile(path, original);
     const config = createDaemonConfig({ path, log: createMemoryLogger() });
     t.equal(await config.dataRoot(), "/old");
     await config.setDataRoot("/mnt/ebs-cache/docker");
     const text = await readFile(path, "utf8");
-    t.same(Object.keys(JSON.parse(text) as object), ["log-driver", "data-root", "log-opts", "live-restore"], "order kept");
+    t.same(
+      Object.keys(JSON.parse(text) as object),
+      ["log-driver", "data-root", "log-opts", "live-restore"],
+      "order kept",
+    );
     t.same(JSON.parse(text), {
       "log-driver": "json-file",
       "data-root": "/mnt/ebs-cache/docker",
@@ -40,7 +45,11 @@ t.test("daemon.json", async (t) => {
     t.same(Object.keys(JSON.parse(await readFile(path, "utf8")) as object), ["log-driver", "log-opts", "live-restore"]);
     t.equal(await config.dataRoot(), undefined);
     await config.setDataRoot("/new");
-    t.same(Object.keys(JSON.parse(await readFile(path, "utf8")) as object), ["log-driver", "log-opts", "live-restore", "data-root"], "a new key goes last");
+    t.same(
+      Object.keys(JSON.parse(await readFile(path, "utf8")) as object),
+      ["log-driver", "log-opts", "live-restore", "data-root"],
+      "a new key goes last",
+    );
   });
 
   t.test("backup before the first change, then restore puts the bytes back", async (t) => {
@@ -111,18 +120,29 @@ t.test("daemon.json", async (t) => {
     await writeFile(path, '{"graph": "/srv/docker"}');
     t.equal(await createDaemonConfig({ path }).dataRoot(), "/srv/docker", "the old graph key is read");
     await t.rejects(createDaemonConfig({ path }).setDataRoot("/vol"), /deprecated "graph"/);
-    await t.rejects(createDaemonConfig({ path: join(dir, "other.json") }).setDataRoot("relative/docker"), DaemonJsonError);
+    await t.rejects(
+      createDaemonConfig({ path: join(dir, "other.json") }).setDataRoot("relative/docker"),
+      DaemonJsonError,
+    );
   });
 
   t.test("engine labels: only the prefixed entries are replaced", async (t) => {
     const path = join(await folder(), "daemon.json");
     await writeFile(
       path,
-      JSON.stringify({ labels: ["team=science", "ebs-cache.state=warming", "ebs-cache.volume-id=vol-1", "ebs-cachex.keep=1"], debug: true }),
+      JSON.stringify({
+        labels: ["team=science", "ebs-cache.state=warming", "ebs-cache.volume-id=vol-1", "ebs-cachex.keep=1"],
+        debug: true,
+      }),
     );
     const config = createDaemonConfig({ path });
     await config.setEngineLabels("ebs-cache", { "ebs-cache.state": "ready", "ebs-cache.pool": "sim4life" });
-    t.same(await config.engineLabels(), ["team=science", "ebs-cachex.keep=1", "ebs-cache.state=ready", "ebs-cache.pool=sim4life"]);
+    t.same(await config.engineLabels(), [
+      "team=science",
+      "ebs-cachex.keep=1",
+      "ebs-cache.state=ready",
+      "ebs-cache.pool=sim4life",
+    ]);
     await config.setEngineLabels("ebs-cache", {});
     t.same(await config.engineLabels(), ["team=science", "ebs-cachex.keep=1"]);
     t.same(Object.keys(await config.read()), ["labels", "debug"]);
@@ -151,10 +171,20 @@ t.test("daemon.json", async (t) => {
     await config.setEngineLabels("ebs-cache", { "ebs-cache.state": "ready" });
     t.equal((await stat(path)).mode & 0o7777, 0o600);
     t.equal((await stat(path + BACKUP_SUFFIX)).mode & 0o7777, 0o600, "the backup has the mode too");
-    t.equal(await readFile(path, "utf8"), '{"debug":true,"data-root":"/vol/docker","labels":["ebs-cache.state=ready"]}');
+    t.equal(
+      await readFile(path, "utf8"),
+      '{"debug":true,"data-root":"/vol/docker","labels":["ebs-cache.state=ready"]}',
+    );
     t.same((await readdir(dir)).sort(), ["daemon.json", "daemon.json" + BACKUP_SUFFIX]);
-    await Promise.all([config.setDataRoot("/a"), config.setEngineLabels("ebs-cache", { "ebs-cache.state": "degraded" })]);
-    t.match(await config.read(), { "data-root": "/a", labels: ["ebs-cache.state=degraded"] }, "concurrent changes both land");
+    await Promise.all([
+      config.setDataRoot("/a"),
+      config.setEngineLabels("ebs-cache", { "ebs-cache.state": "degraded" }),
+    ]);
+    t.match(
+      await config.read(),
+      { "data-root": "/a", labels: ["ebs-cache.state=degraded"] },
+      "concurrent changes both land",
+    );
   });
 
   t.test("a symlinked daemon.json: its target is written, the link stays", async (t) => {
@@ -294,8 +324,16 @@ t.test("data-root preparation", async (t) => {
       await symlink(outside, join(root, linked));
       const error = await prepareDataRoot(root, { kind: "pool", log: createMemoryLogger() }).catch((e: unknown) => e);
       t.type(error, VolumePathError, `${linked} as a link`);
-      t.match((error as Error).message, new RegExp(`${linked.replaceAll("/", "\\/")} on the volume is a symlink`), "naming the link");
-      t.equal(await readFile(join(outside, "files", "local-kv.db"), "utf8"), "someone else's", "not reached through it");
+      t.match(
+        (error as Error).message,
+        new RegExp(`${linked.replaceAll("/", "\\/")} on the volume is a symlink`),
+        "naming the link",
+      );
+      t.equal(
+        await readFile(join(outside, "files", "local-kv.db"), "utf8"),
+        "someone else's",
+        "not reached through it",
+      );
       t.same((await readdir(outside)).sort(), ["files", "precious"]);
     }
   });
@@ -306,7 +344,14 @@ t.test("data-root preparation", async (t) => {
     await mkdir(join(dir, "empty"));
     await mkdir(join(dir, "real", "image"), { recursive: true });
     await symlink(join(dir, "real"), join(dir, "link"));
-    for (const path of [join(dir, "missing"), join(dir, "file"), join(dir, "empty"), join(dir, "link"), "relative/docker", "/"]) {
+    for (const path of [
+      join(dir, "missing"),
+      join(dir, "file"),
+      join(dir, "empty"),
+      join(dir, "link"),
+      "relative/docker",
+      "/",
+    ]) {
       await t.rejects(prepareDataRoot(path, { kind: "pool" }), DataRootError, path);
     }
     const error = await prepareDataRoot(join(dir, "empty"), { kind: "pool" }).catch((e: unknown) => e);
@@ -341,7 +386,7 @@ t.test("readiness labels", async (t) => {
   t.same(
     nodeLabelChanges(
       "ebs-cache",
-      { "ebs-cache.state": "warming", "ebs-cache.pool": "p", "team": "x", "ebs-cache.volume-id": "vol-1" },
+      { "ebs-cache.state": "warming", "ebs-cache.pool": "p", team: "x", "ebs-cache.volume-id": "vol-1" },
       { "ebs-cache.state": "ready", "ebs-cache.volume-id": "vol-1" },
     ),
     { add: { "ebs-cache.state": "ready" }, remove: ["ebs-cache.pool"] },
@@ -374,7 +419,10 @@ t.test("systemd docker service", async (t) => {
   t.equal(await service.isActive(), false);
   const error = await service.restart().catch((e: unknown) => e);
   t.type(error, DockerServiceError);
-  t.match((error as DockerServiceError).message, /restart docker\.service exited with 1: Job for docker\.service failed/);
+  t.match(
+    (error as DockerServiceError).message,
+    /restart docker\.service exited with 1: Job for docker\.service failed/,
+  );
   t.match((error as DockerServiceError).remediation, /journalctl -u docker\.service/);
   t.same((await readFile(calls, "utf8")).trim().split("\n"), [
     "start docker.service",

@@ -28,7 +28,12 @@ t.test("Debian's docker.service as systemd 252 shows it", async (t) => {
   const props = parseSystemctlShow(await recorded("debian-docker"));
   t.same(props, {
     loadState: "loaded",
-    execStart: [{ path: "/usr/sbin/dockerd", argv: ["/usr/sbin/dockerd", "-H", "fd://", "--containerd=/run/containerd/containerd.sock", "$DOCKER_OPTS"] }],
+    execStart: [
+      {
+        path: "/usr/sbin/dockerd",
+        argv: ["/usr/sbin/dockerd", "-H", "fd://", "--containerd=/run/containerd/containerd.sock", "$DOCKER_OPTS"],
+      },
+    ],
     environment: [],
     environmentFiles: [{ path: "/etc/default/docker", optional: true }],
     fragmentPath: `${SYSTEM}/debian-docker.service`,
@@ -67,7 +72,18 @@ t.test("a drop-in that resets ExecStart, with Environment= and a required Enviro
   ]);
   t.same(
     props.execStart[0]?.argv,
-    ["/usr/sbin/dockerd", "-H", "fd://", "--data-root=/srv/docker", "$DOCKER_EXTRA", "${PLAIN}", "--label=spaced=a", "b", "$$NOT_EXPANDED", "dropin-docker.service"],
+    [
+      "/usr/sbin/dockerd",
+      "-H",
+      "fd://",
+      "--data-root=/srv/docker",
+      "$DOCKER_EXTRA",
+      "${PLAIN}",
+      "--label=spaced=a",
+      "b",
+      "$$NOT_EXPANDED",
+      "dropin-docker.service",
+    ],
     "systemd joins argv[] unquoted: the spaced argument comes back split; %n is resolved already",
   );
   const unitFiles = [
@@ -79,7 +95,9 @@ t.test("a drop-in that resets ExecStart, with Environment= and a required Enviro
   const missing = effectiveDockerdCommand({ unit: "docker.service", props, environmentFiles: new Map(), unitFiles });
   t.same(
     missing.problems.map((p) => p.problem),
-    ["docker.service reads EnvironmentFile=/etc/ebs-cache-test/docker.env, which is missing: systemd will not start docker"],
+    [
+      "docker.service reads EnvironmentFile=/etc/ebs-cache-test/docker.env, which is missing: systemd will not start docker",
+    ],
     "a missing required file is a problem, the optional /etc/default/docker is not",
   );
   t.same(
@@ -101,7 +119,12 @@ t.test("a drop-in that resets ExecStart, with Environment= and a required Enviro
 t.test("a unit systemd does not know", async (t) => {
   const props = parseSystemctlShow(await recorded("missing-docker"));
   t.same(props.execStart, []);
-  const command = effectiveDockerdCommand({ unit: "docker.service", props, environmentFiles: new Map(), unitFiles: [] });
+  const command = effectiveDockerdCommand({
+    unit: "docker.service",
+    props,
+    environmentFiles: new Map(),
+    unitFiles: [],
+  });
   t.match(command.problems[0]?.problem, /docker\.service is not-found to systemd/);
 });
 
@@ -127,7 +150,7 @@ t.test("EnvironmentFile= syntax", async (t) => {
     ["E", "continued line"],
     ["F", "spaced"],
   ]);
-  t.same(splitQuoted('A=1 "B=x y" \'C=z\' D\\ E'), ["A=1", "B=x y", "C=z", "D E"]);
+  t.same(splitQuoted("A=1 \"B=x y\" 'C=z' D\\ E"), ["A=1", "B=x y", "C=z", "D E"]);
 });
 
 t.test("the adapter: systemctl show, then the unit's files and environment files from disk", async (t) => {
@@ -137,7 +160,10 @@ t.test("the adapter: systemctl show, then the unit's files and environment files
   const dropIn = join(dir, "docker.service.d", "x.conf");
   const envFile = join(dir, "default-docker");
   await mkdir(dirname(dropIn), { recursive: true });
-  await writeFile(unit, "[Service]\nEnvironmentFile=-" + envFile + "\nExecStart=/usr/sbin/dockerd -H fd:// $DOCKER_OPTS\n");
+  await writeFile(
+    unit,
+    "[Service]\nEnvironmentFile=-" + envFile + "\nExecStart=/usr/sbin/dockerd -H fd:// $DOCKER_OPTS\n",
+  );
   await writeFile(dropIn, "[Service]\nExecStart=\nExecStart=/usr/sbin/dockerd --label=a=b $DOCKER_OPTS\n");
   await writeFile(envFile, "DOCKER_OPTS=--data-root=/srv\n");
   const show = [
@@ -150,12 +176,20 @@ t.test("the adapter: systemctl show, then the unit's files and environment files
   ].join("\n");
   await writeFile(join(dir, "show.txt"), show + "\n");
   const systemctl = join(dir, "systemctl");
-  await writeFile(systemctl, ["#!/bin/sh", `echo "$*" > ${join(dir, "args")}`, `cat ${join(dir, "show.txt")}`].join("\n"));
+  await writeFile(
+    systemctl,
+    ["#!/bin/sh", `echo "$*" > ${join(dir, "args")}`, `cat ${join(dir, "show.txt")}`].join("\n"),
+  );
   await chmod(systemctl, 0o755);
   const runtimeDir = join(dir, "run-systemd-system");
   await mkdir(runtimeDir);
 
-  const read = createSystemdDockerdCommand({ unit: "docker.service", systemctl, systemdRuntimeDir: runtimeDir, log: createMemoryLogger() });
+  const read = createSystemdDockerdCommand({
+    unit: "docker.service",
+    systemctl,
+    systemdRuntimeDir: runtimeDir,
+    log: createMemoryLogger(),
+  });
   const command = await read();
   t.equal(
     (await readFile(join(dir, "args"), "utf8")).trim(),
@@ -167,9 +201,17 @@ t.test("the adapter: systemctl show, then the unit's files and environment files
   ]);
 
   const noSystemd = await createSystemdDockerdCommand({ systemctl, systemdRuntimeDir: join(dir, "absent") })();
-  t.match(noSystemd.unknown, /systemd does not run this host/, "without systemd there is no unit to read, and it says so");
+  t.match(
+    noSystemd.unknown,
+    /systemd does not run this host/,
+    "without systemd there is no unit to read, and it says so",
+  );
   t.same(noSystemd.args, []);
 
   const broken = await createSystemdDockerdCommand({ systemctl: join(dir, "nope"), systemdRuntimeDir: runtimeDir })();
-  t.match(broken.problems[0]?.problem, /could not read docker\.service from systemd/, "a systemctl that does not run is a problem, not a pass");
+  t.match(
+    broken.problems[0]?.problem,
+    /could not read docker\.service from systemd/,
+    "a systemctl that does not run is a problem, not a pass",
+  );
 });

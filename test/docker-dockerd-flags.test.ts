@@ -7,7 +7,12 @@
  */
 import t from "tap";
 import { effectiveDockerdCommand, parseSystemctlShow, type UnitFile } from "../src/docker/dockerd-command.ts";
-import { dockerdFlagProblems, parseDockerdFlags, configFileOf, DEFAULT_CONFIG_FILE } from "../src/docker/dockerd-flags.ts";
+import {
+  dockerdFlagProblems,
+  parseDockerdFlags,
+  configFileOf,
+  DEFAULT_CONFIG_FILE,
+} from "../src/docker/dockerd-flags.ts";
 import { agentKeysFor, plannedDaemonJson } from "../src/agent/boot/preflight.ts";
 import type { LabelModeSetting } from "../src/docker/labels.ts";
 
@@ -16,8 +21,10 @@ const DROPIN = "/etc/systemd/system/docker.service.d/x.conf";
 const DEFAULTS = "/etc/default/docker";
 const STOCK_ARGV = "/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock $DOCKER_OPTS";
 /** A unit in the style of Amazon Linux's docker package: $OPTIONS and friends from /etc/sysconfig files (written from memory, not recorded). */
-const AL2023_ARGV = "/usr/bin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock $OPTIONS $DOCKER_STORAGE_OPTIONS $DOCKER_ADD_RUNTIMES";
-const AL2023_SYSCONFIG = '# The max number of open files for the daemon itself, and all\n# running containers.\nOPTIONS="--default-ulimit nofile=32768:65536"\n';
+const AL2023_ARGV =
+  "/usr/bin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock $OPTIONS $DOCKER_STORAGE_OPTIONS $DOCKER_ADD_RUNTIMES";
+const AL2023_SYSCONFIG =
+  '# The max number of open files for the daemon itself, and all\n# running containers.\nOPTIONS="--default-ulimit nofile=32768:65536"\n';
 
 interface Case {
   name: string;
@@ -47,8 +54,16 @@ const inUnit = `ExecStart in ${UNIT}`;
 const inDropin = `ExecStart in ${DROPIN}`;
 
 const corpus: Case[] = [
-  { name: "Debian's stock unit, empty /etc/default/docker, empty daemon.json", envFiles: { [`-${DEFAULTS}`]: "# nothing\n" }, expect: [] },
-  { name: "Debian's stock unit without /etc/default/docker (optional file)", envFiles: { [`-${DEFAULTS}`]: undefined }, expect: [] },
+  {
+    name: "Debian's stock unit, empty /etc/default/docker, empty daemon.json",
+    envFiles: { [`-${DEFAULTS}`]: "# nothing\n" },
+    expect: [],
+  },
+  {
+    name: "Debian's stock unit without /etc/default/docker (optional file)",
+    envFiles: { [`-${DEFAULTS}`]: undefined },
+    expect: [],
+  },
   {
     name: "--data-root in DOCKER_OPTS of /etc/default/docker",
     envFiles: { [`-${DEFAULTS}`]: 'DOCKER_OPTS="--dns 10.0.0.2 --data-root /srv/docker"\n' },
@@ -111,7 +126,9 @@ const corpus: Case[] = [
     name: "${VAR} inside a word is replaced in place",
     argv: "/usr/bin/dockerd --data-root=${ROOT}",
     envFiles: { [DEFAULTS]: "ROOT=/srv/docker\n" },
-    expect: [ownedBy("--data-root=/srv/docker", `ROOT in ${DEFAULTS} (EnvironmentFile of docker.service)`, "data-root")],
+    expect: [
+      ownedBy("--data-root=/srv/docker", `ROOT in ${DEFAULTS} (EnvironmentFile of docker.service)`, "data-root"),
+    ],
   },
   {
     name: "a required EnvironmentFile= that is missing: systemd would not start docker",
@@ -174,7 +191,9 @@ const corpus: Case[] = [
   {
     name: "--config-file elsewhere: dockerd would never see the agent's file",
     argv: "/usr/bin/dockerd --config-file /etc/docker/other.json",
-    expect: [`remove --config-file /etc/docker/other.json from ${inUnit}, or set paths.daemonJson in the agent's config to /etc/docker/other.json`],
+    expect: [
+      `remove --config-file /etc/docker/other.json from ${inUnit}, or set paths.daemonJson in the agent's config to /etc/docker/other.json`,
+    ],
   },
   {
     name: "--config-file naming the agent's file",
@@ -184,7 +203,9 @@ const corpus: Case[] = [
   {
     name: "no --config-file while the agent edits another file",
     daemonJsonPath: "/srv/etc/daemon.json",
-    expect: [`set paths.daemonJson in the agent's config to ${DEFAULT_CONFIG_FILE}, or give dockerd --config-file /srv/etc/daemon.json`],
+    expect: [
+      `set paths.daemonJson in the agent's config to ${DEFAULT_CONFIG_FILE}, or give dockerd --config-file /srv/etc/daemon.json`,
+    ],
   },
   {
     name: "flags with no daemon.json counterpart the agent writes are fine",
@@ -202,7 +223,13 @@ const corpus: Case[] = [
     argv: AL2023_ARGV,
     envFiles: { "-/etc/sysconfig/docker": AL2023_SYSCONFIG },
     daemonJson: { "default-ulimits": { nofile: { Name: "nofile", Soft: 1024, Hard: 4096 } } },
-    expect: [eitherOr("--default-ulimit nofile=32768:65536", "OPTIONS in /etc/sysconfig/docker (EnvironmentFile of docker.service)", "default-ulimits")],
+    expect: [
+      eitherOr(
+        "--default-ulimit nofile=32768:65536",
+        "OPTIONS in /etc/sysconfig/docker (EnvironmentFile of docker.service)",
+        "default-ulimits",
+      ),
+    ],
   },
   {
     name: "a unit systemd does not know",
@@ -212,7 +239,9 @@ const corpus: Case[] = [
   {
     name: "an ExecStart that does not run dockerd",
     argv: "/usr/local/bin/start-docker.sh --fast",
-    expect: ["make docker.service's ExecStart run dockerd itself, or set docker.unit in the agent's config to the unit that does"],
+    expect: [
+      "make docker.service's ExecStart run dockerd itself, or set docker.unit in the agent's config to the unit that does",
+    ],
   },
 ];
 
@@ -221,7 +250,9 @@ function showText(c: Case): string {
   const lines = [
     `ExecStart={ path=${argv.split(" ")[0]} ; argv[]=${argv} ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }`,
     `Environment=${c.environment ?? ""}`,
-    ...Object.keys(c.envFiles ?? {}).map((path) => `EnvironmentFiles=${path.replace(/^-/, "")} (ignore_errors=${path.startsWith("-") ? "yes" : "no"})`),
+    ...Object.keys(c.envFiles ?? {}).map(
+      (path) => `EnvironmentFiles=${path.replace(/^-/, "")} (ignore_errors=${path.startsWith("-") ? "yes" : "no"})`,
+    ),
     `LoadState=${c.loadState ?? "loaded"}`,
     `FragmentPath=${c.loadState === "not-found" ? "" : UNIT}`,
     `DropInPaths=${c.execStartIn === DROPIN || c.environment ? DROPIN : ""}`,
@@ -231,17 +262,24 @@ function showText(c: Case): string {
 
 function unitFiles(c: Case): UnitFile[] {
   const argv = c.argv ?? STOCK_ARGV;
-  const files: UnitFile[] = [{ path: UNIT, text: `[Service]\nExecStart=${c.execStartIn === DROPIN ? STOCK_ARGV : argv}\n` }];
+  const files: UnitFile[] = [
+    { path: UNIT, text: `[Service]\nExecStart=${c.execStartIn === DROPIN ? STOCK_ARGV : argv}\n` },
+  ];
   if (c.execStartIn === DROPIN || c.environment) {
     const env = c.environment ? `Environment=${c.environment}\n` : "";
-    files.push({ path: DROPIN, text: `[Service]\n${env}${c.execStartIn === DROPIN ? `ExecStart=\nExecStart=${argv}\n` : ""}` });
+    files.push({
+      path: DROPIN,
+      text: `[Service]\n${env}${c.execStartIn === DROPIN ? `ExecStart=\nExecStart=${argv}\n` : ""}`,
+    });
   }
   return files;
 }
 
 function verdict(c: Case): { problems: string[]; remediations: string[] } {
   const props = parseSystemctlShow(showText(c));
-  const environmentFiles = new Map(Object.entries(c.envFiles ?? {}).map(([path, text]) => [path.replace(/^-/, ""), text]));
+  const environmentFiles = new Map(
+    Object.entries(c.envFiles ?? {}).map(([path, text]) => [path.replace(/^-/, ""), text]),
+  );
   const command = effectiveDockerdCommand({ unit: "docker.service", props, environmentFiles, unitFiles: unitFiles(c) });
   const path = c.daemonJsonPath ?? "/etc/docker/daemon.json";
   const agentKeys = agentKeysFor(c.mode ?? "auto", c.engineVersion ?? "20.10.24");
@@ -264,17 +302,43 @@ for (const c of corpus) {
   t.test(c.name, async (t) => {
     const { problems, remediations } = verdict(c);
     t.same(remediations, c.expect, "the remediations");
-    for (const problem of problems.filter((p) => p.includes(" and \""))) {
-      t.match(problem, /dockerd refuses to start when a directive is given both as a flag and in its configuration file/, "the problem states dockerd's rule");
+    for (const problem of problems.filter((p) => p.includes(' and "'))) {
+      t.match(
+        problem,
+        /dockerd refuses to start when a directive is given both as a flag and in its configuration file/,
+        "the problem states dockerd's rule",
+      );
       t.notMatch(problem, /override/i, "and never says a flag overrides the file");
     }
   });
 }
 
 t.test("flag parsing: forms pflag accepts", async (t) => {
-  const args = ["--data-root", "/a", "--label=x=y", "-H", "fd://", "-Hunix:///s", "-G=docker", "--debug", "--iptables=false", "-D", "--tls"].map((value) => ({ value, origin: "o" }));
+  const args = [
+    "--data-root",
+    "/a",
+    "--label=x=y",
+    "-H",
+    "fd://",
+    "-Hunix:///s",
+    "-G=docker",
+    "--debug",
+    "--iptables=false",
+    "-D",
+    "--tls",
+  ].map((value) => ({ value, origin: "o" }));
   t.same(
     parseDockerdFlags(args).map((f) => [f.name, f.value ?? null]),
-    [["data-root", "/a"], ["label", "x=y"], ["host", "fd://"], ["host", "unix:///s"], ["group", "docker"], ["debug", null], ["iptables", "false"], ["debug", null], ["tls", null]],
+    [
+      ["data-root", "/a"],
+      ["label", "x=y"],
+      ["host", "fd://"],
+      ["host", "unix:///s"],
+      ["group", "docker"],
+      ["debug", null],
+      ["iptables", "false"],
+      ["debug", null],
+      ["tls", null],
+    ],
   );
 });

@@ -104,12 +104,38 @@ t.test("prepareDataRoot on a real data-root: containers and swarm go, images sti
   const engine = createDockerEngine({ host: current().host });
   const service = dockerdService(current());
   await current().docker(["create", "--name", "created", "--network", "none", "lab/engine:2", "echo", "never"]);
-  await current().docker(["run", "--name", "exited", "--network", "none", "lab/engine:2", "sh", "-c", "echo x > /tmp/x"]);
-  await current().docker(["run", "-d", "--stop-timeout", "1", "--name", "running", "--network", "none", "lab/engine:2", "sleep", "1000"]);
+  await current().docker([
+    "run",
+    "--name",
+    "exited",
+    "--network",
+    "none",
+    "lab/engine:2",
+    "sh",
+    "-c",
+    "echo x > /tmp/x",
+  ]);
+  await current().docker([
+    "run",
+    "-d",
+    "--stop-timeout",
+    "1",
+    "--name",
+    "running",
+    "--network",
+    "none",
+    "lab/engine:2",
+    "sleep",
+    "1000",
+  ]);
   const nodeId = await initSwarm(current());
   t.ok(nodeId);
 
-  await t.rejects(prepareDataRoot(dataA, { kind: "pool" }), DataRootError, "refused while docker runs containers on it");
+  await t.rejects(
+    prepareDataRoot(dataA, { kind: "pool" }),
+    DataRootError,
+    "refused while docker runs containers on it",
+  );
 
   const mountsDir = join(dataA, "image", "overlay2", "layerdb", "mounts");
   const containerIds = await readdir(mountsDir);
@@ -151,7 +177,10 @@ t.test("engine labels: daemon.json labels + reload, without a restart", async (t
   t.equal(chooseLabelMode("auto", await engine.info()), "engine", "not a manager: engine labels");
 
   await config.setEngineLabels("team", { "team.name": "science" });
-  await config.setEngineLabels(PREFIX, readinessLabels(PREFIX, "warming", { "volume-id": "vol-0abc", pool: "sim4life" }));
+  await config.setEngineLabels(
+    PREFIX,
+    readinessLabels(PREFIX, "warming", { "volume-id": "vol-0abc", pool: "sim4life" }),
+  );
   await service.reload();
   t.same((await engine.info()).labels.sort(), [
     "ebs-cache.pool=sim4life",
@@ -162,7 +191,11 @@ t.test("engine labels: daemon.json labels + reload, without a restart", async (t
 
   await config.setEngineLabels(PREFIX, readinessLabels(PREFIX, "ready", { "volume-id": "vol-0abc" }));
   await service.reload();
-  t.same((await engine.info()).labels.sort(), ["ebs-cache.state=ready", "ebs-cache.volume-id=vol-0abc", "team.name=science"]);
+  t.same((await engine.info()).labels.sort(), [
+    "ebs-cache.state=ready",
+    "ebs-cache.volume-id=vol-0abc",
+    "team.name=science",
+  ]);
   t.equal(current().pid, pid, "same dockerd process");
 });
 
@@ -174,7 +207,7 @@ t.test("node labels through the manager's API", async (t) => {
   t.equal(info.swarm.controlAvailable, true);
   t.equal(chooseLabelMode("auto", info), "node");
 
-  await engine.setNodeLabels(nodeId, { "ebs-cache.state": "warming", "ebs-cache.pool": "sim4life", "team": "x" }, []);
+  await engine.setNodeLabels(nodeId, { "ebs-cache.state": "warming", "ebs-cache.pool": "sim4life", team: "x" }, []);
   t.same(await engine.nodeLabels(nodeId), { "ebs-cache.state": "warming", "ebs-cache.pool": "sim4life", team: "x" });
   await engine.setNodeLabels(nodeId, { "ebs-cache.state": "ready" }, ["ebs-cache.pool", "not-there"]);
   t.same(await engine.nodeLabels(nodeId), { "ebs-cache.state": "ready", team: "x" });
@@ -220,7 +253,11 @@ t.test("setNodeLabels retries once when the node changed meanwhile", async (t) =
         res.end(JSON.stringify(body));
       };
       if (req.method === "GET" && req.url === "/nodes/n1") {
-        return reply(200, { ID: "n1", Version: { Index: version }, Spec: { Role: "manager", Availability: "active", Labels: labels } });
+        return reply(200, {
+          ID: "n1",
+          Version: { Index: version },
+          Spec: { Role: "manager", Availability: "active", Labels: labels },
+        });
       }
       if (req.method === "POST" && req.url?.startsWith("/nodes/n1/update?version=")) {
         posts.push(req.url);
@@ -229,14 +266,22 @@ t.test("setNodeLabels retries once when the node changed meanwhile", async (t) =
           version += 1; // someone else updated the node
           return reply(500, { message: "rpc error: code = Unknown desc = update out of sequence" });
         }
-        const spec = JSON.parse(Buffer.concat(chunks).toString("utf8")) as { Labels: Record<string, string>; Role: string };
+        const spec = JSON.parse(Buffer.concat(chunks).toString("utf8")) as {
+          Labels: Record<string, string>;
+          Role: string;
+        };
         t.equal(spec.Role, "manager", "the rest of the spec is sent back");
         labels = spec.Labels;
         version += 1;
         return reply(200, {});
       }
       if (req.url === "/images/json") {
-        return reply(200, [{ RepoTags: ["a:1", "b:2"] }, { RepoTags: ["<none>:<none>"] }, { RepoTags: null }, { RepoTags: ["a:1"] }]);
+        return reply(200, [
+          { RepoTags: ["a:1", "b:2"] },
+          { RepoTags: ["<none>:<none>"] },
+          { RepoTags: null },
+          { RepoTags: ["a:1"] },
+        ]);
       }
       reply(404, { message: "page not found" });
     });
@@ -263,16 +308,22 @@ t.test("setNodeLabels retries once when the node changed meanwhile", async (t) =
 });
 
 t.test("image store detection on recorded docker 29 answers", async (t) => {
-  const samples = JSON.parse(await readFile(join(import.meta.dirname, "fixtures", "docker-info-29.json"), "utf8")) as Record<
-    string,
-    RawDockerInfo
-  >;
+  const samples = JSON.parse(
+    await readFile(join(import.meta.dirname, "fixtures", "docker-info-29.json"), "utf8"),
+  ) as Record<string, RawDockerInfo>;
   t.equal(detectImageStore(samples.containerd ?? {}), "containerd");
   t.equal(detectImageStore(samples.graphdriver ?? {}), "graphdriver");
   t.equal(toEngineInfo(samples.containerd ?? {}).imageStore, "containerd");
   t.equal(engineMajorVersion(samples.containerd?.ServerVersion), 29);
-  t.same(toEngineInfo(samples.graphdriver ?? {}).swarm, { nodeId: "x2bq1d1v0c8m4n3r7s5t9u6w", controlAvailable: false, state: "active" });
-  t.equal(detectImageStore({ Driver: "stargz", DriverStatus: [["driver-type", "io.containerd.snapshotter.v1"]] }), "containerd");
+  t.same(toEngineInfo(samples.graphdriver ?? {}).swarm, {
+    nodeId: "x2bq1d1v0c8m4n3r7s5t9u6w",
+    controlAvailable: false,
+    state: "active",
+  });
+  t.equal(
+    detectImageStore({ Driver: "stargz", DriverStatus: [["driver-type", "io.containerd.snapshotter.v1"]] }),
+    "containerd",
+  );
   t.equal(detectImageStore({ Driver: "overlayfs", DriverStatus: null }), "containerd");
   t.equal(detectImageStore({ Driver: "overlay2", DriverStatus: [["Backing Filesystem", "extfs"]] }), "graphdriver");
 });

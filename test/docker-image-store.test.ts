@@ -6,22 +6,32 @@ const containerd28 = { [VolumeTag.imageStore]: "containerd", [VolumeTag.engineVe
 const graphdriver28 = { [VolumeTag.imageStore]: "graphdriver", [VolumeTag.engineVersion]: "28.5.2" };
 const graphdriver20 = { [VolumeTag.imageStore]: "graphdriver", [VolumeTag.engineVersion]: "20.10.24" };
 
-t.test("volumeStore: no tag is graphdriver (every volume before the tag), a tag is read, an unknown value is kept", async (t) => {
-  t.same(volumeStore({}), { known: true, store: "graphdriver", recorded: false });
-  t.same(volumeStore({ [VolumeTag.imageStore]: " " }), { known: true, store: "graphdriver", recorded: false });
-  t.same(volumeStore(containerd28), { known: true, store: "containerd", recorded: true, engineVersion: "28.5.2" });
-  t.same(volumeStore({ [VolumeTag.imageStore]: "zfs" }), { known: false, value: "zfs" });
-});
+t.test(
+  "volumeStore: no tag is graphdriver (every volume before the tag), a tag is read, an unknown value is kept",
+  async (t) => {
+    t.same(volumeStore({}), { known: true, store: "graphdriver", recorded: false });
+    t.same(volumeStore({ [VolumeTag.imageStore]: " " }), { known: true, store: "graphdriver", recorded: false });
+    t.same(volumeStore(containerd28), { known: true, store: "containerd", recorded: true, engineVersion: "28.5.2" });
+    t.same(volumeStore({ [VolumeTag.imageStore]: "zfs" }), { known: false, value: "zfs" });
+  },
+);
 
 t.test("storeFit: the store decides, the engine only says whether it is the same major", async (t) => {
   t.same(storeFit(graphdriver28, { store: "graphdriver", engineVersion: "28.5.2" }), { fits: true, sameEngine: true });
   t.same(storeFit(graphdriver20, { store: "graphdriver", engineVersion: "28.5.2" }), { fits: true, sameEngine: false });
-  t.same(storeFit({}, { store: "graphdriver" }), { fits: true, sameEngine: false }, "an untagged volume fits a graphdriver host");
+  t.same(
+    storeFit({}, { store: "graphdriver" }),
+    { fits: true, sameEngine: false },
+    "an untagged volume fits a graphdriver host",
+  );
 
   const hidden = storeFit(containerd28, { store: "graphdriver", engineVersion: "28.5.2" });
   t.equal(hidden.fits, false, "a containerd-store volume on a graphdriver host would hide its images");
   if (!hidden.fits) {
-    t.match(hidden.reason, /containerd image store \(docker 28\.5\.2\).*graphdriver store: its images would be invisible/);
+    t.match(
+      hidden.reason,
+      /containerd image store \(docker 28\.5\.2\).*graphdriver store: its images would be invisible/,
+    );
     t.match(hidden.remediation, /graphdriver/);
   }
   const untagged = storeFit({}, { store: "containerd", engineVersion: "29.0.0" });
@@ -35,25 +45,48 @@ t.test("storeFit: the store decides, the engine only says whether it is the same
   if (!unknown.fits) t.match(unknown.reason, /ebs-cache:image-store=zfs/);
 });
 
-t.test("orderByStore: fitting volumes of the host's engine first, in the caller's order otherwise; mismatches apart", async (t) => {
-  const volumes = [
-    { id: "vol-a", tags: graphdriver20 },
-    { id: "vol-b", tags: containerd28 },
-    { id: "vol-c", tags: graphdriver28 },
-    { id: "vol-d", tags: {} },
-    { id: "vol-e", tags: graphdriver28 },
-  ];
-  const out = orderByStore(volumes, (v) => v.tags, { store: "graphdriver", engineVersion: "28.5.2" });
-  t.same(out.fitting.map((v) => v.id), ["vol-c", "vol-e", "vol-a", "vol-d"]);
-  t.same(out.mismatched.map((m) => m.volume.id), ["vol-b"]);
-  t.match(out.mismatched[0]!.reason, /invisible/);
+t.test(
+  "orderByStore: fitting volumes of the host's engine first, in the caller's order otherwise; mismatches apart",
+  async (t) => {
+    const volumes = [
+      { id: "vol-a", tags: graphdriver20 },
+      { id: "vol-b", tags: containerd28 },
+      { id: "vol-c", tags: graphdriver28 },
+      { id: "vol-d", tags: {} },
+      { id: "vol-e", tags: graphdriver28 },
+    ];
+    const out = orderByStore(volumes, (v) => v.tags, { store: "graphdriver", engineVersion: "28.5.2" });
+    t.same(
+      out.fitting.map((v) => v.id),
+      ["vol-c", "vol-e", "vol-a", "vol-d"],
+    );
+    t.same(
+      out.mismatched.map((m) => m.volume.id),
+      ["vol-b"],
+    );
+    t.match(out.mismatched[0]!.reason, /invisible/);
 
-  const onContainerd = orderByStore(volumes, (v) => v.tags, { store: "containerd", engineVersion: "28.5.2" });
-  t.same(onContainerd.fitting.map((v) => v.id), ["vol-b"]);
-  t.same(onContainerd.mismatched.map((m) => m.volume.id), ["vol-a", "vol-c", "vol-d", "vol-e"]);
-});
+    const onContainerd = orderByStore(volumes, (v) => v.tags, { store: "containerd", engineVersion: "28.5.2" });
+    t.same(
+      onContainerd.fitting.map((v) => v.id),
+      ["vol-b"],
+    );
+    t.same(
+      onContainerd.mismatched.map((m) => m.volume.id),
+      ["vol-a", "vol-c", "vol-d", "vol-e"],
+    );
+  },
+);
 
 t.test("storeTags: what the golden build and Packer write", async (t) => {
-  t.same(storeTags({ store: "containerd", engineVersion: "28.5.2" }), { "ebs-cache:image-store": "containerd", "ebs-cache:engine-version": "28.5.2" });
-  t.same(volumeStore(storeTags({ store: "containerd", engineVersion: "28.5.2" })), { known: true, store: "containerd", recorded: true, engineVersion: "28.5.2" });
+  t.same(storeTags({ store: "containerd", engineVersion: "28.5.2" }), {
+    "ebs-cache:image-store": "containerd",
+    "ebs-cache:engine-version": "28.5.2",
+  });
+  t.same(volumeStore(storeTags({ store: "containerd", engineVersion: "28.5.2" })), {
+    known: true,
+    store: "containerd",
+    recorded: true,
+    engineVersion: "28.5.2",
+  });
 });

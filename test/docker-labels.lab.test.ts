@@ -28,29 +28,52 @@ t.test("a workspace boot publishes the volume's ids; a pool boot none; the relea
   await writeFile(host.paths.daemonJson, JSON.stringify({ ...daemon, labels: [FOREIGN] }, null, 2) + "\n");
 
   const booted = await bl.boot(host, { overrides });
-  t.equal(booted.result?.outcome, "ready", "ready on a workspace volume", booted.result?.outcome === "ready" ? {} : { log: booted.log.join("\n") });
+  t.equal(
+    booted.result?.outcome,
+    "ready",
+    "ready on a workspace volume",
+    booted.result?.outcome === "ready" ? {} : { log: booted.log.join("\n") },
+  );
   const volumeId = booted.result!.volumeId!;
   const labels = (await host.dockerd!.info()).Labels;
-  t.match(agentLabels(labels), {
-    [`${LABEL_PREFIX}.state`]: "ready",
-    [`${LABEL_PREFIX}.kind`]: "workspace",
-    [`${LABEL_PREFIX}.volume-id`]: volumeId,
-    [`${LABEL_PREFIX}.workspace.user-id`]: "user_42",
-    [`${LABEL_PREFIX}.workspace.project-id`]: ids.projectId,
-    [`${LABEL_PREFIX}.workspace.node-id`]: "n-1",
-  }, "docker info shows the workspace ids under the prefix");
+  t.match(
+    agentLabels(labels),
+    {
+      [`${LABEL_PREFIX}.state`]: "ready",
+      [`${LABEL_PREFIX}.kind`]: "workspace",
+      [`${LABEL_PREFIX}.volume-id`]: volumeId,
+      [`${LABEL_PREFIX}.workspace.user-id`]: "user_42",
+      [`${LABEL_PREFIX}.workspace.project-id`]: ids.projectId,
+      [`${LABEL_PREFIX}.workspace.node-id`]: "n-1",
+    },
+    "docker info shows the workspace ids under the prefix",
+  );
   t.ok(labels.includes(FOREIGN), "the other owner's engine label is still there");
 
   const released = await releaseHost(bl, host);
-  t.equal(released.result?.outcome, "released", "released", released.result?.outcome === "released" ? {} : { log: released.log.join("\n") });
+  t.equal(
+    released.result?.outcome,
+    "released",
+    "released",
+    released.result?.outcome === "released" ? {} : { log: released.log.join("\n") },
+  );
   const after = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as { labels?: string[] };
   t.same(agentLabels(after.labels ?? []), {}, "no agent label left in daemon.json");
   t.ok((after.labels ?? []).includes(FOREIGN), "the other owner's label kept");
 
   const poolHost = await bl.addHost();
   const pool = await bl.boot(poolHost, { overrides });
-  t.equal(pool.result?.outcome, "ready", "ready on a pool volume", pool.result?.outcome === "ready" ? {} : { log: pool.log.join("\n") });
+  t.equal(
+    pool.result?.outcome,
+    "ready",
+    "ready on a pool volume",
+    pool.result?.outcome === "ready" ? {} : { log: pool.log.join("\n") },
+  );
   const poolLabels = agentLabels((await poolHost.dockerd!.info()).Labels);
   t.equal(poolLabels[`${LABEL_PREFIX}.kind`], "pool");
-  t.same(Object.keys(poolLabels).filter((key) => key.includes(".workspace.")), [], "a pool volume publishes no workspace ids");
+  t.same(
+    Object.keys(poolLabels).filter((key) => key.includes(".workspace.")),
+    [],
+    "a pool volume publishes no workspace ids",
+  );
 });

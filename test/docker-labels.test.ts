@@ -26,7 +26,15 @@ import { Label, MAX_TAG_VALUE, RequestLabel, WORKSPACE_KEYS, workspaceLabel } fr
 const PREFIX = "io.simcore.ebs-cache";
 
 t.test("prefix corpus: accepted prefixes", async (t) => {
-  for (const prefix of [PREFIX, "ebs-cache", "io.example.cache", "io.simcore.ebs-cache-v2", "acme.cache", "org.acme.node-cache", "io.simcore.cache"]) {
+  for (const prefix of [
+    PREFIX,
+    "ebs-cache",
+    "io.example.cache",
+    "io.simcore.ebs-cache-v2",
+    "acme.cache",
+    "org.acme.node-cache",
+    "io.simcore.cache",
+  ]) {
     t.same(validateConfig({ labels: { prefix } }).problems, [], prefix);
   }
 });
@@ -48,13 +56,19 @@ t.test("prefix corpus: every refused prefix, each with all its problems", async 
     ["io.simcore", [/lies above io\.simcore\.osparc-\*/]],
     ["io.simcore.osparc", [/lies in io\.simcore\.osparc-\*/]],
     // Equal to one.
-    ["io.simcore.osparc-services-ready", [/lies in io\.simcore\.osparc-\*/, /equals io\.simcore\.osparc-services-ready, a label osparc's autoscaler sets/]],
+    [
+      "io.simcore.osparc-services-ready",
+      [/lies in io\.simcore\.osparc-\*/, /equals io\.simcore\.osparc-services-ready, a label osparc's autoscaler sets/],
+    ],
     ["user-id", [/equals user-id/]],
     ["ec2-instance-type", [/equals ec2-instance-type/]],
     ["wallet-id", [/equals wallet-id/]],
     ["product-name", [/equals product-name/]],
     // Containing one.
-    ["io.simcore.osparc-node-found-empty.cache", [/lies in io\.simcore\.osparc-\*/, /contains io\.simcore\.osparc-node-found-empty/]],
+    [
+      "io.simcore.osparc-node-found-empty.cache",
+      [/lies in io\.simcore\.osparc-\*/, /contains io\.simcore\.osparc-node-found-empty/],
+    ],
     ["acme.user-id", [/contains user-id/]],
     ["project-id.cache", [/contains project-id/]],
     ["x.node-id.y", [/contains node-id/]],
@@ -65,7 +79,9 @@ t.test("prefix corpus: every refused prefix, each with all its problems", async 
   for (const [prefix, expected] of corpus) {
     const { problems, config } = validateConfig({ labels: { prefix } });
     t.equal(problems.length, expected.length, `${JSON.stringify(prefix)}: ${problems.join(" | ")}`);
-    expected.forEach((pattern, index) => t.match(problems[index], pattern, `${JSON.stringify(prefix)} problem ${index + 1}`));
+    expected.forEach((pattern, index) =>
+      t.match(problems[index], pattern, `${JSON.stringify(prefix)} problem ${index + 1}`),
+    );
     for (const problem of problems) t.match(problem, /^labels\.prefix: /);
     t.equal(config.labels.prefix, PREFIX, "the invalid prefix is not kept");
   }
@@ -92,11 +108,13 @@ t.test("labels.protectedKeys: the operator's monitoring labels are protected too
   t.match(bad.join("\n"), /labels\.protectedKeys\[0\]: must be a docker label key/);
   t.match(bad.join("\n"), /lies above io\.docker/, "the prefix's own problems are listed with the list's");
   // A prefix refused on its own falls back to the default before the cross-check: its own lines say enough.
-  const both = validateConfig({ labels: { prefix: "acme.user-id", protectedKeys: ["acme.user-id.x", "acme"] } }).problems;
-  t.same(both, [
-    'labels.prefix: label prefix "acme.user-id" contains user-id, a label osparc\'s autoscaler sets',
-  ]);
-  const cross = validateConfig({ labels: { prefix: "acme.cache", protectedKeys: ["acme.cache.x", "acme", "acme.cache"] } }).problems;
+  const both = validateConfig({
+    labels: { prefix: "acme.user-id", protectedKeys: ["acme.user-id.x", "acme"] },
+  }).problems;
+  t.same(both, ['labels.prefix: label prefix "acme.user-id" contains user-id, a label osparc\'s autoscaler sets']);
+  const cross = validateConfig({
+    labels: { prefix: "acme.cache", protectedKeys: ["acme.cache.x", "acme", "acme.cache"] },
+  }).problems;
   t.same(cross, [
     'labels.prefix: label prefix "acme.cache" lies above acme.cache.x, a label another system (labels.protectedKeys) sets',
     'labels.prefix: label prefix "acme.cache" contains acme, a label another system (labels.protectedKeys) sets',
@@ -118,25 +136,49 @@ t.test("loadConfig: a bad prefix from the file or the environment is exit 3 with
   t.equal(ExitCode.config, 3);
   const problems = (error as ConfigError).problems;
   t.equal(problems.length, 2, problems.join(" | "));
-  t.match(problems.join("\n"), /EBS_CACHE_AGENT_LABELS__PREFIX \(labels\.prefix\): label prefix "io\.simcore" lies above io\.simcore\.osparc-\*/);
+  t.match(
+    problems.join("\n"),
+    /EBS_CACHE_AGENT_LABELS__PREFIX \(labels\.prefix\): label prefix "io\.simcore" lies above io\.simcore\.osparc-\*/,
+  );
   const cross = await loadConfig({
     path: emptyFile,
-    env: { EBS_CACHE_AGENT_LABELS__PREFIX: "io.example", EBS_CACHE_AGENT_LABELS__PROTECTED_KEYS: "io.example.autoscaled-node" },
+    env: {
+      EBS_CACHE_AGENT_LABELS__PREFIX: "io.example",
+      EBS_CACHE_AGENT_LABELS__PROTECTED_KEYS: "io.example.autoscaled-node",
+    },
   }).catch((e: unknown) => e);
-  t.same((cross as ConfigError).problems, [
-    'labels.prefix: label prefix "io.example" lies above io.example.autoscaled-node, a label another system (labels.protectedKeys) sets',
-  ], "the cross-check runs on the final config, once");
-  const fine = await loadConfig({ path: emptyFile, env: { EBS_CACHE_AGENT_LABELS__PROTECTED_KEYS: "io.simcore.autoscaled-node" } });
+  t.same(
+    (cross as ConfigError).problems,
+    [
+      'labels.prefix: label prefix "io.example" lies above io.example.autoscaled-node, a label another system (labels.protectedKeys) sets',
+    ],
+    "the cross-check runs on the final config, once",
+  );
+  const fine = await loadConfig({
+    path: emptyFile,
+    env: { EBS_CACHE_AGENT_LABELS__PROTECTED_KEYS: "io.simcore.autoscaled-node" },
+  });
   t.same(fine.config.labels.protectedKeys, ["io.simcore.autoscaled-node"]);
 });
 
 t.test("the writer refuses any key outside the prefix", async (t) => {
   t.throws(() => assertOwnedUpdate(PREFIX, { "io.simcore.osparc-services-ready": "true" }, []), LabelError);
-  t.throws(() => assertOwnedUpdate(PREFIX, {}, ["io.simcore.osparc-services-ready"]), /refusing to remove label io\.simcore\.osparc-services-ready/);
+  t.throws(
+    () => assertOwnedUpdate(PREFIX, {}, ["io.simcore.osparc-services-ready"]),
+    /refusing to remove label io\.simcore\.osparc-services-ready/,
+  );
   t.throws(() => assertOwnedUpdate(PREFIX, {}, ["user-id"]), LabelError);
   t.throws(() => assertOwnedUpdate(PREFIX, {}, [PREFIX]), LabelError, "the bare prefix is not under it");
-  t.throws(() => assertOwnedUpdate(PREFIX, {}, [`${PREFIX}x.state`]), LabelError, "a sibling that shares the text is not under it");
-  t.throws(() => assertOwnedUpdate("io.simcore", { "io.simcore.state": "ready" }, []), LabelError, "a prefix above osparc's is refused at write time too");
+  t.throws(
+    () => assertOwnedUpdate(PREFIX, {}, [`${PREFIX}x.state`]),
+    LabelError,
+    "a sibling that shares the text is not under it",
+  );
+  t.throws(
+    () => assertOwnedUpdate("io.simcore", { "io.simcore.state": "ready" }, []),
+    LabelError,
+    "a prefix above osparc's is refused at write time too",
+  );
   t.doesNotThrow(() => assertOwnedUpdate(PREFIX, { [`${PREFIX}.state`]: "ready" }, [`${PREFIX}.pool`]));
   t.throws(() => validateOwnedLabels(PREFIX, { "ec2-instance-type": "m5.large" }), /not under the agent's prefix/);
 
@@ -147,7 +189,11 @@ t.test("the writer refuses any key outside the prefix", async (t) => {
     [`${PREFIX}x`]: "other",
     [`${PREFIX}.pool`]: "old",
   };
-  t.same(nodeLabelChanges(PREFIX, current, {}), { add: {}, remove: [`${PREFIX}.pool`] }, "only the agent's own keys are ever removed");
+  t.same(
+    nodeLabelChanges(PREFIX, current, {}),
+    { add: {}, remove: [`${PREFIX}.pool`] },
+    "only the agent's own keys are ever removed",
+  );
 });
 
 t.test("label values: one printable line of at most MAX_LABEL_VALUE characters", async (t) => {
@@ -155,11 +201,27 @@ t.test("label values: one printable line of at most MAX_LABEL_VALUE characters",
   for (const value of ["a\nb", "a\u0000b", "\u0085x", "a\u200bb", "\u202eevil", "x".repeat(MAX_LABEL_VALUE + 1)]) {
     t.throws(() => readinessLabels(PREFIX, "ready", { pool: value }), LabelError, JSON.stringify(value).slice(0, 40));
   }
-  t.same(readinessLabels(PREFIX, "ready", { pool: "user_42 é" }), { [`${PREFIX}.state`]: "ready", [`${PREFIX}.pool`]: "user_42 é" });
-  t.equal(readinessLabels(PREFIX, "ready", { reason: "x".repeat(MAX_LABEL_VALUE) })[`${PREFIX}.reason`]?.length, MAX_LABEL_VALUE, "the limit itself passes");
+  t.same(readinessLabels(PREFIX, "ready", { pool: "user_42 é" }), {
+    [`${PREFIX}.state`]: "ready",
+    [`${PREFIX}.pool`]: "user_42 é",
+  });
+  t.equal(
+    readinessLabels(PREFIX, "ready", { reason: "x".repeat(MAX_LABEL_VALUE) })[`${PREFIX}.reason`]?.length,
+    MAX_LABEL_VALUE,
+    "the limit itself passes",
+  );
   // A tag value (at most EC2's 256 characters) always fits a label: ids and pool names pass both checks.
   t.ok(MAX_TAG_VALUE <= MAX_LABEL_VALUE, "every tag value fits a label value");
-  t.ok(readinessLabels(PREFIX, "ready", volumeDetails({ volumeId: "vol-1", tags: { "ebs-cache:kind": "workspace", "ebs-cache:user-id": "u".repeat(MAX_TAG_VALUE) } })));
+  t.ok(
+    readinessLabels(
+      PREFIX,
+      "ready",
+      volumeDetails({
+        volumeId: "vol-1",
+        tags: { "ebs-cache:kind": "workspace", "ebs-cache:user-id": "u".repeat(MAX_TAG_VALUE) },
+      }),
+    ),
+  );
 });
 
 t.test("the label names in src/tags.ts are the ones docs/labels.md promises", async (t) => {
@@ -167,7 +229,11 @@ t.test("the label names in src/tags.ts are the ones docs/labels.md promises", as
   const table = doc.slice(doc.indexOf("## Keys and values"), doc.indexOf("Values are one printable line"));
   const documented = new Set([...table.matchAll(/^\| `<prefix>\.([a-z.<>-]+)`/gm)].map((m) => m[1]!));
   t.ok(documented.size >= 8, `the table was read (${[...documented].join(", ")})`);
-  t.same([...documented].sort(), [...Object.values(Label), "workspace.<key>"].sort(), "every documented key has its constant, and no more");
+  t.same(
+    [...documented].sort(),
+    [...Object.values(Label), "workspace.<key>"].sort(),
+    "every documented key has its constant, and no more",
+  );
   for (const key of WORKSPACE_KEYS) t.match(table, `\`${key}\``, `${workspaceLabel(key)} is documented`);
   t.same(Object.values(RequestLabel).sort(), ["enabled", "keep"], "the requests osparc's labels tag may carry");
 });
@@ -195,17 +261,37 @@ t.test("workspace ids of the mounted volume are published under the prefix", asy
     [`${PREFIX}.workspace.project-id`]: "3fa85f64-5717-4562-b3fc-2c963f66afa6",
     [`${PREFIX}.workspace.product-name`]: "s4l",
   });
-  const pool = { volumeId: "vol-0aaaaaaaaaaaaaaaa", tags: { "ebs-cache:kind": "pool", "ebs-cache:pool": "sim4life", "ebs-cache:user-id": "42" } };
-  t.same(Object.keys(volumeDetails(pool)).filter((key) => key.startsWith("workspace.")), [], "a pool volume publishes no ids, whatever its tags");
-  const injected = { volumeId: "vol-0bbbbbbbbbbbbbbbb", tags: { "ebs-cache:kind": "workspace", "ebs-cache:user-id": "42\nio.simcore.osparc-services-ready=true" } };
-  t.throws(() => readinessLabels(PREFIX, "ready", volumeDetails(injected)), LabelError, "an id that is not one line never becomes a label");
+  const pool = {
+    volumeId: "vol-0aaaaaaaaaaaaaaaa",
+    tags: { "ebs-cache:kind": "pool", "ebs-cache:pool": "sim4life", "ebs-cache:user-id": "42" },
+  };
+  t.same(
+    Object.keys(volumeDetails(pool)).filter((key) => key.startsWith("workspace.")),
+    [],
+    "a pool volume publishes no ids, whatever its tags",
+  );
+  const injected = {
+    volumeId: "vol-0bbbbbbbbbbbbbbbb",
+    tags: { "ebs-cache:kind": "workspace", "ebs-cache:user-id": "42\nio.simcore.osparc-services-ready=true" },
+  };
+  t.throws(
+    () => readinessLabels(PREFIX, "ready", volumeDetails(injected)),
+    LabelError,
+    "an id that is not one line never becomes a label",
+  );
 });
 
 /** A manager node as the reporter sees it, recording every label update. */
 function fakeManager(labels: Record<string, string>) {
   const updates: { add: Record<string, string>; remove: string[] }[] = [];
   const engine = {
-    info: async () => ({ dockerRootDir: "/x", driver: "overlay2", imageStore: "graphdriver" as const, swarm: { nodeId: "node1", controlAvailable: true, state: "active" }, labels: [] }),
+    info: async () => ({
+      dockerRootDir: "/x",
+      driver: "overlay2",
+      imageStore: "graphdriver" as const,
+      swarm: { nodeId: "node1", controlAvailable: true, state: "active" },
+      labels: [],
+    }),
     images: async () => [],
     nodeLabels: async () => ({ ...labels }),
     setNodeLabels: async (_node: string, add: Record<string, string>, remove: string[]) => {
@@ -215,15 +301,31 @@ function fakeManager(labels: Record<string, string>) {
     },
   };
   const engineWrites: Record<string, string>[] = [];
-  const daemonConfig = { setEngineLabels: async (_prefix: string, written: Record<string, string>) => void engineWrites.push(written) };
+  const daemonConfig = {
+    setEngineLabels: async (_prefix: string, written: Record<string, string>) => void engineWrites.push(written),
+  };
   return { labels, updates, engineWrites, engine, daemonConfig };
 }
 
 t.test("reporter on a manager: osparc's labels survive publication and withdrawal", async (t) => {
-  const osparc = { "io.simcore.osparc-services-ready": "false", "user-id": "user_42", "ec2-instance-type": "g4dn.xlarge" };
+  const osparc = {
+    "io.simcore.osparc-services-ready": "false",
+    "user-id": "user_42",
+    "ec2-instance-type": "g4dn.xlarge",
+  };
   const node = fakeManager({ ...osparc, [`${PREFIX}.reason`]: "stale" });
-  const deps = { prefix: PREFIX, mode: "auto", engine: node.engine, daemonConfig: node.daemonConfig, docker: undefined, log: createMemoryLogger() } as unknown as ReporterDeps;
-  const volume = { volumeId: "vol-0123456789abcdef0", tags: { "ebs-cache:kind": "workspace", "ebs-cache:user-id": "user_42" } };
+  const deps = {
+    prefix: PREFIX,
+    mode: "auto",
+    engine: node.engine,
+    daemonConfig: node.daemonConfig,
+    docker: undefined,
+    log: createMemoryLogger(),
+  } as unknown as ReporterDeps;
+  const volume = {
+    volumeId: "vol-0123456789abcdef0",
+    tags: { "ebs-cache:kind": "workspace", "ebs-cache:user-id": "user_42" },
+  };
   await createReporter(deps)("ready", volumeDetails(volume));
   t.same(node.labels, {
     ...osparc,

@@ -6,7 +6,11 @@ import { run } from "../src/exec.ts";
 t.test("docs/config.md is what scripts/config-reference.ts prints", async (t) => {
   const generated = await run(process.execPath, ["--import", "tsx", "scripts/config-reference.ts"]);
   const committed = await readFile("docs/config.md", "utf8");
-  t.equal(committed.trimEnd(), generated.stdout.trimEnd(), "regenerate with: npx tsx scripts/config-reference.ts > docs/config.md");
+  t.equal(
+    committed.trimEnd(),
+    generated.stdout.trimEnd(),
+    "regenerate with: npx tsx scripts/config-reference.ts > docs/config.md",
+  );
 });
 
 t.test("every boot exit code in --help is documented in docs/boot.md", async (t) => {

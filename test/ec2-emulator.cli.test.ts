@@ -65,10 +65,19 @@ t.test("volume lifecycle: create, wait, filter, attach, detach, delete", async (
     "Name=tag:Pool,Values=builders",
     "Name=availability-zone,Values=us-east-1a,us-east-1b",
   ]);
-  t.same(filtered.Volumes.map((v) => v.VolumeId), [id]);
+  t.same(
+    filtered.Volumes.map((v) => v.VolumeId),
+    [id],
+  );
 
   const attach = await awsJson(e, [
-    "attach-volume", "--volume-id", id, "--instance-id", lab.a.instanceId, "--device", "/dev/sdf",
+    "attach-volume",
+    "--volume-id",
+    id,
+    "--instance-id",
+    lab.a.instanceId,
+    "--device",
+    "/dev/sdf",
   ]);
   t.match(attach, { State: "attaching", Device: "/dev/sdf", InstanceId: lab.a.instanceId });
   const ec2 = lab.client();
@@ -90,7 +99,10 @@ t.test("volume lifecycle: create, wait, filter, attach, detach, delete", async (
   t.equal((await awsEc2(e, ["delete-volume", "--volume-id", id])).exitCode, 0);
   const deleted = await awsEc2(e, ["wait", "volume-deleted", "--volume-ids", id]);
   t.equal(deleted.exitCode, 0, "InvalidVolume.NotFound ends the waiter");
-  t.same(lab.backend.calls.map((c) => c.op), ["createVolume", "attach", "detach", "deleteVolume"]);
+  t.same(
+    lab.backend.calls.map((c) => c.op),
+    ["createVolume", "attach", "detach", "deleteVolume"],
+  );
 });
 
 t.test("error codes reach the CLI", async (t) => {
@@ -111,20 +123,42 @@ t.test("error codes reach the CLI", async (t) => {
     ["InvalidParameterValue", ["describe-volumes", "--filters", "Name=colour,Values=red"]],
     ["InvalidParameterValue", ["describe-volumes", "--no-paginate", "--max-results", "3"]],
     ["InvalidParameterCombination", ["describe-volumes", "--no-paginate", "--max-results", "5", "--volume-ids", used]],
-    ["InvalidVolume.ZoneMismatch", ["attach-volume", "--volume-id", free, "--instance-id", lab.a.instanceId, "--device", "/dev/sdg"]],
-    ["InvalidInstanceID.NotFound", ["attach-volume", "--volume-id", free, "--instance-id", "i-00000000000000000", "--device", "/dev/sdg"]],
-    ["IncorrectInstanceState", ["attach-volume", "--volume-id", free, "--instance-id", gone.instanceId, "--device", "/dev/sdg"]],
+    [
+      "InvalidVolume.ZoneMismatch",
+      ["attach-volume", "--volume-id", free, "--instance-id", lab.a.instanceId, "--device", "/dev/sdg"],
+    ],
+    [
+      "InvalidInstanceID.NotFound",
+      ["attach-volume", "--volume-id", free, "--instance-id", "i-00000000000000000", "--device", "/dev/sdg"],
+    ],
+    [
+      "IncorrectInstanceState",
+      ["attach-volume", "--volume-id", free, "--instance-id", gone.instanceId, "--device", "/dev/sdg"],
+    ],
     ["VolumeInUse", ["attach-volume", "--volume-id", used, "--instance-id", lab.b.instanceId, "--device", "/dev/sdg"]],
-    ["AttachmentLimitExceeded", ["attach-volume", "--volume-id", free, "--instance-id", full.instanceId, "--device", "/dev/sdg"]],
+    [
+      "AttachmentLimitExceeded",
+      ["attach-volume", "--volume-id", free, "--instance-id", full.instanceId, "--device", "/dev/sdg"],
+    ],
     ["IncorrectState", ["detach-volume", "--volume-id", free]],
     ["InvalidAttachment.NotFound", ["detach-volume", "--volume-id", used, "--instance-id", lab.b.instanceId]],
-    ["InvalidSnapshot.NotFound", ["create-volume", "--availability-zone", "us-east-1a", "--snapshot-id", "snap-00000000000000000"]],
+    [
+      "InvalidSnapshot.NotFound",
+      ["create-volume", "--availability-zone", "us-east-1a", "--snapshot-id", "snap-00000000000000000"],
+    ],
     ["InvalidSnapshotID.Malformed", ["delete-snapshot", "--snapshot-id", "snap-x"]],
     ["InvalidID", ["create-tags", "--resources", "ami-12345678", "--tags", "Key=a,Value=b"]],
     ["InvalidInstanceID.NotFound", ["describe-instances", "--instance-ids", "i-00000000000000000"]],
     ["DryRunOperation", ["create-volume", "--availability-zone", "us-east-1a", "--size", "1", "--dry-run"]],
   ];
-  const results = await limited(2, cases.map(([, args]) => () => awsEc2(e, args)));
+  const results = await limited(
+    2,
+    cases.map(
+      ([, args]) =>
+        () =>
+          awsEc2(e, args),
+    ),
+  );
   cases.forEach(([code, args], i) => {
     const r = results[i];
     t.ok(r && (r.exitCode === 254 || r.exitCode === 255), `${args[0]} → exit 254/255`);
@@ -145,7 +179,11 @@ t.test("CLI auto-pagination over NextToken", async (t) => {
   const requests = () => log.lines.filter((l) => l.startsWith("<7>lab.ec2-emulator: DescribeVolumes ")).length;
 
   const all = await awsJson<{ Volumes: CliVolume[] }>(e, ["describe-volumes", "--page-size", "5"]);
-  t.same(all.Volumes.map((v) => v.VolumeId), made, "all 12, in order, none twice");
+  t.same(
+    all.Volumes.map((v) => v.VolumeId),
+    made,
+    "all 12, in order, none twice",
+  );
   t.equal(requests(), 3, "three pages of at most 5");
 
   const some = await awsJson<{ Volumes: CliVolume[]; NextToken?: string }>(e, [
@@ -199,7 +237,10 @@ t.test("tags, snapshots, volume status and instances", async (t) => {
     "Name=key,Values=ebs-cache:*",
     "Name=resource-type,Values=instance",
   ]);
-  t.same(described.Tags.map((x) => x.ResourceId), [lab.a.instanceId]);
+  t.same(
+    described.Tags.map((x) => x.ResourceId),
+    [lab.a.instanceId],
+  );
   t.equal((await awsEc2(e, ["delete-tags", "--resources", lab.a.instanceId, "--tags", "Key=Tmp"])).exitCode, 0);
   t.notOk("Tmp" in lab.a.tags);
 
@@ -248,7 +289,10 @@ t.test("tags, snapshots, volume status and instances", async (t) => {
     "Name=tag:ebs-cache:pool,Values=builders",
     "Name=instance-state-name,Values=running",
   ]);
-  t.same(instances.Reservations.flatMap((r) => r.Instances.map((i) => i.InstanceId)), [lab.a.instanceId]);
+  t.same(
+    instances.Reservations.flatMap((r) => r.Instances.map((i) => i.InstanceId)),
+    [lab.a.instanceId],
+  );
 });
 
 t.test("faults seen by the CLI", async (t) => {

@@ -13,7 +13,8 @@ const HOUR = 3_600_000;
 t.test("setDelays applies to the transitions that start after it, not to those under way", async (t) => {
   const lab = await startLab(t, { delays: { createMs: 0, attachMs: HOUR, detachMs: 0, snapshotMs: 0 } });
   const ec2 = lab.client();
-  const create = async () => (await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 1 }))).VolumeId!;
+  const create = async () =>
+    (await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 1 }))).VolumeId!;
   const early = await create();
   const late = await create();
   await volumeState(ec2, early, "available");
@@ -24,6 +25,14 @@ t.test("setDelays applies to the transitions that start after it, not to those u
   await ec2.send(new AttachVolumeCommand({ VolumeId: late, InstanceId: lab.a.instanceId, Device: "/dev/sdg" }));
 
   const attached = await attachmentState(ec2, late, "attached");
-  t.equal(attached.Attachments?.[0]?.State, "attached", "an attach started after setDelays takes the new delay (0, not an hour)");
-  t.equal((await describeVolume(ec2, early)).Attachments?.[0]?.State, "attaching", "the attach started before keeps its hour");
+  t.equal(
+    attached.Attachments?.[0]?.State,
+    "attached",
+    "an attach started after setDelays takes the new delay (0, not an hour)",
+  );
+  t.equal(
+    (await describeVolume(ec2, early)).Attachments?.[0]?.State,
+    "attaching",
+    "the attach started before keeps its hour",
+  );
 });

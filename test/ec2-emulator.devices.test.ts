@@ -39,18 +39,27 @@ t.test("detaching a mounted volume: busy until unmounted, the device stays", asy
 
   const answer = await ec2.send(new DetachVolumeCommand({ VolumeId: volumeId, InstanceId: host.instance.instanceId }));
   t.equal(answer.State, "detaching");
-  const busy = await poll(() => describeVolume(ec2, volumeId), (v) => v.Attachments?.[0]?.State === "busy");
+  const busy = await poll(
+    () => describeVolume(ec2, volumeId),
+    (v) => v.Attachments?.[0]?.State === "busy",
+  );
   t.equal(busy.State, "in-use");
   // Well past the detach delay and several rechecks: still busy, the device still there and mounted.
   await new Promise((resolve) => setTimeout(resolve, 1_000));
   t.equal((await describeVolume(ec2, volumeId)).Attachments?.[0]?.State, "busy");
   t.ok(existsSync(join(byIdDir(host.paths.hostRoot), ebsByIdName(volumeId))), "the by-id link is still there");
-  t.ok(lab.backend.attachments().some((a) => a.volumeId === volumeId), "the loop device is still attached");
+  t.ok(
+    lab.backend.attachments().some((a) => a.volumeId === volumeId),
+    "the loop device is still attached",
+  );
   await run("touch", [join(mountPoint, "still-writable")]);
 
   await run("umount", [mountPoint]);
   mounted = false;
-  const free = await poll(() => describeVolume(ec2, volumeId), (v) => v.State === "available");
+  const free = await poll(
+    () => describeVolume(ec2, volumeId),
+    (v) => v.State === "available",
+  );
   t.same(free.Attachments, []);
   t.notOk(existsSync(join(byIdDir(host.paths.hostRoot), ebsByIdName(volumeId))), "the device is gone");
   t.equal(lab.ec2.snapshotState().volumes[volumeId]?.forceDetachCount, 0);

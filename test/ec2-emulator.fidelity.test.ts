@@ -27,7 +27,20 @@ import {
 import { MemoryVolumeBackend } from "../src/lab/ec2/memory-backend.ts";
 import { startEc2Emulator, type Model } from "../src/lab/ec2/index.ts";
 import type { VolumeRecord } from "../src/lab/ec2/model.ts";
-import { attachmentState, availableVolume, awsJson, describeVolume, FAST, gate, labInstance, poll, sdkError, snapshotCompleted, startLab, volumeState } from "./ec2-emulator.helpers.ts";
+import {
+  attachmentState,
+  availableVolume,
+  awsJson,
+  describeVolume,
+  FAST,
+  gate,
+  labInstance,
+  poll,
+  sdkError,
+  snapshotCompleted,
+  startLab,
+  volumeState,
+} from "./ec2-emulator.helpers.ts";
 
 /** A 4 GiB volume (or one from the snapshot), available. */
 const available4 = (client: Client, zone = "us-east-1a", snapshotId?: string) =>
@@ -38,21 +51,29 @@ const volumeCount = (model: Model) => Object.keys(model.volumes).length;
 t.test("ClientToken: a repeated CreateVolume makes nothing new; other parameters are a mismatch", async (t) => {
   const lab = await startLab(t);
   const ec2 = lab.client();
-  const first = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4, ClientToken: "boot-1" }));
-  const again = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4, ClientToken: "boot-1" }));
+  const first = await ec2.send(
+    new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4, ClientToken: "boot-1" }),
+  );
+  const again = await ec2.send(
+    new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4, ClientToken: "boot-1" }),
+  );
   t.equal(again.VolumeId, first.VolumeId, "the same volume");
   t.equal(volumeCount(lab.emu.snapshotState()), 1);
   t.equal(lab.backend.callsOf("createVolume").length, 1);
   t.ok(lab.emu.snapshotState().events.some((e) => e.kind === "idempotent-replay" && e.volumeId === first.VolumeId));
 
   t.match(
-    await sdkError(ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 5, ClientToken: "boot-1" }))),
+    await sdkError(
+      ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 5, ClientToken: "boot-1" })),
+    ),
     { name: "IdempotentParameterMismatch", status: 400 },
   );
   t.equal(volumeCount(lab.emu.snapshotState()), 1, "a mismatch makes nothing");
 
   // Another token (or the SDK's own fresh token per call) makes a new volume.
-  const other = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4, ClientToken: "boot-2" }));
+  const other = await ec2.send(
+    new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4, ClientToken: "boot-2" }),
+  );
   const fresh = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4 }));
   t.not(other.VolumeId, first.VolumeId);
   t.not(fresh.VolumeId, other.VolumeId);
@@ -60,17 +81,26 @@ t.test("ClientToken: a repeated CreateVolume makes nothing new; other parameters
 
   // A replay answers the volume as it is now; once it is deleted, as it was first answered.
   await volumeState(ec2, first.VolumeId as string, "available");
-  const later = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4, ClientToken: "boot-1" }));
+  const later = await ec2.send(
+    new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4, ClientToken: "boot-1" }),
+  );
   t.equal(later.State, "available");
   await ec2.send(new DeleteVolumeCommand({ VolumeId: first.VolumeId }));
-  await poll(() => lab.emu.snapshotState().volumes[first.VolumeId as string], (v) => v === undefined);
-  const gone = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4, ClientToken: "boot-1" }));
+  await poll(
+    () => lab.emu.snapshotState().volumes[first.VolumeId as string],
+    (v) => v === undefined,
+  );
+  const gone = await ec2.send(
+    new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4, ClientToken: "boot-1" }),
+  );
   t.equal(gone.VolumeId, first.VolumeId, "still the first volume, not a new one");
   t.equal(gone.State, "creating");
   t.equal(volumeCount(lab.emu.snapshotState()), 2);
 
   t.match(
-    await sdkError(ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4, ClientToken: "x".repeat(65) }))),
+    await sdkError(
+      ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4, ClientToken: "x".repeat(65) })),
+    ),
     { name: "InvalidParameterValue" },
   );
 });
@@ -88,7 +118,9 @@ t.test("ClientToken: applied-then-500 and the SDK's retries make exactly one vol
   // Once the fault is lifted, a retry by the caller with the same token learns the volume's id.
   lab.emu.setFaults({});
   const token = Object.keys(model.clientTokens ?? {})[0] as string;
-  const found = await retrying.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4, ClientToken: token }));
+  const found = await retrying.send(
+    new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4, ClientToken: token }),
+  );
   t.equal(found.VolumeId, Object.keys(model.volumes)[0]);
   t.equal(volumeCount(lab.emu.snapshotState()), 1);
 });
@@ -102,7 +134,9 @@ t.test("ClientToken: tokens survive a restart of the emulator; the aws CLI's --c
     new EC2Client({ endpoint, region: "us-east-1", credentials: { accessKeyId: "dummy", secretAccessKey: "dummy" } });
   const first = await startEc2Emulator({ backend, stateFile, delays: FAST });
   const ec2 = client(first.endpoint);
-  const made = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1b", Size: 2, ClientToken: "persisted" }));
+  const made = await ec2.send(
+    new CreateVolumeCommand({ AvailabilityZone: "us-east-1b", Size: 2, ClientToken: "persisted" }),
+  );
   ec2.destroy();
   await first.close();
 
@@ -110,7 +144,9 @@ t.test("ClientToken: tokens survive a restart of the emulator; the aws CLI's --c
   t.teardown(() => second.close());
   const again = client(second.endpoint);
   t.teardown(() => again.destroy());
-  const replay = await again.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1b", Size: 2, ClientToken: "persisted" }));
+  const replay = await again.send(
+    new CreateVolumeCommand({ AvailabilityZone: "us-east-1b", Size: 2, ClientToken: "persisted" }),
+  );
   t.equal(replay.VolumeId, made.VolumeId);
   t.equal(volumeCount(second.snapshotState()), 1);
 
@@ -138,7 +174,10 @@ t.test("notFoundAfterCreateMs: a new volume is NotFound by id and missing from l
   const ec2 = lab.client(1);
   const created = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4 }));
   const id = created.VolumeId as string;
-  t.match(await sdkError(ec2.send(new DescribeVolumesCommand({ VolumeIds: [id] }))), { name: "InvalidVolume.NotFound", status: 400 });
+  t.match(await sdkError(ec2.send(new DescribeVolumesCommand({ VolumeIds: [id] }))), {
+    name: "InvalidVolume.NotFound",
+    status: 400,
+  });
   t.same((await ec2.send(new DescribeVolumesCommand({}))).Volumes, [], "absent from an unfiltered listing");
   const listed = await ec2.send(new DescribeVolumesCommand({ Filters: [{ Name: "volume-id", Values: [id] }] }));
   t.same(listed.Volumes, [], "absent from a filtered listing");
@@ -146,23 +185,35 @@ t.test("notFoundAfterCreateMs: a new volume is NotFound by id and missing from l
     name: "InvalidVolume.NotFound",
   });
   t.match(
-    await sdkError(ec2.send(new AttachVolumeCommand({ VolumeId: id, InstanceId: lab.a.instanceId, Device: "/dev/sdf" }))),
+    await sdkError(
+      ec2.send(new AttachVolumeCommand({ VolumeId: id, InstanceId: lab.a.instanceId, Device: "/dev/sdf" })),
+    ),
     { name: "InvalidVolume.NotFound" },
   );
-  t.match(await sdkError(ec2.send(new DescribeVolumeStatusCommand({ VolumeIds: [id] }))), { name: "InvalidVolume.NotFound" });
-  t.same((await ec2.send(new DescribeTagsCommand({}))).Tags?.filter((tag) => tag.ResourceId === id), []);
+  t.match(await sdkError(ec2.send(new DescribeVolumeStatusCommand({ VolumeIds: [id] }))), {
+    name: "InvalidVolume.NotFound",
+  });
+  t.same(
+    (await ec2.send(new DescribeTagsCommand({}))).Tags?.filter((tag) => tag.ResourceId === id),
+    [],
+  );
 
   now += 4_999;
-  t.match(await sdkError(ec2.send(new DescribeVolumesCommand({ VolumeIds: [id] }))), { name: "InvalidVolume.NotFound" });
+  t.match(await sdkError(ec2.send(new DescribeVolumesCommand({ VolumeIds: [id] }))), {
+    name: "InvalidVolume.NotFound",
+  });
   now += 1;
   t.equal((await describeVolume(ec2, id)).VolumeId, id, "visible once the lag has passed");
   await ec2.send(new CreateTagsCommand({ Resources: [id], Tags: [{ Key: "k", Value: "v" }] }));
 
   // Per action: only DescribeVolumes lags, CreateTags sees the new volume at once.
   lab.emu.setFaults({ actions: { DescribeVolumes: { notFoundAfterCreateMs: 1_000 } } });
-  const second = (await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4 }))).VolumeId as string;
+  const second = (await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4 })))
+    .VolumeId as string;
   await ec2.send(new CreateTagsCommand({ Resources: [second], Tags: [{ Key: "k", Value: "v" }] }));
-  t.match(await sdkError(ec2.send(new DescribeVolumesCommand({ VolumeIds: [second] }))), { name: "InvalidVolume.NotFound" });
+  t.match(await sdkError(ec2.send(new DescribeVolumesCommand({ VolumeIds: [second] }))), {
+    name: "InvalidVolume.NotFound",
+  });
   now += 1_000;
   t.same((await describeVolume(ec2, second)).Tags, [{ Key: "k", Value: "v" }]);
 
@@ -180,7 +231,10 @@ t.test("busy: a detach of a volume in use waits in busy until it is free, or for
   t.equal(answer.State, "detaching", "DetachVolume answers detaching");
   const busy = await attachmentState(ec2, id, "busy");
   t.equal(busy.State, "in-use", "the volume stays in-use while busy");
-  await poll(() => lab.emu.snapshotState().events, (events) => events.some((e) => e.kind === "detach-busy" && e.volumeId === id));
+  await poll(
+    () => lab.emu.snapshotState().events,
+    (events) => events.some((e) => e.kind === "detach-busy" && e.volumeId === id),
+  );
   // Several rechecks later it is still busy, and its device is still there.
   const rechecks = lab.emu.snapshotState().events.length;
   await new Promise((resolve) => setTimeout(resolve, FAST.detachMs * 4));
@@ -193,7 +247,11 @@ t.test("busy: a detach of a volume in use waits in busy until it is free, or for
 
   lab.backend.busy.delete(id); // unmounted
   await volumeState(ec2, id, "available");
-  t.same(lab.backend.callsOf("detach").map((c) => c.id), [id], "detached once");
+  t.same(
+    lab.backend.callsOf("detach").map((c) => c.id),
+    [id],
+    "detached once",
+  );
   t.equal(lab.emu.snapshotState().volumes[id]?.forceDetachCount, 0);
 
   // Force ends a busy detach (EC2 allows it, at the risk of the data): counted as a force.
@@ -223,13 +281,21 @@ t.test("default initialization follows what the storage fetched", async (t) => {
       state: item?.VolumeStatus?.Details?.find((d) => d.Name === "initialization-state")?.Status,
     };
   };
-  t.match(await status(), { details: { InitializationType: "default", Progress: 100 }, state: "completed" }, "not tracked: initialized");
+  t.match(
+    await status(),
+    { details: { InitializationType: "default", Progress: 100 }, state: "completed" },
+    "not tracked: initialized",
+  );
   lab.backend.initialization.set(id, { done: 3, total: 12 });
   const quarter = await status();
   t.match(quarter, { details: { InitializationType: "default", Progress: 25 }, state: "initializing" });
   t.equal(quarter.details?.EstimatedTimeToCompleteInSeconds, undefined, "no estimate for default initialization");
   lab.backend.initialization.set(id, { done: 11, total: 12 });
-  t.match(await status(), { details: { Progress: 91 }, state: "initializing" }, "rounded down: 100 only when all is fetched");
+  t.match(
+    await status(),
+    { details: { Progress: 91 }, state: "initializing" },
+    "rounded down: 100 only when all is fetched",
+  );
   lab.backend.initialization.set(id, { done: 12, total: 12 });
   t.match(await status(), { details: { Progress: 100 }, state: "completed" });
 });
@@ -277,7 +343,9 @@ t.test("MaxResults above an action's cap gives a capped page; below the minimum 
   const third = await ec2.send(new DescribeVolumesCommand({ MaxResults: 600, NextToken: second.NextToken }));
   t.equal(third.Volumes?.length, 1);
   t.equal(third.NextToken, undefined);
-  const ids = new Set([...(first.Volumes ?? []), ...(second.Volumes ?? []), ...(third.Volumes ?? [])].map((v) => v.VolumeId));
+  const ids = new Set(
+    [...(first.Volumes ?? []), ...(second.Volumes ?? []), ...(third.Volumes ?? [])].map((v) => v.VolumeId),
+  );
   t.equal(ids.size, 1001, "every volume once");
 
   const status = await ec2.send(new DescribeVolumeStatusCommand({ MaxResults: 5000 }));
@@ -298,13 +366,36 @@ t.test("AttachVolume accepts only the device names EC2 accepts for EBS on Linux"
   const ec2 = lab.client();
   const attach = (VolumeId: string, Device: string) =>
     ec2.send(new AttachVolumeCommand({ VolumeId, InstanceId: lab.a.instanceId, Device }));
-  const invalid = ["/dev/sdf1", "/dev/xvdb", "/dev/xvddz", "/dev/xvdza", "/dev/nvme1n1", "/dev/sd", "sdf", "/dev/sdF", "/dev/../sdf", "/dev/sdf "];
+  const invalid = [
+    "/dev/sdf1",
+    "/dev/xvdb",
+    "/dev/xvddz",
+    "/dev/xvdza",
+    "/dev/nvme1n1",
+    "/dev/sd",
+    "sdf",
+    "/dev/sdF",
+    "/dev/../sdf",
+    "/dev/sdf ",
+  ];
   const id = await available4(ec2);
   for (const device of invalid) {
-    t.match(await sdkError(attach(id, device)), { name: "InvalidParameterValue", message: /not a valid EBS device name/ }, device);
+    t.match(
+      await sdkError(attach(id, device)),
+      { name: "InvalidParameterValue", message: /not a valid EBS device name/ },
+      device,
+    );
   }
-  t.match(await sdkError(attach(id, "/dev/sda1")), { name: "InvalidParameterValue", message: /already in use/ }, "root");
-  t.match(await sdkError(attach(id, "/dev/xvda")), { name: "InvalidParameterValue", message: /already in use/ }, "root");
+  t.match(
+    await sdkError(attach(id, "/dev/sda1")),
+    { name: "InvalidParameterValue", message: /already in use/ },
+    "root",
+  );
+  t.match(
+    await sdkError(attach(id, "/dev/xvda")),
+    { name: "InvalidParameterValue", message: /already in use/ },
+    "root",
+  );
   const valid = ["/dev/sdf", "/dev/sdp", "/dev/sdz", "/dev/xvdf", "/dev/xvdz", "/dev/xvdba", "/dev/xvddx"];
   const volumes: string[] = [];
   for (const device of valid) {
@@ -314,13 +405,18 @@ t.test("AttachVolume accepts only the device names EC2 accepts for EBS on Linux"
     t.equal(answer.Device, device, `${device} accepted`);
   }
   // A bad name is refused before the volume's state is looked at.
-  t.match(await sdkError(attach(volumes[0] as string, "/dev/sdf1")), { name: "InvalidParameterValue", message: /not a valid/ });
+  t.match(await sdkError(attach(volumes[0] as string, "/dev/sdf1")), {
+    name: "InvalidParameterValue",
+    message: /not a valid/,
+  });
   t.match(await sdkError(attach(id, "/dev/sdf")), { name: "InvalidParameterValue", message: /already in use/ });
 });
 
 t.test("DescribeInstances: tags and block device mapping with each volume's attachment state", async (t) => {
   const detachHold = gate();
-  const lab = await startLab(t, { backendOptions: { hold: (c) => (c.op === "detach" ? detachHold.promise : undefined) } });
+  const lab = await startLab(t, {
+    backendOptions: { hold: (c) => (c.op === "detach" ? detachHold.promise : undefined) },
+  });
   const ec2 = lab.client();
   const host = lab.emu.registerInstance(labInstance("us-east-1a", { "ebs-cache:pool": "p1", role: "worker" }));
   const attached = await available4(ec2);
@@ -333,33 +429,49 @@ t.test("DescribeInstances: tags and block device mapping with each volume's atta
   lab.emu.setFaults({ stuckAttach: [attaching] });
   await ec2.send(new AttachVolumeCommand({ VolumeId: attaching, InstanceId: host.instanceId, Device: "/dev/sdg" }));
   await ec2.send(new DetachVolumeCommand({ VolumeId: detaching }));
-  await poll(() => lab.backend.callsOf("detach"), (calls) => calls.length === 1); // held in detaching
+  await poll(
+    () => lab.backend.callsOf("detach"),
+    (calls) => calls.length === 1,
+  ); // held in detaching
 
   const out = await ec2.send(new DescribeInstancesCommand({ InstanceIds: [host.instanceId] }));
   const instance = out.Reservations?.[0]?.Instances?.[0];
-  t.same(
-    Object.fromEntries((instance?.Tags ?? []).map((tag) => [tag.Key, tag.Value])),
-    { Name: "swarm-node", "ebs-cache:pool": "p1", role: "worker" },
-  );
+  t.same(Object.fromEntries((instance?.Tags ?? []).map((tag) => [tag.Key, tag.Value])), {
+    Name: "swarm-node",
+    "ebs-cache:pool": "p1",
+    role: "worker",
+  });
   const mapping = instance?.BlockDeviceMappings ?? [];
   const byVolume = Object.fromEntries(mapping.map((m) => [m.Ebs?.VolumeId, m]));
   t.equal(mapping.length, 3);
-  t.match(byVolume[attached], { DeviceName: "/dev/sdf", Ebs: { VolumeId: attached, Status: "attached", DeleteOnTermination: false } });
+  t.match(byVolume[attached], {
+    DeviceName: "/dev/sdf",
+    Ebs: { VolumeId: attached, Status: "attached", DeleteOnTermination: false },
+  });
   t.match(byVolume[attaching], { DeviceName: "/dev/sdg", Ebs: { Status: "attaching", DeleteOnTermination: false } });
   t.match(byVolume[detaching], { DeviceName: "/dev/sdh", Ebs: { Status: "detaching", DeleteOnTermination: false } });
   t.ok(byVolume[attached]?.Ebs?.AttachTime instanceof Date, "attach time parsed by the SDK");
   detachHold.open();
   await volumeState(ec2, detaching, "available");
   const after = await ec2.send(new DescribeInstancesCommand({ InstanceIds: [host.instanceId] }));
-  t.equal(after.Reservations?.[0]?.Instances?.[0]?.BlockDeviceMappings?.length, 2, "a detached volume leaves the mapping");
+  t.equal(
+    after.Reservations?.[0]?.Instances?.[0]?.BlockDeviceMappings?.length,
+    2,
+    "a detached volume leaves the mapping",
+  );
 });
 
 t.test("CreateTags on an instance with tags in instance metadata: only keys IMDS can serve", async (t) => {
   const lab = await startLab(t);
   const ec2 = lab.client();
-  const tag = (id: string, Key: string) => ec2.send(new CreateTagsCommand({ Resources: [id], Tags: [{ Key, Value: "v" }] }));
+  const tag = (id: string, Key: string) =>
+    ec2.send(new CreateTagsCommand({ Resources: [id], Tags: [{ Key, Value: "v" }] }));
   for (const key of ["a/b", "a b", ".", "..", "_index", "key!"]) {
-    t.match(await sdkError(tag(lab.a.instanceId, key)), { name: "InvalidParameterValue", message: /instance metadata/ }, key);
+    t.match(
+      await sdkError(tag(lab.a.instanceId, key)),
+      { name: "InvalidParameterValue", message: /instance metadata/ },
+      key,
+    );
   }
   t.notOk(Object.hasOwn(lab.a.tags, "a/b"), "nothing was set");
   await tag(lab.a.instanceId, "io.simcore.autoscaling.ec2_instance.docker_node_labels");

@@ -3,7 +3,13 @@
  * SDK client and the aws CLI pointed at it, and polling with generous deadlines (no test may
  * depend on how fast the machine is).
  */
-import { CreateVolumeCommand, DescribeSnapshotsCommand, DescribeVolumesCommand, EC2Client, type Volume } from "@aws-sdk/client-ec2";
+import {
+  CreateVolumeCommand,
+  DescribeSnapshotsCommand,
+  DescribeVolumesCommand,
+  EC2Client,
+  type Volume,
+} from "@aws-sdk/client-ec2";
 import { randomBytes } from "node:crypto";
 import { run, type RunResult } from "../src/exec.ts";
 import { MemoryVolumeBackend, type MemoryVolumeBackendOptions } from "../src/lab/ec2/memory-backend.ts";
@@ -107,7 +113,12 @@ export async function sdkError(call: Promise<unknown>): Promise<SdkFailure> {
   try {
     await call;
   } catch (error) {
-    const e = error as { name: string; Code?: string; message: string; $metadata?: { httpStatusCode?: number; attempts?: number } };
+    const e = error as {
+      name: string;
+      Code?: string;
+      message: string;
+      $metadata?: { httpStatusCode?: number; attempts?: number };
+    };
     const meta = e.$metadata ?? {};
     return { name: e.name, code: e.Code, status: meta.httpStatusCode, attempts: meta.attempts, message: e.message };
   }
@@ -152,12 +163,18 @@ export async function availableVolume(
 
 /** Polls until the volume's state is `state`. */
 export function volumeState(client: EC2Client, volumeId: string, state: string): Promise<Volume> {
-  return poll(() => describeVolume(client, volumeId), (v) => v.State === state);
+  return poll(
+    () => describeVolume(client, volumeId),
+    (v) => v.State === state,
+  );
 }
 
 /** Polls until the volume's attachment is in `state` (attaching, attached, detaching). */
 export function attachmentState(client: EC2Client, volumeId: string, state: string): Promise<Volume> {
-  return poll(() => describeVolume(client, volumeId), (v) => v.Attachments?.[0]?.State === state);
+  return poll(
+    () => describeVolume(client, volumeId),
+    (v) => v.Attachments?.[0]?.State === state,
+  );
 }
 
 /** Polls until the snapshot is completed. */

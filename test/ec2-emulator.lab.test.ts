@@ -20,7 +20,18 @@ import {
 import { Ec2Admin } from "../src/lab/ec2/admin-client.ts";
 import { startEc2Emulator, type Model } from "../src/lab/ec2/index.ts";
 import { MemoryVolumeBackend } from "../src/lab/ec2/memory-backend.ts";
-import { attachmentState, availableVolume, describeVolume, FAST, labInstance, poll, sdkError, snapshotCompleted, startLab, volumeState } from "./ec2-emulator.helpers.ts";
+import {
+  attachmentState,
+  availableVolume,
+  describeVolume,
+  FAST,
+  labInstance,
+  poll,
+  sdkError,
+  snapshotCompleted,
+  startLab,
+  volumeState,
+} from "./ec2-emulator.helpers.ts";
 
 const volume = describeVolume;
 
@@ -41,7 +52,12 @@ t.test("throttling: deterministic rate, SDK retries through it, surfaces it with
   lab.emu.setFaults({ throttleRate: 0.25 });
   const outcomes: string[] = [];
   for (let i = 0; i < 8; i++) {
-    outcomes.push(await once.send(new DescribeVolumesCommand({})).then(() => "ok", (e: Error) => e.name));
+    outcomes.push(
+      await once.send(new DescribeVolumesCommand({})).then(
+        () => "ok",
+        (e: Error) => e.name,
+      ),
+    );
   }
   t.same(outcomes, ["ok", "ok", "ok", "RequestLimitExceeded", "ok", "ok", "ok", "RequestLimitExceeded"]);
 
@@ -82,9 +98,16 @@ t.test("stuckAttach keeps an attachment in attaching until lifted", async (t) =>
   await ec2.send(new AttachVolumeCommand({ VolumeId: fine, InstanceId: lab.a.instanceId, Device: "/dev/sdg" }));
   // The fine one attaching proves attachMs has passed for the stuck one too.
   await attachmentState(ec2, fine, "attached");
-  await poll(() => lab.emu.snapshotState().events, (events) => events.some((e) => e.kind === "stuck-attach"));
+  await poll(
+    () => lab.emu.snapshotState().events,
+    (events) => events.some((e) => e.kind === "stuck-attach"),
+  );
   t.equal((await volume(ec2, stuck)).Attachments?.[0]?.State, "attaching");
-  t.same(lab.backend.callsOf("attach").map((c) => c.id), [fine], "no device for the stuck volume");
+  t.same(
+    lab.backend.callsOf("attach").map((c) => c.id),
+    [fine],
+    "no device for the stuck volume",
+  );
 
   lab.emu.setFaults({});
   await attachmentState(ec2, stuck, "attached");
@@ -93,7 +116,10 @@ t.test("stuckAttach keeps an attachment in attaching until lifted", async (t) =>
   lab.emu.setFaults({ stuckAttach: true });
   const third = await available4(ec2);
   await ec2.send(new AttachVolumeCommand({ VolumeId: third, InstanceId: lab.a.instanceId, Device: "/dev/sdh" }));
-  await poll(() => lab.emu.snapshotState().events.filter((e) => e.kind === "stuck-attach"), (e) => e.length === 2);
+  await poll(
+    () => lab.emu.snapshotState().events.filter((e) => e.kind === "stuck-attach"),
+    (e) => e.length === 2,
+  );
   await ec2.send(new DetachVolumeCommand({ VolumeId: third }));
   await volumeState(ec2, third, "available");
   t.notOk(lab.backend.calls.some((c) => c.id === third && (c.op === "attach" || c.op === "detach")));
@@ -104,7 +130,9 @@ t.test("applyThen500: the change happens although the call failed", async (t) =>
   const once = lab.client(1);
   const first = await available4(once);
   t.match(
-    await sdkError(once.send(new AttachVolumeCommand({ VolumeId: first, InstanceId: lab.a.instanceId, Device: "/dev/sdf" }))),
+    await sdkError(
+      once.send(new AttachVolumeCommand({ VolumeId: first, InstanceId: lab.a.instanceId, Device: "/dev/sdf" })),
+    ),
     { name: "InternalError", status: 500 },
   );
   const v = await attachmentState(once, first, "attached");
@@ -115,7 +143,9 @@ t.test("applyThen500: the change happens although the call failed", async (t) =>
   const retrying = lab.client();
   const second = await available4(retrying);
   t.match(
-    await sdkError(retrying.send(new AttachVolumeCommand({ VolumeId: second, InstanceId: lab.a.instanceId, Device: "/dev/sdg" }))),
+    await sdkError(
+      retrying.send(new AttachVolumeCommand({ VolumeId: second, InstanceId: lab.a.instanceId, Device: "/dev/sdg" })),
+    ),
     { name: "VolumeInUse", attempts: 2 },
   );
   t.equal((await volume(retrying, second)).Attachments?.[0]?.InstanceId, lab.a.instanceId);
@@ -132,7 +162,10 @@ t.test("backend failures stay visible, and DetachVolume recovers", async (t) => 
   const ec2 = lab.client();
   const id = await available4(ec2);
   await ec2.send(new AttachVolumeCommand({ VolumeId: id, InstanceId: lab.a.instanceId, Device: "/dev/sdf" }));
-  await poll(() => lab.emu.snapshotState().volumes[id]?.attachment?.error, (e) => e !== undefined);
+  await poll(
+    () => lab.emu.snapshotState().volumes[id]?.attachment?.error,
+    (e) => e !== undefined,
+  );
   t.equal((await volume(ec2, id)).Attachments?.[0]?.State, "attaching", "a failed attach stays attaching");
   const status = await ec2.send(new DescribeVolumeStatusCommand({ VolumeIds: [id] }));
   t.match(status.VolumeStatuses?.[0]?.VolumeStatus, {
@@ -151,7 +184,10 @@ t.test("backend failures stay visible, and DetachVolume recovers", async (t) => 
   await ec2.send(new AttachVolumeCommand({ VolumeId: id, InstanceId: lab.a.instanceId, Device: "/dev/sdf" }));
   await attachmentState(ec2, id, "attached");
   await ec2.send(new DetachVolumeCommand({ VolumeId: id }));
-  await poll(() => lab.emu.snapshotState().volumes[id]?.attachment?.error, (e) => e !== undefined);
+  await poll(
+    () => lab.emu.snapshotState().volumes[id]?.attachment?.error,
+    (e) => e !== undefined,
+  );
   t.equal((await volume(ec2, id)).Attachments?.[0]?.State, "detaching");
   failing.detach = false;
   await ec2.send(new DetachVolumeCommand({ VolumeId: id }));
@@ -160,7 +196,10 @@ t.test("backend failures stay visible, and DetachVolume recovers", async (t) => 
 
   failing.createVolume = true;
   const created = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 1 }));
-  const broken = await poll(() => volume(ec2, created.VolumeId as string), (v) => v.State !== "creating");
+  const broken = await poll(
+    () => volume(ec2, created.VolumeId as string),
+    (v) => v.State !== "creating",
+  );
   t.equal(broken.State, "error", "a failed creation leaves the volume in error");
 });
 
@@ -177,7 +216,12 @@ t.test("persistence: a restarted emulator resumes from its state file", async (t
   const attachedId = await available4(ec2);
   await ec2.send(new AttachVolumeCommand({ VolumeId: attachedId, InstanceId: inst.instanceId, Device: "/dev/sdf" }));
   await attachmentState(ec2, attachedId, "attached");
-  await ec2.send(new CreateTagsCommand({ Resources: [attachedId, inst.instanceId], Tags: [{ Key: "ebs-cache:owner", Value: inst.instanceId }] }));
+  await ec2.send(
+    new CreateTagsCommand({
+      Resources: [attachedId, inst.instanceId],
+      Tags: [{ Key: "ebs-cache:owner", Value: inst.instanceId }],
+    }),
+  );
   const snap = await ec2.send(new CreateSnapshotCommand({ VolumeId: attachedId }));
   await snapshotCompleted(ec2, snap.SnapshotId as string);
   const before = (await ec2.send(new DescribeVolumesCommand({}))).Volumes;
@@ -198,7 +242,14 @@ t.test("persistence: a restarted emulator resumes from its state file", async (t
   if (heldRecord) {
     // Made by hand: a volume attaching with no device yet, as a stuck attach leaves it.
     heldRecord.state = "in-use";
-    heldRecord.attachment = { instanceId: inst.instanceId, device: "/dev/sdk", state: "attaching", attachTime: new Date().toISOString(), token: 999_999, stuck: true };
+    heldRecord.attachment = {
+      instanceId: inst.instanceId,
+      device: "/dev/sdk",
+      state: "attaching",
+      attachTime: new Date().toISOString(),
+      token: 999_999,
+      stuck: true,
+    };
   }
   writeFileSync(stateFile, JSON.stringify(state));
 
@@ -206,10 +257,15 @@ t.test("persistence: a restarted emulator resumes from its state file", async (t
   t.teardown(() => second.close());
   const ec2b = client(second.endpoint);
   t.teardown(() => ec2b.destroy());
-  const after = (await ec2b.send(new DescribeVolumesCommand({ VolumeIds: before?.map((v) => v.VolumeId as string) }))).Volumes;
+  const after = (await ec2b.send(new DescribeVolumesCommand({ VolumeIds: before?.map((v) => v.VolumeId as string) })))
+    .Volumes;
   t.same(after, before, "same volumes, tags and attachments");
   await volumeState(ec2b, creating.VolumeId as string, "available");
-  t.equal(backend.calls.filter((c) => c.op === "createVolume" && c.id === creating.VolumeId).length, 1, "the image is not made twice");
+  t.equal(
+    backend.calls.filter((c) => c.op === "createVolume" && c.id === creating.VolumeId).length,
+    1,
+    "the image is not made twice",
+  );
   const heldNow = await attachmentState(ec2b, heldId, "attached");
   t.equal(heldNow.Attachments?.[0]?.Device, "/dev/sdk");
   const instances = await ec2b.send(new DescribeInstancesCommand({ InstanceIds: [inst.instanceId] }));
@@ -220,7 +276,10 @@ t.test("persistence: a restarted emulator resumes from its state file", async (t
   ]);
   t.match(second.instances(), [{ instanceId: inst.instanceId, tags: { "ebs-cache:owner": inst.instanceId } }]);
   const snaps = await ec2b.send(new DescribeSnapshotsCommand({ OwnerIds: ["self"] }));
-  t.same(snaps.Snapshots?.map((s) => s.SnapshotId), [snap.SnapshotId]);
+  t.same(
+    snaps.Snapshots?.map((s) => s.SnapshotId),
+    [snap.SnapshotId],
+  );
 
   writeFileSync(join(dir, "bad.json"), JSON.stringify({ hello: "world" }));
   await t.rejects(startEc2Emulator({ backend, stateFile: join(dir, "bad.json") }), /not an EC2 emulator state file/);
@@ -234,8 +293,14 @@ t.test("admin API under /_lab/", async (t) => {
 
   const fresh = labInstance("us-east-1c", { Pool: "builders" });
   t.match(await admin.registerInstance(fresh), { instanceId: fresh.instanceId, state: "running", volumes: [] });
-  await ec2.send(new CreateTagsCommand({ Resources: [fresh.instanceId], Tags: [{ Key: "ebs-cache:volume", Value: "vol-1" }] }));
-  t.match(await admin.instance(fresh.instanceId), { tags: { Pool: "builders", "ebs-cache:volume": "vol-1" } }, "live tags");
+  await ec2.send(
+    new CreateTagsCommand({ Resources: [fresh.instanceId], Tags: [{ Key: "ebs-cache:volume", Value: "vol-1" }] }),
+  );
+  t.match(
+    await admin.instance(fresh.instanceId),
+    { tags: { Pool: "builders", "ebs-cache:volume": "vol-1" } },
+    "live tags",
+  );
   t.equal(await admin.instance("i-00000000000000000"), undefined);
   t.equal((await admin.instances()).length, 3);
   await t.rejects(admin.registerInstance({ ...fresh, availabilityZone: "eu-west-1a" }), /400/);
@@ -268,24 +333,40 @@ t.test("admin API under /_lab/", async (t) => {
 t.test("protocol: InvalidAction, MissingAction, DryRun, GET with a query string", async (t) => {
   const lab = await startLab(t);
   const post = (body: string) =>
-    fetch(lab.emu.endpoint + "/", { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body });
+    fetch(lab.emu.endpoint + "/", {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+      body,
+    });
   const unknown = await post("Action=RunInstances&Version=2016-11-15");
   t.equal(unknown.status, 400);
   const text = await unknown.text();
-  t.match(text, /<Response><Errors><Error><Code>InvalidAction<\/Code><Message>[^<]+<\/Message><\/Error><\/Errors><RequestID>[0-9a-f-]{36}<\/RequestID><\/Response>/);
+  t.match(
+    text,
+    /<Response><Errors><Error><Code>InvalidAction<\/Code><Message>[^<]+<\/Message><\/Error><\/Errors><RequestID>[0-9a-f-]{36}<\/RequestID><\/Response>/,
+  );
   t.match(await (await post("Version=2016-11-15")).text(), /<Code>MissingAction<\/Code>/);
-  t.match(await (await post("Action=AttachVolume&Version=2016-11-15&VolumeId=vol-00000000000000000")).text(), /<Code>MissingParameter<\/Code>/);
+  t.match(
+    await (await post("Action=AttachVolume&Version=2016-11-15&VolumeId=vol-00000000000000000")).text(),
+    /<Code>MissingParameter<\/Code>/,
+  );
 
   const ok = await fetch(`${lab.emu.endpoint}/?Action=DescribeInstances&Version=2016-11-15`);
   t.equal(ok.status, 200);
   const xml = await ok.text();
-  t.match(xml, /^<\?xml version="1.0" encoding="UTF-8"\?>\n<DescribeInstancesResponse xmlns="http:\/\/ec2.amazonaws.com\/doc\/2016-11-15\/"><requestId>/);
+  t.match(
+    xml,
+    /^<\?xml version="1.0" encoding="UTF-8"\?>\n<DescribeInstancesResponse xmlns="http:\/\/ec2.amazonaws.com\/doc\/2016-11-15\/"><requestId>/,
+  );
   t.ok(xml.includes(lab.a.instanceId));
 
   const ec2 = lab.client();
-  t.match(await sdkError(ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 1, DryRun: true }))), {
-    name: "DryRunOperation",
-    status: 412,
-  });
+  t.match(
+    await sdkError(ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 1, DryRun: true }))),
+    {
+      name: "DryRunOperation",
+      status: 412,
+    },
+  );
   t.same(lab.emu.snapshotState().volumes, {}, "a dry run changes nothing");
 });

@@ -25,7 +25,18 @@ import {
   type DescribeSnapshotsCommandInput,
   type EC2Client,
 } from "@aws-sdk/client-ec2";
-import { attachmentState, availableVolume, describeVolume, gate, labInstance, poll, sdkError, snapshotCompleted, startLab, volumeState } from "./ec2-emulator.helpers.ts";
+import {
+  attachmentState,
+  availableVolume,
+  describeVolume,
+  gate,
+  labInstance,
+  poll,
+  sdkError,
+  snapshotCompleted,
+  startLab,
+  volumeState,
+} from "./ec2-emulator.helpers.ts";
 
 const volume = describeVolume;
 
@@ -62,7 +73,9 @@ t.test("CreateVolume: creating → available, full item, backend called", async 
 
 t.test("CreateVolume errors", async (t) => {
   const snapshotCopy = gate();
-  const lab = await startLab(t, { backendOptions: { hold: (c) => (c.op === "createSnapshot" ? snapshotCopy.promise : undefined) } });
+  const lab = await startLab(t, {
+    backendOptions: { hold: (c) => (c.op === "createSnapshot" ? snapshotCopy.promise : undefined) },
+  });
   const ec2 = lab.client();
   t.match(await sdkError(ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1z", Size: 1 }))), {
     name: "InvalidZone.NotFound",
@@ -85,12 +98,16 @@ t.test("CreateVolume errors", async (t) => {
     { name: "InvalidParameterValue" },
   );
   t.match(
-    await sdkError(ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 1, VolumeInitializationRate: 200 }))),
+    await sdkError(
+      ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 1, VolumeInitializationRate: 200 })),
+    ),
     { name: "InvalidParameterValue", message: /snapshot/ },
     "an initialization rate needs a snapshot",
   );
   t.match(
-    await sdkError(ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", SnapshotId: "snap-00000000000000000" }))),
+    await sdkError(
+      ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", SnapshotId: "snap-00000000000000000" })),
+    ),
     { name: "InvalidSnapshot.NotFound" },
   );
   t.match(
@@ -115,14 +132,20 @@ t.test("CreateVolume errors", async (t) => {
   snapshotCopy.open();
   await snapshotCompleted(ec2, snap.SnapshotId as string);
   t.match(
-    await sdkError(ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", SnapshotId: snap.SnapshotId, Size: 5 }))),
+    await sdkError(
+      ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", SnapshotId: snap.SnapshotId, Size: 5 })),
+    ),
     { name: "InvalidParameterValue", message: /smaller than snapshot/ },
   );
   for (const rate of [99, 301]) {
     t.match(
       await sdkError(
         ec2.send(
-          new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", SnapshotId: snap.SnapshotId, VolumeInitializationRate: rate }),
+          new CreateVolumeCommand({
+            AvailabilityZone: "us-east-1a",
+            SnapshotId: snap.SnapshotId,
+            VolumeInitializationRate: rate,
+          }),
         ),
       ),
       { name: "InvalidParameterValue" },
@@ -130,26 +153,41 @@ t.test("CreateVolume errors", async (t) => {
     );
   }
   const fromSnap = await ec2.send(
-    new CreateVolumeCommand({ AvailabilityZone: "us-east-1b", SnapshotId: snap.SnapshotId, VolumeInitializationRate: 300 }),
+    new CreateVolumeCommand({
+      AvailabilityZone: "us-east-1b",
+      SnapshotId: snap.SnapshotId,
+      VolumeInitializationRate: 300,
+    }),
   );
   t.equal(fromSnap.Size, 10, "size defaults to the snapshot's");
   t.equal(fromSnap.SnapshotId, snap.SnapshotId);
   t.equal(fromSnap.VolumeInitializationRate, 300);
-  await poll(() => lab.backend.callsOf("createVolume"), (calls) => calls.some((c) => c.other === snap.SnapshotId));
+  await poll(
+    () => lab.backend.callsOf("createVolume"),
+    (calls) => calls.some((c) => c.other === snap.SnapshotId),
+  );
 });
 
 t.test("CreateVolume: EC2's rules for encryption, KMS keys, gp3 IOPS and throughput, and tags", async (t) => {
   const lab = await startLab(t);
   const ec2 = lab.client();
   const zone = "us-east-1a";
-  const create = (input: Omit<ConstructorParameters<typeof CreateVolumeCommand>[0], "AvailabilityZone">) => ec2.send(new CreateVolumeCommand({ AvailabilityZone: zone, ...input }));
+  const create = (input: Omit<ConstructorParameters<typeof CreateVolumeCommand>[0], "AvailabilityZone">) =>
+    ec2.send(new CreateVolumeCommand({ AvailabilityZone: zone, ...input }));
 
-  t.match(await sdkError(create({ Size: 10, KmsKeyId: "alias/ebs-cache" })), { name: "InvalidParameterDependency", message: /KmsKeyId requires the parameter Encrypted/ }, "KmsKeyId without Encrypted");
+  t.match(
+    await sdkError(create({ Size: 10, KmsKeyId: "alias/ebs-cache" })),
+    { name: "InvalidParameterDependency", message: /KmsKeyId requires the parameter Encrypted/ },
+    "KmsKeyId without Encrypted",
+  );
   const keyId = "1234abcd-12ab-34cd-56ef-1234567890ab";
   const shapes: Array<[string, RegExp]> = [
     [keyId, new RegExp(`^arn:aws:kms:us-east-1:\\d{12}:key/${keyId}$`)],
     ["alias/ebs-cache", /^arn:aws:kms:us-east-1:\d{12}:alias\/ebs-cache$/],
-    [`arn:aws:kms:us-east-1:111122223333:key/${keyId}`, new RegExp(`^arn:aws:kms:us-east-1:111122223333:key/${keyId}$`)],
+    [
+      `arn:aws:kms:us-east-1:111122223333:key/${keyId}`,
+      new RegExp(`^arn:aws:kms:us-east-1:111122223333:key/${keyId}$`),
+    ],
     ["arn:aws:kms:us-east-1:111122223333:alias/team", /^arn:aws:kms:us-east-1:111122223333:alias\/team$/],
   ];
   for (const [given, arn] of shapes) {
@@ -159,9 +197,17 @@ t.test("CreateVolume: EC2's rules for encryption, KMS keys, gp3 IOPS and through
     t.match(v.KmsKeyId, arn, "the key as its ARN");
   }
   const bad = (await create({ Size: 10, Encrypted: true, KmsKeyId: "not-a-key" })).VolumeId!;
-  t.equal((await volumeState(ec2, bad, "error")).State, "error", "a key of no valid shape: accepted, then the volume fails (EC2 checks the key asynchronously)");
+  t.equal(
+    (await volumeState(ec2, bad, "error")).State,
+    "error",
+    "a key of no valid shape: accepted, then the volume fails (EC2 checks the key asynchronously)",
+  );
   const byDefault = await volumeState(ec2, (await create({ Size: 10, Encrypted: true })).VolumeId!, "available");
-  t.match(byDefault.KmsKeyId, /^arn:aws:kms:us-east-1:\d{12}:key\//, "Encrypted without a key: the account's default key for EBS");
+  t.match(
+    byDefault.KmsKeyId,
+    /^arn:aws:kms:us-east-1:\d{12}:key\//,
+    "Encrypted without a key: the account's default key for EBS",
+  );
 
   const source = (await create({ Size: 10, Encrypted: true, KmsKeyId: keyId })).VolumeId!;
   await volumeState(ec2, source, "available");
@@ -169,40 +215,114 @@ t.test("CreateVolume: EC2's rules for encryption, KMS keys, gp3 IOPS and through
   await snapshotCompleted(ec2, snap);
   const done = (await ec2.send(new DescribeSnapshotsCommand({ SnapshotIds: [snap] }))).Snapshots?.[0];
   t.equal(done?.Encrypted, true, "a snapshot of an encrypted volume is encrypted");
-  t.equal((await ec2.send(new DescribeSnapshotsCommand({ Filters: [{ Name: "encrypted", Values: ["true"] }] }))).Snapshots?.length, 1, "and found by the encrypted filter");
-  const restored = await volumeState(ec2, (await create({ SnapshotId: snap, Encrypted: false })).VolumeId!, "available");
+  t.equal(
+    (await ec2.send(new DescribeSnapshotsCommand({ Filters: [{ Name: "encrypted", Values: ["true"] }] }))).Snapshots
+      ?.length,
+    1,
+    "and found by the encrypted filter",
+  );
+  const restored = await volumeState(
+    ec2,
+    (await create({ SnapshotId: snap, Encrypted: false })).VolumeId!,
+    "available",
+  );
   t.equal(restored.Encrypted, true, "a volume from an encrypted snapshot is encrypted, Encrypted=false ignored");
   t.match(restored.KmsKeyId, new RegExp(`key/${keyId}$`), "with the snapshot's key");
-  const rekeyed = await volumeState(ec2, (await create({ SnapshotId: snap, Encrypted: true, KmsKeyId: "alias/other" })).VolumeId!, "available");
+  const rekeyed = await volumeState(
+    ec2,
+    (await create({ SnapshotId: snap, Encrypted: true, KmsKeyId: "alias/other" })).VolumeId!,
+    "available",
+  );
   t.match(rekeyed.KmsKeyId, /alias\/other$/, "or with the key the request names");
 
-  const gp3 = await volumeState(ec2, (await create({ Size: 20, Iops: 10000, Throughput: 1000 })).VolumeId!, "available");
+  const gp3 = await volumeState(
+    ec2,
+    (await create({ Size: 20, Iops: 10000, Throughput: 1000 })).VolumeId!,
+    "available",
+  );
   t.same([gp3.Iops, gp3.Throughput], [10000, 1000], "provisioned IOPS and throughput are kept");
   const refusals: Array<[Parameters<typeof create>[0], RegExp, string]> = [
     [{ Size: 100, Iops: 2999 }, /iops of 2999 is too low; minimum is 3000/, "IOPS below gp3's 3000"],
     [{ Size: 1000, Iops: 80001 }, /iops of 80001 is too high; maximum is 80000/, "IOPS above gp3's 80000"],
-    [{ Size: 10, Iops: 5001 }, /Iops to volume size ratio of 500\.1\d* is too high; maximum is 500/, "more than 500 IOPS per GiB"],
+    [
+      { Size: 10, Iops: 5001 },
+      /Iops to volume size ratio of 500\.1\d* is too high; maximum is 500/,
+      "more than 500 IOPS per GiB",
+    ],
     [{ Size: 100, Throughput: 124 }, /throughput of 124 is too low; minimum is 125/, "throughput below 125"],
-    [{ Size: 1000, Iops: 80000, Throughput: 2001 }, /throughput of 2001 is too high; maximum is 2000/, "throughput above 2000"],
-    [{ Size: 100, Iops: 3000, Throughput: 751 }, /Throughput \(MiBps\) to iops ratio of 0\.250333 is too high; maximum is 0\.250000/, "more than 0.25 MiB/s per IOPS"],
+    [
+      { Size: 1000, Iops: 80000, Throughput: 2001 },
+      /throughput of 2001 is too high; maximum is 2000/,
+      "throughput above 2000",
+    ],
+    [
+      { Size: 100, Iops: 3000, Throughput: 751 },
+      /Throughput \(MiBps\) to iops ratio of 0\.250333 is too high; maximum is 0\.250000/,
+      "more than 0.25 MiB/s per IOPS",
+    ],
   ];
-  for (const [input, message, why] of refusals) t.match(await sdkError(create(input)), { name: "InvalidParameterValue", message }, why);
-  t.match(await sdkError(create({ Size: 10, VolumeType: "gp2", Iops: 3000 })), { name: "InvalidParameterCombination" }, "Iops on gp2");
-  t.same((await volumeState(ec2, (await create({ Size: 2, Iops: 3000 })).VolumeId!, "available")).Iops, 3000, "the 3000 baseline on a 2 GiB volume (the ratio counts above it)");
+  for (const [input, message, why] of refusals)
+    t.match(await sdkError(create(input)), { name: "InvalidParameterValue", message }, why);
+  t.match(
+    await sdkError(create({ Size: 10, VolumeType: "gp2", Iops: 3000 })),
+    { name: "InvalidParameterCombination" },
+    "Iops on gp2",
+  );
+  t.same(
+    (await volumeState(ec2, (await create({ Size: 2, Iops: 3000 })).VolumeId!, "available")).Iops,
+    3000,
+    "the 3000 baseline on a 2 GiB volume (the ratio counts above it)",
+  );
 
   const tags = (n: number) => Array.from({ length: n }, (_, i) => ({ Key: `k${i}`, Value: "v" }));
-  t.match(await sdkError(create({ Size: 1, TagSpecifications: [{ ResourceType: "volume", Tags: tags(51) }] })), { name: "TagLimitExceeded" }, "51 tags");
-  t.ok((await create({ Size: 1, TagSpecifications: [{ ResourceType: "volume", Tags: tags(50) }] })).VolumeId, "50 tags");
-  t.match(await sdkError(create({ Size: 1, TagSpecifications: [{ ResourceType: "volume", Tags: [{ Key: "aws:owner", Value: "x" }] }] })), { name: "InvalidParameterValue", message: /aws:/ }, "aws: is reserved");
-  t.match(await sdkError(create({ Size: 1, TagSpecifications: [{ ResourceType: "volume", Tags: [{ Key: "k".repeat(129), Value: "x" }] }] })), { name: "InvalidParameterValue" }, "a key of 129 characters");
-  t.match(await sdkError(create({ Size: 1, TagSpecifications: [{ ResourceType: "volume", Tags: [{ Key: "k", Value: "v".repeat(257) }] }] })), { name: "InvalidParameterValue" }, "a value of 257 characters");
+  t.match(
+    await sdkError(create({ Size: 1, TagSpecifications: [{ ResourceType: "volume", Tags: tags(51) }] })),
+    { name: "TagLimitExceeded" },
+    "51 tags",
+  );
+  t.ok(
+    (await create({ Size: 1, TagSpecifications: [{ ResourceType: "volume", Tags: tags(50) }] })).VolumeId,
+    "50 tags",
+  );
+  t.match(
+    await sdkError(
+      create({ Size: 1, TagSpecifications: [{ ResourceType: "volume", Tags: [{ Key: "aws:owner", Value: "x" }] }] }),
+    ),
+    { name: "InvalidParameterValue", message: /aws:/ },
+    "aws: is reserved",
+  );
+  t.match(
+    await sdkError(
+      create({
+        Size: 1,
+        TagSpecifications: [{ ResourceType: "volume", Tags: [{ Key: "k".repeat(129), Value: "x" }] }],
+      }),
+    ),
+    { name: "InvalidParameterValue" },
+    "a key of 129 characters",
+  );
+  t.match(
+    await sdkError(
+      create({
+        Size: 1,
+        TagSpecifications: [{ ResourceType: "volume", Tags: [{ Key: "k", Value: "v".repeat(257) }] }],
+      }),
+    ),
+    { name: "InvalidParameterValue" },
+    "a value of 257 characters",
+  );
 });
 
 t.test("DescribeVolumes: ids, filters (OR within, AND across, wildcards)", async (t) => {
   const lab = await startLab(t);
   const ec2 = lab.client();
   const v1 = await availableVolume(ec2, { zone: "us-east-1a", size: 8, tags: { Pool: "builders", Name: "cache-1" } });
-  const v2 = await availableVolume(ec2, { zone: "us-east-1a", size: 16, tags: { Pool: "runners", Name: "cache-2" }, type: "gp2" });
+  const v2 = await availableVolume(ec2, {
+    zone: "us-east-1a",
+    size: 16,
+    tags: { Pool: "runners", Name: "cache-2" },
+    type: "gp2",
+  });
   const v3 = await availableVolume(ec2, { zone: "us-east-1b", size: 8, tags: { Pool: "builders", Name: "other" } });
   await attached(ec2, v1, lab.a.instanceId);
   const ids = async (filters: { Name: string; Values: string[] }[]) =>
@@ -300,11 +420,25 @@ t.test("attach and detach state machine, observed by polling", async (t) => {
   });
   const ec2 = lab.client();
   const id = await availableVolume(ec2);
-  const att = await ec2.send(new AttachVolumeCommand({ VolumeId: id, InstanceId: lab.a.instanceId, Device: "/dev/sdf" }));
-  t.match(att, { VolumeId: id, InstanceId: lab.a.instanceId, Device: "/dev/sdf", State: "attaching", DeleteOnTermination: false });
+  const att = await ec2.send(
+    new AttachVolumeCommand({ VolumeId: id, InstanceId: lab.a.instanceId, Device: "/dev/sdf" }),
+  );
+  t.match(att, {
+    VolumeId: id,
+    InstanceId: lab.a.instanceId,
+    Device: "/dev/sdf",
+    State: "attaching",
+    DeleteOnTermination: false,
+  });
   t.ok(att.AttachTime instanceof Date);
-  await poll(() => lab.backend.callsOf("attach"), (calls) => calls.length === 1);
-  t.match(await volume(ec2, id), { State: "in-use", Attachments: [{ State: "attaching", InstanceId: lab.a.instanceId }] });
+  await poll(
+    () => lab.backend.callsOf("attach"),
+    (calls) => calls.length === 1,
+  );
+  t.match(await volume(ec2, id), {
+    State: "in-use",
+    Attachments: [{ State: "attaching", InstanceId: lab.a.instanceId }],
+  });
   attachDone.open();
   await attachmentState(ec2, id, "attached");
   t.same(lab.backend.callsOf("attach"), [{ op: "attach", id, other: lab.a.instanceId }]);
@@ -318,8 +452,15 @@ t.test("attach and detach state machine, observed by polling", async (t) => {
   const det = await ec2.send(new DetachVolumeCommand({ VolumeId: id, InstanceId: lab.a.instanceId }));
   t.equal(det.State, "detaching");
   t.match(await volume(ec2, id), { State: "in-use", Attachments: [{ State: "detaching" }] });
-  await poll(() => lab.backend.callsOf("detach"), (calls) => calls.length === 1);
-  t.match(await volume(ec2, id), { State: "in-use", Attachments: [{ State: "detaching" }] }, "still detaching until the device is gone");
+  await poll(
+    () => lab.backend.callsOf("detach"),
+    (calls) => calls.length === 1,
+  );
+  t.match(
+    await volume(ec2, id),
+    { State: "in-use", Attachments: [{ State: "detaching" }] },
+    "still detaching until the device is gone",
+  );
   detachDone.open();
   const final = await volumeState(ec2, id, "available");
   t.same(final.Attachments, []);
@@ -343,7 +484,11 @@ t.test("AttachVolume errors", async (t) => {
   t.match(await sdkError(attach(id, "i-00000000000000000")), { name: "InvalidInstanceID.NotFound" });
   t.match(await sdkError(attach(id, lab.b.instanceId)), { name: "InvalidVolume.ZoneMismatch" }, "b is in another zone");
   t.match(await sdkError(attach(id, lab.a.instanceId, "sdf")), { name: "InvalidParameterValue" }, "not a device name");
-  t.match(await sdkError(attach(id, lab.a.instanceId, "/dev/xvda")), { name: "InvalidParameterValue", message: /in use/ }, "root device");
+  t.match(
+    await sdkError(attach(id, lab.a.instanceId, "/dev/xvda")),
+    { name: "InvalidParameterValue", message: /in use/ },
+    "root device",
+  );
   t.match(await sdkError(ec2.send(new AttachVolumeCommand({ VolumeId: id, InstanceId: lab.a.instanceId } as never))), {
     name: "MissingParameter",
   });
@@ -351,13 +496,18 @@ t.test("AttachVolume errors", async (t) => {
   const other = lab.emu.registerInstance(labInstance("us-east-1a"));
   t.match(await sdkError(attach(id, other.instanceId, "/dev/sdg")), { name: "VolumeInUse" });
   const second = await availableVolume(ec2);
-  t.match(await sdkError(attach(second, lab.a.instanceId, "/dev/sdf")), { name: "InvalidParameterValue", message: /already in use/ });
+  t.match(await sdkError(attach(second, lab.a.instanceId, "/dev/sdf")), {
+    name: "InvalidParameterValue",
+    message: /already in use/,
+  });
   await attach(second, lab.a.instanceId, "/dev/sdg");
   const third = await availableVolume(ec2);
   t.match(await sdkError(attach(third, lab.a.instanceId, "/dev/sdh")), { name: "AttachmentLimitExceeded" });
   holdCreates = true;
   const creating = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 1 }));
-  t.match(await sdkError(attach(creating.VolumeId as string, other.instanceId, "/dev/sdh")), { name: "IncorrectState" });
+  t.match(await sdkError(attach(creating.VolumeId as string, other.instanceId, "/dev/sdh")), {
+    name: "IncorrectState",
+  });
   creation.open();
   lab.emu.terminateInstance(other.instanceId);
   t.match(await sdkError(attach(third, other.instanceId, "/dev/sdh")), { name: "IncorrectInstanceState" });
@@ -369,7 +519,9 @@ t.test("20 concurrent AttachVolume calls for one volume: exactly one wins", asyn
   const id = await availableVolume(ec2);
   const contenders = Array.from({ length: 20 }, () => lab.emu.registerInstance(labInstance("us-east-1a")));
   const results = await Promise.allSettled(
-    contenders.map((i) => ec2.send(new AttachVolumeCommand({ VolumeId: id, InstanceId: i.instanceId, Device: "/dev/sdf" }))),
+    contenders.map((i) =>
+      ec2.send(new AttachVolumeCommand({ VolumeId: id, InstanceId: i.instanceId, Device: "/dev/sdf" })),
+    ),
   );
   const winners = results.filter((r) => r.status === "fulfilled");
   const losers = results.flatMap((r) => (r.status === "rejected" ? [(r.reason as Error).name] : []));
@@ -428,7 +580,9 @@ t.test("DeleteVolume", async (t) => {
   t.match(await sdkError(ec2.send(new DeleteVolumeCommand({ VolumeId: id }))), { name: "InvalidVolume.NotFound" });
   holdCreates = true;
   const creating = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 1 }));
-  t.match(await sdkError(ec2.send(new DeleteVolumeCommand({ VolumeId: creating.VolumeId }))), { name: "IncorrectState" });
+  t.match(await sdkError(ec2.send(new DeleteVolumeCommand({ VolumeId: creating.VolumeId }))), {
+    name: "IncorrectState",
+  });
   creation.open();
 });
 
@@ -436,7 +590,10 @@ t.test("SDK waiter waitUntilVolumeAvailable waits through creating", async (t) =
   const lab = await startLab(t, { delays: { createMs: 1500, attachMs: 10, detachMs: 10, snapshotMs: 10 } });
   const ec2 = lab.client();
   const v = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 1 }));
-  const result = await waitUntilVolumeAvailable({ client: ec2, maxWaitTime: 60, minDelay: 1, maxDelay: 1 }, { VolumeIds: [v.VolumeId as string] });
+  const result = await waitUntilVolumeAvailable(
+    { client: ec2, maxWaitTime: 60, minDelay: 1, maxDelay: 1 },
+    { VolumeIds: [v.VolumeId as string] },
+  );
   t.equal(result.state, "SUCCESS");
 });
 
@@ -456,16 +613,19 @@ t.test("tags: CreateTags / DeleteTags / DescribeTags on volumes, snapshots, inst
       ],
     }),
   );
-  t.same(lab.a.tags, { Name: "swarm-node", "ebs-cache:state": "attached", Empty: "" }, "the live LabInstance sees instance tags");
-  const described = await ec2.send(new DescribeTagsCommand({ Filters: [{ Name: "key", Values: ["ebs-cache:state"] }] }));
   t.same(
-    described.Tags?.map((x) => [x.ResourceType, x.ResourceId, x.Value]).sort(),
-    [
-      ["instance", inst, "attached"],
-      ["snapshot", snapId, "attached"],
-      ["volume", vol, "attached"],
-    ],
+    lab.a.tags,
+    { Name: "swarm-node", "ebs-cache:state": "attached", Empty: "" },
+    "the live LabInstance sees instance tags",
   );
+  const described = await ec2.send(
+    new DescribeTagsCommand({ Filters: [{ Name: "key", Values: ["ebs-cache:state"] }] }),
+  );
+  t.same(described.Tags?.map((x) => [x.ResourceType, x.ResourceId, x.Value]).sort(), [
+    ["instance", inst, "attached"],
+    ["snapshot", snapId, "attached"],
+    ["volume", vol, "attached"],
+  ]);
   const forVolume = await ec2.send(
     new DescribeTagsCommand({
       Filters: [
@@ -474,7 +634,10 @@ t.test("tags: CreateTags / DeleteTags / DescribeTags on volumes, snapshots, inst
       ],
     }),
   );
-  t.same(forVolume.Tags?.map((x) => x.Key), ["Empty", "Keep", "ebs-cache:state"]);
+  t.same(
+    forVolume.Tags?.map((x) => x.Key),
+    ["Empty", "Keep", "ebs-cache:state"],
+  );
   const byValue = await ec2.send(
     new DescribeTagsCommand({
       Filters: [
@@ -483,13 +646,23 @@ t.test("tags: CreateTags / DeleteTags / DescribeTags on volumes, snapshots, inst
       ],
     }),
   );
-  t.same(byValue.Tags?.map((x) => x.ResourceId), [inst]);
+  t.same(
+    byValue.Tags?.map((x) => x.ResourceId),
+    [inst],
+  );
 
   // With a value, only a matching value is deleted; without, whatever the value.
   await ec2.send(new DeleteTagsCommand({ Resources: [vol, inst], Tags: [{ Key: "ebs-cache:state", Value: "other" }] }));
-  t.equal((await volume(ec2, vol)).Tags?.some((x) => x.Key === "ebs-cache:state"), true, "value did not match");
+  t.equal(
+    (await volume(ec2, vol)).Tags?.some((x) => x.Key === "ebs-cache:state"),
+    true,
+    "value did not match",
+  );
   await ec2.send(new DeleteTagsCommand({ Resources: [vol, inst], Tags: [{ Key: "ebs-cache:state" }] }));
-  t.equal((await volume(ec2, vol)).Tags?.some((x) => x.Key === "ebs-cache:state"), false);
+  t.equal(
+    (await volume(ec2, vol)).Tags?.some((x) => x.Key === "ebs-cache:state"),
+    false,
+  );
   t.same(lab.a.tags, { Name: "swarm-node", Empty: "" });
   await ec2.send(new DeleteTagsCommand({ Resources: [snapId] }));
   const snapTags = await ec2.send(new DescribeSnapshotsCommand({ SnapshotIds: [snapId] }));
@@ -497,21 +670,38 @@ t.test("tags: CreateTags / DeleteTags / DescribeTags on volumes, snapshots, inst
 
   const ab = [{ Key: "a", Value: "b" }];
   const tagErrors: [string, () => Promise<unknown>][] = [
-    ["InvalidVolume.NotFound", () => ec2.send(new CreateTagsCommand({ Resources: ["vol-00000000000000000"], Tags: ab }))],
-    ["InvalidSnapshot.NotFound", () => ec2.send(new CreateTagsCommand({ Resources: ["snap-00000000000000000"], Tags: ab }))],
-    ["InvalidInstanceID.NotFound", () => ec2.send(new CreateTagsCommand({ Resources: ["i-00000000000000000"], Tags: ab }))],
+    [
+      "InvalidVolume.NotFound",
+      () => ec2.send(new CreateTagsCommand({ Resources: ["vol-00000000000000000"], Tags: ab })),
+    ],
+    [
+      "InvalidSnapshot.NotFound",
+      () => ec2.send(new CreateTagsCommand({ Resources: ["snap-00000000000000000"], Tags: ab })),
+    ],
+    [
+      "InvalidInstanceID.NotFound",
+      () => ec2.send(new CreateTagsCommand({ Resources: ["i-00000000000000000"], Tags: ab })),
+    ],
     ["InvalidVolume.NotFound", () => ec2.send(new DeleteTagsCommand({ Resources: ["vol-00000000000000000"] }))],
     ["InvalidID", () => ec2.send(new CreateTagsCommand({ Resources: ["ami-123"], Tags: ab }))],
-    ["InvalidParameterValue", () => ec2.send(new CreateTagsCommand({ Resources: [vol], Tags: [{ Key: "aws:x", Value: "b" }] }))],
+    [
+      "InvalidParameterValue",
+      () => ec2.send(new CreateTagsCommand({ Resources: [vol], Tags: [{ Key: "aws:x", Value: "b" }] })),
+    ],
     ["MissingParameter", () => ec2.send(new CreateTagsCommand({ Resources: [vol], Tags: [] }))],
   ];
   for (const [code, call] of tagErrors) t.match(await sdkError(call()), { name: code }, code);
   // One bad resource leaves the others untouched.
   const atomic = [{ Key: "Atomic", Value: "1" }];
   await sdkError(ec2.send(new CreateTagsCommand({ Resources: [vol, "vol-00000000000000000"], Tags: atomic })));
-  t.equal((await volume(ec2, vol)).Tags?.some((x) => x.Key === "Atomic"), false);
+  t.equal(
+    (await volume(ec2, vol)).Tags?.some((x) => x.Key === "Atomic"),
+    false,
+  );
   const tooMany = Array.from({ length: 51 }, (_, i) => ({ Key: `k${i}`, Value: "v" }));
-  t.match(await sdkError(ec2.send(new CreateTagsCommand({ Resources: [vol], Tags: tooMany }))), { name: "TagLimitExceeded" });
+  t.match(await sdkError(ec2.send(new CreateTagsCommand({ Resources: [vol], Tags: tooMany }))), {
+    name: "TagLimitExceeded",
+  });
 
   // DescribeTags pagination.
   const twelve = Array.from({ length: 12 }, (_, i) => `p${String(i).padStart(2, "0")}`);
@@ -540,7 +730,13 @@ t.test("snapshots: create pending → completed, describe, filters, delete", asy
   );
   const id = snap.SnapshotId as string;
   t.match(id, /^snap-[0-9a-f]{17}$/);
-  t.match(snap, { State: "pending", VolumeId: vol, VolumeSize: 12, OwnerId: "123456789012", Description: "golden docker cache" });
+  t.match(snap, {
+    State: "pending",
+    VolumeId: vol,
+    VolumeSize: 12,
+    OwnerId: "123456789012",
+    Description: "golden docker cache",
+  });
   t.match(snap.Progress, /^\d+%$/);
   t.ok(snap.StartTime instanceof Date);
   t.same(lab.backend.callsOf("createSnapshot"), [{ op: "createSnapshot", id, other: vol }], "copied at creation time");
@@ -565,7 +761,9 @@ t.test("snapshots: create pending → completed, describe, filters, delete", asy
   t.match(await sdkError(ec2.send(new DescribeSnapshotsCommand({ SnapshotIds: ["snap-00000000000000000"] }))), {
     name: "InvalidSnapshot.NotFound",
   });
-  t.match(await sdkError(ec2.send(new CreateSnapshotCommand({ VolumeId: "vol-00000000000000000" }))), { name: "InvalidVolume.NotFound" });
+  t.match(await sdkError(ec2.send(new CreateSnapshotCommand({ VolumeId: "vol-00000000000000000" }))), {
+    name: "InvalidVolume.NotFound",
+  });
 
   for (let i = 0; i < 4; i++) await ec2.send(new CreateSnapshotCommand({ VolumeId: vol }));
   const pages: number[] = [];
@@ -575,9 +773,16 @@ t.test("snapshots: create pending → completed, describe, filters, delete", asy
   t.same(pages, [5, 1]);
 
   await ec2.send(new DeleteSnapshotCommand({ SnapshotId: id }));
-  t.match(await sdkError(ec2.send(new DescribeSnapshotsCommand({ SnapshotIds: [id] }))), { name: "InvalidSnapshot.NotFound" });
-  t.match(await sdkError(ec2.send(new DeleteSnapshotCommand({ SnapshotId: id }))), { name: "InvalidSnapshot.NotFound" });
-  await poll(() => lab.backend.callsOf("deleteSnapshot"), (calls) => calls.some((c) => c.id === id));
+  t.match(await sdkError(ec2.send(new DescribeSnapshotsCommand({ SnapshotIds: [id] }))), {
+    name: "InvalidSnapshot.NotFound",
+  });
+  t.match(await sdkError(ec2.send(new DeleteSnapshotCommand({ SnapshotId: id }))), {
+    name: "InvalidSnapshot.NotFound",
+  });
+  await poll(
+    () => lab.backend.callsOf("deleteSnapshot"),
+    (calls) => calls.some((c) => c.id === id),
+  );
 });
 
 t.test("DescribeInstances and instance termination", async (t) => {
@@ -591,7 +796,13 @@ t.test("DescribeInstances and instance termination", async (t) => {
   t.match(one.Reservations?.[0], {
     ReservationId: /^r-[0-9a-f]{17}$/,
     OwnerId: "123456789012",
-    Instances: [{ InstanceId: lab.b.instanceId, Placement: { AvailabilityZone: "us-east-1b" }, State: { Name: "running", Code: 16 } }],
+    Instances: [
+      {
+        InstanceId: lab.b.instanceId,
+        Placement: { AvailabilityZone: "us-east-1b" },
+        State: { Name: "running", Code: 16 },
+      },
+    ],
   });
   const ids = async (filters: { Name: string; Values: string[] }[]) =>
     ((await ec2.send(new DescribeInstancesCommand({ Filters: filters }))).Reservations ?? []).flatMap((r) =>
@@ -613,7 +824,10 @@ t.test("DescribeInstances and instance termination", async (t) => {
   t.equal(v.State, "available", "termination detaches at once");
   t.same(v.Attachments, []);
   t.same(await ids([{ Name: "instance-state-name", Values: ["terminated"] }]), [lab.a.instanceId]);
-  await poll(() => lab.backend.callsOf("detach"), (calls) => calls.length === 1);
+  await poll(
+    () => lab.backend.callsOf("detach"),
+    (calls) => calls.length === 1,
+  );
   t.equal(lab.backend.attached.has(vol), false);
 });
 
@@ -627,7 +841,11 @@ t.test("DescribeVolumeStatus: initialization progress at the provisioned rate", 
   const snap = await ec2.send(new CreateSnapshotCommand({ VolumeId: source }));
   await snapshotCompleted(ec2, snap.SnapshotId as string);
   const rated = await ec2.send(
-    new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", SnapshotId: snap.SnapshotId, VolumeInitializationRate: 100 }),
+    new CreateVolumeCommand({
+      AvailabilityZone: "us-east-1a",
+      SnapshotId: snap.SnapshotId,
+      VolumeInitializationRate: 100,
+    }),
   );
   t.equal(rated.CreateTime?.getTime(), now, "timestamps come from the clock");
   const plain = await availableVolume(ec2, { snapshotId: snap.SnapshotId as string });
@@ -655,7 +873,11 @@ t.test("DescribeVolumeStatus: initialization progress at the provisioned rate", 
 
   const p = await status(plain);
   t.match(p?.InitializationStatusDetails, { InitializationType: "default", Progress: 100 });
-  t.equal(p?.InitializationStatusDetails?.EstimatedTimeToCompleteInSeconds, undefined, "only provisioned-rate has an estimate");
+  t.equal(
+    p?.InitializationStatusDetails?.EstimatedTimeToCompleteInSeconds,
+    undefined,
+    "only provisioned-rate has an estimate",
+  );
   t.match(p?.VolumeStatus, { Status: "ok" });
   const blank = await status(source);
   t.equal(blank?.InitializationStatusDetails, undefined, "no initialization for a blank volume");

@@ -22,19 +22,49 @@ t.test("exitCodeFor: usage 2, help 0, an AgentError its own code, anything else 
 
 t.test("reportFatal logs once, with the remediation, under the entry point's event", async (t) => {
   const log = createMemoryLogger("info");
-  t.equal(reportFatal(new ConfigError(["pool: missing"]), log, { failed: "agent.failed", stack: "agent.stack", untypedIsBug: true }), ExitCode.config);
-  t.same(log.lines, ['<3>agent.failed: invalid configuration: pool: missing remediation="fix the listed settings and run again"']);
+  t.equal(
+    reportFatal(new ConfigError(["pool: missing"]), log, {
+      failed: "agent.failed",
+      stack: "agent.stack",
+      untypedIsBug: true,
+    }),
+    ExitCode.config,
+  );
+  t.same(log.lines, [
+    '<3>agent.failed: invalid configuration: pool: missing remediation="fix the listed settings and run again"',
+  ]);
 
   const bug = createMemoryLogger("info");
-  t.equal(reportFatal(new TypeError("x is undefined"), bug, { failed: "agent.failed", stack: "agent.stack", untypedIsBug: true }), ExitCode.failure);
+  t.equal(
+    reportFatal(new TypeError("x is undefined"), bug, {
+      failed: "agent.failed",
+      stack: "agent.stack",
+      untypedIsBug: true,
+    }),
+    ExitCode.failure,
+  );
   t.match(bug.lines, [/^<3>agent\.failed: unexpected failure: x is undefined remediation="report this as a bug/]);
 
   const lab = createMemoryLogger("info");
-  t.equal(reportFatal(new Error("loop devices missing"), lab, { failed: "lab.failed", stack: "lab.stack", untypedIsBug: false }), ExitCode.failure);
+  t.equal(
+    reportFatal(new Error("loop devices missing"), lab, {
+      failed: "lab.failed",
+      stack: "lab.stack",
+      untypedIsBug: false,
+    }),
+    ExitCode.failure,
+  );
   t.same(lab.lines, ["<3>lab.failed: loop devices missing"]);
 
   const usage = createMemoryLogger("info");
-  t.equal(reportFatal(new CommanderError(1, "commander.unknownOption", "unknown option"), usage, { failed: "agent.failed", stack: "agent.stack", untypedIsBug: true }), ExitCode.usage);
+  t.equal(
+    reportFatal(new CommanderError(1, "commander.unknownOption", "unknown option"), usage, {
+      failed: "agent.failed",
+      stack: "agent.stack",
+      untypedIsBug: true,
+    }),
+    ExitCode.usage,
+  );
   t.same(usage.lines, [], "commander printed its message already");
 });
 
@@ -63,7 +93,8 @@ t.test("every error class in src/ extends AgentError (or an AgentError subclass)
   const direct: string[] = [];
   for (const entry of await readdir(src, { recursive: true })) {
     if (!entry.endsWith(".ts")) continue;
-    for (const match of (await readFile(join(src, entry), "utf8")).matchAll(/class (\w+) extends Error\b/g)) direct.push(`${entry}:${match[1]}`);
+    for (const match of (await readFile(join(src, entry), "utf8")).matchAll(/class (\w+) extends Error\b/g))
+      direct.push(`${entry}:${match[1]}`);
   }
   t.ok(direct.length > 0, "the scan finds classes");
   t.same(direct.sort(), Object.keys(NOT_AGENT_ERRORS).sort(), "only the listed exceptions extend Error directly");

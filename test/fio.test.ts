@@ -17,7 +17,10 @@ t.test("the sample on a cold volume: few IOPS, long latencies", async (t) => {
   t.equal(report.jobs[0]?.name, "prewarm-check");
   t.ok(report.read.totalIos > 0 && report.read.iops > 0);
   t.ok(report.read.latencyMs.p50! > 20, "median above the emulated first-read delay (20 ms)");
-  t.ok(report.read.latencyMs.p99! >= report.read.latencyMs.p90! && report.read.latencyMs.p90! >= report.read.latencyMs.p50!);
+  t.ok(
+    report.read.latencyMs.p99! >= report.read.latencyMs.p90! &&
+      report.read.latencyMs.p90! >= report.read.latencyMs.p50!,
+  );
   const figures = checkFigures(report);
   t.equal(figures.reads, report.read.totalIos);
   t.equal(figures.seconds, report.read.runtimeMs / 1000);
@@ -38,7 +41,10 @@ t.test("--status-interval output: a stream of whole documents, growing, the last
     t.ok(documents.length > 1, `${name}: ${documents.length} documents`);
     t.equal(rest.trim(), "");
     const bytes = documents.map((d) => parseFioJson(d).read.ioBytes);
-    t.ok(bytes.every((b, i) => i === 0 || b >= bytes[i - 1]!), `${name}: io_bytes never decreases`);
+    t.ok(
+      bytes.every((b, i) => i === 0 || b >= bytes[i - 1]!),
+      `${name}: io_bytes never decreases`,
+    );
   }
   const device = parseFioJson(lastDocument(fixture("device-read.json")));
   t.equal(device.read.ioBytes, 1024 ** 3, "the full read read the whole (1 GiB) device");
@@ -84,10 +90,22 @@ t.test("argument arrays: AWS's documented full read, read-only, JSON", async (t)
     "--readonly",
     "--output-format=json",
   ]);
-  const resumed = fioArgs({ name: "volume-initialize", device: "/dev/nvme1n1", rw: "read", blockSize: "128k", ioDepth: 32, offset: 1 << 30 }, { statusIntervalSeconds: 1 });
+  const resumed = fioArgs(
+    { name: "volume-initialize", device: "/dev/nvme1n1", rw: "read", blockSize: "128k", ioDepth: 32, offset: 1 << 30 },
+    { statusIntervalSeconds: 1 },
+  );
   t.ok(resumed.includes(`--offset=${1 << 30}`) && resumed.includes("--status-interval=1"));
   const replay = fioArgs({ name: "prewarm-check", iolog: "/tmp/x.iolog", ioDepth: 16, runtimeSeconds: 5 });
-  t.ok(["--read_iolog=/tmp/x.iolog", "--replay_no_stall=1", "--iodepth=16", "--direct=1", "--runtime=5", "--readonly"].every((a) => replay.includes(a)));
+  t.ok(
+    [
+      "--read_iolog=/tmp/x.iolog",
+      "--replay_no_stall=1",
+      "--iodepth=16",
+      "--direct=1",
+      "--runtime=5",
+      "--readonly",
+    ].every((a) => replay.includes(a)),
+  );
 });
 
 t.test("I/O logs: fio's version-2 format", async (t) => {
@@ -105,6 +123,10 @@ t.test("the resume point only covers reads fio surely finished", async (t) => {
   const reads = [0, 1, 2, 3, 4].map((i) => ({ offset: i * 100, length: 100 }));
   const prefix = [100, 200, 300, 400, 500];
   t.equal(safeCursor(reads, prefix, 0, 100, 0), 0);
-  t.equal(safeCursor(reads, prefix, 350, 100, 0), 200, "350 counted, 100 may be in flight: reads up to 250 done, so up to 200 whole");
+  t.equal(
+    safeCursor(reads, prefix, 350, 100, 0),
+    200,
+    "350 counted, 100 may be in flight: reads up to 250 done, so up to 200 whole",
+  );
   t.equal(safeCursor(reads, prefix, 500, 0, 0), 500);
 });

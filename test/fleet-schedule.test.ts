@@ -18,13 +18,29 @@ t.test("exactly the boots asked for, in order, within the day and the ranges", a
   for (const boots of [1, 7, 60, 300]) {
     const day = fleetSchedule({ seed: 3, boots });
     t.equal(day.length, boots, `${boots} boots`);
-    t.same(day.map((x) => x.index), [...day.keys()], "indexed in order");
-    t.ok(day.every((x, i) => i === 0 || day[i - 1]!.atMin <= x.atMin), "sorted by time");
-    t.ok(day.every((x) => x.atMin >= 0 && x.atMin < DAY_MINUTES), "inside the day");
-    t.ok(day.every((x) => x.lifeMin >= 15 && x.lifeMin <= 480), "lives of 15 min to 8 h");
+    t.same(
+      day.map((x) => x.index),
+      [...day.keys()],
+      "indexed in order",
+    );
+    t.ok(
+      day.every((x, i) => i === 0 || day[i - 1]!.atMin <= x.atMin),
+      "sorted by time",
+    );
+    t.ok(
+      day.every((x) => x.atMin >= 0 && x.atMin < DAY_MINUTES),
+      "inside the day",
+    );
+    t.ok(
+      day.every((x) => x.lifeMin >= 15 && x.lifeMin <= 480),
+      "lives of 15 min to 8 h",
+    );
     for (const key of ["attachMs", "deviceMs", "createMs"] as const) {
       const [lo, hi] = EC2_RANGES[key];
-      t.ok(day.every((x) => x.ec2[key] >= lo && x.ec2[key] <= hi), `${key} within ${lo}-${hi}`);
+      t.ok(
+        day.every((x) => x.ec2[key] >= lo && x.ec2[key] <= hi),
+        `${key} within ${lo}-${hi}`,
+      );
     }
   }
 });
@@ -49,8 +65,14 @@ t.test("arrivals come in groups that start together", async (t) => {
   const groups = new Map<number, number[]>();
   for (const x of day) groups.set(x.group, [...(groups.get(x.group) ?? []), x.atMin]);
   t.ok(groups.size < day.length, `${groups.size} groups for ${day.length} boots`);
-  t.ok([...groups.values()].some((g) => g.length > 1), "some group has more than one instance");
-  t.ok([...groups.values()].every((g) => Math.max(...g) - Math.min(...g) <= 2), "a group starts within 2 minutes");
+  t.ok(
+    [...groups.values()].some((g) => g.length > 1),
+    "some group has more than one instance",
+  );
+  t.ok(
+    [...groups.values()].every((g) => Math.max(...g) - Math.min(...g) <= 2),
+    "a group starts within 2 minutes",
+  );
 });
 
 t.test("bad input is refused", async (t) => {
@@ -86,5 +108,9 @@ t.test("percentile and GiB-hours", async (t) => {
     { sizeGiB: 100, bornMs: 5 * hour }, // after the window
   ];
   t.equal(gibHours(lives, { fromMs: 0, toMs: 4 * hour }, 1 / hour), 2 * 2 + 4 * 3 + 8 * 1);
-  t.equal(gibHours(lives, { fromMs: 0, toMs: 4 * hour }, 10 / hour), 10 * (2 * 2 + 4 * 3 + 8 * 1), "scaled by the compression");
+  t.equal(
+    gibHours(lives, { fromMs: 0, toMs: 4 * hour }, 10 / hour),
+    10 * (2 * 2 + 4 * 3 + 8 * 1),
+    "scaled by the compression",
+  );
 });

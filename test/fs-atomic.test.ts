@@ -38,7 +38,11 @@ t.test("a failed write throws, keeps the old file and removes its temp file", as
   await mkdir(join(target, "inside"), { recursive: true });
   await t.rejects(writeFileAtomic(target, "x"), { code: /EISDIR|ENOTEMPTY|EEXIST/ }, "a rename over a folder fails");
   t.ok((await stat(target)).isDirectory(), "the folder is untouched");
-  t.same((await readdir(dir)).filter((name) => name.endsWith(".tmp")), [], "no temp file left");
+  t.same(
+    (await readdir(dir)).filter((name) => name.endsWith(".tmp")),
+    [],
+    "no temp file left",
+  );
   await t.rejects(writeFileAtomic(join(dir, "missing", "f"), "x"), { code: "ENOENT" }, "the folder must exist");
 });
 
@@ -52,5 +56,8 @@ t.test("no other atomic-write code in src/: every rename is writeFileAtomic's or
     if (entry.endsWith(".ts") && /\brename\(/.test(await readFile(join(src, entry), "utf8"))) renaming.push(entry);
   }
   t.ok(renaming.includes("fs-atomic.ts"), "the scan finds the one");
-  t.same(renaming.filter((file) => !OTHER_RENAMES.has(file)), []);
+  t.same(
+    renaming.filter((file) => !OTHER_RENAMES.has(file)),
+    [],
+  );
 });

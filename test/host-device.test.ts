@@ -7,7 +7,13 @@ import { basename, join } from "node:path";
 import { watch } from "chokidar";
 import { run } from "../src/exec.ts";
 import { closeWatcher } from "../src/host/device.ts";
-import { DeviceIdentityError, DevicePathError, DeviceTimeoutError, InvalidVolumeIdError, createHostStorage } from "../src/host/storage.ts";
+import {
+  DeviceIdentityError,
+  DevicePathError,
+  DeviceTimeoutError,
+  InvalidVolumeIdError,
+  createHostStorage,
+} from "../src/host/storage.ts";
 import { createHostRoot } from "../src/lab/labdir.ts";
 import { openLabRoot } from "../src/lab/labroot.ts";
 import { createLoopVolumeBackend, ebsNvmeSerial } from "../src/lab/loopdev.ts";
@@ -45,7 +51,14 @@ let hosts = 0;
 async function host(): Promise<{ inst: LabInstance; storage: HostStorage; byId: string; sysfs: string }> {
   const instanceId = `i-0hostdev${++hosts}`;
   const hostRoot = await createHostRoot(lab.root, instanceId);
-  const inst = { instanceId, region: "eu-west-3", availabilityZone: "eu-west-3a", tags: {}, metadataTags: true, hostRoot };
+  const inst = {
+    instanceId,
+    region: "eu-west-3",
+    availabilityZone: "eu-west-3a",
+    tags: {},
+    metadataTags: true,
+    hostRoot,
+  };
   const byId = byIdDir(hostRoot);
   const sysfs = sysfsRoot(hostRoot);
   return { inst, storage: createHostStorage({ byIdDir: byId, sysfsRoot: sysfs, log }), byId, sysfs };
@@ -57,7 +70,11 @@ function newVolumeId(): string {
 }
 
 /** Creates and attaches a volume on `inst`, waits for its loop device; detached again at the end. */
-async function attached(t: { teardown(fn: () => unknown): void }, inst: LabInstance, volumeId = newVolumeId()): Promise<{ volumeId: string; device: string }> {
+async function attached(
+  t: { teardown(fn: () => unknown): void },
+  inst: LabInstance,
+  volumeId = newVolumeId(),
+): Promise<{ volumeId: string; device: string }> {
   await backend.createVolume(volumeId, 1);
   await backend.attach(volumeId, inst);
   t.teardown(() => backend.detach(volumeId, inst));
@@ -146,7 +163,10 @@ t.test("a link naming one volume but leading to another volume's device is refus
   await symlink(other.device, join(byId, ebsByIdName(volumeId)));
   const error = await storage.findDevice(volumeId).catch((e: unknown) => e);
   t.type(error, DeviceIdentityError);
-  t.match((error as Error).message, new RegExp(`device ${other.device} is not volume ${volumeId}.*${other.volumeId.replace("-", "")}`));
+  t.match(
+    (error as Error).message,
+    new RegExp(`device ${other.device} is not volume ${volumeId}.*${other.volumeId.replace("-", "")}`),
+  );
 });
 
 t.test("a stale link replaced by the right one: the wait ends on the right device", async (t) => {
@@ -187,17 +207,52 @@ t.test("malicious argument and directory traversal: links leading outside /dev a
   }
   const volumeId = newVolumeId();
   await symlink("/dev/../etc/passwd", join(byId, ebsByIdName(volumeId)));
-  t.type(await storage.waitForDevice(volumeId, 300).catch((e: unknown) => e), DeviceIdentityError, "waiting refuses it too");
+  t.type(
+    await storage.waitForDevice(volumeId, 300).catch((e: unknown) => e),
+    DeviceIdentityError,
+    "waiting refuses it too",
+  );
 
-  for (const bad of ["vol-../../etc", "vol-0123456789abcdef0/../x", "../vol-0123456789abcdef0", "vol-0123456789ABCDEF0", ""]) {
-    t.type(await storage.findDevice(bad).catch((e: unknown) => e), InvalidVolumeIdError, `volume id ${JSON.stringify(bad)}`);
+  for (const bad of [
+    "vol-../../etc",
+    "vol-0123456789abcdef0/../x",
+    "../vol-0123456789abcdef0",
+    "vol-0123456789ABCDEF0",
+    "",
+  ]) {
+    t.type(
+      await storage.findDevice(bad).catch((e: unknown) => e),
+      InvalidVolumeIdError,
+      `volume id ${JSON.stringify(bad)}`,
+    );
     t.type(await storage.waitForDevice(bad, 300).catch((e: unknown) => e), InvalidVolumeIdError);
   }
-  for (const bad of ["/dev/../etc/passwd", "-f", "/dev/loop0 --help", "/dev/loop0/../sda", "/dev/disk/by-id/x", "/tmp/x", "dev/loop0", "/dev/loop0\n"]) {
+  for (const bad of [
+    "/dev/../etc/passwd",
+    "-f",
+    "/dev/loop0 --help",
+    "/dev/loop0/../sda",
+    "/dev/disk/by-id/x",
+    "/tmp/x",
+    "dev/loop0",
+    "/dev/loop0\n",
+  ]) {
     t.type(await storage.probe(bad).catch((e: unknown) => e), DevicePathError, `probe ${JSON.stringify(bad)}`);
-    t.type(await storage.format(bad, "ebs-cache").catch((e: unknown) => e), DevicePathError, `format ${JSON.stringify(bad)}`);
-    t.type(await storage.mount(bad, join(lab.root, "mnt", "bad")).catch((e: unknown) => e), DevicePathError, `mount ${JSON.stringify(bad)}`);
-    t.type(await storage.mountPointOf(bad).catch((e: unknown) => e), DevicePathError, `mountPointOf ${JSON.stringify(bad)}`);
+    t.type(
+      await storage.format(bad, "ebs-cache").catch((e: unknown) => e),
+      DevicePathError,
+      `format ${JSON.stringify(bad)}`,
+    );
+    t.type(
+      await storage.mount(bad, join(lab.root, "mnt", "bad")).catch((e: unknown) => e),
+      DevicePathError,
+      `mount ${JSON.stringify(bad)}`,
+    );
+    t.type(
+      await storage.mountPointOf(bad).catch((e: unknown) => e),
+      DevicePathError,
+      `mountPointOf ${JSON.stringify(bad)}`,
+    );
   }
 });
 
@@ -219,22 +274,28 @@ t.test("a link that comes before its device node: the wait ends when the node ap
   t.equal(await waiting, node);
 });
 
-t.test("closing the device watch clears chokidar's pending re-read throttle (it kept a finished boot's process alive)", async (t) => {
-  const dir = join(lab.root, `watch-${randomBytes(4).toString("hex")}`);
-  await mkdir(dir);
-  const opened = async () => {
-    const watcher = watch(dir, { persistent: false, ignoreInitial: true });
-    await new Promise<void>((ready) => watcher.once("ready", ready));
-    // A re-read in flight at close: its throttle is set and only the read's end would clear it.
-    const throttle = watcher._throttle("readdir", dir, 1000);
-    if (!throttle) throw new Error("chokidar did not throttle");
-    return { watcher, timer: (throttle as unknown as { timeoutObject: NodeJS.Timeout }).timeoutObject };
-  };
-  const plain = await opened();
-  await plain.watcher.close();
-  t.ok(plain.timer.hasRef() && !(plain.timer as unknown as { _destroyed: boolean })._destroyed, "chokidar's own close() leaves the 1 s timer running (why closeWatcher exists)");
-  clearTimeout(plain.timer);
-  const ours = await opened();
-  await closeWatcher(ours.watcher);
-  t.ok((ours.timer as unknown as { _destroyed: boolean })._destroyed, "closeWatcher clears it");
-});
+t.test(
+  "closing the device watch clears chokidar's pending re-read throttle (it kept a finished boot's process alive)",
+  async (t) => {
+    const dir = join(lab.root, `watch-${randomBytes(4).toString("hex")}`);
+    await mkdir(dir);
+    const opened = async () => {
+      const watcher = watch(dir, { persistent: false, ignoreInitial: true });
+      await new Promise<void>((ready) => watcher.once("ready", ready));
+      // A re-read in flight at close: its throttle is set and only the read's end would clear it.
+      const throttle = watcher._throttle("readdir", dir, 1000);
+      if (!throttle) throw new Error("chokidar did not throttle");
+      return { watcher, timer: (throttle as unknown as { timeoutObject: NodeJS.Timeout }).timeoutObject };
+    };
+    const plain = await opened();
+    await plain.watcher.close();
+    t.ok(
+      plain.timer.hasRef() && !(plain.timer as unknown as { _destroyed: boolean })._destroyed,
+      "chokidar's own close() leaves the 1 s timer running (why closeWatcher exists)",
+    );
+    clearTimeout(plain.timer);
+    const ours = await opened();
+    await closeWatcher(ours.watcher);
+    t.ok((ours.timer as unknown as { _destroyed: boolean })._destroyed, "closeWatcher clears it");
+  },
+);

@@ -11,7 +11,13 @@ import { allocatedRanges, mergeRanges, parseFreesp, parseXfsInfo, usedRanges } f
 import { contentsFromBlkid, parseBlkidExport, parseWipefsJson, xfsDataBytes } from "../src/host/filesystem.ts";
 import { foundPhrase, judgeLayout, judgeSignature, parseXfsDb, parseXfsSuperblock } from "../src/host/identify.ts";
 import { parseMountInfo } from "../src/host/mount.ts";
-import { ForeignVolumeError, FormatRefusedError, MountConflictError, ProbeError, createHostStorage } from "../src/host/storage.ts";
+import {
+  ForeignVolumeError,
+  FormatRefusedError,
+  MountConflictError,
+  ProbeError,
+  createHostStorage,
+} from "../src/host/storage.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL } from "../src/layout.ts";
 import { createHostRoot, volumeImagePath } from "../src/lab/labdir.ts";
 import { openLabRoot } from "../src/lab/labroot.ts";
@@ -89,16 +95,30 @@ t.test("parsers on recorded blkid, wipefs and mountinfo output", async (t) => {
     label: "ebs cache",
     uuid: "c7c4",
   });
-  t.same(blkid("DEVNAME=/dev/sdb\nUUID=Jp4Yj2-x\nVERSION=LVM2 001\nTYPE=LVM2_member\nUSAGE=raid\n"), { kind: "other", signature: "LVM2_member" });
+  t.same(blkid("DEVNAME=/dev/sdb\nUUID=Jp4Yj2-x\nVERSION=LVM2 001\nTYPE=LVM2_member\nUSAGE=raid\n"), {
+    kind: "other",
+    signature: "LVM2_member",
+  });
   t.same(blkid("DEVNAME=/dev/sdc\nUUID=9f1e\nLABEL=host:0\nUUID_SUB=77aa\nTYPE=linux_raid_member\nUSAGE=raid\n"), {
     kind: "other",
     signature: "linux_raid_member",
   });
-  t.same(blkid("DEVNAME=/dev/sdd\nVERSION=2\nUUID=4c2e\nTYPE=crypto_LUKS\nUSAGE=crypto\n"), { kind: "other", signature: "crypto_LUKS" });
+  t.same(blkid("DEVNAME=/dev/sdd\nVERSION=2\nUUID=4c2e\nTYPE=crypto_LUKS\nUSAGE=crypto\n"), {
+    kind: "other",
+    signature: "crypto_LUKS",
+  });
   t.same(blkid("DEVNAME=/dev/sde\nUUID=11\nTYPE=swap\nUSAGE=other\n"), { kind: "other", signature: "swap" });
   t.same(blkid("DEVNAME=/dev/sdf\nPTUUID=0b9e\nPTTYPE=gpt\n"), { kind: "other", signature: "gpt partition table" });
-  t.same(blkid("DEVNAME=/dev/sdg\nTYPE=ext4\n"), { kind: "filesystem", type: "ext4" }, "no USAGE: known filesystem types");
-  t.same(blkid("DEVNAME=/dev/sdh\nTYPE=zfs_member\n"), { kind: "other", signature: "zfs_member" }, "no USAGE: anything else is other");
+  t.same(
+    blkid("DEVNAME=/dev/sdg\nTYPE=ext4\n"),
+    { kind: "filesystem", type: "ext4" },
+    "no USAGE: known filesystem types",
+  );
+  t.same(
+    blkid("DEVNAME=/dev/sdh\nTYPE=zfs_member\n"),
+    { kind: "other", signature: "zfs_member" },
+    "no USAGE: anything else is other",
+  );
 
   t.same(parseWipefsJson(""), []);
   t.same(parseWipefsJson('{\n   "signatures": [\n\n   ]\n}'), []);
@@ -143,14 +163,22 @@ t.test("probe tells blank, xfs, ext4, a partition table and unknown data apart",
   const handle = await open(junk.device, "r+");
   await handle.write(randomBytes(4096).fill(1, 0, 1), 0, 4096, 8192); // Not zeros, no known magic.
   await handle.close();
-  t.match(await storage.probe(junk.device), { kind: "other", signature: /unrecognized data/ }, "data without a signature is not blank");
+  t.match(
+    await storage.probe(junk.device),
+    { kind: "other", signature: /unrecognized data/ },
+    "data without a signature is not blank",
+  );
 });
 
 t.test("a probe that cannot read the device throws instead of saying blank", async (t) => {
   // blkid -p answers exit 2 ("nothing found") for a device it cannot open: the probe must not.
   t.type(await storage.probe("/dev/ebscachenosuchdevice").catch((e: unknown) => e), ProbeError);
   t.type(await storage.probe("/dev/null").catch((e: unknown) => e), ProbeError, "a character device");
-  t.type(await storage.format("/dev/ebscachenosuchdevice", FS_LABEL).catch((e: unknown) => e), ProbeError, "format probes first");
+  t.type(
+    await storage.format("/dev/ebscachenosuchdevice", FS_LABEL).catch((e: unknown) => e),
+    ProbeError,
+    "format probes first",
+  );
 });
 
 t.test("format refuses a device with a signature and its data stays readable", async (t) => {
@@ -171,7 +199,11 @@ t.test("format refuses a device with a signature and its data stays readable", a
 
   const partitioned = await volume(t);
   await writeDosPartitionTable(partitioned.device);
-  t.type(await storage.format(partitioned.device, FS_LABEL).catch((e: unknown) => e), FormatRefusedError, "a partition table too");
+  t.type(
+    await storage.format(partitioned.device, FS_LABEL).catch((e: unknown) => e),
+    FormatRefusedError,
+    "a partition table too",
+  );
   t.same(await storage.probe(partitioned.device), { kind: "other", signature: "dos partition table" });
 });
 
@@ -184,7 +216,11 @@ t.test("format makes XFS with ftype=1 and the label on a blank device", async (t
   const info = (await run("xfs_info", [mp])).stdout;
   t.match(info, /ftype=1/, "overlay2 needs ftype=1");
   t.match(info, /crc=1/);
-  t.type(await storage.format(device, FS_LABEL).catch((e: unknown) => e), FormatRefusedError, "a second format is refused");
+  t.type(
+    await storage.format(device, FS_LABEL).catch((e: unknown) => e),
+    FormatRefusedError,
+    "a second format is refused",
+  );
   await t.rejects(storage.format(device, "label with spaces"), /invalid filesystem label/);
 });
 
@@ -205,7 +241,11 @@ t.test("mount and unmount are idempotent and report the mount point", async (t) 
   await storage.unmount(join(lab.root, "mnt", "never-made")); // Not even a folder.
   t.equal(await storage.mountPointOf(device), undefined);
   t.equal((await run("findmnt", [mp], { check: false })).exitCode, 1, "findmnt sees nothing at the mount point");
-  t.equal(await storage.mountPointOf("/dev/ebscachenosuchdevice"), undefined, "a device that is not there is mounted nowhere");
+  t.equal(
+    await storage.mountPointOf("/dev/ebscachenosuchdevice"),
+    undefined,
+    "a device that is not there is mounted nowhere",
+  );
 });
 
 t.test("mount refuses a mount point where something else is mounted", async (t) => {
@@ -223,7 +263,11 @@ t.test("mount refuses a mount point where something else is mounted", async (t) 
   const other = await volume(t);
   await storage.format(other.device, FS_LABEL);
   await storage.mount(other.device, mp);
-  t.type(await storage.mount(device, mp).catch((e: unknown) => e), MountConflictError, "another volume's filesystem too");
+  t.type(
+    await storage.mount(device, mp).catch((e: unknown) => e),
+    MountConflictError,
+    "another volume's filesystem too",
+  );
   t.equal(await storage.mountPointOf(other.device), mp);
   await storage.unmount(mp);
   await t.rejects(storage.mount(device, "relative/path"), /invalid mount point/);
@@ -238,7 +282,8 @@ t.test("two volumes restored from one snapshot (the same XFS UUID) mount side by
   t.teardown(() => backend.deleteSnapshot(snapshotId));
   const first = await volume(t, 1, snapshotId);
   const second = await volume(t, 1, snapshotId);
-  const uuid = async (device: string) => (await run("blkid", ["-p", "-o", "value", "-s", "UUID", device])).stdout.trim();
+  const uuid = async (device: string) =>
+    (await run("blkid", ["-p", "-o", "value", "-s", "UUID", device])).stdout.trim();
   t.equal(await uuid(first.device), await uuid(second.device), "both carry the snapshot's UUID");
   const a = mountPoint(t, "clone-a");
   const b = mountPoint(t, "clone-b");
@@ -331,59 +376,137 @@ t.test("identification, pure: xfs_db output parsed, signatures and layouts judge
   t.same(judgeSignature(ours, false), { verdict: "inspect" });
   t.same(judgeSignature({ kind: "blank" }, true), { verdict: "blank" });
   t.match(judgeSignature({ kind: "blank" }, false), { verdict: "foreign", found: /blank.*did not create/ });
-  t.match(judgeSignature({ kind: "filesystem", type: "xfs", label: "data" }, true), { verdict: "foreign", found: 'an xfs filesystem labelled "data"' });
-  t.match(judgeSignature({ kind: "filesystem", type: "xfs" }, true), { verdict: "foreign", found: "an xfs filesystem without a label" });
-  t.match(judgeSignature({ kind: "filesystem", type: "ext4", label: FS_LABEL }, true), { verdict: "foreign", found: /ext4/ }, "the label alone is not enough");
+  t.match(judgeSignature({ kind: "filesystem", type: "xfs", label: "data" }, true), {
+    verdict: "foreign",
+    found: 'an xfs filesystem labelled "data"',
+  });
+  t.match(judgeSignature({ kind: "filesystem", type: "xfs" }, true), {
+    verdict: "foreign",
+    found: "an xfs filesystem without a label",
+  });
+  t.match(
+    judgeSignature({ kind: "filesystem", type: "ext4", label: FS_LABEL }, true),
+    { verdict: "foreign", found: /ext4/ },
+    "the label alone is not enough",
+  );
   t.equal(foundPhrase({ kind: "other", signature: "LVM2_member" }), "an LVM physical volume (LVM2_member)");
   t.equal(foundPhrase({ kind: "other", signature: "gpt partition table" }), "a gpt partition table");
 
   const dir = (name: string, type = "directory") => ({ name, type });
   const dots = [dir("."), dir("..")];
-  t.same(judgeLayout({ ftype: true, rootEntries: [...dots, dir(DATA_ROOT_SUBDIR)] }, false), { verdict: "cache", fresh: false });
-  t.same(judgeLayout({ ftype: true, rootEntries: [...dots, dir(DATA_ROOT_SUBDIR), dir("extra", "regular")] }, false), { verdict: "cache", fresh: false });
-  t.same(judgeLayout({ ftype: true, rootEntries: [...dots] }, true), { verdict: "cache", fresh: true }, "agent-created, never used");
-  t.same(judgeLayout({ ftype: true, rootEntries: [...dots, dir(".ebs-cache-agent")] }, true), { verdict: "cache", fresh: true });
-  t.match(judgeLayout({ ftype: true, rootEntries: [...dots] }, false), { verdict: "foreign", found: /without the docker\/ data-root folder \(its root holds nothing else\)/ });
-  t.match(judgeLayout({ ftype: true, rootEntries: [...dots, dir("home")] }, true), { verdict: "foreign", found: /its root holds home/ }, "agent-created but holding someone's folder");
-  t.match(judgeLayout({ ftype: true, rootEntries: [...dots, dir(DATA_ROOT_SUBDIR, "regular")] }, true), { verdict: "foreign", found: /docker is a regular, not a directory/ });
-  t.match(judgeLayout({ ftype: false, rootEntries: [...dots, dir(DATA_ROOT_SUBDIR)] }, false), { verdict: "foreign", found: /without ftype=1/ });
+  t.same(judgeLayout({ ftype: true, rootEntries: [...dots, dir(DATA_ROOT_SUBDIR)] }, false), {
+    verdict: "cache",
+    fresh: false,
+  });
+  t.same(judgeLayout({ ftype: true, rootEntries: [...dots, dir(DATA_ROOT_SUBDIR), dir("extra", "regular")] }, false), {
+    verdict: "cache",
+    fresh: false,
+  });
+  t.same(
+    judgeLayout({ ftype: true, rootEntries: [...dots] }, true),
+    { verdict: "cache", fresh: true },
+    "agent-created, never used",
+  );
+  t.same(judgeLayout({ ftype: true, rootEntries: [...dots, dir(".ebs-cache-agent")] }, true), {
+    verdict: "cache",
+    fresh: true,
+  });
+  t.match(judgeLayout({ ftype: true, rootEntries: [...dots] }, false), {
+    verdict: "foreign",
+    found: /without the docker\/ data-root folder \(its root holds nothing else\)/,
+  });
+  t.match(
+    judgeLayout({ ftype: true, rootEntries: [...dots, dir("home")] }, true),
+    { verdict: "foreign", found: /its root holds home/ },
+    "agent-created but holding someone's folder",
+  );
+  t.match(judgeLayout({ ftype: true, rootEntries: [...dots, dir(DATA_ROOT_SUBDIR, "regular")] }, true), {
+    verdict: "foreign",
+    found: /docker is a regular, not a directory/,
+  });
+  t.match(judgeLayout({ ftype: false, rootEntries: [...dots, dir(DATA_ROOT_SUBDIR)] }, false), {
+    verdict: "foreign",
+    found: /without ftype=1/,
+  });
 });
 
-t.test("identify: the agent's own filesystem passes, anything else is refused with ForeignVolumeError; mount and grow refuse foreign labels", async (t) => {
-  const blank = await volume(t);
-  t.same(await storage.identify({ volumeId: blank.volumeId, createdByAgent: true }, blank.device), { kind: "blank" }, "blank and created by the agent: to be formatted");
-  const notOurs = await storage.identify({ volumeId: blank.volumeId, createdByAgent: false }, blank.device).catch((e: unknown) => e);
-  t.type(notOurs, ForeignVolumeError, "blank, created by someone else");
-  t.match((notOurs as ForeignVolumeError).message, new RegExp(`^${blank.volumeId} \\(${blank.device}\\) holds no filesystem \\(blank\\)`));
-  t.match((notOurs as ForeignVolumeError).remediation, /remove its ebs-cache:managed tag/);
+t.test(
+  "identify: the agent's own filesystem passes, anything else is refused with ForeignVolumeError; mount and grow refuse foreign labels",
+  async (t) => {
+    const blank = await volume(t);
+    t.same(
+      await storage.identify({ volumeId: blank.volumeId, createdByAgent: true }, blank.device),
+      { kind: "blank" },
+      "blank and created by the agent: to be formatted",
+    );
+    const notOurs = await storage
+      .identify({ volumeId: blank.volumeId, createdByAgent: false }, blank.device)
+      .catch((e: unknown) => e);
+    t.type(notOurs, ForeignVolumeError, "blank, created by someone else");
+    t.match(
+      (notOurs as ForeignVolumeError).message,
+      new RegExp(`^${blank.volumeId} \\(${blank.device}\\) holds no filesystem \\(blank\\)`),
+    );
+    t.match((notOurs as ForeignVolumeError).remediation, /remove its ebs-cache:managed tag/);
 
-  await storage.format(blank.device, FS_LABEL);
-  const fresh = await storage.identify({ volumeId: blank.volumeId, createdByAgent: true }, blank.device);
-  t.same({ ...fresh, dataBytes: undefined }, { kind: "cache", fresh: true, dataBytes: undefined }, "formatted by the agent, no data-root yet");
-  t.type(await storage.identify({ volumeId: blank.volumeId, createdByAgent: false }, blank.device).catch((e: unknown) => e), ForeignVolumeError, "the same without the created-by tag: no data-root, not provably ours");
-  const mp = mountPoint(t, "ours");
-  await storage.mount(blank.device, mp);
-  await mkdir(join(mp, DATA_ROOT_SUBDIR));
-  const filesystemBytes = await xfsDataBytes(mp);
-  await storage.unmount(mp);
-  t.same(await storage.identify({ volumeId: blank.volumeId, createdByAgent: false }, blank.device), { kind: "cache", fresh: false, dataBytes: filesystemBytes }, "with its data-root: ours");
-  t.equal(filesystemBytes, 1024 ** 3, "the superblock's data size is xfs_info's, the whole 1 GiB device (what grow compares with the volume's size)");
-  t.equal((fresh as { dataBytes?: number }).dataBytes, filesystemBytes);
+    await storage.format(blank.device, FS_LABEL);
+    const fresh = await storage.identify({ volumeId: blank.volumeId, createdByAgent: true }, blank.device);
+    t.same(
+      { ...fresh, dataBytes: undefined },
+      { kind: "cache", fresh: true, dataBytes: undefined },
+      "formatted by the agent, no data-root yet",
+    );
+    t.type(
+      await storage
+        .identify({ volumeId: blank.volumeId, createdByAgent: false }, blank.device)
+        .catch((e: unknown) => e),
+      ForeignVolumeError,
+      "the same without the created-by tag: no data-root, not provably ours",
+    );
+    const mp = mountPoint(t, "ours");
+    await storage.mount(blank.device, mp);
+    await mkdir(join(mp, DATA_ROOT_SUBDIR));
+    const filesystemBytes = await xfsDataBytes(mp);
+    await storage.unmount(mp);
+    t.same(
+      await storage.identify({ volumeId: blank.volumeId, createdByAgent: false }, blank.device),
+      { kind: "cache", fresh: false, dataBytes: filesystemBytes },
+      "with its data-root: ours",
+    );
+    t.equal(
+      filesystemBytes,
+      1024 ** 3,
+      "the superblock's data size is xfs_info's, the whole 1 GiB device (what grow compares with the volume's size)",
+    );
+    t.equal((fresh as { dataBytes?: number }).dataBytes, filesystemBytes);
 
-  const foreign = await volume(t);
-  await run("mkfs.xfs", ["-q", "-L", "data", foreign.device]);
-  const error = await storage.identify({ volumeId: foreign.volumeId, createdByAgent: true }, foreign.device).catch((e: unknown) => e);
-  t.type(error, ForeignVolumeError);
-  t.match(error, { volumeId: foreign.volumeId, device: foreign.device, found: 'an xfs filesystem labelled "data"' });
-  const fmp = mountPoint(t, "foreign");
-  t.type(await storage.mount(foreign.device, fmp).catch((e: unknown) => e), ForeignVolumeError, "mount refuses a foreign label by itself");
-  t.equal(await storage.mountPointOf(foreign.device), undefined, "and mounted nothing");
-  await plainMount(foreign.device, fmp);
-  t.type(await storage.grow(fmp).catch((e: unknown) => e), ForeignVolumeError, "grow refuses a foreign label");
-  await storage.unmount(fmp);
+    const foreign = await volume(t);
+    await run("mkfs.xfs", ["-q", "-L", "data", foreign.device]);
+    const error = await storage
+      .identify({ volumeId: foreign.volumeId, createdByAgent: true }, foreign.device)
+      .catch((e: unknown) => e);
+    t.type(error, ForeignVolumeError);
+    t.match(error, { volumeId: foreign.volumeId, device: foreign.device, found: 'an xfs filesystem labelled "data"' });
+    const fmp = mountPoint(t, "foreign");
+    t.type(
+      await storage.mount(foreign.device, fmp).catch((e: unknown) => e),
+      ForeignVolumeError,
+      "mount refuses a foreign label by itself",
+    );
+    t.equal(await storage.mountPointOf(foreign.device), undefined, "and mounted nothing");
+    await plainMount(foreign.device, fmp);
+    t.type(await storage.grow(fmp).catch((e: unknown) => e), ForeignVolumeError, "grow refuses a foreign label");
+    await storage.unmount(fmp);
 
-  t.type(await storage.identify({ volumeId: "vol-0", createdByAgent: true }, "/dev/ebscachenosuchdevice").catch((e: unknown) => e), ForeignVolumeError, "a probe failure is not ours either");
-});
+    t.type(
+      await storage
+        .identify({ volumeId: "vol-0", createdByAgent: true }, "/dev/ebscachenosuchdevice")
+        .catch((e: unknown) => e),
+      ForeignVolumeError,
+      "a probe failure is not ours either",
+    );
+  },
+);
 
 /** The commands this process spawns while `body` runs (node's child_process diagnostics channel). */
 async function spawnedDuring(body: () => Promise<unknown>): Promise<string[]> {
@@ -401,48 +524,62 @@ async function spawnedDuring(body: () => Promise<unknown>): Promise<string[]> {
   return names;
 }
 
-t.test("mount right after identification takes its probe while the device is unchanged, and probes again otherwise", async (t) => {
-  const { volumeId, device } = await volume(t);
-  await storage.format(device, FS_LABEL);
-  const owner = { volumeId, createdByAgent: true };
-  t.match(await storage.identify(owner, device), { kind: "cache", fresh: true });
-  const mp = mountPoint(t, "identified");
-  const spawned = await spawnedDuring(() => storage.mount(device, mp));
-  t.equal(await storage.mountPointOf(device), mp, "mounted");
-  t.same(spawned, ["mount"], "no blkid or wipefs again: only mount itself");
-  await storage.unmount(mp);
+t.test(
+  "mount right after identification takes its probe while the device is unchanged, and probes again otherwise",
+  async (t) => {
+    const { volumeId, device } = await volume(t);
+    await storage.format(device, FS_LABEL);
+    const owner = { volumeId, createdByAgent: true };
+    t.match(await storage.identify(owner, device), { kind: "cache", fresh: true });
+    const mp = mountPoint(t, "identified");
+    const spawned = await spawnedDuring(() => storage.mount(device, mp));
+    t.equal(await storage.mountPointOf(device), mp, "mounted");
+    t.same(spawned, ["mount"], "no blkid or wipefs again: only mount itself");
+    await storage.unmount(mp);
 
-  // Changed since its identification (another label): probed in full, and refused.
-  t.match(await storage.identify(owner, device), { kind: "cache" });
-  await run("xfs_admin", ["-L", "other", device]);
-  const refusal = { error: undefined as unknown };
-  const again = await spawnedDuring(async () => (refusal.error = await storage.mount(device, mp).catch((e: unknown) => e)));
-  t.type(refusal.error, ForeignVolumeError, "the new label is seen");
-  t.ok(again.includes("blkid") && again.includes("wipefs"), "by a full probe");
-  t.equal(await storage.mountPointOf(device), undefined, "and nothing was mounted");
+    // Changed since its identification (another label): probed in full, and refused.
+    t.match(await storage.identify(owner, device), { kind: "cache" });
+    await run("xfs_admin", ["-L", "other", device]);
+    const refusal = { error: undefined as unknown };
+    const again = await spawnedDuring(
+      async () => (refusal.error = await storage.mount(device, mp).catch((e: unknown) => e)),
+    );
+    t.type(refusal.error, ForeignVolumeError, "the new label is seen");
+    t.ok(again.includes("blkid") && again.includes("wipefs"), "by a full probe");
+    t.equal(await storage.mountPointOf(device), undefined, "and nothing was mounted");
 
-  // Another device than the one identified: probed in full (and mounted, being the agent's).
-  await run("xfs_admin", ["-L", FS_LABEL, device]);
-  const other = await volume(t);
-  await storage.format(other.device, FS_LABEL);
-  t.match(await storage.identify({ volumeId: other.volumeId, createdByAgent: true }, other.device), { kind: "cache" });
-  const probed = await spawnedDuring(() => storage.mount(device, mp));
-  t.ok(probed.includes("blkid"), "the identification of another device does not stand for this one");
-  t.equal(await storage.mountPointOf(device), mp);
-});
+    // Another device than the one identified: probed in full (and mounted, being the agent's).
+    await run("xfs_admin", ["-L", FS_LABEL, device]);
+    const other = await volume(t);
+    await storage.format(other.device, FS_LABEL);
+    t.match(await storage.identify({ volumeId: other.volumeId, createdByAgent: true }, other.device), {
+      kind: "cache",
+    });
+    const probed = await spawnedDuring(() => storage.mount(device, mp));
+    t.ok(probed.includes("blkid"), "the identification of another device does not stand for this one");
+    t.equal(await storage.mountPointOf(device), mp);
+  },
+);
 
-t.test("the allocated ranges come from one xfs_spaceman: the same as xfs_info's geometry and freesp apart", async (t) => {
-  const { device } = await volume(t);
-  await storage.format(device, FS_LABEL);
-  const mp = mountPoint(t, "extents");
-  await storage.mount(device, mp);
-  await writeFile(join(mp, "data"), randomBytes(3 * 1024 * 1024));
-  await run("sync", ["-f", mp]);
-  let ranges: Awaited<ReturnType<typeof usedRanges>> = [];
-  const spawned = await spawnedDuring(async () => (ranges = await usedRanges(mp)));
-  t.same(spawned, ["xfs_spaceman"], "one process (xfs_info alone is a shell script running findmnt and xfs_spaceman)");
-  const geometry = parseXfsInfo((await run("xfs_info", [mp])).stdout);
-  const free = parseFreesp((await run("xfs_spaceman", ["-c", "freesp -d", mp])).stdout);
-  t.same(ranges, mergeRanges(allocatedRanges(geometry, free)), "the ranges xfs_info and freesp give apart");
-  t.ok(ranges.reduce((sum, r) => sum + r.end - r.start, 0) >= 3 * 1024 * 1024, "the file's data is in them");
-});
+t.test(
+  "the allocated ranges come from one xfs_spaceman: the same as xfs_info's geometry and freesp apart",
+  async (t) => {
+    const { device } = await volume(t);
+    await storage.format(device, FS_LABEL);
+    const mp = mountPoint(t, "extents");
+    await storage.mount(device, mp);
+    await writeFile(join(mp, "data"), randomBytes(3 * 1024 * 1024));
+    await run("sync", ["-f", mp]);
+    let ranges: Awaited<ReturnType<typeof usedRanges>> = [];
+    const spawned = await spawnedDuring(async () => (ranges = await usedRanges(mp)));
+    t.same(
+      spawned,
+      ["xfs_spaceman"],
+      "one process (xfs_info alone is a shell script running findmnt and xfs_spaceman)",
+    );
+    const geometry = parseXfsInfo((await run("xfs_info", [mp])).stdout);
+    const free = parseFreesp((await run("xfs_spaceman", ["-c", "freesp -d", mp])).stdout);
+    t.same(ranges, mergeRanges(allocatedRanges(geometry, free)), "the ranges xfs_info and freesp give apart");
+    t.ok(ranges.reduce((sum, r) => sum + r.end - r.start, 0) >= 3 * 1024 * 1024, "the file's data is in them");
+  },
+);

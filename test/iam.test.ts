@@ -18,9 +18,19 @@ import { evaluate, MATRIX, type MatrixCase } from "./fixtures/iam-matrix.ts";
 const POLICY = "iam/ebs-cache-agent-policy.json";
 const SDK = "@aws-sdk/client-ec2";
 /** The KMS actions EBS encryption needs (the agent never calls KMS itself). */
-const KMS_ACTIONS = ["kms:CreateGrant", "kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncrypt*"];
+const KMS_ACTIONS = [
+  "kms:CreateGrant",
+  "kms:Decrypt",
+  "kms:DescribeKey",
+  "kms:GenerateDataKeyWithoutPlaintext",
+  "kms:ReEncrypt*",
+];
 /** Waiters and paginators stand for the Describe call they repeat. */
-const WAITER_ACTION: Record<string, string> = { Volume: "DescribeVolumes", Snapshot: "DescribeSnapshots", Instance: "DescribeInstances" };
+const WAITER_ACTION: Record<string, string> = {
+  Volume: "DescribeVolumes",
+  Snapshot: "DescribeSnapshots",
+  Instance: "DescribeInstances",
+};
 
 async function sourceFiles(dir: string): Promise<string[]> {
   const out: string[] = [];
@@ -42,13 +52,20 @@ export function ec2ActionsOf(fileName: string, text: string): { actions: string[
   const actions: string[] = [];
   const problems: string[] = [];
   for (const statement of source.statements) {
-    if (!ts.isImportDeclaration(statement) || !ts.isStringLiteral(statement.moduleSpecifier) || statement.moduleSpecifier.text !== SDK) continue;
+    if (
+      !ts.isImportDeclaration(statement) ||
+      !ts.isStringLiteral(statement.moduleSpecifier) ||
+      statement.moduleSpecifier.text !== SDK
+    )
+      continue;
     const clause = statement.importClause;
     if (!clause || clause.isTypeOnly) continue;
     if (clause.name) problems.push(`${fileName}: default import of ${SDK} cannot be checked`);
     const bindings = clause.namedBindings;
     if (bindings && ts.isNamespaceImport(bindings)) {
-      problems.push(`${fileName}: \`import * as ${bindings.name.text}\` from ${SDK} hides which commands are called: import them by name`);
+      problems.push(
+        `${fileName}: \`import * as ${bindings.name.text}\` from ${SDK} hides which commands are called: import them by name`,
+      );
       continue;
     }
     for (const element of bindings?.elements ?? []) {
@@ -60,7 +77,8 @@ export function ec2ActionsOf(fileName: string, text: string): { actions: string[
       if (command) actions.push(command[1]!);
       else if (waiter) actions.push(WAITER_ACTION[waiter[1]!]!);
       else if (paginator) actions.push(paginator[1]!);
-      else if (/^waitUntil/.test(name)) problems.push(`${fileName}: waiter ${name} is not mapped to its Describe action in test/iam.test.ts`);
+      else if (/^waitUntil/.test(name))
+        problems.push(`${fileName}: waiter ${name} is not mapped to its Describe action in test/iam.test.ts`);
     }
   }
   return { actions, problems };
@@ -90,15 +108,22 @@ interface Policy {
   Statement: Statement[];
 }
 
-const list = (value: string | string[] | undefined): string[] => (value === undefined ? [] : Array.isArray(value) ? value : [value]);
+const list = (value: string | string[] | undefined): string[] =>
+  value === undefined ? [] : Array.isArray(value) ? value : [value];
 
 /** Why the policy's EC2 actions differ from the code's (empty when they are the same set). */
 export function actionMismatch(policy: Policy, calls: Iterable<string>): string[] {
-  const granted = new Set(policy.Statement.filter((s) => s.Effect === "Allow").flatMap((s) => list(s.Action)).filter((a) => a.startsWith("ec2:")));
+  const granted = new Set(
+    policy.Statement.filter((s) => s.Effect === "Allow")
+      .flatMap((s) => list(s.Action))
+      .filter((a) => a.startsWith("ec2:")),
+  );
   const called = new Set(calls);
   return [
     ...[...called].filter((a) => !granted.has(a)).map((a) => `${a} is called by the code but not granted by ${POLICY}`),
-    ...[...granted].filter((a) => !called.has(a)).map((a) => `${a} is granted by ${POLICY} but the code never calls it`),
+    ...[...granted]
+      .filter((a) => !called.has(a))
+      .map((a) => `${a} is granted by ${POLICY} but the code never calls it`),
   ].sort();
 }
 
@@ -107,13 +132,15 @@ export function shapeProblems(policy: unknown): string[] {
   const problems: string[] = [];
   const p = policy as Partial<Policy>;
   if (p.Version !== "2012-10-17") problems.push(`Version is ${JSON.stringify(p.Version)}, not "2012-10-17"`);
-  if (!Array.isArray(p.Statement) || p.Statement.length === 0) return [...problems, "Statement is not a non-empty array"];
+  if (!Array.isArray(p.Statement) || p.Statement.length === 0)
+    return [...problems, "Statement is not a non-empty array"];
   const sids = new Set<string>();
   for (const [i, s] of p.Statement.entries()) {
     const where = `Statement[${i}]${s.Sid ? ` (${s.Sid})` : ""}`;
     if (s.Effect !== "Allow" && s.Effect !== "Deny") problems.push(`${where}: Effect must be Allow or Deny`);
     const actions = list(s.Action);
-    if (actions.length === 0 || actions.some((a) => typeof a !== "string" || !/^[a-z0-9-]+:[A-Za-z*]+$/.test(a))) problems.push(`${where}: Action must name service:Action entries`);
+    if (actions.length === 0 || actions.some((a) => typeof a !== "string" || !/^[a-z0-9-]+:[A-Za-z*]+$/.test(a)))
+      problems.push(`${where}: Action must name service:Action entries`);
     if (list(s.Resource).length === 0) problems.push(`${where}: Resource missing`);
     if (s.Sid !== undefined) {
       if (!/^[A-Za-z0-9]+$/.test(s.Sid)) problems.push(`${where}: Sid must be alphanumeric`);
@@ -134,11 +161,21 @@ t.test("the policy grants exactly the EC2 actions the agent calls", async (t) =>
   for (const action of ["ec2:AttachVolume", "ec2:DetachVolume", "ec2:DescribeVolumes", "ec2:CreateTags"]) {
     t.ok(actions.has(action), `the code's ${action} is found`);
   }
-  t.same(actionMismatch(policy, actions.keys()), [], `the ec2: actions of ${POLICY} are the code's: ${[...actions.keys()].sort().join(", ")}`);
-  const ec2Wildcards = policy.Statement.flatMap((s) => list(s.Action)).filter((a) => a.startsWith("ec2:") && a.includes("*"));
+  t.same(
+    actionMismatch(policy, actions.keys()),
+    [],
+    `the ec2: actions of ${POLICY} are the code's: ${[...actions.keys()].sort().join(", ")}`,
+  );
+  const ec2Wildcards = policy.Statement.flatMap((s) => list(s.Action)).filter(
+    (a) => a.startsWith("ec2:") && a.includes("*"),
+  );
   t.same(ec2Wildcards, [], "no ec2: wildcard actions");
   const others = policy.Statement.flatMap((s) => list(s.Action)).filter((a) => !a.startsWith("ec2:"));
-  t.same([...new Set(others)].sort(), [...KMS_ACTIONS].sort(), "besides EC2, only the KMS actions of encrypted volumes");
+  t.same(
+    [...new Set(others)].sort(),
+    [...KMS_ACTIONS].sort(),
+    "besides EC2, only the KMS actions of encrypted volumes",
+  );
 });
 
 t.test("the comparison notices a change on either side", async (t) => {
@@ -148,9 +185,24 @@ t.test("the comparison notices a change on either side", async (t) => {
     ...policy,
     Statement: policy.Statement.map((s) => ({ ...s, Action: list(s.Action).filter((a) => a !== "ec2:AttachVolume") })),
   };
-  t.match(actionMismatch(withoutAttach, actions.keys()), [/ec2:AttachVolume is called by the code but not granted/], "an action removed from the policy");
-  t.match(actionMismatch(policy, [...actions.keys(), "ec2:ModifyVolume"]), [/ec2:ModifyVolume is called by the code but not granted/], "a new call in the code");
-  t.match(actionMismatch(policy, [...actions.keys()].filter((a) => a !== "ec2:DeleteTags")), [/ec2:DeleteTags is granted .* never calls it/], "an action the code stopped calling");
+  t.match(
+    actionMismatch(withoutAttach, actions.keys()),
+    [/ec2:AttachVolume is called by the code but not granted/],
+    "an action removed from the policy",
+  );
+  t.match(
+    actionMismatch(policy, [...actions.keys(), "ec2:ModifyVolume"]),
+    [/ec2:ModifyVolume is called by the code but not granted/],
+    "a new call in the code",
+  );
+  t.match(
+    actionMismatch(
+      policy,
+      [...actions.keys()].filter((a) => a !== "ec2:DeleteTags"),
+    ),
+    [/ec2:DeleteTags is granted .* never calls it/],
+    "an action the code stopped calling",
+  );
 
   const parsed = ec2ActionsOf(
     "x.ts",
@@ -160,19 +212,33 @@ t.test("the comparison notices a change on either side", async (t) => {
       'import { paginateDescribeSnapshots as pages } from "@aws-sdk/client-ec2";',
     ].join("\n"),
   );
-  t.same(parsed.actions.sort(), ["DescribeSnapshots", "DescribeVolumes", "ModifyVolume"], "commands, waiters and paginators count; types do not");
-  t.match(ec2ActionsOf("y.ts", 'import * as ec2 from "@aws-sdk/client-ec2";').problems, [/import \* as ec2/], "a namespace import is refused");
+  t.same(
+    parsed.actions.sort(),
+    ["DescribeSnapshots", "DescribeVolumes", "ModifyVolume"],
+    "commands, waiters and paginators count; types do not",
+  );
+  t.match(
+    ec2ActionsOf("y.ts", 'import * as ec2 from "@aws-sdk/client-ec2";').problems,
+    [/import \* as ec2/],
+    "a namespace import is refused",
+  );
 });
 
 t.test("the policy's shape", async (t) => {
   const policy = JSON.parse(await readFile(POLICY, "utf8")) as unknown;
   t.same(shapeProblems(policy), [], "Version 2012-10-17; every statement has Effect, Action and Resource");
-  t.match(shapeProblems({ Version: "2008-10-17", Statement: [{ Effect: "Allow", Action: "ec2:AttachVolume" }] }), [/Version/, /Resource missing/], "the shape check finds problems");
+  t.match(
+    shapeProblems({ Version: "2008-10-17", Statement: [{ Effect: "Allow", Action: "ec2:AttachVolume" }] }),
+    [/Version/, /Resource missing/],
+    "the shape check finds problems",
+  );
 });
 
-
 /** The evaluator's word for one case: the request is allowed only when each of its resources is. */
-async function decide(policy: unknown, c: MatrixCase): Promise<{ decision: "allowed" | "denied" | "error"; detail: string }> {
+async function decide(
+  policy: unknown,
+  c: MatrixCase,
+): Promise<{ decision: "allowed" | "denied" | "error"; detail: string }> {
   const parts: string[] = [];
   let allowedAll = true;
   for (const check of c.checks) {
@@ -196,9 +262,19 @@ t.test("an independent IAM evaluator decides the agent's calls as intended", asy
 
   const { actions } = await codeActions();
   const covered = new Set(MATRIX.filter((c) => c.expected === "allowed").map((c) => c.action));
-  t.same([...actions.keys()].filter((a) => !covered.has(a)).sort(), [], "every EC2 call of the code has an allowed case in the matrix");
+  t.same(
+    [...actions.keys()].filter((a) => !covered.has(a)).sort(),
+    [],
+    "every EC2 call of the code has an allowed case in the matrix",
+  );
   for (const action of ["ec2:AttachVolume", "ec2:DetachVolume"]) {
-    t.ok(MATRIX.some((c) => c.action === action && c.expected === "allowed" && c.checks.some((k) => k.resource.includes(":instance/"))), `${action} is checked against the instance resource too`);
+    t.ok(
+      MATRIX.some(
+        (c) =>
+          c.action === action && c.expected === "allowed" && c.checks.some((k) => k.resource.includes(":instance/")),
+      ),
+      `${action} is checked against the instance resource too`,
+    );
   }
 });
 
@@ -209,18 +285,38 @@ t.test("the evaluator refuses what the policy used to say, and notices a weakene
   // evaluators do not resolve it to the caller's instance.
   const wholeArn: Policy = {
     ...policy,
-    Statement: policy.Statement.map((s) => (s.Sid === "AttachDetachOnlyToThisInstance" ? { Sid: s.Sid, Effect: "Allow", Action: s.Action, Resource: "${ec2:SourceInstanceARN}" } : s)),
+    Statement: policy.Statement.map((s) =>
+      s.Sid === "AttachDetachOnlyToThisInstance"
+        ? { Sid: s.Sid, Effect: "Allow", Action: s.Action, Resource: "${ec2:SourceInstanceARN}" }
+        : s,
+    ),
   };
-  t.equal((await decide(wholeArn, attachOwn)).decision, "denied", 'the evaluator denies attach to the own instance with "Resource": "${ec2:SourceInstanceARN}"');
+  t.equal(
+    (await decide(wholeArn, attachOwn)).decision,
+    "denied",
+    'the evaluator denies attach to the own instance with "Resource": "${ec2:SourceInstanceARN}"',
+  );
 
   const noInstanceCondition: Policy = {
     ...policy,
-    Statement: policy.Statement.map((s) => (s.Sid === "AttachDetachOnlyToThisInstance" ? { Sid: s.Sid, Effect: "Allow", Action: s.Action, Resource: s.Resource } : s)),
+    Statement: policy.Statement.map((s) =>
+      s.Sid === "AttachDetachOnlyToThisInstance"
+        ? { Sid: s.Sid, Effect: "Allow", Action: s.Action, Resource: s.Resource }
+        : s,
+    ),
   };
   const attachOther = MATRIX.find((c) => c.action === "ec2:AttachVolume" && c.name.includes("another instance"))!;
-  t.equal((await decide(noInstanceCondition, attachOther)).decision, "allowed", "without the instance condition, the matrix's other-instance case would be allowed (so it can fail)");
+  t.equal(
+    (await decide(noInstanceCondition, attachOther)).decision,
+    "allowed",
+    "without the instance condition, the matrix's other-instance case would be allowed (so it can fail)",
+  );
 
   const noDeny: Policy = { ...policy, Statement: policy.Statement.filter((s) => s.Effect !== "Deny") };
   const kept = MATRIX.find((c) => c.action === "ec2:DeleteVolume" && c.name.includes("keep"))!;
-  t.equal((await decide(noDeny, kept)).decision, "allowed", "without the Deny statement, deleting a kept volume would be allowed (so that case can fail)");
+  t.equal(
+    (await decide(noDeny, kept)).decision,
+    "allowed",
+    "without the Deny statement, deleting a kept volume would be allowed (so that case can fail)",
+  );
 });

@@ -54,7 +54,10 @@ function rejects(t: Test, check: (v: unknown) => InputCheck, cases: [unknown, Re
     t.equal(result.ok, false, `rejects ${JSON.stringify(value)?.slice(0, 40)}`);
     if (!result.ok) {
       t.match(result.problem, pattern, `problem for ${JSON.stringify(value)?.slice(0, 40)}`);
-      t.ok([...result.problem].every((c) => c >= " " && c <= "~"), "the problem sentence is printable ASCII on one line");
+      t.ok(
+        [...result.problem].every((c) => c >= " " && c <= "~"),
+        "the problem sentence is printable ASCII on one line",
+      );
       t.ok(result.problem.length < 300, "the problem sentence does not echo a huge value");
     }
   }
@@ -87,7 +90,13 @@ t.test("validateResourceId", async (t) => {
 });
 
 t.test("validateTagValue: up to EC2's 256 characters", async (t) => {
-  accepts(t, validateTagValue, ["true", "vol-0123456789abcdef0", "2024-01-01T00:00:00Z", "a/b:c=d,e@f+g", long(MAX_TAG_VALUE)]);
+  accepts(t, validateTagValue, [
+    "true",
+    "vol-0123456789abcdef0",
+    "2024-01-01T00:00:00Z",
+    "a/b:c=d,e@f+g",
+    long(MAX_TAG_VALUE),
+  ]);
   rejects(t, validateTagValue, [...HOSTILE, [long(MAX_TAG_VALUE + 1), /at most 256/]]);
 });
 
@@ -121,14 +130,28 @@ t.test("validateImageRef", async (t) => {
   ]);
 });
 
-t.test("validateWorkspaceId: opaque values up to 256 characters (a tag value, then a label value), hostile ones refused", async (t) => {
-  accepts(t, (v) => validateWorkspaceId(v, "user-id"), ["42", "user_42", "0b8f3e8e-6f4e-4c9e-9d6a-3f1f8a1e2b3c", "osparc", "s4l:lite", "a@b", "x=y", ".hidden", "_x", long(256)]);
-  rejects(t, (v) => validateWorkspaceId(v, "user-id"), [
-    ...HOSTILE,
-    [long(257), /257 characters long; at most 256/],
-    ["a/b", /contains "\/"/],
-    ["a?b", /metacharacter "\?"/],
-    [42, /user-id must be a string, got 42/],
-    [null, /must be a string, got null/],
-  ]);
-});
+t.test(
+  "validateWorkspaceId: opaque values up to 256 characters (a tag value, then a label value), hostile ones refused",
+  async (t) => {
+    accepts(t, (v) => validateWorkspaceId(v, "user-id"), [
+      "42",
+      "user_42",
+      "0b8f3e8e-6f4e-4c9e-9d6a-3f1f8a1e2b3c",
+      "osparc",
+      "s4l:lite",
+      "a@b",
+      "x=y",
+      ".hidden",
+      "_x",
+      long(256),
+    ]);
+    rejects(t, (v) => validateWorkspaceId(v, "user-id"), [
+      ...HOSTILE,
+      [long(257), /257 characters long; at most 256/],
+      ["a/b", /contains "\/"/],
+      ["a?b", /metacharacter "\?"/],
+      [42, /user-id must be a string, got 42/],
+      [null, /must be a string, got null/],
+    ]);
+  },
+);

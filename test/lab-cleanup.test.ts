@@ -173,7 +173,11 @@ t.test("crash: the janitor reaps a SIGKILLed owner's private dockerd, its shims 
     join("/sys/fs/cgroup", "docker", report.containerId),
     join("/sys/fs/cgroup", hierarchy, "docker", report.containerId),
   ]);
-  t.same(cgroupDirs.filter((dir) => existsSync(dir)), [], "the killed container's cgroups are removed");
+  t.same(
+    cgroupDirs.filter((dir) => existsSync(dir)),
+    [],
+    "the killed container's cgroups are removed",
+  );
   t.ok(
     await pollUntil(async () => (await processIdentity(report.janitorPid)) === undefined, 60_000),
     "the janitor exited after reaping",
@@ -223,7 +227,11 @@ t.test("reapStaleLabs reaps dead owners' labs and leaves a live owner's lab alon
   const { child, report } = await startOwner([base, "no-janitor", outside]);
   t.equal(report.janitorPid, 0);
   await killHard(child);
-  t.same(await leftovers(report.root, [outside]), ["loop device", "mount", "folder"], "without a janitor, all of it stays");
+  t.same(
+    await leftovers(report.root, [outside]),
+    ["loop device", "mount", "folder"],
+    "without a janitor, all of it stays",
+  );
 
   // Owned by this (live) process, with a mount to prove it is not touched.
   const live = await createLabRoot(base, "live");
@@ -362,6 +370,8 @@ t.test("parsers: mountinfo escapes and deleted backing files", async (t) => {
       { name: "/dev/loop1", "back-file": null },
     ],
   });
-  t.same(parseLosetupJson(losetup), [{ device: "/dev/loop0", backingFile: "/var/tmp/ebs-cache-lab/x/volumes/vol-1.img" }]);
+  t.same(parseLosetupJson(losetup), [
+    { device: "/dev/loop0", backingFile: "/var/tmp/ebs-cache-lab/x/volumes/vol-1.img" },
+  ]);
   t.same(parseLosetupJson(""), [], "losetup prints nothing when no loop device exists");
 });

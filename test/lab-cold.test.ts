@@ -40,10 +40,19 @@ async function sha256(path: string, bytes: number): Promise<string> {
 }
 
 /** 4 KiB random reads over the first `spanBytes` of the device, `count` of them, one at a time. */
-async function randomReads(device: string, dir: string, spanBytes: number, count: number, seed: number): Promise<{ iops: number; reads: number }> {
+async function randomReads(
+  device: string,
+  dir: string,
+  spanBytes: number,
+  count: number,
+  seed: number,
+): Promise<{ iops: number; reads: number }> {
   let x = seed;
-  const random = () => ((x = (x * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
-  const reads = Array.from({ length: count }, () => ({ offset: Math.floor(random() * (spanBytes / 4096)) * 4096, length: 4096 }));
+  const random = () => (x = (x * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+  const reads = Array.from({ length: count }, () => ({
+    offset: Math.floor(random() * (spanBytes / 4096)) * 4096,
+    length: 4096,
+  }));
   const iolog = join(dir, `reads-${seed}.iolog`);
   await writeIolog(iolog, device, reads);
   const report = await runFio({ name: "sample", iolog, ioDepth: 1, runtimeSeconds: 20 });
@@ -72,19 +81,38 @@ t.test("a volume from a snapshot is cold on first read, warm after; its bytes ar
   const first = await randomReads(device, lab.root, span, 150, 1);
   const statusAfterFirst = await lab.cold!.volumeStatus(coldId);
   const again = await randomReads(device, lab.root, span, 150, 1); // the same offsets: now warm
-  t.ok(statusAfterFirst!.fetches > 0 && statusAfterFirst!.delayedMs >= COLD.firstReadDelayMs * statusAfterFirst!.fetches * 0.9, "first reads waited for their chunks");
-  t.ok(again.iops >= 10 * first.iops, `warm re-read ${Math.round(again.iops)} IOPS >= 10 x cold ${Math.round(first.iops)} IOPS`);
+  t.ok(
+    statusAfterFirst!.fetches > 0 &&
+      statusAfterFirst!.delayedMs >= COLD.firstReadDelayMs * statusAfterFirst!.fetches * 0.9,
+    "first reads waited for their chunks",
+  );
+  t.ok(
+    again.iops >= 10 * first.iops,
+    `warm re-read ${Math.round(again.iops)} IOPS >= 10 x cold ${Math.round(first.iops)} IOPS`,
+  );
   const statusAfterAgain = await lab.cold!.volumeStatus(coldId);
   t.equal(statusAfterAgain!.fetches, statusAfterFirst!.fetches, "re-reading fetched nothing");
 
   // Byte for byte the snapshot, through the layer (where the data is, and holes after it).
   const size = 96 * 1024 * 1024;
-  t.equal(await sha256(device, size), await sha256(snapshotImagePath(lab.root, snapshotId), size), "device = snapshot image");
+  t.equal(
+    await sha256(device, size),
+    await sha256(snapshotImagePath(lab.root, snapshotId), size),
+    "device = snapshot image",
+  );
   const read = await lab.cold!.volumeStatus(coldId);
   t.ok(read!.warmChunks >= size / COLD.chunkBytes, "reading it warmed every chunk read");
 
   // Writes land in the volume's image and survive a detach/attach.
-  await run("dd", ["if=/dev/urandom", `of=${device}`, "bs=4096", "count=1", "seek=10000", "oflag=direct", "status=none"]);
+  await run("dd", [
+    "if=/dev/urandom",
+    `of=${device}`,
+    "bs=4096",
+    "count=1",
+    "seek=10000",
+    "oflag=direct",
+    "status=none",
+  ]);
   const written = await sha256(device, size);
   await detach(ec2, coldId, host);
   const device2 = await attach(lab, ec2, coldId, host);
@@ -93,7 +121,10 @@ t.test("a volume from a snapshot is cold on first read, warm after; its bytes ar
   // A blank volume reads at full speed at once: no first-read delay.
   const blankDevice = await attach(lab, ec2, blankId, host);
   const blank = await randomReads(blankDevice, lab.root, span, 150, 2);
-  t.ok(blank.iops >= 10 * first.iops, `blank ${Math.round(blank.iops)} IOPS >= 10 x cold ${Math.round(first.iops)} IOPS`);
+  t.ok(
+    blank.iops >= 10 * first.iops,
+    `blank ${Math.round(blank.iops)} IOPS >= 10 x cold ${Math.round(first.iops)} IOPS`,
+  );
 
   // VolumeInitializationRate: the layer warms the volume in the background at that rate.
   const rated = await createVolume(ec2, zone, { snapshotId, rate: 300 });
@@ -119,7 +150,11 @@ t.test("close, and a killed owner's janitor, leave no FUSE mount, loop device or
   const root = lab.root;
   await lab.close();
   t.notOk(existsSync(root), "root removed");
-  t.same((await listMounts()).filter((m) => m.target.startsWith(root)), [], "no mount left");
+  t.same(
+    (await listMounts()).filter((m) => m.target.startsWith(root)),
+    [],
+    "no mount left",
+  );
   t.same(await loopsLeft(root, [volumeId]), [], "no loop device left");
   t.equal((await run("pgrep", ["-f", root], { check: false })).stdout, "", "no process left");
 
@@ -138,12 +173,26 @@ t.test("close, and a killed owner's janitor, leave no FUSE mount, loop device or
     child.on("exit", (code) => reject(new Error(`owner exited early (${code})`)));
   });
   const made = JSON.parse(line) as { root: string; mountPoint: string; fuse: string; volumeId: string };
-  t.ok((await listMounts()).some((m) => m.target === made.fuse), "the FUSE layer is mounted");
-  t.ok((await listMounts()).some((m) => m.target === made.mountPoint), "an XFS volume is mounted on a cold device");
+  t.ok(
+    (await listMounts()).some((m) => m.target === made.fuse),
+    "the FUSE layer is mounted",
+  );
+  t.ok(
+    (await listMounts()).some((m) => m.target === made.mountPoint),
+    "an XFS volume is mounted on a cold device",
+  );
   child.kill("SIGKILL");
   const reaped = await pollUntil(async () => !existsSync(made.root), 90_000, 250);
   t.ok(reaped, "the janitor reaped the root");
-  t.same((await listMounts()).filter((m) => m.target.startsWith(made.root)), [], "no mount left (FUSE included)");
+  t.same(
+    (await listMounts()).filter((m) => m.target.startsWith(made.root)),
+    [],
+    "no mount left (FUSE included)",
+  );
   t.same(await loopsLeft(made.root, [made.volumeId]), [], "no loop device left (none on a detached FUSE mount either)");
-  t.equal((await run("pgrep", ["-f", made.root], { check: false })).stdout, "", "no process left (the FUSE process included)");
+  t.equal(
+    (await run("pgrep", ["-f", made.root], { check: false })).stdout,
+    "",
+    "no process left (the FUSE process included)",
+  );
 });

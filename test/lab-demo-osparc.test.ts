@@ -18,17 +18,32 @@ const text = lines.join("\n");
 const has = (pattern: RegExp, message: string) => t.match(text, pattern, message, { timeline: text });
 
 t.comment(text);
-has(/RunInstances i-[0-9a-f]+ for user_42 .*: labels tag in [2-9] chunks \(_0, _1/, "launched with the labels tag in chunks");
+has(
+  /RunInstances i-[0-9a-f]+ for user_42 .*: labels tag in [2-9] chunks \(_0, _1/,
+  "launched with the labels tag in chunks",
+);
 has(/phase 1 \(boot --no-docker\): prepared on vol-[0-9a-f]+/, "phase 1 prepared a volume");
 has(/phase 2 \(boot --no-claim\): ready on vol-/, "phase 2 ready");
 has(/joined; labels copied to the node, labels tag deleted from the instance/, "the tag deleted after the join");
 has(/^ +user-id=user_42$/m, "osparc's labels on the node");
-has(/release \(terminate\): released; vol-[0-9a-f]+ available, expires-at \d{4}-/, "terminate: released with an expiry");
+has(
+  /release \(terminate\): released; vol-[0-9a-f]+ available, expires-at \d{4}-/,
+  "terminate: released with an expiry",
+);
 has(/the same workspace volume vol-[0-9a-f]+ \(workspace\)/, "the same ids get their workspace back");
-has(/cat \/data\/file in docker volume "work": written-by-the-first-instance$/m, "with the file the first instance wrote");
-has(/other ids: volume vol-[0-9a-f]+ \([a-z-]+\), not the workspace of user_42; docker volumes: none/, "other ids never get it");
+has(
+  /cat \/data\/file in docker volume "work": written-by-the-first-instance$/m,
+  "with the file the first instance wrote",
+);
+has(
+  /other ids: volume vol-[0-9a-f]+ \([a-z-]+\), not the workspace of user_42; docker volumes: none/,
+  "other ids never get it",
+);
 has(/buffer on vol-[0-9a-f]+ \(pool\)/, "the warm buffer boots on a pool volume");
-has(/release \(stop\): released; vol-[0-9a-f]+ in-use to i-[0-9a-f]+, expires-at none/, "stopped: the volume stays attached, no expiry");
+has(
+  /release \(stop\): released; vol-[0-9a-f]+ in-use to i-[0-9a-f]+, expires-at none/,
+  "stopped: the volume stays attached, no expiry",
+);
 has(/phase 1 waited for the labels tag: it arrived/, "the tag written after the start is used");
 has(/AttachVolume requests for i-[0-9a-f]+ since StartInstances: 0 \(volume kept\)/, "0 AttachVolume on the start");
 t.match(lines.at(-1), /lab +down$/, "the lab is torn down");

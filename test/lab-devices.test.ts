@@ -20,7 +20,8 @@ t.test("a loop device is detached only while the file listed for it still backs 
   const listed = (await listLoopDevices()).find((loop) => loop.device === device);
   t.teardown(async () => {
     const now = await currentLoop(device);
-    if (listed?.backingId && now?.backingId === listed.backingId) await run("losetup", ["-d", device], { check: false });
+    if (listed?.backingId && now?.backingId === listed.backingId)
+      await run("losetup", ["-d", device], { check: false });
   });
   t.match(listed, { device, backingFile: mine, backingId: /^\d+:\d+\/\d+$/ }, "listed with its file's identity");
 
@@ -36,13 +37,31 @@ t.test("a loop device is detached only while the file listed for it still backs 
   t.equal(await detachLoop(listed!, log), "not ours", "a device no longer set up is not detached again");
 });
 
-t.test("the same backing file, pure: identity first; a path seen from an unmounted mount's root is its tail", async (t) => {
-  const listed = { device: "/dev/loop1", backingFile: "/var/tmp/lab-a/cold/mnt/vol-1.img" };
-  t.ok(sameBacking(listed, { ...listed }), "the same path");
-  t.ok(sameBacking(listed, { device: "/dev/loop1", backingFile: "/vol-1.img" }), "its FUSE mount unmounted since");
-  t.notOk(sameBacking(listed, { device: "/dev/loop1", backingFile: "/var/tmp/lab-b/volumes/vol-2.img" }), "another lab's file");
-  t.notOk(sameBacking(listed, { device: "/dev/loop1", backingFile: "/vol-2.img" }), "another file on an unmounted mount");
-  t.notOk(sameBacking(listed, undefined), "nothing set up");
-  t.notOk(sameBacking({ ...listed, backingId: "0:41/2" }, { ...listed, backingId: "0:41/3" }), "the same path, another inode");
-  t.ok(sameBacking({ ...listed, backingId: "0:41/2" }, { device: "/dev/loop1", backingFile: "/elsewhere.img", backingId: "0:41/2" }), "the same inode, renamed");
-});
+t.test(
+  "the same backing file, pure: identity first; a path seen from an unmounted mount's root is its tail",
+  async (t) => {
+    const listed = { device: "/dev/loop1", backingFile: "/var/tmp/lab-a/cold/mnt/vol-1.img" };
+    t.ok(sameBacking(listed, { ...listed }), "the same path");
+    t.ok(sameBacking(listed, { device: "/dev/loop1", backingFile: "/vol-1.img" }), "its FUSE mount unmounted since");
+    t.notOk(
+      sameBacking(listed, { device: "/dev/loop1", backingFile: "/var/tmp/lab-b/volumes/vol-2.img" }),
+      "another lab's file",
+    );
+    t.notOk(
+      sameBacking(listed, { device: "/dev/loop1", backingFile: "/vol-2.img" }),
+      "another file on an unmounted mount",
+    );
+    t.notOk(sameBacking(listed, undefined), "nothing set up");
+    t.notOk(
+      sameBacking({ ...listed, backingId: "0:41/2" }, { ...listed, backingId: "0:41/3" }),
+      "the same path, another inode",
+    );
+    t.ok(
+      sameBacking(
+        { ...listed, backingId: "0:41/2" },
+        { device: "/dev/loop1", backingFile: "/elsewhere.img", backingId: "0:41/2" },
+      ),
+      "the same inode, renamed",
+    );
+  },
+);

@@ -197,7 +197,11 @@ t.test("after dockerd is killed, stop still removes containerd, shims and contai
     join("/sys/fs/cgroup", "docker", containerId),
     join("/sys/fs/cgroup", h, "docker", containerId),
   ]);
-  t.same(cgroupDirs.filter((dir) => existsSync(dir)), [], "the killed container's cgroups are removed");
+  t.same(
+    cgroupDirs.filter((dir) => existsSync(dir)),
+    [],
+    "the killed container's cgroups are removed",
+  );
   // The next start finds a consistent state.
   await dockerd.start();
   t.equal((await dockerd.info()).DockerRootDir, join(top, "data-a"));

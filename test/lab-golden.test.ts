@@ -8,7 +8,12 @@ import t from "tap";
 import { existsSync } from "node:fs";
 import { readdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { AttachVolumeCommand, DescribeSnapshotsCommand, DescribeVolumesCommand, DetachVolumeCommand } from "@aws-sdk/client-ec2";
+import {
+  AttachVolumeCommand,
+  DescribeSnapshotsCommand,
+  DescribeVolumesCommand,
+  DetachVolumeCommand,
+} from "@aws-sdk/client-ec2";
 import { run } from "../src/exec.ts";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
 import { buildGoldenSnapshot, createPoolVolumes } from "../src/lab/golden.ts";
@@ -28,7 +33,12 @@ t.test("golden snapshot, pool, and an image run from a pool volume", async (t) =
   });
   const ec2 = lab.ec2Client();
 
-  const golden = await buildGoldenSnapshot(lab, { pool: "p1", imageSet: "set-1", images: [{ tag: "lab/app:1" }, { tag: "lab/tool:2", payloadBytes: 4 << 20 }], log });
+  const golden = await buildGoldenSnapshot(lab, {
+    pool: "p1",
+    imageSet: "set-1",
+    images: [{ tag: "lab/app:1" }, { tag: "lab/tool:2", payloadBytes: 4 << 20 }],
+    log,
+  });
   const snapshots = await ec2.send(new DescribeSnapshotsCommand({ SnapshotIds: [golden.snapshotId] }));
   const snapTags = Object.fromEntries((snapshots.Snapshots?.[0]?.Tags ?? []).map((tag) => [tag.Key, tag.Value]));
   t.equal(snapshots.Snapshots?.[0]?.State, "completed");
@@ -48,7 +58,11 @@ t.test("golden snapshot, pool, and an image run from a pool volume", async (t) =
       ],
     }),
   );
-  t.same(pool.Volumes?.map((v) => v.VolumeId).sort(), [...ids].sort(), "both pool volumes are found by tag, zone and status");
+  t.same(
+    pool.Volumes?.map((v) => v.VolumeId).sort(),
+    [...ids].sort(),
+    "both pool volumes are found by tag, zone and status",
+  );
   t.ok(pool.Volumes?.every((v) => v.SnapshotId === golden.snapshotId));
   t.ok(
     pool.Volumes?.every((v) => v.Tags?.some((tag) => tag.Key === VolumeTag.imageStore && tag.Value === "graphdriver")),
@@ -58,7 +72,9 @@ t.test("golden snapshot, pool, and an image run from a pool volume", async (t) =
   // Another host attaches a pool volume and runs docker on it.
   const host = await lab.addHost();
   const volumeId = ids[0]!;
-  await ec2.send(new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: host.instance.instanceId, Device: "/dev/sdf" }));
+  await ec2.send(
+    new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: host.instance.instanceId, Device: "/dev/sdf" }),
+  );
   t.ok(
     await pollUntil(async () => {
       const found = await ec2.send(new DescribeVolumesCommand({ VolumeIds: [volumeId] }));
@@ -77,9 +93,20 @@ t.test("golden snapshot, pool, and an image run from a pool volume", async (t) =
   await writeFile(host.paths.daemonJson, JSON.stringify({ "data-root": dataRoot }));
   const dockerd = await host.startDocker();
   t.equal((await dockerd.info()).DockerRootDir, dataRoot);
-  const images = (await dockerd.docker(["image", "ls", "--format", "{{.Repository}}:{{.Tag}}"])).stdout.split("\n").sort();
+  const images = (await dockerd.docker(["image", "ls", "--format", "{{.Repository}}:{{.Tag}}"])).stdout
+    .split("\n")
+    .sort();
   t.same(images, ["lab/app:1", "lab/tool:2"], "the golden images are there without a pull or load");
-  const ran = await dockerd.docker(["run", "--rm", "--network", "none", "lab/tool:2", "sh", "-c", "ls /payload | wc -l"]);
+  const ran = await dockerd.docker([
+    "run",
+    "--rm",
+    "--network",
+    "none",
+    "lab/tool:2",
+    "sh",
+    "-c",
+    "ls /payload | wc -l",
+  ]);
   t.ok(Number(ran.stdout.trim()) >= 1, "a golden image runs and carries its payload");
   await dockerd.stop();
   await run("umount", [mountPoint]);

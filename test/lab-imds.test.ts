@@ -187,7 +187,12 @@ t.test("a key holding '/' (which EC2 keeps off such an instance) is listed but c
 t.test("unavailableFor makes early-boot requests fail, then IMDS answers", async (t) => {
   const imds = await emulator(t, labInstance());
   imds.unavailableFor(2, "reset");
-  t.equal(await sdkClient(imds, 3).fetchMetadataToken().then((token) => token.length > 0), true);
+  t.equal(
+    await sdkClient(imds, 3)
+      .fetchMetadataToken()
+      .then((token) => token.length > 0),
+    true,
+  );
   t.same(
     imds.requests.map((r) => r.status),
     ["reset", "reset", 200],

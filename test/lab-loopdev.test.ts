@@ -89,7 +89,10 @@ t.test("attach shows a loop device with by-id link and serial; detach removes th
 
   await backend.detach(volumeId, inst);
   t.notOk(await exists(link), "link removed");
-  t.notOk(await exists(join(sysfsRoot(inst.hostRoot), "class", "block", device.replace("/dev/", ""))), "sysfs entry removed");
+  t.notOk(
+    await exists(join(sysfsRoot(inst.hostRoot), "class", "block", device.replace("/dev/", ""))),
+    "sysfs entry removed",
+  );
   t.equal(await loopsOf(image), "", "loop device detached");
   t.same(backend.attachments(), []);
   await backend.detach(volumeId, inst); // Repeating a detach is harmless.
@@ -203,55 +206,70 @@ t.test("a forced detach of a mounted volume hides the device; the loop goes with
   );
 });
 
-t.test("a snapshot after umount and detach waits while another mount namespace still holds the filesystem", async (t) => {
-  // `umount` only removes this namespace's mount: a process that unshared its mounts before
-  // (a systemd-nspawn container, runc, unshare) keeps the filesystem live, the kernel keeps
-  // the loop device for it (`losetup -d` just marks it) and XFS has not yet written its log and
-  // metadata home. A copy of the image taken then lacks what was written last (a golden volume
-  // came up as an empty XFS labelled ebs-cache in a full-suite run).
-  const backend = createLoopVolumeBackend({ root: lab.root, deviceDelayMs: 0, releaseTimeoutMs: 20_000, log });
-  t.teardown(() => backend.close());
-  const inst = await instance();
-  const source = "vol-0dddddddddddddd01";
-  const image = volumeImagePath(lab.root, source);
-  await backend.createVolume(source, 1);
-  await backend.attach(source, inst);
-  const device = await backend.deviceReady(source);
-  await run("mkfs.xfs", ["-q", "-L", "held", device]);
-  const target = await mountAt(device, "held");
-  await mkdir(join(target, "docker", "layer"), { recursive: true });
-  const payload = randomBytes(1024 * 1024);
-  await writeFile(join(target, "docker", "layer", "payload"), payload);
+t.test(
+  "a snapshot after umount and detach waits while another mount namespace still holds the filesystem",
+  async (t) => {
+    // `umount` only removes this namespace's mount: a process that unshared its mounts before
+    // (a systemd-nspawn container, runc, unshare) keeps the filesystem live, the kernel keeps
+    // the loop device for it (`losetup -d` just marks it) and XFS has not yet written its log and
+    // metadata home. A copy of the image taken then lacks what was written last (a golden volume
+    // came up as an empty XFS labelled ebs-cache in a full-suite run).
+    const backend = createLoopVolumeBackend({ root: lab.root, deviceDelayMs: 0, releaseTimeoutMs: 20_000, log });
+    t.teardown(() => backend.close());
+    const inst = await instance();
+    const source = "vol-0dddddddddddddd01";
+    const image = volumeImagePath(lab.root, source);
+    await backend.createVolume(source, 1);
+    await backend.attach(source, inst);
+    const device = await backend.deviceReady(source);
+    await run("mkfs.xfs", ["-q", "-L", "held", device]);
+    const target = await mountAt(device, "held");
+    await mkdir(join(target, "docker", "layer"), { recursive: true });
+    const payload = randomBytes(1024 * 1024);
+    await writeFile(join(target, "docker", "layer", "payload"), payload);
 
-  const holdMs = 2_000;
-  const holder = spawn("unshare", ["--mount", "--propagation", "private", "sleep", String(holdMs / 1000)], { stdio: "ignore" });
-  const exited = new Promise<void>((resolve) => holder.once("exit", () => resolve()));
-  t.teardown(() => exited);
-  t.ok(
-    await pollUntil(async () => (await readFile(`/proc/${holder.pid}/mountinfo`, "utf8").catch(() => "")).includes(target), 5_000, 10),
-    "the other namespace holds a copy of the mount",
-  );
-  await run("umount", [target]);
-  await backend.detach(source, inst);
-  t.not(await loopsOf(image), "", "the kernel still serves the image: the filesystem is live in the other namespace");
+    const holdMs = 2_000;
+    const holder = spawn("unshare", ["--mount", "--propagation", "private", "sleep", String(holdMs / 1000)], {
+      stdio: "ignore",
+    });
+    const exited = new Promise<void>((resolve) => holder.once("exit", () => resolve()));
+    t.teardown(() => exited);
+    t.ok(
+      await pollUntil(
+        async () => (await readFile(`/proc/${holder.pid}/mountinfo`, "utf8").catch(() => "")).includes(target),
+        5_000,
+        10,
+      ),
+      "the other namespace holds a copy of the mount",
+    );
+    await run("umount", [target]);
+    await backend.detach(source, inst);
+    t.not(await loopsOf(image), "", "the kernel still serves the image: the filesystem is live in the other namespace");
 
-  const started = Date.now();
-  await backend.createSnapshot("snap-0eeeeeeeeeeeeee01", source);
-  t.ok(Date.now() - started >= holdMs / 2, "the snapshot waited for the kernel to let go of the device", { ms: Date.now() - started });
-  t.equal(await loopsOf(image), "", "no loop device serves the image any more");
+    const started = Date.now();
+    await backend.createSnapshot("snap-0eeeeeeeeeeeeee01", source);
+    t.ok(Date.now() - started >= holdMs / 2, "the snapshot waited for the kernel to let go of the device", {
+      ms: Date.now() - started,
+    });
+    t.equal(await loopsOf(image), "", "no loop device serves the image any more");
 
-  // What the agent's identification reads (xfs_db, no log replay), then the data through a mount.
-  const copy = "vol-0fffffffffffff001";
-  await backend.createVolume(copy, 1, "snap-0eeeeeeeeeeeeee01");
-  const root = await run("xfs_db", ["-r", "-c", "ls /", volumeImagePath(lab.root, copy)]);
-  t.match(root.stdout, /\bdocker\b/, "the snapshot's filesystem holds docker/ on disk, without replaying a log");
-  await backend.attach(copy, inst);
-  const copyTarget = await mountAt(await backend.deviceReady(copy), "held-copy");
-  const read = await readFile(join(copyTarget, "docker", "layer", "payload"));
-  t.equal(createHash("sha256").update(read).digest("hex"), createHash("sha256").update(payload).digest("hex"), "the payload is complete");
-  await run("umount", [copyTarget]);
-  await backend.detach(copy, inst);
-  await backend.deleteVolume(copy);
-  await backend.deleteVolume(source);
-  await backend.deleteSnapshot("snap-0eeeeeeeeeeeeee01");
-});
+    // What the agent's identification reads (xfs_db, no log replay), then the data through a mount.
+    const copy = "vol-0fffffffffffff001";
+    await backend.createVolume(copy, 1, "snap-0eeeeeeeeeeeeee01");
+    const root = await run("xfs_db", ["-r", "-c", "ls /", volumeImagePath(lab.root, copy)]);
+    t.match(root.stdout, /\bdocker\b/, "the snapshot's filesystem holds docker/ on disk, without replaying a log");
+    await backend.attach(copy, inst);
+    const copyTarget = await mountAt(await backend.deviceReady(copy), "held-copy");
+    const read = await readFile(join(copyTarget, "docker", "layer", "payload"));
+    t.equal(
+      createHash("sha256").update(read).digest("hex"),
+      createHash("sha256").update(payload).digest("hex"),
+      "the payload is complete",
+    );
+    await run("umount", [copyTarget]);
+    await backend.detach(copy, inst);
+    await backend.deleteVolume(copy);
+    await backend.deleteVolume(source);
+    await backend.deleteSnapshot("snap-0eeeeeeeeeeeeee01");
+  },
+);

@@ -33,10 +33,18 @@ t.test("integers beyond 2^53 are two users, never one", async (t) => {
 });
 
 t.test("numbers against strings: the same text is the same user", async (t) => {
-  t.same(idsOf('{"user-id":42}'), idsOf('{"user-id":"42"}'), "42 and \"42\"");
+  t.same(idsOf('{"user-id":42}'), idsOf('{"user-id":"42"}'), '42 and "42"');
   t.same(idsOf('{"user-id":42}'), { ids: { "user-id": "42" } });
-  t.not(idsOf('{"user-id":42}').ids?.["user-id"], idsOf('{"user-id":"042"}').ids?.["user-id"], '"042" is other text than 42');
-  t.same(idsOf('{"user-id":"7","project-id":7}'), { ids: { "user-id": "7", "project-id": "7" } }, "each key its own text");
+  t.not(
+    idsOf('{"user-id":42}').ids?.["user-id"],
+    idsOf('{"user-id":"042"}').ids?.["user-id"],
+    '"042" is other text than 42',
+  );
+  t.same(
+    idsOf('{"user-id":"7","project-id":7}'),
+    { ids: { "user-id": "7", "project-id": "7" } },
+    "each key its own text",
+  );
 });
 
 t.test("exponents, fractions, negatives: their text, never their value", async (t) => {
@@ -44,12 +52,26 @@ t.test("exponents, fractions, negatives: their text, never their value", async (
   t.same(idsOf('{"user-id":1E3}'), { ids: { "user-id": "1E3" } }, "1E3 is not 1000");
   t.same(idsOf('{"user-id":1.50}'), { ids: { "user-id": "1.50" } }, "a fraction keeps its trailing zero");
   t.same(idsOf('{"user-id":1e400}'), { ids: { "user-id": "1e400" } }, "beyond a double's range: still its text");
-  t.match(idsOf('{"user-id":-5}').problem, /starts with "-"/, "a negative number is an id starting with -: refused like the string");
+  t.match(
+    idsOf('{"user-id":-5}').problem,
+    /starts with "-"/,
+    "a negative number is an id starting with -: refused like the string",
+  );
   t.match(idsOf('{"user-id":-0}').problem, /starts with "-"/);
 });
 
 t.test("what JSON refuses, the tag refuses: one problem, no ids", async (t) => {
-  for (const text of ['{"user-id":007}', '{"user-id":+1}', '{"user-id":.5}', '{"user-id":1.}', '{"user-id":0x10}', '{"user-id":NaN}', '{"user-id":Infinity}', '{"user-id":1,}', "{'user-id':1}"]) {
+  for (const text of [
+    '{"user-id":007}',
+    '{"user-id":+1}',
+    '{"user-id":.5}',
+    '{"user-id":1.}',
+    '{"user-id":0x10}',
+    '{"user-id":NaN}',
+    '{"user-id":Infinity}',
+    '{"user-id":1,}',
+    "{'user-id':1}",
+  ]) {
     t.match(idsOf(text).problem, /not valid JSON/, text);
   }
 });
@@ -57,9 +79,21 @@ t.test("what JSON refuses, the tag refuses: one problem, no ids", async (t) => {
 t.test("duplicate keys: refused, whichever value each reader would keep", async (t) => {
   t.match(idsOf('{"user-id":"1","user-id":"2"}').problem, /key "user-id" written twice/);
   t.match(idsOf('{"user-id":"1","user-id":"1"}').problem, /written twice/, "even with the same value");
-  t.match(idsOf('{"user-id":"1","user\\u002did":"2"}').problem, /key "user-id" written twice/, "an escaped spelling of the same key");
-  t.match(idsOf('{"other":1,"other":2,"user-id":"3"}').problem, /key "other" written twice/, "any key: the tag is not trusted");
-  t.match(idsOf('{"user-id":"1","a.user-id":"2"}').problem, /conflicting user-id values/, "two labels naming the same id key");
+  t.match(
+    idsOf('{"user-id":"1","user\\u002did":"2"}').problem,
+    /key "user-id" written twice/,
+    "an escaped spelling of the same key",
+  );
+  t.match(
+    idsOf('{"other":1,"other":2,"user-id":"3"}').problem,
+    /key "other" written twice/,
+    "any key: the tag is not trusted",
+  );
+  t.match(
+    idsOf('{"user-id":"1","a.user-id":"2"}').problem,
+    /conflicting user-id values/,
+    "two labels naming the same id key",
+  );
 });
 
 t.test("unicode escapes: decoded before comparing", async (t) => {
@@ -70,7 +104,10 @@ t.test("unicode escapes: decoded before comparing", async (t) => {
 });
 
 t.test("other values are JSON's, nested numbers untouched", async (t) => {
-  const read = readLabelsTag({ [KEY]: '{"a":[1,{"b":"}"}],"b":{"c":"]"},"t":true,"n":null,"s":"x,y}","user-id":"1","__proto__":"p"}' }, KEY);
+  const read = readLabelsTag(
+    { [KEY]: '{"a":[1,{"b":"}"}],"b":{"c":"]"},"t":true,"n":null,"s":"x,y}","user-id":"1","__proto__":"p"}' },
+    KEY,
+  );
   t.ok(read.found && read.ok);
   if (!read.found || !read.ok) return;
   t.same(read.labels.a, [1, { b: "}" }], "brackets inside strings do not end a value");
@@ -83,7 +120,7 @@ t.test("other values are JSON's, nested numbers untouched", async (t) => {
 });
 
 t.test("the member scanner", async (t) => {
-  t.same(objectMembers(' { } '), []);
+  t.same(objectMembers(" { } "), []);
   t.same(objectMembers('{"a" : 1 ,\n"b":"\\"x\\"" }'), [
     { key: "a", source: "1" },
     { key: "b", source: '"\\"x\\""' },

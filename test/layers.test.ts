@@ -32,7 +32,13 @@ async function importsOf(folder: string): Promise<Import[]> {
     for (const statement of source.statements) {
       if (ts.isImportDeclaration(statement)) {
         const clause = statement.importClause;
-        const typeOnly = clause !== undefined && (clause.isTypeOnly || (clause.name === undefined && clause.namedBindings !== undefined && ts.isNamedImports(clause.namedBindings) && clause.namedBindings.elements.every((e) => e.isTypeOnly)));
+        const typeOnly =
+          clause !== undefined &&
+          (clause.isTypeOnly ||
+            (clause.name === undefined &&
+              clause.namedBindings !== undefined &&
+              ts.isNamedImports(clause.namedBindings) &&
+              clause.namedBindings.elements.every((e) => e.isTypeOnly)));
         add(statement.moduleSpecifier, typeOnly);
       } else if (ts.isExportDeclaration(statement)) {
         add(statement.moduleSpecifier, statement.isTypeOnly);
@@ -40,7 +46,8 @@ async function importsOf(folder: string): Promise<Import[]> {
     }
     // import("…") at run time counts as much as a static import.
     const visit = (node: ts.Node): void => {
-      if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword) add(node.arguments[0], false);
+      if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword)
+        add(node.arguments[0], false);
       ts.forEachChild(node, visit);
     };
     visit(source);
@@ -54,20 +61,31 @@ for (const layer of LOWER_LAYERS) {
     t.ok(imports.length > 0, `the scan reads src/${layer}'s imports`);
     const intoAgent = imports.filter((i) => i.target.startsWith("agent/"));
     t.same(
-      intoAgent.filter((i) => i.target !== "agent/ports.ts" || !i.typeOnly).map((i) => `${i.from} -> ${i.target}${i.typeOnly ? " (types)" : ""}`),
+      intoAgent
+        .filter((i) => i.target !== "agent/ports.ts" || !i.typeOnly)
+        .map((i) => `${i.from} -> ${i.target}${i.typeOnly ? " (types)" : ""}`),
       [],
     );
   });
 }
 
 t.test("src/config depends on nothing in src/agent, not even its ports", async (t) => {
-  t.same((await importsOf("config")).filter((i) => i.target.startsWith("agent/")).map((i) => `${i.from} -> ${i.target}`), []);
+  t.same(
+    (await importsOf("config")).filter((i) => i.target.startsWith("agent/")).map((i) => `${i.from} -> ${i.target}`),
+    [],
+  );
 });
 
 t.test("the scan sees imports into src/agent where there are some", async (t) => {
   // src/metrics turns use-case results into figures, so it reads their types: the scan must see that.
   const metrics = await importsOf("metrics");
-  t.ok(metrics.some((i) => i.target === "agent/gc/apply.ts" && i.typeOnly), "a type import of a use case");
+  t.ok(
+    metrics.some((i) => i.target === "agent/gc/apply.ts" && i.typeOnly),
+    "a type import of a use case",
+  );
   const host = await importsOf("host");
-  t.ok(host.some((i) => i.target === "agent/ports.ts" && i.typeOnly), "src/host implements ports");
+  t.ok(
+    host.some((i) => i.target === "agent/ports.ts" && i.typeOnly),
+    "src/host implements ports",
+  );
 });

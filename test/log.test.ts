@@ -5,7 +5,10 @@ import ts from "typescript";
 import { createMemoryLogger, formatLine, isEventName } from "../src/log.ts";
 
 t.test("formatLine prefixes the journald priority and keeps one event on one line", async (t) => {
-  t.equal(formatLine("error", "boot.failed", "no volume", { volume: "vol-1" }), "<3>boot.failed: no volume volume=vol-1");
+  t.equal(
+    formatLine("error", "boot.failed", "no volume", { volume: "vol-1" }),
+    "<3>boot.failed: no volume volume=vol-1",
+  );
   t.equal(formatLine("info", "x", "a\nb", { why: "two words" }), '<6>x: a\\nb why="two words"');
 });
 
@@ -17,8 +20,26 @@ t.test("minLevel drops verbose events", async (t) => {
 });
 
 t.test("event names follow one style: <area>.<event>, hyphenated words", async (t) => {
-  for (const good of ["boot.claim", "ec2.create-volume", "labels.publish", "lab.ec2-emulator", "docker.daemon-json-written"]) t.ok(isEventName(good), good);
-  for (const bad of ["ec2-claim", "labels", "gc", "boot.Claim", "boot.claim.more", "boot.claim_x", "nowhere.claim", "boot.", "boot.-x"]) t.notOk(isEventName(bad), bad);
+  for (const good of [
+    "boot.claim",
+    "ec2.create-volume",
+    "labels.publish",
+    "lab.ec2-emulator",
+    "docker.daemon-json-written",
+  ])
+    t.ok(isEventName(good), good);
+  for (const bad of [
+    "ec2-claim",
+    "labels",
+    "gc",
+    "boot.Claim",
+    "boot.claim.more",
+    "boot.claim_x",
+    "nowhere.claim",
+    "boot.",
+    "boot.-x",
+  ])
+    t.notOk(isEventName(bad), bad);
 });
 
 t.test("every log call in src/ names its event in that style", async (t) => {
@@ -54,7 +75,11 @@ async function logCallsIn(root: string): Promise<LogCall[]> {
     const path = join(root, entry);
     const source = ts.createSourceFile(path, await readFile(path, "utf8"), ts.ScriptTarget.Latest, true);
     const visit = (node: ts.Node): void => {
-      if (ts.isCallExpression(node) && ts.isPropertyAccessExpression(node.expression) && LEVELS.has(node.expression.name.text)) {
+      if (
+        ts.isCallExpression(node) &&
+        ts.isPropertyAccessExpression(node.expression) &&
+        LEVELS.has(node.expression.name.text)
+      ) {
         const receiver = node.expression.expression.getText(source).replace(/\?$/, "");
         if (/(^|\.)log$/.test(receiver) && node.arguments.length >= 2) {
           const first = node.arguments[0]!;

@@ -29,7 +29,10 @@ function staticClosure(output: string): Set<string> {
   return seen;
 }
 
-const holding = (module: (path: string) => boolean) => Object.entries(outputs).filter(([, o]) => Object.keys(o.inputs).some(module)).map(([path]) => path);
+const holding = (module: (path: string) => boolean) =>
+  Object.entries(outputs)
+    .filter(([, o]) => Object.keys(o.inputs).some(module))
+    .map(([path]) => path);
 const siChunks = holding((path) => path.includes("node_modules/systeminformation/"));
 
 t.ok(siChunks.length > 0, `systeminformation is in the build (${siChunks.join(", ")})`);
@@ -44,13 +47,22 @@ for (const command of ["boot", "release", "gc", "prewarm", "status"]) {
   );
 }
 const entry = Object.keys(outputs).find((path) => path.endsWith("ebs-cache-agent.mjs"))!;
-t.notOk(siChunks.some((chunk) => staticClosure(entry).has(chunk)), "nor does the entry");
+t.notOk(
+  siChunks.some((chunk) => staticClosure(entry).has(chunk)),
+  "nor does the entry",
+);
 
 // The bundle loads a CommonJS package differently from Node: its facts must still read the host.
 const factsChunk = Object.entries(outputs).find(([, o]) => Object.keys(o.inputs).includes("src/host/facts.ts"))?.[0];
 t.ok(factsChunk, "src/host/facts.ts is in the build");
 const facts = (await import(join(root, factsChunk!))) as Record<string, unknown>;
-const readHostContext = Object.values(facts).find((f): f is () => Promise<{ cpuCores?: number; memoryBytes?: number }> => typeof f === "function" && f.name === "readHostContext");
+const readHostContext = Object.values(facts).find(
+  (f): f is () => Promise<{ cpuCores?: number; memoryBytes?: number }> =>
+    typeof f === "function" && f.name === "readHostContext",
+);
 t.ok(readHostContext, "the chunk exports readHostContext");
 const host = await readHostContext!();
-t.ok((host.cpuCores ?? 0) > 0 && (host.memoryBytes ?? 0) > 0, `the bundled facts read the host through systeminformation (${JSON.stringify(host)})`);
+t.ok(
+  (host.cpuCores ?? 0) > 0 && (host.memoryBytes ?? 0) > 0,
+  `the bundled facts read the host through systeminformation (${JSON.stringify(host)})`,
+);

@@ -24,14 +24,59 @@ const families = [
     progress: { doneBytes: 1, totalBytes: 2, percent: 50, mibps: 1, etaSeconds: 1 },
     updatedAt: at.toISOString(),
   }),
-  ...releaseMetrics({ result: { outcome: "released", released: [], kept: [], problems: [], timeline: [{ step: "detach", ms: 1 }] }, finishedAt: at }),
+  ...releaseMetrics({
+    result: { outcome: "released", released: [], kept: [], problems: [], timeline: [{ step: "detach", ms: 1 }] },
+    finishedAt: at,
+  }),
   ...gcMetrics({ outcome: { decisions: [], deleted: 0, spared: 0, failed: 0 }, dryRun: false, finishedAt: at }),
-  ...keeperMetrics({ actions: [{ action: "create", pool: "p", outcome: "done" }], poolVolumes: { p: 1 }, finishedAt: at }),
-  ...cacheFilesystemMetrics({ mountPoint: "/m", device: "/dev/x", sizeBytes: 1, usedBytes: 0, availableBytes: 1, usedRatio: 0, inodes: 2, freeInodes: 1 }),
-  ...cacheDeviceMetrics({ mountPoint: "/m", device: "/dev/x", fsType: "xfs", sizeBytes: 1, usedBytes: 0, availableBytes: 1, usedRatio: 0 }),
-  ...pruneMetrics({ verdict: "prune", reason: "x", dryRun: false, removedImages: 1, failedImages: 0, removedBytes: 1, usedRatioBefore: 0.9, usedRatioAfter: 0.5, finishedAt: at }),
+  ...keeperMetrics({
+    actions: [{ action: "create", pool: "p", outcome: "done" }],
+    poolVolumes: { p: 1 },
+    finishedAt: at,
+  }),
+  ...cacheFilesystemMetrics({
+    mountPoint: "/m",
+    device: "/dev/x",
+    sizeBytes: 1,
+    usedBytes: 0,
+    availableBytes: 1,
+    usedRatio: 0,
+    inodes: 2,
+    freeInodes: 1,
+  }),
+  ...cacheDeviceMetrics({
+    mountPoint: "/m",
+    device: "/dev/x",
+    fsType: "xfs",
+    sizeBytes: 1,
+    usedBytes: 0,
+    availableBytes: 1,
+    usedRatio: 0,
+  }),
+  ...pruneMetrics({
+    verdict: "prune",
+    reason: "x",
+    dryRun: false,
+    removedImages: 1,
+    failedImages: 0,
+    removedBytes: 1,
+    usedRatioBefore: 0.9,
+    usedRatioAfter: 0.5,
+    finishedAt: at,
+  }),
   ...hostMetrics({ memoryBytes: 1, cpuCores: 1, cpuModel: "x" }),
-  ...refreshMetrics({ version: 1, pid: 1, volumeId: null, generation: null, phase: "done", images: [], markedCurrent: null, warnings: [], startedAt: at.toISOString(), updatedAt: at.toISOString() }),
+  ...refreshMetrics({
+    version: 1,
+    pid: 1,
+    volumeId: null,
+    generation: null,
+    phase: "done",
+    images: [],
+    markedCurrent: null,
+    warnings: [],
+    startedAt: at.toISOString(),
+    updatedAt: at.toISOString(),
+  }),
 ];
 const known = new Set(families.map((f) => f.name));
 
@@ -47,7 +92,10 @@ t.test("the dashboard queries metrics the agent writes", async (tt) => {
   const exprs = dashboard.panels.flatMap((p) => p.targets.map((x) => x.expr));
   for (const name of namesIn(exprs.join("\n"))) tt.ok(known.has(name), `${name} is written by the agent`);
   for (const panel of ["Cache hit rate", "Boot time percentiles by source", "Cold volumes", "Cache disk fill"]) {
-    tt.ok(dashboard.panels.some((p) => p.title === panel && p.targets.length > 0), `a panel: ${panel}`);
+    tt.ok(
+      dashboard.panels.some((p) => p.title === panel && p.targets.length > 0),
+      `a panel: ${panel}`,
+    );
   }
 });
 
@@ -58,5 +106,6 @@ t.test("docs/metrics.md names metrics the agent writes, and shows the boot's fil
     if (doc.includes(`${name}.prom`)) continue;
     tt.ok(known.has(name), `${name} is written by the agent`);
   }
-  for (const f of bootMetrics({ result: readyBoot, finishedAt: at })) tt.match(doc, `# TYPE ${f.name} ${f.type}`, `the example shows ${f.name}`);
+  for (const f of bootMetrics({ result: readyBoot, finishedAt: at }))
+    tt.match(doc, `# TYPE ${f.name} ${f.type}`, `the example shows ${f.name}`);
 });

@@ -27,7 +27,6 @@ import { readCacheFilesystem } from "../src/host/facts.ts";
 
 const at = new Date("2026-12-01T10:00:00Z");
 
-
 /** Names and labels by the conventions, checked on what the parser read (not on the model). */
 function assertConventions(tt: Test, families: Map<string, ParsedFamily>) {
   for (const f of families.values()) {
@@ -35,7 +34,11 @@ function assertConventions(tt: Test, families: Map<string, ParsedFamily>) {
     tt.ok(f.help.length > 10, `${f.name} has a HELP`);
     if (f.type === "counter") tt.match(f.name, /_total$/, `${f.name}: a counter ends with _total`);
     else tt.notMatch(f.name, /_total$/, `${f.name}: only counters end with _total`);
-    tt.match(f.name, /_(seconds|bytes|ratio|info|iops|bytes_per_second|volumes|actions|cores|problems|inodes|images)(_total)?$/, `${f.name}: a unit in the name`);
+    tt.match(
+      f.name,
+      /_(seconds|bytes|ratio|info|iops|bytes_per_second|volumes|actions|cores|problems|inodes|images)(_total)?$/,
+      `${f.name}: a unit in the name`,
+    );
     tt.notMatch(f.name, /_(milliseconds|ms|mib|kb|percent)(_|$)/, `${f.name}: base units only`);
     for (const s of f.samples) {
       if (f.name.endsWith("_ratio")) tt.ok(s.value >= 0 && s.value <= 1, `${f.name} within 0..1`);
@@ -51,7 +54,12 @@ function roundTrip(families: MetricFamily[]) {
 t.test("a boot renders, parses, and says outcome, source and steps; the pre-warm has its own file", async (tt) => {
   const parsed = roundTrip(bootMetrics({ result: readyBoot, finishedAt: at }));
   assertConventions(tt, parsed);
-  tt.same(sampleOf(parsed, "ebs_cache_agent_boot_info")?.labels, { outcome: "ready", source: "pool", volume_id: "vol-0123456789abcdef0", reason: "" });
+  tt.same(sampleOf(parsed, "ebs_cache_agent_boot_info")?.labels, {
+    outcome: "ready",
+    source: "pool",
+    volume_id: "vol-0123456789abcdef0",
+    reason: "",
+  });
   tt.equal(sampleOf(parsed, "ebs_cache_agent_boot_cache_hit_ratio")?.value, 1);
   // claim-volume ran twice (a volume handed back): its two runs add up.
   tt.equal(sampleOf(parsed, "ebs_cache_agent_boot_step_duration_seconds", { step: "claim-volume" })?.value, 2);
@@ -60,18 +68,35 @@ t.test("a boot renders, parses, and says outcome, source and steps; the pre-warm
   tt.equal(sampleOf(parsed, "ebs_cache_agent_boot_duration_seconds", { source: "pool" })?.value, 4.452);
   tt.equal(sampleOf(parsed, "ebs_cache_agent_boot_timestamp_seconds")?.value, at.getTime() / 1000);
   // node_exporter refuses a series two files carry: the pre-warm's are only in its own file.
-  tt.notOk([...parsed.keys()].some((name) => name.startsWith("ebs_cache_agent_prewarm_")), "no pre-warm families in the boot's file");
+  tt.notOk(
+    [...parsed.keys()].some((name) => name.startsWith("ebs_cache_agent_prewarm_")),
+    "no pre-warm families in the boot's file",
+  );
   const prewarm = roundTrip(prewarmMetrics({ volumeId: readyBoot.volumeId, ...readyBoot.prewarm! }));
   assertConventions(tt, prewarm);
   tt.equal(sampleOf(prewarm, "ebs_cache_agent_prewarm_cold_volumes")?.value, 1);
-  tt.equal(sampleOf(prewarm, "ebs_cache_agent_prewarm_sample_latency_seconds", { sample: "before", percentile: "p50" })?.value, 0.0045);
-  tt.equal(sampleOf(prewarm, "ebs_cache_agent_prewarm_sample_read_bytes_per_second", { sample: "before" })?.value, 0.8 * 1024 * 1024);
+  tt.equal(
+    sampleOf(prewarm, "ebs_cache_agent_prewarm_sample_latency_seconds", { sample: "before", percentile: "p50" })?.value,
+    0.0045,
+  );
+  tt.equal(
+    sampleOf(prewarm, "ebs_cache_agent_prewarm_sample_read_bytes_per_second", { sample: "before" })?.value,
+    0.8 * 1024 * 1024,
+  );
   tt.notOk(prewarm.has("ebs_cache_agent_prewarm_progress_ratio"), "no progress figures without progress");
 });
 
 t.test("a degraded boot: source degraded, no hit, the reason on one bounded line", async (tt) => {
   const reason = 'claim-volume: no pool volume "available"\nin zone eu-west-1a\\b ' + "x".repeat(400);
-  const degraded: BootResult = { outcome: "degraded", source: "degraded", reason, timeline: [{ step: "check-host", ms: 5 }, { step: "claim-volume", ms: 900 }] };
+  const degraded: BootResult = {
+    outcome: "degraded",
+    source: "degraded",
+    reason,
+    timeline: [
+      { step: "check-host", ms: 5 },
+      { step: "claim-volume", ms: 900 },
+    ],
+  };
   const text = renderTextFormat(bootMetrics({ result: degraded, finishedAt: at }));
   const parsed = parsePromText(text);
   assertConventions(tt, parsed);
@@ -87,7 +112,9 @@ t.test("a degraded boot: source degraded, no hit, the reason on one bounded line
 });
 
 t.test("a snapshot boot is not a cache hit", async (tt) => {
-  const parsed = roundTrip(bootMetrics({ result: { ...readyBoot, outcome: "warming", source: "snapshot" }, finishedAt: at }));
+  const parsed = roundTrip(
+    bootMetrics({ result: { ...readyBoot, outcome: "warming", source: "snapshot" }, finishedAt: at }),
+  );
   tt.equal(sampleOf(parsed, "ebs_cache_agent_boot_cache_hit_ratio")?.value, 0);
 });
 
@@ -114,7 +141,13 @@ t.test("the pre-warm state file's progress", async (tt) => {
   tt.equal(sampleOf(parsed, "ebs_cache_agent_prewarm_progress_read_bytes")?.value, 512 * 1024 * 1024);
   tt.equal(sampleOf(parsed, "ebs_cache_agent_prewarm_progress_remaining_seconds")?.value, 24);
   tt.equal(sampleOf(parsed, "ebs_cache_agent_prewarm_updated_timestamp_seconds")?.value, at.getTime() / 1000);
-  tt.same(sampleOf(parsed, "ebs_cache_agent_prewarm_info")?.labels, { volume_id: state.volumeId, verdict: "cold", phase: "initializing", action: "initialize", strategy: "files" });
+  tt.same(sampleOf(parsed, "ebs_cache_agent_prewarm_info")?.labels, {
+    volume_id: state.volumeId,
+    verdict: "cold",
+    phase: "initializing",
+    action: "initialize",
+    strategy: "files",
+  });
   tt.notOk(parsed.has("ebs_cache_agent_prewarm_sample_iops"), "no sample, no empty family");
 });
 
@@ -123,7 +156,15 @@ t.test("a release: outcome, duration, volumes, problems", async (tt) => {
     outcome: "refused",
     released: ["vol-0123456789abcdef0"],
     kept: [],
-    problems: [{ step: "unmount", volumeId: "vol-0fedcba9876543210", kind: "refused", message: "busy: held by pid 42", remediation: "stop it" }],
+    problems: [
+      {
+        step: "unmount",
+        volumeId: "vol-0fedcba9876543210",
+        kind: "refused",
+        message: "busy: held by pid 42",
+        remediation: "stop it",
+      },
+    ],
     timeline: [
       { step: "stop-docker", ms: 800 },
       { step: "detach", volumeId: "vol-0123456789abcdef0", ms: 1200 },
@@ -132,7 +173,10 @@ t.test("a release: outcome, duration, volumes, problems", async (tt) => {
   };
   const parsed = roundTrip(releaseMetrics({ result, finishedAt: at }));
   assertConventions(tt, parsed);
-  tt.same(sampleOf(parsed, "ebs_cache_agent_release_info")?.labels, { outcome: "refused", reason: "busy: held by pid 42" });
+  tt.same(sampleOf(parsed, "ebs_cache_agent_release_info")?.labels, {
+    outcome: "refused",
+    reason: "busy: held by pid 42",
+  });
   tt.equal(sampleOf(parsed, "ebs_cache_agent_release_duration_seconds")?.value, 2.003);
   tt.equal(sampleOf(parsed, "ebs_cache_agent_release_volumes", { disposition: "released" })?.value, 1);
   tt.equal(sampleOf(parsed, "ebs_cache_agent_release_volumes", { disposition: "kept" })?.value, 0);
@@ -162,7 +206,11 @@ t.test("gc: volumes by verdict, and counters", async (tt) => {
   tt.equal(parsed.get("ebs_cache_agent_gc_deleted_volumes_total")?.type, "counter");
   tt.equal(sampleOf(parsed, "ebs_cache_agent_gc_deleted_volumes_total")?.value, 1);
   tt.equal(sampleOf(parsed, "ebs_cache_agent_gc_tagged_volumes_total")?.value, 1);
-  tt.equal(sampleOf(parsed, "ebs_cache_agent_gc_spared_volumes_total")?.value, 1, "a deletion called off by the last look counts");
+  tt.equal(
+    sampleOf(parsed, "ebs_cache_agent_gc_spared_volumes_total")?.value,
+    1,
+    "a deletion called off by the last look counts",
+  );
   const dry = roundTrip(gcMetrics({ outcome: gcRun, dryRun: true, finishedAt: at }));
   tt.equal(sampleOf(dry, "ebs_cache_agent_gc_deleted_volumes_total")?.value, 0, "a dry run deletes nothing");
   tt.equal(sampleOf(dry, "ebs_cache_agent_gc_dry_run_ratio")?.value, 1);
@@ -210,31 +258,57 @@ t.test("host facts", async (tt) => {
   tt.equal(sampleOf(parsed, "ebs_cache_agent_cache_filesystem_free_inodes", { mountpoint: "/mnt/c" })?.value, 600);
   tt.equal(sampleOf(parsed, "ebs_cache_agent_cache_device_info")?.labels.serial, "vol0123456789abcdef0");
   tt.equal(sampleOf(parsed, "ebs_cache_agent_host_cpu_cores")?.value, 2);
-  tt.notOk(cacheFilesystemMetrics({ ...fs, inodes: undefined }).some((f) => f.name.includes("inodes")), "no inode figures when statfs gave none");
+  tt.notOk(
+    cacheFilesystemMetrics({ ...fs, inodes: undefined }).some((f) => f.name.includes("inodes")),
+    "no inode figures when statfs gave none",
+  );
 });
 
 t.test("names that break the conventions are refused when the family is made", async (tt) => {
-  tt.throws(() => gauge("boot_duration_ms", "seconds", "x", 1), { name: "MetricNameError" }, "a gauge not ending with its unit");
-  tt.throws(() => family("gc_deleted_volumes", "counter", "volumes", "x", [{ labels: {}, value: 1 }]), { name: "MetricNameError" }, "a counter without _total");
+  tt.throws(
+    () => gauge("boot_duration_ms", "seconds", "x", 1),
+    { name: "MetricNameError" },
+    "a gauge not ending with its unit",
+  );
+  tt.throws(
+    () => family("gc_deleted_volumes", "counter", "volumes", "x", [{ labels: {}, value: 1 }]),
+    { name: "MetricNameError" },
+    "a counter without _total",
+  );
   tt.throws(() => gauge("deleted_volumes_total", "volumes", "x", 1), { name: "MetricNameError" }, "_total on a gauge");
   tt.throws(() => gauge("boot-time_seconds", "seconds", "x", 1), { name: "MetricNameError" }, "a dash");
   tt.throws(() => gauge("boot_info", "info", "x", 2), { name: "MetricNameError" }, "an info of 2");
-  tt.throws(() => gauge("boot_seconds", "seconds", "x", 1, { "step-name": "a" }), { name: "MetricNameError" }, "a bad label name");
-  tt.throws(() => gauge("boot_seconds", "seconds", "x", 1, { __name: "a" }), { name: "MetricNameError" }, "a reserved label name");
   tt.throws(
-    () => family("boot_seconds", "gauge", "seconds", "x", [{ labels: { a: "1", b: "2" }, value: 1 }, { labels: { b: "2", a: "1" }, value: 2 }]),
+    () => gauge("boot_seconds", "seconds", "x", 1, { "step-name": "a" }),
+    { name: "MetricNameError" },
+    "a bad label name",
+  );
+  tt.throws(
+    () => gauge("boot_seconds", "seconds", "x", 1, { __name: "a" }),
+    { name: "MetricNameError" },
+    "a reserved label name",
+  );
+  tt.throws(
+    () =>
+      family("boot_seconds", "gauge", "seconds", "x", [
+        { labels: { a: "1", b: "2" }, value: 1 },
+        { labels: { b: "2", a: "1" }, value: 2 },
+      ]),
     { name: "MetricNameError" },
     "the same series twice",
   );
   tt.same(namingProblems({ name: "ebs_cache_agent_boot_seconds", type: "gauge", unit: "seconds", samples: [] }), []);
-  tt.throws(() => renderTextFormat([gauge("a_seconds", "seconds", "x", 1), gauge("a_seconds", "seconds", "y", 2)]), /rendered twice/);
+  tt.throws(
+    () => renderTextFormat([gauge("a_seconds", "seconds", "x", 1), gauge("a_seconds", "seconds", "y", 2)]),
+    /rendered twice/,
+  );
 });
 
 t.test("escaping and special values survive the round trip", async (tt) => {
   tt.equal(escapeLabelValue('a\\b"c\nd'), 'a\\\\b\\"c\\nd');
   const odd = 'a\\b"c\nd}{,=';
   const text = renderTextFormat([
-    gauge("odd_info", "info", 'help with a \\ and a\nnewline', 1, { v: odd }),
+    gauge("odd_info", "info", "help with a \\ and a\nnewline", 1, { v: odd }),
     family("odd_seconds", "gauge", "seconds", "special values", [
       { labels: { k: "nan" }, value: NaN },
       { labels: { k: "inf" }, value: Infinity },
@@ -259,7 +333,10 @@ t.test("the parser is strict (so the round trips above mean something)", async (
   tt.throws(() => parsePromText(ok + "\n"), /blank line/);
   tt.throws(() => parsePromText(ok.replace("m_seconds 1", 'm_seconds{a="1",a="2"} 1')), /twice/);
   tt.throws(() => parsePromText(ok.replace("m_seconds 1", 'm_seconds{a="\\x"} 1')), /escape/);
-  tt.throws(() => parsePromText(ok + "# HELP n_seconds h\n# TYPE n_seconds gauge\nn_seconds 1\nm_seconds 2\n"), /outside its family/);
+  tt.throws(
+    () => parsePromText(ok + "# HELP n_seconds h\n# TYPE n_seconds gauge\nn_seconds 1\nm_seconds 2\n"),
+    /outside its family/,
+  );
   tt.throws(() => parsePromText(ok.replace(" 1\n", " one\n")), /bad value/);
   tt.throws(() => parsePromText(ok.replace("h\n", "h \\x\n")), /escape in HELP/);
 });
@@ -270,18 +347,30 @@ t.test("the textfile: replaced whole, one file per use case, counters carried", 
   const boot = await writeTextfile(dir, "boot", bootMetrics({ result: readyBoot, finishedAt: at }));
   tt.equal(boot, join(dir, "ebs_cache_agent_boot.prom"));
   tt.equal((await stat(boot)).mode & 0o777, 0o644, "readable by node_exporter");
-  const first = await writeTextfile(dir, "gc", gcMetrics({ outcome: gcRun, dryRun: false, finishedAt: at }), { carry: true });
+  const first = await writeTextfile(dir, "gc", gcMetrics({ outcome: gcRun, dryRun: false, finishedAt: at }), {
+    carry: true,
+  });
   await writeTextfile(dir, "gc", gcMetrics({ outcome: gcRun, dryRun: false, finishedAt: at }), { carry: true });
   const gc = parsePromText(await readFile(first, "utf8"));
   tt.equal(sampleOf(gc, "ebs_cache_agent_gc_deleted_volumes_total")?.value, 2, "two runs of one deletion each");
   tt.equal(sampleOf(gc, "ebs_cache_agent_gc_volumes", { verdict: "kept" })?.value, 2, "gauges are not added up");
-  tt.same((await readdir(dir)).sort(), ["ebs_cache_agent_boot.prom", "ebs_cache_agent_gc.prom"], "no temp file left, the boot's file kept");
-  tt.ok(parsePromText(await readFile(boot, "utf8")).has("ebs_cache_agent_boot_info"), "the gc did not erase the boot's figures");
+  tt.same(
+    (await readdir(dir)).sort(),
+    ["ebs_cache_agent_boot.prom", "ebs_cache_agent_gc.prom"],
+    "no temp file left, the boot's file kept",
+  );
+  tt.ok(
+    parsePromText(await readFile(boot, "utf8")).has("ebs_cache_agent_boot_info"),
+    "the gc did not erase the boot's figures",
+  );
 });
 
 t.test("carryCounters ignores a broken previous file", async (tt) => {
   const families = gcMetrics({ outcome: gcRun, dryRun: false, finishedAt: at });
-  const carried = carryCounters(families, "garbage\nebs_cache_agent_gc_deleted_volumes_total -5\nebs_cache_agent_gc_failed_volumes_total 3\n");
+  const carried = carryCounters(
+    families,
+    "garbage\nebs_cache_agent_gc_deleted_volumes_total -5\nebs_cache_agent_gc_failed_volumes_total 3\n",
+  );
   const parsed = parsePromText(renderTextFormat(carried));
   tt.equal(sampleOf(parsed, "ebs_cache_agent_gc_deleted_volumes_total")?.value, 1, "a negative count is not carried");
   tt.equal(sampleOf(parsed, "ebs_cache_agent_gc_failed_volumes_total")?.value, 4);
@@ -292,7 +381,10 @@ t.test("a write that cannot happen says so and leaves the old file", async (tt) 
   tt.teardown(() => rm(dir, { recursive: true, force: true }));
   const notADir = join(dir, "file");
   await writeFile(notADir, "x");
-  await tt.rejects(writeTextfile(notADir, "boot", bootMetrics({ result: readyBoot, finishedAt: at })), MetricsWriteError);
+  await tt.rejects(
+    writeTextfile(notADir, "boot", bootMetrics({ result: readyBoot, finishedAt: at })),
+    MetricsWriteError,
+  );
   const path = await writeTextfile(dir, "release", []);
   tt.equal(await readFile(path, "utf8"), "", "no figures: an empty file, which the collector accepts");
   tt.equal(textfilePath("/x", "keeper"), "/x/ebs_cache_agent_keeper.prom");

@@ -48,7 +48,12 @@ import {
   waitUntilVolumeAvailable,
   type Volume,
 } from "@aws-sdk/client-ec2";
-import { CONTAINERD_MACHINE_LOCAL_STATE, CONTAINERD_ROOT_SUBDIR, containerdRootOnVolume, createContainerdConfig } from "../src/docker/containerd-store.ts";
+import {
+  CONTAINERD_MACHINE_LOCAL_STATE,
+  CONTAINERD_ROOT_SUBDIR,
+  containerdRootOnVolume,
+  createContainerdConfig,
+} from "../src/docker/containerd-store.ts";
 import { createDockerEngine } from "../src/docker/engine.ts";
 import { run, type RunOptions } from "../src/exec.ts";
 import { DOCKER_CLI } from "../src/lab/dockerd.ts";
@@ -83,7 +88,11 @@ import {
 
 const POOL = "nspawn";
 /** `dockerd --version` of each engine's machine. */
-const ENGINE_VERSION: Record<EngineName, RegExp> = { "20.10": /^Docker version 20\.10\./, "26": /^Docker version 26\./, "28": /^Docker version 28\./ };
+const ENGINE_VERSION: Record<EngineName, RegExp> = {
+  "20.10": /^Docker version 20\.10\./,
+  "26": /^Docker version 26\./,
+  "28": /^Docker version 28\./,
+};
 const IMAGE_SET = "nspawn-set-1";
 const MiB = 1024 * 1024;
 const IMAGES = [
@@ -104,8 +113,10 @@ function first(entries: JournalEntry[], match: (e: JournalEntry) => boolean): Jo
 }
 const jobDone = (unit: string, type: "start" | "stop") => (e: JournalEntry) =>
   e.unit === unit && e.jobType === type && e.jobResult !== undefined && e.identifier === "systemd";
-const starting = (unit: string) => (e: JournalEntry) => e.unit === unit && e.messageId === MessageId.unitStarting && e.identifier === "systemd";
-const stopping = (unit: string) => (e: JournalEntry) => e.unit === unit && e.messageId === MessageId.unitStopping && e.identifier === "systemd";
+const starting = (unit: string) => (e: JournalEntry) =>
+  e.unit === unit && e.messageId === MessageId.unitStarting && e.identifier === "systemd";
+const stopping = (unit: string) => (e: JournalEntry) =>
+  e.unit === unit && e.messageId === MessageId.unitStopping && e.identifier === "systemd";
 /** systemd's "Main/Control process exited" lines of a unit. */
 const processExits = (entries: JournalEntry[], unit: string) =>
   entries.filter((e) => e.identifier === "systemd" && e.unit === unit && /process exited, code=/.test(e.message));
@@ -161,7 +172,9 @@ function shared(time: Timer): Promise<Shared> {
     const labLog = createMemoryLogger("info");
     const lab: Lab = await time("lab", () => startLab({ name: "nspawn", log: labLog }));
     t.teardown(() => lab.close()); // after every subtest's machine is destroyed
-    const golden = await time("golden", () => buildGoldenSnapshot(lab, { pool: POOL, imageSet: IMAGE_SET, images: IMAGES, log: labLog }));
+    const golden = await time("golden", () =>
+      buildGoldenSnapshot(lab, { pool: POOL, imageSet: IMAGE_SET, images: IMAGES, log: labLog }),
+    );
     const ec2 = lab.ec2Client();
     const describe = async (volumeId: string): Promise<Volume> => {
       const out = await ec2.send(new DescribeVolumesCommand({ VolumeIds: [volumeId] }));
@@ -177,7 +190,9 @@ async function setup(name: EngineName, count: number, time: Timer, comment: (lin
   const s = await shared(time);
   const engine = ENGINES[name];
   const rootfs = await time("rootfs", () => rootfsOf(name));
-  comment(`${engine.name}: root file system ${rootfs.dir}: ${rootfs.built ? `built in ${(rootfs.ms / 1000).toFixed(1)} s` : "cached"}`);
+  comment(
+    `${engine.name}: root file system ${rootfs.dir}: ${rootfs.built ? `built in ${(rootfs.ms / 1000).toFixed(1)} s` : "cached"}`,
+  );
   const pool = `${POOL}-${name.replace(/\W/g, "")}-${++pools}`;
   const poolVolumes = await createPoolVolumes(s.lab, s.golden, { pool, imageSet: IMAGE_SET, count });
   return { ...s, engine, rootfs: rootfs.dir, pool, poolVolumes };
@@ -213,7 +228,13 @@ async function startMachine(
       config,
       // The machine shares the host's network namespace (to reach the emulators): its dockerd
       // must not create a bridge or iptables rules there. The agent keeps these keys.
-      daemonJson: { bridge: "none", iptables: false, "ip-forward": false, "ip-masq": false, ...(store === "containerd" ? { features: { "containerd-snapshotter": true } } : {}) },
+      daemonJson: {
+        bridge: "none",
+        iptables: false,
+        "ip-forward": false,
+        "ip-masq": false,
+        ...(store === "containerd" ? { features: { "containerd-snapshotter": true } } : {}),
+      },
       blockDevices,
       ...(dropIns ? { dropIns } : {}),
     }),
@@ -248,7 +269,15 @@ const timingsText = (timings: Record<string, number>) =>
     .map(([k, v]) => `${k} ${(v / 1000).toFixed(1)}`)
     .join(", ")}`;
 const agentLines = (entries: JournalEntry[]) =>
-  journalText(entries, (e) => e.identifier === "ebs-cache-agent" || e.unit === AGENT || e.unit === READY || e.unit === RELEASE || e.unit === DOCKER);
+  journalText(
+    entries,
+    (e) =>
+      e.identifier === "ebs-cache-agent" ||
+      e.unit === AGENT ||
+      e.unit === READY ||
+      e.unit === RELEASE ||
+      e.unit === DOCKER,
+  );
 
 /**
  * The whole boot on one machine of `s`'s engine: phase 1 before docker, docker on the volume,
@@ -281,7 +310,10 @@ async function bootAndRelease(
     const dockerStarting = first(journal, starting(DOCKER));
     t.equal(agentDone?.jobResult, "done", `${AGENT} started successfully`);
     t.ok(dockerStarting, `${DOCKER} started`);
-    t.ok(agentDone && dockerStarting && agentDone.seq < dockerStarting.seq, `${AGENT} finished before ${DOCKER} started`);
+    t.ok(
+      agentDone && dockerStarting && agentDone.seq < dockerStarting.seq,
+      `${AGENT} finished before ${DOCKER} started`,
+    );
     t.same(
       processExits(journal, AGENT).filter((e) => !/status=0\//.test(e.message)),
       [],
@@ -292,7 +324,10 @@ async function bootAndRelease(
     const dockerStarted = first(journal, jobDone(DOCKER, "start"));
     t.equal(dockerStarted?.jobResult, "done", `${DOCKER} started successfully`);
     t.equal(readyDone?.jobResult, "done", `${READY} started successfully`);
-    t.ok(dockerStarted && readyDone && dockerStarted.seq < readyDone.seq, `${READY} finished after ${DOCKER} had started`);
+    t.ok(
+      dockerStarted && readyDone && dockerStarted.seq < readyDone.seq,
+      `${READY} finished after ${DOCKER} had started`,
+    );
     t.same(
       processExits(journal, READY).filter((e) => !/status=0\//.test(e.message)),
       [],
@@ -320,7 +355,10 @@ async function bootAndRelease(
     const releaseStarted = first(journal, jobDone(RELEASE, "start"));
     const agentStarting = first(journal, starting(AGENT));
     t.equal(releaseStarted?.jobResult, "done", `${RELEASE} is active (ExecStart=/bin/true)`);
-    t.ok(releaseStarted && agentStarting && releaseStarted.seq < agentStarting.seq, `${RELEASE} was active before ${AGENT} began`);
+    t.ok(
+      releaseStarted && agentStarting && releaseStarted.seq < agentStarting.seq,
+      `${RELEASE} was active before ${AGENT} began`,
+    );
 
     // The volume: attached to this instance (emulator), mounted inside the machine.
     const attached = [];
@@ -346,13 +384,24 @@ async function bootAndRelease(
     t.equal(info.dockerRootDir, `${mountPoint}/docker`, "docker in the machine runs on the volume's data-root");
     t.equal(info.imageStore, store, `with the ${store} image store`);
     if (store === "containerd") await assertContainerdOnVolume(t, m, mountPoint, volumeId);
-    t.match((await m.exec(["dockerd", "--version"])).stdout, ENGINE_VERSION[engineNameOf(s.engine)], `the machine runs ${s.engine.name}`);
+    t.match(
+      (await m.exec(["dockerd", "--version"])).stdout,
+      ENGINE_VERSION[engineNameOf(s.engine)],
+      `the machine runs ${s.engine.name}`,
+    );
     const images = await engine.images();
     for (const image of IMAGES) t.ok(images.includes(image.tag), `${image.tag} is there without a pull`);
     // The image runs from the volume: no registry is reachable, and --pull=never forbids trying.
     // (An imported image has no PATH: the shell by its path.)
-    const ran = await m.exec(["docker", "run", "--rm", "--pull=never", "--network=none", IMAGES[0]!.tag, "/bin/sh", "-c", "exit 0"], 120_000);
-    t.equal(ran.exitCode, 0, `${IMAGES[0]!.tag} runs from the volume without a pull${ran.exitCode === 0 ? "" : `: ${ran.stderr}`}`);
+    const ran = await m.exec(
+      ["docker", "run", "--rm", "--pull=never", "--network=none", IMAGES[0]!.tag, "/bin/sh", "-c", "exit 0"],
+      120_000,
+    );
+    t.equal(
+      ran.exitCode,
+      0,
+      `${IMAGES[0]!.tag} runs from the volume without a pull${ran.exitCode === 0 ? "" : `: ${ran.stderr}`}`,
+    );
     t.ok(info.labels.includes(`${LABEL_PREFIX}.state=ready`), "the engine label state=ready is published");
     t.ok(info.labels.includes(`${LABEL_PREFIX}.volume-id=${volumeId}`), "with the volume id");
 
@@ -360,12 +409,17 @@ async function bootAndRelease(
     // From here on, the checks read the journal of the boot that powers off.
     let bootId: string | undefined;
     if (options.reboot) bootId = await rebootMachine(t, m, s, { volumeId, instanceId, store, timings });
-    const ofThisBoot = (entries: JournalEntry[]) => (bootId === undefined ? entries : entries.filter((e) => e.bootId === bootId));
+    const ofThisBoot = (entries: JournalEntry[]) =>
+      bootId === undefined ? entries : entries.filter((e) => e.bootId === bootId);
 
     // gc runs in its (stricter) sandbox.
     const gc = await m.exec(["systemctl", "start", GC], 180_000);
     journal = ofThisBoot(await m.journal());
-    t.equal(gc.exitCode, 0, `systemctl start ${GC} succeeds${gc.exitCode === 0 ? "" : `: ${gc.stderr}\n${journalText(journal, (e) => e.unit === GC || e.systemdUnit === GC)}`}`);
+    t.equal(
+      gc.exitCode,
+      0,
+      `systemctl start ${GC} succeeds${gc.exitCode === 0 ? "" : `: ${gc.stderr}\n${journalText(journal, (e) => e.unit === GC || e.systemdUnit === GC)}`}`,
+    );
     t.ok(
       journal.some((e) => e.systemdUnit === GC && /\b0 failed, [1-9]\d* managed volumes seen/.test(e.message)),
       "gc reached EC2 from its sandbox and saw the managed volumes (deleting none: none expired)",
@@ -379,9 +433,15 @@ async function bootAndRelease(
     journal = ofThisBoot(await m.journal());
     const dockerStopped = first(journal, jobDone(DOCKER, "stop"));
     const releaseStopping = first(journal, stopping(RELEASE));
-    t.ok(dockerStopped && releaseStopping && dockerStopped.seq < releaseStopping.seq, `${DOCKER} stopped before ${RELEASE} began to stop (ExecStop=release)`);
+    t.ok(
+      dockerStopped && releaseStopping && dockerStopped.seq < releaseStopping.seq,
+      `${DOCKER} stopped before ${RELEASE} began to stop (ExecStop=release)`,
+    );
     const agentStopped = first(journal, jobDone(AGENT, "stop"));
-    t.ok(agentStopped && releaseStopping && agentStopped.seq < releaseStopping.seq, `${AGENT} (no ExecStop) stopped before the release began`);
+    t.ok(
+      agentStopped && releaseStopping && agentStopped.seq < releaseStopping.seq,
+      `${AGENT} (no ExecStop) stopped before the release began`,
+    );
     const releaseLines = journal.filter((e) => e.identifier === "ebs-cache-agent" && e.systemdUnit === RELEASE);
     t.ok(
       releaseLines.some((e) => /^release\./.test(e.message)),
@@ -397,13 +457,27 @@ async function bootAndRelease(
       [],
       "release exited 0: no failed process exit",
     );
-    const releaseEnd = first(journal, (e) => afterReleaseStopping(e) && e.identifier === "systemd" && e.unit === RELEASE && /Deactivated successfully|Failed with result/.test(e.message));
-    t.match(releaseEnd?.message ?? "(none)", /Deactivated successfully/, `${RELEASE} deactivated successfully (ExecStop=release exited 0)`);
+    const releaseEnd = first(
+      journal,
+      (e) =>
+        afterReleaseStopping(e) &&
+        e.identifier === "systemd" &&
+        e.unit === RELEASE &&
+        /Deactivated successfully|Failed with result/.test(e.message),
+    );
+    t.match(
+      releaseEnd?.message ?? "(none)",
+      /Deactivated successfully/,
+      `${RELEASE} deactivated successfully (ExecStop=release exited 0)`,
+    );
     const releaseStopped = first(journal, jobDone(RELEASE, "stop"));
     t.equal(releaseStopped?.jobResult, "done", `${RELEASE} stopped`);
     // The mount is released by the agent; should systemd unmount it itself at shutdown (it
     // does so for mounts left over), that must come after the release's stop, not race it.
-    const systemdUnmount = first(journal, (e) => e.identifier === "systemd" && /^Unmounting .*ebs-cache/.test(e.message) && e.message.includes(volumeId));
+    const systemdUnmount = first(
+      journal,
+      (e) => e.identifier === "systemd" && /^Unmounting .*ebs-cache/.test(e.message) && e.message.includes(volumeId),
+    );
     t.ok(
       systemdUnmount === undefined || (releaseStopped !== undefined && systemdUnmount.seq > releaseStopped.seq),
       "systemd's own unmount of the volume (if any) comes after the release unit stopped",
@@ -435,89 +509,112 @@ async function bootAndRelease(
 const engineNameOf = (engine: EngineRootfs) => ENGINE_NAMES.find((name) => ENGINES[name] === engine)!;
 
 for (const name of ENGINE_NAMES) {
-  t.test(`${ENGINES[name].name}: systemd boots the agent before docker, docker runs on the volume, poweroff releases it`, async (t) => {
-    const timings: Record<string, number> = {};
-    const s = await setup(name, 1, timer(timings), (line) => t.comment(line));
-    const released = await bootAndRelease(t, s, `nspawn-${name.replace(/\W/g, "")}`, timings, { reboot: name === "28" });
-    if (name !== "28") return;
-    // A second instance takes the volume the first released (the pool's only one) and runs
-    // the images from it.
-    const second = await bootAndRelease(t, s, "nspawn-28-second", {});
-    t.equal(second, released, `the second instance took ${released}, released by the first`);
-  });
+  t.test(
+    `${ENGINES[name].name}: systemd boots the agent before docker, docker runs on the volume, poweroff releases it`,
+    async (t) => {
+      const timings: Record<string, number> = {};
+      const s = await setup(name, 1, timer(timings), (line) => t.comment(line));
+      const released = await bootAndRelease(t, s, `nspawn-${name.replace(/\W/g, "")}`, timings, {
+        reboot: name === "28",
+      });
+      if (name !== "28") return;
+      // A second instance takes the volume the first released (the pool's only one) and runs
+      // the images from it.
+      const second = await bootAndRelease(t, s, "nspawn-28-second", {});
+      t.equal(second, released, `the second instance took ${released}, released by the first`);
+    },
+  );
 }
 
-t.test(`${ENGINES["20.10"].name}: phase 1 fails after attaching the volume: phase 2 reuses it, the release unit still releases it at poweroff`, async (t) => {
-  const timings: Record<string, number> = {};
-  const time = timer(timings);
-  const s = await setup("20.10", 2, time, (line) => t.comment(line));
-  const { poolVolumes, describe } = s;
-  // The agent's own run succeeds (the volume is attached and mounted, daemon.json switched);
-  // the unit then fails as after an exit 1: a failed unit gets no ExecStop.
-  const { m, instanceId, bootStarted } = await startMachine(t, s, "nspawn-machine-phase1-fails", time, {
-    [AGENT]: "# Test: phase 1 fails (as on exit 1) after the agent attached and mounted the volume.\n[Service]\nExecStartPost=/bin/false\n",
-  });
-  let journal: JournalEntry[] = [];
-  try {
-    journal = await m.waitForJournal(
-      (entries) => (first(entries, jobDone(READY, "start")) ? entries : undefined),
-      300_000,
-      `the end of ${READY}`,
-    );
-    timings.boot = Date.now() - bootStarted;
-    t.equal(first(journal, jobDone(AGENT, "start"))?.jobResult, "failed", `${AGENT} failed`);
-    t.equal(first(journal, jobDone(DOCKER, "start"))?.jobResult, "done", `${DOCKER} started anyway (Before= only orders)`);
-    t.equal(first(journal, jobDone(READY, "start"))?.jobResult, "done", `${READY} ran`);
-    const readyLines = journal.filter((e) => e.systemdUnit === READY && e.identifier === "ebs-cache-agent");
-    t.ok(
-      readyLines.some((e) => /^boot\.reuse:/.test(e.message)),
-      `${READY} reused the volume phase 1 attached`,
-    );
-    t.same(
-      readyLines.filter((e) => /^boot\.claim:/.test(e.message)).map((e) => e.message),
-      [],
-      `${READY} claimed nothing (--no-claim)`,
-    );
-    const attached = [];
-    for (const id of poolVolumes) {
-      const volume = await describe(id);
-      if (volume.Attachments?.some((a) => a.InstanceId === instanceId && a.State === "attached")) attached.push(volume);
-    }
-    t.equal(attached.length, 1, "one pool volume is attached to the machine's instance");
-    const volumeId = attached[0]?.VolumeId ?? "none";
-    t.equal(first(journal, jobDone(RELEASE, "start"))?.jobResult, "done", `${RELEASE} is active all the same`);
+t.test(
+  `${ENGINES["20.10"].name}: phase 1 fails after attaching the volume: phase 2 reuses it, the release unit still releases it at poweroff`,
+  async (t) => {
+    const timings: Record<string, number> = {};
+    const time = timer(timings);
+    const s = await setup("20.10", 2, time, (line) => t.comment(line));
+    const { poolVolumes, describe } = s;
+    // The agent's own run succeeds (the volume is attached and mounted, daemon.json switched);
+    // the unit then fails as after an exit 1: a failed unit gets no ExecStop.
+    const { m, instanceId, bootStarted } = await startMachine(t, s, "nspawn-machine-phase1-fails", time, {
+      [AGENT]:
+        "# Test: phase 1 fails (as on exit 1) after the agent attached and mounted the volume.\n[Service]\nExecStartPost=/bin/false\n",
+    });
+    let journal: JournalEntry[] = [];
+    try {
+      journal = await m.waitForJournal(
+        (entries) => (first(entries, jobDone(READY, "start")) ? entries : undefined),
+        300_000,
+        `the end of ${READY}`,
+      );
+      timings.boot = Date.now() - bootStarted;
+      t.equal(first(journal, jobDone(AGENT, "start"))?.jobResult, "failed", `${AGENT} failed`);
+      t.equal(
+        first(journal, jobDone(DOCKER, "start"))?.jobResult,
+        "done",
+        `${DOCKER} started anyway (Before= only orders)`,
+      );
+      t.equal(first(journal, jobDone(READY, "start"))?.jobResult, "done", `${READY} ran`);
+      const readyLines = journal.filter((e) => e.systemdUnit === READY && e.identifier === "ebs-cache-agent");
+      t.ok(
+        readyLines.some((e) => /^boot\.reuse:/.test(e.message)),
+        `${READY} reused the volume phase 1 attached`,
+      );
+      t.same(
+        readyLines.filter((e) => /^boot\.claim:/.test(e.message)).map((e) => e.message),
+        [],
+        `${READY} claimed nothing (--no-claim)`,
+      );
+      const attached = [];
+      for (const id of poolVolumes) {
+        const volume = await describe(id);
+        if (volume.Attachments?.some((a) => a.InstanceId === instanceId && a.State === "attached"))
+          attached.push(volume);
+      }
+      t.equal(attached.length, 1, "one pool volume is attached to the machine's instance");
+      const volumeId = attached[0]?.VolumeId ?? "none";
+      t.equal(first(journal, jobDone(RELEASE, "start"))?.jobResult, "done", `${RELEASE} is active all the same`);
 
-    const poweroffStarted = Date.now();
-    const code = await m.poweroff(240_000);
-    timings.poweroff = Date.now() - poweroffStarted;
-    t.equal(code, 0, "the machine powered off cleanly");
-    journal = await m.journal();
-    const dockerStopped = first(journal, jobDone(DOCKER, "stop"));
-    const releaseStopping = first(journal, stopping(RELEASE));
-    t.ok(dockerStopped && releaseStopping && dockerStopped.seq < releaseStopping.seq, `${DOCKER} stopped before ${RELEASE} began to stop`);
-    const releaseEnd = first(
-      journal,
-      (e) => releaseStopping !== undefined && e.seq > releaseStopping.seq && e.identifier === "systemd" && e.unit === RELEASE && /Deactivated successfully|Failed with result/.test(e.message),
-    );
-    t.match(releaseEnd?.message ?? "(none)", /Deactivated successfully/, "the release exited 0");
-    const released = await pollUntil(async () => (await describe(volumeId)).State === "available", 30_000, 250);
-    const after = await describe(volumeId);
-    t.ok(released, `${volumeId} is available again`);
-    t.same(after.Attachments ?? [], [], "with no attachment");
-    t.match(tagsOf(after)[VolumeTag.releasedAt] ?? "", /^\d{4}-\d\d-\d\dT/, "tagged ebs-cache:released-at");
-    t.notOk(tagsOf(after)[VolumeTag.claimedBy], "and no longer claimed-by the instance");
-  } finally {
-    const entries = await m.journal().catch(() => journal);
-    if (!t.passing()) {
-      t.comment(`the machine's journal (agent, ready, docker):\n${agentLines(entries)}`);
-      t.comment(`console tail:\n${m.console().slice(-6000)}`);
+      const poweroffStarted = Date.now();
+      const code = await m.poweroff(240_000);
+      timings.poweroff = Date.now() - poweroffStarted;
+      t.equal(code, 0, "the machine powered off cleanly");
+      journal = await m.journal();
+      const dockerStopped = first(journal, jobDone(DOCKER, "stop"));
+      const releaseStopping = first(journal, stopping(RELEASE));
+      t.ok(
+        dockerStopped && releaseStopping && dockerStopped.seq < releaseStopping.seq,
+        `${DOCKER} stopped before ${RELEASE} began to stop`,
+      );
+      const releaseEnd = first(
+        journal,
+        (e) =>
+          releaseStopping !== undefined &&
+          e.seq > releaseStopping.seq &&
+          e.identifier === "systemd" &&
+          e.unit === RELEASE &&
+          /Deactivated successfully|Failed with result/.test(e.message),
+      );
+      t.match(releaseEnd?.message ?? "(none)", /Deactivated successfully/, "the release exited 0");
+      const released = await pollUntil(async () => (await describe(volumeId)).State === "available", 30_000, 250);
+      const after = await describe(volumeId);
+      t.ok(released, `${volumeId} is available again`);
+      t.same(after.Attachments ?? [], [], "with no attachment");
+      t.match(tagsOf(after)[VolumeTag.releasedAt] ?? "", /^\d{4}-\d\d-\d\dT/, "tagged ebs-cache:released-at");
+      t.notOk(tagsOf(after)[VolumeTag.claimedBy], "and no longer claimed-by the instance");
+    } finally {
+      const entries = await m.journal().catch(() => journal);
+      if (!t.passing()) {
+        t.comment(`the machine's journal (agent, ready, docker):\n${agentLines(entries)}`);
+        t.comment(`console tail:\n${m.console().slice(-6000)}`);
+      }
+      t.comment(timingsText(timings));
     }
-    t.comment(timingsText(timings));
-  }
-});
+  },
+);
 
 /** Disables a product unit in a machine that exercises docker alone. */
-const DISABLED = "# Test: this machine exercises docker alone.\n[Unit]\nConditionPathExists=/run/ebs-cache-test-never\n";
+const DISABLED =
+  "# Test: this machine exercises docker alone.\n[Unit]\nConditionPathExists=/run/ebs-cache-test-never\n";
 const VOLUME_IN_MACHINE = "/mnt/cache-volume";
 
 /**
@@ -530,7 +627,13 @@ async function containerdStoreMachine(t: Test, bundle: string): Promise<Machine>
     rootfs: rootfs.dir,
     bundle,
     config: {},
-    daemonJson: { bridge: "none", iptables: false, "ip-forward": false, "ip-masq": false, features: { "containerd-snapshotter": true } },
+    daemonJson: {
+      bridge: "none",
+      iptables: false,
+      "ip-forward": false,
+      "ip-masq": false,
+      features: { "containerd-snapshotter": true },
+    },
     blockDevices: await loopDeviceNumbers(),
     dropIns: { [AGENT]: DISABLED, [READY]: DISABLED, [RELEASE]: DISABLED },
   });
@@ -540,7 +643,11 @@ async function containerdStoreMachine(t: Test, bundle: string): Promise<Machine>
     else await rm(prepared.dir, { recursive: true, force: true });
   });
   booted.machine = await bootMachine(prepared, []);
-  await booted.machine.waitForJournal((entries) => (first(entries, jobDone(DOCKER, "start")) ? true : undefined), 180_000, `the start of ${DOCKER}`);
+  await booted.machine.waitForJournal(
+    (entries) => (first(entries, jobDone(DOCKER, "start")) ? true : undefined),
+    180_000,
+    `the start of ${DOCKER}`,
+  );
   return booted.machine;
 }
 
@@ -552,79 +659,120 @@ async function inMachine(t: Test, m: Machine, args: string[]): Promise<string> {
 }
 
 /** Points the machine's docker at the volume: data-root and (when asked) containerd's root, both restarted. */
-async function dockerOnVolume(t: Test, m: Machine, options: { containerdRoot: boolean }): Promise<ReturnType<typeof createDockerEngine>> {
+async function dockerOnVolume(
+  t: Test,
+  m: Machine,
+  options: { containerdRoot: boolean },
+): Promise<ReturnType<typeof createDockerEngine>> {
   const containerd = createContainerdConfig({ path: join(m.dir, "etc/containerd/config.toml") });
-  if (options.containerdRoot) t.equal(await containerd.setRoot(containerdRootOnVolume(VOLUME_IN_MACHINE)), true, "containerd's root set to the volume's containerd/");
+  if (options.containerdRoot)
+    t.equal(
+      await containerd.setRoot(containerdRootOnVolume(VOLUME_IN_MACHINE)),
+      true,
+      "containerd's root set to the volume's containerd/",
+    );
   const daemonJson = join(m.dir, "etc/docker/daemon.json");
   const config = JSON.parse(await readFile(daemonJson, "utf8")) as Record<string, unknown>;
-  await writeFile(daemonJson, JSON.stringify({ ...config, "data-root": join(VOLUME_IN_MACHINE, DATA_ROOT_SUBDIR) }, null, 2) + "\n");
+  await writeFile(
+    daemonJson,
+    JSON.stringify({ ...config, "data-root": join(VOLUME_IN_MACHINE, DATA_ROOT_SUBDIR) }, null, 2) + "\n",
+  );
   await inMachine(t, m, ["systemctl", "stop", "docker.service", "docker.socket"]);
   await inMachine(t, m, ["systemctl", "restart", "containerd.service"]);
   await inMachine(t, m, ["systemctl", "start", "docker.service"]);
   return createDockerEngine({ host: `unix:///proc/${m.pid1}/root/run/docker.sock` });
 }
 
-t.test(`${ENGINES["28"].name}, containerd image store: the images are in containerd's root, which must be on the volume`, async (t) => {
-  const timings: Record<string, number> = {};
-  const time = timer(timings);
-  const { bundle } = await shared(time);
-  // The volume: a loop device of its own (this is about docker, not the claim).
-  const work = await mkdtemp(join(CACHE_BASE, "containerd-store-"));
-  t.teardown(() => rm(work, { recursive: true, force: true }));
-  const file = join(work, "volume.img");
-  await run("truncate", ["-s", "1G", file]);
-  await run("mkfs.xfs", ["-q", "-L", FS_LABEL, "-m", "crc=1", "-n", "ftype=1", file]);
-  const device = (await run("losetup", ["--find", "--show", file])).stdout.trim();
-  t.teardown(() => run("losetup", ["--detach", device], { check: false }));
+t.test(
+  `${ENGINES["28"].name}, containerd image store: the images are in containerd's root, which must be on the volume`,
+  async (t) => {
+    const timings: Record<string, number> = {};
+    const time = timer(timings);
+    const { bundle } = await shared(time);
+    // The volume: a loop device of its own (this is about docker, not the claim).
+    const work = await mkdtemp(join(CACHE_BASE, "containerd-store-"));
+    t.teardown(() => rm(work, { recursive: true, force: true }));
+    const file = join(work, "volume.img");
+    await run("truncate", ["-s", "1G", file]);
+    await run("mkfs.xfs", ["-q", "-L", FS_LABEL, "-m", "crc=1", "-n", "ftype=1", file]);
+    const device = (await run("losetup", ["--find", "--show", file])).stdout.trim();
+    t.teardown(() => run("losetup", ["--detach", device], { check: false }));
 
-  // The builder: containerd's root on the volume, an image imported, machine-local state dropped.
-  const builder = await time("builder", () => containerdStoreMachine(t, bundle));
-  await inMachine(t, builder, ["mkdir", "-p", VOLUME_IN_MACHINE]);
-  await inMachine(t, builder, ["mount", "-o", "noatime", device, VOLUME_IN_MACHINE]);
-  const built = await dockerOnVolume(t, builder, { containerdRoot: true });
-  const builtInfo = await built.info();
-  t.equal(builtInfo.imageStore, "containerd", "the builder's docker uses the containerd store");
-  t.equal(builtInfo.dockerRootDir, join(VOLUME_IN_MACHINE, DATA_ROOT_SUBDIR), "with its data-root on the volume");
-  const host = `unix:///proc/${builder.pid1}/root/run/docker.sock`;
-  const client = {
-    docker: (args: readonly string[], options?: RunOptions) => run(DOCKER_CLI, ["-H", host, ...args], options),
-    info: () => Promise.reject(new Error("not used")),
-  };
-  await buildImage(client, { tag: IMAGES[0]!.tag, workDir: work, payloadBytes: IMAGES[0]!.payloadBytes });
-  const content = await readdir(join(`/proc/${builder.pid1}/root`, VOLUME_IN_MACHINE, CONTAINERD_ROOT_SUBDIR)).catch((): string[] => []);
-  t.ok(content.includes("io.containerd.content.v1.content") && content.includes("io.containerd.metadata.v1.bolt"), "the content store and containerd's metadata are on the volume");
-  const dataRoot = await readdir(join(`/proc/${builder.pid1}/root`, VOLUME_IN_MACHINE, DATA_ROOT_SUBDIR));
-  t.notOk(dataRoot.includes("image"), "and the data-root holds no image store of its own");
-  await inMachine(t, builder, ["systemctl", "stop", "docker.service", "docker.socket", "containerd.service"]);
-  for (const local of CONTAINERD_MACHINE_LOCAL_STATE) await inMachine(t, builder, ["rm", "-rf", join(VOLUME_IN_MACHINE, CONTAINERD_ROOT_SUBDIR, local)]);
-  await inMachine(t, builder, ["umount", VOLUME_IN_MACHINE]);
-  t.equal(await builder.poweroff(120_000), 0, "the builder powered off");
+    // The builder: containerd's root on the volume, an image imported, machine-local state dropped.
+    const builder = await time("builder", () => containerdStoreMachine(t, bundle));
+    await inMachine(t, builder, ["mkdir", "-p", VOLUME_IN_MACHINE]);
+    await inMachine(t, builder, ["mount", "-o", "noatime", device, VOLUME_IN_MACHINE]);
+    const built = await dockerOnVolume(t, builder, { containerdRoot: true });
+    const builtInfo = await built.info();
+    t.equal(builtInfo.imageStore, "containerd", "the builder's docker uses the containerd store");
+    t.equal(builtInfo.dockerRootDir, join(VOLUME_IN_MACHINE, DATA_ROOT_SUBDIR), "with its data-root on the volume");
+    const host = `unix:///proc/${builder.pid1}/root/run/docker.sock`;
+    const client = {
+      docker: (args: readonly string[], options?: RunOptions) => run(DOCKER_CLI, ["-H", host, ...args], options),
+      info: () => Promise.reject(new Error("not used")),
+    };
+    await buildImage(client, { tag: IMAGES[0]!.tag, workDir: work, payloadBytes: IMAGES[0]!.payloadBytes });
+    const content = await readdir(join(`/proc/${builder.pid1}/root`, VOLUME_IN_MACHINE, CONTAINERD_ROOT_SUBDIR)).catch(
+      (): string[] => [],
+    );
+    t.ok(
+      content.includes("io.containerd.content.v1.content") && content.includes("io.containerd.metadata.v1.bolt"),
+      "the content store and containerd's metadata are on the volume",
+    );
+    const dataRoot = await readdir(join(`/proc/${builder.pid1}/root`, VOLUME_IN_MACHINE, DATA_ROOT_SUBDIR));
+    t.notOk(dataRoot.includes("image"), "and the data-root holds no image store of its own");
+    await inMachine(t, builder, ["systemctl", "stop", "docker.service", "docker.socket", "containerd.service"]);
+    for (const local of CONTAINERD_MACHINE_LOCAL_STATE)
+      await inMachine(t, builder, ["rm", "-rf", join(VOLUME_IN_MACHINE, CONTAINERD_ROOT_SUBDIR, local)]);
+    await inMachine(t, builder, ["umount", VOLUME_IN_MACHINE]);
+    t.equal(await builder.poweroff(120_000), 0, "the builder powered off");
 
-  // Another machine takes the volume.
-  const m = await time("second", () => containerdStoreMachine(t, bundle));
-  await inMachine(t, m, ["mkdir", "-p", VOLUME_IN_MACHINE]);
-  await inMachine(t, m, ["mount", "-o", "noatime", device, VOLUME_IN_MACHINE]);
-  const dataRootOnly = await dockerOnVolume(t, m, { containerdRoot: false });
-  t.notOk((await dataRootOnly.images()).includes(IMAGES[0]!.tag), "with only the data-root on the volume, docker does not see the image (containerd's root is /var/lib/containerd)");
-  const engine = await dockerOnVolume(t, m, { containerdRoot: true });
-  t.ok((await engine.images()).includes(IMAGES[0]!.tag), `with containerd's root on the volume, ${IMAGES[0]!.tag} is there without a pull`);
-  const ran = await m.exec(["docker", "run", "--rm", "--pull=never", "--network=none", IMAGES[0]!.tag, "/bin/sh", "-c", "exit 0"], 120_000);
-  t.equal(ran.exitCode, 0, `and runs${ran.exitCode === 0 ? "" : `: ${ran.stderr}`}`);
-  await inMachine(t, m, ["systemctl", "stop", "docker.service", "docker.socket", "containerd.service"]);
-  await inMachine(t, m, ["umount", VOLUME_IN_MACHINE]);
-  t.equal(await m.poweroff(120_000), 0, "the machine powered off");
-  t.comment(timingsText(timings));
-});
+    // Another machine takes the volume.
+    const m = await time("second", () => containerdStoreMachine(t, bundle));
+    await inMachine(t, m, ["mkdir", "-p", VOLUME_IN_MACHINE]);
+    await inMachine(t, m, ["mount", "-o", "noatime", device, VOLUME_IN_MACHINE]);
+    const dataRootOnly = await dockerOnVolume(t, m, { containerdRoot: false });
+    t.notOk(
+      (await dataRootOnly.images()).includes(IMAGES[0]!.tag),
+      "with only the data-root on the volume, docker does not see the image (containerd's root is /var/lib/containerd)",
+    );
+    const engine = await dockerOnVolume(t, m, { containerdRoot: true });
+    t.ok(
+      (await engine.images()).includes(IMAGES[0]!.tag),
+      `with containerd's root on the volume, ${IMAGES[0]!.tag} is there without a pull`,
+    );
+    const ran = await m.exec(
+      ["docker", "run", "--rm", "--pull=never", "--network=none", IMAGES[0]!.tag, "/bin/sh", "-c", "exit 0"],
+      120_000,
+    );
+    t.equal(ran.exitCode, 0, `and runs${ran.exitCode === 0 ? "" : `: ${ran.stderr}`}`);
+    await inMachine(t, m, ["systemctl", "stop", "docker.service", "docker.socket", "containerd.service"]);
+    await inMachine(t, m, ["umount", VOLUME_IN_MACHINE]);
+    t.equal(await m.poweroff(120_000), 0, "the machine powered off");
+    t.comment(timingsText(timings));
+  },
+);
 
 /** containerd's root is the volume's containerd/ (config.toml), with the images' content and metadata. */
 async function assertContainerdOnVolume(t: Test, m: Machine, mountPoint: string, volumeId: string): Promise<void> {
   const config = await readFile(join(m.dir, "etc/containerd/config.toml"), "utf8");
-  t.match(config, new RegExp(`^root = "${mountPoint}/containerd"$`, "m"), "config.toml's root is the volume's containerd/");
-  const backup = await readFile(join(m.dir, "etc/containerd/config.toml.ebs-cache-agent.bak"), "utf8").catch(() => "(none)");
+  t.match(
+    config,
+    new RegExp(`^root = "${mountPoint}/containerd"$`, "m"),
+    "config.toml's root is the volume's containerd/",
+  );
+  const backup = await readFile(join(m.dir, "etc/containerd/config.toml.ebs-cache-agent.bak"), "utf8").catch(
+    () => "(none)",
+  );
   t.match(backup, /^version = /m, "its backup is Debian's file as the machine had it");
   t.notMatch(backup, new RegExp(volumeId), "without the volume in it");
-  const root = await readdir(join(`/proc/${m.pid1}/root`, mountPoint, CONTAINERD_ROOT_SUBDIR)).catch((): string[] => []);
-  t.ok(root.includes("io.containerd.content.v1.content") && root.includes("io.containerd.metadata.v1.bolt"), "containerd's content store and metadata are on the volume");
+  const root = await readdir(join(`/proc/${m.pid1}/root`, mountPoint, CONTAINERD_ROOT_SUBDIR)).catch(
+    (): string[] => [],
+  );
+  t.ok(
+    root.includes("io.containerd.content.v1.content") && root.includes("io.containerd.metadata.v1.bolt"),
+    "containerd's content store and metadata are on the volume",
+  );
 }
 
 /**
@@ -642,12 +790,29 @@ async function rerunBoot(t: Test, m: Machine, s: Setup, volumeId: string, instan
   t.equal(phase2.exitCode, 0, `${READY} ran again${phase2.exitCode === 0 ? "" : `: ${phase2.stderr}`}`);
   const after = await s.describe(volumeId);
   t.equal(tagsOf(after)[VolumeTag.claimedAt], claimedAt, "the same claim: no new attach, no new claimed-at");
-  t.same(after.Attachments?.map((a) => [a.InstanceId, a.State]), [[instanceId, "attached"]], "still attached to this instance only");
+  t.same(
+    after.Attachments?.map((a) => [a.InstanceId, a.State]),
+    [[instanceId, "attached"]],
+    "still attached to this instance only",
+  );
   const journal = await m.journal();
-  const rerunLines = journal.filter((e) => e.identifier === "ebs-cache-agent" && (e.systemdUnit === AGENT || e.systemdUnit === READY));
-  t.same(rerunLines.filter((e) => /^boot\.claim:/.test(e.message)).length, 1, "one claim over both runs of phase 1 (the first boot's)");
-  const ran = await m.exec(["docker", "run", "--rm", "--pull=never", "--network=none", IMAGES[1]!.tag, "/bin/sh", "-c", "exit 0"], 120_000);
-  t.equal(ran.exitCode, 0, `after the re-run ${IMAGES[1]!.tag} still runs without a pull${ran.exitCode === 0 ? "" : `: ${ran.stderr}`}`);
+  const rerunLines = journal.filter(
+    (e) => e.identifier === "ebs-cache-agent" && (e.systemdUnit === AGENT || e.systemdUnit === READY),
+  );
+  t.same(
+    rerunLines.filter((e) => /^boot\.claim:/.test(e.message)).length,
+    1,
+    "one claim over both runs of phase 1 (the first boot's)",
+  );
+  const ran = await m.exec(
+    ["docker", "run", "--rm", "--pull=never", "--network=none", IMAGES[1]!.tag, "/bin/sh", "-c", "exit 0"],
+    120_000,
+  );
+  t.equal(
+    ran.exitCode,
+    0,
+    `after the re-run ${IMAGES[1]!.tag} still runs without a pull${ran.exitCode === 0 ? "" : `: ${ran.stderr}`}`,
+  );
 }
 
 /**
@@ -682,9 +847,14 @@ async function rebootMachine(
     `the end of ${READY} after the reboot`,
   );
   at.timings.reboot = Date.now() - started;
-  t.ok(journal.some((e) => e.bootId === firstBoot && jobDone(READY, "start")(e)), "the journal holds the first boot's run too");
+  t.ok(
+    journal.some((e) => e.bootId === firstBoot && jobDone(READY, "start")(e)),
+    "the journal holds the first boot's run too",
+  );
   const thisBoot = journal.filter((e) => e.bootId === bootId);
-  const released = journal.filter((e) => e.bootId === firstBoot && e.systemdUnit === RELEASE && e.identifier === "ebs-cache-agent").map((e) => e.message);
+  const released = journal
+    .filter((e) => e.bootId === firstBoot && e.systemdUnit === RELEASE && e.identifier === "ebs-cache-agent")
+    .map((e) => e.message);
   t.ok(
     released.some((line) => /^release\.shutdown: /.test(line) && /rebooting/.test(line)),
     `the release at the reboot's shutdown saw the reboot (${released.filter((line) => line.startsWith("release.shutdown")).join(" | ") || "no release.shutdown line"})`,
@@ -697,13 +867,23 @@ async function rebootMachine(
   t.ok(agentDone && dockerStarting && agentDone.seq < dockerStarting.seq, `and finished before ${DOCKER} started`);
   t.equal(first(thisBoot, jobDone(READY, "start"))?.jobResult, "done", `${READY} ran again in the new boot`);
   t.same(
-    [...processExits(thisBoot, AGENT), ...processExits(thisBoot, READY)].filter((e) => !/status=0\//.test(e.message)).map((e) => e.message),
+    [...processExits(thisBoot, AGENT), ...processExits(thisBoot, READY)]
+      .filter((e) => !/status=0\//.test(e.message))
+      .map((e) => e.message),
     [],
     "both exited 0",
   );
-  const lines = (unit: string) => thisBoot.filter((e) => e.systemdUnit === unit && e.identifier === "ebs-cache-agent").map((e) => e.message);
-  t.ok(lines(AGENT).some((line) => /^boot\.reuse:/.test(line)), `${AGENT} reused the volume still attached (boot.reuse)`);
-  t.same([...lines(AGENT), ...lines(READY)].filter((line) => /^boot\.claim:/.test(line)), [], "and claimed nothing");
+  const lines = (unit: string) =>
+    thisBoot.filter((e) => e.systemdUnit === unit && e.identifier === "ebs-cache-agent").map((e) => e.message);
+  t.ok(
+    lines(AGENT).some((line) => /^boot\.reuse:/.test(line)),
+    `${AGENT} reused the volume still attached (boot.reuse)`,
+  );
+  t.same(
+    [...lines(AGENT), ...lines(READY)].filter((line) => /^boot\.claim:/.test(line)),
+    [],
+    "and claimed nothing",
+  );
   t.ok(
     lines(READY).some((line) => /^labels\.publish: /.test(line) && line.includes(`${LABEL_PREFIX}.state=ready`)),
     `${READY} published ${LABEL_PREFIX}.state=ready again`,
@@ -715,23 +895,49 @@ async function rebootMachine(
     .slice(asked)
     .filter((r) => r.instanceId === instanceId || r.volumeId === volumeId)
     .map((r) => r.action);
-  t.same(calls.filter((a) => a === "AttachVolume" || a === "DetachVolume"), [], `no AttachVolume or DetachVolume over the reboot (EC2 calls: ${calls.join(", ")})`);
+  t.same(
+    calls.filter((a) => a === "AttachVolume" || a === "DetachVolume"),
+    [],
+    `no AttachVolume or DetachVolume over the reboot (EC2 calls: ${calls.join(", ")})`,
+  );
   const after = await s.describe(volumeId);
-  t.same(after.Attachments?.map((a) => [a.InstanceId, a.State]), [[instanceId, "attached"]], "the volume is still attached to this instance only");
-  t.equal(tagsOf(after)[VolumeTag.claimedAt], tagsOf(before)[VolumeTag.claimedAt], "under the same claim (claimed-at unchanged)");
+  t.same(
+    after.Attachments?.map((a) => [a.InstanceId, a.State]),
+    [[instanceId, "attached"]],
+    "the volume is still attached to this instance only",
+  );
+  t.equal(
+    tagsOf(after)[VolumeTag.claimedAt],
+    tagsOf(before)[VolumeTag.claimedAt],
+    "under the same claim (claimed-at unchanged)",
+  );
 
   // Docker of the new boot on the volume, with the images, and readiness on the engine.
   const mountPoint = `/var/lib/ebs-cache/${volumeId}`;
-  t.ok((await machineMounts(m.pid1)).some((e) => e.target === mountPoint && e.fsType === "xfs"), `the volume is mounted at ${mountPoint} again`);
+  t.ok(
+    (await machineMounts(m.pid1)).some((e) => e.target === mountPoint && e.fsType === "xfs"),
+    `the volume is mounted at ${mountPoint} again`,
+  );
   const engine = createDockerEngine({ host: `unix:///proc/${m.pid1}/root/run/docker.sock` });
   const info = await engine.info();
   t.equal(info.dockerRootDir, `${mountPoint}/docker`, "docker runs on the volume's data-root again");
   t.equal(info.imageStore, store, `with the ${store} image store`);
   if (store === "containerd") await assertContainerdOnVolume(t, m, mountPoint, volumeId);
   const images = await engine.images();
-  t.same(IMAGES.map((image) => image.tag).filter((tag) => !images.includes(tag)), [], "docker lists every image of the volume");
-  const ran = await m.exec(["docker", "run", "--rm", "--pull=never", "--network=none", IMAGES[1]!.tag, "/bin/sh", "-c", "exit 0"], 120_000);
-  t.equal(ran.exitCode, 0, `${IMAGES[1]!.tag} runs from the volume without a pull after the reboot${ran.exitCode === 0 ? "" : `: ${ran.stderr}`}`);
+  t.same(
+    IMAGES.map((image) => image.tag).filter((tag) => !images.includes(tag)),
+    [],
+    "docker lists every image of the volume",
+  );
+  const ran = await m.exec(
+    ["docker", "run", "--rm", "--pull=never", "--network=none", IMAGES[1]!.tag, "/bin/sh", "-c", "exit 0"],
+    120_000,
+  );
+  t.equal(
+    ran.exitCode,
+    0,
+    `${IMAGES[1]!.tag} runs from the volume without a pull after the reboot${ran.exitCode === 0 ? "" : `: ${ran.stderr}`}`,
+  );
   t.ok(info.labels.includes(`${LABEL_PREFIX}.state=ready`), "the engine label state=ready is published again");
   t.ok(info.labels.includes(`${LABEL_PREFIX}.volume-id=${volumeId}`), "with the volume id");
   return bootId;
@@ -746,12 +952,19 @@ async function rebootMachine(
 async function containerdGolden(t: Test, s: Shared, pool: string): Promise<GoldenSnapshot> {
   const ec2 = s.lab.ec2Client();
   const host = await s.lab.addHost({ tags: { Name: "containerd-golden-builder" } });
-  const created = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: host.instance.availabilityZone, Size: 2, VolumeType: "gp3" }));
+  const created = await ec2.send(
+    new CreateVolumeCommand({ AvailabilityZone: host.instance.availabilityZone, Size: 2, VolumeType: "gp3" }),
+  );
   const volumeId = created.VolumeId!;
   const wait = { client: ec2, minDelay: 1, maxDelay: 2, maxWaitTime: 120 };
   await waitUntilVolumeAvailable(wait, { VolumeIds: [volumeId] });
-  await ec2.send(new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: host.instance.instanceId, Device: "/dev/sdf" }));
-  t.ok(await pollUntil(async () => (await s.describe(volumeId)).Attachments?.[0]?.State === "attached", 60_000, 100), "the builder volume is attached");
+  await ec2.send(
+    new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: host.instance.instanceId, Device: "/dev/sdf" }),
+  );
+  t.ok(
+    await pollUntil(async () => (await s.describe(volumeId)).Attachments?.[0]?.State === "attached", 60_000, 100),
+    "the builder volume is attached",
+  );
   const device = await s.lab.backend.deviceReady(volumeId);
   await run("mkfs.xfs", ["-q", "-L", FS_LABEL, "-m", "crc=1", "-n", "ftype=1", device]);
 
@@ -760,7 +973,8 @@ async function containerdGolden(t: Test, s: Shared, pool: string): Promise<Golde
   await inMachine(t, builder, ["mount", "-o", "noatime", device, VOLUME_IN_MACHINE]);
   const engine = await dockerOnVolume(t, builder, { containerdRoot: true });
   t.equal((await engine.info()).imageStore, "containerd", "the builder's docker uses the containerd store");
-  const engineVersion = /version ([0-9][^\s,]*)/.exec((await builder.exec(["dockerd", "--version"])).stdout)?.[1] ?? "unknown";
+  const engineVersion =
+    /version ([0-9][^\s,]*)/.exec((await builder.exec(["dockerd", "--version"])).stdout)?.[1] ?? "unknown";
   const hostSocket = `unix:///proc/${builder.pid1}/root/run/docker.sock`;
   const client = {
     docker: (args: readonly string[], options?: RunOptions) => run(DOCKER_CLI, ["-H", hostSocket, ...args], options),
@@ -768,10 +982,13 @@ async function containerdGolden(t: Test, s: Shared, pool: string): Promise<Golde
   };
   const work = await mkdtemp(join(CACHE_BASE, "containerd-golden-"));
   t.teardown(() => rm(work, { recursive: true, force: true }));
-  for (const image of IMAGES) await buildImage(client, { tag: image.tag, workDir: work, payloadBytes: image.payloadBytes });
+  for (const image of IMAGES)
+    await buildImage(client, { tag: image.tag, workDir: work, payloadBytes: image.payloadBytes });
   await inMachine(t, builder, ["systemctl", "stop", "docker.service", "docker.socket", "containerd.service"]);
-  for (const local of CONTAINERD_MACHINE_LOCAL_STATE) await inMachine(t, builder, ["rm", "-rf", join(VOLUME_IN_MACHINE, CONTAINERD_ROOT_SUBDIR, local)]);
-  for (const local of MACHINE_LOCAL_STATE) await inMachine(t, builder, ["rm", "-rf", join(VOLUME_IN_MACHINE, DATA_ROOT_SUBDIR, local)]);
+  for (const local of CONTAINERD_MACHINE_LOCAL_STATE)
+    await inMachine(t, builder, ["rm", "-rf", join(VOLUME_IN_MACHINE, CONTAINERD_ROOT_SUBDIR, local)]);
+  for (const local of MACHINE_LOCAL_STATE)
+    await inMachine(t, builder, ["rm", "-rf", join(VOLUME_IN_MACHINE, DATA_ROOT_SUBDIR, local)]);
   await inMachine(t, builder, ["umount", VOLUME_IN_MACHINE]);
   t.equal(await builder.poweroff(120_000), 0, "the builder powered off");
 
@@ -782,7 +999,12 @@ async function containerdGolden(t: Test, s: Shared, pool: string): Promise<Golde
   const snapshot = await ec2.send(
     new CreateSnapshotCommand({
       VolumeId: volumeId,
-      TagSpecifications: [{ ResourceType: "snapshot", Tags: Object.entries(poolTags(pool, IMAGE_SET, images, built)).map(([Key, Value]) => ({ Key, Value })) }],
+      TagSpecifications: [
+        {
+          ResourceType: "snapshot",
+          Tags: Object.entries(poolTags(pool, IMAGE_SET, images, built)).map(([Key, Value]) => ({ Key, Value })),
+        },
+      ],
     }),
   );
   await waitUntilSnapshotCompleted(wait, { SnapshotIds: [snapshot.SnapshotId!] });
@@ -790,22 +1012,33 @@ async function containerdGolden(t: Test, s: Shared, pool: string): Promise<Golde
   return { snapshotId: snapshot.SnapshotId!, sizeGiB: 2, images, built };
 }
 
-t.test(`${ENGINES["28"].name}, containerd image store through the agent: the containerd volume claimed, containerd's root on it, re-run, reboot, release, a second instance`, async (t) => {
-  const timings: Record<string, number> = {};
-  const time = timer(timings);
-  // A pool holding one graphdriver volume (the shared golden) and one containerd volume.
-  const s = await setup("28", 1, time, (line) => t.comment(line));
-  const graphdriverVolume = s.poolVolumes[0]!;
-  const golden = await time("containerd-golden", () => containerdGolden(t, s, s.pool));
-  const [containerdVolume] = await createPoolVolumes(s.lab, golden, { pool: s.pool, imageSet: IMAGE_SET, count: 1 });
-  t.equal(tagsOf(await s.describe(containerdVolume!))[VolumeTag.imageStore], "containerd", "the containerd pool volume is tagged with its store");
-  const onContainerd: Setup = { ...s, poolVolumes: [containerdVolume!] };
-  const first = await bootAndRelease(t, onContainerd, "nspawn-28-containerd", timings, { store: "containerd", rerun: true, reboot: true });
-  t.equal(first, containerdVolume, "the machine claimed the containerd volume");
-  const left = await s.describe(graphdriverVolume);
-  t.equal(left.State, "available", "the graphdriver volume of the same pool was left alone");
-  t.notOk(tagsOf(left)[VolumeTag.claimedBy], "never claimed");
-  const second = await bootAndRelease(t, onContainerd, "nspawn-28-containerd-second", {}, { store: "containerd" });
-  t.equal(second, containerdVolume, `the second instance took ${containerdVolume}, released by the first`);
-  t.comment(timingsText(timings));
-});
+t.test(
+  `${ENGINES["28"].name}, containerd image store through the agent: the containerd volume claimed, containerd's root on it, re-run, reboot, release, a second instance`,
+  async (t) => {
+    const timings: Record<string, number> = {};
+    const time = timer(timings);
+    // A pool holding one graphdriver volume (the shared golden) and one containerd volume.
+    const s = await setup("28", 1, time, (line) => t.comment(line));
+    const graphdriverVolume = s.poolVolumes[0]!;
+    const golden = await time("containerd-golden", () => containerdGolden(t, s, s.pool));
+    const [containerdVolume] = await createPoolVolumes(s.lab, golden, { pool: s.pool, imageSet: IMAGE_SET, count: 1 });
+    t.equal(
+      tagsOf(await s.describe(containerdVolume!))[VolumeTag.imageStore],
+      "containerd",
+      "the containerd pool volume is tagged with its store",
+    );
+    const onContainerd: Setup = { ...s, poolVolumes: [containerdVolume!] };
+    const first = await bootAndRelease(t, onContainerd, "nspawn-28-containerd", timings, {
+      store: "containerd",
+      rerun: true,
+      reboot: true,
+    });
+    t.equal(first, containerdVolume, "the machine claimed the containerd volume");
+    const left = await s.describe(graphdriverVolume);
+    t.equal(left.State, "available", "the graphdriver volume of the same pool was left alone");
+    t.notOk(tagsOf(left)[VolumeTag.claimedBy], "never claimed");
+    const second = await bootAndRelease(t, onContainerd, "nspawn-28-containerd-second", {}, { store: "containerd" });
+    t.equal(second, containerdVolume, `the second instance took ${containerdVolume}, released by the first`);
+    t.comment(timingsText(timings));
+  },
+);

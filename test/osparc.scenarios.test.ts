@@ -8,7 +8,13 @@
  */
 import t, { type Test } from "tap";
 import { VolumeTag } from "../src/tags.ts";
-import { createAutoscalerActor, Osparc, type AgentRun, type OsparcBoot, type OsparcNode } from "../src/lab/autoscaler.ts";
+import {
+  createAutoscalerActor,
+  Osparc,
+  type AgentRun,
+  type OsparcBoot,
+  type OsparcNode,
+} from "../src/lab/autoscaler.ts";
 import type { BootOutcome } from "../src/agent/boot/run.ts";
 import { GOLDEN_IMAGES, labelRecord, LABEL_PREFIX, POOL, startBootLab } from "./fixtures/boot-lab.ts";
 import { assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
@@ -34,21 +40,40 @@ function taskLabels(ids: { user: string; project: string; node: string }): Recor
     "wallet-id": "wallet_1234567890_for_the_academic_research_group_of_the_product_above",
   };
 }
-const FIRST = taskLabels({ user: "user_42", project: "9b5e1c2e-6a3f-4a8e-8c1d-2f1e0d9c7b6a", node: "3c1f0a9e-2b7d-4e8f-9a6b-5d4c3b2a1f0e" });
-const OTHER = taskLabels({ user: "user_42", project: "0d0d0d0d-1111-4222-8333-444455556666", node: "7e7e7e7e-aaaa-4bbb-8ccc-dddddddddddd" });
+const FIRST = taskLabels({
+  user: "user_42",
+  project: "9b5e1c2e-6a3f-4a8e-8c1d-2f1e0d9c7b6a",
+  node: "3c1f0a9e-2b7d-4e8f-9a6b-5d4c3b2a1f0e",
+});
+const OTHER = taskLabels({
+  user: "user_42",
+  project: "0d0d0d0d-1111-4222-8333-444455556666",
+  node: "7e7e7e7e-aaaa-4bbb-8ccc-dddddddddddd",
+});
 
 function assertBoot(t: Test, run: AgentRun<BootOutcome>, outcome: string, message: string): void {
-  t.equal(run.result?.outcome, outcome, message, run.result?.outcome === outcome ? {} : { result: run.result, log: run.log.join("\n") });
+  t.equal(
+    run.result?.outcome,
+    outcome,
+    message,
+    run.result?.outcome === outcome ? {} : { result: run.result, log: run.log.join("\n") },
+  );
 }
 function attachRequests(instanceId: string, since = 0): number {
-  return bl.lab.ec2.requests.records().filter((r) => r.seq >= since && r.action === "AttachVolume" && r.instanceId === instanceId).length;
+  return bl.lab.ec2.requests
+    .records()
+    .filter((r) => r.seq >= since && r.action === "AttachVolume" && r.instanceId === instanceId).length;
 }
 function lastSeq(): number {
   return bl.lab.ec2.requests.records().at(-1)?.seq ?? 0;
 }
-const isOsparcLabel = (key: string) => key.startsWith("io.simcore.osparc-") || ["ec2-instance-type", "product-name", "user-id", "project-id", "node-id", "wallet-id"].includes(key);
-const agentLabels = (labels: Record<string, string>) => Object.fromEntries(Object.entries(labels).filter(([key]) => key.startsWith(`${LABEL_PREFIX}.`)));
-const osparcLabels = (labels: Record<string, string>) => Object.fromEntries(Object.entries(labels).filter(([key]) => isOsparcLabel(key)));
+const isOsparcLabel = (key: string) =>
+  key.startsWith("io.simcore.osparc-") ||
+  ["ec2-instance-type", "product-name", "user-id", "project-id", "node-id", "wallet-id"].includes(key);
+const agentLabels = (labels: Record<string, string>) =>
+  Object.fromEntries(Object.entries(labels).filter(([key]) => key.startsWith(`${LABEL_PREFIX}.`)));
+const osparcLabels = (labels: Record<string, string>) =>
+  Object.fromEntries(Object.entries(labels).filter(([key]) => isOsparcLabel(key)));
 
 /** Launch, boot, join, attach (tag deleted, labels copied), activate: a node taking its task. */
 async function machineFor(t: Test, labels: Record<string, string>): Promise<{ node: OsparcNode; boot: OsparcBoot }> {
@@ -63,7 +88,11 @@ async function machineFor(t: Test, labels: Record<string, string>): Promise<{ no
   await osparc.join(node);
   await osparc.attachNode(node);
   const after = await osparc.instanceTags(node);
-  t.same(Object.keys(after).filter((key) => key.startsWith(Osparc.labelsTag)), [], "the autoscaler deleted the labels tag after the join");
+  t.same(
+    Object.keys(after).filter((key) => key.startsWith(Osparc.labelsTag)),
+    [],
+    "the autoscaler deleted the labels tag after the join",
+  );
   await osparc.activate(node);
   return { node, boot };
 }
@@ -71,34 +100,67 @@ async function machineFor(t: Test, labels: Record<string, string>): Promise<{ no
 let workspaceVolume = "";
 let first: OsparcNode;
 
-t.test("a machine for a task's ids: a workspace volume from the chunked tag; the agent's labels beside osparc's, never over them", async (t) => {
-  const { node, boot } = await machineFor(t, FIRST);
-  first = node;
-  t.equal(boot.phase1.plan.selection.source, "new-workspace", "no workspace for these ids yet: one is made");
-  workspaceVolume = boot.result!.volumeId!;
-  const tags = await bl.tags(workspaceVolume);
-  t.match(tags, { [VolumeTag.userId]: "user_42", [VolumeTag.projectId]: FIRST["project-id"], [VolumeTag.nodeId]: FIRST["node-id"] }, "the volume records the ids");
-  // What the node's service writes: a file in a docker volume on the workspace.
-  await node.host.dockerd!.docker(["volume", "create", "work"]);
-  await node.host.dockerd!.docker(["run", "--rm", "--network", "none", "-v", "work:/data", IMAGE, "sh", "-c", "echo written-by-the-first-machine > /data/file"]);
+t.test(
+  "a machine for a task's ids: a workspace volume from the chunked tag; the agent's labels beside osparc's, never over them",
+  async (t) => {
+    const { node, boot } = await machineFor(t, FIRST);
+    first = node;
+    t.equal(boot.phase1.plan.selection.source, "new-workspace", "no workspace for these ids yet: one is made");
+    workspaceVolume = boot.result!.volumeId!;
+    const tags = await bl.tags(workspaceVolume);
+    t.match(
+      tags,
+      {
+        [VolumeTag.userId]: "user_42",
+        [VolumeTag.projectId]: FIRST["project-id"],
+        [VolumeTag.nodeId]: FIRST["node-id"],
+      },
+      "the volume records the ids",
+    );
+    // What the node's service writes: a file in a docker volume on the workspace.
+    await node.host.dockerd!.docker(["volume", "create", "work"]);
+    await node.host.dockerd!.docker([
+      "run",
+      "--rm",
+      "--network",
+      "none",
+      "-v",
+      "work:/data",
+      IMAGE,
+      "sh",
+      "-c",
+      "echo written-by-the-first-machine > /data/file",
+    ]);
 
-  const labels = await osparc.nodeLabels(node);
-  t.match(labels, { ...FIRST, [Osparc.servicesReady]: "true" }, "osparc's placement and readiness labels on the node");
+    const labels = await osparc.nodeLabels(node);
+    t.match(
+      labels,
+      { ...FIRST, [Osparc.servicesReady]: "true" },
+      "osparc's placement and readiness labels on the node",
+    );
 
-  // systemd restarts the agent (a re-run: phase 2 again) after the join, with the tag gone:
-  // the ids come from phase 1's record, and osparc's labels stay as osparc set them.
-  const rerun = await osparc.boot(node);
-  assertBoot(t, rerun, "ready", "a re-run after the join: ready");
-  t.equal(rerun.result?.volumeId, workspaceVolume, "on the same volume");
-  const relabelled = await osparc.nodeLabels(node);
-  t.same(osparcLabels(relabelled), osparcLabels(labels), "osparc's labels untouched by the agent");
-  const mine = agentLabels(relabelled);
-  const engine = agentLabels(labelRecord((await node.host.dockerd!.info()).Labels));
-  const published = Object.keys(mine).length > 0 ? mine : engine;
-  t.equal(published[`${LABEL_PREFIX}.state`], "ready", "the agent's state label, under its prefix", { node: relabelled, engine });
-  t.equal(published[`${LABEL_PREFIX}.workspace.user-id`], "user_42", "and the workspace ids it mounted, from its record (the tag is gone)");
-  t.equal(published[`${LABEL_PREFIX}.workspace.project-id`], FIRST["project-id"]);
-});
+    // systemd restarts the agent (a re-run: phase 2 again) after the join, with the tag gone:
+    // the ids come from phase 1's record, and osparc's labels stay as osparc set them.
+    const rerun = await osparc.boot(node);
+    assertBoot(t, rerun, "ready", "a re-run after the join: ready");
+    t.equal(rerun.result?.volumeId, workspaceVolume, "on the same volume");
+    const relabelled = await osparc.nodeLabels(node);
+    t.same(osparcLabels(relabelled), osparcLabels(labels), "osparc's labels untouched by the agent");
+    const mine = agentLabels(relabelled);
+    const engine = agentLabels(labelRecord((await node.host.dockerd!.info()).Labels));
+    const published = Object.keys(mine).length > 0 ? mine : engine;
+    t.equal(published[`${LABEL_PREFIX}.state`], "ready", "the agent's state label, under its prefix", {
+      node: relabelled,
+      engine,
+    });
+    t.equal(
+      published[`${LABEL_PREFIX}.workspace.user-id`],
+      "user_42",
+      "and the workspace ids it mounted, from its record (the tag is gone)",
+    );
+    t.equal(published[`${LABEL_PREFIX}.workspace.project-id`], FIRST["project-id"]);
+  },
+);
 
 t.test("terminate: the release runs in the shutdown and hands the workspace volume back with an expiry", async (t) => {
   await osparc.drain(first);
@@ -122,7 +184,11 @@ t.test("other ids (the same user, another project and node) never get the worksp
 
   // A user-level request (only user-id, as osparc's own example configures it) is not served
   // by the node-level workspace of the same user either.
-  const userLevel = await osparc.launch({ "product-name": FIRST["product-name"]!, "user-id": "user_42", "wallet-id": FIRST["wallet-id"]! });
+  const userLevel = await osparc.launch({
+    "product-name": FIRST["product-name"]!,
+    "user-id": "user_42",
+    "wallet-id": FIRST["wallet-id"]!,
+  });
   const booted = await osparc.boot(userLevel);
   assertBoot(t, booted, "ready", "a user-level machine: ready");
   t.not(booted.result?.volumeId, workspaceVolume, "not the project/node-level workspace");
@@ -134,13 +200,30 @@ t.test("the same ids again: the workspace volume comes back with the first machi
   const { node, boot } = await machineFor(t, FIRST);
   t.equal(boot.phase1.plan.selection.source, "workspace", "the workspace of these ids is found");
   t.equal(boot.result?.volumeId, workspaceVolume, "the same volume");
-  const read = await node.host.dockerd!.docker(["run", "--rm", "--network", "none", "-v", "work:/data", IMAGE, "cat", "/data/file"]);
-  t.equal(read.stdout.trim(), "written-by-the-first-machine", "the file the first machine wrote into its docker volume");
+  const read = await node.host.dockerd!.docker([
+    "run",
+    "--rm",
+    "--network",
+    "none",
+    "-v",
+    "work:/data",
+    IMAGE,
+    "cat",
+    "/data/file",
+  ]);
+  t.equal(
+    read.stdout.trim(),
+    "written-by-the-first-machine",
+    "the file the first machine wrote into its docker volume",
+  );
   t.notOk((await bl.tags(workspaceVolume))[VolumeTag.expiresAt], "claimed again: no expiry");
 
   // Hot buffer: the task ends, the node is drained and later re-activated for a new task with
   // no reboot. The agent is not involved: its labels stay as they were.
-  const before = agentLabels({ ...(await osparc.nodeLabels(node)), ...labelRecord((await node.host.dockerd!.info()).Labels) });
+  const before = agentLabels({
+    ...(await osparc.nodeLabels(node)),
+    ...labelRecord((await node.host.dockerd!.info()).Labels),
+  });
   t.ok(before[`${LABEL_PREFIX}.state`], "the agent's labels before", { before });
   await osparc.drain(node);
   const drained = await osparc.nodeLabels(node);
@@ -149,78 +232,134 @@ t.test("the same ids again: the workspace volume comes back with the first machi
   await osparc.activate(node, FIRST);
   const after = await osparc.nodeLabels(node);
   t.match(after, { ...FIRST, [Osparc.servicesReady]: "true" }, "re-activated");
-  t.same(agentLabels({ ...after, ...labelRecord((await node.host.dockerd!.info()).Labels) }), before, "the agent's labels untouched");
+  t.same(
+    agentLabels({ ...after, ...labelRecord((await node.host.dockerd!.info()).Labels) }),
+    before,
+    "the agent's labels untouched",
+  );
   await osparc.terminate(node);
   t.equal(node.lastRelease?.result?.outcome, "released");
 });
 
-t.test("a warm buffer: keeps its volume attached over stop and start (no AttachVolume, no expiry), takes its task's tags written after the start", async (t) => {
-  const buffer = await osparc.launch({}, { warmBuffer: true });
-  const boot = await osparc.boot(buffer);
-  assertBoot(t, boot, "ready", "the buffer's first boot: ready on a pool volume");
-  t.equal(boot.phase1.plan.selection.source, "pool");
-  const volumeId = boot.result!.volumeId!;
+t.test(
+  "a warm buffer: keeps its volume attached over stop and start (no AttachVolume, no expiry), takes its task's tags written after the start",
+  async (t) => {
+    const buffer = await osparc.launch({}, { warmBuffer: true });
+    const boot = await osparc.boot(buffer);
+    assertBoot(t, boot, "ready", "the buffer's first boot: ready on a pool volume");
+    t.equal(boot.phase1.plan.selection.source, "pool");
+    const volumeId = boot.result!.volumeId!;
 
-  const stopped = async (what: string) => {
+    const stopped = async (what: string) => {
+      const since = lastSeq();
+      await osparc.stop(buffer);
+      t.equal(buffer.lastRelease?.result?.outcome, "released", `${what}: the release ran`, {
+        log: buffer.lastRelease?.log.join("\n"),
+      });
+      t.equal(buffer.lastRelease?.plan.shutdown.kind, "stop", `${what}: seen as a stop`);
+      const end = await volumeEnd(bl, volumeId);
+      t.same(
+        [end.state, end.attachments],
+        ["in-use", [`attached ${buffer.instanceId}`]],
+        `${what}: the volume stays attached to the stopped buffer`,
+      );
+      t.notOk(end.tags[VolumeTag.expiresAt], `${what}: no expires-at while stopped`);
+      t.equal(
+        bl.lab.ec2.requests.records().filter((r) => r.seq > since && r.action === "DetachVolume").length,
+        0,
+        `${what}: no DetachVolume`,
+      );
+    };
+    await stopped("first stop");
+
+    // Activation for a task: StartInstances, then one CreateTags with warm_buffer_machine=false and the labels tag.
     const since = lastSeq();
-    await osparc.stop(buffer);
-    t.equal(buffer.lastRelease?.result?.outcome, "released", `${what}: the release ran`, { log: buffer.lastRelease?.log.join("\n") });
-    t.equal(buffer.lastRelease?.plan.shutdown.kind, "stop", `${what}: seen as a stop`);
-    const end = await volumeEnd(bl, volumeId);
-    t.same([end.state, end.attachments], ["in-use", [`attached ${buffer.instanceId}`]], `${what}: the volume stays attached to the stopped buffer`);
-    t.notOk(end.tags[VolumeTag.expiresAt], `${what}: no expires-at while stopped`);
-    t.equal(bl.lab.ec2.requests.records().filter((r) => r.seq > since && r.action === "DetachVolume").length, 0, `${what}: no DetachVolume`);
-  };
-  await stopped("first stop");
+    const activated = await osparc.activateWarmBuffer(buffer, FIRST, {
+      overrides: { workspace: { waitForLabelsTagSeconds: 20 } },
+    });
+    assertBoot(t, activated, "ready", "the activated buffer's boot: ready");
+    t.ok(
+      activated.phase1.log.some((line) => /waiting up to 20 s/.test(line)),
+      "it waited for the tag written after the start",
+    );
+    t.ok(
+      activated.phase1.log.some((line) => /the labels tag arrived/.test(line)),
+      "and the tag arrived",
+    );
+    t.equal(activated.result?.volumeId, volumeId, "the volume it kept");
+    t.equal(attachRequests(buffer.instanceId, since), 0, "0 AttachVolume on the start");
+    const images = (await buffer.host.dockerd!.docker(["images", "--format", "{{.Repository}}:{{.Tag}}"])).stdout.split(
+      "\n",
+    );
+    t.ok(images.includes(IMAGE), "its images are there");
+    await osparc.join(buffer);
+    await osparc.attachNode(buffer);
+    t.same(
+      Object.keys(await osparc.instanceTags(buffer)).filter((key) => key.startsWith(Osparc.labelsTag)),
+      [],
+      "tag deleted after the join",
+    );
+    await osparc.activate(buffer);
 
-  // Activation for a task: StartInstances, then one CreateTags with warm_buffer_machine=false and the labels tag.
-  const since = lastSeq();
-  const activated = await osparc.activateWarmBuffer(buffer, FIRST, { overrides: { workspace: { waitForLabelsTagSeconds: 20 } } });
-  assertBoot(t, activated, "ready", "the activated buffer's boot: ready");
-  t.ok(activated.phase1.log.some((line) => /waiting up to 20 s/.test(line)), "it waited for the tag written after the start");
-  t.ok(activated.phase1.log.some((line) => /the labels tag arrived/.test(line)), "and the tag arrived");
-  t.equal(activated.result?.volumeId, volumeId, "the volume it kept");
-  t.equal(attachRequests(buffer.instanceId, since), 0, "0 AttachVolume on the start");
-  const images = (await buffer.host.dockerd!.docker(["images", "--format", "{{.Repository}}:{{.Tag}}"])).stdout.split("\n");
-  t.ok(images.includes(IMAGE), "its images are there");
-  await osparc.join(buffer);
-  await osparc.attachNode(buffer);
-  t.same(Object.keys(await osparc.instanceTags(buffer)).filter((key) => key.startsWith(Osparc.labelsTag)), [], "tag deleted after the join");
-  await osparc.activate(buffer);
+    await stopped("second stop");
+    const again = lastSeq();
+    await osparc.start(buffer);
+    const rebooted = await osparc.boot(buffer);
+    assertBoot(t, rebooted, "ready", "started again: ready");
+    t.equal(rebooted.phase1.plan.selection.source, "attached", "phase 1 finds the volume attached");
+    const waited = (run: AgentRun<BootOutcome>) =>
+      run.log.some((line) => /waiting up to/.test(line)) ? " (waited for a labels tag)" : "";
+    t.comment(
+      `restart of an activated buffer: phase 1 ${Math.round(rebooted.phase1.ms)} ms${waited(rebooted.phase1)}, to ready ${Math.round(rebooted.ms)} ms${waited(rebooted)}`,
+    );
+    t.equal(
+      waited(rebooted.phase1),
+      "",
+      "a once-activated buffer does not wait for the tag osparc deleted after the join (phase 1)",
+    );
+    t.equal(waited(rebooted), "", "nor does phase 2");
+    t.equal(rebooted.result?.volumeId, volumeId, "the same volume");
+    t.equal(attachRequests(buffer.instanceId, again), 0, "0 AttachVolume on this start either");
+    await osparc.terminate(buffer);
+    t.equal((await volumeEnd(bl, volumeId)).state, "available", "terminated: the volume handed back");
+  },
+);
 
-  await stopped("second stop");
-  const again = lastSeq();
-  await osparc.start(buffer);
-  const rebooted = await osparc.boot(buffer);
-  assertBoot(t, rebooted, "ready", "started again: ready");
-  t.equal(rebooted.phase1.plan.selection.source, "attached", "phase 1 finds the volume attached");
-  const waited = (run: AgentRun<BootOutcome>) => (run.log.some((line) => /waiting up to/.test(line)) ? " (waited for a labels tag)" : "");
-  t.comment(`restart of an activated buffer: phase 1 ${Math.round(rebooted.phase1.ms)} ms${waited(rebooted.phase1)}, to ready ${Math.round(rebooted.ms)} ms${waited(rebooted)}`);
-  t.equal(waited(rebooted.phase1), "", "a once-activated buffer does not wait for the tag osparc deleted after the join (phase 1)");
-  t.equal(waited(rebooted), "", "nor does phase 2");
-  t.equal(rebooted.result?.volumeId, volumeId, "the same volume");
-  t.equal(attachRequests(buffer.instanceId, again), 0, "0 AttachVolume on this start either");
-  await osparc.terminate(buffer);
-  t.equal((await volumeEnd(bl, volumeId)).state, "available", "terminated: the volume handed back");
-});
-
-t.test("attachments that never complete: phase 1 ends at its budget and the node joins degraded, not late", async (t) => {
-  bl.lab.ec2.setFaults({ stuckAttach: true });
-  t.teardown(() => bl.lab.ec2.setFaults({}));
-  const bootSeconds = 6;
-  // osparc's default placement config ({}): no labels tag, a pool volume, whose attachment hangs.
-  const node = await osparc.launch({});
-  const boot = await osparc.boot(node, { overrides: { timeouts: { bootSeconds, attachSeconds: 600, deviceSeconds: 600 } } });
-  bl.lab.ec2.setFaults({});
-  assertBoot(t, boot.phase1, "degraded", "phase 1: degraded");
-  t.match(boot.phase1.result?.reason, new RegExp(`boot budget of ${bootSeconds} s ran out`), "the reason names the budget");
-  // Generous (a slow machine): the budget plus the undo; the point is that it is not attachSeconds.
-  t.ok(boot.phase1.ms < (bootSeconds + 30) * 1000, `phase 1 returned after ${Math.round(boot.phase1.ms)} ms`);
-  assertBoot(t, boot, "degraded", "phase 2: degraded (no volume attached)");
-  t.equal((await node.host.dockerd!.info()).DockerRootDir, node.host.paths.defaultDataRoot, "docker runs on its default data-root");
-  await osparc.join(node);
-  await osparc.attachNode(node);
-  t.equal(labelRecord((await node.host.dockerd!.info()).Labels)[`${LABEL_PREFIX}.state`] ?? (await osparc.nodeLabels(node))[`${LABEL_PREFIX}.state`], "degraded", "the node says degraded");
-  t.equal((await osparc.nodeLabels(node))[Osparc.servicesReady], "false", "and osparc's label is its own");
-  await osparc.terminate(node);
-});
+t.test(
+  "attachments that never complete: phase 1 ends at its budget and the node joins degraded, not late",
+  async (t) => {
+    bl.lab.ec2.setFaults({ stuckAttach: true });
+    t.teardown(() => bl.lab.ec2.setFaults({}));
+    const bootSeconds = 6;
+    // osparc's default placement config ({}): no labels tag, a pool volume, whose attachment hangs.
+    const node = await osparc.launch({});
+    const boot = await osparc.boot(node, {
+      overrides: { timeouts: { bootSeconds, attachSeconds: 600, deviceSeconds: 600 } },
+    });
+    bl.lab.ec2.setFaults({});
+    assertBoot(t, boot.phase1, "degraded", "phase 1: degraded");
+    t.match(
+      boot.phase1.result?.reason,
+      new RegExp(`boot budget of ${bootSeconds} s ran out`),
+      "the reason names the budget",
+    );
+    // Generous (a slow machine): the budget plus the undo; the point is that it is not attachSeconds.
+    t.ok(boot.phase1.ms < (bootSeconds + 30) * 1000, `phase 1 returned after ${Math.round(boot.phase1.ms)} ms`);
+    assertBoot(t, boot, "degraded", "phase 2: degraded (no volume attached)");
+    t.equal(
+      (await node.host.dockerd!.info()).DockerRootDir,
+      node.host.paths.defaultDataRoot,
+      "docker runs on its default data-root",
+    );
+    await osparc.join(node);
+    await osparc.attachNode(node);
+    t.equal(
+      labelRecord((await node.host.dockerd!.info()).Labels)[`${LABEL_PREFIX}.state`] ??
+        (await osparc.nodeLabels(node))[`${LABEL_PREFIX}.state`],
+      "degraded",
+      "the node says degraded",
+    );
+    t.equal((await osparc.nodeLabels(node))[Osparc.servicesReady], "false", "and osparc's label is its own");
+    await osparc.terminate(node);
+  },
+);

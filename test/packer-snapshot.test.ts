@@ -39,7 +39,13 @@ t.test("the snapshot step copies the volume's generation; a volume without one i
       ...(builtAt ? { [VolumeTag.builtAt]: builtAt } : {}),
     };
     const created = await ec2.send(
-      new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4, TagSpecifications: [{ ResourceType: "volume", Tags: Object.entries(tags).map(([Key, Value]) => ({ Key, Value })) }] }),
+      new CreateVolumeCommand({
+        AvailabilityZone: "us-east-1a",
+        Size: 4,
+        TagSpecifications: [
+          { ResourceType: "volume", Tags: Object.entries(tags).map(([Key, Value]) => ({ Key, Value })) },
+        ],
+      }),
     );
     await volumeState(ec2, created.VolumeId!, "available");
     return created.VolumeId!;
@@ -49,7 +55,10 @@ t.test("the snapshot step copies the volume's generation; a volume without one i
   async function snapshotStep(volumeId: string) {
     const manifest = join(dir, `manifest-${volumeId}.json`);
     const built = join(dir, `built-${volumeId}.env`);
-    await writeFile(manifest, JSON.stringify({ builds: [{ name: "pool", artifact_id: `us-east-1:${volumeId}` }] }, null, 2));
+    await writeFile(
+      manifest,
+      JSON.stringify({ builds: [{ name: "pool", artifact_id: `us-east-1:${volumeId}` }] }, null, 2),
+    );
     await writeFile(built, "ENGINE_VERSION=28.5.2\n");
     return run("bash", [SCRIPT], {
       check: false,
@@ -80,13 +89,21 @@ t.test("the snapshot step copies the volume's generation; a volume without one i
   const [made] = await snapshots();
   t.equal(made?.state, "completed", "it waited for the snapshot");
   t.equal(made?.tags[VolumeTag.builtAt], "2026-12-01T10:00:00Z", "the snapshot carries the build's time");
-  t.equal(made?.tags[VolumeTag.engineVersion], "28.5.2", "and the builder's engine version, tagged on the volume first");
+  t.equal(
+    made?.tags[VolumeTag.engineVersion],
+    "28.5.2",
+    "and the builder's engine version, tagged on the volume first",
+  );
   t.equal(made?.tags[VolumeTag.imageSet], "2026-12");
 
   // An older build snapshotted afterwards: the later snapshot, the older generation.
   const older = await snapshotStep(await poolVolume("2026-11-01T10:00:00Z"));
   t.equal(older.exitCode, 0, "a second build's step succeeds", { stderr: older.stderr });
-  t.equal(currentSnapshot(await snapshots())?.snapshotId, made?.snapshotId, "the current generation is the newer build, not the newer snapshot");
+  t.equal(
+    currentSnapshot(await snapshots())?.snapshotId,
+    made?.snapshotId,
+    "the current generation is the newer build, not the newer snapshot",
+  );
 
   const untagged = await poolVolume(undefined);
   const refused = await snapshotStep(untagged);

@@ -2,7 +2,12 @@
 import t from "tap";
 import { formatUsd, snapshotMonthlyCost, usd, volumeMonthlyCost, type Prices } from "../src/agent/pool/cost.ts";
 
-const listPrices: Prices = { gibMonthUsd: 0.08, iopsMonthUsd: 0.005, throughputMonthUsd: 0.04, snapshotGibMonthUsd: 0.05 };
+const listPrices: Prices = {
+  gibMonthUsd: 0.08,
+  iopsMonthUsd: 0.005,
+  throughputMonthUsd: 0.04,
+  snapshotGibMonthUsd: 0.05,
+};
 
 t.test("gp3 at its free baseline costs its GiB only", async (t) => {
   const cost = volumeMonthlyCost({ sizeGiB: 100, volumeType: "gp3", iops: 3000, throughputMiBps: 125 }, listPrices);
@@ -36,8 +41,17 @@ t.test("other types are priced by their GiB at the configured price, with a note
 });
 
 t.test("the configured prices are the ones used", async (t) => {
-  const frankfurt: Prices = { gibMonthUsd: 0.0952, iopsMonthUsd: 0.006, throughputMonthUsd: 0.048, snapshotGibMonthUsd: 0.054 };
-  t.equal(usd(volumeMonthlyCost({ sizeGiB: 100, volumeType: "gp3", iops: 3500, throughputMiBps: 150 }, frankfurt).monthlyUsd), 13.72, "9.52 + 500 * 0.006 + 25 * 0.048");
+  const frankfurt: Prices = {
+    gibMonthUsd: 0.0952,
+    iopsMonthUsd: 0.006,
+    throughputMonthUsd: 0.048,
+    snapshotGibMonthUsd: 0.054,
+  };
+  t.equal(
+    usd(volumeMonthlyCost({ sizeGiB: 100, volumeType: "gp3", iops: 3500, throughputMiBps: 150 }, frankfurt).monthlyUsd),
+    13.72,
+    "9.52 + 500 * 0.006 + 25 * 0.048",
+  );
   t.equal(usd(snapshotMonthlyCost({ volumeSizeGiB: 100 }, frankfurt)), 5.4);
   const free = { ...listPrices, gibMonthUsd: 0 };
   t.equal(volumeMonthlyCost({ sizeGiB: 100, volumeType: "gp3" }, free).monthlyUsd, 0, "a zero price makes a zero cost");

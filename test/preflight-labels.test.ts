@@ -13,7 +13,13 @@ t.test("read-back: node labels that do not take are an error, not `ready`", asyn
   const written: Array<Record<string, string>> = [];
   let shown: Record<string, string> = { other: "x" };
   const engine = {
-    info: async () => ({ dockerRootDir: "/d", driver: "overlay2", imageStore: "graphdriver" as const, swarm: { nodeId: "n1", controlAvailable: true, state: "active" }, labels: [] }),
+    info: async () => ({
+      dockerRootDir: "/d",
+      driver: "overlay2",
+      imageStore: "graphdriver" as const,
+      swarm: { nodeId: "n1", controlAvailable: true, state: "active" },
+      labels: [],
+    }),
     images: async () => [],
     nodeLabels: async () => shown,
     setNodeLabels: async (_id: string, add: Record<string, string>) => {
@@ -27,7 +33,15 @@ t.test("read-back: node labels that do not take are an error, not `ready`", asyn
     setImageStore: async () => undefined,
     restoreBackup: async () => undefined,
   };
-  const report = createReporter({ prefix: PREFIX, mode: "node", engine, daemonConfig, docker: undefined, log: createMemoryLogger(), readBackTimeoutMs: 300 });
+  const report = createReporter({
+    prefix: PREFIX,
+    mode: "node",
+    engine,
+    daemonConfig,
+    docker: undefined,
+    log: createMemoryLogger(),
+    readBackTimeoutMs: 300,
+  });
   const error = await report("ready", { "volume-id": "vol-1" }).catch((e: unknown) => e);
   t.type(error, LabelsNotTakenError, "a manager that shows nothing: not taken");
   t.match((error as Error).message, /io\.simcore\.ebs-cache\.state missing/);
@@ -38,5 +52,12 @@ t.test("read-back: node labels that do not take are an error, not `ready`", asyn
     shown = { ...shown, ...add };
   };
   await report("ready", { "volume-id": "vol-1" });
-  t.same(labelDifferences(PREFIX, { ...shown, [`${PREFIX}.old`]: "1" }, { [`${PREFIX}.state`]: "ready", [`${PREFIX}.volume-id`]: "vol-1" }), [`${PREFIX}.old still there`]);
+  t.same(
+    labelDifferences(
+      PREFIX,
+      { ...shown, [`${PREFIX}.old`]: "1" },
+      { [`${PREFIX}.state`]: "ready", [`${PREFIX}.volume-id`]: "vol-1" },
+    ),
+    [`${PREFIX}.old still there`],
+  );
 });

@@ -18,8 +18,22 @@ import {
   verdictOf,
   type PrewarmSettings,
 } from "../src/agent/prewarm/plan.ts";
-import { acquirePrewarmLock, readPrewarmState, renderPrewarmStatus, writePrewarmState, type PrewarmState } from "../src/agent/prewarm/state.ts";
-import { allocatedRanges, coveringReads, mergeRanges, parseFreesp, parseXfsInfo, sampleReads, totalBytes } from "../src/host/extents.ts";
+import {
+  acquirePrewarmLock,
+  readPrewarmState,
+  renderPrewarmStatus,
+  writePrewarmState,
+  type PrewarmState,
+} from "../src/agent/prewarm/state.ts";
+import {
+  allocatedRanges,
+  coveringReads,
+  mergeRanges,
+  parseFreesp,
+  parseXfsInfo,
+  sampleReads,
+  totalBytes,
+} from "../src/host/extents.ts";
 import { parseFioJson, splitJsonDocuments } from "../src/host/fio.ts";
 import { checkFigures } from "../src/host/volume-reads.ts";
 import { VolumeTag } from "../src/tags.ts";
@@ -29,25 +43,59 @@ const with_ = (over: Partial<PrewarmSettings>): PrewarmSettings => ({ ...DEFAULT
 const fromSnapshot = { volumeId: "vol-1", snapshotId: "snap-1", tags: {} };
 
 t.test("decisions", async (t) => {
-  t.match(decidePrewarm(DEFAULT_PREWARM, { volumeId: "vol-1", tags: {} }), { action: "skip", verdict: "warm" }, "not from a snapshot: warm without reading");
-  t.match(decidePrewarm(DEFAULT_PREWARM, { ...fromSnapshot, tags: { [VolumeTag.initialized]: "2026-11-30T00:00:00Z" } }), { action: "skip", verdict: "warm" }, "tagged initialized: never again");
+  t.match(
+    decidePrewarm(DEFAULT_PREWARM, { volumeId: "vol-1", tags: {} }),
+    { action: "skip", verdict: "warm" },
+    "not from a snapshot: warm without reading",
+  );
+  t.match(
+    decidePrewarm(DEFAULT_PREWARM, { ...fromSnapshot, tags: { [VolumeTag.initialized]: "2026-11-30T00:00:00Z" } }),
+    { action: "skip", verdict: "warm" },
+    "tagged initialized: never again",
+  );
   t.match(decidePrewarm(with_({ strategy: "off" }), fromSnapshot), { action: "skip", verdict: "unknown" });
   t.match(decidePrewarm(DEFAULT_PREWARM, fromSnapshot), { action: "check" }, "default: check");
-  t.match(decidePrewarm(with_({ strategy: "files" }), fromSnapshot), { action: "initialize", mode: "files", background: true });
-  t.match(decidePrewarm(with_({ strategy: "device", background: false }), fromSnapshot), { action: "initialize", mode: "device", background: false });
+  t.match(decidePrewarm(with_({ strategy: "files" }), fromSnapshot), {
+    action: "initialize",
+    mode: "files",
+    background: true,
+  });
+  t.match(decidePrewarm(with_({ strategy: "device", background: false }), fromSnapshot), {
+    action: "initialize",
+    mode: "device",
+    background: false,
+  });
   const rate = { type: "provisioned-rate", progress: 40, etaSeconds: 30 };
-  t.match(decidePrewarm(with_({ strategy: "files" }), fromSnapshot, rate), { action: "follow" }, "VolumeInitializationRate: followed, not read");
+  t.match(
+    decidePrewarm(with_({ strategy: "files" }), fromSnapshot, rate),
+    { action: "follow" },
+    "VolumeInitializationRate: followed, not read",
+  );
   t.match(decidePrewarm(DEFAULT_PREWARM, fromSnapshot, { ...rate, progress: 100 }), { action: "record-initialized" });
-  t.match(decidePrewarm(with_({ strategy: "files" }), fromSnapshot, { type: "default", progress: 100 }), { action: "initialize" }, "default (lazy) initialization: read");
+  t.match(
+    decidePrewarm(with_({ strategy: "files" }), fromSnapshot, { type: "default", progress: 100 }),
+    { action: "initialize" },
+    "default (lazy) initialization: read",
+  );
   t.match(decidePrewarm(with_({ strategy: "off" }), fromSnapshot, rate), { action: "skip" }, "off wins over following");
 });
 
 t.test("verdicts against the thresholds", async (t) => {
   const figures = { reads: 1000, seconds: 1, iops: 3000, mibps: 11.7, latencyMs: { p50: 5 } };
   t.equal(verdictOf(figures, DEFAULT_PREWARM.thresholds).verdict, "warm");
-  t.match(verdictOf({ ...figures, iops: 300 }, DEFAULT_PREWARM.thresholds), { verdict: "cold", reasons: [/300 IOPS < 1000/] });
-  t.match(verdictOf({ ...figures, latencyMs: { p50: 50 } }, DEFAULT_PREWARM.thresholds), { verdict: "cold", reasons: [/median latency 50 ms > 20 ms/] });
-  t.equal(verdictOf({ ...figures, latencyMs: { p50: 50 } }, { minIops: 1000, maxMedianLatencyMs: null }).verdict, "warm", "latency only reported");
+  t.match(verdictOf({ ...figures, iops: 300 }, DEFAULT_PREWARM.thresholds), {
+    verdict: "cold",
+    reasons: [/300 IOPS < 1000/],
+  });
+  t.match(verdictOf({ ...figures, latencyMs: { p50: 50 } }, DEFAULT_PREWARM.thresholds), {
+    verdict: "cold",
+    reasons: [/median latency 50 ms > 20 ms/],
+  });
+  t.equal(
+    verdictOf({ ...figures, latencyMs: { p50: 50 } }, { minIops: 1000, maxMedianLatencyMs: null }).verdict,
+    "warm",
+    "latency only reported",
+  );
   t.equal(verdictOf(undefined, DEFAULT_PREWARM.thresholds).verdict, "unknown");
   t.equal(verdictOf({ ...figures, reads: 0 }, DEFAULT_PREWARM.thresholds).verdict, "unknown");
 });
@@ -85,24 +133,66 @@ t.test("allocated ranges from recorded xfs_info and freesp", async (t) => {
   const freeBytes = free.reduce((s, f) => s + f.length * 4096, 0);
   t.equal(totalBytes(used) + freeBytes, 262144 * 4096, "used + free = the data section");
   t.ok(totalBytes(used) >= 64 * 2 ** 20, "the 64 MiB of files (and the log) are in it");
-  t.ok(used.every((r, i) => i === 0 || r.start > used[i - 1]!.end), "sorted, disjoint");
+  t.ok(
+    used.every((r, i) => i === 0 || r.start > used[i - 1]!.end),
+    "sorted, disjoint",
+  );
   t.throws(() => parseXfsInfo("not xfs"));
 });
 
 t.test("range arithmetic", async (t) => {
-  t.same(mergeRanges([{ start: 10, end: 20 }, { start: 0, end: 5 }, { start: 22, end: 30 }], 2), [{ start: 0, end: 5 }, { start: 10, end: 30 }]);
-  t.same(allocatedRanges({ blockSize: 10, agBlocks: 10, agCount: 2, dataBlocks: 20 }, [{ ag: 0, start: 2, length: 3 }, { ag: 1, start: 0, length: 10 }]), [
-    { start: 0, end: 20 },
-    { start: 50, end: 100 },
-  ]);
-  const reads = coveringReads([{ start: 0, end: 2500 }, { start: 4096, end: 5000 }], 1000, 1500);
-  t.same(reads, [{ offset: 1500, length: 1000 }, { offset: 4096, length: 904 }], "from a resume point, in pieces of at most 1000");
+  t.same(
+    mergeRanges(
+      [
+        { start: 10, end: 20 },
+        { start: 0, end: 5 },
+        { start: 22, end: 30 },
+      ],
+      2,
+    ),
+    [
+      { start: 0, end: 5 },
+      { start: 10, end: 30 },
+    ],
+  );
+  t.same(
+    allocatedRanges({ blockSize: 10, agBlocks: 10, agCount: 2, dataBlocks: 20 }, [
+      { ag: 0, start: 2, length: 3 },
+      { ag: 1, start: 0, length: 10 },
+    ]),
+    [
+      { start: 0, end: 20 },
+      { start: 50, end: 100 },
+    ],
+  );
+  const reads = coveringReads(
+    [
+      { start: 0, end: 2500 },
+      { start: 4096, end: 5000 },
+    ],
+    1000,
+    1500,
+  );
+  t.same(
+    reads,
+    [
+      { offset: 1500, length: 1000 },
+      { offset: 4096, length: 904 },
+    ],
+    "from a resume point, in pieces of at most 1000",
+  );
   let x = 7;
-  const random = () => ((x = (x * 16807) % 2147483647) / 2147483647);
-  const ranges = [{ start: 0, end: 8192 }, { start: 1 << 20, end: (1 << 20) + 4096 * 100 }];
+  const random = () => (x = (x * 16807) % 2147483647) / 2147483647;
+  const ranges = [
+    { start: 0, end: 8192 },
+    { start: 1 << 20, end: (1 << 20) + 4096 * 100 },
+  ];
   const sample = sampleReads(ranges, 1000, 4096, random);
   t.equal(sample.length, 1000);
-  t.ok(sample.every((r) => r.offset % 4096 === 0 && ranges.some((g) => r.offset >= g.start && r.offset + 4096 <= g.end)), "only allocated blocks");
+  t.ok(
+    sample.every((r) => r.offset % 4096 === 0 && ranges.some((g) => r.offset >= g.start && r.offset + 4096 <= g.end)),
+    "only allocated blocks",
+  );
   const inSmall = sample.filter((r) => r.offset < 8192).length;
   t.ok(inSmall > 0 && inSmall < 60, `uniform over bytes: ${inSmall} of 1000 in the 2-block range (expected ~20)`);
   t.same(sampleReads([], 10, 4096), []);
@@ -154,9 +244,15 @@ t.test("state file, lock and status", async (t) => {
 });
 
 t.test("the labels contract: pre-warm keys under the prefix; osparc's label is never the agent's", async (t) => {
-  const { readinessLabels, nodeLabelChanges, validateLabelPrefix, LabelError } = await import("../src/docker/labels.ts");
+  const { readinessLabels, nodeLabelChanges, validateLabelPrefix, LabelError } =
+    await import("../src/docker/labels.ts");
   const prefix = "io.simcore.ebs-cache";
-  const warming = readinessLabels(prefix, "warming", { "volume-id": "vol-1", pool: "p", kind: "pool", ...prewarmLabels("warming", "cold", 37) });
+  const warming = readinessLabels(prefix, "warming", {
+    "volume-id": "vol-1",
+    pool: "p",
+    kind: "pool",
+    ...prewarmLabels("warming", "cold", 37),
+  });
   t.same(warming, {
     [`${prefix}.state`]: "warming",
     [`${prefix}.volume-id`]: "vol-1",
@@ -165,10 +261,19 @@ t.test("the labels contract: pre-warm keys under the prefix; osparc's label is n
     [`${prefix}.prewarm`]: "cold",
     [`${prefix}.prewarm-progress`]: "30",
   });
-  const ready = readinessLabels(prefix, "ready", { "volume-id": "vol-1", pool: "p", kind: "pool", ...prewarmLabels("ready", "warm") });
+  const ready = readinessLabels(prefix, "ready", {
+    "volume-id": "vol-1",
+    pool: "p",
+    kind: "pool",
+    ...prewarmLabels("ready", "warm"),
+  });
   const osparc = { "io.simcore.osparc-services-ready": "true" };
   const change = nodeLabelChanges(prefix, { ...warming, ...osparc }, ready);
-  t.same(change, { add: { [`${prefix}.state`]: "ready", [`${prefix}.prewarm`]: "warm" }, remove: [`${prefix}.prewarm-progress`] }, "warming -> ready: progress removed, osparc's label untouched");
+  t.same(
+    change,
+    { add: { [`${prefix}.state`]: "ready", [`${prefix}.prewarm`]: "warm" }, remove: [`${prefix}.prewarm-progress`] },
+    "warming -> ready: progress removed, osparc's label untouched",
+  );
   t.throws(() => validateLabelPrefix("io.simcore"), LabelError, "a prefix above osparc's label is refused");
   t.throws(() => validateLabelPrefix("io"), LabelError);
   t.doesNotThrow(() => validateLabelPrefix("io.simcore.ebs-cache"));

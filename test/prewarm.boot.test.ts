@@ -41,67 +41,107 @@ async function engineLabels(host: LabHost): Promise<Record<string, string>> {
   return Object.fromEntries(Object.entries(all).filter(([key]) => key.startsWith(`${LABEL_PREFIX}.`)));
 }
 
-t.test("files in the background: warming (docker serving), then ready + warm; tagged at the end; skipped next time", async (t) => {
-  const host = await bl.addHost();
-  const overrides = { pool: POOL, labels: { mode: "engine" }, prewarm: prewarm("files") };
-  const log = createMemoryLogger("debug");
-  let background: Promise<unknown> | undefined;
-  let handedOverAt = 0;
-  const booted = await bootLabHost(bl.lab, host, {
-    overrides,
-    log,
-    // What `ebs-cache-agent prewarm --background` does on a host, in this process.
-    startPrewarm: async () => {
-      handedOverAt = Date.now();
-      background = prewarmLabHost(bl.lab, host, { overrides, log });
-    },
-  });
-  t.equal(booted.result?.outcome, "warming", "boot done: warming", booted.result?.outcome === "warming" ? {} : { log: log.lines.join("\n") });
-  t.ok(background, "the initialization was handed to the background run");
-  const volumeId = booted.result!.volumeId!;
-  t.match(booted.result?.prewarm, { action: "initialize", verdict: "cold", phase: "pending" });
-  t.ok(booted.plan.steps.some((s) => s.step === "prewarm"), "a prewarm step in the plan");
+t.test(
+  "files in the background: warming (docker serving), then ready + warm; tagged at the end; skipped next time",
+  async (t) => {
+    const host = await bl.addHost();
+    const overrides = { pool: POOL, labels: { mode: "engine" }, prewarm: prewarm("files") };
+    const log = createMemoryLogger("debug");
+    let background: Promise<unknown> | undefined;
+    let handedOverAt = 0;
+    const booted = await bootLabHost(bl.lab, host, {
+      overrides,
+      log,
+      // What `ebs-cache-agent prewarm --background` does on a host, in this process.
+      startPrewarm: async () => {
+        handedOverAt = Date.now();
+        background = prewarmLabHost(bl.lab, host, { overrides, log });
+      },
+    });
+    t.equal(
+      booted.result?.outcome,
+      "warming",
+      "boot done: warming",
+      booted.result?.outcome === "warming" ? {} : { log: log.lines.join("\n") },
+    );
+    t.ok(background, "the initialization was handed to the background run");
+    const volumeId = booted.result!.volumeId!;
+    t.match(booted.result?.prewarm, { action: "initialize", verdict: "cold", phase: "pending" });
+    t.ok(
+      booted.plan.steps.some((s) => s.step === "prewarm"),
+      "a prewarm step in the plan",
+    );
 
-  const warming = await engineLabels(host);
-  t.equal(warming[`${LABEL_PREFIX}.volume-id`], volumeId);
-  const pid = host.dockerd!.pid;
-  // docker serves from the volume while it warms.
-  const ran = await host.dockerd!.docker(["run", "--rm", "--network", "none", GOLDEN_IMAGES[0]!.tag, "/bin/busybox", "true"]);
-  t.equal(ran.exitCode, 0, "a container runs while the volume warms");
-  const seen = new Set<string>();
-  const watch = (async () => {
-    while (background) {
-      const labels = await engineLabels(host).catch(() => ({}) as Record<string, string>);
-      seen.add(`${labels[`${LABEL_PREFIX}.state`]}:${labels[`${LABEL_PREFIX}.prewarm-progress`] ?? "-"}`);
-      if (labels[`${LABEL_PREFIX}.state`] === "ready") return;
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-  })();
-  await background;
-  await watch;
-  const ready = await engineLabels(host);
-  t.same(ready, { [`${LABEL_PREFIX}.state`]: "ready", [`${LABEL_PREFIX}.prewarm`]: "warm", [`${LABEL_PREFIX}.volume-id`]: volumeId, [`${LABEL_PREFIX}.pool`]: POOL, [`${LABEL_PREFIX}.kind`]: "pool" }, "ready + warm, progress gone");
-  t.ok([...seen].some((s) => s.startsWith("warming:")), `warming was published (${[...seen].join(" ")})`);
-  t.equal(host.dockerd!.pid, pid, "docker was never restarted");
-  const taggedAt = Date.parse((await bl.tags(volumeId))[VolumeTag.initialized] ?? "");
-  t.ok(taggedAt >= handedOverAt - 1000, "tagged initialized, by the background run (not at boot)");
-  const state = (await readPrewarmState(stateDir(host)))!;
-  t.match(state, { phase: "done", verdict: "warm", progress: { percent: 100 } });
-  t.ok(state.after!.iops >= 10 * state.before!.iops, `after ${Math.round(state.after!.iops)} IOPS >= 10 x before ${Math.round(state.before!.iops)}`);
+    const warming = await engineLabels(host);
+    t.equal(warming[`${LABEL_PREFIX}.volume-id`], volumeId);
+    const pid = host.dockerd!.pid;
+    // docker serves from the volume while it warms.
+    const ran = await host.dockerd!.docker([
+      "run",
+      "--rm",
+      "--network",
+      "none",
+      GOLDEN_IMAGES[0]!.tag,
+      "/bin/busybox",
+      "true",
+    ]);
+    t.equal(ran.exitCode, 0, "a container runs while the volume warms");
+    const seen = new Set<string>();
+    const watch = (async () => {
+      while (background) {
+        const labels = await engineLabels(host).catch(() => ({}) as Record<string, string>);
+        seen.add(`${labels[`${LABEL_PREFIX}.state`]}:${labels[`${LABEL_PREFIX}.prewarm-progress`] ?? "-"}`);
+        if (labels[`${LABEL_PREFIX}.state`] === "ready") return;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    })();
+    await background;
+    await watch;
+    const ready = await engineLabels(host);
+    t.same(
+      ready,
+      {
+        [`${LABEL_PREFIX}.state`]: "ready",
+        [`${LABEL_PREFIX}.prewarm`]: "warm",
+        [`${LABEL_PREFIX}.volume-id`]: volumeId,
+        [`${LABEL_PREFIX}.pool`]: POOL,
+        [`${LABEL_PREFIX}.kind`]: "pool",
+      },
+      "ready + warm, progress gone",
+    );
+    t.ok(
+      [...seen].some((s) => s.startsWith("warming:")),
+      `warming was published (${[...seen].join(" ")})`,
+    );
+    t.equal(host.dockerd!.pid, pid, "docker was never restarted");
+    const taggedAt = Date.parse((await bl.tags(volumeId))[VolumeTag.initialized] ?? "");
+    t.ok(taggedAt >= handedOverAt - 1000, "tagged initialized, by the background run (not at boot)");
+    const state = (await readPrewarmState(stateDir(host)))!;
+    t.match(state, { phase: "done", verdict: "warm", progress: { percent: 100 } });
+    t.ok(
+      state.after!.iops >= 10 * state.before!.iops,
+      `after ${Math.round(state.after!.iops)} IOPS >= 10 x before ${Math.round(state.before!.iops)}`,
+    );
 
-  // status, as a process.
-  const config = await writeLabConfig(bl.lab, host, overrides);
-  const status = await execa(process.execPath, ["--import", "tsx", MAIN, "status", "--config", config], { cwd: REPO, env: childEnv(), extendEnv: false, reject: false });
-  t.equal(status.exitCode, 0, status.stderr);
-  t.match(status.stdout, new RegExp(`volume: +${volumeId}`));
-  t.match(status.stdout, /phase: +done/);
-  t.match(status.stdout, /progress: 100\.0 %/);
+    // status, as a process.
+    const config = await writeLabConfig(bl.lab, host, overrides);
+    const status = await execa(process.execPath, ["--import", "tsx", MAIN, "status", "--config", config], {
+      cwd: REPO,
+      env: childEnv(),
+      extendEnv: false,
+      reject: false,
+    });
+    t.equal(status.exitCode, 0, status.stderr);
+    t.match(status.stdout, new RegExp(`volume: +${volumeId}`));
+    t.match(status.stdout, /phase: +done/);
+    t.match(status.stdout, /progress: 100\.0 %/);
 
-  // A reboot: the volume is tagged, nothing is read again.
-  const again = await bootLabHost(bl.lab, host, { overrides, log: createMemoryLogger("debug") });
-  t.equal(again.result?.outcome, "ready");
-  t.match(again.result?.prewarm, { action: "skip", verdict: "warm" });
-});
+    // A reboot: the volume is tagged, nothing is read again.
+    const again = await bootLabHost(bl.lab, host, { overrides, log: createMemoryLogger("debug") });
+    t.equal(again.result?.outcome, "ready");
+    t.match(again.result?.prewarm, { action: "skip", verdict: "warm" });
+  },
+);
 
 t.test("check (the default): a cold volume is ready + prewarm=cold, nothing read beyond the sample", async (t) => {
   const host = await bl.addHost();
@@ -117,7 +157,11 @@ t.test("check (the default): a cold volume is ready + prewarm=cold, nothing read
 
   // `ebs-cache-agent prewarm --strategy files` by hand, as a process: initializes it.
   const config = await writeLabConfig(bl.lab, host, overrides);
-  const run = await execa(process.execPath, ["--import", "tsx", MAIN, "prewarm", "--config", config, "--strategy", "files", "--json"], { cwd: REPO, env: childEnv(), extendEnv: false, reject: false });
+  const run = await execa(
+    process.execPath,
+    ["--import", "tsx", MAIN, "prewarm", "--config", config, "--strategy", "files", "--json"],
+    { cwd: REPO, env: childEnv(), extendEnv: false, reject: false },
+  );
   t.equal(run.exitCode, 0, run.stderr);
   t.match(JSON.parse(run.stdout), { volumeId, outcome: { verdict: "warm", phase: "done" } });
   // The process's docker.service is systemd's, absent in the lab: the labels are in daemon.json.
@@ -131,8 +175,16 @@ t.test("fio missing at boot: the node is still ready, prewarm=unknown, one clear
   const overrides = { pool: POOL, labels: { mode: "engine" }, prewarm: prewarm("check") };
   const log = createMemoryLogger("debug");
   const booted = await bootLabHost(bl.lab, host, { overrides, log, fio: "/nonexistent/fio" });
-  t.equal(booted.result?.outcome, "ready", "not blocked", booted.result?.outcome === "ready" ? {} : { log: log.lines.join("\n") });
+  t.equal(
+    booted.result?.outcome,
+    "ready",
+    "not blocked",
+    booted.result?.outcome === "ready" ? {} : { log: log.lines.join("\n") },
+  );
   t.match(booted.result?.prewarm, { verdict: "unknown" });
   t.equal((await engineLabels(host))[`${LABEL_PREFIX}.prewarm`], "unknown");
-  t.ok(log.lines.some((l) => /^<3>prewarm\.verdict: .*remediation=/.test(l)), "an error line with the remedy");
+  t.ok(
+    log.lines.some((l) => /^<3>prewarm\.verdict: .*remediation=/.test(l)),
+    "an error line with the remedy",
+  );
 });

@@ -44,15 +44,32 @@ t.test("killed half-way: not tagged, resumed by the next run, tagged at the end"
     thresholds: { minIops: COLD_IOPS_CEILING, maxMedianLatencyMs: null },
     initialize: { ...DEFAULT_PREWARM.initialize, progressSeconds: 1 },
   };
-  const input = JSON.stringify({ endpoint: lab.ec2.endpoint, region: lab.region, volumeId, snapshotId, device, mountPoint, stateDir, settings });
+  const input = JSON.stringify({
+    endpoint: lab.ec2.endpoint,
+    region: lab.region,
+    volumeId,
+    snapshotId,
+    device,
+    mountPoint,
+    stateDir,
+    settings,
+  });
 
-  const first = spawn(process.execPath, ["--import", "tsx", RUNNER, input], { cwd: REPO, env: childEnv(), stdio: ["ignore", "ignore", "pipe"] });
+  const first = spawn(process.execPath, ["--import", "tsx", RUNNER, input], {
+    cwd: REPO,
+    env: childEnv(),
+    stdio: ["ignore", "ignore", "pipe"],
+  });
   let firstLog = "";
   first.stderr.on("data", (chunk: Buffer) => (firstLog += chunk.toString()));
-  const midway = await pollUntil(async () => {
-    const state = await readPrewarmState(stateDir);
-    return (state?.progress?.percent ?? 0) >= 20 && (state?.cursor?.offset ?? 0) > 0;
-  }, 120_000, 50);
+  const midway = await pollUntil(
+    async () => {
+      const state = await readPrewarmState(stateDir);
+      return (state?.progress?.percent ?? 0) >= 20 && (state?.cursor?.offset ?? 0) > 0;
+    },
+    120_000,
+    50,
+  );
   t.ok(midway, "the first run got under way");
   first.kill("SIGKILL");
   await new Promise((resolve) => first.once("exit", resolve));
@@ -64,7 +81,12 @@ t.test("killed half-way: not tagged, resumed by the next run, tagged at the end"
   t.notOk((await cloud.describeVolume(volumeId))!.tags[VolumeTag.initialized], "not tagged after the kill");
   t.match(firstLog, /prewarm\.progress/, "progress was logged");
 
-  const second = await execa(process.execPath, ["--import", "tsx", RUNNER, input], { cwd: REPO, env: childEnv(), extendEnv: false, reject: false });
+  const second = await execa(process.execPath, ["--import", "tsx", RUNNER, input], {
+    cwd: REPO,
+    env: childEnv(),
+    extendEnv: false,
+    reject: false,
+  });
   t.equal(second.exitCode, 0, second.stderr);
   t.match(second.stderr, new RegExp(`resuming at .*volume=${volumeId}`), "resumed from the resume point");
   const outcome = JSON.parse(second.stdout) as { verdict: string; phase: string };

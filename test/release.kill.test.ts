@@ -12,7 +12,15 @@ import t from "tap";
 import { VolumeTag } from "../src/tags.ts";
 import type { LabHost } from "../src/lab/lab.ts";
 import { callerKey } from "./fixtures/agent-process.ts";
-import { assertReleaseConverged, describePoint, killThenRerun, referencePoints, rerun, startKillMatrixLab, testLabClosesClean } from "./fixtures/kill-matrix.ts";
+import {
+  assertReleaseConverged,
+  describePoint,
+  killThenRerun,
+  referencePoints,
+  rerun,
+  startKillMatrixLab,
+  testLabClosesClean,
+} from "./fixtures/kill-matrix.ts";
 
 const km = await startKillMatrixLab(t, "test-release-kill");
 const { bl, overrides } = km;
@@ -35,7 +43,11 @@ const { records: cleanRecords, points } = referencePoints(bl, referenceCaller, c
 t.test("a clean release (the reference the points come from) converges", async (t) => {
   t.ok(reference.volumeId, "the reference host booted on a pool volume");
   t.equal(clean.run.exitCode, 0, "exit 0", { stderr: clean.run.stderr });
-  t.ok(cleanRecords.some((r) => r.action === "DetachVolume"), "it detached with DetachVolume", { calls: cleanRecords.map((r) => r.action) });
+  t.ok(
+    cleanRecords.some((r) => r.action === "DetachVolume"),
+    "it detached with DetachVolume",
+    { calls: cleanRecords.map((r) => r.action) },
+  );
   t.ok(points.length > 0, "kill points found", { points: points.map(describePoint) });
   if (reference.volumeId) await assertReleaseConverged(t, bl, reference.host, reference.volumeId, VolumeTag.pool);
 });

@@ -44,8 +44,16 @@ async function trackedShellScripts(): Promise<string[]> {
 }
 
 t.test("the shebang rule tells shell scripts from the others", async (t) => {
-  for (const line of ["#!/bin/sh", "#!/bin/bash", "#!/usr/bin/env bash", "#!/bin/dash -e", "#! /bin/sh"]) t.ok(isShellShebang(line), line);
-  for (const line of ["#!/usr/bin/env node", "#!/usr/bin/python3", "#!/usr/bin/env python3", "# sh", "#!/bin/shellcheck"]) t.notOk(isShellShebang(line), line);
+  for (const line of ["#!/bin/sh", "#!/bin/bash", "#!/usr/bin/env bash", "#!/bin/dash -e", "#! /bin/sh"])
+    t.ok(isShellShebang(line), line);
+  for (const line of [
+    "#!/usr/bin/env node",
+    "#!/usr/bin/python3",
+    "#!/usr/bin/env python3",
+    "# sh",
+    "#!/bin/shellcheck",
+  ])
+    t.notOk(isShellShebang(line), line);
 });
 
 t.test("every tracked shell script is shellcheck clean", async (t) => {
@@ -59,7 +67,10 @@ t.test("every tracked shell script is shellcheck clean", async (t) => {
 });
 
 t.test("the script the lab writes for its nspawn machines is shellcheck clean", async (t) => {
-  const script = deviceNodesScript([{ name: "loop7", major: 7, minor: 7 }, { name: "nvme1n1", major: 259, minor: 1 }]);
+  const script = deviceNodesScript([
+    { name: "loop7", major: 7, minor: 7 },
+    { name: "nvme1n1", major: 259, minor: 1 },
+  ]);
   const result = await run("shellcheck", ["--format=gcc", "-"], { input: script, check: false });
   t.equal(result.exitCode, 0, result.stdout);
   t.equal(result.stdout, "", "no finding");

@@ -11,11 +11,24 @@ import t, { type Test } from "tap";
 import { Ajv } from "ajv";
 import type { ReleaseResult } from "../src/agent/release/apply.ts";
 import { buildStatus, type StatusDocument, type StatusInputs } from "../src/status/document.ts";
-import { BOOT_RECORD_FILE, readBootRecord, readReleaseRecord, writeBootRecord, writeReleaseRecord, type ReleaseRecord } from "../src/status/records.ts";
+import {
+  BOOT_RECORD_FILE,
+  readBootRecord,
+  readReleaseRecord,
+  writeBootRecord,
+  writeReleaseRecord,
+  type ReleaseRecord,
+} from "../src/status/records.ts";
 import { renderStatus, statusExitCode } from "../src/status/view.ts";
 import { observeStatus, type StatusSources } from "../src/status/observe.ts";
 import { readyBoot } from "./fixtures/use-case-results.ts";
-import { cacheFilesystem as fs, healthyStatusInputs as healthyInputs, prewarmState as prewarm, readyBootRecord as boot, statusNow as now } from "./fixtures/status-inputs.ts";
+import {
+  cacheFilesystem as fs,
+  healthyStatusInputs as healthyInputs,
+  prewarmState as prewarm,
+  readyBootRecord as boot,
+  statusNow as now,
+} from "./fixtures/status-inputs.ts";
 
 const schema = JSON.parse(await readFile(new URL("../schema/status.schema.json", import.meta.url), "utf8")) as object;
 const validate = new Ajv({ allErrors: true, strict: true }).compile(schema);
@@ -52,20 +65,49 @@ t.test("unhealthy hosts: each problem named, the exit code a health check reads"
     { name: "no boot", inputs: { now }, problem: /no boot recorded/, exit: 1 },
     {
       name: "degraded",
-      inputs: { now, boot: { ...boot, result: { outcome: "degraded", source: "degraded", reason: "no pool volume", timeline: [{ step: "claim-volume", ms: 10 }] } } },
+      inputs: {
+        now,
+        boot: {
+          ...boot,
+          result: {
+            outcome: "degraded",
+            source: "degraded",
+            reason: "no pool volume",
+            timeline: [{ step: "claim-volume", ms: 10 }],
+          },
+        },
+      },
       problem: /degraded: no pool volume/,
       exit: 4,
     },
     { name: "not mounted", inputs: { ...healthyInputs, filesystem: undefined }, problem: /not mounted at/, exit: 1 },
-    { name: "data-root moved", inputs: { ...healthyInputs, dockerDataRoot: undefined }, problem: /data-root is its default/, exit: 1 },
-    { name: "full", inputs: { ...healthyInputs, filesystem: { ...fs, usedRatio: 0.97 } }, problem: /97\.0 % full/, exit: 1 },
+    {
+      name: "data-root moved",
+      inputs: { ...healthyInputs, dockerDataRoot: undefined },
+      problem: /data-root is its default/,
+      exit: 1,
+    },
+    {
+      name: "full",
+      inputs: { ...healthyInputs, filesystem: { ...fs, usedRatio: 0.97 } },
+      problem: /97\.0 % full/,
+      exit: 1,
+    },
     {
       name: "released after the boot",
-      inputs: { ...healthyInputs, release: release("2026-12-01T11:00:00Z", { outcome: "released", released: [readyBoot.volumeId!] }) },
+      inputs: {
+        ...healthyInputs,
+        release: release("2026-12-01T11:00:00Z", { outcome: "released", released: [readyBoot.volumeId!] }),
+      },
       problem: /release \(released\) ran after the boot/,
       exit: 1,
     },
-    { name: "a corrupt record", inputs: { ...healthyInputs, recordProblems: ["last-boot.json does not parse as JSON"] }, problem: /does not parse/, exit: 1 },
+    {
+      name: "a corrupt record",
+      inputs: { ...healthyInputs, recordProblems: ["last-boot.json does not parse as JSON"] },
+      problem: /does not parse/,
+      exit: 1,
+    },
   ];
   for (const c of cases) {
     const doc = buildStatus(c.inputs);
@@ -78,7 +120,12 @@ t.test("unhealthy hosts: each problem named, the exit code a health check reads"
 });
 
 function release(finishedAt: string, result: Partial<ReleaseResult>): ReleaseRecord {
-  return { version: 1, instanceId: boot.instanceId, finishedAt, result: { outcome: "nothing", released: [], kept: [], problems: [], timeline: [], ...result } };
+  return {
+    version: 1,
+    instanceId: boot.instanceId,
+    finishedAt,
+    result: { outcome: "nothing", released: [], kept: [], problems: [], timeline: [], ...result },
+  };
 }
 
 t.test("warnings do not fail the check", async (tt) => {
@@ -89,7 +136,9 @@ t.test("warnings do not fail the check", async (tt) => {
     labels: { ...boot.labels, "io.simcore.ebs-cache.volume-id": "vol-0fedcba9876543210" },
     release: release("2026-11-30T10:00:00Z", {
       outcome: "refused",
-      problems: [{ step: "unmount", volumeId: "vol-0fedcba9876543210", kind: "refused", message: "busy", remediation: "x" }],
+      problems: [
+        { step: "unmount", volumeId: "vol-0fedcba9876543210", kind: "refused", message: "busy", remediation: "x" },
+      ],
     }),
   });
   assertValid(tt, doc);
@@ -100,7 +149,13 @@ t.test("warnings do not fail the check", async (tt) => {
   tt.match(doc.warnings.join("\n"), /interrupted/);
   tt.match(doc.warnings.join("\n"), /label io\.simcore\.ebs-cache\.volume-id shows "vol-0fedcba9876543210"/);
   tt.match(renderStatus(doc).join("\n"), /warning: .*interrupted/);
-  const disabled = buildStatus({ now, boot: { ...boot, result: { outcome: "disabled", source: "disabled", reason: "ebs-cache:enabled=false", timeline: [] } } });
+  const disabled = buildStatus({
+    now,
+    boot: {
+      ...boot,
+      result: { outcome: "disabled", source: "disabled", reason: "ebs-cache:enabled=false", timeline: [] },
+    },
+  });
   assertValid(tt, disabled);
   tt.equal(disabled.healthy, true, "disabled on purpose is healthy");
   tt.match(disabled.warnings[0]!, /disabled on this host: ebs-cache:enabled=false/);
@@ -111,7 +166,10 @@ t.test("the schema refuses what it should (so the validations above mean somethi
   tt.notOk(validate({ ...doc, healthy: "yes" }), "healthy is a boolean");
   tt.notOk(validate({ ...doc, extra: 1 }), "no unknown field");
   tt.notOk(validate({ ...doc, boot: { ...(doc.boot as object), outcome: "fine" } }), "outcome from the list");
-  tt.notOk(validate({ ...doc, volume: { ...(doc.volume as object), volumeId: "vol-XYZ" } }), "a volume id of EC2's shape");
+  tt.notOk(
+    validate({ ...doc, volume: { ...(doc.volume as object), volumeId: "vol-XYZ" } }),
+    "a volume id of EC2's shape",
+  );
   tt.notOk(validate({ ...doc, mount: { ...(doc.mount as object), usedRatio: 40 } }), "a ratio, not a percent");
   tt.notOk(validate({ ...doc, generatedAt: "yesterday" }), "an ISO time");
   const { prewarm: _dropped, ...withoutPrewarm } = doc;
@@ -134,31 +192,34 @@ t.test("the records: written atomically, read back, a corrupt one reported", asy
   tt.match((await readBootRecord(dir)).problem, /finish time/);
 });
 
-t.test("observeStatus: the records and the sources into one valid document; a failing source is a problem", async (tt) => {
-  const dir = await mkdtemp(join(tmpdir(), "status-"));
-  tt.teardown(() => rm(dir, { recursive: true, force: true }));
-  await writeBootRecord(dir, boot);
-  const sources: StatusSources = {
-    stateDir: dir,
-    prewarm: async () => ({ state: prewarm, running: true }),
-    filesystem: async (mountPoint) => (mountPoint === readyBoot.mountPoint ? fs : undefined),
-    dockerDataRoot: async () => readyBoot.dataRoot,
-    now: () => now,
-  };
-  const healthy = buildStatus(await observeStatus(sources));
-  assertValid(tt, healthy);
-  tt.equal(healthy.healthy, true, healthy.problems.join("; "));
-  tt.equal(healthy.mount?.usedRatio, 0.4);
-  tt.equal(healthy.prewarm?.running, true);
-  const failing = buildStatus(
-    await observeStatus({
-      ...sources,
-      dockerDataRoot: async () => {
-        throw new Error("daemon.json: Unexpected token");
-      },
-    }),
-  );
-  assertValid(tt, failing);
-  tt.equal(failing.healthy, false);
-  tt.match(failing.problems.join("\n"), /could not read daemon\.json's data-root: daemon\.json: Unexpected token/);
-});
+t.test(
+  "observeStatus: the records and the sources into one valid document; a failing source is a problem",
+  async (tt) => {
+    const dir = await mkdtemp(join(tmpdir(), "status-"));
+    tt.teardown(() => rm(dir, { recursive: true, force: true }));
+    await writeBootRecord(dir, boot);
+    const sources: StatusSources = {
+      stateDir: dir,
+      prewarm: async () => ({ state: prewarm, running: true }),
+      filesystem: async (mountPoint) => (mountPoint === readyBoot.mountPoint ? fs : undefined),
+      dockerDataRoot: async () => readyBoot.dataRoot,
+      now: () => now,
+    };
+    const healthy = buildStatus(await observeStatus(sources));
+    assertValid(tt, healthy);
+    tt.equal(healthy.healthy, true, healthy.problems.join("; "));
+    tt.equal(healthy.mount?.usedRatio, 0.4);
+    tt.equal(healthy.prewarm?.running, true);
+    const failing = buildStatus(
+      await observeStatus({
+        ...sources,
+        dockerDataRoot: async () => {
+          throw new Error("daemon.json: Unexpected token");
+        },
+      }),
+    );
+    assertValid(tt, failing);
+    tt.equal(failing.healthy, false);
+    tt.match(failing.problems.join("\n"), /could not read daemon\.json's data-root: daemon\.json: Unexpected token/);
+  },
+);

@@ -8,14 +8,35 @@
 import t, { type Test } from "tap";
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { chmod, copyFile, link, lstat, mkdir, mkdtemp, readdir, readFile, readlink, rm, symlink, writeFile } from "node:fs/promises";
+import {
+  chmod,
+  copyFile,
+  link,
+  lstat,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  readlink,
+  rm,
+  symlink,
+  writeFile,
+} from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { validateConfig } from "../src/config/index.ts";
 import { run } from "../src/exec.ts";
 import { NODE_BINARY, REPO, buildBundle, childEnv } from "./fixtures/nspawn.ts";
 
-const UNITS = ["ebs-cache-agent.service", "ebs-cache-agent-ready.service", "ebs-cache-agent-release.service", "ebs-cache-agent-gc.service", "ebs-cache-agent-gc.timer", "ebs-cache-agent-keeper.service", "ebs-cache-agent-keeper.timer"];
+const UNITS = [
+  "ebs-cache-agent.service",
+  "ebs-cache-agent-ready.service",
+  "ebs-cache-agent-release.service",
+  "ebs-cache-agent-gc.service",
+  "ebs-cache-agent-gc.timer",
+  "ebs-cache-agent-keeper.service",
+  "ebs-cache-agent-keeper.timer",
+];
 const NODE = "/usr/bin/node";
 const BUNDLE = "/opt/ebs-cache-agent/ebs-cache-agent.mjs";
 /** Options that give a unit a mount namespace of its own (or a device policy): mounts made by the agent would not reach docker. */
@@ -50,7 +71,8 @@ const NAMESPACING = [
   "MountAPIVFS",
 ];
 /** Sandboxing keys that must each come with a comment saying why. */
-const SANDBOX_KEYS = /^(NoNewPrivileges|LockPersonality|RestrictRealtime|RestrictSUIDSGID|RestrictNamespaces|RestrictAddressFamilies|SystemCallArchitectures|SystemCallFilter|CapabilityBoundingSet|MemoryDenyWriteExecute|UMask)=/;
+const SANDBOX_KEYS =
+  /^(NoNewPrivileges|LockPersonality|RestrictRealtime|RestrictSUIDSGID|RestrictNamespaces|RestrictAddressFamilies|SystemCallArchitectures|SystemCallFilter|CapabilityBoundingSet|MemoryDenyWriteExecute|UMask)=/;
 
 type Unit = Record<string, Record<string, string[]>>;
 
@@ -73,7 +95,8 @@ function parseUnit(text: string): Unit {
   }
   return unit;
 }
-const words = (unit: Unit, section: string, key: string): string[] => (unit[section]?.[key] ?? []).flatMap((v) => v.split(/\s+/)).filter(Boolean);
+const words = (unit: Unit, section: string, key: string): string[] =>
+  (unit[section]?.[key] ?? []).flatMap((v) => v.split(/\s+/)).filter(Boolean);
 const last = (unit: Unit, section: string, key: string): string | undefined => unit[section]?.[key]?.at(-1);
 
 async function readUnit(name: string): Promise<{ text: string; unit: Unit }> {
@@ -92,8 +115,14 @@ function bundle(): Promise<string> {
   return bundlePromise;
 }
 
-async function install(root: string, bundlePath: string): Promise<{ exitCode: number; stdout: string; stderr: string }> {
-  return run("bash", [join(REPO, "scripts/install.sh"), "--bundle", bundlePath, root], { check: false, env: childEnv() });
+async function install(
+  root: string,
+  bundlePath: string,
+): Promise<{ exitCode: number; stdout: string; stderr: string }> {
+  return run("bash", [join(REPO, "scripts/install.sh"), "--bundle", bundlePath, root], {
+    check: false,
+    env: childEnv(),
+  });
 }
 
 /** Every path under `root` with its type, mode, link target and content hash. */
@@ -109,7 +138,10 @@ async function snapshot(root: string): Promise<Record<string, string>> {
       else if (entry.isDirectory()) {
         out[rel] = `dir ${mode}`;
         await walk(path);
-      } else out[rel] = `file ${mode} ${createHash("sha256").update(await readFile(path)).digest("hex")}`;
+      } else
+        out[rel] = `file ${mode} ${createHash("sha256")
+          .update(await readFile(path))
+          .digest("hex")}`;
     }
   };
   await walk(root);
@@ -134,7 +166,10 @@ async function verifiableRoot(t: Test): Promise<string> {
   await run("cp", ["-a", "/lib/systemd/system", join(root, "usr/lib/systemd/system")]);
   if (!existsSync(join(root, "usr/lib/systemd/system/docker.service"))) {
     // docker.io is not installed here: a stand-in with the names the units are ordered against.
-    await writeFile(join(root, "usr/lib/systemd/system/docker.service"), "[Unit]\nDescription=docker stand-in\n\n[Service]\nExecStart=/bin/true\n");
+    await writeFile(
+      join(root, "usr/lib/systemd/system/docker.service"),
+      "[Unit]\nDescription=docker stand-in\n\n[Service]\nExecStart=/bin/true\n",
+    );
   }
   await mkdir(join(root, "usr/bin"), { recursive: true });
   await link(NODE_BINARY, join(root, NODE)).catch(() => copyFile(NODE_BINARY, join(root, NODE)));
@@ -146,7 +181,11 @@ async function verifiableRoot(t: Test): Promise<string> {
 }
 
 async function verify(root: string, units: string[]) {
-  const result = await run("systemd-analyze", ["verify", `--root=${root}`, ...units.map((u) => `/etc/systemd/system/${u}`)], { check: false, timeoutMs: 60_000 });
+  const result = await run(
+    "systemd-analyze",
+    ["verify", `--root=${root}`, ...units.map((u) => `/etc/systemd/system/${u}`)],
+    { check: false, timeoutMs: 60_000 },
+  );
   // Findings about other units (the host's own) are not this test's business.
   const ours = (result.stdout + result.stderr).split("\n").filter((line) => /ebs-cache/.test(line));
   return { exitCode: result.exitCode, ours, all: result.stdout + result.stderr };
@@ -162,7 +201,11 @@ t.test("systemd-analyze verify accepts the installed units", async (t) => {
   const unit = join(root, "etc/systemd/system/ebs-cache-agent.service");
   const text = await readFile(unit, "utf8");
   await writeFile(unit, text.replace("RemainAfterExit=yes", "RemainAfterExitt=yes"));
-  t.match((await verify(root, ["ebs-cache-agent.service"])).ours.join("\n"), /RemainAfterExitt/, "an unknown key is reported");
+  t.match(
+    (await verify(root, ["ebs-cache-agent.service"])).ours.join("\n"),
+    /RemainAfterExitt/,
+    "an unknown key is reported",
+  );
   await writeFile(unit, text.replace(`ExecStart=${NODE} `, "ExecStart=/usr/bin/no-such-node "));
   t.not((await verify(root, ["ebs-cache-agent.service"])).exitCode, 0, "a missing program fails verify");
 });
@@ -176,14 +219,29 @@ function uncommentedSandboxing(text: string): string[] {
 t.test("ebs-cache-agent.service: phase 1, before docker; no release here", async (t) => {
   const { text, unit } = await readUnit("ebs-cache-agent.service");
   t.equal(last(unit, "Service", "Type"), "oneshot");
-  t.equal(last(unit, "Service", "RemainAfterExit"), "yes", "stays active once done (docker and phase 2 are ordered after it)");
+  t.equal(
+    last(unit, "Service", "RemainAfterExit"),
+    "yes",
+    "stays active once done (docker and phase 2 are ordered after it)",
+  );
   t.ok(words(unit, "Unit", "Before").includes("docker.service"), "Before=docker.service");
-  t.ok(words(unit, "Unit", "Before").includes("containerd.service"), "Before=containerd.service: containerd starts on the root this phase set");
-  for (const after of ["network-online.target", "local-fs.target"]) t.ok(words(unit, "Unit", "After").includes(after), `After=${after}`);
+  t.ok(
+    words(unit, "Unit", "Before").includes("containerd.service"),
+    "Before=containerd.service: containerd starts on the root this phase set",
+  );
+  for (const after of ["network-online.target", "local-fs.target"])
+    t.ok(words(unit, "Unit", "After").includes(after), `After=${after}`);
   t.ok(words(unit, "Unit", "Wants").includes("network-online.target"), "Wants=network-online.target");
-  t.notOk(words(unit, "Unit", "Requires").includes("docker.service") || words(unit, "Unit", "Wants").includes("docker.service"), "does not pull docker in (docker.service is ordered after it)");
+  t.notOk(
+    words(unit, "Unit", "Requires").includes("docker.service") ||
+      words(unit, "Unit", "Wants").includes("docker.service"),
+    "does not pull docker in (docker.service is ordered after it)",
+  );
   t.equal(last(unit, "Service", "ExecStart"), `${NODE} ${BUNDLE} boot --no-docker`, "ExecStart: boot --no-docker");
-  t.notOk(unit.Service?.ExecStop, "no ExecStop: a failed unit gets none; the release is ebs-cache-agent-release.service");
+  t.notOk(
+    unit.Service?.ExecStop,
+    "no ExecStop: a failed unit gets none; the release is ebs-cache-agent-release.service",
+  );
   t.match(last(unit, "Service", "TimeoutStartSec") ?? "", /^\d+$/, "an explicit TimeoutStartSec");
   t.ok(words(unit, "Service", "SuccessExitStatus").includes("4"), "degraded (4) is not a failure");
   t.equal(last(unit, "Service", "SyslogIdentifier"), "ebs-cache-agent");
@@ -199,17 +257,39 @@ t.test("ebs-cache-agent-release.service: active from boot, releases at stop, aft
   t.equal(last(unit, "Service", "RemainAfterExit"), "yes", "stays active, so ExecStop runs at shutdown");
   t.equal(last(unit, "Service", "ExecStart"), "/bin/true", "ExecStart does nothing: active whatever the boot did");
   t.equal(last(unit, "Service", "ExecStop"), `${NODE} ${BUNDLE} release`, "ExecStop: release");
-  t.notOk(words(unit, "Service", "SuccessExitStatus").length, "no SuccessExitStatus: a failed release shows as a failed unit");
-  t.ok(words(unit, "Unit", "Before").includes("docker.service"), "Before=docker.service: at shutdown it stops after docker has stopped");
-  t.ok(words(unit, "Unit", "Before").includes("ebs-cache-agent.service"), "Before=ebs-cache-agent.service: never overlaps phase 1");
-  t.ok(words(unit, "Unit", "Before").includes("containerd.service"), "Before=containerd.service: at shutdown it stops after containerd, which holds its metadata on the volume");
-  t.notOk(words(unit, "Unit", "After").includes("containerd.service"), "not After=containerd.service (an ordering cycle through phase 1)");
-  for (const after of ["network-online.target", "local-fs.target"]) t.ok(words(unit, "Unit", "After").includes(after), `After=${after}: released while it is still up`);
+  t.notOk(
+    words(unit, "Service", "SuccessExitStatus").length,
+    "no SuccessExitStatus: a failed release shows as a failed unit",
+  );
+  t.ok(
+    words(unit, "Unit", "Before").includes("docker.service"),
+    "Before=docker.service: at shutdown it stops after docker has stopped",
+  );
+  t.ok(
+    words(unit, "Unit", "Before").includes("ebs-cache-agent.service"),
+    "Before=ebs-cache-agent.service: never overlaps phase 1",
+  );
+  t.ok(
+    words(unit, "Unit", "Before").includes("containerd.service"),
+    "Before=containerd.service: at shutdown it stops after containerd, which holds its metadata on the volume",
+  );
+  t.notOk(
+    words(unit, "Unit", "After").includes("containerd.service"),
+    "not After=containerd.service (an ordering cycle through phase 1)",
+  );
+  for (const after of ["network-online.target", "local-fs.target"])
+    t.ok(words(unit, "Unit", "After").includes(after), `After=${after}: released while it is still up`);
   t.ok(words(unit, "Unit", "Wants").includes("network-online.target"), "Wants=network-online.target");
   for (const key of ["Requires", "Wants", "BindsTo", "PartOf", "Requisite"]) {
-    t.notOk(words(unit, "Unit", key).some((u) => u === "docker.service" || u.startsWith("ebs-cache-agent")), `no ${key}= on docker or the boot units: ordering only`);
+    t.notOk(
+      words(unit, "Unit", key).some((u) => u === "docker.service" || u.startsWith("ebs-cache-agent")),
+      `no ${key}= on docker or the boot units: ordering only`,
+    );
   }
-  t.notOk(words(unit, "Unit", "After").includes("docker.service"), "not After=docker.service (it would release before docker stops)");
+  t.notOk(
+    words(unit, "Unit", "After").includes("docker.service"),
+    "not After=docker.service (it would release before docker stops)",
+  );
   t.match(last(unit, "Service", "TimeoutStopSec") ?? "", /^\d+$/, "an explicit TimeoutStopSec");
   t.equal(last(unit, "Service", "SyslogIdentifier"), "ebs-cache-agent");
   t.equal(last(unit, "Unit", "ConditionPathExists"), BUNDLE);
@@ -232,12 +312,23 @@ t.test("ebs-cache-agent-ready.service: phase 2, after docker, even when docker f
   const { unit } = await readUnit("ebs-cache-agent-ready.service");
   t.equal(last(unit, "Service", "Type"), "oneshot");
   t.equal(last(unit, "Service", "RemainAfterExit"), "yes");
-  for (const after of ["docker.service", "ebs-cache-agent.service"]) t.ok(words(unit, "Unit", "After").includes(after), `After=${after}`);
+  for (const after of ["docker.service", "ebs-cache-agent.service"])
+    t.ok(words(unit, "Unit", "After").includes(after), `After=${after}`);
   t.ok(words(unit, "Unit", "Wants").includes("docker.service"), "Wants=docker.service");
-  t.notOk(words(unit, "Unit", "Requires").includes("docker.service"), "not Requires=: a failed docker must still get a `degraded` report");
+  t.notOk(
+    words(unit, "Unit", "Requires").includes("docker.service"),
+    "not Requires=: a failed docker must still get a `degraded` report",
+  );
   t.notOk(words(unit, "Unit", "BindsTo").includes("docker.service"), "not BindsTo= either");
-  t.equal(last(unit, "Service", "ExecStart"), `${NODE} ${BUNDLE} boot --no-claim`, "ExecStart: the full boot, reusing only a volume already attached");
-  t.notOk(unit.Service?.ExecStop, "no ExecStop: the release is ebs-cache-agent-release.service, which stops after docker");
+  t.equal(
+    last(unit, "Service", "ExecStart"),
+    `${NODE} ${BUNDLE} boot --no-claim`,
+    "ExecStart: the full boot, reusing only a volume already attached",
+  );
+  t.notOk(
+    unit.Service?.ExecStop,
+    "no ExecStop: the release is ebs-cache-agent-release.service, which stops after docker",
+  );
   t.ok(words(unit, "Service", "SuccessExitStatus").includes("4"));
   t.match(last(unit, "Service", "TimeoutStartSec") ?? "", /^\d+$/);
   t.ok(words(unit, "Install", "WantedBy").includes("multi-user.target"));
@@ -292,22 +383,53 @@ t.test("install.sh: layout, enabled units, idempotent, keeps an operator's confi
   t.match(after1["opt/ebs-cache-agent/ebs-cache-agent.mjs"], /^file 644 /, "the bundle");
   t.equal(
     after1["opt/ebs-cache-agent/ebs-cache-agent.mjs"]?.split(" ")[2],
-    createHash("sha256").update(await readFile(bundlePath)).digest("hex"),
+    createHash("sha256")
+      .update(await readFile(bundlePath))
+      .digest("hex"),
     "is the given bundle",
   );
   const chunks = await readdir(join(dirname(bundlePath), "chunks"));
   t.ok(chunks.length > 1, "the build has chunks");
-  for (const chunk of chunks) t.match(after1[`opt/ebs-cache-agent/chunks/${chunk}`], /^file 644 /, `chunks/${chunk} beside the entry`);
+  for (const chunk of chunks)
+    t.match(after1[`opt/ebs-cache-agent/chunks/${chunk}`], /^file 644 /, `chunks/${chunk} beside the entry`);
   t.equal(after1["var/cache/ebs-cache-agent"], "dir 755", "the compile cache's folder");
   t.match(after1["usr/local/bin/ebs-cache-agent"], /^file 755 /, "the wrapper");
-  t.match(await readFile(join(root, "usr/local/bin/ebs-cache-agent"), "utf8"), new RegExp(`exec ${NODE} ${BUNDLE} "\\$@"`));
-  t.equal(await readFile(join(root, "etc/ebs-cache-agent/config.json"), "utf8"), await readFile("config/config.json", "utf8"), "the default config");
-  t.equal(await readFile(join(root, "etc/ebs-cache-agent/config.schema.json"), "utf8"), await readFile("config/config.schema.json", "utf8"), "its JSON Schema beside it");
-  for (const unit of UNITS) t.equal(await readFile(join(root, "etc/systemd/system", unit), "utf8"), await readFile(join("systemd", unit), "utf8"), unit);
-  t.equal(after1["etc/systemd/system/multi-user.target.wants/ebs-cache-agent.service"], "link -> /etc/systemd/system/ebs-cache-agent.service");
-  t.equal(after1["etc/systemd/system/multi-user.target.wants/ebs-cache-agent-ready.service"], "link -> /etc/systemd/system/ebs-cache-agent-ready.service");
-  t.equal(after1["etc/systemd/system/multi-user.target.wants/ebs-cache-agent-release.service"], "link -> /etc/systemd/system/ebs-cache-agent-release.service");
-  t.equal(after1["etc/systemd/system/timers.target.wants/ebs-cache-agent-gc.timer"], "link -> /etc/systemd/system/ebs-cache-agent-gc.timer");
+  t.match(
+    await readFile(join(root, "usr/local/bin/ebs-cache-agent"), "utf8"),
+    new RegExp(`exec ${NODE} ${BUNDLE} "\\$@"`),
+  );
+  t.equal(
+    await readFile(join(root, "etc/ebs-cache-agent/config.json"), "utf8"),
+    await readFile("config/config.json", "utf8"),
+    "the default config",
+  );
+  t.equal(
+    await readFile(join(root, "etc/ebs-cache-agent/config.schema.json"), "utf8"),
+    await readFile("config/config.schema.json", "utf8"),
+    "its JSON Schema beside it",
+  );
+  for (const unit of UNITS)
+    t.equal(
+      await readFile(join(root, "etc/systemd/system", unit), "utf8"),
+      await readFile(join("systemd", unit), "utf8"),
+      unit,
+    );
+  t.equal(
+    after1["etc/systemd/system/multi-user.target.wants/ebs-cache-agent.service"],
+    "link -> /etc/systemd/system/ebs-cache-agent.service",
+  );
+  t.equal(
+    after1["etc/systemd/system/multi-user.target.wants/ebs-cache-agent-ready.service"],
+    "link -> /etc/systemd/system/ebs-cache-agent-ready.service",
+  );
+  t.equal(
+    after1["etc/systemd/system/multi-user.target.wants/ebs-cache-agent-release.service"],
+    "link -> /etc/systemd/system/ebs-cache-agent-release.service",
+  );
+  t.equal(
+    after1["etc/systemd/system/timers.target.wants/ebs-cache-agent-gc.timer"],
+    "link -> /etc/systemd/system/ebs-cache-agent-gc.timer",
+  );
   // systemctl agrees that the links enable them (offline, --root).
   for (const [unit, state] of [
     ["ebs-cache-agent.service", "enabled"],
@@ -333,14 +455,21 @@ t.test("install.sh: layout, enabled units, idempotent, keeps an operator's confi
   const third = await install(root, bundlePath);
   t.equal(third.exitCode, 0);
   t.match(third.stdout, /keeping the existing .*config\.json/);
-  t.equal(await readFile(join(root, "etc/ebs-cache-agent/config.json"), "utf8"), operator, "an operator's config.json is never overwritten");
+  t.equal(
+    await readFile(join(root, "etc/ebs-cache-agent/config.json"), "utf8"),
+    operator,
+    "an operator's config.json is never overwritten",
+  );
 
   for (const [args, why] of [
     [["relative/root"], "a relative root"],
     [[join(root, "no-such-folder")], "a missing root"],
     [[], "no root"],
   ] as const) {
-    const refused = await run("bash", [join(REPO, "scripts/install.sh"), "--bundle", bundlePath, ...args], { check: false, env: childEnv() });
+    const refused = await run("bash", [join(REPO, "scripts/install.sh"), "--bundle", bundlePath, ...args], {
+      check: false,
+      env: childEnv(),
+    });
     t.equal(refused.exitCode, 2, `${why} is refused`);
   }
 });

@@ -10,7 +10,13 @@ import { lstat, mkdir, readdir, readFile, rename, rm, symlink, writeFile } from 
 import { dirname, join } from "node:path";
 import t from "tap";
 import { checkVolumeLayout } from "../src/host/volume-layout.ts";
-import { mkdirBeneath, readFileBeneath, removeBeneath, resolveBeneath, VolumePathError } from "../src/host/volume-paths.ts";
+import {
+  mkdirBeneath,
+  readFileBeneath,
+  removeBeneath,
+  resolveBeneath,
+  VolumePathError,
+} from "../src/host/volume-paths.ts";
 import { LINKS, makeLink, makeSpecial, SPECIALS } from "./fixtures/odd-files.ts";
 import { tempFolders } from "./fixtures/temp-folders.ts";
 
@@ -46,11 +52,13 @@ async function volume(): Promise<string> {
     await mkdir(dirname(join(root, relative)), { recursive: true });
     await writeFile(join(root, relative), content);
   }
-  for (const empty of ["docker/tmp", "docker/plugins", "docker/runtimes", "docker/trust", "docker/containerd/daemon"]) await mkdir(join(root, empty), { recursive: true });
+  for (const empty of ["docker/tmp", "docker/plugins", "docker/runtimes", "docker/trust", "docker/containerd/daemon"])
+    await mkdir(join(root, empty), { recursive: true });
   await mkdir(join(root, "docker/overlay2/l"), { recursive: true });
   await symlink(`../${LAYER}/diff`, join(root, "docker/overlay2/l/IMAGELAYERLINK000000000000"));
   // What overlay2 makes on XFS for its quotas (loop0's numbers stand in for the volume's device).
-  for (const store of ["overlay2", "volumes"]) execFileSync("mknod", [join(root, "docker", store, "backingFsBlockDev"), "b", "7", "0"]);
+  for (const store of ["overlay2", "volumes"])
+    execFileSync("mknod", [join(root, "docker", store, "backingFsBlockDev"), "b", "7", "0"]);
   // Image content: a link inside a layer's diff is an ordinary file of the image.
   await symlink("/etc", join(root, `docker/overlay2/${LAYER}/diff/etc-link`));
   await symlink("usr/bin", join(root, "containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/1/fs/bin"));
@@ -165,7 +173,9 @@ t.test("each checked path, as each odd thing, refuses the volume naming the path
 t.test("an overlay2 short link must point at a layer's diff beside it", async (t) => {
   const root = await volume();
   await symlink("/etc", join(root, "docker/overlay2/l/ESCAPELINK0000000000000000"));
-  await t.rejects(checkVolumeLayout(root), { message: /overlay2\/l\/ESCAPELINK0000000000000000 on the volume is a symlink, where a symlink to/ });
+  await t.rejects(checkVolumeLayout(root), {
+    message: /overlay2\/l\/ESCAPELINK0000000000000000 on the volume is a symlink, where a symlink to/,
+  });
   const other = await volume();
   await symlink(`../../../${LAYER}/diff`, join(other, "docker/overlay2/l/UPLINK00000000000000000000"));
   await t.rejects(checkVolumeLayout(other), VolumePathError, "not even up and down again");
@@ -177,9 +187,12 @@ t.test("resolveBeneath: a link on the way refuses, the last component is told, n
   await mkdir(join(root, "a"));
   await symlink(outside, join(root, "a", "b"));
   t.same(await resolveBeneath(root, "a/b"), { path: join(root, "a/b"), kind: "symlink" });
-  await t.rejects(resolveBeneath(root, "a/b/c"), { message: /a\/b on the volume is a symlink, where a folder is expected/ });
+  await t.rejects(resolveBeneath(root, "a/b/c"), {
+    message: /a\/b on the volume is a symlink, where a folder is expected/,
+  });
   t.same(await resolveBeneath(root, "x/y"), { path: join(root, "x/y"), kind: "missing" });
-  for (const bad of ["../etc", "/etc", "a/../../etc", "a/"]) await t.rejects(resolveBeneath(root, bad), { message: /not a plain relative path/ }, bad);
+  for (const bad of ["../etc", "/etc", "a/../../etc", "a/"])
+    await t.rejects(resolveBeneath(root, bad), { message: /not a plain relative path/ }, bad);
 });
 
 t.test("readFileBeneath: a FIFO, a device, a link are refused, never read (no hang)", async (t) => {
@@ -188,7 +201,12 @@ t.test("readFileBeneath: a FIFO, a device, a link are refused, never read (no ha
   await writeFile(join(root, "m", "ok"), "i-1\n");
   t.equal(await readFileBeneath(root, "m/ok"), "i-1");
   t.equal(await readFileBeneath(root, "m/none"), undefined);
-  for (const [name, make] of [["fifo", ODD["a FIFO"]!], ["device", ODD["a device node"]!], ["link", ODD["a link to a device"]!], ["loop", ODD["a link loop"]!]] as const) {
+  for (const [name, make] of [
+    ["fifo", ODD["a FIFO"]!],
+    ["device", ODD["a device node"]!],
+    ["link", ODD["a link to a device"]!],
+    ["loop", ODD["a link loop"]!],
+  ] as const) {
     const takeAway = await make(join(root, "m", name), root);
     await t.rejects(readFileBeneath(root, `m/${name}`), VolumePathError, name);
     await takeAway();
@@ -246,9 +264,22 @@ t.test("no module of src/ but volume-paths.ts and the listed host-side ones impo
   const importing: string[] = [];
   for (const entry of await readdir(src, { recursive: true })) {
     if (!entry.endsWith(".ts") || entry.startsWith("lab/")) continue;
-    if (/from\s+["'](?:node:)?fs(?:\/promises)?["']|require\(\s*["'](?:node:)?fs/.test(await readFile(join(src, entry), "utf8"))) importing.push(entry);
+    if (
+      /from\s+["'](?:node:)?fs(?:\/promises)?["']|require\(\s*["'](?:node:)?fs/.test(
+        await readFile(join(src, entry), "utf8"),
+      )
+    )
+      importing.push(entry);
   }
   t.ok(importing.includes("host/volume-paths.ts"), "the scan finds the helper");
-  t.same(importing.filter((file) => file !== "host/volume-paths.ts" && !HOST_SIDE_FS.has(file)), [], "a new module on the volume uses src/host/volume-paths.ts; a new host-side one is listed here");
-  for (const file of ON_THE_VOLUME) t.notOk(HOST_SIDE_FS.has(file) || importing.includes(file), `${file} reaches the volume only through volume-paths.ts`);
+  t.same(
+    importing.filter((file) => file !== "host/volume-paths.ts" && !HOST_SIDE_FS.has(file)),
+    [],
+    "a new module on the volume uses src/host/volume-paths.ts; a new host-side one is listed here",
+  );
+  for (const file of ON_THE_VOLUME)
+    t.notOk(
+      HOST_SIDE_FS.has(file) || importing.includes(file),
+      `${file} reaches the volume only through volume-paths.ts`,
+    );
 });

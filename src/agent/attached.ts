@@ -10,7 +10,10 @@ import type { VolumeInfo } from "./ports.ts";
  * workspace runs on it, whatever pool volume may also hang on the instance); undefined when
  * none is.
  */
-export function attachedCacheVolume<V extends Pick<VolumeInfo, "tags" | "attachment">>(volumes: readonly V[], instanceId: string): V | undefined {
+export function attachedCacheVolume<V extends Pick<VolumeInfo, "tags" | "attachment">>(
+  volumes: readonly V[],
+  instanceId: string,
+): V | undefined {
   const mine = volumes.filter((v) => v.attachment?.instanceId === instanceId);
   return mine.find((v) => v.tags[VolumeTag.kind] === VolumeKind.workspace) ?? mine[0];
 }

@@ -33,7 +33,10 @@ function builtAtTag(tags: Readonly<Record<string, string>>): Date | null {
 
 /** A snapshot's generation: its `built-at`, else its start time. */
 export function snapshotGeneration(snapshot: Pick<SnapshotInfo, "tags" | "startTime">): Generation {
-  return { imageSet: snapshot.tags[VolumeTag.imageSet] ?? null, builtAt: builtAtTag(snapshot.tags) ?? snapshot.startTime ?? null };
+  return {
+    imageSet: snapshot.tags[VolumeTag.imageSet] ?? null,
+    builtAt: builtAtTag(snapshot.tags) ?? snapshot.startTime ?? null,
+  };
 }
 
 /**
@@ -62,19 +65,27 @@ export function compareGenerations(a: Generation, b: Generation): number {
  * its start time), restricted to `imageSet` when the configuration names one. New volumes
  * (boot's cold path, the keeper) come from it. Undefined when the pool has no completed snapshot.
  */
-export function currentSnapshot<S extends Pick<SnapshotInfo, "state" | "tags" | "startTime">>(snapshots: readonly S[], imageSet: string | null = null): S | undefined {
+export function currentSnapshot<S extends Pick<SnapshotInfo, "state" | "tags" | "startTime">>(
+  snapshots: readonly S[],
+  imageSet: string | null = null,
+): S | undefined {
   const byStart = (s: S) => s.startTime?.getTime() ?? -Infinity;
-  return snapshots
-    .filter((s) => s.state === "completed" && (imageSet === null || s.tags[VolumeTag.imageSet] === imageSet))
-    // The same generation snapshotted twice: the later snapshot, as before generations existed.
-    .sort((a, b) => compareGenerations(snapshotGeneration(a), snapshotGeneration(b)) || byStart(b) - byStart(a))[0];
+  return (
+    snapshots
+      .filter((s) => s.state === "completed" && (imageSet === null || s.tags[VolumeTag.imageSet] === imageSet))
+      // The same generation snapshotted twice: the later snapshot, as before generations existed.
+      .sort((a, b) => compareGenerations(snapshotGeneration(a), snapshotGeneration(b)) || byStart(b) - byStart(a))[0]
+  );
 }
 
 /**
  * The pool's current generation: its newest completed snapshot's (restricted to `imageSet` when
  * the configuration names one). Undefined when the pool has no completed snapshot.
  */
-export function currentGeneration(snapshots: readonly Pick<SnapshotInfo, "state" | "tags" | "startTime">[], imageSet: string | null = null): Generation | undefined {
+export function currentGeneration(
+  snapshots: readonly Pick<SnapshotInfo, "state" | "tags" | "startTime">[],
+  imageSet: string | null = null,
+): Generation | undefined {
   const snapshot = currentSnapshot(snapshots, imageSet);
   return snapshot && snapshotGeneration(snapshot);
 }
@@ -90,7 +101,10 @@ export function isSuperseded(generation: Generation, current: Generation | undef
 
 /** The image references a snapshot's or volume's `ebs-cache:images` tag lists (comma-separated), as written. */
 export function imagesOf(tags: Readonly<Record<string, string>>): string[] {
-  return (tags[VolumeTag.images] ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+  return (tags[VolumeTag.images] ?? "")
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
 }
 
 /** An image reference as docker lists it: `:latest` added when it names no tag or digest. */

@@ -18,7 +18,8 @@ export interface JsonMember {
 /** The top-level members of `text`, in order, duplicates included. Throws when `text` is not a JSON object. */
 export function objectMembers(text: string): JsonMember[] {
   const parsed: unknown = JSON.parse(text);
-  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new SyntaxError("not a JSON object");
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
+    throw new SyntaxError("not a JSON object");
   const members: JsonMember[] = [];
   let at = skipSpace(text, 0);
   expect(text, at, "{");

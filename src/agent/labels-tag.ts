@@ -56,16 +56,25 @@ export function readChunkedJsonTag(tags: Readonly<Record<string, string>>, key: 
   if (oddKeys.length > 0) return bad(`chunk key ${quote(oddKeys[0]!)} is not numbered 0, 1, 2, ... (leading zero)`);
   // The autoscaler writes one form; both at once means a write or a delete half done: which one
   // is current cannot be told, and a wrong guess could hand this node another user's workspace.
-  if (single !== undefined && chunks.size > 0) return bad(`present both whole and in ${chunks.size} chunk(s) (_0, _1, ...): cannot tell which is current`);
+  if (single !== undefined && chunks.size > 0)
+    return bad(`present both whole and in ${chunks.size} chunk(s) (_0, _1, ...): cannot tell which is current`);
 
   let text: string;
   if (single !== undefined) text = single;
   else {
     const missing = [...Array(Math.max(...chunks.keys()) + 1).keys()].filter((index) => !chunks.has(index));
     if (missing.length > 0) {
-      return bad(`chunk ${missing.map((i) => `_${i}`).join(", ")} missing (found ${[...chunks.keys()].sort((a, b) => a - b).map((i) => `_${i}`).join(", ")})`);
+      return bad(
+        `chunk ${missing.map((i) => `_${i}`).join(", ")} missing (found ${[...chunks.keys()]
+          .sort((a, b) => a - b)
+          .map((i) => `_${i}`)
+          .join(", ")})`,
+      );
     }
-    text = [...chunks.keys()].sort((a, b) => a - b).map((index) => chunks.get(index)!).join("");
+    text = [...chunks.keys()]
+      .sort((a, b) => a - b)
+      .map((index) => chunks.get(index)!)
+      .join("");
   }
 
   let value: unknown;
@@ -91,7 +100,11 @@ export function readLabelsTag(tags: Readonly<Record<string, string>>, key: strin
   const read = readChunkedJsonTag(tags, key);
   if (!read.found || !read.ok) return read;
   const labels = read.value;
-  const bad = (problem: string): LabelsTagRead => ({ found: true, ok: false, problem: `instance tag ${quote(key)}: ${problem}` });
+  const bad = (problem: string): LabelsTagRead => ({
+    found: true,
+    ok: false,
+    problem: `instance tag ${quote(key)}: ${problem}`,
+  });
   if (typeof labels !== "object" || labels === null || Array.isArray(labels)) {
     const got = Array.isArray(labels) ? "an array" : typeof labels === "string" ? quote(labels) : String(labels);
     return bad(`must hold a JSON object, got ${got}`);
@@ -104,7 +117,9 @@ export function readLabelsTag(tags: Readonly<Record<string, string>>, key: strin
     seen.add(name);
   }
   // fromEntries defines own properties: a key `__proto__` stays a label, not a prototype.
-  const text = Object.fromEntries(members.map(({ key: name, source }) => [name, isNumberSource(source) ? source : (JSON.parse(source) as unknown)]));
+  const text = Object.fromEntries(
+    members.map(({ key: name, source }) => [name, isNumberSource(source) ? source : (JSON.parse(source) as unknown)]),
+  );
   return { found: true, ok: true, labels: text, form: read.form, chunks: read.chunks };
 }
 
@@ -113,7 +128,10 @@ export function readLabelsTag(tags: Readonly<Record<string, string>>, key: strin
  * when the JSON text fits in 256 characters, chunks `<key>_0`, `<key>_1`, … otherwise. For the
  * lab's autoscaler actor and the tests.
  */
-export function labelsTagAsOsparcWrites(key: string, labels: Readonly<Record<string, unknown>>): Record<string, string> {
+export function labelsTagAsOsparcWrites(
+  key: string,
+  labels: Readonly<Record<string, unknown>>,
+): Record<string, string> {
   const text = JSON.stringify(labels);
   if (text.length <= LABELS_CHUNK_SIZE) return { [key]: text };
   const tags: Record<string, string> = {};

@@ -139,23 +139,32 @@ export interface CloudVolumes {
   /** Every snapshot of this account carrying all the tags, in any state (the keeper orders volumes by their snapshot's age). */
   findSnapshots(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo[]>;
   /** Creates a volume and waits until it is available. */
-  createVolume(spec: {
-    availabilityZone: string;
-    snapshotId?: string;
-    sizeGiB?: number;
-    volumeType: string;
-    tags: Record<string, string>;
-    initializationRateMiBps?: number;
-    /** Idempotency token: the same token makes no second volume (an SDK retry, a rerun of the same boot). */
-    clientToken?: string;
-  }, options?: Cancellable): Promise<VolumeInfo>;
+  createVolume(
+    spec: {
+      availabilityZone: string;
+      snapshotId?: string;
+      sizeGiB?: number;
+      volumeType: string;
+      tags: Record<string, string>;
+      initializationRateMiBps?: number;
+      /** Idempotency token: the same token makes no second volume (an SDK retry, a rerun of the same boot). */
+      clientToken?: string;
+    },
+    options?: Cancellable,
+  ): Promise<VolumeInfo>;
   /**
    * AttachVolume as a lock: `claimed` when this instance now holds it (also when the call failed
    * with a 5xx or VolumeInUse but the volume is in fact attached here), `taken` otherwise.
    */
   claimVolume(volumeId: string, instanceId: string, device: string, options?: ClaimOptions): Promise<ClaimOutcome>;
   /** Polls the attachment itself until it reaches `state` for this instance, or throws at the deadline. */
-  waitForAttachment(volumeId: string, instanceId: string, state: "attached" | "detached", timeoutMs: number, options?: Cancellable): Promise<void>;
+  waitForAttachment(
+    volumeId: string,
+    instanceId: string,
+    state: "attached" | "detached",
+    timeoutMs: number,
+    options?: Cancellable,
+  ): Promise<void>;
   /** DetachVolume, never forced. */
   detachVolume(volumeId: string, instanceId: string, options?: Cancellable): Promise<void>;
   /** DeleteVolume (EC2 refuses unless the volume is available); `gone` when it no longer exists. */
@@ -189,8 +198,7 @@ export type DeviceContents =
  */
 export type CacheIdentity =
   /** `dataBytes`: the filesystem's data size from its superblock, when read. */
-  | { kind: "cache"; fresh: boolean; dataBytes?: number }
-  | { kind: "blank" };
+  { kind: "cache"; fresh: boolean; dataBytes?: number } | { kind: "blank" };
 
 /** Block devices and filesystems of this host. */
 export interface HostStorage {
@@ -256,7 +264,9 @@ export interface MountTable {
 }
 
 /** daemon.json as a release reads and resets it: its data-root and its `labels` entries (`key=value`, all of them). */
-export type ReleaseDaemonConfig = Pick<DaemonConfig, "dataRoot" | "setDataRoot"> & { engineLabels(): Promise<string[]> };
+export type ReleaseDaemonConfig = Pick<DaemonConfig, "dataRoot" | "setDataRoot"> & {
+  engineLabels(): Promise<string[]>;
+};
 
 /** What a release asks the docker API: only on which root docker runs (DockerEngine's info answers it). */
 export interface DockerRootQuery {
@@ -296,7 +306,13 @@ export interface ReleaseDeps {
 
 /** What the agent asks of the docker API. */
 export interface DockerEngine {
-  info(): Promise<{ dockerRootDir: string; driver: string; imageStore: "graphdriver" | "containerd"; swarm: { nodeId: string; controlAvailable: boolean; state: string }; labels: string[] }>;
+  info(): Promise<{
+    dockerRootDir: string;
+    driver: string;
+    imageStore: "graphdriver" | "containerd";
+    swarm: { nodeId: string; controlAvailable: boolean; state: string };
+    labels: string[];
+  }>;
   /** `repo:tag` of every image. */
   images(): Promise<string[]>;
   /** Node labels through a manager's API (this node when it is a manager). */
@@ -381,7 +397,14 @@ export type ReadinessState = "ready" | "warming" | "degraded" | "disabled";
 /** What `pool fill` asks of EC2 (src/agent/keeper/): the pool's volumes and snapshots, creates, tags and deletes. */
 export type KeeperCloud = Pick<
   CloudVolumes,
-  "findVolumes" | "describeVolume" | "findSnapshots" | "newestSnapshot" | "createVolume" | "tagVolume" | "deleteVolume" | "initializationStatus"
+  | "findVolumes"
+  | "describeVolume"
+  | "findSnapshots"
+  | "newestSnapshot"
+  | "createVolume"
+  | "tagVolume"
+  | "deleteVolume"
+  | "initializationStatus"
 >;
 
 // ---- what operators read ----
@@ -396,7 +419,13 @@ export type BootPhase = "first" | "second" | "single";
  * log, and the use case's outcome and exit code stay what they were.
  */
 export interface OutcomeRecorder {
-  bootFinished(boot: { instanceId: string; bootId?: string; phase: BootPhase; result: BootResult; finishedAt: Date }): Promise<void>;
+  bootFinished(boot: {
+    instanceId: string;
+    bootId?: string;
+    phase: BootPhase;
+    result: BootResult;
+    finishedAt: Date;
+  }): Promise<void>;
   releaseFinished(release: { instanceId: string; result: ReleaseResult; finishedAt: Date }): Promise<void>;
   gcFinished(gc: { outcome: GcOutcome; dryRun: boolean; finishedAt: Date }): Promise<void>;
   /** After a keeper run (`pool fill`) that was not a dry run. */

@@ -79,7 +79,9 @@ export function createReporter(deps: ReporterDeps) {
       assertOwnedUpdate(deps.prefix, add, remove);
       await deps.engine.setNodeLabels(nodeId, add, remove);
       await readBack(deps, "node", labels, deadline, async () => deps.engine.nodeLabels(nodeId));
-      deps.log.info("labels.publish", `node labels set and read back: ${labelKey(deps.prefix, Label.state)}=${state}`, { node: nodeId });
+      deps.log.info("labels.publish", `node labels set and read back: ${labelKey(deps.prefix, Label.state)}=${state}`, {
+        node: nodeId,
+      });
       return;
     }
     // A worker (or docker not up yet): engine labels, applied by a reload when docker runs.
@@ -89,7 +91,10 @@ export function createReporter(deps: ReporterDeps) {
     }
     await deps.daemonConfig.setEngineLabels(deps.prefix, labels);
     if (!deps.docker || !(await deps.docker.isActive())) {
-      deps.log.info("labels.publish", `engine labels written: ${labelKey(deps.prefix, Label.state)}=${state}; docker is not running here, they apply at its start (not read back)`);
+      deps.log.info(
+        "labels.publish",
+        `engine labels written: ${labelKey(deps.prefix, Label.state)}=${state}; docker is not running here, they apply at its start (not read back)`,
+      );
       return;
     }
     try {
@@ -150,13 +155,18 @@ async function readBack(
 }
 
 /** What differs under the prefix between what docker shows and what was published. */
-export function labelDifferences(prefix: string, shown: Record<string, string>, wanted: Record<string, string>): string[] {
+export function labelDifferences(
+  prefix: string,
+  shown: Record<string, string>,
+  wanted: Record<string, string>,
+): string[] {
   const out: string[] = [];
   for (const [key, value] of Object.entries(wanted)) {
     if (!Object.hasOwn(shown, key)) out.push(`${key} missing`);
     else if (shown[key] !== value) out.push(`${key}=${shown[key]} (published ${value})`);
   }
-  for (const key of Object.keys(shown)) if (isUnderPrefix(prefix, key) && !Object.hasOwn(wanted, key)) out.push(`${key} still there`);
+  for (const key of Object.keys(shown))
+    if (isUnderPrefix(prefix, key) && !Object.hasOwn(wanted, key)) out.push(`${key} still there`);
   return out;
 }
 
@@ -179,10 +189,16 @@ export function createLabelWithdrawer(deps: ReporterDeps) {
           const { remove } = nodeLabelChanges(deps.prefix, current, {});
           assertOwnedUpdate(deps.prefix, {}, remove);
           if (remove.length > 0) await deps.engine.setNodeLabels(info.swarm.nodeId, {}, remove);
-          deps.log.info("labels.remove", `node labels under ${deps.prefix}. removed`, { node: info.swarm.nodeId, removed: remove.length });
+          deps.log.info("labels.remove", `node labels under ${deps.prefix}. removed`, {
+            node: info.swarm.nodeId,
+            removed: remove.length,
+          });
         }
       } catch (error) {
-        deps.log.warning("labels.remove", `could not remove the node labels; the next boot replaces them: ${describeError(error)}`);
+        deps.log.warning(
+          "labels.remove",
+          `could not remove the node labels; the next boot replaces them: ${describeError(error)}`,
+        );
       }
     }
     await deps.daemonConfig.setEngineLabels(deps.prefix, {});

@@ -9,7 +9,12 @@
  * without it (the pool).
  */
 import type { AgentConfig } from "../config/index.ts";
-import { applyInstanceTags, applyLabelSwitches, readLabelSwitches, type EffectiveSettings } from "../config/overrides.ts";
+import {
+  applyInstanceTags,
+  applyLabelSwitches,
+  readLabelSwitches,
+  type EffectiveSettings,
+} from "../config/overrides.ts";
 import { InstanceTag } from "../tags.ts";
 import { validatePoolName } from "../inputs.ts";
 import { readLabelsTag } from "./labels-tag.ts";
@@ -63,9 +68,18 @@ export function readOsparcRequest(
   if (!options.fromTag && recorded) return fromRecord(recorded);
   const tag = config.workspace.labelsTag;
   const read = readLabelsTag(identity.tags, tag);
-  const none = (origin: string, warnings: string[] = []): OsparcRequest => ({ keepMalformed: false, origin, fromRecord: false, warnings, notes: [] });
+  const none = (origin: string, warnings: string[] = []): OsparcRequest => ({
+    keepMalformed: false,
+    origin,
+    fromRecord: false,
+    warnings,
+    notes: [],
+  });
   if (!read.found) return recorded ? fromRecord(recorded) : none(`no instance tag ${tag}`);
-  if (!read.ok) return none(`instance tag ${tag} (unusable)`, [`${read.problem}: the tag is ignored; no workspace (the pool is used), no keep or enabled from it`]);
+  if (!read.ok)
+    return none(`instance tag ${tag} (unusable)`, [
+      `${read.problem}: the tag is ignored; no workspace (the pool is used), no keep or enabled from it`,
+    ]);
 
   const origin = `instance tag ${tag}${read.form === "chunked" ? ` in ${read.chunks} chunks` : ""}`;
   const request: OsparcRequest = { keepMalformed: false, origin, fromRecord: false, warnings: [], notes: [] };
@@ -122,7 +136,10 @@ export function resolveSettings(
   const switched = applyLabelSwitches(tagged.config, request, identity.tags, request.origin);
   const effective = switched.config;
   const workspace = request.ids;
-  const notes = [...request.notes, workspace ? `workspace ${describeWorkspace(workspace)} (${request.origin})` : `no workspace: ${request.origin}`];
+  const notes = [
+    ...request.notes,
+    workspace ? `workspace ${describeWorkspace(workspace)} (${request.origin})` : `no workspace: ${request.origin}`,
+  ];
 
   const boot: BootSettings = {
     enabled: effective.enabled,
@@ -146,7 +163,14 @@ export function resolveSettings(
   };
   return {
     ok: true,
-    value: { effective, boot, applied: [...tagged.applied, ...switched.applied], warnings: [...tagged.warnings, ...request.warnings], notes, request },
+    value: {
+      effective,
+      boot,
+      applied: [...tagged.applied, ...switched.applied],
+      warnings: [...tagged.warnings, ...request.warnings],
+      notes,
+      request,
+    },
   };
 }
 
@@ -155,7 +179,11 @@ export function resolveSettings(
  * (instance tag, else the labels tag), or a malformed keep in the labels tag where no instance
  * tag says (the volume is kept rather than expired on a guess).
  */
-function keepAsked(effective: Pick<EffectiveSettings, "keep">, request: Pick<OsparcRequest, "keepMalformed">, tags: Readonly<Record<string, string>>): boolean {
+function keepAsked(
+  effective: Pick<EffectiveSettings, "keep">,
+  request: Pick<OsparcRequest, "keepMalformed">,
+  tags: Readonly<Record<string, string>>,
+): boolean {
   return effective.keep || (tags[InstanceTag.keep] === undefined && request.keepMalformed);
 }
 
@@ -184,10 +212,17 @@ export function resolveReleaseSettings(
   const request = readOsparcRequest(tagged.config, identity, { fromTag: false, recorded: options.recorded });
   const switched = applyLabelSwitches(tagged.config, request, identity.tags, request.origin);
   const effective = switched.config;
-  const warnings = [...tagged.warnings, ...tagged.problems.map((problem) => `${problem} (not applied)`), ...request.warnings];
+  const warnings = [
+    ...tagged.warnings,
+    ...tagged.problems.map((problem) => `${problem} (not applied)`),
+    ...request.warnings,
+  ];
   const keepText = identity.tags[InstanceTag.keep];
   const keepTagMalformed = keepText !== undefined && !/^\s*(true|false)\s*$/i.test(keepText);
-  if (keepTagMalformed) warnings.push(`instance tag ${InstanceTag.keep} is not true or false: the released workspace volume is kept (never expired) rather than risk its data`);
+  if (keepTagMalformed)
+    warnings.push(
+      `instance tag ${InstanceTag.keep} is not true or false: the released workspace volume is kept (never expired) rather than risk its data`,
+    );
   const release: ReleaseSettings = {
     enabled: effective.enabled,
     keep: keepTagMalformed || keepAsked(effective, request, identity.tags),

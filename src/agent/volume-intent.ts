@@ -39,7 +39,11 @@ export interface TagChanges {
  * no longer asked; another instance's `keep-by` dropped (its keep stays, now nobody's to take
  * back). Nothing when the tags say it already.
  */
-export function intentChanges(tags: Readonly<Record<string, string>>, instanceId: string, intent: VolumeIntent): TagChanges {
+export function intentChanges(
+  tags: Readonly<Record<string, string>>,
+  instanceId: string,
+  intent: VolumeIntent,
+): TagChanges {
   const changes: TagChanges = { set: {}, remove: [] };
   const ttl = String(intent.ttlHours);
   if (tags[VolumeTag.ttlHours] !== ttl) changes.set[VolumeTag.ttlHours] = ttl;
@@ -59,7 +63,9 @@ export function intentChanges(tags: Readonly<Record<string, string>>, instanceId
  * The TTL a claim recorded on the volume: `absent` (claimed by an agent that did not record one),
  * the hours, or `malformed` (not a number of hours within TTL_HOURS).
  */
-export function recordedTtlHours(tags: Readonly<Record<string, string>>): { kind: "absent" } | { kind: "hours"; hours: number } | { kind: "malformed"; text: string } {
+export function recordedTtlHours(
+  tags: Readonly<Record<string, string>>,
+): { kind: "absent" } | { kind: "hours"; hours: number } | { kind: "malformed"; text: string } {
   const text = tags[VolumeTag.ttlHours];
   if (text === undefined) return { kind: "absent" };
   const hours = /^\d+(\.\d+)?$/.test(text) ? Number(text) : NaN;

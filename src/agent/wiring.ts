@@ -27,7 +27,15 @@ import { mountPointsOf, syncFilesystem } from "../host/mount.ts";
 import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
 import type { BootCommandDeps } from "./boot/run.ts";
-import type { CloudVolumes, ContainerdRoot, DockerService, Identity, OutcomeRecorder, PrewarmReader, VolumeCreation } from "./ports.ts";
+import type {
+  CloudVolumes,
+  ContainerdRoot,
+  DockerService,
+  Identity,
+  OutcomeRecorder,
+  PrewarmReader,
+  VolumeCreation,
+} from "./ports.ts";
 import { createFreshDataRoot, prepareOncePerActivation } from "./boot/prepare.ts";
 import { checkVolumeLayout } from "../host/volume-layout.ts";
 import { beginPrewarmAtBoot } from "./prewarm/apply.ts";
@@ -93,10 +101,12 @@ export function volumeCreation(config: Pick<AgentConfig, "volumes">): VolumeCrea
     ...(v.iops !== null ? { iops: v.iops } : {}),
     ...(v.throughputMiBps !== null ? { throughputMiBps: v.throughputMiBps } : {}),
     // Each is KEY=VALUE: the config's check refused anything else.
-    tags: Object.fromEntries(v.tags.flatMap((text) => {
-      const tag = splitOperatorTag(text);
-      return tag ? [[tag.key, tag.value]] : [];
-    })),
+    tags: Object.fromEntries(
+      v.tags.flatMap((text) => {
+        const tag = splitOperatorTag(text);
+        return tag ? [[tag.key, tag.value]] : [];
+      }),
+    ),
   };
 }
 
@@ -108,7 +118,12 @@ function wireCommon(options: WiringOptions) {
     let cloud = clouds.get(region);
     if (!cloud) {
       cloud = sharingDescribeInstance(
-        createCloudVolumes({ client: options.ec2Client(region), log, creation: volumeCreation(config), ...(options.pollMs ? { pollMs: options.pollMs } : {}) }),
+        createCloudVolumes({
+          client: options.ec2Client(region),
+          log,
+          creation: volumeCreation(config),
+          ...(options.pollMs ? { pollMs: options.pollMs } : {}),
+        }),
       );
       clouds.set(region, cloud);
     }
@@ -116,7 +131,10 @@ function wireCommon(options: WiringOptions) {
   };
   const metadata =
     options.metadata ??
-    createMetadataService({ requestTimeoutMs: config.timeouts.imdsRequestSeconds * 1000, ...(config.imdsEndpoint ? { endpoint: config.imdsEndpoint } : {}) });
+    createMetadataService({
+      requestTimeoutMs: config.timeouts.imdsRequestSeconds * 1000,
+      ...(config.imdsEndpoint ? { endpoint: config.imdsEndpoint } : {}),
+    });
   const bootId = readBootId();
   return {
     config,
@@ -128,12 +146,15 @@ function wireCommon(options: WiringOptions) {
     identify: (options?: { fresh?: boolean }) =>
       identifyInstance({
         metadata,
-        ec2Tags: async (instanceId, region) => (await cloudFor(config.region ?? region).describeInstance(instanceId, options?.fresh ? { fresh: true } : {})).tags,
+        ec2Tags: async (instanceId, region) =>
+          (await cloudFor(config.region ?? region).describeInstance(instanceId, options?.fresh ? { fresh: true } : {}))
+            .tags,
         timeoutMs: config.timeouts.imdsSeconds * 1000,
         log,
       }),
     // The boot's own DescribeInstances (shared): no call of its own.
-    launchTime: async (identity: Identity) => (await cloudFor(config.region ?? identity.region).describeInstance(identity.instanceId)).launchTime,
+    launchTime: async (identity: Identity) =>
+      (await cloudFor(config.region ?? identity.region).describeInstance(identity.instanceId)).launchTime,
   };
 }
 
@@ -182,7 +203,10 @@ function memoizedDockerVersion(log: Logger): () => Promise<string | undefined> {
 }
 
 /** The image store daemon.json asks for, and the engine's version (for selection, image-store.ts). */
-function hostStoreReader(options: WiringOptions, dockerVersion: () => Promise<string | undefined>): () => Promise<HostStore> {
+function hostStoreReader(
+  options: WiringOptions,
+  dockerVersion: () => Promise<string | undefined>,
+): () => Promise<HostStore> {
   const daemonConfig = createDaemonConfig({ path: options.config.paths.daemonJson, log: options.log });
   return async () => {
     const [json, engineVersion] = await Promise.all([daemonConfig.read(), dockerVersion().catch(() => undefined)]);
@@ -214,7 +238,8 @@ function wireHost(
   const engine = createDockerEngine({ host: config.paths.dockerHost, log });
   // Read once per run: the unit does not change under a boot, and every report checks it.
   let command: Promise<DockerdCommand> | undefined;
-  const dockerdCommand = () => (command ??= (options.dockerdCommand ?? createSystemdDockerdCommand({ unit: config.docker.unit, log }))());
+  const dockerdCommand = () =>
+    (command ??= (options.dockerdCommand ?? createSystemdDockerdCommand({ unit: config.docker.unit, log }))());
   const reporterDeps = {
     prefix: labels.prefix,
     mode: labels.mode,
@@ -246,7 +271,10 @@ function wireHost(
  * The records `status` reads and the metrics textfiles (`metrics.textfileDir`); `publishedLabels`
  * tells the boot's record which labels the run published.
  */
-export function wireRecorder(options: WiringOptions, publishedLabels?: () => Record<string, string> | undefined): OutcomeRecorder {
+export function wireRecorder(
+  options: WiringOptions,
+  publishedLabels?: () => Record<string, string> | undefined,
+): OutcomeRecorder {
   const { config, log } = options;
   return createOutcomeRecorder({
     stateDir: config.paths.stateDir,
@@ -366,7 +394,8 @@ export function wireRelease(options: WiringOptions): ReleaseCommandDeps {
         ...(options.pollMs ? { pollMs: options.pollMs } : {}),
         // Stop or terminate: the notice gets one IMDS answer's time, the whole question
         // (DescribeInstances beside it) twice that; at shutdown there is no time to wait longer.
-        spotInstanceAction: () => readSpotInstanceAction(metadata, { timeoutMs: config.timeouts.imdsRequestSeconds * 1000 }),
+        spotInstanceAction: () =>
+          readSpotInstanceAction(metadata, { timeoutMs: config.timeouts.imdsRequestSeconds * 1000 }),
         shutdownQuestionMs: config.timeouts.imdsRequestSeconds * 2000,
         ...(options.rebootQueued ? { rebootQueued: options.rebootQueued } : {}),
       };
@@ -390,9 +419,13 @@ export function hostWiringOptions(config: AgentConfig, log: Logger, startPrewarm
   };
   return {
     config,
-    ec2Client: (region) => createEc2Client({ region, instanceProfile, ...(config.ec2Endpoint ? { endpoint: config.ec2Endpoint } : {}) }),
-    docker: config.docker.control === "systemd" ? createSystemdDockerService({ unit: config.docker.unit, log }) : undefined,
-    ...(config.docker.control === "systemd" ? { containerd: createSystemdDockerService({ unit: "containerd.service", log }) } : {}),
+    ec2Client: (region) =>
+      createEc2Client({ region, instanceProfile, ...(config.ec2Endpoint ? { endpoint: config.ec2Endpoint } : {}) }),
+    docker:
+      config.docker.control === "systemd" ? createSystemdDockerService({ unit: config.docker.unit, log }) : undefined,
+    ...(config.docker.control === "systemd"
+      ? { containerd: createSystemdDockerService({ unit: "containerd.service", log }) }
+      : {}),
     // systemd runs the release at shutdown whatever docker.control says: ask it whether it reboots.
     rebootQueued: () => systemdRebootQueued(),
     log,

@@ -68,8 +68,7 @@ export function workspaceIdsOfVolume(volumeTags: Readonly<Record<string, string>
 
 export type WorkspaceIdsResult =
   /** `ids` absent: no workspace (the pool); `note` says why when the labels named some ids. */
-  | { ok: true; ids?: WorkspaceIds; note?: string }
-  | { ok: false; problem: string };
+  { ok: true; ids?: WorkspaceIds; note?: string } | { ok: false; problem: string };
 
 /**
  * The workspace ids in osparc's node labels, for the configured keys: a label `<key>` or one
@@ -79,7 +78,10 @@ export type WorkspaceIdsResult =
  * note. A value that is not a usable id, or one key with two values: a problem (the caller
  * warns and uses the pool).
  */
-export function workspaceIdsFromLabels(labels: Readonly<Record<string, unknown>>, settings: WorkspaceKeySettings): WorkspaceIdsResult {
+export function workspaceIdsFromLabels(
+  labels: Readonly<Record<string, unknown>>,
+  settings: WorkspaceKeySettings,
+): WorkspaceIdsResult {
   const problems: string[] = [];
   const ids: Partial<Record<WorkspaceKey, string>> = {};
   for (const key of WORKSPACE_KEYS) {
@@ -102,7 +104,10 @@ export function workspaceIdsFromLabels(labels: Readonly<Record<string, unknown>>
   if (present.length === 0) return { ok: true };
   const missing = settings.minimumKeys.filter((key) => !isWorkspaceKey(key) || ids[key] === undefined);
   if (missing.length > 0) {
-    return { ok: true, note: `the labels name ${present.join(", ")} but not ${missing.join(", ")} (workspace.minimumKeys): no workspace, the pool is used` };
+    return {
+      ok: true,
+      note: `the labels name ${present.join(", ")} but not ${missing.join(", ")} (workspace.minimumKeys): no workspace, the pool is used`,
+    };
   }
   return { ok: true, ids };
 }

@@ -45,7 +45,10 @@ export interface Activation {
  * Whether the record was written in this activation (the rule above): same instance, and the
  * same launch time when both are known, else the same boot id when both are known, else not.
  */
-export function sameActivation(record: Pick<WorkspaceRecord, "instanceId" | "launchTime" | "bootId">, now: Activation): boolean {
+export function sameActivation(
+  record: Pick<WorkspaceRecord, "instanceId" | "launchTime" | "bootId">,
+  now: Activation,
+): boolean {
   if (record.instanceId !== now.instanceId) return false;
   if (record.launchTime !== undefined && now.launchTime !== undefined) return record.launchTime === now.launchTime;
   if (record.bootId !== undefined && now.bootId !== undefined) return record.bootId === now.bootId;
@@ -60,7 +63,9 @@ export function workspaceRecordPath(stateDir: string): string {
 }
 
 /** Checks a parsed record; a problem sentence when it cannot be used. */
-export function parseWorkspaceRecord(raw: unknown): { ok: true; record: WorkspaceRecord } | { ok: false; problem: string } {
+export function parseWorkspaceRecord(
+  raw: unknown,
+): { ok: true; record: WorkspaceRecord } | { ok: false; problem: string } {
   const bad = (problem: string) => ({ ok: false as const, problem: `${RECORD_FILE}: ${problem}` });
   if (typeof raw !== "object" || raw === null || Array.isArray(raw)) return bad("not a JSON object");
   const r = raw as Record<string, unknown>;

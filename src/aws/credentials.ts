@@ -84,7 +84,12 @@ export function instanceProfileCredentials(options: InstanceProfileOptions): Aws
       const credentials = await retry(
         () => {
           attempts++;
-          return fromInstanceMetadata({ timeout: options.requestTimeoutMs, maxRetries: 0, ec2MetadataV1Disabled: true, logger: sdkLogger(log) })();
+          return fromInstanceMetadata({
+            timeout: options.requestTimeoutMs,
+            maxRetries: 0,
+            ec2MetadataV1Disabled: true,
+            logger: sdkLogger(log),
+          })();
         },
         {
           isRetryable: (error) => !FINAL_STATUSES.has(imdsStatusOf(error) ?? 0),
@@ -107,7 +112,12 @@ export function instanceProfileCredentials(options: InstanceProfileOptions): Aws
       return credentials;
     } catch (error) {
       const last = error instanceof RetryDeadlineError ? error.lastError : error;
-      throw new CredentialsUnavailableError(options.endpoint, attempts, Date.now() - started, new Error(credentialFailure(last), { cause: last }));
+      throw new CredentialsUnavailableError(
+        options.endpoint,
+        attempts,
+        Date.now() - started,
+        new Error(credentialFailure(last), { cause: last }),
+      );
     }
   };
 }
@@ -116,7 +126,10 @@ export function instanceProfileCredentials(options: InstanceProfileOptions): Aws
  * The agent's credentials: `static` when given; else the environment's; else the instance
  * profile. The SDK client memoizes the result (see the top of this file).
  */
-export function agentCredentials(options: { static?: StaticCredentials; instanceProfile: InstanceProfileOptions }): AwsCredentialIdentityProvider {
+export function agentCredentials(options: {
+  static?: StaticCredentials;
+  instanceProfile: InstanceProfileOptions;
+}): AwsCredentialIdentityProvider {
   if (options.static) {
     const fixed: AwsCredentialIdentity = { ...options.static };
     return () => Promise.resolve(fixed);
@@ -131,7 +144,8 @@ export function agentCredentials(options: { static?: StaticCredentials; instance
 
 /** The SDK provider's few messages (e.g. an expiry extended while IMDS is down) into the agent's log, not the console. */
 function sdkLogger(log: Logger): SdkLogger {
-  const text = (parts: unknown[]) => parts.map((part) => (typeof part === "string" ? part : describeError(part))).join(" ");
+  const text = (parts: unknown[]) =>
+    parts.map((part) => (typeof part === "string" ? part : describeError(part))).join(" ");
   return {
     debug: (...parts: unknown[]) => log.debug("credentials.sdk", text(parts)),
     info: (...parts: unknown[]) => log.debug("credentials.sdk", text(parts)),
@@ -150,9 +164,11 @@ function imdsStatusOf(error: unknown): number | undefined {
 function credentialFailure(error: unknown): string {
   const e = (error ?? {}) as { name?: string; code?: string; statusCode?: number };
   // With IMDSv1 off, the SDK reports a failed token request as "v1 fallback blocked".
-  if (e.name === "InstanceMetadataV1FallbackError") return "IMDS did not hand out an IMDSv2 session token (timed out, refused or failed)";
+  if (e.name === "InstanceMetadataV1FallbackError")
+    return "IMDS did not hand out an IMDSv2 session token (timed out, refused or failed)";
   const status = imdsStatusOf(error);
-  if (status === 404) return "IMDS has no instance-profile credentials (404: no instance profile attached, or its role has none yet)";
+  if (status === 404)
+    return "IMDS has no instance-profile credentials (404: no instance profile attached, or its role has none yet)";
   if (status !== undefined) return `IMDS answered ${status} for the instance-profile credentials`;
   const detail = describeError(error);
   return e.code ? `${detail} (${e.code})` : detail;

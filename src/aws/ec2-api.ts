@@ -47,18 +47,30 @@ export interface CallOptions {
 export interface Ec2Api {
   describeVolumes(input: DescribeVolumesCommandInput, options?: CallOptions): Promise<DescribeVolumesCommandOutput>;
   /** Every page of a DescribeVolumes listing, following NextToken (the SDK's paginator). */
-  describeVolumesPages(input: DescribeVolumesCommandInput, options?: CallOptions): AsyncIterable<DescribeVolumesCommandOutput>;
+  describeVolumesPages(
+    input: DescribeVolumesCommandInput,
+    options?: CallOptions,
+  ): AsyncIterable<DescribeVolumesCommandOutput>;
   /** The instance's tags, state and EBS mappings in one call (identity and reboot checks). */
-  describeInstances(input: DescribeInstancesCommandInput, options?: CallOptions): Promise<DescribeInstancesCommandOutput>;
+  describeInstances(
+    input: DescribeInstancesCommandInput,
+    options?: CallOptions,
+  ): Promise<DescribeInstancesCommandOutput>;
   /** Every page of a DescribeSnapshots listing, following NextToken (the SDK's paginator). */
-  describeSnapshotsPages(input: DescribeSnapshotsCommandInput, options?: CallOptions): AsyncIterable<DescribeSnapshotsCommandOutput>;
+  describeSnapshotsPages(
+    input: DescribeSnapshotsCommandInput,
+    options?: CallOptions,
+  ): AsyncIterable<DescribeSnapshotsCommandOutput>;
   createVolume(input: CreateVolumeCommandInput, options?: CallOptions): Promise<CreateVolumeCommandOutput>;
   attachVolume(input: AttachVolumeCommandInput, options?: CallOptions): Promise<AttachVolumeCommandOutput>;
   detachVolume(input: DetachVolumeCommandInput, options?: CallOptions): Promise<DetachVolumeCommandOutput>;
   createTags(input: CreateTagsCommandInput, options?: CallOptions): Promise<CreateTagsCommandOutput>;
   deleteTags(input: DeleteTagsCommandInput, options?: CallOptions): Promise<DeleteTagsCommandOutput>;
   deleteVolume(input: DeleteVolumeCommandInput, options?: CallOptions): Promise<DeleteVolumeCommandOutput>;
-  describeVolumeStatus(input: DescribeVolumeStatusCommandInput, options?: CallOptions): Promise<DescribeVolumeStatusCommandOutput>;
+  describeVolumeStatus(
+    input: DescribeVolumeStatusCommandInput,
+    options?: CallOptions,
+  ): Promise<DescribeVolumeStatusCommandOutput>;
 }
 
 /** The interface over a real SDK client (its retry strategy applies to every call). */
@@ -68,7 +80,8 @@ export function sdkEc2Api(client: EC2Client): Ec2Api {
     describeInstances: (input, options) => client.send(new DescribeInstancesCommand(input), sendOptions(options)),
     // The paginator hands its extra arguments to client.send: cancellation reaches every page.
     describeVolumesPages: (input, options) => paginateDescribeVolumes({ client }, { ...input }, sendOptions(options)),
-    describeSnapshotsPages: (input, options) => paginateDescribeSnapshots({ client }, { ...input }, sendOptions(options)),
+    describeSnapshotsPages: (input, options) =>
+      paginateDescribeSnapshots({ client }, { ...input }, sendOptions(options)),
     createVolume: (input, options) => client.send(new CreateVolumeCommand(input), sendOptions(options)),
     attachVolume: (input, options) => client.send(new AttachVolumeCommand(input), sendOptions(options)),
     detachVolume: (input, options) => client.send(new DetachVolumeCommand(input), sendOptions(options)),

@@ -154,7 +154,9 @@ export const CREATE_POLL = { firstMs: 100, factor: 1.5, maxMs: 250, fastForMs: 3
 export function createPollPause(previousMs: number | undefined, elapsedMs: number, pollMs: number): number {
   if (elapsedMs >= CREATE_POLL.fastForMs) return pollMs;
   const cap = Math.min(CREATE_POLL.maxMs, pollMs);
-  return previousMs === undefined ? Math.min(CREATE_POLL.firstMs, cap) : Math.min(cap, Math.round(previousMs * CREATE_POLL.factor));
+  return previousMs === undefined
+    ? Math.min(CREATE_POLL.firstMs, cap)
+    : Math.min(cap, Math.round(previousMs * CREATE_POLL.factor));
 }
 
 /** How long a volume this process created may stay invisible to AttachVolume (eventual consistency). */
@@ -231,8 +233,10 @@ async function call<T>(action: string, fn: () => Promise<T>): Promise<T> {
 /** The server-side filters of a volume query. */
 function volumeFilters(query: VolumeQuery): Filter[] {
   const filters: Filter[] = tagFilters(query.tags);
-  if (query.availabilityZone !== undefined) filters.push({ Name: "availability-zone", Values: [query.availabilityZone] });
-  if (query.status !== undefined && query.status.length > 0) filters.push({ Name: "status", Values: [...query.status] });
+  if (query.availabilityZone !== undefined)
+    filters.push({ Name: "availability-zone", Values: [query.availabilityZone] });
+  if (query.status !== undefined && query.status.length > 0)
+    filters.push({ Name: "status", Values: [...query.status] });
   if (query.attachedTo !== undefined) filters.push({ Name: "attachment.instance-id", Values: [query.attachedTo] });
   return filters;
 }
@@ -241,32 +245,50 @@ function volumeFilters(query: VolumeQuery): Filter[] {
  * The volumes matching a query. With `firstPage`, one bounded page of candidates: one call
  * however large the pool (a boot's EC2 calls stay constant); otherwise every page.
  */
-async function findVolumes(ctx: Ec2Context, query: VolumeQuery, options?: Cancellable & { firstPage?: number }): Promise<VolumeInfo[]> {
+async function findVolumes(
+  ctx: Ec2Context,
+  query: VolumeQuery,
+  options?: Cancellable & { firstPage?: number },
+): Promise<VolumeInfo[]> {
   const filters = volumeFilters(query);
   let volumes: Volume[];
   if (query.volumeIds !== undefined) {
     if (query.volumeIds.length === 0) return [];
     // EC2 refuses MaxResults together with VolumeIds: a query by id is one answer anyway.
-    volumes = await call("DescribeVolumes", () => allVolumes(ctx, { Filters: filters, VolumeIds: query.volumeIds }, options));
+    volumes = await call("DescribeVolumes", () =>
+      allVolumes(ctx, { Filters: filters, VolumeIds: query.volumeIds }, options),
+    );
   } else if (options?.firstPage !== undefined) {
     const maxResults = Math.max(MIN_PAGE, Math.min(options.firstPage, ctx.pageSize("DescribeVolumes")));
-    const out = await call("DescribeVolumes", () => ctx.api.describeVolumes({ Filters: filters, MaxResults: maxResults }, options));
+    const out = await call("DescribeVolumes", () =>
+      ctx.api.describeVolumes({ Filters: filters, MaxResults: maxResults }, options),
+    );
     volumes = out.Volumes ?? [];
   } else {
     const maxResults = Math.max(MIN_PAGE, ctx.pageSize("DescribeVolumes"));
-    volumes = await call("DescribeVolumes", () => allVolumes(ctx, { Filters: filters, MaxResults: maxResults }, options));
+    volumes = await call("DescribeVolumes", () =>
+      allVolumes(ctx, { Filters: filters, MaxResults: maxResults }, options),
+    );
   }
   ctx.log.debug("ec2.find-volumes", `${volumes.length} volumes match`, { filters: JSON.stringify(filters) });
   return volumes.map(toVolumeInfo);
 }
 
-async function allVolumes(ctx: Ec2Context, input: DescribeVolumesCommandInput, options?: Cancellable): Promise<Volume[]> {
+async function allVolumes(
+  ctx: Ec2Context,
+  input: DescribeVolumesCommandInput,
+  options?: Cancellable,
+): Promise<Volume[]> {
   const volumes: Volume[] = [];
   for await (const page of ctx.api.describeVolumesPages(input, options)) volumes.push(...(page.Volumes ?? []));
   return volumes;
 }
 
-async function describeVolume(ctx: Ec2Context, volumeId: string, options?: Cancellable): Promise<VolumeInfo | undefined> {
+async function describeVolume(
+  ctx: Ec2Context,
+  volumeId: string,
+  options?: Cancellable,
+): Promise<VolumeInfo | undefined> {
   try {
     const out = await ctx.api.describeVolumes({ VolumeIds: [volumeId] }, options);
     const found = out.Volumes?.find((v) => v.VolumeId === volumeId);
@@ -295,7 +317,11 @@ async function describeInstance(ctx: Ec2Context, instanceId: string, options?: C
 }
 
 /** The newest completed snapshot of this account with the tags (every page: EC2 does not sort them). */
-async function newestSnapshot(ctx: Ec2Context, tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo | undefined> {
+async function newestSnapshot(
+  ctx: Ec2Context,
+  tags: Record<string, string>,
+  options?: Cancellable,
+): Promise<SnapshotInfo | undefined> {
   const input = {
     OwnerIds: ["self"],
     Filters: [...tagFilters(tags), { Name: "status", Values: ["completed"] }],
@@ -313,7 +339,11 @@ async function newestSnapshot(ctx: Ec2Context, tags: Record<string, string>, opt
 }
 
 /** Every snapshot of the account with these tags, whatever its state (the keeper orders by start time). */
-async function findSnapshots(ctx: Ec2Context, tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo[]> {
+async function findSnapshots(
+  ctx: Ec2Context,
+  tags: Record<string, string>,
+  options?: Cancellable,
+): Promise<SnapshotInfo[]> {
   const input = { OwnerIds: ["self"], Filters: tagFilters(tags), MaxResults: ctx.pageSize("DescribeSnapshots") };
   return call("DescribeSnapshots", async () => {
     const snapshots: SnapshotInfo[] = [];
@@ -325,7 +355,11 @@ async function findSnapshots(ctx: Ec2Context, tags: Record<string, string>, opti
 }
 
 /** The CreateVolume request for a spec and the creation settings every volume gets. */
-export function createVolumeInput(spec: VolumeSpec, creation: VolumeCreation | undefined, clientToken: string): CreateVolumeCommandInput {
+export function createVolumeInput(
+  spec: VolumeSpec,
+  creation: VolumeCreation | undefined,
+  clientToken: string,
+): CreateVolumeCommandInput {
   const input: CreateVolumeCommandInput = {
     AvailabilityZone: spec.availabilityZone,
     VolumeType: spec.volumeType as CreateVolumeCommandInput["VolumeType"],
@@ -362,7 +396,11 @@ async function createVolume(ctx: Ec2Context, spec: VolumeSpec, options?: Cancell
     volumeId,
     timeoutMs,
     (volume) => volume !== undefined && volume.state !== "creating",
-    (last) => new VolumeCreateError(volumeId, `still ${last ? `'${last.state}'` : "not visible"} after ${Math.round(timeoutMs / 1000)} s`),
+    (last) =>
+      new VolumeCreateError(
+        volumeId,
+        `still ${last ? `'${last.state}'` : "not visible"} after ${Math.round(timeoutMs / 1000)} s`,
+      ),
     { ...options, interval: (previousMs, elapsedMs) => createPollPause(previousMs, elapsedMs, ctx.pollMs) },
   );
   // `in-use`: another agent claimed it already (it carries pool tags); the caller's claim will say so.
@@ -400,7 +438,13 @@ async function pollVolume(
 }
 
 /** AttachVolume as the lock: `claimed`, `taken` (move on), or a typed error. */
-async function claimVolume(ctx: Ec2Context, volumeId: string, instanceId: string, device: string, options?: ClaimOptions): Promise<ClaimOutcome> {
+async function claimVolume(
+  ctx: Ec2Context,
+  volumeId: string,
+  instanceId: string,
+  device: string,
+  options?: ClaimOptions,
+): Promise<ClaimOutcome> {
   const { api, log } = ctx;
   const tried: string[] = [];
   let name = device;
@@ -425,12 +469,17 @@ async function claimVolume(ctx: Ec2Context, volumeId: string, instanceId: string
             return { kind: "taken", reason: `${failure.code}: ${volumeId} is held by another instance` };
           }
           const outcome = await settleClaim(ctx, volumeId, instanceId, failure, options);
-          if (outcome.kind === "taken") log.info("ec2.claim", "taken", { volumeId, instanceId, reason: outcome.reason });
+          if (outcome.kind === "taken")
+            log.info("ec2.claim", "taken", { volumeId, instanceId, reason: outcome.reason });
           return outcome;
         }
         case "not-found":
           if (Date.now() < notFoundUntil) {
-            log.info("ec2.claim", "the new volume is not visible to AttachVolume yet (EC2's eventual consistency): retrying", { volumeId });
+            log.info(
+              "ec2.claim",
+              "the new volume is not visible to AttachVolume yet (EC2's eventual consistency): retrying",
+              { volumeId },
+            );
             tried.pop();
             await pause(Math.min(ctx.pollMs, 1000) * Math.min(round, 4), options);
             continue;
@@ -439,7 +488,11 @@ async function claimVolume(ctx: Ec2Context, volumeId: string, instanceId: string
         case "device-in-use": {
           const next = DEVICE_NAMES.find((candidate) => !tried.includes(candidate));
           if (next === undefined) throw new DeviceNameError(instanceId, volumeId, tried, error);
-          log.info("ec2.claim", "device name in use on this instance, trying the next", { volumeId, device: name, next });
+          log.info("ec2.claim", "device name in use on this instance, trying the next", {
+            volumeId,
+            device: name,
+            next,
+          });
           name = next;
           continue;
         }
@@ -459,7 +512,8 @@ async function claimVolume(ctx: Ec2Context, volumeId: string, instanceId: string
             code: failure.code,
           });
           const outcome = await settleClaim(ctx, volumeId, instanceId, failure, options);
-          if (outcome.kind === "taken") log.warning("ec2.claim", "taken", { volumeId, instanceId, reason: outcome.reason });
+          if (outcome.kind === "taken")
+            log.warning("ec2.claim", "taken", { volumeId, instanceId, reason: outcome.reason });
           return outcome;
         }
       }
@@ -468,16 +522,26 @@ async function claimVolume(ctx: Ec2Context, volumeId: string, instanceId: string
 }
 
 /** After a failed AttachVolume: the volume's attachment says whether this instance holds it. */
-async function settleClaim(ctx: Ec2Context, volumeId: string, instanceId: string, failure: Ec2Failure, options?: Cancellable): Promise<ClaimOutcome> {
+async function settleClaim(
+  ctx: Ec2Context,
+  volumeId: string,
+  instanceId: string,
+  failure: Ec2Failure,
+  options?: Cancellable,
+): Promise<ClaimOutcome> {
   const volume = await describeVolume(ctx, volumeId, options);
   if (!volume) return { kind: "taken", reason: `${failure.code}: ${volumeId} no longer exists` };
   const attachment = volume.attachment;
   if (attachment?.instanceId === instanceId && HELD.includes(attachment.state)) {
-    ctx.log.notice("ec2.claim", `AttachVolume answered ${failure.code}, yet the volume is ${attachment.state} here: claimed`, {
-      volumeId,
-      instanceId,
-      device: attachment.device,
-    });
+    ctx.log.notice(
+      "ec2.claim",
+      `AttachVolume answered ${failure.code}, yet the volume is ${attachment.state} here: claimed`,
+      {
+        volumeId,
+        instanceId,
+        device: attachment.device,
+      },
+    );
     return { kind: "claimed" };
   }
   const where = attachment
@@ -519,7 +583,12 @@ async function waitForAttachment(
   ctx.log.info("ec2.attachment", `${volumeId} ${state}`, { volumeId, instanceId });
 }
 
-async function detachVolume(ctx: Ec2Context, volumeId: string, instanceId: string, options?: Cancellable): Promise<void> {
+async function detachVolume(
+  ctx: Ec2Context,
+  volumeId: string,
+  instanceId: string,
+  options?: Cancellable,
+): Promise<void> {
   try {
     // Never Force: on EC2 it can lose data, and a stuck detach needs a person, not the agent.
     await ctx.api.detachVolume({ VolumeId: volumeId, InstanceId: instanceId }, options);
@@ -529,7 +598,11 @@ async function detachVolume(ctx: Ec2Context, volumeId: string, instanceId: strin
     if (isAbort(error)) throw error;
     const failure = classifyEc2Error(error);
     if (failure.kind === "not-found" || failure.kind === "attachment-not-found") {
-      ctx.log.info("ec2.detach", "not attached to this instance: nothing to detach", { volumeId, instanceId, code: failure.code });
+      ctx.log.info("ec2.detach", "not attached to this instance: nothing to detach", {
+        volumeId,
+        instanceId,
+        code: failure.code,
+      });
       return;
     }
     if (failure.kind !== "incorrect-state" && !outcomeUnknown(failure)) throw ec2CallError("DetachVolume", error);
@@ -564,7 +637,9 @@ async function initializationStatus(ctx: Ec2Context, volumeId: string) {
   return {
     type: details.InitializationType ?? "default",
     progress: details.Progress,
-    ...(details.EstimatedTimeToCompleteInSeconds !== undefined ? { etaSeconds: details.EstimatedTimeToCompleteInSeconds } : {}),
+    ...(details.EstimatedTimeToCompleteInSeconds !== undefined
+      ? { etaSeconds: details.EstimatedTimeToCompleteInSeconds }
+      : {}),
   };
 }
 
@@ -586,7 +661,9 @@ export function escapeFilterValue(value: string): string {
 /** One filter per tag: `tag:K` = the exact value, or `tag-key` = K for the value "*". */
 export function tagFilters(tags: Record<string, string>): Filter[] {
   return Object.entries(tags).map(([key, value]) =>
-    value === "*" ? { Name: "tag-key", Values: [escapeFilterValue(key)] } : { Name: `tag:${key}`, Values: [escapeFilterValue(value)] },
+    value === "*"
+      ? { Name: "tag-key", Values: [escapeFilterValue(key)] }
+      : { Name: `tag:${key}`, Values: [escapeFilterValue(value)] },
   );
 }
 

@@ -106,7 +106,10 @@ export function classifyEc2Error(error: unknown): Ec2Failure {
   const message = e.message ?? describeError(error);
   const failure = (kind: Ec2Fault): Ec2Failure => ({ kind, code, status, message });
 
-  if (CREDENTIALS.has(code) || /could not load credentials|credential is missing|unable to (load|resolve) credentials/i.test(message)) {
+  if (
+    CREDENTIALS.has(code) ||
+    /could not load credentials|credential is missing|unable to (load|resolve) credentials/i.test(message)
+  ) {
     return failure("credentials-unavailable");
   }
   if (NOT_FOUND.has(code)) return failure("not-found");
@@ -117,7 +120,8 @@ export function classifyEc2Error(error: unknown): Ec2Failure {
   if (code === "AttachmentLimitExceeded") return failure("attachment-limit");
   if (code === "IncorrectInstanceState") return failure("instance-state");
   if (code === "InvalidParameterValue" && /already in use/i.test(message)) return failure("device-in-use");
-  if (code === "InvalidParameterValue" && /device name|parameter device|unixDevice/i.test(message)) return failure("invalid-device");
+  if (code === "InvalidParameterValue" && /device name|parameter device|unixDevice/i.test(message))
+    return failure("invalid-device");
   if (THROTTLED.has(code) || status === 429) return failure("throttled");
   if (UNAUTHORIZED.has(code) || status === 401 || status === 403) return failure("unauthorized");
   if (SERVER.has(code) || (status !== undefined && status >= 500)) return failure("server");
@@ -138,7 +142,12 @@ export function isTransientFailure(failure: Pick<Ec2Failure, "kind">): boolean {
  * a typed error of the agent's own), and whether it may clear by itself.
  */
 export function cloudFailureOf(error: unknown): { kind: Ec2Fault; transient: boolean } | undefined {
-  const kind = error instanceof Ec2CallError ? error.kind : error instanceof CredentialsUnavailableError ? "credentials-unavailable" : undefined;
+  const kind =
+    error instanceof Ec2CallError
+      ? error.kind
+      : error instanceof CredentialsUnavailableError
+        ? "credentials-unavailable"
+        : undefined;
   return kind && { kind, transient: isTransientFailure({ kind }) };
 }
 

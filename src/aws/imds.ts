@@ -37,7 +37,12 @@ export function createMetadataService(options: MetadataServiceOptions = {}): Met
       // A fresh MetadataService per request: after one token request times out or is refused,
       // the SDK's instance stops asking for tokens for good, and with IMDSv1 off every later
       // request fails. Early in boot that must not stick. (It fetches a token per request anyway.)
-      const service = new MetadataService({ endpoint, ec2MetadataV1Disabled: true, retries: 0, httpOptions: { timeout } });
+      const service = new MetadataService({
+        endpoint,
+        ec2MetadataV1Disabled: true,
+        retries: 0,
+        httpOptions: { timeout },
+      });
       return service.request(path, requestOptions);
     },
   };
@@ -96,7 +101,8 @@ export async function identifyInstance(options: IdentifyOptions): Promise<Identi
         },
       });
     } catch (error) {
-      if (error instanceof RetryDeadlineError) throw new ImdsUnavailableError(endpoint, path, timeoutMs, error.lastError);
+      if (error instanceof RetryDeadlineError)
+        throw new ImdsUnavailableError(endpoint, path, timeoutMs, error.lastError);
       if (optional && statusOf(error) === 404) return undefined;
       throw new ImdsError(endpoint, path, error);
     }
@@ -110,28 +116,45 @@ export async function identifyInstance(options: IdentifyOptions): Promise<Identi
   ]);
 
   if (!/^i-[0-9a-f]{8,17}$/.test(instanceId) || availabilityZone === "" || region === "") {
-    throw new ImdsError(endpoint, META, new Error(`unexpected identity: instance ${JSON.stringify(instanceId)}, zone ${JSON.stringify(availabilityZone)}, region ${JSON.stringify(region)}`));
+    throw new ImdsError(
+      endpoint,
+      META,
+      new Error(
+        `unexpected identity: instance ${JSON.stringify(instanceId)}, zone ${JSON.stringify(availabilityZone)}, region ${JSON.stringify(region)}`,
+      ),
+    );
   }
 
   let tags: Record<string, string>;
   let tagsSource: Identity["tagsSource"];
   const listing = await read(TAGS, true);
   if (listing === undefined) {
-    log.info("identify.tags-from-ec2", "IMDS serves no instance tags (InstanceMetadataTags disabled): reading them from EC2 (DescribeInstances)", {
-      instanceId,
-    });
+    log.info(
+      "identify.tags-from-ec2",
+      "IMDS serves no instance tags (InstanceMetadataTags disabled): reading them from EC2 (DescribeInstances)",
+      {
+        instanceId,
+      },
+    );
     tags = await options.ec2Tags(instanceId, region);
     tagsSource = "ec2";
   } else {
-    const keys = listing.split("\n").map((key) => key.trim()).filter((key) => key !== "");
+    const keys = listing
+      .split("\n")
+      .map((key) => key.trim())
+      .filter((key) => key !== "");
     const unservable = keys.filter((key) => imdsTagKeyProblem(key) !== undefined);
     if (unservable.length > 0) {
       // EC2 does not let such keys onto an instance with metadata tags; if one shows up anyway
       // it cannot be read as a path, and a partial tag set could hide a setting: ask EC2.
-      log.warning("identify.tags-from-ec2", "IMDS lists tag keys it cannot serve: reading the tags from EC2 (DescribeInstances)", {
-        instanceId,
-        keys: unservable.join(", "),
-      });
+      log.warning(
+        "identify.tags-from-ec2",
+        "IMDS lists tag keys it cannot serve: reading the tags from EC2 (DescribeInstances)",
+        {
+          instanceId,
+          keys: unservable.join(", "),
+        },
+      );
       tags = await options.ec2Tags(instanceId, region);
       tagsSource = "ec2";
     } else {

@@ -21,7 +21,10 @@ function statusOf(error: unknown): number | undefined {
  * `timeoutMs` (at shutdown there is no time to wait out an IMDS that does not answer); a failed
  * request or a notice that does not parse throws ImdsError.
  */
-export async function readSpotInstanceAction(metadata: MetadataSource, options: { timeoutMs: number }): Promise<SpotAction | undefined> {
+export async function readSpotInstanceAction(
+  metadata: MetadataSource,
+  options: { timeoutMs: number },
+): Promise<SpotAction | undefined> {
   const endpoint = metadata.endpoint ?? "(default endpoint)";
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
@@ -43,5 +46,9 @@ export async function readSpotInstanceAction(metadata: MetadataSource, options: 
     action = undefined;
   }
   if (action === "stop" || action === "hibernate" || action === "terminate") return action;
-  throw new ImdsError(endpoint, SPOT_INSTANCE_ACTION_PATH, new Error(`unexpected notice ${JSON.stringify(text.slice(0, 200))}`));
+  throw new ImdsError(
+    endpoint,
+    SPOT_INSTANCE_ACTION_PATH,
+    new Error(`unexpected notice ${JSON.stringify(text.slice(0, 200))}`),
+  );
 }

@@ -20,12 +20,20 @@ export interface BootCliOptions {
 /** Prints the outcome for people (or as JSON) on stdout. */
 export function printOutcome(outcome: BootOutcome, json: boolean, out: (line: string) => void): void {
   if (json) {
-    out(JSON.stringify({ instanceId: outcome.identity.instanceId, plan: outcome.plan, result: outcome.result ?? null }, null, 2));
+    out(
+      JSON.stringify(
+        { instanceId: outcome.identity.instanceId, plan: outcome.plan, result: outcome.result ?? null },
+        null,
+        2,
+      ),
+    );
     return;
   }
   const { plan, result } = outcome;
   out(`instance ${plan.instanceId} in ${plan.availabilityZone}`);
-  out(`source: ${plan.selection.source}${"candidates" in plan.selection ? ` (${plan.selection.candidates.length} candidates: ${plan.selection.candidates.join(" ")})` : ""}`);
+  out(
+    `source: ${plan.selection.source}${"candidates" in plan.selection ? ` (${plan.selection.candidates.length} candidates: ${plan.selection.candidates.join(" ")})` : ""}`,
+  );
   if (!result) {
     out("plan (dry run, nothing changed):");
     for (const [i, step] of plan.steps.entries()) {
@@ -35,14 +43,17 @@ export function printOutcome(outcome: BootOutcome, json: boolean, out: (line: st
     return;
   }
   out(`outcome: ${result.outcome}${result.reason ? ` (${result.reason})` : ""}`);
-  if (result.volumeId) out(`volume: ${result.volumeId} on ${result.device ?? "?"} mounted at ${result.mountPoint ?? "?"}`);
+  if (result.volumeId)
+    out(`volume: ${result.volumeId} on ${result.device ?? "?"} mounted at ${result.mountPoint ?? "?"}`);
   for (const { step, ms } of result.timeline) out(`  ${step.padEnd(20)} ${(ms / 1000).toFixed(2)} s`);
 }
 
 /** Builds `ebs-cache-agent boot`. */
 export function bootCommand(): Command {
   return new Command("boot")
-    .description("claim, attach and mount a cache volume, point docker's data-root at it, start docker, report readiness")
+    .description(
+      "claim, attach and mount a cache volume, point docker's data-root at it, start docker, report readiness",
+    )
     .option(...CONFIG_OPTION)
     .option("--dry-run", "observe and print the plan; change nothing")
     .option("--json", "print the plan and result as JSON")
@@ -61,14 +72,21 @@ export function bootCommand(): Command {
     .action(async (opts: BootCliOptions) => {
       const { deps, log, config } = await hostContext(opts.config);
       const signal = sigtermSignal(log);
-      const outcome = await runBoot(deps, { dryRun: opts.dryRun ?? false, withDocker: opts.docker, mayClaim: opts.claim, signal });
+      const outcome = await runBoot(deps, {
+        dryRun: opts.dryRun ?? false,
+        withDocker: opts.docker,
+        mayClaim: opts.claim,
+        signal,
+      });
       printOutcome(outcome, opts.json ?? false, (line) => process.stdout.write(line + "\n"));
       process.exitCode = outcome.exitCode;
       // The prune runs detached, after the node is up and only on a full disk: it never delays or
       // changes the boot's outcome.
       const up = outcome.result?.outcome === "ready" || outcome.result?.outcome === "warming";
       if (up && config.prune.afterBoot) {
-        await (await import("./prune.ts"))
+        await (
+          await import("./prune.ts")
+        )
           .startPruneAfterBoot(opts.config, outcome.result?.mountPoint, config.prune.thresholdPercent)
           .catch((error: unknown) => log.warning("prune.start", `could not start the prune: ${String(error)}`));
       }

@@ -33,7 +33,10 @@ export interface HostContext {
 /** Loads the config and wires the real adapters (src/agent/wiring.ts). */
 export async function hostContext(configPath: string | undefined): Promise<HostContext> {
   const { config, log } = await loadCommandConfig(configPath);
-  const wiring = { ...hostWiringOptions(config, log, () => startBackgroundPrewarm(configPath)), startRefresh: () => startBackgroundRefresh(configPath) };
+  const wiring = {
+    ...hostWiringOptions(config, log, () => startBackgroundPrewarm(configPath)),
+    startRefresh: () => startBackgroundRefresh(configPath),
+  };
   const deps = wireBoot(wiring);
   return {
     config,
@@ -55,10 +58,14 @@ export async function hostContext(configPath: string | undefined): Promise<HostC
 export async function startDetached(args: readonly string[], configPath: string | undefined): Promise<void> {
   const script = process.argv[1];
   if (!script) throw new Error("cannot tell this program's path (process.argv[1])");
-  const child = spawn(process.execPath, [...process.execArgv, script, ...args, ...(configPath ? ["--config", configPath] : [])], {
-    detached: true,
-    stdio: ["ignore", "inherit", "inherit"],
-  });
+  const child = spawn(
+    process.execPath,
+    [...process.execArgv, script, ...args, ...(configPath ? ["--config", configPath] : [])],
+    {
+      detached: true,
+      stdio: ["ignore", "inherit", "inherit"],
+    },
+  );
   await new Promise<void>((resolve, reject) => {
     child.once("spawn", resolve);
     child.once("error", reject);

@@ -13,7 +13,10 @@ export function gcCommand(): Command {
     .option("--dry-run", "print what would be done; change nothing")
     .option("--max-deletes <n>", "delete at most this many volumes per run", wholeNumber, 10)
     .option("--json", "print the decisions as JSON")
-    .addHelpText("after", "\nExit codes: 0 done (or nothing to do), 1 some deletion failed, 2 usage, 3 invalid configuration.")
+    .addHelpText(
+      "after",
+      "\nExit codes: 0 done (or nothing to do), 1 some deletion failed, 2 usage, 3 invalid configuration.",
+    )
     .action(async (opts: { config?: string; dryRun?: boolean; maxDeletes: number; json?: boolean }) => {
       const context = await hostContext(opts.config);
       const outcome = await runGc(await context.cloud(), {
@@ -31,8 +34,11 @@ export function gcCommand(): Command {
       const out = (line: string) => process.stdout.write(line + "\n");
       if (opts.json) out(JSON.stringify(outcome, null, 2));
       else {
-        for (const d of outcome.decisions) out(`${d.volumeId}  ${d.verdict.padEnd(13)} ${d.reason}${d.done ? `  -> ${d.done}` : ""}`);
-        out(`${opts.dryRun ? "dry run: " : ""}${outcome.deleted} deleted, ${outcome.spared} spared, ${outcome.failed} failed, ${outcome.decisions.length} managed volumes seen`);
+        for (const d of outcome.decisions)
+          out(`${d.volumeId}  ${d.verdict.padEnd(13)} ${d.reason}${d.done ? `  -> ${d.done}` : ""}`);
+        out(
+          `${opts.dryRun ? "dry run: " : ""}${outcome.deleted} deleted, ${outcome.spared} spared, ${outcome.failed} failed, ${outcome.decisions.length} managed volumes seen`,
+        );
       }
       process.exitCode = gcExitCode(outcome);
     });

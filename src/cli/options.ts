@@ -7,12 +7,16 @@ import { InvalidArgumentError } from "commander";
 import { validatePoolName } from "../inputs.ts";
 
 /** `--config`: every command reads the same file. */
-export const CONFIG_OPTION = ["-c, --config <path>", "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG; a file named here must exist)"] as const;
+export const CONFIG_OPTION = [
+  "-c, --config <path>",
+  "config file (default /etc/ebs-cache-agent/config.json, or $EBS_CACHE_AGENT_CONFIG; a file named here must exist)",
+] as const;
 
 /** Parses a whole number option (commander). */
 export function wholeNumber(value: string): number {
   const n = value.trim() === "" ? Number.NaN : Number(value);
-  if (!Number.isSafeInteger(n) || n < 0) throw new InvalidArgumentError(`expected a whole number, got ${JSON.stringify(value)}`);
+  if (!Number.isSafeInteger(n) || n < 0)
+    throw new InvalidArgumentError(`expected a whole number, got ${JSON.stringify(value)}`);
   return n;
 }
 

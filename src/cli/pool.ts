@@ -51,8 +51,14 @@ function fillCommand(): Command {
       const opts = command.optsWithGlobals<{ config?: string; dryRun?: boolean; json?: boolean }>();
       const context = await hostContext(opts.config);
       const settings = keeperSettingsFrom(context.config);
-      const outcome = await runKeeper(await context.cloud(), settings, { dryRun: opts.dryRun ?? false, log: context.log, recorder: context.recorder });
-      process.stdout.write((opts.json ? JSON.stringify(outcome, null, 2) : renderKeeperOutcome(outcome, opts.dryRun ?? false)) + "\n");
+      const outcome = await runKeeper(await context.cloud(), settings, {
+        dryRun: opts.dryRun ?? false,
+        log: context.log,
+        recorder: context.recorder,
+      });
+      process.stdout.write(
+        (opts.json ? JSON.stringify(outcome, null, 2) : renderKeeperOutcome(outcome, opts.dryRun ?? false)) + "\n",
+      );
       process.exitCode = keeperExitCode(outcome);
     });
 }
@@ -64,15 +70,25 @@ function renderKeeperOutcome(outcome: KeeperOutcome, dryRun: boolean): string {
     `pool ${plan.pool}: ${plan.totals.volumes} volumes, ${plan.totals.gib} GiB (cap ${plan.totals.maxVolumes} volumes, ${plan.totals.maxGiB} GiB); snapshot ${plan.snapshotId ?? "none"}${plan.generation ? ` (generation ${plan.generation})` : ""}`,
   ];
   for (const z of plan.zones) {
-    const todo = [z.create > 0 ? `create ${z.create}` : "", z.trim > 0 ? `trim ${z.trim}` : ""].filter(Boolean).join(", ") || "nothing to do";
-    lines.push(`  ${z.zone}: ${z.available} available + ${z.creating} creating, ${z.superseded} superseded, ${z.total} in all: ${todo}${z.short ? ` (short: ${z.short})` : ""}`);
+    const todo =
+      [z.create > 0 ? `create ${z.create}` : "", z.trim > 0 ? `trim ${z.trim}` : ""].filter(Boolean).join(", ") ||
+      "nothing to do";
+    lines.push(
+      `  ${z.zone}: ${z.available} available + ${z.creating} creating, ${z.superseded} superseded, ${z.total} in all: ${todo}${z.short ? ` (short: ${z.short})` : ""}`,
+    );
   }
   if (dryRun) {
-    for (const s of plan.steps) lines.push(`  would ${s.step} ${"volumeId" in s ? s.volumeId : `slot ${s.slot} from ${s.snapshotId} (${s.sizeGiB} GiB)`} in ${s.zone}`);
+    for (const s of plan.steps)
+      lines.push(
+        `  would ${s.step} ${"volumeId" in s ? s.volumeId : `slot ${s.slot} from ${s.snapshotId} (${s.sizeGiB} GiB)`} in ${s.zone}`,
+      );
     lines.push("dry run: nothing changed");
     return lines.join("\n");
   }
-  for (const r of outcome.results) lines.push(`  ${r.step} ${r.volumeId ?? ""} in ${r.zone}: ${r.done}${r.error ? ` (${r.error})` : ""}`);
-  lines.push(`after ${outcome.rounds} rounds: ${final.zones.map((z) => `${z.zone} ${z.available + z.creating}`).join(", ")} in stock; ${outcome.failed} failed`);
+  for (const r of outcome.results)
+    lines.push(`  ${r.step} ${r.volumeId ?? ""} in ${r.zone}: ${r.done}${r.error ? ` (${r.error})` : ""}`);
+  lines.push(
+    `after ${outcome.rounds} rounds: ${final.zones.map((z) => `${z.zone} ${z.available + z.creating}`).join(", ")} in stock; ${outcome.failed} failed`,
+  );
   return lines.join("\n");
 }

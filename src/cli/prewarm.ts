@@ -11,26 +11,37 @@ import { CONFIG_OPTION } from "./options.ts";
 /** Builds `ebs-cache-agent prewarm`. */
 export function prewarmCommand(): Command {
   return new Command("prewarm")
-    .description("check or initialize the cache volume restored from a snapshot (resumes an interrupted initialization); labels warming, then ready")
+    .description(
+      "check or initialize the cache volume restored from a snapshot (resumes an interrupted initialization); labels warming, then ready",
+    )
     .option(...CONFIG_OPTION)
     .addOption(new Option("--strategy <strategy>", "override prewarm.strategy").choices([...PREWARM_STRATEGIES]))
     .option("--background", "the run the boot hands a long initialization to (same work; logs say so)")
     .option("--json", "print the outcome as JSON")
-    .addHelpText("after", "\nExit codes: 0 done (or nothing to do), 1 the pre-warm failed (the node is still reported; the log says why), 2 usage, 3 invalid configuration.")
+    .addHelpText(
+      "after",
+      "\nExit codes: 0 done (or nothing to do), 1 the pre-warm failed (the node is still reported; the log says why), 2 usage, 3 invalid configuration.",
+    )
     .action(async (opts: { config?: string; strategy?: PrewarmStrategy; background?: boolean; json?: boolean }) => {
       const context = await hostContext(opts.config);
-      if (opts.background) context.log.info("prewarm.background", "background pre-warm run started", { pid: process.pid });
+      if (opts.background)
+        context.log.info("prewarm.background", "background pre-warm run started", { pid: process.pid });
       const controller = new AbortController();
       const stop = () => controller.abort(new Error("stopped by a signal"));
       process.once("SIGTERM", stop);
       process.once("SIGINT", stop);
       try {
-        const result = await runPrewarmCommand(context.prewarmDeps, { ...(opts.strategy ? { strategy: opts.strategy } : {}), signal: controller.signal });
+        const result = await runPrewarmCommand(context.prewarmDeps, {
+          ...(opts.strategy ? { strategy: opts.strategy } : {}),
+          signal: controller.signal,
+        });
         const out = (line: string) => process.stdout.write(line + "\n");
         if (opts.json) out(JSON.stringify(result, null, 2));
         else if (result.outcome) {
           out(`volume ${result.volumeId}: ${result.outcome.decision.action} (${result.outcome.decision.reason})`);
-          out(`verdict: ${result.outcome.verdict}, phase: ${result.outcome.phase}${result.outcome.error ? `, error: ${result.outcome.error}` : ""}`);
+          out(
+            `verdict: ${result.outcome.verdict}, phase: ${result.outcome.phase}${result.outcome.error ? `, error: ${result.outcome.error}` : ""}`,
+          );
         } else out("no cache volume attached: nothing to pre-warm");
         process.exitCode = result.exitCode;
       } finally {

@@ -19,12 +19,17 @@ export function renderPrune(outcome: PruneOutcome): string[] {
   const { plan } = outcome;
   const percent = (ratio: number | undefined) => (ratio === undefined ? "?" : `${(ratio * 100).toFixed(1)} %`);
   const lines = [`${outcome.dryRun ? "dry run: " : ""}${plan.verdict}: ${plan.reason}`];
-  if (plan.volumeId) lines.push(`volume ${plan.volumeId} at ${plan.mountPoint ?? "?"}; current images from ${plan.currentSource}${plan.generation ? ` (${plan.generation})` : ""}`);
+  if (plan.volumeId)
+    lines.push(
+      `volume ${plan.volumeId} at ${plan.mountPoint ?? "?"}; current images from ${plan.currentSource}${plan.generation ? ` (${plan.generation})` : ""}`,
+    );
   const done = new Map(outcome.removals.map((r) => [r.id, r]));
   for (const image of plan.images) {
     const result = done.get(image.id);
     const name = image.references.join(",") || image.id.slice(0, 19);
-    lines.push(`  ${image.verdict.padEnd(14)} ${name}  ${(image.freesBytes / MiB).toFixed(1)} MiB  ${image.reason}${result ? `  -> ${result.done}${result.error ? ` (${result.error})` : ""}` : ""}`);
+    lines.push(
+      `  ${image.verdict.padEnd(14)} ${name}  ${(image.freesBytes / MiB).toFixed(1)} MiB  ${image.reason}${result ? `  -> ${result.done}${result.error ? ` (${result.error})` : ""}` : ""}`,
+    );
   }
   if (plan.verdict === "prune") {
     lines.push(
@@ -44,8 +49,16 @@ export function pruneCommand(): Command {
     .option(...CONFIG_OPTION)
     .option("--dry-run", "print what would be removed; change nothing")
     .option("--json", "print the plan and what was done as JSON")
-    .addOption(new Option("--after-boot", "the run a boot starts: only when prune.afterBoot, a failure is a warning, exit 0").hideHelp())
-    .addHelpText("after", "\nExit codes: 0 done (or nothing to do), 1 some removal failed or docker/EC2 could not be asked, 2 usage, 3 invalid configuration.")
+    .addOption(
+      new Option(
+        "--after-boot",
+        "the run a boot starts: only when prune.afterBoot, a failure is a warning, exit 0",
+      ).hideHelp(),
+    )
+    .addHelpText(
+      "after",
+      "\nExit codes: 0 done (or nothing to do), 1 some removal failed or docker/EC2 could not be asked, 2 usage, 3 invalid configuration.",
+    )
     .action(async (opts: { config?: string; dryRun?: boolean; json?: boolean; afterBoot?: boolean }) => {
       const { config, log } = await loadCommandConfig(opts.config);
       if (opts.afterBoot && !config.prune.afterBoot) return;
@@ -59,9 +72,13 @@ export function pruneCommand(): Command {
       if (opts.afterBoot) {
         // Off the boot's path: whatever happens here, the node's readiness stands.
         await run.catch((error: unknown) =>
-          log.warning("prune.failed", `the prune after the boot failed: ${describeError(error)}; readiness is unchanged`, {
-            remediation: error instanceof AgentError ? error.remediation : undefined,
-          }),
+          log.warning(
+            "prune.failed",
+            `the prune after the boot failed: ${describeError(error)}; readiness is unchanged`,
+            {
+              remediation: error instanceof AgentError ? error.remediation : undefined,
+            },
+          ),
         );
         return;
       }
@@ -78,7 +95,11 @@ export function pruneCommand(): Command {
  * filesystem is fuller than the threshold: below it a prune would start a process and ask EC2
  * only to stop, on every boot.
  */
-export async function startPruneAfterBoot(configPath: string | undefined, mountPoint: string | undefined, thresholdPercent: number): Promise<boolean> {
+export async function startPruneAfterBoot(
+  configPath: string | undefined,
+  mountPoint: string | undefined,
+  thresholdPercent: number,
+): Promise<boolean> {
   const fill = mountPoint === undefined ? undefined : await readFilesystemFill(mountPoint);
   if (!fill || fill.usedRatio * 100 <= thresholdPercent) return false;
   await startDetached(["prune", "--after-boot"], configPath);

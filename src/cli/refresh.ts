@@ -11,7 +11,9 @@ import { CONFIG_OPTION } from "./options.ts";
 /** Builds `ebs-cache-agent refresh`. */
 export function refreshCommand(): Command {
   return new Command("refresh")
-    .description("pull the images of the pool's current generation and of osparc's pre_pulled_images instance tag that the cache volume lacks; tag the volume current when it holds them all")
+    .description(
+      "pull the images of the pool's current generation and of osparc's pre_pulled_images instance tag that the cache volume lacks; tag the volume current when it holds them all",
+    )
     .option(...CONFIG_OPTION)
     .option("--dry-run", "observe and print the plan; pull nothing, tag nothing")
     .option("--json", "print the plan and the final state as JSON")
@@ -23,7 +25,8 @@ export function refreshCommand(): Command {
     )
     .action(async (opts: { config?: string; dryRun?: boolean; json?: boolean; background?: boolean }) => {
       const context = await hostContext(opts.config);
-      if (opts.background) context.log.info("refresh.background", "background refresh run started", { pid: process.pid });
+      if (opts.background)
+        context.log.info("refresh.background", "background refresh run started", { pid: process.pid });
       const controller = new AbortController();
       const stop = () => {
         context.log.warning("agent.sigterm", "signal received: stopping the pulls in flight");
@@ -32,7 +35,10 @@ export function refreshCommand(): Command {
       process.once("SIGTERM", stop);
       process.once("SIGINT", stop);
       try {
-        const outcome = await runRefresh(context.refreshDeps, { dryRun: opts.dryRun ?? false, signal: controller.signal });
+        const outcome = await runRefresh(context.refreshDeps, {
+          dryRun: opts.dryRun ?? false,
+          signal: controller.signal,
+        });
         const out = (line: string) => process.stdout.write(line + "\n");
         if (opts.json) out(JSON.stringify({ plan: outcome.plan, state: outcome.state ?? null }, null, 2));
         else for (const line of renderRefresh(outcome)) out(line);

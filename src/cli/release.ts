@@ -18,12 +18,20 @@ export interface ReleaseCliOptions {
 /** Prints the outcome for people (or as JSON) on stdout. */
 export function printReleaseOutcome(outcome: ReleaseOutcome, json: boolean, out: (line: string) => void): void {
   if (json) {
-    out(JSON.stringify({ instanceId: outcome.identity.instanceId, plan: outcome.plan, result: outcome.result ?? null }, null, 2));
+    out(
+      JSON.stringify(
+        { instanceId: outcome.identity.instanceId, plan: outcome.plan, result: outcome.result ?? null },
+        null,
+        2,
+      ),
+    );
     return;
   }
   const { plan, result } = outcome;
   out(`instance ${plan.instanceId}`);
-  out(`decision: ${plan.decision}${plan.reason ? ` (${plan.reason})` : ""}${plan.volumes.length ? `: ${plan.volumes.join(" ")}` : ""}`);
+  out(
+    `decision: ${plan.decision}${plan.reason ? ` (${plan.reason})` : ""}${plan.volumes.length ? `: ${plan.volumes.join(" ")}` : ""}`,
+  );
   out(`shutdown: ${plan.shutdown.kind} (${plan.shutdown.reason})`);
   for (const warning of plan.warnings) out(`warning: ${warning}`);
   if (!result) {

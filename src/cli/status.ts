@@ -47,8 +47,12 @@ async function shownLabels(config: AgentConfig, log: Logger): Promise<Record<str
   try {
     const info = await engine.info();
     let labels: Record<string, string>;
-    if (chooseLabelMode(mode, info) === "node" && info.swarm.nodeId) labels = await engine.nodeLabels(info.swarm.nodeId);
-    else labels = Object.fromEntries(info.labels.map((entry) => [entry.slice(0, entry.indexOf("=")), entry.slice(entry.indexOf("=") + 1)]));
+    if (chooseLabelMode(mode, info) === "node" && info.swarm.nodeId)
+      labels = await engine.nodeLabels(info.swarm.nodeId);
+    else
+      labels = Object.fromEntries(
+        info.labels.map((entry) => [entry.slice(0, entry.indexOf("=")), entry.slice(entry.indexOf("=") + 1)]),
+      );
     return Object.fromEntries(Object.entries(labels).filter(([key]) => isUnderPrefix(prefix, key)));
   } catch (error) {
     log.debug("status.labels-unread", `docker's labels not read: ${(error as Error).message}`);

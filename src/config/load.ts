@@ -27,7 +27,8 @@ export type ParsedConfig = { ok: true; raw: unknown; warnings: string[] } | { ok
 /** Parses the file's text; an empty file means "all defaults" (with a warning). */
 export function parseConfigText(text: string, path: string): ParsedConfig {
   const body = text.replace(/^\uFEFF/, "");
-  if (body.trim() === "") return { ok: true, raw: undefined, warnings: [`${path} is empty; using the defaults (write {} to silence this)`] };
+  if (body.trim() === "")
+    return { ok: true, raw: undefined, warnings: [`${path} is empty; using the defaults (write {} to silence this)`] };
   try {
     return { ok: true, raw: JSON.parse(body), warnings: [] };
   } catch (error) {
@@ -117,7 +118,10 @@ function locateJsonError(text: string): { offset: number; reason: string } | und
     }
     const word = /[A-Za-z_$][\w$]*/y;
     word.lastIndex = i;
-    if (word.test(text)) stop(`unexpected word ${JSON.stringify(text.slice(i, word.lastIndex))} (strings need double quotes; the literals are true, false and null)`);
+    if (word.test(text))
+      stop(
+        `unexpected word ${JSON.stringify(text.slice(i, word.lastIndex))} (strings need double quotes; the literals are true, false and null)`,
+      );
     stop(`expected a value, found ${here()}`);
   };
   try {
@@ -189,7 +193,10 @@ export async function loadConfig(options: LoadOptions = {}): Promise<LoadedConfi
   for (const problem of crossProblems(overridden.config)) if (!problems.includes(problem)) problems.push(problem);
 
   if (problems.length > 0) {
-    throw new ConfigError(problems, `fix the listed settings in ${path} (or the EBS_CACHE_AGENT_* environment variables) and run again`);
+    throw new ConfigError(
+      problems,
+      `fix the listed settings in ${path} (or the EBS_CACHE_AGENT_* environment variables) and run again`,
+    );
   }
   return { config: overridden.config, warnings, path, fileFound: text !== undefined };
 }

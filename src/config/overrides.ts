@@ -5,7 +5,16 @@
  */
 import { quote, validatePoolName } from "../inputs.ts";
 import { InstanceTag, labelKey, RequestLabel, TAG_PREFIX } from "../tags.ts";
-import { CONFIG_KEYS, CONFIG_PATH_ENV, ENV_PREFIX, envVarName, isNullable, kindOf, type AgentConfig, type FieldSchema } from "./schema.ts";
+import {
+  CONFIG_KEYS,
+  CONFIG_PATH_ENV,
+  ENV_PREFIX,
+  envVarName,
+  isNullable,
+  kindOf,
+  type AgentConfig,
+  type FieldSchema,
+} from "./schema.ts";
 import { readValues, suggest, withValues, type Labels } from "./validate.ts";
 
 export type Env = Readonly<Record<string, string | undefined>>;
@@ -17,10 +26,15 @@ export interface OverrideResult<C> {
 }
 
 /** A copy of `object` with the value at `segments` set (missing groups are created). */
-function withValue(object: Record<string, unknown>, segments: readonly string[], value: unknown): Record<string, unknown> {
+function withValue(
+  object: Record<string, unknown>,
+  segments: readonly string[],
+  value: unknown,
+): Record<string, unknown> {
   const [head, ...rest] = segments;
   if (head === undefined) return object;
-  const inner = rest.length === 0 ? value : withValue((object[head] as Record<string, unknown> | undefined) ?? {}, rest, value);
+  const inner =
+    rest.length === 0 ? value : withValue((object[head] as Record<string, unknown> | undefined) ?? {}, rest, value);
   return { ...object, [head]: inner };
 }
 
@@ -75,7 +89,9 @@ export function applyEnvOverrides(config: AgentConfig, env: Env): OverrideResult
   for (const name of Object.keys(env)) {
     if (!name.startsWith(ENV_PREFIX) || KNOWN_ENV.has(name) || env[name] === undefined) continue;
     const meant = suggest(name.slice(ENV_PREFIX.length), [...KNOWN_ENV], (known) => known.slice(ENV_PREFIX.length));
-    warnings.push(`environment variable ${name} matches no setting and is ignored${meant ? ` (did you mean ${meant}?)` : ""}`);
+    warnings.push(
+      `environment variable ${name} matches no setting and is ignored${meant ? ` (did you mean ${meant}?)` : ""}`,
+    );
   }
   return { config: withValues(config, values), problems, warnings };
 }
@@ -106,7 +122,8 @@ export function applyInstanceTags(config: AgentConfig, tags: Readonly<Record<str
   const warnings: string[] = [];
   const applied: string[] = [];
   let out: EffectiveSettings = { ...config, keep: false };
-  const note = (setting: string, value: unknown, tag: string) => applied.push(`${setting} = ${JSON.stringify(value)} (instance tag ${tag})`);
+  const note = (setting: string, value: unknown, tag: string) =>
+    applied.push(`${setting} = ${JSON.stringify(value)} (instance tag ${tag})`);
   const bad = (tag: string, problem: string) => problems.push(`instance tag ${tag}: ${problem}`);
 
   for (const setting of ["enabled", "keep"] as const) {
@@ -134,7 +151,10 @@ export function applyInstanceTags(config: AgentConfig, tags: Readonly<Record<str
   if (ttl !== undefined) {
     const trimmed = ttl.trim();
     const label = `instance tag ${InstanceTag.ttlHours}`;
-    const check = readValues({ ttlHours: NUMBER_TEXT.test(trimmed) ? Number(trimmed) : ttl }, { key: () => label, item: () => label });
+    const check = readValues(
+      { ttlHours: NUMBER_TEXT.test(trimmed) ? Number(trimmed) : ttl },
+      { key: () => label, item: () => label },
+    );
     if (check.problems.length === 0) {
       out = { ...out, ttlHours: check.values.ttlHours as number };
       note("ttlHours", check.values.ttlHours, InstanceTag.ttlHours);
@@ -144,7 +164,9 @@ export function applyInstanceTags(config: AgentConfig, tags: Readonly<Record<str
   const allowed = new Set<string>(Object.values(InstanceTag));
   for (const tag of Object.keys(tags)) {
     if (tag.startsWith(TAG_PREFIX) && !allowed.has(tag)) {
-      warnings.push(`instance tag ${quote(tag)} is not one of the tags that override settings (${[...allowed].join(", ")}) and is ignored`);
+      warnings.push(
+        `instance tag ${quote(tag)} is not one of the tags that override settings (${[...allowed].join(", ")}) and is ignored`,
+      );
     }
   }
   return { config: out, problems, warnings, applied };
@@ -178,7 +200,7 @@ export function readLabelSwitches(labels: Readonly<Record<string, unknown>>, pre
     const value = typeof raw === "boolean" ? raw : typeof raw === "string" ? parseTagBoolean(raw) : undefined;
     if (value !== undefined) out[setting] = value;
     else {
-      const got = typeof raw === "string" ? quote(raw) : JSON.stringify(raw) ?? String(raw);
+      const got = typeof raw === "string" ? quote(raw) : (JSON.stringify(raw) ?? String(raw));
       if (setting === "keep") out.keepMalformed = true;
       out.warnings.push(
         `label ${keys[setting]} in the labels tag must be true or false, got ${got}: not applied${setting === "keep" ? " (a released workspace volume is kept rather than expired on a guess)" : ""}`,

@@ -59,23 +59,45 @@ export const FORMATS: Readonly<Record<StringFormat, FormatSpec>> = {
     description: "a pool name (letters, digits, '.', '_', '-', starting with a letter or digit, at most 63 characters)",
     pattern: `^[A-Za-z0-9][A-Za-z0-9._-]{0,62}${END}`,
   },
-  imageSet: { description: "an image-set name (printable ASCII without shell metacharacters, at most 256 characters: a tag value)", pattern: `^[!-~]{1,256}${END}` },
+  imageSet: {
+    description:
+      "an image-set name (printable ASCII without shell metacharacters, at most 256 characters: a tag value)",
+    pattern: `^[!-~]{1,256}${END}`,
+  },
   region: { description: "an AWS region name such as us-east-1", pattern: `^[a-z]{2,4}(-[a-z]+)+-[0-9]{1,2}${END}` },
-  availabilityZone: { description: "an availability zone name such as us-east-1a", pattern: `^[a-z]{2,4}(-[a-z]+)+-[0-9]{1,2}[a-z]${END}` },
+  availabilityZone: {
+    description: "an availability zone name such as us-east-1a",
+    pattern: `^[a-z]{2,4}(-[a-z]+)+-[0-9]{1,2}[a-z]${END}`,
+  },
   url: { description: "an http:// or https:// URL", pattern: `^[hH][tT][tT][pP][sS]?://${NOT_SPACE}+${END}` },
-  device: { description: "a device name matching ^/dev/(sd[f-p]|xvd[f-p])$", pattern: `^/dev/(sd[f-p]|xvd[f-p])${END}` },
+  device: {
+    description: "a device name matching ^/dev/(sd[f-p]|xvd[f-p])$",
+    pattern: `^/dev/(sd[f-p]|xvd[f-p])${END}`,
+  },
   absolutePath: { description: "an absolute path without '..' segments", pattern: "^/" },
   dockerHost: { description: "unix:// followed by an absolute socket path", pattern: "^unix:///" },
   // At most 255 characters in all: 1 + 246 + ".service".
-  systemdUnit: { description: "a systemd service name such as docker.service", pattern: `^[A-Za-z0-9_.@:][A-Za-z0-9_.@:-]{0,246}\\.service${END}` },
-  imageRef: { description: "a Docker image reference (registry[:port]/path:tag or @sha256:…)", pattern: `^[!-~]{1,255}${END}` },
-  labelPrefix: { description: "a label prefix matching ^[a-z0-9]+([.-][a-z0-9]+)*$", pattern: `^[a-z0-9]+([.-][a-z0-9]+)*${END}` },
+  systemdUnit: {
+    description: "a systemd service name such as docker.service",
+    pattern: `^[A-Za-z0-9_.@:][A-Za-z0-9_.@:-]{0,246}\\.service${END}`,
+  },
+  imageRef: {
+    description: "a Docker image reference (registry[:port]/path:tag or @sha256:…)",
+    pattern: `^[!-~]{1,255}${END}`,
+  },
+  labelPrefix: {
+    description: "a label prefix matching ^[a-z0-9]+([.-][a-z0-9]+)*$",
+    pattern: `^[a-z0-9]+([.-][a-z0-9]+)*${END}`,
+  },
   labelKey: {
     description: "a docker label key (lower-case letters, digits, '.', '_', '-', at most 256 characters)",
     pattern: `^[a-z0-9](?:[a-z0-9._-]{0,254}[a-z0-9])?${END}`,
   },
   // No control character (Unicode category Cc: U+0000-U+001F, U+007F-U+009F).
-  tagKey: { description: "an EC2 tag key (1 to 128 printable characters, not starting with aws:)", pattern: `^(?![aA][wW][sS]:)[^\\u0000-\\u001f\\u007f-\\u009f]{1,128}${END}` },
+  tagKey: {
+    description: "an EC2 tag key (1 to 128 printable characters, not starting with aws:)",
+    pattern: `^(?![aA][wW][sS]:)[^\\u0000-\\u001f\\u007f-\\u009f]{1,128}${END}`,
+  },
   kmsKeyId: {
     description: "a KMS key: a key id (1234abcd-12ab-34cd-56ef-1234567890ab), alias/NAME, a key ARN or an alias ARN",
     pattern: `^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|mrk-[0-9a-fA-F]{32}|alias/[A-Za-z0-9/_-]{1,250}|arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:(key/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|mrk-[0-9a-fA-F]{32})|alias/[A-Za-z0-9/_-]{1,250}))${END}`,
@@ -86,12 +108,15 @@ export const FORMATS: Readonly<Record<StringFormat, FormatSpec>> = {
     pattern: "^(?![aA][wW][sS]:)(?!ebs-cache:)[^=]{1,128}=",
   },
   // Its values are the items' `enum`: an editor completes them.
-  workspaceKey: { description: "one of osparc's placement label keys: product-name, wallet-id, user-id, project-id, node-id" },
+  workspaceKey: {
+    description: "one of osparc's placement label keys: product-name, wallet-id, user-id, project-id, node-id",
+  },
 };
 
 /** A key's schema: a JSON Schema of a scalar, or of a list of strings. */
 export interface FieldSchema {
-  readonly type: "boolean" | "string" | "number" | "integer" | "array" | readonly ["string" | "number" | "integer", "null"];
+  readonly type:
+    "boolean" | "string" | "number" | "integer" | "array" | readonly ["string" | "number" | "integer", "null"];
   readonly description: string;
   readonly default: unknown;
   readonly enum?: readonly string[];
@@ -113,9 +138,16 @@ export type SchemaNode = FieldSchema | GroupSchema;
 export const isGroup = (node: SchemaNode): node is GroupSchema => node.type === "object";
 
 const seconds = (what: string, default_: number) =>
-  ({ type: "number", minimum: 1, maximum: 3600, default: default_, description: `Seconds to wait for ${what}.` }) as const;
+  ({
+    type: "number",
+    minimum: 1,
+    maximum: 3600,
+    default: default_,
+    description: `Seconds to wait for ${what}.`,
+  }) as const;
 
-const absolutePath = (default_: string, description: string) => ({ type: "string", "x-format": "absolutePath", default: default_, description }) as const;
+const absolutePath = (default_: string, description: string) =>
+  ({ type: "string", "x-format": "absolutePath", default: default_, description }) as const;
 
 export const CONFIG_SCHEMA = {
   type: "object",
@@ -136,7 +168,8 @@ export const CONFIG_SCHEMA = {
       type: ["string", "null"],
       "x-format": "imageSet",
       default: null,
-      description: "When set, pool volumes and snapshots must carry tag `ebs-cache:image-set` with this value; null accepts any image set.",
+      description:
+        "When set, pool volumes and snapshots must carry tag `ebs-cache:image-set` with this value; null accepts any image set.",
     },
     region: {
       type: ["string", "null"],
@@ -148,7 +181,8 @@ export const CONFIG_SCHEMA = {
       type: ["string", "null"],
       "x-format": "url",
       default: null,
-      description: "EC2 API endpoint (a VPC endpoint, or the lab's emulator); null uses the SDK's default for the region.",
+      description:
+        "EC2 API endpoint (a VPC endpoint, or the lab's emulator); null uses the SDK's default for the region.",
     },
     imdsEndpoint: {
       type: ["string", "null"],
@@ -160,7 +194,8 @@ export const CONFIG_SCHEMA = {
       type: "string",
       "x-format": "device",
       default: "/dev/sdf",
-      description: "Device name passed to AttachVolume (on Nitro the real device is found by the volume's NVMe serial).",
+      description:
+        "Device name passed to AttachVolume (on Nitro the real device is found by the volume's NVMe serial).",
     },
     volumeType: {
       type: "string",
@@ -178,36 +213,42 @@ export const CONFIG_SCHEMA = {
       minimum: 100,
       maximum: 300,
       default: null,
-      description: "Volume initialization rate (MiB/s) requested for volumes created from a snapshot; null leaves blocks to load lazily.",
+      description:
+        "Volume initialization rate (MiB/s) requested for volumes created from a snapshot; null leaves blocks to load lazily.",
     },
     volumes: {
       type: "object",
-      description: "How the volumes the agent creates are made (a boot from the pool's snapshot or blank, and `pool fill`), as Karpenter's EC2NodeClass `blockDeviceMappings` and `tags` (see docs/operations.md, \"Volumes as you configure them\").",
+      description:
+        "How the volumes the agent creates are made (a boot from the pool's snapshot or blank, and `pool fill`), as Karpenter's EC2NodeClass `blockDeviceMappings` and `tags` (see docs/operations.md, \"Volumes as you configure them\").",
       properties: {
         encrypted: {
           type: "boolean",
           default: false,
-          description: "Ask EC2 for an encrypted volume (`Encrypted=true`). false asks nothing: the volume is encrypted when its snapshot is, or when the account encrypts new volumes by default.",
+          description:
+            "Ask EC2 for an encrypted volume (`Encrypted=true`). false asks nothing: the volume is encrypted when its snapshot is, or when the account encrypts new volumes by default.",
         },
         kmsKeyId: {
           type: ["string", "null"],
           "x-format": "kmsKeyId",
           default: null,
-          description: "The KMS key that encrypts them (`KmsKeyId`); needs `encrypted: true`. null: the account's default key for EBS. The instance profile needs the KMS grants of iam/ (scoped to EC2 by `kms:ViaService`).",
+          description:
+            "The KMS key that encrypts them (`KmsKeyId`); needs `encrypted: true`. null: the account's default key for EBS. The instance profile needs the KMS grants of iam/ (scoped to EC2 by `kms:ViaService`).",
         },
         iops: {
           type: ["integer", "null"],
           minimum: 3000,
           maximum: 80000,
           default: null,
-          description: "gp3 IOPS to provision (`Iops`, EC2's gp3 range), at most 500 per GiB of the volume; needs `volumeType: gp3`. null: gp3's baseline of 3000. Above 3000 they cost extra (cost.iopsMonthUsd).",
+          description:
+            "gp3 IOPS to provision (`Iops`, EC2's gp3 range), at most 500 per GiB of the volume; needs `volumeType: gp3`. null: gp3's baseline of 3000. Above 3000 they cost extra (cost.iopsMonthUsd).",
         },
         throughputMiBps: {
           type: ["integer", "null"],
           minimum: 125,
           maximum: 2000,
           default: null,
-          description: "gp3 throughput to provision (`Throughput`, MiB/s), at most a quarter of the IOPS (0.25 MiB/s per IOPS); needs `volumeType: gp3`. null: gp3's baseline of 125. Above 125 it costs extra (cost.throughputMonthUsd).",
+          description:
+            "gp3 throughput to provision (`Throughput`, MiB/s), at most a quarter of the IOPS (0.25 MiB/s per IOPS); needs `volumeType: gp3`. null: gp3's baseline of 125. Above 125 it costs extra (cost.throughputMonthUsd).",
         },
         tags: {
           type: "array",
@@ -226,28 +267,32 @@ export const CONFIG_SCHEMA = {
           minimum: 5,
           maximum: 500,
           default: 50,
-          description: "Available volumes asked of EC2 in one DescribeVolumes (one page): a boot's EC2 calls do not grow with the pool. After losing a volume to another machine, the boot asks again for a fresh page.",
+          description:
+            "Available volumes asked of EC2 in one DescribeVolumes (one page): a boot's EC2 calls do not grow with the pool. After losing a volume to another machine, the boot asks again for a fresh page.",
         },
         maxVolumes: {
           type: "integer",
           minimum: 1,
           maximum: 10,
           default: 3,
-          description: "Volumes one boot may take in turn when a claimed volume turns out unusable (foreign filesystem, no device): each is handed back, tagged `ebs-cache:last-error`, and the next candidate tried.",
+          description:
+            "Volumes one boot may take in turn when a claimed volume turns out unusable (foreign filesystem, no device): each is handed back, tagged `ebs-cache:last-error`, and the next candidate tried.",
         },
         maxLosses: {
           type: "integer",
           minimum: 1,
           maximum: 50,
           default: 5,
-          description: "Claims one boot may lose to other machines (VolumeInUse) before it falls back to the snapshot or degrades.",
+          description:
+            "Claims one boot may lose to other machines (VolumeInUse) before it falls back to the snapshot or degrades.",
         },
         quarantineHours: {
           type: "number",
           minimum: 0,
           maximum: 720,
           default: 6,
-          description: "A volume tagged `ebs-cache:last-error` less than this long ago (tag `ebs-cache:last-error-at`) is not a candidate; 0 turns quarantine off. `ebs-cache-agent pool` shows quarantined volumes.",
+          description:
+            "A volume tagged `ebs-cache:last-error` less than this long ago (tag `ebs-cache:last-error-at`) is not a candidate; 0 turns quarantine off. `ebs-cache-agent pool` shows quarantined volumes.",
         },
       },
     },
@@ -260,14 +305,16 @@ export const CONFIG_SCHEMA = {
           minimum: 1,
           maximum: 3600,
           default: 60,
-          description: "Seconds to wait for the instance metadata service: the identity, and the instance profile's credentials for EC2 (each, retries included). A node that gets no credentials in that time comes up degraded.",
+          description:
+            "Seconds to wait for the instance metadata service: the identity, and the instance profile's credentials for EC2 (each, retries included). A node that gets no credentials in that time comes up degraded.",
         },
         imdsRequestSeconds: {
           type: "number",
           minimum: 1,
           maximum: 3600,
           default: 5,
-          description: "Seconds to wait for one answer of the instance metadata service (a token, a path, the credentials) before asking again, within `timeouts.imdsSeconds`.",
+          description:
+            "Seconds to wait for one answer of the instance metadata service (a token, a path, the credentials) before asking again, within `timeouts.imdsSeconds`.",
         },
         attachSeconds: seconds("a volume to reach `attached` (or `available` when detaching)", 120),
         deviceSeconds: seconds("the attached volume's block device to appear", 60),
@@ -277,14 +324,16 @@ export const CONFIG_SCHEMA = {
           minimum: 5,
           maximum: 3600,
           default: 40,
-          description: "The first boot phase's budget (`boot --no-docker`, before docker.service), identification included: whatever is not done by then is undone and the node degrades, so it still joins the swarm within the autoscaler's start-time limit (osparc's EC2_INSTANCES_MAX_START_TIME, 1 minute by default).",
+          description:
+            "The first boot phase's budget (`boot --no-docker`, before docker.service), identification included: whatever is not done by then is undone and the node degrades, so it still joins the swarm within the autoscaler's start-time limit (osparc's EC2_INSTANCES_MAX_START_TIME, 1 minute by default).",
         },
         createSeconds: {
           type: "number",
           minimum: 0,
           maximum: 3600,
           default: 20,
-          description: "How long creating a volume from the snapshot and attaching it takes: with less of the boot budget left, no volume is created (the node degrades instead of being undone at the deadline).",
+          description:
+            "How long creating a volume from the snapshot and attaching it takes: with less of the boot budget left, no volume is created (the node degrades instead of being undone at the deadline).",
         },
       },
     },
@@ -295,7 +344,10 @@ export const CONFIG_SCHEMA = {
         byIdDir: absolutePath("/dev/disk/by-id", "udev's by-id links, watched for the attached volume's device."),
         sysfsRoot: absolutePath("/sys", "sysfs, read to confirm a device's NVMe serial."),
         mountRoot: absolutePath("/var/lib/ebs-cache", "Where cache volumes are mounted."),
-        daemonJson: absolutePath("/etc/docker/daemon.json", "dockerd's configuration file, where `data-root` and engine labels are set."),
+        daemonJson: absolutePath(
+          "/etc/docker/daemon.json",
+          "dockerd's configuration file, where `data-root` and engine labels are set.",
+        ),
         containerdConfig: absolutePath(
           "/etc/containerd/config.toml",
           "containerd's configuration file: on a host with the containerd image store (daemon.json `features.containerd-snapshotter: true`) its top-level `root` is set to the volume's `containerd/` folder, where the images are, and restored at the release.",
@@ -306,7 +358,10 @@ export const CONFIG_SCHEMA = {
           default: "unix:///var/run/docker.sock",
           description: "The docker API socket.",
         },
-        stateDir: absolutePath("/var/lib/ebs-cache-agent", "The agent's own state (what it attached, backups of daemon.json)."),
+        stateDir: absolutePath(
+          "/var/lib/ebs-cache-agent",
+          "The agent's own state (what it attached, backups of daemon.json).",
+        ),
       },
     },
     docker: {
@@ -317,7 +372,8 @@ export const CONFIG_SCHEMA = {
           type: "string",
           enum: ["systemd", "none"],
           default: "systemd",
-          description: "How docker is (re)started on the new data-root: `systemd` restarts the unit; `none` leaves starting docker to systemd ordering (the agent runs Before=docker.service).",
+          description:
+            "How docker is (re)started on the new data-root: `systemd` restarts the unit; `none` leaves starting docker to systemd ordering (the agent runs Before=docker.service).",
         },
         unit: {
           type: "string",
@@ -332,7 +388,8 @@ export const CONFIG_SCHEMA = {
             "x-format": "imageRef",
           },
           default: [],
-          description: "Images that must be present after boot, in addition to those listed by the volume's `ebs-cache:images` tag.",
+          description:
+            "Images that must be present after boot, in addition to those listed by the volume's `ebs-cache:images` tag.",
         },
       },
     },
@@ -344,13 +401,15 @@ export const CONFIG_SCHEMA = {
           type: "string",
           "x-format": "labelPrefix",
           default: "io.simcore.ebs-cache",
-          description: "Prefix of the docker label keys the agent owns; it writes and removes nothing else. Refused when empty, in docker's reserved namespaces (`com.docker.`, `io.docker.`, `org.dockerproject.`) or osparc's (`io.simcore.osparc-`), or when it equals, contains or lies above a label osparc's autoscaler sets (`io.simcore.osparc-services-ready`, `user-id`, `ec2-instance-type`, …; see docs/labels.md) or one of `labels.protectedKeys`.",
+          description:
+            "Prefix of the docker label keys the agent owns; it writes and removes nothing else. Refused when empty, in docker's reserved namespaces (`com.docker.`, `io.docker.`, `org.dockerproject.`) or osparc's (`io.simcore.osparc-`), or when it equals, contains or lies above a label osparc's autoscaler sets (`io.simcore.osparc-services-ready`, `user-id`, `ec2-instance-type`, …; see docs/labels.md) or one of `labels.protectedKeys`.",
         },
         mode: {
           type: "string",
           enum: ["auto", "node", "engine", "off"],
           default: "auto",
-          description: "`node`: node labels through a manager's API; `engine`: daemon.json labels (work from a worker); `auto`: node labels when a manager is reachable, engine labels otherwise; `off`: none.",
+          description:
+            "`node`: node labels through a manager's API; `engine`: daemon.json labels (work from a worker); `auto`: node labels when a manager is reachable, engine labels otherwise; `off`: none.",
         },
         protectedKeys: {
           type: "array",
@@ -359,7 +418,8 @@ export const CONFIG_SCHEMA = {
             "x-format": "labelKey",
           },
           default: [],
-          description: "More node labels other systems set on these hosts, protected like osparc's own: list here the autoscaler's `NODES_MONITORING_NODE_LABELS`, `NODES_MONITORING_NEW_NODES_LABELS` and instance types' `custom_node_labels`. `labels.prefix` may not equal, contain or lie above any of them.",
+          description:
+            "More node labels other systems set on these hosts, protected like osparc's own: list here the autoscaler's `NODES_MONITORING_NODE_LABELS`, `NODES_MONITORING_NEW_NODES_LABELS` and instance types' `custom_node_labels`. `labels.prefix` may not equal, contain or lie above any of them.",
         },
       },
     },
@@ -370,7 +430,8 @@ export const CONFIG_SCHEMA = {
         stopDocker: {
           type: "boolean",
           default: true,
-          description: "Stop docker when it still runs on the cache volume (a release by hand; at shutdown systemd has stopped it already). false: such a release is refused (exit 1) and nothing is changed.",
+          description:
+            "Stop docker when it still runs on the cache volume (a release by hand; at shutdown systemd has stopped it already). false: such a release is refused (exit 1) and nothing is changed.",
         },
       },
     },
@@ -379,7 +440,8 @@ export const CONFIG_SCHEMA = {
       minimum: 1,
       maximum: 8760,
       default: 24,
-      description: "Hours a released volume is kept (`ebs-cache:expires-at` = release time + this) before gc may delete it; the `ebs-cache:ttl-hours` instance tag overrides it.",
+      description:
+        "Hours a released volume is kept (`ebs-cache:expires-at` = release time + this) before gc may delete it; the `ebs-cache:ttl-hours` instance tag overrides it.",
     },
     workspace: {
       type: "object",
@@ -389,7 +451,8 @@ export const CONFIG_SCHEMA = {
           type: "string",
           "x-format": "tagKey",
           default: "io.simcore.autoscaling.ec2_instance.docker_node_labels",
-          description: "The instance tag holding osparc's docker node labels (JSON), whole or in 256-character chunks `<tag>_0`, `<tag>_1`, …: the workspace ids, and `<labels.prefix>.keep` / `.enabled`. A missing chunk, bad JSON or a bad id is a warning and the pool is used.",
+          description:
+            "The instance tag holding osparc's docker node labels (JSON), whole or in 256-character chunks `<tag>_0`, `<tag>_1`, …: the workspace ids, and `<labels.prefix>.keep` / `.enabled`. A missing chunk, bad JSON or a bad id is a warning and the pool is used.",
         },
         idKeys: {
           type: "array",
@@ -399,7 +462,8 @@ export const CONFIG_SCHEMA = {
             "x-format": "workspaceKey",
           },
           default: ["user-id", "project-id", "node-id"],
-          description: "The label keys (also matched as a suffix `.<key>`) that identify a workspace. A volume serves an instance whose ids equal its own for exactly the keys present; `[]` turns workspaces off.",
+          description:
+            "The label keys (also matched as a suffix `.<key>`) that identify a workspace. A volume serves an instance whose ids equal its own for exactly the keys present; `[]` turns workspaces off.",
         },
         minimumKeys: {
           type: "array",
@@ -409,55 +473,64 @@ export const CONFIG_SCHEMA = {
             "x-format": "workspaceKey",
           },
           default: ["user-id"],
-          description: "Keys that must all be among the labels for a workspace; with fewer ids the pool is used. Each must be one of `idKeys`.",
+          description:
+            "Keys that must all be among the labels for a workspace; with fewer ids the pool is used. Each must be one of `idKeys`.",
         },
         create: {
           type: "string",
           enum: ["snapshot", "blank", "never"],
           default: "snapshot",
-          description: "When no workspace volume exists for the ids: `snapshot` creates one from the pool's newest snapshot, `blank` creates an empty one (formatted by the agent), `never` uses the pool instead.",
+          description:
+            "When no workspace volume exists for the ids: `snapshot` creates one from the pool's newest snapshot, `blank` creates an empty one (formatted by the agent), `never` uses the pool instead.",
         },
         sizeGiB: {
           type: "integer",
           minimum: 1,
           maximum: 16384,
           default: 20,
-          description: "Size (GiB) of a blank workspace volume; a volume from a snapshot is at least the snapshot's size.",
+          description:
+            "Size (GiB) of a blank workspace volume; a volume from a snapshot is at least the snapshot's size.",
         },
         requireEncrypted: {
           type: "boolean",
           default: false,
-          description: "Refuse to attach a workspace volume that is not encrypted: the node comes up `degraded` with the reason, docker on its own data-root, and the volume is left as it is. Needs `volumes.encrypted: true`, so that the workspace volumes the agent creates are encrypted.",
+          description:
+            "Refuse to attach a workspace volume that is not encrypted: the node comes up `degraded` with the reason, docker on its own data-root, and the volume is left as it is. Needs `volumes.encrypted: true`, so that the workspace volumes the agent creates are encrypted.",
         },
         waitForLabelsTag: {
           type: "string",
           enum: ["warm-buffer", "always", "never"],
           default: "warm-buffer",
-          description: "When the labels tag is missing at boot, wait for the instance's tags (`waitForLabelsTagSeconds`) before using the pool: `warm-buffer` only on a stopped warm buffer started again before its activation's tags (tag `io.simcore.autoscaling.warm_buffer_machine=true` on an instance that booted before: osparc writes `false` and the labels in one CreateTags after StartInstances), `always` on any instance without the labels tag, or `never`.",
+          description:
+            "When the labels tag is missing at boot, wait for the instance's tags (`waitForLabelsTagSeconds`) before using the pool: `warm-buffer` only on a stopped warm buffer started again before its activation's tags (tag `io.simcore.autoscaling.warm_buffer_machine=true` on an instance that booted before: osparc writes `false` and the labels in one CreateTags after StartInstances), `always` on any instance without the labels tag, or `never`.",
         },
         waitForLabelsTagSeconds: {
           type: "number",
           minimum: 0,
           maximum: 600,
           default: 15,
-          description: "How long a boot waits for a late labels tag (counted in the first phase's budget, timeouts.bootSeconds).",
+          description:
+            "How long a boot waits for a late labels tag (counted in the first phase's budget, timeouts.bootSeconds).",
         },
       },
     },
     prewarm: {
       type: "object",
-      description: "The pre-warm of volumes restored from a snapshot, whose blocks load lazily from S3 (see docs/prewarm.md).",
+      description:
+        "The pre-warm of volumes restored from a snapshot, whose blocks load lazily from S3 (see docs/prewarm.md).",
       properties: {
         strategy: {
           type: "string",
           enum: ["off", "check", "files", "device"],
           default: "check",
-          description: "`check`: a short fio sample of random reads over the allocated data gives a verdict (label `<prefix>.prewarm=warm|cold`); `files`: reads the filesystem's allocated data once (initialization), then tags the volume `ebs-cache:initialized`; `device`: AWS's documented full read of the device; `off`: nothing. Volumes not made from a snapshot, tagged initialized, or initialized by EBS at a provisioned rate are never read.",
+          description:
+            "`check`: a short fio sample of random reads over the allocated data gives a verdict (label `<prefix>.prewarm=warm|cold`); `files`: reads the filesystem's allocated data once (initialization), then tags the volume `ebs-cache:initialized`; `device`: AWS's documented full read of the device; `off`: nothing. Volumes not made from a snapshot, tagged initialized, or initialized by EBS at a provisioned rate are never read.",
         },
         background: {
           type: "boolean",
           default: true,
-          description: "`files`/`device`: initialize after docker is up, the node labelled `warming` (usable) until done, then `ready`; false: initialize before the node is reported ready.",
+          description:
+            "`files`/`device`: initialize after docker is up, the node labelled `warming` (usable) until done, then `ready`; false: initialize before the node is reported ready.",
         },
         check: {
           type: "object",
@@ -495,7 +568,8 @@ export const CONFIG_SCHEMA = {
               minimum: 1,
               maximum: 10000000,
               default: 1000,
-              description: "Fewer IOPS than this in the sample: `cold` (a warm gp3 volume gives ~3000 at the sample's depth, a cold one a few hundred).",
+              description:
+                "Fewer IOPS than this in the sample: `cold` (a warm gp3 volume gives ~3000 at the sample's depth, a cold one a few hundred).",
             },
             maxMedianLatencyMs: {
               type: ["number", "null"],
@@ -529,7 +603,8 @@ export const CONFIG_SCHEMA = {
               minimum: 1,
               maximum: 10080,
               default: null,
-              description: "Give the initialization up after this long (the volume stays untagged; `ebs-cache-agent prewarm` resumes it); null: no limit.",
+              description:
+                "Give the initialization up after this long (the volume stays untagged; `ebs-cache-agent prewarm` resumes it); null: no limit.",
             },
             progressSeconds: {
               type: "integer",
@@ -544,48 +619,55 @@ export const CONFIG_SCHEMA = {
     },
     keeper: {
       type: "object",
-      description: "The pool keeper (`ebs-cache-agent pool fill`, ebs-cache-agent-keeper.timer): keeps the pool's zones stocked with available volumes made from its newest snapshot (see docs/keeper.md).",
+      description:
+        "The pool keeper (`ebs-cache-agent pool fill`, ebs-cache-agent-keeper.timer): keeps the pool's zones stocked with available volumes made from its newest snapshot (see docs/keeper.md).",
       properties: {
         zones: {
           type: "array",
           items: { type: "string", "x-format": "availabilityZone" },
           default: [],
-          description: "The availability zones the keeper stocks (those the autoscaler launches machines in); empty: `pool fill` refuses to run.",
+          description:
+            "The availability zones the keeper stocks (those the autoscaler launches machines in); empty: `pool fill` refuses to run.",
         },
         minAvailable: {
           type: "integer",
           minimum: 0,
           maximum: 1000,
           default: 2,
-          description: "Available volumes (creating ones included) the keeper keeps in each zone: fewer, and it creates volumes, within `maxVolumes` and `maxGiB`.",
+          description:
+            "Available volumes (creating ones included) the keeper keeps in each zone: fewer, and it creates volumes, within `maxVolumes` and `maxGiB`.",
         },
         maxAvailable: {
           type: "integer",
           minimum: 0,
           maximum: 1000,
           default: 4,
-          description: "Available volumes beyond this in a zone are deleted, oldest snapshot first, then oldest volume; never one in use, kept (`ebs-cache:keep=true`), quarantined, or not managed. At least `minAvailable`.",
+          description:
+            "Available volumes beyond this in a zone are deleted, oldest snapshot first, then oldest volume; never one in use, kept (`ebs-cache:keep=true`), quarantined, or not managed. At least `minAvailable`.",
         },
         maxVolumes: {
           type: "integer",
           minimum: 1,
           maximum: 10000,
           default: 20,
-          description: "Hard cap on the pool's volumes in all zones and every state (in use included): the keeper creates none beyond it.",
+          description:
+            "Hard cap on the pool's volumes in all zones and every state (in use included): the keeper creates none beyond it.",
         },
         maxGiB: {
           type: "integer",
           minimum: 1,
           maximum: 10000000,
           default: 2000,
-          description: "Hard cap on the pool's provisioned GiB in all zones and every state: the keeper creates no volume that would exceed it.",
+          description:
+            "Hard cap on the pool's provisioned GiB in all zones and every state: the keeper creates no volume that would exceed it.",
         },
         initializationRateMiBps: {
           type: ["integer", "null"],
           minimum: 100,
           maximum: 300,
           default: 100,
-          description: "VolumeInitializationRate (MiB/s) of the volumes the keeper creates: EBS loads every block from the snapshot at this rate with no instance attached, and the keeper tags the volume `ebs-cache:initialized` once EBS reports 100 %; null: blocks load lazily on first read.",
+          description:
+            "VolumeInitializationRate (MiB/s) of the volumes the keeper creates: EBS loads every block from the snapshot at this rate with no instance attached, and the keeper tags the volume `ebs-cache:initialized` once EBS reports 100 %; null: blocks load lazily on first read.",
         },
       },
     },
@@ -614,7 +696,8 @@ export const CONFIG_SCHEMA = {
           minimum: 0,
           maximum: 100,
           default: 0.04,
-          description: "USD per provisioned MiB/s-month of a gp3 volume's throughput above its free 125 (us-east-1 list price).",
+          description:
+            "USD per provisioned MiB/s-month of a gp3 volume's throughput above its free 125 (us-east-1 list price).",
         },
         snapshotGibMonthUsd: {
           type: "number",
@@ -628,70 +711,80 @@ export const CONFIG_SCHEMA = {
     },
     refresh: {
       type: "object",
-      description: "The background refresh after `ready` (see docs/operations.md, \"Volumes that stay current\"): pulls the images of the pool's current generation, and those of osparc's `pre_pulled_images` instance tag, that the volume lacks, so the volume goes back to the pool current. A failing pull is a warning: readiness never changes.",
+      description:
+        "The background refresh after `ready` (see docs/operations.md, \"Volumes that stay current\"): pulls the images of the pool's current generation, and those of osparc's `pre_pulled_images` instance tag, that the volume lacks, so the volume goes back to the pool current. A failing pull is a warning: readiness never changes.",
       properties: {
         enabled: {
           type: "boolean",
           default: false,
-          description: "Run the refresh after a boot that reported `ready` (or `warming`) on a pool volume. Off by default: pulls cost registry bandwidth and need the host's registry credentials (docker's own, e.g. `docker login` or a credential helper), which only the operator knows are there. Workspace volumes are never refreshed: their content is the user's.",
+          description:
+            "Run the refresh after a boot that reported `ready` (or `warming`) on a pool volume. Off by default: pulls cost registry bandwidth and need the host's registry credentials (docker's own, e.g. `docker login` or a credential helper), which only the operator knows are there. Workspace volumes are never refreshed: their content is the user's.",
         },
         concurrency: {
           type: "integer",
           minimum: 1,
           maximum: 2,
           default: 1,
-          description: "Pulls at once. One keeps the bandwidth for the services the node starts; two when the registry is near.",
+          description:
+            "Pulls at once. One keeps the bandwidth for the services the node starts; two when the registry is near.",
         },
         pullSeconds: {
           type: "number",
           minimum: 10,
           maximum: 7200,
           default: 1800,
-          description: "Longest time one pull may take; past it the pull is stopped and counted failed, and the next image is pulled.",
+          description:
+            "Longest time one pull may take; past it the pull is stopped and counted failed, and the next image is pulled.",
         },
         prePulledImagesTag: {
           type: ["string", "null"],
           "x-format": "tagKey",
           default: "io.simcore.autoscaling.ec2_instance.pre_pulled_images",
-          description: "The instance tag holding osparc's list of images to pre-pull (a JSON array), whole or in 256-character chunks `<tag>_0`, `<tag>_1`, …; its images are pulled too. A missing chunk or bad JSON is one warning and the tag is skipped. null: not read.",
+          description:
+            "The instance tag holding osparc's list of images to pre-pull (a JSON array), whole or in 256-character chunks `<tag>_0`, `<tag>_1`, …; its images are pulled too. A missing chunk or bad JSON is one warning and the tag is skipped. null: not read.",
         },
       },
     },
     gc: {
       type: "object",
-      description: "What `ebs-cache-agent gc` deletes besides expired volumes (see docs/operations.md, \"gc\").",
+      description: 'What `ebs-cache-agent gc` deletes besides expired volumes (see docs/operations.md, "gc").',
       properties: {
         supersededGraceHours: {
           type: ["number", "null"],
           minimum: 0,
           maximum: 8760,
           default: 24,
-          description: "Hours a pool's current generation (its newest completed snapshot, `ebs-cache:built-at`) is out before gc deletes the available pool volumes of older generations, counted from that snapshot's start or build time, whichever is later; never a volume in use, kept, in quarantine, never released, or a workspace volume. null: gc never retires a volume for its generation.",
+          description:
+            "Hours a pool's current generation (its newest completed snapshot, `ebs-cache:built-at`) is out before gc deletes the available pool volumes of older generations, counted from that snapshot's start or build time, whichever is later; never a volume in use, kept, in quarantine, never released, or a workspace volume. null: gc never retires a volume for its generation.",
         },
       },
     },
     prune: {
       type: "object",
-      description: "Keeps a pool volume's filesystem from filling up: after each boot that came up, and with `ebs-cache-agent prune`, images outside the pool's current generation are removed (never on a workspace volume, never an image a container uses; see docs/operations.md).",
+      description:
+        "Keeps a pool volume's filesystem from filling up: after each boot that came up, and with `ebs-cache-agent prune`, images outside the pool's current generation are removed (never on a workspace volume, never an image a container uses; see docs/operations.md).",
       properties: {
         afterBoot: {
           type: "boolean",
           default: true,
-          description: "Run the prune in the background after a boot that came up (`ready`, `warming`) on a cache filesystem fuller than `thresholdPercent`; it never changes readiness or the boot's exit code.",
+          description:
+            "Run the prune in the background after a boot that came up (`ready`, `warming`) on a cache filesystem fuller than `thresholdPercent`; it never changes readiness or the boot's exit code.",
         },
         thresholdPercent: {
           type: "integer",
           minimum: 1,
           maximum: 100,
           default: 85,
-          description: "Prune only when the cache filesystem is fuller than this (percent of used + available, as df counts it).",
+          description:
+            "Prune only when the cache filesystem is fuller than this (percent of used + available, as df counts it).",
         },
         targetPercent: {
           type: "integer",
           minimum: 0,
           maximum: 99,
           default: 75,
-          description: "Remove images, oldest first, until the fill is estimated at or below this; below `thresholdPercent`.",
+          description:
+            "Remove images, oldest first, until the fill is estimated at or below this; below `thresholdPercent`.",
         },
       },
     },
@@ -703,7 +796,8 @@ export const CONFIG_SCHEMA = {
           type: ["string", "null"],
           "x-format": "absolutePath",
           default: "/var/lib/prometheus/node-exporter",
-          description: "node_exporter's textfile collector folder, where each use case replaces its `ebs_cache_agent_<use-case>.prom`; null writes no metrics.",
+          description:
+            "node_exporter's textfile collector folder, where each use case replaces its `ebs_cache_agent_<use-case>.prom`; null writes no metrics.",
         },
       },
     },
@@ -729,7 +823,15 @@ type ValueOf<S> = S extends { type: "object"; properties: infer P }
           ? ScalarOf<T>
           : never;
 
-type ScalarOf<T> = T extends "string" ? string : T extends "number" | "integer" ? number : T extends "boolean" ? boolean : T extends "null" ? null : never;
+type ScalarOf<T> = T extends "string"
+  ? string
+  : T extends "number" | "integer"
+    ? number
+    : T extends "boolean"
+      ? boolean
+      : T extends "null"
+        ? null
+        : never;
 
 /** The validated configuration (defaults < file < environment). */
 export type AgentConfig = ValueOf<typeof CONFIG_SCHEMA>;
@@ -781,7 +883,8 @@ export const CONFIG_KEYS: readonly ConfigKey[] = flatten(CONFIG_SCHEMA, []);
 
 /** The default of a key or group, as a fresh value (lists and objects are not shared). */
 function defaultOf(node: SchemaNode): unknown {
-  if (isGroup(node)) return Object.fromEntries(Object.entries(node.properties).map(([name, child]) => [name, defaultOf(child)]));
+  if (isGroup(node))
+    return Object.fromEntries(Object.entries(node.properties).map(([name, child]) => [name, defaultOf(child)]));
   return Array.isArray(node.default) ? [...(node.default as unknown[])] : node.default;
 }
 
@@ -799,7 +902,8 @@ export function kindOf(field: FieldSchema): FieldKind {
   return type === "array" ? "stringList" : type === "integer" ? "number" : type;
 }
 
-export const isNullable = (field: FieldSchema): boolean => typeof field.type !== "string" && field.type.includes("null");
+export const isNullable = (field: FieldSchema): boolean =>
+  typeof field.type !== "string" && field.type.includes("null");
 
 /** What a list item accepts, as the end of "must be …". */
 export function itemExpectationOf(field: FieldSchema): string {
@@ -843,7 +947,9 @@ export function shippedSchema(): Record<string, unknown> {
   };
   const expand = (node: SchemaNode): Record<string, unknown> => {
     if (isGroup(node)) {
-      const properties = Object.fromEntries(Object.entries(node.properties).map(([name, child]) => [name, expand(child)]));
+      const properties = Object.fromEntries(
+        Object.entries(node.properties).map(([name, child]) => [name, expand(child)]),
+      );
       return { type: "object", description: node.description, additionalProperties: false, properties };
     }
     return node.items ? { ...node, items: withFormat(node.items) } : withFormat(node);
@@ -854,7 +960,11 @@ export function shippedSchema(): Record<string, unknown> {
     title: "ebs-cache-agent configuration",
     ...root,
     properties: {
-      [SCHEMA_KEY]: { type: "string", description: "The JSON Schema of this file, for editors (./config.schema.json beside it); the agent ignores it." },
+      [SCHEMA_KEY]: {
+        type: "string",
+        description:
+          "The JSON Schema of this file, for editors (./config.schema.json beside it); the agent ignores it.",
+      },
       ...(root.properties as object),
     },
   };

@@ -70,7 +70,11 @@ const FORMAT_CHECKS: Partial<Record<StringFormat, (value: string) => string | re
     } catch {
       url = undefined;
     }
-    const ok = url !== undefined && (url.protocol === "http:" || url.protocol === "https:") && url.hostname !== "" && !/\s/.test(value);
+    const ok =
+      url !== undefined &&
+      (url.protocol === "http:" || url.protocol === "https:") &&
+      url.hostname !== "" &&
+      !/\s/.test(value);
     return ok ? undefined : `must be ${FORMATS.url.description}, got ${quote(value)}`;
   },
   absolutePath: (value) => checkAbsolutePath(value),
@@ -81,7 +85,8 @@ const FORMAT_CHECKS: Partial<Record<StringFormat, (value: string) => string | re
   imageRef: (value) => problemOf(validateImageRef(value)),
   operatorTag: (value) => operatorTagProblem(value),
   labelPrefix: (value) => {
-    if (!/^[a-z0-9]+([.-][a-z0-9]+)*$/.test(value)) return `must be ${FORMATS.labelPrefix.description}, got ${quote(value)}`;
+    if (!/^[a-z0-9]+([.-][a-z0-9]+)*$/.test(value))
+      return `must be ${FORMATS.labelPrefix.description}, got ${quote(value)}`;
     const owned = labelPrefixProblems(value);
     return owned.length > 0 ? owned : undefined;
   },
@@ -97,10 +102,14 @@ export function splitOperatorTag(value: string): { key: string; value: string } 
 function operatorTagProblem(text: string): string | undefined {
   const tag = splitOperatorTag(text);
   if (!tag) return `must be KEY=VALUE, got ${quote(text)}`;
-  if (tag.key.length === 0 || tag.key.length > MAX_TAG_KEY) return `the key of ${quote(text)} must be 1 to ${MAX_TAG_KEY} characters (EC2's limit)`;
-  if (/^aws:/i.test(tag.key)) return `the key of ${quote(text)} starts with aws:, which EC2 reserves for AWS's own tags`;
-  if (tag.key.startsWith(TAG_PREFIX)) return `the key of ${quote(text)} is in the agent's own ${TAG_PREFIX} namespace: choose another key`;
-  if (tag.value.length > MAX_TAG_VALUE) return `the value of ${quote(text)} is longer than ${MAX_TAG_VALUE} characters (EC2's limit)`;
+  if (tag.key.length === 0 || tag.key.length > MAX_TAG_KEY)
+    return `the key of ${quote(text)} must be 1 to ${MAX_TAG_KEY} characters (EC2's limit)`;
+  if (/^aws:/i.test(tag.key))
+    return `the key of ${quote(text)} starts with aws:, which EC2 reserves for AWS's own tags`;
+  if (tag.key.startsWith(TAG_PREFIX))
+    return `the key of ${quote(text)} is in the agent's own ${TAG_PREFIX} namespace: choose another key`;
+  if (tag.value.length > MAX_TAG_VALUE)
+    return `the value of ${quote(text)} is longer than ${MAX_TAG_VALUE} characters (EC2's limit)`;
   if (/\p{Cc}/u.test(text)) return `${quote(text)} contains a control character`;
   return undefined;
 }
@@ -127,12 +136,17 @@ function distance(a: string, b: string): number {
 const normalize = (name: string) => name.toLowerCase().replace(/[-_.\s]/g, "");
 
 /** The candidate `name` was most likely meant to be, or undefined when none is close. */
-export function suggest(name: string, candidates: readonly string[], nameOf: (candidate: string) => string = (c) => c): string | undefined {
+export function suggest(
+  name: string,
+  candidates: readonly string[],
+  nameOf: (candidate: string) => string = (c) => c,
+): string | undefined {
   let best: { candidate: string; score: number } | undefined;
   for (const candidate of candidates) {
     const target = nameOf(candidate);
     const score = normalize(target) === normalize(name) ? 0 : distance(name.toLowerCase(), target.toLowerCase());
-    if (score <= Math.max(1, Math.floor(target.length / 3)) && (best === undefined || score < best.score)) best = { candidate, score };
+    if (score <= Math.max(1, Math.floor(target.length / 3)) && (best === undefined || score < best.score))
+      best = { candidate, score };
   }
   return best?.candidate;
 }
@@ -171,7 +185,8 @@ export interface Reading {
 function findingsByPath(raw: unknown): Map<string, ErrorObject[]> {
   const byPath = new Map<string, ErrorObject[]>();
   if (validateSchema(raw)) return byPath;
-  for (const error of validateSchema.errors ?? []) byPath.set(error.instancePath, [...(byPath.get(error.instancePath) ?? []), error]);
+  for (const error of validateSchema.errors ?? [])
+    byPath.set(error.instancePath, [...(byPath.get(error.instancePath) ?? []), error]);
   return byPath;
 }
 
@@ -181,14 +196,23 @@ const hasCheck = (format: StringFormat | undefined) => format !== undefined && F
 const relevant = (findings: readonly ErrorObject[] | undefined, format: StringFormat | undefined) =>
   (findings ?? []).filter((finding) => !(finding.keyword === "pattern" && hasCheck(format)));
 
-function fieldProblems(field: FieldSchema, value: unknown, segments: readonly string[], byPath: Map<string, ErrorObject[]>, labels: Labels): string[] {
+function fieldProblems(
+  field: FieldSchema,
+  value: unknown,
+  segments: readonly string[],
+  byPath: Map<string, ErrorObject[]>,
+  labels: Labels,
+): string[] {
   const pointer = `/${segments.join("/")}`;
   const label = labels.key(segments);
   const own = relevant(byPath.get(pointer), field["x-format"]);
   if (own.length > 0) {
     // A string that only fails its pattern is described by the format alone, as the format's own checks do.
     const format = field["x-format"];
-    const expected = own.every((finding) => finding.keyword === "pattern") && format ? FORMATS[format].description : expectationOf(field);
+    const expected =
+      own.every((finding) => finding.keyword === "pattern") && format
+        ? FORMATS[format].description
+        : expectationOf(field);
     return [`${label}: must be ${expected}, got ${describeValue(value)}`];
   }
   if (Array.isArray(value)) {
@@ -196,15 +220,25 @@ function fieldProblems(field: FieldSchema, value: unknown, segments: readonly st
     return value.flatMap((item: unknown, index) => {
       const itemLabel = labels.item(segments, index);
       const found = relevant(byPath.get(`${pointer}/${index}`), format);
-      if (found.some((finding) => finding.keyword === "type")) return [`${itemLabel}: must be a string, got ${describeValue(item)}`];
+      if (found.some((finding) => finding.keyword === "type"))
+        return [`${itemLabel}: must be a string, got ${describeValue(item)}`];
       if (found.length > 0) return [`${itemLabel}: must be ${itemExpectationOf(field)}, got ${describeValue(item)}`];
       return formatProblems(format, item as string).map((problem) => `${itemLabel}: ${problem}`);
     });
   }
-  return typeof value === "string" ? formatProblems(field["x-format"], value).map((problem) => `${label}: ${problem}`) : [];
+  return typeof value === "string"
+    ? formatProblems(field["x-format"], value).map((problem) => `${label}: ${problem}`)
+    : [];
 }
 
-function readGroup(group: GroupSchema, raw: unknown, segments: readonly string[], byPath: Map<string, ErrorObject[]>, labels: Labels, reading: Reading): Record<string, unknown> {
+function readGroup(
+  group: GroupSchema,
+  raw: unknown,
+  segments: readonly string[],
+  byPath: Map<string, ErrorObject[]>,
+  labels: Labels,
+  reading: Reading,
+): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   const findings = byPath.get(segments.length > 0 ? `/${segments.join("/")}` : "") ?? [];
   if (findings.some((finding) => finding.keyword === "type")) {
@@ -214,12 +248,20 @@ function readGroup(group: GroupSchema, raw: unknown, segments: readonly string[]
   }
   for (const finding of findings) {
     if (finding.keyword === "additionalProperties") {
-      reading.problems.push(unknownKeyProblem(String((finding.params as { additionalProperty: string }).additionalProperty), segments, group));
+      reading.problems.push(
+        unknownKeyProblem(
+          String((finding.params as { additionalProperty: string }).additionalProperty),
+          segments,
+          group,
+        ),
+      );
     }
   }
   const record = raw as Record<string, unknown>;
   if (segments.length === 0 && byPath.has(`/${SCHEMA_KEY}`)) {
-    reading.problems.push(`${SCHEMA_KEY}: must be a string (the path or URL of the config's JSON Schema, for editors), got ${describeValue(record[SCHEMA_KEY])}`);
+    reading.problems.push(
+      `${SCHEMA_KEY}: must be a string (the path or URL of the config's JSON Schema, for editors), got ${describeValue(record[SCHEMA_KEY])}`,
+    );
   }
   for (const [name, node] of Object.entries(group.properties)) {
     if (!Object.hasOwn(record, name)) continue;
@@ -251,7 +293,8 @@ const isPlainObject = (value: unknown): value is Record<string, unknown> =>
 /** A copy of `base` with `values` (as readValues returns them) laid over it. */
 export function withValues<T>(base: T, values: Readonly<Record<string, unknown>>): T {
   const out: Record<string, unknown> = { ...(base as Record<string, unknown>) };
-  for (const [name, value] of Object.entries(values)) out[name] = isPlainObject(value) ? withValues(out[name], value) : value;
+  for (const [name, value] of Object.entries(values))
+    out[name] = isPlainObject(value) ? withValues(out[name], value) : value;
   return out as T;
 }
 
@@ -260,7 +303,7 @@ export function crossCheck(config: AgentConfig): string[] {
   const warnings: string[] = [];
   if (config.initializationRateMiBps !== null && !config.createFromSnapshot && config.workspace.create !== "snapshot") {
     warnings.push(
-      "initializationRateMiBps is set but no volume is ever created from a snapshot (createFromSnapshot is false and workspace.create is not \"snapshot\"): it has no effect",
+      'initializationRateMiBps is set but no volume is ever created from a snapshot (createFromSnapshot is false and workspace.create is not "snapshot"): it has no effect',
     );
   }
   return warnings;
@@ -275,13 +318,19 @@ export function crossProblems(config: AgentConfig): string[] {
   const problems: string[] = [];
   const outside = config.workspace.minimumKeys.filter((key) => !config.workspace.idKeys.includes(key));
   if (outside.length > 0) {
-    problems.push(`workspace.minimumKeys: ${outside.map((key) => JSON.stringify(key)).join(", ")} not in workspace.idKeys, so no workspace could ever be used; add it to idKeys or remove it`);
+    problems.push(
+      `workspace.minimumKeys: ${outside.map((key) => JSON.stringify(key)).join(", ")} not in workspace.idKeys, so no workspace could ever be used; add it to idKeys or remove it`,
+    );
   }
   if (config.keeper.minAvailable > config.keeper.maxAvailable) {
-    problems.push(`keeper.maxAvailable: ${config.keeper.maxAvailable} is below keeper.minAvailable (${config.keeper.minAvailable}), so the keeper would create volumes and delete them again; raise it or lower minAvailable`);
+    problems.push(
+      `keeper.maxAvailable: ${config.keeper.maxAvailable} is below keeper.minAvailable (${config.keeper.minAvailable}), so the keeper would create volumes and delete them again; raise it or lower minAvailable`,
+    );
   }
   if (config.prune.targetPercent >= config.prune.thresholdPercent) {
-    problems.push(`prune.targetPercent: ${config.prune.targetPercent} is not below prune.thresholdPercent (${config.prune.thresholdPercent}), so a prune could never reach its target; lower it`);
+    problems.push(
+      `prune.targetPercent: ${config.prune.targetPercent} is not below prune.thresholdPercent (${config.prune.thresholdPercent}), so a prune could never reach its target; lower it`,
+    );
   }
   problems.push(...volumeProblems(config));
   const alone = new Set(labelPrefixProblems(config.labels.prefix));
@@ -301,26 +350,42 @@ function volumeProblems(config: AgentConfig): string[] {
   const problems: string[] = [];
   const v = config.volumes;
   if (v.kmsKeyId !== null && !v.encrypted) {
-    problems.push("volumes.kmsKeyId: set, but volumes.encrypted is false, and EC2 takes a KmsKeyId only with Encrypted=true; set volumes.encrypted to true or remove the key");
+    problems.push(
+      "volumes.kmsKeyId: set, but volumes.encrypted is false, and EC2 takes a KmsKeyId only with Encrypted=true; set volumes.encrypted to true or remove the key",
+    );
   }
   if (config.workspace.requireEncrypted && !v.encrypted) {
-    problems.push("workspace.requireEncrypted: true, but volumes.encrypted is false, so a workspace volume the agent creates could be refused at the next boot; set volumes.encrypted to true");
+    problems.push(
+      "workspace.requireEncrypted: true, but volumes.encrypted is false, so a workspace volume the agent creates could be refused at the next boot; set volumes.encrypted to true",
+    );
   }
   for (const key of ["iops", "throughputMiBps"] as const) {
-    if (v[key] !== null && config.volumeType !== "gp3") problems.push(`volumes.${key}: set, but volumeType is ${JSON.stringify(config.volumeType)}; the agent provisions IOPS and throughput on gp3 only`);
+    if (v[key] !== null && config.volumeType !== "gp3")
+      problems.push(
+        `volumes.${key}: set, but volumeType is ${JSON.stringify(config.volumeType)}; the agent provisions IOPS and throughput on gp3 only`,
+      );
   }
   const iops = v.iops ?? GP3.baselineIops;
   if (v.throughputMiBps !== null && v.throughputMiBps > iops * GP3.maxMiBpsPerIops) {
-    problems.push(`volumes.throughputMiBps: ${v.throughputMiBps} MiB/s is more than ${GP3.maxMiBpsPerIops} MiB/s per IOPS of ${iops} IOPS (${iops * GP3.maxMiBpsPerIops}), which EC2 refuses; raise volumes.iops or lower the throughput`);
+    problems.push(
+      `volumes.throughputMiBps: ${v.throughputMiBps} MiB/s is more than ${GP3.maxMiBpsPerIops} MiB/s per IOPS of ${iops} IOPS (${iops * GP3.maxMiBpsPerIops}), which EC2 refuses; raise volumes.iops or lower the throughput`,
+    );
   }
   if (v.iops !== null && config.workspace.create === "blank" && v.iops > config.workspace.sizeGiB * GP3.maxIopsPerGiB) {
-    problems.push(`volumes.iops: ${v.iops} is more than ${GP3.maxIopsPerGiB} per GiB of a blank workspace volume of workspace.sizeGiB ${config.workspace.sizeGiB} (${config.workspace.sizeGiB * GP3.maxIopsPerGiB}), which EC2 refuses; lower it or raise workspace.sizeGiB`);
+    problems.push(
+      `volumes.iops: ${v.iops} is more than ${GP3.maxIopsPerGiB} per GiB of a blank workspace volume of workspace.sizeGiB ${config.workspace.sizeGiB} (${config.workspace.sizeGiB * GP3.maxIopsPerGiB}), which EC2 refuses; lower it or raise workspace.sizeGiB`,
+    );
   }
   const keys = v.tags.map((text) => splitOperatorTag(text)?.key).filter((key) => key !== undefined);
   const twice = [...new Set(keys.filter((key, i) => keys.indexOf(key) !== i))];
-  if (twice.length > 0) problems.push(`volumes.tags: ${twice.map((key) => JSON.stringify(key)).join(", ")} given more than once; a tag has one value`);
+  if (twice.length > 0)
+    problems.push(
+      `volumes.tags: ${twice.map((key) => JSON.stringify(key)).join(", ")} given more than once; a tag has one value`,
+    );
   if (v.tags.length > MAX_OPERATOR_TAGS) {
-    problems.push(`volumes.tags: ${v.tags.length} tags, more than the ${MAX_OPERATOR_TAGS} a volume can take beside the agent's own (EC2 allows 50 tags on a resource)`);
+    problems.push(
+      `volumes.tags: ${v.tags.length} tags, more than the ${MAX_OPERATOR_TAGS} a volume can take beside the agent's own (EC2 allows 50 tags on a resource)`,
+    );
   }
   return problems;
 }

@@ -69,13 +69,25 @@ export function containerdRootOnVolume(mountPoint: string): string {
  * activation), CONTAINERD_MACHINE_LOCAL_STATE removed. Refuses a root that is not a folder (a
  * symlink would lead the removal off the volume).
  */
-export async function prepareContainerdRoot(root: string, options: { dropMachineState: boolean; log?: Logger }): Promise<void> {
-  if (!isAbsolute(root)) throw new ContainerdConfigError(root, `containerd's root must be an absolute path, not ${JSON.stringify(root)}`, "report this: the agent computed it from the volume's mount point");
+export async function prepareContainerdRoot(
+  root: string,
+  options: { dropMachineState: boolean; log?: Logger },
+): Promise<void> {
+  if (!isAbsolute(root))
+    throw new ContainerdConfigError(
+      root,
+      `containerd's root must be an absolute path, not ${JSON.stringify(root)}`,
+      "report this: the agent computed it from the volume's mount point",
+    );
   const kind = await entryKind(root).catch((error: unknown) => {
     throw ioError(root, "stat", error);
   });
   if (kind !== "missing" && kind !== "folder") {
-    throw new ContainerdConfigError(root, `${root} is not a folder (a ${kind})`, `move ${root} away: it is where containerd's root goes on the cache volume`);
+    throw new ContainerdConfigError(
+      root,
+      `${root} is not a folder (a ${kind})`,
+      `move ${root} away: it is where containerd's root goes on the cache volume`,
+    );
   }
   if (kind === "missing") {
     await mkdir(root, { recursive: true, mode: 0o711 }).catch((error: unknown) => {
@@ -93,7 +105,10 @@ export async function prepareContainerdRoot(root: string, options: { dropMachine
     });
     if (gone) removed.push(name);
   }
-  options.log?.info("docker.containerd-root-prepared", "containerd's machine-local state removed from the volume", { root, removed: removed.join(",") || "(none)" });
+  options.log?.info("docker.containerd-root-prepared", "containerd's machine-local state removed from the volume", {
+    root,
+    removed: removed.join(",") || "(none)",
+  });
 }
 
 /** The lines of the top-level table: before the first `[table]` or `[[array]]` header. */
@@ -127,7 +142,11 @@ export function containerdRootOf(text: string, path: string): string {
     if (!m) continue;
     const value = tomlString(m[3]!);
     if (value === undefined) {
-      throw new ContainerdConfigError(path, `${path}: line ${i + 1}, the top-level root is not a one-line string`, `write root = "/var/lib/containerd" (or remove the line) in ${path}`);
+      throw new ContainerdConfigError(
+        path,
+        `${path}: line ${i + 1}, the top-level root is not a one-line string`,
+        `write root = "/var/lib/containerd" (or remove the line) in ${path}`,
+      );
     }
     return value;
   }
@@ -140,7 +159,11 @@ export function containerdRootOf(text: string, path: string): string {
  */
 export function withContainerdRoot(text: string, root: string | undefined, path: string): string {
   if (root !== undefined && !isAbsolute(root)) {
-    throw new ContainerdConfigError(path, `containerd's root must be an absolute path, not ${JSON.stringify(root)}`, "report this: the agent computed it from the volume's mount point");
+    throw new ContainerdConfigError(
+      path,
+      `containerd's root must be an absolute path, not ${JSON.stringify(root)}`,
+      "report this: the agent computed it from the volume's mount point",
+    );
   }
   containerdRootOf(text, path); // refuses a root line this module would not understand
   const lines = text.split("\n");
@@ -194,7 +217,10 @@ export function createContainerdConfig(options: { path?: string; log?: Logger } 
       const current = await readSnapshot(path);
       const next = withContainerdRoot(current.text ?? "", root, path);
       if (next === (current.text ?? "")) {
-        log?.debug("docker.containerd-config-unchanged", "containerd's root is already set", { path, root: root ?? DEFAULT_CONTAINERD_ROOT });
+        log?.debug("docker.containerd-config-unchanged", "containerd's root is already set", {
+          path,
+          root: root ?? DEFAULT_CONTAINERD_ROOT,
+        });
         return false;
       }
       if (!backedUp) {
@@ -208,7 +234,10 @@ export function createContainerdConfig(options: { path?: string; log?: Logger } 
         backedUp = true;
       }
       await writeAtomically(current.file, next, current.mode);
-      log?.info("docker.containerd-config-written", "set containerd's root", { path, root: root ?? DEFAULT_CONTAINERD_ROOT });
+      log?.info("docker.containerd-config-written", "set containerd's root", {
+        path,
+        root: root ?? DEFAULT_CONTAINERD_ROOT,
+      });
       return true;
     },
     async restoreBackup() {
@@ -216,15 +245,26 @@ export function createContainerdConfig(options: { path?: string; log?: Logger } 
       const backup = await readSnapshot(backupPath);
       if (backup.text !== undefined) {
         await writeAtomically(file, backup.text, backup.mode);
-        log?.notice("docker.containerd-config-restored", "restored config.toml from its backup", { path, backup: backupPath });
+        log?.notice("docker.containerd-config-restored", "restored config.toml from its backup", {
+          path,
+          backup: backupPath,
+        });
         return;
       }
       if (await exists(absentMarkerPath)) {
         await rm(file, { force: true });
-        log?.notice("docker.containerd-config-restored", "removed config.toml: there was none before the agent's change", { path });
+        log?.notice(
+          "docker.containerd-config-restored",
+          "removed config.toml: there was none before the agent's change",
+          { path },
+        );
         return;
       }
-      throw new ContainerdConfigError(path, `no backup of ${path} to restore (neither ${backupPath} nor ${absentMarkerPath} exists)`, `check ${path} by hand`);
+      throw new ContainerdConfigError(
+        path,
+        `no backup of ${path} to restore (neither ${backupPath} nor ${absentMarkerPath} exists)`,
+        `check ${path} by hand`,
+      );
     },
   };
 }
@@ -238,7 +278,8 @@ async function readSnapshot(path: string): Promise<{ file: string; text: string 
   }
   try {
     const [text, info] = await Promise.all([readFile(file, "utf8"), stat(file)]);
-    if (!info.isFile()) throw new ContainerdConfigError(path, `${path} is not a regular file`, `replace ${path} with a file`);
+    if (!info.isFile())
+      throw new ContainerdConfigError(path, `${path} is not a regular file`, `replace ${path} with a file`);
     return { file, text, mode: info.mode & 0o7777 };
   } catch (error) {
     if (error instanceof ContainerdConfigError) throw error;

@@ -127,7 +127,11 @@ export function withDataRoot(config: DaemonJson, dataRoot: string | undefined, p
   }
   // eslint-disable-next-line no-control-regex
   if (dataRoot !== undefined && (!isAbsolute(dataRoot) || /[\u0000-\u001f]/.test(dataRoot))) {
-    throw new DaemonJsonError(path, `refusing data-root ${JSON.stringify(dataRoot)}: not an absolute path`, "report this bug");
+    throw new DaemonJsonError(
+      path,
+      `refusing data-root ${JSON.stringify(dataRoot)}: not an absolute path`,
+      "report this bug",
+    );
   }
   return withKey(config, "data-root", dataRoot);
 }
@@ -137,13 +141,22 @@ export function labelsOf(config: DaemonJson, path: string): string[] {
   const labels = config.labels;
   if (labels === undefined) return [];
   if (!Array.isArray(labels) || labels.some((entry) => typeof entry !== "string")) {
-    throw new DaemonJsonError(path, `${path}: "labels" is not an array of "key=value" strings`, `fix "labels" in ${path} by hand`);
+    throw new DaemonJsonError(
+      path,
+      `${path}: "labels" is not an array of "key=value" strings`,
+      `fix "labels" in ${path} by hand`,
+    );
   }
   return labels as string[];
 }
 
 /** A copy whose labels under `<prefix>.` are exactly `labels`; every other entry is kept in its place. */
-export function withEngineLabels(config: DaemonJson, prefix: string, labels: Record<string, string>, path: string): DaemonJson {
+export function withEngineLabels(
+  config: DaemonJson,
+  prefix: string,
+  labels: Record<string, string>,
+  path: string,
+): DaemonJson {
   validateOwnedLabels(prefix, labels);
   const kept = labelsOf(config, path).filter((entry) => !isUnderPrefix(prefix, entry.split("=", 1)[0] ?? ""));
   const next = [...kept, ...Object.entries(labels).map(([key, value]) => `${key}=${value}`)];
@@ -205,7 +218,11 @@ export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFi
       await removeDurably(absentMarkerPath);
     } else {
       await removeDurably(backupPath);
-      await writeAtomically(absentMarkerPath, `${path} did not exist before ebs-cache-agent changed it\n`, NEW_FILE_MODE);
+      await writeAtomically(
+        absentMarkerPath,
+        `${path} did not exist before ebs-cache-agent changed it\n`,
+        NEW_FILE_MODE,
+      );
     }
     log?.info("docker.daemon-json-backup", "kept a backup of daemon.json", {
       path,
@@ -248,19 +265,26 @@ export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFi
     setEngineLabels: (prefix, labels) =>
       change(`set the engine labels under ${prefix}.`, (config) => withEngineLabels(config, prefix, labels, path)),
     setImageStore: (store, { engineVersion }) =>
-      store === "containerd" ? Promise.resolve() : change("kept the graphdriver image store", (config) => withGraphdriverStore(config, engineVersion, path)),
+      store === "containerd"
+        ? Promise.resolve()
+        : change("kept the graphdriver image store", (config) => withGraphdriverStore(config, engineVersion, path)),
     restoreBackup: () =>
       serially(async () => {
         const file = (await readSnapshot(path)).file;
         const backup = await readSnapshot(backupPath);
         if (backup.bytes !== undefined) {
           await writeAtomically(file, backup.bytes, backup.mode, backup.owner);
-          log?.notice("docker.daemon-json-restored", "restored daemon.json from its backup", { path, backup: backupPath });
+          log?.notice("docker.daemon-json-restored", "restored daemon.json from its backup", {
+            path,
+            backup: backupPath,
+          });
           return;
         }
         if (await exists(absentMarkerPath)) {
           await removeDurably(file);
-          log?.notice("docker.daemon-json-restored", "removed daemon.json: there was none before the agent's change", { path });
+          log?.notice("docker.daemon-json-restored", "removed daemon.json: there was none before the agent's change", {
+            path,
+          });
           return;
         }
         throw new DaemonJsonError(
@@ -292,7 +316,12 @@ async function readSnapshot(path: string): Promise<Snapshot> {
 }
 
 /** writeFileAtomic (src/fs-atomic.ts), a failure told as a DaemonJsonError. */
-async function writeAtomically(path: string, data: string | Buffer, mode: number, owner?: { uid: number; gid: number }): Promise<void> {
+async function writeAtomically(
+  path: string,
+  data: string | Buffer,
+  mode: number,
+  owner?: { uid: number; gid: number },
+): Promise<void> {
   try {
     await writeFileAtomic(path, data, { mode, ...(owner ? { owner } : {}) });
   } catch (error) {

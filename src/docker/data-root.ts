@@ -106,20 +106,36 @@ async function assertDataRoot(root: string, store: "graphdriver" | "containerd")
       ? "check that the volume is mounted and holds a docker data-root with containerd's root beside it (containerd/io.containerd.metadata.v1.bolt)"
       : "check that the volume is mounted and holds a docker data-root (an image/ folder)";
   if (!isAbsolute(root) || root === "/") {
-    throw new DataRootError(root, `refusing to prepare ${JSON.stringify(root)}: not an absolute folder below /`, remediation);
+    throw new DataRootError(
+      root,
+      `refusing to prepare ${JSON.stringify(root)}: not an absolute folder below /`,
+      remediation,
+    );
   }
   const kind = await entryKind(root);
   if (kind !== "folder") {
-    throw new DataRootError(root, `data-root ${root} is ${kind === "missing" ? "missing" : `a ${kind}, not a folder`}`, remediation);
+    throw new DataRootError(
+      root,
+      `data-root ${root} is ${kind === "missing" ? "missing" : `a ${kind}, not a folder`}`,
+      remediation,
+    );
   }
   if (store === "containerd") {
     if ((await entryKind(join(root, CONTAINERD_METADATA))) !== "folder") {
-      throw new DataRootError(root, `${root} does not look like a containerd-store data-root: no ${normalize(join(root, CONTAINERD_METADATA))} beside it`, remediation);
+      throw new DataRootError(
+        root,
+        `${root} does not look like a containerd-store data-root: no ${normalize(join(root, CONTAINERD_METADATA))} beside it`,
+        remediation,
+      );
     }
     return;
   }
   if ((await entryKind(join(root, "image"))) !== "folder") {
-    throw new DataRootError(root, `${root} does not look like a docker data-root: it has no image/ folder`, remediation);
+    throw new DataRootError(
+      root,
+      `${root} does not look like a docker data-root: it has no image/ folder`,
+      remediation,
+    );
   }
 }
 
@@ -127,7 +143,9 @@ async function assertNothingMountedUnder(root: string): Promise<void> {
   // mountinfo names real paths: compare with the data-root's real path too (a symlink above it,
   // on the host's side of the mount).
   const roots = [...new Set([root, await canonicalPath(root)])];
-  const below = (await readMountTable()).map((entry) => entry.target).filter((mountPoint) => roots.some((dir) => mountPoint.startsWith(`${dir}/`)));
+  const below = (await readMountTable())
+    .map((entry) => entry.target)
+    .filter((mountPoint) => roots.some((dir) => mountPoint.startsWith(`${dir}/`)));
   if (below.length > 0) {
     throw new DataRootError(
       root,

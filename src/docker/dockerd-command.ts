@@ -25,7 +25,14 @@ export interface UnitProperties {
 }
 
 /** The systemctl properties to ask for. */
-export const SHOW_PROPERTIES = ["LoadState", "ExecStart", "Environment", "EnvironmentFiles", "FragmentPath", "DropInPaths"];
+export const SHOW_PROPERTIES = [
+  "LoadState",
+  "ExecStart",
+  "Environment",
+  "EnvironmentFiles",
+  "FragmentPath",
+  "DropInPaths",
+];
 
 /**
  * Parses `systemctl show` output. ExecStart reads `{ path=… ; argv[]=… ; ignore_errors=… ; … }`;
@@ -219,9 +226,12 @@ export function effectiveDockerdCommand(snapshot: UnitSnapshot): DockerdCommand 
       }
       continue;
     }
-    for (const [name, value] of parseEnvironmentFile(text)) env.set(name, { value, origin: `${name} in ${path} (EnvironmentFile of ${unit})` });
+    for (const [name, value] of parseEnvironmentFile(text))
+      env.set(name, { value, origin: `${name} in ${path} (EnvironmentFile of ${unit})` });
   }
-  const exec = props.execStart.find((e) => basename(e.path) === "dockerd" || e.argv.some((a) => basename(a) === "dockerd"));
+  const exec = props.execStart.find(
+    (e) => basename(e.path) === "dockerd" || e.argv.some((a) => basename(a) === "dockerd"),
+  );
   if (!exec) {
     problems.push({
       problem: `no ExecStart of ${unit} runs dockerd (${props.execStart.map((e) => e.path).join(", ") || "none"}): the agent cannot check docker's flags`,
@@ -237,7 +247,8 @@ export function effectiveDockerdCommand(snapshot: UnitSnapshot): DockerdCommand 
     const whole = /^\$([A-Za-z_][A-Za-z0-9_]*)$/.exec(word);
     if (whole) {
       const found = env.get(whole[1]!);
-      for (const part of (found?.value ?? "").split(/\s+/).filter(Boolean)) args.push({ value: part, origin: found!.origin });
+      for (const part of (found?.value ?? "").split(/\s+/).filter(Boolean))
+        args.push({ value: part, origin: found!.origin });
       continue;
     }
     let from = origin;
@@ -269,7 +280,12 @@ export function createSystemdDockerdCommand(options: SystemdDockerdCommandOption
   return async () => {
     // Without systemd no unit starts dockerd (a container, the lab's CLI runs): nothing to read.
     if (!(await isDirectory(runtimeDir))) {
-      return { source: unit, args: [], problems: [], unknown: `systemd does not run this host (no ${runtimeDir}): no ${unit} to read` };
+      return {
+        source: unit,
+        args: [],
+        problems: [],
+        unknown: `systemd does not run this host (no ${runtimeDir}): no ${unit} to read`,
+      };
     }
     const args = ["show", unit, ...SHOW_PROPERTIES.flatMap((p) => ["-p", p])];
     let text: string;

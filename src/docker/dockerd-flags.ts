@@ -74,9 +74,31 @@ const SHORTHANDS: Record<string, string> = {
 
 /** Flags that take no value: the word after them is not theirs. */
 const BOOLEAN_FLAGS = new Set([
-  "debug", "tls", "tlsverify", "experimental", "iptables", "ip6tables", "ip-forward", "ip-forward-no-drop", "ip-masq",
-  "ipv6", "icc", "userland-proxy", "live-restore", "init", "selinux-enabled", "no-new-privileges", "raw-logs", "rootless",
-  "cri-containerd", "validate", "version", "help", "restart", "allow-direct-routing", "disable-legacy-registry",
+  "debug",
+  "tls",
+  "tlsverify",
+  "experimental",
+  "iptables",
+  "ip6tables",
+  "ip-forward",
+  "ip-forward-no-drop",
+  "ip-masq",
+  "ipv6",
+  "icc",
+  "userland-proxy",
+  "live-restore",
+  "init",
+  "selinux-enabled",
+  "no-new-privileges",
+  "raw-logs",
+  "rootless",
+  "cri-containerd",
+  "validate",
+  "version",
+  "help",
+  "restart",
+  "allow-direct-routing",
+  "disable-legacy-registry",
 ]);
 
 /** List and map flags whose daemon.json key has another name (moby `opts.NamedOption`). */
@@ -105,7 +127,14 @@ const MERGED_KEYS = new Set(["runtimes"]);
 
 /** daemon.json objects dockerd does not flatten (moby `flatOptions`). */
 const WHOLE_OBJECTS = new Set([
-  "cluster-store-opts", "default-network-opts", "log-opts", "runtimes", "default-ulimits", "features", "builder", "nri-opts",
+  "cluster-store-opts",
+  "default-network-opts",
+  "log-opts",
+  "runtimes",
+  "default-ulimits",
+  "features",
+  "builder",
+  "nri-opts",
 ]);
 
 /** The daemon.json keys the agent writes; a flag for one of them must go, not the key. */
@@ -205,7 +234,11 @@ export function configFileOf(flags: readonly DockerdFlag[]): { path: string; fla
  * true remediation: a flag for a key of daemon.json (the one the agent will write, `planned`),
  * the legacy `-g`/`--graph`, a --config-file other than the agent's daemon.json.
  */
-export function dockerdFlagProblems(flags: readonly DockerdFlag[], planned: Record<string, unknown>, options: FlagCheckOptions): HostProblem[] {
+export function dockerdFlagProblems(
+  flags: readonly DockerdFlag[],
+  planned: Record<string, unknown>,
+  options: FlagCheckOptions,
+): HostProblem[] {
   const problems: HostProblem[] = [];
   const path = options.daemonJsonPath;
   const { path: configFile, flag: configFlag } = configFileOf(flags);
@@ -232,7 +265,8 @@ export function dockerdFlagProblems(flags: readonly DockerdFlag[], planned: Reco
     const key = configKeyOf(flag.name);
     const letter = NAMED_OPTIONS[flag.name] === undefined ? SHORT_KEY[flag.name] : undefined;
     const spelledKey = keys.has(key) ? key : letter !== undefined && keys.has(letter) ? letter : undefined;
-    if (spelledKey === undefined || MERGED_KEYS.has(spelledKey) || reported.has(`${spelledKey}\0${flag.spelled}`)) continue;
+    if (spelledKey === undefined || MERGED_KEYS.has(spelledKey) || reported.has(`${spelledKey}\0${flag.spelled}`))
+      continue;
     reported.add(`${spelledKey}\0${flag.spelled}`);
     const agents = options.agentKeys.includes(spelledKey);
     problems.push({
@@ -249,4 +283,6 @@ export function dockerdFlagProblems(flags: readonly DockerdFlag[], planned: Reco
 }
 
 /** dockerd also compares a flag's shorthand letter with the file's keys (`"s": "vfs"` vs `-s`). */
-const SHORT_KEY: Record<string, string> = Object.fromEntries(Object.entries(SHORTHANDS).map(([letter, name]) => [name, letter]));
+const SHORT_KEY: Record<string, string> = Object.fromEntries(
+  Object.entries(SHORTHANDS).map(([letter, name]) => [name, letter]),
+);

@@ -48,7 +48,9 @@ export class DockerApiError extends AgentError {
     options?: { cause?: unknown },
   ) {
     super(
-      status === undefined ? `docker API ${request}: ${apiMessage}` : `docker API ${request} answered ${status}: ${apiMessage}`,
+      status === undefined
+        ? `docker API ${request}: ${apiMessage}`
+        : `docker API ${request} answered ${status}: ${apiMessage}`,
       remediation,
       undefined,
       options,
@@ -152,7 +154,12 @@ export function createDockerEngine(options: DockerEngineOptions): DockerEngineCl
   const timeoutMs = options.requestTimeoutMs ?? 30_000;
   const log = options.log;
 
-  async function call<T>(method: "GET" | "POST" | "DELETE", path: string, body?: unknown, callTimeoutMs = timeoutMs): Promise<T> {
+  async function call<T>(
+    method: "GET" | "POST" | "DELETE",
+    path: string,
+    body?: unknown,
+    callTimeoutMs = timeoutMs,
+  ): Promise<T> {
     const label = `${method} ${path}`;
     log?.debug("docker.api", label, { socket: socketPath });
     let answer: { status: number; text: string };
@@ -175,7 +182,9 @@ export function createDockerEngine(options: DockerEngineOptions): DockerEngineCl
     try {
       return JSON.parse(answer.text) as T;
     } catch (cause) {
-      throw new DockerApiError(answer.status, "the answer is not JSON", label, "check that the socket is docker's", { cause });
+      throw new DockerApiError(answer.status, "the answer is not JSON", label, "check that the socket is docker's", {
+        cause,
+      });
     }
   }
 
@@ -187,7 +196,12 @@ export function createDockerEngine(options: DockerEngineOptions): DockerEngineCl
     );
     const version = raw.Version?.Index;
     if (typeof version !== "number" || !raw.Spec) {
-      throw new DockerApiError(200, "the node has no version or spec", `GET /nodes/${nodeId}`, "check the docker version");
+      throw new DockerApiError(
+        200,
+        "the node has no version or spec",
+        `GET /nodes/${nodeId}`,
+        "check the docker version",
+      );
     }
     return { version, spec: raw.Spec };
   }
@@ -219,9 +233,13 @@ export function createDockerEngine(options: DockerEngineOptions): DockerEngineCl
       return [...new Set(list.map((c) => c.ImageID ?? "").filter(Boolean))];
     },
     async removeImage(reference) {
-      if (!IMAGE_REFERENCE.test(reference)) throw new ConfigError([`${JSON.stringify(reference)} is not an image reference`]);
+      if (!IMAGE_REFERENCE.test(reference))
+        throw new ConfigError([`${JSON.stringify(reference)} is not an image reference`]);
       // No force: docker itself refuses an image a container (running or stopped) uses.
-      const answer = await call<Array<{ Untagged?: string; Deleted?: string }>>("DELETE", `/images/${encodeURIComponent(reference)}?force=false&noprune=false`);
+      const answer = await call<Array<{ Untagged?: string; Deleted?: string }>>(
+        "DELETE",
+        `/images/${encodeURIComponent(reference)}?force=false&noprune=false`,
+      );
       return {
         untagged: (answer ?? []).flatMap((item) => (item.Untagged ? [item.Untagged] : [])),
         deleted: (answer ?? []).flatMap((item) => (item.Deleted ? [item.Deleted] : [])),
@@ -267,12 +285,22 @@ export function createDockerEngine(options: DockerEngineOptions): DockerEngineCl
           return;
         }
         try {
-          await call("POST", `/nodes/${encodeURIComponent(nodeId)}/update?version=${version}`, { ...spec, Labels: labels });
-          log?.info("labels.node", "updated node labels", { nodeId, added: Object.keys(add).join(","), removed: remove.join(",") });
+          await call("POST", `/nodes/${encodeURIComponent(nodeId)}/update?version=${version}`, {
+            ...spec,
+            Labels: labels,
+          });
+          log?.info("labels.node", "updated node labels", {
+            nodeId,
+            added: Object.keys(add).join(","),
+            removed: remove.join(","),
+          });
           return;
         } catch (error) {
           if (attempt >= 2 || !isVersionConflict(error)) throw error;
-          log?.notice("labels.node-retry", "the node changed meanwhile, updating its labels again", { nodeId, version });
+          log?.notice("labels.node-retry", "the node changed meanwhile, updating its labels again", {
+            nodeId,
+            version,
+          });
         }
       }
     },
@@ -308,7 +336,8 @@ function apiMessage(text: string): string {
 
 function remediationFor(status: number): string {
   if (status === 404) return "check the id: the object does not exist on this engine";
-  if (status === 503) return "this engine is not a swarm manager: publish engine labels instead (label mode engine), or join the swarm first";
+  if (status === 503)
+    return "this engine is not a swarm manager: publish engine labels instead (label mode engine), or join the swarm first";
   if (status === 409) return "retry: the object changed meanwhile";
   return "see the docker daemon's log: journalctl -u docker -n 100";
 }

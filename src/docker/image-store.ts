@@ -52,7 +52,8 @@ export function volumeStore(tags: Readonly<Record<string, string>>): VolumeStore
   const engineVersion = tags[VolumeTag.engineVersion]?.trim() || undefined;
   const raw = tags[VolumeTag.imageStore];
   const version = engineVersion === undefined ? {} : { engineVersion };
-  if (raw === undefined || raw.trim() === "") return { known: true, store: UNTAGGED_STORE, recorded: false, ...version };
+  if (raw === undefined || raw.trim() === "")
+    return { known: true, store: UNTAGGED_STORE, recorded: false, ...version };
   const value = raw.trim();
   const store = IMAGE_STORES.find((s) => s === value);
   return store ? { known: true, store, recorded: true, ...version } : { known: false, value, ...version };
@@ -73,7 +74,9 @@ export function storeFit(tags: Readonly<Record<string, string>>, host: HostStore
     };
   }
   if (volume.store !== host.store) {
-    const built = volume.recorded ? `was built with the ${volume.store} image store` : `has no ${VolumeTag.imageStore} tag, so it was built with the ${volume.store} image store`;
+    const built = volume.recorded
+      ? `was built with the ${volume.store} image store`
+      : `has no ${VolumeTag.imageStore} tag, so it was built with the ${volume.store} image store`;
     return {
       fits: false,
       reason: `the volume ${built}${volume.engineVersion ? ` (docker ${volume.engineVersion})` : ""} and this host's dockerd uses the ${host.store} store: its images would be invisible`,

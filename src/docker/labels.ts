@@ -5,7 +5,15 @@
  */
 import { AgentError, ExitCode } from "../errors.ts";
 import type { ReadinessState } from "../agent/ports.ts";
-import { Label, labelKey, RequestLabel, VolumeKind, WORKSPACE_KEYS, workspaceLabel, type WorkspaceKey } from "../tags.ts";
+import {
+  Label,
+  labelKey,
+  RequestLabel,
+  VolumeKind,
+  WORKSPACE_KEYS,
+  workspaceLabel,
+  type WorkspaceKey,
+} from "../tags.ts";
 
 /** How the operator asked labels to be published. */
 export type LabelModeSetting = "auto" | "node" | "engine" | "off";
@@ -80,14 +88,20 @@ export function labelPrefixProblems(prefix: string, protectedKeys: readonly stri
   const shown = JSON.stringify(prefix);
   if (prefix === "") return ["label prefix is empty: the agent would own every label (use e.g. io.simcore.ebs-cache)"];
   if (!PREFIX.test(prefix) || prefix.length > MAX_PREFIX) {
-    return [`label prefix ${shown} is not lower-case dotted words of at most ${MAX_PREFIX} characters (e.g. io.simcore.ebs-cache)`];
+    return [
+      `label prefix ${shown} is not lower-case dotted words of at most ${MAX_PREFIX} characters (e.g. io.simcore.ebs-cache)`,
+    ];
   }
   const problems: string[] = [];
   const clashing: string[] = [];
   for (const { namespace, owner } of RESERVED_NAMESPACES) {
     const stem = namespace.replace(/[.-]$/, "");
-    if (prefix === stem || prefix.startsWith(namespace)) problems.push(`label prefix ${shown} lies in ${namespace}*, which ${owner} reserves`);
-    else if (namespace.startsWith(prefix)) problems.push(`label prefix ${shown} lies above ${namespace}*, which ${owner} reserves: the agent would remove labels there`);
+    if (prefix === stem || prefix.startsWith(namespace))
+      problems.push(`label prefix ${shown} lies in ${namespace}*, which ${owner} reserves`);
+    else if (namespace.startsWith(prefix))
+      problems.push(
+        `label prefix ${shown} lies above ${namespace}*, which ${owner} reserves: the agent would remove labels there`,
+      );
     else continue;
     clashing.push(namespace);
   }
@@ -98,7 +112,8 @@ export function labelPrefixProblems(prefix: string, protectedKeys: readonly stri
     const relation = prefixRelation(prefix, key);
     if (!relation) continue;
     // "lies above" a key of a namespace already named adds nothing to that line.
-    if (relation !== "equals" && relation !== "contains" && clashing.some((namespace) => key.startsWith(namespace))) continue;
+    if (relation !== "equals" && relation !== "contains" && clashing.some((namespace) => key.startsWith(namespace)))
+      continue;
     problems.push(`label prefix ${shown} ${relation} ${key}, a label ${owner} sets`);
   }
   return problems;
@@ -118,13 +133,16 @@ function prefixRelation(prefix: string, key: string): string | undefined {
 /** Throws a LabelError unless `prefix` is a lower-case dotted name that owns no other system's label. */
 export function validateLabelPrefix(prefix: string): void {
   const problems = labelPrefixProblems(prefix);
-  if (problems.length > 0) throw new LabelError(problems.join("; "), "set labels.prefix to a name of its own, e.g. io.simcore.ebs-cache");
+  if (problems.length > 0)
+    throw new LabelError(problems.join("; "), "set labels.prefix to a name of its own, e.g. io.simcore.ebs-cache");
 }
 
 /** Throws a LabelError for a key docker would mangle or reject: empty, `=`, whitespace, control characters. */
 export function validateLabelKey(key: string): void {
   if (key === "" || key.length > MAX_KEY || key.includes("=") || /\s/.test(key) || UNPRINTABLE.test(key)) {
-    throw new LabelError(`label key ${JSON.stringify(key)} is empty, too long, or holds "=", whitespace or control characters`);
+    throw new LabelError(
+      `label key ${JSON.stringify(key)} is empty, too long, or holds "=", whitespace or control characters`,
+    );
   }
 }
 
@@ -135,7 +153,9 @@ export function validateLabelKey(key: string): void {
  */
 export function validateLabelValue(key: string, value: string): void {
   if (typeof value !== "string" || value.length > MAX_LABEL_VALUE || UNPRINTABLE.test(value)) {
-    throw new LabelError(`label ${key} has a value that is not a single printable line of at most ${MAX_LABEL_VALUE} characters`);
+    throw new LabelError(
+      `label ${key} has a value that is not a single printable line of at most ${MAX_LABEL_VALUE} characters`,
+    );
   }
 }
 
@@ -158,7 +178,8 @@ export function assertOwnedUpdate(prefix: string, add: Record<string, string>, r
   validateOwnedLabels(prefix, add);
   for (const key of remove) {
     validateLabelKey(key);
-    if (!isUnderPrefix(prefix, key)) throw new LabelError(`refusing to remove label ${key}: it is not under the agent's prefix ${prefix}.`);
+    if (!isUnderPrefix(prefix, key))
+      throw new LabelError(`refusing to remove label ${key}: it is not under the agent's prefix ${prefix}.`);
   }
 }
 
@@ -167,7 +188,10 @@ export function assertOwnedUpdate(prefix: string, add: Record<string, string>, r
  * can tell whose data a node holds; a pool volume (or one without ids) gives none. `idOf` reads
  * one recorded id (the volume's `ebs-cache:<key>` tag).
  */
-export function workspaceLabelExtras(kind: string | undefined, idOf: (key: WorkspaceKey) => string | undefined): Record<string, string> {
+export function workspaceLabelExtras(
+  kind: string | undefined,
+  idOf: (key: WorkspaceKey) => string | undefined,
+): Record<string, string> {
   if (kind !== VolumeKind.workspace) return {};
   const extras: Record<string, string> = {};
   for (const key of WORKSPACE_KEYS) {
@@ -179,7 +203,11 @@ export function workspaceLabelExtras(kind: string | undefined, idOf: (key: Works
 
 /** True when `key` is `<prefix>.<something>`. */
 export function isUnderPrefix(prefix: string, key: string): boolean {
-  return key.startsWith(`${prefix}.`) && key.length > prefix.length + 1 && !REQUEST_LABELS.includes(key.slice(prefix.length + 1));
+  return (
+    key.startsWith(`${prefix}.`) &&
+    key.length > prefix.length + 1 &&
+    !REQUEST_LABELS.includes(key.slice(prefix.length + 1))
+  );
 }
 
 /**
@@ -203,7 +231,9 @@ export function readinessLabels(
   for (const [name, value] of Object.entries(extras)) {
     if (value === undefined) continue;
     if (!SUFFIX.test(name) || name === Label.state) {
-      throw new LabelError(`readiness label name ${JSON.stringify(name)} is not a lower-case word (or is the reserved "${Label.state}")`);
+      throw new LabelError(
+        `readiness label name ${JSON.stringify(name)} is not a lower-case word (or is the reserved "${Label.state}")`,
+      );
     }
     const key = labelKey(prefix, name);
     validateLabelValue(key, value);
@@ -242,7 +272,8 @@ export function nodeLabelChanges(
 ): { add: Record<string, string>; remove: string[] } {
   validateOwnedLabels(prefix, desired);
   const add: Record<string, string> = {};
-  for (const [key, value] of Object.entries(desired)) if (!Object.hasOwn(current, key) || current[key] !== value) add[key] = value;
+  for (const [key, value] of Object.entries(desired))
+    if (!Object.hasOwn(current, key) || current[key] !== value) add[key] = value;
   const remove = Object.keys(current).filter((key) => isUnderPrefix(prefix, key) && !Object.hasOwn(desired, key));
   return { add, remove };
 }

@@ -26,7 +26,11 @@ export function createImagePuller(options: ImagePullerOptions): ImagePuller {
   return {
     async pull(image, { timeoutMs, signal }) {
       const check = validateImageRef(image);
-      if (!check.ok) throw new AgentError(check.problem, "fix the image list (the snapshot's ebs-cache:images tag or the pre_pulled_images instance tag)");
+      if (!check.ok)
+        throw new AgentError(
+          check.problem,
+          "fix the image list (the snapshot's ebs-cache:images tag or the pre_pulled_images instance tag)",
+        );
       const result = await run(docker, ["--host", options.host, "pull", "--quiet", check.value], {
         check: false,
         timeoutMs,
@@ -39,7 +43,11 @@ export function createImagePuller(options: ImagePullerOptions): ImagePuller {
           "check that the registry answers and that this host is logged in to it (docker login, or its credential helper)",
         );
       }
-      const inspected = await run(docker, ["--host", options.host, "image", "inspect", "--format", "{{.Size}}", check.value], { check: false, timeoutMs: 30_000, ...(log ? { log } : {}) });
+      const inspected = await run(
+        docker,
+        ["--host", options.host, "image", "inspect", "--format", "{{.Size}}", check.value],
+        { check: false, timeoutMs: 30_000, ...(log ? { log } : {}) },
+      );
       const bytes = Number(inspected.stdout.trim());
       return inspected.exitCode === 0 && Number.isSafeInteger(bytes) ? { bytes } : {};
     },

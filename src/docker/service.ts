@@ -36,16 +36,27 @@ const UNIT = /^[A-Za-z0-9][A-Za-z0-9@_.:\\-]*$/;
 export function createSystemdDockerService(options: SystemdDockerServiceOptions = {}): DockerService {
   const unit = options.unit ?? "docker.service";
   if (!UNIT.test(unit)) {
-    throw new DockerServiceError(unit, "configure", `${JSON.stringify(unit)} is not a systemd unit name`, "fix the docker unit name in the config");
+    throw new DockerServiceError(
+      unit,
+      "configure",
+      `${JSON.stringify(unit)} is not a systemd unit name`,
+      "fix the docker unit name in the config",
+    );
   }
   const systemctl = options.systemctl ?? "systemctl";
   const timeoutMs = options.timeoutMs ?? 5 * 60_000;
 
   function systemctlRun(action: string, args: string[]) {
     return run(systemctl, args, { check: false, log: options.log, timeoutMs }).catch((cause: unknown) => {
-      throw new DockerServiceError(unit, action, `could not run ${systemctl} ${args.join(" ")}: ${describeError(cause)}`, "check that systemd runs this host", {
-        cause,
-      });
+      throw new DockerServiceError(
+        unit,
+        action,
+        `could not run ${systemctl} ${args.join(" ")}: ${describeError(cause)}`,
+        "check that systemd runs this host",
+        {
+          cause,
+        },
+      );
     });
   }
 
@@ -86,9 +97,15 @@ export async function installedDockerdVersion(options: { dockerd?: string; log?:
   const env = { PATH: `${process.env.PATH ?? ""}:/usr/sbin:/usr/bin:/sbin:/bin` };
   const result = await run(dockerd, ["--version"], { check: false, log: options.log, env, timeoutMs: 30_000 }).catch(
     (cause: unknown) => {
-      throw new DockerServiceError("dockerd", "version", `could not run ${dockerd} --version`, "install docker (docker-ce or docker.io)", {
-        cause,
-      });
+      throw new DockerServiceError(
+        "dockerd",
+        "version",
+        `could not run ${dockerd} --version`,
+        "install docker (docker-ce or docker.io)",
+        {
+          cause,
+        },
+      );
     },
   );
   const version = /version ([0-9][^\s,]*)/i.exec(result.stdout)?.[1];

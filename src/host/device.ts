@@ -100,7 +100,12 @@ export async function findVolumeDevice(volumeId: string, where: DeviceLocations)
  * malicious) is never used: the wait goes on in case udev replaces it, and the deadline then
  * throws its DeviceIdentityError. No device at the deadline: DeviceTimeoutError.
  */
-export async function waitForVolumeDevice(volumeId: string, timeoutMs: number, where: DeviceLocations, signal?: AbortSignal): Promise<string> {
+export async function waitForVolumeDevice(
+  volumeId: string,
+  timeoutMs: number,
+  where: DeviceLocations,
+  signal?: AbortSignal,
+): Promise<string> {
   assertVolumeId(volumeId);
   if (!Number.isFinite(timeoutMs) || timeoutMs < 0) throw new RangeError(`invalid timeout ${timeoutMs} ms`);
   const { log } = where;
@@ -170,7 +175,10 @@ export async function waitForVolumeDevice(volumeId: string, timeoutMs: number, w
       } else if (state.kind === "dangling" && !watchedTargets.has(state.target)) {
         // The link came before its device node: watch for the node too, then look again.
         watchedTargets.add(state.target);
-        log?.info("host.device", "the link's target does not exist yet; watching for it", { volumeId, target: state.target });
+        log?.info("host.device", "the link's target does not exist yet; watching for it", {
+          volumeId,
+          target: state.target,
+        });
         adopt(await watchFor(state.target, (trigger) => check(trigger), log));
         check("target watch ready");
       }

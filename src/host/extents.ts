@@ -40,7 +40,8 @@ export interface FreeExtent {
 export function parseXfsInfo(text: string): XfsGeometry {
   const ag = /agcount=(\d+),\s*agsize=(\d+)\s+blks/.exec(text);
   const data = /^data\s+=\s*bsize=(\d+)\s+blocks=(\d+)/m.exec(text);
-  if (!ag || !data) throw new AgentError("xfs_info printed no agcount/agsize/bsize/blocks", "check that the volume holds XFS");
+  if (!ag || !data)
+    throw new AgentError("xfs_info printed no agcount/agsize/bsize/blocks", "check that the volume holds XFS");
   return { agCount: Number(ag[1]), agBlocks: Number(ag[2]), blockSize: Number(data[1]), dataBlocks: Number(data[2]) };
 }
 
@@ -113,7 +114,12 @@ export function coveringReads(ranges: readonly ByteRange[], maxIo: number, from 
  * `count` reads of `blockSize` at offsets drawn uniformly over the allocated bytes (aligned to
  * `blockSize`): a sample that sees the data, never the empty space. `random` returns [0, 1).
  */
-export function sampleReads(ranges: readonly ByteRange[], count: number, blockSize: number, random: () => number = Math.random): DeviceRead[] {
+export function sampleReads(
+  ranges: readonly ByteRange[],
+  count: number,
+  blockSize: number,
+  random: () => number = Math.random,
+): DeviceRead[] {
   const blocks = ranges
     .map((r) => ({ first: Math.ceil(r.start / blockSize), last: Math.floor(r.end / blockSize) - 1 }))
     .filter((b) => b.last >= b.first);
@@ -141,8 +147,14 @@ export function sampleReads(ranges: readonly ByteRange[], count: number, blockSi
 }
 
 /** The allocated ranges of the XFS filesystem mounted at `mountPoint` (merged across gaps below `gap` bytes). */
-export async function usedRanges(mountPoint: string, options: { log?: Logger; gap?: number } = {}): Promise<ByteRange[]> {
+export async function usedRanges(
+  mountPoint: string,
+  options: { log?: Logger; gap?: number } = {},
+): Promise<ByteRange[]> {
   const remediation = "install xfsprogs (xfs_spaceman); the volume must hold XFS";
-  const { stdout } = await run("xfs_spaceman", ["-c", "info", "-c", "freesp -d", mountPoint], { log: options.log, remediation });
+  const { stdout } = await run("xfs_spaceman", ["-c", "info", "-c", "freesp -d", mountPoint], {
+    log: options.log,
+    remediation,
+  });
   return mergeRanges(allocatedRanges(parseXfsInfo(stdout), parseFreesp(stdout)), options.gap ?? 0);
 }

@@ -81,6 +81,10 @@ export async function readHostContext(): Promise<HostContext> {
   return {
     memoryBytes: mem.total,
     cpuCores: cpu.cores,
-    cpuModel: [cpu.manufacturer, cpu.brand].filter((part) => part && part !== "unknown").join(" ").trim() || "unknown",
+    cpuModel:
+      [cpu.manufacturer, cpu.brand]
+        .filter((part) => part && part !== "unknown")
+        .join(" ")
+        .trim() || "unknown",
   };
 }

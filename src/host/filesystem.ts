@@ -49,7 +49,19 @@ export interface FilesystemOptions {
 }
 
 /** blkid TYPE values that are filesystems even when USAGE is missing (older blkid). */
-const FILESYSTEM_TYPES = new Set(["xfs", "ext2", "ext3", "ext4", "btrfs", "vfat", "exfat", "ntfs", "f2fs", "squashfs", "iso9660"]);
+const FILESYSTEM_TYPES = new Set([
+  "xfs",
+  "ext2",
+  "ext3",
+  "ext4",
+  "btrfs",
+  "vfat",
+  "exfat",
+  "ntfs",
+  "f2fs",
+  "squashfs",
+  "iso9660",
+]);
 
 /** How much of the start of a device must read back as zeros for it to count as blank. */
 const ZERO_CHECK_BYTES = 1024 * 1024;
@@ -112,7 +124,10 @@ export function describeContents(contents: DeviceContents): string {
  * Probes the device's signatures. Blank only when blkid finds nothing, wipefs finds nothing and
  * the first MiB reads as zeros; throws ProbeError when any of that cannot be established.
  */
-export async function probeDevice(device: string, options: FilesystemOptions & { start?: Promise<Buffer> } = {}): Promise<DeviceContents> {
+export async function probeDevice(
+  device: string,
+  options: FilesystemOptions & { start?: Promise<Buffer> } = {},
+): Promise<DeviceContents> {
   const { log } = options;
   assertDevicePath(device);
   // Three reads of the device, none of them writing: at once. Each is waited for, and judged in
@@ -126,7 +141,8 @@ export async function probeDevice(device: string, options: FilesystemOptions & {
   const allZero = isAllZero(settled(start));
   const blkid = settled(blkidRun);
   const wipefs = settled(wipefsRun);
-  if (wipefs.exitCode !== 0) throw new ProbeError(device, `wipefs -n exited with ${wipefs.exitCode}: ${wipefs.stderr.trim()}`);
+  if (wipefs.exitCode !== 0)
+    throw new ProbeError(device, `wipefs -n exited with ${wipefs.exitCode}: ${wipefs.stderr.trim()}`);
   let signatures: string[];
   try {
     signatures = parseWipefsJson(wipefs.stdout);
@@ -137,14 +153,18 @@ export async function probeDevice(device: string, options: FilesystemOptions & {
   if (blkid.exitCode === 0) {
     contents = contentsFromBlkid(parseBlkidExport(blkid.stdout));
   } else if (blkid.exitCode === 2 && blkid.stderr.trim() === "") {
-    if (signatures.length > 0) contents = { kind: "other", signature: `signatures only wipefs sees: ${signatures.join(", ")}` };
+    if (signatures.length > 0)
+      contents = { kind: "other", signature: `signatures only wipefs sees: ${signatures.join(", ")}` };
     else if (!allZero) contents = { kind: "other", signature: "unrecognized data (no signature, but not zeros)" };
     else contents = { kind: "blank" };
   } else if (blkid.exitCode === 8) {
     // Ambivalent: several signatures that contradict each other. Certainly not blank.
     contents = { kind: "other", signature: `several signatures: ${signatures.join(", ") || "see wipefs -n"}` };
   } else {
-    throw new ProbeError(device, `blkid -p exited with ${blkid.exitCode}: ${blkid.stderr.trim() || blkid.stdout.trim()}`);
+    throw new ProbeError(
+      device,
+      `blkid -p exited with ${blkid.exitCode}: ${blkid.stderr.trim() || blkid.stdout.trim()}`,
+    );
   }
   log?.info("host.fs", "probed", { device, contents: describeContents(contents), signatures: signatures.join(",") });
   return contents;
@@ -158,7 +178,11 @@ export async function probeDevice(device: string, options: FilesystemOptions & {
 export async function formatDevice(device: string, label: string, options: FilesystemOptions = {}): Promise<void> {
   const { log } = options;
   assertDevicePath(device);
-  if (!LABEL.test(label)) throw new AgentError(`invalid filesystem label ${JSON.stringify(label)}`, "use 1-12 letters, digits, '_', '.' or '-'");
+  if (!LABEL.test(label))
+    throw new AgentError(
+      `invalid filesystem label ${JSON.stringify(label)}`,
+      "use 1-12 letters, digits, '_', '.' or '-'",
+    );
   const found = await probeDevice(device, options);
   if (found.kind !== "blank") throw new FormatRefusedError(device, found);
   log?.notice("host.fs", "formatting", { device, label });
@@ -177,7 +201,8 @@ export async function formatDevice(device: string, label: string, options: Files
 export async function xfsDataBytes(mountPoint: string, options: FilesystemOptions = {}): Promise<number> {
   const { stdout } = await run("xfs_info", [mountPoint], { log: options.log });
   const match = /^data\s+=\s+bsize=(\d+)\s+blocks=(\d+)/m.exec(stdout);
-  if (!match) throw new AgentError(`cannot read the data size from xfs_info ${mountPoint}`, "check the xfsprogs version");
+  if (!match)
+    throw new AgentError(`cannot read the data size from xfs_info ${mountPoint}`, "check the xfsprogs version");
   return Number(match[1]) * Number(match[2]);
 }
 
@@ -192,7 +217,8 @@ export const GROW_MARGIN_BYTES = 16 * 1024 * 1024;
 export async function growFilesystem(mountPoint: string, options: FilesystemOptions = {}): Promise<boolean> {
   const { log } = options;
   const mount = await mountAt(mountPoint);
-  if (!mount) throw new AgentError(`nothing is mounted at ${mountPoint}`, "mount the volume before growing its filesystem");
+  if (!mount)
+    throw new AgentError(`nothing is mounted at ${mountPoint}`, "mount the volume before growing its filesystem");
   if (mount.fsType !== "xfs") {
     log?.warning("host.fs", "growing is only done for xfs", { mountPoint, fsType: mount.fsType });
     return false;
@@ -200,7 +226,8 @@ export async function growFilesystem(mountPoint: string, options: FilesystemOpti
   assertDevicePath(mount.source);
   const device = Number((await run("blockdev", ["--getsize64", mount.source], { log })).stdout.trim());
   const before = await xfsDataBytes(mount.target, options);
-  if (!Number.isSafeInteger(device) || device <= 0) throw new ProbeError(mount.source, "blockdev --getsize64 gave no size");
+  if (!Number.isSafeInteger(device) || device <= 0)
+    throw new ProbeError(mount.source, "blockdev --getsize64 gave no size");
   if (device - before <= GROW_MARGIN_BYTES) {
     log?.debug("host.fs", "filesystem fills its device", { mountPoint, device, filesystem: before });
     return false;

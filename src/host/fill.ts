@@ -9,7 +9,11 @@ import type { FilesystemFill } from "../agent/ports.ts";
 import { mountAt } from "./mount.ts";
 
 /** The figures of one statfs answer, as df counts them. Pure. */
-export function fillOf(mountPoint: string, device: string, s: { bsize: number; blocks: number; bfree: number; bavail: number; files: number; ffree: number }): FilesystemFill {
+export function fillOf(
+  mountPoint: string,
+  device: string,
+  s: { bsize: number; blocks: number; bfree: number; bavail: number; files: number; ffree: number },
+): FilesystemFill {
   const sizeBytes = s.blocks * s.bsize;
   const usedBytes = (s.blocks - s.bfree) * s.bsize;
   const availableBytes = s.bavail * s.bsize;

@@ -74,7 +74,10 @@ export function parseFioJson(text: string): FioReport {
   try {
     parsed = JSON.parse(text);
   } catch (error) {
-    throw new FioError(`fio printed no JSON report: ${describeError(error)}`, "run fio by hand with the same arguments and read its output");
+    throw new FioError(
+      `fio printed no JSON report: ${describeError(error)}`,
+      "run fio by hand with the same arguments and read its output",
+    );
   }
   const root = obj(parsed);
   const jobs = Array.isArray(root.jobs) ? root.jobs.map(obj) : [];
@@ -163,7 +166,8 @@ export function splitJsonDocuments(buffer: string): { documents: string[]; rest:
 
 /** fio's own I/O-log format (version 2): the reads to replay, in order. */
 export function renderIolog(device: string, reads: readonly DeviceRead[]): string {
-  if (/\s/.test(device)) throw new FioError(`device path ${JSON.stringify(device)} holds whitespace`, "use the device's /dev path");
+  if (/\s/.test(device))
+    throw new FioError(`device path ${JSON.stringify(device)} holds whitespace`, "use the device's /dev path");
   const lines = ["fio version 2 iolog", `${device} add`, `${device} open`];
   for (const { offset, length } of reads) lines.push(`${device} read ${offset} ${length}`);
   lines.push(`${device} close`);
@@ -269,7 +273,8 @@ export async function runFio(job: FioJob, options: RunFioOptions = {}): Promise<
       { cause: error },
     );
   }
-  if (options.signal?.aborted) throw new FioError("fio was stopped", "run the pre-warm again", { cause: options.signal.reason });
+  if (options.signal?.aborted)
+    throw new FioError("fio was stopped", "run the pre-warm again", { cause: options.signal.reason });
   const documents = splitJsonDocuments(result.stdout).documents;
   const finalText = documents.at(-1);
   let report: FioReport | undefined;
@@ -284,7 +289,10 @@ export async function runFio(job: FioJob, options: RunFioOptions = {}): Promise<
   const stderr = result.stderr.trim().split("\n").filter(Boolean).slice(-3).join(" | ");
   if (result.exitCode !== 0 || !report || report.error !== 0) {
     const why = report?.error ? `error ${report.error}` : `exit code ${result.exitCode}`;
-    throw new FioError(`fio ${job.name} failed (${why})${stderr ? `: ${stderr}` : ""}`, "check the device and fio's message; the node is not blocked by this");
+    throw new FioError(
+      `fio ${job.name} failed (${why})${stderr ? `: ${stderr}` : ""}`,
+      "check the device and fio's message; the node is not blocked by this",
+    );
   }
   return report;
 }

@@ -95,7 +95,9 @@ export function foundPhrase(contents: DeviceContents): string {
     case "other": {
       const name = SIGNATURE_NAMES[contents.signature];
       if (name) return `${name} (${contents.signature})`;
-      return /partition table$/.test(contents.signature) ? `a ${contents.signature}` : `data the agent does not own: ${contents.signature}`;
+      return /partition table$/.test(contents.signature)
+        ? `a ${contents.signature}`
+        : `data the agent does not own: ${contents.signature}`;
     }
   }
 }
@@ -106,9 +108,12 @@ export function foundPhrase(contents: DeviceContents): string {
  */
 export function judgeSignature(contents: DeviceContents, createdByAgent: boolean): SignatureVerdict {
   if (contents.kind === "blank") {
-    return createdByAgent ? { verdict: "blank" } : { verdict: "foreign", found: "no filesystem (blank), on a volume the agent did not create" };
+    return createdByAgent
+      ? { verdict: "blank" }
+      : { verdict: "foreign", found: "no filesystem (blank), on a volume the agent did not create" };
   }
-  if (contents.kind === "filesystem" && contents.type === "xfs" && contents.label === FS_LABEL) return { verdict: "inspect" };
+  if (contents.kind === "filesystem" && contents.type === "xfs" && contents.label === FS_LABEL)
+    return { verdict: "inspect" };
   return { verdict: "foreign", found: foundPhrase(contents) };
 }
 
@@ -119,11 +124,21 @@ export function judgeLayout(layout: XfsLayout, createdByAgent: boolean): LayoutV
   const entries = layout.rootEntries.filter((entry) => entry.name !== "." && entry.name !== "..");
   const dataRoot = entries.find((entry) => entry.name === DATA_ROOT_SUBDIR);
   if (dataRoot?.type === "directory") return { verdict: "cache", fresh: false };
-  if (dataRoot) return { verdict: "foreign", found: `${label} whose ${DATA_ROOT_SUBDIR} is a ${dataRoot.type}, not a directory` };
+  if (dataRoot)
+    return { verdict: "foreign", found: `${label} whose ${DATA_ROOT_SUBDIR} is a ${dataRoot.type}, not a directory` };
   const others = entries.filter((entry) => !AGENT_ROOT_ENTRIES.has(entry.name));
   if (createdByAgent && others.length === 0) return { verdict: "cache", fresh: true };
-  const holding = others.length === 0 ? "nothing else" : others.slice(0, 5).map((entry) => entry.name).join(", ") + (others.length > 5 ? ", …" : "");
-  return { verdict: "foreign", found: `${label} without the ${DATA_ROOT_SUBDIR}/ data-root folder (its root holds ${holding})` };
+  const holding =
+    others.length === 0
+      ? "nothing else"
+      : others
+          .slice(0, 5)
+          .map((entry) => entry.name)
+          .join(", ") + (others.length > 5 ? ", …" : "");
+  return {
+    verdict: "foreign",
+    found: `${label} without the ${DATA_ROOT_SUBDIR}/ data-root folder (its root holds ${holding})`,
+  };
 }
 
 /**
@@ -182,9 +197,16 @@ export function parseXfsSuperblock(start: Buffer): XfsSuperblock | undefined {
 /** Reads an XFS filesystem's features and root directory without writing (`xfs_db -r`). */
 export async function readXfsLayout(device: string, options: { log?: Logger } = {}): Promise<XfsLayout> {
   assertDevicePath(device);
-  const result = await run("xfs_db", ["-r", "-c", "version", "-c", "ls /", device], { log: options.log, check: false, timeoutMs: XFS_DB_TIMEOUT_MS });
+  const result = await run("xfs_db", ["-r", "-c", "version", "-c", "ls /", device], {
+    log: options.log,
+    check: false,
+    timeoutMs: XFS_DB_TIMEOUT_MS,
+  });
   if (result.exitCode !== 0) {
-    throw new ProbeError(device, `xfs_db -r exited with ${result.exitCode}: ${(result.stderr.trim() || result.stdout.trim()).split("\n")[0] ?? ""}`);
+    throw new ProbeError(
+      device,
+      `xfs_db -r exited with ${result.exitCode}: ${(result.stderr.trim() || result.stdout.trim()).split("\n")[0] ?? ""}`,
+    );
   }
   try {
     return parseXfsDb(result.stdout);
@@ -262,15 +284,34 @@ export async function identifyWithEvidence(
   try {
     layout = (await layoutRead) ?? (await readXfsLayout(device, options));
   } catch (error) {
-    return refuse(`an XFS filesystem labelled ${JSON.stringify(FS_LABEL)} whose layout could not be read (${(error as Error).message})`, error);
+    return refuse(
+      `an XFS filesystem labelled ${JSON.stringify(FS_LABEL)} whose layout could not be read (${(error as Error).message})`,
+      error,
+    );
   }
   const second = judgeLayout(layout, volume.createdByAgent);
   if (second.verdict === "foreign") return refuse(second.found);
   const dataBytes = (await superblock)?.dataBytes;
-  log?.info("host.identify", "the agent's cache filesystem", { volume: volume.volumeId, device, fresh: second.fresh, dataBytes });
-  const identity: CacheIdentity = { kind: "cache", fresh: second.fresh, ...(dataBytes !== undefined ? { dataBytes } : {}) };
-  const [before, after, bytes] = await Promise.all([numberBefore, deviceNumber(device).catch(() => undefined), start.catch(() => undefined)]);
-  const seen = before !== undefined && before === after && bytes ? { device, number: before, start: bytes, at: Date.now() } : undefined;
+  log?.info("host.identify", "the agent's cache filesystem", {
+    volume: volume.volumeId,
+    device,
+    fresh: second.fresh,
+    dataBytes,
+  });
+  const identity: CacheIdentity = {
+    kind: "cache",
+    fresh: second.fresh,
+    ...(dataBytes !== undefined ? { dataBytes } : {}),
+  };
+  const [before, after, bytes] = await Promise.all([
+    numberBefore,
+    deviceNumber(device).catch(() => undefined),
+    start.catch(() => undefined),
+  ]);
+  const seen =
+    before !== undefined && before === after && bytes
+      ? { device, number: before, start: bytes, at: Date.now() }
+      : undefined;
   return { identity, ...(seen ? { seen } : {}) };
 }
 
@@ -292,7 +333,12 @@ async function stillAsIdentified(device: string, seen: IdentifiedDevice): Promis
     const before = await deviceNumber(device);
     const start = await readDeviceStart(device);
     const after = await deviceNumber(device);
-    return before === seen.number && after === seen.number && start.equals(seen.start) && parseXfsSuperblock(start)?.label === FS_LABEL;
+    return (
+      before === seen.number &&
+      after === seen.number &&
+      start.equals(seen.start) &&
+      parseXfsSuperblock(start)?.label === FS_LABEL
+    );
   } catch {
     return false;
   }
@@ -316,7 +362,12 @@ export async function assertCacheLabel(
     return { kind: "filesystem", type: "xfs", label: FS_LABEL };
   }
   const contents = await probeDevice(device, options).catch((error: unknown) => {
-    throw new ForeignVolumeError(undefined, device, `something the agent could not probe (${(error as Error).message})`, { cause: error });
+    throw new ForeignVolumeError(
+      undefined,
+      device,
+      `something the agent could not probe (${(error as Error).message})`,
+      { cause: error },
+    );
   });
   if (contents.kind !== "filesystem" || contents.type !== "xfs" || contents.label !== FS_LABEL) {
     throw new ForeignVolumeError(undefined, device, foundPhrase(contents));

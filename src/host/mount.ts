@@ -58,7 +58,8 @@ export function parseMountInfo(text: string): MountEntry[] {
     const [mountId, parentId, majorMinor, root, target, options] = fields;
     const fsType = fields[separator + 1];
     const source = fields[separator + 2];
-    if (!mountId || !parentId || !majorMinor || !root || !target || !options || !fsType || source === undefined) continue;
+    if (!mountId || !parentId || !majorMinor || !root || !target || !options || !fsType || source === undefined)
+      continue;
     entries.push({
       mountId: Number(mountId),
       parentId: Number(parentId),
@@ -84,11 +85,17 @@ export async function deviceNumber(device: string): Promise<string> {
   try {
     info = await stat(device, { bigint: true });
   } catch (error) {
-    throw new AgentError(`cannot stat ${device}: ${(error as Error).message}`, "check that the volume is attached (lsblk)", undefined, {
-      cause: error,
-    });
+    throw new AgentError(
+      `cannot stat ${device}: ${(error as Error).message}`,
+      "check that the volume is attached (lsblk)",
+      undefined,
+      {
+        cause: error,
+      },
+    );
   }
-  if (!info.isBlockDevice()) throw new AgentError(`${device} is not a block device`, "pass the volume's device (e.g. /dev/nvme1n1)");
+  if (!info.isBlockDevice())
+    throw new AgentError(`${device} is not a block device`, "pass the volume's device (e.g. /dev/nvme1n1)");
   const rdev = info.rdev;
   // Linux's dev_t encoding (glibc gnu_dev_major / gnu_dev_minor).
   const major = ((rdev >> 8n) & 0xfffn) | ((rdev >> 32n) & ~0xfffn);
@@ -110,7 +117,10 @@ export async function canonicalPath(mountPoint: string): Promise<string> {
 function assertMountPoint(mountPoint: string): void {
   const stripped = mountPoint.replace(/(.)\/+$/, "$1");
   if (!isAbsolute(stripped) || stripped.includes("\0") || normalize(stripped) !== stripped || stripped === "/") {
-    throw new AgentError(`invalid mount point ${JSON.stringify(mountPoint)}`, "use an absolute, normalized folder path other than /");
+    throw new AgentError(
+      `invalid mount point ${JSON.stringify(mountPoint)}`,
+      "use an absolute, normalized folder path other than /",
+    );
   }
 }
 
@@ -141,7 +151,11 @@ export async function findMountPoint(device: string): Promise<string | undefined
  * Nothing to do when the device is already mounted there; MountConflictError when something
  * else is.
  */
-export async function mountDevice(device: string, mountPoint: string, options: MountOptions & { fsType?: string } = {}): Promise<void> {
+export async function mountDevice(
+  device: string,
+  mountPoint: string,
+  options: MountOptions & { fsType?: string } = {},
+): Promise<void> {
   const { log } = options;
   assertDevicePath(device);
   assertMountPoint(mountPoint);
@@ -163,7 +177,9 @@ export async function mountDevice(device: string, mountPoint: string, options: M
   // snapshot mounted on the host (a pool volume being inspected, a workspace volume made from the
   // same snapshot; in the lab, every host on the one kernel) the cache volume could not be mounted.
   // The caller may know the type already (it just probed the device): no second probe.
-  const fsType = options.fsType ?? (await run("blkid", ["-p", "-o", "value", "-s", "TYPE", device], { check: false, log })).stdout.trim();
+  const fsType =
+    options.fsType ??
+    (await run("blkid", ["-p", "-o", "value", "-s", "TYPE", device], { check: false, log })).stdout.trim();
   await run("mount", ["-o", fsType === "xfs" ? "noatime,nouuid" : "noatime", device, target], {
     log,
     remediation: `check the filesystem on ${device} (dmesg; xfs_repair -n ${device} while unmounted)`,
@@ -205,7 +221,11 @@ export async function mountPointsOf(device: string | undefined, mountPoint: stri
   if (device !== undefined) assertDevicePath(device);
   const number = device !== undefined ? await deviceNumber(device).catch(() => "") : "";
   const found = (await readMountTable())
-    .filter((entry) => entry.target === target || (device !== undefined && ((number !== "" && entry.majorMinor === number) || entry.source === device)))
+    .filter(
+      (entry) =>
+        entry.target === target ||
+        (device !== undefined && ((number !== "" && entry.majorMinor === number) || entry.source === device)),
+    )
     .map((entry) => entry.target);
   // Deepest first: a mount below another comes off before it.
   return [...new Set(found)].sort((a, b) => b.length - a.length);
@@ -214,5 +234,9 @@ export async function mountPointsOf(device: string | undefined, mountPoint: stri
 /** Flushes one filesystem's dirty data and metadata to its device (`sync -f`, syncfs(2)). */
 export async function syncFilesystem(mountPoint: string, options: MountOptions = {}): Promise<void> {
   assertMountPoint(mountPoint);
-  await run("sync", ["-f", mountPoint], { log: options.log, timeoutMs: 300_000, remediation: `check the device under ${mountPoint} (dmesg)` });
+  await run("sync", ["-f", mountPoint], {
+    log: options.log,
+    timeoutMs: 300_000,
+    remediation: `check the device under ${mountPoint} (dmesg)`,
+  });
 }

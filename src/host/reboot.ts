@@ -19,7 +19,10 @@ export function rebootQueuedIn(listJobs: string): boolean {
 
 /** Asks the host's systemd; throws when systemctl cannot answer (the caller decides without it). */
 export async function systemdRebootQueued(options: { systemctl?: string; timeoutMs?: number } = {}): Promise<boolean> {
-  const result = await run(options.systemctl ?? "systemctl", ["list-jobs", "--no-legend", "--no-pager"], { timeoutMs: options.timeoutMs ?? 5000 });
-  if (result.exitCode !== 0) throw new Error(`systemctl list-jobs exited ${result.exitCode}: ${result.stderr.trim().slice(0, 200)}`);
+  const result = await run(options.systemctl ?? "systemctl", ["list-jobs", "--no-legend", "--no-pager"], {
+    timeoutMs: options.timeoutMs ?? 5000,
+  });
+  if (result.exitCode !== 0)
+    throw new Error(`systemctl list-jobs exited ${result.exitCode}: ${result.stderr.trim().slice(0, 200)}`);
   return rebootQueuedIn(result.stdout);
 }

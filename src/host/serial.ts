@@ -109,13 +109,23 @@ export async function readDeviceSerial(sysfsRoot: string, device: string): Promi
 export async function verifyVolumeSerialMatch(volumeId: string, device: string, sysfsRoot: string): Promise<void> {
   assertVolumeId(volumeId);
   if (!isAllowedDevicePath(device)) {
-    throw new DeviceIdentityError(volumeId, device, undefined, "the path is not a device under /dev (malicious or stale link)");
+    throw new DeviceIdentityError(
+      volumeId,
+      device,
+      undefined,
+      "the path is not a device under /dev (malicious or stale link)",
+    );
   }
   let isBlock: boolean;
   try {
     isBlock = (await stat(device)).isBlockDevice();
   } catch (error) {
-    throw new DeviceIdentityError(volumeId, device, undefined, `the device cannot be read (${(error as Error).message})`);
+    throw new DeviceIdentityError(
+      volumeId,
+      device,
+      undefined,
+      `the device cannot be read (${(error as Error).message})`,
+    );
   }
   if (!isBlock) throw new DeviceIdentityError(volumeId, device, undefined, "not a block device");
   const serial = await readDeviceSerial(sysfsRoot, device);

@@ -51,7 +51,10 @@ export function createHostStorage(options: HostStorageOptions = {}): HostStorage
     format: (device, label) => formatDevice(device, label, { log }),
     mountPointOf: (device) => findMountPoint(device),
     async mount(device, mountPoint) {
-      const { type } = await assertCacheLabel(device, { ...(log ? { log } : {}), ...(identified ? { identified } : {}) });
+      const { type } = await assertCacheLabel(device, {
+        ...(log ? { log } : {}),
+        ...(identified ? { identified } : {}),
+      });
       await mountDevice(device, mountPoint, { fsType: type, ...(log ? { log } : {}) });
     },
     unmount: (mountPoint) => unmountPath(mountPoint, { log }),

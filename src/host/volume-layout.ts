@@ -35,13 +35,32 @@ type Rule =
    */
   | { kind: "block device" };
 
-const folder = (children?: Record<string, Rule>, each?: Rule): Rule => ({ kind: "folder", ...(children ? { children } : {}), ...(each ? { each } : {}) });
+const folder = (children?: Record<string, Rule>, each?: Rule): Rule => ({
+  kind: "folder",
+  ...(children ? { children } : {}),
+  ...(each ? { each } : {}),
+});
 const file: Rule = { kind: "file" };
 const BACKING_FS_DEVICE = { backingFsBlockDev: { kind: "block device" } } as const;
 const plain = (depth: number): Rule => ({ kind: "plain", depth });
 
 /** Folders dockerd makes at the top of its data-root (moby daemon.NewDaemon and the stores it opens). */
-export const DATA_ROOT_FOLDERS = ["builder", "buildkit", "containerd", "containers", "image", "network", "overlay2", "plugins", "rootfs", "runtimes", "swarm", "tmp", "trust", "volumes"] as const;
+export const DATA_ROOT_FOLDERS = [
+  "builder",
+  "buildkit",
+  "containerd",
+  "containers",
+  "image",
+  "network",
+  "overlay2",
+  "plugins",
+  "rootfs",
+  "runtimes",
+  "swarm",
+  "tmp",
+  "trust",
+  "volumes",
+] as const;
 
 /** overlay2's short links: `l/<26 characters>` -> `../<layer id>/diff`. */
 const OVERLAY_LINK_TARGET = /^\.\.\/[0-9a-f]{64}(?:-init)?\/diff$/;
@@ -50,7 +69,14 @@ const OVERLAY_LINK_TARGET = /^\.\.\/[0-9a-f]{64}(?:-init)?\/diff$/;
 const IMAGE_DRIVER = folder(
   {
     "repositories.json": file,
-    layerdb: folder({ mounts: folder(undefined, folder(undefined, file)), sha256: folder(undefined, folder(undefined, file)), tmp: plain(1) }, plain(1)),
+    layerdb: folder(
+      {
+        mounts: folder(undefined, folder(undefined, file)),
+        sha256: folder(undefined, folder(undefined, file)),
+        tmp: plain(1),
+      },
+      plain(1),
+    ),
     imagedb: plain(4),
     distribution: plain(4),
   },
@@ -63,7 +89,10 @@ const DATA_ROOT: Rule = folder(
     "engine-id": file,
     image: folder(undefined, IMAGE_DRIVER),
     // Each layer's folder holds diff/, work/, merged/ and the files link, lower, committed.
-    overlay2: folder({ l: folder(undefined, { kind: "link", target: OVERLAY_LINK_TARGET }), ...BACKING_FS_DEVICE }, folder(undefined, plain(0))),
+    overlay2: folder(
+      { l: folder(undefined, { kind: "link", target: OVERLAY_LINK_TARGET }), ...BACKING_FS_DEVICE },
+      folder(undefined, plain(0)),
+    ),
     containers: folder(undefined, folder(undefined, plain(2))),
     network: folder({ files: folder({ "local-kv.db": file }, plain(1)) }, plain(1)),
     volumes: folder({ "metadata.db": file, ...BACKING_FS_DEVICE }, folder({ _data: folder() }, plain(0))),
@@ -76,8 +105,14 @@ const DATA_ROOT: Rule = folder(
 const CONTAINERD_ROOT: Rule = folder(
   {
     "io.containerd.metadata.v1.bolt": folder({ "meta.db": file }, plain(0)),
-    "io.containerd.content.v1.content": folder({ blobs: folder(undefined, folder(undefined, file)), ingest: folder(undefined, plain(1)) }, plain(1)),
-    "io.containerd.snapshotter.v1.overlayfs": folder({ "metadata.db": file, snapshots: folder(undefined, folder(undefined, plain(0))) }, plain(1)),
+    "io.containerd.content.v1.content": folder(
+      { blobs: folder(undefined, folder(undefined, file)), ingest: folder(undefined, plain(1)) },
+      plain(1),
+    ),
+    "io.containerd.snapshotter.v1.overlayfs": folder(
+      { "metadata.db": file, snapshots: folder(undefined, folder(undefined, plain(0))) },
+      plain(1),
+    ),
   },
   plain(1),
 );
@@ -122,13 +157,15 @@ async function checkEntry(root: string, path: string, kind: EntryKind, rule: Rul
       if (kind !== "file") throw new VolumePathError(root, path, kind, "a regular file");
       return;
     case "plain":
-      if (kind !== "folder" && kind !== "file") throw new VolumePathError(root, path, kind, "a folder or a regular file");
+      if (kind !== "folder" && kind !== "file")
+        throw new VolumePathError(root, path, kind, "a folder or a regular file");
       return;
     case "block device":
       if (kind !== "block device") throw new VolumePathError(root, path, kind, "a block device node");
       return;
     case "link":
-      if (kind !== "symlink" || !rule.target.test(await readLinkBeneath(root, path))) throw new VolumePathError(root, path, kind, `a symlink to ${rule.target.source}`);
+      if (kind !== "symlink" || !rule.target.test(await readLinkBeneath(root, path)))
+        throw new VolumePathError(root, path, kind, `a symlink to ${rule.target.source}`);
       return;
   }
 }

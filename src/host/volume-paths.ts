@@ -17,7 +17,8 @@ import { isAbsolute, join, normalize, sep } from "node:path";
 import { AgentError } from "../errors.ts";
 
 /** What a path on the volume is, by lstat (a symlink is a symlink, never its target). */
-export type EntryKind = "folder" | "file" | "symlink" | "fifo" | "socket" | "block device" | "character device" | "missing";
+export type EntryKind =
+  "folder" | "file" | "symlink" | "fifo" | "socket" | "block device" | "character device" | "missing";
 
 /** A path on the volume is not what the agent or docker expects there: the volume is refused. */
 export class VolumePathError extends AgentError {
@@ -59,11 +60,15 @@ export function kindOf(entry: Stats | Dirent): EntryKind {
 
 /** The components of `relative` (none for "": the root itself), refused when it would leave the root (`..`, absolute). */
 function componentsOf(root: string, relative: string): string[] {
-  if (!isAbsolute(root)) throw new AgentError(`the volume's root must be an absolute path, not ${JSON.stringify(root)}`, "report this bug");
+  if (!isAbsolute(root))
+    throw new AgentError(`the volume's root must be an absolute path, not ${JSON.stringify(root)}`, "report this bug");
   if (relative === "") return [];
   const parts = normalize(relative).split(sep);
   if (isAbsolute(relative) || parts.some((part) => part === ".." || part === "" || part === ".")) {
-    throw new AgentError(`refusing the path ${JSON.stringify(relative)} on the volume ${root}: not a plain relative path`, "report this bug");
+    throw new AgentError(
+      `refusing the path ${JSON.stringify(relative)} on the volume ${root}: not a plain relative path`,
+      "report this bug",
+    );
   }
   return parts;
 }
@@ -89,7 +94,12 @@ export async function resolveBeneath(root: string, relative: string): Promise<{ 
  * Like resolveBeneath, the last component also checked: `want` (a folder or a regular file), or
  * missing when `optional`. Returns the absolute path.
  */
-export async function expectBeneath(root: string, relative: string, want: "folder" | "file", options: { optional?: boolean } = {}): Promise<{ path: string; kind: EntryKind }> {
+export async function expectBeneath(
+  root: string,
+  relative: string,
+  want: "folder" | "file",
+  options: { optional?: boolean } = {},
+): Promise<{ path: string; kind: EntryKind }> {
   const found = await resolveBeneath(root, relative);
   if (found.kind === want || (found.kind === "missing" && options.optional)) return found;
   throw new VolumePathError(root, relative, found.kind, want === "folder" ? "a folder" : "a regular file");
@@ -99,7 +109,9 @@ export async function expectBeneath(root: string, relative: string, want: "folde
 export async function listBeneath(root: string, relative: string): Promise<Dirent[]> {
   const { path, kind } = await expectBeneath(root, relative, "folder", { optional: true });
   if (kind === "missing") return [];
-  return (await readdir(path, { withFileTypes: true })).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return (await readdir(path, { withFileTypes: true })).sort((a, b) =>
+    a.name < b.name ? -1 : a.name > b.name ? 1 : 0,
+  );
 }
 
 /** The target a symlink on the volume names (read, never followed). */
@@ -116,13 +128,16 @@ export async function readLinkBeneath(root: string, relative: string): Promise<s
 export async function readFileBeneath(root: string, relative: string, maxBytes = 4096): Promise<string | undefined> {
   const { path, kind } = await expectBeneath(root, relative, "file", { optional: true });
   if (kind === "missing") return undefined;
-  const handle = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK).catch((error: NodeJS.ErrnoException) => {
-    // ELOOP: it became a symlink since the lstat.
-    if (error.code === "ELOOP") throw new VolumePathError(root, relative, "symlink", "a regular file");
-    throw error;
-  });
+  const handle = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK).catch(
+    (error: NodeJS.ErrnoException) => {
+      // ELOOP: it became a symlink since the lstat.
+      if (error.code === "ELOOP") throw new VolumePathError(root, relative, "symlink", "a regular file");
+      throw error;
+    },
+  );
   try {
-    if (!(await handle.stat()).isFile()) throw new VolumePathError(root, relative, await entryKind(path), "a regular file");
+    if (!(await handle.stat()).isFile())
+      throw new VolumePathError(root, relative, await entryKind(path), "a regular file");
     const buffer = Buffer.alloc(maxBytes);
     const { bytesRead } = await handle.read(buffer, 0, maxBytes, 0);
     return buffer.subarray(0, bytesRead).toString("utf8").trim();

@@ -13,7 +13,14 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { CheckFigures, InitializeOptions, InitializeResult, PrewarmReader, ReadTarget, SampleBounds } from "../agent/ports.ts";
+import type {
+  CheckFigures,
+  InitializeOptions,
+  InitializeResult,
+  PrewarmReader,
+  ReadTarget,
+  SampleBounds,
+} from "../agent/ports.ts";
 import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";
 import { coveringReads, sampleReads, totalBytes, usedRanges, type ByteRange } from "./extents.ts";
@@ -33,9 +40,13 @@ export interface FioReaderOptions {
 
 /** The size of a block device in bytes. */
 export async function deviceSize(device: string, log?: Logger): Promise<number> {
-  const { stdout } = await run("blockdev", ["--getsize64", device], { log, remediation: "check that the device exists" });
+  const { stdout } = await run("blockdev", ["--getsize64", device], {
+    log,
+    remediation: "check that the device exists",
+  });
   const size = Number(stdout.trim());
-  if (!Number.isSafeInteger(size) || size <= 0) throw new Error(`blockdev printed no size for ${device}: ${JSON.stringify(stdout)}`);
+  if (!Number.isSafeInteger(size) || size <= 0)
+    throw new Error(`blockdev printed no size for ${device}: ${JSON.stringify(stdout)}`);
   return size;
 }
 
@@ -54,7 +65,13 @@ export function checkFigures(report: FioReport): CheckFigures {
  * The offset below which every read of `reads` has completed, given that fio counted `counted`
  * bytes with up to `inFlight` bytes of reads still running (or left out of its count).
  */
-export function safeCursor(reads: readonly DeviceRead[], prefix: readonly number[], counted: number, inFlight: number, from: number): number {
+export function safeCursor(
+  reads: readonly DeviceRead[],
+  prefix: readonly number[],
+  counted: number,
+  inFlight: number,
+  from: number,
+): number {
   const safe = counted - inFlight;
   if (safe <= 0 || reads.length === 0) return from;
   let lo = 0;
@@ -109,7 +126,11 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
     },
   };
 
-  async function readRanges(target: ReadTarget, ranges: ByteRange[], init: InitializeOptions): Promise<InitializeResult> {
+  async function readRanges(
+    target: ReadTarget,
+    ranges: ByteRange[],
+    init: InitializeOptions,
+  ): Promise<InitializeResult> {
     const total = totalBytes(ranges);
     const reads = coveringReads(ranges, init.maxIoBytes, init.fromOffset);
     const before = total - reads.reduce((sum, r) => sum + r.length, 0);
@@ -140,7 +161,12 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
       );
     });
     // fio leaves up to iodepth-1 replayed reads out of its byte count: the log is done, all of it.
-    init.onProgress({ doneBytes: total, totalBytes: total, cursor: reads.at(-1)!.offset + reads.at(-1)!.length, runBytes: sum });
+    init.onProgress({
+      doneBytes: total,
+      totalBytes: total,
+      cursor: reads.at(-1)!.offset + reads.at(-1)!.length,
+      runBytes: sum,
+    });
     return { totalBytes: total, readBytes: sum };
   }
 
@@ -151,7 +177,14 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
     if (from >= size) return { totalBytes: size, readBytes: 0 };
     const inFlight = 32 * DEVICE_READ_BLOCK;
     await runFio(
-      { name: "volume-initialize", device: target.device, rw: "read", blockSize: "128k", ioDepth: 32, ...(from > 0 ? { offset: from } : {}) },
+      {
+        name: "volume-initialize",
+        device: target.device,
+        rw: "read",
+        blockSize: "128k",
+        ioDepth: 32,
+        ...(from > 0 ? { offset: from } : {}),
+      },
       {
         ...fioOptions,
         ...(init.signal ? { signal: init.signal } : {}),

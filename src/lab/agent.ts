@@ -20,7 +20,16 @@ export type ConfigOverrides = Record<string, unknown>;
 
 /** The config.json a lab host's agent runs with: the host's paths and the lab's endpoints. */
 export function labConfigJson(lab: Lab, host: LabHost, overrides: ConfigOverrides = {}): Record<string, unknown> {
-  return agentConfigJson({ region: lab.region, ec2Endpoint: lab.ec2.endpoint, imdsEndpoint: host.imds.endpoint, paths: host.paths, dockerHost: host.dockerHost }, overrides);
+  return agentConfigJson(
+    {
+      region: lab.region,
+      ec2Endpoint: lab.ec2.endpoint,
+      imdsEndpoint: host.imds.endpoint,
+      paths: host.paths,
+      dockerHost: host.dockerHost,
+    },
+    overrides,
+  );
 }
 
 /** What an agent's config points at: an EC2 endpoint, an IMDS, and a host folder (hostFolderPaths). */
@@ -61,7 +70,12 @@ export function deepMerge(a: Record<string, unknown>, b: Record<string, unknown>
   for (const [key, value] of Object.entries(b)) {
     const prev = out[key];
     out[key] =
-      value && typeof value === "object" && !Array.isArray(value) && prev && typeof prev === "object" && !Array.isArray(prev)
+      value &&
+      typeof value === "object" &&
+      !Array.isArray(value) &&
+      prev &&
+      typeof prev === "object" &&
+      !Array.isArray(prev)
         ? deepMerge(prev as Record<string, unknown>, value as Record<string, unknown>)
         : value;
   }
@@ -84,7 +98,17 @@ export async function writeLabConfig(lab: Lab, host: LabHost, overrides: ConfigO
 }
 
 /** How the agent is wired on a lab host: the lab's EC2, the host's IMDS and dockerd. */
-function labWiring(lab: Lab, host: LabHost, options: { overrides?: ConfigOverrides; log: Logger; startPrewarm?: () => Promise<void>; startRefresh?: () => Promise<void>; fio?: string }): WiringOptions {
+function labWiring(
+  lab: Lab,
+  host: LabHost,
+  options: {
+    overrides?: ConfigOverrides;
+    log: Logger;
+    startPrewarm?: () => Promise<void>;
+    startRefresh?: () => Promise<void>;
+    fio?: string;
+  },
+): WiringOptions {
   const config = labConfig(lab, host, options.overrides);
   return {
     config,
@@ -154,5 +178,8 @@ export async function refreshLabHost(
   host: LabHost,
   options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger; signal?: AbortSignal },
 ): Promise<RefreshOutcome> {
-  return runRefresh(wireRefresh(labWiring(lab, host, options)), { dryRun: options.dryRun ?? false, ...(options.signal ? { signal: options.signal } : {}) });
+  return runRefresh(wireRefresh(labWiring(lab, host, options)), {
+    dryRun: options.dryRun ?? false,
+    ...(options.signal ? { signal: options.signal } : {}),
+  });
 }

@@ -14,7 +14,15 @@
  * - the OS shutting down on StopInstances / TerminateInstances: the emulator's shutdown hook,
  *   which stops docker.service and runs the agent's release (its ExecStop).
  */
-import { CreateTagsCommand, DeleteTagsCommand, DescribeInstancesCommand, StartInstancesCommand, StopInstancesCommand, TerminateInstancesCommand, type EC2Client } from "@aws-sdk/client-ec2";
+import {
+  CreateTagsCommand,
+  DeleteTagsCommand,
+  DescribeInstancesCommand,
+  StartInstancesCommand,
+  StopInstancesCommand,
+  TerminateInstancesCommand,
+  type EC2Client,
+} from "@aws-sdk/client-ec2";
 import type { BootOutcome } from "../agent/boot/run.ts";
 import { labelsTagAsOsparcWrites, readLabelsTag } from "../agent/labels-tag.ts";
 import type { ReleaseOutcome } from "../agent/release/run.ts";
@@ -68,9 +76,15 @@ export interface AutoscalerActor {
    * when long), tags in instance metadata off. `warmBuffer` launches a buffer machine instead
    * (no labels, `warm_buffer_machine=true`).
    */
-  launch(labels: Record<string, string>, options?: { warmBuffer?: boolean; extraTags?: Record<string, string> }): Promise<OsparcNode>;
+  launch(
+    labels: Record<string, string>,
+    options?: { warmBuffer?: boolean; extraTags?: Record<string, string> },
+  ): Promise<OsparcNode>;
   /** The instance's systemd running the agent's boot (phase 1 then phase 2). `log` sees the lines as they come. */
-  boot(node: OsparcNode, options?: { overrides?: ConfigOverrides; log?: Logger & { lines: string[] } }): Promise<OsparcBoot>;
+  boot(
+    node: OsparcNode,
+    options?: { overrides?: ConfigOverrides; log?: Logger & { lines: string[] } },
+  ): Promise<OsparcBoot>;
   /** The user data's swarm join; returns the node id. */
   join(node: OsparcNode): Promise<string>;
   /**
@@ -124,14 +138,20 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
   };
   const instanceTags = async (node: OsparcNode) => {
     const out = await ec2.send(new DescribeInstancesCommand({ InstanceIds: [node.instanceId] }));
-    return Object.fromEntries((out.Reservations?.[0]?.Instances?.[0]?.Tags ?? []).map((tag) => [tag.Key!, tag.Value ?? ""]));
+    return Object.fromEntries(
+      (out.Reservations?.[0]?.Instances?.[0]?.Tags ?? []).map((tag) => [tag.Key!, tag.Value ?? ""]),
+    );
   };
   const reach = async (node: OsparcNode, state: string) => {
     const deadline = Date.now() + transitionMs;
     for (;;) {
       const now = await instanceState(node);
       if (now === state) return;
-      if (Date.now() > deadline) throw new AgentError(`${node.instanceId} did not reach ${state} (it is ${String(now)})`, "see the lab log: the shutdown hook (the release) may hang");
+      if (Date.now() > deadline)
+        throw new AgentError(
+          `${node.instanceId} did not reach ${state} (it is ${String(now)})`,
+          "see the lab log: the shutdown hook (the release) may hang",
+        );
       await sleep(pollMs);
     }
   };
@@ -147,21 +167,39 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
   const updateNode = async (node: OsparcNode, add: Record<string, string>, remove: string[] = []) => {
     // `docker node update` takes no `self`: the node's own id, as a manager knows it.
     const nodeId = (await docker(node).info()).Swarm.NodeID;
-    const args = ["node", "update", ...Object.entries(add).flatMap(([k, v]) => ["--label-add", `${k}=${v}`]), ...remove.flatMap((k) => ["--label-rm", k]), nodeId];
+    const args = [
+      "node",
+      "update",
+      ...Object.entries(add).flatMap(([k, v]) => ["--label-add", `${k}=${v}`]),
+      ...remove.flatMap((k) => ["--label-rm", k]),
+      nodeId,
+    ];
     await docker(node).docker(args);
   };
-  const readiness = (ready: boolean) => ({ [Osparc.servicesReady]: String(ready), [Osparc.servicesReadyLastChanged]: new Date().toISOString() });
-  const timed = async <T>(work: (log: Logger & { lines: string[] }) => Promise<T>, log = createMemoryLogger("debug")): Promise<AgentRun<T>> => {
+  const readiness = (ready: boolean) => ({
+    [Osparc.servicesReady]: String(ready),
+    [Osparc.servicesReadyLastChanged]: new Date().toISOString(),
+  });
+  const timed = async <T>(
+    work: (log: Logger & { lines: string[] }) => Promise<T>,
+    log = createMemoryLogger("debug"),
+  ): Promise<AgentRun<T>> => {
     const started = performance.now();
     const outcome = await work(log);
     return { ...outcome, log: log.lines, ms: performance.now() - started };
   };
   // As the units run it: phase 1 (`boot --no-docker`, its budget), docker.service on whatever
   // data-root phase 1 left in daemon.json, phase 2 (`boot --no-claim`).
-  const boot = async (node: OsparcNode, bootOptions: { overrides?: ConfigOverrides; log?: Logger & { lines: string[] } } = {}): Promise<OsparcBoot> => {
+  const boot = async (
+    node: OsparcNode,
+    bootOptions: { overrides?: ConfigOverrides; log?: Logger & { lines: string[] } } = {},
+  ): Promise<OsparcBoot> => {
     const overrides = merged(bootOptions.overrides);
     const started = performance.now();
-    const phase1 = await timed((log) => bootLabHost(lab, node.host, { overrides, log, withDocker: false }), bootOptions.log);
+    const phase1 = await timed(
+      (log) => bootLabHost(lab, node.host, { overrides, log, withDocker: false }),
+      bootOptions.log,
+    );
     await node.host.startDocker();
     const phase2 = await timed((log) => bootLabHost(lab, node.host, { overrides, log, mayClaim: false }));
     return { ...phase2, phase1, ms: performance.now() - started };
@@ -170,11 +208,18 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
   return {
     ec2,
     async launch(labels, launchOptions = {}) {
-      const tags: Record<string, string> = { Name: launchOptions.warmBuffer ? "osparc-warm-buffer" : "osparc-dynamic-node", ...launchOptions.extraTags };
+      const tags: Record<string, string> = {
+        Name: launchOptions.warmBuffer ? "osparc-warm-buffer" : "osparc-dynamic-node",
+        ...launchOptions.extraTags,
+      };
       if (launchOptions.warmBuffer) tags[Osparc.warmBufferTag] = "true";
       else if (Object.keys(labels).length > 0) Object.assign(tags, labelsTagAsOsparcWrites(Osparc.labelsTag, labels));
       const host = await lab.addHost({ tags, metadataTags: false });
-      const node: OsparcNode = { host, instanceId: host.instance.instanceId, labels: launchOptions.warmBuffer ? {} : { ...labels } };
+      const node: OsparcNode = {
+        host,
+        instanceId: host.instance.instanceId,
+        labels: launchOptions.warmBuffer ? {} : { ...labels },
+      };
       // The OS's shutdown: docker.service stops, then the agent's release (its ExecStop).
       lab.ec2.setShutdownHook(node.instanceId, async () => {
         await host.dockerd?.stop();
@@ -191,8 +236,13 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
       const read = readLabelsTag(tags, Osparc.labelsTag);
       const labels = read.found && read.ok ? stringValues(read.labels) : {};
       await updateNode(node, { ...labels, [Osparc.instanceType]: "t3.medium", ...readiness(false) });
-      const labelTags = Object.keys(tags).filter((key) => key === Osparc.labelsTag || new RegExp(`^${escape(Osparc.labelsTag)}_\\d+$`).test(key));
-      if (labelTags.length > 0) await ec2.send(new DeleteTagsCommand({ Resources: [node.instanceId], Tags: labelTags.map((Key) => ({ Key })) }));
+      const labelTags = Object.keys(tags).filter(
+        (key) => key === Osparc.labelsTag || new RegExp(`^${escape(Osparc.labelsTag)}_\\d+$`).test(key),
+      );
+      if (labelTags.length > 0)
+        await ec2.send(
+          new DeleteTagsCommand({ Resources: [node.instanceId], Tags: labelTags.map((Key) => ({ Key })) }),
+        );
       node.labels = labels;
     },
     async activate(node, labels) {
@@ -201,7 +251,11 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
     },
     async drain(node) {
       const present = await nodeLabels(node);
-      await updateNode(node, readiness(false), PLACEMENT_KEYS.filter((key) => key in present));
+      await updateNode(
+        node,
+        readiness(false),
+        PLACEMENT_KEYS.filter((key) => key in present),
+      );
       node.labels = {};
     },
     async terminate(node) {
@@ -219,8 +273,17 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
     async activateWarmBuffer(node, labels, activation = {}) {
       // One CreateTags, as `_try_start_warm_buffer_instances` sets `get_activated_warm_buffer_ec2_tags`
       // with `dump_task_required_node_labels_as_tags` (only when the task has labels).
-      const activationTags = { [Osparc.warmBufferTag]: "false", ...(Object.keys(labels).length > 0 ? labelsTagAsOsparcWrites(Osparc.labelsTag, labels) : {}) };
-      const tag = () => ec2.send(new CreateTagsCommand({ Resources: [node.instanceId], Tags: Object.entries(activationTags).map(([Key, Value]) => ({ Key, Value })) }));
+      const activationTags = {
+        [Osparc.warmBufferTag]: "false",
+        ...(Object.keys(labels).length > 0 ? labelsTagAsOsparcWrites(Osparc.labelsTag, labels) : {}),
+      };
+      const tag = () =>
+        ec2.send(
+          new CreateTagsCommand({
+            Resources: [node.instanceId],
+            Tags: Object.entries(activationTags).map(([Key, Value]) => ({ Key, Value })),
+          }),
+        );
       const tagsFirst = activation.order === "tags-first";
       if (tagsFirst) await tag();
       await ec2.send(new StartInstancesCommand({ InstanceIds: [node.instanceId] }));
@@ -231,7 +294,9 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
       if (!tagsFirst) {
         const deadline = Date.now() + transitionMs;
         if (activation.tagDelayMs !== undefined) await sleep(activation.tagDelayMs);
-        else while (!log.lines.some((line) => /boot\.labels-tag: no labels tag yet/.test(line)) && Date.now() < deadline) await sleep(20);
+        else
+          while (!log.lines.some((line) => /boot\.labels-tag: no labels tag yet/.test(line)) && Date.now() < deadline)
+            await sleep(20);
         await tag();
       }
       node.labels = { ...labels };

@@ -63,7 +63,8 @@ export interface ReapOptions {
  * with its start time, so reaping kills exactly that process and never a later one reusing the pid.
  */
 export async function registerLabProcess(root: string, name: string, pid: number): Promise<void> {
-  if (!/^[0-9A-Za-z_.-]+$/.test(name) || name.startsWith(".")) throw new Error(`invalid process name ${JSON.stringify(name)}`);
+  if (!/^[0-9A-Za-z_.-]+$/.test(name) || name.startsWith("."))
+    throw new Error(`invalid process name ${JSON.stringify(name)}`);
   const identity = await processIdentity(pid);
   if (!identity) throw new Error(`process ${pid} (${name}) is not running`);
   const dir = labPaths(root).pids;
@@ -173,7 +174,14 @@ async function reapOne(root: string, options: ReapOptions & { force?: boolean })
     return await reapLab(root, options);
   } catch (error) {
     options.log?.error("lab.reap", "reaping failed", { root, error: describeError(error) });
-    return { root, skipped: `failed: ${describeError(error)}`, killed: [], unmounted: [], detached: [], removed: false };
+    return {
+      root,
+      skipped: `failed: ${describeError(error)}`,
+      killed: [],
+      unmounted: [],
+      detached: [],
+      removed: false,
+    };
   }
 }
 
@@ -243,7 +251,10 @@ async function killLabProcesses(root: string, paths: readonly string[], options:
     const fresh = [...identities.values()].filter((identity) => !wasAttempted(identity));
     if (fresh.length === 0) break;
     for (const identity of fresh) {
-      const command = victims.find((entry) => entry.pid === identity.pid)?.argv.join(" ").slice(0, 200);
+      const command = victims
+        .find((entry) => entry.pid === identity.pid)
+        ?.argv.join(" ")
+        .slice(0, 200);
       options.log?.info("lab.reap", "stopping lab process", { pid: identity.pid, command });
       attempted.set(identity.pid, identity);
     }

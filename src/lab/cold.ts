@@ -92,9 +92,11 @@ export function coldFuseScript(): string {
 export async function assertColdPrerequisites(): Promise<void> {
   const problems: string[] = [];
   if (!existsSync("/dev/fuse")) problems.push("/dev/fuse is missing (modprobe fuse)");
-  if (!existsSync("/usr/bin/fusermount") && !existsSync("/usr/bin/fusermount3")) problems.push("fusermount not found (apt-get install fuse3)");
+  if (!existsSync("/usr/bin/fusermount") && !existsSync("/usr/bin/fusermount3"))
+    problems.push("fusermount not found (apt-get install fuse3)");
   const fusepy = await run(PYTHON, ["-c", "import fusepy"], { check: false }).catch(() => undefined);
-  if (!fusepy || fusepy.exitCode !== 0) problems.push(`${PYTHON} cannot import fusepy (apt-get install python3-fusepy)`);
+  if (!fusepy || fusepy.exitCode !== 0)
+    problems.push(`${PYTHON} cannot import fusepy (apt-get install python3-fusepy)`);
   if (problems.length > 0) throw new Error(`cold snapshots need: ${problems.join("; ")}`);
 }
 
@@ -117,14 +119,19 @@ export interface ColdLayerContext {
 }
 
 /** Starts the FUSE process under `<root>/cold` and waits until it is mounted. */
-export async function startColdLayer(root: string, options: ColdSnapshotOptions, context: ColdLayerContext = {}): Promise<ColdLayer> {
+export async function startColdLayer(
+  root: string,
+  options: ColdSnapshotOptions,
+  context: ColdLayerContext = {},
+): Promise<ColdLayer> {
   const { log } = context;
   const settings: Required<ColdSnapshotOptions> = {
     firstReadDelayMs: options.firstReadDelayMs,
     chunkBytes: options.chunkBytes ?? DEFAULT_CHUNK,
     holes: options.holes ?? "cold",
   };
-  if (!(settings.firstReadDelayMs >= 0)) throw new Error(`coldSnapshots.firstReadDelayMs must be >= 0, got ${settings.firstReadDelayMs}`);
+  if (!(settings.firstReadDelayMs >= 0))
+    throw new Error(`coldSnapshots.firstReadDelayMs must be >= 0, got ${settings.firstReadDelayMs}`);
   if (!Number.isInteger(settings.chunkBytes) || settings.chunkBytes < 4096 || settings.chunkBytes % 4096 !== 0) {
     throw new Error(`coldSnapshots.chunkBytes must be a multiple of 4096, got ${settings.chunkBytes}`);
   }
@@ -163,7 +170,9 @@ export async function startColdLayer(root: string, options: ColdSnapshotOptions,
       if ((await listMounts()).some((m) => m.target === paths.mountPoint && m.fsType === `fuse.${FS_NAME}`)) break;
       if (child.exitCode !== null || child.signalCode !== null || Date.now() > deadline) {
         const output = await readFile(paths.log, "utf8").catch(() => "");
-        throw new Error(`the cold-snapshot FUSE process did not mount ${paths.mountPoint}: ${output.trim().split("\n").slice(-3).join(" | ")}`);
+        throw new Error(
+          `the cold-snapshot FUSE process did not mount ${paths.mountPoint}: ${output.trim().split("\n").slice(-3).join(" | ")}`,
+        );
       }
       await sleep(25);
     }
@@ -193,7 +202,11 @@ export async function startColdLayer(root: string, options: ColdSnapshotOptions,
       if (fromSnapshotId === undefined) return;
       await link(image, linkOf(volumeId));
       const rate = context.initializationRate?.(volumeId);
-      log?.info("lab.cold", "volume from a snapshot: served cold", { volumeId, snapshot: fromSnapshotId, initializationRate: rate });
+      log?.info("lab.cold", "volume from a snapshot: served cold", {
+        volumeId,
+        snapshot: fromSnapshotId,
+        initializationRate: rate,
+      });
       if (rate) await layer.initialize(volumeId, rate * (context.speedup ?? 1));
     },
 
@@ -241,7 +254,9 @@ export async function startColdLayer(root: string, options: ColdSnapshotOptions,
       // kernel would fail their writes (an XFS unmount would shut the filesystem down).
       const loops = (await listLoopDevices(log)).filter((loop) => isUnder(loop.backingFile, paths.mountPoint));
       const devices = new Set(loops.map((loop) => loop.device));
-      const mounts = (await listMounts()).filter((m) => devices.has(m.source)).sort((a, b) => b.target.length - a.target.length);
+      const mounts = (await listMounts())
+        .filter((m) => devices.has(m.source))
+        .sort((a, b) => b.target.length - a.target.length);
       for (const mount of mounts) await run("umount", [mount.target], { log, check: false });
       for (const loop of loops) await detachLoop(loop, log);
       await run("fusermount", ["-u", paths.mountPoint], { log, check: false });

@@ -20,7 +20,15 @@ import { machineDockerHost } from "./nspawn-docker.ts";
 import { buildEngineGoldenSnapshot } from "./nspawn-golden.ts";
 import { machineStatus, startEngineHost, waitForReadyUnit } from "./nspawn-host.ts";
 import { buildBundle, type Machine } from "./nspawn.ts";
-import { CACHE_BASE, ENGINES, cachedRootfs, debianMirror, nspawnProblems, rootfsCacheDir, type EngineName } from "./nspawn-rootfs.ts";
+import {
+  CACHE_BASE,
+  ENGINES,
+  cachedRootfs,
+  debianMirror,
+  nspawnProblems,
+  rootfsCacheDir,
+  type EngineName,
+} from "./nspawn-rootfs.ts";
 
 /** The engine demo's options: the demo's, and the engine and store. */
 export interface EngineDemoOptions extends DemoOptions {
@@ -37,7 +45,10 @@ export async function runEngineDemo(options: EngineDemoOptions): Promise<void> {
   const engine = ENGINES[options.engine];
   const problems = await nspawnProblems();
   if (problems.length > 0) {
-    throw new AgentError(`the demo on ${engine.name} cannot run here: ${problems.join("; ")}`, "run it as root on a machine set up by scripts/setup.sh");
+    throw new AgentError(
+      `the demo on ${engine.name} cannot run here: ${problems.join("; ")}`,
+      "run it as root on a machine set up by scripts/setup.sh",
+    );
   }
   const started = Date.now();
   const timeline: Array<[string, number]> = [];
@@ -51,7 +62,9 @@ export async function runEngineDemo(options: EngineDemoOptions): Promise<void> {
   };
 
   const rootfs = await step("root file system", () => engineRootfs(options.engine, out));
-  out(`${engine.name}: root file system ${rootfs.dir} (${rootfs.built ? `built now in ${(rootfs.ms / 1000).toFixed(0)} s` : "cached"})`);
+  out(
+    `${engine.name}: root file system ${rootfs.dir} (${rootfs.built ? `built now in ${(rootfs.ms / 1000).toFixed(0)} s` : "cached"})`,
+  );
   const work = await mkdtemp(join(CACHE_BASE, "demo-"));
   let machine: Machine | undefined;
   try {
@@ -72,18 +85,30 @@ export async function runEngineDemo(options: EngineDemoOptions): Promise<void> {
           log,
         }),
       );
-      out(`golden snapshot: ${golden.snapshotId} (${golden.sizeGiB} GiB) holding ${golden.images.join(", ")}, built by docker ${golden.built.engineVersion} on the ${golden.built.store} image store`);
-      const volumes = await step("pool volumes", () => createPoolVolumes(lab, golden, { pool: options.pool, imageSet, count: options.poolSize }));
+      out(
+        `golden snapshot: ${golden.snapshotId} (${golden.sizeGiB} GiB) holding ${golden.images.join(", ")}, built by docker ${golden.built.engineVersion} on the ${golden.built.store} image store`,
+      );
+      const volumes = await step("pool volumes", () =>
+        createPoolVolumes(lab, golden, { pool: options.pool, imageSet, count: options.poolSize }),
+      );
       out(`pool ${options.pool}: ${volumes.join(" ")}`);
       out("");
-      out(`$ aws ec2 describe-volumes --filters Name=tag:${VolumeTag.pool},Values=${options.pool} --endpoint-url ${lab.ec2.endpoint}`);
+      out(
+        `$ aws ec2 describe-volumes --filters Name=tag:${VolumeTag.pool},Values=${options.pool} --endpoint-url ${lab.ec2.endpoint}`,
+      );
       out(await describePool(lab, options.pool));
 
       // A fresh instance boots: its systemd runs the agent's phase 1, docker, phase 2.
       const { host } = await step("machine boot", async () => {
         const booted = await startEngineHost(
           lab,
-          { rootfs: rootfs.dir, bundle, store: options.store, name: "demo-node", overrides: { pool: options.pool, imageSet } },
+          {
+            rootfs: rootfs.dir,
+            bundle,
+            store: options.store,
+            name: "demo-node",
+            overrides: { pool: options.pool, imageSet },
+          },
           (m) => (machine = m),
         );
         await waitForReadyUnit(booted.machine, BOOT_TIMEOUT_MS);
@@ -91,12 +116,18 @@ export async function runEngineDemo(options: EngineDemoOptions): Promise<void> {
       });
       const m = machine!;
       out("");
-      out(`instance ${host.instance.instanceId} boots (zone ${host.instance.availabilityZone}) as machine ${m.name}: ${engine.name}, ${options.store} image store, the agent's units under systemd`);
+      out(
+        `instance ${host.instance.instanceId} boots (zone ${host.instance.availabilityZone}) as machine ${m.name}: ${engine.name}, ${options.store} image store, the agent's units under systemd`,
+      );
       const status = await machineStatus(m);
-      out(`outcome: ${status.boot?.outcome ?? "none"} (source ${status.boot?.source ?? "none"})${status.boot?.reason ? ` (${status.boot.reason})` : ""}`);
-      if (status.volume) out(`volume ${status.volume.volumeId} on ${status.volume.device ?? "?"} at ${status.mount?.mountPoint ?? "?"}`);
+      out(
+        `outcome: ${status.boot?.outcome ?? "none"} (source ${status.boot?.source ?? "none"})${status.boot?.reason ? ` (${status.boot.reason})` : ""}`,
+      );
+      if (status.volume)
+        out(`volume ${status.volume.volumeId} on ${status.volume.device ?? "?"} at ${status.mount?.mountPoint ?? "?"}`);
       out("boot timeline (both phases, from `ebs-cache-agent status --json` in the machine):");
-      for (const { step: name, seconds } of status.boot?.timeline ?? []) out(`  ${name.padEnd(20)} ${seconds.toFixed(2)} s`);
+      for (const { step: name, seconds } of status.boot?.timeline ?? [])
+        out(`  ${name.padEnd(20)} ${seconds.toFixed(2)} s`);
       const info = await createDockerEngine({ host: machineDockerHost(m) }).info();
       out(`docker ${info.serverVersion}, image store ${info.imageStore} (driver ${info.driver})`);
       out(`docker data-root: ${info.dockerRootDir}`);
@@ -108,8 +139,23 @@ export async function runEngineDemo(options: EngineDemoOptions): Promise<void> {
       for (const label of info.labels) out(`  ${label}`);
       out("$ docker image ls");
       out((await m.exec(["docker", "image", "ls"])).stdout);
-      const ran = await m.exec(["docker", "run", "--rm", "--pull=never", "--network", "none", golden.images[0]!, "echo", "hello from the cache volume"], 120_000);
-      out(`$ docker run --rm --pull=never ${golden.images[0]} echo …  ->  ${ran.exitCode === 0 ? ran.stdout.trim() : `exit ${ran.exitCode}: ${ran.stderr.trim()}`}`);
+      const ran = await m.exec(
+        [
+          "docker",
+          "run",
+          "--rm",
+          "--pull=never",
+          "--network",
+          "none",
+          golden.images[0]!,
+          "echo",
+          "hello from the cache volume",
+        ],
+        120_000,
+      );
+      out(
+        `$ docker run --rm --pull=never ${golden.images[0]} echo …  ->  ${ran.exitCode === 0 ? ran.stdout.trim() : `exit ${ran.exitCode}: ${ran.stderr.trim()}`}`,
+      );
       out("");
       out("$ aws ec2 describe-volumes (after the boot)");
       out(await describePool(lab, options.pool));
@@ -118,9 +164,12 @@ export async function runEngineDemo(options: EngineDemoOptions): Promise<void> {
       const code = await step("release (poweroff)", () => m.poweroff(180_000));
       out(`machine ${m.name} powered off (nspawn exit ${code ?? "none"})`);
       if (status.volume) {
-        const volume = (await lab.ec2Client().send(new DescribeVolumesCommand({ VolumeIds: [status.volume.volumeId] }))).Volumes?.[0];
+        const volume = (await lab.ec2Client().send(new DescribeVolumesCommand({ VolumeIds: [status.volume.volumeId] })))
+          .Volumes?.[0];
         const released = volume?.Tags?.find((tag) => tag.Key === VolumeTag.releasedAt)?.Value;
-        out(`release: ${status.volume.volumeId} ${volume?.State ?? "gone"}, ${VolumeTag.releasedAt}=${released ?? "none"}`);
+        out(
+          `release: ${status.volume.volumeId} ${volume?.State ?? "gone"}, ${VolumeTag.releasedAt}=${released ?? "none"}`,
+        );
       }
       out("");
       out("$ aws ec2 describe-volumes (after the release)");
@@ -139,7 +188,10 @@ export async function runEngineDemo(options: EngineDemoOptions): Promise<void> {
 }
 
 /** The engine's root file system; a first build that cannot reach Debian's archive says so. */
-async function engineRootfs(name: EngineName, out: (line: string) => void): Promise<Awaited<ReturnType<typeof cachedRootfs>>> {
+async function engineRootfs(
+  name: EngineName,
+  out: (line: string) => void,
+): Promise<Awaited<ReturnType<typeof cachedRootfs>>> {
   const engine = ENGINES[name];
   try {
     return await cachedRootfs(engine, out);

@@ -28,7 +28,13 @@ const PRODUCT = "s4l-academic-research-platform-europe-west-cluster-with-a-long-
 
 /** A dynamic service's placement labels, long enough that osparc writes the tag in chunks. */
 function taskLabels(user: string, project: string, node: string): Record<string, string> {
-  return { "product-name": PRODUCT, "user-id": user, "project-id": project, "node-id": node, "wallet-id": "wallet_1234567890_for_the_academic_research_group" };
+  return {
+    "product-name": PRODUCT,
+    "user-id": user,
+    "project-id": project,
+    "node-id": node,
+    "wallet-id": "wallet_1234567890_for_the_academic_research_group",
+  };
 }
 const FIRST = taskLabels("user_42", "9b5e1c2e-6a3f-4a8e-8c1d-2f1e0d9c7b6a", "3c1f0a9e-2b7d-4e8f-9a6b-5d4c3b2a1f0e");
 const OTHER = taskLabels("user_77", "0d0d0d0d-1111-4222-8333-444455556666", "7e7e7e7e-aaaa-4bbb-8ccc-dddddddddddd");
@@ -39,26 +45,46 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
   const { log, out } = options;
   const started = performance.now();
   const at = () => `+${((performance.now() - started) / 1000).toFixed(1).padStart(5)} s`;
-  const say = (who: "lab" | "osparc" | "agent" | "ec2" | "docker", text: string) => out(`${at()}  ${who.padEnd(6)} ${text}`);
+  const say = (who: "lab" | "osparc" | "agent" | "ec2" | "docker", text: string) =>
+    out(`${at()}  ${who.padEnd(6)} ${text}`);
 
   const lab = await startLab({ name: "demo-osparc", log });
   try {
     say("lab", `EC2 emulator ${lab.ec2.endpoint}, lab root ${lab.root}`);
-    const golden = await buildGoldenSnapshot(lab, { pool: options.pool, imageSet: "osparc-demo-1", images: [{ tag: IMAGE, payloadBytes: 2 * 1024 * 1024 }], log });
-    const pool = await createPoolVolumes(lab, golden, { pool: options.pool, imageSet: "osparc-demo-1", count: options.poolSize });
-    say("lab", `golden snapshot ${golden.snapshotId} (${golden.images.join(", ")}), pool ${options.pool}: ${pool.join(" ")}`);
+    const golden = await buildGoldenSnapshot(lab, {
+      pool: options.pool,
+      imageSet: "osparc-demo-1",
+      images: [{ tag: IMAGE, payloadBytes: 2 * 1024 * 1024 }],
+      log,
+    });
+    const pool = await createPoolVolumes(lab, golden, {
+      pool: options.pool,
+      imageSet: "osparc-demo-1",
+      count: options.poolSize,
+    });
+    say(
+      "lab",
+      `golden snapshot ${golden.snapshotId} (${golden.images.join(", ")}), pool ${options.pool}: ${pool.join(" ")}`,
+    );
 
     const osparc = createAutoscalerActor({ lab, agentConfig: { pool: options.pool } });
     const attachesSince = (node: OsparcNode, seq: number) =>
-      lab.ec2.requests.records().filter((r) => r.seq > seq && r.action === "AttachVolume" && r.instanceId === node.instanceId).length;
+      lab.ec2.requests
+        .records()
+        .filter((r) => r.seq > seq && r.action === "AttachVolume" && r.instanceId === node.instanceId).length;
     const lastSeq = () => lab.ec2.requests.records().at(-1)?.seq ?? 0;
     const sayBoot = (boot: OsparcBoot) => {
       say("agent", `phase 1 (boot --no-docker): ${outcomeOf(boot.phase1)} in ${sec(boot.phase1.ms)}`);
-      say("agent", `docker.service started; phase 2 (boot --no-claim): ${outcomeOf(boot)}, ${sec(boot.ms)} from boot start`);
+      say(
+        "agent",
+        `docker.service started; phase 2 (boot --no-claim): ${outcomeOf(boot)}, ${sec(boot.ms)} from boot start`,
+      );
     };
     const terminateInBackground = (node: OsparcNode): Promise<void> => {
       say("osparc", `TerminateInstances ${node.instanceId}`);
-      const done = osparc.terminate(node).then(() => say("osparc", `${node.instanceId} terminated: release ${outcomeOf(node.lastRelease)}`));
+      const done = osparc
+        .terminate(node)
+        .then(() => say("osparc", `${node.instanceId} terminated: release ${outcomeOf(node.lastRelease)}`));
       // Awaited at the end; a failure meanwhile must not crash the demo before the lab is torn down.
       done.catch(() => undefined);
       return done;
@@ -66,14 +92,22 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     /** RunInstances with the task's labels, boot, join, attach (tag deleted), activate. */
     const machineFor = async (labels: Record<string, string>, who: string) => {
       const node = await osparc.launch(labels);
-      const chunks = Object.keys(await osparc.instanceTags(node)).filter((key) => key.startsWith(Osparc.labelsTag)).sort();
-      say("osparc", `RunInstances ${node.instanceId} for ${who}: labels tag in ${chunks.length} chunks (${chunks.map((key) => key.slice(Osparc.labelsTag.length)).join(", ")})`);
+      const chunks = Object.keys(await osparc.instanceTags(node))
+        .filter((key) => key.startsWith(Osparc.labelsTag))
+        .sort();
+      say(
+        "osparc",
+        `RunInstances ${node.instanceId} for ${who}: labels tag in ${chunks.length} chunks (${chunks.map((key) => key.slice(Osparc.labelsTag.length)).join(", ")})`,
+      );
       const boot = await osparc.boot(node);
       sayBoot(boot);
       await osparc.join(node);
       await osparc.attachNode(node);
       const left = Object.keys(await osparc.instanceTags(node)).filter((key) => key.startsWith(Osparc.labelsTag));
-      say("osparc", `joined; labels copied to the node, labels tag ${left.length === 0 ? "deleted from the instance" : `still there: ${left.join(", ")}`}`);
+      say(
+        "osparc",
+        `joined; labels copied to the node, labels tag ${left.length === 0 ? "deleted from the instance" : `still there: ${left.join(", ")}`}`,
+      );
       await osparc.activate(node);
       return { node, boot };
     };
@@ -83,10 +117,22 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     const workspace = first.boot.result?.volumeId ?? "";
     const dockerd = first.node.host.dockerd!;
     await dockerd.docker(["volume", "create", "work"]);
-    await dockerd.docker(["run", "--rm", "--network", "none", "-v", "work:/data", IMAGE, "sh", "-c", "echo written-by-the-first-instance > /data/file"]);
+    await dockerd.docker([
+      "run",
+      "--rm",
+      "--network",
+      "none",
+      "-v",
+      "work:/data",
+      IMAGE,
+      "sh",
+      "-c",
+      "echo written-by-the-first-instance > /data/file",
+    ]);
     say("docker", `docker volume "work" on ${workspace}: /data/file = written-by-the-first-instance`);
     say("docker", "node labels:");
-    for (const [key, value] of Object.entries(await osparc.nodeLabels(first.node)).sort()) out(`             ${key}=${value}`);
+    for (const [key, value] of Object.entries(await osparc.nodeLabels(first.node)).sort())
+      out(`             ${key}=${value}`);
     const engineLabels = (await dockerd.info()).Labels.filter((label) => label.startsWith("io.simcore.ebs-cache."));
     if (engineLabels.length > 0) say("docker", `engine labels: ${engineLabels.join(" ")}`);
 
@@ -95,12 +141,28 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     await osparc.terminate(first.node);
     const released = await describe(lab, workspace);
     say("osparc", `TerminateInstances ${first.node.instanceId}: drained, terminated`);
-    say("agent", `release (${first.node.lastRelease?.plan.shutdown.kind ?? "?"}): ${outcomeOf(first.node.lastRelease)}; ${workspace} ${released.state}, expires-at ${released.tags[VolumeTag.expiresAt] ?? "none"}`);
+    say(
+      "agent",
+      `release (${first.node.lastRelease?.plan.shutdown.kind ?? "?"}): ${outcomeOf(first.node.lastRelease)}; ${workspace} ${released.state}, expires-at ${released.tags[VolumeTag.expiresAt] ?? "none"}`,
+    );
 
     // 3. The same ids again.
     const again = await machineFor(FIRST, "the same ids again");
-    const file = await again.node.host.dockerd!.docker(["run", "--rm", "--network", "none", "-v", "work:/data", IMAGE, "cat", "/data/file"]);
-    say("agent", `${again.boot.result?.volumeId === workspace ? "the same" : "ANOTHER"} workspace volume ${again.boot.result?.volumeId} (${again.boot.phase1.plan.selection.source})`);
+    const file = await again.node.host.dockerd!.docker([
+      "run",
+      "--rm",
+      "--network",
+      "none",
+      "-v",
+      "work:/data",
+      IMAGE,
+      "cat",
+      "/data/file",
+    ]);
+    say(
+      "agent",
+      `${again.boot.result?.volumeId === workspace ? "the same" : "ANOTHER"} workspace volume ${again.boot.result?.volumeId} (${again.boot.phase1.plan.selection.source})`,
+    );
     say("docker", `cat /data/file in docker volume "work": ${file.stdout.trim()}`);
     // Nothing below needs these two volumes back: their terminations run while the next boots do.
     const terminations = [terminateInBackground(again.node)];
@@ -108,7 +170,10 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     // 4. Other ids.
     const other = await machineFor(OTHER, "user_77 (other ids)");
     const volumes = (await other.node.host.dockerd!.docker(["volume", "ls", "-q"])).stdout.split("\n").filter(Boolean);
-    say("agent", `other ids: volume ${other.boot.result?.volumeId} (${other.boot.phase1.plan.selection.source}), ${other.boot.result?.volumeId === workspace ? "THE FIRST IDS' WORKSPACE" : "not the workspace of user_42"}; docker volumes: ${volumes.length === 0 ? "none" : volumes.join(" ")}`);
+    say(
+      "agent",
+      `other ids: volume ${other.boot.result?.volumeId} (${other.boot.phase1.plan.selection.source}), ${other.boot.result?.volumeId === workspace ? "THE FIRST IDS' WORKSPACE" : "not the workspace of user_42"}; docker volumes: ${volumes.length === 0 ? "none" : volumes.join(" ")}`,
+    );
     terminations.push(terminateInBackground(other.node));
 
     // 5. A warm buffer: stopped with its pool volume attached, activated with the tag after the start.
@@ -121,14 +186,25 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     await osparc.stop(buffer);
     const stopped = await describe(lab, kept);
     say("osparc", `StopInstances ${buffer.instanceId}: stopped`);
-    say("agent", `release (${buffer.lastRelease?.plan.shutdown.kind ?? "?"}): ${outcomeOf(buffer.lastRelease)}; ${kept} ${stopped.state}${stopped.attachedTo ? ` to ${stopped.attachedTo}` : ""}, expires-at ${stopped.tags[VolumeTag.expiresAt] ?? "none"}`);
+    say(
+      "agent",
+      `release (${buffer.lastRelease?.plan.shutdown.kind ?? "?"}): ${outcomeOf(buffer.lastRelease)}; ${kept} ${stopped.state}${stopped.attachedTo ? ` to ${stopped.attachedTo}` : ""}, expires-at ${stopped.tags[VolumeTag.expiresAt] ?? "none"}`,
+    );
     const since = lastSeq();
-    say("osparc", `activation for user_99: StartInstances, then one CreateTags: ${Osparc.warmBufferTag}=false with the labels tag`);
-    const activated = await osparc.activateWarmBuffer(buffer, BUFFERED, { overrides: { workspace: { waitForLabelsTagSeconds: 20 } } });
+    say(
+      "osparc",
+      `activation for user_99: StartInstances, then one CreateTags: ${Osparc.warmBufferTag}=false with the labels tag`,
+    );
+    const activated = await osparc.activateWarmBuffer(buffer, BUFFERED, {
+      overrides: { workspace: { waitForLabelsTagSeconds: 20 } },
+    });
     const waited = activated.phase1.log.find((line) => /the labels tag arrived/.test(line));
     say("agent", `phase 1 waited for the labels tag: ${waited ? "it arrived" : "it never came"}`);
     sayBoot(activated);
-    say("ec2", `AttachVolume requests for ${buffer.instanceId} since StartInstances: ${attachesSince(buffer, since)} (volume ${activated.result?.volumeId === kept ? "kept" : `changed to ${activated.result?.volumeId}`})`);
+    say(
+      "ec2",
+      `AttachVolume requests for ${buffer.instanceId} since StartInstances: ${attachesSince(buffer, since)} (volume ${activated.result?.volumeId === kept ? "kept" : `changed to ${activated.result?.volumeId}`})`,
+    );
     await osparc.join(buffer);
     await osparc.attachNode(buffer);
     say("osparc", "joined; labels tag deleted");
@@ -141,7 +217,9 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
   }
 }
 
-function outcomeOf(run: AgentRun<{ result?: { outcome: string; volumeId?: string; reason?: string } | undefined }> | undefined): string {
+function outcomeOf(
+  run: AgentRun<{ result?: { outcome: string; volumeId?: string; reason?: string } | undefined }> | undefined,
+): string {
   const result = run?.result;
   if (!result) return "no result";
   return `${result.outcome}${result.volumeId ? ` on ${result.volumeId}` : ""}${result.reason ? ` (${result.reason})` : ""}`;
@@ -151,7 +229,10 @@ function sec(ms: number): string {
   return `${(ms / 1000).toFixed(2)} s`;
 }
 
-async function describe(lab: Lab, volumeId: string): Promise<{ state: string; attachedTo?: string; tags: Record<string, string> }> {
+async function describe(
+  lab: Lab,
+  volumeId: string,
+): Promise<{ state: string; attachedTo?: string; tags: Record<string, string> }> {
   const found = await lab.ec2Client().send(new DescribeVolumesCommand({ VolumeIds: [volumeId] }));
   const volume = found.Volumes?.[0];
   const attachedTo = volume?.Attachments?.[0]?.InstanceId;

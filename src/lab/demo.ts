@@ -57,7 +57,9 @@ export async function runLabDemo(options: DemoOptions): Promise<void> {
     out(`pool ${options.pool}: ${volumes.join(" ")}`);
 
     out("");
-    out(`$ aws ec2 describe-volumes --filters Name=tag:${VolumeTag.pool},Values=${options.pool} --endpoint-url ${lab.ec2.endpoint}`);
+    out(
+      `$ aws ec2 describe-volumes --filters Name=tag:${VolumeTag.pool},Values=${options.pool} --endpoint-url ${lab.ec2.endpoint}`,
+    );
     out(await describePool(lab, options.pool));
 
     // A fresh instance boots: the agent's main job.
@@ -78,7 +80,15 @@ export async function runLabDemo(options: DemoOptions): Promise<void> {
       for (const label of info.Labels) out(`  ${label}`);
       out("$ docker image ls");
       out((await dockerd.docker(["image", "ls"])).stdout);
-      const ran = await dockerd.docker(["run", "--rm", "--network", "none", golden.images[0]!, "echo", "hello from the cache volume"]);
+      const ran = await dockerd.docker([
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        golden.images[0]!,
+        "echo",
+        "hello from the cache volume",
+      ]);
       out(`$ docker run --rm ${golden.images[0]} echo …  ->  ${ran.stdout}`);
     }
     out("");
@@ -99,14 +109,24 @@ export async function describePool(lab: Lab, pool: string): Promise<string> {
   if (existsSync(AWS_CLI)) {
     const result = await run(
       AWS_CLI,
-      ["ec2", "describe-volumes", "--endpoint-url", lab.ec2.endpoint, "--filters", filter, "--output", "table",
-        "--query", `Volumes[].{Id:VolumeId,AZ:AvailabilityZone,State:State,Size:Size,Snapshot:SnapshotId,ClaimedBy:Tags[?Key=='${VolumeTag.claimedBy}']|[0].Value}`],
+      [
+        "ec2",
+        "describe-volumes",
+        "--endpoint-url",
+        lab.ec2.endpoint,
+        "--filters",
+        filter,
+        "--output",
+        "table",
+        "--query",
+        `Volumes[].{Id:VolumeId,AZ:AvailabilityZone,State:State,Size:Size,Snapshot:SnapshotId,ClaimedBy:Tags[?Key=='${VolumeTag.claimedBy}']|[0].Value}`,
+      ],
       { env: { ...process.env, ...lab.awsEnv() } as Record<string, string> },
     );
     return result.stdout;
   }
-  const found = await lab.ec2Client().send(
-    new DescribeVolumesCommand({ Filters: [{ Name: `tag:${VolumeTag.pool}`, Values: [pool] }] }),
-  );
+  const found = await lab
+    .ec2Client()
+    .send(new DescribeVolumesCommand({ Filters: [{ Name: `tag:${VolumeTag.pool}`, Values: [pool] }] }));
   return JSON.stringify(found.Volumes, null, 2);
 }

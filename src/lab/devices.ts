@@ -65,7 +65,12 @@ export interface LoopDevice {
   backingId?: string;
 }
 
-type LosetupEntry = { name?: string; "back-file"?: string | null; "back-ino"?: number | null; "back-maj:min"?: string | null };
+type LosetupEntry = {
+  name?: string;
+  "back-file"?: string | null;
+  "back-ino"?: number | null;
+  "back-maj:min"?: string | null;
+};
 
 /** Parses `losetup -J -l -O NAME,BACK-FILE[,BACK-INO,BACK-MAJ:MIN]` output (empty output means no loop devices). */
 export function parseLosetupJson(text: string): LoopDevice[] {
@@ -113,7 +118,10 @@ export async function currentLoop(device: string, log?: Logger): Promise<LoopDev
 export function sameBacking(listed: LoopDevice, now: LoopDevice | undefined): boolean {
   if (!now) return false;
   if (listed.backingId && now.backingId) return listed.backingId === now.backingId;
-  return listed.backingFile === now.backingFile || (now.backingFile.startsWith("/") && listed.backingFile.endsWith(now.backingFile));
+  return (
+    listed.backingFile === now.backingFile ||
+    (now.backingFile.startsWith("/") && listed.backingFile.endsWith(now.backingFile))
+  );
 }
 
 /**
@@ -125,7 +133,11 @@ export function sameBacking(listed: LoopDevice, now: LoopDevice | undefined): bo
 export async function detachLoop(loop: LoopDevice, log?: Logger): Promise<"detached" | "not ours" | "failed"> {
   const now = await currentLoop(loop.device, log);
   if (!sameBacking(loop, now)) {
-    log?.info("lab.loop", "not detached: the device is no longer backed by the lab's file", { device: loop.device, was: loop.backingFile, now: now?.backingFile ?? "(none)" });
+    log?.info("lab.loop", "not detached: the device is no longer backed by the lab's file", {
+      device: loop.device,
+      was: loop.backingFile,
+      now: now?.backingFile ?? "(none)",
+    });
     return "not ours";
   }
   const result = await run("losetup", ["-d", loop.device], { log, check: false });

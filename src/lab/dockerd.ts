@@ -121,14 +121,23 @@ export function dockerdService(dockerd: PrivateDockerd): ServiceControl {
  * The arguments a private dockerd is started with (after its path), known before it starts: the
  * lab host hands them to the agent as dockerd's effective command line.
  */
-export function privateDockerdArgs(options: Pick<PrivateDockerdOptions, "root" | "configFile" | "extraArgs">): string[] {
+export function privateDockerdArgs(
+  options: Pick<PrivateDockerdOptions, "root" | "configFile" | "extraArgs">,
+): string[] {
   // dockerd 20.10 uses a system containerd when it finds one: keep our tasks apart from the host's.
   const namespace = containerdNamespace(options.root);
   const containerd = existsSync(SYSTEM_CONTAINERD_SOCKET)
     ? ["--containerd-namespace", namespace, "--containerd-plugins-namespace", `${namespace}-plugins`]
     : [];
   return [
-    ...["--config-file", options.configFile, "--exec-root", join(options.root, "exec"), "--pidfile", join(options.root, "dockerd.pid")],
+    ...[
+      "--config-file",
+      options.configFile,
+      "--exec-root",
+      join(options.root, "exec"),
+      "--pidfile",
+      join(options.root, "dockerd.pid"),
+    ],
     ...["-H", `unix://${join(options.root, "docker.sock")}`],
     ...["--bridge=none", "--iptables=false", "--ip6tables=false"],
     ...containerd,
@@ -349,7 +358,9 @@ class LabDockerd implements PrivateDockerd {
     const leftovers = await findPrivateDockerdProcesses(this.root);
     if (leftovers.length > 0) {
       const pids = leftovers.map((entry) => entry.pid);
-      this.options.log?.warning("lab.dockerd-leftovers", "killing processes dockerd left behind", { pids: pids.join(",") });
+      this.options.log?.warning("lab.dockerd-leftovers", "killing processes dockerd left behind", {
+        pids: pids.join(","),
+      });
       if (!(await killAndWait(pids))) {
         throw new AgentError(
           `processes of the private dockerd survived SIGKILL: ${pids.join(" ")}`,
@@ -526,4 +537,3 @@ async function killAndWait(pids: readonly number[]): Promise<boolean> {
   for (const pid of pids) signal(pid, "SIGKILL");
   return waitGone(pids, 10_000);
 }
-

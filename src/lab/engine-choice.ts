@@ -21,7 +21,10 @@ export class EngineChoiceError extends AgentError {
 export function parseEngine(value: string): EngineName {
   const name = value.trim() === "20" ? "20.10" : value.trim();
   if (!Object.hasOwn(ENGINES, name)) {
-    throw new EngineChoiceError(`no engine ${JSON.stringify(value)}: the lab has docker 20 (bookworm), 26 (trixie) and 28 (sid)`, "use --engine 20, 26 or 28");
+    throw new EngineChoiceError(
+      `no engine ${JSON.stringify(value)}: the lab has docker 20 (bookworm), 26 (trixie) and 28 (sid)`,
+      "use --engine 20, 26 or 28",
+    );
   }
   return name as EngineName;
 }
@@ -30,7 +33,10 @@ export function parseEngine(value: string): EngineName {
 export function parseStore(value: string): ImageStore {
   const store = value.trim();
   if (!(IMAGE_STORES as readonly string[]).includes(store)) {
-    throw new EngineChoiceError(`no image store ${JSON.stringify(value)}`, "use --store graphdriver or --store containerd");
+    throw new EngineChoiceError(
+      `no image store ${JSON.stringify(value)}`,
+      "use --store graphdriver or --store containerd",
+    );
   }
   return store as ImageStore;
 }
@@ -51,7 +57,10 @@ export type HostEngine = { kind: "host" } | { kind: "machine"; engine: EngineNam
  * store). The containerd image store needs docker 24 or later (`features.containerd-snapshotter`):
  * asked on 20.10 it is an error, not a silent graphdriver run.
  */
-export function chooseHostEngine(asked: { engine?: EngineName; store?: ImageStore }, hostVersion: string | undefined): HostEngine {
+export function chooseHostEngine(
+  asked: { engine?: EngineName; store?: ImageStore },
+  hostVersion: string | undefined,
+): HostEngine {
   const hostEngine = engineOfVersion(hostVersion);
   const engine = asked.engine ?? hostEngine;
   const store = asked.store ?? "graphdriver";

@@ -59,7 +59,11 @@ export interface GoldenOptions {
 }
 
 /** The CreateVolume of a golden build's builder volume (empty, gp3, encrypted as asked). */
-export function builderVolumeInput(zone: string, sizeGiB: number, volume: GoldenOptions["volume"]): CreateVolumeCommandInput {
+export function builderVolumeInput(
+  zone: string,
+  sizeGiB: number,
+  volume: GoldenOptions["volume"],
+): CreateVolumeCommandInput {
   return {
     AvailabilityZone: zone,
     Size: sizeGiB,
@@ -94,7 +98,13 @@ function tagList(tags: Record<string, string>): Tag[] {
  * the images were built with (src/docker/image-store.ts); with `builtAt`, the build's time (the
  * generation, src/agent/generation.ts).
  */
-export function poolTags(pool: string, imageSet: string, images: string[], built?: GoldenSnapshot["built"], builtAt?: string): Record<string, string> {
+export function poolTags(
+  pool: string,
+  imageSet: string,
+  images: string[],
+  built?: GoldenSnapshot["built"],
+  builtAt?: string,
+): Record<string, string> {
   return {
     [VolumeTag.managed]: "true",
     [VolumeTag.kind]: VolumeKind.pool,
@@ -118,7 +128,9 @@ export async function buildGoldenSnapshot(lab: Lab, options: GoldenOptions): Pro
   const created = await ec2.send(new CreateVolumeCommand(builderVolumeInput(zone, sizeGiB, options.volume)));
   const volumeId = created.VolumeId!;
   await waitUntilVolumeAvailable({ client: ec2, ...WAIT }, { VolumeIds: [volumeId] });
-  await ec2.send(new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: builder.instance.instanceId, Device: "/dev/sdf" }));
+  await ec2.send(
+    new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: builder.instance.instanceId, Device: "/dev/sdf" }),
+  );
   await waitForAttached(ec2, volumeId);
   const device = await lab.backend.deviceReady(volumeId);
   log?.info("lab.golden-attach", "builder volume attached", { volume: volumeId, device });
@@ -137,7 +149,12 @@ export async function buildGoldenSnapshot(lab: Lab, options: GoldenOptions): Pro
     await run("umount", [mountPoint], { log });
   }
 
-  return snapshotBuilderVolume(lab, volumeId, options, { sizeGiB, built, builtAt, description: `ebs-cache golden snapshot: pool ${options.pool}, image set ${options.imageSet}` });
+  return snapshotBuilderVolume(lab, volumeId, options, {
+    sizeGiB,
+    built,
+    builtAt,
+    description: `ebs-cache golden snapshot: pool ${options.pool}, image set ${options.imageSet}`,
+  });
 }
 
 /**
@@ -161,13 +178,27 @@ export async function snapshotBuilderVolume(
       VolumeId: volumeId,
       Description: build.description,
       // The operator's tags first: the pool's own win.
-      TagSpecifications: [{ ResourceType: "snapshot", Tags: tagList({ ...options.volume?.tags, ...poolTags(options.pool, options.imageSet, images, built, builtAt) }) }],
+      TagSpecifications: [
+        {
+          ResourceType: "snapshot",
+          Tags: tagList({
+            ...options.volume?.tags,
+            ...poolTags(options.pool, options.imageSet, images, built, builtAt),
+          }),
+        },
+      ],
     }),
   );
   const snapshotId = snapshot.SnapshotId!;
   await waitUntilSnapshotCompleted({ client: ec2, ...WAIT }, { SnapshotIds: [snapshotId] });
   await ec2.send(new DeleteVolumeCommand({ VolumeId: volumeId }));
-  options.log?.info("lab.golden-snapshot", "golden snapshot ready", { snapshot: snapshotId, images: images.join(","), store: built.store, engine: built.engineVersion, builtAt });
+  options.log?.info("lab.golden-snapshot", "golden snapshot ready", {
+    snapshot: snapshotId,
+    images: images.join(","),
+    store: built.store,
+    engine: built.engineVersion,
+    builtAt,
+  });
   return { snapshotId, sizeGiB: build.sizeGiB, images, built, builtAt };
 }
 
@@ -186,7 +217,11 @@ export async function waitForAttached(ec2: EC2Client, volumeId: string): Promise
  * Runs the builder's dockerd on a data-root on the volume and imports the image set into it;
  * returns the store and version that dockerd reported.
  */
-async function importImages(builder: LabHost, dataRoot: string, options: GoldenOptions): Promise<GoldenSnapshot["built"]> {
+async function importImages(
+  builder: LabHost,
+  dataRoot: string,
+  options: GoldenOptions,
+): Promise<GoldenSnapshot["built"]> {
   await writeFile(builder.paths.daemonJson, JSON.stringify({ "data-root": dataRoot }, null, 2) + "\n");
   const dockerd = await builder.startDocker();
   try {

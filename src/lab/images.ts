@@ -44,7 +44,10 @@ export interface BuildImageOptions {
 export async function buildImage(docker: DockerClient, options: BuildImageOptions): Promise<string> {
   const payloadBytes = options.payloadBytes ?? 0;
   if (!Number.isSafeInteger(payloadBytes) || payloadBytes < 0) {
-    throw new AgentError(`payloadBytes must be a whole number of bytes, not ${payloadBytes}`, "fix the lab's image set");
+    throw new AgentError(
+      `payloadBytes must be a whole number of bytes, not ${payloadBytes}`,
+      "fix the lab's image set",
+    );
   }
   await assertStaticBusybox();
   await mkdir(options.workDir, { recursive: true });

@@ -283,7 +283,14 @@ export async function startImdsEmulator(options: ImdsEmulatorOptions): Promise<I
 /** The metadata served for an instance, as a tree of directories and values. */
 function metadataTree(
   instance: LabInstance,
-  ctx: { accountId: string; role: string | null; credentials: Credentials; lifetimeMs: number; startedAt: Date; spotNotice: SpotInstanceAction | undefined },
+  ctx: {
+    accountId: string;
+    role: string | null;
+    credentials: Credentials;
+    lifetimeMs: number;
+    startedAt: Date;
+    spotNotice: SpotInstanceAction | undefined;
+  },
 ): MetadataTree {
   const metaData: MetadataTree = {
     "instance-id": instance.instanceId,

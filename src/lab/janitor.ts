@@ -135,7 +135,9 @@ async function waitForReady(child: ChildProcess, stdout: Readable, timeoutMs: nu
 /** The environment without test-runner hooks (NODE_OPTIONS, tap's variables). */
 function janitorEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
   return Object.fromEntries(
-    Object.entries(env).filter(([key]) => key !== "NODE_OPTIONS" && !key.startsWith("TAP") && !key.startsWith("_TAPJS")),
+    Object.entries(env).filter(
+      ([key]) => key !== "NODE_OPTIONS" && !key.startsWith("TAP") && !key.startsWith("_TAPJS"),
+    ),
   );
 }
 
@@ -154,7 +156,10 @@ export interface RunJanitorOptions {
  * The janitor process's main: waits until the owner closes the pipe (or is seen dead), then reaps
  * the root, unless the owner said "bye". Resolves with what happened.
  */
-export async function runJanitor(root: string, options: RunJanitorOptions = {}): Promise<"released" | "reaped" | "failed"> {
+export async function runJanitor(
+  root: string,
+  options: RunJanitorOptions = {},
+): Promise<"released" | "reaped" | "failed"> {
   const { log } = options;
   const input = options.input ?? process.stdin;
   const owner = await readLabOwner(root);

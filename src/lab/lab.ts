@@ -71,7 +71,13 @@ export function hostFolderPaths(hostRoot: string): Omit<LabHostPaths, "dockerdRo
 
 /** Creates a host folder's folders and its daemon.json (docker on its default data-root). */
 export async function prepareHostFolder(paths: Omit<LabHostPaths, "dockerdRoot">): Promise<void> {
-  for (const dir of [paths.byIdDir, paths.sysfsRoot, paths.mountRoot, paths.defaultDataRoot, dirname(paths.daemonJson)]) {
+  for (const dir of [
+    paths.byIdDir,
+    paths.sysfsRoot,
+    paths.mountRoot,
+    paths.defaultDataRoot,
+    dirname(paths.daemonJson),
+  ]) {
     await mkdir(dir, { recursive: true });
   }
   await writeFile(paths.daemonJson, JSON.stringify({ "data-root": paths.defaultDataRoot }, null, 2) + "\n");
@@ -122,7 +128,15 @@ export interface AddHostOptions {
   dockerdArgs?: string[];
 }
 
-const DEFAULT_DELAYS: Delays = { createMs: 50, attachMs: 100, detachMs: 100, snapshotMs: 100, startMs: 100, stopMs: 100, terminateMs: 100 };
+const DEFAULT_DELAYS: Delays = {
+  createMs: 50,
+  attachMs: 100,
+  detachMs: 100,
+  snapshotMs: 100,
+  startMs: 100,
+  stopMs: 100,
+  terminateMs: 100,
+};
 
 /** Dummy credentials: the emulator does not check signatures, but the SDK and CLI want some. */
 export const LAB_CREDENTIALS = { accessKeyId: "AKIALABLABLABLABLAB0", secretAccessKey: "lab-secret-not-checked" };
@@ -163,7 +177,12 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
         log,
       });
     }
-    backend = createLoopVolumeBackend({ root, deviceDelayMs: options.deviceDelayMs ?? 50, ...(cold ? { layer: cold } : {}), log });
+    backend = createLoopVolumeBackend({
+      root,
+      deviceDelayMs: options.deviceDelayMs ?? 50,
+      ...(cold ? { layer: cold } : {}),
+      log,
+    });
     ec2 = await startEc2Emulator({
       backend,
       region,
@@ -220,7 +239,12 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
           await host.dockerd.start();
           return host.dockerd;
         }
-        host.dockerd = await startPrivateDockerd({ root: dockerdRoot, configFile: paths.daemonJson, log, ...dockerdExtra });
+        host.dockerd = await startPrivateDockerd({
+          root: dockerdRoot,
+          configFile: paths.daemonJson,
+          log,
+          ...dockerdExtra,
+        });
         return host.dockerd;
       },
       dockerdCommand: () => ({

@@ -106,7 +106,10 @@ export async function createLabRoot(base: string, name = "lab"): Promise<string>
   await writeFile(join(temp, OWNER_FILE), JSON.stringify(record) + "\n", { flag: "wx" });
   const paths = labPaths(temp);
   for (const dir of [paths.volumes, paths.snapshots, paths.hosts, paths.pids, paths.state]) await mkdir(dir);
-  const root = join(base, `${safeName(name)}-${temp.slice(temp.lastIndexOf(CREATING_PREFIX) + CREATING_PREFIX.length)}`);
+  const root = join(
+    base,
+    `${safeName(name)}-${temp.slice(temp.lastIndexOf(CREATING_PREFIX) + CREATING_PREFIX.length)}`,
+  );
   await rename(temp, root);
   return root;
 }

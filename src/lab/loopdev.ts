@@ -104,9 +104,11 @@ export function createLoopVolumeBackend(options: LoopVolumeBackendOptions): Loop
   const records = () => [...attached.values()].flatMap((a) => (a.record ? [a.record] : []));
   /** Writes are chained so an older snapshot of the records never lands after a newer one. */
   const persist = () => {
-    stateWrites = stateWrites.then(() => writeAttachmentRecords(root, records())).catch((error: unknown) => {
-      log?.warning("lab.loop", "could not write the attachment record", { error: describeError(error) });
-    });
+    stateWrites = stateWrites
+      .then(() => writeAttachmentRecords(root, records()))
+      .catch((error: unknown) => {
+        log?.warning("lab.loop", "could not write the attachment record", { error: describeError(error) });
+      });
     return stateWrites;
   };
 
@@ -164,7 +166,11 @@ export function createLoopVolumeBackend(options: LoopVolumeBackendOptions): Loop
       // image; a real snapshot is crash-consistent, this one at least sees every completed write.
       for (const flushed of device ? [device] : lingering) await run("blockdev", ["--flushbufs", flushed], { log });
       await placeNewFile(target, (temp) => sparseCopy(image, temp, log));
-      log?.info("lab.loop", "snapshot created", { snapshotId, volumeId, flushed: device ?? (lingering.join(",") || undefined) });
+      log?.info("lab.loop", "snapshot created", {
+        snapshotId,
+        volumeId,
+        flushed: device ?? (lingering.join(",") || undefined),
+      });
     },
 
     async deleteSnapshot(snapshotId) {
@@ -184,7 +190,11 @@ export function createLoopVolumeBackend(options: LoopVolumeBackendOptions): Loop
       await stat(image); // ENOENT: no such volume.
       const attachment = scheduleDevice(volumeId, backingFileOf(volumeId), instance);
       attached.set(volumeId, attachment);
-      log?.info("lab.loop", "attach accepted", { volumeId, instance: instance.instanceId, delayMs: backend.deviceDelayMs });
+      log?.info("lab.loop", "attach accepted", {
+        volumeId,
+        instance: instance.instanceId,
+        delayMs: backend.deviceDelayMs,
+      });
     },
 
     async detach(volumeId, instance) {
@@ -257,14 +267,22 @@ export function createLoopVolumeBackend(options: LoopVolumeBackendOptions): Loop
     const deadline = Date.now() + (options.releaseTimeoutMs ?? 30_000);
     let logged = false;
     for (;;) {
-      const lingering = (await listLoopDevices()).filter((loop) => files.has(loop.backingFile)).map((loop) => loop.device);
+      const lingering = (await listLoopDevices())
+        .filter((loop) => files.has(loop.backingFile))
+        .map((loop) => loop.device);
       if (lingering.length === 0) return [];
       if (Date.now() >= deadline) {
-        log?.warning("lab.loop", "a detached volume's device is still in use: the snapshot is only crash-consistent", { volumeId, devices: lingering.join(",") });
+        log?.warning("lab.loop", "a detached volume's device is still in use: the snapshot is only crash-consistent", {
+          volumeId,
+          devices: lingering.join(","),
+        });
         return lingering;
       }
       if (!logged) {
-        log?.info("lab.loop", "waiting for the kernel to release the detached volume's device before the snapshot", { volumeId, devices: lingering.join(",") });
+        log?.info("lab.loop", "waiting for the kernel to release the detached volume's device before the snapshot", {
+          volumeId,
+          devices: lingering.join(","),
+        });
         logged = true;
       }
       await sleep(100);
@@ -318,13 +336,19 @@ export function createLoopVolumeBackend(options: LoopVolumeBackendOptions): Loop
 }
 
 /** Sets up the loop device, then the sysfs entry, then (last, atomically) the by-id link. */
-async function setUpDevice(volumeId: string, image: string, instance: LabInstance, log?: Logger): Promise<AttachmentRecord> {
+async function setUpDevice(
+  volumeId: string,
+  image: string,
+  instance: LabInstance,
+  log?: Logger,
+): Promise<AttachmentRecord> {
   const { stdout } = await run("losetup", ["--find", "--show", "--direct-io=off", image], {
     log,
     remediation: "check that loop devices are available (modprobe loop) and that this runs as root",
   });
   const device = stdout.trim();
-  if (!/^\/dev\/loop\d+$/.test(device)) throw new Error(`losetup printed an unexpected device: ${JSON.stringify(device)}`);
+  if (!/^\/dev\/loop\d+$/.test(device))
+    throw new Error(`losetup printed an unexpected device: ${JSON.stringify(device)}`);
   const record: AttachmentRecord = {
     volumeId,
     instanceId: instance.instanceId,
@@ -367,7 +391,9 @@ async function tearDownDevice(record: AttachmentRecord, image: string, log?: Log
   const result = await run("losetup", ["-d", record.device], { log, check: false });
   if (result.exitCode === 0) return;
   // Failing is fine if the device is already gone or now serves another file.
-  const stillOurs = (await listLoopDevices(log)).some((loop) => loop.device === record.device && loop.backingFile === image);
+  const stillOurs = (await listLoopDevices(log)).some(
+    (loop) => loop.device === record.device && loop.backingFile === image,
+  );
   if (stillOurs) throw new Error(`losetup -d ${record.device} failed: ${result.stderr}`);
 }
 

@@ -56,7 +56,9 @@ export async function writeAttachmentRecords(root: string, records: readonly Att
  * Removes an attachment's by-id link (only while it still points at the recorded device, so a
  * newer attachment's link is left alone) and its sysfs-like entry. Safe to repeat.
  */
-export async function removeDeviceEntries(record: Pick<AttachmentRecord, "device" | "link" | "sysfsDir">): Promise<void> {
+export async function removeDeviceEntries(
+  record: Pick<AttachmentRecord, "device" | "link" | "sysfsDir">,
+): Promise<void> {
   try {
     if ((await readlink(record.link)) === record.device) await unlink(record.link);
   } catch {

@@ -11,5 +11,9 @@ import { labCommand } from "./command.ts";
 try {
   await labCommand().exitOverride().parseAsync(process.argv);
 } catch (error) {
-  process.exitCode = reportFatal(error, createLogger(), { failed: "lab.failed", stack: "lab.stack", untypedIsBug: false });
+  process.exitCode = reportFatal(error, createLogger(), {
+    failed: "lab.failed",
+    stack: "lab.stack",
+    untypedIsBug: false,
+  });
 }

@@ -16,10 +16,15 @@ import type { DockerClient } from "./images.ts";
 import { MessageId, type JournalEntry } from "./nspawn-journal.ts";
 import { bootMachine, loopDeviceNumbers, prepareMachine, type Bind, type Machine } from "./nspawn.ts";
 
-export const AGENT_UNITS = ["ebs-cache-agent.service", "ebs-cache-agent-ready.service", "ebs-cache-agent-release.service"] as const;
+export const AGENT_UNITS = [
+  "ebs-cache-agent.service",
+  "ebs-cache-agent-ready.service",
+  "ebs-cache-agent-release.service",
+] as const;
 
 /** A drop-in that keeps a product unit from starting in a machine that runs docker alone. */
-const HELD_BACK = "# ebs-cache lab: this machine runs docker alone.\n[Unit]\nConditionPathExists=/run/ebs-cache-lab-never\n";
+const HELD_BACK =
+  "# ebs-cache lab: this machine runs docker alone.\n[Unit]\nConditionPathExists=/run/ebs-cache-lab-never\n";
 
 /**
  * The machine's daemon.json before anything edits it. The machine shares the host's network
@@ -46,13 +51,18 @@ export function machineDockerClient(m: Pick<Machine, "pid1">): DockerClient {
   const host = machineDockerHost(m);
   return {
     docker: (args: readonly string[], options?: RunOptions) => run(DOCKER_CLI, ["-H", host, ...args], options),
-    info: () => Promise.reject(new AgentError("the machine's docker info is read through createDockerEngine", "use machineDockerEngine")),
+    info: () =>
+      Promise.reject(
+        new AgentError("the machine's docker info is read through createDockerEngine", "use machineDockerEngine"),
+      ),
   };
 }
 
 /** The first journal entry of a finished start or stop job of `unit`. */
 export function jobDone(entries: JournalEntry[], unit: string, type: "start" | "stop"): JournalEntry | undefined {
-  return entries.find((e) => e.unit === unit && e.jobType === type && e.jobResult !== undefined && e.identifier === "systemd");
+  return entries.find(
+    (e) => e.unit === unit && e.jobType === type && e.jobResult !== undefined && e.identifier === "systemd",
+  );
 }
 
 /** Whether `unit` logged that it began starting. */
@@ -91,14 +101,22 @@ export async function dockerOnlyMachine(options: {
     throw error;
   }
   options.onBooted(m);
-  await m.waitForJournal((entries) => (jobDone(entries, "docker.service", "start") ? true : undefined), 180_000, "the start of docker.service");
+  await m.waitForJournal(
+    (entries) => (jobDone(entries, "docker.service", "start") ? true : undefined),
+    180_000,
+    "the start of docker.service",
+  );
   return m;
 }
 
 /** Runs a command in the machine; throws with its output unless it exits 0. */
 export async function inMachine(m: Machine, args: string[], timeoutMs?: number): Promise<string> {
   const out = await m.exec(args, timeoutMs);
-  if (out.exitCode !== 0) throw new AgentError(`${args.join(" ")} exited ${out.exitCode} in ${m.name}: ${out.stderr}${out.stdout}`, "see the machine's journal");
+  if (out.exitCode !== 0)
+    throw new AgentError(
+      `${args.join(" ")} exited ${out.exitCode} in ${m.name}: ${out.stderr}${out.stdout}`,
+      "see the machine's journal",
+    );
   return out.stdout;
 }
 
@@ -108,10 +126,16 @@ export async function inMachine(m: Machine, args: string[], timeoutMs?: number):
  * images live in containerd's content store, outside docker's data-root.
  */
 export async function dockerOnVolume(m: Machine, mountPoint: string, store: ImageStore): Promise<DockerEngineClient> {
-  if (store === "containerd") await createContainerdConfig({ path: join(m.dir, "etc/containerd/config.toml") }).setRoot(containerdRootOnVolume(mountPoint));
+  if (store === "containerd")
+    await createContainerdConfig({ path: join(m.dir, "etc/containerd/config.toml") }).setRoot(
+      containerdRootOnVolume(mountPoint),
+    );
   const daemonJson = join(m.dir, "etc/docker/daemon.json");
   const config = JSON.parse(await readFile(daemonJson, "utf8")) as Record<string, unknown>;
-  await writeFile(daemonJson, JSON.stringify({ ...config, "data-root": join(mountPoint, DATA_ROOT_SUBDIR) }, null, 2) + "\n");
+  await writeFile(
+    daemonJson,
+    JSON.stringify({ ...config, "data-root": join(mountPoint, DATA_ROOT_SUBDIR) }, null, 2) + "\n",
+  );
   await inMachine(m, ["systemctl", "stop", "docker.service", "docker.socket"]);
   if (store === "containerd") await inMachine(m, ["systemctl", "restart", "containerd.service"]);
   await inMachine(m, ["systemctl", "start", "docker.service"]);

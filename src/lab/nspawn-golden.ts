@@ -8,20 +8,28 @@
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
-import {
-  AttachVolumeCommand,
-  CreateVolumeCommand,
-  waitUntilVolumeAvailable,
-} from "@aws-sdk/client-ec2";
+import { AttachVolumeCommand, CreateVolumeCommand, waitUntilVolumeAvailable } from "@aws-sdk/client-ec2";
 import { CONTAINERD_MACHINE_LOCAL_STATE, CONTAINERD_ROOT_SUBDIR } from "../docker/containerd-store.ts";
 import type { ImageStore } from "../docker/engine.ts";
 import { AgentError } from "../errors.ts";
 import { run } from "../exec.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL, MACHINE_LOCAL_STATE } from "../layout.ts";
-import { builderVolumeInput, snapshotBuilderVolume, waitForAttached, type GoldenOptions, type GoldenSnapshot } from "./golden.ts";
+import {
+  builderVolumeInput,
+  snapshotBuilderVolume,
+  waitForAttached,
+  type GoldenOptions,
+  type GoldenSnapshot,
+} from "./golden.ts";
 import { buildImage } from "./images.ts";
 import type { Lab } from "./lab.ts";
-import { dockerOnlyMachine, dockerOnVolume, inMachine, machineDockerClient, machineEngineVersion } from "./nspawn-docker.ts";
+import {
+  dockerOnlyMachine,
+  dockerOnVolume,
+  inMachine,
+  machineDockerClient,
+  machineEngineVersion,
+} from "./nspawn-docker.ts";
 import type { Machine } from "./nspawn.ts";
 import { CACHE_BASE } from "./nspawn-rootfs.ts";
 
@@ -44,10 +52,14 @@ export async function buildEngineGoldenSnapshot(lab: Lab, options: EngineGoldenO
   const ec2 = lab.ec2Client();
   const sizeGiB = options.sizeGiB ?? 2;
   const builder = await lab.addHost({ availabilityZone: options.availabilityZone, tags: { Name: "golden-builder" } });
-  const created = await ec2.send(new CreateVolumeCommand(builderVolumeInput(builder.instance.availabilityZone, sizeGiB, options.volume)));
+  const created = await ec2.send(
+    new CreateVolumeCommand(builderVolumeInput(builder.instance.availabilityZone, sizeGiB, options.volume)),
+  );
   const volumeId = created.VolumeId!;
   await waitUntilVolumeAvailable({ client: ec2, ...WAIT }, { VolumeIds: [volumeId] });
-  await ec2.send(new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: builder.instance.instanceId, Device: "/dev/sdf" }));
+  await ec2.send(
+    new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: builder.instance.instanceId, Device: "/dev/sdf" }),
+  );
   await waitForAttached(ec2, volumeId);
   const device = await lab.backend.deviceReady(volumeId);
   await run("mkfs.xfs", ["-q", "-L", FS_LABEL, "-m", "crc=1", "-n", "ftype=1", device], { log });
@@ -56,7 +68,12 @@ export async function buildEngineGoldenSnapshot(lab: Lab, options: EngineGoldenO
   const work = await mkdtemp(join(CACHE_BASE, "golden-"));
   let built: GoldenSnapshot["built"];
   try {
-    const m = await dockerOnlyMachine({ rootfs: options.rootfs, bundle: options.bundle, store: options.store, onBooted: (booted) => (machine = booted) });
+    const m = await dockerOnlyMachine({
+      rootfs: options.rootfs,
+      bundle: options.bundle,
+      store: options.store,
+      onBooted: (booted) => (machine = booted),
+    });
     await inMachine(m, ["mkdir", "-p", BUILDER_MOUNT]);
     await inMachine(m, ["mount", "-o", "noatime", device, BUILDER_MOUNT]);
     const engine = await dockerOnVolume(m, BUILDER_MOUNT, options.store);
@@ -69,13 +86,26 @@ export async function buildEngineGoldenSnapshot(lab: Lab, options: EngineGoldenO
     }
     built = { store: info.imageStore, engineVersion: await machineEngineVersion(m) };
     for (const image of options.images) {
-      await buildImage(machineDockerClient(m), { tag: image.tag, workDir: work, payloadBytes: image.payloadBytes ?? 0, log });
+      await buildImage(machineDockerClient(m), {
+        tag: image.tag,
+        workDir: work,
+        payloadBytes: image.payloadBytes ?? 0,
+        log,
+      });
     }
-    await inMachine(m, ["systemctl", "stop", "docker.service", "docker.socket", ...(options.store === "containerd" ? ["containerd.service"] : [])]);
+    await inMachine(m, [
+      "systemctl",
+      "stop",
+      "docker.service",
+      "docker.socket",
+      ...(options.store === "containerd" ? ["containerd.service"] : []),
+    ]);
     // What a host must not inherit from the builder (swarm identity, containerd's task state).
-    for (const local of MACHINE_LOCAL_STATE) await inMachine(m, ["rm", "-rf", join(BUILDER_MOUNT, DATA_ROOT_SUBDIR, local)]);
+    for (const local of MACHINE_LOCAL_STATE)
+      await inMachine(m, ["rm", "-rf", join(BUILDER_MOUNT, DATA_ROOT_SUBDIR, local)]);
     if (options.store === "containerd") {
-      for (const local of CONTAINERD_MACHINE_LOCAL_STATE) await inMachine(m, ["rm", "-rf", join(BUILDER_MOUNT, CONTAINERD_ROOT_SUBDIR, local)]);
+      for (const local of CONTAINERD_MACHINE_LOCAL_STATE)
+        await inMachine(m, ["rm", "-rf", join(BUILDER_MOUNT, CONTAINERD_ROOT_SUBDIR, local)]);
     }
     await inMachine(m, ["umount", BUILDER_MOUNT]);
     await m.poweroff(120_000);

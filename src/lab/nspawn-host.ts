@@ -53,7 +53,11 @@ export interface EngineHost {
  * by-id and sysfs folders bound in read-only. `onBooted` gets the machine before anything can
  * fail after the boot, so the caller can always destroy it.
  */
-export async function startEngineHost(lab: Lab, options: EngineHostOptions, onBooted: (m: Machine) => void): Promise<EngineHost> {
+export async function startEngineHost(
+  lab: Lab,
+  options: EngineHostOptions,
+  onBooted: (m: Machine) => void,
+): Promise<EngineHost> {
   const host = await lab.addHost({ tags: { Name: options.name } });
   const config = labConfigJson(lab, host, {
     ...options.overrides,
@@ -83,11 +87,18 @@ export async function startEngineHost(lab: Lab, options: EngineHostOptions, onBo
 
 /** Waits until the agent's second phase (ebs-cache-agent-ready.service) has finished; returns the journal. */
 export async function waitForReadyUnit(m: Machine, timeoutMs: number): Promise<JournalEntry[]> {
-  const journal = await m.waitForJournal((entries) => (jobDone(entries, READY_UNIT, "start") ? entries : undefined), timeoutMs, `the end of ${READY_UNIT}`);
+  const journal = await m.waitForJournal(
+    (entries) => (jobDone(entries, READY_UNIT, "start") ? entries : undefined),
+    timeoutMs,
+    `the end of ${READY_UNIT}`,
+  );
   const done = jobDone(journal, READY_UNIT, "start");
   if (done?.jobResult !== "done") {
     const agent = journalText(journal, (e) => e.identifier === "ebs-cache-agent" || e.unit === "docker.service");
-    throw new AgentError(`${READY_UNIT} ended ${done?.jobResult ?? "without a result"} in ${m.name}:\n${agent.split("\n").slice(-40).join("\n")}`, "see the agent's lines above");
+    throw new AgentError(
+      `${READY_UNIT} ended ${done?.jobResult ?? "without a result"} in ${m.name}:\n${agent.split("\n").slice(-40).join("\n")}`,
+      "see the agent's lines above",
+    );
   }
   return journal;
 }
@@ -99,7 +110,9 @@ export async function machineStatus(m: Machine): Promise<StatusDocument> {
   try {
     return JSON.parse(out.stdout) as StatusDocument;
   } catch {
-    throw new AgentError(`ebs-cache-agent status --json printed no document (exit ${out.exitCode}): ${out.stderr}${out.stdout}`, "see the machine's journal");
+    throw new AgentError(
+      `ebs-cache-agent status --json printed no document (exit ${out.exitCode}): ${out.stderr}${out.stdout}`,
+      "see the machine's journal",
+    );
   }
 }
-

@@ -37,7 +37,8 @@ export const MessageId = {
 function field(raw: Record<string, unknown>, key: string): string | undefined {
   const value = raw[key];
   if (typeof value === "string") return value;
-  if (Array.isArray(value) && value.every((b) => typeof b === "number")) return Buffer.from(value as number[]).toString("utf8");
+  if (Array.isArray(value) && value.every((b) => typeof b === "number"))
+    return Buffer.from(value as number[]).toString("utf8");
   return undefined;
 }
 
@@ -45,7 +46,10 @@ function field(raw: Record<string, unknown>, key: string): string | undefined {
 export async function readJournal(dir: string): Promise<JournalEntry[]> {
   const journalDir = join(dir, "var/log/journal");
   if (!existsSync(journalDir)) return [];
-  const out = await run("journalctl", ["-D", journalDir, "-o", "json", "--no-pager"], { check: false, timeoutMs: 60_000 });
+  const out = await run("journalctl", ["-D", journalDir, "-o", "json", "--no-pager"], {
+    check: false,
+    timeoutMs: 60_000,
+  });
   const entries: JournalEntry[] = [];
   // journalctl prints entries in order. The sequence number is read from the cursor
   // (`…;i=<hex>;…`): systemd 252 has no __SEQNUM field in its JSON output.
@@ -84,7 +88,9 @@ export async function readJournal(dir: string): Promise<JournalEntry[]> {
 export function journalText(entries: JournalEntry[], filter: (e: JournalEntry) => boolean = () => true): string {
   return entries
     .filter(filter)
-    .map((e) => `${new Date(e.realtimeUs / 1000).toISOString().slice(11, 23)} ${e.identifier ?? "?"}${e.systemdUnit ? `[${e.systemdUnit}]` : ""}: ${e.message}`)
+    .map(
+      (e) =>
+        `${new Date(e.realtimeUs / 1000).toISOString().slice(11, 23)} ${e.identifier ?? "?"}${e.systemdUnit ? `[${e.systemdUnit}]` : ""}: ${e.message}`,
+    )
     .join("\n");
 }
-

@@ -93,7 +93,8 @@ export async function nspawnProblems(): Promise<string[]> {
   const problems: string[] = [];
   if (process.getuid?.() !== 0) problems.push("must run as root (debootstrap, systemd-nspawn, loop devices)");
   for (const tool of TOOLS) {
-    if (!(await onPath(tool))) problems.push(`${tool} not found (scripts/setup.sh installs debootstrap and systemd-container)`);
+    if (!(await onPath(tool)))
+      problems.push(`${tool} not found (scripts/setup.sh installs debootstrap and systemd-container)`);
   }
   if (!existsSync(NODE_BINARY)) problems.push(`${NODE_BINARY} missing (npm ci installs the node devDependency)`);
   if (!existsSync("/dev/loop-control")) problems.push("/dev/loop-control missing (modprobe loop)");
@@ -107,7 +108,8 @@ export async function nspawnProblems(): Promise<string[]> {
 export async function debianMirror(suite: string): Promise<string> {
   const files = ["/etc/apt/sources.list"];
   try {
-    for (const name of (await readdir("/etc/apt/sources.list.d")).sort()) files.push(join("/etc/apt/sources.list.d", name));
+    for (const name of (await readdir("/etc/apt/sources.list.d")).sort())
+      files.push(join("/etc/apt/sources.list.d", name));
   } catch {
     // no sources.list.d
   }
@@ -121,7 +123,15 @@ export async function debianMirror(suite: string): Promise<string> {
     if (file.endsWith(".sources")) {
       for (const paragraph of text.split(/\n\s*\n/)) {
         const field = (name: string) =>
-          new RegExp(`^${name}:\\s*(.*)$`, "im").exec(paragraph.split("\n").filter((l) => !l.trimStart().startsWith("#")).join("\n"))?.[1]?.trim().split(/\s+/) ?? [];
+          new RegExp(`^${name}:\\s*(.*)$`, "im")
+            .exec(
+              paragraph
+                .split("\n")
+                .filter((l) => !l.trimStart().startsWith("#"))
+                .join("\n"),
+            )?.[1]
+            ?.trim()
+            .split(/\s+/) ?? [];
         if (field("Types").includes("deb") && field("Suites").includes(suite) && field("Components").includes("main")) {
           const uri = field("URIs")[0];
           if (uri) return uri;
@@ -139,7 +149,9 @@ export async function debianMirror(suite: string): Promise<string> {
 
 /** The cache folder of the engine's root file system for its current package list. */
 export function rootfsCacheDir(engine: EngineRootfs): string {
-  const key = createHash("sha256").update(JSON.stringify({ suite: engine.suite, variant: ROOTFS_VARIANT, packages: [...engine.packages].sort() })).digest("hex");
+  const key = createHash("sha256")
+    .update(JSON.stringify({ suite: engine.suite, variant: ROOTFS_VARIANT, packages: [...engine.packages].sort() }))
+    .digest("hex");
   return join(CACHE_BASE, `rootfs-${key.slice(0, 16)}`);
 }
 
@@ -169,7 +181,10 @@ export function pidAlive(pid: number): boolean {
  * Debian mirror; measured 3 min 10 s for sid and 6 min 44 s for trixie on 2 cores). Returns
  * its folder and whether it was built now.
  */
-export async function cachedRootfs(engine: EngineRootfs, log: (line: string) => void = () => undefined): Promise<{ dir: string; built: boolean; ms: number }> {
+export async function cachedRootfs(
+  engine: EngineRootfs,
+  log: (line: string) => void = () => undefined,
+): Promise<{ dir: string; built: boolean; ms: number }> {
   const dir = rootfsCacheDir(engine);
   const started = Date.now();
   if (existsSync(join(dir, MARKER))) return { dir, built: false, ms: 0 };
@@ -201,27 +216,52 @@ export async function cachedRootfs(engine: EngineRootfs, log: (line: string) => 
     await rm(temp, { recursive: true, force: true });
     await rm(dir, { recursive: true, force: true }); // an unfinished build
     const mirror = await debianMirror(engine.suite);
-    log(`building the test root file system of ${engine.name}: debootstrap --variant=${ROOTFS_VARIANT} ${engine.suite} from ${mirror} (once; cached in ${dir})`);
+    log(
+      `building the test root file system of ${engine.name}: debootstrap --variant=${ROOTFS_VARIANT} ${engine.suite} from ${mirror} (once; cached in ${dir})`,
+    );
     const result = await run(
       "debootstrap",
       [`--variant=${ROOTFS_VARIANT}`, `--include=${engine.packages.join(",")}`, engine.suite, temp, mirror],
-      { check: false, timeoutMs: 20 * 60_000, env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" } as Record<string, string> },
+      {
+        check: false,
+        timeoutMs: 20 * 60_000,
+        env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" } as Record<string, string>,
+      },
     );
     if (result.exitCode !== 0) {
-      const tail = (await readFile(join(temp, "debootstrap", "debootstrap.log"), "utf8").catch(() => result.stderr)).split("\n").slice(-30).join("\n");
-      throw new Error(`debootstrap failed (exit ${result.exitCode}) from ${mirror}:\n${result.stderr.slice(-2000)}\n${tail}`);
+      const tail = (await readFile(join(temp, "debootstrap", "debootstrap.log"), "utf8").catch(() => result.stderr))
+        .split("\n")
+        .slice(-30)
+        .join("\n");
+      throw new Error(
+        `debootstrap failed (exit ${result.exitCode}) from ${mirror}:\n${result.stderr.slice(-2000)}\n${tail}`,
+      );
     }
     // The package cache is 140 MB of .deb files nobody needs again.
     await run("chroot", [temp, "apt-get", "clean"]);
     await writeFile(
       join(temp, MARKER),
-      JSON.stringify({ suite: engine.suite, variant: ROOTFS_VARIANT, packages: engine.packages, mirror, builtAt: new Date().toISOString() }, null, 2) + "\n",
+      JSON.stringify(
+        {
+          suite: engine.suite,
+          variant: ROOTFS_VARIANT,
+          packages: engine.packages,
+          mirror,
+          builtAt: new Date().toISOString(),
+        },
+        null,
+        2,
+      ) + "\n",
     );
     await rename(temp, dir);
     // Root file systems of the same suite with earlier package lists are not used any more
     // (the other engines' are).
     for (const name of await readdir(CACHE_BASE)) {
-      if (/^rootfs-[0-9a-f]{16}$/.test(name) && join(CACHE_BASE, name) !== dir && (await cachedSuite(join(CACHE_BASE, name))) === engine.suite) {
+      if (
+        /^rootfs-[0-9a-f]{16}$/.test(name) &&
+        join(CACHE_BASE, name) !== dir &&
+        (await cachedSuite(join(CACHE_BASE, name))) === engine.suite
+      ) {
         log(`removing the outdated ${join(CACHE_BASE, name)}`);
         await rm(join(CACHE_BASE, name), { recursive: true, force: true });
       }

@@ -36,7 +36,11 @@ export async function buildBundle(dir: string): Promise<string> {
 export function childEnv(): Record<string, string> {
   return Object.fromEntries(
     Object.entries(process.env).filter(
-      (entry): entry is [string, string] => entry[1] !== undefined && entry[0] !== "NODE_OPTIONS" && !entry[0].startsWith("TAP") && !entry[0].startsWith("_TAPJS"),
+      (entry): entry is [string, string] =>
+        entry[1] !== undefined &&
+        entry[0] !== "NODE_OPTIONS" &&
+        !entry[0].startsWith("TAP") &&
+        !entry[0].startsWith("_TAPJS"),
     ),
   );
 }
@@ -129,7 +133,12 @@ export function deviceNodesUnit(): string {
 
 /** The script the unit runs: one mknod per device node. */
 export function deviceNodesScript(devices: MachineSetup["blockDevices"]): string {
-  return ["#!/bin/sh", "set -e", ...devices.map((d) => `[ -e /dev/${d.name} ] || mknod -m 0660 /dev/${d.name} b ${d.major} ${d.minor}`), ""].join("\n");
+  return [
+    "#!/bin/sh",
+    "set -e",
+    ...devices.map((d) => `[ -e /dev/${d.name} ] || mknod -m 0660 /dev/${d.name} b ${d.major} ${d.minor}`),
+    "",
+  ].join("\n");
 }
 
 /** Copies the cached root file system and installs Node, the agent, its config and the harness. */
@@ -154,8 +163,12 @@ async function fillMachine(setup: MachineSetup, dir: string, name: string): Prom
   await rm(join(dir, MARKER), { force: true });
   await copyFile(NODE_BINARY, join(dir, MACHINE_NODE));
   await run("chmod", ["0755", join(dir, MACHINE_NODE)]);
-  const install = await run("bash", [join(REPO, "scripts", "install.sh"), "--bundle", setup.bundle, dir], { check: false, env: childEnv() });
-  if (install.exitCode !== 0) throw new Error(`scripts/install.sh failed (${install.exitCode}): ${install.stderr}${install.stdout}`);
+  const install = await run("bash", [join(REPO, "scripts", "install.sh"), "--bundle", setup.bundle, dir], {
+    check: false,
+    env: childEnv(),
+  });
+  if (install.exitCode !== 0)
+    throw new Error(`scripts/install.sh failed (${install.exitCode}): ${install.stderr}${install.stdout}`);
   await writeFile(join(dir, "etc/ebs-cache-agent/config.json"), JSON.stringify(setup.config, null, 2) + "\n");
   await mkdir(join(dir, "etc/docker"), { recursive: true });
   await writeFile(join(dir, "etc/docker/daemon.json"), JSON.stringify(setup.daemonJson, null, 2) + "\n");
@@ -323,7 +336,8 @@ export async function bootMachine(prepared: PreparedMachine, binds: Bind[]): Pro
     await rm(dir, { recursive: true, force: true });
     await rm(join("/run/systemd/nspawn/propagate", name), { recursive: true, force: true }).catch(() => undefined);
   };
-  const notStarted = () => new Error(`systemd-nspawn did not start the container's systemd within 30 s:\n${consoleText.slice(-4000)}`);
+  const notStarted = () =>
+    new Error(`systemd-nspawn did not start the container's systemd within 30 s:\n${consoleText.slice(-4000)}`);
 
   if (current.pid1 === 0) {
     await destroy();
@@ -333,11 +347,27 @@ export async function bootMachine(prepared: PreparedMachine, binds: Bind[]): Pro
   const exec: Machine["exec"] = async (command, timeoutMs = 120_000) =>
     // `env -i`: the command sees the machine's PATH only, none of this process's environment
     // (a test runner's NODE_OPTIONS would make the machine's node load modules it lacks).
-    run("nsenter", ["--target", String(current.pid1), "--mount", "--uts", "--ipc", "--pid", "--", "env", "-i", `PATH=${MACHINE_PATH}`, ...command], {
-      check: false,
-      timeoutMs,
-      env: { PATH: MACHINE_PATH },
-    });
+    run(
+      "nsenter",
+      [
+        "--target",
+        String(current.pid1),
+        "--mount",
+        "--uts",
+        "--ipc",
+        "--pid",
+        "--",
+        "env",
+        "-i",
+        `PATH=${MACHINE_PATH}`,
+        ...command,
+      ],
+      {
+        check: false,
+        timeoutMs,
+        env: { PATH: MACHINE_PATH },
+      },
+    );
 
   const machine: Machine = {
     dir,
@@ -352,7 +382,8 @@ export async function bootMachine(prepared: PreparedMachine, binds: Bind[]): Pro
       for (;;) {
         const found = check(await readJournal(dir));
         if (found !== undefined) return found;
-        if (!current.running()) throw new Error(`the machine stopped while waiting for ${what}:\n${consoleText.slice(-4000)}`);
+        if (!current.running())
+          throw new Error(`the machine stopped while waiting for ${what}:\n${consoleText.slice(-4000)}`);
         if (Date.now() > until) throw new Error(`no ${what} within ${timeoutMs / 1000} s`);
         await sleep(500);
       }
@@ -361,7 +392,8 @@ export async function bootMachine(prepared: PreparedMachine, binds: Bind[]): Pro
     async bootId() {
       const out = await exec(["cat", "/proc/sys/kernel/random/boot_id"], 30_000);
       const id = out.stdout.trim().replace(/-/g, "");
-      if (out.exitCode !== 0 || !/^[0-9a-f]{32}$/.test(id)) throw new Error(`no boot id from the machine (exit ${out.exitCode}): ${out.stderr}${out.stdout}`);
+      if (out.exitCode !== 0 || !/^[0-9a-f]{32}$/.test(id))
+        throw new Error(`no boot id from the machine (exit ${out.exitCode}): ${out.stderr}${out.stdout}`);
       return id;
     },
     async reboot(command, timeoutMs) {
@@ -369,18 +401,33 @@ export async function bootMachine(prepared: PreparedMachine, binds: Bind[]): Pro
       const until = Date.now() + timeoutMs;
       const asked = await exec(command, timeoutMs);
       // The command may be killed by the shutdown it started: its exit status says nothing.
-      const code = await Promise.race([current.exited, sleep(Math.max(0, until - Date.now()), undefined, { ref: false }).then(() => "timeout" as const)]);
-      if (code === "timeout") throw new Error(`${name} did not reboot within ${timeoutMs / 1000} s after ${command.join(" ")} (exit ${asked.exitCode}: ${asked.stderr}):\n${consoleText.slice(-4000)}`);
-      if (code !== NSPAWN_REBOOTED) throw new Error(`systemd-nspawn exited ${code} after ${command.join(" ")}, not ${NSPAWN_REBOOTED} (a reboot):\n${consoleText.slice(-4000)}`);
-      append(Buffer.from(`\n[lab] ${name}: the machine rebooted (nspawn exited ${NSPAWN_REBOOTED}); booting it again\n`));
+      const code = await Promise.race([
+        current.exited,
+        sleep(Math.max(0, until - Date.now()), undefined, { ref: false }).then(() => "timeout" as const),
+      ]);
+      if (code === "timeout")
+        throw new Error(
+          `${name} did not reboot within ${timeoutMs / 1000} s after ${command.join(" ")} (exit ${asked.exitCode}: ${asked.stderr}):\n${consoleText.slice(-4000)}`,
+        );
+      if (code !== NSPAWN_REBOOTED)
+        throw new Error(
+          `systemd-nspawn exited ${code} after ${command.join(" ")}, not ${NSPAWN_REBOOTED} (a reboot):\n${consoleText.slice(-4000)}`,
+        );
+      append(
+        Buffer.from(`\n[lab] ${name}: the machine rebooted (nspawn exited ${NSPAWN_REBOOTED}); booting it again\n`),
+      );
       current = await launch();
       if (current.pid1 === 0) throw notStarted();
     },
     async poweroff(timeoutMs) {
       if (!current.running()) return current.exitCode() ?? null;
       process.kill(current.pid1, SIGRTMIN_PLUS_4);
-      const code = await Promise.race([current.exited, sleep(timeoutMs, undefined, { ref: false }).then(() => "timeout" as const)]);
-      if (code === "timeout") throw new Error(`the machine did not power off within ${timeoutMs / 1000} s:\n${consoleText.slice(-4000)}`);
+      const code = await Promise.race([
+        current.exited,
+        sleep(timeoutMs, undefined, { ref: false }).then(() => "timeout" as const),
+      ]);
+      if (code === "timeout")
+        throw new Error(`the machine did not power off within ${timeoutMs / 1000} s:\n${consoleText.slice(-4000)}`);
       return code;
     },
     running: () => current.running(),
@@ -390,7 +437,9 @@ export async function bootMachine(prepared: PreparedMachine, binds: Bind[]): Pro
 }
 
 /** Mounts in the machine's mount namespace (its /proc/<pid1>/mountinfo). */
-export async function machineMounts(pid1: number): Promise<Array<{ target: string; source: string; fsType: string; options: string }>> {
+export async function machineMounts(
+  pid1: number,
+): Promise<Array<{ target: string; source: string; fsType: string; options: string }>> {
   const text = await readFile(`/proc/${pid1}/mountinfo`, "utf8");
   const unescape = (s: string) => s.replace(/\\([0-7]{3})/g, (_, oct: string) => String.fromCharCode(parseInt(oct, 8)));
   return text
@@ -400,7 +449,12 @@ export async function machineMounts(pid1: number): Promise<Array<{ target: strin
       const [left, right] = line.split(" - ");
       const parts = (left ?? "").split(" ");
       const [fsType, source] = (right ?? "").split(" ");
-      return { target: unescape(parts[4] ?? ""), options: parts[5] ?? "", source: unescape(source ?? ""), fsType: fsType ?? "" };
+      return {
+        target: unescape(parts[4] ?? ""),
+        options: parts[5] ?? "",
+        source: unescape(source ?? ""),
+        fsType: fsType ?? "",
+      };
     });
 }
 
@@ -414,7 +468,13 @@ export async function loopDeviceNumbers(): Promise<MachineSetup["blockDevices"]>
   const shift = maxPart > 0 ? Math.floor(Math.log2(maxPart)) + 1 : 0;
   const control = await stat("/dev/loop-control").catch(() => undefined);
   if (!control) throw new Error("/dev/loop-control missing");
-  const highest = Math.max(-1, ...(await readdir("/sys/block")).map((name) => /^loop(\d+)$/.exec(name)?.[1]).filter((n) => n !== undefined).map(Number));
+  const highest = Math.max(
+    -1,
+    ...(await readdir("/sys/block"))
+      .map((name) => /^loop(\d+)$/.exec(name)?.[1])
+      .filter((n) => n !== undefined)
+      .map(Number),
+  );
   const count = Math.max(512, highest + 257);
   return Array.from({ length: count }, (_, n) => ({ name: `loop${n}`, major: 7, minor: n << shift }));
 }

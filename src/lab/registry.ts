@@ -54,14 +54,20 @@ export async function freeLoopbackPort(): Promise<number> {
     server.once("error", reject);
     server.listen(0, "127.0.0.1", () => {
       const address = server.address();
-      server.close(() => (typeof address === "object" && address ? resolve(address.port) : reject(new Error("no port"))));
+      server.close(() =>
+        typeof address === "object" && address ? resolve(address.port) : reject(new Error("no port")),
+      );
     });
   });
 }
 
 /** Starts the registry and waits until it answers `/v2/`. */
 export async function startLabRegistry(options: LabRegistryOptions): Promise<LabRegistry> {
-  if (!existsSync(REGISTRY_BIN)) throw new AgentError(`${REGISTRY_BIN} is missing`, "install it: apt-get install -y docker-registry (scripts/setup.sh does)");
+  if (!existsSync(REGISTRY_BIN))
+    throw new AgentError(
+      `${REGISTRY_BIN} is missing`,
+      "install it: apt-get install -y docker-registry (scripts/setup.sh does)",
+    );
   const { dir, netns, log } = options;
   const port = options.port ?? (await freeLoopbackPort());
   const storage = options.storage ?? join(dir, "storage");
@@ -71,7 +77,11 @@ export async function startLabRegistry(options: LabRegistryOptions): Promise<Lab
   const settings = {
     version: 0.1,
     log: { level: "warn", accesslog: { disabled: true }, fields: { service: "registry" } },
-    storage: { filesystem: { rootdirectory: storage }, cache: { blobdescriptor: "inmemory" }, delete: { enabled: true } },
+    storage: {
+      filesystem: { rootdirectory: storage },
+      cache: { blobdescriptor: "inmemory" },
+      delete: { enabled: true },
+    },
     http: { addr: `127.0.0.1:${port}` },
     health: { storagedriver: { enabled: false } },
   };
@@ -81,7 +91,9 @@ export async function startLabRegistry(options: LabRegistryOptions): Promise<Lab
   let child: ChildProcess;
   try {
     // nsenter execs the registry: the child's pid is the registry's.
-    child = spawn("nsenter", [`--net=${netns}`, "--", REGISTRY_BIN, "serve", config], { stdio: ["ignore", logHandle.fd, logHandle.fd] });
+    child = spawn("nsenter", [`--net=${netns}`, "--", REGISTRY_BIN, "serve", config], {
+      stdio: ["ignore", logHandle.fd, logHandle.fd],
+    });
   } finally {
     await logHandle.close();
   }
@@ -112,10 +124,19 @@ export async function startLabRegistry(options: LabRegistryOptions): Promise<Lab
     if (child.pid !== undefined) await registerLabProcess(options.labRoot, name, child.pid).catch(() => undefined);
     const deadline = Date.now() + 20_000;
     while (true) {
-      if (exited !== undefined) throw new AgentError(`docker-registry exited (${exited}): ${(await readFile(logFile, "utf8")).slice(-500)}`, `see ${logFile}`);
-      const probe = await run("nsenter", [`--net=${netns}`, "--", BUSYBOX, "wget", "-q", "-O", "/dev/null", `http://127.0.0.1:${port}/v2/`], { check: false });
+      if (exited !== undefined)
+        throw new AgentError(
+          `docker-registry exited (${exited}): ${(await readFile(logFile, "utf8")).slice(-500)}`,
+          `see ${logFile}`,
+        );
+      const probe = await run(
+        "nsenter",
+        [`--net=${netns}`, "--", BUSYBOX, "wget", "-q", "-O", "/dev/null", `http://127.0.0.1:${port}/v2/`],
+        { check: false },
+      );
       if (probe.exitCode === 0) break;
-      if (Date.now() > deadline) throw new AgentError(`docker-registry did not answer on 127.0.0.1:${port} within 20 s`, `see ${logFile}`);
+      if (Date.now() > deadline)
+        throw new AgentError(`docker-registry did not answer on 127.0.0.1:${port} within 20 s`, `see ${logFile}`);
       await sleep(100);
     }
   } catch (error) {

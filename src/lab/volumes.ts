@@ -58,7 +58,11 @@ export async function mountXfs(device: string, host: LabHost, name: string): Pro
 }
 
 /** Creates a volume (blank, or from a snapshot) and waits until it is available. */
-export async function createVolume(ec2: EC2Client, zone: string, options: { snapshotId?: string; sizeGiB?: number; rate?: number; tags?: Record<string, string> } = {}): Promise<string> {
+export async function createVolume(
+  ec2: EC2Client,
+  zone: string,
+  options: { snapshotId?: string; sizeGiB?: number; rate?: number; tags?: Record<string, string> } = {},
+): Promise<string> {
   const created = await ec2.send(
     new CreateVolumeCommand({
       AvailabilityZone: zone,
@@ -66,7 +70,13 @@ export async function createVolume(ec2: EC2Client, zone: string, options: { snap
       ...(options.snapshotId ? { SnapshotId: options.snapshotId } : {}),
       ...(options.sizeGiB ? { Size: options.sizeGiB } : {}),
       ...(options.rate ? { VolumeInitializationRate: options.rate } : {}),
-      ...(options.tags ? { TagSpecifications: [{ ResourceType: "volume", Tags: Object.entries(options.tags).map(([Key, Value]) => ({ Key, Value })) }] } : {}),
+      ...(options.tags
+        ? {
+            TagSpecifications: [
+              { ResourceType: "volume", Tags: Object.entries(options.tags).map(([Key, Value]) => ({ Key, Value })) },
+            ],
+          }
+        : {}),
     }),
   );
   await waitUntilVolumeAvailable({ client: ec2, ...WAIT }, { VolumeIds: [created.VolumeId!] });
@@ -77,7 +87,11 @@ export async function createVolume(ec2: EC2Client, zone: string, options: { snap
  * A blank XFS volume of `sizeGiB` with `files` files of incompressible data (`dataMiB` in all)
  * under `docker/`, written on a builder host, then snapshotted. Returns the snapshot id.
  */
-export async function makeDataSnapshot(lab: Lab, ec2: EC2Client, options: { sizeGiB: number; dataMiB: number; files: number }): Promise<string> {
+export async function makeDataSnapshot(
+  lab: Lab,
+  ec2: EC2Client,
+  options: { sizeGiB: number; dataMiB: number; files: number },
+): Promise<string> {
   const builder = await lab.addHost({ tags: { Name: "data-builder" } });
   const volumeId = await createVolume(ec2, builder.instance.availabilityZone, { sizeGiB: options.sizeGiB });
   const device = await attach(lab, ec2, volumeId, builder);
@@ -88,7 +102,13 @@ export async function makeDataSnapshot(lab: Lab, ec2: EC2Client, options: { size
     await mkdir(dir, { recursive: true });
     const perFileMiB = Math.max(1, Math.floor(options.dataMiB / options.files));
     for (let i = 0; i < options.files; i++) {
-      await run("dd", ["if=/dev/urandom", `of=${join(dir, `layer-${i}.bin`)}`, "bs=1M", `count=${perFileMiB}`, "status=none"]);
+      await run("dd", [
+        "if=/dev/urandom",
+        `of=${join(dir, `layer-${i}.bin`)}`,
+        "bs=1M",
+        `count=${perFileMiB}`,
+        "status=none",
+      ]);
     }
   } finally {
     await run("umount", [mountPoint]);

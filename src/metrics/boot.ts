@@ -24,14 +24,31 @@ export function bootMetrics({ result, finishedAt }: BootFacts): MetricFamily[] {
   const steps = durationsByStep(result.timeline);
   const totalMs = [...steps.values()].reduce((sum, ms) => sum + ms, 0);
   return [
-    gauge("boot_info", "info", "The last boot: outcome (ready, warming, prepared, degraded, disabled), source of the data-root, volume, and the reason when it did not get a cache volume.", 1, {
-      outcome: result.outcome,
-      source,
-      volume_id: result.volumeId ?? "",
-      reason: reasonLabel(result.reason),
-    }),
-    gauge("boot_cache_hit_ratio", "ratio", "1 when the last boot got a volume that already held docker's data (pool, workspace, attached), 0 otherwise.", CACHE_HIT_SOURCES.includes(source) && isUp(result.outcome) ? 1 : 0),
-    gauge("boot_duration_seconds", "seconds", "How long the last boot's steps took in all (both phases of a two-phase boot).", seconds(totalMs), { outcome: result.outcome, source }),
+    gauge(
+      "boot_info",
+      "info",
+      "The last boot: outcome (ready, warming, prepared, degraded, disabled), source of the data-root, volume, and the reason when it did not get a cache volume.",
+      1,
+      {
+        outcome: result.outcome,
+        source,
+        volume_id: result.volumeId ?? "",
+        reason: reasonLabel(result.reason),
+      },
+    ),
+    gauge(
+      "boot_cache_hit_ratio",
+      "ratio",
+      "1 when the last boot got a volume that already held docker's data (pool, workspace, attached), 0 otherwise.",
+      CACHE_HIT_SOURCES.includes(source) && isUp(result.outcome) ? 1 : 0,
+    ),
+    gauge(
+      "boot_duration_seconds",
+      "seconds",
+      "How long the last boot's steps took in all (both phases of a two-phase boot).",
+      seconds(totalMs),
+      { outcome: result.outcome, source },
+    ),
     family(
       "boot_step_duration_seconds",
       "gauge",
@@ -39,7 +56,12 @@ export function bootMetrics({ result, finishedAt }: BootFacts): MetricFamily[] {
       "How long each step of the last boot took (a step run for several volumes in turn, or in both phases: the sum).",
       [...steps].map(([step, ms]) => ({ labels: { step }, value: seconds(ms) })),
     ),
-    gauge("boot_timestamp_seconds", "seconds", "When the last boot finished (seconds since the epoch).", finishedAt.getTime() / 1000),
+    gauge(
+      "boot_timestamp_seconds",
+      "seconds",
+      "When the last boot finished (seconds since the epoch).",
+      finishedAt.getTime() / 1000,
+    ),
   ];
 }
 

@@ -16,7 +16,19 @@ export type MetricType = "gauge" | "counter";
  * The unit a name ends with (before `_total` for a counter). `info`: a constant 1 whose labels
  * carry the facts; `volumes`, `actions`, `cores`, `images`: counts of things; `ratio`: 0 to 1.
  */
-export type MetricUnit = "seconds" | "bytes" | "ratio" | "info" | "iops" | "bytes_per_second" | "volumes" | "actions" | "cores" | "problems" | "inodes" | "images";
+export type MetricUnit =
+  | "seconds"
+  | "bytes"
+  | "ratio"
+  | "info"
+  | "iops"
+  | "bytes_per_second"
+  | "volumes"
+  | "actions"
+  | "cores"
+  | "problems"
+  | "inodes"
+  | "images";
 
 export type Labels = Record<string, string>;
 
@@ -36,7 +48,10 @@ export interface MetricFamily {
 /** The bad name, and why; thrown for a programming error, never for a measured value. */
 export class MetricNameError extends AgentError {
   constructor(name: string, why: string) {
-    super(`metric ${JSON.stringify(name)}: ${why}`, "fix the metric's definition in src/metrics/: this is a bug, not a setting");
+    super(
+      `metric ${JSON.stringify(name)}: ${why}`,
+      "fix the metric's definition in src/metrics/: this is a bug, not a setting",
+    );
   }
 }
 
@@ -56,7 +71,8 @@ export function namingProblems(family: Pick<MetricFamily, "name" | "type" | "uni
   const seen = new Set<string>();
   for (const sample of family.samples) {
     for (const label of Object.keys(sample.labels)) {
-      if (!LABEL_NAME.test(label) || label.startsWith("__")) problems.push(`label ${JSON.stringify(label)} is not a valid label name`);
+      if (!LABEL_NAME.test(label) || label.startsWith("__"))
+        problems.push(`label ${JSON.stringify(label)} is not a valid label name`);
     }
     if (unit === "info" && sample.value !== 1) problems.push("an info sample's value is 1");
     const key = seriesKey(sample.labels);
@@ -67,7 +83,13 @@ export function namingProblems(family: Pick<MetricFamily, "name" | "type" | "uni
 }
 
 /** Makes a family, refusing a name that breaks the conventions. */
-export function family(name: string, type: MetricType, unit: MetricUnit, help: string, samples: Sample[]): MetricFamily {
+export function family(
+  name: string,
+  type: MetricType,
+  unit: MetricUnit,
+  help: string,
+  samples: Sample[],
+): MetricFamily {
   const made = { name: METRIC_PREFIX + name, type, unit, help, samples };
   const problems = namingProblems(made);
   if (problems.length > 0) throw new MetricNameError(made.name, problems.join("; "));
@@ -107,7 +129,9 @@ export function reasonLabel(reason: string | undefined, max = 160): string {
 }
 
 /** Sums durations of a step that ran more than once (the claim, when a volume was handed back). */
-export function durationsByStep(timeline: ReadonlyArray<{ step: string; ms: number; skipped?: boolean }>): Map<string, number> {
+export function durationsByStep(
+  timeline: ReadonlyArray<{ step: string; ms: number; skipped?: boolean }>,
+): Map<string, number> {
   const byStep = new Map<string, number>();
   for (const entry of timeline) byStep.set(entry.step, (byStep.get(entry.step) ?? 0) + entry.ms);
   return byStep;

@@ -13,7 +13,18 @@ export interface GcFacts {
   finishedAt: Date;
 }
 
-const VERDICTS: readonly GcVerdict[] = ["delete", "superseded", "over-cap", "tag-expiry", "not-expired", "kept", "in-use", "never-claimed", "malformed", "foreign"];
+const VERDICTS: readonly GcVerdict[] = [
+  "delete",
+  "superseded",
+  "over-cap",
+  "tag-expiry",
+  "not-expired",
+  "kept",
+  "in-use",
+  "never-claimed",
+  "malformed",
+  "foreign",
+];
 
 /** gc's families; its counters count this run only until carryCounters adds the previous file's. */
 export function gcMetrics({ outcome, dryRun, finishedAt }: GcFacts): MetricFamily[] {
@@ -28,11 +39,32 @@ export function gcMetrics({ outcome, dryRun, finishedAt }: GcFacts): MetricFamil
       "Managed volumes the last gc run saw, by its verdict on each.",
       VERDICTS.map((verdict) => ({ labels: { verdict }, value: byVerdict.get(verdict) ?? 0 })),
     ),
-    family("gc_deleted_volumes_total", "counter", "volumes", "Volumes gc deleted (expired, or of a superseded generation, and not attached).", [{ labels: {}, value: dryRun ? 0 : outcome.deleted }]),
-    family("gc_failed_volumes_total", "counter", "volumes", "Deletions or taggings gc tried and EC2 refused.", [{ labels: {}, value: dryRun ? 0 : outcome.failed }]),
-    family("gc_spared_volumes_total", "counter", "volumes", "Volumes gc was to delete but left alone: described again right before the deletion, they had changed (kept, claimed, attached, a new expiry).", [{ labels: {}, value: dryRun ? 0 : outcome.spared }]),
-    family("gc_tagged_volumes_total", "counter", "volumes", "Never-released volumes gc tagged to expire.", [{ labels: {}, value: dryRun ? 0 : tagged }]),
+    family(
+      "gc_deleted_volumes_total",
+      "counter",
+      "volumes",
+      "Volumes gc deleted (expired, or of a superseded generation, and not attached).",
+      [{ labels: {}, value: dryRun ? 0 : outcome.deleted }],
+    ),
+    family("gc_failed_volumes_total", "counter", "volumes", "Deletions or taggings gc tried and EC2 refused.", [
+      { labels: {}, value: dryRun ? 0 : outcome.failed },
+    ]),
+    family(
+      "gc_spared_volumes_total",
+      "counter",
+      "volumes",
+      "Volumes gc was to delete but left alone: described again right before the deletion, they had changed (kept, claimed, attached, a new expiry).",
+      [{ labels: {}, value: dryRun ? 0 : outcome.spared }],
+    ),
+    family("gc_tagged_volumes_total", "counter", "volumes", "Never-released volumes gc tagged to expire.", [
+      { labels: {}, value: dryRun ? 0 : tagged },
+    ]),
     gauge("gc_dry_run_ratio", "ratio", "1 when the last gc run was a dry run (it changed nothing).", dryRun ? 1 : 0),
-    gauge("gc_timestamp_seconds", "seconds", "When the last gc run finished (seconds since the epoch).", finishedAt.getTime() / 1000),
+    gauge(
+      "gc_timestamp_seconds",
+      "seconds",
+      "When the last gc run finished (seconds since the epoch).",
+      finishedAt.getTime() / 1000,
+    ),
   ];
 }

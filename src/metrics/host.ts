@@ -6,7 +6,10 @@ import type { CacheFilesystem, HostContext } from "../host/facts.ts";
 import { gauge, type MetricFamily } from "./family.ts";
 
 /** The figures of a fill: from df at boot (CacheFilesystem) or statfs (the prune's FilesystemFill). */
-export type FillFigures = Pick<CacheFilesystem, "mountPoint" | "device" | "sizeBytes" | "usedBytes" | "availableBytes" | "usedRatio" | "inodes" | "freeInodes">;
+export type FillFigures = Pick<
+  CacheFilesystem,
+  "mountPoint" | "device" | "sizeBytes" | "usedBytes" | "availableBytes" | "usedRatio" | "inodes" | "freeInodes"
+>;
 
 /**
  * The cache filesystem's fill (labels: mount point and device), `ebs_cache_agent_fill.prom`:
@@ -18,14 +21,38 @@ export function cacheFilesystemMetrics(fs: FillFigures | CacheFilesystem): Metri
     fs.inodes === undefined || fs.freeInodes === undefined
       ? []
       : [
-          gauge("cache_filesystem_inodes", "inodes", "Inodes of the cache volume's filesystem (XFS allocates them as it goes: this grows).", fs.inodes, labels),
-          gauge("cache_filesystem_free_inodes", "inodes", "Inodes still free on the cache volume's filesystem.", fs.freeInodes, labels),
+          gauge(
+            "cache_filesystem_inodes",
+            "inodes",
+            "Inodes of the cache volume's filesystem (XFS allocates them as it goes: this grows).",
+            fs.inodes,
+            labels,
+          ),
+          gauge(
+            "cache_filesystem_free_inodes",
+            "inodes",
+            "Inodes still free on the cache volume's filesystem.",
+            fs.freeInodes,
+            labels,
+          ),
         ];
   return [
     gauge("cache_filesystem_size_bytes", "bytes", "Size of the cache volume's filesystem.", fs.sizeBytes, labels),
     gauge("cache_filesystem_used_bytes", "bytes", "Bytes used on the cache volume's filesystem.", fs.usedBytes, labels),
-    gauge("cache_filesystem_available_bytes", "bytes", "Bytes still available on the cache volume's filesystem.", fs.availableBytes, labels),
-    gauge("cache_filesystem_used_ratio", "ratio", "How full the cache volume's filesystem is (used / (used + available), as df counts it).", fs.usedRatio, labels),
+    gauge(
+      "cache_filesystem_available_bytes",
+      "bytes",
+      "Bytes still available on the cache volume's filesystem.",
+      fs.availableBytes,
+      labels,
+    ),
+    gauge(
+      "cache_filesystem_used_ratio",
+      "ratio",
+      "How full the cache volume's filesystem is (used / (used + available), as df counts it).",
+      fs.usedRatio,
+      labels,
+    ),
     ...inodes,
   ];
 }
@@ -33,11 +60,17 @@ export function cacheFilesystemMetrics(fs: FillFigures | CacheFilesystem): Metri
 /** The block device under the cache filesystem (in the boot's file). */
 export function cacheDeviceMetrics(fs: CacheFilesystem): MetricFamily[] {
   return [
-    gauge("cache_device_info", "info", "The block device under the cache filesystem, with the model and serial it reports (an EBS volume's serial is its id).", 1, {
-      device: fs.device,
-      model: fs.model ?? "",
-      serial: fs.serial ?? "",
-    }),
+    gauge(
+      "cache_device_info",
+      "info",
+      "The block device under the cache filesystem, with the model and serial it reports (an EBS volume's serial is its id).",
+      1,
+      {
+        device: fs.device,
+        model: fs.model ?? "",
+        serial: fs.serial ?? "",
+      },
+    ),
   ];
 }
 

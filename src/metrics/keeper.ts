@@ -29,7 +29,13 @@ export function keeperMetrics({ actions, poolVolumes, finishedAt }: KeeperFacts)
     counts.set(key, entry);
   }
   return [
-    family("keeper_actions_total", "counter", "actions", "Actions the keeper took on the pools, by action, pool and outcome.", [...counts.values()]),
+    family(
+      "keeper_actions_total",
+      "counter",
+      "actions",
+      "Actions the keeper took on the pools, by action, pool and outcome.",
+      [...counts.values()],
+    ),
     family(
       "keeper_pool_volumes",
       "gauge",
@@ -37,6 +43,11 @@ export function keeperMetrics({ actions, poolVolumes, finishedAt }: KeeperFacts)
       "Available volumes in each pool after the keeper's last run.",
       Object.entries(poolVolumes).map(([pool, value]) => ({ labels: { pool }, value })),
     ),
-    gauge("keeper_timestamp_seconds", "seconds", "When the keeper's last run finished (seconds since the epoch).", finishedAt.getTime() / 1000),
+    gauge(
+      "keeper_timestamp_seconds",
+      "seconds",
+      "When the keeper's last run finished (seconds since the epoch).",
+      finishedAt.getTime() / 1000,
+    ),
   ];
 }

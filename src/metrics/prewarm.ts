@@ -23,16 +23,28 @@ export type PrewarmFacts = Pick<PrewarmState, "verdict" | "phase"> &
 /** The pre-warm's families. */
 export function prewarmMetrics(facts: PrewarmFacts): MetricFamily[] {
   const families: MetricFamily[] = [
-    gauge("prewarm_info", "info", "The pre-warm of the cache volume: verdict (warm, cold, unknown), phase, what it decided to do.", 1, {
-      volume_id: facts.volumeId ?? "",
-      verdict: facts.verdict,
-      phase: facts.phase,
-      action: facts.action,
-      strategy: facts.strategy ?? "",
-    }),
-    gauge("prewarm_cold_volumes", "volumes", "1 when the sample found the volume cold (its blocks still in S3), else 0.", facts.verdict === "cold" ? 1 : 0, {
-      volume_id: facts.volumeId ?? "",
-    }),
+    gauge(
+      "prewarm_info",
+      "info",
+      "The pre-warm of the cache volume: verdict (warm, cold, unknown), phase, what it decided to do.",
+      1,
+      {
+        volume_id: facts.volumeId ?? "",
+        verdict: facts.verdict,
+        phase: facts.phase,
+        action: facts.action,
+        strategy: facts.strategy ?? "",
+      },
+    ),
+    gauge(
+      "prewarm_cold_volumes",
+      "volumes",
+      "1 when the sample found the volume cold (its blocks still in S3), else 0.",
+      facts.verdict === "cold" ? 1 : 0,
+      {
+        volume_id: facts.volumeId ?? "",
+      },
+    ),
   ];
   const samples = [
     ["before", facts.before],
@@ -51,21 +63,65 @@ export function prewarmMetrics(facts: PrewarmFacts): MetricFamily[] {
     }
   }
   families.push(
-    family("prewarm_sample_iops", "gauge", "iops", "Random-read IOPS fio measured on the volume's data (before / after the initialization).", iops),
-    family("prewarm_sample_read_bytes_per_second", "gauge", "bytes_per_second", "Read throughput fio measured on the volume's data.", rate),
-    family("prewarm_sample_latency_seconds", "gauge", "seconds", "Read latency fio measured (percentile: p50, p90, p99, mean, max).", latency),
+    family(
+      "prewarm_sample_iops",
+      "gauge",
+      "iops",
+      "Random-read IOPS fio measured on the volume's data (before / after the initialization).",
+      iops,
+    ),
+    family(
+      "prewarm_sample_read_bytes_per_second",
+      "gauge",
+      "bytes_per_second",
+      "Read throughput fio measured on the volume's data.",
+      rate,
+    ),
+    family(
+      "prewarm_sample_latency_seconds",
+      "gauge",
+      "seconds",
+      "Read latency fio measured (percentile: p50, p90, p99, mean, max).",
+      latency,
+    ),
   );
   const p = facts.progress;
   if (p) {
     families.push(
-      gauge("prewarm_progress_ratio", "ratio", "How much of the volume the initialization has read (0 to 1).", p.percent / 100),
+      gauge(
+        "prewarm_progress_ratio",
+        "ratio",
+        "How much of the volume the initialization has read (0 to 1).",
+        p.percent / 100,
+      ),
       gauge("prewarm_progress_read_bytes", "bytes", "Bytes the initialization has read.", p.doneBytes),
       gauge("prewarm_progress_total_bytes", "bytes", "Bytes the initialization reads in all.", p.totalBytes),
-      gauge("prewarm_progress_read_bytes_per_second", "bytes_per_second", "The initialization's average read rate in this run.", p.mibps * MiB),
+      gauge(
+        "prewarm_progress_read_bytes_per_second",
+        "bytes_per_second",
+        "The initialization's average read rate in this run.",
+        p.mibps * MiB,
+      ),
     );
-    if (p.etaSeconds !== undefined) families.push(gauge("prewarm_progress_remaining_seconds", "seconds", "Estimated time until the initialization is done.", p.etaSeconds));
+    if (p.etaSeconds !== undefined)
+      families.push(
+        gauge(
+          "prewarm_progress_remaining_seconds",
+          "seconds",
+          "Estimated time until the initialization is done.",
+          p.etaSeconds,
+        ),
+      );
   }
   const updated = epochSeconds(facts.updatedAt);
-  if (updated !== undefined) families.push(gauge("prewarm_updated_timestamp_seconds", "seconds", "When the pre-warm last wrote its state (seconds since the epoch).", updated));
+  if (updated !== undefined)
+    families.push(
+      gauge(
+        "prewarm_updated_timestamp_seconds",
+        "seconds",
+        "When the pre-warm last wrote its state (seconds since the epoch).",
+        updated,
+      ),
+    );
   return families;
 }

@@ -26,17 +26,58 @@ export interface PruneFacts {
 export function pruneMetrics(facts: PruneFacts): MetricFamily[] {
   const counted = (value: number) => (facts.dryRun ? 0 : value);
   return [
-    family("prune_removed_images_total", "counter", "images", "Images the prune removed from the cache volume (outside the current generation, used by no container).", [
-      { labels: {}, value: counted(facts.removedImages) },
+    family(
+      "prune_removed_images_total",
+      "counter",
+      "images",
+      "Images the prune removed from the cache volume (outside the current generation, used by no container).",
+      [{ labels: {}, value: counted(facts.removedImages) }],
+    ),
+    family("prune_failed_images_total", "counter", "images", "Removals the prune tried and docker refused.", [
+      { labels: {}, value: counted(facts.failedImages) },
     ]),
-    family("prune_failed_images_total", "counter", "images", "Removals the prune tried and docker refused.", [{ labels: {}, value: counted(facts.failedImages) }]),
-    family("prune_removed_bytes_total", "counter", "bytes", "Bytes the removed images were estimated to free (the bytes no other image shares).", [
-      { labels: {}, value: counted(facts.removedBytes) },
-    ]),
-    gauge("prune_info", "info", "The last prune's verdict (prune, below-threshold, workspace, …) and why.", 1, { verdict: facts.verdict, reason: reasonLabel(facts.reason) }),
-    ...(facts.usedRatioBefore === undefined ? [] : [gauge("prune_used_before_ratio", "ratio", "The cache filesystem's fill when the last prune began.", facts.usedRatioBefore)]),
-    ...(facts.usedRatioAfter === undefined ? [] : [gauge("prune_used_after_ratio", "ratio", "The cache filesystem's fill after the last prune's removals.", facts.usedRatioAfter)]),
-    gauge("prune_dry_run_ratio", "ratio", "1 when the last prune was a dry run (it changed nothing).", facts.dryRun ? 1 : 0),
-    gauge("prune_timestamp_seconds", "seconds", "When the last prune finished (seconds since the epoch).", facts.finishedAt.getTime() / 1000),
+    family(
+      "prune_removed_bytes_total",
+      "counter",
+      "bytes",
+      "Bytes the removed images were estimated to free (the bytes no other image shares).",
+      [{ labels: {}, value: counted(facts.removedBytes) }],
+    ),
+    gauge("prune_info", "info", "The last prune's verdict (prune, below-threshold, workspace, …) and why.", 1, {
+      verdict: facts.verdict,
+      reason: reasonLabel(facts.reason),
+    }),
+    ...(facts.usedRatioBefore === undefined
+      ? []
+      : [
+          gauge(
+            "prune_used_before_ratio",
+            "ratio",
+            "The cache filesystem's fill when the last prune began.",
+            facts.usedRatioBefore,
+          ),
+        ]),
+    ...(facts.usedRatioAfter === undefined
+      ? []
+      : [
+          gauge(
+            "prune_used_after_ratio",
+            "ratio",
+            "The cache filesystem's fill after the last prune's removals.",
+            facts.usedRatioAfter,
+          ),
+        ]),
+    gauge(
+      "prune_dry_run_ratio",
+      "ratio",
+      "1 when the last prune was a dry run (it changed nothing).",
+      facts.dryRun ? 1 : 0,
+    ),
+    gauge(
+      "prune_timestamp_seconds",
+      "seconds",
+      "When the last prune finished (seconds since the epoch).",
+      facts.finishedAt.getTime() / 1000,
+    ),
   ];
 }

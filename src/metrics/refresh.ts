@@ -17,11 +17,17 @@ export function refreshMetrics(state: RefreshState): MetricFamily[] {
     if (image.phase === "pulled") bytes += image.bytes ?? 0;
   }
   const families: MetricFamily[] = [
-    gauge("refresh_info", "info", "The last refresh of the cache volume's images: its phase (running, done, stopped, skipped) and the generation it followed.", 1, {
-      volume_id: state.volumeId ?? "",
-      phase: state.phase,
-      generation: state.generation ?? "",
-    }),
+    gauge(
+      "refresh_info",
+      "info",
+      "The last refresh of the cache volume's images: its phase (running, done, stopped, skipped) and the generation it followed.",
+      1,
+      {
+        volume_id: state.volumeId ?? "",
+        phase: state.phase,
+        generation: state.generation ?? "",
+      },
+    ),
     family(
       "refresh_images",
       "gauge",
@@ -29,9 +35,22 @@ export function refreshMetrics(state: RefreshState): MetricFamily[] {
       "Images the last refresh wanted, by phase: present (already there), pending, pulling, pulled, failed.",
       [...counts].map(([phase, value]) => ({ labels: { phase }, value })),
     ),
-    gauge("refresh_pulled_bytes", "bytes", "Size of the images the last refresh pulled, as docker reports them.", bytes),
+    gauge(
+      "refresh_pulled_bytes",
+      "bytes",
+      "Size of the images the last refresh pulled, as docker reports them.",
+      bytes,
+    ),
   ];
   const updated = epochSeconds(state.updatedAt);
-  if (updated !== undefined) families.push(gauge("refresh_timestamp_seconds", "seconds", "When the refresh's state last changed (seconds since the epoch).", updated));
+  if (updated !== undefined)
+    families.push(
+      gauge(
+        "refresh_timestamp_seconds",
+        "seconds",
+        "When the refresh's state last changed (seconds since the epoch).",
+        updated,
+      ),
+    );
   return families;
 }

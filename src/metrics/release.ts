@@ -14,11 +14,19 @@ export function releaseMetrics({ result, finishedAt }: ReleaseFacts): MetricFami
   const problems = new Map<string, number>();
   for (const p of result.problems) problems.set(p.kind, (problems.get(p.kind) ?? 0) + 1);
   return [
-    gauge("release_info", "info", "The last release: outcome (released, nothing, disabled, refused, failed) and the reason when it was not released.", 1, {
+    gauge(
+      "release_info",
+      "info",
+      "The last release: outcome (released, nothing, disabled, refused, failed) and the reason when it was not released.",
+      1,
+      {
+        outcome: result.outcome,
+        reason: reasonLabel(result.reason ?? result.problems[0]?.message),
+      },
+    ),
+    gauge("release_duration_seconds", "seconds", "How long the last release's steps took in all.", seconds(totalMs), {
       outcome: result.outcome,
-      reason: reasonLabel(result.reason ?? result.problems[0]?.message),
     }),
-    gauge("release_duration_seconds", "seconds", "How long the last release's steps took in all.", seconds(totalMs), { outcome: result.outcome }),
     family(
       "release_step_duration_seconds",
       "gauge",
@@ -26,14 +34,31 @@ export function releaseMetrics({ result, finishedAt }: ReleaseFacts): MetricFami
       "How long each step of the last release took (summed over its volumes).",
       [...steps].map(([step, ms]) => ({ labels: { step }, value: seconds(ms) })),
     ),
-    family("release_volumes", "gauge", "volumes", "Volumes the last release detached and tagged released, or kept attached over a stop.", [
-      { labels: { disposition: "released" }, value: result.released.length },
-      { labels: { disposition: "kept" }, value: result.kept.length },
-    ]),
-    family("release_problems", "gauge", "problems", "Steps the last release refused or failed (see the journal for each).", [
-      { labels: { kind: "refused" }, value: problems.get("refused") ?? 0 },
-      { labels: { kind: "failed" }, value: problems.get("failed") ?? 0 },
-    ]),
-    gauge("release_timestamp_seconds", "seconds", "When the last release finished (seconds since the epoch).", finishedAt.getTime() / 1000),
+    family(
+      "release_volumes",
+      "gauge",
+      "volumes",
+      "Volumes the last release detached and tagged released, or kept attached over a stop.",
+      [
+        { labels: { disposition: "released" }, value: result.released.length },
+        { labels: { disposition: "kept" }, value: result.kept.length },
+      ],
+    ),
+    family(
+      "release_problems",
+      "gauge",
+      "problems",
+      "Steps the last release refused or failed (see the journal for each).",
+      [
+        { labels: { kind: "refused" }, value: problems.get("refused") ?? 0 },
+        { labels: { kind: "failed" }, value: problems.get("failed") ?? 0 },
+      ],
+    ),
+    gauge(
+      "release_timestamp_seconds",
+      "seconds",
+      "When the last release finished (seconds since the epoch).",
+      finishedAt.getTime() / 1000,
+    ),
   ];
 }

@@ -45,12 +45,25 @@ export function carryCounters(families: readonly MetricFamily[], previousText: s
     if (space > 0 && Number.isFinite(value) && value >= 0) previous.set(line.slice(0, space), value);
   }
   return families.map((f) =>
-    f.type !== "counter" ? f : { ...f, samples: f.samples.map((s) => ({ ...s, value: s.value + (previous.get(renderSeries(f.name, s.labels)) ?? 0) })) },
+    f.type !== "counter"
+      ? f
+      : {
+          ...f,
+          samples: f.samples.map((s) => ({
+            ...s,
+            value: s.value + (previous.get(renderSeries(f.name, s.labels)) ?? 0),
+          })),
+        },
   );
 }
 
 /** Replaces the use case's file atomically; returns its path. `carry`: add the previous file's counters. */
-export async function writeTextfile(dir: string, useCase: MetricsUseCase, families: readonly MetricFamily[], options: { carry?: boolean } = {}): Promise<string> {
+export async function writeTextfile(
+  dir: string,
+  useCase: MetricsUseCase,
+  families: readonly MetricFamily[],
+  options: { carry?: boolean } = {},
+): Promise<string> {
   const path = textfilePath(dir, useCase);
   try {
     const previous = options.carry ? await readFile(path, "utf8").catch(() => undefined) : undefined;

@@ -105,7 +105,14 @@ export interface StatusDocument {
     failed: number;
     pending: number;
     pulledBytes: number;
-    images: Array<{ image: string; sources: string[]; phase: string; bytes: number | null; seconds: number | null; error: string | null }>;
+    images: Array<{
+      image: string;
+      sources: string[];
+      phase: string;
+      bytes: number | null;
+      seconds: number | null;
+      error: string | null;
+    }>;
     markedCurrent: boolean | null;
     startedAt: string;
     updatedAt: string;
@@ -125,8 +132,10 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
   const r = b?.result;
   if (!b || !r) problems.push("no boot recorded on this host (`ebs-cache-agent boot` has not finished here)");
   else if (r.outcome === "degraded") problems.push(`the boot degraded: ${r.reason ?? "see the journal"}`);
-  else if (r.outcome === "prepared") problems.push("the boot's second phase has not run: docker is not started on the cache volume");
-  else if (r.outcome === "disabled") warnings.push(`the cache is disabled on this host${r.reason ? `: ${r.reason}` : ""}`);
+  else if (r.outcome === "prepared")
+    problems.push("the boot's second phase has not run: docker is not started on the cache volume");
+  else if (r.outcome === "disabled")
+    warnings.push(`the cache is disabled on this host${r.reason ? `: ${r.reason}` : ""}`);
 
   const fs = inputs.filesystem;
   let mount: StatusDocument["mount"] = null;
@@ -144,22 +153,32 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
     };
     const percent = (ratio: number) => `${(ratio * 100).toFixed(1)} %`;
     if (!fs && UP.has(r.outcome)) problems.push(`the cache volume is not mounted at ${r.mountPoint}`);
-    else if (fs && fs.usedRatio >= thresholds.failUsedRatio) problems.push(`the cache filesystem is ${percent(fs.usedRatio)} full`);
-    else if (fs && fs.usedRatio >= thresholds.warnUsedRatio) warnings.push(`the cache filesystem is ${percent(fs.usedRatio)} full (\`ebs-cache-agent prune\` removes images outside the current generation of a pool volume)`);
+    else if (fs && fs.usedRatio >= thresholds.failUsedRatio)
+      problems.push(`the cache filesystem is ${percent(fs.usedRatio)} full`);
+    else if (fs && fs.usedRatio >= thresholds.warnUsedRatio)
+      warnings.push(
+        `the cache filesystem is ${percent(fs.usedRatio)} full (\`ebs-cache-agent prune\` removes images outside the current generation of a pool volume)`,
+      );
   }
 
   let dataRoot: StatusDocument["dataRoot"] = null;
   if (r?.dataRoot) {
     const current = inputs.dockerDataRoot ?? null;
     dataRoot = { expected: r.dataRoot, current, matches: current === r.dataRoot };
-    if (!dataRoot.matches && UP.has(r.outcome)) problems.push(`docker's data-root is ${current ?? "its default"}, not the cache volume's ${r.dataRoot}`);
+    if (!dataRoot.matches && UP.has(r.outcome))
+      problems.push(`docker's data-root is ${current ?? "its default"}, not the cache volume's ${r.dataRoot}`);
   }
 
   const published = b?.labels ?? {};
   const shown = inputs.labels ?? null;
   if (shown && b?.labels) {
-    const differ = Object.entries(published).filter(([name, value]) => shown[name] !== value && !MOVING_LABELS.some((suffix) => name.endsWith(suffix)));
-    for (const [name, value] of differ) warnings.push(`label ${name} shows ${JSON.stringify(shown[name] ?? null)}, the boot published ${JSON.stringify(value)}`);
+    const differ = Object.entries(published).filter(
+      ([name, value]) => shown[name] !== value && !MOVING_LABELS.some((suffix) => name.endsWith(suffix)),
+    );
+    for (const [name, value] of differ)
+      warnings.push(
+        `label ${name} shows ${JSON.stringify(shown[name] ?? null)}, the boot published ${JSON.stringify(value)}`,
+      );
   }
 
   const p = inputs.prewarm;
@@ -167,18 +186,31 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
     warnings.push("the pre-warm's initialization was interrupted (`ebs-cache-agent prewarm` resumes it)");
   }
   if (p?.state.phase === "failed") warnings.push(`the pre-warm failed: ${p.state.error ?? "see the journal"}`);
-  if (p?.state.verdict === "cold" && p.state.phase !== "initializing") warnings.push("the cache volume is cold: its first reads come from S3");
+  if (p?.state.verdict === "cold" && p.state.phase !== "initializing")
+    warnings.push("the cache volume is cold: its first reads come from S3");
 
   const rel = inputs.release;
   const afterBoot = rel !== undefined && (!b || Date.parse(rel.finishedAt) > Date.parse(b.finishedAt));
-  if (rel && afterBoot && (rel.result.outcome === "released" || rel.result.outcome === "failed" || rel.result.outcome === "refused")) {
+  if (
+    rel &&
+    afterBoot &&
+    (rel.result.outcome === "released" || rel.result.outcome === "failed" || rel.result.outcome === "refused")
+  ) {
     problems.push(`a release (${rel.result.outcome}) ran after the boot: the node is no longer on its cache volume`);
   }
 
   const refresh = refreshBlock(inputs.refresh);
   // A refresh never changes readiness: what it failed to pull is a warning, never a problem.
-  if (refresh && refresh.failed > 0) warnings.push(`the refresh could not pull ${refresh.failed} of ${refresh.wanted} image(s): ${refresh.images.filter((i) => i.phase === "failed").map((i) => i.image).slice(0, 3).join(", ")}`);
-  if (refresh?.phase === "running" && !refresh.running) warnings.push("the refresh was interrupted (`ebs-cache-agent refresh` runs it again)");
+  if (refresh && refresh.failed > 0)
+    warnings.push(
+      `the refresh could not pull ${refresh.failed} of ${refresh.wanted} image(s): ${refresh.images
+        .filter((i) => i.phase === "failed")
+        .map((i) => i.image)
+        .slice(0, 3)
+        .join(", ")}`,
+    );
+  if (refresh?.phase === "running" && !refresh.running)
+    warnings.push("the refresh was interrupted (`ebs-cache-agent refresh` runs it again)");
 
   const timeline = (r?.timeline ?? []).map((entry) => ({ step: entry.step, seconds: entry.ms / 1000 }));
   return {
@@ -194,11 +226,16 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
             source: r.source,
             reason: r.reason ?? null,
             finishedAt: b.finishedAt,
-            durationSeconds: round(timeline.reduce((sum, t) => sum + t.seconds, 0), 3),
+            durationSeconds: round(
+              timeline.reduce((sum, t) => sum + t.seconds, 0),
+              3,
+            ),
             timeline,
           }
         : null,
-    volume: r?.volumeId ? { volumeId: r.volumeId, device: r.device ?? null, model: fs?.model ?? null, serial: fs?.serial ?? null } : null,
+    volume: r?.volumeId
+      ? { volumeId: r.volumeId, device: r.device ?? null, model: fs?.model ?? null, serial: fs?.serial ?? null }
+      : null,
     mount,
     dataRoot,
     labels: b ? { published, shown } : null,
@@ -225,7 +262,12 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
           afterBoot,
           released: rel.result.released,
           kept: rel.result.kept,
-          problems: rel.result.problems.map((x) => ({ step: x.step, volumeId: x.volumeId ?? null, kind: x.kind, message: x.message })),
+          problems: rel.result.problems.map((x) => ({
+            step: x.step,
+            volumeId: x.volumeId ?? null,
+            kind: x.kind,
+            message: x.message,
+          })),
         }
       : null,
     refresh,
@@ -249,7 +291,14 @@ function refreshBlock(input: StatusInputs["refresh"]): StatusDocument["refresh"]
     failed: count("failed"),
     pending: count("pending") + count("pulling"),
     pulledBytes: state.images.reduce((sum, i) => sum + (i.phase === "pulled" ? (i.bytes ?? 0) : 0), 0),
-    images: state.images.map((i) => ({ image: i.image, sources: [...i.sources], phase: i.phase, bytes: i.bytes ?? null, seconds: i.seconds ?? null, error: i.error ?? null })),
+    images: state.images.map((i) => ({
+      image: i.image,
+      sources: [...i.sources],
+      phase: i.phase,
+      bytes: i.bytes ?? null,
+      seconds: i.seconds ?? null,
+      error: i.error ?? null,
+    })),
     markedCurrent: state.markedCurrent,
     startedAt: state.startedAt,
     updatedAt: state.updatedAt,

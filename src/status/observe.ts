@@ -46,7 +46,9 @@ export async function observeStatus(sources: StatusSources): Promise<StatusInput
   const refresh = sources.refresh ? await attempt("the refresh's state", sources.refresh) : undefined;
   for (const read of [boot, release]) if (read.problem) problems.push(read.problem);
   const mountPoint = boot.record?.result.mountPoint;
-  const filesystem = mountPoint ? await attempt(`the filesystem at ${mountPoint}`, () => sources.filesystem(mountPoint)) : undefined;
+  const filesystem = mountPoint
+    ? await attempt(`the filesystem at ${mountPoint}`, () => sources.filesystem(mountPoint))
+    : undefined;
   return {
     now: (sources.now ?? (() => new Date()))(),
     ...(boot.record ? { boot: boot.record } : {}),

@@ -58,13 +58,23 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
     try {
       await write();
     } catch (error) {
-      log.warning("metrics.write-failed", `could not write ${what}: ${describeError(error)}; the outcome is unchanged`, {
-        remediation: error instanceof AgentError ? error.remediation : undefined,
-      });
+      log.warning(
+        "metrics.write-failed",
+        `could not write ${what}: ${describeError(error)}; the outcome is unchanged`,
+        {
+          remediation: error instanceof AgentError ? error.remediation : undefined,
+        },
+      );
     }
   };
-  const textfile = (useCase: MetricsUseCase, families: () => Promise<MetricFamily[]> | MetricFamily[], carry = false) =>
-    textfileDir === null ? Promise.resolve() : attempt(`the ${useCase} metrics`, async () => writeTextfile(textfileDir, useCase, await families(), { carry }));
+  const textfile = (
+    useCase: MetricsUseCase,
+    families: () => Promise<MetricFamily[]> | MetricFamily[],
+    carry = false,
+  ) =>
+    textfileDir === null
+      ? Promise.resolve()
+      : attempt(`the ${useCase} metrics`, async () => writeTextfile(textfileDir, useCase, await families(), { carry }));
 
   /**
    * The boot's host figures (the device, the host) and the fill (its own file, which the prune
@@ -76,7 +86,11 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
     if (fs.status === "fulfilled" && fs.value) {
       figures.boot.push(...cacheDeviceMetrics(fs.value));
       figures.fill.push(...cacheFilesystemMetrics(fs.value));
-    } else log.info("metrics.no-figures", `no figures of the cache filesystem at ${mountPoint}: ${fs.status === "rejected" ? describeError(fs.reason) : "nothing mounted there"}`);
+    } else
+      log.info(
+        "metrics.no-figures",
+        `no figures of the cache filesystem at ${mountPoint}: ${fs.status === "rejected" ? describeError(fs.reason) : "nothing mounted there"}`,
+      );
     if (host.status === "fulfilled") figures.boot.push(...hostMetrics(host.value));
     else log.info("metrics.no-figures", `no figures of the host: ${describeError(host.reason)}`);
     return figures;
@@ -94,7 +108,8 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
         result,
         ...(labels ? { labels } : {}),
       };
-      if (phase === "second") record = withFirstPhase((await readBootRecord(stateDir).catch(() => ({ record: undefined }))).record, record);
+      if (phase === "second")
+        record = withFirstPhase((await readBootRecord(stateDir).catch(() => ({ record: undefined }))).record, record);
       await attempt("the boot's status record", () => writeBootRecord(stateDir, record));
       const up = result.outcome === "ready" || result.outcome === "warming";
       const figures = up && result.mountPoint ? await factsFor(result.mountPoint) : { boot: [], fill: [] };
@@ -103,7 +118,9 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
       await textfile("fill", () => figures.fill);
     },
     async releaseFinished({ instanceId, result, finishedAt }) {
-      await attempt("the release's status record", () => writeReleaseRecord(stateDir, { version: 1, instanceId, finishedAt: finishedAt.toISOString(), result }));
+      await attempt("the release's status record", () =>
+        writeReleaseRecord(stateDir, { version: 1, instanceId, finishedAt: finishedAt.toISOString(), result }),
+      );
       await textfile("release", () => releaseMetrics({ result, finishedAt }));
     },
     async gcFinished({ outcome, dryRun, finishedAt }) {

@@ -64,11 +64,16 @@ function isObject(value: unknown): value is Record<string, unknown> {
 /** Checks the shape status relies on; the rest of the record is taken as the agent wrote it. */
 function checkRecord(value: unknown, file: string): string | undefined {
   if (!isObject(value) || value.version !== 1) return `${file} is not a version 1 record`;
-  if (typeof value.instanceId !== "string" || typeof value.finishedAt !== "string" || Number.isNaN(Date.parse(value.finishedAt))) {
+  if (
+    typeof value.instanceId !== "string" ||
+    typeof value.finishedAt !== "string" ||
+    Number.isNaN(Date.parse(value.finishedAt))
+  ) {
     return `${file} lacks its instance id or finish time`;
   }
   const result = value.result;
-  if (!isObject(result) || typeof result.outcome !== "string" || !Array.isArray(result.timeline)) return `${file} lacks its result`;
+  if (!isObject(result) || typeof result.outcome !== "string" || !Array.isArray(result.timeline))
+    return `${file} lacks its result`;
   return undefined;
 }
 

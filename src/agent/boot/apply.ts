@@ -21,14 +21,30 @@ import { volumeDetails } from "../report.ts";
 import { imagesOf, withLatest } from "../generation.ts";
 import { claimNext, createAndClaim } from "./claim.ts";
 import { claimTagChanges } from "./claim-tags.ts";
-import { freshProgress, type ApplyOptions, type BootDeps, type BootLimits, type BootResult, type ClaimState, type Finished, type Progress, type StepContext } from "./context.ts";
+import {
+  freshProgress,
+  type ApplyOptions,
+  type BootDeps,
+  type BootLimits,
+  type BootResult,
+  type ClaimState,
+  type Finished,
+  type Progress,
+  type StepContext,
+} from "./context.ts";
 import { BootStepError, CancelledError, remediationOf } from "./errors.ts";
 import type { BootPlan, BootStep } from "./plan.ts";
 import { bootSourceOf } from "./source.ts";
 import { degrade, shorten, undo } from "./undo.ts";
 
 /** Steps whose failure is the volume's: it is handed back quarantined and the next one tried. */
-const VOLUME_STEPS = new Set<BootStep["step"]>(["wait-for-device", "check-filesystem", "mount", "grow-filesystem", "prepare-data-root"]);
+const VOLUME_STEPS = new Set<BootStep["step"]>([
+  "wait-for-device",
+  "check-filesystem",
+  "mount",
+  "grow-filesystem",
+  "prepare-data-root",
+]);
 /**
  * Docker failing on the volume's data-root, or missing its images, is most likely the volume's
  * too (the host's side, daemon.json and dockerd's flags, was checked before the claim): it is
@@ -37,7 +53,12 @@ const VOLUME_STEPS = new Set<BootStep["step"]>(["wait-for-device", "check-filesy
 const DOCKER_ON_VOLUME_STEPS = new Set<BootStep["step"]>(["start-docker", "verify-docker"]);
 
 /** Runs the plan. Never throws for a failure the node can live with: it degrades instead. */
-export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: BootLimits, options: ApplyOptions = {}): Promise<BootResult> {
+export async function applyBootPlan(
+  plan: BootPlan,
+  deps: BootDeps,
+  limits: BootLimits,
+  options: ApplyOptions = {},
+): Promise<BootResult> {
   const { log } = deps;
   const timeline: BootResult["timeline"] = [];
   let progress = freshProgress();
@@ -63,12 +84,22 @@ export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: Boot
     const started = Date.now();
     try {
       if (options.signal?.aborted) throw new CancelledError(step.step, options.signal);
-      const done = await runStep(step, { plan, p: progress, deps, limits, claim, call: claim.signal ? { signal: claim.signal } : {} });
+      const done = await runStep(step, {
+        plan,
+        p: progress,
+        deps,
+        limits,
+        claim,
+        call: claim.signal ? { signal: claim.signal } : {},
+      });
       timeline.push({ step: step.step, ms: Date.now() - started });
       if (done) return { ...done, timeline, source: bootSourceOf(plan.selection, done.outcome, progress.created) };
     } catch (caught) {
       timeline.push({ step: step.step, ms: Date.now() - started });
-      const error = options.signal?.aborted && !(caught instanceof CancelledError) ? new CancelledError(step.step, options.signal, caught) : caught;
+      const error =
+        options.signal?.aborted && !(caught instanceof CancelledError)
+          ? new CancelledError(step.step, options.signal, caught)
+          : caught;
       const reason = describeError(error);
       const volumeId = progress.volume?.volumeId;
       const cancelled = error instanceof CancelledError;
@@ -78,7 +109,9 @@ export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: Boot
       // detaches only once it is done (it is bounded by prewarm.check.seconds).
       await progress.prewarmRun?.idle();
       // Undo with no signal: a boot stopped by SIGTERM still hands back what it holds.
-      await undo(progress, plan, deps, reason, { quarantine: volumeFault || (!cancelled && DOCKER_ON_VOLUME_STEPS.has(failed)) });
+      await undo(progress, plan, deps, reason, {
+        quarantine: volumeFault || (!cancelled && DOCKER_ON_VOLUME_STEPS.has(failed)),
+      });
       if (volumeFault && volumeId && claimIndex >= 0 && claim.volumes < maxVolumes) {
         log.warning("boot.volume-unusable", `${reason}; handed back, trying the next candidate`, {
           step: failed,
@@ -100,7 +133,11 @@ export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: Boot
       return { ...degraded, timeline, source: bootSourceOf(plan.selection, degraded.outcome, undefined) };
     }
   }
-  const outcome = !plan.steps.some((step) => step.step === "report-ready") ? "prepared" : progress.prewarm?.labelState === "warming" ? "warming" : "ready";
+  const outcome = !plan.steps.some((step) => step.step === "report-ready")
+    ? "prepared"
+    : progress.prewarm?.labelState === "warming"
+      ? "warming"
+      : "ready";
   return { outcome, source: bootSourceOf(plan.selection, outcome, progress.created), timeline, ...resultOf(progress) };
 }
 
@@ -111,7 +148,11 @@ export async function applyBootPlan(plan: BootPlan, deps: BootDeps, limits: Boot
  * start-docker, tagged with a last-error that is not the volume's fault. Returns the degraded
  * boot when the host refuses.
  */
-async function checkHost(deps: BootDeps, limits: BootLimits, timeline: BootResult["timeline"]): Promise<Finished | undefined> {
+async function checkHost(
+  deps: BootDeps,
+  limits: BootLimits,
+  timeline: BootResult["timeline"],
+): Promise<Finished | undefined> {
   const started = Date.now();
   try {
     await (deps.preflight ? deps.preflight() : deps.daemonConfig.dataRoot());
@@ -120,10 +161,14 @@ async function checkHost(deps: BootDeps, limits: BootLimits, timeline: BootResul
   } catch (error) {
     timeline.push({ step: "check-host", ms: Date.now() - started });
     const reason = describeError(error);
-    deps.log.error("boot.failed", `${reason}; no volume was claimed`, { step: "check-host", remediation: remediationOf(error) });
+    deps.log.error("boot.failed", `${reason}; no volume was claimed`, {
+      step: "check-host",
+      remediation: remediationOf(error),
+    });
     // daemon.json (or dockerd's reading of it) is what is wrong: the agent writes nothing into
     // it, not even the degraded engine label, and leaves it as it found it.
-    const report = async () => deps.log.notice("boot.label", "no degraded label published: the host's docker configuration refused the switch");
+    const report = async () =>
+      deps.log.notice("boot.label", "no degraded label published: the host's docker configuration refused the switch");
     return degrade({ ...deps, report }, limits, reason);
   }
 }
@@ -211,7 +256,10 @@ async function degradeAsPlanned(step: StepOf<"degrade">, { deps, limits }: StepC
  * `released-at` with `expires-at` (or `keep`). A mount the agent did not make, or any failure,
  * stops here: the node degrades with the volume attached and unmounted, never mounted for this run.
  */
-async function handBackAttached(step: StepOf<"hand-back-attached">, { plan, deps, limits, call }: StepContext): Promise<undefined> {
+async function handBackAttached(
+  step: StepOf<"hand-back-attached">,
+  { plan, deps, limits, call }: StepContext,
+): Promise<undefined> {
   const { cloud, storage, log } = deps;
   const { volumeId } = step;
   log.notice("boot.hand-back", `${step.reason}: not mounted; handing it back released`, { volume: volumeId });
@@ -219,11 +267,19 @@ async function handBackAttached(step: StepOf<"hand-back-attached">, { plan, deps
   const ours = mountPointOf(limits.mountRoot, volumeId);
   const mounted = device ? await storage.mountPointOf(device) : undefined;
   if (mounted !== undefined && mounted !== ours) {
-    throw new BootStepError(step.step, `${volumeId} is mounted at ${mounted}, not by the agent: not handed back`, `unmount ${mounted}, then run boot again`);
+    throw new BootStepError(
+      step.step,
+      `${volumeId} is mounted at ${mounted}, not by the agent: not handed back`,
+      `unmount ${mounted}, then run boot again`,
+    );
   }
   if (mounted !== undefined) await storage.unmount(mounted);
   if (device && (await storage.mountPointOf(device)) !== undefined) {
-    throw new BootStepError(step.step, `${volumeId} is still mounted: not detaching it`, "find what holds it (fuser -vm), then run boot again");
+    throw new BootStepError(
+      step.step,
+      `${volumeId} is still mounted: not detaching it`,
+      "find what holds it (fuser -vm), then run boot again",
+    );
   }
   await cloud.detachVolume(volumeId, plan.instanceId, call);
   await cloud.waitForAttachment(volumeId, plan.instanceId, "detached", limits.attachTimeoutMs, call);
@@ -231,15 +287,29 @@ async function handBackAttached(step: StepOf<"hand-back-attached">, { plan, deps
   if (!volume) return undefined;
   const claimedAt = volume.tags[VolumeTag.claimedAt];
   const releasedAt = deps.now?.() ?? new Date();
-  const tags = releaseTags({ instanceId: plan.instanceId, kind: VolumeKind.workspace, keep: step.keep, ttlHours: step.ttlHours, releasedAt, ...(claimedAt !== undefined ? { claimedAt } : {}) });
+  const tags = releaseTags({
+    instanceId: plan.instanceId,
+    kind: VolumeKind.workspace,
+    keep: step.keep,
+    ttlHours: step.ttlHours,
+    releasedAt,
+    ...(claimedAt !== undefined ? { claimedAt } : {}),
+  });
   await cloud.tagVolume(volumeId, tags.set, call);
   await cloud.untagVolume(volumeId, tags.removeKeys, call);
   await cloud.untagVolume(volumeId, tags.remove, call);
-  log.notice("boot.hand-back", "workspace volume handed back released", { volume: volumeId, expiresAt: tags.set[VolumeTag.expiresAt], keep: tags.set[VolumeTag.keep] });
+  log.notice("boot.hand-back", "workspace volume handed back released", {
+    volume: volumeId,
+    expiresAt: tags.set[VolumeTag.expiresAt],
+    keep: tags.set[VolumeTag.keep],
+  });
   return undefined;
 }
 
-async function reuseAttached(step: StepOf<"reuse-attached">, { p, deps, claim, call }: StepContext): Promise<undefined> {
+async function reuseAttached(
+  step: StepOf<"reuse-attached">,
+  { p, deps, claim, call }: StepContext,
+): Promise<undefined> {
   const volume = claim.known.get(step.volumeId) ?? (await deps.cloud.describeVolume(step.volumeId, call));
   if (!volume) throw new BootStepError(step.step, `${step.volumeId} no longer exists`, "run boot again");
   p.volume = volume;
@@ -284,8 +354,15 @@ async function tagClaim(step: StepOf<"tag-claim">, { plan, p, deps, call }: Step
  * The device, identified by its NVMe serial, is the proof of the attachment: no DescribeVolumes
  * polling. Its deadline covers both (EC2's attach, then udev).
  */
-async function waitForDevice(_step: StepOf<"wait-for-device">, { p, deps, limits, call }: StepContext): Promise<undefined> {
-  p.device = await deps.storage.waitForDevice(volumeOf(p).volumeId, limits.attachTimeoutMs + limits.deviceTimeoutMs, call);
+async function waitForDevice(
+  _step: StepOf<"wait-for-device">,
+  { p, deps, limits, call }: StepContext,
+): Promise<undefined> {
+  p.device = await deps.storage.waitForDevice(
+    volumeOf(p).volumeId,
+    limits.attachTimeoutMs + limits.deviceTimeoutMs,
+    call,
+  );
   deps.log.info("boot.device", "device verified by its serial", { volume: volumeOf(p).volumeId, device: p.device });
   return undefined;
 }
@@ -305,10 +382,19 @@ async function checkFilesystem(step: StepOf<"check-filesystem">, { p, deps }: St
     log.notice("boot.format", "formatting the blank volume the agent created", { volume: volume.volumeId, device });
     await storage.format(device, FS_LABEL);
     identity = await storage.identify(owner, device);
-    if (identity.kind !== "cache") throw new BootStepError(step.step, `${volume.volumeId} (${device}) is still blank after mkfs.xfs`, `check dmesg and lsblk -f ${device}`);
+    if (identity.kind !== "cache")
+      throw new BootStepError(
+        step.step,
+        `${volume.volumeId} (${device}) is still blank after mkfs.xfs`,
+        `check dmesg and lsblk -f ${device}`,
+      );
   }
   if (identity.dataBytes !== undefined) p.filesystemBytes = identity.dataBytes;
-  log.info("boot.filesystem", "the agent's cache filesystem", { volume: volume.volumeId, device, fresh: identity.fresh });
+  log.info("boot.filesystem", "the agent's cache filesystem", {
+    volume: volume.volumeId,
+    device,
+    fresh: identity.fresh,
+  });
   return undefined;
 }
 
@@ -337,19 +423,30 @@ async function mountVolume(step: StepOf<"mount">, { p, deps }: StepContext): Pro
  */
 async function growFilesystem(_step: StepOf<"grow-filesystem">, { p, deps }: StepContext): Promise<undefined> {
   if (p.filesystemBytes !== undefined && volumeOf(p).sizeGiB * 1024 ** 3 - p.filesystemBytes <= GROW_MARGIN_BYTES) {
-    deps.log.debug("boot.grow", "the filesystem fills the volume's size", { mountPoint: p.mountPoint, filesystem: p.filesystemBytes });
+    deps.log.debug("boot.grow", "the filesystem fills the volume's size", {
+      mountPoint: p.mountPoint,
+      filesystem: p.filesystemBytes,
+    });
     return undefined;
   }
-  if (await deps.storage.grow(p.mountPoint!)) deps.log.info("boot.grow", "filesystem grown to the volume's size", { mountPoint: p.mountPoint });
+  if (await deps.storage.grow(p.mountPoint!))
+    deps.log.info("boot.grow", "filesystem grown to the volume's size", { mountPoint: p.mountPoint });
   return undefined;
 }
 
-async function prepareDataRoot(_step: StepOf<"prepare-data-root">, { plan, p, deps, limits }: StepContext): Promise<undefined> {
+async function prepareDataRoot(
+  _step: StepOf<"prepare-data-root">,
+  { plan, p, deps, limits }: StepContext,
+): Promise<undefined> {
   const volume = volumeOf(p);
   p.dataRoot = join(p.mountPoint!, DATA_ROOT_SUBDIR);
   const kind = volume.tags[VolumeTag.kind] === "workspace" ? "workspace" : "pool";
   const imageStore = plan.hostStore?.store ?? "graphdriver";
-  const activation = { instanceId: plan.instanceId, ...(limits.launchTime ? { launchTime: limits.launchTime } : {}), ...(limits.bootId ? { bootId: limits.bootId } : {}) };
+  const activation = {
+    instanceId: plan.instanceId,
+    ...(limits.launchTime ? { launchTime: limits.launchTime } : {}),
+    ...(limits.bootId ? { bootId: limits.bootId } : {}),
+  };
   await deps.prepareDataRoot(p.dataRoot, { kind, activation, createdByAgent: createdByAgent(volume), imageStore });
   return undefined;
 }
@@ -365,7 +462,11 @@ async function switchDataRoot(step: StepOf<"switch-data-root">, { plan, p, deps 
   await deps.daemonConfig.setImageStore(store, engineVersion ? { engineVersion } : {});
   if (store === "containerd") {
     if (!deps.containerd) {
-      throw new BootStepError(step.step, "this host uses the containerd image store and the agent was built without containerd's config", "report this: the wiring passes no containerd adapter");
+      throw new BootStepError(
+        step.step,
+        "this host uses the containerd image store and the agent was built without containerd's config",
+        "report this: the wiring passes no containerd adapter",
+      );
     }
     const root = containerdRootOnVolume(p.mountPoint!);
     await deps.containerd.prepareRoot(root, { dropMachineState: false });
@@ -393,10 +494,18 @@ async function resumePrepared(step: StepOf<"resume-prepared">, ctx: StepContext)
   const { p, deps } = ctx;
   const volume = volumeOf(p);
   const [mountedAt, dataRoot] = await Promise.all([deps.storage.mountPointOf(p.device!), deps.daemonConfig.dataRoot()]);
-  if (mountedAt === step.mountPoint && dataRoot === step.dataRoot && step.dataRoot === join(step.mountPoint, DATA_ROOT_SUBDIR)) {
+  if (
+    mountedAt === step.mountPoint &&
+    dataRoot === step.dataRoot &&
+    step.dataRoot === join(step.mountPoint, DATA_ROOT_SUBDIR)
+  ) {
     p.mountPoint = step.mountPoint;
     p.dataRoot = step.dataRoot;
-    deps.log.info("boot.resume", "prepared by the first phase of this boot: mounted, data-root switched; not checked again", { volume: volume.volumeId, mountPoint: step.mountPoint });
+    deps.log.info(
+      "boot.resume",
+      "prepared by the first phase of this boot: mounted, data-root switched; not checked again",
+      { volume: volume.volumeId, mountPoint: step.mountPoint },
+    );
     return undefined;
   }
   deps.log.notice("boot.resume", "not as the first phase of this boot left it: preparing it again", {
@@ -474,9 +583,16 @@ async function verifyDocker(step: StepOf<"verify-docker">, { plan, p, deps, limi
   const wanted = [...imagesOf(volumeOf(p).tags), ...(createdByAgent(volumeOf(p)) ? [] : limits.expectedImages)];
   const missing = wanted.filter((image) => !listed.has(image) && !listed.has(withLatest(image)));
   if (missing.length > 0) {
-    throw new BootStepError(step.step, `images missing on the volume: ${missing.join(", ")}`, "rebuild the pool's snapshot with the wanted image set");
+    throw new BootStepError(
+      step.step,
+      `images missing on the volume: ${missing.join(", ")}`,
+      "rebuild the pool's snapshot with the wanted image set",
+    );
   }
-  deps.log.info("boot.verified", "docker runs on the cache volume with the expected images", { images: wanted.length, dataRoot: p.dataRoot });
+  deps.log.info("boot.verified", "docker runs on the cache volume with the expected images", {
+    images: wanted.length,
+    dataRoot: p.dataRoot,
+  });
   return undefined;
 }
 
@@ -485,7 +601,11 @@ function beginPrewarm({ p, deps }: StepContext): PrewarmAtBoot | undefined {
   if (!deps.prewarm) return undefined;
   const volume = volumeOf(p);
   return deps.prewarm({
-    volume: { volumeId: volume.volumeId, ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}), tags: volume.tags },
+    volume: {
+      volumeId: volume.volumeId,
+      ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}),
+      tags: volume.tags,
+    },
     sizeBytes: volume.sizeGiB * 1024 ** 3,
     device: p.device!,
     mountPoint: p.mountPoint!,
@@ -503,7 +623,10 @@ async function prewarm(_step: StepOf<"prewarm">, ctx: StepContext): Promise<unde
     p.prewarm = await p.prewarmRun?.outcome();
   } catch (error) {
     // The pre-warm never keeps a node from being reported: its verdict is then unknown.
-    deps.log.error("boot.prewarm", `pre-warm failed: ${describeError(error)}`, { volume: volume.volumeId, remediation: remediationOf(error) });
+    deps.log.error("boot.prewarm", `pre-warm failed: ${describeError(error)}`, {
+      volume: volume.volumeId,
+      remediation: remediationOf(error),
+    });
   }
   return undefined;
 }

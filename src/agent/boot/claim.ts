@@ -45,21 +45,44 @@ export async function claimNext(step: ClaimStep, ctx: StepContext): Promise<void
     }
     delete p.volume;
     claim.losses++;
-    log.info("boot.claim", "candidate taken by another instance", { volume: volumeId, reason: outcome.reason, losses: claim.losses });
+    log.info("boot.claim", "candidate taken by another instance", {
+      volume: volumeId,
+      reason: outcome.reason,
+      losses: claim.losses,
+    });
     if (claim.losses >= step.maxLosses) break;
     await sleep(lossPauseMs(claim.losses), undefined, call);
     candidates = await relist(step, ctx);
   }
   const before = claim.handedBack.length > 0 ? ` (handed back: ${claim.handedBack.join("; ")})` : "";
-  const gone = claim.handedBack.length > 0 ? `no other ${step.family} candidate` : `every ${step.family} candidate was taken`;
+  const gone =
+    claim.handedBack.length > 0 ? `no other ${step.family} candidate` : `every ${step.family} candidate was taken`;
   const why = `${candidates.length === 0 ? gone : `lost ${claim.losses} claims to other instances`}${before}`;
-  if (!step.fallback) throw new BootStepError(step.step, `${why}, and creating from the snapshot is off`, "grow the pool, or enable createFromSnapshot");
+  if (!step.fallback)
+    throw new BootStepError(
+      step.step,
+      `${why}, and creating from the snapshot is off`,
+      "grow the pool, or enable createFromSnapshot",
+    );
   // The newest generation's snapshot (built-at beats start time: an old image set snapshotted again is no newer).
   const snapshot = currentSnapshot(await cloud.findSnapshots(step.fallback.snapshotTags, call));
-  const fit = snapshot?.state === "completed" ? storeFit(snapshot.tags, step.fallback.hostStore ?? { store: "graphdriver" }) : undefined;
-  if (snapshot && fit && !fit.fits) throw new BootStepError(step.step, `${why}, and the pool's snapshot ${snapshot.snapshotId} does not fit: ${fit.reason.replace(/^the volume/, "it")}`, fit.remediation);
+  const fit =
+    snapshot?.state === "completed"
+      ? storeFit(snapshot.tags, step.fallback.hostStore ?? { store: "graphdriver" })
+      : undefined;
+  if (snapshot && fit && !fit.fits)
+    throw new BootStepError(
+      step.step,
+      `${why}, and the pool's snapshot ${snapshot.snapshotId} does not fit: ${fit.reason.replace(/^the volume/, "it")}`,
+      fit.remediation,
+    );
   const create = createSpecFrom(step.fallback, snapshot);
-  if (!create) throw new BootStepError(step.step, `${why}, and the pool has no completed snapshot`, "grow the pool, or build the pool's snapshot");
+  if (!create)
+    throw new BootStepError(
+      step.step,
+      `${why}, and the pool has no completed snapshot`,
+      "grow the pool, or build the pool's snapshot",
+    );
   log.notice("boot.claim", `${why}: creating a volume from the pool's snapshot`, { snapshot: create.snapshotId });
   await createAndClaim(create, ctx);
 }
@@ -72,10 +95,21 @@ export async function claimNext(step: ClaimStep, ctx: StepContext): Promise<void
  */
 async function relist(step: ClaimStep, { plan, deps, claim }: StepContext): Promise<string[]> {
   const now = deps.now?.() ?? new Date();
-  const fresh = await deps.cloud.findVolumes(step.relist, { firstPage: step.pageSize, ...(claim.signal ? { signal: claim.signal } : {}) });
+  const fresh = await deps.cloud.findVolumes(step.relist, {
+    firstPage: step.pageSize,
+    ...(claim.signal ? { signal: claim.signal } : {}),
+  });
   for (const volume of fresh) claim.known.set(volume.volumeId, volume);
-  const at = { now, availabilityZone: plan.availabilityZone, instanceId: plan.instanceId, quarantineHours: step.quarantineHours };
-  const usable = fresh.filter((v) => !claim.tried.has(v.volumeId) && isClaimable(v, at) && (step.requireEncrypted !== true || v.encrypted === true));
+  const at = {
+    now,
+    availabilityZone: plan.availabilityZone,
+    instanceId: plan.instanceId,
+    quarantineHours: step.quarantineHours,
+  };
+  const usable = fresh.filter(
+    (v) =>
+      !claim.tried.has(v.volumeId) && isClaimable(v, at) && (step.requireEncrypted !== true || v.encrypted === true),
+  );
   return candidateOrder(plan.instanceId, usable, step.hostStore ?? { store: "graphdriver" }).fitting;
 }
 
@@ -100,28 +134,44 @@ export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promis
   // available pool volume before this boot attaches it, and they leave a claimed one alone
   // (isInTransit, timed by the volume's create time until tag-claim adds claimed-at). Only the
   // instance id: the request must be the same on a rerun, or EC2 refuses the repeated token.
-  const volume = await deps.cloud.createVolume({
-    availabilityZone: spec.availabilityZone,
-    ...(spec.snapshotId !== undefined ? { snapshotId: spec.snapshotId } : {}),
-    ...(spec.sizeGiB !== undefined ? { sizeGiB: spec.sizeGiB } : {}),
-    volumeType: spec.volumeType,
-    tags: { ...spec.tags, [VolumeTag.claimedBy]: plan.instanceId },
-    ...(spec.initializationRateMiBps && spec.snapshotId !== undefined ? { initializationRateMiBps: spec.initializationRateMiBps } : {}),
-    clientToken: clientToken(plan.instanceId, limits.bootId, spec, claim.volumes),
-  }, call);
+  const volume = await deps.cloud.createVolume(
+    {
+      availabilityZone: spec.availabilityZone,
+      ...(spec.snapshotId !== undefined ? { snapshotId: spec.snapshotId } : {}),
+      ...(spec.sizeGiB !== undefined ? { sizeGiB: spec.sizeGiB } : {}),
+      volumeType: spec.volumeType,
+      tags: { ...spec.tags, [VolumeTag.claimedBy]: plan.instanceId },
+      ...(spec.initializationRateMiBps && spec.snapshotId !== undefined
+        ? { initializationRateMiBps: spec.initializationRateMiBps }
+        : {}),
+      clientToken: clientToken(plan.instanceId, limits.bootId, spec, claim.volumes),
+    },
+    call,
+  );
   const kind = spec.tags[VolumeTag.kind] ?? "pool";
   deps.log.info(
     "boot.create",
-    spec.snapshotId !== undefined ? `${kind} volume created from the pool's snapshot` : `blank ${kind} volume created (${spec.sizeGiB ?? "?"} GiB)`,
+    spec.snapshotId !== undefined
+      ? `${kind} volume created from the pool's snapshot`
+      : `blank ${kind} volume created (${spec.sizeGiB ?? "?"} GiB)`,
     { volume: volume.volumeId, snapshot: spec.snapshotId },
   );
   p.volume = volume;
-  const outcome = await deps.cloud.claimVolume(volume.volumeId, plan.instanceId, limits.device, { ...call, justCreated: true });
+  const outcome = await deps.cloud.claimVolume(volume.volumeId, plan.instanceId, limits.device, {
+    ...call,
+    justCreated: true,
+  });
   if (outcome.kind !== "claimed") {
     delete p.volume;
     // Not this instance's after all: the claim made at creation goes (only if still ours).
-    await deps.cloud.untagVolume(volume.volumeId, { [VolumeTag.claimedBy]: plan.instanceId }, call).catch(() => undefined);
-    throw new BootStepError("create-and-claim", `the new volume ${volume.volumeId} could not be attached: ${outcome.reason}`, "see the EC2 error above");
+    await deps.cloud
+      .untagVolume(volume.volumeId, { [VolumeTag.claimedBy]: plan.instanceId }, call)
+      .catch(() => undefined);
+    throw new BootStepError(
+      "create-and-claim",
+      `the new volume ${volume.volumeId} could not be attached: ${outcome.reason}`,
+      "see the EC2 error above",
+    );
   }
   p.volume = volume;
   p.claimedNow = true;
@@ -135,6 +185,15 @@ export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promis
  * CreateVolume gets that volume back rather than leaving it behind and making another.
  */
 function clientToken(instanceId: string, bootId: string | undefined, spec: CreateSpec, turn: number): string {
-  const text = JSON.stringify([instanceId, bootId ?? "", turn, spec.snapshotId ?? "", spec.sizeGiB ?? 0, spec.availabilityZone, spec.volumeType, spec.tags]);
+  const text = JSON.stringify([
+    instanceId,
+    bootId ?? "",
+    turn,
+    spec.snapshotId ?? "",
+    spec.sizeGiB ?? 0,
+    spec.availabilityZone,
+    spec.volumeType,
+    spec.tags,
+  ]);
   return `ebs-cache-${createHash("sha256").update(text).digest("hex").slice(0, 48)}`;
 }

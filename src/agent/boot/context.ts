@@ -6,7 +6,16 @@ import type { Logger } from "../../log.ts";
 import type { VolumeKind } from "../../tags.ts";
 import type { Activation } from "../workspace-record.ts";
 import type { BootPlan } from "./plan.ts";
-import type { CloudVolumes, ContainerdRoot, DaemonConfig, DockerEngine, DockerService, HostStorage, ReadinessState, VolumeInfo } from "../ports.ts";
+import type {
+  CloudVolumes,
+  ContainerdRoot,
+  DaemonConfig,
+  DockerEngine,
+  DockerService,
+  HostStorage,
+  ReadinessState,
+  VolumeInfo,
+} from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
 import type { PrewarmOutcome, PrewarmTarget } from "../prewarm/plan.ts";
 import type { BootSource, CreatedFrom } from "./source.ts";
@@ -29,7 +38,12 @@ export interface BootDeps {
    */
   prepareDataRoot(
     dataRoot: string,
-    options: { kind: VolumeKind; activation: Activation; createdByAgent: boolean; imageStore?: "graphdriver" | "containerd" },
+    options: {
+      kind: VolumeKind;
+      activation: Activation;
+      createdByAgent: boolean;
+      imageStore?: "graphdriver" | "containerd";
+    },
   ): Promise<void>;
   /** containerd's root and service, for a host on the containerd image store. Absent: such a host degrades at switch-data-root. */
   containerd?: ContainerdRoot;

@@ -34,7 +34,9 @@ export class CancelledError extends BootStepError {
     const budget = signal.reason instanceof BootBudgetSpent ? signal.reason : undefined;
     super(
       step,
-      budget ? `the boot budget of ${budget.seconds} s ran out before it finished` : "stopped by SIGTERM before it finished",
+      budget
+        ? `the boot budget of ${budget.seconds} s ran out before it finished`
+        : "stopped by SIGTERM before it finished",
       budget ? budget.remediation : "see why systemd stopped the unit (journalctl -u ebs-cache-agent; TimeoutStartSec)",
       cause !== undefined ? { cause } : undefined,
     );

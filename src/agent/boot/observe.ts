@@ -13,7 +13,14 @@ import type { HostStore } from "../../docker/image-store.ts";
 import type { Cancellable, CloudVolumes, Identity } from "../ports.ts";
 import { readWorkspaceRecord, sameActivation, type Activation, type WorkspaceRecord } from "../workspace-record.ts";
 import { currentSnapshot } from "../generation.ts";
-import { lookupsNeeded, poolQuery, poolSelector, workspaceQuery, type BootObservation, type BootSettings } from "./plan.ts";
+import {
+  lookupsNeeded,
+  poolQuery,
+  poolSelector,
+  workspaceQuery,
+  type BootObservation,
+  type BootSettings,
+} from "./plan.ts";
 
 /** What identifying the instance needs (part of the boot's deps). */
 export interface IdentitySource {
@@ -37,17 +44,32 @@ export interface IdentitySource {
 export async function observeIdentity(
   source: IdentitySource,
   options: { mayClaim: boolean; signal?: AbortSignal; checkTags?: (identity: Identity) => void },
-): Promise<{ identity: Identity; activation: Activation; previous: { record?: WorkspaceRecord; earlier?: WorkspaceRecord; problem?: string } }> {
+): Promise<{
+  identity: Identity;
+  activation: Activation;
+  previous: { record?: WorkspaceRecord; earlier?: WorkspaceRecord; problem?: string };
+}> {
   const read = await readWorkspaceRecord(source.config.paths.stateDir);
   const found = await source.identify();
   // Tags that refuse the boot do so before any EC2 call of its own (the launch time's included).
   options.checkTags?.(found);
   const launchTime = await source.launchTime?.(found).catch(() => undefined);
-  const activation: Activation = { instanceId: found.instanceId, ...(launchTime ? { launchTime } : {}), ...(source.bootId ? { bootId: source.bootId } : {}) };
+  const activation: Activation = {
+    instanceId: found.instanceId,
+    ...(launchTime ? { launchTime } : {}),
+    ...(source.bootId ? { bootId: source.bootId } : {}),
+  };
   const mine = read.record?.instanceId === found.instanceId ? read.record : undefined;
   const current = mine && sameActivation(mine, activation) ? mine : undefined;
-  const identity = options.mayClaim && !current ? await waitForTags(source, found, { startedBefore: mine !== undefined }, options.signal) : found;
-  const previous = { ...(current ? { record: current } : {}), ...(mine && !current ? { earlier: mine } : {}), ...(read.problem ? { problem: read.problem } : {}) };
+  const identity =
+    options.mayClaim && !current
+      ? await waitForTags(source, found, { startedBefore: mine !== undefined }, options.signal)
+      : found;
+  const previous = {
+    ...(current ? { record: current } : {}),
+    ...(mine && !current ? { earlier: mine } : {}),
+    ...(read.problem ? { problem: read.problem } : {}),
+  };
   return { identity, activation, previous };
 }
 
@@ -96,7 +118,9 @@ const WARM_BUFFER_TAGS = ["io.simcore.autoscaling.warm_buffer_machine", "io.simc
 
 /** Whether the tags hold the labels tag, single or chunked (`<key>_0`, `<key>_1`, …). */
 function hasLabelsTag(tags: Readonly<Record<string, string>>, key: string): boolean {
-  return Object.keys(tags).some((name) => name === key || (name.startsWith(`${key}_`) && /^\d+$/.test(name.slice(key.length + 1))));
+  return Object.keys(tags).some(
+    (name) => name === key || (name.startsWith(`${key}_`) && /^\d+$/.test(name.slice(key.length + 1))),
+  );
 }
 
 /**
@@ -108,10 +132,14 @@ function hasLabelsTag(tags: Readonly<Record<string, string>>, key: string): bool
  * CreateTags and waits for it. `true` on the first boot is the buffer's own creation: no wait.
  * `always` also waits for a missing labels tag on any instance.
  */
-export function awaitedTags(tags: Readonly<Record<string, string>>, options: { labelsTag: string; mode: string; startedBefore: boolean }): string | undefined {
+export function awaitedTags(
+  tags: Readonly<Record<string, string>>,
+  options: { labelsTag: string; mode: string; startedBefore: boolean },
+): string | undefined {
   if (hasLabelsTag(tags, options.labelsTag) || options.mode === "never") return undefined;
   const dormant = WARM_BUFFER_TAGS.some((tag) => tags[tag] === "true");
-  if (dormant && (options.startedBefore || options.mode === "always")) return "a stopped warm buffer started again, before its activation's tags";
+  if (dormant && (options.startedBefore || options.mode === "always"))
+    return "a stopped warm buffer started again, before its activation's tags";
   return options.mode === "always" ? "no labels tag on this instance" : undefined;
 }
 
@@ -120,20 +148,31 @@ export function awaitedTags(tags: Readonly<Record<string, string>>, options: { l
  * awaitedTags says the activation's tags are still to come. Tags that never come are a warning,
  * not a failure: the boot goes on with the tags it has (no ids: the pool).
  */
-async function waitForTags(source: IdentitySource, identity: Identity, context: { startedBefore: boolean }, signal: AbortSignal | undefined): Promise<Identity> {
+async function waitForTags(
+  source: IdentitySource,
+  identity: Identity,
+  context: { startedBefore: boolean },
+  signal: AbortSignal | undefined,
+): Promise<Identity> {
   const { config, log } = source;
   const key = config.workspace.labelsTag;
   const options = { labelsTag: key, mode: config.workspace.waitForLabelsTag, startedBefore: context.startedBefore };
   const seconds = config.workspace.waitForLabelsTagSeconds;
   const why = awaitedTags(identity.tags, options);
   if (why === undefined || seconds === 0) return identity;
-  log.notice("boot.labels-tag", `no labels tag yet (${why}): waiting up to ${seconds} s for the instance's tags`, { tag: key });
+  log.notice("boot.labels-tag", `no labels tag yet (${why}): waiting up to ${seconds} s for the instance's tags`, {
+    tag: key,
+  });
   const deadline = Date.now() + seconds * 1000;
   while (Date.now() < deadline && !signal?.aborted) {
     await new Promise((resolve) => setTimeout(resolve, Math.min(1000, Math.max(0, deadline - Date.now()))));
     const again = await source.identify({ fresh: true });
     if (awaitedTags(again.tags, options) === undefined) {
-      log.info("boot.labels-tag", hasLabelsTag(again.tags, key) ? "the labels tag arrived" : "the instance was activated without a labels tag", { tag: key });
+      log.info(
+        "boot.labels-tag",
+        hasLabelsTag(again.tags, key) ? "the labels tag arrived" : "the instance was activated without a labels tag",
+        { tag: key },
+      );
       return again;
     }
   }

@@ -240,7 +240,10 @@ export function candidateOrder(
   for (const { members } of [...generations.values()].sort((a, b) => compareGenerations(a.generation, b.generation))) {
     for (const initialized of [true, false]) {
       const group = orderByStore(
-        orderCandidates(instanceId, members.filter((v) => (v.tags[VolumeTag.initialized] !== undefined) === initialized).map((v) => v.volumeId)),
+        orderCandidates(
+          instanceId,
+          members.filter((v) => (v.tags[VolumeTag.initialized] !== undefined) === initialized).map((v) => v.volumeId),
+        ),
         (id) => tags.get(id)!,
         host,
       );
@@ -272,7 +275,12 @@ export function poolVolumeTags(settings: Pick<BootSettings, "pool">, snapshot: S
  * user's business, and `verify-docker` must not fail because they removed an image); a blank
  * one `created-by=agent`, the only mark that lets the agent format a volume.
  */
-export function workspaceVolumeTags(settings: BootSettings, ids: WorkspaceIds, snapshot?: SnapshotInfo, host?: HostStore): Record<string, string> {
+export function workspaceVolumeTags(
+  settings: BootSettings,
+  ids: WorkspaceIds,
+  snapshot?: SnapshotInfo,
+  host?: HostStore,
+): Record<string, string> {
   const tags: Record<string, string> = {
     [VolumeTag.managed]: "true",
     [VolumeTag.kind]: VolumeKind.workspace,
@@ -308,10 +316,15 @@ function newWorkspaceSpec(settings: BootSettings, observed: BootObservation): Cr
     case "never":
       return undefined;
     case "blank":
-      return { ...base, sizeGiB: settings.workspaceSizeGiB, tags: workspaceVolumeTags(settings, ids, undefined, hostStoreOf(observed)) };
+      return {
+        ...base,
+        sizeGiB: settings.workspaceSizeGiB,
+        tags: workspaceVolumeTags(settings, ids, undefined, hostStoreOf(observed)),
+      };
     case "snapshot": {
       const snapshot = observed.snapshot;
-      if (!snapshot || snapshot.state !== "completed" || !storeFit(snapshot.tags, hostStoreOf(observed)).fits) return undefined;
+      if (!snapshot || snapshot.state !== "completed" || !storeFit(snapshot.tags, hostStoreOf(observed)).fits)
+        return undefined;
       return {
         ...base,
         snapshotId: snapshot.snapshotId,
@@ -427,7 +440,12 @@ export function claimCandidates(
   observed: Pick<BootObservation, "workspace" | "pool" | "identity" | "now" | "hostStore">,
 ): Record<"workspace" | "pool", ReturnType<typeof candidateOrder>> & { unencrypted: string[] } {
   const { identity } = observed;
-  const at: ClaimContext = { now: observed.now ?? new Date(0), availabilityZone: identity.availabilityZone, instanceId: identity.instanceId, quarantineHours: settings.claim.quarantineHours };
+  const at: ClaimContext = {
+    now: observed.now ?? new Date(0),
+    availabilityZone: identity.availabilityZone,
+    instanceId: identity.instanceId,
+    quarantineHours: settings.claim.quarantineHours,
+  };
   const ordered = (volumes: VolumeInfo[]) => candidateOrder(identity.instanceId, volumes, hostStoreOf(observed));
   const ids = settings.workspace;
   const ofIds = ids ? observed.workspace.filter((v) => isClaimable(v, at) && volumeMatchesWorkspace(v.tags, ids)) : [];
@@ -454,12 +472,15 @@ export function attachedHere(
   const attached = attachedCacheVolume(observed.attached, observed.identity.instanceId);
   if (!attached) return {};
   const ids = settings.workspace;
-  if (attached.tags[VolumeTag.kind] === VolumeKind.workspace && !(ids && volumeMatchesWorkspace(attached.tags, ids))) return { foreign: attached };
+  if (attached.tags[VolumeTag.kind] === VolumeKind.workspace && !(ids && volumeMatchesWorkspace(attached.tags, ids)))
+    return { foreign: attached };
   return { mine: attached };
 }
 
 function foreignReason(settings: Pick<BootSettings, "workspace">, foreign: VolumeInfo): string {
-  const whose = settings.workspace ? "was made for other ids than this instance's" : "belongs to a workspace and this instance's current tags name none";
+  const whose = settings.workspace
+    ? "was made for other ids than this instance's"
+    : "belongs to a workspace and this instance's current tags name none";
   return `the workspace volume attached here (${foreign.volumeId}) ${whose}`;
 }
 
@@ -478,18 +499,29 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   const { mine, foreign } = attachedHere(settings, observed);
   // A run that may not claim cannot take the pool instead: the node degrades, the volume stays
   // attached and unmounted, and the release gives it back.
-  if (foreign && !settings.mayClaim) return { source: "none", reason: `${foreignReason(settings, foreign)}: not mounted` };
-  if (mine && settings.requireEncryptedWorkspace && mine.tags[VolumeTag.kind] === VolumeKind.workspace && mine.encrypted !== true) {
+  if (foreign && !settings.mayClaim)
+    return { source: "none", reason: `${foreignReason(settings, foreign)}: not mounted` };
+  if (
+    mine &&
+    settings.requireEncryptedWorkspace &&
+    mine.tags[VolumeTag.kind] === VolumeKind.workspace &&
+    mine.encrypted !== true
+  ) {
     return { source: "none", reason: unencryptedWorkspace(mine.volumeId, "attached here") };
   }
   if (mine) {
     // The host's daemon.json changed its store since the claim: the same treatment, the volume
     // stays attached until the release.
     const fit = storeFit(mine.tags, host);
-    if (!fit.fits) return { source: "none", reason: `the volume attached here (${mine.volumeId}) does not fit: ${fit.reason}; not mounted (${fit.remediation})` };
+    if (!fit.fits)
+      return {
+        source: "none",
+        reason: `the volume attached here (${mine.volumeId}) does not fit: ${fit.reason}; not mounted (${fit.remediation})`,
+      };
     return { source: "attached", volumeId: mine.volumeId, kind: mine.tags[VolumeTag.kind] ?? "unknown" };
   }
-  if (!settings.mayClaim) return { source: "none", reason: "no cache volume is attached, and this run may not claim one (boot --no-claim)" };
+  if (!settings.mayClaim)
+    return { source: "none", reason: "no cache volume is attached, and this run may not claim one (boot --no-claim)" };
 
   const fallback = snapshotFallback(settings, observed);
   const mismatch = (family: string, first: { volume: string; reason: string; remediation: string }) =>
@@ -526,11 +558,19 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   const create = createSpec(settings, observed);
   if (create) return { source: "snapshot", create };
   const firstPool = pool.mismatched[0];
-  if (firstPool) return { source: "none", reason: `${mismatch("pool", firstPool)} (pool ${settings.pool}, zone ${identity.availabilityZone})` };
+  if (firstPool)
+    return {
+      source: "none",
+      reason: `${mismatch("pool", firstPool)} (pool ${settings.pool}, zone ${identity.availabilityZone})`,
+    };
   const snapshot = observed.snapshot;
-  const snapshotFit = settings.createFromSnapshot && snapshot?.state === "completed" ? storeFit(snapshot.tags, host) : undefined;
+  const snapshotFit =
+    settings.createFromSnapshot && snapshot?.state === "completed" ? storeFit(snapshot.tags, host) : undefined;
   if (snapshot && snapshotFit && !snapshotFit.fits) {
-    return { source: "none", reason: `no available volume in the pool and its snapshot ${snapshot.snapshotId} does not fit: ${snapshotFit.reason.replace(/^the volume/, "it")} (${snapshotFit.remediation})` };
+    return {
+      source: "none",
+      reason: `no available volume in the pool and its snapshot ${snapshot.snapshotId} does not fit: ${snapshotFit.reason.replace(/^the volume/, "it")} (${snapshotFit.remediation})`,
+    };
   }
   const why = !settings.createFromSnapshot
     ? "no available volume in the pool and creating from the snapshot is off"
@@ -560,7 +600,12 @@ function snapshotFallback(settings: BootSettings, observed: BootObservation): Sn
 
 /** The pool volume to create from the fallback's snapshot, once it has been looked up. */
 export function createSpecFrom(fallback: SnapshotFallback, snapshot: SnapshotInfo | undefined): CreateSpec | undefined {
-  if (!snapshot || snapshot.state !== "completed" || !storeFit(snapshot.tags, fallback.hostStore ?? { store: "graphdriver" }).fits) return undefined;
+  if (
+    !snapshot ||
+    snapshot.state !== "completed" ||
+    !storeFit(snapshot.tags, fallback.hostStore ?? { store: "graphdriver" }).fits
+  )
+    return undefined;
   return {
     snapshotId: snapshot.snapshotId,
     availabilityZone: fallback.availabilityZone,
@@ -587,7 +632,8 @@ export function lookupsNeeded(
   // of the other image store) must not spare the snapshot it would then need.
   const { workspace, pool, unencrypted } = claimCandidates(settings, observed);
   // Workspace volumes of the ids, fitting or not: the selection ends with them (claimed, or degraded).
-  const hasWorkspace = settings.workspace !== undefined && workspace.fitting.length + workspace.mismatched.length + unencrypted.length > 0;
+  const hasWorkspace =
+    settings.workspace !== undefined && workspace.fitting.length + workspace.mismatched.length + unencrypted.length > 0;
   switch (stage) {
     case "workspace":
       return settings.workspace !== undefined;
@@ -604,7 +650,13 @@ export function lookupsNeeded(
 
 function createSpec(settings: BootSettings, observed: BootObservation): CreateSpec | undefined {
   const snapshot = observed.snapshot;
-  if (!settings.createFromSnapshot || !snapshot || snapshot.state !== "completed" || !storeFit(snapshot.tags, hostStoreOf(observed)).fits) return undefined;
+  if (
+    !settings.createFromSnapshot ||
+    !snapshot ||
+    snapshot.state !== "completed" ||
+    !storeFit(snapshot.tags, hostStoreOf(observed)).fits
+  )
+    return undefined;
   return {
     snapshotId: snapshot.snapshotId,
     availabilityZone: observed.identity.availabilityZone,
@@ -688,17 +740,35 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
   // tag-claim stays for a reused attachment too: a boot killed between AttachVolume and its
   // tags (or between CreateTags and DeleteTags) is finished by the next run, not assumed done.
   const steps = tail.filter((s) => settings.withDocker || !DOCKER_STEPS.has(s.step));
-  const prepared = selection.source === "attached" && observed.prepared?.volumeId === selection.volumeId ? observed.prepared : undefined;
-  return { ...where(observed), selection, steps: [...head, ...(prepared ? resumingPrepared(steps, settings, prepared) : steps)] };
+  const prepared =
+    selection.source === "attached" && observed.prepared?.volumeId === selection.volumeId
+      ? observed.prepared
+      : undefined;
+  return {
+    ...where(observed),
+    selection,
+    steps: [...head, ...(prepared ? resumingPrepared(steps, settings, prepared) : steps)],
+  };
 }
 
 /** What phase 1 of this boot did to the volume: confirmed in one step rather than done again. */
-const PREPARING = new Set<BootStep["step"]>(["check-filesystem", "mount", "grow-filesystem", "prepare-data-root", "switch-data-root"]);
+const PREPARING = new Set<BootStep["step"]>([
+  "check-filesystem",
+  "mount",
+  "grow-filesystem",
+  "prepare-data-root",
+  "switch-data-root",
+]);
 
 function resumingPrepared(steps: BootStep[], settings: BootSettings, prepared: PreparedRecord): BootStep[] {
   const at = steps.findIndex((s) => PREPARING.has(s.step));
   if (at < 0) return steps;
-  const resume: BootStep = { step: "resume-prepared", mountRoot: settings.mountRoot, mountPoint: prepared.mountPoint, dataRoot: prepared.dataRoot };
+  const resume: BootStep = {
+    step: "resume-prepared",
+    mountRoot: settings.mountRoot,
+    mountPoint: prepared.mountPoint,
+    dataRoot: prepared.dataRoot,
+  };
   return [...steps.slice(0, at), resume, ...steps.slice(at).filter((s) => !PREPARING.has(s.step))];
 }
 

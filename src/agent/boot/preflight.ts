@@ -52,7 +52,9 @@ export interface PreflightDeps {
 /** The daemon.json keys this run may write. */
 export function agentKeysFor(labelMode: LabelModeSetting, engineVersion: string | undefined): string[] {
   const major = Number(/^(\d+)\./.exec(engineVersion ?? "")?.[1] ?? NaN);
-  return AGENT_KEYS.filter((key) => key === "data-root" || (key === "labels" ? labelMode === "auto" || labelMode === "engine" : major >= 29));
+  return AGENT_KEYS.filter(
+    (key) => key === "data-root" || (key === "labels" ? labelMode === "auto" || labelMode === "engine" : major >= 29),
+  );
 }
 
 /** daemon.json as it will be after the switch, for the keys dockerd compares (values do not matter). */
@@ -69,7 +71,11 @@ export function plannedDaemonJson(current: DaemonJson, agentKeys: readonly strin
  * give one key two values (dockerd refuses both, at start and at reload), a `features` that is
  * not an object.
  */
-export function daemonJsonProblems(config: DaemonJson, path: string, options: { agentKeys: readonly string[]; prefix: string }): HostProblem[] {
+export function daemonJsonProblems(
+  config: DaemonJson,
+  path: string,
+  options: { agentKeys: readonly string[]; prefix: string },
+): HostProblem[] {
   const problems: HostProblem[] = [];
   if (config.graph !== undefined) {
     problems.push({
@@ -78,19 +84,28 @@ export function daemonJsonProblems(config: DaemonJson, path: string, options: { 
     });
   }
   if (config["data-root"] !== undefined && typeof config["data-root"] !== "string") {
-    problems.push({ problem: `${path}: "data-root" is not a string`, remediation: `fix "data-root" in ${path} by hand` });
+    problems.push({
+      problem: `${path}: "data-root" is not a string`,
+      remediation: `fix "data-root" in ${path} by hand`,
+    });
   }
   const labels = config.labels;
   if (labels !== undefined) {
     if (!Array.isArray(labels) || labels.some((entry) => typeof entry !== "string")) {
-      problems.push({ problem: `${path}: "labels" is not an array of "key=value" strings`, remediation: `fix "labels" in ${path} by hand` });
+      problems.push({
+        problem: `${path}: "labels" is not an array of "key=value" strings`,
+        remediation: `fix "labels" in ${path} by hand`,
+      });
     } else {
       problems.push(...labelProblems(labels as string[], path, options.prefix));
     }
   }
   const features = config.features;
   if (features !== undefined && (features === null || typeof features !== "object" || Array.isArray(features))) {
-    problems.push({ problem: `${path}: "features" is not an object`, remediation: `fix "features" in ${path} by hand` });
+    problems.push({
+      problem: `${path}: "features" is not an object`,
+      remediation: `fix "features" in ${path} by hand`,
+    });
   }
   return problems;
 }
@@ -104,15 +119,24 @@ function labelProblems(labels: readonly string[], path: string, prefix: string):
     const key = eq < 0 ? label : label.slice(0, eq);
     if (isUnderPrefix(prefix, key)) continue; // the agent replaces its own
     if (eq < 0) {
-      problems.push({ problem: `${path}: label ${JSON.stringify(label)} is not key=value (dockerd refuses it)`, remediation: `fix "labels" in ${path}` });
+      problems.push({
+        problem: `${path}: label ${JSON.stringify(label)} is not key=value (dockerd refuses it)`,
+        remediation: `fix "labels" in ${path}`,
+      });
       continue;
     }
     if (/^(com\.docker\.|io\.docker\.|org\.dockerproject\.)/i.test(label)) {
-      problems.push({ problem: `${path}: label ${key} is in a namespace docker reserves (dockerd refuses it)`, remediation: `remove ${key} from "labels" in ${path}` });
+      problems.push({
+        problem: `${path}: label ${key} is in a namespace docker reserves (dockerd refuses it)`,
+        remediation: `remove ${key} from "labels" in ${path}`,
+      });
     }
     const before = seen.get(key);
     if (before !== undefined && before !== label.slice(eq + 1)) {
-      problems.push({ problem: `${path}: label ${key} is given two values (dockerd refuses conflicting labels)`, remediation: `keep one ${key} in "labels" in ${path}` });
+      problems.push({
+        problem: `${path}: label ${key} is given two values (dockerd refuses conflicting labels)`,
+        remediation: `keep one ${key} in "labels" in ${path}`,
+      });
     }
     seen.set(key, label.slice(eq + 1));
   }
@@ -157,16 +181,22 @@ export async function preflightHost(deps: PreflightDeps): Promise<void> {
  * The engine-label check of the reporter: a `--label` flag makes dockerd refuse daemon.json's
  * `labels` (at the reload, and at its next start), so engine labels must not be written at all.
  */
-export async function engineLabelsProblem(deps: Pick<PreflightDeps, "dockerdCommand" | "daemonJsonPath">): Promise<HostProblem | undefined> {
+export async function engineLabelsProblem(
+  deps: Pick<PreflightDeps, "dockerdCommand" | "daemonJsonPath">,
+): Promise<HostProblem | undefined> {
   const command = await deps.dockerdCommand();
   if (command.unknown !== undefined) return undefined;
   const flags = parseDockerdFlags(command.args);
-  return dockerdFlagProblems(flags, { labels: [] }, {
-    daemonJsonPath: deps.daemonJsonPath,
-    readsAgentFile: true,
-    agentKeys: ["labels"],
-    source: command.source,
-  }).find((p) => p.key === "labels");
+  return dockerdFlagProblems(
+    flags,
+    { labels: [] },
+    {
+      daemonJsonPath: deps.daemonJsonPath,
+      readsAgentFile: true,
+      agentKeys: ["labels"],
+      source: command.source,
+    },
+  ).find((p) => p.key === "labels");
 }
 
 /** Whether two paths name the same file (symlinks resolved when they exist). */

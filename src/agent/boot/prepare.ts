@@ -93,12 +93,20 @@ export async function prepareOncePerActivation(
   if (keepsNodeState(kind, marker, activation)) {
     // The activation as now known (a reboot's boot id, a launch time learned since): the
     // fallback to the boot id then holds for the rest of this boot.
-    const current: Activation = { instanceId: activation.instanceId, launchTime: activation.launchTime ?? marker!.launchTime, bootId: activation.bootId ?? marker!.bootId };
+    const current: Activation = {
+      instanceId: activation.instanceId,
+      launchTime: activation.launchTime ?? marker!.launchTime,
+      bootId: activation.bootId ?? marker!.bootId,
+    };
     if (preparedMarkerText(current) !== preparedMarkerText(marker!)) {
       const folder = await mkdirBeneath(volumeRoot, AGENT_SUBDIR);
       await writeFileAtomic(join(folder, MARKER), preparedMarkerText(current));
     }
-    log.info("boot.data-root", `data-root already prepared for this ${kind === VolumeKind.pool ? "activation" : "instance"}: keeping its node state`, { dataRoot });
+    log.info(
+      "boot.data-root",
+      `data-root already prepared for this ${kind === VolumeKind.pool ? "activation" : "instance"}: keeping its node state`,
+      { dataRoot },
+    );
     return "already";
   }
   await clean();

@@ -25,7 +25,10 @@ export interface PreparedRecord {
 }
 
 /** Pure: the record when it is this boot's and this instance's (the planner matches the volume). */
-export function preparedInThisBoot(record: PreparedRecord | undefined, now: { bootId: string | undefined; instanceId: string }): PreparedRecord | undefined {
+export function preparedInThisBoot(
+  record: PreparedRecord | undefined,
+  now: { bootId: string | undefined; instanceId: string },
+): PreparedRecord | undefined {
   if (!record || now.bootId === undefined) return undefined;
   return record.bootId === now.bootId && record.instanceId === now.instanceId ? record : undefined;
 }
@@ -35,7 +38,9 @@ export async function readPreparedRecord(stateDir: string): Promise<PreparedReco
   try {
     const parsed = JSON.parse(await readFile(join(stateDir, PREPARED_FILE), "utf8")) as Partial<PreparedRecord> | null;
     const fields = ["bootId", "instanceId", "volumeId", "device", "mountPoint", "dataRoot"] as const;
-    return parsed?.version === 1 && fields.every((key) => typeof parsed[key] === "string") ? (parsed as PreparedRecord) : undefined;
+    return parsed?.version === 1 && fields.every((key) => typeof parsed[key] === "string")
+      ? (parsed as PreparedRecord)
+      : undefined;
   } catch {
     return undefined;
   }

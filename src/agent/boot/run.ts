@@ -64,18 +64,33 @@ export async function runBoot(
   // are read, before any EC2 call (nothing was changed on this node).
   const checkTags = (found: Identity) => {
     const checked = resolveSettings(config, found, { withDocker: options.withDocker ?? true, mayClaim });
-    if (!checked.ok) throw new ConfigError(checked.problems, "fix the instance tags (nothing was changed on this node)");
+    if (!checked.ok)
+      throw new ConfigError(checked.problems, "fix the instance tags (nothing was changed on this node)");
   };
-  const { identity, activation, previous } = await observeIdentity(deps, { mayClaim, checkTags, ...(options.signal ? { signal: options.signal } : {}) });
+  const { identity, activation, previous } = await observeIdentity(deps, {
+    mayClaim,
+    checkTags,
+    ...(options.signal ? { signal: options.signal } : {}),
+  });
   log.info("boot.identity", "instance identified", {
     instance: identity.instanceId,
     zone: identity.availabilityZone,
     tags: identity.tagsSource,
   });
-  if (previous.problem) log.warning("boot.settings", `${previous.problem}: the labels tag is read instead`, { stateDir });
+  if (previous.problem)
+    log.warning("boot.settings", `${previous.problem}: the labels tag is read instead`, { stateDir });
   // A stop and start: whoever the record named is not this run's tenant until the tags say so.
-  if (previous.earlier) log.info("boot.settings", `the workspace record is of an earlier activation (${previous.earlier.recordedAt}): not used; the current tags say who this instance serves`, { stateDir });
-  const resolved = resolveSettings(config, identity, { withDocker: options.withDocker ?? true, mayClaim, recorded: previous.record });
+  if (previous.earlier)
+    log.info(
+      "boot.settings",
+      `the workspace record is of an earlier activation (${previous.earlier.recordedAt}): not used; the current tags say who this instance serves`,
+      { stateDir },
+    );
+  const resolved = resolveSettings(config, identity, {
+    withDocker: options.withDocker ?? true,
+    mayClaim,
+    recorded: previous.record,
+  });
   if (!resolved.ok) {
     throw new ConfigError(resolved.problems, "fix the instance tags (nothing was changed on this node)");
   }
@@ -93,14 +108,21 @@ export async function runBoot(
       recordedAt: new Date().toISOString(),
     };
     await writeWorkspaceRecord(stateDir, record).catch((error: unknown) =>
-      log.warning("boot.settings", `could not record the workspace request: ${describeError(error)}; later runs read the labels tag, which the autoscaler may have deleted by then`, { stateDir }),
+      log.warning(
+        "boot.settings",
+        `could not record the workspace request: ${describeError(error)}; later runs read the labels tag, which the autoscaler may have deleted by then`,
+        { stateDir },
+      ),
     );
   }
 
   const cloud = deps.cloudFor(config.region ?? identity.region);
   // One budget for the first phase (it may claim, and runs before docker.service): whatever is
   // not done by then is undone and the node degrades, so that it joins the swarm in time.
-  const budget = settings.mayClaim && !settings.withDocker && !options.dryRun ? bootBudget(config.timeouts.bootSeconds, started) : undefined;
+  const budget =
+    settings.mayClaim && !settings.withDocker && !options.dryRun
+      ? bootBudget(config.timeouts.bootSeconds, started)
+      : undefined;
   const signal = anySignal([options.signal, budget?.signal]);
   const bootDeps = deps.bootDeps(resolved.value, cloud);
   // `dockerd --version` (~0.1 s, memoized per run) is wanted by the host check and the switch of a
@@ -109,9 +131,14 @@ export async function runBoot(
   const observation = await observeOrDegrade(cloud, identity, settings, log, signal, hostStore);
   // The second phase need not redo what the first did in this boot (prepared.ts); a first phase
   // vouches for nothing until it has prepared the volume again.
-  const prepared = !settings.mayClaim ? preparedInThisBoot(await readPreparedRecord(stateDir), { bootId: deps.bootId, instanceId: identity.instanceId }) : undefined;
+  const prepared = !settings.mayClaim
+    ? preparedInThisBoot(await readPreparedRecord(stateDir), { bootId: deps.bootId, instanceId: identity.instanceId })
+    : undefined;
   if (settings.mayClaim && !options.dryRun) await removePreparedRecord(stateDir).catch(() => undefined);
-  const plan = "plan" in observation ? observation.plan : planBoot(settings, { ...observation.observed, ...(prepared ? { prepared } : {}) });
+  const plan =
+    "plan" in observation
+      ? observation.plan
+      : planBoot(settings, { ...observation.observed, ...(prepared ? { prepared } : {}) });
   log.info("boot.plan", `source: ${plan.selection.source}`, {
     candidates: "candidates" in plan.selection ? plan.selection.candidates.length : undefined,
     steps: plan.steps.length,
@@ -132,34 +159,69 @@ export async function runBoot(
   // Without docker (the phase before docker.service) nothing may start or restart docker: such
   // a start job would wait for this very unit. A degraded boot then only writes its label.
   if (!settings.withDocker) bootDeps.docker = undefined;
-  const known = "observed" in observation ? [...observation.observed.attached, ...observation.observed.workspace, ...observation.observed.pool] : [];
+  const known =
+    "observed" in observation
+      ? [...observation.observed.attached, ...observation.observed.workspace, ...observation.observed.pool]
+      : [];
   const result = await applyBootPlan(plan, bootDeps, limits, {
     known,
     createMs: config.timeouts.createSeconds * 1000,
     ...(signal ? { signal } : {}),
     ...(budget ? { deadline: budget.deadline } : {}),
   }).finally(() => budget?.clear());
-  if (result.outcome === "prepared" && deps.bootId) await recordPrepared(stateDir, deps.bootId, identity.instanceId, result, log);
+  if (result.outcome === "prepared" && deps.bootId)
+    await recordPrepared(stateDir, deps.bootId, identity.instanceId, result, log);
   // A problem that will not clear by itself (permissions) fails the unit, after the node came up degraded.
   const exitCode = "plan" in observation && !observation.transient ? ExitCode.failure : exitCodeOf(result);
   const phase: BootPhase = !settings.mayClaim ? "second" : settings.withDocker ? "single" : "first";
-  await deps.recorder?.bootFinished({ instanceId: identity.instanceId, ...(deps.bootId ? { bootId: deps.bootId } : {}), phase, result, finishedAt: new Date() });
-  if (deps.startRefresh && (result.outcome === "ready" || result.outcome === "warming")) await startRefresh(deps.startRefresh, log);
+  await deps.recorder?.bootFinished({
+    instanceId: identity.instanceId,
+    ...(deps.bootId ? { bootId: deps.bootId } : {}),
+    phase,
+    result,
+    finishedAt: new Date(),
+  });
+  if (deps.startRefresh && (result.outcome === "ready" || result.outcome === "warming"))
+    await startRefresh(deps.startRefresh, log);
   return { identity, plan, result, exitCode };
 }
 
 /** Hands the refresh to its own process once the node is up; a failure to start it is a warning, never the boot's. */
 async function startRefresh(start: () => Promise<void>, log: Logger): Promise<void> {
-  await start().catch((error: unknown) => log.warning("boot.refresh", `could not start the background refresh: ${describeError(error)}; readiness is unchanged`));
+  await start().catch((error: unknown) =>
+    log.warning(
+      "boot.refresh",
+      `could not start the background refresh: ${describeError(error)}; readiness is unchanged`,
+    ),
+  );
 }
 
 /** Leaves the prepared volume to the second phase (a failed write is logged: that phase then checks everything again). */
-async function recordPrepared(stateDir: string, bootId: string, instanceId: string, result: BootResult, log: Logger): Promise<void> {
+async function recordPrepared(
+  stateDir: string,
+  bootId: string,
+  instanceId: string,
+  result: BootResult,
+  log: Logger,
+): Promise<void> {
   const { volumeId, device, mountPoint, dataRoot } = result;
   if (!volumeId || !device || !mountPoint || !dataRoot) return;
-  const record = { version: 1 as const, bootId, instanceId, volumeId, device, mountPoint, dataRoot, preparedAt: new Date().toISOString() };
+  const record = {
+    version: 1 as const,
+    bootId,
+    instanceId,
+    volumeId,
+    device,
+    mountPoint,
+    dataRoot,
+    preparedAt: new Date().toISOString(),
+  };
   await writePreparedRecord(stateDir, record).catch((error: unknown) =>
-    log.warning("boot.prepared", `could not record the prepared volume: ${describeError(error)}; the second phase checks it again`, { stateDir }),
+    log.warning(
+      "boot.prepared",
+      `could not record the prepared volume: ${describeError(error)}; the second phase checks it again`,
+      { stateDir },
+    ),
   );
 }
 
@@ -182,7 +244,12 @@ async function observeOrDegrade(
   hostStore: (() => Promise<HostStore>) | undefined,
 ): Promise<{ observed: BootObservation } | { plan: BootPlan; transient: boolean }> {
   try {
-    return { observed: await observeBoot(cloud, identity, settings, { ...(signal ? { signal } : {}), ...(hostStore ? { hostStore } : {}) }) };
+    return {
+      observed: await observeBoot(cloud, identity, settings, {
+        ...(signal ? { signal } : {}),
+        ...(hostStore ? { hostStore } : {}),
+      }),
+    };
   } catch (error) {
     // SIGTERM or the budget while observing: nothing was claimed yet; the node degrades like
     // any stopped boot.

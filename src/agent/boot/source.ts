@@ -19,7 +19,11 @@ export type BootSource = (typeof BOOT_SOURCES)[number];
 export type CreatedFrom = "snapshot" | "blank";
 
 /** The source of a finished boot: its outcome first, then what it created, then what it selected. */
-export function bootSourceOf(selection: Selection, outcome: ReadinessState | "prepared", created: CreatedFrom | undefined): BootSource {
+export function bootSourceOf(
+  selection: Selection,
+  outcome: ReadinessState | "prepared",
+  created: CreatedFrom | undefined,
+): BootSource {
   if (outcome === "degraded") return "degraded";
   if (outcome === "disabled") return "disabled";
   if (created) return created;

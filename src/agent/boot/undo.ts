@@ -15,7 +15,13 @@ import type { BootPlan } from "./plan.ts";
  * with `quarantine` (the failure was the volume's) it is tagged `last-error` and
  * `last-error-at`, so no boot takes it for `claim.quarantineHours`.
  */
-export async function undo(p: Progress, plan: BootPlan, deps: BootDeps, reason: string, options: { quarantine: boolean }): Promise<void> {
+export async function undo(
+  p: Progress,
+  plan: BootPlan,
+  deps: BootDeps,
+  reason: string,
+  options: { quarantine: boolean },
+): Promise<void> {
   const { log } = deps;
   const attempt = async (what: string, work: () => Promise<unknown>) => {
     try {
@@ -31,7 +37,8 @@ export async function undo(p: Progress, plan: BootPlan, deps: BootDeps, reason: 
     await attempt("restoring containerd's config.toml", () => deps.containerd!.restoreBackup());
   }
   if (p.mountPoint && (p.mountedNow || p.switched || p.claimedNow || p.containerdSwitched)) {
-    if (deps.docker && (p.switched || p.containerdSwitched)) await attempt("stopping docker", () => deps.docker!.stop());
+    if (deps.docker && (p.switched || p.containerdSwitched))
+      await attempt("stopping docker", () => deps.docker!.stop());
     // containerd holds its metadata (meta.db) on the volume open: the unmount would be refused.
     // Only in a run with docker control: in phase 1 containerd has not started (it is ordered
     // after the agent), and a stop job would cancel its pending start.
@@ -43,15 +50,22 @@ export async function undo(p: Progress, plan: BootPlan, deps: BootDeps, reason: 
     const volumeId = p.volume.volumeId;
     const stillMounted = p.device ? await deps.storage.mountPointOf(p.device).catch(() => "unknown") : undefined;
     if (stillMounted) {
-      log.error("boot.undo", "volume still mounted: not detaching it (never force-detach a mounted volume)", { volume: volumeId, mountPoint: stillMounted });
+      log.error("boot.undo", "volume still mounted: not detaching it (never force-detach a mounted volume)", {
+        volume: volumeId,
+        mountPoint: stillMounted,
+      });
       return;
     }
     // The intent this instance's claim wrote goes with the claim: the volume is no longer its.
     // The keep only where the claim marked it as its own, the TTL only while it is the value the
     // claim wrote (a value-conditional DeleteTags).
-    const ownKeep: Record<string, string> = p.volume.tags[VolumeTag.keepBy] === plan.instanceId ? { [VolumeTag.keep]: "true", [VolumeTag.keepBy]: plan.instanceId } : {};
+    const ownKeep: Record<string, string> =
+      p.volume.tags[VolumeTag.keepBy] === plan.instanceId
+        ? { [VolumeTag.keep]: "true", [VolumeTag.keepBy]: plan.instanceId }
+        : {};
     const claimStep = plan.steps.find((s) => s.step === "tag-claim");
-    const ownTtl: Record<string, string> = claimStep?.step === "tag-claim" ? { [VolumeTag.ttlHours]: String(claimStep.intent.ttlHours) } : {};
+    const ownTtl: Record<string, string> =
+      claimStep?.step === "tag-claim" ? { [VolumeTag.ttlHours]: String(claimStep.intent.ttlHours) } : {};
     await attempt("tagging the failure", async () => {
       await deps.cloud.untagVolume(volumeId, {
         [VolumeTag.claimedBy]: plan.instanceId,
@@ -61,7 +75,10 @@ export async function undo(p: Progress, plan: BootPlan, deps: BootDeps, reason: 
       });
       if (options.quarantine) {
         const at = (deps.now?.() ?? new Date()).toISOString();
-        await deps.cloud.tagVolume(volumeId, { [VolumeTag.lastError]: shorten(`${plan.instanceId}: ${reason}`), [VolumeTag.lastErrorAt]: at });
+        await deps.cloud.tagVolume(volumeId, {
+          [VolumeTag.lastError]: shorten(`${plan.instanceId}: ${reason}`),
+          [VolumeTag.lastErrorAt]: at,
+        });
       }
     });
     await attempt("detaching", async () => {
@@ -91,7 +108,8 @@ export async function degrade(deps: BootDeps, limits: BootLimits, reason: string
       current = limits.defaultDataRoot;
     }
     const containerdMoved = await resetContainerdRoot(deps, limits);
-    const info = deps.docker && (await deps.docker.isActive()) ? await deps.engine.info().catch(() => undefined) : undefined;
+    const info =
+      deps.docker && (await deps.docker.isActive()) ? await deps.engine.info().catch(() => undefined) : undefined;
     // containerd reads its root only at start; docker follows it (phase 1 has no docker control:
     // containerd starts after it, on the root put back).
     const containerd = containerdMoved && deps.docker ? deps.containerd?.service : undefined;
@@ -99,12 +117,17 @@ export async function degrade(deps: BootDeps, limits: BootLimits, reason: string
       await deps.docker!.stop();
       await containerd.restart();
     }
-    if (deps.docker && (!(await deps.docker.isActive()) || (info && current !== undefined && info.dockerRootDir !== current))) {
+    if (
+      deps.docker &&
+      (!(await deps.docker.isActive()) || (info && current !== undefined && info.dockerRootDir !== current))
+    ) {
       await deps.docker.restart();
       await deps.engine.waitUntilReady(limits.dockerTimeoutMs);
     }
   } catch (error) {
-    log.error("boot.degraded", `could not bring docker up on its default data-root: ${describeError(error)}`, { remediation: "journalctl -u docker" });
+    log.error("boot.degraded", `could not bring docker up on its default data-root: ${describeError(error)}`, {
+      remediation: "journalctl -u docker",
+    });
   }
   await deps.report("degraded", { [Label.reason]: shorten(reason) }).catch((error: unknown) => {
     log.error("boot.label", `could not publish the degraded label: ${describeError(error)}`);
@@ -125,9 +148,15 @@ async function resetContainerdRoot(deps: BootDeps, limits: BootLimits): Promise<
   const from = await containerd.root();
   if (!below(from)) return false;
   await containerd.restoreBackup().catch((error: unknown) => {
-    deps.log.warning("boot.containerd-root", `could not restore config.toml from its backup: ${describeError(error)}; removing its root instead`);
+    deps.log.warning(
+      "boot.containerd-root",
+      `could not restore config.toml from its backup: ${describeError(error)}; removing its root instead`,
+    );
   });
   if (below(await containerd.root())) await containerd.setRoot(undefined);
-  deps.log.notice("boot.containerd-root", "containerd's root put back off the cache volume", { from, to: await containerd.root() });
+  deps.log.notice("boot.containerd-root", "containerd's root put back off the cache volume", {
+    from,
+    to: await containerd.root(),
+  });
   return true;
 }

@@ -40,7 +40,11 @@ interface HandlerContext {
 type GcHandler = (decision: GcDecision, ctx: HandlerContext) => Promise<Exclude<GcDone, "failed">>;
 
 /** Describes the volume again and deletes it only while nothing spares it; `deleted` logs the deletion. */
-async function deleteUnlessSpared(decision: GcDecision, { cloud, log, fields, recheck }: HandlerContext, deleted: () => void): Promise<Exclude<GcDone, "failed">> {
+async function deleteUnlessSpared(
+  decision: GcDecision,
+  { cloud, log, fields, recheck }: HandlerContext,
+  deleted: () => void,
+): Promise<Exclude<GcDone, "failed">> {
   const observed = recheck.observed.get(decision.volumeId);
   const fresh = await cloud.describeVolume(decision.volumeId);
   if (!fresh) return "gone";
@@ -61,12 +65,18 @@ const GC_HANDLERS: Partial<Record<GcVerdict, GcHandler>> = {
     log.notice("gc.tagged", "never-released volume tagged to expire", fields);
     return "tagged";
   },
-  delete: (decision, ctx) => deleteUnlessSpared(decision, ctx, () => ctx.log.notice("gc.deleted", "expired volume deleted", ctx.fields)),
-  superseded: (decision, ctx) => deleteUnlessSpared(decision, ctx, () => ctx.log.notice("gc.retired", "superseded pool volume deleted", ctx.fields)),
+  delete: (decision, ctx) =>
+    deleteUnlessSpared(decision, ctx, () => ctx.log.notice("gc.deleted", "expired volume deleted", ctx.fields)),
+  superseded: (decision, ctx) =>
+    deleteUnlessSpared(decision, ctx, () => ctx.log.notice("gc.retired", "superseded pool volume deleted", ctx.fields)),
 };
 
 /** Acts on the decisions (a dry run only logs them). A failed action is counted, never thrown. */
-export async function applyGc(decisions: GcDecision[], cloud: CloudVolumes, options: { dryRun: boolean; log: Logger; recheck: Recheck }): Promise<GcOutcome> {
+export async function applyGc(
+  decisions: GcDecision[],
+  cloud: CloudVolumes,
+  options: { dryRun: boolean; log: Logger; recheck: Recheck },
+): Promise<GcOutcome> {
   const { log } = options;
   const outcome: GcOutcome = { decisions, deleted: 0, spared: 0, failed: 0 };
   for (const decision of outcome.decisions) {

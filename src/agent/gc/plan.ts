@@ -6,7 +6,15 @@
  */
 import { VolumeKind, VolumeTag } from "../../tags.ts";
 import { isQuarantined } from "../boot/plan.ts";
-import { compareGenerations, currentSnapshot, generationName, isSuperseded, snapshotGeneration, volumeGeneration, type Generation } from "../generation.ts";
+import {
+  compareGenerations,
+  currentSnapshot,
+  generationName,
+  isSuperseded,
+  snapshotGeneration,
+  volumeGeneration,
+  type Generation,
+} from "../generation.ts";
 import type { SnapshotInfo, VolumeInfo } from "../ports.ts";
 import { recordedTtlHours, TTL_HOURS } from "../volume-intent.ts";
 
@@ -90,20 +98,31 @@ export function parseTimestamp(text: string): Date | undefined {
 }
 
 /** Decides for one volume, the cap aside. */
-export function judgeVolume(volume: VolumeInfo, options: Pick<GcPlanOptions, "now" | "ttlHours" | "retire">): GcDecision {
+export function judgeVolume(
+  volume: VolumeInfo,
+  options: Pick<GcPlanOptions, "now" | "ttlHours" | "retire">,
+): GcDecision {
   const decision = judgeExpiry(volume, options);
-  return options.retire ? judgeGeneration(volume, decision, options.now, options.retire, generationsOf(options.retire)) : decision;
+  return options.retire
+    ? judgeGeneration(volume, decision, options.now, options.retire, generationsOf(options.retire))
+    : decision;
 }
 
 /** Expiry alone: released volumes past expires-at, never-released ones tagged to expire. */
 function judgeExpiry(volume: VolumeInfo, options: Pick<GcPlanOptions, "now" | "ttlHours">): GcDecision {
   const { tags, volumeId } = volume;
-  const decide = (verdict: GcVerdict, reason: string, extra: Partial<GcDecision> = {}): GcDecision => ({ volumeId, verdict, reason, ...extra });
+  const decide = (verdict: GcVerdict, reason: string, extra: Partial<GcDecision> = {}): GcDecision => ({
+    volumeId,
+    verdict,
+    reason,
+    ...extra,
+  });
   if (tags[VolumeTag.managed] !== "true") return decide("foreign", "not managed by the agent");
   if (volume.state !== "available" || volume.attachment) return decide("in-use", `state ${volume.state}`);
 
   const keep = tags[VolumeTag.keep];
-  if (keep !== undefined && keep !== "true" && keep !== "false") return decide("malformed", `${VolumeTag.keep}=${JSON.stringify(keep)} is not true or false`);
+  if (keep !== undefined && keep !== "true" && keep !== "false")
+    return decide("malformed", `${VolumeTag.keep}=${JSON.stringify(keep)} is not true or false`);
   if (keep === "true") return decide("kept", `${VolumeTag.keep}=true`);
 
   const expiresText = tags[VolumeTag.expiresAt];
@@ -112,23 +131,36 @@ function judgeExpiry(volume: VolumeInfo, options: Pick<GcPlanOptions, "now" | "t
   // of the old expiry): that expiry belonged to the earlier release, not to this claim.
   const claimedAt = parseTimestamp(tags[VolumeTag.claimedAt] ?? "");
   const releasedAt = parseTimestamp(tags[VolumeTag.releasedAt] ?? "");
-  const claimedSinceRelease = claimedBy !== undefined && claimedAt !== undefined && releasedAt !== undefined && claimedAt > releasedAt;
+  const claimedSinceRelease =
+    claimedBy !== undefined && claimedAt !== undefined && releasedAt !== undefined && claimedAt > releasedAt;
   if (expiresText === undefined || claimedSinceRelease) {
     if (claimedBy !== undefined && (tags[VolumeTag.releasedAt] === undefined || claimedSinceRelease)) {
       // The TTL its instance asked for, recorded at the claim (its keep was judged above).
       const recorded = recordedTtlHours(tags);
-      if (recorded.kind === "malformed") return decide("malformed", `${VolumeTag.ttlHours}=${JSON.stringify(recorded.text)} is not a number of hours from ${TTL_HOURS.min} to ${TTL_HOURS.max}`);
+      if (recorded.kind === "malformed")
+        return decide(
+          "malformed",
+          `${VolumeTag.ttlHours}=${JSON.stringify(recorded.text)} is not a number of hours from ${TTL_HOURS.min} to ${TTL_HOURS.max}`,
+        );
       const ttlHours = recorded.kind === "hours" ? recorded.hours : options.ttlHours;
       const expires = new Date(options.now.getTime() + ttlHours * 3600_000);
-      const ttl = recorded.kind === "hours" ? `its instance's TTL of ${ttlHours} h` : `gc's TTL of ${ttlHours} h (no ${VolumeTag.ttlHours} recorded)`;
-      return decide("tag-expiry", `claimed by ${claimedBy} but never released; expires ${expires.toISOString()}, ${ttl}`, {
-        tags: { [VolumeTag.releasedAt]: options.now.toISOString(), [VolumeTag.expiresAt]: expires.toISOString() },
-      });
+      const ttl =
+        recorded.kind === "hours"
+          ? `its instance's TTL of ${ttlHours} h`
+          : `gc's TTL of ${ttlHours} h (no ${VolumeTag.ttlHours} recorded)`;
+      return decide(
+        "tag-expiry",
+        `claimed by ${claimedBy} but never released; expires ${expires.toISOString()}, ${ttl}`,
+        {
+          tags: { [VolumeTag.releasedAt]: options.now.toISOString(), [VolumeTag.expiresAt]: expires.toISOString() },
+        },
+      );
     }
     return decide("never-claimed", "no expiry: waiting for its first machine");
   }
   const expires = parseTimestamp(expiresText);
-  if (!expires) return decide("malformed", `${VolumeTag.expiresAt}=${JSON.stringify(expiresText)} is not an ISO 8601 time`);
+  if (!expires)
+    return decide("malformed", `${VolumeTag.expiresAt}=${JSON.stringify(expiresText)} is not an ISO 8601 time`);
   if (expires.getTime() > options.now.getTime()) return decide("not-expired", `expires ${expires.toISOString()}`);
   return decide("delete", `expired ${expires.toISOString()}`);
 }
@@ -149,7 +181,9 @@ function currentByPool(retire: RetireOptions): Map<string, PoolCurrent> {
     const snapshot = currentSnapshot(snapshots, retire.pool?.name === pool ? retire.pool.imageSet : null);
     if (!snapshot) continue;
     const generation = snapshotGeneration(snapshot);
-    const times = [snapshot.startTime, generation.builtAt].filter((d): d is Date => d instanceof Date).map((d) => d.getTime());
+    const times = [snapshot.startTime, generation.builtAt]
+      .filter((d): d is Date => d instanceof Date)
+      .map((d) => d.getTime());
     if (times.length > 0) current.set(pool, { generation, since: new Date(Math.max(...times)) });
   }
   return current;
@@ -165,24 +199,44 @@ const IN_STOCK = new Set<GcVerdict>(["never-claimed", "not-expired"]);
  * never-released (in doubt) one, a workspace volume, or one whose build time cannot be learned,
  * keeps the verdict expiry gave it.
  */
-function judgeGeneration(volume: VolumeInfo, decision: GcDecision, now: Date, retire: RetireOptions, generations: Generations): GcDecision {
+function judgeGeneration(
+  volume: VolumeInfo,
+  decision: GcDecision,
+  now: Date,
+  retire: RetireOptions,
+  generations: Generations,
+): GcDecision {
   if (!IN_STOCK.has(decision.verdict) || volume.tags[VolumeTag.kind] !== VolumeKind.pool) return decision;
   const pool = generations.current.get(volume.tags[VolumeTag.pool] ?? "");
   const generation = volumeGeneration(volume, generations.snapshots);
   if (!pool || generation.builtAt === null || !isSuperseded(generation, pool.generation)) return decision;
-  if (isQuarantined(volume, now, retire.quarantineHours)) return { ...decision, reason: `${decision.reason}; superseded, but in quarantine` };
+  if (isQuarantined(volume, now, retire.quarantineHours))
+    return { ...decision, reason: `${decision.reason}; superseded, but in quarantine` };
   const by = `generation ${generationName(generation)} superseded by ${generationName(pool.generation)}`;
-  if (retire.graceHours === null) return { ...decision, reason: `${decision.reason}; ${by} (gc.supersededGraceHours is null: never retired)` };
+  if (retire.graceHours === null)
+    return { ...decision, reason: `${decision.reason}; ${by} (gc.supersededGraceHours is null: never retired)` };
   const from = new Date(pool.since.getTime() + retire.graceHours * 3600_000);
-  if (now.getTime() < from.getTime()) return { ...decision, reason: `${decision.reason}; ${by}, retired from ${from.toISOString()}` };
-  return { volumeId: volume.volumeId, verdict: "superseded", reason: `${by}, out since ${pool.since.toISOString()} (grace ${retire.graceHours} h)` };
+  if (now.getTime() < from.getTime())
+    return { ...decision, reason: `${decision.reason}; ${by}, retired from ${from.toISOString()}` };
+  return {
+    volumeId: volume.volumeId,
+    verdict: "superseded",
+    reason: `${by}, out since ${pool.since.toISOString()} (grace ${retire.graceHours} h)`,
+  };
 }
 
 /** The verdicts gc deletes on. */
 export const DELETING = new Set<GcVerdict>(["delete", "superseded"]);
 
 /** The tags whose change since the plan spares a volume: a keep, a claim, a release, a new expiry. */
-const SPARING_TAGS = [VolumeTag.managed, VolumeTag.keep, VolumeTag.claimedBy, VolumeTag.claimedAt, VolumeTag.releasedAt, VolumeTag.expiresAt] as const;
+const SPARING_TAGS = [
+  VolumeTag.managed,
+  VolumeTag.keep,
+  VolumeTag.claimedBy,
+  VolumeTag.claimedAt,
+  VolumeTag.releasedAt,
+  VolumeTag.expiresAt,
+] as const;
 
 /**
  * Why a volume planned for deletion is spared after all, judged on EC2's answer right before its
@@ -191,12 +245,17 @@ const SPARING_TAGS = [VolumeTag.managed, VolumeTag.keep, VolumeTag.claimedBy, Vo
  * keep, a claim, a release, a new expiry — and so does a verdict of its own that is no longer a
  * deletion. Pure.
  */
-export function sparedSince(observed: VolumeInfo, fresh: VolumeInfo, options: Pick<GcPlanOptions, "now" | "ttlHours" | "retire">): string | undefined {
+export function sparedSince(
+  observed: VolumeInfo,
+  fresh: VolumeInfo,
+  options: Pick<GcPlanOptions, "now" | "ttlHours" | "retire">,
+): string | undefined {
   if (fresh.state !== observed.state || fresh.attachment) {
     return `now ${fresh.attachment ? `attached to ${fresh.attachment.instanceId}` : fresh.state}`;
   }
   const changed = SPARING_TAGS.filter((key) => fresh.tags[key] !== observed.tags[key]);
-  if (changed.length > 0) return `${changed.map((key) => `${key}=${fresh.tags[key] === undefined ? "(removed)" : JSON.stringify(fresh.tags[key])}`).join(", ")} since it was judged`;
+  if (changed.length > 0)
+    return `${changed.map((key) => `${key}=${fresh.tags[key] === undefined ? "(removed)" : JSON.stringify(fresh.tags[key])}`).join(", ")} since it was judged`;
   const again = judgeVolume(fresh, options);
   return DELETING.has(again.verdict) ? undefined : `now ${again.verdict}: ${again.reason}`;
 }
@@ -213,11 +272,14 @@ export function planGc(volumes: readonly VolumeInfo[], options: GcPlanOptions): 
     return retire && generations ? judgeGeneration(volume, decision, options.now, retire, generations) : decision;
   });
   const byId = new Map(volumes.map((v) => [v.volumeId, v]));
-  const expiry = (d: GcDecision) => parseTimestamp(byId.get(d.volumeId)?.tags[VolumeTag.expiresAt] ?? "")?.getTime() ?? 0;
+  const expiry = (d: GcDecision) =>
+    parseTimestamp(byId.get(d.volumeId)?.tags[VolumeTag.expiresAt] ?? "")?.getTime() ?? 0;
   const generation = (d: GcDecision) => volumeGeneration(byId.get(d.volumeId)!, generations?.snapshots);
   const deletions = [
     ...decisions.filter((d) => d.verdict === "delete").sort((a, b) => expiry(a) - expiry(b)),
-    ...decisions.filter((d) => d.verdict === "superseded").sort((a, b) => compareGenerations(generation(b), generation(a))),
+    ...decisions
+      .filter((d) => d.verdict === "superseded")
+      .sort((a, b) => compareGenerations(generation(b), generation(a))),
   ];
   for (const extra of deletions.slice(Math.max(0, options.maxDeletes))) {
     extra.verdict = "over-cap";

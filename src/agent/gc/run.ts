@@ -24,7 +24,11 @@ export async function runGc(
   },
 ): Promise<GcOutcome> {
   const { volumes, snapshots } = await observeGc(cloud);
-  const judging = { now: options.now ?? new Date(), ttlHours: options.ttlHours, retire: { ...options.retire, snapshots } };
+  const judging = {
+    now: options.now ?? new Date(),
+    ttlHours: options.ttlHours,
+    retire: { ...options.retire, snapshots },
+  };
   const decisions = planGc(volumes, { ...judging, maxDeletes: options.maxDeletes });
   const recheck = { observed: new Map(volumes.map((v) => [v.volumeId, v])), options: judging };
   const outcome = await applyGc(decisions, cloud, { dryRun: options.dryRun, log: options.log, recheck });

@@ -29,7 +29,11 @@ interface HandlerContext {
   known: ReadonlySet<string>;
 }
 
-type Handler<S extends KeeperStep> = (step: S, ctx: HandlerContext, fields: Fields) => Promise<{ done: Exclude<KeeperDone, "failed">; volumeId?: string }>;
+type Handler<S extends KeeperStep> = (
+  step: S,
+  ctx: HandlerContext,
+  fields: Fields,
+) => Promise<{ done: Exclude<KeeperDone, "failed">; volumeId?: string }>;
 
 const KEEPER_HANDLERS: { [K in KeeperStep["step"]]: Handler<Extract<KeeperStep, { step: K }>> } = {
   create: async (step, { cloud, log, known }, fields) => {
@@ -42,7 +46,11 @@ const KEEPER_HANDLERS: { [K in KeeperStep["step"]]: Handler<Extract<KeeperStep, 
       ...(step.initializationRateMiBps !== null ? { initializationRateMiBps: step.initializationRateMiBps } : {}),
     });
     const existing = known.has(volume.volumeId);
-    log.notice("keeper.create", existing ? "the slot's volume exists already (another keeper made it)" : "pool volume created", { ...fields, volume: volume.volumeId });
+    log.notice(
+      "keeper.create",
+      existing ? "the slot's volume exists already (another keeper made it)" : "pool volume created",
+      { ...fields, volume: volume.volumeId },
+    );
     return { done: existing ? "existing" : "created", volumeId: volume.volumeId };
   },
   "tag-initialized": async (step, { cloud, log }, fields) => {
@@ -75,7 +83,11 @@ const KEEPER_HANDLERS: { [K in KeeperStep["step"]]: Handler<Extract<KeeperStep, 
 export async function applyKeeper(steps: readonly KeeperStep[], ctx: HandlerContext): Promise<KeeperResult[]> {
   const results: KeeperResult[] = [];
   for (const step of steps) {
-    const fields: Fields = { step: step.step, zone: step.zone, ...("volumeId" in step ? { volume: step.volumeId } : { slot: step.slot }) };
+    const fields: Fields = {
+      step: step.step,
+      zone: step.zone,
+      ...("volumeId" in step ? { volume: step.volumeId } : { slot: step.slot }),
+    };
     try {
       const handler = KEEPER_HANDLERS[step.step] as Handler<KeeperStep>;
       results.push({ ...step, ...(await handler(step, ctx, fields)) });

@@ -18,13 +18,21 @@ export async function observeKeeper(
   options: { now: Date; withInitialization?: boolean },
 ): Promise<KeeperObservation> {
   // Every image set's snapshots of the pool: the generation of any of its volumes may be needed.
-  const [volumes, snapshots] = await Promise.all([cloud.findVolumes({ tags: keeperVolumeSelector(settings) }), cloud.findSnapshots(keeperVolumeSelector(settings))]);
+  const [volumes, snapshots] = await Promise.all([
+    cloud.findVolumes({ tags: keeperVolumeSelector(settings) }),
+    cloud.findSnapshots(keeperVolumeSelector(settings)),
+  ]);
   const snapshot = currentSnapshot(snapshots, settings.imageSet);
 
   let status: InitializationRead = { initialization: {}, unread: {} };
   if (options.withInitialization !== false) {
     const pending = volumes.filter(
-      (v) => v.state === "available" && !v.attachment && v.snapshotId !== undefined && v.tags[VolumeTag.initialized] === undefined && settings.zones.includes(v.availabilityZone),
+      (v) =>
+        v.state === "available" &&
+        !v.attachment &&
+        v.snapshotId !== undefined &&
+        v.tags[VolumeTag.initialized] === undefined &&
+        settings.zones.includes(v.availabilityZone),
     );
     status = await readInitialization(
       pending.map((v) => v.volumeId),
@@ -47,7 +55,10 @@ export interface InitializationRead {
  * thousands). A read that fails costs only that volume's `initialized` tag this run: it is
  * recorded in `unread`, never thrown, so the keeper still creates and trims.
  */
-export async function readInitialization(volumeIds: readonly string[], read: (volumeId: string) => Promise<InitializationStatus | undefined>): Promise<InitializationRead> {
+export async function readInitialization(
+  volumeIds: readonly string[],
+  read: (volumeId: string) => Promise<InitializationStatus | undefined>,
+): Promise<InitializationRead> {
   const out: InitializationRead = { initialization: {}, unread: {} };
   for (let i = 0; i < volumeIds.length; i += 5) {
     await Promise.all(

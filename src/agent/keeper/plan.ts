@@ -17,7 +17,14 @@
 import { createHash } from "node:crypto";
 import { CONTENT_TAGS, VolumeKind, VolumeTag } from "../../tags.ts";
 import { isInTransit, isQuarantined } from "../boot/plan.ts";
-import { compareGenerations, generationName, isSuperseded, snapshotGeneration, volumeGeneration, type Generation } from "../generation.ts";
+import {
+  compareGenerations,
+  generationName,
+  isSuperseded,
+  snapshotGeneration,
+  volumeGeneration,
+  type Generation,
+} from "../generation.ts";
 import type { InitializationStatus, SnapshotInfo, VolumeInfo } from "../ports.ts";
 
 /** What the keeper needs of the configuration (`keeper.*`, the pool, the volume type). */
@@ -111,10 +118,13 @@ export const TOKEN_BUCKET_MS = 3600_000;
 const GONE = new Set(["deleting", "deleted"]);
 
 const isPoolVolume = (settings: KeeperSettings, v: VolumeInfo) =>
-  v.tags[VolumeTag.managed] === "true" && v.tags[VolumeTag.kind] === VolumeKind.pool && v.tags[VolumeTag.pool] === settings.pool;
+  v.tags[VolumeTag.managed] === "true" &&
+  v.tags[VolumeTag.kind] === VolumeKind.pool &&
+  v.tags[VolumeTag.pool] === settings.pool;
 
 /** A volume of the pool's selection (the image set when configured), whatever its generation. */
-const isSelected = (settings: KeeperSettings, v: VolumeInfo) => settings.imageSet === null || v.tags[VolumeTag.imageSet] === settings.imageSet;
+const isSelected = (settings: KeeperSettings, v: VolumeInfo) =>
+  settings.imageSet === null || v.tags[VolumeTag.imageSet] === settings.imageSet;
 
 /**
  * Available to a boot: unattached, not quarantined, not another instance's on its way (a boot
@@ -144,12 +154,18 @@ function isStock(settings: KeeperSettings, v: VolumeInfo, now: Date, generations
 
 /** An available volume of an older generation: a boot takes it only when no current one is left. */
 function isSupersededStock(settings: KeeperSettings, v: VolumeInfo, now: Date, generations: Generations): boolean {
-  return isSelected(settings, v) && isClaimable(settings, v, now) && isSuperseded(generations.of(v), generations.current);
+  return (
+    isSelected(settings, v) && isClaimable(settings, v, now) && isSuperseded(generations.of(v), generations.current)
+  );
 }
 
 /** The tags of a keeper's volume: a pool volume's, with what the snapshot says of its contents. */
 export function keeperVolumeTags(pool: string, snapshot: SnapshotInfo): Record<string, string> {
-  const tags: Record<string, string> = { [VolumeTag.managed]: "true", [VolumeTag.kind]: VolumeKind.pool, [VolumeTag.pool]: pool };
+  const tags: Record<string, string> = {
+    [VolumeTag.managed]: "true",
+    [VolumeTag.kind]: VolumeKind.pool,
+    [VolumeTag.pool]: pool,
+  };
   // Never `created-by`: that tag allows formatting, and this volume holds the snapshot's data.
   for (const key of CONTENT_TAGS) {
     const value = snapshot.tags[key];
@@ -159,10 +175,19 @@ export function keeperVolumeTags(pool: string, snapshot: SnapshotInfo): Record<s
 }
 
 /** The ClientToken of a slot (at most 64 ASCII characters, as EC2 requires). */
-export function slotToken(pool: string, zone: string, slot: number, snapshotId: string, zoneVolumeIds: readonly string[], now: Date): string {
+export function slotToken(
+  pool: string,
+  zone: string,
+  slot: number,
+  snapshotId: string,
+  zoneVolumeIds: readonly string[],
+  now: Date,
+): string {
   const bucket = Math.floor(now.getTime() / TOKEN_BUCKET_MS);
   const ids = [...zoneVolumeIds].sort().join(",");
-  const digest = createHash("sha256").update(`${pool}\0${zone}\0${slot}\0${snapshotId}\0${bucket}\0${ids}`).digest("hex");
+  const digest = createHash("sha256")
+    .update(`${pool}\0${zone}\0${slot}\0${snapshotId}\0${bucket}\0${ids}`)
+    .digest("hex");
   return `ebs-cache-keeper-${digest.slice(0, 40)}`;
 }
 
@@ -172,7 +197,10 @@ export function slotToken(pool: string, zone: string, slot: number, snapshotId: 
  */
 function trimOrder(generations: Generations): (a: VolumeInfo, b: VolumeInfo) => number {
   const created = (v: VolumeInfo) => v.createTime?.getTime() ?? 0;
-  return (a, b) => compareGenerations(generations.of(b), generations.of(a)) || created(a) - created(b) || a.volumeId.localeCompare(b.volumeId);
+  return (a, b) =>
+    compareGenerations(generations.of(b), generations.of(a)) ||
+    created(a) - created(b) ||
+    a.volumeId.localeCompare(b.volumeId);
 }
 
 /** Plans one round of the keeper. */
@@ -190,8 +218,19 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
 
   for (const v of live) {
     const status = observed.initialization[v.volumeId];
-    if (v.state === "available" && !v.attachment && v.tags[VolumeTag.initialized] === undefined && status && status.progress >= 100) {
-      steps.push({ step: "tag-initialized", volumeId: v.volumeId, zone: v.availabilityZone, reason: `EBS reports the ${status.type} initialization at 100 %` });
+    if (
+      v.state === "available" &&
+      !v.attachment &&
+      v.tags[VolumeTag.initialized] === undefined &&
+      status &&
+      status.progress >= 100
+    ) {
+      steps.push({
+        step: "tag-initialized",
+        volumeId: v.volumeId,
+        zone: v.availabilityZone,
+        reason: `EBS reports the ${status.type} initialization at 100 %`,
+      });
     }
   }
 
@@ -210,16 +249,40 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
   for (const view of zones) {
     const current = view.available + view.creating;
     const trimmable = (which: (v: VolumeInfo) => boolean) =>
-      live.filter((v) => v.availabilityZone === view.zone && v.state === "available" && v.tags[VolumeTag.keep] !== "true" && which(v)).sort(trimOrder(generations));
-    const currentTrims = trimmable((v) => isStock(settings, v, now, generations)).slice(0, Math.max(0, current - settings.maxAvailable));
+      live
+        .filter(
+          (v) =>
+            v.availabilityZone === view.zone &&
+            v.state === "available" &&
+            v.tags[VolumeTag.keep] !== "true" &&
+            which(v),
+        )
+        .sort(trimOrder(generations));
+    const currentTrims = trimmable((v) => isStock(settings, v, now, generations)).slice(
+      0,
+      Math.max(0, current - settings.maxAvailable),
+    );
     const room = current - currentTrims.length + view.superseded - settings.maxAvailable;
-    const supersededTrims = current >= settings.minAvailable && room > 0 ? trimmable((v) => isSupersededStock(settings, v, now, generations)).slice(0, room) : [];
+    const supersededTrims =
+      current >= settings.minAvailable && room > 0
+        ? trimmable((v) => isSupersededStock(settings, v, now, generations)).slice(0, room)
+        : [];
     const inStock = `${current} current + ${view.superseded} superseded in stock, at most ${settings.maxAvailable}`;
     for (const v of supersededTrims) {
-      steps.push({ step: "trim", volumeId: v.volumeId, zone: view.zone, reason: `${inStock}: superseded generations go first (this one ${generationName(generations.of(v))})` });
+      steps.push({
+        step: "trim",
+        volumeId: v.volumeId,
+        zone: view.zone,
+        reason: `${inStock}: superseded generations go first (this one ${generationName(generations.of(v))})`,
+      });
     }
     for (const v of currentTrims) {
-      steps.push({ step: "trim", volumeId: v.volumeId, zone: view.zone, reason: `${inStock}: the oldest current ones go` });
+      steps.push({
+        step: "trim",
+        volumeId: v.volumeId,
+        zone: view.zone,
+        reason: `${inStock}: the oldest current ones go`,
+      });
     }
     view.trim = supersededTrims.length + currentTrims.length;
   }
@@ -232,13 +295,20 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
       for (const view of zones) if (lacking(view) > 0) view.short = "the pool has no completed snapshot";
     } else {
       const size = snapshot.volumeSizeGiB;
-      let room = Math.max(0, Math.min(settings.maxVolumes - totals.volumes, size > 0 ? Math.floor((settings.maxGiB - totals.gib) / size) : Infinity));
+      let room = Math.max(
+        0,
+        Math.min(
+          settings.maxVolumes - totals.volumes,
+          size > 0 ? Math.floor((settings.maxGiB - totals.gib) / size) : Infinity,
+        ),
+      );
       for (;;) {
         const next = zones.filter((view) => lacking(view) > 0).sort((a, b) => lacking(b) - lacking(a))[0];
         if (!next) break;
         if (room <= 0) {
           for (const view of zones) {
-            if (lacking(view) > 0) view.short = `the pool's cap (${settings.maxVolumes} volumes, ${settings.maxGiB} GiB; ${totals.volumes} volumes, ${totals.gib} GiB now)`;
+            if (lacking(view) > 0)
+              view.short = `the pool's cap (${settings.maxVolumes} volumes, ${settings.maxGiB} GiB; ${totals.volumes} volumes, ${totals.gib} GiB now)`;
           }
           break;
         }
@@ -260,11 +330,17 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
       }
     }
   }
-  return { pool: settings.pool, snapshotId: snapshot?.snapshotId ?? null, generation: generations.current ? generationName(generations.current) : null, totals, zones, steps };
+  return {
+    pool: settings.pool,
+    snapshotId: snapshot?.snapshotId ?? null,
+    generation: generations.current ? generationName(generations.current) : null,
+    totals,
+    zones,
+    steps,
+  };
 }
 
 /** The tags that select the pool's volumes and snapshots (all image sets: every volume counts toward the caps, every snapshot may be a volume's source). */
 export function keeperVolumeSelector(settings: Pick<KeeperSettings, "pool">): Record<string, string> {
   return { [VolumeTag.managed]: "true", [VolumeTag.kind]: VolumeKind.pool, [VolumeTag.pool]: settings.pool };
 }
-

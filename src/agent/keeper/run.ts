@@ -35,7 +35,10 @@ export function keeperSettingsFrom(config: {
   keeper: Omit<KeeperSettings, "pool" | "imageSet" | "volumeType" | "quarantineHours">;
 }): KeeperSettings {
   if (config.keeper.zones.length === 0) {
-    throw new ConfigError(["keeper.zones: empty, so the keeper has no zone to stock"], "list the availability zones the autoscaler launches machines in under keeper.zones");
+    throw new ConfigError(
+      ["keeper.zones: empty, so the keeper has no zone to stock"],
+      "list the availability zones the autoscaler launches machines in under keeper.zones",
+    );
   }
   return {
     pool: config.pool,
@@ -56,9 +59,17 @@ export async function runKeeper(
   const observed = await observeKeeper(cloud, settings, { now: now() });
   const plan = planKeeper(settings, observed);
   const zoneOf = new Map(observed.volumes.map((v) => [v.volumeId, v.availabilityZone]));
-  const unread = Object.entries(observed.unread ?? {}).map(([volumeId, error]) => ({ volumeId, zone: zoneOf.get(volumeId) ?? "", error }));
+  const unread = Object.entries(observed.unread ?? {}).map(([volumeId, error]) => ({
+    volumeId,
+    zone: zoneOf.get(volumeId) ?? "",
+    error,
+  }));
   for (const { volumeId, zone, error } of unread) {
-    options.log.warning("keeper.status-unread", `could not read the volume's initialization: ${error}; not tagged initialized this run`, { volume: volumeId, zone });
+    options.log.warning(
+      "keeper.status-unread",
+      `could not read the volume's initialization: ${error}; not tagged initialized this run`,
+      { volume: volumeId, zone },
+    );
   }
   const outcome: KeeperOutcome = { plan, final: plan, results: [], rounds: 1, failed: unread.length, unread };
   if (options.dryRun) return outcome;
@@ -66,7 +77,12 @@ export async function runKeeper(
   const known = new Set(observed.volumes.map((v) => v.volumeId));
   const ctx = { cloud, log: options.log, known };
   const firstCreate = plan.steps.find((s) => s.step === "create");
-  outcome.results.push(...(await applyKeeper([...plan.steps.filter((s) => s.step !== "create"), ...(firstCreate ? [firstCreate] : [])], ctx)));
+  outcome.results.push(
+    ...(await applyKeeper(
+      [...plan.steps.filter((s) => s.step !== "create"), ...(firstCreate ? [firstCreate] : [])],
+      ctx,
+    )),
+  );
 
   // Bounded: each round makes at most one volume, and the cap bounds the volumes.
   for (let round = 2; round <= settings.maxVolumes + 1; round++) {
@@ -101,8 +117,16 @@ export function keeperFacts(outcome: KeeperOutcome, finishedAt: Date): KeeperFac
   const actions = [
     ...outcome.results
       .filter((r) => r.done !== "skipped")
-      .map((r) => ({ action: r.step, pool: outcome.plan.pool, outcome: r.done === "failed" ? ("failed" as const) : ("done" as const) })),
-    ...outcome.unread.map(() => ({ action: "tag-initialized" as const, pool: outcome.plan.pool, outcome: "failed" as const })),
+      .map((r) => ({
+        action: r.step,
+        pool: outcome.plan.pool,
+        outcome: r.done === "failed" ? ("failed" as const) : ("done" as const),
+      })),
+    ...outcome.unread.map(() => ({
+      action: "tag-initialized" as const,
+      pool: outcome.plan.pool,
+      outcome: "failed" as const,
+    })),
   ];
   const stock = outcome.final.zones.reduce((sum, z) => sum + z.available + z.creating, 0);
   return { actions, poolVolumes: { [outcome.plan.pool]: stock }, finishedAt };

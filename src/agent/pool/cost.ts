@@ -35,7 +35,10 @@ export interface VolumeCost {
 }
 
 /** A volume's monthly cost: its GiB, and for gp3 the IOPS and throughput provisioned above the baseline. */
-export function volumeMonthlyCost(volume: Pick<VolumeInfo, "sizeGiB" | "volumeType" | "iops" | "throughputMiBps">, prices: Prices): VolumeCost {
+export function volumeMonthlyCost(
+  volume: Pick<VolumeInfo, "sizeGiB" | "volumeType" | "iops" | "throughputMiBps">,
+  prices: Prices,
+): VolumeCost {
   const storageUsd = volume.sizeGiB * prices.gibMonthUsd;
   const type = volume.volumeType;
   if (type !== undefined && type !== "gp3") {
@@ -49,7 +52,9 @@ export function volumeMonthlyCost(volume: Pick<VolumeInfo, "sizeGiB" | "volumeTy
     };
   }
   const iopsUsd = Math.max(0, (volume.iops ?? GP3_FREE_IOPS) - GP3_FREE_IOPS) * prices.iopsMonthUsd;
-  const throughputUsd = Math.max(0, (volume.throughputMiBps ?? GP3_FREE_THROUGHPUT_MIBPS) - GP3_FREE_THROUGHPUT_MIBPS) * prices.throughputMonthUsd;
+  const throughputUsd =
+    Math.max(0, (volume.throughputMiBps ?? GP3_FREE_THROUGHPUT_MIBPS) - GP3_FREE_THROUGHPUT_MIBPS) *
+    prices.throughputMonthUsd;
   return {
     monthlyUsd: storageUsd + iopsUsd + throughputUsd,
     storageUsd,

@@ -12,7 +12,10 @@ export interface PoolObservation {
 }
 
 /** The volumes and snapshots tagged `ebs-cache:managed=true` (and `ebs-cache:pool=<pool>` when given). Reads only. */
-export async function observePool(cloud: Pick<CloudVolumes, "findVolumes" | "findSnapshots">, options: { pool?: string } = {}): Promise<PoolObservation> {
+export async function observePool(
+  cloud: Pick<CloudVolumes, "findVolumes" | "findSnapshots">,
+  options: { pool?: string } = {},
+): Promise<PoolObservation> {
   const tags = { [VolumeTag.managed]: "true", ...(options.pool ? { [VolumeTag.pool]: options.pool } : {}) };
   const [volumes, snapshots] = await Promise.all([cloud.findVolumes({ tags }), cloud.findSnapshots(tags)]);
   return { volumes, snapshots };

@@ -41,9 +41,19 @@ export function poolRows(volumes: readonly VolumeInfo[], now: Date, quarantineHo
         workspace: workspaceIdsOfVolume(t) ?? null,
         lastError:
           lastError !== undefined
-            ? { message: lastError, at: t[VolumeTag.lastErrorAt] ?? null, quarantined: isQuarantined(v, now, quarantineHours) }
+            ? {
+                message: lastError,
+                at: t[VolumeTag.lastErrorAt] ?? null,
+                quarantined: isQuarantined(v, now, quarantineHours),
+              }
             : null,
       };
     })
-    .sort((a, b) => a.pool.localeCompare(b.pool) || a.kind.localeCompare(b.kind) || a.zone.localeCompare(b.zone) || a.volumeId.localeCompare(b.volumeId));
+    .sort(
+      (a, b) =>
+        a.pool.localeCompare(b.pool) ||
+        a.kind.localeCompare(b.kind) ||
+        a.zone.localeCompare(b.zone) ||
+        a.volumeId.localeCompare(b.volumeId),
+    );
 }

@@ -6,7 +6,14 @@
  */
 import { VolumeKind, VolumeTag } from "../../tags.ts";
 import { isQuarantined } from "../boot/plan.ts";
-import { compareGenerations, currentGeneration, generationName, isSuperseded, volumeGeneration, type Generation } from "../generation.ts";
+import {
+  compareGenerations,
+  currentGeneration,
+  generationName,
+  isSuperseded,
+  volumeGeneration,
+  type Generation,
+} from "../generation.ts";
 import type { SnapshotInfo, VolumeInfo } from "../ports.ts";
 import { snapshotMonthlyCost, usd, volumeMonthlyCost, type Prices } from "./cost.ts";
 import { poolRows, type PoolRow } from "./rows.ts";
@@ -36,7 +43,13 @@ export interface KeeperTarget {
  * keeper's target (of the configured pool) shows only when that is the configured pool.
  */
 export function poolViewSettingsFrom(
-  config: { pool: string; imageSet: string | null; claim: { quarantineHours: number }; cost: Prices; keeper: KeeperTarget },
+  config: {
+    pool: string;
+    imageSet: string | null;
+    claim: { quarantineHours: number };
+    cost: Prices;
+    keeper: KeeperTarget;
+  },
   listed?: string,
 ): PoolViewSettings {
   const { zones, minAvailable, maxAvailable, maxVolumes, maxGiB } = config.keeper;
@@ -103,7 +116,15 @@ export interface PoolSummary {
   zones: ZoneSummary[];
   snapshots: { completed: number; gib: number; monthlyUsd: number };
   /** The keeper's pool-wide caps beside what the pool holds, for the configured pool when the keeper runs. */
-  keeper: { zones: string[]; minAvailable: number; maxAvailable: number; maxVolumes: number; maxGiB: number; volumes: number; gib: number } | null;
+  keeper: {
+    zones: string[];
+    minAvailable: number;
+    maxAvailable: number;
+    maxVolumes: number;
+    maxGiB: number;
+    volumes: number;
+    gib: number;
+  } | null;
   volumes: number;
   gib: number;
   volumesMonthlyUsd: number;
@@ -126,7 +147,15 @@ export interface PoolReport {
   generatedAt: string;
   prices: Prices;
   pools: PoolSummary[];
-  total: { volumes: number; gib: number; snapshots: number; snapshotGiB: number; volumesMonthlyUsd: number; snapshotsMonthlyUsd: number; monthlyUsd: number };
+  total: {
+    volumes: number;
+    gib: number;
+    snapshots: number;
+    snapshotGiB: number;
+    volumesMonthlyUsd: number;
+    snapshotsMonthlyUsd: number;
+    monthlyUsd: number;
+  };
   /** Where an estimate is partial (a volume type priced by its GiB only). */
   notes: string[];
   volumes: PoolVolume[];
@@ -169,7 +198,11 @@ function rounded<T extends Tally>(tally: T): T {
 }
 
 /** A pool's current generation: that of its newest completed pool snapshot (of the configured image set, for the configured pool). */
-function currentOf(pool: string, snapshots: readonly SnapshotInfo[], settings: PoolViewSettings): Generation | undefined {
+function currentOf(
+  pool: string,
+  snapshots: readonly SnapshotInfo[],
+  settings: PoolViewSettings,
+): Generation | undefined {
   const own = snapshots.filter((s) => (s.tags[VolumeTag.kind] ?? VolumeKind.pool) === VolumeKind.pool);
   return currentGeneration(own, pool === settings.pool ? settings.imageSet : null);
 }
@@ -182,7 +215,15 @@ function generationGroups(assessed: readonly Assessed[]): GenerationGroup[] {
     const key = `${a.kind} ${name}`;
     let group = groups.get(key);
     if (!group) {
-      group = { kind: a.kind, generation: name, imageSet: a.generation.imageSet, builtAt: iso(a.generation.builtAt), current: a.current, superseded: a.superseded, ...emptyTally() };
+      group = {
+        kind: a.kind,
+        generation: name,
+        imageSet: a.generation.imageSet,
+        builtAt: iso(a.generation.builtAt),
+        current: a.current,
+        superseded: a.superseded,
+        ...emptyTally(),
+      };
       groups.set(key, group);
     }
     count(group, a);
@@ -210,13 +251,25 @@ function zoneKeeper(assessed: readonly Assessed[], keeper: KeeperTarget): ZoneKe
   };
 }
 
-function summarizePool(pool: string, assessed: readonly Assessed[], snapshots: readonly SnapshotInfo[], current: Generation | undefined, keeper: KeeperTarget | null, prices: Prices): PoolSummary {
+function summarizePool(
+  pool: string,
+  assessed: readonly Assessed[],
+  snapshots: readonly SnapshotInfo[],
+  current: Generation | undefined,
+  keeper: KeeperTarget | null,
+  prices: Prices,
+): PoolSummary {
   const zoneNames = [...new Set([...assessed.map((a) => a.volume.availabilityZone), ...(keeper?.zones ?? [])])].sort();
   const zones = zoneNames.map((zone): ZoneSummary => {
     const inZone = assessed.filter((a) => a.volume.availabilityZone === zone);
     const tally = emptyTally();
     for (const a of inZone) count(tally, a);
-    return { zone, ...rounded(tally), generations: generationGroups(inZone), keeper: keeper?.zones.includes(zone) ? zoneKeeper(inZone, keeper) : null };
+    return {
+      zone,
+      ...rounded(tally),
+      generations: generationGroups(inZone),
+      keeper: keeper?.zones.includes(zone) ? zoneKeeper(inZone, keeper) : null,
+    };
   });
   const completed = snapshots.filter((s) => s.state === "completed");
   const volumesUsd = sum(assessed, (a) => a.monthlyUsd);
@@ -225,10 +278,18 @@ function summarizePool(pool: string, assessed: readonly Assessed[], snapshots: r
   const poolKind = assessed.filter((a) => a.kind === VolumeKind.pool);
   return {
     pool,
-    currentGeneration: current ? { generation: generationName(current), imageSet: current.imageSet, builtAt: iso(current.builtAt) } : null,
+    currentGeneration: current
+      ? { generation: generationName(current), imageSet: current.imageSet, builtAt: iso(current.builtAt) }
+      : null,
     zones,
-    snapshots: { completed: completed.length, gib: sum(completed, (s) => s.volumeSizeGiB), monthlyUsd: usd(snapshotsUsd) },
-    keeper: keeper ? { ...keeper, zones: [...keeper.zones], volumes: poolKind.length, gib: sum(poolKind, (a) => a.volume.sizeGiB) } : null,
+    snapshots: {
+      completed: completed.length,
+      gib: sum(completed, (s) => s.volumeSizeGiB),
+      monthlyUsd: usd(snapshotsUsd),
+    },
+    keeper: keeper
+      ? { ...keeper, zones: [...keeper.zones], volumes: poolKind.length, gib: sum(poolKind, (a) => a.volume.sizeGiB) }
+      : null,
     volumes: assessed.length,
     gib: sum(assessed, (a) => a.volume.sizeGiB),
     volumesMonthlyUsd: usd(volumesUsd),
@@ -238,13 +299,26 @@ function summarizePool(pool: string, assessed: readonly Assessed[], snapshots: r
 }
 
 /** The report of the volumes and snapshots observePool() found. */
-export function poolReport(observation: { volumes: readonly VolumeInfo[]; snapshots: readonly SnapshotInfo[] }, settings: PoolViewSettings, now: Date): PoolReport {
+export function poolReport(
+  observation: { volumes: readonly VolumeInfo[]; snapshots: readonly SnapshotInfo[] },
+  settings: PoolViewSettings,
+  now: Date,
+): PoolReport {
   const { volumes, snapshots } = observation;
   const { prices } = settings;
   const snapshotsById = new Map(snapshots.map((s) => [s.snapshotId, s]));
   const poolNames = new Set([...volumes.map((v) => poolOf(v.tags)), ...snapshots.map((s) => poolOf(s.tags))]);
   if (settings.keeper) poolNames.add(settings.pool);
-  const current = new Map([...poolNames].map((pool) => [pool, currentOf(pool, snapshots.filter((s) => poolOf(s.tags) === pool), settings)]));
+  const current = new Map(
+    [...poolNames].map((pool) => [
+      pool,
+      currentOf(
+        pool,
+        snapshots.filter((s) => poolOf(s.tags) === pool),
+        settings,
+      ),
+    ]),
+  );
 
   const notes: string[] = [];
   const assessed = volumes.map((volume): Assessed => {

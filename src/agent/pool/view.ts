@@ -5,7 +5,11 @@ import type { GenerationGroup, PoolReport, PoolSummary, PoolVolume, StateCounts,
 /** Columns padded to their widest cell, two spaces apart. */
 function table(header: readonly string[], cells: readonly string[][]): string[] {
   const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)));
-  const line = (c: readonly string[]) => c.map((cell, i) => cell.padEnd(widths[i]!)).join("  ").trimEnd();
+  const line = (c: readonly string[]) =>
+    c
+      .map((cell, i) => cell.padEnd(widths[i]!))
+      .join("  ")
+      .trimEnd();
   return [line(header), ...cells.map(line)];
 }
 
@@ -37,11 +41,45 @@ export function renderPoolSummary(p: PoolSummary): string[] {
   ];
   const cells: string[][] = [];
   for (const z of p.zones) {
-    for (const g of z.generations) cells.push([z.zone, g.kind, generationCell(g), ...stateCells(g.states), String(g.gib), formatUsd(g.monthlyUsd), ""]);
-    cells.push([z.zone, "all", "", ...stateCells(z.states), String(z.gib), formatUsd(z.monthlyUsd), keeperCell(z.keeper)]);
+    for (const g of z.generations)
+      cells.push([
+        z.zone,
+        g.kind,
+        generationCell(g),
+        ...stateCells(g.states),
+        String(g.gib),
+        formatUsd(g.monthlyUsd),
+        "",
+      ]);
+    cells.push([
+      z.zone,
+      "all",
+      "",
+      ...stateCells(z.states),
+      String(z.gib),
+      formatUsd(z.monthlyUsd),
+      keeperCell(z.keeper),
+    ]);
   }
   if (cells.length > 0) {
-    lines.push(...table(["ZONE", "KIND", "GENERATION", "AVAILABLE", "IN-USE", "CREATING", "OTHER", "QUARANTINED", "GiB", "USD/MONTH", "KEEPER"], cells).map((l) => `  ${l}`));
+    lines.push(
+      ...table(
+        [
+          "ZONE",
+          "KIND",
+          "GENERATION",
+          "AVAILABLE",
+          "IN-USE",
+          "CREATING",
+          "OTHER",
+          "QUARANTINED",
+          "GiB",
+          "USD/MONTH",
+          "KEEPER",
+        ],
+        cells,
+      ).map((l) => `  ${l}`),
+    );
   }
   if (p.keeper) {
     lines.push(
@@ -54,7 +92,21 @@ export function renderPoolSummary(p: PoolSummary): string[] {
 
 /** The volumes, one a line. */
 export function renderPoolTable(rows: readonly PoolVolume[]): string {
-  const header = ["VOLUME", "KIND", "POOL", "ZONE", "STATE", "GiB", "CLAIMED-BY", "AGE", "EXPIRES", "GENERATION", "USD/MONTH", "WORKSPACE", "LAST-ERROR"];
+  const header = [
+    "VOLUME",
+    "KIND",
+    "POOL",
+    "ZONE",
+    "STATE",
+    "GiB",
+    "CLAIMED-BY",
+    "AGE",
+    "EXPIRES",
+    "GENERATION",
+    "USD/MONTH",
+    "WORKSPACE",
+    "LAST-ERROR",
+  ];
   const cells = rows.map((r) => [
     r.volumeId,
     r.kind,
@@ -67,7 +119,11 @@ export function renderPoolTable(rows: readonly PoolVolume[]): string {
     r.expires ?? "-",
     `${r.generation}${r.superseded ? " (superseded)" : ""}`,
     formatUsd(r.monthlyUsd),
-    r.workspace ? Object.entries(r.workspace).map(([key, id]) => `${key}=${id}`).join(",") : "-",
+    r.workspace
+      ? Object.entries(r.workspace)
+          .map(([key, id]) => `${key}=${id}`)
+          .join(",")
+      : "-",
     r.lastError ? `${r.lastError.quarantined ? "quarantined: " : ""}${r.lastError.message}` : "-",
   ]);
   return table(header, cells).join("\n");

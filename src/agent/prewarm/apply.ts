@@ -37,7 +37,14 @@ import {
   type PrewarmSettings,
   type PrewarmTarget,
 } from "./plan.ts";
-import { acquirePrewarmLock, isAlive, processStartTime, readPrewarmState, writePrewarmState, type PrewarmState } from "./state.ts";
+import {
+  acquirePrewarmLock,
+  isAlive,
+  processStartTime,
+  readPrewarmState,
+  writePrewarmState,
+  type PrewarmState,
+} from "./state.ts";
 
 /** What the pre-warm uses of the world (the ports, narrowed to its calls). */
 export interface PrewarmDeps {
@@ -78,7 +85,10 @@ interface AtBoot {
 }
 
 type Action = PrewarmDecision["action"];
-type AtBootHandler<A extends Action> = (run: AtBoot, decision: Extract<PrewarmDecision, { action: A }>) => Promise<PrewarmOutcome>;
+type AtBootHandler<A extends Action> = (
+  run: AtBoot,
+  decision: Extract<PrewarmDecision, { action: A }>,
+) => Promise<PrewarmOutcome>;
 
 /** One handler per decision of the boot's step. */
 const AT_BOOT: { [A in Action]: AtBootHandler<A> } = {
@@ -132,15 +142,26 @@ export function beginPrewarmAtBoot(target: PrewarmTarget, settings: PrewarmSetti
  * The boot's pre-warm step, whole. Returns what to publish with the readiness labels; never
  * throws for the pre-warm's own failures (the node is reported either way).
  */
-export async function prewarmAtBoot(target: PrewarmTarget, settings: PrewarmSettings, deps: PrewarmDeps): Promise<PrewarmOutcome> {
+export async function prewarmAtBoot(
+  target: PrewarmTarget,
+  settings: PrewarmSettings,
+  deps: PrewarmDeps,
+): Promise<PrewarmOutcome> {
   return handleAtBoot(await decideAtBoot(target, settings, deps));
 }
 
 /** The decision, and the state file as decided beside the previous run's. */
-async function decideAtBoot(target: PrewarmTarget, settings: PrewarmSettings, deps: PrewarmDeps): Promise<AtBoot & { decision: PrewarmDecision }> {
+async function decideAtBoot(
+  target: PrewarmTarget,
+  settings: PrewarmSettings,
+  deps: PrewarmDeps,
+): Promise<AtBoot & { decision: PrewarmDecision }> {
   const { log } = deps;
   const decision = decidePrewarm(settings, target.volume, await initializationStatusOf(deps, target.volume));
-  log.info("prewarm.decide", `${decision.action}: ${decision.reason}`, { volume: target.volume.volumeId, strategy: settings.strategy });
+  log.info("prewarm.decide", `${decision.action}: ${decision.reason}`, {
+    volume: target.volume.volumeId,
+    strategy: settings.strategy,
+  });
   const state = startingState(target, settings, decision, nowOf(deps));
   const previous = await readPrewarmState(deps.stateDir);
   const save = async (changes: Partial<PrewarmState>) => {
@@ -148,7 +169,9 @@ async function decideAtBoot(target: PrewarmTarget, settings: PrewarmSettings, de
     try {
       await writePrewarmState(deps.stateDir, state);
     } catch (error) {
-      log.warning("prewarm.state", `could not write the state file: ${describeError(error)}`, { stateDir: deps.stateDir });
+      log.warning("prewarm.state", `could not write the state file: ${describeError(error)}`, {
+        stateDir: deps.stateDir,
+      });
       return;
     }
     await deps.recorder?.prewarmStateWritten(state);
@@ -167,18 +190,26 @@ async function skipReads(run: AtBoot, decision: Extract<PrewarmDecision, { actio
   return readyOutcome(decision, decision.verdict, "skipped");
 }
 
-async function recordInitialized(run: AtBoot, decision: Extract<PrewarmDecision, { action: "record-initialized" }>): Promise<PrewarmOutcome> {
+async function recordInitialized(
+  run: AtBoot,
+  decision: Extract<PrewarmDecision, { action: "record-initialized" }>,
+): Promise<PrewarmOutcome> {
   const { deps } = run;
   const volumeId = run.target.volume.volumeId;
   await deps.tagVolume(volumeId, { [VolumeTag.initialized]: nowOf(deps).toISOString() }).catch((error: unknown) => {
-    deps.log.warning("prewarm.tag", `could not tag the volume initialized: ${describeError(error)}`, { volume: volumeId });
+    deps.log.warning("prewarm.tag", `could not tag the volume initialized: ${describeError(error)}`, {
+      volume: volumeId,
+    });
   });
   await run.save({ phase: "done", verdict: "warm", finishedAt: nowOf(deps).toISOString() });
   deps.log.notice("prewarm.done", decision.reason, { volume: volumeId });
   return readyOutcome(decision, "warm", "done");
 }
 
-async function checkOnly(run: AtBoot, decision: Extract<PrewarmDecision, { action: "check" }>): Promise<PrewarmOutcome> {
+async function checkOnly(
+  run: AtBoot,
+  decision: Extract<PrewarmDecision, { action: "check" }>,
+): Promise<PrewarmOutcome> {
   await run.save({ phase: "checking" });
   const result = await sampleVolume(run.target, run.settings, run.deps, "sample");
   await run.save({
@@ -195,7 +226,10 @@ async function checkOnly(run: AtBoot, decision: Extract<PrewarmDecision, { actio
 }
 
 /** follow / initialize: handed to the background run when it can be, else run inline now. */
-async function startLongRun(run: AtBoot, decision: Extract<PrewarmDecision, { action: "follow" | "initialize" }>): Promise<PrewarmOutcome> {
+async function startLongRun(
+  run: AtBoot,
+  decision: Extract<PrewarmDecision, { action: "follow" | "initialize" }>,
+): Promise<PrewarmOutcome> {
   const running = await alreadyRunning(run, decision);
   if (running) return running;
   const before: Sample =
@@ -217,7 +251,9 @@ async function startLongRun(run: AtBoot, decision: Extract<PrewarmDecision, { ac
 async function alreadyRunning(run: AtBoot, decision: PrewarmDecision): Promise<PrewarmOutcome | undefined> {
   const previous = stateOfVolume(run.previous, run.target.volume.volumeId);
   if (!previous?.pid || !(await isAlive(previous.pid, previous.pidStart))) return undefined;
-  run.deps.log.notice("prewarm.running", `already ${previous.phase} by process ${previous.pid}`, { volume: previous.volumeId });
+  run.deps.log.notice("prewarm.running", `already ${previous.phase} by process ${previous.pid}`, {
+    volume: previous.volumeId,
+  });
   return {
     decision,
     verdict: previous.verdict,
@@ -232,7 +268,12 @@ async function alreadyRunning(run: AtBoot, decision: PrewarmDecision): Promise<P
  * Publishes `warming` and starts the background run; undefined when it could not be started
  * (logged: the caller initializes inline instead).
  */
-async function handToBackground(run: AtBoot, decision: PrewarmDecision, before: Sample, startBackground: () => Promise<void>): Promise<PrewarmOutcome | undefined> {
+async function handToBackground(
+  run: AtBoot,
+  decision: PrewarmDecision,
+  before: Sample,
+  startBackground: () => Promise<void>,
+): Promise<PrewarmOutcome | undefined> {
   const { deps, target } = run;
   const { log } = deps;
   const volumeId = target.volume.volumeId;
@@ -258,10 +299,22 @@ async function handToBackground(run: AtBoot, decision: PrewarmDecision, before: 
   }
   try {
     await startBackground();
-    log.notice("prewarm.background", "initialization handed to the background run: the node is usable meanwhile", { volume: volumeId });
-    return { decision, verdict: before.verdict, phase: "pending", labelState: "warming", labels, published, ...(before.figures ? { before: before.figures } : {}) };
+    log.notice("prewarm.background", "initialization handed to the background run: the node is usable meanwhile", {
+      volume: volumeId,
+    });
+    return {
+      decision,
+      verdict: before.verdict,
+      phase: "pending",
+      labelState: "warming",
+      labels,
+      published,
+      ...(before.figures ? { before: before.figures } : {}),
+    };
   } catch (error) {
-    log.error("prewarm.background", `could not start the background run, initializing now: ${describeError(error)}`, { volume: volumeId });
+    log.error("prewarm.background", `could not start the background run, initializing now: ${describeError(error)}`, {
+      volume: volumeId,
+    });
     return undefined;
   }
 }
@@ -279,7 +332,13 @@ export interface RunInitializationOptions {
 
 type LongAction = "follow" | "initialize";
 type Publish = (state: "warming" | "ready", labels: Record<string, string>) => Promise<void>;
-type OnProgress = (p: { doneBytes: number; totalBytes: number; runBytes: number; cursor?: number; etaSeconds?: number }) => void;
+type OnProgress = (p: {
+  doneBytes: number;
+  totalBytes: number;
+  runBytes: number;
+  cursor?: number;
+  etaSeconds?: number;
+}) => void;
 
 /** A long run under way: its state file (writes chained) and its label publisher. */
 interface LongRun<A extends LongAction = LongAction> {
@@ -298,7 +357,9 @@ interface LongRun<A extends LongAction = LongAction> {
 }
 
 /** The reads of the long part, one per decision. */
-const LONG_READS: { [A in LongAction]: (run: LongRun<A>, onProgress: OnProgress, signal: AbortSignal) => Promise<void> } = {
+const LONG_READS: {
+  [A in LongAction]: (run: LongRun<A>, onProgress: OnProgress, signal: AbortSignal) => Promise<void>;
+} = {
   follow: followEbs,
   initialize: readVolume,
 };
@@ -307,8 +368,14 @@ const LONG_READS: { [A in LongAction]: (run: LongRun<A>, onProgress: OnProgress,
  * The long part: initialize (or follow EBS's initialization), tag, sample again, publish
  * `ready`. Resumes from the state file's resume point when it is this volume's and mode's.
  */
-export async function runInitialization(target: PrewarmTarget, settings: PrewarmSettings, deps: PrewarmDeps, options: RunInitializationOptions): Promise<PrewarmOutcome> {
-  const decision = options.decision ?? decidePrewarm(settings, target.volume, await initializationStatusOf(deps, target.volume));
+export async function runInitialization(
+  target: PrewarmTarget,
+  settings: PrewarmSettings,
+  deps: PrewarmDeps,
+  options: RunInitializationOptions,
+): Promise<PrewarmOutcome> {
+  const decision =
+    options.decision ?? decidePrewarm(settings, target.volume, await initializationStatusOf(deps, target.volume));
   const publish = publisher(target, deps, options.publish);
   if (decision.action !== "initialize" && decision.action !== "follow") {
     // Nothing long to do (tagged meanwhile, or the strategy changed): the boot's step covers it.
@@ -325,7 +392,11 @@ export async function runInitialization(target: PrewarmTarget, settings: Prewarm
     await sampleFirst(run);
     await run.save({});
     await publish("warming", prewarmLabels("warming", run.state.verdict, run.state.progress?.percent));
-    const read = LONG_READS[decision.action] as (run: LongRun, onProgress: OnProgress, signal: AbortSignal) => Promise<void>;
+    const read = LONG_READS[decision.action] as (
+      run: LongRun,
+      onProgress: OnProgress,
+      signal: AbortSignal,
+    ) => Promise<void>;
     await read(run, progressReporter(run), stop.signal);
     return await finishRun(run);
   } catch (error) {
@@ -348,8 +419,15 @@ function publisher(target: PrewarmTarget, deps: PrewarmDeps, enabled: boolean): 
 }
 
 /** Another process holds the lock: its state says where the node stands. */
-async function leaveToHolder(target: PrewarmTarget, deps: PrewarmDeps, decision: PrewarmDecision, holder: number): Promise<PrewarmOutcome> {
-  deps.log.notice("prewarm.running", `another pre-warm runs already (process ${holder}): leaving it to finish`, { volume: target.volume.volumeId });
+async function leaveToHolder(
+  target: PrewarmTarget,
+  deps: PrewarmDeps,
+  decision: PrewarmDecision,
+  holder: number,
+): Promise<PrewarmOutcome> {
+  deps.log.notice("prewarm.running", `another pre-warm runs already (process ${holder}): leaving it to finish`, {
+    volume: target.volume.volumeId,
+  });
   const current = await readPrewarmState(deps.stateDir);
   return {
     decision,
@@ -389,7 +467,9 @@ async function startRun(
     writes = writes
       .then(() => writePrewarmState(deps.stateDir, snapshot))
       .then(() => deps.recorder?.prewarmStateWritten(snapshot))
-      .catch((error: unknown) => deps.log.warning("prewarm.state", `could not write the state file: ${describeError(error)}`));
+      .catch((error: unknown) =>
+        deps.log.warning("prewarm.state", `could not write the state file: ${describeError(error)}`),
+      );
     return writes;
   };
   return { target, settings, deps, decision, state, save, flush: () => writes, publish, started: Date.now() };
@@ -401,7 +481,9 @@ function stopper(settings: PrewarmSettings, signal: AbortSignal | undefined): { 
   const stop = () => controller.abort(new Error("stopped"));
   signal?.addEventListener("abort", stop, { once: true });
   const limit = settings.initialize.timeoutSeconds;
-  const timer = limit ? setTimeout(() => controller.abort(new Error(`timed out after ${limit} s`)), limit * 1000) : undefined;
+  const timer = limit
+    ? setTimeout(() => controller.abort(new Error(`timed out after ${limit} s`)), limit * 1000)
+    : undefined;
   return {
     signal: controller.signal,
     dispose: () => {
@@ -437,9 +519,13 @@ function progressReporter(run: LongRun): OnProgress {
       lastLog = Date.now();
       void run.save(changes);
       const eta = progress.etaSeconds !== undefined ? `, ETA ${formatDuration(progress.etaSeconds)}` : "";
-      run.deps.log.info("prewarm.progress", `${progress.percent.toFixed(1)} % (${formatBytes(progress.doneBytes)} of ${formatBytes(progress.totalBytes)}), ${progress.mibps.toFixed(1)} MiB/s${eta}`, {
-        volume: run.target.volume.volumeId,
-      });
+      run.deps.log.info(
+        "prewarm.progress",
+        `${progress.percent.toFixed(1)} % (${formatBytes(progress.doneBytes)} of ${formatBytes(progress.totalBytes)}), ${progress.mibps.toFixed(1)} MiB/s${eta}`,
+        {
+          volume: run.target.volume.volumeId,
+        },
+      );
     } else {
       Object.assign(state, changes);
     }
@@ -457,11 +543,17 @@ async function readVolume(run: LongRun<"initialize">, onProgress: OnProgress, si
   const { log } = run.deps;
   const from = state.cursor?.offset ?? 0;
   const done = state.progress ? ` (${state.progress.percent.toFixed(1)} % done)` : "";
-  log.notice("prewarm.initialize", from > 0 ? `resuming at device offset ${formatBytes(from)}${done}` : `reading the ${decision.mode === "files" ? "allocated data" : "whole device"}`, {
-    volume: target.volume.volumeId,
-    mode: decision.mode,
-    device: target.device,
-  });
+  log.notice(
+    "prewarm.initialize",
+    from > 0
+      ? `resuming at device offset ${formatBytes(from)}${done}`
+      : `reading the ${decision.mode === "files" ? "allocated data" : "whole device"}`,
+    {
+      volume: target.volume.volumeId,
+      mode: decision.mode,
+      device: target.device,
+    },
+  );
   const result = await run.deps.reader.initialize(target, decision.mode, {
     fromOffset: from,
     ioDepth: settings.initialize.ioDepth,
@@ -469,10 +561,14 @@ async function readVolume(run: LongRun<"initialize">, onProgress: OnProgress, si
     onProgress,
     signal,
   });
-  log.notice("prewarm.initialize", `read ${formatBytes(result.readBytes)} in ${formatDuration((Date.now() - run.started) / 1000)}`, {
-    volume: target.volume.volumeId,
-    total: formatBytes(result.totalBytes),
-  });
+  log.notice(
+    "prewarm.initialize",
+    `read ${formatBytes(result.readBytes)} in ${formatDuration((Date.now() - run.started) / 1000)}`,
+    {
+      volume: target.volume.volumeId,
+      total: formatBytes(result.totalBytes),
+    },
+  );
 }
 
 /** follow: polls EBS's initialization status until it reports 100 %. */
@@ -506,9 +602,17 @@ async function finishRun(run: LongRun): Promise<PrewarmOutcome> {
   await deps.tagVolume(volumeId, { [VolumeTag.initialized]: nowOf(deps).toISOString() });
   const after = await sampleVolume(run.target, run.settings, deps, "after initialization");
   const verdict = after.verdict === "unknown" ? "warm" : after.verdict;
-  await run.save({ phase: "done", verdict, ...(after.figures ? { after: after.figures } : {}), finishedAt: nowOf(deps).toISOString() });
+  await run.save({
+    phase: "done",
+    verdict,
+    ...(after.figures ? { after: after.figures } : {}),
+    finishedAt: nowOf(deps).toISOString(),
+  });
   await run.flush();
-  deps.log.notice("prewarm.done", `volume initialized and tagged ${VolumeTag.initialized}`, { volume: volumeId, verdict });
+  deps.log.notice("prewarm.done", `volume initialized and tagged ${VolumeTag.initialized}`, {
+    volume: volumeId,
+    verdict,
+  });
   const outcome = readyOutcome(run.decision, verdict, "done", {
     ...(state.before ? { before: state.before } : {}),
     ...(after.figures ? { after: after.figures } : {}),
@@ -526,12 +630,20 @@ async function finishRun(run: LongRun): Promise<PrewarmOutcome> {
 async function failRun(run: LongRun, cause: unknown, interrupted: boolean, error: unknown): Promise<PrewarmOutcome> {
   const { deps, state } = run;
   const message = describeError(cause);
-  await run.save({ phase: interrupted ? "pending" : "failed", error: message, ...(interrupted ? {} : { finishedAt: nowOf(deps).toISOString() }) });
-  await run.flush();
-  deps.log.error("prewarm.failed", `initialization ${interrupted ? "interrupted" : "failed"}: ${message}; the volume is not tagged initialized and the node stays usable`, {
-    volume: run.target.volume.volumeId,
-    remediation: remediationOr(error, "run `ebs-cache-agent prewarm` to resume"),
+  await run.save({
+    phase: interrupted ? "pending" : "failed",
+    error: message,
+    ...(interrupted ? {} : { finishedAt: nowOf(deps).toISOString() }),
   });
+  await run.flush();
+  deps.log.error(
+    "prewarm.failed",
+    `initialization ${interrupted ? "interrupted" : "failed"}: ${message}; the volume is not tagged initialized and the node stays usable`,
+    {
+      volume: run.target.volume.volumeId,
+      remediation: remediationOr(error, "run `ebs-cache-agent prewarm` to resume"),
+    },
+  );
   const outcome = readyOutcome(run.decision, state.verdict, interrupted ? "pending" : "failed", {
     error: message,
     ...(state.before ? { before: state.before } : {}),

@@ -21,18 +21,28 @@ export interface Sample {
  * EC2's initialization status, or undefined (logged) when it cannot be had, or is not needed: a
  * volume not made from a snapshot, or tagged initialized already.
  */
-export async function initializationStatusOf(deps: PrewarmDeps, volume: PrewarmVolume): Promise<InitializationStatus | undefined> {
+export async function initializationStatusOf(
+  deps: PrewarmDeps,
+  volume: PrewarmVolume,
+): Promise<InitializationStatus | undefined> {
   if (!deps.initializationStatus || !volume.snapshotId || volume.tags[VolumeTag.initialized]) return undefined;
   try {
     return await deps.initializationStatus(volume.volumeId);
   } catch (error) {
-    deps.log.warning("prewarm.status", `DescribeVolumeStatus failed, deciding without it: ${describeError(error)}`, { volume: volume.volumeId });
+    deps.log.warning("prewarm.status", `DescribeVolumeStatus failed, deciding without it: ${describeError(error)}`, {
+      volume: volume.volumeId,
+    });
     return undefined;
   }
 }
 
 /** Runs the sample and logs its verdict; a failure is logged and gives `unknown` (never throws). */
-export async function sampleVolume(target: PrewarmTarget, settings: PrewarmSettings, deps: PrewarmDeps, when: string): Promise<Sample> {
+export async function sampleVolume(
+  target: PrewarmTarget,
+  settings: PrewarmSettings,
+  deps: PrewarmDeps,
+  when: string,
+): Promise<Sample> {
   const { log } = deps;
   try {
     const figures = await deps.reader.check(target, settings.check);
@@ -61,13 +71,20 @@ export async function sampleVolume(target: PrewarmTarget, settings: PrewarmSetti
 
 /** The managed cache volume attached to this instance (a workspace volume first), if any. */
 export async function findAttachedVolume(cloud: CloudVolumes, instanceId: string): Promise<VolumeInfo | undefined> {
-  return attachedCacheVolume(await cloud.findVolumes({ tags: { [VolumeTag.managed]: "true" }, attachedTo: instanceId }), instanceId);
+  return attachedCacheVolume(
+    await cloud.findVolumes({ tags: { [VolumeTag.managed]: "true" }, attachedTo: instanceId }),
+    instanceId,
+  );
 }
 
 /** The volume's device and where it is mounted; throws when the boot has not mounted it here. */
-export async function findMountedDevice(storage: Pick<HostStorage, "findDevice" | "mountPointOf">, volumeId: string): Promise<{ device: string; mountPoint: string }> {
+export async function findMountedDevice(
+  storage: Pick<HostStorage, "findDevice" | "mountPointOf">,
+  volumeId: string,
+): Promise<{ device: string; mountPoint: string }> {
   const device = await storage.findDevice(volumeId);
-  if (!device) throw new AgentError(`the device of ${volumeId} is not present on this host`, "run `ebs-cache-agent boot` first");
+  if (!device)
+    throw new AgentError(`the device of ${volumeId} is not present on this host`, "run `ebs-cache-agent boot` first");
   const mountPoint = await storage.mountPointOf(device);
   if (!mountPoint) throw new AgentError(`${volumeId} (${device}) is not mounted`, "run `ebs-cache-agent boot` first");
   return { device, mountPoint };

@@ -10,7 +10,6 @@ import { Label, VolumeTag } from "../../tags.ts";
 import type { CheckFigures, InitializationStatus, ReadTarget, SampleBounds } from "../ports.ts";
 import type { PrewarmPhase, PrewarmState } from "./state.ts";
 
-
 /** What the pre-warm says about the volume's read performance. */
 export type Verdict = "warm" | "cold" | "unknown";
 
@@ -83,15 +82,28 @@ export type PrewarmDecision =
 const EBS_DRIVEN = new Set(["provisioned-rate", "volume-copy"]);
 
 /** Decides what to do with the volume. `status` is EC2's initialization status, when known. */
-export function decidePrewarm(settings: PrewarmSettings, volume: PrewarmVolume, status?: InitializationStatus): PrewarmDecision {
-  if (!volume.snapshotId) return { action: "skip", verdict: "warm", reason: "not created from a snapshot: every block is local" };
+export function decidePrewarm(
+  settings: PrewarmSettings,
+  volume: PrewarmVolume,
+  status?: InitializationStatus,
+): PrewarmDecision {
+  if (!volume.snapshotId)
+    return { action: "skip", verdict: "warm", reason: "not created from a snapshot: every block is local" };
   if (volume.tags[VolumeTag.initialized]) {
-    return { action: "skip", verdict: "warm", reason: `tagged ${VolumeTag.initialized}=${volume.tags[VolumeTag.initialized]}` };
+    return {
+      action: "skip",
+      verdict: "warm",
+      reason: `tagged ${VolumeTag.initialized}=${volume.tags[VolumeTag.initialized]}`,
+    };
   }
   if (settings.strategy === "off") return { action: "skip", verdict: "unknown", reason: "prewarm.strategy is off" };
   if (status && EBS_DRIVEN.has(status.type)) {
-    if (status.progress >= 100) return { action: "record-initialized", reason: `EBS reports the ${status.type} initialization completed` };
-    return { action: "follow", reason: `EBS initializes it (${status.type}, ${status.progress} %): following its progress` };
+    if (status.progress >= 100)
+      return { action: "record-initialized", reason: `EBS reports the ${status.type} initialization completed` };
+    return {
+      action: "follow",
+      reason: `EBS initializes it (${status.type}, ${status.progress} %): following its progress`,
+    };
   }
   if (settings.strategy === "check") return { action: "check", reason: "prewarm.strategy is check" };
   return {
@@ -103,7 +115,10 @@ export function decidePrewarm(settings: PrewarmSettings, volume: PrewarmVolume, 
 }
 
 /** warm / cold against the thresholds, with the reasons in words. */
-export function verdictOf(figures: CheckFigures | undefined, thresholds: PrewarmSettings["thresholds"]): { verdict: Verdict; reasons: string[] } {
+export function verdictOf(
+  figures: CheckFigures | undefined,
+  thresholds: PrewarmSettings["thresholds"],
+): { verdict: Verdict; reasons: string[] } {
   if (!figures || figures.reads === 0) return { verdict: "unknown", reasons: ["no sample"] };
   const reasons: string[] = [];
   if (figures.iops < thresholds.minIops) reasons.push(`${round(figures.iops)} IOPS < ${thresholds.minIops}`);
@@ -112,7 +127,12 @@ export function verdictOf(figures: CheckFigures | undefined, thresholds: Prewarm
     reasons.push(`median latency ${round(p50)} ms > ${thresholds.maxMedianLatencyMs} ms`);
   }
   if (reasons.length > 0) return { verdict: "cold", reasons };
-  return { verdict: "warm", reasons: [`${round(figures.iops)} IOPS >= ${thresholds.minIops}${p50 !== undefined ? `, median ${round(p50)} ms` : ""}`] };
+  return {
+    verdict: "warm",
+    reasons: [
+      `${round(figures.iops)} IOPS >= ${thresholds.minIops}${p50 !== undefined ? `, median ${round(p50)} ms` : ""}`,
+    ],
+  };
 }
 
 /** Progress of a long read. */
@@ -179,12 +199,22 @@ export interface PrewarmOutcome {
 }
 
 /** The outcome of a pre-warm that leaves the node `ready`. */
-export function readyOutcome(decision: PrewarmDecision, verdict: Verdict, phase: PrewarmPhase, extra: Partial<PrewarmOutcome> = {}): PrewarmOutcome {
+export function readyOutcome(
+  decision: PrewarmDecision,
+  verdict: Verdict,
+  phase: PrewarmPhase,
+  extra: Partial<PrewarmOutcome> = {},
+): PrewarmOutcome {
   return { decision, verdict, phase, labelState: "ready", labels: prewarmLabels("ready", verdict), ...extra };
 }
 
 /** The state file of a run that has only decided. */
-export function startingState(target: PrewarmTarget, settings: PrewarmSettings, decision: PrewarmDecision, now: Date): PrewarmState {
+export function startingState(
+  target: PrewarmTarget,
+  settings: PrewarmSettings,
+  decision: PrewarmDecision,
+  now: Date,
+): PrewarmState {
   return {
     version: 1,
     volumeId: target.volume.volumeId,
@@ -208,7 +238,10 @@ export function stateOfVolume(previous: PrewarmState | undefined, volumeId: stri
 }
 
 /** Where a read of `mode` resumes: the previous run's resume point, only when it read the same way. */
-export function resumePoint(previous: PrewarmState | undefined, mode: "files" | "device" | undefined): PrewarmState["cursor"] {
+export function resumePoint(
+  previous: PrewarmState | undefined,
+  mode: "files" | "device" | undefined,
+): PrewarmState["cursor"] {
   return previous?.cursor && previous.cursor.mode === mode ? previous.cursor : undefined;
 }
 

@@ -54,20 +54,29 @@ export interface PrewarmCommandOutcome {
 }
 
 /** Runs the pre-warm of the attached cache volume. */
-export async function runPrewarmCommand(deps: PrewarmCommandDeps, options: PrewarmCommandOptions = {}): Promise<PrewarmCommandOutcome> {
+export async function runPrewarmCommand(
+  deps: PrewarmCommandDeps,
+  options: PrewarmCommandOptions = {},
+): Promise<PrewarmCommandOutcome> {
   const { log, config } = deps;
   const identity = await deps.identify();
   const resolved = resolveSettings(config, identity, { withDocker: true, mayClaim: false });
-  if (!resolved.ok) throw new ConfigError(resolved.problems, "fix the instance tags (nothing was changed on this node)");
+  if (!resolved.ok)
+    throw new ConfigError(resolved.problems, "fix the instance tags (nothing was changed on this node)");
   const cloud = deps.cloudFor(config.region ?? identity.region);
   const volume = await findAttachedVolume(cloud, identity.instanceId);
   if (!volume) {
-    log.notice("prewarm.none", "no cache volume is attached to this instance: nothing to pre-warm", { instance: identity.instanceId });
+    log.notice("prewarm.none", "no cache volume is attached to this instance: nothing to pre-warm", {
+      instance: identity.instanceId,
+    });
     return { exitCode: ExitCode.ok };
   }
   const host = deps.prewarmHost(resolved.value);
   const mounted = await findMountedDevice(host.storage, volume.volumeId);
-  const settings = { ...prewarmSettingsFrom(resolved.value.effective), ...(options.strategy ? { strategy: options.strategy } : {}) };
+  const settings = {
+    ...prewarmSettingsFrom(resolved.value.effective),
+    ...(options.strategy ? { strategy: options.strategy } : {}),
+  };
   const target = targetOf(volume, mounted, await readPrewarmState(config.paths.stateDir));
   const prewarmDeps: PrewarmDeps = {
     reader: host.reader,
@@ -80,10 +89,17 @@ export async function runPrewarmCommand(deps: PrewarmCommandDeps, options: Prewa
   };
   const status = await cloud.initializationStatus(volume.volumeId).catch(() => undefined);
   const decision = decidePrewarm(settings, target.volume, status);
-  log.info("prewarm.decide", `${decision.action}: ${decision.reason}`, { volume: volume.volumeId, strategy: settings.strategy });
+  log.info("prewarm.decide", `${decision.action}: ${decision.reason}`, {
+    volume: volume.volumeId,
+    strategy: settings.strategy,
+  });
   let outcome: PrewarmOutcome;
   if (decision.action === "initialize" || decision.action === "follow") {
-    outcome = await runInitialization(target, settings, prewarmDeps, { decision, publish: true, ...(options.signal ? { signal: options.signal } : {}) });
+    outcome = await runInitialization(target, settings, prewarmDeps, {
+      decision,
+      publish: true,
+      ...(options.signal ? { signal: options.signal } : {}),
+    });
   } else {
     outcome = await prewarmAtBoot(target, settings, prewarmDeps);
     await host.report("ready", { ...target.labels, ...outcome.labels }).catch((error: unknown) => {
@@ -94,9 +110,17 @@ export async function runPrewarmCommand(deps: PrewarmCommandDeps, options: Prewa
 }
 
 /** The volume as the pre-warm sees it; the labels of this volume's previous run, which the boot chose. */
-function targetOf(volume: VolumeInfo, mounted: { device: string; mountPoint: string }, previous: PrewarmState | undefined): PrewarmTarget {
+function targetOf(
+  volume: VolumeInfo,
+  mounted: { device: string; mountPoint: string },
+  previous: PrewarmState | undefined,
+): PrewarmTarget {
   return {
-    volume: { volumeId: volume.volumeId, ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}), tags: volume.tags },
+    volume: {
+      volumeId: volume.volumeId,
+      ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}),
+      tags: volume.tags,
+    },
     sizeBytes: volume.sizeGiB * 1024 ** 3,
     device: mounted.device,
     mountPoint: mounted.mountPoint,
@@ -105,7 +129,9 @@ function targetOf(volume: VolumeInfo, mounted: { device: string; mountPoint: str
 }
 
 /** What `ebs-cache-agent status` shows: the pre-warm state and whether a process works on it. */
-export async function prewarmStatus(stateDir: string): Promise<{ state: PrewarmState | undefined; running: boolean; lines: string[] }> {
+export async function prewarmStatus(
+  stateDir: string,
+): Promise<{ state: PrewarmState | undefined; running: boolean; lines: string[] }> {
   const state = await readPrewarmState(stateDir);
   const running = state ? await isAlive(state.pid, state.pidStart) : false;
   return { state, running, lines: renderPrewarmStatus(state, running) };

@@ -129,14 +129,19 @@ export async function acquirePrewarmLock(stateDir: string): Promise<PrewarmLock 
 }
 
 /** The state in words, for `ebs-cache-agent status`. */
-export function renderPrewarmStatus(state: PrewarmState | undefined, running: boolean, now: Date = new Date()): string[] {
+export function renderPrewarmStatus(
+  state: PrewarmState | undefined,
+  running: boolean,
+  now: Date = new Date(),
+): string[] {
   if (!state) return ["pre-warm: no state yet (the boot has not reached the pre-warm on this host)"];
   const lines = [
     `volume:   ${state.volumeId} (${state.device}, mounted at ${state.mountPoint})`,
     `strategy: ${state.strategy}${state.mode ? ` (${state.mode})` : ""}: ${state.reason}`,
   ];
   let phase: string = state.phase;
-  if ((state.phase === "initializing" || state.phase === "following") && !running) phase = `${state.phase}, interrupted (no process runs it: \`ebs-cache-agent prewarm\` resumes)`;
+  if ((state.phase === "initializing" || state.phase === "following") && !running)
+    phase = `${state.phase}, interrupted (no process runs it: \`ebs-cache-agent prewarm\` resumes)`;
   else if (running && state.pid) phase = `${state.phase} (pid ${state.pid})`;
   lines.push(`phase:    ${phase}`, `verdict:  ${state.verdict}`);
   const figures = (label: string, f: CheckFigures | undefined) => {
@@ -152,7 +157,9 @@ export function renderPrewarmStatus(state: PrewarmState | undefined, running: bo
   const p = state.progress;
   if (p) {
     const eta = p.etaSeconds !== undefined && p.percent < 100 ? `, ETA ${formatDuration(p.etaSeconds)}` : "";
-    lines.push(`progress: ${p.percent.toFixed(1)} % (${formatBytes(p.doneBytes)} of ${formatBytes(p.totalBytes)}), ${p.mibps.toFixed(1)} MiB/s${eta}`);
+    lines.push(
+      `progress: ${p.percent.toFixed(1)} % (${formatBytes(p.doneBytes)} of ${formatBytes(p.totalBytes)}), ${p.mibps.toFixed(1)} MiB/s${eta}`,
+    );
   }
   const age = Math.max(0, Math.round((now.getTime() - Date.parse(state.updatedAt)) / 1000));
   lines.push(`updated:  ${state.updatedAt} (${formatDuration(age)} ago)`);

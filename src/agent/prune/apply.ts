@@ -25,7 +25,11 @@ export function removalReferences(decision: Pick<ImageDecision, "id" | "referenc
 }
 
 /** Removes the images in order; a dry run only logs them. */
-export async function applyPrune(removals: readonly ImageDecision[], docker: DockerImages, options: { dryRun: boolean; log: Logger }): Promise<RemovalResult[]> {
+export async function applyPrune(
+  removals: readonly ImageDecision[],
+  docker: DockerImages,
+  options: { dryRun: boolean; log: Logger },
+): Promise<RemovalResult[]> {
   const { log } = options;
   const results: RemovalResult[] = [];
   for (const decision of removals) {
@@ -34,7 +38,12 @@ export async function applyPrune(removals: readonly ImageDecision[], docker: Doc
       log.info("prune.would-remove", "would remove (dry run)", fields);
       continue;
     }
-    const result: RemovalResult = { id: decision.id, references: decision.references, freesBytes: decision.freesBytes, done: "removed" };
+    const result: RemovalResult = {
+      id: decision.id,
+      references: decision.references,
+      freesBytes: decision.freesBytes,
+      done: "removed",
+    };
     try {
       if ((await docker.containerImageIds()).includes(decision.id)) {
         result.done = "kept-in-use";

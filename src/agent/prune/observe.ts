@@ -31,7 +31,13 @@ export function currentImages(
 ): PruneObservation["current"] {
   const generation = snapshots ? currentGeneration(snapshots, imageSet) : undefined;
   const name = generation ? generationName(generation) : undefined;
-  const snapshot = name === undefined ? undefined : snapshots?.find((s) => s.state === "completed" && generationName(snapshotGeneration(s)) === name && imagesOf(s.tags).length > 0);
+  const snapshot =
+    name === undefined
+      ? undefined
+      : snapshots?.find(
+          (s) =>
+            s.state === "completed" && generationName(snapshotGeneration(s)) === name && imagesOf(s.tags).length > 0,
+        );
   if (snapshot) return { images: imagesOf(snapshot.tags), source: "snapshot", generation: name! };
   const own = imagesOf(tags);
   return own.length > 0 ? { images: own, source: "volume" } : { images: [], source: "none" };
@@ -43,17 +49,36 @@ export async function observePrune(deps: PruneDeps, options: { imageSet: string 
   const volume = await deps.mountedVolume();
   const empty: PruneObservation = { current: { images: [], source: "none" }, images: [], containerImageIds: [] };
   if (!volume) return empty;
-  const [fill, info, described] = await Promise.all([deps.fill(volume.mountPoint), deps.docker.info(), deps.cloud.describeVolume(volume.volumeId)]);
-  const base: PruneObservation = { ...empty, volume, dockerRootDir: info.dockerRootDir, ...(fill ? { fill } : {}), ...(described ? { tags: described.tags } : {}) };
+  const [fill, info, described] = await Promise.all([
+    deps.fill(volume.mountPoint),
+    deps.docker.info(),
+    deps.cloud.describeVolume(volume.volumeId),
+  ]);
+  const base: PruneObservation = {
+    ...empty,
+    volume,
+    dockerRootDir: info.dockerRootDir,
+    ...(fill ? { fill } : {}),
+    ...(described ? { tags: described.tags } : {}),
+  };
   const tags = described?.tags;
   // The snapshots, images and containers matter only for a pool volume docker runs on.
   if (!fill || !tags || tags[VolumeTag.kind] !== VolumeKind.pool || info.dockerRootDir !== volume.dataRoot) return base;
   const pool = tags[VolumeTag.pool];
   let snapshots: SnapshotInfo[] | undefined;
   if (pool) {
-    const selector = { [VolumeTag.managed]: "true", [VolumeTag.kind]: VolumeKind.pool, [VolumeTag.pool]: pool, ...(options.imageSet ? { [VolumeTag.imageSet]: options.imageSet } : {}) };
+    const selector = {
+      [VolumeTag.managed]: "true",
+      [VolumeTag.kind]: VolumeKind.pool,
+      [VolumeTag.pool]: pool,
+      ...(options.imageSet ? { [VolumeTag.imageSet]: options.imageSet } : {}),
+    };
     snapshots = await deps.cloud.findSnapshots(selector).catch((error: unknown) => {
-      log.warning("prune.snapshots", `could not list the pool's snapshots: ${describeError(error)}; the volume's own image list stands for the current generation`, { pool });
+      log.warning(
+        "prune.snapshots",
+        `could not list the pool's snapshots: ${describeError(error)}; the volume's own image list stands for the current generation`,
+        { pool },
+      );
       return undefined;
     });
   }
@@ -62,5 +87,11 @@ export async function observePrune(deps: PruneDeps, options: { imageSet: string 
     deps.docker.containerImageIds(),
     deps.prewarmRunning?.() ?? Promise.resolve(false),
   ]);
-  return { ...base, current: currentImages(tags, snapshots, options.imageSet), images, containerImageIds, prewarmRunning };
+  return {
+    ...base,
+    current: currentImages(tags, snapshots, options.imageSet),
+    images,
+    containerImageIds,
+    prewarmRunning,
+  };
 }

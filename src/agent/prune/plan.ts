@@ -115,7 +115,12 @@ function withAncestors(kept: ReadonlySet<string>, byId: ReadonlyMap<string, Imag
 /** Decides the prune. */
 export function planPrune(settings: PruneSettings, observed: PruneObservation): PrunePlan {
   const { volume, fill, tags } = observed;
-  const base = { currentSource: observed.current.source, ...(observed.current.generation ? { generation: observed.current.generation } : {}), images: [], removals: [] };
+  const base = {
+    currentSource: observed.current.source,
+    ...(observed.current.generation ? { generation: observed.current.generation } : {}),
+    images: [],
+    removals: [],
+  };
   const stop = (verdict: PruneVerdict, reason: string, extra: Partial<PrunePlan> = {}): PrunePlan => ({
     ...base,
     verdict,
@@ -127,28 +132,45 @@ export function planPrune(settings: PruneSettings, observed: PruneObservation): 
   if (!volume) return stop("no-volume", "no boot on a cache volume is recorded on this host");
   if (!fill) return stop("not-mounted", `nothing is mounted at ${volume.mountPoint}`);
   if (observed.dockerRootDir !== volume.dataRoot) {
-    return stop("docker-elsewhere", `docker runs on ${observed.dockerRootDir ?? "an unknown data-root"}, not on the volume's ${volume.dataRoot}`);
+    return stop(
+      "docker-elsewhere",
+      `docker runs on ${observed.dockerRootDir ?? "an unknown data-root"}, not on the volume's ${volume.dataRoot}`,
+    );
   }
-  if (!tags || tags[VolumeTag.managed] !== "true") return stop("not-managed", `${volume.volumeId} is not a volume the agent manages`);
+  if (!tags || tags[VolumeTag.managed] !== "true")
+    return stop("not-managed", `${volume.volumeId} is not a volume the agent manages`);
   const kind = tags[VolumeTag.kind];
   if (kind === VolumeKind.workspace) return stop("workspace", "a workspace volume's data is its user's: never pruned");
-  if (kind !== VolumeKind.pool) return stop("not-managed", `${volume.volumeId} has ${VolumeTag.kind}=${JSON.stringify(kind ?? null)}, not pool`);
+  if (kind !== VolumeKind.pool)
+    return stop("not-managed", `${volume.volumeId} has ${VolumeTag.kind}=${JSON.stringify(kind ?? null)}, not pool`);
   const percent = fill.usedRatio * 100;
   if (observed.prewarmRunning && percent > settings.thresholdPercent) {
-    return stop("prewarm-running", "the background pre-warm is reading the volume's files; run `ebs-cache-agent prune` once it is done");
+    return stop(
+      "prewarm-running",
+      "the background pre-warm is reading the volume's files; run `ebs-cache-agent prune` once it is done",
+    );
   }
   if (percent <= settings.thresholdPercent) {
-    return stop("below-threshold", `${percent.toFixed(1)} % used, at or below the threshold of ${settings.thresholdPercent} %`);
+    return stop(
+      "below-threshold",
+      `${percent.toFixed(1)} % used, at or below the threshold of ${settings.thresholdPercent} %`,
+    );
   }
   if (observed.current.images.length === 0) {
-    return stop("no-generation", "neither the pool's newest snapshot nor the volume lists its images (ebs-cache:images): nothing can be told apart");
+    return stop(
+      "no-generation",
+      "neither the pool's newest snapshot nor the volume lists its images (ebs-cache:images): nothing can be told apart",
+    );
   }
 
   const current = currentReferences(observed.current.images);
   const byId = new Map(observed.images.map((image) => [image.id, image]));
   const inUse = new Set(observed.containerImageIds);
   const isCurrent = (image: ImageEntry) => [...image.repoTags, ...image.repoDigests].some((ref) => current.has(ref));
-  const kept = withAncestors(new Set(observed.images.filter((image) => inUse.has(image.id) || isCurrent(image)).map((image) => image.id)), byId);
+  const kept = withAncestors(
+    new Set(observed.images.filter((image) => inUse.has(image.id) || isCurrent(image)).map((image) => image.id)),
+    byId,
+  );
 
   const decisions: ImageDecision[] = observed.images.map((image) => {
     const decide = (verdict: ImageVerdict, reason: string): ImageDecision => ({
@@ -185,7 +207,11 @@ export function planPrune(settings: PruneSettings, observed: PruneObservation): 
   }
   const projectedUsedRatio = capacity > 0 ? Math.max(0, used) / capacity : 0;
   if (removals.length === 0) {
-    return stop("nothing-to-remove", `${percent.toFixed(1)} % used, above ${settings.thresholdPercent} %, but every image is current, in use, or a parent of one`, { images: decisions });
+    return stop(
+      "nothing-to-remove",
+      `${percent.toFixed(1)} % used, above ${settings.thresholdPercent} %, but every image is current, in use, or a parent of one`,
+      { images: decisions },
+    );
   }
   const freed = removals.reduce((sum, d) => sum + d.freesBytes, 0);
   return stop(

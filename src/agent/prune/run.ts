@@ -25,15 +25,25 @@ export interface PruneOutcome {
 /** Runs the prune (a dry run plans and changes nothing). */
 export async function runPrune(
   deps: PruneDeps,
-  options: { settings: PruneSettings; imageSet: string | null; dryRun: boolean; recorder?: Pick<OutcomeRecorder, "pruneFinished"> },
+  options: {
+    settings: PruneSettings;
+    imageSet: string | null;
+    dryRun: boolean;
+    recorder?: Pick<OutcomeRecorder, "pruneFinished">;
+  },
 ): Promise<PruneOutcome> {
   const { log } = deps;
   const observed = await observePrune(deps, { imageSet: options.imageSet });
   const plan = planPrune(options.settings, observed);
-  log.info("prune.plan", `${plan.verdict}: ${plan.reason}`, { volume: plan.volumeId, removals: plan.removals.length, current: plan.currentSource });
+  log.info("prune.plan", `${plan.verdict}: ${plan.reason}`, {
+    volume: plan.volumeId,
+    removals: plan.removals.length,
+    current: plan.currentSource,
+  });
   const removals = await applyPrune(plan.removals, deps.docker, { dryRun: options.dryRun, log });
   const done = removals.filter((r) => r.done === "removed");
-  const fillAfter = observed.volume && removals.length > 0 ? await deps.fill(observed.volume.mountPoint) : observed.fill;
+  const fillAfter =
+    observed.volume && removals.length > 0 ? await deps.fill(observed.volume.mountPoint) : observed.fill;
   const outcome: PruneOutcome = {
     plan,
     dryRun: options.dryRun,
@@ -45,7 +55,11 @@ export async function runPrune(
     ...(fillAfter ? { usedRatioAfter: fillAfter.usedRatio } : {}),
   };
   if (done.length > 0) {
-    log.notice("prune.done", `${done.length} image(s) removed`, { before: outcome.usedRatioBefore?.toFixed(3), after: outcome.usedRatioAfter?.toFixed(3), failed: outcome.failed });
+    log.notice("prune.done", `${done.length} image(s) removed`, {
+      before: outcome.usedRatioBefore?.toFixed(3),
+      after: outcome.usedRatioAfter?.toFixed(3),
+      failed: outcome.failed,
+    });
   }
   const facts: PruneFacts = {
     verdict: plan.verdict,

@@ -23,7 +23,12 @@ export interface RefreshDeps {
 }
 
 /** Runs the plan's steps; resolves with the final state (never rejects for a pull's failure). */
-export async function applyRefresh(plan: RefreshPlan, settings: RefreshSettings, deps: RefreshDeps, options: { signal?: AbortSignal } = {}): Promise<RefreshState> {
+export async function applyRefresh(
+  plan: RefreshPlan,
+  settings: RefreshSettings,
+  deps: RefreshDeps,
+  options: { signal?: AbortSignal } = {},
+): Promise<RefreshState> {
   const { log } = deps;
   const now = deps.now ?? (() => new Date());
   const pulls = plan.steps.filter((s): s is Extract<RefreshStep, { step: "pull" }> => s.step === "pull");
@@ -36,7 +41,9 @@ export async function applyRefresh(plan: RefreshPlan, settings: RefreshSettings,
     phase: plan.skipped ? "skipped" : "running",
     ...(plan.skipped ? { reason: plan.skipped } : {}),
     images: [
-      ...plan.wanted.filter((w) => plan.present.includes(w.image)).map((w) => ({ image: w.image, sources: w.sources, phase: "present" as const })),
+      ...plan.wanted
+        .filter((w) => plan.present.includes(w.image))
+        .map((w) => ({ image: w.image, sources: w.sources, phase: "present" as const })),
       ...pulls.map((p) => ({ image: p.image, sources: p.sources, phase: "pending" as const })),
     ],
     markedCurrent: mark ? false : null,
@@ -79,7 +86,9 @@ export async function applyRefresh(plan: RefreshPlan, settings: RefreshSettings,
 
   if (options.signal?.aborted) {
     state.phase = "stopped";
-    log.notice("refresh.stopped", "stopped by SIGTERM: no further pull, the volume keeps its tags", { volume: plan.volumeId ?? undefined });
+    log.notice("refresh.stopped", "stopped by SIGTERM: no further pull, the volume keeps its tags", {
+      volume: plan.volumeId ?? undefined,
+    });
   } else {
     if (mark) state.markedCurrent = await markCurrent(mark, deps);
     state.phase = "done";
@@ -87,10 +96,14 @@ export async function applyRefresh(plan: RefreshPlan, settings: RefreshSettings,
   state.finishedAt = now().toISOString();
   const counts = { pulled: 0, failed: 0, pending: 0 };
   for (const image of state.images) if (image.phase in counts) counts[image.phase as keyof typeof counts] += 1;
-  log.info("refresh.done", `refresh ${state.phase}: ${counts.pulled} pulled, ${counts.failed} failed, ${counts.pending} not started`, {
-    volume: plan.volumeId ?? undefined,
-    markedCurrent: state.markedCurrent ?? undefined,
-  });
+  log.info(
+    "refresh.done",
+    `refresh ${state.phase}: ${counts.pulled} pulled, ${counts.failed} failed, ${counts.pending} not started`,
+    {
+      volume: plan.volumeId ?? undefined,
+      markedCurrent: state.markedCurrent ?? undefined,
+    },
+  );
   await save();
   return state;
 }
@@ -109,15 +122,25 @@ async function pullOne(
   const { log } = deps;
   const entry = state.images.find((i) => i.image === step.image && i.phase === "pending")!;
   entry.phase = "pulling";
-  log.info("refresh.pull", `pulling ${n} of ${total}: ${step.image}`, { image: step.image, from: step.sources.join(",") });
+  log.info("refresh.pull", `pulling ${n} of ${total}: ${step.image}`, {
+    image: step.image,
+    from: step.sources.join(","),
+  });
   void save();
   const started = Date.now();
   try {
-    const { bytes } = await deps.puller.pull(step.image, { timeoutMs: settings.pullSeconds * 1000, ...(signal ? { signal } : {}) });
+    const { bytes } = await deps.puller.pull(step.image, {
+      timeoutMs: settings.pullSeconds * 1000,
+      ...(signal ? { signal } : {}),
+    });
     entry.phase = "pulled";
     entry.seconds = (Date.now() - started) / 1000;
     if (bytes !== undefined) entry.bytes = bytes;
-    log.info("refresh.pulled", `pulled ${n} of ${total}: ${step.image}`, { image: step.image, bytes, seconds: Math.round(entry.seconds * 10) / 10 });
+    log.info("refresh.pulled", `pulled ${n} of ${total}: ${step.image}`, {
+      image: step.image,
+      bytes,
+      seconds: Math.round(entry.seconds * 10) / 10,
+    });
   } catch (error) {
     entry.seconds = (Date.now() - started) / 1000;
     if (signal?.aborted) {
@@ -127,7 +150,11 @@ async function pullOne(
     }
     entry.phase = "failed";
     entry.error = describeError(error).slice(0, 500);
-    log.warning("refresh.pull-failed", `could not pull ${n} of ${total}: ${step.image}: ${entry.error}; the node's readiness is unchanged`, { image: step.image });
+    log.warning(
+      "refresh.pull-failed",
+      `could not pull ${n} of ${total}: ${step.image}: ${entry.error}; the node's readiness is unchanged`,
+      { image: step.image },
+    );
   } finally {
     await save();
   }
@@ -143,19 +170,31 @@ async function markCurrent(step: Extract<RefreshStep, { step: "mark-current" }>,
     const listed = new Set((await deps.engine.images()).map(asListed));
     const missing = step.images.filter((image) => !listed.has(asListed(image)));
     if (missing.length > 0) {
-      log.notice("refresh.not-current", `the volume lacks ${missing.length} image(s) of ${step.generation} (${missing.slice(0, 3).join(", ")}): its generation tags stay`, { volume: step.volumeId });
+      log.notice(
+        "refresh.not-current",
+        `the volume lacks ${missing.length} image(s) of ${step.generation} (${missing.slice(0, 3).join(", ")}): its generation tags stay`,
+        { volume: step.volumeId },
+      );
       return false;
     }
     const volume = await deps.cloud.describeVolume(step.volumeId);
     if (volume?.attachment?.instanceId !== deps.instanceId) {
-      log.notice("refresh.not-current", "the volume is no longer attached here: its tags stay", { volume: step.volumeId });
+      log.notice("refresh.not-current", "the volume is no longer attached here: its tags stay", {
+        volume: step.volumeId,
+      });
       return false;
     }
     await deps.cloud.tagVolume(step.volumeId, step.tags);
-    log.info("refresh.marked-current", `the volume holds every image of ${step.generation}: tagged as that generation`, { volume: step.volumeId });
+    log.info(
+      "refresh.marked-current",
+      `the volume holds every image of ${step.generation}: tagged as that generation`,
+      { volume: step.volumeId },
+    );
     return true;
   } catch (error) {
-    log.warning("refresh.mark-failed", `could not tag the volume as ${step.generation}: ${describeError(error)}`, { volume: step.volumeId });
+    log.warning("refresh.mark-failed", `could not tag the volume as ${step.generation}: ${describeError(error)}`, {
+      volume: step.volumeId,
+    });
     return false;
   }
 }

@@ -24,7 +24,12 @@ export function readPrePulledImages(tags: Readonly<Record<string, string>>, key:
   if (!read.found) return { images: [], warnings: [] };
   if (!read.ok) return { images: [], warnings: [`${read.problem}; its images are not pulled`] };
   if (!Array.isArray(read.value)) {
-    return { images: [], warnings: [`instance tag "${key}": must hold a JSON array of image references, got ${read.value === null ? "null" : typeof read.value}; its images are not pulled`] };
+    return {
+      images: [],
+      warnings: [
+        `instance tag "${key}": must hold a JSON array of image references, got ${read.value === null ? "null" : typeof read.value}; its images are not pulled`,
+      ],
+    };
   }
   const images: string[] = [];
   const warnings: string[] = [];

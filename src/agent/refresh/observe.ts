@@ -20,6 +20,9 @@ export async function observeRefresh(
   const volume = attachedCacheVolume(attached, identity.instanceId);
   const pool = volume?.tags[VolumeTag.pool];
   if (!volume || pool === undefined) return { volume, snapshots: [], instanceTags: identity.tags, present: [] };
-  const [snapshots, present] = await Promise.all([cloud.findSnapshots(poolSelector({ pool, imageSet })), engine.images()]);
+  const [snapshots, present] = await Promise.all([
+    cloud.findSnapshots(poolSelector({ pool, imageSet })),
+    engine.images(),
+  ]);
   return { volume, snapshots, instanceTags: identity.tags, present };
 }

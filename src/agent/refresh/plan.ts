@@ -10,7 +10,14 @@
  * goes back to the pool.
  */
 import { VolumeKind, VolumeTag } from "../../tags.ts";
-import { currentGeneration, generationName, imagesOf, snapshotGeneration, volumeGeneration, type Generation } from "../generation.ts";
+import {
+  currentGeneration,
+  generationName,
+  imagesOf,
+  snapshotGeneration,
+  volumeGeneration,
+  type Generation,
+} from "../generation.ts";
 import type { SnapshotInfo, VolumeInfo } from "../ports.ts";
 import { asListed, readPrePulledImages } from "./images.ts";
 
@@ -81,13 +88,18 @@ export function planRefresh(settings: RefreshSettings, observed: RefreshObservat
   });
   if (!volume) return empty("no cache volume is attached to this instance");
   if (volume.tags[VolumeTag.kind] !== VolumeKind.pool) {
-    return empty(`${volume.volumeId} is a ${volume.tags[VolumeTag.kind] ?? "untyped"} volume: only pool volumes are refreshed (a workspace volume's content is the user's)`);
+    return empty(
+      `${volume.volumeId} is a ${volume.tags[VolumeTag.kind] ?? "untyped"} volume: only pool volumes are refreshed (a workspace volume's content is the user's)`,
+    );
   }
 
   const current = currentGeneration(observed.snapshots, settings.imageSet);
   const source = current ? snapshotOf(observed.snapshots, current) : undefined;
   const generationImages = source ? imagesOf(source.tags) : [];
-  const prePulled = settings.prePulledImagesTag === null ? { images: [], warnings: [] } : readPrePulledImages(observed.instanceTags, settings.prePulledImagesTag);
+  const prePulled =
+    settings.prePulledImagesTag === null
+      ? { images: [], warnings: [] }
+      : readPrePulledImages(observed.instanceTags, settings.prePulledImagesTag);
   const warnings = [...prePulled.warnings];
   if (!current) warnings.push("the pool has no completed snapshot: no current generation to follow");
 
@@ -111,11 +123,22 @@ export function planRefresh(settings: RefreshSettings, observed: RefreshObservat
 
   const mark = current && source ? markCurrent(volume, current, source, observed.snapshots) : undefined;
   if (mark) steps.push(mark);
-  return { volumeId: volume.volumeId, skipped: null, generation: current ? generationName(current) : null, wanted: [...wanted.values()], present, warnings, steps };
+  return {
+    volumeId: volume.volumeId,
+    skipped: null,
+    generation: current ? generationName(current) : null,
+    wanted: [...wanted.values()],
+    present,
+    warnings,
+    steps,
+  };
 }
 
 /** The completed snapshot that carries the current generation. */
-function snapshotOf(snapshots: RefreshObservation["snapshots"], current: Generation): RefreshObservation["snapshots"][number] | undefined {
+function snapshotOf(
+  snapshots: RefreshObservation["snapshots"],
+  current: Generation,
+): RefreshObservation["snapshots"][number] | undefined {
   const name = generationName(current);
   return snapshots.find((s) => s.state === "completed" && generationName(snapshotGeneration(s)) === name);
 }
@@ -141,5 +164,11 @@ function markCurrent(
   const own = volumeGeneration(volume, new Map(snapshots.map((s) => [s.snapshotId, s])));
   const same = Object.entries(tags).every(([key, value]) => volume.tags[key] === value);
   if (same || (own.builtAt && own.builtAt.getTime() > current.builtAt.getTime())) return undefined;
-  return { step: "mark-current", volumeId: volume.volumeId, generation: generationName(current), images: imagesOf(source.tags), tags };
+  return {
+    step: "mark-current",
+    volumeId: volume.volumeId,
+    generation: generationName(current),
+    images: imagesOf(source.tags),
+    tags,
+  };
 }

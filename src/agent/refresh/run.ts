@@ -34,16 +34,25 @@ export interface RefreshOutcome {
 
 /** The settings of config `refresh` and the effective image set. */
 export function refreshSettingsFrom(config: AgentConfig, imageSet: string | null): RefreshSettings {
-  return { concurrency: config.refresh.concurrency, pullSeconds: config.refresh.pullSeconds, prePulledImagesTag: config.refresh.prePulledImagesTag, imageSet };
+  return {
+    concurrency: config.refresh.concurrency,
+    pullSeconds: config.refresh.pullSeconds,
+    prePulledImagesTag: config.refresh.prePulledImagesTag,
+    imageSet,
+  };
 }
 
 /** Runs the refresh (or, with dryRun, only plans it). */
-export async function runRefresh(deps: RefreshCommandDeps, options: { dryRun: boolean; signal?: AbortSignal }): Promise<RefreshOutcome> {
+export async function runRefresh(
+  deps: RefreshCommandDeps,
+  options: { dryRun: boolean; signal?: AbortSignal },
+): Promise<RefreshOutcome> {
   const { config, log } = deps;
   const stateDir = config.paths.stateDir;
   const identity = await deps.identify();
   const resolved = resolveSettings(config, identity, { withDocker: true, mayClaim: false });
-  if (!resolved.ok) throw new ConfigError(resolved.problems, "fix the instance tags (nothing was changed on this node)");
+  if (!resolved.ok)
+    throw new ConfigError(resolved.problems, "fix the instance tags (nothing was changed on this node)");
   const settings = refreshSettingsFrom(config, resolved.value.effective.imageSet);
   const cloud = deps.cloudFor(config.region ?? identity.region);
   const observed = await observeRefresh(cloud, deps.engine, identity, settings.imageSet);
@@ -57,25 +66,38 @@ export async function runRefresh(deps: RefreshCommandDeps, options: { dryRun: bo
   }
   const saveState = async (state: RefreshState) => {
     await writeRefreshState(stateDir, state).catch((error: unknown) =>
-      log.warning("refresh.state", `could not write the refresh's state: ${describeError(error)}; status will not show its progress`, { stateDir }),
+      log.warning(
+        "refresh.state",
+        `could not write the refresh's state: ${describeError(error)}; status will not show its progress`,
+        { stateDir },
+      ),
     );
     await deps.writeMetrics?.(state);
   };
-  const state = await applyRefresh(plan, settings, { cloud, engine: deps.engine, puller: deps.puller, saveState, instanceId: identity.instanceId, log }, options.signal ? { signal: options.signal } : {});
+  const state = await applyRefresh(
+    plan,
+    settings,
+    { cloud, engine: deps.engine, puller: deps.puller, saveState, instanceId: identity.instanceId, log },
+    options.signal ? { signal: options.signal } : {},
+  );
   return { plan, state, exitCode: ExitCode.ok };
 }
 
 /** The plan (dry run) or the state, for people. */
 export function renderRefresh(outcome: RefreshOutcome): string[] {
   const { plan, state } = outcome;
-  const lines = [`volume: ${plan.volumeId ?? "none"}${plan.generation ? `, current generation ${plan.generation}` : ""}`];
+  const lines = [
+    `volume: ${plan.volumeId ?? "none"}${plan.generation ? `, current generation ${plan.generation}` : ""}`,
+  ];
   if (plan.skipped) return [...lines, `nothing to do: ${plan.skipped}`];
   for (const warning of plan.warnings) lines.push(`warning: ${warning}`);
   if (!state) {
     lines.push(`wanted: ${plan.wanted.length} image(s), ${plan.present.length} present`);
     lines.push("plan (dry run, nothing changed):");
     for (const [i, step] of plan.steps.entries()) {
-      lines.push(`  ${String(i + 1).padStart(2)}. ${step.step === "pull" ? `pull ${step.image} (${step.sources.join(", ")})` : `mark-current ${step.volumeId} as ${step.generation}`}`);
+      lines.push(
+        `  ${String(i + 1).padStart(2)}. ${step.step === "pull" ? `pull ${step.image} (${step.sources.join(", ")})` : `mark-current ${step.volumeId} as ${step.generation}`}`,
+      );
     }
     return lines;
   }
@@ -85,12 +107,21 @@ export function renderRefresh(outcome: RefreshOutcome): string[] {
 
 /** A refresh state in words (also `status`'s details). */
 export function renderRefreshState(state: RefreshState, running = false): string[] {
-  const lines = [`refresh ${state.phase}${running ? " (running)" : ""}, updated ${state.updatedAt}${state.reason ? `: ${state.reason}` : ""}`];
+  const lines = [
+    `refresh ${state.phase}${running ? " (running)" : ""}, updated ${state.updatedAt}${state.reason ? `: ${state.reason}` : ""}`,
+  ];
   for (const image of state.images) {
-    const extra = [image.bytes !== undefined ? `${(image.bytes / 1024 ** 2).toFixed(1)} MiB` : "", image.seconds !== undefined ? `${image.seconds.toFixed(1)} s` : "", image.error ?? ""].filter(Boolean).join(", ");
+    const extra = [
+      image.bytes !== undefined ? `${(image.bytes / 1024 ** 2).toFixed(1)} MiB` : "",
+      image.seconds !== undefined ? `${image.seconds.toFixed(1)} s` : "",
+      image.error ?? "",
+    ]
+      .filter(Boolean)
+      .join(", ");
     lines.push(`  ${image.phase.padEnd(8)} ${image.image}${extra ? ` (${extra})` : ""}`);
   }
-  if (state.markedCurrent !== null) lines.push(`  volume tagged as the current generation: ${state.markedCurrent ? "yes" : "no"}`);
+  if (state.markedCurrent !== null)
+    lines.push(`  volume tagged as the current generation: ${state.markedCurrent ? "yes" : "no"}`);
   return lines;
 }
 

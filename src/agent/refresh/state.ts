@@ -64,7 +64,12 @@ export async function readRefreshState(stateDir: string): Promise<RefreshState |
     throw error;
   }
   const value = JSON.parse(text) as Partial<RefreshState>;
-  if (value?.version !== 1 || !Array.isArray(value.images) || typeof value.phase !== "string" || typeof value.pid !== "number") {
+  if (
+    value?.version !== 1 ||
+    !Array.isArray(value.images) ||
+    typeof value.phase !== "string" ||
+    typeof value.pid !== "number"
+  ) {
     throw new Error(`${REFRESH_STATE_FILE} is not a version 1 refresh state`);
   }
   return value as RefreshState;

@@ -15,7 +15,14 @@ import { AgentError, describeError, remediationOr } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
 import type { ReleaseDeps, VolumeInfo } from "../ports.ts";
 import { dockerActive } from "./observe.ts";
-import { isBelow, mountPointOf, releaseTags, type ReleasePlan, type ReleaseSettings, type ReleaseStep } from "./plan.ts";
+import {
+  isBelow,
+  mountPointOf,
+  releaseTags,
+  type ReleasePlan,
+  type ReleaseSettings,
+  type ReleaseStep,
+} from "./plan.ts";
 
 export interface ReleaseLimits {
   /** How long a detach may take to reach `available` (config timeouts.attachSeconds). */
@@ -96,7 +103,12 @@ export async function applyReleasePlan(
       result.timeline.push({ ...entry, ms: 0, skipped: true });
       if (!result.problems.some((p) => p.step === "sigterm")) {
         const message = `stopped by SIGTERM before ${step.step}`;
-        result.problems.push({ step: "sigterm", kind: "failed", message, remediation: "run ebs-cache-agent release again; it continues where this one stopped" });
+        result.problems.push({
+          step: "sigterm",
+          kind: "failed",
+          message,
+          remediation: "run ebs-cache-agent release again; it continues where this one stopped",
+        });
         log.error("release.failed", message, { step: step.step, volume: volumeId });
       }
       continue;
@@ -109,7 +121,11 @@ export async function applyReleasePlan(
       result.timeline.push({ ...entry, ms: Date.now() - started });
       const problem = problemOf(step.step, volumeId, error);
       result.problems.push(problem);
-      log.error(`release.${problem.kind}`, problem.message, { step: step.step, volume: volumeId, remediation: problem.remediation });
+      log.error(`release.${problem.kind}`, problem.message, {
+        step: step.step,
+        volume: volumeId,
+        remediation: problem.remediation,
+      });
       if (volumeId !== undefined) stopped.add(volumeId);
       // Docker that did not stop may still write to the volume: no volume step may follow.
       if (step.step === "stop-docker") hostSteps = false;
@@ -136,7 +152,11 @@ function undecided(plan: ReleasePlan, deps: ReleaseDeps, result: ReleaseResult):
   } else {
     deps.log.notice(`release.${plan.decision}`, reason);
   }
-  return { ...result, outcome: plan.decision === "release" ? "released" : plan.decision, ...(plan.reason ? { reason: plan.reason } : {}) };
+  return {
+    ...result,
+    outcome: plan.decision === "release" ? "released" : plan.decision,
+    ...(plan.reason ? { reason: plan.reason } : {}),
+  };
 }
 
 /** A failed step as the result reports it: refused (a person must act) or failed, with what to do. */
@@ -167,37 +187,59 @@ const STEP_HANDLERS: { [K in StepName]: StepHandler<K> } = {
   "tag-released": tagReleased,
 };
 
-async function withdrawLabels(step: Extract<ReleaseStep, { step: "withdraw-labels" }>, { deps }: StepContext): Promise<void> {
+async function withdrawLabels(
+  step: Extract<ReleaseStep, { step: "withdraw-labels" }>,
+  { deps }: StepContext,
+): Promise<void> {
   await deps.withdrawLabels({ node: step.node && (await dockerActive(deps)) });
 }
 
-async function resetDataRoot(step: Extract<ReleaseStep, { step: "reset-data-root" }>, { deps, settings }: StepContext): Promise<void> {
+async function resetDataRoot(
+  step: Extract<ReleaseStep, { step: "reset-data-root" }>,
+  { deps, settings }: StepContext,
+): Promise<void> {
   const current = await deps.daemonConfig.dataRoot();
   if (!isBelow(settings.mountRoot, current)) return;
   await deps.daemonConfig.setDataRoot(step.to);
-  deps.log.notice("release.data-root", "daemon.json data-root reset to docker's default", { from: current, to: step.to ?? "(default)" });
+  deps.log.notice("release.data-root", "daemon.json data-root reset to docker's default", {
+    from: current,
+    to: step.to ?? "(default)",
+  });
 }
 
 async function stopDocker(step: Extract<ReleaseStep, { step: "stop-docker" }>, { deps }: StepContext): Promise<void> {
   if (!(await dockerActive(deps))) return;
   if (!deps.docker) {
-    throw new ReleaseRefusedError(step.step, "docker runs on the cache volume and the agent does not control it (docker.control none)", "stop docker, then run release again");
+    throw new ReleaseRefusedError(
+      step.step,
+      "docker runs on the cache volume and the agent does not control it (docker.control none)",
+      "stop docker, then run release again",
+    );
   }
   deps.log.notice("release.docker", "stopping docker: it still runs on the cache volume", { dataRoot: step.dataRoot });
   await deps.docker.stop();
-  if (await deps.docker.isActive()) throw new AgentError("docker is still active after it was stopped", "systemctl status docker; stop it, then run release again");
+  if (await deps.docker.isActive())
+    throw new AgentError(
+      "docker is still active after it was stopped",
+      "systemctl status docker; stop it, then run release again",
+    );
 }
 
 async function syncFilesystems(step: Extract<ReleaseStep, { step: "sync" }>, { deps }: StepContext): Promise<void> {
   for (const mountPoint of step.mountPoints) {
     await deps.mounts.sync(mountPoint).catch((error: unknown) => {
       // The unmount writes everything back too; a failed syncfs is worth a line, not a refusal.
-      deps.log.warning("release.sync", `sync of ${mountPoint} failed: ${describeError(error)}`, { volume: step.volumeId });
+      deps.log.warning("release.sync", `sync of ${mountPoint} failed: ${describeError(error)}`, {
+        volume: step.volumeId,
+      });
     });
   }
 }
 
-async function unmountVolume(step: Extract<ReleaseStep, { step: "unmount" }>, { deps, settings }: StepContext): Promise<void> {
+async function unmountVolume(
+  step: Extract<ReleaseStep, { step: "unmount" }>,
+  { deps, settings }: StepContext,
+): Promise<void> {
   const ours = mountPointOf(settings.mountRoot, step.volumeId);
   await releaseContainerdRoot(ours, deps);
   const now = await deps.mounts.list(step.device, ours);
@@ -232,17 +274,31 @@ async function releaseContainerdRoot(mountPoint: string, deps: ReleaseDeps): Pro
     deps.log.notice("release.containerd", "stopping containerd: its root is on the cache volume", { root });
     await containerd.service.stop();
   } else {
-    throw new ReleaseRefusedError("unmount", `containerd's root (${root}) is on the cache volume and the agent does not control containerd (docker.control none)`, "stop containerd, then run release again");
+    throw new ReleaseRefusedError(
+      "unmount",
+      `containerd's root (${root}) is on the cache volume and the agent does not control containerd (docker.control none)`,
+      "stop containerd, then run release again",
+    );
   }
   await containerd.restoreBackup().catch((error: unknown) => {
-    deps.log.warning("release.containerd", `could not restore config.toml from its backup (${describeError(error)}): removing its root instead`, { root });
+    deps.log.warning(
+      "release.containerd",
+      `could not restore config.toml from its backup (${describeError(error)}): removing its root instead`,
+      { root },
+    );
   });
   // A backup taken after an earlier boot's change would point at a volume again.
   if (isBelow(dirname(mountPoint), await containerd.root())) await containerd.setRoot(undefined);
-  deps.log.notice("release.containerd", "containerd's root put back off the cache volume", { from: root, to: await containerd.root() });
+  deps.log.notice("release.containerd", "containerd's root put back off the cache volume", {
+    from: root,
+    to: await containerd.root(),
+  });
 }
 
-async function detachVolume(step: Extract<ReleaseStep, { step: "detach" }>, { deps, instanceId }: StepContext): Promise<void> {
+async function detachVolume(
+  step: Extract<ReleaseStep, { step: "detach" }>,
+  { deps, instanceId }: StepContext,
+): Promise<void> {
   // Re-checked right before the call: never detach a volume whose filesystem is mounted.
   const mounted = await deps.mounts.list(step.device, step.mountPoint);
   const viaDevice = step.device ? await deps.storage.mountPointOf(step.device).catch(() => "unknown") : undefined;
@@ -262,26 +318,43 @@ async function detachVolume(step: Extract<ReleaseStep, { step: "detach" }>, { de
   await deps.cloud.detachVolume(step.volumeId, instanceId);
 }
 
-async function waitDetached(step: Extract<ReleaseStep, { step: "wait-detached" }>, { deps, instanceId, limits }: StepContext): Promise<void> {
+async function waitDetached(
+  step: Extract<ReleaseStep, { step: "wait-detached" }>,
+  { deps, instanceId, limits }: StepContext,
+): Promise<void> {
   await deps.cloud.waitForAttachment(step.volumeId, instanceId, "detached", limits.detachTimeoutMs);
   const volume = await waitAvailable(deps, step.volumeId, instanceId, limits.detachTimeoutMs);
   deps.log.notice("release.detached", "volume detached", { volume: step.volumeId, state: volume?.state ?? "gone" });
 }
 
-async function keepAttached(step: Extract<ReleaseStep, { step: "keep-attached" }>, { deps, settings, result }: StepContext): Promise<void> {
+async function keepAttached(
+  step: Extract<ReleaseStep, { step: "keep-attached" }>,
+  { deps, settings, result }: StepContext,
+): Promise<void> {
   // Before anything is left attached: is it really unmounted? (The unmount step refuses
   // rather than leave a mount, so this only guards against a mount made since.)
   const mounted = await deps.mounts.list(undefined, mountPointOf(settings.mountRoot, step.volumeId));
   if (mounted.length > 0) {
-    throw new ReleaseRefusedError(step.step, `${step.volumeId} is mounted again (${mounted.join(", ")})`, "unmount it, then run release again");
+    throw new ReleaseRefusedError(
+      step.step,
+      `${step.volumeId} is mounted again (${mounted.join(", ")})`,
+      "unmount it, then run release again",
+    );
   }
   if (Object.keys(step.setTags).length > 0) await deps.cloud.tagVolume(step.volumeId, step.setTags);
   if (step.removeTags.length > 0) await deps.cloud.untagVolume(step.volumeId, step.removeTags);
   result.kept.push(step.volumeId);
-  deps.log.notice("release.kept", "volume unmounted and left attached for the instance's next start (a stop): no expiry", { volume: step.volumeId });
+  deps.log.notice(
+    "release.kept",
+    "volume unmounted and left attached for the instance's next start (a stop): no expiry",
+    { volume: step.volumeId },
+  );
 }
 
-async function tagReleased(step: Extract<ReleaseStep, { step: "tag-released" }>, { deps, instanceId, result }: StepContext): Promise<void> {
+async function tagReleased(
+  step: Extract<ReleaseStep, { step: "tag-released" }>,
+  { deps, instanceId, result }: StepContext,
+): Promise<void> {
   const { cloud, log } = deps;
   const volume = await cloud.describeVolume(step.volumeId);
   if (!volume) {
@@ -290,12 +363,18 @@ async function tagReleased(step: Extract<ReleaseStep, { step: "tag-released" }>,
   }
   const a = volume.attachment;
   if (a && a.instanceId === instanceId && a.state !== "detached") {
-    throw new AgentError(`${step.volumeId} is still ${a.state} to this instance: not tagging it released`, "run release again");
+    throw new AgentError(
+      `${step.volumeId} is still ${a.state} to this instance: not tagging it released`,
+      "run release again",
+    );
   }
   if (a && a.instanceId !== instanceId) {
     // Claimed by another instance since our detach: its tags are its own now.
     await cloud.untagVolume(step.volumeId, { [VolumeTag.claimedBy]: instanceId });
-    log.notice("release.tag", "already claimed by another instance: release tags left to it", { volume: step.volumeId, by: a.instanceId });
+    log.notice("release.tag", "already claimed by another instance: release tags left to it", {
+      volume: step.volumeId,
+      by: a.instanceId,
+    });
     result.released.push(step.volumeId);
     return;
   }
@@ -312,7 +391,9 @@ async function tagReleased(step: Extract<ReleaseStep, { step: "tag-released" }>,
     ...(keepBy !== undefined ? { keepBy } : {}),
   });
   if (step.keep && !(VolumeTag.keep in tags.set)) {
-    log.info("release.tag", "keep applies to workspace volumes only: this pool volume gets an expiry", { volume: step.volumeId });
+    log.info("release.tag", "keep applies to workspace volumes only: this pool volume gets an expiry", {
+      volume: step.volumeId,
+    });
   }
   await cloud.tagVolume(step.volumeId, tags.set);
   await cloud.untagVolume(step.volumeId, tags.removeKeys);
@@ -328,14 +409,22 @@ async function tagReleased(step: Extract<ReleaseStep, { step: "tag-released" }>,
 }
 
 /** Polls until the volume is `available` with no attachment of this instance (or gone, or another's). */
-async function waitAvailable(deps: ReleaseDeps, volumeId: string, instanceId: string, timeoutMs: number): Promise<VolumeInfo | undefined> {
+async function waitAvailable(
+  deps: ReleaseDeps,
+  volumeId: string,
+  instanceId: string,
+  timeoutMs: number,
+): Promise<VolumeInfo | undefined> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const volume = await deps.cloud.describeVolume(volumeId);
     const a = volume?.attachment;
     if (!volume || volume.state === "available" || (a && a.instanceId !== instanceId)) return volume;
     if (Date.now() >= deadline) {
-      throw new AgentError(`${volumeId} is still '${volume.state}' after its detach`, `check it (aws ec2 describe-volumes --volume-ids ${volumeId}), then run release again`);
+      throw new AgentError(
+        `${volumeId} is still '${volume.state}' after its detach`,
+        `check it (aws ec2 describe-volumes --volume-ids ${volumeId}), then run release again`,
+      );
     }
     await sleep(deps.pollMs ?? 1000);
   }

@@ -7,16 +7,29 @@ import { describeError } from "../../errors.ts";
 import { isUnderPrefix } from "../../docker/labels.ts";
 import { VolumeTag } from "../../tags.ts";
 import type { Identity, ReleaseDeps } from "../ports.ts";
-import { mountPointOf, type HeldVolume, type ReleaseObservation, type ReleaseSettings, type ShutdownObservation } from "./plan.ts";
+import {
+  mountPointOf,
+  type HeldVolume,
+  type ReleaseObservation,
+  type ReleaseSettings,
+  type ShutdownObservation,
+} from "./plan.ts";
 
 /** Gathers what the planner needs: two filtered DescribeVolumes, the mount table, daemon.json, docker. */
-export async function observeRelease(deps: ReleaseDeps, identity: Identity, settings: ReleaseSettings): Promise<ReleaseObservation> {
+export async function observeRelease(
+  deps: ReleaseDeps,
+  identity: Identity,
+  settings: ReleaseSettings,
+): Promise<ReleaseObservation> {
   const { cloud, log } = deps;
   const instanceId = identity.instanceId;
   const [attached, claimed] = await Promise.all([
     cloud.findVolumes({ tags: { [VolumeTag.managed]: "true" }, attachedTo: instanceId }),
     settings.enabled
-      ? cloud.findVolumes({ tags: { [VolumeTag.managed]: "true", [VolumeTag.claimedBy]: instanceId }, status: ["available"] })
+      ? cloud.findVolumes({
+          tags: { [VolumeTag.managed]: "true", [VolumeTag.claimedBy]: instanceId },
+          status: ["available"],
+        })
       : Promise.resolve([]),
   ]);
   const held: HeldVolume[] = [];
@@ -28,7 +41,9 @@ export async function observeRelease(deps: ReleaseDeps, identity: Identity, sett
       continue;
     }
     const device = await deps.storage.findDevice(volume.volumeId).catch((error: unknown) => {
-      log.warning("release.observe", `could not find the volume's device: ${describeError(error)}`, { volume: volume.volumeId });
+      log.warning("release.observe", `could not find the volume's device: ${describeError(error)}`, {
+        volume: volume.volumeId,
+      });
       return undefined;
     });
     const mountPoints = await deps.mounts.list(device, mountPointOf(settings.mountRoot, volume.volumeId));
@@ -52,7 +67,9 @@ export async function observeRelease(deps: ReleaseDeps, identity: Identity, sett
 async function observeDaemonJson(deps: ReleaseDeps, prefix: string): Promise<ReleaseObservation["daemonJson"]> {
   try {
     const dataRoot = await deps.daemonConfig.dataRoot();
-    const agentLabels = (await deps.daemonConfig.engineLabels()).filter((entry) => isUnderPrefix(prefix, entry.split("=", 1)[0] ?? ""));
+    const agentLabels = (await deps.daemonConfig.engineLabels()).filter((entry) =>
+      isUnderPrefix(prefix, entry.split("=", 1)[0] ?? ""),
+    );
     return { ok: true, dataRoot, agentLabels };
   } catch (error) {
     return { ok: false, problem: describeError(error) };
@@ -77,14 +94,27 @@ async function observeShutdown(deps: ReleaseDeps, instanceId: string): Promise<S
     ]);
   const [state, spot, reboot] = await Promise.allSettled([
     bounded(deps.cloud.describeInstance(instanceId, { signal })),
-    deps.spotInstanceAction ? bounded(deps.spotInstanceAction()) : Promise.reject(new Error("no metadata service to ask")),
+    deps.spotInstanceAction
+      ? bounded(deps.spotInstanceAction())
+      : Promise.reject(new Error("no metadata service to ask")),
     deps.rebootQueued ? bounded(deps.rebootQueued()) : Promise.resolve(undefined),
   ]);
   return {
-    instanceState: state.status === "fulfilled" ? { ok: true, state: state.value.state } : { ok: false, problem: describeError(state.reason) },
-    spotAction: spot.status === "fulfilled" ? { ok: true, action: spot.value } : { ok: false, problem: describeError(spot.reason) },
+    instanceState:
+      state.status === "fulfilled"
+        ? { ok: true, state: state.value.state }
+        : { ok: false, problem: describeError(state.reason) },
+    spotAction:
+      spot.status === "fulfilled"
+        ? { ok: true, action: spot.value }
+        : { ok: false, problem: describeError(spot.reason) },
     ...(deps.rebootQueued
-      ? { reboot: reboot.status === "fulfilled" ? { ok: true as const, queued: reboot.value === true } : { ok: false as const, problem: describeError(reboot.reason) } }
+      ? {
+          reboot:
+            reboot.status === "fulfilled"
+              ? { ok: true as const, queued: reboot.value === true }
+              : { ok: false as const, problem: describeError(reboot.reason) },
+        }
       : {}),
   };
 }

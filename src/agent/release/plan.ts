@@ -80,23 +80,39 @@ export function instanceFate(observed: ShutdownObservation | undefined): Instanc
   const { instanceState, spotAction } = observed;
   if (instanceState.ok) {
     const state = instanceState.state;
-    if (state === "stopping" || state === "stopped") return { kind: "stop", reason: `EC2 shows the instance '${state}'` };
-    if (state === "shutting-down" || state === "terminated") return { kind: "terminate", reason: `EC2 shows the instance '${state}'` };
+    if (state === "stopping" || state === "stopped")
+      return { kind: "stop", reason: `EC2 shows the instance '${state}'` };
+    if (state === "shutting-down" || state === "terminated")
+      return { kind: "terminate", reason: `EC2 shows the instance '${state}'` };
   }
   // EC2 may not have moved the state yet when the OS starts shutting down for a spot interruption.
   if (spotAction.ok && spotAction.action !== undefined) {
     if (spotAction.action === "stop" || spotAction.action === "hibernate") {
       return { kind: "stop", reason: `the spot interruption notice says '${spotAction.action}'` };
     }
-    if (spotAction.action === "terminate") return { kind: "terminate", reason: "the spot interruption notice says 'terminate'" };
+    if (spotAction.action === "terminate")
+      return { kind: "terminate", reason: "the spot interruption notice says 'terminate'" };
   }
   // A reboot keeps the instance and its attachments, as a stop does: the volume stays for the
   // boot that follows (no AttachVolume, no expiry).
-  if (observed.reboot?.ok && observed.reboot.queued) return { kind: "stop", reason: "the host is rebooting (systemd has reboot.target queued)" };
+  if (observed.reboot?.ok && observed.reboot.queued)
+    return { kind: "stop", reason: "the host is rebooting (systemd has reboot.target queued)" };
   const why = [
-    instanceState.ok ? `EC2 shows the instance '${instanceState.state}'` : `its state could not be learned (${instanceState.problem})`,
-    spotAction.ok ? (spotAction.action === undefined ? "no spot interruption notice" : `spot notice '${spotAction.action}' not understood`) : `the spot notice could not be read (${spotAction.problem})`,
-    ...(observed.reboot === undefined ? [] : [observed.reboot.ok ? "no reboot queued" : `whether the host reboots could not be learned (${observed.reboot.problem})`]),
+    instanceState.ok
+      ? `EC2 shows the instance '${instanceState.state}'`
+      : `its state could not be learned (${instanceState.problem})`,
+    spotAction.ok
+      ? spotAction.action === undefined
+        ? "no spot interruption notice"
+        : `spot notice '${spotAction.action}' not understood`
+      : `the spot notice could not be read (${spotAction.problem})`,
+    ...(observed.reboot === undefined
+      ? []
+      : [
+          observed.reboot.ok
+            ? "no reboot queued"
+            : `whether the host reboots could not be learned (${observed.reboot.problem})`,
+        ]),
   ];
   return { kind: "unknown", reason: why.join("; ") };
 }
@@ -182,7 +198,8 @@ export function earlierReleaseTime(volume: VolumeInfo): string | undefined {
   if (released === undefined || Number.isNaN(Date.parse(released))) return undefined;
   const claimed = volume.tags[VolumeTag.claimedAt];
   // A released-at older than the claim is a previous tenancy's (an older boot did not clear it).
-  if (claimed !== undefined && !Number.isNaN(Date.parse(claimed)) && Date.parse(released) < Date.parse(claimed)) return undefined;
+  if (claimed !== undefined && !Number.isNaN(Date.parse(claimed)) && Date.parse(released) < Date.parse(claimed))
+    return undefined;
   return released;
 }
 
@@ -248,10 +265,16 @@ export function planRelease(settings: ReleaseSettings, observed: ReleaseObservat
   // Docker on a cache volume, or on a root it did not say while a volume is mounted: it must stop.
   const dockerOnCache =
     docker.active &&
-    (docker.dataRoot !== undefined ? isBelow(settings.mountRoot, docker.dataRoot) : held.some((h) => h.mountPoints.length > 0));
+    (docker.dataRoot !== undefined
+      ? isBelow(settings.mountRoot, docker.dataRoot)
+      : held.some((h) => h.mountPoints.length > 0));
 
   if (held.length === 0 && untagged.length === 0 && cacheDataRoot === undefined && !dockerOnCache) {
-    return { ...base, decision: "nothing", reason: "no cache volume is attached to this instance and none awaits its release tags" };
+    return {
+      ...base,
+      decision: "nothing",
+      reason: "no cache volume is attached to this instance and none awaits its release tags",
+    };
   }
   const volumes = [...held.map((h) => h.volume.volumeId), ...untagged.map((v) => v.volumeId)];
 
@@ -275,9 +298,14 @@ export function planRelease(settings: ReleaseSettings, observed: ReleaseObservat
     steps.push({ step: "withdraw-labels", prefix: settings.labels.prefix, node: dockerOnCache });
   }
   if (cacheDataRoot !== undefined) {
-    steps.push({ step: "reset-data-root", from: cacheDataRoot, ...(settings.defaultDataRoot !== undefined ? { to: settings.defaultDataRoot } : {}) });
+    steps.push({
+      step: "reset-data-root",
+      from: cacheDataRoot,
+      ...(settings.defaultDataRoot !== undefined ? { to: settings.defaultDataRoot } : {}),
+    });
   }
-  if (dockerOnCache) steps.push({ step: "stop-docker", ...(docker.dataRoot !== undefined ? { dataRoot: docker.dataRoot } : {}) });
+  if (dockerOnCache)
+    steps.push({ step: "stop-docker", ...(docker.dataRoot !== undefined ? { dataRoot: docker.dataRoot } : {}) });
 
   const tag = (volume: VolumeInfo): ReleaseStep => {
     const releasedAt = earlierReleaseTime(volume);
@@ -299,7 +327,10 @@ export function planRelease(settings: ReleaseSettings, observed: ReleaseObservat
       if (mountPoints.length > 0) steps.push({ step: "sync", volumeId, mountPoints });
       steps.push({ step: "unmount", volumeId, ...dev, mountPoints: [...new Set([...mountPoints, ours])] });
       const intent = intentChanges(volume.tags, instanceId, settings);
-      const removeTags = [...[VolumeTag.releasedAt, VolumeTag.expiresAt].filter((key) => key in volume.tags), ...intent.remove];
+      const removeTags = [
+        ...[VolumeTag.releasedAt, VolumeTag.expiresAt].filter((key) => key in volume.tags),
+        ...intent.remove,
+      ];
       steps.push({ step: "keep-attached", volumeId, setTags: intent.set, removeTags });
       continue;
     }

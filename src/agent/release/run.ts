@@ -41,13 +41,24 @@ export function releaseExitCode(result: ReleaseResult): number {
 }
 
 /** Runs the release (or, with dryRun, only plans it). */
-export async function runRelease(deps: ReleaseCommandDeps, options: { dryRun: boolean; signal?: AbortSignal }): Promise<ReleaseOutcome> {
+export async function runRelease(
+  deps: ReleaseCommandDeps,
+  options: { dryRun: boolean; signal?: AbortSignal },
+): Promise<ReleaseOutcome> {
   const { log, config } = deps;
   const identity = await deps.identify();
-  log.info("release.identity", "instance identified", { instance: identity.instanceId, zone: identity.availabilityZone, tags: identity.tagsSource });
+  log.info("release.identity", "instance identified", {
+    instance: identity.instanceId,
+    zone: identity.availabilityZone,
+    tags: identity.tagsSource,
+  });
   const previous = await readWorkspaceRecord(config.paths.stateDir);
-  if (previous.problem) log.warning("release.settings", `${previous.problem}: keep is read from the labels tag instead`);
-  const resolved = resolveReleaseSettings(config, identity, { defaultDataRoot: deps.defaultDataRoot, recorded: previous.record });
+  if (previous.problem)
+    log.warning("release.settings", `${previous.problem}: keep is read from the labels tag instead`);
+  const resolved = resolveReleaseSettings(config, identity, {
+    defaultDataRoot: deps.defaultDataRoot,
+    recorded: previous.record,
+  });
   for (const line of resolved.applied) log.info("release.settings", `instance tag override: ${line}`);
   for (const line of resolved.warnings) log.warning("release.settings", line);
   const settings = resolved.release;
@@ -65,7 +76,10 @@ export async function runRelease(deps: ReleaseCommandDeps, options: { dryRun: bo
           : "whether the instance stops or terminates is unknown: full release (detach, released-at / expires-at)";
     log.notice("release.shutdown", what, { why: plan.shutdown.reason });
   }
-  log.info("release.plan", `decision: ${plan.decision}`, { volumes: plan.volumes.join(",") || undefined, steps: plan.steps.length });
+  log.info("release.plan", `decision: ${plan.decision}`, {
+    volumes: plan.volumes.join(",") || undefined,
+    steps: plan.steps.length,
+  });
   if (options.dryRun) {
     for (const warning of plan.warnings) log.warning("release.plan", warning);
     return { identity, plan, exitCode: plan.decision === "refused" ? ExitCode.failure : ExitCode.ok };

@@ -81,7 +81,15 @@ export interface Ec2Emulator {
   close(): Promise<void>;
 }
 
-const DEFAULT_DELAYS: Delays = { createMs: 1000, attachMs: 1000, detachMs: 1000, snapshotMs: 2000, startMs: 1000, stopMs: 1000, terminateMs: 1000 };
+const DEFAULT_DELAYS: Delays = {
+  createMs: 1000,
+  attachMs: 1000,
+  detachMs: 1000,
+  snapshotMs: 2000,
+  startMs: 1000,
+  stopMs: 1000,
+  terminateMs: 1000,
+};
 
 /** Starts the emulator (loading `stateFile` when present) and resolves once it listens. */
 export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emulator> {

@@ -71,7 +71,9 @@ export function validateFaults(value: unknown): string[] {
       }
   }
   for (const key of Object.keys(f)) {
-    if (!["throttleRate", "latencyMs", "stuckAttach", "applyThen500", "notFoundAfterCreateMs", "actions"].includes(key)) {
+    if (
+      !["throttleRate", "latencyMs", "stuckAttach", "applyThen500", "notFoundAfterCreateMs", "actions"].includes(key)
+    ) {
       problems.push(`unknown fault ${key}`);
     }
   }

@@ -84,7 +84,9 @@ export class InstanceRegistry {
     }
     const known = this.store.instance(instanceId);
     // As RunInstances / ModifyInstanceMetadataOptions: no tag keys IMDS could not serve.
-    const badKey = instance.metadataTags ? Object.keys(known?.tags ?? instance.tags).find((key) => imdsTagKeyProblem(key)) : undefined;
+    const badKey = instance.metadataTags
+      ? Object.keys(known?.tags ?? instance.tags).find((key) => imdsTagKeyProblem(key))
+      : undefined;
     if (badKey !== undefined) throw new Error(`instance ${instanceId}: ${imdsTagKeyProblem(badKey)}`);
     if (known) {
       if (known.availabilityZone !== availabilityZone) {
@@ -119,11 +121,13 @@ export class InstanceRegistry {
     const record = this.store.instance(instanceId);
     const instance = this.get(instanceId);
     if (!record || !instance) return undefined;
-    const volumes = this.store.volumes().flatMap((v) =>
-      v.attachment?.instanceId === instanceId
-        ? [{ volumeId: v.volumeId, device: v.attachment.device, state: v.attachment.state }]
-        : [],
-    );
+    const volumes = this.store
+      .volumes()
+      .flatMap((v) =>
+        v.attachment?.instanceId === instanceId
+          ? [{ volumeId: v.volumeId, device: v.attachment.device, state: v.attachment.state }]
+          : [],
+      );
     return { ...instance, tags: { ...instance.tags }, state: record.state, volumes };
   }
 

@@ -42,16 +42,26 @@ export function volumeEncryption(
   snapshot: { encrypted?: boolean; kmsKeyId?: string | null } | undefined,
 ): Encryption {
   if (request.kmsKeyId !== undefined && !request.encrypted) {
-    throw new Ec2Error("InvalidParameterDependency", "The parameter KmsKeyId requires the parameter Encrypted to be set.");
+    throw new Ec2Error(
+      "InvalidParameterDependency",
+      "The parameter KmsKeyId requires the parameter Encrypted to be set.",
+    );
   }
   const fromSnapshot = snapshot?.encrypted === true;
   if (!request.encrypted && !fromSnapshot) return { encrypted: false, kmsKeyId: null };
   if (request.kmsKeyId !== undefined) {
     const arn = kmsKeyArn(region, request.kmsKeyId);
     if (arn === undefined) {
-      return { encrypted: true, kmsKeyId: request.kmsKeyId, keyProblem: `The KMS key '${request.kmsKeyId}' is not a key id, alias, key ARN or alias ARN` };
+      return {
+        encrypted: true,
+        kmsKeyId: request.kmsKeyId,
+        keyProblem: `The KMS key '${request.kmsKeyId}' is not a key id, alias, key ARN or alias ARN`,
+      };
     }
     return { encrypted: true, kmsKeyId: arn };
   }
-  return { encrypted: true, kmsKeyId: fromSnapshot ? (snapshot?.kmsKeyId ?? defaultEbsKey(region)) : defaultEbsKey(region) };
+  return {
+    encrypted: true,
+    kmsKeyId: fromSnapshot ? (snapshot?.kmsKeyId ?? defaultEbsKey(region)) : defaultEbsKey(region),
+  };
 }

@@ -295,7 +295,8 @@ export class Lifecycle {
     this.track(
       checked.then(async (busy) => {
         const now = this.current(volumeId, token);
-        if (!this.live(epoch) || !now || (now.attachment.state !== "detaching" && now.attachment.state !== "busy")) return;
+        if (!this.live(epoch) || !now || (now.attachment.state !== "detaching" && now.attachment.state !== "busy"))
+          return;
         if (!busy || now.attachment.forced) {
           this.finishDetach(volumeId, token);
           return;
@@ -402,11 +403,17 @@ export class Lifecycle {
     const epoch = this.epoch;
     const hook = runHook && this.deps.shutdown ? this.deps.shutdown(instanceId, kind) : Promise.resolve();
     const shutDown = hook.catch((error: unknown) => {
-      this.deps.log?.warning("lab.ec2-emulator", "the instance's shutdown hook failed; it is powered off anyway", { instanceId, error: message(error) });
+      this.deps.log?.warning("lab.ec2-emulator", "the instance's shutdown hook failed; it is powered off anyway", {
+        instanceId,
+        error: message(error),
+      });
     });
     const during = kind === "stop" ? "stopping" : "shutting-down";
     this.track(
-      Promise.all([shutDown, this.delay(kind === "stop" ? this.deps.delays.stopMs : this.deps.delays.terminateMs)]).then(([, elapsed]) => {
+      Promise.all([
+        shutDown,
+        this.delay(kind === "stop" ? this.deps.delays.stopMs : this.deps.delays.terminateMs),
+      ]).then(([, elapsed]) => {
         const record = this.store.instance(instanceId);
         if (!elapsed || !this.live(epoch) || record?.state !== during) return;
         if (kind === "stop") {
@@ -474,7 +481,10 @@ export class Lifecycle {
     try {
       return this.deps.backend.initializationProgress?.(volumeId);
     } catch (error) {
-      this.deps.log?.warning("lab.ec2-emulator", "could not read initialization progress", { volumeId, error: message(error) });
+      this.deps.log?.warning("lab.ec2-emulator", "could not read initialization progress", {
+        volumeId,
+        error: message(error),
+      });
       return undefined;
     }
   }

@@ -4,7 +4,14 @@
  * both the SDK's and botocore's parsers look for.
  */
 import { OWNER_ID } from "./ids.ts";
-import { INSTANCE_STATE_CODE, type AttachmentRecord, type InstanceRecord, type InstanceState, type SnapshotRecord, type VolumeRecord } from "./model.ts";
+import {
+  INSTANCE_STATE_CODE,
+  type AttachmentRecord,
+  type InstanceRecord,
+  type InstanceState,
+  type SnapshotRecord,
+  type VolumeRecord,
+} from "./model.ts";
 import type { XmlObject } from "./xml.ts";
 
 /** A `tagSet`. */

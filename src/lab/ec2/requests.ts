@@ -108,12 +108,17 @@ export function validateHoldSpec(value: unknown): string[] {
   const problems: string[] = [];
   if (typeof h.action !== "string" || h.action === "") problems.push("action must be a non-empty string");
   if (h.apply !== "before" && h.apply !== "after") problems.push('apply must be "before" or "after"');
-  if (h.nth !== undefined && !(Number.isInteger(h.nth) && (h.nth as number) >= 1)) problems.push("nth must be an integer ≥ 1");
+  if (h.nth !== undefined && !(Number.isInteger(h.nth) && (h.nth as number) >= 1))
+    problems.push("nth must be an integer ≥ 1");
   if (h.caller !== undefined && typeof h.caller !== "string") problems.push("caller must be a string");
-  if (h.match !== undefined && (typeof h.match !== "object" || h.match === null || Object.values(h.match).some((v) => typeof v !== "string"))) {
+  if (
+    h.match !== undefined &&
+    (typeof h.match !== "object" || h.match === null || Object.values(h.match).some((v) => typeof v !== "string"))
+  ) {
     problems.push("match must be an object of strings");
   }
-  for (const key of Object.keys(h)) if (!["action", "nth", "caller", "match", "apply"].includes(key)) problems.push(`unknown hold field ${key}`);
+  for (const key of Object.keys(h))
+    if (!["action", "nth", "caller", "match", "apply"].includes(key)) problems.push(`unknown hold field ${key}`);
   return problems;
 }
 

@@ -95,7 +95,9 @@ export async function listen(
 ): Promise<{ server: Server; port: number }> {
   const server = createServer((req, res) => {
     handle(ctx, admin, ledger, req, res).catch((error: unknown) => {
-      log?.error("lab.ec2-emulator", "request failed", { error: error instanceof Error ? error.message : String(error) });
+      log?.error("lab.ec2-emulator", "request failed", {
+        error: error instanceof Error ? error.message : String(error),
+      });
       if (!res.headersSent) send(res, 500, "text/plain", "internal error\n");
       else res.destroy();
     });

@@ -34,7 +34,10 @@ export const attachVolume: ActionHandler = (ctx, p) => {
   const instance = getInstance(ctx, instanceId);
   // EC2 attaches to a running or a stopped instance (the device shows at the next start).
   if (instance.state !== "running" && instance.state !== "stopped") {
-    throw new Ec2Error("IncorrectInstanceState", `The instance '${instanceId}' is not in a valid state for this operation.`);
+    throw new Ec2Error(
+      "IncorrectInstanceState",
+      `The instance '${instanceId}' is not in a valid state for this operation.`,
+    );
   }
   // The check-and-set below runs in one synchronous turn: of many concurrent calls for one
   // volume, the first sets the attachment and every later one sees it and gets VolumeInUse.
@@ -97,10 +100,7 @@ export const detachVolume: ActionHandler = (ctx, p) => {
   }
   const device = p.str("Device");
   if (device !== undefined && device !== "" && device !== attachment.device) {
-    throw new Ec2Error(
-      "InvalidAttachment.NotFound",
-      `The volume '${volume.volumeId}' is not attached at '${device}'.`,
-    );
+    throw new Ec2Error("InvalidAttachment.NotFound", `The volume '${volume.volumeId}' is not attached at '${device}'.`);
   }
   if (p.bool("Force")) {
     // Kept so tests can assert the agent never forces a detach (it risks data loss on EC2).

@@ -24,7 +24,10 @@ function namedInstances(ctx: ActionContext, ids: string[]): InstanceRecord[] {
   }
   const missing = [...new Set(ids)].filter((id) => !ctx.store.instance(id));
   if (missing.length > 0) {
-    throw new Ec2Error("InvalidInstanceID.NotFound", `The instance ID${missing.length > 1 ? "s" : ""} '${missing.join(", ")}' ${missing.length > 1 ? "do" : "does"} not exist`);
+    throw new Ec2Error(
+      "InvalidInstanceID.NotFound",
+      `The instance ID${missing.length > 1 ? "s" : ""} '${missing.join(", ")}' ${missing.length > 1 ? "do" : "does"} not exist`,
+    );
   }
   return [...new Set(ids)].map((id) => getInstance(ctx, id));
 }
@@ -61,19 +64,25 @@ function transitionHandler(transition: Transition): ActionHandler {
     });
     ctx.store.commit();
     for (const { instance, previous, changed } of changes) if (changed) started(ctx, instance.instanceId, previous);
-    return { instancesSet: changes.map(({ instance, previous }) => renderStateChange(instance.instanceId, previous, instance.state)) };
+    return {
+      instancesSet: changes.map(({ instance, previous }) =>
+        renderStateChange(instance.instanceId, previous, instance.state),
+      ),
+    };
   };
 }
 
 export const stopInstances = transitionHandler({
-  rule: (state) => (state === "running" ? "change" : state === "stopping" || state === "stopped" ? "unchanged" : "refuse"),
+  rule: (state) =>
+    state === "running" ? "change" : state === "stopping" || state === "stopped" ? "unchanged" : "refuse",
   refusal: (id) => `This instance '${id}' is not in a state from which it can be stopped.`,
   to: "stopping",
   started: (ctx, id) => ctx.lifecycle.instanceShuttingDown(id, "stop"),
 });
 
 export const startInstances = transitionHandler({
-  rule: (state) => (state === "stopped" ? "change" : state === "pending" || state === "running" ? "unchanged" : "refuse"),
+  rule: (state) =>
+    state === "stopped" ? "change" : state === "pending" || state === "running" ? "unchanged" : "refuse",
   refusal: (id) => `The instance '${id}' is not in a state from which it can be started.`,
   to: "pending",
   started: (ctx, id) => ctx.lifecycle.instanceStarting(id),

@@ -28,9 +28,19 @@ export const describeInstances: ActionHandler = (ctx, p) => {
   paginate([], p, limits);
   const selected =
     ids.length > 0
-      ? pickByIds(ids, (id) => ctx.store.instance(id), () => undefined, "InvalidInstanceID.NotFound", "instance ID")
+      ? pickByIds(
+          ids,
+          (id) => ctx.store.instance(id),
+          () => undefined,
+          "InvalidInstanceID.NotFound",
+          "instance ID",
+        )
       : ctx.store.instances();
-  const page = paginate(applyFilters(selected, p.filters(), INSTANCE_FILTERS(ctx), (i) => i.tags), p, limits);
+  const page = paginate(
+    applyFilters(selected, p.filters(), INSTANCE_FILTERS(ctx), (i) => i.tags),
+    p,
+    limits,
+  );
   return {
     reservationSet: page.items.map((i) => ({
       reservationId: i.reservationId,

@@ -73,7 +73,11 @@ export const describeSnapshots: ActionHandler = (ctx, p) => {
       ? pickByIds(ids, (id) => ctx.store.snapshot(id), checkSnapshotId, "InvalidSnapshot.NotFound", "snapshot")
       : ctx.store.snapshots();
   if (!ours) selected = [];
-  const page = paginate(applyFilters(selected, p.filters(), SNAPSHOT_FILTERS(ctx), (s) => s.tags), p, limits);
+  const page = paginate(
+    applyFilters(selected, p.filters(), SNAPSHOT_FILTERS(ctx), (s) => s.tags),
+    p,
+    limits,
+  );
   return { snapshotSet: page.items.map((s) => render(ctx, s)), nextToken: page.nextToken };
 };
 

@@ -144,7 +144,11 @@ export const createVolume: ActionHandler = (ctx, p) => {
   }
   if (volumeType === "gp3") checkGp3(size, iops!, throughput ?? GP3_LIMITS.baselineThroughput);
 
-  const encryption = volumeEncryption(ctx.region, { encrypted: p.bool("Encrypted"), kmsKeyId: p.str("KmsKeyId") }, snapshot);
+  const encryption = volumeEncryption(
+    ctx.region,
+    { encrypted: p.bool("Encrypted"), kmsKeyId: p.str("KmsKeyId") },
+    snapshot,
+  );
   const tags = tagsFromSpecifications(p.tagSpecifications(), "volume");
   const volume: VolumeRecord = {
     volumeId: newId("volume"),
@@ -187,19 +191,39 @@ export const createVolume: ActionHandler = (ctx, p) => {
 const PROVISIONED_IOPS = new Set(["gp3", "io1", "io2"]);
 
 /** EC2's gp3 limits (CreateVolume): IOPS and throughput ranges, and their ratios to size and IOPS. */
-export const GP3_LIMITS = { baselineIops: 3000, maxIops: 80000, maxIopsPerGiB: 500, baselineThroughput: 125, maxThroughput: 2000, maxMiBpsPerIops: 0.25 } as const;
+export const GP3_LIMITS = {
+  baselineIops: 3000,
+  maxIops: 80000,
+  maxIopsPerGiB: 500,
+  baselineThroughput: 125,
+  maxThroughput: 2000,
+  maxMiBpsPerIops: 0.25,
+} as const;
 
 /** EC2's refusals of a gp3 volume's IOPS and throughput, in its words. */
 function checkGp3(sizeGiB: number, iops: number, throughput: number): void {
   const l = GP3_LIMITS;
-  if (iops < l.baselineIops) throw new Ec2Error("InvalidParameterValue", `Volume iops of ${iops} is too low; minimum is ${l.baselineIops}.`);
-  if (iops > l.maxIops) throw new Ec2Error("InvalidParameterValue", `Volume iops of ${iops} is too high; maximum is ${l.maxIops}.`);
+  if (iops < l.baselineIops)
+    throw new Ec2Error("InvalidParameterValue", `Volume iops of ${iops} is too low; minimum is ${l.baselineIops}.`);
+  if (iops > l.maxIops)
+    throw new Ec2Error("InvalidParameterValue", `Volume iops of ${iops} is too high; maximum is ${l.maxIops}.`);
   // The baseline is every gp3 volume's, whatever its size; only IOPS above it count against the ratio.
   if (iops > l.baselineIops && iops / sizeGiB > l.maxIopsPerGiB) {
-    throw new Ec2Error("InvalidParameterValue", `Iops to volume size ratio of ${(iops / sizeGiB).toFixed(6)} is too high; maximum is ${l.maxIopsPerGiB.toFixed(6)}.`);
+    throw new Ec2Error(
+      "InvalidParameterValue",
+      `Iops to volume size ratio of ${(iops / sizeGiB).toFixed(6)} is too high; maximum is ${l.maxIopsPerGiB.toFixed(6)}.`,
+    );
   }
-  if (throughput < l.baselineThroughput) throw new Ec2Error("InvalidParameterValue", `Volume throughput of ${throughput} is too low; minimum is ${l.baselineThroughput}.`);
-  if (throughput > l.maxThroughput) throw new Ec2Error("InvalidParameterValue", `Volume throughput of ${throughput} is too high; maximum is ${l.maxThroughput}.`);
+  if (throughput < l.baselineThroughput)
+    throw new Ec2Error(
+      "InvalidParameterValue",
+      `Volume throughput of ${throughput} is too low; minimum is ${l.baselineThroughput}.`,
+    );
+  if (throughput > l.maxThroughput)
+    throw new Ec2Error(
+      "InvalidParameterValue",
+      `Volume throughput of ${throughput} is too high; maximum is ${l.maxThroughput}.`,
+    );
   if (throughput > l.baselineThroughput && throughput / iops > l.maxMiBpsPerIops) {
     throw new Ec2Error(
       "InvalidParameterValue",
