@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `npm test`: the type-check, lint and every tap test (tap's options are package.json's "tap");
+# `npm test`: the type-check, lint, the formatter's check and every tap test (tap's options are package.json's "tap");
 # exits non-zero when any of them fails. Arguments go to tap (`npm test -- test/config.test.ts`).
 #
 # What runs at once, for wall time on a small machine (none of it writes what another reads):
@@ -7,7 +7,8 @@
 #   (scripts/rootfs.ts): a first build takes minutes and would otherwise start only when the
 #   nspawn tests reach it. The tests use the same cache and lock (src/lab/nspawn-rootfs.ts), so
 #   they wait for that build or, if it failed, make their own: the result does not depend on it;
-# - the type-check and lint run beside tap (they only read the sources); their output is shown
+# - the type-check, lint and the formatter's check run beside tap (they only read the sources);
+#   their output is shown
 #   when they end, and their failure fails `npm test` as tap's does;
 # - tap runs two test files at once (package.json "tap": "jobs"; tap's own default leaves a core
 #   free, so one at a time on 2 cores): most lab files spend their time waiting on devices,
@@ -49,10 +50,12 @@ show() {
 
 background typecheck npm run --silent typecheck
 background lint npm run --silent lint
+background format npm run --silent format:check
 tap "$@"
 status=$?
 show typecheck || status=1
 show lint || status=1
+show format || status=1
 
 # Never leave the build running behind `npm test`: whatever it finished stays cached.
 if [ -n "$rootfs_pid" ]; then
