@@ -23,7 +23,7 @@ import { DATA_ROOT_SUBDIR, FS_LABEL } from "../src/layout.ts";
 import { volumeImagePath } from "../src/lab/labdir.ts";
 import type { LabHost } from "../src/lab/lab.ts";
 import { VolumeTag } from "../src/tags.ts";
-import { goldenPoolTags, mountsUnder, startBootLab, withMounted } from "./fixtures/boot-lab.ts";
+import { goldenPoolTags, mountsUnder, startBootLab, withMounted, closeLabLeavingNothing } from "./fixtures/boot-lab.ts";
 import { assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
 
 await assertLabPrerequisites();
@@ -452,15 +452,6 @@ t.test(
 t.test(
   "the lab closes and leaves no loop device, mount or dockerd behind; no volume was ever force-detached",
   async (t) => {
-    const state = bl.lab.ec2.snapshotState();
-    t.same(
-      Object.values(state.volumes)
-        .filter((v) => v.forceDetachCount > 0)
-        .map((v) => v.volumeId),
-      [],
-      "forceDetachCount 0 everywhere",
-    );
-    const left = await bl.close();
-    t.same(left, { rootExists: false, loopDevices: [], mounts: [], dockerds: [] });
+    await closeLabLeavingNothing(t, bl);
   },
 );

@@ -14,7 +14,15 @@ import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
 import type { LabHost } from "../src/lab/lab.ts";
 import { initSwarm } from "../src/lab/images.ts";
 import { VolumeTag } from "../src/tags.ts";
-import { findmnt, labelRecord, LABEL_PREFIX, mountsUnder, POOL, startBootLab } from "./fixtures/boot-lab.ts";
+import {
+  findmnt,
+  labelRecord,
+  LABEL_PREFIX,
+  mountsUnder,
+  POOL,
+  startBootLab,
+  closeLabLeavingNothing,
+} from "./fixtures/boot-lab.ts";
 import { assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
 import { mutatingCalls, releaseCli, releaseHost, startReleaseCli, volumeEnd } from "./fixtures/lifecycle-lab.ts";
 import { assertOutcome, ISO_TIME } from "./fixtures/lifecycle-lab.ts";
@@ -320,27 +328,6 @@ t.test(
 t.test(
   "the lab closes and leaves no loop device, mount or dockerd behind; nothing was force-detached or left attached",
   async (t) => {
-    const state = bl.lab.ec2.snapshotState();
-    t.same(
-      Object.values(state.volumes)
-        .filter((v) => v.forceDetachCount > 0)
-        .map((v) => v.volumeId),
-      [],
-      "forceDetachCount 0 everywhere",
-    );
-    t.same(
-      state.events.filter((e) => e.kind === "force-detach"),
-      [],
-      "no force-detach event",
-    );
-    t.same(
-      Object.values(state.volumes)
-        .filter((v) => v.attachment)
-        .map((v) => v.volumeId),
-      [],
-      "no volume attached",
-    );
-    const left = await bl.close();
-    t.same(left, { rootExists: false, loopDevices: [], mounts: [], dockerds: [] });
+    await closeLabLeavingNothing(t, bl, { noForceDetachEvent: true, noneAttached: true });
   },
 );

@@ -28,7 +28,7 @@ import { run } from "../src/exec.ts";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
 import { VolumeTag } from "../src/tags.ts";
 import type { LabHost } from "../src/lab/lab.ts";
-import { findmnt, LABEL_PREFIX, mountsUnder, POOL, startBootLab } from "./fixtures/boot-lab.ts";
+import { findmnt, LABEL_PREFIX, mountsUnder, POOL, startBootLab, closeLabLeavingNothing } from "./fixtures/boot-lab.ts";
 import { runKilled } from "./fixtures/kill-matrix.ts";
 import { assertLabPrerequisites, pollUntil } from "./fixtures/lab-prereq.ts";
 import { gcAt, releaseHost, verdictOf, volumeEnd, workspaceTags } from "./fixtures/lifecycle-lab.ts";
@@ -347,22 +347,6 @@ t.test(
 t.test(
   "the lab closes and leaves no loop device, mount or dockerd behind; nothing force-detached or left attached",
   async (t) => {
-    const state = bl.lab.ec2.snapshotState();
-    t.same(
-      Object.values(state.volumes)
-        .filter((v) => v.forceDetachCount > 0)
-        .map((v) => v.volumeId),
-      [],
-      "forceDetachCount 0 everywhere",
-    );
-    t.same(
-      Object.values(state.volumes)
-        .filter((v) => v.attachment)
-        .map((v) => v.volumeId),
-      [],
-      "no volume attached",
-    );
-    const left = await bl.close();
-    t.same(left, { rootExists: false, loopDevices: [], mounts: [], dockerds: [] });
+    await closeLabLeavingNothing(t, bl, { noneAttached: true });
   },
 );

@@ -13,7 +13,14 @@ import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
 import { initSwarm } from "../src/lab/images.ts";
 import type { LabHost } from "../src/lab/lab.ts";
 import { VolumeTag } from "../src/tags.ts";
-import { labelRecord, LABEL_PREFIX, mountsUnder, POOL, startBootLab } from "./fixtures/boot-lab.ts";
+import {
+  labelRecord,
+  LABEL_PREFIX,
+  mountsUnder,
+  POOL,
+  startBootLab,
+  closeLabLeavingNothing,
+} from "./fixtures/boot-lab.ts";
 import { assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
 import { readWorkspaceRecord } from "../src/agent/workspace-record.ts";
 import { releaseHost, volumeEnd, workspaceTags, WORKSPACE_TAG } from "./fixtures/lifecycle-lab.ts";
@@ -345,21 +352,5 @@ t.test(
 );
 
 t.test("the lab closes and leaves no loop device, mount or dockerd behind; nothing was force-detached", async (t) => {
-  const state = bl.lab.ec2.snapshotState();
-  t.same(
-    Object.values(state.volumes)
-      .filter((v) => v.forceDetachCount > 0)
-      .map((v) => v.volumeId),
-    [],
-    "forceDetachCount 0 everywhere",
-  );
-  t.same(
-    Object.values(state.volumes)
-      .filter((v) => v.attachment)
-      .map((v) => v.volumeId),
-    [],
-    "no volume attached",
-  );
-  const left = await bl.close();
-  t.same(left, { rootExists: false, loopDevices: [], mounts: [], dockerds: [] });
+  await closeLabLeavingNothing(t, bl, { noneAttached: true });
 });
