@@ -25,7 +25,7 @@ import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { runBoot, type BootOutcome } from "../src/agent/boot/run.ts";
-import { wireBoot } from "../src/agent/wiring.ts";
+import { wireBoot } from "../src/cli/wiring.ts";
 import { createMetadataService } from "../src/aws/imds.ts";
 import { describeError } from "../src/errors.ts";
 import { run } from "../src/exec.ts";

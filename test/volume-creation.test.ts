@@ -3,7 +3,7 @@
  * the KMS key, gp3 IOPS and throughput, and the operator's tags beside the agent's own.
  */
 import t from "tap";
-import { volumeCreation } from "../src/agent/wiring.ts";
+import { volumeCreation } from "../src/cli/wiring.ts";
 import { createVolumeInput } from "../src/aws/ec2.ts";
 import { defaultConfig, validateConfig } from "../src/config/index.ts";
 import { VolumeTag } from "../src/tags.ts";

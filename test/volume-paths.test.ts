@@ -237,8 +237,8 @@ const HOST_SIDE_FS = new Set([
   "agent/boot/prepared.ts",
   "agent/prewarm/state.ts",
   "agent/refresh/state.ts",
-  "agent/wiring.ts",
   "agent/workspace-record.ts",
+  "cli/wiring.ts",
   "config/load.ts",
   // config.toml on the host; containerd's root on the volume goes through volume-paths.ts.
   "docker/containerd-store.ts",

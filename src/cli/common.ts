@@ -7,7 +7,7 @@ import { spawn } from "node:child_process";
 import type { BootCommandDeps } from "../agent/boot/run.ts";
 import type { PrewarmCommandDeps } from "../agent/prewarm/run.ts";
 import type { ReleaseCommandDeps } from "../agent/release/run.ts";
-import { hostWiringOptions, wireBoot, wirePrewarm, wireRecorder, wireRefresh, wireRelease } from "../agent/wiring.ts";
+import { hostWiringOptions, wireBoot, wirePrewarm, wireRecorder, wireRefresh, wireRelease } from "./wiring.ts";
 import type { RefreshCommandDeps } from "../agent/refresh/run.ts";
 import type { CloudVolumes, OutcomeRecorder } from "../agent/ports.ts";
 import type { AgentConfig } from "../config/index.ts";

@@ -7,7 +7,7 @@ import { startDetached } from "./common.ts";
 import { loadCommandConfig } from "./load-config.ts";
 import { Command, Option } from "commander";
 import { pruneExitCode, runPrune, type PruneOutcome } from "../agent/prune/run.ts";
-import { hostWiringOptions, wirePrune, wireRecorder } from "../agent/wiring.ts";
+import { hostWiringOptions, wirePrune, wireRecorder } from "./wiring.ts";
 import { AgentError, describeError } from "../errors.ts";
 import { readFilesystemFill } from "../host/fill.ts";
 import { CONFIG_OPTION } from "./options.ts";

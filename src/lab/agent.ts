@@ -8,7 +8,7 @@ import { runBoot, type BootOutcome } from "../agent/boot/run.ts";
 import { runPrewarmCommand, type PrewarmCommandOptions, type PrewarmCommandOutcome } from "../agent/prewarm/run.ts";
 import { runRelease, type ReleaseOutcome } from "../agent/release/run.ts";
 import { runRefresh, type RefreshOutcome } from "../agent/refresh/run.ts";
-import { wireBoot, wirePrewarm, wireRefresh, wireRelease, type WiringOptions } from "../agent/wiring.ts";
+import { wireBoot, wirePrewarm, wireRefresh, wireRelease, type WiringOptions } from "../cli/wiring.ts";
 import { createMetadataService } from "../aws/imds.ts";
 import { validateConfig, type AgentConfig } from "../config/index.ts";
 import { AgentError } from "../errors.ts";

@@ -26,7 +26,7 @@ import type { DockerdCommand } from "../docker/dockerd-flags.ts";
 import { mountPointsOf, syncFilesystem } from "../host/mount.ts";
 import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
-import type { BootCommandDeps } from "./boot/run.ts";
+import type { BootCommandDeps } from "../agent/boot/run.ts";
 import type {
   CloudVolumes,
   ContainerdRoot,
@@ -35,23 +35,23 @@ import type {
   OutcomeRecorder,
   PrewarmReader,
   VolumeCreation,
-} from "./ports.ts";
-import { createFreshDataRoot, prepareOncePerActivation } from "./boot/prepare.ts";
+} from "../agent/ports.ts";
+import { createFreshDataRoot, prepareOncePerActivation } from "../agent/boot/prepare.ts";
 import { checkVolumeLayout } from "../host/volume-layout.ts";
-import { beginPrewarmAtBoot } from "./prewarm/apply.ts";
-import { prewarmSettingsFrom } from "./prewarm/plan.ts";
-import { prewarmStatus, type PrewarmCommandDeps } from "./prewarm/run.ts";
+import { beginPrewarmAtBoot } from "../agent/prewarm/apply.ts";
+import { prewarmSettingsFrom } from "../agent/prewarm/plan.ts";
+import { prewarmStatus, type PrewarmCommandDeps } from "../agent/prewarm/run.ts";
 import { createFioReader } from "../host/volume-reads.ts";
-import type { ReleaseCommandDeps } from "./release/run.ts";
-import type { RefreshCommandDeps } from "./refresh/run.ts";
+import type { ReleaseCommandDeps } from "../agent/release/run.ts";
+import type { RefreshCommandDeps } from "../agent/refresh/run.ts";
 import { createImagePuller } from "../docker/pull.ts";
-import { createLabelWithdrawer, createReporter } from "./report.ts";
+import { createLabelWithdrawer, createReporter } from "../agent/report.ts";
 import { readinessLabels } from "../docker/labels.ts";
 import { createOutcomeRecorder } from "../status/recorder.ts";
 import { readBootRecord } from "../status/records.ts";
 import { readFilesystemFill } from "../host/fill.ts";
-import type { PruneDeps } from "./prune/observe.ts";
-import { engineLabelsProblem, preflightHost } from "./boot/preflight.ts";
+import type { PruneDeps } from "../agent/prune/observe.ts";
+import { engineLabelsProblem, preflightHost } from "../agent/boot/preflight.ts";
 
 export interface WiringOptions {
   config: AgentConfig;
