@@ -12,13 +12,12 @@ import { ConfigError, ExitCode } from "../src/errors.ts";
 import {
   assertOwnedUpdate,
   LabelError,
-  labelPrefixProblems,
   MAX_LABEL_VALUE,
   nodeLabelChanges,
-  OSPARC_LABELS,
   readinessLabels,
   validateOwnedLabels,
 } from "../src/docker/labels.ts";
+import { labelPrefixProblems, OSPARC_LABELS } from "../src/label-prefix.ts";
 import { createLabelWithdrawer, createReporter, volumeDetails, type ReporterDeps } from "../src/agent/report.ts";
 import { createMemoryLogger } from "../src/log.ts";
 import { Label, MAX_TAG_VALUE, RequestLabel, WORKSPACE_KEYS, workspaceLabel } from "../src/tags.ts";

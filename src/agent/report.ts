@@ -17,8 +17,8 @@ import {
   workspaceLabelExtras,
   type LabelModeSetting,
 } from "../docker/labels.ts";
-import { Label, labelKey, VolumeTag, WORKSPACE_ID_TAG } from "../tags.ts";
-import type { DaemonConfig, DockerEngine, DockerService, ReadinessState } from "./ports.ts";
+import { Label, labelKey, VolumeTag, WORKSPACE_ID_TAG, type ReadinessState } from "../tags.ts";
+import type { DaemonConfig, DockerEngine, DockerService } from "./ports.ts";
 
 export interface ReporterDeps {
   prefix: string;

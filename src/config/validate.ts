@@ -10,7 +10,7 @@
  * named formats' own checks, a "did you mean" for unknown keys, and the checks across keys.
  */
 import type { ErrorObject } from "ajv";
-import { labelPrefixProblems } from "../docker/labels.ts";
+import { labelPrefixProblems } from "../label-prefix.ts";
 import { quote, validateImageRef, validatePoolName, validateTagValue } from "../inputs.ts";
 import { MAX_OPERATOR_TAGS, MAX_TAG_KEY, MAX_TAG_VALUE, TAG_PREFIX } from "../tags.ts";
 import {

@@ -4,7 +4,7 @@
  * volume from the snapshot is a `snapshot` boot, and a boot that ended without a volume is
  * `degraded` (or `disabled`) whatever it selected.
  */
-import type { ReadinessState } from "../ports.ts";
+import type { ReadinessState } from "../../tags.ts";
 import type { Selection } from "./plan.ts";
 
 /**
