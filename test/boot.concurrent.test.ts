@@ -9,7 +9,6 @@ import t from "tap";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { BootPlan } from "../src/agent/boot/plan.ts";
-import type { BootResult } from "../src/agent/boot/context.ts";
 import { ExitCode } from "../src/errors.ts";
 import { run } from "../src/exec.ts";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
@@ -17,6 +16,7 @@ import type { LabHost } from "../src/lab/lab.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { findmnt, mountsUnder, POOL, startBootLab, type CliBoot } from "./fixtures/boot-lab.ts";
 import { assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
+import type { BootResult } from "../src/agent/outcomes.ts";
 
 await assertLabPrerequisites();
 

@@ -17,7 +17,6 @@ import type { AddressInfo } from "node:net";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
 import type { BootPlan } from "../src/agent/boot/plan.ts";
-import type { BootResult } from "../src/agent/boot/context.ts";
 import { ExitCode } from "../src/errors.ts";
 import { writeLabConfig, type ConfigOverrides } from "../src/lab/agent.ts";
 import type { LabHost } from "../src/lab/lab.ts";
@@ -25,6 +24,7 @@ import { VolumeTag } from "../src/tags.ts";
 import { startBootLab } from "./fixtures/boot-lab.ts";
 import { assertLabPrerequisites, childEnv } from "./fixtures/lab-prereq.ts";
 import { workspaceTags } from "./fixtures/lifecycle-lab.ts";
+import type { BootResult } from "../src/agent/outcomes.ts";
 
 await assertLabPrerequisites();
 

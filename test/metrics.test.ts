@@ -8,10 +8,7 @@ import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promise
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t, { type Test } from "tap";
-import type { BootResult } from "../src/agent/boot/context.ts";
-import type { GcOutcome } from "../src/agent/gc/apply.ts";
 import type { PrewarmState } from "../src/agent/prewarm/state.ts";
-import type { ReleaseResult } from "../src/agent/release/apply.ts";
 import { bootMetrics } from "../src/metrics/boot.ts";
 import { family, gauge, namingProblems, reasonLabel, type MetricFamily } from "../src/metrics/family.ts";
 import { gcMetrics } from "../src/metrics/gc.ts";
@@ -24,6 +21,7 @@ import { carryCounters, MetricsWriteError, textfilePath, writeTextfile } from ".
 import { parsePromText, sampleOf, type ParsedFamily } from "./fixtures/prom-text.ts";
 import { readyBoot } from "./fixtures/use-case-results.ts";
 import { readCacheFilesystem } from "../src/host/facts.ts";
+import type { BootResult, GcOutcome, ReleaseResult } from "../src/agent/outcomes.ts";
 
 const at = new Date("2026-12-01T10:00:00Z");
 

@@ -7,7 +7,7 @@
  */
 import t from "tap";
 import { join } from "node:path";
-import { prewarmAtBoot, runInitialization, type PrewarmDeps } from "../src/agent/prewarm/apply.ts";
+import { prewarmAtBoot, runInitialization } from "../src/agent/prewarm/apply.ts";
 import { DEFAULT_PREWARM, verdictOf, type PrewarmSettings, type PrewarmTarget } from "../src/agent/prewarm/plan.ts";
 import { readPrewarmState } from "../src/agent/prewarm/state.ts";
 import { createCloudVolumes } from "../src/aws/ec2.ts";
@@ -18,6 +18,7 @@ import { createMemoryLogger } from "../src/log.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
 import { attach, COLD, COLD_IOPS_CEILING, createVolume, makeDataSnapshot, mountXfs } from "./fixtures/prewarm-lab.ts";
+import type { PrewarmDeps } from "../src/agent/prewarm/observe.ts";
 
 await assertLabPrerequisites();
 

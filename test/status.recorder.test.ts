@@ -9,10 +9,8 @@ import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t, { type Test } from "tap";
-import type { BootResult } from "../src/agent/boot/context.ts";
 import type { Selection } from "../src/agent/boot/plan.ts";
 import { BOOT_SOURCES, bootSourceOf } from "../src/agent/boot/source.ts";
-import type { GcOutcome } from "../src/agent/gc/apply.ts";
 import type { PrewarmState } from "../src/agent/prewarm/state.ts";
 import type { CacheFilesystem } from "../src/host/facts.ts";
 import { createMemoryLogger } from "../src/log.ts";
@@ -20,6 +18,7 @@ import { readBootRecord, withFirstPhase, type BootRecord } from "../src/status/r
 import { createOutcomeRecorder, type HostFacts } from "../src/status/recorder.ts";
 import { parsePromText, sampleOf } from "./fixtures/prom-text.ts";
 import { readyBoot } from "./fixtures/use-case-results.ts";
+import type { BootResult, GcOutcome } from "../src/agent/outcomes.ts";
 
 const at = new Date("2026-12-01T10:00:00Z");
 const fs: CacheFilesystem = {

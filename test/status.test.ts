@@ -9,7 +9,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t, { type Test } from "tap";
 import { Ajv } from "ajv";
-import type { ReleaseResult } from "../src/agent/release/apply.ts";
 import { buildStatus, type StatusDocument, type StatusInputs } from "../src/status/document.ts";
 import {
   BOOT_RECORD_FILE,
@@ -29,6 +28,7 @@ import {
   readyBootRecord as boot,
   statusNow as now,
 } from "./fixtures/status-inputs.ts";
+import type { ReleaseResult } from "../src/agent/outcomes.ts";
 
 const schema = JSON.parse(await readFile(new URL("../schema/status.schema.json", import.meta.url), "utf8")) as object;
 const validate = new Ajv({ allErrors: true, strict: true }).compile(schema);

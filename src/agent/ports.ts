@@ -5,13 +5,6 @@
  * takes observed state), and apply() calls them.
  */
 import type { Logger } from "../log.ts";
-import type { BootResult } from "./boot/context.ts";
-import type { GcOutcome } from "./gc/apply.ts";
-import type { KeeperFacts } from "../metrics/keeper.ts";
-import type { PrewarmState } from "./prewarm/state.ts";
-import type { RefreshState } from "./refresh/state.ts";
-import type { ReleaseResult } from "./release/apply.ts";
-import type { PruneFacts } from "../metrics/prune.ts";
 
 /** Who this instance is (IMDS), with its tags (IMDS, or DescribeInstances when IMDS tags are off). */
 export interface Identity {
@@ -387,11 +380,6 @@ export interface InitializationStatus {
   etaSeconds?: number;
 }
 
-// ---- readiness ----
-
-/** The node's readiness as its labels say it; `warming`: docker runs on the cache volume, usable, while its initialization runs in the background. */
-export type ReadinessState = "ready" | "warming" | "degraded" | "disabled";
-
 // ---- pool keeper ----
 
 /** What `pool fill` asks of EC2 (src/agent/keeper/): the pool's volumes and snapshots, creates, tags and deletes. */
@@ -411,32 +399,6 @@ export type KeeperCloud = Pick<
 
 /** Which run of the boot: `first` (`boot --no-docker`), `second` (`boot --no-claim`), `single` (both in one run). */
 export type BootPhase = "first" | "second" | "single";
-
-/**
- * Where a finished use case leaves what operators read without the journal: the records
- * `ebs-cache-agent status` reads (`last-boot.json`, `last-release.json`) and the metrics textfiles
- * of node_exporter (src/status/recorder.ts). Never throws: a write that fails is a warning in the
- * log, and the use case's outcome and exit code stay what they were.
- */
-export interface OutcomeRecorder {
-  bootFinished(boot: {
-    instanceId: string;
-    bootId?: string;
-    phase: BootPhase;
-    result: BootResult;
-    finishedAt: Date;
-  }): Promise<void>;
-  releaseFinished(release: { instanceId: string; result: ReleaseResult; finishedAt: Date }): Promise<void>;
-  gcFinished(gc: { outcome: GcOutcome; dryRun: boolean; finishedAt: Date }): Promise<void>;
-  /** After a keeper run (`pool fill`) that was not a dry run. */
-  keeperFinished(keeper: KeeperFacts): Promise<void>;
-  /** After each write of the pre-warm's state file (at boot, and as a long initialization goes). */
-  prewarmStateWritten(state: PrewarmState): Promise<void>;
-  /** After each write of the refresh's state file (as its pulls go). */
-  refreshStateWritten(state: RefreshState): Promise<void>;
-  /** After a prune (src/agent/prune/): its figures, and the fill it left (a dry run: the fill it found). */
-  pruneFinished(prune: PruneFacts): Promise<void>;
-}
 
 // ---- the containerd image store ----
 

@@ -9,10 +9,11 @@ import type { PrewarmCommandDeps } from "../agent/prewarm/run.ts";
 import type { ReleaseCommandDeps } from "../agent/release/run.ts";
 import { hostWiringOptions, wireBoot, wirePrewarm, wireRecorder, wireRefresh, wireRelease } from "./wiring.ts";
 import type { RefreshCommandDeps } from "../agent/refresh/run.ts";
-import type { CloudVolumes, OutcomeRecorder } from "../agent/ports.ts";
+import type { CloudVolumes } from "../agent/ports.ts";
 import type { AgentConfig } from "../config/index.ts";
 import type { Logger } from "../log.ts";
 import { loadCommandConfig } from "./load-config.ts";
+import type { OutcomeRecorder } from "../agent/outcomes.ts";
 
 export interface HostContext {
   config: AgentConfig;

@@ -32,7 +32,6 @@ import type {
   ContainerdRoot,
   DockerService,
   Identity,
-  OutcomeRecorder,
   PrewarmReader,
   VolumeCreation,
 } from "../agent/ports.ts";
@@ -52,6 +51,7 @@ import { readBootRecord } from "../status/records.ts";
 import { readFilesystemFill } from "../host/fill.ts";
 import type { PruneDeps } from "../agent/prune/observe.ts";
 import { engineLabelsProblem, preflightHost } from "../agent/boot/preflight.ts";
+import type { OutcomeRecorder } from "../agent/outcomes.ts";
 
 export interface WiringOptions {
   config: AgentConfig;

@@ -29,6 +29,12 @@ export interface CacheFilesystem {
   serial?: string;
 }
 
+/** The figures of a fill: from df at boot (CacheFilesystem) or statfs (the prune's FilesystemFill). */
+export type FillFigures = Pick<
+  CacheFilesystem,
+  "mountPoint" | "device" | "sizeBytes" | "usedBytes" | "availableBytes" | "usedRatio" | "inodes" | "freeInodes"
+>;
+
 export interface HostContext {
   memoryBytes: number;
   cpuCores: number;

@@ -5,9 +5,9 @@
  * (`ebs_cache_agent_prewarm.prom`, written with its state file): the collector refuses a series
  * that two files both carry.
  */
-import type { BootResult } from "../agent/boot/context.ts";
 import type { BootSource } from "../agent/boot/source.ts";
 import { durationsByStep, family, gauge, reasonLabel, seconds, type MetricFamily } from "./family.ts";
+import type { BootResult } from "../agent/outcomes.ts";
 
 /** The sources whose volume already held the images: what the dashboard's hit rate counts. */
 export const CACHE_HIT_SOURCES: readonly BootSource[] = ["pool", "workspace", "attached"];

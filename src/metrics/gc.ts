@@ -3,9 +3,9 @@
  * deletions are counters carried from run to run (see carryCounters), and what the last run saw
  * is a gauge by verdict.
  */
-import type { GcOutcome } from "../agent/gc/apply.ts";
 import type { GcVerdict } from "../agent/gc/plan.ts";
 import { family, gauge, type MetricFamily } from "./family.ts";
+import type { GcOutcome } from "../agent/outcomes.ts";
 
 export interface GcFacts {
   outcome: GcOutcome;

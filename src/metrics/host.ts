@@ -2,14 +2,8 @@
  * The host's figures that go with a boot or a pre-warm: the cache filesystem's size and fill, the
  * block device behind it, memory and CPU for context (src/host/facts.ts reads them).
  */
-import type { CacheFilesystem, HostContext } from "../host/facts.ts";
+import type { CacheFilesystem, HostContext, FillFigures } from "../host/facts.ts";
 import { gauge, type MetricFamily } from "./family.ts";
-
-/** The figures of a fill: from df at boot (CacheFilesystem) or statfs (the prune's FilesystemFill). */
-export type FillFigures = Pick<
-  CacheFilesystem,
-  "mountPoint" | "device" | "sizeBytes" | "usedBytes" | "availableBytes" | "usedRatio" | "inodes" | "freeInodes"
->;
 
 /**
  * The cache filesystem's fill (labels: mount point and device), `ebs_cache_agent_fill.prom`:

@@ -4,20 +4,7 @@
  * to run.
  */
 import { family, gauge, type MetricFamily } from "./family.ts";
-
-/** One thing a keeper run did to the pool (`create`, `tag-initialized`, `trim`). */
-export interface KeeperAction {
-  action: string;
-  pool: string;
-  outcome: "done" | "failed";
-}
-
-export interface KeeperFacts {
-  actions: readonly KeeperAction[];
-  /** Available volumes per pool after the run. */
-  poolVolumes: Readonly<Record<string, number>>;
-  finishedAt: Date;
-}
+import type { KeeperFacts } from "../agent/outcomes.ts";
 
 /** The keeper's families. */
 export function keeperMetrics({ actions, poolVolumes, finishedAt }: KeeperFacts): MetricFamily[] {

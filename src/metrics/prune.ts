@@ -5,22 +5,7 @@
  * (src/metrics/host.ts cacheFilesystemMetrics), not here: no series is in two files.
  */
 import { family, gauge, reasonLabel, type MetricFamily } from "./family.ts";
-import type { FillFigures } from "./host.ts";
-
-export interface PruneFacts {
-  verdict: string;
-  reason: string;
-  dryRun: boolean;
-  removedImages: number;
-  failedImages: number;
-  /** Bytes the removed images were estimated to free. */
-  removedBytes: number;
-  usedRatioBefore?: number;
-  usedRatioAfter?: number;
-  /** The fill after the run (before it, on a dry run), for the fill file; absent: nothing mounted. */
-  fill?: FillFigures;
-  finishedAt: Date;
-}
+import type { PruneFacts } from "../agent/outcomes.ts";
 
 /** The prune's families; its counters count this run only until carryCounters adds the previous file's. */
 export function pruneMetrics(facts: PruneFacts): MetricFamily[] {

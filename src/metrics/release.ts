@@ -1,6 +1,6 @@
 /** A release's figures (`ebs_cache_agent_release.prom`): outcome, how long, which volumes went where. */
-import type { ReleaseResult } from "../agent/release/apply.ts";
 import { durationsByStep, family, gauge, reasonLabel, seconds, type MetricFamily } from "./family.ts";
+import type { ReleaseResult } from "../agent/outcomes.ts";
 
 export interface ReleaseFacts {
   result: ReleaseResult;

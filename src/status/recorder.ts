@@ -9,7 +9,6 @@
  * published, so they cost the node nothing; the first phase, before docker.service, never
  * reads them.
  */
-import type { OutcomeRecorder } from "../agent/ports.ts";
 import { AgentError, describeError } from "../errors.ts";
 import type { CacheFilesystem, HostContext } from "../host/facts.ts";
 import type { Logger } from "../log.ts";
@@ -24,6 +23,7 @@ import { prewarmMetrics } from "../metrics/prewarm.ts";
 import { releaseMetrics } from "../metrics/release.ts";
 import { writeTextfile, type MetricsUseCase } from "../metrics/textfile.ts";
 import { readBootRecord, withFirstPhase, writeBootRecord, writeReleaseRecord, type BootRecord } from "./records.ts";
+import type { OutcomeRecorder } from "../agent/outcomes.ts";
 
 /** The host facts the boot's metrics carry (src/host/facts.ts). */
 export interface HostFacts {

@@ -7,9 +7,8 @@
 import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { writeFileAtomic } from "../fs-atomic.ts";
-import type { BootResult } from "../agent/boot/context.ts";
 import type { BootPhase } from "../agent/ports.ts";
-import type { ReleaseResult } from "../agent/release/apply.ts";
+import type { BootResult, ReleaseResult } from "../agent/outcomes.ts";
 
 export const BOOT_RECORD_FILE = "last-boot.json";
 export const RELEASE_RECORD_FILE = "last-release.json";

@@ -26,7 +26,6 @@ import {
   type ApplyOptions,
   type BootDeps,
   type BootLimits,
-  type BootResult,
   type ClaimState,
   type Finished,
   type Progress,
@@ -36,6 +35,7 @@ import { BootStepError, CancelledError, remediationOf } from "./errors.ts";
 import type { BootPlan, BootStep } from "./plan.ts";
 import { bootSourceOf } from "./source.ts";
 import { degrade, shorten, undo } from "./undo.ts";
+import type { BootResult } from "../outcomes.ts";
 
 /** Steps whose failure is the volume's: it is handed back quarantined and the next one tried. */
 const VOLUME_STEPS = new Set<BootStep["step"]>([

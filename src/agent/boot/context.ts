@@ -3,7 +3,7 @@
  * or a lab host), the limits, and the progress the steps share as they go.
  */
 import type { Logger } from "../../log.ts";
-import type { VolumeKind } from "../../tags.ts";
+import type { ReadinessState, VolumeKind } from "../../tags.ts";
 import type { Activation } from "../workspace-record.ts";
 import type { BootPlan } from "./plan.ts";
 import type {
@@ -13,12 +13,12 @@ import type {
   DockerEngine,
   DockerService,
   HostStorage,
-  ReadinessState,
   VolumeInfo,
 } from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
 import type { PrewarmOutcome, PrewarmTarget } from "../prewarm/plan.ts";
-import type { BootSource, CreatedFrom } from "./source.ts";
+import type { CreatedFrom } from "./source.ts";
+import type { BootResult } from "../outcomes.ts";
 
 /** The adapters a boot uses (built in src/agent/wiring.ts, for the CLI or a lab host). */
 export interface BootDeps {
@@ -105,21 +105,6 @@ export interface ApplyOptions {
   deadline?: number;
   /** How long creating a volume from the snapshot and attaching it takes (config timeouts.createSeconds). */
   createMs?: number;
-}
-
-export interface BootResult {
-  /** `prepared`: volume mounted and daemon.json switched; docker not started (first boot phase). */
-  outcome: ReadinessState | "prepared";
-  /** Where the data-root came from (./source.ts): a pool claim that fell back to the snapshot is `snapshot`. */
-  source: BootSource;
-  /** The pre-warm's verdict and what it did (see docs/prewarm.md). */
-  prewarm?: Pick<PrewarmOutcome, "verdict" | "phase" | "before" | "after" | "error"> & { action: string };
-  volumeId?: string;
-  device?: string;
-  mountPoint?: string;
-  dataRoot?: string;
-  reason?: string;
-  timeline: Array<{ step: string; ms: number }>;
 }
 
 /** A boot that ended before the last step (disabled, degraded), without its timeline and source yet. */

@@ -8,15 +8,16 @@ import { cloudFailureOf } from "../../aws/errors.ts";
 import { AgentError, ConfigError, ExitCode, describeError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { applyBootPlan } from "./apply.ts";
-import type { BootDeps, BootLimits, BootResult } from "./context.ts";
+import type { BootDeps, BootLimits } from "./context.ts";
 import { BootBudgetSpent, CancelledError } from "./errors.ts";
 import { observeBoot, observeIdentity, type IdentitySource } from "./observe.ts";
 import { preparedInThisBoot, readPreparedRecord, removePreparedRecord, writePreparedRecord } from "./prepared.ts";
 import { planBoot, type BootObservation, type BootPlan, type BootSettings } from "./plan.ts";
-import type { BootPhase, CloudVolumes, Identity, OutcomeRecorder } from "../ports.ts";
+import type { BootPhase, CloudVolumes, Identity } from "../ports.ts";
 import type { HostStore } from "../../docker/image-store.ts";
 import { recordOf, resolveSettings, type ResolvedSettings } from "../settings.ts";
 import { writeWorkspaceRecord } from "../workspace-record.ts";
+import type { BootResult, OutcomeRecorder } from "../outcomes.ts";
 
 export interface BootCommandDeps extends IdentitySource {
   /** EC2 in the instance's region. */

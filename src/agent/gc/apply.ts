@@ -9,17 +9,7 @@ import { describeError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import type { CloudVolumes, VolumeInfo } from "../ports.ts";
 import { sparedSince, type GcDecision, type GcPlanOptions, type GcVerdict } from "./plan.ts";
-
-/** `spared`: planned for deletion, but the volume changed since (see sparedSince) and was left alone. */
-export type GcDone = "deleted" | "gone" | "tagged" | "spared" | "failed";
-
-export interface GcOutcome {
-  decisions: Array<GcDecision & { done?: GcDone; error?: string }>;
-  deleted: number;
-  /** Deletions called off by the look right before them. */
-  spared: number;
-  failed: number;
-}
+import type { GcDone, GcOutcome } from "../outcomes.ts";
 
 type Fields = Record<string, string>;
 

@@ -4,10 +4,11 @@
  */
 import { ExitCode } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
-import type { CloudVolumes, OutcomeRecorder } from "../ports.ts";
-import { applyGc, type GcOutcome } from "./apply.ts";
+import type { CloudVolumes } from "../ports.ts";
+import { applyGc } from "./apply.ts";
 import { observeGc } from "./observe.ts";
 import { planGc, type RetireOptions } from "./plan.ts";
+import type { OutcomeRecorder, GcOutcome } from "../outcomes.ts";
 
 /** Runs gc over the managed volumes EC2 shows in this region. */
 export async function runGc(

@@ -7,11 +7,11 @@
  */
 import { ConfigError, ExitCode } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
-import type { KeeperFacts } from "../../metrics/keeper.ts";
-import type { KeeperCloud, OutcomeRecorder } from "../ports.ts";
+import type { KeeperCloud } from "../ports.ts";
 import { applyKeeper, type KeeperResult } from "./apply.ts";
 import { observeKeeper } from "./observe.ts";
 import { planKeeper, type KeeperPlan, type KeeperSettings } from "./plan.ts";
+import type { KeeperFacts, OutcomeRecorder } from "../outcomes.ts";
 
 export interface KeeperOutcome {
   /** The first round's plan (what `--dry-run` prints). */

@@ -17,10 +17,8 @@
  * in the state file: the next run starts there (and reads again what may not have completed).
  */
 import { describeError, remediationOr } from "../../errors.ts";
-import type { Logger } from "../../log.ts";
 import { VolumeTag } from "../../tags.ts";
-import type { InitializationStatus, OutcomeRecorder, PrewarmReader } from "../ports.ts";
-import { initializationStatusOf, sampleVolume, type Sample } from "./observe.ts";
+import { initializationStatusOf, sampleVolume, type PrewarmDeps, type Sample } from "./observe.ts";
 import {
   decidePrewarm,
   formatBytes,
@@ -29,9 +27,6 @@ import {
   progressLabel,
   progressOf,
   readyOutcome,
-  resumePoint,
-  startingState,
-  stateOfVolume,
   type PrewarmDecision,
   type PrewarmOutcome,
   type PrewarmSettings,
@@ -44,31 +39,10 @@ import {
   readPrewarmState,
   writePrewarmState,
   type PrewarmState,
+  resumePoint,
+  startingState,
+  stateOfVolume,
 } from "./state.ts";
-
-/** What the pre-warm uses of the world (the ports, narrowed to its calls). */
-export interface PrewarmDeps {
-  reader: PrewarmReader;
-  /** DescribeVolumeStatus initialization details; undefined when EC2 does not say. */
-  initializationStatus?(volumeId: string): Promise<InitializationStatus | undefined>;
-  tagVolume(volumeId: string, tags: Record<string, string>): Promise<void>;
-  /** Publishes the readiness labels (absent: nothing is published, e.g. before docker runs). */
-  report?(state: "warming" | "ready", details: Record<string, string>): Promise<void>;
-  /** `paths.stateDir`: prewarm.json and prewarm.lock. */
-  stateDir: string;
-  log: Logger;
-  now?: () => Date;
-  sleep?: (ms: number) => Promise<void>;
-  /**
-   * Starts the background run (on a host: a detached `ebs-cache-agent prewarm --background`).
-   * Absent: the initialization runs inline, before the node is reported ready.
-   */
-  startBackground?: () => Promise<void>;
-  /** How often EBS's initialization status is polled while following it (default 10 s). */
-  followPollMs?: number;
-  /** Told of each state written (the pre-warm's metrics); absent: nothing but the state file. */
-  recorder?: Pick<OutcomeRecorder, "prewarmStateWritten">;
-}
 
 const nowOf = (deps: PrewarmDeps) => deps.now?.() ?? new Date();
 

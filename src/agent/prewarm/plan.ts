@@ -8,7 +8,6 @@
 import { defaultConfig, type AgentConfig, type PrewarmStrategy } from "../../config/index.ts";
 import { Label, VolumeTag } from "../../tags.ts";
 import type { CheckFigures, InitializationStatus, ReadTarget, SampleBounds } from "../ports.ts";
-import type { PrewarmPhase, PrewarmState } from "./state.ts";
 
 /** What the pre-warm says about the volume's read performance. */
 export type Verdict = "warm" | "cold" | "unknown";
@@ -178,6 +177,19 @@ export interface PrewarmTarget extends ReadTarget {
   labels: Record<string, string>;
 }
 
+/** Where a run stands. */
+export type PrewarmPhase =
+  /** Decided, nothing read yet. */
+  | "checking"
+  /** Initialization handed to the background run, which has not started yet. */
+  | "pending"
+  | "initializing"
+  /** Following EBS's own (provisioned-rate) initialization. */
+  | "following"
+  | "done"
+  | "skipped"
+  | "failed";
+
 /** What a pre-warm did, and what the node's labels should say. */
 export interface PrewarmOutcome {
   decision: PrewarmDecision;
@@ -206,43 +218,6 @@ export function readyOutcome(
   extra: Partial<PrewarmOutcome> = {},
 ): PrewarmOutcome {
   return { decision, verdict, phase, labelState: "ready", labels: prewarmLabels("ready", verdict), ...extra };
-}
-
-/** The state file of a run that has only decided. */
-export function startingState(
-  target: PrewarmTarget,
-  settings: PrewarmSettings,
-  decision: PrewarmDecision,
-  now: Date,
-): PrewarmState {
-  return {
-    version: 1,
-    volumeId: target.volume.volumeId,
-    device: target.device,
-    mountPoint: target.mountPoint,
-    strategy: settings.strategy,
-    action: decision.action,
-    ...(decision.action === "initialize" ? { mode: decision.mode } : {}),
-    reason: decision.reason,
-    phase: "checking",
-    verdict: "unknown",
-    labels: target.labels,
-    startedAt: now.toISOString(),
-    updatedAt: now.toISOString(),
-  };
-}
-
-/** The previous state when it is this volume's (another volume's says nothing about this one). */
-export function stateOfVolume(previous: PrewarmState | undefined, volumeId: string): PrewarmState | undefined {
-  return previous?.volumeId === volumeId ? previous : undefined;
-}
-
-/** Where a read of `mode` resumes: the previous run's resume point, only when it read the same way. */
-export function resumePoint(
-  previous: PrewarmState | undefined,
-  mode: "files" | "device" | undefined,
-): PrewarmState["cursor"] {
-  return previous?.cursor && previous.cursor.mode === mode ? previous.cursor : undefined;
 }
 
 /** `1.5 GiB`, `300 MiB`: for log lines and the status command. */

@@ -10,14 +10,15 @@
 import type { AgentConfig } from "../../config/index.ts";
 import { ConfigError, ExitCode } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
-import type { CloudVolumes, HostStorage, Identity, OutcomeRecorder, PrewarmReader, VolumeInfo } from "../ports.ts";
+import type { CloudVolumes, HostStorage, Identity, PrewarmReader, VolumeInfo } from "../ports.ts";
 import { volumeDetails } from "../report.ts";
 import { resolveSettings, type ResolvedSettings } from "../settings.ts";
-import { prewarmAtBoot, runInitialization, type PrewarmDeps } from "./apply.ts";
-import { findAttachedVolume, findMountedDevice } from "./observe.ts";
-import { decidePrewarm, prewarmSettingsFrom, stateOfVolume, type PrewarmOutcome, type PrewarmTarget } from "./plan.ts";
+import { prewarmAtBoot, runInitialization } from "./apply.ts";
+import { findAttachedVolume, findMountedDevice, type PrewarmDeps } from "./observe.ts";
+import { decidePrewarm, prewarmSettingsFrom, type PrewarmOutcome, type PrewarmTarget } from "./plan.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
-import { isAlive, readPrewarmState, renderPrewarmStatus, type PrewarmState } from "./state.ts";
+import { isAlive, readPrewarmState, renderPrewarmStatus, stateOfVolume, type PrewarmState } from "./state.ts";
+import type { OutcomeRecorder } from "../outcomes.ts";
 
 /** The host's side of the command, built once the settings are known. */
 export interface PrewarmHost {

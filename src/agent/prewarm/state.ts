@@ -10,24 +10,11 @@ import { join } from "node:path";
 import { writeFileAtomic } from "../../fs-atomic.ts";
 import type { CheckFigures } from "../ports.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
-import type { PrewarmDecision, Progress, Verdict } from "./plan.ts";
+import type { PrewarmDecision, PrewarmPhase, PrewarmSettings, PrewarmTarget, Progress, Verdict } from "./plan.ts";
 import { formatBytes, formatDuration } from "./plan.ts";
 
 export const STATE_FILE = "prewarm.json";
 export const LOCK_FILE = "prewarm.lock";
-
-/** Where a run stands. */
-export type PrewarmPhase =
-  /** Decided, nothing read yet. */
-  | "checking"
-  /** Initialization handed to the background run, which has not started yet. */
-  | "pending"
-  | "initializing"
-  /** Following EBS's own (provisioned-rate) initialization. */
-  | "following"
-  | "done"
-  | "skipped"
-  | "failed";
 
 export interface PrewarmState {
   version: 1;
@@ -166,4 +153,41 @@ export function renderPrewarmStatus(
   if (state.finishedAt) lines.push(`finished: ${state.finishedAt}`);
   if (state.error) lines.push(`error:    ${state.error}`);
   return lines;
+}
+
+/** The state file of a run that has only decided. */
+export function startingState(
+  target: PrewarmTarget,
+  settings: PrewarmSettings,
+  decision: PrewarmDecision,
+  now: Date,
+): PrewarmState {
+  return {
+    version: 1,
+    volumeId: target.volume.volumeId,
+    device: target.device,
+    mountPoint: target.mountPoint,
+    strategy: settings.strategy,
+    action: decision.action,
+    ...(decision.action === "initialize" ? { mode: decision.mode } : {}),
+    reason: decision.reason,
+    phase: "checking",
+    verdict: "unknown",
+    labels: target.labels,
+    startedAt: now.toISOString(),
+    updatedAt: now.toISOString(),
+  };
+}
+
+/** The previous state when it is this volume's (another volume's says nothing about this one). */
+export function stateOfVolume(previous: PrewarmState | undefined, volumeId: string): PrewarmState | undefined {
+  return previous?.volumeId === volumeId ? previous : undefined;
+}
+
+/** Where a read of `mode` resumes: the previous run's resume point, only when it read the same way. */
+export function resumePoint(
+  previous: PrewarmState | undefined,
+  mode: "files" | "device" | undefined,
+): PrewarmState["cursor"] {
+  return previous?.cursor && previous.cursor.mode === mode ? previous.cursor : undefined;
 }

@@ -3,11 +3,10 @@
  * observe → plan (pure, ./plan.ts) → apply → measure the fill again → record the figures.
  */
 import { ExitCode } from "../../errors.ts";
-import type { PruneFacts } from "../../metrics/prune.ts";
-import type { OutcomeRecorder } from "../ports.ts";
 import { applyPrune, type RemovalResult } from "./apply.ts";
 import { observePrune, type PruneDeps } from "./observe.ts";
 import { planPrune, type PrunePlan, type PruneSettings } from "./plan.ts";
+import type { PruneFacts, OutcomeRecorder } from "../outcomes.ts";
 
 export interface PruneOutcome {
   plan: PrunePlan;

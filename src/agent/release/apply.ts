@@ -23,6 +23,7 @@ import {
   type ReleaseSettings,
   type ReleaseStep,
 } from "./plan.ts";
+import type { ReleaseResult, ReleaseProblem } from "../outcomes.ts";
 
 export interface ReleaseLimits {
   /** How long a detach may take to reach `available` (config timeouts.attachSeconds). */
@@ -38,26 +39,6 @@ export class ReleaseRefusedError extends AgentError {
   ) {
     super(`${step}: ${message}`, remediation);
   }
-}
-
-export interface ReleaseProblem {
-  step: string;
-  volumeId?: string;
-  kind: "refused" | "failed";
-  message: string;
-  remediation: string;
-}
-
-export interface ReleaseResult {
-  /** `released`: every planned step done; `refused` / `failed`: see `problems` (exit 1). */
-  outcome: "released" | "nothing" | "disabled" | "refused" | "failed";
-  reason?: string;
-  /** Volumes detached (or found detached) and tagged released. */
-  released: string[];
-  /** Volumes unmounted and left attached over a stop, for the instance's next start. */
-  kept: string[];
-  problems: ReleaseProblem[];
-  timeline: Array<{ step: string; volumeId?: string; ms: number; skipped?: boolean }>;
 }
 
 /** What every step handler is given. */

@@ -7,12 +7,13 @@
 import type { AgentConfig } from "../../config/index.ts";
 import { ExitCode } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
-import type { CloudVolumes, Identity, OutcomeRecorder, ReleaseDeps } from "../ports.ts";
+import type { CloudVolumes, Identity, ReleaseDeps } from "../ports.ts";
 import { resolveReleaseSettings, type ResolvedReleaseSettings } from "../settings.ts";
 import { readWorkspaceRecord } from "../workspace-record.ts";
-import { applyReleasePlan, type ReleaseResult } from "./apply.ts";
+import { applyReleasePlan } from "./apply.ts";
 import { observeRelease } from "./observe.ts";
 import { planRelease, type ReleasePlan } from "./plan.ts";
+import type { OutcomeRecorder, ReleaseResult } from "../outcomes.ts";
 
 export interface ReleaseCommandDeps {
   config: AgentConfig;

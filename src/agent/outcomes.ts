@@ -1,0 +1,127 @@
+/**
+ * What a finished use case hands the OutcomeRecorder (the port src/status/recorder.ts implements):
+ * the results of a boot, a release, a gc, a keeper run and a prune, and the pre-warm's and the
+ * refresh's state files. A module of their own, apart from src/agent/ports.ts: a result names the
+ * use case's own types, and the ports name none, so no adapter reaches a use case through them.
+ */
+import type { FillFigures } from "../host/facts.ts";
+import type { ReadinessState } from "../tags.ts";
+import type { BootSource } from "./boot/source.ts";
+import type { GcDecision } from "./gc/plan.ts";
+import type { BootPhase } from "./ports.ts";
+import type { PrewarmOutcome } from "./prewarm/plan.ts";
+import type { PrewarmState } from "./prewarm/state.ts";
+import type { RefreshState } from "./refresh/state.ts";
+
+// ---- boot ----
+
+export interface BootResult {
+  /** `prepared`: volume mounted and daemon.json switched; docker not started (first boot phase). */
+  outcome: ReadinessState | "prepared";
+  /** Where the data-root came from (./source.ts): a pool claim that fell back to the snapshot is `snapshot`. */
+  source: BootSource;
+  /** The pre-warm's verdict and what it did (see docs/prewarm.md). */
+  prewarm?: Pick<PrewarmOutcome, "verdict" | "phase" | "before" | "after" | "error"> & { action: string };
+  volumeId?: string;
+  device?: string;
+  mountPoint?: string;
+  dataRoot?: string;
+  reason?: string;
+  timeline: Array<{ step: string; ms: number }>;
+}
+
+// ---- release ----
+
+export interface ReleaseProblem {
+  step: string;
+  volumeId?: string;
+  kind: "refused" | "failed";
+  message: string;
+  remediation: string;
+}
+
+export interface ReleaseResult {
+  /** `released`: every planned step done; `refused` / `failed`: see `problems` (exit 1). */
+  outcome: "released" | "nothing" | "disabled" | "refused" | "failed";
+  reason?: string;
+  /** Volumes detached (or found detached) and tagged released. */
+  released: string[];
+  /** Volumes unmounted and left attached over a stop, for the instance's next start. */
+  kept: string[];
+  problems: ReleaseProblem[];
+  timeline: Array<{ step: string; volumeId?: string; ms: number; skipped?: boolean }>;
+}
+
+// ---- gc ----
+
+/** `spared`: planned for deletion, but the volume changed since (see sparedSince) and was left alone. */
+export type GcDone = "deleted" | "gone" | "tagged" | "spared" | "failed";
+
+export interface GcOutcome {
+  decisions: Array<GcDecision & { done?: GcDone; error?: string }>;
+  deleted: number;
+  /** Deletions called off by the look right before them. */
+  spared: number;
+  failed: number;
+}
+
+// ---- the pool keeper ----
+
+/** One thing a keeper run did to the pool (`create`, `tag-initialized`, `trim`). */
+export interface KeeperAction {
+  action: string;
+  pool: string;
+  outcome: "done" | "failed";
+}
+
+export interface KeeperFacts {
+  actions: readonly KeeperAction[];
+  /** Available volumes per pool after the run. */
+  poolVolumes: Readonly<Record<string, number>>;
+  finishedAt: Date;
+}
+
+// ---- the prune ----
+
+export interface PruneFacts {
+  verdict: string;
+  reason: string;
+  dryRun: boolean;
+  removedImages: number;
+  failedImages: number;
+  /** Bytes the removed images were estimated to free. */
+  removedBytes: number;
+  usedRatioBefore?: number;
+  usedRatioAfter?: number;
+  /** The fill after the run (before it, on a dry run), for the fill file; absent: nothing mounted. */
+  fill?: FillFigures;
+  finishedAt: Date;
+}
+
+// ---- the recorder ----
+
+/**
+ * Where a finished use case leaves what operators read without the journal: the records
+ * `ebs-cache-agent status` reads (`last-boot.json`, `last-release.json`) and the metrics textfiles
+ * of node_exporter (src/status/recorder.ts). Never throws: a write that fails is a warning in the
+ * log, and the use case's outcome and exit code stay what they were.
+ */
+export interface OutcomeRecorder {
+  bootFinished(boot: {
+    instanceId: string;
+    bootId?: string;
+    phase: BootPhase;
+    result: BootResult;
+    finishedAt: Date;
+  }): Promise<void>;
+  releaseFinished(release: { instanceId: string; result: ReleaseResult; finishedAt: Date }): Promise<void>;
+  gcFinished(gc: { outcome: GcOutcome; dryRun: boolean; finishedAt: Date }): Promise<void>;
+  /** After a keeper run (`pool fill`) that was not a dry run. */
+  keeperFinished(keeper: KeeperFacts): Promise<void>;
+  /** After each write of the pre-warm's state file (at boot, and as a long initialization goes). */
+  prewarmStateWritten(state: PrewarmState): Promise<void>;
+  /** After each write of the refresh's state file (as its pulls go). */
+  refreshStateWritten(state: RefreshState): Promise<void>;
+  /** After a prune (src/agent/prune/): its figures, and the fill it left (a dry run: the fill it found). */
+  pruneFinished(prune: PruneFacts): Promise<void>;
+}
