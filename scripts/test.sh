@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `npm test`: the type-check, lint, the formatter's check and every tap test (tap's options are package.json's "tap");
+# `npm test`: the type-check, lint, the formatter's check, the import-cycle check (dpdm, type
+# imports included) and every tap test (tap's options are package.json's "tap");
 # exits non-zero when any of them fails. Arguments go to tap (`npm test -- test/config.test.ts`).
 #
 # What runs at once, for wall time on a small machine (none of it writes what another reads):
@@ -7,9 +8,9 @@
 #   (scripts/rootfs.ts): a first build takes minutes and would otherwise start only when the
 #   nspawn tests reach it. The tests use the same cache and lock (src/lab/nspawn-rootfs.ts), so
 #   they wait for that build or, if it failed, make their own: the result does not depend on it;
-# - the type-check, lint and the formatter's check run beside tap (they only read the sources);
-#   their output is shown
-#   when they end, and their failure fails `npm test` as tap's does;
+# - the type-check, lint, the formatter's check and the cycle check run beside tap (they only
+#   read the sources); their output is shown when they end, and their failure fails `npm test`
+#   as tap's does;
 # - tap runs two test files at once (package.json "tap": "jobs"; tap's own default leaves a core
 #   free, so one at a time on 2 cores): most lab files spend their time waiting on devices,
 #   dockerd, nspawn machines and the emulator's delays, and every lab has a root, loop devices,
@@ -51,11 +52,13 @@ show() {
 background typecheck npm run --silent typecheck
 background lint npm run --silent lint
 background format npm run --silent format:check
+background cycles npm run --silent cycles
 tap "$@"
 status=$?
 show typecheck || status=1
 show lint || status=1
 show format || status=1
+show cycles || status=1
 
 # Never leave the build running behind `npm test`: whatever it finished stays cached.
 if [ -n "$rootfs_pid" ]; then
