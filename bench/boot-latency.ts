@@ -297,7 +297,7 @@ async function runCli(bundle: string, args: string[]): Promise<CliRun> {
 }
 
 /**
- * The agent in this process on a lab host, wired as on EC2 (src/agent/wiring.ts) but without the
+ * The agent in this process on a lab host, wired as on EC2 (src/cli/wiring.ts) but without the
  * lab's short EC2 poll (src/lab/agent.ts uses 100 ms; the product's default is kept here).
  */
 async function bootInProcess(

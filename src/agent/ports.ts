@@ -1,7 +1,7 @@
 /**
  * The agent's view of the outside world: one small interface per external system. Real
  * implementations live in src/aws, src/host and src/docker and are built only in
- * src/agent/wiring.ts (for the CLI's commands and the lab); the planner never sees them (it
+ * src/cli/wiring.ts (for the CLI's commands and the lab); the planner never sees them (it
  * takes observed state), and apply() calls them.
  */
 import type { Logger } from "../log.ts";
@@ -272,7 +272,7 @@ export type SpotInstanceAction = () => Promise<string | undefined>;
 /** Removes the agent's readiness labels (src/agent/report.ts createLabelWithdrawer); node labels only with `node`. */
 export type LabelWithdrawer = (options: { node: boolean }) => Promise<void>;
 
-/** The adapters a release uses (built in src/agent/wiring.ts), and its few knobs. */
+/** The adapters a release uses (built in src/cli/wiring.ts), and its few knobs. */
 export interface ReleaseDeps {
   cloud: CloudVolumes;
   storage: Pick<HostStorage, "findDevice" | "mountPointOf" | "unmount">;

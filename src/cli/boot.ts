@@ -1,6 +1,6 @@
 /**
  * `ebs-cache-agent boot`: the CLI face of src/agent/boot/run.ts with the real adapters
- * (EC2 and IMDS of this instance, systemd's docker.service) wired in src/agent/wiring.ts.
+ * (EC2 and IMDS of this instance, systemd's docker.service) wired in src/cli/wiring.ts.
  */
 import { Command } from "commander";
 import { runBoot, type BootOutcome } from "../agent/boot/run.ts";

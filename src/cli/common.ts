@@ -1,6 +1,6 @@
 /**
  * What every host command does first: load the config (file < env), make the logger, and have
- * src/agent/wiring.ts build the real adapters (EC2 of the instance's region, IMDS, systemd's
+ * src/cli/wiring.ts build the real adapters (EC2 of the instance's region, IMDS, systemd's
  * docker.service).
  */
 import { spawn } from "node:child_process";
@@ -31,7 +31,7 @@ export interface HostContext {
   recorder: OutcomeRecorder;
 }
 
-/** Loads the config and wires the real adapters (src/agent/wiring.ts). */
+/** Loads the config and wires the real adapters (src/cli/wiring.ts). */
 export async function hostContext(configPath: string | undefined): Promise<HostContext> {
   const { config, log } = await loadCommandConfig(configPath);
   const wiring = {

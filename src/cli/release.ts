@@ -1,6 +1,6 @@
 /**
  * `ebs-cache-agent release`: the CLI face of src/agent/release/run.ts with the real adapters
- * (EC2 and IMDS of this instance, systemd's docker.service) wired in src/agent/wiring.ts.
+ * (EC2 and IMDS of this instance, systemd's docker.service) wired in src/cli/wiring.ts.
  * systemd runs it as the ExecStop of ebs-cache-agent-release.service, after docker.service has
  * stopped; see docs/release.md.
  */

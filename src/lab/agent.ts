@@ -1,5 +1,5 @@
 /**
- * Running the agent on a lab host: the same wiring as on EC2 (src/agent/wiring.ts), pointed at
+ * Running the agent on a lab host: the same wiring as on EC2 (src/cli/wiring.ts), pointed at
  * the host's folders, its IMDS, the lab's EC2 emulator and the host's private dockerd.
  */
 import { mkdir, writeFile } from "node:fs/promises";

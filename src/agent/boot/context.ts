@@ -1,5 +1,5 @@
 /**
- * What applying a boot plan works with: the adapters (built in src/agent/wiring.ts, for the CLI
+ * What applying a boot plan works with: the adapters (built in src/cli/wiring.ts, for the CLI
  * or a lab host), the limits, and the progress the steps share as they go.
  */
 import type { Logger } from "../../log.ts";
@@ -20,7 +20,7 @@ import type { PrewarmOutcome, PrewarmTarget } from "../prewarm/plan.ts";
 import type { CreatedFrom } from "./source.ts";
 import type { BootResult } from "../outcomes.ts";
 
-/** The adapters a boot uses (built in src/agent/wiring.ts, for the CLI or a lab host). */
+/** The adapters a boot uses (built in src/cli/wiring.ts, for the CLI or a lab host). */
 export interface BootDeps {
   cloud: CloudVolumes;
   storage: HostStorage;

@@ -2,7 +2,7 @@
  * `ebs-cache-agent prewarm`: the pre-warm of the cache volume attached to this instance, on its
  * own. With `--background` it is the run the boot hands a long initialization to (the node is
  * labelled `warming` meanwhile); by hand it checks, initializes, or resumes an interrupted
- * initialization. The adapters come from the caller (src/agent/wiring.ts: the CLI's real ones,
+ * initialization. The adapters come from the caller (src/cli/wiring.ts: the CLI's real ones,
  * or a lab host's).
  *
  * And `ebs-cache-agent status`: the state file in words.
@@ -28,7 +28,7 @@ export interface PrewarmHost {
   reader: PrewarmReader;
 }
 
-/** What the command needs (src/agent/wiring.ts builds it). */
+/** What the command needs (src/cli/wiring.ts builds it). */
 export interface PrewarmCommandDeps {
   config: AgentConfig;
   identify(): Promise<Identity>;

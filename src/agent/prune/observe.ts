@@ -10,7 +10,7 @@ import { currentGeneration, generationName, imagesOf, snapshotGeneration } from 
 import type { CloudVolumes, DockerImages, FilesystemFill, SnapshotInfo } from "../ports.ts";
 import type { PruneObservation } from "./plan.ts";
 
-/** The adapters the prune reads and acts through (built in src/agent/wiring.ts). */
+/** The adapters the prune reads and acts through (built in src/cli/wiring.ts). */
 export interface PruneDeps {
   /** The cache volume the last boot mounted, from its record; undefined when none is recorded. */
   mountedVolume(): Promise<{ volumeId: string; mountPoint: string; dataRoot: string } | undefined>;

@@ -14,7 +14,7 @@ import { observeRefresh } from "./observe.ts";
 import { planRefresh, type RefreshPlan, type RefreshSettings } from "./plan.ts";
 import { isRunning, readRefreshState, writeRefreshState, type RefreshState } from "./state.ts";
 
-/** What the command needs (src/agent/wiring.ts builds it). */
+/** What the command needs (src/cli/wiring.ts builds it). */
 export interface RefreshCommandDeps {
   config: AgentConfig;
   identify(): Promise<Identity>;

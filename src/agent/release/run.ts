@@ -1,7 +1,7 @@
 /**
  * The release's entry (`ebs-cache-agent release`, src/cli/release.ts): identify → resolve
  * settings → observe → plan → (dry run: print) → apply. The adapters come from the caller
- * (src/agent/wiring.ts: the CLI's real ones, or a lab host's), so the same code runs on EC2
+ * (src/cli/wiring.ts: the CLI's real ones, or a lab host's), so the same code runs on EC2
  * (systemd's ExecStop, after docker.service stopped) and in the lab.
  */
 import type { AgentConfig } from "../../config/index.ts";
