@@ -739,9 +739,9 @@ export const CONFIG_SCHEMA = {
         prePulledImagesTag: {
           type: ["string", "null"],
           "x-format": "tagKey",
-          default: "io.simcore.autoscaling.ec2_instance.pre_pulled_images",
+          default: "io.simcore.autoscaling.pre_pulled_images",
           description:
-            "The instance tag holding osparc's list of images to pre-pull (a JSON array), whole or in 256-character chunks `<tag>_0`, `<tag>_1`, …; its images are pulled too. A missing chunk or bad JSON is one warning and the tag is skipped. null: not read.",
+            "The instance tag holding osparc's list of images to pre-pull (a JSON array; osparc's `INSTANCE_PRE_PULLED_IMAGES_EC2_TAG_KEY`), whole or in 256-character chunks `<tag>_0`, `<tag>_1`, …; its images are pulled too. A missing chunk or bad JSON is one warning and the tag is skipped; osparc's buffer tags without the list (or osparc's key beside another configured one) are a warning too. null: not read.",
         },
       },
     },
