@@ -502,7 +502,7 @@ export const CONFIG_SCHEMA = {
           enum: ["warm-buffer", "always", "never"],
           default: "warm-buffer",
           description:
-            "When the labels tag is missing at boot, wait for the instance's tags (`waitForLabelsTagSeconds`) before using the pool: `warm-buffer` only on a stopped warm buffer started again before its activation's tags (tag `io.simcore.autoscaling.warm_buffer_machine=true` on an instance that booted before: osparc writes `false` and the labels in one CreateTags after StartInstances), `always` on any instance without the labels tag, or `never`.",
+            "When the labels tag is missing at boot, wait for the instance's tags (`waitForLabelsTagSeconds`) before using the pool: `warm-buffer` only on a stopped warm buffer started again before its activation's tags (tag `io.simcore.autoscaling.warm_buffer_machine=true` on an instance that booted before: osparc writes `false` and the labels in one CreateTags after StartInstances), `always` on any instance without the labels tag, or `never`. No mode waits once `warm_buffer_machine=false` is there (the activation came, with whatever labels it carries), nor when a pool volume is attached here (it is reused whatever the tags say).",
         },
         waitForLabelsTagSeconds: {
           type: "number",
