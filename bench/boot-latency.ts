@@ -392,7 +392,7 @@ async function latencyBoot(
     boot.readyMs = boot.preparedMs + boot.dockerStartMs + boot.phase2Ms + nodeStartMs;
     // Debian's cloud-final runs after multi-user.target, which waits for phase 2 (a oneshot it wants).
     t = now();
-    await osparc.swarm.link(host.instance.instanceId, host.dockerd!);
+    await osparc.swarm.link(host.instance.instanceId, join(host.dockerd!.root, "net.ns"));
     const { token, address } = await osparc.swarm.joinTarget();
     await host.dockerd!.docker(["swarm", "join", "--availability=drain", "--token", token, address]);
     boot.joinMs = ms(t);

@@ -313,7 +313,7 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
   const join = async (node: OsparcNode) => {
     const dockerd = docker(node);
     const s = await swarm();
-    await s.link(node.instanceId, dockerd);
+    await s.link(node.instanceId, joinPath(dockerd.root, "net.ns"));
     const info = await dockerd.info();
     if (info.Swarm.LocalNodeState !== "inactive") return info.Swarm.NodeID;
     const { token, address } = await s.joinTarget();
@@ -354,8 +354,6 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
       bootOptions.log,
     );
     await node.host.startDocker();
-    // A node that joined before (a reboot, a stop and start) reconnects to its manager by itself.
-    await (await swarm()).link(node.instanceId, docker(node));
     const phase2 = await timed((log) => bootLabHost(lab, node.host, { overrides, log, mayClaim: false }));
     // multi-user.target reached (phase 2 is a oneshot it wants); Debian's cloud-final runs now.
     const joinedMs = await runUserData(node, started);
@@ -381,6 +379,8 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
       if (warm) tags[Osparc.warmBufferTag] = "true";
       else if (Object.keys(labels).length > 0) Object.assign(tags, labelsTagAsOsparcWrites(Osparc.labelsTag, labels));
       const host = await lab.addHost({ tags, metadataTags: false });
+      // Its network reaches the manager from each start of its dockerd (a joined worker needs it then).
+      host.network = async (netnsFile) => (await swarm()).link(host.instance.instanceId, netnsFile);
       const node: OsparcNode = {
         host,
         instanceId: host.instance.instanceId,

@@ -7,7 +7,8 @@
  * veth pair: `osw<n>` in the manager's namespace (`10.213.<n>.1/24`) and `eth0` in the host's
  * (`10.213.<n>.2/24`, with a route to `10.213.0.0/16` through the manager, which forwards, so
  * workers reach each other's gossip too). Nothing is created in the machine's own namespace. A
- * host's namespace goes with its dockerd (a stop, a restart): `link()` makes the path again.
+ * host's namespace goes with its dockerd (a stop, a restart): `link()` makes the path again, as
+ * the host's `network` hook, before each start of its dockerd.
  */
 import { join } from "node:path";
 import { AgentError } from "../errors.ts";
@@ -22,8 +23,11 @@ export interface OsparcSwarm {
   readonly manager: PrivateDockerd;
   /** `docker swarm join-token worker`'s token and the manager's address. */
   joinTarget(): Promise<{ token: string; address: string }>;
-  /** Makes (again, when the host's namespace is new) the path from `dockerd` to the manager. */
-  link(key: string, dockerd: PrivateDockerd): Promise<void>;
+  /**
+   * Makes (again, when the namespace is new) the path from a host's dockerd namespace to the
+   * manager; run before that dockerd starts (a joined worker needs it at its start).
+   */
+  link(key: string, netnsFile: string): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -54,10 +58,10 @@ export async function startOsparcSwarm(root: string): Promise<OsparcSwarm> {
       const token = (await manager.docker(["swarm", "join-token", "-q", "worker"])).stdout.trim();
       return { token, address: `${MANAGER_ADDRESS}:2377` };
     },
-    async link(key, dockerd) {
-      if (dockerd.pid === undefined) throw new AgentError(`${key}: its dockerd is not running`, "start it first");
-      const hostNs = join(dockerd.root, "net.ns");
-      const present = await inNs(hostNs, ["ip", "-o", "addr", "show", "dev", "eth0"]).catch(() => undefined);
+    async link(key, netnsFile) {
+      const managerPid = manager.pid;
+      if (managerPid === undefined) throw new AgentError("the swarm manager is not running", "start the swarm again");
+      const present = await inNs(netnsFile, ["ip", "-o", "addr", "show", "dev", "eth0"]).catch(() => undefined);
       if (present?.stdout.includes("10.213.")) return;
       const n = indexes.get(key) ?? indexes.size + 1;
       if (n > MAX_LINKS) throw new AgentError(`more than ${MAX_LINKS} hosts on one lab swarm`, "use fewer hosts");
@@ -65,24 +69,24 @@ export async function startOsparcSwarm(root: string): Promise<OsparcSwarm> {
       const peer = `osw${n}`;
       // A leftover end (its host's namespace was replaced) goes first.
       await inNs(managerNs, ["ip", "link", "del", peer]).catch(() => undefined);
-      await inNs(managerNs, [
+      await inNs(netnsFile, [
         "ip",
         "link",
         "add",
-        peer,
+        "eth0",
         "type",
         "veth",
         "peer",
         "name",
-        "eth0",
+        peer,
         "netns",
-        String(dockerd.pid),
+        String(managerPid),
       ]);
       await inNs(managerNs, ["ip", "addr", "add", `10.213.${n}.1/24`, "dev", peer]);
       await inNs(managerNs, ["ip", "link", "set", peer, "up"]);
-      await inNs(hostNs, ["ip", "addr", "add", `10.213.${n}.2/24`, "dev", "eth0"]);
-      await inNs(hostNs, ["ip", "link", "set", "eth0", "up"]);
-      await inNs(hostNs, ["ip", "route", "add", "10.213.0.0/16", "via", `10.213.${n}.1`]);
+      await inNs(netnsFile, ["ip", "addr", "add", `10.213.${n}.2/24`, "dev", "eth0"]);
+      await inNs(netnsFile, ["ip", "link", "set", "eth0", "up"]);
+      await inNs(netnsFile, ["ip", "route", "add", "10.213.0.0/16", "via", `10.213.${n}.1`]);
     },
     stop: () => manager.stop(),
   };
