@@ -15,6 +15,20 @@ export const EC2_RANGES = {
   apiMs: [50, 300],
 } as const;
 
+/**
+ * EC2's own start, RunInstances (`LaunchTime`) to the agent's first unit, which osparc's start
+ * limit counts and the lab does not have: `pending` → `running`, then the guest's kernel and
+ * systemd up to network-online.target. Anchored on one published measurement (Colin Percival,
+ * "EC2 boot time benchmarking", daemonology.net, 2021-08-12, ec2-boot-bench on c5.xlarge:
+ * pending → running 4.9 s, running → the guest's network answering 17.2 s, then 5.6 s to sshd),
+ * widened for other AMIs and types: drawn from 4–8 s and 12–25 s. An assumption, not a figure
+ * of osparc's AMI.
+ */
+export const EC2_START_RANGES = {
+  pendingToRunningMs: [4000, 8000],
+  runningToUnitsMs: [12000, 25000],
+} as const;
+
 /** mulberry32: a small seeded generator. */
 export function seededRandom(seed: number): () => number {
   let a = seed >>> 0;

@@ -77,7 +77,7 @@ const DEFAULTS = {
     enabled: false,
     concurrency: 1,
     pullSeconds: 1800,
-    prePulledImagesTag: "io.simcore.autoscaling.ec2_instance.pre_pulled_images",
+    prePulledImagesTag: "io.simcore.autoscaling.pre_pulled_images",
   },
   gc: { supersededGraceHours: 24 },
   prune: { afterBoot: true, thresholdPercent: 85, targetPercent: 75 },

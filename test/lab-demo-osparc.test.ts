@@ -44,7 +44,12 @@ has(
   /release \(stop\): released; vol-[0-9a-f]+ in-use to i-[0-9a-f]+, expires-at none/,
   "stopped: the volume stays attached, no expiry",
 );
-has(/phase 1 waited for the labels tag: it arrived/, "the tag written after the start is used");
+has(/phase 1 did not wait for the labels tag/, "the activation's tags land before the boot: no wait");
+has(
+  /cloud-final \(after multi-user.target\): docker swarm join --availability=drain at/,
+  "the join from the user data",
+);
+has(/in the swarm [0-9.]+ s after LaunchTime/, "the start limit's view: LaunchTime to joined");
 has(/AttachVolume requests for i-[0-9a-f]+ since StartInstances: 0 \(volume kept\)/, "0 AttachVolume on the start");
 t.match(lines.at(-1), /lab +down$/, "the lab is torn down");
 const root = /lab root (\S+)/.exec(text)?.[1];

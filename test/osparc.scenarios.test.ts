@@ -2,9 +2,11 @@
  * The agent under osparc's autoscaler as it is (src/lab/autoscaler.ts stands for it; see
  * docs/osparc.md): machines launched with the chunked labels tag, joined, the tag deleted and
  * the node labelled, terminated, launched again for the same ids and for other ids; a warm
- * buffer stopped and activated with its tags written after the start; a hot buffer
- * re-activated; a boot whose attachment never completes. One lab; the subtests run in order and
- * share the workspace volume the first machine creates.
+ * buffer prepared (pulled, `pre_pulled_images`, stopped) and activated (StartInstances, then one
+ * CreateTags), terminated while stopped; a hot buffer re-activated and pulled into; the start
+ * limit; a batch attach; a boot whose attachment never completes. The nodes join a swarm manager
+ * of the stand-in's own, drained, from cloud-final's user data after the agent's phases. One lab;
+ * the subtests run in order and share the workspace volume the first machine creates.
  */
 import t, { type Test } from "tap";
 import { VolumeTag } from "../src/tags.ts";
@@ -24,8 +26,16 @@ await assertLabPrerequisites();
 
 const bl = await startBootLab({ name: "test-osparc", poolSize: 3 });
 t.teardown(() => bl.close());
-const osparc = createAutoscalerActor({ lab: bl.lab, agentConfig: { pool: POOL } });
 const IMAGE = GOLDEN_IMAGES[0]!.tag;
+/** What osparc pre-pulls onto buffers; the lab has no registry for it: a tag of a golden image. */
+const PRE_PULLED = "registry.osparc.io/simcore/services/dynamic/s4l-core:3.2.1";
+const osparc = createAutoscalerActor({
+  lab: bl.lab,
+  agentConfig: { pool: POOL },
+  prePullImages: [PRE_PULLED],
+  pull: async (docker, image) => void (await docker.docker(["tag", IMAGE, image])),
+});
+t.teardown(() => osparc.close());
 
 /**
  * A dynamic service's placement labels as director-v2's templates render them: long enough
@@ -84,9 +94,18 @@ async function machineFor(t: Test, labels: Record<string, string>): Promise<{ no
   const boot = await osparc.boot(node);
   assertBoot(t, boot.phase1, "prepared", "phase 1 (boot --no-docker): prepared");
   assertBoot(t, boot, "ready", "phase 2 (boot --no-claim, after docker.service): ready");
-  t.comment(`phase 1 ${Math.round(boot.phase1.ms)} ms, to ready ${Math.round(boot.ms)} ms (lab delays)`);
+  t.same(
+    node.userDataRun,
+    ["docker swarm join --availability=drain", "docker login", "docker compose pull"],
+    "cloud-final's user data after the agent: the join, the login, the cold-start pre-pull",
+  );
+  t.ok(boot.joinedMs, "joined");
+  t.comment(`phase 1 ${Math.round(boot.phase1.ms)} ms, joined at ${Math.round(boot.joinedMs ?? 0)} ms (lab delays)`);
+  const info = await node.host.dockerd!.info();
+  t.same([info.Swarm.LocalNodeState, info.Swarm.ControlAvailable], ["active", false], "a worker of the manager");
   await osparc.join(node);
   await osparc.attachNode(node);
+  t.equal(await osparc.availability(node), "drain", "attached drained (ready=false)");
   const after = await osparc.instanceTags(node);
   t.same(
     Object.keys(after).filter((key) => key.startsWith(Osparc.labelsTag)),
@@ -94,6 +113,7 @@ async function machineFor(t: Test, labels: Record<string, string>): Promise<{ no
     "the autoscaler deleted the labels tag after the join",
   );
   await osparc.activate(node);
+  t.equal(await osparc.availability(node), "active", "activated");
   return { node, boot };
 }
 
@@ -132,6 +152,9 @@ t.test(
       "echo written-by-the-first-machine > /data/file",
     ]);
 
+    // An image only this workspace has (what the user's service pulled).
+    await node.host.dockerd!.docker(["tag", IMAGE, "user-service:42"]);
+
     const labels = await osparc.nodeLabels(node);
     t.match(
       labels,
@@ -163,6 +186,8 @@ t.test(
 );
 
 t.test("terminate: the release runs in the shutdown and hands the workspace volume back with an expiry", async (t) => {
+  // The service closes first: director-v2 removes its docker volumes from the node.
+  await osparc.closeService(first, ["work"]);
   await osparc.drain(first);
   await osparc.terminate(first);
   const released = first.lastRelease!;
@@ -196,50 +221,49 @@ t.test("other ids (the same user, another project and node) never get the worksp
   await osparc.terminate(userLevel);
 });
 
-t.test("the same ids again: the workspace volume comes back with the first machine's file", async (t) => {
-  const { node, boot } = await machineFor(t, FIRST);
-  t.equal(boot.phase1.plan.selection.source, "workspace", "the workspace of these ids is found");
-  t.equal(boot.result?.volumeId, workspaceVolume, "the same volume");
-  const read = await node.host.dockerd!.docker([
-    "run",
-    "--rm",
-    "--network",
-    "none",
-    "-v",
-    "work:/data",
-    IMAGE,
-    "cat",
-    "/data/file",
-  ]);
-  t.equal(
-    read.stdout.trim(),
-    "written-by-the-first-machine",
-    "the file the first machine wrote into its docker volume",
-  );
-  t.notOk((await bl.tags(workspaceVolume))[VolumeTag.expiresAt], "claimed again: no expiry");
+t.test(
+  "the same ids again: the workspace volume comes back with the first machine's images (not its service's volumes)",
+  async (t) => {
+    const { node, boot } = await machineFor(t, FIRST);
+    t.equal(boot.phase1.plan.selection.source, "workspace", "the workspace of these ids is found");
+    t.equal(boot.result?.volumeId, workspaceVolume, "the same volume");
+    const images = (await node.host.dockerd!.docker(["images", "--format", "{{.Repository}}:{{.Tag}}"])).stdout;
+    t.match(images, /^user-service:42$/m, "the image the first machine had");
+    const volumes = (await node.host.dockerd!.docker(["volume", "ls", "-q"])).stdout;
+    t.notMatch(volumes, /^work$/m, "not its service's docker volume: osparc removed it when the service closed");
+    t.notOk((await bl.tags(workspaceVolume))[VolumeTag.expiresAt], "claimed again: no expiry");
 
-  // Hot buffer: the task ends, the node is drained and later re-activated for a new task with
-  // no reboot. The agent is not involved: its labels stay as they were.
-  const before = agentLabels({
-    ...(await osparc.nodeLabels(node)),
-    ...labelRecord((await node.host.dockerd!.info()).Labels),
-  });
-  t.ok(before[`${LABEL_PREFIX}.state`], "the agent's labels before", { before });
-  await osparc.drain(node);
-  const drained = await osparc.nodeLabels(node);
-  t.notOk("user-id" in drained, "drained: the placement labels removed");
-  t.equal(drained[Osparc.servicesReady], "false");
-  await osparc.activate(node, FIRST);
-  const after = await osparc.nodeLabels(node);
-  t.match(after, { ...FIRST, [Osparc.servicesReady]: "true" }, "re-activated");
-  t.same(
-    agentLabels({ ...after, ...labelRecord((await node.host.dockerd!.info()).Labels) }),
-    before,
-    "the agent's labels untouched",
-  );
-  await osparc.terminate(node);
-  t.equal(node.lastRelease?.result?.outcome, "released");
-});
+    // Hot buffer: the task ends, the node is drained and later re-activated for a new task with
+    // no reboot. The agent is not involved: its labels stay as they were.
+    const before = agentLabels({
+      ...(await osparc.nodeLabels(node)),
+      ...labelRecord((await node.host.dockerd!.info()).Labels),
+    });
+    t.ok(before[`${LABEL_PREFIX}.state`], "the agent's labels before", { before });
+    await osparc.drain(node);
+    const drained = await osparc.nodeLabels(node);
+    t.notOk("user-id" in drained, "drained: the placement labels removed");
+    t.equal(drained[Osparc.servicesReady], "false");
+    // Idle hot buffer: osparc pulls its images into it, the list tagged as the pull starts.
+    await osparc.pullIntoHotBuffer(node);
+    t.match(
+      await osparc.instanceTags(node),
+      { [Osparc.prePulledImagesTag]: JSON.stringify([PRE_PULLED]) },
+      "the pre_pulled_images list, under osparc's key",
+    );
+    t.notOk(Osparc.pullingTag in (await osparc.instanceTags(node)), "the pulling tags gone once it succeeded");
+    await osparc.activate(node, FIRST);
+    const after = await osparc.nodeLabels(node);
+    t.match(after, { ...FIRST, [Osparc.servicesReady]: "true" }, "re-activated");
+    t.same(
+      agentLabels({ ...after, ...labelRecord((await node.host.dockerd!.info()).Labels) }),
+      before,
+      "the agent's labels untouched",
+    );
+    await osparc.terminate(node);
+    t.equal(node.lastRelease?.result?.outcome, "released");
+  },
+);
 
 t.test(
   "a warm buffer: keeps its volume attached over stop and start (no AttachVolume, no expiry), takes its task's tags written after the start",
@@ -247,12 +271,15 @@ t.test(
     const buffer = await osparc.launch({}, { warmBuffer: true });
     const boot = await osparc.boot(buffer);
     assertBoot(t, boot, "ready", "the buffer's first boot: ready on a pool volume");
+    t.same(buffer.userDataRun, ["docker login", "write the pre-pull compose file"], "a buffer's user data has no join");
+    t.equal((await buffer.host.dockerd!.info()).Swarm.LocalNodeState, "inactive", "not in the swarm");
     t.equal(boot.phase1.plan.selection.source, "pool");
     const volumeId = boot.result!.volumeId!;
 
-    const stopped = async (what: string) => {
+    const stopped = async (what: string, prepare = false) => {
       const since = lastSeq();
-      await osparc.stop(buffer);
+      if (prepare) await osparc.prepareWarmBuffer(buffer);
+      else await osparc.stop(buffer);
       t.equal(buffer.lastRelease?.result?.outcome, "released", `${what}: the release ran`, {
         log: buffer.lastRelease?.log.join("\n"),
       });
@@ -270,21 +297,34 @@ t.test(
         `${what}: no DetachVolume`,
       );
     };
-    await stopped("first stop");
+    await stopped("pulled and stopped", true);
+    t.match(
+      await osparc.instanceTags(buffer),
+      { [Osparc.prePulledImagesTag]: JSON.stringify([PRE_PULLED]), [Osparc.warmBufferTag]: "true" },
+      "the buffer's pre_pulled_images list",
+    );
 
     // Activation for a task: StartInstances, then one CreateTags with warm_buffer_machine=false and the labels tag.
+    // The boot reads its tags before that CreateTags lands: its pool volume is attached and
+    // reused whatever the tags say, so it does not wait for them.
     const since = lastSeq();
     const activated = await osparc.activateWarmBuffer(buffer, FIRST, {
       overrides: { workspace: { waitForLabelsTagSeconds: 20 } },
+      bootBeforeTags: true,
     });
     assertBoot(t, activated, "ready", "the activated buffer's boot: ready");
-    t.ok(
-      activated.phase1.log.some((line) => /waiting up to 20 s/.test(line)),
-      "it waited for the tag written after the start",
+    t.notOk(
+      activated.phase1.log.some((line) => /waiting up to/.test(line)),
+      "no wait: the attached pool volume is reused whatever the tags say",
     );
     t.ok(
-      activated.phase1.log.some((line) => /the labels tag arrived/.test(line)),
-      "and the tag arrived",
+      activated.phase1.log.some((line) => /not waited for: vol-\w+ is attached here and reused/.test(line)),
+      "and it says why",
+    );
+    t.same(
+      buffer.userDataRun,
+      ["docker swarm join --availability=drain"],
+      "the activation's user data: the idempotent join",
     );
     t.equal(activated.result?.volumeId, volumeId, "the volume it kept");
     t.equal(attachRequests(buffer.instanceId, since), 0, "0 AttachVolume on the start");
@@ -320,8 +360,14 @@ t.test(
     t.equal(waited(rebooted), "", "nor does phase 2");
     t.equal(rebooted.result?.volumeId, volumeId, "the same volume");
     t.equal(attachRequests(buffer.instanceId, again), 0, "0 AttachVolume on this start either");
+    await stopped("third stop");
+    // Terminated while stopped (a surplus buffer, its image list changed): no OS, no release.
+    const release = buffer.lastRelease;
     await osparc.terminate(buffer);
-    t.equal((await volumeEnd(bl, volumeId)).state, "available", "terminated: the volume handed back");
+    t.equal(buffer.lastRelease, release, "no release ran on the terminate of a stopped instance");
+    const end = await volumeEnd(bl, volumeId);
+    t.equal(end.state, "available", "EC2 detached the volume (DeleteOnTermination false)");
+    t.notOk(end.tags[VolumeTag.expiresAt], "with no expires-at: no release wrote one (gc's case)");
   },
 );
 
@@ -363,3 +409,40 @@ t.test(
     await osparc.terminate(node);
   },
 );
+
+t.test(
+  "the start limit: LaunchTime to joined, polled like osparc; a node that never joins is terminated",
+  async (t) => {
+    const node = await osparc.launch({});
+    const booting = osparc.boot(node);
+    const verdict = await osparc.superviseStart(node, { pollIntervalMs: 200 });
+    await booting;
+    t.equal(verdict.joined, true, "joined within the minute");
+    if (verdict.joined) t.comment(`launch → joined ${verdict.launchToJoinedMs} ms (lab, poll 200 ms)`);
+    await osparc.terminate(node);
+
+    // Never booted (a hung AMI): broken once LaunchTime is older than the limit, and terminated.
+    const hung = await osparc.launch({});
+    const broken = await osparc.superviseStart(hung, { maxStartTimeMs: 2000, pollIntervalMs: 500 });
+    t.equal(broken.joined, false, "found broken");
+    await osparc.terminate(hung);
+    t.equal(await osparc.instanceState(hung), "terminated", "terminated by the stand-in");
+  },
+);
+
+t.test("a batch attach deletes the labels tag keys of the FIRST instance from all of them", async (t) => {
+  const short = { "user-id": "7", "project-id": "p-7", "node-id": "n-7" };
+  const a = await osparc.launch(short);
+  const b = await osparc.launch(FIRST);
+  await osparc.boot(a);
+  await osparc.boot(b);
+  await osparc.attachNode(a, b);
+  t.notOk(Osparc.labelsTag in (await osparc.instanceTags(a)), "the first's single tag deleted");
+  t.ok(
+    `${Osparc.labelsTag}_0` in (await osparc.instanceTags(b)),
+    "the second's chunks stay: the keys were the first instance's (osparc's own behaviour)",
+  );
+  t.match(await osparc.nodeLabels(b), FIRST, "both nodes labelled all the same");
+  await osparc.terminate(a);
+  await osparc.terminate(b);
+});

@@ -11,7 +11,7 @@ import { planRefresh, type RefreshObservation, type RefreshSettings } from "../s
 import type { SnapshotInfo } from "../src/agent/ports.ts";
 import { VolumeTag } from "../src/tags.ts";
 
-const KEY = "io.simcore.autoscaling.ec2_instance.pre_pulled_images";
+const KEY = "io.simcore.autoscaling.pre_pulled_images";
 
 /** The tags osparc's `dump_as_ec2_tags` writes for a JSON value: whole up to 256 characters, else chunks. */
 function asOsparcWrites(value: unknown, key = KEY): Record<string, string> {

@@ -245,7 +245,7 @@ t.test(
     );
     t.teardown(() => void blackHole.kill("SIGKILL"));
     await new Promise<void>((resolve) => blackHole.stdout!.once("data", () => resolve()));
-    host.instance.tags["io.simcore.autoscaling.ec2_instance.pre_pulled_images"] = JSON.stringify([hang, fresh]);
+    host.instance.tags["io.simcore.autoscaling.pre_pulled_images"] = JSON.stringify([hang, fresh]);
     const background = execa(
       process.execPath,
       ["--import", "tsx", MAIN, "refresh", "--background", "--config", config],

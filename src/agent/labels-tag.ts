@@ -126,11 +126,11 @@ export function readLabelsTag(tags: Readonly<Record<string, string>>, key: strin
 /**
  * The instance tags osparc's autoscaler writes for `labels` (its `dump_as_ec2_tags`): one tag
  * when the JSON text fits in 256 characters, chunks `<key>_0`, `<key>_1`, … otherwise. For the
- * lab's autoscaler actor and the tests.
+ * lab's autoscaler actor and the tests; `pre_pulled_images` is written the same way, from a list.
  */
 export function labelsTagAsOsparcWrites(
   key: string,
-  labels: Readonly<Record<string, unknown>>,
+  labels: Readonly<Record<string, unknown>> | readonly unknown[],
 ): Record<string, string> {
   const text = JSON.stringify(labels);
   if (text.length <= LABELS_CHUNK_SIZE) return { [key]: text };

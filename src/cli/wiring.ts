@@ -27,7 +27,10 @@ import { mountPointsOf, syncFilesystem } from "../host/mount.ts";
 import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
 import type { BootCommandDeps } from "../agent/boot/run.ts";
+import { VolumeKind, VolumeTag } from "../tags.ts";
+import { attachedCacheVolume } from "../agent/attached.ts";
 import type {
+  Cancellable,
   CloudVolumes,
   ContainerdRoot,
   DockerService,
@@ -155,6 +158,14 @@ function wireCommon(options: WiringOptions) {
     // The boot's own DescribeInstances (shared): no call of its own.
     launchTime: async (identity: Identity) =>
       (await cloudFor(config.region ?? identity.region).describeInstance(identity.instanceId)).launchTime,
+    reusedVolume: async (identity: Identity, call?: Cancellable) => {
+      const cloud = cloudFor(config.region ?? identity.region);
+      const mapped = (await cloud.describeInstance(identity.instanceId, call)).volumes.map((v) => v.volumeId);
+      if (mapped.length === 0) return undefined;
+      const managed = await cloud.findVolumes({ volumeIds: mapped, tags: { [VolumeTag.managed]: "true" } }, call);
+      const attached = attachedCacheVolume(managed, identity.instanceId);
+      return attached && attached.tags[VolumeTag.kind] !== VolumeKind.workspace ? attached.volumeId : undefined;
+    },
   };
 }
 

@@ -502,7 +502,7 @@ export const CONFIG_SCHEMA = {
           enum: ["warm-buffer", "always", "never"],
           default: "warm-buffer",
           description:
-            "When the labels tag is missing at boot, wait for the instance's tags (`waitForLabelsTagSeconds`) before using the pool: `warm-buffer` only on a stopped warm buffer started again before its activation's tags (tag `io.simcore.autoscaling.warm_buffer_machine=true` on an instance that booted before: osparc writes `false` and the labels in one CreateTags after StartInstances), `always` on any instance without the labels tag, or `never`.",
+            "When the labels tag is missing at boot, wait for the instance's tags (`waitForLabelsTagSeconds`) before using the pool: `warm-buffer` only on a stopped warm buffer started again before its activation's tags (tag `io.simcore.autoscaling.warm_buffer_machine=true` on an instance that booted before: osparc writes `false` and the labels in one CreateTags after StartInstances), `always` on any instance without the labels tag, or `never`. No mode waits once `warm_buffer_machine=false` is there (the activation came, with whatever labels it carries), nor when a pool volume is attached here (it is reused whatever the tags say).",
         },
         waitForLabelsTagSeconds: {
           type: "number",
@@ -739,9 +739,9 @@ export const CONFIG_SCHEMA = {
         prePulledImagesTag: {
           type: ["string", "null"],
           "x-format": "tagKey",
-          default: "io.simcore.autoscaling.ec2_instance.pre_pulled_images",
+          default: "io.simcore.autoscaling.pre_pulled_images",
           description:
-            "The instance tag holding osparc's list of images to pre-pull (a JSON array), whole or in 256-character chunks `<tag>_0`, `<tag>_1`, …; its images are pulled too. A missing chunk or bad JSON is one warning and the tag is skipped. null: not read.",
+            "The instance tag holding osparc's list of images to pre-pull (a JSON array; osparc's `INSTANCE_PRE_PULLED_IMAGES_EC2_TAG_KEY`), whole or in 256-character chunks `<tag>_0`, `<tag>_1`, …; its images are pulled too. A missing chunk or bad JSON is one warning and the tag is skipped; osparc's buffer tags without the list (or osparc's key beside another configured one) are a warning too. null: not read.",
         },
       },
     },

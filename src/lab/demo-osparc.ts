@@ -49,6 +49,7 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     out(`${at()}  ${who.padEnd(6)} ${text}`);
 
   const lab = await startLab({ name: "demo-osparc", log });
+  let actor: ReturnType<typeof createAutoscalerActor> | undefined;
   try {
     say("lab", `EC2 emulator ${lab.ec2.endpoint}, lab root ${lab.root}`);
     const golden = await buildGoldenSnapshot(lab, {
@@ -68,6 +69,7 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     );
 
     const osparc = createAutoscalerActor({ lab, agentConfig: { pool: options.pool } });
+    actor = osparc;
     const attachesSince = (node: OsparcNode, seq: number) =>
       lab.ec2.requests
         .records()
@@ -79,6 +81,11 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
         "agent",
         `docker.service started; phase 2 (boot --no-claim): ${outcomeOf(boot)}, ${sec(boot.ms)} from boot start`,
       );
+      if (boot.joinedMs !== undefined)
+        say(
+          "osparc",
+          `cloud-final (after multi-user.target): docker swarm join --availability=drain at ${sec(boot.joinedMs)}`,
+        );
     };
     const terminateInBackground = (node: OsparcNode): Promise<void> => {
       say("osparc", `TerminateInstances ${node.instanceId}`);
@@ -99,8 +106,17 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
         "osparc",
         `RunInstances ${node.instanceId} for ${who}: labels tag in ${chunks.length} chunks (${chunks.map((key) => key.slice(Osparc.labelsTag.length)).join(", ")})`,
       );
+      // The autoscaler's start limit watches the boot: LaunchTime to joined, polled every 10 s.
+      const watched = osparc.superviseStart(node);
       const boot = await osparc.boot(node);
       sayBoot(boot);
+      const verdict = await watched;
+      say(
+        "osparc",
+        verdict.joined
+          ? `in the swarm ${sec(verdict.launchToJoinedMs)} after LaunchTime (seen at the 10 s poll; limit 60 s)`
+          : `never joined: terminated as broken after ${sec(verdict.brokenAfterMs)}`,
+      );
       await osparc.join(node);
       await osparc.attachNode(node);
       const left = Object.keys(await osparc.instanceTags(node)).filter((key) => key.startsWith(Osparc.labelsTag));
@@ -198,8 +214,11 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     const activated = await osparc.activateWarmBuffer(buffer, BUFFERED, {
       overrides: { workspace: { waitForLabelsTagSeconds: 20 } },
     });
-    const waited = activated.phase1.log.find((line) => /the labels tag arrived/.test(line));
-    say("agent", `phase 1 waited for the labels tag: ${waited ? "it arrived" : "it never came"}`);
+    const waited = activated.phase1.log.some((line) => /waiting up to/.test(line));
+    say(
+      "agent",
+      `phase 1 ${waited ? "waited for" : "did not wait for"} the labels tag (it lands before the OS boots; the buffer's pool volume is attached and reused)`,
+    );
     sayBoot(activated);
     say(
       "ec2",
@@ -212,6 +231,7 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     say("osparc", `TerminateInstances ${buffer.instanceId}: ${kept} ${(await describe(lab, kept)).state}`);
     await Promise.all(terminations);
   } finally {
+    await actor?.close();
     await lab.close();
     say("lab", "down");
   }

@@ -53,6 +53,11 @@ export interface PrivateDockerdOptions {
   readyTimeoutMs?: number;
   /** How long stop() waits after SIGTERM before SIGKILL. Default 45 s (dockerd gives containers 15 s). */
   stopTimeoutMs?: number;
+  /**
+   * Run on each new network namespace before dockerd starts in it: links it to other namespaces
+   * (a swarm worker's dockerd needs its route to the manager at its start).
+   */
+  network?: (netnsFile: string) => Promise<void>;
 }
 
 /** The fields of `GET /info` the lab and the agent look at. */
@@ -226,6 +231,7 @@ class LabDockerd implements PrivateDockerd {
     this.lastDataRoot = dataRoot;
     this.pluginDirWasThere ??= existsSync(PLUGIN_DISCOVERY_DIR);
     await createNetns(this.netnsFile);
+    await this.options.network?.(this.netnsFile);
 
     const logOffset = existsSync(this.logFile) ? (await stat(this.logFile)).size : 0;
     this.options.log?.info("lab.dockerd-start", "starting private dockerd", { root: this.root, dataRoot });

@@ -90,6 +90,8 @@ export interface LabHost {
   paths: LabHostPaths;
   /** The host's dockerd, once started. */
   dockerd?: PrivateDockerd;
+  /** Set by whoever links this host to others (the osparc stand-in's swarm): run on each new network namespace of its dockerd, before dockerd starts. */
+  network?: (netnsFile: string) => Promise<void>;
   /** Starts the host's dockerd (on the data-root its daemon.json names) unless it runs. */
   startDocker(): Promise<PrivateDockerd>;
   /** The host's docker.service, as the agent controls it (start creates the dockerd on first use). */
@@ -243,6 +245,7 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
           root: dockerdRoot,
           configFile: paths.daemonJson,
           log,
+          network: async (netnsFile) => host.network?.(netnsFile),
           ...dockerdExtra,
         });
         return host.dockerd;

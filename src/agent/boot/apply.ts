@@ -31,7 +31,7 @@ import {
   type Progress,
   type StepContext,
 } from "./context.ts";
-import { BootStepError, CancelledError, remediationOf } from "./errors.ts";
+import { BootStepError, CancelledError, JoinedBeforeSwitch, remediationOf } from "./errors.ts";
 import type { BootPlan, BootStep } from "./plan.ts";
 import { bootSourceOf } from "./source.ts";
 import { degrade, shorten, undo } from "./undo.ts";
@@ -109,8 +109,11 @@ export async function applyBootPlan(
       // detaches only once it is done (it is bounded by prewarm.check.seconds).
       await progress.prewarmRun?.idle();
       // Undo with no signal: a boot stopped by SIGTERM still hands back what it holds.
+      // A node that joined before the switch keeps docker as it runs: not the volume's fault either.
+      const joined = error instanceof JoinedBeforeSwitch;
       await undo(progress, plan, deps, reason, {
-        quarantine: volumeFault || (!cancelled && DOCKER_ON_VOLUME_STEPS.has(failed)),
+        quarantine: volumeFault || (!cancelled && !joined && DOCKER_ON_VOLUME_STEPS.has(failed)),
+        keepDocker: joined,
       });
       if (volumeFault && volumeId && claimIndex >= 0 && claim.volumes < maxVolumes) {
         log.warning("boot.volume-unusable", `${reason}; handed back, trying the next candidate`, {
@@ -547,6 +550,8 @@ async function startDocker(_step: StepOf<"start-docker">, ctx: StepContext): Pro
   if (await docker.isActive()) {
     const info = await engine.info().catch(() => undefined);
     if (info?.dockerRootDir === p.dataRoot) return undefined;
+    // The swarm membership lives in the running data-root: a restart onto the volume would drop it.
+    if (info && info.swarm.state !== "inactive") throw new JoinedBeforeSwitch(info.dockerRootDir, info.swarm.state);
     log.info("boot.docker", "restarting docker on the cache volume");
     await docker.restart();
   } else {

@@ -17,6 +17,25 @@ export class BootStepError extends AgentError {
   }
 }
 
+/**
+ * Docker runs, already in a swarm (joined, or joining), on another data-root than the volume's:
+ * something started and joined it before the agent prepared the volume (a unit order where the
+ * join runs before the agent). Moving it now would restart it on a data-root without its swarm
+ * state, and the node would leave the swarm under the autoscaler: docker is left as it is.
+ */
+export class JoinedBeforeSwitch extends BootStepError {
+  constructor(
+    readonly dockerRootDir: string,
+    readonly swarmState: string,
+  ) {
+    super(
+      "start-docker",
+      `docker already runs on ${dockerRootDir} and is in a swarm (${swarmState}): not moved to the cache volume after the join`,
+      "order the join after the agent (cloud-final After=ebs-cache-agent-ready.service, or docker.service After=ebs-cache-agent.service, which the unit sets); the next boot of a fresh instance uses the volume",
+    );
+  }
+}
+
 /** The abort reason of a boot whose budget (config timeouts.bootSeconds) ran out. */
 export class BootBudgetSpent extends AgentError {
   constructor(readonly seconds: number) {

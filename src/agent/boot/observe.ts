@@ -13,6 +13,7 @@ import type { HostStore } from "../../docker/image-store.ts";
 import type { Cancellable, CloudVolumes, Identity } from "../ports.ts";
 import { readWorkspaceRecord, sameActivation, type Activation, type WorkspaceRecord } from "../workspace-record.ts";
 import { currentSnapshot } from "../generation.ts";
+import { bufferRole, hasChunkedTag } from "../buffer-tags.ts";
 import {
   lookupsNeeded,
   poolQuery,
@@ -31,6 +32,12 @@ export interface IdentitySource {
   launchTime?(identity: Identity): Promise<string | undefined>;
   /** This boot of the machine (/proc/sys/kernel/random/boot_id). */
   bootId?: string;
+  /**
+   * The managed volume attached to this instance that a boot reuses whatever its tags say (a pool
+   * volume: a stopped warm buffer keeps its own); undefined when none is. A workspace volume
+   * attached here does not count: the ids decide whether it is this run's.
+   */
+  reusedVolume?(identity: Identity, options?: Cancellable): Promise<string | undefined>;
   log: Logger;
 }
 
@@ -113,33 +120,27 @@ export async function observeBoot(
   return observed;
 }
 
-/** Tags that mark an osparc warm buffer: `true` while it waits stopped, `false` once activated. */
-const WARM_BUFFER_TAGS = ["io.simcore.autoscaling.warm_buffer_machine", "io.simcore.autoscaling.buffer_machine"];
-
-/** Whether the tags hold the labels tag, single or chunked (`<key>_0`, `<key>_1`, …). */
-function hasLabelsTag(tags: Readonly<Record<string, string>>, key: string): boolean {
-  return Object.keys(tags).some(
-    (name) => name === key || (name.startsWith(`${key}_`) && /^\d+$/.test(name.slice(key.length + 1))),
-  );
-}
-
 /**
  * What the boot still waits for in these tags, undefined when nothing. osparc activates a warm
- * buffer with StartInstances and then ONE CreateTags carrying `warm_buffer_machine=false` and
- * the labels tag together (`_try_start_warm_buffer_instances`): a boot that sees `false` sees
- * the labels already, or none will come (a start to refill hot buffers has no task); one that
- * sees `true` on an instance that ran before (a stopped buffer started again) runs before that
- * CreateTags and waits for it. `true` on the first boot is the buffer's own creation: no wait.
- * `always` also waits for a missing labels tag on any instance.
+ * buffer with ModifyInstanceAttribute (the join script), StartInstances and then ONE CreateTags
+ * carrying `warm_buffer_machine=false` and the labels tag together (`_try_start_warm_buffer_instances`,
+ * services/autoscaling modules/cluster_scaling/_auto_scaling_core.py): a boot that sees `false`
+ * sees the labels already, or none will come (a start to refill hot buffers has no task, and
+ * `_compute_hot_buffer_missing` starts such buffers); one that sees `true` on an instance that ran
+ * before (a stopped buffer started again) runs before that CreateTags and waits for it. `true` on
+ * the first boot is the buffer's own creation: no wait. `always` also waits for a missing labels
+ * tag on an instance osparc did not start as a warm buffer; once the activation's tags are there
+ * (`false`) nothing more will come in either mode.
  */
 export function awaitedTags(
   tags: Readonly<Record<string, string>>,
   options: { labelsTag: string; mode: string; startedBefore: boolean },
 ): string | undefined {
-  if (hasLabelsTag(tags, options.labelsTag) || options.mode === "never") return undefined;
-  const dormant = WARM_BUFFER_TAGS.some((tag) => tags[tag] === "true");
-  if (dormant && (options.startedBefore || options.mode === "always"))
+  if (hasChunkedTag(tags, options.labelsTag) || options.mode === "never") return undefined;
+  const role = bufferRole(tags);
+  if (role === "warm-dormant" && (options.startedBefore || options.mode === "always"))
     return "a stopped warm buffer started again, before its activation's tags";
+  if (role === "warm-activated" || role === "hot") return undefined;
   return options.mode === "always" ? "no labels tag on this instance" : undefined;
 }
 
@@ -160,6 +161,14 @@ async function waitForTags(
   const seconds = config.workspace.waitForLabelsTagSeconds;
   const why = awaitedTags(identity.tags, options);
   if (why === undefined || seconds === 0) return identity;
+  // A pool volume attached here is reused whatever tags come: waiting for them cannot change the boot.
+  const reused = await source.reusedVolume?.(identity, signal ? { signal } : {}).catch(() => undefined);
+  if (reused) {
+    log.info("boot.labels-tag", `no labels tag yet (${why}), not waited for: ${reused} is attached here and reused`, {
+      tag: key,
+    });
+    return identity;
+  }
   log.notice("boot.labels-tag", `no labels tag yet (${why}): waiting up to ${seconds} s for the instance's tags`, {
     tag: key,
   });
@@ -170,7 +179,7 @@ async function waitForTags(
     if (awaitedTags(again.tags, options) === undefined) {
       log.info(
         "boot.labels-tag",
-        hasLabelsTag(again.tags, key) ? "the labels tag arrived" : "the instance was activated without a labels tag",
+        hasChunkedTag(again.tags, key) ? "the labels tag arrived" : "the instance was activated without a labels tag",
         { tag: key },
       );
       return again;

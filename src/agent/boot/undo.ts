@@ -20,7 +20,7 @@ export async function undo(
   plan: BootPlan,
   deps: BootDeps,
   reason: string,
-  options: { quarantine: boolean },
+  options: { quarantine: boolean; keepDocker?: boolean },
 ): Promise<void> {
   const { log } = deps;
   const attempt = async (what: string, work: () => Promise<unknown>) => {
@@ -37,7 +37,8 @@ export async function undo(
     await attempt("restoring containerd's config.toml", () => deps.containerd!.restoreBackup());
   }
   if (p.mountPoint && (p.mountedNow || p.switched || p.claimedNow || p.containerdSwitched)) {
-    if (deps.docker && (p.switched || p.containerdSwitched))
+    // keepDocker: docker runs elsewhere, in a swarm (JoinedBeforeSwitch); the volume is not its.
+    if (deps.docker && (p.switched || p.containerdSwitched) && !options.keepDocker)
       await attempt("stopping docker", () => deps.docker!.stop());
     // containerd holds its metadata (meta.db) on the volume open: the unmount would be refused.
     // Only in a run with docker control: in phase 1 containerd has not started (it is ordered

@@ -2,14 +2,18 @@
  * The image lists a refresh wants, read from the world's tags: osparc's `pre_pulled_images`
  * instance tag, and references compared the way docker lists them. Pure.
  *
- * osparc's autoscaler writes `io.simcore.autoscaling.ec2_instance.pre_pulled_images` as the JSON
- * array of the images it pulled onto a warm buffer (`dump_as_ec2_tags`: whole, or in 256-character
- * chunks `<key>_0`, `<key>_1`, …, like the labels tag). The tag is the autoscaler's: whatever is
- * wrong with it is a warning and the refresh goes on without it (or without the bad entries).
+ * osparc's autoscaler writes `io.simcore.autoscaling.pre_pulled_images`
+ * (`INSTANCE_PRE_PULLED_IMAGES_EC2_TAG_KEY`) as the JSON array of the images it pulled onto a warm
+ * buffer before stopping it (`_handle_pool_image_pulling`), and onto an idle hot buffer when it
+ * starts a pull there (`_pre_pull_docker_images_on_idle_hot_buffers`): `dump_as_ec2_tags`, whole or
+ * in 256-character chunks `<key>_0`, `<key>_1`, …, like the labels tag. The tag is the
+ * autoscaler's: whatever is wrong with it is a warning and the refresh goes on without it (or
+ * without the bad entries).
  */
 import { validateImageRef } from "../../inputs.ts";
 import { withLatest } from "../generation.ts";
 import { readChunkedJsonTag } from "../labels-tag.ts";
+import { BufferTag, bufferRole, hasChunkedTag } from "../buffer-tags.ts";
 
 export interface PrePulledImagesRead {
   /** Valid references, in the tag's order, without repeats (as docker would list them). */
@@ -46,6 +50,26 @@ export function readPrePulledImages(tags: Readonly<Record<string, string>>, key:
     images.push(check.value);
   }
   return { images, warnings };
+}
+
+/**
+ * A warning when osparc's buffer tags say the list should be there and the configured key does
+ * not find it: an activated warm buffer always carries it (osparc tags a buffer's list before it
+ * stops it), a hot buffer once a pull was started on it; or osparc's own key is there and the
+ * configuration names another (the key an earlier version of this agent defaulted to).
+ */
+export function missingPrePulledListWarning(
+  tags: Readonly<Record<string, string>>,
+  key: string | null,
+): string | undefined {
+  if (key === null || hasChunkedTag(tags, key)) return undefined;
+  const fix = `set refresh.prePulledImagesTag to "${BufferTag.prePulledImages}" (osparc's key) or null`;
+  if (hasChunkedTag(tags, BufferTag.prePulledImages))
+    return `the instance carries osparc's pre-pulled images tag "${BufferTag.prePulledImages}" but refresh.prePulledImagesTag is "${key}": its images are not pulled; ${fix}`;
+  const role = bufferRole(tags);
+  if (role === "warm-activated" || role === "hot")
+    return `osparc's ${role === "hot" ? "hot" : "warm"} buffer tags are present but no "${key}" instance tag: its images are not pulled; if osparc wrote its list under another key, ${fix}`;
+  return undefined;
 }
 
 /**

@@ -19,7 +19,7 @@ import {
   type Generation,
 } from "../generation.ts";
 import type { SnapshotInfo, VolumeInfo } from "../ports.ts";
-import { asListed, readPrePulledImages } from "./images.ts";
+import { asListed, missingPrePulledListWarning, readPrePulledImages } from "./images.ts";
 
 export interface RefreshSettings {
   /** Pulls at once (config refresh.concurrency). */
@@ -101,6 +101,8 @@ export function planRefresh(settings: RefreshSettings, observed: RefreshObservat
       ? { images: [], warnings: [] }
       : readPrePulledImages(observed.instanceTags, settings.prePulledImagesTag);
   const warnings = [...prePulled.warnings];
+  const missingList = missingPrePulledListWarning(observed.instanceTags, settings.prePulledImagesTag);
+  if (missingList) warnings.push(missingList);
   if (!current) warnings.push("the pool has no completed snapshot: no current generation to follow");
 
   const wanted = new Map<string, WantedImage>();
