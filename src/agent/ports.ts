@@ -133,7 +133,7 @@ export interface CloudVolumes {
   /**
    * The newest completed snapshot carrying all the tags, by start time. Not the pool's current
    * generation (built-at beats start time): for that, currentSnapshot(findSnapshots(…)) of
-   * src/agent/generation.ts.
+   * src/agent/volume-rules.ts.
    */
   newestSnapshot(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo | undefined>;
   /** Every snapshot of this account carrying all the tags, in any state (the keeper orders volumes by their snapshot's age). */

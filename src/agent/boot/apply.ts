@@ -18,7 +18,7 @@ import { GROW_MARGIN_BYTES } from "../../host/filesystem.ts";
 import type { VolumeInfo } from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
 import { volumeDetails } from "../report.ts";
-import { imagesOf, withLatest } from "../generation.ts";
+import { imagesOf, withLatest } from "../volume-rules.ts";
 import { claimNext, createAndClaim } from "./claim.ts";
 import { claimTagChanges } from "./claim-tags.ts";
 import {

@@ -6,7 +6,7 @@
 import { describeError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { VolumeKind, VolumeTag } from "../../tags.ts";
-import { currentGeneration, generationName, imagesOf, snapshotGeneration } from "../generation.ts";
+import { currentGeneration, generationName, imagesOf, poolSelector, snapshotGeneration } from "../volume-rules.ts";
 import type { CloudVolumes, DockerImages, FilesystemFill, SnapshotInfo } from "../ports.ts";
 import type { PruneObservation } from "./plan.ts";
 
@@ -67,20 +67,16 @@ export async function observePrune(deps: PruneDeps, options: { imageSet: string 
   const pool = tags[VolumeTag.pool];
   let snapshots: SnapshotInfo[] | undefined;
   if (pool) {
-    const selector = {
-      [VolumeTag.managed]: "true",
-      [VolumeTag.kind]: VolumeKind.pool,
-      [VolumeTag.pool]: pool,
-      ...(options.imageSet ? { [VolumeTag.imageSet]: options.imageSet } : {}),
-    };
-    snapshots = await deps.cloud.findSnapshots(selector).catch((error: unknown) => {
-      log.warning(
-        "prune.snapshots",
-        `could not list the pool's snapshots: ${describeError(error)}; the volume's own image list stands for the current generation`,
-        { pool },
-      );
-      return undefined;
-    });
+    snapshots = await deps.cloud
+      .findSnapshots(poolSelector({ pool, imageSet: options.imageSet }))
+      .catch((error: unknown) => {
+        log.warning(
+          "prune.snapshots",
+          `could not list the pool's snapshots: ${describeError(error)}; the volume's own image list stands for the current generation`,
+          { pool },
+        );
+        return undefined;
+      });
   }
   const [images, containerImageIds, prewarmRunning] = await Promise.all([
     deps.docker.imageEntries(),

@@ -8,7 +8,7 @@
  * wrong with it is a warning and the refresh goes on without it (or without the bad entries).
  */
 import { validateImageRef } from "../../inputs.ts";
-import { withLatest } from "../generation.ts";
+import { withLatest } from "../volume-rules.ts";
 import { readChunkedJsonTag } from "../labels-tag.ts";
 
 export interface PrePulledImagesRead {
