@@ -5,7 +5,6 @@
  * endpoints.
  */
 import { readFileSync } from "node:fs";
-import { dirname } from "node:path";
 import type { EC2Client } from "@aws-sdk/client-ec2";
 import { useImdsEndpoint } from "../aws/credentials.ts";
 import { createCloudVolumes, createEc2Client } from "../aws/ec2.ts";
@@ -14,7 +13,7 @@ import { readSpotInstanceAction } from "../aws/spot-notice.ts";
 import type { AgentConfig } from "../config/index.ts";
 import { splitOperatorTag } from "../config/validate.ts";
 import type { EffectiveSettings } from "../config/overrides.ts";
-import { containerdRootOnVolume, createContainerdConfig, prepareContainerdRoot } from "../docker/containerd-store.ts";
+import { createContainerdConfig, prepareContainerdRoot } from "../docker/containerd-store.ts";
 import { createDaemonConfig } from "../docker/daemon-json.ts";
 import { configuredStore, type HostStore } from "../docker/image-store.ts";
 import { prepareDataRoot } from "../docker/data-root.ts";
@@ -36,7 +35,6 @@ import type {
   PrewarmReader,
   VolumeCreation,
 } from "./ports.ts";
-import { createFreshDataRoot, prepareOncePerActivation } from "./boot/prepare.ts";
 import { checkVolumeLayout } from "../host/volume-layout.ts";
 import { beginPrewarmAtBoot } from "./prewarm/apply.ts";
 import { prewarmSettingsFrom } from "./prewarm/plan.ts";
@@ -312,25 +310,11 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
         docker: options.docker,
         engine: host.engine,
         containerd,
-        prepareDataRoot: async (dataRoot, { kind, activation, createdByAgent, imageStore }) => {
-          // On every boot, a reboot's included (its marker skips the cleanup, not this): docker
-          // follows whatever links the volume holds.
-          await checkVolumeLayout(dirname(dataRoot));
-          await prepareOncePerActivation(
-            dataRoot,
-            { kind, activation },
-            async () => {
-              // A blank volume the agent formatted has no data-root yet: docker makes it.
-              if (createdByAgent && (await createFreshDataRoot(dataRoot, log))) return;
-              await prepareDataRoot(dataRoot, { kind, log, ...(imageStore ? { imageStore } : {}) });
-              // containerd's root beside the data-root: its machine-local state goes with the
-              // data-root's, once per activation, before containerd starts on it.
-              if (imageStore === "containerd" && kind === "pool") {
-                await prepareContainerdRoot(containerdRootOnVolume(dirname(dataRoot)), { dropMachineState: true, log });
-              }
-            },
-            log,
-          );
+        dataRoot: {
+          checkLayout: (volumeRoot) => checkVolumeLayout(volumeRoot),
+          clean: (dataRoot, { kind, imageStore }) =>
+            prepareDataRoot(dataRoot, { kind, log, ...(imageStore ? { imageStore } : {}) }),
+          cleanContainerdRoot: (root) => prepareContainerdRoot(root, { dropMachineState: true, log }),
         },
         dockerVersion: host.dockerVersion,
         report,

@@ -20,6 +20,7 @@ import type { PrewarmAtBoot } from "../prewarm/apply.ts";
 import { volumeDetails } from "../report.ts";
 import { imagesOf, withLatest } from "../volume-rules.ts";
 import { claimNext, createAndClaim } from "./claim.ts";
+import { prepareVolumeDataRoot } from "./prepare.ts";
 import { claimTagChanges } from "./claim-tags.ts";
 import {
   freshProgress,
@@ -447,7 +448,12 @@ async function prepareDataRoot(
     ...(limits.launchTime ? { launchTime: limits.launchTime } : {}),
     ...(limits.bootId ? { bootId: limits.bootId } : {}),
   };
-  await deps.prepareDataRoot(p.dataRoot, { kind, activation, createdByAgent: createdByAgent(volume), imageStore });
+  await prepareVolumeDataRoot(
+    p.dataRoot,
+    { kind, activation, createdByAgent: createdByAgent(volume), imageStore },
+    deps.dataRoot,
+    deps.log,
+  );
   return undefined;
 }
 
