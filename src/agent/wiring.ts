@@ -48,7 +48,7 @@ import { readinessLabels } from "../docker/labels.ts";
 import { createOutcomeRecorder } from "../status/recorder.ts";
 import { readBootRecord } from "../status/records.ts";
 import { readFilesystemFill } from "../host/fill.ts";
-import type { PruneDeps } from "./prune/observe.ts";
+import type { PruneDeps } from "./prune/run.ts";
 import { engineLabelsProblem, preflightHost } from "./boot/preflight.ts";
 
 export interface WiringOptions {
@@ -440,22 +440,16 @@ export function wirePrune(options: WiringOptions): PruneDeps {
   let cloud: CloudVolumes | undefined;
   const cloudNow = async () => (cloud ??= common.cloudFor(config.region ?? (await common.identify()).region));
   return {
-    mountedVolume: async () => {
-      const { record } = await readBootRecord(config.paths.stateDir);
-      const result = record?.result;
-      if (!result || (result.outcome !== "ready" && result.outcome !== "warming")) return undefined;
-      const { volumeId, mountPoint, dataRoot } = result;
-      return volumeId && mountPoint && dataRoot ? { volumeId, mountPoint, dataRoot } : undefined;
-    },
+    lastBoot: async () => (await readBootRecord(config.paths.stateDir)).record?.result,
     cloud: {
       describeVolume: async (volumeId, call) => (await cloudNow()).describeVolume(volumeId, call),
       findSnapshots: async (tags, call) => (await cloudNow()).findSnapshots(tags, call),
     },
     fill: (mountPoint) => readFilesystemFill(mountPoint),
     docker: createDockerEngine({ host: config.paths.dockerHost, log }),
-    prewarmRunning: async () => {
+    prewarm: async () => {
       const { state, running } = await prewarmStatus(config.paths.stateDir);
-      return running && (state?.phase === "initializing" || state?.phase === "following");
+      return { phase: state?.phase, running };
     },
     log,
   };
