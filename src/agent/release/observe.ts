@@ -7,7 +7,8 @@ import { describeError } from "../../errors.ts";
 import { isUnderPrefix } from "../../docker/labels.ts";
 import { VolumeTag } from "../../tags.ts";
 import { MANAGED } from "../volume-rules.ts";
-import type { Identity, ReleaseDeps } from "../ports.ts";
+import type { Identity } from "../ports.ts";
+import type { ReleaseDeps } from "./run.ts";
 import {
   mountPointOf,
   type HeldVolume,
