@@ -15,7 +15,7 @@ export const VolumeTag = {
   imageSet: `${TAG_PREFIX}image-set`,
   /**
    * When the image set was built (ISO 8601, UTC): with the image set, the volume's generation
-   * (src/agent/generation.ts). Set on the snapshot by the golden build and the Packer
+   * (src/agent/volume-rules.ts). Set on the snapshot by the golden build and the Packer
    * pool-volume flow; volumes made from a snapshot copy it.
    */
   builtAt: `${TAG_PREFIX}built-at`,
@@ -59,7 +59,7 @@ export const VolumeTag = {
   workspaceKeys: `${TAG_PREFIX}workspace-keys`,
   /**
    * The image store the volume's data-root was built with: `graphdriver` or `containerd`
-   * (features.containerd-snapshotter). No tag: graphdriver (see src/docker/image-store.ts).
+   * (features.containerd-snapshotter). No tag: graphdriver (see storeFit, src/agent/volume-rules.ts).
    */
   imageStore: `${TAG_PREFIX}image-store`,
   /** The docker engine version that built the volume's images (`dockerd --version`, e.g. 28.5.2). */

@@ -1,6 +1,6 @@
 /** Which attached volume is the cache volume: pure, tested with plain objects. */
 import t from "tap";
-import { attachedCacheVolume } from "../src/agent/attached.ts";
+import { attachedCacheVolume } from "../src/agent/volume-rules.ts";
 import type { VolumeInfo } from "../src/agent/ports.ts";
 import { VolumeKind, VolumeTag } from "../src/tags.ts";
 

@@ -9,7 +9,7 @@
 import t from "tap";
 import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
-import { orderCandidates } from "../src/agent/boot/plan.ts";
+import { orderCandidates } from "../src/agent/volume-rules.ts";
 import type { BootPlan } from "../src/agent/boot/plan.ts";
 import { ExitCode } from "../src/errors.ts";
 import type { LabHost } from "../src/lab/lab.ts";

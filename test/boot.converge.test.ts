@@ -10,7 +10,7 @@ import { execa } from "execa";
 import { ExitCode } from "../src/errors.ts";
 import { run } from "../src/exec.ts";
 import { writeLabConfig } from "../src/lab/agent.ts";
-import { orderCandidates } from "../src/agent/boot/plan.ts";
+import { orderCandidates } from "../src/agent/volume-rules.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { writeWorkspaceRecord } from "../src/agent/workspace-record.ts";
 import { goldenPoolTags, POOL, startBootLab } from "./fixtures/boot-lab.ts";

@@ -7,7 +7,7 @@
 import t, { type Test } from "tap";
 import { readdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { orderCandidates } from "../src/agent/boot/plan.ts";
+import { orderCandidates } from "../src/agent/volume-rules.ts";
 import { run } from "../src/exec.ts";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
 import { initSwarm } from "../src/lab/images.ts";

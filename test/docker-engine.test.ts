@@ -8,11 +8,11 @@ import {
   createDockerEngine,
   detectImageStore,
   DockerApiError,
-  engineMajorVersion,
   toEngineInfo,
   type RawDockerInfo,
 } from "../src/docker/engine.ts";
 import { chooseLabelMode, readinessLabels } from "../src/docker/labels.ts";
+import { engineMajorVersion } from "../src/agent/volume-rules.ts";
 import { installedDockerdVersion } from "../src/docker/service.ts";
 import {
   dockerdService,

@@ -1,5 +1,6 @@
 import t from "tap";
-import { orderByStore, storeFit, storeTags, volumeStore } from "../src/docker/image-store.ts";
+import { storeTags } from "../src/docker/image-store.ts";
+import { candidateOrder, orderCandidates, storeFit, volumeStore } from "../src/agent/volume-rules.ts";
 import { VolumeTag } from "../src/tags.ts";
 
 const containerd28 = { [VolumeTag.imageStore]: "containerd", [VolumeTag.engineVersion]: "28.5.2" };
@@ -46,34 +47,28 @@ t.test("storeFit: the store decides, the engine only says whether it is the same
 });
 
 t.test(
-  "orderByStore: fitting volumes of the host's engine first, in the caller's order otherwise; mismatches apart",
+  "candidateOrder by store: fitting volumes of the host's engine first, each in the instance's order; mismatches apart",
   async (t) => {
     const volumes = [
-      { id: "vol-a", tags: graphdriver20 },
-      { id: "vol-b", tags: containerd28 },
-      { id: "vol-c", tags: graphdriver28 },
-      { id: "vol-d", tags: {} },
-      { id: "vol-e", tags: graphdriver28 },
+      { volumeId: "vol-a", tags: graphdriver20 },
+      { volumeId: "vol-b", tags: containerd28 },
+      { volumeId: "vol-c", tags: graphdriver28 },
+      { volumeId: "vol-d", tags: {} },
+      { volumeId: "vol-e", tags: graphdriver28 },
     ];
-    const out = orderByStore(volumes, (v) => v.tags, { store: "graphdriver", engineVersion: "28.5.2" });
+    const out = candidateOrder("i-1", volumes, { store: "graphdriver", engineVersion: "28.5.2" });
+    t.same(out.fitting, [...orderCandidates("i-1", ["vol-c", "vol-e"]), ...orderCandidates("i-1", ["vol-a", "vol-d"])]);
     t.same(
-      out.fitting.map((v) => v.id),
-      ["vol-c", "vol-e", "vol-a", "vol-d"],
-    );
-    t.same(
-      out.mismatched.map((m) => m.volume.id),
+      out.mismatched.map((m) => m.volume),
       ["vol-b"],
     );
     t.match(out.mismatched[0]!.reason, /invisible/);
 
-    const onContainerd = orderByStore(volumes, (v) => v.tags, { store: "containerd", engineVersion: "28.5.2" });
+    const onContainerd = candidateOrder("i-1", volumes, { store: "containerd", engineVersion: "28.5.2" });
+    t.same(onContainerd.fitting, ["vol-b"]);
     t.same(
-      onContainerd.fitting.map((v) => v.id),
-      ["vol-b"],
-    );
-    t.same(
-      onContainerd.mismatched.map((m) => m.volume.id),
-      ["vol-a", "vol-c", "vol-d", "vol-e"],
+      onContainerd.mismatched.map((m) => m.volume),
+      orderCandidates("i-1", ["vol-a", "vol-c", "vol-d", "vol-e"]),
     );
   },
 );

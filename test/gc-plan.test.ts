@@ -1,6 +1,7 @@
 /** gc's planner: pure, every kind of volume. */
 import t from "tap";
-import { judgeVolume, parseTimestamp, planGc, sparedSince, type RetireOptions } from "../src/agent/gc/plan.ts";
+import { judgeVolume, planGc, sparedSince, type RetireOptions } from "../src/agent/gc/plan.ts";
+import { parseTimestamp } from "../src/agent/volume-rules.ts";
 import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
 import { VolumeTag } from "../src/tags.ts";
 

@@ -8,7 +8,7 @@ import {
   isSuperseded,
   snapshotGeneration,
   volumeGeneration,
-} from "../src/agent/generation.ts";
+} from "../src/agent/volume-rules.ts";
 import type { SnapshotInfo } from "../src/agent/ports.ts";
 import { VolumeTag } from "../src/tags.ts";
 

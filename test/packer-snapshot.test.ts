@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
 import { CreateVolumeCommand, DescribeSnapshotsCommand } from "@aws-sdk/client-ec2";
-import { currentSnapshot } from "../src/agent/generation.ts";
+import { currentSnapshot } from "../src/agent/volume-rules.ts";
 import type { SnapshotInfo } from "../src/agent/ports.ts";
 import { run } from "../src/exec.ts";
 import { VolumeKind, VolumeTag } from "../src/tags.ts";

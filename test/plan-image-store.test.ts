@@ -4,7 +4,8 @@
  * major come first. Pure, tested with plain objects.
  */
 import t from "tap";
-import { createSpecFrom, lookupsNeeded, orderCandidates, planBoot, selectSource } from "../src/agent/boot/plan.ts";
+import { createSpecFrom, lookupsNeeded, planBoot, selectSource } from "../src/agent/boot/plan.ts";
+import { orderCandidates } from "../src/agent/volume-rules.ts";
 import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
 import { observed, settings } from "./fixtures/boot-plan.ts";
 import { configuredStore, type HostStore } from "../src/docker/image-store.ts";

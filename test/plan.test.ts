@@ -2,16 +2,13 @@
 import t from "tap";
 import {
   createSpecFrom,
-  isInTransit,
-  isQuarantined,
   lookupsNeeded,
-  orderCandidates,
   planBoot,
-  candidateOrder,
   poolQuery,
   selectSource,
   workspaceQuery,
 } from "../src/agent/boot/plan.ts";
+import { candidateOrder, isInTransit, isQuarantined, orderCandidates } from "../src/agent/volume-rules.ts";
 import { preparedInThisBoot } from "../src/agent/boot/prepared.ts";
 import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
 import { identity, observed, settings } from "./fixtures/boot-plan.ts";

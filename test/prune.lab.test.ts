@@ -16,7 +16,7 @@ import { fileURLToPath } from "node:url";
 import { runPrune, type PruneOutcome } from "../src/agent/prune/run.ts";
 import { writeLabConfig } from "../src/lab/agent.ts";
 import { writeBootRecord } from "../src/status/records.ts";
-import type { PruneDeps } from "../src/agent/prune/observe.ts";
+import type { PruneDeps } from "../src/agent/prune/run.ts";
 import { createDockerEngine } from "../src/docker/engine.ts";
 import { run } from "../src/exec.ts";
 import { readFilesystemFill } from "../src/host/fill.ts";
@@ -144,7 +144,7 @@ t.test(
     const textfileDir = join(lab.root, "prom");
     const recorder = createOutcomeRecorder({ stateDir: join(lab.root, "state"), textfileDir, log });
     const deps: PruneDeps = {
-      mountedVolume: async () => ({ volumeId, mountPoint: mountPoint!, dataRoot }),
+      lastBoot: async () => ({ outcome: "ready", volumeId, mountPoint: mountPoint!, dataRoot }),
       cloud: createCloudVolumes({ client: ec2 }),
       fill: readFilesystemFill,
       docker: createDockerEngine({ host: dockerd.host, log }),

@@ -4,7 +4,6 @@
  * src/cli/wiring.ts (for the CLI's commands and the lab); the planner never sees them (it
  * takes observed state), and apply() calls them.
  */
-import type { Logger } from "../log.ts";
 
 /** Who this instance is (IMDS), with its tags (IMDS, or DescribeInstances when IMDS tags are off). */
 export interface Identity {
@@ -126,7 +125,7 @@ export interface CloudVolumes {
   /**
    * The newest completed snapshot carrying all the tags, by start time. Not the pool's current
    * generation (built-at beats start time): for that, currentSnapshot(findSnapshots(…)) of
-   * src/agent/generation.ts.
+   * src/agent/volume-rules.ts.
    */
   newestSnapshot(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo | undefined>;
   /** Every snapshot of this account carrying all the tags, in any state (the keeper orders volumes by their snapshot's age). */
@@ -271,31 +270,6 @@ export type SpotInstanceAction = () => Promise<string | undefined>;
 
 /** Removes the agent's readiness labels (src/agent/report.ts createLabelWithdrawer); node labels only with `node`. */
 export type LabelWithdrawer = (options: { node: boolean }) => Promise<void>;
-
-/** The adapters a release uses (built in src/cli/wiring.ts), and its few knobs. */
-export interface ReleaseDeps {
-  cloud: CloudVolumes;
-  storage: Pick<HostStorage, "findDevice" | "mountPointOf" | "unmount">;
-  mounts: MountTable;
-  daemonConfig: ReleaseDaemonConfig;
-  /** undefined with `docker.control: none`. */
-  docker: DockerService | undefined;
-  /** Asked only while docker runs (or, without docker control, to learn whether it does). */
-  engine: DockerRootQuery;
-  withdrawLabels: LabelWithdrawer;
-  log: Logger;
-  now?: () => Date;
-  /** Interval between DescribeVolumes while waiting for `available` (default 1000 ms). */
-  pollMs?: number;
-  /** Absent: the notice is not read. */
-  spotInstanceAction?: SpotInstanceAction;
-  /** containerd's root and service: a root on the volume is put back and containerd stopped before the unmount. Absent: not looked at. */
-  containerd?: ContainerdRoot;
-  /** How long the release may wait for the instance's state and the spot notice (default 10 s). */
-  shutdownQuestionMs?: number;
-  /** Whether the host's systemd is rebooting (src/host/reboot.ts). Absent: not asked (the lab, a release by hand outside systemd). */
-  rebootQueued?: () => Promise<boolean>;
-}
 
 /** What the agent asks of the docker API. */
 export interface DockerEngine {

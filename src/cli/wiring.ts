@@ -5,7 +5,6 @@
  * endpoints.
  */
 import { readFileSync } from "node:fs";
-import { dirname } from "node:path";
 import type { EC2Client } from "@aws-sdk/client-ec2";
 import { useImdsEndpoint } from "../aws/credentials.ts";
 import { createCloudVolumes, createEc2Client } from "../aws/ec2.ts";
@@ -14,7 +13,7 @@ import { readSpotInstanceAction } from "../aws/spot-notice.ts";
 import type { AgentConfig } from "../config/index.ts";
 import { splitOperatorTag } from "../config/validate.ts";
 import type { EffectiveSettings } from "../config/overrides.ts";
-import { containerdRootOnVolume, createContainerdConfig, prepareContainerdRoot } from "../docker/containerd-store.ts";
+import { createContainerdConfig, prepareContainerdRoot } from "../docker/containerd-store.ts";
 import { createDaemonConfig } from "../docker/daemon-json.ts";
 import { configuredStore, type HostStore } from "../docker/image-store.ts";
 import { prepareDataRoot } from "../docker/data-root.ts";
@@ -28,7 +27,7 @@ import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
 import type { BootCommandDeps } from "../agent/boot/run.ts";
 import { VolumeKind, VolumeTag } from "../tags.ts";
-import { attachedCacheVolume } from "../agent/attached.ts";
+import { attachedCacheVolume } from "../agent/volume-rules.ts";
 import type {
   Cancellable,
   CloudVolumes,
@@ -38,7 +37,6 @@ import type {
   PrewarmReader,
   VolumeCreation,
 } from "../agent/ports.ts";
-import { createFreshDataRoot, prepareOncePerActivation } from "../agent/boot/prepare.ts";
 import { checkVolumeLayout } from "../host/volume-layout.ts";
 import { beginPrewarmAtBoot } from "../agent/prewarm/apply.ts";
 import { prewarmSettingsFrom } from "../agent/prewarm/plan.ts";
@@ -52,7 +50,7 @@ import { readinessLabels } from "../docker/labels.ts";
 import { createOutcomeRecorder } from "../status/recorder.ts";
 import { readBootRecord } from "../status/records.ts";
 import { readFilesystemFill } from "../host/fill.ts";
-import type { PruneDeps } from "../agent/prune/observe.ts";
+import type { PruneDeps } from "../agent/prune/run.ts";
 import { engineLabelsProblem, preflightHost } from "../agent/boot/preflight.ts";
 import type { OutcomeRecorder } from "../agent/outcomes.ts";
 
@@ -323,25 +321,11 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
         docker: options.docker,
         engine: host.engine,
         containerd,
-        prepareDataRoot: async (dataRoot, { kind, activation, createdByAgent, imageStore }) => {
-          // On every boot, a reboot's included (its marker skips the cleanup, not this): docker
-          // follows whatever links the volume holds.
-          await checkVolumeLayout(dirname(dataRoot));
-          await prepareOncePerActivation(
-            dataRoot,
-            { kind, activation },
-            async () => {
-              // A blank volume the agent formatted has no data-root yet: docker makes it.
-              if (createdByAgent && (await createFreshDataRoot(dataRoot, log))) return;
-              await prepareDataRoot(dataRoot, { kind, log, ...(imageStore ? { imageStore } : {}) });
-              // containerd's root beside the data-root: its machine-local state goes with the
-              // data-root's, once per activation, before containerd starts on it.
-              if (imageStore === "containerd" && kind === "pool") {
-                await prepareContainerdRoot(containerdRootOnVolume(dirname(dataRoot)), { dropMachineState: true, log });
-              }
-            },
-            log,
-          );
+        dataRoot: {
+          checkLayout: (volumeRoot) => checkVolumeLayout(volumeRoot),
+          clean: (dataRoot, { kind, imageStore }) =>
+            prepareDataRoot(dataRoot, { kind, log, ...(imageStore ? { imageStore } : {}) }),
+          cleanContainerdRoot: (root) => prepareContainerdRoot(root, { dropMachineState: true, log }),
         },
         dockerVersion: host.dockerVersion,
         report,
@@ -467,22 +451,16 @@ export function wirePrune(options: WiringOptions): PruneDeps {
   let cloud: CloudVolumes | undefined;
   const cloudNow = async () => (cloud ??= common.cloudFor(config.region ?? (await common.identify()).region));
   return {
-    mountedVolume: async () => {
-      const { record } = await readBootRecord(config.paths.stateDir);
-      const result = record?.result;
-      if (!result || (result.outcome !== "ready" && result.outcome !== "warming")) return undefined;
-      const { volumeId, mountPoint, dataRoot } = result;
-      return volumeId && mountPoint && dataRoot ? { volumeId, mountPoint, dataRoot } : undefined;
-    },
+    lastBoot: async () => (await readBootRecord(config.paths.stateDir)).record?.result,
     cloud: {
       describeVolume: async (volumeId, call) => (await cloudNow()).describeVolume(volumeId, call),
       findSnapshots: async (tags, call) => (await cloudNow()).findSnapshots(tags, call),
     },
     fill: (mountPoint) => readFilesystemFill(mountPoint),
     docker: createDockerEngine({ host: config.paths.dockerHost, log }),
-    prewarmRunning: async () => {
+    prewarm: async () => {
       const { state, running } = await prewarmStatus(config.paths.stateDir);
-      return running && (state?.phase === "initializing" || state?.phase === "following");
+      return { phase: state?.phase, running };
     },
     log,
   };

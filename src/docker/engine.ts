@@ -125,12 +125,6 @@ export function detectImageStore(info: { Driver?: unknown; DriverStatus?: unknow
   return snapshotter || info.Driver === "overlayfs" ? "containerd" : "graphdriver";
 }
 
-/** The major version of `ServerVersion` (`29.0.1` → 29, `20.10.24+dfsg1` → 20), or undefined. */
-export function engineMajorVersion(serverVersion: string | undefined): number | undefined {
-  const match = /^(\d+)\./.exec(serverVersion ?? "");
-  return match ? Number(match[1]) : undefined;
-}
-
 /** Maps `GET /info` to the agent's EngineInfo. */
 export function toEngineInfo(raw: RawDockerInfo): EngineInfo {
   return {

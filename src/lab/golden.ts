@@ -96,7 +96,7 @@ function tagList(tags: Record<string, string>): Tag[] {
 /**
  * The tags a pool's snapshot and volumes carry; with `built`, the image store and engine version
  * the images were built with (src/docker/image-store.ts); with `builtAt`, the build's time (the
- * generation, src/agent/generation.ts).
+ * generation, src/agent/volume-rules.ts).
  */
 export function poolTags(
   pool: string,

@@ -18,8 +18,9 @@ import { GROW_MARGIN_BYTES } from "../../host/filesystem.ts";
 import type { VolumeInfo } from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
 import { volumeDetails } from "../report.ts";
-import { imagesOf, withLatest } from "../generation.ts";
+import { imagesOf, withLatest } from "../volume-rules.ts";
 import { claimNext, createAndClaim } from "./claim.ts";
+import { prepareVolumeDataRoot } from "./prepare.ts";
 import { claimTagChanges } from "./claim-tags.ts";
 import {
   freshProgress,
@@ -450,7 +451,12 @@ async function prepareDataRoot(
     ...(limits.launchTime ? { launchTime: limits.launchTime } : {}),
     ...(limits.bootId ? { bootId: limits.bootId } : {}),
   };
-  await deps.prepareDataRoot(p.dataRoot, { kind, activation, createdByAgent: createdByAgent(volume), imageStore });
+  await prepareVolumeDataRoot(
+    p.dataRoot,
+    { kind, activation, createdByAgent: createdByAgent(volume), imageStore },
+    deps.dataRoot,
+    deps.log,
+  );
   return undefined;
 }
 

@@ -7,9 +7,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { VolumeTag } from "../../tags.ts";
 import type { StepContext } from "./context.ts";
 import { BootStepError } from "./errors.ts";
-import { storeFit } from "../../docker/image-store.ts";
-import { currentSnapshot } from "../generation.ts";
-import { candidateOrder, createSpecFrom, isClaimable, type BootStep, type CreateSpec } from "./plan.ts";
+import { candidateOrder, currentSnapshot, hostStoreOr, isClaimable, storeFit } from "../volume-rules.ts";
+import { createSpecFrom, type BootStep, type CreateSpec } from "./plan.ts";
 
 type ClaimStep = Extract<BootStep, { step: "claim-volume" }>;
 
@@ -67,9 +66,7 @@ export async function claimNext(step: ClaimStep, ctx: StepContext): Promise<void
   // The newest generation's snapshot (built-at beats start time: an old image set snapshotted again is no newer).
   const snapshot = currentSnapshot(await cloud.findSnapshots(step.fallback.snapshotTags, call));
   const fit =
-    snapshot?.state === "completed"
-      ? storeFit(snapshot.tags, step.fallback.hostStore ?? { store: "graphdriver" })
-      : undefined;
+    snapshot?.state === "completed" ? storeFit(snapshot.tags, hostStoreOr(step.fallback.hostStore)) : undefined;
   if (snapshot && fit && !fit.fits)
     throw new BootStepError(
       step.step,
@@ -110,7 +107,7 @@ async function relist(step: ClaimStep, { plan, deps, claim }: StepContext): Prom
     (v) =>
       !claim.tried.has(v.volumeId) && isClaimable(v, at) && (step.requireEncrypted !== true || v.encrypted === true),
   );
-  return candidateOrder(plan.instanceId, usable, step.hostStore ?? { store: "graphdriver" }).fitting;
+  return candidateOrder(plan.instanceId, usable, hostStoreOr(step.hostStore)).fitting;
 }
 
 /** A pause after the n-th lost claim: 100-500 ms, growing, with jitter. */

@@ -3,8 +3,7 @@
  * or a lab host), the limits, and the progress the steps share as they go.
  */
 import type { Logger } from "../../log.ts";
-import type { ReadinessState, VolumeKind } from "../../tags.ts";
-import type { Activation } from "../workspace-record.ts";
+import type { ReadinessState } from "../../tags.ts";
 import type { BootPlan } from "./plan.ts";
 import type {
   CloudVolumes,
@@ -17,8 +16,9 @@ import type {
 } from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
 import type { PrewarmOutcome, PrewarmTarget } from "../prewarm/plan.ts";
-import type { CreatedFrom } from "./source.ts";
 import type { BootResult } from "../outcomes.ts";
+import type { DataRootPorts } from "./prepare.ts";
+import type { CreatedFrom } from "./source.ts";
 
 /** The adapters a boot uses (built in src/cli/wiring.ts, for the CLI or a lab host). */
 export interface BootDeps {
@@ -28,23 +28,8 @@ export interface BootDeps {
   /** undefined when docker is left to systemd ordering (config docker.control = none). */
   docker: DockerService | undefined;
   engine: DockerEngine & { waitUntilReady(timeoutMs: number): Promise<void> };
-  /**
-   * Checks the volume's layout (src/host/volume-layout.ts: no link, FIFO, socket or device where
-   * docker or the agent expects a folder or a file; a refusal quarantines the volume), then
-   * cleans its data-root of state that must not travel between tenants, unless this activation
-   * (a pool volume) or this instance (a workspace volume) prepared it already (prepare.ts). On a
-   * volume the agent created blank (`createdByAgent`) that docker never initialized, it creates
-   * the empty data-root folder instead: there is nothing to clean, and docker fills it.
-   */
-  prepareDataRoot(
-    dataRoot: string,
-    options: {
-      kind: VolumeKind;
-      activation: Activation;
-      createdByAgent: boolean;
-      imageStore?: "graphdriver" | "containerd";
-    },
-  ): Promise<void>;
+  /** What the prepare-data-root step does on the host (prepare.ts prepareVolumeDataRoot decides when). */
+  dataRoot: DataRootPorts;
   /** containerd's root and service, for a host on the containerd image store. Absent: such a host degrades at switch-data-root. */
   containerd?: ContainerdRoot;
   /** The installed dockerd's version (`dockerd --version`), read before docker starts. */

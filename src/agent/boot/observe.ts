@@ -8,20 +8,12 @@
  */
 import type { AgentConfig } from "../../config/index.ts";
 import type { Logger } from "../../log.ts";
-import { VolumeTag } from "../../tags.ts";
 import type { HostStore } from "../../docker/image-store.ts";
 import type { Cancellable, CloudVolumes, Identity } from "../ports.ts";
 import { readWorkspaceRecord, sameActivation, type Activation, type WorkspaceRecord } from "../workspace-record.ts";
-import { currentSnapshot } from "../generation.ts";
+import { currentSnapshot, MANAGED, poolSelector } from "../volume-rules.ts";
 import { bufferRole, hasChunkedTag } from "../buffer-tags.ts";
-import {
-  lookupsNeeded,
-  poolQuery,
-  poolSelector,
-  workspaceQuery,
-  type BootObservation,
-  type BootSettings,
-} from "./plan.ts";
+import { lookupsNeeded, poolQuery, workspaceQuery, type BootObservation, type BootSettings } from "./plan.ts";
 
 /** What identifying the instance needs (part of the boot's deps). */
 export interface IdentitySource {
@@ -101,7 +93,7 @@ export async function observeBoot(
   const instance = await cloud.describeInstance(identity.instanceId, call);
   const mapped = instance.volumes.map((v) => v.volumeId);
   if (mapped.length > 0) {
-    observed.attached = await cloud.findVolumes({ volumeIds: mapped, tags: { [VolumeTag.managed]: "true" } }, call);
+    observed.attached = await cloud.findVolumes({ volumeIds: mapped, tags: MANAGED }, call);
   }
   const page = { ...call, firstPage: settings.claim.candidatesPerListing };
   if (settings.workspace && lookupsNeeded(settings, observed, "workspace")) {

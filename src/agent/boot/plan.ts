@@ -4,14 +4,20 @@
  * the steps out; `boot --dry-run` prints them. Nothing here touches the world, so every branch
  * of the selection is unit-tested with plain objects.
  */
-import { createHash } from "node:crypto";
 import { CONTENT_TAGS, VolumeKind, VolumeTag } from "../../tags.ts";
 import type { Identity, SnapshotInfo, VolumeInfo, VolumeQuery } from "../ports.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
-import { attachedCacheVolume } from "../attached.ts";
 import { volumeMatchesWorkspace, workspaceIdTags, type WorkspaceIds } from "../workspace-ids.ts";
-import { orderByStore, storeFit, type HostStore } from "../../docker/image-store.ts";
-import { compareGenerations, generationName, volumeGeneration, type Generation } from "../generation.ts";
+import {
+  attachedCacheVolume,
+  candidateOrder,
+  hostStoreOr,
+  isClaimable,
+  poolSelector,
+  storeFit,
+  type ClaimContext,
+  type HostStore,
+} from "../volume-rules.ts";
 import type { PreparedRecord } from "./prepared.ts";
 import type { VolumeIntent } from "../volume-intent.ts";
 
@@ -97,7 +103,7 @@ export interface BootObservation {
 
 /** The host's store as observed, graphdriver when not observed. */
 export function hostStoreOf(observed: Pick<BootObservation, "hostStore">): HostStore {
-  return observed.hostStore ?? { store: "graphdriver" };
+  return hostStoreOr(observed.hostStore);
 }
 
 /** Where the volume comes from. */
@@ -198,62 +204,6 @@ export interface BootPlan {
   hostStore?: HostStore;
 }
 
-/**
- * Orders candidates differently on every instance (rendezvous hashing on instance id + volume
- * id), so that machines booting together spread over the pool instead of all fighting for the
- * first volume, while one instance always tries the same order (a re-run is predictable).
- */
-export function orderCandidates(instanceId: string, volumeIds: readonly string[]): string[] {
-  const score = (volumeId: string) => createHash("sha256").update(`${instanceId}\0${volumeId}`).digest("hex");
-  return [...volumeIds].sort((a, b) => (score(a) < score(b) ? -1 : score(a) > score(b) ? 1 : 0));
-}
-
-/**
- * The claim order of a listing: the newest generation first (src/agent/generation.ts: the
- * `ebs-cache:built-at` of the image set; a volume without it is the oldest), so that a boot takes
- * a volume of the current image set while one is listed, and a superseded one only when none is
- * left (its images are old, but warm: better than a cold volume from the snapshot). Within a
- * generation, volumes tagged `ebs-cache:initialized` (the pool keeper tags a volume once EBS
- * reports its initialization complete) first, since their blocks are all loaded and the node is
- * ready without a pre-warm; within each group, volumes built by this host's docker major version
- * before the others (src/docker/image-store.ts), each in this instance's order
- * (orderCandidates), so a herd still spreads. Volumes whose image store would hide their images
- * from this host are set apart (`mismatched`), never candidates.
- */
-export function candidateOrder(
-  instanceId: string,
-  volumes: readonly Pick<VolumeInfo, "volumeId" | "tags">[],
-  host: HostStore,
-): { fitting: string[]; mismatched: Array<{ volume: string; reason: string; remediation: string }> } {
-  const tags = new Map(volumes.map((v) => [v.volumeId, v.tags]));
-  // Boot lists no snapshots (one DescribeVolumes for a pool boot): a volume's own built-at decides.
-  const generations = new Map<string, { generation: Generation; members: Pick<VolumeInfo, "volumeId" | "tags">[] }>();
-  for (const v of volumes) {
-    const generation = volumeGeneration(v);
-    const name = generationName(generation);
-    const entry = generations.get(name) ?? { generation, members: [] };
-    entry.members.push(v);
-    generations.set(name, entry);
-  }
-  const fitting: string[] = [];
-  const mismatched: Array<{ volume: string; reason: string; remediation: string }> = [];
-  for (const { members } of [...generations.values()].sort((a, b) => compareGenerations(a.generation, b.generation))) {
-    for (const initialized of [true, false]) {
-      const group = orderByStore(
-        orderCandidates(
-          instanceId,
-          members.filter((v) => (v.tags[VolumeTag.initialized] !== undefined) === initialized).map((v) => v.volumeId),
-        ),
-        (id) => tags.get(id)!,
-        host,
-      );
-      fitting.push(...group.fitting);
-      mismatched.push(...group.mismatched);
-    }
-  }
-  return { fitting, mismatched };
-}
-
 /** The tags a pool volume created by the agent from the pool's snapshot carries. */
 export function poolVolumeTags(settings: Pick<BootSettings, "pool">, snapshot: SnapshotInfo): Record<string, string> {
   const tags: Record<string, string> = {
@@ -335,45 +285,6 @@ function newWorkspaceSpec(settings: BootSettings, observed: BootObservation): Cr
   }
 }
 
-/**
- * Whether a volume is in quarantine: an instance gave it back with `last-error` less than
- * `hours` ago. A `last-error` without a readable time (written before `last-error-at` existed)
- * counts as recent: a volume that failed once is not handed to the next machine on a guess.
- */
-export function isQuarantined(volume: VolumeInfo, now: Date, hours: number): boolean {
-  if (hours <= 0 || volume.tags[VolumeTag.lastError] === undefined) return false;
-  const at = Date.parse(volume.tags[VolumeTag.lastErrorAt] ?? "");
-  if (Number.isNaN(at)) return true;
-  return now.getTime() - at < hours * 3600_000;
-}
-
-/**
- * How long a volume still available under another instance's claim counts as on its way (a
- * release between its detach and its tags, a boot between creating and attaching it) rather
- * than abandoned by an instance that died: far above a release's or a create's seconds.
- */
-export const IN_TRANSIT_MINUTES = 15;
-
-/**
- * Whether an available volume is another instance's, on its way: it carries that instance's
- * `claimed-by` (a release removes it with its tags; a boot that creates a volume sets it at
- * creation) from less than IN_TRANSIT_MINUTES ago. Neither a boot nor the keeper takes such a
- * volume: a boot would have the releasing instance tag it released under it, and the keeper
- * would delete it under the release or the boot that made it. Older claims are an instance that
- * died: gc gives those an expiry, and a boot may take them. Pool volumes only: a workspace
- * volume serves one set of ids, the keeper never touches it, and its next instance (after one
- * that died without a release) must get it at once, not a quarter of an hour later.
- */
-export function isInTransit(volume: Pick<VolumeInfo, "tags" | "createTime">, now: Date, instanceId?: string): boolean {
-  if (volume.tags[VolumeTag.kind] === VolumeKind.workspace) return false;
-  const by = volume.tags[VolumeTag.claimedBy];
-  if (by === undefined || by === instanceId) return false;
-  // A boot's new volume carries claimed-by from its creation and claimed-at only once attached.
-  const tagged = Date.parse(volume.tags[VolumeTag.claimedAt] ?? "");
-  const at = Number.isNaN(tagged) ? volume.createTime?.getTime() : tagged;
-  return at !== undefined && now.getTime() - at < IN_TRANSIT_MINUTES * 60_000;
-}
-
 /** The query a pool boot lists candidates with (and lists again after a loss). */
 export function poolQuery(settings: Pick<BootSettings, "pool" | "imageSet">, zone: string): VolumeQuery {
   return { tags: poolSelector(settings), availabilityZone: zone, status: ["available"] };
@@ -394,40 +305,6 @@ export function workspaceQuery(ids: WorkspaceIds, zone: string): VolumeQuery {
     availabilityZone: zone,
     status: ["available"],
   };
-}
-
-/** The tags that select a pool's volumes and snapshots. */
-export function poolSelector(settings: Pick<BootSettings, "pool" | "imageSet">): Record<string, string> {
-  return {
-    [VolumeTag.managed]: "true",
-    [VolumeTag.kind]: VolumeKind.pool,
-    [VolumeTag.pool]: settings.pool,
-    ...(settings.imageSet ? { [VolumeTag.imageSet]: settings.imageSet } : {}),
-  };
-}
-
-/** What judging a listed volume as a claim candidate needs: where and when the boot runs. */
-export interface ClaimContext {
-  now: Date;
-  availabilityZone: string;
-  instanceId: string;
-  quarantineHours: number;
-}
-
-/**
- * The one rule of what a boot may claim, for its selection (selectSource), the lookups that feed
- * it (lookupsNeeded) and its fresh pages after a loss (claim.ts): available and unattached, in
- * this zone, not in quarantine, not another instance's on its way (isInTransit). The image store
- * is judged after it (candidateOrder sets misfits apart).
- */
-export function isClaimable(volume: VolumeInfo, at: ClaimContext): boolean {
-  return (
-    volume.state === "available" &&
-    !volume.attachment &&
-    volume.availabilityZone === at.availabilityZone &&
-    !isQuarantined(volume, at.now, at.quarantineHours) &&
-    !isInTransit(volume, at.now, at.instanceId)
-  );
 }
 
 /**
@@ -600,11 +477,7 @@ function snapshotFallback(settings: BootSettings, observed: BootObservation): Sn
 
 /** The pool volume to create from the fallback's snapshot, once it has been looked up. */
 export function createSpecFrom(fallback: SnapshotFallback, snapshot: SnapshotInfo | undefined): CreateSpec | undefined {
-  if (
-    !snapshot ||
-    snapshot.state !== "completed" ||
-    !storeFit(snapshot.tags, fallback.hostStore ?? { store: "graphdriver" }).fits
-  )
+  if (!snapshot || snapshot.state !== "completed" || !storeFit(snapshot.tags, hostStoreOr(fallback.hostStore)).fits)
     return undefined;
   return {
     snapshotId: snapshot.snapshotId,

@@ -22,6 +22,8 @@
 import { basename, dirname, join } from "node:path";
 import type { Logger } from "../../log.ts";
 import { writeFileAtomic } from "../../fs-atomic.ts";
+import { containerdRootOnVolume } from "../../docker/containerd-store.ts";
+import type { ImageStore } from "../../docker/engine.ts";
 import { AGENT_SUBDIR } from "../../host/volume-layout.ts";
 import { mkdirBeneath, readFileBeneath, resolveBeneath } from "../../host/volume-paths.ts";
 import { VolumeKind } from "../../tags.ts";
@@ -117,6 +119,54 @@ export async function prepareOncePerActivation(
     previousInstance: marker?.instanceId,
   });
   return "prepared";
+}
+
+/** The host's parts of a data-root's preparation, one adapter each (built in src/agent/wiring.ts). */
+export interface DataRootPorts {
+  /**
+   * Refuses a volume whose layout breaks the agent's (src/host/volume-layout.ts: no link, FIFO,
+   * socket or device where docker or the agent expects a folder or a file; a refusal quarantines
+   * the volume).
+   */
+  checkLayout(volumeRoot: string): Promise<void>;
+  /** Removes from a data-root the state that must not travel between tenants (src/docker/data-root.ts). */
+  clean(dataRoot: string, options: { kind: VolumeKind; imageStore?: ImageStore }): Promise<unknown>;
+  /** Readies containerd's root on the volume and drops its machine-local state (src/docker/containerd-store.ts). */
+  cleanContainerdRoot(root: string): Promise<void>;
+}
+
+/**
+ * The prepare-data-root step: checks the volume's layout, then cleans its data-root of state
+ * that must not travel between tenants, unless this activation (a pool volume) or this instance
+ * (a workspace volume) prepared it already (prepareOncePerActivation). On a volume the agent
+ * created blank (`createdByAgent`) that docker never initialized, it creates the empty data-root
+ * folder instead: there is nothing to clean, and docker fills it.
+ */
+export async function prepareVolumeDataRoot(
+  dataRoot: string,
+  options: { kind: VolumeKind; activation: Activation; createdByAgent: boolean; imageStore?: ImageStore },
+  ports: DataRootPorts,
+  log: Logger,
+): Promise<void> {
+  const { kind, activation, createdByAgent, imageStore } = options;
+  // On every boot, a reboot's included (its marker skips the cleanup, not this): docker
+  // follows whatever links the volume holds.
+  await ports.checkLayout(dirname(dataRoot));
+  await prepareOncePerActivation(
+    dataRoot,
+    { kind, activation },
+    async () => {
+      // A blank volume the agent formatted has no data-root yet: docker makes it.
+      if (createdByAgent && (await createFreshDataRoot(dataRoot, log))) return;
+      await ports.clean(dataRoot, { kind, ...(imageStore ? { imageStore } : {}) });
+      // containerd's root beside the data-root: its machine-local state goes with the
+      // data-root's, once per activation, before containerd starts on it.
+      if (imageStore === "containerd" && kind === VolumeKind.pool) {
+        await ports.cleanContainerdRoot(containerdRootOnVolume(dirname(dataRoot)));
+      }
+    },
+    log,
+  );
 }
 
 /**

@@ -4,6 +4,7 @@
  * current generation, and the generation of volumes without a built-at of their own).
  */
 import { VolumeKind, VolumeTag } from "../../tags.ts";
+import { MANAGED } from "../volume-rules.ts";
 import type { CloudVolumes, SnapshotInfo, VolumeInfo } from "../ports.ts";
 
 export interface GcObservation {
@@ -14,8 +15,8 @@ export interface GcObservation {
 /** The volumes tagged `ebs-cache:managed=true` (gc never sees any other) and the pools' snapshots. */
 export async function observeGc(cloud: Pick<CloudVolumes, "findVolumes" | "findSnapshots">): Promise<GcObservation> {
   const [volumes, snapshots] = await Promise.all([
-    cloud.findVolumes({ tags: { [VolumeTag.managed]: "true" } }),
-    cloud.findSnapshots({ [VolumeTag.managed]: "true", [VolumeTag.kind]: VolumeKind.pool }),
+    cloud.findVolumes({ tags: MANAGED }),
+    cloud.findSnapshots({ ...MANAGED, [VolumeTag.kind]: VolumeKind.pool }),
   ]);
   return { volumes, snapshots };
 }

@@ -5,16 +5,17 @@
  * prints it).
  */
 import { VolumeKind, VolumeTag } from "../../tags.ts";
-import { isQuarantined } from "../boot/plan.ts";
 import {
   compareGenerations,
   currentSnapshot,
   generationName,
+  isQuarantined,
   isSuperseded,
+  parseTimestamp,
   snapshotGeneration,
   volumeGeneration,
   type Generation,
-} from "../generation.ts";
+} from "../volume-rules.ts";
 import type { SnapshotInfo, VolumeInfo } from "../ports.ts";
 import { recordedTtlHours, TTL_HOURS } from "../volume-intent.ts";
 
@@ -88,13 +89,6 @@ interface PoolCurrent {
 interface Generations {
   current: ReadonlyMap<string, PoolCurrent>;
   snapshots: ReadonlyMap<string, SnapshotInfo>;
-}
-
-/** Parses an ISO 8601 timestamp as the agent writes it; undefined when malformed. */
-export function parseTimestamp(text: string): Date | undefined {
-  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(text)) return undefined;
-  const date = new Date(text);
-  return Number.isNaN(date.getTime()) ? undefined : date;
 }
 
 /** Decides for one volume, the cap aside. */

@@ -7,7 +7,7 @@
  */
 import { describeError } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
-import { currentSnapshot } from "../generation.ts";
+import { currentSnapshot } from "../volume-rules.ts";
 import type { InitializationStatus, KeeperCloud } from "../ports.ts";
 import { keeperVolumeSelector, type KeeperObservation, type KeeperSettings } from "./plan.ts";
 

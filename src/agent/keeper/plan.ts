@@ -16,15 +16,18 @@
  */
 import { createHash } from "node:crypto";
 import { CONTENT_TAGS, VolumeKind, VolumeTag } from "../../tags.ts";
-import { isInTransit, isQuarantined } from "../boot/plan.ts";
 import {
   compareGenerations,
   generationName,
+  isClaimable as claimableAt,
+  isInTransit,
   isSuperseded,
+  matchesSelector,
+  poolSelector,
   snapshotGeneration,
   volumeGeneration,
   type Generation,
-} from "../generation.ts";
+} from "../volume-rules.ts";
 import type { InitializationStatus, SnapshotInfo, VolumeInfo } from "../ports.ts";
 
 /** What the keeper needs of the configuration (`keeper.*`, the pool, the volume type). */
@@ -117,22 +120,21 @@ export const TOKEN_BUCKET_MS = 3600_000;
 
 const GONE = new Set(["deleting", "deleted"]);
 
+/** A volume of the pool, every image set: keeperVolumeSelector's, as EC2 filtered them. */
 const isPoolVolume = (settings: KeeperSettings, v: VolumeInfo) =>
-  v.tags[VolumeTag.managed] === "true" &&
-  v.tags[VolumeTag.kind] === VolumeKind.pool &&
-  v.tags[VolumeTag.pool] === settings.pool;
+  matchesSelector(v.tags, keeperVolumeSelector(settings));
 
 /** A volume of the pool's selection (the image set when configured), whatever its generation. */
 const isSelected = (settings: KeeperSettings, v: VolumeInfo) =>
   settings.imageSet === null || v.tags[VolumeTag.imageSet] === settings.imageSet;
 
 /**
- * Available to a boot: unattached, not quarantined, not another instance's on its way (a boot
- * skips those; and one a release has just detached, or a boot has just made, must never be
- * trimmed under it).
+ * Available to a boot, in any zone, for any instance (volume-rules.ts isClaimable): unattached,
+ * not quarantined, not another instance's on its way (a boot skips those; and one a release has
+ * just detached, or a boot has just made, must never be trimmed under it).
  */
 const isClaimable = (settings: KeeperSettings, v: VolumeInfo, now: Date) =>
-  v.state === "available" && !v.attachment && !isQuarantined(v, now, settings.quarantineHours) && !isInTransit(v, now);
+  claimableAt(v, { now, quarantineHours: settings.quarantineHours });
 
 /** How the plan sees one volume's generation. */
 interface Generations {
@@ -342,5 +344,5 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
 
 /** The tags that select the pool's volumes and snapshots (all image sets: every volume counts toward the caps, every snapshot may be a volume's source). */
 export function keeperVolumeSelector(settings: Pick<KeeperSettings, "pool">): Record<string, string> {
-  return { [VolumeTag.managed]: "true", [VolumeTag.kind]: VolumeKind.pool, [VolumeTag.pool]: settings.pool };
+  return poolSelector({ pool: settings.pool, imageSet: null });
 }

@@ -3,6 +3,7 @@
  * asked (one filtered DescribeVolumes and one DescribeSnapshots, all pages).
  */
 import { VolumeTag } from "../../tags.ts";
+import { MANAGED } from "../volume-rules.ts";
 import type { CloudVolumes, SnapshotInfo, VolumeInfo } from "../ports.ts";
 
 export interface PoolObservation {
@@ -16,7 +17,7 @@ export async function observePool(
   cloud: Pick<CloudVolumes, "findVolumes" | "findSnapshots">,
   options: { pool?: string } = {},
 ): Promise<PoolObservation> {
-  const tags = { [VolumeTag.managed]: "true", ...(options.pool ? { [VolumeTag.pool]: options.pool } : {}) };
+  const tags = { ...MANAGED, ...(options.pool ? { [VolumeTag.pool]: options.pool } : {}) };
   const [volumes, snapshots] = await Promise.all([cloud.findVolumes({ tags }), cloud.findSnapshots(tags)]);
   return { volumes, snapshots };
 }

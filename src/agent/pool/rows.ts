@@ -1,6 +1,6 @@
 /** The pool and workspace volumes as rows, one a volume, for `ebs-cache-agent pool` (src/cli/pool.ts). Pure. */
 import { VolumeTag } from "../../tags.ts";
-import { isQuarantined } from "../boot/plan.ts";
+import { isQuarantined } from "../volume-rules.ts";
 import { workspaceIdsOfVolume, type WorkspaceIds } from "../workspace-ids.ts";
 import type { VolumeInfo } from "../ports.ts";
 

@@ -5,15 +5,15 @@
  * out (`pool --json`, schema/pool.schema.json).
  */
 import { VolumeKind, VolumeTag } from "../../tags.ts";
-import { isQuarantined } from "../boot/plan.ts";
 import {
   compareGenerations,
   currentGeneration,
   generationName,
+  isQuarantined,
   isSuperseded,
   volumeGeneration,
   type Generation,
-} from "../generation.ts";
+} from "../volume-rules.ts";
 import type { SnapshotInfo, VolumeInfo } from "../ports.ts";
 import { snapshotMonthlyCost, usd, volumeMonthlyCost, type Prices } from "./cost.ts";
 import { poolRows, type PoolRow } from "./rows.ts";

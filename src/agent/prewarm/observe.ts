@@ -5,7 +5,7 @@
  */
 import { AgentError, describeError, remediationOr } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
-import { attachedCacheVolume } from "../attached.ts";
+import { attachedCacheVolume, MANAGED } from "../volume-rules.ts";
 import type { Logger } from "../../log.ts";
 import type {
   CheckFigures,
@@ -103,10 +103,7 @@ export async function sampleVolume(
 
 /** The managed cache volume attached to this instance (a workspace volume first), if any. */
 export async function findAttachedVolume(cloud: CloudVolumes, instanceId: string): Promise<VolumeInfo | undefined> {
-  return attachedCacheVolume(
-    await cloud.findVolumes({ tags: { [VolumeTag.managed]: "true" }, attachedTo: instanceId }),
-    instanceId,
-  );
+  return attachedCacheVolume(await cloud.findVolumes({ tags: MANAGED, attachedTo: instanceId }), instanceId);
 }
 
 /** The volume's device and where it is mounted; throws when the boot has not mounted it here. */

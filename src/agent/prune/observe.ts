@@ -4,23 +4,29 @@
  * (statfs), docker's data-root, images and containers. Reads only.
  */
 import { describeError } from "../../errors.ts";
-import type { Logger } from "../../log.ts";
 import { VolumeKind, VolumeTag } from "../../tags.ts";
-import { currentGeneration, generationName, imagesOf, snapshotGeneration } from "../generation.ts";
-import type { CloudVolumes, DockerImages, FilesystemFill, SnapshotInfo } from "../ports.ts";
+import { currentGeneration, generationName, imagesOf, poolSelector, snapshotGeneration } from "../volume-rules.ts";
+import type { SnapshotInfo } from "../ports.ts";
 import type { PruneObservation } from "./plan.ts";
+import type { LastBoot, PrewarmActivity, PruneDeps } from "./run.ts";
 
-/** The adapters the prune reads and acts through (built in src/cli/wiring.ts). */
-export interface PruneDeps {
-  /** The cache volume the last boot mounted, from its record; undefined when none is recorded. */
-  mountedVolume(): Promise<{ volumeId: string; mountPoint: string; dataRoot: string } | undefined>;
-  cloud: Pick<CloudVolumes, "describeVolume" | "findSnapshots">;
-  /** statfs of the filesystem mounted exactly there (src/host/fill.ts). */
-  fill(mountPoint: string): Promise<FilesystemFill | undefined>;
-  docker: DockerImages;
-  /** Whether a background pre-warm reads the volume now (its state file and process). Absent: never. */
-  prewarmRunning?(): Promise<boolean>;
-  log: Logger;
+/**
+ * The cache volume the last boot mounted, from its result: only a boot that came up (`ready`,
+ * `warming`) left docker on it, and only with the volume, its mount point and data-root known.
+ */
+export function mountedVolumeOf(
+  lastBoot: LastBoot | undefined,
+): { volumeId: string; mountPoint: string; dataRoot: string } | undefined {
+  if (!lastBoot || (lastBoot.outcome !== "ready" && lastBoot.outcome !== "warming")) return undefined;
+  const { volumeId, mountPoint, dataRoot } = lastBoot;
+  return volumeId && mountPoint && dataRoot ? { volumeId, mountPoint, dataRoot } : undefined;
+}
+
+/** Whether a background pre-warm reads the volume now: its process lives and it initializes or follows EBS's loading. */
+export function prewarmReads(prewarm: PrewarmActivity | undefined): boolean {
+  return (
+    prewarm !== undefined && prewarm.running && (prewarm.phase === "initializing" || prewarm.phase === "following")
+  );
 }
 
 /** The current generation's images: the pool's newest completed snapshot's list, else the volume's own. */
@@ -46,7 +52,7 @@ export function currentImages(
 /** Everything planPrune() needs. A pool snapshot listing EC2 refuses falls back to the volume's own list (logged). */
 export async function observePrune(deps: PruneDeps, options: { imageSet: string | null }): Promise<PruneObservation> {
   const { log } = deps;
-  const volume = await deps.mountedVolume();
+  const volume = mountedVolumeOf(await deps.lastBoot());
   const empty: PruneObservation = { current: { images: [], source: "none" }, images: [], containerImageIds: [] };
   if (!volume) return empty;
   const [fill, info, described] = await Promise.all([
@@ -67,25 +73,21 @@ export async function observePrune(deps: PruneDeps, options: { imageSet: string 
   const pool = tags[VolumeTag.pool];
   let snapshots: SnapshotInfo[] | undefined;
   if (pool) {
-    const selector = {
-      [VolumeTag.managed]: "true",
-      [VolumeTag.kind]: VolumeKind.pool,
-      [VolumeTag.pool]: pool,
-      ...(options.imageSet ? { [VolumeTag.imageSet]: options.imageSet } : {}),
-    };
-    snapshots = await deps.cloud.findSnapshots(selector).catch((error: unknown) => {
-      log.warning(
-        "prune.snapshots",
-        `could not list the pool's snapshots: ${describeError(error)}; the volume's own image list stands for the current generation`,
-        { pool },
-      );
-      return undefined;
-    });
+    snapshots = await deps.cloud
+      .findSnapshots(poolSelector({ pool, imageSet: options.imageSet }))
+      .catch((error: unknown) => {
+        log.warning(
+          "prune.snapshots",
+          `could not list the pool's snapshots: ${describeError(error)}; the volume's own image list stands for the current generation`,
+          { pool },
+        );
+        return undefined;
+      });
   }
   const [images, containerImageIds, prewarmRunning] = await Promise.all([
     deps.docker.imageEntries(),
     deps.docker.containerImageIds(),
-    deps.prewarmRunning?.() ?? Promise.resolve(false),
+    deps.prewarm ? deps.prewarm().then(prewarmReads) : Promise.resolve(false),
   ]);
   return {
     ...base,

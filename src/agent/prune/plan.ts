@@ -10,7 +10,7 @@
  * workspace volume is never pruned: what it holds is its user's.
  */
 import { VolumeKind, VolumeTag } from "../../tags.ts";
-import { withLatest } from "../generation.ts";
+import { withLatest } from "../volume-rules.ts";
 import type { FilesystemFill, ImageEntry } from "../ports.ts";
 
 export interface PruneSettings {

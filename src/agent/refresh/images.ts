@@ -11,7 +11,7 @@
  * without the bad entries).
  */
 import { validateImageRef } from "../../inputs.ts";
-import { withLatest } from "../generation.ts";
+import { withLatest } from "../volume-rules.ts";
 import { readChunkedJsonTag } from "../labels-tag.ts";
 import { BufferTag, bufferRole, hasChunkedTag } from "../buffer-tags.ts";
 

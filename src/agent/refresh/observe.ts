@@ -1,8 +1,7 @@
 /** What the refresh reads before it plans: the attached volume, its pool's snapshots, docker's images. Through ports only. */
 import { VolumeTag } from "../../tags.ts";
 import type { DockerEngine, Identity, RefreshCloud } from "../ports.ts";
-import { attachedCacheVolume } from "../attached.ts";
-import { poolSelector } from "../boot/plan.ts";
+import { attachedCacheVolume, MANAGED, poolSelector } from "../volume-rules.ts";
 import type { RefreshObservation } from "./plan.ts";
 
 /**
@@ -16,7 +15,7 @@ export async function observeRefresh(
   identity: Identity,
   imageSet: string | null,
 ): Promise<RefreshObservation> {
-  const attached = await cloud.findVolumes({ tags: { [VolumeTag.managed]: "true" }, attachedTo: identity.instanceId });
+  const attached = await cloud.findVolumes({ tags: MANAGED, attachedTo: identity.instanceId });
   const volume = attachedCacheVolume(attached, identity.instanceId);
   const pool = volume?.tags[VolumeTag.pool];
   if (!volume || pool === undefined) return { volume, snapshots: [], instanceTags: identity.tags, present: [] };

@@ -17,7 +17,7 @@ import {
   snapshotGeneration,
   volumeGeneration,
   type Generation,
-} from "../generation.ts";
+} from "../volume-rules.ts";
 import type { SnapshotInfo, VolumeInfo } from "../ports.ts";
 import { asListed, missingPrePulledListWarning, readPrePulledImages } from "./images.ts";
 

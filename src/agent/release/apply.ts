@@ -13,7 +13,8 @@ import { dirname } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AgentError, describeError, remediationOr } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
-import type { ReleaseDeps, VolumeInfo } from "../ports.ts";
+import type { VolumeInfo } from "../ports.ts";
+import type { ReleaseDeps } from "./run.ts";
 import { dockerActive } from "./observe.ts";
 import {
   isBelow,

@@ -6,7 +6,9 @@
 import { describeError } from "../../errors.ts";
 import { isUnderPrefix } from "../../docker/labels.ts";
 import { VolumeTag } from "../../tags.ts";
-import type { Identity, ReleaseDeps } from "../ports.ts";
+import { MANAGED } from "../volume-rules.ts";
+import type { Identity } from "../ports.ts";
+import type { ReleaseDeps } from "./run.ts";
 import {
   mountPointOf,
   type HeldVolume,
@@ -24,10 +26,10 @@ export async function observeRelease(
   const { cloud, log } = deps;
   const instanceId = identity.instanceId;
   const [attached, claimed] = await Promise.all([
-    cloud.findVolumes({ tags: { [VolumeTag.managed]: "true" }, attachedTo: instanceId }),
+    cloud.findVolumes({ tags: MANAGED, attachedTo: instanceId }),
     settings.enabled
       ? cloud.findVolumes({
-          tags: { [VolumeTag.managed]: "true", [VolumeTag.claimedBy]: instanceId },
+          tags: { ...MANAGED, [VolumeTag.claimedBy]: instanceId },
           status: ["available"],
         })
       : Promise.resolve([]),

@@ -15,6 +15,7 @@
  */
 import { VolumeTag } from "../../tags.ts";
 import { intentChanges, keepApplies } from "../volume-intent.ts";
+import { tagTime } from "../volume-rules.ts";
 import type { LabelModeSetting } from "../../docker/labels.ts";
 import type { Identity, VolumeInfo } from "../ports.ts";
 
@@ -194,13 +195,12 @@ export function mountPointOf(mountRoot: string, volumeId: string): string {
 
 /** The release time an interrupted release already tagged, when it belongs to the current claim. */
 export function earlierReleaseTime(volume: VolumeInfo): string | undefined {
-  const released = volume.tags[VolumeTag.releasedAt];
-  if (released === undefined || Number.isNaN(Date.parse(released))) return undefined;
-  const claimed = volume.tags[VolumeTag.claimedAt];
+  const released = tagTime(volume.tags, VolumeTag.releasedAt);
+  if (released === undefined) return undefined;
+  const claimed = tagTime(volume.tags, VolumeTag.claimedAt);
   // A released-at older than the claim is a previous tenancy's (an older boot did not clear it).
-  if (claimed !== undefined && !Number.isNaN(Date.parse(claimed)) && Date.parse(released) < Date.parse(claimed))
-    return undefined;
-  return released;
+  if (claimed !== undefined && released < claimed) return undefined;
+  return volume.tags[VolumeTag.releasedAt];
 }
 
 /**
