@@ -67,6 +67,12 @@ const COMMANDS: CommandEntry[] = [
     summary: "list the pool and workspace volumes the agent manages; `pool fill`: keep the pool stocked (the keeper)",
     load: async () => (await import("./cli/pool.ts")).poolCommand(),
   },
+  {
+    name: "snapshot",
+    summary:
+      "`snapshot upload`: the pool's golden snapshot from a disk image, through the EBS direct APIs (no instance)",
+    load: async () => (await import("./cli/snapshot.ts")).snapshotCommand(),
+  },
 ];
 
 /**

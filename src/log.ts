@@ -24,6 +24,7 @@ export const LOG_AREAS = [
   "status",
   "refresh",
   "prune",
+  "snapshot",
   "ec2",
   "imds",
   "credentials",

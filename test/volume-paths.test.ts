@@ -249,6 +249,9 @@ const HOST_SIDE_FS = new Set([
   "host/facts.ts",
   "host/filesystem.ts",
   "host/fill.ts",
+  // The snapshot builder's disk image and manifest, on the build machine: never a mounted volume.
+  "host/image-blocks.ts",
+  "host/snapshot-manifest.ts",
   "host/fio.ts",
   "host/mount.ts",
   "host/serial.ts",

@@ -449,3 +449,22 @@ export interface DockerImages {
   /** `DELETE /images/<reference>` without force: docker refuses an image a container uses. Returns what docker deleted (image and layer ids). */
   removeImage(reference: string): Promise<{ untagged: string[]; deleted: string[] }>;
 }
+
+/** What the snapshot builder asks of the EBS direct APIs (src/aws/ebs.ts): a snapshot written block by block, from anywhere. */
+export interface SnapshotBlockWriter {
+  /** StartSnapshot: a `pending` snapshot; the same clientToken again returns the same snapshot. */
+  start(request: {
+    volumeSizeGiB: number;
+    parentSnapshotId?: string;
+    clientToken: string;
+    description: string;
+    tags: Record<string, string>;
+    encrypted: boolean;
+    kmsKeyArn?: string;
+    timeoutMinutes: number;
+  }): Promise<{ snapshotId: string; blockSize: number; status: string }>;
+  /** PutSnapshotBlock with the block's base64 SHA-256 (EBS checks it). */
+  putBlock(snapshotId: string, index: number, data: Uint8Array, sha256: string): Promise<void>;
+  /** CompleteSnapshot with the count of blocks written and their LINEAR aggregate checksum. */
+  complete(snapshotId: string, changedBlocks: number, aggregateSha256: string): Promise<string>;
+}

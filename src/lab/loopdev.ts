@@ -10,7 +10,7 @@
  * `attached`. deviceReady(volumeId) and settled() let a test wait for that work.
  */
 import { randomBytes } from "node:crypto";
-import { link, mkdir, readdir, rename, rm, stat, symlink, truncate, unlink, writeFile } from "node:fs/promises";
+import { link, mkdir, open, readdir, rename, rm, stat, symlink, truncate, unlink, writeFile } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { describeError } from "../errors.ts";
@@ -171,6 +171,55 @@ export function createLoopVolumeBackend(options: LoopVolumeBackendOptions): Loop
         volumeId,
         flushed: device ?? (lingering.join(",") || undefined),
       });
+    },
+
+    // The EBS direct APIs write a snapshot's image in place, block by block, while it is pending
+    // (no volume has been made from it yet: the emulator refuses CreateVolume until completed).
+    blockSnapshots: {
+      async start(snapshotId, sizeGiB, parentSnapshotId) {
+        assertOpen();
+        await placeNewFile(snapshotImagePath(root, snapshotId), async (temp) => {
+          if (parentSnapshotId === undefined) await writeFile(temp, "", { flag: "wx" });
+          else await sparseCopy(snapshotImagePath(root, parentSnapshotId), temp, log);
+          await truncate(temp, sizeGiB * GiB);
+        });
+      },
+      async put(snapshotId, index, data) {
+        assertOpen();
+        const file = await open(snapshotImagePath(root, snapshotId), "r+");
+        try {
+          await file.write(data, 0, data.length, index * data.length);
+        } finally {
+          await file.close();
+        }
+      },
+      async read(snapshotId, index, blockSize) {
+        const file = await open(snapshotImagePath(root, snapshotId), "r");
+        try {
+          const buffer = Buffer.alloc(blockSize);
+          await file.read(buffer, 0, blockSize, index * blockSize);
+          return buffer;
+        } finally {
+          await file.close();
+        }
+      },
+      async blocks(snapshotId, blockSize) {
+        const file = await open(snapshotImagePath(root, snapshotId), "r");
+        try {
+          const { size } = await file.stat();
+          const buffer = Buffer.alloc(blockSize);
+          const zeros = Buffer.alloc(blockSize);
+          const indices: number[] = [];
+          for (let index = 0; index * blockSize < size; index += 1) {
+            buffer.fill(0);
+            await file.read(buffer, 0, blockSize, index * blockSize);
+            if (!buffer.equals(zeros)) indices.push(index);
+          }
+          return indices;
+        } finally {
+          await file.close();
+        }
+      },
     },
 
     async deleteSnapshot(snapshotId) {

@@ -56,4 +56,21 @@ export interface VolumeBackend {
    * it (the volume then counts as initialized). Synchronous: actions answer in one turn.
    */
   initializationProgress?(volumeId: string): { done: number; total: number } | undefined;
+  /**
+   * The EBS direct APIs' side of the storage (StartSnapshot, PutSnapshotBlock,
+   * GetSnapshotBlock): a snapshot image written and read block by block, which volumes are then
+   * created from as from any snapshot. Absent: the emulator refuses those calls.
+   */
+  blockSnapshots?: BlockSnapshotStore;
+}
+
+/** A snapshot's image, block by block (see VolumeBackend.blockSnapshots). */
+export interface BlockSnapshotStore {
+  /** A new snapshot image of `sizeGiB`: the parent's blocks, or zeros. */
+  start(snapshotId: string, sizeGiB: number, parentSnapshotId?: string): Promise<void>;
+  put(snapshotId: string, index: number, data: Buffer): Promise<void>;
+  /** One block (zeros where nothing was written). */
+  read(snapshotId: string, index: number, blockSize: number): Promise<Buffer>;
+  /** The indices of the blocks holding data, ascending. */
+  blocks(snapshotId: string, blockSize: number): Promise<number[]>;
 }

@@ -11,6 +11,7 @@ import { InstanceRegistry } from "./instances.ts";
 import { Lifecycle, type Delays, type ShutdownKind } from "./lifecycle.ts";
 import type { Model } from "./model.ts";
 import { RequestLedger } from "./requests.ts";
+import { createEbsDirect } from "./ebs-direct.ts";
 import { listen } from "./server.ts";
 import { StateStore } from "./state.ts";
 
@@ -156,7 +157,8 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
     replaceState,
   };
 
-  const { server, port } = await listen(ctx, admin, requests, opts.port ?? 0, log);
+  const ebs = createEbsDirect(ctx, opts.backend.blockSnapshots);
+  const { server, port } = await listen(ctx, admin, requests, ebs, opts.port ?? 0, log);
   // Only once listening: a failed start leaves no timers behind.
   lifecycle.resume();
   const endpoint = `http://127.0.0.1:${port}`;

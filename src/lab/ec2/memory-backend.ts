@@ -3,7 +3,7 @@
  * the emulator and for running the lab without root; it refuses calls that would be wrong on
  * the real (loop-device) backend, such as attaching a volume twice, so ordering bugs show up.
  */
-import type { LabInstance, VolumeBackend } from "../types.ts";
+import type { BlockSnapshotStore, LabInstance, VolumeBackend } from "../types.ts";
 
 /** One call the backend received. */
 export interface BackendCall {
@@ -38,7 +38,29 @@ export class MemoryVolumeBackend implements VolumeBackend {
   /** Volume id → initialization progress to report (tests set it); absent: not tracked. */
   readonly initialization = new Map<string, { done: number; total: number }>();
 
+  /** Snapshot id → its blocks written through the EBS direct APIs (index → bytes). */
+  readonly snapshotBlocks = new Map<string, Map<number, Buffer>>();
+
   constructor(private readonly options: MemoryVolumeBackendOptions = {}) {}
+
+  readonly blockSnapshots: BlockSnapshotStore = {
+    start: async (snapshotId, _sizeGiB, parentSnapshotId) => {
+      const parent = parentSnapshotId === undefined ? undefined : this.snapshotBlocks.get(parentSnapshotId);
+      if (parentSnapshotId !== undefined && !this.snapshots.has(parentSnapshotId))
+        throw new Error(`no snapshot image ${parentSnapshotId}`);
+      this.snapshotBlocks.set(snapshotId, new Map(parent ?? []));
+      this.snapshots.add(snapshotId);
+    },
+    put: async (snapshotId, index, data) => {
+      const blocks = this.snapshotBlocks.get(snapshotId);
+      if (!blocks) throw new Error(`no snapshot image ${snapshotId}`);
+      if (data.equals(Buffer.alloc(data.length))) blocks.delete(index);
+      else blocks.set(index, Buffer.from(data));
+    },
+    read: async (snapshotId, index, blockSize) =>
+      Buffer.from(this.snapshotBlocks.get(snapshotId)?.get(index) ?? Buffer.alloc(blockSize)),
+    blocks: async (snapshotId) => [...(this.snapshotBlocks.get(snapshotId)?.keys() ?? [])].sort((a, b) => a - b),
+  };
 
   private async record(call: BackendCall, check: () => void): Promise<void> {
     this.calls.push(call);

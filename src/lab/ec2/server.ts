@@ -1,20 +1,22 @@
 /**
  * The HTTP side: one server on 127.0.0.1 answering the EC2 Query protocol (form-encoded
- * POST, or GET with a query string, on any path) and the JSON admin API under `/_lab/`.
+ * POST, or GET with a query string, on any other path), the EBS direct APIs under `/snapshots`
+ * (ebs-direct.ts) and the JSON admin API under `/_lab/`.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Logger } from "../../log.ts";
 import { handleAdminRequest, type AdminTarget } from "./admin.ts";
+import { isEbsDirectPath, type EbsDirect } from "./ebs-direct.ts";
 import type { ActionContext } from "./actions/index.ts";
 import { Params } from "./params.ts";
 import { handleEc2Request } from "./protocol.ts";
 import { callerOf, type RequestLedger } from "./requests.ts";
 
-/** Request bodies larger than this are refused (EC2 requests are a few KiB at most). */
+/** Request bodies larger than this are refused (EC2 requests are a few KiB, an EBS block 512 KiB). */
 const MAX_BODY = 8 * 1024 * 1024;
 
-function readBody(req: IncomingMessage): Promise<string> {
+function readBody(req: IncomingMessage): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -27,7 +29,7 @@ function readBody(req: IncomingMessage): Promise<string> {
       }
       chunks.push(chunk);
     });
-    req.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")));
+    req.on("end", () => resolve(Buffer.concat(chunks)));
     req.on("error", reject);
   });
 }
@@ -47,11 +49,23 @@ async function handle(
   ctx: ActionContext,
   admin: AdminTarget,
   ledger: RequestLedger,
+  ebs: EbsDirect,
   req: IncomingMessage,
   res: ServerResponse,
 ): Promise<void> {
   const url = new URL(req.url ?? "/", "http://localhost");
-  const body = await readBody(req);
+  const raw = await readBody(req);
+  if (isEbsDirectPath(url.pathname)) {
+    const headers = new Headers();
+    for (const [name, value] of Object.entries(req.headers)) {
+      if (typeof value === "string") headers.set(name, value);
+    }
+    const answer = await ebs.handle(req.method ?? "GET", url, headers, raw);
+    res.writeHead(answer.status, { ...answer.headers, "content-length": Buffer.byteLength(answer.body) });
+    res.end(answer.body);
+    return;
+  }
+  const body = raw.toString("utf8");
   if (url.pathname === "/_lab" || url.pathname.startsWith("/_lab/")) {
     let json: unknown = undefined;
     if (body.trim() !== "") {
@@ -90,11 +104,12 @@ export async function listen(
   ctx: ActionContext,
   admin: AdminTarget,
   ledger: RequestLedger,
+  ebs: EbsDirect,
   port: number,
   log: Logger | undefined,
 ): Promise<{ server: Server; port: number }> {
   const server = createServer((req, res) => {
-    handle(ctx, admin, ledger, req, res).catch((error: unknown) => {
+    handle(ctx, admin, ledger, ebs, req, res).catch((error: unknown) => {
       log?.error("lab.ec2-emulator", "request failed", {
         error: error instanceof Error ? error.message : String(error),
       });

@@ -1,0 +1,136 @@
+/**
+ * Snapshot upload benchmark: what `snapshot upload` sends for a full build and for an
+ * incremental generation, against what the image set holds.
+ *
+ * For each size: an XFS image (label ebs-cache, ftype=1, sparse, 4 × the size) holding a
+ * `docker/` tree of incompressible files of that size in all (as layers would be), unmounted;
+ * uploaded in full to the lab's EBS direct emulator (memory backend, over HTTP, the real SDK).
+ * Then the next generation: a copy of that image, mounted, one more "image" of `--added-mib`
+ * written into it, unmounted, uploaded with the first as parent. Reported:
+ *   full ratio         bytes put ÷ bytes of the image set          (goal ≤ 1.05)
+ *   incremental ratio  bytes put ÷ bytes of the added image         (goal ≤ 1.2)
+ *   s/GiB              wall time of the upload per GiB put (loopback: the machine's cost, not S3's)
+ * A new generation built on a copy of the previous image (as here) keeps the old blocks where
+ * they were; one built by a fresh mkfs lays everything out anew and uploads about all of it.
+ *
+ *   sudo npx tsx bench/snapshot-upload.ts [--sizes 256,1024] [--added-mib 128]
+ */
+import { randomBytes } from "node:crypto";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { cpus, tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { uploadSnapshot } from "../src/agent/snapshot/run.ts";
+import { ebsClient, snapshotBlockWriter } from "../src/aws/ebs.ts";
+import { run } from "../src/exec.ts";
+import { readImageBlock, scanImage, sha256, zeroBlockHash } from "../src/host/image-blocks.ts";
+import { readManifestJson, writeManifestJson } from "../src/host/snapshot-manifest.ts";
+import { startEc2Emulator } from "../src/lab/ec2/index.ts";
+import { MemoryVolumeBackend } from "../src/lab/ec2/memory-backend.ts";
+import { createLogger } from "../src/log.ts";
+
+const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const MiB = 2 ** 20;
+
+const { values } = parseArgs({
+  options: {
+    sizes: { type: "string", default: "256,1024" },
+    "added-mib": { type: "string", default: "128" },
+    out: { type: "string", default: join(REPO, "bench", "results") },
+  },
+});
+if (process.getuid?.() !== 0) throw new Error("run as root: the images are made with mkfs.xfs and mount");
+
+/** Writes `mib` of incompressible files under `dir`, in files of up to 64 MiB. */
+async function fill(dir: string, mib: number, name: string): Promise<void> {
+  await mkdir(dir, { recursive: true });
+  for (let left = mib, n = 0; left > 0; n += 1) {
+    const size = Math.min(64, left);
+    await writeFile(join(dir, `${name}-${n}`), randomBytes(size * MiB));
+    left -= size;
+  }
+}
+
+async function withMounted(image: string, work: (dir: string) => Promise<void>): Promise<void> {
+  const mnt = await mkdtemp(join(tmpdir(), "bench-snapshot-mnt-"));
+  await run("mount", ["-o", "loop", image, mnt]);
+  try {
+    await work(mnt);
+  } finally {
+    await run("umount", [mnt]);
+    await rm(mnt, { recursive: true, force: true });
+  }
+}
+
+const backend = new MemoryVolumeBackend();
+const emulator = await startEc2Emulator({ backend });
+const client = ebsClient({
+  region: "us-east-1",
+  endpoint: emulator.endpoint,
+  credentials: { accessKeyId: "b", secretAccessKey: "b" },
+});
+const quiet = createLogger(() => undefined);
+const deps = {
+  writer: snapshotBlockWriter(client),
+  scanImage,
+  readBlock: readImageBlock,
+  readManifestJson,
+  writeManifestJson,
+  sha256,
+  zeroBlockHash,
+  log: quiet,
+};
+const rows: Record<string, number>[] = [];
+const added = Number(values["added-mib"]);
+const work = await mkdtemp(join(tmpdir(), "bench-snapshot-"));
+try {
+  for (const size of values.sizes.split(",").map(Number)) {
+    const gen1 = join(work, `gen1-${size}.img`);
+    const gen2 = join(work, `gen2-${size}.img`);
+    await run("truncate", ["-s", `${size * 4}M`, gen1]);
+    await run("mkfs.xfs", ["-q", "-L", "ebs-cache", "-n", "ftype=1", gen1]);
+    await withMounted(gen1, (mnt) => fill(join(mnt, "docker", "overlay2", "layers"), size, "layer"));
+    const settings = (manifest: string, parent?: string) => ({
+      image: manifest.includes("gen1") ? gen1 : gen2,
+      manifest: join(work, manifest),
+      ...(parent ? { parentManifest: join(work, parent) } : {}),
+      tags: { "ebs-cache:managed": "true", "ebs-cache:kind": "pool" },
+      description: "bench",
+      encrypted: false,
+      concurrency: 16,
+      timeoutMinutes: 60,
+    });
+    const full = await uploadSnapshot(deps, settings(`gen1-${size}.json`));
+    await run("cp", ["--sparse=always", gen1, gen2]);
+    await withMounted(gen2, (mnt) => fill(join(mnt, "docker", "overlay2", "added"), added, "added"));
+    const incremental = await uploadSnapshot(deps, settings(`gen2-${size}.json`, `gen1-${size}.json`));
+    const row = {
+      sizeMiB: size,
+      fullPutMiB: full.bytesPut / MiB,
+      fullRatio: full.bytesPut / (size * MiB),
+      fullSecondsPerGiB: full.seconds / (full.bytesPut / 1024 ** 3),
+      addedMiB: added,
+      incrementalPutMiB: incremental.bytesPut / MiB,
+      incrementalRatio: incremental.bytesPut / (added * MiB),
+      incrementalSecondsPerGiB: incremental.seconds / (incremental.bytesPut / 1024 ** 3),
+    };
+    rows.push(row);
+    process.stdout.write(
+      `${size} MiB set: full ${row.fullPutMiB.toFixed(1)} MiB put, ratio ${row.fullRatio.toFixed(3)}, ${row.fullSecondsPerGiB.toFixed(1)} s/GiB; ` +
+        `+${added} MiB image: ${row.incrementalPutMiB.toFixed(1)} MiB put, ratio ${row.incrementalRatio.toFixed(3)}, ${row.incrementalSecondsPerGiB.toFixed(1)} s/GiB\n`,
+    );
+    await rm(gen1);
+    await rm(gen2);
+    backend.snapshotBlocks.clear();
+  }
+} finally {
+  client.destroy();
+  await emulator.close();
+  await rm(work, { recursive: true, force: true });
+}
+const stamp = new Date().toISOString().replace(/:/g, "-").replace(/\..*/, "");
+await mkdir(values.out, { recursive: true });
+const file = join(values.out, `snapshot-upload-${stamp}.json`);
+await writeFile(file, JSON.stringify({ cpus: cpus().length, addedMiB: added, rows }, null, 1) + "\n");
+process.stdout.write(`written ${file}\n`);

@@ -1,0 +1,93 @@
+/**
+ * The build's manifest: a local JSON file naming the snapshot an upload writes and the blocks
+ * put to it so far (a killed upload resumes from it), and once completed, every block the image
+ * holds (the next generation's upload reads it as its parent's content and puts only what
+ * differs). Pure: reading and writing the file is src/host/snapshot-manifest.ts.
+ */
+import { AgentError, ExitCode } from "../../errors.ts";
+import type { BlockHashes } from "./plan.ts";
+
+export const MANIFEST_FORMAT = "ebs-cache-agent/snapshot-manifest@1";
+
+export interface SnapshotManifest {
+  format: typeof MANIFEST_FORMAT;
+  snapshotId: string;
+  /** The snapshot this one was started from (absent: a full upload). */
+  parentSnapshotId?: string;
+  /** StartSnapshot's ClientToken: a StartSnapshot repeated after a kill returns the same snapshot. */
+  clientToken: string;
+  status: "uploading" | "completed";
+  volumeSizeGiB: number;
+  blockSize: number;
+  /** The image's size in bytes and its blocks holding data: index → base64 SHA-256. */
+  imageBytes: number;
+  blocks: Record<string, string>;
+  /** Blocks put to this snapshot, index → the hash put (zeros included). */
+  written: Record<string, string>;
+  tags: Record<string, string>;
+}
+
+/** A manifest that cannot be read as one: nothing is uploaded. */
+export class ManifestError extends AgentError {
+  constructor(path: string, problem: string) {
+    super(
+      `snapshot manifest ${path}: ${problem}`,
+      "give the manifest this command wrote (or a new path for a new build); a manifest is never repaired in place",
+      ExitCode.usage,
+    );
+  }
+}
+
+const SNAPSHOT_ID = /^snap-[0-9a-f]{8,17}$/;
+const SHA256_B64 = /^[A-Za-z0-9+/]{43}=$/;
+const INDEX = /^(0|[1-9][0-9]{0,9})$/;
+
+function hashes(value: unknown, field: string, problems: string[]): Record<string, string> {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    problems.push(`${field} is not an object`);
+    return {};
+  }
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(value)) {
+    if (!INDEX.test(k) || typeof v !== "string" || !SHA256_B64.test(v)) {
+      problems.push(`${field}.${k.slice(0, 20)} is not a block index with a base64 SHA-256`);
+      break;
+    }
+    out[k] = v;
+  }
+  return out;
+}
+
+/** Checks parsed JSON; throws ManifestError naming the first problems. */
+export function parseManifest(path: string, json: unknown): SnapshotManifest {
+  const problems: string[] = [];
+  const m = (typeof json === "object" && json !== null ? json : {}) as Record<string, unknown>;
+  if (m.format !== MANIFEST_FORMAT) problems.push(`format is not ${MANIFEST_FORMAT}`);
+  if (typeof m.snapshotId !== "string" || !SNAPSHOT_ID.test(m.snapshotId)) problems.push("snapshotId is not snap-…");
+  if (
+    m.parentSnapshotId !== undefined &&
+    (typeof m.parentSnapshotId !== "string" || !SNAPSHOT_ID.test(m.parentSnapshotId))
+  )
+    problems.push("parentSnapshotId is not snap-…");
+  if (typeof m.clientToken !== "string" || m.clientToken.length === 0 || m.clientToken.length > 64)
+    problems.push("clientToken is not a token");
+  if (m.status !== "uploading" && m.status !== "completed") problems.push("status is neither uploading nor completed");
+  for (const key of ["volumeSizeGiB", "blockSize", "imageBytes"] as const) {
+    if (!Number.isSafeInteger(m[key]) || (m[key] as number) <= 0) problems.push(`${key} is not a positive integer`);
+  }
+  const blocks = hashes(m.blocks, "blocks", problems);
+  const written = hashes(m.written, "written", problems);
+  const tags = m.tags;
+  if (typeof tags !== "object" || tags === null || Object.values(tags).some((v) => typeof v !== "string"))
+    problems.push("tags is not an object of strings");
+  if (problems.length > 0) throw new ManifestError(path, problems.slice(0, 3).join("; "));
+  return { ...(m as unknown as SnapshotManifest), blocks, written, tags: tags as Record<string, string> };
+}
+
+export function toMap(record: Record<string, string>): Map<number, string> {
+  return new Map(Object.entries(record).map(([k, v]) => [Number(k), v]));
+}
+
+export function toRecord(map: BlockHashes): Record<string, string> {
+  return Object.fromEntries([...map.entries()].sort(([a], [b]) => a - b).map(([k, v]) => [String(k), v]));
+}

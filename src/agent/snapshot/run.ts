@@ -1,0 +1,241 @@
+/**
+ * `snapshot upload`: a disk image (the image set built into a sparse XFS image) becomes an EBS
+ * snapshot through the EBS direct APIs, with no instance and no volume: observe (the parent
+ * build's manifest, this build's manifest if a killed run left one, the image's blocks) →
+ * plan (src/agent/snapshot/plan.ts) → start or resume the snapshot → put the planned blocks,
+ * several at once → complete. The manifest is rewritten as blocks land, so a kill at any point
+ * resumes where it stopped; once completed it is the next generation's parent.
+ */
+import { randomUUID } from "node:crypto";
+import { AgentError, ExitCode } from "../../errors.ts";
+import type { Logger } from "../../log.ts";
+import type { SnapshotBlockWriter } from "../ports.ts";
+import { MANIFEST_FORMAT, ManifestError, parseManifest, toMap, toRecord, type SnapshotManifest } from "./manifest.ts";
+import { EBS_BLOCK_BYTES, linearAggregate, planUpload, type BlockHashes } from "./plan.ts";
+
+/** What the upload takes: the EBS direct APIs and the build machine's files. */
+export interface SnapshotUploadDeps {
+  writer: SnapshotBlockWriter;
+  scanImage(path: string, blockSize: number): Promise<{ bytes: number; blocks: Map<number, string> }>;
+  readBlock(path: string, index: number, blockSize: number): Promise<Uint8Array>;
+  /** The manifest file's JSON, undefined when there is none (src/host/snapshot-manifest.ts). */
+  readManifestJson(path: string): Promise<unknown>;
+  writeManifestJson(path: string, manifest: SnapshotManifest): Promise<void>;
+  sha256(data: Uint8Array): Uint8Array;
+  zeroBlockHash(blockSize: number): string;
+  log: Logger;
+  /** ms since the epoch (progress rates). */
+  now?: () => number;
+  /** Stops the upload between blocks (SIGTERM): the manifest keeps what was put. */
+  signal?: AbortSignal;
+}
+
+export interface SnapshotUploadSettings {
+  image: string;
+  manifest: string;
+  /** The previous generation's completed manifest: its snapshot becomes the parent. */
+  parentManifest?: string;
+  tags: Record<string, string>;
+  description: string;
+  encrypted: boolean;
+  kmsKeyArn?: string;
+  /** Puts in flight at once. */
+  concurrency: number;
+  /** The snapshot's size; default the image's, rounded up to GiB (at least the parent's). */
+  volumeSizeGiB?: number;
+  /** Minutes EBS keeps a pending snapshot without a put before it fails it (StartSnapshot's Timeout). */
+  timeoutMinutes: number;
+}
+
+export interface SnapshotUploadReport {
+  snapshotId: string;
+  parentSnapshotId?: string;
+  status: string;
+  volumeSizeGiB: number;
+  imageBytes: number;
+  /** Blocks of the image holding data. */
+  imageBlocks: number;
+  /** Blocks put by this run, of which zeros (over the parent's data). */
+  put: number;
+  zeros: number;
+  /** Blocks the parent held the same, and blocks an earlier run of this build had put. */
+  unchanged: number;
+  resumed: number;
+  bytesPut: number;
+  seconds: number;
+}
+
+/** An upload that cannot go on as asked: nothing more is put. */
+export class SnapshotUploadError extends AgentError {
+  constructor(message: string, remediation: string, exitCode: number = ExitCode.usage) {
+    super(message, remediation, exitCode);
+  }
+}
+
+const GiB = 1024 ** 3;
+
+/** The manifest at `path` checked, or undefined when there is none. */
+async function readManifest(deps: SnapshotUploadDeps, path: string): Promise<SnapshotManifest | undefined> {
+  let json: unknown;
+  try {
+    json = await deps.readManifestJson(path);
+  } catch (error) {
+    throw new ManifestError(path, (error as Error).message);
+  }
+  return json === undefined ? undefined : parseManifest(path, json);
+}
+
+export async function uploadSnapshot(
+  deps: SnapshotUploadDeps,
+  settings: SnapshotUploadSettings,
+): Promise<SnapshotUploadReport> {
+  const now = deps.now ?? Date.now;
+  const started = now();
+  const parent = settings.parentManifest ? await readManifest(deps, settings.parentManifest) : undefined;
+  if (settings.parentManifest && parent?.status !== "completed") {
+    throw new ManifestError(settings.parentManifest, parent ? "is not completed" : "does not exist");
+  }
+  const earlier = await readManifest(deps, settings.manifest);
+  if (earlier?.status === "completed") {
+    throw new SnapshotUploadError(
+      `the build of ${settings.manifest} is already completed: ${earlier.snapshotId}`,
+      "give a new --manifest path for a new build (and this one as --parent for an incremental one)",
+    );
+  }
+  if (earlier && earlier.parentSnapshotId !== parent?.snapshotId) {
+    throw new SnapshotUploadError(
+      `${settings.manifest} resumes an upload with parent ${earlier.parentSnapshotId ?? "none"}, not ${parent?.snapshotId ?? "none"}`,
+      "resume with the same --parent, or start a new build with a new --manifest path",
+    );
+  }
+
+  deps.log.info("snapshot.scan", "reading the image's blocks", { image: settings.image });
+  const scan = await deps.scanImage(settings.image, EBS_BLOCK_BYTES);
+  if (earlier && !sameHashes(toMap(earlier.blocks), scan.blocks)) {
+    throw new SnapshotUploadError(
+      `${settings.image} changed since the upload of ${earlier.snapshotId} started`,
+      "upload an image once it is built and unmounted; start a new build with a new --manifest path",
+    );
+  }
+  const volumeSizeGiB = Math.max(
+    settings.volumeSizeGiB ?? Math.ceil(scan.bytes / GiB),
+    parent?.volumeSizeGiB ?? 1,
+    Math.ceil(scan.bytes / GiB),
+  );
+
+  const clientToken = earlier?.clientToken ?? randomUUID();
+  const started_ = await deps.writer.start({
+    volumeSizeGiB,
+    ...(parent ? { parentSnapshotId: parent.snapshotId } : {}),
+    clientToken,
+    description: settings.description,
+    tags: settings.tags,
+    encrypted: settings.encrypted,
+    ...(settings.kmsKeyArn ? { kmsKeyArn: settings.kmsKeyArn } : {}),
+    timeoutMinutes: settings.timeoutMinutes,
+  });
+  if (started_.blockSize !== EBS_BLOCK_BYTES) {
+    throw new SnapshotUploadError(
+      `EBS answered a block size of ${started_.blockSize} bytes, not ${EBS_BLOCK_BYTES}`,
+      "report this: the builder is written for 512 KiB blocks",
+      ExitCode.failure,
+    );
+  }
+  const { snapshotId } = started_;
+  // The same token gives the same snapshot; another one (the first expired) starts from nothing.
+  const written = new Map(earlier?.snapshotId === snapshotId ? toMap(earlier.written) : []);
+  const manifest = (): SnapshotManifest => ({
+    format: MANIFEST_FORMAT,
+    snapshotId,
+    ...(parent ? { parentSnapshotId: parent.snapshotId } : {}),
+    clientToken,
+    status: "uploading",
+    volumeSizeGiB,
+    blockSize: EBS_BLOCK_BYTES,
+    imageBytes: scan.bytes,
+    blocks: toRecord(scan.blocks),
+    written: toRecord(written),
+    tags: settings.tags,
+  });
+  await deps.writeManifestJson(settings.manifest, manifest());
+
+  const plan = planUpload({
+    image: scan.blocks,
+    ...(parent ? { parent: toMap(parent.blocks) } : {}),
+    alreadyPut: written,
+    zeroHash: deps.zeroBlockHash(EBS_BLOCK_BYTES),
+  });
+  deps.log.info("snapshot.plan", "blocks to put", {
+    snapshotId,
+    parent: parent?.snapshotId,
+    imageBlocks: scan.blocks.size,
+    put: plan.put.length,
+    unchanged: plan.unchanged,
+    resumed: plan.resumed,
+  });
+
+  // The manifest is saved at most every 2 s while puts land: a kill loses at most those puts'
+  // records, and they are put again (the same bytes) on resume.
+  let saving: Promise<void> = Promise.resolve();
+  let lastSave = now();
+  const save = (force: boolean) => {
+    if (!force && now() - lastSave < 2000) return saving;
+    lastSave = now();
+    const copy = manifest();
+    saving = saving.then(() => deps.writeManifestJson(settings.manifest, copy));
+    return saving;
+  };
+
+  let next = 0;
+  let done = 0;
+  let lastProgress = now();
+  const zeros = Buffer.alloc(EBS_BLOCK_BYTES);
+  const worker = async () => {
+    while (next < plan.put.length) {
+      deps.signal?.throwIfAborted();
+      const block = plan.put[next++]!;
+      const data = block.zeros ? zeros : await deps.readBlock(settings.image, block.index, EBS_BLOCK_BYTES);
+      await deps.writer.putBlock(snapshotId, block.index, data, block.hash);
+      written.set(block.index, block.hash);
+      done += 1;
+      void save(false);
+      if (now() - lastProgress >= 5000) {
+        lastProgress = now();
+        deps.log.info("snapshot.progress", `${done} of ${plan.put.length} blocks put`, {
+          snapshotId,
+          mib: Math.round((done * EBS_BLOCK_BYTES) / 2 ** 20),
+        });
+      }
+    }
+  };
+  try {
+    await Promise.all(Array.from({ length: Math.max(1, Math.min(settings.concurrency, plan.put.length)) }, worker));
+  } finally {
+    await save(true);
+  }
+
+  const status = await deps.writer.complete(snapshotId, written.size, linearAggregate(written, deps.sha256));
+  await deps.writeManifestJson(settings.manifest, { ...manifest(), status: "completed" });
+  const report: SnapshotUploadReport = {
+    snapshotId,
+    ...(parent ? { parentSnapshotId: parent.snapshotId } : {}),
+    status,
+    volumeSizeGiB,
+    imageBytes: scan.bytes,
+    imageBlocks: scan.blocks.size,
+    put: plan.put.length,
+    zeros: plan.put.filter((b) => b.zeros).length,
+    unchanged: plan.unchanged,
+    resumed: plan.resumed,
+    bytesPut: plan.put.length * EBS_BLOCK_BYTES,
+    seconds: Math.round((now() - started) / 100) / 10,
+  };
+  deps.log.notice("snapshot.completed", `snapshot ${snapshotId} ${status}`, { ...report });
+  return report;
+}
+
+function sameHashes(a: BlockHashes, b: BlockHashes): boolean {
+  if (a.size !== b.size) return false;
+  for (const [index, hash] of a) if (b.get(index) !== hash) return false;
+  return true;
+}

@@ -1,0 +1,164 @@
+/**
+ * `ebs-cache-agent snapshot upload`: the pool's golden snapshot from a disk image, through the
+ * EBS direct APIs (src/agent/snapshot/), on any machine with credentials: no builder instance.
+ */
+import { Command, InvalidArgumentError, Option } from "commander";
+import { uploadSnapshot } from "../agent/snapshot/run.ts";
+import { generationTags } from "../agent/snapshot/tags.ts";
+import { ebsClient, snapshotBlockWriter } from "../aws/ebs.ts";
+import { ConfigError, ExitCode } from "../errors.ts";
+import { readImageBlock, scanImage, sha256, zeroBlockHash } from "../host/image-blocks.ts";
+import { readManifestJson, writeManifestJson } from "../host/snapshot-manifest.ts";
+import { createLogger } from "../log.ts";
+import { sigtermSignal } from "./common.ts";
+import { poolNameOption, wholeNumber } from "./options.ts";
+
+function tagOption(value: string, previous: Record<string, string> = {}): Record<string, string> {
+  const at = value.indexOf("=");
+  if (at <= 0) throw new InvalidArgumentError(`expected KEY=VALUE, got ${JSON.stringify(value)}`);
+  return { ...previous, [value.slice(0, at)]: value.slice(at + 1) };
+}
+
+function positive(value: string): number {
+  const n = wholeNumber(value);
+  if (n === 0) throw new InvalidArgumentError("expected at least 1");
+  return n;
+}
+
+interface UploadOptions {
+  image: string;
+  manifest: string;
+  parent?: string;
+  pool: string;
+  imageSet: string;
+  images: string;
+  imageStore: "graphdriver" | "containerd";
+  engineVersion: string;
+  builtAt?: string;
+  tag?: Record<string, string>;
+  kmsKeyArn?: string;
+  encrypted?: boolean;
+  concurrency: number;
+  sizeGib?: number;
+  timeoutMinutes: number;
+  region?: string;
+  endpoint?: string;
+  json?: boolean;
+}
+
+export function snapshotCommand(): Command {
+  const snapshot = new Command("snapshot").description(
+    "build the pool's golden snapshot without an instance (the EBS direct APIs)",
+  );
+  snapshot.addCommand(
+    new Command("upload")
+      .description(
+        "upload a disk image holding the image set (an XFS image with docker/ at its root, as the pool volume holds it) as a pool snapshot: " +
+          "only the 512 KiB blocks holding data, SHA-256 checked, several at once; with --parent only the blocks that differ from the previous generation's; " +
+          "resumable after a kill (the manifest); tagged as the pool's generation, as Packer's pool-volume flow tags it",
+      )
+      .requiredOption("--image <path>", "the disk image (a sparse file; unmounted)")
+      .requiredOption(
+        "--manifest <path>",
+        "this build's manifest: written as blocks land, resumed from if it exists, the next build's --parent",
+      )
+      .option(
+        "--parent <path>",
+        "the previous generation's completed manifest: upload only what changed (ParentSnapshotId)",
+      )
+      .requiredOption("--pool <name>", "the pool (tag ebs-cache:pool)", poolNameOption)
+      .requiredOption("--image-set <name>", "the image set's name (tag ebs-cache:image-set)")
+      .requiredOption("--images <refs>", "the image references in the set, comma-separated (tag ebs-cache:images)")
+      .addOption(
+        new Option("--image-store <store>", "the image store the volume was built with (tag ebs-cache:image-store)")
+          .choices(["graphdriver", "containerd"])
+          .makeOptionMandatory(),
+      )
+      .requiredOption("--engine-version <version>", "the docker version that built it (tag ebs-cache:engine-version)")
+      .option("--built-at <time>", "the generation's time, RFC 3339 UTC (default now)")
+      .option(
+        "--tag <key=value>",
+        "an operator's tag on the snapshot (repeatable; not ebs-cache:*, not aws:*)",
+        tagOption,
+      )
+      .option("--encrypted", "encrypt the snapshot (with --kms-key-arn, that key; else the account's default EBS key)")
+      .option("--kms-key-arn <arn>", "the KMS key that encrypts the snapshot (implies --encrypted)")
+      .option("--concurrency <n>", "blocks put at once", positive, 16)
+      .option(
+        "--size-gib <n>",
+        "the snapshot's size (default: the image's, rounded up; at least the parent's)",
+        positive,
+      )
+      .option(
+        "--timeout-minutes <n>",
+        "EBS fails a pending snapshot after this long without a put (StartSnapshot's Timeout)",
+        positive,
+        60,
+      )
+      .option("--region <region>", "AWS region (default $AWS_REGION)")
+      .option("--endpoint <url>", "the EBS direct endpoint (a VPC endpoint, or the lab's emulator)")
+      .option("--json", "print the report as JSON")
+      .addHelpText(
+        "after",
+        "\nCredentials: the AWS SDK's default chain (environment, profile, SSO, an instance role); the build role's policy is iam/ebs-cache-snapshot-builder-policy.json." +
+          "\nExit codes: 0 completed, 1 EBS refused or failed, 2 usage (a bad tag or manifest too: nothing uploaded), 3 no region.",
+      )
+      .action(async (opts: UploadOptions) => {
+        const log = createLogger();
+        const region = opts.region ?? process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION;
+        if (!region) throw new ConfigError(["no region: give --region or set AWS_REGION"]);
+        const tags = generationTags({
+          pool: opts.pool,
+          imageSet: opts.imageSet,
+          images: opts.images.split(",").filter((s) => s !== ""),
+          imageStore: opts.imageStore,
+          engineVersion: opts.engineVersion,
+          builtAt: opts.builtAt ?? new Date().toISOString().replace(/\.\d{3}Z$/, "Z"),
+          operatorTags: opts.tag ?? {},
+        });
+        if ("problems" in tags) {
+          process.stderr.write(`error: ${tags.problems.join("; ")}\n`);
+          process.exitCode = ExitCode.usage;
+          return;
+        }
+        const client = ebsClient({ region, ...(opts.endpoint ? { endpoint: opts.endpoint } : {}) });
+        try {
+          const report = await uploadSnapshot(
+            {
+              writer: snapshotBlockWriter(client),
+              scanImage,
+              readBlock: readImageBlock,
+              readManifestJson,
+              writeManifestJson,
+              sha256,
+              zeroBlockHash,
+              log,
+              signal: sigtermSignal(log),
+            },
+            {
+              image: opts.image,
+              manifest: opts.manifest,
+              ...(opts.parent ? { parentManifest: opts.parent } : {}),
+              tags: tags.tags,
+              description: `ebs-cache golden snapshot: pool ${opts.pool}, image set ${opts.imageSet}`,
+              encrypted: Boolean(opts.encrypted || opts.kmsKeyArn),
+              ...(opts.kmsKeyArn ? { kmsKeyArn: opts.kmsKeyArn } : {}),
+              concurrency: opts.concurrency,
+              ...(opts.sizeGib ? { volumeSizeGiB: opts.sizeGib } : {}),
+              timeoutMinutes: opts.timeoutMinutes,
+            },
+          );
+          process.stdout.write(
+            opts.json
+              ? JSON.stringify(report, null, 2) + "\n"
+              : `${report.snapshotId} ${report.status}: ${report.put} blocks put (${report.zeros} zeros), ` +
+                  `${report.unchanged} unchanged from ${report.parentSnapshotId ?? "no parent"}, ${report.resumed} resumed; ` +
+                  `${(report.bytesPut / 2 ** 20).toFixed(1)} MiB of an image of ${(report.imageBytes / 2 ** 20).toFixed(1)} MiB in ${report.seconds} s\n`,
+          );
+        } finally {
+          client.destroy();
+        }
+      }),
+  );
+  return snapshot;
+}

@@ -1,0 +1,331 @@
+/**
+ * `snapshot upload` in-process, without root: the real EBS SDK client over HTTP to the lab's
+ * EBS direct emulator (on the EC2 emulator, memory backend), a sparse image in a temp dir.
+ * A full upload puts exactly the image's blocks holding data; an incremental one only what
+ * changed (zeros over cleared blocks); a killed one resumes without putting twice; volumes
+ * made from the result hold the image; bad input changes nothing.
+ */
+import { DescribeSnapshotsCommand, CreateVolumeCommand } from "@aws-sdk/client-ec2";
+import { randomBytes } from "node:crypto";
+import { mkdtemp, open, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import t from "tap";
+import { ManifestError } from "../../../src/agent/snapshot/manifest.ts";
+import { EBS_BLOCK_BYTES } from "../../../src/agent/snapshot/plan.ts";
+import { SnapshotUploadError, uploadSnapshot, type SnapshotUploadDeps } from "../../../src/agent/snapshot/run.ts";
+import { generationTags } from "../../../src/agent/snapshot/tags.ts";
+import { ebsClient, snapshotBlockWriter } from "../../../src/aws/ebs.ts";
+import { readImageBlock, scanImage, sha256, zeroBlockHash } from "../../../src/host/image-blocks.ts";
+import { readManifestJson, writeManifestJson } from "../../../src/host/snapshot-manifest.ts";
+import { parseManifest } from "../../../src/agent/snapshot/manifest.ts";
+import { createLogger } from "../../../src/log.ts";
+import { run } from "../../../src/exec.ts";
+import { AWS_CLI, AWS_CLI_EMULATOR_ENV, startLab } from "../../ec2-emulator.helpers.ts";
+
+const MiB = 2 ** 20;
+
+async function writeBlocks(path: string, blocks: Record<number, Buffer | null>, sizeBytes = 64 * MiB) {
+  // Not "a+": positioned writes to a file opened for appending land at its end (Linux).
+  const file = await open(path, "r+").catch(() => open(path, "w+"));
+  await file.truncate(sizeBytes);
+  for (const [index, data] of Object.entries(blocks)) {
+    await file.write(data ?? Buffer.alloc(EBS_BLOCK_BYTES), 0, EBS_BLOCK_BYTES, Number(index) * EBS_BLOCK_BYTES);
+  }
+  await file.close();
+}
+
+const block = () => randomBytes(EBS_BLOCK_BYTES);
+
+const TAGS = generationTags({
+  pool: "sim4life",
+  imageSet: "2026-12",
+  images: ["registry.example.org/simcore/services/dynamic/sim4life:3.1.0"],
+  imageStore: "graphdriver",
+  engineVersion: "28.5.1",
+  builtAt: "2026-12-02T01:00:00Z",
+  operatorTags: { team: "platform" },
+});
+
+t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
+  const lab = await startLab(t);
+  const dir = await mkdtemp(join(tmpdir(), "snapshot-upload-"));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const client = ebsClient({
+    region: "us-east-1",
+    endpoint: lab.emu.endpoint,
+    credentials: { accessKeyId: "dummy", secretAccessKey: "dummy" },
+  });
+  t.teardown(() => client.destroy());
+  t.ok("tags" in TAGS);
+  const tags = "tags" in TAGS ? TAGS.tags : {};
+  const lines: string[] = [];
+  const deps = (writer = snapshotBlockWriter(client), signal?: AbortSignal): SnapshotUploadDeps => ({
+    writer,
+    scanImage,
+    readBlock: readImageBlock,
+    readManifestJson,
+    writeManifestJson,
+    sha256,
+    zeroBlockHash,
+    log: createLogger((line) => lines.push(line)),
+    ...(signal ? { signal } : {}),
+  });
+  const settings = (manifest: string, parentManifest?: string) => ({
+    image: join(dir, "set.img"),
+    manifest: join(dir, manifest),
+    ...(parentManifest ? { parentManifest: join(dir, parentManifest) } : {}),
+    tags,
+    description: "ebs-cache golden snapshot: test",
+    encrypted: false,
+    concurrency: 4,
+    timeoutMinutes: 60,
+  });
+  const snapshotBlocks = (id: string) => lab.backend.snapshotBlocks.get(id) ?? new Map<number, Buffer>();
+  const imageBlocks = async () => (await scanImage(join(dir, "set.img"), EBS_BLOCK_BYTES)).blocks;
+  const sameContent = async (
+    t: { same: (a: unknown, b: unknown, m: string) => void; ok: (v: unknown, m: string) => void },
+    snapshotId: string,
+  ) => {
+    const expected = await imageBlocks();
+    const held = snapshotBlocks(snapshotId);
+    t.same(
+      [...held.keys()].sort((a, b) => a - b),
+      [...expected.keys()].sort((a, b) => a - b),
+      "the snapshot holds data exactly where the image does",
+    );
+    t.ok(
+      [...held].every(([i, data]) => sha256(data).toString("base64") === expected.get(i)),
+      "… the same bytes",
+    );
+  };
+
+  // Generation 1: 10 blocks of data in a 64 MiB image (128 blocks).
+  const first: Record<number, Buffer> = {};
+  for (const i of [0, 1, 2, 7, 8, 40, 41, 90, 126, 127]) first[i] = block();
+  await writeBlocks(join(dir, "set.img"), first);
+
+  const full = await uploadSnapshot(deps(), settings("gen1.json"));
+  t.equal(full.put, 10, "a full upload puts the 10 blocks holding data, none of the 118 holes");
+  t.equal(full.bytesPut / (await imageBlocks()).size / EBS_BLOCK_BYTES, 1, "bytes put ÷ bytes of data = 1");
+  t.equal(full.status, "completed");
+  await sameContent(t, full.snapshotId);
+  const ec2 = lab.client();
+  const described = await ec2.send(new DescribeSnapshotsCommand({ SnapshotIds: [full.snapshotId] }));
+  const snap = described.Snapshots?.[0];
+  t.equal(snap?.State, "completed", "EC2 lists the snapshot, completed");
+  t.equal(snap?.VolumeSize, 1, "64 MiB rounds up to 1 GiB");
+  t.same(
+    Object.fromEntries((snap?.Tags ?? []).map((tag) => [tag.Key, tag.Value])),
+    tags,
+    "tagged as the pool's generation, as Packer's flow tags it, with the operator's tag",
+  );
+  const volume = await ec2.send(
+    new CreateVolumeCommand({ SnapshotId: full.snapshotId, AvailabilityZone: "us-east-1a" }),
+  );
+  t.ok(volume.VolumeId, "a volume can be created from it");
+
+  await t.rejects(
+    uploadSnapshot(deps(), settings("gen1.json")),
+    SnapshotUploadError,
+    "a completed build is not uploaded again",
+  );
+
+  // Generation 2: one block changed, one cleared, one added.
+  await writeBlocks(join(dir, "set.img"), { 8: block(), 40: null, 60: block() });
+  const incremental = await uploadSnapshot(deps(), settings("gen2.json", "gen1.json"));
+  t.equal(incremental.parentSnapshotId, full.snapshotId, "started from the previous generation");
+  t.equal(incremental.put, 3, "only the changed, the cleared and the added block are put");
+  t.equal(incremental.zeros, 1, "zeros go over the cleared block");
+  t.equal(incremental.unchanged, 8, "the 8 unchanged blocks stay the parent's");
+  await sameContent(t, incremental.snapshotId);
+  await sameContent(t, incremental.snapshotId); // holds after a second read too
+  t.same(snapshotBlocks(full.snapshotId).has(40), true, "the parent is unchanged");
+
+  // Generation 3, killed after 2 puts, then resumed.
+  const third: Record<number, Buffer> = {};
+  for (const i of [10, 11, 12, 13, 14, 15]) third[i] = block();
+  await writeBlocks(join(dir, "set.img"), third);
+  const controller = new AbortController();
+  const base = snapshotBlockWriter(client);
+  let puts = 0;
+  const killing = {
+    ...base,
+    async putBlock(...args: Parameters<typeof base.putBlock>) {
+      await base.putBlock(...args);
+      if (++puts === 2) controller.abort(new Error("killed"));
+    },
+  };
+  const killed = uploadSnapshot(deps(killing, controller.signal), {
+    ...settings("gen3.json", "gen2.json"),
+    concurrency: 1,
+  });
+  await t.rejects(killed, /killed/, "the kill stops the upload between blocks");
+  const left = parseManifest("gen3.json", await readManifestJson(join(dir, "gen3.json")));
+  t.equal(left?.status, "uploading", "the manifest says the upload is unfinished");
+  t.equal(Object.keys(left?.written ?? {}).length, 2, "… with the 2 blocks put");
+  const resumed = await uploadSnapshot(deps(), settings("gen3.json", "gen2.json"));
+  t.equal(resumed.snapshotId, left?.snapshotId, "the resume writes the same snapshot (StartSnapshot's ClientToken)");
+  t.equal(resumed.resumed, 2, "the 2 blocks put before the kill are not put again");
+  t.equal(resumed.put, 4);
+  await sameContent(t, resumed.snapshotId);
+
+  // Refusals change nothing.
+  await writeBlocks(join(dir, "set.img"), { 20: block() });
+  const before = lab.emu.snapshotState().snapshots;
+  await t.rejects(
+    uploadSnapshot(deps(), settings("gen4.json", "missing.json")),
+    ManifestError,
+    "a parent manifest that does not exist is refused",
+  );
+  await writeFile(join(dir, "bad.json"), JSON.stringify({ format: "x" }));
+  await t.rejects(uploadSnapshot(deps(), settings("bad.json")), ManifestError, "a foreign manifest is refused");
+  t.same(Object.keys(lab.emu.snapshotState().snapshots), Object.keys(before), "… and no snapshot was started");
+  t.match(await readFile(join(dir, "bad.json"), "utf8"), /"x"/, "… and the foreign manifest is left as it was");
+  t.ok(
+    lines.some((l) => l.includes("snapshot.completed")),
+    "the completion is logged",
+  );
+});
+
+t.test("the EBS direct emulator checks what EBS checks", async (t) => {
+  const lab = await startLab(t);
+  const client = ebsClient({
+    region: "us-east-1",
+    endpoint: lab.emu.endpoint,
+    credentials: { accessKeyId: "dummy", secretAccessKey: "dummy" },
+    maxAttempts: 1,
+  });
+  t.teardown(() => client.destroy());
+  const writer = snapshotBlockWriter(client);
+  const started = await writer.start({
+    volumeSizeGiB: 1,
+    clientToken: "t-1",
+    description: "",
+    tags: {},
+    encrypted: false,
+    timeoutMinutes: 60,
+  });
+  t.equal(started.blockSize, EBS_BLOCK_BYTES);
+  const data = block();
+  const good = sha256(data).toString("base64");
+  await t.rejects(
+    writer.putBlock(started.snapshotId, 0, data, sha256(block()).toString("base64")),
+    /checksum/,
+    "a wrong checksum is refused",
+  );
+  await t.rejects(
+    writer.putBlock(started.snapshotId, 2048, data, good),
+    /outside/,
+    "an index past the size is refused",
+  );
+  await writer.putBlock(started.snapshotId, 3, data, good);
+  await t.rejects(writer.complete(started.snapshotId, 2, good), /ChangedBlocksCount/, "a wrong block count is refused");
+  const again = await writer.start({
+    volumeSizeGiB: 1,
+    clientToken: "t-1",
+    description: "",
+    tags: {},
+    encrypted: false,
+    timeoutMinutes: 60,
+  });
+  t.equal(again.snapshotId, started.snapshotId, "the same ClientToken gives the same snapshot");
+  await t.rejects(
+    writer.start({
+      volumeSizeGiB: 2,
+      clientToken: "t-1",
+      description: "",
+      tags: {},
+      encrypted: false,
+      timeoutMinutes: 60,
+    }),
+    /ClientToken/,
+    "the same ClientToken with other parameters is a conflict",
+  );
+  const status = await writer.complete(started.snapshotId, 1, sha256(sha256(data)).toString("base64"));
+  t.equal(status, "completed");
+  await t.rejects(
+    writer.putBlock(started.snapshotId, 4, data, good),
+    /completed/,
+    "a completed snapshot takes no more blocks",
+  );
+  await t.rejects(
+    writer.start({
+      volumeSizeGiB: 1,
+      parentSnapshotId: "snap-0123456789abcdef0",
+      clientToken: "t-2",
+      description: "",
+      tags: {},
+      encrypted: false,
+      timeoutMinutes: 60,
+    }),
+    /does not exist/,
+    "an unknown parent is refused",
+  );
+});
+
+t.test("the aws CLI's `ebs` commands accept the emulator", async (t) => {
+  const lab = await startLab(t);
+  const aws = async (args: string[]) => {
+    const result = await run(
+      AWS_CLI,
+      ["ebs", ...args, "--endpoint-url", lab.emu.endpoint, "--region", "us-east-1", "--output", "json"],
+      {
+        check: false,
+        timeoutMs: 120_000,
+        env: { ...AWS_CLI_EMULATOR_ENV, AWS_MAX_ATTEMPTS: "1" },
+      },
+    );
+    t.equal(result.exitCode, 0, `aws ebs ${args[0]}: ${result.stderr.trim().split("\n").pop() ?? ""}`);
+    return JSON.parse(result.stdout || "{}") as Record<string, unknown>;
+  };
+  const started = await aws(["start-snapshot", "--volume-size", "1", "--description", "from the CLI"]);
+  t.equal(started.Status, "pending");
+  t.equal(started.BlockSize, EBS_BLOCK_BYTES);
+  const id = String(started.SnapshotId);
+  const dir = await mkdtemp(join(tmpdir(), "snapshot-cli-"));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const data = block();
+  await writeFile(join(dir, "block"), data);
+  const checksum = sha256(data).toString("base64");
+  await aws([
+    "put-snapshot-block",
+    "--snapshot-id",
+    id,
+    "--block-index",
+    "5",
+    "--block-data",
+    join(dir, "block"),
+    "--data-length",
+    String(EBS_BLOCK_BYTES),
+    "--checksum",
+    checksum,
+    "--checksum-algorithm",
+    "SHA256",
+  ]);
+  const completed = await aws(["complete-snapshot", "--snapshot-id", id, "--changed-blocks-count", "1"]);
+  t.equal(completed.Status, "completed");
+  const listed = await aws(["list-snapshot-blocks", "--snapshot-id", id]);
+  t.same(
+    (listed.Blocks as { BlockIndex: number }[]).map((b) => b.BlockIndex),
+    [5],
+    "list-snapshot-blocks shows the one block",
+  );
+  const changed = await aws(["list-changed-blocks", "--second-snapshot-id", id]);
+  t.same(
+    (changed.ChangedBlocks as { BlockIndex: number }[]).map((b) => b.BlockIndex),
+    [5],
+  );
+  const token = (listed.Blocks as { BlockToken: string }[])[0]!.BlockToken;
+  await aws([
+    "get-snapshot-block",
+    "--snapshot-id",
+    id,
+    "--block-index",
+    "5",
+    "--block-token",
+    token,
+    join(dir, "out"),
+  ]);
+  t.ok((await readFile(join(dir, "out"))).equals(data), "get-snapshot-block returns the bytes put");
+});
