@@ -55,6 +55,7 @@ const families = [
   }),
   ...pruneMetrics({
     verdict: "prune",
+    trigger: "timer",
     reason: "x",
     dryRun: false,
     removedImages: 1,

@@ -762,13 +762,19 @@ export const CONFIG_SCHEMA = {
     prune: {
       type: "object",
       description:
-        "Keeps a pool volume's filesystem from filling up: after each boot that came up, and with `ebs-cache-agent prune`, images outside the pool's current generation are removed (never on a workspace volume, never an image a container uses; see docs/operations.md).",
+        "Keeps a pool volume's filesystem from filling up: after each boot that came up, every hour while the node runs, and with `ebs-cache-agent prune`, images outside the pool's current generation are removed (never on a workspace volume, never an image a container uses; see docs/operations.md).",
       properties: {
         afterBoot: {
           type: "boolean",
           default: true,
           description:
             "Run the prune in the background after a boot that came up (`ready`, `warming`) on a cache filesystem fuller than `thresholdPercent`; it never changes readiness or the boot's exit code.",
+        },
+        periodic: {
+          type: "boolean",
+          default: true,
+          description:
+            "Let `ebs-cache-agent-prune.timer` run the prune every hour while the node runs (`prune --timer`): a node that runs for days (a hot buffer, a long session) keeps pulling images, and its pool volume fills up. false: the timer's runs do nothing.",
         },
         thresholdPercent: {
           type: "integer",

@@ -28,7 +28,8 @@ export type MetricUnit =
   | "cores"
   | "problems"
   | "inodes"
-  | "images";
+  | "images"
+  | "runs";
 
 export type Labels = Record<string, string>;
 

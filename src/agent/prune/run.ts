@@ -1,9 +1,10 @@
 /**
- * The prune's entry (`ebs-cache-agent prune`, src/cli/prune.ts; after each boot that came up):
+ * The prune's entry (`ebs-cache-agent prune`, src/cli/prune.ts; after each boot that came up, and
+ * from ebs-cache-agent-prune.timer while the node runs):
  * observe → plan (pure, ./plan.ts) → apply → measure the fill again → record the figures.
  */
 import { ExitCode } from "../../errors.ts";
-import type { PruneFacts } from "../../metrics/prune.ts";
+import type { PruneFacts, PruneTrigger } from "../../metrics/prune.ts";
 import type { OutcomeRecorder } from "../ports.ts";
 import { applyPrune, type RemovalResult } from "./apply.ts";
 import { observePrune, type PruneDeps } from "./observe.ts";
@@ -29,11 +30,16 @@ export async function runPrune(
     settings: PruneSettings;
     imageSet: string | null;
     dryRun: boolean;
+    /** What started this run (the metrics tell the timer's runs apart); default manual. */
+    trigger?: PruneTrigger;
     recorder?: Pick<OutcomeRecorder, "pruneFinished">;
   },
 ): Promise<PruneOutcome> {
   const { log } = deps;
-  const observed = await observePrune(deps, { imageSet: options.imageSet });
+  const observed = await observePrune(deps, {
+    imageSet: options.imageSet,
+    ...(options.trigger === "timer" ? { fillFirstBelowPercent: options.settings.thresholdPercent } : {}),
+  });
   const plan = planPrune(options.settings, observed);
   log.info("prune.plan", `${plan.verdict}: ${plan.reason}`, {
     volume: plan.volumeId,
@@ -63,6 +69,7 @@ export async function runPrune(
   }
   const facts: PruneFacts = {
     verdict: plan.verdict,
+    trigger: options.trigger ?? "manual",
     reason: plan.reason,
     dryRun: options.dryRun,
     removedImages: outcome.removed,
