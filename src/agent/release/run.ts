@@ -13,6 +13,7 @@ import { readWorkspaceRecord } from "../workspace-record.ts";
 import { applyReleasePlan, type ReleaseResult } from "./apply.ts";
 import { observeRelease } from "./observe.ts";
 import { planRelease, type ReleasePlan } from "./plan.ts";
+import { dataRootToRestore } from "../../docker/original-data-root.ts";
 
 export interface ReleaseCommandDeps {
   config: AgentConfig;
@@ -21,7 +22,7 @@ export interface ReleaseCommandDeps {
   cloudFor(region: string): CloudVolumes;
   /** The side-effecting adapters, built once the settings are known. */
   releaseDeps(settings: ResolvedReleaseSettings, cloud: CloudVolumes): ReleaseDeps;
-  /** docker's data-root without the agent (undefined: docker's default). */
+  /** docker's data-root without the agent when the host's own is not recorded (original-data-root.ts); undefined: docker's default. */
   defaultDataRoot?: string;
   log: Logger;
   /** Leaves the outcome for `status` and the metrics; absent: nothing is recorded. */
@@ -56,7 +57,7 @@ export async function runRelease(
   if (previous.problem)
     log.warning("release.settings", `${previous.problem}: keep is read from the labels tag instead`);
   const resolved = resolveReleaseSettings(config, identity, {
-    defaultDataRoot: deps.defaultDataRoot,
+    defaultDataRoot: await dataRootToRestore(config.paths.stateDir, deps.defaultDataRoot, log),
     recorded: previous.record,
   });
   for (const line of resolved.applied) log.info("release.settings", `instance tag override: ${line}`);
