@@ -669,6 +669,14 @@ export const CONFIG_SCHEMA = {
           description:
             "VolumeInitializationRate (MiB/s) of the volumes the keeper creates: EBS loads every block from the snapshot at this rate with no instance attached, and the keeper tags the volume `ebs-cache:initialized` once EBS reports 100 %; null: blocks load lazily on first read.",
         },
+        reclaimStoppedAfterDays: {
+          type: ["integer", "null"],
+          minimum: 1,
+          maximum: 365,
+          default: null,
+          description:
+            "Opt-in: the keeper detaches (never forced) a pool volume from an instance that EC2 says has been `stopped` for longer than this many days (a sleeping warm buffer, a leaked stopped machine: osparc-simcore #7342, #7063), after checking again right before the DetachVolume that the instance is still `stopped`, and tags it released (`ttlHours`), so it is pool stock again. The instance's next start finds no volume and claims another. Needs DetachVolume from other instances in the keeper host's role (docs/keeper.md); null: never (the default). Workspace volumes are never reclaimed.",
+        },
       },
     },
     cost: {

@@ -16,11 +16,16 @@ export interface KeeperFacts {
   actions: readonly KeeperAction[];
   /** Available volumes per pool after the run. */
   poolVolumes: Readonly<Record<string, number>>;
+  /**
+   * Per pool, the volumes attached to stopped instances (sleeping warm buffers, leaked stopped
+   * machines) and the longest such stop in seconds (null: EC2 does not say since when).
+   */
+  heldByStopped?: Readonly<Record<string, { volumes: number; oldestSeconds: number | null }>>;
   finishedAt: Date;
 }
 
 /** The keeper's families. */
-export function keeperMetrics({ actions, poolVolumes, finishedAt }: KeeperFacts): MetricFamily[] {
+export function keeperMetrics({ actions, poolVolumes, heldByStopped = {}, finishedAt }: KeeperFacts): MetricFamily[] {
   const counts = new Map<string, { labels: Record<string, string>; value: number }>();
   for (const a of actions) {
     const key = JSON.stringify([a.action, a.pool, a.outcome]);
@@ -42,6 +47,22 @@ export function keeperMetrics({ actions, poolVolumes, finishedAt }: KeeperFacts)
       "volumes",
       "Available volumes in each pool after the keeper's last run.",
       Object.entries(poolVolumes).map(([pool, value]) => ({ labels: { pool }, value })),
+    ),
+    family(
+      "keeper_held_by_stopped_volumes",
+      "gauge",
+      "volumes",
+      "Pool volumes attached to stopped instances (sleeping warm buffers, leaked stopped machines): no stock, yet in the caps and the bill.",
+      Object.entries(heldByStopped).map(([pool, held]) => ({ labels: { pool }, value: held.volumes })),
+    ),
+    family(
+      "keeper_held_by_stopped_oldest_seconds",
+      "gauge",
+      "seconds",
+      "How long the longest-stopped instance holding a pool volume has been stopped (from EC2's StateTransitionReason).",
+      Object.entries(heldByStopped).flatMap(([pool, held]) =>
+        held.oldestSeconds === null ? [] : [{ labels: { pool }, value: held.oldestSeconds }],
+      ),
     ),
     gauge(
       "keeper_timestamp_seconds",
