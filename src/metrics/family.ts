@@ -29,7 +29,8 @@ export type MetricUnit =
   | "problems"
   | "inodes"
   | "images"
-  | "runs";
+  | "runs"
+  | "disks";
 
 export type Labels = Record<string, string>;
 
