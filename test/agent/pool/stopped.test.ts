@@ -8,7 +8,7 @@
  * an instance started since the plan keeps its volume; a workspace volume is never the keeper's.
  */
 import t from "tap";
-import { CreateVolumeCommand, AttachVolumeCommand, StopInstancesCommand, CreateTagsCommand } from "@aws-sdk/client-ec2";
+import { CreateVolumeCommand, AttachVolumeCommand, StopInstancesCommand } from "@aws-sdk/client-ec2";
 import { runKeeper } from "../../../src/agent/keeper/run.ts";
 import { planKeeper, type KeeperSettings } from "../../../src/agent/keeper/plan.ts";
 import { keeperMetrics } from "../../../src/metrics/keeper.ts";
@@ -123,40 +123,49 @@ t.test("the config's key: off by default, a number of days when set", async (t) 
   t.ok(validateConfig({ keeper: { reclaimStoppedAfterDays: 0 } }).problems.length, "0 days is refused");
 });
 
-t.test(
-  "against the emulator: pool shows the sleeping volume; the reclaim re-checks, detaches, tags released",
-  async (t) => {
-    let clock = Date.parse("2026-03-01T00:00:00Z");
-    const lab = await startLab(t, {
-      clock: () => clock,
-      delays: { createMs: 10, attachMs: 10, detachMs: 10, stopMs: 10 },
-    });
-    const ec2 = lab.client();
-    const cloud = createCloudVolumes({ client: ec2, pollMs: 10 });
-    const attached = async (instanceId: string, tags: Record<string, string>, device: string) => {
-      const id = (
-        await ec2.send(
-          new CreateVolumeCommand({
-            AvailabilityZone: "us-east-1a",
-            Size: 1,
-            TagSpecifications: [
-              { ResourceType: "volume", Tags: Object.entries(tags).map(([Key, Value]) => ({ Key, Value })) },
-            ],
-          }),
-        )
-      ).VolumeId!;
-      await volumeState(ec2, id, "available");
-      await ec2.send(new AttachVolumeCommand({ VolumeId: id, InstanceId: instanceId, Device: device }));
-      await attachmentState(ec2, id, "attached");
-      return id;
-    };
-    const poolVolume = await attached(lab.a.instanceId, poolTags, "/dev/sdf");
-    const workspace = await attached(lab.a.instanceId, { ...poolTags, [VolumeTag.kind]: "workspace" }, "/dev/sdg");
+/** The emulator on a settable clock, EC2 through the real SDK, and its steps: a tagged volume attached, a stop. */
+async function stoppedLab(t: { teardown(fn: () => unknown): void }) {
+  const clock = { now: Date.parse("2026-03-01T00:00:00Z") };
+  const lab = await startLab(t, {
+    clock: () => clock.now,
+    delays: { createMs: 10, attachMs: 10, detachMs: 10, stopMs: 10 },
+  });
+  const ec2 = lab.client();
+  const cloud = createCloudVolumes({ client: ec2, pollMs: 10 });
+  const attached = async (tags: Record<string, string>, device: string) => {
+    const id = (
+      await ec2.send(
+        new CreateVolumeCommand({
+          AvailabilityZone: "us-east-1a",
+          Size: 1,
+          TagSpecifications: [
+            { ResourceType: "volume", Tags: Object.entries(tags).map(([Key, Value]) => ({ Key, Value })) },
+          ],
+        }),
+      )
+    ).VolumeId!;
+    await volumeState(ec2, id, "available");
+    await ec2.send(new AttachVolumeCommand({ VolumeId: id, InstanceId: lab.a.instanceId, Device: device }));
+    await attachmentState(ec2, id, "attached");
+    return id;
+  };
+  const stop = async () => {
     await ec2.send(new StopInstancesCommand({ InstanceIds: [lab.a.instanceId] }));
     await poll(
       () => cloud.describeInstance(lab.a.instanceId),
       (i) => i.state === "stopped",
     );
+  };
+  return { clock, lab, cloud, attached, stop };
+}
+
+t.test(
+  "against the emulator: pool shows the sleeping volume; the reclaim re-checks, detaches, tags released",
+  async (t) => {
+    const { clock, lab, cloud, attached, stop } = await stoppedLab(t);
+    const poolVolume = await attached(poolTags, "/dev/sdf");
+    const workspace = await attached({ ...poolTags, [VolumeTag.kind]: "workspace" }, "/dev/sdg");
+    await stop();
     const described = await cloud.describeInstance(lab.a.instanceId);
     t.match(
       described.stateTransitionReason,
@@ -164,12 +173,13 @@ t.test(
       "EC2's words, via the SDK",
     );
 
-    clock += 10 * DAY;
+    clock.now += 10 * DAY;
+
     const observed = await observePool(cloud, { pool: "p" });
     const report = poolReport(
       observed,
       poolViewSettingsFrom({ ...validateConfig({ pool: "p" }).config!, pool: "p" }),
-      new Date(clock),
+      new Date(clock.now),
     );
     const row = report.volumes.find((v) => v.volumeId === poolVolume);
     t.equal(row?.heldByStopped?.instanceId, lab.a.instanceId);
@@ -179,14 +189,14 @@ t.test(
     // Asked, but the instance started since the plan: nothing is detached.
     const log = createMemoryLogger();
     const reclaiming = { ...settings, reclaimStoppedAfterDays: 7, ttlHours: 24 };
-    const dry = await runKeeper(cloud, reclaiming, { dryRun: true, log, now: () => new Date(clock) });
+    const dry = await runKeeper(cloud, reclaiming, { dryRun: true, log, now: () => new Date(clock.now) });
     t.same(
       dry.plan.steps.filter((s) => s.step === "reclaim").map((s) => ("volumeId" in s ? s.volumeId : "")),
       [poolVolume],
       "the pool volume only: a workspace volume is never the keeper's",
     );
 
-    const outcome = await runKeeper(cloud, reclaiming, { dryRun: false, log, now: () => new Date(clock) });
+    const outcome = await runKeeper(cloud, reclaiming, { dryRun: false, log, now: () => new Date(clock.now) });
     const result = outcome.results.find((r) => r.step === "reclaim");
     t.equal(result?.done, "reclaimed", JSON.stringify(outcome.results));
     const after = await cloud.describeVolume(poolVolume);
@@ -203,26 +213,10 @@ t.test(
 );
 
 t.test("the reclaim leaves the volume when the instance is no longer stopped right before the call", async (t) => {
-  let clock = Date.parse("2026-03-01T00:00:00Z");
-  const lab = await startLab(t, {
-    clock: () => clock,
-    delays: { createMs: 10, attachMs: 10, detachMs: 10, stopMs: 10 },
-  });
-  const ec2 = lab.client();
-  const cloud = createCloudVolumes({ client: ec2, pollMs: 10 });
-  const id = (await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 1 }))).VolumeId!;
-  await ec2.send(
-    new CreateTagsCommand({ Resources: [id], Tags: Object.entries(poolTags).map(([Key, Value]) => ({ Key, Value })) }),
-  );
-  await volumeState(ec2, id, "available");
-  await ec2.send(new AttachVolumeCommand({ VolumeId: id, InstanceId: lab.a.instanceId, Device: "/dev/sdf" }));
-  await attachmentState(ec2, id, "attached");
-  await ec2.send(new StopInstancesCommand({ InstanceIds: [lab.a.instanceId] }));
-  await poll(
-    () => cloud.describeInstance(lab.a.instanceId),
-    (i) => i.state === "stopped",
-  );
-  clock += 10 * DAY;
+  const { clock, lab, cloud, attached, stop } = await stoppedLab(t);
+  const id = await attached(poolTags, "/dev/sdf");
+  await stop();
+  clock.now += 10 * DAY;
   // The instance starts between the keeper's look and its step: a describe that answers `running`.
   const raced = {
     ...cloud,
@@ -237,7 +231,7 @@ t.test("the reclaim leaves the volume when the instance is no longer stopped rig
     {
       dryRun: false,
       log: createMemoryLogger(),
-      now: () => new Date(clock),
+      now: () => new Date(clock.now),
     },
   );
   t.equal(outcome.results.find((r) => r.step === "reclaim")?.done, "skipped");

@@ -95,8 +95,8 @@ function deps(percent: number) {
   return { d, asked, removed };
 }
 
-t.test("below the threshold, the timer's run reads statfs only", async (t) => {
-  const { d, asked, removed } = deps(60);
+/** A run as the timer starts it, with the facts it records. */
+async function timerRun(d: PruneDeps) {
   let facts: PruneFacts | undefined;
   const outcome = await runPrune(d, {
     settings,
@@ -105,6 +105,12 @@ t.test("below the threshold, the timer's run reads statfs only", async (t) => {
     trigger: "timer",
     recorder: { pruneFinished: async (f) => void (facts = f) },
   });
+  return { outcome, facts };
+}
+
+t.test("below the threshold, the timer's run reads statfs only", async (t) => {
+  const { d, asked, removed } = deps(60);
+  const { outcome, facts } = await timerRun(d);
   t.equal(outcome.plan.verdict, "below-threshold");
   t.same(asked, [], "neither EC2 nor docker was asked anything");
   t.same(removed, []);
@@ -121,14 +127,7 @@ t.test("a manual run below the threshold looks at everything (the operator sees 
 
 t.test("above the threshold, the timer's run prunes like any other: never current, never in use", async (t) => {
   const { d, removed } = deps(90);
-  let facts: PruneFacts | undefined;
-  const outcome = await runPrune(d, {
-    settings,
-    imageSet: null,
-    dryRun: false,
-    trigger: "timer",
-    recorder: { pruneFinished: async (f) => void (facts = f) },
-  });
+  const { outcome, facts } = await timerRun(d);
   t.equal(outcome.plan.verdict, "prune");
   t.same(removed, ["lab/old:1"], "only the old image no container uses");
   t.equal(facts?.removedImages, 1);
