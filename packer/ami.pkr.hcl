@@ -4,6 +4,15 @@
 #   ebs-cache-agent-ready.service    boot --no-claim (verify docker, readiness labels), After=docker.service
 #   ebs-cache-agent-release.service  release at shutdown (ExecStop=), after docker.service has stopped
 #   ebs-cache-agent-gc.timer         gc, hourly
+#   ebs-cache-agent-prune.timer      prune the pool volume every hour of uptime
+#
+# An AMI that already runs docker on a disk of its own (osparc's mounts the largest disk at
+# /mnt/docker): keep that script, as a unit ordered Before=ebs-cache-agent.service docker.service,
+# pointing docker there through daemon.json's "data-root" (not a --data-root flag). The agent
+# records that data-root at its first switch and puts it back at release and on a degraded boot.
+# Make the script choose instance-store disks (nvme-Amazon_EC2_NVMe_Instance_Storage_*) or the
+# AMI's own data disk by name, never "the largest disk" blindly: on a reboot or a warm buffer's
+# start the agent's cache volume is attached already and may be the largest (docs/osparc.md).
 #
 #   packer build -only=amazon-ebs.ami packer/            (Packer >= 1.7: packer init packer/ first)
 #

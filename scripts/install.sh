@@ -17,7 +17,7 @@
 #   /etc/systemd/system/ebs-cache-agent*.{service,timer}
 #   /etc/systemd/system/multi-user.target.wants/    ebs-cache-agent.service, ebs-cache-agent-ready.service,
 #                                                   ebs-cache-agent-release.service
-#   /etc/systemd/system/timers.target.wants/        ebs-cache-agent-gc.timer (ebs-cache-agent-keeper.timer is
+#   /etc/systemd/system/timers.target.wants/        ebs-cache-agent-gc.timer, ebs-cache-agent-prune.timer (ebs-cache-agent-keeper.timer is
 #                                                   installed, not enabled: only the hosts that keep the pool run it)
 #   /usr/share/doc/ebs-cache-agent/                 operations.md, config.md, boot.md, labels.md, the IAM policy
 #
@@ -146,13 +146,14 @@ fi
 install_file 0644 "$repo/config/config.schema.json" "$root/etc/ebs-cache-agent/config.schema.json"
 
 for unit in ebs-cache-agent.service ebs-cache-agent-ready.service ebs-cache-agent-release.service ebs-cache-agent-gc.service ebs-cache-agent-gc.timer \
-  ebs-cache-agent-keeper.service ebs-cache-agent-keeper.timer; do
+  ebs-cache-agent-keeper.service ebs-cache-agent-keeper.timer ebs-cache-agent-prune.service ebs-cache-agent-prune.timer; do
   install_file 0644 "$repo/systemd/$unit" "$root/etc/systemd/system/$unit"
 done
 enable_unit ebs-cache-agent.service multi-user.target
 enable_unit ebs-cache-agent-ready.service multi-user.target
 enable_unit ebs-cache-agent-release.service multi-user.target
 enable_unit ebs-cache-agent-gc.timer timers.target
+enable_unit ebs-cache-agent-prune.timer timers.target
 
 for doc in docs/operations.md docs/config.md docs/boot.md docs/labels.md docs/keeper.md iam/ebs-cache-agent-policy.json; do
   if [ -f "$repo/$doc" ]; then install_file 0644 "$repo/$doc" "$root/usr/share/doc/ebs-cache-agent/$(basename "$doc")"; fi

@@ -114,7 +114,17 @@ t.test(
         volume("vol-deleting", zone, { state: "deleting", tags: { ...poolTags, [VolumeTag.imageSet]: "s1" } }),
       ]),
     );
-    t.same(plan.zones[0], { zone, available: 0, superseded: 0, creating: 1, total: 4, create: 1, trim: 0 });
+    t.same(plan.zones[0], {
+      zone,
+      available: 0,
+      superseded: 0,
+      creating: 1,
+      total: 4,
+      heldByStopped: 0,
+      oldestStoppedDays: null,
+      create: 1,
+      trim: 0,
+    });
     t.same(
       plan.totals,
       { volumes: 4, gib: 200, maxVolumes: 10, maxGiB: 1000 },
@@ -171,7 +181,17 @@ t.test("surplus: oldest generation first, then oldest volume; never kept, quaran
     ["vol-old-early", "vol-old-late", "vol-new-early"],
     "2 current + 3 superseded (the kept one counts), 1 allowed: the newest current one stays, the kept one is never trimmed",
   );
-  t.same(plan.zones[0], { zone, available: 2, superseded: 3, creating: 0, total: 6, create: 0, trim: 3 });
+  t.same(plan.zones[0], {
+    zone,
+    available: 2,
+    superseded: 3,
+    creating: 0,
+    total: 6,
+    heldByStopped: 0,
+    oldestStoppedDays: null,
+    create: 0,
+    trim: 3,
+  });
 });
 
 const built = (iso: string) => ({ ...poolTags, [VolumeTag.builtAt]: iso });
@@ -221,7 +241,17 @@ t.test("generations: only the current one is stock; new volumes come from its sn
   );
   t.same(
     plan.zones[0],
-    { zone, available: 1, superseded: 3, creating: 0, total: 4, create: 1, trim: 0 },
+    {
+      zone,
+      available: 1,
+      superseded: 3,
+      creating: 0,
+      total: 4,
+      heldByStopped: 0,
+      oldestStoppedDays: null,
+      create: 1,
+      trim: 0,
+    },
     "3 superseded volumes do not make up the 2 current ones wanted",
   );
   t.equal(plan.generation, "s1@2026-04-30T00:00:00.000Z");
@@ -435,6 +465,7 @@ t.test("the run's facts for the metrics textfile", async (t) => {
       { action: "tag-initialized", pool: "p1", outcome: "failed" },
     ],
     poolVolumes: { p1: 1 },
+    heldByStopped: { p1: { volumes: 0, oldestSeconds: null } },
     finishedAt: at,
   });
 });

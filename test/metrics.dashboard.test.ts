@@ -55,6 +55,7 @@ const families = [
   }),
   ...pruneMetrics({
     verdict: "prune",
+    trigger: "timer",
     reason: "x",
     dryRun: false,
     removedImages: 1,
@@ -64,7 +65,7 @@ const families = [
     usedRatioAfter: 0.5,
     finishedAt: at,
   }),
-  ...hostMetrics({ memoryBytes: 1, cpuCores: 1, cpuModel: "x" }),
+  ...hostMetrics({ memoryBytes: 1, cpuCores: 1, cpuModel: "x", instanceStore: [] }),
   ...refreshMetrics({
     version: 1,
     pid: 1,

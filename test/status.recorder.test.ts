@@ -298,6 +298,7 @@ t.test(
     };
     const facts = {
       verdict: "prune",
+      trigger: "timer" as const,
       reason: "above",
       dryRun: false,
       removedImages: 2,

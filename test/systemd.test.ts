@@ -36,6 +36,8 @@ const UNITS = [
   "ebs-cache-agent-gc.timer",
   "ebs-cache-agent-keeper.service",
   "ebs-cache-agent-keeper.timer",
+  "ebs-cache-agent-prune.service",
+  "ebs-cache-agent-prune.timer",
 ];
 const NODE = "/usr/bin/node";
 const BUNDLE = "/opt/ebs-cache-agent/ebs-cache-agent.mjs";
@@ -439,6 +441,8 @@ t.test("install.sh: layout, enabled units, idempotent, keeps an operator's confi
     ["ebs-cache-agent-gc.service", "static"],
     ["ebs-cache-agent-keeper.timer", "disabled"],
     ["ebs-cache-agent-keeper.service", "static"],
+    ["ebs-cache-agent-prune.timer", "enabled"],
+    ["ebs-cache-agent-prune.service", "static"],
   ] as const) {
     const enabled = await run("systemctl", [`--root=${root}`, "is-enabled", unit], { check: false });
     t.equal(enabled.stdout.trim(), state, `systemctl --root is-enabled ${unit}: ${state}`);

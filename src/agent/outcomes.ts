@@ -78,13 +78,22 @@ export interface KeeperFacts {
   actions: readonly KeeperAction[];
   /** Available volumes per pool after the run. */
   poolVolumes: Readonly<Record<string, number>>;
+  /**
+   * Per pool, the volumes attached to stopped instances (sleeping warm buffers, leaked stopped
+   * machines) and the longest such stop in seconds (null: EC2 does not say since when).
+   */
+  heldByStopped?: Readonly<Record<string, { volumes: number; oldestSeconds: number | null }>>;
   finishedAt: Date;
 }
 
 // ---- the prune ----
 
+/** What started the prune: the boot that came up, ebs-cache-agent-prune.timer, or an operator. */
+export type PruneTrigger = "boot" | "timer" | "manual";
+
 export interface PruneFacts {
   verdict: string;
+  trigger: PruneTrigger;
   reason: string;
   dryRun: boolean;
   removedImages: number;

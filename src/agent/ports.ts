@@ -73,6 +73,11 @@ export interface InstanceInfo {
    * start changes it, a reboot does not: it names one activation (workspace-record.ts).
    */
   launchTime?: string;
+  /**
+   * EC2's StateTransitionReason: on a stopped instance `User initiated (2026-01-02 03:04:05 GMT)`
+   * names when the stop was asked (src/agent/pool/stopped.ts reads it); empty while it runs.
+   */
+  stateTransitionReason?: string;
 }
 
 /**
@@ -122,6 +127,8 @@ export interface CloudVolumes {
   describeVolume(volumeId: string, options?: Cancellable): Promise<VolumeInfo | undefined>;
   /** DescribeInstances of one instance: tags, state, its EBS volumes. */
   describeInstance(instanceId: string, options?: Cancellable & { fresh?: boolean }): Promise<InstanceInfo>;
+  /** DescribeInstances of several instances (every page); one that EC2 no longer knows is left out. */
+  describeInstances(instanceIds: readonly string[], options?: Cancellable): Promise<InstanceInfo[]>;
   /**
    * The newest completed snapshot carrying all the tags, by start time. Not the pool's current
    * generation (built-at beats start time): for that, currentSnapshot(findSnapshots(…)) of
@@ -367,6 +374,11 @@ export type KeeperCloud = Pick<
   | "tagVolume"
   | "deleteVolume"
   | "initializationStatus"
+  | "describeInstance"
+  | "describeInstances"
+  | "detachVolume"
+  | "waitForAttachment"
+  | "untagVolume"
 >;
 
 // ---- what operators read ----

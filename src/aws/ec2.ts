@@ -37,6 +37,7 @@ import {
   EC2Client,
   type CreateVolumeCommandInput,
   type DescribeVolumesCommandInput,
+  type Instance,
   type Filter,
   type Snapshot,
   type Tag,
@@ -192,6 +193,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
     findVolumes: (query, options) => findVolumes(ctx, query, options),
     describeVolume: (volumeId, options) => describeVolume(ctx, volumeId, options),
     describeInstance: (instanceId, options) => describeInstance(ctx, instanceId, options),
+    describeInstances: (instanceIds, options) => describeInstances(ctx, instanceIds, options),
     newestSnapshot: (tags, options) => newestSnapshot(ctx, tags, options),
     findSnapshots: (tags, options) => findSnapshots(ctx, tags, options),
     createVolume: (spec, options) => createVolume(ctx, spec, options),
@@ -304,6 +306,30 @@ async function describeInstance(ctx: Ec2Context, instanceId: string, options?: C
   const out = await call("DescribeInstances", () => ctx.api.describeInstances({ InstanceIds: [instanceId] }, options));
   const instance = out.Reservations?.flatMap((r) => r.Instances ?? []).find((i) => i.InstanceId === instanceId);
   if (!instance) throw ec2CallError("DescribeInstances", new Error(`the answer does not describe ${instanceId}`));
+  return instanceInfo(instance);
+}
+
+/** Instances by id, 100 ids a call; ids EC2 does not know (terminated long ago) are left out. */
+async function describeInstances(
+  ctx: Ec2Context,
+  instanceIds: readonly string[],
+  options?: Cancellable,
+): Promise<InstanceInfo[]> {
+  const found: InstanceInfo[] = [];
+  const ids = [...new Set(instanceIds)];
+  for (let i = 0; i < ids.length; i += 100) {
+    // Filtered by instance-id rather than InstanceIds: one unknown id does not fail the whole call.
+    const out = await call("DescribeInstances", () =>
+      ctx.api.describeInstances({ Filters: [{ Name: "instance-id", Values: ids.slice(i, i + 100) }] }, options),
+    );
+    for (const instance of out.Reservations?.flatMap((r) => r.Instances ?? []) ?? [])
+      if (instance.InstanceId) found.push(instanceInfo(instance));
+  }
+  return found;
+}
+
+function instanceInfo(instance: Instance): InstanceInfo {
+  const instanceId = instance.InstanceId!;
   const root = instance.RootDeviceName;
   return {
     instanceId,
@@ -313,6 +339,7 @@ async function describeInstance(ctx: Ec2Context, instanceId: string, options?: C
       .filter((m) => m.Ebs?.VolumeId && m.DeviceName !== root && m.Ebs.Status !== "detached")
       .map((m) => ({ volumeId: m.Ebs!.VolumeId!, device: m.DeviceName ?? "", status: m.Ebs!.Status ?? "attached" })),
     ...(instance.LaunchTime ? { launchTime: instance.LaunchTime.toISOString() } : {}),
+    ...(instance.StateTransitionReason ? { stateTransitionReason: instance.StateTransitionReason } : {}),
   };
 }
 

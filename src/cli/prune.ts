@@ -1,7 +1,9 @@
 /**
  * `ebs-cache-agent prune`: removes images outside the pool's current generation from a pool
  * volume fuller than `prune.thresholdPercent` (src/agent/prune/: the decisions are planned in
- * plan.ts). The boot starts it in the background after it came up (`--after-boot`).
+ * plan.ts). The boot starts it in the background after it came up (`--after-boot`);
+ * ebs-cache-agent-prune.timer runs it every hour while the node runs (`--timer`): a hot buffer or
+ * a long-lived node pulls images for days and its disk would fill otherwise.
  */
 import { startDetached } from "./common.ts";
 import { loadCommandConfig } from "./load-config.ts";
@@ -49,6 +51,10 @@ export function pruneCommand(): Command {
     .option(...CONFIG_OPTION)
     .option("--dry-run", "print what would be removed; change nothing")
     .option("--json", "print the plan and what was done as JSON")
+    .option(
+      "--timer",
+      "the run ebs-cache-agent-prune.timer starts while the node runs: only when prune.periodic; a fill below prune.thresholdPercent asks nothing of EC2 or docker",
+    )
     .addOption(
       new Option(
         "--after-boot",
@@ -59,35 +65,42 @@ export function pruneCommand(): Command {
       "after",
       "\nExit codes: 0 done (or nothing to do), 1 some removal failed or docker/EC2 could not be asked, 2 usage, 3 invalid configuration.",
     )
-    .action(async (opts: { config?: string; dryRun?: boolean; json?: boolean; afterBoot?: boolean }) => {
-      const { config, log } = await loadCommandConfig(opts.config);
-      if (opts.afterBoot && !config.prune.afterBoot) return;
-      const wiring = hostWiringOptions(config, log, async () => undefined);
-      const run = runPrune(wirePrune(wiring), {
-        settings: { thresholdPercent: config.prune.thresholdPercent, targetPercent: config.prune.targetPercent },
-        imageSet: config.imageSet,
-        dryRun: opts.dryRun ?? false,
-        recorder: wireRecorder(wiring),
-      });
-      if (opts.afterBoot) {
-        // Off the boot's path: whatever happens here, the node's readiness stands.
-        await run.catch((error: unknown) =>
-          log.warning(
-            "prune.failed",
-            `the prune after the boot failed: ${describeError(error)}; readiness is unchanged`,
-            {
-              remediation: error instanceof AgentError ? error.remediation : undefined,
-            },
-          ),
-        );
-        return;
-      }
-      const outcome = await run;
-      const out = (line: string) => process.stdout.write(line + "\n");
-      if (opts.json) out(JSON.stringify(outcome, null, 2));
-      else for (const line of renderPrune(outcome)) out(line);
-      process.exitCode = pruneExitCode(outcome);
-    });
+    .action(
+      async (opts: { config?: string; dryRun?: boolean; json?: boolean; afterBoot?: boolean; timer?: boolean }) => {
+        const { config, log } = await loadCommandConfig(opts.config);
+        if (opts.afterBoot && !config.prune.afterBoot) return;
+        if (opts.timer && !config.prune.periodic) {
+          log.info("prune.off", "prune.periodic is false: the timer's run does nothing");
+          return;
+        }
+        const wiring = hostWiringOptions(config, log, async () => undefined);
+        const run = runPrune(wirePrune(wiring), {
+          settings: { thresholdPercent: config.prune.thresholdPercent, targetPercent: config.prune.targetPercent },
+          imageSet: config.imageSet,
+          dryRun: opts.dryRun ?? false,
+          trigger: opts.afterBoot ? "boot" : opts.timer ? "timer" : "manual",
+          recorder: wireRecorder(wiring),
+        });
+        if (opts.afterBoot) {
+          // Off the boot's path: whatever happens here, the node's readiness stands.
+          await run.catch((error: unknown) =>
+            log.warning(
+              "prune.failed",
+              `the prune after the boot failed: ${describeError(error)}; readiness is unchanged`,
+              {
+                remediation: error instanceof AgentError ? error.remediation : undefined,
+              },
+            ),
+          );
+          return;
+        }
+        const outcome = await run;
+        const out = (line: string) => process.stdout.write(line + "\n");
+        if (opts.json) out(JSON.stringify(outcome, null, 2));
+        else for (const line of renderPrune(outcome)) out(line);
+        process.exitCode = pruneExitCode(outcome);
+      },
+    );
 }
 
 /**

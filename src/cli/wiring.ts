@@ -243,7 +243,11 @@ function wireHost(
   dockerVersion: () => Promise<string | undefined> = memoizedDockerVersion(options.log),
 ) {
   const { config, log } = options;
-  const daemonConfig = createDaemonConfig({ path: config.paths.daemonJson, log });
+  const daemonConfig = createDaemonConfig({
+    path: config.paths.daemonJson,
+    log,
+    original: { stateDir: config.paths.stateDir, mountRoot: config.paths.mountRoot },
+  });
   const engine = createDockerEngine({ host: config.paths.dockerHost, log });
   // Read once per run: the unit does not change under a boot, and every report checks it.
   let command: Promise<DockerdCommand> | undefined;

@@ -669,6 +669,14 @@ export const CONFIG_SCHEMA = {
           description:
             "VolumeInitializationRate (MiB/s) of the volumes the keeper creates: EBS loads every block from the snapshot at this rate with no instance attached, and the keeper tags the volume `ebs-cache:initialized` once EBS reports 100 %; null: blocks load lazily on first read.",
         },
+        reclaimStoppedAfterDays: {
+          type: ["integer", "null"],
+          minimum: 1,
+          maximum: 365,
+          default: null,
+          description:
+            "Opt-in: the keeper detaches (never forced) a pool volume from an instance that EC2 says has been `stopped` for longer than this many days (a sleeping warm buffer, a leaked stopped machine: osparc-simcore #7342, #7063), after checking again right before the DetachVolume that the instance is still `stopped`, and tags it released (`ttlHours`), so it is pool stock again. The instance's next start finds no volume and claims another. Needs DetachVolume from other instances in the keeper host's role (docs/keeper.md); null: never (the default). Workspace volumes are never reclaimed.",
+        },
       },
     },
     cost: {
@@ -762,13 +770,19 @@ export const CONFIG_SCHEMA = {
     prune: {
       type: "object",
       description:
-        "Keeps a pool volume's filesystem from filling up: after each boot that came up, and with `ebs-cache-agent prune`, images outside the pool's current generation are removed (never on a workspace volume, never an image a container uses; see docs/operations.md).",
+        "Keeps a pool volume's filesystem from filling up: after each boot that came up, every hour while the node runs, and with `ebs-cache-agent prune`, images outside the pool's current generation are removed (never on a workspace volume, never an image a container uses; see docs/operations.md).",
       properties: {
         afterBoot: {
           type: "boolean",
           default: true,
           description:
             "Run the prune in the background after a boot that came up (`ready`, `warming`) on a cache filesystem fuller than `thresholdPercent`; it never changes readiness or the boot's exit code.",
+        },
+        periodic: {
+          type: "boolean",
+          default: true,
+          description:
+            "Let `ebs-cache-agent-prune.timer` run the prune every hour while the node runs (`prune --timer`): a node that runs for days (a hot buffer, a long session) keeps pulling images, and its pool volume fills up. false: the timer's runs do nothing.",
         },
         thresholdPercent: {
           type: "integer",

@@ -23,6 +23,7 @@ import type { DaemonConfig } from "../agent/ports.ts";
 import type { Logger } from "../log.ts";
 import { isUnderPrefix, validateOwnedLabels } from "./labels.ts";
 import type { ImageStore } from "./engine.ts";
+import { isBelowMountRoot, recordOriginalDataRoot } from "./original-data-root.ts";
 
 /** Appended to daemon.json's name for the verbatim backup. */
 export const BACKUP_SUFFIX = ".ebs-cache-agent.bak";
@@ -68,6 +69,12 @@ export interface DaemonConfigOptions {
   /** Usually /etc/docker/daemon.json. */
   path: string;
   log?: Logger;
+  /**
+   * Where to record the host's own data-root before the first switch to a cache volume (below
+   * `mountRoot`), so that the release and a degraded boot put exactly it back
+   * (original-data-root.ts). Absent: nothing is recorded.
+   */
+  original?: { stateDir: string; mountRoot: string };
 }
 
 /** Parses daemon.json text; blank text is `{}` (dockerd accepts an empty file too). */
@@ -230,7 +237,11 @@ export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFi
     });
   }
 
-  function change(what: string, edit: (config: DaemonJson) => DaemonJson): Promise<void> {
+  function change(
+    what: string,
+    edit: (config: DaemonJson) => DaemonJson,
+    before?: (config: DaemonJson) => Promise<unknown>,
+  ): Promise<void> {
     return serially(async () => {
       const { snapshot, config } = await load();
       const next = edit(config);
@@ -238,6 +249,7 @@ export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFi
         log?.debug("docker.daemon-json-unchanged", `${what}: daemon.json already says so`, { path });
         return;
       }
+      await before?.(config);
       await mkdir(dirname(snapshot.file), { recursive: true, mode: 0o755 }).catch((error: unknown) => {
         throw ioError(dirname(snapshot.file), "create", error);
       });
@@ -259,8 +271,17 @@ export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFi
     dataRoot: () => load().then(({ config }) => dataRootOf(config, path)),
     engineLabels: () => load().then(({ config }) => labelsOf(config, path)),
     setDataRoot: (dataRoot) =>
-      change(dataRoot === undefined ? "removed data-root" : `set data-root to ${dataRoot}`, (config) =>
-        withDataRoot(config, dataRoot, path),
+      change(
+        dataRoot === undefined ? "removed data-root" : `set data-root to ${dataRoot}`,
+        (config) => withDataRoot(config, dataRoot, path),
+        // Recorded from the file as it is before the switch, inside the same serial change.
+        options.original && isBelowMountRoot(options.original.mountRoot, dataRoot)
+          ? (config) =>
+              recordOriginalDataRoot(options.original!.stateDir, dataRootOf(config, path), {
+                mountRoot: options.original!.mountRoot,
+                ...(log ? { log } : {}),
+              })
+          : undefined,
       ),
     setEngineLabels: (prefix, labels) =>
       change(`set the engine labels under ${prefix}.`, (config) => withEngineLabels(config, prefix, labels, path)),

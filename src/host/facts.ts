@@ -9,6 +9,7 @@
  * device's identity for that is src/host/serial.ts, read from sysfs).
  */
 import { statfs } from "node:fs/promises";
+import { findInstanceStoreDisks, type InstanceStoreDisk } from "./instance-store.ts";
 
 /** The cache volume's filesystem as df sees it, with the device under it. */
 export interface CacheFilesystem {
@@ -39,6 +40,8 @@ export interface HostContext {
   memoryBytes: number;
   cpuCores: number;
   cpuModel: string;
+  /** The instance's NVMe instance-store disks (instance-store.ts): seen and reported, never written. Absent: not looked for. */
+  instanceStore?: InstanceStoreDisk[];
 }
 
 type Si = typeof import("systeminformation");
@@ -83,8 +86,9 @@ export async function readCacheFilesystem(mountPoint: string): Promise<CacheFile
 /** Memory and CPU, for the metrics' context. */
 export async function readHostContext(): Promise<HostContext> {
   const lib = await si();
-  const [mem, cpu] = await Promise.all([lib.mem(), lib.cpu()]);
+  const [mem, cpu, instanceStore] = await Promise.all([lib.mem(), lib.cpu(), findInstanceStoreDisks()]);
   return {
+    instanceStore,
     memoryBytes: mem.total,
     cpuCores: cpu.cores,
     cpuModel:

@@ -28,7 +28,9 @@ export type MetricUnit =
   | "cores"
   | "problems"
   | "inodes"
-  | "images";
+  | "images"
+  | "runs"
+  | "disks";
 
 export type Labels = Record<string, string>;
 

@@ -3,7 +3,7 @@
  * block device behind it, memory and CPU for context (src/host/facts.ts reads them).
  */
 import type { CacheFilesystem, HostContext, FillFigures } from "../host/facts.ts";
-import { gauge, type MetricFamily } from "./family.ts";
+import { family, gauge, type MetricFamily } from "./family.ts";
 
 /**
  * The cache filesystem's fill (labels: mount point and device), `ebs_cache_agent_fill.prom`:
@@ -74,5 +74,23 @@ export function hostMetrics(host: HostContext): MetricFamily[] {
     gauge("host_memory_bytes", "bytes", "The host's memory.", host.memoryBytes),
     gauge("host_cpu_cores", "cores", "The host's logical CPUs.", host.cpuCores),
     gauge("host_info", "info", "The host's CPU model.", 1, { cpu_model: host.cpuModel }),
+    ...(host.instanceStore === undefined
+      ? []
+      : [
+          family(
+            "host_instance_store_disks",
+            "gauge",
+            "disks",
+            "The instance's NVMe instance-store disks (never written by the agent; an AMI may run docker on one).",
+            [{ labels: {}, value: host.instanceStore.length }],
+          ),
+          family(
+            "host_instance_store_bytes",
+            "gauge",
+            "bytes",
+            "The size of the instance's NVMe instance-store disks, in all.",
+            [{ labels: {}, value: host.instanceStore.reduce((sum, d) => sum + d.sizeBytes, 0) }],
+          ),
+        ]),
   ];
 }

@@ -7,7 +7,7 @@ import { family, gauge, type MetricFamily } from "./family.ts";
 import type { KeeperFacts } from "../agent/outcomes.ts";
 
 /** The keeper's families. */
-export function keeperMetrics({ actions, poolVolumes, finishedAt }: KeeperFacts): MetricFamily[] {
+export function keeperMetrics({ actions, poolVolumes, heldByStopped = {}, finishedAt }: KeeperFacts): MetricFamily[] {
   const counts = new Map<string, { labels: Record<string, string>; value: number }>();
   for (const a of actions) {
     const key = JSON.stringify([a.action, a.pool, a.outcome]);
@@ -29,6 +29,22 @@ export function keeperMetrics({ actions, poolVolumes, finishedAt }: KeeperFacts)
       "volumes",
       "Available volumes in each pool after the keeper's last run.",
       Object.entries(poolVolumes).map(([pool, value]) => ({ labels: { pool }, value })),
+    ),
+    family(
+      "keeper_held_by_stopped_volumes",
+      "gauge",
+      "volumes",
+      "Pool volumes attached to stopped instances (sleeping warm buffers, leaked stopped machines): no stock, yet in the caps and the bill.",
+      Object.entries(heldByStopped).map(([pool, held]) => ({ labels: { pool }, value: held.volumes })),
+    ),
+    family(
+      "keeper_held_by_stopped_oldest_seconds",
+      "gauge",
+      "seconds",
+      "How long the longest-stopped instance holding a pool volume has been stopped (from EC2's StateTransitionReason).",
+      Object.entries(heldByStopped).flatMap(([pool, held]) =>
+        held.oldestSeconds === null ? [] : [{ labels: { pool }, value: held.oldestSeconds }],
+      ),
     ),
     gauge(
       "keeper_timestamp_seconds",

@@ -1,7 +1,7 @@
 /**
  * The prune's figures (`ebs_cache_agent_prune.prom`): images removed and the bytes they were
  * estimated to free, as counters carried from run to run (the prune runs after each boot and
- * by hand), and the last run's verdict and fills. The fill it leaves goes to the fill file
+ * from its timer, by hand), and the last run's verdict and fills. The fill it leaves goes to the fill file
  * (src/metrics/host.ts cacheFilesystemMetrics), not here: no series is in two files.
  */
 import { family, gauge, reasonLabel, type MetricFamily } from "./family.ts";
@@ -11,6 +11,13 @@ import type { PruneFacts } from "../agent/outcomes.ts";
 export function pruneMetrics(facts: PruneFacts): MetricFamily[] {
   const counted = (value: number) => (facts.dryRun ? 0 : value);
   return [
+    family(
+      "prune_runs_total",
+      "counter",
+      "runs",
+      "Prune runs, by what started them (boot, timer, manual); a dry run counts nothing. On a node that runs for days the timer's count keeps growing: a flat line means its timer is off.",
+      [{ labels: { trigger: facts.trigger }, value: counted(1) }],
+    ),
     family(
       "prune_removed_images_total",
       "counter",
@@ -28,10 +35,17 @@ export function pruneMetrics(facts: PruneFacts): MetricFamily[] {
       "Bytes the removed images were estimated to free (the bytes no other image shares).",
       [{ labels: {}, value: counted(facts.removedBytes) }],
     ),
-    gauge("prune_info", "info", "The last prune's verdict (prune, below-threshold, workspace, …) and why.", 1, {
-      verdict: facts.verdict,
-      reason: reasonLabel(facts.reason),
-    }),
+    gauge(
+      "prune_info",
+      "info",
+      "The last prune's verdict (prune, below-threshold, workspace, …), what started it, and why.",
+      1,
+      {
+        verdict: facts.verdict,
+        trigger: facts.trigger,
+        reason: reasonLabel(facts.reason),
+      },
+    ),
     ...(facts.usedRatioBefore === undefined
       ? []
       : [

@@ -91,8 +91,15 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
         "metrics.no-figures",
         `no figures of the cache filesystem at ${mountPoint}: ${fs.status === "rejected" ? describeError(fs.reason) : "nothing mounted there"}`,
       );
-    if (host.status === "fulfilled") figures.boot.push(...hostMetrics(host.value));
-    else log.info("metrics.no-figures", `no figures of the host: ${describeError(host.reason)}`);
+    if (host.status === "fulfilled") {
+      figures.boot.push(...hostMetrics(host.value));
+      const disks = host.value.instanceStore ?? [];
+      if (disks.length > 0)
+        log.notice(
+          "host.instance-store",
+          `${disks.length} NVMe instance-store disk(s) on this host, left alone: ${disks.map((d) => `${d.device} ${(d.sizeBytes / 1e9).toFixed(0)} GB`).join(", ")}`,
+        );
+    } else log.info("metrics.no-figures", `no figures of the host: ${describeError(host.reason)}`);
     return figures;
   };
 

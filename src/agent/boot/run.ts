@@ -18,13 +18,14 @@ import type { HostStore } from "../../docker/image-store.ts";
 import { recordOf, resolveSettings, type ResolvedSettings } from "../settings.ts";
 import { writeWorkspaceRecord } from "../workspace-record.ts";
 import type { BootResult, OutcomeRecorder } from "../outcomes.ts";
+import { dataRootToRestore } from "../../docker/original-data-root.ts";
 
 export interface BootCommandDeps extends IdentitySource {
   /** EC2 in the instance's region. */
   cloudFor(region: string): CloudVolumes;
   /** The side-effecting adapters, built once the settings are known. */
   bootDeps(settings: ResolvedSettings, cloud: CloudVolumes): BootDeps;
-  /** docker's data-root without the agent (undefined: docker's default). */
+  /** docker's data-root without the agent when the host's own is not recorded (original-data-root.ts); undefined: docker's default. */
   defaultDataRoot?: string;
   /** Leaves the outcome for `status` and the metrics; absent: nothing is recorded. */
   recorder?: OutcomeRecorder;
@@ -153,7 +154,7 @@ export async function runBoot(
     expectedImages: [...config.docker.expectedImages],
     device: settings.device,
     mountRoot: settings.mountRoot,
-    defaultDataRoot: deps.defaultDataRoot,
+    defaultDataRoot: await dataRootToRestore(config.paths.stateDir, deps.defaultDataRoot, log),
     ...(deps.bootId ? { bootId: deps.bootId } : {}),
     ...(activation.launchTime ? { launchTime: activation.launchTime } : {}),
   };

@@ -105,7 +105,10 @@ export async function degrade(deps: BootDeps, limits: BootLimits, reason: string
     // docker would start on an empty folder where the volume used to be mounted.
     if (current !== undefined && current.startsWith(`${limits.mountRoot}/`)) {
       await deps.daemonConfig.setDataRoot(limits.defaultDataRoot);
-      log.notice("boot.data-root", "daemon.json data-root reset to docker's default", { from: current });
+      log.notice("boot.data-root", "daemon.json data-root back to the host's own", {
+        from: current,
+        to: limits.defaultDataRoot ?? "(default)",
+      });
       current = limits.defaultDataRoot;
     }
     const containerdMoved = await resetContainerdRoot(deps, limits);

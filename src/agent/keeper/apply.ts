@@ -9,6 +9,7 @@ import { describeError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { VolumeKind, VolumeTag } from "../../tags.ts";
 import type { KeeperCloud } from "../ports.ts";
+import { releaseTags } from "../release/plan.ts";
 import type { KeeperStep } from "./plan.ts";
 
 /**
@@ -16,7 +17,7 @@ import type { KeeperStep } from "./plan.ts";
  * this keeper's round (another keeper's, made for the same slot); `tagged`, `deleted`; `skipped`:
  * the volume changed since it was observed (claimed, kept) and was left alone; `failed`.
  */
-export type KeeperDone = "created" | "existing" | "tagged" | "deleted" | "skipped" | "failed";
+export type KeeperDone = "created" | "existing" | "tagged" | "deleted" | "reclaimed" | "skipped" | "failed";
 
 export type KeeperResult = KeeperStep & { done: KeeperDone; volumeId?: string; error?: string };
 
@@ -25,6 +26,10 @@ type Fields = Record<string, string | number | undefined>;
 interface HandlerContext {
   cloud: KeeperCloud;
   log: Logger;
+  /** The TTL a reclaimed volume's release tags give it (config ttlHours); default 24. */
+  ttlHours?: number;
+  /** How long a reclaim waits for EC2 to finish the detach (default 120 s). */
+  detachTimeoutMs?: number;
   /** Volume ids this round observed: a create answered with one of them made nothing new. */
   known: ReadonlySet<string>;
 }
@@ -76,6 +81,46 @@ const KEEPER_HANDLERS: { [K in KeeperStep["step"]]: Handler<Extract<KeeperStep, 
     await cloud.deleteVolume(step.volumeId);
     log.notice("keeper.trim", "surplus pool volume deleted", fields);
     return { done: "deleted", volumeId: step.volumeId };
+  },
+  reclaim: async (step, { cloud, log, ttlHours, detachTimeoutMs }, fields) => {
+    // Right before the DetachVolume: the instance still stopped (a start since the plan would
+    // mount it), the volume still this pool's and still attached to it. A stopped instance has
+    // no OS that could hold the filesystem: the detach is never forced, and it needs no force.
+    const [instance, volume] = await Promise.all([
+      cloud.describeInstance(step.instanceId, { fresh: true }),
+      cloud.describeVolume(step.volumeId),
+    ]);
+    const why =
+      instance.state !== "stopped"
+        ? `instance ${step.instanceId} is ${instance.state} now`
+        : !volume
+          ? "gone"
+          : volume.attachment?.instanceId !== step.instanceId
+            ? `no longer attached to ${step.instanceId}`
+            : volume.tags[VolumeTag.managed] !== "true" || volume.tags[VolumeTag.kind] !== VolumeKind.pool
+              ? "not a managed pool volume"
+              : undefined;
+    if (why !== undefined) {
+      log.info("keeper.reclaim", `left alone: ${why}`, fields);
+      return { done: "skipped", volumeId: step.volumeId };
+    }
+    await cloud.detachVolume(step.volumeId, step.instanceId);
+    await cloud.waitForAttachment(step.volumeId, step.instanceId, "detached", detachTimeoutMs ?? 120_000);
+    const tags = releaseTags({
+      instanceId: step.instanceId,
+      kind: VolumeKind.pool,
+      keep: false,
+      ttlHours: ttlHours ?? 24,
+      releasedAt: new Date(),
+      ...(volume!.tags[VolumeTag.claimedAt] !== undefined ? { claimedAt: volume!.tags[VolumeTag.claimedAt] } : {}),
+    });
+    await cloud.tagVolume(step.volumeId, tags.set);
+    await cloud.untagVolume(step.volumeId, tags.remove);
+    log.notice("keeper.reclaim", "pool volume detached from a long-stopped instance and tagged released", {
+      ...fields,
+      instance: step.instanceId,
+    });
+    return { done: "reclaimed", volumeId: step.volumeId };
   },
 };
 

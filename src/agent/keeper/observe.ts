@@ -9,6 +9,7 @@ import { describeError } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
 import { currentSnapshot } from "../volume-rules.ts";
 import type { InitializationStatus, KeeperCloud } from "../ports.ts";
+import { attachedInstanceIds } from "../pool/stopped.ts";
 import { keeperVolumeSelector, type KeeperObservation, type KeeperSettings } from "./plan.ts";
 
 /** Everything planKeeper() needs; `withInitialization: false` skips EBS's initialization (a recount, where only creates follow). */
@@ -23,6 +24,9 @@ export async function observeKeeper(
     cloud.findSnapshots(keeperVolumeSelector(settings)),
   ]);
   const snapshot = currentSnapshot(snapshots, settings.imageSet);
+  // Who holds the attached ones: a stopped instance's volume is no stock, and may be reclaimed.
+  const attached = attachedInstanceIds(volumes);
+  const instances = attached.length > 0 ? await cloud.describeInstances(attached) : [];
 
   let status: InitializationRead = { initialization: {}, unread: {} };
   if (options.withInitialization !== false) {
@@ -39,7 +43,7 @@ export async function observeKeeper(
       (volumeId) => cloud.initializationStatus(volumeId),
     );
   }
-  return { now: options.now, volumes, ...(snapshot ? { snapshot } : {}), snapshots, ...status };
+  return { now: options.now, volumes, ...(snapshot ? { snapshot } : {}), snapshots, ...status, instances };
 }
 
 /** What DescribeVolumeStatus said of each volume asked about, and why it could not say it of the others. */

@@ -28,7 +28,8 @@ import {
   volumeGeneration,
   type Generation,
 } from "../volume-rules.ts";
-import type { InitializationStatus, SnapshotInfo, VolumeInfo } from "../ports.ts";
+import type { InitializationStatus, InstanceInfo, SnapshotInfo, VolumeInfo } from "../ports.ts";
+import { volumesHeldByStopped } from "../pool/stopped.ts";
 
 /** What the keeper needs of the configuration (`keeper.*`, the pool, the volume type). */
 export interface KeeperSettings {
@@ -43,6 +44,13 @@ export interface KeeperSettings {
   initializationRateMiBps: number | null;
   /** `claim.quarantineHours`: a quarantined volume is no stock (boots skip it) and is never trimmed. */
   quarantineHours: number;
+  /**
+   * `keeper.reclaimStoppedAfterDays`: detach (never forced) a pool volume from an instance stopped
+   * longer than this, and tag it released, so it is stock again; null: never (the default).
+   */
+  reclaimStoppedAfterDays?: number | null;
+  /** `ttlHours`: the expiry a reclaimed volume gets, as a release would give it (default 24). */
+  ttlHours?: number;
 }
 
 /** What observe() found. */
@@ -65,6 +73,8 @@ export interface KeeperObservation {
    * are not tagged this run, and nothing else of the plan depends on it.
    */
   unread?: Record<string, string>;
+  /** The instances the pool's attached volumes are attached to (their state, since when stopped); absent: not asked. */
+  instances?: InstanceInfo[];
 }
 
 export interface CreateStep {
@@ -83,7 +93,9 @@ export interface CreateStep {
 export type KeeperStep =
   | CreateStep
   | { step: "tag-initialized"; volumeId: string; zone: string; reason: string }
-  | { step: "trim"; volumeId: string; zone: string; reason: string };
+  | { step: "trim"; volumeId: string; zone: string; reason: string }
+  /** Detach from a long-stopped instance (re-checked `stopped` right before), then tag released. */
+  | { step: "reclaim"; volumeId: string; zone: string; instanceId: string; reason: string };
 
 /** One zone's count and what the plan does about it. */
 export interface ZoneView {
@@ -99,6 +111,13 @@ export interface ZoneView {
   creating: number;
   /** Every live volume of the pool in the zone (in use included). */
   total: number;
+  /**
+   * Attached to a stopped instance (a sleeping warm buffer, a leaked machine): counted in `total`
+   * and the caps, never stock; `oldestStoppedDays` is the longest such stop (null: none, or EC2
+   * does not say since when).
+   */
+  heldByStopped: number;
+  oldestStoppedDays: number | null;
   create: number;
   trim: number;
   /** Why fewer are created than the zone lacks (a cap, no snapshot), if so. */
@@ -236,13 +255,43 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
     }
   }
 
+  const held = volumesHeldByStopped(live, observed.instances ?? [], now);
   const zones: ZoneView[] = settings.zones.map((zone) => {
     const inZone = live.filter((v) => v.availabilityZone === zone);
     const stock = inZone.filter((v) => isStock(settings, v, now, generations));
     const creating = stock.filter((v) => v.state === "creating").length;
     const superseded = inZone.filter((v) => isSupersededStock(settings, v, now, generations)).length;
-    return { zone, available: stock.length - creating, superseded, creating, total: inZone.length, create: 0, trim: 0 };
+    const heldHere = held.filter((h) => inZone.some((v) => v.volumeId === h.volumeId));
+    const days = heldHere.flatMap((h) => (h.stoppedDays === null ? [] : [h.stoppedDays]));
+    return {
+      zone,
+      available: stock.length - creating,
+      superseded,
+      creating,
+      total: inZone.length,
+      heldByStopped: heldHere.length,
+      oldestStoppedDays: days.length > 0 ? Math.max(...days) : null,
+      create: 0,
+      trim: 0,
+    };
   });
+
+  // Reclaim (opt-in): a volume asleep on a long-stopped instance goes back to the pool. A stop
+  // whose time EC2 does not give is never old enough. The step re-checks the state before it acts.
+  const reclaimAfter = settings.reclaimStoppedAfterDays ?? null;
+  if (reclaimAfter !== null) {
+    for (const h of held) {
+      if (h.stoppedDays === null || h.stoppedDays < reclaimAfter) continue;
+      const zone = live.find((v) => v.volumeId === h.volumeId)!.availabilityZone;
+      steps.push({
+        step: "reclaim",
+        volumeId: h.volumeId,
+        zone,
+        instanceId: h.instanceId,
+        reason: `attached to ${h.instanceId}, stopped since ${h.stoppedSince} (${h.stoppedDays.toFixed(1)} days, reclaim after ${reclaimAfter})`,
+      });
+    }
+  }
 
   // Surplus: the current stock beyond maxAvailable goes, oldest first. Superseded volumes count
   // toward maxAvailable too, and go before any current one, but only once the current stock has

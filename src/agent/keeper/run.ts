@@ -32,7 +32,8 @@ export function keeperSettingsFrom(config: {
   imageSet: string | null;
   volumeType: string;
   claim: { quarantineHours: number };
-  keeper: Omit<KeeperSettings, "pool" | "imageSet" | "volumeType" | "quarantineHours">;
+  ttlHours?: number;
+  keeper: Omit<KeeperSettings, "pool" | "imageSet" | "volumeType" | "quarantineHours" | "ttlHours">;
 }): KeeperSettings {
   if (config.keeper.zones.length === 0) {
     throw new ConfigError(
@@ -45,6 +46,7 @@ export function keeperSettingsFrom(config: {
     imageSet: config.imageSet,
     volumeType: config.volumeType,
     quarantineHours: config.claim.quarantineHours,
+    ...(config.ttlHours !== undefined ? { ttlHours: config.ttlHours } : {}),
     ...config.keeper,
   };
 }
@@ -75,7 +77,12 @@ export async function runKeeper(
   if (options.dryRun) return outcome;
 
   const known = new Set(observed.volumes.map((v) => v.volumeId));
-  const ctx = { cloud, log: options.log, known };
+  const ctx = {
+    cloud,
+    log: options.log,
+    known,
+    ...(settings.ttlHours !== undefined ? { ttlHours: settings.ttlHours } : {}),
+  };
   const firstCreate = plan.steps.find((s) => s.step === "create");
   outcome.results.push(
     ...(await applyKeeper(
@@ -129,5 +136,14 @@ export function keeperFacts(outcome: KeeperOutcome, finishedAt: Date): KeeperFac
     })),
   ];
   const stock = outcome.final.zones.reduce((sum, z) => sum + z.available + z.creating, 0);
-  return { actions, poolVolumes: { [outcome.plan.pool]: stock }, finishedAt };
+  const held = outcome.final.zones.reduce((sum, z) => sum + z.heldByStopped, 0);
+  const days = outcome.final.zones.flatMap((z) => (z.oldestStoppedDays === null ? [] : [z.oldestStoppedDays]));
+  return {
+    actions,
+    poolVolumes: { [outcome.plan.pool]: stock },
+    heldByStopped: {
+      [outcome.plan.pool]: { volumes: held, oldestSeconds: days.length > 0 ? Math.max(...days) * 86_400 : null },
+    },
+    finishedAt,
+  };
 }

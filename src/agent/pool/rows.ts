@@ -2,7 +2,8 @@
 import { VolumeTag } from "../../tags.ts";
 import { isQuarantined } from "../volume-rules.ts";
 import { workspaceIdsOfVolume, type WorkspaceIds } from "../workspace-ids.ts";
-import type { VolumeInfo } from "../ports.ts";
+import type { InstanceInfo, VolumeInfo } from "../ports.ts";
+import { volumesHeldByStopped } from "./stopped.ts";
 
 export interface PoolRow {
   volumeId: string;
@@ -20,12 +21,21 @@ export interface PoolRow {
   workspace: WorkspaceIds | null;
   /** The last instance's error when it gave the volume back (`last-error`), or null. */
   lastError: { message: string; at: string | null; quarantined: boolean } | null;
+  /** Attached to a stopped instance: which, and since when (null: EC2 does not say); null when not. */
+  heldByStopped: { instanceId: string; since: string | null; days: number | null } | null;
 }
 
 /** Rows of the volumes; `quarantineHours` (config `claim.quarantineHours`) tells which are out of the selection. */
-export function poolRows(volumes: readonly VolumeInfo[], now: Date, quarantineHours: number): PoolRow[] {
+export function poolRows(
+  volumes: readonly VolumeInfo[],
+  now: Date,
+  quarantineHours: number,
+  instances: readonly InstanceInfo[] = [],
+): PoolRow[] {
+  const held = new Map(volumesHeldByStopped(volumes, instances, now).map((h) => [h.volumeId, h]));
   return volumes
     .map((v): PoolRow => {
+      const stopped = held.get(v.volumeId);
       const t = v.tags;
       const lastError = t[VolumeTag.lastError];
       return {
@@ -47,6 +57,9 @@ export function poolRows(volumes: readonly VolumeInfo[], now: Date, quarantineHo
                 quarantined: isQuarantined(v, now, quarantineHours),
               }
             : null,
+        heldByStopped: stopped
+          ? { instanceId: stopped.instanceId, since: stopped.stoppedSince, days: stopped.stoppedDays }
+          : null,
       };
     })
     .sort(

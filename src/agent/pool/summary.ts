@@ -14,7 +14,7 @@ import {
   volumeGeneration,
   type Generation,
 } from "../volume-rules.ts";
-import type { SnapshotInfo, VolumeInfo } from "../ports.ts";
+import type { InstanceInfo, SnapshotInfo, VolumeInfo } from "../ports.ts";
 import { snapshotMonthlyCost, usd, volumeMonthlyCost, type Prices } from "./cost.ts";
 import { poolRows, type PoolRow } from "./rows.ts";
 
@@ -300,7 +300,11 @@ function summarizePool(
 
 /** The report of the volumes and snapshots observePool() found. */
 export function poolReport(
-  observation: { volumes: readonly VolumeInfo[]; snapshots: readonly SnapshotInfo[] },
+  observation: {
+    volumes: readonly VolumeInfo[];
+    snapshots: readonly SnapshotInfo[];
+    instances?: readonly InstanceInfo[];
+  },
   settings: PoolViewSettings,
   now: Date,
 ): PoolReport {
@@ -367,7 +371,7 @@ export function poolReport(
       monthlyUsd: usd(volumesUsd + snapshotsUsd),
     },
     notes,
-    volumes: poolRows(volumes, now, settings.quarantineHours).map((row): PoolVolume => {
+    volumes: poolRows(volumes, now, settings.quarantineHours, observation.instances ?? []).map((row): PoolVolume => {
       const { volume, generation, superseded, monthlyUsd } = byId.get(row.volumeId)!;
       return {
         ...row,

@@ -112,7 +112,9 @@ export function renderPoolTable(rows: readonly PoolVolume[]): string {
     r.kind,
     r.pool,
     r.zone,
-    r.state,
+    r.heldByStopped
+      ? `${r.state}, instance stopped ${r.heldByStopped.days !== null ? `${r.heldByStopped.days.toFixed(1)} d` : "(since ?)"}`
+      : r.state,
     String(r.sizeGiB),
     r.claimedBy ?? "-",
     age(r.ageHours),
@@ -129,6 +131,17 @@ export function renderPoolTable(rows: readonly PoolVolume[]): string {
   return table(header, cells).join("\n");
 }
 
+/** How many volumes sleep on stopped instances (warm buffers, leaked machines), and the longest stop. */
+function heldByStoppedLine(rows: readonly PoolVolume[]): string[] {
+  const held = rows.filter((r) => r.heldByStopped);
+  if (held.length === 0) return [];
+  const days = held.flatMap((r) => (r.heldByStopped?.days != null ? [r.heldByStopped.days] : []));
+  return [
+    `held by stopped instances: ${held.length} volumes, ${held.reduce((sum, r) => sum + r.sizeGiB, 0)} GiB` +
+      (days.length > 0 ? `, the longest stopped ${Math.max(...days).toFixed(1)} days` : ""),
+  ];
+}
+
 /** The whole report: each pool, the total and the prices it was made with, any notes, then the volumes. */
 export function renderPoolReport(report: PoolReport): string {
   const { total, prices } = report;
@@ -139,6 +152,7 @@ export function renderPoolReport(report: PoolReport): string {
     `prices (config cost.*, USD): ${prices.gibMonthUsd}/GiB-month, ${prices.iopsMonthUsd}/IOPS-month above gp3's 3000, ` +
       `${prices.throughputMonthUsd}/MiB/s-month above gp3's 125, snapshots ${prices.snapshotGibMonthUsd}/GiB-month`,
     ...report.notes.map((n) => `note: ${n}`),
+    ...heldByStoppedLine(report.volumes),
     "",
     renderPoolTable(report.volumes),
   );

@@ -50,11 +50,21 @@ export function currentImages(
 }
 
 /** Everything planPrune() needs. A pool snapshot listing EC2 refuses falls back to the volume's own list (logged). */
-export async function observePrune(deps: PruneDeps, options: { imageSet: string | null }): Promise<PruneObservation> {
+export async function observePrune(
+  deps: PruneDeps,
+  options: { imageSet: string | null; fillFirstBelowPercent?: number },
+): Promise<PruneObservation> {
   const { log } = deps;
   const volume = mountedVolumeOf(await deps.lastBoot());
   const empty: PruneObservation = { current: { images: [], source: "none" }, images: [], containerImageIds: [] };
   if (!volume) return empty;
+  if (options.fillFirstBelowPercent !== undefined) {
+    // The timer's hourly run on every node: below the threshold, statfs alone answers, and
+    // neither EC2 nor docker is asked anything.
+    const fill = await deps.fill(volume.mountPoint);
+    if (fill && fill.usedRatio * 100 <= options.fillFirstBelowPercent)
+      return { ...empty, volume, fill, fillOnly: true };
+  }
   const [fill, info, described] = await Promise.all([
     deps.fill(volume.mountPoint),
     deps.docker.info(),

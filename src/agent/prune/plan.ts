@@ -39,6 +39,8 @@ export interface PruneObservation {
   images: ImageEntry[];
   /** Image ids of every container, running or stopped. */
   containerImageIds: string[];
+  /** Only the fill was observed: it was at or below the threshold (the timer's run asks nothing else then). */
+  fillOnly?: boolean;
 }
 
 export type PruneVerdict =
@@ -131,6 +133,11 @@ export function planPrune(settings: PruneSettings, observed: PruneObservation): 
   });
   if (!volume) return stop("no-volume", "no boot on a cache volume is recorded on this host");
   if (!fill) return stop("not-mounted", `nothing is mounted at ${volume.mountPoint}`);
+  if (observed.fillOnly)
+    return stop(
+      "below-threshold",
+      `${(fill.usedRatio * 100).toFixed(1)} % full, at or below ${settings.thresholdPercent} %: nothing else was looked at`,
+    );
   if (observed.dockerRootDir !== volume.dataRoot) {
     return stop(
       "docker-elsewhere",

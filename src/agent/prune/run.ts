@@ -1,11 +1,12 @@
 /**
- * The prune's entry (`ebs-cache-agent prune`, src/cli/prune.ts; after each boot that came up):
+ * The prune's entry (`ebs-cache-agent prune`, src/cli/prune.ts; after each boot that came up, and
+ * from ebs-cache-agent-prune.timer while the node runs):
  * observe → plan (pure, ./plan.ts) → apply → measure the fill again → record the figures.
  */
 import { ExitCode } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import type { CloudVolumes, DockerImages, FilesystemFill } from "../ports.ts";
-import type { OutcomeRecorder, PruneFacts } from "../outcomes.ts";
+import type { OutcomeRecorder, PruneFacts, PruneTrigger } from "../outcomes.ts";
 import { applyPrune, type RemovalResult } from "./apply.ts";
 import { observePrune } from "./observe.ts";
 import { planPrune, type PrunePlan, type PruneSettings } from "./plan.ts";
@@ -57,11 +58,16 @@ export async function runPrune(
     settings: PruneSettings;
     imageSet: string | null;
     dryRun: boolean;
+    /** What started this run (the metrics tell the timer's runs apart); default manual. */
+    trigger?: PruneTrigger;
     recorder?: Pick<OutcomeRecorder, "pruneFinished">;
   },
 ): Promise<PruneOutcome> {
   const { log } = deps;
-  const observed = await observePrune(deps, { imageSet: options.imageSet });
+  const observed = await observePrune(deps, {
+    imageSet: options.imageSet,
+    ...(options.trigger === "timer" ? { fillFirstBelowPercent: options.settings.thresholdPercent } : {}),
+  });
   const plan = planPrune(options.settings, observed);
   log.info("prune.plan", `${plan.verdict}: ${plan.reason}`, {
     volume: plan.volumeId,
@@ -91,6 +97,7 @@ export async function runPrune(
   }
   const facts: PruneFacts = {
     verdict: plan.verdict,
+    trigger: options.trigger ?? "manual",
     reason: plan.reason,
     dryRun: options.dryRun,
     removedImages: outcome.removed,

@@ -183,7 +183,7 @@ async function resetDataRoot(
   const current = await deps.daemonConfig.dataRoot();
   if (!isBelow(settings.mountRoot, current)) return;
   await deps.daemonConfig.setDataRoot(step.to);
-  deps.log.notice("release.data-root", "daemon.json data-root reset to docker's default", {
+  deps.log.notice("release.data-root", "daemon.json data-root back to the host's own", {
     from: current,
     to: step.to ?? "(default)",
   });

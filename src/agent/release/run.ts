@@ -24,9 +24,10 @@ import { readWorkspaceRecord } from "../workspace-record.ts";
 import { applyReleasePlan } from "./apply.ts";
 import { observeRelease } from "./observe.ts";
 import { planRelease, type ReleasePlan } from "./plan.ts";
+import { dataRootToRestore } from "../../docker/original-data-root.ts";
 import type { OutcomeRecorder, ReleaseResult } from "../outcomes.ts";
 
-/** The adapters a release uses (built in src/agent/wiring.ts), and its few knobs. */
+/** The adapters a release uses (built in src/cli/wiring.ts), and its few knobs. */
 export interface ReleaseDeps {
   cloud: CloudVolumes;
   storage: Pick<HostStorage, "findDevice" | "mountPointOf" | "unmount">;
@@ -58,7 +59,7 @@ export interface ReleaseCommandDeps {
   cloudFor(region: string): CloudVolumes;
   /** The side-effecting adapters, built once the settings are known. */
   releaseDeps(settings: ResolvedReleaseSettings, cloud: CloudVolumes): ReleaseDeps;
-  /** docker's data-root without the agent (undefined: docker's default). */
+  /** docker's data-root without the agent when the host's own is not recorded (original-data-root.ts); undefined: docker's default. */
   defaultDataRoot?: string;
   log: Logger;
   /** Leaves the outcome for `status` and the metrics; absent: nothing is recorded. */
@@ -93,7 +94,7 @@ export async function runRelease(
   if (previous.problem)
     log.warning("release.settings", `${previous.problem}: keep is read from the labels tag instead`);
   const resolved = resolveReleaseSettings(config, identity, {
-    defaultDataRoot: deps.defaultDataRoot,
+    defaultDataRoot: await dataRootToRestore(config.paths.stateDir, deps.defaultDataRoot, log),
     recorded: previous.record,
   });
   for (const line of resolved.applied) log.info("release.settings", `instance tag override: ${line}`);

@@ -108,6 +108,11 @@ export interface InstanceRecord {
   hostRoot: string;
   state: InstanceState;
   launchTime: string;
+  /**
+   * EC2's StateTransitionReason: set when a stop or a termination is asked (`User initiated
+   * (2026-01-02 03:04:05 GMT)`), empty again once the instance runs.
+   */
+  stateTransitionReason?: string;
 }
 
 /** Things tests want to assert happened (or never happened) besides the current state. */

@@ -98,6 +98,8 @@ export function renderInstance(instance: InstanceRecord, attached: readonly Volu
     instanceState: renderInstanceState(instance.state),
     instanceType: "m6i.large",
     launchTime: instance.launchTime,
+    // DescribeInstances' <reason> is StateTransitionReason (the SDK's query name for it).
+    reason: instance.stateTransitionReason ?? "",
     placement: { availabilityZone: instance.availabilityZone, tenancy: "default" },
     rootDeviceType: "ebs",
     rootDeviceName: "/dev/xvda",

@@ -78,7 +78,13 @@ export const stopInstances = transitionHandler({
   refusal: (id) => `This instance '${id}' is not in a state from which it can be stopped.`,
   to: "stopping",
   started: (ctx, id) => ctx.lifecycle.instanceShuttingDown(id, "stop"),
+  changing: (ctx, instance) => (instance.stateTransitionReason = userInitiated(ctx.now())),
 });
+
+/** EC2's StateTransitionReason for a stop or termination asked through the API. */
+export function userInitiated(now: number): string {
+  return `User initiated (${new Date(now).toISOString().slice(0, 19).replace("T", " ")} GMT)`;
+}
 
 export const startInstances = transitionHandler({
   rule: (state) =>
@@ -87,13 +93,17 @@ export const startInstances = transitionHandler({
   to: "pending",
   started: (ctx, id) => ctx.lifecycle.instanceStarting(id),
   // EC2's LaunchTime is "the time that the instance was last launched": a start sets it, a reboot does not.
-  changing: (ctx, instance) => (instance.launchTime = new Date(ctx.now()).toISOString()),
+  changing: (ctx, instance) => {
+    instance.launchTime = new Date(ctx.now()).toISOString();
+    instance.stateTransitionReason = "";
+  },
 });
 
 export const terminateInstances = transitionHandler({
   rule: (state) => (state === "shutting-down" || state === "terminated" ? "unchanged" : "change"),
   refusal: () => "",
   to: "shutting-down",
+  changing: (ctx, instance) => (instance.stateTransitionReason = userInitiated(ctx.now())),
   // A stopped instance has no OS running to shut down.
   started: (ctx, id, previous) => ctx.lifecycle.instanceShuttingDown(id, "terminate", previous !== "stopped"),
 });
