@@ -7,7 +7,7 @@
 import t, { type Test } from "tap";
 import { runBoot } from "../../../src/agent/boot/run.ts";
 import { ConfigError } from "../../../src/errors.ts";
-import { VolumeTag } from "../../../src/tags.ts";
+import { Label, VolumeTag } from "../../../src/tags.ts";
 import { fakeNode, waitFor, DEFAULT_ROOT, type FakeNode } from "../../fixtures/fakes/index.ts";
 
 const IMAGES = "lab/app:1,lab/tool:1";
@@ -78,7 +78,7 @@ t.test("a pool volume is claimed, attached, identified, mounted, and docker swit
   t.equal(node.docker.state.daemonJson["data-root"], dataRoot, "daemon.json's data-root on the volume");
   t.equal(node.docker.state.runningRoot, dataRoot, "docker runs there");
   t.equal(node.labels.current(), "ready");
-  t.equal(node.labels.reports.at(-1)?.details["io.simcore.ebs-cache.volume-id"] ?? volumeId, volumeId);
+  t.equal(node.labels.reports.at(-1)?.details[Label.volumeId], volumeId, "the label names the volume");
   // The order that keeps data safe: the claim before the device, identification before the mount, the mount before the switch.
   const order = node.script.names("cloud.claimVolume", "storage.", "daemon-json.setDataRoot", "docker.");
   const at = (name: string) => order.indexOf(name);
