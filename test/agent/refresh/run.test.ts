@@ -1,0 +1,65 @@
+/**
+ * The refresh (runRefresh) in process against the port fakes: on a node booted on a pool volume
+ * of an older generation, it pulls what the pool's newer snapshot lists and docker lacks, and a
+ * pull that fails is reported, not fatal. No root, no registry.
+ */
+import t from "tap";
+import { runBoot } from "../../../src/agent/boot/run.ts";
+import { runRefresh, type RefreshCommandDeps } from "../../../src/agent/refresh/run.ts";
+import type { ImagePuller } from "../../../src/agent/ports.ts";
+import { VolumeTag } from "../../../src/tags.ts";
+import { fakeNode, fakePuller, type FakeNode } from "../../fixtures/fakes/index.ts";
+
+const POOL = { [VolumeTag.managed]: "true", [VolumeTag.kind]: "pool", [VolumeTag.pool]: "default" };
+
+async function bootedOnOldGeneration(t: Parameters<typeof fakeNode>[0]): Promise<FakeNode> {
+  const node = await fakeNode(t);
+  await node.fake.volume({
+    tags: { ...POOL, [VolumeTag.images]: "lab/app:1", [VolumeTag.builtAt]: "2026-01-01T00:00:00.000Z" },
+  });
+  node.docker.state.images.set("*", ["lab/app:1"]);
+  const booted = await runBoot(node.bootCommand(), { dryRun: false });
+  if (booted.result?.outcome !== "ready") throw new Error(`boot: ${booted.result?.reason}`);
+  await node.fake.snapshot({
+    ...POOL,
+    [VolumeTag.images]: "lab/app:1,lab/app:2",
+    [VolumeTag.builtAt]: "2026-06-01T00:00:00.000Z",
+  });
+  return node;
+}
+
+const refreshDeps = (node: FakeNode, puller: ImagePuller): RefreshCommandDeps => ({
+  config: node.config,
+  identify: async () => node.fake.identity(node.instance),
+  cloudFor: () => node.fake.cloud,
+  engine: node.docker.engine,
+  puller,
+  writeMetrics: (state) => node.recorder.refreshStateWritten(state),
+  log: node.log,
+});
+
+t.test("pulls what the newer generation lists and docker lacks, nothing else", async (t) => {
+  const node = await bootedOnOldGeneration(t);
+  const outcome = await runRefresh(refreshDeps(node, fakePuller(node.script)), { dryRun: false });
+  t.equal(outcome.exitCode, 0);
+  t.same(
+    node.script.of("pull.pull").map((c) => c.args[0]),
+    ["lab/app:2"],
+    "only the missing image pulled",
+  );
+  t.ok(
+    node.recorder.recorded.some((r) => r.kind === "refreshStateWritten"),
+    "its state's metrics written",
+  );
+});
+
+t.test("a dry run pulls nothing; a failed pull is reported and the run ends", async (t) => {
+  const node = await bootedOnOldGeneration(t);
+  const dry = await runRefresh(refreshDeps(node, fakePuller(node.script)), { dryRun: true });
+  t.equal(dry.exitCode, 0);
+  t.equal(node.script.of("pull.pull").length, 0, "dry run: no pull");
+  node.script.failNext("pull.pull", new Error("pull access denied (scripted)"));
+  const outcome = await runRefresh(refreshDeps(node, fakePuller(node.script)), { dryRun: false });
+  t.equal(outcome.exitCode, 0, "a failed pull does not fail the node");
+  t.match(JSON.stringify(outcome.state), /pull access denied/, "the failure is in the state");
+});

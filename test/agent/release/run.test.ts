@@ -1,0 +1,162 @@
+/**
+ * The release (runRelease) in process against the port fakes: after a boot on the same fakes,
+ * what it gives back and what it refuses (a mounted volume in use, docker it may not stop), what
+ * it never touches (a volume not managed, one another instance holds), and a stop, which keeps
+ * the volume attached. No root.
+ */
+import t from "tap";
+import { runBoot } from "../../../src/agent/boot/run.ts";
+import { runRelease } from "../../../src/agent/release/run.ts";
+import { VolumeTag } from "../../../src/tags.ts";
+import { fakeNode, waitFor, type FakeNode } from "../../fixtures/fakes/index.ts";
+
+const POOL_TAGS = { [VolumeTag.managed]: "true", [VolumeTag.kind]: "pool", [VolumeTag.pool]: "default" };
+const MOUNT_ROOT = "/var/lib/ebs-cache";
+
+/** A node booted on a pool volume: mounted, docker on it, labelled ready. */
+async function bootedNode(
+  t: Parameters<typeof fakeNode>[0],
+  options: Parameters<typeof fakeNode>[1] = {},
+): Promise<{ node: FakeNode; volumeId: string }> {
+  const node = await fakeNode(t, options);
+  const { volumeId } = await node.fake.volume({ tags: { ...POOL_TAGS } });
+  const booted = await runBoot(node.bootCommand(), { dryRun: false });
+  if (booted.result?.outcome !== "ready") throw new Error(`boot: ${booted.result?.reason}`);
+  return { node, volumeId };
+}
+
+const release = (node: FakeNode) => runRelease(node.releaseCommand(), { dryRun: false });
+
+t.test("after a boot: unmounted, docker off the volume, detached without force, tagged released", async (t) => {
+  const { node, volumeId } = await bootedNode(t);
+  const outcome = await release(node);
+  t.equal(outcome.exitCode, 0);
+  t.equal(outcome.result?.outcome, "released");
+  t.same(outcome.result?.released, [volumeId]);
+  const volume = await node.fake.describe(volumeId);
+  t.equal(volume.state, "available");
+  t.equal(volume.attachment, undefined);
+  t.equal(volume.tags[VolumeTag.claimedBy], undefined, "claimed-by removed");
+  t.ok(volume.tags[VolumeTag.releasedAt], "released-at");
+  t.ok(volume.tags[VolumeTag.expiresAt], "expires-at");
+  t.same(node.host.mounted.get(node.host.deviceOf(volumeId)), [], "unmounted");
+  t.equal(node.docker.state.daemonJson["data-root"], undefined, "daemon.json's data-root back to the default");
+  t.equal(node.docker.state.active, false, "docker stopped (it ran on the volume)");
+  t.equal(node.fake.forceDetaches(), 0, "never forced");
+  const order = node.script.names("docker.stop", "storage.unmount", "cloud.detachVolume", "cloud.tagVolume");
+  t.ok(order.indexOf("docker.stop") < order.indexOf("storage.unmount"), "docker stops before the unmount");
+  t.ok(order.indexOf("storage.unmount") < order.indexOf("cloud.detachVolume"), "unmount before the detach");
+  t.ok(order.lastIndexOf("cloud.detachVolume") < order.lastIndexOf("cloud.tagVolume"), "tagged after the detach");
+  t.match(node.recorder.recorded.find((r) => r.kind === "releaseFinished")?.value, { result: { outcome: "released" } });
+
+  const again = await release(node);
+  t.equal(again.result?.outcome, "nothing", "a second release finds nothing held");
+  t.equal(node.script.of("cloud.detachVolume").length, 1, "and detaches nothing");
+});
+
+t.test("refused: the volume's mount is busy; nothing detached, nothing tagged", async (t) => {
+  const { node, volumeId } = await bootedNode(t);
+  node.host.busyMounts.add(`${MOUNT_ROOT}/${volumeId}`);
+  const outcome = await release(node);
+  t.equal(outcome.exitCode, 1);
+  t.equal(outcome.result?.outcome, "refused");
+  t.match(outcome.result?.reason, /could not be unmounted/);
+  t.equal(node.script.of("cloud.detachVolume").length, 0, "no DetachVolume");
+  const volume = await node.fake.describe(volumeId);
+  t.equal(volume.attachment?.instanceId, node.instance.instanceId, "still attached here");
+  t.equal(volume.tags[VolumeTag.claimedBy], node.instance.instanceId, "still claimed");
+  t.equal(volume.tags[VolumeTag.releasedAt], undefined, "not tagged released");
+
+  node.host.busyMounts.clear();
+  const later = await release(node);
+  t.equal(later.result?.outcome, "released", "once the mount is free, the next release completes");
+});
+
+t.test("refused: a second mount of the volume made by someone else is busy", async (t) => {
+  const { node, volumeId } = await bootedNode(t);
+  const device = node.host.deviceOf(volumeId);
+  node.host.mounted.get(device)!.push("/srv/someone-else");
+  node.host.busyMounts.add("/srv/someone-else");
+  const outcome = await release(node);
+  t.equal(outcome.result?.outcome, "refused");
+  t.match(outcome.result?.reason, /\/srv\/someone-else/);
+  t.equal(node.script.of("cloud.detachVolume").length, 0, "a mounted volume is never detached");
+  t.equal((await node.fake.describe(volumeId)).attachment?.state, "attached");
+});
+
+t.test("refused: docker runs on the volume and the agent does not control it", async (t) => {
+  const { node, volumeId } = await bootedNode(t);
+  const config = { ...node.config, docker: { ...node.config.docker, control: "none" as const } };
+  const outcome = await runRelease(
+    { ...node.releaseCommand(), config, releaseDeps: () => ({ ...node.releaseDeps(), docker: undefined }) },
+    { dryRun: false },
+  );
+  t.equal(outcome.result?.outcome, "refused");
+  t.match(outcome.result?.reason, /docker still runs on the cache volume/);
+  t.equal(node.script.of("storage.unmount").length, 0, "nothing unmounted");
+  t.equal(node.script.of("daemon-json.setDataRoot").length, 1, "daemon.json untouched since the boot's switch");
+  t.equal((await node.fake.describe(volumeId)).attachment?.state, "attached");
+});
+
+t.test("not ours: a volume without the managed tag attached here is never detached", async (t) => {
+  const node = await fakeNode(t);
+  const foreign = await node.fake.volume({ tags: { Name: "someone's data" } });
+  await node.fake.attach(foreign.volumeId, node.instance, "/dev/sdg");
+  const outcome = await release(node);
+  t.equal(outcome.result?.outcome, "nothing");
+  t.equal(node.script.of("cloud.detachVolume").length, 0);
+  t.equal(
+    (await node.fake.describe(foreign.volumeId)).attachment?.instanceId,
+    node.instance.instanceId,
+    "still attached",
+  );
+});
+
+t.test("not ours any more: claimed by another instance after our detach, its tags are left to it", async (t) => {
+  const { node, volumeId } = await bootedNode(t);
+  const rival = node.fake.addInstance();
+  // Between the detach and the tags, another boot claims the volume.
+  node.script.before("cloud.waitForAttachment", async () => {
+    await waitFor(async () => (await node.fake.describe(volumeId)).state === "available", "available");
+    await node.fake.attach(volumeId, rival);
+    await node.fake.direct.tagVolume(volumeId, { [VolumeTag.claimedBy]: rival.instanceId });
+  });
+  const outcome = await release(node);
+  t.equal(outcome.result?.outcome, "released");
+  const volume = await node.fake.describe(volumeId);
+  t.equal(volume.attachment?.instanceId, rival.instanceId, "the rival holds it");
+  t.equal(volume.tags[VolumeTag.claimedBy], rival.instanceId, "its claim untouched");
+  t.equal(volume.tags[VolumeTag.expiresAt], undefined, "no expiry written over its claim");
+});
+
+t.test("a stop (instance stopping): unmounted and kept attached, no expiry", async (t) => {
+  const { node, volumeId } = await bootedNode(t);
+  const outcome = await runRelease(
+    {
+      ...node.releaseCommand(),
+      releaseDeps: () => ({ ...node.releaseDeps(), spotInstanceAction: async () => "stop" }),
+    },
+    { dryRun: false },
+  );
+  t.equal(outcome.result?.outcome, "released");
+  t.same(outcome.result?.kept, [volumeId], "kept attached");
+  const volume = await node.fake.describe(volumeId);
+  t.equal(volume.attachment?.instanceId, node.instance.instanceId, "still attached here");
+  t.equal(volume.tags[VolumeTag.expiresAt], undefined, "no expiry");
+  t.same(node.host.mounted.get(node.host.deviceOf(volumeId)), [], "unmounted");
+  t.equal(node.script.of("cloud.detachVolume").length, 0, "no DetachVolume");
+});
+
+t.test("a release killed between the detach and the tags: the next one writes the tags", async (t) => {
+  const { node, volumeId } = await bootedNode(t);
+  node.script.failNext("cloud.waitForAttachment", new Error("killed (scripted)"));
+  const first = await release(node);
+  t.equal(first.result?.outcome, "failed");
+  await waitFor(async () => (await node.fake.describe(volumeId)).state === "available", "available");
+  t.equal((await node.fake.describe(volumeId)).tags[VolumeTag.claimedBy], node.instance.instanceId, "still claimed");
+  const second = await release(node);
+  t.equal(second.result?.outcome, "released");
+  const volume = await node.fake.describe(volumeId);
+  t.equal(volume.tags[VolumeTag.claimedBy], undefined);
+  t.ok(volume.tags[VolumeTag.expiresAt]);
+});
