@@ -20,12 +20,12 @@ import { dirname, join } from "node:path";
 import { CreateTagsCommand } from "@aws-sdk/client-ec2";
 import t from "tap";
 import { run } from "../src/exec.ts";
-import { volumeImagePath } from "../src/lab/labdir.ts";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { startBootLab, closeLabLeavingNothing } from "./fixtures/boot-lab.ts";
-import { assertDockerPrerequisites, assertLabPrerequisites, onPath, pollUntil } from "./fixtures/lab-prereq.ts";
+import { assertDockerPrerequisites, assertLabPrerequisites, onPath } from "./fixtures/lab-prereq.ts";
 import { LINKS, makeLink, makeSpecial, SPECIALS } from "./fixtures/odd-files.ts";
+import { withImageDevice } from "./fixtures/volume-image.ts";
 
 await assertLabPrerequisites();
 assertDockerPrerequisites("boot.symlink");
@@ -131,32 +131,18 @@ t.test("the canary's state tells a change of mode, of content, an entry added", 
 
 const canaryBefore = await treeState(canary);
 
-/**
- * Mounts a volume's image here (it is available: no loop device serves it), runs `work`,
- * unmounts, and waits until no loop device serves the image any more: while another mount
- * namespace on the machine holds a copy of the mount (a process that unshared its mounts
- * meanwhile), the filesystem stays live, its last writes not yet in the image, and `losetup -d`
- * only marks the device to go with it (as src/lab/loopdev.ts waits before a snapshot).
- */
+/** Mounts a volume's image here (see withImageDevice), runs `work`, unmounts. */
 async function editImage<T>(volumeId: string, work: (mountPoint: string) => Promise<T>): Promise<T> {
-  const image = volumeImagePath(bl.lab.root, volumeId);
-  const device = (await run("losetup", ["--find", "--show", image])).stdout.trim();
   const mountPoint = join(bl.lab.root, "edit", volumeId);
   await mkdir(mountPoint, { recursive: true });
-  let result: T;
-  try {
+  return withImageDevice(bl.lab.root, volumeId, async (device) => {
     await run("mount", ["-o", "nouuid", device, mountPoint]);
     try {
-      result = await work(mountPoint);
+      return await work(mountPoint);
     } finally {
       await run("umount", [mountPoint]);
     }
-  } finally {
-    await run("losetup", ["-d", device]);
-  }
-  const released = await pollUntil(async () => (await run("losetup", ["-j", image])).stdout.trim() === "", 120_000);
-  if (!released) throw new Error(`${image} is still served by a loop device: its edit may not be in it`);
-  return result;
+  });
 }
 
 /** Makes the case's odd thing in place of whatever the golden volume had at its path. */
