@@ -18,6 +18,11 @@
 #   to the machine's cores) and the two that boot systemd machines (lab-demo-engine,
 #   nspawn-boot), whose release at a machine's poweroff or reboot was seen missing with two
 #   machines' files running at once (and once on main, alone in the suite).
+# - with no arguments, tap runs twice: every other file first, then the serial files. tap takes
+#   files in name order and a serial file waits for every file before it to end, so within one
+#   run each serial file left a core idle while the longest file ahead of it finished (the
+#   foreign corpus, just before the herd, ran alone that way). The last line is both runs'
+#   summary in tap's form, `# { total: N, pass: N, fail: N }`.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # As npm runs it (its Node 24 and tap first on PATH), also when run as `bash scripts/test.sh`.
@@ -53,8 +58,37 @@ background typecheck npm run --silent typecheck
 background lint npm run --silent lint
 background format npm run --silent format:check
 background cycles npm run --silent cycles
-tap "$@"
-status=$?
+# `name` `tap arguments…`: one tap run, its output shown and kept; adds its summary's counts.
+total=0 pass=0 fail=0
+tap_run() {
+  local name=$1 summary
+  shift
+  tap "$@" | tee "$work/$name.tap"
+  local code=${PIPESTATUS[0]}
+  summary=$(grep -E '^# \{ total: [0-9]+' "$work/$name.tap" | tail -n 1)
+  total=$((total + $(count_of total "$summary")))
+  pass=$((pass + $(count_of pass "$summary")))
+  fail=$((fail + $(count_of fail "$summary")))
+  return "$code"
+}
+# `key` `summary`: the count tap's summary line gives for key (0 when it gives none).
+count_of() {
+  local n
+  n=$(sed -nE "s/.*[{ ]$1: ([0-9]+).*/\1/p" <<<"$2")
+  echo "${n:-0}"
+}
+
+status=0
+if [ "$#" -gt 0 ]; then
+  tap "$@" || status=$?
+else
+  mapfile -t serial < <(node -p 'require("./package.json").tap.serial.join("\n")')
+  exclude=()
+  for file in "${serial[@]}"; do exclude+=(--exclude "$file"); done
+  tap_run parallel "${exclude[@]}" || status=1
+  tap_run serial "${serial[@]}" || status=1
+  echo "# { total: $total, pass: $pass, fail: $fail }"
+fi
 show typecheck || status=1
 show lint || status=1
 show format || status=1

@@ -6,7 +6,8 @@
  * it is quarantined before docker starts on it (tagged last-error, handed back available, never
  * force-detached; dockerd never started on its data-root and daemon.json never switched to it),
  * the boot takes its next candidate, and the canary stays the same, byte for byte and mode for
- * mode (every entry's content hash and stat). The same paths without docker, on a plain folder:
+ * mode (every entry's content hash and stat). Every path is here once and every kind at several
+ * paths (see CASES); every path as every kind, without docker, on a plain folder:
  * test/volume-paths.test.ts.
  *
  * Cheap to build: every case volume is a copy of the golden snapshot's image (cp --reflink), its
@@ -20,12 +21,12 @@ import { dirname, join } from "node:path";
 import { CreateTagsCommand } from "@aws-sdk/client-ec2";
 import t from "tap";
 import { run } from "../src/exec.ts";
-import { volumeImagePath } from "../src/lab/labdir.ts";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
 import { VolumeTag } from "../src/tags.ts";
 import { startBootLab, closeLabLeavingNothing } from "./fixtures/boot-lab.ts";
-import { assertDockerPrerequisites, assertLabPrerequisites, onPath, pollUntil } from "./fixtures/lab-prereq.ts";
+import { assertDockerPrerequisites, assertLabPrerequisites, onPath } from "./fixtures/lab-prereq.ts";
 import { LINKS, makeLink, makeSpecial, SPECIALS } from "./fixtures/odd-files.ts";
+import { withImageDevice } from "./fixtures/volume-image.ts";
 
 await assertLabPrerequisites();
 assertDockerPrerequisites("boot.symlink");
@@ -69,11 +70,22 @@ interface Case {
   path: string;
   kind: string;
 }
-/** Every path as every link, and as one of the special files (in turn, so each special meets a third of the paths). */
-const CASES: Case[] = PATHS.flatMap((path, index) => [
-  ...Object.keys(LINKS).map((kind) => ({ path, kind })),
-  { path, kind: SPECIALS[index % SPECIALS.length]! },
-]);
+/** Every odd thing: the links, then the special files. */
+const KINDS = [...Object.keys(LINKS), ...SPECIALS];
+/**
+ * Every path once, the kinds in turn (so each kind meets three or four paths, the agent's own
+ * and docker's), and the data-root itself (refused by the identification, which reads the
+ * volume without mounting it, not by the layout check) as every kind. Each path as each kind
+ * is test/volume-paths.test.ts's ("each checked path, as each odd thing"), on a plain folder:
+ * the layout check those paths meet here first on every boot.
+ */
+const IN_TURN: Case[] = PATHS.map((path, index) => ({ path, kind: KINDS[index % KINDS.length]! }));
+const CASES: Case[] = [
+  ...IN_TURN,
+  ...KINDS.filter((kind) => !IN_TURN.some((each) => each.path === DATA_ROOT_SUBDIR && each.kind === kind)).map(
+    (kind) => ({ path: DATA_ROOT_SUBDIR, kind }),
+  ),
+];
 /** Odd volumes per boot: with the good one, claim.maxVolumes' ceiling (10). */
 const PER_BOOT = 9;
 
@@ -131,32 +143,18 @@ t.test("the canary's state tells a change of mode, of content, an entry added", 
 
 const canaryBefore = await treeState(canary);
 
-/**
- * Mounts a volume's image here (it is available: no loop device serves it), runs `work`,
- * unmounts, and waits until no loop device serves the image any more: while another mount
- * namespace on the machine holds a copy of the mount (a process that unshared its mounts
- * meanwhile), the filesystem stays live, its last writes not yet in the image, and `losetup -d`
- * only marks the device to go with it (as src/lab/loopdev.ts waits before a snapshot).
- */
+/** Mounts a volume's image here (see withImageDevice), runs `work`, unmounts. */
 async function editImage<T>(volumeId: string, work: (mountPoint: string) => Promise<T>): Promise<T> {
-  const image = volumeImagePath(bl.lab.root, volumeId);
-  const device = (await run("losetup", ["--find", "--show", image])).stdout.trim();
   const mountPoint = join(bl.lab.root, "edit", volumeId);
   await mkdir(mountPoint, { recursive: true });
-  let result: T;
-  try {
+  return withImageDevice(bl.lab.root, volumeId, async (device) => {
     await run("mount", ["-o", "nouuid", device, mountPoint]);
     try {
-      result = await work(mountPoint);
+      return await work(mountPoint);
     } finally {
       await run("umount", [mountPoint]);
     }
-  } finally {
-    await run("losetup", ["-d", device]);
-  }
-  const released = await pollUntil(async () => (await run("losetup", ["-j", image])).stdout.trim() === "", 120_000);
-  if (!released) throw new Error(`${image} is still served by a loop device: its edit may not be in it`);
-  return result;
+  });
 }
 
 /** Makes the case's odd thing in place of whatever the golden volume had at its path. */
@@ -309,7 +307,7 @@ t.test("the corpus", async (t) => {
   t.equal(
     refused,
     CASES.length,
-    `${refused} of ${CASES.length} cases (${PATHS.length} paths × ${Object.keys(LINKS).length} links + one special file each) quarantined before docker`,
+    `${refused} of ${CASES.length} cases (${PATHS.length} paths, kinds in turn; the data-root as each of ${KINDS.length} kinds) quarantined before docker`,
   );
   t.same(await treeState(canary), canaryBefore, "the canary at the end");
 });

@@ -23,7 +23,7 @@ import {
 } from "../src/lab/engine-choice.ts";
 import { runEngineDemo } from "../src/lab/demo-engine.ts";
 import { machineOwner } from "../src/lab/nspawn.ts";
-import { MACHINES, pidAlive } from "../src/lab/nspawn-rootfs.ts";
+import { MACHINE_LAYERS, MACHINES, pidAlive } from "../src/lab/nspawn-rootfs.ts";
 import { createMemoryLogger } from "../src/log.ts";
 import { assertDockerPrerequisites, assertLabPrerequisites } from "./fixtures/lab-prereq.ts";
 import { assertNspawnPrerequisites } from "./fixtures/nspawn.ts";
@@ -119,12 +119,17 @@ t.test("the demo on docker 28 with the containerd image store", async (t) => {
   has(/^ +lab down +\d/m, "the lab is torn down");
   const root = /lab root: (\S+)/.exec(text)?.[1];
   t.ok(root && !existsSync(root), "its root is gone", { root });
-  // Another test file running beside this one may have a machine of its own there: a copy
+  // Another test file running beside this one may have a machine of its own there: a machine
   // whose owner (src/lab/nspawn.ts writes it first) is another live process is not the demo's.
   const left = [];
   for (const name of (await readdir(MACHINES).catch((): string[] => [])).filter((name) => !machinesBefore.has(name))) {
     const owner = await machineOwner(join(MACHINES, name));
     if (existsSync(join(MACHINES, name)) && !(owner > 0 && owner !== process.pid && pidAlive(owner))) left.push(name);
   }
-  t.same(left, [], "no machine copy left behind");
+  t.same(left, [], "no machine left behind");
+  // A machine's layers go with it (src/lab/nspawn.ts removes the folder, then its layers).
+  const orphans = (await readdir(MACHINE_LAYERS).catch((): string[] => [])).filter(
+    (name) => !machinesBefore.has(name) && !existsSync(join(MACHINES, name)),
+  );
+  t.same(orphans, [], "no machine's layers left behind");
 });

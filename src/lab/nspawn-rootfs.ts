@@ -67,8 +67,14 @@ export const ENGINE_NAMES: readonly EngineName[] = ["20.10", "26", "28"];
 
 /** Where built root file systems are kept between runs (outside the repository). */
 export const CACHE_BASE = process.env.EBS_CACHE_AGENT_TEST_CACHE ?? "/var/cache/ebs-cache-agent-test";
-/** Per-test machine copies: beside the cache, so `cp --reflink=auto` can share blocks. */
+/** Per-test machines: each an overlay mount of a cached root file system (see nspawn.ts). */
 export const MACHINES = join(CACHE_BASE, "machines");
+/**
+ * Each machine's own writes, by machine name: the overlay's upper and work folders, and the
+ * folders bound at /var/lib/docker and /var/lib/containerd. Beside MACHINES, not in it: the
+ * reaper takes every folder of MACHINES for a machine.
+ */
+export const MACHINE_LAYERS = join(CACHE_BASE, "machine-layers");
 
 /** Where the Node binary of the repository's `node` devDependency lives (a real Node 24). */
 export const NODE_BINARY = join(REPO, "node_modules", "node", "bin", "node");

@@ -1,11 +1,15 @@
 /**
- * An engine machine: a copy of a cached Debian root file system (nspawn-rootfs.ts) given Node
+ * An engine machine: a cached Debian root file system (nspawn-rootfs.ts), under an overlay, given Node
  * and the agent (scripts/install.sh, exactly as the AMI gets them), then booted with
  * `systemd-nspawn -b` and watched from the host through its journal (nspawn-journal.ts). The
  * nspawn boot test, `npm run lab -- --engine` and bench/boot.ts's engines run hosts in these.
  *
- * Each machine has a unique name and a copy of its own under the cache's machines/ folder; a
- * copy whose owner process died is reaped by the next machine prepared.
+ * Each machine has a unique name and a root of its own under the cache's machines/ folder: an
+ * overlay mount with the cached root file system below (shared, never written) and the
+ * machine's writes above, in machine-layers/<name>/ (a copy of ~600 MB per machine took
+ * seconds to make and more to remove). docker's and containerd's state folders are bound from
+ * plain folders there too, since neither runs its overlay storage on an overlay mount. A machine
+ * whose owner process died is reaped by the next machine prepared.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -15,7 +19,7 @@ import { dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { run } from "../exec.ts";
 import { readJournal, type JournalEntry } from "./nspawn-journal.ts";
-import { MACHINES, MARKER, NODE_BINARY, REPO, pidAlive } from "./nspawn-rootfs.ts";
+import { MACHINE_LAYERS, MACHINES, MARKER, NODE_BINARY, REPO, pidAlive } from "./nspawn-rootfs.ts";
 
 /** Where the units expect node (systemd/*.service); the AMI installs Node 24 there. */
 export const MACHINE_NODE = "/usr/bin/node";
@@ -52,7 +56,7 @@ export interface Bind {
   readOnly?: boolean;
 }
 
-/** What goes into a machine's copy of the root file system. */
+/** What goes into a machine's root file system. */
 export interface MachineSetup {
   rootfs: string;
   bundle: string;
@@ -80,28 +84,47 @@ export interface PreparedMachine {
   installLog: string;
 }
 
-/** The process that made the machine copy in `dir` (its `.owner` file), or 0 when it names none. */
+/** The process that made the machine in `dir` (its `.owner` file), or 0 when it names none. */
 export async function machineOwner(dir: string): Promise<number> {
   return Number(await readFile(join(dir, ".owner"), "utf8").catch(() => "0")) || 0;
 }
 
-/** Removes machine copies left by processes (tests, demos, benches) that died. */
+/** Removes machines left by processes (tests, demos, benches) that died. */
 async function reapStaleMachines(): Promise<void> {
-  let names: string[];
-  try {
-    names = await readdir(MACHINES);
-  } catch {
-    return;
-  }
+  const names = await readdir(MACHINES).catch((): string[] => []);
   for (const name of names) {
     const dir = join(MACHINES, name);
     const owner = await machineOwner(dir);
     if (owner > 0 && pidAlive(owner)) continue;
     const running = await run("pgrep", ["-f", `systemd-nspawn .*--directory=${dir}( |$)`], { check: false });
     if (running.exitCode === 0) continue;
-    await rm(dir, { recursive: true, force: true }).catch(() => undefined);
-    await rm(join("/run/systemd/nspawn/propagate", name), { recursive: true, force: true }).catch(() => undefined);
+    await removeMachine(dir, name);
   }
+  // Layers whose machine folder is gone (a removal cut short).
+  for (const name of await readdir(MACHINE_LAYERS).catch((): string[] => [])) {
+    if (!names.includes(name) && !existsSync(join(MACHINES, name)))
+      await rm(join(MACHINE_LAYERS, name), { recursive: true, force: true }).catch(() => undefined);
+  }
+}
+
+/** Unmounts a machine's root and removes it and its layers; the machine must not run. */
+async function removeMachine(dir: string, name: string): Promise<void> {
+  // Unmounted first: removing through the mount would only write whiteouts over the shared root.
+  if ((await run("mountpoint", ["-q", dir], { check: false })).exitCode === 0) {
+    const unmounted = await run("umount", [dir], { check: false });
+    if (unmounted.exitCode !== 0) await run("umount", ["--lazy", dir], { check: false });
+  }
+  await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+  await rm(join(MACHINE_LAYERS, name), { recursive: true, force: true }).catch(() => undefined);
+  await rm(join("/run/systemd/nspawn/propagate", name), { recursive: true, force: true }).catch(() => undefined);
+}
+
+/** The folders bound at docker's and containerd's state folders of the machine (see the file's comment). */
+function stateBinds(name: string): Bind[] {
+  return [
+    { from: join(MACHINE_LAYERS, name, "docker"), to: "/var/lib/docker" },
+    { from: join(MACHINE_LAYERS, name, "containerd"), to: "/var/lib/containerd" },
+  ];
 }
 
 /** Where the harness script lives in the machine. */
@@ -141,7 +164,7 @@ export function deviceNodesScript(devices: MachineSetup["blockDevices"]): string
   ].join("\n");
 }
 
-/** Copies the cached root file system and installs Node, the agent, its config and the harness. */
+/** Mounts the cached root file system under an overlay of the machine's own and installs Node, the agent, its config and the harness. */
 export async function prepareMachine(setup: MachineSetup): Promise<PreparedMachine> {
   await reapStaleMachines();
   await mkdir(MACHINES, { recursive: true });
@@ -150,16 +173,26 @@ export async function prepareMachine(setup: MachineSetup): Promise<PreparedMachi
   try {
     return await fillMachine(setup, dir, name);
   } catch (error) {
-    await rm(dir, { recursive: true, force: true });
+    await removeMachine(dir, name);
     throw error;
   }
 }
 
 async function fillMachine(setup: MachineSetup, dir: string, name: string): Promise<PreparedMachine> {
   await mkdir(dir);
-  await writeFile(join(dir, ".owner"), String(process.pid));
-  // The copy shares blocks with the cache where the file system can (reflinks).
-  await run("cp", ["-a", "--reflink=auto", `${setup.rootfs}/.`, dir]);
+  const layers = join(MACHINE_LAYERS, name);
+  for (const folder of ["upper", "work", "docker", "containerd"])
+    await mkdir(join(layers, folder), { recursive: true });
+  // The owner is known from the mount's first moment on (the reaper reads it).
+  await writeFile(join(layers, "upper", ".owner"), String(process.pid));
+  await run("mount", [
+    "-t",
+    "overlay",
+    "overlay",
+    "-o",
+    `lowerdir=${setup.rootfs},upperdir=${join(layers, "upper")},workdir=${join(layers, "work")}`,
+    dir,
+  ]);
   await rm(join(dir, MARKER), { force: true });
   await copyFile(NODE_BINARY, join(dir, MACHINE_NODE));
   await run("chmod", ["0755", join(dir, MACHINE_NODE)]);
@@ -216,7 +249,7 @@ export interface Machine {
   poweroff(timeoutMs: number): Promise<number | null>;
   /** Whether nspawn still runs. */
   running(): boolean;
-  /** Kills whatever is left (the container's PID 1 first, which ends its PID namespace) and removes the copy. */
+  /** Kills whatever is left (the container's PID 1 first, which ends its PID namespace) and removes the machine's root. */
   destroy(): Promise<void>;
 }
 
@@ -262,7 +295,7 @@ export async function bootMachine(prepared: PreparedMachine, binds: Bind[]): Pro
     "--capability=all",
     "--system-call-filter=@mount @system-service keyctl bpf",
     "--console=read-only",
-    ...binds.map((b) => `--${b.readOnly ? "bind-ro" : "bind"}=${b.from}:${b.to}`),
+    ...[...stateBinds(name), ...binds].map((b) => `--${b.readOnly ? "bind-ro" : "bind"}=${b.from}:${b.to}`),
   ];
   let consoleText = "";
   const append = (chunk: Buffer) => {
@@ -333,8 +366,7 @@ export async function bootMachine(prepared: PreparedMachine, binds: Bind[]): Pro
   };
   const destroy = async () => {
     await stop(current);
-    await rm(dir, { recursive: true, force: true });
-    await rm(join("/run/systemd/nspawn/propagate", name), { recursive: true, force: true }).catch(() => undefined);
+    await removeMachine(dir, name);
   };
   const notStarted = () =>
     new Error(`systemd-nspawn did not start the container's systemd within 30 s:\n${consoleText.slice(-4000)}`);
