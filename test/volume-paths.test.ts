@@ -243,6 +243,7 @@ const HOST_SIDE_FS = new Set([
   // config.toml on the host; containerd's root on the volume goes through volume-paths.ts.
   "docker/containerd-store.ts",
   "docker/daemon-json.ts",
+  "docker/owned-file.ts",
   "docker/dockerd-command.ts",
   "fs-atomic.ts",
   "host/device.ts",
