@@ -12,7 +12,7 @@ import {
   selectSource,
   workspaceQuery,
 } from "../src/agent/boot/plan.ts";
-import { preparedInThisBoot } from "../src/agent/boot/prepared.ts";
+import { preparedInThisBoot } from "../src/agent/boot/prepared-record.ts";
 import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
 import { identity, observed, settings } from "./fixtures/boot-plan.ts";
 import { VolumeTag } from "../src/tags.ts";

@@ -234,7 +234,7 @@ t.test("mkdirBeneath and removeBeneath: no link is gone through; a link is remov
  */
 const HOST_SIDE_FS = new Set([
   "agent/boot/preflight.ts",
-  "agent/boot/prepared.ts",
+  "agent/boot/prepared-record.ts",
   "agent/prewarm/state.ts",
   "agent/refresh/state.ts",
   "agent/wiring.ts",
@@ -258,7 +258,7 @@ const HOST_SIDE_FS = new Set([
   "status/records.ts",
 ]);
 /** Modules that work on a mounted volume: no node:fs of their own. */
-const ON_THE_VOLUME = ["docker/data-root.ts", "agent/boot/prepare.ts", "host/volume-layout.ts"];
+const ON_THE_VOLUME = ["docker/data-root.ts", "agent/boot/activation-marker.ts", "host/volume-layout.ts"];
 
 t.test("no module of src/ but volume-paths.ts and the listed host-side ones imports node:fs", async (t) => {
   const src = join(import.meta.dirname, "..", "src");

@@ -36,7 +36,7 @@ import type {
   PrewarmReader,
   VolumeCreation,
 } from "./ports.ts";
-import { createFreshDataRoot, prepareOncePerActivation } from "./boot/prepare.ts";
+import { createFreshDataRoot, prepareOncePerActivation } from "./boot/activation-marker.ts";
 import { checkVolumeLayout } from "../host/volume-layout.ts";
 import { beginPrewarmAtBoot } from "./prewarm/apply.ts";
 import { prewarmSettingsFrom } from "./prewarm/plan.ts";

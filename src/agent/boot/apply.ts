@@ -486,7 +486,7 @@ async function switchDataRoot(step: StepOf<"switch-data-root">, { plan, p, deps 
 
 /**
  * Phase 1 of this boot identified, mounted, grew, cleaned and switched to this volume (its
- * record, prepared.ts): when its device (verified by serial at wait-for-device) is mounted where
+ * record, prepared-record.ts): when its device (verified by serial at wait-for-device) is mounted where
  * phase 1 mounted it and daemon.json's data-root is still phase 1's, none of that is done
  * again. Anything else (unmounted, switched back meanwhile) runs those steps after all.
  */

@@ -32,7 +32,7 @@ export interface BootDeps {
    * Checks the volume's layout (src/host/volume-layout.ts: no link, FIFO, socket or device where
    * docker or the agent expects a folder or a file; a refusal quarantines the volume), then
    * cleans its data-root of state that must not travel between tenants, unless this activation
-   * (a pool volume) or this instance (a workspace volume) prepared it already (prepare.ts). On a
+   * (a pool volume) or this instance (a workspace volume) prepared it already (activation-marker.ts). On a
    * volume the agent created blank (`createdByAgent`) that docker never initialized, it creates
    * the empty data-root folder instead: there is nothing to clean, and docker fills it.
    */
@@ -90,7 +90,7 @@ export interface BootLimits {
   bootId?: string;
   /**
    * EC2's LaunchTime of the instance (DescribeInstances): with the instance id and the boot id,
-   * the activation a pool volume's data-root is prepared for (prepare.ts). Absent: unknown.
+   * the activation a pool volume's data-root is prepared for (activation-marker.ts). Absent: unknown.
    */
   launchTime?: string;
 }

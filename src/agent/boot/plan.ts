@@ -12,7 +12,7 @@ import { attachedCacheVolume } from "../attached.ts";
 import { volumeMatchesWorkspace, workspaceIdTags, type WorkspaceIds } from "../workspace-ids.ts";
 import { orderByStore, storeFit, type HostStore } from "../../docker/image-store.ts";
 import { compareGenerations, generationName, volumeGeneration, type Generation } from "../generation.ts";
-import type { PreparedRecord } from "./prepared.ts";
+import type { PreparedRecord } from "./prepared-record.ts";
 import type { VolumeIntent } from "../volume-intent.ts";
 
 export type { WorkspaceIds };
@@ -91,7 +91,7 @@ export interface BootObservation {
    * the graphdriver store (what the agent pins when daemon.json does not ask for containerd).
    */
   hostStore?: HostStore;
-  /** What the first phase of this boot (same boot id, same instance) prepared (prepared.ts). */
+  /** What the first phase of this boot (same boot id, same instance) prepared (prepared-record.ts). */
   prepared?: PreparedRecord;
 }
 

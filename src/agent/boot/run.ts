@@ -11,7 +11,12 @@ import { applyBootPlan } from "./apply.ts";
 import type { BootDeps, BootLimits, BootResult } from "./context.ts";
 import { BootBudgetSpent, CancelledError } from "./errors.ts";
 import { observeBoot, observeIdentity, type IdentitySource } from "./observe.ts";
-import { preparedInThisBoot, readPreparedRecord, removePreparedRecord, writePreparedRecord } from "./prepared.ts";
+import {
+  preparedInThisBoot,
+  readPreparedRecord,
+  removePreparedRecord,
+  writePreparedRecord,
+} from "./prepared-record.ts";
 import { planBoot, type BootObservation, type BootPlan, type BootSettings } from "./plan.ts";
 import type { BootPhase, CloudVolumes, Identity, OutcomeRecorder } from "../ports.ts";
 import type { HostStore } from "../../docker/image-store.ts";
@@ -129,7 +134,7 @@ export async function runBoot(
   // run that may claim: read while EC2 is asked, off the boot's path. A failure is not kept.
   if (settings.mayClaim && settings.enabled && !options.dryRun) void bootDeps.dockerVersion().catch(() => undefined);
   const observation = await observeOrDegrade(cloud, identity, settings, log, signal, hostStore);
-  // The second phase need not redo what the first did in this boot (prepared.ts); a first phase
+  // The second phase need not redo what the first did in this boot (prepared-record.ts); a first phase
   // vouches for nothing until it has prepared the volume again.
   const prepared = !settings.mayClaim
     ? preparedInThisBoot(await readPreparedRecord(stateDir), { bootId: deps.bootId, instanceId: identity.instanceId })
