@@ -11,6 +11,7 @@ import type { HostProblem } from "../docker/dockerd-flags.ts";
 import {
   assertOwnedUpdate,
   chooseLabelMode,
+  engineLabelRecord,
   isUnderPrefix,
   nodeLabelChanges,
   readinessLabels,
@@ -109,16 +110,6 @@ export function createReporter(deps: ReporterDeps) {
     await readBack(deps, "engine", labels, deadline, async () => engineLabelRecord((await deps.engine.info()).labels));
     deps.log.info("labels.publish", `engine labels set and read back: ${labelKey(deps.prefix, Label.state)}=${state}`);
   };
-}
-
-/** `key=value` entries as a record (a later entry wins, as docker's dedup keeps one). */
-function engineLabelRecord(entries: readonly string[]): Record<string, string> {
-  const record: Record<string, string> = {};
-  for (const entry of entries) {
-    const eq = entry.indexOf("=");
-    if (eq > 0) record[entry.slice(0, eq)] = entry.slice(eq + 1);
-  }
-  return record;
 }
 
 /**

@@ -14,8 +14,8 @@ import { isAbsolute } from "node:path";
 import { AgentError, describeError } from "../errors.ts";
 import type { DaemonConfig } from "../agent/ports.ts";
 import type { Logger } from "../log.ts";
-import { isUnderPrefix, validateOwnedLabels } from "./labels.ts";
-import type { ImageStore } from "./engine.ts";
+import { isUnderPrefix, parseEngineLabel, validateOwnedLabels } from "./labels.ts";
+import { engineMajorVersion, type ImageStore } from "./engine.ts";
 import { BACKUP_SUFFIX, createOwnedFile } from "./owned-file.ts";
 
 export { ABSENT_SUFFIX, BACKUP_SUFFIX } from "./owned-file.ts";
@@ -148,7 +148,7 @@ export function withEngineLabels(
   path: string,
 ): DaemonJson {
   validateOwnedLabels(prefix, labels);
-  const kept = labelsOf(config, path).filter((entry) => !isUnderPrefix(prefix, entry.split("=", 1)[0] ?? ""));
+  const kept = labelsOf(config, path).filter((entry) => !isUnderPrefix(prefix, parseEngineLabel(entry).key));
   const next = [...kept, ...Object.entries(labels).map(([key, value]) => `${key}=${value}`)];
   if (next.length === 0 && config.labels === undefined) return { ...config };
   return withKey(config, "labels", next);
@@ -161,8 +161,8 @@ export function withGraphdriverStore(config: DaemonJson, engineVersion: string |
     throw new DaemonJsonError(path, `${path}: "features" is not an object`, `fix "features" in ${path} by hand`);
   }
   const current = (features as Record<string, unknown> | undefined)?.["containerd-snapshotter"];
-  const major = Number(/^(\d+)\./.exec(engineVersion ?? "")?.[1] ?? NaN);
-  if (current === false || (current === undefined && !(major >= 29))) return { ...config };
+  const major = engineMajorVersion(engineVersion);
+  if (current === false || (current === undefined && !(major !== undefined && major >= 29))) return { ...config };
   return withKey(config, "features", withKey((features ?? {}) as DaemonJson, "containerd-snapshotter", false));
 }
 

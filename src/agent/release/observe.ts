@@ -4,7 +4,7 @@
  * stops or terminates, daemon.json and docker. Reads only, through the ports.
  */
 import { describeError } from "../../errors.ts";
-import { isUnderPrefix } from "../../docker/labels.ts";
+import { isUnderPrefix, parseEngineLabel } from "../../docker/labels.ts";
 import { VolumeTag } from "../../tags.ts";
 import type { Identity, ReleaseDeps } from "../ports.ts";
 import {
@@ -68,7 +68,7 @@ async function observeDaemonJson(deps: ReleaseDeps, prefix: string): Promise<Rel
   try {
     const dataRoot = await deps.daemonConfig.dataRoot();
     const agentLabels = (await deps.daemonConfig.engineLabels()).filter((entry) =>
-      isUnderPrefix(prefix, entry.split("=", 1)[0] ?? ""),
+      isUnderPrefix(prefix, parseEngineLabel(entry).key),
     );
     return { ok: true, dataRoot, agentLabels };
   } catch (error) {
