@@ -669,8 +669,11 @@ function createSpec(settings: BootSettings, observed: BootObservation): CreateSp
 /** Steps that need docker running: left to the second phase when this run goes without docker. */
 const DOCKER_STEPS = new Set<BootStep["step"]>(["start-docker", "verify-docker", "prewarm", "report-ready"]);
 
+/** The members of a step union that carry nothing but their name. */
+type BareStep<S> = S extends unknown ? (keyof S extends "step" ? S : never) : never;
+
 /** The steps that bring a volume (however selected) to a docker running on it. */
-const AFTER_CLAIM: BootStep["step"][] = [
+const AFTER_CLAIM: (BareStep<BootStep>["step"] | "tag-claim" | "mount" | "prewarm")[] = [
   "tag-claim",
   "wait-for-device",
   "check-filesystem",
@@ -735,7 +738,7 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
         ? { step, strategy: settings.prewarm ?? "check" }
         : step === "tag-claim"
           ? { step, intent: settings.intent }
-          : ({ step } as BootStep),
+          : { step },
   );
   // tag-claim stays for a reused attachment too: a boot killed between AttachVolume and its
   // tags (or between CreateTags and DeleteTags) is finished by the next run, not assumed done.
