@@ -309,7 +309,8 @@ t.test("the corpus", async (t) => {
   t.equal(
     refused,
     CASES.length,
-    `${refused} of ${CASES.length} cases (${PATHS.length} paths × ${Object.keys(LINKS).length} links + one special file each) quarantined before docker`,
+    `${refused} of ${CASES.length} cases (${PATHS.length} paths × ${Object.keys(LINKS).length} links + one ` +
+      `special file each) quarantined before docker`,
   );
   t.same(await treeState(canary), canaryBefore, "the canary at the end");
 });

@@ -65,7 +65,10 @@ async function volume(): Promise<string> {
   return root;
 }
 
-/** A FIFO, a device node and a socket made once, moved into place for each case and back (cheaper than making each anew). */
+/**
+ * A FIFO, a device node and a socket made once, moved into place for each case and back (cheaper than making each
+ * anew).
+ */
 const STOCK = await folder();
 for (const kind of SPECIALS) makeSpecial(kind, join(STOCK, kind));
 

@@ -94,7 +94,8 @@ export function createReporter(deps: ReporterDeps) {
     if (!deps.docker || !(await deps.docker.isActive())) {
       deps.log.info(
         "labels.publish",
-        `engine labels written: ${labelKey(deps.prefix, Label.state)}=${state}; docker is not running here, they apply at its start (not read back)`,
+        `engine labels written: ${labelKey(deps.prefix, Label.state)}=${state}; docker is not running here, they ` +
+          `apply at its start (not read back)`,
       );
       return;
     }
@@ -138,10 +139,12 @@ async function readBack(
   }
   const where = mode === "node" ? "the node's labels (docker node inspect)" : "docker info's Labels";
   throw new LabelsNotTakenError(
-    `${where} still differ from what was published after ${deps.readBackTimeoutMs ?? DEFAULT_READ_BACK_MS} ms: ${differences.slice(0, 4).join("; ")}`,
+    `${where} still differ from what was published after ${deps.readBackTimeoutMs ?? DEFAULT_READ_BACK_MS} ms: ` +
+      `${differences.slice(0, 4).join("; ")}`,
     mode === "node"
       ? "check that this node can update itself through a manager (docker node inspect self), or use labels.mode engine"
-      : "check that dockerd reads the agent's daemon.json (its --config-file) and that no --label flag is set: journalctl -u docker -n 50",
+      : "check that dockerd reads the agent's daemon.json (its --config-file) and that no --label flag is set: " +
+          "journalctl -u docker -n 50",
   );
 }
 

@@ -77,7 +77,8 @@ export function parseDaemonJson(text: string, path: string): DaemonJson {
   if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
     throw new DaemonJsonError(
       path,
-      `${path} holds ${Array.isArray(parsed) ? "an array" : typeof parsed} at its top level, not an object; the agent left it unchanged`,
+      `${path} holds ${Array.isArray(parsed) ? "an array" : typeof parsed} at its top level, not an object; the ` +
+        `agent left it unchanged`,
       `make ${path} a JSON object ({} at least), then run again`,
     );
   }
@@ -111,7 +112,8 @@ export function withDataRoot(config: DaemonJson, dataRoot: string | undefined, p
   if (config.graph !== undefined) {
     throw new DaemonJsonError(
       path,
-      `${path} sets the deprecated "graph" key; the agent will not guess which of graph and data-root docker should use`,
+      `${path} sets the deprecated "graph" key; the agent will not guess which of graph and data-root docker ` +
+        `should use`,
       `rename "graph" to "data-root" in ${path}, then run again`,
     );
   }

@@ -69,8 +69,12 @@ export function storeFit(tags: Readonly<Record<string, string>>, host: HostStore
   if (!volume.known) {
     return {
       fits: false,
-      reason: `the volume is tagged ${VolumeTag.imageStore}=${volume.value}, a store this agent does not know (${IMAGE_STORES.join(", ")})`,
-      remediation: `retag the volume with ${VolumeTag.imageStore}=graphdriver or containerd after checking how its images were built, or let gc retire it`,
+      reason:
+        `the volume is tagged ${VolumeTag.imageStore}=${volume.value}, a store this agent does not know ` +
+        `(${IMAGE_STORES.join(", ")})`,
+      remediation:
+        `retag the volume with ${VolumeTag.imageStore}=graphdriver or containerd after checking how its images ` +
+        `were built, or let gc retire it`,
     };
   }
   if (volume.store !== host.store) {
@@ -79,11 +83,15 @@ export function storeFit(tags: Readonly<Record<string, string>>, host: HostStore
       : `has no ${VolumeTag.imageStore} tag, so it was built with the ${volume.store} image store`;
     return {
       fits: false,
-      reason: `the volume ${built}${volume.engineVersion ? ` (docker ${volume.engineVersion})` : ""} and this host's dockerd uses the ${host.store} store: its images would be invisible`,
+      reason:
+        `the volume ${built}${volume.engineVersion ? ` (docker ${volume.engineVersion})` : ""} and this host's ` +
+        `dockerd uses the ${host.store} store: its images would be invisible`,
       remediation:
         host.store === "containerd"
-          ? `build the pool's volumes with features.containerd-snapshotter=true (tag ${VolumeTag.imageStore}=containerd), or set it to false in this host's daemon.json`
-          : `build the pool's volumes with the graphdriver store (features.containerd-snapshotter=false), or give this host a pool of containerd-store volumes`,
+          ? `build the pool's volumes with features.containerd-snapshotter=true (tag ` +
+            `${VolumeTag.imageStore}=containerd), or set it to false in this host's daemon.json`
+          : `build the pool's volumes with the graphdriver store (features.containerd-snapshotter=false), or give ` +
+            `this host a pool of containerd-store volumes`,
     };
   }
   const hostMajor = engineMajorVersion(host.engineVersion);

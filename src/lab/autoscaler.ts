@@ -56,7 +56,10 @@ export interface OsparcNode {
 /** An agent command run on a node, with its log and how long it took. */
 export type AgentRun<T> = T & { log: string[]; ms: number };
 
-/** A node's boot: phase 2's outcome (`ready`, `degraded`, …) with phase 1's (`prepared`, the volume it chose); `ms` for both and docker's start. */
+/**
+ * A node's boot: phase 2's outcome (`ready`, `degraded`, …) with phase 1's (`prepared`, the volume it chose); `ms` for
+ * both and docker's start.
+ */
 export type OsparcBoot = AgentRun<BootOutcome> & { phase1: AgentRun<BootOutcome> };
 
 export interface AutoscalerActorOptions {
@@ -92,7 +95,9 @@ export interface AutoscalerActor {
    * the docker node with `osparc-services-ready=false`, then the tag deleted from the instance.
    */
   attachNode(node: OsparcNode): Promise<void>;
-  /** `set_node_osparc_ready(true)` with the task's placement labels (a drained node re-activated: the hot buffer path). */
+  /**
+   * `set_node_osparc_ready(true)` with the task's placement labels (a drained node re-activated: the hot buffer path).
+   */
   activate(node: OsparcNode, labels?: Record<string, string>): Promise<void>;
   /** `_deactivate_empty_nodes`: ready=false, the placement labels removed. */
   drain(node: OsparcNode): Promise<void>;

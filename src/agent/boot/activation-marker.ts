@@ -104,7 +104,8 @@ export async function prepareOncePerActivation(
     }
     log.info(
       "boot.data-root",
-      `data-root already prepared for this ${kind === VolumeKind.pool ? "activation" : "instance"}: keeping its node state`,
+      `data-root already prepared for this ${kind === VolumeKind.pool ? "activation" : "instance"}: keeping its ` +
+        `node state`,
       { dataRoot },
     );
     return "already";

@@ -564,17 +564,21 @@ async function verifyDocker(step: StepOf<"verify-docker">, { plan, p, deps, limi
     throw new BootStepError(
       step.step,
       `docker reports data-root ${info.dockerRootDir}, expected ${p.dataRoot}`,
-      "check that dockerd reads the agent's daemon.json (its --config-file) and that nothing else sets its data-root: dockerd refuses --data-root given both as a flag and in daemon.json (systemctl cat docker; journalctl -u docker)",
+      "check that dockerd reads the agent's daemon.json (its --config-file) and that nothing else sets its " +
+        "data-root: dockerd refuses --data-root given both as a flag and in daemon.json (systemctl cat docker; " +
+        "journalctl -u docker)",
     );
   }
   const store = plan.hostStore?.store ?? "graphdriver";
   if (info.imageStore !== store) {
     throw new BootStepError(
       step.step,
-      `docker uses the ${info.imageStore} image store, and the volume was chosen for the ${store} store: its images would be invisible`,
+      `docker uses the ${info.imageStore} image store, and the volume was chosen for the ${store} store: its ` +
+        `images would be invisible`,
       store === "graphdriver"
         ? 'set "features": {"containerd-snapshotter": false} in daemon.json'
-        : 'check that daemon.json\'s "features": {"containerd-snapshotter": true} reaches dockerd (its --config-file; journalctl -u docker)',
+        : 'check that daemon.json\'s "features": {"containerd-snapshotter": true} reaches dockerd (its ' +
+            "--config-file; journalctl -u docker)",
     );
   }
   const listed = new Set(await deps.engine.images());

@@ -126,7 +126,8 @@ export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promis
   if (left < claim.createMs) {
     throw new BootStepError(
       "create-and-claim",
-      `${Math.max(0, Math.round(left / 1000))} s of the boot budget left, less than a volume from the snapshot takes (timeouts.createSeconds ${Math.round(claim.createMs / 1000)} s): not created`,
+      `${Math.max(0, Math.round(left / 1000))} s of the boot budget left, less than a volume from the snapshot ` +
+        `takes (timeouts.createSeconds ${Math.round(claim.createMs / 1000)} s): not created`,
       "keep the pool filled so boots need not create volumes",
     );
   }

@@ -45,7 +45,10 @@ export interface BootDeps {
       imageStore?: "graphdriver" | "containerd";
     },
   ): Promise<void>;
-  /** containerd's root and service, for a host on the containerd image store. Absent: such a host degrades at switch-data-root. */
+  /**
+   * containerd's root and service, for a host on the containerd image store. Absent: such a host degrades at
+   * switch-data-root.
+   */
   containerd?: ContainerdRoot;
   /** The installed dockerd's version (`dockerd --version`), read before docker starts. */
   dockerVersion(): Promise<string | undefined>;
@@ -99,7 +102,9 @@ export interface BootLimits {
 export interface ApplyOptions {
   /** Volumes observe() saw: their tags serve the claim without another DescribeVolumes. */
   known?: readonly VolumeInfo[];
-  /** Aborted on SIGTERM or when the boot budget runs out: the step in flight stops, the undo runs, the node degrades. */
+  /**
+   * Aborted on SIGTERM or when the boot budget runs out: the step in flight stops, the undo runs, the node degrades.
+   */
   signal?: AbortSignal;
   /** When the boot budget runs out (ms since the epoch): a volume creation that would not fit is not started. */
   deadline?: number;

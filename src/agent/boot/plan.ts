@@ -516,7 +516,9 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
     if (!fit.fits)
       return {
         source: "none",
-        reason: `the volume attached here (${mine.volumeId}) does not fit: ${fit.reason}; not mounted (${fit.remediation})`,
+        reason:
+          `the volume attached here (${mine.volumeId}) does not fit: ${fit.reason}; not mounted ` +
+          `(${fit.remediation})`,
       };
     return { source: "attached", volumeId: mine.volumeId, kind: mine.tags[VolumeTag.kind] ?? "unknown" };
   }
@@ -525,7 +527,8 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
 
   const fallback = snapshotFallback(settings, observed);
   const mismatch = (family: string, first: { volume: string; reason: string; remediation: string }) =>
-    `no ${family} volume fits this host's image store: ${first.volume} ${first.reason.replace(/^the volume /, "")} (${first.remediation})`;
+    `no ${family} volume fits this host's image store: ${first.volume} ` +
+    `${first.reason.replace(/^the volume /, "")} (${first.remediation})`;
 
   const ids = settings.workspace;
   const { workspace, pool, unencrypted } = claimCandidates(settings, observed);
@@ -569,7 +572,9 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   if (snapshot && snapshotFit && !snapshotFit.fits) {
     return {
       source: "none",
-      reason: `no available volume in the pool and its snapshot ${snapshot.snapshotId} does not fit: ${snapshotFit.reason.replace(/^the volume/, "it")} (${snapshotFit.remediation})`,
+      reason:
+        `no available volume in the pool and its snapshot ${snapshot.snapshotId} does not fit: ` +
+        `${snapshotFit.reason.replace(/^the volume/, "it")} (${snapshotFit.remediation})`,
     };
   }
   const why = !settings.createFromSnapshot
@@ -582,7 +587,8 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
 function unencryptedWorkspace(volumeId: string, where: string): string {
   return (
     `the workspace volume ${volumeId} ${where} is not encrypted and workspace.requireEncrypted is set: not attached ` +
-    "(encrypt it: snapshot it, copy the snapshot with encryption, make a volume of the copy with the same tags, and delete the old one)"
+    ("(encrypt it: snapshot it, copy the snapshot with encryption, make a volume of the copy with the same tags, " +
+      "and delete the old one)")
   );
 }
 

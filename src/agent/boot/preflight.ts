@@ -80,7 +80,9 @@ export function daemonJsonProblems(
   const problems: HostProblem[] = [];
   if (config.graph !== undefined) {
     problems.push({
-      problem: `${path} sets the legacy "graph" key: dockerd refuses it next to the "data-root" the agent writes (and 23+ refuse it alone)`,
+      problem:
+        `${path} sets the legacy "graph" key: dockerd refuses it next to the "data-root" the agent writes (and 23+ ` +
+        `refuse it alone)`,
       remediation: `rename "graph" to "data-root" in ${path}`,
     });
   }

@@ -32,7 +32,9 @@ export interface BootCommandDeps extends IdentitySource {
   defaultDataRoot?: string;
   /** Leaves the outcome for `status` and the metrics; absent: nothing is recorded. */
   recorder?: OutcomeRecorder;
-  /** The host's image store and engine version (daemon.json, `dockerd --version`); absent: not observed (graphdriver). */
+  /**
+   * The host's image store and engine version (daemon.json, `dockerd --version`); absent: not observed (graphdriver).
+   */
   hostStore?: () => Promise<HostStore>;
   /** Starts the background refresh of the volume's images (config refresh.enabled); absent: none. */
   startRefresh?: () => Promise<void>;
@@ -88,7 +90,8 @@ export async function runBoot(
   if (previous.earlier)
     log.info(
       "boot.settings",
-      `the workspace record is of an earlier activation (${previous.earlier.recordedAt}): not used; the current tags say who this instance serves`,
+      `the workspace record is of an earlier activation (${previous.earlier.recordedAt}): not used; the current ` +
+        `tags say who this instance serves`,
       { stateDir },
     );
   const resolved = resolveSettings(config, identity, {
@@ -115,7 +118,8 @@ export async function runBoot(
     await writeWorkspaceRecord(stateDir, record).catch((error: unknown) =>
       log.warning(
         "boot.settings",
-        `could not record the workspace request: ${describeError(error)}; later runs read the labels tag, which the autoscaler may have deleted by then`,
+        `could not record the workspace request: ${describeError(error)}; later runs read the labels tag, which ` +
+          `the autoscaler may have deleted by then`,
         { stateDir },
       ),
     );
@@ -201,7 +205,9 @@ async function startRefresh(start: () => Promise<void>, log: Logger): Promise<vo
   );
 }
 
-/** Leaves the prepared volume to the second phase (a failed write is logged: that phase then checks everything again). */
+/**
+ * Leaves the prepared volume to the second phase (a failed write is logged: that phase then checks everything again).
+ */
 async function recordPrepared(
   stateDir: string,
   bootId: string,

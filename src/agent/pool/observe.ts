@@ -7,7 +7,10 @@ import type { CloudVolumes, SnapshotInfo, VolumeInfo } from "../ports.ts";
 
 export interface PoolObservation {
   volumes: VolumeInfo[];
-  /** The snapshots tagged as the agent's: their cost, the pool's current generation, and the generation of volumes made from them. */
+  /**
+   * The snapshots tagged as the agent's: their cost, the pool's current generation, and the generation of volumes made
+   * from them.
+   */
   snapshots: SnapshotInfo[];
 }
 

@@ -76,7 +76,8 @@ export async function observePrune(deps: PruneDeps, options: { imageSet: string 
     snapshots = await deps.cloud.findSnapshots(selector).catch((error: unknown) => {
       log.warning(
         "prune.snapshots",
-        `could not list the pool's snapshots: ${describeError(error)}; the volume's own image list stands for the current generation`,
+        `could not list the pool's snapshots: ${describeError(error)}; the volume's own image list stands for ` +
+          `the current generation`,
         { pool },
       );
       return undefined;

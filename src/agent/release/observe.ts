@@ -78,7 +78,8 @@ async function observeDaemonJson(deps: ReleaseDeps, prefix: string): Promise<Rel
 
 /**
  * Stop or terminate: the instance's state (one DescribeInstances), the spot interruption
- * notice and (on a systemd host) whether a reboot is queued, asked together under one deadline. Either may fail: the planner then decides from the
+ * notice and (on a systemd host) whether a reboot is queued, asked together under one deadline. Either may fail: the
+ * planner then decides from the
  * other, and without either it releases fully.
  */
 async function observeShutdown(deps: ReleaseDeps, instanceId: string): Promise<ShutdownObservation> {
@@ -135,7 +136,10 @@ async function dockerAnswers(deps: ReleaseDeps): Promise<{ active: true; dataRoo
   return info ? { active: true, dataRoot: info.dockerRootDir } : undefined;
 }
 
-/** Whether docker runs now: systemd's word when the agent controls docker, else whether its API answers. Re-asked by apply's steps. */
+/**
+ * Whether docker runs now: systemd's word when the agent controls docker, else whether its API answers. Re-asked by
+ * apply's steps.
+ */
 export async function dockerActive(deps: ReleaseDeps): Promise<boolean> {
   if (deps.docker) return deps.docker.isActive();
   return (await dockerAnswers(deps)) !== undefined;

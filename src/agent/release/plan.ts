@@ -141,7 +141,10 @@ export type ReleaseStep =
    * not say `ready`), and node labels through the API while docker still answers (`node`).
    */
   | { step: "withdraw-labels"; prefix: string; node: boolean }
-  /** daemon.json `data-root` back to docker's default (`to`; absent: no `data-root` key), when it points at a cache volume. */
+  /**
+   * daemon.json `data-root` back to docker's default (`to`; absent: no `data-root` key), when it points at a cache
+   * volume.
+   */
   | { step: "reset-data-root"; from: string; to?: string }
   | { step: "stop-docker"; dataRoot?: string }
   | { step: "sync"; volumeId: string; mountPoints: string[] }
@@ -252,7 +255,8 @@ export function planRelease(settings: ReleaseSettings, observed: ReleaseObservat
   if (!settings.enabled) {
     if (held.length > 0) {
       warnings.push(
-        `the agent is disabled: ${held.map((h) => h.volume.volumeId).join(", ")} stays attached (enable the agent and run release to give it back)`,
+        `the agent is disabled: ${held.map((h) => h.volume.volumeId).join(", ")} stays attached (enable the ` +
+          `agent and run release to give it back)`,
       );
     }
     return { ...base, decision: "disabled", reason: "disabled by configuration or instance tag: nothing is released" };
@@ -284,7 +288,9 @@ export function planRelease(settings: ReleaseSettings, observed: ReleaseObservat
       ...base,
       volumes,
       decision: "refused",
-      reason: `docker still runs on the cache volume (${docker.dataRoot ?? "data-root unknown"}) and ${why}: nothing was changed`,
+      reason:
+        `docker still runs on the cache volume (${docker.dataRoot ?? "data-root unknown"}) and ${why}: nothing was ` +
+        `changed`,
       remediation: "stop docker first (systemctl stop docker), then run release again",
     };
   }
