@@ -177,7 +177,7 @@ export interface ClaimState {
 /** What every step handler gets. */
 export interface StepContext {
   plan: BootPlan;
-  p: Progress;
+  progress: Progress;
   deps: BootDeps;
   limits: BootLimits;
   claim: ClaimState;
