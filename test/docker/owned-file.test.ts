@@ -2,7 +2,7 @@ import t from "tap";
 import { existsSync } from "node:fs";
 import { chmod, readdir, readFile, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { AgentError } from "../../src/errors.ts";
+import { DaemonJsonError as TestFileError } from "../../src/docker/daemon-json.ts";
 import {
   createOwnedFile,
   keepOriginal,
@@ -14,17 +14,6 @@ import {
 import { tempFolders } from "../fixtures/temp-folders.ts";
 
 const folder = await tempFolders("ebs-cache-owned-file-");
-
-class TestFileError extends AgentError {
-  constructor(
-    readonly path: string,
-    message: string,
-    remediation: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, remediation, undefined, options);
-  }
-}
 
 const owned = (path: string) => createOwnedFile({ path, errorClass: TestFileError });
 
