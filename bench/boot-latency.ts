@@ -376,7 +376,8 @@ async function latencyBoot(
     boot.phase1Log = phase1.logAt;
     if (phase1.outcome !== "prepared") {
       throw new Error(
-        `phase 1 exit ${phase1.exitCode}, ${phase1.outcome ?? "no result"}: ${phase1.reason ?? phase1.stderrTail.join(" | ")}`,
+        `phase 1 exit ${phase1.exitCode}, ${phase1.outcome ?? "no result"}: ` +
+          `${phase1.reason ?? phase1.stderrTail.join(" | ")}`,
       );
     }
     let t = now();
@@ -631,7 +632,8 @@ async function main(): Promise<void> {
     for (let i = 0; i < 5; i++) nodeStarts.push((await runCli(bundle, ["--help"])).wallMs);
     nodeStartMs = percentile(nodeStarts, 50)!;
     say(
-      `boot-latency bench: node start of the bundle (\`node <bundle> --help\`) p50 ${sec(nodeStartMs)} s of ${nodeStarts.map(sec).join(" ")}`,
+      `boot-latency bench: node start of the bundle (\`node <bundle> --help\`) p50 ${sec(nodeStartMs)} s of ` +
+        `${nodeStarts.map(sec).join(" ")}`,
     );
 
     const t = now();
@@ -644,12 +646,14 @@ async function main(): Promise<void> {
       count: (doOverhead ? options.overheadRuns : 0) + poolBoots,
     });
     say(
-      `prepared golden snapshot ${golden.snapshotId} and ${(doOverhead ? options.overheadRuns : 0) + poolBoots} pool volumes in ${sec(ms(t))} s`,
+      `prepared golden snapshot ${golden.snapshotId} and ${(doOverhead ? options.overheadRuns : 0) + poolBoots} ` +
+        `pool volumes in ${sec(ms(t))} s`,
     );
 
     if (doOverhead) {
       say(
-        `\n== overhead: ${options.overheadRuns} one-shot boots at zero EC2 delay, each beside its floor (mount + dockerd start, same host and volume)${options.dropCaches ? ", page cache dropped before each" : ""}`,
+        `\n== overhead: ${options.overheadRuns} one-shot boots at zero EC2 delay, each beside its floor (mount + ` +
+          `dockerd start, same host and volume)${options.dropCaches ? ", page cache dropped before each" : ""}`,
       );
       for (let i = 0; i < options.overheadRuns; i++) {
         const r = await overheadRun(lab, log, options.dropCaches);
@@ -657,9 +661,12 @@ async function main(): Promise<void> {
         say(
           r.error
             ? `  run ${i + 1} FAILED: ${r.error}`
-            : `  run ${i + 1}: agent ${sec(r.agentMs)} s, floor ${sec(r.floorMs)} s (mount ${sec(r.floorMountMs)} + dockerd ${sec(r.floorDockerMs)}), over ${sec(r.overMs)} s; ` +
-                `identify ${sec(r.identifyMs)} observe ${sec(r.observeMs)} | ${r.timeline!.map((s) => `${s.step} ${sec(s.ms)}`).join(", ")} (load ${r.loadAvg1}); ` +
-                `then record ${sec(r.recordMs)} s; ${r.work!.spawns} spawns, CPU ${sec(r.work!.cpuSelfMs)} s in process + ${sec(r.work!.cpuChildrenMs)} s children`,
+            : `  run ${i + 1}: agent ${sec(r.agentMs)} s, floor ${sec(r.floorMs)} s (mount ${sec(r.floorMountMs)} ` +
+                `+ dockerd ${sec(r.floorDockerMs)}), over ${sec(r.overMs)} s; ` +
+                (`identify ${sec(r.identifyMs)} observe ${sec(r.observeMs)} | ` +
+                  `${r.timeline!.map((s) => `${s.step} ${sec(s.ms)}`).join(", ")} (load ${r.loadAvg1}); `) +
+                (`then record ${sec(r.recordMs)} s; ${r.work!.spawns} spawns, CPU ${sec(r.work!.cpuSelfMs)} s in ` +
+                  `process + ${sec(r.work!.cpuChildrenMs)} s children`),
         );
       }
     }
@@ -672,14 +679,17 @@ async function main(): Promise<void> {
       const between = ([lo, hi]: readonly [number, number]) => Math.round(lo + (hi - lo) * startRandom());
       for (const path of options.paths) {
         say(
-          `\n== latency, ${path}: ${options.boots} boots, ${options.zeroLatency ? "every EC2 delay 0" : `attach ${RANGES.attachMs.join("–")} ms, device ${RANGES.deviceDelayMs.join("–")} ms, create ${RANGES.createMs.join("–")} ms, API ${RANGES.apiMs.join("–")} ms per action`}`,
+          `\n== latency, ${path}: ${options.boots} boots, ` +
+            `${options.zeroLatency ? "every EC2 delay 0" : `attach ${RANGES.attachMs.join("–")} ms, device ${RANGES.deviceDelayMs.join("–")} ms, create ${RANGES.createMs.join("–")} ms, API ${RANGES.apiMs.join("–")} ms per action`}`,
         );
         for (let i = 0; i < options.boots; i++) {
           const latencies = options.zeroLatency ? ZERO : draw(random);
           const ec2StartMs = between(EC2_START_RANGES.pendingToRunningMs) + between(EC2_START_RANGES.runningToUnitsMs);
           const b = await latencyBoot(lab, path, latencies, bundle, nodeStartMs, log, { swarm, ec2StartMs });
           latencyBoots.push(b);
-          const drawn = `attach ${latencies.attachMs} device ${latencies.deviceDelayMs}${path === "snapshot" ? ` create ${latencies.createMs}` : ""}`;
+          const drawn =
+            `attach ${latencies.attachMs} device ` +
+            `${latencies.deviceDelayMs}${path === "snapshot" ? ` create ${latencies.createMs}` : ""}`;
           say(
             b.error
               ? `  boot ${i + 1} (${drawn}) FAILED after prepared ${sec(b.preparedMs)} s: ${b.error}`
@@ -698,10 +708,12 @@ async function main(): Promise<void> {
   const summary: Record<string, unknown> = { nodeStartMs, nodeStarts };
   if (latencyBoots.length > 0) {
     say(
-      `\n${options.zeroLatency ? "every EC2 delay 0" : "with EC2 latencies"} (nearest-rank percentiles; ready = prepared + dockerd start + phase 2 + node start ${sec(nodeStartMs)} s):`,
+      `\n${options.zeroLatency ? "every EC2 delay 0" : "with EC2 latencies"} (nearest-rank percentiles; ready = ` +
+        `prepared + dockerd start + phase 2 + node start ${sec(nodeStartMs)} s):`,
     );
     say(
-      `  path       boots  ok  prepared p50  p95    ready p50  p95    budget 40 s kept  prepared minus the drawn transitions p50/p95`,
+      `  path       boots  ok  prepared p50  p95    ready p50  p95    budget 40 s kept  prepared minus the drawn ` +
+        `transitions p50/p95`,
     );
     for (const path of options.paths) {
       const boots = latencyBoots.filter((b) => b.path === path);
@@ -728,7 +740,10 @@ async function main(): Promise<void> {
         sources: boots.map((b) => b.source ?? "?"),
       };
       say(
-        `  ${path.padEnd(9)}  ${String(boots.length).padStart(5)}  ${String(ok.length).padStart(2)}  ${sec(prepared.p50).padStart(12)}  ${sec(prepared.p95).padStart(5)}  ${sec(ready.p50).padStart(9)}  ${sec(ready.p95).padStart(5)}  ${`${inBudget}/${boots.length}`.padEnd(16)}  ${sec(preparedOverTransitions.p50)} / ${sec(preparedOverTransitions.p95)}`,
+        `  ${path.padEnd(9)}  ${String(boots.length).padStart(5)}  ${String(ok.length).padStart(2)}  ` +
+          `${sec(prepared.p50).padStart(12)}  ${sec(prepared.p95).padStart(5)}  ${sec(ready.p50).padStart(9)}  ` +
+          `${sec(ready.p95).padStart(5)}  ${`${inBudget}/${boots.length}`.padEnd(16)}  ` +
+          `${sec(preparedOverTransitions.p50)} / ${sec(preparedOverTransitions.p95)}`,
       );
       say(
         `  ${path.padEnd(9)}  launch → joined (EC2's start drawn ${EC2_START_RANGES.pendingToRunningMs.join("–")} + ${EC2_START_RANGES.runningToUnitsMs.join("–")} ms, ready, the join ${sec(joinOnly.p50)} s p50): p50 ${sec(launchToJoined.p50)} s, p95 ${sec(launchToJoined.p95)} s, against osparc's 60 s`,
@@ -809,17 +824,21 @@ async function main(): Promise<void> {
       cpuChildrenMsP50: cpuChildren,
     };
     say(
-      `\nzero EC2 delay, ${ok.length}/${overheadRuns.length} runs: agent p50 ${sec(agent.p50)} s (p95 ${sec(agent.p95)}), floor p50 ${sec(floor.p50)} s (p95 ${sec(floor.p95)}), agent over floor p50 ${sec(over.p50)} s (p95 ${sec(over.p95)}); target ≤ 0.50 s over`,
+      `\nzero EC2 delay, ${ok.length}/${overheadRuns.length} runs: agent p50 ${sec(agent.p50)} s (p95 ` +
+        `${sec(agent.p95)}), floor p50 ${sec(floor.p50)} s (p95 ${sec(floor.p95)}), agent over floor p50 ` +
+        `${sec(over.p50)} s (p95 ${sec(over.p95)}); target ≤ 0.50 s over`,
     );
     say(
-      `  step medians: identify ${sec(identify)}, observe+plan ${sec(observe)}, ${steps.map((s) => `${s.step} ${sec(s.p50)}`).join(", ")}`,
+      `  step medians: identify ${sec(identify)}, observe+plan ${sec(observe)}, ` +
+        `${steps.map((s) => `${s.step} ${sec(s.p50)}`).join(", ")}`,
     );
     say(`  after ready (status record, metrics, host facts; not counted above) p50 ${sec(record)} s`);
     say(
       `  per boot to ready (medians): ${readyWork.spawnsP50} processes spawned (${Object.entries(readyWork.commandsP50)
         .map(([name, n]) => `${name} ${n}`)
         .join(", ")}), ` +
-        `CPU ${sec(readyWork.cpuTotalMsP50)} s (${sec(readyWork.cpuSelfMsP50)} s in process + ${sec(readyWork.cpuChildrenMsP50)} s of exited children)`,
+        (`CPU ${sec(readyWork.cpuTotalMsP50)} s (${sec(readyWork.cpuSelfMsP50)} s in process + ` +
+          `${sec(readyWork.cpuChildrenMsP50)} s of exited children)`),
     );
     say(
       `  per boot, record included (medians): ${spawns} processes spawned (${Object.entries(commands)
@@ -847,9 +866,12 @@ async function main(): Promise<void> {
     timing: {
       prepared: "`node <bundle> boot --no-docker --json` (docker.control none): spawn → exit",
       ready:
-        "prepared + dockerd start on the volume (the lab's private dockerd, API polled every 100 ms) + `boot --no-claim` in this process + the bundle's node start (nodeStartMs)",
+        "prepared + dockerd start on the volume (the lab's private dockerd, API polled every 100 ms) + `boot " +
+        "--no-claim` in this process + the bundle's node start (nodeStartMs)",
       overhead:
-        "one-shot boot in this process (boot start → `boot.ready` logged, the labels published) vs, on the same host and volume, mount + dockerd start; spawns and CPU from boot start to runBoot's return (the after-ready record included)",
+        "one-shot boot in this process (boot start → `boot.ready` logged, the labels published) vs, on the same " +
+        "host and volume, mount + dockerd start; spawns and CPU from boot start to runBoot's return (the " +
+        "after-ready record included)",
     },
     summary,
     latencyBoots,

@@ -300,10 +300,15 @@ function imageSet(sizeGiB: number): GoldenImage[] {
 // ---------------------------------------------------------------------------------------------
 // The registry, run inside a dockerd's network namespace
 
-/** Registries come from src/lab/registry.ts (startLabRegistry): the same docker-registry the refresh's lab test runs. */
+/**
+ * Registries come from src/lab/registry.ts (startLabRegistry): the same docker-registry the refresh's lab test runs.
+ */
 type Registry = LabRegistry;
 
-/** Starts docker-registry on 127.0.0.1:<port> inside `netns`, registered under the lab's root so its reaper stops it too. */
+/**
+ * Starts docker-registry on 127.0.0.1:<port> inside `netns`, registered under the lab's root so its reaper stops it
+ * too.
+ */
 async function startRegistry(
   lab: Lab,
   options: { dir: string; storage: string; netns: string; port: number; log: Logger },
@@ -399,7 +404,8 @@ async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
     ratios: {},
   };
   say(
-    `\n== image set ${sizeGiB} GiB: ${images.length} images x ${((images[0]!.payloadBytes ?? 0) / MiB).toFixed(0)} MiB, golden snapshot ${snapshotGiB} GiB`,
+    `\n== image set ${sizeGiB} GiB: ${images.length} images x ` +
+      `${((images[0]!.payloadBytes ?? 0) / MiB).toFixed(0)} MiB, golden snapshot ${snapshotGiB} GiB`,
   );
 
   const zero = { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 };
@@ -455,7 +461,8 @@ async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
     }
     Object.assign(result.setup, prepared);
     say(
-      `  prepared tar (${(prepared.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(prepared.saveMs)} s) and registry (${(prepared.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(prepared.pushMs)} s)`,
+      `  prepared tar (${(prepared.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(prepared.saveMs)} s) and ` +
+        `registry (${(prepared.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(prepared.pushMs)} s)`,
     );
 
     // --- (a) attach: the agent's boot, then the run check ----------------------------------
@@ -600,7 +607,9 @@ async function method(
         .map(([key, value]) => `${key} ${seconds(value)}`)
         .join(", ");
       ctx.say(
-        `  ${name.padEnd(6)} run ${i + 1}: ${seconds(sample.totalMs)} s (${parts}${excluded ? `; not counted: ${excluded}` : ""}) load ${sample.loadAvg1}${others.length > 0 ? ` — other labs up: ${others.join(" ")}` : ""}`,
+        `  ${name.padEnd(6)} run ${i + 1}: ${seconds(sample.totalMs)} s ` +
+          `(${parts}${excluded ? `; not counted: ${excluded}` : ""}) load ` +
+          `${sample.loadAvg1}${others.length > 0 ? ` — other labs up: ${others.join(" ")}` : ""}`,
       );
     } catch (error) {
       into.error ??= describeError(error);
@@ -807,7 +816,8 @@ async function benchEngineSize(
     ratios: {},
   };
   say(
-    `\n== ${engine.name}, ${store} store, image set ${sizeGiB} GiB: ${images.length} images x ${((images[0]!.payloadBytes ?? 0) / MiB).toFixed(0)} MiB, golden snapshot ${snapshotGiB} GiB`,
+    `\n== ${engine.name}, ${store} store, image set ${sizeGiB} GiB: ${images.length} images x ` +
+      `${((images[0]!.payloadBytes ?? 0) / MiB).toFixed(0)} MiB, golden snapshot ${snapshotGiB} GiB`,
   );
   let t = now();
   const rootfs = await cachedRootfs(engine, say);
@@ -841,7 +851,8 @@ async function benchEngineSize(
     });
     result.setup.goldenSnapshotMs = ms(t);
     say(
-      `  prepared golden snapshot ${golden.snapshotId} (docker ${golden.built.engineVersion}, ${golden.built.store}) in ${seconds(result.setup.goldenSnapshotMs)} s`,
+      `  prepared golden snapshot ${golden.snapshotId} (docker ${golden.built.engineVersion}, ` +
+        `${golden.built.store}) in ${seconds(result.setup.goldenSnapshotMs)} s`,
     );
     const volumes = await createPoolVolumes(lab, golden, {
       pool: POOL,
@@ -886,7 +897,8 @@ async function benchEngineSize(
     }
     Object.assign(result.setup, prepared);
     say(
-      `  prepared tar (${(prepared.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(prepared.saveMs)} s) and registry (${(prepared.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(prepared.pushMs)} s)`,
+      `  prepared tar (${(prepared.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(prepared.saveMs)} s) and ` +
+        `registry (${(prepared.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(prepared.pushMs)} s)`,
     );
 
     // --- (a) attach: the agent's phases under the machine's systemd, then the run check ------
@@ -915,7 +927,8 @@ async function benchEngineSize(
         const status = await machineStatus(m);
         if (status.boot?.outcome !== "ready")
           throw new Error(
-            `agent boot ended ${status.boot?.outcome ?? "without a result"}: ${status.boot?.reason ?? "see the journal"}`,
+            `agent boot ended ${status.boot?.outcome ?? "without a result"}: ` +
+              `${status.boot?.reason ?? "see the journal"}`,
           );
         const t1 = now();
         await machineRunCheck(m, tags);
@@ -1058,13 +1071,23 @@ function sizeTable(r: SizeResult): string[] {
   const medianExcluded = (m: MethodResult, key: string) => median(m.samples.map((s) => s.excluded?.[key] ?? 0));
   const failed = (m: MethodResult) => (m.medianMs === undefined ? `failed: ${m.error ?? "?"}` : "");
   return [
-    `  ${"method".padEnd(8)} ${"seconds".padStart(8)}  ${"ratio".padEnd(15)} breakdown (median of ${r.attach.samples.length || "-"}/${r.load.samples.length || "-"}/${r.pull.samples.length || "-"} runs)`,
-    `  ${"attach".padEnd(8)} ${seconds(attach).padStart(8)}  ${"1.0x".padEnd(15)} agent boot ${seconds(medianPart(r.attach, "agentMs"))} + run check ${seconds(medianPart(r.attach, "runCheckMs"))} ${failed(r.attach)}`,
-    `  ${"load".padEnd(8)} ${seconds(r.load.medianMs).padStart(8)}  ${ratio(r.ratios.loadOverAttach).padEnd(15)} docker load ${seconds(medianPart(r.load, "loadMs"))} + run check ${seconds(medianPart(r.load, "runCheckMs"))} (dockerd start ${seconds(medianExcluded(r.load, "dockerdStartMs"))} not counted) ${failed(r.load)}`,
-    `  ${"pull".padEnd(8)} ${seconds(r.pull.medianMs).padStart(8)}  ${ratio(r.ratios.pullOverAttach).padEnd(15)} docker pull ${seconds(medianPart(r.pull, "pullMs"))} + run check ${seconds(medianPart(r.pull, "runCheckMs"))} (dockerd start ${seconds(medianExcluded(r.pull, "dockerdStartMs"))} not counted) ${failed(r.pull)}`,
+    `  ${"method".padEnd(8)} ${"seconds".padStart(8)}  ${"ratio".padEnd(15)} breakdown (median of ` +
+      `${r.attach.samples.length || "-"}/${r.load.samples.length || "-"}/${r.pull.samples.length || "-"} runs)`,
+    `  ${"attach".padEnd(8)} ${seconds(attach).padStart(8)}  ${"1.0x".padEnd(15)} agent boot ` +
+      `${seconds(medianPart(r.attach, "agentMs"))} + run check ${seconds(medianPart(r.attach, "runCheckMs"))} ` +
+      `${failed(r.attach)}`,
+    `  ${"load".padEnd(8)} ${seconds(r.load.medianMs).padStart(8)}  ${ratio(r.ratios.loadOverAttach).padEnd(15)} ` +
+      `docker load ${seconds(medianPart(r.load, "loadMs"))} + run check ` +
+      `${seconds(medianPart(r.load, "runCheckMs"))} (dockerd start ` +
+      `${seconds(medianExcluded(r.load, "dockerdStartMs"))} not counted) ${failed(r.load)}`,
+    `  ${"pull".padEnd(8)} ${seconds(r.pull.medianMs).padStart(8)}  ${ratio(r.ratios.pullOverAttach).padEnd(15)} ` +
+      `docker pull ${seconds(medianPart(r.pull, "pullMs"))} + run check ` +
+      `${seconds(medianPart(r.pull, "runCheckMs"))} (dockerd start ` +
+      `${seconds(medianExcluded(r.pull, "dockerdStartMs"))} not counted) ${failed(r.pull)}`,
     ...r.agentProcess.map(
       (p) =>
-        `  agent process (${p.how}, docker.control=none): ${p.error ? `FAILED ${p.error}` : `${seconds(p.wallMs)} s wall, ${rssText(p)}`}`,
+        `  agent process (${p.how}, docker.control=none): ` +
+        `${p.error ? `FAILED ${p.error}` : `${seconds(p.wallMs)} s wall, ${rssText(p)}`}`,
     ),
   ];
 }
@@ -1098,7 +1121,8 @@ async function main(): Promise<void> {
     if (others.length > 0)
       say(`warning: other labs are up (${others.join(" ")}): tests running alongside skew the timings`);
     say(
-      `boot bench: sizes ${options.sizes.join(", ")} GiB, ${options.runs} run(s) each, page cache ${options.dropCaches ? "dropped before each timed run" : "kept"}`,
+      `boot bench: sizes ${options.sizes.join(", ")} GiB, ${options.runs} run(s) each, page cache ` +
+        `${options.dropCaches ? "dropped before each timed run" : "kept"}`,
     );
     say(
       `agent bundle for the process run: ${options.bundle ? bundle : "src/cli.ts built afresh with scripts/build.mjs"}`,
@@ -1113,12 +1137,14 @@ async function main(): Promise<void> {
 
   for (const r of results) {
     say(
-      `\n${r.engine} (${r.nodes}), ${r.store} store: image set ${r.sizeGiB} GiB (${r.images.length} x ${(r.images[0]!.payloadBytes / MiB).toFixed(0)} MiB)${r.error ? ` — incomplete: ${r.error}` : ""}`,
+      `\n${r.engine} (${r.nodes}), ${r.store} store: image set ${r.sizeGiB} GiB (${r.images.length} x ` +
+        `${(r.images[0]!.payloadBytes / MiB).toFixed(0)} MiB)${r.error ? ` — incomplete: ${r.error}` : ""}`,
     );
     for (const line of sizeTable(r)) say(line);
   }
   say(
-    `\nsummary (seconds until every image of the set ran \`docker run --rm --network none <image> ${RUN_CHECK.join(" ")}\`):`,
+    `\nsummary (seconds until every image of the set ran \`docker run --rm --network none <image> ` +
+      `${RUN_CHECK.join(" ")}\`):`,
   );
   for (const line of summaryTable(results)) say(line);
 
@@ -1146,13 +1172,19 @@ async function main(): Promise<void> {
     },
     timing: {
       attach:
-        "agent boot (bootLabHost: identify, select, claim, attach, device, mount, switch data-root, start dockerd, verify images, labels) + run check",
+        "agent boot (bootLabHost: identify, select, claim, attach, device, mount, switch data-root, start " +
+        "dockerd, verify images, labels) + run check",
       load: "docker load -i <tar> + run check; the fresh dockerd's start is measured but not counted",
-      pull: "docker pull of each image (loopback registry) + run check; the fresh dockerd's start is measured but not counted",
+      pull:
+        "docker pull of each image (loopback registry) + run check; the fresh dockerd's start is measured but not " +
+        "counted",
       runCheck: `docker run --rm --network none <image> ${RUN_CHECK.join(" ")}, each image in turn`,
       lab: "EC2 emulator delays 0, device delay 0",
       machine:
-        "engine machines: attach = the agent's phases under the machine's systemd (ebs-cache-agent.service starting -> ebs-cache-agent-ready.service done, from the machine's journal; docker.service's start between them included) + run check; the machine's own boot up to the agent is measured but not counted; load and pull as on the host, in a fresh machine whose docker.service has started (its boot not counted)",
+        "engine machines: attach = the agent's phases under the machine's systemd (ebs-cache-agent.service " +
+        "starting -> ebs-cache-agent-ready.service done, from the machine's journal; docker.service's start " +
+        "between them included) + run check; the machine's own boot up to the agent is measured but not counted; " +
+        "load and pull as on the host, in a fresh machine whose docker.service has started (its boot not counted)",
     },
     results,
   };

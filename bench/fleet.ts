@@ -344,7 +344,10 @@ function poolVolumes(lab: Lab, pool: string) {
   );
 }
 
-/** Fills the pool before the day: `count` volumes made by one keeper fill, then waits until EBS has them initialized and tagged. */
+/**
+ * Fills the pool before the day: `count` volumes made by one keeper fill, then waits until EBS has them initialized and
+ * tagged.
+ */
 async function prepareStartingPool(
   lab: Lab,
   manager: LabHost,
@@ -545,7 +548,8 @@ async function runDay(
     () => {
       const simHour = Math.min(24, (now() - dayStart) / clock.msPerMin / 60);
       say(
-        `  [${which}] ${simHour.toFixed(1).padStart(4)} h: ${running} running, ${records.length} booted, ${peakVolumes} peak volumes`,
+        `  [${which}] ${simHour.toFixed(1).padStart(4)} h: ${running} running, ${records.length} booted, ` +
+          `${peakVolumes} peak volumes`,
       );
     },
     Math.max(5000, 120 * clock.msPerMin),
@@ -663,7 +667,8 @@ function table(reports: RunReport[]): string {
   const lines = ["| figure | keeper off | keeper on | on / off |", "| --- | ---: | ---: | ---: |"];
   for (const [name, show, value] of rows) {
     lines.push(
-      `| ${name} | ${off ? show(off) : "-"} | ${on ? show(on) : "-"} | ${off && on ? ratio(value(on), value(off)) : "-"} |`,
+      `| ${name} | ${off ? show(off) : "-"} | ${on ? show(on) : "-"} | ` +
+        `${off && on ? ratio(value(on), value(off)) : "-"} |`,
     );
   }
   return lines.join("\n");
@@ -691,11 +696,13 @@ async function main(): Promise<void> {
   const peakConcurrency = Math.max(...concurrency(schedule));
   const started = new Date();
   say(
-    `fleet bench: ${options.boots} boots over a day in ${options.minutes} min of wall (×${Math.round(clock.factor)}), seed ${options.seed}; ` +
+    `fleet bench: ${options.boots} boots over a day in ${options.minutes} min of wall ` +
+      `(×${Math.round(clock.factor)}), seed ${options.seed}; ` +
       `arrivals per hour ${perHour.join(" ")}; at most ${peakConcurrency} instances at once by the schedule`,
   );
   say(
-    `  EC2 delays as run: attach ${scaled.attachMs} ms, device ${scaled.deviceMs} ms, create ${scaled.createMs} ms (AWS ranges ÷ ${Math.round(clock.factor)}); cold chunks ${options.coldDelayMs} ms on first read`,
+    `  EC2 delays as run: attach ${scaled.attachMs} ms, device ${scaled.deviceMs} ms, create ${scaled.createMs} ` +
+      `ms (AWS ranges ÷ ${Math.round(clock.factor)}); cold chunks ${options.coldDelayMs} ms on first read`,
   );
 
   let stopped = false;
@@ -746,13 +753,16 @@ async function main(): Promise<void> {
     for (const which of options.runs) {
       if (stopped) break;
       say(
-        `\n== keeper ${which}: ${options.poolSize} initialized volumes to start${which === "on" ? `, keeper every ${KEEPER_EVERY_MIN} simulated min (min ${options.keeperMin}, max ${options.keeperMax}, cap ${options.maxVolumes})` : ""}`,
+        `\n== keeper ${which}: ${options.poolSize} initialized volumes to ` +
+          `start${which === "on" ? `, keeper every ${KEEPER_EVERY_MIN} simulated min (min ${options.keeperMin}, max ${options.keeperMax}, cap ${options.maxVolumes})` : ""}`,
       );
       const report = await runDay(lab, agent, manager, zone, which, schedule, options, log, say, () => stopped);
       reports.push(report);
       const failed = report.records.filter((r) => r.error);
       say(
-        `  done in ${report.wallSeconds} s wall: ${report.ok}/${report.boots} prepared, hit rate ${pct(report.hitRate)}, ${report.volumesCreated} volumes created, ${report.gibHours.toFixed(1)} GiB-h, bench lag at most ${report.maxLateMs} ms`,
+        `  done in ${report.wallSeconds} s wall: ${report.ok}/${report.boots} prepared, hit rate ` +
+          `${pct(report.hitRate)}, ${report.volumesCreated} volumes created, ${report.gibHours.toFixed(1)} GiB-h, ` +
+          `bench lag at most ${report.maxLateMs} ms`,
       );
       for (const r of failed.slice(0, 5)) say(`  instance ${r.index} (${r.source ?? "no volume"}) FAILED: ${r.error}`);
     }

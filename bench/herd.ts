@@ -10,7 +10,8 @@
  *          same at every size). Big pools are cheap: one real volume, the rest sharing its
  *          image (test/fixtures/cheap-pool.ts).
  *
- *   npx tsx bench/herd.ts [--agents 50] [--volumes 20] [--throttle 0.2] [--sizes 1,100,1000] [--no-herd] [--no-calls] [--out DIR]
+ *   npx tsx bench/herd.ts [--agents 50] [--volumes 20] [--throttle 0.2] [--sizes 1,100,1000] [--no-herd] [--no-calls]
+ * [--out DIR]
  *
  * Needs root and the lab's Debian packages (scripts/setup.sh); each agent is a node process
  * (tsx, ~150 MB). Shares its code with test/boot.herd.test.ts and test/boot.calls.test.ts.
@@ -27,7 +28,8 @@ import { assertLabPrerequisites } from "../test/fixtures/lab-prereq.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const USAGE =
-  "npx tsx bench/herd.ts [--agents 50] [--volumes 20] [--throttle 0.2] [--sizes 1,100,1000] [--no-herd] [--no-calls] [--out DIR]\n";
+  "npx tsx bench/herd.ts [--agents 50] [--volumes 20] [--throttle 0.2] [--sizes 1,100,1000] [--no-herd] " +
+  "[--no-calls] [--out DIR]\n";
 
 const { values } = parseArgs({
   options: {
@@ -83,7 +85,8 @@ if (!values["no-calls"]) {
       const measured = await measureBootCalls(bl, size, earlierRelease());
       calls.push(measured);
       say(
-        `calls: pool of ${size}: ${measured.calls} EC2 calls ${JSON.stringify(measured.byAction)} (exit ${measured.exitCode}, ${measured.outcome ?? "?"})`,
+        `calls: pool of ${size}: ${measured.calls} EC2 calls ${JSON.stringify(measured.byAction)} (exit ` +
+          `${measured.exitCode}, ${measured.outcome ?? "?"})`,
       );
     }
   } finally {

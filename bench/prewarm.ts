@@ -45,7 +45,8 @@ const { values } = parseArgs({
 });
 if (values.help) {
   process.stdout.write(
-    "npx tsx bench/prewarm.ts [--size-gib 4] [--fill 0.25] [--delay-ms 10] [--chunk-kib 512] [--seq-mib 512] [--out DIR]\n",
+    "npx tsx bench/prewarm.ts [--size-gib 4] [--fill 0.25] [--delay-ms 10] [--chunk-kib 512] [--seq-mib 512] " +
+      "[--out DIR]\n",
   );
   process.exit(0);
 }
@@ -66,7 +67,8 @@ try {
   const ec2 = lab.ec2Client();
   const dataMiB = Math.round(sizeGiB * 1024 * fill);
   say(
-    `lab ${lab.root}: ${sizeGiB} GiB volume, ${dataMiB} MiB of data (${fill * 100} %), first read of a ${chunkBytes / 1024} KiB chunk waits ${delayMs} ms`,
+    `lab ${lab.root}: ${sizeGiB} GiB volume, ${dataMiB} MiB of data (${fill * 100} %), first read of a ` +
+      `${chunkBytes / 1024} KiB chunk waits ${delayMs} ms`,
   );
   const snapshotId = await makeDataSnapshot(lab, ec2, {
     sizeGiB,
@@ -97,7 +99,8 @@ try {
   const seqSeconds = seqReport.read.runtimeMs / 1000;
   const seqMiBps = seqReport.read.ioBytes / MiB / seqSeconds;
   say(
-    `seq:    ${(seqReport.read.ioBytes / MiB).toFixed(0)} MiB in ${seqSeconds.toFixed(2)} s = ${seqMiBps.toFixed(1)} MiB/s`,
+    `seq:    ${(seqReport.read.ioBytes / MiB).toFixed(0)} MiB in ${seqSeconds.toFixed(2)} s = ` +
+      `${seqMiBps.toFixed(1)} MiB/s`,
   );
 
   // files: the agent's initialization of the allocated data.
@@ -113,7 +116,8 @@ try {
   });
   const filesSeconds = (performance.now() - started) / 1000;
   say(
-    `files:  ${(files.readBytes / MiB).toFixed(0)} MiB (allocated ${(allocated / MiB).toFixed(0)} MiB) in ${filesSeconds.toFixed(2)} s = ${(files.readBytes / MiB / filesSeconds).toFixed(1)} MiB/s`,
+    `files:  ${(files.readBytes / MiB).toFixed(0)} MiB (allocated ${(allocated / MiB).toFixed(0)} MiB) in ` +
+      `${filesSeconds.toFixed(2)} s = ${(files.readBytes / MiB / filesSeconds).toFixed(1)} MiB/s`,
   );
 
   // device: AWS's documented full read.
@@ -130,7 +134,8 @@ try {
   });
   const deviceSeconds = (performance.now() - started) / 1000;
   say(
-    `device: ${(deviceReport.read.ioBytes / MiB).toFixed(0)} MiB in ${deviceSeconds.toFixed(2)} s = ${(deviceReport.read.ioBytes / MiB / deviceSeconds).toFixed(1)} MiB/s`,
+    `device: ${(deviceReport.read.ioBytes / MiB).toFixed(0)} MiB in ${deviceSeconds.toFixed(2)} s = ` +
+      `${(deviceReport.read.ioBytes / MiB / deviceSeconds).toFixed(1)} MiB/s`,
   );
 
   const ideal = allocated / MiB / seqMiBps;
@@ -159,17 +164,22 @@ try {
   say("| method | bytes read | seconds | MiB/s |");
   say("| --- | ---: | ---: | ---: |");
   say(
-    `| files (allocated data) | ${(files.readBytes / MiB).toFixed(0)} MiB | ${filesSeconds.toFixed(2)} | ${result.files.mibps.toFixed(1)} |`,
+    `| files (allocated data) | ${(files.readBytes / MiB).toFixed(0)} MiB | ${filesSeconds.toFixed(2)} | ` +
+      `${result.files.mibps.toFixed(1)} |`,
   );
   say(
-    `| device (AWS full read) | ${(deviceReport.read.ioBytes / MiB).toFixed(0)} MiB | ${deviceSeconds.toFixed(2)} | ${result.device.mibps.toFixed(1)} |`,
+    `| device (AWS full read) | ${(deviceReport.read.ioBytes / MiB).toFixed(0)} MiB | ` +
+      `${deviceSeconds.toFixed(2)} | ${result.device.mibps.toFixed(1)} |`,
   );
   say("");
   say(
-    `allocated ${(allocated / MiB).toFixed(0)} MiB / seq ${seqMiBps.toFixed(1)} MiB/s = ${ideal.toFixed(2)} s; files took ${result.filesVsIdeal.toFixed(2)} x that (target <= 1.3): ${result.targets.filesWithin1_3xIdeal ? "met" : "MISSED"}`,
+    `allocated ${(allocated / MiB).toFixed(0)} MiB / seq ${seqMiBps.toFixed(1)} MiB/s = ${ideal.toFixed(2)} s; ` +
+      `files took ${result.filesVsIdeal.toFixed(2)} x that (target <= 1.3): ` +
+      `${result.targets.filesWithin1_3xIdeal ? "met" : "MISSED"}`,
   );
   say(
-    `(with the full read's own ${result.device.mibps.toFixed(1)} MiB/s as the device's throughput: ${result.filesVsIdealFromDeviceRead.toFixed(2)} x)`,
+    `(with the full read's own ${result.device.mibps.toFixed(1)} MiB/s as the device's throughput: ` +
+      `${result.filesVsIdealFromDeviceRead.toFixed(2)} x)`,
   );
   say(
     `device / files = ${ratio.toFixed(2)} x (target >= 3): ${result.targets.deviceAtLeast3xFiles ? "met" : "MISSED"}`,

@@ -55,7 +55,10 @@ if (!Number.isSafeInteger(runs) || runs < 1)
 
 interface Sample {
   wallMs: number;
-  /** user + system CPU time of node (and the commands it waited for): less sensitive to the machine's load than wall time. */
+  /**
+   * user + system CPU time of node (and the commands it waited for): less sensitive to the machine's load than wall
+   * time.
+   */
   cpuMs: number;
   maxRssKiB: number;
   /** boot --json: the sum of its timeline's steps (the work; the rest is node's start and loading). */
@@ -114,10 +117,14 @@ function report(name: string, samples: Sample[]): void {
   const rss = samples.map((s) => s.maxRssKiB);
   const steps = samples.flatMap((s) => (s.stepsMs === undefined ? [] : [s.stepsMs]));
   process.stdout.write(
-    `${name.padEnd(40)} ${(median(wall) / 1000).toFixed(2)} s  cpu ${(median(samples.map((s) => s.cpuMs)) / 1000).toFixed(2)} s  ${(median(rss) / 1024).toFixed(0).padStart(4)} MiB` +
-      `   (wall ${(Math.min(...wall) / 1000).toFixed(2)}..${(Math.max(...wall) / 1000).toFixed(2)} s, ${samples.length} runs` +
+    `${name.padEnd(40)} ${(median(wall) / 1000).toFixed(2)} s  cpu ` +
+      `${(median(samples.map((s) => s.cpuMs)) / 1000).toFixed(2)} s  ` +
+      `${(median(rss) / 1024).toFixed(0).padStart(4)} MiB` +
+      (`   (wall ${(Math.min(...wall) / 1000).toFixed(2)}..${(Math.max(...wall) / 1000).toFixed(2)} s, ` +
+        `${samples.length} runs`) +
       (steps.length === samples.length
-        ? `; wall - boot steps (node, loading, observe) ${(median(samples.map((s) => s.wallMs - s.stepsMs!)) / 1000).toFixed(2)} s`
+        ? `; wall - boot steps (node, loading, observe) ` +
+          `${(median(samples.map((s) => s.wallMs - s.stepsMs!)) / 1000).toFixed(2)} s`
         : "") +
       ")\n",
   );

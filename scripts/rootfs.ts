@@ -25,7 +25,8 @@ const results = await Promise.allSettled(
     const engine = ENGINES[name];
     const rootfs = await cachedRootfs(engine, (line) => console.log(`rootfs: ${line}`));
     console.log(
-      `rootfs: ${engine.name}: ${rootfs.dir} ${rootfs.built ? `built in ${(rootfs.ms / 1000).toFixed(1)} s` : "cached"}`,
+      `rootfs: ${engine.name}: ${rootfs.dir} ` +
+        `${rootfs.built ? `built in ${(rootfs.ms / 1000).toFixed(1)} s` : "cached"}`,
     );
   }),
 );

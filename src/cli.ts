@@ -48,7 +48,8 @@ const COMMANDS: CommandEntry[] = [
   {
     name: "status",
     summary:
-      "the state of this host (boot, volume, fill, data-root, labels, pre-warm, refresh, release); exit code as a health check",
+      "the state of this host (boot, volume, fill, data-root, labels, pre-warm, refresh, release); exit code as " +
+      "a health check",
     load: async () => (await import("./cli/status.ts")).statusCommand(),
   },
   {
@@ -59,7 +60,8 @@ const COMMANDS: CommandEntry[] = [
   {
     name: "prune",
     summary:
-      "on a pool volume filling up, remove images outside the current generation (never a workspace volume's, never one a container uses)",
+      "on a pool volume filling up, remove images outside the current generation (never a workspace volume's, " +
+      "never one a container uses)",
     load: async () => (await import("./cli/prune.ts")).pruneCommand(),
   },
   {

@@ -76,13 +76,17 @@ function checkName(value: unknown, rules: Rules): InputCheck {
   if (!NAME_PATTERN.test(common.value)) {
     return {
       ok: false,
-      problem: `${rules.what} ${quote(common.value)} must start with a letter or digit and hold only letters, digits, ".", "_" and "-"`,
+      problem:
+        `${rules.what} ${quote(common.value)} must start with a letter or digit and hold only letters, digits, ` +
+        `".", "_" and "-"`,
     };
   }
   return common;
 }
 
-/** A pool name (config `pool`, instance tag `ebs-cache:pool`): `^[A-Za-z0-9][A-Za-z0-9._-]*$`, at most 63 characters. */
+/**
+ * A pool name (config `pool`, instance tag `ebs-cache:pool`): `^[A-Za-z0-9][A-Za-z0-9._-]*$`, at most 63 characters.
+ */
 export function validatePoolName(value: unknown): InputCheck {
   return checkName(value, { what: "pool name", max: MAX_POOL_NAME, slashAllowed: false });
 }

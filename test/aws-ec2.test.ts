@@ -86,7 +86,9 @@ function cloud(options: { maxAttempts?: number; pageSize?: number } = {}) {
   return { ...counting, volumes };
 }
 
-/** Creates `count` 1 GiB volumes with the tags (directly, not through the code under test) and waits until available. */
+/**
+ * Creates `count` 1 GiB volumes with the tags (directly, not through the code under test) and waits until available.
+ */
 async function makeVolumes(count: number, zone: string, tags: Record<string, string>): Promise<string[]> {
   const ids = await Promise.all(
     Array.from({ length: count }, async () => {

@@ -61,7 +61,8 @@ const BAD_TAGS: Array<{ what: string; tags: Record<string, string>; problem: Reg
 ];
 
 t.test(
-  "invalid instance tags are rejected with a clear error before anything changes: exit 3, no EC2 call, daemon.json unchanged",
+  "invalid instance tags are rejected with a clear error before anything changes: exit 3, no EC2 call, " +
+    "daemon.json unchanged",
   async (t) => {
     const hosts = await Promise.all(BAD_TAGS.map(({ tags }) => bl.addHost({ tags })));
     const before = await Promise.all(hosts.map(hostState));

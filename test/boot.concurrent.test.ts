@@ -1,7 +1,8 @@
 /**
  * A boot storm: 10 real `ebs-cache-agent boot` processes start at once against one EC2 emulator
  * whose pool holds 5 volumes (and creating from the snapshot is off). AttachVolume is the lock:
- * 5 agents end prepared (volume mounted, daemon.json switched) on 5 distinct volumes, 5 degrade, no volume is attached twice, every volume
+ * 5 agents end prepared (volume mounted, daemon.json switched) on 5 distinct volumes, 5 degrade, no volume is attached
+ * twice, every volume
  * is accounted for, and nothing is force-detached. The agents run with `docker.control: none`
  * (docker left to systemd ordering), so the docker steps are skipped: this test is about claiming.
  */
@@ -32,7 +33,9 @@ interface Booted {
 }
 
 t.test(
-  `${AGENTS} agents boot at once as CLI processes on ${POOL_SIZE} pool volumes (docker.control none: docker steps skipped): ${POOL_SIZE} prepared on distinct volumes, ${AGENTS - POOL_SIZE} degraded, no volume attached twice`,
+  `${AGENTS} agents boot at once as CLI processes on ${POOL_SIZE} pool volumes (docker.control none: docker ` +
+    `steps skipped): ${POOL_SIZE} prepared on distinct volumes, ${AGENTS - POOL_SIZE} degraded, no volume attached ` +
+    `twice`,
   async (t) => {
     const hosts = await Promise.all(
       Array.from({ length: AGENTS }, (_, i) => bl.addHost({ tags: { Name: `storm-${i}` } })),

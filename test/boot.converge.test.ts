@@ -24,7 +24,8 @@ t.teardown(() => bl.close());
 const CLI = fileURLToPath(new URL("../src/cli.ts", import.meta.url));
 
 t.test(
-  "a reused attachment whose claim tags were never written (killed after AttachVolume) gets them; stale release and error tags go",
+  "a reused attachment whose claim tags were never written (killed after AttachVolume) gets them; stale release " +
+    "and error tags go",
   async (t) => {
     const [volumeId] = await bl.createPool("stale-tags", 1);
     const host = await bl.addHost();
@@ -83,7 +84,8 @@ t.test(
 );
 
 t.test(
-  "a foreign volume first in the order is handed back quarantined and the next candidate is claimed; the next boot does not try it",
+  "a foreign volume first in the order is handed back quarantined and the next candidate is claimed; the next " +
+    "boot does not try it",
   async (t) => {
     const pool = "bad-first";
     const [good] = await bl.createPool(pool, 1);
@@ -214,7 +216,8 @@ t.test(
 );
 
 t.test(
-  "the first phase's budget: a stuck attachment is undone at timeouts.bootSeconds, and no creation starts that would not fit",
+  "the first phase's budget: a stuck attachment is undone at timeouts.bootSeconds, and no creation starts that " +
+    "would not fit",
   async (t) => {
     const pool = "budget";
     const [volumeId] = await bl.createPool(pool, 1);
@@ -254,7 +257,8 @@ t.test(
 );
 
 t.test(
-  "a stopped warm buffer started again: the boot waits for osparc's one CreateTags (warm_buffer_machine=false with the labels)",
+  "a stopped warm buffer started again: the boot waits for osparc's one CreateTags (warm_buffer_machine=false " +
+    "with the labels)",
   async (t) => {
     // osparc's activation (_try_start_warm_buffer_instances): StartInstances, then one CreateTags
     // carrying warm_buffer_machine=false and the labels tag together. A boot that runs before that

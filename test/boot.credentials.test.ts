@@ -122,7 +122,8 @@ t.test(
 );
 
 t.test(
-  "credentials that never come within timeouts.imdsSeconds: degraded, exit 4, the reason says credentials (not IAM), no EC2 call",
+  "credentials that never come within timeouts.imdsSeconds: degraded, exit 4, the reason says credentials (not " +
+    "IAM), no EC2 call",
   async (t) => {
     const host = await bl.addHost({ tags: hostIds() });
     host.imds.slowCredentials(600_000);
@@ -166,7 +167,10 @@ t.test("EC2 refusing the role (UnauthorizedOperation): degraded as well, but exi
     req.resume();
     res.writeHead(403, { "Content-Type": "text/xml" });
     res.end(
-      '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>UnauthorizedOperation</Code><Message>You are not authorized to perform this operation.</Message></Error></Errors><RequestID>lab-unauthorized</RequestID></Response>',
+      '<?xml version="1.0" ' +
+        'encoding="UTF-8"?>\n<Response><Errors><Error><Code>UnauthorizedOperation</Code><Message>You are not ' +
+        "authorized to perform this " +
+        "operation.</Message></Error></Errors><RequestID>lab-unauthorized</RequestID></Response>",
     );
   });
   await new Promise<void>((resolve) => refusing.listen(0, "127.0.0.1", resolve));

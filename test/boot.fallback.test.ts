@@ -109,7 +109,8 @@ t.test("no pool volume in this zone: a volume is created from the pool's snapsho
 });
 
 t.test(
-  "workspace.requireEncrypted: the user's workspace volume EBS does not encrypt is not attached; the node degrades with the reason",
+  "workspace.requireEncrypted: the user's workspace volume EBS does not encrypt is not attached; the node " +
+    "degrades with the reason",
   async (t) => {
     const ids = { "user-id": "u-plain" };
     const host = await bl.addHost({ availabilityZone: "us-east-1a", tags: workspaceTags({ userId: ids["user-id"] }) });
@@ -143,7 +144,8 @@ t.test(
     t.match(
       booted.result?.reason,
       new RegExp(
-        `the workspace volume ${plain} of these ids is not encrypted and workspace\\.requireEncrypted is set: not attached`,
+        `the workspace volume ${plain} of these ids is not encrypted and workspace\\.requireEncrypted is set: ` +
+          `not attached`,
       ),
       "the reason names the volume and the switch",
     );
@@ -198,7 +200,8 @@ t.test(
 );
 
 t.test(
-  "IMDS serving no tags: tags come from DescribeInstances, ebs-cache:enabled=false gives disabled, nothing attached, docker untouched",
+  "IMDS serving no tags: tags come from DescribeInstances, ebs-cache:enabled=false gives disabled, nothing " +
+    "attached, docker untouched",
   async (t) => {
     const host = await bl.addHost({
       availabilityZone: "us-east-1a",

@@ -61,7 +61,8 @@ t.test(`${AGENTS} agents boot at once on ${VOLUMES} pool volumes with ${THROTTLE
   t.equal(f.attachAccepted, f.claims, "the emulator accepted exactly one AttachVolume per claim");
   const floor = AGENTS / Math.max(1, f.claims);
   t.comment(
-    `AttachVolume per claim ${f.attachPerClaim.toFixed(2)}; the floor for a herd that lists together is ${floor.toFixed(2)}`,
+    `AttachVolume per claim ${f.attachPerClaim.toFixed(2)}; the floor for a herd that lists together is ` +
+      `${floor.toFixed(2)}`,
   );
   const perAgent = f.attachHandled / AGENTS;
   t.ok(perAgent <= MAX_ATTACH_PER_AGENT, `AttachVolume per agent ${perAgent.toFixed(2)} ≤ ${MAX_ATTACH_PER_AGENT}`, {

@@ -64,7 +64,8 @@ async function nodeLabels(dockerd: PrivateDockerd): Promise<Record<string, strin
 }
 
 t.test(
-  "boot with a pool volume: attached, mounted, docker runs the golden images from it (no pull or load), ready label, claim tags",
+  "boot with a pool volume: attached, mounted, docker runs the golden images from it (no pull or load), ready " +
+    "label, claim tags",
   async (t) => {
     const host = await bl.addHost();
     const instanceId = host.instance.instanceId;

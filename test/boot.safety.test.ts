@@ -64,7 +64,8 @@ async function assertDockerOnDefaultRoot(t: Test, host: LabHost, message: string
 }
 
 t.test(
-  "a pool volume with a foreign filesystem (ext4 holding a file) is never formatted: boot degrades, the volume goes back unforced, the file reads back intact",
+  "a pool volume with a foreign filesystem (ext4 holding a file) is never formatted: boot degrades, the volume " +
+    "goes back unforced, the file reads back intact",
   async (t) => {
     const volumeId = await bl.createBlankVolume(goldenPoolTags("foreign", bl.golden));
     const text = `someone's data ${Date.now()}\n`;
@@ -156,7 +157,8 @@ t.test(
 );
 
 t.test(
-  "an unparsable daemon.json is left byte-for-byte unchanged: no volume claimed, outcome degraded with the reason, the running docker keeps running",
+  "an unparsable daemon.json is left byte-for-byte unchanged: no volume claimed, outcome degraded with the " +
+    "reason, the running docker keeps running",
   async (t) => {
     const host = await bl.addHost();
     // Docker runs (started with a good file); then the file is broken, as a bad edit would do.
@@ -196,7 +198,8 @@ t.test(
 );
 
 t.test(
-  "docker failing on the new data-root (a pool volume with corrupt image metadata): daemon.json rolled back, docker up again on its old root, volume given back",
+  "docker failing on the new data-root (a pool volume with corrupt image metadata): daemon.json rolled back, " +
+    "docker up again on its old root, volume given back",
   async (t) => {
     // A damaged pool volume: dockerd refuses a data-root whose repositories.json does not parse
     // ("Couldn't create reference store repository"), which the agent cannot see before docker does.

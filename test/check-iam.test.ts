@@ -24,7 +24,9 @@ async function which(command: string): Promise<string | undefined> {
   }
 }
 
-/** Runs the script with bash found on this PATH (the script's own PATH may lack it); its exit code, stdout and stderr. */
+/**
+ * Runs the script with bash found on this PATH (the script's own PATH may lack it); its exit code, stdout and stderr.
+ */
 async function script(
   args: string[],
   env: NodeJS.ProcessEnv,
@@ -160,7 +162,8 @@ t.test("the cases the script asks AWS about are decided as it expects by an inde
     t.equal(
       decision,
       c.expected,
-      `${c.action} ${c.resource} ${c.context.join(" ")}: ${c.expected} (${typeof result === "string" ? result : "error"})`,
+      `${c.action} ${c.resource} ${c.context.join(" ")}: ${c.expected} ` +
+        `(${typeof result === "string" ? result : "error"})`,
     );
   }
   t.same(

@@ -146,7 +146,8 @@ t.test("wrong shapes", async (t) => {
   t.same(validateConfig("x").problems, ['the configuration: must be a JSON object, got "x"']);
   t.same(validateConfig({ timeouts: null }).problems, ["timeouts: must be a JSON object, got null"]);
   t.same(validateConfig({ pool: null }).problems, [
-    "pool: must be a pool name (letters, digits, '.', '_', '-', starting with a letter or digit, at most 63 characters), got null",
+    "pool: must be a pool name (letters, digits, '.', '_', '-', starting with a letter or digit, at most 63 " +
+      "characters), got null",
   ]);
   t.same(validateConfig({ region: null, imageSet: null }).problems, [], "null is allowed where the key is nullable");
   t.same(
@@ -158,7 +159,8 @@ t.test("wrong shapes", async (t) => {
     "metrics.textfileDir: must be an absolute path without '..' segments, got \"node-exporter\"",
   ]);
   t.same(validateConfig({ docker: { expectedImages: "nginx" } }).problems, [
-    'docker.expectedImages: must be a list of strings, each a Docker image reference (registry[:port]/path:tag or @sha256:…), got "nginx"',
+    "docker.expectedImages: must be a list of strings, each a Docker image reference (registry[:port]/path:tag " +
+      'or @sha256:…), got "nginx"',
   ]);
   t.same(validateConfig({ workspace: { sizeGiB: 1.5 } }).problems, [
     "workspace.sizeGiB: must be an integer between 1 and 16384, got 1.5",
@@ -181,7 +183,8 @@ t.test("unknown keys are errors, with a suggestion when one is close", async (t)
     'docker.expected_images: unknown key (did you mean "docker.expectedImages"?)',
   ]);
   t.same(validateConfig({ timeouts: { zzz: 1 } }).problems, [
-    "timeouts.zzz: unknown key (keys of timeouts: imdsSeconds, imdsRequestSeconds, attachSeconds, deviceSeconds, dockerSeconds, bootSeconds, createSeconds)",
+    "timeouts.zzz: unknown key (keys of timeouts: imdsSeconds, imdsRequestSeconds, attachSeconds, deviceSeconds, " +
+      "dockerSeconds, bootSeconds, createSeconds)",
   ]);
   t.match(validateConfig({ __proto__x: 1 }).problems[0], /^__proto__x: unknown key \(top-level keys: enabled, pool, /);
   t.same(
@@ -195,13 +198,16 @@ t.test("unknown keys are errors, with a suggestion when one is close", async (t)
 
 t.test("workspace keys: osparc's placement label keys only, the minimum among them", async (t) => {
   t.same(validateConfig({ workspace: { idKeys: ["user-id", "userid", "io.simcore.user-id"] } }).problems, [
-    'workspace.idKeys[1]: must be one of osparc\'s placement label keys: product-name, wallet-id, user-id, project-id, node-id, got "userid"',
-    'workspace.idKeys[2]: must be one of osparc\'s placement label keys: product-name, wallet-id, user-id, project-id, node-id, got "io.simcore.user-id"',
+    "workspace.idKeys[1]: must be one of osparc's placement label keys: product-name, wallet-id, user-id, " +
+      'project-id, node-id, got "userid"',
+    "workspace.idKeys[2]: must be one of osparc's placement label keys: product-name, wallet-id, user-id, " +
+      'project-id, node-id, got "io.simcore.user-id"',
   ]);
   t.same(
     validateConfig({ workspace: { idKeys: ["project-id", "node-id"] } }).problems,
     [
-      'workspace.minimumKeys: "user-id" not in workspace.idKeys, so no workspace could ever be used; add it to idKeys or remove it',
+      'workspace.minimumKeys: "user-id" not in workspace.idKeys, so no workspace could ever be used; add it to ' +
+        "idKeys or remove it",
     ],
     "the default minimum must stay among the keys",
   );
@@ -240,7 +246,8 @@ t.test("keeper: zone names are checked, the lower bound may not exceed the upper
     'keeper.zones[2]: must be an availability zone name such as us-east-1a, got "a;b"',
   ]);
   t.same(validateConfig({ keeper: { minAvailable: 5, maxAvailable: 3 } }).problems, [
-    "keeper.maxAvailable: 3 is below keeper.minAvailable (5), so the keeper would create volumes and delete them again; raise it or lower minAvailable",
+    "keeper.maxAvailable: 3 is below keeper.minAvailable (5), so the keeper would create volumes and delete them " +
+      "again; raise it or lower minAvailable",
   ]);
   t.same(
     validateConfig({ keeper: { minAvailable: 3, maxAvailable: 3 } }).problems,
@@ -284,7 +291,8 @@ t.test("volumes: encryption, gp3 performance and operator tags within EC2's rule
       },
     }).problems,
     [
-      'volumes.kmsKeyId: must be a KMS key: a key id (1234abcd-12ab-34cd-56ef-1234567890ab), alias/NAME, a key ARN or an alias ARN, got "1234"',
+      "volumes.kmsKeyId: must be a KMS key: a key id (1234abcd-12ab-34cd-56ef-1234567890ab), alias/NAME, a key " +
+        'ARN or an alias ARN, got "1234"',
       "volumes.iops: must be an integer between 3000 and 80000, or null, got 2000",
       "volumes.throughputMiBps: must be an integer between 125 and 2000, or null, got 3000",
       'volumes.tags[0]: the key of "aws:owner=x" starts with aws:, which EC2 reserves for AWS\'s own tags',
@@ -302,12 +310,16 @@ t.test("volumes: encryption, gp3 performance and operator tags within EC2's rule
       workspace: { requireEncrypted: true, create: "blank", sizeGiB: 5 },
     }).problems,
     [
-      "volumes.kmsKeyId: set, but volumes.encrypted is false, and EC2 takes a KmsKeyId only with Encrypted=true; set volumes.encrypted to true or remove the key",
-      "workspace.requireEncrypted: true, but volumes.encrypted is false, so a workspace volume the agent creates could be refused at the next boot; set volumes.encrypted to true",
+      "volumes.kmsKeyId: set, but volumes.encrypted is false, and EC2 takes a KmsKeyId only with Encrypted=true; " +
+        "set volumes.encrypted to true or remove the key",
+      "workspace.requireEncrypted: true, but volumes.encrypted is false, so a workspace volume the agent creates " +
+        "could be refused at the next boot; set volumes.encrypted to true",
       'volumes.iops: set, but volumeType is "gp2"; the agent provisions IOPS and throughput on gp3 only',
       'volumes.throughputMiBps: set, but volumeType is "gp2"; the agent provisions IOPS and throughput on gp3 only',
-      "volumes.throughputMiBps: 1001 MiB/s is more than 0.25 MiB/s per IOPS of 4000 IOPS (1000), which EC2 refuses; raise volumes.iops or lower the throughput",
-      "volumes.iops: 4000 is more than 500 per GiB of a blank workspace volume of workspace.sizeGiB 5 (2500), which EC2 refuses; lower it or raise workspace.sizeGiB",
+      "volumes.throughputMiBps: 1001 MiB/s is more than 0.25 MiB/s per IOPS of 4000 IOPS (1000), which EC2 " +
+        "refuses; raise volumes.iops or lower the throughput",
+      "volumes.iops: 4000 is more than 500 per GiB of a blank workspace volume of workspace.sizeGiB 5 (2500), " +
+        "which EC2 refuses; lower it or raise workspace.sizeGiB",
       'volumes.tags: "A" given more than once; a tag has one value',
     ],
     "the checks across keys",
@@ -329,7 +341,8 @@ t.test("volumes: encryption, gp3 performance and operator tags within EC2's rule
     `${MAX_OPERATOR_TAGS} operator tags fit`,
   );
   t.same(validateConfig({ volumes: { tags: many } }).problems, [
-    `volumes.tags: ${MAX_OPERATOR_TAGS + 1} tags, more than the ${MAX_OPERATOR_TAGS} a volume can take beside the agent's own (EC2 allows 50 tags on a resource)`,
+    `volumes.tags: ${MAX_OPERATOR_TAGS + 1} tags, more than the ${MAX_OPERATOR_TAGS} a volume can take beside ` +
+      `the agent's own (EC2 allows 50 tags on a resource)`,
   ]);
   t.equal(
     MAX_OPERATOR_TAGS + Object.keys(VolumeTag).length,
@@ -340,7 +353,8 @@ t.test("volumes: encryption, gp3 performance and operator tags within EC2's rule
 
 t.test("prune: the target must be below the threshold", async (t) => {
   t.same(validateConfig({ prune: { thresholdPercent: 80, targetPercent: 80 } }).problems, [
-    "prune.targetPercent: 80 is not below prune.thresholdPercent (80), so a prune could never reach its target; lower it",
+    "prune.targetPercent: 80 is not below prune.thresholdPercent (80), so a prune could never reach its target; " +
+      "lower it",
   ]);
   t.same(validateConfig({ prune: { thresholdPercent: 101 } }).problems.length, 1, "a percent above 100 is refused");
   t.same(validateConfig({ prune: { thresholdPercent: 90, targetPercent: 50 } }).problems, []);
@@ -502,12 +516,15 @@ t.test("environment overrides", async (t) => {
   t.same(bad.problems, [
     'EBS_CACHE_AGENT_ENABLED (enabled): must be a boolean (true or false), got "maybe"',
     "EBS_CACHE_AGENT_POOL (pool): pool name is empty",
-    'EBS_CACHE_AGENT_VOLUME_TYPE (volumeType): must be one of "gp2", "gp3", "io1", "io2", "st1", "sc1", "standard", got "gp9"',
+    'EBS_CACHE_AGENT_VOLUME_TYPE (volumeType): must be one of "gp2", "gp3", "io1", "io2", "st1", "sc1", ' +
+      '"standard", got "gp9"',
     'EBS_CACHE_AGENT_TIMEOUTS__DEVICE_SECONDS (timeouts.deviceSeconds): must be a number between 1 and 3600, got "x"',
-    'EBS_CACHE_AGENT_DOCKER__EXPECTED_IMAGES (docker.expectedImages) item 2: image reference "$(reboot)" contains the shell metacharacter "$"',
+    'EBS_CACHE_AGENT_DOCKER__EXPECTED_IMAGES (docker.expectedImages) item 2: image reference "$(reboot)" ' +
+      'contains the shell metacharacter "$"',
   ]);
   t.same(bad.warnings, [
-    "environment variable EBS_CACHE_AGENT_TIMEOUT__DEVICE_SECONDS matches no setting and is ignored (did you mean EBS_CACHE_AGENT_TIMEOUTS__DEVICE_SECONDS?)",
+    "environment variable EBS_CACHE_AGENT_TIMEOUT__DEVICE_SECONDS matches no setting and is ignored (did you " +
+      "mean EBS_CACHE_AGENT_TIMEOUTS__DEVICE_SECONDS?)",
     "environment variable EBS_CACHE_AGENT_ZZZ matches no setting and is ignored",
   ]);
   t.same(bad.config, DEFAULTS, "bad values change nothing");
@@ -549,7 +566,8 @@ t.test("instance-tag overrides", async (t) => {
     "ttlHours = 48 (instance tag ebs-cache:ttl-hours)",
   ]);
   t.same(all.warnings, [
-    'instance tag "ebs-cache:claimed-by" is not one of the tags that override settings (ebs-cache:enabled, ebs-cache:pool, ebs-cache:keep, ebs-cache:ttl-hours) and is ignored',
+    'instance tag "ebs-cache:claimed-by" is not one of the tags that override settings (ebs-cache:enabled, ' +
+      "ebs-cache:pool, ebs-cache:keep, ebs-cache:ttl-hours) and is ignored",
   ]);
 
   const bad = applyInstanceTags(base, {
@@ -718,7 +736,8 @@ t.test("a top-level $schema key is accepted and ignored", async (t) => {
   t.same(
     validateConfig({ timeouts: { $schema: "x" } }).problems,
     [
-      "timeouts.$schema: unknown key (keys of timeouts: imdsSeconds, imdsRequestSeconds, attachSeconds, deviceSeconds, dockerSeconds, bootSeconds, createSeconds)",
+      "timeouts.$schema: unknown key (keys of timeouts: imdsSeconds, imdsRequestSeconds, attachSeconds, " +
+        "deviceSeconds, dockerSeconds, bootSeconds, createSeconds)",
     ],
     "only at the top",
   );

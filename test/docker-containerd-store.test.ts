@@ -145,7 +145,8 @@ t.test(
 );
 
 t.test(
-  "prepareDataRoot with the containerd store: a data-root without image/ is recognised by containerd's metadata beside it",
+  "prepareDataRoot with the containerd store: a data-root without image/ is recognised by containerd's metadata " +
+    "beside it",
   async (t) => {
     const volume = await mkdtemp(join(tmpdir(), "containerd-data-root-"));
     t.teardown(() => rm(volume, { recursive: true, force: true }));

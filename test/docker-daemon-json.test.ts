@@ -22,7 +22,8 @@ t.test("daemon.json", async (t) => {
   t.test("keeps every other key and its order; sets and removes data-root", async (t) => {
     const path = join(await folder(), "daemon.json");
     const original =
-      '{\n    "log-driver": "json-file",\n    "data-root": "/old",\n    "log-opts": {"max-size": "10m"},\n    "live-restore": true\n}\n';
+      '{\n    "log-driver": "json-file",\n    "data-root": "/old",\n    "log-opts": {"max-size": "10m"},\n    ' +
+      '"live-restore": true\n}\n';
     await writeFile(path, original);
     const config = createDaemonConfig({ path, log: createMemoryLogger() });
     t.equal(await config.dataRoot(), "/old");
@@ -405,7 +406,8 @@ t.test("systemd docker service", async (t) => {
       "#!/bin/sh",
       `echo "$*" >> ${calls}`,
       'case "$1" in',
-      '  restart) echo "Job for docker.service failed because the control process exited with error code." >&2; exit 1;;',
+      '  restart) echo "Job for docker.service failed because the control process exited with error code." >&2; ' +
+        "exit 1;;",
       "  is-active) exit 3;;",
       "esac",
       "exit 0",

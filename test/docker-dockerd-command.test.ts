@@ -96,7 +96,8 @@ t.test("a drop-in that resets ExecStart, with Environment= and a required Enviro
   t.same(
     missing.problems.map((p) => p.problem),
     [
-      "docker.service reads EnvironmentFile=/etc/ebs-cache-test/docker.env, which is missing: systemd will not start docker",
+      "docker.service reads EnvironmentFile=/etc/ebs-cache-test/docker.env, which is missing: systemd will not " +
+        "start docker",
     ],
     "a missing required file is a problem, the optional /etc/default/docker is not",
   );
@@ -167,7 +168,8 @@ t.test("the adapter: systemctl show, then the unit's files and environment files
   await writeFile(dropIn, "[Service]\nExecStart=\nExecStart=/usr/sbin/dockerd --label=a=b $DOCKER_OPTS\n");
   await writeFile(envFile, "DOCKER_OPTS=--data-root=/srv\n");
   const show = [
-    `ExecStart={ path=/usr/sbin/dockerd ; argv[]=/usr/sbin/dockerd --label=a=b $DOCKER_OPTS ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }`,
+    `ExecStart={ path=/usr/sbin/dockerd ; argv[]=/usr/sbin/dockerd --label=a=b $DOCKER_OPTS ; ignore_errors=no ; ` +
+      `start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }`,
     "Environment=",
     `EnvironmentFiles=${envFile} (ignore_errors=yes)`,
     "LoadState=loaded",

@@ -20,11 +20,16 @@ const UNIT = "/lib/systemd/system/docker.service";
 const DROPIN = "/etc/systemd/system/docker.service.d/x.conf";
 const DEFAULTS = "/etc/default/docker";
 const STOCK_ARGV = "/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock $DOCKER_OPTS";
-/** A unit in the style of Amazon Linux's docker package: $OPTIONS and friends from /etc/sysconfig files (written from memory, not recorded). */
+/**
+ * A unit in the style of Amazon Linux's docker package: $OPTIONS and friends from /etc/sysconfig files (written from
+ * memory, not recorded).
+ */
 const AL2023_ARGV =
-  "/usr/bin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock $OPTIONS $DOCKER_STORAGE_OPTIONS $DOCKER_ADD_RUNTIMES";
+  "/usr/bin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock $OPTIONS $DOCKER_STORAGE_OPTIONS " +
+  "$DOCKER_ADD_RUNTIMES";
 const AL2023_SYSCONFIG =
-  '# The max number of open files for the daemon itself, and all\n# running containers.\nOPTIONS="--default-ulimit nofile=32768:65536"\n';
+  "# The max number of open files for the daemon itself, and all\n# running " +
+  'containers.\nOPTIONS="--default-ulimit nofile=32768:65536"\n';
 
 interface Case {
   name: string;
@@ -48,7 +53,8 @@ interface Case {
 const ownedBy = (flag: string, origin: string, key: string) =>
   `remove ${flag} from ${origin}: the agent owns "${key}" in /etc/docker/daemon.json`;
 const eitherOr = (flag: string, origin: string, key: string) =>
-  `remove ${flag} from ${origin}, or "${key}" from /etc/docker/daemon.json (dockerd takes one or the other, never both)`;
+  `remove ${flag} from ${origin}, or "${key}" from /etc/docker/daemon.json (dockerd takes one or the other, ` +
+  `never both)`;
 const fromDefaults = (name = "DOCKER_OPTS") => `${name} in ${DEFAULTS} (EnvironmentFile of docker.service)`;
 const inUnit = `ExecStart in ${UNIT}`;
 const inDropin = `ExecStart in ${DROPIN}`;
@@ -192,7 +198,8 @@ const corpus: Case[] = [
     name: "--config-file elsewhere: dockerd would never see the agent's file",
     argv: "/usr/bin/dockerd --config-file /etc/docker/other.json",
     expect: [
-      `remove --config-file /etc/docker/other.json from ${inUnit}, or set paths.daemonJson in the agent's config to /etc/docker/other.json`,
+      `remove --config-file /etc/docker/other.json from ${inUnit}, or set paths.daemonJson in the agent's config ` +
+        `to /etc/docker/other.json`,
     ],
   },
   {
@@ -204,12 +211,15 @@ const corpus: Case[] = [
     name: "no --config-file while the agent edits another file",
     daemonJsonPath: "/srv/etc/daemon.json",
     expect: [
-      `set paths.daemonJson in the agent's config to ${DEFAULT_CONFIG_FILE}, or give dockerd --config-file /srv/etc/daemon.json`,
+      `set paths.daemonJson in the agent's config to ${DEFAULT_CONFIG_FILE}, or give dockerd --config-file ` +
+        `/srv/etc/daemon.json`,
     ],
   },
   {
     name: "flags with no daemon.json counterpart the agent writes are fine",
-    argv: "/usr/bin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock --iptables=false --debug --log-level warn",
+    argv:
+      "/usr/bin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock --iptables=false --debug --log-level " +
+      "warn",
     expect: [],
   },
   {
@@ -240,7 +250,8 @@ const corpus: Case[] = [
     name: "an ExecStart that does not run dockerd",
     argv: "/usr/local/bin/start-docker.sh --fast",
     expect: [
-      "make docker.service's ExecStart run dockerd itself, or set docker.unit in the agent's config to the unit that does",
+      "make docker.service's ExecStart run dockerd itself, or set docker.unit in the agent's config to the unit " +
+        "that does",
     ],
   },
 ];
@@ -248,7 +259,8 @@ const corpus: Case[] = [
 function showText(c: Case): string {
   const argv = c.argv ?? STOCK_ARGV;
   const lines = [
-    `ExecStart={ path=${argv.split(" ")[0]} ; argv[]=${argv} ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }`,
+    `ExecStart={ path=${argv.split(" ")[0]} ; argv[]=${argv} ; ignore_errors=no ; start_time=[n/a] ; ` +
+      `stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }`,
     `Environment=${c.environment ?? ""}`,
     ...Object.keys(c.envFiles ?? {}).map(
       (path) => `EnvironmentFiles=${path.replace(/^-/, "")} (ignore_errors=${path.startsWith("-") ? "yes" : "no"})`,

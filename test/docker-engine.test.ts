@@ -12,7 +12,7 @@ import {
   type RawDockerInfo,
 } from "../src/docker/engine.ts";
 import { chooseLabelMode, readinessLabels } from "../src/docker/labels.ts";
-import { engineMajorVersion } from "../src/agent/volume-rules.ts";
+import { engineMajorVersion } from "../src/engine-version.ts";
 import { installedDockerdVersion } from "../src/docker/service.ts";
 import {
   dockerdService,

@@ -100,8 +100,10 @@ t.test("labels.protectedKeys: the operator's monitoring labels are protected too
   t.same(validateConfig({ labels: { prefix: "io.example.cache", protectedKeys } }).problems, []);
   const above = validateConfig({ labels: { prefix: "io.example", protectedKeys } }).problems;
   t.same(above, [
-    'labels.prefix: label prefix "io.example" lies above io.example.autoscaled-node, a label another system (labels.protectedKeys) sets',
-    'labels.prefix: label prefix "io.example" lies above io.example.gpu-node, a label another system (labels.protectedKeys) sets',
+    'labels.prefix: label prefix "io.example" lies above io.example.autoscaled-node, a label another system ' +
+      "(labels.protectedKeys) sets",
+    'labels.prefix: label prefix "io.example" lies above io.example.gpu-node, a label another system ' +
+      "(labels.protectedKeys) sets",
   ]);
   const bad = validateConfig({ labels: { prefix: "io", protectedKeys: ["Not A Key", "io.example.ok"] } }).problems;
   t.match(bad.join("\n"), /labels\.protectedKeys\[0\]: must be a docker label key/);
@@ -115,7 +117,8 @@ t.test("labels.protectedKeys: the operator's monitoring labels are protected too
     labels: { prefix: "acme.cache", protectedKeys: ["acme.cache.x", "acme", "acme.cache"] },
   }).problems;
   t.same(cross, [
-    'labels.prefix: label prefix "acme.cache" lies above acme.cache.x, a label another system (labels.protectedKeys) sets',
+    'labels.prefix: label prefix "acme.cache" lies above acme.cache.x, a label another system ' +
+      "(labels.protectedKeys) sets",
     'labels.prefix: label prefix "acme.cache" contains acme, a label another system (labels.protectedKeys) sets',
     'labels.prefix: label prefix "acme.cache" equals acme.cache, a label another system (labels.protectedKeys) sets',
   ]);
@@ -149,7 +152,8 @@ t.test("loadConfig: a bad prefix from the file or the environment is exit 3 with
   t.same(
     (cross as ConfigError).problems,
     [
-      'labels.prefix: label prefix "io.example" lies above io.example.autoscaled-node, a label another system (labels.protectedKeys) sets',
+      'labels.prefix: label prefix "io.example" lies above io.example.autoscaled-node, a label another system ' +
+        "(labels.protectedKeys) sets",
     ],
     "the cross-check runs on the final config, once",
   );

@@ -189,7 +189,10 @@ export async function snapshotCompleted(client: EC2Client, snapshotId: string): 
 export const AWS_CLI = "/usr/bin/aws";
 
 /** Runs `aws ec2 <args>` against the emulator; env isolates it from any real AWS configuration. */
-/** The aws CLI's environment against the emulator: dummy keys, no IMDS, no pager, no config or credentials files of the machine. */
+/**
+ * The aws CLI's environment against the emulator: dummy keys, no IMDS, no pager, no config or credentials files of the
+ * machine.
+ */
 export const AWS_CLI_EMULATOR_ENV: Readonly<Record<string, string>> = {
   AWS_ACCESS_KEY_ID: "dummy",
   AWS_SECRET_ACCESS_KEY: "dummy",

@@ -74,7 +74,8 @@ function holdShutdown(t: { teardown(fn: () => unknown): void }, lab: Lab, instan
 }
 
 t.test(
-  "stop → stopped with its volume still attached (and its device); start → pending → running; the answers carry both states",
+  "stop → stopped with its volume still attached (and its device); start → pending → running; the answers carry " +
+    "both states",
   async (t) => {
     const lab = await startLab(t, { delays: { createMs: 10, attachMs: 10, detachMs: 10, snapshotMs: 10, ...DELAYS } });
     const ec2 = lab.client();
@@ -192,7 +193,8 @@ t.test(
 );
 
 t.test(
-  "refusals: a stopping instance cannot start, a pending one cannot stop, unknown and malformed ids, one bad id refuses the whole call",
+  "refusals: a stopping instance cannot start, a pending one cannot stop, unknown and malformed ids, one bad id " +
+    "refuses the whole call",
   async (t) => {
     // Long enough to be seen in stopping / pending; the hook holds `a` in stopping anyway.
     const lab = await startLab(t, {

@@ -194,7 +194,9 @@ function claimedAs(r: Run, json: unknown): unknown {
  * closes it fails here, by name) and then taken out, so that what remains must be equal.
  */
 const GAPS = {
-  /** Not moto's gap but the emulator's: its instances have no root volume; moto's RunInstances makes one, as EC2 does. */
+  /**
+   * Not moto's gap but the emulator's: its instances have no root volume; moto's RunInstances makes one, as EC2 does.
+   */
   rootVolume(t: Test, e: NormalVolume[], m: NormalVolume[]): NormalVolume[] {
     t.same(
       m.filter((v) => v.role === "<root>").map((v) => [v.state, v.attachments, v.tags]),
@@ -341,7 +343,8 @@ t.test("the claim whose device never appears: handed back, available, with its t
     t.same(
       after,
       before,
-      `${r.backend.name}: every volume as before the boot: the claimed one available again, its claim tags removed, no last-error`,
+      `${r.backend.name}: every volume as before the boot: the claimed one available again, its claim tags ` +
+        `removed, no last-error`,
     );
     t.notOk(
       after.some(

@@ -114,7 +114,8 @@ t.test("I/O logs: fio's version-2 format", async (t) => {
       { offset: 0, length: 4096 },
       { offset: 1 << 20, length: 1 << 20 },
     ]),
-    "fio version 2 iolog\n/dev/loop3 add\n/dev/loop3 open\n/dev/loop3 read 0 4096\n/dev/loop3 read 1048576 1048576\n/dev/loop3 close\n",
+    "fio version 2 iolog\n/dev/loop3 add\n/dev/loop3 open\n/dev/loop3 read 0 4096\n/dev/loop3 read 1048576 " +
+      "1048576\n/dev/loop3 close\n",
   );
   t.throws(() => renderIolog("/dev/a b", []), FioError);
 });

@@ -190,7 +190,8 @@ t.test("gc: superseded only after the grace, then exactly the old available pool
     [VolumeTag.builtAt]: stale.builtAt!,
   });
   const before = await states();
-  // The old generation's available pool volumes, kept aside: those the keeper left in zone b and those of zone a nobody claimed.
+  // The old generation's available pool volumes, kept aside: those the keeper left in zone b and those of zone a nobody
+  // claimed.
   const expected = [...(await described()).entries()]
     .filter(
       ([id, d]) =>

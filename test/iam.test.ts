@@ -64,7 +64,8 @@ export function ec2ActionsOf(fileName: string, text: string): { actions: string[
     const bindings = clause.namedBindings;
     if (bindings && ts.isNamespaceImport(bindings)) {
       problems.push(
-        `${fileName}: \`import * as ${bindings.name.text}\` from ${SDK} hides which commands are called: import them by name`,
+        `${fileName}: \`import * as ${bindings.name.text}\` from ${SDK} hides which commands are called: import ` +
+          `them by name`,
       );
       continue;
     }
@@ -207,7 +208,8 @@ t.test("the comparison notices a change on either side", async (t) => {
   const parsed = ec2ActionsOf(
     "x.ts",
     [
-      'import { EC2Client, ModifyVolumeCommand, type DescribeVolumesCommandInput, waitUntilVolumeAvailable } from "@aws-sdk/client-ec2";',
+      "import { EC2Client, ModifyVolumeCommand, type DescribeVolumesCommandInput, waitUntilVolumeAvailable } " +
+        'from "@aws-sdk/client-ec2";',
       'import type { DeleteVolumeCommand } from "@aws-sdk/client-ec2";',
       'import { paginateDescribeSnapshots as pages } from "@aws-sdk/client-ec2";',
     ].join("\n"),

@@ -179,7 +179,8 @@ t.test("surplus: oldest generation first, then oldest volume; never kept, quaran
   t.same(
     plan.steps.filter((s) => s.step === "trim").map((s) => "volumeId" in s && s.volumeId),
     ["vol-old-early", "vol-old-late", "vol-new-early"],
-    "2 current + 3 superseded (the kept one counts), 1 allowed: the newest current one stays, the kept one is never trimmed",
+    "2 current + 3 superseded (the kept one counts), 1 allowed: the newest current one stays, the kept one is " +
+      "never trimmed",
   );
   t.same(plan.zones[0], {
     zone,
@@ -303,7 +304,8 @@ t.test(
     t.same(
       trims([...current, ...older]),
       ["vol-unknown", "vol-g1"],
-      "2 current + 3 superseded, at most 3: an unknown generation is the oldest, then g1 (whatever the volumes' ages); g2 stays",
+      "2 current + 3 superseded, at most 3: an unknown generation is the oldest, then g1 (whatever the volumes' " +
+        "ages); g2 stays",
     );
     t.same(trims([current[0]!, ...older]), [], "1 current, 2 wanted: nothing superseded goes yet");
     const four = [3, 4, 5, 6].map((i) =>
@@ -346,7 +348,8 @@ t.test("volumes EBS reports initialized are tagged; others not", async (t) => {
 });
 
 t.test(
-  "a status that cannot be read costs only that volume's initialized tag: the others are read, and the plan still creates and trims",
+  "a status that cannot be read costs only that volume's initialized tag: the others are read, and the plan " +
+    "still creates and trims",
   async (t) => {
     const zone = "eu-west-1a";
     const ids = [

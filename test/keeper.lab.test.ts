@@ -31,7 +31,8 @@ import { parsePromText, sampleOf } from "./fixtures/prom-text.ts";
 await assertLabPrerequisites();
 
 const log = createMemoryLogger();
-// EBS's provisioned-rate initialization of a 1 GiB volume at 100 MiB/s takes ~10 s; sped up, it is done by the next run.
+// EBS's provisioned-rate initialization of a 1 GiB volume at 100 MiB/s takes ~10 s; sped up, it is done by the next
+// run.
 const lab = await startLab({ name: "test-keeper", log, initializationSpeedup: 1000 });
 t.teardown(() => lab.close());
 const ec2 = lab.ec2Client();
@@ -430,7 +431,8 @@ t.test(
 );
 
 t.test(
-  "DescribeVolumeStatus failing costs only the initialized tags: the same run still trims and creates, the next one tags",
+  "DescribeVolumeStatus failing costs only the initialized tags: the same run still trims and creates, the next " +
+    "one tags",
   async (t) => {
     const snapshotId = await poolSnapshot("status");
     const managed = { [VolumeTag.managed]: "true", [VolumeTag.kind]: "pool", [VolumeTag.pool]: "status" };

@@ -176,7 +176,8 @@ t.test("pool shows the managed volumes as a table and as JSON", async (t) => {
 });
 
 t.test(
-  "gc looks again right before each deletion: a volume kept, claimed, attached or given a new expiry since it was judged is spared",
+  "gc looks again right before each deletion: a volume kept, claimed, attached or given a new expiry since it " +
+    "was judged is spared",
   async (t) => {
     const expired = {
       ...managed,

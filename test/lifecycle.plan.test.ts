@@ -82,7 +82,8 @@ t.test("the lab's default data-root is not docker's: reset-data-root goes to it"
 });
 
 t.test(
-  "docker still running on the volume: stopped after daemon.json is reset; refused when release.stopDocker is false or docker is not the agent's to stop",
+  "docker still running on the volume: stopped after daemon.json is reset; refused when release.stopDocker is " +
+    "false or docker is not the agent's to stop",
   async (t) => {
     const obs = observed({
       held: [mounted("vol-1")],

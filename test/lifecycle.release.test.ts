@@ -133,7 +133,8 @@ t.test(
 );
 
 t.test(
-  "a release killed between detach and tagging: the volume is left available and claimed; the next release finishes the tags",
+  "a release killed between detach and tagging: the volume is left available and claimed; the next release " +
+    "finishes the tags",
   async (t) => {
     const { host, volumeId } = await bootedHost(t);
     const instanceId = host.instance.instanceId;
@@ -197,7 +198,8 @@ t.test(
 );
 
 t.test(
-  "a busy mount (a process with its cwd on the volume) refuses the release: nothing detached or tagged, never forced; once it ends the release succeeds",
+  "a busy mount (a process with its cwd on the volume) refuses the release: nothing detached or tagged, never " +
+    "forced; once it ends the release succeeds",
   async (t) => {
     const { host, volumeId, mountPoint } = await bootedHost(t);
     await host.dockerd!.stop();
@@ -247,7 +249,8 @@ t.test(
 );
 
 t.test(
-  "docker still running on the volume: refused with release.stopDocker=false (nothing changed), stopped first otherwise, node labels withdrawn first",
+  "docker still running on the volume: refused with release.stopDocker=false (nothing changed), stopped first " +
+    "otherwise, node labels withdrawn first",
   async (t) => {
     const { host, volumeId, mountPoint } = await bootedHost(t);
     // A swarm manager: a re-run of the boot publishes node labels, which the release must withdraw
@@ -283,7 +286,8 @@ t.test(
     t.ok(
       released.log.some((line) =>
         new RegExp(
-          `^<6>labels\\.remove: node labels under ${LABEL_PREFIX.replace(/\./g, "\\.")}\\. removed node=${nodeId} removed=[1-9]`,
+          `^<6>labels\\.remove: node labels under ${LABEL_PREFIX.replace(/\./g, "\\.")}\\. removed ` +
+            `node=${nodeId} removed=[1-9]`,
         ).test(line),
       ),
       "the node labels were removed through the manager's API",

@@ -187,7 +187,8 @@ t.test("a stop: labels off, data-root reset, sync, unmount, keep-attached; no de
 });
 
 t.test(
-  "a stop with docker still running on the volume: docker is stopped first; refused as before without release.stopDocker",
+  "a stop with docker still running on the volume: docker is stopped first; refused as before without " +
+    "release.stopDocker",
   async (t) => {
     const obs = observed(
       { instanceState: state("stopping"), spotAction: spot(undefined) },

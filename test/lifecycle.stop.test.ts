@@ -75,7 +75,10 @@ function releaseAtShutdown(host: LabHost, before?: () => Promise<void>) {
   return seen;
 }
 
-/** What a tenant's service leaves on the node: a docker volume holding a file, and a container (restarted with docker) using it. */
+/**
+ * What a tenant's service leaves on the node: a docker volume holding a file, and a container (restarted with docker)
+ * using it.
+ */
 async function tenantState(host: LabHost, name: string): Promise<void> {
   const docker = host.dockerd!;
   await docker.docker(["volume", "create", name]);
@@ -139,7 +142,8 @@ async function fileIn(host: LabHost, name: string): Promise<string> {
 }
 
 t.test(
-  "a stop (warm buffer): unmounted, left attached and claimed with no expiry; the start reuses it with no AttachVolume, a new tenant: images kept, the previous activation's containers and named volumes gone",
+  "a stop (warm buffer): unmounted, left attached and claimed with no expiry; the start reuses it with no " +
+    "AttachVolume, a new tenant: images kept, the previous activation's containers and named volumes gone",
   async (t) => {
     const { host, volumeId, mountPoint } = await bootedHost(t);
     const id = host.instance.instanceId;
@@ -260,7 +264,8 @@ t.test(
 );
 
 t.test(
-  "osparc's usual instance (no tags in instance metadata): the release's one DescribeInstances gives both the tags and the state",
+  "osparc's usual instance (no tags in instance metadata): the release's one DescribeInstances gives both the " +
+    "tags and the state",
   async (t) => {
     const host = await bl.addHost({ metadataTags: false });
     const booted = await bl.boot(host, { overrides });

@@ -52,7 +52,8 @@ async function xfsCheck(volumeId: string): Promise<{ exitCode: number; dirtyLog:
 }
 
 t.test(
-  "no release (the instance died): the next boot of the workspace mounts the volume, XFS replays its log, docker is ready and the data is there",
+  "no release (the instance died): the next boot of the workspace mounts the volume, XFS replays its log, docker " +
+    "is ready and the data is there",
   async (t) => {
     const ids = { userId: "21", projectId: "p-crash", nodeId: "n-9" };
     const dead = await bl.addHost({ tags: workspaceTags(ids) });
@@ -186,7 +187,8 @@ async function readMark(host: LabHost): Promise<string> {
 }
 
 t.test(
-  "terminated while stopped (a warm buffer: no release runs): the keep its labels tag asked is on the volume from the claim; gc days later keeps it; the workspace's next instance gets it",
+  "terminated while stopped (a warm buffer: no release runs): the keep its labels tag asked is on the volume " +
+    "from the claim; gc days later keeps it; the workspace's next instance gets it",
   async (t) => {
     const ids = { userId: "31", projectId: "p-kept" };
     const buffer = await bl.addHost({ tags: workspaceTags(ids, { labels: { [`${LABEL_PREFIX}.keep`]: "true" } }) });
@@ -253,7 +255,8 @@ t.test(
 );
 
 t.test(
-  "power loss in the middle of the release (SIGKILL between its detach and its tags) and the instance gone: gc days later gives the volume the TTL its instance asked, not gc's",
+  "power loss in the middle of the release (SIGKILL between its detach and its tags) and the instance gone: gc " +
+    "days later gives the volume the TTL its instance asked, not gc's",
   async (t) => {
     const ids = { userId: "41", projectId: "p-ttl" };
     const host = await bl.addHost({ tags: { ...workspaceTags(ids), "ebs-cache:ttl-hours": "72" } });

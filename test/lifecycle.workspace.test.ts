@@ -177,7 +177,8 @@ t.test(
 );
 
 t.test(
-  "workspace.create=blank: an empty volume the agent formats, with an empty data-root docker fills; its data comes back on another host, never reformatted",
+  "workspace.create=blank: an empty volume the agent formats, with an empty data-root docker fills; its data " +
+    "comes back on another host, never reformatted",
   async (t) => {
     const ids = { userId: "18", projectId: "p-blank", nodeId: "n-2" };
     // The configured images cannot be on a blank volume: they are not expected there.
@@ -239,7 +240,8 @@ t.test(
 );
 
 t.test(
-  "osparc's way: a user-level workspace from a chunked tag comes back for the same user-id only, never for a project-level request",
+  "osparc's way: a user-level workspace from a chunked tag comes back for the same user-id only, never for a " +
+    "project-level request",
   async (t) => {
     // osparc's own placement example carries product-name + user-id only; the labels are long
     // enough to be written in chunks, and carry the agent's keep the osparc way.

@@ -108,7 +108,8 @@ t.test(
     );
     const boot = await readProm(host, "boot");
     tt.comment(
-      `ebs_cache_agent_boot.prom after a lab boot:\n${await readFile(join(textfileDir(host), "ebs_cache_agent_boot.prom"), "utf8")}`,
+      `ebs_cache_agent_boot.prom after a lab ` +
+        `boot:\n${await readFile(join(textfileDir(host), "ebs_cache_agent_boot.prom"), "utf8")}`,
     );
     tt.same(sampleOf(boot, "ebs_cache_agent_boot_info")?.labels, {
       outcome: "ready",

@@ -191,7 +191,8 @@ async function setup(name: EngineName, count: number, time: Timer, comment: (lin
   const engine = ENGINES[name];
   const rootfs = await time("rootfs", () => rootfsOf(name));
   comment(
-    `${engine.name}: root file system ${rootfs.dir}: ${rootfs.built ? `built in ${(rootfs.ms / 1000).toFixed(1)} s` : "cached"}`,
+    `${engine.name}: root file system ${rootfs.dir}: ` +
+      `${rootfs.built ? `built in ${(rootfs.ms / 1000).toFixed(1)} s` : "cached"}`,
   );
   const pool = `${POOL}-${name.replace(/\W/g, "")}-${++pools}`;
   const poolVolumes = await createPoolVolumes(s.lab, s.golden, { pool, imageSet: IMAGE_SET, count });
@@ -418,7 +419,8 @@ async function bootAndRelease(
     t.equal(
       gc.exitCode,
       0,
-      `systemctl start ${GC} succeeds${gc.exitCode === 0 ? "" : `: ${gc.stderr}\n${journalText(journal, (e) => e.unit === GC || e.systemdUnit === GC)}`}`,
+      `systemctl start ${GC} ` +
+        `succeeds${gc.exitCode === 0 ? "" : `: ${gc.stderr}\n${journalText(journal, (e) => e.unit === GC || e.systemdUnit === GC)}`}`,
     );
     t.ok(
       journal.some((e) => e.systemdUnit === GC && /\b0 failed, [1-9]\d* managed volumes seen/.test(e.message)),
@@ -527,7 +529,8 @@ for (const name of ENGINE_NAMES) {
 }
 
 t.test(
-  `${ENGINES["20.10"].name}: phase 1 fails after attaching the volume: phase 2 reuses it, the release unit still releases it at poweroff`,
+  `${ENGINES["20.10"].name}: phase 1 fails after attaching the volume: phase 2 reuses it, the release unit still ` +
+    `releases it at poweroff`,
   async (t) => {
     const timings: Record<string, number> = {};
     const time = timer(timings);
@@ -537,7 +540,8 @@ t.test(
     // the unit then fails as after an exit 1: a failed unit gets no ExecStop.
     const { m, instanceId, bootStarted } = await startMachine(t, s, "nspawn-machine-phase1-fails", time, {
       [AGENT]:
-        "# Test: phase 1 fails (as on exit 1) after the agent attached and mounted the volume.\n[Service]\nExecStartPost=/bin/false\n",
+        "# Test: phase 1 fails (as on exit 1) after the agent attached and mounted the " +
+        "volume.\n[Service]\nExecStartPost=/bin/false\n",
     });
     let journal: JournalEntry[] = [];
     try {
@@ -857,7 +861,8 @@ async function rebootMachine(
     .map((e) => e.message);
   t.ok(
     released.some((line) => /^release\.shutdown: /.test(line) && /rebooting/.test(line)),
-    `the release at the reboot's shutdown saw the reboot (${released.filter((line) => line.startsWith("release.shutdown")).join(" | ") || "no release.shutdown line"})`,
+    `the release at the reboot's shutdown saw the reboot ` +
+      `(${released.filter((line) => line.startsWith("release.shutdown")).join(" | ") || "no release.shutdown line"})`,
   );
 
   // Both phases ran again in the new boot, in their order around docker.
@@ -936,7 +941,8 @@ async function rebootMachine(
   t.equal(
     ran.exitCode,
     0,
-    `${IMAGES[1]!.tag} runs from the volume without a pull after the reboot${ran.exitCode === 0 ? "" : `: ${ran.stderr}`}`,
+    `${IMAGES[1]!.tag} runs from the volume without a pull after the ` +
+      `reboot${ran.exitCode === 0 ? "" : `: ${ran.stderr}`}`,
   );
   t.ok(info.labels.includes(`${LABEL_PREFIX}.state=ready`), "the engine label state=ready is published again");
   t.ok(info.labels.includes(`${LABEL_PREFIX}.volume-id=${volumeId}`), "with the volume id");
@@ -1013,7 +1019,8 @@ async function containerdGolden(t: Test, s: Shared, pool: string): Promise<Golde
 }
 
 t.test(
-  `${ENGINES["28"].name}, containerd image store through the agent: the containerd volume claimed, containerd's root on it, re-run, reboot, release, a second instance`,
+  `${ENGINES["28"].name}, containerd image store through the agent: the containerd volume claimed, containerd's ` +
+    `root on it, re-run, reboot, release, a second instance`,
   async (t) => {
     const timings: Record<string, number> = {};
     const time = timer(timings);

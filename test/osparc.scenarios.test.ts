@@ -121,7 +121,8 @@ let workspaceVolume = "";
 let first: OsparcNode;
 
 t.test(
-  "a machine for a task's ids: a workspace volume from the chunked tag; the agent's labels beside osparc's, never over them",
+  "a machine for a task's ids: a workspace volume from the chunked tag; the agent's labels beside osparc's, " +
+    "never over them",
   async (t) => {
     const { node, boot } = await machineFor(t, FIRST);
     first = node;
@@ -266,7 +267,8 @@ t.test(
 );
 
 t.test(
-  "a warm buffer: keeps its volume attached over stop and start (no AttachVolume, no expiry), takes its task's tags written after the start",
+  "a warm buffer: keeps its volume attached over stop and start (no AttachVolume, no expiry), takes its task's " +
+    "tags written after the start",
   async (t) => {
     const buffer = await osparc.launch({}, { warmBuffer: true });
     const boot = await osparc.boot(buffer);
@@ -350,7 +352,8 @@ t.test(
     const waited = (run: AgentRun<BootOutcome>) =>
       run.log.some((line) => /waiting up to/.test(line)) ? " (waited for a labels tag)" : "";
     t.comment(
-      `restart of an activated buffer: phase 1 ${Math.round(rebooted.phase1.ms)} ms${waited(rebooted.phase1)}, to ready ${Math.round(rebooted.ms)} ms${waited(rebooted)}`,
+      `restart of an activated buffer: phase 1 ${Math.round(rebooted.phase1.ms)} ms${waited(rebooted.phase1)}, ` +
+        `to ready ${Math.round(rebooted.ms)} ms${waited(rebooted)}`,
     );
     t.equal(
       waited(rebooted.phase1),

@@ -53,7 +53,10 @@ const exists = (path: string) =>
     () => false,
   );
 
-/** User A's machine: launched as an activated machine for A, booted on a new workspace volume, a file written into a docker volume on it, joined. */
+/**
+ * User A's machine: launched as an activated machine for A, booted on a new workspace volume, a file written into a
+ * docker volume on it, joined.
+ */
 async function machineOfA(t: Test): Promise<{ node: OsparcNode; volumeId: string }> {
   const node = await osparc.launch(A, { extraTags: { [Osparc.warmBufferTag]: "false" } });
   const boot = await osparc.boot(node);
@@ -97,7 +100,9 @@ async function stopAsBuffer(t: Test, node: OsparcNode, volumeId: string): Promis
   );
 }
 
-/** What the new tenant's boot must show: A's volume never mounted, handed back released with A's ids, docker elsewhere. */
+/**
+ * What the new tenant's boot must show: A's volume never mounted, handed back released with A's ids, docker elsewhere.
+ */
 async function assertNotSeen(t: Test, node: OsparcNode, boot: OsparcBoot, volumeId: string): Promise<void> {
   t.notOk(
     boot.phase1.plan.steps.some((s) => s.step === "reuse-attached"),

@@ -9,7 +9,7 @@ import {
   workspaceQuery,
 } from "../src/agent/boot/plan.ts";
 import { candidateOrder, isInTransit, isQuarantined, orderCandidates } from "../src/agent/volume-rules.ts";
-import { preparedInThisBoot } from "../src/agent/boot/prepared.ts";
+import { preparedInThisBoot } from "../src/agent/boot/prepared-record.ts";
 import type { SnapshotInfo, VolumeInfo } from "../src/agent/ports.ts";
 import { identity, observed, settings } from "./fixtures/boot-plan.ts";
 import { VolumeTag } from "../src/tags.ts";
@@ -146,7 +146,8 @@ t.test("quarantine: a volume given back with last-error is no candidate until qu
 });
 
 t.test(
-  "in transit: another instance's volume between its release's detach and tags, or a boot's new volume, is no candidate",
+  "in transit: another instance's volume between its release's detach and tags, or a boot's new volume, is no " +
+    "candidate",
   async (t) => {
     const now = new Date("2026-12-01T12:00:00Z");
     const claimed = (id: string, by: string, at: string | undefined) =>
@@ -202,7 +203,8 @@ t.test(
 );
 
 t.test(
-  "the snapshot lookup and the selection go by one rule: a pool whose every volume is on its way gets the snapshot, not a degraded node",
+  "the snapshot lookup and the selection go by one rule: a pool whose every volume is on its way gets the " +
+    "snapshot, not a degraded node",
   async (t) => {
     const now = new Date("2026-12-01T12:00:00Z");
     const base = volume("x").tags;
@@ -463,7 +465,8 @@ t.test("without docker (first boot phase): no docker steps and no readiness repo
 });
 
 t.test(
-  "workspace.requireEncrypted: a workspace volume EBS does not encrypt is never attached, the node degrades with the reason",
+  "workspace.requireEncrypted: a workspace volume EBS does not encrypt is never attached, the node degrades with " +
+    "the reason",
   async (t) => {
     const ids = { "user-id": "7", "project-id": "p-1", "node-id": "n-1" };
     const strict = { ...settings, workspace: ids, requireEncryptedWorkspace: true };
@@ -560,7 +563,8 @@ t.test(
         [VolumeTag.workspaceKeys]: "user-id,project-id,node-id",
         [VolumeTag.imageSet]: "s1",
       },
-      "tagged workspace with the ids, the keys they are for and the image set; no image list, not created-by (never formatted)",
+      "tagged workspace with the ids, the keys they are for and the image set; no image list, not created-by " +
+        "(never formatted)",
     );
 
     const blank = selectSource({ ...ws, workspaceCreate: "blank", workspaceSizeGiB: 30 }, observed({ pool }));
@@ -725,7 +729,8 @@ t.test(
 );
 
 t.test(
-  "an attached workspace volume is mounted only for the ids this run has: else handed back, then the pool (a warm buffer started for another tenant)",
+  "an attached workspace volume is mounted only for the ids this run has: else handed back, then the pool (a " +
+    "warm buffer started for another tenant)",
   async (t) => {
     const theirs = volume("vol-a", {
       state: "in-use",

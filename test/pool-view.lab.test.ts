@@ -178,7 +178,8 @@ t.test("pool --json: per zone by state and generation, the cost, the keeper's ta
       [`set-1@${NEW}`, false, 10.64],
       [`set-1@${OLD}`, true, 0.08],
     ],
-    "8 GiB at 0.08 + 1000 IOPS at 0.005 + 125 MiB/s at 0.04, as EC2 describes the volume (gp3 takes at most 500 IOPS per GiB)",
+    "8 GiB at 0.08 + 1000 IOPS at 0.005 + 125 MiB/s at 0.04, as EC2 describes the volume (gp3 takes at most 500 " +
+      "IOPS per GiB)",
   );
   const fast = report.volumes.find((r) => r.volumeId === v.fastB)!;
   t.match(fast, { volumeType: "gp3", iops: 4000, throughputMiBps: 250, monthlyUsd: 10.64 });

@@ -18,7 +18,8 @@ const bl = await startBootLab({ name: "test-preflight-labels", poolSize: 1 });
 t.teardown(() => bl.close());
 
 t.test(
-  "labels that do not show after the reload: outcome degraded, not ready; docker stays on the volume, which is not blamed",
+  "labels that do not show after the reload: outcome degraded, not ready; docker stays on the volume, which is " +
+    "not blamed",
   async (t) => {
     const host = await bl.addHost();
     const service = host.dockerService.bind(host);

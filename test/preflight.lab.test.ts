@@ -73,7 +73,8 @@ const snapshot = async (host: LabHost) => ({
 });
 
 t.test(
-  "dockerd started with --label while the agent publishes engine labels: refused before claiming, the running docker untouched",
+  "dockerd started with --label while the agent publishes engine labels: refused before claiming, the running " +
+    "docker untouched",
   async (t) => {
     const host = await bl.addHost({ dockerdArgs: ["--label", "rack=a1"] });
     const dockerd = await host.startDocker();
@@ -177,7 +178,8 @@ t.test("label read-back on a real dockerd", async (t) => {
 });
 
 t.test(
-  "a --label flag: the reporter writes no engine labels (dockerd would refuse the file at the reload and the next start)",
+  "a --label flag: the reporter writes no engine labels (dockerd would refuse the file at the reload and the " +
+    "next start)",
   async (t) => {
     const host = await bl.addHost({ dockerdArgs: ["--label=rack=b2"] });
     const dockerd = await host.startDocker();
@@ -204,7 +206,8 @@ t.test(
 );
 
 t.test(
-  "dockerd's own rule, on the real binary: a flag and its daemon.json key refuse the start; --add-runtime and runtimes combine",
+  "dockerd's own rule, on the real binary: a flag and its daemon.json key refuse the start; --add-runtime and " +
+    "runtimes combine",
   async (t) => {
     const cases = [
       {

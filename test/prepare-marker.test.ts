@@ -14,7 +14,7 @@ import {
   prepareOncePerActivation,
   preparedMarkerPath,
   preparedMarkerText,
-} from "../src/agent/boot/prepare.ts";
+} from "../src/agent/boot/activation-marker.ts";
 import { createMemoryLogger } from "../src/log.ts";
 import type { Activation } from "../src/agent/workspace-record.ts";
 

@@ -52,7 +52,8 @@ t.teardown(async () => {
 });
 
 t.test(
-  "after ready: the missing image is pulled, a failing pull changes nothing else; by hand later, the volume becomes current",
+  "after ready: the missing image is pulled, a failing pull changes nothing else; by hand later, the volume " +
+    "becomes current",
   async (t) => {
     const log = createMemoryLogger("debug");
     const host = await bl.addHost();

@@ -31,7 +31,8 @@ async function pythonWithJsonschema(): Promise<string> {
     if (probe?.exitCode === 0) return python;
   }
   throw new Error(
-    `no python3 with jsonschema (tried ${PYTHONS.join(", ")}): run scripts/setup.sh (it installs Debian's python3-jsonschema)`,
+    `no python3 with jsonschema (tried ${PYTHONS.join(", ")}): run scripts/setup.sh (it installs Debian's ` +
+      `python3-jsonschema)`,
   );
 }
 const python = await pythonWithJsonschema();
@@ -82,7 +83,8 @@ async function compare(
     verdicts.set(name, ajv);
     if (ajv !== py.valid) {
       disagreements.push(
-        `${name}: ajv says ${ajv ? "valid" : `invalid (${JSON.stringify(validate.errors)})`}, jsonschema says ${py.valid ? "valid" : `invalid (${py.errors.join("; ")})`}`,
+        `${name}: ajv says ${ajv ? "valid" : `invalid (${JSON.stringify(validate.errors)})`}, jsonschema says ` +
+          `${py.valid ? "valid" : `invalid (${py.errors.join("; ")})`}`,
       );
     }
   }

@@ -14,7 +14,10 @@ import { deviceNodesScript } from "../src/lab/nspawn.ts";
 const SHELL_EXTENSION = /\.(sh|bash)$/;
 const SHELLS = new Set(["sh", "bash", "dash", "ksh"]);
 
-/** Whether a first line is a shell's shebang: `#!/bin/sh`, `#!/usr/bin/env bash`, `#!/bin/dash -e`; not node's or python's. */
+/**
+ * Whether a first line is a shell's shebang: `#!/bin/sh`, `#!/usr/bin/env bash`, `#!/bin/dash -e`; not node's or
+ * python's.
+ */
 function isShellShebang(line: string): boolean {
   if (!line.startsWith("#!")) return false;
   const words = line.slice(2).trim().split(/\s+/);

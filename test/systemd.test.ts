@@ -41,7 +41,10 @@ const UNITS = [
 ];
 const NODE = "/usr/bin/node";
 const BUNDLE = "/opt/ebs-cache-agent/ebs-cache-agent.mjs";
-/** Options that give a unit a mount namespace of its own (or a device policy): mounts made by the agent would not reach docker. */
+/**
+ * Options that give a unit a mount namespace of its own (or a device policy): mounts made by the agent would not reach
+ * docker.
+ */
 const NAMESPACING = [
   "PrivateMounts",
   "PrivateTmp",

@@ -85,7 +85,8 @@ t.test(
 );
 
 t.test(
-  "the intent changes between two runs of the boot (a reboot with other instance tags): at most one CreateTags and one DeleteTags",
+  "the intent changes between two runs of the boot (a reboot with other instance tags): at most one CreateTags " +
+    "and one DeleteTags",
   async (t) => {
     const kept = applied(workspace, claimTagChanges(workspace, ME, keep, now));
     t.same(

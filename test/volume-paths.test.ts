@@ -65,7 +65,10 @@ async function volume(): Promise<string> {
   return root;
 }
 
-/** A FIFO, a device node and a socket made once, moved into place for each case and back (cheaper than making each anew). */
+/**
+ * A FIFO, a device node and a socket made once, moved into place for each case and back (cheaper than making each
+ * anew).
+ */
 const STOCK = await folder();
 for (const kind of SPECIALS) makeSpecial(kind, join(STOCK, kind));
 
@@ -234,7 +237,7 @@ t.test("mkdirBeneath and removeBeneath: no link is gone through; a link is remov
  */
 const HOST_SIDE_FS = new Set([
   "agent/boot/preflight.ts",
-  "agent/boot/prepared.ts",
+  "agent/boot/prepared-record.ts",
   "agent/prewarm/state.ts",
   "agent/refresh/state.ts",
   "agent/workspace-record.ts",
@@ -243,6 +246,7 @@ const HOST_SIDE_FS = new Set([
   // config.toml on the host; containerd's root on the volume goes through volume-paths.ts.
   "docker/containerd-store.ts",
   "docker/daemon-json.ts",
+  "docker/owned-file.ts",
   "docker/dockerd-command.ts",
   "fs-atomic.ts",
   "host/device.ts",
@@ -260,7 +264,7 @@ const HOST_SIDE_FS = new Set([
   "status/records.ts",
 ]);
 /** Modules that work on a mounted volume: no node:fs of their own. */
-const ON_THE_VOLUME = ["docker/data-root.ts", "agent/boot/prepare.ts", "host/volume-layout.ts"];
+const ON_THE_VOLUME = ["docker/data-root.ts", "agent/boot/activation-marker.ts", "host/volume-layout.ts"];
 
 t.test("no module of src/ but volume-paths.ts and the listed host-side ones imports node:fs", async (t) => {
   const src = join(import.meta.dirname, "..", "src");

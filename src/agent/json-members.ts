@@ -65,7 +65,10 @@ function stringEnd(text: string, at: number): number {
   throw new SyntaxError("unterminated string");
 }
 
-/** The index just past the value starting at `at`: a string, an object or array (nesting counted, strings skipped), or a literal/number. */
+/**
+ * The index just past the value starting at `at`: a string, an object or array (nesting counted, strings skipped), or a
+ * literal/number.
+ */
 function valueEnd(text: string, at: number): number {
   const first = text[at];
   if (first === '"') return stringEnd(text, at);

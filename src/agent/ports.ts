@@ -28,11 +28,17 @@ export interface VolumeInfo {
   tags: Record<string, string>;
   /** The attachment (EC2 volumes here are never multi-attach). */
   attachment?: { instanceId: string; device: string; state: AttachmentState };
-  /** EBS volume type (`gp3`, `gp2`, `io2`, …), provisioned IOPS and throughput, as EC2 describes them: what the volume costs. */
+  /**
+   * EBS volume type (`gp3`, `gp2`, `io2`, …), provisioned IOPS and throughput, as EC2 describes them: what the volume
+   * costs.
+   */
   volumeType?: string;
   iops?: number;
   throughputMiBps?: number;
-  /** Whether EBS encrypts it (config workspace.requireEncrypted refuses a workspace volume that is not), and with which KMS key. */
+  /**
+   * Whether EBS encrypts it (config workspace.requireEncrypted refuses a workspace volume that is not), and with which
+   * KMS key.
+   */
   encrypted?: boolean;
   kmsKeyId?: string;
 }
@@ -135,7 +141,10 @@ export interface CloudVolumes {
    * src/agent/volume-rules.ts.
    */
   newestSnapshot(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo | undefined>;
-  /** Every snapshot of this account carrying all the tags, in any state (the keeper orders volumes by their snapshot's age). */
+  /**
+   * Every snapshot of this account carrying all the tags, in any state (the keeper orders volumes by their snapshot's
+   * age).
+   */
   findSnapshots(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo[]>;
   /** Creates a volume and waits until it is available. */
   createVolume(
@@ -272,7 +281,10 @@ export interface DockerRootQuery {
   info(): Promise<{ dockerRootDir: string }>;
 }
 
-/** The spot interruption notice's action (src/aws/spot-notice.ts): stop, hibernate, terminate; undefined when there is none. */
+/**
+ * The spot interruption notice's action (src/aws/spot-notice.ts): stop, hibernate, terminate; undefined when there is
+ * none.
+ */
 export type SpotInstanceAction = () => Promise<string | undefined>;
 
 /** Removes the agent's readiness labels (src/agent/report.ts createLabelWithdrawer); node labels only with `node`. */
@@ -396,7 +408,9 @@ export type BootPhase = "first" | "second" | "single";
 export interface ContainerdRoot {
   /** The root containerd uses (config.toml's, or its default). */
   root(): Promise<string>;
-  /** Sets config.toml's top-level root (undefined: removed); true when the file changed, and containerd must restart. */
+  /**
+   * Sets config.toml's top-level root (undefined: removed); true when the file changed, and containerd must restart.
+   */
   setRoot(root: string | undefined): Promise<boolean>;
   /** config.toml as the agent's first change found it. */
   restoreBackup(): Promise<void>;
@@ -421,7 +435,10 @@ export interface ImagePuller {
 export type RefreshCloud = Pick<CloudVolumes, "findVolumes" | "findSnapshots" | "describeVolume" | "tagVolume">;
 // ---- prune (src/agent/prune/) ----
 
-/** A filesystem's fill from statfs(2): bytes as df counts them (blocks reserved for root are neither used nor available), and inodes. */
+/**
+ * A filesystem's fill from statfs(2): bytes as df counts them (blocks reserved for root are neither used nor
+ * available), and inodes.
+ */
 export interface FilesystemFill {
   mountPoint: string;
   /** The mounted device (`/dev/nvme1n1`), from the mount table. */
@@ -452,13 +469,19 @@ export interface ImageEntry {
   uniqueBytes?: number;
 }
 
-/** What the prune asks of the host's dockerd: its root, its images, the images its containers use, and removal without force. */
+/**
+ * What the prune asks of the host's dockerd: its root, its images, the images its containers use, and removal without
+ * force.
+ */
 export interface DockerImages {
   info(): Promise<{ dockerRootDir: string }>;
   imageEntries(): Promise<ImageEntry[]>;
   /** The image id of every container, running or stopped. */
   containerImageIds(): Promise<string[]>;
-  /** `DELETE /images/<reference>` without force: docker refuses an image a container uses. Returns what docker deleted (image and layer ids). */
+  /**
+   * `DELETE /images/<reference>` without force: docker refuses an image a container uses. Returns what docker deleted
+   * (image and layer ids).
+   */
   removeImage(reference: string): Promise<{ untagged: string[]; deleted: string[] }>;
 }
 

@@ -11,6 +11,7 @@ import type { HostProblem } from "../docker/dockerd-flags.ts";
 import {
   assertOwnedUpdate,
   chooseLabelMode,
+  engineLabelRecord,
   isUnderPrefix,
   nodeLabelChanges,
   readinessLabels,
@@ -93,7 +94,8 @@ export function createReporter(deps: ReporterDeps) {
     if (!deps.docker || !(await deps.docker.isActive())) {
       deps.log.info(
         "labels.publish",
-        `engine labels written: ${labelKey(deps.prefix, Label.state)}=${state}; docker is not running here, they apply at its start (not read back)`,
+        `engine labels written: ${labelKey(deps.prefix, Label.state)}=${state}; docker is not running here, they ` +
+          `apply at its start (not read back)`,
       );
       return;
     }
@@ -109,16 +111,6 @@ export function createReporter(deps: ReporterDeps) {
     await readBack(deps, "engine", labels, deadline, async () => engineLabelRecord((await deps.engine.info()).labels));
     deps.log.info("labels.publish", `engine labels set and read back: ${labelKey(deps.prefix, Label.state)}=${state}`);
   };
-}
-
-/** `key=value` entries as a record (a later entry wins, as docker's dedup keeps one). */
-function engineLabelRecord(entries: readonly string[]): Record<string, string> {
-  const record: Record<string, string> = {};
-  for (const entry of entries) {
-    const eq = entry.indexOf("=");
-    if (eq > 0) record[entry.slice(0, eq)] = entry.slice(eq + 1);
-  }
-  return record;
 }
 
 /**
@@ -147,10 +139,12 @@ async function readBack(
   }
   const where = mode === "node" ? "the node's labels (docker node inspect)" : "docker info's Labels";
   throw new LabelsNotTakenError(
-    `${where} still differ from what was published after ${deps.readBackTimeoutMs ?? DEFAULT_READ_BACK_MS} ms: ${differences.slice(0, 4).join("; ")}`,
+    `${where} still differ from what was published after ${deps.readBackTimeoutMs ?? DEFAULT_READ_BACK_MS} ms: ` +
+      `${differences.slice(0, 4).join("; ")}`,
     mode === "node"
       ? "check that this node can update itself through a manager (docker node inspect self), or use labels.mode engine"
-      : "check that dockerd reads the agent's daemon.json (its --config-file) and that no --label flag is set: journalctl -u docker -n 50",
+      : "check that dockerd reads the agent's daemon.json (its --config-file) and that no --label flag is set: " +
+          "journalctl -u docker -n 50",
   );
 }
 

@@ -221,7 +221,8 @@ export function resolveReleaseSettings(
   const keepTagMalformed = keepText !== undefined && !/^\s*(true|false)\s*$/i.test(keepText);
   if (keepTagMalformed)
     warnings.push(
-      `instance tag ${InstanceTag.keep} is not true or false: the released workspace volume is kept (never expired) rather than risk its data`,
+      `instance tag ${InstanceTag.keep} is not true or false: the released workspace volume is kept (never ` +
+        `expired) rather than risk its data`,
     );
   const release: ReleaseSettings = {
     enabled: effective.enabled,

@@ -4,8 +4,9 @@
  * boot may claim, the tags that select a pool, whether a volume's image store fits the host, the
  * cache volume among those attached, and the order a boot tries candidates in. Boot, gc, the
  * keeper, the pool view, pre-warm, prune, refresh and release all ask here, so they cannot
- * disagree about a volume. Pure: no I/O; it reads only tags.ts and types.
+ * disagree about a volume. Pure: no I/O; it reads only tags.ts, engine-version.ts and types.
  */
+import { engineMajorVersion } from "../engine-version.ts";
 import { createHash } from "node:crypto";
 import type { ImageStore } from "../docker/engine.ts";
 import type { HostStore } from "../docker/image-store.ts";
@@ -294,12 +295,6 @@ export function volumeStore(tags: Readonly<Record<string, string>>): VolumeStore
   const value = raw.trim();
   const store = IMAGE_STORES.find((s) => s === value);
   return store ? { known: true, store, recorded: true, ...version } : { known: false, value, ...version };
-}
-
-/** The major version of a docker version (`29.0.1` → 29, `20.10.24+dfsg1` → 20), or undefined. */
-export function engineMajorVersion(serverVersion: string | undefined): number | undefined {
-  const match = /^(\d+)\./.exec(serverVersion ?? "");
-  return match ? Number(match[1]) : undefined;
 }
 
 /**

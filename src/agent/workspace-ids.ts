@@ -106,7 +106,9 @@ export function workspaceIdsFromLabels(
   if (missing.length > 0) {
     return {
       ok: true,
-      note: `the labels name ${present.join(", ")} but not ${missing.join(", ")} (workspace.minimumKeys): no workspace, the pool is used`,
+      note:
+        `the labels name ${present.join(", ")} but not ${missing.join(", ")} (workspace.minimumKeys): no ` +
+        `workspace, the pool is used`,
     };
   }
   return { ok: true, ids };

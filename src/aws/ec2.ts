@@ -11,7 +11,8 @@
  * - AttachVolume is the lock. A VolumeInUse / IncorrectState on the call's first attempt, for a
  *   volume the caller knows was not attached here (`notHeldHere`: a candidate of a listing, the
  *   instance holding nothing), is another instance's claim: `taken`, with no describe (a herd
- *   of losers must not double its calls). Otherwise, after a retried attempt (the SDK's `$metadata.attempts` > 1) or an unknown outcome,
+ *   of losers must not double its calls). Otherwise, after a retried attempt (the SDK's `$metadata.attempts` > 1) or an
+ * unknown outcome,
  *   the volume's attachment decides: attached (or attaching) to this instance = `claimed`, so a
  *   call that EC2 applied although it answered 500 (and whose retry then got VolumeInUse)
  *   counts as claimed.
@@ -101,7 +102,9 @@ export interface Ec2ClientOptions {
   requestTimeoutMs?: number;
 }
 
-/** The EC2 client the agent uses, with a retry strategy fit for a boot storm and credentials fetched once per client. */
+/**
+ * The EC2 client the agent uses, with a retry strategy fit for a boot storm and credentials fetched once per client.
+ */
 export function createEc2Client(options: Ec2ClientOptions): EC2Client {
   const instanceProfile: InstanceProfileOptions = {
     endpoint: process.env.AWS_EC2_METADATA_SERVICE_ENDPOINT ?? DEFAULT_IMDS_ENDPOINT,

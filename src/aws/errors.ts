@@ -159,14 +159,23 @@ export function outcomeUnknown(failure: Ec2Failure): boolean {
 function remediationFor(action: string, failure: Ec2Failure): string {
   switch (failure.kind) {
     case "unauthorized":
-      return `grant the instance role ec2:${action} on the agent's volumes (see the policy in iam/), or fix the credentials`;
+      return (
+        `grant the instance role ec2:${action} on the agent's volumes (see the policy in iam/), or fix the ` +
+        `credentials`
+      );
     case "credentials-unavailable":
       return CREDENTIALS_REMEDIATION;
     case "throttled":
-      return "EC2 kept throttling the account's API calls (many machines booting at once): re-run the agent (it is idempotent), or raise its maxAttempts / stagger the launches";
+      return (
+        "EC2 kept throttling the account's API calls (many machines booting at once): re-run the agent (it is " +
+        "idempotent), or raise its maxAttempts / stagger the launches"
+      );
     case "server":
     case "network":
-      return "EC2 did not answer properly: check the route to the EC2 endpoint (VPC endpoint or NAT, DNS) and re-run the agent (it is idempotent)";
+      return (
+        "EC2 did not answer properly: check the route to the EC2 endpoint (VPC endpoint or NAT, DNS) and re-run " +
+        "the agent (it is idempotent)"
+      );
     case "not-found":
       return "the resource named in the message no longer exists (deleted meanwhile?): re-run the agent to pick another";
     case "instance-state":
@@ -207,7 +216,8 @@ export class AttachmentLimitError extends AgentError {
   ) {
     super(
       `cannot attach ${volumeId}: ${instanceId} has reached its limit of volume attachments`,
-      "detach volumes this instance no longer needs, or use an instance type with more EBS attachments; the node comes up without a cache volume meanwhile",
+      "detach volumes this instance no longer needs, or use an instance type with more EBS attachments; the node " +
+        "comes up without a cache volume meanwhile",
       undefined,
       { cause },
     );
@@ -224,7 +234,8 @@ export class DeviceNameError extends AgentError {
   ) {
     super(
       `cannot attach ${volumeId} to ${instanceId}: no usable device name (tried ${tried.join(", ")})`,
-      "set the agent's device to a free EBS name (/dev/sdf to /dev/sdp) and detach volumes this instance no longer needs",
+      "set the agent's device to a free EBS name (/dev/sdf to /dev/sdp) and detach volumes this instance no " +
+        "longer needs",
       undefined,
       { cause },
     );
@@ -243,10 +254,13 @@ export class AttachmentTimeoutError extends AgentError {
   ) {
     const remediation =
       wanted === "attached"
-        ? `EC2 sometimes needs minutes to finish an attachment: re-run the agent later; if ${volumeId} stays 'attaching', detach it (aws ec2 detach-volume --volume-id ${volumeId}) or stop and start the instance`
-        : `make sure nothing on ${instanceId} still uses ${volumeId} (unmounted), then re-run the release; never force-detach a mounted volume`;
+        ? `EC2 sometimes needs minutes to finish an attachment: re-run the agent later; if ${volumeId} stays ` +
+          `'attaching', detach it (aws ec2 detach-volume --volume-id ${volumeId}) or stop and start the instance`
+        : `make sure nothing on ${instanceId} still uses ${volumeId} (unmounted), then re-run the release; never ` +
+          `force-detach a mounted volume`;
     super(
-      `${volumeId} did not become ${wanted} on ${instanceId} within ${Math.round(timeoutMs / 1000)} s (last seen: ${lastSeen})`,
+      `${volumeId} did not become ${wanted} on ${instanceId} within ${Math.round(timeoutMs / 1000)} s (last ` +
+        `seen: ${lastSeen})`,
       remediation,
     );
   }
@@ -274,7 +288,8 @@ export class VolumeCreateError extends AgentError {
   ) {
     super(
       `volume ${volumeId} did not become available: ${reason}`,
-      `look at ${volumeId} in the EC2 console (its state message, the snapshot it came from) and delete it if it is in 'error'; the agent creates another on its next run`,
+      `look at ${volumeId} in the EC2 console (its state message, the snapshot it came from) and delete it if it ` +
+        `is in 'error'; the agent creates another on its next run`,
     );
   }
 }
@@ -288,8 +303,10 @@ export class ImdsUnavailableError extends AgentError {
     cause: unknown,
   ) {
     super(
-      `the instance metadata service at ${endpoint} did not answer ${path} within ${Math.round(timeoutMs / 1000)} s: ${describeError(cause)}`,
-      "check that IMDS is enabled for the instance (HttpEndpoint=enabled) with IMDSv2 tokens reachable (HttpPutResponseHopLimit), then re-run the agent",
+      `the instance metadata service at ${endpoint} did not answer ${path} within ` +
+        `${Math.round(timeoutMs / 1000)} s: ${describeError(cause)}`,
+      "check that IMDS is enabled for the instance (HttpEndpoint=enabled) with IMDSv2 tokens reachable " +
+        "(HttpPutResponseHopLimit), then re-run the agent",
       undefined,
       { cause },
     );
@@ -314,10 +331,13 @@ export class ImdsError extends AgentError {
 
 /** What to check when the instance profile's credentials do not come (true for IMDS and for EC2's side of it). */
 const CREDENTIALS_REMEDIATION =
-  "the node could not get credentials to call EC2 (nothing was asked of EC2): check that IMDS is enabled (HttpEndpoint=enabled) " +
-  "and answers IMDSv2 token requests on this host (HttpPutResponseHopLimit at least 1, 2 if the agent runs in a container), " +
+  "the node could not get credentials to call EC2 (nothing was asked of EC2): check that IMDS is enabled " +
+  "(HttpEndpoint=enabled) " +
+  ("and answers IMDSv2 token requests on this host (HttpPutResponseHopLimit at least 1, 2 if the agent runs in a " +
+    "container), ") +
   "that an instance profile with the agent's role is attached (aws ec2 describe-iam-instance-profile-associations), " +
-  "and re-run the agent (it is idempotent); raise timeouts.imdsSeconds / timeouts.imdsRequestSeconds if IMDS is only slow";
+  ("and re-run the agent (it is idempotent); raise timeouts.imdsSeconds / timeouts.imdsRequestSeconds if IMDS is " +
+    "only slow");
 
 /** The instance profile's credentials did not come from IMDS within the agent's budget. */
 export class CredentialsUnavailableError extends AgentError {
@@ -328,7 +348,8 @@ export class CredentialsUnavailableError extends AgentError {
     cause: unknown,
   ) {
     super(
-      `no instance-profile credentials from IMDS at ${endpoint} after ${attempts} attempt${attempts === 1 ? "" : "s"} in ${(elapsedMs / 1000).toFixed(1)} s: ${describeError(cause)}`,
+      `no instance-profile credentials from IMDS at ${endpoint} after ${attempts} ` +
+        `attempt${attempts === 1 ? "" : "s"} in ${(elapsedMs / 1000).toFixed(1)} s: ${describeError(cause)}`,
       CREDENTIALS_REMEDIATION,
       undefined,
       { cause },

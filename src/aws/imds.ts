@@ -75,7 +75,10 @@ function statusOf(error: unknown): number | undefined {
  */
 export function imdsTagKeyProblem(key: string): string | undefined {
   if (/^[0-9a-zA-Z\-_+=,.@:]{1,255}$/.test(key) && key !== "." && key !== ".." && key !== "_index") return undefined;
-  return `'${key}' is not a valid tag key. Tag keys must match pattern ([0-9a-zA-Z\\-_+=,.@:]{1,255}), and must not be a reserved name ('.', '..', '_index')`;
+  return (
+    `'${key}' is not a valid tag key. Tag keys must match pattern ([0-9a-zA-Z\\-_+=,.@:]{1,255}), and must not be ` +
+    `a reserved name ('.', '..', '_index')`
+  );
 }
 
 /**
@@ -120,7 +123,8 @@ export async function identifyInstance(options: IdentifyOptions): Promise<Identi
       endpoint,
       META,
       new Error(
-        `unexpected identity: instance ${JSON.stringify(instanceId)}, zone ${JSON.stringify(availabilityZone)}, region ${JSON.stringify(region)}`,
+        `unexpected identity: instance ${JSON.stringify(instanceId)}, zone ${JSON.stringify(availabilityZone)}, ` +
+          `region ${JSON.stringify(region)}`,
       ),
     );
   }

@@ -59,11 +59,13 @@ export function bootCommand(): Command {
     .option("--json", "print the plan and result as JSON")
     .option(
       "--no-docker",
-      "first boot phase (before docker.service): stop once daemon.json points at the volume; no docker start, no labels",
+      "first boot phase (before docker.service): stop once daemon.json points at the volume; no docker start, no " +
+        "labels",
     )
     .addHelpText(
       "after",
-      "\nExit codes: 0 ready (or disabled), 1 failure, 2 usage, 3 invalid configuration or ebs-cache:* instance tags (nothing changed),\n4 degraded (no cache volume: docker on its default data-root).",
+      "\nExit codes: 0 ready (or disabled), 1 failure, 2 usage, 3 invalid configuration or ebs-cache:* instance " +
+        "tags (nothing changed),\n4 degraded (no cache volume: docker on its default data-root).",
     )
     .option(
       "--no-claim",

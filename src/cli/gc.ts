@@ -1,4 +1,7 @@
-/** `ebs-cache-agent gc`: deletes expired managed volumes and superseded pool volumes (src/agent/gc/: the verdicts are planned in plan.ts). */
+/**
+ * `ebs-cache-agent gc`: deletes expired managed volumes and superseded pool volumes (src/agent/gc/: the verdicts are
+ * planned in plan.ts).
+ */
 import { Command } from "commander";
 import { gcExitCode, runGc } from "../agent/gc/run.ts";
 import { hostContext } from "./common.ts";
@@ -7,7 +10,9 @@ import { CONFIG_OPTION, wholeNumber } from "./options.ts";
 export function gcCommand(): Command {
   return new Command("gc")
     .description(
-      "delete managed volumes that are available, past ebs-cache:expires-at and not kept, and available pool volumes of a superseded generation once gc.supersededGraceHours have passed; never touches other volumes or snapshots",
+      "delete managed volumes that are available, past ebs-cache:expires-at and not kept, and available pool " +
+        "volumes of a superseded generation once gc.supersededGraceHours have passed; never touches other volumes " +
+        "or snapshots",
     )
     .option(...CONFIG_OPTION)
     .option("--dry-run", "print what would be done; change nothing")
@@ -37,7 +42,8 @@ export function gcCommand(): Command {
         for (const d of outcome.decisions)
           out(`${d.volumeId}  ${d.verdict.padEnd(13)} ${d.reason}${d.done ? `  -> ${d.done}` : ""}`);
         out(
-          `${opts.dryRun ? "dry run: " : ""}${outcome.deleted} deleted, ${outcome.spared} spared, ${outcome.failed} failed, ${outcome.decisions.length} managed volumes seen`,
+          `${opts.dryRun ? "dry run: " : ""}${outcome.deleted} deleted, ${outcome.spared} spared, ` +
+            `${outcome.failed} failed, ${outcome.decisions.length} managed volumes seen`,
         );
       }
       process.exitCode = gcExitCode(outcome);

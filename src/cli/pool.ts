@@ -10,15 +10,18 @@ import { CONFIG_OPTION, poolNameOption } from "./options.ts";
 export function poolCommand(): Command {
   const pool = new Command("pool")
     .description(
-      "list the pool and workspace volumes the agent manages: per zone by state and generation with their GiB, estimated monthly cost " +
-        "(config cost.*) and the keeper's target; then each volume: state, claimed-by, age, expiry, generation, last error (quarantined)",
+      "list the pool and workspace volumes the agent manages: per zone by state and generation with their GiB, " +
+        "estimated monthly cost " +
+        ("(config cost.*) and the keeper's target; then each volume: state, claimed-by, age, expiry, generation, " +
+          "last error (quarantined)"),
     )
     .option(...CONFIG_OPTION)
     .option("--pool <name>", "only this pool", poolNameOption)
     .option("--json", "JSON for scripts (schema/pool.schema.json)")
     .addHelpText(
       "after",
-      "\nCosts are estimates at the prices in config cost.* (us-east-1 list prices by default); snapshots count at their volume size, the most they can cost." +
+      "\nCosts are estimates at the prices in config cost.* (us-east-1 list prices by default); snapshots count " +
+        "at their volume size, the most they can cost." +
         "\nExit codes: 0 listed, 1 EC2 could not be asked, 2 usage (a bad --pool name too), 3 invalid configuration.",
     )
     .action(async (opts: { config?: string; pool?: string; json?: boolean }) => {
@@ -34,17 +37,22 @@ export function poolCommand(): Command {
 function fillCommand(): Command {
   return new Command("fill")
     .description(
-      "the pool keeper: in each zone of keeper.zones, create volumes from the pool's newest snapshot up to keeper.minAvailable available " +
-        "(within keeper.maxVolumes and keeper.maxGiB for the whole pool), delete available ones beyond keeper.maxAvailable (oldest first; " +
-        "never one in use, kept or not managed), and tag ebs-cache:initialized the volumes EBS reports fully initialized",
+      "the pool keeper: in each zone of keeper.zones, create volumes from the pool's newest snapshot up to " +
+        "keeper.minAvailable available " +
+        ("(within keeper.maxVolumes and keeper.maxGiB for the whole pool), delete available ones beyond " +
+          "keeper.maxAvailable (oldest first; ") +
+        ("never one in use, kept or not managed), and tag ebs-cache:initialized the volumes EBS reports fully " +
+          "initialized"),
     )
     .option(...CONFIG_OPTION)
     .option("--dry-run", "print the plan; change nothing")
     .option("--json", "print the plan and what was done as JSON")
     .addHelpText(
       "after",
-      "\nSafe to run on several hosts at once: each new volume's ClientToken names its slot, and the pool is counted again before each further volume." +
-        "\nExit codes: 0 done (or nothing to do), 1 some step failed, 2 usage, 3 invalid configuration (keeper.zones empty).",
+      "\nSafe to run on several hosts at once: each new volume's ClientToken names its slot, and the pool is " +
+        "counted again before each further volume." +
+        ("\nExit codes: 0 done (or nothing to do), 1 some step failed, 2 usage, 3 invalid configuration " +
+          "(keeper.zones empty)."),
     )
     .action(async (_opts: unknown, command: Command) => {
       // `pool`'s own --config and --json are parsed by `pool` wherever they stand (`pool fill --json`).
@@ -67,7 +75,9 @@ function fillCommand(): Command {
 function renderKeeperOutcome(outcome: KeeperOutcome, dryRun: boolean): string {
   const { plan, final } = outcome;
   const lines = [
-    `pool ${plan.pool}: ${plan.totals.volumes} volumes, ${plan.totals.gib} GiB (cap ${plan.totals.maxVolumes} volumes, ${plan.totals.maxGiB} GiB); snapshot ${plan.snapshotId ?? "none"}${plan.generation ? ` (generation ${plan.generation})` : ""}`,
+    `pool ${plan.pool}: ${plan.totals.volumes} volumes, ${plan.totals.gib} GiB (cap ${plan.totals.maxVolumes} ` +
+      `volumes, ${plan.totals.maxGiB} GiB); snapshot ` +
+      `${plan.snapshotId ?? "none"}${plan.generation ? ` (generation ${plan.generation})` : ""}`,
   ];
   for (const z of plan.zones) {
     const todo =
@@ -80,7 +90,8 @@ function renderKeeperOutcome(outcome: KeeperOutcome, dryRun: boolean): string {
   if (dryRun) {
     for (const s of plan.steps)
       lines.push(
-        `  would ${s.step} ${"volumeId" in s ? s.volumeId : `slot ${s.slot} from ${s.snapshotId} (${s.sizeGiB} GiB)`} in ${s.zone}`,
+        `  would ${s.step} ` +
+          `${"volumeId" in s ? s.volumeId : `slot ${s.slot} from ${s.snapshotId} (${s.sizeGiB} GiB)`} in ${s.zone}`,
       );
     lines.push("dry run: nothing changed");
     return lines.join("\n");
@@ -88,7 +99,9 @@ function renderKeeperOutcome(outcome: KeeperOutcome, dryRun: boolean): string {
   for (const r of outcome.results)
     lines.push(`  ${r.step} ${r.volumeId ?? ""} in ${r.zone}: ${r.done}${r.error ? ` (${r.error})` : ""}`);
   lines.push(
-    `after ${outcome.rounds} rounds: ${final.zones.map((z) => `${z.zone} ${z.available + z.creating}`).join(", ")} in stock; ${outcome.failed} failed`,
+    `after ${outcome.rounds} rounds: ` +
+      `${final.zones.map((z) => `${z.zone} ${z.available + z.creating}`).join(", ")} in stock; ${outcome.failed} ` +
+      `failed`,
   );
   return lines.join("\n");
 }

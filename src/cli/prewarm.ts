@@ -12,7 +12,8 @@ import { CONFIG_OPTION } from "./options.ts";
 export function prewarmCommand(): Command {
   return new Command("prewarm")
     .description(
-      "check or initialize the cache volume restored from a snapshot (resumes an interrupted initialization); labels warming, then ready",
+      "check or initialize the cache volume restored from a snapshot (resumes an interrupted initialization); " +
+        "labels warming, then ready",
     )
     .option(...CONFIG_OPTION)
     .addOption(new Option("--strategy <strategy>", "override prewarm.strategy").choices([...PREWARM_STRATEGIES]))
@@ -20,7 +21,8 @@ export function prewarmCommand(): Command {
     .option("--json", "print the outcome as JSON")
     .addHelpText(
       "after",
-      "\nExit codes: 0 done (or nothing to do), 1 the pre-warm failed (the node is still reported; the log says why), 2 usage, 3 invalid configuration.",
+      "\nExit codes: 0 done (or nothing to do), 1 the pre-warm failed (the node is still reported; the log says " +
+        "why), 2 usage, 3 invalid configuration.",
     )
     .action(async (opts: { config?: string; strategy?: PrewarmStrategy; background?: boolean; json?: boolean }) => {
       const context = await hostContext(opts.config);
@@ -40,7 +42,8 @@ export function prewarmCommand(): Command {
         else if (result.outcome) {
           out(`volume ${result.volumeId}: ${result.outcome.decision.action} (${result.outcome.decision.reason})`);
           out(
-            `verdict: ${result.outcome.verdict}, phase: ${result.outcome.phase}${result.outcome.error ? `, error: ${result.outcome.error}` : ""}`,
+            `verdict: ${result.outcome.verdict}, phase: ` +
+              `${result.outcome.phase}${result.outcome.error ? `, error: ${result.outcome.error}` : ""}`,
           );
         } else out("no cache volume attached: nothing to pre-warm");
         process.exitCode = result.exitCode;

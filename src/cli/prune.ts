@@ -23,21 +23,25 @@ export function renderPrune(outcome: PruneOutcome): string[] {
   const lines = [`${outcome.dryRun ? "dry run: " : ""}${plan.verdict}: ${plan.reason}`];
   if (plan.volumeId)
     lines.push(
-      `volume ${plan.volumeId} at ${plan.mountPoint ?? "?"}; current images from ${plan.currentSource}${plan.generation ? ` (${plan.generation})` : ""}`,
+      `volume ${plan.volumeId} at ${plan.mountPoint ?? "?"}; current images from ` +
+        `${plan.currentSource}${plan.generation ? ` (${plan.generation})` : ""}`,
     );
   const done = new Map(outcome.removals.map((r) => [r.id, r]));
   for (const image of plan.images) {
     const result = done.get(image.id);
     const name = image.references.join(",") || image.id.slice(0, 19);
     lines.push(
-      `  ${image.verdict.padEnd(14)} ${name}  ${(image.freesBytes / MiB).toFixed(1)} MiB  ${image.reason}${result ? `  -> ${result.done}${result.error ? ` (${result.error})` : ""}` : ""}`,
+      `  ${image.verdict.padEnd(14)} ${name}  ${(image.freesBytes / MiB).toFixed(1)} MiB  ` +
+        `${image.reason}${result ? `  -> ${result.done}${result.error ? ` (${result.error})` : ""}` : ""}`,
     );
   }
   if (plan.verdict === "prune") {
     lines.push(
       outcome.dryRun
-        ? `would remove ${plan.removals.length} image(s): fill ${percent(plan.usedRatio)} -> about ${percent(plan.projectedUsedRatio)}`
-        : `${outcome.removed} removed, ${outcome.failed} failed: fill ${percent(outcome.usedRatioBefore)} -> ${percent(outcome.usedRatioAfter)}`,
+        ? `would remove ${plan.removals.length} image(s): fill ${percent(plan.usedRatio)} -> about ` +
+            `${percent(plan.projectedUsedRatio)}`
+        : `${outcome.removed} removed, ${outcome.failed} failed: fill ${percent(outcome.usedRatioBefore)} -> ` +
+            `${percent(outcome.usedRatioAfter)}`,
     );
   }
   return lines;
@@ -46,7 +50,9 @@ export function renderPrune(outcome: PruneOutcome): string[] {
 export function pruneCommand(): Command {
   return new Command("prune")
     .description(
-      "on a pool volume fuller than prune.thresholdPercent, remove images outside the pool's current generation until the fill is below prune.targetPercent; never on a workspace volume, never an image a container uses (running or stopped), never forced",
+      "on a pool volume fuller than prune.thresholdPercent, remove images outside the pool's current generation " +
+        "until the fill is below prune.targetPercent; never on a workspace volume, never an image a container uses " +
+        "(running or stopped), never forced",
     )
     .option(...CONFIG_OPTION)
     .option("--dry-run", "print what would be removed; change nothing")
@@ -63,7 +69,8 @@ export function pruneCommand(): Command {
     )
     .addHelpText(
       "after",
-      "\nExit codes: 0 done (or nothing to do), 1 some removal failed or docker/EC2 could not be asked, 2 usage, 3 invalid configuration.",
+      "\nExit codes: 0 done (or nothing to do), 1 some removal failed or docker/EC2 could not be asked, 2 usage, " +
+        "3 invalid configuration.",
     )
     .action(
       async (opts: { config?: string; dryRun?: boolean; json?: boolean; afterBoot?: boolean; timer?: boolean }) => {

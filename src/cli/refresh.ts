@@ -12,7 +12,8 @@ import { CONFIG_OPTION } from "./options.ts";
 export function refreshCommand(): Command {
   return new Command("refresh")
     .description(
-      "pull the images of the pool's current generation and of osparc's pre_pulled_images instance tag that the cache volume lacks; tag the volume current when it holds them all",
+      "pull the images of the pool's current generation and of osparc's pre_pulled_images instance tag that the " +
+        "cache volume lacks; tag the volume current when it holds them all",
     )
     .option(...CONFIG_OPTION)
     .option("--dry-run", "observe and print the plan; pull nothing, tag nothing")
@@ -21,7 +22,8 @@ export function refreshCommand(): Command {
     .addHelpText(
       "after",
       "\nA failed pull is a warning: the node's readiness labels never change. Only pool volumes are refreshed.\n" +
-        "Exit codes: 0 done (pulls may have failed: see the output or `status`), 1 the refresh could not run (EC2 or docker unreachable), 2 usage, 3 invalid configuration.",
+        ("Exit codes: 0 done (pulls may have failed: see the output or `status`), 1 the refresh could not run " +
+          "(EC2 or docker unreachable), 2 usage, 3 invalid configuration."),
     )
     .action(async (opts: { config?: string; dryRun?: boolean; json?: boolean; background?: boolean }) => {
       const context = await hostContext(opts.config);

@@ -55,7 +55,8 @@ export function printReleaseOutcome(outcome: ReleaseOutcome, json: boolean, out:
 export function releaseCommand(): Command {
   return new Command("release")
     .description(
-      "give the cache volume back (at shutdown): labels off, data-root reset, unmount, detach, tag released-at / expires-at; " +
+      "give the cache volume back (at shutdown): labels off, data-root reset, unmount, detach, tag released-at / " +
+        "expires-at; " +
         "when the instance is being stopped, the volume is unmounted and stays attached",
     )
     .option(...CONFIG_OPTION)
@@ -63,7 +64,8 @@ export function releaseCommand(): Command {
     .option("--json", "print the plan and result as JSON")
     .addHelpText(
       "after",
-      "\nExit codes: 0 released (or nothing to release, or disabled), 1 refused or failed (the log says what to do; nothing\n" +
+      "\nExit codes: 0 released (or nothing to release, or disabled), 1 refused or failed (the log says what to " +
+        "do; nothing\n" +
         "mounted was detached), 2 usage, 3 invalid configuration file (nothing changed).",
     )
     .action(async (opts: ReleaseCliOptions) => {

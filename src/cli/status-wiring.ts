@@ -9,7 +9,7 @@ import { refreshStatus } from "../agent/refresh/run.ts";
 import type { AgentConfig } from "../config/index.ts";
 import { createDaemonConfig } from "../docker/daemon-json.ts";
 import { createDockerEngine } from "../docker/engine.ts";
-import { chooseLabelMode, isUnderPrefix } from "../docker/labels.ts";
+import { chooseLabelMode, engineLabelRecord, isUnderPrefix } from "../docker/labels.ts";
 import type { Logger } from "../log.ts";
 import type { StatusSources } from "../status/observe.ts";
 
@@ -43,10 +43,7 @@ async function shownLabels(config: AgentConfig, log: Logger): Promise<Record<str
     let labels: Record<string, string>;
     if (chooseLabelMode(mode, info) === "node" && info.swarm.nodeId)
       labels = await engine.nodeLabels(info.swarm.nodeId);
-    else
-      labels = Object.fromEntries(
-        info.labels.map((entry) => [entry.slice(0, entry.indexOf("=")), entry.slice(entry.indexOf("=") + 1)]),
-      );
+    else labels = engineLabelRecord(info.labels);
     return Object.fromEntries(Object.entries(labels).filter(([key]) => isUnderPrefix(prefix, key)));
   } catch (error) {
     log.debug("status.labels-unread", `docker's labels not read: ${(error as Error).message}`);

@@ -18,15 +18,18 @@ import { statusSources } from "./status-wiring.ts";
 export function statusCommand(): Command {
   return new Command("status")
     .description(
-      "the state of this host: last boot (outcome, source, timeline), volume, mount and fill, docker's data-root, labels, pre-warm, refresh, last release",
+      "the state of this host: last boot (outcome, source, timeline), volume, mount and fill, docker's " +
+        "data-root, labels, pre-warm, refresh, last release",
     )
     .option(...CONFIG_OPTION)
     .option("--json", "print the document of schema/status.schema.json")
     .addHelpText(
       "after",
       "\nA health check: it reads the agent's records and the host, and changes nothing.\n" +
-        "Exit codes: 0 healthy (warnings may be listed), 1 a problem (no boot recorded, the volume not mounted, docker's data-root\n" +
-        "not the volume's, the cache filesystem 95 % full, a release since the boot), 2 usage, 3 invalid configuration, 4 the boot degraded.",
+        ("Exit codes: 0 healthy (warnings may be listed), 1 a problem (no boot recorded, the volume not mounted, " +
+          "docker's data-root\n") +
+        ("not the volume's, the cache filesystem 95 % full, a release since the boot), 2 usage, 3 invalid " +
+          "configuration, 4 the boot degraded."),
     )
     .action(async (opts: { config?: string; json?: boolean }) => {
       const { config, log } = await loadCommandConfig(opts.config);

@@ -120,7 +120,8 @@ function locateJsonError(text: string): { offset: number; reason: string } | und
     word.lastIndex = i;
     if (word.test(text))
       stop(
-        `unexpected word ${JSON.stringify(text.slice(i, word.lastIndex))} (strings need double quotes; the literals are true, false and null)`,
+        `unexpected word ${JSON.stringify(text.slice(i, word.lastIndex))} (strings need double quotes; the ` +
+          `literals are true, false and null)`,
       );
     stop(`expected a value, found ${here()}`);
   };

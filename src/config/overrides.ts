@@ -165,7 +165,8 @@ export function applyInstanceTags(config: AgentConfig, tags: Readonly<Record<str
   for (const tag of Object.keys(tags)) {
     if (tag.startsWith(TAG_PREFIX) && !allowed.has(tag)) {
       warnings.push(
-        `instance tag ${quote(tag)} is not one of the tags that override settings (${[...allowed].join(", ")}) and is ignored`,
+        `instance tag ${quote(tag)} is not one of the tags that override settings (${[...allowed].join(", ")}) ` +
+          `and is ignored`,
       );
     }
   }
@@ -203,7 +204,8 @@ export function readLabelSwitches(labels: Readonly<Record<string, unknown>>, pre
       const got = typeof raw === "string" ? quote(raw) : (JSON.stringify(raw) ?? String(raw));
       if (setting === "keep") out.keepMalformed = true;
       out.warnings.push(
-        `label ${keys[setting]} in the labels tag must be true or false, got ${got}: not applied${setting === "keep" ? " (a released workspace volume is kept rather than expired on a guess)" : ""}`,
+        `label ${keys[setting]} in the labels tag must be true or false, got ${got}: not ` +
+          `applied${setting === "keep" ? " (a released workspace volume is kept rather than expired on a guess)" : ""}`,
       );
     }
   }

@@ -104,7 +104,8 @@ export const FORMATS: Readonly<Record<StringFormat, FormatSpec>> = {
   },
   operatorTag: {
     description:
-      "an EC2 tag as KEY=VALUE (key 1 to 128 characters without '=', not starting with aws: or ebs-cache:; value up to 256 characters)",
+      "an EC2 tag as KEY=VALUE (key 1 to 128 characters without '=', not starting with aws: or ebs-cache:; value " +
+      "up to 256 characters)",
     pattern: "^(?![aA][wW][sS]:)(?!ebs-cache:)[^=]{1,128}=",
   },
   // Its values are the items' `enum`: an editor completes them.
@@ -169,7 +170,8 @@ export const CONFIG_SCHEMA = {
       "x-format": "imageSet",
       default: null,
       description:
-        "When set, pool volumes and snapshots must carry tag `ebs-cache:image-set` with this value; null accepts any image set.",
+        "When set, pool volumes and snapshots must carry tag `ebs-cache:image-set` with this value; null accepts " +
+        "any image set.",
     },
     region: {
       type: ["string", "null"],
@@ -214,25 +216,30 @@ export const CONFIG_SCHEMA = {
       maximum: 300,
       default: null,
       description:
-        "Volume initialization rate (MiB/s) requested for volumes created from a snapshot; null leaves blocks to load lazily.",
+        "Volume initialization rate (MiB/s) requested for volumes created from a snapshot; null leaves blocks to " +
+        "load lazily.",
     },
     volumes: {
       type: "object",
       description:
-        "How the volumes the agent creates are made (a boot from the pool's snapshot or blank, and `pool fill`), as Karpenter's EC2NodeClass `blockDeviceMappings` and `tags` (see docs/operations.md, \"Volumes as you configure them\").",
+        "How the volumes the agent creates are made (a boot from the pool's snapshot or blank, and `pool fill`), " +
+        "as Karpenter's EC2NodeClass `blockDeviceMappings` and `tags` (see docs/operations.md, \"Volumes as you " +
+        'configure them").',
       properties: {
         encrypted: {
           type: "boolean",
           default: false,
           description:
-            "Ask EC2 for an encrypted volume (`Encrypted=true`). false asks nothing: the volume is encrypted when its snapshot is, or when the account encrypts new volumes by default.",
+            "Ask EC2 for an encrypted volume (`Encrypted=true`). false asks nothing: the volume is encrypted " +
+            "when its snapshot is, or when the account encrypts new volumes by default.",
         },
         kmsKeyId: {
           type: ["string", "null"],
           "x-format": "kmsKeyId",
           default: null,
           description:
-            "The KMS key that encrypts them (`KmsKeyId`); needs `encrypted: true`. null: the account's default key for EBS. The instance profile needs the KMS grants of iam/ (scoped to EC2 by `kms:ViaService`).",
+            "The KMS key that encrypts them (`KmsKeyId`); needs `encrypted: true`. null: the account's default " +
+            "key for EBS. The instance profile needs the KMS grants of iam/ (scoped to EC2 by `kms:ViaService`).",
         },
         iops: {
           type: ["integer", "null"],
@@ -240,7 +247,8 @@ export const CONFIG_SCHEMA = {
           maximum: 80000,
           default: null,
           description:
-            "gp3 IOPS to provision (`Iops`, EC2's gp3 range), at most 500 per GiB of the volume; needs `volumeType: gp3`. null: gp3's baseline of 3000. Above 3000 they cost extra (cost.iopsMonthUsd).",
+            "gp3 IOPS to provision (`Iops`, EC2's gp3 range), at most 500 per GiB of the volume; needs " +
+            "`volumeType: gp3`. null: gp3's baseline of 3000. Above 3000 they cost extra (cost.iopsMonthUsd).",
         },
         throughputMiBps: {
           type: ["integer", "null"],
@@ -248,13 +256,21 @@ export const CONFIG_SCHEMA = {
           maximum: 2000,
           default: null,
           description:
-            "gp3 throughput to provision (`Throughput`, MiB/s), at most a quarter of the IOPS (0.25 MiB/s per IOPS); needs `volumeType: gp3`. null: gp3's baseline of 125. Above 125 it costs extra (cost.throughputMonthUsd).",
+            "gp3 throughput to provision (`Throughput`, MiB/s), at most a quarter of the IOPS (0.25 MiB/s per " +
+            "IOPS); needs `volumeType: gp3`. null: gp3's baseline of 125. Above 125 it costs extra " +
+            "(cost.throughputMonthUsd).",
         },
         tags: {
           type: "array",
           items: { type: "string", "x-format": "operatorTag" },
           default: [],
-          description: `Your tags (cost allocation, ownership) as \`KEY=VALUE\`, put on every volume the agent creates, with its own \`ebs-cache:*\` tags: keys outside the \`ebs-cache:\` namespace and not starting with \`aws:\`, 1 to 128 characters, values up to ${MAX_TAG_VALUE}; at most ${MAX_OPERATOR_TAGS} (EC2 allows ${MAX_TAGS_PER_RESOURCE} tags on a resource, and the agent's own take up to ${MAX_TAGS_PER_RESOURCE - MAX_OPERATOR_TAGS}). In the environment variable, comma-separated (a value cannot hold a comma there).`,
+          description:
+            `Your tags (cost allocation, ownership) as \`KEY=VALUE\`, put on every volume the agent creates, with ` +
+            `its own \`ebs-cache:*\` tags: keys outside the \`ebs-cache:\` namespace and not starting with ` +
+            `\`aws:\`, 1 to 128 characters, values up to ${MAX_TAG_VALUE}; at most ${MAX_OPERATOR_TAGS} (EC2 ` +
+            `allows ${MAX_TAGS_PER_RESOURCE} tags on a resource, and the agent's own take up to ` +
+            `${MAX_TAGS_PER_RESOURCE - MAX_OPERATOR_TAGS}). In the environment variable, comma-separated (a value ` +
+            `cannot hold a comma there).`,
         },
       },
     },
@@ -268,7 +284,8 @@ export const CONFIG_SCHEMA = {
           maximum: 500,
           default: 50,
           description:
-            "Available volumes asked of EC2 in one DescribeVolumes (one page): a boot's EC2 calls do not grow with the pool. After losing a volume to another machine, the boot asks again for a fresh page.",
+            "Available volumes asked of EC2 in one DescribeVolumes (one page): a boot's EC2 calls do not grow " +
+            "with the pool. After losing a volume to another machine, the boot asks again for a fresh page.",
         },
         maxVolumes: {
           type: "integer",
@@ -276,7 +293,8 @@ export const CONFIG_SCHEMA = {
           maximum: 10,
           default: 3,
           description:
-            "Volumes one boot may take in turn when a claimed volume turns out unusable (foreign filesystem, no device): each is handed back, tagged `ebs-cache:last-error`, and the next candidate tried.",
+            "Volumes one boot may take in turn when a claimed volume turns out unusable (foreign filesystem, no " +
+            "device): each is handed back, tagged `ebs-cache:last-error`, and the next candidate tried.",
         },
         maxLosses: {
           type: "integer",
@@ -284,7 +302,8 @@ export const CONFIG_SCHEMA = {
           maximum: 50,
           default: 5,
           description:
-            "Claims one boot may lose to other machines (VolumeInUse) before it falls back to the snapshot or degrades.",
+            "Claims one boot may lose to other machines (VolumeInUse) before it falls back to the snapshot or " +
+            "degrades.",
         },
         quarantineHours: {
           type: "number",
@@ -292,7 +311,8 @@ export const CONFIG_SCHEMA = {
           maximum: 720,
           default: 6,
           description:
-            "A volume tagged `ebs-cache:last-error` less than this long ago (tag `ebs-cache:last-error-at`) is not a candidate; 0 turns quarantine off. `ebs-cache-agent pool` shows quarantined volumes.",
+            "A volume tagged `ebs-cache:last-error` less than this long ago (tag `ebs-cache:last-error-at`) is " +
+            "not a candidate; 0 turns quarantine off. `ebs-cache-agent pool` shows quarantined volumes.",
         },
       },
     },
@@ -306,7 +326,9 @@ export const CONFIG_SCHEMA = {
           maximum: 3600,
           default: 60,
           description:
-            "Seconds to wait for the instance metadata service: the identity, and the instance profile's credentials for EC2 (each, retries included). A node that gets no credentials in that time comes up degraded.",
+            "Seconds to wait for the instance metadata service: the identity, and the instance profile's " +
+            "credentials for EC2 (each, retries included). A node that gets no credentials in that time comes up " +
+            "degraded.",
         },
         imdsRequestSeconds: {
           type: "number",
@@ -314,7 +336,8 @@ export const CONFIG_SCHEMA = {
           maximum: 3600,
           default: 5,
           description:
-            "Seconds to wait for one answer of the instance metadata service (a token, a path, the credentials) before asking again, within `timeouts.imdsSeconds`.",
+            "Seconds to wait for one answer of the instance metadata service (a token, a path, the credentials) " +
+            "before asking again, within `timeouts.imdsSeconds`.",
         },
         attachSeconds: seconds("a volume to reach `attached` (or `available` when detaching)", 120),
         deviceSeconds: seconds("the attached volume's block device to appear", 60),
@@ -325,7 +348,9 @@ export const CONFIG_SCHEMA = {
           maximum: 3600,
           default: 40,
           description:
-            "The first boot phase's budget (`boot --no-docker`, before docker.service), identification included: whatever is not done by then is undone and the node degrades, so it still joins the swarm within the autoscaler's start-time limit (osparc's EC2_INSTANCES_MAX_START_TIME, 1 minute by default).",
+            "The first boot phase's budget (`boot --no-docker`, before docker.service), identification included: " +
+            "whatever is not done by then is undone and the node degrades, so it still joins the swarm within " +
+            "the autoscaler's start-time limit (osparc's EC2_INSTANCES_MAX_START_TIME, 1 minute by default).",
         },
         createSeconds: {
           type: "number",
@@ -333,7 +358,8 @@ export const CONFIG_SCHEMA = {
           maximum: 3600,
           default: 20,
           description:
-            "How long creating a volume from the snapshot and attaching it takes: with less of the boot budget left, no volume is created (the node degrades instead of being undone at the deadline).",
+            "How long creating a volume from the snapshot and attaching it takes: with less of the boot budget " +
+            "left, no volume is created (the node degrades instead of being undone at the deadline).",
         },
       },
     },
@@ -350,7 +376,9 @@ export const CONFIG_SCHEMA = {
         ),
         containerdConfig: absolutePath(
           "/etc/containerd/config.toml",
-          "containerd's configuration file: on a host with the containerd image store (daemon.json `features.containerd-snapshotter: true`) its top-level `root` is set to the volume's `containerd/` folder, where the images are, and restored at the release.",
+          "containerd's configuration file: on a host with the containerd image store (daemon.json " +
+            "`features.containerd-snapshotter: true`) its top-level `root` is set to the volume's `containerd/` " +
+            "folder, where the images are, and restored at the release.",
         ),
         dockerHost: {
           type: "string",
@@ -373,7 +401,8 @@ export const CONFIG_SCHEMA = {
           enum: ["systemd", "none"],
           default: "systemd",
           description:
-            "How docker is (re)started on the new data-root: `systemd` restarts the unit; `none` leaves starting docker to systemd ordering (the agent runs Before=docker.service).",
+            "How docker is (re)started on the new data-root: `systemd` restarts the unit; `none` leaves starting " +
+            "docker to systemd ordering (the agent runs Before=docker.service).",
         },
         unit: {
           type: "string",
@@ -389,7 +418,8 @@ export const CONFIG_SCHEMA = {
           },
           default: [],
           description:
-            "Images that must be present after boot, in addition to those listed by the volume's `ebs-cache:images` tag.",
+            "Images that must be present after boot, in addition to those listed by the volume's " +
+            "`ebs-cache:images` tag.",
         },
       },
     },
@@ -402,14 +432,19 @@ export const CONFIG_SCHEMA = {
           "x-format": "labelPrefix",
           default: "io.simcore.ebs-cache",
           description:
-            "Prefix of the docker label keys the agent owns; it writes and removes nothing else. Refused when empty, in docker's reserved namespaces (`com.docker.`, `io.docker.`, `org.dockerproject.`) or osparc's (`io.simcore.osparc-`), or when it equals, contains or lies above a label osparc's autoscaler sets (`io.simcore.osparc-services-ready`, `user-id`, `ec2-instance-type`, …; see docs/labels.md) or one of `labels.protectedKeys`.",
+            "Prefix of the docker label keys the agent owns; it writes and removes nothing else. Refused when " +
+            "empty, in docker's reserved namespaces (`com.docker.`, `io.docker.`, `org.dockerproject.`) or " +
+            "osparc's (`io.simcore.osparc-`), or when it equals, contains or lies above a label osparc's " +
+            "autoscaler sets (`io.simcore.osparc-services-ready`, `user-id`, `ec2-instance-type`, …; see " +
+            "docs/labels.md) or one of `labels.protectedKeys`.",
         },
         mode: {
           type: "string",
           enum: ["auto", "node", "engine", "off"],
           default: "auto",
           description:
-            "`node`: node labels through a manager's API; `engine`: daemon.json labels (work from a worker); `auto`: node labels when a manager is reachable, engine labels otherwise; `off`: none.",
+            "`node`: node labels through a manager's API; `engine`: daemon.json labels (work from a worker); " +
+            "`auto`: node labels when a manager is reachable, engine labels otherwise; `off`: none.",
         },
         protectedKeys: {
           type: "array",
@@ -419,7 +454,9 @@ export const CONFIG_SCHEMA = {
           },
           default: [],
           description:
-            "More node labels other systems set on these hosts, protected like osparc's own: list here the autoscaler's `NODES_MONITORING_NODE_LABELS`, `NODES_MONITORING_NEW_NODES_LABELS` and instance types' `custom_node_labels`. `labels.prefix` may not equal, contain or lie above any of them.",
+            "More node labels other systems set on these hosts, protected like osparc's own: list here the " +
+            "autoscaler's `NODES_MONITORING_NODE_LABELS`, `NODES_MONITORING_NEW_NODES_LABELS` and instance " +
+            "types' `custom_node_labels`. `labels.prefix` may not equal, contain or lie above any of them.",
         },
       },
     },
@@ -431,7 +468,8 @@ export const CONFIG_SCHEMA = {
           type: "boolean",
           default: true,
           description:
-            "Stop docker when it still runs on the cache volume (a release by hand; at shutdown systemd has stopped it already). false: such a release is refused (exit 1) and nothing is changed.",
+            "Stop docker when it still runs on the cache volume (a release by hand; at shutdown systemd has " +
+            "stopped it already). false: such a release is refused (exit 1) and nothing is changed.",
         },
       },
     },
@@ -441,7 +479,8 @@ export const CONFIG_SCHEMA = {
       maximum: 8760,
       default: 24,
       description:
-        "Hours a released volume is kept (`ebs-cache:expires-at` = release time + this) before gc may delete it; the `ebs-cache:ttl-hours` instance tag overrides it.",
+        "Hours a released volume is kept (`ebs-cache:expires-at` = release time + this) before gc may delete it; " +
+        "the `ebs-cache:ttl-hours` instance tag overrides it.",
     },
     workspace: {
       type: "object",
@@ -452,7 +491,9 @@ export const CONFIG_SCHEMA = {
           "x-format": "tagKey",
           default: "io.simcore.autoscaling.ec2_instance.docker_node_labels",
           description:
-            "The instance tag holding osparc's docker node labels (JSON), whole or in 256-character chunks `<tag>_0`, `<tag>_1`, …: the workspace ids, and `<labels.prefix>.keep` / `.enabled`. A missing chunk, bad JSON or a bad id is a warning and the pool is used.",
+            "The instance tag holding osparc's docker node labels (JSON), whole or in 256-character chunks " +
+            "`<tag>_0`, `<tag>_1`, …: the workspace ids, and `<labels.prefix>.keep` / `.enabled`. A missing " +
+            "chunk, bad JSON or a bad id is a warning and the pool is used.",
         },
         idKeys: {
           type: "array",
@@ -463,7 +504,8 @@ export const CONFIG_SCHEMA = {
           },
           default: ["user-id", "project-id", "node-id"],
           description:
-            "The label keys (also matched as a suffix `.<key>`) that identify a workspace. A volume serves an instance whose ids equal its own for exactly the keys present; `[]` turns workspaces off.",
+            "The label keys (also matched as a suffix `.<key>`) that identify a workspace. A volume serves an " +
+            "instance whose ids equal its own for exactly the keys present; `[]` turns workspaces off.",
         },
         minimumKeys: {
           type: "array",
@@ -474,14 +516,16 @@ export const CONFIG_SCHEMA = {
           },
           default: ["user-id"],
           description:
-            "Keys that must all be among the labels for a workspace; with fewer ids the pool is used. Each must be one of `idKeys`.",
+            "Keys that must all be among the labels for a workspace; with fewer ids the pool is used. Each must " +
+            "be one of `idKeys`.",
         },
         create: {
           type: "string",
           enum: ["snapshot", "blank", "never"],
           default: "snapshot",
           description:
-            "When no workspace volume exists for the ids: `snapshot` creates one from the pool's newest snapshot, `blank` creates an empty one (formatted by the agent), `never` uses the pool instead.",
+            "When no workspace volume exists for the ids: `snapshot` creates one from the pool's newest " +
+            "snapshot, `blank` creates an empty one (formatted by the agent), `never` uses the pool instead.",
         },
         sizeGiB: {
           type: "integer",
@@ -495,7 +539,9 @@ export const CONFIG_SCHEMA = {
           type: "boolean",
           default: false,
           description:
-            "Refuse to attach a workspace volume that is not encrypted: the node comes up `degraded` with the reason, docker on its own data-root, and the volume is left as it is. Needs `volumes.encrypted: true`, so that the workspace volumes the agent creates are encrypted.",
+            "Refuse to attach a workspace volume that is not encrypted: the node comes up `degraded` with the " +
+            "reason, docker on its own data-root, and the volume is left as it is. Needs `volumes.encrypted: " +
+            "true`, so that the workspace volumes the agent creates are encrypted.",
         },
         waitForLabelsTag: {
           type: "string",
@@ -524,13 +570,18 @@ export const CONFIG_SCHEMA = {
           enum: ["off", "check", "files", "device"],
           default: "check",
           description:
-            "`check`: a short fio sample of random reads over the allocated data gives a verdict (label `<prefix>.prewarm=warm|cold`); `files`: reads the filesystem's allocated data once (initialization), then tags the volume `ebs-cache:initialized`; `device`: AWS's documented full read of the device; `off`: nothing. Volumes not made from a snapshot, tagged initialized, or initialized by EBS at a provisioned rate are never read.",
+            "`check`: a short fio sample of random reads over the allocated data gives a verdict (label " +
+            "`<prefix>.prewarm=warm|cold`); `files`: reads the filesystem's allocated data once " +
+            "(initialization), then tags the volume `ebs-cache:initialized`; `device`: AWS's documented full " +
+            "read of the device; `off`: nothing. Volumes not made from a snapshot, tagged initialized, or " +
+            "initialized by EBS at a provisioned rate are never read.",
         },
         background: {
           type: "boolean",
           default: true,
           description:
-            "`files`/`device`: initialize after docker is up, the node labelled `warming` (usable) until done, then `ready`; false: initialize before the node is reported ready.",
+            "`files`/`device`: initialize after docker is up, the node labelled `warming` (usable) until done, " +
+            "then `ready`; false: initialize before the node is reported ready.",
         },
         check: {
           type: "object",
@@ -569,7 +620,8 @@ export const CONFIG_SCHEMA = {
               maximum: 10000000,
               default: 1000,
               description:
-                "Fewer IOPS than this in the sample: `cold` (a warm gp3 volume gives ~3000 at the sample's depth, a cold one a few hundred).",
+                "Fewer IOPS than this in the sample: `cold` (a warm gp3 volume gives ~3000 at the sample's " +
+                "depth, a cold one a few hundred).",
             },
             maxMedianLatencyMs: {
               type: ["number", "null"],
@@ -604,7 +656,8 @@ export const CONFIG_SCHEMA = {
               maximum: 10080,
               default: null,
               description:
-                "Give the initialization up after this long (the volume stays untagged; `ebs-cache-agent prewarm` resumes it); null: no limit.",
+                "Give the initialization up after this long (the volume stays untagged; `ebs-cache-agent " +
+                "prewarm` resumes it); null: no limit.",
             },
             progressSeconds: {
               type: "integer",
@@ -620,14 +673,16 @@ export const CONFIG_SCHEMA = {
     keeper: {
       type: "object",
       description:
-        "The pool keeper (`ebs-cache-agent pool fill`, ebs-cache-agent-keeper.timer): keeps the pool's zones stocked with available volumes made from its newest snapshot (see docs/keeper.md).",
+        "The pool keeper (`ebs-cache-agent pool fill`, ebs-cache-agent-keeper.timer): keeps the pool's zones " +
+        "stocked with available volumes made from its newest snapshot (see docs/keeper.md).",
       properties: {
         zones: {
           type: "array",
           items: { type: "string", "x-format": "availabilityZone" },
           default: [],
           description:
-            "The availability zones the keeper stocks (those the autoscaler launches machines in); empty: `pool fill` refuses to run.",
+            "The availability zones the keeper stocks (those the autoscaler launches machines in); empty: `pool " +
+            "fill` refuses to run.",
         },
         minAvailable: {
           type: "integer",
@@ -635,7 +690,8 @@ export const CONFIG_SCHEMA = {
           maximum: 1000,
           default: 2,
           description:
-            "Available volumes (creating ones included) the keeper keeps in each zone: fewer, and it creates volumes, within `maxVolumes` and `maxGiB`.",
+            "Available volumes (creating ones included) the keeper keeps in each zone: fewer, and it creates " +
+            "volumes, within `maxVolumes` and `maxGiB`.",
         },
         maxAvailable: {
           type: "integer",
@@ -643,7 +699,9 @@ export const CONFIG_SCHEMA = {
           maximum: 1000,
           default: 4,
           description:
-            "Available volumes beyond this in a zone are deleted, oldest snapshot first, then oldest volume; never one in use, kept (`ebs-cache:keep=true`), quarantined, or not managed. At least `minAvailable`.",
+            "Available volumes beyond this in a zone are deleted, oldest snapshot first, then oldest volume; " +
+            "never one in use, kept (`ebs-cache:keep=true`), quarantined, or not managed. At least " +
+            "`minAvailable`.",
         },
         maxVolumes: {
           type: "integer",
@@ -651,7 +709,8 @@ export const CONFIG_SCHEMA = {
           maximum: 10000,
           default: 20,
           description:
-            "Hard cap on the pool's volumes in all zones and every state (in use included): the keeper creates none beyond it.",
+            "Hard cap on the pool's volumes in all zones and every state (in use included): the keeper creates " +
+            "none beyond it.",
         },
         maxGiB: {
           type: "integer",
@@ -659,7 +718,8 @@ export const CONFIG_SCHEMA = {
           maximum: 10000000,
           default: 2000,
           description:
-            "Hard cap on the pool's provisioned GiB in all zones and every state: the keeper creates no volume that would exceed it.",
+            "Hard cap on the pool's provisioned GiB in all zones and every state: the keeper creates no volume " +
+            "that would exceed it.",
         },
         initializationRateMiBps: {
           type: ["integer", "null"],
@@ -667,7 +727,9 @@ export const CONFIG_SCHEMA = {
           maximum: 300,
           default: 100,
           description:
-            "VolumeInitializationRate (MiB/s) of the volumes the keeper creates: EBS loads every block from the snapshot at this rate with no instance attached, and the keeper tags the volume `ebs-cache:initialized` once EBS reports 100 %; null: blocks load lazily on first read.",
+            "VolumeInitializationRate (MiB/s) of the volumes the keeper creates: EBS loads every block from the " +
+            "snapshot at this rate with no instance attached, and the keeper tags the volume " +
+            "`ebs-cache:initialized` once EBS reports 100 %; null: blocks load lazily on first read.",
         },
         reclaimStoppedAfterDays: {
           type: ["integer", "null"],
@@ -682,7 +744,9 @@ export const CONFIG_SCHEMA = {
     cost: {
       type: "object",
       description:
-        "Prices for the estimated monthly cost `ebs-cache-agent pool` shows (see docs/keeper.md). The defaults are AWS's us-east-1 list prices for gp3 volumes and standard snapshots: set your region's (the AWS EBS pricing page). An estimate, not a bill: no discounts, taxes or partial months.",
+        "Prices for the estimated monthly cost `ebs-cache-agent pool` shows (see docs/keeper.md). The defaults " +
+        "are AWS's us-east-1 list prices for gp3 volumes and standard snapshots: set your region's (the AWS EBS " +
+        "pricing page). An estimate, not a bill: no discounts, taxes or partial months.",
       properties: {
         gibMonthUsd: {
           type: "number",
@@ -690,7 +754,8 @@ export const CONFIG_SCHEMA = {
           maximum: 100,
           default: 0.08,
           description:
-            "USD per provisioned GiB-month of a volume (gp3's us-east-1 list price). Volumes of another type are priced per GiB at this price too, and `pool` says so beside them.",
+            "USD per provisioned GiB-month of a volume (gp3's us-east-1 list price). Volumes of another type are " +
+            "priced per GiB at this price too, and `pool` says so beside them.",
         },
         iopsMonthUsd: {
           type: "number",
@@ -713,20 +778,28 @@ export const CONFIG_SCHEMA = {
           maximum: 100,
           default: 0.05,
           description:
-            "USD per GiB-month of a snapshot in the standard tier (us-east-1 list price). `pool` counts each completed snapshot at its volume size: an upper bound, since EBS bills only the blocks a snapshot stores.",
+            "USD per GiB-month of a snapshot in the standard tier (us-east-1 list price). `pool` counts each " +
+            "completed snapshot at its volume size: an upper bound, since EBS bills only the blocks a snapshot " +
+            "stores.",
         },
       },
     },
     refresh: {
       type: "object",
       description:
-        "The background refresh after `ready` (see docs/operations.md, \"Volumes that stay current\"): pulls the images of the pool's current generation, and those of osparc's `pre_pulled_images` instance tag, that the volume lacks, so the volume goes back to the pool current. A failing pull is a warning: readiness never changes.",
+        'The background refresh after `ready` (see docs/operations.md, "Volumes that stay current"): pulls the ' +
+        "images of the pool's current generation, and those of osparc's `pre_pulled_images` instance tag, that " +
+        "the volume lacks, so the volume goes back to the pool current. A failing pull is a warning: readiness " +
+        "never changes.",
       properties: {
         enabled: {
           type: "boolean",
           default: false,
           description:
-            "Run the refresh after a boot that reported `ready` (or `warming`) on a pool volume. Off by default: pulls cost registry bandwidth and need the host's registry credentials (docker's own, e.g. `docker login` or a credential helper), which only the operator knows are there. Workspace volumes are never refreshed: their content is the user's.",
+            "Run the refresh after a boot that reported `ready` (or `warming`) on a pool volume. Off by default: " +
+            "pulls cost registry bandwidth and need the host's registry credentials (docker's own, e.g. `docker " +
+            "login` or a credential helper), which only the operator knows are there. Workspace volumes are " +
+            "never refreshed: their content is the user's.",
         },
         concurrency: {
           type: "integer",
@@ -742,7 +815,8 @@ export const CONFIG_SCHEMA = {
           maximum: 7200,
           default: 1800,
           description:
-            "Longest time one pull may take; past it the pull is stopped and counted failed, and the next image is pulled.",
+            "Longest time one pull may take; past it the pull is stopped and counted failed, and the next image " +
+            "is pulled.",
         },
         prePulledImagesTag: {
           type: ["string", "null"],
@@ -763,7 +837,10 @@ export const CONFIG_SCHEMA = {
           maximum: 8760,
           default: 24,
           description:
-            "Hours a pool's current generation (its newest completed snapshot, `ebs-cache:built-at`) is out before gc deletes the available pool volumes of older generations, counted from that snapshot's start or build time, whichever is later; never a volume in use, kept, in quarantine, never released, or a workspace volume. null: gc never retires a volume for its generation.",
+            "Hours a pool's current generation (its newest completed snapshot, `ebs-cache:built-at`) is out " +
+            "before gc deletes the available pool volumes of older generations, counted from that snapshot's " +
+            "start or build time, whichever is later; never a volume in use, kept, in quarantine, never " +
+            "released, or a workspace volume. null: gc never retires a volume for its generation.",
         },
       },
     },
@@ -776,7 +853,8 @@ export const CONFIG_SCHEMA = {
           type: "boolean",
           default: true,
           description:
-            "Run the prune in the background after a boot that came up (`ready`, `warming`) on a cache filesystem fuller than `thresholdPercent`; it never changes readiness or the boot's exit code.",
+            "Run the prune in the background after a boot that came up (`ready`, `warming`) on a cache " +
+            "filesystem fuller than `thresholdPercent`; it never changes readiness or the boot's exit code.",
         },
         periodic: {
           type: "boolean",
@@ -811,7 +889,8 @@ export const CONFIG_SCHEMA = {
           "x-format": "absolutePath",
           default: "/var/lib/prometheus/node-exporter",
           description:
-            "node_exporter's textfile collector folder, where each use case replaces its `ebs_cache_agent_<use-case>.prom`; null writes no metrics.",
+            "node_exporter's textfile collector folder, where each use case replaces its " +
+            "`ebs_cache_agent_<use-case>.prom`; null writes no metrics.",
         },
       },
     },

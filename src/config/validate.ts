@@ -260,7 +260,8 @@ function readGroup(
   const record = raw as Record<string, unknown>;
   if (segments.length === 0 && byPath.has(`/${SCHEMA_KEY}`)) {
     reading.problems.push(
-      `${SCHEMA_KEY}: must be a string (the path or URL of the config's JSON Schema, for editors), got ${describeValue(record[SCHEMA_KEY])}`,
+      `${SCHEMA_KEY}: must be a string (the path or URL of the config's JSON Schema, for editors), got ` +
+        `${describeValue(record[SCHEMA_KEY])}`,
     );
   }
   for (const [name, node] of Object.entries(group.properties)) {
@@ -303,7 +304,8 @@ export function crossCheck(config: AgentConfig): string[] {
   const warnings: string[] = [];
   if (config.initializationRateMiBps !== null && !config.createFromSnapshot && config.workspace.create !== "snapshot") {
     warnings.push(
-      'initializationRateMiBps is set but no volume is ever created from a snapshot (createFromSnapshot is false and workspace.create is not "snapshot"): it has no effect',
+      "initializationRateMiBps is set but no volume is ever created from a snapshot (createFromSnapshot is false " +
+        'and workspace.create is not "snapshot"): it has no effect',
     );
   }
   return warnings;
@@ -311,7 +313,8 @@ export function crossCheck(config: AgentConfig): string[] {
 
 /**
  * Problems that only show with two keys together: a workspace minimum key outside the id keys,
- * a keeper whose lower bound is above its upper one, a prune target not below its threshold, and a label prefix that collides with one of `labels.protectedKeys` (its collisions with
+ * a keeper whose lower bound is above its upper one, a prune target not below its threshold, and a label prefix that
+ * collides with one of `labels.protectedKeys` (its collisions with
  * osparc's own labels are the prefix's own problems).
  */
 export function crossProblems(config: AgentConfig): string[] {
@@ -319,17 +322,21 @@ export function crossProblems(config: AgentConfig): string[] {
   const outside = config.workspace.minimumKeys.filter((key) => !config.workspace.idKeys.includes(key));
   if (outside.length > 0) {
     problems.push(
-      `workspace.minimumKeys: ${outside.map((key) => JSON.stringify(key)).join(", ")} not in workspace.idKeys, so no workspace could ever be used; add it to idKeys or remove it`,
+      `workspace.minimumKeys: ${outside.map((key) => JSON.stringify(key)).join(", ")} not in workspace.idKeys, ` +
+        `so no workspace could ever be used; add it to idKeys or remove it`,
     );
   }
   if (config.keeper.minAvailable > config.keeper.maxAvailable) {
     problems.push(
-      `keeper.maxAvailable: ${config.keeper.maxAvailable} is below keeper.minAvailable (${config.keeper.minAvailable}), so the keeper would create volumes and delete them again; raise it or lower minAvailable`,
+      `keeper.maxAvailable: ${config.keeper.maxAvailable} is below keeper.minAvailable ` +
+        `(${config.keeper.minAvailable}), so the keeper would create volumes and delete them again; raise it or ` +
+        `lower minAvailable`,
     );
   }
   if (config.prune.targetPercent >= config.prune.thresholdPercent) {
     problems.push(
-      `prune.targetPercent: ${config.prune.targetPercent} is not below prune.thresholdPercent (${config.prune.thresholdPercent}), so a prune could never reach its target; lower it`,
+      `prune.targetPercent: ${config.prune.targetPercent} is not below prune.thresholdPercent ` +
+        `(${config.prune.thresholdPercent}), so a prune could never reach its target; lower it`,
     );
   }
   problems.push(...volumeProblems(config));
@@ -351,29 +358,36 @@ function volumeProblems(config: AgentConfig): string[] {
   const v = config.volumes;
   if (v.kmsKeyId !== null && !v.encrypted) {
     problems.push(
-      "volumes.kmsKeyId: set, but volumes.encrypted is false, and EC2 takes a KmsKeyId only with Encrypted=true; set volumes.encrypted to true or remove the key",
+      "volumes.kmsKeyId: set, but volumes.encrypted is false, and EC2 takes a KmsKeyId only with Encrypted=true; " +
+        "set volumes.encrypted to true or remove the key",
     );
   }
   if (config.workspace.requireEncrypted && !v.encrypted) {
     problems.push(
-      "workspace.requireEncrypted: true, but volumes.encrypted is false, so a workspace volume the agent creates could be refused at the next boot; set volumes.encrypted to true",
+      "workspace.requireEncrypted: true, but volumes.encrypted is false, so a workspace volume the agent creates " +
+        "could be refused at the next boot; set volumes.encrypted to true",
     );
   }
   for (const key of ["iops", "throughputMiBps"] as const) {
     if (v[key] !== null && config.volumeType !== "gp3")
       problems.push(
-        `volumes.${key}: set, but volumeType is ${JSON.stringify(config.volumeType)}; the agent provisions IOPS and throughput on gp3 only`,
+        `volumes.${key}: set, but volumeType is ${JSON.stringify(config.volumeType)}; the agent provisions IOPS ` +
+          `and throughput on gp3 only`,
       );
   }
   const iops = v.iops ?? GP3.baselineIops;
   if (v.throughputMiBps !== null && v.throughputMiBps > iops * GP3.maxMiBpsPerIops) {
     problems.push(
-      `volumes.throughputMiBps: ${v.throughputMiBps} MiB/s is more than ${GP3.maxMiBpsPerIops} MiB/s per IOPS of ${iops} IOPS (${iops * GP3.maxMiBpsPerIops}), which EC2 refuses; raise volumes.iops or lower the throughput`,
+      `volumes.throughputMiBps: ${v.throughputMiBps} MiB/s is more than ${GP3.maxMiBpsPerIops} MiB/s per IOPS of ` +
+        `${iops} IOPS (${iops * GP3.maxMiBpsPerIops}), which EC2 refuses; raise volumes.iops or lower the ` +
+        `throughput`,
     );
   }
   if (v.iops !== null && config.workspace.create === "blank" && v.iops > config.workspace.sizeGiB * GP3.maxIopsPerGiB) {
     problems.push(
-      `volumes.iops: ${v.iops} is more than ${GP3.maxIopsPerGiB} per GiB of a blank workspace volume of workspace.sizeGiB ${config.workspace.sizeGiB} (${config.workspace.sizeGiB * GP3.maxIopsPerGiB}), which EC2 refuses; lower it or raise workspace.sizeGiB`,
+      `volumes.iops: ${v.iops} is more than ${GP3.maxIopsPerGiB} per GiB of a blank workspace volume of ` +
+        `workspace.sizeGiB ${config.workspace.sizeGiB} (${config.workspace.sizeGiB * GP3.maxIopsPerGiB}), which ` +
+        `EC2 refuses; lower it or raise workspace.sizeGiB`,
     );
   }
   const keys = v.tags.map((text) => splitOperatorTag(text)?.key).filter((key) => key !== undefined);
@@ -384,7 +398,8 @@ function volumeProblems(config: AgentConfig): string[] {
     );
   if (v.tags.length > MAX_OPERATOR_TAGS) {
     problems.push(
-      `volumes.tags: ${v.tags.length} tags, more than the ${MAX_OPERATOR_TAGS} a volume can take beside the agent's own (EC2 allows 50 tags on a resource)`,
+      `volumes.tags: ${v.tags.length} tags, more than the ${MAX_OPERATOR_TAGS} a volume can take beside the ` +
+        `agent's own (EC2 allows 50 tags on a resource)`,
     );
   }
   return problems;

@@ -11,17 +11,18 @@
  * volume's `containerd/` folder, beside `docker/`.
  *
  * This module edits the top-level `root` of /etc/containerd/config.toml (every other line kept
- * byte for byte, `state` left on /run: it is runtime state) with a backup as daemon.json gets,
- * and says which containerd state must not travel between machines. containerd reads its config
+ * byte for byte, `state` left on /run: it is runtime state) under the backup protocol of
+ * owned-file.ts (the one daemon.json follows: original kept, one queue, durable removal), and
+ * says which containerd state must not travel between machines. containerd reads its config
  * only at start: the caller restarts containerd.service when `setRoot` changed the file, before
  * docker starts.
  */
-import { lstat, mkdir, readFile, realpath, rm, stat } from "node:fs/promises";
+import { mkdir } from "node:fs/promises";
 import { isAbsolute, join } from "node:path";
-import { AgentError, describeError } from "../errors.ts";
-import { writeFileAtomic } from "../fs-atomic.ts";
+import { AgentError } from "../errors.ts";
 import { entryKind, removeBeneath } from "../host/volume-paths.ts";
 import type { Logger } from "../log.ts";
+import { createOwnedFile, ioError as ownedFileIoError } from "./owned-file.ts";
 
 /** The volume's folder that is containerd's root, beside DATA_ROOT_SUBDIR (src/layout.ts). */
 export const CONTAINERD_ROOT_SUBDIR = "containerd";
@@ -29,9 +30,6 @@ export const CONTAINERD_ROOT_SUBDIR = "containerd";
 export const DEFAULT_CONTAINERD_ROOT = "/var/lib/containerd";
 /** Usually where containerd reads its config. */
 export const DEFAULT_CONTAINERD_CONFIG = "/etc/containerd/config.toml";
-/** Appended to config.toml's name for the verbatim backup (the same suffixes as daemon.json's). */
-export const CONTAINERD_BACKUP_SUFFIX = ".ebs-cache-agent.bak";
-export const CONTAINERD_ABSENT_SUFFIX = ".ebs-cache-agent.absent";
 
 /**
  * Folders of containerd's root that belong to the machine that ran it, not to the images:
@@ -201,117 +199,48 @@ export interface ContainerdConfigFile {
 export function createContainerdConfig(options: { path?: string; log?: Logger } = {}): ContainerdConfigFile {
   const path = options.path ?? DEFAULT_CONTAINERD_CONFIG;
   const { log } = options;
-  const backupPath = `${path}${CONTAINERD_BACKUP_SUFFIX}`;
-  const absentMarkerPath = `${path}${CONTAINERD_ABSENT_SUFFIX}`;
-  let backedUp = false;
+  const file = createOwnedFile({
+    path,
+    errorClass: ContainerdConfigError,
+  });
+  const textOf = async () => (await file.read()).bytes?.toString("utf8") ?? "";
 
   return {
     path,
-    backupPath,
-    absentMarkerPath,
-    async root() {
-      const current = await readSnapshot(path);
-      return containerdRootOf(current.text ?? "", path);
-    },
+    backupPath: file.backupPath,
+    absentMarkerPath: file.absentMarkerPath,
+    root: async () => containerdRootOf(await textOf(), path),
     async setRoot(root) {
-      const current = await readSnapshot(path);
-      const next = withContainerdRoot(current.text ?? "", root, path);
-      if (next === (current.text ?? "")) {
-        log?.debug("docker.containerd-config-unchanged", "containerd's root is already set", {
-          path,
-          root: root ?? DEFAULT_CONTAINERD_ROOT,
-        });
-        return false;
-      }
-      if (!backedUp) {
-        if (current.text !== undefined) {
-          await writeAtomically(backupPath, current.text, current.mode);
-          await rm(absentMarkerPath, { force: true });
-        } else {
-          await rm(backupPath, { force: true });
-          await writeAtomically(absentMarkerPath, `${path} did not exist before ebs-cache-agent changed it\n`, 0o644);
-        }
-        backedUp = true;
-      }
-      await writeAtomically(current.file, next, current.mode);
-      log?.info("docker.containerd-config-written", "set containerd's root", {
-        path,
-        root: root ?? DEFAULT_CONTAINERD_ROOT,
+      const { written, backup } = await file.change((current) => {
+        const text = current.bytes?.toString("utf8") ?? "";
+        const next = withContainerdRoot(text, root, path);
+        return next === text ? undefined : next;
       });
-      return true;
+      const fields = { path, root: root ?? DEFAULT_CONTAINERD_ROOT };
+      if (backup) log?.info("docker.containerd-config-backup", "kept a backup of config.toml", { path, backup });
+      if (written) log?.info("docker.containerd-config-written", "set containerd's root", fields);
+      else log?.debug("docker.containerd-config-unchanged", "containerd's root is already set", fields);
+      return written;
     },
-    async restoreBackup() {
-      const file = (await readSnapshot(path)).file;
-      const backup = await readSnapshot(backupPath);
-      if (backup.text !== undefined) {
-        await writeAtomically(file, backup.text, backup.mode);
+    restoreBackup: async () => {
+      if ((await file.restore()) === "restored") {
         log?.notice("docker.containerd-config-restored", "restored config.toml from its backup", {
           path,
-          backup: backupPath,
+          backup: file.backupPath,
         });
-        return;
-      }
-      if (await exists(absentMarkerPath)) {
-        await rm(file, { force: true });
+      } else {
         log?.notice(
           "docker.containerd-config-restored",
           "removed config.toml: there was none before the agent's change",
-          { path },
+          {
+            path,
+          },
         );
-        return;
       }
-      throw new ContainerdConfigError(
-        path,
-        `no backup of ${path} to restore (neither ${backupPath} nor ${absentMarkerPath} exists)`,
-        `check ${path} by hand`,
-      );
     },
   };
 }
 
-async function readSnapshot(path: string): Promise<{ file: string; text: string | undefined; mode: number }> {
-  let file = path;
-  try {
-    file = await realpath(path);
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw ioError(path, "resolve", error);
-  }
-  try {
-    const [text, info] = await Promise.all([readFile(file, "utf8"), stat(file)]);
-    if (!info.isFile())
-      throw new ContainerdConfigError(path, `${path} is not a regular file`, `replace ${path} with a file`);
-    return { file, text, mode: info.mode & 0o7777 };
-  } catch (error) {
-    if (error instanceof ContainerdConfigError) throw error;
-    if ((error as NodeJS.ErrnoException).code === "ENOENT") return { file, text: undefined, mode: 0o644 };
-    throw ioError(path, "read", error);
-  }
-}
-
-/** writeFileAtomic (src/fs-atomic.ts), a failure told as a ContainerdConfigError. */
-async function writeAtomically(path: string, data: string, mode: number): Promise<void> {
-  try {
-    await writeFileAtomic(path, data, { mode });
-  } catch (error) {
-    throw ioError(path, "write", error);
-  }
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await lstat(path);
-    return true;
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ENOENT") return false;
-    throw ioError(path, "stat", error);
-  }
-}
-
 function ioError(path: string, action: string, cause: unknown): ContainerdConfigError {
-  return new ContainerdConfigError(
-    path,
-    `could not ${action} ${path}: ${describeError(cause)}`,
-    "check that the agent runs as root and that the filesystem holding it is writable and not full",
-    { cause },
-  );
+  return ownedFileIoError(ContainerdConfigError, path, action, cause);
 }

@@ -6,30 +6,21 @@
  * Safety rules:
  * - a file that does not parse, or whose top level is not an object, is refused and left
  *   byte-for-byte as it is (dockerd would refuse it too: an operator must look at it);
- * - every write is atomic: a temp file in the same folder, fsync, rename, fsync of the folder,
- *   with the file's mode and owner kept;
- * - before its first change, an instance keeps a backup next to the file
- *   (`daemon.json.ebs-cache-agent.bak`, a verbatim copy), or, when there was no file, a marker
- *   (`daemon.json.ebs-cache-agent.absent`) so that restoring means removing the file. Later
- *   changes of the same instance keep that backup: `restoreBackup()` returns to the file as this
- *   run found it. A change that changes nothing writes nothing and takes no backup, so a re-run
- *   keeps the backup of the run that made the change.
+ * - writes, the backup of the original (`daemon.json.ebs-cache-agent.bak`, or the marker
+ *   `daemon.json.ebs-cache-agent.absent` when there was no file), the queue of changes and
+ *   `restoreBackup()` follow the protocol of owned-file.ts, shared with containerd's config.toml.
  */
-import { lstat, mkdir, readFile, realpath, rm, stat } from "node:fs/promises";
-import { dirname, isAbsolute } from "node:path";
+import { isAbsolute } from "node:path";
 import { AgentError, describeError } from "../errors.ts";
-import { syncFolder as syncFolderDurably, writeFileAtomic } from "../fs-atomic.ts";
 import type { DaemonConfig } from "../agent/ports.ts";
 import type { Logger } from "../log.ts";
-import { isUnderPrefix, validateOwnedLabels } from "./labels.ts";
+import { isUnderPrefix, parseEngineLabel, validateOwnedLabels } from "./labels.ts";
+import { engineMajorVersion } from "../engine-version.ts";
 import type { ImageStore } from "./engine.ts";
+import { BACKUP_SUFFIX, createOwnedFile } from "./owned-file.ts";
 import { isBelowMountRoot, recordOriginalDataRoot } from "./original-data-root.ts";
 
-/** Appended to daemon.json's name for the verbatim backup. */
-export const BACKUP_SUFFIX = ".ebs-cache-agent.bak";
-/** Appended to daemon.json's name for the marker saying there was no file before the change. */
-export const ABSENT_SUFFIX = ".ebs-cache-agent.absent";
-const NEW_FILE_MODE = 0o644;
+export { ABSENT_SUFFIX, BACKUP_SUFFIX } from "./owned-file.ts";
 
 /** daemon.json as parsed: a JSON object, in the file's key order. */
 export type DaemonJson = Record<string, unknown>;
@@ -94,7 +85,8 @@ export function parseDaemonJson(text: string, path: string): DaemonJson {
   if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
     throw new DaemonJsonError(
       path,
-      `${path} holds ${Array.isArray(parsed) ? "an array" : typeof parsed} at its top level, not an object; the agent left it unchanged`,
+      `${path} holds ${Array.isArray(parsed) ? "an array" : typeof parsed} at its top level, not an object; the ` +
+        `agent left it unchanged`,
       `make ${path} a JSON object ({} at least), then run again`,
     );
   }
@@ -128,7 +120,8 @@ export function withDataRoot(config: DaemonJson, dataRoot: string | undefined, p
   if (config.graph !== undefined) {
     throw new DaemonJsonError(
       path,
-      `${path} sets the deprecated "graph" key; the agent will not guess which of graph and data-root docker should use`,
+      `${path} sets the deprecated "graph" key; the agent will not guess which of graph and data-root docker ` +
+        `should use`,
       `rename "graph" to "data-root" in ${path}, then run again`,
     );
   }
@@ -165,7 +158,7 @@ export function withEngineLabels(
   path: string,
 ): DaemonJson {
   validateOwnedLabels(prefix, labels);
-  const kept = labelsOf(config, path).filter((entry) => !isUnderPrefix(prefix, entry.split("=", 1)[0] ?? ""));
+  const kept = labelsOf(config, path).filter((entry) => !isUnderPrefix(prefix, parseEngineLabel(entry).key));
   const next = [...kept, ...Object.entries(labels).map(([key, value]) => `${key}=${value}`)];
   if (next.length === 0 && config.labels === undefined) return { ...config };
   return withKey(config, "labels", next);
@@ -178,8 +171,8 @@ export function withGraphdriverStore(config: DaemonJson, engineVersion: string |
     throw new DaemonJsonError(path, `${path}: "features" is not an object`, `fix "features" in ${path} by hand`);
   }
   const current = (features as Record<string, unknown> | undefined)?.["containerd-snapshotter"];
-  const major = Number(/^(\d+)\./.exec(engineVersion ?? "")?.[1] ?? NaN);
-  if (current === false || (current === undefined && !(major >= 29))) return { ...config };
+  const major = engineMajorVersion(engineVersion);
+  if (current === false || (current === undefined && !(major !== undefined && major >= 29))) return { ...config };
   return withKey(config, "features", withKey((features ?? {}) as DaemonJson, "containerd-snapshotter", false));
 }
 
@@ -190,86 +183,44 @@ function withKey(config: DaemonJson, key: string, value: unknown): DaemonJson {
   return next;
 }
 
-interface Snapshot {
-  /** The real file written (symlinks resolved). */
-  file: string;
-  bytes: Buffer | undefined;
-  mode: number;
-  owner: { uid: number; gid: number } | undefined;
-}
-
 /** The daemon.json at `path`, for the agent. */
 export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFile {
   const { path, log } = options;
-  const backupPath = `${path}${BACKUP_SUFFIX}`;
-  const absentMarkerPath = `${path}${ABSENT_SUFFIX}`;
-  let backedUp = false;
-  // One change at a time: two concurrent read-modify-writes would lose one of them.
-  let queue: Promise<unknown> = Promise.resolve();
-  const serially = <T>(work: () => Promise<T>): Promise<T> => {
-    const next = queue.then(work, work);
-    queue = next.catch(() => undefined);
-    return next;
-  };
+  const file = createOwnedFile({
+    path,
+    errorClass: DaemonJsonError,
+  });
 
-  async function load(): Promise<{ snapshot: Snapshot; config: DaemonJson }> {
-    const snapshot = await readSnapshot(path);
-    const config = snapshot.bytes === undefined ? {} : parseDaemonJson(snapshot.bytes.toString("utf8"), path);
-    return { snapshot, config };
+  async function load(): Promise<DaemonJson> {
+    const current = await file.read();
+    return current.bytes === undefined ? {} : parseDaemonJson(current.bytes.toString("utf8"), path);
   }
 
-  async function takeBackup(snapshot: Snapshot): Promise<void> {
-    // Order matters when killed half-way: a .bak left beside a stale .absent is the newer one.
-    if (snapshot.bytes !== undefined) {
-      await writeAtomically(backupPath, snapshot.bytes, snapshot.mode, snapshot.owner);
-      await removeDurably(absentMarkerPath);
-    } else {
-      await removeDurably(backupPath);
-      await writeAtomically(
-        absentMarkerPath,
-        `${path} did not exist before ebs-cache-agent changed it\n`,
-        NEW_FILE_MODE,
-      );
-    }
-    log?.info("docker.daemon-json-backup", "kept a backup of daemon.json", {
-      path,
-      backup: snapshot.bytes !== undefined ? backupPath : absentMarkerPath,
-    });
-  }
-
-  function change(
+  async function change(
     what: string,
     edit: (config: DaemonJson) => DaemonJson,
     before?: (config: DaemonJson) => Promise<unknown>,
   ): Promise<void> {
-    return serially(async () => {
-      const { snapshot, config } = await load();
+    const { written, backup } = await file.change(async (current) => {
+      const text = current.bytes?.toString("utf8");
+      const config = text === undefined ? {} : parseDaemonJson(text, path);
       const next = edit(config);
-      if (JSON.stringify(next) === JSON.stringify(config)) {
-        log?.debug("docker.daemon-json-unchanged", `${what}: daemon.json already says so`, { path });
-        return;
-      }
+      if (JSON.stringify(next) === JSON.stringify(config)) return undefined;
       await before?.(config);
-      await mkdir(dirname(snapshot.file), { recursive: true, mode: 0o755 }).catch((error: unknown) => {
-        throw ioError(dirname(snapshot.file), "create", error);
-      });
-      if (!backedUp) {
-        await takeBackup(snapshot);
-        backedUp = true;
-      }
-      const text = renderDaemonJson(next, snapshot.bytes?.toString("utf8"));
-      await writeAtomically(snapshot.file, text, snapshot.mode, snapshot.owner);
-      log?.info("docker.daemon-json-written", `${what} in daemon.json`, { path });
+      return renderDaemonJson(next, text);
     });
+    if (backup) log?.info("docker.daemon-json-backup", "kept a backup of daemon.json", { path, backup });
+    if (written) log?.info("docker.daemon-json-written", `${what} in daemon.json`, { path });
+    else log?.debug("docker.daemon-json-unchanged", `${what}: daemon.json already says so`, { path });
   }
 
   return {
     path,
-    backupPath,
-    absentMarkerPath,
-    read: () => load().then(({ config }) => config),
-    dataRoot: () => load().then(({ config }) => dataRootOf(config, path)),
-    engineLabels: () => load().then(({ config }) => labelsOf(config, path)),
+    backupPath: file.backupPath,
+    absentMarkerPath: file.absentMarkerPath,
+    read: load,
+    dataRoot: () => load().then((config) => dataRootOf(config, path)),
+    engineLabels: () => load().then((config) => labelsOf(config, path)),
     setDataRoot: (dataRoot) =>
       change(
         dataRoot === undefined ? "removed data-root" : `set data-root to ${dataRoot}`,
@@ -289,103 +240,17 @@ export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFi
       store === "containerd"
         ? Promise.resolve()
         : change("kept the graphdriver image store", (config) => withGraphdriverStore(config, engineVersion, path)),
-    restoreBackup: () =>
-      serially(async () => {
-        const file = (await readSnapshot(path)).file;
-        const backup = await readSnapshot(backupPath);
-        if (backup.bytes !== undefined) {
-          await writeAtomically(file, backup.bytes, backup.mode, backup.owner);
-          log?.notice("docker.daemon-json-restored", "restored daemon.json from its backup", {
-            path,
-            backup: backupPath,
-          });
-          return;
-        }
-        if (await exists(absentMarkerPath)) {
-          await removeDurably(file);
-          log?.notice("docker.daemon-json-restored", "removed daemon.json: there was none before the agent's change", {
-            path,
-          });
-          return;
-        }
-        throw new DaemonJsonError(
+    restoreBackup: async () => {
+      if ((await file.restore()) === "restored") {
+        log?.notice("docker.daemon-json-restored", "restored daemon.json from its backup", {
           path,
-          `no backup of ${path} to restore (neither ${backupPath} nor ${absentMarkerPath} exists)`,
-          `check ${path} by hand`,
-        );
-      }),
+          backup: file.backupPath,
+        });
+      } else {
+        log?.notice("docker.daemon-json-restored", "removed daemon.json: there was none before the agent's change", {
+          path,
+        });
+      }
+    },
   };
-}
-
-/** Reads a file with its mode and owner; a missing file has no bytes. Symlinks are followed to the real file. */
-async function readSnapshot(path: string): Promise<Snapshot> {
-  let file = path;
-  try {
-    file = await realpath(path);
-  } catch (error) {
-    if (errno(error) !== "ENOENT") throw ioError(path, "resolve", error);
-  }
-  try {
-    const [bytes, info] = await Promise.all([readFile(file), stat(file)]);
-    if (!info.isFile()) throw new DaemonJsonError(path, `${path} is not a regular file`, `replace ${path} with a file`);
-    return { file, bytes, mode: info.mode & 0o7777, owner: { uid: info.uid, gid: info.gid } };
-  } catch (error) {
-    if (error instanceof DaemonJsonError) throw error;
-    if (errno(error) === "ENOENT") return { file, bytes: undefined, mode: NEW_FILE_MODE, owner: undefined };
-    throw ioError(path, "read", error);
-  }
-}
-
-/** writeFileAtomic (src/fs-atomic.ts), a failure told as a DaemonJsonError. */
-async function writeAtomically(
-  path: string,
-  data: string | Buffer,
-  mode: number,
-  owner?: { uid: number; gid: number },
-): Promise<void> {
-  try {
-    await writeFileAtomic(path, data, { mode, ...(owner ? { owner } : {}) });
-  } catch (error) {
-    throw ioError(path, "write", error);
-  }
-}
-
-async function removeDurably(path: string): Promise<void> {
-  try {
-    await rm(path, { force: true });
-  } catch (error) {
-    throw ioError(path, "remove", error);
-  }
-  await syncFolder(dirname(path));
-}
-
-async function syncFolder(folder: string): Promise<void> {
-  try {
-    await syncFolderDurably(folder);
-  } catch (error) {
-    throw ioError(folder, "fsync", error);
-  }
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await lstat(path);
-    return true;
-  } catch (error) {
-    if (errno(error) === "ENOENT") return false;
-    throw ioError(path, "stat", error);
-  }
-}
-
-function errno(error: unknown): string | undefined {
-  return (error as NodeJS.ErrnoException | undefined)?.code;
-}
-
-function ioError(path: string, action: string, cause: unknown): DaemonJsonError {
-  return new DaemonJsonError(
-    path,
-    `could not ${action} ${path}: ${describeError(cause)}`,
-    "check that the agent runs as root and that the filesystem holding it is writable and not full",
-    { cause },
-  );
 }

@@ -103,7 +103,8 @@ const CONTAINERD_METADATA = join("..", "containerd", "io.containerd.metadata.v1.
 async function assertDataRoot(root: string, store: "graphdriver" | "containerd"): Promise<void> {
   const remediation =
     store === "containerd"
-      ? "check that the volume is mounted and holds a docker data-root with containerd's root beside it (containerd/io.containerd.metadata.v1.bolt)"
+      ? "check that the volume is mounted and holds a docker data-root with containerd's root beside it " +
+        "(containerd/io.containerd.metadata.v1.bolt)"
       : "check that the volume is mounted and holds a docker data-root (an image/ folder)";
   if (!isAbsolute(root) || root === "/") {
     throw new DataRootError(
@@ -124,7 +125,8 @@ async function assertDataRoot(root: string, store: "graphdriver" | "containerd")
     if ((await entryKind(join(root, CONTAINERD_METADATA))) !== "folder") {
       throw new DataRootError(
         root,
-        `${root} does not look like a containerd-store data-root: no ${normalize(join(root, CONTAINERD_METADATA))} beside it`,
+        `${root} does not look like a containerd-store data-root: no ` +
+          `${normalize(join(root, CONTAINERD_METADATA))} beside it`,
         remediation,
       );
     }
@@ -187,7 +189,9 @@ async function removeContainerLayers(tree: ScopedTree, driver: string): Promise<
   }
 }
 
-/** Removal inside one folder, never through a symlink: every folder on the way is checked with lstat (volume-paths.ts). */
+/**
+ * Removal inside one folder, never through a symlink: every folder on the way is checked with lstat (volume-paths.ts).
+ */
 class ScopedTree {
   constructor(
     private readonly root: string,
@@ -236,7 +240,10 @@ class ScopedTree {
     this.log?.warning("docker.data-root-skipped", `left ${relative} alone: ${why}`, { dataRoot: this.root });
   }
 
-  /** A link or an odd file on the way is the volume's content refused as it is (VolumePathError); anything else, a DataRootError. */
+  /**
+   * A link or an odd file on the way is the volume's content refused as it is (VolumePathError); anything else, a
+   * DataRootError.
+   */
   private failure(relative: string, action: string, cause: unknown): AgentError {
     if (cause instanceof VolumePathError) return cause;
     return new DataRootError(

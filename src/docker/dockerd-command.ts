@@ -234,8 +234,12 @@ export function effectiveDockerdCommand(snapshot: UnitSnapshot): DockerdCommand 
   );
   if (!exec) {
     problems.push({
-      problem: `no ExecStart of ${unit} runs dockerd (${props.execStart.map((e) => e.path).join(", ") || "none"}): the agent cannot check docker's flags`,
-      remediation: `make ${unit}'s ExecStart run dockerd itself, or set docker.unit in the agent's config to the unit that does`,
+      problem:
+        `no ExecStart of ${unit} runs dockerd (${props.execStart.map((e) => e.path).join(", ") || "none"}): the ` +
+        `agent cannot check docker's flags`,
+      remediation:
+        `make ${unit}'s ExecStart run dockerd itself, or set docker.unit in the agent's config to the unit that ` +
+        `does`,
     });
     return { source: unit, args: [], problems };
   }

@@ -245,10 +245,13 @@ export function dockerdFlagProblems(
   if (!options.readsAgentFile) {
     problems.push({
       problem: configFlag
-        ? `dockerd reads ${configFile} (${configFlag.spelled}, ${configFlag.origin}), not ${path}: it would never see the agent's data-root and labels`
-        : `dockerd reads ${DEFAULT_CONFIG_FILE} (no --config-file in ${options.source}), not ${path}: it would never see the agent's data-root and labels`,
+        ? `dockerd reads ${configFile} (${configFlag.spelled}, ${configFlag.origin}), not ${path}: it would never ` +
+          `see the agent's data-root and labels`
+        : `dockerd reads ${DEFAULT_CONFIG_FILE} (no --config-file in ${options.source}), not ${path}: it would ` +
+          `never see the agent's data-root and labels`,
       remediation: configFlag
-        ? `remove ${configFlag.spelled} from ${configFlag.origin}, or set paths.daemonJson in the agent's config to ${configFile}`
+        ? `remove ${configFlag.spelled} from ${configFlag.origin}, or set paths.daemonJson in the agent's config ` +
+          `to ${configFile}`
         : `set paths.daemonJson in the agent's config to ${DEFAULT_CONFIG_FILE}, or give dockerd --config-file ${path}`,
     });
   }
@@ -257,7 +260,9 @@ export function dockerdFlagProblems(
   for (const flag of flags) {
     if (flag.name === "graph" || flag.name === "g") {
       problems.push({
-        problem: `${flag.spelled} (${flag.origin}) sets docker's data-root the legacy way: dockerd 20.10 lets daemon.json's data-root win silently, 23 refuses -g, 24 and later do not know it`,
+        problem:
+          `${flag.spelled} (${flag.origin}) sets docker's data-root the legacy way: dockerd 20.10 lets ` +
+          `daemon.json's data-root win silently, 23 refuses -g, 24 and later do not know it`,
         remediation: `remove ${flag.spelled} from ${flag.origin}: the agent sets "data-root" in ${path}`,
       });
       continue;
@@ -276,7 +281,8 @@ export function dockerdFlagProblems(
         `dockerd refuses to start when a directive is given both as a flag and in its configuration file`,
       remediation: agents
         ? `remove ${flag.spelled} from ${flag.origin}: the agent owns "${spelledKey}" in ${path}`
-        : `remove ${flag.spelled} from ${flag.origin}, or "${spelledKey}" from ${path} (dockerd takes one or the other, never both)`,
+        : `remove ${flag.spelled} from ${flag.origin}, or "${spelledKey}" from ${path} (dockerd takes one or the ` +
+          `other, never both)`,
     });
   }
   return problems;

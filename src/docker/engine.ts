@@ -331,7 +331,10 @@ function apiMessage(text: string): string {
 function remediationFor(status: number): string {
   if (status === 404) return "check the id: the object does not exist on this engine";
   if (status === 503)
-    return "this engine is not a swarm manager: publish engine labels instead (label mode engine), or join the swarm first";
+    return (
+      "this engine is not a swarm manager: publish engine labels instead (label mode engine), or join the swarm " +
+      "first"
+    );
   if (status === 409) return "retry: the object changed meanwhile";
   return "see the docker daemon's log: journalctl -u docker -n 100";
 }

@@ -115,6 +115,26 @@ export function workspaceLabelExtras(
   return extras;
 }
 
+/**
+ * One engine label entry as daemon.json's `labels` and `docker info`'s `Labels` hold it
+ * (`key=value`, split at the first `=`): the value is undefined when there is no `=`, which
+ * dockerd refuses.
+ */
+export function parseEngineLabel(entry: string): { key: string; value: string | undefined } {
+  const eq = entry.indexOf("=");
+  return eq < 0 ? { key: entry, value: undefined } : { key: entry.slice(0, eq), value: entry.slice(eq + 1) };
+}
+
+/** Engine label entries as a record (a later entry wins, as docker's dedup keeps one); malformed ones left out. */
+export function engineLabelRecord(entries: readonly string[]): Record<string, string> {
+  const record: Record<string, string> = {};
+  for (const entry of entries) {
+    const { key, value } = parseEngineLabel(entry);
+    if (key !== "" && value !== undefined) record[key] = value;
+  }
+  return record;
+}
+
 /** True when `key` is `<prefix>.<something>`. */
 export function isUnderPrefix(prefix: string, key: string): boolean {
   return (

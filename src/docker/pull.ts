@@ -39,8 +39,10 @@ export function createImagePuller(options: ImagePullerOptions): ImagePuller {
       });
       if (result.exitCode !== 0) {
         throw new AgentError(
-          `docker pull ${check.value} exited with ${result.exitCode}: ${(result.stderr || result.stdout).trim().split("\n").slice(-2).join(" ")}`,
-          "check that the registry answers and that this host is logged in to it (docker login, or its credential helper)",
+          `docker pull ${check.value} exited with ${result.exitCode}: ` +
+            `${(result.stderr || result.stdout).trim().split("\n").slice(-2).join(" ")}`,
+          "check that the registry answers and that this host is logged in to it (docker login, or its " +
+            "credential helper)",
         );
       }
       const inspected = await run(

@@ -25,7 +25,8 @@ export class DeviceTimeoutError extends AgentError {
     super(
       `the device of volume ${volumeId} did not appear at ${link} within ${timeoutMs} ms: ${detail}`,
       `check that ${volumeId} is attached to this instance (aws ec2 describe-volumes --volume-ids ${volumeId}) ` +
-        "and that udev made its by-id link (ls -l /dev/disk/by-id; udevadm trigger --subsystem-match=block), then run the agent again",
+        ("and that udev made its by-id link (ls -l /dev/disk/by-id; udevadm trigger --subsystem-match=block), " +
+          "then run the agent again"),
     );
   }
 }

@@ -59,7 +59,10 @@ export function parseFreesp(text: string): FreeExtent[] {
   return extents;
 }
 
-/** Sorts and merges ranges; ranges closer than `gap` bytes are joined (reading a little free space is cheaper than another I/O). */
+/**
+ * Sorts and merges ranges; ranges closer than `gap` bytes are joined (reading a little free space is cheaper than
+ * another I/O).
+ */
 export function mergeRanges(ranges: readonly ByteRange[], gap = 0): ByteRange[] {
   const sorted = ranges.filter((r) => r.end > r.start).sort((a, b) => a.start - b.start);
   const out: ByteRange[] = [];

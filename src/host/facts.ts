@@ -25,7 +25,10 @@ export interface CacheFilesystem {
   /** Inodes in all and free (statfs(2)); absent when statfs failed. */
   inodes?: number;
   freeInodes?: number;
-  /** The device's model and serial as lsblk reports them; an EBS NVMe volume's serial is its id without the dash. Absent for a loop device. */
+  /**
+   * The device's model and serial as lsblk reports them; an EBS NVMe volume's serial is its id without the dash. Absent
+   * for a loop device.
+   */
   model?: string;
   serial?: string;
 }

@@ -23,7 +23,8 @@ export class ProbeError extends AgentError {
   ) {
     super(
       `cannot tell what ${device} holds: ${detail}`,
-      `check the device (lsblk -f ${device}; dmesg for I/O errors) and run the agent again; the agent never formats a device it could not probe`,
+      `check the device (lsblk -f ${device}; dmesg for I/O errors) and run the agent again; the agent never ` +
+        `formats a device it could not probe`,
       undefined,
       options,
     );
@@ -38,7 +39,8 @@ export class FormatRefusedError extends AgentError {
   ) {
     super(
       `refusing to format ${device}: it is not blank (${describeContents(found)})`,
-      `inspect the device (lsblk -f ${device}; wipefs -n ${device}); the agent never formats a device that carries any signature`,
+      `inspect the device (lsblk -f ${device}; wipefs -n ${device}); the agent never formats a device that ` +
+        `carries any signature`,
     );
   }
 }

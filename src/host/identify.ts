@@ -47,8 +47,12 @@ export class ForeignVolumeError extends AgentError {
     options?: { cause?: unknown },
   ) {
     super(
-      `${volumeId ? `${volumeId} (${device})` : device} holds ${found}, not the agent's cache filesystem (XFS labelled ${JSON.stringify(FS_LABEL)} holding ${DATA_ROOT_SUBDIR}/); it was left untouched`,
-      `inspect the volume from another machine (lsblk -f; wipefs -n; xfs_db -r -c 'ls /'): if it is not a cache volume, remove its ebs-cache:managed tag (then no instance claims it and gc never deletes it); if it should be one, replace it with a volume made from the pool's snapshot. The agent never formats, mounts read-write or repairs a volume it has not identified as its own`,
+      `${volumeId ? `${volumeId} (${device})` : device} holds ${found}, not the agent's cache filesystem (XFS ` +
+        `labelled ${JSON.stringify(FS_LABEL)} holding ${DATA_ROOT_SUBDIR}/); it was left untouched`,
+      `inspect the volume from another machine (lsblk -f; wipefs -n; xfs_db -r -c 'ls /'): if it is not a cache ` +
+        `volume, remove its ebs-cache:managed tag (then no instance claims it and gc never deletes it); if it ` +
+        `should be one, replace it with a volume made from the pool's snapshot. The agent never formats, mounts ` +
+        `read-write or repairs a volume it has not identified as its own`,
       undefined,
       options,
     );
@@ -205,7 +209,8 @@ export async function readXfsLayout(device: string, options: { log?: Logger } = 
   if (result.exitCode !== 0) {
     throw new ProbeError(
       device,
-      `xfs_db -r exited with ${result.exitCode}: ${(result.stderr.trim() || result.stdout.trim()).split("\n")[0] ?? ""}`,
+      `xfs_db -r exited with ${result.exitCode}: ` +
+        `${(result.stderr.trim() || result.stdout.trim()).split("\n")[0] ?? ""}`,
     );
   }
   try {
@@ -285,7 +290,8 @@ export async function identifyWithEvidence(
     layout = (await layoutRead) ?? (await readXfsLayout(device, options));
   } catch (error) {
     return refuse(
-      `an XFS filesystem labelled ${JSON.stringify(FS_LABEL)} whose layout could not be read (${(error as Error).message})`,
+      `an XFS filesystem labelled ${JSON.stringify(FS_LABEL)} whose layout could not be read ` +
+        `(${(error as Error).message})`,
       error,
     );
   }
@@ -315,7 +321,9 @@ export async function identifyWithEvidence(
   return { identity, ...(seen ? { seen } : {}) };
 }
 
-/** How long an identification stands in for the label check before a mount (a boot mounts within milliseconds of it). */
+/**
+ * How long an identification stands in for the label check before a mount (a boot mounts within milliseconds of it).
+ */
 const IDENTIFIED_FOR_MS = 30_000;
 
 /**

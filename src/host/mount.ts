@@ -32,8 +32,10 @@ export class MountConflictError extends AgentError {
     readonly mounted: MountEntry,
   ) {
     super(
-      `cannot mount ${device} at ${mountPoint}: ${mounted.source} (${mounted.fsType}${mounted.root === "/" ? "" : `, ${mounted.root}`}) is mounted there`,
-      `find out what mounted ${mounted.source} at ${mountPoint} (findmnt ${mountPoint}) and unmount it, or configure another mount point`,
+      `cannot mount ${device} at ${mountPoint}: ${mounted.source} ` +
+        `(${mounted.fsType}${mounted.root === "/" ? "" : `, ${mounted.root}`}) is mounted there`,
+      `find out what mounted ${mounted.source} at ${mountPoint} (findmnt ${mountPoint}) and unmount it, or ` +
+        `configure another mount point`,
     );
   }
 }
@@ -103,7 +105,10 @@ export async function deviceNumber(device: string): Promise<string> {
   return `${major}:${minor}`;
 }
 
-/** The canonical form of a mount point or a folder below one (what mountinfo shows); the path itself when it does not exist. */
+/**
+ * The canonical form of a mount point or a folder below one (what mountinfo shows); the path itself when it does not
+ * exist.
+ */
 export async function canonicalPath(mountPoint: string): Promise<string> {
   assertMountPoint(mountPoint);
   try {

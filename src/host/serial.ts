@@ -49,7 +49,8 @@ export class DeviceIdentityError extends AgentError {
   ) {
     super(
       `device ${device} is not volume ${volumeId}: ${reason}` +
-        ` (serial found ${serial === undefined ? "none" : JSON.stringify(serial)}, expected ${JSON.stringify(ebsSerial(volumeId))})`,
+        (` (serial found ${serial === undefined ? "none" : JSON.stringify(serial)}, expected ` +
+          `${JSON.stringify(ebsSerial(volumeId))})`),
       "do not use this device: check the volume's attachment (aws ec2 describe-volumes) and the udev links " +
         "(ls -l /dev/disk/by-id; udevadm trigger --subsystem-match=block), then run the agent again",
     );

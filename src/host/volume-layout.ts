@@ -21,7 +21,9 @@ import { kindOf, type EntryKind, listBeneath, readLinkBeneath, VolumePathError }
 /** The agent's own folder on the volume (beside the data-root, out of docker's sight). */
 export const AGENT_SUBDIR = ".ebs-cache-agent";
 
-/** What a path must be. Named children have their own rule; `each` is the rule of the others (none: not looked into). */
+/**
+ * What a path must be. Named children have their own rule; `each` is the rule of the others (none: not looked into).
+ */
 type Rule =
   | { kind: "folder"; children?: Record<string, Rule>; each?: Rule }
   | { kind: "file" }

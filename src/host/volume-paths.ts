@@ -29,8 +29,10 @@ export class VolumePathError extends AgentError {
     expected: string,
   ) {
     super(
-      `${join(root, relative)} on the volume is a ${found}, where ${expected} is expected: volume content is not followed out of the volume`,
-      "the volume's content was tampered with or damaged: it is quarantined; inspect it (mount it read-only elsewhere) or delete it",
+      `${join(root, relative)} on the volume is a ${found}, where ${expected} is expected: volume content is not ` +
+        `followed out of the volume`,
+      "the volume's content was tampered with or damaged: it is quarantined; inspect it (mount it read-only " +
+        "elsewhere) or delete it",
     );
   }
 }
@@ -58,7 +60,9 @@ export function kindOf(entry: Stats | Dirent): EntryKind {
   return entry.isBlockDevice() ? "block device" : "character device";
 }
 
-/** The components of `relative` (none for "": the root itself), refused when it would leave the root (`..`, absolute). */
+/**
+ * The components of `relative` (none for "": the root itself), refused when it would leave the root (`..`, absolute).
+ */
 function componentsOf(root: string, relative: string): string[] {
   if (!isAbsolute(root))
     throw new AgentError(`the volume's root must be an absolute path, not ${JSON.stringify(root)}`, "report this bug");

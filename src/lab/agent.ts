@@ -139,7 +139,9 @@ export async function bootLabHost(
     dryRun?: boolean;
     log: Logger;
     startPrewarm?: () => Promise<void>;
-    /** Stands for the detached `ebs-cache-agent refresh --background` (e.g. refreshLabHost); used with refresh.enabled. */
+    /**
+     * Stands for the detached `ebs-cache-agent refresh --background` (e.g. refreshLabHost); used with refresh.enabled.
+     */
     startRefresh?: () => Promise<void>;
     fio?: string;
     withDocker?: boolean;

@@ -171,7 +171,8 @@ export async function startColdLayer(
       if (child.exitCode !== null || child.signalCode !== null || Date.now() > deadline) {
         const output = await readFile(paths.log, "utf8").catch(() => "");
         throw new Error(
-          `the cold-snapshot FUSE process did not mount ${paths.mountPoint}: ${output.trim().split("\n").slice(-3).join(" | ")}`,
+          `the cold-snapshot FUSE process did not mount ${paths.mountPoint}: ` +
+            `${output.trim().split("\n").slice(-3).join(" | ")}`,
         );
       }
       await sleep(25);

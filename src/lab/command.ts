@@ -26,17 +26,20 @@ export function labCommand(): Command {
     .option("--image-mib <n>", "payload of the demo image, MiB", wholeNumber, 64)
     .option(
       "--engine <version>",
-      "docker engine of the demo's host: 20, 26 or 28 (default: this machine's dockerd; another one runs the host in a systemd-nspawn machine of the Debian release that ships it)",
+      "docker engine of the demo's host: 20, 26 or 28 (default: this machine's dockerd; another one runs the " +
+        "host in a systemd-nspawn machine of the Debian release that ships it)",
       parseEngine,
     )
     .option(
       "--store <store>",
-      "image store of the golden snapshot and the host's docker: graphdriver (default) or containerd (docker 26 and 28)",
+      "image store of the golden snapshot and the host's docker: graphdriver (default) or containerd (docker 26 " +
+        "and 28)",
       parseStore,
     )
     .option(
       "--osparc",
-      "the second demo: osparc's autoscaler (src/lab/autoscaler.ts) launching, terminating, stopping and starting agents (--image-mib ignored)",
+      "the second demo: osparc's autoscaler (src/lab/autoscaler.ts) launching, terminating, stopping and " +
+        "starting agents (--image-mib ignored)",
     )
     .option("--verbose", "log every event (debug)")
     .action(

@@ -63,7 +63,8 @@ export async function runEngineDemo(options: EngineDemoOptions): Promise<void> {
 
   const rootfs = await step("root file system", () => engineRootfs(options.engine, out));
   out(
-    `${engine.name}: root file system ${rootfs.dir} (${rootfs.built ? `built now in ${(rootfs.ms / 1000).toFixed(0)} s` : "cached"})`,
+    `${engine.name}: root file system ${rootfs.dir} ` +
+      `(${rootfs.built ? `built now in ${(rootfs.ms / 1000).toFixed(0)} s` : "cached"})`,
   );
   const work = await mkdtemp(join(CACHE_BASE, "demo-"));
   let machine: Machine | undefined;
@@ -86,7 +87,8 @@ export async function runEngineDemo(options: EngineDemoOptions): Promise<void> {
         }),
       );
       out(
-        `golden snapshot: ${golden.snapshotId} (${golden.sizeGiB} GiB) holding ${golden.images.join(", ")}, built by docker ${golden.built.engineVersion} on the ${golden.built.store} image store`,
+        `golden snapshot: ${golden.snapshotId} (${golden.sizeGiB} GiB) holding ${golden.images.join(", ")}, ` +
+          `built by docker ${golden.built.engineVersion} on the ${golden.built.store} image store`,
       );
       const volumes = await step("pool volumes", () =>
         createPoolVolumes(lab, golden, { pool: options.pool, imageSet, count: options.poolSize }),
@@ -94,7 +96,8 @@ export async function runEngineDemo(options: EngineDemoOptions): Promise<void> {
       out(`pool ${options.pool}: ${volumes.join(" ")}`);
       out("");
       out(
-        `$ aws ec2 describe-volumes --filters Name=tag:${VolumeTag.pool},Values=${options.pool} --endpoint-url ${lab.ec2.endpoint}`,
+        `$ aws ec2 describe-volumes --filters Name=tag:${VolumeTag.pool},Values=${options.pool} --endpoint-url ` +
+          `${lab.ec2.endpoint}`,
       );
       out(await describePool(lab, options.pool));
 
@@ -117,11 +120,13 @@ export async function runEngineDemo(options: EngineDemoOptions): Promise<void> {
       const m = machine!;
       out("");
       out(
-        `instance ${host.instance.instanceId} boots (zone ${host.instance.availabilityZone}) as machine ${m.name}: ${engine.name}, ${options.store} image store, the agent's units under systemd`,
+        `instance ${host.instance.instanceId} boots (zone ${host.instance.availabilityZone}) as machine ` +
+          `${m.name}: ${engine.name}, ${options.store} image store, the agent's units under systemd`,
       );
       const status = await machineStatus(m);
       out(
-        `outcome: ${status.boot?.outcome ?? "none"} (source ${status.boot?.source ?? "none"})${status.boot?.reason ? ` (${status.boot.reason})` : ""}`,
+        `outcome: ${status.boot?.outcome ?? "none"} (source ` +
+          `${status.boot?.source ?? "none"})${status.boot?.reason ? ` (${status.boot.reason})` : ""}`,
       );
       if (status.volume)
         out(`volume ${status.volume.volumeId} on ${status.volume.device ?? "?"} at ${status.mount?.mountPoint ?? "?"}`);
@@ -154,7 +159,8 @@ export async function runEngineDemo(options: EngineDemoOptions): Promise<void> {
         120_000,
       );
       out(
-        `$ docker run --rm --pull=never ${golden.images[0]} echo …  ->  ${ran.exitCode === 0 ? ran.stdout.trim() : `exit ${ran.exitCode}: ${ran.stderr.trim()}`}`,
+        `$ docker run --rm --pull=never ${golden.images[0]} echo …  ->  ` +
+          `${ran.exitCode === 0 ? ran.stdout.trim() : `exit ${ran.exitCode}: ${ran.stderr.trim()}`}`,
       );
       out("");
       out("$ aws ec2 describe-volumes (after the boot)");
@@ -168,7 +174,8 @@ export async function runEngineDemo(options: EngineDemoOptions): Promise<void> {
           .Volumes?.[0];
         const released = volume?.Tags?.find((tag) => tag.Key === VolumeTag.releasedAt)?.Value;
         out(
-          `release: ${status.volume.volumeId} ${volume?.State ?? "gone"}, ${VolumeTag.releasedAt}=${released ?? "none"}`,
+          `release: ${status.volume.volumeId} ${volume?.State ?? "gone"}, ` +
+            `${VolumeTag.releasedAt}=${released ?? "none"}`,
         );
       }
       out("");
@@ -198,8 +205,10 @@ async function engineRootfs(
   } catch (error) {
     const mirror = await debianMirror(engine.suite);
     throw new AgentError(
-      `the root file system of ${engine.name} is not cached (${rootfsCacheDir(engine)}) and could not be built: ${describeError(error).split("\n")[0]}`,
-      `its first build needs Debian's archive (${mirror}, suite ${engine.suite}): run once where it is reachable (about 3 to 7 minutes), later runs use the cache`,
+      `the root file system of ${engine.name} is not cached (${rootfsCacheDir(engine)}) and could not be built: ` +
+        `${describeError(error).split("\n")[0]}`,
+      `its first build needs Debian's archive (${mirror}, suite ${engine.suite}): run once where it is reachable ` +
+        `(about 3 to 7 minutes), later runs use the cache`,
       undefined,
       { cause: error },
     );

@@ -104,7 +104,8 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
         .sort();
       say(
         "osparc",
-        `RunInstances ${node.instanceId} for ${who}: labels tag in ${chunks.length} chunks (${chunks.map((key) => key.slice(Osparc.labelsTag.length)).join(", ")})`,
+        `RunInstances ${node.instanceId} for ${who}: labels tag in ${chunks.length} chunks ` +
+          `(${chunks.map((key) => key.slice(Osparc.labelsTag.length)).join(", ")})`,
       );
       // The autoscaler's start limit watches the boot: LaunchTime to joined, polled every 10 s.
       const watched = osparc.superviseStart(node);
@@ -122,7 +123,8 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
       const left = Object.keys(await osparc.instanceTags(node)).filter((key) => key.startsWith(Osparc.labelsTag));
       say(
         "osparc",
-        `joined; labels copied to the node, labels tag ${left.length === 0 ? "deleted from the instance" : `still there: ${left.join(", ")}`}`,
+        `joined; labels copied to the node, labels tag ` +
+          `${left.length === 0 ? "deleted from the instance" : `still there: ${left.join(", ")}`}`,
       );
       await osparc.activate(node);
       return { node, boot };
@@ -159,7 +161,8 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     say("osparc", `TerminateInstances ${first.node.instanceId}: drained, terminated`);
     say(
       "agent",
-      `release (${first.node.lastRelease?.plan.shutdown.kind ?? "?"}): ${outcomeOf(first.node.lastRelease)}; ${workspace} ${released.state}, expires-at ${released.tags[VolumeTag.expiresAt] ?? "none"}`,
+      `release (${first.node.lastRelease?.plan.shutdown.kind ?? "?"}): ${outcomeOf(first.node.lastRelease)}; ` +
+        `${workspace} ${released.state}, expires-at ${released.tags[VolumeTag.expiresAt] ?? "none"}`,
     );
 
     // 3. The same ids again.
@@ -177,7 +180,8 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     ]);
     say(
       "agent",
-      `${again.boot.result?.volumeId === workspace ? "the same" : "ANOTHER"} workspace volume ${again.boot.result?.volumeId} (${again.boot.phase1.plan.selection.source})`,
+      `${again.boot.result?.volumeId === workspace ? "the same" : "ANOTHER"} workspace volume ` +
+        `${again.boot.result?.volumeId} (${again.boot.phase1.plan.selection.source})`,
     );
     say("docker", `cat /data/file in docker volume "work": ${file.stdout.trim()}`);
     // Nothing below needs these two volumes back: their terminations run while the next boots do.
@@ -188,7 +192,8 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     const volumes = (await other.node.host.dockerd!.docker(["volume", "ls", "-q"])).stdout.split("\n").filter(Boolean);
     say(
       "agent",
-      `other ids: volume ${other.boot.result?.volumeId} (${other.boot.phase1.plan.selection.source}), ${other.boot.result?.volumeId === workspace ? "THE FIRST IDS' WORKSPACE" : "not the workspace of user_42"}; docker volumes: ${volumes.length === 0 ? "none" : volumes.join(" ")}`,
+      `other ids: volume ${other.boot.result?.volumeId} (${other.boot.phase1.plan.selection.source}), ` +
+        `${other.boot.result?.volumeId === workspace ? "THE FIRST IDS' WORKSPACE" : "not the workspace of user_42"}; docker volumes: ${volumes.length === 0 ? "none" : volumes.join(" ")}`,
     );
     terminations.push(terminateInBackground(other.node));
 
@@ -204,7 +209,9 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     say("osparc", `StopInstances ${buffer.instanceId}: stopped`);
     say(
       "agent",
-      `release (${buffer.lastRelease?.plan.shutdown.kind ?? "?"}): ${outcomeOf(buffer.lastRelease)}; ${kept} ${stopped.state}${stopped.attachedTo ? ` to ${stopped.attachedTo}` : ""}, expires-at ${stopped.tags[VolumeTag.expiresAt] ?? "none"}`,
+      `release (${buffer.lastRelease?.plan.shutdown.kind ?? "?"}): ${outcomeOf(buffer.lastRelease)}; ${kept} ` +
+        `${stopped.state}${stopped.attachedTo ? ` to ${stopped.attachedTo}` : ""}, expires-at ` +
+        `${stopped.tags[VolumeTag.expiresAt] ?? "none"}`,
     );
     const since = lastSeq();
     say(
@@ -222,7 +229,8 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     sayBoot(activated);
     say(
       "ec2",
-      `AttachVolume requests for ${buffer.instanceId} since StartInstances: ${attachesSince(buffer, since)} (volume ${activated.result?.volumeId === kept ? "kept" : `changed to ${activated.result?.volumeId}`})`,
+      `AttachVolume requests for ${buffer.instanceId} since StartInstances: ${attachesSince(buffer, since)} ` +
+        `(volume ${activated.result?.volumeId === kept ? "kept" : `changed to ${activated.result?.volumeId}`})`,
     );
     await osparc.join(buffer);
     await osparc.attachNode(buffer);

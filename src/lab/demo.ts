@@ -58,7 +58,8 @@ export async function runLabDemo(options: DemoOptions): Promise<void> {
 
     out("");
     out(
-      `$ aws ec2 describe-volumes --filters Name=tag:${VolumeTag.pool},Values=${options.pool} --endpoint-url ${lab.ec2.endpoint}`,
+      `$ aws ec2 describe-volumes --filters Name=tag:${VolumeTag.pool},Values=${options.pool} --endpoint-url ` +
+        `${lab.ec2.endpoint}`,
     );
     out(await describePool(lab, options.pool));
 

@@ -118,6 +118,8 @@ export async function buildEngineGoldenSnapshot(lab: Lab, options: EngineGoldenO
     sizeGiB,
     built,
     builtAt: (options.builtAt ?? new Date()).toISOString(),
-    description: `ebs-cache golden snapshot: pool ${options.pool}, image set ${options.imageSet}, docker ${built.engineVersion} (${built.store})`,
+    description:
+      `ebs-cache golden snapshot: pool ${options.pool}, image set ${options.imageSet}, docker ` +
+      `${built.engineVersion} (${built.store})`,
   });
 }

@@ -18,7 +18,10 @@ import { bootMachine, loopDeviceNumbers, prepareMachine, type Machine } from "./
 /** Where a machine sees the lab host's by-id and sysfs folders (bound in read-only). */
 export const IN_MACHINE = { byId: "/run/ebs-cache-lab/by-id", sys: "/run/ebs-cache-lab/sys" };
 
-/** The agent's paths inside an engine machine: its own /etc/docker, state and docker socket, the lab host's devices as bound in. */
+/**
+ * The agent's paths inside an engine machine: its own /etc/docker, state and docker socket, the lab host's devices as
+ * bound in.
+ */
 export const MACHINE_AGENT_PATHS = {
   byIdDir: IN_MACHINE.byId,
   sysfsRoot: IN_MACHINE.sys,
@@ -96,7 +99,8 @@ export async function waitForReadyUnit(m: Machine, timeoutMs: number): Promise<J
   if (done?.jobResult !== "done") {
     const agent = journalText(journal, (e) => e.identifier === "ebs-cache-agent" || e.unit === "docker.service");
     throw new AgentError(
-      `${READY_UNIT} ended ${done?.jobResult ?? "without a result"} in ${m.name}:\n${agent.split("\n").slice(-40).join("\n")}`,
+      `${READY_UNIT} ended ${done?.jobResult ?? "without a result"} in ` +
+        `${m.name}:\n${agent.split("\n").slice(-40).join("\n")}`,
       "see the agent's lines above",
     );
   }

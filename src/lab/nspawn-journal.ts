@@ -90,7 +90,8 @@ export function journalText(entries: JournalEntry[], filter: (e: JournalEntry) =
     .filter(filter)
     .map(
       (e) =>
-        `${new Date(e.realtimeUs / 1000).toISOString().slice(11, 23)} ${e.identifier ?? "?"}${e.systemdUnit ? `[${e.systemdUnit}]` : ""}: ${e.message}`,
+        `${new Date(e.realtimeUs / 1000).toISOString().slice(11, 23)} ` +
+        `${e.identifier ?? "?"}${e.systemdUnit ? `[${e.systemdUnit}]` : ""}: ${e.message}`,
     )
     .join("\n");
 }

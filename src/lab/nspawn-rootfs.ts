@@ -223,7 +223,8 @@ export async function cachedRootfs(
     await rm(dir, { recursive: true, force: true }); // an unfinished build
     const mirror = await debianMirror(engine.suite);
     log(
-      `building the test root file system of ${engine.name}: debootstrap --variant=${ROOTFS_VARIANT} ${engine.suite} from ${mirror} (once; cached in ${dir})`,
+      `building the test root file system of ${engine.name}: debootstrap --variant=${ROOTFS_VARIANT} ` +
+        `${engine.suite} from ${mirror} (once; cached in ${dir})`,
     );
     const result = await run(
       "debootstrap",

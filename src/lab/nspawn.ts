@@ -276,7 +276,8 @@ interface Boot {
 /**
  * Boots the prepared machine: `systemd-nspawn -b` with the host's network (so it reaches the
  * lab's emulators on 127.0.0.1), every capability and the system calls docker needs, the
- * given bind mounts, and its console captured, on the unified cgroup hierarchy. nspawn runs under `setpriv --pdeathsig TERM`:
+ * given bind mounts, and its console captured, on the unified cgroup hierarchy. nspawn runs under `setpriv --pdeathsig
+ * TERM`:
  * if the process that booted it dies, nspawn shuts the container down.
  */
 export async function bootMachine(prepared: PreparedMachine, binds: Bind[]): Promise<Machine> {
@@ -439,11 +440,13 @@ export async function bootMachine(prepared: PreparedMachine, binds: Bind[]): Pro
       ]);
       if (code === "timeout")
         throw new Error(
-          `${name} did not reboot within ${timeoutMs / 1000} s after ${command.join(" ")} (exit ${asked.exitCode}: ${asked.stderr}):\n${consoleText.slice(-4000)}`,
+          `${name} did not reboot within ${timeoutMs / 1000} s after ${command.join(" ")} (exit ` +
+            `${asked.exitCode}: ${asked.stderr}):\n${consoleText.slice(-4000)}`,
         );
       if (code !== NSPAWN_REBOOTED)
         throw new Error(
-          `systemd-nspawn exited ${code} after ${command.join(" ")}, not ${NSPAWN_REBOOTED} (a reboot):\n${consoleText.slice(-4000)}`,
+          `systemd-nspawn exited ${code} after ${command.join(" ")}, not ${NSPAWN_REBOOTED} (a ` +
+            `reboot):\n${consoleText.slice(-4000)}`,
         );
       append(
         Buffer.from(`\n[lab] ${name}: the machine rebooted (nspawn exited ${NSPAWN_REBOOTED}); booting it again\n`),

@@ -42,7 +42,10 @@ export interface LabRegistryOptions {
   log?: Logger;
 }
 
-/** The network namespace of a lab host's private dockerd (src/lab/dockerd.ts: `<root>/net.ns`); new at each dockerd start. */
+/**
+ * The network namespace of a lab host's private dockerd (src/lab/dockerd.ts: `<root>/net.ns`); new at each dockerd
+ * start.
+ */
 export function labRegistryNetns(host: LabHost): string {
   return join(host.paths.dockerdRoot, "net.ns");
 }

@@ -27,7 +27,8 @@ export function bootMetrics({ result, finishedAt }: BootFacts): MetricFamily[] {
     gauge(
       "boot_info",
       "info",
-      "The last boot: outcome (ready, warming, prepared, degraded, disabled), source of the data-root, volume, and the reason when it did not get a cache volume.",
+      "The last boot: outcome (ready, warming, prepared, degraded, disabled), source of the data-root, volume, " +
+        "and the reason when it did not get a cache volume.",
       1,
       {
         outcome: result.outcome,

@@ -53,7 +53,8 @@ export function gcMetrics({ outcome, dryRun, finishedAt }: GcFacts): MetricFamil
       "gc_spared_volumes_total",
       "counter",
       "volumes",
-      "Volumes gc was to delete but left alone: described again right before the deletion, they had changed (kept, claimed, attached, a new expiry).",
+      "Volumes gc was to delete but left alone: described again right before the deletion, they had changed " +
+        "(kept, claimed, attached, a new expiry).",
       [{ labels: {}, value: dryRun ? 0 : outcome.spared }],
     ),
     family("gc_tagged_volumes_total", "counter", "volumes", "Never-released volumes gc tagged to expire.", [

@@ -57,7 +57,8 @@ export function cacheDeviceMetrics(fs: CacheFilesystem): MetricFamily[] {
     gauge(
       "cache_device_info",
       "info",
-      "The block device under the cache filesystem, with the model and serial it reports (an EBS volume's serial is its id).",
+      "The block device under the cache filesystem, with the model and serial it reports (an EBS volume's serial " +
+        "is its id).",
       1,
       {
         device: fs.device,

@@ -20,7 +20,8 @@ export function refreshMetrics(state: RefreshState): MetricFamily[] {
     gauge(
       "refresh_info",
       "info",
-      "The last refresh of the cache volume's images: its phase (running, done, stopped, skipped) and the generation it followed.",
+      "The last refresh of the cache volume's images: its phase (running, done, stopped, skipped) and the " +
+        "generation it followed.",
       1,
       {
         volume_id: state.volumeId ?? "",

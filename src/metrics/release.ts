@@ -17,7 +17,8 @@ export function releaseMetrics({ result, finishedAt }: ReleaseFacts): MetricFami
     gauge(
       "release_info",
       "info",
-      "The last release: outcome (released, nothing, disabled, refused, failed) and the reason when it was not released.",
+      "The last release: outcome (released, nothing, disabled, refused, failed) and the reason when it was not " +
+        "released.",
       1,
       {
         outcome: result.outcome,

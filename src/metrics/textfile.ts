@@ -23,7 +23,8 @@ export class MetricsWriteError extends AgentError {
   constructor(path: string, cause: unknown) {
     super(
       `could not write the metrics file ${path}: ${(cause as Error)?.message ?? String(cause)}`,
-      "check that metrics.textfileDir is a folder root can create and write (or set it to another folder, or to null to write no metrics)",
+      "check that metrics.textfileDir is a folder root can create and write (or set it to another folder, or to " +
+        "null to write no metrics)",
       undefined,
       { cause },
     );

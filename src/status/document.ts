@@ -157,7 +157,8 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
       problems.push(`the cache filesystem is ${percent(fs.usedRatio)} full`);
     else if (fs && fs.usedRatio >= thresholds.warnUsedRatio)
       warnings.push(
-        `the cache filesystem is ${percent(fs.usedRatio)} full (\`ebs-cache-agent prune\` removes images outside the current generation of a pool volume)`,
+        `the cache filesystem is ${percent(fs.usedRatio)} full (\`ebs-cache-agent prune\` removes images outside ` +
+          `the current generation of a pool volume)`,
       );
   }
 

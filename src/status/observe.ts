@@ -25,7 +25,9 @@ export interface StatusSources {
   now?: () => Date;
 }
 
-/** Gathers the inputs of buildStatus; a source that fails is a problem in the document, not a crash of the health check. */
+/**
+ * Gathers the inputs of buildStatus; a source that fails is a problem in the document, not a crash of the health check.
+ */
 export async function observeStatus(sources: StatusSources): Promise<StatusInputs> {
   const problems: string[] = [];
   const attempt = async <T>(what: string, read: () => Promise<T>): Promise<T | undefined> => {

@@ -89,7 +89,8 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
     } else
       log.info(
         "metrics.no-figures",
-        `no figures of the cache filesystem at ${mountPoint}: ${fs.status === "rejected" ? describeError(fs.reason) : "nothing mounted there"}`,
+        `no figures of the cache filesystem at ${mountPoint}: ` +
+          `${fs.status === "rejected" ? describeError(fs.reason) : "nothing mounted there"}`,
       );
     if (host.status === "fulfilled") {
       figures.boot.push(...hostMetrics(host.value));

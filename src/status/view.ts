@@ -18,7 +18,8 @@ export function renderStatus(doc: StatusDocument): string[] {
   const b = doc.boot;
   if (b) {
     lines.push(
-      `boot:     ${b.outcome} from ${b.source} at ${b.finishedAt}, ${b.durationSeconds.toFixed(1)} s${b.reason ? ` (${b.reason})` : ""}`,
+      `boot:     ${b.outcome} from ${b.source} at ${b.finishedAt}, ${b.durationSeconds.toFixed(1)} ` +
+        `s${b.reason ? ` (${b.reason})` : ""}`,
     );
     const byStep = new Map<string, number>();
     for (const s of b.timeline) byStep.set(s.step, (byStep.get(s.step) ?? 0) + s.seconds);
@@ -48,7 +49,8 @@ export function renderStatus(doc: StatusDocument): string[] {
   }
   if (doc.dataRoot)
     lines.push(
-      `data-root: ${doc.dataRoot.current ?? "docker's default"}${doc.dataRoot.matches ? "" : ` (expected ${doc.dataRoot.expected})`}`,
+      `data-root: ` +
+        `${doc.dataRoot.current ?? "docker's default"}${doc.dataRoot.matches ? "" : ` (expected ${doc.dataRoot.expected})`}`,
     );
   if (doc.labels && Object.keys(doc.labels.published).length > 0) {
     lines.push(
@@ -69,7 +71,8 @@ export function renderStatus(doc: StatusDocument): string[] {
     const counts =
       f.phase === "skipped"
         ? (f.reason ?? "")
-        : `${f.pulled + f.failed} of ${f.wanted - f.present} pulls done: ${f.pulled} pulled, ${f.failed} failed, ${f.present} present${f.markedCurrent ? ", volume tagged current" : ""}`;
+        : `${f.pulled + f.failed} of ${f.wanted - f.present} pulls done: ${f.pulled} pulled, ${f.failed} failed, ` +
+          `${f.present} present${f.markedCurrent ? ", volume tagged current" : ""}`;
     lines.push(
       `refresh:  ${f.phase}${f.running ? " (running)" : ""}${f.generation ? ` toward ${f.generation}` : ""}${counts ? ` (${counts})` : ""}`,
     );
@@ -77,7 +80,8 @@ export function renderStatus(doc: StatusDocument): string[] {
   const r = doc.lastRelease;
   if (r)
     lines.push(
-      `release:  ${r.outcome} at ${r.finishedAt}${r.afterBoot ? " (after this boot)" : ""}${r.reason ? `: ${r.reason}` : ""}`,
+      `release:  ${r.outcome} at ` +
+        `${r.finishedAt}${r.afterBoot ? " (after this boot)" : ""}${r.reason ? `: ${r.reason}` : ""}`,
     );
   return lines;
 }

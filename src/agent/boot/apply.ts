@@ -20,7 +20,7 @@ import type { PrewarmAtBoot } from "../prewarm/apply.ts";
 import { volumeDetails } from "../report.ts";
 import { imagesOf, withLatest } from "../volume-rules.ts";
 import { claimNext, createAndClaim } from "./claim.ts";
-import { prepareVolumeDataRoot } from "./prepare.ts";
+import { prepareVolumeDataRoot } from "./activation-marker.ts";
 import { claimTagChanges } from "./claim-tags.ts";
 import {
   freshProgress,
@@ -87,7 +87,7 @@ export async function applyBootPlan(
       if (options.signal?.aborted) throw new CancelledError(step.step, options.signal);
       const done = await runStep(step, {
         plan,
-        p: progress,
+        progress,
         deps,
         limits,
         claim,
@@ -204,9 +204,11 @@ function resultOf(progress: Progress) {
  * attachment unfinished: attached with no device is this host's udev/driver, and quarantining
  * good volumes one after another would not help it.
  */
-async function isVolumeFault(error: unknown, p: Progress, plan: BootPlan, deps: BootDeps): Promise<boolean> {
+async function isVolumeFault(error: unknown, progress: Progress, plan: BootPlan, deps: BootDeps): Promise<boolean> {
   if (!(error instanceof DeviceTimeoutError)) return true;
-  const volume = p.volume ? await deps.cloud.describeVolume(p.volume.volumeId).catch(() => undefined) : undefined;
+  const volume = progress.volume
+    ? await deps.cloud.describeVolume(progress.volume.volumeId).catch(() => undefined)
+    : undefined;
   const attachment = volume?.attachment;
   return !(attachment?.instanceId === plan.instanceId && attachment.state === "attached");
 }
@@ -312,11 +314,11 @@ async function handBackAttached(
 
 async function reuseAttached(
   step: StepOf<"reuse-attached">,
-  { p, deps, claim, call }: StepContext,
+  { progress, deps, claim, call }: StepContext,
 ): Promise<undefined> {
   const volume = claim.known.get(step.volumeId) ?? (await deps.cloud.describeVolume(step.volumeId, call));
   if (!volume) throw new BootStepError(step.step, `${step.volumeId} no longer exists`, "run boot again");
-  p.volume = volume;
+  progress.volume = volume;
   deps.log.info("boot.reuse", "volume already attached to this instance: reusing it", { volume: volume.volumeId });
   return undefined;
 }
@@ -340,14 +342,14 @@ async function createVolumeAndClaim(step: StepOf<"create-and-claim">, ctx: StepC
  * is written. At most one CreateTags and one DeleteTags (claim-tags.ts); none when the tags are
  * right already.
  */
-async function tagClaim(step: StepOf<"tag-claim">, { plan, p, deps, call }: StepContext): Promise<undefined> {
-  const volume = volumeOf(p);
+async function tagClaim(step: StepOf<"tag-claim">, { plan, progress, deps, call }: StepContext): Promise<undefined> {
+  const volume = volumeOf(progress);
   const tags = volume.tags;
   const changes = claimTagChanges(tags, plan.instanceId, step.intent, deps.now?.() ?? new Date());
   if (Object.keys(changes.set).length > 0) {
     await deps.cloud.tagVolume(volume.volumeId, changes.set, call);
     Object.assign(tags, changes.set);
-    if (changes.set[VolumeTag.claimedAt] !== undefined) p.claimedAt = changes.set[VolumeTag.claimedAt];
+    if (changes.set[VolumeTag.claimedAt] !== undefined) progress.claimedAt = changes.set[VolumeTag.claimedAt];
   }
   await deps.cloud.untagVolume(volume.volumeId, changes.remove, call);
   for (const key of changes.remove) delete tags[key];
@@ -360,14 +362,17 @@ async function tagClaim(step: StepOf<"tag-claim">, { plan, p, deps, call }: Step
  */
 async function waitForDevice(
   _step: StepOf<"wait-for-device">,
-  { p, deps, limits, call }: StepContext,
+  { progress, deps, limits, call }: StepContext,
 ): Promise<undefined> {
-  p.device = await deps.storage.waitForDevice(
-    volumeOf(p).volumeId,
+  progress.device = await deps.storage.waitForDevice(
+    volumeOf(progress).volumeId,
     limits.attachTimeoutMs + limits.deviceTimeoutMs,
     call,
   );
-  deps.log.info("boot.device", "device verified by its serial", { volume: volumeOf(p).volumeId, device: p.device });
+  deps.log.info("boot.device", "device verified by its serial", {
+    volume: volumeOf(progress).volumeId,
+    device: progress.device,
+  });
   return undefined;
 }
 
@@ -376,10 +381,10 @@ async function waitForDevice(
  * mounted read-write (which replays its log) and grown. Anything else throws ForeignVolumeError
  * with the volume left byte-for-byte unchanged.
  */
-async function checkFilesystem(step: StepOf<"check-filesystem">, { p, deps }: StepContext): Promise<undefined> {
+async function checkFilesystem(step: StepOf<"check-filesystem">, { progress, deps }: StepContext): Promise<undefined> {
   const { storage, log } = deps;
-  const volume = volumeOf(p);
-  const device = p.device!;
+  const volume = volumeOf(progress);
+  const device = progress.device!;
   const owner = { volumeId: volume.volumeId, createdByAgent: createdByAgent(volume) };
   let identity = await storage.identify(owner, device);
   if (identity.kind === "blank") {
@@ -393,7 +398,7 @@ async function checkFilesystem(step: StepOf<"check-filesystem">, { p, deps }: St
         `check dmesg and lsblk -f ${device}`,
       );
   }
-  if (identity.dataBytes !== undefined) p.filesystemBytes = identity.dataBytes;
+  if (identity.dataBytes !== undefined) progress.filesystemBytes = identity.dataBytes;
   log.info("boot.filesystem", "the agent's cache filesystem", {
     volume: volume.volumeId,
     device,
@@ -402,9 +407,9 @@ async function checkFilesystem(step: StepOf<"check-filesystem">, { p, deps }: St
   return undefined;
 }
 
-async function mountVolume(step: StepOf<"mount">, { p, deps }: StepContext): Promise<undefined> {
-  const volume = volumeOf(p);
-  const device = p.device!;
+async function mountVolume(step: StepOf<"mount">, { progress, deps }: StepContext): Promise<undefined> {
+  const volume = volumeOf(progress);
+  const device = progress.device!;
   const mountPoint = join(step.mountRoot, volume.volumeId);
   const current = await deps.storage.mountPointOf(device);
   if (current && current !== mountPoint) {
@@ -412,9 +417,9 @@ async function mountVolume(step: StepOf<"mount">, { p, deps }: StepContext): Pro
   }
   if (!current) {
     await deps.storage.mount(device, mountPoint);
-    p.mountedNow = true;
+    progress.mountedNow = true;
   }
-  p.mountPoint = mountPoint;
+  progress.mountPoint = mountPoint;
   deps.log.info("boot.mount", "volume mounted", { volume: volume.volumeId, mountPoint });
   return undefined;
 }
@@ -425,25 +430,28 @@ async function mountVolume(step: StepOf<"mount">, { p, deps }: StepContext): Pro
  * and xfs_info to read (a pool volume is made at its snapshot's size). A stale superblock only
  * ever shows less, which takes the full check.
  */
-async function growFilesystem(_step: StepOf<"grow-filesystem">, { p, deps }: StepContext): Promise<undefined> {
-  if (p.filesystemBytes !== undefined && volumeOf(p).sizeGiB * 1024 ** 3 - p.filesystemBytes <= GROW_MARGIN_BYTES) {
+async function growFilesystem(_step: StepOf<"grow-filesystem">, { progress, deps }: StepContext): Promise<undefined> {
+  if (
+    progress.filesystemBytes !== undefined &&
+    volumeOf(progress).sizeGiB * 1024 ** 3 - progress.filesystemBytes <= GROW_MARGIN_BYTES
+  ) {
     deps.log.debug("boot.grow", "the filesystem fills the volume's size", {
-      mountPoint: p.mountPoint,
-      filesystem: p.filesystemBytes,
+      mountPoint: progress.mountPoint,
+      filesystem: progress.filesystemBytes,
     });
     return undefined;
   }
-  if (await deps.storage.grow(p.mountPoint!))
-    deps.log.info("boot.grow", "filesystem grown to the volume's size", { mountPoint: p.mountPoint });
+  if (await deps.storage.grow(progress.mountPoint!))
+    deps.log.info("boot.grow", "filesystem grown to the volume's size", { mountPoint: progress.mountPoint });
   return undefined;
 }
 
 async function prepareDataRoot(
   _step: StepOf<"prepare-data-root">,
-  { plan, p, deps, limits }: StepContext,
+  { plan, progress, deps, limits }: StepContext,
 ): Promise<undefined> {
-  const volume = volumeOf(p);
-  p.dataRoot = join(p.mountPoint!, DATA_ROOT_SUBDIR);
+  const volume = volumeOf(progress);
+  progress.dataRoot = join(progress.mountPoint!, DATA_ROOT_SUBDIR);
   const kind = volume.tags[VolumeTag.kind] === "workspace" ? "workspace" : "pool";
   const imageStore = plan.hostStore?.store ?? "graphdriver";
   const activation = {
@@ -452,7 +460,7 @@ async function prepareDataRoot(
     ...(limits.bootId ? { bootId: limits.bootId } : {}),
   };
   await prepareVolumeDataRoot(
-    p.dataRoot,
+    progress.dataRoot,
     { kind, activation, createdByAgent: createdByAgent(volume), imageStore },
     deps.dataRoot,
     deps.log,
@@ -465,7 +473,10 @@ async function prepareDataRoot(
  * containerd's root too (config.toml): there the images are under containerd's root, and with
  * only the data-root moved docker would see none of them.
  */
-async function switchDataRoot(step: StepOf<"switch-data-root">, { plan, p, deps }: StepContext): Promise<undefined> {
+async function switchDataRoot(
+  step: StepOf<"switch-data-root">,
+  { plan, progress, deps }: StepContext,
+): Promise<undefined> {
   const store = plan.hostStore?.store ?? "graphdriver";
   const engineVersion = plan.hostStore?.engineVersion ?? (await deps.dockerVersion().catch(() => undefined));
   await deps.daemonConfig.setImageStore(store, engineVersion ? { engineVersion } : {});
@@ -477,39 +488,45 @@ async function switchDataRoot(step: StepOf<"switch-data-root">, { plan, p, deps 
         "report this: the wiring passes no containerd adapter",
       );
     }
-    const root = containerdRootOnVolume(p.mountPoint!);
+    const root = containerdRootOnVolume(progress.mountPoint!);
     await deps.containerd.prepareRoot(root, { dropMachineState: false });
     if (await deps.containerd.setRoot(root)) {
-      p.containerdSwitched = true;
+      progress.containerdSwitched = true;
       deps.log.info("boot.containerd-root", "containerd's root set to the volume", { to: root });
     }
   }
   const current = await deps.daemonConfig.dataRoot();
-  if (current !== p.dataRoot) {
-    await deps.daemonConfig.setDataRoot(p.dataRoot);
-    p.switched = true;
-    deps.log.info("boot.data-root", "daemon.json data-root switched", { from: current ?? "(default)", to: p.dataRoot });
+  if (current !== progress.dataRoot) {
+    await deps.daemonConfig.setDataRoot(progress.dataRoot);
+    progress.switched = true;
+    deps.log.info("boot.data-root", "daemon.json data-root switched", {
+      from: current ?? "(default)",
+      to: progress.dataRoot,
+    });
   }
   return undefined;
 }
 
 /**
  * Phase 1 of this boot identified, mounted, grew, cleaned and switched to this volume (its
- * record, prepared.ts): when its device (verified by serial at wait-for-device) is mounted where
+ * record, prepared-record.ts): when its device (verified by serial at wait-for-device) is mounted where
  * phase 1 mounted it and daemon.json's data-root is still phase 1's, none of that is done
  * again. Anything else (unmounted, switched back meanwhile) runs those steps after all.
  */
 async function resumePrepared(step: StepOf<"resume-prepared">, ctx: StepContext): Promise<undefined> {
-  const { p, deps } = ctx;
-  const volume = volumeOf(p);
-  const [mountedAt, dataRoot] = await Promise.all([deps.storage.mountPointOf(p.device!), deps.daemonConfig.dataRoot()]);
+  const { progress, deps } = ctx;
+  const volume = volumeOf(progress);
+  const [mountedAt, dataRoot] = await Promise.all([
+    deps.storage.mountPointOf(progress.device!),
+    deps.daemonConfig.dataRoot(),
+  ]);
   if (
     mountedAt === step.mountPoint &&
     dataRoot === step.dataRoot &&
     step.dataRoot === join(step.mountPoint, DATA_ROOT_SUBDIR)
   ) {
-    p.mountPoint = step.mountPoint;
-    p.dataRoot = step.dataRoot;
+    progress.mountPoint = step.mountPoint;
+    progress.dataRoot = step.dataRoot;
     deps.log.info(
       "boot.resume",
       "prepared by the first phase of this boot: mounted, data-root switched; not checked again",
@@ -531,23 +548,23 @@ async function resumePrepared(step: StepOf<"resume-prepared">, ctx: StepContext)
   ];
   for (const each of again) {
     // A failure is judged as that step's (quarantine or not), as without the record.
-    p.inStep = each.step;
+    progress.inStep = each.step;
     await runStep(each, ctx);
   }
-  p.inStep = undefined;
+  progress.inStep = undefined;
   return undefined;
 }
 
 async function startDocker(_step: StepOf<"start-docker">, ctx: StepContext): Promise<undefined> {
-  const { p, deps, limits } = ctx;
+  const { progress, deps, limits } = ctx;
   const { docker, engine, log } = deps;
   // The pre-warm sample reads the device, not docker: it runs while docker starts and is
   // verified; the `prewarm` step awaits its verdict.
-  if (ctx.plan.steps.some((step) => step.step === "prewarm")) p.prewarmRun ??= beginPrewarm(ctx);
+  if (ctx.plan.steps.some((step) => step.step === "prewarm")) progress.prewarmRun ??= beginPrewarm(ctx);
   if (!docker) return undefined;
   // containerd reads its root only at start: restarted on the new one, docker after it (dockerd
   // keeps its view of containerd's images from its own start).
-  const containerd = p.containerdSwitched ? deps.containerd?.service : undefined;
+  const containerd = progress.containerdSwitched ? deps.containerd?.service : undefined;
   if (containerd && (await containerd.isActive())) {
     log.info("boot.containerd", "restarting containerd on the cache volume");
     if (await docker.isActive()) await docker.stop();
@@ -555,7 +572,7 @@ async function startDocker(_step: StepOf<"start-docker">, ctx: StepContext): Pro
   }
   if (await docker.isActive()) {
     const info = await engine.info().catch(() => undefined);
-    if (info?.dockerRootDir === p.dataRoot) return undefined;
+    if (info?.dockerRootDir === progress.dataRoot) return undefined;
     // The swarm membership lives in the running data-root: a restart onto the volume would drop it.
     if (info && info.swarm.state !== "inactive") throw new JoinedBeforeSwitch(info.dockerRootDir, info.swarm.state);
     log.info("boot.docker", "restarting docker on the cache volume");
@@ -568,30 +585,40 @@ async function startDocker(_step: StepOf<"start-docker">, ctx: StepContext): Pro
   return undefined;
 }
 
-async function verifyDocker(step: StepOf<"verify-docker">, { plan, p, deps, limits }: StepContext): Promise<undefined> {
+async function verifyDocker(
+  step: StepOf<"verify-docker">,
+  { plan, progress, deps, limits }: StepContext,
+): Promise<undefined> {
   if (!deps.docker) return undefined;
   const info = await deps.engine.info();
-  if (info.dockerRootDir !== p.dataRoot) {
+  if (info.dockerRootDir !== progress.dataRoot) {
     throw new BootStepError(
       step.step,
-      `docker reports data-root ${info.dockerRootDir}, expected ${p.dataRoot}`,
-      "check that dockerd reads the agent's daemon.json (its --config-file) and that nothing else sets its data-root: dockerd refuses --data-root given both as a flag and in daemon.json (systemctl cat docker; journalctl -u docker)",
+      `docker reports data-root ${info.dockerRootDir}, expected ${progress.dataRoot}`,
+      "check that dockerd reads the agent's daemon.json (its --config-file) and that nothing else sets its " +
+        "data-root: dockerd refuses --data-root given both as a flag and in daemon.json (systemctl cat docker; " +
+        "journalctl -u docker)",
     );
   }
   const store = plan.hostStore?.store ?? "graphdriver";
   if (info.imageStore !== store) {
     throw new BootStepError(
       step.step,
-      `docker uses the ${info.imageStore} image store, and the volume was chosen for the ${store} store: its images would be invisible`,
+      `docker uses the ${info.imageStore} image store, and the volume was chosen for the ${store} store: its ` +
+        `images would be invisible`,
       store === "graphdriver"
         ? 'set "features": {"containerd-snapshotter": false} in daemon.json'
-        : 'check that daemon.json\'s "features": {"containerd-snapshotter": true} reaches dockerd (its --config-file; journalctl -u docker)',
+        : 'check that daemon.json\'s "features": {"containerd-snapshotter": true} reaches dockerd (its ' +
+            "--config-file; journalctl -u docker)",
     );
   }
   const listed = new Set(await deps.engine.images());
   // A volume the agent created blank holds only what its users pulled: the configured images
   // cannot be expected there.
-  const wanted = [...imagesOf(volumeOf(p).tags), ...(createdByAgent(volumeOf(p)) ? [] : limits.expectedImages)];
+  const wanted = [
+    ...imagesOf(volumeOf(progress).tags),
+    ...(createdByAgent(volumeOf(progress)) ? [] : limits.expectedImages),
+  ];
   const missing = wanted.filter((image) => !listed.has(image) && !listed.has(withLatest(image)));
   if (missing.length > 0) {
     throw new BootStepError(
@@ -602,15 +629,15 @@ async function verifyDocker(step: StepOf<"verify-docker">, { plan, p, deps, limi
   }
   deps.log.info("boot.verified", "docker runs on the cache volume with the expected images", {
     images: wanted.length,
-    dataRoot: p.dataRoot,
+    dataRoot: progress.dataRoot,
   });
   return undefined;
 }
 
 /** Begins the pre-warm of the volume in hand (undefined without a pre-warm). */
-function beginPrewarm({ p, deps }: StepContext): PrewarmAtBoot | undefined {
+function beginPrewarm({ progress, deps }: StepContext): PrewarmAtBoot | undefined {
   if (!deps.prewarm) return undefined;
-  const volume = volumeOf(p);
+  const volume = volumeOf(progress);
   return deps.prewarm({
     volume: {
       volumeId: volume.volumeId,
@@ -618,20 +645,20 @@ function beginPrewarm({ p, deps }: StepContext): PrewarmAtBoot | undefined {
       tags: volume.tags,
     },
     sizeBytes: volume.sizeGiB * 1024 ** 3,
-    device: p.device!,
-    mountPoint: p.mountPoint!,
+    device: progress.device!,
+    mountPoint: progress.mountPoint!,
     labels: volumeDetails(volume),
   });
 }
 
 /** The pre-warm's outcome (begun with start-docker, or now); its long part starts only here, docker verified. */
 async function prewarm(_step: StepOf<"prewarm">, ctx: StepContext): Promise<undefined> {
-  const { p, deps } = ctx;
+  const { progress, deps } = ctx;
   if (!deps.prewarm) return undefined;
-  const volume = volumeOf(p);
+  const volume = volumeOf(progress);
   try {
-    p.prewarmRun ??= beginPrewarm(ctx);
-    p.prewarm = await p.prewarmRun?.outcome();
+    progress.prewarmRun ??= beginPrewarm(ctx);
+    progress.prewarm = await progress.prewarmRun?.outcome();
   } catch (error) {
     // The pre-warm never keeps a node from being reported: its verdict is then unknown.
     deps.log.error("boot.prewarm", `pre-warm failed: ${describeError(error)}`, {
@@ -642,20 +669,23 @@ async function prewarm(_step: StepOf<"prewarm">, ctx: StepContext): Promise<unde
   return undefined;
 }
 
-async function reportReady(_step: StepOf<"report-ready">, { p, deps }: StepContext): Promise<Finished | undefined> {
-  const volume = volumeOf(p);
-  const state = p.prewarm?.labelState ?? "ready";
+async function reportReady(
+  _step: StepOf<"report-ready">,
+  { progress, deps }: StepContext,
+): Promise<Finished | undefined> {
+  const volume = volumeOf(progress);
+  const state = progress.prewarm?.labelState ?? "ready";
   // A pre-warm that failed outright (it normally never throws) leaves the verdict unknown.
-  const prewarmLabels = p.prewarm?.labels ?? (deps.prewarm ? { [Label.prewarm]: "unknown" } : {});
+  const prewarmLabels = progress.prewarm?.labels ?? (deps.prewarm ? { [Label.prewarm]: "unknown" } : {});
   // Published already when the background run took over: it alone publishes from then on.
-  if (!p.prewarm?.published) {
+  if (!progress.prewarm?.published) {
     try {
       await deps.report(state, { ...volumeDetails(volume), ...prewarmLabels });
     } catch (error) {
-      return labelsDidNotTake(deps, p, error);
+      return labelsDidNotTake(deps, progress, error);
     }
   }
-  const fields = { volume: volume.volumeId, dataRoot: p.dataRoot, prewarm: p.prewarm?.verdict };
+  const fields = { volume: volume.volumeId, dataRoot: progress.dataRoot, prewarm: progress.prewarm?.verdict };
   if (state === "warming") {
     deps.log.notice("boot.ready", "node usable on the cache volume; the volume is warming in the background", fields);
   } else {
@@ -670,23 +700,23 @@ async function reportReady(_step: StepOf<"report-ready">, { p, deps }: StepConte
  * rolling back would not make labels take); the outcome is `degraded` with the reason, and one
  * best-effort `degraded` publication follows.
  */
-async function labelsDidNotTake(deps: BootDeps, p: Progress, error: unknown): Promise<Finished> {
+async function labelsDidNotTake(deps: BootDeps, progress: Progress, error: unknown): Promise<Finished> {
   const reason = `readiness labels did not take: ${describeError(error)}`;
   deps.log.error("boot.labels", `${reason}; the node is not reported ready (docker stays on the cache volume)`, {
-    volume: p.volume?.volumeId,
+    volume: progress.volume?.volumeId,
     remediation: remediationOf(error),
   });
   await deps.report("degraded", { [Label.reason]: shorten(reason) }).catch((again: unknown) => {
     deps.log.error("boot.label", `could not publish the degraded label either: ${describeError(again)}`);
   });
-  return { outcome: "degraded", reason, ...resultOf(p) };
+  return { outcome: "degraded", reason, ...resultOf(progress) };
 }
 
 function createdByAgent(volume: VolumeInfo): boolean {
   return volume.tags[VolumeTag.createdBy] === "agent";
 }
 
-function volumeOf(p: Progress): VolumeInfo {
-  if (!p.volume) throw new Error("no volume claimed yet (plan out of order)");
-  return p.volume;
+function volumeOf(progress: Progress): VolumeInfo {
+  if (!progress.volume) throw new Error("no volume claimed yet (plan out of order)");
+  return progress.volume;
 }

@@ -19,7 +19,7 @@ type ClaimStep = Extract<BootStep, { step: "claim-volume" }>;
  * `maxLosses`): a volume from the pool's snapshot, or the node degrades.
  */
 export async function claimNext(step: ClaimStep, ctx: StepContext): Promise<void> {
-  const { plan, p, deps, limits, claim, call } = ctx;
+  const { plan, progress, deps, limits, claim, call } = ctx;
   const { cloud, log } = deps;
   let candidates = step.candidates.filter((id) => !claim.tried.has(id));
   // After a volume was handed back, the plan's list is stale: ask again.
@@ -32,17 +32,18 @@ export async function claimNext(step: ClaimStep, ctx: StepContext): Promise<void
     // Held as "maybe ours" while AttachVolume is in flight: if SIGTERM cuts the call, the undo's
     // detach (a no-op for a volume not attached here) settles whatever EC2 did with it.
     const listed = claim.known.get(volumeId);
-    if (listed) p.volume = listed;
+    if (listed) progress.volume = listed;
     const outcome = await cloud.claimVolume(volumeId, plan.instanceId, limits.device, { ...call, notHeldHere: true });
     if (outcome.kind === "claimed") {
-      p.volume = listed ?? (await cloud.describeVolume(volumeId, call));
-      if (!p.volume) throw new BootStepError(step.step, `${volumeId} vanished after it was claimed`, "run boot again");
-      p.claimedNow = true;
+      progress.volume = listed ?? (await cloud.describeVolume(volumeId, call));
+      if (!progress.volume)
+        throw new BootStepError(step.step, `${volumeId} vanished after it was claimed`, "run boot again");
+      progress.claimedNow = true;
       claim.volumes++;
       log.info("boot.claim", `claimed ${step.family} volume`, { volume: volumeId, losses: claim.losses });
       return;
     }
-    delete p.volume;
+    delete progress.volume;
     claim.losses++;
     log.info("boot.claim", "candidate taken by another instance", {
       volume: volumeId,
@@ -117,13 +118,14 @@ function lossPauseMs(losses: number): number {
 
 /** Creates a volume (from the snapshot, or blank) and attaches it; refused when the boot budget could not hold it. */
 export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promise<void> {
-  const { plan, p, deps, limits, claim, call } = ctx;
+  const { plan, progress, deps, limits, claim, call } = ctx;
   // Started too late, a creation would only be undone at the deadline: the node degrades now.
   const left = claim.deadline !== undefined ? claim.deadline - Date.now() : Infinity;
   if (left < claim.createMs) {
     throw new BootStepError(
       "create-and-claim",
-      `${Math.max(0, Math.round(left / 1000))} s of the boot budget left, less than a volume from the snapshot takes (timeouts.createSeconds ${Math.round(claim.createMs / 1000)} s): not created`,
+      `${Math.max(0, Math.round(left / 1000))} s of the boot budget left, less than a volume from the snapshot ` +
+        `takes (timeouts.createSeconds ${Math.round(claim.createMs / 1000)} s): not created`,
       "keep the pool filled so boots need not create volumes",
     );
   }
@@ -153,13 +155,13 @@ export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promis
       : `blank ${kind} volume created (${spec.sizeGiB ?? "?"} GiB)`,
     { volume: volume.volumeId, snapshot: spec.snapshotId },
   );
-  p.volume = volume;
+  progress.volume = volume;
   const outcome = await deps.cloud.claimVolume(volume.volumeId, plan.instanceId, limits.device, {
     ...call,
     justCreated: true,
   });
   if (outcome.kind !== "claimed") {
-    delete p.volume;
+    delete progress.volume;
     // Not this instance's after all: the claim made at creation goes (only if still ours).
     await deps.cloud
       .untagVolume(volume.volumeId, { [VolumeTag.claimedBy]: plan.instanceId }, call)
@@ -170,9 +172,9 @@ export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promis
       "see the EC2 error above",
     );
   }
-  p.volume = volume;
-  p.claimedNow = true;
-  p.created = spec.snapshotId !== undefined ? "snapshot" : "blank";
+  progress.volume = volume;
+  progress.claimedNow = true;
+  progress.created = spec.snapshotId !== undefined ? "snapshot" : "blank";
   claim.volumes++;
 }
 

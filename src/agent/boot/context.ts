@@ -17,7 +17,7 @@ import type {
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
 import type { PrewarmOutcome, PrewarmTarget } from "../prewarm/plan.ts";
 import type { BootResult } from "../outcomes.ts";
-import type { DataRootPorts } from "./prepare.ts";
+import type { DataRootPorts } from "./activation-marker.ts";
 import type { CreatedFrom } from "./source.ts";
 
 /** The adapters a boot uses (built in src/cli/wiring.ts, for the CLI or a lab host). */
@@ -28,7 +28,7 @@ export interface BootDeps {
   /** undefined when docker is left to systemd ordering (config docker.control = none). */
   docker: DockerService | undefined;
   engine: DockerEngine & { waitUntilReady(timeoutMs: number): Promise<void> };
-  /** What the prepare-data-root step does on the host (prepare.ts prepareVolumeDataRoot decides when). */
+  /** What the prepare-data-root step does on the host (activation-marker.ts prepareVolumeDataRoot decides when). */
   dataRoot: DataRootPorts;
   /** containerd's root and service, for a host on the containerd image store. Absent: such a host degrades at switch-data-root. */
   containerd?: ContainerdRoot;
@@ -75,7 +75,7 @@ export interface BootLimits {
   bootId?: string;
   /**
    * EC2's LaunchTime of the instance (DescribeInstances): with the instance id and the boot id,
-   * the activation a pool volume's data-root is prepared for (prepare.ts). Absent: unknown.
+   * the activation a pool volume's data-root is prepared for (activation-marker.ts). Absent: unknown.
    */
   launchTime?: string;
 }
@@ -84,7 +84,9 @@ export interface BootLimits {
 export interface ApplyOptions {
   /** Volumes observe() saw: their tags serve the claim without another DescribeVolumes. */
   known?: readonly VolumeInfo[];
-  /** Aborted on SIGTERM or when the boot budget runs out: the step in flight stops, the undo runs, the node degrades. */
+  /**
+   * Aborted on SIGTERM or when the boot budget runs out: the step in flight stops, the undo runs, the node degrades.
+   */
   signal?: AbortSignal;
   /** When the boot budget runs out (ms since the epoch): a volume creation that would not fit is not started. */
   deadline?: number;
@@ -142,7 +144,7 @@ export interface ClaimState {
 /** What every step handler gets. */
 export interface StepContext {
   plan: BootPlan;
-  p: Progress;
+  progress: Progress;
   deps: BootDeps;
   limits: BootLimits;
   claim: ClaimState;

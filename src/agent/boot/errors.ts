@@ -41,7 +41,8 @@ export class BootBudgetSpent extends AgentError {
   constructor(readonly seconds: number) {
     super(
       `boot budget of ${seconds} s spent`,
-      "EC2 or the device was slow: see the timeline; raise timeouts.bootSeconds only as far as the autoscaler's start-time limit allows",
+      "EC2 or the device was slow: see the timeline; raise timeouts.bootSeconds only as far as the autoscaler's " +
+        "start-time limit allows",
       ExitCode.degraded,
     );
   }

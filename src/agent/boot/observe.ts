@@ -1,6 +1,7 @@
 /**
  * Observing before planning: who this instance is (its tags, waiting a bounded time for a late
- * labels tag) and what it was given before (the workspace record), then the volumes, at a cost that does not grow with the pool: one DescribeInstances
+ * labels tag) and what it was given before (the workspace record), then the volumes, at a cost that does not grow with
+ * the pool: one DescribeInstances
  * (the instance's tags and its attached volumes; shared with identify when IMDS serves no
  * tags), a DescribeVolumes by id only when volumes are attached, then only the lookups the
  * selection can still need, each one bounded page (see `lookupsNeeded` in plan.ts). A pool boot
@@ -20,7 +21,10 @@ export interface IdentitySource {
   config: AgentConfig;
   /** `fresh`: tags read again from their source (a late labels tag), not the answer cached for this run. */
   identify(options?: { fresh?: boolean }): Promise<Identity>;
-  /** EC2's LaunchTime of the instance (DescribeInstances, shared with the boot's own): one activation. Absent or failing: unknown. */
+  /**
+   * EC2's LaunchTime of the instance (DescribeInstances, shared with the boot's own): one activation. Absent or
+   * failing: unknown.
+   */
   launchTime?(identity: Identity): Promise<string | undefined>;
   /** This boot of the machine (/proc/sys/kernel/random/boot_id). */
   bootId?: string;

@@ -18,7 +18,7 @@ import {
   type ClaimContext,
   type HostStore,
 } from "../volume-rules.ts";
-import type { PreparedRecord } from "./prepared.ts";
+import type { PreparedRecord } from "./prepared-record.ts";
 import type { VolumeIntent } from "../volume-intent.ts";
 
 export type { WorkspaceIds };
@@ -97,7 +97,7 @@ export interface BootObservation {
    * the graphdriver store (what the agent pins when daemon.json does not ask for containerd).
    */
   hostStore?: HostStore;
-  /** What the first phase of this boot (same boot id, same instance) prepared (prepared.ts). */
+  /** What the first phase of this boot (same boot id, same instance) prepared (prepared-record.ts). */
   prepared?: PreparedRecord;
 }
 
@@ -393,7 +393,9 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
     if (!fit.fits)
       return {
         source: "none",
-        reason: `the volume attached here (${mine.volumeId}) does not fit: ${fit.reason}; not mounted (${fit.remediation})`,
+        reason:
+          `the volume attached here (${mine.volumeId}) does not fit: ${fit.reason}; not mounted ` +
+          `(${fit.remediation})`,
       };
     return { source: "attached", volumeId: mine.volumeId, kind: mine.tags[VolumeTag.kind] ?? "unknown" };
   }
@@ -402,7 +404,8 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
 
   const fallback = snapshotFallback(settings, observed);
   const mismatch = (family: string, first: { volume: string; reason: string; remediation: string }) =>
-    `no ${family} volume fits this host's image store: ${first.volume} ${first.reason.replace(/^the volume /, "")} (${first.remediation})`;
+    `no ${family} volume fits this host's image store: ${first.volume} ` +
+    `${first.reason.replace(/^the volume /, "")} (${first.remediation})`;
 
   const ids = settings.workspace;
   const { workspace, pool, unencrypted } = claimCandidates(settings, observed);
@@ -446,7 +449,9 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   if (snapshot && snapshotFit && !snapshotFit.fits) {
     return {
       source: "none",
-      reason: `no available volume in the pool and its snapshot ${snapshot.snapshotId} does not fit: ${snapshotFit.reason.replace(/^the volume/, "it")} (${snapshotFit.remediation})`,
+      reason:
+        `no available volume in the pool and its snapshot ${snapshot.snapshotId} does not fit: ` +
+        `${snapshotFit.reason.replace(/^the volume/, "it")} (${snapshotFit.remediation})`,
     };
   }
   const why = !settings.createFromSnapshot
@@ -459,7 +464,8 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
 function unencryptedWorkspace(volumeId: string, where: string): string {
   return (
     `the workspace volume ${volumeId} ${where} is not encrypted and workspace.requireEncrypted is set: not attached ` +
-    "(encrypt it: snapshot it, copy the snapshot with encryption, make a volume of the copy with the same tags, and delete the old one)"
+    ("(encrypt it: snapshot it, copy the snapshot with encryption, make a volume of the copy with the same tags, " +
+      "and delete the old one)")
   );
 }
 
@@ -542,8 +548,11 @@ function createSpec(settings: BootSettings, observed: BootObservation): CreateSp
 /** Steps that need docker running: left to the second phase when this run goes without docker. */
 const DOCKER_STEPS = new Set<BootStep["step"]>(["start-docker", "verify-docker", "prewarm", "report-ready"]);
 
+/** The members of a step union that carry nothing but their name. */
+type BareStep<S> = S extends unknown ? (keyof S extends "step" ? S : never) : never;
+
 /** The steps that bring a volume (however selected) to a docker running on it. */
-const AFTER_CLAIM: BootStep["step"][] = [
+const AFTER_CLAIM: (BareStep<BootStep>["step"] | "tag-claim" | "mount" | "prewarm")[] = [
   "tag-claim",
   "wait-for-device",
   "check-filesystem",
@@ -608,7 +617,7 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
         ? { step, strategy: settings.prewarm ?? "check" }
         : step === "tag-claim"
           ? { step, intent: settings.intent }
-          : ({ step } as BootStep),
+          : { step },
   );
   // tag-claim stays for a reused attachment too: a boot killed between AttachVolume and its
   // tags (or between CreateTags and DeleteTags) is finished by the next run, not assumed done.

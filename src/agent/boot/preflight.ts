@@ -23,7 +23,8 @@ import {
   type DockerdCommand,
   type HostProblem,
 } from "../../docker/dockerd-flags.ts";
-import { isUnderPrefix, type LabelModeSetting } from "../../docker/labels.ts";
+import { isUnderPrefix, parseEngineLabel, type LabelModeSetting } from "../../docker/labels.ts";
+import { engineMajorVersion } from "../../engine-version.ts";
 
 /** The host would refuse the switch; nothing was changed and no volume was claimed. */
 export class PreflightError extends AgentError {
@@ -51,7 +52,7 @@ export interface PreflightDeps {
 
 /** The daemon.json keys this run may write. */
 export function agentKeysFor(labelMode: LabelModeSetting, engineVersion: string | undefined): string[] {
-  const major = Number(/^(\d+)\./.exec(engineVersion ?? "")?.[1] ?? NaN);
+  const major = engineMajorVersion(engineVersion) ?? NaN;
   return AGENT_KEYS.filter(
     (key) => key === "data-root" || (key === "labels" ? labelMode === "auto" || labelMode === "engine" : major >= 29),
   );
@@ -79,7 +80,9 @@ export function daemonJsonProblems(
   const problems: HostProblem[] = [];
   if (config.graph !== undefined) {
     problems.push({
-      problem: `${path} sets the legacy "graph" key: dockerd refuses it next to the "data-root" the agent writes (and 23+ refuse it alone)`,
+      problem:
+        `${path} sets the legacy "graph" key: dockerd refuses it next to the "data-root" the agent writes (and 23+ ` +
+        `refuse it alone)`,
       remediation: `rename "graph" to "data-root" in ${path}`,
     });
   }
@@ -115,10 +118,9 @@ function labelProblems(labels: readonly string[], path: string, prefix: string):
   const problems: HostProblem[] = [];
   const seen = new Map<string, string>();
   for (const label of labels) {
-    const eq = label.indexOf("=");
-    const key = eq < 0 ? label : label.slice(0, eq);
+    const { key, value } = parseEngineLabel(label);
     if (isUnderPrefix(prefix, key)) continue; // the agent replaces its own
-    if (eq < 0) {
+    if (value === undefined) {
       problems.push({
         problem: `${path}: label ${JSON.stringify(label)} is not key=value (dockerd refuses it)`,
         remediation: `fix "labels" in ${path}`,
@@ -132,13 +134,13 @@ function labelProblems(labels: readonly string[], path: string, prefix: string):
       });
     }
     const before = seen.get(key);
-    if (before !== undefined && before !== label.slice(eq + 1)) {
+    if (before !== undefined && before !== value) {
       problems.push({
         problem: `${path}: label ${key} is given two values (dockerd refuses conflicting labels)`,
         remediation: `keep one ${key} in "labels" in ${path}`,
       });
     }
-    seen.set(key, label.slice(eq + 1));
+    seen.set(key, value);
   }
   return problems;
 }

@@ -11,7 +11,12 @@ import { applyBootPlan } from "./apply.ts";
 import type { BootDeps, BootLimits } from "./context.ts";
 import { BootBudgetSpent, CancelledError } from "./errors.ts";
 import { observeBoot, observeIdentity, type IdentitySource } from "./observe.ts";
-import { preparedInThisBoot, readPreparedRecord, removePreparedRecord, writePreparedRecord } from "./prepared.ts";
+import {
+  preparedInThisBoot,
+  readPreparedRecord,
+  removePreparedRecord,
+  writePreparedRecord,
+} from "./prepared-record.ts";
 import { planBoot, type BootObservation, type BootPlan, type BootSettings } from "./plan.ts";
 import type { BootPhase, CloudVolumes, Identity } from "../ports.ts";
 import type { HostStore } from "../../docker/image-store.ts";
@@ -29,7 +34,9 @@ export interface BootCommandDeps extends IdentitySource {
   defaultDataRoot?: string;
   /** Leaves the outcome for `status` and the metrics; absent: nothing is recorded. */
   recorder?: OutcomeRecorder;
-  /** The host's image store and engine version (daemon.json, `dockerd --version`); absent: not observed (graphdriver). */
+  /**
+   * The host's image store and engine version (daemon.json, `dockerd --version`); absent: not observed (graphdriver).
+   */
   hostStore?: () => Promise<HostStore>;
   /** Starts the background refresh of the volume's images (config refresh.enabled); absent: none. */
   startRefresh?: () => Promise<void>;
@@ -85,7 +92,8 @@ export async function runBoot(
   if (previous.earlier)
     log.info(
       "boot.settings",
-      `the workspace record is of an earlier activation (${previous.earlier.recordedAt}): not used; the current tags say who this instance serves`,
+      `the workspace record is of an earlier activation (${previous.earlier.recordedAt}): not used; the current ` +
+        `tags say who this instance serves`,
       { stateDir },
     );
   const resolved = resolveSettings(config, identity, {
@@ -112,7 +120,8 @@ export async function runBoot(
     await writeWorkspaceRecord(stateDir, record).catch((error: unknown) =>
       log.warning(
         "boot.settings",
-        `could not record the workspace request: ${describeError(error)}; later runs read the labels tag, which the autoscaler may have deleted by then`,
+        `could not record the workspace request: ${describeError(error)}; later runs read the labels tag, which ` +
+          `the autoscaler may have deleted by then`,
         { stateDir },
       ),
     );
@@ -131,7 +140,7 @@ export async function runBoot(
   // run that may claim: read while EC2 is asked, off the boot's path. A failure is not kept.
   if (settings.mayClaim && settings.enabled && !options.dryRun) void bootDeps.dockerVersion().catch(() => undefined);
   const observation = await observeOrDegrade(cloud, identity, settings, log, signal, hostStore);
-  // The second phase need not redo what the first did in this boot (prepared.ts); a first phase
+  // The second phase need not redo what the first did in this boot (prepared-record.ts); a first phase
   // vouches for nothing until it has prepared the volume again.
   const prepared = !settings.mayClaim
     ? preparedInThisBoot(await readPreparedRecord(stateDir), { bootId: deps.bootId, instanceId: identity.instanceId })
@@ -198,7 +207,9 @@ async function startRefresh(start: () => Promise<void>, log: Logger): Promise<vo
   );
 }
 
-/** Leaves the prepared volume to the second phase (a failed write is logged: that phase then checks everything again). */
+/**
+ * Leaves the prepared volume to the second phase (a failed write is logged: that phase then checks everything again).
+ */
 async function recordPrepared(
   stateDir: string,
   bootId: string,

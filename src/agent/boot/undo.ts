@@ -16,7 +16,7 @@ import type { BootPlan } from "./plan.ts";
  * `last-error-at`, so no boot takes it for `claim.quarantineHours`.
  */
 export async function undo(
-  p: Progress,
+  progress: Progress,
   plan: BootPlan,
   deps: BootDeps,
   reason: string,
@@ -27,29 +27,31 @@ export async function undo(
     try {
       await work();
     } catch (error) {
-      log.error("boot.undo", `${what} failed: ${describeError(error)}`, { volume: p.volume?.volumeId });
+      log.error("boot.undo", `${what} failed: ${describeError(error)}`, { volume: progress.volume?.volumeId });
     }
   };
-  if (p.switched) {
+  if (progress.switched) {
     await attempt("restoring daemon.json", () => deps.daemonConfig.restoreBackup());
   }
-  if (p.containerdSwitched && deps.containerd) {
+  if (progress.containerdSwitched && deps.containerd) {
     await attempt("restoring containerd's config.toml", () => deps.containerd!.restoreBackup());
   }
-  if (p.mountPoint && (p.mountedNow || p.switched || p.claimedNow || p.containerdSwitched)) {
+  if (progress.mountPoint && (progress.mountedNow || progress.switched || progress.claimedNow || progress.containerdSwitched)) {
     // keepDocker: docker runs elsewhere, in a swarm (JoinedBeforeSwitch); the volume is not its.
-    if (deps.docker && (p.switched || p.containerdSwitched) && !options.keepDocker)
+    if (deps.docker && (progress.switched || progress.containerdSwitched) && !options.keepDocker)
       await attempt("stopping docker", () => deps.docker!.stop());
     // containerd holds its metadata (meta.db) on the volume open: the unmount would be refused.
     // Only in a run with docker control: in phase 1 containerd has not started (it is ordered
     // after the agent), and a stop job would cancel its pending start.
-    const containerd = p.containerdSwitched && deps.docker ? deps.containerd?.service : undefined;
+    const containerd = progress.containerdSwitched && deps.docker ? deps.containerd?.service : undefined;
     if (containerd) await attempt("stopping containerd", () => containerd.stop());
-    await attempt("unmounting", () => deps.storage.unmount(p.mountPoint!));
+    await attempt("unmounting", () => deps.storage.unmount(progress.mountPoint!));
   }
-  if (p.volume) {
-    const volumeId = p.volume.volumeId;
-    const stillMounted = p.device ? await deps.storage.mountPointOf(p.device).catch(() => "unknown") : undefined;
+  if (progress.volume) {
+    const volumeId = progress.volume.volumeId;
+    const stillMounted = progress.device
+      ? await deps.storage.mountPointOf(progress.device).catch(() => "unknown")
+      : undefined;
     if (stillMounted) {
       log.error("boot.undo", "volume still mounted: not detaching it (never force-detach a mounted volume)", {
         volume: volumeId,
@@ -61,7 +63,7 @@ export async function undo(
     // The keep only where the claim marked it as its own, the TTL only while it is the value the
     // claim wrote (a value-conditional DeleteTags).
     const ownKeep: Record<string, string> =
-      p.volume.tags[VolumeTag.keepBy] === plan.instanceId
+      progress.volume.tags[VolumeTag.keepBy] === plan.instanceId
         ? { [VolumeTag.keep]: "true", [VolumeTag.keepBy]: plan.instanceId }
         : {};
     const claimStep = plan.steps.find((s) => s.step === "tag-claim");
@@ -70,7 +72,7 @@ export async function undo(
     await attempt("tagging the failure", async () => {
       await deps.cloud.untagVolume(volumeId, {
         [VolumeTag.claimedBy]: plan.instanceId,
-        ...(p.claimedAt ? { [VolumeTag.claimedAt]: p.claimedAt } : {}),
+        ...(progress.claimedAt ? { [VolumeTag.claimedAt]: progress.claimedAt } : {}),
         ...ownKeep,
         ...ownTtl,
       });

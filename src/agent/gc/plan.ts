@@ -134,7 +134,8 @@ function judgeExpiry(volume: VolumeInfo, options: Pick<GcPlanOptions, "now" | "t
       if (recorded.kind === "malformed")
         return decide(
           "malformed",
-          `${VolumeTag.ttlHours}=${JSON.stringify(recorded.text)} is not a number of hours from ${TTL_HOURS.min} to ${TTL_HOURS.max}`,
+          `${VolumeTag.ttlHours}=${JSON.stringify(recorded.text)} is not a number of hours from ${TTL_HOURS.min} ` +
+            `to ${TTL_HOURS.max}`,
         );
       const ttlHours = recorded.kind === "hours" ? recorded.hours : options.ttlHours;
       const expires = new Date(options.now.getTime() + ttlHours * 3600_000);

@@ -12,7 +12,10 @@ import type { InitializationStatus, KeeperCloud } from "../ports.ts";
 import { attachedInstanceIds } from "../pool/stopped.ts";
 import { keeperVolumeSelector, type KeeperObservation, type KeeperSettings } from "./plan.ts";
 
-/** Everything planKeeper() needs; `withInitialization: false` skips EBS's initialization (a recount, where only creates follow). */
+/**
+ * Everything planKeeper() needs; `withInitialization: false` skips EBS's initialization (a recount, where only creates
+ * follow).
+ */
 export async function observeKeeper(
   cloud: KeeperCloud,
   settings: KeeperSettings,

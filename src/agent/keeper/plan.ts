@@ -359,7 +359,9 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
         if (room <= 0) {
           for (const view of zones) {
             if (lacking(view) > 0)
-              view.short = `the pool's cap (${settings.maxVolumes} volumes, ${settings.maxGiB} GiB; ${totals.volumes} volumes, ${totals.gib} GiB now)`;
+              view.short =
+                `the pool's cap (${settings.maxVolumes} volumes, ${settings.maxGiB} GiB; ${totals.volumes} ` +
+                `volumes, ${totals.gib} GiB now)`;
           }
           break;
         }
@@ -391,7 +393,10 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
   };
 }
 
-/** The tags that select the pool's volumes and snapshots (all image sets: every volume counts toward the caps, every snapshot may be a volume's source). */
+/**
+ * The tags that select the pool's volumes and snapshots (all image sets: every volume counts toward the caps, every
+ * snapshot may be a volume's source).
+ */
 export function keeperVolumeSelector(settings: Pick<KeeperSettings, "pool">): Record<string, string> {
   return poolSelector({ pool: settings.pool, imageSet: null });
 }

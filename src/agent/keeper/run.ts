@@ -110,7 +110,9 @@ export async function runKeeper(
   return outcome;
 }
 
-/** 0: done (or nothing to do); 1: some step failed, or a volume's initialization could not be read (the log says which). */
+/**
+ * 0: done (or nothing to do); 1: some step failed, or a volume's initialization could not be read (the log says which).
+ */
 export function keeperExitCode(outcome: KeeperOutcome): number {
   return outcome.failed > 0 ? ExitCode.failure : ExitCode.ok;
 }

@@ -10,7 +10,10 @@ import { attachedInstanceIds } from "./stopped.ts";
 
 export interface PoolObservation {
   volumes: VolumeInfo[];
-  /** The snapshots tagged as the agent's: their cost, the pool's current generation, and the generation of volumes made from them. */
+  /**
+   * The snapshots tagged as the agent's: their cost, the pool's current generation, and the generation of volumes made
+   * from them.
+   */
   snapshots: SnapshotInfo[];
   /** The instances the attached volumes are attached to: which of them are stopped, since when. */
   instances: InstanceInfo[];

@@ -197,7 +197,10 @@ function rounded<T extends Tally>(tally: T): T {
   return { ...tally, monthlyUsd: usd(tally.monthlyUsd) };
 }
 
-/** A pool's current generation: that of its newest completed pool snapshot (of the configured image set, for the configured pool). */
+/**
+ * A pool's current generation: that of its newest completed pool snapshot (of the configured image set, for the
+ * configured pool).
+ */
 function currentOf(
   pool: string,
   snapshots: readonly SnapshotInfo[],

@@ -1,4 +1,6 @@
-/** `pool` for people: per pool a table of its zones by kind and generation, the totals, then one line per volume. Pure. */
+/**
+ * `pool` for people: per pool a table of its zones by kind and generation, the totals, then one line per volume. Pure.
+ */
 import { formatUsd } from "./cost.ts";
 import type { GenerationGroup, PoolReport, PoolSummary, PoolVolume, StateCounts, ZoneKeeper } from "./summary.ts";
 
@@ -36,8 +38,10 @@ function keeperCell(k: ZoneKeeper | null): string {
 export function renderPoolSummary(p: PoolSummary): string[] {
   const lines = [
     `pool ${p.pool || "-"}: current generation ${p.currentGeneration?.generation ?? "none (no completed snapshot)"}; ` +
-      `${p.volumes} volumes, ${p.gib} GiB, USD ${formatUsd(p.volumesMonthlyUsd)}/month + ${p.snapshots.completed} snapshots ` +
-      `(${p.snapshots.gib} GiB at most) USD ${formatUsd(p.snapshotsMonthlyUsd)}/month = USD ${formatUsd(p.monthlyUsd)}/month`,
+      (`${p.volumes} volumes, ${p.gib} GiB, USD ${formatUsd(p.volumesMonthlyUsd)}/month + ` +
+        `${p.snapshots.completed} snapshots `) +
+      (`(${p.snapshots.gib} GiB at most) USD ${formatUsd(p.snapshotsMonthlyUsd)}/month = USD ` +
+        `${formatUsd(p.monthlyUsd)}/month`),
   ];
   const cells: string[][] = [];
   for (const z of p.zones) {
@@ -83,8 +87,10 @@ export function renderPoolSummary(p: PoolSummary): string[] {
   }
   if (p.keeper) {
     lines.push(
-      `  keeper: ${p.keeper.minAvailable}..${p.keeper.maxAvailable} available in each of ${p.keeper.zones.join(", ")}; ` +
-        `caps ${p.keeper.maxVolumes} volumes / ${p.keeper.maxGiB} GiB, the pool has ${p.keeper.volumes} / ${p.keeper.gib}`,
+      `  keeper: ${p.keeper.minAvailable}..${p.keeper.maxAvailable} available in each of ` +
+        `${p.keeper.zones.join(", ")}; ` +
+        (`caps ${p.keeper.maxVolumes} volumes / ${p.keeper.maxGiB} GiB, the pool has ${p.keeper.volumes} / ` +
+          `${p.keeper.gib}`),
     );
   }
   return lines;
@@ -147,9 +153,12 @@ export function renderPoolReport(report: PoolReport): string {
   const { total, prices } = report;
   const lines = report.pools.flatMap((p) => [...renderPoolSummary(p), ""]);
   lines.push(
-    `total: ${total.volumes} volumes, ${total.gib} GiB, USD ${formatUsd(total.volumesMonthlyUsd)}/month; ${total.snapshots} snapshots, ` +
-      `${total.snapshotGiB} GiB at most, USD ${formatUsd(total.snapshotsMonthlyUsd)}/month; USD ${formatUsd(total.monthlyUsd)}/month in all`,
-    `prices (config cost.*, USD): ${prices.gibMonthUsd}/GiB-month, ${prices.iopsMonthUsd}/IOPS-month above gp3's 3000, ` +
+    `total: ${total.volumes} volumes, ${total.gib} GiB, USD ${formatUsd(total.volumesMonthlyUsd)}/month; ` +
+      `${total.snapshots} snapshots, ` +
+      (`${total.snapshotGiB} GiB at most, USD ${formatUsd(total.snapshotsMonthlyUsd)}/month; USD ` +
+        `${formatUsd(total.monthlyUsd)}/month in all`),
+    `prices (config cost.*, USD): ${prices.gibMonthUsd}/GiB-month, ${prices.iopsMonthUsd}/IOPS-month above gp3's ` +
+      `3000, ` +
       `${prices.throughputMonthUsd}/MiB/s-month above gp3's 125, snapshots ${prices.snapshotGibMonthUsd}/GiB-month`,
     ...report.notes.map((n) => `note: ${n}`),
     ...heldByStoppedLine(report.volumes),

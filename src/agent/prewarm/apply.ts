@@ -467,7 +467,10 @@ function stopper(settings: PrewarmSettings, signal: AbortSignal | undefined): { 
   };
 }
 
-/** Run on its own (`ebs-cache-agent prewarm`), an initialization has no sample yet: the figures to compare the result with. */
+/**
+ * Run on its own (`ebs-cache-agent prewarm`), an initialization has no sample yet: the figures to compare the result
+ * with.
+ */
 async function sampleFirst(run: LongRun): Promise<void> {
   if (run.decision.action !== "initialize" || run.state.before) return;
   const before = await sampleVolume(run.target, run.settings, run.deps, "before initialization");
@@ -495,7 +498,8 @@ function progressReporter(run: LongRun): OnProgress {
       const eta = progress.etaSeconds !== undefined ? `, ETA ${formatDuration(progress.etaSeconds)}` : "";
       run.deps.log.info(
         "prewarm.progress",
-        `${progress.percent.toFixed(1)} % (${formatBytes(progress.doneBytes)} of ${formatBytes(progress.totalBytes)}), ${progress.mibps.toFixed(1)} MiB/s${eta}`,
+        `${progress.percent.toFixed(1)} % (${formatBytes(progress.doneBytes)} of ` +
+          `${formatBytes(progress.totalBytes)}), ${progress.mibps.toFixed(1)} MiB/s${eta}`,
         {
           volume: run.target.volume.volumeId,
         },
@@ -612,7 +616,8 @@ async function failRun(run: LongRun, cause: unknown, interrupted: boolean, error
   await run.flush();
   deps.log.error(
     "prewarm.failed",
-    `initialization ${interrupted ? "interrupted" : "failed"}: ${message}; the volume is not tagged initialized and the node stays usable`,
+    `initialization ${interrupted ? "interrupted" : "failed"}: ${message}; the volume is not tagged initialized ` +
+      `and the node stays usable`,
     {
       volume: run.target.volume.volumeId,
       remediation: remediationOr(error, "run `ebs-cache-agent prewarm` to resume"),

@@ -136,7 +136,8 @@ export function renderPrewarmStatus(
     const lat = f.latencyMs;
     const ms = (v: number | undefined) => (v === undefined ? "?" : v.toFixed(2));
     lines.push(
-      `${label} ${Math.round(f.iops)} IOPS, ${f.mibps.toFixed(1)} MiB/s, latency p50 ${ms(lat.p50)} ms p90 ${ms(lat.p90)} ms p99 ${ms(lat.p99)} ms (${f.reads} reads in ${f.seconds.toFixed(1)} s)`,
+      `${label} ${Math.round(f.iops)} IOPS, ${f.mibps.toFixed(1)} MiB/s, latency p50 ${ms(lat.p50)} ms p90 ` +
+        `${ms(lat.p90)} ms p99 ${ms(lat.p99)} ms (${f.reads} reads in ${f.seconds.toFixed(1)} s)`,
     );
   };
   figures("before:  ", state.before);
@@ -145,7 +146,8 @@ export function renderPrewarmStatus(
   if (p) {
     const eta = p.etaSeconds !== undefined && p.percent < 100 ? `, ETA ${formatDuration(p.etaSeconds)}` : "";
     lines.push(
-      `progress: ${p.percent.toFixed(1)} % (${formatBytes(p.doneBytes)} of ${formatBytes(p.totalBytes)}), ${p.mibps.toFixed(1)} MiB/s${eta}`,
+      `progress: ${p.percent.toFixed(1)} % (${formatBytes(p.doneBytes)} of ${formatBytes(p.totalBytes)}), ` +
+        `${p.mibps.toFixed(1)} MiB/s${eta}`,
     );
   }
   const age = Math.max(0, Math.round((now.getTime() - Date.parse(state.updatedAt)) / 1000));

@@ -19,7 +19,9 @@ export interface RemovalResult {
   error?: string;
 }
 
-/** What docker is asked to delete, in order: each tag (the last one deletes the image), or the id of an untagged image. */
+/**
+ * What docker is asked to delete, in order: each tag (the last one deletes the image), or the id of an untagged image.
+ */
 export function removalReferences(decision: Pick<ImageDecision, "id" | "references">): string[] {
   return decision.references.length > 0 ? [...decision.references] : [decision.id];
 }

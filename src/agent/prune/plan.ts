@@ -166,7 +166,8 @@ export function planPrune(settings: PruneSettings, observed: PruneObservation): 
   if (observed.current.images.length === 0) {
     return stop(
       "no-generation",
-      "neither the pool's newest snapshot nor the volume lists its images (ebs-cache:images): nothing can be told apart",
+      "neither the pool's newest snapshot nor the volume lists its images (ebs-cache:images): nothing can be " +
+        "told apart",
     );
   }
 
@@ -216,14 +217,16 @@ export function planPrune(settings: PruneSettings, observed: PruneObservation): 
   if (removals.length === 0) {
     return stop(
       "nothing-to-remove",
-      `${percent.toFixed(1)} % used, above ${settings.thresholdPercent} %, but every image is current, in use, or a parent of one`,
+      `${percent.toFixed(1)} % used, above ${settings.thresholdPercent} %, but every image is current, in use, ` +
+        `or a parent of one`,
       { images: decisions },
     );
   }
   const freed = removals.reduce((sum, d) => sum + d.freesBytes, 0);
   return stop(
     "prune",
-    `${percent.toFixed(1)} % used, above ${settings.thresholdPercent} %: ${removals.length} image(s) outside the current generation, about ${(freed / 2 ** 20).toFixed(0)} MiB`,
+    `${percent.toFixed(1)} % used, above ${settings.thresholdPercent} %: ${removals.length} image(s) outside the ` +
+      `current generation, about ${(freed / 2 ** 20).toFixed(0)} MiB`,
     { images: decisions, removals, projectedUsedRatio },
   );
 }

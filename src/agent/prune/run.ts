@@ -25,7 +25,7 @@ export interface PrewarmActivity {
   running: boolean;
 }
 
-/** The adapters the prune reads and acts through (built in src/agent/wiring.ts). */
+/** The adapters the prune reads and acts through (built in src/cli/wiring.ts). */
 export interface PruneDeps {
   /** The last boot's result, from its record; undefined when none is recorded (observe.ts mountedVolumeOf reads it). */
   lastBoot(): Promise<LastBoot | undefined>;

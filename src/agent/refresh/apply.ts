@@ -172,7 +172,8 @@ async function markCurrent(step: Extract<RefreshStep, { step: "mark-current" }>,
     if (missing.length > 0) {
       log.notice(
         "refresh.not-current",
-        `the volume lacks ${missing.length} image(s) of ${step.generation} (${missing.slice(0, 3).join(", ")}): its generation tags stay`,
+        `the volume lacks ${missing.length} image(s) of ${step.generation} (${missing.slice(0, 3).join(", ")}): ` +
+          `its generation tags stay`,
         { volume: step.volumeId },
       );
       return false;

@@ -31,7 +31,8 @@ export function readPrePulledImages(tags: Readonly<Record<string, string>>, key:
     return {
       images: [],
       warnings: [
-        `instance tag "${key}": must hold a JSON array of image references, got ${read.value === null ? "null" : typeof read.value}; its images are not pulled`,
+        `instance tag "${key}": must hold a JSON array of image references, got ` +
+          `${read.value === null ? "null" : typeof read.value}; its images are not pulled`,
       ],
     };
   }

@@ -1,4 +1,7 @@
-/** What the refresh reads before it plans: the attached volume, its pool's snapshots, docker's images. Through ports only. */
+/**
+ * What the refresh reads before it plans: the attached volume, its pool's snapshots, docker's images. Through ports
+ * only.
+ */
 import { VolumeTag } from "../../tags.ts";
 import type { DockerEngine, Identity, RefreshCloud } from "../ports.ts";
 import { attachedCacheVolume, MANAGED, poolSelector } from "../volume-rules.ts";

@@ -89,7 +89,8 @@ export function planRefresh(settings: RefreshSettings, observed: RefreshObservat
   if (!volume) return empty("no cache volume is attached to this instance");
   if (volume.tags[VolumeTag.kind] !== VolumeKind.pool) {
     return empty(
-      `${volume.volumeId} is a ${volume.tags[VolumeTag.kind] ?? "untyped"} volume: only pool volumes are refreshed (a workspace volume's content is the user's)`,
+      `${volume.volumeId} is a ${volume.tags[VolumeTag.kind] ?? "untyped"} volume: only pool volumes are ` +
+        `refreshed (a workspace volume's content is the user's)`,
     );
   }
 

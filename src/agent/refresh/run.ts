@@ -96,7 +96,8 @@ export function renderRefresh(outcome: RefreshOutcome): string[] {
     lines.push("plan (dry run, nothing changed):");
     for (const [i, step] of plan.steps.entries()) {
       lines.push(
-        `  ${String(i + 1).padStart(2)}. ${step.step === "pull" ? `pull ${step.image} (${step.sources.join(", ")})` : `mark-current ${step.volumeId} as ${step.generation}`}`,
+        `  ${String(i + 1).padStart(2)}. ` +
+          `${step.step === "pull" ? `pull ${step.image} (${step.sources.join(", ")})` : `mark-current ${step.volumeId} as ${step.generation}`}`,
       );
     }
     return lines;
@@ -108,7 +109,8 @@ export function renderRefresh(outcome: RefreshOutcome): string[] {
 /** A refresh state in words (also `status`'s details). */
 export function renderRefreshState(state: RefreshState, running = false): string[] {
   const lines = [
-    `refresh ${state.phase}${running ? " (running)" : ""}, updated ${state.updatedAt}${state.reason ? `: ${state.reason}` : ""}`,
+    `refresh ${state.phase}${running ? " (running)" : ""}, updated ` +
+      `${state.updatedAt}${state.reason ? `: ${state.reason}` : ""}`,
   ];
   for (const image of state.images) {
     const extra = [

@@ -232,7 +232,8 @@ async function unmountVolume(
     } catch (error) {
       throw new ReleaseRefusedError(
         step.step,
-        `${mountPoint} could not be unmounted (${describeError(error)}); ${step.volumeId} stays attached and untagged: a mounted volume is never detached`,
+        `${mountPoint} could not be unmounted (${describeError(error)}); ${step.volumeId} stays attached and ` +
+          `untagged: a mounted volume is never detached`,
         `find what still uses it (fuser -vm ${mountPoint}; lsof +f -- ${mountPoint}), stop it, then run release again`,
       );
     }
@@ -258,7 +259,8 @@ async function releaseContainerdRoot(mountPoint: string, deps: ReleaseDeps): Pro
   } else {
     throw new ReleaseRefusedError(
       "unmount",
-      `containerd's root (${root}) is on the cache volume and the agent does not control containerd (docker.control none)`,
+      `containerd's root (${root}) is on the cache volume and the agent does not control containerd ` +
+        `(docker.control none)`,
       "stop containerd, then run release again",
     );
   }
@@ -287,7 +289,8 @@ async function detachVolume(
   if (mounted.length > 0 || viaDevice) {
     throw new ReleaseRefusedError(
       step.step,
-      `${step.volumeId} is still mounted (${[...mounted, ...(viaDevice ? [viaDevice] : [])].join(", ")}): not detaching it`,
+      `${step.volumeId} is still mounted (${[...mounted, ...(viaDevice ? [viaDevice] : [])].join(", ")}): not ` +
+        `detaching it`,
       "unmount it, then run release again",
     );
   }

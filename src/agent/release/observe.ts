@@ -4,7 +4,7 @@
  * stops or terminates, daemon.json and docker. Reads only, through the ports.
  */
 import { describeError } from "../../errors.ts";
-import { isUnderPrefix } from "../../docker/labels.ts";
+import { isUnderPrefix, parseEngineLabel } from "../../docker/labels.ts";
 import { VolumeTag } from "../../tags.ts";
 import { MANAGED } from "../volume-rules.ts";
 import type { Identity } from "../ports.ts";
@@ -70,7 +70,7 @@ async function observeDaemonJson(deps: ReleaseDeps, prefix: string): Promise<Rel
   try {
     const dataRoot = await deps.daemonConfig.dataRoot();
     const agentLabels = (await deps.daemonConfig.engineLabels()).filter((entry) =>
-      isUnderPrefix(prefix, entry.split("=", 1)[0] ?? ""),
+      isUnderPrefix(prefix, parseEngineLabel(entry).key),
     );
     return { ok: true, dataRoot, agentLabels };
   } catch (error) {
@@ -80,7 +80,8 @@ async function observeDaemonJson(deps: ReleaseDeps, prefix: string): Promise<Rel
 
 /**
  * Stop or terminate: the instance's state (one DescribeInstances), the spot interruption
- * notice and (on a systemd host) whether a reboot is queued, asked together under one deadline. Either may fail: the planner then decides from the
+ * notice and (on a systemd host) whether a reboot is queued, asked together under one deadline. Either may fail: the
+ * planner then decides from the
  * other, and without either it releases fully.
  */
 async function observeShutdown(deps: ReleaseDeps, instanceId: string): Promise<ShutdownObservation> {
@@ -137,7 +138,10 @@ async function dockerAnswers(deps: ReleaseDeps): Promise<{ active: true; dataRoo
   return info ? { active: true, dataRoot: info.dockerRootDir } : undefined;
 }
 
-/** Whether docker runs now: systemd's word when the agent controls docker, else whether its API answers. Re-asked by apply's steps. */
+/**
+ * Whether docker runs now: systemd's word when the agent controls docker, else whether its API answers. Re-asked by
+ * apply's steps.
+ */
 export async function dockerActive(deps: ReleaseDeps): Promise<boolean> {
   if (deps.docker) return deps.docker.isActive();
   return (await dockerAnswers(deps)) !== undefined;

@@ -252,7 +252,8 @@ export function planRelease(settings: ReleaseSettings, observed: ReleaseObservat
   if (!settings.enabled) {
     if (held.length > 0) {
       warnings.push(
-        `the agent is disabled: ${held.map((h) => h.volume.volumeId).join(", ")} stays attached (enable the agent and run release to give it back)`,
+        `the agent is disabled: ${held.map((h) => h.volume.volumeId).join(", ")} stays attached (enable the ` +
+          `agent and run release to give it back)`,
       );
     }
     return { ...base, decision: "disabled", reason: "disabled by configuration or instance tag: nothing is released" };
@@ -284,7 +285,9 @@ export function planRelease(settings: ReleaseSettings, observed: ReleaseObservat
       ...base,
       volumes,
       decision: "refused",
-      reason: `docker still runs on the cache volume (${docker.dataRoot ?? "data-root unknown"}) and ${why}: nothing was changed`,
+      reason:
+        `docker still runs on the cache volume (${docker.dataRoot ?? "data-root unknown"}) and ${why}: nothing was ` +
+        `changed`,
       remediation: "stop docker first (systemctl stop docker), then run release again",
     };
   }

@@ -108,7 +108,8 @@ export async function runRelease(
   if (observed.shutdown) {
     const what =
       plan.shutdown.kind === "stop"
-        ? "the instance is being stopped or rebooted: its cache volume is unmounted and stays attached, with no expiry, for its next start"
+        ? "the instance is being stopped or rebooted: its cache volume is unmounted and stays attached, with no " +
+          "expiry, for its next start"
         : plan.shutdown.kind === "terminate"
           ? "the instance is being terminated: full release (detach, released-at / expires-at)"
           : "whether the instance stops or terminates is unknown: full release (detach, released-at / expires-at)";

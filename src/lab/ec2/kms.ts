@@ -19,7 +19,10 @@ const KEY_ID = /^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0
 const ALIAS = /^alias\/[A-Za-z0-9/_-]{1,250}$/;
 const ARN = /^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:(key\/(.+)|alias\/[A-Za-z0-9/_-]{1,250})$/;
 
-/** The key's ARN (a key id or alias in the request's region and the emulator's account), or undefined for no valid shape. */
+/**
+ * The key's ARN (a key id or alias in the request's region and the emulator's account), or undefined for no valid
+ * shape.
+ */
 export function kmsKeyArn(region: string, given: string): string | undefined {
   if (KEY_ID.test(given)) return `arn:aws:kms:${region}:${OWNER_ID}:key/${given}`;
   if (ALIAS.test(given)) return `arn:aws:kms:${region}:${OWNER_ID}:${given}`;

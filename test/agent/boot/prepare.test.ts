@@ -7,7 +7,7 @@
 import t from "tap";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
-import { prepareVolumeDataRoot, type DataRootPorts } from "../../../src/agent/boot/prepare.ts";
+import { prepareVolumeDataRoot, type DataRootPorts } from "../../../src/agent/boot/activation-marker.ts";
 import type { Activation } from "../../../src/agent/workspace-record.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 

@@ -5,7 +5,7 @@
  */
 import t from "tap";
 import type { FilesystemFill, ImageEntry } from "../../../src/agent/ports.ts";
-import type { PruneDeps } from "../../../src/agent/prune/observe.ts";
+import type { PruneDeps } from "../../../src/agent/prune/run.ts";
 import { runPrune } from "../../../src/agent/prune/run.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
@@ -56,7 +56,7 @@ async function pruneWorld(t: Parameters<typeof startFakeCloud>[0], usedGiB: numb
     };
   };
   const deps: PruneDeps = {
-    mountedVolume: async () => ({ volumeId: volume.volumeId, mountPoint, dataRoot: `${mountPoint}/docker` }),
+    lastBoot: async () => ({ outcome: "ready", volumeId: volume.volumeId, mountPoint, dataRoot: `${mountPoint}/docker` }),
     cloud: fake.cloud,
     fill,
     docker: images.docker,

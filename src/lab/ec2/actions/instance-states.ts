@@ -26,7 +26,8 @@ function namedInstances(ctx: ActionContext, ids: string[]): InstanceRecord[] {
   if (missing.length > 0) {
     throw new Ec2Error(
       "InvalidInstanceID.NotFound",
-      `The instance ID${missing.length > 1 ? "s" : ""} '${missing.join(", ")}' ${missing.length > 1 ? "do" : "does"} not exist`,
+      `The instance ID${missing.length > 1 ? "s" : ""} '${missing.join(", ")}' ` +
+        `${missing.length > 1 ? "do" : "does"} not exist`,
     );
   }
   return [...new Set(ids)].map((id) => getInstance(ctx, id));

@@ -211,7 +211,8 @@ function checkGp3(sizeGiB: number, iops: number, throughput: number): void {
   if (iops > l.baselineIops && iops / sizeGiB > l.maxIopsPerGiB) {
     throw new Ec2Error(
       "InvalidParameterValue",
-      `Iops to volume size ratio of ${(iops / sizeGiB).toFixed(6)} is too high; maximum is ${l.maxIopsPerGiB.toFixed(6)}.`,
+      `Iops to volume size ratio of ${(iops / sizeGiB).toFixed(6)} is too high; maximum is ` +
+        `${l.maxIopsPerGiB.toFixed(6)}.`,
     );
   }
   if (throughput < l.baselineThroughput)
@@ -227,7 +228,8 @@ function checkGp3(sizeGiB: number, iops: number, throughput: number): void {
   if (throughput > l.baselineThroughput && throughput / iops > l.maxMiBpsPerIops) {
     throw new Ec2Error(
       "InvalidParameterValue",
-      `Throughput (MiBps) to iops ratio of ${(throughput / iops).toFixed(6)} is too high; maximum is ${l.maxMiBpsPerIops.toFixed(6)} MiBps per iops.`,
+      `Throughput (MiBps) to iops ratio of ${(throughput / iops).toFixed(6)} is too high; maximum is ` +
+        `${l.maxMiBpsPerIops.toFixed(6)} MiBps per iops.`,
     );
   }
 }

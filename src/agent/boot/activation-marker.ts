@@ -106,7 +106,8 @@ export async function prepareOncePerActivation(
     }
     log.info(
       "boot.data-root",
-      `data-root already prepared for this ${kind === VolumeKind.pool ? "activation" : "instance"}: keeping its node state`,
+      `data-root already prepared for this ${kind === VolumeKind.pool ? "activation" : "instance"}: keeping its ` +
+        `node state`,
       { dataRoot },
     );
     return "already";
@@ -121,7 +122,7 @@ export async function prepareOncePerActivation(
   return "prepared";
 }
 
-/** The host's parts of a data-root's preparation, one adapter each (built in src/agent/wiring.ts). */
+/** The host's parts of a data-root's preparation, one adapter each (built in src/cli/wiring.ts). */
 export interface DataRootPorts {
   /**
    * Refuses a volume whose layout breaks the agent's (src/host/volume-layout.ts: no link, FIFO,
