@@ -604,6 +604,7 @@ function beginPrewarm({ p, deps }: StepContext): PrewarmAtBoot | undefined {
     volume: {
       volumeId: volume.volumeId,
       ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}),
+      ...(volume.createTime ? { createTime: volume.createTime } : {}),
       tags: volume.tags,
     },
     sizeBytes: volume.sizeGiB * 1024 ** 3,

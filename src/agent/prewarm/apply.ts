@@ -157,7 +157,12 @@ async function decideAtBoot(
   deps: PrewarmDeps,
 ): Promise<AtBoot & { decision: PrewarmDecision }> {
   const { log } = deps;
-  const decision = decidePrewarm(settings, target.volume, await initializationStatusOf(deps, target.volume));
+  const decision = decidePrewarm(
+    settings,
+    target.volume,
+    await initializationStatusOf(deps, target.volume),
+    nowOf(deps),
+  );
   log.info("prewarm.decide", `${decision.action}: ${decision.reason}`, {
     volume: target.volume.volumeId,
     strategy: settings.strategy,
@@ -235,9 +240,11 @@ async function startLongRun(
   const before: Sample =
     decision.action !== "initialize"
       ? { verdict: "unknown" }
-      : run.previous?.volumeId === run.target.volume.volumeId && run.previous.before
-        ? { figures: run.previous.before, verdict: run.previous.verdict }
-        : await sampleVolume(run.target, run.settings, run.deps, "before initialization");
+      : decision.known
+        ? { verdict: decision.known }
+        : run.previous?.volumeId === run.target.volume.volumeId && run.previous.before
+          ? { figures: run.previous.before, verdict: run.previous.verdict }
+          : await sampleVolume(run.target, run.settings, run.deps, "before initialization");
   const background = decision.action === "follow" ? run.settings.background : decision.background;
   if (background && run.deps.startBackground) {
     const handed = await handToBackground(run, decision, before, run.deps.startBackground);
@@ -375,7 +382,8 @@ export async function runInitialization(
   options: RunInitializationOptions,
 ): Promise<PrewarmOutcome> {
   const decision =
-    options.decision ?? decidePrewarm(settings, target.volume, await initializationStatusOf(deps, target.volume));
+    options.decision ??
+    decidePrewarm(settings, target.volume, await initializationStatusOf(deps, target.volume), nowOf(deps));
   const publish = publisher(target, deps, options.publish);
   if (decision.action !== "initialize" && decision.action !== "follow") {
     // Nothing long to do (tagged meanwhile, or the strategy changed): the boot's step covers it.
@@ -496,6 +504,10 @@ function stopper(settings: PrewarmSettings, signal: AbortSignal | undefined): { 
 /** Run on its own (`ebs-cache-agent prewarm`), an initialization has no sample yet: the figures to compare the result with. */
 async function sampleFirst(run: LongRun): Promise<void> {
   if (run.decision.action !== "initialize" || run.state.before) return;
+  if (run.decision.known) {
+    run.state.verdict = run.decision.known;
+    return;
+  }
   const before = await sampleVolume(run.target, run.settings, run.deps, "before initialization");
   Object.assign(run.state, { verdict: before.verdict, ...(before.figures ? { before: before.figures } : {}) });
 }

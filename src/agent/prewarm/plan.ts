@@ -65,8 +65,16 @@ export const DEFAULT_PREWARM: PrewarmSettings = prewarmSettingsFrom(defaultConfi
 export interface PrewarmVolume {
   volumeId: string;
   snapshotId?: string;
+  /** When EC2 created it (DescribeVolumes CreateTime), when known. */
+  createTime?: Date;
   tags: Record<string, string>;
 }
+
+/**
+ * An untagged volume created from a snapshot less than this long ago is cold without a sample:
+ * EBS fetches a block from S3 on its first read, and nothing read it yet but this boot.
+ */
+export const FRESH_FROM_SNAPSHOT_MINUTES = 60;
 
 export type PrewarmDecision =
   /** Nothing to read: the verdict is known (`warm`) or not wanted (`unknown`, strategy off). */
@@ -76,16 +84,29 @@ export type PrewarmDecision =
   /** EBS initializes at a provisioned rate: follow its progress instead of reading. */
   | { action: "follow"; reason: string }
   | { action: "check"; reason: string }
-  | { action: "initialize"; mode: "files" | "device"; background: boolean; reason: string };
+  | {
+      action: "initialize";
+      mode: "files" | "device";
+      background: boolean;
+      reason: string;
+      /** The verdict EBS already gives (no sample is taken before the reads). */
+      known?: Verdict;
+    };
 
 /** Initialization types EBS drives itself (reading would only compete with it). */
 const EBS_DRIVEN = new Set(["provisioned-rate", "volume-copy"]);
 
-/** Decides what to do with the volume. `status` is EC2's initialization status, when known. */
+/**
+ * Decides what to do with the volume. `status` is EC2's initialization status, when known.
+ * Where EBS already tells the volume is cold (its lazy initialization under 100 %, or a volume
+ * created from a snapshot minutes ago), no sample is taken: a sample on a cold volume costs the
+ * boot seconds to learn what was known.
+ */
 export function decidePrewarm(
   settings: PrewarmSettings,
   volume: PrewarmVolume,
   status?: InitializationStatus,
+  now: Date = new Date(),
 ): PrewarmDecision {
   if (!volume.snapshotId)
     return { action: "skip", verdict: "warm", reason: "not created from a snapshot: every block is local" };
@@ -105,13 +126,37 @@ export function decidePrewarm(
       reason: `EBS initializes it (${status.type}, ${status.progress} %): following its progress`,
     };
   }
-  if (settings.strategy === "check") return { action: "check", reason: "prewarm.strategy is check" };
+  const cold = knownCold(volume, status, now);
+  if (settings.strategy === "check")
+    return cold
+      ? { action: "skip", verdict: "cold", reason: `${cold}: cold without a sample` }
+      : { action: "check", reason: "prewarm.strategy is check" };
   return {
     action: "initialize",
     mode: settings.strategy,
     background: settings.background,
-    reason: `prewarm.strategy is ${settings.strategy}`,
+    reason: `prewarm.strategy is ${settings.strategy}${cold ? ` (${cold})` : ""}`,
+    ...(cold ? { known: "cold" as const } : {}),
   };
+}
+
+/**
+ * Why EBS already says the (untagged, snapshot-made) volume is cold, or undefined when only a
+ * sample can tell. A lazy initialization at 100 % is not taken as warm: EC2 also says 100 where
+ * it tracks nothing.
+ */
+export function knownCold(
+  volume: PrewarmVolume,
+  status: InitializationStatus | undefined,
+  now: Date,
+): string | undefined {
+  if (status && status.progress < 100) return `EBS reports the ${status.type} initialization at ${status.progress} %`;
+  if (volume.createTime) {
+    const minutes = (now.getTime() - volume.createTime.getTime()) / 60_000;
+    if (minutes >= 0 && minutes < FRESH_FROM_SNAPSHOT_MINUTES)
+      return `created from ${volume.snapshotId} ${Math.floor(minutes)} min ago`;
+  }
+  return undefined;
 }
 
 /** warm / cold against the thresholds, with the reasons in words. */

@@ -119,6 +119,7 @@ function targetOf(
     volume: {
       volumeId: volume.volumeId,
       ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}),
+      ...(volume.createTime ? { createTime: volume.createTime } : {}),
       tags: volume.tags,
     },
     sizeBytes: volume.sizeGiB * 1024 ** 3,
