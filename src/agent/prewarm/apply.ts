@@ -570,6 +570,7 @@ async function readVolume(run: LongRun<"initialize">, onProgress: OnProgress, si
     fromOffset: from,
     ioDepth: settings.initialize.ioDepth,
     maxIoBytes: settings.initialize.maxIoBytes,
+    ...(target.images ? { images: target.images } : {}),
     onProgress,
     signal,
   });

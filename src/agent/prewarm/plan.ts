@@ -142,15 +142,17 @@ export function decidePrewarm(
 
 /**
  * Why EBS already says the (untagged, snapshot-made) volume is cold, or undefined when only a
- * sample can tell. A lazy initialization at 100 % is not taken as warm: EC2 also says 100 where
- * it tracks nothing.
+ * sample can tell. EC2's initialization status, when it gives one, decides; without it, a volume
+ * created from a snapshot minutes ago is cold. A lazy initialization at 100 % is not taken as
+ * warm: EC2 also says 100 where it tracks nothing.
  */
 export function knownCold(
   volume: PrewarmVolume,
   status: InitializationStatus | undefined,
   now: Date,
 ): string | undefined {
-  if (status && status.progress < 100) return `EBS reports the ${status.type} initialization at ${status.progress} %`;
+  if (status)
+    return status.progress < 100 ? `EBS reports the ${status.type} initialization at ${status.progress} %` : undefined;
   if (volume.createTime) {
     const minutes = (now.getTime() - volume.createTime.getTime()) / 60_000;
     if (minutes >= 0 && minutes < FRESH_FROM_SNAPSHOT_MINUTES)
@@ -221,6 +223,8 @@ export interface PrewarmTarget extends ReadTarget {
   sizeBytes?: number;
   /** The labels published with the state (volume-id, pool, kind). */
   labels: Record<string, string>;
+  /** The images the node is about to run, most wanted first: `files` reads their files first (need.ts). */
+  images?: string[];
 }
 
 /** What a pre-warm did, and what the node's labels should say. */

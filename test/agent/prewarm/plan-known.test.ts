@@ -79,6 +79,11 @@ t.test("initialize: a known-cold volume carries its verdict, so no sample before
 
 t.test("knownCold edge cases", async (t) => {
   t.equal(
+    knownCold({ ...fromSnapshot, createTime: minutesAgo(1) }, { type: "default", progress: 100 }, now),
+    undefined,
+    "EC2's status, when given, decides over the creation time",
+  );
+  t.equal(
     knownCold({ ...fromSnapshot, createTime: minutesAgo(-5) }, undefined, now),
     undefined,
     "a clock ahead of ours says nothing",
