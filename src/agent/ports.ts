@@ -361,6 +361,11 @@ export interface InitializeOptions {
   fromOffset: number;
   ioDepth: number;
   maxIoBytes: number;
+  /**
+   * files: the images the node is about to run, most wanted first: their files (the volume's
+   * need list) are read before everything else. Absent or empty: device order only.
+   */
+  images?: readonly string[];
   onProgress(progress: ReadProgress): void;
   signal?: AbortSignal;
 }

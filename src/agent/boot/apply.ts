@@ -35,6 +35,7 @@ import {
 import { BootStepError, CancelledError, remediationOf } from "./errors.ts";
 import type { BootPlan, BootStep } from "./plan.ts";
 import { bootSourceOf } from "./source.ts";
+import { imagesOfNode } from "../prewarm/need.ts";
 import { degrade, shorten, undo } from "./undo.ts";
 
 /** Steps whose failure is the volume's: it is handed back quarantined and the next one tried. */
@@ -597,7 +598,7 @@ async function verifyDocker(step: StepOf<"verify-docker">, { plan, p, deps, limi
 }
 
 /** Begins the pre-warm of the volume in hand (undefined without a pre-warm). */
-function beginPrewarm({ p, deps }: StepContext): PrewarmAtBoot | undefined {
+function beginPrewarm({ p, deps, limits }: StepContext): PrewarmAtBoot | undefined {
   if (!deps.prewarm) return undefined;
   const volume = volumeOf(p);
   return deps.prewarm({
@@ -611,6 +612,7 @@ function beginPrewarm({ p, deps }: StepContext): PrewarmAtBoot | undefined {
     device: p.device!,
     mountPoint: p.mountPoint!,
     labels: volumeDetails(volume),
+    images: imagesOfNode(volume.tags, limits.expectedImages),
   });
 }
 

@@ -14,6 +14,7 @@ import type { CloudVolumes, HostStorage, Identity, OutcomeRecorder, PrewarmReade
 import { volumeDetails } from "../report.ts";
 import { resolveSettings, type ResolvedSettings } from "../settings.ts";
 import { prewarmAtBoot, runInitialization, type PrewarmDeps } from "./apply.ts";
+import { imagesOfNode } from "./need.ts";
 import { findAttachedVolume, findMountedDevice } from "./observe.ts";
 import { decidePrewarm, prewarmSettingsFrom, stateOfVolume, type PrewarmOutcome, type PrewarmTarget } from "./plan.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
@@ -77,7 +78,13 @@ export async function runPrewarmCommand(
     ...prewarmSettingsFrom(resolved.value.effective),
     ...(options.strategy ? { strategy: options.strategy } : {}),
   };
-  const target = targetOf(volume, mounted, await readPrewarmState(config.paths.stateDir));
+  const target = {
+    ...targetOf(volume, mounted, await readPrewarmState(config.paths.stateDir)),
+    images: imagesOfNode(volume.tags, resolved.value.effective.docker.expectedImages, {
+      tags: identity.tags,
+      prePulledImagesTag: config.refresh.prePulledImagesTag,
+    }),
+  };
   const prewarmDeps: PrewarmDeps = {
     reader: host.reader,
     initializationStatus: (volumeId) => cloud.initializationStatus(volumeId),
