@@ -150,12 +150,19 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
   ): Promise<{ rest: ByteRange[]; bytes: number }> {
     if (!init.images || init.images.length === 0) return { rest: ranges, bytes: 0 };
     let need: ByteRange[];
+    let wantedRanges: number;
     try {
       const list = await readReadList(target.mountPoint);
       if (!list) return { rest: ranges, bytes: 0 };
       const order = needOrder(list, imagesAboutToRun(init.images));
-      const mapped = await fileRanges(target.mountPoint, order.files, log ? { log } : {});
-      need = mapped.ranges;
+      const wantedFiles = await fileRanges(target.mountPoint, order.files.slice(0, order.wanted), log ? { log } : {});
+      const otherFiles = await fileRanges(target.mountPoint, order.files.slice(order.wanted), log ? { log } : {});
+      const mapped = {
+        mapped: wantedFiles.mapped + otherFiles.mapped,
+        skipped: wantedFiles.skipped + otherFiles.skipped,
+      };
+      wantedRanges = wantedFiles.ranges.length;
+      need = [...wantedFiles.ranges, ...otherFiles.ranges];
       log?.info("prewarm.need", `reading first the ${order.files.length} files the images read at start`, {
         wanted: order.wanted,
         mapped: mapped.mapped,
@@ -166,12 +173,20 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
       log?.warning("prewarm.need", `the need list is not used, reading in device order: ${describeError(error)}`);
       return { rest: ranges, bytes: 0 };
     }
-    const reads = need.flatMap((range) => coveringReads([range], init.maxIoBytes));
-    if (reads.length > 0) {
+    // The wanted images' files at full depth (their services are about to read them), the other
+    // listed images' at the yielding depth.
+    const wanted = need.slice(0, wantedRanges);
+    const others = need.slice(wantedRanges);
+    for (const [name, part, depth] of [
+      ["prewarm-need", wanted, init.ioDepth],
+      ["prewarm-listed", others, init.yieldDepth ?? init.ioDepth],
+    ] as const) {
+      const reads = part.flatMap((range) => coveringReads([range], init.maxIoBytes));
+      if (reads.length === 0) continue;
       await withIolog(async (iolog) => {
         await writeIolog(iolog, target.device, reads);
         await runFio(
-          { name: "prewarm-need", iolog, ioDepth: init.ioDepth, idle: true },
+          { name, iolog, ioDepth: depth, idle: true },
           { ...fioOptions, ...(init.signal ? { signal: init.signal } : {}) },
         );
       });
@@ -198,7 +213,7 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
     await withIolog(async (iolog) => {
       await writeIolog(iolog, target.device, reads);
       await runFio(
-        { name: "prewarm-files", iolog, ioDepth: init.ioDepth, idle: true },
+        { name: "prewarm-files", iolog, ioDepth: init.yieldDepth ?? init.ioDepth, idle: true },
         {
           ...fioOptions,
           ...(init.signal ? { signal: init.signal } : {}),

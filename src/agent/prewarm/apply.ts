@@ -32,6 +32,7 @@ import {
   resumePoint,
   startingState,
   stateOfVolume,
+  YIELD_IO_DEPTH,
   type PrewarmDecision,
   type PrewarmOutcome,
   type PrewarmSettings,
@@ -571,6 +572,7 @@ async function readVolume(run: LongRun<"initialize">, onProgress: OnProgress, si
     ioDepth: settings.initialize.ioDepth,
     maxIoBytes: settings.initialize.maxIoBytes,
     ...(target.images ? { images: target.images } : {}),
+    ...(decision.background ? { yieldDepth: Math.min(YIELD_IO_DEPTH, settings.initialize.ioDepth) } : {}),
     onProgress,
     signal,
   });

@@ -58,6 +58,13 @@ export function prewarmSettingsFrom(config: AgentConfig): PrewarmSettings {
   };
 }
 
+/**
+ * The depth of a background initialization's reads once the wanted images' files are read: on a
+ * device whose scheduler ignores I/O priorities (NVMe's `none`), a service's read waits behind
+ * the reads in flight, so few are kept in flight while services start.
+ */
+export const YIELD_IO_DEPTH = 2;
+
 /** The defaults, read from the config schema\'s defaults (not repeated here). */
 export const DEFAULT_PREWARM: PrewarmSettings = prewarmSettingsFrom(defaultConfig());
 
