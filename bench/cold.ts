@@ -13,9 +13,12 @@
  *   files        the files initialization in the background (device order), the service at once;
  *   need         the same with the node's images given: their files first.
  * The service reads, for each of the node's images (1 or 4, concurrently), the fraction of its
- * files (10, 50, 100 %) the list names, through the filesystem. Timed: the service's reads.
+ * files (10, 50, 100 %) the list names, through the filesystem, `--head-start-ms` after the
+ * volume is mounted and the pre-warm began (the gap between the node's `ready` and the first
+ * `docker run` the scheduler sends it; every strategy gets it). Timed: the service's reads.
  *
  *   sudo npx tsx bench/cold.ts [--delay-ms 10] [--chunk-kib 512] [--image-mib 64] [--filler-mib 256]
+ *                         [--head-start-ms 2000]
  *
  * Needs root, the lab's Debian packages and python3-fusepy (scripts/setup.sh).
  */
@@ -25,7 +28,8 @@ import { dirname, join, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { decidePrewarm, DEFAULT_PREWARM } from "../src/agent/prewarm/plan.ts";
+import { setTimeout as sleep } from "node:timers/promises";
+import { decidePrewarm, DEFAULT_PREWARM, YIELD_IO_DEPTH } from "../src/agent/prewarm/plan.ts";
 import type { ReadTarget } from "../src/agent/ports.ts";
 import { run } from "../src/exec.ts";
 import { createFioReader } from "../src/host/volume-reads.ts";
@@ -45,13 +49,14 @@ const { values } = parseArgs({
     "chunk-kib": { type: "string", default: "512" },
     "image-mib": { type: "string", default: "64" },
     "filler-mib": { type: "string", default: "256" },
+    "head-start-ms": { type: "string", default: "2000" },
     out: { type: "string", default: join(REPO, "bench", "results") },
     help: { type: "boolean", default: false },
   },
 });
 if (values.help) {
   process.stdout.write(
-    "sudo npx tsx bench/cold.ts [--delay-ms 10] [--chunk-kib 512] [--image-mib 64] [--filler-mib 256] [--out DIR]\n",
+    "sudo npx tsx bench/cold.ts [--delay-ms 10] [--chunk-kib 512] [--image-mib 64] [--filler-mib 256] [--head-start-ms 2000] [--out DIR]\n",
   );
   process.exit(0);
 }
@@ -59,6 +64,7 @@ const delayMs = Number(values["delay-ms"]);
 const chunkBytes = Number(values["chunk-kib"]) * 1024;
 const imageMiB = Number(values["image-mib"]);
 const fillerMiB = Number(values["filler-mib"]);
+const headStartMs = Number(values["head-start-ms"]);
 const filesPerImage = Math.max(1, Math.round(imageMiB / FILE_MIB));
 const image = (i: number) => `bench/img-${i}:1`;
 const fileOf = (i: number, f: number) => `overlay2/img-${i}/diff/usr/lib/f${f}.bin`;
@@ -128,7 +134,7 @@ try {
         const volumeId = await createVolume(ec2, zone, { snapshotId });
         const device = await attach(lab, ec2, volumeId, host);
         const target: ReadTarget = { device, mountPoint: await mountXfs(device, host, `v${++volumes}`) };
-        const init = (images?: string[], signal?: AbortSignal) =>
+        const init = (images?: string[], signal?: AbortSignal, yieldDepth?: number) =>
           reader.initialize(target, "files", {
             fromOffset: 0,
             ioDepth: DEFAULT_PREWARM.initialize.ioDepth,
@@ -136,6 +142,7 @@ try {
             onProgress: () => undefined,
             ...(images ? { images } : {}),
             ...(signal ? { signal } : {}),
+            ...(yieldDepth ? { yieldDepth } : {}),
           });
         let seconds = 0;
         let note: string | undefined;
@@ -157,12 +164,16 @@ try {
               : `${decision.action} ${"verdict" in decision ? decision.verdict : ""}`;
           seconds += (performance.now() - started) / 1000;
         }
-        if (strategy === "files") background = init(undefined, stop.signal).catch(() => undefined);
+        // As the background run reads: the yielding depth once the wanted files are read.
+        if (strategy === "files") background = init(undefined, stop.signal, YIELD_IO_DEPTH).catch(() => undefined);
         if (strategy === "need")
           background = init(
             Array.from({ length: nodeImages }, (_, i) => image(i)),
             stop.signal,
+            YIELD_IO_DEPTH,
           ).catch(() => undefined);
+        // The gap between the node's `ready` and the scheduler's first `docker run` there.
+        await sleep(headStartMs);
         seconds += await service(target, nodeImages, fraction);
         stop.abort();
         await background;
@@ -193,7 +204,7 @@ try {
   const result = {
     date: new Date().toISOString(),
     machine: { cpus: cpus().length, memGiB: Math.round(totalmem() / 2 ** 30), kernel: release() },
-    settings: { delayMs, chunkBytes, imageMiB, fillerMiB, filesPerImage, fileMiB: FILE_MIB },
+    settings: { delayMs, chunkBytes, imageMiB, fillerMiB, filesPerImage, fileMiB: FILE_MIB, headStartMs },
     rows,
   };
   await mkdir(values.out, { recursive: true });
