@@ -22,6 +22,8 @@ interface CommandEntry {
   name: string;
   summary: string;
   load: () => Promise<Command>;
+  /** Left out of the listing: a builder's step, not a host's. */
+  hidden?: boolean;
 }
 
 const COMMANDS: CommandEntry[] = [
@@ -67,6 +69,12 @@ const COMMANDS: CommandEntry[] = [
     summary: "list the pool and workspace volumes the agent manages; `pool fill`: keep the pool stocked (the keeper)",
     load: async () => (await import("./cli/pool.ts")).poolCommand(),
   },
+  {
+    name: "record-reads",
+    summary: "at a golden build, record what each image reads at start into the volume's need list",
+    load: async () => (await import("./cli/record-reads.ts")).recordReadsCommand(),
+    hidden: true,
+  },
 ];
 
 /**
@@ -101,7 +109,7 @@ async function buildProgram(args: readonly string[]): Promise<Command> {
   const requested = requestedCommand(args);
   for (const entry of COMMANDS) {
     const command = entry.name === requested ? await entry.load() : new Command(entry.name);
-    program.addCommand(command.summary(entry.summary));
+    program.addCommand(command.summary(entry.summary), { hidden: entry.hidden ?? false });
   }
   return followShellConventions(program, program.name());
 }

@@ -2,11 +2,13 @@
  * The golden build's record of what an image reads at start (src/host/record-reads.ts), on a
  * private dockerd: an image whose command reads two known files, b then a, is run under strace
  * chrooted into its layers; the list names its program, then b, then a, as layer files of the
- * data-root, and the need list written to the volume is one the agent's reader accepts.
+ * data-root, and the need list written to the volume is one the agent's reader accepts; the
+ * builder's command (`record-reads`) does the same.
  */
 import t from "tap";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { run } from "../../src/exec.ts";
 import { recordImageReads, writeImageReads } from "../../src/host/record-reads.ts";
 import { readReadList } from "../../src/host/need-reads.ts";
 import { startPrivateDockerd, type PrivateDockerd } from "../../src/lab/dockerd.ts";
@@ -63,4 +65,19 @@ t.test("the files an image reads at start, first read first, as layer files of t
     "the agent's reader accepts the list; a rerun replaces the image's entry, keeping the other's",
   );
   t.same(list?.images[1]?.files, files);
+});
+
+t.test("the builder's command (the Packer step) writes the image's entry", async (t) => {
+  await rm(join(volume, ".ebs-cache-agent"), { recursive: true });
+  const cli = await run(
+    "node_modules/.bin/tsx",
+    ["src/cli.ts", "record-reads", "--volume", volume, "--docker-host", `unix://${dockerd.socket}`, "lab/reader:1"],
+    { check: false },
+  );
+  t.equal(cli.exitCode, 0, cli.stderr);
+  const list = await readReadList(volume);
+  t.same(
+    list?.images[0]?.files.slice(1, 3).map((file) => file.replace(/^overlay2\/[^/]+\/diff\//, "")),
+    ["app/b.txt", "app/a.txt"],
+  );
 });
