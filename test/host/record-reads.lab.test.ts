@@ -81,3 +81,35 @@ t.test("the builder's command (the Packer step) writes the image's entry", async
     ["app/b.txt", "app/a.txt"],
   );
 });
+
+t.test("a file a later layer replaced is read from that layer", async (t) => {
+  await dockerd.docker([
+    "run",
+    "--name",
+    "upper",
+    "--network",
+    "none",
+    "lab/reader:1",
+    "sh",
+    "-c",
+    "echo new > /app/a.txt",
+  ]);
+  // The committed image keeps the reader's command (commit would take the container's).
+  const cmd = (await dockerd.docker(["image", "inspect", "--format", "{{json .Config.Cmd}}", "lab/reader:1"])).stdout;
+  await dockerd.docker(["commit", "--change", `CMD ${cmd}`, "upper", "lab/reader:2"]);
+  await dockerd.docker(["rm", "upper"]);
+  const files = await recordImageReads(dockerd, { image: "lab/reader:2", dataRoot, workDir: join(top, "work"), log });
+  const layerOf = (name: string) => files.find((file) => file.endsWith(`/diff/${name}`))?.split("/")[1];
+  t.ok(layerOf("app/a.txt"), `a.txt recorded: ${files.join(", ")}`);
+  t.not(layerOf("app/a.txt"), layerOf("app/b.txt"), "a.txt from the upper layer, b.txt from the lower");
+  t.equal(
+    await readFile(
+      join(
+        dataRoot,
+        files.find((f) => f.endsWith("/app/a.txt"))!,
+      ),
+      "utf8",
+    ),
+    "new\n",
+  );
+});

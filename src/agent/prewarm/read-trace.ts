@@ -25,6 +25,8 @@ export function parseTrace(log: string, root: string): Array<{ kind: "open" | "e
   for (const line of log.split("\n")) {
     const opened = OPENED.exec(line);
     if (opened) {
+      // A write-only open reads nothing of the file (a log the image appends to, an output it truncates).
+      if (/\bO_WRONLY\b/.test(line)) continue;
       const path = unescape(opened[1]!);
       if (path?.startsWith(prefix)) out.push({ kind: "open", path: path.slice(prefix.length) });
       continue;

@@ -17,12 +17,13 @@ const LOG = [
   `13 open("/lib/x.so", O_RDONLY) = 4<${ROOT}/usr/lib/x\\x20y.so>`,
   `12 openat2(AT_FDCWD<${ROOT}>, "a", {flags=O_RDONLY}, 24) = 5<${ROOT}/app/a.txt>`,
   `12 openat(AT_FDCWD<${ROOT}>, "/app/b.txt", O_RDONLY) = 3<${ROOT}/app/b.txt>`,
+  `12 openat(AT_FDCWD<${ROOT}>, "/app/log", O_WRONLY|O_CREAT|O_APPEND, 0666) = 6<${ROOT}/app/log>`,
   `12 --- SIGCHLD {si_signo=SIGCHLD} ---`,
   `12 +++ exited with 0 +++`,
   "",
 ].join("\n");
 
-t.test("the run's opens (below its root) and its execs after the chroot, in order", async (t) => {
+t.test("the run's opens (below its root, not write-only) and its execs after the chroot, in order", async (t) => {
   t.same(parseTrace(LOG, ROOT), [
     { kind: "exec", path: "bin/sh" },
     { kind: "open", path: "app/b.txt" },
