@@ -14,6 +14,10 @@
 #   ebs-cache:image-set=<image_set>  ebs-cache:images=<images, comma-separated>
 #   ebs-cache:image-store=<image_store>  ebs-cache:engine-version=<the builder's docker version>
 #   ebs-cache:built-at=<this build's start, UTC, RFC 3339>
+# The builder also records what each image reads at start into the volume's need list
+# (.ebs-cache-agent/reads.json, docs/prewarm.md) when its source AMI has the agent (one made by
+# packer/ami.pkr.hcl) and the store is graphdriver: scripts/pool-volume.sh runs, after the pulls
+# and with dockerd still up, `ebs-cache-agent record-reads --volume /mnt/ebs-cache <images>`.
 # Image set and built-at are the snapshot's generation (docs/boot.md, "Generations"): every build
 # makes a new one, which boots prefer, the keeper stocks and gc retires the older ones for.
 # (the engine version is known on the builder only: it writes it to a file this template

@@ -22,6 +22,8 @@ interface CommandEntry {
   name: string;
   summary: string;
   load: () => Promise<Command>;
+  /** Left out of the listing: a builder's step, not a host's. */
+  hidden?: boolean;
 }
 
 const COMMANDS: CommandEntry[] = [
@@ -75,6 +77,12 @@ const COMMANDS: CommandEntry[] = [
       "`snapshot upload`: the pool's golden snapshot from a disk image, through the EBS direct APIs (no instance)",
     load: async () => (await import("./cli/snapshot.ts")).snapshotCommand(),
   },
+  {
+    name: "record-reads",
+    summary: "at a golden build, record what each image reads at start into the volume's need list",
+    load: async () => (await import("./cli/record-reads.ts")).recordReadsCommand(),
+    hidden: true,
+  },
 ];
 
 /**
@@ -109,7 +117,7 @@ async function buildProgram(args: readonly string[]): Promise<Command> {
   const requested = requestedCommand(args);
   for (const entry of COMMANDS) {
     const command = entry.name === requested ? await entry.load() : new Command(entry.name);
-    program.addCommand(command.summary(entry.summary));
+    program.addCommand(command.summary(entry.summary), { hidden: entry.hidden ?? false });
   }
   return followShellConventions(program, program.name());
 }

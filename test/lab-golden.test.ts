@@ -15,6 +15,7 @@ import {
   DetachVolumeCommand,
 } from "@aws-sdk/client-ec2";
 import { run } from "../src/exec.ts";
+import { readReadList } from "../src/host/need-reads.ts";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
 import { buildGoldenSnapshot, createPoolVolumes } from "../src/lab/golden.ts";
 import { startLab } from "../src/lab/lab.ts";
@@ -89,6 +90,15 @@ t.test("golden snapshot, pool, and an image run from a pool volume", async (t) =
   const dataRoot = join(mountPoint, DATA_ROOT_SUBDIR);
   t.notOk(existsSync(join(dataRoot, "swarm")), "no swarm state travels in the snapshot");
   t.ok((await readdir(dataRoot)).includes("image"), "the volume holds a docker data-root");
+  const reads = await readReadList(mountPoint);
+  t.same(
+    reads?.images.map((entry) => [entry.image, entry.files[0]?.replace(/^overlay2\/[^/]+\/diff\//, "")]),
+    [
+      ["lab/app:1", "bin/busybox"],
+      ["lab/tool:2", "bin/busybox"],
+    ],
+    "the golden build recorded what each image reads at start (its shell) in the need list",
+  );
 
   await writeFile(host.paths.daemonJson, JSON.stringify({ "data-root": dataRoot }));
   const dockerd = await host.startDocker();

@@ -118,10 +118,9 @@ t.test(
     t.ok(taggedAt >= handedOverAt - 1000, "tagged initialized, by the background run (not at boot)");
     const state = (await readPrewarmState(stateDir(host)))!;
     t.match(state, { phase: "done", verdict: "warm", progress: { percent: 100 } });
-    t.ok(
-      state.after!.iops >= 10 * state.before!.iops,
-      `after ${Math.round(state.after!.iops)} IOPS >= 10 x before ${Math.round(state.before!.iops)}`,
-    );
+    // A pool volume made from the snapshot minutes ago is cold by what EBS says: no sample before the reads.
+    t.equal(state.before, undefined, "no sample before the initialization of a known-cold volume");
+    t.ok(state.after!.iops > 0, "a sample after it");
 
     // status, as a process.
     const config = await writeLabConfig(bl.lab, host, overrides);
@@ -143,12 +142,16 @@ t.test(
   },
 );
 
-t.test("check (the default): a cold volume is ready + prewarm=cold, nothing read beyond the sample", async (t) => {
+t.test("check (the default): a cold volume is ready + prewarm=cold as EBS reports it, nothing read", async (t) => {
   const host = await bl.addHost();
   const overrides = { pool: POOL, labels: { mode: "engine" }, prewarm: prewarm("check") };
   const booted = await bootLabHost(bl.lab, host, { overrides, log: createMemoryLogger("debug") });
   t.equal(booted.result?.outcome, "ready");
-  t.match(booted.result?.prewarm, { action: "check", verdict: "cold" });
+  t.match(
+    booted.result?.prewarm,
+    { action: "skip", verdict: "cold" },
+    "EBS's lazy initialization under 100 %: no sample",
+  );
   const labels = await engineLabels(host);
   t.equal(labels[`${LABEL_PREFIX}.state`], "ready");
   t.equal(labels[`${LABEL_PREFIX}.prewarm`], "cold");
@@ -170,9 +173,10 @@ t.test("check (the default): a cold volume is ready + prewarm=cold, nothing read
   t.ok((await bl.tags(volumeId))[VolumeTag.initialized]);
 });
 
-t.test("fio missing at boot: the node is still ready, prewarm=unknown, one clear error", async (t) => {
+t.test("fio missing at boot: the node is still ready, prewarm=cold as EBS said, one clear error", async (t) => {
   const host = await bl.addHost();
-  const overrides = { pool: POOL, labels: { mode: "engine" }, prewarm: prewarm("check") };
+  // An inline initialization: the reads need fio (a known-cold volume is not sampled).
+  const overrides = { pool: POOL, labels: { mode: "engine" }, prewarm: prewarm("files", { background: false }) };
   const log = createMemoryLogger("debug");
   const booted = await bootLabHost(bl.lab, host, { overrides, log, fio: "/nonexistent/fio" });
   t.equal(
@@ -181,10 +185,10 @@ t.test("fio missing at boot: the node is still ready, prewarm=unknown, one clear
     "not blocked",
     booted.result?.outcome === "ready" ? {} : { log: log.lines.join("\n") },
   );
-  t.match(booted.result?.prewarm, { verdict: "unknown" });
-  t.equal((await engineLabels(host))[`${LABEL_PREFIX}.prewarm`], "unknown");
+  t.match(booted.result?.prewarm, { verdict: "cold", phase: "failed" });
+  t.equal((await engineLabels(host))[`${LABEL_PREFIX}.prewarm`], "cold");
   t.ok(
-    log.lines.some((l) => /^<3>prewarm\.verdict: .*remediation=/.test(l)),
+    log.lines.some((l) => /^<3>prewarm\.failed: .*remediation=/.test(l)),
     "an error line with the remedy",
   );
 });

@@ -2,7 +2,8 @@
 # Runs (as root) on the builder instance of packer/pool-volume.pkr.hcl: formats the extra EBS
 # volume XFS (label ebs-cache, ftype=1), runs dockerd with its data-root on <volume>/docker
 # (and, for the containerd image store, containerd with its root on <volume>/containerd),
-# pulls the image set, stops docker, removes the machine-local state and unmounts. The same
+# pulls the image set, records what each image reads at start (when the builder has the agent),
+# stops docker, removes the machine-local state and unmounts. The same
 # steps as the lab's golden snapshot (src/lab/golden.ts). Writes ENGINE_VERSION to $BUILT_FILE
 # for the template to download (the snapshot step tags it). Environment (set by the template):
 #   DOCKER_PACKAGE  POOL_VOLUME_SIZE_GIB  IMAGES (space-separated)  DOCKER_CONFIG_JSON (optional)
@@ -111,6 +112,17 @@ for image in $IMAGES; do
   docker pull --quiet "$image"
 done
 docker image ls
+# The need list (docs/prewarm.md): what each image reads at start, recorded with dockerd still
+# running, by the agent's own builder step where the builder has the agent (a source AMI made by
+# packer/ami.pkr.hcl); the overlay2 store only. Without it the volume has no list and the
+# pre-warm reads it in device order.
+if command -v ebs-cache-agent >/dev/null && [ "$IMAGE_STORE" = graphdriver ]; then
+  apt-get install -y -qq --no-install-recommends strace
+  # shellcheck disable=SC2086 # IMAGES is space-separated on purpose
+  ebs-cache-agent record-reads --volume "$MOUNT" $IMAGES
+else
+  echo "pool-volume: no need list recorded (needs ebs-cache-agent on the builder and the graphdriver store)"
+fi
 systemctl stop docker.service docker.socket
 
 for state in "${MACHINE_LOCAL_STATE[@]}"; do rm -rf "${DATA_ROOT:?}/$state"; done

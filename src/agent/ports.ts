@@ -347,6 +347,17 @@ export interface InitializeOptions {
   fromOffset: number;
   ioDepth: number;
   maxIoBytes: number;
+  /**
+   * files: the images the node is about to run, most wanted first: their files (the volume's
+   * need list) are read before everything else. Absent or empty: device order only.
+   */
+  images?: readonly string[];
+  /**
+   * The depth of the reads once the wanted images' files are read, while services may be
+   * starting (the background run): a service's read then waits behind at most this many.
+   * Absent: `ioDepth` throughout.
+   */
+  yieldDepth?: number;
   onProgress(progress: ReadProgress): void;
   signal?: AbortSignal;
 }

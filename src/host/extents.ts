@@ -161,3 +161,48 @@ export async function usedRanges(
   });
   return mergeRanges(allocatedRanges(parseXfsInfo(stdout), parseFreesp(stdout)), options.gap ?? 0);
 }
+
+/**
+ * The ranges of `ranges` outside `minus` (both sorted and merged, as mergeRanges gives them):
+ * what remains to read once `minus` was read.
+ */
+export function subtractRanges(ranges: readonly ByteRange[], minus: readonly ByteRange[]): ByteRange[] {
+  const out: ByteRange[] = [];
+  let j = 0;
+  for (const range of ranges) {
+    let start = range.start;
+    while (j < minus.length && minus[j]!.end <= start) j++;
+    for (let k = j; k < minus.length && minus[k]!.start < range.end; k++) {
+      if (minus[k]!.start > start) out.push({ start, end: minus[k]!.start });
+      start = Math.max(start, minus[k]!.end);
+    }
+    if (start < range.end) out.push({ start, end: range.end });
+  }
+  return out;
+}
+
+/**
+ * Parses `filefrag -v -e FILE…`: each file's extents as device byte ranges, in file order. Extents
+ * without a place on the device yet (delayed allocation, inline data, unknown location) are left
+ * out: there is nothing to fetch for them.
+ */
+export function parseFilefrag(text: string): Map<string, ByteRange[]> {
+  const files = new Map<string, ByteRange[]>();
+  let current: ByteRange[] | undefined;
+  let blockSize = 0;
+  for (const line of text.split("\n")) {
+    const head = /^File size of (.*) is \d+ \(\d+ blocks? of (\d+) bytes\)/.exec(line);
+    if (head) {
+      current = [];
+      blockSize = Number(head[2]);
+      files.set(head[1]!, current);
+      continue;
+    }
+    const extent = /^\s*\d+:\s+\d+\.\.\s*\d+:\s+(\d+)\.\.\s*(\d+):\s+(\d+):.*$/.exec(line);
+    if (!extent || !current) continue;
+    if (/unknown_loc|delalloc|inline|not_aligned|encoded/.test(line)) continue;
+    const start = Number(extent[1]) * blockSize;
+    current.push({ start, end: start + Number(extent[3]) * blockSize });
+  }
+  return files;
+}

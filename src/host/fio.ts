@@ -188,6 +188,12 @@ export type FioJob =
       ioDepth: number;
       /** Stop after this many seconds even if the log is not done. */
       runtimeSeconds?: number;
+      /**
+       * The idle I/O class (ioprio, `--prioclass=3`): served only when nothing else waits, where
+       * the device's scheduler honours priorities (bfq, mq-deadline); with `none` the bounded
+       * depth is what leaves room for others' reads.
+       */
+      idle?: boolean;
     }
   | {
       name: string;
@@ -216,7 +222,7 @@ export function fioArgs(job: FioJob, options: { statusIntervalSeconds?: number }
           ...(job.offset ? [`--offset=${job.offset}`] : []),
           ...(job.size ? [`--size=${job.size}`] : []),
         ];
-  if ("iolog" in job) args.push("--ioengine=libaio", "--direct=1");
+  if ("iolog" in job) args.push("--ioengine=libaio", "--direct=1", ...(job.idle ? ["--prioclass=3"] : []));
   if (job.runtimeSeconds) args.push(`--runtime=${job.runtimeSeconds}`);
   // --readonly: fio refuses any write; it never creates or lays out a file.
   args.push("--readonly", "--output-format=json");

@@ -23,7 +23,18 @@ import type {
 } from "../agent/ports.ts";
 import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";
-import { coveringReads, sampleReads, totalBytes, usedRanges, type ByteRange } from "./extents.ts";
+import { imagesAboutToRun, needOrder } from "../agent/prewarm/need.ts";
+import { describeError } from "../errors.ts";
+import {
+  coveringReads,
+  mergeRanges,
+  sampleReads,
+  subtractRanges,
+  totalBytes,
+  usedRanges,
+  type ByteRange,
+} from "./extents.ts";
+import { fileRanges, readReadList } from "./need-reads.ts";
 import { runFio, writeIolog, type DeviceRead, type FioReport } from "./fio.ts";
 
 const MiB = 1024 * 1024;
@@ -122,16 +133,75 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
     async initialize(target: ReadTarget, mode: "files" | "device", init: InitializeOptions): Promise<InitializeResult> {
       if (mode === "device") return readDevice(target, init);
       const ranges = await usedRanges(target.mountPoint, { log, gap: init.maxIoBytes });
-      return readRanges(target, ranges, init);
+      const needed = await readNeeded(target, ranges, init);
+      return readRanges(target, needed.rest, init, needed.bytes);
     },
   };
+
+  /**
+   * The files the images about to run read at start (the volume's need list), read first, in the
+   * idle I/O class: returns what is left to read and the bytes read. Any problem with the list
+   * is a warning: everything is then read in device order.
+   */
+  async function readNeeded(
+    target: ReadTarget,
+    ranges: ByteRange[],
+    init: InitializeOptions,
+  ): Promise<{ rest: ByteRange[]; bytes: number }> {
+    if (!init.images || init.images.length === 0) return { rest: ranges, bytes: 0 };
+    let need: ByteRange[];
+    let wantedRanges: number;
+    try {
+      const list = await readReadList(target.mountPoint);
+      if (!list) return { rest: ranges, bytes: 0 };
+      const order = needOrder(list, imagesAboutToRun(init.images));
+      const wantedFiles = await fileRanges(target.mountPoint, order.files.slice(0, order.wanted), log ? { log } : {});
+      const otherFiles = await fileRanges(target.mountPoint, order.files.slice(order.wanted), log ? { log } : {});
+      const mapped = {
+        mapped: wantedFiles.mapped + otherFiles.mapped,
+        skipped: wantedFiles.skipped + otherFiles.skipped,
+      };
+      wantedRanges = wantedFiles.ranges.length;
+      need = [...wantedFiles.ranges, ...otherFiles.ranges];
+      log?.info("prewarm.need", `reading first the ${order.files.length} files the images read at start`, {
+        wanted: order.wanted,
+        mapped: mapped.mapped,
+        skipped: mapped.skipped,
+        bytes: totalBytes(need),
+      });
+    } catch (error) {
+      log?.warning("prewarm.need", `the need list is not used, reading in device order: ${describeError(error)}`);
+      return { rest: ranges, bytes: 0 };
+    }
+    // The wanted images' files at full depth (their services are about to read them), the other
+    // listed images' at the yielding depth.
+    const wanted = need.slice(0, wantedRanges);
+    const others = need.slice(wantedRanges);
+    for (const [name, part, depth] of [
+      ["prewarm-need", wanted, init.ioDepth],
+      ["prewarm-listed", others, init.yieldDepth ?? init.ioDepth],
+    ] as const) {
+      const reads = part.flatMap((range) => coveringReads([range], init.maxIoBytes));
+      if (reads.length === 0) continue;
+      await withIolog(async (iolog) => {
+        await writeIolog(iolog, target.device, reads);
+        await runFio(
+          { name, iolog, ioDepth: depth, idle: true },
+          { ...fioOptions, ...(init.signal ? { signal: init.signal } : {}) },
+        );
+      });
+    }
+    const read = mergeRanges(need);
+    return { rest: subtractRanges(ranges, read), bytes: totalBytes(read) };
+  }
 
   async function readRanges(
     target: ReadTarget,
     ranges: ByteRange[],
     init: InitializeOptions,
+    readAlready = 0,
   ): Promise<InitializeResult> {
-    const total = totalBytes(ranges);
+    const total = totalBytes(ranges) + readAlready;
     const reads = coveringReads(ranges, init.maxIoBytes, init.fromOffset);
     const before = total - reads.reduce((sum, r) => sum + r.length, 0);
     const prefix: number[] = [];
@@ -139,11 +209,11 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
     for (const r of reads) prefix.push((sum += r.length));
     const inFlight = init.ioDepth * init.maxIoBytes;
     init.onProgress({ doneBytes: before, totalBytes: total, cursor: init.fromOffset, runBytes: 0 });
-    if (reads.length === 0) return { totalBytes: total, readBytes: 0 };
+    if (reads.length === 0) return { totalBytes: total, readBytes: readAlready };
     await withIolog(async (iolog) => {
       await writeIolog(iolog, target.device, reads);
       await runFio(
-        { name: "prewarm-files", iolog, ioDepth: init.ioDepth },
+        { name: "prewarm-files", iolog, ioDepth: init.yieldDepth ?? init.ioDepth, idle: true },
         {
           ...fioOptions,
           ...(init.signal ? { signal: init.signal } : {}),
@@ -167,7 +237,7 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
       cursor: reads.at(-1)!.offset + reads.at(-1)!.length,
       runBytes: sum,
     });
-    return { totalBytes: total, readBytes: sum };
+    return { totalBytes: total, readBytes: sum + readAlready };
   }
 
   async function readDevice(target: ReadTarget, init: InitializeOptions): Promise<InitializeResult> {

@@ -17,6 +17,8 @@ on the first touch of each block and fast afterwards, as such an EBS volume does
   SEEK_DATA) start warm; the default (cold) treats every chunk of the volume as cold.
 - MOUNTPOINT/.cold-status.json (read-only) gives per file: chunks, warm chunks, fetches,
   delayed milliseconds, bytes read and written.
+- --fetch-log FILE: one line `<file> <chunk index>` per chunk fetched, in the order fetched (what
+  was read first on a cold volume; tests check the pre-warm's order with it).
 - MOUNTPOINT/.cold-control (write-only) takes one JSON command per write:
   {"op": "initialize", "file": "<name>", "rateMiBps": N}: warms the file in the background at
   N MiB/s, in chunk order (EBS's provisioned-rate initialization);
@@ -47,8 +49,9 @@ CONTROL = "/.cold-control"
 class ChunkState:
     """The cold/warm bits of one file, and what was done to it."""
 
-    def __init__(self, size, chunk, holes_warm, fd):
+    def __init__(self, size, chunk, holes_warm, fd, on_fetched=None):
         self.chunk = chunk
+        self.on_fetched = on_fetched  # called with the chunk indexes each fetch warmed, in order
         self.count = (size + chunk - 1) // chunk
         self.warm = bytearray(self.count)
         self.fetching = {}  # chunk index -> threading.Event set when its fetch ends
@@ -116,6 +119,8 @@ class ChunkState:
                     event.set()
                 self.fetches += len(mine)
                 self.delayed_ms += (time.monotonic() - started) * 1000
+            if self.on_fetched is not None:
+                self.on_fetched([index for index, _ in mine])
         for event in theirs:
             event.wait()
 
@@ -146,7 +151,9 @@ class ChunkState:
 class ColdImages(Operations):
     use_ns = True
 
-    def __init__(self, source, chunk, delay_ms, holes_warm):
+    def __init__(self, source, chunk, delay_ms, holes_warm, fetch_log=None):
+        self.fetch_log = open(fetch_log, "a", buffering=1) if fetch_log else None
+        self.fetch_log_lock = threading.Lock()
         self.source = os.path.realpath(source)
         self.chunk = chunk
         self.delay = delay_ms / 1000.0
@@ -155,6 +162,13 @@ class ColdImages(Operations):
         self.lock = threading.Lock()
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _logged(self, name, indexes):
+        """Appends `<file> <chunk>` per chunk fetched to --fetch-log (the order of first reads)."""
+        if self.fetch_log is None:
+            return
+        with self.fetch_log_lock:
+            self.fetch_log.write("".join(f"{name} {index}\n" for index in indexes))
 
     def _name(self, path):
         name = path.lstrip("/")
@@ -174,7 +188,9 @@ class ColdImages(Operations):
                 # A file of that name with another inode was deleted and replaced: forget it.
                 for other in [k for k in self.states if k[0] == name]:
                     del self.states[other]
-                state = ChunkState(info.st_size, self.chunk, self.holes_warm, fd)
+                state = ChunkState(
+                    info.st_size, self.chunk, self.holes_warm, fd, on_fetched=lambda idx, n=name: self._logged(n, idx)
+                )
                 self.states[key] = state
             return state
 
@@ -376,12 +392,13 @@ def main():
     parser.add_argument("--delay-ms", type=float, default=10.0)
     parser.add_argument("--holes", choices=("cold", "warm"), default="cold")
     parser.add_argument("--name", default="ebs-cache-cold")
+    parser.add_argument("--fetch-log", help="append `<file> <chunk>` per chunk fetched, in order")
     args = parser.parse_args()
     if args.chunk_bytes < 4096 or args.chunk_bytes % 4096:
         parser.error("--chunk-bytes must be a multiple of 4096")
     if args.delay_ms < 0:
         parser.error("--delay-ms must not be negative")
-    operations = ColdImages(args.source, args.chunk_bytes, args.delay_ms, args.holes == "warm")
+    operations = ColdImages(args.source, args.chunk_bytes, args.delay_ms, args.holes == "warm", args.fetch_log)
     # A signal ends the process at once and leaves the mount in place (dead, answering ENOTCONN).
     # libfuse would instead unmount it lazily on SIGTERM, and a loop device set up on one of its
     # files would then name a path outside the lab root: the reaper (src/lab/cleanup.ts) could no

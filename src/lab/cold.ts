@@ -65,6 +65,8 @@ export interface ColdLayer extends VolumeImageLayer {
   isCold(volumeId: string): boolean;
   /** The FUSE process's counters for a cold volume (undefined: not a cold volume). */
   volumeStatus(volumeId: string): Promise<ColdVolumeStatus | undefined>;
+  /** The chunks of a cold volume fetched so far, in the order they were first read. */
+  fetchOrder(volumeId: string): Promise<number[]>;
   /** Warms the volume in the background at `rateMiBps` (EBS's provisioned-rate initialization). */
   initialize(volumeId: string, rateMiBps: number): Promise<void>;
   /** Makes every chunk of the volume cold again (tests). */
@@ -103,7 +105,13 @@ export async function assertColdPrerequisites(): Promise<void> {
 /** Paths of the cold layer inside a lab root. */
 export function coldPaths(root: string) {
   const dir = join(root, "cold");
-  return { dir, source: join(dir, "src"), mountPoint: join(dir, "mnt"), log: join(dir, "fuse.log") };
+  return {
+    dir,
+    source: join(dir, "src"),
+    mountPoint: join(dir, "mnt"),
+    log: join(dir, "fuse.log"),
+    fetches: join(dir, "fetches.log"),
+  };
 }
 
 /** What the lab tells the layer beyond the options. */
@@ -156,6 +164,8 @@ export async function startColdLayer(
         settings.holes,
         "--name",
         FS_NAME,
+        "--fetch-log",
+        paths.fetches,
       ],
       // Its own process group: a Ctrl-C meant for the lab must not kill it before the lab has
       // unmounted what sits on it.
@@ -237,6 +247,16 @@ export async function startColdLayer(
       const text = await readFile(join(paths.mountPoint, ".cold-status.json"), "utf8");
       const parsed = JSON.parse(text) as { files?: Record<string, ColdVolumeStatus> };
       return parsed.files?.[`${volumeId}.img`];
+    },
+
+    async fetchOrder(volumeId) {
+      const file = `${volumeId}.img`;
+      const text = await readFile(paths.fetches, "utf8").catch(() => "");
+      return text
+        .split("\n")
+        .map((line) => line.split(" "))
+        .filter(([name, index]) => name === file && index !== undefined)
+        .map(([, index]) => Number(index));
     },
 
     async initialize(volumeId, rateMiBps) {

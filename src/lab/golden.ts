@@ -1,12 +1,12 @@
 /**
  * The golden snapshot: what the pool-volume Packer template produces in AWS, made in the lab.
  * A builder host gets a blank volume, formats it XFS, runs a private dockerd on a data-root on
- * it, imports the image set, stops docker, drops machine-local state (`swarm/`), detaches it
- * and snapshots it, tagged with the build's time (`ebs-cache:built-at`: with the image set, the
+ * it, imports the image set, records what each image reads at start (the need list), stops
+ * docker, drops machine-local state (`swarm/`), detaches it and snapshots it, tagged with the build's time (`ebs-cache:built-at`: with the image set, the
  * snapshot's generation). Pool volumes are then created from that snapshot, tagged for the pool.
  */
 import { rm, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
   AttachVolumeCommand,
@@ -24,6 +24,7 @@ import {
 import { detectImageStore, type ImageStore } from "../docker/engine.ts";
 import { storeTags } from "../docker/image-store.ts";
 import { run } from "../exec.ts";
+import { recordImageReads, writeImageReads } from "../host/record-reads.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL, MACHINE_LOCAL_STATE } from "../layout.ts";
 import type { Logger } from "../log.ts";
 import { VolumeKind, VolumeTag } from "../tags.ts";
@@ -55,6 +56,11 @@ export interface GoldenOptions {
    * snapshot is then encrypted with the key, and carries the operator's tags beside the pool's.
    */
   volume?: { encrypted?: boolean; kmsKeyId?: string; tags?: Record<string, string> };
+  /**
+   * Record what each image reads at start into the volume's need list (src/host/record-reads.ts),
+   * as the Packer template's provisioner does (default true); false: a volume without the list.
+   */
+  recordReads?: boolean;
   log?: Logger;
 }
 
@@ -214,8 +220,8 @@ export async function waitForAttached(ec2: EC2Client, volumeId: string): Promise
 }
 
 /**
- * Runs the builder's dockerd on a data-root on the volume and imports the image set into it;
- * returns the store and version that dockerd reported.
+ * Runs the builder's dockerd on a data-root on the volume, imports the image set into it and
+ * records what each image reads at start (the volume's need list); returns the store and version that dockerd reported.
  */
 async function importImages(
   builder: LabHost,
@@ -234,6 +240,17 @@ async function importImages(
         payloadBytes: image.payloadBytes ?? 0,
         log: options.log,
       });
+    }
+    if (options.recordReads ?? true) {
+      for (const image of options.images) {
+        const files = await recordImageReads(dockerd, {
+          image: image.tag,
+          dataRoot,
+          workDir: join(builder.paths.hostRoot, "tmp"),
+          log: options.log,
+        });
+        await writeImageReads(dirname(dataRoot), image.tag, files, options.log);
+      }
     }
     return built;
   } finally {

@@ -6,7 +6,7 @@
 import { createCipheriv, createHash } from "node:crypto";
 import { createWriteStream } from "node:fs";
 import { mkdir, mkdtemp, open, rm, symlink, writeFile, copyFile, chmod } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { AgentError } from "../errors.ts";
@@ -34,6 +34,10 @@ export interface BuildImageOptions {
   payloadBytes?: number;
   /** Makes the payload (and so the layer) differ between images; defaults to the tag. */
   seed?: string;
+  /** The image's CMD (default `/bin/sh`). */
+  cmd?: string[];
+  /** More files of the rootfs: path (relative to its root) to content. */
+  files?: Record<string, string>;
   log?: Logger;
 }
 
@@ -60,11 +64,14 @@ export async function buildImage(docker: DockerClient, options: BuildImageOption
     await run("tar", ["--create", "--file", tarball, "--directory", rootfs, ...reproducible, "."], {
       log: options.log,
     });
-    const imported = await docker.docker(["import", "--change", 'CMD ["/bin/sh"]', tarball, options.tag], {
-      log: options.log,
-      // A 2 GiB payload takes a while to unpack; this bounds a hung daemon, not a slow disk.
-      timeoutMs: 30 * 60_000,
-    });
+    const imported = await docker.docker(
+      ["import", "--change", `CMD ${JSON.stringify(options.cmd ?? ["/bin/sh"])}`, tarball, options.tag],
+      {
+        log: options.log,
+        // A 2 GiB payload takes a while to unpack; this bounds a hung daemon, not a slow disk.
+        timeoutMs: 30 * 60_000,
+      },
+    );
     const id = imported.stdout.trim();
     if (!/^sha256:[0-9a-f]{64}$/.test(id)) {
       throw new AgentError(`docker import printed ${JSON.stringify(id)}, not an image id`, "see the dockerd log");
@@ -113,6 +120,10 @@ async function writeRootfs(rootfs: string, options: BuildImageOptions): Promise<
   // Not the tag: with the same seed, two tags then share one layer (the seed defaults to the tag).
   await writeFile(join(rootfs, "etc", "ebs-cache-lab-image"), `seed=${seed}\npayloadBytes=${payloadBytes}\n`);
   if (payloadBytes > 0) await writePayload(join(rootfs, "payload"), payloadBytes, seed);
+  for (const [path, content] of Object.entries(options.files ?? {})) {
+    await mkdir(dirname(join(rootfs, path)), { recursive: true });
+    await writeFile(join(rootfs, path), content);
+  }
 }
 
 /** Writes `bytes` of seeded pseudo-random data in files of at most 256 MiB, streaming. */

@@ -90,7 +90,13 @@ export async function createVolume(
 export async function makeDataSnapshot(
   lab: Lab,
   ec2: EC2Client,
-  options: { sizeGiB: number; dataMiB: number; files: number },
+  options: {
+    sizeGiB: number;
+    dataMiB: number;
+    files: number;
+    /** Writes more onto the volume (mounted there) after the data files, before the snapshot. */
+    addContent?: (mountPoint: string) => Promise<void>;
+  },
 ): Promise<string> {
   const builder = await lab.addHost({ tags: { Name: "data-builder" } });
   const volumeId = await createVolume(ec2, builder.instance.availabilityZone, { sizeGiB: options.sizeGiB });
@@ -110,6 +116,7 @@ export async function makeDataSnapshot(
         "status=none",
       ]);
     }
+    await options.addContent?.(mountPoint);
   } finally {
     await run("umount", [mountPoint]);
   }

@@ -35,6 +35,7 @@ import {
 import { BootStepError, CancelledError, JoinedBeforeSwitch, remediationOf } from "./errors.ts";
 import type { BootPlan, BootStep } from "./plan.ts";
 import { bootSourceOf } from "./source.ts";
+import { imagesOfNode } from "../prewarm/need.ts";
 import { degrade, shorten, undo } from "./undo.ts";
 import type { BootResult } from "../outcomes.ts";
 
@@ -635,19 +636,21 @@ async function verifyDocker(
 }
 
 /** Begins the pre-warm of the volume in hand (undefined without a pre-warm). */
-function beginPrewarm({ progress, deps }: StepContext): PrewarmAtBoot | undefined {
+function beginPrewarm({ progress, deps, limits }: StepContext): PrewarmAtBoot | undefined {
   if (!deps.prewarm) return undefined;
   const volume = volumeOf(progress);
   return deps.prewarm({
     volume: {
       volumeId: volume.volumeId,
       ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}),
+      ...(volume.createTime ? { createTime: volume.createTime } : {}),
       tags: volume.tags,
     },
     sizeBytes: volume.sizeGiB * 1024 ** 3,
     device: progress.device!,
     mountPoint: progress.mountPoint!,
     labels: volumeDetails(volume),
+    images: imagesOfNode(volume.tags, limits.expectedImages),
   });
 }
 

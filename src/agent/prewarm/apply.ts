@@ -27,6 +27,7 @@ import {
   progressLabel,
   progressOf,
   readyOutcome,
+  YIELD_IO_DEPTH,
   type PrewarmDecision,
   type PrewarmOutcome,
   type PrewarmSettings,
@@ -131,7 +132,12 @@ async function decideAtBoot(
   deps: PrewarmDeps,
 ): Promise<AtBoot & { decision: PrewarmDecision }> {
   const { log } = deps;
-  const decision = decidePrewarm(settings, target.volume, await initializationStatusOf(deps, target.volume));
+  const decision = decidePrewarm(
+    settings,
+    target.volume,
+    await initializationStatusOf(deps, target.volume),
+    nowOf(deps),
+  );
   log.info("prewarm.decide", `${decision.action}: ${decision.reason}`, {
     volume: target.volume.volumeId,
     strategy: settings.strategy,
@@ -209,9 +215,11 @@ async function startLongRun(
   const before: Sample =
     decision.action !== "initialize"
       ? { verdict: "unknown" }
-      : run.previous?.volumeId === run.target.volume.volumeId && run.previous.before
-        ? { figures: run.previous.before, verdict: run.previous.verdict }
-        : await sampleVolume(run.target, run.settings, run.deps, "before initialization");
+      : decision.known
+        ? { verdict: decision.known }
+        : run.previous?.volumeId === run.target.volume.volumeId && run.previous.before
+          ? { figures: run.previous.before, verdict: run.previous.verdict }
+          : await sampleVolume(run.target, run.settings, run.deps, "before initialization");
   const background = decision.action === "follow" ? run.settings.background : decision.background;
   if (background && run.deps.startBackground) {
     const handed = await handToBackground(run, decision, before, run.deps.startBackground);
@@ -349,7 +357,8 @@ export async function runInitialization(
   options: RunInitializationOptions,
 ): Promise<PrewarmOutcome> {
   const decision =
-    options.decision ?? decidePrewarm(settings, target.volume, await initializationStatusOf(deps, target.volume));
+    options.decision ??
+    decidePrewarm(settings, target.volume, await initializationStatusOf(deps, target.volume), nowOf(deps));
   const publish = publisher(target, deps, options.publish);
   if (decision.action !== "initialize" && decision.action !== "follow") {
     // Nothing long to do (tagged meanwhile, or the strategy changed): the boot's step covers it.
@@ -473,6 +482,10 @@ function stopper(settings: PrewarmSettings, signal: AbortSignal | undefined): { 
  */
 async function sampleFirst(run: LongRun): Promise<void> {
   if (run.decision.action !== "initialize" || run.state.before) return;
+  if (run.decision.known) {
+    run.state.verdict = run.decision.known;
+    return;
+  }
   const before = await sampleVolume(run.target, run.settings, run.deps, "before initialization");
   Object.assign(run.state, { verdict: before.verdict, ...(before.figures ? { before: before.figures } : {}) });
 }
@@ -536,6 +549,8 @@ async function readVolume(run: LongRun<"initialize">, onProgress: OnProgress, si
     fromOffset: from,
     ioDepth: settings.initialize.ioDepth,
     maxIoBytes: settings.initialize.maxIoBytes,
+    ...(target.images ? { images: target.images } : {}),
+    ...(decision.background ? { yieldDepth: Math.min(YIELD_IO_DEPTH, settings.initialize.ioDepth) } : {}),
     onProgress,
     signal,
   });

@@ -57,6 +57,13 @@ export function prewarmSettingsFrom(config: AgentConfig): PrewarmSettings {
   };
 }
 
+/**
+ * The depth of a background initialization's reads once the wanted images' files are read: on a
+ * device whose scheduler ignores I/O priorities (NVMe's `none`), a service's read waits behind
+ * the reads in flight, so few are kept in flight while services start.
+ */
+export const YIELD_IO_DEPTH = 2;
+
 /** The defaults, read from the config schema\'s defaults (not repeated here). */
 export const DEFAULT_PREWARM: PrewarmSettings = prewarmSettingsFrom(defaultConfig());
 
@@ -64,8 +71,16 @@ export const DEFAULT_PREWARM: PrewarmSettings = prewarmSettingsFrom(defaultConfi
 export interface PrewarmVolume {
   volumeId: string;
   snapshotId?: string;
+  /** When EC2 created it (DescribeVolumes CreateTime), when known. */
+  createTime?: Date;
   tags: Record<string, string>;
 }
+
+/**
+ * An untagged volume created from a snapshot less than this long ago is cold without a sample:
+ * EBS fetches a block from S3 on its first read, and nothing read it yet but this boot.
+ */
+export const FRESH_FROM_SNAPSHOT_MINUTES = 60;
 
 export type PrewarmDecision =
   /** Nothing to read: the verdict is known (`warm`) or not wanted (`unknown`, strategy off). */
@@ -75,16 +90,29 @@ export type PrewarmDecision =
   /** EBS initializes at a provisioned rate: follow its progress instead of reading. */
   | { action: "follow"; reason: string }
   | { action: "check"; reason: string }
-  | { action: "initialize"; mode: "files" | "device"; background: boolean; reason: string };
+  | {
+      action: "initialize";
+      mode: "files" | "device";
+      background: boolean;
+      reason: string;
+      /** The verdict EBS already gives (no sample is taken before the reads). */
+      known?: Verdict;
+    };
 
 /** Initialization types EBS drives itself (reading would only compete with it). */
 const EBS_DRIVEN = new Set(["provisioned-rate", "volume-copy"]);
 
-/** Decides what to do with the volume. `status` is EC2's initialization status, when known. */
+/**
+ * Decides what to do with the volume. `status` is EC2's initialization status, when known.
+ * Where EBS already tells the volume is cold (its lazy initialization under 100 %, or a volume
+ * created from a snapshot minutes ago), no sample is taken: a sample on a cold volume costs the
+ * boot seconds to learn what was known.
+ */
 export function decidePrewarm(
   settings: PrewarmSettings,
   volume: PrewarmVolume,
   status?: InitializationStatus,
+  now: Date = new Date(),
 ): PrewarmDecision {
   if (!volume.snapshotId)
     return { action: "skip", verdict: "warm", reason: "not created from a snapshot: every block is local" };
@@ -104,13 +132,39 @@ export function decidePrewarm(
       reason: `EBS initializes it (${status.type}, ${status.progress} %): following its progress`,
     };
   }
-  if (settings.strategy === "check") return { action: "check", reason: "prewarm.strategy is check" };
+  const cold = knownCold(volume, status, now);
+  if (settings.strategy === "check")
+    return cold
+      ? { action: "skip", verdict: "cold", reason: `${cold}: cold without a sample` }
+      : { action: "check", reason: "prewarm.strategy is check" };
   return {
     action: "initialize",
     mode: settings.strategy,
     background: settings.background,
-    reason: `prewarm.strategy is ${settings.strategy}`,
+    reason: `prewarm.strategy is ${settings.strategy}${cold ? ` (${cold})` : ""}`,
+    ...(cold ? { known: "cold" as const } : {}),
   };
+}
+
+/**
+ * Why EBS already says the (untagged, snapshot-made) volume is cold, or undefined when only a
+ * sample can tell. EC2's initialization status, when it gives one, decides; without it, a volume
+ * created from a snapshot minutes ago is cold. A lazy initialization at 100 % is not taken as
+ * warm: EC2 also says 100 where it tracks nothing.
+ */
+export function knownCold(
+  volume: PrewarmVolume,
+  status: InitializationStatus | undefined,
+  now: Date,
+): string | undefined {
+  if (status)
+    return status.progress < 100 ? `EBS reports the ${status.type} initialization at ${status.progress} %` : undefined;
+  if (volume.createTime) {
+    const minutes = (now.getTime() - volume.createTime.getTime()) / 60_000;
+    if (minutes >= 0 && minutes < FRESH_FROM_SNAPSHOT_MINUTES)
+      return `created from ${volume.snapshotId} ${Math.floor(minutes)} min ago`;
+  }
+  return undefined;
 }
 
 /** warm / cold against the thresholds, with the reasons in words. */
@@ -175,6 +229,8 @@ export interface PrewarmTarget extends ReadTarget {
   sizeBytes?: number;
   /** The labels published with the state (volume-id, pool, kind). */
   labels: Record<string, string>;
+  /** The images the node is about to run, most wanted first: `files` reads their files first (need.ts). */
+  images?: string[];
 }
 
 /** Where a run stands. */

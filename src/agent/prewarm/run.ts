@@ -14,6 +14,7 @@ import type { CloudVolumes, HostStorage, Identity, PrewarmReader, VolumeInfo } f
 import { volumeDetails } from "../report.ts";
 import { resolveSettings, type ResolvedSettings } from "../settings.ts";
 import { prewarmAtBoot, runInitialization } from "./apply.ts";
+import { imagesOfNode } from "./need.ts";
 import { findAttachedVolume, findMountedDevice, type PrewarmDeps } from "./observe.ts";
 import { decidePrewarm, prewarmSettingsFrom, type PrewarmOutcome, type PrewarmTarget } from "./plan.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
@@ -78,7 +79,13 @@ export async function runPrewarmCommand(
     ...prewarmSettingsFrom(resolved.value.effective),
     ...(options.strategy ? { strategy: options.strategy } : {}),
   };
-  const target = targetOf(volume, mounted, await readPrewarmState(config.paths.stateDir));
+  const target = {
+    ...targetOf(volume, mounted, await readPrewarmState(config.paths.stateDir)),
+    images: imagesOfNode(volume.tags, resolved.value.effective.docker.expectedImages, {
+      tags: identity.tags,
+      prePulledImagesTag: config.refresh.prePulledImagesTag,
+    }),
+  };
   const prewarmDeps: PrewarmDeps = {
     reader: host.reader,
     initializationStatus: (volumeId) => cloud.initializationStatus(volumeId),
@@ -120,6 +127,7 @@ function targetOf(
     volume: {
       volumeId: volume.volumeId,
       ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}),
+      ...(volume.createTime ? { createTime: volume.createTime } : {}),
       tags: volume.tags,
     },
     sizeBytes: volume.sizeGiB * 1024 ** 3,

@@ -1,0 +1,86 @@
+/**
+ * The golden build's record of what an image reads when it starts, as pure decisions: the
+ * files a traced run opened or executed (strace's log, src/host/record-reads.ts), in first-read
+ * order, each once, then placed in the need list (src/agent/prewarm/need.ts) beside the other
+ * images' entries. See docs/prewarm.md.
+ */
+import { asListed } from "../refresh/images.ts";
+import { MAX_READ_LIST_FILES, type ReadList } from "./need.ts";
+
+/** One line of `strace -f -y -e status=successful`: an opened fd (`= 3</path>`), an execve, a chroot. */
+const OPENED = /^\d+\s+(?:open|openat|openat2)\(.*\)\s+=\s+\d+<(.*)>$/;
+const EXECVE = /^\d+\s+execve\("((?:[^"\\]|\\.)*)",.*\)\s+=\s+0$/;
+const CHROOT = /^\d+\s+chroot\("((?:[^"\\]|\\.)*)"\)\s+=\s+0$/;
+
+/**
+ * Reads strace's log (`-f -y -qq -e trace=open,openat,openat2,execve,chroot -e status=successful`)
+ * of a run chrooted into `root`: the opens whose resolved fd path lies below `root` (the host's
+ * own opens, before the chroot, do not), and the execs after the first chroot (the host's tools
+ * run before it). Both in the order they happened, in one list (`kind` says which).
+ */
+export function parseTrace(log: string, root: string): Array<{ kind: "open" | "exec"; path: string }> {
+  const prefix = root.endsWith("/") ? root : `${root}/`;
+  const out: Array<{ kind: "open" | "exec"; path: string }> = [];
+  let chrooted = false;
+  for (const line of log.split("\n")) {
+    const opened = OPENED.exec(line);
+    if (opened) {
+      // A write-only open reads nothing of the file (a log the image appends to, an output it truncates).
+      if (/\bO_WRONLY\b/.test(line)) continue;
+      const path = unescape(opened[1]!);
+      if (path?.startsWith(prefix)) out.push({ kind: "open", path: path.slice(prefix.length) });
+      continue;
+    }
+    const chroot = CHROOT.exec(line);
+    if (chroot) {
+      chrooted = true;
+      continue;
+    }
+    const exec = EXECVE.exec(line);
+    if (exec && chrooted) {
+      const path = unescape(exec[1]!);
+      if (path?.startsWith("/")) out.push({ kind: "exec", path: path.slice(1) });
+    }
+  }
+  return out;
+}
+
+/** strace's C-style escapes (`\"`, `\\`, `\n`, `\x41`, `\101`); undefined for one it does not know. */
+function unescape(text: string): string | undefined {
+  let bad = false;
+  const out = text.replace(/\\(x[0-9a-fA-F]{2}|[0-7]{1,3}|.)/g, (_, code: string) => {
+    if (code[0] === "x") return String.fromCharCode(parseInt(code.slice(1), 16));
+    if (/^[0-7]/.test(code)) return String.fromCharCode(parseInt(code, 8));
+    const simple: Record<string, string> = { '"': '"', "\\": "\\", n: "\n", t: "\t", r: "\r" };
+    if (simple[code] === undefined) bad = true;
+    return simple[code] ?? "";
+  });
+  return bad ? undefined : out;
+}
+
+/**
+ * The image's files in first-read order, each once: every path the run touched mapped by
+ * `layerFile` (root-relative path to a data-root-relative layer file, or undefined for one no
+ * layer holds: a file the run wrote, /proc, /dev) and kept the first time it appears.
+ */
+export function firstReads(
+  touched: ReadonlyArray<{ path: string }>,
+  layerFile: (path: string) => string | undefined,
+): string[] {
+  const seen = new Set<string>();
+  const files: string[] = [];
+  for (const { path } of touched) {
+    const file = layerFile(path);
+    if (file === undefined || seen.has(file)) continue;
+    seen.add(file);
+    files.push(file);
+    if (files.length >= MAX_READ_LIST_FILES) break;
+  }
+  return files;
+}
+
+/** The list with `image`'s entry replaced (or added last): a rebuild of one image keeps the others'. */
+export function withImageReads(list: ReadList | undefined, image: string, files: string[]): ReadList {
+  const others = (list?.images ?? []).filter((entry) => asListed(entry.image) !== asListed(image));
+  return { version: 1, images: [...others, { image, files }] };
+}

@@ -1,0 +1,67 @@
+/**
+ * Where on the device the files of the pre-warm's need list lie (src/agent/prewarm/need.ts):
+ * the list read from the volume through volume-paths (bounded, never through a link), each file
+ * checked to be a regular file inside the data-root before `filefrag` maps it to device ranges.
+ * An entry that is missing, a link, or behind one is left out (a layer's `lib -> usr/lib` is
+ * image content, not a reason to refuse the volume); a list that does not validate is not used.
+ */
+import { join } from "node:path";
+import { AGENT_SUBDIR } from "./volume-layout.ts";
+import { DATA_ROOT_SUBDIR } from "../layout.ts";
+import { MAX_READ_LIST_BYTES, parseReadList, READ_LIST_FILE, type ReadList } from "../agent/prewarm/need.ts";
+import { run } from "../exec.ts";
+import type { Logger } from "../log.ts";
+import { parseFilefrag, type ByteRange } from "./extents.ts";
+import { readFileBeneath, resolveBeneath, VolumePathError } from "./volume-paths.ts";
+
+/** Files per filefrag process (its command line stays far below ARG_MAX). */
+const FILEFRAG_BATCH = 256;
+
+/** The need list on the volume mounted at `mountPoint`, or undefined when it has none. Throws ReadListError / VolumePathError. */
+export async function readReadList(mountPoint: string): Promise<ReadList | undefined> {
+  const text = await readFileBeneath(mountPoint, join(AGENT_SUBDIR, READ_LIST_FILE), MAX_READ_LIST_BYTES + 1);
+  return text === undefined ? undefined : parseReadList(text);
+}
+
+/**
+ * The device ranges of `files` (paths relative to the data-root), in the files' order; each range
+ * once (a block two files share, or a file listed twice, is read once).
+ */
+export async function fileRanges(
+  mountPoint: string,
+  files: readonly string[],
+  options: { log?: Logger } = {},
+): Promise<{ ranges: ByteRange[]; mapped: number; skipped: number }> {
+  const paths: string[] = [];
+  let skipped = 0;
+  for (const file of files) {
+    try {
+      const found = await resolveBeneath(mountPoint, join(DATA_ROOT_SUBDIR, file));
+      if (found.kind === "file") paths.push(found.path);
+      else skipped++;
+    } catch (error) {
+      if (!(error instanceof VolumePathError)) throw error;
+      skipped++;
+    }
+  }
+  const ranges: ByteRange[] = [];
+  const seen = new Set<number>();
+  for (let i = 0; i < paths.length; i += FILEFRAG_BATCH) {
+    const batch = paths.slice(i, i + FILEFRAG_BATCH);
+    // check: false: a file removed since the walk makes filefrag exit 1 for that file only.
+    const { stdout } = await run("filefrag", ["-v", "-e", ...batch], {
+      log: options.log,
+      check: false,
+      remediation: "install e2fsprogs (filefrag)",
+    });
+    const extents = parseFilefrag(stdout);
+    for (const path of batch) {
+      for (const range of extents.get(path) ?? []) {
+        if (seen.has(range.start)) continue;
+        seen.add(range.start);
+        ranges.push(range);
+      }
+    }
+  }
+  return { ranges, mapped: paths.length, skipped };
+}

@@ -1,0 +1,112 @@
+/**
+ * The need list (`.ebs-cache-agent/reads.json`): volume content, so validated and bounded; and
+ * the order the pre-warm reads it in: the images about to run first.
+ */
+import t from "tap";
+import {
+  imagesAboutToRun,
+  imagesOfNode,
+  isDataRootPath,
+  MAX_READ_LIST_BYTES,
+  MAX_READ_LIST_FILES,
+  needOrder,
+  parseReadList,
+  ReadListError,
+} from "../../../src/agent/prewarm/need.ts";
+import { VolumeTag } from "../../../src/tags.ts";
+
+const list = (images: Array<{ image: unknown; files: unknown }>) => JSON.stringify({ version: 1, images });
+
+t.test("paths inside the data-root only", async (t) => {
+  for (const good of ["overlay2/abc/diff/usr/bin/python3", "a", "overlay2/x/diff/with space/f"])
+    t.ok(isDataRootPath(good), good);
+  for (const bad of [
+    "",
+    "/etc/shadow",
+    "../etc/shadow",
+    "overlay2/../../etc",
+    "a//b",
+    "a/./b",
+    "a/",
+    "a\nb",
+    "a\u0000b",
+    7,
+    null,
+  ])
+    t.notOk(isDataRootPath(bad), JSON.stringify(bad));
+  t.notOk(isDataRootPath("a/".repeat(3000)), "too long");
+});
+
+t.test("parse: a builder's list, and every way it can be wrong", async (t) => {
+  t.same(parseReadList(list([{ image: "alpine:3.20", files: ["overlay2/l1/diff/bin/sh"] }])), {
+    version: 1,
+    images: [{ image: "alpine:3.20", files: ["overlay2/l1/diff/bin/sh"] }],
+  });
+  const refused: Array<[string, RegExp]> = [
+    ["not json", /not JSON/],
+    ["[]", /JSON object/],
+    [JSON.stringify({ version: 2, images: [] }), /version 2 is not 1/],
+    [JSON.stringify({ version: 1 }), /images. must be an array/],
+    [list([{ image: "Bad Ref", files: [] }]), /images\[0\]\.image/],
+    [list([{ image: "alpine", files: "x" }]), /files must be an array/],
+    [
+      list([{ image: "alpine", files: ["ok", "../../etc/passwd"] }]),
+      /files\[1\] .*not a plain path inside the data-root/,
+    ],
+    [list([{ image: "alpine", files: ["/etc/passwd"] }]), /not a plain path/],
+    [
+      list([{ image: "alpine", files: Array.from({ length: MAX_READ_LIST_FILES + 1 }, (_, i) => `f${i}`) }]),
+      /more than/,
+    ],
+    [" ".repeat(MAX_READ_LIST_BYTES + 1), /larger than/],
+  ];
+  for (const [text, message] of refused) {
+    t.throws(() => parseReadList(text), ReadListError, text.slice(0, 40));
+    t.throws(() => parseReadList(text), { message }, text.slice(0, 40));
+  }
+});
+
+t.test("order: the images about to run first, each file once", async (t) => {
+  const parsed = parseReadList(
+    list([
+      { image: "other", files: ["o1", "shared"] },
+      { image: "docker.io/library/python:3.12", files: ["p1", "p2", "shared"] },
+      { image: "itisfoundation/sim4life:1.0", files: ["s1"] },
+    ]),
+  );
+  t.same(
+    needOrder(parsed, ["itisfoundation/sim4life:1.0", "python:3.12"]),
+    {
+      files: ["s1", "p1", "p2", "shared", "o1"],
+      wanted: 4,
+    },
+    "wanted images in the node's order (python matched across spellings), then the rest in the list's order",
+  );
+  t.same(
+    needOrder(parsed, []),
+    { files: ["o1", "shared", "p1", "p2", "s1"], wanted: 0 },
+    "nothing wanted: the list's order",
+  );
+});
+
+t.test("the node's images: pre-pulled first, then the volume's set and config's, each once", async (t) => {
+  t.same(imagesAboutToRun(["a:1", "b"], ["b:latest", "c"]), ["a:1", "b", "c"]);
+  const tag = "io.simcore.autoscaling.ec2_instance.pre_pulled_images";
+  t.same(
+    imagesOfNode({ [VolumeTag.images]: "redis:7,nginx:1" }, ["busybox:1"], {
+      tags: { [tag]: JSON.stringify(["itisfoundation/s4l:2", "redis:7"]) },
+      prePulledImagesTag: tag,
+    }),
+    ["itisfoundation/s4l:2", "redis:7", "nginx:1", "busybox:1"],
+  );
+  t.same(
+    imagesOfNode({ [VolumeTag.images]: "redis:7" }, [], { tags: { [tag]: "{not json" }, prePulledImagesTag: tag }),
+    ["redis:7"],
+    "a bad pre-pulled tag drops only its images",
+  );
+  t.same(
+    imagesOfNode({}, ["x"], { tags: { [tag]: '["y"]' }, prePulledImagesTag: null }),
+    ["x"],
+    "tag not read when null",
+  );
+});

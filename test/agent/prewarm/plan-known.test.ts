@@ -1,0 +1,96 @@
+/**
+ * The verdict EBS already gives: no sample where the volume is known cold (EBS's lazy
+ * initialization under 100 %, or created from a snapshot minutes ago), and no sample before an
+ * initialization of such a volume.
+ */
+import t from "tap";
+import {
+  decidePrewarm,
+  DEFAULT_PREWARM,
+  FRESH_FROM_SNAPSHOT_MINUTES,
+  knownCold,
+  type PrewarmSettings,
+} from "../../../src/agent/prewarm/plan.ts";
+import { VolumeTag } from "../../../src/tags.ts";
+
+const now = new Date("2026-12-01T12:00:00Z");
+const minutesAgo = (m: number) => new Date(now.getTime() - m * 60_000);
+const with_ = (over: Partial<PrewarmSettings>): PrewarmSettings => ({ ...DEFAULT_PREWARM, ...over });
+const fromSnapshot = { volumeId: "vol-1", snapshotId: "snap-1", tags: {} };
+
+t.test("check: known cold is decided without a sample", async (t) => {
+  t.match(
+    decidePrewarm(DEFAULT_PREWARM, fromSnapshot, { type: "default", progress: 3 }, now),
+    { action: "skip", verdict: "cold", reason: /default initialization at 3 %/ },
+    "EBS's lazy initialization under 100 %",
+  );
+  t.match(
+    decidePrewarm(DEFAULT_PREWARM, { ...fromSnapshot, createTime: minutesAgo(2) }, undefined, now),
+    { action: "skip", verdict: "cold", reason: /created from snap-1 2 min ago/ },
+    "created from a snapshot minutes ago",
+  );
+  t.match(
+    decidePrewarm(
+      DEFAULT_PREWARM,
+      { ...fromSnapshot, createTime: minutesAgo(FRESH_FROM_SNAPSHOT_MINUTES + 1) },
+      undefined,
+      now,
+    ),
+    { action: "check" },
+    "an older volume: only a sample tells",
+  );
+  t.match(
+    decidePrewarm(DEFAULT_PREWARM, fromSnapshot, { type: "default", progress: 100 }, now),
+    { action: "check" },
+    "100 % of a lazy initialization is not taken as warm (EC2 says 100 where it tracks nothing)",
+  );
+  t.match(
+    decidePrewarm(
+      DEFAULT_PREWARM,
+      { ...fromSnapshot, createTime: minutesAgo(1), tags: { [VolumeTag.initialized]: "x" } },
+      undefined,
+      now,
+    ),
+    { action: "skip", verdict: "warm" },
+    "the initialized tag wins",
+  );
+  t.match(
+    decidePrewarm(with_({ strategy: "off" }), { ...fromSnapshot, createTime: minutesAgo(1) }, undefined, now),
+    { action: "skip", verdict: "unknown" },
+    "off reads nothing and says nothing",
+  );
+});
+
+t.test("initialize: a known-cold volume carries its verdict, so no sample before the reads", async (t) => {
+  t.match(decidePrewarm(with_({ strategy: "files" }), { ...fromSnapshot, createTime: minutesAgo(5) }, undefined, now), {
+    action: "initialize",
+    mode: "files",
+    known: "cold",
+  });
+  const unknown = decidePrewarm(
+    with_({ strategy: "files" }),
+    { ...fromSnapshot, createTime: minutesAgo(600) },
+    undefined,
+    now,
+  );
+  t.equal(unknown.action, "initialize");
+  t.notOk("known" in unknown, "an old volume is sampled first");
+});
+
+t.test("knownCold edge cases", async (t) => {
+  t.equal(
+    knownCold({ ...fromSnapshot, createTime: minutesAgo(1) }, { type: "default", progress: 100 }, now),
+    undefined,
+    "EC2's status, when given, decides over the creation time",
+  );
+  t.equal(
+    knownCold({ ...fromSnapshot, createTime: minutesAgo(-5) }, undefined, now),
+    undefined,
+    "a clock ahead of ours says nothing",
+  );
+  t.equal(knownCold(fromSnapshot, undefined, now), undefined, "no creation time, no status");
+  t.match(
+    knownCold(fromSnapshot, { type: "provisioned-rate", progress: 40 }, now),
+    /provisioned-rate initialization at 40 %/,
+  );
+});

@@ -1,0 +1,104 @@
+/**
+ * The need list read from a volume through volume-paths (a temp folder stands for the mounted
+ * volume: no root needed), and filefrag's output and range arithmetic on recorded text.
+ */
+import t from "tap";
+import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ReadListError } from "../../src/agent/prewarm/need.ts";
+import { parseFilefrag, subtractRanges } from "../../src/host/extents.ts";
+import { fileRanges, readReadList } from "../../src/host/need-reads.ts";
+import { VolumePathError } from "../../src/host/volume-paths.ts";
+
+const volume = async (t: { teardown(fn: () => unknown): void }) => {
+  const root = await mkdtemp(join(tmpdir(), "need-reads-"));
+  t.teardown(() => rm(root, { recursive: true, force: true }));
+  return root;
+};
+
+t.test("the list on the volume: read when it is a plain file, refused through a link", async (t) => {
+  const root = await volume(t);
+  t.equal(await readReadList(root), undefined, "no list: undefined");
+  await mkdir(join(root, ".ebs-cache-agent"));
+  await writeFile(
+    join(root, ".ebs-cache-agent/reads.json"),
+    JSON.stringify({ version: 1, images: [{ image: "a", files: ["f"] }] }),
+  );
+  t.same(await readReadList(root), { version: 1, images: [{ image: "a", files: ["f"] }] });
+  await writeFile(
+    join(root, ".ebs-cache-agent/reads.json"),
+    '{"version":1,"images":[{"image":"a","files":["../../x"]}]}',
+  );
+  await t.rejects(readReadList(root), ReadListError);
+
+  const other = await volume(t);
+  await writeFile(join(other, "outside.json"), JSON.stringify({ version: 1, images: [] }));
+  await symlink(other, join(root, "linked"));
+  await rm(join(root, ".ebs-cache-agent"), { recursive: true });
+  await symlink(other, join(root, ".ebs-cache-agent"));
+  await t.rejects(readReadList(root), VolumePathError, "the agent's folder a symlink: not followed");
+});
+
+t.test(
+  "files: only regular files inside the data-root are mapped; links and what lies behind them are left out",
+  async (t) => {
+    const root = await volume(t);
+    const diff = join(root, "docker/overlay2/l1/diff");
+    await mkdir(join(diff, "usr/lib"), { recursive: true });
+    await writeFile(join(diff, "usr/lib/a.so"), Buffer.alloc(64 * 1024, 1));
+    await symlink("usr/lib", join(diff, "lib"));
+    await symlink("/etc/hostname", join(diff, "hostname"));
+    const mapped = await fileRanges(root, [
+      "overlay2/l1/diff/usr/lib/a.so",
+      "overlay2/l1/diff/lib/a.so",
+      "overlay2/l1/diff/hostname",
+      "overlay2/l1/diff/missing",
+    ]);
+    t.equal(mapped.mapped, 1, "the regular file");
+    t.equal(mapped.skipped, 3, "behind a link, a link, missing");
+  },
+);
+
+t.test("filefrag -v -e output and range arithmetic", async (t) => {
+  const text = [
+    "Filesystem type is: 58465342",
+    "File size of /v/docker/overlay2/l1/diff/usr/bin/python3 is 6832024 (1668 blocks of 4096 bytes)",
+    " ext:     logical_offset:        physical_offset: length:   expected: flags:",
+    "   0:        0..    1023:      24576..     25599:   1024:            ",
+    "   1:     1024..    1667:      40960..     41603:    644:      25600: last,eof",
+    "/v/docker/overlay2/l1/diff/usr/bin/python3: 2 extents found",
+    "File size of /v/docker/with space/f is 10 (1 block of 4096 bytes)",
+    " ext:     logical_offset:        physical_offset: length:   expected: flags:",
+    "   0:        0..       0:          0..         0:      0:             last,unknown_loc,delalloc,eof",
+    "/v/docker/with space/f: 1 extent found",
+  ].join("\n");
+  const parsed = parseFilefrag(text);
+  t.same(parsed.get("/v/docker/overlay2/l1/diff/usr/bin/python3"), [
+    { start: 24576 * 4096, end: 25600 * 4096 },
+    { start: 40960 * 4096, end: 41604 * 4096 },
+  ]);
+  t.same(parsed.get("/v/docker/with space/f"), [], "delayed allocation: nothing on the device yet");
+
+  t.same(
+    subtractRanges(
+      [
+        { start: 0, end: 100 },
+        { start: 200, end: 300 },
+      ],
+      [
+        { start: 10, end: 20 },
+        { start: 90, end: 210 },
+        { start: 250, end: 260 },
+      ],
+    ),
+    [
+      { start: 0, end: 10 },
+      { start: 20, end: 90 },
+      { start: 210, end: 250 },
+      { start: 260, end: 300 },
+    ],
+  );
+  t.same(subtractRanges([{ start: 0, end: 10 }], []), [{ start: 0, end: 10 }]);
+  t.same(subtractRanges([{ start: 0, end: 10 }], [{ start: 0, end: 10 }]), []);
+});
