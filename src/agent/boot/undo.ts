@@ -36,7 +36,10 @@ export async function undo(
   if (progress.containerdSwitched && deps.containerd) {
     await attempt("restoring containerd's config.toml", () => deps.containerd!.restoreBackup());
   }
-  if (progress.mountPoint && (progress.mountedNow || progress.switched || progress.claimedNow || progress.containerdSwitched)) {
+  if (
+    progress.mountPoint &&
+    (progress.mountedNow || progress.switched || progress.claimedNow || progress.containerdSwitched)
+  ) {
     // keepDocker: docker runs elsewhere, in a swarm (JoinedBeforeSwitch); the volume is not its.
     if (deps.docker && (progress.switched || progress.containerdSwitched) && !options.keepDocker)
       await attempt("stopping docker", () => deps.docker!.stop());

@@ -8,7 +8,7 @@ import { VolumeKind, VolumeTag } from "../../tags.ts";
 import { currentGeneration, generationName, imagesOf, poolSelector, snapshotGeneration } from "../volume-rules.ts";
 import type { SnapshotInfo } from "../ports.ts";
 import type { PruneObservation } from "./plan.ts";
-import type { LastBoot, PrewarmActivity, PruneDeps } from "./run.ts";
+import type { LastBoot, PrewarmActivity, PruneDeps } from "./deps.ts";
 
 /**
  * The cache volume the last boot mounted, from its result: only a boot that came up (`ready`,

@@ -4,39 +4,14 @@
  * observe → plan (pure, ./plan.ts) → apply → measure the fill again → record the figures.
  */
 import { ExitCode } from "../../errors.ts";
-import type { Logger } from "../../log.ts";
-import type { CloudVolumes, DockerImages, FilesystemFill } from "../ports.ts";
+
 import type { OutcomeRecorder, PruneFacts, PruneTrigger } from "../outcomes.ts";
 import { applyPrune, type RemovalResult } from "./apply.ts";
 import { observePrune } from "./observe.ts";
 import { planPrune, type PrunePlan, type PruneSettings } from "./plan.ts";
+import type { PruneDeps } from "./deps.ts";
 
-/** The last boot's result, as its record holds it (src/status/records.ts). */
-export interface LastBoot {
-  outcome: string;
-  volumeId?: string;
-  mountPoint?: string;
-  dataRoot?: string;
-}
-
-/** The background pre-warm's state, as its state file and process say (src/agent/prewarm/run.ts prewarmStatus). */
-export interface PrewarmActivity {
-  phase: string | undefined;
-  running: boolean;
-}
-
-/** The adapters the prune reads and acts through (built in src/cli/wiring.ts). */
-export interface PruneDeps {
-  /** The last boot's result, from its record; undefined when none is recorded (observe.ts mountedVolumeOf reads it). */
-  lastBoot(): Promise<LastBoot | undefined>;
-  cloud: Pick<CloudVolumes, "describeVolume" | "findSnapshots">;
-  /** statfs of the filesystem mounted exactly there (src/host/fill.ts). */
-  fill(mountPoint: string): Promise<FilesystemFill | undefined>;
-  docker: DockerImages;
-  /** The background pre-warm's state (observe.ts prewarmReads judges it). Absent: none runs. */
-  prewarm?(): Promise<PrewarmActivity>;
-  log: Logger;
-}
+export type { LastBoot, PrewarmActivity, PruneDeps } from "./deps.ts";
 
 export interface PruneOutcome {
   plan: PrunePlan;

@@ -14,7 +14,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { AgentError, describeError, remediationOr } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
 import type { VolumeInfo } from "../ports.ts";
-import type { ReleaseDeps } from "./run.ts";
+import type { ReleaseDeps } from "./deps.ts";
 import { dockerActive } from "./observe.ts";
 import {
   isBelow,

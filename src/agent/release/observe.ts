@@ -8,7 +8,7 @@ import { isUnderPrefix, parseEngineLabel } from "../../docker/labels.ts";
 import { VolumeTag } from "../../tags.ts";
 import { MANAGED } from "../volume-rules.ts";
 import type { Identity } from "../ports.ts";
-import type { ReleaseDeps } from "./run.ts";
+import type { ReleaseDeps } from "./deps.ts";
 import {
   mountPointOf,
   type HeldVolume,

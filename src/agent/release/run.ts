@@ -7,50 +7,17 @@
 import type { AgentConfig } from "../../config/index.ts";
 import { ExitCode } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
-import type {
-  CloudVolumes,
-  ContainerdRoot,
-  DockerRootQuery,
-  DockerService,
-  HostStorage,
-  Identity,
-  LabelWithdrawer,
-  MountTable,
-  ReleaseDaemonConfig,
-  SpotInstanceAction,
-} from "../ports.ts";
+import type { CloudVolumes, Identity } from "../ports.ts";
 import { resolveReleaseSettings, type ResolvedReleaseSettings } from "../settings.ts";
 import { readWorkspaceRecord } from "../workspace-record.ts";
 import { applyReleasePlan } from "./apply.ts";
 import { observeRelease } from "./observe.ts";
 import { planRelease, type ReleasePlan } from "./plan.ts";
 import { dataRootToRestore } from "../../docker/original-data-root.ts";
-import type { OutcomeRecorder, ReleaseResult } from "../outcomes.ts";
+import type { ReleaseDeps } from "./deps.ts";
 
-/** The adapters a release uses (built in src/cli/wiring.ts), and its few knobs. */
-export interface ReleaseDeps {
-  cloud: CloudVolumes;
-  storage: Pick<HostStorage, "findDevice" | "mountPointOf" | "unmount">;
-  mounts: MountTable;
-  daemonConfig: ReleaseDaemonConfig;
-  /** undefined with `docker.control: none`. */
-  docker: DockerService | undefined;
-  /** Asked only while docker runs (or, without docker control, to learn whether it does). */
-  engine: DockerRootQuery;
-  withdrawLabels: LabelWithdrawer;
-  log: Logger;
-  now?: () => Date;
-  /** Interval between DescribeVolumes while waiting for `available` (default 1000 ms). */
-  pollMs?: number;
-  /** Absent: the notice is not read. */
-  spotInstanceAction?: SpotInstanceAction;
-  /** containerd's root and service: a root on the volume is put back and containerd stopped before the unmount. Absent: not looked at. */
-  containerd?: ContainerdRoot;
-  /** How long the release may wait for the instance's state and the spot notice (default 10 s). */
-  shutdownQuestionMs?: number;
-  /** Whether the host's systemd is rebooting (src/host/reboot.ts). Absent: not asked (the lab, a release by hand outside systemd). */
-  rebootQueued?: () => Promise<boolean>;
-}
+export type { ReleaseDeps } from "./deps.ts";
+import type { OutcomeRecorder, ReleaseResult } from "../outcomes.ts";
 
 export interface ReleaseCommandDeps {
   config: AgentConfig;

@@ -56,7 +56,12 @@ async function pruneWorld(t: Parameters<typeof startFakeCloud>[0], usedGiB: numb
     };
   };
   const deps: PruneDeps = {
-    lastBoot: async () => ({ outcome: "ready", volumeId: volume.volumeId, mountPoint, dataRoot: `${mountPoint}/docker` }),
+    lastBoot: async () => ({
+      outcome: "ready",
+      volumeId: volume.volumeId,
+      mountPoint,
+      dataRoot: `${mountPoint}/docker`,
+    }),
     cloud: fake.cloud,
     fill,
     docker: images.docker,
