@@ -30,13 +30,13 @@ import { createMetadataService } from "../src/aws/imds.ts";
 import { describeError } from "../src/errors.ts";
 import { run } from "../src/exec.ts";
 import { createLogger, type Logger } from "../src/log.ts";
-import { labConfig, writeLabConfig, type ConfigOverrides } from "../src/lab/agent.ts";
-import { mountPointsUnder } from "../src/lab/devices.ts";
+import { labConfig, writeLabConfig, type ConfigOverrides } from "../src/lab/machines/agent.ts";
+import { mountPointsUnder } from "../src/lab/reaper/devices.ts";
 import type { Faults } from "../src/lab/ec2/index.ts";
-import { buildGoldenSnapshot, createPoolVolumes } from "../src/lab/golden.ts";
+import { buildGoldenSnapshot, createPoolVolumes } from "../src/lab/volumes/golden.ts";
 import { startLab, type Lab, type LabHost } from "../src/lab/lab.ts";
 import { buildAgent } from "../scripts/build.mjs";
-import { startOsparcSwarm, type OsparcSwarm } from "../src/lab/osparc-swarm.ts";
+import { startOsparcSwarm, type OsparcSwarm } from "../src/lab/machines/osparc-swarm.ts";
 import { EC2_RANGES, EC2_START_RANGES, percentile, seededRandom } from "./sampling.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -299,7 +299,7 @@ async function runCli(bundle: string, args: string[]): Promise<CliRun> {
 
 /**
  * The agent in this process on a lab host, wired as on EC2 (src/cli/wiring.ts) but without the
- * lab's short EC2 poll (src/lab/agent.ts uses 100 ms; the product's default is kept here).
+ * lab's short EC2 poll (src/lab/machines/agent.ts uses 100 ms; the product's default is kept here).
  */
 async function bootInProcess(
   lab: Lab,

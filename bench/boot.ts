@@ -19,7 +19,7 @@
  *
  * With --engines / --stores, each engine and store is a dimension: the host's own dockerd where it
  * is that engine with the graphdriver store, otherwise every node (golden builder, attach, load,
- * pull) is an engine machine (src/lab/nspawn*.ts: Debian with that docker under its own systemd).
+ * pull) is an engine machine (src/lab/machines/nspawn*.ts: Debian with that docker under its own systemd).
  *
  * Needs root and the lab's Debian packages, plus docker-registry (and `time`, optionally).
  */
@@ -38,28 +38,34 @@ import { describeError } from "../src/errors.ts";
 import { run } from "../src/exec.ts";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
 import { createLogger, type Logger } from "../src/log.ts";
-import { bootLabHost, writeLabConfig } from "../src/lab/agent.ts";
-import { mountPointsUnder } from "../src/lab/devices.ts";
-import { DOCKER_CLI, type PrivateDockerd } from "../src/lab/dockerd.ts";
-import { buildGoldenSnapshot, createPoolVolumes, type GoldenImage } from "../src/lab/golden.ts";
-import { BUSYBOX } from "../src/lab/images.ts";
-import { REGISTRY_BIN, freeLoopbackPort, startLabRegistry, type LabRegistry } from "../src/lab/registry.ts";
+import { bootLabHost, writeLabConfig } from "../src/lab/machines/agent.ts";
+import { mountPointsUnder } from "../src/lab/reaper/devices.ts";
+import { DOCKER_CLI, type PrivateDockerd } from "../src/lab/docker/dockerd.ts";
+import { buildGoldenSnapshot, createPoolVolumes, type GoldenImage } from "../src/lab/volumes/golden.ts";
+import { BUSYBOX } from "../src/lab/docker/images.ts";
+import { REGISTRY_BIN, freeLoopbackPort, startLabRegistry, type LabRegistry } from "../src/lab/docker/registry.ts";
 import { startLab, type Lab, type LabHost } from "../src/lab/lab.ts";
-import { labBase } from "../src/lab/labdir.ts";
+import { labBase } from "../src/lab/reaper/labdir.ts";
 import type { ImageStore } from "../src/docker/engine.ts";
-import { DOCKERD } from "../src/lab/dockerd.ts";
+import { DOCKERD } from "../src/lab/docker/dockerd.ts";
 import {
   EngineChoiceError,
   chooseHostEngine,
   parseEngine,
   parseStore,
   type HostEngine,
-} from "../src/lab/engine-choice.ts";
-import { dockerOnlyMachine, dockerOnVolume, inMachine, jobDone, unitStarting } from "../src/lab/nspawn-docker.ts";
-import { buildEngineGoldenSnapshot } from "../src/lab/nspawn-golden.ts";
-import { READY_UNIT, machineStatus, startEngineHost, waitForReadyUnit } from "../src/lab/nspawn-host.ts";
-import type { Machine } from "../src/lab/nspawn.ts";
-import { ENGINES, cachedRootfs, nspawnProblems, type EngineName } from "../src/lab/nspawn-rootfs.ts";
+} from "../src/lab/docker/engine-choice.ts";
+import {
+  dockerOnlyMachine,
+  dockerOnVolume,
+  inMachine,
+  jobDone,
+  unitStarting,
+} from "../src/lab/machines/nspawn-docker.ts";
+import { buildEngineGoldenSnapshot } from "../src/lab/machines/nspawn-golden.ts";
+import { READY_UNIT, machineStatus, startEngineHost, waitForReadyUnit } from "../src/lab/machines/nspawn-host.ts";
+import type { Machine } from "../src/lab/machines/nspawn.ts";
+import { ENGINES, cachedRootfs, nspawnProblems, type EngineName } from "../src/lab/machines/nspawn-rootfs.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const GNU_TIME = "/usr/bin/time";
@@ -282,7 +288,7 @@ async function setDaemonJson(host: LabHost, extra: Record<string, unknown>): Pro
   await writeFile(host.paths.daemonJson, JSON.stringify({ ...current, ...extra }, null, 2) + "\n");
 }
 
-/** The private dockerd's network namespace (see src/lab/dockerd.ts: `<root>/net.ns`). */
+/** The private dockerd's network namespace (see src/lab/docker/dockerd.ts: `<root>/net.ns`). */
 const netnsOf = (host: LabHost) => join(host.paths.dockerdRoot, "net.ns");
 
 async function duBytes(path: string): Promise<number> {
@@ -301,7 +307,7 @@ function imageSet(sizeGiB: number): GoldenImage[] {
 // The registry, run inside a dockerd's network namespace
 
 /**
- * Registries come from src/lab/registry.ts (startLabRegistry): the same docker-registry the refresh's lab test runs.
+ * Registries come from src/lab/docker/registry.ts (startLabRegistry): the same docker-registry the refresh's lab test runs.
  */
 type Registry = LabRegistry;
 

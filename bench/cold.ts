@@ -2,7 +2,7 @@
  * Cold-volume benchmark: how long a service's first start reads take on a volume fresh from a
  * snapshot, per pre-warm strategy, against the same volume initialized.
  *
- * A lab with cold snapshots (src/lab/cold.ts: the first read of each chunk waits `--delay-ms`)
+ * A lab with cold snapshots (src/lab/volumes/cold.ts: the first read of each chunk waits `--delay-ms`)
  * gets an XFS volume holding `--filler-mib` of other data, then 4 images of `--image-mib` each
  * (files of 4 MiB under docker/overlay2/img-<i>/diff/), and the need list
  * `.ebs-cache-agent/reads.json` naming, per image, the files it reads at start (the first
@@ -34,7 +34,7 @@ import type { ReadTarget } from "../src/agent/ports.ts";
 import { run } from "../src/exec.ts";
 import { createFioReader } from "../src/host/volume-reads.ts";
 import { startLab } from "../src/lab/lab.ts";
-import { attach, createVolume, detach, makeDataSnapshot, mountXfs } from "../src/lab/volumes.ts";
+import { attach, createVolume, detach, makeDataSnapshot, mountXfs } from "../src/lab/volumes/volumes.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const FILE_MIB = 4;

@@ -2,7 +2,7 @@
  * Fleet simulation: a day of a swarm's instances compressed into minutes, keeper off vs on.
  *
  * One lab with cold snapshots (every volume made from the snapshot reads slowly on the first
- * touch of each chunk, src/lab/cold.ts) and EC2 delays drawn from AWS's ranges, scaled down by
+ * touch of each chunk, src/lab/volumes/cold.ts) and EC2 delays drawn from AWS's ranges, scaled down by
  * the time compression; one golden snapshot. A seeded day of arrivals (bench/fleet-schedule.ts:
  * morning burst, lunch dip, afternoon burst, night) is played twice on the same pool:
  *   off  the pool is filled once before the day (`--pool-size` volumes, initialized), then no
@@ -32,9 +32,9 @@ import { keeperSettingsFrom, runKeeper } from "../src/agent/keeper/run.ts";
 import { createCloudVolumes } from "../src/aws/ec2.ts";
 import { describeError } from "../src/errors.ts";
 import { run } from "../src/exec.ts";
-import { labConfig, writeLabConfig, type ConfigOverrides } from "../src/lab/agent.ts";
-import { assertColdPrerequisites } from "../src/lab/cold.ts";
-import { buildGoldenSnapshot } from "../src/lab/golden.ts";
+import { labConfig, writeLabConfig, type ConfigOverrides } from "../src/lab/machines/agent.ts";
+import { assertColdPrerequisites } from "../src/lab/volumes/cold.ts";
+import { buildGoldenSnapshot } from "../src/lab/volumes/golden.ts";
 import { startLab, type Lab, type LabHost } from "../src/lab/lab.ts";
 import { createLogger, type Logger } from "../src/log.ts";
 import { VolumeTag } from "../src/tags.ts";

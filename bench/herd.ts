@@ -4,7 +4,7 @@
  *   herd   `--agents` real `ebs-cache-agent boot` processes start at once on `--volumes` pool
  *          volumes with `--throttle` of EC2 requests answered RequestLimitExceeded: claims,
  *          exit codes, AttachVolume handled per agent (≤ 1.5) and per successful claim (whose
- *          floor is agents ÷ volumes when the herd lists together, see test/boot.herd.test.ts), EC2
+ *          floor is agents ÷ volumes when the herd lists together, see test/agent/boot/herd.lab.test.ts), EC2
  *          requests per agent, double claims (must be 0), wall time;
  *   calls  EC2 calls of one pool boot (a CLI agent) at pool sizes `--sizes` (goal: ≤ 5 and the
  *          same at every size). Big pools are cheap: one real volume, the rest sharing its
@@ -14,7 +14,7 @@
  * [--out DIR]
  *
  * Needs root and the lab's Debian packages (scripts/setup.sh); each agent is a node process
- * (tsx, ~150 MB). Shares its code with test/boot.herd.test.ts and test/boot.calls.test.ts.
+ * (tsx, ~150 MB). Shares its code with test/agent/boot/herd.lab.test.ts and test/agent/boot/calls.lab.test.ts.
  */
 import { mkdir, writeFile } from "node:fs/promises";
 import { cpus, loadavg, release, totalmem } from "node:os";

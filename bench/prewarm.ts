@@ -2,7 +2,7 @@
  * Pre-warm benchmark: initializing a cold volume by reading only its allocated data (the agent's
  * `files` strategy) against AWS's documented full-device read, side by side in one run.
  *
- * A lab with cold snapshots (src/lab/cold.ts: every chunk of a volume made from a snapshot waits
+ * A lab with cold snapshots (src/lab/volumes/cold.ts: every chunk of a volume made from a snapshot waits
  * `--delay-ms` on its first read) gets an XFS volume of `--size-gib` holding `--fill` of it in
  * incompressible files, snapshotted. Then, each on a fresh cold volume from that snapshot:
  *   seq     a sequential read (AWS's command, limited to `--seq-mib`): the device's measured
@@ -27,7 +27,7 @@ import { run } from "../src/exec.ts";
 import { runFio } from "../src/host/fio.ts";
 import { createFioReader, deviceSize } from "../src/host/volume-reads.ts";
 import { startLab } from "../src/lab/lab.ts";
-import { attach, createVolume, makeDataSnapshot, mountXfs } from "../src/lab/volumes.ts";
+import { attach, createVolume, makeDataSnapshot, mountXfs } from "../src/lab/volumes/volumes.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const MiB = 1024 * 1024;

@@ -17,9 +17,9 @@ import { parseArgs } from "node:util";
 import { buildAgent } from "../scripts/build.mjs";
 import { run } from "../src/exec.ts";
 import { createMemoryLogger } from "../src/log.ts";
-import { writeLabConfig } from "../src/lab/agent.ts";
-import { mountPointsUnder } from "../src/lab/devices.ts";
-import { buildGoldenSnapshot, createPoolVolumes } from "../src/lab/golden.ts";
+import { writeLabConfig } from "../src/lab/machines/agent.ts";
+import { mountPointsUnder } from "../src/lab/reaper/devices.ts";
+import { buildGoldenSnapshot, createPoolVolumes } from "../src/lab/volumes/golden.ts";
 import { startLab, type Lab, type LabHost } from "../src/lab/lab.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");

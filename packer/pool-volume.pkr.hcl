@@ -1,7 +1,7 @@
 # A pool volume and its snapshot: an extra EBS volume formatted XFS (label ebs-cache, ftype=1 for
 # overlay2) whose docker data-root (<volume>/docker) holds the image set, pulled and extracted,
 # without the builder's machine-local state (swarm/, containers/, network/, engine-id). What the
-# lab's golden snapshot (src/lab/golden.ts) is, made in AWS:
+# lab's golden snapshot (src/lab/volumes/golden.ts) is, made in AWS:
 #
 #   packer build -only=amazon-ebsvolume.pool -var pool=sim4life -var image_set=2025-05 \
 #     -var 'images=["registry.example.org/simcore/services/dynamic/sim4life:3.1.0"]' packer/

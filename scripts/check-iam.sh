@@ -6,7 +6,7 @@
 #   1. `aws accessanalyzer validate-policy --policy-type IDENTITY_POLICY`: every finding is printed;
 #      an ERROR or SECURITY_WARNING fails the check.
 #   2. `aws iam simulate-custom-policy` over the main cases of the policy's test matrix (CASES
-#      below; test/iam.test.ts runs the same lines through an independent evaluator): each
+#      below; test/iam/iam.test.ts runs the same lines through an independent evaluator): each
 #      resource of a call is simulated on its own, with the context EC2 gives it there.
 #
 # FILE defaults to the policy beside this script (iam/ebs-cache-agent-policy.json), else the one

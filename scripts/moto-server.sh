@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # moto's server (https://github.com/getmoto/moto), an EC2 nobody on this project wrote: the
 # test that runs the agent's EC2 paths against both it and the lab's emulator
-# (test/ec2-twice.test.ts) starts it through this script, and scripts/setup.sh checks with it
+# (test/lab/ec2/moto-twice.test.ts) starts it through this script, and scripts/setup.sh checks with it
 # that the machine has it.
 #
 #   scripts/moto-server.sh --check    print the Python that has moto and moto's version; exit 1 if none

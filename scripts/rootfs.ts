@@ -1,17 +1,17 @@
 /**
- * Builds the engine machines' Debian root file systems (src/lab/nspawn-rootfs.ts ENGINES) into
+ * Builds the engine machines' Debian root file systems (src/lab/machines/nspawn-rootfs.ts ENGINES) into
  * their cache, all at once, and exits; those already cached are left as they are.
  *
  *   npx tsx scripts/rootfs.ts
  *
  * `npm test` (scripts/test.sh) starts it in the background before the type-check: a first build
  * takes minutes, mostly spent waiting on Debian's archive and dpkg, and would otherwise start only
- * when test/nspawn-boot.test.ts or test/lab-demo-engine.test.ts reaches it. Those tests ask the
+ * when test/lab/machines/nspawn-boot.lab.test.ts or test/lab/demo/engine.lab.test.ts reaches it. Those tests ask the
  * same cache (cachedRootfs: a lock per root file system, a marker written last), so they wait for
  * this build, or build it themselves if this one failed: the root file system they boot is the
  * same debootstrap either way, and a failure is theirs to report.
  */
-import { ENGINE_NAMES, ENGINES, cachedRootfs, nspawnProblems } from "../src/lab/nspawn-rootfs.ts";
+import { ENGINE_NAMES, ENGINES, cachedRootfs, nspawnProblems } from "../src/lab/machines/nspawn-rootfs.ts";
 
 const problems = await nspawnProblems();
 if (problems.length > 0) {

@@ -20,7 +20,7 @@ packages=(
   fuse3            # fusermount, for that layer
   xfsprogs         # mkfs.xfs, xfs_growfs, xfs_admin
   e2fsprogs        # the foreign filesystems tests use
-  btrfs-progs      # the foreign-volume corpus (test/boot.foreign.test.ts): btrfs
+  btrfs-progs      # the foreign-volume corpus (test/agent/boot/foreign.lab.test.ts): btrfs
   dosfstools       #   vfat
   fdisk            #   sfdisk: GPT and MBR partition tables
   lvm2             #   pvcreate: an LVM physical volume (no volume group: nothing activates)
@@ -33,13 +33,13 @@ packages=(
   systemd-container # systemd-nspawn boot test
   debootstrap      # the rootfs of the systemd boot test
   packer           # packer validate of the templates
-  shellcheck       # every shell script of the repository is checked (test/shellcheck.test.ts, test/check-iam.test.ts)
+  shellcheck       # every shell script of the repository is checked (test/scripts/shellcheck.test.ts, test/scripts/check-iam.test.ts)
   ca-certificates
   curl
 )
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 # python3's jsonschema validates documents against the shipped JSON Schemas next to ajv
-# (test/schema-oracle.test.ts). The python3 on PATH may be another interpreter (pyenv) that has
+# (test/config/schema-oracle.test.ts). The python3 on PATH may be another interpreter (pyenv) that has
 # it already; if not, Debian's package gives it to /usr/bin/python3, which the test tries next.
 python3 -c 'import jsonschema' >/dev/null 2>&1 || /usr/bin/python3 -c 'import jsonschema' >/dev/null 2>&1 || packages+=(python3-jsonschema)
 
@@ -58,12 +58,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# moto's EC2 server (test/ec2-twice.test.ts runs the agent's EC2 paths against it and the lab's
+# moto's EC2 server (test/lab/ec2/moto-twice.test.ts runs the agent's EC2 paths against it and the lab's
 # emulator): it comes with the machine image's Python (pyenv), not from Debian, and no Python
 # package index is reachable from here to install it. scripts/moto-server.sh finds it even where
 # PATH lacks pyenv's shims; without it the test would fail, so setup says so now.
 if ! moto=$(bash scripts/moto-server.sh --check); then
-  echo "scripts/setup.sh: moto is missing: test/ec2-twice.test.ts needs it (pip install 'moto[server]' into the machine's python3)" >&2
+  echo "scripts/setup.sh: moto is missing: test/lab/ec2/moto-twice.test.ts needs it (pip install 'moto[server]' into the machine's python3)" >&2
   exit 1
 fi
 echo "setup: $moto"

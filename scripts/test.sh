@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # `npm test`: the type-check, lint, the formatter's check, the import-cycle check (dpdm, type
 # imports included) and every tap test (tap's options are package.json's "tap");
-# exits non-zero when any of them fails. Arguments go to tap (`npm test -- test/config.test.ts`).
+# exits non-zero when any of them fails. Arguments go to tap (`npm test -- test/config/config.test.ts`).
 #
 # What runs at once, for wall time on a small machine (none of it writes what another reads):
 # - as root, the engine machines' root file systems start building first, in the background
 #   (scripts/rootfs.ts): a first build takes minutes and would otherwise start only when the
-#   nspawn tests reach it. The tests use the same cache and lock (src/lab/nspawn-rootfs.ts), so
+#   nspawn tests reach it. The tests use the same cache and lock (src/lab/machines/nspawn-rootfs.ts), so
 #   they wait for that build or, if it failed, make their own: the result does not depend on it;
 # - the type-check, lint, the formatter's check and the cycle check run beside tap (they only
 #   read the sources); their output is shown when they end, and their failure fails `npm test`

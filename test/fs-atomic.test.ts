@@ -47,7 +47,12 @@ t.test("a failed write throws, keeps the old file and removes its temp file", as
 });
 
 /** Renames in src/ that are not a file write: a folder or symlink put in place whole. */
-const OTHER_RENAMES = new Set(["fs-atomic.ts", "lab/labdir.ts", "lab/loopdev.ts", "lab/nspawn-rootfs.ts"]);
+const OTHER_RENAMES = new Set([
+  "fs-atomic.ts",
+  "lab/reaper/labdir.ts",
+  "lab/volumes/loopdev.ts",
+  "lab/machines/nspawn-rootfs.ts",
+]);
 
 t.test("no other atomic-write code in src/: every rename is writeFileAtomic's or a folder's", async (t) => {
   const src = join(import.meta.dirname, "..", "src");

@@ -4,7 +4,7 @@
 # (and, for the containerd image store, containerd with its root on <volume>/containerd),
 # pulls the image set, records what each image reads at start (when the builder has the agent),
 # stops docker, removes the machine-local state and unmounts. The same
-# steps as the lab's golden snapshot (src/lab/golden.ts). Writes ENGINE_VERSION to $BUILT_FILE
+# steps as the lab's golden snapshot (src/lab/volumes/golden.ts). Writes ENGINE_VERSION to $BUILT_FILE
 # for the template to download (the snapshot step tags it). Environment (set by the template):
 #   DOCKER_PACKAGE  POOL_VOLUME_SIZE_GIB  IMAGES (space-separated)  DOCKER_CONFIG_JSON (optional)
 #   IMAGE_STORE (graphdriver | containerd)

@@ -6,7 +6,7 @@
 # (BUILT, downloaded from the builder: ENGINE_VERSION=…). Needs the aws CLI with the credentials
 # Packer used. MANIFEST: the manifest post-processor's file for this build. EC2_ENDPOINT_URL
 # (optional): another EC2 endpoint (a VPC endpoint; the lab's emulator in
-# test/packer-snapshot.test.ts).
+# test/packer/snapshot.test.ts).
 set -euo pipefail
 : "${MANIFEST:?}" "${BUILT:?}"
 endpoint=()

@@ -1,6 +1,6 @@
 /**
  * docker.service through systemctl, for a real host. (The lab's private dockerd has its own
- * service control, src/lab/dockerd.ts dockerdService(); the agent takes either as DockerService.)
+ * service control, src/lab/docker/dockerd.ts dockerdService(); the agent takes either as DockerService.)
  */
 import type { DockerService } from "../agent/ports.ts";
 import { AgentError, describeError } from "../errors.ts";

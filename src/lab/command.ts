@@ -7,13 +7,13 @@ import type { ImageStore } from "../docker/engine.ts";
 import { wholeNumber } from "../cli/options.ts";
 import { run } from "../exec.ts";
 import { createLogger, type Level } from "../log.ts";
-import { runLabDemo } from "./demo.ts";
-import { runEngineDemo } from "./demo-engine.ts";
-import { DOCKERD } from "./dockerd.ts";
-import { EngineChoiceError, chooseHostEngine, parseEngine, parseStore } from "./engine-choice.ts";
-import type { EngineName } from "./nspawn-rootfs.ts";
-import { runOsparcDemo } from "./demo-osparc.ts";
-import { runJanitor } from "./janitor.ts";
+import { runLabDemo } from "./demo/demo.ts";
+import { runEngineDemo } from "./demo/engine.ts";
+import { DOCKERD } from "./docker/dockerd.ts";
+import { EngineChoiceError, chooseHostEngine, parseEngine, parseStore } from "./docker/engine-choice.ts";
+import type { EngineName } from "./machines/nspawn-rootfs.ts";
+import { runOsparcDemo } from "./demo/osparc.ts";
+import { runJanitor } from "./reaper/janitor.ts";
 
 /** Builds `ebs-cache-lab …` (`npm run lab -- …`). */
 export function labCommand(): Command {
@@ -38,7 +38,7 @@ export function labCommand(): Command {
     )
     .option(
       "--osparc",
-      "the second demo: osparc's autoscaler (src/lab/autoscaler.ts) launching, terminating, stopping and " +
+      "the second demo: osparc's autoscaler (src/lab/machines/autoscaler.ts) launching, terminating, stopping and " +
         "starting agents (--image-mib ignored)",
     )
     .option("--verbose", "log every event (debug)")

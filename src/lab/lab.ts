@@ -10,14 +10,14 @@ import { dirname, join } from "node:path";
 import { EC2Client } from "@aws-sdk/client-ec2";
 import type { DockerService } from "../agent/ports.ts";
 import type { Logger } from "../log.ts";
-import { privateDockerdArgs, startPrivateDockerd, type PrivateDockerd } from "./dockerd.ts";
+import { privateDockerdArgs, startPrivateDockerd, type PrivateDockerd } from "./docker/dockerd.ts";
 import type { DockerdCommand } from "../docker/dockerd-flags.ts";
 import { startEc2Emulator, type Delays, type Ec2Emulator, type Faults } from "./ec2/index.ts";
-import { startImdsEmulator, type ImdsEmulator } from "./imds.ts";
-import { createHostRoot } from "./labdir.ts";
-import { openLabRoot, type LabRoot } from "./labroot.ts";
-import { createLoopVolumeBackend, type LoopVolumeBackend } from "./loopdev.ts";
-import { startColdLayer, type ColdLayer, type ColdSnapshotOptions } from "./cold.ts";
+import { startImdsEmulator, type ImdsEmulator } from "./imds/imds.ts";
+import { createHostRoot } from "./reaper/labdir.ts";
+import { openLabRoot, type LabRoot } from "./reaper/labroot.ts";
+import { createLoopVolumeBackend, type LoopVolumeBackend } from "./volumes/loopdev.ts";
+import { startColdLayer, type ColdLayer, type ColdSnapshotOptions } from "./volumes/cold.ts";
 import { byIdDir, sysfsRoot, type LabInstance } from "./types.ts";
 
 /** How to start a lab. */

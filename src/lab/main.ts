@@ -2,7 +2,7 @@
 /**
  * Entry of the lab (`npm run lab`, or `node dist/ebs-cache-lab.mjs`): the demo, and the janitor a
  * bundled lab starts to watch its root. A program of its own so that the agent's bundle
- * (src/cli.ts) carries no emulator, FUSE layer or janitor; test/bundle.test.ts checks that.
+ * (src/cli.ts) carries no emulator, FUSE layer or janitor; test/scripts/bundle.test.ts checks that.
  */
 import { reportFatal } from "../fatal.ts";
 import { createLogger } from "../log.ts";

@@ -1,7 +1,7 @@
 /**
  * Contracts between the lab's parts: the EC2 emulator (`src/lab/ec2/`), the loop-device volume
- * backend (`src/lab/loopdev.ts`), the IMDS emulator (`src/lab/imds.ts`) and the private dockerd
- * (`src/lab/dockerd.ts`). The lab (`src/lab/lab.ts`) wires them together.
+ * backend (`src/lab/volumes/loopdev.ts`), the IMDS emulator (`src/lab/imds/imds.ts`) and the private dockerd
+ * (`src/lab/docker/dockerd.ts`). The lab (`src/lab/lab.ts`) wires them together.
  */
 
 /** An emulated EC2 instance. Each has its own folder standing for its root filesystem. */

@@ -11,8 +11,8 @@ import { join } from "node:path";
 import { run } from "../../src/exec.ts";
 import { recordImageReads, writeImageReads } from "../../src/host/record-reads.ts";
 import { readReadList } from "../../src/host/need-reads.ts";
-import { startPrivateDockerd, type PrivateDockerd } from "../../src/lab/dockerd.ts";
-import { buildImage } from "../../src/lab/images.ts";
+import { startPrivateDockerd, type PrivateDockerd } from "../../src/lab/docker/dockerd.ts";
+import { buildImage } from "../../src/lab/docker/images.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 import { assertDockerPrerequisites, onPath } from "../fixtures/lab-prereq.ts";
 

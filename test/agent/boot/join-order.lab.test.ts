@@ -8,8 +8,8 @@
  */
 import t from "tap";
 import { readFile } from "node:fs/promises";
-import { bootLabHost } from "../../../src/lab/agent.ts";
-import { initSwarm } from "../../../src/lab/images.ts";
+import { bootLabHost } from "../../../src/lab/machines/agent.ts";
+import { initSwarm } from "../../../src/lab/docker/images.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import { POOL, startBootLab } from "../../fixtures/boot-lab.ts";

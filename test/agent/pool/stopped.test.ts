@@ -22,7 +22,7 @@ import { createCloudVolumes } from "../../../src/aws/ec2.ts";
 import { validateConfig } from "../../../src/config/index.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { attachmentState, poll, startLab, volumeState } from "../../ec2-emulator.helpers.ts";
+import { attachmentState, poll, startLab, volumeState } from "../../lab/ec2/helpers.ts";
 
 const DAY = 86_400_000;
 const poolTags = { [VolumeTag.managed]: "true", [VolumeTag.kind]: "pool", [VolumeTag.pool]: "p" };

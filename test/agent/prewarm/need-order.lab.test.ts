@@ -1,5 +1,5 @@
 /**
- * The need-ordered pre-warm end to end on a cold volume of the lab (src/lab/cold.ts): the
+ * The need-ordered pre-warm end to end on a cold volume of the lab (src/lab/volumes/cold.ts): the
  * volume's need list names the files two images read at start; with the node about to run one
  * of them, `files` reads its files first, then the other image's, then the rest of the volume.
  * Proved by the cold layer's log of first reads (the order chunks were fetched), never by time.

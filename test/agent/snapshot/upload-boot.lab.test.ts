@@ -13,7 +13,7 @@ import t from "tap";
 import { runKeeper } from "../../../src/agent/keeper/run.ts";
 import { createCloudVolumes } from "../../../src/aws/ec2.ts";
 import { run } from "../../../src/exec.ts";
-import { snapshotImagePath } from "../../../src/lab/labdir.ts";
+import { snapshotImagePath } from "../../../src/lab/reaper/labdir.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import { agentBundle } from "../../fixtures/agent-process.ts";

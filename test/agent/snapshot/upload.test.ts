@@ -21,7 +21,7 @@ import { readManifestJson, writeManifestJson } from "../../../src/host/snapshot-
 import { parseManifest } from "../../../src/agent/snapshot/manifest.ts";
 import { createLogger } from "../../../src/log.ts";
 import { run } from "../../../src/exec.ts";
-import { AWS_CLI, AWS_CLI_EMULATOR_ENV, startLab } from "../../ec2-emulator.helpers.ts";
+import { AWS_CLI, AWS_CLI_EMULATOR_ENV, startLab } from "../../lab/ec2/helpers.ts";
 
 const MiB = 2 ** 20;
 

@@ -1,0 +1,4 @@
+/** demo: see docs/lab.md. */
+export * from "./demo.ts";
+export * from "./engine.ts";
+export * from "./osparc.ts";

@@ -1,0 +1,2 @@
+/** imds: see docs/lab.md. */
+export * from "./imds.ts";

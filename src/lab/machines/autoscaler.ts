@@ -1,0 +1,535 @@
+/**
+ * A lab stand-in for osparc's autoscaler (services/autoscaling in osparc-simcore, see
+ * docs/osparc.md): each method plays one of osparc's functions, named in its comment
+ * (`core` = modules/cluster_scaling/_auto_scaling_core.py, `wb` =
+ * modules/cluster_scaling/_warm_buffer_machines_pool_core.py, `ec2lib` =
+ * packages/aws-library/src/aws_library/ec2/_client.py), and does what it does in its order,
+ * through the EC2 emulator's API, the node's docker and a swarm manager of its own
+ * (osparc-swarm.ts). It never waits for the agent and never reads its labels.
+ *
+ * What stands for what:
+ * - `RunInstances` with tags: a lab host registered with the tags osparc writes (the labels tag
+ *   chunked as `dump_as_ec2_tags` cuts it, tags in instance metadata off, as osparc launches);
+ * - the instance's systemd: `boot()` runs ebs-cache-agent.service (phase 1), docker.service,
+ *   ebs-cache-agent-ready.service (phase 2), then cloud-final's user data, which Debian orders
+ *   After=multi-user.target: boot scripts, `docker swarm join --availability=drain` to the
+ *   manager, login, the cold-start pre-pull;
+ * - SSM's `docker compose pull` on a buffer: `docker pull`-free image copies in the lab (the
+ *   caller's `pull`), since the lab has no registry for osparc's images;
+ * - the OS shutting down on StopInstances / TerminateInstances of a running instance: the
+ *   emulator's shutdown hook, which stops docker.service and runs the agent's release (its
+ *   ExecStop). A stopped instance has no OS: terminating it runs nothing.
+ * - the node osparc finds by its private DNS name (`find_node_with_name`): the node id the host's
+ *   dockerd reports (the lab's dockerds share the machine's host name).
+ */
+import {
+  CreateTagsCommand,
+  DeleteTagsCommand,
+  DescribeInstancesCommand,
+  StartInstancesCommand,
+  StopInstancesCommand,
+  TerminateInstancesCommand,
+  type EC2Client,
+} from "@aws-sdk/client-ec2";
+import { join as joinPath } from "node:path";
+import type { BootOutcome } from "../../agent/boot/run.ts";
+import { BufferTag } from "../../agent/buffer-tags.ts";
+import { labelsTagAsOsparcWrites, readLabelsTag } from "../../agent/labels-tag.ts";
+import type { ReleaseOutcome } from "../../agent/release/run.ts";
+import { AgentError } from "../../errors.ts";
+import { createMemoryLogger, type Logger } from "../../log.ts";
+import { bootLabHost, deepMerge, releaseLabHost, type ConfigOverrides } from "./agent.ts";
+import type { PrivateDockerd } from "../docker/dockerd.ts";
+import type { Lab, LabHost } from "../lab.ts";
+import { startOsparcSwarm, type OsparcSwarm } from "./osparc-swarm.ts";
+
+/** Tags and node labels osparc's autoscaler reads and writes (docs/osparc.md, OSPARC.md). */
+export const Osparc = {
+  /** The task's placement labels as JSON, chunked `<key>_0`, `<key>_1`, … past 256 characters. */
+  labelsTag: "io.simcore.autoscaling.ec2_instance.docker_node_labels",
+  /** `true` on a stopped warm buffer, `false` once it is activated. */
+  warmBufferTag: BufferTag.warm,
+  /** osparc's `pre_pulled_images` list (`INSTANCE_PRE_PULLED_IMAGES_EC2_TAG_KEY`). */
+  prePulledImagesTag: BufferTag.prePulledImages,
+  /** `io.simcore.autoscaling.pre-pulling-images` and the SSM command id, while a pull runs. */
+  pullingTag: "io.simcore.autoscaling.pre-pulling-images",
+  pullCommandTag: "io.simcore.autoscaling.ssm-command-id",
+  productNameTag: "io.simcore.product_name",
+  servicesReady: "io.simcore.osparc-services-ready",
+  servicesReadyLastChanged: "io.simcore.osparc-services-ready-last-changed",
+  instanceType: "ec2-instance-type",
+} as const;
+
+/** An instance the actor started, and what happened on it. */
+export interface OsparcNode {
+  host: LabHost;
+  instanceId: string;
+  /** The task labels it was launched or last activated for (placement keys and values). */
+  labels: Record<string, string>;
+  /** What cloud-init runs: `cold` (`ec2_startup_script`), `warm-buffer` (`ec2_warm_buffer_startup_script`, no join), `join` (the idempotent join set by an activation). */
+  userData: "cold" | "warm-buffer" | "join";
+  /** The last release the shutdown hook ran (after a stop or a terminate of a running instance). */
+  lastRelease?: AgentRun<ReleaseOutcome>;
+  /** Every user-data command cloud-final ran on this node, in order (the last boot's). */
+  userDataRun: string[];
+}
+
+/** An agent command run on a node, with its log and how long it took. */
+export type AgentRun<T> = T & { log: string[]; ms: number };
+
+/**
+ * A node's boot: phase 2's outcome (`ready`, `degraded`, …) with phase 1's; `ms` from the start of
+ * phase 1 to the end of cloud-final's user data; `joinedMs` from the start of phase 1 to the join
+ * (undefined: the user data has no join, or it failed).
+ */
+export type OsparcBoot = AgentRun<BootOutcome> & { phase1: AgentRun<BootOutcome>; joinedMs?: number };
+
+/** What `superviseStart` saw: joined within the start limit, or found broken and terminated. */
+export type StartVerdict = { joined: true; launchToJoinedMs: number } | { joined: false; brokenAfterMs: number };
+
+export interface AutoscalerActorOptions {
+  lab: Lab;
+  /** Config overrides for every agent the actor runs (a boot may add its own). */
+  agentConfig?: ConfigOverrides;
+  /** How often instance states are polled while waiting for a transition (ms; default 100). */
+  pollMs?: number;
+  /** How long a state transition may take before the actor gives up (ms; default 120 000). */
+  transitionTimeoutMs?: number;
+  /** `EC2_INSTANCES_MAX_START_TIME` (ms; osparc's default 1 minute). */
+  maxStartTimeMs?: number;
+  /** `AUTOSCALING_POLL_INTERVAL` (ms; osparc's default 10 s). */
+  pollIntervalMs?: number;
+  /** `custom_boot_scripts` of the instance type: run first by the user data. */
+  bootScripts?: Array<(node: OsparcNode) => Promise<void>>;
+  /**
+   * `EC2_INSTANCES_COLD_START_DOCKER_IMAGES_PRE_PULLING` / the buffer's `pre_pull_images`: images
+   * the user data (cold start, after the join) or SSM (buffers) pull, and `pull` how (the lab
+   * has no registry for them). Default: none.
+   */
+  prePullImages?: string[];
+  pull?: (docker: PrivateDockerd, image: string) => Promise<void>;
+}
+
+export interface AutoscalerActor {
+  readonly ec2: EC2Client;
+  /** The swarm manager (started on first use). */
+  swarm(): Promise<OsparcSwarm>;
+  /**
+   * `_launch_instances` (core) / `launch_instances` (ec2lib): RunInstances with the task's labels
+   * in the labels tag (`dump_task_required_node_labels_as_tags`, chunked when long) and the cold
+   * start user data (`ec2_startup_script`). `warmBuffer`: `_add_remove_buffer_instances` (wb), tags
+   * `get_deactivated_warm_buffer_ec2_tags`, user data `ec2_warm_buffer_startup_script` (no join).
+   */
+  launch(
+    labels: Record<string, string>,
+    options?: { warmBuffer?: boolean; extraTags?: Record<string, string> },
+  ): Promise<OsparcNode>;
+  /**
+   * The instance's systemd: phase 1, docker.service, phase 2, then cloud-final (after
+   * multi-user.target) runs the user data. `log` sees phase 1's lines as they come.
+   */
+  boot(
+    node: OsparcNode,
+    options?: { overrides?: ConfigOverrides; log?: Logger & { lines: string[] } },
+  ): Promise<OsparcBoot>;
+  /**
+   * The user data's `docker swarm join --availability=drain <token> <manager>`
+   * (`get_docker_swarm_join_bash_command`), in its idempotent form (nothing when already in a
+   * swarm); returns the node id. `boot()` runs it already; a test may call it again.
+   */
+  join(node: OsparcNode): Promise<string>;
+  /**
+   * `_analyze_current_cluster` (core) + `_terminate_broken_ec2s` (core): every `pollIntervalMs`,
+   * an instance not in the swarm `maxStartTimeMs` after its EC2 `LaunchTime` is broken and
+   * terminated. Runs until the node joined or was terminated.
+   */
+  superviseStart(
+    node: OsparcNode,
+    limits?: { maxStartTimeMs?: number; pollIntervalMs?: number },
+  ): Promise<StartVerdict>;
+  /**
+   * `_try_attach_pending_ec2s` (core) / `attach_node`: for each joined node, the labels tag read
+   * back from EC2 and merged onto the node's labels with `osparc-services-ready=false` (drained),
+   * then ONE DeleteTags for all of them with the tag keys of the FIRST instance
+   * (`list_task_required_node_labels_tag_keys(instances[0].tags)`).
+   */
+  attachNode(...nodes: OsparcNode[]): Promise<void>;
+  /** `_activate_drained_nodes` / `set_node_osparc_ready(true)`: labels merged, node active (a hot buffer re-activated for any task). */
+  activate(node: OsparcNode, labels?: Record<string, string>): Promise<void>;
+  /** `_deactivate_empty_nodes` / `set_node_osparc_ready(false)`: ready=false, the placement labels removed, node drained. */
+  drain(node: OsparcNode): Promise<void>;
+  /**
+   * director-v2's `service_remove_sidecar_proxy_docker_networks_and_volumes` when a service
+   * closes: the service's docker volumes removed from its node (its state went to S3 first).
+   */
+  closeService(node: OsparcNode, volumes: string[]): Promise<void>;
+  /**
+   * `_handle_pool_image_pulling` + `_handle_image_pre_pulling` (wb) on a warm buffer that booted:
+   * the pull (SSM `docker compose pull`; the lab's `pull`), the `pre_pulled_images` tags, the
+   * pulling tags removed, StopInstances.
+   */
+  prepareWarmBuffer(node: OsparcNode): Promise<void>;
+  /**
+   * `_pre_pull_docker_images_on_idle_hot_buffers` (core): the pull started (tags: pulling, the
+   * command id AND the `pre_pulled_images` list at once), then `_handle_pre_pull_status` on
+   * success removes the pulling tags.
+   */
+  pullIntoHotBuffer(node: OsparcNode): Promise<void>;
+  /** TerminateInstances; resolves once EC2 shows `terminated` (a running one's release ran in its shutdown; a stopped one runs nothing). */
+  terminate(node: OsparcNode): Promise<void>;
+  /** StopInstances; resolves once EC2 shows `stopped`. */
+  stop(node: OsparcNode): Promise<void>;
+  /**
+   * `_try_start_warm_buffer_instances` (core) / `start_instances` (ec2lib): the user data set to
+   * the idempotent join (ModifyInstanceAttribute: the lab emulator has none, the node records
+   * it), StartInstances, then ONE CreateTags carrying `warm_buffer_machine=false`, the labels tag
+   * when the task has labels, and the product name; the instance boots after that (EC2 answers
+   * the tags within a second, an OS takes longer). `{}`: a start to refill hot buffers
+   * (`_compute_hot_buffer_missing`), no labels tag. `bootBeforeTags` lets the boot read its tags
+   * before the CreateTags lands (a boot faster than EC2's answer: the agent's wait, tested);
+   * `order: "tags-first"` writes the CreateTags before StartInstances (not osparc's order).
+   */
+  activateWarmBuffer(
+    node: OsparcNode,
+    labels: Record<string, string>,
+    options?: {
+      overrides?: ConfigOverrides;
+      bootBeforeTags?: boolean;
+      order?: "osparc" | "tags-first";
+      productName?: string;
+    },
+  ): Promise<OsparcBoot>;
+  /** StartInstances (a stopped instance started as it is, no new tags). */
+  start(node: OsparcNode): Promise<void>;
+  /** The node's labels as the manager has them (the swarm's node spec). */
+  nodeLabels(node: OsparcNode): Promise<Record<string, string>>;
+  /** The node's availability on the manager (`active`, `drain`). */
+  availability(node: OsparcNode): Promise<string>;
+  /** EC2's state name for the instance. */
+  instanceState(node: OsparcNode): Promise<string | undefined>;
+  /** The instance's tags as EC2 has them. */
+  instanceTags(node: OsparcNode): Promise<Record<string, string>>;
+  /** Stops the manager. */
+  close(): Promise<void>;
+}
+
+/** `OSPARC_CUSTOM_DOCKER_PLACEMENT_CONSTRAINTS_LABEL_KEYS`: copied from the labels tag, removed on drain. */
+const PLACEMENT_KEYS = ["product-name", "user-id", "project-id", "node-id", "wallet-id"];
+
+export function createAutoscalerActor(options: AutoscalerActorOptions): AutoscalerActor {
+  const { lab } = options;
+  const ec2 = lab.ec2Client();
+  const pollMs = options.pollMs ?? 100;
+  const transitionMs = options.transitionTimeoutMs ?? 120_000;
+  const defaultMaxStartMs = options.maxStartTimeMs ?? 60_000;
+  const defaultPollIntervalMs = options.pollIntervalMs ?? 10_000;
+  const merged = (extra?: ConfigOverrides): ConfigOverrides => deepMerge(options.agentConfig ?? {}, extra ?? {});
+  let swarmStarting: Promise<OsparcSwarm> | undefined;
+  const swarm = () => (swarmStarting ??= startOsparcSwarm(joinPath(lab.root, "osparc")));
+
+  const describe = async (node: OsparcNode) => {
+    const out = await ec2.send(new DescribeInstancesCommand({ InstanceIds: [node.instanceId] }));
+    return out.Reservations?.[0]?.Instances?.[0];
+  };
+  const instanceState = async (node: OsparcNode) => (await describe(node))?.State?.Name;
+  const instanceTags = async (node: OsparcNode) =>
+    Object.fromEntries(((await describe(node))?.Tags ?? []).map((tag) => [tag.Key!, tag.Value ?? ""]));
+  const setTags = (nodes: OsparcNode[], tags: Record<string, string>) =>
+    ec2.send(
+      new CreateTagsCommand({
+        Resources: nodes.map((n) => n.instanceId),
+        Tags: Object.entries(tags).map(([Key, Value]) => ({ Key, Value })),
+      }),
+    );
+  const removeTags = (nodes: OsparcNode[], keys: string[]) =>
+    ec2.send(new DeleteTagsCommand({ Resources: nodes.map((n) => n.instanceId), Tags: keys.map((Key) => ({ Key })) }));
+  const reach = async (node: OsparcNode, state: string) => {
+    const deadline = Date.now() + transitionMs;
+    for (;;) {
+      const now = await instanceState(node);
+      if (now === state) return;
+      if (Date.now() > deadline)
+        throw new AgentError(
+          `${node.instanceId} did not reach ${state} (it is ${String(now)})`,
+          "see the lab log: the shutdown hook (the release) may hang",
+        );
+      await sleep(pollMs);
+    }
+  };
+  const docker = (node: OsparcNode) => {
+    const dockerd = node.host.dockerd;
+    if (!dockerd) throw new AgentError(`${node.instanceId} has no docker running`, "boot the node first");
+    return dockerd;
+  };
+  // `find_node_with_name`: the node the manager knows for this instance (see the header).
+  const swarmNodeId = async (node: OsparcNode) => {
+    const id = (await docker(node).info()).Swarm.NodeID;
+    if (!id) throw new AgentError(`${node.instanceId} is not in the swarm`, "boot it (its user data joins)");
+    return id;
+  };
+  const inspectNode = async (node: OsparcNode) => {
+    const manager = (await swarm()).manager;
+    const { stdout } = await manager.docker(["node", "inspect", await swarmNodeId(node), "--format", "{{json .Spec}}"]);
+    const spec = JSON.parse(stdout) as { Labels?: Record<string, string> | null; Availability?: string };
+    return { labels: spec.Labels ?? {}, availability: spec.Availability ?? "" };
+  };
+  // `tag_node`: the node's whole label set replaced, and its availability.
+  const tagNode = async (node: OsparcNode, labels: Record<string, string>, available: boolean) => {
+    const manager = (await swarm()).manager;
+    const current = (await inspectNode(node)).labels;
+    await manager.docker([
+      "node",
+      "update",
+      "--availability",
+      available ? "active" : "drain",
+      ...Object.keys(current)
+        .filter((key) => !(key in labels))
+        .flatMap((key) => ["--label-rm", key]),
+      ...Object.entries(labels).flatMap(([k, v]) => ["--label-add", `${k}=${v}`]),
+      await swarmNodeId(node),
+    ]);
+  };
+  const readiness = (ready: boolean) => ({
+    [Osparc.servicesReady]: String(ready),
+    [Osparc.servicesReadyLastChanged]: new Date().toISOString(),
+  });
+  const timed = async <T>(
+    work: (log: Logger & { lines: string[] }) => Promise<T>,
+    log = createMemoryLogger("debug"),
+  ): Promise<AgentRun<T>> => {
+    const started = performance.now();
+    const outcome = await work(log);
+    return { ...outcome, log: log.lines, ms: performance.now() - started };
+  };
+  // `ignoreFailures`: the cold start's pull script runs `docker compose pull --ignore-pull-failures`
+  // (`get_docker_pull_images_on_start_bash_command`); SSM's `DOCKER_PULL_COMMAND` on buffers does not.
+  const pullAll = async (node: OsparcNode, ignoreFailures = false) => {
+    for (const image of options.prePullImages ?? [])
+      await options.pull?.(docker(node), image).catch((error: unknown) => {
+        if (!ignoreFailures) throw error;
+      });
+  };
+  // `get_docker_swarm_join_bash_command(join_as_drained=True, idempotent=…)`.
+  const join = async (node: OsparcNode) => {
+    const dockerd = docker(node);
+    const s = await swarm();
+    await s.link(node.instanceId, joinPath(dockerd.root, "net.ns"));
+    const info = await dockerd.info();
+    if (info.Swarm.LocalNodeState !== "inactive") return info.Swarm.NodeID;
+    const { token, address } = await s.joinTarget();
+    await dockerd.docker(["swarm", "join", "--availability=drain", "--token", token, address]);
+    return swarmNodeId(node);
+  };
+  // cloud-init's cloud-final: the user data, its commands joined with `&&` (the first failure stops it).
+  const runUserData = async (node: OsparcNode, started: number): Promise<number | undefined> => {
+    node.userDataRun = [];
+    const step = async (name: string, work: () => Promise<unknown>) => {
+      node.userDataRun.push(name);
+      await work();
+    };
+    for (const [index, script] of (options.bootScripts ?? []).entries())
+      await step(`custom_boot_scripts[${index}]`, () => script(node));
+    if (node.userData === "warm-buffer") {
+      // `ec2_warm_buffer_startup_script`: login and the compose file; the pull comes over SSM.
+      await step("docker login", async () => undefined);
+      await step("write the pre-pull compose file", async () => undefined);
+      return undefined;
+    }
+    await step("docker swarm join --availability=drain", () => join(node));
+    const joinedMs = performance.now() - started;
+    if (node.userData === "cold") {
+      await step("docker login", async () => undefined);
+      if ((options.prePullImages ?? []).length > 0) await step("docker compose pull", () => pullAll(node, true));
+    }
+    return joinedMs;
+  };
+  const boot = async (
+    node: OsparcNode,
+    bootOptions: { overrides?: ConfigOverrides; log?: Logger & { lines: string[] } } = {},
+  ): Promise<OsparcBoot> => {
+    const overrides = merged(bootOptions.overrides);
+    const started = performance.now();
+    const phase1 = await timed(
+      (log) => bootLabHost(lab, node.host, { overrides, log, withDocker: false }),
+      bootOptions.log,
+    );
+    await node.host.startDocker();
+    const phase2 = await timed((log) => bootLabHost(lab, node.host, { overrides, log, mayClaim: false }));
+    // multi-user.target reached (phase 2 is a oneshot it wants); Debian's cloud-final runs now.
+    const joinedMs = await runUserData(node, started);
+    return { ...phase2, phase1, ms: performance.now() - started, ...(joinedMs !== undefined ? { joinedMs } : {}) };
+  };
+  const joined = async (node: OsparcNode) => {
+    const id = node.host.dockerd?.pid !== undefined ? (await docker(node).info()).Swarm.NodeID : "";
+    if (!id) return false;
+    const manager = (await swarm()).manager;
+    const { stdout } = await manager.docker(["node", "ls", "--format", "{{.ID}}"]);
+    return stdout.split("\n").includes(id);
+  };
+
+  return {
+    ec2,
+    swarm,
+    async launch(labels, launchOptions = {}) {
+      const warm = launchOptions.warmBuffer === true;
+      const tags: Record<string, string> = {
+        Name: warm ? "osparc-dynamic-node-buffer" : "osparc-dynamic-node",
+        ...launchOptions.extraTags,
+      };
+      if (warm) tags[Osparc.warmBufferTag] = "true";
+      else if (Object.keys(labels).length > 0) Object.assign(tags, labelsTagAsOsparcWrites(Osparc.labelsTag, labels));
+      const host = await lab.addHost({ tags, metadataTags: false });
+      // Its network reaches the manager from each start of its dockerd (a joined worker needs it then).
+      host.network = async (netnsFile) => (await swarm()).link(host.instance.instanceId, netnsFile);
+      const node: OsparcNode = {
+        host,
+        instanceId: host.instance.instanceId,
+        labels: warm ? {} : { ...labels },
+        userData: warm ? "warm-buffer" : "cold",
+        userDataRun: [],
+      };
+      // The OS's shutdown: docker.service stops, then the agent's release (its ExecStop).
+      lab.ec2.setShutdownHook(node.instanceId, async () => {
+        await host.dockerd?.stop();
+        node.lastRelease = await timed((log) => releaseLabHost(lab, host, { overrides: merged(), log }));
+      });
+      return node;
+    },
+    boot,
+    join,
+    async superviseStart(node, limits = {}) {
+      const maxStartMs = limits.maxStartTimeMs ?? defaultMaxStartMs;
+      const pollIntervalMs = limits.pollIntervalMs ?? defaultPollIntervalMs;
+      for (;;) {
+        const instance = await describe(node);
+        const launched = instance?.LaunchTime ? new Date(instance.LaunchTime).getTime() : Date.now();
+        if (await joined(node)) return { joined: true, launchToJoinedMs: Date.now() - launched };
+        if (Date.now() - launched > maxStartMs) {
+          await ec2.send(new TerminateInstancesCommand({ InstanceIds: [node.instanceId] }));
+          return { joined: false, brokenAfterMs: Date.now() - launched };
+        }
+        await sleep(pollIntervalMs);
+      }
+    },
+    async attachNode(...nodes) {
+      const withLabels: Array<{ node: OsparcNode; tags: Record<string, string> }> = [];
+      for (const node of nodes) {
+        const tags = await instanceTags(node);
+        const read = readLabelsTag(tags, Osparc.labelsTag);
+        const labels = read.found && read.ok ? stringValues(read.labels) : {};
+        const current = (await inspectNode(node)).labels;
+        await tagNode(node, { ...current, [Osparc.instanceType]: "t3.medium", ...labels, ...readiness(false) }, false);
+        node.labels = labels;
+        if (Object.keys(labels).length > 0) withLabels.push({ node, tags });
+      }
+      const keys = withLabels[0] ? labelsTagKeys(withLabels[0].tags) : [];
+      if (keys.length > 0)
+        await removeTags(
+          withLabels.map((each) => each.node),
+          keys,
+        );
+    },
+    async activate(node, labels) {
+      if (labels) node.labels = { ...labels };
+      const current = (await inspectNode(node)).labels;
+      await tagNode(node, { ...current, ...node.labels, ...readiness(true) }, true);
+    },
+    async drain(node) {
+      const current = (await inspectNode(node)).labels;
+      const kept = Object.fromEntries(Object.entries(current).filter(([key]) => !PLACEMENT_KEYS.includes(key)));
+      await tagNode(node, { ...kept, ...readiness(false) }, false);
+      node.labels = {};
+    },
+    async closeService(node, volumes) {
+      if (volumes.length > 0) await docker(node).docker(["volume", "rm", "--force", ...volumes]);
+    },
+    async prepareWarmBuffer(node) {
+      await setTags([node], { [Osparc.pullingTag]: "true", [Osparc.pullCommandTag]: "lab-ssm-command" });
+      await pullAll(node);
+      await setTags([node], labelsTagAsOsparcWrites(Osparc.prePulledImagesTag, options.prePullImages ?? []));
+      await removeTags([node], [Osparc.pullingTag, Osparc.pullCommandTag]);
+      await ec2.send(new StopInstancesCommand({ InstanceIds: [node.instanceId] }));
+      await reach(node, "stopped");
+    },
+    async pullIntoHotBuffer(node) {
+      await setTags([node], {
+        [Osparc.pullingTag]: "true",
+        [Osparc.pullCommandTag]: "lab-ssm-command",
+        ...labelsTagAsOsparcWrites(Osparc.prePulledImagesTag, options.prePullImages ?? []),
+      });
+      await pullAll(node);
+      await removeTags([node], [Osparc.pullingTag, Osparc.pullCommandTag]);
+    },
+    async terminate(node) {
+      await ec2.send(new TerminateInstancesCommand({ InstanceIds: [node.instanceId] }));
+      await reach(node, "terminated");
+    },
+    async stop(node) {
+      await ec2.send(new StopInstancesCommand({ InstanceIds: [node.instanceId] }));
+      await reach(node, "stopped");
+    },
+    async start(node) {
+      await ec2.send(new StartInstancesCommand({ InstanceIds: [node.instanceId] }));
+      await reach(node, "running");
+    },
+    async activateWarmBuffer(node, labels, activation = {}) {
+      // `get_activated_warm_buffer_ec2_tags` | `dump_task_required_node_labels_as_tags` (only when
+      // the task has labels) | `dump_product_name_as_tag`: one CreateTags.
+      const activationTags = {
+        [Osparc.warmBufferTag]: "false",
+        ...(Object.keys(labels).length > 0 ? labelsTagAsOsparcWrites(Osparc.labelsTag, labels) : {}),
+        ...(activation.productName ? { [Osparc.productNameTag]: activation.productName } : {}),
+      };
+      const tag = () => setTags([node], activationTags);
+      node.userData = "join";
+      const tagsFirst = activation.order === "tags-first";
+      if (tagsFirst) await tag();
+      await ec2.send(new StartInstancesCommand({ InstanceIds: [node.instanceId] }));
+      await reach(node, "running");
+      const bootOptions = activation.overrides ? { overrides: activation.overrides } : {};
+      node.labels = { ...labels };
+      if (tagsFirst) return boot(node, bootOptions);
+      if (!activation.bootBeforeTags && activation.order !== "osparc") {
+        await tag();
+        return boot(node, bootOptions);
+      }
+      // The boot reads its tags before the CreateTags lands: tagged once it says it waits (or
+      // that it will not), as a boot faster than EC2's answer would see it.
+      const log = createMemoryLogger("debug");
+      const booting = boot(node, { ...bootOptions, log });
+      const deadline = Date.now() + transitionMs;
+      while (!log.lines.some((line) => /boot\.labels-tag: no labels tag yet/.test(line)) && Date.now() < deadline) {
+        if (log.lines.some((line) => /boot\.identity/.test(line))) break;
+        await sleep(20);
+      }
+      await tag();
+      return booting;
+    },
+    nodeLabels: async (node) => (await inspectNode(node)).labels,
+    availability: async (node) => (await inspectNode(node)).availability,
+    instanceState,
+    instanceTags,
+    async close() {
+      if (swarmStarting) await (await swarmStarting).stop();
+    },
+  };
+}
+
+/** `list_task_required_node_labels_tag_keys`: the labels tag's keys in these tags, whole or chunked. */
+function labelsTagKeys(tags: Readonly<Record<string, string>>): string[] {
+  return Object.keys(tags).filter(
+    (key) => key === Osparc.labelsTag || new RegExp(`^${escape(Osparc.labelsTag)}_\\d+$`).test(key),
+  );
+}
+
+function stringValues(labels: Readonly<Record<string, unknown>>): Record<string, string> {
+  return Object.fromEntries(Object.entries(labels).map(([key, value]) => [key, String(value)]));
+}
+
+function escape(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

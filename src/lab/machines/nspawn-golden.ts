@@ -1,0 +1,125 @@
+/**
+ * The golden snapshot built by an engine machine's docker (nspawn-docker.ts) with a chosen image
+ * store: what the pool Packer template does on an AMI with that engine. As golden.ts, with the
+ * builder's dockerd inside the machine: the volume formatted by the agent's rule, mounted in the
+ * machine, docker's data-root (and, for the containerd store, containerd's root) on it, the image
+ * set imported, machine-local state dropped, snapshotted and tagged with the store and engine
+ * version the machine's docker reported.
+ */
+import { mkdtemp, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { AttachVolumeCommand, CreateVolumeCommand, waitUntilVolumeAvailable } from "@aws-sdk/client-ec2";
+import { CONTAINERD_MACHINE_LOCAL_STATE, CONTAINERD_ROOT_SUBDIR } from "../../docker/containerd-store.ts";
+import type { ImageStore } from "../../docker/engine.ts";
+import { AgentError } from "../../errors.ts";
+import { run } from "../../exec.ts";
+import { DATA_ROOT_SUBDIR, FS_LABEL, MACHINE_LOCAL_STATE } from "../../layout.ts";
+import {
+  builderVolumeInput,
+  snapshotBuilderVolume,
+  waitForAttached,
+  type GoldenOptions,
+  type GoldenSnapshot,
+} from "../volumes/golden.ts";
+import { buildImage } from "../docker/images.ts";
+import type { Lab } from "../lab.ts";
+import {
+  dockerOnlyMachine,
+  dockerOnVolume,
+  inMachine,
+  machineDockerClient,
+  machineEngineVersion,
+} from "./nspawn-docker.ts";
+import type { Machine } from "./nspawn.ts";
+import { CACHE_BASE } from "./nspawn-rootfs.ts";
+
+/** Where the builder machine mounts the volume. */
+const BUILDER_MOUNT = "/mnt/golden";
+const WAIT = { minDelay: 1, maxDelay: 2, maxWaitTime: 120 };
+
+/** What to build, and with which engine machine. */
+export interface EngineGoldenOptions extends GoldenOptions {
+  /** The engine's cached root file system (nspawn-rootfs.ts cachedRootfs). */
+  rootfs: string;
+  /** The agent bundle the machine gets (its units are held back in the builder). */
+  bundle: string;
+  store: ImageStore;
+}
+
+/** Builds the golden snapshot with the engine machine's docker on `store`. */
+export async function buildEngineGoldenSnapshot(lab: Lab, options: EngineGoldenOptions): Promise<GoldenSnapshot> {
+  const { log } = options;
+  const ec2 = lab.ec2Client();
+  const sizeGiB = options.sizeGiB ?? 2;
+  const builder = await lab.addHost({ availabilityZone: options.availabilityZone, tags: { Name: "golden-builder" } });
+  const created = await ec2.send(
+    new CreateVolumeCommand(builderVolumeInput(builder.instance.availabilityZone, sizeGiB, options.volume)),
+  );
+  const volumeId = created.VolumeId!;
+  await waitUntilVolumeAvailable({ client: ec2, ...WAIT }, { VolumeIds: [volumeId] });
+  await ec2.send(
+    new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: builder.instance.instanceId, Device: "/dev/sdf" }),
+  );
+  await waitForAttached(ec2, volumeId);
+  const device = await lab.backend.deviceReady(volumeId);
+  await run("mkfs.xfs", ["-q", "-L", FS_LABEL, "-m", "crc=1", "-n", "ftype=1", device], { log });
+
+  let machine: Machine | undefined;
+  const work = await mkdtemp(join(CACHE_BASE, "golden-"));
+  let built: GoldenSnapshot["built"];
+  try {
+    const m = await dockerOnlyMachine({
+      rootfs: options.rootfs,
+      bundle: options.bundle,
+      store: options.store,
+      onBooted: (booted) => (machine = booted),
+    });
+    await inMachine(m, ["mkdir", "-p", BUILDER_MOUNT]);
+    await inMachine(m, ["mount", "-o", "noatime", device, BUILDER_MOUNT]);
+    const engine = await dockerOnVolume(m, BUILDER_MOUNT, options.store);
+    const info = await engine.info();
+    if (info.imageStore !== options.store) {
+      throw new AgentError(
+        `the builder's docker ${info.serverVersion} uses the ${info.imageStore} image store, not ${options.store}`,
+        "the containerd image store needs docker 24 or later (features.containerd-snapshotter)",
+      );
+    }
+    built = { store: info.imageStore, engineVersion: await machineEngineVersion(m) };
+    for (const image of options.images) {
+      await buildImage(machineDockerClient(m), {
+        tag: image.tag,
+        workDir: work,
+        payloadBytes: image.payloadBytes ?? 0,
+        log,
+      });
+    }
+    await inMachine(m, [
+      "systemctl",
+      "stop",
+      "docker.service",
+      "docker.socket",
+      ...(options.store === "containerd" ? ["containerd.service"] : []),
+    ]);
+    // What a host must not inherit from the builder (swarm identity, containerd's task state).
+    for (const local of MACHINE_LOCAL_STATE)
+      await inMachine(m, ["rm", "-rf", join(BUILDER_MOUNT, DATA_ROOT_SUBDIR, local)]);
+    if (options.store === "containerd") {
+      for (const local of CONTAINERD_MACHINE_LOCAL_STATE)
+        await inMachine(m, ["rm", "-rf", join(BUILDER_MOUNT, CONTAINERD_ROOT_SUBDIR, local)]);
+    }
+    await inMachine(m, ["umount", BUILDER_MOUNT]);
+    await m.poweroff(120_000);
+  } finally {
+    await (machine as Machine | undefined)?.destroy();
+    await rm(work, { recursive: true, force: true });
+  }
+
+  return snapshotBuilderVolume(lab, volumeId, options, {
+    sizeGiB,
+    built,
+    builtAt: (options.builtAt ?? new Date()).toISOString(),
+    description:
+      `ebs-cache golden snapshot: pool ${options.pool}, image set ${options.imageSet}, docker ` +
+      `${built.engineVersion} (${built.store})`,
+  });
+}

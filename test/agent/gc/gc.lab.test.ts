@@ -1,0 +1,249 @@
+/**
+ * gc and pool on the lab, as CLI processes against the EC2 emulator: volumes of every kind;
+ * only the expired managed ones go, a dry run deletes nothing, the cap holds, a never-released
+ * volume is tagged to expire, snapshots and foreign volumes are never touched, and a volume that
+ * changed between gc's judgement and its deletion is spared.
+ */
+import t from "tap";
+import {
+  AttachVolumeCommand,
+  CreateSnapshotCommand,
+  CreateTagsCommand,
+  CreateVolumeCommand,
+  DescribeSnapshotsCommand,
+  DescribeVolumesCommand,
+  type EC2Client,
+} from "@aws-sdk/client-ec2";
+import { runGc } from "../../../src/agent/gc/run.ts";
+import { createCloudVolumes } from "../../../src/aws/ec2.ts";
+import { run } from "../../../src/exec.ts";
+import { writeLabConfig } from "../../../src/lab/machines/agent.ts";
+import { startLab } from "../../../src/lab/lab.ts";
+import { createMemoryLogger } from "../../../src/log.ts";
+import { VolumeTag } from "../../../src/tags.ts";
+import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab-prereq.ts";
+
+await assertLabPrerequisites();
+
+const log = createMemoryLogger();
+const lab = await startLab({ name: "test-gc", log });
+const ec2 = lab.ec2Client();
+const host = await lab.addHost();
+const config = await writeLabConfig(lab, host);
+
+const hour = 3600_000;
+const iso = (offsetMs: number) => new Date(Date.now() + offsetMs).toISOString();
+const managed = { [VolumeTag.managed]: "true", [VolumeTag.kind]: "pool", [VolumeTag.pool]: "gc" };
+
+async function volume(tags: Record<string, string>): Promise<string> {
+  const created = await ec2.send(
+    new CreateVolumeCommand({
+      AvailabilityZone: `${lab.region}a`,
+      Size: 1,
+      TagSpecifications: [
+        { ResourceType: "volume", Tags: Object.entries(tags).map(([Key, Value]) => ({ Key, Value })) },
+      ],
+    }),
+  );
+  return created.VolumeId!;
+}
+
+async function states(client: EC2Client): Promise<Map<string, { state: string; tags: Record<string, string> }>> {
+  const out = await client.send(new DescribeVolumesCommand({}));
+  return new Map(
+    (out.Volumes ?? []).map((v) => [
+      v.VolumeId!,
+      { state: v.State!, tags: Object.fromEntries((v.Tags ?? []).map((x) => [x.Key!, x.Value!])) },
+    ]),
+  );
+}
+
+async function cli(args: string[]) {
+  const result = await run(process.execPath, ["--import", "tsx", "src/cli.ts", ...args, "--config", config], {
+    check: false,
+  });
+  return {
+    ...result,
+    json: args.includes("--json")
+      ? (JSON.parse(result.stdout) as { decisions: Array<{ volumeId: string; verdict: string; done?: string }> })
+      : undefined,
+  };
+}
+
+const v = {
+  expiredOld: await volume({ ...managed, [VolumeTag.expiresAt]: iso(-3 * hour) }),
+  expiredNew: await volume({ ...managed, [VolumeTag.expiresAt]: iso(-1 * hour) }),
+  kept: await volume({ ...managed, [VolumeTag.expiresAt]: iso(-5 * hour), [VolumeTag.keep]: "true" }),
+  attached: await volume({ ...managed, [VolumeTag.expiresAt]: iso(-5 * hour) }),
+  foreign: await volume({ Name: "someone-elses", [VolumeTag.expiresAt]: iso(-5 * hour) }),
+  malformed: await volume({ ...managed, [VolumeTag.expiresAt]: "soon" }),
+  notYet: await volume({ ...managed, [VolumeTag.expiresAt]: iso(5 * hour) }),
+  neverReleased: await volume({ ...managed, [VolumeTag.claimedBy]: "i-0deadbeef0000000" }),
+  fresh: await volume(managed),
+};
+if (!(await pollUntil(async () => [...(await states(ec2)).values()].every((s) => s.state === "available")))) {
+  throw new Error("the volumes never became available");
+}
+await ec2.send(
+  new AttachVolumeCommand({ VolumeId: v.attached, InstanceId: host.instance.instanceId, Device: "/dev/sdf" }),
+);
+const snapshot = (
+  await ec2.send(
+    new CreateSnapshotCommand({
+      VolumeId: v.expiredOld,
+      TagSpecifications: [{ ResourceType: "snapshot", Tags: [{ Key: VolumeTag.managed, Value: "true" }] }],
+    }),
+  )
+).SnapshotId!;
+
+// Subtests run after this file's top level: the lab closes after the last of them.
+t.teardown(() => lab.close());
+
+t.test("gc --dry-run judges every volume and deletes nothing", async (t) => {
+  const before = await states(ec2);
+  const dry = await cli(["gc", "--dry-run", "--json"]);
+  t.equal(dry.exitCode, 0, dry.stderr);
+  const verdicts = Object.fromEntries(dry.json!.decisions.map((d) => [d.volumeId, d.verdict]));
+  t.equal(verdicts[v.expiredOld], "delete");
+  t.equal(verdicts[v.expiredNew], "delete");
+  t.equal(verdicts[v.kept], "kept");
+  t.equal(verdicts[v.attached], "in-use");
+  t.equal(verdicts[v.malformed], "malformed");
+  t.equal(verdicts[v.notYet], "not-expired");
+  t.equal(verdicts[v.neverReleased], "tag-expiry");
+  t.equal(verdicts[v.fresh], "never-claimed");
+  t.notOk(v.foreign in verdicts, "a foreign volume is not even looked at");
+  t.ok(
+    dry.json!.decisions.every((d) => d.done === undefined),
+    "nothing done",
+  );
+  t.same(await states(ec2), before, "no volume or tag changed");
+  t.match(dry.stderr, /malformed/, "the malformed volume is reported");
+});
+
+t.test("gc deletes only the expired managed volumes, within the cap", async (t) => {
+  const first = await cli(["gc", "--max-deletes", "1", "--json"]);
+  t.equal(first.exitCode, 0, first.stderr);
+  t.same(
+    first.json!.decisions.filter((d) => d.done === "deleted").map((d) => d.volumeId),
+    [v.expiredOld],
+    "the oldest expiry goes first",
+  );
+  t.equal(first.json!.decisions.find((d) => d.volumeId === v.expiredNew)?.verdict, "over-cap");
+  const second = await cli(["gc", "--json"]);
+  t.same(
+    second.json!.decisions.filter((d) => d.done === "deleted").map((d) => d.volumeId),
+    [v.expiredNew],
+    "the next run takes the rest",
+  );
+
+  const after = await states(ec2);
+  t.notOk(after.has(v.expiredOld) && after.get(v.expiredOld)!.state !== "deleting", "expired volume deleted");
+  for (const id of [v.kept, v.attached, v.foreign, v.malformed, v.notYet, v.neverReleased, v.fresh])
+    t.ok(after.has(id), `${id} is still there`);
+  t.match(
+    after.get(v.neverReleased)!.tags[VolumeTag.expiresAt] ?? "",
+    /^\d{4}-/,
+    "the never-released volume now expires",
+  );
+  const snaps = await ec2.send(new DescribeSnapshotsCommand({ SnapshotIds: [snapshot] }));
+  t.equal(snaps.Snapshots?.length, 1, "snapshots are never touched");
+  const third = await cli(["gc", "--json"]);
+  t.equal(
+    third.json!.decisions.filter((d) => d.done === "deleted").length,
+    0,
+    "a third run has nothing left to delete",
+  );
+});
+
+t.test("pool shows the managed volumes as a table and as JSON", async (t) => {
+  const table = await cli(["pool"]);
+  t.equal(table.exitCode, 0, table.stderr);
+  t.match(table.stdout, /^VOLUME\s+KIND\s+POOL\s+ZONE\s+STATE/m);
+  t.match(table.stdout, new RegExp(`${v.attached}.*in-use.*${host.instance.instanceId}`));
+  t.match(table.stdout, new RegExp(`${v.kept}.*never`));
+  t.notMatch(table.stdout, new RegExp(v.foreign), "foreign volumes are not listed");
+  const json = await run(process.execPath, ["--import", "tsx", "src/cli.ts", "pool", "--json", "--config", config]);
+  const rows = (
+    JSON.parse(json.stdout) as {
+      volumes: Array<{ volumeId: string; claimedBy: string | null; expires: string | null }>;
+    }
+  ).volumes;
+  t.equal(rows.find((r) => r.volumeId === v.attached)?.claimedBy, host.instance.instanceId);
+  const bad = await cli(["pool", "--pool", "a;b"]);
+  t.equal(bad.exitCode, 2, "a bad pool name is a usage error: exit 2");
+  t.match(bad.stderr, /^Usage: ebs-cache-agent pool /m, "with the usage line");
+});
+
+t.test(
+  "gc looks again right before each deletion: a volume kept, claimed, attached or given a new expiry since it " +
+    "was judged is spared",
+  async (t) => {
+    const expired = {
+      ...managed,
+      [VolumeTag.kind]: "workspace",
+      [VolumeTag.releasedAt]: iso(-30 * hour),
+      [VolumeTag.expiresAt]: iso(-6 * hour),
+    };
+    const late = {
+      kept: await volume(expired),
+      claimed: await volume(expired),
+      attached: await volume(expired),
+      reReleased: await volume(expired),
+      untouched: await volume(expired),
+    };
+    if (
+      !(await pollUntil(async () => {
+        const now = await states(ec2);
+        return Object.values(late).every((id) => now.get(id)?.state === "available");
+      }))
+    )
+      throw new Error("the volumes never became available");
+    const tag = (id: string, tags: Record<string, string>) =>
+      ec2.send(
+        new CreateTagsCommand({ Resources: [id], Tags: Object.entries(tags).map(([Key, Value]) => ({ Key, Value })) }),
+      );
+
+    // gc's listing is its first DescribeVolumes; the second is its look at the first volume it deletes.
+    const hold = lab.ec2.requests.addHold({ action: "DescribeVolumes", nth: 2, apply: "before" });
+    const gcLog = createMemoryLogger("debug");
+    const running = runGc(createCloudVolumes({ client: lab.ec2Client(), pollMs: 50 }), {
+      dryRun: false,
+      maxDeletes: 20,
+      ttlHours: 24,
+      retire: { graceHours: null, quarantineHours: 6 },
+      log: gcLog,
+    });
+    t.ok(await lab.ec2.requests.waitForHold(hold.id, 60_000), "gc judged and is about to delete");
+    // Meanwhile, on the fleet: what would keep each volume.
+    await tag(late.kept, { [VolumeTag.keep]: "true" });
+    await tag(late.claimed, { [VolumeTag.claimedBy]: "i-0123456789abcdef0", [VolumeTag.claimedAt]: iso(0) });
+    await ec2.send(
+      new AttachVolumeCommand({ VolumeId: late.attached, InstanceId: host.instance.instanceId, Device: "/dev/sdg" }),
+    );
+    await tag(late.reReleased, { [VolumeTag.releasedAt]: iso(0), [VolumeTag.expiresAt]: iso(24 * hour) });
+    lab.ec2.requests.releaseHold(hold.id);
+    const outcome = await running;
+
+    const done = Object.fromEntries(
+      Object.entries(late).map(([name, id]) => [name, outcome.decisions.find((d) => d.volumeId === id)?.done]),
+    );
+    t.same(
+      done,
+      { kept: "spared", claimed: "spared", attached: "spared", reReleased: "spared", untouched: "deleted" },
+      "each changed volume spared, the unchanged one deleted",
+      { decisions: outcome.decisions },
+    );
+    t.equal(outcome.spared, 4, "the run counts them");
+    t.equal(outcome.failed, 0, "none was a failed DeleteVolume: gc did not try");
+    t.equal(
+      gcLog.lines.filter((line) => /^<5>gc\.spared: left alone: /.test(line)).length,
+      4,
+      "one notice each, saying why",
+    );
+    const after = await states(ec2);
+    for (const name of ["kept", "claimed", "attached", "reReleased"] as const)
+      t.equal(after.get(late[name])?.state === "deleting" || !after.has(late[name]), false, `${name}: still there`);
+    t.ok(!after.has(late.untouched) || after.get(late.untouched)?.state === "deleting", "the unchanged one is gone");
+  },
+);

@@ -1,0 +1,194 @@
+/**
+ * The pre-warm in the boot, on the lab's cold pool volumes: with `files` in the background the
+ * node is labelled `warming` (docker serving from the volume) and then `ready` + `prewarm=warm`,
+ * docker never restarted; the volume is tagged initialized at the end and a later boot skips it;
+ * with the default `check` a cold volume is `ready` + `prewarm=cold`; `status` and `prewarm` as
+ * processes. Verdict thresholds come from the emulated delay, never from the machine's speed.
+ */
+import t from "tap";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { execa } from "execa";
+import { readPrewarmState } from "../../../src/agent/prewarm/state.ts";
+import { bootLabHost, prewarmLabHost, writeLabConfig } from "../../../src/lab/machines/agent.ts";
+import type { LabHost } from "../../../src/lab/lab.ts";
+import { createMemoryLogger } from "../../../src/log.ts";
+import { VolumeTag } from "../../../src/tags.ts";
+import { GOLDEN_IMAGES, labelRecord, LABEL_PREFIX, POOL, startBootLab } from "../../fixtures/boot-lab.ts";
+import { assertLabPrerequisites, childEnv } from "../../fixtures/lab-prereq.ts";
+import { COLD, COLD_IOPS_CEILING } from "../../fixtures/prewarm-lab.ts";
+
+await assertLabPrerequisites();
+
+const REPO = fileURLToPath(new URL("..", import.meta.url));
+const MAIN = join(REPO, "src/cli.ts");
+const bl = await startBootLab({ name: "test-prewarm-boot", poolSize: 3, coldSnapshots: COLD });
+t.teardown(() => bl.close());
+
+const prewarm = (strategy: string, over: Record<string, unknown> = {}) => ({
+  strategy,
+  check: { seconds: 3, reads: 300 },
+  thresholds: { minIops: COLD_IOPS_CEILING, maxMedianLatencyMs: null },
+  initialize: { progressSeconds: 1 },
+  ...over,
+});
+const stateDir = (host: LabHost) => join(host.paths.hostRoot, "var/lib/ebs-cache-agent");
+
+async function engineLabels(host: LabHost): Promise<Record<string, string>> {
+  const { stdout } = await host.dockerd!.docker(["info", "--format", "{{json .Labels}}"]);
+  const all = labelRecord((JSON.parse(stdout) as string[] | null) ?? []);
+  return Object.fromEntries(Object.entries(all).filter(([key]) => key.startsWith(`${LABEL_PREFIX}.`)));
+}
+
+t.test(
+  "files in the background: warming (docker serving), then ready + warm; tagged at the end; skipped next time",
+  async (t) => {
+    const host = await bl.addHost();
+    const overrides = { pool: POOL, labels: { mode: "engine" }, prewarm: prewarm("files") };
+    const log = createMemoryLogger("debug");
+    let background: Promise<unknown> | undefined;
+    let handedOverAt = 0;
+    const booted = await bootLabHost(bl.lab, host, {
+      overrides,
+      log,
+      // What `ebs-cache-agent prewarm --background` does on a host, in this process.
+      startPrewarm: async () => {
+        handedOverAt = Date.now();
+        background = prewarmLabHost(bl.lab, host, { overrides, log });
+      },
+    });
+    t.equal(
+      booted.result?.outcome,
+      "warming",
+      "boot done: warming",
+      booted.result?.outcome === "warming" ? {} : { log: log.lines.join("\n") },
+    );
+    t.ok(background, "the initialization was handed to the background run");
+    const volumeId = booted.result!.volumeId!;
+    t.match(booted.result?.prewarm, { action: "initialize", verdict: "cold", phase: "pending" });
+    t.ok(
+      booted.plan.steps.some((s) => s.step === "prewarm"),
+      "a prewarm step in the plan",
+    );
+
+    const warming = await engineLabels(host);
+    t.equal(warming[`${LABEL_PREFIX}.volume-id`], volumeId);
+    const pid = host.dockerd!.pid;
+    // docker serves from the volume while it warms.
+    const ran = await host.dockerd!.docker([
+      "run",
+      "--rm",
+      "--network",
+      "none",
+      GOLDEN_IMAGES[0]!.tag,
+      "/bin/busybox",
+      "true",
+    ]);
+    t.equal(ran.exitCode, 0, "a container runs while the volume warms");
+    const seen = new Set<string>();
+    const watch = (async () => {
+      while (background) {
+        const labels = await engineLabels(host).catch(() => ({}) as Record<string, string>);
+        seen.add(`${labels[`${LABEL_PREFIX}.state`]}:${labels[`${LABEL_PREFIX}.prewarm-progress`] ?? "-"}`);
+        if (labels[`${LABEL_PREFIX}.state`] === "ready") return;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    })();
+    await background;
+    await watch;
+    const ready = await engineLabels(host);
+    t.same(
+      ready,
+      {
+        [`${LABEL_PREFIX}.state`]: "ready",
+        [`${LABEL_PREFIX}.prewarm`]: "warm",
+        [`${LABEL_PREFIX}.volume-id`]: volumeId,
+        [`${LABEL_PREFIX}.pool`]: POOL,
+        [`${LABEL_PREFIX}.kind`]: "pool",
+      },
+      "ready + warm, progress gone",
+    );
+    t.ok(
+      [...seen].some((s) => s.startsWith("warming:")),
+      `warming was published (${[...seen].join(" ")})`,
+    );
+    t.equal(host.dockerd!.pid, pid, "docker was never restarted");
+    const taggedAt = Date.parse((await bl.tags(volumeId))[VolumeTag.initialized] ?? "");
+    t.ok(taggedAt >= handedOverAt - 1000, "tagged initialized, by the background run (not at boot)");
+    const state = (await readPrewarmState(stateDir(host)))!;
+    t.match(state, { phase: "done", verdict: "warm", progress: { percent: 100 } });
+    // A pool volume made from the snapshot minutes ago is cold by what EBS says: no sample before the reads.
+    t.equal(state.before, undefined, "no sample before the initialization of a known-cold volume");
+    t.ok(state.after!.iops > 0, "a sample after it");
+
+    // status, as a process.
+    const config = await writeLabConfig(bl.lab, host, overrides);
+    const status = await execa(process.execPath, ["--import", "tsx", MAIN, "status", "--config", config], {
+      cwd: REPO,
+      env: childEnv(),
+      extendEnv: false,
+      reject: false,
+    });
+    t.equal(status.exitCode, 0, status.stderr);
+    t.match(status.stdout, new RegExp(`volume: +${volumeId}`));
+    t.match(status.stdout, /phase: +done/);
+    t.match(status.stdout, /progress: 100\.0 %/);
+
+    // A reboot: the volume is tagged, nothing is read again.
+    const again = await bootLabHost(bl.lab, host, { overrides, log: createMemoryLogger("debug") });
+    t.equal(again.result?.outcome, "ready");
+    t.match(again.result?.prewarm, { action: "skip", verdict: "warm" });
+  },
+);
+
+t.test("check (the default): a cold volume is ready + prewarm=cold as EBS reports it, nothing read", async (t) => {
+  const host = await bl.addHost();
+  const overrides = { pool: POOL, labels: { mode: "engine" }, prewarm: prewarm("check") };
+  const booted = await bootLabHost(bl.lab, host, { overrides, log: createMemoryLogger("debug") });
+  t.equal(booted.result?.outcome, "ready");
+  t.match(
+    booted.result?.prewarm,
+    { action: "skip", verdict: "cold" },
+    "EBS's lazy initialization under 100 %: no sample",
+  );
+  const labels = await engineLabels(host);
+  t.equal(labels[`${LABEL_PREFIX}.state`], "ready");
+  t.equal(labels[`${LABEL_PREFIX}.prewarm`], "cold");
+  const volumeId = booted.result!.volumeId!;
+  t.notOk((await bl.tags(volumeId))[VolumeTag.initialized]);
+
+  // `ebs-cache-agent prewarm --strategy files` by hand, as a process: initializes it.
+  const config = await writeLabConfig(bl.lab, host, overrides);
+  const run = await execa(
+    process.execPath,
+    ["--import", "tsx", MAIN, "prewarm", "--config", config, "--strategy", "files", "--json"],
+    { cwd: REPO, env: childEnv(), extendEnv: false, reject: false },
+  );
+  t.equal(run.exitCode, 0, run.stderr);
+  t.match(JSON.parse(run.stdout), { volumeId, outcome: { verdict: "warm", phase: "done" } });
+  // The process's docker.service is systemd's, absent in the lab: the labels are in daemon.json.
+  const daemonJson = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as { labels?: string[] };
+  t.ok(daemonJson.labels?.includes(`${LABEL_PREFIX}.prewarm=warm`), "labels updated by the command");
+  t.ok((await bl.tags(volumeId))[VolumeTag.initialized]);
+});
+
+t.test("fio missing at boot: the node is still ready, prewarm=cold as EBS said, one clear error", async (t) => {
+  const host = await bl.addHost();
+  // An inline initialization: the reads need fio (a known-cold volume is not sampled).
+  const overrides = { pool: POOL, labels: { mode: "engine" }, prewarm: prewarm("files", { background: false }) };
+  const log = createMemoryLogger("debug");
+  const booted = await bootLabHost(bl.lab, host, { overrides, log, fio: "/nonexistent/fio" });
+  t.equal(
+    booted.result?.outcome,
+    "ready",
+    "not blocked",
+    booted.result?.outcome === "ready" ? {} : { log: log.lines.join("\n") },
+  );
+  t.match(booted.result?.prewarm, { verdict: "cold", phase: "failed" });
+  t.equal((await engineLabels(host))[`${LABEL_PREFIX}.prewarm`], "cold");
+  t.ok(
+    log.lines.some((l) => /^<3>prewarm\.failed: .*remediation=/.test(l)),
+    "an error line with the remedy",
+  );
+});

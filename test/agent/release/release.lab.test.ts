@@ -1,0 +1,337 @@
+/**
+ * `release` on the lab: idempotent (a second release does nothing and changes nothing); a release
+ * killed between DetachVolume and the tags is finished by the next one; a busy mount refuses the
+ * release (nothing detached, never forced) until the process holding it ends; docker still
+ * running on the volume is stopped, or the release refused with release.stopDocker=false; a
+ * disabled instance attaches nothing at boot and releases nothing.
+ */
+import t, { type Test } from "tap";
+import { spawn } from "node:child_process";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { ReleasePlan } from "../../../src/agent/release/plan.ts";
+import { DATA_ROOT_SUBDIR } from "../../../src/layout.ts";
+import type { LabHost } from "../../../src/lab/lab.ts";
+import { initSwarm } from "../../../src/lab/docker/images.ts";
+import { VolumeTag } from "../../../src/tags.ts";
+import {
+  findmnt,
+  labelRecord,
+  LABEL_PREFIX,
+  mountsUnder,
+  POOL,
+  startBootLab,
+  closeLabLeavingNothing,
+} from "../../fixtures/boot-lab.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
+import { mutatingCalls, releaseCli, releaseHost, startReleaseCli, volumeEnd } from "../../fixtures/lifecycle-lab.ts";
+import { assertOutcome, ISO_TIME } from "../../fixtures/lifecycle-lab.ts";
+
+await assertLabPrerequisites();
+
+const bl = await startBootLab({ name: "test-lifecycle-release", poolSize: 4 });
+t.teardown(() => bl.close());
+const overrides = { pool: POOL };
+
+/** Boots a fresh host on a pool volume; returns it with the volume and its mount point. */
+async function bootedHost(
+  t: Test,
+  tags: Record<string, string> = {},
+): Promise<{ host: LabHost; volumeId: string; mountPoint: string }> {
+  const host = await bl.addHost({ tags });
+  const booted = await bl.boot(host, { overrides });
+  assertOutcome(t, booted, "ready", "boot: ready");
+  return { host, volumeId: booted.result!.volumeId!, mountPoint: booted.result!.mountPoint! };
+}
+
+/** The node's own labels under the agent's prefix (docker must be a swarm manager). */
+async function nodeLabels(host: LabHost): Promise<Record<string, string>> {
+  const { stdout } = await host.dockerd!.docker(["node", "inspect", "self", "--format", "{{json .Spec.Labels}}"]);
+  const labels = (JSON.parse(stdout) as Record<string, string> | null) ?? {};
+  return Object.fromEntries(
+    Object.entries(labels)
+      .filter(([key]) => key.startsWith(`${LABEL_PREFIX}.`))
+      .map(([key, value]) => [key.slice(LABEL_PREFIX.length + 1), value]),
+  );
+}
+
+/** Everything on the host a release could change. */
+async function hostState(host: LabHost) {
+  return {
+    daemonJson: await readFile(host.paths.daemonJson, "utf8"),
+    mounts: await mountsUnder(host.paths.mountRoot),
+    devices: bl.lab.backend
+      .attachments()
+      .filter((a) => a.instanceId === host.instance.instanceId)
+      .map((a) => a.volumeId),
+    dockerPid: host.dockerd?.pid,
+  };
+}
+
+/** The volume is released: available, unattached, never forced, released-at / expires-at, no claim. */
+function assertReleasedTags(t: Test, end: Awaited<ReturnType<typeof volumeEnd>>): void {
+  t.equal(end.state, "available", "available");
+  t.same(end.attachments, [], "no attachment");
+  t.equal(end.forceDetachCount, 0, "never force-detached");
+  t.match(end.tags[VolumeTag.releasedAt], ISO_TIME, "released-at");
+  t.equal(
+    Date.parse(end.tags[VolumeTag.expiresAt] ?? ""),
+    Date.parse(end.tags[VolumeTag.releasedAt] ?? "") + 24 * 3_600_000,
+    "expires-at = released-at + ttlHours (24)",
+  );
+  t.notOk(end.tags[VolumeTag.claimedBy], "claimed-by removed");
+  t.notOk(end.tags[VolumeTag.claimedAt], "claimed-at removed");
+}
+
+t.test(
+  "release twice: the first releases, the second finds nothing to do and changes nothing (exit 0 both)",
+  async (t) => {
+    const { host, volumeId } = await bootedHost(t);
+    await host.dockerd!.stop(); // systemd stops docker.service before the agent's ExecStop
+    const first = await releaseHost(bl, host);
+    assertOutcome(t, first, "released", "first release: released");
+    t.equal(first.exitCode, 0, "exit code 0");
+    t.equal(first.plan.decision, "release");
+    t.same(
+      first.plan.steps.map((s) => s.step),
+      ["withdraw-labels", "reset-data-root", "sync", "unmount", "detach", "wait-detached", "tag-released"],
+      "the shutdown plan",
+    );
+    const end = await volumeEnd(bl, volumeId);
+    assertReleasedTags(t, end);
+    const host1 = await hostState(host);
+    t.same(host1.mounts, [], "unmounted");
+    t.same(host1.devices, [], "the device is gone from the host");
+    const daemon = JSON.parse(host1.daemonJson) as Record<string, unknown>;
+    t.equal(daemon["data-root"], host.paths.defaultDataRoot, "daemon.json data-root reset to the host's default");
+    t.same(
+      daemon.labels,
+      [],
+      "the agent's engine labels (state=ready) withdrawn: a docker started later does not claim ready",
+    );
+
+    const calls = bl.calls.length;
+    const second = await releaseHost(bl, host);
+    t.equal(second.exitCode, 0, "second release: exit code 0");
+    assertOutcome(t, second, "nothing", "second release: nothing to do");
+    t.same(second.plan.steps, [], "no step planned");
+    t.same(mutatingCalls(bl, calls), [], "no EC2 call that changes anything");
+    t.same(await volumeEnd(bl, volumeId), end, "the volume's end state is the same (tags included)");
+    t.same(await hostState(host), host1, "the host's end state is the same");
+
+    // And docker started later on this host comes up on its default root, without the ready label.
+    const dockerd = await host.startDocker();
+    const info = await dockerd.info();
+    t.equal(
+      info.DockerRootDir,
+      host.paths.defaultDataRoot,
+      "a docker started after the release runs on its default root",
+    );
+    t.notOk(labelRecord(info.Labels)[`${LABEL_PREFIX}.state`], "and shows no readiness label");
+    await dockerd.stop();
+  },
+);
+
+t.test(
+  "a release killed between detach and tagging: the volume is left available and claimed; the next release " +
+    "finishes the tags",
+  async (t) => {
+    const { host, volumeId } = await bootedHost(t);
+    const instanceId = host.instance.instanceId;
+    await host.dockerd!.stop();
+    const before = await hostState(host);
+
+    const dry = await releaseCli(bl, host, ["--dry-run"]);
+    t.equal(dry.exitCode, 0, "release --dry-run: exit 0", { stderr: dry.stderr });
+    t.match(dry.stdout, `decision: release: ${volumeId}`);
+    t.match(dry.stdout, "plan (dry run, nothing changed):");
+    t.same(
+      [...dry.stdout.matchAll(/^\s+\d+\. (\S+)/gm)].map((m) => m[1]),
+      ["withdraw-labels", "reset-data-root", "sync", "unmount", "detach", "wait-detached", "tag-released"],
+      "the steps are listed",
+    );
+    t.same(await hostState(host), before, "the dry run changed nothing on the host");
+    t.equal((await volumeEnd(bl, volumeId)).state, "in-use", "nor in EC2");
+
+    // Every CreateTags is refused (throttled, nothing applied) from now on: the CLI detaches, then
+    // retries its tags; it is killed (SIGKILL) as soon as it logged the detach, before any tag.
+    bl.lab.ec2.setFaults({ actions: { CreateTags: { throttleRate: 1 } } });
+    const cli = await startReleaseCli(bl, host, []);
+    const detached = await cli.waitForLine(/^<\d>release\.detached:/);
+    cli.kill("SIGKILL");
+    const killed = await cli.done;
+    bl.lab.ec2.setFaults({});
+    t.ok(detached, "the release process logged the detach", { stderr: cli.lines.join("\n") });
+    t.equal(killed.signal, "SIGKILL", "then it was killed");
+    t.notOk(
+      cli.lines.some((line) => line.includes("release.tagged")),
+      "before tagging",
+    );
+
+    const crashed = await volumeEnd(bl, volumeId);
+    t.equal(crashed.state, "available", "after the crash the volume is available (detached)");
+    t.same(crashed.attachments, []);
+    t.equal(crashed.tags[VolumeTag.claimedBy], instanceId, "still claimed-by this instance");
+    t.notOk(crashed.tags[VolumeTag.releasedAt], "no released-at");
+    t.notOk(crashed.tags[VolumeTag.expiresAt], "no expires-at");
+
+    const json = await releaseCli(bl, host, ["--json"]);
+    t.equal(json.exitCode, 0, "the next release: exit 0", { stderr: json.stderr });
+    const printed = JSON.parse(json.stdout) as { plan: ReleasePlan; result: { outcome: string; released: string[] } };
+    t.equal(printed.plan.decision, "release");
+    t.same(
+      printed.plan.steps.map((s) => s.step),
+      ["tag-released"],
+      "it finds the volume available but claimed: only the tags are left to do",
+    );
+    t.same(printed.result.released, [volumeId]);
+    const end = await volumeEnd(bl, volumeId);
+    assertReleasedTags(t, end);
+    t.same(await mountsUnder(host.paths.mountRoot), [], "nothing mounted");
+
+    const again = await releaseCli(bl, host, []);
+    t.equal(again.exitCode, 0, "and a third release: exit 0");
+    t.match(again.stdout, /^decision: nothing \(no cache volume is attached/m, "with nothing to do");
+    t.match(again.stdout, /^outcome: nothing$/m);
+    t.same(await volumeEnd(bl, volumeId), end, "same end state");
+  },
+);
+
+t.test(
+  "a busy mount (a process with its cwd on the volume) refuses the release: nothing detached or tagged, never " +
+    "forced; once it ends the release succeeds",
+  async (t) => {
+    const { host, volumeId, mountPoint } = await bootedHost(t);
+    await host.dockerd!.stop();
+    const holder = spawn("sleep", ["600"], { cwd: join(mountPoint, DATA_ROOT_SUBDIR), stdio: "ignore" });
+    const exited = new Promise<void>((resolve) => holder.once("exit", () => resolve()));
+    t.teardown(() => void holder.kill("SIGKILL"));
+    t.ok(holder.pid, "a process holds the mount");
+
+    const calls = bl.calls.length;
+    const refused = await releaseHost(bl, host);
+    assertOutcome(t, refused, "refused", "release refused");
+    t.equal(refused.exitCode, 1, "exit code 1");
+    const problem = refused.result?.problems[0];
+    t.equal(problem?.step, "unmount", "at the unmount");
+    t.match(
+      problem?.message,
+      /could not be unmounted.*stays attached and untagged: a mounted volume is never detached/,
+      "a clear error",
+    );
+    t.match(problem?.remediation, /fuser -vm/, "that says how to find the process");
+    t.ok(
+      refused.log.some((line) => line.startsWith("<3>release.refused:")),
+      "logged as an error",
+    );
+    t.same(
+      refused.result?.timeline.filter((s) => s.skipped).map((s) => s.step),
+      ["detach", "wait-detached", "tag-released"],
+      "detach and tags skipped",
+    );
+    t.same(mutatingCalls(bl, calls), [], "no DetachVolume, no tag change");
+    const stuck = await volumeEnd(bl, volumeId);
+    t.equal(stuck.state, "in-use", "the volume stays attached");
+    t.same(stuck.attachments, [`attached ${host.instance.instanceId}`]);
+    t.equal(stuck.forceDetachCount, 0, "forceDetachCount 0");
+    t.equal(stuck.tags[VolumeTag.claimedBy], host.instance.instanceId, "still claimed");
+    t.notOk(stuck.tags[VolumeTag.releasedAt], "not tagged released");
+    t.ok(await findmnt(mountPoint), "still mounted");
+
+    holder.kill("SIGTERM");
+    await exited;
+    const released = await releaseHost(bl, host);
+    assertOutcome(t, released, "released", "after the process ended: released");
+    t.equal(released.exitCode, 0);
+    assertReleasedTags(t, await volumeEnd(bl, volumeId));
+    t.notOk(await findmnt(mountPoint), "unmounted");
+  },
+);
+
+t.test(
+  "docker still running on the volume: refused with release.stopDocker=false (nothing changed), stopped first " +
+    "otherwise, node labels withdrawn first",
+  async (t) => {
+    const { host, volumeId, mountPoint } = await bootedHost(t);
+    // A swarm manager: a re-run of the boot publishes node labels, which the release must withdraw
+    // through the API before docker stops.
+    const nodeId = await initSwarm(host.dockerd!);
+    const rerun = await bl.boot(host, { overrides });
+    assertOutcome(t, rerun, "ready", "re-run on the manager: ready");
+    t.equal((await nodeLabels(host)).state, "ready", "node label state=ready");
+    const before = await hostState(host);
+    t.ok(before.dockerPid, "docker runs on the volume");
+    const calls = bl.calls.length;
+    const refused = await releaseHost(bl, host, { overrides: { ...overrides, release: { stopDocker: false } } });
+    assertOutcome(t, refused, "refused", "refused");
+    t.equal(refused.exitCode, 1, "exit code 1");
+    t.equal(refused.plan.decision, "refused");
+    t.match(
+      refused.result?.reason,
+      /docker still runs on the cache volume .* release\.stopDocker is false: nothing was changed/,
+      "says why",
+    );
+    t.same(await hostState(host), before, "daemon.json, mount, device and docker unchanged");
+    t.ok(await host.dockerd!.isActive(), "docker still running");
+    t.same(mutatingCalls(bl, calls), [], "no EC2 change");
+    t.equal((await volumeEnd(bl, volumeId)).state, "in-use");
+
+    const released = await releaseHost(bl, host);
+    assertOutcome(t, released, "released", "with the default (stopDocker true): released");
+    t.same(
+      released.plan.steps.slice(0, 3).map((s) => s.step),
+      ["withdraw-labels", "reset-data-root", "stop-docker"],
+      "labels off and daemon.json reset before docker stops",
+    );
+    t.ok(
+      released.log.some((line) =>
+        new RegExp(
+          `^<6>labels\\.remove: node labels under ${LABEL_PREFIX.replace(/\./g, "\\.")}\\. removed ` +
+            `node=${nodeId} removed=[1-9]`,
+        ).test(line),
+      ),
+      "the node labels were removed through the manager's API",
+      { log: released.log.join("\n") },
+    );
+    t.notOk(await host.dockerd!.isActive(), "docker stopped");
+    t.notOk(await findmnt(mountPoint), "unmounted");
+    assertReleasedTags(t, await volumeEnd(bl, volumeId));
+  },
+);
+
+t.test(
+  "a disabled instance (ebs-cache:enabled=false): boot attaches nothing and leaves docker alone; release does nothing",
+  async (t) => {
+    const host = await bl.addHost({ tags: { "ebs-cache:enabled": "false" } });
+    const attaches = bl.emulatorAttachRequests();
+    const booted = await bl.boot(host, { overrides });
+    assertOutcome(t, booted, "disabled", "boot: disabled");
+    t.equal(booted.exitCode, 0);
+    t.equal(bl.emulatorAttachRequests(), attaches, "no AttachVolume");
+    t.notOk(host.dockerd, "docker neither started nor restarted");
+    const daemon = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as Record<string, unknown>;
+    t.equal(daemon["data-root"], host.paths.defaultDataRoot, "data-root untouched");
+    t.equal(
+      labelRecord((daemon.labels as string[] | undefined) ?? [])[`${LABEL_PREFIX}.state`],
+      "disabled",
+      "label state=disabled",
+    );
+
+    const before = await hostState(host);
+    const calls = bl.calls.length;
+    const released = await releaseHost(bl, host);
+    assertOutcome(t, released, "disabled", "release: disabled");
+    t.equal(released.exitCode, 0, "exit code 0");
+    t.same(released.plan.steps, [], "no step");
+    t.same(mutatingCalls(bl, calls), [], "no EC2 change");
+    t.same(await hostState(host), before, "daemon.json (with its disabled label) byte for byte, no mount, no device");
+    t.notOk(host.dockerd, "docker still untouched");
+  },
+);
+
+t.test(
+  "the lab closes and leaves no loop device, mount or dockerd behind; nothing was force-detached or left attached",
+  async (t) => {
+    await closeLabLeavingNothing(t, bl, { noForceDetachEvent: true, noneAttached: true });
+  },
+);

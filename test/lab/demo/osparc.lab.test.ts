@@ -1,0 +1,56 @@
+/**
+ * The second lab demo (`npm run lab -- --osparc`, src/lab/demo/osparc.ts) run once: its timeline
+ * says what the scenarios (test/lab/machines/osparc-scenarios.lab.test.ts) assert in detail, so its key lines are
+ * checked here, and that it leaves no lab behind.
+ */
+import { existsSync } from "node:fs";
+import t from "tap";
+import { runOsparcDemo } from "../../../src/lab/demo/osparc.ts";
+import { createMemoryLogger } from "../../../src/log.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
+
+await assertLabPrerequisites();
+
+const lines: string[] = [];
+const log = createMemoryLogger("debug");
+await runOsparcDemo({ pool: "osparc-demo", poolSize: 2, log, out: (line) => lines.push(line) });
+const text = lines.join("\n");
+const has = (pattern: RegExp, message: string) => t.match(text, pattern, message, { timeline: text });
+
+t.comment(text);
+has(
+  /RunInstances i-[0-9a-f]+ for user_42 .*: labels tag in [2-9] chunks \(_0, _1/,
+  "launched with the labels tag in chunks",
+);
+has(/phase 1 \(boot --no-docker\): prepared on vol-[0-9a-f]+/, "phase 1 prepared a volume");
+has(/phase 2 \(boot --no-claim\): ready on vol-/, "phase 2 ready");
+has(/joined; labels copied to the node, labels tag deleted from the instance/, "the tag deleted after the join");
+has(/^ +user-id=user_42$/m, "osparc's labels on the node");
+has(
+  /release \(terminate\): released; vol-[0-9a-f]+ available, expires-at \d{4}-/,
+  "terminate: released with an expiry",
+);
+has(/the same workspace volume vol-[0-9a-f]+ \(workspace\)/, "the same ids get their workspace back");
+has(
+  /cat \/data\/file in docker volume "work": written-by-the-first-instance$/m,
+  "with the file the first instance wrote",
+);
+has(
+  /other ids: volume vol-[0-9a-f]+ \([a-z-]+\), not the workspace of user_42; docker volumes: none/,
+  "other ids never get it",
+);
+has(/buffer on vol-[0-9a-f]+ \(pool\)/, "the warm buffer boots on a pool volume");
+has(
+  /release \(stop\): released; vol-[0-9a-f]+ in-use to i-[0-9a-f]+, expires-at none/,
+  "stopped: the volume stays attached, no expiry",
+);
+has(/phase 1 did not wait for the labels tag/, "the activation's tags land before the boot: no wait");
+has(
+  /cloud-final \(after multi-user.target\): docker swarm join --availability=drain at/,
+  "the join from the user data",
+);
+has(/in the swarm [0-9.]+ s after LaunchTime/, "the start limit's view: LaunchTime to joined");
+has(/AttachVolume requests for i-[0-9a-f]+ since StartInstances: 0 \(volume kept\)/, "0 AttachVolume on the start");
+t.match(lines.at(-1), /lab +down$/, "the lab is torn down");
+const root = /lab root (\S+)/.exec(text)?.[1];
+t.ok(root && !existsSync(root), "its root is gone", { root });

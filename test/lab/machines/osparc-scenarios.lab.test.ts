@@ -1,0 +1,451 @@
+/**
+ * The agent under osparc's autoscaler as it is (src/lab/machines/autoscaler.ts stands for it; see
+ * docs/osparc.md): machines launched with the chunked labels tag, joined, the tag deleted and
+ * the node labelled, terminated, launched again for the same ids and for other ids; a warm
+ * buffer prepared (pulled, `pre_pulled_images`, stopped) and activated (StartInstances, then one
+ * CreateTags), terminated while stopped; a hot buffer re-activated and pulled into; the start
+ * limit; a batch attach; a boot whose attachment never completes. The nodes join a swarm manager
+ * of the stand-in's own, drained, from cloud-final's user data after the agent's phases. One lab;
+ * the subtests run in order and share the workspace volume the first machine creates.
+ */
+import t, { type Test } from "tap";
+import { VolumeTag } from "../../../src/tags.ts";
+import {
+  createAutoscalerActor,
+  Osparc,
+  type AgentRun,
+  type OsparcBoot,
+  type OsparcNode,
+} from "../../../src/lab/machines/autoscaler.ts";
+import type { BootOutcome } from "../../../src/agent/boot/run.ts";
+import { GOLDEN_IMAGES, labelRecord, LABEL_PREFIX, POOL, startBootLab } from "../../fixtures/boot-lab.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
+import { volumeEnd } from "../../fixtures/lifecycle-lab.ts";
+
+await assertLabPrerequisites();
+
+const bl = await startBootLab({ name: "test-osparc", poolSize: 3 });
+t.teardown(() => bl.close());
+const IMAGE = GOLDEN_IMAGES[0]!.tag;
+/** What osparc pre-pulls onto buffers; the lab has no registry for it: a tag of a golden image. */
+const PRE_PULLED = "registry.osparc.io/simcore/services/dynamic/s4l-core:3.2.1";
+const osparc = createAutoscalerActor({
+  lab: bl.lab,
+  agentConfig: { pool: POOL },
+  prePullImages: [PRE_PULLED],
+  pull: async (docker, image) => void (await docker.docker(["tag", IMAGE, image])),
+});
+t.teardown(() => osparc.close());
+
+/**
+ * A dynamic service's placement labels as director-v2's templates render them: long enough
+ * (a product with a long name, UUIDs) that the autoscaler writes the tag in 256-character chunks.
+ */
+function taskLabels(ids: { user: string; project: string; node: string }): Record<string, string> {
+  return {
+    "product-name": "s4l-academic-research-platform-europe-west-cluster-with-a-long-product-name",
+    "user-id": ids.user,
+    "project-id": ids.project,
+    "node-id": ids.node,
+    "wallet-id": "wallet_1234567890_for_the_academic_research_group_of_the_product_above",
+  };
+}
+const FIRST = taskLabels({
+  user: "user_42",
+  project: "9b5e1c2e-6a3f-4a8e-8c1d-2f1e0d9c7b6a",
+  node: "3c1f0a9e-2b7d-4e8f-9a6b-5d4c3b2a1f0e",
+});
+const OTHER = taskLabels({
+  user: "user_42",
+  project: "0d0d0d0d-1111-4222-8333-444455556666",
+  node: "7e7e7e7e-aaaa-4bbb-8ccc-dddddddddddd",
+});
+
+function assertBoot(t: Test, run: AgentRun<BootOutcome>, outcome: string, message: string): void {
+  t.equal(
+    run.result?.outcome,
+    outcome,
+    message,
+    run.result?.outcome === outcome ? {} : { result: run.result, log: run.log.join("\n") },
+  );
+}
+function attachRequests(instanceId: string, since = 0): number {
+  return bl.lab.ec2.requests
+    .records()
+    .filter((r) => r.seq >= since && r.action === "AttachVolume" && r.instanceId === instanceId).length;
+}
+function lastSeq(): number {
+  return bl.lab.ec2.requests.records().at(-1)?.seq ?? 0;
+}
+const isOsparcLabel = (key: string) =>
+  key.startsWith("io.simcore.osparc-") ||
+  ["ec2-instance-type", "product-name", "user-id", "project-id", "node-id", "wallet-id"].includes(key);
+const agentLabels = (labels: Record<string, string>) =>
+  Object.fromEntries(Object.entries(labels).filter(([key]) => key.startsWith(`${LABEL_PREFIX}.`)));
+const osparcLabels = (labels: Record<string, string>) =>
+  Object.fromEntries(Object.entries(labels).filter(([key]) => isOsparcLabel(key)));
+
+/** Launch, boot, join, attach (tag deleted, labels copied), activate: a node taking its task. */
+async function machineFor(t: Test, labels: Record<string, string>): Promise<{ node: OsparcNode; boot: OsparcBoot }> {
+  const node = await osparc.launch(labels);
+  const tags = await osparc.instanceTags(node);
+  t.notOk(Osparc.labelsTag in tags, "the labels tag is written in chunks, not as one tag");
+  t.ok(`${Osparc.labelsTag}_1` in tags, "chunks _0, _1, …", { keys: Object.keys(tags) });
+  const boot = await osparc.boot(node);
+  assertBoot(t, boot.phase1, "prepared", "phase 1 (boot --no-docker): prepared");
+  assertBoot(t, boot, "ready", "phase 2 (boot --no-claim, after docker.service): ready");
+  t.same(
+    node.userDataRun,
+    ["docker swarm join --availability=drain", "docker login", "docker compose pull"],
+    "cloud-final's user data after the agent: the join, the login, the cold-start pre-pull",
+  );
+  t.ok(boot.joinedMs, "joined");
+  t.comment(`phase 1 ${Math.round(boot.phase1.ms)} ms, joined at ${Math.round(boot.joinedMs ?? 0)} ms (lab delays)`);
+  const info = await node.host.dockerd!.info();
+  t.same([info.Swarm.LocalNodeState, info.Swarm.ControlAvailable], ["active", false], "a worker of the manager");
+  await osparc.join(node);
+  await osparc.attachNode(node);
+  t.equal(await osparc.availability(node), "drain", "attached drained (ready=false)");
+  const after = await osparc.instanceTags(node);
+  t.same(
+    Object.keys(after).filter((key) => key.startsWith(Osparc.labelsTag)),
+    [],
+    "the autoscaler deleted the labels tag after the join",
+  );
+  await osparc.activate(node);
+  t.equal(await osparc.availability(node), "active", "activated");
+  return { node, boot };
+}
+
+let workspaceVolume = "";
+let first: OsparcNode;
+
+t.test(
+  "a machine for a task's ids: a workspace volume from the chunked tag; the agent's labels beside osparc's, " +
+    "never over them",
+  async (t) => {
+    const { node, boot } = await machineFor(t, FIRST);
+    first = node;
+    t.equal(boot.phase1.plan.selection.source, "new-workspace", "no workspace for these ids yet: one is made");
+    workspaceVolume = boot.result!.volumeId!;
+    const tags = await bl.tags(workspaceVolume);
+    t.match(
+      tags,
+      {
+        [VolumeTag.userId]: "user_42",
+        [VolumeTag.projectId]: FIRST["project-id"],
+        [VolumeTag.nodeId]: FIRST["node-id"],
+      },
+      "the volume records the ids",
+    );
+    // What the node's service writes: a file in a docker volume on the workspace.
+    await node.host.dockerd!.docker(["volume", "create", "work"]);
+    await node.host.dockerd!.docker([
+      "run",
+      "--rm",
+      "--network",
+      "none",
+      "-v",
+      "work:/data",
+      IMAGE,
+      "sh",
+      "-c",
+      "echo written-by-the-first-machine > /data/file",
+    ]);
+
+    // An image only this workspace has (what the user's service pulled).
+    await node.host.dockerd!.docker(["tag", IMAGE, "user-service:42"]);
+
+    const labels = await osparc.nodeLabels(node);
+    t.match(
+      labels,
+      { ...FIRST, [Osparc.servicesReady]: "true" },
+      "osparc's placement and readiness labels on the node",
+    );
+
+    // systemd restarts the agent (a re-run: phase 2 again) after the join, with the tag gone:
+    // the ids come from phase 1's record, and osparc's labels stay as osparc set them.
+    const rerun = await osparc.boot(node);
+    assertBoot(t, rerun, "ready", "a re-run after the join: ready");
+    t.equal(rerun.result?.volumeId, workspaceVolume, "on the same volume");
+    const relabelled = await osparc.nodeLabels(node);
+    t.same(osparcLabels(relabelled), osparcLabels(labels), "osparc's labels untouched by the agent");
+    const mine = agentLabels(relabelled);
+    const engine = agentLabels(labelRecord((await node.host.dockerd!.info()).Labels));
+    const published = Object.keys(mine).length > 0 ? mine : engine;
+    t.equal(published[`${LABEL_PREFIX}.state`], "ready", "the agent's state label, under its prefix", {
+      node: relabelled,
+      engine,
+    });
+    t.equal(
+      published[`${LABEL_PREFIX}.workspace.user-id`],
+      "user_42",
+      "and the workspace ids it mounted, from its record (the tag is gone)",
+    );
+    t.equal(published[`${LABEL_PREFIX}.workspace.project-id`], FIRST["project-id"]);
+  },
+);
+
+t.test("terminate: the release runs in the shutdown and hands the workspace volume back with an expiry", async (t) => {
+  // The service closes first: director-v2 removes its docker volumes from the node.
+  await osparc.closeService(first, ["work"]);
+  await osparc.drain(first);
+  await osparc.terminate(first);
+  const released = first.lastRelease!;
+  t.equal(released.result?.outcome, "released", "released", { log: released.log.join("\n") });
+  t.equal(released.plan.shutdown.kind, "terminate");
+  const end = await volumeEnd(bl, workspaceVolume);
+  t.equal(end.state, "available");
+  t.ok(end.tags[VolumeTag.expiresAt], "expires-at");
+  t.equal(end.tags[VolumeTag.userId], "user_42", "the ids stay on the volume");
+});
+
+t.test("other ids (the same user, another project and node) never get the workspace, nor see its data", async (t) => {
+  const { node, boot } = await machineFor(t, OTHER);
+  t.not(boot.result?.volumeId, workspaceVolume, "another volume");
+  t.equal(boot.phase1.plan.selection.source, "new-workspace", "a workspace of their own");
+  t.equal((await volumeEnd(bl, workspaceVolume)).state, "available", "the first workspace is left alone");
+  const volumes = (await node.host.dockerd!.docker(["volume", "ls", "-q"])).stdout.trim();
+  t.notMatch(volumes, /^work$/m, "no docker volume of the first machine");
+
+  // A user-level request (only user-id, as osparc's own example configures it) is not served
+  // by the node-level workspace of the same user either.
+  const userLevel = await osparc.launch({
+    "product-name": FIRST["product-name"]!,
+    "user-id": "user_42",
+    "wallet-id": FIRST["wallet-id"]!,
+  });
+  const booted = await osparc.boot(userLevel);
+  assertBoot(t, booted, "ready", "a user-level machine: ready");
+  t.not(booted.result?.volumeId, workspaceVolume, "not the project/node-level workspace");
+  await osparc.terminate(node);
+  await osparc.terminate(userLevel);
+});
+
+t.test(
+  "the same ids again: the workspace volume comes back with the first machine's images (not its service's volumes)",
+  async (t) => {
+    const { node, boot } = await machineFor(t, FIRST);
+    t.equal(boot.phase1.plan.selection.source, "workspace", "the workspace of these ids is found");
+    t.equal(boot.result?.volumeId, workspaceVolume, "the same volume");
+    const images = (await node.host.dockerd!.docker(["images", "--format", "{{.Repository}}:{{.Tag}}"])).stdout;
+    t.match(images, /^user-service:42$/m, "the image the first machine had");
+    const volumes = (await node.host.dockerd!.docker(["volume", "ls", "-q"])).stdout;
+    t.notMatch(volumes, /^work$/m, "not its service's docker volume: osparc removed it when the service closed");
+    t.notOk((await bl.tags(workspaceVolume))[VolumeTag.expiresAt], "claimed again: no expiry");
+
+    // Hot buffer: the task ends, the node is drained and later re-activated for a new task with
+    // no reboot. The agent is not involved: its labels stay as they were.
+    const before = agentLabels({
+      ...(await osparc.nodeLabels(node)),
+      ...labelRecord((await node.host.dockerd!.info()).Labels),
+    });
+    t.ok(before[`${LABEL_PREFIX}.state`], "the agent's labels before", { before });
+    await osparc.drain(node);
+    const drained = await osparc.nodeLabels(node);
+    t.notOk("user-id" in drained, "drained: the placement labels removed");
+    t.equal(drained[Osparc.servicesReady], "false");
+    // Idle hot buffer: osparc pulls its images into it, the list tagged as the pull starts.
+    await osparc.pullIntoHotBuffer(node);
+    t.match(
+      await osparc.instanceTags(node),
+      { [Osparc.prePulledImagesTag]: JSON.stringify([PRE_PULLED]) },
+      "the pre_pulled_images list, under osparc's key",
+    );
+    t.notOk(Osparc.pullingTag in (await osparc.instanceTags(node)), "the pulling tags gone once it succeeded");
+    await osparc.activate(node, FIRST);
+    const after = await osparc.nodeLabels(node);
+    t.match(after, { ...FIRST, [Osparc.servicesReady]: "true" }, "re-activated");
+    t.same(
+      agentLabels({ ...after, ...labelRecord((await node.host.dockerd!.info()).Labels) }),
+      before,
+      "the agent's labels untouched",
+    );
+    await osparc.terminate(node);
+    t.equal(node.lastRelease?.result?.outcome, "released");
+  },
+);
+
+t.test(
+  "a warm buffer: keeps its volume attached over stop and start (no AttachVolume, no expiry), takes its task's " +
+    "tags written after the start",
+  async (t) => {
+    const buffer = await osparc.launch({}, { warmBuffer: true });
+    const boot = await osparc.boot(buffer);
+    assertBoot(t, boot, "ready", "the buffer's first boot: ready on a pool volume");
+    t.same(buffer.userDataRun, ["docker login", "write the pre-pull compose file"], "a buffer's user data has no join");
+    t.equal((await buffer.host.dockerd!.info()).Swarm.LocalNodeState, "inactive", "not in the swarm");
+    t.equal(boot.phase1.plan.selection.source, "pool");
+    const volumeId = boot.result!.volumeId!;
+
+    const stopped = async (what: string, prepare = false) => {
+      const since = lastSeq();
+      if (prepare) await osparc.prepareWarmBuffer(buffer);
+      else await osparc.stop(buffer);
+      t.equal(buffer.lastRelease?.result?.outcome, "released", `${what}: the release ran`, {
+        log: buffer.lastRelease?.log.join("\n"),
+      });
+      t.equal(buffer.lastRelease?.plan.shutdown.kind, "stop", `${what}: seen as a stop`);
+      const end = await volumeEnd(bl, volumeId);
+      t.same(
+        [end.state, end.attachments],
+        ["in-use", [`attached ${buffer.instanceId}`]],
+        `${what}: the volume stays attached to the stopped buffer`,
+      );
+      t.notOk(end.tags[VolumeTag.expiresAt], `${what}: no expires-at while stopped`);
+      t.equal(
+        bl.lab.ec2.requests.records().filter((r) => r.seq > since && r.action === "DetachVolume").length,
+        0,
+        `${what}: no DetachVolume`,
+      );
+    };
+    await stopped("pulled and stopped", true);
+    t.match(
+      await osparc.instanceTags(buffer),
+      { [Osparc.prePulledImagesTag]: JSON.stringify([PRE_PULLED]), [Osparc.warmBufferTag]: "true" },
+      "the buffer's pre_pulled_images list",
+    );
+
+    // Activation for a task: StartInstances, then one CreateTags with warm_buffer_machine=false and the labels tag.
+    // The boot reads its tags before that CreateTags lands: its pool volume is attached and
+    // reused whatever the tags say, so it does not wait for them.
+    const since = lastSeq();
+    const activated = await osparc.activateWarmBuffer(buffer, FIRST, {
+      overrides: { workspace: { waitForLabelsTagSeconds: 20 } },
+      bootBeforeTags: true,
+    });
+    assertBoot(t, activated, "ready", "the activated buffer's boot: ready");
+    t.notOk(
+      activated.phase1.log.some((line) => /waiting up to/.test(line)),
+      "no wait: the attached pool volume is reused whatever the tags say",
+    );
+    t.ok(
+      activated.phase1.log.some((line) => /not waited for: vol-\w+ is attached here and reused/.test(line)),
+      "and it says why",
+    );
+    t.same(
+      buffer.userDataRun,
+      ["docker swarm join --availability=drain"],
+      "the activation's user data: the idempotent join",
+    );
+    t.equal(activated.result?.volumeId, volumeId, "the volume it kept");
+    t.equal(attachRequests(buffer.instanceId, since), 0, "0 AttachVolume on the start");
+    const images = (await buffer.host.dockerd!.docker(["images", "--format", "{{.Repository}}:{{.Tag}}"])).stdout.split(
+      "\n",
+    );
+    t.ok(images.includes(IMAGE), "its images are there");
+    await osparc.join(buffer);
+    await osparc.attachNode(buffer);
+    t.same(
+      Object.keys(await osparc.instanceTags(buffer)).filter((key) => key.startsWith(Osparc.labelsTag)),
+      [],
+      "tag deleted after the join",
+    );
+    await osparc.activate(buffer);
+
+    await stopped("second stop");
+    const again = lastSeq();
+    await osparc.start(buffer);
+    const rebooted = await osparc.boot(buffer);
+    assertBoot(t, rebooted, "ready", "started again: ready");
+    t.equal(rebooted.phase1.plan.selection.source, "attached", "phase 1 finds the volume attached");
+    const waited = (run: AgentRun<BootOutcome>) =>
+      run.log.some((line) => /waiting up to/.test(line)) ? " (waited for a labels tag)" : "";
+    t.comment(
+      `restart of an activated buffer: phase 1 ${Math.round(rebooted.phase1.ms)} ms${waited(rebooted.phase1)}, ` +
+        `to ready ${Math.round(rebooted.ms)} ms${waited(rebooted)}`,
+    );
+    t.equal(
+      waited(rebooted.phase1),
+      "",
+      "a once-activated buffer does not wait for the tag osparc deleted after the join (phase 1)",
+    );
+    t.equal(waited(rebooted), "", "nor does phase 2");
+    t.equal(rebooted.result?.volumeId, volumeId, "the same volume");
+    t.equal(attachRequests(buffer.instanceId, again), 0, "0 AttachVolume on this start either");
+    await stopped("third stop");
+    // Terminated while stopped (a surplus buffer, its image list changed): no OS, no release.
+    const release = buffer.lastRelease;
+    await osparc.terminate(buffer);
+    t.equal(buffer.lastRelease, release, "no release ran on the terminate of a stopped instance");
+    const end = await volumeEnd(bl, volumeId);
+    t.equal(end.state, "available", "EC2 detached the volume (DeleteOnTermination false)");
+    t.notOk(end.tags[VolumeTag.expiresAt], "with no expires-at: no release wrote one (gc's case)");
+  },
+);
+
+t.test(
+  "attachments that never complete: phase 1 ends at its budget and the node joins degraded, not late",
+  async (t) => {
+    bl.lab.ec2.setFaults({ stuckAttach: true });
+    t.teardown(() => bl.lab.ec2.setFaults({}));
+    const bootSeconds = 6;
+    // osparc's default placement config ({}): no labels tag, a pool volume, whose attachment hangs.
+    const node = await osparc.launch({});
+    const boot = await osparc.boot(node, {
+      overrides: { timeouts: { bootSeconds, attachSeconds: 600, deviceSeconds: 600 } },
+    });
+    bl.lab.ec2.setFaults({});
+    assertBoot(t, boot.phase1, "degraded", "phase 1: degraded");
+    t.match(
+      boot.phase1.result?.reason,
+      new RegExp(`boot budget of ${bootSeconds} s ran out`),
+      "the reason names the budget",
+    );
+    // Generous (a slow machine): the budget plus the undo; the point is that it is not attachSeconds.
+    t.ok(boot.phase1.ms < (bootSeconds + 30) * 1000, `phase 1 returned after ${Math.round(boot.phase1.ms)} ms`);
+    assertBoot(t, boot, "degraded", "phase 2: degraded (no volume attached)");
+    t.equal(
+      (await node.host.dockerd!.info()).DockerRootDir,
+      node.host.paths.defaultDataRoot,
+      "docker runs on its default data-root",
+    );
+    await osparc.join(node);
+    await osparc.attachNode(node);
+    t.equal(
+      labelRecord((await node.host.dockerd!.info()).Labels)[`${LABEL_PREFIX}.state`] ??
+        (await osparc.nodeLabels(node))[`${LABEL_PREFIX}.state`],
+      "degraded",
+      "the node says degraded",
+    );
+    t.equal((await osparc.nodeLabels(node))[Osparc.servicesReady], "false", "and osparc's label is its own");
+    await osparc.terminate(node);
+  },
+);
+
+t.test(
+  "the start limit: LaunchTime to joined, polled like osparc; a node that never joins is terminated",
+  async (t) => {
+    const node = await osparc.launch({});
+    const booting = osparc.boot(node);
+    const verdict = await osparc.superviseStart(node, { pollIntervalMs: 200 });
+    await booting;
+    t.equal(verdict.joined, true, "joined within the minute");
+    if (verdict.joined) t.comment(`launch → joined ${verdict.launchToJoinedMs} ms (lab, poll 200 ms)`);
+    await osparc.terminate(node);
+
+    // Never booted (a hung AMI): broken once LaunchTime is older than the limit, and terminated.
+    const hung = await osparc.launch({});
+    const broken = await osparc.superviseStart(hung, { maxStartTimeMs: 2000, pollIntervalMs: 500 });
+    t.equal(broken.joined, false, "found broken");
+    await osparc.terminate(hung);
+    t.equal(await osparc.instanceState(hung), "terminated", "terminated by the stand-in");
+  },
+);
+
+t.test("a batch attach deletes the labels tag keys of the FIRST instance from all of them", async (t) => {
+  const short = { "user-id": "7", "project-id": "p-7", "node-id": "n-7" };
+  const a = await osparc.launch(short);
+  const b = await osparc.launch(FIRST);
+  await osparc.boot(a);
+  await osparc.boot(b);
+  await osparc.attachNode(a, b);
+  t.notOk(Osparc.labelsTag in (await osparc.instanceTags(a)), "the first's single tag deleted");
+  t.ok(
+    `${Osparc.labelsTag}_0` in (await osparc.instanceTags(b)),
+    "the second's chunks stay: the keys were the first instance's (osparc's own behaviour)",
+  );
+  t.match(await osparc.nodeLabels(b), FIRST, "both nodes labelled all the same");
+  await osparc.terminate(a);
+  await osparc.terminate(b);
+});

@@ -1,0 +1,198 @@
+/**
+ * The lab's cold snapshots (src/lab/volumes/cold.ts): a volume made from a snapshot reads slowly on the
+ * first touch of each chunk and fast afterwards; its bytes are the snapshot's; a blank volume is
+ * not cold; the FUSE mount and process go with the lab, also when the lab's owner is killed.
+ * Every comparison is relative (cold against warm, with the emulated delay as the factor).
+ */
+import t from "tap";
+import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { createReadStream, existsSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { run } from "../../../src/exec.ts";
+import { listLoopDevices, listMounts } from "../../../src/lab/reaper/devices.ts";
+import { startLab } from "../../../src/lab/lab.ts";
+import { snapshotImagePath } from "../../../src/lab/reaper/labdir.ts";
+import { runFio, writeIolog } from "../../../src/host/fio.ts";
+import { createMemoryLogger } from "../../../src/log.ts";
+import { assertLabPrerequisites, childEnv, pollUntil } from "../../fixtures/lab-prereq.ts";
+import { attach, COLD, createVolume, detach, makeDataSnapshot } from "../../fixtures/prewarm-lab.ts";
+
+await assertLabPrerequisites();
+
+const REPO = fileURLToPath(new URL("..", import.meta.url));
+
+/**
+ * Loop devices left on a volume's image: a backing file under the root, or one named after the
+ * volume on a mount that was detached meanwhile (the kernel then shows `/<vol>.img`).
+ */
+async function loopsLeft(root: string, volumeIds: string[]): Promise<string[]> {
+  return (await listLoopDevices())
+    .filter((l) => l.backingFile.startsWith(`${root}/`) || volumeIds.some((id) => l.backingFile.endsWith(`/${id}.img`)))
+    .map((l) => `${l.device} ${l.backingFile}`);
+}
+
+async function sha256(path: string, bytes: number): Promise<string> {
+  const hash = createHash("sha256");
+  for await (const chunk of createReadStream(path, { start: 0, end: bytes - 1 })) hash.update(chunk as Buffer);
+  return hash.digest("hex");
+}
+
+/** 4 KiB random reads over the first `spanBytes` of the device, `count` of them, one at a time. */
+async function randomReads(
+  device: string,
+  dir: string,
+  spanBytes: number,
+  count: number,
+  seed: number,
+): Promise<{ iops: number; reads: number }> {
+  let x = seed;
+  const random = () => (x = (x * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+  const reads = Array.from({ length: count }, () => ({
+    offset: Math.floor(random() * (spanBytes / 4096)) * 4096,
+    length: 4096,
+  }));
+  const iolog = join(dir, `reads-${seed}.iolog`);
+  await writeIolog(iolog, device, reads);
+  const report = await runFio({ name: "sample", iolog, ioDepth: 1, runtimeSeconds: 20 });
+  return { iops: report.read.iops, reads: report.read.totalIos };
+}
+
+t.test("a volume from a snapshot is cold on first read, warm after; its bytes are the snapshot's", async (t) => {
+  const log = createMemoryLogger("debug");
+  const lab = await startLab({ name: "test-cold", coldSnapshots: COLD, log });
+  t.teardown(() => lab.close());
+  const ec2 = lab.ec2Client();
+  const snapshotId = await makeDataSnapshot(lab, ec2, { sizeGiB: 1, dataMiB: 32, files: 4 });
+  const host = await lab.addHost();
+  const zone = host.instance.availabilityZone;
+
+  const coldId = await createVolume(ec2, zone, { snapshotId });
+  const blankId = await createVolume(ec2, zone, { sizeGiB: 1 });
+  t.ok(lab.cold?.isCold(coldId), "made from a snapshot: cold");
+  t.notOk(lab.cold?.isCold(blankId), "blank: not cold");
+
+  const device = await attach(lab, ec2, coldId, host);
+  const backing = (await listLoopDevices()).find((loop) => loop.device === device)?.backingFile;
+  t.equal(backing, join(lab.cold!.mountPoint, `${coldId}.img`), "the loop device reads through the FUSE layer");
+
+  const span = 64 * 1024 * 1024;
+  const first = await randomReads(device, lab.root, span, 150, 1);
+  const statusAfterFirst = await lab.cold!.volumeStatus(coldId);
+  const again = await randomReads(device, lab.root, span, 150, 1); // the same offsets: now warm
+  t.ok(
+    statusAfterFirst!.fetches > 0 &&
+      statusAfterFirst!.delayedMs >= COLD.firstReadDelayMs * statusAfterFirst!.fetches * 0.9,
+    "first reads waited for their chunks",
+  );
+  t.ok(
+    again.iops >= 10 * first.iops,
+    `warm re-read ${Math.round(again.iops)} IOPS >= 10 x cold ${Math.round(first.iops)} IOPS`,
+  );
+  const statusAfterAgain = await lab.cold!.volumeStatus(coldId);
+  t.equal(statusAfterAgain!.fetches, statusAfterFirst!.fetches, "re-reading fetched nothing");
+
+  // Byte for byte the snapshot, through the layer (where the data is, and holes after it).
+  const size = 96 * 1024 * 1024;
+  t.equal(
+    await sha256(device, size),
+    await sha256(snapshotImagePath(lab.root, snapshotId), size),
+    "device = snapshot image",
+  );
+  const read = await lab.cold!.volumeStatus(coldId);
+  t.ok(read!.warmChunks >= size / COLD.chunkBytes, "reading it warmed every chunk read");
+
+  // Writes land in the volume's image and survive a detach/attach.
+  await run("dd", [
+    "if=/dev/urandom",
+    `of=${device}`,
+    "bs=4096",
+    "count=1",
+    "seek=10000",
+    "oflag=direct",
+    "status=none",
+  ]);
+  const written = await sha256(device, size);
+  await detach(ec2, coldId, host);
+  const device2 = await attach(lab, ec2, coldId, host);
+  t.equal(await sha256(device2, size), written, "the write is kept");
+
+  // A blank volume reads at full speed at once: no first-read delay.
+  const blankDevice = await attach(lab, ec2, blankId, host);
+  const blank = await randomReads(blankDevice, lab.root, span, 150, 2);
+  t.ok(
+    blank.iops >= 10 * first.iops,
+    `blank ${Math.round(blank.iops)} IOPS >= 10 x cold ${Math.round(first.iops)} IOPS`,
+  );
+
+  // VolumeInitializationRate: the layer warms the volume in the background at that rate.
+  const rated = await createVolume(ec2, zone, { snapshotId, rate: 300 });
+  const warmed = await pollUntil(async () => {
+    const s = await lab.cold!.volumeStatus(rated);
+    return s !== undefined && s.warmChunks === s.chunks;
+  }, 30_000);
+  t.ok(warmed, "a provisioned-rate volume warms itself (1 GiB at 300 MiB/s)");
+});
+
+t.test("close, and a killed owner's janitor, leave no FUSE mount, loop device or process", async (t) => {
+  const base = join("/var/tmp", `ebs-cache-cold-test-${process.pid}`);
+  t.teardown(() => run("rm", ["-rf", base], { check: false }));
+  // 1. close() of a lab with a cold volume attached and mounted.
+  const lab = await startLab({ base, name: "close", coldSnapshots: COLD });
+  const ec2 = lab.ec2Client();
+  const snapshotId = await makeDataSnapshot(lab, ec2, { sizeGiB: 1, dataMiB: 4, files: 1 });
+  const host = await lab.addHost();
+  const volumeId = await createVolume(ec2, host.instance.availabilityZone, { snapshotId });
+  const device = await attach(lab, ec2, volumeId, host);
+  await run("mkdir", ["-p", join(host.paths.mountRoot, "v")]);
+  await run("mount", ["-o", "nouuid", device, join(host.paths.mountRoot, "v")]);
+  const root = lab.root;
+  await lab.close();
+  t.notOk(existsSync(root), "root removed");
+  t.same(
+    (await listMounts()).filter((m) => m.target.startsWith(root)),
+    [],
+    "no mount left",
+  );
+  t.same(await loopsLeft(root, [volumeId]), [], "no loop device left");
+  t.equal((await run("pgrep", ["-f", root], { check: false })).stdout, "", "no process left");
+
+  // 2. The owner is killed with SIGKILL: the janitor reaps (FUSE process killed, all unmounted).
+  const child = spawn(process.execPath, ["--import", "tsx", join(REPO, "test/fixtures/cold-lab-owner.ts"), base], {
+    cwd: REPO,
+    env: childEnv(),
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const line = await new Promise<string>((resolve, reject) => {
+    let out = "";
+    child.stdout.on("data", (chunk: Buffer) => {
+      out += chunk.toString();
+      if (out.includes("\n")) resolve(out.split("\n")[0]!);
+    });
+    child.on("exit", (code) => reject(new Error(`owner exited early (${code})`)));
+  });
+  const made = JSON.parse(line) as { root: string; mountPoint: string; fuse: string; volumeId: string };
+  t.ok(
+    (await listMounts()).some((m) => m.target === made.fuse),
+    "the FUSE layer is mounted",
+  );
+  t.ok(
+    (await listMounts()).some((m) => m.target === made.mountPoint),
+    "an XFS volume is mounted on a cold device",
+  );
+  child.kill("SIGKILL");
+  const reaped = await pollUntil(async () => !existsSync(made.root), 90_000, 250);
+  t.ok(reaped, "the janitor reaped the root");
+  t.same(
+    (await listMounts()).filter((m) => m.target.startsWith(made.root)),
+    [],
+    "no mount left (FUSE included)",
+  );
+  t.same(await loopsLeft(made.root, [made.volumeId]), [], "no loop device left (none on a detached FUSE mount either)");
+  t.equal(
+    (await run("pgrep", ["-f", made.root], { check: false })).stdout,
+    "",
+    "no process left (the FUSE process included)",
+  );
+});
