@@ -148,10 +148,7 @@ export function imagesOf(tags: Readonly<Record<string, string>>): string[] {
     .filter(Boolean);
 }
 
-/** An image reference as docker lists it: `:latest` added when it names no tag or digest. */
-export function withLatest(image: string): string {
-  return /:[^/]+$/.test(image) || image.includes("@") ? image : `${image}:latest`;
-}
+export { withLatest } from "../image-ref.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Quarantine, on its way, claimable

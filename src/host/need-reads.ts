@@ -8,7 +8,7 @@
 import { join } from "node:path";
 import { AGENT_SUBDIR } from "./volume-layout.ts";
 import { DATA_ROOT_SUBDIR } from "../layout.ts";
-import { MAX_READ_LIST_BYTES, parseReadList, READ_LIST_FILE, type ReadList } from "../agent/prewarm/need.ts";
+import { MAX_READ_LIST_BYTES, parseReadList, READ_LIST_FILE, type ReadList } from "../read-list.ts";
 import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";
 import { parseFilefrag, type ByteRange } from "./extents.ts";

@@ -4,7 +4,7 @@
  * builder's data-root, are mounted read-only under a scratch upper layer; the image's
  * entrypoint/cmd runs chrooted into that view for a bounded time, with no network and its own
  * pid and mount namespaces, under `strace -f`; each file it opened or executed is mapped to the
- * layer file overlay served it from. Parsing and ordering are pure (src/agent/prewarm/read-trace.ts).
+ * layer file overlay served it from. Parsing and ordering are pure (src/host/read-trace.ts).
  * Needs root, strace and util-linux's unshare; the overlay2 store only (not containerd's).
  */
 import { lstat, mkdir, mkdtemp, readFile, readlink, rm } from "node:fs/promises";
@@ -13,8 +13,8 @@ import { AgentError } from "../errors.ts";
 import { run, type RunOptions, type RunResult } from "../exec.ts";
 import { writeFileAtomic } from "../fs-atomic.ts";
 import type { Logger } from "../log.ts";
-import { READ_LIST_FILE, ReadListError } from "../agent/prewarm/need.ts";
-import { firstReads, parseTrace, withImageReads } from "../agent/prewarm/read-trace.ts";
+import { READ_LIST_FILE, ReadListError } from "../read-list.ts";
+import { firstReads, parseTrace, withImageReads } from "./read-trace.ts";
 import { readReadList } from "./need-reads.ts";
 import { AGENT_SUBDIR } from "./volume-layout.ts";
 import { mkdirBeneath } from "./volume-paths.ts";

@@ -23,7 +23,7 @@ import type {
 } from "../agent/ports.ts";
 import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";
-import { imagesAboutToRun, needOrder } from "../agent/prewarm/need.ts";
+import { imagesAboutToRun, needOrder } from "../read-list.ts";
 import { describeError } from "../errors.ts";
 import {
   coveringReads,

@@ -17,7 +17,6 @@ const POOL_TAGS = {
   [VolumeTag.pool]: "default",
   [VolumeTag.images]: IMAGES,
 };
-const MOUNT_ROOT = "/var/lib/ebs-cache";
 
 /** A node with `pool` available pool volumes in its zone, whose images docker lists on each one's data-root. */
 async function poolNode(
@@ -30,7 +29,7 @@ async function poolNode(
   for (let i = 0; i < pool; i++) {
     const volume = await node.fake.volume({ tags: { ...POOL_TAGS } });
     volumes.push(volume.volumeId);
-    node.docker.state.images.set(`${MOUNT_ROOT}/${volume.volumeId}/docker`, IMAGES.split(","));
+    node.docker.state.images.set(`${node.config.paths.mountRoot}/${volume.volumeId}/docker`, IMAGES.split(","));
   }
   return { node, volumes };
 }
@@ -63,7 +62,7 @@ t.test("a pool volume is claimed, attached, identified, mounted, and docker swit
   t.equal(outcome.exitCode, 0);
   t.equal(outcome.result?.outcome, "ready");
   t.equal(outcome.result?.volumeId, volumeId);
-  const dataRoot = `${MOUNT_ROOT}/${volumeId}/docker`;
+  const dataRoot = `${node.config.paths.mountRoot}/${volumeId}/docker`;
   t.equal(outcome.result?.dataRoot, dataRoot);
   const volume = await node.fake.describe(volumeId);
   t.equal(volume.attachment?.instanceId, node.instance.instanceId, "attached here");
@@ -72,7 +71,7 @@ t.test("a pool volume is claimed, attached, identified, mounted, and docker swit
   t.ok(volume.tags[VolumeTag.claimedAt], "claimed-at written");
   t.same(
     node.host.mounted.get(node.host.deviceOf(volumeId)),
-    [`${MOUNT_ROOT}/${volumeId}`],
+    [`${node.config.paths.mountRoot}/${volumeId}`],
     "mounted at its mount point",
   );
   t.equal(node.docker.state.daemonJson["data-root"], dataRoot, "daemon.json's data-root on the volume");

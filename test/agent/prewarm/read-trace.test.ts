@@ -1,9 +1,9 @@
 /**
- * The golden build's trace, read and ordered (src/agent/prewarm/read-trace.ts): strace's lines
+ * The golden build's trace, read and ordered (src/host/read-trace.ts): strace's lines
  * as version 6 writes them, the host's own opens and execs left out, each file once.
  */
 import t from "tap";
-import { firstReads, parseTrace, withImageReads } from "../../../src/agent/prewarm/read-trace.ts";
+import { firstReads, parseTrace, withImageReads } from "../../../src/host/read-trace.ts";
 import { parseReadList } from "../../../src/agent/prewarm/need.ts";
 
 const ROOT = "/var/tmp/record-reads-x/merged";

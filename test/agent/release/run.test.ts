@@ -11,7 +11,6 @@ import { VolumeTag } from "../../../src/tags.ts";
 import { fakeNode, waitFor, type FakeNode } from "../../fixtures/fakes/index.ts";
 
 const POOL_TAGS = { [VolumeTag.managed]: "true", [VolumeTag.kind]: "pool", [VolumeTag.pool]: "default" };
-const MOUNT_ROOT = "/var/lib/ebs-cache";
 
 /** A node booted on a pool volume: mounted, docker on it, labelled ready. */
 async function bootedNode(
@@ -56,7 +55,7 @@ t.test("after a boot: unmounted, docker off the volume, detached without force, 
 
 t.test("refused: the volume's mount is busy; nothing detached, nothing tagged", async (t) => {
   const { node, volumeId } = await bootedNode(t);
-  node.host.busyMounts.add(`${MOUNT_ROOT}/${volumeId}`);
+  node.host.busyMounts.add(`${node.config.paths.mountRoot}/${volumeId}`);
   const outcome = await release(node);
   t.equal(outcome.exitCode, 1);
   t.equal(outcome.result?.outcome, "refused");

@@ -4,8 +4,8 @@
  * order, each once, then placed in the need list (src/agent/prewarm/need.ts) beside the other
  * images' entries. See docs/prewarm.md.
  */
-import { asListed } from "../refresh/images.ts";
-import { MAX_READ_LIST_FILES, type ReadList } from "./need.ts";
+import { asListed } from "../image-ref.ts";
+import { MAX_READ_LIST_FILES, type ReadList } from "../read-list.ts";
 
 /** One line of `strace -f -y -e status=successful`: an opened fd (`= 3</path>`), an execve, a chroot. */
 const OPENED = /^\d+\s+(?:open|openat|openat2)\(.*\)\s+=\s+\d+<(.*)>$/;
