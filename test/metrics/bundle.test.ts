@@ -11,7 +11,7 @@ import { join } from "node:path";
 import t from "tap";
 import { buildAgent } from "../../scripts/build.mjs";
 
-const root = new URL("..", import.meta.url).pathname;
+const root = new URL("../..", import.meta.url).pathname;
 const dir = await mkdtemp(join(tmpdir(), "bundle-metrics-"));
 t.teardown(() => rm(dir, { recursive: true, force: true }));
 const meta = await buildAgent(dir, root);

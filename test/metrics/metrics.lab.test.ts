@@ -26,7 +26,7 @@ import type { GcOutcome } from "../../src/agent/outcomes.ts";
 
 await assertLabPrerequisites();
 
-const REPO = new URL("..", import.meta.url).pathname;
+const REPO = new URL("../..", import.meta.url).pathname;
 const bl = await startBootLab({ name: "test-metrics", poolSize: 3 });
 t.teardown(() => bl.close());
 

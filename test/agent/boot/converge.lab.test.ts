@@ -160,7 +160,7 @@ t.test(
       process.execPath,
       ["--import", "tsx", CLI, "boot", "--no-docker", "--json", "--config", config],
       {
-        cwd: fileURLToPath(new URL("..", import.meta.url)),
+        cwd: fileURLToPath(new URL("../../..", import.meta.url)),
         env: childEnv(),
         extendEnv: false,
         reject: false,

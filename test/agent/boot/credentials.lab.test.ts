@@ -28,7 +28,7 @@ import type { BootResult } from "../../../src/agent/outcomes.ts";
 
 await assertLabPrerequisites();
 
-const REPO = fileURLToPath(new URL("..", import.meta.url));
+const REPO = fileURLToPath(new URL("../../..", import.meta.url));
 const ROLE_PATH = "/latest/meta-data/iam/security-credentials/ebs-cache-agent-lab";
 
 const bl = await startBootLab({ name: "test-boot-credentials", golden: false });

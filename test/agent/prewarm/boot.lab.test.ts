@@ -21,7 +21,7 @@ import { COLD, COLD_IOPS_CEILING } from "../../fixtures/prewarm-lab.ts";
 
 await assertLabPrerequisites();
 
-const REPO = fileURLToPath(new URL("..", import.meta.url));
+const REPO = fileURLToPath(new URL("../../..", import.meta.url));
 const MAIN = join(REPO, "src/cli.ts");
 const bl = await startBootLab({ name: "test-prewarm-boot", poolSize: 3, coldSnapshots: COLD });
 t.teardown(() => bl.close());

@@ -27,7 +27,7 @@ import {
 
 await assertLabPrerequisites();
 
-const REPO = fileURLToPath(new URL("..", import.meta.url));
+const REPO = fileURLToPath(new URL("../../..", import.meta.url));
 const RUNNER = join(REPO, "test/fixtures/prewarm-runner.ts");
 
 t.test("killed half-way: not tagged, resumed by the next run, tagged at the end", async (t) => {

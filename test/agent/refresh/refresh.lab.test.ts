@@ -38,7 +38,7 @@ assertDockerPrerequisites("test/agent/refresh/refresh.lab.test.ts");
 if (!existsSync(REGISTRY_BIN))
   throw new Error(`${REGISTRY_BIN} is missing: apt-get install -y docker-registry (scripts/setup.sh)`);
 
-const REPO = fileURLToPath(new URL("..", import.meta.url));
+const REPO = fileURLToPath(new URL("../../..", import.meta.url));
 const MAIN = join(REPO, "src/cli.ts");
 const MiB = 1024 * 1024;
 const schema = JSON.parse(

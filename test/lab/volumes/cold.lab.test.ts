@@ -21,7 +21,7 @@ import { attach, COLD, createVolume, detach, makeDataSnapshot } from "../../fixt
 
 await assertLabPrerequisites();
 
-const REPO = fileURLToPath(new URL("..", import.meta.url));
+const REPO = fileURLToPath(new URL("../../..", import.meta.url));
 
 /**
  * Loop devices left on a volume's image: a backing file under the root, or one named after the
