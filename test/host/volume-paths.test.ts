@@ -248,6 +248,8 @@ const HOST_SIDE_FS = new Set([
   "docker/daemon-json.ts",
   "docker/owned-file.ts",
   "docker/dockerd-command.ts",
+  // The host's own data-root, recorded in the state folder before the first switch.
+  "docker/original-data-root.ts",
   "fs-atomic.ts",
   "host/device.ts",
   "host/facts.ts",
@@ -255,6 +257,10 @@ const HOST_SIDE_FS = new Set([
   "host/fill.ts",
   // The snapshot builder's disk image and manifest, on the build machine: never a mounted volume.
   "host/image-blocks.ts",
+  // sysfs: the instance-store disks are listed, never opened for writing.
+  "host/instance-store.ts",
+  // The golden build's own volume, on the build machine, before it is a snapshot.
+  "host/record-reads.ts",
   "host/snapshot-manifest.ts",
   "host/fio.ts",
   "host/mount.ts",
