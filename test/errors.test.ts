@@ -86,6 +86,8 @@ const NOT_AGENT_ERRORS: Record<string, string> = {
   "config/load.ts:JsonStop": "internal",
   // The EC2 emulator's wire errors: what EC2 answers, turned into the SDK's exceptions by the client.
   "lab/ec2/ec2-error.ts:Ec2Error": "EC2's, not the agent's",
+  // The EBS direct emulator's wire errors, likewise: what EBS answers.
+  "lab/ec2/ebs-direct.ts:EbsError": "EBS's, not the agent's",
 };
 
 t.test("every error class in src/ extends AgentError (or an AgentError subclass)", async (t) => {
