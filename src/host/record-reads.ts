@@ -119,7 +119,7 @@ export async function recordImageReads(
         if (!owners.has(path)) owners.set(path, await layerFileOf(layers, dataRoot, path));
       }
       const files = firstReads(resolved, (path) => owners.get(path));
-      log?.info("record-reads.image", "recorded the files an image reads at start", {
+      log?.info("prewarm.record-reads", "recorded the files an image reads at start", {
         image,
         files: files.length,
         seconds,
@@ -179,7 +179,7 @@ export async function writeImageReads(mountPoint: string, image: string, files: 
     list = await readReadList(mountPoint);
   } catch (error) {
     if (!(error instanceof ReadListError)) throw error;
-    log?.warning("record-reads.replace", "the volume's need list does not validate: replacing it", {
+    log?.warning("prewarm.need-list-replaced", "the volume's need list does not validate: replacing it", {
       error: error.message,
     });
   }
