@@ -1,0 +1,215 @@
+/**
+ * `snapshot build`: runs the steps build-plan.ts plans, in order, through the machine's tools
+ * (deps, wired in src/cli/snapshot-build.ts). What a step acquires (the loop device, the mount,
+ * the dockerd) is pushed on an undo stack: a failing step (or SIGTERM between steps) undoes the
+ * stack in reverse, so a failed build leaves nothing mounted or attached. A build killed outright
+ * leaves them: its rerun's first step (`clean-leftovers`) takes them down, then builds anew.
+ */
+import type { ImageStore } from "../../docker/engine.ts";
+import { AgentError, describeError } from "../../errors.ts";
+import type { Logger } from "../../log.ts";
+import { buildPaths, describeStep, type BuildRequest, type BuildStep } from "./build-plan.ts";
+
+/** The build's dockerd, as the steps use it. */
+export interface BuildDocker {
+  readonly engineVersion: string;
+  readonly imageStore: ImageStore;
+  /** `docker load -i tarball`. */
+  load(tarball: string): Promise<void>;
+  /** Whether the image is in the store. */
+  has(image: string): Promise<boolean>;
+  pull(image: string): Promise<void>;
+  /** Removes every image but `keep` (by id: their other tags go too); returns how many went. */
+  removeAllBut(keep: readonly string[]): Promise<number>;
+  /** The files `image` reads at start, as data-root-relative layer paths (src/host/record-reads.ts). */
+  recordReads(image: string, dataRoot: string, scratch: string): Promise<string[]>;
+  stop(): Promise<void>;
+}
+
+/** What the build does to the machine: every side effect of a step. */
+export interface VolumeBuildDeps {
+  /** Stops a killed build's dockerd, unmounts under the work folder, detaches the image's loops. */
+  cleanLeftovers(workDir: string, image: string | undefined): Promise<void>;
+  /** Makes `image` the build's to write (refuses a file it did not make), marking it as in the making. */
+  claimImageFile(workDir: string, image: string): Promise<void>;
+  releaseImageFile(workDir: string): Promise<void>;
+  createImage(image: string, bytes: number): Promise<void>;
+  copyImage(from: string, image: string): Promise<void>;
+  attachLoop(image: string): Promise<string>;
+  detachLoop(device: string): Promise<void>;
+  /** mkfs.xfs with the agent's label and options, on a device found blank. */
+  format(device: string, label: string): Promise<void>;
+  mount(device: string, mountPoint: string): Promise<void>;
+  unmount(mountPoint: string): Promise<void>;
+  /** Removes the volume's need list (the agent's folder on it). */
+  clearNeedList(mountPoint: string): Promise<void>;
+  writeNeedList(mountPoint: string, image: string, files: string[]): Promise<void>;
+  startDockerd(root: string, dataRoot: string, imageStore: ImageStore): Promise<BuildDocker>;
+  /** Removes what must not travel between machines from the stopped dockerd's data-root. */
+  stripMachineLocalState(dataRoot: string): Promise<string[]>;
+  /** The agent's own identification of the device (throws when it would refuse it). */
+  identify(device: string): Promise<void>;
+  log: Logger;
+  now?: () => number;
+  signal?: AbortSignal;
+}
+
+/** What was built: what the upload's tags say (`snapshot upload --image-store … --engine-version …`). */
+export interface VolumeBuildReport {
+  image?: string;
+  device?: string;
+  parentImage?: string;
+  images: string[];
+  imageStore: ImageStore;
+  engineVersion: string;
+  /** Images whose reads at start are in the volume's need list. */
+  needList: string[];
+  /** Images removed because the set no longer names them (a copy of the previous generation). */
+  removedImages: number;
+  /** Paths of machine-local state removed from the data-root. */
+  stripped: number;
+  seconds: number;
+}
+
+/** The build could not finish; what it had set up was undone. */
+export class VolumeBuildError extends AgentError {}
+
+/** Runs the planned steps; returns the report, or throws after undoing what was set up. */
+export async function runVolumeBuild(
+  deps: VolumeBuildDeps,
+  request: BuildRequest,
+  steps: readonly BuildStep[],
+): Promise<VolumeBuildReport> {
+  const { log } = deps;
+  const now = deps.now ?? Date.now;
+  const started = now();
+  const { mountPoint } = buildPaths(request.workDir);
+  const undo: Array<{ what: string; run: () => Promise<void> }> = [];
+  let device = "device" in request.target ? request.target.device : undefined;
+  let docker: BuildDocker | undefined;
+  const report: Omit<VolumeBuildReport, "seconds"> = {
+    ...("image" in request.target ? { image: request.target.image } : { device: request.target.device }),
+    ...("image" in request.target && request.target.parentImage ? { parentImage: request.target.parentImage } : {}),
+    images: [...request.images],
+    imageStore: request.imageStore,
+    engineVersion: "",
+    needList: [],
+    removedImages: 0,
+    stripped: 0,
+  };
+  const needDevice = () => {
+    if (device === undefined) throw new AgentError("no device: the plan attaches one first", "report this bug");
+    return device;
+  };
+  const needDocker = () => {
+    if (docker === undefined) throw new AgentError("no dockerd: the plan starts one first", "report this bug");
+    return docker;
+  };
+  /** Drops the undo entry of what a step just took down itself. */
+  const done = (what: string) => {
+    const at = undo.findLastIndex((entry) => entry.what === what);
+    if (at >= 0) undo.splice(at, 1);
+  };
+
+  const runStep = async (step: BuildStep): Promise<void> => {
+    switch (step.step) {
+      case "clean-leftovers":
+        await deps.cleanLeftovers(step.workDir, step.image);
+        if (step.image !== undefined) await deps.claimImageFile(step.workDir, step.image);
+        return;
+      case "create-image":
+        return deps.createImage(step.image, step.bytes);
+      case "copy-image":
+        return deps.copyImage(step.from, step.image);
+      case "attach-loop": {
+        const attached = await deps.attachLoop(step.image);
+        device = attached;
+        undo.push({ what: "loop", run: () => deps.detachLoop(attached) });
+        return;
+      }
+      case "format":
+        return deps.format(needDevice(), step.label);
+      case "mount":
+        await deps.mount(needDevice(), step.mountPoint);
+        undo.push({ what: "mount", run: () => deps.unmount(step.mountPoint) });
+        return;
+      case "clear-need-list":
+        return deps.clearNeedList(mountPoint);
+      case "start-dockerd": {
+        const started = await deps.startDockerd(step.root, step.dataRoot, step.imageStore);
+        docker = started;
+        report.engineVersion = started.engineVersion;
+        undo.push({ what: "dockerd", run: () => started.stop() });
+        return;
+      }
+      case "load":
+        return needDocker().load(step.tarball);
+      case "ensure-image": {
+        const d = needDocker();
+        if (await d.has(step.image)) return;
+        if (!step.pull) {
+          throw new VolumeBuildError(
+            `${step.image} is in none of the tarballs, and pulling is off`,
+            "give the tarball that holds it (--load), or let the build pull it (without --no-pull)",
+          );
+        }
+        return d.pull(step.image);
+      }
+      case "remove-other-images":
+        report.removedImages = await needDocker().removeAllBut(step.keep);
+        return;
+      case "record-reads": {
+        const files = await needDocker().recordReads(step.image, buildPaths(request.workDir).dataRoot, request.workDir);
+        await deps.writeNeedList(mountPoint, step.image, files);
+        report.needList.push(step.image);
+        return;
+      }
+      case "stop-dockerd":
+        await needDocker().stop();
+        done("dockerd");
+        docker = undefined;
+        return;
+      case "strip-machine-local-state":
+        report.stripped = (await deps.stripMachineLocalState(step.dataRoot)).length;
+        return;
+      case "unmount":
+        await deps.unmount(step.mountPoint);
+        done("mount");
+        return;
+      case "identify":
+        return deps.identify(needDevice());
+      case "detach-loop":
+        await deps.detachLoop(needDevice());
+        done("loop");
+        return;
+    }
+  };
+
+  try {
+    for (const step of steps) {
+      if (deps.signal?.aborted) throw new VolumeBuildError("stopped by SIGTERM", "run the build again");
+      log.info("snapshot.build-step", describeStep(step));
+      await runStep(step);
+    }
+  } catch (error) {
+    for (const entry of undo.reverse()) {
+      try {
+        await entry.run();
+      } catch (undoError) {
+        log.error("snapshot.build-undo-failed", `could not undo the ${entry.what}`, {
+          error: describeError(undoError),
+        });
+      }
+    }
+    throw error;
+  }
+  if ("image" in request.target) await deps.releaseImageFile(request.workDir);
+  const built: VolumeBuildReport = { ...report, seconds: Math.round((now() - started) / 1000) };
+  log.notice("snapshot.built", "the image set is built into the volume's file system", {
+    images: built.images.join(","),
+    store: built.imageStore,
+    engine: built.engineVersion,
+    seconds: built.seconds,
+  });
+  return built;
+}
