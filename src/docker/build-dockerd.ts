@@ -1,0 +1,218 @@
+/**
+ * The private dockerd of `snapshot build`: its own config file, socket, pidfile and exec-root
+ * under the build's folder, its data-root on the image being built, no bridge and no iptables
+ * rules; so the machine's docker (/var/run/docker.sock, /etc/docker, /var/lib/docker, docker0)
+ * is never touched, and a docker running there goes on undisturbed. It runs in the machine's
+ * network namespace: the pulls reach the registry as any client would. It runs no container:
+ * it only loads, pulls, lists and removes images.
+ *
+ * With a system containerd (/run/containerd/containerd.sock), dockerd connects to it: its
+ * namespace is then the build's own, so nothing of it mixes with the machine's. Without one,
+ * dockerd starts its own, with state under the exec-root and the data-root (stripped after).
+ */
+import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { existsSync } from "node:fs";
+import { mkdir, open, readFile, rm, writeFile } from "node:fs/promises";
+import { request } from "node:http";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { AgentError, describeError } from "../errors.ts";
+import { run, type RunOptions, type RunResult } from "../exec.ts";
+import type { Logger } from "../log.ts";
+import { detectImageStore, type ImageStore } from "./engine.ts";
+
+const DOCKERD = "dockerd";
+const DOCKER_CLI = "docker";
+const SYSTEM_CONTAINERD_SOCKET = "/run/containerd/containerd.sock";
+/** sun_path holds 107 bytes; the longest socket is containerd's ttrpc one under the exec-root. */
+const LONGEST_SOCKET_TAIL = "/x/containerd/containerd.sock.ttrpc";
+export const MAX_DOCKERD_ROOT_LENGTH = 107 - LONGEST_SOCKET_TAIL.length;
+/**
+ * What the build's dockerd leaves in its data-root besides the images and what the boot's own
+ * cleanup removes (data-root.ts): the build cache, the runtimes' scratch and pid files, its
+ * temporary files and, with the graphdriver store, the state of the containerd it started
+ * itself (its instance id among it). Two hosts must not start from one machine's copy of these.
+ */
+export const BUILD_LOCAL_STATE = ["buildkit", "runtimes", "tmp"] as const;
+export const BUILD_LOCAL_STATE_GRAPHDRIVER = ["containerd"] as const;
+
+export interface BuildDockerdOptions {
+  /** The build's dockerd folder: config, socket, pidfile, exec-root (`x`), log. */
+  root: string;
+  dataRoot: string;
+  imageStore: ImageStore;
+  log?: Logger;
+  /** How long start waits for the API (default 60 s) and stop for the exit (default 60 s). */
+  readyTimeoutMs?: number;
+  stopTimeoutMs?: number;
+}
+
+/** The running build dockerd. */
+export interface BuildDockerd {
+  readonly engineVersion: string;
+  readonly imageStore: ImageStore;
+  /** `docker -H <its socket> args…`. */
+  docker(args: readonly string[], options?: RunOptions): Promise<RunResult>;
+  stop(): Promise<void>;
+}
+
+function paths(root: string) {
+  return {
+    config: join(root, "daemon.json"),
+    socket: join(root, "docker.sock"),
+    pidFile: join(root, "dockerd.pid"),
+    execRoot: join(root, "x"),
+    logFile: join(root, "dockerd.log"),
+    keyFile: join(root, "key.json"),
+  };
+}
+
+/** The dockerd command line (after the program), known before it starts. */
+export function buildDockerdArgs(root: string): string[] {
+  const p = paths(root);
+  const namespace = `ebs-cache-build-${createHash("sha256").update(root).digest("hex").slice(0, 12)}`;
+  return [
+    ...["--config-file", p.config, "--exec-root", p.execRoot, "--pidfile", p.pidFile],
+    ...["-H", `unix://${p.socket}`, "--bridge=none", "--iptables=false", "--ip6tables=false"],
+    ...(existsSync(SYSTEM_CONTAINERD_SOCKET)
+      ? ["--containerd-namespace", namespace, "--containerd-plugins-namespace", `${namespace}-plugins`]
+      : []),
+  ];
+}
+
+/**
+ * The daemon.json of the build's dockerd: the data-root, the image store asked for (written out
+ * both ways: docker 29 defaults to containerd's), and on docker before 23 the trust key kept in
+ * the build's folder (it would otherwise go to /etc/docker/key.json; later engines refuse the key).
+ */
+export function buildDaemonConfig(dataRoot: string, imageStore: ImageStore, keyFile: string, engineMajor: number) {
+  return {
+    "data-root": dataRoot,
+    ...(engineMajor >= 24 ? { features: { "containerd-snapshotter": imageStore === "containerd" } } : {}),
+    ...(engineMajor < 23 ? { "deprecated-key-path": keyFile } : {}),
+  };
+}
+
+/** Starts the build's dockerd and checks it runs where and how it was asked. */
+export async function startBuildDockerd(options: BuildDockerdOptions): Promise<BuildDockerd> {
+  const { root, log } = options;
+  if (root.length > MAX_DOCKERD_ROOT_LENGTH) {
+    throw new AgentError(
+      `the build's dockerd folder ${root} is too long for its unix sockets`,
+      `give a --work-dir of at most ${MAX_DOCKERD_ROOT_LENGTH - 2} characters`,
+    );
+  }
+  const p = paths(root);
+  await mkdir(p.execRoot, { recursive: true });
+  const version = await run(DOCKERD, ["--version"], { log, remediation: "install docker (dockerd) on this machine" });
+  const major = Number(/version (\d+)\./i.exec(version.stdout)?.[1] ?? NaN);
+  if (!Number.isInteger(major)) throw new AgentError(`dockerd --version printed ${version.stdout.trim()}`, "");
+  const config = buildDaemonConfig(options.dataRoot, options.imageStore, p.keyFile, major);
+  await writeFile(p.config, JSON.stringify(config, null, 2) + "\n");
+
+  const args = buildDockerdArgs(root);
+  log?.info("docker.build-dockerd-start", "starting the build's private dockerd", { root, dataRoot: options.dataRoot });
+  const logHandle = await open(p.logFile, "a");
+  const child = spawn(DOCKERD, args, { detached: true, stdio: ["ignore", logHandle.fd, logHandle.fd] });
+  await logHandle.close();
+  child.unref();
+  let exited: string | undefined;
+  child.once("exit", (code, signal) => (exited = String(code ?? signal)));
+  child.once("error", (error) => (exited = describeError(error)));
+  const pid = child.pid;
+
+  const docker = (args: readonly string[], runOptions: RunOptions = {}) =>
+    run(DOCKER_CLI, ["-H", `unix://${p.socket}`, ...args], { log, ...runOptions });
+  const stop = async () => {
+    if (pid !== undefined) await stopProcess(pid, options.stopTimeoutMs ?? 60_000, log);
+  };
+  const deadline = Date.now() + (options.readyTimeoutMs ?? 60_000);
+  while (!(await ping(p.socket))) {
+    if (exited !== undefined || Date.now() > deadline) {
+      await stop();
+      throw new AgentError(
+        `the build's dockerd ${exited !== undefined ? `exited (${exited})` : "did not answer in time"}`,
+        `see ${p.logFile}`,
+      );
+    }
+    await sleep(100);
+  }
+  try {
+    const info = JSON.parse((await docker(["info", "--format", "{{json .}}"])).stdout) as {
+      DockerRootDir?: string;
+      ServerVersion?: string;
+      Driver?: unknown;
+      DriverStatus?: unknown;
+    };
+    const store = detectImageStore(info);
+    if (info.DockerRootDir !== options.dataRoot || store !== options.imageStore) {
+      throw new AgentError(
+        `the build's dockerd runs on ${info.DockerRootDir} with the ${store} store, ` +
+          `not on ${options.dataRoot} with the ${options.imageStore} store`,
+        `see ${p.logFile}`,
+      );
+    }
+    log?.info("docker.build-dockerd-ready", "the build's dockerd is up", { pid, version: info.ServerVersion });
+    return { engineVersion: String(info.ServerVersion), imageStore: store, docker, stop };
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+}
+
+/**
+ * Stops the dockerd a killed build left running (its pidfile under `root`, its command line
+ * naming the build's socket); nothing to do when there is none.
+ */
+export async function stopLeftoverBuildDockerd(root: string, log?: Logger): Promise<void> {
+  const p = paths(root);
+  const pid = Number((await readFile(p.pidFile, "utf8").catch(() => "")).trim());
+  if (!Number.isInteger(pid) || pid <= 0) return;
+  const cmdline = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
+  if (cmdline.split("\0").includes(`unix://${p.socket}`)) {
+    log?.warning("docker.build-dockerd-leftover", "stopping the dockerd a killed build left", { pid, root });
+    await stopProcess(pid, 60_000, log);
+  }
+  await rm(p.pidFile, { force: true });
+}
+
+async function stopProcess(pid: number, timeoutMs: number, log?: Logger): Promise<void> {
+  signal(pid, "SIGTERM");
+  if (await waitGone(pid, timeoutMs)) return;
+  log?.warning("docker.build-dockerd-kill", "the build's dockerd ignored SIGTERM: killing it", { pid });
+  signal(pid, "SIGKILL");
+  if (!(await waitGone(pid, 10_000)))
+    throw new AgentError(`the build's dockerd (${pid}) survived SIGKILL`, "look for it in D state (ps -o stat)");
+}
+
+function signal(pid: number, name: NodeJS.Signals): void {
+  try {
+    process.kill(pid, name);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "ESRCH") throw error;
+  }
+}
+
+/** Gone: no such process, or a zombie nobody reaped yet (the unref'd child of this process). */
+async function waitGone(pid: number, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
+    if (stat === undefined || /\) [ZX] /.test(stat)) return true;
+    await sleep(50);
+  }
+  return false;
+}
+
+function ping(socketPath: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const req = request({ socketPath, path: "/_ping", method: "GET", timeout: 1000 }, (res) => {
+      res.resume();
+      res.on("end", () => resolve(res.statusCode === 200));
+    });
+    req.on("timeout", () => req.destroy());
+    req.on("error", () => resolve(false));
+    req.end();
+  });
+}
