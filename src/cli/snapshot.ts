@@ -12,6 +12,7 @@ import { readManifestJson, writeManifestJson } from "../host/snapshot-manifest.t
 import { createLogger } from "../log.ts";
 import { sigtermSignal } from "./common.ts";
 import { poolNameOption, wholeNumber } from "./options.ts";
+import { snapshotBuildCommand } from "./snapshot-build.ts";
 
 function tagOption(value: string, previous: Record<string, string> = {}): Record<string, string> {
   const at = value.indexOf("=");
@@ -48,8 +49,10 @@ interface UploadOptions {
 
 export function snapshotCommand(): Command {
   const snapshot = new Command("snapshot").description(
-    "build the pool's golden snapshot without an instance (the EBS direct APIs)",
+    "build the pool's golden snapshot without an instance: the image set into a disk image (build), " +
+      "then a snapshot of it (upload, the EBS direct APIs)",
   );
+  snapshot.addCommand(snapshotBuildCommand());
   snapshot.addCommand(
     new Command("upload")
       .description(

@@ -1,0 +1,215 @@
+/**
+ * `ebs-cache-agent snapshot build`: the image set built into a sparse XFS image (the pool
+ * volume's file system), on any Linux machine with root and docker installed, with no instance:
+ * the plan (src/agent/snapshot/build-plan.ts) run by src/agent/snapshot/build.ts through the
+ * machine's tools wired here. The lab's golden build (src/lab/volumes/golden.ts) runs the same
+ * steps through the same wiring, on its builder volume.
+ */
+import { join, resolve } from "node:path";
+import { Command, InvalidArgumentError, Option } from "commander";
+import { runVolumeBuild, type BuildDocker, type VolumeBuildDeps } from "../agent/snapshot/build.ts";
+import { buildPaths, describeStep, planBuild, type BuildRequest } from "../agent/snapshot/build-plan.ts";
+import {
+  BUILD_LOCAL_STATE,
+  BUILD_LOCAL_STATE_GRAPHDRIVER,
+  startBuildDockerd,
+  stopLeftoverBuildDockerd,
+} from "../docker/build-dockerd.ts";
+import { prepareDataRoot } from "../docker/data-root.ts";
+import type { ImageStore } from "../docker/engine.ts";
+import { ExitCode } from "../errors.ts";
+import { writeFileAtomic } from "../fs-atomic.ts";
+import { formatDevice } from "../host/filesystem.ts";
+import { identifyCacheVolume } from "../host/identify.ts";
+import {
+  attachLoop,
+  claimImageFile,
+  cleanBuildLeftovers,
+  copySparseImage,
+  createSparseImage,
+  detachLoop,
+  releaseImageFile,
+} from "../host/image-file.ts";
+import { mountDevice, syncFilesystem, unmountPath } from "../host/mount.ts";
+import { recordImageReads, writeImageReads } from "../host/record-reads.ts";
+import { AGENT_SUBDIR } from "../host/volume-layout.ts";
+import { removeBeneath } from "../host/volume-paths.ts";
+import { createLogger, type Logger } from "../log.ts";
+import { READ_LIST_FILE } from "../read-list.ts";
+import { VolumeKind } from "../tags.ts";
+import { sigtermSignal } from "./common.ts";
+
+/** The build's dockerd with the image steps the build takes. */
+async function startDocker(root: string, dataRoot: string, imageStore: ImageStore, log: Logger): Promise<BuildDocker> {
+  const d = await startBuildDockerd({ root, dataRoot, imageStore, log });
+  // Large images take long to unpack: these bound a hung daemon, not a slow disk.
+  const long = { timeoutMs: 60 * 60_000 };
+  const idOf = async (image: string) => {
+    const found = await d.docker(["image", "inspect", "--format", "{{.Id}}", image], { check: false });
+    return found.exitCode === 0 ? found.stdout.trim() : undefined;
+  };
+  return {
+    engineVersion: d.engineVersion,
+    imageStore: d.imageStore,
+    load: async (tarball) => void (await d.docker(["load", "--quiet", "--input", tarball], long)),
+    has: async (image) => (await idOf(image)) !== undefined,
+    pull: async (image) => void (await d.docker(["pull", "--quiet", image], long)),
+    async removeAllBut(keep) {
+      const kept = new Set(await Promise.all(keep.map(idOf)));
+      const all = new Set((await d.docker(["image", "ls", "--quiet", "--no-trunc"])).stdout.split(/\s+/));
+      const gone = [...all].filter((id) => id !== "" && !kept.has(id));
+      for (const id of gone) await d.docker(["image", "rm", "--force", id]);
+      return gone.length;
+    },
+    recordReads: (image, dataRoot, scratch) => recordImageReads(d, { image, dataRoot, workDir: scratch, log }),
+    stop: () => d.stop(),
+  };
+}
+
+/** The build's side effects, on this machine. */
+export function volumeBuildDeps(log: Logger, signal?: AbortSignal): VolumeBuildDeps {
+  return {
+    async cleanLeftovers(workDir, image) {
+      await stopLeftoverBuildDockerd(buildPaths(workDir).dockerdRoot, log);
+      await cleanBuildLeftovers(workDir, image, log);
+    },
+    claimImageFile: (workDir, image) => claimImageFile(workDir, image, log),
+    releaseImageFile,
+    createImage: createSparseImage,
+    copyImage: (from, image) => copySparseImage(from, image, log),
+    attachLoop: (image) => attachLoop(image, log),
+    detachLoop: (device) => detachLoop(device, log),
+    format: (device, label) => formatDevice(device, label, { log }),
+    mount: (device, mountPoint) => mountDevice(device, mountPoint, { log, fsType: "xfs" }),
+    async unmount(mountPoint) {
+      await syncFilesystem(mountPoint, { log });
+      await unmountPath(mountPoint, { log });
+    },
+    clearNeedList: async (mountPoint) => void (await removeBeneath(mountPoint, join(AGENT_SUBDIR, READ_LIST_FILE))),
+    writeNeedList: (mountPoint, image, files) => writeImageReads(mountPoint, image, files, log),
+    startDockerd: (root, dataRoot, imageStore) => startDocker(root, dataRoot, imageStore, log),
+    async stripMachineLocalState(dataRoot) {
+      const prepared = await prepareDataRoot(dataRoot, { kind: VolumeKind.pool, log });
+      const removed = [...prepared.removed];
+      for (const name of [...BUILD_LOCAL_STATE, ...BUILD_LOCAL_STATE_GRAPHDRIVER]) {
+        if (await removeBeneath(dataRoot, name)) removed.push(name);
+      }
+      return removed;
+    },
+    async identify(device) {
+      const identity = await identifyCacheVolume({ volumeId: "the built image", createdByAgent: false }, device, {
+        log,
+      });
+      if (identity.kind !== "cache") throw new Error(`the built file system on ${device} is ${identity.kind}`);
+    },
+    log,
+    ...(signal ? { signal } : {}),
+  };
+}
+
+function repeatable(value: string, previous: string[] = []): string[] {
+  return [...previous, value];
+}
+
+function sizeGiB(value: string): number {
+  const n = Number(value);
+  if (!Number.isSafeInteger(n) || n < 1)
+    throw new InvalidArgumentError(`expected whole GiB (at least 1), got ${value}`);
+  return n;
+}
+
+interface BuildOptions {
+  image: string;
+  sizeGib?: number;
+  parentImage?: string;
+  images: string;
+  load?: string[];
+  pull: boolean;
+  imageStore: ImageStore;
+  recordReads: boolean;
+  workDir?: string;
+  summary?: string;
+  dryRun?: boolean;
+  json?: boolean;
+}
+
+/** `snapshot build`. */
+export function snapshotBuildCommand(): Command {
+  return new Command("build")
+    .description(
+      "build the image set into a sparse XFS image as a pool volume holds it (label ebs-cache, ftype=1, docker/ at " +
+        "its root, the need list), with a private dockerd that loads --load tarballs and pulls the rest; " +
+        "machine-local state stripped; then `snapshot upload` it. Needs root, docker (dockerd), xfsprogs, " +
+        "util-linux and strace; never touches the machine's docker, /etc/docker or any disk but the image",
+    )
+    .requiredOption("--image <path>", "the image file to write (must not exist; a killed build's own is replaced)")
+    .option("--size-gib <n>", "the file system's size (the snapshot's); default the parent's", sizeGiB)
+    .option(
+      "--parent-image <path>",
+      "the previous generation's image: copied and updated rather than formatted anew, so its unchanged blocks stay " +
+        "and `snapshot upload --parent` puts only what changed",
+    )
+    .requiredOption("--images <refs>", "the image set, comma-separated: every one is in the image, nothing else")
+    .option("--load <tarball>", "a `docker save` tarball to load first (repeatable)", repeatable)
+    .option("--no-pull", "pull nothing: every image must be in a tarball (offline builds)")
+    .addOption(
+      new Option("--image-store <store>", "the image store the hosts run")
+        .choices(["graphdriver"])
+        .default("graphdriver"),
+    )
+    .option("--no-record-reads", "leave the need list out (the pre-warm then reads the volume in device order)")
+    .option("--work-dir <dir>", "the build's own folder: mount point, dockerd socket and log (default <image>.build)")
+    .option("--summary <path>", "also write the report (JSON) there")
+    .option("--dry-run", "print the steps and change nothing")
+    .option("--json", "print the report as JSON")
+    .addHelpText(
+      "after",
+      "\nA killed build leaves its mount, loop device or dockerd: run the same command again, " +
+        "it takes them down first." +
+        "\nExit codes: 0 built, 1 a step failed (what it set up was undone), 2 usage (nothing done).",
+    )
+    .action(async (opts: BuildOptions) => {
+      const log = createLogger();
+      const image = resolve(opts.image);
+      const parentImage = opts.parentImage ? resolve(opts.parentImage) : undefined;
+      let size = opts.sizeGib;
+      if (size === undefined && parentImage) {
+        const { stat } = await import("node:fs/promises");
+        size = Math.ceil((await stat(parentImage)).size / 1024 ** 3);
+      }
+      if (size === undefined) {
+        process.stderr.write("error: give --size-gib (or --parent-image, whose size is kept)\n");
+        process.exitCode = ExitCode.usage;
+        return;
+      }
+      const request: BuildRequest = {
+        target: { image, sizeGiB: size, ...(parentImage ? { parentImage } : {}) },
+        workDir: resolve(opts.workDir ?? `${image}.build`),
+        images: opts.images.split(",").filter((s) => s !== ""),
+        load: (opts.load ?? []).map((tarball) => resolve(tarball)),
+        pull: opts.pull,
+        imageStore: opts.imageStore,
+        recordReads: opts.recordReads,
+      };
+      const planned = planBuild(request);
+      if ("problems" in planned) {
+        process.stderr.write(`error: ${planned.problems.join("; ")}\n`);
+        process.exitCode = ExitCode.usage;
+        return;
+      }
+      if (opts.dryRun) {
+        process.stdout.write(planned.steps.map((step) => describeStep(step) + "\n").join(""));
+        return;
+      }
+      const report = await runVolumeBuild(volumeBuildDeps(log, sigtermSignal(log)), request, planned.steps);
+      const json = JSON.stringify({ ...report, sizeGiB: size }, null, 2) + "\n";
+      if (opts.summary) await writeFileAtomic(resolve(opts.summary), json);
+      process.stdout.write(
+        opts.json
+          ? json
+          : `${image}: ${report.images.length} images (${report.imageStore}, docker ${report.engineVersion}), ` +
+              `need list of ${report.needList.length}, ${report.stripped} machine-local paths stripped, ` +
+              `${report.seconds} s\n`,
+      );
+    });
+}
