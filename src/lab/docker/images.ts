@@ -4,8 +4,8 @@
  * swarm is a single manager listening on the dockerd's own loopback.
  */
 import { createCipheriv, createHash } from "node:crypto";
-import { createWriteStream } from "node:fs";
-import { mkdir, mkdtemp, open, rm, symlink, writeFile, copyFile, chmod } from "node:fs/promises";
+import { createReadStream, createWriteStream } from "node:fs";
+import { mkdir, mkdtemp, open, rename, rm, symlink, writeFile, copyFile, chmod } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
@@ -20,6 +20,8 @@ const APPLETS = ["sh", "cat", "ls", "sleep", "echo"];
 /** Payload files are at most this big, so a 2 GiB image is a few files, not one. */
 const PAYLOAD_FILE_BYTES = 256 * 1024 * 1024;
 const CHUNK_BYTES = 1024 * 1024;
+/** tar's options for the same archive from the same files, whoever and whenever. */
+const REPRODUCIBLE = ["--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner"];
 
 /** What the image helpers need of a dockerd. */
 export type DockerClient = Pick<PrivateDockerd, "docker" | "info">;
@@ -60,8 +62,7 @@ export async function buildImage(docker: DockerClient, options: BuildImageOption
     const rootfs = join(temp, "rootfs");
     await writeRootfs(rootfs, options);
     const tarball = join(temp, "rootfs.tar");
-    const reproducible = ["--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner"];
-    await run("tar", ["--create", "--file", tarball, "--directory", rootfs, ...reproducible, "."], {
+    await run("tar", ["--create", "--file", tarball, "--directory", rootfs, ...REPRODUCIBLE, "."], {
       log: options.log,
     });
     const imported = await docker.docker(
@@ -81,6 +82,53 @@ export async function buildImage(docker: DockerClient, options: BuildImageOption
   } finally {
     await rm(temp, { recursive: true, force: true });
   }
+}
+
+/**
+ * Writes the image as `docker save` writes one (manifest.json, the config, one layer) to
+ * `archive`, with no dockerd: what `snapshot build --load` takes. Reproducible as buildImage's
+ * layer is, and so is the image id (the config's digest): no time in it but the epoch.
+ */
+export async function writeImageArchive(archive: string, options: BuildImageOptions): Promise<string> {
+  await assertStaticBusybox();
+  await mkdir(options.workDir, { recursive: true });
+  const temp = await mkdtemp(join(options.workDir, "archive-"));
+  try {
+    const rootfs = join(temp, "rootfs");
+    await writeRootfs(rootfs, options);
+    const out = join(temp, "out");
+    await mkdir(out);
+    const layer = join(out, "layer.tar");
+    await run("tar", ["--create", "--file", layer, "--directory", rootfs, ...REPRODUCIBLE, "."], { log: options.log });
+    const diffId = await fileSha256(layer);
+    const layerDir = diffId;
+    await mkdir(join(out, layerDir));
+    await rename(layer, join(out, layerDir, "layer.tar"));
+    const epoch = "1970-01-01T00:00:00Z";
+    const config = JSON.stringify({
+      architecture: process.arch === "arm64" ? "arm64" : "amd64",
+      os: "linux",
+      created: epoch,
+      config: { Cmd: options.cmd ?? ["/bin/sh"], Env: ["PATH=/bin"] },
+      rootfs: { type: "layers", diff_ids: [`sha256:${diffId}`] },
+      history: [{ created: epoch, created_by: "ebs-cache lab image" }],
+    });
+    const configId = createHash("sha256").update(config).digest("hex");
+    await writeFile(join(out, `${configId}.json`), config);
+    const manifest = [{ Config: `${configId}.json`, RepoTags: [options.tag], Layers: [`${layerDir}/layer.tar`] }];
+    await writeFile(join(out, "manifest.json"), JSON.stringify(manifest));
+    await mkdir(dirname(archive), { recursive: true });
+    await run("tar", ["--create", "--file", archive, "--directory", out, ...REPRODUCIBLE, "."], { log: options.log });
+    return `sha256:${configId}`;
+  } finally {
+    await rm(temp, { recursive: true, force: true });
+  }
+}
+
+async function fileSha256(path: string): Promise<string> {
+  const hash = createHash("sha256");
+  await pipeline(createReadStream(path), hash);
+  return hash.digest("hex");
 }
 
 /**

@@ -1,12 +1,14 @@
 /**
  * The golden snapshot: what the pool-volume Packer template produces in AWS, made in the lab.
- * A builder host gets a blank volume, formats it XFS, runs a private dockerd on a data-root on
- * it, imports the image set, records what each image reads at start (the need list), stops
- * docker, drops machine-local state (`swarm/`), detaches it and snapshots it, tagged with the build's time (`ebs-cache:built-at`: with the image set, the
- * snapshot's generation). Pool volumes are then created from that snapshot, tagged for the pool.
+ * A builder host gets a blank volume; the product's `snapshot build` steps (src/agent/snapshot/build.ts)
+ * build the image set onto it: XFS formatted, a private dockerd on a data-root on it loading the
+ * images from `docker save` tarballs, what each image reads at start recorded (the need list),
+ * machine-local state stripped. Then the volume is detached and snapshotted, tagged with the
+ * build's time (`ebs-cache:built-at`: with the image set, the snapshot's generation). Pool volumes
+ * are then created from that snapshot, tagged for the pool.
  */
-import { rm, writeFile } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { rm } from "node:fs/promises";
+import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
   AttachVolumeCommand,
@@ -21,15 +23,15 @@ import {
   type Tag,
   type CreateVolumeCommandInput,
 } from "@aws-sdk/client-ec2";
-import { detectImageStore, type ImageStore } from "../../docker/engine.ts";
+import { runVolumeBuild } from "../../agent/snapshot/build.ts";
+import { planBuild, type BuildRequest } from "../../agent/snapshot/build-plan.ts";
+import { volumeBuildDeps } from "../../cli/snapshot-build.ts";
+import type { ImageStore } from "../../docker/engine.ts";
 import { storeTags } from "../../docker/image-store.ts";
-import { run } from "../../exec.ts";
-import { recordImageReads, writeImageReads } from "../../host/record-reads.ts";
-import { DATA_ROOT_SUBDIR, FS_LABEL, MACHINE_LOCAL_STATE } from "../../layout.ts";
-import type { Logger } from "../../log.ts";
+import { createMemoryLogger, type Logger } from "../../log.ts";
 import { VolumeKind, VolumeTag } from "../../tags.ts";
-import { buildImage } from "../docker/images.ts";
-import type { Lab, LabHost } from "../lab.ts";
+import { writeImageArchive } from "../docker/images.ts";
+import type { Lab } from "../lab.ts";
 
 /** One image of the golden set. */
 export interface GoldenImage {
@@ -141,19 +143,7 @@ export async function buildGoldenSnapshot(lab: Lab, options: GoldenOptions): Pro
   const device = await lab.backend.deviceReady(volumeId);
   log?.info("lab.golden-attach", "builder volume attached", { volume: volumeId, device });
 
-  const mountPoint = join(builder.paths.mountRoot, "golden");
-  await run("mkfs.xfs", ["-q", "-L", FS_LABEL, "-m", "crc=1", "-n", "ftype=1", device], { log });
-  await run("mkdir", ["-p", mountPoint]);
-  await run("mount", ["-o", "noatime", device, mountPoint], { log });
-  let built: GoldenSnapshot["built"];
-  try {
-    built = await importImages(builder, join(mountPoint, DATA_ROOT_SUBDIR), options);
-    for (const local of MACHINE_LOCAL_STATE) {
-      await rm(join(mountPoint, DATA_ROOT_SUBDIR, local), { recursive: true, force: true });
-    }
-  } finally {
-    await run("umount", [mountPoint], { log });
-  }
+  const built = await buildOnDevice(device, join(lab.root, "gb", volumeId), options);
 
   return snapshotBuilderVolume(lab, volumeId, options, {
     sizeGiB,
@@ -220,41 +210,45 @@ export async function waitForAttached(ec2: EC2Client, volumeId: string): Promise
 }
 
 /**
- * Runs the builder's dockerd on a data-root on the volume, imports the image set into it and
- * records what each image reads at start (the volume's need list); returns the store and version that dockerd reported.
+ * The image set built onto the builder volume's device by the product's own build (`snapshot
+ * build`'s plan and steps, src/agent/snapshot/build.ts): formatted, the images loaded from
+ * `docker save` tarballs by its private dockerd, their reads recorded, machine-local state
+ * stripped, unmounted and identified as the agent would. Returns the store and version it built with.
  */
-async function importImages(
-  builder: LabHost,
-  dataRoot: string,
+async function buildOnDevice(
+  device: string,
+  workDir: string,
   options: GoldenOptions,
 ): Promise<GoldenSnapshot["built"]> {
-  await writeFile(builder.paths.daemonJson, JSON.stringify({ "data-root": dataRoot }, null, 2) + "\n");
-  const dockerd = await builder.startDocker();
+  const log = options.log ?? createMemoryLogger("warning");
+  const archives = join(workDir, "archives");
+  const load: string[] = [];
+  for (const image of options.images) {
+    const archive = join(archives, `${load.length}.tar`);
+    await writeImageArchive(archive, {
+      tag: image.tag,
+      workDir: archives,
+      payloadBytes: image.payloadBytes ?? 0,
+      log: options.log,
+    });
+    load.push(archive);
+  }
+  const request: BuildRequest = {
+    target: { device },
+    workDir,
+    images: options.images.map((image) => image.tag),
+    load,
+    pull: false,
+    imageStore: "graphdriver",
+    recordReads: options.recordReads ?? true,
+  };
+  const planned = planBuild(request);
+  if ("problems" in planned) throw new Error(`golden build: ${planned.problems.join("; ")}`);
   try {
-    const info = await dockerd.info();
-    const built = { store: detectImageStore(info), engineVersion: info.ServerVersion };
-    for (const image of options.images) {
-      await buildImage(dockerd, {
-        tag: image.tag,
-        workDir: join(builder.paths.hostRoot, "tmp"),
-        payloadBytes: image.payloadBytes ?? 0,
-        log: options.log,
-      });
-    }
-    if (options.recordReads ?? true) {
-      for (const image of options.images) {
-        const files = await recordImageReads(dockerd, {
-          image: image.tag,
-          dataRoot,
-          workDir: join(builder.paths.hostRoot, "tmp"),
-          log: options.log,
-        });
-        await writeImageReads(dirname(dataRoot), image.tag, files, options.log);
-      }
-    }
-    return built;
+    const report = await runVolumeBuild(volumeBuildDeps(log), request, planned.steps);
+    return { store: report.imageStore, engineVersion: report.engineVersion };
   } finally {
-    await dockerd.stop();
+    await rm(workDir, { recursive: true, force: true });
   }
 }
 
