@@ -1,0 +1,182 @@
+/**
+ * `snapshot build`'s plan (pure) and its runner with in-memory steps: what a build does in which
+ * order, what it refuses before doing anything, and what a failing step leaves (nothing it set up).
+ */
+import t from "tap";
+import { runVolumeBuild, type BuildDocker, type VolumeBuildDeps } from "../../../src/agent/snapshot/build.ts";
+import { describeStep, planBuild, type BuildRequest } from "../../../src/agent/snapshot/build-plan.ts";
+import { createMemoryLogger } from "../../../src/log.ts";
+
+const request: BuildRequest = {
+  target: { image: "/b/gen.img", sizeGiB: 4 },
+  workDir: "/b/gen.img.build",
+  images: ["registry.example.org/app:1", "tool:2"],
+  load: ["/b/app.tar"],
+  pull: true,
+  imageStore: "graphdriver",
+  recordReads: true,
+};
+
+function stepsOf(r: BuildRequest): string[] {
+  const planned = planBuild(r);
+  if ("problems" in planned) throw new Error(planned.problems.join("; "));
+  return planned.steps.map((s) => s.step);
+}
+
+t.test("a new image: created, attached, formatted, built, stripped, identified, detached", async (t) => {
+  t.same(stepsOf(request), [
+    "clean-leftovers",
+    "create-image",
+    "attach-loop",
+    "format",
+    "mount",
+    "start-dockerd",
+    "load",
+    "ensure-image",
+    "ensure-image",
+    "remove-other-images",
+    "record-reads",
+    "record-reads",
+    "stop-dockerd",
+    "strip-machine-local-state",
+    "unmount",
+    "identify",
+    "detach-loop",
+  ]);
+  const planned = planBuild(request);
+  t.ok(
+    "steps" in planned &&
+      planned.steps.some((s) => describeStep(s) === `create-image image=/b/gen.img bytes=${4 * 1024 ** 3}`),
+  );
+  t.ok(
+    "steps" in planned &&
+      planned.steps.some(
+        (s) =>
+          describeStep(s) ===
+          "start-dockerd root=/b/gen.img.build/d dataRoot=/b/gen.img.build/mnt/docker imageStore=graphdriver",
+      ),
+  );
+});
+
+t.test("a next generation copies the previous image: no mkfs, the old need list cleared", async (t) => {
+  const steps = stepsOf({ ...request, target: { image: "/b/gen2.img", sizeGiB: 4, parentImage: "/b/gen.img" } });
+  t.ok(steps.includes("copy-image"));
+  t.notOk(steps.includes("create-image"));
+  t.notOk(steps.includes("format"), "a fresh file system would move every block");
+  t.ok(steps.indexOf("clear-need-list") > steps.indexOf("mount"));
+});
+
+t.test("a device somebody else attached: no image, no loop, still identified", async (t) => {
+  const steps = stepsOf({ ...request, target: { device: "/dev/loop7" }, recordReads: false });
+  t.notOk(steps.includes("attach-loop") || steps.includes("detach-loop") || steps.includes("create-image"));
+  t.notOk(steps.includes("record-reads"));
+  t.equal(steps.at(-1), "identify");
+});
+
+t.test("bad requests are refused whole, with every problem", async (t) => {
+  const planned = planBuild({
+    ...request,
+    images: ["Bad Ref", "tool:2", "tool:2"],
+    imageStore: "containerd",
+    workDir: "relative",
+    target: { image: "/b/x.img", sizeGiB: 0, parentImage: "/b/x.img" },
+  });
+  t.ok("problems" in planned);
+  const problems = "problems" in planned ? planned.problems.join("\n") : "";
+  for (const pattern of [
+    /Bad Ref|lowercase|reference/,
+    /named twice/,
+    /containerd/,
+    /absolute/,
+    /0 GiB/,
+    /parent image is/,
+  ])
+    t.match(problems, pattern);
+  t.match(planBuild({ ...request, images: [] }), { problems: [/no images/] });
+});
+
+/** Deps that record what ran, failing at `failAt`. */
+function fakeDeps(failAt?: string): { deps: VolumeBuildDeps; calls: string[] } {
+  const calls: string[] = [];
+  const step = (name: string) => async () => {
+    calls.push(name);
+    if (name === failAt) throw new Error(`${name} failed`);
+  };
+  const docker: BuildDocker = {
+    engineVersion: "28.5.1",
+    imageStore: "graphdriver",
+    load: step("load"),
+    has: async (image) => (calls.push(`has ${image}`), image === "tool:2"),
+    pull: async (image) => void calls.push(`pull ${image}`),
+    removeAllBut: async () => (calls.push("remove-others"), 1),
+    recordReads: async (image) => (calls.push(`record ${image}`), ["overlay2/x/diff/bin/sh"]),
+    stop: step("stop-dockerd"),
+  };
+  const deps: VolumeBuildDeps = {
+    cleanLeftovers: step("clean"),
+    claimImageFile: step("claim"),
+    releaseImageFile: step("release"),
+    createImage: step("create"),
+    copyImage: step("copy"),
+    attachLoop: async () => (calls.push("attach"), "/dev/loop9"),
+    detachLoop: step("detach"),
+    format: step("format"),
+    mount: step("mount"),
+    unmount: step("unmount"),
+    clearNeedList: step("clear"),
+    writeNeedList: step("write-reads"),
+    startDockerd: async () => (calls.push("start-dockerd"), docker),
+    stripMachineLocalState: async () => (calls.push("strip"), ["swarm", "engine-id"]),
+    identify: step("identify"),
+    log: createMemoryLogger(),
+  };
+  return { deps, calls };
+}
+
+t.test("the runner: a whole build, the absent image pulled, the report for the upload", async (t) => {
+  const { deps, calls } = fakeDeps();
+  const planned = planBuild(request);
+  if (!("steps" in planned)) throw new Error("no plan");
+  const report = await runVolumeBuild(deps, request, planned.steps);
+  t.ok(calls.includes("pull registry.example.org/app:1"), "what no tarball held is pulled");
+  t.notOk(calls.includes("pull tool:2"), "what a tarball held is not");
+  t.same(report.needList, request.images);
+  t.match(report, { engineVersion: "28.5.1", imageStore: "graphdriver", removedImages: 1, stripped: 2 });
+  t.equal(calls.at(-1), "release", "the image is released as finished last");
+});
+
+t.test("the runner: a failing step undoes what was set up, in reverse, and keeps the image claimed", async (t) => {
+  const { deps, calls } = fakeDeps("load");
+  const planned = planBuild(request);
+  if (!("steps" in planned)) throw new Error("no plan");
+  await t.rejects(runVolumeBuild(deps, request, planned.steps), /load failed/);
+  t.same(calls.slice(calls.indexOf("load")), ["load", "stop-dockerd", "unmount", "detach"]);
+  t.notOk(calls.includes("release"), "a rerun may replace the half-made image");
+});
+
+t.test("the runner: without pulling, an image no tarball held fails the build", async (t) => {
+  const { deps, calls } = fakeDeps();
+  const offline = { ...request, pull: false };
+  const planned = planBuild(offline);
+  if (!("steps" in planned)) throw new Error("no plan");
+  await t.rejects(
+    runVolumeBuild(deps, offline, planned.steps),
+    /registry\.example\.org\/app:1 is in none of the tarballs/,
+  );
+  t.notOk(calls.some((c) => c.startsWith("pull")));
+  t.same(calls.slice(-3), ["stop-dockerd", "unmount", "detach"]);
+});
+
+t.test("the runner: SIGTERM between steps stops the build and undoes", async (t) => {
+  const { deps, calls } = fakeDeps();
+  const controller = new AbortController();
+  deps.mount = async () => {
+    calls.push("mount");
+    controller.abort();
+  };
+  const planned = planBuild(request);
+  if (!("steps" in planned)) throw new Error("no plan");
+  await t.rejects(runVolumeBuild({ ...deps, signal: controller.signal }, request, planned.steps), /SIGTERM/);
+  t.same(calls.slice(-2), ["unmount", "detach"]);
+  t.notOk(calls.includes("start-dockerd"));
+});
