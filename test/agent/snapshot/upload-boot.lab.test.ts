@@ -1,18 +1,22 @@
 /**
- * The uploaded snapshot serves a pool end to end, in the lab: the golden build's disk image is
- * uploaded through `ebs-cache-agent snapshot upload` (the bundle, as a process) to the EBS direct
- * emulator; the snapshot holds exactly the image's bytes; the pool keeper stocks a zone from it
- * (the newest generation); a boot claims one of those volumes and docker runs the golden images
- * from it.
+ * A pool's snapshot made with no instance serves the pool end to end, in the lab:
+ * `ebs-cache-agent snapshot build` (the bundle, as a process) builds the image set from
+ * `docker save` tarballs into a sparse XFS image (a first run killed mid-build, its rerun
+ * cleaning up after it); `snapshot upload` puts it to the EBS direct emulator; a second
+ * generation is built on a copy of the first and uploaded with `--parent`, putting only what
+ * changed; the pool keeper stocks a zone from the newest generation; a boot claims one of those
+ * volumes and docker runs the images from it.
  */
 import { DescribeVolumesCommand } from "@aws-sdk/client-ec2";
-import { mkdtemp, rm } from "node:fs/promises";
+import { execa } from "execa";
+import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
 import { runKeeper } from "../../../src/agent/keeper/run.ts";
 import { createCloudVolumes } from "../../../src/aws/ec2.ts";
 import { run } from "../../../src/exec.ts";
+import { writeImageArchive } from "../../../src/lab/docker/images.ts";
 import { snapshotImagePath } from "../../../src/lab/reaper/labdir.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
@@ -22,65 +26,140 @@ import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
 
 await assertLabPrerequisites();
 
-const bl = await startBootLab({ name: "test-snapshot-upload" });
+const bl = await startBootLab({ name: "test-snapshot-upload", golden: false });
 t.teardown(() => bl.close());
 
-t.test("a pool from an uploaded snapshot: keeper, boot, docker", async (t) => {
-  const golden = bl.golden!;
-  const image = snapshotImagePath(bl.lab.root, golden.snapshotId);
-  const dir = await mkdtemp(join(tmpdir(), "snapshot-upload-boot-"));
+const EXTRA = { tag: "lab/extra:1", payloadBytes: 1024 * 1024 };
+
+interface BuildReport {
+  images: string[];
+  imageStore: "graphdriver" | "containerd";
+  engineVersion: string;
+  needList: string[];
+  removedImages: number;
+  stripped: number;
+}
+
+interface UploadReport {
+  snapshotId: string;
+  parentSnapshotId?: string;
+  put: number;
+  unchanged: number;
+  imageBlocks: number;
+  bytesPut: number;
+}
+
+t.test("build, upload, a second generation, keeper, boot, docker", async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), "snapshot-build-"));
   t.teardown(() => rm(dir, { recursive: true, force: true }));
-  const later = new Date(Date.parse(golden.builtAt!) + 60_000).toISOString().replace(/\.\d{3}Z$/, "Z");
   const bundle = await agentBundle();
-  const upload = await run(
-    process.execPath,
-    [
-      bundle,
-      "snapshot",
-      "upload",
-      "--image",
-      image,
-      "--manifest",
-      join(dir, "gen.json"),
-      "--pool",
-      POOL,
-      "--image-set",
-      IMAGE_SET,
-      "--images",
-      golden.images.join(","),
-      "--image-store",
-      golden.built.store,
-      "--engine-version",
-      golden.built.engineVersion,
-      "--built-at",
-      later,
-      "--region",
-      bl.lab.region,
-      "--endpoint",
-      bl.lab.ec2.endpoint,
-      "--json",
-    ],
-    {
-      check: false,
-      timeoutMs: 300_000,
-      env: { AWS_ACCESS_KEY_ID: "lab", AWS_SECRET_ACCESS_KEY: "lab", AWS_EC2_METADATA_DISABLED: "true" },
-    },
-  );
-  t.equal(upload.exitCode, 0, "snapshot upload exits 0", { stderr: upload.stderr.slice(-2000) });
-  const report = JSON.parse(upload.stdout) as {
-    snapshotId: string;
-    put: number;
-    imageBlocks: number;
-    bytesPut: number;
+  const env = {
+    PATH: process.env.PATH ?? "/usr/sbin:/usr/bin:/sbin:/bin",
+    // The docker client of the build reads (and may create) its config there, not in ~/.docker.
+    DOCKER_CONFIG: join(dir, "docker-config"),
+    AWS_ACCESS_KEY_ID: "lab",
+    AWS_SECRET_ACCESS_KEY: "lab",
+    AWS_EC2_METADATA_DISABLED: "true",
   };
-  t.equal(report.put, report.imageBlocks, "every block holding data is put, nothing else");
-  const uploaded = snapshotImagePath(bl.lab.root, report.snapshotId);
-  const same = await run("cmp", [image, uploaded], { check: false });
-  t.equal(same.exitCode, 0, "the uploaded snapshot's image is the golden image, byte for byte");
-  t.comment(`uploaded ${(report.bytesPut / 2 ** 20).toFixed(1)} MiB for an image of ${golden.sizeGiB} GiB`);
+  const agent = (args: string[]) =>
+    run(process.execPath, [bundle, "snapshot", ...args], { check: false, timeoutMs: 300_000, env });
+
+  const tarballs: string[] = [];
+  for (const image of [...GOLDEN_IMAGES, EXTRA]) {
+    const archive = join(dir, `${image.tag.replace(/[/:]/g, "_")}.tar`);
+    await writeImageArchive(archive, { ...image, workDir: join(dir, "work") });
+    tarballs.push(archive);
+  }
+  const gen1Images = GOLDEN_IMAGES.map((image) => image.tag);
+  const gen1 = join(dir, "gen1.img");
+  const build1 = [
+    ...["build", "--image", gen1, "--size-gib", "2", "--images", gen1Images.join(",")],
+    ...tarballs.slice(0, 2).flatMap((tarball) => ["--load", tarball]),
+    ...["--no-pull", "--json", "--work-dir", join(dir, "w1")],
+  ];
+
+  // A build killed outright once its dockerd runs: the image is mounted and attached, dockerd up.
+  const killed = execa(process.execPath, [bundle, "snapshot", ...build1], {
+    env,
+    extendEnv: false,
+    reject: false,
+    stdin: "ignore",
+  });
+  let seen = "";
+  const loading = new Promise<void>((resolve) => {
+    killed.stderr.on("data", (chunk: Buffer) => {
+      seen += chunk.toString("utf8");
+      if (/snapshot\.build-step: load /.test(seen)) resolve();
+    });
+    void killed.then(() => resolve());
+  });
+  await loading;
+  killed.kill("SIGKILL");
+  await killed;
+  t.match(seen, /snapshot\.build-step: load /, "the first build got as far as loading");
+  const leftover = await run("losetup", ["--associated", gen1, "--noheadings", "--output", "NAME"]);
+  t.not(leftover.stdout.trim(), "", "the killed build left its loop device");
+
+  const built1 = await agent(build1);
+  t.equal(built1.exitCode, 0, "the rerun builds", { stderr: built1.stderr.slice(-3000) });
+  const report1 = JSON.parse(built1.stdout) as BuildReport;
+  t.same(report1.images, gen1Images);
+  t.same(report1.needList, gen1Images, "each image's reads at start are in the need list");
+  t.equal(report1.imageStore, "graphdriver");
+  t.ok(report1.stripped > 0, "machine-local state was stripped");
+  t.equal(
+    (await run("losetup", ["--associated", gen1, "--noheadings", "--output", "NAME"])).stdout.trim(),
+    "",
+    "no loop device of the image is left",
+  );
+  const mounts = await readFile("/proc/self/mountinfo", "utf8");
+  t.notOk(mounts.includes(dir), "nothing of the build is mounted");
+  const pidFile = await stat(join(dir, "w1", "d", "dockerd.pid")).catch(() => undefined);
+  t.notOk(pidFile, "the build's dockerd is gone (its pidfile with it)");
+  const blkid = await run("blkid", ["-p", "-o", "export", gen1]);
+  t.match(blkid.stdout, /LABEL=ebs-cache/, "the image is an XFS labelled ebs-cache");
+  t.ok((await stat(gen1)).blocks * 512 < 2 * 1024 ** 3, "the image is sparse");
+
+  const upload = async (image: string, manifest: string, images: string[], report: BuildReport, more: string[]) => {
+    const uploaded = await agent([
+      ...["upload", "--image", image, "--manifest", manifest, "--pool", POOL, "--image-set", IMAGE_SET],
+      ...["--images", images.join(","), "--image-store", report.imageStore, "--engine-version", report.engineVersion],
+      ...["--region", bl.lab.region, "--endpoint", bl.lab.ec2.endpoint, "--json", ...more],
+    ]);
+    t.equal(uploaded.exitCode, 0, "snapshot upload exits 0", { stderr: uploaded.stderr.slice(-2000) });
+    return JSON.parse(uploaded.stdout) as UploadReport;
+  };
+  const up1 = await upload(gen1, join(dir, "gen1.json"), gen1Images, report1, ["--built-at", "2026-12-01T10:00:00Z"]);
+  t.equal(up1.put, up1.imageBlocks, "every block holding data is put, nothing else");
+  const same = await run("cmp", [gen1, snapshotImagePath(bl.lab.root, up1.snapshotId)], { check: false });
+  t.equal(same.exitCode, 0, "the uploaded snapshot is the built image, byte for byte");
+
+  // The next generation: the set without lab/tool:1, with lab/extra:1, built on a copy of the first.
+  const gen2Images = [gen1Images[0]!, EXTRA.tag];
+  const gen2 = join(dir, "gen2.img");
+  const built2 = await agent([
+    ...["build", "--image", gen2, "--parent-image", gen1, "--images", gen2Images.join(",")],
+    ...tarballs.flatMap((tarball) => ["--load", tarball]),
+    ...["--no-pull", "--json"],
+  ]);
+  t.equal(built2.exitCode, 0, "the second generation builds", { stderr: built2.stderr.slice(-3000) });
+  const report2 = JSON.parse(built2.stdout) as BuildReport;
+  t.equal(report2.removedImages, 1, "the image the set no longer names is removed");
+  t.same(report2.needList, gen2Images);
+  const up2 = await upload(gen2, join(dir, "gen2.json"), gen2Images, report2, [
+    ...["--parent", join(dir, "gen1.json"), "--built-at", "2026-12-02T10:00:00Z"],
+  ]);
+  t.equal(up2.parentSnapshotId, up1.snapshotId, "the second generation's parent is the first");
+  // lab/app:1's 2 MiB payload, in both generations, spans at least three whole 512 KiB blocks:
+  // on a copy of the first generation's file system they stay where they were.
+  t.ok(up2.unchanged >= 3, `the layer both generations hold is not put again (${up2.unchanged} unchanged)`);
+  t.ok(up2.put < up2.imageBlocks, `only what changed is put (${up2.put} of ${up2.imageBlocks})`);
+  t.comment(
+    `generation 1 put ${(up1.bytesPut / 2 ** 20).toFixed(1)} MiB; generation 2 ` +
+      `${(up2.bytesPut / 2 ** 20).toFixed(1)} MiB (${up2.put} blocks, ${up2.unchanged} unchanged)`,
+  );
 
   const zone = `${bl.lab.region}a`;
-  const log = createMemoryLogger();
   const kept = await runKeeper(
     createCloudVolumes({ client: bl.lab.ec2Client(), pollMs: 50 }),
     {
@@ -95,25 +174,21 @@ t.test("a pool from an uploaded snapshot: keeper, boot, docker", async (t) => {
       initializationRateMiBps: 100,
       quarantineHours: 6,
     },
-    { dryRun: false, log },
+    { dryRun: false, log: createMemoryLogger() },
   );
-  t.equal(
-    kept.plan.snapshotId,
-    report.snapshotId,
-    "the keeper stocks from the uploaded snapshot (the newest generation)",
-  );
+  t.equal(kept.plan.snapshotId, up2.snapshotId, "the keeper stocks from the newest generation");
   const pool = await bl.ec2.send(
     new DescribeVolumesCommand({ Filters: [{ Name: `tag:${VolumeTag.pool}`, Values: [POOL] }] }),
   );
-  const made = (pool.Volumes ?? []).filter((v) => v.SnapshotId === report.snapshotId);
+  const made = (pool.Volumes ?? []).filter((v) => v.SnapshotId === up2.snapshotId);
   t.equal(made.length, 1, "one pool volume made from it");
 
   const host = await bl.addHost();
   const booted = await bl.boot(host, { overrides: { pool: POOL } });
   t.equal(booted.result?.outcome, "ready", "the boot is ready", { log: booted.log.slice(-30).join("\n") });
   t.equal(booted.result?.volumeId, made[0]?.VolumeId, "it claimed the volume of the uploaded snapshot");
-  for (const { tag } of GOLDEN_IMAGES) {
-    const listed = await host.dockerd!.docker(["image", "inspect", "--format", "{{.Id}}", tag]);
-    t.match(listed.stdout.trim(), /^sha256:/, `${tag} is in docker from the volume`);
-  }
+  const listed = await host.dockerd!.docker(["image", "ls", "--format", "{{.Repository}}:{{.Tag}}"]);
+  t.same(listed.stdout.trim().split("\n").sort(), [...gen2Images].sort(), "docker has the set, nothing else");
+  const ran = await host.dockerd!.docker(["run", "--rm", "--network", "none", EXTRA.tag, "ls", "/payload"]);
+  t.match(ran.stdout, /blob-000\.bin/, "an image of the volume runs");
 });
