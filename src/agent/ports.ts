@@ -514,3 +514,15 @@ export interface SnapshotBlockWriter {
   /** CompleteSnapshot with the count of blocks written and their LINEAR aggregate checksum. */
   complete(snapshotId: string, changedBlocks: number, aggregateSha256: string): Promise<string>;
 }
+
+/**
+ * What EBS says of a completed snapshot's blocks, for an incremental upload whose parent's
+ * manifest is not at hand: which blocks hold data (ListSnapshotBlocks, cheap: one call per
+ * 10,000 blocks) and a block's SHA-256 (GetSnapshotBlock's checksum: the block is read).
+ */
+export interface SnapshotBlockReader {
+  /** The blocks holding data, with the tokens GetSnapshotBlock wants, and the snapshot's size. */
+  listBlocks(snapshotId: string): Promise<{ volumeSizeGiB: number; blocks: Map<number, string> }>;
+  /** The block's base64 SHA-256, as EBS reports it with the block. */
+  blockChecksum(snapshotId: string, index: number, token: string): Promise<string>;
+}

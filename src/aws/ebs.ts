@@ -1,10 +1,19 @@
 /**
  * The EBS direct APIs (StartSnapshot, PutSnapshotBlock, CompleteSnapshot) as the snapshot
- * builder's SnapshotBlockWriter. Runs where the operator's CI runs, not on an instance: the
+ * builder's SnapshotBlockWriter, and ListSnapshotBlocks, GetSnapshotBlock as its reader of a
+ * parent snapshot (SnapshotBlockReader). Runs where the operator's CI runs, not on an instance: the
  * SDK's default credential chain (environment, profile, SSO, an instance role) and region.
  */
-import { CompleteSnapshotCommand, EBSClient, PutSnapshotBlockCommand, StartSnapshotCommand } from "@aws-sdk/client-ebs";
-import type { SnapshotBlockWriter } from "../agent/ports.ts";
+import { createHash } from "node:crypto";
+import {
+  CompleteSnapshotCommand,
+  EBSClient,
+  GetSnapshotBlockCommand,
+  ListSnapshotBlocksCommand,
+  PutSnapshotBlockCommand,
+  StartSnapshotCommand,
+} from "@aws-sdk/client-ebs";
+import type { SnapshotBlockReader, SnapshotBlockWriter } from "../agent/ports.ts";
 
 export interface EbsClientOptions {
   region: string;
@@ -70,6 +79,40 @@ export function snapshotBlockWriter(client: EBSClient): SnapshotBlockWriter {
         }),
       );
       return answer.Status ?? "pending";
+    },
+  };
+}
+
+export function snapshotBlockReader(client: EBSClient): SnapshotBlockReader {
+  return {
+    async listBlocks(snapshotId) {
+      const blocks = new Map<number, string>();
+      let volumeSizeGiB = 0;
+      let nextToken: string | undefined;
+      do {
+        const page = await client.send(
+          new ListSnapshotBlocksCommand({
+            SnapshotId: snapshotId,
+            MaxResults: 10_000,
+            ...(nextToken ? { NextToken: nextToken } : {}),
+          }),
+        );
+        volumeSizeGiB = page.VolumeSize ?? volumeSizeGiB;
+        for (const block of page.Blocks ?? []) {
+          if (block.BlockIndex !== undefined && block.BlockToken) blocks.set(block.BlockIndex, block.BlockToken);
+        }
+        nextToken = page.NextToken;
+      } while (nextToken);
+      return { volumeSizeGiB, blocks };
+    },
+    async blockChecksum(snapshotId, index, token) {
+      const answer = await client.send(
+        new GetSnapshotBlockCommand({ SnapshotId: snapshotId, BlockIndex: index, BlockToken: token }),
+      );
+      // The body is read either way (it holds the connection): without a checksum, it is hashed.
+      const data = (await answer.BlockData?.transformToByteArray()) ?? new Uint8Array();
+      if (answer.Checksum && answer.ChecksumAlgorithm === "SHA256") return answer.Checksum;
+      return createHash("sha256").update(data).digest("base64");
     },
   };
 }

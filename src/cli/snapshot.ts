@@ -5,7 +5,7 @@
 import { Command, InvalidArgumentError, Option } from "commander";
 import { uploadSnapshot } from "../agent/snapshot/run.ts";
 import { generationTags } from "../agent/snapshot/tags.ts";
-import { ebsClient, snapshotBlockWriter } from "../aws/ebs.ts";
+import { ebsClient, snapshotBlockReader, snapshotBlockWriter } from "../aws/ebs.ts";
 import { ConfigError, ExitCode } from "../errors.ts";
 import { readImageBlock, scanImage, sha256, zeroBlockHash } from "../host/image-blocks.ts";
 import { readManifestJson, writeManifestJson } from "../host/snapshot-manifest.ts";
@@ -30,6 +30,7 @@ interface UploadOptions {
   image: string;
   manifest: string;
   parent?: string;
+  parentSnapshot?: string;
   pool: string;
   imageSet: string;
   images: string;
@@ -68,6 +69,11 @@ export function snapshotCommand(): Command {
       .option(
         "--parent <path>",
         "the previous generation's completed manifest: upload only what changed (ParentSnapshotId)",
+      )
+      .option(
+        "--parent-snapshot <id>",
+        "the previous generation's snapshot when its manifest is lost: its blocks are listed and the checksums of " +
+          "those the image holds too read back from EBS (each such block is downloaded once)",
       )
       .requiredOption("--pool <name>", "the pool (tag ebs-cache:pool)", poolNameOption)
       .requiredOption("--image-set <name>", "the image set's name (tag ebs-cache:image-set)")
@@ -129,6 +135,7 @@ export function snapshotCommand(): Command {
           const report = await uploadSnapshot(
             {
               writer: snapshotBlockWriter(client),
+              reader: snapshotBlockReader(client),
               scanImage,
               readBlock: readImageBlock,
               readManifestJson,
@@ -142,6 +149,7 @@ export function snapshotCommand(): Command {
               image: opts.image,
               manifest: opts.manifest,
               ...(opts.parent ? { parentManifest: opts.parent } : {}),
+              ...(opts.parentSnapshot ? { parentSnapshotId: opts.parentSnapshot } : {}),
               tags: tags.tags,
               description: `ebs-cache golden snapshot: pool ${opts.pool}, image set ${opts.imageSet}`,
               encrypted: Boolean(opts.encrypted || opts.kmsKeyArn),

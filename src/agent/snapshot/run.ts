@@ -9,13 +9,15 @@
 import { randomUUID } from "node:crypto";
 import { AgentError, ExitCode } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
-import type { SnapshotBlockWriter } from "../ports.ts";
+import type { SnapshotBlockReader, SnapshotBlockWriter } from "../ports.ts";
 import { MANIFEST_FORMAT, ManifestError, parseManifest, toMap, toRecord, type SnapshotManifest } from "./manifest.ts";
 import { EBS_BLOCK_BYTES, linearAggregate, planUpload, type BlockHashes } from "./plan.ts";
 
 /** What the upload takes: the EBS direct APIs and the build machine's files. */
 export interface SnapshotUploadDeps {
   writer: SnapshotBlockWriter;
+  /** Reads a parent snapshot's blocks from EBS (`parentSnapshotId`, when its manifest is not at hand). */
+  reader?: SnapshotBlockReader;
   scanImage(path: string, blockSize: number): Promise<{ bytes: number; blocks: Map<number, string> }>;
   readBlock(path: string, index: number, blockSize: number): Promise<Uint8Array>;
   /** The manifest file's JSON, undefined when there is none (src/host/snapshot-manifest.ts). */
@@ -35,6 +37,12 @@ export interface SnapshotUploadSettings {
   manifest: string;
   /** The previous generation's completed manifest: its snapshot becomes the parent. */
   parentManifest?: string;
+  /**
+   * The previous generation's snapshot, its manifest not at hand: which blocks it holds comes from
+   * ListSnapshotBlocks, and the SHA-256 of those the image holds too from GetSnapshotBlock (each
+   * such block is read once: the price of not keeping the manifest).
+   */
+  parentSnapshotId?: string;
   tags: Record<string, string>;
   description: string;
   encrypted: boolean;
@@ -91,10 +99,17 @@ export async function uploadSnapshot(
 ): Promise<SnapshotUploadReport> {
   const now = deps.now ?? Date.now;
   const started = now();
+  if (settings.parentManifest && settings.parentSnapshotId) {
+    throw new SnapshotUploadError(
+      "both a parent manifest and a parent snapshot were given",
+      "give one: the manifest when it is at hand (no block is read back), else the snapshot",
+    );
+  }
   const parent = settings.parentManifest ? await readManifest(deps, settings.parentManifest) : undefined;
   if (settings.parentManifest && parent?.status !== "completed") {
     throw new ManifestError(settings.parentManifest, parent ? "is not completed" : "does not exist");
   }
+  const parentId = parent?.snapshotId ?? settings.parentSnapshotId;
   const earlier = await readManifest(deps, settings.manifest);
   if (earlier?.status === "completed") {
     throw new SnapshotUploadError(
@@ -102,9 +117,10 @@ export async function uploadSnapshot(
       "give a new --manifest path for a new build (and this one as --parent for an incremental one)",
     );
   }
-  if (earlier && earlier.parentSnapshotId !== parent?.snapshotId) {
+  if (earlier && earlier.parentSnapshotId !== parentId) {
     throw new SnapshotUploadError(
-      `${settings.manifest} resumes an upload with parent ${earlier.parentSnapshotId ?? "none"}, not ${parent?.snapshotId ?? "none"}`,
+      `${settings.manifest} resumes an upload with parent ${earlier.parentSnapshotId ?? "none"}, ` +
+        `not ${parentId ?? "none"}`,
       "resume with the same --parent, or start a new build with a new --manifest path",
     );
   }
@@ -117,16 +133,21 @@ export async function uploadSnapshot(
       "upload an image once it is built and unmounted; start a new build with a new --manifest path",
     );
   }
+  const parentRead =
+    settings.parentSnapshotId !== undefined
+      ? await readParentBlocks(deps, settings.parentSnapshotId, scan.blocks, settings.concurrency)
+      : undefined;
+  const parentBlocks = parent ? toMap(parent.blocks) : parentRead?.blocks;
   const volumeSizeGiB = Math.max(
     settings.volumeSizeGiB ?? Math.ceil(scan.bytes / GiB),
-    parent?.volumeSizeGiB ?? 1,
+    parent?.volumeSizeGiB ?? parentRead?.volumeSizeGiB ?? 1,
     Math.ceil(scan.bytes / GiB),
   );
 
   const clientToken = earlier?.clientToken ?? randomUUID();
   const started_ = await deps.writer.start({
     volumeSizeGiB,
-    ...(parent ? { parentSnapshotId: parent.snapshotId } : {}),
+    ...(parentId ? { parentSnapshotId: parentId } : {}),
     clientToken,
     description: settings.description,
     tags: settings.tags,
@@ -147,7 +168,7 @@ export async function uploadSnapshot(
   const manifest = (): SnapshotManifest => ({
     format: MANIFEST_FORMAT,
     snapshotId,
-    ...(parent ? { parentSnapshotId: parent.snapshotId } : {}),
+    ...(parentId ? { parentSnapshotId: parentId } : {}),
     clientToken,
     status: "uploading",
     volumeSizeGiB,
@@ -161,13 +182,13 @@ export async function uploadSnapshot(
 
   const plan = planUpload({
     image: scan.blocks,
-    ...(parent ? { parent: toMap(parent.blocks) } : {}),
+    ...(parentBlocks ? { parent: parentBlocks } : {}),
     alreadyPut: written,
     zeroHash: deps.zeroBlockHash(EBS_BLOCK_BYTES),
   });
   deps.log.info("snapshot.plan", "blocks to put", {
     snapshotId,
-    parent: parent?.snapshotId,
+    parent: parentId,
     imageBlocks: scan.blocks.size,
     put: plan.put.length,
     unchanged: plan.unchanged,
@@ -218,7 +239,7 @@ export async function uploadSnapshot(
   await deps.writeManifestJson(settings.manifest, { ...manifest(), status: "completed" });
   const report: SnapshotUploadReport = {
     snapshotId,
-    ...(parent ? { parentSnapshotId: parent.snapshotId } : {}),
+    ...(parentId ? { parentSnapshotId: parentId } : {}),
     status,
     volumeSizeGiB,
     imageBytes: scan.bytes,
@@ -238,4 +259,40 @@ function sameHashes(a: BlockHashes, b: BlockHashes): boolean {
   if (a.size !== b.size) return false;
   for (const [index, hash] of a) if (b.get(index) !== hash) return false;
   return true;
+}
+
+/**
+ * The parent snapshot's blocks as EBS holds them: every block it lists holds data; the checksum
+ * is read (GetSnapshotBlock) only where the image holds data too, the one place a hash can spare
+ * a put. Elsewhere the hash stays unknown (""), which matches no block's: the plan needs only to
+ * know that the parent holds data there (zeros go over it).
+ */
+async function readParentBlocks(
+  deps: SnapshotUploadDeps,
+  snapshotId: string,
+  image: BlockHashes,
+  concurrency: number,
+): Promise<{ volumeSizeGiB: number; blocks: BlockHashes }> {
+  const { reader } = deps;
+  if (!reader) {
+    throw new SnapshotUploadError("no reader of EBS snapshots was given", "report this bug", ExitCode.failure);
+  }
+  const listed = await reader.listBlocks(snapshotId);
+  const blocks = new Map<number, string>([...listed.blocks.keys()].map((index) => [index, ""]));
+  const toRead = [...listed.blocks].filter(([index]) => image.has(index));
+  deps.log.info("snapshot.parent-read", "reading the parent snapshot's checksums back from EBS", {
+    parent: snapshotId,
+    parentBlocks: listed.blocks.size,
+    read: toRead.length,
+  });
+  let next = 0;
+  const worker = async () => {
+    while (next < toRead.length) {
+      deps.signal?.throwIfAborted();
+      const [index, token] = toRead[next++]!;
+      blocks.set(index, await reader.blockChecksum(snapshotId, index, token));
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(concurrency, toRead.length)) }, worker));
+  return { volumeSizeGiB: listed.volumeSizeGiB, blocks };
 }

@@ -15,7 +15,7 @@ import { ManifestError } from "../../../src/agent/snapshot/manifest.ts";
 import { EBS_BLOCK_BYTES } from "../../../src/agent/snapshot/plan.ts";
 import { SnapshotUploadError, uploadSnapshot, type SnapshotUploadDeps } from "../../../src/agent/snapshot/run.ts";
 import { generationTags } from "../../../src/agent/snapshot/tags.ts";
-import { ebsClient, snapshotBlockWriter } from "../../../src/aws/ebs.ts";
+import { ebsClient, snapshotBlockReader, snapshotBlockWriter } from "../../../src/aws/ebs.ts";
 import { readImageBlock, scanImage, sha256, zeroBlockHash } from "../../../src/host/image-blocks.ts";
 import { readManifestJson, writeManifestJson } from "../../../src/host/snapshot-manifest.ts";
 import { parseManifest } from "../../../src/agent/snapshot/manifest.ts";
@@ -62,6 +62,7 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
   const lines: string[] = [];
   const deps = (writer = snapshotBlockWriter(client), signal?: AbortSignal): SnapshotUploadDeps => ({
     writer,
+    reader: snapshotBlockReader(client),
     scanImage,
     readBlock: readImageBlock,
     readManifestJson,
@@ -141,6 +142,24 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
   await sameContent(t, incremental.snapshotId);
   await sameContent(t, incremental.snapshotId); // holds after a second read too
   t.same(snapshotBlocks(full.snapshotId).has(40), true, "the parent is unchanged");
+
+  // The same generation with the parent's manifest lost: the parent's blocks read back from EBS.
+  const fromEbs = await uploadSnapshot(deps(), {
+    ...settings("gen2-from-ebs.json"),
+    parentSnapshotId: full.snapshotId,
+  });
+  t.equal(fromEbs.parentSnapshotId, full.snapshotId, "started from the snapshot named");
+  t.match(
+    fromEbs,
+    { put: incremental.put, zeros: incremental.zeros, unchanged: incremental.unchanged },
+    "ListSnapshotBlocks and GetSnapshotBlock's checksums plan what the manifest planned",
+  );
+  await sameContent(t, fromEbs.snapshotId);
+  await t.rejects(
+    uploadSnapshot(deps(), { ...settings("gen2-both.json", "gen1.json"), parentSnapshotId: full.snapshotId }),
+    SnapshotUploadError,
+    "a parent manifest and a parent snapshot both given are refused",
+  );
 
   // Generation 3, killed after 2 puts, then resumed.
   const third: Record<number, Buffer> = {};
