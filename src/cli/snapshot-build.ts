@@ -19,7 +19,7 @@ import { prepareDataRoot } from "../docker/data-root.ts";
 import type { ImageStore } from "../docker/engine.ts";
 import { ExitCode } from "../errors.ts";
 import { writeFileAtomic } from "../fs-atomic.ts";
-import { formatDevice } from "../host/filesystem.ts";
+import { formatDevice, growFilesystem } from "../host/filesystem.ts";
 import { identifyCacheVolume } from "../host/identify.ts";
 import {
   attachLoop,
@@ -76,7 +76,8 @@ export function volumeBuildDeps(log: Logger, signal?: AbortSignal): VolumeBuildD
     claimImageFile: (workDir, image) => claimImageFile(workDir, image, log),
     releaseImageFile,
     createImage: createSparseImage,
-    copyImage: (from, image) => copySparseImage(from, image, log),
+    copyImage: (from, image, bytes) => copySparseImage(from, image, bytes, log),
+    grow: async (mountPoint) => void (await growFilesystem(mountPoint, { log })),
     attachLoop: (image) => attachLoop(image, log),
     detachLoop: (device) => detachLoop(device, log),
     format: (device, label) => formatDevice(device, label, { log }),
@@ -143,7 +144,11 @@ export function snapshotBuildCommand(): Command {
         "util-linux and strace; never touches the machine's docker, /etc/docker or any disk but the image",
     )
     .requiredOption("--image <path>", "the image file to write (must not exist; a killed build's own is replaced)")
-    .option("--size-gib <n>", "the file system's size (the snapshot's); default the parent's", sizeGiB)
+    .option(
+      "--size-gib <n>",
+      "the file system's size (the snapshot's); with --parent-image at least the parent's (default)",
+      sizeGiB,
+    )
     .option(
       "--parent-image <path>",
       "the previous generation's image: copied and updated rather than formatted anew, so its unchanged blocks stay " +
@@ -153,8 +158,8 @@ export function snapshotBuildCommand(): Command {
     .option("--load <tarball>", "a `docker save` tarball to load first (repeatable)", repeatable)
     .option("--no-pull", "pull nothing: every image must be in a tarball (offline builds)")
     .addOption(
-      new Option("--image-store <store>", "the image store the hosts run")
-        .choices(["graphdriver"])
+      new Option("--image-store <store>", "the image store the hosts run (containerd: not yet, see docs/snapshot.md)")
+        .choices(["graphdriver", "containerd"])
         .default("graphdriver"),
     )
     .option("--no-record-reads", "leave the need list out (the pre-warm then reads the volume in device order)")

@@ -71,15 +71,29 @@ export async function createSparseImage(image: string, bytes: number): Promise<v
  * A copy of the previous generation's image, its holes kept (and its extents shared where the
  * file system can: reflink), so only what the new generation changes is written.
  */
-export async function copySparseImage(from: string, image: string, log?: Logger): Promise<void> {
+export async function copySparseImage(from: string, image: string, bytes: number, log?: Logger): Promise<void> {
   const parent = await open(from, "r").catch(() => undefined);
   if (!parent)
     throw new ImageFileError(`the parent image ${from} cannot be read`, "give the previous generation's image");
+  const { size } = await parent.stat();
   await parent.close();
+  if (bytes < size) {
+    throw new ImageFileError(
+      `the parent image ${from} holds ${size} bytes, more than the ${bytes} asked: an XFS file system cannot shrink`,
+      "give a --size-gib of at least the parent's, or none (the parent's)",
+    );
+  }
   await run("cp", ["--sparse=always", "--reflink=auto", "--no-clobber", "--", from, image], {
     log,
     remediation: `check the free space beside ${image}`,
   });
+  // Longer, when a larger size is asked: the file system grows into it once mounted.
+  const handle = await open(image, "r+");
+  try {
+    await handle.truncate(bytes);
+  } finally {
+    await handle.close();
+  }
 }
 
 /** Attaches `image` to a free loop device and returns it (`/dev/loopN`). */

@@ -36,10 +36,11 @@ export interface BuildRequest {
 export type BuildStep =
   | { step: "clean-leftovers"; workDir: string; image?: string }
   | { step: "create-image"; image: string; bytes: number }
-  | { step: "copy-image"; from: string; image: string }
+  | { step: "copy-image"; from: string; image: string; bytes: number }
   | { step: "attach-loop"; image: string }
   | { step: "format"; label: string }
   | { step: "mount"; mountPoint: string }
+  | { step: "grow"; mountPoint: string }
   | { step: "clear-need-list" }
   | { step: "start-dockerd"; root: string; dataRoot: string; imageStore: BuildRequest["imageStore"] }
   | { step: "load"; tarball: string }
@@ -95,7 +96,7 @@ export function planBuild(request: BuildRequest): { steps: BuildStep[] } | { pro
     steps.push({ step: "clean-leftovers", workDir: request.workDir, image: target.image });
     steps.push(
       target.parentImage !== undefined
-        ? { step: "copy-image", from: target.parentImage, image: target.image }
+        ? { step: "copy-image", from: target.parentImage, image: target.image, bytes: target.sizeGiB * GiB }
         : { step: "create-image", image: target.image, bytes: target.sizeGiB * GiB },
     );
     steps.push({ step: "attach-loop", image: target.image });
@@ -104,6 +105,8 @@ export function planBuild(request: BuildRequest): { steps: BuildStep[] } | { pro
   }
   if (!fromParent) steps.push({ step: "format", label: FS_LABEL });
   steps.push({ step: "mount", mountPoint });
+  // A larger size than the previous generation's: the copy's file system grows into it.
+  if (fromParent) steps.push({ step: "grow", mountPoint });
   // The previous generation's list names images that may be gone, and files that moved.
   if (fromParent) steps.push({ step: "clear-need-list" });
   steps.push({ step: "start-dockerd", root: dockerdRoot, dataRoot, imageStore: request.imageStore });

@@ -34,7 +34,10 @@ export interface VolumeBuildDeps {
   claimImageFile(workDir: string, image: string): Promise<void>;
   releaseImageFile(workDir: string): Promise<void>;
   createImage(image: string, bytes: number): Promise<void>;
-  copyImage(from: string, image: string): Promise<void>;
+  /** A copy of `from`, made `bytes` long (never shorter than `from`). */
+  copyImage(from: string, image: string, bytes: number): Promise<void>;
+  /** Grows the mounted file system to its device's size. */
+  grow(mountPoint: string): Promise<void>;
   attachLoop(image: string): Promise<string>;
   detachLoop(device: string): Promise<void>;
   /** mkfs.xfs with the agent's label and options, on a device found blank. */
@@ -120,7 +123,7 @@ export async function runVolumeBuild(
       case "create-image":
         return deps.createImage(step.image, step.bytes);
       case "copy-image":
-        return deps.copyImage(step.from, step.image);
+        return deps.copyImage(step.from, step.image, step.bytes);
       case "attach-loop": {
         const attached = await deps.attachLoop(step.image);
         device = attached;
@@ -133,6 +136,8 @@ export async function runVolumeBuild(
         await deps.mount(needDevice(), step.mountPoint);
         undo.push({ what: "mount", run: () => deps.unmount(step.mountPoint) });
         return;
+      case "grow":
+        return deps.grow(step.mountPoint);
       case "clear-need-list":
         return deps.clearNeedList(mountPoint);
       case "start-dockerd": {

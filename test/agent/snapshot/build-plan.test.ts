@@ -64,6 +64,7 @@ t.test("a next generation copies the previous image: no mkfs, the old need list 
   t.notOk(steps.includes("create-image"));
   t.notOk(steps.includes("format"), "a fresh file system would move every block");
   t.ok(steps.indexOf("clear-need-list") > steps.indexOf("mount"));
+  t.ok(steps.indexOf("grow") === steps.indexOf("mount") + 1, "grown into a larger size right after the mount");
 });
 
 t.test("a device somebody else attached: no image, no loop, still identified", async (t) => {
@@ -118,6 +119,7 @@ function fakeDeps(failAt?: string): { deps: VolumeBuildDeps; calls: string[] } {
     releaseImageFile: step("release"),
     createImage: step("create"),
     copyImage: step("copy"),
+    grow: step("grow"),
     attachLoop: async () => (calls.push("attach"), "/dev/loop9"),
     detachLoop: step("detach"),
     format: step("format"),

@@ -43,6 +43,7 @@ interface BuildReport {
 interface UploadReport {
   snapshotId: string;
   parentSnapshotId?: string;
+  volumeSizeGiB: number;
   put: number;
   unchanged: number;
   imageBlocks: number;
@@ -134,11 +135,12 @@ t.test("build, upload, a second generation, keeper, boot, docker", async (t) => 
   const same = await run("cmp", [gen1, snapshotImagePath(bl.lab.root, up1.snapshotId)], { check: false });
   t.equal(same.exitCode, 0, "the uploaded snapshot is the built image, byte for byte");
 
-  // The next generation: the set without lab/tool:1, with lab/extra:1, built on a copy of the first.
+  // The next generation: the set without lab/tool:1, with lab/extra:1, built on a copy of the
+  // first grown by a GiB.
   const gen2Images = [gen1Images[0]!, EXTRA.tag];
   const gen2 = join(dir, "gen2.img");
   const built2 = await agent([
-    ...["build", "--image", gen2, "--parent-image", gen1, "--images", gen2Images.join(",")],
+    ...["build", "--image", gen2, "--parent-image", gen1, "--size-gib", "3", "--images", gen2Images.join(",")],
     ...tarballs.flatMap((tarball) => ["--load", tarball]),
     ...["--no-pull", "--json"],
   ]);
@@ -146,10 +148,12 @@ t.test("build, upload, a second generation, keeper, boot, docker", async (t) => 
   const report2 = JSON.parse(built2.stdout) as BuildReport;
   t.equal(report2.removedImages, 1, "the image the set no longer names is removed");
   t.same(report2.needList, gen2Images);
+  t.equal((await stat(gen2)).size, 3 * 1024 ** 3, "the copy is the size asked");
   const up2 = await upload(gen2, join(dir, "gen2.json"), gen2Images, report2, [
     ...["--parent", join(dir, "gen1.json"), "--built-at", "2026-12-02T10:00:00Z"],
   ]);
   t.equal(up2.parentSnapshotId, up1.snapshotId, "the second generation's parent is the first");
+  t.equal(up2.volumeSizeGiB, 3, "the snapshot is the grown size");
   // lab/app:1's 2 MiB payload, in both generations, spans at least three whole 512 KiB blocks:
   // on a copy of the first generation's file system they stay where they were.
   t.ok(up2.unchanged >= 3, `the layer both generations hold is not put again (${up2.unchanged} unchanged)`);
