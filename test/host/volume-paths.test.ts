@@ -248,6 +248,8 @@ const HOST_SIDE_FS = new Set([
   "docker/daemon-json.ts",
   "docker/owned-file.ts",
   "docker/dockerd-command.ts",
+  // The snapshot build's private dockerd: its config, pidfile and log in the build's work folder.
+  "docker/build-dockerd.ts",
   // The host's own data-root, recorded in the state folder before the first switch.
   "docker/original-data-root.ts",
   "fs-atomic.ts",
@@ -257,6 +259,8 @@ const HOST_SIDE_FS = new Set([
   "host/fill.ts",
   // The snapshot builder's disk image and manifest, on the build machine: never a mounted volume.
   "host/image-blocks.ts",
+  // The snapshot build's image file and its marker in the work folder: never a mounted volume.
+  "host/image-file.ts",
   // sysfs: the instance-store disks are listed, never opened for writing.
   "host/instance-store.ts",
   // The golden build's own volume, on the build machine, before it is a snapshot.
