@@ -143,7 +143,8 @@ export async function buildGoldenSnapshot(lab: Lab, options: GoldenOptions): Pro
   const device = await lab.backend.deviceReady(volumeId);
   log?.info("lab.golden-attach", "builder volume attached", { volume: volumeId, device });
 
-  const built = await buildOnDevice(device, join(lab.root, "gb", volumeId), options);
+  // Short: the build's dockerd puts its unix sockets (107 bytes at most) under it.
+  const built = await buildOnDevice(device, join(lab.root, "g", volumeId.slice(4, 12)), options);
 
   return snapshotBuilderVolume(lab, volumeId, options, {
     sizeGiB,
