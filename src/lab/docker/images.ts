@@ -48,6 +48,63 @@ export interface BuildImageOptions {
  * reproducible (sorted, fixed mtime and owners): the same tag, seed and size give the same layer.
  */
 export async function buildImage(docker: DockerClient, options: BuildImageOptions): Promise<string> {
+  return withRootfsTarball(options, async (tarball) => {
+    const imported = await docker.docker(
+      ["import", "--change", `CMD ${JSON.stringify(options.cmd ?? ["/bin/sh"])}`, tarball, options.tag],
+      {
+        log: options.log,
+        // A 2 GiB payload takes a while to unpack; this bounds a hung daemon, not a slow disk.
+        timeoutMs: 30 * 60_000,
+      },
+    );
+    const id = imported.stdout.trim();
+    if (!/^sha256:[0-9a-f]{64}$/.test(id)) {
+      throw new AgentError(`docker import printed ${JSON.stringify(id)}, not an image id`, "see the dockerd log");
+    }
+    const payloadBytes = options.payloadBytes ?? 0;
+    options.log?.info("lab.image-built", "imported lab image", { tag: options.tag, id, payloadBytes });
+    return id;
+  });
+}
+
+/**
+ * Writes the image as `docker save` writes one (manifest.json, the config, one layer) to
+ * `archive`, with no dockerd: what `snapshot build --load` takes. Reproducible as buildImage's
+ * layer is, and so is the image id (the config's digest): no time in it but the epoch.
+ */
+export async function writeImageArchive(archive: string, options: BuildImageOptions): Promise<string> {
+  return withRootfsTarball(options, async (layer, temp) => {
+    const diffId = await fileSha256(layer);
+    const out = join(temp, "out");
+    await mkdir(join(out, diffId), { recursive: true });
+    await rename(layer, join(out, diffId, "layer.tar"));
+    const epoch = "1970-01-01T00:00:00Z";
+    const config = JSON.stringify({
+      architecture: process.arch === "arm64" ? "arm64" : "amd64",
+      os: "linux",
+      created: epoch,
+      config: { Cmd: options.cmd ?? ["/bin/sh"], Env: ["PATH=/bin"] },
+      rootfs: { type: "layers", diff_ids: [`sha256:${diffId}`] },
+      history: [{ created: epoch, created_by: "ebs-cache lab image" }],
+    });
+    const configId = createHash("sha256").update(config).digest("hex");
+    await writeFile(join(out, `${configId}.json`), config);
+    const manifest = [{ Config: `${configId}.json`, RepoTags: [options.tag], Layers: [`${diffId}/layer.tar`] }];
+    await writeFile(join(out, "manifest.json"), JSON.stringify(manifest));
+    await mkdir(dirname(archive), { recursive: true });
+    await run("tar", ["--create", "--file", archive, "--directory", out, ...REPRODUCIBLE, "."], { log: options.log });
+    return `sha256:${configId}`;
+  });
+}
+
+/**
+ * The image's rootfs as a reproducible tarball in a temporary folder under `workDir`, handed
+ * to `use` (with the folder, for its own files); the folder is removed afterwards.
+ */
+async function withRootfsTarball<T>(
+  options: BuildImageOptions,
+  use: (tarball: string, temp: string) => Promise<T>,
+): Promise<T> {
   const payloadBytes = options.payloadBytes ?? 0;
   if (!Number.isSafeInteger(payloadBytes) || payloadBytes < 0) {
     throw new AgentError(
@@ -65,61 +122,7 @@ export async function buildImage(docker: DockerClient, options: BuildImageOption
     await run("tar", ["--create", "--file", tarball, "--directory", rootfs, ...REPRODUCIBLE, "."], {
       log: options.log,
     });
-    const imported = await docker.docker(
-      ["import", "--change", `CMD ${JSON.stringify(options.cmd ?? ["/bin/sh"])}`, tarball, options.tag],
-      {
-        log: options.log,
-        // A 2 GiB payload takes a while to unpack; this bounds a hung daemon, not a slow disk.
-        timeoutMs: 30 * 60_000,
-      },
-    );
-    const id = imported.stdout.trim();
-    if (!/^sha256:[0-9a-f]{64}$/.test(id)) {
-      throw new AgentError(`docker import printed ${JSON.stringify(id)}, not an image id`, "see the dockerd log");
-    }
-    options.log?.info("lab.image-built", "imported lab image", { tag: options.tag, id, payloadBytes });
-    return id;
-  } finally {
-    await rm(temp, { recursive: true, force: true });
-  }
-}
-
-/**
- * Writes the image as `docker save` writes one (manifest.json, the config, one layer) to
- * `archive`, with no dockerd: what `snapshot build --load` takes. Reproducible as buildImage's
- * layer is, and so is the image id (the config's digest): no time in it but the epoch.
- */
-export async function writeImageArchive(archive: string, options: BuildImageOptions): Promise<string> {
-  await assertStaticBusybox();
-  await mkdir(options.workDir, { recursive: true });
-  const temp = await mkdtemp(join(options.workDir, "archive-"));
-  try {
-    const rootfs = join(temp, "rootfs");
-    await writeRootfs(rootfs, options);
-    const out = join(temp, "out");
-    await mkdir(out);
-    const layer = join(out, "layer.tar");
-    await run("tar", ["--create", "--file", layer, "--directory", rootfs, ...REPRODUCIBLE, "."], { log: options.log });
-    const diffId = await fileSha256(layer);
-    const layerDir = diffId;
-    await mkdir(join(out, layerDir));
-    await rename(layer, join(out, layerDir, "layer.tar"));
-    const epoch = "1970-01-01T00:00:00Z";
-    const config = JSON.stringify({
-      architecture: process.arch === "arm64" ? "arm64" : "amd64",
-      os: "linux",
-      created: epoch,
-      config: { Cmd: options.cmd ?? ["/bin/sh"], Env: ["PATH=/bin"] },
-      rootfs: { type: "layers", diff_ids: [`sha256:${diffId}`] },
-      history: [{ created: epoch, created_by: "ebs-cache lab image" }],
-    });
-    const configId = createHash("sha256").update(config).digest("hex");
-    await writeFile(join(out, `${configId}.json`), config);
-    const manifest = [{ Config: `${configId}.json`, RepoTags: [options.tag], Layers: [`${layerDir}/layer.tar`] }];
-    await writeFile(join(out, "manifest.json"), JSON.stringify(manifest));
-    await mkdir(dirname(archive), { recursive: true });
-    await run("tar", ["--create", "--file", archive, "--directory", out, ...REPRODUCIBLE, "."], { log: options.log });
-    return `sha256:${configId}`;
+    return await use(tarball, temp);
   } finally {
     await rm(temp, { recursive: true, force: true });
   }
