@@ -196,7 +196,8 @@ function poolOfInstanceType(
   const type = identity.instanceType ?? "unknown (IMDS gave none)";
   const notes = [
     rule
-      ? `pool ${rule.pool} (${rule.sizeGiB} GiB volumes): instance type ${type} matches ${rule.pattern} (instanceTypePools)`
+      ? `pool ${rule.pool} (${rule.sizeGiB} GiB volumes): instance type ${type} matches ${rule.pattern} ` +
+        "(instanceTypePools)"
       : `pool ${chosen.pool}${sizeGiB !== undefined ? ` (${sizeGiB} GiB volumes)` : ""}: ` +
         (identity.tags[InstanceTag.pool] !== undefined
           ? `instance tag ${InstanceTag.pool} wins over instanceTypePools`

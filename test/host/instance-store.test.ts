@@ -1,8 +1,8 @@
 /**
  * Instance-store NVMe disks (src/host/instance-store.ts) are found from sysfs by their
  * controller's model, told apart from EBS volumes (the agent's and the root disk), and reported:
- * the boot's host metrics, a log line, and `status` (text and --json). A sysfs tree is built in a temp folder: the host's own
- * disks are never looked at, and nothing is ever written to a device.
+ * the boot's host metrics, a log line, and `status` (text and --json). A sysfs tree is built in a
+ * temp folder: the host's own disks are never looked at, and nothing is ever written to a device.
  */
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
