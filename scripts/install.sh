@@ -155,7 +155,8 @@ enable_unit ebs-cache-agent-release.service multi-user.target
 enable_unit ebs-cache-agent-gc.timer timers.target
 enable_unit ebs-cache-agent-prune.timer timers.target
 
-for doc in docs/operations.md docs/config.md docs/boot.md docs/labels.md docs/keeper.md iam/ebs-cache-agent-policy.json; do
+for doc in docs/operations.md docs/config.md docs/boot.md docs/labels.md docs/keeper.md iam/ebs-cache-agent-policy.json \
+  iam/ebs-cache-keeper-reclaim-policy.json; do
   if [ -f "$repo/$doc" ]; then install_file 0644 "$repo/$doc" "$root/usr/share/doc/ebs-cache-agent/$(basename "$doc")"; fi
 done
 

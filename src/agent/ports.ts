@@ -12,6 +12,8 @@ export interface Identity {
   availabilityZone: string;
   tags: Record<string, string>;
   tagsSource: "imds" | "ec2";
+  /** IMDS `instance-type` (`g4dn.8xlarge`); absent when IMDS did not serve one. */
+  instanceType?: string;
 }
 
 export type VolumeState = "creating" | "available" | "in-use" | "deleting" | "deleted" | "error";

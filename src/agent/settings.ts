@@ -16,6 +16,7 @@ import {
   type EffectiveSettings,
 } from "../config/overrides.ts";
 import { InstanceTag } from "../tags.ts";
+import { parseInstanceTypePools, ruleForInstanceType } from "../config/instance-type-pools.ts";
 import { validatePoolName } from "../inputs.ts";
 import { readLabelsTag } from "./labels-tag.ts";
 import type { BootSettings } from "./boot/plan.ts";
@@ -132,11 +133,13 @@ export function resolveSettings(
   if (!pool.ok) problems.push(`pool: ${pool.problem}`);
   if (problems.length > 0) return { ok: false, problems };
   const mayClaim = options.mayClaim ?? true;
-  const request = readOsparcRequest(tagged.config, identity, { fromTag: mayClaim, recorded: options.recorded });
-  const switched = applyLabelSwitches(tagged.config, request, identity.tags, request.origin);
+  const byType = poolOfInstanceType(tagged.config, identity);
+  const request = readOsparcRequest(byType.config, identity, { fromTag: mayClaim, recorded: options.recorded });
+  const switched = applyLabelSwitches(byType.config, request, identity.tags, request.origin);
   const effective = switched.config;
   const workspace = request.ids;
   const notes = [
+    ...byType.notes,
     ...request.notes,
     workspace ? `workspace ${describeWorkspace(workspace)} (${request.origin})` : `no workspace: ${request.origin}`,
   ];
@@ -144,6 +147,7 @@ export function resolveSettings(
   const boot: BootSettings = {
     enabled: effective.enabled,
     pool: effective.pool,
+    ...(byType.sizeGiB !== undefined ? { poolSizeGiB: byType.sizeGiB } : {}),
     imageSet: effective.imageSet,
     createFromSnapshot: effective.createFromSnapshot,
     volumeType: effective.volumeType,
@@ -172,6 +176,34 @@ export function resolveSettings(
       request,
     },
   };
+}
+
+/**
+ * The pool by the instance type (config `instanceTypePools`), unless an `ebs-cache:pool` instance
+ * tag chose one (the tag names this machine; a rule names its kind), and the size of the pool's
+ * volumes when a rule gives one.
+ */
+function poolOfInstanceType(
+  config: EffectiveSettings,
+  identity: Identity,
+): { config: EffectiveSettings; sizeGiB?: number; notes: string[] } {
+  const rules = parseInstanceTypePools(config.instanceTypePools);
+  if (rules.length === 0) return { config, notes: [] };
+  const rule =
+    identity.tags[InstanceTag.pool] === undefined ? ruleForInstanceType(rules, identity.instanceType) : undefined;
+  const chosen = rule ? { ...config, pool: rule.pool } : config;
+  const sizeGiB = rules.find((r) => r.pool === chosen.pool)?.sizeGiB;
+  const type = identity.instanceType ?? "unknown (IMDS gave none)";
+  const notes = [
+    rule
+      ? `pool ${rule.pool} (${rule.sizeGiB} GiB volumes): instance type ${type} matches ${rule.pattern} ` +
+        "(instanceTypePools)"
+      : `pool ${chosen.pool}${sizeGiB !== undefined ? ` (${sizeGiB} GiB volumes)` : ""}: ` +
+        (identity.tags[InstanceTag.pool] !== undefined
+          ? `instance tag ${InstanceTag.pool} wins over instanceTypePools`
+          : `instance type ${type} matches no rule of instanceTypePools`),
+  ];
+  return { config: chosen, ...(sizeGiB !== undefined ? { sizeGiB } : {}), notes };
 }
 
 /**

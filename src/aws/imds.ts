@@ -58,6 +58,8 @@ export interface IdentifyOptions {
 }
 
 const META = "/latest/meta-data";
+/** What an EC2 instance type looks like (`m5.large`, `g4dn.8xlarge`, `u-6tb1.metal`). */
+const INSTANCE_TYPE = /^[a-z0-9][a-z0-9.-]{0,63}$/;
 const TAGS = `${META}/tags/instance`;
 
 /** HTTP statuses after which asking again cannot help. */
@@ -112,11 +114,19 @@ export async function identifyInstance(options: IdentifyOptions): Promise<Identi
   };
   const required = async (path: string): Promise<string> => ((await read(path)) ?? "").trim();
 
-  const [instanceId, availabilityZone, region] = await Promise.all([
+  const [instanceId, availabilityZone, region, typeRead] = await Promise.all([
     required(`${META}/instance-id`),
     required(`${META}/placement/availability-zone`),
     required(`${META}/placement/region`),
+    // Picks the pool by config `instanceTypePools`; a metadata service without it picks none.
+    read(`${META}/instance-type`, true),
   ]);
+  const typeText = typeRead?.trim();
+  const instanceType = typeText !== undefined && INSTANCE_TYPE.test(typeText) ? typeText : undefined;
+  if (typeText !== undefined && instanceType === undefined)
+    log.warning("identify.instance-type", "IMDS gave an instance type that is not one: not used", {
+      instanceType: typeText.slice(0, 80),
+    });
 
   if (!/^i-[0-9a-f]{8,17}$/.test(instanceId) || availabilityZone === "" || region === "") {
     throw new ImdsError(
@@ -181,5 +191,5 @@ export async function identifyInstance(options: IdentifyOptions): Promise<Identi
     tagsSource,
     imdsRetries: retries,
   });
-  return { instanceId, region, availabilityZone, tags, tagsSource };
+  return { instanceId, region, availabilityZone, tags, tagsSource, ...(instanceType ? { instanceType } : {}) };
 }

@@ -1,6 +1,6 @@
 /** `ebs-cache-agent pool`: the managed volumes, as a table or JSON; `pool fill`: the keeper (src/agent/keeper/). */
 import { Command } from "commander";
-import { keeperExitCode, keeperSettingsFrom, runKeeper, type KeeperOutcome } from "../agent/keeper/run.ts";
+import { keeperExitCode, keeperSettingsForPools, runKeepers, type KeeperOutcome } from "../agent/keeper/run.ts";
 import { observePool } from "../agent/pool/observe.ts";
 import { poolReport, poolViewSettingsFrom } from "../agent/pool/summary.ts";
 import { renderPoolReport } from "../agent/pool/view.ts";
@@ -42,32 +42,37 @@ function fillCommand(): Command {
         ("(within keeper.maxVolumes and keeper.maxGiB for the whole pool), delete available ones beyond " +
           "keeper.maxAvailable (oldest first; ") +
         ("never one in use, kept or not managed), and tag ebs-cache:initialized the volumes EBS reports fully " +
-          "initialized"),
+          "initialized; the same for each pool of instanceTypePools, at its size"),
     )
     .option(...CONFIG_OPTION)
     .option("--dry-run", "print the plan; change nothing")
-    .option("--json", "print the plan and what was done as JSON")
+    .option("--json", "print the plan and what was done as JSON (a list, one per pool, with instanceTypePools)")
     .addHelpText(
       "after",
       "\nSafe to run on several hosts at once: each new volume's ClientToken names its slot, and the pool is " +
         "counted again before each further volume." +
-        ("\nExit codes: 0 done (or nothing to do), 1 some step failed, 2 usage, 3 invalid configuration " +
+        ("\nExit codes: 0 done (or nothing to do), 1 some step failed (or a pool's size is below its snapshot's), 2 " +
+          "usage, 3 invalid configuration " +
           "(keeper.zones empty)."),
     )
     .action(async (_opts: unknown, command: Command) => {
       // `pool`'s own --config and --json are parsed by `pool` wherever they stand (`pool fill --json`).
       const opts = command.optsWithGlobals<{ config?: string; dryRun?: boolean; json?: boolean }>();
       const context = await hostContext(opts.config);
-      const settings = keeperSettingsFrom(context.config);
-      const outcome = await runKeeper(await context.cloud(), settings, {
+      const pools = keeperSettingsForPools(context.config);
+      const outcomes = await runKeepers(await context.cloud(), pools, {
         dryRun: opts.dryRun ?? false,
         log: context.log,
         recorder: context.recorder,
       });
+      // One pool: its outcome as before; several (instanceTypePools): a list of them, one per pool.
+      const json = outcomes.length === 1 ? outcomes[0] : outcomes;
       process.stdout.write(
-        (opts.json ? JSON.stringify(outcome, null, 2) : renderKeeperOutcome(outcome, opts.dryRun ?? false)) + "\n",
+        (opts.json
+          ? JSON.stringify(json, null, 2)
+          : outcomes.map((outcome) => renderKeeperOutcome(outcome, opts.dryRun ?? false)).join("\n")) + "\n",
       );
-      process.exitCode = keeperExitCode(outcome);
+      process.exitCode = Math.max(...outcomes.map(keeperExitCode));
     });
 }
 

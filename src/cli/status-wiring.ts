@@ -9,6 +9,7 @@ import { refreshStatus } from "../agent/refresh/run.ts";
 import type { AgentConfig } from "../config/index.ts";
 import { createDaemonConfig } from "../docker/daemon-json.ts";
 import { createDockerEngine } from "../docker/engine.ts";
+import { findInstanceStoreDisks } from "../host/instance-store.ts";
 import { chooseLabelMode, engineLabelRecord, isUnderPrefix } from "../docker/labels.ts";
 import type { Logger } from "../log.ts";
 import type { StatusSources } from "../status/observe.ts";
@@ -26,6 +27,7 @@ export function statusSources(config: AgentConfig, log: Logger): StatusSources {
     dockerDataRoot: () => createDaemonConfig({ path: config.paths.daemonJson, log }).dataRoot(),
     labels: () => shownLabels(config, log),
     refresh: () => refreshStatus(stateDir),
+    instanceStore: () => findInstanceStoreDisks(config.paths.sysfsRoot),
   };
 }
 

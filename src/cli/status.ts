@@ -19,7 +19,7 @@ export function statusCommand(): Command {
   return new Command("status")
     .description(
       "the state of this host: last boot (outcome, source, timeline), volume, mount and fill, docker's " +
-        "data-root, labels, pre-warm, refresh, last release",
+        "data-root, labels, pre-warm, refresh, last release, instance-store disks",
     )
     .option(...CONFIG_OPTION)
     .option("--json", "print the document of schema/status.schema.json")

@@ -30,7 +30,8 @@ export type StringFormat =
   | "tagKey"
   | "workspaceKey"
   | "kmsKeyId"
-  | "operatorTag";
+  | "operatorTag"
+  | "instanceTypePool";
 
 interface FormatSpec {
   /** What the format accepts, in the words used by error messages and the reference. */
@@ -108,6 +109,12 @@ export const FORMATS: Readonly<Record<StringFormat, FormatSpec>> = {
       "up to 256 characters)",
     pattern: "^(?![aA][wW][sS]:)(?!ebs-cache:)[^=]{1,128}=",
   },
+  instanceTypePool: {
+    description:
+      "PATTERN=POOL:SIZEGIB: an instance type with * for any characters, a pool name, a size in GiB " +
+      "(g4dn.*=gpu:500)",
+    pattern: `^[a-z0-9.*-]{1,64}=[A-Za-z0-9][A-Za-z0-9._-]{0,62}:[0-9]{1,5}${END}`,
+  },
   // Its values are the items' `enum`: an editor completes them.
   workspaceKey: {
     description: "one of osparc's placement label keys: product-name, wallet-id, user-id, project-id, node-id",
@@ -172,6 +179,19 @@ export const CONFIG_SCHEMA = {
       description:
         "When set, pool volumes and snapshots must carry tag `ebs-cache:image-set` with this value; null accepts " +
         "any image set.",
+    },
+    instanceTypePools: {
+      type: "array",
+      items: { type: "string", "x-format": "instanceTypePool" },
+      default: [],
+      description:
+        "Pools by instance type, one rule a string `PATTERN=POOL:SIZEGIB` (`g4dn.*=gpu:500`): a machine whose " +
+        "IMDS `instance-type` matches PATTERN (`*` for any characters) claims from POOL instead of `pool`, and " +
+        "the volumes of POOL are SIZEGIB GiB (the keeper stocks each pool at its size; a boot that creates one " +
+        "makes it at that size, and grows the filesystem to it). Types no rule matches use `pool` at its " +
+        "snapshot's size. Patterns may not overlap, a pool has one size, and each POOL needs snapshots of its " +
+        "own (`ebs-cache:pool=POOL`), at most SIZEGIB GiB. An `ebs-cache:pool` instance tag wins over the " +
+        "rules. See docs/keeper.md.",
     },
     region: {
       type: ["string", "null"],

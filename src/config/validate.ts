@@ -11,6 +11,7 @@
  */
 import type { ErrorObject } from "ajv";
 import { labelPrefixProblems } from "../label-prefix.ts";
+import { instanceTypePoolProblems, parseInstanceTypePool, parseInstanceTypePools } from "./instance-type-pools.ts";
 import { quote, validateImageRef, validatePoolName, validateTagValue } from "../inputs.ts";
 import { MAX_OPERATOR_TAGS, MAX_TAG_KEY, MAX_TAG_VALUE, TAG_PREFIX } from "../tags.ts";
 import {
@@ -84,6 +85,10 @@ const FORMAT_CHECKS: Partial<Record<StringFormat, (value: string) => string | re
       : `must be ${FORMATS.dockerHost.description}, got ${quote(value)}`,
   imageRef: (value) => problemOf(validateImageRef(value)),
   operatorTag: (value) => operatorTagProblem(value),
+  instanceTypePool: (value) => {
+    const parsed = parseInstanceTypePool(value);
+    return parsed.ok ? undefined : parsed.problem;
+  },
   labelPrefix: (value) => {
     if (!/^[a-z0-9]+([.-][a-z0-9]+)*$/.test(value))
       return `must be ${FORMATS.labelPrefix.description}, got ${quote(value)}`;
@@ -340,6 +345,10 @@ export function crossProblems(config: AgentConfig): string[] {
     );
   }
   problems.push(...volumeProblems(config));
+  // Each rule's own problem is the item's (FORMAT_CHECKS); here what only the list as a whole shows.
+  const rules = parseInstanceTypePools(config.instanceTypePools);
+  const ruleTexts = rules.map((rule) => rule.text);
+  problems.push(...instanceTypePoolProblems(ruleTexts).map((problem) => `instanceTypePools: ${problem}`));
   const alone = new Set(labelPrefixProblems(config.labels.prefix));
   problems.push(
     ...labelPrefixProblems(config.labels.prefix, config.labels.protectedKeys)

@@ -128,6 +128,8 @@ export interface AddHostOptions {
   metadataTags?: boolean;
   /** More flags for the host's dockerd, as a unit's ExecStart or DOCKER_OPTS would add them. */
   dockerdArgs?: string[];
+  /** Its EC2 instance type, as IMDS and DescribeInstances give it (default LAB_INSTANCE_TYPE). */
+  instanceType?: string;
 }
 
 const DEFAULT_DELAYS: Delays = {
@@ -217,6 +219,7 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
       tags: { ...hostOptions.tags },
       metadataTags: hostOptions.metadataTags ?? true,
       hostRoot,
+      ...(hostOptions.instanceType !== undefined ? { instanceType: hostOptions.instanceType } : {}),
     });
     const imds = await startImdsEmulator({ instance: () => instance, log });
     imdsServers.push(imds);

@@ -15,7 +15,12 @@ export interface LabInstance {
   metadataTags: boolean;
   /** Where this instance's devices appear: `<hostRoot>/dev/disk/by-id`, `<hostRoot>/sys`. */
   hostRoot: string;
+  /** Its EC2 instance type (IMDS `instance-type`, DescribeInstances); absent: LAB_INSTANCE_TYPE. */
+  instanceType?: string;
 }
+
+/** The instance type of a lab instance registered without one. */
+export const LAB_INSTANCE_TYPE = "m6i.large";
 
 /** Where the devices of an instance appear, as the agent is configured to look for them. */
 export function byIdDir(hostRoot: string): string {

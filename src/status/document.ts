@@ -10,6 +10,7 @@ import type { Progress } from "../agent/prewarm/plan.ts";
 import type { PrewarmState } from "../agent/prewarm/state.ts";
 import type { RefreshState } from "../agent/refresh/state.ts";
 import type { CacheFilesystem } from "../host/facts.ts";
+import type { InstanceStoreDisk } from "../host/instance-store.ts";
 import { Label } from "../tags.ts";
 import type { BootRecord, ReleaseRecord } from "./records.ts";
 
@@ -31,6 +32,8 @@ export interface StatusInputs {
   recordProblems?: string[];
   /** The last refresh of the volume's images (src/agent/refresh/state.ts) and whether it runs. */
   refresh?: { state: RefreshState; running: boolean };
+  /** The instance's NVMe instance-store disks now ([] none; undefined: not read). */
+  instanceStore?: InstanceStoreDisk[];
 }
 
 export interface StatusThresholds {
@@ -118,6 +121,11 @@ export interface StatusDocument {
     updatedAt: string;
     finishedAt: string | null;
   };
+  /**
+   * The instance's NVMe instance-store disks, which the agent never writes: what an AMI may run
+   * docker on (osparc's mounts the largest disk at /mnt/docker). [] none; null: not read.
+   */
+  instanceStore: null | Array<{ device: string; sizeBytes: number }>;
 }
 
 const UP = new Set(["ready", "warming"]);
@@ -272,6 +280,7 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
         }
       : null,
     refresh,
+    instanceStore: inputs.instanceStore?.map((d) => ({ device: d.device, sizeBytes: d.sizeBytes })) ?? null,
   };
 }
 

@@ -7,6 +7,7 @@
 import type { PrewarmState } from "../agent/prewarm/state.ts";
 import type { RefreshState } from "../agent/refresh/state.ts";
 import type { CacheFilesystem } from "../host/facts.ts";
+import type { InstanceStoreDisk } from "../host/instance-store.ts";
 import type { StatusInputs } from "./document.ts";
 import { readBootRecord, readReleaseRecord } from "./records.ts";
 
@@ -22,6 +23,8 @@ export interface StatusSources {
   labels?(): Promise<Record<string, string> | undefined>;
   /** The refresh's state and whether its process runs; absent or no state: no refresh ran here. */
   refresh?(): Promise<{ state?: RefreshState; running: boolean }>;
+  /** The instance's NVMe instance-store disks (src/host/instance-store.ts); absent: not looked for. */
+  instanceStore?(): Promise<InstanceStoreDisk[]>;
   now?: () => Date;
 }
 
@@ -46,6 +49,9 @@ export async function observeStatus(sources: StatusSources): Promise<StatusInput
     sources.labels ? attempt("docker's labels", sources.labels) : Promise.resolve(undefined),
   ]);
   const refresh = sources.refresh ? await attempt("the refresh's state", sources.refresh) : undefined;
+  const instanceStore = sources.instanceStore
+    ? await attempt("the instance-store disks", sources.instanceStore)
+    : undefined;
   for (const read of [boot, release]) if (read.problem) problems.push(read.problem);
   const mountPoint = boot.record?.result.mountPoint;
   const filesystem = mountPoint
@@ -60,6 +66,7 @@ export async function observeStatus(sources: StatusSources): Promise<StatusInput
     ...(dockerDataRoot !== undefined ? { dockerDataRoot } : {}),
     ...(labels ? { labels } : {}),
     ...(refresh?.state ? { refresh: { state: refresh.state, running: refresh.running } } : {}),
+    ...(instanceStore ? { instanceStore } : {}),
     ...(problems.length > 0 ? { recordProblems: problems } : {}),
   };
 }

@@ -77,6 +77,12 @@ export function renderStatus(doc: StatusDocument): string[] {
       `refresh:  ${f.phase}${f.running ? " (running)" : ""}${f.generation ? ` toward ${f.generation}` : ""}${counts ? ` (${counts})` : ""}`,
     );
   }
+  const disks = doc.instanceStore;
+  if (disks && disks.length > 0)
+    lines.push(
+      `instance-store: ${disks.map((d) => `${d.device} ${(d.sizeBytes / GiB).toFixed(1)} GiB`).join(", ")} ` +
+        "(NVMe, left alone by the agent)",
+    );
   const r = doc.lastRelease;
   if (r)
     lines.push(

@@ -41,7 +41,7 @@ const noEc2Tags = async (instanceId: string): Promise<Record<string, string>> =>
 };
 
 t.test("identity and tags from IMDS", async (t) => {
-  const host = await lab.addHost({ availabilityZone: `${lab.region}b`, tags: hostTags });
+  const host = await lab.addHost({ availabilityZone: `${lab.region}b`, tags: hostTags, instanceType: "g4dn.8xlarge" });
   const metadata = createMetadataService({ endpoint: host.imds.endpoint });
   t.equal(metadata.endpoint, host.imds.endpoint);
   const identity = await identifyInstance({ metadata, ec2Tags: noEc2Tags, timeoutMs: 30_000, log });
@@ -51,6 +51,7 @@ t.test("identity and tags from IMDS", async (t) => {
     availabilityZone: `${lab.region}b`,
     tags: hostTags,
     tagsSource: "imds",
+    instanceType: "g4dn.8xlarge",
   });
   t.ok(
     host.imds.requests.some((r) => r.method === "PUT" && r.path === "/latest/api/token"),

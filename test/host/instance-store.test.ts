@@ -1,8 +1,8 @@
 /**
  * Instance-store NVMe disks (src/host/instance-store.ts) are found from sysfs by their
  * controller's model, told apart from EBS volumes (the agent's and the root disk), and reported:
- * the boot's host metrics and a log line. A sysfs tree is built in a temp folder: the host's own
- * disks are never looked at, and nothing is ever written to a device.
+ * the boot's host metrics, a log line, and `status` (text and --json). A sysfs tree is built in a
+ * temp folder: the host's own disks are never looked at, and nothing is ever written to a device.
  */
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -12,6 +12,9 @@ import { findInstanceStoreDisks, INSTANCE_STORE_MODEL } from "../../src/host/ins
 import { hostMetrics } from "../../src/metrics/host.ts";
 import { createOutcomeRecorder } from "../../src/status/recorder.ts";
 import { createMemoryLogger } from "../../src/log.ts";
+import { buildStatus } from "../../src/status/document.ts";
+import { observeStatus } from "../../src/status/observe.ts";
+import { renderStatus } from "../../src/status/view.ts";
 import { readyBoot } from "../fixtures/use-case-results.ts";
 
 async function sysfs(
@@ -74,4 +77,26 @@ t.test("reported: host metrics and a log line at the boot's figures", async (t) 
     result: readyBoot,
   });
   t.match(log.lines.join("\n"), /host\.instance-store.*\/dev\/nvme1n1 500 GB/);
+});
+
+t.test("status shows the instance-store disks, in text and in its document", async (t) => {
+  const root = await sysfs(t, {
+    nvme0n1: { model: "Amazon Elastic Block Store", sectors: 16777216 },
+    nvme1n1: { model: INSTANCE_STORE_MODEL, sectors: 1953125000 },
+  });
+  const stateDir = await mkdtemp(join(tmpdir(), "instance-store-state-"));
+  t.teardown(() => rm(stateDir, { recursive: true, force: true }));
+  const sources = {
+    stateDir,
+    prewarm: async () => ({ running: false }),
+    filesystem: async () => undefined,
+    dockerDataRoot: async () => undefined,
+  };
+  const doc = buildStatus(await observeStatus({ ...sources, instanceStore: () => findInstanceStoreDisks(root) }));
+  t.same(doc.instanceStore, [{ device: "/dev/nvme1n1", sizeBytes: 1953125000 * 512 }], "--json: the disk, not EBS");
+  t.match(renderStatus(doc).join("\n"), /^instance-store: \/dev\/nvme1n1 931\.3 GiB \(NVMe/m, "the text names it");
+  const none = buildStatus(await observeStatus({ ...sources, instanceStore: () => findInstanceStoreDisks(stateDir) }));
+  t.same(none.instanceStore, [], "none on a host without any");
+  t.notMatch(renderStatus(none).join("\n"), /instance-store/, "and no line for them");
+  t.equal(buildStatus(await observeStatus(sources)).instanceStore, null, "null when not looked for");
 });

@@ -54,7 +54,9 @@ t.test("a healthy host: everything in one valid document, exit 0", async (tt) =>
   tt.same([doc.mount?.inodes, doc.mount?.freeInodes], [1000, 750], "statfs's inodes");
   tt.equal(doc.dataRoot?.matches, true);
   tt.equal(doc.prewarm?.progress?.percent, 25);
+  tt.same(doc.instanceStore, [{ device: "/dev/nvme2n1", sizeBytes: 900_000_000_000 }], "the instance-store disks");
   const view = renderStatus(doc).join("\n");
+  tt.match(view, /instance-store: \/dev\/nvme2n1 838\.2 GiB \(NVMe, left alone by the agent\)/);
   tt.match(view, /^health: +healthy/);
   tt.match(view, /boot: +ready from pool/);
   tt.match(view, /slowest steps: start-docker 2\.1 s, claim-volume 2\.0 s/);
@@ -176,6 +178,11 @@ t.test("the schema refuses what it should (so the validations above mean somethi
   tt.notOk(validate({ ...doc, generatedAt: "yesterday" }), "an ISO time");
   const { prewarm: _dropped, ...withoutPrewarm } = doc;
   tt.notOk(validate(withoutPrewarm), "every part present (null when absent)");
+  tt.notOk(
+    validate({ ...doc, instanceStore: [{ device: "/dev/sda", sizeBytes: 1 }] }),
+    "an instance-store disk is an NVMe namespace",
+  );
+  tt.ok(validate({ ...doc, instanceStore: null }), "instanceStore null: not read");
 });
 
 t.test("the records: written atomically, read back, a corrupt one reported", async (tt) => {

@@ -27,6 +27,12 @@ export type { WorkspaceIds };
 export interface BootSettings {
   enabled: boolean;
   pool: string;
+  /**
+   * The size of the pool's volumes (config `instanceTypePools`): a pool volume this boot creates
+   * from the snapshot is made this large (the grow step then grows its filesystem). Absent: the
+   * snapshot's size.
+   */
+  poolSizeGiB?: number;
   imageSet: string | null;
   createFromSnapshot: boolean;
   volumeType: string;
@@ -119,7 +125,7 @@ export type Selection =
 /** A volume to create when no existing one can be claimed: from a snapshot, or blank (`sizeGiB`). */
 export interface CreateSpec {
   snapshotId?: string;
-  /** The size of a blank volume (a volume from a snapshot takes the snapshot's). */
+  /** The size of a blank volume, or of one from a snapshot when larger than the snapshot's (absent: the snapshot's). */
   sizeGiB?: number;
   availabilityZone: string;
   volumeType: string;
@@ -136,6 +142,8 @@ export interface SnapshotFallback {
   /** The host's store: a snapshot built with the other one is not used. */
   hostStore?: HostStore;
   pool: string;
+  /** `poolSizeGiB`: the pool's volume size, used when larger than the snapshot's. */
+  sizeGiB?: number;
   availabilityZone: string;
   volumeType: string;
   initializationRateMiBps: number | null;
@@ -475,6 +483,7 @@ function snapshotFallback(settings: BootSettings, observed: BootObservation): Sn
     snapshotTags: poolSelector(settings),
     ...(observed.hostStore ? { hostStore: observed.hostStore } : {}),
     pool: settings.pool,
+    ...(settings.poolSizeGiB !== undefined ? { sizeGiB: settings.poolSizeGiB } : {}),
     availabilityZone: observed.identity.availabilityZone,
     volumeType: settings.volumeType,
     initializationRateMiBps: settings.initializationRateMiBps,
@@ -485,8 +494,12 @@ function snapshotFallback(settings: BootSettings, observed: BootObservation): Sn
 export function createSpecFrom(fallback: SnapshotFallback, snapshot: SnapshotInfo | undefined): CreateSpec | undefined {
   if (!snapshot || snapshot.state !== "completed" || !storeFit(snapshot.tags, hostStoreOr(fallback.hostStore)).fits)
     return undefined;
+  // EC2 refuses a volume smaller than its snapshot: a pool size below it gives the snapshot's
+  // (a boot must not fail on it; the keeper refuses to stock such a pool and says so).
+  const larger = fallback.sizeGiB !== undefined && fallback.sizeGiB > snapshot.volumeSizeGiB;
   return {
     snapshotId: snapshot.snapshotId,
+    ...(larger ? { sizeGiB: fallback.sizeGiB } : {}),
     availabilityZone: fallback.availabilityZone,
     volumeType: fallback.volumeType,
     initializationRateMiBps: fallback.initializationRateMiBps,
@@ -528,21 +541,8 @@ export function lookupsNeeded(
 }
 
 function createSpec(settings: BootSettings, observed: BootObservation): CreateSpec | undefined {
-  const snapshot = observed.snapshot;
-  if (
-    !settings.createFromSnapshot ||
-    !snapshot ||
-    snapshot.state !== "completed" ||
-    !storeFit(snapshot.tags, hostStoreOf(observed)).fits
-  )
-    return undefined;
-  return {
-    snapshotId: snapshot.snapshotId,
-    availabilityZone: observed.identity.availabilityZone,
-    volumeType: settings.volumeType,
-    initializationRateMiBps: settings.initializationRateMiBps,
-    tags: poolVolumeTags(settings, snapshot),
-  };
+  const fallback = snapshotFallback(settings, observed);
+  return fallback ? createSpecFrom(fallback, observed.snapshot) : undefined;
 }
 
 /** Steps that need docker running: left to the second phase when this run goes without docker. */

@@ -45,6 +45,7 @@ const KEEPER_HANDLERS: { [K in KeeperStep["step"]]: Handler<Extract<KeeperStep, 
     const volume = await cloud.createVolume({
       availabilityZone: step.zone,
       snapshotId: step.snapshotId,
+      sizeGiB: step.sizeGiB,
       volumeType: step.volumeType,
       tags: step.tags,
       clientToken: step.clientToken,

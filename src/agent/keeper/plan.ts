@@ -34,6 +34,11 @@ import { volumesHeldByStopped } from "../pool/stopped.ts";
 /** What the keeper needs of the configuration (`keeper.*`, the pool, the volume type). */
 export interface KeeperSettings {
   pool: string;
+  /**
+   * The size of the pool's volumes (config `instanceTypePools`); absent: the snapshot's. Below
+   * the snapshot's size, no volume is made (EC2 would refuse) and the plan says why (`problem`).
+   */
+  sizeGiB?: number;
   imageSet: string | null;
   volumeType: string;
   zones: readonly string[];
@@ -132,6 +137,8 @@ export interface KeeperPlan {
   totals: { volumes: number; gib: number; maxVolumes: number; maxGiB: number };
   zones: ZoneView[];
   steps: KeeperStep[];
+  /** A configuration that keeps the keeper from stocking the pool (a size below the snapshot's): the run fails. */
+  problem?: string;
 }
 
 /** How long a slot's token stands: keepers that straddle the hour make a volume each at worst. */
@@ -341,11 +348,19 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
   // Shortage: the zone furthest below its target first, within what the caps leave.
   const snapshot = observed.snapshot?.state === "completed" ? observed.snapshot : undefined;
   const lacking = (view: ZoneView) => settings.minAvailable - (view.available + view.creating + view.create);
+  const tooSmall =
+    snapshot && settings.sizeGiB !== undefined && settings.sizeGiB < snapshot.volumeSizeGiB
+      ? `instanceTypePools gives pool ${settings.pool} ${settings.sizeGiB} GiB volumes, below its snapshot ` +
+        `${snapshot.snapshotId}'s ${snapshot.volumeSizeGiB} GiB: no volume made (raise the rule's size to at least ` +
+        `${snapshot.volumeSizeGiB})`
+      : undefined;
   if (zones.some((view) => lacking(view) > 0)) {
     if (!snapshot) {
       for (const view of zones) if (lacking(view) > 0) view.short = "the pool has no completed snapshot";
+    } else if (tooSmall) {
+      for (const view of zones) if (lacking(view) > 0) view.short = tooSmall;
     } else {
-      const size = snapshot.volumeSizeGiB;
+      const size = settings.sizeGiB ?? snapshot.volumeSizeGiB;
       let room = Math.max(
         0,
         Math.min(
@@ -390,6 +405,7 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
     totals,
     zones,
     steps,
+    ...(tooSmall ? { problem: tooSmall } : {}),
   };
 }
 

@@ -12,6 +12,7 @@ import { applyKeeper, type KeeperResult } from "./apply.ts";
 import { observeKeeper } from "./observe.ts";
 import { planKeeper, type KeeperPlan, type KeeperSettings } from "./plan.ts";
 import type { KeeperFacts, OutcomeRecorder } from "../outcomes.ts";
+import { parseInstanceTypePools, stockedPools } from "../../config/instance-type-pools.ts";
 
 export interface KeeperOutcome {
   /** The first round's plan (what `--dry-run` prints). */
@@ -51,6 +52,47 @@ export function keeperSettingsFrom(config: {
   };
 }
 
+/**
+ * The settings of every pool the keeper stocks: `pool` and each pool of config
+ * `instanceTypePools`, at its size (stockedPools). The caps (`keeper.maxVolumes`, `maxGiB`) hold
+ * for each pool on its own.
+ */
+export function keeperSettingsForPools(
+  config: Parameters<typeof keeperSettingsFrom>[0] & { instanceTypePools: readonly string[] },
+): KeeperSettings[] {
+  const base = keeperSettingsFrom(config);
+  return stockedPools(config.pool, parseInstanceTypePools(config.instanceTypePools)).map(({ pool, sizeGiB }) => ({
+    ...base,
+    pool,
+    ...(sizeGiB !== undefined ? { sizeGiB } : {}),
+  }));
+}
+
+/**
+ * Runs the keeper over each pool in turn, and records what all the runs did as one report (the
+ * metrics textfile is replaced as a whole). A pool's failure does not stop the next pool.
+ */
+export async function runKeepers(
+  cloud: KeeperCloud,
+  pools: readonly KeeperSettings[],
+  options: { dryRun: boolean; log: Logger; now?: () => Date; recorder?: OutcomeRecorder },
+): Promise<KeeperOutcome[]> {
+  const { recorder, ...each } = options;
+  const outcomes: KeeperOutcome[] = [];
+  for (const settings of pools) outcomes.push(await runKeeper(cloud, settings, each));
+  if (!options.dryRun && recorder) {
+    const finishedAt = (options.now ?? (() => new Date()))();
+    const facts = outcomes.map((outcome) => keeperFacts(outcome, finishedAt));
+    await recorder.keeperFinished({
+      actions: facts.flatMap((f) => f.actions),
+      poolVolumes: Object.assign({}, ...facts.map((f) => f.poolVolumes)) as KeeperFacts["poolVolumes"],
+      heldByStopped: Object.assign({}, ...facts.map((f) => f.heldByStopped)) as KeeperFacts["heldByStopped"],
+      finishedAt,
+    });
+  }
+  return outcomes;
+}
+
 /** Runs the keeper once over the pool. */
 export async function runKeeper(
   cloud: KeeperCloud,
@@ -73,7 +115,17 @@ export async function runKeeper(
       { volume: volumeId, zone },
     );
   }
-  const outcome: KeeperOutcome = { plan, final: plan, results: [], rounds: 1, failed: unread.length, unread };
+  // A pool configured below its snapshot's size: said once per run, and the run fails.
+  const misconfigured = plan.problem ? 1 : 0;
+  if (plan.problem) options.log.error("keeper.pool-size", plan.problem, { pool: settings.pool });
+  const outcome: KeeperOutcome = {
+    plan,
+    final: plan,
+    results: [],
+    rounds: 1,
+    failed: unread.length + misconfigured,
+    unread,
+  };
   if (options.dryRun) return outcome;
 
   const known = new Set(observed.volumes.map((v) => v.volumeId));
@@ -105,7 +157,7 @@ export async function runKeeper(
     if (!next) break;
     outcome.results.push(...(await applyKeeper([next], ctx)));
   }
-  outcome.failed = outcome.results.filter((r) => r.done === "failed").length + unread.length;
+  outcome.failed = outcome.results.filter((r) => r.done === "failed").length + unread.length + misconfigured;
   await options.recorder?.keeperFinished(keeperFacts(outcome, now()));
   return outcome;
 }

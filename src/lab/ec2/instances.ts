@@ -20,6 +20,7 @@ function toLabInstance(record: InstanceRecord): LabInstance {
     tags: { ...record.tags },
     metadataTags: record.metadataTags,
     hostRoot: record.hostRoot,
+    ...(record.instanceType !== undefined ? { instanceType: record.instanceType } : {}),
   };
 }
 
@@ -105,6 +106,7 @@ export class InstanceRegistry {
         tags: { ...instance.tags },
         metadataTags: instance.metadataTags,
         hostRoot: instance.hostRoot,
+        ...(instance.instanceType !== undefined ? { instanceType: instance.instanceType } : {}),
         state: "running",
         launchTime: new Date(this.now()).toISOString(),
       };

@@ -106,6 +106,8 @@ export interface InstanceRecord {
   tags: Record<string, string>;
   metadataTags: boolean;
   hostRoot: string;
+  /** Absent: LAB_INSTANCE_TYPE (src/lab/types.ts). */
+  instanceType?: string;
   state: InstanceState;
   launchTime: string;
   /**

@@ -3,6 +3,7 @@
  * (e.g. a volume's state is `<status>`, its attachments `<attachmentSet>`), which is what
  * both the SDK's and botocore's parsers look for.
  */
+import { LAB_INSTANCE_TYPE } from "../types.ts";
 import { OWNER_ID } from "./ids.ts";
 import {
   INSTANCE_STATE_CODE,
@@ -96,7 +97,7 @@ export function renderInstance(instance: InstanceRecord, attached: readonly Volu
     instanceId: instance.instanceId,
     imageId: "ami-00000000000000000",
     instanceState: renderInstanceState(instance.state),
-    instanceType: "m6i.large",
+    instanceType: instance.instanceType ?? LAB_INSTANCE_TYPE,
     launchTime: instance.launchTime,
     // DescribeInstances' <reason> is StateTransitionReason (the SDK's query name for it).
     reason: instance.stateTransitionReason ?? "",

@@ -23,7 +23,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Logger } from "../../log.ts";
-import type { LabInstance } from "../types.ts";
+import { LAB_INSTANCE_TYPE, type LabInstance } from "../types.ts";
 
 const TOKEN_PATH = "/latest/api/token";
 const TTL_HEADER = "x-aws-ec2-metadata-token-ttl-seconds";
@@ -294,6 +294,7 @@ function metadataTree(
 ): MetadataTree {
   const metaData: MetadataTree = {
     "instance-id": instance.instanceId,
+    "instance-type": instance.instanceType ?? LAB_INSTANCE_TYPE,
     placement: { "availability-zone": instance.availabilityZone, region: instance.region },
   };
   if (ctx.role !== null) {
@@ -338,6 +339,7 @@ function metadataTree(
     architecture: process.arch === "arm64" ? "arm64" : "x86_64",
     availabilityZone: instance.availabilityZone,
     instanceId: instance.instanceId,
+    instanceType: instance.instanceType ?? LAB_INSTANCE_TYPE,
     pendingTime: isoSeconds(ctx.startedAt),
     region: instance.region,
     version: "2017-09-30",

@@ -895,3 +895,17 @@ t.test("a prepared record counts only in the boot and on the instance that wrote
   );
   t.equal(preparedInThisBoot(undefined, { bootId: "boot-1", instanceId: "i-0aaa" }), undefined);
 });
+
+t.test("a pool of instanceTypePools: a volume made from its snapshot is of the pool's size", async (t) => {
+  const large = { ...settings, poolSizeGiB: 500 };
+  const direct = selectSource(large, observed({ snapshot }));
+  t.equal(direct.source === "snapshot" ? direct.create.sizeGiB : "no create", 500, "an empty pool: created at 500");
+  const sel = selectSource(large, observed({ pool: [volume("vol-1")] }));
+  const fallback = sel.source === "pool" ? sel.fallback : undefined;
+  t.equal(createSpecFrom(fallback!, snapshot)?.sizeGiB, 500, "after losing every candidate: the same");
+  const below = selectSource({ ...settings, poolSizeGiB: 5 }, observed({ snapshot }));
+  t.equal(below.source, "snapshot", "a size below the snapshot's does not fail the boot");
+  t.equal(below.source === "snapshot" ? below.create.sizeGiB : 0, undefined, "it takes the snapshot's size");
+  const plain = selectSource(settings, observed({ snapshot }));
+  t.equal(plain.source === "snapshot" ? plain.create.sizeGiB : 0, undefined, "no rule: the snapshot's size");
+});

@@ -472,3 +472,31 @@ t.test("the run's facts for the metrics textfile", async (t) => {
     finishedAt: at,
   });
 });
+
+t.test(
+  "a pool of instanceTypePools: volumes of its size, the caps counted at it; below the snapshot's, none",
+  async (t) => {
+    const large = planKeeper({ ...settings, sizeGiB: 500, maxGiB: 1600 }, observed([]));
+    t.same(
+      creates(large).map((s) => [s.snapshotId, s.sizeGiB]),
+      [
+        ["snap-new", 500],
+        ["snap-new", 500],
+        ["snap-new", 500],
+      ],
+      "500 GiB each, and only three fit in 1600 GiB",
+    );
+    t.match(large.zones.find((z) => z.create === 1)?.short ?? "", /the pool's cap/);
+    t.equal(large.problem, undefined);
+
+    const small = planKeeper({ ...settings, sizeGiB: 20 }, observed([]));
+    t.same(creates(small), [], "no volume below the snapshot's size (EC2 would refuse it)");
+    t.match(small.problem, /gives pool p1 20 GiB volumes, below its snapshot snap-new's 50 GiB: no volume made/);
+    t.match(small.zones[0]?.short, /below its snapshot/);
+    t.equal(
+      planKeeper({ ...settings, sizeGiB: 50 }, observed([])).problem,
+      undefined,
+      "the snapshot's own size is fine",
+    );
+  },
+);

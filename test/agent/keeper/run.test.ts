@@ -4,7 +4,8 @@
  * stops at the caps, leaves the stock alone when full, and a failed create is counted.
  */
 import t from "tap";
-import { keeperSettingsFrom, runKeeper } from "../../../src/agent/keeper/run.ts";
+import { keeperSettingsForPools, keeperSettingsFrom, runKeeper, runKeepers } from "../../../src/agent/keeper/run.ts";
+import type { KeeperFacts } from "../../../src/agent/outcomes.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import { fakeRecorder, startFakeCloud, ZONE, type FakeCloud } from "../../fixtures/fakes/index.ts";
@@ -89,4 +90,60 @@ t.test("without a snapshot the keeper creates nothing", async (t) => {
   const outcome = await runKeeper(fake.cloud, settings(), { dryRun: false, log });
   t.equal(fake.script.of("cloud.createVolume").length, 0);
   t.equal(outcome.results.length, 0);
+});
+
+t.test("runKeepers: each pool of instanceTypePools at its size, one report for all, a bad size fails", async (t) => {
+  const fake = await startFakeCloud(t);
+  const gpu = { ...POOL, [VolumeTag.pool]: "gpu" };
+  const tiny = { ...POOL, [VolumeTag.pool]: "tiny" };
+  await fake.snapshot({ ...POOL, [VolumeTag.images]: "lab/app:1" }, 1);
+  await fake.snapshot({ ...gpu, [VolumeTag.images]: "lab/app:1" }, 1);
+  await fake.snapshot({ ...tiny, [VolumeTag.images]: "lab/app:1" }, 3);
+  const pools = keeperSettingsForPools({
+    pool: "default",
+    imageSet: null,
+    volumeType: "gp3",
+    claim: { quarantineHours: 24 },
+    keeper: {
+      zones: [ZONE],
+      minAvailable: 1,
+      maxAvailable: 1,
+      maxVolumes: 20,
+      maxGiB: 2000,
+      initializationRateMiBps: null,
+    },
+    instanceTypePools: ["g4dn.*=gpu:4", "t3.nano=tiny:2"],
+  });
+  t.same(
+    pools.map((p) => [p.pool, p.sizeGiB]),
+    [
+      ["default", undefined],
+      ["gpu", 4],
+      ["tiny", 2],
+    ],
+  );
+  const recorder = fakeRecorder(fake.script);
+  const log = createMemoryLogger("debug");
+  const outcomes = await runKeepers(fake.cloud, pools, { dryRun: false, log, recorder });
+  t.same(
+    outcomes.map((o) => o.failed),
+    [0, 0, 1],
+    "tiny's 2 GiB is below its 3 GiB snapshot: that pool fails",
+  );
+  t.match(
+    log.lines.join("\n"),
+    /keeper\.pool-size: instanceTypePools gives pool tiny 2 GiB volumes, below its snapshot/,
+  );
+  const sizes = async (tags: Record<string, string>) => (await fake.direct.findVolumes({ tags })).map((v) => v.sizeGiB);
+  t.same(await sizes(POOL), [1], "the default pool at its snapshot's size");
+  t.same(await sizes(gpu), [4], "gpu at the rule's size");
+  t.same(await sizes(tiny), [], "nothing made for tiny");
+  const reports = recorder.recorded.filter((r) => r.kind === "keeperFinished");
+  t.equal(reports.length, 1, "one report for the run (the textfile is replaced as a whole)");
+  const facts = reports[0]!.value as KeeperFacts;
+  t.same(facts.poolVolumes, { default: 1, gpu: 1, tiny: 0 });
+  t.same(
+    facts.actions.map((a) => `${a.pool} ${a.action} ${a.outcome}`),
+    ["default create done", "gpu create done"],
+  );
 });

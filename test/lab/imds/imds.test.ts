@@ -61,13 +61,15 @@ t.test("the SDK's MetadataService reads every path through the token flow", asyn
   t.same((await sdk.request("/latest/meta-data/tags/instance", {})).split("\n").sort(), ["Name", "ebs-cache:pool"]);
   t.equal(await sdk.request("/latest/meta-data/tags/instance/ebs-cache:pool", {}), "builders");
   const listing = (await sdk.request("/latest/meta-data/", {})).split("\n");
-  t.same(listing.sort(), ["iam/", "instance-id", "placement/", "tags/"]);
+  t.same(listing.sort(), ["iam/", "instance-id", "instance-type", "placement/", "tags/"]);
+  t.equal(await sdk.request("/latest/meta-data/instance-type", {}), "m6i.large", "the lab's default type");
   const doc = JSON.parse(await sdk.request("/latest/dynamic/instance-identity/document", {})) as Record<string, string>;
   t.match(doc, {
     instanceId: "i-0123456789abcdef0",
     region: "eu-west-3",
     availabilityZone: "eu-west-3b",
     accountId: "123456789012",
+    instanceType: "m6i.large",
   });
   t.equal(await sdk.request("/latest/meta-data/iam/security-credentials/", {}), "ebs-cache-agent-lab");
 
