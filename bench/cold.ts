@@ -20,7 +20,7 @@
  *   sudo npx tsx bench/cold.ts [--delay-ms 10] [--chunk-kib 512] [--image-mib 64] [--filler-mib 256]
  *                         [--head-start-ms 2000]
  *
- * Needs root, the lab's Debian packages and python3-fusepy (scripts/setup.sh).
+ * Needs root, the lab's Debian packages and python3-pyfuse3 (scripts/setup.sh).
  */
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { cpus, release, totalmem } from "node:os";
