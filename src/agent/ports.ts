@@ -353,9 +353,9 @@ export interface InitializeOptions {
    */
   images?: readonly string[];
   /**
-   * The depth of the reads once the wanted images' files are read, while services may be
-   * starting (the background run): a service's read then waits behind at most this many.
-   * Absent: `ioDepth` throughout.
+   * The background run's reads: set, they go in batches paced by what else reads the device
+   * (src/host/read-pace.ts): `ioDepth` while nobody else reads; while others read, this depth
+   * for the wanted images' files and a pause for the rest. Absent: `ioDepth` throughout, in one go.
    */
   yieldDepth?: number;
   onProgress(progress: ReadProgress): void;

@@ -10,9 +10,10 @@
  * Both long reads report progress (fio --status-interval) and a resume point: every byte of the
  * device below it has been read.
  */
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readFile, realpath, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import type {
   CheckFigures,
   InitializeOptions,
@@ -36,10 +37,30 @@ import {
 } from "./extents.ts";
 import { fileRanges, readReadList } from "./need-reads.ts";
 import { runFio, writeIolog, type DeviceRead, type FioReport } from "./fio.ts";
+import { batchesOf, DEFAULT_PACE, nextPace, parseReadBytes, type Pace, type PacePhase } from "./read-pace.ts";
 
 const MiB = 1024 * 1024;
 /** AWS's documented block size for the full read. */
 export const DEVICE_READ_BLOCK = 128 * 1024;
+/**
+ * Bytes per batch of the background reads: between two batches the pre-warm looks whether others
+ * read the device (read-pace.ts), so a service starting waits behind at most one batch.
+ */
+export const PACE_BATCH_BYTES = 8 * MiB;
+
+/** Reads the device's count of bytes read (its /sys/class/block stat), or undefined when it cannot. */
+export function deviceReadCounter(device: string): () => Promise<number | undefined> {
+  let statPath: Promise<string | undefined> | undefined;
+  return async () => {
+    statPath ??= realpath(device).then(
+      (path) => `/sys/class/block/${basename(path)}/stat`,
+      () => undefined,
+    );
+    const path = await statPath;
+    if (!path) return undefined;
+    return parseReadBytes(await readFile(path, "utf8").catch(() => ""));
+  };
+}
 
 export interface FioReaderOptions {
   log?: Logger;
@@ -173,23 +194,18 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
       log?.warning("prewarm.need", `the need list is not used, reading in device order: ${describeError(error)}`);
       return { rest: ranges, bytes: 0 };
     }
-    // The wanted images' files at full depth (their services are about to read them), the other
-    // listed images' at the yielding depth.
+    // The wanted images' files first (their services are about to read them), then the other
+    // listed images'; in the background, paced by what else reads the device.
     const wanted = need.slice(0, wantedRanges);
     const others = need.slice(wantedRanges);
-    for (const [name, part, depth] of [
-      ["prewarm-need", wanted, init.ioDepth],
-      ["prewarm-listed", others, init.yieldDepth ?? init.ioDepth],
+    for (const [name, part, phase] of [
+      ["prewarm-need", wanted, "wanted"],
+      ["prewarm-listed", others, "rest"],
     ] as const) {
       const reads = part.flatMap((range) => coveringReads([range], init.maxIoBytes));
       if (reads.length === 0) continue;
-      await withIolog(async (iolog) => {
-        await writeIolog(iolog, target.device, reads);
-        await runFio(
-          { name, iolog, ioDepth: depth, idle: true },
-          { ...fioOptions, ...(init.signal ? { signal: init.signal } : {}) },
-        );
-      });
+      if (init.yieldDepth !== undefined) await readPaced(target, reads, name, phase, init);
+      else await readOnce(target, reads, name, init.ioDepth, init.signal);
     }
     const read = mergeRanges(need);
     return { rest: subtractRanges(ranges, read), bytes: totalBytes(read) };
@@ -210,10 +226,25 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
     const inFlight = init.ioDepth * init.maxIoBytes;
     init.onProgress({ doneBytes: before, totalBytes: total, cursor: init.fromOffset, runBytes: 0 });
     if (reads.length === 0) return { totalBytes: total, readBytes: readAlready };
+    if (init.yieldDepth !== undefined) {
+      // In device order, each batch whole before the next: the resume point is the last batch's end.
+      let done = 0;
+      await readPaced(target, reads, "prewarm-files", "rest", init, (batch) => {
+        done += batch.reduce((n, r) => n + r.length, 0);
+        const last = batch.at(-1)!;
+        init.onProgress({
+          doneBytes: before + done,
+          totalBytes: total,
+          cursor: last.offset + last.length,
+          runBytes: done,
+        });
+      });
+      return { totalBytes: total, readBytes: sum + readAlready };
+    }
     await withIolog(async (iolog) => {
       await writeIolog(iolog, target.device, reads);
       await runFio(
-        { name: "prewarm-files", iolog, ioDepth: init.yieldDepth ?? init.ioDepth, idle: true },
+        { name: "prewarm-files", iolog, ioDepth: init.ioDepth, idle: true },
         {
           ...fioOptions,
           ...(init.signal ? { signal: init.signal } : {}),
@@ -238,6 +269,63 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
       runBytes: sum,
     });
     return { totalBytes: total, readBytes: sum + readAlready };
+  }
+
+  /** One fio replaying `reads` at `depth`, in the idle I/O class. */
+  async function readOnce(
+    target: ReadTarget,
+    reads: readonly DeviceRead[],
+    name: string,
+    depth: number,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
+    await withIolog(async (iolog) => {
+      await writeIolog(iolog, target.device, reads);
+      await runFio({ name, iolog, ioDepth: depth, idle: true }, { ...fioOptions, ...(signal ? { signal } : {}) });
+    });
+  }
+
+  /**
+   * The background run's reads: in batches, each at the depth read-pace.ts decides from what
+   * others read of the device during the previous batch or pause; `onBatch` after each batch.
+   */
+  async function readPaced(
+    target: ReadTarget,
+    reads: readonly DeviceRead[],
+    name: string,
+    phase: PacePhase,
+    init: InitializeOptions,
+    onBatch?: (batch: readonly DeviceRead[]) => void,
+  ): Promise<void> {
+    const settings = { ...DEFAULT_PACE, fullDepth: init.ioDepth, yieldDepth: init.yieldDepth ?? init.ioDepth };
+    const readBytes = deviceReadCounter(target.device);
+    const batches = batchesOf(reads, Math.max(PACE_BATCH_BYTES, init.maxIoBytes));
+    // A first look before reading anything: a service may be starting already.
+    let pace: Pace = { pauseMs: settings.pauseMs };
+    let pausedMs = 0;
+    let next = 0;
+    while (next < batches.length) {
+      if (init.signal?.aborted) throw new Error("stopped", { cause: init.signal.reason });
+      const startBytes = await readBytes();
+      const started = Date.now();
+      let ours = 0;
+      if ("pauseMs" in pace) {
+        await sleep(pace.pauseMs, undefined, init.signal ? { signal: init.signal } : {}).catch(() => undefined);
+        pausedMs += pace.pauseMs;
+      } else {
+        const batch = batches[next++]!;
+        await readOnce(target, batch, name, pace.depth, init.signal);
+        ours = batch.reduce((n, r) => n + r.length, 0);
+        pausedMs = 0;
+        onBatch?.(batch);
+      }
+      const endBytes = await readBytes();
+      const activity =
+        startBytes === undefined || endBytes === undefined
+          ? undefined
+          : { otherBytes: Math.max(0, endBytes - startBytes - ours), seconds: (Date.now() - started) / 1000 };
+      pace = nextPace(phase, activity, pausedMs, settings);
+    }
   }
 
   async function readDevice(target: ReadTarget, init: InitializeOptions): Promise<InitializeResult> {
