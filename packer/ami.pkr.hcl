@@ -97,10 +97,15 @@ build {
   }
 
   provisioner "shell" {
+    script           = "${path.root}/scripts/node.sh"
+    execute_command  = "chmod +x '{{ .Path }}'; sudo -E bash '{{ .Path }}'"
+    environment_vars = ["NODE_MAJOR=${var.node_major}"]
+  }
+
+  provisioner "shell" {
     script          = "${path.root}/scripts/ami-setup.sh"
     execute_command = "chmod +x '{{ .Path }}'; sudo -E bash '{{ .Path }}'"
     environment_vars = [
-      "NODE_MAJOR=${var.node_major}",
       "DOCKER_PACKAGE=${var.docker_package}",
       "AGENT_PACKAGE=/tmp/ebs-cache-agent-package.tar.gz",
       "AGENT_POOL=${var.agent_pool}",

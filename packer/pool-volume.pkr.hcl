@@ -15,9 +15,11 @@
 #   ebs-cache:image-store=<image_store>  ebs-cache:engine-version=<the builder's docker version>
 #   ebs-cache:built-at=<this build's start, UTC, RFC 3339>
 # The builder also records what each image reads at start into the volume's need list
-# (.ebs-cache-agent/reads.json, docs/prewarm.md) when its source AMI has the agent (one made by
-# packer/ami.pkr.hcl) and the store is graphdriver: scripts/pool-volume.sh runs, after the pulls
-# and with dockerd still up, `ebs-cache-agent record-reads --volume /mnt/ebs-cache <images>`.
+# (.ebs-cache-agent/reads.json, docs/prewarm.md) when the store is graphdriver: the template
+# packages the agent from this checkout (as packer/ami.pkr.hcl does), uploads it with Node.js
+# (scripts/node.sh), and scripts/pool-volume.sh runs, after the pulls and with dockerd still up,
+# `ebs-cache-agent record-reads --volume /mnt/ebs-cache <images>` (the builder's own agent when
+# its source AMI has one, else the uploaded one).
 # Image set and built-at are the snapshot's generation (docs/boot.md, "Generations"): every build
 # makes a new one, which boots prefer, the keeper stocks and gc retires the older ones for.
 # (the engine version is known on the builder only: it writes it to a file this template
@@ -42,8 +44,10 @@ locals {
     "ebs-cache:built-at"    = local.pool_built_at
   }
   pool_stamp = formatdate("YYYYMMDD'T'hhmmss", local.pool_built_at)
-  # The checkout's dist/ (git-ignored) keeps the manifest.
-  pool_dist     = "${abspath("${path.root}/..")}/dist"
+  # The checkout's dist/ (git-ignored) keeps the manifest and the agent's package.
+  pool_repo     = abspath("${path.root}/..")
+  pool_dist     = "${local.pool_repo}/dist"
+  pool_agent    = "${local.pool_dist}/ebs-cache-agent-package.tar.gz"
   pool_manifest = "${local.pool_dist}/pool-volume-manifest-${local.pool_stamp}.json"
   # What the builder's docker was (ENGINE_VERSION=…), downloaded for the snapshot step.
   pool_built = "${local.pool_dist}/pool-volume-built-${local.pool_stamp}.env"
@@ -90,8 +94,29 @@ build {
   name    = "pool-volume"
   sources = ["source.amazon-ebsvolume.pool"]
 
+  # The agent's package, as packer/ami.pkr.hcl makes it: the builder records the need list with
+  # it (`ebs-cache-agent record-reads`), whatever its source AMI holds.
   provisioner "shell-local" {
-    inline = ["mkdir -p '${local.pool_dist}'"]
+    inline = [
+      "set -eu",
+      "mkdir -p '${local.pool_dist}'",
+      "cd '${local.pool_repo}'",
+      "npm run build:agent --silent",
+      "tar -czf '${local.pool_agent}' dist/ebs-cache-agent.mjs dist/chunks systemd config scripts/install.sh docs iam",
+    ]
+  }
+
+  provisioner "file" {
+    source      = local.pool_agent
+    destination = "/tmp/ebs-cache-agent-package.tar.gz"
+    # Made by the step above, after validation.
+    generated = true
+  }
+
+  provisioner "shell" {
+    script           = "${path.root}/scripts/node.sh"
+    execute_command  = "chmod +x '{{ .Path }}'; sudo -E bash '{{ .Path }}'"
+    environment_vars = ["NODE_MAJOR=${var.node_major}"]
   }
 
   provisioner "shell" {
@@ -103,6 +128,7 @@ build {
       "IMAGES=${join(" ", var.images)}",
       "DOCKER_CONFIG_JSON=${var.docker_config_json}",
       "IMAGE_STORE=${var.image_store}",
+      "AGENT_PACKAGE=/tmp/ebs-cache-agent-package.tar.gz",
     ]
   }
 
