@@ -37,28 +37,28 @@ import {
 } from "./extents.ts";
 import { fileRanges, readReadList } from "./need-reads.ts";
 import { runFio, writeIolog, type DeviceRead, type FioReport } from "./fio.ts";
-import { batchesOf, DEFAULT_PACE, nextPace, parseReadBytes, type Pace, type PacePhase } from "./read-pace.ts";
+import { DEFAULT_PACE, nextPace, parseReadBytes, parseReadsInFlight, type DeviceLook, type Pace } from "./read-pace.ts";
 
 const MiB = 1024 * 1024;
 /** AWS's documented block size for the full read. */
 export const DEVICE_READ_BLOCK = 128 * 1024;
-/**
- * Bytes per batch of the background reads: between two batches the pre-warm looks whether others
- * read the device (read-pace.ts), so a service starting waits behind at most one batch.
- */
-export const PACE_BATCH_BYTES = 8 * MiB;
-
-/** Reads the device's count of bytes read (its /sys/class/block stat), or undefined when it cannot. */
-export function deviceReadCounter(device: string): () => Promise<number | undefined> {
-  let statPath: Promise<string | undefined> | undefined;
-  return async () => {
-    statPath ??= realpath(device).then(
-      (path) => `/sys/class/block/${basename(path)}/stat`,
+/** The device's counters: bytes read so far and reads in flight (its /sys/class/block entry). */
+export function deviceCounters(device: string): {
+  readBytes(): Promise<number | undefined>;
+  readsInFlight(): Promise<number | undefined>;
+} {
+  let dir: Promise<string | undefined> | undefined;
+  const read = async (file: string) => {
+    dir ??= realpath(device).then(
+      (path) => `/sys/class/block/${basename(path)}`,
       () => undefined,
     );
-    const path = await statPath;
-    if (!path) return undefined;
-    return parseReadBytes(await readFile(path, "utf8").catch(() => ""));
+    const found = await dir;
+    return found ? readFile(join(found, file), "utf8").catch(() => "") : "";
+  };
+  return {
+    readBytes: async () => parseReadBytes(await read("stat")),
+    readsInFlight: async () => parseReadsInFlight(await read("inflight")),
   };
 }
 
@@ -198,14 +198,13 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
     // listed images'; in the background, paced by what else reads the device.
     const wanted = need.slice(0, wantedRanges);
     const others = need.slice(wantedRanges);
-    for (const [name, part, phase] of [
-      ["prewarm-need", wanted, "wanted"],
-      ["prewarm-listed", others, "rest"],
+    for (const [name, part, depth] of [
+      ["prewarm-need", wanted, init.ioDepth],
+      ["prewarm-listed", others, init.yieldDepth ?? init.ioDepth],
     ] as const) {
       const reads = part.flatMap((range) => coveringReads([range], init.maxIoBytes));
       if (reads.length === 0) continue;
-      if (init.yieldDepth !== undefined) await readPaced(target, reads, name, phase, init);
-      else await readOnce(target, reads, name, init.ioDepth, init.signal);
+      await replay(target, reads, name, depth, init);
     }
     const read = mergeRanges(need);
     return { rest: subtractRanges(ranges, read), bytes: totalBytes(read) };
@@ -226,40 +225,14 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
     const inFlight = init.ioDepth * init.maxIoBytes;
     init.onProgress({ doneBytes: before, totalBytes: total, cursor: init.fromOffset, runBytes: 0 });
     if (reads.length === 0) return { totalBytes: total, readBytes: readAlready };
-    if (init.yieldDepth !== undefined) {
-      // In device order, each batch whole before the next: the resume point is the last batch's end.
-      let done = 0;
-      await readPaced(target, reads, "prewarm-files", "rest", init, (batch) => {
-        done += batch.reduce((n, r) => n + r.length, 0);
-        const last = batch.at(-1)!;
-        init.onProgress({
-          doneBytes: before + done,
-          totalBytes: total,
-          cursor: last.offset + last.length,
-          runBytes: done,
-        });
+    await replay(target, reads, "prewarm-files", init.yieldDepth ?? init.ioDepth, init, (report) => {
+      const counted = Math.min(report.read.ioBytes, sum);
+      init.onProgress({
+        doneBytes: before + counted,
+        totalBytes: total,
+        cursor: safeCursor(reads, prefix, counted, inFlight, init.fromOffset),
+        runBytes: counted,
       });
-      return { totalBytes: total, readBytes: sum + readAlready };
-    }
-    await withIolog(async (iolog) => {
-      await writeIolog(iolog, target.device, reads);
-      await runFio(
-        { name: "prewarm-files", iolog, ioDepth: init.ioDepth, idle: true },
-        {
-          ...fioOptions,
-          ...(init.signal ? { signal: init.signal } : {}),
-          statusIntervalSeconds: 1,
-          onStatus: (report) => {
-            const counted = Math.min(report.read.ioBytes, sum);
-            init.onProgress({
-              doneBytes: before + counted,
-              totalBytes: total,
-              cursor: safeCursor(reads, prefix, counted, inFlight, init.fromOffset),
-              runBytes: counted,
-            });
-          },
-        },
-      );
     });
     // fio leaves up to iodepth-1 replayed reads out of its byte count: the log is done, all of it.
     init.onProgress({
@@ -271,61 +244,134 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
     return { totalBytes: total, readBytes: sum + readAlready };
   }
 
-  /** One fio replaying `reads` at `depth`, in the idle I/O class. */
-  async function readOnce(
+  /**
+   * One fio replaying `reads` at `depth`, in the idle I/O class. In the background run
+   * (`init.yieldDepth` set) it is paced: stopped while others read the device (read-pace.ts).
+   */
+  async function replay(
     target: ReadTarget,
     reads: readonly DeviceRead[],
     name: string,
     depth: number,
-    signal: AbortSignal | undefined,
+    init: InitializeOptions,
+    onStatus?: (report: FioReport) => void,
   ): Promise<void> {
+    const paced = init.yieldDepth !== undefined;
     await withIolog(async (iolog) => {
       await writeIolog(iolog, target.device, reads);
-      await runFio({ name, iolog, ioDepth: depth, idle: true }, { ...fioOptions, ...(signal ? { signal } : {}) });
+      let pid: number | undefined;
+      const done = new AbortController();
+      const fio = runFio(
+        { name, iolog, ioDepth: depth, idle: true, ...(paced ? { thread: true } : {}) },
+        {
+          ...fioOptions,
+          ...(init.signal ? { signal: init.signal } : {}),
+          ...(onStatus ? { statusIntervalSeconds: 1, onStatus } : {}),
+          onSpawn: (p) => (pid = p),
+        },
+      );
+      const pacer = paced ? pace(target, name, () => pid, done.signal, init.signal) : Promise.resolve();
+      try {
+        await fio;
+      } finally {
+        done.abort();
+        await pacer;
+      }
     });
   }
 
   /**
-   * The background run's reads: in batches, each at the depth read-pace.ts decides from what
-   * others read of the device during the previous batch or pause; `onBatch` after each batch.
+   * Stops and continues the fio process of `pidOf` (SIGSTOP / SIGCONT) as nextPace decides, until
+   * `done`; leaves it running. Logs how often it stopped.
    */
-  async function readPaced(
+  async function pace(
     target: ReadTarget,
-    reads: readonly DeviceRead[],
     name: string,
-    phase: PacePhase,
-    init: InitializeOptions,
-    onBatch?: (batch: readonly DeviceRead[]) => void,
+    pidOf: () => number | undefined,
+    done: AbortSignal,
+    stopped?: AbortSignal,
   ): Promise<void> {
-    const settings = { ...DEFAULT_PACE, fullDepth: init.ioDepth, yieldDepth: init.yieldDepth ?? init.ioDepth };
-    const readBytes = deviceReadCounter(target.device);
-    const batches = batchesOf(reads, Math.max(PACE_BATCH_BYTES, init.maxIoBytes));
-    // A first look before reading anything: a service may be starting already.
-    let pace: Pace = { pauseMs: settings.pauseMs };
-    let pausedMs = 0;
-    let next = 0;
-    while (next < batches.length) {
-      if (init.signal?.aborted) throw new Error("stopped", { cause: init.signal.reason });
-      const startBytes = await readBytes();
-      const started = Date.now();
-      let ours = 0;
-      if ("pauseMs" in pace) {
-        await sleep(pace.pauseMs, undefined, init.signal ? { signal: init.signal } : {}).catch(() => undefined);
-        pausedMs += pace.pauseMs;
-      } else {
-        const batch = batches[next++]!;
-        await readOnce(target, batch, name, pace.depth, init.signal);
-        ours = batch.reduce((n, r) => n + r.length, 0);
-        pausedMs = 0;
-        onBatch?.(batch);
+    const settings = DEFAULT_PACE;
+    const counters = deviceCounters(target.device);
+    const nap = (ms: number) =>
+      sleep(ms, undefined, { signal: done }).then(
+        () => true,
+        () => false,
+      );
+    const signal = (sig: NodeJS.Signals) => {
+      const pid = pidOf();
+      if (pid === undefined) return false;
+      try {
+        process.kill(pid, sig);
+        return true;
+      } catch {
+        return false;
       }
-      const endBytes = await readBytes();
-      const activity =
-        startBytes === undefined || endBytes === undefined
-          ? undefined
-          : { otherBytes: Math.max(0, endBytes - startBytes - ours), seconds: (Date.now() - started) / 1000 };
-      pace = nextPace(phase, activity, pausedMs, settings);
+    };
+    // A stopped fio would not act on the SIGTERM of a stop: continue it first.
+    const onStop = () => signal("SIGCONT");
+    stopped?.addEventListener("abort", onStop, { once: true });
+    const tally = { looks: 0, pauses: 0, pausedMs: 0 };
+    try {
+      let step: Pace = { runMs: settings.runMs };
+      let pausedMs = 0;
+      for (;;) {
+        if ("runMs" in step) {
+          pausedMs = 0;
+          if (!(await nap(step.runMs))) return;
+          if (!signal("SIGSTOP")) continue;
+          tally.looks++;
+          step = nextPace(await look(counters, settings.drainMs, settings.pauseMs, done), pausedMs, settings);
+        } else {
+          tally.pauses++;
+          tally.pausedMs += step.pauseMs;
+          pausedMs += step.pauseMs;
+          // The pause is the next look: fio is stopped and drained, whatever the device reads is others'.
+          step = nextPace(await look(counters, 0, step.pauseMs, done), pausedMs, settings);
+        }
+        if (done.aborted) return;
+        if ("runMs" in step) signal("SIGCONT");
+      }
+    } finally {
+      signal("SIGCONT");
+      stopped?.removeEventListener("abort", onStop);
+      log?.info("prewarm.pace", `${name}: stopped ${tally.pauses} times while others read the device`, {
+        looks: tally.looks,
+        pausedMs: tally.pausedMs,
+      });
     }
+  }
+
+  /**
+   * A look at the device with the pre-warm stopped: waits up to `drainMs` for the reads in flight
+   * to be done, then counts the bytes read over `windowMs` (all of them others').
+   */
+  async function look(
+    counters: ReturnType<typeof deviceCounters>,
+    drainMs: number,
+    windowMs: number,
+    done: AbortSignal,
+  ): Promise<DeviceLook | undefined> {
+    let drained = true;
+    if (drainMs > 0) {
+      const until = Date.now() + drainMs;
+      for (;;) {
+        const inFlight = await counters.readsInFlight();
+        if (inFlight === undefined) return undefined;
+        if (inFlight === 0) break;
+        if (Date.now() >= until || done.aborted) {
+          drained = false;
+          break;
+        }
+        await sleep(5);
+      }
+    }
+    const start = await counters.readBytes();
+    const started = Date.now();
+    await sleep(windowMs, undefined, { signal: done }).catch(() => undefined);
+    const end = await counters.readBytes();
+    if (start === undefined || end === undefined) return undefined;
+    return { drained, otherBytes: Math.max(0, end - start), seconds: (Date.now() - started) / 1000 };
   }
 
   async function readDevice(target: ReadTarget, init: InitializeOptions): Promise<InitializeResult> {

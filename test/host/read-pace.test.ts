@@ -1,65 +1,54 @@
 /**
- * The background pre-warm's pacing (src/host/read-pace.ts): full depth while the device is its
- * own, the yielding depth for the wanted images' files while others read, a pause for the rest,
- * and progress after a long pause all the same.
+ * The background pre-warm's pacing (src/host/read-pace.ts): it runs while the device is its own,
+ * stays stopped while others read (or its own reads do not drain), runs one period after a long
+ * pause all the same, and runs when the counters cannot be read.
  */
 import t from "tap";
-import {
-  batchesOf,
-  DEFAULT_PACE,
-  nextPace,
-  othersReading,
-  parseReadBytes,
-  type PaceSettings,
-} from "../../src/host/read-pace.ts";
+import { DEFAULT_PACE, nextPace, othersReading, parseReadBytes, parseReadsInFlight } from "../../src/host/read-pace.ts";
 
-const settings: PaceSettings = { ...DEFAULT_PACE, fullDepth: 32, yieldDepth: 2 };
+const settings = DEFAULT_PACE;
 const MiB = 1024 * 1024;
-const busy = { otherBytes: 8 * MiB, seconds: 0.5 };
-const quiet = { otherBytes: 4096, seconds: 0.5 };
+const busy = { drained: true, otherBytes: 8 * MiB, seconds: 0.1 };
+const quiet = { drained: true, otherBytes: 4096, seconds: 0.1 };
 
-t.test("alone on the device: full depth, whatever is read", async (t) => {
-  t.same(nextPace("wanted", quiet, 0, settings), { depth: 32 });
-  t.same(nextPace("rest", quiet, 0, settings), { depth: 32 });
-  t.same(nextPace("rest", { otherBytes: 0, seconds: 0 }, 0, settings), { depth: 32 }, "an empty window is quiet");
+t.test("alone on the device: run", async (t) => {
+  t.same(nextPace(quiet, 0, settings), { runMs: settings.runMs });
+  t.same(nextPace({ drained: true, otherBytes: 0, seconds: 0 }, 0, settings), { runMs: settings.runMs });
 });
 
-t.test("others reading: the wanted images' files at the yielding depth, the rest pauses", async (t) => {
-  t.same(nextPace("wanted", busy, 0, settings), { depth: 2 });
-  t.same(nextPace("rest", busy, 0, settings), { pauseMs: settings.pauseMs });
-  t.same(nextPace("rest", busy, settings.maxPausedMs - settings.pauseMs, settings), { pauseMs: settings.pauseMs });
+t.test("others reading: stay stopped, looking again every pauseMs", async (t) => {
+  t.same(nextPace(busy, 0, settings), { pauseMs: settings.pauseMs });
+  t.same(nextPace(busy, settings.maxPausedMs - settings.pauseMs, settings), { pauseMs: settings.pauseMs });
 });
 
-t.test("paused for maxPausedMs in a row: one batch at the yielding depth", async (t) => {
-  t.same(nextPace("rest", busy, settings.maxPausedMs, settings), { depth: 2 });
+t.test("own reads not drained: others queue with them, stay stopped", async (t) => {
+  t.same(nextPace({ drained: false, otherBytes: 0, seconds: 0.05 }, 0, settings), { pauseMs: settings.pauseMs });
 });
 
-t.test("counters that cannot be read: the yielding depth, never a pause or full depth", async (t) => {
-  t.same(nextPace("rest", undefined, 0, settings), { depth: 2 });
-  t.same(nextPace("wanted", undefined, 0, settings), { depth: 2 });
+t.test("stopped maxPausedMs in a row: one period of running anyway", async (t) => {
+  t.same(nextPace(busy, settings.maxPausedMs, settings), { runMs: settings.runMs });
+});
+
+t.test("counters that cannot be read: run (nothing says the pre-warm is in the way)", async (t) => {
+  t.same(nextPace(undefined, 0, settings), { runMs: settings.runMs });
 });
 
 t.test("a trickle of others' reads is quiet, a stream is not", async (t) => {
-  t.notOk(othersReading({ otherBytes: 512 * 1024, seconds: 1 }, settings));
-  t.ok(othersReading({ otherBytes: 2 * MiB, seconds: 1 }, settings));
-  t.ok(othersReading({ otherBytes: 4096, seconds: 0 }, { quietBytesPerSecond: 1024 }), "no division by zero");
+  t.notOk(othersReading({ drained: true, otherBytes: 512 * 1024, seconds: 1 }, settings));
+  t.ok(othersReading({ drained: true, otherBytes: 2 * MiB, seconds: 1 }, settings));
+  t.ok(
+    othersReading({ drained: true, otherBytes: 4096, seconds: 0 }, { quietBytesPerSecond: 1024 }),
+    "no division by 0",
+  );
 });
 
-t.test("the device's read count from its stat line", async (t) => {
-  const line = "    4538        0   526064     1745      142       98    10912      265        0     1880     2011\n";
-  t.equal(parseReadBytes(line), 526064 * 512);
+t.test("the device's counters from its sysfs files", async (t) => {
+  const stat = "    4538        0   526064     1745      142       98    10912      265        0     1880     2011\n";
+  t.equal(parseReadBytes(stat), 526064 * 512);
   t.equal(parseReadBytes(""), undefined);
   t.equal(parseReadBytes("1 2"), undefined);
   t.equal(parseReadBytes("1 2 x 4"), undefined);
-});
-
-t.test("batches: at most batchBytes each, in order, a large read alone", async (t) => {
-  const reads = [1, 1, 2, 5, 1].map((mib, i) => ({ offset: i * 8 * MiB, length: mib * MiB }));
-  const batches = batchesOf(reads, 4 * MiB);
-  t.same(
-    batches.map((b) => b.map((r) => r.length / MiB)),
-    [[1, 1, 2], [5], [1]],
-  );
-  t.same(batches.flat(), reads, "every read once, in order");
-  t.same(batchesOf([], 4 * MiB), []);
+  t.equal(parseReadsInFlight("       3        0\n"), 3);
+  t.equal(parseReadsInFlight(""), undefined);
+  t.equal(parseReadsInFlight("x 0"), undefined);
 });
