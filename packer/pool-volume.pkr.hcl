@@ -44,10 +44,8 @@ locals {
     "ebs-cache:built-at"    = local.pool_built_at
   }
   pool_stamp = formatdate("YYYYMMDD'T'hhmmss", local.pool_built_at)
-  # The checkout's dist/ (git-ignored) keeps the manifest and the agent's package.
-  pool_repo     = abspath("${path.root}/..")
-  pool_dist     = "${local.pool_repo}/dist"
-  pool_agent    = "${local.pool_dist}/ebs-cache-agent-package.tar.gz"
+  # The checkout's dist/ (git-ignored) keeps the manifest.
+  pool_dist     = "${local.repo}/dist"
   pool_manifest = "${local.pool_dist}/pool-volume-manifest-${local.pool_stamp}.json"
   # What the builder's docker was (ENGINE_VERSION=…), downloaded for the snapshot step.
   pool_built = "${local.pool_dist}/pool-volume-built-${local.pool_stamp}.env"
@@ -94,20 +92,14 @@ build {
   name    = "pool-volume"
   sources = ["source.amazon-ebsvolume.pool"]
 
-  # The agent's package, as packer/ami.pkr.hcl makes it: the builder records the need list with
-  # it (`ebs-cache-agent record-reads`), whatever its source AMI holds.
+  # The agent's package (variables.pkr.hcl): the builder records the need list with it
+  # (`ebs-cache-agent record-reads`), whatever its source AMI holds.
   provisioner "shell-local" {
-    inline = [
-      "set -eu",
-      "mkdir -p '${local.pool_dist}'",
-      "cd '${local.pool_repo}'",
-      "npm run build:agent --silent",
-      "tar -czf '${local.pool_agent}' dist/ebs-cache-agent.mjs dist/chunks systemd config scripts/install.sh docs iam",
-    ]
+    inline = local.package_agent
   }
 
   provisioner "file" {
-    source      = local.pool_agent
+    source      = local.agent_package
     destination = "/tmp/ebs-cache-agent-package.tar.gz"
     # Made by the step above, after validation.
     generated = true
