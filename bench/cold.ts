@@ -10,7 +10,8 @@
  *   initialized  the volume read whole first (the keeper's), then the service;
  *   off          the service alone;
  *   check        what the agent decides (on a known-cold volume: no sample), then the service;
- *   files        the files initialization in the background (device order), the service at once;
+ *   files        the files initialization as the background run does it (device order, giving way
+ *                to the service's reads), the service at once;
  *   need         the same with the node's images given: their files first.
  * The service reads, for each of the node's images (1 or 4, concurrently), the fraction of its
  * files (10, 50, 100 %) the list names, through the filesystem, `--head-start-ms` after the
