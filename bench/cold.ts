@@ -61,7 +61,9 @@ const { values } = parseArgs({
 });
 if (values.help) {
   process.stdout.write(
-    "sudo npx tsx bench/cold.ts [--delay-ms 10] [--chunk-kib 512] [--image-mib 64] [--filler-mib 256] [--head-start-ms 2000] [--runs 1] [--node-images 1,4] [--fractions 10,50,100] [--strategies initialized,off,check,files,need] [--out DIR]\n",
+    "sudo npx tsx bench/cold.ts [--delay-ms 10] [--chunk-kib 512] [--image-mib 64] [--filler-mib 256]\n" +
+      "  [--head-start-ms 2000] [--runs 1] [--node-images 1,4] [--fractions 10,50,100]\n" +
+      "  [--strategies initialized,off,check,files,need] [--out DIR]\n",
   );
   process.exit(0);
 }

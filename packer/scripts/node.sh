@@ -13,8 +13,10 @@ if command -v cloud-init >/dev/null 2>&1; then cloud-init status --wait >/dev/nu
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends ca-certificates curl gnupg
 install -d -m 0755 /usr/share/keyrings
-curl -fsSL https://deb.nodesource.com/gpgkey/nodesource-repo.gpg.key | gpg --batch --yes --dearmor -o /usr/share/keyrings/nodesource.gpg
-echo "deb [signed-by=/usr/share/keyrings/nodesource.gpg] https://deb.nodesource.com/node_${NODE_MAJOR}.x nodistro main" >/etc/apt/sources.list.d/nodesource.list
+curl -fsSL https://deb.nodesource.com/gpgkey/nodesource-repo.gpg.key |
+  gpg --batch --yes --dearmor -o /usr/share/keyrings/nodesource.gpg
+repo="https://deb.nodesource.com/node_${NODE_MAJOR}.x"
+echo "deb [signed-by=/usr/share/keyrings/nodesource.gpg] $repo nodistro main" >/etc/apt/sources.list.d/nodesource.list
 apt-get update -qq
 apt-get install -y -qq nodejs
 node_version=$(/usr/bin/node --version)

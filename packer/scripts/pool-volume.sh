@@ -122,7 +122,10 @@ docker image ls
 if [ "$IMAGE_STORE" = graphdriver ]; then
   record=(ebs-cache-agent)
   if ! command -v ebs-cache-agent >/dev/null; then
-    [ -f "$AGENT_PACKAGE" ] || { echo "pool-volume: no ebs-cache-agent and no AGENT_PACKAGE to record the need list" >&2; exit 1; }
+    if [ ! -f "$AGENT_PACKAGE" ]; then
+      echo "pool-volume: no ebs-cache-agent and no AGENT_PACKAGE to record the need list" >&2
+      exit 1
+    fi
     agent_dir=$(mktemp -d)
     tar -xzf "$AGENT_PACKAGE" -C "$agent_dir"
     record=(/usr/bin/node "$agent_dir/dist/ebs-cache-agent.mjs")

@@ -231,7 +231,12 @@ class ColdImages(pyfuse3.Operations):
                 del self.states[other]
             budget = VolumeBudget(self.fetch_concurrency, self.throughput)
             state = ChunkState(
-                info.st_size, self.chunk, self.holes_warm, fd, budget, on_fetched=lambda idx, n=name: self._logged(n, idx)
+                info.st_size,
+                self.chunk,
+                self.holes_warm,
+                fd,
+                budget,
+                on_fetched=lambda idx, n=name: self._logged(n, idx),
             )
             self.states[key] = state
         return state
@@ -342,7 +347,8 @@ class ColdImages(pyfuse3.Operations):
     async def statfs(self, ctx):
         info = os.statvfs(self.source)
         data = pyfuse3.StatvfsData()
-        for key in ("f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail", "f_ffree", "f_files", "f_frsize", "f_namemax"):
+        keys = ("f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail", "f_ffree", "f_files", "f_frsize")
+        for key in keys + ("f_namemax",):
             setattr(data, key, getattr(info, key))
         return data
 
