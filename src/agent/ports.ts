@@ -353,9 +353,9 @@ export interface InitializeOptions {
    */
   images?: readonly string[];
   /**
-   * The background run's reads: set, they go in batches paced by what else reads the device
-   * (src/host/read-pace.ts): `ioDepth` while nobody else reads; while others read, this depth
-   * for the wanted images' files and a pause for the rest. Absent: `ioDepth` throughout, in one go.
+   * The background run's reads (set while services may be starting): the wanted images' files at
+   * `ioDepth`, everything after them at this depth, and all of it stopped while others read the
+   * device (src/host/read-pace.ts). Absent: `ioDepth` throughout, never stopped (inline, at boot).
    */
   yieldDepth?: number;
   onProgress(progress: ReadProgress): void;
