@@ -10,7 +10,8 @@
  *   initialized  the volume read whole first (the keeper's), then the service;
  *   off          the service alone;
  *   check        what the agent decides (on a known-cold volume: no sample), then the service;
- *   files        the files initialization in the background (device order), the service at once;
+ *   files        the files initialization as the background run does it (device order, giving way
+ *                to the service's reads), the service at once;
  *   need         the same with the node's images given: their files first.
  * The service reads, for each of the node's images (1 or 4, concurrently), the fraction of its
  * files (10, 50, 100 %) the list names, through the filesystem, `--head-start-ms` after the
@@ -20,7 +21,7 @@
  *   sudo npx tsx bench/cold.ts [--delay-ms 10] [--chunk-kib 512] [--image-mib 64] [--filler-mib 256]
  *                         [--head-start-ms 2000]
  *
- * Needs root, the lab's Debian packages and python3-fusepy (scripts/setup.sh).
+ * Needs root, the lab's Debian packages and python3-pyfuse3 (scripts/setup.sh).
  */
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { cpus, release, totalmem } from "node:os";
@@ -33,15 +34,15 @@ import { decidePrewarm, DEFAULT_PREWARM, YIELD_IO_DEPTH } from "../src/agent/pre
 import type { ReadTarget } from "../src/agent/ports.ts";
 import { run } from "../src/exec.ts";
 import { createFioReader } from "../src/host/volume-reads.ts";
+import { createMemoryLogger } from "../src/log.ts";
 import { startLab } from "../src/lab/lab.ts";
 import { attach, createVolume, detach, makeDataSnapshot, mountXfs } from "../src/lab/volumes/volumes.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const FILE_MIB = 4;
 const IMAGES = 4;
-const FRACTIONS = [0.1, 0.5, 1];
-const NODE_IMAGES = [1, 4];
-const STRATEGIES = ["initialized", "off", "check", "files", "need"] as const;
+
+const ALL_STRATEGIES = ["initialized", "off", "check", "files", "need"] as const;
 
 const { values } = parseArgs({
   options: {
@@ -50,13 +51,19 @@ const { values } = parseArgs({
     "image-mib": { type: "string", default: "64" },
     "filler-mib": { type: "string", default: "256" },
     "head-start-ms": { type: "string", default: "2000" },
+    runs: { type: "string", default: "1" },
+    "node-images": { type: "string", default: "1,4" },
+    fractions: { type: "string", default: "10,50,100" },
+    strategies: { type: "string", default: "initialized,off,check,files,need" },
     out: { type: "string", default: join(REPO, "bench", "results") },
     help: { type: "boolean", default: false },
   },
 });
 if (values.help) {
   process.stdout.write(
-    "sudo npx tsx bench/cold.ts [--delay-ms 10] [--chunk-kib 512] [--image-mib 64] [--filler-mib 256] [--head-start-ms 2000] [--out DIR]\n",
+    "sudo npx tsx bench/cold.ts [--delay-ms 10] [--chunk-kib 512] [--image-mib 64] [--filler-mib 256]\n" +
+      "  [--head-start-ms 2000] [--runs 1] [--node-images 1,4] [--fractions 10,50,100]\n" +
+      "  [--strategies initialized,off,check,files,need] [--out DIR]\n",
   );
   process.exit(0);
 }
@@ -65,6 +72,18 @@ const chunkBytes = Number(values["chunk-kib"]) * 1024;
 const imageMiB = Number(values["image-mib"]);
 const fillerMiB = Number(values["filler-mib"]);
 const headStartMs = Number(values["head-start-ms"]);
+const runs = Math.max(1, Number(values.runs));
+const FRACTIONS = values.fractions.split(",").map((p) => Number(p) / 100);
+const NODE_IMAGES = values["node-images"].split(",").map(Number);
+const STRATEGIES = values.strategies.split(",") as Array<(typeof ALL_STRATEGIES)[number]>;
+for (const s of STRATEGIES) if (!ALL_STRATEGIES.includes(s)) throw new Error(`--strategies: no strategy ${s}`);
+for (const s of ["initialized", "off"] as const)
+  if (!STRATEGIES.includes(s)) throw new Error(`--strategies: ${s} is the baseline of every ratio`);
+const median = (xs: number[]) => {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+};
 const filesPerImage = Math.max(1, Math.round(imageMiB / FILE_MIB));
 const image = (i: number) => `bench/img-${i}:1`;
 const fileOf = (i: number, f: number) => `overlay2/img-${i}/diff/usr/lib/f${f}.bin`;
@@ -113,7 +132,9 @@ try {
   }
   const host = await lab.addHost();
   const zone = host.instance.availabilityZone;
-  const reader = createFioReader();
+  // The pre-warm's own log: its pacing line per phase (batches, pauses) goes with each case.
+  const readerLog = createMemoryLogger("info");
+  const reader = createFioReader({ log: readerLog });
   let volumes = 0;
 
   const service = async (target: ReadTarget, nodeImages: number, fraction: number) => {
@@ -126,77 +147,103 @@ try {
     return (performance.now() - started) / 1000;
   };
 
-  const rows: Array<{ strategy: string; images: number; fraction: number; seconds: number; note?: string }> = [];
-  for (const fraction of FRACTIONS) {
-    for (const nodeImages of NODE_IMAGES) {
-      for (const strategy of STRATEGIES) {
-        const snapshotId = snapshots.get(fraction)!;
-        const volumeId = await createVolume(ec2, zone, { snapshotId });
-        const device = await attach(lab, ec2, volumeId, host);
-        const target: ReadTarget = { device, mountPoint: await mountXfs(device, host, `v${++volumes}`) };
-        const init = (images?: string[], signal?: AbortSignal, yieldDepth?: number) =>
-          reader.initialize(target, "files", {
-            fromOffset: 0,
-            ioDepth: DEFAULT_PREWARM.initialize.ioDepth,
-            maxIoBytes: DEFAULT_PREWARM.initialize.maxIoBytes,
-            onProgress: () => undefined,
-            ...(images ? { images } : {}),
-            ...(signal ? { signal } : {}),
-            ...(yieldDepth ? { yieldDepth } : {}),
-          });
-        let seconds = 0;
-        let note: string | undefined;
-        const stop = new AbortController();
-        let background: Promise<unknown> | undefined;
-        if (strategy === "initialized") await init();
-        if (strategy === "check") {
-          const started = performance.now();
-          const decision = decidePrewarm(DEFAULT_PREWARM, {
-            volumeId,
-            snapshotId,
-            createTime: new Date(),
-            tags: {},
-          });
-          if (decision.action === "check") await reader.check(target, DEFAULT_PREWARM.check);
-          note =
-            decision.action === "check"
-              ? "sampled"
-              : `${decision.action} ${"verdict" in decision ? decision.verdict : ""}`;
-          seconds += (performance.now() - started) / 1000;
+  const rows: Array<{
+    strategy: string;
+    images: number;
+    fraction: number;
+    run: number;
+    seconds: number;
+    note?: string;
+  }> = [];
+  // Runs outermost: each run passes once over every case, so a burst of load on the machine
+  // hits one run of many cases, not every run of one.
+  for (let runIndex = 0; runIndex < runs; runIndex++)
+    for (const fraction of FRACTIONS) {
+      for (const nodeImages of NODE_IMAGES) {
+        for (const strategy of STRATEGIES) {
+          const snapshotId = snapshots.get(fraction)!;
+          const volumeId = await createVolume(ec2, zone, { snapshotId });
+          const device = await attach(lab, ec2, volumeId, host);
+          const target: ReadTarget = { device, mountPoint: await mountXfs(device, host, `v${++volumes}`) };
+          const init = (images?: string[], signal?: AbortSignal, yieldDepth?: number) =>
+            reader.initialize(target, "files", {
+              fromOffset: 0,
+              ioDepth: DEFAULT_PREWARM.initialize.ioDepth,
+              maxIoBytes: DEFAULT_PREWARM.initialize.maxIoBytes,
+              onProgress: () => undefined,
+              ...(images ? { images } : {}),
+              ...(signal ? { signal } : {}),
+              ...(yieldDepth ? { yieldDepth } : {}),
+            });
+          let seconds = 0;
+          let note: string | undefined;
+          const stop = new AbortController();
+          readerLog.lines.length = 0;
+          let background: Promise<unknown> | undefined;
+          if (strategy === "initialized") await init();
+          if (strategy === "check") {
+            const started = performance.now();
+            const decision = decidePrewarm(DEFAULT_PREWARM, {
+              volumeId,
+              snapshotId,
+              createTime: new Date(),
+              tags: {},
+            });
+            if (decision.action === "check") await reader.check(target, DEFAULT_PREWARM.check);
+            note =
+              decision.action === "check"
+                ? "sampled"
+                : `${decision.action} ${"verdict" in decision ? decision.verdict : ""}`;
+            seconds += (performance.now() - started) / 1000;
+          }
+          // As the background run reads: the yielding depth once the wanted files are read.
+          if (strategy === "files") background = init(undefined, stop.signal, YIELD_IO_DEPTH).catch(() => undefined);
+          if (strategy === "need")
+            background = init(
+              Array.from({ length: nodeImages }, (_, i) => image(i)),
+              stop.signal,
+              YIELD_IO_DEPTH,
+            ).catch(() => undefined);
+          // The gap between the node's `ready` and the scheduler's first `docker run` there.
+          await sleep(headStartMs);
+          seconds += await service(target, nodeImages, fraction);
+          stop.abort();
+          await background;
+          // How the pre-warm paced itself: one line per phase (batches read, pauses).
+          if (strategy === "files" || strategy === "need")
+            note = readerLog.lines
+              .filter((line) => line.includes("prewarm.pace"))
+              .map((line) => line.replace(/^.*prewarm\.pace: /, "").replace(/ volume=.*$/, ""))
+              .join("; ");
+          rows.push({ strategy, images: nodeImages, fraction, run: runIndex, seconds, ...(note ? { note } : {}) });
+          say(
+            `run ${runIndex + 1} ${strategy} images=${nodeImages} reads=${fraction * 100} %: ${seconds.toFixed(2)} s` +
+              (note ? ` (${note})` : ""),
+          );
+          await run("umount", [target.mountPoint]);
+          await detach(ec2, volumeId, host);
         }
-        // As the background run reads: the yielding depth once the wanted files are read.
-        if (strategy === "files") background = init(undefined, stop.signal, YIELD_IO_DEPTH).catch(() => undefined);
-        if (strategy === "need")
-          background = init(
-            Array.from({ length: nodeImages }, (_, i) => image(i)),
-            stop.signal,
-            YIELD_IO_DEPTH,
-          ).catch(() => undefined);
-        // The gap between the node's `ready` and the scheduler's first `docker run` there.
-        await sleep(headStartMs);
-        seconds += await service(target, nodeImages, fraction);
-        stop.abort();
-        await background;
-        rows.push({ strategy, images: nodeImages, fraction, seconds, ...(note ? { note } : {}) });
-        say(
-          `${strategy} images=${nodeImages} reads=${fraction * 100} %: ${seconds.toFixed(2)} s${note ? ` (${note})` : ""}`,
-        );
-        await run("umount", [target.mountPoint]);
-        await detach(ec2, volumeId, host);
       }
     }
-  }
 
   say("");
+  say(`median of ${runs} run(s), seconds (× initialized, × off)`);
   say(`| images | service reads | ${STRATEGIES.join(" | ")} |`);
   say(`| ---: | ---: | ${STRATEGIES.map(() => "---:").join(" | ")} |`);
   for (const fraction of FRACTIONS) {
     for (const nodeImages of NODE_IMAGES) {
       const of = (s: string) =>
-        rows.find((r) => r.strategy === s && r.images === nodeImages && r.fraction === fraction)!;
-      const base = of("initialized").seconds;
+        median(
+          rows
+            .filter((r) => r.strategy === s && r.images === nodeImages && r.fraction === fraction)
+            .map((r) => r.seconds),
+        );
+      const base = of("initialized");
+      const off = of("off");
       const cells = STRATEGIES.map((s) =>
-        s === "initialized" ? base.toFixed(2) : `${of(s).seconds.toFixed(2)} (${(of(s).seconds / base).toFixed(1)}×)`,
+        s === "initialized"
+          ? base.toFixed(2)
+          : `${of(s).toFixed(2)} (${(of(s) / base).toFixed(1)}×, ${(of(s) / off).toFixed(2)}×)`,
       );
       say(`| ${nodeImages} | ${fraction * 100} % | ${cells.join(" | ")} |`);
     }
@@ -204,7 +251,8 @@ try {
   const result = {
     date: new Date().toISOString(),
     machine: { cpus: cpus().length, memGiB: Math.round(totalmem() / 2 ** 30), kernel: release() },
-    settings: { delayMs, chunkBytes, imageMiB, fillerMiB, filesPerImage, fileMiB: FILE_MIB, headStartMs },
+    settings: { delayMs, chunkBytes, imageMiB, fillerMiB, filesPerImage, fileMiB: FILE_MIB, headStartMs, runs },
+    cold: lab.cold?.options,
     rows,
   };
   await mkdir(values.out, { recursive: true });

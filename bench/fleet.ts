@@ -17,7 +17,7 @@
  *   npx tsx bench/fleet.ts [--minutes 3.5] [--seed 11] [--boots 40] [--pool-size 4]
  *                          [--keeper-min 4] [--keeper-max 6] [--cold-delay-ms 10] [--json] [--out DIR]
  *
- * Needs root, the lab's Debian packages and python3-fusepy (scripts/setup.sh). Runs on demand.
+ * Needs root, the lab's Debian packages and python3-pyfuse3 (scripts/setup.sh). Runs on demand.
  * See bench/README.md.
  */
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";

@@ -14,7 +14,7 @@
  *
  *   npx tsx bench/prewarm.ts [--size-gib 4] [--fill 0.25] [--delay-ms 10] [--chunk-kib 512] [--seq-mib 512]
  *
- * Needs root, the lab's Debian packages and python3-fusepy (scripts/setup.sh).
+ * Needs root, the lab's Debian packages and python3-pyfuse3 (scripts/setup.sh).
  */
 import { mkdir, writeFile } from "node:fs/promises";
 import { cpus, release, totalmem } from "node:os";

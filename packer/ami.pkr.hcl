@@ -34,9 +34,6 @@
 locals {
   # UTC, ISO-8601 basic (20250520T101500): AMI names allow no ":".
   build_stamp = formatdate("YYYYMMDD'T'hhmmss", timestamp())
-  repo        = abspath("${path.root}/..")
-  # What the local packaging step produces (dist/ is git-ignored).
-  agent_package = "${local.repo}/dist/ebs-cache-agent-package.tar.gz"
 }
 
 source "amazon-ebs" "ami" {
@@ -78,15 +75,9 @@ build {
   name    = "ami"
   sources = ["source.amazon-ebs.ami"]
 
-  # Package the agent from this checkout: the bundle (its entry and chunks; not the lab), its
-  # units, default config, install.sh, the docs and the IAM policy.
+  # Package the agent from this checkout (variables.pkr.hcl).
   provisioner "shell-local" {
-    inline = [
-      "set -eu",
-      "cd '${local.repo}'",
-      "npm run build:agent --silent",
-      "tar -czf '${local.agent_package}' dist/ebs-cache-agent.mjs dist/chunks systemd config scripts/install.sh docs iam",
-    ]
+    inline = local.package_agent
   }
 
   provisioner "file" {
@@ -97,10 +88,15 @@ build {
   }
 
   provisioner "shell" {
+    script           = "${path.root}/scripts/node.sh"
+    execute_command  = "chmod +x '{{ .Path }}'; sudo -E bash '{{ .Path }}'"
+    environment_vars = ["NODE_MAJOR=${var.node_major}"]
+  }
+
+  provisioner "shell" {
     script          = "${path.root}/scripts/ami-setup.sh"
     execute_command = "chmod +x '{{ .Path }}'; sudo -E bash '{{ .Path }}'"
     environment_vars = [
-      "NODE_MAJOR=${var.node_major}",
       "DOCKER_PACKAGE=${var.docker_package}",
       "AGENT_PACKAGE=/tmp/ebs-cache-agent-package.tar.gz",
       "AGENT_POOL=${var.agent_pool}",

@@ -15,9 +15,11 @@
 #   ebs-cache:image-store=<image_store>  ebs-cache:engine-version=<the builder's docker version>
 #   ebs-cache:built-at=<this build's start, UTC, RFC 3339>
 # The builder also records what each image reads at start into the volume's need list
-# (.ebs-cache-agent/reads.json, docs/prewarm.md) when its source AMI has the agent (one made by
-# packer/ami.pkr.hcl) and the store is graphdriver: scripts/pool-volume.sh runs, after the pulls
-# and with dockerd still up, `ebs-cache-agent record-reads --volume /mnt/ebs-cache <images>`.
+# (.ebs-cache-agent/reads.json, docs/prewarm.md) when the store is graphdriver: the template
+# packages the agent from this checkout (as packer/ami.pkr.hcl does), uploads it with Node.js
+# (scripts/node.sh), and scripts/pool-volume.sh runs, after the pulls and with dockerd still up,
+# `ebs-cache-agent record-reads --volume /mnt/ebs-cache <images>` (the builder's own agent when
+# its source AMI has one, else the uploaded one).
 # Image set and built-at are the snapshot's generation (docs/boot.md, "Generations"): every build
 # makes a new one, which boots prefer, the keeper stocks and gc retires the older ones for.
 # (the engine version is known on the builder only: it writes it to a file this template
@@ -43,7 +45,7 @@ locals {
   }
   pool_stamp = formatdate("YYYYMMDD'T'hhmmss", local.pool_built_at)
   # The checkout's dist/ (git-ignored) keeps the manifest.
-  pool_dist     = "${abspath("${path.root}/..")}/dist"
+  pool_dist     = "${local.repo}/dist"
   pool_manifest = "${local.pool_dist}/pool-volume-manifest-${local.pool_stamp}.json"
   # What the builder's docker was (ENGINE_VERSION=…), downloaded for the snapshot step.
   pool_built = "${local.pool_dist}/pool-volume-built-${local.pool_stamp}.env"
@@ -90,8 +92,23 @@ build {
   name    = "pool-volume"
   sources = ["source.amazon-ebsvolume.pool"]
 
+  # The agent's package (variables.pkr.hcl): the builder records the need list with it
+  # (`ebs-cache-agent record-reads`), whatever its source AMI holds.
   provisioner "shell-local" {
-    inline = ["mkdir -p '${local.pool_dist}'"]
+    inline = local.package_agent
+  }
+
+  provisioner "file" {
+    source      = local.agent_package
+    destination = "/tmp/ebs-cache-agent-package.tar.gz"
+    # Made by the step above, after validation.
+    generated = true
+  }
+
+  provisioner "shell" {
+    script           = "${path.root}/scripts/node.sh"
+    execute_command  = "chmod +x '{{ .Path }}'; sudo -E bash '{{ .Path }}'"
+    environment_vars = ["NODE_MAJOR=${var.node_major}"]
   }
 
   provisioner "shell" {
@@ -103,6 +120,7 @@ build {
       "IMAGES=${join(" ", var.images)}",
       "DOCKER_CONFIG_JSON=${var.docker_config_json}",
       "IMAGE_STORE=${var.image_store}",
+      "AGENT_PACKAGE=/tmp/ebs-cache-agent-package.tar.gz",
     ]
   }
 

@@ -6,6 +6,21 @@
 
 # --- both templates -------------------------------------------------------------------------
 
+# The agent's package, made from this checkout by both builds (npm run build + tar into dist/,
+# git-ignored) and uploaded to their builder: the bundle (its entry and chunks; not the lab), its
+# units, default config, install.sh, the docs and the IAM policy.
+locals {
+  repo          = abspath("${path.root}/..")
+  agent_package = "${local.repo}/dist/ebs-cache-agent-package.tar.gz"
+  package_agent = [
+    "set -eu",
+    "mkdir -p '${local.repo}/dist'",
+    "cd '${local.repo}'",
+    "npm run build:agent --silent",
+    "tar -czf '${local.agent_package}' dist/ebs-cache-agent.mjs dist/chunks systemd config scripts/install.sh docs iam",
+  ]
+}
+
 variable "region" {
   type        = string
   default     = "us-east-1"

@@ -16,7 +16,7 @@ packages=(
   docker.io        # the lab's private dockerd and the docker CLI
   fio              # pre-warm verdicts
   strace           # the golden build records what each image reads at start (src/host/record-reads.ts)
-  python3-fusepy   # the lab's cold snapshots (a FUSE layer under the loop devices)
+  python3-pyfuse3  # the lab's cold snapshots (a FUSE layer under the loop devices)
   fuse3            # fusermount, for that layer
   xfsprogs         # mkfs.xfs, xfs_growfs, xfs_admin
   e2fsprogs        # the foreign filesystems tests use

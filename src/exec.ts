@@ -27,6 +27,8 @@ export interface RunOptions {
   onStdout?: (chunk: string) => void;
   /** Kills the command (SIGTERM) when aborted. */
   signal?: AbortSignal;
+  /** Called with the process id once started (to signal it while it runs). */
+  onSpawn?: (pid: number) => void;
 }
 
 /** Runs `file args…` and collects its output. */
@@ -44,6 +46,7 @@ export async function run(file: string, args: readonly string[], options: RunOpt
       ...(options.cwd ? { cwd: options.cwd } : {}),
       ...(options.signal ? { cancelSignal: options.signal } : {}),
     });
+    if (options.onSpawn && subprocess.pid !== undefined) options.onSpawn(subprocess.pid);
     if (options.onStdout) {
       const onStdout = options.onStdout;
       const decoder = new StringDecoder("utf8");

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Runs (as root) on the AMI builder instance of packer/ami.pkr.hcl: Node.js from NodeSource,
+# Runs (as root) on the AMI builder instance of packer/ami.pkr.hcl, after scripts/node.sh:
 # docker, fio, xfsprogs, nvme-cli, then the agent from the uploaded package via
 # scripts/install.sh, with the AMI's config.json. Environment (set by the template):
-#   NODE_MAJOR  DOCKER_PACKAGE  AGENT_PACKAGE  AGENT_POOL  AGENT_IMAGE_SET
+#   DOCKER_PACKAGE  AGENT_PACKAGE  AGENT_POOL  AGENT_IMAGE_SET
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
-: "${NODE_MAJOR:?}" "${DOCKER_PACKAGE:?}" "${AGENT_PACKAGE:?}" "${AGENT_POOL:?}"
+: "${DOCKER_PACKAGE:?}" "${AGENT_PACKAGE:?}" "${AGENT_POOL:?}"
 AGENT_IMAGE_SET=${AGENT_IMAGE_SET:-}
 
 # cloud-init may still be configuring apt on first boot.
@@ -14,19 +14,6 @@ if command -v cloud-init >/dev/null 2>&1; then cloud-init status --wait >/dev/nu
 
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends ca-certificates curl gnupg fio xfsprogs nvme-cli util-linux procps "$DOCKER_PACKAGE"
-
-# Node.js from NodeSource's apt repository: /usr/bin/node, the path the units run, and
-# updated by apt with the rest of the system.
-install -d -m 0755 /usr/share/keyrings
-curl -fsSL https://deb.nodesource.com/gpgkey/nodesource-repo.gpg.key | gpg --batch --yes --dearmor -o /usr/share/keyrings/nodesource.gpg
-echo "deb [signed-by=/usr/share/keyrings/nodesource.gpg] https://deb.nodesource.com/node_${NODE_MAJOR}.x nodistro main" >/etc/apt/sources.list.d/nodesource.list
-apt-get update -qq
-apt-get install -y -qq nodejs
-node_version=$(/usr/bin/node --version)
-case "$node_version" in
-  v"$NODE_MAJOR".*) echo "ami-setup: Node.js $node_version at /usr/bin/node" ;;
-  *) echo "ami-setup: expected Node.js $NODE_MAJOR at /usr/bin/node, found $node_version" >&2; exit 1 ;;
-esac
 
 # The agent.
 work=$(mktemp -d)

@@ -2,12 +2,13 @@
 # Runs (as root) on the builder instance of packer/pool-volume.pkr.hcl: formats the extra EBS
 # volume XFS (label ebs-cache, ftype=1), runs dockerd with its data-root on <volume>/docker
 # (and, for the containerd image store, containerd with its root on <volume>/containerd),
-# pulls the image set, records what each image reads at start (when the builder has the agent),
+# pulls the image set, records what each image reads at start (graphdriver store),
 # stops docker, removes the machine-local state and unmounts. The same
 # steps as the lab's golden snapshot (src/lab/volumes/golden.ts). Writes ENGINE_VERSION to $BUILT_FILE
 # for the template to download (the snapshot step tags it). Environment (set by the template):
 #   DOCKER_PACKAGE  POOL_VOLUME_SIZE_GIB  IMAGES (space-separated)  DOCKER_CONFIG_JSON (optional)
-#   IMAGE_STORE (graphdriver | containerd)
+#   IMAGE_STORE (graphdriver | containerd)  AGENT_PACKAGE (the agent's package, uploaded; Node.js
+#   installed by scripts/node.sh)
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -16,6 +17,7 @@ IMAGES=${IMAGES:-}
 [ -n "$IMAGES" ] || { echo "pool-volume: no images to pull (set the variable images)" >&2; exit 1; }
 DOCKER_CONFIG_JSON=${DOCKER_CONFIG_JSON:-}
 IMAGE_STORE=${IMAGE_STORE:-graphdriver}
+AGENT_PACKAGE=${AGENT_PACKAGE:-}
 case "$IMAGE_STORE" in graphdriver | containerd) ;; *) echo "pool-volume: IMAGE_STORE is graphdriver or containerd, not $IMAGE_STORE" >&2; exit 1 ;; esac
 BUILT_FILE=/var/tmp/ebs-cache-pool-volume.env
 MOUNT=/mnt/ebs-cache
@@ -113,15 +115,27 @@ for image in $IMAGES; do
 done
 docker image ls
 # The need list (docs/prewarm.md): what each image reads at start, recorded with dockerd still
-# running, by the agent's own builder step where the builder has the agent (a source AMI made by
-# packer/ami.pkr.hcl); the overlay2 store only. Without it the volume has no list and the
-# pre-warm reads it in device order.
-if command -v ebs-cache-agent >/dev/null && [ "$IMAGE_STORE" = graphdriver ]; then
+# running, by the agent's own builder step: the builder's agent when its source AMI has one (made
+# by packer/ami.pkr.hcl), else the package the template uploaded, run by the Node.js it installed.
+# The overlay2 store only (containerd's snapshots are not layers of the data-root): without the
+# list the pre-warm reads the volume in device order.
+if [ "$IMAGE_STORE" = graphdriver ]; then
+  record=(ebs-cache-agent)
+  if ! command -v ebs-cache-agent >/dev/null; then
+    if [ ! -f "$AGENT_PACKAGE" ]; then
+      echo "pool-volume: no ebs-cache-agent and no AGENT_PACKAGE to record the need list" >&2
+      exit 1
+    fi
+    agent_dir=$(mktemp -d)
+    tar -xzf "$AGENT_PACKAGE" -C "$agent_dir"
+    record=(/usr/bin/node "$agent_dir/dist/ebs-cache-agent.mjs")
+  fi
   apt-get install -y -qq --no-install-recommends strace
   # shellcheck disable=SC2086 # IMAGES is space-separated on purpose
-  ebs-cache-agent record-reads --volume "$MOUNT" $IMAGES
+  "${record[@]}" record-reads --volume "$MOUNT" $IMAGES
+  [ -z "${agent_dir:-}" ] || rm -rf "$agent_dir"
 else
-  echo "pool-volume: no need list recorded (needs ebs-cache-agent on the builder and the graphdriver store)"
+  echo "pool-volume: no need list recorded (the containerd store's snapshots are not overlay2 layers)"
 fi
 systemctl stop docker.service docker.socket
 

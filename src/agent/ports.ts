@@ -355,9 +355,9 @@ export interface InitializeOptions {
    */
   images?: readonly string[];
   /**
-   * The depth of the reads once the wanted images' files are read, while services may be
-   * starting (the background run): a service's read then waits behind at most this many.
-   * Absent: `ioDepth` throughout.
+   * The background run's reads (set while services may be starting): the wanted images' files at
+   * `ioDepth`, everything after them at this depth, and all of it stopped while others read the
+   * device (src/host/read-pace.ts). Absent: `ioDepth` throughout, never stopped (inline, at boot).
    */
   yieldDepth?: number;
   onProgress(progress: ReadProgress): void;

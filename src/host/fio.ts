@@ -194,6 +194,8 @@ export type FioJob =
        * depth is what leaves room for others' reads.
        */
       idle?: boolean;
+      /** Jobs as threads of the one fio process (`--thread`): one process to stop and continue. */
+      thread?: boolean;
     }
   | {
       name: string;
@@ -222,7 +224,13 @@ export function fioArgs(job: FioJob, options: { statusIntervalSeconds?: number }
           ...(job.offset ? [`--offset=${job.offset}`] : []),
           ...(job.size ? [`--size=${job.size}`] : []),
         ];
-  if ("iolog" in job) args.push("--ioengine=libaio", "--direct=1", ...(job.idle ? ["--prioclass=3"] : []));
+  if ("iolog" in job)
+    args.push(
+      "--ioengine=libaio",
+      "--direct=1",
+      ...(job.idle ? ["--prioclass=3"] : []),
+      ...(job.thread ? ["--thread"] : []),
+    );
   if (job.runtimeSeconds) args.push(`--runtime=${job.runtimeSeconds}`);
   // --readonly: fio refuses any write; it never creates or lays out a file.
   args.push("--readonly", "--output-format=json");
@@ -241,6 +249,8 @@ export interface RunFioOptions {
   onStatus?: (report: FioReport) => void;
   statusIntervalSeconds?: number;
   signal?: AbortSignal;
+  /** Called with fio's process id once started. */
+  onSpawn?: (pid: number) => void;
 }
 
 /** Runs fio and returns its final report; throws FioError when fio is missing or the job failed. */
@@ -270,6 +280,7 @@ export async function runFio(job: FioJob, options: RunFioOptions = {}): Promise<
       ...(options.timeoutMs ? { timeoutMs: options.timeoutMs } : {}),
       ...(options.onStatus ? { onStdout } : {}),
       ...(options.signal ? { signal: options.signal } : {}),
+      ...(options.onSpawn ? { onSpawn: options.onSpawn } : {}),
     });
   } catch (error) {
     const missing = error instanceof CommandError && error.exitCode_ === undefined;

@@ -10,9 +10,10 @@
  * Both long reads report progress (fio --status-interval) and a resume point: every byte of the
  * device below it has been read.
  */
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readFile, realpath, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import type {
   CheckFigures,
   InitializeOptions,
@@ -36,10 +37,30 @@ import {
 } from "./extents.ts";
 import { fileRanges, readReadList } from "./need-reads.ts";
 import { runFio, writeIolog, type DeviceRead, type FioReport } from "./fio.ts";
+import { DEFAULT_PACE, nextPace, parseReadBytes, parseReadsInFlight, type DeviceLook, type Pace } from "./read-pace.ts";
 
 const MiB = 1024 * 1024;
 /** AWS's documented block size for the full read. */
 export const DEVICE_READ_BLOCK = 128 * 1024;
+/** The device's counters: bytes read so far and reads in flight (its /sys/class/block entry). */
+export function deviceCounters(device: string): {
+  readBytes(): Promise<number | undefined>;
+  readsInFlight(): Promise<number | undefined>;
+} {
+  let dir: Promise<string | undefined> | undefined;
+  const read = async (file: string) => {
+    dir ??= realpath(device).then(
+      (path) => `/sys/class/block/${basename(path)}`,
+      () => undefined,
+    );
+    const found = await dir;
+    return found ? readFile(join(found, file), "utf8").catch(() => "") : "";
+  };
+  return {
+    readBytes: async () => parseReadBytes(await read("stat")),
+    readsInFlight: async () => parseReadsInFlight(await read("inflight")),
+  };
+}
 
 export interface FioReaderOptions {
   log?: Logger;
@@ -173,8 +194,8 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
       log?.warning("prewarm.need", `the need list is not used, reading in device order: ${describeError(error)}`);
       return { rest: ranges, bytes: 0 };
     }
-    // The wanted images' files at full depth (their services are about to read them), the other
-    // listed images' at the yielding depth.
+    // The wanted images' files first (their services are about to read them), then the other
+    // listed images'; in the background, paced by what else reads the device.
     const wanted = need.slice(0, wantedRanges);
     const others = need.slice(wantedRanges);
     for (const [name, part, depth] of [
@@ -183,13 +204,7 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
     ] as const) {
       const reads = part.flatMap((range) => coveringReads([range], init.maxIoBytes));
       if (reads.length === 0) continue;
-      await withIolog(async (iolog) => {
-        await writeIolog(iolog, target.device, reads);
-        await runFio(
-          { name, iolog, ioDepth: depth, idle: true },
-          { ...fioOptions, ...(init.signal ? { signal: init.signal } : {}) },
-        );
-      });
+      await replay(target, reads, name, depth, init);
     }
     const read = mergeRanges(need);
     return { rest: subtractRanges(ranges, read), bytes: totalBytes(read) };
@@ -210,25 +225,14 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
     const inFlight = init.ioDepth * init.maxIoBytes;
     init.onProgress({ doneBytes: before, totalBytes: total, cursor: init.fromOffset, runBytes: 0 });
     if (reads.length === 0) return { totalBytes: total, readBytes: readAlready };
-    await withIolog(async (iolog) => {
-      await writeIolog(iolog, target.device, reads);
-      await runFio(
-        { name: "prewarm-files", iolog, ioDepth: init.yieldDepth ?? init.ioDepth, idle: true },
-        {
-          ...fioOptions,
-          ...(init.signal ? { signal: init.signal } : {}),
-          statusIntervalSeconds: 1,
-          onStatus: (report) => {
-            const counted = Math.min(report.read.ioBytes, sum);
-            init.onProgress({
-              doneBytes: before + counted,
-              totalBytes: total,
-              cursor: safeCursor(reads, prefix, counted, inFlight, init.fromOffset),
-              runBytes: counted,
-            });
-          },
-        },
-      );
+    await replay(target, reads, "prewarm-files", init.yieldDepth ?? init.ioDepth, init, (report) => {
+      const counted = Math.min(report.read.ioBytes, sum);
+      init.onProgress({
+        doneBytes: before + counted,
+        totalBytes: total,
+        cursor: safeCursor(reads, prefix, counted, inFlight, init.fromOffset),
+        runBytes: counted,
+      });
     });
     // fio leaves up to iodepth-1 replayed reads out of its byte count: the log is done, all of it.
     init.onProgress({
@@ -238,6 +242,136 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
       runBytes: sum,
     });
     return { totalBytes: total, readBytes: sum + readAlready };
+  }
+
+  /**
+   * One fio replaying `reads` at `depth`, in the idle I/O class. In the background run
+   * (`init.yieldDepth` set) it is paced: stopped while others read the device (read-pace.ts).
+   */
+  async function replay(
+    target: ReadTarget,
+    reads: readonly DeviceRead[],
+    name: string,
+    depth: number,
+    init: InitializeOptions,
+    onStatus?: (report: FioReport) => void,
+  ): Promise<void> {
+    const paced = init.yieldDepth !== undefined;
+    await withIolog(async (iolog) => {
+      await writeIolog(iolog, target.device, reads);
+      let pid: number | undefined;
+      const done = new AbortController();
+      const fio = runFio(
+        { name, iolog, ioDepth: depth, idle: true, ...(paced ? { thread: true } : {}) },
+        {
+          ...fioOptions,
+          ...(init.signal ? { signal: init.signal } : {}),
+          ...(onStatus ? { statusIntervalSeconds: 1, onStatus } : {}),
+          onSpawn: (p) => (pid = p),
+        },
+      );
+      const pacer = paced ? pace(target, name, () => pid, done.signal, init.signal) : Promise.resolve();
+      try {
+        await fio;
+      } finally {
+        done.abort();
+        await pacer;
+      }
+    });
+  }
+
+  /**
+   * Stops and continues the fio process of `pidOf` (SIGSTOP / SIGCONT) as nextPace decides, until
+   * `done`; leaves it running. Logs how often it stopped.
+   */
+  async function pace(
+    target: ReadTarget,
+    name: string,
+    pidOf: () => number | undefined,
+    done: AbortSignal,
+    stopped?: AbortSignal,
+  ): Promise<void> {
+    const settings = DEFAULT_PACE;
+    const counters = deviceCounters(target.device);
+    const nap = (ms: number) =>
+      sleep(ms, undefined, { signal: done }).then(
+        () => true,
+        () => false,
+      );
+    const signal = (sig: NodeJS.Signals) => {
+      const pid = pidOf();
+      if (pid === undefined) return false;
+      try {
+        process.kill(pid, sig);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    // A stopped fio would not act on the SIGTERM of a stop: continue it first.
+    const onStop = () => signal("SIGCONT");
+    stopped?.addEventListener("abort", onStop, { once: true });
+    const tally = { looks: 0, pauses: 0, pausedMs: 0 };
+    try {
+      let step: Pace = { runMs: settings.runMs };
+      let pausedMs = 0;
+      for (;;) {
+        if ("runMs" in step) {
+          pausedMs = 0;
+          if (!(await nap(step.runMs))) return;
+          if (!signal("SIGSTOP")) continue;
+          tally.looks++;
+          step = nextPace(await look(counters, settings.drainMs, settings.pauseMs, done), pausedMs, settings);
+        } else {
+          tally.pauses++;
+          tally.pausedMs += step.pauseMs;
+          pausedMs += step.pauseMs;
+          // The pause is the next look: fio is stopped and drained, whatever the device reads is others'.
+          step = nextPace(await look(counters, 0, step.pauseMs, done), pausedMs, settings);
+        }
+        if (done.aborted) return;
+        if ("runMs" in step) signal("SIGCONT");
+      }
+    } finally {
+      signal("SIGCONT");
+      stopped?.removeEventListener("abort", onStop);
+      log?.info("prewarm.pace", `${name}: stopped ${tally.pauses} times while others read the device`, {
+        looks: tally.looks,
+        pausedMs: tally.pausedMs,
+      });
+    }
+  }
+
+  /**
+   * A look at the device with the pre-warm stopped: waits up to `drainMs` for the reads in flight
+   * to be done, then counts the bytes read over `windowMs` (all of them others').
+   */
+  async function look(
+    counters: ReturnType<typeof deviceCounters>,
+    drainMs: number,
+    windowMs: number,
+    done: AbortSignal,
+  ): Promise<DeviceLook | undefined> {
+    let drained = true;
+    if (drainMs > 0) {
+      const until = Date.now() + drainMs;
+      for (;;) {
+        const inFlight = await counters.readsInFlight();
+        if (inFlight === undefined) return undefined;
+        if (inFlight === 0) break;
+        if (Date.now() >= until || done.aborted) {
+          drained = false;
+          break;
+        }
+        await sleep(5);
+      }
+    }
+    const start = await counters.readBytes();
+    const started = Date.now();
+    await sleep(windowMs, undefined, { signal: done }).catch(() => undefined);
+    const end = await counters.readBytes();
+    if (start === undefined || end === undefined) return undefined;
+    return { drained, otherBytes: Math.max(0, end - start), seconds: (Date.now() - started) / 1000 };
   }
 
   async function readDevice(target: ReadTarget, init: InitializeOptions): Promise<InitializeResult> {

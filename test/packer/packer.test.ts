@@ -163,11 +163,30 @@ t.test("the templates agree with the code on tags and the volume layout", async 
 
   const ami = await readFile("packer/scripts/ami-setup.sh", "utf8");
   t.match(ami, /scripts\/install\.sh" --bundle "[^"]+" \//, "the AMI gets the agent through scripts/install.sh");
-  t.match(ami, /node_\$\{NODE_MAJOR\}\.x/, "Node.js from NodeSource (/usr/bin/node, the units' path)");
-  const installs = ami
-    .split("\n")
-    .filter((line) => /^apt-get install /.test(line))
-    .join(" ");
-  for (const pkg of ["fio", "xfsprogs", '"$DOCKER_PACKAGE"', "nodejs"])
-    t.ok(installs.split(/\s+/).includes(pkg), `the AMI installs ${pkg}`);
+  const node = await readFile("packer/scripts/node.sh", "utf8");
+  t.match(node, /node_\$\{NODE_MAJOR\}\.x/, "Node.js from NodeSource (/usr/bin/node, the units' path)");
+  const installs = (text: string) =>
+    text
+      .split("\n")
+      .filter((line) => /^apt-get install /.test(line))
+      .join(" ")
+      .split(/\s+/);
+  for (const pkg of ["fio", "xfsprogs", '"$DOCKER_PACKAGE"'])
+    t.ok(installs(ami).includes(pkg), `the AMI installs ${pkg}`);
+  t.ok(installs(node).includes("nodejs"), "node.sh installs nodejs");
+
+  // Both builders get Node.js (node.sh) before their own script, and the agent's package.
+  const amiTemplate = await readFile("packer/ami.pkr.hcl", "utf8");
+  for (const [name, template, main] of [
+    ["ami", amiTemplate, "ami-setup.sh"],
+    ["pool-volume", pool, "pool-volume.sh"],
+  ] as const) {
+    const nodeAt = template.indexOf("scripts/node.sh");
+    t.ok(nodeAt > 0 && nodeAt < template.indexOf(`scripts/${main}`), `${name}: node.sh runs before ${main}`);
+    t.match(template, /destination\s*=\s*"\/tmp\/ebs-cache-agent-package\.tar\.gz"/, `${name}: the agent is uploaded`);
+    t.match(template, /"AGENT_PACKAGE=\/tmp\/ebs-cache-agent-package\.tar\.gz"/, `${name}: its script is told where`);
+  }
+  // The pool builder always records the need list on the graphdriver store: its own agent, or the uploaded one.
+  t.match(script, /record=\(\/usr\/bin\/node "\$agent_dir\/dist\/ebs-cache-agent\.mjs"\)/, "the uploaded agent runs");
+  t.match(script, /"\$\{record\[@\]\}" record-reads --volume "\$MOUNT" \$IMAGES/, "record-reads on the volume");
 });

@@ -3,12 +3,14 @@
  * each block and fast afterwards, as an EBS volume restored from a snapshot does (its blocks are
  * fetched lazily from S3).
  *
- * How: a small FUSE filesystem (cold-fuse.py, Debian's python3-fusepy) mounted at
+ * How: a small FUSE filesystem (cold-fuse.py, Debian's python3-pyfuse3) mounted at
  * `<root>/cold/mnt` serves each cold volume's image, byte for byte, from a hard link in
  * `<root>/cold/src`, keeping one cold/warm bit per chunk. The loop device of such a volume is
  * set up on `<root>/cold/mnt/<vol>.img` instead of the image itself (loopdev.ts asks this layer
- * through `VolumeImageLayer.backingFile`). The first read of a cold chunk waits
- * `firstReadDelayMs`; then the chunk is warm. Writes go through unchanged (a whole-chunk write
+ * through `VolumeImageLayer.backingFile`), with direct I/O, so that its reads reach the layer
+ * concurrently. The first read of a cold chunk waits `firstReadDelayMs`; then the chunk is warm.
+ * Per volume, at most `fetchConcurrency` fetches run at once and all reads share
+ * `throughputMiBps`, as EBS serves a volume. Writes go through unchanged (a whole-chunk write
  * warms the chunk, a partial one fetches it first). See docs/lab.md, "Cold snapshots".
  *
  * Cleanup: the FUSE mount and its process live under the lab root (the process is registered in
@@ -42,6 +44,18 @@ export interface ColdSnapshotOptions {
    * snapshot start warm.
    */
   holes?: "cold" | "warm";
+  /**
+   * Cold chunks of one volume fetched at once (default 8); more wait their turn, first come
+   * first served. EBS serves a volume's first reads in parallel (AWS's documented initialization
+   * reads at depth 32); the kernel's FUSE connection passes at most 12 requests on at once, for
+   * all cold volumes together.
+   */
+  fetchConcurrency?: number;
+  /**
+   * The volume's throughput (MiB/s) that every read, warm or cold, spends (default 125, gp3's
+   * baseline); 0: no cap.
+   */
+  throughputMiBps?: number;
 }
 
 /** One cold volume as the FUSE process counts it. */
@@ -53,6 +67,8 @@ export interface ColdVolumeStatus {
   delayedMs: number;
   bytesRead: number;
   bytesWritten: number;
+  /** The most fetches of this volume that were in flight at once. */
+  mostFetchesInFlight: number;
   /** A provisioned-rate initialization is running in the background. */
   initializing: boolean;
 }
@@ -76,6 +92,9 @@ export interface ColdLayer extends VolumeImageLayer {
 }
 
 const DEFAULT_CHUNK = 512 * 1024;
+const DEFAULT_FETCH_CONCURRENCY = 8;
+/** gp3's baseline throughput (EC2 CreateVolume: Throughput, 125-2000 MiB/s for gp3). */
+const DEFAULT_THROUGHPUT_MIBPS = 125;
 const PYTHON = "/usr/bin/python3";
 const FS_NAME = "ebs-cache-cold";
 const PROCESS_NAME = "cold-fuse";
@@ -93,15 +112,15 @@ export function coldFuseScript(): string {
   throw new Error("src/lab/volumes/cold-fuse.py not found: run the lab from the source tree");
 }
 
-/** Throws with what to install unless /dev/fuse, python3 and fusepy are there. */
+/** Throws with what to install unless /dev/fuse, python3 and pyfuse3 are there. */
 export async function assertColdPrerequisites(): Promise<void> {
   const problems: string[] = [];
   if (!existsSync("/dev/fuse")) problems.push("/dev/fuse is missing (modprobe fuse)");
   if (!existsSync("/usr/bin/fusermount") && !existsSync("/usr/bin/fusermount3"))
     problems.push("fusermount not found (apt-get install fuse3)");
-  const fusepy = await run(PYTHON, ["-c", "import fusepy"], { check: false }).catch(() => undefined);
-  if (!fusepy || fusepy.exitCode !== 0)
-    problems.push(`${PYTHON} cannot import fusepy (apt-get install python3-fusepy)`);
+  const pyfuse3 = await run(PYTHON, ["-c", "import pyfuse3, trio"], { check: false }).catch(() => undefined);
+  if (!pyfuse3 || pyfuse3.exitCode !== 0)
+    problems.push(`${PYTHON} cannot import pyfuse3 (apt-get install python3-pyfuse3)`);
   if (problems.length > 0) throw new Error(`cold snapshots need: ${problems.join("; ")}`);
 }
 
@@ -140,12 +159,18 @@ export async function startColdLayer(
     firstReadDelayMs: options.firstReadDelayMs,
     chunkBytes: options.chunkBytes ?? DEFAULT_CHUNK,
     holes: options.holes ?? "cold",
+    fetchConcurrency: options.fetchConcurrency ?? DEFAULT_FETCH_CONCURRENCY,
+    throughputMiBps: options.throughputMiBps ?? DEFAULT_THROUGHPUT_MIBPS,
   };
   if (!(settings.firstReadDelayMs >= 0))
     throw new Error(`coldSnapshots.firstReadDelayMs must be >= 0, got ${settings.firstReadDelayMs}`);
   if (!Number.isInteger(settings.chunkBytes) || settings.chunkBytes < 4096 || settings.chunkBytes % 4096 !== 0) {
     throw new Error(`coldSnapshots.chunkBytes must be a multiple of 4096, got ${settings.chunkBytes}`);
   }
+  if (!Number.isInteger(settings.fetchConcurrency) || settings.fetchConcurrency < 1)
+    throw new Error(`coldSnapshots.fetchConcurrency must be an integer >= 1, got ${settings.fetchConcurrency}`);
+  if (!(settings.throughputMiBps >= 0))
+    throw new Error(`coldSnapshots.throughputMiBps must be >= 0, got ${settings.throughputMiBps}`);
   await assertColdPrerequisites();
   const paths = coldPaths(root);
   await mkdir(paths.source, { recursive: true });
@@ -163,6 +188,10 @@ export async function startColdLayer(
         String(settings.chunkBytes),
         "--delay-ms",
         String(settings.firstReadDelayMs),
+        "--fetch-concurrency",
+        String(settings.fetchConcurrency),
+        "--throughput-mibps",
+        String(settings.throughputMiBps),
         "--holes",
         settings.holes,
         "--name",

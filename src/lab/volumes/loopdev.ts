@@ -365,7 +365,9 @@ export function createLoopVolumeBackend(options: LoopVolumeBackendOptions): Loop
     };
     attachment.timer = setTimeout(() => {
       attachment.timer = undefined;
-      setUpDevice(volumeId, image, instance, log)
+      // A file a layer serves is read with direct I/O: the loop device then passes its requests
+      // on concurrently (as an NVMe device does), where buffered it reads them one at a time.
+      setUpDevice(volumeId, image, instance, image !== volumeImagePath(root, volumeId), log)
         .then(async (record) => {
           attachment.record = record;
           await persist();
@@ -389,9 +391,10 @@ async function setUpDevice(
   volumeId: string,
   image: string,
   instance: LabInstance,
+  directIo: boolean,
   log?: Logger,
 ): Promise<AttachmentRecord> {
-  const { stdout } = await run("losetup", ["--find", "--show", "--direct-io=off", image], {
+  const { stdout } = await run("losetup", ["--find", "--show", `--direct-io=${directIo ? "on" : "off"}`, image], {
     log,
     remediation: "check that loop devices are available (modprobe loop) and that this runs as root",
   });

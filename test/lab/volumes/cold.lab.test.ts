@@ -33,6 +33,20 @@ async function loopsLeft(root: string, volumeIds: string[]): Promise<string[]> {
     .map((l) => `${l.device} ${l.backingFile}`);
 }
 
+/** Fetch slots of the first test's volumes (the tests' COLD has one). */
+const FETCH_SLOTS = 4;
+
+/** 4 KiB random reads over the first `spanBytes` of the device, `count` of them, 16 at a time. */
+async function parallelReads(device: string, dir: string, spanBytes: number, count: number): Promise<void> {
+  const reads = Array.from({ length: count }, (_, i) => ({
+    offset: ((i * 7919) % (spanBytes / 4096)) * 4096,
+    length: 4096,
+  }));
+  const iolog = join(dir, "parallel.iolog");
+  await writeIolog(iolog, device, reads);
+  await runFio({ name: "parallel", iolog, ioDepth: 16, runtimeSeconds: 60 });
+}
+
 async function sha256(path: string, bytes: number): Promise<string> {
   const hash = createHash("sha256");
   for await (const chunk of createReadStream(path, { start: 0, end: bytes - 1 })) hash.update(chunk as Buffer);
@@ -61,7 +75,7 @@ async function randomReads(
 
 t.test("a volume from a snapshot is cold on first read, warm after; its bytes are the snapshot's", async (t) => {
   const log = createMemoryLogger("debug");
-  const lab = await startLab({ name: "test-cold", coldSnapshots: COLD, log });
+  const lab = await startLab({ name: "test-cold", coldSnapshots: { ...COLD, fetchConcurrency: FETCH_SLOTS }, log });
   t.teardown(() => lab.close());
   const ec2 = lab.ec2Client();
   const snapshotId = await makeDataSnapshot(lab, ec2, { sizeGiB: 1, dataMiB: 32, files: 4 });
@@ -92,6 +106,7 @@ t.test("a volume from a snapshot is cold on first read, warm after; its bytes ar
   );
   const statusAfterAgain = await lab.cold!.volumeStatus(coldId);
   t.equal(statusAfterAgain!.fetches, statusAfterFirst!.fetches, "re-reading fetched nothing");
+  t.equal(statusAfterAgain!.mostFetchesInFlight, 1, "one read at a time: one fetch at a time");
 
   // Byte for byte the snapshot, through the layer (where the data is, and holes after it).
   const size = 96 * 1024 * 1024;
@@ -124,6 +139,16 @@ t.test("a volume from a snapshot is cold on first read, warm after; its bytes ar
   t.ok(
     blank.iops >= 10 * first.iops,
     `blank ${Math.round(blank.iops)} IOPS >= 10 x cold ${Math.round(first.iops)} IOPS`,
+  );
+
+  // Reads in parallel reach the layer in parallel (the loop device's direct I/O), and the
+  // volume's fetch slots bound them.
+  await lab.cold!.cool(coldId);
+  await parallelReads(device, lab.root, span, 400);
+  const parallel = await lab.cold!.volumeStatus(coldId);
+  t.ok(
+    parallel!.mostFetchesInFlight > 1 && parallel!.mostFetchesInFlight <= FETCH_SLOTS,
+    `parallel reads: ${parallel!.mostFetchesInFlight} fetches in flight at most (1 < n <= ${FETCH_SLOTS})`,
   );
 
   // VolumeInitializationRate: the layer warms the volume in the background at that rate.
