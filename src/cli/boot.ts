@@ -95,5 +95,9 @@ export function bootCommand(): Command {
           .startPruneAfterBoot(opts.config, outcome.result?.mountPoint, config.prune.thresholdPercent)
           .catch((error: unknown) => log.warning("prune.start", `could not start the prune: ${String(error)}`));
       }
+      // The run's last line: its unit started earlier (READY=1), so only this tells the run is over.
+      log.info("boot.done", `the boot ended: ${outcome.result?.outcome ?? "planned only"}`, {
+        exitCode: outcome.exitCode,
+      });
     });
 }
