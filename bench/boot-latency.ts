@@ -10,7 +10,12 @@
  *             fresh instance and pool volume, then, on the same host and volume, the floor: mount
  *             and dockerd start alone. Reported side by side with the agent's step timeline.
  *
- *   npx tsx bench/boot-latency.ts [--boots 20] [--overhead-runs 10] [--parts latency,overhead]
+ *   nspawn    launch → joined inside a real systemd (an engine machine with the agent's units and a
+ *             cloud-final.service like Debian's running osparc's join), before and after phase 2 became
+ *             Type=notify, from the machine's journal (bench/nspawn-join.ts). Not in the default parts.
+ *
+ *   npx tsx bench/boot-latency.ts [--boots 20] [--overhead-runs 10] [--parts latency,overhead,nspawn]
+ *                                 [--nspawn-boots 3]
  *                                 [--paths pool,snapshot] [--seed 13] [--drop-caches] [--verbose]
  *
  * Needs root and the lab's Debian packages (docs/lab.md). Runs on demand only. See bench/README.md.
@@ -37,6 +42,7 @@ import { buildGoldenSnapshot, createPoolVolumes } from "../src/lab/volumes/golde
 import { startLab, type Lab, type LabHost } from "../src/lab/lab.ts";
 import { buildAgent } from "../scripts/build.mjs";
 import { startOsparcSwarm, type OsparcSwarm } from "../src/lab/machines/osparc-swarm.ts";
+import { nspawnJoinPart } from "./nspawn-join.ts";
 import { EC2_RANGES, EC2_START_RANGES, percentile, seededRandom } from "./sampling.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -120,10 +126,14 @@ function applyLatencies(lab: Lab, latencies: Latencies): void {
 // ---------------------------------------------------------------------------------------------
 // Options
 
+type Part = "latency" | "overhead" | "nspawn";
+const PARTS: readonly Part[] = ["latency", "overhead", "nspawn"];
+
 interface Options {
   boots: number;
   overheadRuns: number;
-  parts: Set<"latency" | "overhead">;
+  parts: Set<Part>;
+  nspawnBoots: number;
   paths: Array<"pool" | "snapshot">;
   seed: number;
   dropCaches: boolean;
@@ -138,6 +148,7 @@ function parseOptions(argv: string[]): Options {
     options: {
       boots: { type: "string", default: "20" },
       "overhead-runs": { type: "string", default: "10" },
+      "nspawn-boots": { type: "string", default: "3" },
       parts: { type: "string", default: "latency,overhead" },
       paths: { type: "string", default: "pool,snapshot" },
       seed: { type: "string", default: "13" },
@@ -155,7 +166,8 @@ function parseOptions(argv: string[]): Options {
         "  --boots N            instances booted per path with EC2 latencies (default 20)",
         "  --paths pool,snapshot  where the volume comes from: a pool volume, a volume created from the snapshot",
         "  --overhead-runs N    zero-delay boots, each beside its floor (mount + dockerd start) (default 10)",
-        "  --parts latency,overhead",
+        "  --parts latency,overhead[,nspawn]",
+        "  --nspawn-boots N     nspawn machines per variant, before and after (default 3)",
         "  --seed N             seed of the latency draws (default 13)",
         "  --zero-latency       the latency part with every EC2 delay at 0 (the phased boot's own time)",
         "  --drop-caches        drop the page cache before each timed overhead run (agent and floor alike)",
@@ -172,15 +184,15 @@ function parseOptions(argv: string[]): Options {
     return n;
   };
   const parts = new Set(values.parts.split(",").map((p) => p.trim()));
-  for (const part of parts)
-    if (part !== "latency" && part !== "overhead") throw new Error(`--parts: unknown part ${part}`);
+  for (const part of parts) if (!PARTS.includes(part as Part)) throw new Error(`--parts: unknown part ${part}`);
   const paths = values.paths.split(",").map((p) => p.trim());
   for (const path of paths)
     if (path !== "pool" && path !== "snapshot") throw new Error(`--paths: unknown path ${path}`);
   return {
     boots: count("boots", values.boots, 200),
     overheadRuns: count("overhead-runs", values["overhead-runs"], 100),
-    parts: parts as Set<"latency" | "overhead">,
+    parts: parts as Set<Part>,
+    nspawnBoots: count("nspawn-boots", values["nspawn-boots"], 50),
     paths: paths as Array<"pool" | "snapshot">,
     seed: count("seed", values.seed, 2 ** 31),
     dropCaches: values["drop-caches"],
@@ -618,7 +630,10 @@ async function main(): Promise<void> {
 
   const doLatency = options.parts.has("latency") && options.boots > 0;
   const doOverhead = options.parts.has("overhead") && options.overheadRuns > 0;
-  const poolBoots = doLatency && options.paths.includes("pool") ? options.boots : 0;
+  const doNspawn = options.parts.has("nspawn") && options.nspawnBoots > 0;
+  const poolBoots =
+    (doLatency && options.paths.includes("pool") ? options.boots : 0) + (doNspawn ? options.nspawnBoots * 2 : 0);
+  let nspawn: Awaited<ReturnType<typeof nspawnJoinPart>> | undefined;
   let stopSwarm: () => Promise<void> = async () => undefined;
   const lab = await startLab({
     name: "bootlat",
@@ -669,6 +684,24 @@ async function main(): Promise<void> {
                   `process + ${sec(r.work!.cpuChildrenMs)} s children`),
         );
       }
+    }
+
+    if (doNspawn) {
+      say(
+        `\n== nspawn: ${options.nspawnBoots} machines per variant (before: phase 2 a oneshot; after: Type=notify), ` +
+          `alternating; ms from the machine's start`,
+      );
+      nspawn = await nspawnJoinPart(lab, { boots: options.nspawnBoots, pool: POOL, imageSet: IMAGE_SET, say });
+      const { before, after } = nspawn.summary;
+      const row = (name: string, key: keyof typeof before) =>
+        `  ${name.padEnd(34)} ${sec(before[key]).padStart(7)} ${sec(after[key]).padStart(7)} ` +
+        `${before[key] && after[key] ? (after[key] / before[key]).toFixed(2) : "-"}`;
+      say(`  p50 (s)                            before   after  after/before`);
+      say(row("docker started", "dockerStarted"));
+      say(row("phase 2 started (what the join waits for)", "readyUnitStarted"));
+      say(row("launch -> joined", "joined"));
+      say(row("ready published", "readyLabel"));
+      say(row("phase 2 done", "agentDone"));
     }
 
     if (doLatency) {
@@ -876,13 +909,15 @@ async function main(): Promise<void> {
     summary,
     latencyBoots,
     overheadRuns,
+    ...(nspawn ? { nspawn } : {}),
   };
   await mkdir(options.outDir, { recursive: true });
   const stamp = started.toISOString().replace(/\..*$/, "").replace(/:/g, "-");
   const file = join(options.outDir, `boot-latency-${stamp}.json`);
   await writeFile(file, JSON.stringify(report, null, 2) + "\n");
   say(`\nwrote ${file}`);
-  if (latencyBoots.some((b) => b.error) || overheadRuns.some((r) => r.error)) process.exitCode = 1;
+  if (latencyBoots.some((b) => b.error) || overheadRuns.some((r) => r.error) || nspawn?.boots.some((b) => b.error))
+    process.exitCode = 1;
 }
 
 try {
