@@ -25,9 +25,29 @@ import { percentile } from "./sampling.ts";
 export type Variant = "before" | "after";
 
 /** One machine's boot. */
-export interface NspawnJoinBoot extends JoinTimeline {
+export interface NspawnJoinBoot extends Timeline {
   variant: Variant;
   error?: string;
+}
+
+/**
+ * The journal's timeline and, measured from docker's start, what phase 2 adds before the join and before `ready`:
+ * free of what the machine's load does to phase 1 and docker's own start, which differ from boot to boot.
+ */
+export interface Timeline extends JoinTimeline {
+  joinedAfterDocker?: number;
+  readyLabelAfterDocker?: number;
+}
+
+function withDerived(timeline: JoinTimeline): Timeline {
+  const since = (at: number | undefined) =>
+    at === undefined || timeline.dockerStarted === undefined ? undefined : at - timeline.dockerStarted;
+  const derived: Timeline = { ...timeline };
+  const joined = since(timeline.joined);
+  const ready = since(timeline.readyLabel);
+  if (joined !== undefined) derived.joinedAfterDocker = joined;
+  if (ready !== undefined) derived.readyLabelAfterDocker = ready;
+  return derived;
 }
 
 /** The phase 2 unit as it was: a oneshot, so multi-user.target (and cloud-final after it) waits for its end. */
@@ -38,7 +58,7 @@ const BEFORE_DROP_IN =
 export async function nspawnJoinPart(
   lab: Lab,
   options: { boots: number; pool: string; imageSet: string; say: (line: string) => void },
-): Promise<{ boots: NspawnJoinBoot[]; summary: Record<Variant, Record<keyof JoinTimeline, number | undefined>> }> {
+): Promise<{ boots: NspawnJoinBoot[]; summary: Record<Variant, Record<keyof Timeline, number | undefined>> }> {
   const problems = await nspawnProblems();
   if (problems.length > 0) throw new Error(`the nspawn part cannot run here: ${problems.join("; ")}`);
   const rootfs = await cachedRootfs(ENGINES["20.10"], options.say);
@@ -61,7 +81,7 @@ export async function nspawnJoinPart(
           ? `  ${variant} ${Math.floor(i / 2) + 1} FAILED: ${boot.error}`
           : `  ${variant} ${Math.floor(i / 2) + 1}: docker ${s(boot.dockerStarted)} s, phase 2 started ` +
               `${s(boot.readyUnitStarted)} s, joined ${s(boot.joined)} s, ready label ${s(boot.readyLabel)} s, phase 2 ` +
-              `done ${s(boot.agentDone)} s`,
+              `done ${s(boot.agentDone)} s; joined ${s(boot.joinedAfterDocker)} s after docker`,
       );
     }
   } finally {
@@ -70,10 +90,10 @@ export async function nspawnJoinPart(
     if (!gwbridgeBefore) await run("ip", ["link", "del", "docker_gwbridge"], { check: false });
     await rm(work, { recursive: true, force: true });
   }
-  const summary = {} as Record<Variant, Record<keyof JoinTimeline, number | undefined>>;
+  const summary = {} as Record<Variant, Record<keyof Timeline, number | undefined>>;
   for (const variant of ["before", "after"] as const) {
     const ok = boots.filter((b) => b.variant === variant && !b.error);
-    const p50 = (key: keyof JoinTimeline) =>
+    const p50 = (key: keyof Timeline) =>
       percentile(
         ok.map((b) => b[key]).filter((v): v is number => v !== undefined),
         50,
@@ -84,6 +104,8 @@ export async function nspawnJoinPart(
       joined: p50("joined"),
       readyLabel: p50("readyLabel"),
       agentDone: p50("agentDone"),
+      joinedAfterDocker: p50("joinedAfterDocker"),
+      readyLabelAfterDocker: p50("readyLabelAfterDocker"),
     };
   }
   return { boots, summary };
@@ -126,7 +148,7 @@ async function oneBoot(
     );
     const joinDone = jobDone(journal, CLOUD_FINAL_UNIT, "start");
     if (joinDone?.jobResult !== "done") throw new Error(`${CLOUD_FINAL_UNIT} ended ${joinDone?.jobResult}`);
-    return { variant: o.variant, ...joinTimeline(journal, launchedAt, READY_UNIT) };
+    return { variant: o.variant, ...withDerived(joinTimeline(journal, launchedAt, READY_UNIT)) };
   } catch (error) {
     return { variant: o.variant, error: String(error) };
   } finally {
