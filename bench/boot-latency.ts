@@ -363,7 +363,10 @@ interface LatencyBoot {
    * cloud-final after multi-user.target waits for).
    */
   phase2ToFinalMs?: number;
-  /** osparc's user data from the join point, beside the rest of phase 2: `docker swarm join --availability=drain` to a manager, measured. */
+  /**
+   * osparc's user data from the join point, beside the rest of phase 2: `docker swarm join --availability=drain` to
+   * a manager, measured.
+   */
   joinMs?: number;
   /**
    * ec2StartMs + preparedMs + dockerStartMs + the node start + phase2ToFinalMs + joinMs: what osparc's start limit
@@ -751,7 +754,11 @@ async function main(): Promise<void> {
           say(
             b.error
               ? `  boot ${i + 1} (${drawn}) FAILED after prepared ${sec(b.preparedMs)} s: ${b.error}`
-              : `  boot ${i + 1} (${drawn}): ${b.source}, prepared ${sec(b.preparedMs)} s, dockerd ${sec(b.dockerStartMs)} s, phase 2 ${sec(b.phase2Ms)} s (join point ${sec(b.phase2ToFinalMs)} s), ready ${sec(b.readyMs)} s, join ${sec(b.joinMs)} s; launch → joined ${sec(b.launchToJoinedMs)} s with EC2's start ${sec(b.ec2StartMs)} s (load ${b.loadAvg1})`,
+              : `  boot ${i + 1} (${drawn}): ${b.source}, prepared ${sec(b.preparedMs)} s, ` +
+                  `dockerd ${sec(b.dockerStartMs)} s, ` +
+                  `phase 2 ${sec(b.phase2Ms)} s (join point ${sec(b.phase2ToFinalMs)} s), ready ${sec(b.readyMs)} s, ` +
+                  `join ${sec(b.joinMs)} s; launch → joined ${sec(b.launchToJoinedMs)} s with EC2's start ` +
+                  `${sec(b.ec2StartMs)} s (load ${b.loadAvg1})`,
           );
         }
       }
@@ -804,7 +811,11 @@ async function main(): Promise<void> {
           `${sec(preparedOverTransitions.p50)} / ${sec(preparedOverTransitions.p95)}`,
       );
       say(
-        `  ${path.padEnd(9)}  launch → joined (EC2's start drawn ${EC2_START_RANGES.pendingToRunningMs.join("–")} + ${EC2_START_RANGES.runningToUnitsMs.join("–")} ms, phase 2 to its join point, the join ${sec(joinOnly.p50)} s p50): p50 ${sec(launchToJoined.p50)} s, p95 ${sec(launchToJoined.p95)} s, against osparc's 60 s`,
+        `  ${path.padEnd(9)}  launch → joined (EC2's start drawn ` +
+          `${EC2_START_RANGES.pendingToRunningMs.join("–")} + ` +
+          `${EC2_START_RANGES.runningToUnitsMs.join("–")} ms, phase 2 to its join point, the join ` +
+          `${sec(joinOnly.p50)} s p50): p50 ${sec(launchToJoined.p50)} s, p95 ${sec(launchToJoined.p95)} s, ` +
+          `against osparc's 60 s`,
       );
     }
   }

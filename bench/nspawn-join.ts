@@ -80,7 +80,8 @@ export async function nspawnJoinPart(
         boot.error
           ? `  ${variant} ${Math.floor(i / 2) + 1} FAILED: ${boot.error}`
           : `  ${variant} ${Math.floor(i / 2) + 1}: docker ${s(boot.dockerStarted)} s, phase 2 started ` +
-              `${s(boot.readyUnitStarted)} s, joined ${s(boot.joined)} s, ready label ${s(boot.readyLabel)} s, phase 2 ` +
+              `${s(boot.readyUnitStarted)} s, joined ${s(boot.joined)} s, ` +
+              `ready label ${s(boot.readyLabel)} s, phase 2 ` +
               `done ${s(boot.agentDone)} s; joined ${s(boot.joinedAfterDocker)} s after docker`,
       );
     }

@@ -87,7 +87,7 @@ export interface PrewarmAtBoot {
   outcome(): Promise<PrewarmOutcome>;
   /** Resolves (never rejects) once nothing begun so far reads the device; starts nothing. */
   idle(): Promise<void>;
-  /** What the pre-warm does with this volume, as soon as it is decided (before any read); rejects as outcome() would. */
+  /** What the pre-warm does with this volume, as soon as it is decided (before any read); rejects as outcome() does. */
   decided(): Promise<PrewarmDecision>;
 }
 

@@ -77,7 +77,7 @@ export async function startOsparcSwarm(root: string): Promise<OsparcSwarm> {
     stop: () => manager.stop(),
   };
 
-  /** A veth pair: `device` in the namespace `netnsFile`, its peer `osw<n>` in the manager's; returns the peer's name. */
+  /** A veth pair: `device` in the namespace `netnsFile`, its peer `osw<n>` in the manager's; returns the peer. */
   async function linkNamespace(key: string, netnsFile: string, device: string): Promise<string> {
     const managerPid = manager.pid;
     if (managerPid === undefined) throw new AgentError("the swarm manager is not running", "start the swarm again");
