@@ -10,7 +10,12 @@
  *             fresh instance and pool volume, then, on the same host and volume, the floor: mount
  *             and dockerd start alone. Reported side by side with the agent's step timeline.
  *
- *   npx tsx bench/boot-latency.ts [--boots 20] [--overhead-runs 10] [--parts latency,overhead]
+ *   nspawn    launch → joined inside a real systemd (an engine machine with the agent's units and a
+ *             cloud-final.service like Debian's running osparc's join), before and after phase 2 became
+ *             Type=notify, from the machine's journal (bench/nspawn-join.ts). Not in the default parts.
+ *
+ *   npx tsx bench/boot-latency.ts [--boots 20] [--overhead-runs 10] [--parts latency,overhead,nspawn]
+ *                                 [--nspawn-boots 3]
  *                                 [--paths pool,snapshot] [--seed 13] [--drop-caches] [--verbose]
  *
  * Needs root and the lab's Debian packages (docs/lab.md). Runs on demand only. See bench/README.md.
@@ -37,6 +42,7 @@ import { buildGoldenSnapshot, createPoolVolumes } from "../src/lab/volumes/golde
 import { startLab, type Lab, type LabHost } from "../src/lab/lab.ts";
 import { buildAgent } from "../scripts/build.mjs";
 import { startOsparcSwarm, type OsparcSwarm } from "../src/lab/machines/osparc-swarm.ts";
+import { nspawnJoinPart } from "./nspawn-join.ts";
 import { EC2_RANGES, EC2_START_RANGES, percentile, seededRandom } from "./sampling.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -120,10 +126,14 @@ function applyLatencies(lab: Lab, latencies: Latencies): void {
 // ---------------------------------------------------------------------------------------------
 // Options
 
+type Part = "latency" | "overhead" | "nspawn";
+const PARTS: readonly Part[] = ["latency", "overhead", "nspawn"];
+
 interface Options {
   boots: number;
   overheadRuns: number;
-  parts: Set<"latency" | "overhead">;
+  parts: Set<Part>;
+  nspawnBoots: number;
   paths: Array<"pool" | "snapshot">;
   seed: number;
   dropCaches: boolean;
@@ -138,6 +148,7 @@ function parseOptions(argv: string[]): Options {
     options: {
       boots: { type: "string", default: "20" },
       "overhead-runs": { type: "string", default: "10" },
+      "nspawn-boots": { type: "string", default: "3" },
       parts: { type: "string", default: "latency,overhead" },
       paths: { type: "string", default: "pool,snapshot" },
       seed: { type: "string", default: "13" },
@@ -155,7 +166,8 @@ function parseOptions(argv: string[]): Options {
         "  --boots N            instances booted per path with EC2 latencies (default 20)",
         "  --paths pool,snapshot  where the volume comes from: a pool volume, a volume created from the snapshot",
         "  --overhead-runs N    zero-delay boots, each beside its floor (mount + dockerd start) (default 10)",
-        "  --parts latency,overhead",
+        "  --parts latency,overhead[,nspawn]",
+        "  --nspawn-boots N     nspawn machines per variant, before and after (default 3)",
         "  --seed N             seed of the latency draws (default 13)",
         "  --zero-latency       the latency part with every EC2 delay at 0 (the phased boot's own time)",
         "  --drop-caches        drop the page cache before each timed overhead run (agent and floor alike)",
@@ -172,15 +184,15 @@ function parseOptions(argv: string[]): Options {
     return n;
   };
   const parts = new Set(values.parts.split(",").map((p) => p.trim()));
-  for (const part of parts)
-    if (part !== "latency" && part !== "overhead") throw new Error(`--parts: unknown part ${part}`);
+  for (const part of parts) if (!PARTS.includes(part as Part)) throw new Error(`--parts: unknown part ${part}`);
   const paths = values.paths.split(",").map((p) => p.trim());
   for (const path of paths)
     if (path !== "pool" && path !== "snapshot") throw new Error(`--paths: unknown path ${path}`);
   return {
     boots: count("boots", values.boots, 200),
     overheadRuns: count("overhead-runs", values["overhead-runs"], 100),
-    parts: parts as Set<"latency" | "overhead">,
+    parts: parts as Set<Part>,
+    nspawnBoots: count("nspawn-boots", values["nspawn-boots"], 50),
     paths: paths as Array<"pool" | "snapshot">,
     seed: count("seed", values.seed, 2 ** 31),
     dropCaches: values["drop-caches"],
@@ -306,7 +318,7 @@ async function bootInProcess(
   host: LabHost,
   overrides: ConfigOverrides,
   log: Logger,
-  options: { withDocker: boolean; mayClaim: boolean },
+  options: { withDocker: boolean; mayClaim: boolean; dataRootFinal?: () => Promise<void> },
 ): Promise<BootOutcome> {
   const config = labConfig(lab, host, overrides);
   const deps = wireBoot({
@@ -346,9 +358,20 @@ interface LatencyBoot {
   readyMs?: number;
   /** EC2's own start, drawn (EC2_START_RANGES): LaunchTime to the agent's first unit. */
   ec2StartMs?: number;
-  /** osparc's user data after phase 2 (cloud-final after multi-user.target): `docker swarm join --availability=drain` to a manager, measured. */
+  /**
+   * Phase 2's start → its join point (docker verified on the volume: READY=1 of its Type=notify unit, which
+   * cloud-final after multi-user.target waits for).
+   */
+  phase2ToFinalMs?: number;
+  /**
+   * osparc's user data from the join point, beside the rest of phase 2: `docker swarm join --availability=drain` to
+   * a manager, measured.
+   */
   joinMs?: number;
-  /** ec2StartMs + readyMs + joinMs: what osparc's start limit (EC2_INSTANCES_MAX_START_TIME) counts. */
+  /**
+   * ec2StartMs + preparedMs + dockerStartMs + the node start + phase2ToFinalMs + joinMs: what osparc's start limit
+   * (EC2_INSTANCES_MAX_START_TIME) counts.
+   */
   launchToJoinedMs?: number;
   error?: string;
   loadAvg1: number;
@@ -384,21 +407,27 @@ async function latencyBoot(
     await host.startDocker();
     boot.dockerStartMs = ms(t);
     t = now();
-    const phase2 = await bootInProcess(lab, host, overrides, log, { withDocker: true, mayClaim: false });
+    // Debian's cloud-final runs after multi-user.target, which waits for phase 2 until it has started: its join
+    // point, docker verified on the volume. The join runs from there, beside the rest of phase 2.
+    let joining: Promise<number> | undefined;
+    const dataRootFinal = async () => {
+      if (joining) return;
+      boot.phase2ToFinalMs = ms(t);
+      joining = joinSwarm(host, osparc.swarm);
+      joining.catch(() => undefined);
+    };
+    const phase2 = await bootInProcess(lab, host, overrides, log, { withDocker: true, mayClaim: false, dataRootFinal });
     boot.phase2Ms = ms(t);
     boot.phase2Outcome = phase2.result?.outcome ?? "none";
     boot.phase2Timeline = phase2.result?.timeline ?? [];
     if (boot.phase2Outcome !== "ready")
       throw new Error(`phase 2 ended ${boot.phase2Outcome}: ${phase2.result?.reason ?? "?"}`);
     boot.readyMs = boot.preparedMs + boot.dockerStartMs + boot.phase2Ms + nodeStartMs;
-    // Debian's cloud-final runs after multi-user.target, which waits for phase 2 (a oneshot it wants).
-    t = now();
-    await osparc.swarm.link(host.instance.instanceId, join(host.dockerd!.root, "net.ns"));
-    const { token, address } = await osparc.swarm.joinTarget();
-    await host.dockerd!.docker(["swarm", "join", "--availability=drain", "--token", token, address]);
-    boot.joinMs = ms(t);
+    if (!joining) throw new Error("phase 2 never reached its join point");
+    boot.joinMs = await joining;
     boot.ec2StartMs = osparc.ec2StartMs;
-    boot.launchToJoinedMs = osparc.ec2StartMs + boot.readyMs + boot.joinMs;
+    boot.launchToJoinedMs =
+      osparc.ec2StartMs + boot.preparedMs + boot.dockerStartMs + nodeStartMs + boot.phase2ToFinalMs! + boot.joinMs;
   } catch (error) {
     boot.error = describeError(error);
   } finally {
@@ -409,6 +438,15 @@ async function latencyBoot(
     await unmountVolumes(host).catch(() => undefined);
   }
   return boot;
+}
+
+/** osparc's user data, its join: the path to the manager made, then `docker swarm join`; returns its ms. */
+async function joinSwarm(host: LabHost, swarm: OsparcSwarm): Promise<number> {
+  const t = now();
+  await swarm.link(host.instance.instanceId, join(host.dockerd!.root, "net.ns"));
+  const { token, address } = await swarm.joinTarget();
+  await host.dockerd!.docker(["swarm", "join", "--availability=drain", "--token", token, address]);
+  return ms(t);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -618,7 +656,10 @@ async function main(): Promise<void> {
 
   const doLatency = options.parts.has("latency") && options.boots > 0;
   const doOverhead = options.parts.has("overhead") && options.overheadRuns > 0;
-  const poolBoots = doLatency && options.paths.includes("pool") ? options.boots : 0;
+  const doNspawn = options.parts.has("nspawn") && options.nspawnBoots > 0;
+  const poolBoots =
+    (doLatency && options.paths.includes("pool") ? options.boots : 0) + (doNspawn ? options.nspawnBoots * 2 : 0);
+  let nspawn: Awaited<ReturnType<typeof nspawnJoinPart>> | undefined;
   let stopSwarm: () => Promise<void> = async () => undefined;
   const lab = await startLab({
     name: "bootlat",
@@ -671,6 +712,26 @@ async function main(): Promise<void> {
       }
     }
 
+    if (doNspawn) {
+      say(
+        `\n== nspawn: ${options.nspawnBoots} machines per variant (before: phase 2 a oneshot; after: Type=notify), ` +
+          `alternating; ms from the machine's start`,
+      );
+      nspawn = await nspawnJoinPart(lab, { boots: options.nspawnBoots, pool: POOL, imageSet: IMAGE_SET, say });
+      const { before, after } = nspawn.summary;
+      const row = (name: string, key: keyof typeof before) =>
+        `  ${name.padEnd(44)} ${sec(before[key]).padStart(7)} ${sec(after[key]).padStart(7)} ` +
+        `${before[key] && after[key] ? (after[key] / before[key]).toFixed(2) : "-"}`;
+      say(`  ${"p50 (s)".padEnd(44)}  before   after after/before`);
+      say(row("launch -> docker started", "dockerStarted"));
+      say(row("launch -> phase 2 started (the join waits)", "readyUnitStarted"));
+      say(row("launch -> joined", "joined"));
+      say(row("launch -> ready published", "readyLabel"));
+      say(row("launch -> phase 2 done", "agentDone"));
+      say(row("docker started -> joined", "joinedAfterDocker"));
+      say(row("docker started -> ready published", "readyLabelAfterDocker"));
+    }
+
     if (doLatency) {
       const swarm = await startOsparcSwarm(join(lab.root, "osparc"));
       stopSwarm = () => swarm.stop();
@@ -693,7 +754,11 @@ async function main(): Promise<void> {
           say(
             b.error
               ? `  boot ${i + 1} (${drawn}) FAILED after prepared ${sec(b.preparedMs)} s: ${b.error}`
-              : `  boot ${i + 1} (${drawn}): ${b.source}, prepared ${sec(b.preparedMs)} s, dockerd ${sec(b.dockerStartMs)} s, phase 2 ${sec(b.phase2Ms)} s, ready ${sec(b.readyMs)} s, join ${sec(b.joinMs)} s; launch → joined ${sec(b.launchToJoinedMs)} s with EC2's start ${sec(b.ec2StartMs)} s (load ${b.loadAvg1})`,
+              : `  boot ${i + 1} (${drawn}): ${b.source}, prepared ${sec(b.preparedMs)} s, ` +
+                  `dockerd ${sec(b.dockerStartMs)} s, ` +
+                  `phase 2 ${sec(b.phase2Ms)} s (join point ${sec(b.phase2ToFinalMs)} s), ready ${sec(b.readyMs)} s, ` +
+                  `join ${sec(b.joinMs)} s; launch → joined ${sec(b.launchToJoinedMs)} s with EC2's start ` +
+                  `${sec(b.ec2StartMs)} s (load ${b.loadAvg1})`,
           );
         }
       }
@@ -746,7 +811,11 @@ async function main(): Promise<void> {
           `${sec(preparedOverTransitions.p50)} / ${sec(preparedOverTransitions.p95)}`,
       );
       say(
-        `  ${path.padEnd(9)}  launch → joined (EC2's start drawn ${EC2_START_RANGES.pendingToRunningMs.join("–")} + ${EC2_START_RANGES.runningToUnitsMs.join("–")} ms, ready, the join ${sec(joinOnly.p50)} s p50): p50 ${sec(launchToJoined.p50)} s, p95 ${sec(launchToJoined.p95)} s, against osparc's 60 s`,
+        `  ${path.padEnd(9)}  launch → joined (EC2's start drawn ` +
+          `${EC2_START_RANGES.pendingToRunningMs.join("–")} + ` +
+          `${EC2_START_RANGES.runningToUnitsMs.join("–")} ms, phase 2 to its join point, the join ` +
+          `${sec(joinOnly.p50)} s p50): p50 ${sec(launchToJoined.p50)} s, p95 ${sec(launchToJoined.p95)} s, ` +
+          `against osparc's 60 s`,
       );
     }
   }
@@ -876,13 +945,15 @@ async function main(): Promise<void> {
     summary,
     latencyBoots,
     overheadRuns,
+    ...(nspawn ? { nspawn } : {}),
   };
   await mkdir(options.outDir, { recursive: true });
   const stamp = started.toISOString().replace(/\..*$/, "").replace(/:/g, "-");
   const file = join(options.outDir, `boot-latency-${stamp}.json`);
   await writeFile(file, JSON.stringify(report, null, 2) + "\n");
   say(`\nwrote ${file}`);
-  if (latencyBoots.some((b) => b.error) || overheadRuns.some((r) => r.error)) process.exitCode = 1;
+  if (latencyBoots.some((b) => b.error) || overheadRuns.some((r) => r.error) || nspawn?.boots.some((b) => b.error))
+    process.exitCode = 1;
 }
 
 try {

@@ -4,6 +4,7 @@
  */
 import { Command } from "commander";
 import { runBoot, type BootOutcome } from "../agent/boot/run.ts";
+import { serviceReadyNotifier } from "../host/systemd-notify.ts";
 import { hostContext, sigtermSignal } from "./common.ts";
 import { CONFIG_OPTION } from "./options.ts";
 
@@ -79,6 +80,8 @@ export function bootCommand(): Command {
         withDocker: opts.docker,
         mayClaim: opts.claim,
         signal,
+        // Under a Type=notify unit (phase 2), its start ends here: the swarm join waits for no more of the boot.
+        dataRootFinal: serviceReadyNotifier(log),
       });
       printOutcome(outcome, opts.json ?? false, (line) => process.stdout.write(line + "\n"));
       process.exitCode = outcome.exitCode;
@@ -92,5 +95,9 @@ export function bootCommand(): Command {
           .startPruneAfterBoot(opts.config, outcome.result?.mountPoint, config.prune.thresholdPercent)
           .catch((error: unknown) => log.warning("prune.start", `could not start the prune: ${String(error)}`));
       }
+      // The run's last line: its unit started earlier (READY=1), so only this tells the run is over.
+      log.info("boot.done", `the boot ended: ${outcome.result?.outcome ?? "planned only"}`, {
+        exitCode: outcome.exitCode,
+      });
     });
 }

@@ -315,8 +315,17 @@ t.test("ebs-cache-agent-release.service: active from boot, releases at stop, aft
 
 t.test("ebs-cache-agent-ready.service: phase 2, after docker, even when docker failed", async (t) => {
   const { unit } = await readUnit("ebs-cache-agent-ready.service");
-  t.equal(last(unit, "Service", "Type"), "oneshot");
+  t.equal(
+    last(unit, "Service", "Type"),
+    "notify",
+    "notify: started (for multi-user.target, so for the swarm join) once docker is final, not at the run's end",
+  );
+  t.equal(last(unit, "Service", "NotifyAccess"), "all", "systemd-notify, a child process, may send READY=1");
   t.equal(last(unit, "Service", "RemainAfterExit"), "yes");
+  t.ok(
+    words(unit, "Unit", "Before").includes("cloud-final.service"),
+    "Before=cloud-final.service: the join never races the switch where cloud-final is not after multi-user.target",
+  );
   for (const after of ["docker.service", "ebs-cache-agent.service"])
     t.ok(words(unit, "Unit", "After").includes(after), `After=${after}`);
   t.ok(words(unit, "Unit", "Wants").includes("docker.service"), "Wants=docker.service");

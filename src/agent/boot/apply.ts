@@ -17,6 +17,7 @@ import { DeviceTimeoutError } from "../../host/device.ts";
 import { GROW_MARGIN_BYTES } from "../../host/filesystem.ts";
 import type { VolumeInfo } from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
+import type { PrewarmOutcome } from "../prewarm/plan.ts";
 import { volumeDetails } from "../report.ts";
 import { imagesOf, withLatest } from "../volume-rules.ts";
 import { claimNext, createAndClaim } from "./claim.ts";
@@ -81,6 +82,8 @@ export async function applyBootPlan(
     const refused = await checkHost(deps, limits, timeline);
     if (refused) return { ...refused, timeline, source: bootSourceOf(plan.selection, refused.outcome, undefined) };
   }
+  // Docker verified on the volume: the node may join the swarm from here on, so nothing moves docker any more.
+  let dataRootFinal = false;
   for (let index = 0; index < plan.steps.length; index++) {
     const step = plan.steps[index]!;
     const started = Date.now();
@@ -96,8 +99,16 @@ export async function applyBootPlan(
       });
       timeline.push({ step: step.step, ms: Date.now() - started });
       if (done) return { ...done, timeline, source: bootSourceOf(plan.selection, done.outcome, progress.created) };
+      if (step.step === "verify-docker") {
+        dataRootFinal = true;
+        await options.dataRootFinal?.();
+      }
     } catch (caught) {
       timeline.push({ step: step.step, ms: Date.now() - started });
+      if (dataRootFinal) {
+        const finished = await failedAfterDataRootFinal(deps, progress, caught);
+        return { ...finished, timeline, source: bootSourceOf(plan.selection, finished.outcome, progress.created) };
+      }
       const error =
         options.signal?.aborted && !(caught instanceof CancelledError)
           ? new CancelledError(step.step, options.signal, caught)
@@ -654,32 +665,65 @@ function beginPrewarm({ progress, deps, limits }: StepContext): PrewarmAtBoot | 
   });
 }
 
-/** The pre-warm's outcome (begun with start-docker, or now); its long part starts only here, docker verified. */
+/**
+ * The pre-warm's outcome (begun with start-docker, or now); its long part starts only here, docker verified. A
+ * sample (`check`) still running is not waited for: `report-ready` publishes `ready` and then its verdict.
+ */
 async function prewarm(_step: StepOf<"prewarm">, ctx: StepContext): Promise<undefined> {
   const { progress, deps } = ctx;
   if (!deps.prewarm) return undefined;
-  const volume = volumeOf(progress);
   try {
     progress.prewarmRun ??= beginPrewarm(ctx);
-    progress.prewarm = await progress.prewarmRun?.outcome();
+    const run = progress.prewarmRun;
+    if (!run) return undefined;
+    const outcome = run.outcome();
+    if ((await run.decided()).action === "check" && !(await settledNow(outcome))) {
+      // Handled by report-ready; a rejection meanwhile must not go unhandled.
+      outcome.catch(() => undefined);
+      progress.verdictPending = outcome;
+      return undefined;
+    }
+    progress.prewarm = await outcome;
   } catch (error) {
-    // The pre-warm never keeps a node from being reported: its verdict is then unknown.
-    deps.log.error("boot.prewarm", `pre-warm failed: ${describeError(error)}`, {
-      volume: volume.volumeId,
-      remediation: remediationOf(error),
-    });
+    prewarmFailed(deps, progress, error);
   }
   return undefined;
 }
 
+/** The pre-warm never keeps a node from being reported: its verdict is then unknown. */
+function prewarmFailed(deps: BootDeps, progress: Progress, error: unknown): void {
+  deps.log.error("boot.prewarm", `pre-warm failed: ${describeError(error)}`, {
+    volume: progress.volume?.volumeId,
+    remediation: remediationOf(error),
+  });
+}
+
+/** Whether the promise has settled by now: what is done already has settled once the pending microtasks ran. */
+async function settledNow(promise: Promise<unknown>): Promise<boolean> {
+  let settled = false;
+  const mark = () => {
+    settled = true;
+  };
+  promise.then(mark, mark);
+  await new Promise((resolve) => setImmediate(resolve));
+  return settled;
+}
+
+/**
+ * The readiness labels. With the sample still running, `ready` goes out at once with `prewarm=checking`, and the
+ * labels again with its verdict once it ends (bounded by prewarm.check.seconds): the sample never delays `ready`.
+ */
 async function reportReady(
   _step: StepOf<"report-ready">,
   { progress, deps }: StepContext,
 ): Promise<Finished | undefined> {
   const volume = volumeOf(progress);
+  const pending = progress.verdictPending;
   const state = progress.prewarm?.labelState ?? "ready";
   // A pre-warm that failed outright (it normally never throws) leaves the verdict unknown.
-  const prewarmLabels = progress.prewarm?.labels ?? (deps.prewarm ? { [Label.prewarm]: "unknown" } : {});
+  const prewarmLabels = pending
+    ? { [Label.prewarm]: CHECKING }
+    : (progress.prewarm?.labels ?? (deps.prewarm ? { [Label.prewarm]: "unknown" } : {}));
   // Published already when the background run took over: it alone publishes from then on.
   if (!progress.prewarm?.published) {
     try {
@@ -692,9 +736,52 @@ async function reportReady(
   if (state === "warming") {
     deps.log.notice("boot.ready", "node usable on the cache volume; the volume is warming in the background", fields);
   } else {
-    deps.log.notice("boot.ready", "node ready on the cache volume", fields);
+    deps.log.notice(
+      "boot.ready",
+      "node ready on the cache volume",
+      pending ? { ...fields, prewarm: CHECKING } : fields,
+    );
   }
+  return pending ? reportVerdict(pending, volume, progress, deps) : undefined;
+}
+
+/** `prewarm` while the sample runs, `ready` published already: its verdict follows. */
+const CHECKING = "checking";
+
+/** The sample's verdict, once it ends, on the node reported `ready` already. */
+async function reportVerdict(
+  pending: Promise<PrewarmOutcome>,
+  volume: VolumeInfo,
+  progress: Progress,
+  deps: BootDeps,
+): Promise<Finished | undefined> {
+  progress.verdictPending = undefined;
+  try {
+    progress.prewarm = await pending;
+  } catch (error) {
+    prewarmFailed(deps, progress, error);
+  }
+  const labels = progress.prewarm?.labels ?? { [Label.prewarm]: "unknown" };
+  try {
+    await deps.report("ready", { ...volumeDetails(volume), ...labels });
+  } catch (error) {
+    return labelsDidNotTake(deps, progress, error);
+  }
+  deps.log.notice("boot.verdict", "the pre-warm verdict published", {
+    volume: volume.volumeId,
+    prewarm: progress.prewarm?.verdict ?? "unknown",
+  });
   return undefined;
+}
+
+/**
+ * A step after docker was verified on the volume failed (the pre-warm and the labels do not throw: a bug). The
+ * node may have joined the swarm since: docker is left as it runs, on the cache volume, with nothing undone; the
+ * outcome is `degraded` with the reason, as when the labels did not take.
+ */
+async function failedAfterDataRootFinal(deps: BootDeps, progress: Progress, error: unknown): Promise<Finished> {
+  await progress.prewarmRun?.idle();
+  return reportedDegraded(deps, progress, `failed after docker was verified: ${describeError(error)}`, error);
 }
 
 /**
@@ -703,8 +790,12 @@ async function reportReady(
  * rolling back would not make labels take); the outcome is `degraded` with the reason, and one
  * best-effort `degraded` publication follows.
  */
-async function labelsDidNotTake(deps: BootDeps, progress: Progress, error: unknown): Promise<Finished> {
-  const reason = `readiness labels did not take: ${describeError(error)}`;
+function labelsDidNotTake(deps: BootDeps, progress: Progress, error: unknown): Promise<Finished> {
+  return reportedDegraded(deps, progress, `readiness labels did not take: ${describeError(error)}`, error);
+}
+
+/** The node is not reported ready, docker stays on the cache volume: `degraded` with the reason. */
+async function reportedDegraded(deps: BootDeps, progress: Progress, reason: string, error: unknown): Promise<Finished> {
   deps.log.error("boot.labels", `${reason}; the node is not reported ready (docker stays on the cache volume)`, {
     volume: progress.volume?.volumeId,
     remediation: remediationOf(error),

@@ -92,6 +92,12 @@ export interface ApplyOptions {
   deadline?: number;
   /** How long creating a volume from the snapshot and attaching it takes (config timeouts.createSeconds). */
   createMs?: number;
+  /**
+   * Called once docker runs, verified, on the data-root it keeps for this boot, before the pre-warm's verdict and
+   * the labels: what must come before the swarm join is done (systemd's READY=1 for the unit; see
+   * systemd/ebs-cache-agent-ready.service). From then on nothing in this boot moves docker.
+   */
+  dataRootFinal?: () => Promise<void>;
 }
 
 /** A boot that ended before the last step (disabled, degraded), without its timeline and source yet. */
@@ -117,6 +123,11 @@ export interface Progress {
   /** The pre-warm begun while docker starts; its outcome is awaited by the `prewarm` step. */
   prewarmRun?: PrewarmAtBoot;
   prewarm?: PrewarmOutcome;
+  /**
+   * The sample still running when the `prewarm` step came: `ready` is published without waiting for it
+   * (`prewarm=checking`), its verdict once it ends.
+   */
+  verdictPending?: Promise<PrewarmOutcome>;
   /** Set when this boot created the volume in hand (the plan's creation, or the claim's fallback). */
   created?: CreatedFrom;
 }

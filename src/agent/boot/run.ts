@@ -57,7 +57,14 @@ export function exitCodeOf(result: BootResult): number {
 /** Runs the boot (or, with dryRun, only plans it). Throws ConfigError on bad tags: nothing changed. */
 export async function runBoot(
   deps: BootCommandDeps,
-  options: { dryRun: boolean; withDocker?: boolean; mayClaim?: boolean; signal?: AbortSignal },
+  options: {
+    dryRun: boolean;
+    withDocker?: boolean;
+    mayClaim?: boolean;
+    signal?: AbortSignal;
+    /** Docker is on its final data-root: as soon as it is verified there, else when the boot ends (ApplyOptions). */
+    dataRootFinal?: () => Promise<void>;
+  },
 ): Promise<BootOutcome> {
   const { log, config } = deps;
   const started = Date.now();
@@ -179,7 +186,10 @@ export async function runBoot(
     createMs: config.timeouts.createSeconds * 1000,
     ...(signal ? { signal } : {}),
     ...(budget ? { deadline: budget.deadline } : {}),
+    ...(options.dataRootFinal ? { dataRootFinal: options.dataRootFinal } : {}),
   }).finally(() => budget?.clear());
+  // A boot that ended otherwise (degraded, disabled, prepared) has docker where it stays too.
+  await options.dataRootFinal?.();
   if (result.outcome === "prepared" && deps.bootId)
     await recordPrepared(stateDir, deps.bootId, identity.instanceId, result, log);
   // A problem that will not clear by itself (permissions) fails the unit, after the node came up degraded.

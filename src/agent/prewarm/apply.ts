@@ -87,6 +87,8 @@ export interface PrewarmAtBoot {
   outcome(): Promise<PrewarmOutcome>;
   /** Resolves (never rejects) once nothing begun so far reads the device; starts nothing. */
   idle(): Promise<void>;
+  /** What the pre-warm does with this volume, as soon as it is decided (before any read); rejects as outcome() does. */
+  decided(): Promise<PrewarmDecision>;
 }
 
 /**
@@ -95,7 +97,8 @@ export interface PrewarmAtBoot {
  * sample reads the device, not docker.
  */
 export function beginPrewarmAtBoot(target: PrewarmTarget, settings: PrewarmSettings, deps: PrewarmDeps): PrewarmAtBoot {
-  const begun = decideAtBoot(target, settings, deps).then(async (run) => ({
+  const decided = decideAtBoot(target, settings, deps);
+  const begun = decided.then(async (run) => ({
     run,
     early: DEVICE_ONLY.has(run.decision.action) ? await handleAtBoot(run) : undefined,
   }));
@@ -110,6 +113,7 @@ export function beginPrewarmAtBoot(target: PrewarmTarget, settings: PrewarmSetti
       return early ?? handleAtBoot(run);
     },
     idle: () => idle,
+    decided: async () => (await decided).decision,
   };
 }
 

@@ -146,6 +146,8 @@ export async function bootLabHost(
     fio?: string;
     withDocker?: boolean;
     mayClaim?: boolean;
+    /** Stands for systemd's READY=1 of phase 2's unit (what cloud-final waits for): docker final. */
+    dataRootFinal?: () => Promise<void>;
   },
 ): Promise<BootOutcome> {
   // withDocker false / mayClaim false: `boot --no-docker` (phase 1) / `boot --no-claim` (phase 2).
@@ -153,6 +155,7 @@ export async function bootLabHost(
     dryRun: options.dryRun ?? false,
     ...(options.withDocker !== undefined ? { withDocker: options.withDocker } : {}),
     ...(options.mayClaim !== undefined ? { mayClaim: options.mayClaim } : {}),
+    ...(options.dataRootFinal ? { dataRootFinal: options.dataRootFinal } : {}),
   });
 }
 

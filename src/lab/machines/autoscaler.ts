@@ -11,9 +11,9 @@
  * - `RunInstances` with tags: a lab host registered with the tags osparc writes (the labels tag
  *   chunked as `dump_as_ec2_tags` cuts it, tags in instance metadata off, as osparc launches);
  * - the instance's systemd: `boot()` runs ebs-cache-agent.service (phase 1), docker.service,
- *   ebs-cache-agent-ready.service (phase 2), then cloud-final's user data, which Debian orders
- *   After=multi-user.target: boot scripts, `docker swarm join --availability=drain` to the
- *   manager, login, the cold-start pre-pull;
+ *   ebs-cache-agent-ready.service (phase 2), and cloud-final's user data, which Debian orders
+ *   After=multi-user.target, from phase 2's READY=1 (docker final) on: boot scripts,
+ *   `docker swarm join --availability=drain` to the manager, login, the cold-start pre-pull;
  * - SSM's `docker compose pull` on a buffer: `docker pull`-free image copies in the lab (the
  *   caller's `pull`), since the lab has no registry for osparc's images;
  * - the OS shutting down on StopInstances / TerminateInstances of a running instance: the
@@ -354,9 +354,17 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
       bootOptions.log,
     );
     await node.host.startDocker();
-    const phase2 = await timed((log) => bootLabHost(lab, node.host, { overrides, log, mayClaim: false }));
-    // multi-user.target reached (phase 2 is a oneshot it wants); Debian's cloud-final runs now.
-    const joinedMs = await runUserData(node, started);
+    // Debian's cloud-final runs once multi-user.target is reached: once phase 2's unit has started
+    // (Type=notify, READY=1 when docker is final), beside the rest of phase 2 (the verdict, the labels).
+    let userData: Promise<number | undefined> | undefined;
+    const dataRootFinal = async () => {
+      userData ??= runUserData(node, started);
+      userData.catch(() => undefined);
+    };
+    const phase2 = await timed((log) =>
+      bootLabHost(lab, node.host, { overrides, log, mayClaim: false, dataRootFinal }),
+    );
+    const joinedMs = await (userData ?? runUserData(node, started));
     return { ...phase2, phase1, ms: performance.now() - started, ...(joinedMs !== undefined ? { joinedMs } : {}) };
   };
   const joined = async (node: OsparcNode) => {

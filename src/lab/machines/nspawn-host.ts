@@ -12,7 +12,7 @@ import { labConfigJson, type ConfigOverrides } from "./agent.ts";
 import type { Lab, LabHost } from "../lab.ts";
 import { jobDone, machineDaemonJson } from "./nspawn-docker.ts";
 import { journalText, type JournalEntry } from "./nspawn-journal.ts";
-import { bootMachine, loopDeviceNumbers, prepareMachine, type Machine } from "./nspawn.ts";
+import { bootMachine, loopDeviceNumbers, prepareMachine, type Machine, type MachineSetup } from "./nspawn.ts";
 
 /** Where the lab host's folders appear inside the machine. */
 /** Where a machine sees the lab host's by-id and sysfs folders (bound in read-only). */
@@ -42,12 +42,16 @@ export interface EngineHostOptions {
   name: string;
   /** config.json keys on top of the lab's (pool, imageSet, …). */
   overrides: ConfigOverrides;
+  /** More of the machine: files, units it wants, drop-ins. */
+  machine?: Pick<MachineSetup, "files" | "wants" | "dropIns">;
 }
 
 /** A booted engine host. */
 export interface EngineHost {
   host: LabHost;
   machine: Machine;
+  /** When its systemd was started (epoch ms): the stand-in for EC2's LaunchTime. */
+  launchedAt: number;
 }
 
 /**
@@ -73,8 +77,10 @@ export async function startEngineHost(
     config,
     daemonJson: machineDaemonJson(options.store),
     blockDevices: await loopDeviceNumbers(),
+    ...options.machine,
   });
   let machine: Machine;
+  const launchedAt = Date.now();
   try {
     machine = await bootMachine(prepared, [
       { from: host.paths.byIdDir, to: IN_MACHINE.byId, readOnly: true },
@@ -85,13 +91,19 @@ export async function startEngineHost(
     throw error;
   }
   onBooted(machine);
-  return { host, machine };
+  return { host, machine, launchedAt };
 }
 
-/** Waits until the agent's second phase (ebs-cache-agent-ready.service) has finished; returns the journal. */
+/**
+ * Waits until the agent's second phase (ebs-cache-agent-ready.service) has finished: its start job
+ * (READY=1, once docker is final) and its run (`boot.done`, after the labels); returns the journal.
+ */
 export async function waitForReadyUnit(m: Machine, timeoutMs: number): Promise<JournalEntry[]> {
   const journal = await m.waitForJournal(
-    (entries) => (jobDone(entries, READY_UNIT, "start") ? entries : undefined),
+    (entries) => {
+      const done = jobDone(entries, READY_UNIT, "start");
+      return done && (done.jobResult !== "done" || readyRunEnded(entries)) ? entries : undefined;
+    },
     timeoutMs,
     `the end of ${READY_UNIT}`,
   );
@@ -105,6 +117,13 @@ export async function waitForReadyUnit(m: Machine, timeoutMs: number): Promise<J
     );
   }
   return journal;
+}
+
+/** Whether phase 2's run has ended: its last line, `boot.done` (the unit was started before, at READY=1). */
+export function readyRunEnded(entries: JournalEntry[]): boolean {
+  return entries.some(
+    (e) => e.identifier === "ebs-cache-agent" && e.systemdUnit === READY_UNIT && e.message.startsWith("boot.done:"),
+  );
 }
 
 /** `ebs-cache-agent status --json` inside the machine (src/status/document.ts's document). */

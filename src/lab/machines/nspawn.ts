@@ -75,6 +75,10 @@ export interface MachineSetup {
    * /etc/systemd/system/<unit>.d/50-test.conf), e.g. to make a unit fail on purpose.
    */
   dropIns?: Record<string, string>;
+  /** More files of the machine (path inside it -> text), e.g. a unit of the test's own. */
+  files?: Record<string, { text: string; mode?: number }>;
+  /** Units enabled as multi-user.target wants them (their files given in `files`). */
+  wants?: string[];
 }
 
 /** The output of install.sh into the machine. */
@@ -211,6 +215,14 @@ async function fillMachine(setup: MachineSetup, dir: string, name: string): Prom
   await writeFile(join(dir, "etc/systemd/system", unit), deviceNodesUnit());
   await mkdir(join(dir, "etc/systemd/system/sysinit.target.wants"), { recursive: true });
   await symlink(`/etc/systemd/system/${unit}`, join(dir, "etc/systemd/system/sysinit.target.wants", unit));
+  for (const [path, file] of Object.entries(setup.files ?? {})) {
+    await mkdir(join(dir, dirname(path)), { recursive: true });
+    await writeFile(join(dir, path), file.text, { mode: file.mode ?? 0o644 });
+  }
+  for (const wanted of setup.wants ?? []) {
+    await mkdir(join(dir, "etc/systemd/system/multi-user.target.wants"), { recursive: true });
+    await symlink(`/etc/systemd/system/${wanted}`, join(dir, "etc/systemd/system/multi-user.target.wants", wanted));
+  }
   for (const [target, text] of Object.entries(setup.dropIns ?? {})) {
     await mkdir(join(dir, "etc/systemd/system", `${target}.d`), { recursive: true });
     await writeFile(join(dir, "etc/systemd/system", `${target}.d`, "50-test.conf"), text);

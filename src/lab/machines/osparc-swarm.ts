@@ -28,6 +28,11 @@ export interface OsparcSwarm {
    * manager; run before that dockerd starts (a joined worker needs it at its start).
    */
   link(key: string, netnsFile: string): Promise<void>;
+  /**
+   * The same path from the lab machine's own network namespace (an nspawn machine shares it), through
+   * the interface `device` (not `eth0`: the machine has its own); returns its removal.
+   */
+  linkHere(device: string): Promise<() => Promise<void>>;
   stop(): Promise<void>;
 }
 
@@ -59,35 +64,47 @@ export async function startOsparcSwarm(root: string): Promise<OsparcSwarm> {
       return { token, address: `${MANAGER_ADDRESS}:2377` };
     },
     async link(key, netnsFile) {
-      const managerPid = manager.pid;
-      if (managerPid === undefined) throw new AgentError("the swarm manager is not running", "start the swarm again");
       const present = await inNs(netnsFile, ["ip", "-o", "addr", "show", "dev", "eth0"]).catch(() => undefined);
       if (present?.stdout.includes("10.213.")) return;
-      const n = indexes.get(key) ?? indexes.size + 1;
-      if (n > MAX_LINKS) throw new AgentError(`more than ${MAX_LINKS} hosts on one lab swarm`, "use fewer hosts");
-      indexes.set(key, n);
-      const peer = `osw${n}`;
-      // A leftover end (its host's namespace was replaced) goes first.
-      await inNs(managerNs, ["ip", "link", "del", peer]).catch(() => undefined);
-      await inNs(netnsFile, [
-        "ip",
-        "link",
-        "add",
-        "eth0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        peer,
-        "netns",
-        String(managerPid),
-      ]);
-      await inNs(managerNs, ["ip", "addr", "add", `10.213.${n}.1/24`, "dev", peer]);
-      await inNs(managerNs, ["ip", "link", "set", peer, "up"]);
-      await inNs(netnsFile, ["ip", "addr", "add", `10.213.${n}.2/24`, "dev", "eth0"]);
-      await inNs(netnsFile, ["ip", "link", "set", "eth0", "up"]);
-      await inNs(netnsFile, ["ip", "route", "add", "10.213.0.0/16", "via", `10.213.${n}.1`]);
+      await linkNamespace(key, netnsFile, "eth0");
+    },
+    async linkHere(device) {
+      const peer = await linkNamespace(`here:${device}`, "/proc/self/ns/net", device);
+      return async () => {
+        await inNs(managerNs, ["ip", "link", "del", peer]).catch(() => undefined);
+      };
     },
     stop: () => manager.stop(),
   };
+
+  /** A veth pair: `device` in the namespace `netnsFile`, its peer `osw<n>` in the manager's; returns the peer. */
+  async function linkNamespace(key: string, netnsFile: string, device: string): Promise<string> {
+    const managerPid = manager.pid;
+    if (managerPid === undefined) throw new AgentError("the swarm manager is not running", "start the swarm again");
+    const n = indexes.get(key) ?? indexes.size + 1;
+    if (n > MAX_LINKS) throw new AgentError(`more than ${MAX_LINKS} hosts on one lab swarm`, "use fewer hosts");
+    indexes.set(key, n);
+    const peer = `osw${n}`;
+    // A leftover end (its host's namespace was replaced) goes first.
+    await inNs(managerNs, ["ip", "link", "del", peer]).catch(() => undefined);
+    await inNs(netnsFile, [
+      "ip",
+      "link",
+      "add",
+      device,
+      "type",
+      "veth",
+      "peer",
+      "name",
+      peer,
+      "netns",
+      String(managerPid),
+    ]);
+    await inNs(managerNs, ["ip", "addr", "add", `10.213.${n}.1/24`, "dev", peer]);
+    await inNs(managerNs, ["ip", "link", "set", peer, "up"]);
+    await inNs(netnsFile, ["ip", "addr", "add", `10.213.${n}.2/24`, "dev", device]);
+    await inNs(netnsFile, ["ip", "link", "set", device, "up"]);
+    await inNs(netnsFile, ["ip", "route", "add", "10.213.0.0/16", "via", `10.213.${n}.1`]);
+    return peer;
+  }
 }

@@ -55,6 +55,14 @@ import {
   createContainerdConfig,
 } from "../../../src/docker/containerd-store.ts";
 import { createDockerEngine } from "../../../src/docker/engine.ts";
+import {
+  CLOUD_FINAL_UNIT,
+  JOINED_LINE,
+  joinTimeline,
+  joinUnitFiles,
+  sampleAfterJoinFiles,
+} from "../../../src/lab/machines/nspawn-join.ts";
+import { startOsparcSwarm } from "../../../src/lab/machines/osparc-swarm.ts";
 import { run, type RunOptions } from "../../../src/exec.ts";
 import { DOCKER_CLI } from "../../../src/lab/docker/dockerd.ts";
 import { buildImage } from "../../../src/lab/docker/images.ts";
@@ -68,7 +76,7 @@ import {
 } from "../../../src/lab/volumes/golden.ts";
 import type { ImageStore } from "../../../src/docker/engine.ts";
 import { startLab, type Lab } from "../../../src/lab/lab.ts";
-import { IN_MACHINE, MACHINE_AGENT_PATHS } from "../../../src/lab/machines/nspawn-host.ts";
+import { IN_MACHINE, MACHINE_AGENT_PATHS, readyRunEnded } from "../../../src/lab/machines/nspawn-host.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import { pollUntil } from "../../fixtures/lab-prereq.ts";
@@ -89,6 +97,7 @@ import {
   type EngineRootfs,
   type JournalEntry,
   type Machine,
+  type MachineSetup,
 } from "../../fixtures/nspawn.ts";
 
 const POOL = "nspawn";
@@ -111,6 +120,11 @@ const READY = "ebs-cache-agent-ready.service";
 const RELEASE = "ebs-cache-agent-release.service";
 const GC = "ebs-cache-agent-gc.service";
 const DOCKER = "docker.service";
+
+/** How many runs of phase 2 have ended (their `boot.done` line). */
+const doneLines = (entries: JournalEntry[]) =>
+  entries.filter((e) => e.identifier === "ebs-cache-agent" && e.systemdUnit === READY && /^boot\.done:/.test(e.message))
+    .length;
 
 /** The first journal entry matching, or undefined. */
 function first(entries: JournalEntry[], match: (e: JournalEntry) => boolean): JournalEntry | undefined {
@@ -216,6 +230,7 @@ async function startMachine(
   time: Timer,
   dropIns?: Record<string, string>,
   store: ImageStore = "graphdriver",
+  more: Pick<MachineSetup, "files" | "wants"> = {},
 ): Promise<{ m: Machine; instanceId: string; installLog: string; bootStarted: number }> {
   const host = await s.lab.addHost({ tags: { Name: name } });
   // The machine's config: the lab's endpoints, the machine's own paths (its /etc/docker,
@@ -243,6 +258,7 @@ async function startMachine(
       },
       blockDevices,
       ...(dropIns ? { dropIns } : {}),
+      ...more,
     }),
   );
   // Destroys whatever is left of the machine (or its copy, should the boot fail).
@@ -305,7 +321,7 @@ async function bootAndRelease(
   let journal: JournalEntry[] = [];
   try {
     journal = await m.waitForJournal(
-      (entries) => (first(entries, jobDone(READY, "start")) ? entries : undefined),
+      (entries) => (first(entries, jobDone(READY, "start")) && readyRunEnded(entries) ? entries : undefined),
       300_000,
       `the end of ${READY}`,
     );
@@ -551,7 +567,7 @@ t.test(
     let journal: JournalEntry[] = [];
     try {
       journal = await m.waitForJournal(
-        (entries) => (first(entries, jobDone(READY, "start")) ? entries : undefined),
+        (entries) => (first(entries, jobDone(READY, "start")) && readyRunEnded(entries) ? entries : undefined),
         300_000,
         `the end of ${READY}`,
       );
@@ -795,8 +811,15 @@ async function rerunBoot(t: Test, m: Machine, s: Setup, volumeId: string, instan
   const claimedAt = tagsOf(before)[VolumeTag.claimedAt];
   const phase1 = await m.exec(["systemctl", "restart", AGENT], 180_000);
   t.equal(phase1.exitCode, 0, `${AGENT} ran again${phase1.exitCode === 0 ? "" : `: ${phase1.stderr}`}`);
+  const runsBefore = doneLines(await m.journal());
   const phase2 = await m.exec(["systemctl", "restart", READY], 180_000);
   t.equal(phase2.exitCode, 0, `${READY} ran again${phase2.exitCode === 0 ? "" : `: ${phase2.stderr}`}`);
+  // The restart returns at READY=1 (docker final): the run itself ends after its labels.
+  await m.waitForJournal(
+    (entries) => (doneLines(entries) > runsBefore ? true : undefined),
+    180_000,
+    `the end of ${READY}'s second run`,
+  );
   const after = await s.describe(volumeId);
   t.equal(tagsOf(after)[VolumeTag.claimedAt], claimedAt, "the same claim: no new attach, no new claimed-at");
   t.same(
@@ -851,7 +874,10 @@ async function rebootMachine(
   const bootId = await m.bootId();
   t.not(bootId, firstBoot, `the machine rebooted: a new boot id (${firstBoot} -> ${bootId})`);
   const journal = await m.waitForJournal(
-    (entries) => (entries.some((e) => e.bootId === bootId && jobDone(READY, "start")(e)) ? entries : undefined),
+    (entries) => {
+      const ofBoot = entries.filter((e) => e.bootId === bootId);
+      return ofBoot.some(jobDone(READY, "start")) && readyRunEnded(ofBoot) ? entries : undefined;
+    },
     300_000,
     `the end of ${READY} after the reboot`,
   );
@@ -1054,3 +1080,85 @@ t.test(
     t.comment(timingsText(timings));
   },
 );
+
+t.test(
+  `${ENGINES["20.10"].name}: osparc's join (cloud-final, after multi-user.target as on Debian) waits for docker on ` +
+    `the volume, not for the pre-warm sample or the labels`,
+  async (t) => {
+    const timings: Record<string, number> = {};
+    const time = timer(timings);
+    const s = await setup("20.10", 1, time, (line) => t.comment(line));
+    const swarmRoot = await mkdtemp(join(CACHE_BASE, "swarm-"));
+    t.teardown(() => rm(swarmRoot, { recursive: true, force: true }));
+    const swarm = await time("swarm", () => startOsparcSwarm(swarmRoot));
+    t.teardown(() => swarm.stop());
+    // The machine shares this namespace: docker there makes docker_gwbridge here when it joins.
+    const gwbridgeBefore = (await run("ip", ["link", "show", "docker_gwbridge"], { check: false })).exitCode === 0;
+    t.teardown(async () => {
+      if (!gwbridgeBefore) await run("ip", ["link", "del", "docker_gwbridge"], { check: false });
+    });
+    t.teardown(await swarm.linkHere("ebsjoin0"));
+    const userData = joinUnitFiles(await swarm.joinTarget());
+    const { m, bootStarted } = await startMachine(t, s, "nspawn-machine-join", time, undefined, "graphdriver", {
+      files: { ...userData.files, ...sampleAfterJoinFiles() },
+      wants: userData.wants,
+    });
+    let journal: JournalEntry[] = [];
+    try {
+      journal = await m.waitForJournal(
+        (entries) =>
+          readyRunEnded(entries) && first(entries, jobDone(CLOUD_FINAL_UNIT, "start")) ? entries : undefined,
+        300_000,
+        `the end of ${READY} and of ${CLOUD_FINAL_UNIT}`,
+      );
+      const seqOf = (match: (e: JournalEntry) => boolean) => first(journal, match)?.seq ?? Number.NaN;
+      const agentLine = (unit: string, event: string) => (e: JournalEntry) =>
+        e.identifier === "ebs-cache-agent" && e.systemdUnit === unit && e.message.startsWith(`${event}:`);
+      const joinDone = first(journal, jobDone(CLOUD_FINAL_UNIT, "start"));
+      t.equal(joinDone?.jobResult, "done", `osparc's join (${CLOUD_FINAL_UNIT}) succeeded`);
+      t.ok(
+        journal.some((e) => e.systemdUnit === CLOUD_FINAL_UNIT && JOINED_LINE.test(e.message)),
+        "docker says the node joined the swarm",
+      );
+      const joinStarting = seqOf(starting(CLOUD_FINAL_UNIT));
+      // After: phase 1's switch, docker's start on it, phase 2's verification (READY=1).
+      t.ok(seqOf(agentLine(AGENT, "boot.data-root")) < joinStarting, "the join began after phase 1's switch");
+      t.ok(seqOf(jobDone(DOCKER, "start")) < joinStarting, `after ${DOCKER} started`);
+      t.equal(first(journal, jobDone(READY, "start"))?.jobResult, "done", `${READY} started (READY=1)`);
+      t.ok(seqOf(jobDone(READY, "start")) < joinStarting, `after ${READY} had started: docker final`);
+      t.ok(seqOf(agentLine(READY, "boot.verified")) < joinStarting, "after docker was verified on the volume");
+      // Before: the sample's end (it waits for the join here, so the order does not depend on speed) and the
+      // run's end, labels included.
+      const joinEnd = joinDone?.seq ?? Number.NaN;
+      t.ok(joinEnd < seqOf(agentLine(READY, "prewarm.verdict")), "the join did not wait for the pre-warm sample");
+      t.ok(joinEnd < seqOf(agentLine(READY, "boot.done")), "nor for the end of phase 2");
+      const readyLine = first(journal, agentLine(READY, "boot.ready"));
+      t.match(readyLine?.message, /prewarm=checking/, "ready was published while the sample ran (prewarm=checking)");
+      t.ok((readyLine?.seq ?? Number.NaN) < seqOf(agentLine(READY, "prewarm.verdict")), "before its verdict");
+      const engine = createDockerEngine({ host: `unix:///proc/${m.pid1}/root/run/docker.sock` });
+      const info = await engine.info();
+      t.equal(info.swarm.state, "active", "the machine's docker is in the swarm");
+      t.match(info.dockerRootDir, /^\/var\/lib\/ebs-cache\/vol-[0-9a-f]+\/docker$/, "on the volume's data-root");
+      t.ok(info.labels.includes(`${LABEL_PREFIX}.state=ready`), "state=ready");
+      t.notOk(
+        info.labels.some((label) => label.endsWith(".prewarm=checking")),
+        `the verdict replaced checking (${info.labels.filter((l) => l.includes("prewarm")).join(" ")})`,
+      );
+      const timeline = joinTimeline(journal, bootStarted, READY);
+      t.comment(`launch -> joined (ms from the machine's start): ${JSON.stringify(timeline)}; ${timingsText(timings)}`);
+    } finally {
+      if (!t.passing()) t.comment(await joinJournal(m, journal));
+    }
+  },
+);
+
+/** The lines of the agent, docker and the join, for a failure's output. */
+async function joinJournal(m: Machine, journal: JournalEntry[]): Promise<string> {
+  const entries = await m.journal().catch(() => journal);
+  return `the machine's journal:\n${journalText(
+    entries,
+    (e) =>
+      e.identifier === "ebs-cache-agent" ||
+      [AGENT, READY, DOCKER, CLOUD_FINAL_UNIT].includes(e.unit ?? e.systemdUnit ?? ""),
+  )}`;
+}

@@ -1,0 +1,105 @@
+/**
+ * What holds the swarm join and what does not (runBoot against the port fakes): `dataRootFinal` (systemd's
+ * READY=1 for phase 2, which cloud-final and so osparc's `docker swarm join` wait for) comes once docker runs,
+ * verified, on the volume, and before the labels; a pre-warm sample still running never delays `ready`
+ * (published with `prewarm=checking`, the verdict after it); a boot that ends otherwise still gets there.
+ */
+import t from "tap";
+import type { PrewarmAtBoot } from "../../../src/agent/prewarm/apply.ts";
+import { readyOutcome, type PrewarmOutcome } from "../../../src/agent/prewarm/plan.ts";
+import { runBoot, type BootCommandDeps } from "../../../src/agent/boot/run.ts";
+import { Label, VolumeTag } from "../../../src/tags.ts";
+import { fakeNode, type FakeNode } from "../../fixtures/fakes/index.ts";
+
+const IMAGES = "lab/app:1";
+const CHECK = { action: "check", reason: "prewarm.strategy is check" } as const;
+
+/** A node with one pool volume whose images docker lists. */
+async function poolNode(t: Parameters<typeof fakeNode>[0]): Promise<FakeNode> {
+  const node = await fakeNode(t);
+  const volume = await node.fake.volume({
+    tags: {
+      [VolumeTag.managed]: "true",
+      [VolumeTag.kind]: "pool",
+      [VolumeTag.pool]: "default",
+      [VolumeTag.images]: IMAGES,
+    },
+  });
+  node.docker.state.images.set(`${node.config.paths.mountRoot}/${volume.volumeId}/docker`, [IMAGES]);
+  return node;
+}
+
+/** A sample that ends only when the test says so. */
+function gatedSample(): { run: PrewarmAtBoot; finish(outcome: PrewarmOutcome): void } {
+  let finish!: (outcome: PrewarmOutcome) => void;
+  const outcome = new Promise<PrewarmOutcome>((resolve) => (finish = resolve));
+  return {
+    run: { outcome: () => outcome, idle: async () => undefined, decided: async () => CHECK },
+    finish: (o) => finish(o),
+  };
+}
+
+/** The boot command of `node` with this pre-warm, recording the join point among the calls. */
+function withPrewarm(node: FakeNode, run: PrewarmAtBoot): BootCommandDeps {
+  const command = node.bootCommand();
+  return { ...command, bootDeps: (settings, cloud) => ({ ...command.bootDeps(settings, cloud), prewarm: () => run }) };
+}
+
+t.test(
+  "a running sample: ready at once with prewarm=checking, then its verdict; the join point before both",
+  async (t) => {
+    const node = await poolNode(t);
+    const sample = gatedSample();
+    const events: string[] = [];
+    const booting = runBoot(withPrewarm(node, sample.run), {
+      dryRun: false,
+      dataRootFinal: async () => {
+        events.push(
+          `final after ${node.script.names("docker.").length} docker calls, ${node.labels.reports.length} labels`,
+        );
+      },
+    });
+    // `ready` comes while the sample still runs: the boot would otherwise never get here.
+    for (let i = 0; i < 200 && node.labels.reports.length === 0; i++) await new Promise((r) => setTimeout(r, 10));
+    t.equal(node.labels.reports.length, 1, "ready published while the sample runs");
+    t.equal(node.labels.reports[0]?.state, "ready");
+    t.equal(node.labels.reports[0]?.details[Label.prewarm], "checking", "prewarm=checking until the verdict");
+    t.match(events, [/^final after [1-9]\d* docker calls, 0 labels$/], "the join point: docker verified, no label yet");
+    sample.finish(readyOutcome(CHECK, "cold", "done"));
+    const outcome = await booting;
+    t.equal(outcome.result?.outcome, "ready");
+    t.equal(node.labels.reports.length, 2, "the labels again, with the verdict");
+    t.equal(node.labels.reports[1]?.state, "ready");
+    t.equal(node.labels.reports[1]?.details[Label.prewarm], "cold", "the sample's verdict");
+    t.equal(outcome.result?.prewarm?.verdict, "cold", "in the result too");
+    t.equal(events.length, 2, "and again at the boot's end (src/host/systemd-notify.ts sends READY=1 once)");
+  },
+);
+
+t.test("a sample done by the time docker is verified: one publication, with its verdict", async (t) => {
+  const node = await poolNode(t);
+  const sample = gatedSample();
+  sample.finish(readyOutcome(CHECK, "warm", "done"));
+  const outcome = await runBoot(withPrewarm(node, sample.run), { dryRun: false });
+  t.equal(outcome.result?.outcome, "ready");
+  t.same(
+    node.labels.reports.map((r) => [r.state, r.details[Label.prewarm]]),
+    [["ready", "warm"]],
+    "no `checking` in between",
+  );
+});
+
+t.test(
+  "a degraded boot (no volume) reaches the join point at its end, after docker is on its default root",
+  async (t) => {
+    const node = await fakeNode(t);
+    const seen: string[] = [];
+    const outcome = await runBoot(node.bootCommand(), {
+      dryRun: false,
+      dataRootFinal: async () => void seen.push(`${node.labels.current()}`),
+    });
+    t.equal(outcome.result?.outcome, "degraded");
+    t.ok(seen.length >= 1, "the join point is reached");
+    t.equal(seen.at(-1), "degraded", "after the degraded label (and docker's restart on its default root)");
+  },
+);
