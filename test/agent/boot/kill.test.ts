@@ -17,34 +17,22 @@
  * test/agent/boot/kill.lab.test.ts kills a real process on real devices at a few of these points.
  */
 import t, { type Test } from "tap";
-import { runBoot } from "../../../src/agent/boot/run.ts";
-import { runRelease } from "../../../src/agent/release/run.ts";
 import { VolumeTag } from "../../../src/tags.ts";
+import { describeDeath, type FakeNode } from "../../fixtures/fakes/index.ts";
 import {
-  asProcess,
-  describeDeath,
-  fakeNode,
-  ProcessKilled,
-  ProcessLife,
-  type DeathPoint,
-  type FakeNode,
-} from "../../fixtures/fakes/index.ts";
-import { assertHoldsOne, assertNothingLostIn, assertReleased, earlierRelease } from "../../fixtures/kill-invariants.ts";
+  alive,
+  assertPointsCover,
+  boot,
+  killThenRerun,
+  referenceRun,
+  release,
+  usedPoolNode,
+} from "../../fixtures/kill-in-process.ts";
+import { assertHoldsOne, assertNothingLostIn, assertReleased } from "../../fixtures/kill-invariants.ts";
 
 // Each point is a world of its own (its emulator, host and docker) and waits mostly on the
 // emulator's transitions: several at a time, each in its own process life.
 t.jobs = 4;
-
-const POOL_TAGS = { [VolumeTag.managed]: "true", [VolumeTag.kind]: "pool", [VolumeTag.pool]: "default" };
-
-/** A node with two pool volumes in its zone, released once before (as a used pool looks). */
-async function poolNode(t: Test): Promise<FakeNode> {
-  const node = await fakeNode(t);
-  await Promise.all([1, 2].map(() => node.fake.volume({ tags: { ...POOL_TAGS, ...earlierRelease() } })));
-  return node;
-}
-
-const boot = (node: FakeNode) => runBoot(node.bootCommand(), { dryRun: false });
 
 /** What a boot left is what a boot must leave: one volume held, mounted, docker on it. */
 function assertBootConverged(t: Test, node: FakeNode): string | undefined {
@@ -65,24 +53,19 @@ function assertBootConverged(t: Test, node: FakeNode): string | undefined {
   return volumeId;
 }
 
-// One clean boot, as a process that is not killed: the calls it makes and the events it logs are the points.
-const reference = new ProcessLife();
-const points: DeathPoint[] = await (async () => {
-  const node = await poolNode(t);
-  const outcome = await asProcess(reference, () => boot(node));
-  t.test("a clean boot (the reference the points come from) converges", async (t) => {
-    t.notOk(outcome instanceof ProcessKilled, "not killed");
-    if (outcome instanceof ProcessKilled) return;
-    t.equal(outcome.exitCode, 0, "exit 0");
-    t.equal(outcome.result?.outcome, "ready", "ready");
-    assertBootConverged(t, node);
-  });
-  return reference.deathPoints();
-})();
+// One clean boot: the calls it makes and the events it logs are the points.
+const referenceNode = await usedPoolNode(t);
+const reference = await referenceRun(() => boot(referenceNode));
+const { points } = reference;
+
+t.test("a clean boot (the reference the points come from) converges", async (t) => {
+  t.equal(reference.outcome.exitCode, 0, "exit 0");
+  t.equal(reference.outcome.result?.outcome, "ready", "ready");
+  assertBootConverged(t, referenceNode);
+});
 
 t.test("the points cover the claim, the device, the mount, the switch and docker", async (t) => {
-  const names = points.flatMap((p) => (p.kind === "call" ? [p.name] : []));
-  for (const name of [
+  assertPointsCover(t, points, [
     "ec2.AttachVolume",
     "ec2.CreateTags",
     "cloud.claimVolume",
@@ -91,31 +74,20 @@ t.test("the points cover the claim, the device, the mount, the switch and docker
     "daemon-json.setDataRoot",
     "docker.start",
     "labels.report",
-  ])
-    t.ok(names.includes(name), `a point at ${name}`, { names: [...new Set(names)] });
-  t.ok(
-    points.some((p) => p.kind === "event"),
-    "and at log events",
-  );
+  ]);
 });
 
 for (const point of points) {
   t.test(`boot killed ${describeDeath(point)}, then booted again: converges`, async (t) => {
-    const node = await poolNode(t);
-    const killed = await asProcess(new ProcessLife(point), () => boot(node));
-    t.ok(killed instanceof ProcessKilled, "the boot reached the point and died there", {
-      outcome: killed instanceof ProcessKilled ? undefined : killed.result,
-    });
-    const again = await asProcess(new ProcessLife(), () => boot(node));
-    if (again instanceof ProcessKilled) throw again;
+    const node = await usedPoolNode(t);
+    const again = await killThenRerun(t, point, () => boot(node));
     t.equal(again.exitCode, 0, "the rerun exits 0", { reason: again.result?.reason });
     t.equal(again.result?.outcome, "ready", "the rerun readied the node");
     const volumeId = assertBootConverged(t, node);
     t.equal(again.result?.volumeId, volumeId, "on the volume it holds");
 
     // The converged node releases as any booted node does.
-    const released = await asProcess(new ProcessLife(), () => runRelease(node.releaseCommand(), { dryRun: false }));
-    if (released instanceof ProcessKilled) throw released;
+    const released = await alive(() => release(node));
     t.equal(released.result?.outcome, "released", "then a release gives the volume back");
     if (volumeId) assertReleased(t, node.fake.emulator.snapshotState(), volumeId, node.instance.instanceId);
   });
