@@ -12,9 +12,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
 import { ExitCode } from "../../src/errors.ts";
+import { agentBundle } from "../fixtures/agent-bundle.ts";
 import { childEnv } from "../fixtures/lab-prereq.ts";
 
-const CLI = "src/cli.ts";
+/** The production build, as a host runs it: some fifty processes, each started by plain node, not tsx. */
+const CLI = await agentBundle();
 /** Every command of the agent, as typed after `ebs-cache-agent`. */
 const COMMANDS = [
   ["boot"],
@@ -66,7 +68,7 @@ function agentEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
 }
 
 async function agent(args: readonly string[], env: Record<string, string> = {}) {
-  const result = await execa(process.execPath, ["--import", "tsx", CLI, ...args], {
+  const result = await execa(process.execPath, [CLI, ...args], {
     env: agentEnv(env),
     extendEnv: false,
     reject: false,

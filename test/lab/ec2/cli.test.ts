@@ -1,7 +1,8 @@
 /**
- * The EC2 emulator driven by the real Debian aws CLI (`/usr/bin/aws … --endpoint-url`): every
- * action, every error code the CLI can provoke, auto-pagination, waiters and faults. The CLI
- * takes about a second to start, so the suite keeps to a few dozen calls, two at a time.
+ * The EC2 emulator driven by the real Debian aws CLI (/usr/bin/aws's entry point, `--endpoint-url`): every
+ * action, every error code the CLI can provoke, auto-pagination, waiters and faults. Its
+ * commands run two at a time in long-lived Python processes (test/fixtures/aws-cli-batch.ts),
+ * which pay the CLI's start-up once.
  */
 import t from "tap";
 import {

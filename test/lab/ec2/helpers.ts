@@ -11,10 +11,12 @@ import {
   type Volume,
 } from "@aws-sdk/client-ec2";
 import { randomBytes } from "node:crypto";
-import { run, type RunResult } from "../../../src/exec.ts";
+import { access } from "node:fs/promises";
+import type { RunResult } from "../../../src/exec.ts";
 import { MemoryVolumeBackend, type MemoryVolumeBackendOptions } from "../../../src/lab/ec2/memory-backend.ts";
 import { startEc2Emulator, type Ec2Emulator, type Ec2EmulatorOptions } from "../../../src/lab/ec2/index.ts";
 import type { LabInstance } from "../../../src/lab/types.ts";
+import { awsCli } from "../../fixtures/aws-cli-batch.ts";
 
 /** Delays short enough for a fast suite, long enough to observe each state by polling. */
 export const FAST = { createMs: 30, attachMs: 60, detachMs: 60, snapshotMs: 60 };
@@ -188,7 +190,6 @@ export async function snapshotCompleted(client: EC2Client, snapshotId: string): 
 /** The Debian aws CLI (the `aws` on PATH may be a broken pyenv shim). */
 export const AWS_CLI = "/usr/bin/aws";
 
-/** Runs `aws ec2 <args>` against the emulator; env isolates it from any real AWS configuration. */
 /**
  * The aws CLI's environment against the emulator: dummy keys, no IMDS, no pager, no config or credentials files of the
  * machine.
@@ -202,20 +203,30 @@ export const AWS_CLI_EMULATOR_ENV: Readonly<Record<string, string>> = {
   AWS_SHARED_CREDENTIALS_FILE: "/dev/null",
 };
 
+let installed: Promise<void> | undefined;
+/** Fails (never skips) when the Debian awscli is missing. */
+function assertAwsCli(): Promise<void> {
+  installed ??= access(AWS_CLI).catch(() => {
+    throw new Error(`${AWS_CLI} is missing: install the Debian package awscli (scripts/setup.sh does)`);
+  });
+  return installed;
+}
+
+/**
+ * Runs `aws ec2 <args>` against the emulator (the Debian CLI, aws-cli-batch.ts); env isolates it
+ * from any real AWS configuration.
+ */
 export async function awsEc2(
   endpoint: string,
   args: readonly string[],
   env: Record<string, string> = {},
 ): Promise<RunResult> {
-  return run(AWS_CLI, ["ec2", ...args, "--endpoint-url", endpoint, "--region", "us-east-1", "--output", "json"], {
-    check: false,
-    timeoutMs: 120_000,
-    env: {
-      ...AWS_CLI_EMULATOR_ENV,
-      // Client errors are not retried anyway; this keeps 5xx cases from backing off for seconds.
-      AWS_MAX_ATTEMPTS: "1",
-      ...env,
-    },
+  await assertAwsCli();
+  return awsCli(["ec2", ...args, "--endpoint-url", endpoint, "--region", "us-east-1", "--output", "json"], {
+    ...AWS_CLI_EMULATOR_ENV,
+    // Client errors are not retried anyway; this keeps 5xx cases from backing off for seconds.
+    AWS_MAX_ATTEMPTS: "1",
+    ...env,
   });
 }
 
@@ -230,7 +241,7 @@ export async function awsJson<T = Record<string, unknown>>(
   return (result.stdout.trim() === "" ? {} : JSON.parse(result.stdout)) as T;
 }
 
-/** Runs async jobs with at most `limit` at a time (the CLI takes about a second to start). */
+/** Runs async jobs with at most `limit` at a time. */
 export async function limited<T>(limit: number, jobs: readonly (() => Promise<T>)[]): Promise<T[]> {
   const results: T[] = new Array<T>(jobs.length);
   let next = 0;
