@@ -32,7 +32,7 @@
  *   success unless a describe shows the volume still attaching/attached to this instance.
  * - DeleteTags without keys would delete every tag: `untagVolume([])` sends nothing.
  */
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
   EC2Client,
@@ -384,6 +384,22 @@ async function findSnapshots(
   });
 }
 
+/**
+ * The caller's ClientToken, bound to the creation settings added here (config `volumes`:
+ * encryption, KMS key, IOPS, throughput, the operator's tags), which the caller's token does not
+ * see: EC2 answers a repeated token with the volume it made first, so a token that outlived a
+ * change of these settings would get back a volume made the old way. Without such settings the
+ * token is the caller's. At most 64 characters, as EC2 requires.
+ */
+export function creationBoundToken(token: string, creation: VolumeCreation | undefined): string {
+  if (!creation) return token;
+  const { encrypted, kmsKeyId, iops, throughputMiBps, tags } = creation;
+  const plain = !encrypted && kmsKeyId === undefined && iops === undefined && throughputMiBps === undefined;
+  if (plain && Object.keys(tags).length === 0) return token;
+  const shape = JSON.stringify([token, encrypted, kmsKeyId ?? null, iops ?? null, throughputMiBps ?? null, tags]);
+  return `${token.slice(0, 47)}-${createHash("sha256").update(shape).digest("hex").slice(0, 16)}`;
+}
+
 /** The CreateVolume request for a spec and the creation settings every volume gets. */
 export function createVolumeInput(
   spec: VolumeSpec,
@@ -395,7 +411,7 @@ export function createVolumeInput(
     VolumeType: spec.volumeType as CreateVolumeCommandInput["VolumeType"],
     // The operator's tags first: the agent's own (disjoint by the config's check) are the spec's.
     TagSpecifications: [{ ResourceType: "volume", Tags: toTags({ ...creation?.tags, ...spec.tags }) }],
-    ClientToken: clientToken,
+    ClientToken: creationBoundToken(clientToken, creation),
   };
   if (spec.snapshotId !== undefined) input.SnapshotId = spec.snapshotId;
   if (spec.sizeGiB !== undefined) input.Size = spec.sizeGiB;

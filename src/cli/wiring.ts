@@ -47,7 +47,7 @@ import type { RefreshCommandDeps } from "../agent/refresh/run.ts";
 import { createImagePuller } from "../docker/pull.ts";
 import { createLabelWithdrawer, createReporter } from "../agent/report.ts";
 import { readinessLabels } from "../docker/labels.ts";
-import { createOutcomeRecorder } from "../status/recorder.ts";
+import { createOutcomeRecorder, hostFacts } from "../status/recorder.ts";
 import { readBootRecord } from "../status/records.ts";
 import { readFilesystemFill } from "../host/fill.ts";
 import type { PruneDeps } from "../agent/prune/run.ts";
@@ -294,6 +294,7 @@ export function wireRecorder(
     textfileDir: config.metrics.textfileDir,
     log,
     ...(publishedLabels ? { publishedLabels } : {}),
+    facts: hostFacts(config.paths.sysfsRoot),
   });
 }
 

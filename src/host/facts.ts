@@ -86,10 +86,10 @@ export async function readCacheFilesystem(mountPoint: string): Promise<CacheFile
   return facts;
 }
 
-/** Memory and CPU, for the metrics' context. */
-export async function readHostContext(): Promise<HostContext> {
+/** Memory, CPU and the instance-store disks under `sysfsRoot` (config `paths.sysfsRoot`), for the metrics' context. */
+export async function readHostContext(sysfsRoot: string): Promise<HostContext> {
   const lib = await si();
-  const [mem, cpu, instanceStore] = await Promise.all([lib.mem(), lib.cpu(), findInstanceStoreDisks()]);
+  const [mem, cpu, instanceStore] = await Promise.all([lib.mem(), lib.cpu(), findInstanceStoreDisks(sysfsRoot)]);
   return {
     instanceStore,
     memoryBytes: mem.total,

@@ -20,8 +20,12 @@ export interface InstanceStoreDisk {
 
 const NVME_NAMESPACE = /^nvme\d+n\d+$/;
 
-/** The instance-store disks under `sysfsRoot` (default /sys), by device name; none on a host without any. */
-export async function findInstanceStoreDisks(sysfsRoot = "/sys"): Promise<InstanceStoreDisk[]> {
+/**
+ * The instance-store disks under `sysfsRoot` (config `paths.sysfsRoot`, /sys on a host), by
+ * device name; none on a host without any. No default: `status` and the boot's metrics read the
+ * same tree.
+ */
+export async function findInstanceStoreDisks(sysfsRoot: string): Promise<InstanceStoreDisk[]> {
   const block = join(sysfsRoot, "class", "block");
   const names = await readdir(block).catch(() => [] as string[]);
   const disks: InstanceStoreDisk[] = [];

@@ -38,20 +38,26 @@ export interface RecorderOptions {
   log: Logger;
   /** The readiness labels this run published last (name → value), for `status` to compare. */
   publishedLabels?: () => Record<string, string> | undefined;
-  /** Default: src/host/facts.ts, loaded when first asked. */
-  facts?: HostFacts;
+  /** The host's facts: hostFacts() on a host, in-memory ones in tests. */
+  facts: HostFacts;
 }
 
-/** The real facts, imported on first use so that a run which reads none does not load them. */
-const hostFacts: HostFacts = {
-  cacheFilesystem: async (mountPoint) => (await import("../host/facts.ts")).readCacheFilesystem(mountPoint),
-  host: async () => (await import("../host/facts.ts")).readHostContext(),
-};
+/**
+ * The real facts (src/host/facts.ts), imported on first use so that a run which reads none does
+ * not load them; instance-store disks under `sysfsRoot` (config `paths.sysfsRoot`), as `status`
+ * reads them.
+ */
+export function hostFacts(sysfsRoot: string): HostFacts {
+  return {
+    cacheFilesystem: async (mountPoint) => (await import("../host/facts.ts")).readCacheFilesystem(mountPoint),
+    host: async () => (await import("../host/facts.ts")).readHostContext(sysfsRoot),
+  };
+}
 
 /** Builds the recorder. */
 export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder {
   const { stateDir, textfileDir, log } = options;
-  const facts = options.facts ?? hostFacts;
+  const { facts } = options;
 
   /** Runs a write; a failure is logged, never thrown. */
   const attempt = async (what: string, write: () => Promise<unknown>): Promise<void> => {

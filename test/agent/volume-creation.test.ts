@@ -5,6 +5,7 @@
 import t from "tap";
 import { volumeCreation } from "../../src/cli/wiring.ts";
 import { createVolumeInput } from "../../src/aws/ec2.ts";
+import { clientToken } from "../../src/agent/boot/claim.ts";
 import { defaultConfig, validateConfig } from "../../src/config/index.ts";
 import { VolumeTag } from "../../src/tags.ts";
 
@@ -79,4 +80,32 @@ t.test("configured volumes: every option reaches the request", async (t) => {
     undefined,
     "no creation settings (tools, tests): nothing added",
   );
+});
+
+t.test("the ClientToken covers config volumes: a change of them, another token; the same, the same", async (t) => {
+  const creation = { encrypted: true, kmsKeyId: "alias/k", iops: 6000, throughputMiBps: 500, tags: { A: "1" } };
+  const token = (change: Partial<typeof creation> = {}) =>
+    createVolumeInput(spec, { ...creation, ...change }, "ebs-cache-keeper-" + "a".repeat(40)).ClientToken!;
+  t.equal(token(), token(), "the same settings: the same token");
+  t.ok(token().length <= 64, "within EC2's 64 characters");
+  t.match(token(), /^ebs-cache-keeper-/, "still says whose it is");
+  for (const change of [{ iops: 7000 }, { throughputMiBps: 600 }, { kmsKeyId: "alias/other" }, { tags: { A: "2" } }])
+    t.not(token(change), token(), `another token when ${JSON.stringify(change)}`);
+  t.not(token({ encrypted: false, kmsKeyId: undefined }), token(), "unencrypted");
+});
+
+t.test("a boot's token covers each field of its create spec", async (t) => {
+  const create = {
+    snapshotId: "snap-1",
+    availabilityZone: "eu-west-1a",
+    volumeType: "gp3",
+    initializationRateMiBps: null,
+    tags: spec.tags,
+  };
+  const token = (change: object = {}) => clientToken("i-1", "boot-1", { ...create, ...change }, 0);
+  t.equal(token(), token(), "a rerun of the same boot: the same token");
+  t.not(token({ sizeGiB: 500 }), token(), "the rule's size (instanceTypePools): another token");
+  t.not(token({ sizeGiB: 500 }), token({ sizeGiB: 600 }), "another size: another token");
+  for (const change of [{ volumeType: "io2" }, { availabilityZone: "eu-west-1b" }, { initializationRateMiBps: 300 }])
+    t.not(token(change), token(), `another token when ${JSON.stringify(change)}`);
 });

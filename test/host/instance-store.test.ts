@@ -4,13 +4,14 @@
  * the boot's host metrics, a log line, and `status` (text and --json). A sysfs tree is built in a
  * temp folder: the host's own disks are never looked at, and nothing is ever written to a device.
  */
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
 import { findInstanceStoreDisks, INSTANCE_STORE_MODEL } from "../../src/host/instance-store.ts";
 import { hostMetrics } from "../../src/metrics/host.ts";
-import { createOutcomeRecorder } from "../../src/status/recorder.ts";
+import { createOutcomeRecorder, hostFacts } from "../../src/status/recorder.ts";
+import { readHostContext } from "../../src/host/facts.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 import { buildStatus } from "../../src/status/document.ts";
 import { observeStatus } from "../../src/status/observe.ts";
@@ -77,6 +78,27 @@ t.test("reported: host metrics and a log line at the boot's figures", async (t) 
     result: readyBoot,
   });
   t.match(log.lines.join("\n"), /host\.instance-store.*\/dev\/nvme1n1 500 GB/);
+});
+
+t.test("the boot's host metrics read the disks under paths.sysfsRoot, as status does", async (t) => {
+  const root = await sysfs(t, {
+    nvme0n1: { model: "Amazon Elastic Block Store", sectors: 16777216 },
+    nvme4n1: { model: INSTANCE_STORE_MODEL, sectors: 1000 },
+  });
+  const disks = [{ device: "/dev/nvme4n1", sizeBytes: 1000 * 512 }];
+  t.same((await readHostContext(root)).instanceStore, disks, "the host context: the tree's disk, not the host's");
+  t.same((await hostFacts(root).host()).instanceStore, disks, "the recorder's facts: the same");
+
+  const dir = await mkdtemp(join(tmpdir(), "instance-store-prom-"));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const log = createMemoryLogger();
+  const recorder = createOutcomeRecorder({ stateDir: dir, textfileDir: dir, log, facts: hostFacts(root) });
+  await recorder.bootFinished({ instanceId: "i-1", phase: "single", finishedAt: new Date(), result: readyBoot });
+  const prom = (await readdir(dir)).filter((name) => name.endsWith(".prom"));
+  const text = (await Promise.all(prom.map((name) => readFile(join(dir, name), "utf8")))).join("\n");
+  t.match(text, /host_instance_store_disks 1$/m, "the boot's metrics count the tree's disk");
+  t.match(text, /host_instance_store_bytes 512000$/m, "at its size");
+  t.match(log.lines.join("\n"), /host\.instance-store.*\/dev\/nvme4n1/);
 });
 
 t.test("status shows the instance-store disks, in text and in its document", async (t) => {

@@ -181,9 +181,11 @@ export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promis
 /**
  * CreateVolume's idempotency token (EC2 allows 64 ASCII characters): the same for a rerun of
  * this boot (same instance, same boot id, same spec, same turn), so a boot killed after
- * CreateVolume gets that volume back rather than leaving it behind and making another.
+ * CreateVolume gets that volume back rather than leaving it behind and making another. Every
+ * field of the spec that shapes the volume is in it (EC2 answers a repeated token with the volume
+ * it made first); config `volumes` is bound to it where the request is made (src/aws/ec2.ts).
  */
-function clientToken(instanceId: string, bootId: string | undefined, spec: CreateSpec, turn: number): string {
+export function clientToken(instanceId: string, bootId: string | undefined, spec: CreateSpec, turn: number): string {
   const text = JSON.stringify([
     instanceId,
     bootId ?? "",
@@ -192,6 +194,7 @@ function clientToken(instanceId: string, bootId: string | undefined, spec: Creat
     spec.sizeGiB ?? 0,
     spec.availabilityZone,
     spec.volumeType,
+    spec.initializationRateMiBps ?? null,
     spec.tags,
   ]);
   return `ebs-cache-${createHash("sha256").update(text).digest("hex").slice(0, 48)}`;

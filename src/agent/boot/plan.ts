@@ -28,9 +28,9 @@ export interface BootSettings {
   enabled: boolean;
   pool: string;
   /**
-   * The size of the pool's volumes (config `instanceTypePools`): a pool volume this boot creates
-   * from the snapshot is made this large (the grow step then grows its filesystem). Absent: the
-   * snapshot's size.
+   * The size of the pool's volumes (config `instanceTypePools`): a pool or workspace volume this
+   * boot creates from the pool's snapshot is made this large (the grow step then grows its
+   * filesystem). Absent: the snapshot's size.
    */
   poolSizeGiB?: number;
   imageSet: string | null;
@@ -283,9 +283,11 @@ function newWorkspaceSpec(settings: BootSettings, observed: BootObservation): Cr
       const snapshot = observed.snapshot;
       if (!snapshot || snapshot.state !== "completed" || !storeFit(snapshot.tags, hostStoreOf(observed)).fits)
         return undefined;
+      // Made from the pool's snapshot for a machine of the pool's kind: the pool's size, as a pool volume.
       return {
         ...base,
         snapshotId: snapshot.snapshotId,
+        ...poolSize(settings.poolSizeGiB, snapshot),
         initializationRateMiBps: settings.initializationRateMiBps,
         tags: workspaceVolumeTags(settings, ids, snapshot),
       };
@@ -490,16 +492,23 @@ function snapshotFallback(settings: BootSettings, observed: BootObservation): Sn
   };
 }
 
+/**
+ * The size of a volume made from the pool's snapshot: the pool's (config `instanceTypePools`)
+ * when larger than the snapshot's, else none (the snapshot's). EC2 refuses a volume smaller than
+ * its snapshot: a pool size below it gives the snapshot's (a boot must not fail on it; the keeper
+ * refuses to stock such a pool and says so).
+ */
+function poolSize(sizeGiB: number | undefined, snapshot: SnapshotInfo): { sizeGiB?: number } {
+  return sizeGiB !== undefined && sizeGiB > snapshot.volumeSizeGiB ? { sizeGiB } : {};
+}
+
 /** The pool volume to create from the fallback's snapshot, once it has been looked up. */
 export function createSpecFrom(fallback: SnapshotFallback, snapshot: SnapshotInfo | undefined): CreateSpec | undefined {
   if (!snapshot || snapshot.state !== "completed" || !storeFit(snapshot.tags, hostStoreOr(fallback.hostStore)).fits)
     return undefined;
-  // EC2 refuses a volume smaller than its snapshot: a pool size below it gives the snapshot's
-  // (a boot must not fail on it; the keeper refuses to stock such a pool and says so).
-  const larger = fallback.sizeGiB !== undefined && fallback.sizeGiB > snapshot.volumeSizeGiB;
   return {
     snapshotId: snapshot.snapshotId,
-    ...(larger ? { sizeGiB: fallback.sizeGiB } : {}),
+    ...poolSize(fallback.sizeGiB, snapshot),
     availabilityZone: fallback.availabilityZone,
     volumeType: fallback.volumeType,
     initializationRateMiBps: fallback.initializationRateMiBps,

@@ -202,20 +202,33 @@ export function keeperVolumeTags(pool: string, snapshot: SnapshotInfo): Record<s
   return tags;
 }
 
-/** The ClientToken of a slot (at most 64 ASCII characters, as EC2 requires). */
+/** What a create step asks of the volume: each of it shapes the volume EC2 makes. */
+export type VolumeShape = Pick<CreateStep, "snapshotId" | "sizeGiB" | "volumeType" | "initializationRateMiBps" | "tags">;
+
+/**
+ * The ClientToken of a slot (at most 64 ASCII characters, as EC2 requires). It covers the whole
+ * shape of the volume: EC2 answers a repeated token with the volume it made first, so a token
+ * that outlived a change of the pool's size (instanceTypePools) or volume type would get back a
+ * volume of the old shape. Keepers that agree on the slot and the shape agree on the token.
+ */
 export function slotToken(
   pool: string,
   zone: string,
   slot: number,
-  snapshotId: string,
+  volume: VolumeShape,
   zoneVolumeIds: readonly string[],
   now: Date,
 ): string {
   const bucket = Math.floor(now.getTime() / TOKEN_BUCKET_MS);
   const ids = [...zoneVolumeIds].sort().join(",");
-  const digest = createHash("sha256")
-    .update(`${pool}\0${zone}\0${slot}\0${snapshotId}\0${bucket}\0${ids}`)
-    .digest("hex");
+  const shape = JSON.stringify([
+    volume.snapshotId,
+    volume.sizeGiB,
+    volume.volumeType,
+    volume.initializationRateMiBps,
+    Object.entries(volume.tags).sort(([a], [b]) => a.localeCompare(b)),
+  ]);
+  const digest = createHash("sha256").update(`${pool}\0${zone}\0${slot}\0${shape}\0${bucket}\0${ids}`).digest("hex");
   return `ebs-cache-keeper-${digest.slice(0, 40)}`;
 }
 
@@ -382,16 +395,19 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
         }
         const slot = next.total + next.create;
         const zoneIds = live.filter((v) => v.availabilityZone === next.zone).map((v) => v.volumeId);
-        steps.push({
-          step: "create",
-          zone: next.zone,
-          slot,
-          clientToken: slotToken(settings.pool, next.zone, slot, snapshot.snapshotId, zoneIds, now),
+        const volume: VolumeShape = {
           snapshotId: snapshot.snapshotId,
           sizeGiB: size,
           volumeType: settings.volumeType,
           initializationRateMiBps: settings.initializationRateMiBps,
           tags: keeperVolumeTags(settings.pool, snapshot),
+        };
+        steps.push({
+          step: "create",
+          zone: next.zone,
+          slot,
+          clientToken: slotToken(settings.pool, next.zone, slot, volume, zoneIds, now),
+          ...volume,
         });
         next.create++;
         room--;

@@ -17,6 +17,7 @@ import {
 import type { InstanceInfo, SnapshotInfo, VolumeInfo } from "../ports.ts";
 import { snapshotMonthlyCost, usd, volumeMonthlyCost, type Prices } from "./cost.ts";
 import { poolRows, type PoolRow } from "./rows.ts";
+import { parseInstanceTypePools, stockedPools } from "../../config/instance-type-pools.ts";
 
 /** What `pool` needs of the configuration. */
 export interface PoolViewSettings {
@@ -26,8 +27,19 @@ export interface PoolViewSettings {
   /** The configured pool and its image set: that pool's current generation is of this image set. */
   pool: string;
   imageSet: string | null;
-  /** `keeper.*` when the keeper stocks zones of the configured pool (keeper.zones not empty), else null. */
+  /** `keeper.*` when the keeper stocks zones (keeper.zones not empty), else null: the target of each stocked pool. */
   keeper: KeeperTarget | null;
+  /**
+   * The pools the keeper stocks, each with its volume size: `pool` and each pool of config
+   * `instanceTypePools` (only the listed one with `pool --pool`). Absent: `pool` alone.
+   */
+  stocked?: readonly StockedPool[];
+}
+
+/** A pool the keeper stocks, and the size of its volumes (null: its snapshot's). */
+export interface StockedPool {
+  pool: string;
+  sizeGiB: number | null;
 }
 
 export interface KeeperTarget {
@@ -40,7 +52,8 @@ export interface KeeperTarget {
 
 /**
  * The view's settings from the configuration. `listed`: the one pool `pool --pool` lists; the
- * keeper's target (of the configured pool) shows only when that is the configured pool.
+ * keeper's target shows only when the keeper stocks that pool (`pool` or a pool of
+ * `instanceTypePools`).
  */
 export function poolViewSettingsFrom(
   config: {
@@ -49,18 +62,30 @@ export function poolViewSettingsFrom(
     claim: { quarantineHours: number };
     cost: Prices;
     keeper: KeeperTarget;
+    instanceTypePools?: readonly string[];
   },
   listed?: string,
 ): PoolViewSettings {
   const { zones, minAvailable, maxAvailable, maxVolumes, maxGiB } = config.keeper;
-  const keeps = zones.length > 0 && (listed === undefined || listed === config.pool);
+  const stocked = stockedPools(config.pool, parseInstanceTypePools(config.instanceTypePools ?? []))
+    .filter(({ pool }) => listed === undefined || listed === pool)
+    .map(({ pool, sizeGiB }) => ({ pool, sizeGiB: sizeGiB ?? null }));
+  const keeps = zones.length > 0 && stocked.length > 0;
   return {
     quarantineHours: config.claim.quarantineHours,
     prices: { ...config.cost },
     pool: config.pool,
     imageSet: config.imageSet,
     keeper: keeps ? { zones: [...zones], minAvailable, maxAvailable, maxVolumes, maxGiB } : null,
+    stocked: keeps ? stocked : [],
   };
+}
+
+/** The pools the keeper stocks, by name, with their volume size (none when the keeper does not run). */
+function stockedByName(settings: PoolViewSettings): Map<string, number | null> {
+  if (!settings.keeper) return new Map();
+  const stocked = settings.stocked ?? [{ pool: settings.pool, sizeGiB: null }];
+  return new Map(stocked.map(({ pool, sizeGiB }) => [pool, sizeGiB]));
 }
 
 /**
@@ -115,8 +140,10 @@ export interface PoolSummary {
   currentGeneration: { generation: string; imageSet: string | null; builtAt: string | null } | null;
   zones: ZoneSummary[];
   snapshots: { completed: number; gib: number; monthlyUsd: number };
-  /** The keeper's pool-wide caps beside what the pool holds, for the configured pool when the keeper runs. */
+  /** The keeper's pool-wide caps beside what the pool holds, for each pool the keeper stocks. */
   keeper: {
+    /** The size of the pool's volumes the keeper makes (config `instanceTypePools`); null: the snapshot's. */
+    sizeGiB: number | null;
     zones: string[];
     minAvailable: number;
     maxAvailable: number;
@@ -199,15 +226,16 @@ function rounded<T extends Tally>(tally: T): T {
 
 /**
  * A pool's current generation: that of its newest completed pool snapshot (of the configured image set, for the
- * configured pool).
+ * configured pool and each pool the keeper stocks, as the keeper and the boot choose).
  */
 function currentOf(
   pool: string,
   snapshots: readonly SnapshotInfo[],
   settings: PoolViewSettings,
+  stocked: ReadonlyMap<string, number | null>,
 ): Generation | undefined {
   const own = snapshots.filter((s) => (s.tags[VolumeTag.kind] ?? VolumeKind.pool) === VolumeKind.pool);
-  return currentGeneration(own, pool === settings.pool ? settings.imageSet : null);
+  return currentGeneration(own, pool === settings.pool || stocked.has(pool) ? settings.imageSet : null);
 }
 
 /** A zone's volumes in groups of one kind and generation, newest generation first. */
@@ -259,7 +287,7 @@ function summarizePool(
   assessed: readonly Assessed[],
   snapshots: readonly SnapshotInfo[],
   current: Generation | undefined,
-  keeper: KeeperTarget | null,
+  keeper: (KeeperTarget & { sizeGiB: number | null }) | null,
   prices: Prices,
 ): PoolSummary {
   const zoneNames = [...new Set([...assessed.map((a) => a.volume.availabilityZone), ...(keeper?.zones ?? [])])].sort();
@@ -315,7 +343,8 @@ export function poolReport(
   const { prices } = settings;
   const snapshotsById = new Map(snapshots.map((s) => [s.snapshotId, s]));
   const poolNames = new Set([...volumes.map((v) => poolOf(v.tags)), ...snapshots.map((s) => poolOf(s.tags))]);
-  if (settings.keeper) poolNames.add(settings.pool);
+  const stocked = stockedByName(settings);
+  for (const pool of stocked.keys()) poolNames.add(pool);
   const current = new Map(
     [...poolNames].map((pool) => [
       pool,
@@ -323,6 +352,7 @@ export function poolReport(
         pool,
         snapshots.filter((s) => poolOf(s.tags) === pool),
         settings,
+        stocked,
       ),
     ]),
   );
@@ -350,7 +380,7 @@ export function poolReport(
       assessed.filter((a) => poolOf(a.volume.tags) === pool),
       snapshots.filter((s) => poolOf(s.tags) === pool),
       current.get(pool),
-      pool === settings.pool ? settings.keeper : null,
+      settings.keeper && stocked.has(pool) ? { ...settings.keeper, sizeGiB: stocked.get(pool) ?? null } : null,
       prices,
     ),
   );

@@ -86,9 +86,10 @@ export function renderPoolSummary(p: PoolSummary): string[] {
     );
   }
   if (p.keeper) {
+    const size = p.keeper.sizeGiB !== null ? `${p.keeper.sizeGiB} GiB volumes` : "volumes of the snapshot's size";
     lines.push(
       `  keeper: ${p.keeper.minAvailable}..${p.keeper.maxAvailable} available in each of ` +
-        `${p.keeper.zones.join(", ")}; ` +
+        `${p.keeper.zones.join(", ")}, ${size}; ` +
         (`caps ${p.keeper.maxVolumes} volumes / ${p.keeper.maxGiB} GiB, the pool has ${p.keeper.volumes} / ` +
           `${p.keeper.gib}`),
     );

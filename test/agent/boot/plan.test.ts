@@ -908,4 +908,21 @@ t.test("a pool of instanceTypePools: a volume made from its snapshot is of the p
   t.equal(below.source === "snapshot" ? below.create.sizeGiB : 0, undefined, "it takes the snapshot's size");
   const plain = selectSource(settings, observed({ snapshot }));
   t.equal(plain.source === "snapshot" ? plain.create.sizeGiB : 0, undefined, "no rule: the snapshot's size");
+
+  const ws = { ...large, workspace: { "user-id": "7", "project-id": "p-1", "node-id": "n-1" } };
+  const workspace = (over: Partial<typeof ws>) => {
+    const sel = selectSource({ ...ws, ...over }, observed({ pool: [volume("vol-1")], snapshot }));
+    return sel.source === "new-workspace" ? sel.create : undefined;
+  };
+  t.same(
+    [workspace({})?.snapshotId, workspace({})?.sizeGiB],
+    ["snap-1", 500],
+    "a new workspace volume from the pool's snapshot: the pool's size too",
+  );
+  t.equal(workspace({ poolSizeGiB: 5 })?.sizeGiB, undefined, "below the snapshot's: the snapshot's");
+  t.equal(
+    workspace({ workspaceCreate: "blank", workspaceSizeGiB: 30 })?.sizeGiB,
+    30,
+    "a blank one: workspace.sizeGiB, not the rule's",
+  );
 });

@@ -2,7 +2,13 @@
 import t from "tap";
 import { keeperFacts, type KeeperOutcome } from "../../../src/agent/keeper/run.ts";
 import { readInitialization } from "../../../src/agent/keeper/observe.ts";
-import { planKeeper, slotToken, type KeeperObservation, type KeeperSettings } from "../../../src/agent/keeper/plan.ts";
+import {
+  planKeeper,
+  slotToken,
+  type KeeperObservation,
+  type KeeperSettings,
+  type VolumeShape,
+} from "../../../src/agent/keeper/plan.ts";
 import type { SnapshotInfo, VolumeInfo } from "../../../src/agent/ports.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 
@@ -404,24 +410,32 @@ t.test(
 );
 
 t.test("slot tokens: equal for keepers that see the same pool, different once it changed", async (t) => {
-  const base = slotToken("p1", "eu-west-1a", 2, "snap-new", ["vol-b", "vol-a"], now);
+  const shape: VolumeShape = { snapshotId: "snap-new", sizeGiB: 10, volumeType: "gp3", initializationRateMiBps: null, tags: {} };
+  const base = slotToken("p1", "eu-west-1a", 2, shape, ["vol-b", "vol-a"], now);
   t.equal(
-    slotToken("p1", "eu-west-1a", 2, "snap-new", ["vol-a", "vol-b"], new Date(now.getTime() + 60_000)),
+    slotToken("p1", "eu-west-1a", 2, shape, ["vol-a", "vol-b"], new Date(now.getTime() + 60_000)),
     base,
     "same pool, same hour: same token",
   );
   t.not(
-    slotToken("p1", "eu-west-1a", 2, "snap-new", ["vol-a", "vol-c"], now),
+    slotToken("p1", "eu-west-1a", 2, shape, ["vol-a", "vol-c"], now),
     base,
     "other volumes (one deleted, one made): another token",
   );
-  t.not(slotToken("p1", "eu-west-1b", 2, "snap-new", ["vol-a", "vol-b"], now), base, "another zone");
-  t.not(slotToken("p1", "eu-west-1a", 2, "snap-newer", ["vol-a", "vol-b"], now), base, "another snapshot");
+  t.not(slotToken("p1", "eu-west-1b", 2, shape, ["vol-a", "vol-b"], now), base, "another zone");
+  t.not(slotToken("p1", "eu-west-1a", 2, { ...shape, snapshotId: "snap-newer" }, ["vol-a", "vol-b"], now), base, "another snapshot");
   t.not(
-    slotToken("p1", "eu-west-1a", 2, "snap-new", ["vol-a", "vol-b"], new Date(now.getTime() + 3600_000)),
+    slotToken("p1", "eu-west-1a", 2, shape, ["vol-a", "vol-b"], new Date(now.getTime() + 3600_000)),
     base,
     "the next hour",
   );
+  const token = (change: Partial<VolumeShape>) =>
+    slotToken("p1", "eu-west-1a", 2, { ...shape, ...change }, ["vol-a", "vol-b"], now);
+  t.equal(token({ tags: {} }), base, "the same shape: the same token");
+  t.not(token({ sizeGiB: 500 }), base, "the pool's size changed (instanceTypePools): another token, another volume");
+  t.not(token({ volumeType: "io2" }), base, "another volume type");
+  t.not(token({ initializationRateMiBps: 300 }), base, "another initialization rate");
+  t.not(token({ tags: { "ebs-cache:image-set": "x" } }), base, "other tags");
   const a = planKeeper(settings, observed([volume("vol-a", "eu-west-1a")]));
   const b = planKeeper(settings, observed([volume("vol-a", "eu-west-1a")]));
   t.same(
@@ -500,3 +514,13 @@ t.test(
     );
   },
 );
+
+t.test("a create's token changes with the pool's size, and only then", async (t) => {
+  const pool = (sizeGiB?: number) =>
+    creates(planKeeper({ ...settings, maxGiB: 10_000, ...(sizeGiB !== undefined ? { sizeGiB } : {}) }, observed([])));
+  const at = (sizeGiB?: number) => pool(sizeGiB).map((s) => [s.zone, s.sizeGiB, s.clientToken]);
+  t.ok(pool(500).length > 0 && pool(500).every((s) => s.sizeGiB === 500), "the steps make 500 GiB volumes");
+  t.same(at(500), at(500), "the same settings and pool: the same tokens");
+  const tokens = new Set([...pool(), ...pool(500), ...pool(600)].map((s) => s.clientToken));
+  t.equal(tokens.size, 3 * pool().length, "the snapshot's size, 500 and 600 GiB: no token shared");
+});

@@ -162,7 +162,7 @@ t.test("the keeper's target per zone, and zones it stocks that have no volume ye
     "the workspace volume is no stock",
   );
   t.match(zone("eu-west-1c"), { volumes: 0, monthlyUsd: 0, keeper: { stock: 0, belowMin: 2 } });
-  t.same(pool.keeper, { ...keeper, volumes: 8, gib: 90 }, "the caps beside what they count: pool volumes, every state");
+  t.same(pool.keeper, { ...keeper, sizeGiB: null, volumes: 8, gib: 90 }, "the caps beside what they count: pool volumes, every state");
   const surplus = poolReport(
     { volumes: Array.from({ length: 5 }, () => vol("eu-west-1a", "snap-new")), snapshots },
     settings,
@@ -213,9 +213,10 @@ t.test("settings from the configuration: no keeper zones, no keeper target", asy
     cost: prices,
     keeper: { ...keeper, initializationRateMiBps: 100 },
   };
-  t.same(poolViewSettingsFrom(config), settings);
+  const stocked = { ...settings, stocked: [{ pool: "p", sizeGiB: null }] };
+  t.same(poolViewSettingsFrom(config), stocked);
   t.equal(poolViewSettingsFrom({ ...config, keeper: { ...config.keeper, zones: [] } }).keeper, null);
-  t.same(poolViewSettingsFrom(config, "p"), settings, "pool --pool <the configured pool>: the keeper's target shows");
+  t.same(poolViewSettingsFrom(config, "p"), stocked, "pool --pool <the configured pool>: the keeper's target shows");
   const elsewhere = poolViewSettingsFrom(config, "q");
   t.equal(elsewhere.keeper, null, "pool --pool <another pool>: no target");
   t.same(
@@ -223,6 +224,56 @@ t.test("settings from the configuration: no keeper zones, no keeper target", asy
     [],
     "so the configured pool does not show up in another's listing",
   );
+});
+
+t.test("every pool the keeper stocks shows its size and target: pool and each pool of instanceTypePools", async (t) => {
+  const config = {
+    pool: "p",
+    imageSet: "set",
+    claim: { quarantineHours: 6 },
+    cost: prices,
+    keeper: { ...keeper, zones: ["eu-west-1a"], initializationRateMiBps: null },
+    instanceTypePools: ["g4dn.*=gpu:500", "g5.*=gpu:500", "m5.*=small:100"],
+  };
+  const gpuSnapshot = { ...snap("snap-gpu", NEW), tags: { ...snap("x", NEW).tags, [VolumeTag.pool]: "gpu" } };
+  const gpuVolume = vol("eu-west-1a", "snap-gpu", { sizeGiB: 500, tags: { [VolumeTag.pool]: "gpu" } });
+  const all = poolReport(
+    { volumes: [...volumes, gpuVolume], snapshots: [...snapshots, gpuSnapshot] },
+    poolViewSettingsFrom(config),
+    now,
+  );
+  t.same(
+    all.pools.map((p) => [p.pool, p.keeper?.sizeGiB, p.keeper?.volumes, p.zones.find((z) => z.keeper)?.keeper]),
+    [
+      ["gpu", 500, 1, { minAvailable: 2, maxAvailable: 3, stock: 1, belowMin: 1, aboveMax: 0 }],
+      ["p", null, 8, { minAvailable: 2, maxAvailable: 3, stock: 3, belowMin: 0, aboveMax: 0 }],
+      ["small", 100, 0, { minAvailable: 2, maxAvailable: 3, stock: 0, belowMin: 2, aboveMax: 0 }],
+    ],
+    "gpu with its volume, p at its snapshot's size, small with nothing yet: each its size and target",
+  );
+  t.equal(all.pools[0]?.currentGeneration?.generation, `set@${NEW}`, "a rule's pool: of the configured image set");
+  const text = renderPoolReport(all);
+  t.match(text, /^pool gpu:[^]*keeper: 2\.\.3 available in each of eu-west-1a, 500 GiB volumes; caps 20 volumes/m);
+  t.match(text, /^pool small:[^]*keeper: 2\.\.3 available in each of eu-west-1a, 100 GiB volumes; caps/m);
+  t.match(text, /^pool p:[^]*keeper: 2\.\.3 available in each of eu-west-1a, volumes of the snapshot's size/m);
+  t.same(
+    poolReport({ volumes: [], snapshots: [] }, poolViewSettingsFrom(config, "small"), now).pools.map((p) => [
+      p.pool,
+      p.keeper?.sizeGiB,
+    ]),
+    [["small", 100]],
+    "pool --pool small: that pool alone, with its target",
+  );
+  t.same(
+    poolReport({ volumes: [], snapshots: [] }, poolViewSettingsFrom(config, "q"), now).pools,
+    [],
+    "pool --pool <a pool nobody stocks>: no target",
+  );
+  const schema = JSON.parse(
+    await readFile(new URL("../../../schema/pool.schema.json", import.meta.url), "utf8"),
+  ) as object;
+  const validate = new Ajv({ allErrors: true, strict: true }).compile(schema);
+  t.ok(validate(JSON.parse(JSON.stringify(all))), `valid: ${JSON.stringify(validate.errors)}`);
 });
 
 t.test("the rendering shows each zone's groups, the keeper and the money", async (t) => {
@@ -240,7 +291,7 @@ t.test("the rendering shows each zone's groups, the keeper and the money", async
   t.match(text, /eu-west-1c\s+all\s+0\s+0\s+0\s+0\s+0\s+0\s+0\.00\s+2\.\.3 available: has 0, 2 short/);
   t.match(
     text,
-    /keeper: 2\.\.3 available in each of eu-west-1a, eu-west-1b, eu-west-1c; caps 20 volumes \/ 500 GiB, the pool has 8 \/ 90/,
+    /keeper: 2\.\.3 available in each of eu-west-1a, eu-west-1b, eu-west-1c, volumes of the snapshot's size; caps 20 volumes \/ 500 GiB, the pool has 8 \/ 90/,
   );
   t.match(
     text,

@@ -23,7 +23,7 @@ import { readFilesystemFill } from "../../../src/host/fill.ts";
 import { buildImage } from "../../../src/lab/docker/images.ts";
 import { startLab } from "../../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
-import { createOutcomeRecorder } from "../../../src/status/recorder.ts";
+import { createOutcomeRecorder, hostFacts } from "../../../src/status/recorder.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import {
   assertDockerPrerequisites,
@@ -142,7 +142,13 @@ t.test(
 
     const log = createMemoryLogger("debug");
     const textfileDir = join(lab.root, "prom");
-    const recorder = createOutcomeRecorder({ stateDir: join(lab.root, "state"), textfileDir, log });
+    const recorder = createOutcomeRecorder({
+      stateDir: join(lab.root, "state"),
+      textfileDir,
+      log,
+      // No sysfs tree there: the lab host has no instance-store disk.
+      facts: hostFacts(join(lab.root, "sys")),
+    });
     const deps: PruneDeps = {
       lastBoot: async () => ({ outcome: "ready", volumeId, mountPoint: mountPoint!, dataRoot }),
       cloud: createCloudVolumes({ client: ec2 }),
