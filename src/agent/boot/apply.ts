@@ -17,7 +17,7 @@ import { DeviceTimeoutError } from "../../host/device.ts";
 import { GROW_MARGIN_BYTES } from "../../host/filesystem.ts";
 import type { VolumeInfo } from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
-import type { PrewarmOutcome } from "../prewarm/plan.ts";
+import { CHECKING, type PrewarmOutcome } from "../prewarm/plan.ts";
 import { volumeDetails } from "../report.ts";
 import { imagesOf, withLatest } from "../volume-rules.ts";
 import { claimNext, createAndClaim } from "./claim.ts";
@@ -732,7 +732,12 @@ async function reportReady(
       return labelsDidNotTake(deps, progress, error);
     }
   }
-  const fields = { volume: volume.volumeId, dataRoot: progress.dataRoot, prewarm: progress.prewarm?.verdict };
+  // What the `prewarm` label says: `checking` too while a background run's sample is still to come.
+  const fields = {
+    volume: volume.volumeId,
+    dataRoot: progress.dataRoot,
+    prewarm: progress.prewarm?.labels[Label.prewarm],
+  };
   if (state === "warming") {
     deps.log.notice("boot.ready", "node usable on the cache volume; the volume is warming in the background", fields);
   } else {
@@ -744,9 +749,6 @@ async function reportReady(
   }
   return pending ? reportVerdict(pending, volume, progress, deps) : undefined;
 }
-
-/** `prewarm` while the sample runs, `ready` published already: its verdict follows. */
-const CHECKING = "checking";
 
 /** The sample's verdict, once it ends, on the node reported `ready` already. */
 async function reportVerdict(

@@ -5,7 +5,8 @@
  * - beginPrewarmAtBoot() / prewarmAtBoot(): the boot's step. Skips, checks (a bounded fio
  *   sample: verdict warm/cold) while docker starts, or, once docker is verified, starts the
  *   initialization: inline before `ready`, or handed to the background run (the node is
- *   labelled `warming` and usable at once). One handler per decision (AT_BOOT).
+ *   labelled `warming` and usable at once, `prewarm=checking` until the run's first sample
+ *   ends: the boot never waits for it). One handler per decision (AT_BOOT).
  * - runInitialization(): the long part (the `prewarm` command, or the background run): reads
  *   the allocated data (files) or the whole device, or follows EBS's provisioned-rate
  *   initialization (LONG_READS), with progress in the log, the state file and the
@@ -20,6 +21,7 @@ import { describeError, remediationOr } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
 import { initializationStatusOf, sampleVolume, type PrewarmDeps, type Sample } from "./observe.ts";
 import {
+  CHECKING,
   decidePrewarm,
   formatBytes,
   formatDuration,
@@ -216,21 +218,36 @@ async function startLongRun(
 ): Promise<PrewarmOutcome> {
   const running = await alreadyRunning(run, decision);
   if (running) return running;
-  const before: Sample =
-    decision.action !== "initialize"
-      ? { verdict: "unknown" }
-      : decision.known
-        ? { verdict: decision.known }
-        : run.previous?.volumeId === run.target.volume.volumeId && run.previous.before
-          ? { figures: run.previous.before, verdict: run.previous.verdict }
-          : await sampleVolume(run.target, run.settings, run.deps, "before initialization");
+  const before = sampleAtHand(run, decision);
   const background = decision.action === "follow" ? run.settings.background : decision.background;
   if (background && run.deps.startBackground) {
     const handed = await handToBackground(run, decision, before, run.deps.startBackground);
     if (handed) return handed;
   }
-  await run.save({ phase: "pending", verdict: before.verdict, ...(before.figures ? { before: before.figures } : {}) });
+  await run.save(sampleState(before));
+  // Inline, the run samples first when nothing is at hand (sampleFirst), before its reads.
   return runInitialization(run.target, run.settings, run.deps, { decision, publish: false });
+}
+
+/**
+ * The verdict before the reads when it needs no sample: none is taken to follow EBS, EBS may know it already, or
+ * this volume's previous run sampled it. Undefined: the long run samples first (sampleFirst), after the boot has
+ * published the node, so that a sample (up to `prewarm.check.seconds`, more on a slow device) never holds the boot.
+ */
+function sampleAtHand(run: AtBoot, decision: Extract<PrewarmDecision, { action: LongAction }>): Sample | undefined {
+  if (decision.action !== "initialize") return { verdict: "unknown" };
+  if (decision.known) return { verdict: decision.known };
+  const previous = stateOfVolume(run.previous, run.target.volume.volumeId);
+  return previous?.before ? { figures: previous.before, verdict: previous.verdict } : undefined;
+}
+
+/** The state of a long run handed on: `pending`, with the sample at hand (none yet: `unknown`, no figures). */
+function sampleState(before: Sample | undefined): Partial<PrewarmState> {
+  return {
+    phase: "pending",
+    verdict: before?.verdict ?? "unknown",
+    ...(before?.figures ? { before: before.figures } : {}),
+  };
 }
 
 /** Another run may hold it already (a re-run of the boot while the background run works). */
@@ -252,12 +269,13 @@ async function alreadyRunning(run: AtBoot, decision: PrewarmDecision): Promise<P
 
 /**
  * Publishes `warming` and starts the background run; undefined when it could not be started
- * (logged: the caller initializes inline instead).
+ * (logged: the caller initializes inline instead). Without a sample at hand, `prewarm=checking`:
+ * the background run samples first and publishes the verdict with its first `warming`.
  */
 async function handToBackground(
   run: AtBoot,
   decision: PrewarmDecision,
-  before: Sample,
+  before: Sample | undefined,
   startBackground: () => Promise<void>,
 ): Promise<PrewarmOutcome | undefined> {
   const { deps, target } = run;
@@ -266,14 +284,8 @@ async function handToBackground(
   const previous = stateOfVolume(run.previous, volumeId);
   const cursor = resumePoint(previous, decision.action === "initialize" ? decision.mode : undefined);
   const progress = previous?.progress;
-  await run.save({
-    phase: "pending",
-    verdict: before.verdict,
-    ...(before.figures ? { before: before.figures } : {}),
-    ...(cursor ? { cursor } : {}),
-    ...(progress ? { progress } : {}),
-  });
-  const labels = prewarmLabels("warming", before.verdict, progress?.percent);
+  await run.save({ ...sampleState(before), ...(cursor ? { cursor } : {}), ...(progress ? { progress } : {}) });
+  const labels = prewarmLabels("warming", before?.verdict ?? CHECKING, progress?.percent);
   let published = false;
   if (deps.report) {
     try {
@@ -290,12 +302,12 @@ async function handToBackground(
     });
     return {
       decision,
-      verdict: before.verdict,
+      verdict: before?.verdict ?? "unknown",
       phase: "pending",
       labelState: "warming",
       labels,
       published,
-      ...(before.figures ? { before: before.figures } : {}),
+      ...(before?.figures ? { before: before.figures } : {}),
     };
   } catch (error) {
     log.error("prewarm.background", `could not start the background run, initializing now: ${describeError(error)}`, {

@@ -215,8 +215,18 @@ export function progressLabel(percent: number, step = 10): string {
   return String(Math.min(100, Math.floor(percent / step) * step));
 }
 
+/**
+ * `prewarm` while the sample that gives the verdict still runs, the node published already (`ready`, or `warming`
+ * with the initialization's sample still to come): "not known yet", the verdict replaces it when the sample ends.
+ */
+export const CHECKING = "checking";
+
 /** The labels of a node whose volume is warming, or ready with a verdict (see docs/labels.md). */
-export function prewarmLabels(phase: "warming" | "ready", verdict: Verdict, percent?: number): Record<string, string> {
+export function prewarmLabels(
+  phase: "warming" | "ready",
+  verdict: Verdict | typeof CHECKING,
+  percent?: number,
+): Record<string, string> {
   return phase === "warming"
     ? { [Label.prewarm]: verdict, [Label.prewarmProgress]: progressLabel(percent ?? 0) }
     : { [Label.prewarm]: verdict };

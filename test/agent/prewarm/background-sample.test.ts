@@ -1,0 +1,115 @@
+/**
+ * A `files` initialization handed to the background run (beginPrewarmAtBoot in runBoot, against the port fakes):
+ * the sample taken before the reads never holds the boot. The boot publishes `warming` with `prewarm=checking`
+ * and ends while the sample still runs; the background run's first `warming` carries the verdict, then the reads,
+ * the tag and `ready`. The sample here ends only when the test releases it. No root, no fio.
+ */
+import t from "tap";
+import { runBoot, type BootCommandDeps } from "../../../src/agent/boot/run.ts";
+import { beginPrewarmAtBoot, runInitialization } from "../../../src/agent/prewarm/apply.ts";
+import type { PrewarmDeps } from "../../../src/agent/prewarm/observe.ts";
+import { prewarmSettingsFrom, type PrewarmOutcome } from "../../../src/agent/prewarm/plan.ts";
+import type { PrewarmReader } from "../../../src/agent/ports.ts";
+import { Label, VolumeTag } from "../../../src/tags.ts";
+import { COLD, WARM, fakeNode, fakeReader, type FakeNode } from "../../fixtures/fakes/index.ts";
+
+const POOL = { [VolumeTag.managed]: "true", [VolumeTag.kind]: "pool", [VolumeTag.pool]: "default" };
+/** Past FRESH_FROM_SNAPSHOT_MINUTES: only a sample can tell whether the volume is cold. */
+const LATER = () => new Date(Date.now() + 2 * 3600_000);
+
+/** fio whose samples wait for `release()`; `sampling` counts the samples begun. */
+function gatedReader(node: FakeNode): { reader: PrewarmReader; release(): void; sampling(): number } {
+  const fio = fakeReader(node.script, { figures: [COLD, WARM] });
+  let open!: () => void;
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  let begun = 0;
+  return {
+    reader: {
+      allocatedBytes: (...args) => fio.reader.allocatedBytes(...args),
+      initialize: (...args) => fio.reader.initialize(...args),
+      check: async (...args) => {
+        begun++;
+        await gate;
+        return fio.reader.check(...args);
+      },
+    },
+    release: () => open(),
+    sampling: () => begun,
+  };
+}
+
+/** The boot with the real pre-warm; startBackground runs the background run in process, kept in `background`. */
+function withBackgroundPrewarm(
+  node: FakeNode,
+  reader: PrewarmReader,
+): { command: BootCommandDeps; background(): Promise<PrewarmOutcome> | undefined } {
+  const command = node.bootCommand();
+  let background: Promise<PrewarmOutcome> | undefined;
+  return {
+    command: {
+      ...command,
+      bootDeps: (settings, cloud) => {
+        const deps = command.bootDeps(settings, cloud);
+        return {
+          ...deps,
+          prewarm: (target) => {
+            const prewarmSettings = prewarmSettingsFrom(settings.effective);
+            const prewarmDeps: PrewarmDeps = {
+              reader,
+              initializationStatus: (volumeId) => cloud.initializationStatus(volumeId),
+              tagVolume: (volumeId, tags) => cloud.tagVolume(volumeId, tags),
+              report: deps.report,
+              stateDir: node.config.paths.stateDir,
+              log: node.log,
+              now: LATER,
+              startBackground: async () => {
+                background = runInitialization(target, prewarmSettings, prewarmDeps, { publish: true });
+              },
+            };
+            return beginPrewarmAtBoot(target, prewarmSettings, prewarmDeps);
+          },
+        };
+      },
+    },
+    background: () => background,
+  };
+}
+
+t.test("files in the background: the boot reports warming with prewarm=checking before the sample ends", async (t) => {
+  const node = await fakeNode(t, { config: { prewarm: { strategy: "files" } } });
+  const snapshot = await node.fake.snapshot({ ...POOL });
+  const fio = gatedReader(node);
+  const wired = withBackgroundPrewarm(node, fio.reader);
+
+  // The sample has not ended (it cannot before release()): the boot ends all the same.
+  const booted = await runBoot(wired.command, { dryRun: false });
+  const volumeId = booted.result?.volumeId ?? "";
+  t.equal(booted.result?.outcome, "warming", booted.result?.reason ?? "usable, warming in the background");
+  t.equal((await node.fake.describe(volumeId)).snapshotId, snapshot, "the volume is made from the pool's snapshot");
+  t.same(
+    node.labels.reports.map((r) => [r.state, r.details[Label.prewarm], r.details[Label.prewarmProgress]]),
+    [["warming", "checking", "0"]],
+    "warming at once, the verdict not known yet",
+  );
+  const background = wired.background();
+  if (!background) throw new Error("the initialization was not handed to the background run");
+  t.ok(fio.sampling() <= 1, "at most the background run's own sample has begun");
+  t.equal(node.script.of("fio.initialize").length, 0, "no read before the sample's verdict");
+
+  fio.release();
+  const outcome = await background;
+  t.equal(outcome.phase, "done", outcome.error ?? "the background run ends done");
+  t.equal(fio.sampling(), 2, "one sample before the reads, one after");
+  t.equal(node.script.of("fio.initialize").length, 1, "the data read once");
+  t.same(
+    node.labels.reports.map((r) => [r.state, r.details[Label.prewarm]]).slice(0, 2),
+    [
+      ["warming", "checking"],
+      ["warming", "cold"],
+    ],
+    "the background run publishes the sample's verdict first",
+  );
+  t.same(node.labels.reports.at(-1)?.details[Label.prewarm], "warm", "ready and warm at the end");
+  t.equal(node.labels.current(), "ready");
+  t.ok((await node.fake.describe(volumeId)).tags[VolumeTag.initialized], "tagged initialized");
+});
