@@ -13,7 +13,7 @@ import { createLogger } from "../log.ts";
 export function snapshotStripCommand(): Command {
   return new Command("strip")
     .description(
-      "remove a built pool volume's machine-local state (swarm, containers, networks, engine id, named volumes, " +
+      "remove a built pool volume's machine-local state (swarm, containers, the network database, engine id, named volumes, " +
         "dockerd's build cache and scratch, containerd's instance state), as `snapshot build` does: " +
         "what Packer's pool-volume flow runs before its snapshot. dockerd and containerd must be stopped",
     )
@@ -22,6 +22,11 @@ export function snapshotStripCommand(): Command {
       new Option("--image-store <store>", "the volume's image store (containerd: containerd's root beside it too)")
         .choices(["graphdriver", "containerd"])
         .default("graphdriver"),
+    )
+    .addHelpText(
+      "after",
+      "\nExit codes: 0 stripped, 1 refused (no data-root there, or something mounted below it: nothing removed), " +
+        "2 usage.",
     )
     .action(async (opts: { volume: string; imageStore: ImageStore }) => {
       const removed = await stripBuiltVolume(resolve(opts.volume, DATA_ROOT_SUBDIR), opts.imageStore, createLogger());
