@@ -13,7 +13,8 @@ import { createLogger } from "../log.ts";
 export function snapshotStripCommand(): Command {
   return new Command("strip")
     .description(
-      "remove a built pool volume's machine-local state (swarm, containers, the network database, engine id, named volumes, " +
+      "remove a built pool volume's machine-local state (swarm, containers, the network database, engine id, " +
+        "named volumes, " +
         "dockerd's build cache and scratch, containerd's instance state), as `snapshot build` does: " +
         "what Packer's pool-volume flow runs before its snapshot. dockerd and containerd must be stopped",
     )

@@ -4,8 +4,8 @@
  * `docker save` tarballs into a sparse XFS image (a first run killed mid-build, its rerun
  * cleaning up after it); `snapshot upload` puts it to the EBS direct emulator; a second
  * generation is built on a copy of the first, one of its images pulled from the lab's registry,
- * and uploaded with `--parent`, putting only what changed; the pool keeper stocks a zone from the newest generation; a boot claims one of those
- * volumes and docker runs the images from it.
+ * and uploaded with `--parent`, putting only what changed; the pool keeper stocks a zone from
+ * the newest generation; a boot claims one of those volumes and docker runs the images from it.
  */
 import { DescribeVolumesCommand } from "@aws-sdk/client-ec2";
 import { execa } from "execa";
