@@ -1,6 +1,7 @@
 # A pool volume and its snapshot: an extra EBS volume formatted XFS (label ebs-cache, ftype=1 for
 # overlay2) whose docker data-root (<volume>/docker) holds the image set, pulled and extracted,
-# without the builder's machine-local state (swarm/, containers/, network/, engine-id). What the
+# without the builder's machine-local state (swarm/, containers/, engine-id, dockerd's build cache
+# and scratch...: `ebs-cache-agent snapshot strip`, the list `snapshot build` strips by). What the
 # lab's golden snapshot (src/lab/volumes/golden.ts) is, made in AWS:
 #
 #   packer build -only=amazon-ebsvolume.pool -var pool=sim4life -var image_set=2025-05 \

@@ -23,14 +23,9 @@ BUILT_FILE=/var/tmp/ebs-cache-pool-volume.env
 MOUNT=/mnt/ebs-cache
 LABEL=ebs-cache            # src/layout.ts FS_LABEL
 DATA_ROOT="$MOUNT/docker"  # src/layout.ts DATA_ROOT_SUBDIR
-# State that must not travel between machines (src/layout.ts MACHINE_LOCAL_STATE, and the
-# engine id docker 23+ keeps in its data-root).
-MACHINE_LOCAL_STATE=(swarm containers network engine-id)
-# The containerd store: containerd's root on the volume (src/docker/containerd-store.ts), minus
-# its machine-local state (CONTAINERD_MACHINE_LOCAL_STATE there).
+# The containerd store: containerd's root on the volume (src/docker/containerd-store.ts).
 CONTAINERD_ROOT="$MOUNT/containerd"
 CONTAINERD_CONFIG=/etc/containerd/config.toml
-CONTAINERD_MACHINE_LOCAL_STATE=(io.containerd.grpc.v1.introspection io.containerd.runtime.v2.task io.containerd.sandbox.controller.v1.shim tmpmounts)
 
 if command -v cloud-init >/dev/null 2>&1; then cloud-init status --wait >/dev/null || true; fi
 apt-get update -qq
@@ -138,12 +133,28 @@ else
   echo "pool-volume: no need list recorded (the containerd store's snapshots are not overlay2 layers)"
 fi
 systemctl stop docker.service docker.socket
+if [ "$IMAGE_STORE" = containerd ]; then systemctl stop containerd.service; fi
 
-for state in "${MACHINE_LOCAL_STATE[@]}"; do rm -rf "${DATA_ROOT:?}/$state"; done
-if [ "$IMAGE_STORE" = containerd ]; then
-  systemctl stop containerd.service
-  for state in "${CONTAINERD_MACHINE_LOCAL_STATE[@]}"; do rm -rf "${CONTAINERD_ROOT:?}/$state"; done
-fi
+# State that must not travel between machines: the agent's own list, the one `snapshot build`
+# strips its image by (src/docker/built-volume-strip.ts), run by the builder's agent or else the
+# agent's package the template uploaded (AGENT_PACKAGE, run by /usr/bin/node).
+agent() {
+  if command -v ebs-cache-agent >/dev/null; then
+    ebs-cache-agent "$@"
+    return
+  fi
+  if [ ! -f "${AGENT_PACKAGE:-}" ]; then
+    echo "pool-volume: no ebs-cache-agent and no AGENT_PACKAGE to strip the machine-local state" >&2
+    return 1
+  fi
+  local dir rc=0
+  dir=$(mktemp -d)
+  tar -xzf "$AGENT_PACKAGE" -C "$dir"
+  /usr/bin/node "$dir/dist/ebs-cache-agent.mjs" "$@" || rc=$?
+  rm -rf "$dir"
+  return "$rc"
+}
+agent snapshot strip --volume "$MOUNT" --image-store "$IMAGE_STORE"
 sync
 umount "$MOUNT"
 echo "pool-volume: $device holds the image set; unmounted"

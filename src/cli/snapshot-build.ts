@@ -9,13 +9,8 @@ import { join, resolve } from "node:path";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { runVolumeBuild, type BuildDocker, type VolumeBuildDeps } from "../agent/snapshot/build.ts";
 import { buildPaths, describeStep, planBuild, type BuildRequest } from "../agent/snapshot/build-plan.ts";
-import {
-  BUILD_LOCAL_STATE,
-  BUILD_LOCAL_STATE_GRAPHDRIVER,
-  startBuildDockerd,
-  stopLeftoverBuildDockerd,
-} from "../docker/build-dockerd.ts";
-import { prepareDataRoot } from "../docker/data-root.ts";
+import { startBuildDockerd, stopLeftoverBuildDockerd } from "../docker/build-dockerd.ts";
+import { stripBuiltVolume } from "../docker/built-volume-strip.ts";
 import type { ImageStore } from "../docker/engine.ts";
 import { ExitCode } from "../errors.ts";
 import { writeFileAtomic } from "../fs-atomic.ts";
@@ -36,7 +31,6 @@ import { AGENT_SUBDIR } from "../host/volume-layout.ts";
 import { removeBeneath } from "../host/volume-paths.ts";
 import { createLogger, type Logger } from "../log.ts";
 import { READ_LIST_FILE } from "../read-list.ts";
-import { VolumeKind } from "../tags.ts";
 import { sigtermSignal } from "./common.ts";
 
 /** The build's dockerd with the image steps the build takes. */
@@ -89,14 +83,8 @@ export function volumeBuildDeps(log: Logger, signal?: AbortSignal): VolumeBuildD
     clearNeedList: async (mountPoint) => void (await removeBeneath(mountPoint, join(AGENT_SUBDIR, READ_LIST_FILE))),
     writeNeedList: (mountPoint, image, files) => writeImageReads(mountPoint, image, files, log),
     startDockerd: (root, dataRoot, imageStore) => startDocker(root, dataRoot, imageStore, log),
-    async stripMachineLocalState(dataRoot) {
-      const prepared = await prepareDataRoot(dataRoot, { kind: VolumeKind.pool, log });
-      const removed = [...prepared.removed];
-      for (const name of [...BUILD_LOCAL_STATE, ...BUILD_LOCAL_STATE_GRAPHDRIVER]) {
-        if (await removeBeneath(dataRoot, name)) removed.push(name);
-      }
-      return removed;
-    },
+    // The build is of the graphdriver store only (build-plan.ts).
+    stripMachineLocalState: (dataRoot) => stripBuiltVolume(dataRoot, "graphdriver", log),
     async identify(device) {
       const identity = await identifyCacheVolume({ volumeId: "the built image", createdByAgent: false }, device, {
         log,

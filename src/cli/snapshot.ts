@@ -13,6 +13,7 @@ import { createLogger } from "../log.ts";
 import { sigtermSignal } from "./common.ts";
 import { poolNameOption, wholeNumber } from "./options.ts";
 import { snapshotBuildCommand } from "./snapshot-build.ts";
+import { snapshotStripCommand } from "./snapshot-strip.ts";
 
 function tagOption(value: string, previous: Record<string, string> = {}): Record<string, string> {
   const at = value.indexOf("=");
@@ -54,6 +55,7 @@ export function snapshotCommand(): Command {
       "then a snapshot of it (upload, the EBS direct APIs)",
   );
   snapshot.addCommand(snapshotBuildCommand());
+  snapshot.addCommand(snapshotStripCommand());
   snapshot.addCommand(
     new Command("upload")
       .description(

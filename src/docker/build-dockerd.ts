@@ -21,6 +21,7 @@ import { AgentError, describeError } from "../errors.ts";
 import { run, type RunOptions, type RunResult } from "../exec.ts";
 import type { Logger } from "../log.ts";
 import { detectImageStore, type ImageStore } from "./engine.ts";
+import { missingFolders, PLUGIN_DISCOVERY_DIR, removeCreatedFolders } from "./plugin-discovery-dir.ts";
 
 const DOCKERD = "dockerd";
 const DOCKER_CLI = "docker";
@@ -65,6 +66,8 @@ function paths(root: string) {
     execRoot: join(root, "x"),
     logFile: join(root, "dockerd.log"),
     keyFile: join(root, "key.json"),
+    /** The folders of /run/docker/plugins dockerd found missing (plugin-discovery-dir.ts): its own to remove. */
+    createdFolders: join(root, "created-folders.json"),
   };
 }
 
@@ -111,6 +114,10 @@ export async function startBuildDockerd(options: BuildDockerdOptions): Promise<B
   const config = buildDaemonConfig(options.dataRoot, options.imageStore, p.keyFile, major);
   await writeFile(p.config, JSON.stringify(config, null, 2) + "\n");
 
+  // Kept in the build's folder, so that the cleanup after a killed build removes them too.
+  const created = (await readCreatedFolders(p.createdFolders)) ?? missingFolders();
+  await writeFile(p.createdFolders, JSON.stringify(created) + "\n");
+
   const args = buildDockerdArgs(root);
   log?.info("docker.build-dockerd-start", "starting the build's private dockerd", { root, dataRoot: options.dataRoot });
   const logHandle = await open(p.logFile, "a");
@@ -126,6 +133,8 @@ export async function startBuildDockerd(options: BuildDockerdOptions): Promise<B
     run(DOCKER_CLI, ["-H", `unix://${p.socket}`, ...args], { log, ...runOptions });
   const stop = async () => {
     if (pid !== undefined) await stopProcess(pid, options.stopTimeoutMs ?? 60_000, log);
+    await removeCreatedFolders(created);
+    await rm(p.createdFolders, { force: true });
   };
   const deadline = Date.now() + (options.readyTimeoutMs ?? 60_000);
   while (!(await ping(p.socket))) {
@@ -168,13 +177,31 @@ export async function startBuildDockerd(options: BuildDockerdOptions): Promise<B
 export async function stopLeftoverBuildDockerd(root: string, log?: Logger): Promise<void> {
   const p = paths(root);
   const pid = Number((await readFile(p.pidFile, "utf8").catch(() => "")).trim());
-  if (!Number.isInteger(pid) || pid <= 0) return;
-  const cmdline = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
-  if (cmdline.split("\0").includes(`unix://${p.socket}`)) {
-    log?.warning("docker.build-dockerd-leftover", "stopping the dockerd a killed build left", { pid, root });
-    await stopProcess(pid, 60_000, log);
+  if (Number.isInteger(pid) && pid > 0) {
+    const cmdline = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
+    if (cmdline.split("\0").includes(`unix://${p.socket}`)) {
+      log?.warning("docker.build-dockerd-leftover", "stopping the dockerd a killed build left", { pid, root });
+      await stopProcess(pid, 60_000, log);
+    }
   }
   await rm(p.pidFile, { force: true });
+  await removeCreatedFolders((await readCreatedFolders(p.createdFolders)) ?? []);
+  await rm(p.createdFolders, { force: true });
+}
+
+/** The folders a build's dockerd found missing, as its start wrote them; undefined when there is no record. */
+async function readCreatedFolders(file: string): Promise<string[] | undefined> {
+  const text = await readFile(file, "utf8").catch(() => undefined);
+  if (text === undefined) return undefined;
+  const list: unknown = JSON.parse(text);
+  // Only the plugin-discovery folder's path: a damaged record must not name anything else to remove.
+  if (
+    !Array.isArray(list) ||
+    !list.every((f) => typeof f === "string" && `${PLUGIN_DISCOVERY_DIR}/`.startsWith(`${f}/`))
+  ) {
+    throw new AgentError(`${file} is not a list of folders of ${PLUGIN_DISCOVERY_DIR}`, `remove ${file}`);
+  }
+  return list as string[];
 }
 
 async function stopProcess(pid: number, timeoutMs: number, log?: Logger): Promise<void> {

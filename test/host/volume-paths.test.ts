@@ -250,6 +250,8 @@ const HOST_SIDE_FS = new Set([
   "docker/dockerd-command.ts",
   // The snapshot build's private dockerd: its config, pidfile and log in the build's work folder.
   "docker/build-dockerd.ts",
+  // The machine's /run/docker/plugins, removed after a private dockerd when it made it.
+  "docker/plugin-discovery-dir.ts",
   // The host's own data-root, recorded in the state folder before the first switch.
   "docker/original-data-root.ts",
   "fs-atomic.ts",

@@ -25,6 +25,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { AgentError, describeError } from "../../errors.ts";
 import { run, type RunOptions, type RunResult } from "../../exec.ts";
 import type { Logger } from "../../log.ts";
+import { missingFolders, removeCreatedFolders } from "../../docker/plugin-discovery-dir.ts";
 import { isMountPoint, listMounts, mountPointsUnder } from "../reaper/devices.ts";
 import { argAfter, isPidAlive, listProcesses, withDescendants, type ProcessEntry } from "../reaper/procinfo.ts";
 
@@ -35,8 +36,6 @@ export const DOCKERD = "/usr/sbin/dockerd";
 const SYSTEM_CONTAINERD_SOCKET = "/run/containerd/containerd.sock";
 /** The host's docker data; a lab dockerd must never open it. */
 const HOST_DATA_ROOT = "/var/lib/docker";
-/** dockerd creates this legacy plugin-discovery folder whatever its exec-root. */
-const PLUGIN_DISCOVERY_DIR = "/run/docker/plugins";
 /** sun_path is 108 bytes; the longest socket is `<root>/exec/containerd/containerd.sock.ttrpc`. */
 const MAX_ROOT_LENGTH = 107 - "/exec/containerd/containerd.sock.ttrpc".length;
 
@@ -187,8 +186,8 @@ class LabDockerd implements PrivateDockerd {
   /** The data-root of the last dockerd started: what a sweep after it must unmount. */
   private lastDataRoot: string | undefined;
   private exited: Promise<void> | undefined;
-  /** Whether /run/docker/plugins was there before this dockerd first started (then it is not ours to remove). */
-  private pluginDirWasThere: boolean | undefined;
+  /** The folders of /run/docker/plugins missing before this dockerd first started: its own to remove. */
+  private createdFolders: string[] | undefined;
 
   constructor(private readonly options: PrivateDockerdOptions) {
     this.root = options.root;
@@ -229,7 +228,7 @@ class LabDockerd implements PrivateDockerd {
     // A dockerd of this root killed earlier leaves shims, mounts and pidfiles that stop a new one.
     await this.sweep(this.lastDataRoot ?? dataRoot);
     this.lastDataRoot = dataRoot;
-    this.pluginDirWasThere ??= existsSync(PLUGIN_DISCOVERY_DIR);
+    this.createdFolders ??= missingFolders();
     await createNetns(this.netnsFile);
     await this.options.network?.(this.netnsFile);
 
@@ -391,11 +390,7 @@ class LabDockerd implements PrivateDockerd {
     for (const pidFile of [this.pidFile, join(this.execRoot, "containerd", "containerd.pid")]) {
       if ((await readPid(pidFile)) === undefined) await rm(pidFile, { force: true });
     }
-    if (this.pluginDirWasThere === false) {
-      // Ours, and empty unless another dockerd registered a plugin there since: then rmdir fails.
-      await rmdir(PLUGIN_DISCOVERY_DIR).catch(() => undefined);
-      await rmdir(join(PLUGIN_DISCOVERY_DIR, "..")).catch(() => undefined);
-    }
+    await removeCreatedFolders(this.createdFolders ?? []);
   }
 }
 

@@ -3,9 +3,9 @@
  * `ebs-cache-agent snapshot build` (the bundle, as a process) builds the image set from
  * `docker save` tarballs into a sparse XFS image (a first run killed mid-build, its rerun
  * cleaning up after it); `snapshot upload` puts it to the EBS direct emulator; a second
- * generation is built on a copy of the first and uploaded with `--parent`, putting only what
- * changed; the pool keeper stocks a zone from the newest generation; a boot claims one of those
- * volumes and docker runs the images from it.
+ * generation is built on a copy of the first, one of its images pulled from the lab's registry,
+ * and uploaded with `--parent`, putting only what changed; the pool keeper stocks a zone from
+ * the newest generation; a boot claims one of those volumes and docker runs the images from it.
  */
 import { DescribeVolumesCommand } from "@aws-sdk/client-ec2";
 import { execa } from "execa";
@@ -17,6 +17,8 @@ import { runKeeper } from "../../../src/agent/keeper/run.ts";
 import { createCloudVolumes } from "../../../src/aws/ec2.ts";
 import { run } from "../../../src/exec.ts";
 import { writeImageArchive } from "../../../src/lab/docker/images.ts";
+import { startLabRegistry } from "../../../src/lab/docker/registry.ts";
+import { pushImageArchive } from "../../../src/lab/docker/registry-push.ts";
 import { snapshotImagePath } from "../../../src/lab/reaper/labdir.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
@@ -135,14 +137,24 @@ t.test("build, upload, a second generation, keeper, boot, docker", async (t) => 
   const same = await run("cmp", [gen1, snapshotImagePath(bl.lab.root, up1.snapshotId)], { check: false });
   t.equal(same.exitCode, 0, "the uploaded snapshot is the built image, byte for byte");
 
-  // The next generation: the set without lab/tool:1, with lab/extra:1, built on a copy of the
-  // first grown by a GiB.
-  const gen2Images = [gen1Images[0]!, EXTRA.tag];
+  // The next generation: the set without lab/tool:1, with lab/extra:1 pulled from a registry
+  // (on the machine's loopback, where the build's dockerd runs), built on a copy of the first
+  // grown by a GiB.
+  const registry = await startLabRegistry({
+    labRoot: bl.lab.root,
+    dir: join(dir, "registry"),
+    netns: `/proc/${process.pid}/ns/net`,
+  });
+  t.teardown(() => registry.stop());
+  const [extraRepository, extraTag] = EXTRA.tag.split(":") as [string, string];
+  const pushed = await pushImageArchive(registry.address, tarballs[2]!, extraRepository, extraTag, dir);
+  const extra = `${registry.address}/${EXTRA.tag}`;
+  const gen2Images = [gen1Images[0]!, extra];
   const gen2 = join(dir, "gen2.img");
   const built2 = await agent([
     ...["build", "--image", gen2, "--parent-image", gen1, "--size-gib", "2", "--images", gen2Images.join(",")],
-    ...tarballs.flatMap((tarball) => ["--load", tarball]),
-    ...["--no-pull", "--json"],
+    ...tarballs.slice(0, 2).flatMap((tarball) => ["--load", tarball]),
+    "--json",
   ]);
   t.equal(built2.exitCode, 0, "the second generation builds", { stderr: built2.stderr.slice(-3000) });
   const report2 = JSON.parse(built2.stdout) as BuildReport;
@@ -193,6 +205,12 @@ t.test("build, upload, a second generation, keeper, boot, docker", async (t) => 
   t.equal(booted.result?.volumeId, made[0]?.VolumeId, "it claimed the volume of the uploaded snapshot");
   const listed = await host.dockerd!.docker(["image", "ls", "--format", "{{.Repository}}:{{.Tag}}"]);
   t.same(listed.stdout.trim().split("\n").sort(), [...gen2Images].sort(), "docker has the set, nothing else");
-  const ran = await host.dockerd!.docker(["run", "--rm", "--network", "none", EXTRA.tag, "ls", "/payload"]);
-  t.match(ran.stdout, /blob-000\.bin/, "an image of the volume runs");
+  const digests = await host.dockerd!.docker(["image", "inspect", "--format", "{{json .RepoDigests}}", extra]);
+  t.same(
+    JSON.parse(digests.stdout),
+    [`${registry.address}/${extraRepository}@${pushed}`],
+    "the pulled image is in the built store, by the digest the registry served",
+  );
+  const ran = await host.dockerd!.docker(["run", "--rm", "--network", "none", extra, "ls", "/payload"]);
+  t.match(ran.stdout, /blob-000\.bin/, "an image of the volume runs, the pulled one");
 });
