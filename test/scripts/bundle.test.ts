@@ -25,7 +25,7 @@ const agentFiles = [bundle, ...(await readdir(join(dir, "chunks"))).map((name) =
 
 // Strings only the lab has: the janitor's handshake, the FUSE helper, the emulator's credentials
 // and entry point, the loop devices.
-const LAB_STRINGS = ["janitor-ready", "cold-fuse", "AKIALABLABLABLABLAB0", "startEc2Emulator", "losetup"];
+const LAB_STRINGS = ["janitor-ready", "cold-fuse", "AKIALABLABLABLABLAB0", "startEc2Emulator", "startImdsEmulator"];
 
 t.test("the agent's build carries no lab code", async (t) => {
   const meta = JSON.parse(await readFile("dist/meta/agent.json", "utf8")) as Metafile;
