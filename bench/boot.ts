@@ -479,10 +479,10 @@ async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
         const t0 = now();
         const booted = await bootLabHost(lab, host, { overrides: { pool: POOL, imageSet: imageSetName }, log });
         const agentMs = ms(t0);
-        const outcome = booted.result?.outcome;
+        const outcome = booted.report?.outcome;
         if (outcome !== "ready" || !host.dockerd) {
           throw new Error(
-            `agent boot ended ${outcome ?? "without a result"}: ${booted.result?.reason ?? "see the log"}`,
+            `agent boot ended ${outcome ?? "without a result"}: ${booted.report?.reason ?? "see the log"}`,
           );
         }
         const t1 = now();
@@ -492,7 +492,7 @@ async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
           totalMs: ms(t0),
           parts: { agentMs, runCheckMs },
           excluded: { quiesceMs },
-          timeline: booted.result?.timeline ?? [],
+          timeline: booted.report?.timeline ?? [],
         };
       } finally {
         // Frees the CPU for what follows, and the XFS UUID for the next mount (the volume stays

@@ -29,7 +29,7 @@ import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
-import { decidePrewarm, DEFAULT_PREWARM, YIELD_IO_DEPTH } from "../src/agent/prewarm/plan.ts";
+import { planPrewarm, DEFAULT_PREWARM, YIELD_IO_DEPTH } from "../src/agent/prewarm/plan.ts";
 import type { ReadTarget } from "../src/agent/ports.ts";
 import { run } from "../src/exec.ts";
 import { createFioReader } from "../src/host/volume-reads.ts";
@@ -151,7 +151,7 @@ try {
         if (strategy === "initialized") await init();
         if (strategy === "check") {
           const started = performance.now();
-          const decision = decidePrewarm(DEFAULT_PREWARM, {
+          const decision = planPrewarm(DEFAULT_PREWARM, {
             volumeId,
             snapshotId,
             createTime: new Date(),

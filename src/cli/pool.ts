@@ -1,6 +1,6 @@
 /** `ebs-cache-agent pool`: the managed volumes, as a table or JSON; `pool fill`: the keeper (src/agent/keeper/). */
 import { Command } from "commander";
-import { keeperExitCode, keeperSettingsFrom, runKeeper, type KeeperOutcome } from "../agent/keeper/run.ts";
+import { keeperExitCode, keeperSettingsFrom, runKeeper, type KeeperReport } from "../agent/keeper/run.ts";
 import { observePool } from "../agent/pool/observe.ts";
 import { poolReport, poolViewSettingsFrom } from "../agent/pool/summary.ts";
 import { renderPoolReport } from "../agent/pool/view.ts";
@@ -65,14 +65,14 @@ function fillCommand(): Command {
         recorder: context.recorder,
       });
       process.stdout.write(
-        (opts.json ? JSON.stringify(outcome, null, 2) : renderKeeperOutcome(outcome, opts.dryRun ?? false)) + "\n",
+        (opts.json ? JSON.stringify(outcome, null, 2) : renderKeeperReport(outcome, opts.dryRun ?? false)) + "\n",
       );
       process.exitCode = keeperExitCode(outcome);
     });
 }
 
 /** The plan and what was done, for people. */
-function renderKeeperOutcome(outcome: KeeperOutcome, dryRun: boolean): string {
+function renderKeeperReport(outcome: KeeperReport, dryRun: boolean): string {
   const { plan, final } = outcome;
   const lines = [
     `pool ${plan.pool}: ${plan.totals.volumes} volumes, ${plan.totals.gib} GiB (cap ${plan.totals.maxVolumes} ` +

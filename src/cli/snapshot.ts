@@ -3,7 +3,7 @@
  * EBS direct APIs (src/agent/snapshot/), on any machine with credentials: no builder instance.
  */
 import { Command, InvalidArgumentError, Option } from "commander";
-import { uploadSnapshot } from "../agent/snapshot/run.ts";
+import { runSnapshotUpload } from "../agent/snapshot/run.ts";
 import { generationTags } from "../agent/snapshot/tags.ts";
 import { ebsClient, snapshotBlockWriter } from "../aws/ebs.ts";
 import { ConfigError, ExitCode } from "../errors.ts";
@@ -123,7 +123,7 @@ export function snapshotCommand(): Command {
         }
         const client = ebsClient({ region, ...(opts.endpoint ? { endpoint: opts.endpoint } : {}) });
         try {
-          const report = await uploadSnapshot(
+          const report = await runSnapshotUpload(
             {
               writer: snapshotBlockWriter(client),
               scanImage,

@@ -356,7 +356,7 @@ function fioReader(options: WiringOptions): PrewarmReader {
   return createFioReader({ log: options.log, ...(options.fio ? { fio: options.fio } : {}) });
 }
 
-/** Builds everything `runPrewarmCommand()` needs. */
+/** Builds everything `runPrewarm()` needs. */
 export function wirePrewarm(options: WiringOptions): PrewarmCommandDeps {
   return {
     ...wireCommon(options),

@@ -71,7 +71,7 @@ t.test("reported: host metrics and a log line at the boot's figures", async (t) 
     instanceId: "i-1",
     phase: "single",
     finishedAt: new Date(),
-    result: readyBoot,
+    report: readyBoot,
   });
   t.match(log.lines.join("\n"), /host\.instance-store.*\/dev\/nvme1n1 500 GB/);
 });

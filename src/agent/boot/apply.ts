@@ -37,7 +37,7 @@ import type { BootPlan, BootStep } from "./plan.ts";
 import { bootSourceOf } from "./source.ts";
 import { imagesOfNode } from "../prewarm/need.ts";
 import { degrade, shorten, undo } from "./undo.ts";
-import type { BootResult } from "../outcomes.ts";
+import type { BootReport } from "../outcomes.ts";
 
 /** Steps whose failure is the volume's: it is handed back quarantined and the next one tried. */
 const VOLUME_STEPS = new Set<BootStep["step"]>([
@@ -55,14 +55,14 @@ const VOLUME_STEPS = new Set<BootStep["step"]>([
 const DOCKER_ON_VOLUME_STEPS = new Set<BootStep["step"]>(["start-docker", "verify-docker"]);
 
 /** Runs the plan. Never throws for a failure the node can live with: it degrades instead. */
-export async function applyBootPlan(
+export async function applyBoot(
   plan: BootPlan,
   deps: BootDeps,
   limits: BootLimits,
   options: ApplyOptions = {},
-): Promise<BootResult> {
+): Promise<BootReport> {
   const { log } = deps;
-  const timeline: BootResult["timeline"] = [];
+  const timeline: BootReport["timeline"] = [];
   let progress = freshProgress();
   const claim: ClaimState = {
     known: new Map((options.known ?? []).map((v) => [v.volumeId, v])),
@@ -156,7 +156,7 @@ export async function applyBootPlan(
 async function checkHost(
   deps: BootDeps,
   limits: BootLimits,
-  timeline: BootResult["timeline"],
+  timeline: BootReport["timeline"],
 ): Promise<Finished | undefined> {
   const started = Date.now();
   try {

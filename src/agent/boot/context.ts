@@ -15,8 +15,8 @@ import type {
   VolumeInfo,
 } from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
-import type { PrewarmOutcome, PrewarmTarget } from "../prewarm/plan.ts";
-import type { BootResult } from "../outcomes.ts";
+import type { PrewarmReport, PrewarmTarget } from "../prewarm/plan.ts";
+import type { BootReport } from "../outcomes.ts";
 import type { DataRootPorts } from "./activation-marker.ts";
 import type { CreatedFrom } from "./source.ts";
 
@@ -95,7 +95,7 @@ export interface ApplyOptions {
 }
 
 /** A boot that ended before the last step (disabled, degraded), without its timeline and source yet. */
-export type Finished = Omit<BootResult, "timeline" | "source">;
+export type Finished = Omit<BootReport, "timeline" | "source">;
 
 /** What the steps learn as they go (about the volume in hand; reset when it is handed back). */
 export interface Progress {
@@ -116,7 +116,7 @@ export interface Progress {
   filesystemBytes?: number;
   /** The pre-warm begun while docker starts; its outcome is awaited by the `prewarm` step. */
   prewarmRun?: PrewarmAtBoot;
-  prewarm?: PrewarmOutcome;
+  prewarm?: PrewarmReport;
   /** Set when this boot created the volume in hand (the plan's creation, or the claim's fallback). */
   created?: CreatedFrom;
 }

@@ -7,7 +7,7 @@
 import { cloudFailureOf } from "../../aws/errors.ts";
 import { AgentError, ConfigError, ExitCode, describeError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
-import { applyBootPlan } from "./apply.ts";
+import { applyBoot } from "./apply.ts";
 import type { BootDeps, BootLimits } from "./context.ts";
 import { BootBudgetSpent, CancelledError } from "./errors.ts";
 import { observeBoot, observeIdentity, type IdentitySource } from "./observe.ts";
@@ -22,7 +22,7 @@ import type { BootPhase, CloudVolumes, Identity } from "../ports.ts";
 import type { HostStore } from "../../docker/image-store.ts";
 import { recordOf, resolveSettings, type ResolvedSettings } from "../settings.ts";
 import { writeWorkspaceRecord } from "../workspace-record.ts";
-import type { BootResult, OutcomeRecorder } from "../outcomes.ts";
+import type { BootReport, OutcomeRecorder } from "../outcomes.ts";
 import { dataRootToRestore } from "../../docker/original-data-root.ts";
 
 export interface BootCommandDeps extends IdentitySource {
@@ -45,13 +45,13 @@ export interface BootCommandDeps extends IdentitySource {
 export interface BootOutcome {
   identity: Identity;
   plan: BootPlan;
-  result?: BootResult;
+  report?: BootReport;
   exitCode: number;
 }
 
 /** Exit code of a finished boot: 0 ready or disabled, 4 degraded. */
-export function exitCodeOf(result: BootResult): number {
-  return result.outcome === "degraded" ? ExitCode.degraded : ExitCode.ok;
+export function bootExitCode(report: BootReport): number {
+  return report.outcome === "degraded" ? ExitCode.degraded : ExitCode.ok;
 }
 
 /** Runs the boot (or, with dryRun, only plans it). Throws ConfigError on bad tags: nothing changed. */
@@ -174,27 +174,27 @@ export async function runBoot(
     "observed" in observation
       ? [...observation.observed.attached, ...observation.observed.workspace, ...observation.observed.pool]
       : [];
-  const result = await applyBootPlan(plan, bootDeps, limits, {
+  const report = await applyBoot(plan, bootDeps, limits, {
     known,
     createMs: config.timeouts.createSeconds * 1000,
     ...(signal ? { signal } : {}),
     ...(budget ? { deadline: budget.deadline } : {}),
   }).finally(() => budget?.clear());
-  if (result.outcome === "prepared" && deps.bootId)
-    await recordPrepared(stateDir, deps.bootId, identity.instanceId, result, log);
+  if (report.outcome === "prepared" && deps.bootId)
+    await recordPrepared(stateDir, deps.bootId, identity.instanceId, report, log);
   // A problem that will not clear by itself (permissions) fails the unit, after the node came up degraded.
-  const exitCode = "plan" in observation && !observation.transient ? ExitCode.failure : exitCodeOf(result);
+  const exitCode = "plan" in observation && !observation.transient ? ExitCode.failure : bootExitCode(report);
   const phase: BootPhase = !settings.mayClaim ? "second" : settings.withDocker ? "single" : "first";
   await deps.recorder?.bootFinished({
     instanceId: identity.instanceId,
     ...(deps.bootId ? { bootId: deps.bootId } : {}),
     phase,
-    result,
+    report,
     finishedAt: new Date(),
   });
-  if (deps.startRefresh && (result.outcome === "ready" || result.outcome === "warming"))
+  if (deps.startRefresh && (report.outcome === "ready" || report.outcome === "warming"))
     await startRefresh(deps.startRefresh, log);
-  return { identity, plan, result, exitCode };
+  return { identity, plan, report, exitCode };
 }
 
 /** Hands the refresh to its own process once the node is up; a failure to start it is a warning, never the boot's. */
@@ -214,10 +214,10 @@ async function recordPrepared(
   stateDir: string,
   bootId: string,
   instanceId: string,
-  result: BootResult,
+  report: BootReport,
   log: Logger,
 ): Promise<void> {
-  const { volumeId, device, mountPoint, dataRoot } = result;
+  const { volumeId, device, mountPoint, dataRoot } = report;
   if (!volumeId || !device || !mountPoint || !dataRoot) return;
   const record = {
     version: 1 as const,

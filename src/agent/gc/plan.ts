@@ -54,6 +54,9 @@ export interface GcDecision {
   tags?: Record<string, string>;
 }
 
+/** gc's plan: a decision for every volume it was shown, in the order they came. */
+export type GcPlan = GcDecision[];
+
 export interface GcPlanOptions {
   now: Date;
   ttlHours: number;
@@ -259,7 +262,7 @@ export function sparedSince(
  * Decides for every volume; deletions beyond `maxDeletes` become `over-cap`: expired ones first
  * (oldest expiry first), then superseded ones (oldest generation first).
  */
-export function planGc(volumes: readonly VolumeInfo[], options: GcPlanOptions): GcDecision[] {
+export function planGc(volumes: readonly VolumeInfo[], options: GcPlanOptions): GcPlan {
   const { retire } = options;
   const generations = retire ? generationsOf(retire) : undefined;
   const decisions = volumes.map((volume) => {

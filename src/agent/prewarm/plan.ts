@@ -82,7 +82,7 @@ export interface PrewarmVolume {
  */
 export const FRESH_FROM_SNAPSHOT_MINUTES = 60;
 
-export type PrewarmDecision =
+export type PrewarmPlan =
   /** Nothing to read: the verdict is known (`warm`) or not wanted (`unknown`, strategy off). */
   | { action: "skip"; verdict: Verdict; reason: string }
   /** EBS reports the initialization done (provisioned rate): tag the volume, no reads. */
@@ -108,12 +108,12 @@ const EBS_DRIVEN = new Set(["provisioned-rate", "volume-copy"]);
  * created from a snapshot minutes ago), no sample is taken: a sample on a cold volume costs the
  * boot seconds to learn what was known.
  */
-export function decidePrewarm(
+export function planPrewarm(
   settings: PrewarmSettings,
   volume: PrewarmVolume,
   status?: InitializationStatus,
   now: Date = new Date(),
-): PrewarmDecision {
+): PrewarmPlan {
   if (!volume.snapshotId)
     return { action: "skip", verdict: "warm", reason: "not created from a snapshot: every block is local" };
   if (volume.tags[VolumeTag.initialized]) {
@@ -247,8 +247,8 @@ export type PrewarmPhase =
   | "failed";
 
 /** What a pre-warm did, and what the node's labels should say. */
-export interface PrewarmOutcome {
-  decision: PrewarmDecision;
+export interface PrewarmReport {
+  decision: PrewarmPlan;
   verdict: Verdict;
   phase: PrewarmPhase;
   /** What the node's state label should say now. */
@@ -267,12 +267,12 @@ export interface PrewarmOutcome {
 }
 
 /** The outcome of a pre-warm that leaves the node `ready`. */
-export function readyOutcome(
-  decision: PrewarmDecision,
+export function readyReport(
+  decision: PrewarmPlan,
   verdict: Verdict,
   phase: PrewarmPhase,
-  extra: Partial<PrewarmOutcome> = {},
-): PrewarmOutcome {
+  extra: Partial<PrewarmReport> = {},
+): PrewarmReport {
   return { decision, verdict, phase, labelState: "ready", labels: prewarmLabels("ready", verdict), ...extra };
 }
 

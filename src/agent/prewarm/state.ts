@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { writeFileAtomic } from "../../fs-atomic.ts";
 import type { CheckFigures } from "../ports.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
-import type { PrewarmDecision, PrewarmPhase, PrewarmSettings, PrewarmTarget, Progress, Verdict } from "./plan.ts";
+import type { PrewarmPlan, PrewarmPhase, PrewarmSettings, PrewarmTarget, Progress, Verdict } from "./plan.ts";
 import { formatBytes, formatDuration } from "./plan.ts";
 
 export const STATE_FILE = "prewarm.json";
@@ -22,7 +22,7 @@ export interface PrewarmState {
   device: string;
   mountPoint: string;
   strategy: PrewarmStrategy;
-  action: PrewarmDecision["action"];
+  action: PrewarmPlan["action"];
   mode?: "files" | "device";
   reason: string;
   phase: PrewarmPhase;
@@ -161,7 +161,7 @@ export function renderPrewarmStatus(
 export function startingState(
   target: PrewarmTarget,
   settings: PrewarmSettings,
-  decision: PrewarmDecision,
+  decision: PrewarmPlan,
   now: Date,
 ): PrewarmState {
   return {

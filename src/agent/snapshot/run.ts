@@ -11,7 +11,7 @@ import { AgentError, ExitCode } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import type { SnapshotBlockWriter } from "../ports.ts";
 import { MANIFEST_FORMAT, ManifestError, parseManifest, toMap, toRecord, type SnapshotManifest } from "./manifest.ts";
-import { EBS_BLOCK_BYTES, linearAggregate, planUpload, type BlockHashes } from "./plan.ts";
+import { EBS_BLOCK_BYTES, linearAggregate, planSnapshotUpload, type BlockHashes } from "./plan.ts";
 
 /** What the upload takes: the EBS direct APIs and the build machine's files. */
 export interface SnapshotUploadDeps {
@@ -85,7 +85,7 @@ async function readManifest(deps: SnapshotUploadDeps, path: string): Promise<Sna
   return json === undefined ? undefined : parseManifest(path, json);
 }
 
-export async function uploadSnapshot(
+export async function runSnapshotUpload(
   deps: SnapshotUploadDeps,
   settings: SnapshotUploadSettings,
 ): Promise<SnapshotUploadReport> {
@@ -159,7 +159,7 @@ export async function uploadSnapshot(
   });
   await deps.writeManifestJson(settings.manifest, manifest());
 
-  const plan = planUpload({
+  const plan = planSnapshotUpload({
     image: scan.blocks,
     ...(parent ? { parent: toMap(parent.blocks) } : {}),
     alreadyPut: written,

@@ -107,12 +107,12 @@ async function claimFor(t: Test): Promise<string | undefined> {
   const log = createMemoryLogger("debug");
   const outcome = await bootLabHost(lab, booter, { overrides: { pool: POOL }, withDocker: false, log });
   t.equal(
-    outcome.result?.outcome,
+    outcome.report?.outcome,
     "prepared",
     "the first boot phase prepared a volume",
-    outcome.result?.outcome === "prepared" ? {} : { result: outcome.result, log: log.lines.join("\n") },
+    outcome.report?.outcome === "prepared" ? {} : { result: outcome.report, log: log.lines.join("\n") },
   );
-  return outcome.result?.volumeId;
+  return outcome.report?.volumeId;
 }
 
 const v = {

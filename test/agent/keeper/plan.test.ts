@@ -1,6 +1,6 @@
 /** The keeper's planner: pure, tested with plain objects. */
 import t from "tap";
-import { keeperFacts, type KeeperOutcome } from "../../../src/agent/keeper/run.ts";
+import { keeperFacts, type KeeperReport } from "../../../src/agent/keeper/run.ts";
 import { readInitialization } from "../../../src/agent/keeper/observe.ts";
 import { planKeeper, slotToken, type KeeperObservation, type KeeperSettings } from "../../../src/agent/keeper/plan.ts";
 import type { SnapshotInfo, VolumeInfo } from "../../../src/agent/ports.ts";
@@ -448,7 +448,7 @@ t.test("slot tokens: equal for keepers that see the same pool, different once it
 
 t.test("the run's facts for the metrics textfile", async (t) => {
   const plan = planKeeper(settings, observed([volume("vol-a", "eu-west-1a")]));
-  const outcome: KeeperOutcome = {
+  const outcome: KeeperReport = {
     plan,
     final: plan,
     rounds: 2,

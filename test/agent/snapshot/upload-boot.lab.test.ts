@@ -110,8 +110,8 @@ t.test("a pool from an uploaded snapshot: keeper, boot, docker", async (t) => {
 
   const host = await bl.addHost();
   const booted = await bl.boot(host, { overrides: { pool: POOL } });
-  t.equal(booted.result?.outcome, "ready", "the boot is ready", { log: booted.log.slice(-30).join("\n") });
-  t.equal(booted.result?.volumeId, made[0]?.VolumeId, "it claimed the volume of the uploaded snapshot");
+  t.equal(booted.report?.outcome, "ready", "the boot is ready", { log: booted.log.slice(-30).join("\n") });
+  t.equal(booted.report?.volumeId, made[0]?.VolumeId, "it claimed the volume of the uploaded snapshot");
   for (const { tag } of GOLDEN_IMAGES) {
     const listed = await host.dockerd!.docker(["image", "inspect", "--format", "{{.Id}}", tag]);
     t.match(listed.stdout.trim(), /^sha256:/, `${tag} is in docker from the volume`);
