@@ -335,7 +335,7 @@ function keeperOverrides(pool: string, zone: string, min: number, max: number, o
 function keeperOn(lab: Lab, manager: LabHost, overrides: ConfigOverrides, log: Logger) {
   const settings = keeperSettingsFrom(labConfig(lab, manager, overrides));
   const cloud = createCloudVolumes({ client: lab.ec2Client(), pollMs: 100, createTimeoutMs: 60_000 });
-  return () => runKeeper(cloud, settings, { dryRun: false, log });
+  return () => runKeeper({ cloud, log }, settings, { dryRun: false });
 }
 
 function poolVolumes(lab: Lab, pool: string) {

@@ -59,11 +59,11 @@ function fillCommand(): Command {
       const opts = command.optsWithGlobals<{ config?: string; dryRun?: boolean; json?: boolean }>();
       const context = await hostContext(opts.config);
       const settings = keeperSettingsFrom(context.config);
-      const outcome = await runKeeper(await context.cloud(), settings, {
-        dryRun: opts.dryRun ?? false,
-        log: context.log,
-        recorder: context.recorder,
-      });
+      const outcome = await runKeeper(
+        { cloud: await context.cloud(), log: context.log, recorder: context.recorder },
+        settings,
+        { dryRun: opts.dryRun ?? false },
+      );
       process.stdout.write(
         (opts.json ? JSON.stringify(outcome, null, 2) : renderKeeperReport(outcome, opts.dryRun ?? false)) + "\n",
       );

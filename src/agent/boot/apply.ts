@@ -25,13 +25,13 @@ import { claimTagChanges } from "./claim-tags.ts";
 import {
   freshProgress,
   type ApplyOptions,
-  type BootDeps,
   type BootLimits,
   type ClaimState,
   type Finished,
   type Progress,
   type StepContext,
 } from "./context.ts";
+import type { BootDeps } from "./deps.ts";
 import { BootStepError, CancelledError, JoinedBeforeSwitch, remediationOf } from "./errors.ts";
 import type { BootPlan, BootStep } from "./plan.ts";
 import { bootSourceOf } from "./source.ts";

@@ -8,7 +8,8 @@ import { cloudFailureOf } from "../../aws/errors.ts";
 import { AgentError, ConfigError, ExitCode, describeError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { applyBoot } from "./apply.ts";
-import type { BootDeps, BootLimits } from "./context.ts";
+import type { BootLimits } from "./context.ts";
+import type { BootDeps } from "./deps.ts";
 import { BootBudgetSpent, CancelledError } from "./errors.ts";
 import { observeBoot, observeIdentity, type IdentitySource } from "./observe.ts";
 import {

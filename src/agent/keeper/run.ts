@@ -6,12 +6,11 @@
  * the pool as it is, not as it was at the start.
  */
 import { ConfigError, ExitCode } from "../../errors.ts";
-import type { Logger } from "../../log.ts";
-import type { KeeperCloud } from "../ports.ts";
 import { applyKeeper, type KeeperResult } from "./apply.ts";
 import { observeKeeper } from "./observe.ts";
 import { planKeeper, type KeeperPlan, type KeeperSettings } from "./plan.ts";
-import type { KeeperFacts, OutcomeRecorder } from "../outcomes.ts";
+import type { KeeperFacts } from "../outcomes.ts";
+import type { KeeperDeps } from "./deps.ts";
 
 export interface KeeperReport {
   /** The first round's plan (what `--dry-run` prints). */
@@ -53,11 +52,12 @@ export function keeperSettingsFrom(config: {
 
 /** Runs the keeper once over the pool. */
 export async function runKeeper(
-  cloud: KeeperCloud,
+  deps: KeeperDeps,
   settings: KeeperSettings,
-  options: { dryRun: boolean; log: Logger; now?: () => Date; recorder?: OutcomeRecorder },
+  options: { dryRun: boolean },
 ): Promise<KeeperReport> {
-  const now = options.now ?? (() => new Date());
+  const { cloud, log, recorder } = deps;
+  const now = deps.now ?? (() => new Date());
   const observed = await observeKeeper(cloud, settings, { now: now() });
   const plan = planKeeper(settings, observed);
   const zoneOf = new Map(observed.volumes.map((v) => [v.volumeId, v.availabilityZone]));
@@ -67,7 +67,7 @@ export async function runKeeper(
     error,
   }));
   for (const { volumeId, zone, error } of unread) {
-    options.log.warning(
+    log.warning(
       "keeper.status-unread",
       `could not read the volume's initialization: ${error}; not tagged initialized this run`,
       { volume: volumeId, zone },
@@ -79,7 +79,7 @@ export async function runKeeper(
   const known = new Set(observed.volumes.map((v) => v.volumeId));
   const ctx = {
     cloud,
-    log: options.log,
+    log,
     known,
     ...(settings.ttlHours !== undefined ? { ttlHours: settings.ttlHours } : {}),
   };
@@ -106,7 +106,7 @@ export async function runKeeper(
     report.results.push(...(await applyKeeper([next], ctx)));
   }
   report.failed = report.results.filter((r) => r.done === "failed").length + unread.length;
-  await options.recorder?.keeperFinished(keeperFacts(report, now()));
+  await recorder?.keeperFinished(keeperFacts(report, now()));
   return report;
 }
 

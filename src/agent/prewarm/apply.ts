@@ -18,7 +18,8 @@
  */
 import { describeError, remediationOr } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
-import { initializationStatusOf, sampleVolume, type PrewarmDeps, type Sample } from "./observe.ts";
+import { initializationStatusOf, sampleVolume, type Sample } from "./observe.ts";
+import type { PrewarmDeps } from "./deps.ts";
 import {
   planPrewarm,
   formatBytes,

@@ -8,27 +8,9 @@
  */
 import { randomUUID } from "node:crypto";
 import { AgentError, ExitCode } from "../../errors.ts";
-import type { Logger } from "../../log.ts";
-import type { SnapshotBlockWriter } from "../ports.ts";
 import { MANIFEST_FORMAT, ManifestError, parseManifest, toMap, toRecord, type SnapshotManifest } from "./manifest.ts";
 import { EBS_BLOCK_BYTES, linearAggregate, planSnapshotUpload, type BlockHashes } from "./plan.ts";
-
-/** What the upload takes: the EBS direct APIs and the build machine's files. */
-export interface SnapshotUploadDeps {
-  writer: SnapshotBlockWriter;
-  scanImage(path: string, blockSize: number): Promise<{ bytes: number; blocks: Map<number, string> }>;
-  readBlock(path: string, index: number, blockSize: number): Promise<Uint8Array>;
-  /** The manifest file's JSON, undefined when there is none (src/host/snapshot-manifest.ts). */
-  readManifestJson(path: string): Promise<unknown>;
-  writeManifestJson(path: string, manifest: SnapshotManifest): Promise<void>;
-  sha256(data: Uint8Array): Uint8Array;
-  zeroBlockHash(blockSize: number): string;
-  log: Logger;
-  /** ms since the epoch (progress rates). */
-  now?: () => number;
-  /** Stops the upload between blocks (SIGTERM): the manifest keeps what was put. */
-  signal?: AbortSignal;
-}
+import type { SnapshotUploadDeps } from "./deps.ts";
 
 export interface SnapshotUploadSettings {
   image: string;

@@ -155,7 +155,7 @@ t.test("the keeper trims the old generation first, never the new one", async (t)
     initializationRateMiBps: null,
     quarantineHours: 6,
   };
-  const outcome = await runKeeper(cloud, settings, { dryRun: false, log: labLog });
+  const outcome = await runKeeper({ cloud, log: labLog }, settings, { dryRun: false });
   t.equal(outcome.failed, 0);
   t.equal(
     outcome.plan.snapshotId,

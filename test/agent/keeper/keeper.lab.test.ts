@@ -136,7 +136,7 @@ function settings(pool: string, over: Partial<KeeperSettings> = {}): KeeperSetti
 /** One keeper in this process, with its own SDK client (as another host would have). */
 function keeper(pool: string, over: Partial<KeeperSettings> = {}, dryRun = false): Promise<KeeperReport> {
   const cloud = createCloudVolumes({ client: lab.ec2Client(), pollMs: 50 });
-  return runKeeper(cloud, settings(pool, over), { dryRun, log });
+  return runKeeper({ cloud, log }, settings(pool, over), { dryRun });
 }
 
 async function cli(config: string, args: string[]) {

@@ -82,7 +82,7 @@ t.test("a pool from an uploaded snapshot: keeper, boot, docker", async (t) => {
   const zone = `${bl.lab.region}a`;
   const log = createMemoryLogger();
   const kept = await runKeeper(
-    createCloudVolumes({ client: bl.lab.ec2Client(), pollMs: 50 }),
+    { cloud: createCloudVolumes({ client: bl.lab.ec2Client(), pollMs: 50 }), log },
     {
       pool: POOL,
       imageSet: null,
@@ -95,7 +95,7 @@ t.test("a pool from an uploaded snapshot: keeper, boot, docker", async (t) => {
       initializationRateMiBps: 100,
       quarantineHours: 6,
     },
-    { dryRun: false, log },
+    { dryRun: false },
   );
   t.equal(
     kept.plan.snapshotId,
