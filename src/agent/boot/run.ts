@@ -39,7 +39,7 @@ export interface BootCommandDeps extends IdentitySource {
    * The host's image store and engine version (daemon.json, `dockerd --version`); absent: not observed (graphdriver).
    */
   hostStore?: () => Promise<HostStore>;
-  /** Starts the background refresh of the volume's images (config refresh.enabled); absent: none. */
+  /** Starts the background refresh of the volume's images, asked only with config refresh.enabled; absent: none. */
   startRefresh?: () => Promise<void>;
 }
 
@@ -193,7 +193,7 @@ export async function runBoot(
     report,
     finishedAt: new Date(),
   });
-  if (deps.startRefresh && (report.outcome === "ready" || report.outcome === "warming"))
+  if (deps.startRefresh && config.refresh.enabled && (report.outcome === "ready" || report.outcome === "warming"))
     await startRefresh(deps.startRefresh, log);
   return { identity, plan, report, exitCode };
 }
