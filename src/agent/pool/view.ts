@@ -24,27 +24,28 @@ function age(hours: number | null): string {
 
 const stateCells = (s: StateCounts) => [s.available, s.inUse, s.creating, s.other, s.quarantined].map(String);
 
-function generationCell(g: GenerationGroup): string {
-  return `${g.generation}${g.current ? " (current)" : g.superseded ? " (superseded)" : ""}`;
+function generationCell(generation: GenerationGroup): string {
+  return `${generation.generation}${generation.current ? " (current)" : generation.superseded ? " (superseded)" : ""}`;
 }
 
-function keeperCell(k: ZoneKeeper | null): string {
-  if (!k) return "-";
-  const verdict = k.belowMin > 0 ? `${k.belowMin} short` : k.aboveMax > 0 ? `${k.aboveMax} over` : "on target";
-  return `${k.minAvailable}..${k.maxAvailable} available: has ${k.stock}, ${verdict}`;
+function keeperCell(keeper: ZoneKeeper | null): string {
+  if (!keeper) return "-";
+  const verdict =
+    keeper.belowMin > 0 ? `${keeper.belowMin} short` : keeper.aboveMax > 0 ? `${keeper.aboveMax} over` : "on target";
+  return `${keeper.minAvailable}..${keeper.maxAvailable} available: has ${keeper.stock}, ${verdict}`;
 }
 
 /** One pool: what it costs, its zones by kind and generation, the keeper's caps. */
-export function renderPoolSummary(p: PoolSummary): string[] {
+export function renderPoolSummary(summary: PoolSummary): string[] {
   const lines = [
-    `pool ${p.pool || "-"}: current generation ${p.currentGeneration?.generation ?? "none (no completed snapshot)"}; ` +
-      (`${p.volumes} volumes, ${p.gib} GiB, USD ${formatUsd(p.volumesMonthlyUsd)}/month + ` +
-        `${p.snapshots.completed} snapshots `) +
-      (`(${p.snapshots.gib} GiB at most) USD ${formatUsd(p.snapshotsMonthlyUsd)}/month = USD ` +
-        `${formatUsd(p.monthlyUsd)}/month`),
+    `pool ${summary.pool || "-"}: current generation ${summary.currentGeneration?.generation ?? "none (no completed snapshot)"}; ` +
+      (`${summary.volumes} volumes, ${summary.gib} GiB, USD ${formatUsd(summary.volumesMonthlyUsd)}/month + ` +
+        `${summary.snapshots.completed} snapshots `) +
+      (`(${summary.snapshots.gib} GiB at most) USD ${formatUsd(summary.snapshotsMonthlyUsd)}/month = USD ` +
+        `${formatUsd(summary.monthlyUsd)}/month`),
   ];
   const cells: string[][] = [];
-  for (const z of p.zones) {
+  for (const z of summary.zones) {
     for (const g of z.generations)
       cells.push([
         z.zone,
@@ -85,12 +86,12 @@ export function renderPoolSummary(p: PoolSummary): string[] {
       ).map((l) => `  ${l}`),
     );
   }
-  if (p.keeper) {
+  if (summary.keeper) {
     lines.push(
-      `  keeper: ${p.keeper.minAvailable}..${p.keeper.maxAvailable} available in each of ` +
-        `${p.keeper.zones.join(", ")}; ` +
-        (`caps ${p.keeper.maxVolumes} volumes / ${p.keeper.maxGiB} GiB, the pool has ${p.keeper.volumes} / ` +
-          `${p.keeper.gib}`),
+      `  keeper: ${summary.keeper.minAvailable}..${summary.keeper.maxAvailable} available in each of ` +
+        `${summary.keeper.zones.join(", ")}; ` +
+        (`caps ${summary.keeper.maxVolumes} volumes / ${summary.keeper.maxGiB} GiB, the pool has ${summary.keeper.volumes} / ` +
+          `${summary.keeper.gib}`),
     );
   }
   return lines;

@@ -42,17 +42,22 @@ export interface PrewarmSettings {
 
 /** The settings from the configuration's `prewarm` group. */
 export function prewarmSettingsFrom(config: AgentConfig): PrewarmSettings {
-  const p = config.prewarm;
+  const prewarm = config.prewarm;
   return {
-    strategy: p.strategy,
-    background: p.background,
-    check: { seconds: p.check.seconds, reads: p.check.reads, ioDepth: p.check.ioDepth, blockBytes: 4096 },
-    thresholds: { minIops: p.thresholds.minIops, maxMedianLatencyMs: p.thresholds.maxMedianLatencyMs },
+    strategy: prewarm.strategy,
+    background: prewarm.background,
+    check: {
+      seconds: prewarm.check.seconds,
+      reads: prewarm.check.reads,
+      ioDepth: prewarm.check.ioDepth,
+      blockBytes: 4096,
+    },
+    thresholds: { minIops: prewarm.thresholds.minIops, maxMedianLatencyMs: prewarm.thresholds.maxMedianLatencyMs },
     initialize: {
-      ioDepth: p.initialize.ioDepth,
-      maxIoBytes: p.initialize.maxIoKiB * 1024,
-      timeoutSeconds: p.initialize.timeoutMinutes === null ? null : p.initialize.timeoutMinutes * 60,
-      progressSeconds: p.initialize.progressSeconds,
+      ioDepth: prewarm.initialize.ioDepth,
+      maxIoBytes: prewarm.initialize.maxIoKiB * 1024,
+      timeoutSeconds: prewarm.initialize.timeoutMinutes === null ? null : prewarm.initialize.timeoutMinutes * 60,
+      progressSeconds: prewarm.initialize.progressSeconds,
     },
   };
 }

@@ -142,12 +142,13 @@ export function renderPrewarmStatus(
   };
   figures("before:  ", state.before);
   figures("after:   ", state.after);
-  const p = state.progress;
-  if (p) {
-    const eta = p.etaSeconds !== undefined && p.percent < 100 ? `, ETA ${formatDuration(p.etaSeconds)}` : "";
+  const progress = state.progress;
+  if (progress) {
+    const eta =
+      progress.etaSeconds !== undefined && progress.percent < 100 ? `, ETA ${formatDuration(progress.etaSeconds)}` : "";
     lines.push(
-      `progress: ${p.percent.toFixed(1)} % (${formatBytes(p.doneBytes)} of ${formatBytes(p.totalBytes)}), ` +
-        `${p.mibps.toFixed(1)} MiB/s${eta}`,
+      `progress: ${progress.percent.toFixed(1)} % (${formatBytes(progress.doneBytes)} of ${formatBytes(progress.totalBytes)}), ` +
+        `${progress.mibps.toFixed(1)} MiB/s${eta}`,
     );
   }
   const age = Math.max(0, Math.round((now.getTime() - Date.parse(state.updatedAt)) / 1000));

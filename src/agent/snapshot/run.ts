@@ -106,7 +106,7 @@ export async function runSnapshotUpload(
   );
 
   const clientToken = earlier?.clientToken ?? randomUUID();
-  const started_ = await deps.writer.start({
+  const newSnapshot = await deps.writer.start({
     volumeSizeGiB,
     ...(parent ? { parentSnapshotId: parent.snapshotId } : {}),
     clientToken,
@@ -116,14 +116,14 @@ export async function runSnapshotUpload(
     ...(settings.kmsKeyArn ? { kmsKeyArn: settings.kmsKeyArn } : {}),
     timeoutMinutes: settings.timeoutMinutes,
   });
-  if (started_.blockSize !== EBS_BLOCK_BYTES) {
+  if (newSnapshot.blockSize !== EBS_BLOCK_BYTES) {
     throw new SnapshotUploadError(
-      `EBS answered a block size of ${started_.blockSize} bytes, not ${EBS_BLOCK_BYTES}`,
+      `EBS answered a block size of ${newSnapshot.blockSize} bytes, not ${EBS_BLOCK_BYTES}`,
       "report this: the builder is written for 512 KiB blocks",
       ExitCode.failure,
     );
   }
-  const { snapshotId } = started_;
+  const { snapshotId } = newSnapshot;
   // The same token gives the same snapshot; another one (the first expired) starts from nothing.
   const written = new Map(earlier?.snapshotId === snapshotId ? toMap(earlier.written) : []);
   const manifest = (): SnapshotManifest => ({
