@@ -346,7 +346,10 @@ interface LatencyBoot {
   readyMs?: number;
   /** EC2's own start, drawn (EC2_START_RANGES): LaunchTime to the agent's first unit. */
   ec2StartMs?: number;
-  /** osparc's user data after phase 2 (cloud-final after multi-user.target): `docker swarm join --availability=drain` to a manager, measured. */
+  /**
+   * osparc's user data after phase 2 (cloud-final after multi-user.target): `docker swarm join --availability=drain` to
+   * a manager, measured.
+   */
   joinMs?: number;
   /** ec2StartMs + readyMs + joinMs: what osparc's start limit (EC2_INSTANCES_MAX_START_TIME) counts. */
   launchToJoinedMs?: number;
@@ -680,7 +683,10 @@ async function main(): Promise<void> {
       for (const path of options.paths) {
         say(
           `\n== latency, ${path}: ${options.boots} boots, ` +
-            `${options.zeroLatency ? "every EC2 delay 0" : `attach ${RANGES.attachMs.join("–")} ms, device ${RANGES.deviceDelayMs.join("–")} ms, create ${RANGES.createMs.join("–")} ms, API ${RANGES.apiMs.join("–")} ms per action`}`,
+            (options.zeroLatency
+              ? "every EC2 delay 0"
+              : `attach ${RANGES.attachMs.join("–")} ms, device ${RANGES.deviceDelayMs.join("–")} ms, ` +
+                `create ${RANGES.createMs.join("–")} ms, API ${RANGES.apiMs.join("–")} ms per action`),
         );
         for (let i = 0; i < options.boots; i++) {
           const latencies = options.zeroLatency ? ZERO : draw(random);
@@ -693,7 +699,10 @@ async function main(): Promise<void> {
           say(
             b.error
               ? `  boot ${i + 1} (${drawn}) FAILED after prepared ${sec(b.preparedMs)} s: ${b.error}`
-              : `  boot ${i + 1} (${drawn}): ${b.source}, prepared ${sec(b.preparedMs)} s, dockerd ${sec(b.dockerStartMs)} s, phase 2 ${sec(b.phase2Ms)} s, ready ${sec(b.readyMs)} s, join ${sec(b.joinMs)} s; launch → joined ${sec(b.launchToJoinedMs)} s with EC2's start ${sec(b.ec2StartMs)} s (load ${b.loadAvg1})`,
+              : `  boot ${i + 1} (${drawn}): ${b.source}, prepared ${sec(b.preparedMs)} s, dockerd ` +
+                  `${sec(b.dockerStartMs)} s, phase 2 ${sec(b.phase2Ms)} s, ready ${sec(b.readyMs)} s, join ` +
+                  `${sec(b.joinMs)} s; launch → joined ${sec(b.launchToJoinedMs)} s with EC2's start ` +
+                  `${sec(b.ec2StartMs)} s (load ${b.loadAvg1})`,
           );
         }
       }
@@ -746,7 +755,9 @@ async function main(): Promise<void> {
           `${sec(preparedOverTransitions.p50)} / ${sec(preparedOverTransitions.p95)}`,
       );
       say(
-        `  ${path.padEnd(9)}  launch → joined (EC2's start drawn ${EC2_START_RANGES.pendingToRunningMs.join("–")} + ${EC2_START_RANGES.runningToUnitsMs.join("–")} ms, ready, the join ${sec(joinOnly.p50)} s p50): p50 ${sec(launchToJoined.p50)} s, p95 ${sec(launchToJoined.p95)} s, against osparc's 60 s`,
+        `  ${path.padEnd(9)}  launch → joined (EC2's start drawn ${EC2_START_RANGES.pendingToRunningMs.join("–")} + ` +
+          `${EC2_START_RANGES.runningToUnitsMs.join("–")} ms, ready, the join ${sec(joinOnly.p50)} s p50): p50 ` +
+          `${sec(launchToJoined.p50)} s, p95 ${sec(launchToJoined.p95)} s, against osparc's 60 s`,
       );
     }
   }

@@ -307,7 +307,8 @@ function imageSet(sizeGiB: number): GoldenImage[] {
 // The registry, run inside a dockerd's network namespace
 
 /**
- * Registries come from src/lab/docker/registry.ts (startLabRegistry): the same docker-registry the refresh's lab test runs.
+ * Registries come from src/lab/docker/registry.ts (startLabRegistry): the same docker-registry the refresh's lab test
+ * runs.
  */
 type Registry = LabRegistry;
 

@@ -56,7 +56,8 @@ const { values } = parseArgs({
 });
 if (values.help) {
   process.stdout.write(
-    "sudo npx tsx bench/cold.ts [--delay-ms 10] [--chunk-kib 512] [--image-mib 64] [--filler-mib 256] [--head-start-ms 2000] [--out DIR]\n",
+    "sudo npx tsx bench/cold.ts [--delay-ms 10] [--chunk-kib 512] [--image-mib 64] [--filler-mib 256] " +
+      "[--head-start-ms 2000] [--out DIR]\n",
   );
   process.exit(0);
 }
@@ -82,7 +83,8 @@ const lab = await startLab({
 try {
   const ec2 = lab.ec2Client();
   say(
-    `lab ${lab.root}: ${IMAGES} images of ${imageMiB} MiB after ${fillerMiB} MiB of other data; first read of a ${chunkBytes / 1024} KiB chunk waits ${delayMs} ms`,
+    `lab ${lab.root}: ${IMAGES} images of ${imageMiB} MiB after ${fillerMiB} MiB of other data; first read of a ` +
+      `${chunkBytes / 1024} KiB chunk waits ${delayMs} ms`,
   );
   // One snapshot per fraction: the need list records what the images read at start.
   const snapshots = new Map<number, string>();
@@ -179,7 +181,8 @@ try {
         await background;
         rows.push({ strategy, images: nodeImages, fraction, seconds, ...(note ? { note } : {}) });
         say(
-          `${strategy} images=${nodeImages} reads=${fraction * 100} %: ${seconds.toFixed(2)} s${note ? ` (${note})` : ""}`,
+          `${strategy} images=${nodeImages} reads=${fraction * 100} %: ${seconds.toFixed(2)} ` +
+            `s${note ? ` (${note})` : ""}`,
         );
         await run("umount", [target.mountPoint]);
         await detach(ec2, volumeId, host);

@@ -754,7 +754,11 @@ async function main(): Promise<void> {
       if (stopped) break;
       say(
         `\n== keeper ${which}: ${options.poolSize} initialized volumes to ` +
-          `start${which === "on" ? `, keeper every ${KEEPER_EVERY_MIN} simulated min (min ${options.keeperMin}, max ${options.keeperMax}, cap ${options.maxVolumes})` : ""}`,
+          "start" +
+          (which === "on"
+            ? `, keeper every ${KEEPER_EVERY_MIN} simulated min ` +
+              `(min ${options.keeperMin}, max ${options.keeperMax}, cap ${options.maxVolumes})`
+            : ""),
       );
       const report = await runDay(lab, agent, manager, zone, which, schedule, options, log, say, () => stopped);
       reports.push(report);

@@ -117,8 +117,10 @@ try {
     };
     rows.push(row);
     process.stdout.write(
-      `${size} MiB set: full ${row.fullPutMiB.toFixed(1)} MiB put, ratio ${row.fullRatio.toFixed(3)}, ${row.fullSecondsPerGiB.toFixed(1)} s/GiB; ` +
-        `+${added} MiB image: ${row.incrementalPutMiB.toFixed(1)} MiB put, ratio ${row.incrementalRatio.toFixed(3)}, ${row.incrementalSecondsPerGiB.toFixed(1)} s/GiB\n`,
+      `${size} MiB set: full ${row.fullPutMiB.toFixed(1)} MiB put, ratio ${row.fullRatio.toFixed(3)}, ` +
+        `${row.fullSecondsPerGiB.toFixed(1)} s/GiB; ` +
+        `+${added} MiB image: ${row.incrementalPutMiB.toFixed(1)} MiB put, ratio ${row.incrementalRatio.toFixed(3)}, ` +
+        `${row.incrementalSecondsPerGiB.toFixed(1)} s/GiB\n`,
     );
     await rm(gen1);
     await rm(gen2);

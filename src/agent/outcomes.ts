@@ -1,7 +1,8 @@
 /**
  * What a finished use case hands the OutcomeRecorder (the port src/status/recorder.ts implements):
  * the reports of a boot, a release and a gc, the figures (`Facts`) of a keeper run and a prune, and
- * the pre-warm's and the refresh's state files. A module of their own, apart from src/agent/ports.ts: a report names the
+ * the pre-warm's and the refresh's state files. A module of their own, apart from src/agent/ports.ts: a report names
+ * the
  * use case's own types, and the ports name none, so no adapter reaches a use case through them.
  */
 import type { FillFigures } from "../host/facts.ts";

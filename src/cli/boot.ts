@@ -32,7 +32,10 @@ export function printOutcome(outcome: BootOutcome, json: boolean, out: (line: st
   const { plan, report } = outcome;
   out(`instance ${plan.instanceId} in ${plan.availabilityZone}`);
   out(
-    `source: ${plan.selection.source}${"candidates" in plan.selection ? ` (${plan.selection.candidates.length} candidates: ${plan.selection.candidates.join(" ")})` : ""}`,
+    `source: ${plan.selection.source}` +
+      ("candidates" in plan.selection
+        ? ` (${plan.selection.candidates.length} candidates: ${plan.selection.candidates.join(" ")})`
+        : ""),
   );
   if (!report) {
     out("plan (dry run, nothing changed):");

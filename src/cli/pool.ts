@@ -84,7 +84,10 @@ function renderKeeperReport(outcome: KeeperReport, dryRun: boolean): string {
       [z.create > 0 ? `create ${z.create}` : "", z.trim > 0 ? `trim ${z.trim}` : ""].filter(Boolean).join(", ") ||
       "nothing to do";
     lines.push(
-      `  ${z.zone}: ${z.available} available + ${z.creating} creating, ${z.superseded} superseded, ${z.heldByStopped} held by stopped instances${z.oldestStoppedDays !== null ? ` (longest ${z.oldestStoppedDays.toFixed(1)} days)` : ""}, ${z.total} in all: ${todo}${z.short ? ` (short: ${z.short})` : ""}`,
+      `  ${z.zone}: ${z.available} available + ${z.creating} creating, ${z.superseded} superseded, ` +
+        `${z.heldByStopped} held by stopped ` +
+        `instances${z.oldestStoppedDays !== null ? ` (longest ${z.oldestStoppedDays.toFixed(1)} days)` : ""}, ` +
+        `${z.total} in all: ${todo}${z.short ? ` (short: ${z.short})` : ""}`,
     );
   }
   if (dryRun) {

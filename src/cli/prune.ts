@@ -59,7 +59,8 @@ export function pruneCommand(): Command {
     .option("--json", "print the plan and what was done as JSON")
     .option(
       "--timer",
-      "the run ebs-cache-agent-prune.timer starts while the node runs: only when prune.periodic; a fill below prune.thresholdPercent asks nothing of EC2 or docker",
+      "the run ebs-cache-agent-prune.timer starts while the node runs: only when prune.periodic; a fill below " +
+        "prune.thresholdPercent asks nothing of EC2 or docker",
     )
     .addOption(
       new Option(

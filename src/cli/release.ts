@@ -30,7 +30,8 @@ export function printReleaseOutcome(outcome: ReleaseOutcome, json: boolean, out:
   const { plan, report } = outcome;
   out(`instance ${plan.instanceId}`);
   out(
-    `decision: ${plan.decision}${plan.reason ? ` (${plan.reason})` : ""}${plan.volumes.length ? `: ${plan.volumes.join(" ")}` : ""}`,
+    `decision: ${plan.decision}${plan.reason ? ` (${plan.reason})` : ""}` +
+      `${plan.volumes.length ? `: ${plan.volumes.join(" ")}` : ""}`,
   );
   out(`shutdown: ${plan.shutdown.kind} (${plan.shutdown.reason})`);
   for (const warning of plan.warnings) out(`warning: ${warning}`);

@@ -98,7 +98,8 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
       if (disks.length > 0)
         log.notice(
           "host.instance-store",
-          `${disks.length} NVMe instance-store disk(s) on this host, left alone: ${disks.map((d) => `${d.device} ${(d.sizeBytes / 1e9).toFixed(0)} GB`).join(", ")}`,
+          `${disks.length} NVMe instance-store disk(s) on this host, left alone: ` +
+            `${disks.map((d) => `${d.device} ${(d.sizeBytes / 1e9).toFixed(0)} GB`).join(", ")}`,
         );
     } else log.info("metrics.no-figures", `no figures of the host: ${describeError(host.reason)}`);
     return figures;

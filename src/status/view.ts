@@ -50,7 +50,8 @@ export function renderStatus(doc: StatusDocument): string[] {
   if (doc.dataRoot)
     lines.push(
       `data-root: ` +
-        `${doc.dataRoot.current ?? "docker's default"}${doc.dataRoot.matches ? "" : ` (expected ${doc.dataRoot.expected})`}`,
+        `${doc.dataRoot.current ?? "docker's default"}` +
+        `${doc.dataRoot.matches ? "" : ` (expected ${doc.dataRoot.expected})`}`,
     );
   if (doc.labels && Object.keys(doc.labels.published).length > 0) {
     lines.push(
@@ -64,7 +65,8 @@ export function renderStatus(doc: StatusDocument): string[] {
     const progress =
       prewarm.progress && prewarm.progress.percent < 100 ? `, ${prewarm.progress.percent.toFixed(1)} % read` : "";
     lines.push(
-      `pre-warm: ${prewarm.verdict}, ${prewarm.phase}${prewarm.running ? " (running)" : ""}${progress} (${prewarm.strategy}: ${prewarm.reason})`,
+      `pre-warm: ${prewarm.verdict}, ${prewarm.phase}${prewarm.running ? " (running)" : ""}${progress} ` +
+        `(${prewarm.strategy}: ${prewarm.reason})`,
     );
   }
   const refresh = doc.refresh;
@@ -72,17 +74,20 @@ export function renderStatus(doc: StatusDocument): string[] {
     const counts =
       refresh.phase === "skipped"
         ? (refresh.reason ?? "")
-        : `${refresh.pulled + refresh.failed} of ${refresh.wanted - refresh.present} pulls done: ${refresh.pulled} pulled, ${refresh.failed} failed, ` +
+        : `${refresh.pulled + refresh.failed} of ${refresh.wanted - refresh.present} pulls done: ${refresh.pulled} ` +
+          `pulled, ${refresh.failed} failed, ` +
           `${refresh.present} present${refresh.markedCurrent ? ", volume tagged current" : ""}`;
     lines.push(
-      `refresh:  ${refresh.phase}${refresh.running ? " (running)" : ""}${refresh.generation ? ` toward ${refresh.generation}` : ""}${counts ? ` (${counts})` : ""}`,
+      `refresh:  ${refresh.phase}${refresh.running ? " (running)" : ""}` +
+        `${refresh.generation ? ` toward ${refresh.generation}` : ""}${counts ? ` (${counts})` : ""}`,
     );
   }
   const release = doc.lastRelease;
   if (release)
     lines.push(
       `release:  ${release.outcome} at ` +
-        `${release.finishedAt}${release.afterBoot ? " (after this boot)" : ""}${release.reason ? `: ${release.reason}` : ""}`,
+        `${release.finishedAt}${release.afterBoot ? " (after this boot)" : ""}` +
+        `${release.reason ? `: ${release.reason}` : ""}`,
     );
   return lines;
 }

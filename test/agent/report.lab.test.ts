@@ -38,7 +38,11 @@ t.test(
     t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
     t.match(
       booted.report?.reason,
-      /^readiness labels did not take: docker info's Labels still differ from what was published after 15000 ms: io\.simcore\.ebs-cache\.state missing/,
+      new RegExp(
+        String.raw`^readiness labels did not take: docker info's Labels still differ ` +
+          String.raw`from what was published after 15000 ms: io\.simcore\.ebs-cache\.state ` +
+          String.raw`missing`,
+      ),
     );
     t.ok(
       booted.log.some((line) => line.startsWith("<3>boot.labels:") && line.includes("the node is not reported ready")),

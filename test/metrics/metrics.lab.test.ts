@@ -176,7 +176,8 @@ t.test(
     );
     const human = await status(host, false);
     tt.comment(
-      `ebs_cache_agent_prewarm.prom:\n${await readFile(join(textfileDir(host), "ebs_cache_agent_prewarm.prom"), "utf8")}`,
+      `ebs_cache_agent_prewarm.prom:\n` +
+        `${await readFile(join(textfileDir(host), "ebs_cache_agent_prewarm.prom"), "utf8")}`,
     );
     tt.comment(`ebs-cache-agent status:\n${human.stdout}`);
     tt.equal(human.exitCode, 0);

@@ -19,7 +19,10 @@ export interface BootDeps {
   engine: DockerEngine & { waitUntilReady(timeoutMs: number): Promise<void> };
   /** What the prepare-data-root step does on the host (activation-marker.ts prepareVolumeDataRoot decides when). */
   dataRoot: DataRootPorts;
-  /** containerd's root and service, for a host on the containerd image store. Absent: such a host degrades at switch-data-root. */
+  /**
+   * containerd's root and service, for a host on the containerd image store. Absent: such a host degrades at
+   * switch-data-root.
+   */
   containerd?: ContainerdRoot;
   /** The installed dockerd's version (`dockerd --version`), read before docker starts. */
   dockerVersion(): Promise<string | undefined>;

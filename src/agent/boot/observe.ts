@@ -29,7 +29,9 @@ export interface IdentitySource {
   launchTime?(identity: Identity): Promise<string | undefined>;
   /** This boot of the machine (/proc/sys/kernel/random/boot_id). */
   bootId?: string;
-  /** EC2 in the instance's region, to learn whether a volume attached here is reused (reusedVolume). Absent: not asked. */
+  /**
+   * EC2 in the instance's region, to learn whether a volume attached here is reused (reusedVolume). Absent: not asked.
+   */
   cloudFor?(region: string): Pick<CloudVolumes, "describeInstance" | "findVolumes">;
   log: Logger;
 }

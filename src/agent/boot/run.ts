@@ -31,7 +31,10 @@ export interface BootCommandDeps extends IdentitySource {
   cloudFor(region: string): CloudVolumes;
   /** The side-effecting adapters, built once the settings are known. */
   bootDeps(settings: ResolvedSettings, cloud: CloudVolumes): BootDeps;
-  /** docker's data-root without the agent when the host's own is not recorded (original-data-root.ts); undefined: docker's default. */
+  /**
+   * docker's data-root without the agent when the host's own is not recorded (original-data-root.ts); undefined:
+   * docker's default.
+   */
   defaultDataRoot?: string;
   /** Leaves the outcome for `status` and the metrics; absent: nothing is recorded. */
   recorder?: OutcomeRecorder;

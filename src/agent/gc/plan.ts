@@ -252,8 +252,10 @@ export function sparedSince(
     return `now ${fresh.attachment ? `attached to ${fresh.attachment.instanceId}` : fresh.state}`;
   }
   const changed = SPARING_TAGS.filter((key) => fresh.tags[key] !== observed.tags[key]);
-  if (changed.length > 0)
-    return `${changed.map((key) => `${key}=${fresh.tags[key] === undefined ? "(removed)" : JSON.stringify(fresh.tags[key])}`).join(", ")} since it was judged`;
+  if (changed.length > 0) {
+    const tagNow = (key: string) => (fresh.tags[key] === undefined ? "(removed)" : JSON.stringify(fresh.tags[key]));
+    return `${changed.map((key) => `${key}=${tagNow(key)}`).join(", ")} since it was judged`;
+  }
   const again = judgeVolume(fresh, options);
   return DELETING.has(again.verdict) ? undefined : `now ${again.verdict}: ${again.reason}`;
 }

@@ -288,7 +288,9 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
         volumeId: h.volumeId,
         zone,
         instanceId: h.instanceId,
-        reason: `attached to ${h.instanceId}, stopped since ${h.stoppedSince} (${h.stoppedDays.toFixed(1)} days, reclaim after ${reclaimAfter})`,
+        reason:
+          `attached to ${h.instanceId}, stopped since ${h.stoppedSince} (${h.stoppedDays.toFixed(1)} days, ` +
+          `reclaim after ${reclaimAfter})`,
       });
     }
   }

@@ -38,7 +38,8 @@ function keeperCell(keeper: ZoneKeeper | null): string {
 /** One pool: what it costs, its zones by kind and generation, the keeper's caps. */
 export function renderPoolSummary(summary: PoolSummary): string[] {
   const lines = [
-    `pool ${summary.pool || "-"}: current generation ${summary.currentGeneration?.generation ?? "none (no completed snapshot)"}; ` +
+    `pool ${summary.pool || "-"}: current generation ` +
+      `${summary.currentGeneration?.generation ?? "none (no completed snapshot)"}; ` +
       (`${summary.volumes} volumes, ${summary.gib} GiB, USD ${formatUsd(summary.volumesMonthlyUsd)}/month + ` +
         `${summary.snapshots.completed} snapshots `) +
       (`(${summary.snapshots.gib} GiB at most) USD ${formatUsd(summary.snapshotsMonthlyUsd)}/month = USD ` +
@@ -90,7 +91,8 @@ export function renderPoolSummary(summary: PoolSummary): string[] {
     lines.push(
       `  keeper: ${summary.keeper.minAvailable}..${summary.keeper.maxAvailable} available in each of ` +
         `${summary.keeper.zones.join(", ")}; ` +
-        (`caps ${summary.keeper.maxVolumes} volumes / ${summary.keeper.maxGiB} GiB, the pool has ${summary.keeper.volumes} / ` +
+        (`caps ${summary.keeper.maxVolumes} volumes / ${summary.keeper.maxGiB} GiB, the pool has ` +
+          `${summary.keeper.volumes} / ` +
           `${summary.keeper.gib}`),
     );
   }
@@ -120,7 +122,8 @@ export function renderPoolTable(rows: readonly PoolVolume[]): string {
     r.pool,
     r.zone,
     r.heldByStopped
-      ? `${r.state}, instance stopped ${r.heldByStopped.days !== null ? `${r.heldByStopped.days.toFixed(1)} d` : "(since ?)"}`
+      ? `${r.state}, instance stopped ` +
+        `${r.heldByStopped.days !== null ? `${r.heldByStopped.days.toFixed(1)} d` : "(since ?)"}`
       : r.state,
     String(r.sizeGiB),
     r.claimedBy ?? "-",

@@ -147,7 +147,8 @@ export function renderPrewarmStatus(
     const eta =
       progress.etaSeconds !== undefined && progress.percent < 100 ? `, ETA ${formatDuration(progress.etaSeconds)}` : "";
     lines.push(
-      `progress: ${progress.percent.toFixed(1)} % (${formatBytes(progress.doneBytes)} of ${formatBytes(progress.totalBytes)}), ` +
+      `progress: ${progress.percent.toFixed(1)} % (${formatBytes(progress.doneBytes)} of ` +
+        `${formatBytes(progress.totalBytes)}), ` +
         `${progress.mibps.toFixed(1)} MiB/s${eta}`,
     );
   }

@@ -32,7 +32,10 @@ export interface ReleaseDeps {
   pollMs?: number;
   /** Absent: the notice is not read. */
   spotInstanceAction?: SpotInstanceAction;
-  /** containerd's root and service: a root on the volume is put back and containerd stopped before the unmount. Absent: not looked at. */
+  /**
+   * containerd's root and service: a root on the volume is put back and containerd stopped before the unmount. Absent:
+   * not looked at.
+   */
   containerd?: ContainerdRoot;
   /**
    * How long one IMDS answer may take (config `timeouts.imdsRequestSeconds`): the release asks
@@ -40,6 +43,9 @@ export interface ReleaseDeps {
    * Absent: 10 s for the question.
    */
   imdsRequestSeconds?: number;
-  /** Whether the host's systemd is rebooting (src/host/reboot.ts). Absent: not asked (the lab, a release by hand outside systemd). */
+  /**
+   * Whether the host's systemd is rebooting (src/host/reboot.ts). Absent: not asked (the lab, a release by hand outside
+   * systemd).
+   */
   rebootQueued?: () => Promise<boolean>;
 }

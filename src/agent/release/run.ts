@@ -26,7 +26,10 @@ export interface ReleaseCommandDeps {
   cloudFor(region: string): CloudVolumes;
   /** The side-effecting adapters, built once the settings are known. */
   releaseDeps(settings: ResolvedReleaseSettings, cloud: CloudVolumes): ReleaseDeps;
-  /** docker's data-root without the agent when the host's own is not recorded (original-data-root.ts); undefined: docker's default. */
+  /**
+   * docker's data-root without the agent when the host's own is not recorded (original-data-root.ts); undefined:
+   * docker's default.
+   */
   defaultDataRoot?: string;
   log: Logger;
   /** Leaves the outcome for `status` and the metrics; absent: nothing is recorded. */

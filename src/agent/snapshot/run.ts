@@ -86,7 +86,8 @@ export async function runSnapshotUpload(
   }
   if (earlier && earlier.parentSnapshotId !== parent?.snapshotId) {
     throw new SnapshotUploadError(
-      `${settings.manifest} resumes an upload with parent ${earlier.parentSnapshotId ?? "none"}, not ${parent?.snapshotId ?? "none"}`,
+      `${settings.manifest} resumes an upload with parent ${earlier.parentSnapshotId ?? "none"}, not ` +
+        `${parent?.snapshotId ?? "none"}`,
       "resume with the same --parent, or start a new build with a new --manifest path",
     );
   }

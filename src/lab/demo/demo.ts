@@ -120,7 +120,8 @@ export async function describePool(lab: Lab, pool: string): Promise<string> {
         "--output",
         "table",
         "--query",
-        `Volumes[].{Id:VolumeId,AZ:AvailabilityZone,State:State,Size:Size,Snapshot:SnapshotId,ClaimedBy:Tags[?Key=='${VolumeTag.claimedBy}']|[0].Value}`,
+        `Volumes[].{Id:VolumeId,AZ:AvailabilityZone,State:State,Size:Size,Snapshot:SnapshotId,ClaimedBy:Tags[?Key=='` +
+          `${VolumeTag.claimedBy}']|[0].Value}`,
       ],
       { env: { ...process.env, ...lab.awsEnv() } as Record<string, string> },
     );

@@ -199,7 +199,8 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     say(
       "agent",
       `other ids: volume ${other.boot.report?.volumeId} (${other.boot.phase1.plan.selection.source}), ` +
-        `${other.boot.report?.volumeId === workspace ? "THE FIRST IDS' WORKSPACE" : "not the workspace of user_42"}; docker volumes: ${volumes.length === 0 ? "none" : volumes.join(" ")}`,
+        `${other.boot.report?.volumeId === workspace ? "THE FIRST IDS' WORKSPACE" : "not the workspace of user_42"}; ` +
+        `docker volumes: ${volumes.length === 0 ? "none" : volumes.join(" ")}`,
     );
     terminations.push(terminateInBackground(other.node));
 
@@ -230,7 +231,8 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     const waited = activated.phase1.log.some((line) => /waiting up to/.test(line));
     say(
       "agent",
-      `phase 1 ${waited ? "waited for" : "did not wait for"} the labels tag (it lands before the OS boots; the buffer's pool volume is attached and reused)`,
+      `phase 1 ${waited ? "waited for" : "did not wait for"} the labels tag (it lands before the OS boots; the ` +
+        `buffer's pool volume is attached and reused)`,
     );
     sayBoot(activated);
     say(
@@ -256,7 +258,10 @@ function outcomeOf(
 ): string {
   const result = run?.result;
   if (!result) return "no result";
-  return `${result.outcome}${result.volumeId ? ` on ${result.volumeId}` : ""}${result.reason ? ` (${result.reason})` : ""}`;
+  return (
+    `${result.outcome}${result.volumeId ? ` on ${result.volumeId}` : ""}` +
+    `${result.reason ? ` (${result.reason})` : ""}`
+  );
 }
 
 function sec(ms: number): string {

@@ -186,7 +186,8 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
     const count = Number(headers.get("x-amz-changedblockscount"));
     if (!Number.isSafeInteger(count) || count !== upload.written.size)
       throw validation(
-        `ChangedBlocksCount ${headers.get("x-amz-changedblockscount")} is not the ${upload.written.size} blocks written`,
+        `ChangedBlocksCount ${headers.get("x-amz-changedblockscount")} ` +
+          `is not the ${upload.written.size} blocks written`,
         "INVALID_CHANGED_BLOCKS_COUNT",
       );
     const aggregate = headers.get("x-amz-checksum");

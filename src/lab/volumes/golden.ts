@@ -2,7 +2,8 @@
  * The golden snapshot: what the pool-volume Packer template produces in AWS, made in the lab.
  * A builder host gets a blank volume, formats it XFS, runs a private dockerd on a data-root on
  * it, imports the image set, records what each image reads at start (the need list), stops
- * docker, drops machine-local state (`swarm/`), detaches it and snapshots it, tagged with the build's time (`ebs-cache:built-at`: with the image set, the
+ * docker, drops machine-local state (`swarm/`), detaches it and snapshots it, tagged with the build's time
+ * (`ebs-cache:built-at`: with the image set, the
  * snapshot's generation). Pool volumes are then created from that snapshot, tagged for the pool.
  */
 import { rm, writeFile } from "node:fs/promises";

@@ -394,12 +394,16 @@ for (const [index, kind] of CORPUS.entries()) {
   batches.at(-1)!.push({ kind, index });
 }
 
-/** One host boots every batch in turn: each boot refuses its volumes one by one, degrades and leaves docker on its default root. */
+/**
+ * One host boots every batch in turn: each boot refuses its volumes one by one, degrades and leaves docker on its
+ * default root.
+ */
 let host: LabHost | undefined;
 
 for (const [batchIndex, batch] of batches.entries()) {
   t.test(
-    `foreign, boot ${batchIndex + 1}/${batches.length}: ${batch.map(({ kind }) => kind.name).join("; ")}: each refused and left byte-for-byte unchanged`,
+    `foreign, boot ${batchIndex + 1}/${batches.length}: ${batch.map(({ kind }) => kind.name).join("; ")}: each ` +
+      `refused and left byte-for-byte unchanged`,
     async (t) => {
       const pool = `corpus-${batchIndex}`;
       const started = Date.now();

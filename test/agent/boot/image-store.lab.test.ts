@@ -66,7 +66,11 @@ t.test(
     t.equal(booted.plan.selection.source, "none");
     t.match(
       booted.report?.reason ?? "",
-      /no pool volume fits this host's image store: vol-\w+ was built with the containerd image store .* this host's dockerd uses the graphdriver store/,
+      new RegExp(
+        String.raw`no pool volume fits this host's image store: vol-\w+ was built ` +
+          String.raw`with the containerd image store .* this host's dockerd uses ` +
+          String.raw`the graphdriver store`,
+      ),
     );
     t.equal(bl.emulatorAttachRequests(), requests, "the emulator got no AttachVolume");
     t.equal(

@@ -84,7 +84,12 @@ t.test(
     await assertRefusedBeforeClaiming(t, host, booted, before);
     t.match(
       booted.report?.reason,
-      /--label rack=a1 \(the lab dockerd's command line.*\) and "labels" in .*daemon\.json \(the agent sets it\): dockerd refuses to start when a directive is given both as a flag and in its configuration file/,
+      new RegExp(
+        String.raw`--label rack=a1 \(the lab dockerd's command line.*\) and "labels" ` +
+          String.raw`in .*daemon\.json \(the agent sets it\): dockerd refuses to ` +
+          String.raw`start when a directive is given both as a flag and in its configuration ` +
+          String.raw`file`,
+      ),
     );
     t.equal(dockerd.pid, pid, "docker was not restarted");
     t.same(
@@ -167,7 +172,10 @@ t.test("label read-back on a real dockerd", async (t) => {
   t.type(error, LabelsNotTakenError, "labels that do not show are an error");
   t.match(
     (error as Error).message,
-    /docker info's Labels still differ from what was published after 3000 ms: io\.simcore\.ebs-cache\.state=ready \(published degraded\)/,
+    new RegExp(
+      String.raw`docker info's Labels still differ from what was published after ` +
+        String.raw`3000 ms: io\.simcore\.ebs-cache\.state=ready \(published degraded\)`,
+    ),
   );
   t.ok(Date.now() - started < 15_000, "bounded by the read-back deadline");
   t.equal(

@@ -78,7 +78,8 @@ t.test("a pool volume is claimed, attached, identified, mounted, and docker swit
   t.equal(node.docker.state.runningRoot, dataRoot, "docker runs there");
   t.equal(node.labels.current(), "ready");
   t.equal(node.labels.reports.at(-1)?.details[Label.volumeId], volumeId, "the label names the volume");
-  // The order that keeps data safe: the claim before the device, identification before the mount, the mount before the switch.
+  // The order that keeps data safe: the claim before the device, identification before the mount, the mount before the
+  // switch.
   const order = node.script.names("cloud.claimVolume", "storage.", "daemon-json.setDataRoot", "docker.");
   const at = (name: string) => order.indexOf(name);
   t.ok(at("cloud.claimVolume") < at("storage.waitForDevice"), "claim, then device");

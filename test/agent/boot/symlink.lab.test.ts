@@ -307,7 +307,8 @@ t.test("the corpus", async (t) => {
   t.equal(
     refused,
     CASES.length,
-    `${refused} of ${CASES.length} cases (${PATHS.length} paths, kinds in turn; the data-root as each of ${KINDS.length} kinds) quarantined before docker`,
+    `${refused} of ${CASES.length} cases (${PATHS.length} paths, kinds in turn; the data-root as each of ` +
+      `${KINDS.length} kinds) quarantined before docker`,
   );
   t.same(await treeState(canary), canaryBefore, "the canary at the end");
 });
