@@ -254,9 +254,9 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
 }
 
 function outcomeOf(
-  run: AgentRun<{ result?: { outcome: string; volumeId?: string; reason?: string } | undefined }> | undefined,
+  run: AgentRun<{ report?: { outcome: string; volumeId?: string; reason?: string } | undefined }> | undefined,
 ): string {
-  const result = run?.result;
+  const result = run?.report;
   if (!result) return "no result";
   return (
     `${result.outcome}${result.volumeId ? ` on ${result.volumeId}` : ""}` +
