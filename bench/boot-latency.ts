@@ -418,10 +418,10 @@ async function latencyBoot(
     };
     const phase2 = await bootInProcess(lab, host, overrides, log, { withDocker: true, mayClaim: false, dataRootFinal });
     boot.phase2Ms = ms(t);
-    boot.phase2Outcome = phase2.result?.outcome ?? "none";
-    boot.phase2Timeline = phase2.result?.timeline ?? [];
+    boot.phase2Outcome = phase2.report?.outcome ?? "none";
+    boot.phase2Timeline = phase2.report?.timeline ?? [];
     if (boot.phase2Outcome !== "ready")
-      throw new Error(`phase 2 ended ${boot.phase2Outcome}: ${phase2.result?.reason ?? "?"}`);
+      throw new Error(`phase 2 ended ${boot.phase2Outcome}: ${phase2.report?.reason ?? "?"}`);
     boot.readyMs = boot.preparedMs + boot.dockerStartMs + boot.phase2Ms + nodeStartMs;
     if (!joining) throw new Error("phase 2 never reached its join point");
     boot.joinMs = await joining;
@@ -564,12 +564,12 @@ async function overheadRun(lab: Lab, log: ReturnType<typeof timedLogger>, drop: 
     const booted = await bootInProcess(lab, host, overrides, log, { withDocker: true, mayClaim: true });
     const returned = now();
     result.work = workSince(spawnMark, cpu, await cpuNow());
-    result.outcome = booted.result?.outcome ?? "none";
-    result.timeline = booted.result?.timeline ?? [];
+    result.outcome = booted.report?.outcome ?? "none";
+    result.timeline = booted.report?.timeline ?? [];
     const lines = log.lines.slice(mark);
     const ready = lines.find((entry) => entry.line.includes("boot.ready"));
-    if (result.outcome !== "ready" || !ready || !booted.result?.device || !booted.result.mountPoint) {
-      throw new Error(`boot ended ${result.outcome}: ${booted.result?.reason ?? "?"}`);
+    if (result.outcome !== "ready" || !ready || !booted.report?.device || !booted.report.mountPoint) {
+      throw new Error(`boot ended ${result.outcome}: ${booted.report?.reason ?? "?"}`);
     }
     result.log = lines.map((entry) => [Math.round(entry.at - t0), entry.line.slice(0, 300)]);
     if (ready.cpu && ready.spawned !== undefined) result.toReady = workSince(spawnMark, cpu, ready.cpu, ready.spawned);
@@ -587,7 +587,7 @@ async function overheadRun(lab: Lab, log: ReturnType<typeof timedLogger>, drop: 
     await unmountVolumes(host);
     if (drop) await dropCaches();
     let t = now();
-    await run("mount", ["-o", "noatime,nouuid", booted.result.device, booted.result.mountPoint]);
+    await run("mount", ["-o", "noatime,nouuid", booted.report.device, booted.report.mountPoint]);
     result.floorMountMs = ms(t);
     t = now();
     await host.startDocker();
@@ -741,7 +741,10 @@ async function main(): Promise<void> {
       for (const path of options.paths) {
         say(
           `\n== latency, ${path}: ${options.boots} boots, ` +
-            `${options.zeroLatency ? "every EC2 delay 0" : `attach ${RANGES.attachMs.join("–")} ms, device ${RANGES.deviceDelayMs.join("–")} ms, create ${RANGES.createMs.join("–")} ms, API ${RANGES.apiMs.join("–")} ms per action`}`,
+            (options.zeroLatency
+              ? "every EC2 delay 0"
+              : `attach ${RANGES.attachMs.join("–")} ms, device ${RANGES.deviceDelayMs.join("–")} ms, ` +
+                `create ${RANGES.createMs.join("–")} ms, API ${RANGES.apiMs.join("–")} ms per action`),
         );
         for (let i = 0; i < options.boots; i++) {
           const latencies = options.zeroLatency ? ZERO : draw(random);

@@ -301,7 +301,8 @@ function imageSet(sizeGiB: number): GoldenImage[] {
 // The registry, run inside a dockerd's network namespace
 
 /**
- * Registries come from src/lab/docker/registry.ts (startLabRegistry): the same docker-registry the refresh's lab test runs.
+ * Registries come from src/lab/docker/registry.ts (startLabRegistry): the same docker-registry the refresh's lab test
+ * runs.
  */
 type Registry = LabRegistry;
 
@@ -473,10 +474,10 @@ async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
         const t0 = now();
         const booted = await bootLabHost(lab, host, { overrides: { pool: POOL, imageSet: imageSetName }, log });
         const agentMs = ms(t0);
-        const outcome = booted.result?.outcome;
+        const outcome = booted.report?.outcome;
         if (outcome !== "ready" || !host.dockerd) {
           throw new Error(
-            `agent boot ended ${outcome ?? "without a result"}: ${booted.result?.reason ?? "see the log"}`,
+            `agent boot ended ${outcome ?? "without a result"}: ${booted.report?.reason ?? "see the log"}`,
           );
         }
         const t1 = now();
@@ -486,7 +487,7 @@ async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
           totalMs: ms(t0),
           parts: { agentMs, runCheckMs },
           excluded: { quiesceMs },
-          timeline: booted.result?.timeline ?? [],
+          timeline: booted.report?.timeline ?? [],
         };
       } finally {
         // Frees the CPU for what follows, and the XFS UUID for the next mount (the volume stays

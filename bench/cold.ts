@@ -30,7 +30,7 @@ import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
-import { decidePrewarm, DEFAULT_PREWARM, YIELD_IO_DEPTH } from "../src/agent/prewarm/plan.ts";
+import { planPrewarm, DEFAULT_PREWARM, YIELD_IO_DEPTH } from "../src/agent/prewarm/plan.ts";
 import type { ReadTarget } from "../src/agent/ports.ts";
 import { run } from "../src/exec.ts";
 import { createFioReader } from "../src/host/volume-reads.ts";
@@ -101,7 +101,8 @@ const lab = await startLab({
 try {
   const ec2 = lab.ec2Client();
   say(
-    `lab ${lab.root}: ${IMAGES} images of ${imageMiB} MiB after ${fillerMiB} MiB of other data; first read of a ${chunkBytes / 1024} KiB chunk waits ${delayMs} ms`,
+    `lab ${lab.root}: ${IMAGES} images of ${imageMiB} MiB after ${fillerMiB} MiB of other data; first read of a ` +
+      `${chunkBytes / 1024} KiB chunk waits ${delayMs} ms`,
   );
   // One snapshot per fraction: the need list records what the images read at start.
   const snapshots = new Map<number, string>();
@@ -183,7 +184,7 @@ try {
           if (strategy === "initialized") await init();
           if (strategy === "check") {
             const started = performance.now();
-            const decision = decidePrewarm(DEFAULT_PREWARM, {
+            const decision = planPrewarm(DEFAULT_PREWARM, {
               volumeId,
               snapshotId,
               createTime: new Date(),

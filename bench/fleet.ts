@@ -335,7 +335,7 @@ function keeperOverrides(pool: string, zone: string, min: number, max: number, o
 function keeperOn(lab: Lab, manager: LabHost, overrides: ConfigOverrides, log: Logger) {
   const settings = keeperSettingsFrom(labConfig(lab, manager, overrides));
   const cloud = createCloudVolumes({ client: lab.ec2Client(), pollMs: 100, createTimeoutMs: 60_000 });
-  return () => runKeeper(cloud, settings, { dryRun: false, log });
+  return () => runKeeper({ cloud, log }, settings, { dryRun: false });
 }
 
 function poolVolumes(lab: Lab, pool: string) {
@@ -754,7 +754,11 @@ async function main(): Promise<void> {
       if (stopped) break;
       say(
         `\n== keeper ${which}: ${options.poolSize} initialized volumes to ` +
-          `start${which === "on" ? `, keeper every ${KEEPER_EVERY_MIN} simulated min (min ${options.keeperMin}, max ${options.keeperMax}, cap ${options.maxVolumes})` : ""}`,
+          "start" +
+          (which === "on"
+            ? `, keeper every ${KEEPER_EVERY_MIN} simulated min ` +
+              `(min ${options.keeperMin}, max ${options.keeperMax}, cap ${options.maxVolumes})`
+            : ""),
       );
       const report = await runDay(lab, agent, manager, zone, which, schedule, options, log, say, () => stopped);
       reports.push(report);

@@ -21,7 +21,7 @@ import { cpus, tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { uploadSnapshot } from "../src/agent/snapshot/run.ts";
+import { runSnapshotUpload } from "../src/agent/snapshot/run.ts";
 import { ebsClient, snapshotBlockWriter } from "../src/aws/ebs.ts";
 import { run } from "../src/exec.ts";
 import { readImageBlock, scanImage, sha256, zeroBlockHash } from "../src/host/image-blocks.ts";
@@ -101,10 +101,10 @@ try {
       concurrency: 16,
       timeoutMinutes: 60,
     });
-    const full = await uploadSnapshot(deps, settings(`gen1-${size}.json`));
+    const full = await runSnapshotUpload(deps, settings(`gen1-${size}.json`));
     await run("cp", ["--sparse=always", gen1, gen2]);
     await withMounted(gen2, (mnt) => fill(join(mnt, "docker", "overlay2", "added"), added, "added"));
-    const incremental = await uploadSnapshot(deps, settings(`gen2-${size}.json`, `gen1-${size}.json`));
+    const incremental = await runSnapshotUpload(deps, settings(`gen2-${size}.json`, `gen1-${size}.json`));
     const row = {
       sizeMiB: size,
       fullPutMiB: full.bytesPut / MiB,
@@ -117,8 +117,10 @@ try {
     };
     rows.push(row);
     process.stdout.write(
-      `${size} MiB set: full ${row.fullPutMiB.toFixed(1)} MiB put, ratio ${row.fullRatio.toFixed(3)}, ${row.fullSecondsPerGiB.toFixed(1)} s/GiB; ` +
-        `+${added} MiB image: ${row.incrementalPutMiB.toFixed(1)} MiB put, ratio ${row.incrementalRatio.toFixed(3)}, ${row.incrementalSecondsPerGiB.toFixed(1)} s/GiB\n`,
+      `${size} MiB set: full ${row.fullPutMiB.toFixed(1)} MiB put, ratio ${row.fullRatio.toFixed(3)}, ` +
+        `${row.fullSecondsPerGiB.toFixed(1)} s/GiB; ` +
+        `+${added} MiB image: ${row.incrementalPutMiB.toFixed(1)} MiB put, ratio ${row.incrementalRatio.toFixed(3)}, ` +
+        `${row.incrementalSecondsPerGiB.toFixed(1)} s/GiB\n`,
     );
     await rm(gen1);
     await rm(gen2);

@@ -51,7 +51,8 @@ export function labelPrefixProblems(prefix: string, protectedKeys: readonly stri
   if (prefix === "") return ["label prefix is empty: the agent would own every label (use e.g. io.simcore.ebs-cache)"];
   if (!PREFIX.test(prefix) || prefix.length > MAX_PREFIX) {
     return [
-      `label prefix ${shown} is not lower-case dotted words of at most ${MAX_PREFIX} characters (e.g. io.simcore.ebs-cache)`,
+      `label prefix ${shown} is not lower-case dotted words of at most ${MAX_PREFIX} characters (e.g. ` +
+        `io.simcore.ebs-cache)`,
     ];
   }
   const problems: string[] = [];

@@ -31,7 +31,8 @@ export class ReadListError extends AgentError {
   constructor(problem: string) {
     super(
       `${READ_LIST_FILE} on the volume: ${problem}`,
-      "rebuild the golden volume (its builder writes the list), or remove the file: the pre-warm then reads in device order",
+      "rebuild the golden volume (its builder writes the list), or remove the file: the pre-warm then reads in " +
+        "device order",
     );
   }
 }
@@ -71,7 +72,8 @@ export function parseReadList(text: string): ReadList {
     const bad = (files as unknown[]).findIndex((file) => !isDataRootPath(file));
     if (bad >= 0)
       throw new ReadListError(
-        `images[${index}].files[${bad}] ${JSON.stringify(files[bad]).slice(0, 200)} is not a plain path inside the data-root`,
+        `images[${index}].files[${bad}] ${JSON.stringify(files[bad]).slice(0, 200)} is not a plain path inside the ` +
+          `data-root`,
       );
     images.push({ image: ref.value, files: files as string[] });
   }

@@ -134,7 +134,10 @@ export const Label = {
   reason: "reason",
 } as const;
 
-/** The node's readiness as its `state` label says it; `warming`: docker runs on the cache volume, usable, while its initialization runs in the background. */
+/**
+ * The node's readiness as its `state` label says it; `warming`: docker runs on the cache volume, usable, while its
+ * initialization runs in the background.
+ */
 export type ReadinessState = "ready" | "warming" | "degraded" | "disabled";
 
 /** The label of one workspace id a volume records: `workspace.user-id`. */

@@ -1,7 +1,8 @@
 /**
  * What a finished use case hands the OutcomeRecorder (the port src/status/recorder.ts implements):
- * the results of a boot, a release, a gc, a keeper run and a prune, and the pre-warm's and the
- * refresh's state files. A module of their own, apart from src/agent/ports.ts: a result names the
+ * the reports of a boot, a release and a gc, the figures (`Facts`) of a keeper run and a prune, and
+ * the pre-warm's and the refresh's state files. A module of their own, apart from src/agent/ports.ts: a report names
+ * the
  * use case's own types, and the ports name none, so no adapter reaches a use case through them.
  */
 import type { FillFigures } from "../host/facts.ts";
@@ -9,19 +10,19 @@ import type { ReadinessState } from "../tags.ts";
 import type { BootSource } from "./boot/source.ts";
 import type { GcDecision } from "./gc/plan.ts";
 import type { BootPhase } from "./ports.ts";
-import type { PrewarmOutcome } from "./prewarm/plan.ts";
+import type { PrewarmReport } from "./prewarm/plan.ts";
 import type { PrewarmState } from "./prewarm/state.ts";
 import type { RefreshState } from "./refresh/state.ts";
 
 // ---- boot ----
 
-export interface BootResult {
+export interface BootReport {
   /** `prepared`: volume mounted and daemon.json switched; docker not started (first boot phase). */
   outcome: ReadinessState | "prepared";
   /** Where the data-root came from (./source.ts): a pool claim that fell back to the snapshot is `snapshot`. */
   source: BootSource;
   /** The pre-warm's verdict and what it did (see docs/prewarm.md). */
-  prewarm?: Pick<PrewarmOutcome, "verdict" | "phase" | "before" | "after" | "error"> & { action: string };
+  prewarm?: Pick<PrewarmReport, "verdict" | "phase" | "before" | "after" | "error"> & { action: string };
   volumeId?: string;
   device?: string;
   mountPoint?: string;
@@ -40,7 +41,7 @@ export interface ReleaseProblem {
   remediation: string;
 }
 
-export interface ReleaseResult {
+export interface ReleaseReport {
   /** `released`: every planned step done; `refused` / `failed`: see `problems` (exit 1). */
   outcome: "released" | "nothing" | "disabled" | "refused" | "failed";
   reason?: string;
@@ -57,7 +58,7 @@ export interface ReleaseResult {
 /** `spared`: planned for deletion, but the volume changed since (see sparedSince) and was left alone. */
 export type GcDone = "deleted" | "gone" | "tagged" | "spared" | "failed";
 
-export interface GcOutcome {
+export interface GcReport {
   decisions: Array<GcDecision & { done?: GcDone; error?: string }>;
   deleted: number;
   /** Deletions called off by the look right before them. */
@@ -120,11 +121,11 @@ export interface OutcomeRecorder {
     instanceId: string;
     bootId?: string;
     phase: BootPhase;
-    result: BootResult;
+    report: BootReport;
     finishedAt: Date;
   }): Promise<void>;
-  releaseFinished(release: { instanceId: string; result: ReleaseResult; finishedAt: Date }): Promise<void>;
-  gcFinished(gc: { outcome: GcOutcome; dryRun: boolean; finishedAt: Date }): Promise<void>;
+  releaseFinished(release: { instanceId: string; report: ReleaseReport; finishedAt: Date }): Promise<void>;
+  gcFinished(gc: { report: GcReport; dryRun: boolean; finishedAt: Date }): Promise<void>;
   /** After a keeper run (`pool fill`) that was not a dry run. */
   keeperFinished(keeper: KeeperFacts): Promise<void>;
   /** After each write of the pre-warm's state file (at boot, and as a long initialization goes). */

@@ -498,7 +498,10 @@ export interface DockerImages {
   removeImage(reference: string): Promise<{ untagged: string[]; deleted: string[] }>;
 }
 
-/** What the snapshot builder asks of the EBS direct APIs (src/aws/ebs.ts): a snapshot written block by block, from anywhere. */
+/**
+ * What the snapshot builder asks of the EBS direct APIs (src/aws/ebs.ts): a snapshot written block by block, from
+ * anywhere.
+ */
 export interface SnapshotBlockWriter {
   /** StartSnapshot: a `pending` snapshot; the same clientToken again returns the same snapshot. */
   start(request: {

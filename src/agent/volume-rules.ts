@@ -269,7 +269,10 @@ export const IMAGE_STORES: readonly ImageStore[] = ["graphdriver", "containerd"]
 /** The store a volume without an `ebs-cache:image-store` tag was built with. */
 export const UNTAGGED_STORE: ImageStore = "graphdriver";
 
-/** The host's store as observed; graphdriver when not observed (what the agent pins when daemon.json does not ask for containerd). */
+/**
+ * The host's store as observed; graphdriver when not observed (what the agent pins when daemon.json does not ask for
+ * containerd).
+ */
 export function hostStoreOr(host: HostStore | undefined): HostStore {
   return host ?? { store: "graphdriver" };
 }
@@ -304,8 +307,12 @@ export function storeFit(tags: Readonly<Record<string, string>>, host: HostStore
   if (!volume.known) {
     return {
       fits: false,
-      reason: `the volume is tagged ${VolumeTag.imageStore}=${volume.value}, a store this agent does not know (${IMAGE_STORES.join(", ")})`,
-      remediation: `retag the volume with ${VolumeTag.imageStore}=graphdriver or containerd after checking how its images were built, or let gc retire it`,
+      reason:
+        `the volume is tagged ${VolumeTag.imageStore}=${volume.value}, a store this agent does not know ` +
+        `(${IMAGE_STORES.join(", ")})`,
+      remediation:
+        `retag the volume with ${VolumeTag.imageStore}=graphdriver or containerd after checking how its ` +
+        `images were built, or let gc retire it`,
     };
   }
   if (volume.store !== host.store) {
@@ -314,11 +321,15 @@ export function storeFit(tags: Readonly<Record<string, string>>, host: HostStore
       : `has no ${VolumeTag.imageStore} tag, so it was built with the ${volume.store} image store`;
     return {
       fits: false,
-      reason: `the volume ${built}${volume.engineVersion ? ` (docker ${volume.engineVersion})` : ""} and this host's dockerd uses the ${host.store} store: its images would be invisible`,
+      reason:
+        `the volume ${built}${volume.engineVersion ? ` (docker ${volume.engineVersion})` : ""} and this host's ` +
+        `dockerd uses the ${host.store} store: its images would be invisible`,
       remediation:
         host.store === "containerd"
-          ? `build the pool's volumes with features.containerd-snapshotter=true (tag ${VolumeTag.imageStore}=containerd), or set it to false in this host's daemon.json`
-          : `build the pool's volumes with the graphdriver store (features.containerd-snapshotter=false), or give this host a pool of containerd-store volumes`,
+          ? `build the pool's volumes with features.containerd-snapshotter=true (tag ` +
+            `${VolumeTag.imageStore}=containerd), or set it to false in this host's daemon.json`
+          : `build the pool's volumes with the graphdriver store (features.containerd-snapshotter=false), or give ` +
+            `this host a pool of containerd-store volumes`,
     };
   }
   const hostMajor = engineMajorVersion(host.engineVersion);
@@ -371,13 +382,15 @@ export interface CandidateComparator {
  * tie. Changing the order is moving a line.
  */
 export const CANDIDATE_ORDER: readonly CandidateComparator[] = [
-  // First: a volume of the current image set while one is listed; a superseded one (old images, but warm) only when none is left.
+  // First: a volume of the current image set while one is listed; a superseded one (old images, but warm) only when
+  // none is left.
   { name: "newest-generation", compare: (a, b) => a.generationRank - b.generationRank },
   // Within a generation: initialized volumes, whose blocks are all loaded, so the node is ready without a pre-warm.
   { name: "initialized-first", compare: (a, b) => Number(b.initialized) - Number(a.initialized) },
   // Then those built by this host's docker major: either engine reads the store, the same one is the safer bet.
   { name: "same-engine-first", compare: (a, b) => Number(b.sameEngine) - Number(a.sameEngine) },
-  // Last: this instance's own order, so that a herd of boots spreads over the pool; it never ties, so it must come last.
+  // Last: this instance's own order, so that a herd of boots spreads over the pool; it never ties, so it must come
+  // last.
   { name: "rendezvous", compare: (a, b) => (a.score < b.score ? -1 : a.score > b.score ? 1 : 0) },
 ];
 

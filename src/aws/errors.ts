@@ -4,27 +4,33 @@
  * handled is raised once, at the boundary of `ec2.ts` / `imds.ts`, as one of the typed errors
  * below, each with a remediation sentence.
  *
- * | EC2 code / condition                                  | kind                 | ec2.ts does                                  |
- * | ----------------------------------------------------- | -------------------- | -------------------------------------------- |
- * | InvalidVolume.NotFound, InvalidSnapshot.NotFound,     | not-found            | describe: undefined; claim: taken;           |
- * |   InvalidInstanceID.NotFound, InvalidVolumeID.*       |                      | detach: success; else Ec2CallError           |
- * | InvalidAttachment.NotFound                            | attachment-not-found | detach: success                              |
- * | VolumeInUse                                           | volume-in-use        | claim: describe, here = claimed, else taken  |
- * | IncorrectState                                        | incorrect-state      | claim: as VolumeInUse; detach: success       |
- * |                                                       |                      |   unless still attached here                 |
- * | InvalidVolume.ZoneMismatch                            | zone-mismatch        | claim: as VolumeInUse (taken)                |
- * | InvalidParameterValue "… is already in use"           | device-in-use        | claim: next name of /dev/sdf…/dev/sdp        |
- * | InvalidParameterValue "… not a valid EBS device name" | invalid-device       | DeviceNameError                              |
- * | AttachmentLimitExceeded                               | attachment-limit     | AttachmentLimitError                         |
- * | IncorrectInstanceState                                | instance-state       | Ec2CallError                                 |
- * | RequestLimitExceeded and the SDK's throttling codes   | throttled            | SDK retries; then as server                  |
- * | UnauthorizedOperation, AuthFailure, Blocked, …        | unauthorized         | Ec2CallError (names the IAM action)          |
- * | no credentials to sign with: CredentialsProviderError,| credentials-         | Ec2CallError (IMDS / instance profile hint); |
- * |   ProviderError (IMDS timeout, refused, 5xx), "Could  |   unavailable        |   boot degrades (transient)                  |
- * |   not load credentials…", CredentialsUnavailableError |                      |                                              |
- * | InternalError, Unavailable, any 5xx                   | server               | SDK retries; claim/detach: describe, decide  |
- * | no HTTP answer (reset, refused, timeout)              | network              | as server                                    |
- * | any other 4xx                                         | invalid-request      | Ec2CallError                                 |
+ * | EC2 code / condition                                  | kind                 | ec2.ts does                      |
+ * | ----------------------------------------------------- | -------------------- | -------------------------------- |
+ * | InvalidVolume.NotFound, InvalidSnapshot.NotFound,     | not-found            | describe: undefined; claim:      |
+ * |   InvalidInstanceID.NotFound, InvalidVolumeID.*       |                      |   taken; detach: success; else   |
+ * |                                                       |                      |   Ec2CallError                   |
+ * | InvalidAttachment.NotFound                            | attachment-not-found | detach: success                  |
+ * | VolumeInUse                                           | volume-in-use        | claim: describe, here = claimed, |
+ * |                                                       |                      |   else taken                     |
+ * | IncorrectState                                        | incorrect-state      | claim: as VolumeInUse; detach:   |
+ * |                                                       |                      |   success unless still attached  |
+ * |                                                       |                      |   here                           |
+ * | InvalidVolume.ZoneMismatch                            | zone-mismatch        | claim: as VolumeInUse (taken)    |
+ * | InvalidParameterValue "… is already in use"           | device-in-use        | claim: next name of              |
+ * |                                                       |                      |   /dev/sdf…/dev/sdp              |
+ * | InvalidParameterValue "… not a valid EBS device name" | invalid-device       | DeviceNameError                  |
+ * | AttachmentLimitExceeded                               | attachment-limit     | AttachmentLimitError             |
+ * | IncorrectInstanceState                                | instance-state       | Ec2CallError                     |
+ * | RequestLimitExceeded and the SDK's throttling codes   | throttled            | SDK retries; then as server      |
+ * | UnauthorizedOperation, AuthFailure, Blocked, …        | unauthorized         | Ec2CallError (names the IAM      |
+ * |                                                       |                      |   action)                        |
+ * | no credentials to sign with: CredentialsProviderError,| credentials-         | Ec2CallError (IMDS / instance    |
+ * |   ProviderError (IMDS timeout, refused, 5xx), "Could  |   unavailable        |   profile hint); boot degrades   |
+ * |   not load credentials…", CredentialsUnavailableError |                      |   (transient)                    |
+ * | InternalError, Unavailable, any 5xx                   | server               | SDK retries; claim/detach:       |
+ * |                                                       |                      |   describe, decide               |
+ * | no HTTP answer (reset, refused, timeout)              | network              | as server                        |
+ * | any other 4xx                                         | invalid-request      | Ec2CallError                     |
  */
 import { AgentError, describeError } from "../errors.ts";
 
@@ -177,7 +183,9 @@ function remediationFor(action: string, failure: Ec2Failure): string {
         "the agent (it is idempotent)"
       );
     case "not-found":
-      return "the resource named in the message no longer exists (deleted meanwhile?): re-run the agent to pick another";
+      return (
+        "the resource named in the message no longer exists (deleted meanwhile?): " + "re-run the agent to pick another"
+      );
     case "instance-state":
       return "the instance is not running (stopping or terminating): nothing to do";
     default:

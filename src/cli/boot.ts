@@ -23,19 +23,22 @@ export function printOutcome(outcome: BootOutcome, json: boolean, out: (line: st
   if (json) {
     out(
       JSON.stringify(
-        { instanceId: outcome.identity.instanceId, plan: outcome.plan, result: outcome.result ?? null },
+        { instanceId: outcome.identity.instanceId, plan: outcome.plan, result: outcome.report ?? null },
         null,
         2,
       ),
     );
     return;
   }
-  const { plan, result } = outcome;
+  const { plan, report } = outcome;
   out(`instance ${plan.instanceId} in ${plan.availabilityZone}`);
   out(
-    `source: ${plan.selection.source}${"candidates" in plan.selection ? ` (${plan.selection.candidates.length} candidates: ${plan.selection.candidates.join(" ")})` : ""}`,
+    `source: ${plan.selection.source}` +
+      ("candidates" in plan.selection
+        ? ` (${plan.selection.candidates.length} candidates: ${plan.selection.candidates.join(" ")})`
+        : ""),
   );
-  if (!result) {
+  if (!report) {
     out("plan (dry run, nothing changed):");
     for (const [i, step] of plan.steps.entries()) {
       const { step: name, ...detail } = step;
@@ -43,10 +46,10 @@ export function printOutcome(outcome: BootOutcome, json: boolean, out: (line: st
     }
     return;
   }
-  out(`outcome: ${result.outcome}${result.reason ? ` (${result.reason})` : ""}`);
-  if (result.volumeId)
-    out(`volume: ${result.volumeId} on ${result.device ?? "?"} mounted at ${result.mountPoint ?? "?"}`);
-  for (const { step, ms } of result.timeline) out(`  ${step.padEnd(20)} ${(ms / 1000).toFixed(2)} s`);
+  out(`outcome: ${report.outcome}${report.reason ? ` (${report.reason})` : ""}`);
+  if (report.volumeId)
+    out(`volume: ${report.volumeId} on ${report.device ?? "?"} mounted at ${report.mountPoint ?? "?"}`);
+  for (const { step, ms } of report.timeline) out(`  ${step.padEnd(20)} ${(ms / 1000).toFixed(2)} s`);
 }
 
 /** Builds `ebs-cache-agent boot`. */
@@ -87,16 +90,16 @@ export function bootCommand(): Command {
       process.exitCode = outcome.exitCode;
       // The prune runs detached, after the node is up and only on a full disk: it never delays or
       // changes the boot's outcome.
-      const up = outcome.result?.outcome === "ready" || outcome.result?.outcome === "warming";
+      const up = outcome.report?.outcome === "ready" || outcome.report?.outcome === "warming";
       if (up && config.prune.afterBoot) {
         await (
           await import("./prune.ts")
         )
-          .startPruneAfterBoot(opts.config, outcome.result?.mountPoint, config.prune.thresholdPercent)
+          .startPruneAfterBoot(opts.config, outcome.report?.mountPoint, config.prune.thresholdPercent)
           .catch((error: unknown) => log.warning("prune.start", `could not start the prune: ${String(error)}`));
       }
       // The run's last line: its unit started earlier (READY=1), so only this tells the run is over.
-      log.info("boot.done", `the boot ended: ${outcome.result?.outcome ?? "planned only"}`, {
+      log.info("boot.done", `the boot ended: ${outcome.report?.outcome ?? "planned only"}`, {
         exitCode: outcome.exitCode,
       });
     });

@@ -24,18 +24,19 @@ export function gcCommand(): Command {
     )
     .action(async (opts: { config?: string; dryRun?: boolean; maxDeletes: number; json?: boolean }) => {
       const context = await hostContext(opts.config);
-      const outcome = await runGc(await context.cloud(), {
-        dryRun: opts.dryRun ?? false,
-        maxDeletes: opts.maxDeletes,
-        ttlHours: context.config.ttlHours,
-        retire: {
-          graceHours: context.config.gc.supersededGraceHours,
-          quarantineHours: context.config.claim.quarantineHours,
-          pool: { name: context.config.pool, imageSet: context.config.imageSet },
+      const outcome = await runGc(
+        { cloud: await context.cloud(), log: context.log, recorder: context.recorder },
+        {
+          dryRun: opts.dryRun ?? false,
+          maxDeletes: opts.maxDeletes,
+          ttlHours: context.config.ttlHours,
+          retire: {
+            graceHours: context.config.gc.supersededGraceHours,
+            quarantineHours: context.config.claim.quarantineHours,
+            pool: { name: context.config.pool, imageSet: context.config.imageSet },
+          },
         },
-        log: context.log,
-        recorder: context.recorder,
-      });
+      );
       const out = (line: string) => process.stdout.write(line + "\n");
       if (opts.json) out(JSON.stringify(outcome, null, 2));
       else {

@@ -1,6 +1,6 @@
 /** `ebs-cache-agent pool`: the managed volumes, as a table or JSON; `pool fill`: the keeper (src/agent/keeper/). */
 import { Command } from "commander";
-import { keeperExitCode, keeperSettingsForPools, runKeepers, type KeeperOutcome } from "../agent/keeper/run.ts";
+import { keeperExitCode, keeperSettingsForPools, runKeepers, type KeeperReport } from "../agent/keeper/run.ts";
 import { observePool } from "../agent/pool/observe.ts";
 import { poolReport, poolViewSettingsFrom } from "../agent/pool/summary.ts";
 import { renderPoolReport } from "../agent/pool/view.ts";
@@ -60,24 +60,24 @@ function fillCommand(): Command {
       const opts = command.optsWithGlobals<{ config?: string; dryRun?: boolean; json?: boolean }>();
       const context = await hostContext(opts.config);
       const pools = keeperSettingsForPools(context.config);
-      const outcomes = await runKeepers(await context.cloud(), pools, {
-        dryRun: opts.dryRun ?? false,
-        log: context.log,
-        recorder: context.recorder,
-      });
+      const outcomes = await runKeepers(
+        { cloud: await context.cloud(), log: context.log, recorder: context.recorder },
+        pools,
+        { dryRun: opts.dryRun ?? false },
+      );
       // One pool: its outcome as before; several (instanceTypePools): a list of them, one per pool.
       const json = outcomes.length === 1 ? outcomes[0] : outcomes;
       process.stdout.write(
         (opts.json
           ? JSON.stringify(json, null, 2)
-          : outcomes.map((outcome) => renderKeeperOutcome(outcome, opts.dryRun ?? false)).join("\n")) + "\n",
+          : outcomes.map((outcome) => renderKeeperReport(outcome, opts.dryRun ?? false)).join("\n")) + "\n",
       );
       process.exitCode = Math.max(...outcomes.map(keeperExitCode));
     });
 }
 
 /** The plan and what was done, for people. */
-function renderKeeperOutcome(outcome: KeeperOutcome, dryRun: boolean): string {
+function renderKeeperReport(outcome: KeeperReport, dryRun: boolean): string {
   const { plan, final } = outcome;
   const lines = [
     `pool ${plan.pool}: ${plan.totals.volumes} volumes, ${plan.totals.gib} GiB (cap ${plan.totals.maxVolumes} ` +
@@ -89,7 +89,10 @@ function renderKeeperOutcome(outcome: KeeperOutcome, dryRun: boolean): string {
       [z.create > 0 ? `create ${z.create}` : "", z.trim > 0 ? `trim ${z.trim}` : ""].filter(Boolean).join(", ") ||
       "nothing to do";
     lines.push(
-      `  ${z.zone}: ${z.available} available + ${z.creating} creating, ${z.superseded} superseded, ${z.heldByStopped} held by stopped instances${z.oldestStoppedDays !== null ? ` (longest ${z.oldestStoppedDays.toFixed(1)} days)` : ""}, ${z.total} in all: ${todo}${z.short ? ` (short: ${z.short})` : ""}`,
+      `  ${z.zone}: ${z.available} available + ${z.creating} creating, ${z.superseded} superseded, ` +
+        `${z.heldByStopped} held by stopped ` +
+        `instances${z.oldestStoppedDays !== null ? ` (longest ${z.oldestStoppedDays.toFixed(1)} days)` : ""}, ` +
+        `${z.total} in all: ${todo}${z.short ? ` (short: ${z.short})` : ""}`,
     );
   }
   if (dryRun) {

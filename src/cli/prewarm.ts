@@ -4,7 +4,7 @@
  */
 import { Command, Option } from "commander";
 import { PREWARM_STRATEGIES, type PrewarmStrategy } from "../config/index.ts";
-import { runPrewarmCommand } from "../agent/prewarm/run.ts";
+import { runPrewarm } from "../agent/prewarm/run.ts";
 import { hostContext } from "./common.ts";
 import { CONFIG_OPTION } from "./options.ts";
 
@@ -33,17 +33,17 @@ export function prewarmCommand(): Command {
       process.once("SIGTERM", stop);
       process.once("SIGINT", stop);
       try {
-        const result = await runPrewarmCommand(context.prewarmDeps, {
+        const result = await runPrewarm(context.prewarmDeps, {
           ...(opts.strategy ? { strategy: opts.strategy } : {}),
           signal: controller.signal,
         });
         const out = (line: string) => process.stdout.write(line + "\n");
         if (opts.json) out(JSON.stringify(result, null, 2));
-        else if (result.outcome) {
-          out(`volume ${result.volumeId}: ${result.outcome.decision.action} (${result.outcome.decision.reason})`);
+        else if (result.report) {
+          out(`volume ${result.volumeId}: ${result.report.decision.action} (${result.report.decision.reason})`);
           out(
-            `verdict: ${result.outcome.verdict}, phase: ` +
-              `${result.outcome.phase}${result.outcome.error ? `, error: ${result.outcome.error}` : ""}`,
+            `verdict: ${result.report.verdict}, phase: ` +
+              `${result.report.phase}${result.report.error ? `, error: ${result.report.error}` : ""}`,
           );
         } else out("no cache volume attached: nothing to pre-warm");
         process.exitCode = result.exitCode;

@@ -8,7 +8,7 @@
 import { startDetached } from "./common.ts";
 import { loadCommandConfig } from "./load-config.ts";
 import { Command, Option } from "commander";
-import { pruneExitCode, runPrune, type PruneOutcome } from "../agent/prune/run.ts";
+import { pruneExitCode, runPrune, type PruneReport } from "../agent/prune/run.ts";
 import { hostWiringOptions, wirePrune, wireRecorder } from "./wiring.ts";
 import { AgentError, describeError } from "../errors.ts";
 import { readFilesystemFill } from "../host/fill.ts";
@@ -17,7 +17,7 @@ import { CONFIG_OPTION } from "./options.ts";
 const MiB = 2 ** 20;
 
 /** The outcome for people: the verdict, then each image and what became of it. */
-export function renderPrune(outcome: PruneOutcome): string[] {
+export function renderPrune(outcome: PruneReport): string[] {
   const { plan } = outcome;
   const percent = (ratio: number | undefined) => (ratio === undefined ? "?" : `${(ratio * 100).toFixed(1)} %`);
   const lines = [`${outcome.dryRun ? "dry run: " : ""}${plan.verdict}: ${plan.reason}`];
@@ -59,7 +59,8 @@ export function pruneCommand(): Command {
     .option("--json", "print the plan and what was done as JSON")
     .option(
       "--timer",
-      "the run ebs-cache-agent-prune.timer starts while the node runs: only when prune.periodic; a fill below prune.thresholdPercent asks nothing of EC2 or docker",
+      "the run ebs-cache-agent-prune.timer starts while the node runs: only when prune.periodic; a fill below " +
+        "prune.thresholdPercent asks nothing of EC2 or docker",
     )
     .addOption(
       new Option(

@@ -21,7 +21,10 @@ function seconds(value: string): number {
 export function recordReadsCommand(): Command {
   return new Command("record-reads")
     .description(
-      "at a golden build, run each image's entrypoint/cmd for a bounded time (no network, chrooted into its overlay2 layers, under strace) and store the files it read, first read first, in <volume>/.ebs-cache-agent/reads.json; needs root, strace and the builder's dockerd running on <volume>/docker",
+      "at a golden build, run each image's entrypoint/cmd for a bounded time (no network, chrooted into its overlay2 " +
+        "layers, under strace) and store the files it read, first read first, in " +
+        "<volume>/.ebs-cache-agent/reads.json; needs root, strace and the builder's dockerd running on " +
+        "<volume>/docker",
     )
     .argument("<images...>", "the images, as the builder pulled them")
     .requiredOption("--volume <path>", "where the volume being built is mounted (its data-root is <path>/docker)")

@@ -20,21 +20,22 @@ export function printReleaseOutcome(outcome: ReleaseOutcome, json: boolean, out:
   if (json) {
     out(
       JSON.stringify(
-        { instanceId: outcome.identity.instanceId, plan: outcome.plan, result: outcome.result ?? null },
+        { instanceId: outcome.identity.instanceId, plan: outcome.plan, result: outcome.report ?? null },
         null,
         2,
       ),
     );
     return;
   }
-  const { plan, result } = outcome;
+  const { plan, report } = outcome;
   out(`instance ${plan.instanceId}`);
   out(
-    `decision: ${plan.decision}${plan.reason ? ` (${plan.reason})` : ""}${plan.volumes.length ? `: ${plan.volumes.join(" ")}` : ""}`,
+    `decision: ${plan.decision}${plan.reason ? ` (${plan.reason})` : ""}` +
+      `${plan.volumes.length ? `: ${plan.volumes.join(" ")}` : ""}`,
   );
   out(`shutdown: ${plan.shutdown.kind} (${plan.shutdown.reason})`);
   for (const warning of plan.warnings) out(`warning: ${warning}`);
-  if (!result) {
+  if (!report) {
     if (plan.steps.length > 0) out("plan (dry run, nothing changed):");
     for (const [i, step] of plan.steps.entries()) {
       const { step: name, ...detail } = step;
@@ -43,10 +44,10 @@ export function printReleaseOutcome(outcome: ReleaseOutcome, json: boolean, out:
     if (plan.remediation) out(`to do: ${plan.remediation}`);
     return;
   }
-  out(`outcome: ${result.outcome}${result.released.length ? ` (${result.released.join(" ")})` : ""}`);
-  if (result.kept.length > 0) out(`kept attached over the stop: ${result.kept.join(" ")}`);
-  for (const problem of result.problems) out(`${problem.kind}: ${problem.message}\n  to do: ${problem.remediation}`);
-  for (const { step, volumeId, ms, skipped } of result.timeline) {
+  out(`outcome: ${report.outcome}${report.released.length ? ` (${report.released.join(" ")})` : ""}`);
+  if (report.kept.length > 0) out(`kept attached over the stop: ${report.kept.join(" ")}`);
+  for (const problem of report.problems) out(`${problem.kind}: ${problem.message}\n  to do: ${problem.remediation}`);
+  for (const { step, volumeId, ms, skipped } of report.timeline) {
     out(`  ${step.padEnd(16)} ${(volumeId ?? "").padEnd(22)} ${skipped ? "skipped" : `${(ms / 1000).toFixed(2)} s`}`);
   }
 }

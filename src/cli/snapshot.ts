@@ -3,7 +3,7 @@
  * EBS direct APIs (src/agent/snapshot/), on any machine with credentials: no builder instance.
  */
 import { Command, InvalidArgumentError, Option } from "commander";
-import { uploadSnapshot } from "../agent/snapshot/run.ts";
+import { runSnapshotUpload } from "../agent/snapshot/run.ts";
 import { generationTags } from "../agent/snapshot/tags.ts";
 import { ebsClient, snapshotBlockReader, snapshotBlockWriter } from "../aws/ebs.ts";
 import { ConfigError, ExitCode } from "../errors.ts";
@@ -59,9 +59,12 @@ export function snapshotCommand(): Command {
   snapshot.addCommand(
     new Command("upload")
       .description(
-        "upload a disk image holding the image set (an XFS image with docker/ at its root, as the pool volume holds it) as a pool snapshot: " +
-          "only the 512 KiB blocks holding data, SHA-256 checked, several at once; with --parent only the blocks that differ from the previous generation's; " +
-          "resumable after a kill (the manifest); tagged as the pool's generation, as Packer's pool-volume flow tags it",
+        "upload a disk image holding the image set (an XFS image with docker/ at its root, as the pool volume holds " +
+          "it) as a pool snapshot: " +
+          "only the 512 KiB blocks holding data, SHA-256 checked, several at once; with --parent only the blocks " +
+          "that differ from the previous generation's; " +
+          "resumable after a kill (the manifest); tagged as the pool's generation, " +
+          "as Packer's pool-volume flow tags it",
       )
       .requiredOption("--image <path>", "the disk image (a sparse file; unmounted)")
       .requiredOption(
@@ -111,8 +114,10 @@ export function snapshotCommand(): Command {
       .option("--json", "print the report as JSON")
       .addHelpText(
         "after",
-        "\nCredentials: the AWS SDK's default chain (environment, profile, SSO, an instance role); the build role's policy is iam/ebs-cache-snapshot-builder-policy.json." +
-          "\nExit codes: 0 completed, 1 EBS refused or failed, 2 usage (a bad tag or manifest too: nothing uploaded), 3 no region.",
+        "\nCredentials: the AWS SDK's default chain (environment, profile, SSO, an instance role); the build role's " +
+          "policy is iam/ebs-cache-snapshot-builder-policy.json." +
+          "\nExit codes: 0 completed, 1 EBS refused or failed, 2 usage (a bad tag or manifest too: nothing " +
+          "uploaded), 3 no region.",
       )
       .action(async (opts: UploadOptions) => {
         const log = createLogger();
@@ -134,7 +139,7 @@ export function snapshotCommand(): Command {
         }
         const client = ebsClient({ region, ...(opts.endpoint ? { endpoint: opts.endpoint } : {}) });
         try {
-          const report = await uploadSnapshot(
+          const report = await runSnapshotUpload(
             {
               writer: snapshotBlockWriter(client),
               reader: snapshotBlockReader(client),
@@ -165,8 +170,10 @@ export function snapshotCommand(): Command {
             opts.json
               ? JSON.stringify(report, null, 2) + "\n"
               : `${report.snapshotId} ${report.status}: ${report.put} blocks put (${report.zeros} zeros), ` +
-                  `${report.unchanged} unchanged from ${report.parentSnapshotId ?? "no parent"}, ${report.resumed} resumed; ` +
-                  `${(report.bytesPut / 2 ** 20).toFixed(1)} MiB of an image of ${(report.imageBytes / 2 ** 20).toFixed(1)} MiB in ${report.seconds} s\n`,
+                  `${report.unchanged} unchanged from ${report.parentSnapshotId ?? "no parent"}, ${report.resumed} ` +
+                  `resumed; ` +
+                  `${(report.bytesPut / 2 ** 20).toFixed(1)} MiB of an image of ` +
+                  `${(report.imageBytes / 2 ** 20).toFixed(1)} MiB in ${report.seconds} s\n`,
           );
         } finally {
           client.destroy();

@@ -26,10 +26,7 @@ import { mountPointsOf, syncFilesystem } from "../host/mount.ts";
 import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
 import type { BootCommandDeps } from "../agent/boot/run.ts";
-import { VolumeKind, VolumeTag } from "../tags.ts";
-import { attachedCacheVolume } from "../agent/volume-rules.ts";
 import type {
-  Cancellable,
   CloudVolumes,
   ContainerdRoot,
   DockerService,
@@ -156,14 +153,6 @@ function wireCommon(options: WiringOptions) {
     // The boot's own DescribeInstances (shared): no call of its own.
     launchTime: async (identity: Identity) =>
       (await cloudFor(config.region ?? identity.region).describeInstance(identity.instanceId)).launchTime,
-    reusedVolume: async (identity: Identity, call?: Cancellable) => {
-      const cloud = cloudFor(config.region ?? identity.region);
-      const mapped = (await cloud.describeInstance(identity.instanceId, call)).volumes.map((v) => v.volumeId);
-      if (mapped.length === 0) return undefined;
-      const managed = await cloud.findVolumes({ volumeIds: mapped, tags: { [VolumeTag.managed]: "true" } }, call);
-      const attached = attachedCacheVolume(managed, identity.instanceId);
-      return attached && attached.tags[VolumeTag.kind] !== VolumeKind.workspace ? attached.volumeId : undefined;
-    },
   };
 }
 
@@ -310,7 +299,7 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
     ...wireCommon(options),
     recorder,
     hostStore: hostStoreReader(options, dockerVersion),
-    ...(options.startRefresh && options.config.refresh.enabled ? { startRefresh: options.startRefresh } : {}),
+    ...(options.startRefresh ? { startRefresh: options.startRefresh } : {}),
     bootDeps: (settings, cloud) => {
       const host = wireHost(options, settings.effective.labels, dockerVersion);
       const publish = createReporter(host.reporterDeps);
@@ -357,7 +346,7 @@ function fioReader(options: WiringOptions): PrewarmReader {
   return createFioReader({ log: options.log, ...(options.fio ? { fio: options.fio } : {}) });
 }
 
-/** Builds everything `runPrewarmCommand()` needs. */
+/** Builds everything `runPrewarm()` needs. */
 export function wirePrewarm(options: WiringOptions): PrewarmCommandDeps {
   return {
     ...wireCommon(options),
@@ -392,11 +381,9 @@ export function wireRelease(options: WiringOptions): ReleaseCommandDeps {
         containerd: wireContainerd(options),
         log,
         ...(options.pollMs ? { pollMs: options.pollMs } : {}),
-        // Stop or terminate: the notice gets one IMDS answer's time, the whole question
-        // (DescribeInstances beside it) twice that; at shutdown there is no time to wait longer.
         spotInstanceAction: () =>
           readSpotInstanceAction(metadata, { timeoutMs: config.timeouts.imdsRequestSeconds * 1000 }),
-        shutdownQuestionMs: config.timeouts.imdsRequestSeconds * 2000,
+        imdsRequestSeconds: config.timeouts.imdsRequestSeconds,
         ...(options.rebootQueued ? { rebootQueued: options.rebootQueued } : {}),
       };
     },

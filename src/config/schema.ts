@@ -51,6 +51,11 @@ interface FormatSpec {
  * Python's `re` (and PCRE): the lookahead makes it the end of the string everywhere.
  */
 const END = "$(?!\\n)";
+/** A KMS key id: a key's UUID, or a multi-Region key's `mrk-` id. */
+const KMS_KEY_ID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|mrk-[0-9a-fA-F]{32}";
+const KMS_ALIAS = "alias/[A-Za-z0-9/_-]{1,250}";
+/** The start of a KMS ARN, up to the account: what follows is `key/<id>` or an alias. */
+const KMS_ARN = "arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}";
 
 /** ECMAScript's `\S` spelled out: anything but its whitespace and line terminators. */
 const NOT_SPACE = "[^\\t-\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff]";
@@ -101,7 +106,7 @@ export const FORMATS: Readonly<Record<StringFormat, FormatSpec>> = {
   },
   kmsKeyId: {
     description: "a KMS key: a key id (1234abcd-12ab-34cd-56ef-1234567890ab), alias/NAME, a key ARN or an alias ARN",
-    pattern: `^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|mrk-[0-9a-fA-F]{32}|alias/[A-Za-z0-9/_-]{1,250}|arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:(key/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|mrk-[0-9a-fA-F]{32})|alias/[A-Za-z0-9/_-]{1,250}))${END}`,
+    pattern: `^(${KMS_KEY_ID}|${KMS_ALIAS}|${KMS_ARN}:(key/(${KMS_KEY_ID})|${KMS_ALIAS}))${END}`,
   },
   operatorTag: {
     description:
@@ -568,7 +573,13 @@ export const CONFIG_SCHEMA = {
           enum: ["warm-buffer", "always", "never"],
           default: "warm-buffer",
           description:
-            "When the labels tag is missing at boot, wait for the instance's tags (`waitForLabelsTagSeconds`) before using the pool: `warm-buffer` only on a stopped warm buffer started again before its activation's tags (tag `io.simcore.autoscaling.warm_buffer_machine=true` on an instance that booted before: osparc writes `false` and the labels in one CreateTags after StartInstances), `always` on any instance without the labels tag, or `never`. No mode waits once `warm_buffer_machine=false` is there (the activation came, with whatever labels it carries), nor when a pool volume is attached here (it is reused whatever the tags say).",
+            "When the labels tag is missing at boot, wait for the instance's tags (`waitForLabelsTagSeconds`) before " +
+            "using the pool: `warm-buffer` only on a stopped warm buffer started again before its activation's " +
+            "tags (tag `io.simcore.autoscaling.warm_buffer_machine=true` on an instance that booted before: " +
+            "osparc writes `false` and the labels in one CreateTags after StartInstances), `always` on any " +
+            "instance without the labels tag, or `never`. No mode waits once `warm_buffer_machine=false` is " +
+            "there (the activation came, with whatever labels it carries), nor when a pool volume is " +
+            "attached here (it is reused whatever the tags say).",
         },
         waitForLabelsTagSeconds: {
           type: "number",
@@ -757,7 +768,13 @@ export const CONFIG_SCHEMA = {
           maximum: 365,
           default: null,
           description:
-            "Opt-in: the keeper detaches (never forced) a pool volume from an instance that EC2 says has been `stopped` for longer than this many days (a sleeping warm buffer, a leaked stopped machine: osparc-simcore #7342, #7063), after checking again right before the DetachVolume that the instance is still `stopped`, and tags it released (`ttlHours`), so it is pool stock again. The instance's next start finds no volume and claims another. Needs DetachVolume from other instances in the keeper host's role (docs/keeper.md); null: never (the default). Workspace volumes are never reclaimed.",
+            "Opt-in: the keeper detaches (never forced) a pool volume from an instance that EC2 says has been " +
+            "`stopped` for longer than this many days (a sleeping warm buffer, a leaked stopped machine: " +
+            "osparc-simcore #7342, #7063), after checking again right before the DetachVolume that the instance " +
+            "is still `stopped`, and tags it released (`ttlHours`), so it is pool stock again. The instance's " +
+            "next start finds no volume and claims another. Needs DetachVolume from other instances in the " +
+            "keeper host's role (docs/keeper.md); null: never (the default). Workspace volumes are never " +
+            "reclaimed.",
         },
       },
     },
@@ -843,7 +860,11 @@ export const CONFIG_SCHEMA = {
           "x-format": "tagKey",
           default: "io.simcore.autoscaling.pre_pulled_images",
           description:
-            "The instance tag holding osparc's list of images to pre-pull (a JSON array; osparc's `INSTANCE_PRE_PULLED_IMAGES_EC2_TAG_KEY`), whole or in 256-character chunks `<tag>_0`, `<tag>_1`, …; its images are pulled too. A missing chunk or bad JSON is one warning and the tag is skipped; osparc's buffer tags without the list (or osparc's key beside another configured one) are a warning too. null: not read.",
+            "The instance tag holding osparc's list of images to pre-pull (a JSON array; osparc's " +
+            "`INSTANCE_PRE_PULLED_IMAGES_EC2_TAG_KEY`), whole or in 256-character chunks `<tag>_0`, `<tag>_1`, …; " +
+            "its images are pulled too. A missing chunk or bad JSON is one warning and the tag is skipped; " +
+            "osparc's buffer tags without the list (or osparc's key beside another configured one) are a " +
+            "warning too. null: not read.",
         },
       },
     },
@@ -867,7 +888,9 @@ export const CONFIG_SCHEMA = {
     prune: {
       type: "object",
       description:
-        "Keeps a pool volume's filesystem from filling up: after each boot that came up, every hour while the node runs, and with `ebs-cache-agent prune`, images outside the pool's current generation are removed (never on a workspace volume, never an image a container uses; see docs/operations.md).",
+        "Keeps a pool volume's filesystem from filling up: after each boot that came up, every hour while the node " +
+        "runs, and with `ebs-cache-agent prune`, images outside the pool's current generation are removed (never " +
+        "on a workspace volume, never an image a container uses; see docs/operations.md).",
       properties: {
         afterBoot: {
           type: "boolean",
@@ -880,7 +903,9 @@ export const CONFIG_SCHEMA = {
           type: "boolean",
           default: true,
           description:
-            "Let `ebs-cache-agent-prune.timer` run the prune every hour while the node runs (`prune --timer`): a node that runs for days (a hot buffer, a long session) keeps pulling images, and its pool volume fills up. false: the timer's runs do nothing.",
+            "Let `ebs-cache-agent-prune.timer` run the prune every hour while the node runs (`prune --timer`): a " +
+            "node that runs for days (a hot buffer, a long session) keeps pulling images, and its pool volume " +
+            "fills up. false: the timer's runs do nothing.",
         },
         thresholdPercent: {
           type: "integer",

@@ -301,7 +301,9 @@ export function createSystemdDockerdCommand(options: SystemdDockerdCommandOption
         args: [],
         problems: [
           {
-            problem: `could not read ${unit} from systemd (${describeError(error)}): the agent cannot check docker's flags`,
+            problem:
+              `could not read ${unit} from systemd (${describeError(error)}): the agent cannot check docker's ` +
+              `flags`,
             remediation: `check that systemd runs this host and knows ${unit} (systemctl show ${unit})`,
           },
         ],

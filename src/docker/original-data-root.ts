@@ -81,16 +81,21 @@ export async function recordOriginalDataRoot(
   if (existing.problem) {
     // Never overwritten: an operator may have written it on purpose. The restore warns too.
     options.log?.warning("docker.original-data-root", `${existing.problem}: left as it is`, {
-      remediation: `fix or remove ${join(stateDir, ORIGINAL_DATA_ROOT_FILE)} ({"dataRoot": "/path" or null, "recordedAt": "…"})`,
+      remediation:
+        `fix or remove ${join(stateDir, ORIGINAL_DATA_ROOT_FILE)} ({"dataRoot": "/path" or null, ` +
+        `"recordedAt": "…"})`,
     });
     return undefined;
   }
   if (isBelowMountRoot(options.mountRoot, current)) {
     options.log?.warning(
       "docker.original-data-root",
-      `daemon.json already points at a cache volume (${current}) and no original data-root is recorded: the release will fall back to docker's default`,
+      `daemon.json already points at a cache volume (${current}) and no original data-root is recorded: the release ` +
+        `will fall back to docker's default`,
       {
-        remediation: `write ${join(stateDir, ORIGINAL_DATA_ROOT_FILE)} with the host's own data-root ({"dataRoot": "/mnt/docker", "recordedAt": "…"})`,
+        remediation:
+          `write ${join(stateDir, ORIGINAL_DATA_ROOT_FILE)} with the host's own data-root ({"dataRoot": ` +
+          `"/mnt/docker", "recordedAt": "…"})`,
       },
     );
     return undefined;

@@ -43,7 +43,10 @@ export interface HostContext {
   memoryBytes: number;
   cpuCores: number;
   cpuModel: string;
-  /** The instance's NVMe instance-store disks (instance-store.ts): seen and reported, never written. Absent: not looked for. */
+  /**
+   * The instance's NVMe instance-store disks (instance-store.ts): seen and reported, never written. Absent: not looked
+   * for.
+   */
   instanceStore?: InstanceStoreDisk[];
 }
 

@@ -17,7 +17,10 @@ import { readFileBeneath, resolveBeneath, VolumePathError } from "./volume-paths
 /** Files per filefrag process (its command line stays far below ARG_MAX). */
 const FILEFRAG_BATCH = 256;
 
-/** The need list on the volume mounted at `mountPoint`, or undefined when it has none. Throws ReadListError / VolumePathError. */
+/**
+ * The need list on the volume mounted at `mountPoint`, or undefined when it has none. Throws ReadListError /
+ * VolumePathError.
+ */
 export async function readReadList(mountPoint: string): Promise<ReadList | undefined> {
   const text = await readFileBeneath(mountPoint, join(AGENT_SUBDIR, READ_LIST_FILE), MAX_READ_LIST_BYTES + 1);
   return text === undefined ? undefined : parseReadList(text);

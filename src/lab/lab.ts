@@ -90,7 +90,10 @@ export interface LabHost {
   paths: LabHostPaths;
   /** The host's dockerd, once started. */
   dockerd?: PrivateDockerd;
-  /** Set by whoever links this host to others (the osparc stand-in's swarm): run on each new network namespace of its dockerd, before dockerd starts. */
+  /**
+   * Set by whoever links this host to others (the osparc stand-in's swarm): run on each new network namespace of its
+   * dockerd, before dockerd starts.
+   */
   network?: (netnsFile: string) => Promise<void>;
   /** Starts the host's dockerd (on the data-root its daemon.json names) unless it runs. */
   startDocker(): Promise<PrivateDockerd>;

@@ -7,21 +7,21 @@
  */
 import type { BootSource } from "../agent/boot/source.ts";
 import { durationsByStep, family, gauge, reasonLabel, seconds, type MetricFamily } from "./family.ts";
-import type { BootResult } from "../agent/outcomes.ts";
+import type { BootReport } from "../agent/outcomes.ts";
 
 /** The sources whose volume already held the images: what the dashboard's hit rate counts. */
 export const CACHE_HIT_SOURCES: readonly BootSource[] = ["pool", "workspace", "attached"];
 
-/** What the boot metrics need: the result (with its source) and when it finished. */
+/** What the boot metrics need: the report (with its source) and when it finished. */
 export interface BootFacts {
-  result: Pick<BootResult, "outcome" | "source" | "volumeId" | "reason" | "timeline">;
+  report: Pick<BootReport, "outcome" | "source" | "volumeId" | "reason" | "timeline">;
   finishedAt: Date;
 }
 
 /** The boot's families, in the order the file lists them. */
-export function bootMetrics({ result, finishedAt }: BootFacts): MetricFamily[] {
-  const { source } = result;
-  const steps = durationsByStep(result.timeline);
+export function bootMetrics({ report, finishedAt }: BootFacts): MetricFamily[] {
+  const { source } = report;
+  const steps = durationsByStep(report.timeline);
   const totalMs = [...steps.values()].reduce((sum, ms) => sum + ms, 0);
   return [
     gauge(
@@ -31,24 +31,24 @@ export function bootMetrics({ result, finishedAt }: BootFacts): MetricFamily[] {
         "and the reason when it did not get a cache volume.",
       1,
       {
-        outcome: result.outcome,
+        outcome: report.outcome,
         source,
-        volume_id: result.volumeId ?? "",
-        reason: reasonLabel(result.reason),
+        volume_id: report.volumeId ?? "",
+        reason: reasonLabel(report.reason),
       },
     ),
     gauge(
       "boot_cache_hit_ratio",
       "ratio",
       "1 when the last boot got a volume that already held docker's data (pool, workspace, attached), 0 otherwise.",
-      CACHE_HIT_SOURCES.includes(source) && isUp(result.outcome) ? 1 : 0,
+      CACHE_HIT_SOURCES.includes(source) && isUp(report.outcome) ? 1 : 0,
     ),
     gauge(
       "boot_duration_seconds",
       "seconds",
       "How long the last boot's steps took in all (both phases of a two-phase boot).",
       seconds(totalMs),
-      { outcome: result.outcome, source },
+      { outcome: report.outcome, source },
     ),
     family(
       "boot_step_duration_seconds",
@@ -66,6 +66,6 @@ export function bootMetrics({ result, finishedAt }: BootFacts): MetricFamily[] {
   ];
 }
 
-function isUp(outcome: BootResult["outcome"]): boolean {
+function isUp(outcome: BootReport["outcome"]): boolean {
   return outcome === "ready" || outcome === "warming" || outcome === "prepared";
 }

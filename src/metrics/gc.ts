@@ -5,10 +5,10 @@
  */
 import type { GcVerdict } from "../agent/gc/plan.ts";
 import { family, gauge, type MetricFamily } from "./family.ts";
-import type { GcOutcome } from "../agent/outcomes.ts";
+import type { GcReport } from "../agent/outcomes.ts";
 
 export interface GcFacts {
-  outcome: GcOutcome;
+  report: GcReport;
   dryRun: boolean;
   finishedAt: Date;
 }
@@ -27,10 +27,10 @@ const VERDICTS: readonly GcVerdict[] = [
 ];
 
 /** gc's families; its counters count this run only until carryCounters adds the previous file's. */
-export function gcMetrics({ outcome, dryRun, finishedAt }: GcFacts): MetricFamily[] {
+export function gcMetrics({ report, dryRun, finishedAt }: GcFacts): MetricFamily[] {
   const byVerdict = new Map<string, number>();
-  for (const d of outcome.decisions) byVerdict.set(d.verdict, (byVerdict.get(d.verdict) ?? 0) + 1);
-  const tagged = outcome.decisions.filter((d) => d.done === "tagged").length;
+  for (const d of report.decisions) byVerdict.set(d.verdict, (byVerdict.get(d.verdict) ?? 0) + 1);
+  const tagged = report.decisions.filter((d) => d.done === "tagged").length;
   return [
     family(
       "gc_volumes",
@@ -44,10 +44,10 @@ export function gcMetrics({ outcome, dryRun, finishedAt }: GcFacts): MetricFamil
       "counter",
       "volumes",
       "Volumes gc deleted (expired, or of a superseded generation, and not attached).",
-      [{ labels: {}, value: dryRun ? 0 : outcome.deleted }],
+      [{ labels: {}, value: dryRun ? 0 : report.deleted }],
     ),
     family("gc_failed_volumes_total", "counter", "volumes", "Deletions or taggings gc tried and EC2 refused.", [
-      { labels: {}, value: dryRun ? 0 : outcome.failed },
+      { labels: {}, value: dryRun ? 0 : report.failed },
     ]),
     family(
       "gc_spared_volumes_total",
@@ -55,7 +55,7 @@ export function gcMetrics({ outcome, dryRun, finishedAt }: GcFacts): MetricFamil
       "volumes",
       "Volumes gc was to delete but left alone: described again right before the deletion, they had changed " +
         "(kept, claimed, attached, a new expiry).",
-      [{ labels: {}, value: dryRun ? 0 : outcome.spared }],
+      [{ labels: {}, value: dryRun ? 0 : report.spared }],
     ),
     family("gc_tagged_volumes_total", "counter", "volumes", "Never-released volumes gc tagged to expire.", [
       { labels: {}, value: dryRun ? 0 : tagged },

@@ -34,14 +34,16 @@ export function keeperMetrics({ actions, poolVolumes, heldByStopped = {}, finish
       "keeper_held_by_stopped_volumes",
       "gauge",
       "volumes",
-      "Pool volumes attached to stopped instances (sleeping warm buffers, leaked stopped machines): no stock, yet in the caps and the bill.",
+      "Pool volumes attached to stopped instances (sleeping warm buffers, leaked stopped machines): no stock, yet in " +
+        "the caps and the bill.",
       Object.entries(heldByStopped).map(([pool, held]) => ({ labels: { pool }, value: held.volumes })),
     ),
     family(
       "keeper_held_by_stopped_oldest_seconds",
       "gauge",
       "seconds",
-      "How long the longest-stopped instance holding a pool volume has been stopped (from EC2's StateTransitionReason).",
+      "How long the longest-stopped instance holding a pool volume has been stopped " +
+        "(from EC2's StateTransitionReason).",
       Object.entries(heldByStopped).flatMap(([pool, held]) =>
         held.oldestSeconds === null ? [] : [{ labels: { pool }, value: held.oldestSeconds }],
       ),

@@ -85,31 +85,31 @@ export function prewarmMetrics(facts: PrewarmFacts): MetricFamily[] {
       latency,
     ),
   );
-  const p = facts.progress;
-  if (p) {
+  const progress = facts.progress;
+  if (progress) {
     families.push(
       gauge(
         "prewarm_progress_ratio",
         "ratio",
         "How much of the volume the initialization has read (0 to 1).",
-        p.percent / 100,
+        progress.percent / 100,
       ),
-      gauge("prewarm_progress_read_bytes", "bytes", "Bytes the initialization has read.", p.doneBytes),
-      gauge("prewarm_progress_total_bytes", "bytes", "Bytes the initialization reads in all.", p.totalBytes),
+      gauge("prewarm_progress_read_bytes", "bytes", "Bytes the initialization has read.", progress.doneBytes),
+      gauge("prewarm_progress_total_bytes", "bytes", "Bytes the initialization reads in all.", progress.totalBytes),
       gauge(
         "prewarm_progress_read_bytes_per_second",
         "bytes_per_second",
         "The initialization's average read rate in this run.",
-        p.mibps * MiB,
+        progress.mibps * MiB,
       ),
     );
-    if (p.etaSeconds !== undefined)
+    if (progress.etaSeconds !== undefined)
       families.push(
         gauge(
           "prewarm_progress_remaining_seconds",
           "seconds",
           "Estimated time until the initialization is done.",
-          p.etaSeconds,
+          progress.etaSeconds,
         ),
       );
   }

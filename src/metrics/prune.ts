@@ -15,7 +15,8 @@ export function pruneMetrics(facts: PruneFacts): MetricFamily[] {
       "prune_runs_total",
       "counter",
       "runs",
-      "Prune runs, by what started them (boot, timer, manual); a dry run counts nothing. On a node that runs for days the timer's count keeps growing: a flat line means its timer is off.",
+      "Prune runs, by what started them (boot, timer, manual); a dry run counts nothing. On a node that runs for " +
+        "days the timer's count keeps growing: a flat line means its timer is off.",
       [{ labels: { trigger: facts.trigger }, value: counted(1) }],
     ),
     family(

@@ -1,18 +1,18 @@
 /** A release's figures (`ebs_cache_agent_release.prom`): outcome, how long, which volumes went where. */
 import { durationsByStep, family, gauge, reasonLabel, seconds, type MetricFamily } from "./family.ts";
-import type { ReleaseResult } from "../agent/outcomes.ts";
+import type { ReleaseReport } from "../agent/outcomes.ts";
 
 export interface ReleaseFacts {
-  result: ReleaseResult;
+  report: ReleaseReport;
   finishedAt: Date;
 }
 
 /** The release's families. */
-export function releaseMetrics({ result, finishedAt }: ReleaseFacts): MetricFamily[] {
-  const steps = durationsByStep(result.timeline);
+export function releaseMetrics({ report, finishedAt }: ReleaseFacts): MetricFamily[] {
+  const steps = durationsByStep(report.timeline);
   const totalMs = [...steps.values()].reduce((sum, ms) => sum + ms, 0);
   const problems = new Map<string, number>();
-  for (const p of result.problems) problems.set(p.kind, (problems.get(p.kind) ?? 0) + 1);
+  for (const p of report.problems) problems.set(p.kind, (problems.get(p.kind) ?? 0) + 1);
   return [
     gauge(
       "release_info",
@@ -21,12 +21,12 @@ export function releaseMetrics({ result, finishedAt }: ReleaseFacts): MetricFami
         "released.",
       1,
       {
-        outcome: result.outcome,
-        reason: reasonLabel(result.reason ?? result.problems[0]?.message),
+        outcome: report.outcome,
+        reason: reasonLabel(report.reason ?? report.problems[0]?.message),
       },
     ),
     gauge("release_duration_seconds", "seconds", "How long the last release's steps took in all.", seconds(totalMs), {
-      outcome: result.outcome,
+      outcome: report.outcome,
     }),
     family(
       "release_step_duration_seconds",
@@ -41,8 +41,8 @@ export function releaseMetrics({ result, finishedAt }: ReleaseFacts): MetricFami
       "volumes",
       "Volumes the last release detached and tagged released, or kept attached over a stop.",
       [
-        { labels: { disposition: "released" }, value: result.released.length },
-        { labels: { disposition: "kept" }, value: result.kept.length },
+        { labels: { disposition: "released" }, value: report.released.length },
+        { labels: { disposition: "kept" }, value: report.kept.length },
       ],
     ),
     family(

@@ -136,20 +136,21 @@ const MOVING_LABELS = [Label.state, Label.prewarm, Label.prewarmProgress].map((n
 export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds = DEFAULT_THRESHOLDS): StatusDocument {
   const problems: string[] = [...(inputs.recordProblems ?? [])];
   const warnings: string[] = [];
-  const b = inputs.boot;
-  const r = b?.result;
-  if (!b || !r) problems.push("no boot recorded on this host (`ebs-cache-agent boot` has not finished here)");
-  else if (r.outcome === "degraded") problems.push(`the boot degraded: ${r.reason ?? "see the journal"}`);
-  else if (r.outcome === "prepared")
+  const bootRecord = inputs.boot;
+  const boot = bootRecord?.result;
+  if (!bootRecord || !boot)
+    problems.push("no boot recorded on this host (`ebs-cache-agent boot` has not finished here)");
+  else if (boot.outcome === "degraded") problems.push(`the boot degraded: ${boot.reason ?? "see the journal"}`);
+  else if (boot.outcome === "prepared")
     problems.push("the boot's second phase has not run: docker is not started on the cache volume");
-  else if (r.outcome === "disabled")
-    warnings.push(`the cache is disabled on this host${r.reason ? `: ${r.reason}` : ""}`);
+  else if (boot.outcome === "disabled")
+    warnings.push(`the cache is disabled on this host${boot.reason ? `: ${boot.reason}` : ""}`);
 
   const fs = inputs.filesystem;
   let mount: StatusDocument["mount"] = null;
-  if (r?.mountPoint) {
+  if (boot?.mountPoint) {
     mount = {
-      mountPoint: r.mountPoint,
+      mountPoint: boot.mountPoint,
       mounted: fs !== undefined,
       fsType: fs?.fsType ?? null,
       sizeBytes: fs?.sizeBytes ?? null,
@@ -160,7 +161,7 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
       freeInodes: fs?.freeInodes ?? null,
     };
     const percent = (ratio: number) => `${(ratio * 100).toFixed(1)} %`;
-    if (!fs && UP.has(r.outcome)) problems.push(`the cache volume is not mounted at ${r.mountPoint}`);
+    if (!fs && UP.has(boot.outcome)) problems.push(`the cache volume is not mounted at ${boot.mountPoint}`);
     else if (fs && fs.usedRatio >= thresholds.failUsedRatio)
       problems.push(`the cache filesystem is ${percent(fs.usedRatio)} full`);
     else if (fs && fs.usedRatio >= thresholds.warnUsedRatio)
@@ -171,16 +172,16 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
   }
 
   let dataRoot: StatusDocument["dataRoot"] = null;
-  if (r?.dataRoot) {
+  if (boot?.dataRoot) {
     const current = inputs.dockerDataRoot ?? null;
-    dataRoot = { expected: r.dataRoot, current, matches: current === r.dataRoot };
-    if (!dataRoot.matches && UP.has(r.outcome))
-      problems.push(`docker's data-root is ${current ?? "its default"}, not the cache volume's ${r.dataRoot}`);
+    dataRoot = { expected: boot.dataRoot, current, matches: current === boot.dataRoot };
+    if (!dataRoot.matches && UP.has(boot.outcome))
+      problems.push(`docker's data-root is ${current ?? "its default"}, not the cache volume's ${boot.dataRoot}`);
   }
 
-  const published = b?.labels ?? {};
+  const published = bootRecord?.labels ?? {};
   const shown = inputs.labels ?? null;
-  if (shown && b?.labels) {
+  if (shown && bootRecord?.labels) {
     const differ = Object.entries(published).filter(
       ([name, value]) => shown[name] !== value && !MOVING_LABELS.some((suffix) => name.endsWith(suffix)),
     );
@@ -198,14 +199,20 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
   if (p?.state.verdict === "cold" && p.state.phase !== "initializing")
     warnings.push("the cache volume is cold: its first reads come from S3");
 
-  const rel = inputs.release;
-  const afterBoot = rel !== undefined && (!b || Date.parse(rel.finishedAt) > Date.parse(b.finishedAt));
+  const releaseRecord = inputs.release;
+  const afterBoot =
+    releaseRecord !== undefined &&
+    (!bootRecord || Date.parse(releaseRecord.finishedAt) > Date.parse(bootRecord.finishedAt));
   if (
-    rel &&
+    releaseRecord &&
     afterBoot &&
-    (rel.result.outcome === "released" || rel.result.outcome === "failed" || rel.result.outcome === "refused")
+    (releaseRecord.result.outcome === "released" ||
+      releaseRecord.result.outcome === "failed" ||
+      releaseRecord.result.outcome === "refused")
   ) {
-    problems.push(`a release (${rel.result.outcome}) ran after the boot: the node is no longer on its cache volume`);
+    problems.push(
+      `a release (${releaseRecord.result.outcome}) ran after the boot: the node is no longer on its cache volume`,
+    );
   }
 
   const refresh = refreshBlock(inputs.refresh);
@@ -221,7 +228,7 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
   if (refresh?.phase === "running" && !refresh.running)
     warnings.push("the refresh was interrupted (`ebs-cache-agent refresh` runs it again)");
 
-  const timeline = (r?.timeline ?? []).map((entry) => ({ step: entry.step, seconds: entry.ms / 1000 }));
+  const timeline = (boot?.timeline ?? []).map((entry) => ({ step: entry.step, seconds: entry.ms / 1000 }));
   return {
     version: STATUS_VERSION,
     generatedAt: inputs.now.toISOString(),
@@ -229,12 +236,12 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
     problems,
     warnings,
     boot:
-      b && r
+      bootRecord && boot
         ? {
-            outcome: r.outcome,
-            source: r.source,
-            reason: r.reason ?? null,
-            finishedAt: b.finishedAt,
+            outcome: boot.outcome,
+            source: boot.source,
+            reason: boot.reason ?? null,
+            finishedAt: bootRecord.finishedAt,
             durationSeconds: round(
               timeline.reduce((sum, t) => sum + t.seconds, 0),
               3,
@@ -242,12 +249,12 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
             timeline,
           }
         : null,
-    volume: r?.volumeId
-      ? { volumeId: r.volumeId, device: r.device ?? null, model: fs?.model ?? null, serial: fs?.serial ?? null }
+    volume: boot?.volumeId
+      ? { volumeId: boot.volumeId, device: boot.device ?? null, model: fs?.model ?? null, serial: fs?.serial ?? null }
       : null,
     mount,
     dataRoot,
-    labels: b ? { published, shown } : null,
+    labels: bootRecord ? { published, shown } : null,
     prewarm: p
       ? {
           volumeId: p.state.volumeId,
@@ -263,15 +270,15 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
           error: p.state.error ?? null,
         }
       : null,
-    lastRelease: rel
+    lastRelease: releaseRecord
       ? {
-          outcome: rel.result.outcome,
-          reason: rel.result.reason ?? null,
-          finishedAt: rel.finishedAt,
+          outcome: releaseRecord.result.outcome,
+          reason: releaseRecord.result.reason ?? null,
+          finishedAt: releaseRecord.finishedAt,
           afterBoot,
-          released: rel.result.released,
-          kept: rel.result.kept,
-          problems: rel.result.problems.map((x) => ({
+          released: releaseRecord.result.released,
+          kept: releaseRecord.result.kept,
+          problems: releaseRecord.result.problems.map((x) => ({
             step: x.step,
             volumeId: x.volumeId ?? null,
             kind: x.kind,

@@ -104,14 +104,15 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
       if (disks.length > 0)
         log.notice(
           "host.instance-store",
-          `${disks.length} NVMe instance-store disk(s) on this host, left alone: ${disks.map((d) => `${d.device} ${(d.sizeBytes / 1e9).toFixed(0)} GB`).join(", ")}`,
+          `${disks.length} NVMe instance-store disk(s) on this host, left alone: ` +
+            `${disks.map((d) => `${d.device} ${(d.sizeBytes / 1e9).toFixed(0)} GB`).join(", ")}`,
         );
     } else log.info("metrics.no-figures", `no figures of the host: ${describeError(host.reason)}`);
     return figures;
   };
 
   return {
-    async bootFinished({ instanceId, bootId, phase, result, finishedAt }) {
+    async bootFinished({ instanceId, bootId, phase, report, finishedAt }) {
       const labels = options.publishedLabels?.();
       let record: BootRecord = {
         version: 1,
@@ -119,27 +120,27 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
         ...(bootId ? { bootId } : {}),
         phase,
         finishedAt: finishedAt.toISOString(),
-        result,
+        result: report,
         ...(labels ? { labels } : {}),
       };
       if (phase === "second")
         record = withFirstPhase((await readBootRecord(stateDir).catch(() => ({ record: undefined }))).record, record);
       await attempt("the boot's status record", () => writeBootRecord(stateDir, record));
-      const up = result.outcome === "ready" || result.outcome === "warming";
-      const figures = up && result.mountPoint ? await factsFor(result.mountPoint) : { boot: [], fill: [] };
-      await textfile("boot", () => [...bootMetrics({ result: record.result, finishedAt }), ...figures.boot]);
+      const up = report.outcome === "ready" || report.outcome === "warming";
+      const figures = up && report.mountPoint ? await factsFor(report.mountPoint) : { boot: [], fill: [] };
+      await textfile("boot", () => [...bootMetrics({ report: record.result, finishedAt }), ...figures.boot]);
       // A boot that did not come up leaves no fill of an earlier one behind.
       await textfile("fill", () => figures.fill);
     },
-    async releaseFinished({ instanceId, result, finishedAt }) {
+    async releaseFinished({ instanceId, report, finishedAt }) {
       await attempt("the release's status record", () =>
-        writeReleaseRecord(stateDir, { version: 1, instanceId, finishedAt: finishedAt.toISOString(), result }),
+        writeReleaseRecord(stateDir, { version: 1, instanceId, finishedAt: finishedAt.toISOString(), result: report }),
       );
-      await textfile("release", () => releaseMetrics({ result, finishedAt }));
+      await textfile("release", () => releaseMetrics({ report, finishedAt }));
     },
-    async gcFinished({ outcome, dryRun, finishedAt }) {
+    async gcFinished({ report, dryRun, finishedAt }) {
       // gc's counters count over its runs: the previous file's values are carried.
-      await textfile("gc", () => gcMetrics({ outcome, dryRun, finishedAt }), true);
+      await textfile("gc", () => gcMetrics({ report, dryRun, finishedAt }), true);
     },
     async keeperFinished(facts) {
       // Like gc's, the keeper's action counters count over its runs.

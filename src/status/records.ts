@@ -8,7 +8,7 @@ import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { writeFileAtomic } from "../fs-atomic.ts";
 import type { BootPhase } from "../agent/ports.ts";
-import type { BootResult, ReleaseResult } from "../agent/outcomes.ts";
+import type { BootReport, ReleaseReport } from "../agent/outcomes.ts";
 
 export const BOOT_RECORD_FILE = "last-boot.json";
 export const RELEASE_RECORD_FILE = "last-release.json";
@@ -22,7 +22,7 @@ export interface BootRecord {
   phase?: BootPhase;
   finishedAt: string;
   /** The result with its source; after a two-phase boot, both phases' (see withFirstPhase). */
-  result: BootResult;
+  result: BootReport;
   /** The readiness labels the boot published (name → value), as read back. */
   labels?: Record<string, string>;
 }
@@ -31,7 +31,7 @@ export interface ReleaseRecord {
   version: 1;
   instanceId: string;
   finishedAt: string;
-  result: ReleaseResult;
+  result: ReleaseReport;
 }
 
 export type RecordRead<T> = { record?: T; problem?: string };

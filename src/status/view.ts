@@ -15,14 +15,14 @@ export function renderStatus(doc: StatusDocument): string[] {
   const lines = [`health:   ${doc.healthy ? "healthy" : "UNHEALTHY"}`];
   for (const p of doc.problems) lines.push(`  problem: ${p}`);
   for (const w of doc.warnings) lines.push(`  warning: ${w}`);
-  const b = doc.boot;
-  if (b) {
+  const boot = doc.boot;
+  if (boot) {
     lines.push(
-      `boot:     ${b.outcome} from ${b.source} at ${b.finishedAt}, ${b.durationSeconds.toFixed(1)} ` +
-        `s${b.reason ? ` (${b.reason})` : ""}`,
+      `boot:     ${boot.outcome} from ${boot.source} at ${boot.finishedAt}, ${boot.durationSeconds.toFixed(1)} ` +
+        `s${boot.reason ? ` (${boot.reason})` : ""}`,
     );
     const byStep = new Map<string, number>();
-    for (const s of b.timeline) byStep.set(s.step, (byStep.get(s.step) ?? 0) + s.seconds);
+    for (const s of boot.timeline) byStep.set(s.step, (byStep.get(s.step) ?? 0) + s.seconds);
     const slowest = [...byStep]
       .map(([step, seconds]) => ({ step, seconds }))
       .sort((x, y) => y.seconds - x.seconds)
@@ -34,23 +34,24 @@ export function renderStatus(doc: StatusDocument): string[] {
     const hw = [doc.volume.model, doc.volume.serial].filter(Boolean).join(", serial ");
     lines.push(`volume:   ${doc.volume.volumeId} on ${doc.volume.device ?? "?"}${hw ? ` (${hw})` : ""}`);
   }
-  const m = doc.mount;
-  if (m) {
-    if (!m.mounted) lines.push(`mount:    ${m.mountPoint}: NOT MOUNTED`);
+  const mount = doc.mount;
+  if (mount) {
+    if (!mount.mounted) lines.push(`mount:    ${mount.mountPoint}: NOT MOUNTED`);
     else {
-      const size = m.sizeBytes !== null ? `${(m.sizeBytes / GiB).toFixed(1)} GiB` : "?";
+      const size = mount.sizeBytes !== null ? `${(mount.sizeBytes / GiB).toFixed(1)} GiB` : "?";
       const inodes =
-        m.inodes && m.freeInodes !== null
-          ? `, ${(((m.inodes - m.freeInodes) / m.inodes) * 100).toFixed(1)} % of inodes`
+        mount.inodes && mount.freeInodes !== null
+          ? `, ${(((mount.inodes - mount.freeInodes) / mount.inodes) * 100).toFixed(1)} % of inodes`
           : "";
-      const used = m.usedRatio !== null ? `${(m.usedRatio * 100).toFixed(1)} % used${inodes}` : "";
-      lines.push(`mount:    ${m.mountPoint} (${m.fsType ?? "?"}, ${size}, ${used})`);
+      const used = mount.usedRatio !== null ? `${(mount.usedRatio * 100).toFixed(1)} % used${inodes}` : "";
+      lines.push(`mount:    ${mount.mountPoint} (${mount.fsType ?? "?"}, ${size}, ${used})`);
     }
   }
   if (doc.dataRoot)
     lines.push(
       `data-root: ` +
-        `${doc.dataRoot.current ?? "docker's default"}${doc.dataRoot.matches ? "" : ` (expected ${doc.dataRoot.expected})`}`,
+        `${doc.dataRoot.current ?? "docker's default"}` +
+        `${doc.dataRoot.matches ? "" : ` (expected ${doc.dataRoot.expected})`}`,
     );
   if (doc.labels && Object.keys(doc.labels.published).length > 0) {
     lines.push(
@@ -59,22 +60,26 @@ export function renderStatus(doc: StatusDocument): string[] {
         .join(" ")}`,
     );
   }
-  const p = doc.prewarm;
-  if (p) {
-    const progress = p.progress && p.progress.percent < 100 ? `, ${p.progress.percent.toFixed(1)} % read` : "";
+  const prewarm = doc.prewarm;
+  if (prewarm) {
+    const progress =
+      prewarm.progress && prewarm.progress.percent < 100 ? `, ${prewarm.progress.percent.toFixed(1)} % read` : "";
     lines.push(
-      `pre-warm: ${p.verdict}, ${p.phase}${p.running ? " (running)" : ""}${progress} (${p.strategy}: ${p.reason})`,
+      `pre-warm: ${prewarm.verdict}, ${prewarm.phase}${prewarm.running ? " (running)" : ""}${progress} ` +
+        `(${prewarm.strategy}: ${prewarm.reason})`,
     );
   }
-  const f = doc.refresh;
-  if (f) {
+  const refresh = doc.refresh;
+  if (refresh) {
     const counts =
-      f.phase === "skipped"
-        ? (f.reason ?? "")
-        : `${f.pulled + f.failed} of ${f.wanted - f.present} pulls done: ${f.pulled} pulled, ${f.failed} failed, ` +
-          `${f.present} present${f.markedCurrent ? ", volume tagged current" : ""}`;
+      refresh.phase === "skipped"
+        ? (refresh.reason ?? "")
+        : `${refresh.pulled + refresh.failed} of ${refresh.wanted - refresh.present} pulls done: ${refresh.pulled} ` +
+          `pulled, ${refresh.failed} failed, ` +
+          `${refresh.present} present${refresh.markedCurrent ? ", volume tagged current" : ""}`;
     lines.push(
-      `refresh:  ${f.phase}${f.running ? " (running)" : ""}${f.generation ? ` toward ${f.generation}` : ""}${counts ? ` (${counts})` : ""}`,
+      `refresh:  ${refresh.phase}${refresh.running ? " (running)" : ""}` +
+        `${refresh.generation ? ` toward ${refresh.generation}` : ""}${counts ? ` (${counts})` : ""}`,
     );
   }
   const disks = doc.instanceStore;
@@ -83,11 +88,12 @@ export function renderStatus(doc: StatusDocument): string[] {
       `instance-store: ${disks.map((d) => `${d.device} ${(d.sizeBytes / GiB).toFixed(1)} GiB`).join(", ")} ` +
         "(NVMe, left alone by the agent)",
     );
-  const r = doc.lastRelease;
-  if (r)
+  const release = doc.lastRelease;
+  if (release)
     lines.push(
-      `release:  ${r.outcome} at ` +
-        `${r.finishedAt}${r.afterBoot ? " (after this boot)" : ""}${r.reason ? `: ${r.reason}` : ""}`,
+      `release:  ${release.outcome} at ` +
+        `${release.finishedAt}${release.afterBoot ? " (after this boot)" : ""}` +
+        `${release.reason ? `: ${release.reason}` : ""}`,
     );
   return lines;
 }

@@ -30,15 +30,19 @@ t.test(
     const booted = await bl.boot(host, { overrides: { pool: POOL, prewarm: { strategy: "off" } } });
     const volumeId = bl.poolVolumes[0]!;
     t.equal(
-      booted.result?.outcome,
+      booted.report?.outcome,
       "degraded",
       "not ready",
-      booted.result?.outcome === "degraded" ? {} : { log: booted.log.join("\n") },
+      booted.report?.outcome === "degraded" ? {} : { log: booted.log.join("\n") },
     );
     t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
     t.match(
-      booted.result?.reason,
-      /^readiness labels did not take: docker info's Labels still differ from what was published after 15000 ms: io\.simcore\.ebs-cache\.state missing/,
+      booted.report?.reason,
+      new RegExp(
+        String.raw`^readiness labels did not take: docker info's Labels still differ ` +
+          String.raw`from what was published after 15000 ms: io\.simcore\.ebs-cache\.state ` +
+          String.raw`missing`,
+      ),
     );
     t.ok(
       booted.log.some((line) => line.startsWith("<3>boot.labels:") && line.includes("the node is not reported ready")),
@@ -51,7 +55,7 @@ t.test(
     t.ok(reloads >= 1, "docker was asked to reload");
 
     const info = await host.dockerd!.info();
-    t.equal(info.DockerRootDir, booted.result?.dataRoot, "docker still runs on the cache volume");
+    t.equal(info.DockerRootDir, booted.report?.dataRoot, "docker still runs on the cache volume");
     t.ok(info.DockerRootDir.startsWith(`${host.paths.mountRoot}/`), "(under the mount root)");
     t.notOk(labelRecord(info.Labels)[`${LABEL_PREFIX}.state`], "docker shows no state label at all");
     const volume = await bl.describe(volumeId);

@@ -1,4 +1,7 @@
-/** The shared volume rules: pure, tested with plain objects; and boot, gc, the pool view and the keeper agreeing on them. */
+/**
+ * The shared volume rules: pure, tested with plain objects; and boot, gc, the pool view and the keeper agreeing on
+ * them.
+ */
 import t from "tap";
 import { selectSource } from "../../src/agent/boot/plan.ts";
 import { judgeVolume } from "../../src/agent/gc/plan.ts";

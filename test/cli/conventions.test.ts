@@ -181,7 +181,11 @@ t.test("configuration warnings are logged, never dropped", async (t) => {
   t.ok(JSON.parse(run.stdout), "and prints its document");
   t.match(
     run.stderr,
-    /^<4>agent\.config-warning: environment variable EBS_CACHE_AGENT_POOOL matches no setting and is ignored \(did you mean EBS_CACHE_AGENT_POOL\?\)$/m,
+    new RegExp(
+      String.raw`^<4>agent\.config-warning: environment variable EBS_CACHE_AGENT_POOOL ` +
+        String.raw`matches no setting and is ignored \(did you mean EBS_CACHE_AGENT_POOL\?\)$`,
+      "m",
+    ),
     "a typo'd variable is a warning naming the one meant",
   );
   t.match(

@@ -29,12 +29,12 @@ t.test("a workspace boot publishes the volume's ids; a pool boot none; the relea
 
   const booted = await bl.boot(host, { overrides });
   t.equal(
-    booted.result?.outcome,
+    booted.report?.outcome,
     "ready",
     "ready on a workspace volume",
-    booted.result?.outcome === "ready" ? {} : { log: booted.log.join("\n") },
+    booted.report?.outcome === "ready" ? {} : { log: booted.log.join("\n") },
   );
-  const volumeId = booted.result!.volumeId!;
+  const volumeId = booted.report!.volumeId!;
   const labels = (await host.dockerd!.info()).Labels;
   t.match(
     agentLabels(labels),
@@ -52,10 +52,10 @@ t.test("a workspace boot publishes the volume's ids; a pool boot none; the relea
 
   const released = await releaseHost(bl, host);
   t.equal(
-    released.result?.outcome,
+    released.report?.outcome,
     "released",
     "released",
-    released.result?.outcome === "released" ? {} : { log: released.log.join("\n") },
+    released.report?.outcome === "released" ? {} : { log: released.log.join("\n") },
   );
   const after = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as { labels?: string[] };
   t.same(agentLabels(after.labels ?? []), {}, "no agent label left in daemon.json");
@@ -64,10 +64,10 @@ t.test("a workspace boot publishes the volume's ids; a pool boot none; the relea
   const poolHost = await bl.addHost();
   const pool = await bl.boot(poolHost, { overrides });
   t.equal(
-    pool.result?.outcome,
+    pool.report?.outcome,
     "ready",
     "ready on a pool volume",
-    pool.result?.outcome === "ready" ? {} : { log: pool.log.join("\n") },
+    pool.report?.outcome === "ready" ? {} : { log: pool.log.join("\n") },
   );
   const poolLabels = agentLabels((await poolHost.dockerd!.info()).Labels);
   t.equal(poolLabels[`${LABEL_PREFIX}.kind`], "pool");

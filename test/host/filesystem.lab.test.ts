@@ -349,7 +349,8 @@ t.test("identification, pure: xfs_db output parsed, signatures and layouts judge
   // Recorded from xfs_db 6.1.0 (`xfs_db -r -c version -c 'ls /'`).
   const recorded = [
     "versionnum [0xb4b5+0x18a] = " +
-      "V5,NLINK,DIRV2,ATTR,ALIGN,LOGV2,EXTFLG,MOREBITS,ATTR2,LAZYSBCOUNT,PROJID32BIT,CRC,FTYPE,FINOBT,SPARSE_INODES,REFLINK,INOBTCNT,BIGTIME",
+      "V5,NLINK,DIRV2,ATTR,ALIGN,LOGV2,EXTFLG,MOREBITS,ATTR2,LAZYSBCOUNT," +
+      "PROJID32BIT,CRC,FTYPE,FINOBT,SPARSE_INODES,REFLINK,INOBTCNT,BIGTIME",
     "/:",
     "8          128                directory      0x0000002e   1 . (good)",
     "10         128                directory      0x0000172e   2 .. (good)",

@@ -75,7 +75,7 @@ t.test("reported: host metrics and a log line at the boot's figures", async (t) 
     instanceId: "i-1",
     phase: "single",
     finishedAt: new Date(),
-    result: readyBoot,
+    report: readyBoot,
   });
   t.match(log.lines.join("\n"), /host\.instance-store.*\/dev\/nvme1n1 500 GB/);
 });
@@ -93,7 +93,7 @@ t.test("the boot's host metrics read the disks under paths.sysfsRoot, as status 
   t.teardown(() => rm(dir, { recursive: true, force: true }));
   const log = createMemoryLogger();
   const recorder = createOutcomeRecorder({ stateDir: dir, textfileDir: dir, log, facts: hostFacts(root) });
-  await recorder.bootFinished({ instanceId: "i-1", phase: "single", finishedAt: new Date(), result: readyBoot });
+  await recorder.bootFinished({ instanceId: "i-1", phase: "single", finishedAt: new Date(), report: readyBoot });
   const prom = (await readdir(dir)).filter((name) => name.endsWith(".prom"));
   const text = (await Promise.all(prom.map((name) => readFile(join(dir, name), "utf8")))).join("\n");
   t.match(text, /host_instance_store_disks 1$/m, "the boot's metrics count the tree's disk");

@@ -65,8 +65,5 @@ t.ok(readHostContext, "the chunk exports readHostContext");
 t.test("the bundled facts read the host", async (t) => {
   // A sysfs root with nothing in it: the host's own disks are not looked at.
   const host = await readHostContext!(join(root, "no-sysfs"));
-  t.ok(
-    (host.cpuCores ?? 0) > 0 && (host.memoryBytes ?? 0) > 0,
-    `through systeminformation (${JSON.stringify(host)})`,
-  );
+  t.ok((host.cpuCores ?? 0) > 0 && (host.memoryBytes ?? 0) > 0, `through systeminformation (${JSON.stringify(host)})`);
 });

@@ -17,7 +17,7 @@ import { readyBoot } from "../fixtures/use-case-results.ts";
 
 const at = new Date();
 const families = [
-  ...bootMetrics({ result: readyBoot, finishedAt: at }),
+  ...bootMetrics({ report: readyBoot, finishedAt: at }),
   ...prewarmMetrics({
     ...readyBoot.prewarm!,
     after: readyBoot.prewarm!.before,
@@ -25,10 +25,10 @@ const families = [
     updatedAt: at.toISOString(),
   }),
   ...releaseMetrics({
-    result: { outcome: "released", released: [], kept: [], problems: [], timeline: [{ step: "detach", ms: 1 }] },
+    report: { outcome: "released", released: [], kept: [], problems: [], timeline: [{ step: "detach", ms: 1 }] },
     finishedAt: at,
   }),
-  ...gcMetrics({ outcome: { decisions: [], deleted: 0, spared: 0, failed: 0 }, dryRun: false, finishedAt: at }),
+  ...gcMetrics({ report: { decisions: [], deleted: 0, spared: 0, failed: 0 }, dryRun: false, finishedAt: at }),
   ...keeperMetrics({
     actions: [{ action: "create", pool: "p", outcome: "done" }],
     poolVolumes: { p: 1 },
@@ -107,6 +107,6 @@ t.test("docs/metrics.md names metrics the agent writes, and shows the boot's fil
     if (doc.includes(`${name}.prom`)) continue;
     tt.ok(known.has(name), `${name} is written by the agent`);
   }
-  for (const f of bootMetrics({ result: readyBoot, finishedAt: at }))
+  for (const f of bootMetrics({ report: readyBoot, finishedAt: at }))
     tt.match(doc, `# TYPE ${f.name} ${f.type}`, `the example shows ${f.name}`);
 });

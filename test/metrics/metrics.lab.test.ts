@@ -22,7 +22,7 @@ import { POOL, startBootLab } from "../fixtures/boot-lab.ts";
 import { assertLabPrerequisites, childEnv } from "../fixtures/lab-prereq.ts";
 import { releaseHost } from "../fixtures/lifecycle-lab.ts";
 import { parsePromText, sampleOf, type ParsedFamily } from "../fixtures/prom-text.ts";
-import type { GcOutcome } from "../../src/agent/outcomes.ts";
+import type { GcReport } from "../../src/agent/outcomes.ts";
 
 await assertLabPrerequisites();
 
@@ -95,7 +95,7 @@ t.test(
   "a pool boot: its textfile (source, steps, the cache filesystem), the pre-warm's, the record; status exits 0",
   async (tt) => {
     const booted = await bl.boot(host, { overrides: { pool: POOL } });
-    const result = booted.result!;
+    const result = booted.report!;
     tt.equal(
       result.outcome,
       "ready",
@@ -176,7 +176,8 @@ t.test(
     );
     const human = await status(host, false);
     tt.comment(
-      `ebs_cache_agent_prewarm.prom:\n${await readFile(join(textfileDir(host), "ebs_cache_agent_prewarm.prom"), "utf8")}`,
+      `ebs_cache_agent_prewarm.prom:\n` +
+        `${await readFile(join(textfileDir(host), "ebs_cache_agent_prewarm.prom"), "utf8")}`,
     );
     tt.comment(`ebs-cache-agent status:\n${human.stdout}`);
     tt.equal(human.exitCode, 0);
@@ -192,31 +193,31 @@ t.test(
     const log = createMemoryLogger("debug");
     const first = await bootLabHost(bl.lab, two, { overrides: { pool: POOL }, log, withDocker: false });
     tt.equal(
-      first.result?.outcome,
+      first.report?.outcome,
       "prepared",
       "phase 1 prepared",
-      first.result?.outcome === "prepared" ? {} : { log: log.lines.join("\n") },
+      first.report?.outcome === "prepared" ? {} : { log: log.lines.join("\n") },
     );
     const second = await bootLabHost(bl.lab, two, { overrides: { pool: POOL }, log, mayClaim: false });
     tt.equal(
-      second.result?.outcome,
+      second.report?.outcome,
       "ready",
       "phase 2 ready",
-      second.result?.outcome === "ready" ? {} : { log: log.lines.join("\n") },
+      second.report?.outcome === "ready" ? {} : { log: log.lines.join("\n") },
     );
-    tt.equal(second.result?.source, "attached", "phase 2 alone only reused the attached volume");
+    tt.equal(second.report?.source, "attached", "phase 2 alone only reused the attached volume");
     const record = JSON.parse(await readFile(join(stateDir(two), "last-boot.json"), "utf8")) as BootRecord;
     tt.equal(record.phase, "second");
     tt.equal(record.result.source, "pool", "the record keeps the first phase's source");
     tt.equal(
       record.result.timeline.length,
-      first.result!.timeline.length + second.result!.timeline.length,
+      first.report!.timeline.length + second.report!.timeline.length,
       "both phases' steps",
     );
     const boot = await readProm(two, "boot");
     tt.equal(sampleOf(boot, "ebs_cache_agent_boot_info")?.labels.source, "pool");
     tt.equal(sampleOf(boot, "ebs_cache_agent_boot_cache_hit_ratio")?.value, 1);
-    const claim = first.result!.timeline.find((s) => s.step === "claim-volume")!.ms / 1000;
+    const claim = first.report!.timeline.find((s) => s.step === "claim-volume")!.ms / 1000;
     tt.ok(
       (sampleOf(boot, "ebs_cache_agent_boot_step_duration_seconds", { step: "claim-volume" })?.value ?? 0) >= claim,
       "the first phase's claim is timed",
@@ -239,10 +240,10 @@ t.test(
       overrides: { pool: POOL, metrics: { textfileDir: join(file, "node-exporter") } },
     });
     tt.equal(
-      booted.result?.outcome,
+      booted.report?.outcome,
       "ready",
       "the outcome is the boot's",
-      booted.result?.outcome === "ready" ? {} : { log: booted.log.join("\n") },
+      booted.report?.outcome === "ready" ? {} : { log: booted.log.join("\n") },
     );
     tt.equal(booted.exitCode, 0);
     tt.ok(
@@ -260,13 +261,13 @@ t.test("the pool taken: a volume created from the snapshot, source snapshot, not
   const late = await bl.addHost();
   const booted = await bl.boot(late, { overrides: { pool: POOL } });
   tt.equal(
-    booted.result?.outcome,
+    booted.report?.outcome,
     "ready",
     "ready on a new volume",
-    booted.result?.outcome === "ready" ? {} : { log: booted.log.join("\n") },
+    booted.report?.outcome === "ready" ? {} : { log: booted.log.join("\n") },
   );
-  tt.notOk(bl.poolVolumes.includes(booted.result!.volumeId!), "not one of the pool's volumes");
-  tt.equal(booted.result?.source, "snapshot");
+  tt.notOk(bl.poolVolumes.includes(booted.report!.volumeId!), "not one of the pool's volumes");
+  tt.equal(booted.report?.source, "snapshot");
   const boot = await readProm(late, "boot");
   tt.equal(sampleOf(boot, "ebs_cache_agent_boot_info")?.labels.source, "snapshot");
   tt.equal(sampleOf(boot, "ebs_cache_agent_boot_cache_hit_ratio")?.value, 0);
@@ -275,7 +276,7 @@ t.test("the pool taken: a volume created from the snapshot, source snapshot, not
 t.test("a degraded boot: source degraded, the reason, no hit, no cache figures; status exits 4", async (tt) => {
   const other = await bl.addHost();
   const booted = await bl.boot(other, { overrides: { pool: "nothing-here" } });
-  tt.equal(booted.result?.outcome, "degraded");
+  tt.equal(booted.report?.outcome, "degraded");
   await assertFolder(tt, other);
   const boot = await readProm(other, "boot");
   const info = sampleOf(boot, "ebs_cache_agent_boot_info")!;
@@ -297,7 +298,7 @@ t.test("a degraded boot: source degraded, the reason, no hit, no cache figures; 
 t.test("a release: its textfile and record, the boot's file untouched; status then exits 1", async (tt) => {
   const bootBefore = await readFile(join(textfileDir(host), "ebs_cache_agent_boot.prom"), "utf8");
   const released = await releaseHost(bl, host);
-  const result = released.result!;
+  const result = released.report!;
   tt.equal(
     result.outcome,
     "released",
@@ -342,7 +343,7 @@ t.test("gc through the CLI: an expired volume deleted and counted, the counter c
       timeout: 60_000,
     });
     tt.equal(out.exitCode, 0, "gc ran", out.exitCode === 0 ? {} : { stderr: String(out.stderr) });
-    return JSON.parse(String(out.stdout)) as GcOutcome;
+    return JSON.parse(String(out.stdout)) as GcReport;
   };
   const first = await gc();
   tt.ok(

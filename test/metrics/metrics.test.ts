@@ -21,7 +21,7 @@ import { carryCounters, MetricsWriteError, textfilePath, writeTextfile } from ".
 import { parsePromText, sampleOf, type ParsedFamily } from "../fixtures/prom-text.ts";
 import { readyBoot } from "../fixtures/use-case-results.ts";
 import { readCacheFilesystem } from "../../src/host/facts.ts";
-import type { BootResult, GcOutcome, ReleaseResult } from "../../src/agent/outcomes.ts";
+import type { BootReport, GcReport, ReleaseReport } from "../../src/agent/outcomes.ts";
 
 const at = new Date("2026-12-01T10:00:00Z");
 
@@ -50,7 +50,7 @@ function roundTrip(families: MetricFamily[]) {
 }
 
 t.test("a boot renders, parses, and says outcome, source and steps; the pre-warm has its own file", async (tt) => {
-  const parsed = roundTrip(bootMetrics({ result: readyBoot, finishedAt: at }));
+  const parsed = roundTrip(bootMetrics({ report: readyBoot, finishedAt: at }));
   assertConventions(tt, parsed);
   tt.same(sampleOf(parsed, "ebs_cache_agent_boot_info")?.labels, {
     outcome: "ready",
@@ -86,7 +86,7 @@ t.test("a boot renders, parses, and says outcome, source and steps; the pre-warm
 
 t.test("a degraded boot: source degraded, no hit, the reason on one bounded line", async (tt) => {
   const reason = 'claim-volume: no pool volume "available"\nin zone eu-west-1a\\b ' + "x".repeat(400);
-  const degraded: BootResult = {
+  const degraded: BootReport = {
     outcome: "degraded",
     source: "degraded",
     reason,
@@ -95,7 +95,7 @@ t.test("a degraded boot: source degraded, no hit, the reason on one bounded line
       { step: "claim-volume", ms: 900 },
     ],
   };
-  const text = renderTextFormat(bootMetrics({ result: degraded, finishedAt: at }));
+  const text = renderTextFormat(bootMetrics({ report: degraded, finishedAt: at }));
   const parsed = parsePromText(text);
   assertConventions(tt, parsed);
   const info = sampleOf(parsed, "ebs_cache_agent_boot_info")!;
@@ -111,7 +111,7 @@ t.test("a degraded boot: source degraded, no hit, the reason on one bounded line
 
 t.test("a snapshot boot is not a cache hit", async (tt) => {
   const parsed = roundTrip(
-    bootMetrics({ result: { ...readyBoot, outcome: "warming", source: "snapshot" }, finishedAt: at }),
+    bootMetrics({ report: { ...readyBoot, outcome: "warming", source: "snapshot" }, finishedAt: at }),
   );
   tt.equal(sampleOf(parsed, "ebs_cache_agent_boot_cache_hit_ratio")?.value, 0);
 });
@@ -150,7 +150,7 @@ t.test("the pre-warm state file's progress", async (tt) => {
 });
 
 t.test("a release: outcome, duration, volumes, problems", async (tt) => {
-  const result: ReleaseResult = {
+  const result: ReleaseReport = {
     outcome: "refused",
     released: ["vol-0123456789abcdef0"],
     kept: [],
@@ -169,7 +169,7 @@ t.test("a release: outcome, duration, volumes, problems", async (tt) => {
       { step: "unmount", volumeId: "vol-0fedcba9876543210", ms: 3 },
     ],
   };
-  const parsed = roundTrip(releaseMetrics({ result, finishedAt: at }));
+  const parsed = roundTrip(releaseMetrics({ report: result, finishedAt: at }));
   assertConventions(tt, parsed);
   tt.same(sampleOf(parsed, "ebs_cache_agent_release_info")?.labels, {
     outcome: "refused",
@@ -182,7 +182,7 @@ t.test("a release: outcome, duration, volumes, problems", async (tt) => {
   tt.equal(sampleOf(parsed, "ebs_cache_agent_release_step_duration_seconds", { step: "detach" })?.value, 1.2);
 });
 
-const gcRun: GcOutcome = {
+const gcRun: GcReport = {
   decisions: [
     { volumeId: "vol-1", verdict: "delete", reason: "expired", done: "deleted" },
     { volumeId: "vol-2", verdict: "delete", reason: "expired", done: "failed", error: "in use" },
@@ -197,7 +197,7 @@ const gcRun: GcOutcome = {
 };
 
 t.test("gc: volumes by verdict, and counters", async (tt) => {
-  const parsed = roundTrip(gcMetrics({ outcome: gcRun, dryRun: false, finishedAt: at }));
+  const parsed = roundTrip(gcMetrics({ report: gcRun, dryRun: false, finishedAt: at }));
   assertConventions(tt, parsed);
   tt.equal(sampleOf(parsed, "ebs_cache_agent_gc_volumes", { verdict: "kept" })?.value, 2);
   tt.equal(sampleOf(parsed, "ebs_cache_agent_gc_volumes", { verdict: "foreign" })?.value, 0);
@@ -209,7 +209,7 @@ t.test("gc: volumes by verdict, and counters", async (tt) => {
     1,
     "a deletion called off by the last look counts",
   );
-  const dry = roundTrip(gcMetrics({ outcome: gcRun, dryRun: true, finishedAt: at }));
+  const dry = roundTrip(gcMetrics({ report: gcRun, dryRun: true, finishedAt: at }));
   tt.equal(sampleOf(dry, "ebs_cache_agent_gc_deleted_volumes_total")?.value, 0, "a dry run deletes nothing");
   tt.equal(sampleOf(dry, "ebs_cache_agent_gc_dry_run_ratio")?.value, 1);
 });
@@ -342,13 +342,13 @@ t.test("the parser is strict (so the round trips above mean something)", async (
 t.test("the textfile: replaced whole, one file per use case, counters carried", async (tt) => {
   const dir = await mkdtemp(join(tmpdir(), "metrics-"));
   tt.teardown(() => rm(dir, { recursive: true, force: true }));
-  const boot = await writeTextfile(dir, "boot", bootMetrics({ result: readyBoot, finishedAt: at }));
+  const boot = await writeTextfile(dir, "boot", bootMetrics({ report: readyBoot, finishedAt: at }));
   tt.equal(boot, join(dir, "ebs_cache_agent_boot.prom"));
   tt.equal((await stat(boot)).mode & 0o777, 0o644, "readable by node_exporter");
-  const first = await writeTextfile(dir, "gc", gcMetrics({ outcome: gcRun, dryRun: false, finishedAt: at }), {
+  const first = await writeTextfile(dir, "gc", gcMetrics({ report: gcRun, dryRun: false, finishedAt: at }), {
     carry: true,
   });
-  await writeTextfile(dir, "gc", gcMetrics({ outcome: gcRun, dryRun: false, finishedAt: at }), { carry: true });
+  await writeTextfile(dir, "gc", gcMetrics({ report: gcRun, dryRun: false, finishedAt: at }), { carry: true });
   const gc = parsePromText(await readFile(first, "utf8"));
   tt.equal(sampleOf(gc, "ebs_cache_agent_gc_deleted_volumes_total")?.value, 2, "two runs of one deletion each");
   tt.equal(sampleOf(gc, "ebs_cache_agent_gc_volumes", { verdict: "kept" })?.value, 2, "gauges are not added up");
@@ -364,7 +364,7 @@ t.test("the textfile: replaced whole, one file per use case, counters carried", 
 });
 
 t.test("carryCounters ignores a broken previous file", async (tt) => {
-  const families = gcMetrics({ outcome: gcRun, dryRun: false, finishedAt: at });
+  const families = gcMetrics({ report: gcRun, dryRun: false, finishedAt: at });
   const carried = carryCounters(
     families,
     "garbage\nebs_cache_agent_gc_deleted_volumes_total -5\nebs_cache_agent_gc_failed_volumes_total 3\n",
@@ -380,7 +380,7 @@ t.test("a write that cannot happen says so and leaves the old file", async (tt) 
   const notADir = join(dir, "file");
   await writeFile(notADir, "x");
   await tt.rejects(
-    writeTextfile(notADir, "boot", bootMetrics({ result: readyBoot, finishedAt: at })),
+    writeTextfile(notADir, "boot", bootMetrics({ report: readyBoot, finishedAt: at })),
     MetricsWriteError,
   );
   const path = await writeTextfile(dir, "release", []);

@@ -110,7 +110,10 @@ t.test("plugins.pkr.hcl holds the amazon plugin requirement alone, and every fil
   const code = plugins.replace(/#.*$/gm, "").trim();
   t.match(
     code,
-    /^packer\s*\{[\s\S]*required_plugins\s*\{[\s\S]*amazon\s*=\s*\{[\s\S]*source\s*=\s*"github\.com\/hashicorp\/amazon"[\s\S]*\}\s*\}\s*\}$/,
+    new RegExp(
+      String.raw`^packer\s*\{[\s\S]*required_plugins\s*\{[\s\S]*amazon\s*=\s*\{[\s\S]*source\s*=\s` +
+        String.raw`*"github\.com\/hashicorp\/amazon"[\s\S]*\}\s*\}\s*\}$`,
+    ),
     "one packer block requiring the amazon plugin",
   );
   t.notMatch(code, /\b(source|build|variable|locals)\s+"/, "no sources, builds or variables in it");

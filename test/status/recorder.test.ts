@@ -18,7 +18,7 @@ import { readBootRecord, withFirstPhase, type BootRecord } from "../../src/statu
 import { createOutcomeRecorder, type HostFacts } from "../../src/status/recorder.ts";
 import { parsePromText, sampleOf } from "../fixtures/prom-text.ts";
 import { readyBoot } from "../fixtures/use-case-results.ts";
-import type { BootResult, GcOutcome } from "../../src/agent/outcomes.ts";
+import type { BootReport, GcReport } from "../../src/agent/outcomes.ts";
 
 const at = new Date("2026-12-01T10:00:00Z");
 const fs: CacheFilesystem = {
@@ -83,7 +83,7 @@ t.test("a boot: the record and the textfile, with the host facts of a boot that 
     facts,
     publishedLabels: () => ({ "x.state": "ready" }),
   });
-  await recorder.bootFinished({ instanceId: "i-1", bootId: "b-1", phase: "single", result: readyBoot, finishedAt: at });
+  await recorder.bootFinished({ instanceId: "i-1", bootId: "b-1", phase: "single", report: readyBoot, finishedAt: at });
   const record = (await readBootRecord(join(dir, "state"))).record!;
   tt.equal(record.result.source, "pool");
   tt.same(record.labels, { "x.state": "ready" });
@@ -95,13 +95,13 @@ t.test("a boot: the record and the textfile, with the host facts of a boot that 
   tt.equal(sampleOf(prom, "ebs_cache_agent_host_cpu_cores")?.value, 2);
   tt.equal(facts.calls, 2);
 
-  const degraded: BootResult = {
+  const degraded: BootReport = {
     outcome: "degraded",
     source: "degraded",
     reason: "no volume",
     timeline: [{ step: "claim-volume", ms: 3 }],
   };
-  await recorder.bootFinished({ instanceId: "i-1", phase: "first", result: degraded, finishedAt: at });
+  await recorder.bootFinished({ instanceId: "i-1", phase: "first", report: degraded, finishedAt: at });
   tt.equal(facts.calls, 2, "no host facts for a boot that did not come up");
   const after = parsePromText(await readFile(join(dir, "prom", "ebs_cache_agent_boot.prom"), "utf8"));
   tt.notOk(after.has("ebs_cache_agent_cache_device_info"), "the file is replaced whole");
@@ -174,14 +174,14 @@ t.test(
       instanceId: "i-1",
       bootId: "b-1",
       phase: "first",
-      result: first.result,
+      report: first.result,
       finishedAt: at,
     });
     await recorder.bootFinished({
       instanceId: "i-1",
       bootId: "b-1",
       phase: "second",
-      result: second.result,
+      report: second.result,
       finishedAt: at,
     });
     tt.equal((await readBootRecord(dir)).record?.result.source, "snapshot");
@@ -201,10 +201,10 @@ t.test("textfileDir null: the records, no metrics", async (tt) => {
     log: createMemoryLogger(),
     facts: countingFacts(),
   });
-  await recorder.bootFinished({ instanceId: "i-1", phase: "single", result: readyBoot, finishedAt: at });
+  await recorder.bootFinished({ instanceId: "i-1", phase: "single", report: readyBoot, finishedAt: at });
   await recorder.releaseFinished({
     instanceId: "i-1",
-    result: { outcome: "nothing", released: [], kept: [], problems: [], timeline: [] },
+    report: { outcome: "nothing", released: [], kept: [], problems: [], timeline: [] },
     finishedAt: at,
   });
   tt.same((await readdir(dir)).sort(), ["last-boot.json", "last-release.json"]);
@@ -221,14 +221,14 @@ t.test("a write that fails is a warning, never an exception", async (tt) => {
     log,
     facts: countingFacts(),
   });
-  await recorder.bootFinished({ instanceId: "i-1", phase: "single", result: readyBoot, finishedAt: at });
+  await recorder.bootFinished({ instanceId: "i-1", phase: "single", report: readyBoot, finishedAt: at });
   await recorder.releaseFinished({
     instanceId: "i-1",
-    result: { outcome: "nothing", released: [], kept: [], problems: [], timeline: [] },
+    report: { outcome: "nothing", released: [], kept: [], problems: [], timeline: [] },
     finishedAt: at,
   });
   await recorder.gcFinished({
-    outcome: { decisions: [], deleted: 0, spared: 0, failed: 0 },
+    report: { decisions: [], deleted: 0, spared: 0, failed: 0 },
     dryRun: false,
     finishedAt: at,
   });
@@ -245,14 +245,14 @@ t.test("gc's counters are carried from run to run; the pre-warm's state becomes 
     log: createMemoryLogger(),
     facts: countingFacts(),
   });
-  const outcome: GcOutcome = {
+  const report: GcReport = {
     decisions: [{ volumeId: "vol-1", verdict: "delete", reason: "expired", done: "deleted" }],
     deleted: 1,
     spared: 0,
     failed: 0,
   };
-  await recorder.gcFinished({ outcome, dryRun: false, finishedAt: at });
-  await recorder.gcFinished({ outcome, dryRun: false, finishedAt: at });
+  await recorder.gcFinished({ report, dryRun: false, finishedAt: at });
+  await recorder.gcFinished({ report, dryRun: false, finishedAt: at });
   const gc = parsePromText(await readFile(join(dir, "ebs_cache_agent_gc.prom"), "utf8"));
   tt.equal(sampleOf(gc, "ebs_cache_agent_gc_deleted_volumes_total")?.value, 2);
   const state: PrewarmState = {

@@ -28,7 +28,7 @@ import {
   readyBootRecord as boot,
   statusNow as now,
 } from "../fixtures/status-inputs.ts";
-import type { ReleaseResult } from "../../src/agent/outcomes.ts";
+import type { ReleaseReport } from "../../src/agent/outcomes.ts";
 
 const schema = JSON.parse(
   await readFile(new URL("../../schema/status.schema.json", import.meta.url), "utf8"),
@@ -123,7 +123,7 @@ t.test("unhealthy hosts: each problem named, the exit code a health check reads"
   }
 });
 
-function release(finishedAt: string, result: Partial<ReleaseResult>): ReleaseRecord {
+function release(finishedAt: string, result: Partial<ReleaseReport>): ReleaseRecord {
   return {
     version: 1,
     instanceId: boot.instanceId,

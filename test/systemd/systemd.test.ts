@@ -76,8 +76,11 @@ const NAMESPACING = [
   "MountAPIVFS",
 ];
 /** Sandboxing keys that must each come with a comment saying why. */
-const SANDBOX_KEYS =
-  /^(NoNewPrivileges|LockPersonality|RestrictRealtime|RestrictSUIDSGID|RestrictNamespaces|RestrictAddressFamilies|SystemCallArchitectures|SystemCallFilter|CapabilityBoundingSet|MemoryDenyWriteExecute|UMask)=/;
+const SANDBOX_KEYS = new RegExp(
+  String.raw`^(NoNewPrivileges|LockPersonality|RestrictRealtime|RestrictSUIDSGID|RestrictName` +
+    String.raw`spaces|RestrictAddressFamilies|SystemCallArchitectures|SystemCallFilter|Capabili` +
+    String.raw`tyBoundingSet|MemoryDenyWriteExecute|UMask)=`,
+);
 
 type Unit = Record<string, Record<string, string[]>>;
 

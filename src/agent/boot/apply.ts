@@ -17,7 +17,7 @@ import { DeviceTimeoutError } from "../../host/device.ts";
 import { GROW_MARGIN_BYTES } from "../../host/filesystem.ts";
 import type { VolumeInfo } from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
-import { CHECKING, type PrewarmOutcome } from "../prewarm/plan.ts";
+import { CHECKING, type PrewarmReport } from "../prewarm/plan.ts";
 import { volumeDetails } from "../report.ts";
 import { imagesOf, withLatest } from "../volume-rules.ts";
 import { claimNext, createAndClaim } from "./claim.ts";
@@ -26,19 +26,19 @@ import { claimTagChanges } from "./claim-tags.ts";
 import {
   freshProgress,
   type ApplyOptions,
-  type BootDeps,
   type BootLimits,
   type ClaimState,
   type Finished,
   type Progress,
   type StepContext,
 } from "./context.ts";
+import type { BootDeps } from "./deps.ts";
 import { BootStepError, CancelledError, JoinedBeforeSwitch, remediationOf } from "./errors.ts";
 import type { BootPlan, BootStep } from "./plan.ts";
 import { bootSourceOf } from "./source.ts";
 import { imagesOfNode } from "../prewarm/need.ts";
 import { degrade, shorten, undo } from "./undo.ts";
-import type { BootResult } from "../outcomes.ts";
+import type { BootReport } from "../outcomes.ts";
 
 /** Steps whose failure is the volume's: it is handed back quarantined and the next one tried. */
 const VOLUME_STEPS = new Set<BootStep["step"]>([
@@ -56,14 +56,14 @@ const VOLUME_STEPS = new Set<BootStep["step"]>([
 const DOCKER_ON_VOLUME_STEPS = new Set<BootStep["step"]>(["start-docker", "verify-docker"]);
 
 /** Runs the plan. Never throws for a failure the node can live with: it degrades instead. */
-export async function applyBootPlan(
+export async function applyBoot(
   plan: BootPlan,
   deps: BootDeps,
   limits: BootLimits,
   options: ApplyOptions = {},
-): Promise<BootResult> {
+): Promise<BootReport> {
   const { log } = deps;
-  const timeline: BootResult["timeline"] = [];
+  const timeline: BootReport["timeline"] = [];
   let progress = freshProgress();
   const claim: ClaimState = {
     known: new Map((options.known ?? []).map((v) => [v.volumeId, v])),
@@ -167,7 +167,7 @@ export async function applyBootPlan(
 async function checkHost(
   deps: BootDeps,
   limits: BootLimits,
-  timeline: BootResult["timeline"],
+  timeline: BootReport["timeline"],
 ): Promise<Finished | undefined> {
   const started = Date.now();
   try {
@@ -752,7 +752,7 @@ async function reportReady(
 
 /** The sample's verdict, once it ends, on the node reported `ready` already. */
 async function reportVerdict(
-  pending: Promise<PrewarmOutcome>,
+  pending: Promise<PrewarmReport>,
   volume: VolumeInfo,
   progress: Progress,
   deps: BootDeps,

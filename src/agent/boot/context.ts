@@ -1,59 +1,14 @@
 /**
- * What applying a boot plan works with: the adapters (built in src/cli/wiring.ts, for the CLI
- * or a lab host), the limits, and the progress the steps share as they go.
+ * What applying a boot plan works with besides its adapters (./deps.ts): the limits, and the
+ * progress the steps share as they go.
  */
-import type { Logger } from "../../log.ts";
-import type { ReadinessState } from "../../tags.ts";
 import type { BootPlan } from "./plan.ts";
-import type {
-  CloudVolumes,
-  ContainerdRoot,
-  DaemonConfig,
-  DockerEngine,
-  DockerService,
-  HostStorage,
-  VolumeInfo,
-} from "../ports.ts";
+import type { VolumeInfo } from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
-import type { PrewarmOutcome, PrewarmTarget } from "../prewarm/plan.ts";
-import type { BootResult } from "../outcomes.ts";
-import type { DataRootPorts } from "./activation-marker.ts";
+import type { PrewarmReport } from "../prewarm/plan.ts";
+import type { BootReport } from "../outcomes.ts";
 import type { CreatedFrom } from "./source.ts";
-
-/** The adapters a boot uses (built in src/cli/wiring.ts, for the CLI or a lab host). */
-export interface BootDeps {
-  cloud: CloudVolumes;
-  storage: HostStorage;
-  daemonConfig: DaemonConfig;
-  /** undefined when docker is left to systemd ordering (config docker.control = none). */
-  docker: DockerService | undefined;
-  engine: DockerEngine & { waitUntilReady(timeoutMs: number): Promise<void> };
-  /** What the prepare-data-root step does on the host (activation-marker.ts prepareVolumeDataRoot decides when). */
-  dataRoot: DataRootPorts;
-  /** containerd's root and service, for a host on the containerd image store. Absent: such a host degrades at switch-data-root. */
-  containerd?: ContainerdRoot;
-  /** The installed dockerd's version (`dockerd --version`), read before docker starts. */
-  dockerVersion(): Promise<string | undefined>;
-  /**
-   * Publishes the readiness labels (node labels via a manager, or engine labels) and reads them
-   * back; throws when they did not take.
-   */
-  report(state: ReadinessState, details: Record<string, string>): Promise<void>;
-  /**
-   * The host checks before anything is claimed (src/agent/boot/preflight.ts): daemon.json parses and
-   * holds nothing the switch refuses, dockerd's flags do not conflict with it. Throws the
-   * refusal. Absent: only daemon.json's parse is checked.
-   */
-  preflight?(): Promise<void>;
-  /**
-   * Begins the pre-warm (beginPrewarmAtBoot with the configured settings): the sample starts at
-   * once (the boot begins it as docker starts); a verdict, and maybe an initialization, inline or
-   * handed to the background run, once its outcome is asked for. Absent: the step does nothing.
-   */
-  prewarm?(target: PrewarmTarget): PrewarmAtBoot;
-  log: Logger;
-  now?: () => Date;
-}
+import type { BootDeps } from "./deps.ts";
 
 /** Limits and expectations of this boot. */
 export interface BootLimits {
@@ -101,7 +56,7 @@ export interface ApplyOptions {
 }
 
 /** A boot that ended before the last step (disabled, degraded), without its timeline and source yet. */
-export type Finished = Omit<BootResult, "timeline" | "source">;
+export type Finished = Omit<BootReport, "timeline" | "source">;
 
 /** What the steps learn as they go (about the volume in hand; reset when it is handed back). */
 export interface Progress {
@@ -122,12 +77,12 @@ export interface Progress {
   filesystemBytes?: number;
   /** The pre-warm begun while docker starts; its outcome is awaited by the `prewarm` step. */
   prewarmRun?: PrewarmAtBoot;
-  prewarm?: PrewarmOutcome;
+  prewarm?: PrewarmReport;
   /**
    * The sample still running when the `prewarm` step came: `ready` is published without waiting for it
    * (`prewarm=checking`), its verdict once it ends.
    */
-  verdictPending?: Promise<PrewarmOutcome>;
+  verdictPending?: Promise<PrewarmReport>;
   /** Set when this boot created the volume in hand (the plan's creation, or the claim's fallback). */
   created?: CreatedFrom;
 }

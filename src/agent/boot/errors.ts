@@ -30,8 +30,10 @@ export class JoinedBeforeSwitch extends BootStepError {
   ) {
     super(
       "start-docker",
-      `docker already runs on ${dockerRootDir} and is in a swarm (${swarmState}): not moved to the cache volume after the join`,
-      "order the join after the agent (cloud-final After=ebs-cache-agent-ready.service, or docker.service After=ebs-cache-agent.service, which the unit sets); the next boot of a fresh instance uses the volume",
+      `docker already runs on ${dockerRootDir} and is in a swarm (${swarmState}): not moved to the cache volume ` +
+        `after the join`,
+      "order the join after the agent (cloud-final After=ebs-cache-agent-ready.service, or docker.service " +
+        "After=ebs-cache-agent.service, which the unit sets); the next boot of a fresh instance uses the volume",
     );
   }
 }

@@ -12,7 +12,8 @@ import type { Logger } from "../../log.ts";
 import type { HostStore } from "../../docker/image-store.ts";
 import type { Cancellable, CloudVolumes, Identity } from "../ports.ts";
 import { readWorkspaceRecord, sameActivation, type Activation, type WorkspaceRecord } from "../workspace-record.ts";
-import { currentSnapshot, MANAGED, poolSelector } from "../volume-rules.ts";
+import { VolumeKind, VolumeTag } from "../../tags.ts";
+import { attachedCacheVolume, currentSnapshot, MANAGED, poolSelector } from "../volume-rules.ts";
 import { bufferRole, hasChunkedTag } from "../buffer-tags.ts";
 import { lookupsNeeded, poolQuery, workspaceQuery, type BootObservation, type BootSettings } from "./plan.ts";
 
@@ -29,11 +30,9 @@ export interface IdentitySource {
   /** This boot of the machine (/proc/sys/kernel/random/boot_id). */
   bootId?: string;
   /**
-   * The managed volume attached to this instance that a boot reuses whatever its tags say (a pool
-   * volume: a stopped warm buffer keeps its own); undefined when none is. A workspace volume
-   * attached here does not count: the ids decide whether it is this run's.
+   * EC2 in the instance's region, to learn whether a volume attached here is reused (reusedVolume). Absent: not asked.
    */
-  reusedVolume?(identity: Identity, options?: Cancellable): Promise<string | undefined>;
+  cloudFor?(region: string): Pick<CloudVolumes, "describeInstance" | "findVolumes">;
   log: Logger;
 }
 
@@ -141,6 +140,24 @@ export function awaitedTags(
 }
 
 /**
+ * The managed volume attached to this instance that a boot reuses whatever its tags say (a pool
+ * volume: a stopped warm buffer keeps its own); undefined when none is. A workspace volume
+ * attached here does not count: the ids decide whether it is this run's. The instance's own
+ * DescribeInstances (shared with identify), then a DescribeVolumes by id only when volumes are attached.
+ */
+export async function reusedVolume(
+  cloud: Pick<CloudVolumes, "describeInstance" | "findVolumes">,
+  instanceId: string,
+  call?: Cancellable,
+): Promise<string | undefined> {
+  const mapped = (await cloud.describeInstance(instanceId, call)).volumes.map((v) => v.volumeId);
+  if (mapped.length === 0) return undefined;
+  const managed = await cloud.findVolumes({ volumeIds: mapped, tags: MANAGED }, call);
+  const attached = attachedCacheVolume(managed, instanceId);
+  return attached && attached.tags[VolumeTag.kind] !== VolumeKind.workspace ? attached.volumeId : undefined;
+}
+
+/**
  * Reads the tags again, once a second, for up to `workspace.waitForLabelsTagSeconds` while
  * awaitedTags says the activation's tags are still to come. Tags that never come are a warning,
  * not a failure: the boot goes on with the tags it has (no ids: the pool).
@@ -158,7 +175,10 @@ async function waitForTags(
   const why = awaitedTags(identity.tags, options);
   if (why === undefined || seconds === 0) return identity;
   // A pool volume attached here is reused whatever tags come: waiting for them cannot change the boot.
-  const reused = await source.reusedVolume?.(identity, signal ? { signal } : {}).catch(() => undefined);
+  const cloud = source.cloudFor?.(config.region ?? identity.region);
+  const reused = cloud
+    ? await reusedVolume(cloud, identity.instanceId, signal ? { signal } : {}).catch(() => undefined)
+    : undefined;
   if (reused) {
     log.info("boot.labels-tag", `no labels tag yet (${why}), not waited for: ${reused} is attached here and reused`, {
       tag: key,

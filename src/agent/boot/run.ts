@@ -7,8 +7,9 @@
 import { cloudFailureOf } from "../../aws/errors.ts";
 import { AgentError, ConfigError, ExitCode, describeError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
-import { applyBootPlan } from "./apply.ts";
-import type { BootDeps, BootLimits } from "./context.ts";
+import { applyBoot } from "./apply.ts";
+import type { BootLimits } from "./context.ts";
+import type { BootDeps } from "./deps.ts";
 import { BootBudgetSpent, CancelledError } from "./errors.ts";
 import { observeBoot, observeIdentity, type IdentitySource } from "./observe.ts";
 import {
@@ -22,7 +23,7 @@ import type { BootPhase, CloudVolumes, Identity } from "../ports.ts";
 import type { HostStore } from "../../docker/image-store.ts";
 import { recordOf, resolveSettings, type ResolvedSettings } from "../settings.ts";
 import { writeWorkspaceRecord } from "../workspace-record.ts";
-import type { BootResult, OutcomeRecorder } from "../outcomes.ts";
+import type { BootReport, OutcomeRecorder } from "../outcomes.ts";
 import { dataRootToRestore } from "../../docker/original-data-root.ts";
 
 export interface BootCommandDeps extends IdentitySource {
@@ -30,7 +31,10 @@ export interface BootCommandDeps extends IdentitySource {
   cloudFor(region: string): CloudVolumes;
   /** The side-effecting adapters, built once the settings are known. */
   bootDeps(settings: ResolvedSettings, cloud: CloudVolumes): BootDeps;
-  /** docker's data-root without the agent when the host's own is not recorded (original-data-root.ts); undefined: docker's default. */
+  /**
+   * docker's data-root without the agent when the host's own is not recorded (original-data-root.ts); undefined:
+   * docker's default.
+   */
   defaultDataRoot?: string;
   /** Leaves the outcome for `status` and the metrics; absent: nothing is recorded. */
   recorder?: OutcomeRecorder;
@@ -38,20 +42,20 @@ export interface BootCommandDeps extends IdentitySource {
    * The host's image store and engine version (daemon.json, `dockerd --version`); absent: not observed (graphdriver).
    */
   hostStore?: () => Promise<HostStore>;
-  /** Starts the background refresh of the volume's images (config refresh.enabled); absent: none. */
+  /** Starts the background refresh of the volume's images, asked only with config refresh.enabled; absent: none. */
   startRefresh?: () => Promise<void>;
 }
 
 export interface BootOutcome {
   identity: Identity;
   plan: BootPlan;
-  result?: BootResult;
+  report?: BootReport;
   exitCode: number;
 }
 
 /** Exit code of a finished boot: 0 ready or disabled, 4 degraded. */
-export function exitCodeOf(result: BootResult): number {
-  return result.outcome === "degraded" ? ExitCode.degraded : ExitCode.ok;
+export function bootExitCode(report: BootReport): number {
+  return report.outcome === "degraded" ? ExitCode.degraded : ExitCode.ok;
 }
 
 /** Runs the boot (or, with dryRun, only plans it). Throws ConfigError on bad tags: nothing changed. */
@@ -181,7 +185,7 @@ export async function runBoot(
     "observed" in observation
       ? [...observation.observed.attached, ...observation.observed.workspace, ...observation.observed.pool]
       : [];
-  const result = await applyBootPlan(plan, bootDeps, limits, {
+  const report = await applyBoot(plan, bootDeps, limits, {
     known,
     createMs: config.timeouts.createSeconds * 1000,
     ...(signal ? { signal } : {}),
@@ -190,21 +194,21 @@ export async function runBoot(
   }).finally(() => budget?.clear());
   // A boot that ended otherwise (degraded, disabled, prepared) has docker where it stays too.
   await options.dataRootFinal?.();
-  if (result.outcome === "prepared" && deps.bootId)
-    await recordPrepared(stateDir, deps.bootId, identity.instanceId, result, log);
+  if (report.outcome === "prepared" && deps.bootId)
+    await recordPrepared(stateDir, deps.bootId, identity.instanceId, report, log);
   // A problem that will not clear by itself (permissions) fails the unit, after the node came up degraded.
-  const exitCode = "plan" in observation && !observation.transient ? ExitCode.failure : exitCodeOf(result);
+  const exitCode = "plan" in observation && !observation.transient ? ExitCode.failure : bootExitCode(report);
   const phase: BootPhase = !settings.mayClaim ? "second" : settings.withDocker ? "single" : "first";
   await deps.recorder?.bootFinished({
     instanceId: identity.instanceId,
     ...(deps.bootId ? { bootId: deps.bootId } : {}),
     phase,
-    result,
+    report,
     finishedAt: new Date(),
   });
-  if (deps.startRefresh && (result.outcome === "ready" || result.outcome === "warming"))
+  if (deps.startRefresh && config.refresh.enabled && (report.outcome === "ready" || report.outcome === "warming"))
     await startRefresh(deps.startRefresh, log);
-  return { identity, plan, result, exitCode };
+  return { identity, plan, report, exitCode };
 }
 
 /** Hands the refresh to its own process once the node is up; a failure to start it is a warning, never the boot's. */
@@ -224,10 +228,10 @@ async function recordPrepared(
   stateDir: string,
   bootId: string,
   instanceId: string,
-  result: BootResult,
+  report: BootReport,
   log: Logger,
 ): Promise<void> {
-  const { volumeId, device, mountPoint, dataRoot } = result;
+  const { volumeId, device, mountPoint, dataRoot } = report;
   if (!volumeId || !device || !mountPoint || !dataRoot) return;
   const record = {
     version: 1 as const,

@@ -5,7 +5,8 @@
  */
 import { describeError } from "../../errors.ts";
 import { Label, VolumeTag } from "../../tags.ts";
-import type { BootDeps, BootLimits, Finished, Progress } from "./context.ts";
+import type { BootLimits, Finished, Progress } from "./context.ts";
+import type { BootDeps } from "./deps.ts";
 import type { BootPlan } from "./plan.ts";
 
 /**

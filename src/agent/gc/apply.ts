@@ -8,8 +8,8 @@
 import { describeError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import type { CloudVolumes, VolumeInfo } from "../ports.ts";
-import { sparedSince, type GcDecision, type GcPlanOptions, type GcVerdict } from "./plan.ts";
-import type { GcDone, GcOutcome } from "../outcomes.ts";
+import { sparedSince, type GcDecision, type GcPlan, type GcPlanOptions, type GcVerdict } from "./plan.ts";
+import type { GcDone, GcReport } from "../outcomes.ts";
 
 type Fields = Record<string, string>;
 
@@ -63,13 +63,13 @@ const GC_HANDLERS: Partial<Record<GcVerdict, GcHandler>> = {
 
 /** Acts on the decisions (a dry run only logs them). A failed action is counted, never thrown. */
 export async function applyGc(
-  decisions: GcDecision[],
+  decisions: GcPlan,
   cloud: CloudVolumes,
   options: { dryRun: boolean; log: Logger; recheck: Recheck },
-): Promise<GcOutcome> {
+): Promise<GcReport> {
   const { log } = options;
-  const outcome: GcOutcome = { decisions, deleted: 0, spared: 0, failed: 0 };
-  for (const decision of outcome.decisions) {
+  const report: GcReport = { decisions, deleted: 0, spared: 0, failed: 0 };
+  for (const decision of report.decisions) {
     const fields = { volume: decision.volumeId, verdict: decision.verdict, reason: decision.reason };
     if (decision.verdict === "malformed") log.warning("gc.malformed", "skipping a volume with malformed tags", fields);
     const handler = GC_HANDLERS[decision.verdict];
@@ -79,14 +79,14 @@ export async function applyGc(
     }
     try {
       decision.done = await handler(decision, { cloud, log, fields, recheck: options.recheck });
-      if (decision.done === "spared") outcome.spared++;
-      else if (decision.done !== "tagged") outcome.deleted++;
+      if (decision.done === "spared") report.spared++;
+      else if (decision.done !== "tagged") report.deleted++;
     } catch (error) {
       decision.done = "failed";
       decision.error = describeError(error);
-      outcome.failed++;
+      report.failed++;
       log.error("gc.failed", `could not act on the volume: ${decision.error}`, fields);
     }
   }
-  return outcome;
+  return report;
 }

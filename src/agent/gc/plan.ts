@@ -54,6 +54,9 @@ export interface GcDecision {
   tags?: Record<string, string>;
 }
 
+/** gc's plan: a decision for every volume it was shown, in the order they came. */
+export type GcPlan = GcDecision[];
+
 export interface GcPlanOptions {
   now: Date;
   ttlHours: number;
@@ -249,8 +252,10 @@ export function sparedSince(
     return `now ${fresh.attachment ? `attached to ${fresh.attachment.instanceId}` : fresh.state}`;
   }
   const changed = SPARING_TAGS.filter((key) => fresh.tags[key] !== observed.tags[key]);
-  if (changed.length > 0)
-    return `${changed.map((key) => `${key}=${fresh.tags[key] === undefined ? "(removed)" : JSON.stringify(fresh.tags[key])}`).join(", ")} since it was judged`;
+  if (changed.length > 0) {
+    const tagNow = (key: string) => (fresh.tags[key] === undefined ? "(removed)" : JSON.stringify(fresh.tags[key]));
+    return `${changed.map((key) => `${key}=${tagNow(key)}`).join(", ")} since it was judged`;
+  }
   const again = judgeVolume(fresh, options);
   return DELETING.has(again.verdict) ? undefined : `now ${again.verdict}: ${again.reason}`;
 }
@@ -259,7 +264,7 @@ export function sparedSince(
  * Decides for every volume; deletions beyond `maxDeletes` become `over-cap`: expired ones first
  * (oldest expiry first), then superseded ones (oldest generation first).
  */
-export function planGc(volumes: readonly VolumeInfo[], options: GcPlanOptions): GcDecision[] {
+export function planGc(volumes: readonly VolumeInfo[], options: GcPlanOptions): GcPlan {
   const { retire } = options;
   const generations = retire ? generationsOf(retire) : undefined;
   const decisions = volumes.map((volume) => {

@@ -3,16 +3,15 @@
  * snapshots, plan (pure, ./plan.ts), apply.
  */
 import { ExitCode } from "../../errors.ts";
-import type { Logger } from "../../log.ts";
-import type { CloudVolumes } from "../ports.ts";
 import { applyGc } from "./apply.ts";
 import { observeGc } from "./observe.ts";
 import { planGc, type RetireOptions } from "./plan.ts";
-import type { OutcomeRecorder, GcOutcome } from "../outcomes.ts";
+import type { GcReport } from "../outcomes.ts";
+import type { GcDeps } from "./deps.ts";
 
 /** Runs gc over the managed volumes EC2 shows in this region. */
 export async function runGc(
-  cloud: CloudVolumes,
+  deps: GcDeps,
   options: {
     dryRun: boolean;
     maxDeletes: number;
@@ -20,10 +19,9 @@ export async function runGc(
     /** Retiring superseded pool volumes (`gc.supersededGraceHours`, `claim.quarantineHours`, this host's pool). */
     retire: Omit<RetireOptions, "snapshots">;
     now?: Date;
-    log: Logger;
-    recorder?: OutcomeRecorder;
   },
-): Promise<GcOutcome> {
+): Promise<GcReport> {
+  const { cloud, log, recorder } = deps;
   const { volumes, snapshots } = await observeGc(cloud);
   const judging = {
     now: options.now ?? new Date(),
@@ -32,12 +30,12 @@ export async function runGc(
   };
   const decisions = planGc(volumes, { ...judging, maxDeletes: options.maxDeletes });
   const recheck = { observed: new Map(volumes.map((v) => [v.volumeId, v])), options: judging };
-  const outcome = await applyGc(decisions, cloud, { dryRun: options.dryRun, log: options.log, recheck });
-  await options.recorder?.gcFinished({ outcome, dryRun: options.dryRun, finishedAt: new Date() });
-  return outcome;
+  const report = await applyGc(decisions, cloud, { dryRun: options.dryRun, log, recheck });
+  await recorder?.gcFinished({ report, dryRun: options.dryRun, finishedAt: new Date() });
+  return report;
 }
 
 /** 0: done (or nothing to do); 1: some action failed (the log says which). */
-export function gcExitCode(outcome: GcOutcome): number {
-  return outcome.failed > 0 ? ExitCode.failure : ExitCode.ok;
+export function gcExitCode(report: GcReport): number {
+  return report.failed > 0 ? ExitCode.failure : ExitCode.ok;
 }

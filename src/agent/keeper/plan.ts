@@ -203,7 +203,10 @@ export function keeperVolumeTags(pool: string, snapshot: SnapshotInfo): Record<s
 }
 
 /** What a create step asks of the volume: each of it shapes the volume EC2 makes. */
-export type VolumeShape = Pick<CreateStep, "snapshotId" | "sizeGiB" | "volumeType" | "initializationRateMiBps" | "tags">;
+export type VolumeShape = Pick<
+  CreateStep,
+  "snapshotId" | "sizeGiB" | "volumeType" | "initializationRateMiBps" | "tags"
+>;
 
 /**
  * The ClientToken of a slot (at most 64 ASCII characters, as EC2 requires). It covers the whole
@@ -308,7 +311,9 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
         volumeId: h.volumeId,
         zone,
         instanceId: h.instanceId,
-        reason: `attached to ${h.instanceId}, stopped since ${h.stoppedSince} (${h.stoppedDays.toFixed(1)} days, reclaim after ${reclaimAfter})`,
+        reason:
+          `attached to ${h.instanceId}, stopped since ${h.stoppedSince} (${h.stoppedDays.toFixed(1)} days, ` +
+          `reclaim after ${reclaimAfter})`,
       });
     }
   }

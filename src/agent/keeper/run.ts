@@ -6,15 +6,14 @@
  * the pool as it is, not as it was at the start.
  */
 import { ConfigError, ExitCode } from "../../errors.ts";
-import type { Logger } from "../../log.ts";
-import type { KeeperCloud } from "../ports.ts";
 import { applyKeeper, type KeeperResult } from "./apply.ts";
 import { observeKeeper } from "./observe.ts";
 import { planKeeper, type KeeperPlan, type KeeperSettings } from "./plan.ts";
-import type { KeeperFacts, OutcomeRecorder } from "../outcomes.ts";
+import type { KeeperFacts } from "../outcomes.ts";
+import type { KeeperDeps } from "./deps.ts";
 import { parseInstanceTypePools, stockedPools } from "../../config/instance-type-pools.ts";
 
-export interface KeeperOutcome {
+export interface KeeperReport {
   /** The first round's plan (what `--dry-run` prints). */
   plan: KeeperPlan;
   /** The last plan: the pool as the keeper left it (after its last recount). */
@@ -73,16 +72,16 @@ export function keeperSettingsForPools(
  * metrics textfile is replaced as a whole). A pool's failure does not stop the next pool.
  */
 export async function runKeepers(
-  cloud: KeeperCloud,
+  deps: KeeperDeps,
   pools: readonly KeeperSettings[],
-  options: { dryRun: boolean; log: Logger; now?: () => Date; recorder?: OutcomeRecorder },
-): Promise<KeeperOutcome[]> {
-  const { recorder, ...each } = options;
-  const outcomes: KeeperOutcome[] = [];
-  for (const settings of pools) outcomes.push(await runKeeper(cloud, settings, each));
+  options: { dryRun: boolean },
+): Promise<KeeperReport[]> {
+  const { recorder, ...each } = deps;
+  const reports: KeeperReport[] = [];
+  for (const settings of pools) reports.push(await runKeeper(each, settings, options));
   if (!options.dryRun && recorder) {
-    const finishedAt = (options.now ?? (() => new Date()))();
-    const facts = outcomes.map((outcome) => keeperFacts(outcome, finishedAt));
+    const finishedAt = (deps.now ?? (() => new Date()))();
+    const facts = reports.map((report) => keeperFacts(report, finishedAt));
     await recorder.keeperFinished({
       actions: facts.flatMap((f) => f.actions),
       poolVolumes: Object.assign({}, ...facts.map((f) => f.poolVolumes)) as KeeperFacts["poolVolumes"],
@@ -90,16 +89,17 @@ export async function runKeepers(
       finishedAt,
     });
   }
-  return outcomes;
+  return reports;
 }
 
 /** Runs the keeper once over the pool. */
 export async function runKeeper(
-  cloud: KeeperCloud,
+  deps: KeeperDeps,
   settings: KeeperSettings,
-  options: { dryRun: boolean; log: Logger; now?: () => Date; recorder?: OutcomeRecorder },
-): Promise<KeeperOutcome> {
-  const now = options.now ?? (() => new Date());
+  options: { dryRun: boolean },
+): Promise<KeeperReport> {
+  const { cloud, log, recorder } = deps;
+  const now = deps.now ?? (() => new Date());
   const observed = await observeKeeper(cloud, settings, { now: now() });
   const plan = planKeeper(settings, observed);
   const zoneOf = new Map(observed.volumes.map((v) => [v.volumeId, v.availabilityZone]));
@@ -109,7 +109,7 @@ export async function runKeeper(
     error,
   }));
   for (const { volumeId, zone, error } of unread) {
-    options.log.warning(
+    log.warning(
       "keeper.status-unread",
       `could not read the volume's initialization: ${error}; not tagged initialized this run`,
       { volume: volumeId, zone },
@@ -117,8 +117,8 @@ export async function runKeeper(
   }
   // A pool configured below its snapshot's size: said once per run, and the run fails.
   const misconfigured = plan.problem ? 1 : 0;
-  if (plan.problem) options.log.error("keeper.pool-size", plan.problem, { pool: settings.pool });
-  const outcome: KeeperOutcome = {
+  if (plan.problem) log.error("keeper.pool-size", plan.problem, { pool: settings.pool });
+  const report: KeeperReport = {
     plan,
     final: plan,
     results: [],
@@ -126,17 +126,17 @@ export async function runKeeper(
     failed: unread.length + misconfigured,
     unread,
   };
-  if (options.dryRun) return outcome;
+  if (options.dryRun) return report;
 
   const known = new Set(observed.volumes.map((v) => v.volumeId));
   const ctx = {
     cloud,
-    log: options.log,
+    log,
     known,
     ...(settings.ttlHours !== undefined ? { ttlHours: settings.ttlHours } : {}),
   };
   const firstCreate = plan.steps.find((s) => s.step === "create");
-  outcome.results.push(
+  report.results.push(
     ...(await applyKeeper(
       [...plan.steps.filter((s) => s.step !== "create"), ...(firstCreate ? [firstCreate] : [])],
       ctx,
@@ -145,28 +145,28 @@ export async function runKeeper(
 
   // Bounded: each round makes at most one volume, and the cap bounds the volumes.
   for (let round = 2; round <= settings.maxVolumes + 1; round++) {
-    const last = outcome.results.at(-1);
+    const last = report.results.at(-1);
     // A failed create, or a token that answered a volume seen before (nothing new): stop here, the next run goes on.
     if (!firstCreate || !last || last.step !== "create" || last.done !== "created") break;
     if (last.volumeId) known.add(last.volumeId);
     const recount = await observeKeeper(cloud, settings, { now: now(), withInitialization: false });
     for (const v of recount.volumes) known.add(v.volumeId);
-    outcome.final = planKeeper(settings, recount);
-    outcome.rounds = round;
-    const next = outcome.final.steps.find((s) => s.step === "create");
+    report.final = planKeeper(settings, recount);
+    report.rounds = round;
+    const next = report.final.steps.find((s) => s.step === "create");
     if (!next) break;
-    outcome.results.push(...(await applyKeeper([next], ctx)));
+    report.results.push(...(await applyKeeper([next], ctx)));
   }
-  outcome.failed = outcome.results.filter((r) => r.done === "failed").length + unread.length + misconfigured;
-  await options.recorder?.keeperFinished(keeperFacts(outcome, now()));
-  return outcome;
+  report.failed = report.results.filter((r) => r.done === "failed").length + unread.length + misconfigured;
+  await recorder?.keeperFinished(keeperFacts(report, now()));
+  return report;
 }
 
 /**
  * 0: done (or nothing to do); 1: some step failed, or a volume's initialization could not be read (the log says which).
  */
-export function keeperExitCode(outcome: KeeperOutcome): number {
-  return outcome.failed > 0 ? ExitCode.failure : ExitCode.ok;
+export function keeperExitCode(report: KeeperReport): number {
+  return report.failed > 0 ? ExitCode.failure : ExitCode.ok;
 }
 
 /**
@@ -174,29 +174,29 @@ export function keeperExitCode(outcome: KeeperOutcome): number {
  * (skipped trims are no action), a status that could not be read as a failed tag-initialized,
  * and the pool's stock after the run.
  */
-export function keeperFacts(outcome: KeeperOutcome, finishedAt: Date): KeeperFacts {
+export function keeperFacts(report: KeeperReport, finishedAt: Date): KeeperFacts {
   const actions = [
-    ...outcome.results
+    ...report.results
       .filter((r) => r.done !== "skipped")
       .map((r) => ({
         action: r.step,
-        pool: outcome.plan.pool,
+        pool: report.plan.pool,
         outcome: r.done === "failed" ? ("failed" as const) : ("done" as const),
       })),
-    ...outcome.unread.map(() => ({
+    ...report.unread.map(() => ({
       action: "tag-initialized" as const,
-      pool: outcome.plan.pool,
+      pool: report.plan.pool,
       outcome: "failed" as const,
     })),
   ];
-  const stock = outcome.final.zones.reduce((sum, z) => sum + z.available + z.creating, 0);
-  const held = outcome.final.zones.reduce((sum, z) => sum + z.heldByStopped, 0);
-  const days = outcome.final.zones.flatMap((z) => (z.oldestStoppedDays === null ? [] : [z.oldestStoppedDays]));
+  const stock = report.final.zones.reduce((sum, z) => sum + z.available + z.creating, 0);
+  const held = report.final.zones.reduce((sum, z) => sum + z.heldByStopped, 0);
+  const days = report.final.zones.flatMap((z) => (z.oldestStoppedDays === null ? [] : [z.oldestStoppedDays]));
   return {
     actions,
-    poolVolumes: { [outcome.plan.pool]: stock },
+    poolVolumes: { [report.plan.pool]: stock },
     heldByStopped: {
-      [outcome.plan.pool]: { volumes: held, oldestSeconds: days.length > 0 ? Math.max(...days) * 86_400 : null },
+      [report.plan.pool]: { volumes: held, oldestSeconds: days.length > 0 ? Math.max(...days) * 86_400 : null },
     },
     finishedAt,
   };

@@ -36,24 +36,24 @@ export function poolRows(
   return volumes
     .map((v): PoolRow => {
       const stopped = held.get(v.volumeId);
-      const t = v.tags;
-      const lastError = t[VolumeTag.lastError];
+      const tags = v.tags;
+      const lastError = tags[VolumeTag.lastError];
       return {
         volumeId: v.volumeId,
-        kind: t[VolumeTag.kind] ?? "?",
-        pool: t[VolumeTag.pool] ?? "",
+        kind: tags[VolumeTag.kind] ?? "?",
+        pool: tags[VolumeTag.pool] ?? "",
         zone: v.availabilityZone,
         state: v.attachment ? `${v.state} (${v.attachment.state})` : v.state,
         sizeGiB: v.sizeGiB,
-        claimedBy: v.attachment?.instanceId ?? t[VolumeTag.claimedBy] ?? null,
+        claimedBy: v.attachment?.instanceId ?? tags[VolumeTag.claimedBy] ?? null,
         ageHours: v.createTime ? Math.max(0, (now.getTime() - v.createTime.getTime()) / 3600_000) : null,
-        expires: t[VolumeTag.keep] === "true" ? "never" : (t[VolumeTag.expiresAt] ?? null),
-        workspace: workspaceIdsOfVolume(t) ?? null,
+        expires: tags[VolumeTag.keep] === "true" ? "never" : (tags[VolumeTag.expiresAt] ?? null),
+        workspace: workspaceIdsOfVolume(tags) ?? null,
         lastError:
           lastError !== undefined
             ? {
                 message: lastError,
-                at: t[VolumeTag.lastErrorAt] ?? null,
+                at: tags[VolumeTag.lastErrorAt] ?? null,
                 quarantined: isQuarantined(v, now, quarantineHours),
               }
             : null,

@@ -24,27 +24,29 @@ function age(hours: number | null): string {
 
 const stateCells = (s: StateCounts) => [s.available, s.inUse, s.creating, s.other, s.quarantined].map(String);
 
-function generationCell(g: GenerationGroup): string {
-  return `${g.generation}${g.current ? " (current)" : g.superseded ? " (superseded)" : ""}`;
+function generationCell(generation: GenerationGroup): string {
+  return `${generation.generation}${generation.current ? " (current)" : generation.superseded ? " (superseded)" : ""}`;
 }
 
-function keeperCell(k: ZoneKeeper | null): string {
-  if (!k) return "-";
-  const verdict = k.belowMin > 0 ? `${k.belowMin} short` : k.aboveMax > 0 ? `${k.aboveMax} over` : "on target";
-  return `${k.minAvailable}..${k.maxAvailable} available: has ${k.stock}, ${verdict}`;
+function keeperCell(keeper: ZoneKeeper | null): string {
+  if (!keeper) return "-";
+  const verdict =
+    keeper.belowMin > 0 ? `${keeper.belowMin} short` : keeper.aboveMax > 0 ? `${keeper.aboveMax} over` : "on target";
+  return `${keeper.minAvailable}..${keeper.maxAvailable} available: has ${keeper.stock}, ${verdict}`;
 }
 
 /** One pool: what it costs, its zones by kind and generation, the keeper's caps. */
-export function renderPoolSummary(p: PoolSummary): string[] {
+export function renderPoolSummary(summary: PoolSummary): string[] {
   const lines = [
-    `pool ${p.pool || "-"}: current generation ${p.currentGeneration?.generation ?? "none (no completed snapshot)"}; ` +
-      (`${p.volumes} volumes, ${p.gib} GiB, USD ${formatUsd(p.volumesMonthlyUsd)}/month + ` +
-        `${p.snapshots.completed} snapshots `) +
-      (`(${p.snapshots.gib} GiB at most) USD ${formatUsd(p.snapshotsMonthlyUsd)}/month = USD ` +
-        `${formatUsd(p.monthlyUsd)}/month`),
+    `pool ${summary.pool || "-"}: current generation ` +
+      `${summary.currentGeneration?.generation ?? "none (no completed snapshot)"}; ` +
+      (`${summary.volumes} volumes, ${summary.gib} GiB, USD ${formatUsd(summary.volumesMonthlyUsd)}/month + ` +
+        `${summary.snapshots.completed} snapshots `) +
+      (`(${summary.snapshots.gib} GiB at most) USD ${formatUsd(summary.snapshotsMonthlyUsd)}/month = USD ` +
+        `${formatUsd(summary.monthlyUsd)}/month`),
   ];
   const cells: string[][] = [];
-  for (const z of p.zones) {
+  for (const z of summary.zones) {
     for (const g of z.generations)
       cells.push([
         z.zone,
@@ -85,13 +87,13 @@ export function renderPoolSummary(p: PoolSummary): string[] {
       ).map((l) => `  ${l}`),
     );
   }
-  if (p.keeper) {
-    const size = p.keeper.sizeGiB !== null ? `${p.keeper.sizeGiB} GiB volumes` : "volumes of the snapshot's size";
+  if (summary.keeper) {
+    const keeper = summary.keeper;
+    const size = keeper.sizeGiB !== null ? `${keeper.sizeGiB} GiB volumes` : "volumes of the snapshot's size";
     lines.push(
-      `  keeper: ${p.keeper.minAvailable}..${p.keeper.maxAvailable} available in each of ` +
-        `${p.keeper.zones.join(", ")}, ${size}; ` +
-        (`caps ${p.keeper.maxVolumes} volumes / ${p.keeper.maxGiB} GiB, the pool has ${p.keeper.volumes} / ` +
-          `${p.keeper.gib}`),
+      `  keeper: ${keeper.minAvailable}..${keeper.maxAvailable} available in each of ` +
+        `${keeper.zones.join(", ")}, ${size}; ` +
+        `caps ${keeper.maxVolumes} volumes / ${keeper.maxGiB} GiB, the pool has ${keeper.volumes} / ${keeper.gib}`,
     );
   }
   return lines;
@@ -120,7 +122,8 @@ export function renderPoolTable(rows: readonly PoolVolume[]): string {
     r.pool,
     r.zone,
     r.heldByStopped
-      ? `${r.state}, instance stopped ${r.heldByStopped.days !== null ? `${r.heldByStopped.days.toFixed(1)} d` : "(since ?)"}`
+      ? `${r.state}, instance stopped ` +
+        `${r.heldByStopped.days !== null ? `${r.heldByStopped.days.toFixed(1)} d` : "(since ?)"}`
       : r.state,
     String(r.sizeGiB),
     r.claimedBy ?? "-",

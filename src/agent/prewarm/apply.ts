@@ -19,19 +19,20 @@
  */
 import { describeError, remediationOr } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
-import { initializationStatusOf, sampleVolume, type PrewarmDeps, type Sample } from "./observe.ts";
+import { initializationStatusOf, sampleVolume, type Sample } from "./observe.ts";
+import type { PrewarmDeps } from "./deps.ts";
 import {
   CHECKING,
-  decidePrewarm,
+  planPrewarm,
   formatBytes,
   formatDuration,
   prewarmLabels,
   progressLabel,
   progressOf,
-  readyOutcome,
+  readyReport,
   YIELD_IO_DEPTH,
-  type PrewarmDecision,
-  type PrewarmOutcome,
+  type PrewarmPlan,
+  type PrewarmReport,
   type PrewarmSettings,
   type PrewarmTarget,
 } from "./plan.ts";
@@ -61,11 +62,11 @@ interface AtBoot {
   save(changes: Partial<PrewarmState>): Promise<void>;
 }
 
-type Action = PrewarmDecision["action"];
+type Action = PrewarmPlan["action"];
 type AtBootHandler<A extends Action> = (
   run: AtBoot,
-  decision: Extract<PrewarmDecision, { action: A }>,
-) => Promise<PrewarmOutcome>;
+  decision: Extract<PrewarmPlan, { action: A }>,
+) => Promise<PrewarmReport>;
 
 /** One handler per decision of the boot's step. */
 const AT_BOOT: { [A in Action]: AtBootHandler<A> } = {
@@ -86,11 +87,11 @@ export interface PrewarmAtBoot {
    * initialization (`follow`, `initialize`) starts only then, since it publishes `warming` and
    * hands the reads to the background run. Never rejects for the pre-warm's own failures.
    */
-  outcome(): Promise<PrewarmOutcome>;
+  outcome(): Promise<PrewarmReport>;
   /** Resolves (never rejects) once nothing begun so far reads the device; starts nothing. */
   idle(): Promise<void>;
   /** What the pre-warm does with this volume, as soon as it is decided (before any read); rejects as outcome() does. */
-  decided(): Promise<PrewarmDecision>;
+  decided(): Promise<PrewarmPlan>;
 }
 
 /**
@@ -127,7 +128,7 @@ export async function prewarmAtBoot(
   target: PrewarmTarget,
   settings: PrewarmSettings,
   deps: PrewarmDeps,
-): Promise<PrewarmOutcome> {
+): Promise<PrewarmReport> {
   return handleAtBoot(await decideAtBoot(target, settings, deps));
 }
 
@@ -136,14 +137,9 @@ async function decideAtBoot(
   target: PrewarmTarget,
   settings: PrewarmSettings,
   deps: PrewarmDeps,
-): Promise<AtBoot & { decision: PrewarmDecision }> {
+): Promise<AtBoot & { decision: PrewarmPlan }> {
   const { log } = deps;
-  const decision = decidePrewarm(
-    settings,
-    target.volume,
-    await initializationStatusOf(deps, target.volume),
-    nowOf(deps),
-  );
+  const decision = planPrewarm(settings, target.volume, await initializationStatusOf(deps, target.volume), nowOf(deps));
   log.info("prewarm.decide", `${decision.action}: ${decision.reason}`, {
     volume: target.volume.volumeId,
     strategy: settings.strategy,
@@ -165,21 +161,21 @@ async function decideAtBoot(
   return { target, settings, deps, previous, save, decision };
 }
 
-function handleAtBoot(run: AtBoot & { decision: PrewarmDecision }): Promise<PrewarmOutcome> {
+function handleAtBoot(run: AtBoot & { decision: PrewarmPlan }): Promise<PrewarmReport> {
   // The table's key is the decision's action: each handler gets the decision it is written for.
   const handle = AT_BOOT[run.decision.action] as AtBootHandler<Action>;
   return handle(run, run.decision);
 }
 
-async function skipReads(run: AtBoot, decision: Extract<PrewarmDecision, { action: "skip" }>): Promise<PrewarmOutcome> {
+async function skipReads(run: AtBoot, decision: Extract<PrewarmPlan, { action: "skip" }>): Promise<PrewarmReport> {
   await run.save({ phase: "skipped", verdict: decision.verdict, finishedAt: nowOf(run.deps).toISOString() });
-  return readyOutcome(decision, decision.verdict, "skipped");
+  return readyReport(decision, decision.verdict, "skipped");
 }
 
 async function recordInitialized(
   run: AtBoot,
-  decision: Extract<PrewarmDecision, { action: "record-initialized" }>,
-): Promise<PrewarmOutcome> {
+  decision: Extract<PrewarmPlan, { action: "record-initialized" }>,
+): Promise<PrewarmReport> {
   const { deps } = run;
   const volumeId = run.target.volume.volumeId;
   await deps.tagVolume(volumeId, { [VolumeTag.initialized]: nowOf(deps).toISOString() }).catch((error: unknown) => {
@@ -189,13 +185,10 @@ async function recordInitialized(
   });
   await run.save({ phase: "done", verdict: "warm", finishedAt: nowOf(deps).toISOString() });
   deps.log.notice("prewarm.done", decision.reason, { volume: volumeId });
-  return readyOutcome(decision, "warm", "done");
+  return readyReport(decision, "warm", "done");
 }
 
-async function checkOnly(
-  run: AtBoot,
-  decision: Extract<PrewarmDecision, { action: "check" }>,
-): Promise<PrewarmOutcome> {
+async function checkOnly(run: AtBoot, decision: Extract<PrewarmPlan, { action: "check" }>): Promise<PrewarmReport> {
   await run.save({ phase: "checking" });
   const result = await sampleVolume(run.target, run.settings, run.deps, "sample");
   await run.save({
@@ -205,7 +198,7 @@ async function checkOnly(
     ...(result.error ? { error: result.error } : {}),
     finishedAt: nowOf(run.deps).toISOString(),
   });
-  return readyOutcome(decision, result.verdict, result.error ? "failed" : "done", {
+  return readyReport(decision, result.verdict, result.error ? "failed" : "done", {
     ...(result.figures ? { before: result.figures } : {}),
     ...(result.error ? { error: result.error } : {}),
   });
@@ -214,8 +207,8 @@ async function checkOnly(
 /** follow / initialize: handed to the background run when it can be, else run inline now. */
 async function startLongRun(
   run: AtBoot,
-  decision: Extract<PrewarmDecision, { action: "follow" | "initialize" }>,
-): Promise<PrewarmOutcome> {
+  decision: Extract<PrewarmPlan, { action: "follow" | "initialize" }>,
+): Promise<PrewarmReport> {
   const running = await alreadyRunning(run, decision);
   if (running) return running;
   const before = sampleAtHand(run, decision);
@@ -234,7 +227,7 @@ async function startLongRun(
  * this volume's previous run sampled it. Undefined: the long run samples first (sampleFirst), after the boot has
  * published the node, so that a sample (up to `prewarm.check.seconds`, more on a slow device) never holds the boot.
  */
-function sampleAtHand(run: AtBoot, decision: Extract<PrewarmDecision, { action: LongAction }>): Sample | undefined {
+function sampleAtHand(run: AtBoot, decision: Extract<PrewarmPlan, { action: LongAction }>): Sample | undefined {
   if (decision.action !== "initialize") return { verdict: "unknown" };
   if (decision.known) return { verdict: decision.known };
   const previous = stateOfVolume(run.previous, run.target.volume.volumeId);
@@ -251,7 +244,7 @@ function sampleState(before: Sample | undefined): Partial<PrewarmState> {
 }
 
 /** Another run may hold it already (a re-run of the boot while the background run works). */
-async function alreadyRunning(run: AtBoot, decision: PrewarmDecision): Promise<PrewarmOutcome | undefined> {
+async function alreadyRunning(run: AtBoot, decision: PrewarmPlan): Promise<PrewarmReport | undefined> {
   const previous = stateOfVolume(run.previous, run.target.volume.volumeId);
   if (!previous?.pid || !(await isAlive(previous.pid, previous.pidStart))) return undefined;
   run.deps.log.notice("prewarm.running", `already ${previous.phase} by process ${previous.pid}`, {
@@ -274,10 +267,10 @@ async function alreadyRunning(run: AtBoot, decision: PrewarmDecision): Promise<P
  */
 async function handToBackground(
   run: AtBoot,
-  decision: PrewarmDecision,
+  decision: PrewarmPlan,
   before: Sample | undefined,
   startBackground: () => Promise<void>,
-): Promise<PrewarmOutcome | undefined> {
+): Promise<PrewarmReport | undefined> {
   const { deps, target } = run;
   const { log } = deps;
   const volumeId = target.volume.volumeId;
@@ -322,7 +315,7 @@ async function handToBackground(
 /** Options of runInitialization. */
 export interface RunInitializationOptions {
   /** Default: decided afresh from the volume's tags and EC2's status. */
-  decision?: PrewarmDecision;
+  decision?: PrewarmPlan;
   /** Publish `warming` with progress, then `ready` (the background run does; inline at boot, the boot does). */
   publish: boolean;
   signal?: AbortSignal;
@@ -343,7 +336,7 @@ interface LongRun<A extends LongAction = LongAction> {
   target: PrewarmTarget;
   settings: PrewarmSettings;
   deps: PrewarmDeps;
-  decision: Extract<PrewarmDecision, { action: A }>;
+  decision: Extract<PrewarmPlan, { action: A }>;
   state: PrewarmState;
   /** Updates the state and queues a write; resolves once the queue has drained to it. */
   save(changes: Partial<PrewarmState>): Promise<void>;
@@ -371,10 +364,10 @@ export async function runInitialization(
   settings: PrewarmSettings,
   deps: PrewarmDeps,
   options: RunInitializationOptions,
-): Promise<PrewarmOutcome> {
+): Promise<PrewarmReport> {
   const decision =
     options.decision ??
-    decidePrewarm(settings, target.volume, await initializationStatusOf(deps, target.volume), nowOf(deps));
+    planPrewarm(settings, target.volume, await initializationStatusOf(deps, target.volume), nowOf(deps));
   const publish = publisher(target, deps, options.publish);
   if (decision.action !== "initialize" && decision.action !== "follow") {
     // Nothing long to do (tagged meanwhile, or the strategy changed): the boot's step covers it.
@@ -421,9 +414,9 @@ function publisher(target: PrewarmTarget, deps: PrewarmDeps, enabled: boolean): 
 async function leaveToHolder(
   target: PrewarmTarget,
   deps: PrewarmDeps,
-  decision: PrewarmDecision,
+  decision: PrewarmPlan,
   holder: number,
-): Promise<PrewarmOutcome> {
+): Promise<PrewarmReport> {
   deps.log.notice("prewarm.running", `another pre-warm runs already (process ${holder}): leaving it to finish`, {
     volume: target.volume.volumeId,
   });
@@ -442,7 +435,7 @@ async function startRun(
   target: PrewarmTarget,
   settings: PrewarmSettings,
   deps: PrewarmDeps,
-  decision: Extract<PrewarmDecision, { action: LongAction }>,
+  decision: Extract<PrewarmPlan, { action: LongAction }>,
   publish: Publish,
 ): Promise<LongRun> {
   const mine = stateOfVolume(await readPrewarmState(deps.stateDir), target.volume.volumeId);
@@ -604,7 +597,7 @@ async function followEbs(run: LongRun<"follow">, onProgress: OnProgress, signal:
 }
 
 /** Every byte was read (or EBS says it is done): only now is the volume tagged; then the second sample. */
-async function finishRun(run: LongRun): Promise<PrewarmOutcome> {
+async function finishRun(run: LongRun): Promise<PrewarmReport> {
   const { deps, state } = run;
   const volumeId = run.target.volume.volumeId;
   await run.flush();
@@ -622,7 +615,7 @@ async function finishRun(run: LongRun): Promise<PrewarmOutcome> {
     volume: volumeId,
     verdict,
   });
-  const outcome = readyOutcome(run.decision, verdict, "done", {
+  const outcome = readyReport(run.decision, verdict, "done", {
     ...(state.before ? { before: state.before } : {}),
     ...(after.figures ? { after: after.figures } : {}),
     ...(state.progress ? { progress: state.progress } : {}),
@@ -636,7 +629,7 @@ async function finishRun(run: LongRun): Promise<PrewarmOutcome> {
  * stays untagged, and the node is `ready` with the verdict it had. `cause` is what the message
  * tells (the abort's reason when aborted), `error` the error thrown (its remediation).
  */
-async function failRun(run: LongRun, cause: unknown, interrupted: boolean, error: unknown): Promise<PrewarmOutcome> {
+async function failRun(run: LongRun, cause: unknown, interrupted: boolean, error: unknown): Promise<PrewarmReport> {
   const { deps, state } = run;
   const message = describeError(cause);
   await run.save({
@@ -654,7 +647,7 @@ async function failRun(run: LongRun, cause: unknown, interrupted: boolean, error
       remediation: remediationOr(error, "run `ebs-cache-agent prewarm` to resume"),
     },
   );
-  const outcome = readyOutcome(run.decision, state.verdict, interrupted ? "pending" : "failed", {
+  const outcome = readyReport(run.decision, state.verdict, interrupted ? "pending" : "failed", {
     error: message,
     ...(state.before ? { before: state.before } : {}),
     ...(state.progress ? { progress: state.progress } : {}),

@@ -6,41 +6,9 @@
 import { AgentError, describeError, remediationOr } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
 import { attachedCacheVolume, MANAGED } from "../volume-rules.ts";
-import type { Logger } from "../../log.ts";
-import type {
-  CheckFigures,
-  CloudVolumes,
-  HostStorage,
-  InitializationStatus,
-  PrewarmReader,
-  VolumeInfo,
-} from "../ports.ts";
-import type { OutcomeRecorder } from "../outcomes.ts";
+import type { CheckFigures, CloudVolumes, HostStorage, InitializationStatus, VolumeInfo } from "../ports.ts";
+import type { PrewarmDeps } from "./deps.ts";
 import { verdictOf, type PrewarmSettings, type PrewarmTarget, type PrewarmVolume, type Verdict } from "./plan.ts";
-
-/** What the pre-warm uses of the world (the ports, narrowed to its calls). */
-export interface PrewarmDeps {
-  reader: PrewarmReader;
-  /** DescribeVolumeStatus initialization details; undefined when EC2 does not say. */
-  initializationStatus?(volumeId: string): Promise<InitializationStatus | undefined>;
-  tagVolume(volumeId: string, tags: Record<string, string>): Promise<void>;
-  /** Publishes the readiness labels (absent: nothing is published, e.g. before docker runs). */
-  report?(state: "warming" | "ready", details: Record<string, string>): Promise<void>;
-  /** `paths.stateDir`: prewarm.json and prewarm.lock. */
-  stateDir: string;
-  log: Logger;
-  now?: () => Date;
-  sleep?: (ms: number) => Promise<void>;
-  /**
-   * Starts the background run (on a host: a detached `ebs-cache-agent prewarm --background`).
-   * Absent: the initialization runs inline, before the node is reported ready.
-   */
-  startBackground?: () => Promise<void>;
-  /** How often EBS's initialization status is polled while following it (default 10 s). */
-  followPollMs?: number;
-  /** Told of each state written (the pre-warm's metrics); absent: nothing but the state file. */
-  recorder?: Pick<OutcomeRecorder, "prewarmStateWritten">;
-}
 
 /** A sample's figures and verdict; `error` when the sample failed (the verdict is then `unknown`). */
 export interface Sample {

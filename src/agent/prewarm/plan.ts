@@ -42,17 +42,22 @@ export interface PrewarmSettings {
 
 /** The settings from the configuration's `prewarm` group. */
 export function prewarmSettingsFrom(config: AgentConfig): PrewarmSettings {
-  const p = config.prewarm;
+  const prewarm = config.prewarm;
   return {
-    strategy: p.strategy,
-    background: p.background,
-    check: { seconds: p.check.seconds, reads: p.check.reads, ioDepth: p.check.ioDepth, blockBytes: 4096 },
-    thresholds: { minIops: p.thresholds.minIops, maxMedianLatencyMs: p.thresholds.maxMedianLatencyMs },
+    strategy: prewarm.strategy,
+    background: prewarm.background,
+    check: {
+      seconds: prewarm.check.seconds,
+      reads: prewarm.check.reads,
+      ioDepth: prewarm.check.ioDepth,
+      blockBytes: 4096,
+    },
+    thresholds: { minIops: prewarm.thresholds.minIops, maxMedianLatencyMs: prewarm.thresholds.maxMedianLatencyMs },
     initialize: {
-      ioDepth: p.initialize.ioDepth,
-      maxIoBytes: p.initialize.maxIoKiB * 1024,
-      timeoutSeconds: p.initialize.timeoutMinutes === null ? null : p.initialize.timeoutMinutes * 60,
-      progressSeconds: p.initialize.progressSeconds,
+      ioDepth: prewarm.initialize.ioDepth,
+      maxIoBytes: prewarm.initialize.maxIoKiB * 1024,
+      timeoutSeconds: prewarm.initialize.timeoutMinutes === null ? null : prewarm.initialize.timeoutMinutes * 60,
+      progressSeconds: prewarm.initialize.progressSeconds,
     },
   };
 }
@@ -82,7 +87,7 @@ export interface PrewarmVolume {
  */
 export const FRESH_FROM_SNAPSHOT_MINUTES = 60;
 
-export type PrewarmDecision =
+export type PrewarmPlan =
   /** Nothing to read: the verdict is known (`warm`) or not wanted (`unknown`, strategy off). */
   | { action: "skip"; verdict: Verdict; reason: string }
   /** EBS reports the initialization done (provisioned rate): tag the volume, no reads. */
@@ -108,12 +113,12 @@ const EBS_DRIVEN = new Set(["provisioned-rate", "volume-copy"]);
  * created from a snapshot minutes ago), no sample is taken: a sample on a cold volume costs the
  * boot seconds to learn what was known.
  */
-export function decidePrewarm(
+export function planPrewarm(
   settings: PrewarmSettings,
   volume: PrewarmVolume,
   status?: InitializationStatus,
   now: Date = new Date(),
-): PrewarmDecision {
+): PrewarmPlan {
   if (!volume.snapshotId)
     return { action: "skip", verdict: "warm", reason: "not created from a snapshot: every block is local" };
   if (volume.tags[VolumeTag.initialized]) {
@@ -257,8 +262,8 @@ export type PrewarmPhase =
   | "failed";
 
 /** What a pre-warm did, and what the node's labels should say. */
-export interface PrewarmOutcome {
-  decision: PrewarmDecision;
+export interface PrewarmReport {
+  decision: PrewarmPlan;
   verdict: Verdict;
   phase: PrewarmPhase;
   /** What the node's state label should say now. */
@@ -277,12 +282,12 @@ export interface PrewarmOutcome {
 }
 
 /** The outcome of a pre-warm that leaves the node `ready`. */
-export function readyOutcome(
-  decision: PrewarmDecision,
+export function readyReport(
+  decision: PrewarmPlan,
   verdict: Verdict,
   phase: PrewarmPhase,
-  extra: Partial<PrewarmOutcome> = {},
-): PrewarmOutcome {
+  extra: Partial<PrewarmReport> = {},
+): PrewarmReport {
   return { decision, verdict, phase, labelState: "ready", labels: prewarmLabels("ready", verdict), ...extra };
 }
 

@@ -15,8 +15,9 @@ import { volumeDetails } from "../report.ts";
 import { resolveSettings, type ResolvedSettings } from "../settings.ts";
 import { prewarmAtBoot, runInitialization } from "./apply.ts";
 import { imagesOfNode } from "./need.ts";
-import { findAttachedVolume, findMountedDevice, type PrewarmDeps } from "./observe.ts";
-import { decidePrewarm, prewarmSettingsFrom, type PrewarmOutcome, type PrewarmTarget } from "./plan.ts";
+import { findAttachedVolume, findMountedDevice } from "./observe.ts";
+import type { PrewarmDeps } from "./deps.ts";
+import { planPrewarm, prewarmSettingsFrom, type PrewarmReport, type PrewarmTarget } from "./plan.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
 import { isAlive, readPrewarmState, renderPrewarmStatus, stateOfVolume, type PrewarmState } from "./state.ts";
 import type { OutcomeRecorder } from "../outcomes.ts";
@@ -48,18 +49,18 @@ export interface PrewarmCommandOptions {
   signal?: AbortSignal;
 }
 
-export interface PrewarmCommandOutcome {
+export interface PrewarmOutcome {
   volumeId?: string;
-  outcome?: PrewarmOutcome;
+  report?: PrewarmReport;
   /** 0 done (or nothing to do), 1 the pre-warm failed (the node is still reported). */
   exitCode: number;
 }
 
 /** Runs the pre-warm of the attached cache volume. */
-export async function runPrewarmCommand(
+export async function runPrewarm(
   deps: PrewarmCommandDeps,
   options: PrewarmCommandOptions = {},
-): Promise<PrewarmCommandOutcome> {
+): Promise<PrewarmOutcome> {
   const { log, config } = deps;
   const identity = await deps.identify();
   const resolved = resolveSettings(config, identity, { withDocker: true, mayClaim: false });
@@ -96,25 +97,25 @@ export async function runPrewarmCommand(
     ...(deps.recorder ? { recorder: deps.recorder } : {}),
   };
   const status = await cloud.initializationStatus(volume.volumeId).catch(() => undefined);
-  const decision = decidePrewarm(settings, target.volume, status);
+  const decision = planPrewarm(settings, target.volume, status);
   log.info("prewarm.decide", `${decision.action}: ${decision.reason}`, {
     volume: volume.volumeId,
     strategy: settings.strategy,
   });
-  let outcome: PrewarmOutcome;
+  let report: PrewarmReport;
   if (decision.action === "initialize" || decision.action === "follow") {
-    outcome = await runInitialization(target, settings, prewarmDeps, {
+    report = await runInitialization(target, settings, prewarmDeps, {
       decision,
       publish: true,
       ...(options.signal ? { signal: options.signal } : {}),
     });
   } else {
-    outcome = await prewarmAtBoot(target, settings, prewarmDeps);
-    await host.report("ready", { ...target.labels, ...outcome.labels }).catch((error: unknown) => {
+    report = await prewarmAtBoot(target, settings, prewarmDeps);
+    await host.report("ready", { ...target.labels, ...report.labels }).catch((error: unknown) => {
       log.warning("prewarm.labels", `could not publish the labels: ${String(error)}`);
     });
   }
-  return { volumeId: volume.volumeId, outcome, exitCode: outcome.phase === "failed" ? ExitCode.failure : ExitCode.ok };
+  return { volumeId: volume.volumeId, report, exitCode: report.phase === "failed" ? ExitCode.failure : ExitCode.ok };
 }
 
 /** The volume as the pre-warm sees it; the labels of this volume's previous run, which the boot chose. */

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { writeFileAtomic } from "../../fs-atomic.ts";
 import type { CheckFigures } from "../ports.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
-import type { PrewarmDecision, PrewarmPhase, PrewarmSettings, PrewarmTarget, Progress, Verdict } from "./plan.ts";
+import type { PrewarmPlan, PrewarmPhase, PrewarmSettings, PrewarmTarget, Progress, Verdict } from "./plan.ts";
 import { formatBytes, formatDuration } from "./plan.ts";
 
 export const STATE_FILE = "prewarm.json";
@@ -22,7 +22,7 @@ export interface PrewarmState {
   device: string;
   mountPoint: string;
   strategy: PrewarmStrategy;
-  action: PrewarmDecision["action"];
+  action: PrewarmPlan["action"];
   mode?: "files" | "device";
   reason: string;
   phase: PrewarmPhase;
@@ -142,12 +142,14 @@ export function renderPrewarmStatus(
   };
   figures("before:  ", state.before);
   figures("after:   ", state.after);
-  const p = state.progress;
-  if (p) {
-    const eta = p.etaSeconds !== undefined && p.percent < 100 ? `, ETA ${formatDuration(p.etaSeconds)}` : "";
+  const progress = state.progress;
+  if (progress) {
+    const eta =
+      progress.etaSeconds !== undefined && progress.percent < 100 ? `, ETA ${formatDuration(progress.etaSeconds)}` : "";
     lines.push(
-      `progress: ${p.percent.toFixed(1)} % (${formatBytes(p.doneBytes)} of ${formatBytes(p.totalBytes)}), ` +
-        `${p.mibps.toFixed(1)} MiB/s${eta}`,
+      `progress: ${progress.percent.toFixed(1)} % (${formatBytes(progress.doneBytes)} of ` +
+        `${formatBytes(progress.totalBytes)}), ` +
+        `${progress.mibps.toFixed(1)} MiB/s${eta}`,
     );
   }
   const age = Math.max(0, Math.round((now.getTime() - Date.parse(state.updatedAt)) / 1000));
@@ -161,7 +163,7 @@ export function renderPrewarmStatus(
 export function startingState(
   target: PrewarmTarget,
   settings: PrewarmSettings,
-  decision: PrewarmDecision,
+  decision: PrewarmPlan,
   now: Date,
 ): PrewarmState {
   return {

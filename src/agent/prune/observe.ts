@@ -22,7 +22,9 @@ export function mountedVolumeOf(
   return volumeId && mountPoint && dataRoot ? { volumeId, mountPoint, dataRoot } : undefined;
 }
 
-/** Whether a background pre-warm reads the volume now: its process lives and it initializes or follows EBS's loading. */
+/**
+ * Whether a background pre-warm reads the volume now: its process lives and it initializes or follows EBS's loading.
+ */
 export function prewarmReads(prewarm: PrewarmActivity | undefined): boolean {
   return (
     prewarm !== undefined && prewarm.running && (prewarm.phase === "initializing" || prewarm.phase === "following")
@@ -88,7 +90,8 @@ export async function observePrune(
       .catch((error: unknown) => {
         log.warning(
           "prune.snapshots",
-          `could not list the pool's snapshots: ${describeError(error)}; the volume's own image list stands for the current generation`,
+          `could not list the pool's snapshots: ${describeError(error)}; the volume's own image list stands for the ` +
+            `current generation`,
           { pool },
         );
         return undefined;

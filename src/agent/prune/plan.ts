@@ -136,7 +136,8 @@ export function planPrune(settings: PruneSettings, observed: PruneObservation): 
   if (observed.fillOnly)
     return stop(
       "below-threshold",
-      `${(fill.usedRatio * 100).toFixed(1)} % full, at or below ${settings.thresholdPercent} %: nothing else was looked at`,
+      `${(fill.usedRatio * 100).toFixed(1)} % full, at or below ${settings.thresholdPercent} %: nothing else was ` +
+        `looked at`,
     );
   if (observed.dockerRootDir !== volume.dataRoot) {
     return stop(

@@ -13,7 +13,7 @@ import type { PruneDeps } from "./deps.ts";
 
 export type { LastBoot, PrewarmActivity, PruneDeps } from "./deps.ts";
 
-export interface PruneOutcome {
+export interface PruneReport {
   plan: PrunePlan;
   dryRun: boolean;
   removals: RemovalResult[];
@@ -37,7 +37,7 @@ export async function runPrune(
     trigger?: PruneTrigger;
     recorder?: Pick<OutcomeRecorder, "pruneFinished">;
   },
-): Promise<PruneOutcome> {
+): Promise<PruneReport> {
   const { log } = deps;
   const observed = await observePrune(deps, {
     imageSet: options.imageSet,
@@ -53,7 +53,7 @@ export async function runPrune(
   const done = removals.filter((r) => r.done === "removed");
   const fillAfter =
     observed.volume && removals.length > 0 ? await deps.fill(observed.volume.mountPoint) : observed.fill;
-  const outcome: PruneOutcome = {
+  const report: PruneReport = {
     plan,
     dryRun: options.dryRun,
     removals,
@@ -65,9 +65,9 @@ export async function runPrune(
   };
   if (done.length > 0) {
     log.notice("prune.done", `${done.length} image(s) removed`, {
-      before: outcome.usedRatioBefore?.toFixed(3),
-      after: outcome.usedRatioAfter?.toFixed(3),
-      failed: outcome.failed,
+      before: report.usedRatioBefore?.toFixed(3),
+      after: report.usedRatioAfter?.toFixed(3),
+      failed: report.failed,
     });
   }
   const facts: PruneFacts = {
@@ -75,19 +75,19 @@ export async function runPrune(
     trigger: options.trigger ?? "manual",
     reason: plan.reason,
     dryRun: options.dryRun,
-    removedImages: outcome.removed,
-    failedImages: outcome.failed,
-    removedBytes: outcome.removedBytes,
-    ...(outcome.usedRatioBefore !== undefined ? { usedRatioBefore: outcome.usedRatioBefore } : {}),
-    ...(outcome.usedRatioAfter !== undefined ? { usedRatioAfter: outcome.usedRatioAfter } : {}),
+    removedImages: report.removed,
+    failedImages: report.failed,
+    removedBytes: report.removedBytes,
+    ...(report.usedRatioBefore !== undefined ? { usedRatioBefore: report.usedRatioBefore } : {}),
+    ...(report.usedRatioAfter !== undefined ? { usedRatioAfter: report.usedRatioAfter } : {}),
     ...(fillAfter ? { fill: fillAfter } : {}),
     finishedAt: new Date(),
   };
   await options.recorder?.pruneFinished(facts);
-  return outcome;
+  return report;
 }
 
 /** 0: done (or nothing to do); 1: some removal failed (the log says which). */
-export function pruneExitCode(outcome: PruneOutcome): number {
-  return outcome.failed > 0 ? ExitCode.failure : ExitCode.ok;
+export function pruneExitCode(report: PruneReport): number {
+  return report.failed > 0 ? ExitCode.failure : ExitCode.ok;
 }

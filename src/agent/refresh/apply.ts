@@ -5,22 +5,10 @@
  * flight and starts no other: the state says `stopped`, and the volume is not tagged.
  */
 import { describeError } from "../../errors.ts";
-import type { Logger } from "../../log.ts";
-import type { DockerEngine, ImagePuller, RefreshCloud } from "../ports.ts";
 import { asListed } from "./images.ts";
 import type { RefreshPlan, RefreshSettings, RefreshStep } from "./plan.ts";
 import type { RefreshState } from "./state.ts";
-
-export interface RefreshDeps {
-  cloud: Pick<RefreshCloud, "describeVolume" | "tagVolume">;
-  engine: Pick<DockerEngine, "images">;
-  puller: ImagePuller;
-  /** Writes the state (file and metrics) as it changes; never throws. */
-  saveState(state: RefreshState): Promise<void>;
-  instanceId: string;
-  log: Logger;
-  now?: () => Date;
-}
+import type { RefreshDeps } from "./deps.ts";
 
 /** Runs the plan's steps; resolves with the final state (never rejects for a pull's failure). */
 export async function applyRefresh(

@@ -66,10 +66,16 @@ export function missingPrePulledListWarning(
   if (key === null || hasChunkedTag(tags, key)) return undefined;
   const fix = `set refresh.prePulledImagesTag to "${BufferTag.prePulledImages}" (osparc's key) or null`;
   if (hasChunkedTag(tags, BufferTag.prePulledImages))
-    return `the instance carries osparc's pre-pulled images tag "${BufferTag.prePulledImages}" but refresh.prePulledImagesTag is "${key}": its images are not pulled; ${fix}`;
+    return (
+      `the instance carries osparc's pre-pulled images tag "${BufferTag.prePulledImages}" but ` +
+      `refresh.prePulledImagesTag is "${key}": its images are not pulled; ${fix}`
+    );
   const role = bufferRole(tags);
   if (role === "warm-activated" || role === "hot")
-    return `osparc's ${role === "hot" ? "hot" : "warm"} buffer tags are present but no "${key}" instance tag: its images are not pulled; if osparc wrote its list under another key, ${fix}`;
+    return (
+      `osparc's ${role === "hot" ? "hot" : "warm"} buffer tags are present but no "${key}" instance tag: its ` +
+      `images are not pulled; if osparc wrote its list under another key, ${fix}`
+    );
   return undefined;
 }
 

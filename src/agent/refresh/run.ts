@@ -97,7 +97,9 @@ export function renderRefresh(outcome: RefreshOutcome): string[] {
     for (const [i, step] of plan.steps.entries()) {
       lines.push(
         `  ${String(i + 1).padStart(2)}. ` +
-          `${step.step === "pull" ? `pull ${step.image} (${step.sources.join(", ")})` : `mark-current ${step.volumeId} as ${step.generation}`}`,
+          (step.step === "pull"
+            ? `pull ${step.image} (${step.sources.join(", ")})`
+            : `mark-current ${step.volumeId} as ${step.generation}`),
       );
     }
     return lines;

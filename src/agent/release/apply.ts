@@ -24,7 +24,7 @@ import {
   type ReleaseSettings,
   type ReleaseStep,
 } from "./plan.ts";
-import type { ReleaseResult, ReleaseProblem } from "../outcomes.ts";
+import type { ReleaseReport, ReleaseProblem } from "../outcomes.ts";
 
 export interface ReleaseLimits {
   /** How long a detach may take to reach `available` (config timeouts.attachSeconds). */
@@ -48,22 +48,22 @@ interface StepContext {
   deps: ReleaseDeps;
   settings: ReleaseSettings;
   limits: ReleaseLimits;
-  result: ReleaseResult;
+  result: ReleaseReport;
 }
 
 type StepName = ReleaseStep["step"];
 type StepHandler<K extends StepName> = (step: Extract<ReleaseStep, { step: K }>, context: StepContext) => Promise<void>;
 
 /** Runs the plan. Never throws for a refusal or a failed step: the result says (exit 1). */
-export async function applyReleasePlan(
+export async function applyRelease(
   plan: ReleasePlan,
   deps: ReleaseDeps,
   settings: ReleaseSettings,
   limits: ReleaseLimits,
   options: { signal?: AbortSignal } = {},
-): Promise<ReleaseResult> {
+): Promise<ReleaseReport> {
   const { log } = deps;
-  const result: ReleaseResult = { outcome: "released", released: [], kept: [], problems: [], timeline: [] };
+  const result: ReleaseReport = { outcome: "released", released: [], kept: [], problems: [], timeline: [] };
   for (const warning of plan.warnings) log.warning("release.plan", warning);
   if (plan.decision !== "release") return undecided(plan, deps, result);
 
@@ -126,7 +126,7 @@ export async function applyReleasePlan(
 }
 
 /** A plan without steps (nothing, disabled, refused): logged and returned as the outcome. */
-function undecided(plan: ReleasePlan, deps: ReleaseDeps, result: ReleaseResult): ReleaseResult {
+function undecided(plan: ReleasePlan, deps: ReleaseDeps, result: ReleaseReport): ReleaseReport {
   const reason = plan.reason ?? plan.decision;
   if (plan.decision === "refused") {
     deps.log.error("release.refused", reason, { remediation: plan.remediation });

@@ -32,10 +32,20 @@ export interface ReleaseDeps {
   pollMs?: number;
   /** Absent: the notice is not read. */
   spotInstanceAction?: SpotInstanceAction;
-  /** containerd's root and service: a root on the volume is put back and containerd stopped before the unmount. Absent: not looked at. */
+  /**
+   * containerd's root and service: a root on the volume is put back and containerd stopped before the unmount. Absent:
+   * not looked at.
+   */
   containerd?: ContainerdRoot;
-  /** How long the release may wait for the instance's state and the spot notice (default 10 s). */
-  shutdownQuestionMs?: number;
-  /** Whether the host's systemd is rebooting (src/host/reboot.ts). Absent: not asked (the lab, a release by hand outside systemd). */
+  /**
+   * How long one IMDS answer may take (config `timeouts.imdsRequestSeconds`): the release asks
+   * whether the instance stops or terminates within twice that (observe.ts shutdownQuestionMs).
+   * Absent: 10 s for the question.
+   */
+  imdsRequestSeconds?: number;
+  /**
+   * Whether the host's systemd is rebooting (src/host/reboot.ts). Absent: not asked (the lab, a release by hand outside
+   * systemd).
+   */
   rebootQueued?: () => Promise<boolean>;
 }

@@ -79,13 +79,22 @@ async function observeDaemonJson(deps: ReleaseDeps, prefix: string): Promise<Rel
 }
 
 /**
+ * How long the release waits to learn whether the instance stops or terminates: the spot notice
+ * gets one IMDS answer's time, the whole question (DescribeInstances beside it) twice that; at
+ * shutdown there is no time to wait longer. Without the IMDS timeout: 10 s.
+ */
+export function shutdownQuestionMs(imdsRequestSeconds: number | undefined): number {
+  return imdsRequestSeconds === undefined ? 10_000 : imdsRequestSeconds * 2000;
+}
+
+/**
  * Stop or terminate: the instance's state (one DescribeInstances), the spot interruption
  * notice and (on a systemd host) whether a reboot is queued, asked together under one deadline. Either may fail: the
  * planner then decides from the
  * other, and without either it releases fully.
  */
 async function observeShutdown(deps: ReleaseDeps, instanceId: string): Promise<ShutdownObservation> {
-  const timeoutMs = deps.shutdownQuestionMs ?? 10_000;
+  const timeoutMs = shutdownQuestionMs(deps.imdsRequestSeconds);
   const signal = AbortSignal.timeout(timeoutMs);
   const bounded = <T>(work: Promise<T>): Promise<T> =>
     Promise.race([

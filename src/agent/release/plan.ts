@@ -28,7 +28,10 @@ export interface ReleaseSettings {
   ttlHours: number;
   /** Where cache volumes are mounted: a data-root below it is the agent's doing. */
   mountRoot: string;
-  /** docker's data-root without the agent: the host's own as recorded before the first switch (original-data-root.ts); undefined: no `data-root` key, docker's default. */
+  /**
+   * docker's data-root without the agent: the host's own as recorded before the first switch (original-data-root.ts);
+   * undefined: no `data-root` key, docker's default.
+   */
   defaultDataRoot: string | undefined;
   /** config `release.stopDocker`. */
   stopDocker: boolean;
@@ -142,7 +145,10 @@ export type ReleaseStep =
    * not say `ready`), and node labels through the API while docker still answers (`node`).
    */
   | { step: "withdraw-labels"; prefix: string; node: boolean }
-  /** daemon.json `data-root` back to the host's own (`to`; absent: no `data-root` key), when it points at a cache volume. */
+  /**
+   * daemon.json `data-root` back to the host's own (`to`; absent: no `data-root` key), when it points at a cache
+   * volume.
+   */
   | { step: "reset-data-root"; from: string; to?: string }
   | { step: "stop-docker"; dataRoot?: string }
   | { step: "sync"; volumeId: string; mountPoints: string[] }

@@ -10,14 +10,14 @@ import type { Logger } from "../../log.ts";
 import type { CloudVolumes, Identity } from "../ports.ts";
 import { resolveReleaseSettings, type ResolvedReleaseSettings } from "../settings.ts";
 import { readWorkspaceRecord } from "../workspace-record.ts";
-import { applyReleasePlan } from "./apply.ts";
+import { applyRelease } from "./apply.ts";
 import { observeRelease } from "./observe.ts";
 import { planRelease, type ReleasePlan } from "./plan.ts";
 import { dataRootToRestore } from "../../docker/original-data-root.ts";
 import type { ReleaseDeps } from "./deps.ts";
 
 export type { ReleaseDeps } from "./deps.ts";
-import type { OutcomeRecorder, ReleaseResult } from "../outcomes.ts";
+import type { OutcomeRecorder, ReleaseReport } from "../outcomes.ts";
 
 export interface ReleaseCommandDeps {
   config: AgentConfig;
@@ -26,7 +26,10 @@ export interface ReleaseCommandDeps {
   cloudFor(region: string): CloudVolumes;
   /** The side-effecting adapters, built once the settings are known. */
   releaseDeps(settings: ResolvedReleaseSettings, cloud: CloudVolumes): ReleaseDeps;
-  /** docker's data-root without the agent when the host's own is not recorded (original-data-root.ts); undefined: docker's default. */
+  /**
+   * docker's data-root without the agent when the host's own is not recorded (original-data-root.ts); undefined:
+   * docker's default.
+   */
   defaultDataRoot?: string;
   log: Logger;
   /** Leaves the outcome for `status` and the metrics; absent: nothing is recorded. */
@@ -36,13 +39,13 @@ export interface ReleaseCommandDeps {
 export interface ReleaseOutcome {
   identity: Identity;
   plan: ReleasePlan;
-  result?: ReleaseResult;
+  report?: ReleaseReport;
   exitCode: number;
 }
 
 /** 0: released, nothing to do, or disabled; 1: refused or failed (the log says what to do). */
-export function releaseExitCode(result: ReleaseResult): number {
-  return result.outcome === "refused" || result.outcome === "failed" ? ExitCode.failure : ExitCode.ok;
+export function releaseExitCode(report: ReleaseReport): number {
+  return report.outcome === "refused" || report.outcome === "failed" ? ExitCode.failure : ExitCode.ok;
 }
 
 /** Runs the release (or, with dryRun, only plans it). */
@@ -90,13 +93,13 @@ export async function runRelease(
     for (const warning of plan.warnings) log.warning("release.plan", warning);
     return { identity, plan, exitCode: plan.decision === "refused" ? ExitCode.failure : ExitCode.ok };
   }
-  const result = await applyReleasePlan(
+  const report = await applyRelease(
     plan,
     releaseDeps,
     settings,
     { detachTimeoutMs: config.timeouts.attachSeconds * 1000 },
     options.signal ? { signal: options.signal } : {},
   );
-  await deps.recorder?.releaseFinished({ instanceId: identity.instanceId, result, finishedAt: new Date() });
-  return { identity, plan, result, exitCode: releaseExitCode(result) };
+  await deps.recorder?.releaseFinished({ instanceId: identity.instanceId, report, finishedAt: new Date() });
+  return { identity, plan, report, exitCode: releaseExitCode(report) };
 }

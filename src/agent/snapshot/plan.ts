@@ -14,7 +14,7 @@ export const EBS_BLOCK_BYTES = 512 * 1024;
 /** Block index → base64 SHA-256 of the block's bytes, for the blocks holding data. */
 export type BlockHashes = ReadonlyMap<number, string>;
 
-export interface UploadPlanInput {
+export interface SnapshotUploadObservation {
   /** The image's blocks holding data. */
   image: BlockHashes;
   /** The parent snapshot's blocks holding data (from the parent build's manifest); absent: a full upload. */
@@ -25,7 +25,7 @@ export interface UploadPlanInput {
   zeroHash: string;
 }
 
-export interface UploadPlan {
+export interface SnapshotUploadPlan {
   /** Block indices to put, ascending, with the hash each put carries. */
   put: { index: number; hash: string; zeros: boolean }[];
   /** Blocks the image holds that the parent already holds the same. */
@@ -36,7 +36,7 @@ export interface UploadPlan {
   changedBlocks: number;
 }
 
-export function planUpload(input: UploadPlanInput): UploadPlan {
+export function planSnapshotUpload(input: SnapshotUploadObservation): SnapshotUploadPlan {
   const { image, parent, alreadyPut, zeroHash } = input;
   // What each index must hold in the new snapshot where it differs from what it holds without a put.
   const wanted = new Map<number, { hash: string; zeros: boolean }>();
@@ -49,7 +49,7 @@ export function planUpload(input: UploadPlanInput): UploadPlan {
   for (const index of parent?.keys() ?? []) {
     if (!image.has(index)) wanted.set(index, { hash: zeroHash, zeros: true });
   }
-  const put: UploadPlan["put"] = [];
+  const put: SnapshotUploadPlan["put"] = [];
   let resumed = 0;
   for (const [index, target] of wanted) {
     if (alreadyPut?.get(index) === target.hash) resumed += 1;

@@ -8,29 +8,9 @@
  */
 import { randomUUID } from "node:crypto";
 import { AgentError, ExitCode } from "../../errors.ts";
-import type { Logger } from "../../log.ts";
-import type { SnapshotBlockReader, SnapshotBlockWriter } from "../ports.ts";
 import { MANIFEST_FORMAT, ManifestError, parseManifest, toMap, toRecord, type SnapshotManifest } from "./manifest.ts";
-import { EBS_BLOCK_BYTES, linearAggregate, planUpload, type BlockHashes } from "./plan.ts";
-
-/** What the upload takes: the EBS direct APIs and the build machine's files. */
-export interface SnapshotUploadDeps {
-  writer: SnapshotBlockWriter;
-  /** Reads a parent snapshot's blocks from EBS (`parentSnapshotId`, when its manifest is not at hand). */
-  reader?: SnapshotBlockReader;
-  scanImage(path: string, blockSize: number): Promise<{ bytes: number; blocks: Map<number, string> }>;
-  readBlock(path: string, index: number, blockSize: number): Promise<Uint8Array>;
-  /** The manifest file's JSON, undefined when there is none (src/host/snapshot-manifest.ts). */
-  readManifestJson(path: string): Promise<unknown>;
-  writeManifestJson(path: string, manifest: SnapshotManifest): Promise<void>;
-  sha256(data: Uint8Array): Uint8Array;
-  zeroBlockHash(blockSize: number): string;
-  log: Logger;
-  /** ms since the epoch (progress rates). */
-  now?: () => number;
-  /** Stops the upload between blocks (SIGTERM): the manifest keeps what was put. */
-  signal?: AbortSignal;
-}
+import { EBS_BLOCK_BYTES, linearAggregate, planSnapshotUpload, type BlockHashes } from "./plan.ts";
+import type { SnapshotUploadDeps } from "./deps.ts";
 
 export interface SnapshotUploadSettings {
   image: string;
@@ -93,7 +73,7 @@ async function readManifest(deps: SnapshotUploadDeps, path: string): Promise<Sna
   return json === undefined ? undefined : parseManifest(path, json);
 }
 
-export async function uploadSnapshot(
+export async function runSnapshotUpload(
   deps: SnapshotUploadDeps,
   settings: SnapshotUploadSettings,
 ): Promise<SnapshotUploadReport> {
@@ -145,7 +125,7 @@ export async function uploadSnapshot(
   );
 
   const clientToken = earlier?.clientToken ?? randomUUID();
-  const started_ = await deps.writer.start({
+  const newSnapshot = await deps.writer.start({
     volumeSizeGiB,
     ...(parentId ? { parentSnapshotId: parentId } : {}),
     clientToken,
@@ -155,14 +135,14 @@ export async function uploadSnapshot(
     ...(settings.kmsKeyArn ? { kmsKeyArn: settings.kmsKeyArn } : {}),
     timeoutMinutes: settings.timeoutMinutes,
   });
-  if (started_.blockSize !== EBS_BLOCK_BYTES) {
+  if (newSnapshot.blockSize !== EBS_BLOCK_BYTES) {
     throw new SnapshotUploadError(
-      `EBS answered a block size of ${started_.blockSize} bytes, not ${EBS_BLOCK_BYTES}`,
+      `EBS answered a block size of ${newSnapshot.blockSize} bytes, not ${EBS_BLOCK_BYTES}`,
       "report this: the builder is written for 512 KiB blocks",
       ExitCode.failure,
     );
   }
-  const { snapshotId } = started_;
+  const { snapshotId } = newSnapshot;
   // The same token gives the same snapshot; another one (the first expired) starts from nothing.
   const written = new Map(earlier?.snapshotId === snapshotId ? toMap(earlier.written) : []);
   const manifest = (): SnapshotManifest => ({
@@ -180,7 +160,7 @@ export async function uploadSnapshot(
   });
   await deps.writeManifestJson(settings.manifest, manifest());
 
-  const plan = planUpload({
+  const plan = planSnapshotUpload({
     image: scan.blocks,
     ...(parentBlocks ? { parent: parentBlocks } : {}),
     alreadyPut: written,

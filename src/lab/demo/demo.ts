@@ -68,7 +68,7 @@ export async function runLabDemo(options: DemoOptions): Promise<void> {
     out("");
     out(`instance ${host.instance.instanceId} boots (zone ${host.instance.availabilityZone})`);
     const booted = await step("agent boot", () => bootLabHost(lab, host, { overrides: { pool: options.pool }, log }));
-    const result = booted.result!;
+    const result = booted.report!;
     out(`outcome: ${result.outcome}${result.reason ? ` (${result.reason})` : ""}`);
     if (result.volumeId) out(`volume ${result.volumeId} on ${result.device} at ${result.mountPoint}`);
     out("boot timeline:");
@@ -120,7 +120,8 @@ export async function describePool(lab: Lab, pool: string): Promise<string> {
         "--output",
         "table",
         "--query",
-        `Volumes[].{Id:VolumeId,AZ:AvailabilityZone,State:State,Size:Size,Snapshot:SnapshotId,ClaimedBy:Tags[?Key=='${VolumeTag.claimedBy}']|[0].Value}`,
+        `Volumes[].{Id:VolumeId,AZ:AvailabilityZone,State:State,Size:Size,Snapshot:SnapshotId,ClaimedBy:Tags[?Key=='` +
+          `${VolumeTag.claimedBy}']|[0].Value}`,
       ],
       { env: { ...process.env, ...lab.awsEnv() } as Record<string, string> },
     );

@@ -138,7 +138,7 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
 
     // 1. A machine for a task's ids.
     const first = await machineFor(FIRST, "user_42 / a project / a node");
-    const workspace = first.boot.result?.volumeId ?? "";
+    const workspace = first.boot.report?.volumeId ?? "";
     const dockerd = first.node.host.dockerd!;
     await dockerd.docker(["volume", "create", "work"]);
     await dockerd.docker([
@@ -186,8 +186,8 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     ]);
     say(
       "agent",
-      `${again.boot.result?.volumeId === workspace ? "the same" : "ANOTHER"} workspace volume ` +
-        `${again.boot.result?.volumeId} (${again.boot.phase1.plan.selection.source})`,
+      `${again.boot.report?.volumeId === workspace ? "the same" : "ANOTHER"} workspace volume ` +
+        `${again.boot.report?.volumeId} (${again.boot.phase1.plan.selection.source})`,
     );
     say("docker", `cat /data/file in docker volume "work": ${file.stdout.trim()}`);
     // Nothing below needs these two volumes back: their terminations run while the next boots do.
@@ -198,8 +198,9 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     const volumes = (await other.node.host.dockerd!.docker(["volume", "ls", "-q"])).stdout.split("\n").filter(Boolean);
     say(
       "agent",
-      `other ids: volume ${other.boot.result?.volumeId} (${other.boot.phase1.plan.selection.source}), ` +
-        `${other.boot.result?.volumeId === workspace ? "THE FIRST IDS' WORKSPACE" : "not the workspace of user_42"}; docker volumes: ${volumes.length === 0 ? "none" : volumes.join(" ")}`,
+      `other ids: volume ${other.boot.report?.volumeId} (${other.boot.phase1.plan.selection.source}), ` +
+        `${other.boot.report?.volumeId === workspace ? "THE FIRST IDS' WORKSPACE" : "not the workspace of user_42"}; ` +
+        `docker volumes: ${volumes.length === 0 ? "none" : volumes.join(" ")}`,
     );
     terminations.push(terminateInBackground(other.node));
 
@@ -208,7 +209,7 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     say("osparc", `RunInstances ${buffer.instanceId} as a warm buffer (${Osparc.warmBufferTag}=true, no labels tag)`);
     const bufferBoot = await osparc.boot(buffer);
     sayBoot(bufferBoot);
-    const kept = bufferBoot.result?.volumeId ?? "";
+    const kept = bufferBoot.report?.volumeId ?? "";
     say("agent", `buffer on ${kept} (${bufferBoot.phase1.plan.selection.source})`);
     await osparc.stop(buffer);
     const stopped = await describe(lab, kept);
@@ -230,13 +231,14 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     const waited = activated.phase1.log.some((line) => /waiting up to/.test(line));
     say(
       "agent",
-      `phase 1 ${waited ? "waited for" : "did not wait for"} the labels tag (it lands before the OS boots; the buffer's pool volume is attached and reused)`,
+      `phase 1 ${waited ? "waited for" : "did not wait for"} the labels tag (it lands before the OS boots; the ` +
+        `buffer's pool volume is attached and reused)`,
     );
     sayBoot(activated);
     say(
       "ec2",
       `AttachVolume requests for ${buffer.instanceId} since StartInstances: ${attachesSince(buffer, since)} ` +
-        `(volume ${activated.result?.volumeId === kept ? "kept" : `changed to ${activated.result?.volumeId}`})`,
+        `(volume ${activated.report?.volumeId === kept ? "kept" : `changed to ${activated.report?.volumeId}`})`,
     );
     await osparc.join(buffer);
     await osparc.attachNode(buffer);
@@ -252,11 +254,14 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
 }
 
 function outcomeOf(
-  run: AgentRun<{ result?: { outcome: string; volumeId?: string; reason?: string } | undefined }> | undefined,
+  run: AgentRun<{ report?: { outcome: string; volumeId?: string; reason?: string } | undefined }> | undefined,
 ): string {
-  const result = run?.result;
+  const result = run?.report;
   if (!result) return "no result";
-  return `${result.outcome}${result.volumeId ? ` on ${result.volumeId}` : ""}${result.reason ? ` (${result.reason})` : ""}`;
+  return (
+    `${result.outcome}${result.volumeId ? ` on ${result.volumeId}` : ""}` +
+    `${result.reason ? ` (${result.reason})` : ""}`
+  );
 }
 
 function sec(ms: number): string {

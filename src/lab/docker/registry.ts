@@ -43,7 +43,8 @@ export interface LabRegistryOptions {
 }
 
 /**
- * The network namespace of a lab host's private dockerd (src/lab/docker/dockerd.ts: `<root>/net.ns`); new at each dockerd
+ * The network namespace of a lab host's private dockerd (src/lab/docker/dockerd.ts: `<root>/net.ns`); new at each
+ * dockerd
  * start.
  */
 export function labRegistryNetns(host: LabHost): string {

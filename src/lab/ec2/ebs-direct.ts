@@ -61,7 +61,7 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
   const uploads = new Map<string, Upload>();
   const clientTokens = new Map<string, { snapshotId: string; request: string }>();
 
-  const blocksOf = (_snapshotId: string) => {
+  const blockStore = () => {
     if (!store) throw new EbsError(501, "InternalServerException", "this lab's storage keeps no snapshot blocks");
     return store;
   };
@@ -131,7 +131,7 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
       error: null,
       imageReady: true,
     };
-    await blocksOf(snapshot.snapshotId).start(snapshot.snapshotId, size as number, parent?.snapshotId);
+    await blockStore().start(snapshot.snapshotId, size as number, parent?.snapshotId);
     ctx.store.model.snapshots[snapshot.snapshotId] = snapshot;
     ctx.store.commit();
     uploads.set(snapshot.snapshotId, { written: new Map(), blockCount: (snapshot.volumeSize * GiB) / EBS_BLOCK_BYTES });
@@ -176,7 +176,7 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
     const checksum = sha256b64(body);
     if (headers.get("x-amz-checksum") !== checksum)
       throw validation("the checksum does not match the data", "INVALID_CHECKSUM");
-    await blocksOf(id).put(id, index, body);
+    await blockStore().put(id, index, body);
     upload.written.set(index, checksum);
     return { status: 201, headers: { "x-amz-checksum": checksum, "x-amz-checksum-algorithm": "SHA256" }, body: "" };
   }
@@ -186,7 +186,8 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
     const count = Number(headers.get("x-amz-changedblockscount"));
     if (!Number.isSafeInteger(count) || count !== upload.written.size)
       throw validation(
-        `ChangedBlocksCount ${headers.get("x-amz-changedblockscount")} is not the ${upload.written.size} blocks written`,
+        `ChangedBlocksCount ${headers.get("x-amz-changedblockscount")} ` +
+          `is not the ${upload.written.size} blocks written`,
         "INVALID_CHANGED_BLOCKS_COUNT",
       );
     const aggregate = headers.get("x-amz-checksum");
@@ -210,14 +211,14 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
 
   async function listBlocks(id: string, query: URLSearchParams): Promise<EbsAnswer> {
     const snapshot = completedSnapshot(id);
-    const all = await blocksOf(id).blocks(id, EBS_BLOCK_BYTES);
+    const all = await blockStore().blocks(id, EBS_BLOCK_BYTES);
     return json(200, { ...page(all, query, (i) => ({ BlockIndex: i, BlockToken: `${id}.${i}` })), ...sizes(snapshot) });
   }
 
   async function listChanged(second: string, query: URLSearchParams): Promise<EbsAnswer> {
     const first = query.get("firstSnapshotId");
-    const b = completedSnapshot(second);
-    const store = blocksOf(second);
+    const secondSnapshot = completedSnapshot(second);
+    const store = blockStore();
     const secondBlocks = await store.blocks(second, EBS_BLOCK_BYTES);
     let changed = secondBlocks;
     if (first !== null) {
@@ -226,8 +227,11 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
       const union = [...new Set([...firstBlocks, ...secondBlocks])].sort((x, y) => x - y);
       changed = [];
       for (const i of union) {
-        const [x, y] = [await store.read(first, i, EBS_BLOCK_BYTES), await store.read(second, i, EBS_BLOCK_BYTES)];
-        if (!x.equals(y)) changed.push(i);
+        const [inFirst, inSecond] = [
+          await store.read(first, i, EBS_BLOCK_BYTES),
+          await store.read(second, i, EBS_BLOCK_BYTES),
+        ];
+        if (!inFirst.equals(inSecond)) changed.push(i);
       }
     }
     const item = (i: number) => ({
@@ -236,7 +240,7 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
       SecondBlockToken: `${second}.${i}`,
     });
     const { Blocks, NextToken } = page(changed, query, item);
-    return json(200, { ChangedBlocks: Blocks, ...(NextToken ? { NextToken } : {}), ...sizes(b) });
+    return json(200, { ChangedBlocks: Blocks, ...(NextToken ? { NextToken } : {}), ...sizes(secondSnapshot) });
   }
 
   async function getBlock(id: string, indexText: string, query: URLSearchParams): Promise<EbsAnswer> {
@@ -244,7 +248,7 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
     const index = blockIndex(indexText, snapshot);
     if (query.get("blockToken") !== `${id}.${index}`)
       throw validation("the BlockToken is not this block's", "INVALID_BLOCK_TOKEN");
-    const data = await blocksOf(id).read(id, index, EBS_BLOCK_BYTES);
+    const data = await blockStore().read(id, index, EBS_BLOCK_BYTES);
     return {
       status: 200,
       headers: {

@@ -146,25 +146,25 @@ export class Lifecycle {
     const made = volume.imageReady
       ? Promise.resolve()
       : this.enqueue(volumeId, create).then(() => {
-          const v = this.store.volume(volumeId);
-          if (v) {
-            v.imageReady = true;
+          const volume = this.store.volume(volumeId);
+          if (volume) {
+            volume.imageReady = true;
             this.store.commit();
           }
         });
     if (snapshotId) this.useSnapshot(snapshotId, made);
     const done = Promise.all([made, this.delay(this.deps.delays.createMs)]).then(
       ([, elapsed]) => {
-        const v = this.store.volume(volumeId);
-        if (!elapsed || !this.live(epoch) || v?.state !== "creating") return;
-        v.state = "available";
+        const volume = this.store.volume(volumeId);
+        if (!elapsed || !this.live(epoch) || volume?.state !== "creating") return;
+        volume.state = "available";
         this.store.commit();
       },
       (error: unknown) => {
-        const v = this.store.volume(volumeId);
-        if (!this.live(epoch) || v?.state !== "creating") return;
-        v.state = "error";
-        v.error = this.backendFailed("createVolume", error, { volumeId });
+        const volume = this.store.volume(volumeId);
+        if (!this.live(epoch) || volume?.state !== "creating") return;
+        volume.state = "error";
+        volume.error = this.backendFailed("createVolume", error, { volumeId });
         this.store.commit();
       },
     );
@@ -181,10 +181,10 @@ export class Lifecycle {
         this.store.commit();
       },
       (error: unknown) => {
-        const v = this.store.volume(volumeId);
-        if (!this.live(epoch) || !v) return;
-        v.state = "error";
-        v.error = this.backendFailed("deleteVolume", error, { volumeId });
+        const volume = this.store.volume(volumeId);
+        if (!this.live(epoch) || !volume) return;
+        volume.state = "error";
+        volume.error = this.backendFailed("deleteVolume", error, { volumeId });
         this.store.commit();
       },
     );
@@ -438,26 +438,26 @@ export class Lifecycle {
     const copied = snapshot.imageReady
       ? Promise.resolve()
       : this.enqueue(volumeId, () => this.deps.backend.createSnapshot(snapshotId, volumeId)).then(() => {
-          const s = this.store.snapshot(snapshotId);
-          if (s) {
-            s.imageReady = true;
+          const snapshot = this.store.snapshot(snapshotId);
+          if (snapshot) {
+            snapshot.imageReady = true;
             this.store.commit();
           }
         });
     this.useSnapshot(snapshotId, copied);
     const done = Promise.all([copied, this.delay(this.deps.delays.snapshotMs)]).then(
       ([, elapsed]) => {
-        const s = this.store.snapshot(snapshotId);
-        if (!elapsed || !this.live(epoch) || s?.state !== "pending") return;
-        s.state = "completed";
-        s.completionTime = new Date(this.deps.now()).toISOString();
+        const snapshot = this.store.snapshot(snapshotId);
+        if (!elapsed || !this.live(epoch) || snapshot?.state !== "pending") return;
+        snapshot.state = "completed";
+        snapshot.completionTime = new Date(this.deps.now()).toISOString();
         this.store.commit();
       },
       (error: unknown) => {
-        const s = this.store.snapshot(snapshotId);
-        if (!this.live(epoch) || !s) return;
-        s.state = "error";
-        s.error = this.backendFailed("createSnapshot", error, { snapshotId, volumeId });
+        const snapshot = this.store.snapshot(snapshotId);
+        if (!this.live(epoch) || !snapshot) return;
+        snapshot.state = "error";
+        snapshot.error = this.backendFailed("createSnapshot", error, { snapshotId, volumeId });
         this.store.commit();
       },
     );

@@ -5,7 +5,7 @@
 import { mkdir, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { runBoot, type BootOutcome } from "../../agent/boot/run.ts";
-import { runPrewarmCommand, type PrewarmCommandOptions, type PrewarmCommandOutcome } from "../../agent/prewarm/run.ts";
+import { runPrewarm, type PrewarmCommandOptions, type PrewarmOutcome } from "../../agent/prewarm/run.ts";
 import { runRelease, type ReleaseOutcome } from "../../agent/release/run.ts";
 import { runRefresh, type RefreshOutcome } from "../../agent/refresh/run.ts";
 import { wireBoot, wirePrewarm, wireRefresh, wireRelease, type WiringOptions } from "../../cli/wiring.ts";
@@ -164,8 +164,8 @@ export async function prewarmLabHost(
   lab: Lab,
   host: LabHost,
   options: { overrides?: ConfigOverrides; log: Logger } & PrewarmCommandOptions,
-): Promise<PrewarmCommandOutcome> {
-  return runPrewarmCommand(wirePrewarm(labWiring(lab, host, options)), options);
+): Promise<PrewarmOutcome> {
+  return runPrewarm(wirePrewarm(labWiring(lab, host, options)), options);
 }
 
 /** Releases in this process on a lab host (what ebs-cache-agent-release.service's ExecStop does at shutdown). */

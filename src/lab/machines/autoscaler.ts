@@ -66,7 +66,10 @@ export interface OsparcNode {
   instanceId: string;
   /** The task labels it was launched or last activated for (placement keys and values). */
   labels: Record<string, string>;
-  /** What cloud-init runs: `cold` (`ec2_startup_script`), `warm-buffer` (`ec2_warm_buffer_startup_script`, no join), `join` (the idempotent join set by an activation). */
+  /**
+   * What cloud-init runs: `cold` (`ec2_startup_script`), `warm-buffer` (`ec2_warm_buffer_startup_script`, no join),
+   * `join` (the idempotent join set by an activation).
+   */
   userData: "cold" | "warm-buffer" | "join";
   /** The last release the shutdown hook ran (after a stop or a terminate of a running instance). */
   lastRelease?: AgentRun<ReleaseOutcome>;
@@ -154,9 +157,15 @@ export interface AutoscalerActor {
    * (`list_task_required_node_labels_tag_keys(instances[0].tags)`).
    */
   attachNode(...nodes: OsparcNode[]): Promise<void>;
-  /** `_activate_drained_nodes` / `set_node_osparc_ready(true)`: labels merged, node active (a hot buffer re-activated for any task). */
+  /**
+   * `_activate_drained_nodes` / `set_node_osparc_ready(true)`: labels merged, node active (a hot buffer re-activated
+   * for any task).
+   */
   activate(node: OsparcNode, labels?: Record<string, string>): Promise<void>;
-  /** `_deactivate_empty_nodes` / `set_node_osparc_ready(false)`: ready=false, the placement labels removed, node drained. */
+  /**
+   * `_deactivate_empty_nodes` / `set_node_osparc_ready(false)`: ready=false, the placement labels removed, node
+   * drained.
+   */
   drain(node: OsparcNode): Promise<void>;
   /**
    * director-v2's `service_remove_sidecar_proxy_docker_networks_and_volumes` when a service
@@ -175,7 +184,10 @@ export interface AutoscalerActor {
    * success removes the pulling tags.
    */
   pullIntoHotBuffer(node: OsparcNode): Promise<void>;
-  /** TerminateInstances; resolves once EC2 shows `terminated` (a running one's release ran in its shutdown; a stopped one runs nothing). */
+  /**
+   * TerminateInstances; resolves once EC2 shows `terminated` (a running one's release ran in its shutdown; a stopped
+   * one runs nothing).
+   */
   terminate(node: OsparcNode): Promise<void>;
   /** StopInstances; resolves once EC2 shows `stopped`. */
   stop(node: OsparcNode): Promise<void>;

@@ -168,7 +168,10 @@ export function deviceNodesScript(devices: MachineSetup["blockDevices"]): string
   ].join("\n");
 }
 
-/** Mounts the cached root file system under an overlay of the machine's own and installs Node, the agent, its config and the harness. */
+/**
+ * Mounts the cached root file system under an overlay of the machine's own and installs Node, the agent, its config and
+ * the harness.
+ */
 export async function prepareMachine(setup: MachineSetup): Promise<PreparedMachine> {
   await reapStaleMachines();
   await mkdir(MACHINES, { recursive: true });
@@ -261,7 +264,9 @@ export interface Machine {
   poweroff(timeoutMs: number): Promise<number | null>;
   /** Whether nspawn still runs. */
   running(): boolean;
-  /** Kills whatever is left (the container's PID 1 first, which ends its PID namespace) and removes the machine's root. */
+  /**
+   * Kills whatever is left (the container's PID 1 first, which ends its PID namespace) and removes the machine's root.
+   */
   destroy(): Promise<void>;
 }
 

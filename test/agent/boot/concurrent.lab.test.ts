@@ -17,7 +17,7 @@ import type { LabHost } from "../../../src/lab/lab.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import { findmnt, mountsUnder, POOL, startBootLab, type CliBoot } from "../../fixtures/boot-lab.ts";
 import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
-import type { BootResult } from "../../../src/agent/outcomes.ts";
+import type { BootReport } from "../../../src/agent/outcomes.ts";
 
 await assertLabPrerequisites();
 
@@ -29,7 +29,7 @@ t.teardown(() => bl.close());
 interface Booted {
   host: LabHost;
   run: CliBoot;
-  json: { instanceId: string; plan: BootPlan; result: BootResult | null } | undefined;
+  json: { instanceId: string; plan: BootPlan; result: BootReport | null } | undefined;
 }
 
 t.test(

@@ -49,10 +49,10 @@ t.test(
 
     const booted = await bl.boot(host, { overrides: { pool: "stale-tags" } });
     t.equal(
-      booted.result?.outcome,
+      booted.report?.outcome,
       "ready",
       "ready on the attached volume",
-      booted.result?.outcome === "ready" ? {} : { log: booted.log.join("\n") },
+      booted.report?.outcome === "ready" ? {} : { log: booted.log.join("\n") },
     );
     t.equal(booted.plan.selection.source, "attached");
     const tags = await bl.tags(volumeId!);
@@ -65,7 +65,7 @@ t.test(
     // Right already: a second run writes no tag.
     const before = bl.calls.length;
     const again = await bl.boot(host, { overrides: { pool: "stale-tags" } });
-    t.equal(again.result?.outcome, "ready");
+    t.equal(again.report?.outcome, "ready");
     const mine = bl.calls.slice(before).map((c) => c.command);
     t.notOk(
       mine.includes("CreateTagsCommand") || mine.includes("DeleteTagsCommand"),
@@ -100,12 +100,12 @@ t.test(
 
     const booted = await bl.boot(host, { overrides: { pool } });
     t.equal(
-      booted.result?.outcome,
+      booted.report?.outcome,
       "ready",
       "ready on the next candidate",
-      booted.result?.outcome === "ready" ? {} : { result: booted.result, log: booted.log.join("\n") },
+      booted.report?.outcome === "ready" ? {} : { result: booted.report, log: booted.log.join("\n") },
     );
-    t.equal(booted.result?.volumeId, good, "on the good volume");
+    t.equal(booted.report?.volumeId, good, "on the good volume");
     // (The good one may take two calls: the bad one still holds /dev/sdf while it detaches, and
     // EC2 refuses a name in use, so the next name is tried.)
     t.same(
@@ -127,16 +127,16 @@ t.test(
     // Another host, whatever its order: the quarantined volume is no candidate.
     const other = await bl.addHost();
     const second = await bl.boot(other, { overrides: { pool, createFromSnapshot: false } });
-    t.equal(second.result?.outcome, "degraded", "nothing else left in the pool");
+    t.equal(second.report?.outcome, "degraded", "nothing else left in the pool");
     t.same(bl.attachCalls(other.instance.instanceId), [], "the quarantined volume was not tried");
-    t.match(second.result?.reason, /no available volume in the pool/);
+    t.match(second.report?.reason, /no available volume in the pool/);
 
     // Quarantine off: it is a candidate again (and fails again, handed back).
     const third = await bl.addHost();
     const retried = await bl.boot(third, {
       overrides: { pool, createFromSnapshot: false, claim: { quarantineHours: 0 } },
     });
-    t.equal(retried.result?.outcome, "degraded");
+    t.equal(retried.report?.outcome, "degraded");
     t.same(bl.attachCalls(third.instance.instanceId), [bad], "with quarantine off it is tried");
     await host.dockerd?.stop();
   },
@@ -201,10 +201,10 @@ t.test(
     bl.lab.ec2.setFaults({});
     t.equal(created.plan.selection.source, "snapshot", "no pool volume: one is made from the snapshot");
     t.equal(
-      created.result?.outcome,
+      created.report?.outcome,
       "ready",
       "ready on the new volume",
-      created.result?.outcome === "ready" ? {} : { result: created.result, log: created.log.join("\n") },
+      created.report?.outcome === "ready" ? {} : { result: created.report, log: created.log.join("\n") },
     );
     t.ok(
       created.log.some((line) => /not visible to AttachVolume yet/.test(line)),
@@ -298,10 +298,10 @@ t.test(
     );
     t.equal(booted.plan.selection.source, "new-workspace", "the workspace ids were used: a workspace volume for them");
     t.equal(
-      booted.result?.outcome,
+      booted.report?.outcome,
       "ready",
       "ready",
-      booted.result?.outcome === "ready" ? {} : { result: booted.result },
+      booted.report?.outcome === "ready" ? {} : { result: booted.report },
     );
 
     // Activated without a task (a hot-buffer refill): `false` and no labels tag. None will come: no wait.

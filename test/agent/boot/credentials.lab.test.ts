@@ -24,7 +24,7 @@ import { VolumeTag } from "../../../src/tags.ts";
 import { startBootLab } from "../../fixtures/boot-lab.ts";
 import { assertLabPrerequisites, childEnv } from "../../fixtures/lab-prereq.ts";
 import { workspaceTags } from "../../fixtures/lifecycle-lab.ts";
-import type { BootResult } from "../../../src/agent/outcomes.ts";
+import type { BootReport } from "../../../src/agent/outcomes.ts";
 
 await assertLabPrerequisites();
 
@@ -42,7 +42,7 @@ interface Run {
   stdout: string;
   stderr: string;
   plan?: BootPlan;
-  result?: BootResult | null;
+  result?: BootReport | null;
 }
 
 /**
@@ -70,7 +70,7 @@ async function bootCli(host: LabHost, overrides: ConfigOverrides = {}, phase = "
   );
   const run: Run = { exitCode: result.exitCode ?? -1, stdout: String(result.stdout), stderr: String(result.stderr) };
   try {
-    Object.assign(run, JSON.parse(run.stdout) as { plan: BootPlan; result: BootResult | null });
+    Object.assign(run, JSON.parse(run.stdout) as { plan: BootPlan; result: BootReport | null });
   } catch {
     // no JSON: the assertions below show stdout and stderr
   }

@@ -24,10 +24,10 @@ t.teardown(() => bl.close());
 
 function assertOutcome(t: Test, booted: InProcessBoot, outcome: string, message: string): void {
   t.equal(
-    booted.result?.outcome,
+    booted.report?.outcome,
     outcome,
     message,
-    booted.result?.outcome === outcome ? {} : { result: booted.result, log: booted.log.join("\n") },
+    booted.report?.outcome === outcome ? {} : { result: booted.report, log: booted.log.join("\n") },
   );
 }
 
@@ -55,7 +55,7 @@ t.test(
     assertOutcome(t, booted, "degraded", "outcome degraded");
     t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
     t.equal(booted.plan.selection.source, "none", "the plan finds nothing to claim in us-east-1a");
-    t.match(booted.result?.reason, /no available volume in the pool/, "the reason says so");
+    t.match(booted.report?.reason, /no available volume in the pool/, "the reason says so");
     t.equal(bl.emulatorAttachRequests(), requests, "the emulator got no AttachVolume at all");
     await otherZoneUntouched(t);
     t.equal(
@@ -81,7 +81,7 @@ t.test("no pool volume in this zone: a volume is created from the pool's snapsho
   assertOutcome(t, booted, "ready", "outcome ready");
   t.equal(booted.exitCode, 0);
   t.equal(booted.plan.selection.source, "snapshot", "the plan creates a volume from the snapshot");
-  const volumeId = booted.result!.volumeId!;
+  const volumeId = booted.report!.volumeId!;
   t.notOk(bl.poolVolumes.includes(volumeId), "a new volume, not one of the other zone");
   const volume = await bl.describe(volumeId);
   t.equal(volume.SnapshotId, bl.golden?.snapshotId, "made from the golden snapshot");
@@ -142,7 +142,7 @@ t.test(
     assertOutcome(t, booted, "degraded", "outcome degraded");
     t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
     t.match(
-      booted.result?.reason,
+      booted.report?.reason,
       new RegExp(
         `the workspace volume ${plain} of these ids is not encrypted and workspace\\.requireEncrypted is set: ` +
           `not attached`,
@@ -175,7 +175,7 @@ t.test(
     assertOutcome(t, booted, "degraded", "outcome degraded");
     t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
     t.equal(booted.plan.selection.source, "none");
-    t.match(booted.result?.reason, /no completed snapshot/, "the reason names the missing snapshot");
+    t.match(booted.report?.reason, /no completed snapshot/, "the reason names the missing snapshot");
     t.equal(bl.emulatorAttachRequests(), requests, "no AttachVolume");
 
     const dockerd = host.dockerd;

@@ -394,12 +394,16 @@ for (const [index, kind] of CORPUS.entries()) {
   batches.at(-1)!.push({ kind, index });
 }
 
-/** One host boots every batch in turn: each boot refuses its volumes one by one, degrades and leaves docker on its default root. */
+/**
+ * One host boots every batch in turn: each boot refuses its volumes one by one, degrades and leaves docker on its
+ * default root.
+ */
 let host: LabHost | undefined;
 
 for (const [batchIndex, batch] of batches.entries()) {
   t.test(
-    `foreign, boot ${batchIndex + 1}/${batches.length}: ${batch.map(({ kind }) => kind.name).join("; ")}: each refused and left byte-for-byte unchanged`,
+    `foreign, boot ${batchIndex + 1}/${batches.length}: ${batch.map(({ kind }) => kind.name).join("; ")}: each ` +
+      `refused and left byte-for-byte unchanged`,
     async (t) => {
       const pool = `corpus-${batchIndex}`;
       const started = Date.now();
@@ -423,14 +427,14 @@ for (const [batchIndex, batch] of batches.entries()) {
       const bootMs = Date.now() - madeAt;
       const log = booted.log.join("\n");
       t.equal(
-        booted.result?.outcome,
+        booted.report?.outcome,
         "degraded",
         "the boot degrades",
-        booted.result?.outcome === "degraded" ? {} : { result: booted.result, log },
+        booted.report?.outcome === "degraded" ? {} : { result: booted.report, log },
       );
       t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
       t.match(
-        booted.result?.reason ?? "",
+        booted.report?.reason ?? "",
         /not the agent's cache filesystem|candidate/,
         "the degraded reason says why",
       );
@@ -478,13 +482,13 @@ t.test(
     const ours = await bl.addHost();
     const booted = await bl.boot(ours, { overrides: { pool: "dirty-ours" } });
     t.equal(
-      booted.result?.outcome,
+      booted.report?.outcome,
       "ready",
       "ready on the volume",
-      booted.result?.outcome === "ready" ? {} : { result: booted.result, log: booted.log.join("\n") },
+      booted.report?.outcome === "ready" ? {} : { result: booted.report, log: booted.log.join("\n") },
     );
-    t.equal(booted.result?.volumeId, volumeId);
-    const mountPoint = booted.result!.mountPoint!;
+    t.equal(booted.report?.volumeId, volumeId);
+    const mountPoint = booted.report!.mountPoint!;
     await t.resolves(
       access(join(mountPoint, "only-in-the-log")),
       "the folder that existed only in the log is there: the log was replayed at the mount",

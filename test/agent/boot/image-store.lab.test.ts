@@ -37,10 +37,10 @@ t.test("a graphdriver host claims the graphdriver volume and leaves the containe
   const host = await bl.addHost();
   const booted = await bl.boot(host, { overrides: { pool: POOL } });
   t.equal(
-    booted.result?.outcome,
+    booted.report?.outcome,
     "ready",
     "ready",
-    booted.result?.outcome === "ready" ? {} : { result: booted.result, log: booted.log.join("\n") },
+    booted.report?.outcome === "ready" ? {} : { result: booted.report, log: booted.log.join("\n") },
   );
   t.same(
     booted.plan.selection.source === "pool" ? booted.plan.selection.candidates : [],
@@ -49,7 +49,7 @@ t.test("a graphdriver host claims the graphdriver volume and leaves the containe
   );
   t.equal(booted.plan.hostStore?.store, "graphdriver", "the host's store as observed from its daemon.json");
   t.match(booted.plan.hostStore?.engineVersion ?? "", /^\d+\.\d+/, "and its dockerd's version");
-  t.equal(booted.result?.volumeId, graphdriverVolume);
+  t.equal(booted.report?.volumeId, graphdriverVolume);
   t.notOk(bl.attachCalls().includes(containerdVolume), "no AttachVolume for the containerd volume");
   t.equal((await bl.describe(containerdVolume)).State, "available");
 });
@@ -61,12 +61,16 @@ t.test(
     const host = await bl.addHost();
     const requests = bl.emulatorAttachRequests();
     const booted = await bl.boot(host, { overrides: { pool: POOL, createFromSnapshot: false } });
-    t.equal(booted.result?.outcome, "degraded");
+    t.equal(booted.report?.outcome, "degraded");
     t.equal(booted.exitCode, ExitCode.degraded);
     t.equal(booted.plan.selection.source, "none");
     t.match(
-      booted.result?.reason ?? "",
-      /no pool volume fits this host's image store: vol-\w+ was built with the containerd image store .* this host's dockerd uses the graphdriver store/,
+      booted.report?.reason ?? "",
+      new RegExp(
+        String.raw`no pool volume fits this host's image store: vol-\w+ was built ` +
+          String.raw`with the containerd image store .* this host's dockerd uses ` +
+          String.raw`the graphdriver store`,
+      ),
     );
     t.equal(bl.emulatorAttachRequests(), requests, "the emulator got no AttachVolume");
     t.equal(

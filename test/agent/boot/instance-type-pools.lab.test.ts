@@ -72,7 +72,7 @@ t.test("pool fill stocks both pools at their sizes; a g4dn boot claims from its 
     ],
     "the default pool and the rule's",
   );
-  const outcomes = await runKeepers(cloud, pools, { dryRun: false, log });
+  const outcomes = await runKeepers({ cloud, log }, pools, { dryRun: false });
   t.same(
     outcomes.map((o) => [o.plan.pool, o.failed]),
     [
@@ -94,15 +94,15 @@ t.test("pool fill stocks both pools at their sizes; a g4dn boot claims from its 
   const host = await bl.addHost({ instanceType: "g4dn.8xlarge" });
   const booted = await bl.boot(host, { overrides: { pool: POOL, instanceTypePools: rules } });
   t.equal(
-    booted.result?.outcome,
+    booted.report?.outcome,
     "ready",
     "the boot came up",
-    booted.result?.outcome === "ready" ? {} : { log: booted.log },
+    booted.report?.outcome === "ready" ? {} : { log: booted.log },
   );
-  t.equal(booted.result?.volumeId, largeVolume, "the large type claims the large pool's volume");
+  t.equal(booted.report?.volumeId, largeVolume, "the large type claims the large pool's volume");
   t.equal((await bl.describe(smallVolume)).State, "available", "the default pool's volume is left for others");
   t.match(booted.log.join("\n"), /pool gpu \(\d+ GiB volumes\): instance type g4dn\.8xlarge matches g4dn\.\*/);
-  const fs = await statfs(booted.result!.mountPoint!);
+  const fs = await statfs(booted.report!.mountPoint!);
   const sizeGiB = (fs.blocks * fs.bsize) / 1024 ** 3;
   t.ok(sizeGiB > golden.sizeGiB + 1, `the filesystem grown to the volume: ${sizeGiB.toFixed(2)} GiB`);
 });

@@ -27,13 +27,13 @@ t.test("joined before the agent: phase 2 does not switch docker after the join",
   const overrides = { pool: POOL };
 
   const phase1 = await bootLabHost(bl.lab, host, { overrides, log: createMemoryLogger("debug"), withDocker: false });
-  t.equal(phase1.result?.outcome, "prepared", "phase 1 prepared the pool volume", { result: phase1.result });
-  const volumeId = phase1.result!.volumeId!;
+  t.equal(phase1.report?.outcome, "prepared", "phase 1 prepared the pool volume", { result: phase1.report });
+  const volumeId = phase1.report!.volumeId!;
 
   const log = createMemoryLogger("debug");
   const phase2 = await bootLabHost(bl.lab, host, { overrides, log, mayClaim: false });
-  t.equal(phase2.result?.outcome, "degraded", "phase 2: degraded", { log: log.lines.join("\n") });
-  t.match(phase2.result?.reason, /in a swarm \(active\): not moved to the cache volume after the join/);
+  t.equal(phase2.report?.outcome, "degraded", "phase 2: degraded", { log: log.lines.join("\n") });
+  t.match(phase2.report?.reason, /in a swarm \(active\): not moved to the cache volume after the join/);
   const info = await dockerd.info();
   t.equal(dockerd.pid, pid, "docker was not restarted");
   t.equal(info.DockerRootDir, host.paths.defaultDataRoot, "docker still on its default data-root");

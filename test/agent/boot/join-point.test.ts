@@ -6,7 +6,7 @@
  */
 import t from "tap";
 import type { PrewarmAtBoot } from "../../../src/agent/prewarm/apply.ts";
-import { readyOutcome, type PrewarmOutcome } from "../../../src/agent/prewarm/plan.ts";
+import { readyReport, type PrewarmReport } from "../../../src/agent/prewarm/plan.ts";
 import { runBoot, type BootCommandDeps } from "../../../src/agent/boot/run.ts";
 import { Label, VolumeTag } from "../../../src/tags.ts";
 import { fakeNode, type FakeNode } from "../../fixtures/fakes/index.ts";
@@ -30,9 +30,9 @@ async function poolNode(t: Parameters<typeof fakeNode>[0]): Promise<FakeNode> {
 }
 
 /** A sample that ends only when the test says so. */
-function gatedSample(): { run: PrewarmAtBoot; finish(outcome: PrewarmOutcome): void } {
-  let finish!: (outcome: PrewarmOutcome) => void;
-  const outcome = new Promise<PrewarmOutcome>((resolve) => (finish = resolve));
+function gatedSample(): { run: PrewarmAtBoot; finish(outcome: PrewarmReport): void } {
+  let finish!: (outcome: PrewarmReport) => void;
+  const outcome = new Promise<PrewarmReport>((resolve) => (finish = resolve));
   return {
     run: { outcome: () => outcome, idle: async () => undefined, decided: async () => CHECK },
     finish: (o) => finish(o),
@@ -65,13 +65,13 @@ t.test(
     t.equal(node.labels.reports[0]?.state, "ready");
     t.equal(node.labels.reports[0]?.details[Label.prewarm], "checking", "prewarm=checking until the verdict");
     t.match(events, [/^final after [1-9]\d* docker calls, 0 labels$/], "the join point: docker verified, no label yet");
-    sample.finish(readyOutcome(CHECK, "cold", "done"));
+    sample.finish(readyReport(CHECK, "cold", "done"));
     const outcome = await booting;
-    t.equal(outcome.result?.outcome, "ready");
+    t.equal(outcome.report?.outcome, "ready");
     t.equal(node.labels.reports.length, 2, "the labels again, with the verdict");
     t.equal(node.labels.reports[1]?.state, "ready");
     t.equal(node.labels.reports[1]?.details[Label.prewarm], "cold", "the sample's verdict");
-    t.equal(outcome.result?.prewarm?.verdict, "cold", "in the result too");
+    t.equal(outcome.report?.prewarm?.verdict, "cold", "in the result too");
     t.equal(events.length, 2, "and again at the boot's end (src/host/systemd-notify.ts sends READY=1 once)");
   },
 );
@@ -79,9 +79,9 @@ t.test(
 t.test("a sample done by the time docker is verified: one publication, with its verdict", async (t) => {
   const node = await poolNode(t);
   const sample = gatedSample();
-  sample.finish(readyOutcome(CHECK, "warm", "done"));
+  sample.finish(readyReport(CHECK, "warm", "done"));
   const outcome = await runBoot(withPrewarm(node, sample.run), { dryRun: false });
-  t.equal(outcome.result?.outcome, "ready");
+  t.equal(outcome.report?.outcome, "ready");
   t.same(
     node.labels.reports.map((r) => [r.state, r.details[Label.prewarm]]),
     [["ready", "warm"]],
@@ -98,7 +98,7 @@ t.test(
       dryRun: false,
       dataRootFinal: async () => void seen.push(`${node.labels.current()}`),
     });
-    t.equal(outcome.result?.outcome, "degraded");
+    t.equal(outcome.report?.outcome, "degraded");
     t.ok(seen.length >= 1, "the join point is reached");
     t.equal(seen.at(-1), "degraded", "after the degraded label (and docker's restart on its default root)");
   },

@@ -60,7 +60,7 @@ const { points } = reference;
 
 t.test("a clean boot (the reference the points come from) converges", async (t) => {
   t.equal(reference.outcome.exitCode, 0, "exit 0");
-  t.equal(reference.outcome.result?.outcome, "ready", "ready");
+  t.equal(reference.outcome.report?.outcome, "ready", "ready");
   assertBootConverged(t, referenceNode);
 });
 
@@ -81,14 +81,14 @@ for (const point of points) {
   t.test(`boot killed ${describeDeath(point)}, then booted again: converges`, async (t) => {
     const node = await usedPoolNode(t);
     const again = await killThenRerun(t, point, () => boot(node));
-    t.equal(again.exitCode, 0, "the rerun exits 0", { reason: again.result?.reason });
-    t.equal(again.result?.outcome, "ready", "the rerun readied the node");
+    t.equal(again.exitCode, 0, "the rerun exits 0", { reason: again.report?.reason });
+    t.equal(again.report?.outcome, "ready", "the rerun readied the node");
     const volumeId = assertBootConverged(t, node);
-    t.equal(again.result?.volumeId, volumeId, "on the volume it holds");
+    t.equal(again.report?.volumeId, volumeId, "on the volume it holds");
 
     // The converged node releases as any booted node does.
     const released = await alive(() => release(node));
-    t.equal(released.result?.outcome, "released", "then a release gives the volume back");
+    t.equal(released.report?.outcome, "released", "then a release gives the volume back");
     if (volumeId) assertReleased(t, node.fake.emulator.snapshotState(), volumeId, node.instance.instanceId);
   });
 }

@@ -9,6 +9,7 @@ import t from "tap";
 import { observeIdentity, type IdentitySource } from "../../../src/agent/boot/observe.ts";
 import { BufferTag } from "../../../src/agent/buffer-tags.ts";
 import type { Identity } from "../../../src/agent/ports.ts";
+import { VolumeKind, VolumeTag } from "../../../src/tags.ts";
 import { writeWorkspaceRecord } from "../../../src/agent/workspace-record.ts";
 import { defaultConfig } from "../../../src/config/schema.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
@@ -19,8 +20,8 @@ const INSTANCE = "i-0123456789abcdef0";
 const LABELS = "io.simcore.autoscaling.ec2_instance.docker_node_labels";
 
 /**
- * A source whose tags change after `afterReads` reads (the CreateTags landing); `reused` answers
- * reusedVolume. Counts the reads (each one a DescribeInstances on a node without IMDS tags).
+ * A source whose tags change after `afterReads` reads (the CreateTags landing); `reused` is a pool
+ * volume EC2 shows attached here. Counts the reads (each one a DescribeInstances on a node without IMDS tags).
  */
 async function source(options: {
   tags: Record<string, string>;
@@ -62,7 +63,27 @@ async function source(options: {
       return identity(landed ? { ...options.tags, ...options.later } : options.tags);
     },
     launchTime: async () => "2026-12-01T10:00:00.000Z",
-    reusedVolume: async () => options.reused,
+    cloudFor: () => ({
+      describeInstance: async (instanceId) => ({
+        instanceId,
+        state: "running",
+        tags: {},
+        volumes: options.reused ? [{ volumeId: options.reused, device: "/dev/sdf", status: "attached" }] : [],
+      }),
+      findVolumes: async (query) =>
+        options.reused && query.volumeIds?.includes(options.reused)
+          ? [
+              {
+                volumeId: options.reused,
+                availabilityZone: "eu-west-1a",
+                state: "in-use",
+                sizeGiB: 50,
+                tags: { [VolumeTag.managed]: "true", [VolumeTag.kind]: VolumeKind.pool },
+                attachment: { instanceId: INSTANCE, device: "/dev/sdf", state: "attached" },
+              },
+            ]
+          : [],
+    }),
   };
   return { src, log, reads: () => reads };
 }

@@ -485,8 +485,10 @@ t.test(
     );
     t.match(refused.selection, {
       source: "none",
-      reason:
-        /the workspace volume vol-plain of these ids is not encrypted and workspace\.requireEncrypted is set: not attached/,
+      reason: new RegExp(
+        String.raw`the workspace volume vol-plain of these ids is not encrypted ` +
+          String.raw`and workspace\.requireEncrypted is set: not attached`,
+      ),
     });
 
     const taken = planBoot(strict, observed({ workspace: [plain, sealed], pool, snapshot }));

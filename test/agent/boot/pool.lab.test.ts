@@ -34,10 +34,10 @@ const overrides = { pool: POOL };
 /** Fails with the agent's log attached, so a failed boot says why. */
 function assertOutcome(t: Test, booted: InProcessBoot, outcome: string, message: string): void {
   t.equal(
-    booted.result?.outcome,
+    booted.report?.outcome,
     outcome,
     message,
-    booted.result?.outcome === outcome ? {} : { result: booted.result, log: booted.log.join("\n") },
+    booted.report?.outcome === outcome ? {} : { result: booted.report, log: booted.log.join("\n") },
   );
 }
 
@@ -105,7 +105,7 @@ t.test(
     const booted = await bl.boot(host, { overrides });
     assertOutcome(t, booted, "ready", "outcome ready");
     t.equal(booted.exitCode, 0, "exit code 0");
-    const result = booted.result!;
+    const result = booted.report!;
     t.equal(booted.plan.selection.source, "pool", "the plan takes a pool volume");
     t.equal(result.volumeId, expected, "the first volume of this instance's order is claimed");
     t.same(bl.attachCalls(instanceId), [expected], "one AttachVolume, for that volume");
@@ -183,7 +183,7 @@ t.test(
     const instanceId = host.instance.instanceId;
     const first = await bl.boot(host, { overrides });
     assertOutcome(t, first, "ready", "first boot ready");
-    const volumeId = first.result!.volumeId!;
+    const volumeId = first.report!.volumeId!;
     const attachment = () => bl.lab.ec2.snapshotState().volumes[volumeId]?.attachment;
     const firstAttachment = attachment();
     t.equal(firstAttachment?.instanceId, instanceId);
@@ -201,8 +201,8 @@ t.test(
       rerun.plan.steps.some((s) => s.step === "claim-volume" || s.step === "create-and-claim"),
       "re-run: no claim in the plan",
     );
-    t.equal(rerun.result?.volumeId, volumeId, "re-run: same volume");
-    t.equal(rerun.result?.mountPoint, first.result?.mountPoint, "re-run: same mount point");
+    t.equal(rerun.report?.volumeId, volumeId, "re-run: same volume");
+    t.equal(rerun.report?.mountPoint, first.report?.mountPoint, "re-run: same mount point");
     t.equal(dockerd.pid, pid, "re-run: docker already on the volume is not restarted");
     t.equal(
       (await nodeLabels(dockerd))[`${LABEL_PREFIX}.state`],
@@ -212,14 +212,14 @@ t.test(
 
     // A reboot: docker is down and the mount is gone, while EC2 keeps the attachment.
     await dockerd.stop();
-    await run("umount", [first.result!.mountPoint!]);
-    t.notOk(await findmnt(first.result!.mountPoint!), "after the reboot nothing is mounted");
+    await run("umount", [first.report!.mountPoint!]);
+    t.notOk(await findmnt(first.report!.mountPoint!), "after the reboot nothing is mounted");
     const reboot = await bl.boot(host, { overrides });
     assertOutcome(t, reboot, "ready", "boot after the reboot ready");
     t.equal(reboot.plan.selection.source, "attached", "reboot: the attached volume is reused");
-    t.equal(reboot.result?.volumeId, volumeId, "reboot: same volume");
-    t.equal(reboot.result?.dataRoot, first.result?.dataRoot, "reboot: same data-root");
-    t.ok(await findmnt(first.result!.mountPoint!), "reboot: mounted again");
+    t.equal(reboot.report?.volumeId, volumeId, "reboot: same volume");
+    t.equal(reboot.report?.dataRoot, first.report?.dataRoot, "reboot: same data-root");
+    t.ok(await findmnt(first.report!.mountPoint!), "reboot: mounted again");
 
     t.same(bl.attachCalls(instanceId), [volumeId], "one AttachVolume over three boots");
     const lastAttachment = attachment();
@@ -228,7 +228,7 @@ t.test(
     t.equal(lastAttachment?.state, "attached");
 
     const info = await dockerd.info();
-    t.equal(info.DockerRootDir, first.result?.dataRoot, "docker runs on the volume again");
+    t.equal(info.DockerRootDir, first.report?.dataRoot, "docker runs on the volume again");
     t.ok(
       await pollUntil(async () => (await dockerd.info()).Swarm.LocalNodeState === "active", 60_000),
       "the swarm comes back",
@@ -258,7 +258,7 @@ t.test("daemon.json keeps the operator's other keys (log-driver, log-opts, label
   assertOutcome(t, booted, "ready", "outcome ready");
 
   const after = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as Record<string, unknown>;
-  t.equal(after["data-root"], booted.result?.dataRoot, "data-root points at the volume");
+  t.equal(after["data-root"], booted.report?.dataRoot, "data-root points at the volume");
   t.equal(after["log-driver"], "json-file", "log-driver kept");
   t.same(after["log-opts"], original["log-opts"], "log-opts kept");
   const labels = after.labels as string[];

@@ -47,10 +47,10 @@ async function assertRefusedBeforeClaiming(
   before: { daemonJson: string; attachRequests: number; writes: number },
 ) {
   t.equal(
-    booted.result?.outcome,
+    booted.report?.outcome,
     "degraded",
     "outcome degraded",
-    booted.result?.outcome === "degraded" ? {} : { log: booted.log.join("\n") },
+    booted.report?.outcome === "degraded" ? {} : { log: booted.log.join("\n") },
   );
   t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
   t.equal(bl.emulatorAttachRequests(), before.attachRequests, "the emulator saw no AttachVolume");
@@ -83,8 +83,13 @@ t.test(
     const booted = await bl.boot(host, { overrides: { pool: POOL } });
     await assertRefusedBeforeClaiming(t, host, booted, before);
     t.match(
-      booted.result?.reason,
-      /--label rack=a1 \(the lab dockerd's command line.*\) and "labels" in .*daemon\.json \(the agent sets it\): dockerd refuses to start when a directive is given both as a flag and in its configuration file/,
+      booted.report?.reason,
+      new RegExp(
+        String.raw`--label rack=a1 \(the lab dockerd's command line.*\) and "labels" ` +
+          String.raw`in .*daemon\.json \(the agent sets it\): dockerd refuses to ` +
+          String.raw`start when a directive is given both as a flag and in its configuration ` +
+          String.raw`file`,
+      ),
     );
     t.equal(dockerd.pid, pid, "docker was not restarted");
     t.same(
@@ -102,7 +107,7 @@ t.test("the legacy graph key in daemon.json: refused before claiming with the re
   // docker.control none: the lab's dockerd would otherwise add its own keys to the file when degrade starts it.
   const booted = await bl.boot(host, { overrides: { pool: POOL, docker: { control: "none" } } });
   await assertRefusedBeforeClaiming(t, host, booted, before);
-  t.match(booted.result?.reason, /sets the legacy "graph" key/);
+  t.match(booted.report?.reason, /sets the legacy "graph" key/);
   t.ok(
     booted.log.some(
       (line) =>
@@ -122,7 +127,7 @@ t.test("dockerd reading another daemon.json than the agent's: refused before cla
   });
   await assertRefusedBeforeClaiming(t, host, booted, before);
   t.match(
-    booted.result?.reason,
+    booted.report?.reason,
     /dockerd reads .*\/etc\/docker\/daemon\.json \(--config-file .*\), not .*agent-daemon\.json/,
   );
 });
@@ -167,7 +172,10 @@ t.test("label read-back on a real dockerd", async (t) => {
   t.type(error, LabelsNotTakenError, "labels that do not show are an error");
   t.match(
     (error as Error).message,
-    /docker info's Labels still differ from what was published after 3000 ms: io\.simcore\.ebs-cache\.state=ready \(published degraded\)/,
+    new RegExp(
+      String.raw`docker info's Labels still differ from what was published after ` +
+        String.raw`3000 ms: io\.simcore\.ebs-cache\.state=ready \(published degraded\)`,
+    ),
   );
   t.ok(Date.now() - started < 15_000, "bounded by the read-back deadline");
   t.equal(

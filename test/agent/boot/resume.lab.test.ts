@@ -38,7 +38,7 @@ async function phase(host: LabHost, which: "first" | "second") {
 
 async function firstPhase(t: Test, host: LabHost) {
   const first = await phase(host, "first");
-  t.equal(first.result?.outcome, "prepared", "phase 1: prepared", { log: first.log.join("\n") });
+  t.equal(first.report?.outcome, "prepared", "phase 1: prepared", { log: first.log.join("\n") });
   const record = JSON.parse(await readFile(join(stateDir(host), "prepared.json"), "utf8")) as Record<string, unknown>;
   t.match(
     record,
@@ -46,9 +46,9 @@ async function firstPhase(t: Test, host: LabHost) {
       version: 1,
       bootId: thisBoot,
       instanceId: host.instance.instanceId,
-      volumeId: first.result?.volumeId,
-      mountPoint: first.result?.mountPoint,
-      dataRoot: first.result?.dataRoot,
+      volumeId: first.report?.volumeId,
+      mountPoint: first.report?.mountPoint,
+      dataRoot: first.report?.dataRoot,
     },
     "phase 1 recorded what it prepared, with this boot's id",
   );
@@ -60,7 +60,7 @@ t.test("phase 2 confirms what phase 1 of this boot prepared instead of doing it 
   const first = await firstPhase(t, host);
   await host.startDocker();
   const second = await phase(host, "second");
-  t.equal(second.result?.outcome, "ready", "phase 2: ready", { log: second.log.join("\n") });
+  t.equal(second.report?.outcome, "ready", "phase 2: ready", { log: second.log.join("\n") });
   const steps = second.plan.steps.map((s) => s.step);
   t.ok(steps.includes("resume-prepared"), "planned: resume-prepared", { steps });
   t.same(
@@ -69,15 +69,15 @@ t.test("phase 2 confirms what phase 1 of this boot prepared instead of doing it 
     "none of the preparing steps planned",
   );
   t.same(
-    second.result?.timeline.map((s) => s.step).filter((s) => PREPARING.includes(s)),
+    second.report?.timeline.map((s) => s.step).filter((s) => PREPARING.includes(s)),
     [],
     "nor run",
   );
   t.match(second.log.join("\n"), /boot\.resume.*prepared by the first phase of this boot/);
-  t.equal(second.result?.dataRoot, join(first.result!.mountPoint!, DATA_ROOT_SUBDIR));
+  t.equal(second.report?.dataRoot, join(first.report!.mountPoint!, DATA_ROOT_SUBDIR));
   t.equal(
     (await host.dockerd!.info()).DockerRootDir,
-    first.result?.dataRoot,
+    first.report?.dataRoot,
     "docker runs on the volume phase 1 prepared",
   );
 });
@@ -87,12 +87,12 @@ t.test(
   async (t) => {
     const host = await bl.addHost();
     const first = await firstPhase(t, host);
-    await run("umount", [first.result!.mountPoint!]);
+    await run("umount", [first.report!.mountPoint!]);
     const second = await phase(host, "second");
-    t.equal(second.result?.outcome, "ready", "phase 2: ready after all", { log: second.log.join("\n") });
+    t.equal(second.report?.outcome, "ready", "phase 2: ready after all", { log: second.log.join("\n") });
     t.match(second.log.join("\n"), /boot\.resume.*not as the first phase of this boot left it: preparing it again/);
-    t.equal((await findmnt(first.result!.mountPoint!))?.fsType, "xfs", "mounted again, where phase 1 had it");
-    t.equal((await host.dockerd!.info()).DockerRootDir, first.result?.dataRoot);
+    t.equal((await findmnt(first.report!.mountPoint!))?.fsType, "xfs", "mounted again, where phase 1 had it");
+    t.equal((await host.dockerd!.info()).DockerRootDir, first.report?.dataRoot);
 
     const other = await bl.addHost();
     await firstPhase(t, other);
@@ -101,7 +101,7 @@ t.test(
     await writeFile(path, JSON.stringify({ ...record, bootId: "an-earlier-boot" }));
     await other.startDocker();
     const after = await phase(other, "second");
-    t.equal(after.result?.outcome, "ready", { log: after.log.join("\n") });
+    t.equal(after.report?.outcome, "ready", { log: after.log.join("\n") });
     t.same(
       after.plan.steps.map((s) => s.step).filter((s) => PREPARING.includes(s)),
       PREPARING,

@@ -60,10 +60,10 @@ t.test("a pool volume is claimed, attached, identified, mounted, and docker swit
   const [volumeId] = volumes as [string];
   const outcome = await boot(node);
   t.equal(outcome.exitCode, 0);
-  t.equal(outcome.result?.outcome, "ready");
-  t.equal(outcome.result?.volumeId, volumeId);
+  t.equal(outcome.report?.outcome, "ready");
+  t.equal(outcome.report?.volumeId, volumeId);
   const dataRoot = `${node.config.paths.mountRoot}/${volumeId}/docker`;
-  t.equal(outcome.result?.dataRoot, dataRoot);
+  t.equal(outcome.report?.dataRoot, dataRoot);
   const volume = await node.fake.describe(volumeId);
   t.equal(volume.attachment?.instanceId, node.instance.instanceId, "attached here");
   t.equal(volume.attachment?.state, "attached");
@@ -78,7 +78,8 @@ t.test("a pool volume is claimed, attached, identified, mounted, and docker swit
   t.equal(node.docker.state.runningRoot, dataRoot, "docker runs there");
   t.equal(node.labels.current(), "ready");
   t.equal(node.labels.reports.at(-1)?.details[Label.volumeId], volumeId, "the label names the volume");
-  // The order that keeps data safe: the claim before the device, identification before the mount, the mount before the switch.
+  // The order that keeps data safe: the claim before the device, identification before the mount, the mount before the
+  // switch.
   const order = node.script.names("cloud.claimVolume", "storage.", "daemon-json.setDataRoot", "docker.");
   const at = (name: string) => order.indexOf(name);
   t.ok(at("cloud.claimVolume") < at("storage.waitForDevice"), "claim, then device");
@@ -89,7 +90,7 @@ t.test("a pool volume is claimed, attached, identified, mounted, and docker swit
   t.equal(node.script.of("storage.format").length, 0, "a pool volume is never formatted");
   const finished = node.recorder.recorded.filter((r) => r.kind === "bootFinished");
   t.equal(finished.length, 1, "the outcome is recorded once");
-  t.match(finished[0]?.value, { phase: "single", result: { outcome: "ready", volumeId } });
+  t.match(finished[0]?.value, { phase: "single", report: { outcome: "ready", volumeId } });
 });
 
 t.test("a rerun on the same instance reuses the attached volume: no second claim", async (t) => {
@@ -97,11 +98,11 @@ t.test("a rerun on the same instance reuses the attached volume: no second claim
   const first = await boot(node);
   const claims = node.script.of("cloud.claimVolume").length;
   const again = await boot(node);
-  t.equal(again.result?.outcome, "ready");
-  t.equal(again.result?.volumeId, first.result?.volumeId, "the same volume");
+  t.equal(again.report?.outcome, "ready");
+  t.equal(again.report?.volumeId, first.report?.volumeId, "the same volume");
   t.equal(node.script.of("cloud.claimVolume").length, claims, "no AttachVolume on the rerun");
   t.equal(node.script.of("storage.mount").length, 1, "not mounted twice");
-  const other = volumes.find((v) => v !== first.result?.volumeId)!;
+  const other = volumes.find((v) => v !== first.report?.volumeId)!;
   t.equal((await node.fake.describe(other)).state, "available", "the other pool volume untouched");
 });
 
@@ -117,10 +118,10 @@ t.test(
       await node.fake.attach(lost, rival);
     });
     const outcome = await boot(node);
-    t.equal(outcome.result?.outcome, "ready");
+    t.equal(outcome.report?.outcome, "ready");
     t.ok(lost && volumes.includes(lost));
     const won = volumes.find((v) => v !== lost)!;
-    t.equal(outcome.result?.volumeId, won, "the other candidate");
+    t.equal(outcome.report?.volumeId, won, "the other candidate");
     const lostVolume = await node.fake.describe(lost!);
     t.equal(lostVolume.attachment?.instanceId, rival.instanceId, "the lost volume stays the rival's");
     t.equal(lostVolume.tags[VolumeTag.claimedBy], undefined, "and carries no claim of this instance");
@@ -137,9 +138,9 @@ t.test("every candidate lost and no snapshot: degraded, nothing held", async (t)
   const rival = node.fake.addInstance();
   node.script.before("cloud.claimVolume", async () => node.fake.attach(volumes[0]!, rival));
   const outcome = await boot(node);
-  t.equal(outcome.result?.outcome, "degraded");
+  t.equal(outcome.report?.outcome, "degraded");
   t.equal(outcome.exitCode, 4);
-  t.match(outcome.result?.reason, /taken|lost/);
+  t.match(outcome.report?.reason, /taken|lost/);
   degradedCleanly(t, node);
   t.equal(node.script.of("storage.mount").length, 0, "nothing mounted");
 });
@@ -152,10 +153,10 @@ t.test("a volume in quarantine is no candidate; with none other, the snapshot se
   const snapshotId = await node.fake.snapshot({ ...POOL_TAGS });
   node.docker.state.images.set("*", IMAGES.split(","));
   const outcome = await boot(node);
-  t.equal(outcome.result?.outcome, "ready", outcome.result?.reason ?? "ready");
-  t.not(outcome.result?.volumeId, quarantined.volumeId, "the quarantined volume is not taken");
-  t.equal(outcome.result?.source, "snapshot");
-  const made = await node.fake.describe(outcome.result!.volumeId!);
+  t.equal(outcome.report?.outcome, "ready", outcome.report?.reason ?? "ready");
+  t.not(outcome.report?.volumeId, quarantined.volumeId, "the quarantined volume is not taken");
+  t.equal(outcome.report?.source, "snapshot");
+  const made = await node.fake.describe(outcome.report!.volumeId!);
   t.equal(made.snapshotId, snapshotId, "made from the pool's snapshot");
   t.equal((await node.fake.describe(quarantined.volumeId)).state, "available", "the quarantined volume untouched");
   t.notOk(
@@ -174,9 +175,9 @@ t.test(
       node.host.contents.set(foreign, { foreign: 'an ext4 filesystem labelled "data"' });
     });
     const outcome = await boot(node);
-    t.equal(outcome.result?.outcome, "ready");
+    t.equal(outcome.report?.outcome, "ready");
     t.equal(
-      outcome.result?.volumeId,
+      outcome.report?.volumeId,
       volumes.find((v) => v !== foreign),
       "the next candidate",
     );
@@ -197,8 +198,8 @@ t.test(
     const { node, volumes } = await poolNode(t, 2);
     node.script.before("storage.waitForDevice", (args) => void node.host.neverAppears.add(args[0] as string));
     const outcome = await boot(node);
-    t.equal(outcome.result?.outcome, "degraded");
-    t.match(outcome.result?.reason, /did not appear/);
+    t.equal(outcome.report?.outcome, "degraded");
+    t.match(outcome.report?.reason, /did not appear/);
     const tried = node.script.of("storage.waitForDevice").map((c) => c.args[0] as string);
     t.equal(tried.length, 1, "no second candidate: good volumes are not quarantined one after another");
     const tags = await handedBack(t, node, tried[0]!);
@@ -218,9 +219,9 @@ t.test("a device that never appears while EC2 never finishes the attach: quarant
     node.host.deviceWaitMs = 300;
   });
   const outcome = await boot(node);
-  t.equal(outcome.result?.outcome, "ready", outcome.result?.reason ?? "ready");
+  t.equal(outcome.report?.outcome, "ready", outcome.report?.reason ?? "ready");
   t.equal(
-    outcome.result?.volumeId,
+    outcome.report?.volumeId,
     volumes.find((v) => v !== stuck),
   );
   const volume = await node.fake.describe(stuck!);
@@ -252,21 +253,21 @@ for (const failure of FAILURES) {
     t.ok(volumes.includes(first), "a pool volume was claimed first");
     if (failure.step === "report-ready") {
       // The labels did not take: docker stays on the (good) volume, the node is not reported ready.
-      t.equal(outcome.result?.outcome, "degraded");
-      t.match(outcome.result?.reason, /readiness labels did not take/);
+      t.equal(outcome.report?.outcome, "degraded");
+      t.match(outcome.report?.reason, /readiness labels did not take/);
       t.equal((await node.fake.describe(first)).attachment?.instanceId, node.instance.instanceId, "volume kept");
       t.equal(node.labels.current(), "degraded");
       return;
     }
     if (failure.nextCandidate) {
-      t.equal(outcome.result?.outcome, "ready", "the next candidate served");
+      t.equal(outcome.report?.outcome, "ready", "the next candidate served");
       t.equal(
-        outcome.result?.volumeId,
+        outcome.report?.volumeId,
         volumes.find((v) => v !== first),
       );
     } else {
-      t.equal(outcome.result?.outcome, "degraded");
-      t.match(outcome.result?.reason, /scripted|images missing|failed/);
+      t.equal(outcome.report?.outcome, "degraded");
+      t.match(outcome.report?.reason, /scripted|images missing|failed/);
       degradedCleanly(t, node);
     }
     const tags = await handedBack(t, node, first);
@@ -279,7 +280,7 @@ for (const failure of FAILURES) {
 t.test("an unparsable daemon.json refuses the boot before any claim", async (t) => {
   const { node } = await poolNode(t, 1, { docker: { unparsable: true } });
   const outcome = await boot(node);
-  t.equal(outcome.result?.outcome, "degraded");
+  t.equal(outcome.report?.outcome, "degraded");
   t.equal(node.script.of("cloud.claimVolume").length, 0, "nothing claimed");
   t.equal(node.script.of("daemon-json.setDataRoot").length, 0, "daemon.json not written");
   t.equal(node.labels.reports.length, 0, "no label written into the host's docker config");
@@ -297,7 +298,7 @@ t.test("SIGTERM during the device wait: the claim is undone, the node degrades",
   const controller = new AbortController();
   node.script.before("storage.waitForDevice", () => controller.abort(new Error("SIGTERM")));
   const outcome = await runBoot(node.bootCommand(), { dryRun: false, signal: controller.signal });
-  t.equal(outcome.result?.outcome, "degraded");
+  t.equal(outcome.report?.outcome, "degraded");
   const tags = await handedBack(t, node, volumes[0]!);
   t.equal(tags[VolumeTag.lastError], undefined, "a stop is not the volume's fault");
 });

@@ -34,10 +34,10 @@ t.teardown(() => bl.close());
 
 function assertOutcome(t: Test, booted: InProcessBoot, outcome: string, message: string): void {
   t.equal(
-    booted.result?.outcome,
+    booted.report?.outcome,
     outcome,
     message,
-    booted.result?.outcome === outcome ? {} : { result: booted.result, log: booted.log.join("\n") },
+    booted.report?.outcome === outcome ? {} : { result: booted.report, log: booted.log.join("\n") },
   );
 }
 
@@ -84,7 +84,7 @@ t.test(
     assertOutcome(t, booted, "degraded", "outcome degraded");
     t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
     t.match(
-      booted.result?.reason,
+      booted.report?.reason,
       /holds an ext4 filesystem labelled "precious", not the agent's cache filesystem.*left untouched/,
       "the reason names the foreign filesystem",
     );
@@ -119,7 +119,7 @@ t.test(
     assertOutcome(t, booted, "degraded", "outcome degraded");
     t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
     t.match(
-      booted.result?.reason,
+      booted.report?.reason,
       /holds no filesystem \(blank\), on a volume the agent did not create.*left untouched/,
       "the reason says the volume is blank and was left alone",
     );
@@ -172,7 +172,7 @@ t.test(
     assertOutcome(t, booted, "degraded", "outcome degraded");
     t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
     t.match(
-      booted.result?.reason,
+      booted.report?.reason,
       /daemon\.json is not valid JSON.*left it unchanged/,
       "the reason says daemon.json does not parse",
     );
@@ -221,8 +221,8 @@ t.test(
     const booted = await bl.boot(host, { overrides: { pool: "corrupt" } });
     assertOutcome(t, booted, "degraded", "outcome degraded");
     t.equal(booted.exitCode, ExitCode.degraded, "exit code 4");
-    t.equal(booted.result?.timeline.at(-1)?.step, "start-docker", "the failing step is start-docker");
-    t.match(booted.result?.reason, /reference store/, "the reason carries dockerd's complaint");
+    t.equal(booted.report?.timeline.at(-1)?.step, "start-docker", "the failing step is start-docker");
+    t.match(booted.report?.reason, /reference store/, "the reason carries dockerd's complaint");
     t.ok(
       booted.log.some((line) => line.includes("docker.daemon-json-restored: ")),
       "daemon.json restored from its backup",

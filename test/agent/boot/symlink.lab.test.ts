@@ -202,16 +202,16 @@ for (const [index, group] of groups.entries()) {
       const log = booted.log.join("\n");
       const bootMs = Date.now() - started;
       t.equal(
-        booted.result?.outcome,
+        booted.report?.outcome,
         "ready",
         "ready on the good volume",
-        booted.result?.outcome === "ready" ? {} : { result: booted.result, log },
+        booted.report?.outcome === "ready" ? {} : { result: booted.report, log },
       );
-      t.equal(booted.result?.volumeId, good, "the good volume, tried last");
+      t.equal(booted.report?.volumeId, good, "the good volume, tried last");
       const dataRoot = join(host.paths.mountRoot, good!, DATA_ROOT_SUBDIR);
       t.equal((await host.dockerd!.info()).DockerRootDir, dataRoot, "docker runs on it");
       t.equal(
-        booted.result?.timeline.filter((step) => step.step === "switch-data-root").length,
+        booted.report?.timeline.filter((step) => step.step === "switch-data-root").length,
         1,
         "switch-data-root ran once",
       );
@@ -274,12 +274,12 @@ t.test(
     const host = await bl.addHost();
     const first = await bl.boot(host, { overrides: { pool } });
     t.equal(
-      first.result?.outcome,
+      first.report?.outcome,
       "ready",
       "ready on the volume",
-      first.result?.outcome === "ready" ? {} : { log: first.log.join("\n") },
+      first.report?.outcome === "ready" ? {} : { log: first.log.join("\n") },
     );
-    const mountPoint = first.result!.mountPoint!;
+    const mountPoint = first.report!.mountPoint!;
     await host.dockerd!.stop();
     await rm(join(mountPoint, "docker", "swarm"), { recursive: true, force: true });
     await makeLink("a link to a host folder", canary, join(mountPoint, "docker", "swarm"));
@@ -287,8 +287,8 @@ t.test(
     const reboot = await bl.boot(host, { overrides: { pool } });
     const log = reboot.log.join("\n");
     t.match(log, /already prepared for this instance|boot\.reuse/, "the volume attached to this instance is reused");
-    t.equal(reboot.result?.outcome, "degraded", "the node degrades (no other candidate on a reuse)", { log });
-    t.match(reboot.result?.reason ?? "", /docker\/swarm on the volume is a symlink/, "naming the link");
+    t.equal(reboot.report?.outcome, "degraded", "the node degrades (no other candidate on a reuse)", { log });
+    t.match(reboot.report?.reason ?? "", /docker\/swarm on the volume is a symlink/, "naming the link");
     t.notOk(
       reboot.log.some((line) => line.includes("daemon.json data-root switched") && line.includes(volumeId!)),
       "daemon.json not switched to it",
@@ -307,7 +307,8 @@ t.test("the corpus", async (t) => {
   t.equal(
     refused,
     CASES.length,
-    `${refused} of ${CASES.length} cases (${PATHS.length} paths, kinds in turn; the data-root as each of ${KINDS.length} kinds) quarantined before docker`,
+    `${refused} of ${CASES.length} cases (${PATHS.length} paths, kinds in turn; the data-root as each of ` +
+      `${KINDS.length} kinds) quarantined before docker`,
   );
   t.same(await treeState(canary), canaryBefore, "the canary at the end");
 });

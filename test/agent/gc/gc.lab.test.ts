@@ -207,13 +207,10 @@ t.test(
     // gc's listing is its first DescribeVolumes; the second is its look at the first volume it deletes.
     const hold = lab.ec2.requests.addHold({ action: "DescribeVolumes", nth: 2, apply: "before" });
     const gcLog = createMemoryLogger("debug");
-    const running = runGc(createCloudVolumes({ client: lab.ec2Client(), pollMs: 50 }), {
-      dryRun: false,
-      maxDeletes: 20,
-      ttlHours: 24,
-      retire: { graceHours: null, quarantineHours: 6 },
-      log: gcLog,
-    });
+    const running = runGc(
+      { cloud: createCloudVolumes({ client: lab.ec2Client(), pollMs: 50 }), log: gcLog },
+      { dryRun: false, maxDeletes: 20, ttlHours: 24, retire: { graceHours: null, quarantineHours: 6 } },
+    );
     t.ok(await lab.ec2.requests.waitForHold(hold.id, 60_000), "gc judged and is about to delete");
     // Meanwhile, on the fleet: what would keep each volume.
     await tag(late.kept, { [VolumeTag.keep]: "true" });

@@ -20,13 +20,15 @@ const released = (expired: boolean, extra: Record<string, string> = {}) => ({
 });
 
 const gc = (fake: FakeCloud, options: { dryRun?: boolean; maxDeletes?: number } = {}) =>
-  runGc(fake.cloud, {
-    dryRun: options.dryRun ?? false,
-    maxDeletes: options.maxDeletes ?? 10,
-    ttlHours: 24,
-    retire: { graceHours: null, quarantineHours: 24 },
-    log: createMemoryLogger("debug"),
-  });
+  runGc(
+    { cloud: fake.cloud, log: createMemoryLogger("debug") },
+    {
+      dryRun: options.dryRun ?? false,
+      maxDeletes: options.maxDeletes ?? 10,
+      ttlHours: 24,
+      retire: { graceHours: null, quarantineHours: 24 },
+    },
+  );
 
 const exists = async (fake: FakeCloud, volumeId: string) => (await fake.direct.describeVolume(volumeId)) !== undefined;
 
@@ -40,14 +42,10 @@ t.test("deletes the expired managed volumes only: kept, in use, not expired, for
   await fake.attach(inUse.volumeId, node);
   const foreign = await fake.volume({ tags: { [VolumeTag.expiresAt]: new Date(0).toISOString() } });
   const recorder = fakeRecorder(fake.script);
-  const outcome = await runGc(fake.cloud, {
-    dryRun: false,
-    maxDeletes: 10,
-    ttlHours: 24,
-    retire: { graceHours: null, quarantineHours: 24 },
-    log: createMemoryLogger("debug"),
-    recorder,
-  });
+  const outcome = await runGc(
+    { cloud: fake.cloud, log: createMemoryLogger("debug"), recorder },
+    { dryRun: false, maxDeletes: 10, ttlHours: 24, retire: { graceHours: null, quarantineHours: 24 } },
+  );
   t.equal(outcome.deleted, 1);
   t.equal(outcome.failed, 0);
   t.notOk(await exists(fake, expired.volumeId), "the expired volume deleted");

@@ -107,12 +107,12 @@ async function claimFor(t: Test): Promise<string | undefined> {
   const log = createMemoryLogger("debug");
   const outcome = await bootLabHost(lab, booter, { overrides: { pool: POOL }, withDocker: false, log });
   t.equal(
-    outcome.result?.outcome,
+    outcome.report?.outcome,
     "prepared",
     "the first boot phase prepared a volume",
-    outcome.result?.outcome === "prepared" ? {} : { result: outcome.result, log: log.lines.join("\n") },
+    outcome.report?.outcome === "prepared" ? {} : { result: outcome.report, log: log.lines.join("\n") },
   );
-  return outcome.result?.volumeId;
+  return outcome.report?.volumeId;
 }
 
 const v = {
@@ -155,7 +155,7 @@ t.test("the keeper trims the old generation first, never the new one", async (t)
     initializationRateMiBps: null,
     quarantineHours: 6,
   };
-  const outcome = await runKeeper(cloud, settings, { dryRun: false, log: labLog });
+  const outcome = await runKeeper({ cloud, log: labLog }, settings, { dryRun: false });
   t.equal(outcome.failed, 0);
   t.equal(
     outcome.plan.snapshotId,

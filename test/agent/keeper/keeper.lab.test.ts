@@ -16,7 +16,7 @@ import {
   DescribeVolumesCommand,
   type EC2Client,
 } from "@aws-sdk/client-ec2";
-import { runKeeper, type KeeperOutcome } from "../../../src/agent/keeper/run.ts";
+import { runKeeper, type KeeperReport } from "../../../src/agent/keeper/run.ts";
 import type { KeeperSettings } from "../../../src/agent/keeper/plan.ts";
 import { createCloudVolumes } from "../../../src/aws/ec2.ts";
 import { run } from "../../../src/exec.ts";
@@ -134,9 +134,9 @@ function settings(pool: string, over: Partial<KeeperSettings> = {}): KeeperSetti
 }
 
 /** One keeper in this process, with its own SDK client (as another host would have). */
-function keeper(pool: string, over: Partial<KeeperSettings> = {}, dryRun = false): Promise<KeeperOutcome> {
+function keeper(pool: string, over: Partial<KeeperSettings> = {}, dryRun = false): Promise<KeeperReport> {
   const cloud = createCloudVolumes({ client: lab.ec2Client(), pollMs: 50 });
-  return runKeeper(cloud, settings(pool, over), { dryRun, log });
+  return runKeeper({ cloud, log }, settings(pool, over), { dryRun });
 }
 
 async function cli(config: string, args: string[]) {
@@ -162,7 +162,7 @@ t.test("--dry-run prints the plan and writes nothing", async (t) => {
   const before = lab.ec2.requests.records().length;
   const dry = await cli(config, ["--dry-run", "--json"]);
   t.equal(dry.exitCode, 0, dry.stderr);
-  const outcome = JSON.parse(dry.stdout) as KeeperOutcome;
+  const outcome = JSON.parse(dry.stdout) as KeeperReport;
   t.same(
     outcome.plan.zones.map((z) => [z.zone, z.available, z.create]),
     [
@@ -188,7 +188,7 @@ t.test("--dry-run prints the plan and writes nothing", async (t) => {
 t.test("fills three zones to the target from empty", async (t) => {
   const fill = await cli(config, ["--json"]);
   t.equal(fill.exitCode, 0, fill.stderr);
-  const outcome = JSON.parse(fill.stdout) as KeeperOutcome;
+  const outcome = JSON.parse(fill.stdout) as KeeperReport;
   t.equal(outcome.results.filter((r) => r.done === "created").length, 6, "six volumes made");
   t.equal(outcome.rounds, 7, "a recount after each volume (the last finds nothing to do)");
   const pool = ofPool(await volumes(), "fill");

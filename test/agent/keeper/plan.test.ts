@@ -1,6 +1,6 @@
 /** The keeper's planner: pure, tested with plain objects. */
 import t from "tap";
-import { keeperFacts, type KeeperOutcome } from "../../../src/agent/keeper/run.ts";
+import { keeperFacts, type KeeperReport } from "../../../src/agent/keeper/run.ts";
 import { readInitialization } from "../../../src/agent/keeper/observe.ts";
 import {
   planKeeper,
@@ -410,7 +410,13 @@ t.test(
 );
 
 t.test("slot tokens: equal for keepers that see the same pool, different once it changed", async (t) => {
-  const shape: VolumeShape = { snapshotId: "snap-new", sizeGiB: 10, volumeType: "gp3", initializationRateMiBps: null, tags: {} };
+  const shape: VolumeShape = {
+    snapshotId: "snap-new",
+    sizeGiB: 10,
+    volumeType: "gp3",
+    initializationRateMiBps: null,
+    tags: {},
+  };
   const base = slotToken("p1", "eu-west-1a", 2, shape, ["vol-b", "vol-a"], now);
   t.equal(
     slotToken("p1", "eu-west-1a", 2, shape, ["vol-a", "vol-b"], new Date(now.getTime() + 60_000)),
@@ -423,7 +429,11 @@ t.test("slot tokens: equal for keepers that see the same pool, different once it
     "other volumes (one deleted, one made): another token",
   );
   t.not(slotToken("p1", "eu-west-1b", 2, shape, ["vol-a", "vol-b"], now), base, "another zone");
-  t.not(slotToken("p1", "eu-west-1a", 2, { ...shape, snapshotId: "snap-newer" }, ["vol-a", "vol-b"], now), base, "another snapshot");
+  t.not(
+    slotToken("p1", "eu-west-1a", 2, { ...shape, snapshotId: "snap-newer" }, ["vol-a", "vol-b"], now),
+    base,
+    "another snapshot",
+  );
   t.not(
     slotToken("p1", "eu-west-1a", 2, shape, ["vol-a", "vol-b"], new Date(now.getTime() + 3600_000)),
     base,
@@ -462,7 +472,7 @@ t.test("slot tokens: equal for keepers that see the same pool, different once it
 
 t.test("the run's facts for the metrics textfile", async (t) => {
   const plan = planKeeper(settings, observed([volume("vol-a", "eu-west-1a")]));
-  const outcome: KeeperOutcome = {
+  const outcome: KeeperReport = {
     plan,
     final: plan,
     rounds: 2,

@@ -41,7 +41,7 @@ t.test("fills each zone from the pool's snapshot up to its minimum, then does no
   await fake.volume({ tags: { ...POOL }, snapshotId });
   const recorder = fakeRecorder(fake.script);
   const log = createMemoryLogger("debug");
-  const outcome = await runKeeper(fake.cloud, settings(), { dryRun: false, log, recorder });
+  const outcome = await runKeeper({ cloud: fake.cloud, log, recorder }, settings(), { dryRun: false });
   t.equal(outcome.failed, 0, log.lines.join("\n"));
   const volumes = await poolVolumes(fake);
   const inZone = (zone: string) => volumes.filter((v) => v.availabilityZone === zone && v.state === "available");
@@ -54,7 +54,7 @@ t.test("fills each zone from the pool's snapshot up to its minimum, then does no
   t.equal(recorder.recorded.filter((r) => r.kind === "keeperFinished").length, 1);
 
   const creates = fake.script.of("cloud.createVolume").length;
-  const again = await runKeeper(fake.cloud, settings(), { dryRun: false, log });
+  const again = await runKeeper({ cloud: fake.cloud, log }, settings(), { dryRun: false });
   t.equal(fake.script.of("cloud.createVolume").length, creates, "a full pool: nothing created");
   t.equal(again.failed, 0);
 });
@@ -63,13 +63,13 @@ t.test("a dry run creates nothing; the volume cap stops the fill", async (t) => 
   const fake = await startFakeCloud(t);
   await fake.snapshot({ ...POOL });
   const log = createMemoryLogger("debug");
-  const dry = await runKeeper(fake.cloud, settings(), { dryRun: true, log });
+  const dry = await runKeeper({ cloud: fake.cloud, log }, settings(), { dryRun: true });
   t.ok(
     dry.plan.steps.some((s) => s.step === "create"),
     "the plan creates",
   );
   t.equal(fake.script.of("cloud.createVolume").length, 0, "the dry run does not");
-  await runKeeper(fake.cloud, settings({ maxVolumes: 3 }), { dryRun: false, log });
+  await runKeeper({ cloud: fake.cloud, log }, settings({ maxVolumes: 3 }), { dryRun: false });
   t.equal((await poolVolumes(fake)).length, 3, "at most maxVolumes");
 });
 
@@ -78,16 +78,16 @@ t.test("a CreateVolume that fails once is counted; the next run fills the rest",
   await fake.snapshot({ ...POOL });
   fake.script.failNext("cloud.createVolume", new Error("InsufficientVolumeCapacity (scripted)"));
   const log = createMemoryLogger("debug");
-  const first = await runKeeper(fake.cloud, settings({ zones: [ZONE] }), { dryRun: false, log });
+  const first = await runKeeper({ cloud: fake.cloud, log }, settings({ zones: [ZONE] }), { dryRun: false });
   t.ok(first.failed >= 1, "the failure counted");
-  await runKeeper(fake.cloud, settings({ zones: [ZONE] }), { dryRun: false, log });
+  await runKeeper({ cloud: fake.cloud, log }, settings({ zones: [ZONE] }), { dryRun: false });
   t.equal((await poolVolumes(fake)).filter((v) => v.state === "available").length, 2, "filled by the next run");
 });
 
 t.test("without a snapshot the keeper creates nothing", async (t) => {
   const fake = await startFakeCloud(t);
   const log = createMemoryLogger("debug");
-  const outcome = await runKeeper(fake.cloud, settings(), { dryRun: false, log });
+  const outcome = await runKeeper({ cloud: fake.cloud, log }, settings(), { dryRun: false });
   t.equal(fake.script.of("cloud.createVolume").length, 0);
   t.equal(outcome.results.length, 0);
 });
@@ -124,7 +124,7 @@ t.test("runKeepers: each pool of instanceTypePools at its size, one report for a
   );
   const recorder = fakeRecorder(fake.script);
   const log = createMemoryLogger("debug");
-  const outcomes = await runKeepers(fake.cloud, pools, { dryRun: false, log, recorder });
+  const outcomes = await runKeepers({ cloud: fake.cloud, log, recorder }, pools, { dryRun: false });
   t.same(
     outcomes.map((o) => o.failed),
     [0, 0, 1],

@@ -189,14 +189,14 @@ t.test(
     // Asked, but the instance started since the plan: nothing is detached.
     const log = createMemoryLogger();
     const reclaiming = { ...settings, reclaimStoppedAfterDays: 7, ttlHours: 24 };
-    const dry = await runKeeper(cloud, reclaiming, { dryRun: true, log, now: () => new Date(clock.now) });
+    const dry = await runKeeper({ cloud, log, now: () => new Date(clock.now) }, reclaiming, { dryRun: true });
     t.same(
       dry.plan.steps.filter((s) => s.step === "reclaim").map((s) => ("volumeId" in s ? s.volumeId : "")),
       [poolVolume],
       "the pool volume only: a workspace volume is never the keeper's",
     );
 
-    const outcome = await runKeeper(cloud, reclaiming, { dryRun: false, log, now: () => new Date(clock.now) });
+    const outcome = await runKeeper({ cloud, log, now: () => new Date(clock.now) }, reclaiming, { dryRun: false });
     const result = outcome.results.find((r) => r.step === "reclaim");
     t.equal(result?.done, "reclaimed", JSON.stringify(outcome.results));
     const after = await cloud.describeVolume(poolVolume);
@@ -226,13 +226,9 @@ t.test("the reclaim leaves the volume when the instance is no longer stopped rig
     }),
   };
   const outcome = await runKeeper(
-    raced,
+    { cloud: raced, log: createMemoryLogger(), now: () => new Date(clock.now) },
     { ...settings, reclaimStoppedAfterDays: 7 },
-    {
-      dryRun: false,
-      log: createMemoryLogger(),
-      now: () => new Date(clock.now),
-    },
+    { dryRun: false },
   );
   t.equal(outcome.results.find((r) => r.step === "reclaim")?.done, "skipped");
   t.equal((await cloud.describeVolume(id))?.attachment?.instanceId, lab.a.instanceId, "still attached");

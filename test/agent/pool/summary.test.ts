@@ -162,7 +162,11 @@ t.test("the keeper's target per zone, and zones it stocks that have no volume ye
     "the workspace volume is no stock",
   );
   t.match(zone("eu-west-1c"), { volumes: 0, monthlyUsd: 0, keeper: { stock: 0, belowMin: 2 } });
-  t.same(pool.keeper, { ...keeper, sizeGiB: null, volumes: 8, gib: 90 }, "the caps beside what they count: pool volumes, every state");
+  t.same(
+    pool.keeper,
+    { ...keeper, sizeGiB: null, volumes: 8, gib: 90 },
+    "the caps beside what they count: pool volumes, every state",
+  );
   const surplus = poolReport(
     { volumes: Array.from({ length: 5 }, () => vol("eu-west-1a", "snap-new")), snapshots },
     settings,
@@ -280,7 +284,12 @@ t.test("the rendering shows each zone's groups, the keeper and the money", async
   const text = renderPoolReport(report);
   t.match(
     text,
-    /^pool p: current generation set@2026-11-30T10:00:00\.000Z; 9 volumes, 100 GiB, USD 28\.00\/month \+ 2 snapshots \(20 GiB at most\) USD 1\.00\/month = USD 29\.00\/month$/m,
+    new RegExp(
+      String.raw`^pool p: current generation set@2026-11-30T10:00:00\.000Z; 9 ` +
+        String.raw`volumes, 100 GiB, USD 28\.00\/month \+ 2 snapshots \(20 GiB ` +
+        String.raw`at most\) USD 1\.00\/month = USD 29\.00\/month$`,
+      "m",
+    ),
   );
   t.match(
     text,
@@ -291,11 +300,18 @@ t.test("the rendering shows each zone's groups, the keeper and the money", async
   t.match(text, /eu-west-1c\s+all\s+0\s+0\s+0\s+0\s+0\s+0\s+0\.00\s+2\.\.3 available: has 0, 2 short/);
   t.match(
     text,
-    /keeper: 2\.\.3 available in each of eu-west-1a, eu-west-1b, eu-west-1c, volumes of the snapshot's size; caps 20 volumes \/ 500 GiB, the pool has 8 \/ 90/,
+    new RegExp(
+      String.raw`keeper: 2\.\.3 available in each of eu-west-1a, eu-west-1b, eu-west-1c, ` +
+        String.raw`volumes of the snapshot's size; caps 20 volumes / 500 GiB, the pool has 8 / 90`,
+    ),
   );
   t.match(
     text,
-    /^total: 9 volumes, 100 GiB, USD 28\.00\/month; 2 snapshots, 20 GiB at most, USD 1\.00\/month; USD 29\.00\/month in all$/m,
+    new RegExp(
+      String.raw`^total: 9 volumes, 100 GiB, USD 28\.00\/month; 2 snapshots, ` +
+        String.raw`20 GiB at most, USD 1\.00\/month; USD 29\.00\/month in all$`,
+      "m",
+    ),
   );
   t.match(text, /^note: vol-00000007: io2/m);
   t.match(text, /^VOLUME\s+KIND\s+POOL\s+ZONE\s+STATE/m);

@@ -243,7 +243,11 @@ t.test("pool: the same for people, and the configured prices", async (t) => {
   );
   t.match(
     out.stdout,
-    /^total: 5 volumes, 12 GiB, USD 10\.96\/month; 2 snapshots, 2 GiB at most, USD 0\.10\/month; USD 11\.06\/month in all$/m,
+    new RegExp(
+      String.raw`^total: 5 volumes, 12 GiB, USD 10\.96\/month; 2 snapshots, 2 ` +
+        String.raw`GiB at most, USD 0\.10\/month; USD 11\.06\/month in all$`,
+      "m",
+    ),
   );
 
   const priced = await writeLabConfig(lab, host, {

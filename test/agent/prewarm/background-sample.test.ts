@@ -7,8 +7,8 @@
 import t from "tap";
 import { runBoot, type BootCommandDeps } from "../../../src/agent/boot/run.ts";
 import { beginPrewarmAtBoot, runInitialization } from "../../../src/agent/prewarm/apply.ts";
-import type { PrewarmDeps } from "../../../src/agent/prewarm/observe.ts";
-import { prewarmSettingsFrom, type PrewarmOutcome } from "../../../src/agent/prewarm/plan.ts";
+import type { PrewarmDeps } from "../../../src/agent/prewarm/deps.ts";
+import { prewarmSettingsFrom, type PrewarmReport } from "../../../src/agent/prewarm/plan.ts";
 import type { PrewarmReader } from "../../../src/agent/ports.ts";
 import { Label, VolumeTag } from "../../../src/tags.ts";
 import { COLD, WARM, fakeNode, fakeReader, type FakeNode } from "../../fixtures/fakes/index.ts";
@@ -42,9 +42,9 @@ function gatedReader(node: FakeNode): { reader: PrewarmReader; release(): void; 
 function withBackgroundPrewarm(
   node: FakeNode,
   reader: PrewarmReader,
-): { command: BootCommandDeps; background(): Promise<PrewarmOutcome> | undefined } {
+): { command: BootCommandDeps; background(): Promise<PrewarmReport> | undefined } {
   const command = node.bootCommand();
-  let background: Promise<PrewarmOutcome> | undefined;
+  let background: Promise<PrewarmReport> | undefined;
   return {
     command: {
       ...command,
@@ -83,8 +83,8 @@ t.test("files in the background: the boot reports warming with prewarm=checking 
 
   // The sample has not ended (it cannot before release()): the boot ends all the same.
   const booted = await runBoot(wired.command, { dryRun: false });
-  const volumeId = booted.result?.volumeId ?? "";
-  t.equal(booted.result?.outcome, "warming", booted.result?.reason ?? "usable, warming in the background");
+  const volumeId = booted.report?.volumeId ?? "";
+  t.equal(booted.report?.outcome, "warming", booted.report?.reason ?? "usable, warming in the background");
   t.equal((await node.fake.describe(volumeId)).snapshotId, snapshot, "the volume is made from the pool's snapshot");
   t.same(
     node.labels.reports.map((r) => [r.state, r.details[Label.prewarm], r.details[Label.prewarmProgress]]),

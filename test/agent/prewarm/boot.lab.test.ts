@@ -59,14 +59,14 @@ t.test(
       },
     });
     t.equal(
-      booted.result?.outcome,
+      booted.report?.outcome,
       "warming",
       "boot done: warming",
-      booted.result?.outcome === "warming" ? {} : { log: log.lines.join("\n") },
+      booted.report?.outcome === "warming" ? {} : { log: log.lines.join("\n") },
     );
     t.ok(background, "the initialization was handed to the background run");
-    const volumeId = booted.result!.volumeId!;
-    t.match(booted.result?.prewarm, { action: "initialize", verdict: "cold", phase: "pending" });
+    const volumeId = booted.report!.volumeId!;
+    t.match(booted.report?.prewarm, { action: "initialize", verdict: "cold", phase: "pending" });
     t.ok(
       booted.plan.steps.some((s) => s.step === "prewarm"),
       "a prewarm step in the plan",
@@ -137,8 +137,8 @@ t.test(
 
     // A reboot: the volume is tagged, nothing is read again.
     const again = await bootLabHost(bl.lab, host, { overrides, log: createMemoryLogger("debug") });
-    t.equal(again.result?.outcome, "ready");
-    t.match(again.result?.prewarm, { action: "skip", verdict: "warm" });
+    t.equal(again.report?.outcome, "ready");
+    t.match(again.report?.prewarm, { action: "skip", verdict: "warm" });
   },
 );
 
@@ -146,16 +146,16 @@ t.test("check (the default): a cold volume is ready + prewarm=cold as EBS report
   const host = await bl.addHost();
   const overrides = { pool: POOL, labels: { mode: "engine" }, prewarm: prewarm("check") };
   const booted = await bootLabHost(bl.lab, host, { overrides, log: createMemoryLogger("debug") });
-  t.equal(booted.result?.outcome, "ready");
+  t.equal(booted.report?.outcome, "ready");
   t.match(
-    booted.result?.prewarm,
+    booted.report?.prewarm,
     { action: "skip", verdict: "cold" },
     "EBS's lazy initialization under 100 %: no sample",
   );
   const labels = await engineLabels(host);
   t.equal(labels[`${LABEL_PREFIX}.state`], "ready");
   t.equal(labels[`${LABEL_PREFIX}.prewarm`], "cold");
-  const volumeId = booted.result!.volumeId!;
+  const volumeId = booted.report!.volumeId!;
   t.notOk((await bl.tags(volumeId))[VolumeTag.initialized]);
 
   // `ebs-cache-agent prewarm --strategy files` by hand, as a process: initializes it.
@@ -180,12 +180,12 @@ t.test("fio missing at boot: the node is still ready, prewarm=cold as EBS said, 
   const log = createMemoryLogger("debug");
   const booted = await bootLabHost(bl.lab, host, { overrides, log, fio: "/nonexistent/fio" });
   t.equal(
-    booted.result?.outcome,
+    booted.report?.outcome,
     "ready",
     "not blocked",
-    booted.result?.outcome === "ready" ? {} : { log: log.lines.join("\n") },
+    booted.report?.outcome === "ready" ? {} : { log: log.lines.join("\n") },
   );
-  t.match(booted.result?.prewarm, { verdict: "cold", phase: "failed" });
+  t.match(booted.report?.prewarm, { verdict: "cold", phase: "failed" });
   t.equal((await engineLabels(host))[`${LABEL_PREFIX}.prewarm`], "cold");
   t.ok(
     log.lines.some((l) => /^<3>prewarm\.failed: .*remediation=/.test(l)),

@@ -5,7 +5,7 @@
  */
 import t from "tap";
 import {
-  decidePrewarm,
+  planPrewarm,
   DEFAULT_PREWARM,
   FRESH_FROM_SNAPSHOT_MINUTES,
   knownCold,
@@ -20,17 +20,17 @@ const fromSnapshot = { volumeId: "vol-1", snapshotId: "snap-1", tags: {} };
 
 t.test("check: known cold is decided without a sample", async (t) => {
   t.match(
-    decidePrewarm(DEFAULT_PREWARM, fromSnapshot, { type: "default", progress: 3 }, now),
+    planPrewarm(DEFAULT_PREWARM, fromSnapshot, { type: "default", progress: 3 }, now),
     { action: "skip", verdict: "cold", reason: /default initialization at 3 %/ },
     "EBS's lazy initialization under 100 %",
   );
   t.match(
-    decidePrewarm(DEFAULT_PREWARM, { ...fromSnapshot, createTime: minutesAgo(2) }, undefined, now),
+    planPrewarm(DEFAULT_PREWARM, { ...fromSnapshot, createTime: minutesAgo(2) }, undefined, now),
     { action: "skip", verdict: "cold", reason: /created from snap-1 2 min ago/ },
     "created from a snapshot minutes ago",
   );
   t.match(
-    decidePrewarm(
+    planPrewarm(
       DEFAULT_PREWARM,
       { ...fromSnapshot, createTime: minutesAgo(FRESH_FROM_SNAPSHOT_MINUTES + 1) },
       undefined,
@@ -40,12 +40,12 @@ t.test("check: known cold is decided without a sample", async (t) => {
     "an older volume: only a sample tells",
   );
   t.match(
-    decidePrewarm(DEFAULT_PREWARM, fromSnapshot, { type: "default", progress: 100 }, now),
+    planPrewarm(DEFAULT_PREWARM, fromSnapshot, { type: "default", progress: 100 }, now),
     { action: "check" },
     "100 % of a lazy initialization is not taken as warm (EC2 says 100 where it tracks nothing)",
   );
   t.match(
-    decidePrewarm(
+    planPrewarm(
       DEFAULT_PREWARM,
       { ...fromSnapshot, createTime: minutesAgo(1), tags: { [VolumeTag.initialized]: "x" } },
       undefined,
@@ -55,19 +55,19 @@ t.test("check: known cold is decided without a sample", async (t) => {
     "the initialized tag wins",
   );
   t.match(
-    decidePrewarm(with_({ strategy: "off" }), { ...fromSnapshot, createTime: minutesAgo(1) }, undefined, now),
+    planPrewarm(with_({ strategy: "off" }), { ...fromSnapshot, createTime: minutesAgo(1) }, undefined, now),
     { action: "skip", verdict: "unknown" },
     "off reads nothing and says nothing",
   );
 });
 
 t.test("initialize: a known-cold volume carries its verdict, so no sample before the reads", async (t) => {
-  t.match(decidePrewarm(with_({ strategy: "files" }), { ...fromSnapshot, createTime: minutesAgo(5) }, undefined, now), {
+  t.match(planPrewarm(with_({ strategy: "files" }), { ...fromSnapshot, createTime: minutesAgo(5) }, undefined, now), {
     action: "initialize",
     mode: "files",
     known: "cold",
   });
-  const unknown = decidePrewarm(
+  const unknown = planPrewarm(
     with_({ strategy: "files" }),
     { ...fromSnapshot, createTime: minutesAgo(600) },
     undefined,

@@ -9,7 +9,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
-  decidePrewarm,
+  planPrewarm,
   DEFAULT_PREWARM,
   formatDuration,
   prewarmLabels,
@@ -44,40 +44,40 @@ const fromSnapshot = { volumeId: "vol-1", snapshotId: "snap-1", tags: {} };
 
 t.test("decisions", async (t) => {
   t.match(
-    decidePrewarm(DEFAULT_PREWARM, { volumeId: "vol-1", tags: {} }),
+    planPrewarm(DEFAULT_PREWARM, { volumeId: "vol-1", tags: {} }),
     { action: "skip", verdict: "warm" },
     "not from a snapshot: warm without reading",
   );
   t.match(
-    decidePrewarm(DEFAULT_PREWARM, { ...fromSnapshot, tags: { [VolumeTag.initialized]: "2026-11-30T00:00:00Z" } }),
+    planPrewarm(DEFAULT_PREWARM, { ...fromSnapshot, tags: { [VolumeTag.initialized]: "2026-11-30T00:00:00Z" } }),
     { action: "skip", verdict: "warm" },
     "tagged initialized: never again",
   );
-  t.match(decidePrewarm(with_({ strategy: "off" }), fromSnapshot), { action: "skip", verdict: "unknown" });
-  t.match(decidePrewarm(DEFAULT_PREWARM, fromSnapshot), { action: "check" }, "default: check");
-  t.match(decidePrewarm(with_({ strategy: "files" }), fromSnapshot), {
+  t.match(planPrewarm(with_({ strategy: "off" }), fromSnapshot), { action: "skip", verdict: "unknown" });
+  t.match(planPrewarm(DEFAULT_PREWARM, fromSnapshot), { action: "check" }, "default: check");
+  t.match(planPrewarm(with_({ strategy: "files" }), fromSnapshot), {
     action: "initialize",
     mode: "files",
     background: true,
   });
-  t.match(decidePrewarm(with_({ strategy: "device", background: false }), fromSnapshot), {
+  t.match(planPrewarm(with_({ strategy: "device", background: false }), fromSnapshot), {
     action: "initialize",
     mode: "device",
     background: false,
   });
   const rate = { type: "provisioned-rate", progress: 40, etaSeconds: 30 };
   t.match(
-    decidePrewarm(with_({ strategy: "files" }), fromSnapshot, rate),
+    planPrewarm(with_({ strategy: "files" }), fromSnapshot, rate),
     { action: "follow" },
     "VolumeInitializationRate: followed, not read",
   );
-  t.match(decidePrewarm(DEFAULT_PREWARM, fromSnapshot, { ...rate, progress: 100 }), { action: "record-initialized" });
+  t.match(planPrewarm(DEFAULT_PREWARM, fromSnapshot, { ...rate, progress: 100 }), { action: "record-initialized" });
   t.match(
-    decidePrewarm(with_({ strategy: "files" }), fromSnapshot, { type: "default", progress: 100 }),
+    planPrewarm(with_({ strategy: "files" }), fromSnapshot, { type: "default", progress: 100 }),
     { action: "initialize" },
     "default (lazy) initialization: read",
   );
-  t.match(decidePrewarm(with_({ strategy: "off" }), fromSnapshot, rate), { action: "skip" }, "off wins over following");
+  t.match(planPrewarm(with_({ strategy: "off" }), fromSnapshot, rate), { action: "skip" }, "off wins over following");
 });
 
 t.test("verdicts against the thresholds", async (t) => {

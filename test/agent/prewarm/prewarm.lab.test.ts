@@ -30,7 +30,7 @@ import {
   makeDataSnapshot,
   mountXfs,
 } from "../../fixtures/prewarm-lab.ts";
-import type { PrewarmDeps } from "../../../src/agent/prewarm/observe.ts";
+import type { PrewarmDeps } from "../../../src/agent/prewarm/deps.ts";
 
 await assertLabPrerequisites();
 

@@ -1,12 +1,12 @@
 /**
- * `ebs-cache-agent prewarm` (runPrewarmCommand) in process against the port fakes, on a volume a
+ * `ebs-cache-agent prewarm` (runPrewarm) in process against the port fakes, on a volume a
  * boot made from the pool's snapshot: the sample's verdict, an initialization that tags the
  * volume initialized, one that fails and leaves it untagged, and nothing to do without a volume.
  * No root, no fio.
  */
 import t from "tap";
 import { runBoot } from "../../../src/agent/boot/run.ts";
-import { runPrewarmCommand, type PrewarmCommandDeps } from "../../../src/agent/prewarm/run.ts";
+import { runPrewarm, type PrewarmCommandDeps } from "../../../src/agent/prewarm/run.ts";
 import { Label, VolumeTag } from "../../../src/tags.ts";
 import { COLD, WARM, fakeNode, fakeReader, type FakeNode, type FakeReader } from "../../fixtures/fakes/index.ts";
 
@@ -17,8 +17,8 @@ async function bootedFromSnapshot(t: Parameters<typeof fakeNode>[0]): Promise<{ 
   const node = await fakeNode(t, { config: { prewarm: { strategy: "off" } } });
   await node.fake.snapshot({ ...POOL });
   const booted = await runBoot(node.bootCommand(), { dryRun: false });
-  if (booted.result?.outcome !== "ready" || !booted.result.volumeId) throw new Error(`boot: ${booted.result?.reason}`);
-  return { node, volumeId: booted.result.volumeId };
+  if (booted.report?.outcome !== "ready" || !booted.report.volumeId) throw new Error(`boot: ${booted.report?.reason}`);
+  return { node, volumeId: booted.report.volumeId };
 }
 
 function prewarmDeps(node: FakeNode, reader: FakeReader): PrewarmCommandDeps {
@@ -35,10 +35,10 @@ function prewarmDeps(node: FakeNode, reader: FakeReader): PrewarmCommandDeps {
 t.test("check: a cold sample gives the verdict cold, published, the volume not tagged initialized", async (t) => {
   const { node, volumeId } = await bootedFromSnapshot(t);
   const reader = fakeReader(node.script, { figures: [COLD] });
-  const outcome = await runPrewarmCommand(prewarmDeps(node, reader), { strategy: "check" });
+  const outcome = await runPrewarm(prewarmDeps(node, reader), { strategy: "check" });
   t.equal(outcome.exitCode, 0);
   t.equal(outcome.volumeId, volumeId);
-  t.equal(outcome.outcome?.verdict, "cold");
+  t.equal(outcome.report?.verdict, "cold");
   t.equal(node.script.of("fio.initialize").length, 0, "a check reads nothing more");
   t.equal((await node.fake.describe(volumeId)).tags[VolumeTag.initialized], undefined);
   t.match(node.labels.reports.at(-1), { details: { [Label.prewarm]: "cold" } });
@@ -51,7 +51,7 @@ t.test("check: a cold sample gives the verdict cold, published, the volume not t
 t.test("files: the data is read, the volume tagged initialized, the node labelled warm", async (t) => {
   const { node, volumeId } = await bootedFromSnapshot(t);
   const reader = fakeReader(node.script, { figures: [COLD, WARM] });
-  const outcome = await runPrewarmCommand(prewarmDeps(node, reader), { strategy: "files" });
+  const outcome = await runPrewarm(prewarmDeps(node, reader), { strategy: "files" });
   t.equal(outcome.exitCode, 0, node.log.lines.filter((l) => l.startsWith("<3>")).join("\n") || "exit 0");
   const reads = node.script.of("fio.initialize");
   t.equal(reads.length, 1, "one initialization");
@@ -59,7 +59,7 @@ t.test("files: the data is read, the volume tagged initialized, the node labelle
   t.ok((await node.fake.describe(volumeId)).tags[VolumeTag.initialized], "tagged initialized");
   t.equal(node.labels.current(), "ready");
 
-  const again = await runPrewarmCommand(prewarmDeps(node, reader), { strategy: "files" });
+  const again = await runPrewarm(prewarmDeps(node, reader), { strategy: "files" });
   t.equal(again.exitCode, 0);
   t.equal(node.script.of("fio.initialize").length, 1, "an initialized volume is never read again");
 });
@@ -68,7 +68,7 @@ t.test("files: an initialization that fails leaves the volume untagged and exits
   const { node, volumeId } = await bootedFromSnapshot(t);
   const reader = fakeReader(node.script, { figures: [COLD] });
   node.script.failNext("fio.initialize", new Error("fio exited with 1 (scripted)"));
-  const outcome = await runPrewarmCommand(prewarmDeps(node, reader), { strategy: "files" });
+  const outcome = await runPrewarm(prewarmDeps(node, reader), { strategy: "files" });
   t.equal(outcome.exitCode, 1);
   t.equal((await node.fake.describe(volumeId)).tags[VolumeTag.initialized], undefined, "not tagged initialized");
 });
@@ -76,7 +76,7 @@ t.test("files: an initialization that fails leaves the volume untagged and exits
 t.test("no cache volume attached: nothing to pre-warm", async (t) => {
   const node = await fakeNode(t);
   const reader = fakeReader(node.script);
-  const outcome = await runPrewarmCommand(prewarmDeps(node, reader));
+  const outcome = await runPrewarm(prewarmDeps(node, reader));
   t.equal(outcome.exitCode, 0);
   t.equal(outcome.volumeId, undefined);
   t.same(node.script.names("fio."), [], "nothing read");

@@ -13,7 +13,7 @@ import { CreateSnapshotCommand, CreateVolumeCommand, DescribeSnapshotsCommand } 
 import { createCloudVolumes } from "../../../src/aws/ec2.ts";
 import { execa } from "execa";
 import { fileURLToPath } from "node:url";
-import { runPrune, type PruneOutcome } from "../../../src/agent/prune/run.ts";
+import { runPrune, type PruneReport } from "../../../src/agent/prune/run.ts";
 import { writeLabConfig } from "../../../src/lab/machines/agent.ts";
 import { writeBootRecord } from "../../../src/status/records.ts";
 import type { PruneDeps } from "../../../src/agent/prune/run.ts";
@@ -234,7 +234,7 @@ t.test(
       },
     );
     t.equal(cli.exitCode, 0, "prune --dry-run exits 0", cli.exitCode === 0 ? {} : { stderr: String(cli.stderr) });
-    const printed = JSON.parse(String(cli.stdout)) as PruneOutcome;
+    const printed = JSON.parse(String(cli.stdout)) as PruneReport;
     t.equal(printed.plan.volumeId, volumeId, "the volume the boot recorded");
     t.equal(printed.plan.currentSource, "snapshot", "EC2 asked through the config's endpoint");
     t.equal(

@@ -54,7 +54,10 @@ t.test("a warning when the buffer tags are there and the list is not", async (t)
   t.equal(missingPrePulledListWarning(activated, null), undefined, "not read (null): none");
   t.match(
     missingPrePulledListWarning({ [OSPARC_KEY]: LIST }, OLD_KEY),
-    /carries osparc's pre-pulled images tag .* but refresh.prePulledImagesTag is "io.simcore.autoscaling.ec2_instance.pre_pulled_images"/,
+    new RegExp(
+      String.raw`carries osparc's pre-pulled images tag .* but refresh.prePulledImagesTag ` +
+        String.raw`is "io.simcore.autoscaling.ec2_instance.pre_pulled_images"`,
+    ),
     "the old key configured beside osparc's tag",
   );
 });

@@ -121,13 +121,13 @@ t.test(
       },
     });
     t.equal(
-      booted.result?.outcome,
+      booted.report?.outcome,
       "ready",
       "the boot is ready",
-      booted.result?.outcome === "ready" ? {} : { log: log.lines.join("\n") },
+      booted.report?.outcome === "ready" ? {} : { log: log.lines.join("\n") },
     );
     t.equal(booted.exitCode, 0);
-    const volumeId = booted.result!.volumeId!;
+    const volumeId = booted.report!.volumeId!;
     t.ok(bl.poolVolumes.includes(volumeId), "the pool volume of the older generation was claimed");
     t.ok(refreshing, "the boot handed over to the refresh after ready");
     const outcome = await refreshing!;
@@ -283,7 +283,7 @@ t.test(
       { phase: "present", sources: ["generation", "pre-pulled"] },
     );
     const released = await releaseLabHost(bl.lab, host, { overrides, log });
-    t.equal(released.result?.outcome, "released", "the release follows", { log: log.lines.slice(-20).join("\n") });
+    t.equal(released.report?.outcome, "released", "the release follows", { log: log.lines.slice(-20).join("\n") });
     t.ok(await bl.waitAvailable(volumeId), "the volume is available again");
     t.equal((await bl.tags(volumeId))[VolumeTag.builtAt], builtAt, "as the current generation");
   },

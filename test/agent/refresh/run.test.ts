@@ -19,7 +19,7 @@ async function bootedOnOldGeneration(t: Parameters<typeof fakeNode>[0]): Promise
   });
   node.docker.state.images.set("*", ["lab/app:1"]);
   const booted = await runBoot(node.bootCommand(), { dryRun: false });
-  if (booted.result?.outcome !== "ready") throw new Error(`boot: ${booted.result?.reason}`);
+  if (booted.report?.outcome !== "ready") throw new Error(`boot: ${booted.report?.reason}`);
   await node.fake.snapshot({
     ...POOL,
     [VolumeTag.images]: "lab/app:1,lab/app:2",

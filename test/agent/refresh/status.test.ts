@@ -99,7 +99,11 @@ t.test("metrics: images by phase, bytes pulled", async (t) => {
   t.match(text, /ebs_cache_agent_refresh_pulled_bytes 3145728\n/);
   t.match(
     text,
-    /ebs_cache_agent_refresh_info\{volume_id="vol-0123456789abcdef0",phase="done",generation="platform@2026-11-20T00:00:00.000Z"\} 1/,
+    new RegExp(
+      String.raw`ebs_cache_agent_refresh_info\{volume_id="vol-0123456789abcdef0",phase="done",gen` +
+        String.raw`eration="platform@2026-11-20T00:00:00.000Z"\} ` +
+        String.raw`1`,
+    ),
   );
 });
 

@@ -36,9 +36,9 @@ t.jobs = 4;
 async function bootedNode(t: Test): Promise<{ node: FakeNode; volumeId: string }> {
   const node = await usedPoolNode(t);
   const booted = await alive(() => boot(node));
-  if (booted.result?.outcome !== "ready" || !booted.result.volumeId)
-    throw new Error(`the node did not boot on a pool volume: ${booted.result?.reason}`);
-  return { node, volumeId: booted.result.volumeId };
+  if (booted.report?.outcome !== "ready" || !booted.report.volumeId)
+    throw new Error(`the node did not boot on a pool volume: ${booted.report?.reason}`);
+  return { node, volumeId: booted.report.volumeId };
 }
 
 /** What a release left is what a release must leave: the volume back in the pool, the host off it. */
@@ -62,7 +62,7 @@ const { points } = reference;
 
 t.test("a clean release (the reference the points come from) converges", async (t) => {
   t.equal(reference.outcome.exitCode, 0, "exit 0");
-  t.equal(reference.outcome.result?.outcome, "released", "released");
+  t.equal(reference.outcome.report?.outcome, "released", "released");
   assertReleaseConverged(t, referenceNode.node, referenceNode.volumeId);
 });
 
@@ -82,12 +82,12 @@ for (const point of points) {
   t.test(`release killed ${describeDeath(point)}, then released again: converges`, async (t) => {
     const { node, volumeId } = await bootedNode(t);
     const again = await killThenRerun(t, point, () => release(node));
-    t.equal(again.exitCode, 0, "the rerun exits 0", { reason: again.result?.reason });
+    t.equal(again.exitCode, 0, "the rerun exits 0", { reason: again.report?.reason });
     assertReleaseConverged(t, node, volumeId);
 
     // The pool is whole again: the next boot claims from it as from any pool.
     const booted = await alive(() => boot(node));
-    t.equal(booted.result?.outcome, "ready", "then the next boot readies the node", { reason: booted.result?.reason });
+    t.equal(booted.report?.outcome, "ready", "then the next boot readies the node", { reason: booted.report?.reason });
     assertHoldsOne(t, node.fake.emulator.snapshotState(), node.instance.instanceId);
   });
 }

@@ -41,7 +41,7 @@ async function bootedHost(
   const host = await bl.addHost({ tags });
   const booted = await bl.boot(host, { overrides });
   assertOutcome(t, booted, "ready", "boot: ready");
-  return { host, volumeId: booted.result!.volumeId!, mountPoint: booted.result!.mountPoint! };
+  return { host, volumeId: booted.report!.volumeId!, mountPoint: booted.report!.mountPoint! };
 }
 
 /** The node's own labels under the agent's prefix (docker must be a swarm manager). */
@@ -212,7 +212,7 @@ t.test(
     const refused = await releaseHost(bl, host);
     assertOutcome(t, refused, "refused", "release refused");
     t.equal(refused.exitCode, 1, "exit code 1");
-    const problem = refused.result?.problems[0];
+    const problem = refused.report?.problems[0];
     t.equal(problem?.step, "unmount", "at the unmount");
     t.match(
       problem?.message,
@@ -225,7 +225,7 @@ t.test(
       "logged as an error",
     );
     t.same(
-      refused.result?.timeline.filter((s) => s.skipped).map((s) => s.step),
+      refused.report?.timeline.filter((s) => s.skipped).map((s) => s.step),
       ["detach", "wait-detached", "tag-released"],
       "detach and tags skipped",
     );
@@ -267,7 +267,7 @@ t.test(
     t.equal(refused.exitCode, 1, "exit code 1");
     t.equal(refused.plan.decision, "refused");
     t.match(
-      refused.result?.reason,
+      refused.report?.reason,
       /docker still runs on the cache volume .* release\.stopDocker is false: nothing was changed/,
       "says why",
     );

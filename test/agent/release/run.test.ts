@@ -20,7 +20,7 @@ async function bootedNode(
   const node = await fakeNode(t, options);
   const { volumeId } = await node.fake.volume({ tags: { ...POOL_TAGS } });
   const booted = await runBoot(node.bootCommand(), { dryRun: false });
-  if (booted.result?.outcome !== "ready") throw new Error(`boot: ${booted.result?.reason}`);
+  if (booted.report?.outcome !== "ready") throw new Error(`boot: ${booted.report?.reason}`);
   return { node, volumeId };
 }
 
@@ -30,8 +30,8 @@ t.test("after a boot: unmounted, docker off the volume, detached without force, 
   const { node, volumeId } = await bootedNode(t);
   const outcome = await release(node);
   t.equal(outcome.exitCode, 0);
-  t.equal(outcome.result?.outcome, "released");
-  t.same(outcome.result?.released, [volumeId]);
+  t.equal(outcome.report?.outcome, "released");
+  t.same(outcome.report?.released, [volumeId]);
   const volume = await node.fake.describe(volumeId);
   t.equal(volume.state, "available");
   t.equal(volume.attachment, undefined);
@@ -46,10 +46,10 @@ t.test("after a boot: unmounted, docker off the volume, detached without force, 
   t.ok(order.indexOf("docker.stop") < order.indexOf("storage.unmount"), "docker stops before the unmount");
   t.ok(order.indexOf("storage.unmount") < order.indexOf("cloud.detachVolume"), "unmount before the detach");
   t.ok(order.lastIndexOf("cloud.detachVolume") < order.lastIndexOf("cloud.tagVolume"), "tagged after the detach");
-  t.match(node.recorder.recorded.find((r) => r.kind === "releaseFinished")?.value, { result: { outcome: "released" } });
+  t.match(node.recorder.recorded.find((r) => r.kind === "releaseFinished")?.value, { report: { outcome: "released" } });
 
   const again = await release(node);
-  t.equal(again.result?.outcome, "nothing", "a second release finds nothing held");
+  t.equal(again.report?.outcome, "nothing", "a second release finds nothing held");
   t.equal(node.script.of("cloud.detachVolume").length, 1, "and detaches nothing");
 });
 
@@ -58,8 +58,8 @@ t.test("refused: the volume's mount is busy; nothing detached, nothing tagged", 
   node.host.busyMounts.add(`${node.config.paths.mountRoot}/${volumeId}`);
   const outcome = await release(node);
   t.equal(outcome.exitCode, 1);
-  t.equal(outcome.result?.outcome, "refused");
-  t.match(outcome.result?.reason, /could not be unmounted/);
+  t.equal(outcome.report?.outcome, "refused");
+  t.match(outcome.report?.reason, /could not be unmounted/);
   t.equal(node.script.of("cloud.detachVolume").length, 0, "no DetachVolume");
   const volume = await node.fake.describe(volumeId);
   t.equal(volume.attachment?.instanceId, node.instance.instanceId, "still attached here");
@@ -68,7 +68,7 @@ t.test("refused: the volume's mount is busy; nothing detached, nothing tagged", 
 
   node.host.busyMounts.clear();
   const later = await release(node);
-  t.equal(later.result?.outcome, "released", "once the mount is free, the next release completes");
+  t.equal(later.report?.outcome, "released", "once the mount is free, the next release completes");
 });
 
 t.test("refused: a second mount of the volume made by someone else is busy", async (t) => {
@@ -77,8 +77,8 @@ t.test("refused: a second mount of the volume made by someone else is busy", asy
   node.host.mounted.get(device)!.push("/srv/someone-else");
   node.host.busyMounts.add("/srv/someone-else");
   const outcome = await release(node);
-  t.equal(outcome.result?.outcome, "refused");
-  t.match(outcome.result?.reason, /\/srv\/someone-else/);
+  t.equal(outcome.report?.outcome, "refused");
+  t.match(outcome.report?.reason, /\/srv\/someone-else/);
   t.equal(node.script.of("cloud.detachVolume").length, 0, "a mounted volume is never detached");
   t.equal((await node.fake.describe(volumeId)).attachment?.state, "attached");
 });
@@ -90,8 +90,8 @@ t.test("refused: docker runs on the volume and the agent does not control it", a
     { ...node.releaseCommand(), config, releaseDeps: () => ({ ...node.releaseDeps(), docker: undefined }) },
     { dryRun: false },
   );
-  t.equal(outcome.result?.outcome, "refused");
-  t.match(outcome.result?.reason, /docker still runs on the cache volume/);
+  t.equal(outcome.report?.outcome, "refused");
+  t.match(outcome.report?.reason, /docker still runs on the cache volume/);
   t.equal(node.script.of("storage.unmount").length, 0, "nothing unmounted");
   t.equal(node.script.of("daemon-json.setDataRoot").length, 1, "daemon.json untouched since the boot's switch");
   t.equal((await node.fake.describe(volumeId)).attachment?.state, "attached");
@@ -102,7 +102,7 @@ t.test("not ours: a volume without the managed tag attached here is never detach
   const foreign = await node.fake.volume({ tags: { Name: "someone's data" } });
   await node.fake.attach(foreign.volumeId, node.instance, "/dev/sdg");
   const outcome = await release(node);
-  t.equal(outcome.result?.outcome, "nothing");
+  t.equal(outcome.report?.outcome, "nothing");
   t.equal(node.script.of("cloud.detachVolume").length, 0);
   t.equal(
     (await node.fake.describe(foreign.volumeId)).attachment?.instanceId,
@@ -121,7 +121,7 @@ t.test("not ours any more: claimed by another instance after our detach, its tag
     await node.fake.direct.tagVolume(volumeId, { [VolumeTag.claimedBy]: rival.instanceId });
   });
   const outcome = await release(node);
-  t.equal(outcome.result?.outcome, "released");
+  t.equal(outcome.report?.outcome, "released");
   const volume = await node.fake.describe(volumeId);
   t.equal(volume.attachment?.instanceId, rival.instanceId, "the rival holds it");
   t.equal(volume.tags[VolumeTag.claimedBy], rival.instanceId, "its claim untouched");
@@ -137,8 +137,8 @@ t.test("a stop (instance stopping): unmounted and kept attached, no expiry", asy
     },
     { dryRun: false },
   );
-  t.equal(outcome.result?.outcome, "released");
-  t.same(outcome.result?.kept, [volumeId], "kept attached");
+  t.equal(outcome.report?.outcome, "released");
+  t.same(outcome.report?.kept, [volumeId], "kept attached");
   const volume = await node.fake.describe(volumeId);
   t.equal(volume.attachment?.instanceId, node.instance.instanceId, "still attached here");
   t.equal(volume.tags[VolumeTag.expiresAt], undefined, "no expiry");
@@ -150,11 +150,11 @@ t.test("a release killed between the detach and the tags: the next one writes th
   const { node, volumeId } = await bootedNode(t);
   node.script.failNext("cloud.waitForAttachment", new Error("killed (scripted)"));
   const first = await release(node);
-  t.equal(first.result?.outcome, "failed");
+  t.equal(first.report?.outcome, "failed");
   await waitFor(async () => (await node.fake.describe(volumeId)).state === "available", "available");
   t.equal((await node.fake.describe(volumeId)).tags[VolumeTag.claimedBy], node.instance.instanceId, "still claimed");
   const second = await release(node);
-  t.equal(second.result?.outcome, "released");
+  t.equal(second.report?.outcome, "released");
   const volume = await node.fake.describe(volumeId);
   t.equal(volume.tags[VolumeTag.claimedBy], undefined);
   t.ok(volume.tags[VolumeTag.expiresAt]);

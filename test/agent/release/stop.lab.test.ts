@@ -61,7 +61,7 @@ async function bootedHost(t: Test): Promise<{ host: LabHost; volumeId: string; m
   const host = await bl.addHost({});
   const booted = await bl.boot(host, { overrides });
   assertOutcome(t, booted, "ready", "boot: ready");
-  return { host, volumeId: booted.result!.volumeId!, mountPoint: booted.result!.mountPoint! };
+  return { host, volumeId: booted.report!.volumeId!, mountPoint: booted.report!.mountPoint! };
 }
 
 /**
@@ -160,7 +160,7 @@ t.test(
     await run("umount", [mountPoint]);
     const rebooted = await bl.boot(host, { overrides });
     assertOutcome(t, rebooted, "ready", "the boot after a reboot: ready");
-    t.equal(rebooted.result?.volumeId, volumeId, "on the same volume");
+    t.equal(rebooted.report?.volumeId, volumeId, "on the same volume");
     t.ok(
       rebooted.log.some((line) => /data-root already prepared for this activation/.test(line)),
       "prepared already for this activation",
@@ -197,8 +197,8 @@ t.test(
       released.plan.steps.map((s) => s.step),
       ["withdraw-labels", "reset-data-root", "sync", "unmount", "keep-attached"],
     );
-    t.same(released.result?.kept, [volumeId], "kept");
-    t.same(released.result?.released, [], "nothing released");
+    t.same(released.report?.kept, [volumeId], "kept");
+    t.same(released.report?.released, [], "nothing released");
     t.ok(
       released.log.some((line) =>
         /^<5>release\.shutdown: the instance is being stopped.*why="?EC2 shows the instance 'stopping'/.test(line),
@@ -230,8 +230,8 @@ t.test(
     const attachesBefore = bl.attachCalls(id).length;
     const booted = await bl.boot(host, { overrides });
     assertOutcome(t, booted, "ready", "the boot after the start: ready");
-    t.equal(booted.result?.volumeId, volumeId, "on the same volume");
-    t.equal(booted.result?.mountPoint, mountPoint);
+    t.equal(booted.report?.volumeId, volumeId, "on the same volume");
+    t.equal(booted.report?.mountPoint, mountPoint);
     t.equal(bl.attachCalls(id).length - attachesBefore, 0, "with no AttachVolume");
     t.ok(
       booted.log.some((line) =>
@@ -276,7 +276,7 @@ t.test(
     const host = await bl.addHost({ metadataTags: false });
     const booted = await bl.boot(host, { overrides });
     assertOutcome(t, booted, "ready", "boot: ready");
-    const volumeId = booted.result!.volumeId!;
+    const volumeId = booted.report!.volumeId!;
     const id = host.instance.instanceId;
     const seen = releaseAtShutdown(host);
     await bl.ec2.send(new StopInstancesCommand({ InstanceIds: [id] }));
@@ -287,7 +287,7 @@ t.test(
     assertOutcome(t, released, "released", "released");
     t.equal(released.identity.tagsSource, "ec2", "the tags came from EC2");
     t.equal(released.plan.shutdown.kind, "stop");
-    t.same(released.result?.kept, [volumeId]);
+    t.same(released.report?.kept, [volumeId]);
     t.same(
       seen.calls!.map((c) => c.command).filter((c) => c === "DescribeInstancesCommand"),
       ["DescribeInstancesCommand"],
@@ -312,7 +312,7 @@ t.test("a terminate (shutting-down): the full release, as before", async (t) => 
     released.plan.steps.map((s) => s.step),
     ["withdraw-labels", "reset-data-root", "sync", "unmount", "detach", "wait-detached", "tag-released"],
   );
-  t.same(released.result?.released, [volumeId]);
+  t.same(released.report?.released, [volumeId]);
   const end = await volumeEnd(bl, volumeId);
   t.equal(end.state, "available");
   t.same(end.attachments, []);
@@ -361,14 +361,14 @@ t.test(
     assertOutcome(t, kept, "released", "release with the notice");
     t.equal(kept.plan.shutdown.kind, "stop");
     t.match(kept.plan.shutdown.reason, /spot interruption notice says 'stop'/);
-    t.same(kept.result?.kept, [volumeId]);
+    t.same(kept.report?.kept, [volumeId]);
     t.equal((await volumeEnd(bl, volumeId)).state, "in-use", "still attached");
 
     host.imds.setSpotInstanceAction({ action: "terminate", time: "2030-01-01T12:00:00Z" });
     const released = await releaseHost(bl, host);
     assertOutcome(t, released, "released", "release with a terminate notice");
     t.equal(released.plan.shutdown.kind, "terminate");
-    t.same(released.result?.released, [volumeId]);
+    t.same(released.report?.released, [volumeId]);
     t.equal((await volumeEnd(bl, volumeId)).state, "available");
   },
 );

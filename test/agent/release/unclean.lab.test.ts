@@ -66,8 +66,8 @@ t.test(
     const dead = await bl.addHost({ tags: workspaceTags(ids) });
     const first = await bl.boot(dead, { overrides });
     assertOutcome(t, first, "ready", "first instance ready");
-    const volumeId = first.result!.volumeId!;
-    const mountPoint = first.result!.mountPoint!;
+    const volumeId = first.report!.volumeId!;
+    const mountPoint = first.report!.mountPoint!;
     const dockerd = dead.dockerd!;
     await dockerd.docker(["volume", "create", "data"]);
     await dockerd.docker([
@@ -128,7 +128,7 @@ t.test(
     const booted = await bl.boot(next, { overrides });
     assertOutcome(t, booted, "ready", "the next instance of the workspace is ready");
     t.equal(booted.plan.selection.source, "workspace", "it takes the workspace volume");
-    t.equal(booted.result?.volumeId, volumeId, "the dead instance's volume");
+    t.equal(booted.report?.volumeId, volumeId, "the dead instance's volume");
     t.equal((await bl.tags(volumeId))[VolumeTag.claimedBy], next.instance.instanceId, "claimed-by the new instance");
     const docker = next.dockerd!;
     t.equal(
@@ -143,7 +143,7 @@ t.test(
 
     await docker.stop();
     const released = await releaseHost(bl, next);
-    t.equal(released.result?.outcome, "released", "a clean release now", { log: released.log.join("\n") });
+    t.equal(released.report?.outcome, "released", "a clean release now", { log: released.log.join("\n") });
     const after = await xfsCheck(volumeId);
     t.same(
       after,
@@ -202,7 +202,7 @@ t.test(
     const id = buffer.instance.instanceId;
     const booted = await bl.boot(buffer, { overrides });
     assertOutcome(t, booted, "ready", "the buffer is ready on a new workspace volume");
-    const volumeId = booted.result!.volumeId!;
+    const volumeId = booted.report!.volumeId!;
     t.same(
       await intentTags(volumeId),
       { [VolumeTag.keep]: "true", [VolumeTag.keepBy]: id, [VolumeTag.ttlHours]: "24" },
@@ -225,7 +225,7 @@ t.test(
     await bl.ec2.send(new StopInstancesCommand({ InstanceIds: [id] }));
     t.ok(await reached(id, "stopped"), "stopped");
     bl.lab.ec2.setShutdownHook(id, undefined);
-    t.same(atStop?.result?.kept, [volumeId], "the stop kept the volume attached");
+    t.same(atStop?.report?.kept, [volumeId], "the stop kept the volume attached");
     // ... and terminates it while stopped: no OS runs, no release.
     await bl.ec2.send(new TerminateInstancesCommand({ InstanceIds: [id] }));
     t.ok(await reached(id, "terminated"), "terminated while stopped");
@@ -247,7 +247,7 @@ t.test(
     const next = await bl.addHost({ tags: workspaceTags(ids) });
     const again = await bl.boot(next, { overrides });
     assertOutcome(t, again, "ready", "the workspace's next instance is ready");
-    t.equal(again.result?.volumeId, volumeId, "on the kept volume");
+    t.equal(again.report?.volumeId, volumeId, "on the kept volume");
     t.equal(await readMark(next), "kept-workspace", "with the workspace's data");
     t.same(
       await intentTags(volumeId),
@@ -269,7 +269,7 @@ t.test(
     const host = await bl.addHost({ tags: { ...workspaceTags(ids), "ebs-cache:ttl-hours": "72" } });
     const booted = await bl.boot(host, { overrides });
     assertOutcome(t, booted, "ready", "ready on a new workspace volume");
-    const volumeId = booted.result!.volumeId!;
+    const volumeId = booted.report!.volumeId!;
     t.same(await intentTags(volumeId), { [VolumeTag.ttlHours]: "72" }, "its TTL from the claim on; no keep asked");
 
     await host.dockerd!.stop();
@@ -314,7 +314,7 @@ t.test(
     const next = await bl.addHost({ tags: workspaceTags(ids) });
     const again = await bl.boot(next, { overrides });
     assertOutcome(t, again, "ready", "before that, the workspace's next instance gets it");
-    t.equal(again.result?.volumeId, volumeId);
+    t.equal(again.report?.volumeId, volumeId);
     const tags = await bl.tags(volumeId);
     t.same(
       [tags[VolumeTag.releasedAt], tags[VolumeTag.expiresAt], tags[VolumeTag.ttlHours]],
@@ -332,7 +332,7 @@ t.test(
     const host = await bl.addHost({ tags: { ...workspaceTags({ userId: "51" }), "ebs-cache:keep": "true" } });
     const booted = await bl.boot(host, { overrides });
     assertOutcome(t, booted, "ready", "ready");
-    const volumeId = booted.result!.volumeId!;
+    const volumeId = booted.report!.volumeId!;
     t.same(
       await intentTags(volumeId),
       { [VolumeTag.keep]: "true", [VolumeTag.keepBy]: host.instance.instanceId, [VolumeTag.ttlHours]: "24" },

@@ -59,7 +59,7 @@ t.test(
     const a = await bl.boot(hostA, { overrides });
     assertOutcome(t, a, "ready", "first instance ready");
     t.equal(a.plan.selection.source, "new-workspace", "no workspace volume yet for the ids: one is created");
-    const volumeId = a.result!.volumeId!;
+    const volumeId = a.report!.volumeId!;
     t.notOk(bl.poolVolumes.includes(volumeId), "not the pool's volume");
     t.equal((await bl.describe(bl.poolVolumes[0]!)).State, "available", "the pool volume is left for others");
     const created = await bl.describe(volumeId);
@@ -106,7 +106,7 @@ t.test(
     const released = await releaseHost(bl, hostA);
     assertOutcome(t, released, "released", "release: released");
     t.equal(released.exitCode, 0, "exit code 0");
-    t.same(released.result?.released, [volumeId]);
+    t.same(released.report?.released, [volumeId]);
     t.ok(
       released.plan.steps.some((s) => s.step === "stop-docker"),
       "docker still ran on the volume: the release stopped it first (release.stopDocker)",
@@ -134,7 +134,7 @@ t.test(
     assertOutcome(t, b, "ready", "second instance (another host, same ids) ready");
     t.equal(b.plan.selection.source, "workspace", "it finds the workspace volume of the ids");
     t.same("candidates" in b.plan.selection ? b.plan.selection.candidates : [], [volumeId], "that one volume");
-    t.equal(b.result?.volumeId, volumeId, "the same volume is claimed");
+    t.equal(b.report?.volumeId, volumeId, "the same volume is claimed");
     const claimed = await bl.tags(volumeId);
     t.equal(claimed[VolumeTag.claimedBy], hostB.instance.instanceId, "claimed-by the second instance");
     t.notOk(
@@ -187,7 +187,7 @@ t.test(
     const c = await bl.boot(hostC, { overrides: blank });
     assertOutcome(t, c, "ready", "ready on the blank workspace volume");
     t.equal(c.plan.selection.source, "new-workspace");
-    const volumeId = c.result!.volumeId!;
+    const volumeId = c.report!.volumeId!;
     const volume = await bl.describe(volumeId);
     t.notOk(volume.SnapshotId, "not from a snapshot");
     t.equal(volume.Size, 1, "workspace.sizeGiB");
@@ -221,7 +221,7 @@ t.test(
     const hostD = await bl.addHost({ tags: workspaceTags(ids) });
     const d = await bl.boot(hostD, { overrides: blank });
     assertOutcome(t, d, "ready", "ready on another host");
-    t.equal(d.result?.volumeId, volumeId, "the same workspace volume");
+    t.equal(d.report?.volumeId, volumeId, "the same workspace volume");
     t.notOk(
       d.log.some((line) => line.includes("formatting")),
       "not formatted again: it holds a filesystem now",
@@ -260,7 +260,7 @@ t.test(
       "new-workspace",
       "only user-id (workspace.minimumKeys): a user-level workspace volume is created",
     );
-    const volumeId = a.result!.volumeId!;
+    const volumeId = a.report!.volumeId!;
     const tags = await bl.tags(volumeId);
     t.equal(tags[VolumeTag.userId], "user_42", "the templated user id, as osparc renders it");
     t.equal(tags[VolumeTag.workspaceKeys], "user-id", "recorded as made for user-id only");
@@ -313,9 +313,9 @@ t.test(
     const b = await bl.boot(hostB, { overrides });
     assertOutcome(t, b, "ready", "the project-level instance is ready");
     t.equal(b.plan.selection.source, "new-workspace", "no volume of user-id + project-id: a new one, not the user's");
-    t.not(b.result?.volumeId, volumeId, "another volume");
+    t.not(b.report?.volumeId, volumeId, "another volume");
     t.equal(
-      (await bl.tags(b.result!.volumeId!))[VolumeTag.workspaceKeys],
+      (await bl.tags(b.report!.volumeId!))[VolumeTag.workspaceKeys],
       "user-id,project-id",
       "made for user-id + project-id",
     );
@@ -335,7 +335,7 @@ t.test(
       [volumeId],
       "that volume only (not the project's)",
     );
-    t.equal(c.result?.volumeId, volumeId);
+    t.equal(c.report?.volumeId, volumeId);
     const read = await hostC.dockerd!.docker([
       "run",
       "--rm",

@@ -1,13 +1,13 @@
 /** Which blocks an upload puts (src/agent/snapshot/plan.ts), pure. */
 import { createHash } from "node:crypto";
 import t from "tap";
-import { linearAggregate, planUpload } from "../../../src/agent/snapshot/plan.ts";
+import { linearAggregate, planSnapshotUpload } from "../../../src/agent/snapshot/plan.ts";
 
 const Z = "zero";
 const m = (entries: [number, string][]) => new Map(entries);
 
 t.test("a full upload puts the blocks holding data, in index order", async (t) => {
-  const plan = planUpload({
+  const plan = planSnapshotUpload({
     image: m([
       [9, "c"],
       [0, "a"],
@@ -24,7 +24,7 @@ t.test("a full upload puts the blocks holding data, in index order", async (t) =
 });
 
 t.test("an incremental upload puts what differs from the parent, zeros over what was cleared", async (t) => {
-  const plan = planUpload({
+  const plan = planSnapshotUpload({
     image: m([
       [0, "a"],
       [1, "B"],
@@ -47,7 +47,7 @@ t.test("an incremental upload puts what differs from the parent, zeros over what
 });
 
 t.test("a resumed upload skips blocks put with the same hash, puts again one put with another", async (t) => {
-  const plan = planUpload({
+  const plan = planSnapshotUpload({
     image: m([
       [0, "a"],
       [1, "b"],
@@ -69,7 +69,7 @@ t.test("a resumed upload skips blocks put with the same hash, puts again one put
 
 t.test("an image the same as its parent puts nothing", async (t) => {
   const same = m([[3, "x"]]);
-  const plan = planUpload({ image: same, parent: same, zeroHash: Z });
+  const plan = planSnapshotUpload({ image: same, parent: same, zeroHash: Z });
   t.same(plan.put, []);
   t.equal(plan.changedBlocks, 0);
 });

@@ -177,7 +177,7 @@ t.test("build, upload, a second generation, keeper, boot, docker", async (t) => 
 
   const zone = `${bl.lab.region}a`;
   const kept = await runKeeper(
-    createCloudVolumes({ client: bl.lab.ec2Client(), pollMs: 50 }),
+    { cloud: createCloudVolumes({ client: bl.lab.ec2Client(), pollMs: 50 }), log: createMemoryLogger() },
     {
       pool: POOL,
       imageSet: null,
@@ -190,7 +190,7 @@ t.test("build, upload, a second generation, keeper, boot, docker", async (t) => 
       initializationRateMiBps: 100,
       quarantineHours: 6,
     },
-    { dryRun: false, log: createMemoryLogger() },
+    { dryRun: false },
   );
   t.equal(kept.plan.snapshotId, up2.snapshotId, "the keeper stocks from the newest generation");
   const pool = await bl.ec2.send(
@@ -201,8 +201,8 @@ t.test("build, upload, a second generation, keeper, boot, docker", async (t) => 
 
   const host = await bl.addHost();
   const booted = await bl.boot(host, { overrides: { pool: POOL } });
-  t.equal(booted.result?.outcome, "ready", "the boot is ready", { log: booted.log.slice(-30).join("\n") });
-  t.equal(booted.result?.volumeId, made[0]?.VolumeId, "it claimed the volume of the uploaded snapshot");
+  t.equal(booted.report?.outcome, "ready", "the boot is ready", { log: booted.log.slice(-30).join("\n") });
+  t.equal(booted.report?.volumeId, made[0]?.VolumeId, "it claimed the volume of the uploaded snapshot");
   const listed = await host.dockerd!.docker(["image", "ls", "--format", "{{.Repository}}:{{.Tag}}"]);
   t.same(listed.stdout.trim().split("\n").sort(), [...gen2Images].sort(), "docker has the set, nothing else");
   const digests = await host.dockerd!.docker(["image", "inspect", "--format", "{{json .RepoDigests}}", extra]);

@@ -13,7 +13,8 @@ import { join } from "node:path";
 import t from "tap";
 import { ManifestError } from "../../../src/agent/snapshot/manifest.ts";
 import { EBS_BLOCK_BYTES } from "../../../src/agent/snapshot/plan.ts";
-import { SnapshotUploadError, uploadSnapshot, type SnapshotUploadDeps } from "../../../src/agent/snapshot/run.ts";
+import { SnapshotUploadError, runSnapshotUpload } from "../../../src/agent/snapshot/run.ts";
+import type { SnapshotUploadDeps } from "../../../src/agent/snapshot/deps.ts";
 import { generationTags } from "../../../src/agent/snapshot/tags.ts";
 import { ebsClient, snapshotBlockReader, snapshotBlockWriter } from "../../../src/aws/ebs.ts";
 import { readImageBlock, scanImage, sha256, zeroBlockHash } from "../../../src/host/image-blocks.ts";
@@ -106,7 +107,7 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
   for (const i of [0, 1, 2, 7, 8, 40, 41, 90, 126, 127]) first[i] = block();
   await writeBlocks(join(dir, "set.img"), first);
 
-  const full = await uploadSnapshot(deps(), settings("gen1.json"));
+  const full = await runSnapshotUpload(deps(), settings("gen1.json"));
   t.equal(full.put, 10, "a full upload puts the 10 blocks holding data, none of the 118 holes");
   t.equal(full.bytesPut / (await imageBlocks()).size / EBS_BLOCK_BYTES, 1, "bytes put ÷ bytes of data = 1");
   t.equal(full.status, "completed");
@@ -127,14 +128,14 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
   t.ok(volume.VolumeId, "a volume can be created from it");
 
   await t.rejects(
-    uploadSnapshot(deps(), settings("gen1.json")),
+    runSnapshotUpload(deps(), settings("gen1.json")),
     SnapshotUploadError,
     "a completed build is not uploaded again",
   );
 
   // Generation 2: one block changed, one cleared, one added.
   await writeBlocks(join(dir, "set.img"), { 8: block(), 40: null, 60: block() });
-  const incremental = await uploadSnapshot(deps(), settings("gen2.json", "gen1.json"));
+  const incremental = await runSnapshotUpload(deps(), settings("gen2.json", "gen1.json"));
   t.equal(incremental.parentSnapshotId, full.snapshotId, "started from the previous generation");
   t.equal(incremental.put, 3, "only the changed, the cleared and the added block are put");
   t.equal(incremental.zeros, 1, "zeros go over the cleared block");
@@ -144,7 +145,7 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
   t.same(snapshotBlocks(full.snapshotId).has(40), true, "the parent is unchanged");
 
   // The same generation with the parent's manifest lost: the parent's blocks read back from EBS.
-  const fromEbs = await uploadSnapshot(deps(), {
+  const fromEbs = await runSnapshotUpload(deps(), {
     ...settings("gen2-from-ebs.json"),
     parentSnapshotId: full.snapshotId,
   });
@@ -156,7 +157,7 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
   );
   await sameContent(t, fromEbs.snapshotId);
   await t.rejects(
-    uploadSnapshot(deps(), { ...settings("gen2-both.json", "gen1.json"), parentSnapshotId: full.snapshotId }),
+    runSnapshotUpload(deps(), { ...settings("gen2-both.json", "gen1.json"), parentSnapshotId: full.snapshotId }),
     SnapshotUploadError,
     "a parent manifest and a parent snapshot both given are refused",
   );
@@ -175,7 +176,7 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
       if (++puts === 2) controller.abort(new Error("killed"));
     },
   };
-  const killed = uploadSnapshot(deps(killing, controller.signal), {
+  const killed = runSnapshotUpload(deps(killing, controller.signal), {
     ...settings("gen3.json", "gen2.json"),
     concurrency: 1,
   });
@@ -183,7 +184,7 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
   const left = parseManifest("gen3.json", await readManifestJson(join(dir, "gen3.json")));
   t.equal(left?.status, "uploading", "the manifest says the upload is unfinished");
   t.equal(Object.keys(left?.written ?? {}).length, 2, "… with the 2 blocks put");
-  const resumed = await uploadSnapshot(deps(), settings("gen3.json", "gen2.json"));
+  const resumed = await runSnapshotUpload(deps(), settings("gen3.json", "gen2.json"));
   t.equal(resumed.snapshotId, left?.snapshotId, "the resume writes the same snapshot (StartSnapshot's ClientToken)");
   t.equal(resumed.resumed, 2, "the 2 blocks put before the kill are not put again");
   t.equal(resumed.put, 4);
@@ -193,12 +194,12 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
   await writeBlocks(join(dir, "set.img"), { 20: block() });
   const before = lab.emu.snapshotState().snapshots;
   await t.rejects(
-    uploadSnapshot(deps(), settings("gen4.json", "missing.json")),
+    runSnapshotUpload(deps(), settings("gen4.json", "missing.json")),
     ManifestError,
     "a parent manifest that does not exist is refused",
   );
   await writeFile(join(dir, "bad.json"), JSON.stringify({ format: "x" }));
-  await t.rejects(uploadSnapshot(deps(), settings("bad.json")), ManifestError, "a foreign manifest is refused");
+  await t.rejects(runSnapshotUpload(deps(), settings("bad.json")), ManifestError, "a foreign manifest is refused");
   t.same(Object.keys(lab.emu.snapshotState().snapshots), Object.keys(before), "… and no snapshot was started");
   t.match(await readFile(join(dir, "bad.json"), "utf8"), /"x"/, "… and the foreign manifest is left as it was");
   t.ok(

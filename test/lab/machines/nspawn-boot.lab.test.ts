@@ -441,7 +441,10 @@ async function bootAndRelease(
       gc.exitCode,
       0,
       `systemctl start ${GC} ` +
-        `succeeds${gc.exitCode === 0 ? "" : `: ${gc.stderr}\n${journalText(journal, (e) => e.unit === GC || e.systemdUnit === GC)}`}`,
+        "succeeds" +
+        (gc.exitCode === 0
+          ? ""
+          : `: ${gc.stderr}\n${journalText(journal, (e) => e.unit === GC || e.systemdUnit === GC)}`),
     );
     t.ok(
       journal.some((e) => e.systemdUnit === GC && /\b0 failed, [1-9]\d* managed volumes seen/.test(e.message)),

@@ -63,10 +63,10 @@ const OTHER = taskLabels({
 
 function assertBoot(t: Test, run: AgentRun<BootOutcome>, outcome: string, message: string): void {
   t.equal(
-    run.result?.outcome,
+    run.report?.outcome,
     outcome,
     message,
-    run.result?.outcome === outcome ? {} : { result: run.result, log: run.log.join("\n") },
+    run.report?.outcome === outcome ? {} : { result: run.report, log: run.log.join("\n") },
   );
 }
 function attachRequests(instanceId: string, since = 0): number {
@@ -127,7 +127,7 @@ t.test(
     const { node, boot } = await machineFor(t, FIRST);
     first = node;
     t.equal(boot.phase1.plan.selection.source, "new-workspace", "no workspace for these ids yet: one is made");
-    workspaceVolume = boot.result!.volumeId!;
+    workspaceVolume = boot.report!.volumeId!;
     const tags = await bl.tags(workspaceVolume);
     t.match(
       tags,
@@ -167,7 +167,7 @@ t.test(
     // the ids come from phase 1's record, and osparc's labels stay as osparc set them.
     const rerun = await osparc.boot(node);
     assertBoot(t, rerun, "ready", "a re-run after the join: ready");
-    t.equal(rerun.result?.volumeId, workspaceVolume, "on the same volume");
+    t.equal(rerun.report?.volumeId, workspaceVolume, "on the same volume");
     const relabelled = await osparc.nodeLabels(node);
     t.same(osparcLabels(relabelled), osparcLabels(labels), "osparc's labels untouched by the agent");
     const mine = agentLabels(relabelled);
@@ -192,7 +192,7 @@ t.test("terminate: the release runs in the shutdown and hands the workspace volu
   await osparc.drain(first);
   await osparc.terminate(first);
   const released = first.lastRelease!;
-  t.equal(released.result?.outcome, "released", "released", { log: released.log.join("\n") });
+  t.equal(released.report?.outcome, "released", "released", { log: released.log.join("\n") });
   t.equal(released.plan.shutdown.kind, "terminate");
   const end = await volumeEnd(bl, workspaceVolume);
   t.equal(end.state, "available");
@@ -202,7 +202,7 @@ t.test("terminate: the release runs in the shutdown and hands the workspace volu
 
 t.test("other ids (the same user, another project and node) never get the workspace, nor see its data", async (t) => {
   const { node, boot } = await machineFor(t, OTHER);
-  t.not(boot.result?.volumeId, workspaceVolume, "another volume");
+  t.not(boot.report?.volumeId, workspaceVolume, "another volume");
   t.equal(boot.phase1.plan.selection.source, "new-workspace", "a workspace of their own");
   t.equal((await volumeEnd(bl, workspaceVolume)).state, "available", "the first workspace is left alone");
   const volumes = (await node.host.dockerd!.docker(["volume", "ls", "-q"])).stdout.trim();
@@ -217,7 +217,7 @@ t.test("other ids (the same user, another project and node) never get the worksp
   });
   const booted = await osparc.boot(userLevel);
   assertBoot(t, booted, "ready", "a user-level machine: ready");
-  t.not(booted.result?.volumeId, workspaceVolume, "not the project/node-level workspace");
+  t.not(booted.report?.volumeId, workspaceVolume, "not the project/node-level workspace");
   await osparc.terminate(node);
   await osparc.terminate(userLevel);
 });
@@ -227,7 +227,7 @@ t.test(
   async (t) => {
     const { node, boot } = await machineFor(t, FIRST);
     t.equal(boot.phase1.plan.selection.source, "workspace", "the workspace of these ids is found");
-    t.equal(boot.result?.volumeId, workspaceVolume, "the same volume");
+    t.equal(boot.report?.volumeId, workspaceVolume, "the same volume");
     const images = (await node.host.dockerd!.docker(["images", "--format", "{{.Repository}}:{{.Tag}}"])).stdout;
     t.match(images, /^user-service:42$/m, "the image the first machine had");
     const volumes = (await node.host.dockerd!.docker(["volume", "ls", "-q"])).stdout;
@@ -262,7 +262,7 @@ t.test(
       "the agent's labels untouched",
     );
     await osparc.terminate(node);
-    t.equal(node.lastRelease?.result?.outcome, "released");
+    t.equal(node.lastRelease?.report?.outcome, "released");
   },
 );
 
@@ -276,13 +276,13 @@ t.test(
     t.same(buffer.userDataRun, ["docker login", "write the pre-pull compose file"], "a buffer's user data has no join");
     t.equal((await buffer.host.dockerd!.info()).Swarm.LocalNodeState, "inactive", "not in the swarm");
     t.equal(boot.phase1.plan.selection.source, "pool");
-    const volumeId = boot.result!.volumeId!;
+    const volumeId = boot.report!.volumeId!;
 
     const stopped = async (what: string, prepare = false) => {
       const since = lastSeq();
       if (prepare) await osparc.prepareWarmBuffer(buffer);
       else await osparc.stop(buffer);
-      t.equal(buffer.lastRelease?.result?.outcome, "released", `${what}: the release ran`, {
+      t.equal(buffer.lastRelease?.report?.outcome, "released", `${what}: the release ran`, {
         log: buffer.lastRelease?.log.join("\n"),
       });
       t.equal(buffer.lastRelease?.plan.shutdown.kind, "stop", `${what}: seen as a stop`);
@@ -328,7 +328,7 @@ t.test(
       ["docker swarm join --availability=drain"],
       "the activation's user data: the idempotent join",
     );
-    t.equal(activated.result?.volumeId, volumeId, "the volume it kept");
+    t.equal(activated.report?.volumeId, volumeId, "the volume it kept");
     t.equal(attachRequests(buffer.instanceId, since), 0, "0 AttachVolume on the start");
     const images = (await buffer.host.dockerd!.docker(["images", "--format", "{{.Repository}}:{{.Tag}}"])).stdout.split(
       "\n",
@@ -361,7 +361,7 @@ t.test(
       "a once-activated buffer does not wait for the tag osparc deleted after the join (phase 1)",
     );
     t.equal(waited(rebooted), "", "nor does phase 2");
-    t.equal(rebooted.result?.volumeId, volumeId, "the same volume");
+    t.equal(rebooted.report?.volumeId, volumeId, "the same volume");
     t.equal(attachRequests(buffer.instanceId, again), 0, "0 AttachVolume on this start either");
     await stopped("third stop");
     // Terminated while stopped (a surplus buffer, its image list changed): no OS, no release.
@@ -388,7 +388,7 @@ t.test(
     bl.lab.ec2.setFaults({});
     assertBoot(t, boot.phase1, "degraded", "phase 1: degraded");
     t.match(
-      boot.phase1.result?.reason,
+      boot.phase1.report?.reason,
       new RegExp(`boot budget of ${bootSeconds} s ran out`),
       "the reason names the budget",
     );

@@ -41,12 +41,12 @@ const A = labelsOf("user_a");
 
 function assertBoot(t: Test, run: OsparcBoot, outcome: string, message: string): void {
   t.equal(
-    run.result?.outcome,
+    run.report?.outcome,
     outcome,
     message,
-    run.result?.outcome === outcome
+    run.report?.outcome === outcome
       ? {}
-      : { result: run.result, phase1: run.phase1.log.join("\n"), log: run.log.join("\n") },
+      : { result: run.report, phase1: run.phase1.log.join("\n"), log: run.log.join("\n") },
   );
 }
 
@@ -70,7 +70,7 @@ async function machineOfA(t: Test): Promise<{ node: OsparcNode; volumeId: string
     ["new-workspace", "workspace"].includes(boot.phase1.plan.selection.source),
     "on A's workspace volume (new the first time, then the one A left)",
   );
-  const volumeId = boot.result!.volumeId!;
+  const volumeId = boot.report!.volumeId!;
   const docker = node.host.dockerd!;
   await docker.docker(["volume", "create", "a-data"]);
   await docker.docker([
@@ -153,7 +153,7 @@ async function assertABack(t: Test, volumeId: string): Promise<void> {
   const again = await osparc.launch(A, { extraTags: { [Osparc.warmBufferTag]: "false" } });
   const boot = await osparc.boot(again);
   assertBoot(t, boot, "ready", "A's next machine: ready");
-  t.equal(boot.result?.volumeId, volumeId, "on A's workspace volume");
+  t.equal(boot.report?.volumeId, volumeId, "on A's workspace volume");
   t.ok(await exists(secretIn((await again.host.dockerd!.info()).DockerRootDir)), "with A's file");
   await osparc.terminate(again);
 }
@@ -218,7 +218,7 @@ t.test("the same tenant started again keeps its workspace (a reboot of one activ
   const boot = await osparc.boot(node);
   assertBoot(t, boot, "ready", "ready again");
   t.equal(boot.phase1.plan.selection.source, "attached", "the workspace volume reused from this activation's record");
-  t.equal(boot.result?.volumeId, volumeId);
+  t.equal(boot.report?.volumeId, volumeId);
   t.ok(await exists(secretIn((await node.host.dockerd!.info()).DockerRootDir)), "A's file");
   await osparc.terminate(node);
 });

@@ -19,10 +19,10 @@ function attachmentsOf(ctx: ActionContext, instanceId: string) {
   return ctx.store.volumes().flatMap((v) => (v.attachment?.instanceId === instanceId ? [v.attachment] : []));
 }
 
-export const attachVolume: ActionHandler = (ctx, p) => {
-  const volumeId = p.required("VolumeId");
-  const instanceId = p.required("InstanceId");
-  const device = p.required("Device");
+export const attachVolume: ActionHandler = (ctx, params) => {
+  const volumeId = params.required("VolumeId");
+  const instanceId = params.required("InstanceId");
+  const device = params.required("Device");
   // A malformed name is a bad parameter whatever the volume's state: checked before any lookup.
   if (!DEVICE_NAME.test(device)) {
     throw new Ec2Error(
@@ -30,7 +30,7 @@ export const attachVolume: ActionHandler = (ctx, p) => {
       `Value (${device}) for parameter device is invalid. ${device} is not a valid EBS device name.`,
     );
   }
-  const volume = getVolume(ctx, volumeId, p.action);
+  const volume = getVolume(ctx, volumeId, params.action);
   const instance = getInstance(ctx, instanceId);
   // EC2 attaches to a running or a stopped instance (the device shows at the next start).
   if (instance.state !== "running" && instance.state !== "stopped") {
@@ -81,14 +81,14 @@ export const attachVolume: ActionHandler = (ctx, p) => {
   return renderAttachment(volumeId, volume.attachment);
 };
 
-export const detachVolume: ActionHandler = (ctx, p) => {
-  const volume = getVolume(ctx, p.required("VolumeId"), p.action);
+export const detachVolume: ActionHandler = (ctx, params) => {
+  const volume = getVolume(ctx, params.required("VolumeId"), params.action);
   const attachment = volume.attachment;
   if (!attachment) {
     // What EC2 answers for detaching a volume that is not attached (not InvalidAttachment.NotFound).
     throw new Ec2Error("IncorrectState", `Volume '${volume.volumeId}' is in the '${volume.state}' state.`);
   }
-  const instanceId = p.str("InstanceId");
+  const instanceId = params.str("InstanceId");
   if (instanceId !== undefined && instanceId !== "") {
     getInstance(ctx, instanceId);
     if (attachment.instanceId !== instanceId) {
@@ -98,11 +98,11 @@ export const detachVolume: ActionHandler = (ctx, p) => {
       );
     }
   }
-  const device = p.str("Device");
+  const device = params.str("Device");
   if (device !== undefined && device !== "" && device !== attachment.device) {
     throw new Ec2Error("InvalidAttachment.NotFound", `The volume '${volume.volumeId}' is not attached at '${device}'.`);
   }
-  if (p.bool("Force")) {
+  if (params.bool("Force")) {
     // Kept so tests can assert the agent never forces a detach (it risks data loss on EC2).
     volume.forceDetachCount++;
     attachment.forced = true;

@@ -49,8 +49,8 @@ interface Transition {
  * call), then moves each one to `to` (or leaves it, when the rule says so) and starts the transition.
  */
 function transitionHandler(transition: Transition): ActionHandler {
-  return (ctx, p) => {
-    const instances = namedInstances(ctx, p.list("InstanceId"));
+  return (ctx, params) => {
+    const instances = namedInstances(ctx, params.list("InstanceId"));
     const { rule, refusal, to, started, changing } = transition;
     for (const instance of instances) {
       if (rule(instance.state) === "refuse") throw new Ec2Error("IncorrectInstanceState", refusal(instance.instanceId));

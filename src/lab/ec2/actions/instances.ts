@@ -22,10 +22,10 @@ const INSTANCE_FILTERS = (ctx: ActionContext): FilterFields<InstanceRecord> => (
   "block-device-mapping.status": (i) => attachedTo(ctx, i.instanceId).map((v) => v.attachment?.state),
 });
 
-export const describeInstances: ActionHandler = (ctx, p) => {
-  const ids = p.list("InstanceId");
+export const describeInstances: ActionHandler = (ctx, params) => {
+  const ids = params.list("InstanceId");
   const limits = { min: 5, max: 1000, idsParam: "InstanceId", idsName: "instancesSet" };
-  paginate([], p, limits);
+  paginate([], params, limits);
   const selected =
     ids.length > 0
       ? pickByIds(
@@ -37,8 +37,8 @@ export const describeInstances: ActionHandler = (ctx, p) => {
         )
       : ctx.store.instances();
   const page = paginate(
-    applyFilters(selected, p.filters(), INSTANCE_FILTERS(ctx), (i) => i.tags),
-    p,
+    applyFilters(selected, params.filters(), INSTANCE_FILTERS(ctx), (i) => i.tags),
+    params,
     limits,
   );
   return {

@@ -20,12 +20,12 @@ function render(ctx: ActionContext, snapshot: SnapshotRecord) {
   return renderSnapshot(snapshot, snapshotProgress(snapshot, ctx.delays.snapshotMs, ctx.now()));
 }
 
-export const createSnapshot: ActionHandler = (ctx, p) => {
-  const volume = getVolume(ctx, p.required("VolumeId"), p.action);
+export const createSnapshot: ActionHandler = (ctx, params) => {
+  const volume = getVolume(ctx, params.required("VolumeId"), params.action);
   if (volume.state !== "available" && volume.state !== "in-use") {
     throw new Ec2Error("IncorrectState", `The volume '${volume.volumeId}' is '${volume.state}'.`);
   }
-  const tags = tagsFromSpecifications(p.tagSpecifications(), "snapshot");
+  const tags = tagsFromSpecifications(params.tagSpecifications(), "snapshot");
   const snapshot: SnapshotRecord = {
     snapshotId: newId("snapshot"),
     seq: ctx.store.nextSeq(),
@@ -34,7 +34,7 @@ export const createSnapshot: ActionHandler = (ctx, p) => {
     state: "pending",
     startTime: isoNow(ctx),
     completionTime: null,
-    description: p.str("Description") ?? "",
+    description: params.str("Description") ?? "",
     tags,
     // A snapshot of an encrypted volume is encrypted with the volume's key.
     ...(volume.encrypted ? { encrypted: true, kmsKeyId: volume.kmsKeyId ?? null } : {}),
@@ -60,13 +60,13 @@ const SNAPSHOT_FILTERS = (ctx: ActionContext): FilterFields<SnapshotRecord> => (
   "storage-tier": () => ["standard"],
 });
 
-export const describeSnapshots: ActionHandler = (ctx, p) => {
-  const ids = p.list("SnapshotId");
+export const describeSnapshots: ActionHandler = (ctx, params) => {
+  const ids = params.list("SnapshotId");
   const limits = { min: 5, max: 1000, idsParam: "SnapshotId", idsName: "snapshotSet" };
-  paginate([], p, limits);
+  paginate([], params, limits);
   // Every snapshot here is the emulated account's own: `self` or the account id select them,
   // any other owner (e.g. `amazon`) selects none.
-  const owners = [...p.list("Owner"), ...p.list("OwnerId")];
+  const owners = [...params.list("Owner"), ...params.list("OwnerId")];
   const ours = owners.length === 0 || owners.some((o) => o === "self" || o === OWNER_ID);
   let selected =
     ids.length > 0
@@ -74,15 +74,15 @@ export const describeSnapshots: ActionHandler = (ctx, p) => {
       : ctx.store.snapshots();
   if (!ours) selected = [];
   const page = paginate(
-    applyFilters(selected, p.filters(), SNAPSHOT_FILTERS(ctx), (s) => s.tags),
-    p,
+    applyFilters(selected, params.filters(), SNAPSHOT_FILTERS(ctx), (s) => s.tags),
+    params,
     limits,
   );
   return { snapshotSet: page.items.map((s) => render(ctx, s)), nextToken: page.nextToken };
 };
 
-export const deleteSnapshot: ActionHandler = (ctx, p) => {
-  const snapshot = getSnapshot(ctx, p.required("SnapshotId"));
+export const deleteSnapshot: ActionHandler = (ctx, params) => {
+  const snapshot = getSnapshot(ctx, params.required("SnapshotId"));
   // Volumes still being made from it are left alone: the backend deletes the image only
   // after their copies are done (see Lifecycle.snapshotDeleted).
   delete ctx.store.model.snapshots[snapshot.snapshotId];

@@ -27,11 +27,11 @@ function tagsOf(
   throw new Ec2Error("InvalidID", `The ID '${id}' is not valid`);
 }
 
-function resources(ctx: ActionContext, p: { list(prefix: string): string[]; action: string | undefined }) {
-  const ids = p.list("ResourceId");
+function resources(ctx: ActionContext, params: { list(prefix: string): string[]; action: string | undefined }) {
+  const ids = params.list("ResourceId");
   if (ids.length === 0) throw missingParameter("ResourceId");
   // Every resource is checked before any is changed: one bad id leaves all untouched, as on EC2.
-  return ids.map((id) => ({ id, ...tagsOf(ctx, p.action, id) }));
+  return ids.map((id) => ({ id, ...tagsOf(ctx, params.action, id) }));
 }
 
 function afterChange(ctx: ActionContext, targets: { id: string; kind: ResourceKind }[]): void {
@@ -61,9 +61,9 @@ function checkImdsTagKeys(ctx: ActionContext, targets: { id: string; kind: Resou
   }
 }
 
-export const createTags: ActionHandler = (ctx, p) => {
-  const targets = resources(ctx, p);
-  const tags = p.tags("Tag");
+export const createTags: ActionHandler = (ctx, params) => {
+  const targets = resources(ctx, params);
+  const tags = params.tags("Tag");
   if (tags.length === 0) throw missingParameter("Tag");
   const add = checkTags(tags);
   checkImdsTagKeys(ctx, targets, Object.keys(add));
@@ -80,9 +80,9 @@ export const createTags: ActionHandler = (ctx, p) => {
   return { return: true };
 };
 
-export const deleteTags: ActionHandler = (ctx, p) => {
-  const targets = resources(ctx, p);
-  const tags = p.tags("Tag");
+export const deleteTags: ActionHandler = (ctx, params) => {
+  const targets = resources(ctx, params);
+  const tags = params.tags("Tag");
   for (const t of targets) {
     // No Tag.N at all deletes every tag; a tag without a value deletes the key whatever its
     // value; with a value (even "") only when the value matches.
@@ -124,11 +124,11 @@ const TAG_FILTERS: FilterFields<TagRow> = {
   value: (r) => [r.value],
 };
 
-export const describeTags: ActionHandler = (ctx, p) => {
+export const describeTags: ActionHandler = (ctx, params) => {
   const limits = { min: 5, max: 1000 };
-  paginate([], p, limits);
-  const matching = applyFilters(rows(ctx, p.action), p.filters(), TAG_FILTERS, (r) => ({ [r.key]: r.value }));
-  const page = paginate(matching, p, limits);
+  paginate([], params, limits);
+  const matching = applyFilters(rows(ctx, params.action), params.filters(), TAG_FILTERS, (r) => ({ [r.key]: r.value }));
+  const page = paginate(matching, params, limits);
   return {
     tagSet: page.items.map(({ resourceId, resourceType, key, value }) => ({ resourceId, resourceType, key, value })),
     nextToken: page.nextToken,

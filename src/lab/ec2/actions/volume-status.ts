@@ -88,14 +88,14 @@ const STATUS_FILTERS: FilterFields<VolumeRecord> = {
   "volume-status.details-status": (v) => [v.error !== null ? "failed" : "passed", "not-applicable"],
 };
 
-export const describeVolumeStatus: ActionHandler = (ctx, p) => {
-  const ids = p.list("VolumeId");
+export const describeVolumeStatus: ActionHandler = (ctx, params) => {
+  const ids = params.list("VolumeId");
   const limits = { min: 5, max: 1000, idsParam: "VolumeId", idsName: "volumeSet" };
-  paginate([], p, limits);
+  paginate([], params, limits);
   const selected =
     ids.length > 0
-      ? pickByIds(ids, (id) => lookupVolume(ctx, p.action, id), checkVolumeId, "InvalidVolume.NotFound", "volume")
-      : visibleVolumes(ctx, p.action).filter((v) => v.state !== "deleting");
-  const page = paginate(applyFilters(selected, p.filters(), STATUS_FILTERS), p, limits);
+      ? pickByIds(ids, (id) => lookupVolume(ctx, params.action, id), checkVolumeId, "InvalidVolume.NotFound", "volume")
+      : visibleVolumes(ctx, params.action).filter((v) => v.state !== "deleting");
+  const page = paginate(applyFilters(selected, params.filters(), STATUS_FILTERS), params, limits);
   return { volumeStatusSet: page.items.map((v) => statusItem(ctx, v)), nextToken: page.nextToken };
 };

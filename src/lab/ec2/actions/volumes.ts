@@ -39,17 +39,17 @@ export const VOLUME_FILTERS: FilterFields<VolumeRecord> = {
   "attachment.delete-on-termination": (v) => [v.attachment ? false : undefined],
 };
 
-export const describeVolumes: ActionHandler = (ctx, p) => {
-  const ids = p.list("VolumeId");
+export const describeVolumes: ActionHandler = (ctx, params) => {
+  const ids = params.list("VolumeId");
   const limits = { min: 5, max: 500, idsParam: "VolumeId", idsName: "volumeSet" };
-  paginate([], p, limits); // parameter checks come before the lookups, as on EC2
+  paginate([], params, limits); // parameter checks come before the lookups, as on EC2
   const selected =
     ids.length > 0
-      ? pickByIds(ids, (id) => lookupVolume(ctx, p.action, id), checkVolumeId, "InvalidVolume.NotFound", "volume")
-      : visibleVolumes(ctx, p.action);
+      ? pickByIds(ids, (id) => lookupVolume(ctx, params.action, id), checkVolumeId, "InvalidVolume.NotFound", "volume")
+      : visibleVolumes(ctx, params.action);
   const page = paginate(
-    applyFilters(selected, p.filters(), VOLUME_FILTERS, (v) => v.tags),
-    p,
+    applyFilters(selected, params.filters(), VOLUME_FILTERS, (v) => v.tags),
+    params,
     limits,
   );
   return { volumeSet: page.items.map(renderVolume), nextToken: page.nextToken };
@@ -66,10 +66,10 @@ const SIZE_RANGE: Record<string, [number, number]> = {
   standard: [1, 1024],
 };
 
-export const createVolume: ActionHandler = (ctx, p) => {
+export const createVolume: ActionHandler = (ctx, params) => {
   // A repeat of an earlier request (same token, same parameters) answers what that one made.
-  const token = clientToken(p);
-  const print = token === undefined ? "" : fingerprint(p);
+  const token = clientToken(params);
+  const print = token === undefined ? "" : fingerprint(params);
   const earlier = token === undefined ? undefined : earlierRequest(ctx.store.model, token, print);
   if (earlier) {
     ctx.store.event({ kind: "idempotent-replay", volumeId: earlier.volumeId, detail: "CreateVolume" });
@@ -78,9 +78,9 @@ export const createVolume: ActionHandler = (ctx, p) => {
     return now ? renderVolume(now) : (earlier.response as XmlObject);
   }
 
-  const zone = p.str("AvailabilityZone");
+  const zone = params.str("AvailabilityZone");
   if (zone === undefined || zone === "") {
-    if (p.has("AvailabilityZoneId")) {
+    if (params.has("AvailabilityZoneId")) {
       throw new Ec2Error("InvalidParameterValue", "The emulator supports AvailabilityZone, not AvailabilityZoneId");
     }
     throw missingParameter("AvailabilityZone");
@@ -88,16 +88,16 @@ export const createVolume: ActionHandler = (ctx, p) => {
   // What EC2 answers for CreateVolume in a zone that does not exist (not InvalidParameterValue).
   if (!ctx.zones.includes(zone)) throw new Ec2Error("InvalidZone.NotFound", `The zone '${zone}' does not exist.`);
 
-  const volumeType = p.str("VolumeType") ?? "gp3";
+  const volumeType = params.str("VolumeType") ?? "gp3";
   const range = SIZE_RANGE[volumeType];
   if (!range) throw invalidValue("volumeType", volumeType);
 
-  const snapshotId = p.str("SnapshotId") || undefined;
+  const snapshotId = params.str("SnapshotId") || undefined;
   const snapshot = snapshotId === undefined ? undefined : getSnapshot(ctx, snapshotId);
   if (snapshot && snapshot.state !== "completed") {
     throw new Ec2Error("IncorrectState", `Snapshot is in invalid state - ${snapshot.state}`);
   }
-  let size = p.int("Size");
+  let size = params.int("Size");
   if (size === undefined) {
     if (!snapshot) throw missingParameter("size");
     size = snapshot.volumeSize;
@@ -113,7 +113,7 @@ export const createVolume: ActionHandler = (ctx, p) => {
     throw invalidValue("size", String(size), `Volumes of type ${volumeType} must be ${range[0]}-${range[1]} GiB.`);
   }
 
-  const rate = p.int("VolumeInitializationRate");
+  const rate = params.int("VolumeInitializationRate");
   if (rate !== undefined) {
     if (!snapshot) {
       throw new Ec2Error(
@@ -126,14 +126,14 @@ export const createVolume: ActionHandler = (ctx, p) => {
     }
   }
 
-  const throughput = p.int("Throughput");
+  const throughput = params.int("Throughput");
   if (throughput !== undefined && volumeType !== "gp3") {
     throw new Ec2Error(
       "InvalidParameterCombination",
       `The parameter throughput is not supported for volume type ${volumeType}`,
     );
   }
-  let iops = p.int("Iops");
+  let iops = params.int("Iops");
   if (iops !== undefined && !PROVISIONED_IOPS.has(volumeType)) {
     throw new Ec2Error("InvalidParameterCombination", `The parameter iops is not supported for ${volumeType} volumes.`);
   }
@@ -146,10 +146,10 @@ export const createVolume: ActionHandler = (ctx, p) => {
 
   const encryption = volumeEncryption(
     ctx.region,
-    { encrypted: p.bool("Encrypted"), kmsKeyId: p.str("KmsKeyId") },
+    { encrypted: params.bool("Encrypted"), kmsKeyId: params.str("KmsKeyId") },
     snapshot,
   );
-  const tags = tagsFromSpecifications(p.tagSpecifications(), "volume");
+  const tags = tagsFromSpecifications(params.tagSpecifications(), "volume");
   const volume: VolumeRecord = {
     volumeId: newId("volume"),
     seq: ctx.store.nextSeq(),
@@ -202,40 +202,40 @@ export const GP3_LIMITS = {
 
 /** EC2's refusals of a gp3 volume's IOPS and throughput, in its words. */
 function checkGp3(sizeGiB: number, iops: number, throughput: number): void {
-  const l = GP3_LIMITS;
-  if (iops < l.baselineIops)
-    throw new Ec2Error("InvalidParameterValue", `Volume iops of ${iops} is too low; minimum is ${l.baselineIops}.`);
-  if (iops > l.maxIops)
-    throw new Ec2Error("InvalidParameterValue", `Volume iops of ${iops} is too high; maximum is ${l.maxIops}.`);
+  const gp3 = GP3_LIMITS;
+  if (iops < gp3.baselineIops)
+    throw new Ec2Error("InvalidParameterValue", `Volume iops of ${iops} is too low; minimum is ${gp3.baselineIops}.`);
+  if (iops > gp3.maxIops)
+    throw new Ec2Error("InvalidParameterValue", `Volume iops of ${iops} is too high; maximum is ${gp3.maxIops}.`);
   // The baseline is every gp3 volume's, whatever its size; only IOPS above it count against the ratio.
-  if (iops > l.baselineIops && iops / sizeGiB > l.maxIopsPerGiB) {
+  if (iops > gp3.baselineIops && iops / sizeGiB > gp3.maxIopsPerGiB) {
     throw new Ec2Error(
       "InvalidParameterValue",
       `Iops to volume size ratio of ${(iops / sizeGiB).toFixed(6)} is too high; maximum is ` +
-        `${l.maxIopsPerGiB.toFixed(6)}.`,
+        `${gp3.maxIopsPerGiB.toFixed(6)}.`,
     );
   }
-  if (throughput < l.baselineThroughput)
+  if (throughput < gp3.baselineThroughput)
     throw new Ec2Error(
       "InvalidParameterValue",
-      `Volume throughput of ${throughput} is too low; minimum is ${l.baselineThroughput}.`,
+      `Volume throughput of ${throughput} is too low; minimum is ${gp3.baselineThroughput}.`,
     );
-  if (throughput > l.maxThroughput)
+  if (throughput > gp3.maxThroughput)
     throw new Ec2Error(
       "InvalidParameterValue",
-      `Volume throughput of ${throughput} is too high; maximum is ${l.maxThroughput}.`,
+      `Volume throughput of ${throughput} is too high; maximum is ${gp3.maxThroughput}.`,
     );
-  if (throughput > l.baselineThroughput && throughput / iops > l.maxMiBpsPerIops) {
+  if (throughput > gp3.baselineThroughput && throughput / iops > gp3.maxMiBpsPerIops) {
     throw new Ec2Error(
       "InvalidParameterValue",
       `Throughput (MiBps) to iops ratio of ${(throughput / iops).toFixed(6)} is too high; maximum is ` +
-        `${l.maxMiBpsPerIops.toFixed(6)} MiBps per iops.`,
+        `${gp3.maxMiBpsPerIops.toFixed(6)} MiBps per iops.`,
     );
   }
 }
 
-export const deleteVolume: ActionHandler = (ctx, p) => {
-  const volume = getVolume(ctx, p.required("VolumeId"), p.action);
+export const deleteVolume: ActionHandler = (ctx, params) => {
+  const volume = getVolume(ctx, params.required("VolumeId"), params.action);
   if (volume.attachment) {
     throw new Ec2Error(
       "VolumeInUse",

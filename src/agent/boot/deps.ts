@@ -1,0 +1,48 @@
+/**
+ * What the boot takes: the adapters its steps act through, in a module of their own beside
+ * run.ts, as every use case has.
+ */
+import type { Logger } from "../../log.ts";
+import type { ReadinessState } from "../../tags.ts";
+import type { CloudVolumes, ContainerdRoot, DaemonConfig, DockerEngine, DockerService, HostStorage } from "../ports.ts";
+import type { PrewarmAtBoot } from "../prewarm/apply.ts";
+import type { PrewarmTarget } from "../prewarm/plan.ts";
+import type { DataRootPorts } from "./activation-marker.ts";
+
+/** The adapters a boot uses (built in src/cli/wiring.ts, for the CLI or a lab host). */
+export interface BootDeps {
+  cloud: CloudVolumes;
+  storage: HostStorage;
+  daemonConfig: DaemonConfig;
+  /** undefined when docker is left to systemd ordering (config docker.control = none). */
+  docker: DockerService | undefined;
+  engine: DockerEngine & { waitUntilReady(timeoutMs: number): Promise<void> };
+  /** What the prepare-data-root step does on the host (activation-marker.ts prepareVolumeDataRoot decides when). */
+  dataRoot: DataRootPorts;
+  /**
+   * containerd's root and service, for a host on the containerd image store. Absent: such a host degrades at
+   * switch-data-root.
+   */
+  containerd?: ContainerdRoot;
+  /** The installed dockerd's version (`dockerd --version`), read before docker starts. */
+  dockerVersion(): Promise<string | undefined>;
+  /**
+   * Publishes the readiness labels (node labels via a manager, or engine labels) and reads them
+   * back; throws when they did not take.
+   */
+  report(state: ReadinessState, details: Record<string, string>): Promise<void>;
+  /**
+   * The host checks before anything is claimed (src/agent/boot/preflight.ts): daemon.json parses and
+   * holds nothing the switch refuses, dockerd's flags do not conflict with it. Throws the
+   * refusal. Absent: only daemon.json's parse is checked.
+   */
+  preflight?(): Promise<void>;
+  /**
+   * Begins the pre-warm (beginPrewarmAtBoot with the configured settings): the sample starts at
+   * once (the boot begins it as docker starts); a verdict, and maybe an initialization, inline or
+   * handed to the background run, once its outcome is asked for. Absent: the step does nothing.
+   */
+  prewarm?(target: PrewarmTarget): PrewarmAtBoot;
+  log: Logger;
+  now?: () => Date;
+}

@@ -1,0 +1,16 @@
+/**
+ * What the pool keeper takes: EC2, its clock and where its figures go, in a module of their own
+ * beside run.ts, as every use case has.
+ */
+import type { Logger } from "../../log.ts";
+import type { OutcomeRecorder } from "../outcomes.ts";
+import type { KeeperCloud } from "../ports.ts";
+
+/** The adapters the keeper reads and acts through (built in src/cli/common.ts `hostContext`, or a test's). */
+export interface KeeperDeps {
+  cloud: KeeperCloud;
+  log: Logger;
+  now?: () => Date;
+  /** Takes the run's figures for the metrics (not on a dry run); absent: nothing is recorded. */
+  recorder?: Pick<OutcomeRecorder, "keeperFinished">;
+}
