@@ -74,7 +74,8 @@ const COMMANDS: CommandEntry[] = [
   {
     name: "snapshot",
     summary:
-      "`snapshot upload`: the pool's golden snapshot from a disk image, through the EBS direct APIs (no instance)",
+      "the pool's golden snapshot without an instance: `snapshot build` a disk image of the image set, " +
+      "`snapshot upload` it (EBS direct APIs); `snapshot strip` a volume built by Packer's flow",
     load: async () => (await import("./cli/snapshot.ts")).snapshotCommand(),
   },
   {
