@@ -74,7 +74,8 @@ const COMMANDS: CommandEntry[] = [
   {
     name: "snapshot",
     summary:
-      "`snapshot upload`: the pool's golden snapshot from a disk image, through the EBS direct APIs (no instance)",
+      "the pool's golden snapshot without an instance: `snapshot build` a disk image of the image set, " +
+      "`snapshot upload` it (EBS direct APIs); `snapshot strip` a volume built by Packer's flow",
     load: async () => (await import("./cli/snapshot.ts")).snapshotCommand(),
   },
   {
@@ -96,6 +97,25 @@ function requestedCommand(args: readonly string[]): string | undefined {
 }
 
 /**
+ * Has `command` check its required options after its unknown options and extra arguments, so that
+ * `snapshot build --no-such-option` says "unknown option", not that --image is missing: commander
+ * checks required options first, and a preAction hook runs after the other two checks. The message
+ * and code are commander's own, so a missing one is still a usage error after the usage line.
+ */
+function checkRequiredOptionsLast(command: Command): void {
+  const required = command.options.filter((option) => option.mandatory);
+  if (required.length === 0) return;
+  for (const option of required) option.makeOptionMandatory(false);
+  command.hook("preAction", () => {
+    const missing = required.find((option) => command.getOptionValue(option.attributeName()) === undefined);
+    if (missing)
+      command.error(`error: required option '${missing.flags}' not specified`, {
+        code: "commander.missingMandatoryOptionValue",
+      });
+  });
+}
+
+/**
  * Makes `command` and its subcommands end a usage error by throwing (src/fatal.ts maps it to exit
  * 2) after the usage line, rather than exiting 1 on their own: commander gives a command added
  * with addCommand none of its parent's settings, so each needs them.
@@ -104,6 +124,7 @@ function followShellConventions(command: Command, fullName: string): Command {
   command
     .exitOverride()
     .showHelpAfterError(`Usage: ${fullName} ${command.usage()}\n(${fullName} --help lists the options)`);
+  checkRequiredOptionsLast(command);
   for (const sub of command.commands) followShellConventions(sub, `${fullName} ${sub.name()}`);
   return command;
 }

@@ -52,7 +52,8 @@ interface UploadOptions {
 export function snapshotCommand(): Command {
   const snapshot = new Command("snapshot").description(
     "build the pool's golden snapshot without an instance: the image set into a disk image (build), " +
-      "then a snapshot of it (upload, the EBS direct APIs)",
+      "then a snapshot of it (upload, the EBS direct APIs); strip: a pool volume built elsewhere " +
+      "(Packer's pool-volume flow) cleared of its machine-local state before its snapshot",
   );
   snapshot.addCommand(snapshotBuildCommand());
   snapshot.addCommand(snapshotStripCommand());

@@ -1,8 +1,9 @@
 /**
  * Shell conventions, with every command run as a process: a usage error (an unknown option, a
  * missing option value, an extra argument, a bad choice or value) exits 2 with the command's
- * `Usage:` line on stderr; `--help` and `--version` exit 0; a `--config` file that does not exist
- * is a configuration error (exit 3), never the defaults; configuration warnings (an unknown
+ * `Usage:` line on stderr, and names that error even when a required option is missing too;
+ * `--help` and `--version` exit 0; a `--config` file that does not exist is a configuration
+ * error (exit 3), never the defaults; configuration warnings (an unknown
  * EBS_CACHE_AGENT_* variable, a setting that has no effect) are logged, never dropped.
  * None of it gets as far as EC2, docker or a disk: no root, no lab.
  */
@@ -17,7 +18,7 @@ import { childEnv } from "../fixtures/lab-prereq.ts";
 
 /** The production build, as a host runs it: some fifty processes, each started by plain node, not tsx. */
 const CLI = await agentBundle();
-/** Every command of the agent, as typed after `ebs-cache-agent`. */
+/** Every command a host runs, as typed after `ebs-cache-agent`: each reads the agent's config (--config). */
 const COMMANDS = [
   ["boot"],
   ["release"],
@@ -29,11 +30,25 @@ const COMMANDS = [
   ["pool"],
   ["pool", "fill"],
 ];
+/**
+ * The commands of a build machine (docs/snapshot.md), which has no agent config: a builder or CI
+ * machine building the pool's snapshot for any pool, given everything as options. They take no
+ * --config, so the --config cases do not apply to them. Each has required options, none given
+ * here: the usage errors below are still named as themselves, not as a missing --image.
+ */
+const BUILD_COMMANDS = [
+  ["snapshot", "build"],
+  ["snapshot", "upload"],
+  ["snapshot", "strip"],
+];
 /** Usage errors every command has, whatever its options. */
 const EVERY_COMMAND_ERRORS = [
   { kind: "unknown option", args: ["--no-such-option"], says: /unknown option '--no-such-option'/ },
-  { kind: "missing option value", args: ["--config"], says: /option '-c, --config <path>' argument missing/ },
   { kind: "extra argument", args: ["surplus"], says: /too many arguments/ },
+];
+/** Usage errors of the commands that read the config. */
+const CONFIG_ERRORS = [
+  { kind: "missing option value", args: ["--config"], says: /option '-c, --config <path>' argument missing/ },
 ];
 /** Usage errors of one command's own options. */
 const OWN_ERRORS = [
@@ -57,6 +72,37 @@ const OWN_ERRORS = [
     args: ["--pool", "a;b"],
     says: /pool name "a;b" contains the shell metacharacter ";"/,
   },
+  {
+    command: ["snapshot", "build"],
+    kind: "missing option value",
+    args: ["--image"],
+    says: /option '--image <path>' argument missing/,
+  },
+  {
+    command: ["snapshot", "upload"],
+    kind: "missing option value",
+    args: ["--manifest"],
+    says: /option '--manifest <path>' argument missing/,
+  },
+  {
+    command: ["snapshot", "strip"],
+    kind: "missing option value",
+    args: ["--volume"],
+    says: /option '--volume <mount-point>' argument missing/,
+  },
+  {
+    command: ["snapshot", "build"],
+    kind: "missing required option",
+    args: ["--images", "alpine:3"],
+    says: /required option '--image <path>' not specified/,
+  },
+  {
+    command: ["snapshot", "upload"],
+    kind: "missing required option",
+    args: ["--image", "set.img", "--manifest", "set.json", "--pool", "gpu", "--image-set", "s", "--images", "alpine:3"],
+    says: /required option '--image-store <store>' not specified/,
+  },
+  { command: ["snapshot", "strip"], kind: "missing required option", args: [], says: /required option '--volume/ },
   { command: [], kind: "unknown command", args: ["lab"], says: /unknown command 'lab'/ },
   { command: [], kind: "unknown top-level option", args: ["--dryrun"], says: /unknown option '--dryrun'/ },
 ];
@@ -91,7 +137,10 @@ const usageLine = (command: readonly string[]) =>
 
 t.test("a usage error exits 2 with the command's usage line, in every command", async (t) => {
   const cases = [
-    ...COMMANDS.flatMap((command) => EVERY_COMMAND_ERRORS.map((error) => ({ command, ...error }))),
+    ...[...COMMANDS, ...BUILD_COMMANDS].flatMap((command) =>
+      EVERY_COMMAND_ERRORS.map((error) => ({ command, ...error })),
+    ),
+    ...COMMANDS.flatMap((command) => CONFIG_ERRORS.map((error) => ({ command, ...error }))),
     ...OWN_ERRORS,
   ];
   const runs = await inBatches(cases.map((c) => () => agent([...c.command, ...c.args])));
@@ -109,8 +158,9 @@ t.test("a usage error exits 2 with the command's usage line, in every command", 
 });
 
 t.test("--help exits 0 in every command and lists exit code 2; --version prints the package's version", async (t) => {
-  const runs = await inBatches(COMMANDS.map((command) => () => agent([...command, "--help"])));
-  for (const [i, command] of COMMANDS.entries()) {
+  const commands = [...COMMANDS, ...BUILD_COMMANDS];
+  const runs = await inBatches(commands.map((command) => () => agent([...command, "--help"])));
+  for (const [i, command] of commands.entries()) {
     const run = runs[i]!;
     t.equal(run.exitCode, 0, `${command.join(" ")} --help: exit 0`, { stderr: run.stderr });
     t.match(run.stdout, usageLine(command), `${command.join(" ")} --help: the usage line`);
@@ -125,7 +175,7 @@ t.test("--help exits 0 in every command and lists exit code 2; --version prints 
 });
 
 t.test(
-  "a --config file that does not exist is a configuration error (exit 3) in every command, never the defaults",
+  "a --config file that does not exist is a configuration error (exit 3) in every host command, never the defaults",
   async (t) => {
     const dir = await mkdtemp(join(tmpdir(), "cli-conventions-"));
     t.teardown(() => rm(dir, { recursive: true, force: true }));
