@@ -38,8 +38,11 @@ export function prewarmCommand(): Command {
           signal: controller.signal,
         });
         const out = (line: string) => process.stdout.write(line + "\n");
-        if (opts.json) out(JSON.stringify(result, null, 2));
-        else if (result.report) {
+        // The JSON keeps the key it always had (`outcome`), whatever the use case calls it now.
+        if (opts.json) {
+          const { report, ...rest } = result;
+          out(JSON.stringify({ ...rest, ...(report ? { outcome: report } : {}) }, null, 2));
+        } else if (result.report) {
           out(`volume ${result.volumeId}: ${result.report.decision.action} (${result.report.decision.reason})`);
           out(
             `verdict: ${result.report.verdict}, phase: ` +
