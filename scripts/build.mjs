@@ -11,7 +11,7 @@
 // `node scripts/build.mjs --agent-only` builds only the agent.
 import { build } from "esbuild";
 import { realpathSync } from "node:fs";
-import { mkdir, rm, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import process, { argv } from "node:process";
 import { pathToFileURL } from "node:url";
@@ -36,6 +36,26 @@ const common = {
 };
 
 /**
+ * The agent imports package.json for its version alone (src/cli.ts); bundled whole, hosts would
+ * get the scripts, the test runner's settings and the dev dependencies as dead text. This plugin
+ * hands the bundle a package.json holding only the version.
+ */
+function versionOnly(root) {
+  const own = resolve(root, "package.json");
+  return {
+    name: "package-json-version-only",
+    setup(builder) {
+      // Only the checkout's own package.json: a dependency's stays as it ships.
+      builder.onLoad({ filter: /[\\/]package\.json$/ }, async ({ path }) => {
+        if (path !== own) return undefined;
+        const { version } = JSON.parse(await readFile(path, "utf8"));
+        return { contents: JSON.stringify({ version }), loader: "json" };
+      });
+    },
+  };
+}
+
+/**
  * Builds the agent of the checkout `root` into `outdir` (relative to `root`): its entry
  * `ebs-cache-agent.mjs` and its `chunks/`; returns esbuild's metafile. The old chunks are
  * removed first: their names carry a content hash, and a stale one would be installed too.
@@ -46,6 +66,7 @@ export async function buildAgent(outdir = "dist", root = process.cwd()) {
     ...common,
     absWorkingDir: root,
     entryPoints: { "ebs-cache-agent": "src/cli.ts" },
+    plugins: [versionOnly(root)],
     outdir,
     outExtension: { ".js": ".mjs" },
     splitting: true,

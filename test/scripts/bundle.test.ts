@@ -45,6 +45,10 @@ t.test("the agent's build carries no lab code", async (t) => {
     t.ok(labText.includes(text), `the lab bundle has "${text}"`);
     t.notOk(agentText.includes(text), `the agent's files do not have "${text}"`);
   }
+  // The project's package.json is bundled for the version alone (scripts/build.mjs): not its scripts,
+  // its test runner's settings or its dev dependencies (a dependency's own package.json is its own).
+  for (const text of ["tsx src/lab/main.ts", "!@tapjs/typescript", "@cloud-copilot/iam-simulate"])
+    t.notOk(agentText.includes(text), `the agent's files do not have package.json's "${text}"`);
 });
 
 t.test("the bundle runs on its own", async (t) => {
