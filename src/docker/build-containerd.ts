@@ -11,15 +11,12 @@
  * it. Plugins that would write outside its root and state (the `opt` plugin's /opt/containerd) or
  * serve nothing here (the CRI) are off.
  */
-import { spawn } from "node:child_process";
-import { mkdir, open, rm, writeFile } from "node:fs/promises";
+import { mkdir, rm, writeFile } from "node:fs/promises";
 import { connect } from "node:net";
 import { join } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
-import { AgentError, describeError } from "../errors.ts";
 import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";
-import { leftoverPid, stopProcess } from "./build-process.ts";
+import { leftoverPid, spawnDaemon, stopProcess, waitUntilServing } from "./build-process.ts";
 
 const CONTAINERD = "containerd";
 
@@ -85,34 +82,19 @@ export async function startBuildContainerd(options: {
   await rm(`${p.socket}.ttrpc`, { force: true });
 
   log?.info("docker.build-containerd-start", "starting the build's private containerd", { root: containerdRoot });
-  const logHandle = await open(p.logFile, "a");
-  const child = spawn(CONTAINERD, buildContainerdArgs(dockerdRoot, containerdRoot), {
-    detached: true,
-    stdio: ["ignore", logHandle.fd, logHandle.fd],
-  });
-  await logHandle.close();
-  child.unref();
-  let exited: string | undefined;
-  child.once("exit", (code, signal) => (exited = String(code ?? signal)));
-  child.once("error", (error) => (exited = describeError(error)));
-  const pid = child.pid;
+  const daemon = await spawnDaemon(CONTAINERD, buildContainerdArgs(dockerdRoot, containerdRoot), p.logFile);
+  const pid = daemon.pid;
   if (pid !== undefined) await writeFile(p.pidFile, `${pid}\n`);
-
   const stop = async () => {
     if (pid !== undefined) await stopProcess(pid, "the build's containerd", options.stopTimeoutMs ?? 60_000, log);
     await rm(p.pidFile, { force: true });
   };
-  const deadline = Date.now() + (options.readyTimeoutMs ?? 60_000);
-  while (!(await answers(p.socket))) {
-    if (exited !== undefined || Date.now() > deadline) {
-      await stop();
-      throw new AgentError(
-        `the build's containerd ${exited !== undefined ? `exited (${exited})` : "did not answer in time"}`,
-        `see ${p.logFile}`,
-      );
-    }
-    await sleep(100);
-  }
+  await waitUntilServing(daemon, () => answers(p.socket), {
+    what: "the build's containerd",
+    logFile: p.logFile,
+    timeoutMs: options.readyTimeoutMs ?? 60_000,
+    stop,
+  });
   log?.info("docker.build-containerd-ready", "the build's containerd is up", { pid, socket: p.socket });
   return { socket: p.socket, stop };
 }

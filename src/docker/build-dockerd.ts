@@ -13,18 +13,16 @@
  * build starts a containerd of its own with its root on the image (build-containerd.ts), and
  * dockerd uses it, in the namespace a host's dockerd reads (`moby`, the default).
  */
-import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdir, open, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { request } from "node:http";
 import { dirname, join } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
-import { AgentError, describeError } from "../errors.ts";
+import { AgentError } from "../errors.ts";
 import { run, type RunOptions, type RunResult } from "../exec.ts";
 import type { Logger } from "../log.ts";
 import { startBuildContainerd, stopLeftoverBuildContainerd, type BuildContainerd } from "./build-containerd.ts";
-import { leftoverPid, stopProcess } from "./build-process.ts";
+import { leftoverPid, spawnDaemon, stopProcess, waitUntilServing } from "./build-process.ts";
 import { containerdRootOnVolume } from "./containerd-store.ts";
 import { detectImageStore, type ImageStore } from "./engine.ts";
 import { missingFolders, PLUGIN_DISCOVERY_DIR, removeCreatedFolders } from "./plugin-discovery-dir.ts";
@@ -153,14 +151,8 @@ export async function startBuildDockerd(options: BuildDockerdOptions): Promise<B
   }
   const args = buildDockerdArgs(root, containerd?.socket);
   log?.info("docker.build-dockerd-start", "starting the build's private dockerd", { root, dataRoot: options.dataRoot });
-  const logHandle = await open(p.logFile, "a");
-  const child = spawn(DOCKERD, args, { detached: true, stdio: ["ignore", logHandle.fd, logHandle.fd] });
-  await logHandle.close();
-  child.unref();
-  let exited: string | undefined;
-  child.once("exit", (code, signal) => (exited = String(code ?? signal)));
-  child.once("error", (error) => (exited = describeError(error)));
-  const pid = child.pid;
+  const daemon = await spawnDaemon(DOCKERD, args, p.logFile);
+  const pid = daemon.pid;
 
   const docker = (args: readonly string[], runOptions: RunOptions = {}) =>
     run(DOCKER_CLI, ["-H", `unix://${p.socket}`, ...args], { log, ...runOptions });
@@ -174,17 +166,12 @@ export async function startBuildDockerd(options: BuildDockerdOptions): Promise<B
       await containerd?.stop();
     }
   };
-  const deadline = Date.now() + (options.readyTimeoutMs ?? 60_000);
-  while (!(await ping(p.socket))) {
-    if (exited !== undefined || Date.now() > deadline) {
-      await stop();
-      throw new AgentError(
-        `the build's dockerd ${exited !== undefined ? `exited (${exited})` : "did not answer in time"}`,
-        `see ${p.logFile}`,
-      );
-    }
-    await sleep(100);
-  }
+  await waitUntilServing(daemon, () => ping(p.socket), {
+    what: "the build's dockerd",
+    logFile: p.logFile,
+    timeoutMs: options.readyTimeoutMs ?? 60_000,
+    stop,
+  });
   try {
     const info = JSON.parse((await docker(["info", "--format", "{{json .}}"])).stdout) as {
       DockerRootDir?: string;

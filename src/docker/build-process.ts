@@ -1,11 +1,56 @@
 /**
- * Stopping a daemon a build started itself (its private dockerd, its private containerd): SIGTERM,
- * a wait for the exit, SIGKILL past the wait. Shared by build-dockerd.ts and build-containerd.ts.
+ * The daemons a build starts itself (its private dockerd, its private containerd): started
+ * detached with their output in a log file, waited for until their socket answers, stopped with
+ * SIGTERM and a wait for the exit, SIGKILL past the wait. Shared by build-dockerd.ts and
+ * build-containerd.ts.
  */
-import { readFile } from "node:fs/promises";
+import { spawn } from "node:child_process";
+import { open, readFile } from "node:fs/promises";
 import { setTimeout as sleep } from "node:timers/promises";
-import { AgentError } from "../errors.ts";
+import { AgentError, describeError } from "../errors.ts";
 import type { Logger } from "../log.ts";
+
+/** A daemon started by spawnDaemon. */
+export interface SpawnedDaemon {
+  readonly pid: number | undefined;
+  /** How it ended (exit code, signal or spawn error), or undefined while it runs. */
+  exited(): string | undefined;
+}
+
+/** Starts `program` detached from this process, its output appended to `logFile`. */
+export async function spawnDaemon(program: string, args: readonly string[], logFile: string): Promise<SpawnedDaemon> {
+  const logHandle = await open(logFile, "a");
+  const child = spawn(program, args, { detached: true, stdio: ["ignore", logHandle.fd, logHandle.fd] });
+  await logHandle.close();
+  child.unref();
+  let exited: string | undefined;
+  child.once("exit", (code, signal) => (exited = String(code ?? signal)));
+  child.once("error", (error) => (exited = describeError(error)));
+  return { pid: child.pid, exited: () => exited };
+}
+
+/**
+ * Waits until `answers` says the daemon serves; when it exits or the time is up, runs `stop`
+ * and throws, pointing at its log.
+ */
+export async function waitUntilServing(
+  daemon: SpawnedDaemon,
+  answers: () => Promise<boolean>,
+  options: { what: string; logFile: string; timeoutMs: number; stop: () => Promise<void> },
+): Promise<void> {
+  const deadline = Date.now() + options.timeoutMs;
+  while (!(await answers())) {
+    const exited = daemon.exited();
+    if (exited !== undefined || Date.now() > deadline) {
+      await options.stop();
+      throw new AgentError(
+        `${options.what} ${exited !== undefined ? `exited (${exited})` : "did not answer in time"}`,
+        `see ${options.logFile}`,
+      );
+    }
+    await sleep(100);
+  }
+}
 
 /** Stops `pid` (`what` names it in the log and the error); throws when even SIGKILL leaves it running. */
 export async function stopProcess(pid: number, what: string, timeoutMs: number, log?: Logger): Promise<void> {
