@@ -9,23 +9,32 @@
  *   the rerun cleaning up after it and building; its image uploaded (`snapshot upload`, the EBS
  *   direct emulator) as a containerd-store generation; then a machine whose daemon.json asks for
  *   the containerd store boots, its agent claims a volume of that snapshot, and docker runs its
- *   image without a pull.
+ *   image without a pull;
+ * - Packer's builder script (packer/scripts/pool-volume.sh) with the containerd store, whole, in
+ *   the same machine against a loop device (POOL_VOLUME_DEVICE): the image pulled from the lab's
+ *   registry, containerd's root on the volume, the machine-local state stripped by the agent's
+ *   list (`snapshot strip`), daemon.json and config.toml put back. What it cannot do here: find an
+ *   EBS disk (a loop device is not a disk to lsblk), install packages (the machine gets no
+ *   archive: its packages are there).
  *
  * Needs root, debootstrap, systemd-nspawn, strace, the lab's tools and (the first time) Debian's
  * archive. It never skips.
  */
 import t from "tap";
-import { mkdtemp, rm } from "node:fs/promises";
+import { copyFile, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { run } from "../../../src/exec.ts";
 import { readReadList } from "../../../src/host/need-reads.ts";
 import { writeImageArchive } from "../../../src/lab/docker/images.ts";
+import { startLabRegistry } from "../../../src/lab/docker/registry.ts";
+import { pushImageArchive } from "../../../src/lab/docker/registry-push.ts";
 import { startLab } from "../../../src/lab/lab.ts";
 import { buildEngineGoldenSnapshot } from "../../../src/lab/machines/nspawn-golden.ts";
 import { machineStatus, startEngineHost, waitForReadyUnit } from "../../../src/lab/machines/nspawn-host.ts";
 import { createPoolVolumes } from "../../../src/lab/volumes/golden.ts";
 import { attach, createVolume } from "../../../src/lab/volumes/volumes.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
+import { REPO } from "../../fixtures/agent-bundle.ts";
 import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
 import {
   assertNspawnPrerequisites,
@@ -122,11 +131,56 @@ t.test("engine machine builds: the need list on graphdriver, `snapshot build` of
     t.equal(uploaded.exitCode, 0, "snapshot upload exits 0", { stderr: uploaded.stderr.slice(-2000) });
     const up = JSON.parse(uploaded.stdout) as { snapshotId: string; bytesPut: number };
     snapshotId = up.snapshotId;
+    await packerPoolVolume(m, sh);
     t.comment(
       `containerd store: built in ${built.seconds} s, ` +
         `${(up.bytesPut / 2 ** 20).toFixed(1)} MiB uploaded for an image of ` +
         `${(CONTAINERD_IMAGE.payloadBytes / 2 ** 20).toFixed(0)} MiB of payload`,
     );
+  };
+
+  /** packer/scripts/pool-volume.sh with IMAGE_STORE=containerd, run in the builder machine `m`. */
+  const packerPoolVolume = async (m: Machine, sh: (script: string) => ReturnType<Machine["exec"]>) => {
+    const registry = await startLabRegistry({
+      labRoot: lab.root,
+      dir: join(work, "registry"),
+      netns: `/proc/${process.pid}/ns/net`,
+    });
+    const [repository, tag] = CONTAINERD_IMAGE.tag.split(":") as [string, string];
+    await pushImageArchive(registry.address, join(m.dir, TARBALL), repository, tag, work);
+    await copyFile(join(REPO, "packer/scripts/pool-volume.sh"), join(m.dir, "var/tmp/pool-volume.sh"));
+    // The machine shares the host's network: its docker makes no bridge and no iptables rules
+    // there (flags, as an operator's DOCKER_OPTS: the script writes daemon.json whole). No archive:
+    // the script's apt-get finds its packages installed.
+    await writeFile(
+      join(m.dir, "etc/default/docker"),
+      'DOCKER_OPTS="--bridge=none --iptables=false --ip6tables=false"\n',
+    );
+    await sh("mkdir -p /root/apt-off && mv /etc/apt/sources.list /etc/apt/sources.list.d/* /root/apt-off/; true");
+    const configs = "md5sum /etc/docker/daemon.json /etc/containerd/config.toml";
+    const before = await sh(configs);
+    const loop = (await sh("truncate -s 1G /var/tmp/pv.img && losetup -f --show /var/tmp/pv.img")).stdout.trim();
+    try {
+      const packer = await m.exec(
+        [
+          ...["env", "DOCKER_PACKAGE=docker.io", "POOL_VOLUME_SIZE_GIB=1", `POOL_VOLUME_DEVICE=${loop}`],
+          ...[`IMAGES=${registry.address}/${CONTAINERD_IMAGE.tag}`, "IMAGE_STORE=containerd"],
+          ...["bash", "/var/tmp/pool-volume.sh"],
+        ],
+        600_000,
+      );
+      t.equal(packer.exitCode, 0, "pool-volume.sh builds the containerd store", { out: packer.stdout + packer.stderr });
+      t.match(packer.stdout, /machine-local paths stripped/, "by the agent's list (snapshot strip)");
+      t.equal((await sh(configs)).stdout, before.stdout, "daemon.json and config.toml are put back");
+      const look = await sh(
+        `mount -o ro ${loop} /mnt/look && ls /mnt/look/containerd /mnt/look/docker; umount /mnt/look`,
+      );
+      t.match(look.stdout, /io\.containerd\.content\.v1\.content/, "the pulled image is in containerd's root");
+      t.notMatch(look.stdout, /introspection|tmpmounts|runtime\.v2\.task|engine-id/, "machine-local state went");
+    } finally {
+      await sh(`losetup -d ${loop}; rm -f /var/tmp/pv.img /etc/default/docker`);
+      await registry.stop();
+    }
   };
 
   const golden = await buildEngineGoldenSnapshot(lab, {
