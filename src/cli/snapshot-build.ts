@@ -169,7 +169,7 @@ export function snapshotBuildCommand(): Command {
     .option("--json", "print the report as JSON")
     .addHelpText(
       "after",
-      "\nA killed build leaves its mount, loop device or dockerd: run the same command again, " +
+      "\nA killed build leaves its mount, loop device, dockerd or containerd: run the same command again, " +
         "it takes them down first." +
         "\nExit codes: 0 built, 1 a step failed (what it set up was undone), 2 usage (nothing done).",
     )
