@@ -8,7 +8,8 @@
 # for the template to download (the snapshot step tags it). Environment (set by the template):
 #   DOCKER_PACKAGE  POOL_VOLUME_SIZE_GIB  IMAGES (space-separated)  DOCKER_CONFIG_JSON (optional)
 #   IMAGE_STORE (graphdriver | containerd)  AGENT_PACKAGE (the agent's package, uploaded; Node.js
-#   installed by scripts/node.sh)
+#   installed by scripts/node.sh)  POOL_VOLUME_DEVICE (optional: the blank disk to format, checked
+#   as the one looked for is; the template sets none, the lab gives its loop device)
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -18,6 +19,7 @@ IMAGES=${IMAGES:-}
 DOCKER_CONFIG_JSON=${DOCKER_CONFIG_JSON:-}
 IMAGE_STORE=${IMAGE_STORE:-graphdriver}
 AGENT_PACKAGE=${AGENT_PACKAGE:-}
+POOL_VOLUME_DEVICE=${POOL_VOLUME_DEVICE:-}
 case "$IMAGE_STORE" in graphdriver | containerd) ;; *) echo "pool-volume: IMAGE_STORE is graphdriver or containerd, not $IMAGE_STORE" >&2; exit 1 ;; esac
 BUILT_FILE=/var/tmp/ebs-cache-pool-volume.env
 MOUNT=/mnt/ebs-cache
@@ -35,16 +37,23 @@ systemctl stop docker.service docker.socket || true
 # The extra volume: the one disk of the wanted size with no partition, no mount and no
 # signature. It shows up some time after the instance starts: wait for it.
 want=$((POOL_VOLUME_SIZE_GIB * 1024 * 1024 * 1024))
+blank() { # $1: a device of the wanted size, with no partition, no mount and no signature
+  [ "$(lsblk -dnbo SIZE "$1" | tr -d ' ')" = "$want" ] || return 1
+  [ "$(lsblk -nro NAME "$1" | wc -l)" = 1 ] || return 1   # has partitions
+  ! findmnt -rn -S "$1" >/dev/null || return 1             # mounted
+  ! blkid -p "$1" >/dev/null 2>&1                          # carries a signature
+}
 device=""
+if [ -n "$POOL_VOLUME_DEVICE" ]; then
+  blank "$POOL_VOLUME_DEVICE" || { echo "pool-volume: $POOL_VOLUME_DEVICE is not a blank ${POOL_VOLUME_SIZE_GIB} GiB disk" >&2; exit 1; }
+  device=$POOL_VOLUME_DEVICE
+fi
 for _ in $(seq 1 120); do
+  [ -z "$device" ] || break
   candidates=()
-  while read -r name size type; do
-    if [ "$type" != disk ] || [ "$size" != "$want" ]; then continue; fi
-    [ "$(lsblk -nro NAME "$name" | wc -l)" = 1 ] || continue   # has partitions
-    findmnt -rn -S "$name" >/dev/null && continue                # mounted
-    blkid -p "$name" >/dev/null 2>&1 && continue                  # carries a signature
-    candidates+=("$name")
-  done < <(lsblk -dpnbo NAME,SIZE,TYPE)
+  while read -r name type; do
+    if [ "$type" = disk ] && blank "$name"; then candidates+=("$name"); fi
+  done < <(lsblk -dpno NAME,TYPE)
   if [ ${#candidates[@]} -eq 1 ]; then device=${candidates[0]}; break; fi
   if [ ${#candidates[@]} -gt 1 ]; then echo "pool-volume: several blank ${POOL_VOLUME_SIZE_GIB} GiB disks: ${candidates[*]}" >&2; exit 1; fi
   sleep 1

@@ -83,8 +83,7 @@ export function volumeBuildDeps(log: Logger, signal?: AbortSignal): VolumeBuildD
     clearNeedList: async (mountPoint) => void (await removeBeneath(mountPoint, join(AGENT_SUBDIR, READ_LIST_FILE))),
     writeNeedList: (mountPoint, image, files) => writeImageReads(mountPoint, image, files, log),
     startDockerd: (root, dataRoot, imageStore) => startDocker(root, dataRoot, imageStore, log),
-    // The build is of the graphdriver store only (build-plan.ts).
-    stripMachineLocalState: (dataRoot) => stripBuiltVolume(dataRoot, "graphdriver", log),
+    stripMachineLocalState: (dataRoot, imageStore) => stripBuiltVolume(dataRoot, imageStore, log),
     async identify(device) {
       const identity = await identifyCacheVolume({ volumeId: "the built image", createdByAgent: false }, device, {
         log,
@@ -127,9 +126,11 @@ export function snapshotBuildCommand(): Command {
   return new Command("build")
     .description(
       "build the image set into a sparse XFS image as a pool volume holds it (label ebs-cache, ftype=1, docker/ at " +
-        "its root, the need list), with a private dockerd that loads --load tarballs and pulls the rest; " +
+        "its root, the need list; with the containerd store containerd/ beside it), with a private dockerd (and " +
+        "for the containerd store a private containerd) that loads --load tarballs and pulls the rest; " +
         "machine-local state stripped; then `snapshot upload` it. Needs root, docker (dockerd), xfsprogs, " +
-        "util-linux and strace; never touches the machine's docker, /etc/docker or any disk but the image",
+        "util-linux and strace (the need list); the containerd store docker 24 or later and containerd. Never " +
+        "touches the machine's docker or containerd, /etc/docker, /etc/containerd or any disk but the image",
     )
     .requiredOption("--image <path>", "the image file to write (must not exist; a killed build's own is replaced)")
     .option(
@@ -146,18 +147,29 @@ export function snapshotBuildCommand(): Command {
     .option("--load <tarball>", "a `docker save` tarball to load first (repeatable)", repeatable)
     .option("--no-pull", "pull nothing: every image must be in a tarball (offline builds)")
     .addOption(
-      new Option("--image-store <store>", "the image store the hosts run (containerd: not yet, see docs/snapshot.md)")
+      new Option(
+        "--image-store <store>",
+        "the image store the hosts run (containerd: their daemon.json sets features.containerd-snapshotter; " +
+          "no need list then)",
+      )
         .choices(["graphdriver", "containerd"])
         .default("graphdriver"),
     )
-    .option("--no-record-reads", "leave the need list out (the pre-warm then reads the volume in device order)")
-    .option("--work-dir <dir>", "the build's own folder: mount point, dockerd socket and log (default <image>.build)")
+    .option(
+      "--no-record-reads",
+      "leave the need list out (the pre-warm then reads the volume in device order; the containerd store has none)",
+    )
+    .option(
+      "--work-dir <dir>",
+      "the build's own folder: mount point, the sockets, configs and logs of its dockerd and containerd " +
+        "(default <image>.build)",
+    )
     .option("--summary <path>", "also write the report (JSON) there")
     .option("--dry-run", "print the steps and change nothing")
     .option("--json", "print the report as JSON")
     .addHelpText(
       "after",
-      "\nA killed build leaves its mount, loop device or dockerd: run the same command again, " +
+      "\nA killed build leaves its mount, loop device, dockerd or containerd: run the same command again, " +
         "it takes them down first." +
         "\nExit codes: 0 built, 1 a step failed (what it set up was undone), 2 usage (nothing done).",
     )

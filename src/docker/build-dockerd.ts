@@ -6,20 +6,24 @@
  * network namespace: the pulls reach the registry as any client would. It runs no container:
  * it only loads, pulls, lists and removes images.
  *
- * With a system containerd (/run/containerd/containerd.sock), dockerd connects to it: its
- * namespace is then the build's own, so nothing of it mixes with the machine's. Without one,
- * dockerd starts its own, with state under the exec-root and the data-root (stripped after).
+ * The graphdriver store: with a system containerd (/run/containerd/containerd.sock), dockerd
+ * connects to it: its namespace is then the build's own, so nothing of it mixes with the
+ * machine's. Without one, dockerd starts its own, with state under the exec-root and the
+ * data-root (stripped after). The containerd store keeps the images in containerd's root: the
+ * build starts a containerd of its own with its root on the image (build-containerd.ts), and
+ * dockerd uses it, in the namespace a host's dockerd reads (`moby`, the default).
  */
-import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdir, open, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { request } from "node:http";
-import { join } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
-import { AgentError, describeError } from "../errors.ts";
+import { dirname, join } from "node:path";
+import { AgentError } from "../errors.ts";
 import { run, type RunOptions, type RunResult } from "../exec.ts";
 import type { Logger } from "../log.ts";
+import { startBuildContainerd, stopLeftoverBuildContainerd, type BuildContainerd } from "./build-containerd.ts";
+import { leftoverPid, spawnDaemon, stopProcess, waitUntilServing } from "./build-process.ts";
+import { containerdRootOnVolume } from "./containerd-store.ts";
 import { detectImageStore, type ImageStore } from "./engine.ts";
 import { missingFolders, PLUGIN_DISCOVERY_DIR, removeCreatedFolders } from "./plugin-discovery-dir.ts";
 
@@ -71,16 +75,26 @@ function paths(root: string) {
   };
 }
 
-/** The dockerd command line (after the program), known before it starts. */
-export function buildDockerdArgs(root: string): string[] {
+/** The first docker whose dockerd can keep images in containerd (`features.containerd-snapshotter`). */
+export const CONTAINERD_STORE_MIN_MAJOR = 24;
+
+/**
+ * The dockerd command line (after the program), known before it starts. `containerdSocket`: the
+ * build's own containerd (the containerd store), used in its default namespace.
+ */
+export function buildDockerdArgs(root: string, containerdSocket?: string): string[] {
   const p = paths(root);
   const namespace = `ebs-cache-build-${createHash("sha256").update(root).digest("hex").slice(0, 12)}`;
+  const containerd =
+    containerdSocket !== undefined
+      ? ["--containerd", containerdSocket]
+      : existsSync(SYSTEM_CONTAINERD_SOCKET)
+        ? ["--containerd-namespace", namespace, "--containerd-plugins-namespace", `${namespace}-plugins`]
+        : [];
   return [
     ...["--config-file", p.config, "--exec-root", p.execRoot, "--pidfile", p.pidFile],
     ...["-H", `unix://${p.socket}`, "--bridge=none", "--iptables=false", "--ip6tables=false"],
-    ...(existsSync(SYSTEM_CONTAINERD_SOCKET)
-      ? ["--containerd-namespace", namespace, "--containerd-plugins-namespace", `${namespace}-plugins`]
-      : []),
+    ...containerd,
   ];
 }
 
@@ -111,6 +125,13 @@ export async function startBuildDockerd(options: BuildDockerdOptions): Promise<B
   const version = await run(DOCKERD, ["--version"], { log, remediation: "install docker (dockerd) on this machine" });
   const major = Number(/version (\d+)\./i.exec(version.stdout)?.[1] ?? NaN);
   if (!Number.isInteger(major)) throw new AgentError(`dockerd --version printed ${version.stdout.trim()}`, "");
+  if (options.imageStore === "containerd" && major < CONTAINERD_STORE_MIN_MAJOR) {
+    throw new AgentError(
+      `the containerd image store needs docker ${CONTAINERD_STORE_MIN_MAJOR} or later; this dockerd is ` +
+        version.stdout.trim(),
+      "build with a newer docker, or build the graphdriver store (--image-store graphdriver)",
+    );
+  }
   const config = buildDaemonConfig(options.dataRoot, options.imageStore, p.keyFile, major);
   await writeFile(p.config, JSON.stringify(config, null, 2) + "\n");
 
@@ -118,35 +139,39 @@ export async function startBuildDockerd(options: BuildDockerdOptions): Promise<B
   const created = (await readCreatedFolders(p.createdFolders)) ?? missingFolders();
   await writeFile(p.createdFolders, JSON.stringify(created) + "\n");
 
-  const args = buildDockerdArgs(root);
+  // The containerd store: containerd's root beside the data-root, as the boot puts it (containerd-store.ts).
+  let containerd: BuildContainerd | undefined;
+  if (options.imageStore === "containerd") {
+    containerd = await startBuildContainerd({
+      dockerdRoot: root,
+      containerdRoot: containerdRootOnVolume(dirname(options.dataRoot)),
+      ...(log ? { log } : {}),
+      ...(options.stopTimeoutMs !== undefined ? { stopTimeoutMs: options.stopTimeoutMs } : {}),
+    });
+  }
+  const args = buildDockerdArgs(root, containerd?.socket);
   log?.info("docker.build-dockerd-start", "starting the build's private dockerd", { root, dataRoot: options.dataRoot });
-  const logHandle = await open(p.logFile, "a");
-  const child = spawn(DOCKERD, args, { detached: true, stdio: ["ignore", logHandle.fd, logHandle.fd] });
-  await logHandle.close();
-  child.unref();
-  let exited: string | undefined;
-  child.once("exit", (code, signal) => (exited = String(code ?? signal)));
-  child.once("error", (error) => (exited = describeError(error)));
-  const pid = child.pid;
+  const daemon = await spawnDaemon(DOCKERD, args, p.logFile);
+  const pid = daemon.pid;
 
   const docker = (args: readonly string[], runOptions: RunOptions = {}) =>
     run(DOCKER_CLI, ["-H", `unix://${p.socket}`, ...args], { log, ...runOptions });
   const stop = async () => {
-    if (pid !== undefined) await stopProcess(pid, options.stopTimeoutMs ?? 60_000, log);
-    await removeCreatedFolders(created);
-    await rm(p.createdFolders, { force: true });
-  };
-  const deadline = Date.now() + (options.readyTimeoutMs ?? 60_000);
-  while (!(await ping(p.socket))) {
-    if (exited !== undefined || Date.now() > deadline) {
-      await stop();
-      throw new AgentError(
-        `the build's dockerd ${exited !== undefined ? `exited (${exited})` : "did not answer in time"}`,
-        `see ${p.logFile}`,
-      );
+    try {
+      if (pid !== undefined) await stopProcess(pid, "the build's dockerd", options.stopTimeoutMs ?? 60_000, log);
+      await removeCreatedFolders(created);
+      await rm(p.createdFolders, { force: true });
+    } finally {
+      // After dockerd, its client; also when dockerd could not be stopped (containerd holds the image's root).
+      await containerd?.stop();
     }
-    await sleep(100);
-  }
+  };
+  await waitUntilServing(daemon, () => ping(p.socket), {
+    what: "the build's dockerd",
+    logFile: p.logFile,
+    timeoutMs: options.readyTimeoutMs ?? 60_000,
+    stop,
+  });
   try {
     const info = JSON.parse((await docker(["info", "--format", "{{json .}}"])).stdout) as {
       DockerRootDir?: string;
@@ -172,21 +197,20 @@ export async function startBuildDockerd(options: BuildDockerdOptions): Promise<B
 
 /**
  * Stops the dockerd a killed build left running (its pidfile under `root`, its command line
- * naming the build's socket); nothing to do when there is none.
+ * naming the build's socket), then the containerd it left (the containerd store); nothing to do
+ * when there is none.
  */
 export async function stopLeftoverBuildDockerd(root: string, log?: Logger): Promise<void> {
   const p = paths(root);
-  const pid = Number((await readFile(p.pidFile, "utf8").catch(() => "")).trim());
-  if (Number.isInteger(pid) && pid > 0) {
-    const cmdline = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
-    if (cmdline.split("\0").includes(`unix://${p.socket}`)) {
-      log?.warning("docker.build-dockerd-leftover", "stopping the dockerd a killed build left", { pid, root });
-      await stopProcess(pid, 60_000, log);
-    }
+  const pid = await leftoverPid(p.pidFile, `unix://${p.socket}`);
+  if (pid !== undefined) {
+    log?.warning("docker.build-dockerd-leftover", "stopping the dockerd a killed build left", { pid, root });
+    await stopProcess(pid, "the build's dockerd", 60_000, log);
   }
   await rm(p.pidFile, { force: true });
   await removeCreatedFolders((await readCreatedFolders(p.createdFolders)) ?? []);
   await rm(p.createdFolders, { force: true });
+  await stopLeftoverBuildContainerd(root, log);
 }
 
 /** The folders a build's dockerd found missing, as its start wrote them; undefined when there is no record. */
@@ -202,34 +226,6 @@ async function readCreatedFolders(file: string): Promise<string[] | undefined> {
     throw new AgentError(`${file} is not a list of folders of ${PLUGIN_DISCOVERY_DIR}`, `remove ${file}`);
   }
   return list as string[];
-}
-
-async function stopProcess(pid: number, timeoutMs: number, log?: Logger): Promise<void> {
-  signal(pid, "SIGTERM");
-  if (await waitGone(pid, timeoutMs)) return;
-  log?.warning("docker.build-dockerd-kill", "the build's dockerd ignored SIGTERM: killing it", { pid });
-  signal(pid, "SIGKILL");
-  if (!(await waitGone(pid, 10_000)))
-    throw new AgentError(`the build's dockerd (${pid}) survived SIGKILL`, "look for it in D state (ps -o stat)");
-}
-
-function signal(pid: number, name: NodeJS.Signals): void {
-  try {
-    process.kill(pid, name);
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== "ESRCH") throw error;
-  }
-}
-
-/** Gone: no such process, or a zombie nobody reaped yet (the unref'd child of this process). */
-async function waitGone(pid: number, timeoutMs: number): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
-    if (stat === undefined || /\) [ZX] /.test(stat)) return true;
-    await sleep(50);
-  }
-  return false;
 }
 
 function ping(socketPath: string): Promise<boolean> {

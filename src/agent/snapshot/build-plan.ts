@@ -9,6 +9,11 @@
  * formatting a new one: the blocks of the layers both generations hold stay where they were,
  * so the incremental upload (plan.ts) puts only what changed. A fresh mkfs would place the
  * same files elsewhere, and every block would differ.
+ *
+ * The containerd image store: the images are in containerd's root (`containerd/` beside
+ * `docker/`, where a boot on such a host puts containerd's root), so the build's dockerd runs with
+ * a private containerd whose root is there (src/docker/build-containerd.ts). No need list: its
+ * format names files of the data-root (src/read-list.ts), and containerd's snapshots are outside it.
  */
 import { validateImageRef } from "../../inputs.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL } from "../../layout.ts";
@@ -29,7 +34,7 @@ export interface BuildRequest {
   /** Pull what the tarballs do not hold (false: such an image is an error; offline builds). */
   pull: boolean;
   imageStore: "graphdriver" | "containerd";
-  /** Record what each image reads at start (the volume's need list). */
+  /** Record what each image reads at start (the volume's need list; the graphdriver store only). */
   recordReads: boolean;
 }
 
@@ -48,7 +53,7 @@ export type BuildStep =
   | { step: "remove-other-images"; keep: string[] }
   | { step: "record-reads"; image: string }
   | { step: "stop-dockerd" }
-  | { step: "strip-machine-local-state"; dataRoot: string }
+  | { step: "strip-machine-local-state"; dataRoot: string; imageStore: BuildRequest["imageStore"] }
   | { step: "unmount"; mountPoint: string }
   | { step: "identify" }
   | { step: "detach-loop" };
@@ -75,12 +80,6 @@ export function planBuild(request: BuildRequest): { steps: BuildStep[] } | { pro
     if (!checked.ok) problems.push(checked.problem);
   }
   if (new Set(request.images).size !== request.images.length) problems.push("an image is named twice");
-  if (request.imageStore === "containerd") {
-    problems.push(
-      "the containerd image store is not built here yet (its content lives in containerd's root, which needs a " +
-        "private containerd): build it with Packer's pool-volume flow (image_store = containerd)",
-    );
-  }
   if (!request.workDir.startsWith("/")) problems.push(`the work folder ${request.workDir} is not an absolute path`);
   if ("image" in target) {
     if (!Number.isInteger(target.sizeGiB) || target.sizeGiB < MIN_SIZE_GIB || target.sizeGiB > MAX_SIZE_GIB)
@@ -113,13 +112,21 @@ export function planBuild(request: BuildRequest): { steps: BuildStep[] } | { pro
   for (const tarball of request.load) steps.push({ step: "load", tarball });
   for (const image of request.images) steps.push({ step: "ensure-image", image, pull: request.pull });
   steps.push({ step: "remove-other-images", keep: [...request.images] });
-  if (request.recordReads) for (const image of request.images) steps.push({ step: "record-reads", image });
+  if (recordsReads(request)) for (const image of request.images) steps.push({ step: "record-reads", image });
   steps.push({ step: "stop-dockerd" });
-  steps.push({ step: "strip-machine-local-state", dataRoot });
+  steps.push({ step: "strip-machine-local-state", dataRoot, imageStore: request.imageStore });
   steps.push({ step: "unmount", mountPoint });
   steps.push({ step: "identify" });
   if ("image" in target) steps.push({ step: "detach-loop" });
   return { steps };
+}
+
+/**
+ * Whether the build records the need list: asked, and the graphdriver store (the list names
+ * data-root paths, src/read-list.ts; the containerd store's files are in containerd's root).
+ */
+export function recordsReads(request: Pick<BuildRequest, "recordReads" | "imageStore">): boolean {
+  return request.recordReads && request.imageStore === "graphdriver";
 }
 
 /** One line per step, for `--dry-run` and the log. */

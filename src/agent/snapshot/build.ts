@@ -48,8 +48,11 @@ export interface VolumeBuildDeps {
   clearNeedList(mountPoint: string): Promise<void>;
   writeNeedList(mountPoint: string, image: string, files: string[]): Promise<void>;
   startDockerd(root: string, dataRoot: string, imageStore: ImageStore): Promise<BuildDocker>;
-  /** Removes what must not travel between machines from the stopped dockerd's data-root. */
-  stripMachineLocalState(dataRoot: string): Promise<string[]>;
+  /**
+   * Removes what must not travel between machines from the stopped dockerd's data-root (and, with
+   * the containerd store, from containerd's root beside it).
+   */
+  stripMachineLocalState(dataRoot: string, imageStore: ImageStore): Promise<string[]>;
   /** The agent's own identification of the device (throws when it would refuse it). */
   identify(device: string): Promise<void>;
   log: Logger;
@@ -65,7 +68,7 @@ export interface VolumeBuildReport {
   images: string[];
   imageStore: ImageStore;
   engineVersion: string;
-  /** Images whose reads at start are in the volume's need list. */
+  /** Images whose reads at start are in the volume's need list (none with the containerd store). */
   needList: string[];
   /** Images removed because the set no longer names them (a copy of the previous generation). */
   removedImages: number;
@@ -175,7 +178,7 @@ export async function runVolumeBuild(
         docker = undefined;
         return;
       case "strip-machine-local-state":
-        report.stripped = (await deps.stripMachineLocalState(step.dataRoot)).length;
+        report.stripped = (await deps.stripMachineLocalState(step.dataRoot, step.imageStore)).length;
         return;
       case "unmount":
         await deps.unmount(step.mountPoint);

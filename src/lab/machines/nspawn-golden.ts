@@ -46,6 +46,11 @@ export interface EngineGoldenOptions extends GoldenOptions {
   /** The agent bundle the machine gets (its units are held back in the builder). */
   bundle: string;
   store: ImageStore;
+  /**
+   * Runs in the builder machine once the golden images are in and before its docker stops (the
+   * machine's docker on the volume, running): e.g. a test's own build beside it.
+   */
+  inBuilder?: (m: Machine) => Promise<void>;
 }
 
 /** Builds the golden snapshot with the engine machine's docker on `store`. */
@@ -96,6 +101,7 @@ export async function buildEngineGoldenSnapshot(lab: Lab, options: EngineGoldenO
       });
     }
     if (options.recordReads ?? true) await recordNeedList(m, device, work, options);
+    await options.inBuilder?.(m);
     await inMachine(m, [
       "systemctl",
       "stop",

@@ -1,0 +1,93 @@
+/**
+ * The daemons a build starts itself (its private dockerd, its private containerd): started
+ * detached with their output in a log file, waited for until their socket answers, stopped with
+ * SIGTERM and a wait for the exit, SIGKILL past the wait. Shared by build-dockerd.ts and
+ * build-containerd.ts.
+ */
+import { spawn } from "node:child_process";
+import { open, readFile } from "node:fs/promises";
+import { setTimeout as sleep } from "node:timers/promises";
+import { AgentError, describeError } from "../errors.ts";
+import type { Logger } from "../log.ts";
+
+/** A daemon started by spawnDaemon. */
+export interface SpawnedDaemon {
+  readonly pid: number | undefined;
+  /** How it ended (exit code, signal or spawn error), or undefined while it runs. */
+  exited(): string | undefined;
+}
+
+/** Starts `program` detached from this process, its output appended to `logFile`. */
+export async function spawnDaemon(program: string, args: readonly string[], logFile: string): Promise<SpawnedDaemon> {
+  const logHandle = await open(logFile, "a");
+  const child = spawn(program, args, { detached: true, stdio: ["ignore", logHandle.fd, logHandle.fd] });
+  await logHandle.close();
+  child.unref();
+  let exited: string | undefined;
+  child.once("exit", (code, signal) => (exited = String(code ?? signal)));
+  child.once("error", (error) => (exited = describeError(error)));
+  return { pid: child.pid, exited: () => exited };
+}
+
+/**
+ * Waits until `answers` says the daemon serves; when it exits or the time is up, runs `stop`
+ * and throws, pointing at its log.
+ */
+export async function waitUntilServing(
+  daemon: SpawnedDaemon,
+  answers: () => Promise<boolean>,
+  options: { what: string; logFile: string; timeoutMs: number; stop: () => Promise<void> },
+): Promise<void> {
+  const deadline = Date.now() + options.timeoutMs;
+  while (!(await answers())) {
+    const exited = daemon.exited();
+    if (exited !== undefined || Date.now() > deadline) {
+      await options.stop();
+      throw new AgentError(
+        `${options.what} ${exited !== undefined ? `exited (${exited})` : "did not answer in time"}`,
+        `see ${options.logFile}`,
+      );
+    }
+    await sleep(100);
+  }
+}
+
+/** Stops `pid` (`what` names it in the log and the error); throws when even SIGKILL leaves it running. */
+export async function stopProcess(pid: number, what: string, timeoutMs: number, log?: Logger): Promise<void> {
+  signal(pid, "SIGTERM");
+  if (await waitGone(pid, timeoutMs)) return;
+  log?.warning("docker.build-daemon-kill", `${what} ignored SIGTERM: killing it`, { pid });
+  signal(pid, "SIGKILL");
+  if (!(await waitGone(pid, 10_000)))
+    throw new AgentError(`${what} (${pid}) survived SIGKILL`, "look for it in D state (ps -o stat)");
+}
+
+/**
+ * The pid a killed build's pidfile names, when that process still runs with `argument` on its
+ * command line (its own socket): a reused pid is never signalled.
+ */
+export async function leftoverPid(pidFile: string, argument: string): Promise<number | undefined> {
+  const pid = Number((await readFile(pidFile, "utf8").catch(() => "")).trim());
+  if (!Number.isInteger(pid) || pid <= 0) return undefined;
+  const cmdline = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
+  return cmdline.split("\0").includes(argument) ? pid : undefined;
+}
+
+function signal(pid: number, name: NodeJS.Signals): void {
+  try {
+    process.kill(pid, name);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "ESRCH") throw error;
+  }
+}
+
+/** Gone: no such process, or a zombie nobody reaped yet (the unref'd child of this process). */
+async function waitGone(pid: number, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
+    if (stat === undefined || /\) [ZX] /.test(stat)) return true;
+    await sleep(50);
+  }
+  return false;
+}
