@@ -151,6 +151,16 @@ t.test("a volume from a snapshot is cold on first read, warm after; its bytes ar
     `parallel reads: ${parallel!.mostFetchesInFlight} fetches in flight at most (1 < n <= ${FETCH_SLOTS})`,
   );
 
+  // A volume's own first-read delay (setFirstReadDelay, 0 here): its reads still fetch and warm each chunk.
+  await lab.cold!.cool(coldId);
+  await lab.cold!.setFirstReadDelay(coldId, 0);
+  const quickFrom = (await lab.cold!.volumeStatus(coldId))!;
+  await randomReads(device, lab.root, span, 150, 3);
+  const quick = (await lab.cold!.volumeStatus(coldId))!;
+  const quickFetches = quick.fetches - quickFrom.fetches;
+  t.equal(quick.firstReadDelayMs, 0, "the volume's first-read delay is its own");
+  t.ok(quickFetches > 0 && quick.warmChunks >= quickFetches, `${quickFetches} chunks fetched, warm`);
+
   // VolumeInitializationRate: the layer warms the volume in the background at that rate.
   const rated = await createVolume(ec2, zone, { snapshotId, rate: 300 });
   const warmed = await pollUntil(async () => {
