@@ -149,7 +149,11 @@ export async function startImdsEmulator(options: ImdsEmulatorOptions): Promise<I
     headers: Record<string, string> = {},
   ) => {
     record(req, status);
-    res.writeHead(status, { "Content-Type": "text/plain", Server: "EC2ws", ...headers });
+    // `Connection: close` on every answer, as EC2's IMDS sends it: a client's connection ends with
+    // the answer. Kept alive, a connection whose error answer the client never read (the SDK's
+    // MetadataService leaves a 404's body unread) kept that client's process from exiting until
+    // the server's keep-alive timeout (5 s), an agent's release at shutdown included.
+    res.writeHead(status, { "Content-Type": "text/plain", Server: "EC2ws", Connection: "close", ...headers });
     res.end(req.method === "HEAD" ? undefined : body);
   };
 
@@ -228,7 +232,7 @@ export async function startImdsEmulator(options: ImdsEmulatorOptions): Promise<I
   };
 
   const server = createServer((req, res) => {
-    // The body (if any) is irrelevant; drain it so keep-alive connections stay usable.
+    // The body (if any) is irrelevant; drain it.
     req.resume();
     handle(req, res).catch((error: unknown) => {
       options.log?.warning("lab.imds-error", String(error), { path: req.url });

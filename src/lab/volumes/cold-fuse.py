@@ -23,13 +23,16 @@ asynchronous direct I/O, a loop device with direct I/O on passes its reads on in
 - --holes warm: chunks holding no data in the image (holes of the sparse file, found with
   SEEK_DATA) start warm; the default (cold) treats every chunk of the volume as cold.
 - MOUNTPOINT/.cold-status.json (read-only) gives per file: chunks, warm chunks, fetches,
-  delayed milliseconds, bytes read and written, the most fetches that were in flight at once.
+  delayed milliseconds, the first-read delay, bytes read and written, the most fetches that
+  were in flight at once.
 - --fetch-log FILE: one line `<file> <chunk index>` per chunk fetched, in the order fetched (what
   was read first on a cold volume; tests check the pre-warm's order with it).
 - MOUNTPOINT/.cold-control (write-only) takes one JSON command per write:
   {"op": "initialize", "file": "<name>", "rateMiBps": N}: warms the file in the background at
   N MiB/s, in chunk order (EBS's provisioned-rate initialization);
-  {"op": "cool", "file": "<name>"}: every chunk cold again (tests).
+  {"op": "cool", "file": "<name>"}: every chunk cold again (tests);
+  {"op": "delay", "file": "<name>", "delayMs": N}: the file's first-read delay from now on (a
+  test that reads a whole volume once its cold reads are measured).
 
 The warm bits live in this process only: a new process starts every file cold. Run as root by
 the lab (src/lab/volumes/cold.ts), in the foreground. `fusermount -u` ends it in order; SIGTERM, SIGINT or
@@ -93,6 +96,7 @@ class ChunkState:
         self.bytes_read = 0
         self.bytes_written = 0
         self.initializing = False
+        self.delay = None  # seconds; None: the process's --delay-ms
         if holes_warm and fd is not None:
             self._warm_holes(fd, size)
 
@@ -170,12 +174,13 @@ class ChunkState:
     def cool(self):
         self.warm = bytearray(self.count)
 
-    def status(self):
+    def status(self, delay):
         return {
             "chunks": self.count,
             "warmChunks": self.count - self.warm.count(0),
             "fetches": self.fetches,
             "delayedMs": round(self.delayed_ms),
+            "firstReadDelayMs": delay * 1000,
             "bytesRead": self.bytes_read,
             "bytesWritten": self.bytes_written,
             "mostFetchesInFlight": self.budget.most_in_flight,
@@ -254,7 +259,8 @@ class ColdImages(pyfuse3.Operations):
             if name.startswith("."):
                 continue
             try:
-                files[name] = self._state_by_name(name).status()
+                state = self._state_by_name(name)
+                files[name] = state.status(self._delay_of(state))
             except OSError:
                 continue
         document = {
@@ -390,7 +396,7 @@ class ColdImages(pyfuse3.Operations):
         if size > 0:
             first = offset // self.chunk
             last = (offset + size - 1) // self.chunk
-            await state.fetch(range(first, last + 1), self.delay)
+            await state.fetch(range(first, last + 1), self._delay_of(state))
             await state.budget.transfer(size)
         data = os.pread(value, size, offset)
         state.bytes_read += len(data)
@@ -410,7 +416,7 @@ class ColdImages(pyfuse3.Operations):
             last = (end - 1) // self.chunk
             whole = [i for i in range(first, last + 1) if i * self.chunk >= offset and (i + 1) * self.chunk <= end]
             partial = [i for i in range(first, last + 1) if i not in whole]
-            await state.fetch(partial, self.delay)
+            await state.fetch(partial, self._delay_of(state))
             state.mark_warm(whole)
             await state.budget.transfer(len(data))
         written = os.pwrite(value, data, offset)
@@ -434,6 +440,9 @@ class ColdImages(pyfuse3.Operations):
         if kind not in (None, "status", "control"):
             os.close(value)
 
+    def _delay_of(self, state):
+        return self.delay if state.delay is None else state.delay
+
     # -- control -------------------------------------------------------------------------
 
     def _control(self, data):
@@ -449,6 +458,11 @@ class ColdImages(pyfuse3.Operations):
         op = command.get("op")
         if op == "cool":
             state.cool()
+        elif op == "delay":
+            delay_ms = float(command["delayMs"])
+            if not delay_ms >= 0:
+                raise pyfuse3.FUSEError(errno.EINVAL)
+            state.delay = delay_ms / 1000.0
         elif op == "initialize":
             rate = float(command["rateMiBps"]) * MiB
             if rate <= 0 or self.nursery is None:

@@ -65,6 +65,8 @@ export interface ColdVolumeStatus {
   /** Chunks fetched (each cost one first-read delay, concurrent fetches overlapping). */
   fetches: number;
   delayedMs: number;
+  /** The first-read delay this volume's fetches wait now (the layer's, unless setFirstReadDelay changed it). */
+  firstReadDelayMs: number;
   bytesRead: number;
   bytesWritten: number;
   /** The most fetches of this volume that were in flight at once. */
@@ -87,6 +89,11 @@ export interface ColdLayer extends VolumeImageLayer {
   initialize(volumeId: string, rateMiBps: number): Promise<void>;
   /** Makes every chunk of the volume cold again (tests). */
   cool(volumeId: string): Promise<void>;
+  /**
+   * The volume's first-read delay from now on (tests): a test that reads a whole volume once its
+   * cold reads are measured need not wait the lab's delay thousands of times.
+   */
+  setFirstReadDelay(volumeId: string, delayMs: number): Promise<void>;
   /** Unmounts what sits on cold loop devices, detaches them, unmounts the FUSE filesystem. */
   close(): Promise<void>;
 }
@@ -298,6 +305,11 @@ export async function startColdLayer(
 
     async cool(volumeId) {
       await control({ op: "cool", file: `${volumeId}.img` });
+    },
+
+    async setFirstReadDelay(volumeId, delayMs) {
+      if (!(delayMs >= 0)) throw new Error(`a first-read delay must be >= 0 ms, got ${delayMs}`);
+      await control({ op: "delay", file: `${volumeId}.img`, delayMs });
     },
 
     async close() {

@@ -146,6 +146,9 @@ t.test("check: cold on the cold volume (nothing initialized, nothing tagged); de
     labels: { prewarm: "cold" },
   });
   t.notOk((await cloud.describeVolume(tg.volume.volumeId))!.tags[VolumeTag.initialized]);
+  // The cold sample is taken: the full read's point is that it touches every chunk, not how long
+  // 4096 first reads take one at a time at the lab's delay (over a minute).
+  await lab.cold!.setFirstReadDelay(tg.volume.volumeId, 0);
   const outcome = await runInitialization(tg, settings({ strategy: "device" }), deps(tg.stateDir), { publish: false });
   t.equal(outcome.verdict, "warm");
   t.ok(outcome.after!.iops >= 10 * checked.before!.iops, "device read: warm >= 10 x cold");

@@ -13,7 +13,8 @@ await assertLabPrerequisites();
 
 const lines: string[] = [];
 const log = createMemoryLogger("debug");
-await runOsparcDemo({ pool: "osparc-demo", poolSize: 2, log, out: (line) => lines.push(line) });
+// The start limit polled every 0.5 s, not osparc's 10 s: each launch would wait for that poll.
+await runOsparcDemo({ pool: "osparc-demo", poolSize: 2, log, out: (line) => lines.push(line), startPollMs: 500 });
 const text = lines.join("\n");
 const has = (pattern: RegExp, message: string) => t.match(text, pattern, message, { timeline: text });
 

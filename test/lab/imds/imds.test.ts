@@ -89,6 +89,7 @@ t.test("unknown paths are 404 and the SDK does not retry them", async (t) => {
     headers: { "X-aws-ec2-metadata-token": token },
   });
   t.equal(res.status, 404);
+  t.equal(res.headers.get("connection"), "close", "as EC2's IMDS: the connection ends with the answer");
 });
 
 t.test("without IMDSv1, a GET needs a valid token", async (t) => {

@@ -218,8 +218,7 @@ t.test("other ids (the same user, another project and node) never get the worksp
   const booted = await osparc.boot(userLevel);
   assertBoot(t, booted, "ready", "a user-level machine: ready");
   t.not(booted.report?.volumeId, workspaceVolume, "not the project/node-level workspace");
-  await osparc.terminate(node);
-  await osparc.terminate(userLevel);
+  await Promise.all([osparc.terminate(node), osparc.terminate(userLevel)]);
 });
 
 t.test(
@@ -446,6 +445,5 @@ t.test("a batch attach deletes the labels tag keys of the FIRST instance from al
     "the second's chunks stay: the keys were the first instance's (osparc's own behaviour)",
   );
   t.match(await osparc.nodeLabels(b), FIRST, "both nodes labelled all the same");
-  await osparc.terminate(a);
-  await osparc.terminate(b);
+  await Promise.all([osparc.terminate(a), osparc.terminate(b)]);
 });

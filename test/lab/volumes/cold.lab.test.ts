@@ -151,6 +151,13 @@ t.test("a volume from a snapshot is cold on first read, warm after; its bytes ar
     `parallel reads: ${parallel!.mostFetchesInFlight} fetches in flight at most (1 < n <= ${FETCH_SLOTS})`,
   );
 
+  // A volume's own first-read delay (setFirstReadDelay): the layer's status says it. (That such a
+  // volume's reads still fetch and warm every chunk: test/agent/prewarm/prewarm.lab.test.ts, whose
+  // full device read runs with a delay of 0 from a cold start. Here the kernel's page cache may
+  // serve the chunks read earlier without asking the layer.)
+  await lab.cold!.setFirstReadDelay(coldId, 0);
+  t.equal((await lab.cold!.volumeStatus(coldId))!.firstReadDelayMs, 0, "the volume's first-read delay is its own");
+
   // VolumeInitializationRate: the layer warms the volume in the background at that rate.
   const rated = await createVolume(ec2, zone, { snapshotId, rate: 300 });
   const warmed = await pollUntil(async () => {
@@ -158,6 +165,11 @@ t.test("a volume from a snapshot is cold on first read, warm after; its bytes ar
     return s !== undefined && s.warmChunks === s.chunks;
   }, 30_000);
   t.ok(warmed, "a provisioned-rate volume warms itself (1 GiB at 300 MiB/s)");
+  t.equal(
+    (await lab.cold!.volumeStatus(rated))!.firstReadDelayMs,
+    COLD.firstReadDelayMs,
+    "another volume keeps the lab's first-read delay",
+  );
 });
 
 t.test("close, and a killed owner's janitor, leave no FUSE mount, loop device or process", async (t) => {
