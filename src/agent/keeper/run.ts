@@ -84,8 +84,9 @@ export async function runKeepers(
     const facts = reports.map((report) => keeperFacts(report, finishedAt));
     await recorder.keeperFinished({
       actions: facts.flatMap((f) => f.actions),
-      poolVolumes: Object.assign({}, ...facts.map((f) => f.poolVolumes)) as KeeperFacts["poolVolumes"],
-      heldByStopped: Object.assign({}, ...facts.map((f) => f.heldByStopped)) as KeeperFacts["heldByStopped"],
+      // One entry per pool: each report is one pool's, so no pool's figures overwrite another's.
+      poolVolumes: Object.fromEntries(facts.flatMap((f) => Object.entries(f.poolVolumes))),
+      heldByStopped: Object.fromEntries(facts.flatMap((f) => Object.entries(f.heldByStopped ?? {}))),
       finishedAt,
     });
   }
