@@ -381,8 +381,7 @@ export function wireRelease(options: WiringOptions): ReleaseCommandDeps {
         containerd: wireContainerd(options),
         log,
         ...(options.pollMs ? { pollMs: options.pollMs } : {}),
-        spotInstanceAction: () =>
-          readSpotInstanceAction(metadata, { timeoutMs: config.timeouts.imdsRequestSeconds * 1000 }),
+        spotInstanceAction: (call) => readSpotInstanceAction(metadata, call),
         imdsRequestSeconds: config.timeouts.imdsRequestSeconds,
         ...(options.rebootQueued ? { rebootQueued: options.rebootQueued } : {}),
       };
