@@ -61,3 +61,46 @@ t.test("read-back: node labels that do not take are an error, not `ready`", asyn
     [`${PREFIX}.old still there`],
   );
 });
+
+t.test("onPublished: told the labels of each report that took, never of one that did not", async (t) => {
+  let shown: Record<string, string> = {};
+  let applies = false;
+  const engine = {
+    info: async () => ({
+      dockerRootDir: "/d",
+      driver: "overlay2",
+      imageStore: "graphdriver" as const,
+      swarm: { nodeId: "n1", controlAvailable: true, state: "active" },
+      labels: [],
+    }),
+    images: async () => [],
+    nodeLabels: async () => shown,
+    setNodeLabels: async (_id: string, add: Record<string, string>) => {
+      if (applies) shown = { ...shown, ...add };
+    },
+  };
+  const daemonConfig = {
+    dataRoot: async () => undefined,
+    setDataRoot: async () => undefined,
+    setEngineLabels: async () => undefined,
+    setImageStore: async () => undefined,
+    restoreBackup: async () => undefined,
+  };
+  const told: Array<Record<string, string>> = [];
+  const deps = {
+    prefix: PREFIX,
+    engine,
+    daemonConfig,
+    docker: undefined,
+    log: createMemoryLogger(),
+    readBackTimeoutMs: 200,
+    onPublished: (labels: Record<string, string>) => void told.push(labels),
+  };
+  await t.rejects(createReporter({ ...deps, mode: "node" })("ready", { pool: "p" }), LabelsNotTakenError);
+  t.same(told, [], "a report that did not take tells nothing");
+  applies = true;
+  await createReporter({ ...deps, mode: "node" })("warming", { pool: "p" });
+  t.same(told, [{ [`${PREFIX}.state`]: "warming", [`${PREFIX}.pool`]: "p" }], "what took, as published");
+  await createReporter({ ...deps, mode: "off" })("ready", {});
+  t.equal(told.length, 1, "mode off publishes nothing and tells nothing");
+});
