@@ -173,6 +173,23 @@ export function labelDifferences(
 }
 
 /**
+ * Builds shown(): the agent's labels as docker shows them now, where the reporter publishes them
+ * (the node's through a manager, else the engine's), only those under the prefix; undefined with
+ * mode `off`. Throws when docker does not answer.
+ */
+export function createLabelReader(deps: Pick<ReporterDeps, "prefix" | "mode" | "engine">) {
+  return async function shown(): Promise<Record<string, string> | undefined> {
+    if (deps.mode === "off") return undefined;
+    const info = await deps.engine.info();
+    const labels =
+      chooseLabelMode(deps.mode, info) === "node" && info.swarm.nodeId
+        ? await deps.engine.nodeLabels(info.swarm.nodeId)
+        : engineLabelRecord(info.labels);
+    return Object.fromEntries(Object.entries(labels).filter(([key]) => isUnderPrefix(deps.prefix, key)));
+  };
+}
+
+/**
  * Builds withdraw() for the release: the agent's labels go, since the volume they describe
  * does. Node labels (through a manager's API) only while docker still answers and `node`
  * is asked, best effort: a node that cannot reach a manager keeps them until its next boot,

@@ -4,7 +4,7 @@
  * The engine-label read-back against a real dockerd is in test/agent/boot/preflight.lab.test.ts.
  */
 import t from "tap";
-import { createReporter, labelDifferences, LabelsNotTakenError } from "../../src/agent/report.ts";
+import { createLabelReader, createReporter, labelDifferences, LabelsNotTakenError } from "../../src/agent/report.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 
 const PREFIX = "io.simcore.ebs-cache";
@@ -103,4 +103,31 @@ t.test("onPublished: told the labels of each report that took, never of one that
   t.same(told, [{ [`${PREFIX}.state`]: "warming", [`${PREFIX}.pool`]: "p" }], "what took, as published");
   await createReporter({ ...deps, mode: "off" })("ready", {});
   t.equal(told.length, 1, "mode off publishes nothing and tells nothing");
+});
+
+t.test("createLabelReader: the agent's labels where the reporter puts them, under the prefix only", async (t) => {
+  let swarm = { nodeId: "n1", controlAvailable: true, state: "active" };
+  const engine = {
+    info: async () => ({
+      dockerRootDir: "/d",
+      driver: "overlay2",
+      imageStore: "graphdriver" as const,
+      swarm,
+      labels: [`${PREFIX}.state=ready`, "other=1"],
+    }),
+    images: async () => [],
+    nodeLabels: async () => ({ [`${PREFIX}.state`]: "warming", "user-id": "u1" }),
+    setNodeLabels: async () => undefined,
+  };
+  const read = (mode: "auto" | "node" | "engine" | "off") => createLabelReader({ prefix: PREFIX, mode, engine })();
+  t.same(await read("auto"), { [`${PREFIX}.state`]: "warming" }, "a manager: its node's labels");
+  t.same(await read("engine"), { [`${PREFIX}.state`]: "ready" }, "engine asked: the engine's");
+  swarm = { nodeId: "", controlAvailable: false, state: "inactive" };
+  t.same(await read("auto"), { [`${PREFIX}.state`]: "ready" }, "not in a swarm: the engine's");
+  t.same(await read("node"), { [`${PREFIX}.state`]: "ready" }, "node asked but no node: the engine's");
+  t.equal(await read("off"), undefined, "off: none published, none shown");
+  engine.info = async () => {
+    throw new Error("connect ENOENT /var/run/docker.sock");
+  };
+  await t.rejects(read("auto"), /ENOENT/, "a docker that does not answer: the caller decides");
 });
