@@ -8,31 +8,49 @@ import { createLabelReader, createReporter, labelDifferences, LabelsNotTakenErro
 import { createMemoryLogger } from "../../src/log.ts";
 
 const PREFIX = "io.simcore.ebs-cache";
+const MANAGER = { nodeId: "n1", controlAvailable: true, state: "active" };
 
-t.test("read-back: node labels that do not take are an error, not `ready`", async (t) => {
-  const written: Array<Record<string, string>> = [];
-  let shown: Record<string, string> = { other: "x" };
-  const engine = {
+/** docker's API as the reporter asks it: `info()` with the swarm and the engine's labels, and the node's labels. */
+function fakeEngine(docker: {
+  swarm?: () => typeof MANAGER;
+  engineLabels?: string[];
+  nodeLabels: () => Record<string, string>;
+  setNodeLabels?: (add: Record<string, string>) => void;
+}) {
+  return {
     info: async () => ({
       dockerRootDir: "/d",
       driver: "overlay2",
       imageStore: "graphdriver" as const,
-      swarm: { nodeId: "n1", controlAvailable: true, state: "active" },
-      labels: [],
+      swarm: docker.swarm?.() ?? MANAGER,
+      labels: docker.engineLabels ?? [],
     }),
     images: async () => [],
-    nodeLabels: async () => shown,
-    setNodeLabels: async (_id: string, add: Record<string, string>) => {
+    nodeLabels: async () => docker.nodeLabels(),
+    setNodeLabels: async (_id: string, add: Record<string, string>) => docker.setNodeLabels?.(add),
+  };
+}
+
+/** daemon.json, never read back here: the node labels are the ones asked. */
+const daemonConfig = {
+  dataRoot: async () => undefined,
+  setDataRoot: async () => undefined,
+  setEngineLabels: async () => undefined,
+  setImageStore: async () => undefined,
+  restoreBackup: async () => undefined,
+};
+
+t.test("read-back: node labels that do not take are an error, not `ready`", async (t) => {
+  const written: Array<Record<string, string>> = [];
+  let shown: Record<string, string> = { other: "x" };
+  let applies = false;
+  const engine = fakeEngine({
+    nodeLabels: () => shown,
+    setNodeLabels: (add) => {
       written.push(add);
+      if (applies) shown = { ...shown, ...add };
     },
-  };
-  const daemonConfig = {
-    dataRoot: async () => undefined,
-    setDataRoot: async () => undefined,
-    setEngineLabels: async () => undefined,
-    setImageStore: async () => undefined,
-    restoreBackup: async () => undefined,
-  };
+  });
   const report = createReporter({
     prefix: PREFIX,
     mode: "node",
@@ -48,9 +66,7 @@ t.test("read-back: node labels that do not take are an error, not `ready`", asyn
   t.same(written[0], { [`${PREFIX}.state`]: "ready", [`${PREFIX}.volume-id`]: "vol-1" });
 
   // A manager that applies the update: read back at once.
-  engine.setNodeLabels = async (_id, add) => {
-    shown = { ...shown, ...add };
-  };
+  applies = true;
   await report("ready", { "volume-id": "vol-1" });
   t.same(
     labelDifferences(
@@ -65,27 +81,12 @@ t.test("read-back: node labels that do not take are an error, not `ready`", asyn
 t.test("onPublished: told the labels of each report that took, never of one that did not", async (t) => {
   let shown: Record<string, string> = {};
   let applies = false;
-  const engine = {
-    info: async () => ({
-      dockerRootDir: "/d",
-      driver: "overlay2",
-      imageStore: "graphdriver" as const,
-      swarm: { nodeId: "n1", controlAvailable: true, state: "active" },
-      labels: [],
-    }),
-    images: async () => [],
-    nodeLabels: async () => shown,
-    setNodeLabels: async (_id: string, add: Record<string, string>) => {
+  const engine = fakeEngine({
+    nodeLabels: () => shown,
+    setNodeLabels: (add) => {
       if (applies) shown = { ...shown, ...add };
     },
-  };
-  const daemonConfig = {
-    dataRoot: async () => undefined,
-    setDataRoot: async () => undefined,
-    setEngineLabels: async () => undefined,
-    setImageStore: async () => undefined,
-    restoreBackup: async () => undefined,
-  };
+  });
   const told: Array<Record<string, string>> = [];
   const deps = {
     prefix: PREFIX,
@@ -106,19 +107,12 @@ t.test("onPublished: told the labels of each report that took, never of one that
 });
 
 t.test("createLabelReader: the agent's labels where the reporter puts them, under the prefix only", async (t) => {
-  let swarm = { nodeId: "n1", controlAvailable: true, state: "active" };
-  const engine = {
-    info: async () => ({
-      dockerRootDir: "/d",
-      driver: "overlay2",
-      imageStore: "graphdriver" as const,
-      swarm,
-      labels: [`${PREFIX}.state=ready`, "other=1"],
-    }),
-    images: async () => [],
-    nodeLabels: async () => ({ [`${PREFIX}.state`]: "warming", "user-id": "u1" }),
-    setNodeLabels: async () => undefined,
-  };
+  let swarm = MANAGER;
+  const engine = fakeEngine({
+    swarm: () => swarm,
+    engineLabels: [`${PREFIX}.state=ready`, "other=1"],
+    nodeLabels: () => ({ [`${PREFIX}.state`]: "warming", "user-id": "u1" }),
+  });
   const read = (mode: "auto" | "node" | "engine" | "off") => createLabelReader({ prefix: PREFIX, mode, engine })();
   t.same(await read("auto"), { [`${PREFIX}.state`]: "warming" }, "a manager: its node's labels");
   t.same(await read("engine"), { [`${PREFIX}.state`]: "ready" }, "engine asked: the engine's");
