@@ -185,10 +185,7 @@ try {
           if (strategy === "check") {
             const started = performance.now();
             const decision = planPrewarm(DEFAULT_PREWARM, {
-              volumeId,
-              snapshotId,
-              createTime: new Date(),
-              tags: {},
+              volume: { volumeId, snapshotId, createTime: new Date(), tags: {} },
             });
             if (decision.action === "check") await reader.check(target, DEFAULT_PREWARM.check);
             note =

@@ -56,10 +56,13 @@ export interface ReleaseReport {
 // ---- gc ----
 
 /** `spared`: planned for deletion, but the volume changed since (see sparedSince) and was left alone. */
-export type GcDone = "deleted" | "gone" | "tagged" | "spared" | "failed";
+export type GcStepDone = "deleted" | "gone" | "tagged" | "spared" | "failed";
+
+/** One decision as carried out: `done` absent where nothing was done (a dry run, a verdict that leaves it alone). */
+export type GcStepReport = GcDecision & { done?: GcStepDone; error?: string };
 
 export interface GcReport {
-  decisions: Array<GcDecision & { done?: GcDone; error?: string }>;
+  decisions: GcStepReport[];
   deleted: number;
   /** Deletions called off by the look right before them. */
   spared: number;

@@ -285,9 +285,9 @@ export interface DockerRootQuery {
 
 /**
  * The spot interruption notice's action (src/aws/spot-notice.ts): stop, hibernate, terminate; undefined when there is
- * none.
+ * none. One request, given up after `timeoutMs`.
  */
-export type SpotInstanceAction = () => Promise<string | undefined>;
+export type SpotInstanceAction = (call: { timeoutMs: number }) => Promise<string | undefined>;
 
 /** Removes the agent's readiness labels (src/agent/report.ts createLabelWithdrawer); node labels only with `node`. */
 export type LabelWithdrawer = (options: { node: boolean }) => Promise<void>;

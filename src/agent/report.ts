@@ -35,6 +35,11 @@ export interface ReporterDeps {
   engineLabelsProblem?: () => Promise<HostProblem | undefined>;
   /** How long published labels may take to show in `docker info` / the node (default 15 s). */
   readBackTimeoutMs?: number;
+  /**
+   * Told the labels each report published (read back, or written for docker's start); never
+   * for a report that failed or with mode `off`. The boot's record keeps the last.
+   */
+  onPublished?: (labels: Record<string, string>) => void;
 }
 
 /**
@@ -83,6 +88,7 @@ export function createReporter(deps: ReporterDeps) {
       deps.log.info("labels.publish", `node labels set and read back: ${labelKey(deps.prefix, Label.state)}=${state}`, {
         node: nodeId,
       });
+      deps.onPublished?.(labels);
       return;
     }
     // A worker (or docker not up yet): engine labels, applied by a reload when docker runs.
@@ -97,6 +103,7 @@ export function createReporter(deps: ReporterDeps) {
         `engine labels written: ${labelKey(deps.prefix, Label.state)}=${state}; docker is not running here, they ` +
           `apply at its start (not read back)`,
       );
+      deps.onPublished?.(labels);
       return;
     }
     try {
@@ -110,6 +117,7 @@ export function createReporter(deps: ReporterDeps) {
     }
     await readBack(deps, "engine", labels, deadline, async () => engineLabelRecord((await deps.engine.info()).labels));
     deps.log.info("labels.publish", `engine labels set and read back: ${labelKey(deps.prefix, Label.state)}=${state}`);
+    deps.onPublished?.(labels);
   };
 }
 
@@ -162,6 +170,23 @@ export function labelDifferences(
   for (const key of Object.keys(shown))
     if (isUnderPrefix(prefix, key) && !Object.hasOwn(wanted, key)) out.push(`${key} still there`);
   return out;
+}
+
+/**
+ * Builds shown(): the agent's labels as docker shows them now, where the reporter publishes them
+ * (the node's through a manager, else the engine's), only those under the prefix; undefined with
+ * mode `off`. Throws when docker does not answer.
+ */
+export function createLabelReader(deps: Pick<ReporterDeps, "prefix" | "mode" | "engine">) {
+  return async function shown(): Promise<Record<string, string> | undefined> {
+    if (deps.mode === "off") return undefined;
+    const info = await deps.engine.info();
+    const labels =
+      chooseLabelMode(deps.mode, info) === "node" && info.swarm.nodeId
+        ? await deps.engine.nodeLabels(info.swarm.nodeId)
+        : engineLabelRecord(info.labels);
+    return Object.fromEntries(Object.entries(labels).filter(([key]) => isUnderPrefix(deps.prefix, key)));
+  };
 }
 
 /**

@@ -43,7 +43,6 @@ import type { ReleaseCommandDeps } from "../agent/release/run.ts";
 import type { RefreshCommandDeps } from "../agent/refresh/run.ts";
 import { createImagePuller } from "../docker/pull.ts";
 import { createLabelWithdrawer, createReporter } from "../agent/report.ts";
-import { readinessLabels } from "../docker/labels.ts";
 import { createOutcomeRecorder, hostFacts } from "../status/recorder.ts";
 import { readBootRecord } from "../status/records.ts";
 import { readFilesystemFill } from "../host/fill.ts";
@@ -292,7 +291,7 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
   const { log } = options;
   const dockerVersion = memoizedDockerVersion(log);
   const containerd = wireContainerd(options);
-  // The labels the last report of this run published, for the boot's record.
+  // The labels the last report of this run published (the reporter tells), for the boot's record.
   let published: Record<string, string> | undefined;
   const recorder = wireRecorder(options, () => published);
   return {
@@ -302,12 +301,7 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
     ...(options.startRefresh ? { startRefresh: options.startRefresh } : {}),
     bootDeps: (settings, cloud) => {
       const host = wireHost(options, settings.effective.labels, dockerVersion);
-      const publish = createReporter(host.reporterDeps);
-      const { prefix, mode } = settings.effective.labels;
-      const report: typeof publish = async (state, details) => {
-        await publish(state, details);
-        if (mode !== "off") published = readinessLabels(prefix, state, details);
-      };
+      const report = createReporter({ ...host.reporterDeps, onPublished: (labels) => (published = labels) });
       return {
         cloud,
         storage: host.storage,
@@ -381,8 +375,7 @@ export function wireRelease(options: WiringOptions): ReleaseCommandDeps {
         containerd: wireContainerd(options),
         log,
         ...(options.pollMs ? { pollMs: options.pollMs } : {}),
-        spotInstanceAction: () =>
-          readSpotInstanceAction(metadata, { timeoutMs: config.timeouts.imdsRequestSeconds * 1000 }),
+        spotInstanceAction: (call) => readSpotInstanceAction(metadata, call),
         imdsRequestSeconds: config.timeouts.imdsRequestSeconds,
         ...(options.rebootQueued ? { rebootQueued: options.rebootQueued } : {}),
       };

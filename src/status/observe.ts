@@ -5,6 +5,8 @@
  * the real ones (prewarm-state's reader, daemon.json's data-root, the engine's labels).
  */
 import type { PrewarmState } from "../agent/prewarm/state.ts";
+import { describeError } from "../errors.ts";
+import type { Logger } from "../log.ts";
 import type { RefreshState } from "../agent/refresh/state.ts";
 import type { CacheFilesystem } from "../host/facts.ts";
 import type { InstanceStoreDisk } from "../host/instance-store.ts";
@@ -19,13 +21,18 @@ export interface StatusSources {
   filesystem(mountPoint: string): Promise<CacheFilesystem | undefined>;
   /** daemon.json's `data-root` now (undefined: docker's default). */
   dockerDataRoot(): Promise<string | undefined>;
-  /** The readiness labels shown now; undefined when docker cannot be asked. */
+  /**
+   * The agent's labels as docker shows them now (src/agent/report.ts createLabelReader); undefined:
+   * none are published (labels.mode off). Absent: not asked.
+   */
   labels?(): Promise<Record<string, string> | undefined>;
   /** The refresh's state and whether its process runs; absent or no state: no refresh ran here. */
   refresh?(): Promise<{ state?: RefreshState; running: boolean }>;
   /** The instance's NVMe instance-store disks (src/host/instance-store.ts); absent: not looked for. */
   instanceStore?(): Promise<InstanceStoreDisk[]>;
   now?: () => Date;
+  /** Where a source that is no problem when it fails (docker's labels) says why it gave nothing. */
+  log?: Logger;
 }
 
 /**
@@ -46,7 +53,7 @@ export async function observeStatus(sources: StatusSources): Promise<StatusInput
     readReleaseRecord(sources.stateDir),
     attempt("the pre-warm's state", sources.prewarm),
     attempt("daemon.json's data-root", sources.dockerDataRoot),
-    sources.labels ? attempt("docker's labels", sources.labels) : Promise.resolve(undefined),
+    shownLabels(sources),
   ]);
   const refresh = sources.refresh ? await attempt("the refresh's state", sources.refresh) : undefined;
   const instanceStore = sources.instanceStore
@@ -69,4 +76,18 @@ export async function observeStatus(sources: StatusSources): Promise<StatusInput
     ...(instanceStore ? { instanceStore } : {}),
     ...(problems.length > 0 ? { recordProblems: problems } : {}),
   };
+}
+
+/**
+ * The labels docker shows, or undefined when docker does not answer: a stopped docker is not the
+ * cache's problem here, and the data-root check still says where docker would start.
+ */
+async function shownLabels(sources: StatusSources): Promise<Record<string, string> | undefined> {
+  if (!sources.labels) return undefined;
+  try {
+    return await sources.labels();
+  } catch (error) {
+    sources.log?.debug("status.labels-unread", `docker's labels not read: ${describeError(error)}`);
+    return undefined;
+  }
 }

@@ -20,6 +20,7 @@ import {
 } from "../../src/status/records.ts";
 import { renderStatus, statusExitCode } from "../../src/status/view.ts";
 import { observeStatus, type StatusSources } from "../../src/status/observe.ts";
+import { createMemoryLogger } from "../../src/log.ts";
 import { readyBoot } from "../fixtures/use-case-results.ts";
 import {
   cacheFilesystem as fs,
@@ -230,5 +231,20 @@ t.test(
     assertValid(tt, failing);
     tt.equal(failing.healthy, false);
     tt.match(failing.problems.join("\n"), /could not read daemon\.json's data-root: daemon\.json: Unexpected token/);
+
+    // A docker that does not answer shows no labels, and that is no problem of the cache's.
+    const log = createMemoryLogger();
+    const silent = await observeStatus({
+      ...sources,
+      labels: async () => {
+        throw new Error("connect ENOENT /var/run/docker.sock");
+      },
+      log,
+    });
+    tt.equal(silent.labels, undefined, "no labels");
+    tt.equal(silent.recordProblems, undefined, "no problem");
+    tt.match(log.lines.join("\n"), /status\.labels-unread.*ENOENT/, "said at debug");
+    const shown = await observeStatus({ ...sources, labels: async () => ({ "io.simcore.ebs-cache.state": "ready" }) });
+    tt.same(shown.labels, { "io.simcore.ebs-cache.state": "ready" }, "the labels shown, when docker answers");
   },
 );

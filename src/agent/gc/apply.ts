@@ -9,7 +9,7 @@ import { describeError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import type { CloudVolumes, VolumeInfo } from "../ports.ts";
 import { sparedSince, type GcDecision, type GcPlan, type GcPlanOptions, type GcVerdict } from "./plan.ts";
-import type { GcDone, GcReport } from "../outcomes.ts";
+import type { GcStepDone, GcReport } from "../outcomes.ts";
 
 type Fields = Record<string, string>;
 
@@ -27,14 +27,14 @@ interface HandlerContext {
 }
 
 /** What a handler did: `deleted` / `gone` count as deletions. */
-type GcHandler = (decision: GcDecision, ctx: HandlerContext) => Promise<Exclude<GcDone, "failed">>;
+type GcHandler = (decision: GcDecision, ctx: HandlerContext) => Promise<Exclude<GcStepDone, "failed">>;
 
 /** Describes the volume again and deletes it only while nothing spares it; `deleted` logs the deletion. */
 async function deleteUnlessSpared(
   decision: GcDecision,
   { cloud, log, fields, recheck }: HandlerContext,
   deleted: () => void,
-): Promise<Exclude<GcDone, "failed">> {
+): Promise<Exclude<GcStepDone, "failed">> {
   const observed = recheck.observed.get(decision.volumeId);
   const fresh = await cloud.describeVolume(decision.volumeId);
   if (!fresh) return "gone";

@@ -17,9 +17,10 @@ import type { KeeperStep } from "./plan.ts";
  * this keeper's round (another keeper's, made for the same slot); `tagged`, `deleted`; `skipped`:
  * the volume changed since it was observed (claimed, kept) and was left alone; `failed`.
  */
-export type KeeperDone = "created" | "existing" | "tagged" | "deleted" | "reclaimed" | "skipped" | "failed";
+export type KeeperStepDone = "created" | "existing" | "tagged" | "deleted" | "reclaimed" | "skipped" | "failed";
 
-export type KeeperResult = KeeperStep & { done: KeeperDone; volumeId?: string; error?: string };
+/** One step as carried out: the step, what came of it, and the volume it made or touched. */
+export type KeeperStepReport = KeeperStep & { done: KeeperStepDone; volumeId?: string; error?: string };
 
 type Fields = Record<string, string | number | undefined>;
 
@@ -38,7 +39,7 @@ type Handler<S extends KeeperStep> = (
   step: S,
   ctx: HandlerContext,
   fields: Fields,
-) => Promise<{ done: Exclude<KeeperDone, "failed">; volumeId?: string }>;
+) => Promise<{ done: Exclude<KeeperStepDone, "failed">; volumeId?: string }>;
 
 const KEEPER_HANDLERS: { [K in KeeperStep["step"]]: Handler<Extract<KeeperStep, { step: K }>> } = {
   create: async (step, { cloud, log, known }, fields) => {
@@ -126,8 +127,8 @@ const KEEPER_HANDLERS: { [K in KeeperStep["step"]]: Handler<Extract<KeeperStep, 
 };
 
 /** Carries out the steps in order; a failed step is recorded and logged, never thrown. */
-export async function applyKeeper(steps: readonly KeeperStep[], ctx: HandlerContext): Promise<KeeperResult[]> {
-  const results: KeeperResult[] = [];
+export async function applyKeeper(steps: readonly KeeperStep[], ctx: HandlerContext): Promise<KeeperStepReport[]> {
+  const results: KeeperStepReport[] = [];
   for (const step of steps) {
     const fields: Fields = {
       step: step.step,

@@ -6,7 +6,7 @@
  * the pool as it is, not as it was at the start.
  */
 import { ConfigError, ExitCode } from "../../errors.ts";
-import { applyKeeper, type KeeperResult } from "./apply.ts";
+import { applyKeeper, type KeeperStepReport } from "./apply.ts";
 import { observeKeeper } from "./observe.ts";
 import { planKeeper, type KeeperPlan, type KeeperSettings } from "./plan.ts";
 import type { KeeperFacts } from "../outcomes.ts";
@@ -18,7 +18,7 @@ export interface KeeperReport {
   plan: KeeperPlan;
   /** The last plan: the pool as the keeper left it (after its last recount). */
   final: KeeperPlan;
-  results: KeeperResult[];
+  results: KeeperStepReport[];
   rounds: number;
   /** Steps that failed, and volumes whose initialization could not be read (each a tag not made). */
   failed: number;
@@ -84,8 +84,9 @@ export async function runKeepers(
     const facts = reports.map((report) => keeperFacts(report, finishedAt));
     await recorder.keeperFinished({
       actions: facts.flatMap((f) => f.actions),
-      poolVolumes: Object.assign({}, ...facts.map((f) => f.poolVolumes)) as KeeperFacts["poolVolumes"],
-      heldByStopped: Object.assign({}, ...facts.map((f) => f.heldByStopped)) as KeeperFacts["heldByStopped"],
+      // One entry per pool: each report is one pool's, so no pool's figures overwrite another's.
+      poolVolumes: Object.fromEntries(facts.flatMap((f) => Object.entries(f.poolVolumes))),
+      heldByStopped: Object.fromEntries(facts.flatMap((f) => Object.entries(f.heldByStopped ?? {}))),
       finishedAt,
     });
   }

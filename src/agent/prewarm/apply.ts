@@ -19,7 +19,7 @@
  */
 import { describeError, remediationOr } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
-import { initializationStatusOf, sampleVolume, type Sample } from "./observe.ts";
+import { observePrewarm, sampleVolume, type Sample } from "./observe.ts";
 import type { PrewarmDeps } from "./deps.ts";
 import {
   CHECKING,
@@ -139,7 +139,7 @@ async function decideAtBoot(
   deps: PrewarmDeps,
 ): Promise<AtBoot & { decision: PrewarmPlan }> {
   const { log } = deps;
-  const decision = planPrewarm(settings, target.volume, await initializationStatusOf(deps, target.volume), nowOf(deps));
+  const decision = planPrewarm(settings, await observePrewarm(deps, target.volume));
   log.info("prewarm.decide", `${decision.action}: ${decision.reason}`, {
     volume: target.volume.volumeId,
     strategy: settings.strategy,
@@ -365,9 +365,7 @@ export async function runInitialization(
   deps: PrewarmDeps,
   options: RunInitializationOptions,
 ): Promise<PrewarmReport> {
-  const decision =
-    options.decision ??
-    planPrewarm(settings, target.volume, await initializationStatusOf(deps, target.volume), nowOf(deps));
+  const decision = options.decision ?? planPrewarm(settings, await observePrewarm(deps, target.volume));
   const publish = publisher(target, deps, options.publish);
   if (decision.action !== "initialize" && decision.action !== "follow") {
     // Nothing long to do (tagged meanwhile, or the strategy changed): the boot's step covers it.

@@ -1,14 +1,22 @@
 /**
- * What the pre-warm reads of the world, through the ports: EC2's initialization status, a
- * sample of the volume's read performance (fio on a host), and, for the `prewarm` command, the
- * cache volume attached to this instance with its device and mount point.
+ * What the pre-warm reads of the world, through the ports: what it decides from (observePrewarm:
+ * EC2's initialization status of the volume), a sample of the volume's read performance (fio on
+ * a host), and, for the `prewarm` command, the cache volume attached to this instance with its
+ * device and mount point.
  */
 import { AgentError, describeError, remediationOr } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
 import { attachedCacheVolume, MANAGED } from "../volume-rules.ts";
 import type { CheckFigures, CloudVolumes, HostStorage, InitializationStatus, VolumeInfo } from "../ports.ts";
 import type { PrewarmDeps } from "./deps.ts";
-import { verdictOf, type PrewarmSettings, type PrewarmTarget, type PrewarmVolume, type Verdict } from "./plan.ts";
+import {
+  verdictOf,
+  type PrewarmObservation,
+  type PrewarmSettings,
+  type PrewarmTarget,
+  type PrewarmVolume,
+  type Verdict,
+} from "./plan.ts";
 
 /** A sample's figures and verdict; `error` when the sample failed (the verdict is then `unknown`). */
 export interface Sample {
@@ -17,11 +25,17 @@ export interface Sample {
   error?: string;
 }
 
+/** What planPrewarm decides from: the volume, EC2's initialization status when it is had, and now. */
+export async function observePrewarm(deps: PrewarmDeps, volume: PrewarmVolume): Promise<PrewarmObservation> {
+  const status = await initializationStatusOf(deps, volume);
+  return { volume, ...(status ? { status } : {}), now: deps.now?.() ?? new Date() };
+}
+
 /**
  * EC2's initialization status, or undefined (logged) when it cannot be had, or is not needed: a
  * volume not made from a snapshot, or tagged initialized already.
  */
-export async function initializationStatusOf(
+async function initializationStatusOf(
   deps: PrewarmDeps,
   volume: PrewarmVolume,
 ): Promise<InitializationStatus | undefined> {

@@ -87,6 +87,15 @@ export interface PrewarmVolume {
  */
 export const FRESH_FROM_SNAPSHOT_MINUTES = 60;
 
+/** What the pre-warm decides from (observePrewarm, ./observe.ts). */
+export interface PrewarmObservation {
+  volume: PrewarmVolume;
+  /** EC2's initialization status; absent when EC2 does not say, or it was not needed (see observePrewarm). */
+  status?: InitializationStatus;
+  /** When it was observed: a volume created from a snapshot minutes ago is cold. Default: now. */
+  now?: Date;
+}
+
 export type PrewarmPlan =
   /** Nothing to read: the verdict is known (`warm`) or not wanted (`unknown`, strategy off). */
   | { action: "skip"; verdict: Verdict; reason: string }
@@ -108,17 +117,13 @@ export type PrewarmPlan =
 const EBS_DRIVEN = new Set(["provisioned-rate", "volume-copy"]);
 
 /**
- * Decides what to do with the volume. `status` is EC2's initialization status, when known.
+ * Decides what to do with the volume, from its tags and EC2's initialization status when known.
  * Where EBS already tells the volume is cold (its lazy initialization under 100 %, or a volume
  * created from a snapshot minutes ago), no sample is taken: a sample on a cold volume costs the
  * boot seconds to learn what was known.
  */
-export function planPrewarm(
-  settings: PrewarmSettings,
-  volume: PrewarmVolume,
-  status?: InitializationStatus,
-  now: Date = new Date(),
-): PrewarmPlan {
+export function planPrewarm(settings: PrewarmSettings, observed: PrewarmObservation): PrewarmPlan {
+  const { volume, status, now = new Date() } = observed;
   if (!volume.snapshotId)
     return { action: "skip", verdict: "warm", reason: "not created from a snapshot: every block is local" };
   if (volume.tags[VolumeTag.initialized]) {

@@ -15,7 +15,7 @@ import { volumeDetails } from "../report.ts";
 import { resolveSettings, type ResolvedSettings } from "../settings.ts";
 import { prewarmAtBoot, runInitialization } from "./apply.ts";
 import { imagesOfNode } from "./need.ts";
-import { findAttachedVolume, findMountedDevice } from "./observe.ts";
+import { findAttachedVolume, findMountedDevice, observePrewarm } from "./observe.ts";
 import type { PrewarmDeps } from "./deps.ts";
 import { planPrewarm, prewarmSettingsFrom, type PrewarmReport, type PrewarmTarget } from "./plan.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
@@ -96,8 +96,7 @@ export async function runPrewarm(
     log,
     ...(deps.recorder ? { recorder: deps.recorder } : {}),
   };
-  const status = await cloud.initializationStatus(volume.volumeId).catch(() => undefined);
-  const decision = planPrewarm(settings, target.volume, status);
+  const decision = planPrewarm(settings, await observePrewarm(prewarmDeps, target.volume));
   log.info("prewarm.decide", `${decision.action}: ${decision.reason}`, {
     volume: volume.volumeId,
     strategy: settings.strategy,

@@ -9,13 +9,14 @@ import type { Logger } from "../../log.ts";
 import type { DockerImages } from "../ports.ts";
 import type { ImageDecision } from "./plan.ts";
 
-export type RemovalDone = "removed" | "kept-in-use" | "failed";
+export type PruneStepDone = "removed" | "kept-in-use" | "failed";
 
-export interface RemovalResult {
+/** One removal as carried out: the image, and what came of it. */
+export interface PruneStepReport {
   id: string;
   references: string[];
   freesBytes: number;
-  done: RemovalDone;
+  done: PruneStepDone;
   error?: string;
 }
 
@@ -31,16 +32,16 @@ export async function applyPrune(
   removals: readonly ImageDecision[],
   docker: DockerImages,
   options: { dryRun: boolean; log: Logger },
-): Promise<RemovalResult[]> {
+): Promise<PruneStepReport[]> {
   const { log } = options;
-  const results: RemovalResult[] = [];
+  const results: PruneStepReport[] = [];
   for (const decision of removals) {
     const fields = { image: decision.id, references: decision.references.join(","), bytes: decision.freesBytes };
     if (options.dryRun) {
       log.info("prune.would-remove", "would remove (dry run)", fields);
       continue;
     }
-    const result: RemovalResult = {
+    const result: PruneStepReport = {
       id: decision.id,
       references: decision.references,
       freesBytes: decision.freesBytes,

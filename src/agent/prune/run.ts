@@ -6,7 +6,7 @@
 import { ExitCode } from "../../errors.ts";
 
 import type { OutcomeRecorder, PruneFacts, PruneTrigger } from "../outcomes.ts";
-import { applyPrune, type RemovalResult } from "./apply.ts";
+import { applyPrune, type PruneStepReport } from "./apply.ts";
 import { observePrune } from "./observe.ts";
 import { planPrune, type PrunePlan, type PruneSettings } from "./plan.ts";
 import type { PruneDeps } from "./deps.ts";
@@ -16,7 +16,7 @@ export type { LastBoot, PrewarmActivity, PruneDeps } from "./deps.ts";
 export interface PruneReport {
   plan: PrunePlan;
   dryRun: boolean;
-  removals: RemovalResult[];
+  removals: PruneStepReport[];
   removed: number;
   failed: number;
   /** Bytes the removed images were estimated to free. */

@@ -38,9 +38,9 @@ export interface ReleaseDeps {
    */
   containerd?: ContainerdRoot;
   /**
-   * How long one IMDS answer may take (config `timeouts.imdsRequestSeconds`): the release asks
-   * whether the instance stops or terminates within twice that (observe.ts shutdownQuestionMs).
-   * Absent: 10 s for the question.
+   * How long one IMDS answer may take (config `timeouts.imdsRequestSeconds`): the spot notice gets
+   * that long (observe.ts spotNoticeMs), and the release asks whether the instance stops or
+   * terminates within twice that (shutdownQuestionMs). Absent: 5 s for the notice, 10 s for the question.
    */
   imdsRequestSeconds?: number;
   /**

@@ -79,12 +79,20 @@ async function observeDaemonJson(deps: ReleaseDeps, prefix: string): Promise<Rel
 }
 
 /**
+ * How long the spot notice may take: one IMDS answer's time (config `timeouts.imdsRequestSeconds`);
+ * without it, 5 s.
+ */
+export function spotNoticeMs(imdsRequestSeconds: number | undefined): number {
+  return imdsRequestSeconds === undefined ? 5000 : imdsRequestSeconds * 1000;
+}
+
+/**
  * How long the release waits to learn whether the instance stops or terminates: the spot notice
- * gets one IMDS answer's time, the whole question (DescribeInstances beside it) twice that; at
- * shutdown there is no time to wait longer. Without the IMDS timeout: 10 s.
+ * gets one IMDS answer's time (spotNoticeMs), the whole question (DescribeInstances beside it)
+ * twice that; at shutdown there is no time to wait longer. Without the IMDS timeout: 10 s.
  */
 export function shutdownQuestionMs(imdsRequestSeconds: number | undefined): number {
-  return imdsRequestSeconds === undefined ? 10_000 : imdsRequestSeconds * 2000;
+  return spotNoticeMs(imdsRequestSeconds) * 2;
 }
 
 /**
@@ -107,7 +115,7 @@ async function observeShutdown(deps: ReleaseDeps, instanceId: string): Promise<S
   const [state, spot, reboot] = await Promise.allSettled([
     bounded(deps.cloud.describeInstance(instanceId, { signal })),
     deps.spotInstanceAction
-      ? bounded(deps.spotInstanceAction())
+      ? bounded(deps.spotInstanceAction({ timeoutMs: spotNoticeMs(deps.imdsRequestSeconds) }))
       : Promise.reject(new Error("no metadata service to ask")),
     deps.rebootQueued ? bounded(deps.rebootQueued()) : Promise.resolve(undefined),
   ]);

@@ -20,59 +20,53 @@ const fromSnapshot = { volumeId: "vol-1", snapshotId: "snap-1", tags: {} };
 
 t.test("check: known cold is decided without a sample", async (t) => {
   t.match(
-    planPrewarm(DEFAULT_PREWARM, fromSnapshot, { type: "default", progress: 3 }, now),
+    planPrewarm(DEFAULT_PREWARM, { volume: fromSnapshot, status: { type: "default", progress: 3 }, now }),
     { action: "skip", verdict: "cold", reason: /default initialization at 3 %/ },
     "EBS's lazy initialization under 100 %",
   );
   t.match(
-    planPrewarm(DEFAULT_PREWARM, { ...fromSnapshot, createTime: minutesAgo(2) }, undefined, now),
+    planPrewarm(DEFAULT_PREWARM, { volume: { ...fromSnapshot, createTime: minutesAgo(2) }, now }),
     { action: "skip", verdict: "cold", reason: /created from snap-1 2 min ago/ },
     "created from a snapshot minutes ago",
   );
   t.match(
-    planPrewarm(
-      DEFAULT_PREWARM,
-      { ...fromSnapshot, createTime: minutesAgo(FRESH_FROM_SNAPSHOT_MINUTES + 1) },
-      undefined,
+    planPrewarm(DEFAULT_PREWARM, {
+      volume: { ...fromSnapshot, createTime: minutesAgo(FRESH_FROM_SNAPSHOT_MINUTES + 1) },
       now,
-    ),
+    }),
     { action: "check" },
     "an older volume: only a sample tells",
   );
   t.match(
-    planPrewarm(DEFAULT_PREWARM, fromSnapshot, { type: "default", progress: 100 }, now),
+    planPrewarm(DEFAULT_PREWARM, { volume: fromSnapshot, status: { type: "default", progress: 100 }, now }),
     { action: "check" },
     "100 % of a lazy initialization is not taken as warm (EC2 says 100 where it tracks nothing)",
   );
   t.match(
-    planPrewarm(
-      DEFAULT_PREWARM,
-      { ...fromSnapshot, createTime: minutesAgo(1), tags: { [VolumeTag.initialized]: "x" } },
-      undefined,
+    planPrewarm(DEFAULT_PREWARM, {
+      volume: { ...fromSnapshot, createTime: minutesAgo(1), tags: { [VolumeTag.initialized]: "x" } },
       now,
-    ),
+    }),
     { action: "skip", verdict: "warm" },
     "the initialized tag wins",
   );
   t.match(
-    planPrewarm(with_({ strategy: "off" }), { ...fromSnapshot, createTime: minutesAgo(1) }, undefined, now),
+    planPrewarm(with_({ strategy: "off" }), { volume: { ...fromSnapshot, createTime: minutesAgo(1) }, now }),
     { action: "skip", verdict: "unknown" },
     "off reads nothing and says nothing",
   );
 });
 
 t.test("initialize: a known-cold volume carries its verdict, so no sample before the reads", async (t) => {
-  t.match(planPrewarm(with_({ strategy: "files" }), { ...fromSnapshot, createTime: minutesAgo(5) }, undefined, now), {
+  t.match(planPrewarm(with_({ strategy: "files" }), { volume: { ...fromSnapshot, createTime: minutesAgo(5) }, now }), {
     action: "initialize",
     mode: "files",
     known: "cold",
   });
-  const unknown = planPrewarm(
-    with_({ strategy: "files" }),
-    { ...fromSnapshot, createTime: minutesAgo(600) },
-    undefined,
+  const unknown = planPrewarm(with_({ strategy: "files" }), {
+    volume: { ...fromSnapshot, createTime: minutesAgo(600) },
     now,
-  );
+  });
   t.equal(unknown.action, "initialize");
   t.notOk("known" in unknown, "an old volume is sampled first");
 });

@@ -44,40 +44,48 @@ const fromSnapshot = { volumeId: "vol-1", snapshotId: "snap-1", tags: {} };
 
 t.test("decisions", async (t) => {
   t.match(
-    planPrewarm(DEFAULT_PREWARM, { volumeId: "vol-1", tags: {} }),
+    planPrewarm(DEFAULT_PREWARM, { volume: { volumeId: "vol-1", tags: {} } }),
     { action: "skip", verdict: "warm" },
     "not from a snapshot: warm without reading",
   );
   t.match(
-    planPrewarm(DEFAULT_PREWARM, { ...fromSnapshot, tags: { [VolumeTag.initialized]: "2026-11-30T00:00:00Z" } }),
+    planPrewarm(DEFAULT_PREWARM, {
+      volume: { ...fromSnapshot, tags: { [VolumeTag.initialized]: "2026-11-30T00:00:00Z" } },
+    }),
     { action: "skip", verdict: "warm" },
     "tagged initialized: never again",
   );
-  t.match(planPrewarm(with_({ strategy: "off" }), fromSnapshot), { action: "skip", verdict: "unknown" });
-  t.match(planPrewarm(DEFAULT_PREWARM, fromSnapshot), { action: "check" }, "default: check");
-  t.match(planPrewarm(with_({ strategy: "files" }), fromSnapshot), {
+  t.match(planPrewarm(with_({ strategy: "off" }), { volume: fromSnapshot }), { action: "skip", verdict: "unknown" });
+  t.match(planPrewarm(DEFAULT_PREWARM, { volume: fromSnapshot }), { action: "check" }, "default: check");
+  t.match(planPrewarm(with_({ strategy: "files" }), { volume: fromSnapshot }), {
     action: "initialize",
     mode: "files",
     background: true,
   });
-  t.match(planPrewarm(with_({ strategy: "device", background: false }), fromSnapshot), {
+  t.match(planPrewarm(with_({ strategy: "device", background: false }), { volume: fromSnapshot }), {
     action: "initialize",
     mode: "device",
     background: false,
   });
   const rate = { type: "provisioned-rate", progress: 40, etaSeconds: 30 };
   t.match(
-    planPrewarm(with_({ strategy: "files" }), fromSnapshot, rate),
+    planPrewarm(with_({ strategy: "files" }), { volume: fromSnapshot, status: rate }),
     { action: "follow" },
     "VolumeInitializationRate: followed, not read",
   );
-  t.match(planPrewarm(DEFAULT_PREWARM, fromSnapshot, { ...rate, progress: 100 }), { action: "record-initialized" });
+  t.match(planPrewarm(DEFAULT_PREWARM, { volume: fromSnapshot, status: { ...rate, progress: 100 } }), {
+    action: "record-initialized",
+  });
   t.match(
-    planPrewarm(with_({ strategy: "files" }), fromSnapshot, { type: "default", progress: 100 }),
+    planPrewarm(with_({ strategy: "files" }), { volume: fromSnapshot, status: { type: "default", progress: 100 } }),
     { action: "initialize" },
     "default (lazy) initialization: read",
   );
-  t.match(planPrewarm(with_({ strategy: "off" }), fromSnapshot, rate), { action: "skip" }, "off wins over following");
+  t.match(
+    planPrewarm(with_({ strategy: "off" }), { volume: fromSnapshot, status: rate }),
+    { action: "skip" },
+    "off wins over following",
+  );
 });
 
 t.test("verdicts against the thresholds", async (t) => {

@@ -130,13 +130,22 @@ t.test("not ours any more: claimed by another instance after our detach, its tag
 
 t.test("a stop (instance stopping): unmounted and kept attached, no expiry", async (t) => {
   const { node, volumeId } = await bootedNode(t);
+  const asked: number[] = [];
   const outcome = await runRelease(
     {
       ...node.releaseCommand(),
-      releaseDeps: () => ({ ...node.releaseDeps(), spotInstanceAction: async () => "stop" }),
+      releaseDeps: () => ({
+        ...node.releaseDeps(),
+        imdsRequestSeconds: 3,
+        spotInstanceAction: async ({ timeoutMs }) => {
+          asked.push(timeoutMs);
+          return "stop";
+        },
+      }),
     },
     { dryRun: false },
   );
+  t.same(asked, [3000], "the notice asked once, given one IMDS answer's time");
   t.equal(outcome.report?.outcome, "released");
   t.same(outcome.report?.kept, [volumeId], "kept attached");
   const volume = await node.fake.describe(volumeId);
