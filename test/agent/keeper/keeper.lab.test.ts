@@ -170,7 +170,10 @@ t.test("--dry-run prints the plan and writes nothing", async (t) => {
   const before = lab.ec2.requests.records().length;
   const dry = await cli(config, ["--dry-run", "--json"]);
   t.equal(dry.exitCode, 0, dry.stderr);
-  const outcome = JSON.parse(dry.stdout) as KeeperReport;
+  const printed = JSON.parse(dry.stdout) as { pools: KeeperReport[] };
+  t.same(Object.keys(printed), ["pools"], "one pool configured: a list under pools all the same");
+  t.equal(printed.pools.length, 1);
+  const outcome = printed.pools[0]!;
   t.same(
     outcome.plan.zones.map((z) => [z.zone, z.available, z.create]),
     [
@@ -194,12 +197,22 @@ t.test("--dry-run prints the plan and writes nothing", async (t) => {
   const text = await cli(config, ["--dry-run"]);
   t.match(text.stdout, /would create slot 0 from snap-/);
   t.match(text.stdout, /dry run: nothing changed/);
+  // A pool added (instanceTypePools): the same shape, one more entry.
+  const twoPools = join(dirname(config), "two-pools.json");
+  const json = JSON.parse(await readFile(config, "utf8")) as Record<string, unknown>;
+  await writeFile(twoPools, JSON.stringify({ ...json, instanceTypePools: ["g4dn.*=fill-gpu:20"] }));
+  const both = JSON.parse((await cli(twoPools, ["--dry-run", "--json"])).stdout) as { pools: KeeperReport[] };
+  t.same(
+    [Object.keys(both), both.pools.map((p) => p.plan.pool)],
+    [["pools"], ["fill", "fill-gpu"]],
+    "two pools: the same object, a list of two under pools",
+  );
 });
 
 t.test("fills three zones to the target from empty", async (t) => {
   const fill = await cli(config, ["--json"]);
   t.equal(fill.exitCode, 0, fill.stderr);
-  const outcome = JSON.parse(fill.stdout) as KeeperReport;
+  const outcome = (JSON.parse(fill.stdout) as { pools: KeeperReport[] }).pools[0]!;
   t.equal(outcome.results.filter((r) => r.done === "created").length, 6, "six volumes made");
   t.equal(outcome.rounds, 7, "a recount after each volume (the last finds nothing to do)");
   // The dry run showed the request as sent: its token is one the emulator received, for a volume made as configured.
