@@ -12,7 +12,6 @@
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { run } from "../src/exec.ts";
 import type { Lab } from "../src/lab/lab.ts";
 import { CLOUD_FINAL_UNIT, joinTimeline, joinUnitFiles, type JoinTimeline } from "../src/lab/machines/nspawn-join.ts";
 import { READY_UNIT, readyRunEnded, startEngineHost } from "../src/lab/machines/nspawn-host.ts";
@@ -65,11 +64,10 @@ export async function nspawnJoinPart(
   const work = await mkdtemp(join(CACHE_BASE, "bench-join-"));
   const boots: NspawnJoinBoot[] = [];
   const swarm = await startOsparcSwarm(join(work, "swarm"));
-  // The machines share this network namespace: their docker makes docker_gwbridge here when it joins.
-  const gwbridgeBefore = (await run("ip", ["link", "show", "docker_gwbridge"], { check: false })).exitCode === 0;
+  // The machines share this network namespace: the link, its address, their docker's gateway bridge are this run's.
   let unlink: (() => Promise<void>) | undefined;
   try {
-    unlink = await swarm.linkHere("ebsbench0");
+    unlink = await swarm.linkHere("ebsbench");
     const bundle = await buildBundle(join(work, "bundle"));
     const userData = joinUnitFiles(await swarm.joinTarget());
     for (let i = 0; i < options.boots * 2; i++) {
@@ -88,7 +86,6 @@ export async function nspawnJoinPart(
   } finally {
     await unlink?.();
     await swarm.stop();
-    if (!gwbridgeBefore) await run("ip", ["link", "del", "docker_gwbridge"], { check: false });
     await rm(work, { recursive: true, force: true });
   }
   const summary = {} as Record<Variant, Record<keyof Timeline, number | undefined>>;

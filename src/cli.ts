@@ -8,12 +8,20 @@
  * choice or value, a missing argument) exits 2 with the command's usage line, `--help` and
  * `--version` exit 0.
  *
+ * A command group named without a subcommand (the program itself, `snapshot`) has been asked for
+ * nothing: a usage error, like git's (`git worktree` alone prints its usage on stderr and exits
+ * 129, git's usage code), so its help goes to stderr, stdout stays empty, and it exits 2. Docker
+ * prints a group's help on stderr too, but exits 0; not followed, since a script that names a group
+ * alone did nothing and must not read success. A group with an action of its own runs it, as `git
+ * remote` lists the remotes: `pool` alone is the listing (its exit code is the listing's).
+ *
  * Only the command asked for is loaded: each command's module (and, through it, the AWS SDK,
  * docker and fio code) is imported when that command runs, so `--help` or `pool` does not parse
  * the code of `boot`. In the bundle each command is a chunk of its own (scripts/build.mjs).
  */
-import { Command } from "commander";
+import { Command, CommanderError } from "commander";
 import packageJson from "../package.json" with { type: "json" };
+import { ExitCode } from "./errors.ts";
 import { reportFatal } from "./fatal.ts";
 import { createLogger } from "./log.ts";
 
@@ -116,6 +124,19 @@ function checkRequiredOptionsLast(command: Command): void {
 }
 
 /**
+ * A group without an action of its own, named alone, is a usage error: its help on stderr, exit 2
+ * (commander prints it so and throws `commander.help` with exit code 1, which would read as a
+ * failure; the exit code is set here, the same for every group).
+ */
+function requireSubcommand(command: Command): void {
+  if (command.commands.length === 0) return;
+  command.exitOverride((error) => {
+    const namedAlone = error.code === "commander.help" && error.exitCode !== 0;
+    throw namedAlone ? new CommanderError(ExitCode.usage, error.code, error.message) : error;
+  });
+}
+
+/**
  * Makes `command` and its subcommands end a usage error by throwing (src/fatal.ts maps it to exit
  * 2) after the usage line, rather than exiting 1 on their own: commander gives a command added
  * with addCommand none of its parent's settings, so each needs them.
@@ -124,6 +145,7 @@ function followShellConventions(command: Command, fullName: string): Command {
   command
     .exitOverride()
     .showHelpAfterError(`Usage: ${fullName} ${command.usage()}\n(${fullName} --help lists the options)`);
+  requireSubcommand(command);
   checkRequiredOptionsLast(command);
   for (const sub of command.commands) followShellConventions(sub, `${fullName} ${sub.name()}`);
   return command;

@@ -157,7 +157,17 @@ export interface CloudVolumes {
       volumeType: string;
       tags: Record<string, string>;
       initializationRateMiBps?: number;
-      /** Idempotency token: the same token makes no second volume (an SDK retry, a rerun of the same boot). */
+      /**
+       * Config `volumes` (encryption, KMS key, IOPS, throughput, the operator's tags), given by the
+       * caller so that its token covers them: the request is whole before it reaches EC2, and a
+       * dry run shows it as sent. Absent: EC2's defaults and the spec's tags only.
+       */
+      creation?: VolumeCreation;
+      /**
+       * Idempotency token, sent as given: the same token makes no second volume (an SDK retry, a
+       * rerun of the same boot). It must cover every field above (EC2 answers a repeated token
+       * with the volume it made first).
+       */
       clientToken?: string;
     },
     options?: Cancellable,

@@ -24,6 +24,7 @@ import type { ReleaseSettings } from "./release/plan.ts";
 import type { Identity } from "./ports.ts";
 import { describeWorkspace, workspaceIdsFromLabels, type WorkspaceIds } from "./workspace-ids.ts";
 import type { WorkspaceRecord } from "./workspace-record.ts";
+import { volumeCreation } from "./volume-creation.ts";
 
 /** What osparc's labels tag asked of this instance, from the tag itself or from the first phase's record. */
 export interface OsparcRequest {
@@ -161,6 +162,7 @@ export function resolveSettings(
     workspaceCreate: effective.workspace.create,
     workspaceSizeGiB: effective.workspace.sizeGiB,
     requireEncryptedWorkspace: effective.workspace.requireEncrypted,
+    volumeCreation: volumeCreation(effective),
     ...(workspace ? { workspace } : {}),
     // A malformed instance tag refused the boot above; a malformed keep in the labels tag keeps.
     intent: { keep: keepAsked(effective, request, identity.tags), ttlHours: effective.ttlHours },

@@ -32,7 +32,7 @@
  *   success unless a describe shows the volume still attaching/attached to this instance.
  * - DeleteTags without keys would delete every tag: `untagVolume([])` sends nothing.
  */
-import { createHash, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
   EC2Client,
@@ -53,7 +53,6 @@ import type {
   CloudVolumes,
   InstanceInfo,
   SnapshotInfo,
-  VolumeCreation,
   VolumeInfo,
   VolumeQuery,
   VolumeState,
@@ -134,8 +133,6 @@ export interface CloudVolumesOptions {
   createTimeoutMs?: number;
   /** MaxResults of Describe* pages (EC2 accepts 5 or more), capped at what each action allows (default: the cap). */
   pageSize?: number;
-  /** What every volume this creates gets (config `volumes`); absent: EC2's defaults and the agent's tags only. */
-  creation?: VolumeCreation;
 }
 
 /** Device names the agent attaches at, in order (EC2's recommended range for EBS data volumes). */
@@ -179,7 +176,6 @@ interface Ec2Context {
   createTimeoutMs: number;
   /** MaxResults for an action's pages: the configured page size, capped at what the action allows. */
   pageSize: (action: keyof typeof MAX_PAGE) => number;
-  creation?: VolumeCreation;
 }
 
 /** CloudVolumes backed by EC2. */
@@ -190,7 +186,6 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
     pollMs: options.pollMs ?? 1000,
     createTimeoutMs: options.createTimeoutMs ?? 300_000,
     pageSize: (action) => Math.min(options.pageSize ?? MAX_PAGE[action], MAX_PAGE[action]),
-    ...(options.creation ? { creation: options.creation } : {}),
   };
   return {
     findVolumes: (query, options) => findVolumes(ctx, query, options),
@@ -385,33 +380,17 @@ async function findSnapshots(
 }
 
 /**
- * The caller's ClientToken, bound to the creation settings added here (config `volumes`:
- * encryption, KMS key, IOPS, throughput, the operator's tags), which the caller's token does not
- * see: EC2 answers a repeated token with the volume it made first, so a token that outlived a
- * change of these settings would get back a volume made the old way. Without such settings the
- * token is the caller's. At most 64 characters, as EC2 requires.
+ * The CreateVolume request for a spec, as the caller built it (its config `volumes` and its token
+ * included): nothing is added here, so what the caller planned is what EC2 receives.
  */
-export function creationBoundToken(token: string, creation: VolumeCreation | undefined): string {
-  if (!creation) return token;
-  const { encrypted, kmsKeyId, iops, throughputMiBps, tags } = creation;
-  const plain = !encrypted && kmsKeyId === undefined && iops === undefined && throughputMiBps === undefined;
-  if (plain && Object.keys(tags).length === 0) return token;
-  const shape = JSON.stringify([token, encrypted, kmsKeyId ?? null, iops ?? null, throughputMiBps ?? null, tags]);
-  return `${token.slice(0, 47)}-${createHash("sha256").update(shape).digest("hex").slice(0, 16)}`;
-}
-
-/** The CreateVolume request for a spec and the creation settings every volume gets. */
-export function createVolumeInput(
-  spec: VolumeSpec,
-  creation: VolumeCreation | undefined,
-  clientToken: string,
-): CreateVolumeCommandInput {
+export function createVolumeInput(spec: VolumeSpec & { clientToken: string }): CreateVolumeCommandInput {
+  const creation = spec.creation;
   const input: CreateVolumeCommandInput = {
     AvailabilityZone: spec.availabilityZone,
     VolumeType: spec.volumeType as CreateVolumeCommandInput["VolumeType"],
     // The operator's tags first: the agent's own (disjoint by the config's check) are the spec's.
     TagSpecifications: [{ ResourceType: "volume", Tags: toTags({ ...creation?.tags, ...spec.tags }) }],
-    ClientToken: creationBoundToken(clientToken, creation),
+    ClientToken: spec.clientToken,
   };
   if (spec.snapshotId !== undefined) input.SnapshotId = spec.snapshotId;
   if (spec.sizeGiB !== undefined) input.Size = spec.sizeGiB;
@@ -425,7 +404,7 @@ export function createVolumeInput(
 
 async function createVolume(ctx: Ec2Context, spec: VolumeSpec, options?: Cancellable): Promise<VolumeInfo> {
   // The same token on every SDK retry of this call: EC2 makes one volume, not one per attempt.
-  const input = createVolumeInput(spec, ctx.creation, spec.clientToken ?? randomUUID());
+  const input = createVolumeInput({ ...spec, clientToken: spec.clientToken ?? randomUUID() });
   const created = await call("CreateVolume", () => ctx.api.createVolume(input, options));
   const volumeId = created.VolumeId;
   if (!volumeId) throw ec2CallError("CreateVolume", new Error("the answer names no volume id"));

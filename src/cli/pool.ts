@@ -46,7 +46,11 @@ function fillCommand(): Command {
     )
     .option(...CONFIG_OPTION)
     .option("--dry-run", "print the plan; change nothing")
-    .option("--json", "print the plan and what was done as JSON (a list, one per pool, with instanceTypePools)")
+    .option(
+      "--json",
+      "print the plan and what was done as JSON: an object whose `pools` lists one outcome per pool stocked " +
+        "(`pool`, then each pool of instanceTypePools), one pool or several alike",
+    )
     .addHelpText(
       "after",
       "\nSafe to run on several hosts at once: each new volume's ClientToken names its slot, and the pool is " +
@@ -65,11 +69,11 @@ function fillCommand(): Command {
         pools,
         { dryRun: opts.dryRun ?? false },
       );
-      // One pool: its outcome as before; several (instanceTypePools): a list of them, one per pool.
-      const json = outcomes.length === 1 ? outcomes[0] : outcomes;
+      // Under `pools` however many there are (as `pool --json` lists them): a script reads one shape,
+      // and a pool added to instanceTypePools does not change it.
       process.stdout.write(
         (opts.json
-          ? JSON.stringify(json, null, 2)
+          ? JSON.stringify({ pools: outcomes }, null, 2)
           : outcomes.map((outcome) => renderKeeperReport(outcome, opts.dryRun ?? false)).join("\n")) + "\n",
       );
       process.exitCode = Math.max(...outcomes.map(keeperExitCode));

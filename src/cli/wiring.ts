@@ -11,7 +11,6 @@ import { createCloudVolumes, createEc2Client } from "../aws/ec2.ts";
 import { DEFAULT_IMDS_ENDPOINT, createMetadataService, identifyInstance, type MetadataSource } from "../aws/imds.ts";
 import { readSpotInstanceAction } from "../aws/spot-notice.ts";
 import type { AgentConfig } from "../config/index.ts";
-import { splitOperatorTag } from "../config/validate.ts";
 import type { EffectiveSettings } from "../config/overrides.ts";
 import { createContainerdConfig, prepareContainerdRoot } from "../docker/containerd-store.ts";
 import { createDaemonConfig } from "../docker/daemon-json.ts";
@@ -26,14 +25,7 @@ import { mountPointsOf, syncFilesystem } from "../host/mount.ts";
 import { createHostStorage } from "../host/storage.ts";
 import type { Logger } from "../log.ts";
 import type { BootCommandDeps } from "../agent/boot/run.ts";
-import type {
-  CloudVolumes,
-  ContainerdRoot,
-  DockerService,
-  Identity,
-  PrewarmReader,
-  VolumeCreation,
-} from "../agent/ports.ts";
+import type { CloudVolumes, ContainerdRoot, DockerService, Identity, PrewarmReader } from "../agent/ports.ts";
 import { checkVolumeLayout } from "../host/volume-layout.ts";
 import { beginPrewarmAtBoot } from "../agent/prewarm/apply.ts";
 import { prewarmSettingsFrom } from "../agent/prewarm/plan.ts";
@@ -89,24 +81,6 @@ export interface WiringOptions {
   startRefresh?: () => Promise<void>;
 }
 
-/** What every volume the agent creates gets, from config `volumes`. */
-export function volumeCreation(config: Pick<AgentConfig, "volumes">): VolumeCreation {
-  const v = config.volumes;
-  return {
-    encrypted: v.encrypted,
-    ...(v.kmsKeyId !== null ? { kmsKeyId: v.kmsKeyId } : {}),
-    ...(v.iops !== null ? { iops: v.iops } : {}),
-    ...(v.throughputMiBps !== null ? { throughputMiBps: v.throughputMiBps } : {}),
-    // Each is KEY=VALUE: the config's check refused anything else.
-    tags: Object.fromEntries(
-      v.tags.flatMap((text) => {
-        const tag = splitOperatorTag(text);
-        return tag ? [[tag.key, tag.value]] : [];
-      }),
-    ),
-  };
-}
-
 /** What every command shares: EC2 per region and the instance's identity. */
 function wireCommon(options: WiringOptions) {
   const { config, log } = options;
@@ -118,7 +92,6 @@ function wireCommon(options: WiringOptions) {
         createCloudVolumes({
           client: options.ec2Client(region),
           log,
-          creation: volumeCreation(config),
           ...(options.pollMs ? { pollMs: options.pollMs } : {}),
         }),
       );

@@ -3,9 +3,11 @@
  * the KMS key, gp3 IOPS and throughput, and the operator's tags beside the agent's own.
  */
 import t from "tap";
-import { volumeCreation } from "../../src/cli/wiring.ts";
+import { volumeCreation } from "../../src/agent/volume-creation.ts";
 import { createVolumeInput } from "../../src/aws/ec2.ts";
 import { clientToken } from "../../src/agent/boot/claim.ts";
+import { createStep, createVolumeSpec } from "../../src/agent/keeper/plan.ts";
+import type { VolumeCreation } from "../../src/agent/ports.ts";
 import { defaultConfig, validateConfig } from "../../src/config/index.ts";
 import { VolumeTag } from "../../src/tags.ts";
 
@@ -19,7 +21,7 @@ const spec = {
 t.test("the defaults add nothing: EC2's own defaults and the agent's tags", async (t) => {
   const creation = volumeCreation(defaultConfig());
   t.same(creation, { encrypted: false, tags: {} });
-  const input = createVolumeInput(spec, creation, "token-1");
+  const input = createVolumeInput({ ...spec, creation, clientToken: "token-1" });
   t.same(
     input,
     {
@@ -64,34 +66,67 @@ t.test("configured volumes: every option reaches the request", async (t) => {
     },
     "a value may hold '=' (the key ends at the first)",
   );
-  const input = createVolumeInput({ ...spec, sizeGiB: 30 }, creation, "token-2");
+  const input = createVolumeInput({ ...spec, sizeGiB: 30, creation, clientToken: "token-2" });
   t.equal(input.Encrypted, true);
   t.equal(input.KmsKeyId, "alias/ebs-cache");
   t.equal(input.Iops, 6000);
   t.equal(input.Throughput, 500);
   t.equal(input.Size, 30);
+  t.equal(input.ClientToken, "token-2", "the caller's token, sent as it is: the caller's token covers config volumes");
   t.same(
     input.TagSpecifications?.[0]?.Tags?.map((tag) => tag.Key),
     ["CostCenter", "Owner", "Empty", VolumeTag.managed, VolumeTag.kind],
     "the operator's tags and the agent's, on the volume at its creation",
   );
   t.equal(
-    createVolumeInput(spec, undefined, "x").Encrypted,
+    createVolumeInput({ ...spec, clientToken: "x" }).Encrypted,
     undefined,
     "no creation settings (tools, tests): nothing added",
   );
 });
 
-t.test("the ClientToken covers config volumes: a change of them, another token; the same, the same", async (t) => {
-  const creation = { encrypted: true, kmsKeyId: "alias/k", iops: 6000, throughputMiBps: 500, tags: { A: "1" } };
-  const token = (change: Partial<typeof creation> = {}) =>
-    createVolumeInput(spec, { ...creation, ...change }, "ebs-cache-keeper-" + "a".repeat(40)).ClientToken!;
-  t.equal(token(), token(), "the same settings: the same token");
-  t.ok(token().length <= 64, "within EC2's 64 characters");
-  t.match(token(), /^ebs-cache-keeper-/, "still says whose it is");
+t.test("a keeper's token covers config volumes, and its step is the request sent", async (t) => {
+  const creation: VolumeCreation = {
+    encrypted: true,
+    kmsKeyId: "alias/k",
+    iops: 6000,
+    throughputMiBps: 500,
+    tags: { A: "1" },
+  };
+  const settings = {
+    pool: "default",
+    imageSet: null,
+    volumeType: "gp3",
+    zones: ["eu-west-1a"],
+    minAvailable: 1,
+    maxAvailable: 1,
+    maxVolumes: 5,
+    maxGiB: 100,
+    initializationRateMiBps: null,
+    quarantineHours: 6,
+  };
+  const snapshot = { snapshotId: "snap-1", state: "completed" as const, volumeSizeGiB: 8, tags: {} };
+  const slot = { zone: "eu-west-1a", slot: 0, zoneVolumeIds: [], now: new Date("2026-12-01T10:00:00Z") };
+  const step = (change: Partial<typeof creation> | null = {}) =>
+    createStep({ ...settings, ...(change ? { creation: { ...creation, ...change } } : {}) }, snapshot, slot);
+  t.equal(step().clientToken, step().clientToken, "the same settings: the same token");
+  t.ok(step().clientToken.length <= 64, "within EC2's 64 characters");
   for (const change of [{ iops: 7000 }, { throughputMiBps: 600 }, { kmsKeyId: "alias/other" }, { tags: { A: "2" } }])
-    t.not(token(change), token(), `another token when ${JSON.stringify(change)}`);
-  t.not(token({ encrypted: false, kmsKeyId: undefined }), token(), "unencrypted");
+    t.not(step(change).clientToken, step().clientToken, `another token when ${JSON.stringify(change)}`);
+  t.not(step({ encrypted: false, kmsKeyId: undefined }).clientToken, step().clientToken, "unencrypted");
+  t.not(step(null).clientToken, step().clientToken, "none configured");
+  t.equal(
+    step({ encrypted: false, kmsKeyId: undefined, iops: undefined, throughputMiBps: undefined, tags: {} }).clientToken,
+    step(null).clientToken,
+    "the defaults ask nothing: the token of a keeper that sends no config volumes",
+  );
+  const input = createVolumeInput({ clientToken: "", ...createVolumeSpec(step()) });
+  t.equal(input.ClientToken, step().clientToken, "the step's token is the one sent");
+  t.same(
+    [input.Encrypted, input.KmsKeyId, input.Iops, input.Throughput, input.Size],
+    [true, "alias/k", 6000, 500, 8],
+    "and every setting the step shows",
+  );
 });
 
 t.test("a boot's token covers each field of its create spec", async (t) => {
@@ -106,6 +141,16 @@ t.test("a boot's token covers each field of its create spec", async (t) => {
   t.equal(token(), token(), "a rerun of the same boot: the same token");
   t.not(token({ sizeGiB: 500 }), token(), "the rule's size (instanceTypePools): another token");
   t.not(token({ sizeGiB: 500 }), token({ sizeGiB: 600 }), "another size: another token");
-  for (const change of [{ volumeType: "io2" }, { availabilityZone: "eu-west-1b" }, { initializationRateMiBps: 300 }])
+  for (const change of [
+    { volumeType: "io2" },
+    { availabilityZone: "eu-west-1b" },
+    { initializationRateMiBps: 300 },
+    { creation: { encrypted: true, tags: {} } },
+  ])
     t.not(token(change), token(), `another token when ${JSON.stringify(change)}`);
+  t.not(
+    token({ creation: { encrypted: true, iops: 6000, tags: {} } }),
+    token({ creation: { encrypted: true, iops: 7000, tags: {} } }),
+    "config volumes changed: another token",
+  );
 });

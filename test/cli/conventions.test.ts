@@ -41,6 +41,12 @@ const BUILD_COMMANDS = [
   ["snapshot", "upload"],
   ["snapshot", "strip"],
 ];
+/**
+ * The command groups without an action of their own, as typed (the program itself too): named
+ * alone, each is a usage error (src/cli.ts). `pool` is a group with one, the listing: a --config
+ * case below shows it running, never its help.
+ */
+const GROUPS = [[], ["snapshot"]];
 /** Usage errors every command has, whatever its options. */
 const EVERY_COMMAND_ERRORS = [
   { kind: "unknown option", args: ["--no-such-option"], says: /unknown option '--no-such-option'/ },
@@ -153,6 +159,18 @@ t.test("a usage error exits 2 with the command's usage line, in every command", 
     const shownBy = c.kind === "missing option value" && c.command.join(" ") === "pool fill" ? ["pool"] : c.command;
     t.match(run.stderr, usageLine(shownBy), `${what}: and the usage line`);
     t.notMatch(run.stderr, /report this as a bug/, `${what}: never a bug`);
+    t.equal(run.stdout, "", `${what}: nothing on stdout`);
+  }
+});
+
+t.test("a group named without a subcommand: its help on stderr, nothing on stdout, exit 2, every group", async (t) => {
+  const runs = await inBatches(GROUPS.map((group) => () => agent(group)));
+  for (const [i, group] of GROUPS.entries()) {
+    const run = runs[i]!;
+    const what = ["ebs-cache-agent", ...group].join(" ");
+    t.equal(run.exitCode, ExitCode.usage, `${what}: exit 2`, { stderr: run.stderr });
+    t.match(run.stderr, new RegExp(`^Usage: ${what} \\[options\\] \\[command\\]`), `${what}: the usage line`);
+    t.match(run.stderr, /^Commands:$/m, `${what}: and its subcommands`);
     t.equal(run.stdout, "", `${what}: nothing on stdout`);
   }
 });

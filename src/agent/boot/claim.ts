@@ -143,6 +143,7 @@ export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promis
       ...(spec.initializationRateMiBps && spec.snapshotId !== undefined
         ? { initializationRateMiBps: spec.initializationRateMiBps }
         : {}),
+      ...(spec.creation ? { creation: spec.creation } : {}),
       clientToken: clientToken(plan.instanceId, limits.bootId, spec, claim.volumes),
     },
     call,
@@ -183,7 +184,7 @@ export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promis
  * this boot (same instance, same boot id, same spec, same turn), so a boot killed after
  * CreateVolume gets that volume back rather than leaving it behind and making another. Every
  * field of the spec that shapes the volume is in it (EC2 answers a repeated token with the volume
- * it made first); config `volumes` is bound to it where the request is made (src/aws/ec2.ts).
+ * it made first), config `volumes` (the spec's creation) included.
  */
 export function clientToken(instanceId: string, bootId: string | undefined, spec: CreateSpec, turn: number): string {
   const text = JSON.stringify([
@@ -196,6 +197,7 @@ export function clientToken(instanceId: string, bootId: string | undefined, spec
     spec.volumeType,
     spec.initializationRateMiBps ?? null,
     spec.tags,
+    ...(spec.creation ? [spec.creation] : []),
   ]);
   return `ebs-cache-${createHash("sha256").update(text).digest("hex").slice(0, 48)}`;
 }

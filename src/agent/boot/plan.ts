@@ -5,7 +5,7 @@
  * of the selection is unit-tested with plain objects.
  */
 import { CONTENT_TAGS, VolumeKind, VolumeTag } from "../../tags.ts";
-import type { Identity, SnapshotInfo, VolumeInfo, VolumeQuery } from "../ports.ts";
+import type { Identity, SnapshotInfo, VolumeCreation, VolumeInfo, VolumeQuery } from "../ports.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
 import { volumeMatchesWorkspace, workspaceIdTags, type WorkspaceIds } from "../workspace-ids.ts";
 import {
@@ -53,6 +53,8 @@ export interface BootSettings {
   workspaceSizeGiB: number;
   /** config `workspace.requireEncrypted`: a workspace volume EBS does not encrypt is never attached. Absent: false. */
   requireEncryptedWorkspace?: boolean;
+  /** Config `volumes`: what a volume this boot creates gets (encryption, …); absent: EC2's defaults. */
+  volumeCreation?: VolumeCreation;
   /**
    * Whether this run starts and verifies docker and reports readiness. false in the first boot
    * phase, which runs before docker.service (it cannot start docker: that start job would wait
@@ -131,6 +133,8 @@ export interface CreateSpec {
   volumeType: string;
   initializationRateMiBps: number | null;
   tags: Record<string, string>;
+  /** Config `volumes` (BootSettings.volumeCreation), sent with the spec and covered by its token. */
+  creation?: VolumeCreation;
 }
 
 /**
@@ -147,6 +151,7 @@ export interface SnapshotFallback {
   availabilityZone: string;
   volumeType: string;
   initializationRateMiBps: number | null;
+  creation?: VolumeCreation;
 }
 
 /** One step of the boot, in order. Steps after the claim act on "the claimed volume". */
@@ -269,6 +274,7 @@ function newWorkspaceSpec(settings: BootSettings, observed: BootObservation): Cr
     availabilityZone: observed.identity.availabilityZone,
     volumeType: settings.volumeType,
     initializationRateMiBps: null,
+    ...(settings.volumeCreation ? { creation: settings.volumeCreation } : {}),
   };
   switch (settings.workspaceCreate) {
     case "never":
@@ -489,6 +495,7 @@ function snapshotFallback(settings: BootSettings, observed: BootObservation): Sn
     availabilityZone: observed.identity.availabilityZone,
     volumeType: settings.volumeType,
     initializationRateMiBps: settings.initializationRateMiBps,
+    ...(settings.volumeCreation ? { creation: settings.volumeCreation } : {}),
   };
 }
 
@@ -513,6 +520,7 @@ export function createSpecFrom(fallback: SnapshotFallback, snapshot: SnapshotInf
     volumeType: fallback.volumeType,
     initializationRateMiBps: fallback.initializationRateMiBps,
     tags: poolVolumeTags(fallback, snapshot),
+    ...(fallback.creation ? { creation: fallback.creation } : {}),
   };
 }
 

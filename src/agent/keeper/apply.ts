@@ -10,7 +10,7 @@ import type { Logger } from "../../log.ts";
 import { VolumeKind, VolumeTag } from "../../tags.ts";
 import type { KeeperCloud } from "../ports.ts";
 import { releaseTags } from "../release/plan.ts";
-import type { KeeperStep } from "./plan.ts";
+import { createVolumeSpec, type KeeperStep } from "./plan.ts";
 
 /**
  * `created`: a new volume; `existing`: the slot's token answered a volume that existed before
@@ -43,15 +43,7 @@ type Handler<S extends KeeperStep> = (
 
 const KEEPER_HANDLERS: { [K in KeeperStep["step"]]: Handler<Extract<KeeperStep, { step: K }>> } = {
   create: async (step, { cloud, log, known }, fields) => {
-    const volume = await cloud.createVolume({
-      availabilityZone: step.zone,
-      snapshotId: step.snapshotId,
-      sizeGiB: step.sizeGiB,
-      volumeType: step.volumeType,
-      tags: step.tags,
-      clientToken: step.clientToken,
-      ...(step.initializationRateMiBps !== null ? { initializationRateMiBps: step.initializationRateMiBps } : {}),
-    });
+    const volume = await cloud.createVolume(createVolumeSpec(step));
     const existing = known.has(volume.volumeId);
     log.notice(
       "keeper.create",

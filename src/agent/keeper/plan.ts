@@ -28,7 +28,14 @@ import {
   volumeGeneration,
   type Generation,
 } from "../volume-rules.ts";
-import type { InitializationStatus, InstanceInfo, SnapshotInfo, VolumeInfo } from "../ports.ts";
+import type {
+  CloudVolumes,
+  InitializationStatus,
+  InstanceInfo,
+  SnapshotInfo,
+  VolumeCreation,
+  VolumeInfo,
+} from "../ports.ts";
 import { volumesHeldByStopped } from "../pool/stopped.ts";
 
 /** What the keeper needs of the configuration (`keeper.*`, the pool, the volume type). */
@@ -47,6 +54,8 @@ export interface KeeperSettings {
   maxVolumes: number;
   maxGiB: number;
   initializationRateMiBps: number | null;
+  /** Config `volumes` (encryption, KMS key, IOPS, throughput, the operator's tags); absent: EC2's defaults. */
+  creation?: VolumeCreation;
   /** `claim.quarantineHours`: a quarantined volume is no stock (boots skip it) and is never trimmed. */
   quarantineHours: number;
   /**
@@ -93,6 +102,8 @@ export interface CreateStep {
   volumeType: string;
   initializationRateMiBps: number | null;
   tags: Record<string, string>;
+  /** Config `volumes`, as sent (absent: none configured). */
+  creation?: VolumeCreation;
 }
 
 export type KeeperStep =
@@ -205,7 +216,7 @@ export function keeperVolumeTags(pool: string, snapshot: SnapshotInfo): Record<s
 /** What a create step asks of the volume: each of it shapes the volume EC2 makes. */
 export type VolumeShape = Pick<
   CreateStep,
-  "snapshotId" | "sizeGiB" | "volumeType" | "initializationRateMiBps" | "tags"
+  "snapshotId" | "sizeGiB" | "volumeType" | "initializationRateMiBps" | "tags" | "creation"
 >;
 
 /**
@@ -213,6 +224,7 @@ export type VolumeShape = Pick<
  * shape of the volume: EC2 answers a repeated token with the volume it made first, so a token
  * that outlived a change of the pool's size (instanceTypePools) or volume type would get back a
  * volume of the old shape. Keepers that agree on the slot and the shape agree on the token.
+ * Config `volumes` is part of the shape: the token is final here, and sent as it is.
  */
 export function slotToken(
   pool: string,
@@ -230,9 +242,63 @@ export function slotToken(
     volume.volumeType,
     volume.initializationRateMiBps,
     Object.entries(volume.tags).sort(([a], [b]) => a.localeCompare(b)),
+    ...creationShape(volume.creation),
   ]);
   const digest = createHash("sha256").update(`${pool}\0${zone}\0${slot}\0${shape}\0${bucket}\0${ids}`).digest("hex");
   return `ebs-cache-keeper-${digest.slice(0, 40)}`;
+}
+
+/**
+ * Config `volumes` in a fixed order, for the token; nothing when it asks nothing (the defaults),
+ * so a pool's tokens stay those of keepers that did not send it, during an upgrade within the hour.
+ */
+function creationShape(creation: VolumeCreation | undefined): unknown[] {
+  if (!creation) return [];
+  const { encrypted, kmsKeyId, iops, throughputMiBps, tags } = creation;
+  const operatorTags = Object.entries(tags).sort(([a], [b]) => a.localeCompare(b));
+  const plain = !encrypted && kmsKeyId === undefined && iops === undefined && throughputMiBps === undefined;
+  if (plain && operatorTags.length === 0) return [];
+  return [[encrypted, kmsKeyId ?? null, iops ?? null, throughputMiBps ?? null, operatorTags]];
+}
+
+/**
+ * The create step of a slot: the whole CreateVolume request and its token. `pool fill --dry-run`
+ * prints it, and the create handler sends it as it is (createVolumeSpec), so the two never differ.
+ */
+export function createStep(
+  settings: KeeperSettings,
+  snapshot: SnapshotInfo,
+  slot: { zone: string; slot: number; zoneVolumeIds: readonly string[]; now: Date },
+): CreateStep {
+  const volume: VolumeShape = {
+    snapshotId: snapshot.snapshotId,
+    sizeGiB: settings.sizeGiB ?? snapshot.volumeSizeGiB,
+    volumeType: settings.volumeType,
+    initializationRateMiBps: settings.initializationRateMiBps,
+    tags: keeperVolumeTags(settings.pool, snapshot),
+    ...(settings.creation ? { creation: settings.creation } : {}),
+  };
+  return {
+    step: "create",
+    zone: slot.zone,
+    slot: slot.slot,
+    clientToken: slotToken(settings.pool, slot.zone, slot.slot, volume, slot.zoneVolumeIds, slot.now),
+    ...volume,
+  };
+}
+
+/** The CreateVolume spec of a create step: every field of the step that shapes the volume, and its token. */
+export function createVolumeSpec(step: CreateStep): Parameters<CloudVolumes["createVolume"]>[0] {
+  return {
+    availabilityZone: step.zone,
+    snapshotId: step.snapshotId,
+    sizeGiB: step.sizeGiB,
+    volumeType: step.volumeType,
+    tags: step.tags,
+    clientToken: step.clientToken,
+    ...(step.initializationRateMiBps !== null ? { initializationRateMiBps: step.initializationRateMiBps } : {}),
+    ...(step.creation ? { creation: step.creation } : {}),
+  };
 }
 
 /**
@@ -400,20 +466,7 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
         }
         const slot = next.total + next.create;
         const zoneIds = live.filter((v) => v.availabilityZone === next.zone).map((v) => v.volumeId);
-        const volume: VolumeShape = {
-          snapshotId: snapshot.snapshotId,
-          sizeGiB: size,
-          volumeType: settings.volumeType,
-          initializationRateMiBps: settings.initializationRateMiBps,
-          tags: keeperVolumeTags(settings.pool, snapshot),
-        };
-        steps.push({
-          step: "create",
-          zone: next.zone,
-          slot,
-          clientToken: slotToken(settings.pool, next.zone, slot, volume, zoneIds, now),
-          ...volume,
-        });
+        steps.push(createStep(settings, snapshot, { zone: next.zone, slot, zoneVolumeIds: zoneIds, now }));
         next.create++;
         room--;
       }

@@ -12,6 +12,8 @@ import { planKeeper, type KeeperPlan, type KeeperSettings } from "./plan.ts";
 import type { KeeperFacts } from "../outcomes.ts";
 import type { KeeperDeps } from "./deps.ts";
 import { parseInstanceTypePools, stockedPools } from "../../config/instance-type-pools.ts";
+import type { AgentConfig } from "../../config/index.ts";
+import { volumeCreation } from "../volume-creation.ts";
 
 export interface KeeperReport {
   /** The first round's plan (what `--dry-run` prints). */
@@ -33,7 +35,8 @@ export function keeperSettingsFrom(config: {
   volumeType: string;
   claim: { quarantineHours: number };
   ttlHours?: number;
-  keeper: Omit<KeeperSettings, "pool" | "imageSet" | "volumeType" | "quarantineHours" | "ttlHours">;
+  volumes: AgentConfig["volumes"];
+  keeper: Omit<KeeperSettings, "pool" | "imageSet" | "volumeType" | "quarantineHours" | "ttlHours" | "creation">;
 }): KeeperSettings {
   if (config.keeper.zones.length === 0) {
     throw new ConfigError(
@@ -46,6 +49,7 @@ export function keeperSettingsFrom(config: {
     imageSet: config.imageSet,
     volumeType: config.volumeType,
     quarantineHours: config.claim.quarantineHours,
+    creation: volumeCreation(config),
     ...(config.ttlHours !== undefined ? { ttlHours: config.ttlHours } : {}),
     ...config.keeper,
   };

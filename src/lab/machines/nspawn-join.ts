@@ -9,6 +9,7 @@
  * EC2's LaunchTime) to the node in the swarm, and where the agent's phases fall in between.
  */
 import type { JournalEntry } from "./nspawn-journal.ts";
+import type { HereJoin } from "./osparc-swarm.ts";
 
 export const CLOUD_FINAL_UNIT = "cloud-final.service";
 const JOIN_SCRIPT = "/usr/local/lib/ebs-cache-lab/user-data.sh";
@@ -16,7 +17,7 @@ const JOIN_SCRIPT = "/usr/local/lib/ebs-cache-lab/user-data.sh";
 export const JOINED_LINE = /This node joined a swarm as a worker/;
 
 /** The files and the enabled unit of the join (MachineSetup's `files` and `wants`). */
-export function joinUnitFiles(target: { token: string; address: string }): {
+export function joinUnitFiles(target: { token: string; address: string; here?: HereJoin }): {
   files: Record<string, { text: string; mode?: number }>;
   wants: string[];
 } {
@@ -35,11 +36,25 @@ export function joinUnitFiles(target: { token: string; address: string }): {
     "StandardOutput=journal",
     "",
   ].join("\n");
+  // The machine shares the lab machine's network namespace: its docker listens on the run's own
+  // address and bridges its gateway under the run's name (osparc-swarm.ts), so runs do not collide.
+  const here = target.here;
+  const gateway = here
+    ? [
+        "# ebs-cache lab: docker_gwbridge under this run's bridge name and subnet (the namespace is shared).",
+        `docker network create --driver bridge --subnet ${here.gatewayBridge.subnet} ` +
+          `--opt com.docker.network.bridge.name=${here.gatewayBridge.name} ` +
+          "--opt com.docker.network.bridge.enable_icc=false " +
+          "--opt com.docker.network.bridge.enable_ip_masquerade=true docker_gwbridge",
+      ]
+    : [];
+  const listen = here ? ` --listen-addr ${here.listenAddress} --advertise-addr ${here.advertiseAddress}` : "";
   const script = [
     "#!/bin/sh",
     "# osparc's cold-start user data, its join (the pulls after it are left out).",
     "set -e",
-    `docker swarm join --availability=drain --token ${target.token} ${target.address}`,
+    ...gateway,
+    `docker swarm join --availability=drain${listen} --token ${target.token} ${target.address}`,
     "",
   ].join("\n");
   return {

@@ -6,6 +6,7 @@
  * and in-use, kept and foreign volumes are never touched; a dry run changes nothing.
  */
 import { readFile, writeFile } from "node:fs/promises";
+import { setTimeout as sleep } from "node:timers/promises";
 import { dirname, join } from "node:path";
 import t from "tap";
 import {
@@ -17,7 +18,7 @@ import {
   type EC2Client,
 } from "@aws-sdk/client-ec2";
 import { runKeeper, type KeeperReport } from "../../../src/agent/keeper/run.ts";
-import type { KeeperSettings } from "../../../src/agent/keeper/plan.ts";
+import { TOKEN_BUCKET_MS, type KeeperSettings } from "../../../src/agent/keeper/plan.ts";
 import { createCloudVolumes } from "../../../src/aws/ec2.ts";
 import { run } from "../../../src/exec.ts";
 import { writeLabConfig } from "../../../src/lab/machines/agent.ts";
@@ -156,13 +157,23 @@ const config = await writeLabConfig(lab, host, {
     maxGiB: 100,
     initializationRateMiBps: 100,
   },
+  // Config volumes: added to every CreateVolume, and covered by the slot's token.
+  volumes: { encrypted: true, throughputMiBps: 250, tags: ["CostCenter=42"] },
 });
+/** The first volume's token, as the dry run showed it. */
+let dryToken: string | undefined;
 
 t.test("--dry-run prints the plan and writes nothing", async (t) => {
+  // A slot's token holds for its hour: the dry run and the fill after it plan within the same one.
+  const toNextHour = TOKEN_BUCKET_MS - (Date.now() % TOKEN_BUCKET_MS);
+  if (toNextHour < 120_000) await sleep(toNextHour + 1000);
   const before = lab.ec2.requests.records().length;
   const dry = await cli(config, ["--dry-run", "--json"]);
   t.equal(dry.exitCode, 0, dry.stderr);
-  const outcome = JSON.parse(dry.stdout) as KeeperReport;
+  const printed = JSON.parse(dry.stdout) as { pools: KeeperReport[] };
+  t.same(Object.keys(printed), ["pools"], "one pool configured: a list under pools all the same");
+  t.equal(printed.pools.length, 1);
+  const outcome = printed.pools[0]!;
   t.same(
     outcome.plan.zones.map((z) => [z.zone, z.available, z.create]),
     [
@@ -173,6 +184,9 @@ t.test("--dry-run prints the plan and writes nothing", async (t) => {
     "two to create per zone",
   );
   t.equal(outcome.plan.snapshotId, fillSnapshot, "from the pool's snapshot");
+  const first = outcome.plan.steps.find((s) => s.step === "create");
+  t.match(first, { creation: { encrypted: true, throughputMiBps: 250, tags: { CostCenter: "42" } } }, "config volumes");
+  dryToken = first?.step === "create" ? first.clientToken : undefined;
   t.same(outcome.results, [], "nothing done");
   const writes = lab.ec2.requests
     .records()
@@ -183,14 +197,30 @@ t.test("--dry-run prints the plan and writes nothing", async (t) => {
   const text = await cli(config, ["--dry-run"]);
   t.match(text.stdout, /would create slot 0 from snap-/);
   t.match(text.stdout, /dry run: nothing changed/);
+  // A pool added (instanceTypePools): the same shape, one more entry.
+  const twoPools = join(dirname(config), "two-pools.json");
+  const json = JSON.parse(await readFile(config, "utf8")) as Record<string, unknown>;
+  await writeFile(twoPools, JSON.stringify({ ...json, instanceTypePools: ["g4dn.*=fill-gpu:20"] }));
+  const both = JSON.parse((await cli(twoPools, ["--dry-run", "--json"])).stdout) as { pools: KeeperReport[] };
+  t.same(
+    [Object.keys(both), both.pools.map((p) => p.plan.pool)],
+    [["pools"], ["fill", "fill-gpu"]],
+    "two pools: the same object, a list of two under pools",
+  );
 });
 
 t.test("fills three zones to the target from empty", async (t) => {
   const fill = await cli(config, ["--json"]);
   t.equal(fill.exitCode, 0, fill.stderr);
-  const outcome = JSON.parse(fill.stdout) as KeeperReport;
+  const outcome = (JSON.parse(fill.stdout) as { pools: KeeperReport[] }).pools[0]!;
   t.equal(outcome.results.filter((r) => r.done === "created").length, 6, "six volumes made");
   t.equal(outcome.rounds, 7, "a recount after each volume (the last finds nothing to do)");
+  // The dry run showed the request as sent: its token is one the emulator received, for a volume made as configured.
+  const received = lab.ec2.snapshotState().clientTokens ?? {};
+  t.ok(dryToken && Object.hasOwn(received, dryToken), "the dry run's token reached EC2 with the first CreateVolume");
+  const madeId = received[dryToken!]!.volumeId;
+  const made = (await ec2.send(new DescribeVolumesCommand({ VolumeIds: [madeId] }))).Volumes![0]!;
+  t.same([made.Encrypted, made.Throughput], [true, 250], "encrypted, at the configured throughput, as shown");
   const pool = ofPool(await volumes(), "fill");
   t.same(perZone(pool), { [zoneA]: 2, [zoneB]: 2, [zoneC]: 2 });
   // The run's figures for node_exporter (metrics.textfileDir, inside the lab host's root).

@@ -6,6 +6,7 @@
 import t from "tap";
 import { keeperSettingsForPools, keeperSettingsFrom, runKeeper, runKeepers } from "../../../src/agent/keeper/run.ts";
 import type { KeeperFacts } from "../../../src/agent/outcomes.ts";
+import { defaultConfig } from "../../../src/config/index.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import { fakeRecorder, startFakeCloud, ZONE, type FakeCloud } from "../../fixtures/fakes/index.ts";
@@ -19,6 +20,7 @@ const settings = (keeper: Partial<ReturnType<typeof keeperSettingsFrom>> = {}) =
     imageSet: null,
     volumeType: "gp3",
     claim: { quarantineHours: 24 },
+    volumes: defaultConfig().volumes,
     keeper: {
       zones: [ZONE, ZONE_B],
       minAvailable: 2,
@@ -104,6 +106,7 @@ t.test("runKeepers: each pool of instanceTypePools at its size, one report for a
     imageSet: null,
     volumeType: "gp3",
     claim: { quarantineHours: 24 },
+    volumes: defaultConfig().volumes,
     keeper: {
       zones: [ZONE],
       minAvailable: 1,

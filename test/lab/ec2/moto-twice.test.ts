@@ -280,6 +280,10 @@ for (const { name } of STEPS) {
     if (name === "boot, the device never appears")
       [emulatorJson, motoJson] = [claimedAs(emulator, emulatorJson), claimedAs(motoRun, motoJson)];
     if (name === "pool fill") {
+      // One pool configured: its outcome, the only one under `pools`.
+      const pools = (o: unknown) => (o as { pools: unknown[] }).pools;
+      t.same([pools(emulatorJson).length, pools(motoJson).length], [1, 1], "one outcome under pools on both");
+      [emulatorJson, motoJson] = [pools(emulatorJson)[0], pools(motoJson)[0]];
       // The DescribeVolumeStatus gap: each status read fails, which costs only that volume's
       // initialized tag (a warning and a failure each); the keeper still creates and trims.
       const unread = (o: unknown) => (o as { unread: Array<{ volumeId: string }> }).unread;

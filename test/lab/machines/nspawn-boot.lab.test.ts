@@ -1095,12 +1095,8 @@ t.test(
     t.teardown(() => rm(swarmRoot, { recursive: true, force: true }));
     const swarm = await time("swarm", () => startOsparcSwarm(swarmRoot));
     t.teardown(() => swarm.stop());
-    // The machine shares this namespace: docker there makes docker_gwbridge here when it joins.
-    const gwbridgeBefore = (await run("ip", ["link", "show", "docker_gwbridge"], { check: false })).exitCode === 0;
-    t.teardown(async () => {
-      if (!gwbridgeBefore) await run("ip", ["link", "del", "docker_gwbridge"], { check: false });
-    });
-    t.teardown(await swarm.linkHere("ebsjoin0"));
+    // The machine shares this namespace: the link, its address, its docker's gateway bridge are this run's.
+    t.teardown(await swarm.linkHere("ebsjoin"));
     const userData = joinUnitFiles(await swarm.joinTarget());
     const { m, bootStarted } = await startMachine(t, s, "nspawn-machine-join", time, undefined, "graphdriver", {
       files: { ...userData.files, ...sampleAfterJoinFiles() },
