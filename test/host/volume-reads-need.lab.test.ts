@@ -6,7 +6,6 @@
  * read before the rest of the volume.
  */
 import t from "tap";
-import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { InitializeOptions, ReadTarget } from "../../src/agent/ports.ts";
@@ -16,13 +15,13 @@ import { createFioReader } from "../../src/host/volume-reads.ts";
 import { startLab } from "../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 import { assertLabPrerequisites } from "../fixtures/lab-prereq.ts";
-import { attach, COLD, createVolume, makeDataSnapshot, mountXfs } from "../fixtures/prewarm-lab.ts";
+import { attach, COLD, createVolume, mountXfs, NEED_FILES, needListSnapshot } from "../fixtures/prewarm-lab.ts";
 
 await assertLabPrerequisites();
 
-const WANTED = ["overlay2/want/diff/usr/lib/w2.bin", "overlay2/want/diff/w1.bin"];
-const OTHER = ["overlay2/other/diff/o1.bin"];
-const REST = [0, 1, 2, 3].map((i) => `overlay2/layer-${i}.bin`);
+const WANTED = NEED_FILES.wanted;
+const OTHER = NEED_FILES.other;
+const REST = NEED_FILES.rest;
 const MiB = 1024 * 1024;
 
 const lab = await startLab({ name: "test-reads-need", coldSnapshots: COLD, log: createMemoryLogger("info") });
@@ -32,29 +31,7 @@ t.teardown(async () => {
 });
 const ec2 = lab.ec2Client();
 // The rest of the volume first, then the listed files: device order would read them last.
-const snapshotId = await makeDataSnapshot(lab, ec2, {
-  sizeGiB: 1,
-  dataMiB: 16,
-  files: 4,
-  addContent: async (mountPoint) => {
-    for (const file of [...OTHER, ...WANTED]) {
-      const path = join(mountPoint, "docker", file);
-      await mkdir(join(path, ".."), { recursive: true });
-      await run("dd", ["if=/dev/urandom", `of=${path}`, "bs=1M", "count=2", "status=none"]);
-    }
-    await mkdir(join(mountPoint, ".ebs-cache-agent"));
-    await writeFile(
-      join(mountPoint, ".ebs-cache-agent/reads.json"),
-      JSON.stringify({
-        version: 1,
-        images: [
-          { image: "lab/other:1", files: OTHER },
-          { image: "lab/want:1", files: WANTED },
-        ],
-      }),
-    );
-  },
-});
+const snapshotId = await needListSnapshot(lab, ec2, 16);
 const host = await lab.addHost();
 let volumes = 0;
 
