@@ -1,30 +1,32 @@
 /**
- * Cold-volume benchmark: how long a service's first start reads take on a volume fresh from a
+ * Cold-volume benchmark: boot → the first `docker run` of the node's images on a volume fresh from a
  * snapshot, per pre-warm strategy, against the same volume initialized.
  *
- * A lab with cold snapshots (src/lab/volumes/cold.ts: the first read of each chunk waits `--delay-ms`)
- * gets an XFS volume holding `--filler-mib` of other data, then 4 images of `--image-mib` each
- * (files of 4 MiB under docker/overlay2/img-<i>/diff/), and the need list
- * `.ebs-cache-agent/reads.json` naming, per image, the files it reads at start (the first
- * `fraction` of them). Then, per case, on a fresh cold volume from that snapshot:
+ * A lab with cold snapshots (src/lab/volumes/cold.ts: the first read of each chunk waits `--delay-ms`,
+ * up to 8 fetches of a volume at once) builds, per fraction, a golden snapshot the product's way
+ * (src/lab/volumes/golden.ts: `snapshot build`'s steps, the need list recorded by running each image):
+ * a filler image of `--filler-mib` loaded first (other data, read first in device order), then 4
+ * images of `--image-mib` each in 4 MiB files, whose CMD reads the first `fraction` of its files once
+ * (`cat … > /dev/null`). Then, per case, on a fresh cold volume from that snapshot, mounted, with the
+ * host's private dockerd started on the volume's data-root (the boot's `start-docker`):
  *   initialized  the volume read whole first (the keeper's), then the service;
  *   off          the service alone;
- *   check        what the agent decides (on a known-cold volume: no sample), then the service;
- *   files        the files initialization as the background run does it (device order, giving way
- *                to the service's reads), the service at once;
- *   need         the same with the node's images given: their files first.
- * The service reads, for each of the node's images (1 or 4, concurrently), the fraction of its
- * files (10, 50, 100 %) the list names, through the filesystem, `--head-start-ms` after the
- * volume is mounted and the pre-warm began (the gap between the node's `ready` and the first
- * `docker run` the scheduler sends it; every strategy gets it). Timed: the service's reads.
+ *   check        what the agent decides (on a volume created from its snapshot just now: no sample);
+ *   files        the files initialization as the background run does it, with no image named;
+ *   need         the same with the node's images named (their files first).
+ * The service: for each of the node's images (1 or 4, concurrently), `docker run --rm --network none`
+ * of it, `--head-start-ms` after the pre-warm began (the pre-warm starts at `ready`; osparc's first
+ * `docker run` comes after the join, the autoscaler's next poll and its scheduling: see bench/README.md).
+ * Timed: the `docker run`s, from the first start to the last exit. Beside each case: the cold
+ * layer's fetches before and during the service, the device's bytes read, the pre-warm's own lines.
  *
- *   sudo npx tsx bench/cold.ts [--delay-ms 10] [--chunk-kib 512] [--image-mib 64] [--filler-mib 256]
- *                         [--head-start-ms 2000]
+ *   sudo npx tsx bench/cold.ts [--delay-ms 40] [--chunk-kib 512] [--image-mib 32] [--filler-mib 128]
+ *                         [--head-start-ms 2000] [--runs 3]
  *
- * Needs root, the lab's Debian packages and python3-pyfuse3 (scripts/setup.sh).
+ * Needs root, the lab's Debian packages, busybox-static, strace and python3-pyfuse3 (scripts/setup.sh).
  */
-import { mkdir, readFile, writeFile } from "node:fs/promises";
-import { cpus, release, totalmem } from "node:os";
+import { mkdir, writeFile } from "node:fs/promises";
+import { cpus, loadavg, release, totalmem } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
@@ -33,12 +35,15 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { planPrewarm, DEFAULT_PREWARM, YIELD_IO_DEPTH } from "../src/agent/prewarm/plan.ts";
 import type { ReadTarget } from "../src/agent/ports.ts";
 import { run } from "../src/exec.ts";
-import { createFioReader } from "../src/host/volume-reads.ts";
+import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
+import { createFioReader, deviceCounters } from "../src/host/volume-reads.ts";
 import { createMemoryLogger } from "../src/log.ts";
 import { startLab } from "../src/lab/lab.ts";
-import { attach, createVolume, detach, makeDataSnapshot, mountXfs } from "../src/lab/volumes/volumes.ts";
+import { buildGoldenSnapshot } from "../src/lab/volumes/golden.ts";
+import { attach, createVolume, detach, mountXfs } from "../src/lab/volumes/volumes.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const MiB = 1024 * 1024;
 const FILE_MIB = 4;
 const IMAGES = 4;
 
@@ -46,12 +51,12 @@ const ALL_STRATEGIES = ["initialized", "off", "check", "files", "need"] as const
 
 const { values } = parseArgs({
   options: {
-    "delay-ms": { type: "string", default: "10" },
+    "delay-ms": { type: "string", default: "40" },
     "chunk-kib": { type: "string", default: "512" },
-    "image-mib": { type: "string", default: "64" },
-    "filler-mib": { type: "string", default: "256" },
+    "image-mib": { type: "string", default: "32" },
+    "filler-mib": { type: "string", default: "128" },
     "head-start-ms": { type: "string", default: "2000" },
-    runs: { type: "string", default: "1" },
+    runs: { type: "string", default: "3" },
     "node-images": { type: "string", default: "1,4" },
     fractions: { type: "string", default: "10,50,100" },
     strategies: { type: "string", default: "initialized,off,check,files,need" },
@@ -61,8 +66,8 @@ const { values } = parseArgs({
 });
 if (values.help) {
   process.stdout.write(
-    "sudo npx tsx bench/cold.ts [--delay-ms 10] [--chunk-kib 512] [--image-mib 64] [--filler-mib 256]\n" +
-      "  [--head-start-ms 2000] [--runs 1] [--node-images 1,4] [--fractions 10,50,100]\n" +
+    "sudo npx tsx bench/cold.ts [--delay-ms 40] [--chunk-kib 512] [--image-mib 32] [--filler-mib 128]\n" +
+      "  [--head-start-ms 2000] [--runs 3] [--node-images 1,4] [--fractions 10,50,100]\n" +
       "  [--strategies initialized,off,check,files,need] [--out DIR]\n",
   );
   process.exit(0);
@@ -86,10 +91,12 @@ const median = (xs: number[]) => {
 };
 const filesPerImage = Math.max(1, Math.round(imageMiB / FILE_MIB));
 const image = (i: number) => `bench/img-${i}:1`;
-const fileOf = (i: number, f: number) => `overlay2/img-${i}/diff/usr/lib/f${f}.bin`;
-/** The files image i reads at start, when it reads `fraction` of its image. */
-const startReads = (i: number, fraction: number) =>
-  Array.from({ length: Math.max(1, Math.round(filesPerImage * fraction)) }, (_, f) => fileOf(i, f));
+/** The files image i reads at start (its CMD), when it reads `fraction` of its image. */
+const startReads = (fraction: number) =>
+  Array.from(
+    { length: Math.max(1, Math.round(filesPerImage * fraction)) },
+    (_, f) => `/payload/blob-${String(f).padStart(3, "0")}.bin`,
+  );
 
 const say = (line: string) => process.stdout.write(line + "\n");
 const lab = await startLab({
@@ -101,49 +108,52 @@ const lab = await startLab({
 try {
   const ec2 = lab.ec2Client();
   say(
-    `lab ${lab.root}: ${IMAGES} images of ${imageMiB} MiB after ${fillerMiB} MiB of other data; first read of a ` +
-      `${chunkBytes / 1024} KiB chunk waits ${delayMs} ms`,
+    `lab ${lab.root}: a filler image of ${fillerMiB} MiB, then ${IMAGES} images of ${imageMiB} MiB ` +
+      `(${FILE_MIB} MiB files); first read of a ${chunkBytes / 1024} KiB chunk waits ${delayMs} ms`,
   );
-  // One snapshot per fraction: the need list records what the images read at start.
+  // One golden snapshot per fraction: each image's CMD reads that fraction of its files, and the
+  // build records it into the need list, as a pool volume's builder does.
   const snapshots = new Map<number, string>();
   for (const fraction of FRACTIONS) {
-    snapshots.set(
-      fraction,
-      await makeDataSnapshot(lab, ec2, {
+    const build = () =>
+      buildGoldenSnapshot(lab, {
+        pool: "bench",
+        imageSet: `cold-${fraction * 100}`,
         sizeGiB: 2,
-        dataMiB: fillerMiB,
-        files: Math.max(1, Math.ceil(fillerMiB / 64)),
-        addContent: async (mountPoint) => {
-          for (let i = 0; i < IMAGES; i++) {
-            await mkdir(join(mountPoint, "docker", dirname(fileOf(i, 0))), { recursive: true });
-            for (let f = 0; f < filesPerImage; f++) {
-              const path = join(mountPoint, "docker", fileOf(i, f));
-              await run("dd", ["if=/dev/urandom", `of=${path}`, "bs=1M", `count=${FILE_MIB}`, "status=none"]);
-            }
-          }
-          await mkdir(join(mountPoint, ".ebs-cache-agent"));
-          const images = Array.from({ length: IMAGES }, (_, i) => ({
-            image: image(i),
-            files: startReads(i, fraction),
-          }));
-          await writeFile(join(mountPoint, ".ebs-cache-agent/reads.json"), JSON.stringify({ version: 1, images }));
-        },
-      }),
-    );
+        images: [
+          { tag: "bench/filler:1", payloadBytes: fillerMiB * MiB, payloadFileBytes: 64 * MiB, cmd: ["/bin/true"] },
+          ...Array.from({ length: IMAGES }, (_, i) => ({
+            tag: image(i),
+            payloadBytes: imageMiB * MiB,
+            payloadFileBytes: FILE_MIB * MiB,
+            cmd: ["/bin/sh", "-c", `cat ${startReads(fraction).join(" ")} > /dev/null`],
+          })),
+        ],
+      });
+    // The build's identification of the unmounted volume has been seen to find its root empty on this
+    // busy machine (once in a few builds): a second build, as an operator would run it again.
+    const golden = await build().catch((error: unknown) => {
+      say(`golden build failed, building again: ${String(error).split("\n")[0]}`);
+      return build();
+    });
+    snapshots.set(fraction, golden.snapshotId);
+    say(`golden snapshot ${golden.snapshotId}: images read ${fraction * 100} % of their files at start`);
   }
   const host = await lab.addHost();
   const zone = host.instance.availabilityZone;
-  // The pre-warm's own log: its pacing line per phase (batches, pauses) goes with each case.
+  // The pre-warm's own log: its pacing and fio lines per phase go with each case.
   const readerLog = createMemoryLogger("info");
   const reader = createFioReader({ log: readerLog });
   let volumes = 0;
 
-  const service = async (target: ReadTarget, nodeImages: number, fraction: number) => {
+  /** The node's first services: one `docker run` per image, all at once; seconds until the last exits. */
+  const service = async (nodeImages: number) => {
+    const dockerd = host.dockerd!;
     const started = performance.now();
     await Promise.all(
-      Array.from({ length: nodeImages }, async (_, i) => {
-        for (const file of startReads(i, fraction)) await readFile(join(target.mountPoint, "docker", file));
-      }),
+      Array.from({ length: nodeImages }, (_, i) =>
+        dockerd.docker(["run", "--rm", "--network", "none", image(i)], { timeoutMs: 600_000 }),
+      ),
     );
     return (performance.now() - started) / 1000;
   };
@@ -154,6 +164,11 @@ try {
     fraction: number;
     run: number;
     seconds: number;
+    load: number;
+    /** Cold-layer fetches (chunks) before the service, during it; device MiB read during it. */
+    fetchesBefore: number;
+    fetchesDuring: number;
+    deviceMiBDuring: number;
     note?: string;
   }> = [];
   // Runs outermost: each run passes once over every case, so a burst of load on the machine
@@ -166,6 +181,8 @@ try {
           const volumeId = await createVolume(ec2, zone, { snapshotId });
           const device = await attach(lab, ec2, volumeId, host);
           const target: ReadTarget = { device, mountPoint: await mountXfs(device, host, `v${++volumes}`) };
+          const counters = deviceCounters(device);
+          const fetches = async () => (await lab.cold!.volumeStatus(volumeId))?.fetches ?? 0;
           const init = (images?: string[], signal?: AbortSignal, yieldDepth?: number) =>
             reader.initialize(target, "files", {
               fromOffset: 0,
@@ -176,25 +193,29 @@ try {
               ...(signal ? { signal } : {}),
               ...(yieldDepth ? { yieldDepth } : {}),
             });
-          let seconds = 0;
           let note: string | undefined;
           const stop = new AbortController();
+          if (strategy === "initialized") await init();
+          // The boot's start-docker: dockerd on the volume's data-root (it reads its metadata there).
+          await writeFile(
+            host.paths.daemonJson,
+            JSON.stringify({ "data-root": join(target.mountPoint, DATA_ROOT_SUBDIR) }) + "\n",
+          );
+          await host.startDocker();
           readerLog.lines.length = 0;
           let background: Promise<unknown> | undefined;
-          if (strategy === "initialized") await init();
           if (strategy === "check") {
-            const started = performance.now();
             const decision = planPrewarm(DEFAULT_PREWARM, {
               volume: { volumeId, snapshotId, createTime: new Date(), tags: {} },
             });
-            if (decision.action === "check") await reader.check(target, DEFAULT_PREWARM.check);
+            // A sample never holds `ready`: it runs beside the head start, as the boot runs it.
+            if (decision.action === "check") background = reader.check(target, DEFAULT_PREWARM.check);
             note =
               decision.action === "check"
                 ? "sampled"
                 : `${decision.action} ${"verdict" in decision ? decision.verdict : ""}`;
-            seconds += (performance.now() - started) / 1000;
           }
-          // As the background run reads: the yielding depth once the wanted files are read.
+          // As the background run reads (yielding to others' reads).
           if (strategy === "files") background = init(undefined, stop.signal, YIELD_IO_DEPTH).catch(() => undefined);
           if (strategy === "need")
             background = init(
@@ -204,20 +225,40 @@ try {
             ).catch(() => undefined);
           // The gap between the node's `ready` and the scheduler's first `docker run` there.
           await sleep(headStartMs);
-          seconds += await service(target, nodeImages, fraction);
+          const fetchesBefore = await fetches();
+          const bytesBefore = (await counters.readBytes()) ?? 0;
+          const load = loadavg()[0]!;
+          const seconds = await service(nodeImages);
+          const fetchesDuring = (await fetches()) - fetchesBefore;
+          const deviceMiBDuring = (((await counters.readBytes()) ?? 0) - bytesBefore) / MiB;
           stop.abort();
           await background;
-          // How the pre-warm paced itself: one line per phase (batches read, pauses).
+          // How the pre-warm read and paced itself: one line per phase.
           if (strategy === "files" || strategy === "need")
             note = readerLog.lines
-              .filter((line) => line.includes("prewarm.pace"))
-              .map((line) => line.replace(/^.*prewarm\.pace: /, "").replace(/ volume=.*$/, ""))
+              .filter((line) => /prewarm\.(pace|need|read)/.test(line))
+              .map((line) => line.replace(/^.*prewarm\.(pace|need|read): /, "").replace(/ volume=.*$/, ""))
               .join("; ");
-          rows.push({ strategy, images: nodeImages, fraction, run: runIndex, seconds, ...(note ? { note } : {}) });
+          rows.push({
+            strategy,
+            images: nodeImages,
+            fraction,
+            run: runIndex,
+            seconds,
+            load,
+            fetchesBefore,
+            fetchesDuring,
+            deviceMiBDuring: Math.round(deviceMiBDuring * 10) / 10,
+            ...(note ? { note } : {}),
+          });
           say(
-            `run ${runIndex + 1} ${strategy} images=${nodeImages} reads=${fraction * 100} %: ${seconds.toFixed(2)} s` +
+            `run ${runIndex + 1} ${strategy} images=${nodeImages} reads=${fraction * 100} %: ` +
+              `${seconds.toFixed(2)} s, ` +
+              `fetches ${fetchesBefore} before + ${fetchesDuring} during, device ${deviceMiBDuring.toFixed(1)} MiB ` +
+              `during, load ${load.toFixed(1)}` +
               (note ? ` (${note})` : ""),
           );
+          await host.dockerd!.stop();
           await run("umount", [target.mountPoint]);
           await detach(ec2, volumeId, host);
         }
@@ -249,7 +290,17 @@ try {
   const result = {
     date: new Date().toISOString(),
     machine: { cpus: cpus().length, memGiB: Math.round(totalmem() / 2 ** 30), kernel: release() },
-    settings: { delayMs, chunkBytes, imageMiB, fillerMiB, filesPerImage, fileMiB: FILE_MIB, headStartMs, runs },
+    settings: {
+      delayMs,
+      chunkBytes,
+      imageMiB,
+      fillerMiB,
+      filesPerImage,
+      fileMiB: FILE_MIB,
+      headStartMs,
+      runs,
+      service: "docker run --rm --network none",
+    },
     cold: lab.cold?.options,
     rows,
   };

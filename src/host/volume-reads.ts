@@ -36,10 +36,12 @@ import {
   type ByteRange,
 } from "./extents.ts";
 import { fileRanges, readReadList } from "./need-reads.ts";
+import { needPhases } from "./read-phases.ts";
 import { runFio, writeIolog, type DeviceRead, type FioReport } from "./fio.ts";
 import { DEFAULT_PACE, nextPace, parseReadBytes, parseReadsInFlight, type DeviceLook, type Pace } from "./read-pace.ts";
 
 const MiB = 1024 * 1024;
+const round1 = (n: number) => Math.round(n * 10) / 10;
 /** AWS's documented block size for the full read. */
 export const DEVICE_READ_BLOCK = 128 * 1024;
 /** The device's counters: bytes read so far and reads in flight (its /sys/class/block entry). */
@@ -152,62 +154,73 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
     },
 
     async initialize(target: ReadTarget, mode: "files" | "device", init: InitializeOptions): Promise<InitializeResult> {
+      // The allocated ranges are looked up while the need list's first reads run, not before them.
+      const allocated = mode === "files" ? usedRanges(target.mountPoint, { log, gap: init.maxIoBytes }) : undefined;
+      allocated?.catch(() => undefined);
+      let needed: ByteRange[];
+      try {
+        needed = await readNeeded(target, init);
+      } finally {
+        await allocated?.catch(() => undefined);
+      }
       if (mode === "device") return readDevice(target, init);
-      const ranges = await usedRanges(target.mountPoint, { log, gap: init.maxIoBytes });
-      const needed = await readNeeded(target, ranges, init);
-      return readRanges(target, needed.rest, init, needed.bytes);
+      const read = mergeRanges(needed);
+      return readRanges(target, subtractRanges(await allocated!, read), init, totalBytes(read));
     },
   };
 
   /**
-   * The files the images about to run read at start (the volume's need list), read first, in the
-   * idle I/O class: returns what is left to read and the bytes read. Any problem with the list
-   * is a warning: everything is then read in device order.
+   * The need list's files (read-phases.ts: those of the images about to run first, then the
+   * list's others), read before everything else, in the idle I/O class; returns the ranges read.
+   * The wanted files' reads start as soon as they are mapped: the other files are mapped
+   * meanwhile. Any problem with the list is a warning: everything is then read in device order.
    */
-  async function readNeeded(
-    target: ReadTarget,
-    ranges: ByteRange[],
-    init: InitializeOptions,
-  ): Promise<{ rest: ByteRange[]; bytes: number }> {
-    if (!init.images || init.images.length === 0) return { rest: ranges, bytes: 0 };
-    let need: ByteRange[];
-    let wantedRanges: number;
+  async function readNeeded(target: ReadTarget, init: InitializeOptions): Promise<ByteRange[]> {
+    const started = Date.now();
+    const mapping = log ? { log } : {};
+    let order: { files: string[]; wanted: number };
+    let wanted: Awaited<ReturnType<typeof fileRanges>>;
     try {
       const list = await readReadList(target.mountPoint);
-      if (!list) return { rest: ranges, bytes: 0 };
-      const order = needOrder(list, imagesAboutToRun(init.images));
-      const wantedFiles = await fileRanges(target.mountPoint, order.files.slice(0, order.wanted), log ? { log } : {});
-      const otherFiles = await fileRanges(target.mountPoint, order.files.slice(order.wanted), log ? { log } : {});
-      const mapped = {
-        mapped: wantedFiles.mapped + otherFiles.mapped,
-        skipped: wantedFiles.skipped + otherFiles.skipped,
-      };
-      wantedRanges = wantedFiles.ranges.length;
-      need = [...wantedFiles.ranges, ...otherFiles.ranges];
-      log?.info("prewarm.need", `reading first the ${order.files.length} files the images read at start`, {
-        wanted: order.wanted,
-        mapped: mapped.mapped,
-        skipped: mapped.skipped,
-        bytes: totalBytes(need),
-      });
+      if (!list) return [];
+      order = needOrder(list, imagesAboutToRun(init.images ?? []));
+      wanted = await fileRanges(target.mountPoint, order.files.slice(0, order.wanted), mapping);
     } catch (error) {
       log?.warning("prewarm.need", `the need list is not used, reading in device order: ${describeError(error)}`);
-      return { rest: ranges, bytes: 0 };
+      return [];
     }
-    // The wanted images' files first (their services are about to read them), then the other
-    // listed images'; in the background, paced by what else reads the device.
-    const wanted = need.slice(0, wantedRanges);
-    const others = need.slice(wantedRanges);
-    for (const [name, part, depth] of [
-      ["prewarm-need", wanted, init.ioDepth],
-      ["prewarm-listed", others, init.yieldDepth ?? init.ioDepth],
-    ] as const) {
-      const reads = part.flatMap((range) => coveringReads([range], init.maxIoBytes));
-      if (reads.length === 0) continue;
-      await replay(target, reads, name, depth, init);
+    const mappedMs = Date.now() - started;
+    const [first] = needPhases(wanted.ranges, [], init);
+    let spawned = () => {};
+    const underWay = new Promise<void>((resolve) => (spawned = resolve));
+    const reading = first
+      ? replay(target, first.reads, first.name, first.depth, init, { ...first, onSpawn: spawned })
+      : Promise.resolve();
+    // A failed read of the wanted files is the run's failure, reported once the mapping below is done.
+    void reading.catch(() => undefined).finally(spawned);
+    // The other files are mapped once the wanted files' reads are under way (their metadata reads then queue
+    // behind a few of those, not before all of them).
+    await underWay;
+    let listed: Awaited<ReturnType<typeof fileRanges>>;
+    try {
+      listed = await fileRanges(target.mountPoint, order.files.slice(order.wanted), mapping);
+    } catch (error) {
+      await reading;
+      log?.warning("prewarm.need", `the list's other files are not read first: ${describeError(error)}`);
+      return wanted.ranges;
     }
-    const read = mergeRanges(need);
-    return { rest: subtractRanges(ranges, read), bytes: totalBytes(read) };
+    const need = [...wanted.ranges, ...listed.ranges];
+    log?.info("prewarm.need", `reading first the ${order.files.length} files the images read at start`, {
+      wanted: order.wanted,
+      mapped: wanted.mapped + listed.mapped,
+      skipped: wanted.skipped + listed.skipped,
+      bytes: totalBytes(need),
+      mappedMs,
+    });
+    await reading;
+    for (const phase of needPhases([], listed.ranges, init))
+      await replay(target, phase.reads, phase.name, phase.depth, init, phase);
+    return need;
   }
 
   async function readRanges(
@@ -225,7 +238,7 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
     const inFlight = init.ioDepth * init.maxIoBytes;
     init.onProgress({ doneBytes: before, totalBytes: total, cursor: init.fromOffset, runBytes: 0 });
     if (reads.length === 0) return { totalBytes: total, readBytes: readAlready };
-    await replay(target, reads, "prewarm-files", init.yieldDepth ?? init.ioDepth, init, (report) => {
+    await replay(target, reads, "prewarm-files", init.yieldDepth ?? init.ioDepth, init, undefined, (report) => {
       const counted = Math.min(report.read.ioBytes, sum);
       init.onProgress({
         doneBytes: before + counted,
@@ -246,7 +259,8 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
 
   /**
    * One fio replaying `reads` at `depth`, in the idle I/O class. In the background run
-   * (`init.yieldDepth` set) it is paced: stopped while others read the device (read-pace.ts).
+   * (`init.yieldDepth` set) it is paced, stopped while others read the device (read-pace.ts),
+   * unless `phase` says otherwise (read-phases.ts); `phase.onSpawn` is told once fio runs.
    */
   async function replay(
     target: ReadTarget,
@@ -254,9 +268,10 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
     name: string,
     depth: number,
     init: InitializeOptions,
+    phase?: { paced: boolean; onSpawn?: () => void },
     onStatus?: (report: FioReport) => void,
   ): Promise<void> {
-    const paced = init.yieldDepth !== undefined;
+    const paced = phase?.paced ?? init.yieldDepth !== undefined;
     await withIolog(async (iolog) => {
       await writeIolog(iolog, target.device, reads);
       let pid: number | undefined;
@@ -267,12 +282,22 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
           ...fioOptions,
           ...(init.signal ? { signal: init.signal } : {}),
           ...(onStatus ? { statusIntervalSeconds: 1, onStatus } : {}),
-          onSpawn: (p) => (pid = p),
+          onSpawn: (p) => {
+            pid = p;
+            phase?.onSpawn?.();
+          },
         },
       );
       const pacer = paced ? pace(target, name, () => pid, done.signal, init.signal) : Promise.resolve();
       try {
-        await fio;
+        const report = await fio;
+        const bytes = reads.reduce((sum, r) => sum + r.length, 0);
+        const latency = report.read.latencyMs;
+        log?.info("prewarm.read", `${name}: ${reads.length} reads, ${round1(bytes / MiB)} MiB at depth ${depth}`, {
+          seconds: round1(report.read.runtimeMs / 1000),
+          ...(latency.p50 !== undefined ? { p50ms: round1(latency.p50) } : {}),
+          ...(latency.p99 !== undefined ? { p99ms: round1(latency.p99) } : {}),
+        });
       } finally {
         done.abort();
         await pacer;

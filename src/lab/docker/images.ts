@@ -34,6 +34,11 @@ export interface BuildImageOptions {
   workDir: string;
   /** Bytes of incompressible data under /payload (default 0). */
   payloadBytes?: number;
+  /**
+   * Largest payload file (default 256 MiB): `/payload/blob-000.bin`, `blob-001.bin`, …; smaller files
+   * make an image whose start reads some of its files, not a part of one.
+   */
+  payloadFileBytes?: number;
   /** Makes the payload (and so the layer) differ between images; defaults to the tag. */
   seed?: string;
   /** The image's CMD (default `/bin/sh`). */
@@ -170,18 +175,24 @@ async function writeRootfs(rootfs: string, options: BuildImageOptions): Promise<
   const seed = options.seed ?? options.tag;
   // Not the tag: with the same seed, two tags then share one layer (the seed defaults to the tag).
   await writeFile(join(rootfs, "etc", "ebs-cache-lab-image"), `seed=${seed}\npayloadBytes=${payloadBytes}\n`);
-  if (payloadBytes > 0) await writePayload(join(rootfs, "payload"), payloadBytes, seed);
+  if (payloadBytes > 0)
+    await writePayload(join(rootfs, "payload"), payloadBytes, seed, options.payloadFileBytes ?? PAYLOAD_FILE_BYTES);
   for (const [path, content] of Object.entries(options.files ?? {})) {
     await mkdir(dirname(join(rootfs, path)), { recursive: true });
     await writeFile(join(rootfs, path), content);
   }
 }
 
-/** Writes `bytes` of seeded pseudo-random data in files of at most 256 MiB, streaming. */
-async function writePayload(dir: string, bytes: number, seed: string): Promise<void> {
+/** Writes `bytes` of seeded pseudo-random data in files of at most `fileBytes`, streaming. */
+async function writePayload(dir: string, bytes: number, seed: string, fileBytes: number): Promise<void> {
+  if (!Number.isSafeInteger(fileBytes) || fileBytes <= 0)
+    throw new AgentError(
+      `payloadFileBytes must be a positive whole number, not ${fileBytes}`,
+      "fix the lab's image set",
+    );
   await mkdir(dir);
-  for (let index = 0, left = bytes; left > 0; index += 1, left -= PAYLOAD_FILE_BYTES) {
-    const size = Math.min(left, PAYLOAD_FILE_BYTES);
+  for (let index = 0, left = bytes; left > 0; index += 1, left -= fileBytes) {
+    const size = Math.min(left, fileBytes);
     const name = `blob-${String(index).padStart(3, "0")}.bin`;
     await pipeline(Readable.from(keystream(`${seed}/${index}`, size)), createWriteStream(join(dir, name)));
   }

@@ -38,6 +38,10 @@ export interface GoldenImage {
   tag: string;
   /** Bytes of incompressible payload in the image (default 0: just busybox). */
   payloadBytes?: number;
+  /** Largest payload file (default 256 MiB; see BuildImageOptions). */
+  payloadFileBytes?: number;
+  /** The image's CMD (default `/bin/sh`): what it reads at start, as recorded into the need list. */
+  cmd?: string[];
 }
 
 /** What to build. */
@@ -230,6 +234,8 @@ async function buildOnDevice(
       tag: image.tag,
       workDir: archives,
       payloadBytes: image.payloadBytes ?? 0,
+      ...(image.payloadFileBytes !== undefined ? { payloadFileBytes: image.payloadFileBytes } : {}),
+      ...(image.cmd ? { cmd: image.cmd } : {}),
       log: options.log,
     });
     load.push(archive);

@@ -5,7 +5,6 @@
  * Proved by the cold layer's log of first reads (the order chunks were fetched), never by time.
  */
 import t from "tap";
-import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { prewarmAtBoot } from "../../../src/agent/prewarm/apply.ts";
 import { DEFAULT_PREWARM, type PrewarmTarget } from "../../../src/agent/prewarm/plan.ts";
@@ -16,12 +15,12 @@ import { createFioReader } from "../../../src/host/volume-reads.ts";
 import { startLab } from "../../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
-import { attach, COLD, createVolume, makeDataSnapshot, mountXfs } from "../../fixtures/prewarm-lab.ts";
+import { attach, COLD, createVolume, mountXfs, NEED_FILES, needListSnapshot } from "../../fixtures/prewarm-lab.ts";
 
 await assertLabPrerequisites();
 
-const WANTED = ["overlay2/want/diff/usr/lib/w2.bin", "overlay2/want/diff/w1.bin"];
-const OTHER = ["overlay2/other/diff/o1.bin"];
+const WANTED = NEED_FILES.wanted;
+const OTHER = NEED_FILES.other;
 
 const log = createMemoryLogger("debug");
 const lab = await startLab({ name: "test-need-order", coldSnapshots: COLD, log: createMemoryLogger("info") });
@@ -33,29 +32,7 @@ const ec2 = lab.ec2Client();
 const cloud = createCloudVolumes({ client: ec2, pollMs: 100 });
 
 // The rest of the volume first (layer-*.bin), then the images' files: device order would read them last.
-const snapshotId = await makeDataSnapshot(lab, ec2, {
-  sizeGiB: 1,
-  dataMiB: 32,
-  files: 4,
-  addContent: async (mountPoint) => {
-    for (const file of [...OTHER, ...WANTED]) {
-      const path = join(mountPoint, "docker", file);
-      await mkdir(join(path, ".."), { recursive: true });
-      await run("dd", ["if=/dev/urandom", `of=${path}`, "bs=1M", "count=2", "status=none"]);
-    }
-    await mkdir(join(mountPoint, ".ebs-cache-agent"));
-    await writeFile(
-      join(mountPoint, ".ebs-cache-agent/reads.json"),
-      JSON.stringify({
-        version: 1,
-        images: [
-          { image: "lab/other:1", files: OTHER },
-          { image: "lab/want:1", files: WANTED },
-        ],
-      }),
-    );
-  },
-});
+const snapshotId = await needListSnapshot(lab, ec2, 32);
 const host = await lab.addHost();
 
 /** The chunks holding a file's data on the device. */
@@ -84,12 +61,7 @@ t.test("files reads the wanted image's files first, then the other listed image'
   };
   const wanted = await chunksOf(mountPoint, WANTED);
   const other = await chunksOf(mountPoint, OTHER);
-  const rest = await chunksOf(mountPoint, [
-    "overlay2/layer-0.bin",
-    "overlay2/layer-1.bin",
-    "overlay2/layer-2.bin",
-    "overlay2/layer-3.bin",
-  ]);
+  const rest = await chunksOf(mountPoint, NEED_FILES.rest);
   const before = (await lab.cold!.fetchOrder(volumeId)).length;
 
   const outcome = await prewarmAtBoot(

@@ -1,0 +1,132 @@
+/**
+ * The need list's reads on a cold lab volume (src/host/volume-reads.ts, read-phases.ts), proved by
+ * the order of fio's and filefrag's command lines and by the cold layer's log of first reads, never
+ * by time: the wanted files' reads start before the list's other files are mapped, at the depth EBS
+ * fetches in parallel and never stopped; with no image named (`files`, `device`) the whole list is
+ * read before the rest of the volume.
+ */
+import t from "tap";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { InitializeOptions, ReadTarget } from "../../src/agent/ports.ts";
+import { run } from "../../src/exec.ts";
+import { parseFilefrag } from "../../src/host/extents.ts";
+import { createFioReader } from "../../src/host/volume-reads.ts";
+import { startLab } from "../../src/lab/lab.ts";
+import { createMemoryLogger } from "../../src/log.ts";
+import { assertLabPrerequisites } from "../fixtures/lab-prereq.ts";
+import { attach, COLD, createVolume, mountXfs, NEED_FILES, needListSnapshot } from "../fixtures/prewarm-lab.ts";
+
+await assertLabPrerequisites();
+
+const WANTED = NEED_FILES.wanted;
+const OTHER = NEED_FILES.other;
+const REST = NEED_FILES.rest;
+const MiB = 1024 * 1024;
+
+const lab = await startLab({ name: "test-reads-need", coldSnapshots: COLD, log: createMemoryLogger("info") });
+t.teardown(async () => {
+  for (const host of lab.hosts) await run("umount", ["-R", host.paths.mountRoot], { check: false });
+  await lab.close();
+});
+const ec2 = lab.ec2Client();
+// The rest of the volume first, then the listed files: device order would read them last.
+const snapshotId = await needListSnapshot(lab, ec2, 16);
+const host = await lab.addHost();
+let volumes = 0;
+
+/** A fresh cold volume from the snapshot, mounted. */
+async function coldVolume(): Promise<{ volumeId: string; target: ReadTarget }> {
+  const volumeId = await createVolume(ec2, host.instance.availabilityZone, { snapshotId });
+  const device = await attach(lab, ec2, volumeId, host);
+  return { volumeId, target: { device, mountPoint: await mountXfs(device, host, `v${++volumes}`) } };
+}
+
+/** The chunks holding the files' data on the device. */
+async function chunksOf(mountPoint: string, files: string[]): Promise<Set<number>> {
+  const { stdout } = await run("filefrag", ["-v", "-e", ...files.map((f) => join(mountPoint, "docker", f))]);
+  const chunks = new Set<number>();
+  for (const ranges of parseFilefrag(stdout).values())
+    for (const r of ranges)
+      for (let c = Math.floor(r.start / COLD.chunkBytes); c * COLD.chunkBytes < r.end; c++) chunks.add(c);
+  return chunks;
+}
+
+/** Where each chunk was first fetched, counting from `skip` fetches of the volume. */
+async function fetchPositions(volumeId: string, skip: number): Promise<Map<number, number>> {
+  const position = new Map<number, number>();
+  (await lab.cold!.fetchOrder(volumeId)).slice(skip).forEach((c, i) => position.has(c) || position.set(c, i));
+  return position;
+}
+
+const background = (log: ReturnType<typeof createMemoryLogger>, extra: Partial<InitializeOptions> = {}) => ({
+  reader: createFioReader({ log }),
+  options: { fromOffset: 0, ioDepth: 32, maxIoBytes: MiB, yieldDepth: 2, onProgress: () => undefined, ...extra },
+});
+
+/** The exec line of fio's job `name` (its arguments), and its index among the log's lines. */
+const fioLine = (lines: string[], name: string) => {
+  const index = lines.findIndex((l) => l.includes("exec.run") && l.includes(`--name=${name} `));
+  return { index, line: lines[index] ?? "" };
+};
+
+t.test("the wanted files are read before the other files are mapped, at depth 4, never stopped", async (t) => {
+  const { target } = await coldVolume();
+  const log = createMemoryLogger("debug");
+  const { reader, options } = background(log, { images: ["lab/want:1"] });
+  await reader.initialize(target, "files", options);
+  const lines = log.lines;
+  const filefrags = lines.flatMap((l, i) => (l.includes("exec.run") && l.includes("filefrag") ? [i] : []));
+  const need = fioLine(lines, "prewarm-need");
+  const listed = fioLine(lines, "prewarm-listed");
+  t.equal(filefrags.length, 2, "the wanted files mapped, then the others");
+  t.ok(need.index > filefrags[0]! && need.index < filefrags[1]!, "the wanted reads start between the two mappings");
+  t.match(need.line, /--iodepth=4 /, "4 reads of 1 MiB in flight, not 32");
+  t.notMatch(need.line, /--thread/, "not paced (one process to stop is only made for paced reads)");
+  t.match(listed.line, /--iodepth=2 /, "the other image's files at the yielding depth");
+  t.match(listed.line, /--thread/, "paced");
+  t.ok(listed.index > need.index, "after the wanted files");
+  t.ok(
+    lines.some((l) => /prewarm\.read: prewarm-need: 4 reads, 4 MiB at depth 4/.test(l)),
+    "fio's figures of the phase are logged",
+  );
+});
+
+t.test("files with no image named reads the whole list first, then the rest", async (t) => {
+  const { volumeId, target } = await coldVolume();
+  const listed = await chunksOf(target.mountPoint, [...WANTED, ...OTHER]);
+  const rest = await chunksOf(target.mountPoint, REST);
+  const before = (await lab.cold!.fetchOrder(volumeId)).length;
+  const log = createMemoryLogger("debug");
+  const { reader, options } = background(log);
+  await reader.initialize(target, "files", options);
+  t.match(fioLine(log.lines, "prewarm-listed").line, /--iodepth=4 /, "at the fetch depth: they are the best guess");
+  const position = await fetchPositions(volumeId, before);
+  const l = [...listed].filter((c) => !rest.has(c) && position.has(c)).map((c) => position.get(c)!);
+  const r = [...rest].filter((c) => !listed.has(c) && position.has(c)).map((c) => position.get(c)!);
+  t.ok(l.length >= 20 && r.length >= 50, `fetched: ${l.length} listed chunks, ${r.length} others`);
+  t.ok(Math.max(...l) < Math.min(...r), `listed first (last at ${Math.max(...l)}, the rest from ${Math.min(...r)})`);
+});
+
+t.test("device reads the list first, then the device from its start", async (t) => {
+  const { volumeId, target } = await coldVolume();
+  const listed = await chunksOf(target.mountPoint, [...WANTED, ...OTHER]);
+  const before = (await lab.cold!.fetchOrder(volumeId)).length;
+  const log = createMemoryLogger("debug");
+  const stop = new AbortController();
+  const { reader, options } = background(log, { signal: stop.signal });
+  const reading = reader.initialize(target, "device", options).catch(() => undefined);
+  // The whole 1 GiB device would take minutes at one 20 ms fetch at a time: its start is enough.
+  const deadline = Date.now() + 120_000;
+  while (Date.now() < deadline && (await lab.cold!.fetchOrder(volumeId)).length - before < listed.size + 64)
+    await sleep(100);
+  stop.abort();
+  await reading;
+  const order = (await lab.cold!.fetchOrder(volumeId)).slice(before);
+  // Before the list's reads, only what reading the list and mapping its files fetches (a few chunks of metadata).
+  const fetched = [...listed].filter((c) => order.includes(c));
+  const last = Math.max(...fetched.map((c) => order.indexOf(c)));
+  t.ok(fetched.length >= 20, `${fetched.length} listed chunks fetched (a chunk read at mount is warm already)`);
+  t.ok(last < listed.size + 16, `the listed chunks among the first fetched (the last at ${last} of ${order.length})`);
+  t.ok(order.length - last > 32, "then the device's own read");
+});
