@@ -36,6 +36,7 @@ import {
   type ByteRange,
 } from "./extents.ts";
 import { fileRanges, readReadList } from "./need-reads.ts";
+import type { RunningCommand } from "../exec.ts";
 import { runFio, writeIolog, type DeviceRead, type FioReport } from "./fio.ts";
 import { DEFAULT_PACE, nextPace, parseReadBytes, parseReadsInFlight, type DeviceLook, type Pace } from "./read-pace.ts";
 
@@ -259,7 +260,7 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
     const paced = init.yieldDepth !== undefined;
     await withIolog(async (iolog) => {
       await writeIolog(iolog, target.device, reads);
-      let pid: number | undefined;
+      let spawned: RunningCommand | undefined;
       const done = new AbortController();
       const fio = runFio(
         { name, iolog, ioDepth: depth, idle: true, ...(paced ? { thread: true } : {}) },
@@ -267,10 +268,10 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
           ...fioOptions,
           ...(init.signal ? { signal: init.signal } : {}),
           ...(onStatus ? { statusIntervalSeconds: 1, onStatus } : {}),
-          onSpawn: (p) => (pid = p),
+          onSpawn: (fio) => (spawned = fio),
         },
       );
-      const pacer = paced ? pace(target, name, () => pid, done.signal, init.signal) : Promise.resolve();
+      const pacer = paced ? pace(target, name, () => spawned, done.signal, init.signal) : Promise.resolve();
       try {
         await fio;
       } finally {
@@ -281,13 +282,15 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
   }
 
   /**
-   * Stops and continues the fio process of `pidOf` (SIGSTOP / SIGCONT) as nextPace decides, until
-   * `done`; leaves it running. Logs how often it stopped.
+   * Stops and continues the fio process of `fioOf` (SIGSTOP / SIGCONT) as nextPace decides, until
+   * `done`; leaves it running. Logs how often it stopped. The signals go through fio's child handle
+   * (RunningCommand.signal), never to its bare pid: between fio's exit and `done`, a pid could be
+   * another process's already.
    */
   async function pace(
     target: ReadTarget,
     name: string,
-    pidOf: () => number | undefined,
+    fioOf: () => RunningCommand | undefined,
     done: AbortSignal,
     stopped?: AbortSignal,
   ): Promise<void> {
@@ -299,11 +302,8 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
         () => false,
       );
     const signal = (sig: NodeJS.Signals) => {
-      const pid = pidOf();
-      if (pid === undefined) return false;
       try {
-        process.kill(pid, sig);
-        return true;
+        return fioOf()?.signal(sig) ?? false;
       } catch {
         return false;
       }
