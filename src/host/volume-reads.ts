@@ -255,7 +255,7 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
         ? paceReads({
             reads: () => spawned,
             counters: deviceCounters(target.device),
-            settings: DEFAULT_PACE,
+            settings: { ...DEFAULT_PACE, ...init.giveWay },
             done: done.signal,
             ...(init.signal ? { stopped: init.signal } : {}),
           })

@@ -559,7 +559,10 @@ async function readVolume(run: LongRun<"initialize">, onProgress: OnProgress, si
     ioDepth: settings.initialize.ioDepth,
     maxIoBytes: settings.initialize.maxIoBytes,
     ...(target.images ? { images: target.images } : {}),
-    ...(decision.background ? { yieldDepth: Math.min(YIELD_IO_DEPTH, settings.initialize.ioDepth) } : {}),
+    // In the background the reads give way to the services starting meanwhile, unless configured not to.
+    ...(decision.background && settings.giveWay
+      ? { yieldDepth: Math.min(YIELD_IO_DEPTH, settings.initialize.ioDepth), giveWay: settings.giveWay }
+      : {}),
     onProgress,
     signal,
   });
