@@ -260,7 +260,7 @@ export interface PrewarmTarget extends ReadTarget {
 
 /** Where a run stands. */
 export type PrewarmPhase =
-  /** Decided, nothing read yet. */
+  /** Decided, nothing read yet, or the sample runs (the background run's first one: with its pid). */
   | "checking"
   /** Initialization handed to the background run, which has not started yet. */
   | "pending"
