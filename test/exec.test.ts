@@ -6,19 +6,12 @@
 import { readFile } from "node:fs/promises";
 import t from "tap";
 import { run, type RunningCommand } from "../src/exec.ts";
+import { waitFor } from "./fixtures/fakes/index.ts";
 
 /** The state letter of /proc/<pid>/stat (`T`: stopped), undefined once the process is gone. */
 async function stateOf(pid: number): Promise<string | undefined> {
   const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
   return stat?.slice(stat.lastIndexOf(")") + 2).split(" ")[0];
-}
-
-async function until(what: string, check: () => Promise<boolean>): Promise<void> {
-  const deadline = Date.now() + 20_000; // a failure guard only
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
 }
 
 t.test("a running command is stopped and continued through its handle; an exited one is sent nothing", async (t) => {
@@ -28,9 +21,9 @@ t.test("a running command is stopped and continued through its handle; an exited
   const { pid } = command;
 
   t.equal(command.signal("SIGSTOP"), true, "SIGSTOP sent");
-  await until("the stop", async () => (await stateOf(pid)) === "T");
+  await waitFor(async () => (await stateOf(pid)) === "T", "the stop");
   t.equal(command.signal("SIGCONT"), true, "SIGCONT sent");
-  await until("the continue", async () => (await stateOf(pid)) !== "T");
+  await waitFor(async () => (await stateOf(pid)) !== "T", "the continue");
   t.equal(command.signal("SIGTERM"), true, "SIGTERM sent");
 
   // A command ended by a signal is a CommandError (no exit code).

@@ -15,15 +15,7 @@ import {
   type PrewarmState,
 } from "../../../src/agent/prewarm/state.ts";
 import { POOL, gatedReader, withBackgroundPrewarm } from "../../fixtures/background-prewarm.ts";
-import { fakeNode } from "../../fixtures/fakes/index.ts";
-
-async function until(what: string, check: () => boolean): Promise<void> {
-  const deadline = Date.now() + 30_000; // a failure guard only
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}
+import { fakeNode, waitFor } from "../../fixtures/fakes/index.ts";
 
 t.test("during the background run's first sample the state shows its process, checking", async (t) => {
   const node = await fakeNode(t, { config: { prewarm: { strategy: "files" } } });
@@ -36,7 +28,7 @@ t.test("during the background run's first sample the state shows its process, ch
   t.equal(booted.report?.outcome, "warming", booted.report?.reason ?? "warming");
   const background = wired.background();
   if (!background) throw new Error("the initialization was not handed to the background run");
-  await until("the background run's sample", () => fio.sampling() === 1);
+  await waitFor(async () => fio.sampling() === 1, "the background run's sample", 30_000);
 
   const during = await readPrewarmState(stateDir);
   t.match(during, { phase: "checking", pid: process.pid, verdict: "unknown" }, "the run, sampling");
