@@ -36,7 +36,8 @@ import { planPrewarm, DEFAULT_PREWARM, YIELD_IO_DEPTH } from "../src/agent/prewa
 import type { ReadTarget } from "../src/agent/ports.ts";
 import { run } from "../src/exec.ts";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
-import { createFioReader, deviceCounters } from "../src/host/volume-reads.ts";
+import { createFioReader } from "../src/host/volume-reads.ts";
+import { deviceCounters } from "../src/host/read-pacer.ts";
 import { createMemoryLogger } from "../src/log.ts";
 import { startLab } from "../src/lab/lab.ts";
 import { buildGoldenSnapshot } from "../src/lab/volumes/golden.ts";

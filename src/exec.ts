@@ -27,8 +27,24 @@ export interface RunOptions {
   onStdout?: (chunk: string) => void;
   /** Kills the command (SIGTERM) when aborted. */
   signal?: AbortSignal;
-  /** Called with the process id once started (to signal it while it runs). */
-  onSpawn?: (pid: number) => void;
+  /** Called with the command once started (to signal it while it runs). */
+  onSpawn?: (command: RunningCommand) => void;
+}
+
+/** A command that runs, to signal while it runs. */
+export interface RunningCommand {
+  readonly pid: number;
+  /**
+   * Sends `signal` to the command; false once it has exited (nothing is sent then).
+   *
+   * Through the child's handle, never `process.kill(pid)`: a process id is free for reuse once
+   * its exited process is reaped (waitpid), and Node drops the child's handle as libuv reaps it
+   * (waitpid and the exit callback in one pass, before any timer or I/O callback runs), so a
+   * signal sent from a timer afterwards finds no handle and goes nowhere. Until then the id is the
+   * command's (a zombie at worst, whose id no new process can take). `process.kill(pid)` after the
+   * reap could stop or continue whatever process got the id since.
+   */
+  signal(signal: NodeJS.Signals): boolean;
 }
 
 /** Runs `file args…` and collects its output. */
@@ -46,7 +62,8 @@ export async function run(file: string, args: readonly string[], options: RunOpt
       ...(options.cwd ? { cwd: options.cwd } : {}),
       ...(options.signal ? { cancelSignal: options.signal } : {}),
     });
-    if (options.onSpawn && subprocess.pid !== undefined) options.onSpawn(subprocess.pid);
+    if (options.onSpawn && subprocess.pid !== undefined)
+      options.onSpawn({ pid: subprocess.pid, signal: (signal) => subprocess.kill(signal) });
     if (options.onStdout) {
       const onStdout = options.onStdout;
       const decoder = new StringDecoder("utf8");

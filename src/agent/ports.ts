@@ -355,6 +355,21 @@ export interface ReadProgress {
   runBytes: number;
 }
 
+/**
+ * How the background run's reads give way to others' (config `prewarm.giveWay`): fio reads for
+ * `runMs`, is stopped, and stays stopped while others read (src/host/read-pace.ts decides).
+ */
+export interface GiveWaySettings {
+  /** How long fio reads between two looks at the device. */
+  runMs: number;
+  /** How long one look lasts: while others read, fio stays stopped and the device is looked at again. */
+  pauseMs: number;
+  /** Stopped this long in a row, fio reads one `runMs` anyway. */
+  maxPausedMs: number;
+  /** Others reading at most this many bytes per second count as quiet. */
+  quietBytesPerSecond: number;
+}
+
 export interface InitializeOptions {
   fromOffset: number;
   ioDepth: number;
@@ -370,6 +385,8 @@ export interface InitializeOptions {
    * device (src/host/read-pace.ts). Absent: `ioDepth` throughout, never stopped (inline, at boot).
    */
   yieldDepth?: number;
+  /** How the reads at `yieldDepth` give way (config `prewarm.giveWay`); absent: read-pace.ts's defaults. */
+  giveWay?: GiveWaySettings;
   onProgress(progress: ReadProgress): void;
   signal?: AbortSignal;
 }

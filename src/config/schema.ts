@@ -699,6 +699,59 @@ export const CONFIG_SCHEMA = {
             },
           },
         },
+        giveWay: {
+          type: "object",
+          description:
+            "How the background initialization (`files`) gives way to others' reads of the volume, such as a " +
+            "service starting: a device serves reads in arrival order, so fio is stopped (SIGSTOP) every " +
+            "`runMs` and stays stopped while others read.",
+          properties: {
+            enabled: {
+              type: "boolean",
+              default: true,
+              description:
+                "false: the background run reads as an inline initialization does (`initialize.ioDepth` in " +
+                "flight, never stopped), finishing sooner while a service's first reads wait behind it: for " +
+                "nodes that start nothing on the volume before it is initialized.",
+            },
+            runMs: {
+              type: "integer",
+              minimum: 10,
+              maximum: 60000,
+              default: 250,
+              description:
+                "How long fio reads between two looks at the device (its reads in flight done, the device's " +
+                "counters over `pauseMs`); a service's read waits behind at most one such period.",
+            },
+            pauseMs: {
+              type: "integer",
+              minimum: 10,
+              maximum: 10000,
+              default: 100,
+              description:
+                "How long one look at the device lasts; while others read, fio stays stopped and the device is " +
+                "looked at again every `pauseMs`.",
+            },
+            maxPausedMs: {
+              type: "integer",
+              minimum: 10,
+              maximum: 600000,
+              default: 5000,
+              description:
+                "Stopped this long in a row, fio reads `runMs` anyway, so that a node whose services never stop " +
+                "reading still gets its volume initialized; at least `pauseMs`.",
+            },
+            othersReadMiBps: {
+              type: "number",
+              minimum: 0,
+              maximum: 100000,
+              default: 1,
+              description:
+                "Others reading more than this (MiB/s) keep fio stopped; less (a log flush, metadata) counts as " +
+                "quiet. 0: any read of others does.",
+            },
+          },
+        },
       },
     },
     keeper: {

@@ -318,7 +318,8 @@ export function crossCheck(config: AgentConfig): string[] {
 
 /**
  * Problems that only show with two keys together: a workspace minimum key outside the id keys,
- * a keeper whose lower bound is above its upper one, a prune target not below its threshold, and a label prefix that
+ * a keeper whose lower bound is above its upper one, a prune target not below its threshold, a pre-warm that could
+ * never stay stopped (maxPausedMs below pauseMs), and a label prefix that
  * collides with one of `labels.protectedKeys` (its collisions with
  * osparc's own labels are the prefix's own problems).
  */
@@ -342,6 +343,14 @@ export function crossProblems(config: AgentConfig): string[] {
     problems.push(
       `prune.targetPercent: ${config.prune.targetPercent} is not below prune.thresholdPercent ` +
         `(${config.prune.thresholdPercent}), so a prune could never reach its target; lower it`,
+    );
+  }
+  const giveWay = config.prewarm.giveWay;
+  if (giveWay.enabled && giveWay.maxPausedMs < giveWay.pauseMs) {
+    problems.push(
+      `prewarm.giveWay.maxPausedMs: ${giveWay.maxPausedMs} is below prewarm.giveWay.pauseMs ` +
+        `(${giveWay.pauseMs}), so fio would never stay stopped while others read; raise it, or set ` +
+        `prewarm.giveWay.enabled to false`,
     );
   }
   problems.push(...volumeProblems(config));

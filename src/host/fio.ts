@@ -14,7 +14,7 @@
  */
 import { writeFile } from "node:fs/promises";
 import { AgentError, CommandError, describeError } from "../errors.ts";
-import { run } from "../exec.ts";
+import { run, type RunningCommand } from "../exec.ts";
 import type { Logger } from "../log.ts";
 
 /** One read of `length` bytes at `offset` of the device. */
@@ -249,8 +249,8 @@ export interface RunFioOptions {
   onStatus?: (report: FioReport) => void;
   statusIntervalSeconds?: number;
   signal?: AbortSignal;
-  /** Called with fio's process id once started. */
-  onSpawn?: (pid: number) => void;
+  /** Called with fio's process once started (to stop and continue it: RunningCommand.signal). */
+  onSpawn?: (fio: RunningCommand) => void;
 }
 
 /** Runs fio and returns its final report; throws FioError when fio is missing or the job failed. */

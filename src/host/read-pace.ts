@@ -12,6 +12,7 @@
  *   node that never stops reading still gets its volume initialized.
  * - The counters cannot be read: run (nothing tells the pre-warm it is in the way).
  */
+import type { GiveWaySettings } from "../agent/ports.ts";
 
 /** What the pre-warm saw of the device while stopped. */
 export interface DeviceLook {
@@ -23,19 +24,13 @@ export interface DeviceLook {
   seconds: number;
 }
 
-export interface PaceSettings {
-  /** How long fio runs between two looks. */
-  runMs: number;
-  /** How long one pause lasts (the next look is taken over it). */
-  pauseMs: number;
-  /** Stopped this long in a row, the pre-warm runs one period anyway. */
-  maxPausedMs: number;
+/** The pacing: the settings the agent gives (config `prewarm.giveWay`), and how long a drain may take. */
+export interface PaceSettings extends GiveWaySettings {
   /** How long the pre-warm's reads in flight may take to complete once it is stopped. */
   drainMs: number;
-  /** Others reading at most this many bytes per second count as quiet. */
-  quietBytesPerSecond: number;
 }
 
+/** The pacing when the agent gives none: the config's defaults (a test holds them equal), and the drain. */
 export const DEFAULT_PACE: PaceSettings = {
   runMs: 250,
   pauseMs: 100,

@@ -10,10 +10,9 @@
  * Both long reads report progress (fio --status-interval) and a resume point: every byte of the
  * device below it has been read.
  */
-import { mkdtemp, readFile, realpath, rm } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { basename, join } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
+import { join } from "node:path";
 import type {
   CheckFigures,
   InitializeOptions,
@@ -37,33 +36,15 @@ import {
 } from "./extents.ts";
 import { fileRanges, readReadList } from "./need-reads.ts";
 import { needPhases } from "./read-phases.ts";
+import type { RunningCommand } from "../exec.ts";
 import { runFio, writeIolog, type DeviceRead, type FioReport } from "./fio.ts";
-import { DEFAULT_PACE, nextPace, parseReadBytes, parseReadsInFlight, type DeviceLook, type Pace } from "./read-pace.ts";
+import { DEFAULT_PACE } from "./read-pace.ts";
+import { deviceCounters, paceReads } from "./read-pacer.ts";
 
 const MiB = 1024 * 1024;
 const round1 = (n: number) => Math.round(n * 10) / 10;
 /** AWS's documented block size for the full read. */
 export const DEVICE_READ_BLOCK = 128 * 1024;
-/** The device's counters: bytes read so far and reads in flight (its /sys/class/block entry). */
-export function deviceCounters(device: string): {
-  readBytes(): Promise<number | undefined>;
-  readsInFlight(): Promise<number | undefined>;
-} {
-  let dir: Promise<string | undefined> | undefined;
-  const read = async (file: string) => {
-    dir ??= realpath(device).then(
-      (path) => `/sys/class/block/${basename(path)}`,
-      () => undefined,
-    );
-    const found = await dir;
-    return found ? readFile(join(found, file), "utf8").catch(() => "") : "";
-  };
-  return {
-    readBytes: async () => parseReadBytes(await read("stat")),
-    readsInFlight: async () => parseReadsInFlight(await read("inflight")),
-  };
-}
-
 export interface FioReaderOptions {
   log?: Logger;
   /** The fio binary (default `fio` on PATH). */
@@ -274,7 +255,7 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
     const paced = phase?.paced ?? init.yieldDepth !== undefined;
     await withIolog(async (iolog) => {
       await writeIolog(iolog, target.device, reads);
-      let pid: number | undefined;
+      let spawned: RunningCommand | undefined;
       const done = new AbortController();
       const fio = runFio(
         { name, iolog, ioDepth: depth, idle: true, ...(paced ? { thread: true } : {}) },
@@ -282,13 +263,21 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
           ...fioOptions,
           ...(init.signal ? { signal: init.signal } : {}),
           ...(onStatus ? { statusIntervalSeconds: 1, onStatus } : {}),
-          onSpawn: (p) => {
-            pid = p;
+          onSpawn: (fio) => {
+            spawned = fio;
             phase?.onSpawn?.();
           },
         },
       );
-      const pacer = paced ? pace(target, name, () => pid, done.signal, init.signal) : Promise.resolve();
+      const pacer = paced
+        ? paceReads({
+            reads: () => spawned,
+            counters: deviceCounters(target.device),
+            settings: { ...DEFAULT_PACE, ...init.giveWay },
+            done: done.signal,
+            ...(init.signal ? { stopped: init.signal } : {}),
+          })
+        : undefined;
       try {
         const report = await fio;
         const bytes = reads.reduce((sum, r) => sum + r.length, 0);
@@ -300,103 +289,14 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
         });
       } finally {
         done.abort();
-        await pacer;
+        const tally = await pacer;
+        if (tally)
+          log?.info("prewarm.pace", `${name}: stopped ${tally.pauses} times while others read the device`, {
+            looks: tally.looks,
+            pausedMs: tally.pausedMs,
+          });
       }
     });
-  }
-
-  /**
-   * Stops and continues the fio process of `pidOf` (SIGSTOP / SIGCONT) as nextPace decides, until
-   * `done`; leaves it running. Logs how often it stopped.
-   */
-  async function pace(
-    target: ReadTarget,
-    name: string,
-    pidOf: () => number | undefined,
-    done: AbortSignal,
-    stopped?: AbortSignal,
-  ): Promise<void> {
-    const settings = DEFAULT_PACE;
-    const counters = deviceCounters(target.device);
-    const nap = (ms: number) =>
-      sleep(ms, undefined, { signal: done }).then(
-        () => true,
-        () => false,
-      );
-    const signal = (sig: NodeJS.Signals) => {
-      const pid = pidOf();
-      if (pid === undefined) return false;
-      try {
-        process.kill(pid, sig);
-        return true;
-      } catch {
-        return false;
-      }
-    };
-    // A stopped fio would not act on the SIGTERM of a stop: continue it first.
-    const onStop = () => signal("SIGCONT");
-    stopped?.addEventListener("abort", onStop, { once: true });
-    const tally = { looks: 0, pauses: 0, pausedMs: 0 };
-    try {
-      let step: Pace = { runMs: settings.runMs };
-      let pausedMs = 0;
-      for (;;) {
-        if ("runMs" in step) {
-          pausedMs = 0;
-          if (!(await nap(step.runMs))) return;
-          if (!signal("SIGSTOP")) continue;
-          tally.looks++;
-          step = nextPace(await look(counters, settings.drainMs, settings.pauseMs, done), pausedMs, settings);
-        } else {
-          tally.pauses++;
-          tally.pausedMs += step.pauseMs;
-          pausedMs += step.pauseMs;
-          // The pause is the next look: fio is stopped and drained, whatever the device reads is others'.
-          step = nextPace(await look(counters, 0, step.pauseMs, done), pausedMs, settings);
-        }
-        if (done.aborted) return;
-        if ("runMs" in step) signal("SIGCONT");
-      }
-    } finally {
-      signal("SIGCONT");
-      stopped?.removeEventListener("abort", onStop);
-      log?.info("prewarm.pace", `${name}: stopped ${tally.pauses} times while others read the device`, {
-        looks: tally.looks,
-        pausedMs: tally.pausedMs,
-      });
-    }
-  }
-
-  /**
-   * A look at the device with the pre-warm stopped: waits up to `drainMs` for the reads in flight
-   * to be done, then counts the bytes read over `windowMs` (all of them others').
-   */
-  async function look(
-    counters: ReturnType<typeof deviceCounters>,
-    drainMs: number,
-    windowMs: number,
-    done: AbortSignal,
-  ): Promise<DeviceLook | undefined> {
-    let drained = true;
-    if (drainMs > 0) {
-      const until = Date.now() + drainMs;
-      for (;;) {
-        const inFlight = await counters.readsInFlight();
-        if (inFlight === undefined) return undefined;
-        if (inFlight === 0) break;
-        if (Date.now() >= until || done.aborted) {
-          drained = false;
-          break;
-        }
-        await sleep(5);
-      }
-    }
-    const start = await counters.readBytes();
-    const started = Date.now();
-    await sleep(windowMs, undefined, { signal: done }).catch(() => undefined);
-    const end = await counters.readBytes();
-    if (start === undefined || end === undefined) return undefined;
-    return { drained, otherBytes: Math.max(0, end - start), seconds: (Date.now() - started) / 1000 };
   }
 
   async function readDevice(target: ReadTarget, init: InitializeOptions): Promise<InitializeResult> {

@@ -7,7 +7,7 @@
  */
 import type { CheckFigures } from "../agent/ports.ts";
 import type { Progress } from "../agent/prewarm/plan.ts";
-import type { PrewarmState } from "../agent/prewarm/state.ts";
+import { isInterrupted, type PrewarmState } from "../agent/prewarm/state.ts";
 import type { RefreshState } from "../agent/refresh/state.ts";
 import type { CacheFilesystem } from "../host/facts.ts";
 import type { InstanceStoreDisk } from "../host/instance-store.ts";
@@ -192,7 +192,7 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
   }
 
   const p = inputs.prewarm;
-  if (p && (p.state.phase === "initializing" || p.state.phase === "following") && !p.running) {
+  if (p && isInterrupted(p.state, p.running)) {
     warnings.push("the pre-warm's initialization was interrupted (`ebs-cache-agent prewarm` resumes it)");
   }
   if (p?.state.phase === "failed") warnings.push(`the pre-warm failed: ${p.state.error ?? "see the journal"}`);

@@ -379,6 +379,8 @@ export async function runInitialization(
   const run = await startRun(target, settings, deps, decision, publish);
   const stop = stopper(settings, options.signal);
   try {
+    // From its start the state shows this run (its pid, its phase), not the boot's `pending`.
+    await run.save(needsSample(run) ? { phase: "checking" } : {});
     await sampleFirst(run);
     await run.save({});
     await publish("warming", prewarmLabels("warming", run.state.verdict, run.state.progress?.percent));
@@ -494,7 +496,16 @@ async function sampleFirst(run: LongRun): Promise<void> {
     return;
   }
   const before = await sampleVolume(run.target, run.settings, run.deps, "before initialization");
-  Object.assign(run.state, { verdict: before.verdict, ...(before.figures ? { before: before.figures } : {}) });
+  Object.assign(run.state, {
+    phase: "initializing",
+    verdict: before.verdict,
+    ...(before.figures ? { before: before.figures } : {}),
+  });
+}
+
+/** Whether the run samples the volume before its reads (sampleFirst): its state says `checking` meanwhile. */
+function needsSample(run: LongRun): boolean {
+  return run.decision.action === "initialize" && !run.state.before && !run.decision.known;
 }
 
 /**
@@ -557,7 +568,10 @@ async function readVolume(run: LongRun<"initialize">, onProgress: OnProgress, si
     ioDepth: settings.initialize.ioDepth,
     maxIoBytes: settings.initialize.maxIoBytes,
     ...(target.images ? { images: target.images } : {}),
-    ...(decision.background ? { yieldDepth: Math.min(YIELD_IO_DEPTH, settings.initialize.ioDepth) } : {}),
+    // In the background the reads give way to the services starting meanwhile, unless configured not to.
+    ...(decision.background && settings.giveWay
+      ? { yieldDepth: Math.min(YIELD_IO_DEPTH, settings.initialize.ioDepth), giveWay: settings.giveWay }
+      : {}),
     onProgress,
     signal,
   });

@@ -7,7 +7,7 @@
  */
 import { defaultConfig, type AgentConfig, type PrewarmStrategy } from "../../config/index.ts";
 import { Label, VolumeTag } from "../../tags.ts";
-import type { CheckFigures, InitializationStatus, ReadTarget, SampleBounds } from "../ports.ts";
+import type { CheckFigures, GiveWaySettings, InitializationStatus, ReadTarget, SampleBounds } from "../ports.ts";
 
 /** What the pre-warm says about the volume's read performance. */
 export type Verdict = "warm" | "cold" | "unknown";
@@ -36,6 +36,8 @@ export interface PrewarmSettings {
     /** Seconds between progress log lines and state-file updates. */
     progressSeconds: number;
   };
+  /** How the background run's reads give way to others'; null: they never do (config `prewarm.giveWay`). */
+  giveWay: GiveWaySettings | null;
 }
 
 /** Defaults, as the config schema has them. */
@@ -59,6 +61,14 @@ export function prewarmSettingsFrom(config: AgentConfig): PrewarmSettings {
       timeoutSeconds: prewarm.initialize.timeoutMinutes === null ? null : prewarm.initialize.timeoutMinutes * 60,
       progressSeconds: prewarm.initialize.progressSeconds,
     },
+    giveWay: prewarm.giveWay.enabled
+      ? {
+          runMs: prewarm.giveWay.runMs,
+          pauseMs: prewarm.giveWay.pauseMs,
+          maxPausedMs: prewarm.giveWay.maxPausedMs,
+          quietBytesPerSecond: prewarm.giveWay.othersReadMiBps * 1024 * 1024,
+        }
+      : null,
   };
 }
 
@@ -255,7 +265,7 @@ export interface PrewarmTarget extends ReadTarget {
 
 /** Where a run stands. */
 export type PrewarmPhase =
-  /** Decided, nothing read yet. */
+  /** Decided, nothing read yet, or the sample runs (the background run's first one: with its pid). */
   | "checking"
   /** Initialization handed to the background run, which has not started yet. */
   | "pending"

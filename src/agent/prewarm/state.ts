@@ -85,6 +85,18 @@ export async function isAlive(pid: number | undefined, start: string | undefined
   return now !== undefined && (start === undefined || now === start);
 }
 
+/**
+ * Whether the state is a run's that stopped half-way: it says a process works on the volume (reads
+ * it, follows EBS, or samples it first, with its pid) and none runs it. `ebs-cache-agent prewarm`
+ * resumes it.
+ */
+export function isInterrupted(state: PrewarmState, running: boolean): boolean {
+  if (running) return false;
+  if (state.phase === "initializing" || state.phase === "following") return true;
+  // A boot's own sample has no pid (the boot waits for it); a long run's first sample has one.
+  return state.phase === "checking" && state.pid !== undefined;
+}
+
 /** The lock of one running initialization. */
 export interface PrewarmLock {
   release(): Promise<void>;
@@ -127,7 +139,7 @@ export function renderPrewarmStatus(
     `strategy: ${state.strategy}${state.mode ? ` (${state.mode})` : ""}: ${state.reason}`,
   ];
   let phase: string = state.phase;
-  if ((state.phase === "initializing" || state.phase === "following") && !running)
+  if (isInterrupted(state, running))
     phase = `${state.phase}, interrupted (no process runs it: \`ebs-cache-agent prewarm\` resumes)`;
   else if (running && state.pid) phase = `${state.phase} (pid ${state.pid})`;
   lines.push(`phase:    ${phase}`, `verdict:  ${state.verdict}`);

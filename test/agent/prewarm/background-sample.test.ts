@@ -5,75 +5,10 @@
  * the tag and `ready`. The sample here ends only when the test releases it. No root, no fio.
  */
 import t from "tap";
-import { runBoot, type BootCommandDeps } from "../../../src/agent/boot/run.ts";
-import { beginPrewarmAtBoot, runInitialization } from "../../../src/agent/prewarm/apply.ts";
-import type { PrewarmDeps } from "../../../src/agent/prewarm/deps.ts";
-import { prewarmSettingsFrom, type PrewarmReport } from "../../../src/agent/prewarm/plan.ts";
-import type { PrewarmReader } from "../../../src/agent/ports.ts";
+import { runBoot } from "../../../src/agent/boot/run.ts";
 import { Label, VolumeTag } from "../../../src/tags.ts";
-import { COLD, WARM, fakeNode, fakeReader, type FakeNode } from "../../fixtures/fakes/index.ts";
-
-const POOL = { [VolumeTag.managed]: "true", [VolumeTag.kind]: "pool", [VolumeTag.pool]: "default" };
-/** Past FRESH_FROM_SNAPSHOT_MINUTES: only a sample can tell whether the volume is cold. */
-const LATER = () => new Date(Date.now() + 2 * 3600_000);
-
-/** fio whose samples wait for `release()`; `sampling` counts the samples begun. */
-function gatedReader(node: FakeNode): { reader: PrewarmReader; release(): void; sampling(): number } {
-  const fio = fakeReader(node.script, { figures: [COLD, WARM] });
-  let open!: () => void;
-  const gate = new Promise<void>((resolve) => (open = resolve));
-  let begun = 0;
-  return {
-    reader: {
-      allocatedBytes: (...args) => fio.reader.allocatedBytes(...args),
-      initialize: (...args) => fio.reader.initialize(...args),
-      check: async (...args) => {
-        begun++;
-        await gate;
-        return fio.reader.check(...args);
-      },
-    },
-    release: () => open(),
-    sampling: () => begun,
-  };
-}
-
-/** The boot with the real pre-warm; startBackground runs the background run in process, kept in `background`. */
-function withBackgroundPrewarm(
-  node: FakeNode,
-  reader: PrewarmReader,
-): { command: BootCommandDeps; background(): Promise<PrewarmReport> | undefined } {
-  const command = node.bootCommand();
-  let background: Promise<PrewarmReport> | undefined;
-  return {
-    command: {
-      ...command,
-      bootDeps: (settings, cloud) => {
-        const deps = command.bootDeps(settings, cloud);
-        return {
-          ...deps,
-          prewarm: (target) => {
-            const prewarmSettings = prewarmSettingsFrom(settings.effective);
-            const prewarmDeps: PrewarmDeps = {
-              reader,
-              initializationStatus: (volumeId) => cloud.initializationStatus(volumeId),
-              tagVolume: (volumeId, tags) => cloud.tagVolume(volumeId, tags),
-              report: deps.report,
-              stateDir: node.config.paths.stateDir,
-              log: node.log,
-              now: LATER,
-              startBackground: async () => {
-                background = runInitialization(target, prewarmSettings, prewarmDeps, { publish: true });
-              },
-            };
-            return beginPrewarmAtBoot(target, prewarmSettings, prewarmDeps);
-          },
-        };
-      },
-    },
-    background: () => background,
-  };
-}
+import { POOL, gatedReader, withBackgroundPrewarm } from "../../fixtures/background-prewarm.ts";
+import { fakeNode } from "../../fixtures/fakes/index.ts";
 
 t.test("files in the background: the boot reports warming with prewarm=checking before the sample ends", async (t) => {
   const node = await fakeNode(t, { config: { prewarm: { strategy: "files" } } });

@@ -1,0 +1,156 @@
+/**
+ * The background pre-warm's pacing carried out on a running fio: it reads for `runMs`, is stopped
+ * (SIGSTOP), looked at through the device's counters, and continued (SIGCONT) or left stopped as
+ * read-pace.ts decides, until its reads are done. The counters and the clock come from the
+ * caller, so that the loop runs in tests without a device or real time.
+ */
+import { readFile, realpath } from "node:fs/promises";
+import { basename, join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { RunningCommand } from "../exec.ts";
+import {
+  nextPace,
+  parseReadBytes,
+  parseReadsInFlight,
+  type DeviceLook,
+  type Pace,
+  type PaceSettings,
+} from "./read-pace.ts";
+
+/** The device's counters: bytes read so far and reads in flight (undefined: unreadable). */
+export interface DeviceCounters {
+  readBytes(): Promise<number | undefined>;
+  readsInFlight(): Promise<number | undefined>;
+}
+
+/** The device's counters from its /sys/class/block entry. */
+export function deviceCounters(device: string): DeviceCounters {
+  let dir: Promise<string | undefined> | undefined;
+  const read = async (file: string) => {
+    dir ??= realpath(device).then(
+      (path) => `/sys/class/block/${basename(path)}`,
+      () => undefined,
+    );
+    const found = await dir;
+    return found ? readFile(join(found, file), "utf8").catch(() => "") : "";
+  };
+  return {
+    readBytes: async () => parseReadBytes(await read("stat")),
+    readsInFlight: async () => parseReadsInFlight(await read("inflight")),
+  };
+}
+
+/** The pacer's time. */
+export interface PacerClock {
+  /** Waits `ms`; false when `done` came first. */
+  sleep(ms: number, done?: AbortSignal): Promise<boolean>;
+  /** Milliseconds, for the lengths of the looks. */
+  now(): number;
+}
+
+export const REAL_CLOCK: PacerClock = {
+  sleep: (ms, done) =>
+    sleep(ms, undefined, done ? { signal: done } : {}).then(
+      () => true,
+      () => false,
+    ),
+  now: () => Date.now(),
+};
+
+/** How often the reads were stopped, for the log. */
+export interface PaceTally {
+  /** Looks taken after a run (fio stopped to see whether others read). */
+  looks: number;
+  /** Pauses: fio left stopped while others read. */
+  pauses: number;
+  pausedMs: number;
+}
+
+export interface PaceReadsOptions {
+  /** The fio process, once it runs (signalled through its child handle: RunningCommand). */
+  reads: () => Pick<RunningCommand, "signal"> | undefined;
+  counters: DeviceCounters;
+  settings: PaceSettings;
+  /** The reads ended: pacing stops and fio is left running. */
+  done: AbortSignal;
+  /** The reads are being stopped (SIGTERM): fio is continued, or it would not act on it. */
+  stopped?: AbortSignal;
+  clock?: PacerClock;
+}
+
+/**
+ * Stops and continues the reads as nextPace decides, until `done`; leaves them running. The
+ * signals go through fio's child handle, never to a bare pid: between fio's exit and `done`, its
+ * pid could be another process's already.
+ */
+export async function paceReads(options: PaceReadsOptions): Promise<PaceTally> {
+  const { counters, settings, done, stopped } = options;
+  const clock = options.clock ?? REAL_CLOCK;
+  const signal = (sig: "SIGSTOP" | "SIGCONT") => {
+    try {
+      return options.reads()?.signal(sig) ?? false;
+    } catch {
+      return false;
+    }
+  };
+  const onStop = () => signal("SIGCONT");
+  stopped?.addEventListener("abort", onStop, { once: true });
+  const tally: PaceTally = { looks: 0, pauses: 0, pausedMs: 0 };
+  try {
+    let step: Pace = { runMs: settings.runMs };
+    let pausedMs = 0;
+    for (;;) {
+      if ("runMs" in step) {
+        pausedMs = 0;
+        if (!(await clock.sleep(step.runMs, done))) return tally;
+        if (!signal("SIGSTOP")) continue;
+        tally.looks++;
+        step = nextPace(await look(counters, settings.drainMs, settings.pauseMs, done, clock), pausedMs, settings);
+      } else {
+        tally.pauses++;
+        tally.pausedMs += step.pauseMs;
+        pausedMs += step.pauseMs;
+        // The pause is the next look: fio is stopped and drained, whatever the device reads is others'.
+        step = nextPace(await look(counters, 0, step.pauseMs, done, clock), pausedMs, settings);
+      }
+      if (done.aborted) return tally;
+      if ("runMs" in step) signal("SIGCONT");
+    }
+  } finally {
+    signal("SIGCONT");
+    stopped?.removeEventListener("abort", onStop);
+  }
+}
+
+/**
+ * A look at the device with the pre-warm stopped: waits up to `drainMs` for the reads in flight
+ * to be done, then counts the bytes read over `windowMs` (all of them others').
+ */
+async function look(
+  counters: DeviceCounters,
+  drainMs: number,
+  windowMs: number,
+  done: AbortSignal,
+  clock: PacerClock,
+): Promise<DeviceLook | undefined> {
+  let drained = true;
+  if (drainMs > 0) {
+    const until = clock.now() + drainMs;
+    for (;;) {
+      const inFlight = await counters.readsInFlight();
+      if (inFlight === undefined) return undefined;
+      if (inFlight === 0) break;
+      if (clock.now() >= until || done.aborted) {
+        drained = false;
+        break;
+      }
+      await clock.sleep(5);
+    }
+  }
+  const start = await counters.readBytes();
+  const started = clock.now();
+  await clock.sleep(windowMs, done);
+  const end = await counters.readBytes();
+  if (start === undefined || end === undefined) return undefined;
+  return { drained, otherBytes: Math.max(0, end - start), seconds: (clock.now() - started) / 1000 };
+}
