@@ -14,7 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
 import { ExitCode } from "../../src/errors.ts";
-import { agentBundle } from "../fixtures/agent-bundle.ts";
+import { agentBundle, withCompileCache } from "../fixtures/agent-bundle.ts";
 import { childEnv } from "../fixtures/lab-prereq.ts";
 
 /** The production build, as a host runs it: some fifty processes, each started by plain node, not tsx. */
@@ -116,7 +116,7 @@ function agentEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
 
 async function agent(args: readonly string[], env: Record<string, string> = {}) {
   const result = await execa(process.execPath, [CLI, ...args], {
-    env: agentEnv(env),
+    env: await withCompileCache(agentEnv(env)),
     extendEnv: false,
     reject: false,
     stdin: "ignore",
