@@ -36,7 +36,20 @@ export interface InstanceProfileOptions {
   requestTimeoutMs: number;
   /** How long one fetch (all its retries) may take (config `timeouts.imdsSeconds`). */
   budgetMs: number;
+  /**
+   * The pause after the n-th failed attempt (n from 1). Default: 250 ms doubling, capped at 5 s,
+   * with jitter. Tests of what is retried, not of how long it pauses, pass a short one.
+   */
+  retryDelayMs?: (attempt: number) => number;
   log?: Logger;
+}
+
+/**
+ * 250 ms doubling, capped at 5 s, jittered (half to all of it): IMDS handing out the role's first
+ * credentials late in a boot storm is what this rides out, not a refused connection that clears in ms.
+ */
+function credentialsRetryDelay(attempt: number): number {
+  return exponentialDelay(attempt, 250, 5000) * (0.5 + Math.random() / 2);
 }
 
 /** Static credentials, as the lab and tests pass them. */
@@ -94,9 +107,7 @@ export function instanceProfileCredentials(options: InstanceProfileOptions): Aws
         {
           isRetryable: (error) => !FINAL_STATUSES.has(imdsStatusOf(error) ?? 0),
           deadline: started + options.budgetMs,
-          // 250 ms doubling, capped at 5 s: IMDS handing out the role's first credentials late
-          // in a boot storm is what this rides out, not a refused connection that clears in ms.
-          delayMs: (attempt) => exponentialDelay(attempt, 250, 5000) * (0.5 + Math.random() / 2),
+          delayMs: options.retryDelayMs ?? credentialsRetryDelay,
           onRetry: (error, attempt, delayMs) =>
             log.debug("credentials.retry", `instance-profile credentials not there yet: ${credentialFailure(error)}`, {
               attempt,

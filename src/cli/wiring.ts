@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs";
 import type { EC2Client } from "@aws-sdk/client-ec2";
 import { useImdsEndpoint } from "../aws/credentials.ts";
-import { createCloudVolumes, createEc2Client } from "../aws/ec2.ts";
+import { createCloudVolumes, createEc2Client, hostMaxAttempts } from "../aws/ec2.ts";
 import { DEFAULT_IMDS_ENDPOINT, createMetadataService, identifyInstance, type MetadataSource } from "../aws/imds.ts";
 import { readSpotInstanceAction } from "../aws/spot-notice.ts";
 import type { AgentConfig } from "../config/index.ts";
@@ -370,10 +370,17 @@ export function hostWiringOptions(config: AgentConfig, log: Logger, startPrewarm
     budgetMs: config.timeouts.imdsSeconds * 1000,
     log,
   };
+  // Read before anything runs: a bad value is a configuration error that changed nothing.
+  const maxAttempts = hostMaxAttempts();
   return {
     config,
     ec2Client: (region) =>
-      createEc2Client({ region, instanceProfile, ...(config.ec2Endpoint ? { endpoint: config.ec2Endpoint } : {}) }),
+      createEc2Client({
+        region,
+        instanceProfile,
+        maxAttempts,
+        ...(config.ec2Endpoint ? { endpoint: config.ec2Endpoint } : {}),
+      }),
     docker:
       config.docker.control === "systemd" ? createSystemdDockerService({ unit: config.docker.unit, log }) : undefined,
     ...(config.docker.control === "systemd"

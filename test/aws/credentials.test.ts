@@ -60,11 +60,17 @@ async function imdsFor(
   return imds;
 }
 
+/**
+ * The agent's provider options for `imds`. The pause between attempts is 20 ms, not the agent's
+ * backoff (250 ms doubling): these cases check what is retried and how often, not how long it
+ * pauses, and would otherwise spend seconds waiting it out.
+ */
 function profile(imds: ImdsEmulator, overrides: Partial<InstanceProfileOptions> = {}): InstanceProfileOptions {
   return {
     endpoint: imds.endpoint,
     requestTimeoutMs: 5_000,
     budgetMs: 30_000,
+    retryDelayMs: () => 20,
     log: createMemoryLogger(),
     ...overrides,
   };
@@ -75,15 +81,19 @@ const roleFetches = (imds: ImdsEmulator) =>
   imds.requests.filter((r) => r.method === "GET" && r.path.replace(/\/{2,}/g, "/") === ROLE_PATH);
 
 t.test(
-  "credentials answering after 3 s: the SDK's default (1 s) gives up, the agent's provider gets them",
+  "credentials answering after 2 s: the SDK's default (1 s) gives up, the agent's provider gets them",
   async (t) => {
     const imds = await imdsFor(t);
-    imds.slowCredentials(3_000);
-    await t.rejects(
+    // Each of the role's two reads (its name, then its credentials) answers after 2 s: twice
+    // the SDK's default timeout, well within the agent's 5 s per request.
+    imds.slowCredentials(2_000);
+    // Both at once, each with a token of its own: the SDK's gives up while the agent's waits.
+    const sdkDefaults = t.rejects(
       fromInstanceMetadata({ ec2MetadataV1Disabled: true })(),
       "the SDK's defaults: 1 s timeout, no retry",
     );
     const credentials = await instanceProfileCredentials(profile(imds))();
+    await sdkDefaults;
     t.match(credentials, {
       accessKeyId: FIXED.accessKeyId,
       secretAccessKey: FIXED.secretAccessKey,
@@ -116,12 +126,12 @@ t.test(
     const imds = await imdsFor(t);
     imds.slowCredentials(600_000);
     const started = Date.now();
-    const error = await instanceProfileCredentials(profile(imds, { requestTimeoutMs: 1_000, budgetMs: 2_500 }))().catch(
+    const error = await instanceProfileCredentials(profile(imds, { requestTimeoutMs: 500, budgetMs: 1_200 }))().catch(
       (e: unknown) => e,
     );
     t.type(error, CredentialsUnavailableError);
     const e = error as CredentialsUnavailableError;
-    t.ok(Date.now() - started >= 2_500, "it kept trying until the budget was spent");
+    t.ok(Date.now() - started >= 1_200, "it kept trying until the budget was spent");
     t.ok(e.attempts >= 2, `tried again (${e.attempts} attempts)`);
     t.match(e.message, /no instance-profile credentials from IMDS at http:\/\/127\.0\.0\.1:\d+ after \d+ attempts/);
     t.match(e.remediation, /instance profile/);

@@ -3,8 +3,9 @@
  * missing option value, an extra argument, a bad choice or value) exits 2 with the command's
  * `Usage:` line on stderr, and names that error even when a required option is missing too;
  * `--help` and `--version` exit 0; a `--config` file that does not exist is a configuration
- * error (exit 3), never the defaults; configuration warnings (an unknown
- * EBS_CACHE_AGENT_* variable, a setting that has no effect) are logged, never dropped.
+ * error (exit 3), never the defaults, and so is an AWS_MAX_ATTEMPTS that is not a whole number;
+ * configuration warnings (an unknown EBS_CACHE_AGENT_* variable, a setting that has no effect)
+ * are logged, never dropped.
  * None of it gets as far as EC2, docker or a disk: no root, no lab.
  */
 import { execa } from "execa";
@@ -13,7 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
 import { ExitCode } from "../../src/errors.ts";
-import { agentBundle } from "../fixtures/agent-bundle.ts";
+import { agentBundle, withCompileCache } from "../fixtures/agent-bundle.ts";
 import { childEnv } from "../fixtures/lab-prereq.ts";
 
 /** The production build, as a host runs it: some fifty processes, each started by plain node, not tsx. */
@@ -121,7 +122,7 @@ function agentEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
 
 async function agent(args: readonly string[], env: Record<string, string> = {}) {
   const result = await execa(process.execPath, [CLI, ...args], {
-    env: agentEnv(env),
+    env: await withCompileCache(agentEnv(env)),
     extendEnv: false,
     reject: false,
     stdin: "ignore",
@@ -273,3 +274,30 @@ t.test("configuration warnings are logged, never dropped", async (t) => {
     "logLevel error silences the warnings, as it does every other line below it",
   );
 });
+
+t.test(
+  "an AWS_MAX_ATTEMPTS that is not a whole number is a configuration error (exit 3), before any call",
+  async (t) => {
+    const dir = await mkdtemp(join(tmpdir(), "cli-conventions-"));
+    t.teardown(() => rm(dir, { recursive: true, force: true }));
+    const config = join(dir, "config.json");
+    // Nothing listens on port 9: should the variable be ignored, the run fails fast at IMDS (exit 1), not exit 3.
+    await writeFile(
+      config,
+      JSON.stringify({
+        region: "us-east-1",
+        ec2Endpoint: "http://127.0.0.1:9",
+        imdsEndpoint: "http://127.0.0.1:9",
+        timeouts: { imdsSeconds: 1, imdsRequestSeconds: 1 },
+        paths: { stateDir: join(dir, "state"), mountRoot: join(dir, "mnt"), daemonJson: join(dir, "daemon.json") },
+      }),
+    );
+    const run = await agent(["gc", "--dry-run", "--config", config], { AWS_MAX_ATTEMPTS: "ten" });
+    t.equal(run.exitCode, ExitCode.config, "exit 3", { stderr: run.stderr });
+    t.match(
+      run.stderr,
+      /^<3>agent\.failed: invalid configuration: environment variable AWS_MAX_ATTEMPTS must be a whole/m,
+    );
+    t.match(run.stderr, `got "ten"`, "names the value");
+  },
+);

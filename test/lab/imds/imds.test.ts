@@ -131,26 +131,30 @@ t.test("the token request is validated as IMDS does", async (t) => {
   t.equal(res.headers.get("x-aws-ec2-metadata-token-ttl-seconds"), "120", "the TTL is echoed");
 });
 
-t.test("a token stops working once its TTL has passed", async (t) => {
-  const imds = await emulator(t, labInstance());
-  const url = `${imds.endpoint}/latest/meta-data/instance-id`;
-  const token = await getToken(imds, "1");
-  t.equal((await fetch(url, { headers: { "X-aws-ec2-metadata-token": token } })).status, 200);
-  // Correctness wait: the token must be past its 1 s lifetime.
-  await new Promise((resolve) => setTimeout(resolve, 1500));
-  t.equal((await fetch(url, { headers: { "X-aws-ec2-metadata-token": token } })).status, 401);
-});
+// Both wait out a token's 1 s lifetime: side by side, each with an emulator of its own.
+t.test("token lifetimes", async (t) => {
+  t.jobs = 2;
+  t.test("a token stops working once its TTL has passed", async (t) => {
+    const imds = await emulator(t, labInstance());
+    const url = `${imds.endpoint}/latest/meta-data/instance-id`;
+    const token = await getToken(imds, "1");
+    t.equal((await fetch(url, { headers: { "X-aws-ec2-metadata-token": token } })).status, 200);
+    // Correctness wait: the token must be past its 1 s lifetime.
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    t.equal((await fetch(url, { headers: { "X-aws-ec2-metadata-token": token } })).status, 401);
+  });
 
-t.test("setTokenTtlOverride shortens tokens the client believes long-lived", async (t) => {
-  const imds = await emulator(t, labInstance());
-  imds.setTokenTtlOverride(1);
-  const url = `${imds.endpoint}/latest/meta-data/instance-id`;
-  const token = await getToken(imds, "21600");
-  await new Promise((resolve) => setTimeout(resolve, 1500));
-  t.equal((await fetch(url, { headers: { "X-aws-ec2-metadata-token": token } })).status, 401);
-  imds.setTokenTtlOverride(undefined);
-  const fresh = await getToken(imds, "21600");
-  t.equal((await fetch(url, { headers: { "X-aws-ec2-metadata-token": fresh } })).status, 200);
+  t.test("setTokenTtlOverride shortens tokens the client believes long-lived", async (t) => {
+    const imds = await emulator(t, labInstance());
+    imds.setTokenTtlOverride(1);
+    const url = `${imds.endpoint}/latest/meta-data/instance-id`;
+    const token = await getToken(imds, "21600");
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    t.equal((await fetch(url, { headers: { "X-aws-ec2-metadata-token": token } })).status, 401);
+    imds.setTokenTtlOverride(undefined);
+    const fresh = await getToken(imds, "21600");
+    t.equal((await fetch(url, { headers: { "X-aws-ec2-metadata-token": fresh } })).status, 200);
+  });
 });
 
 t.test("tags are 404 when the instance does not allow metadata tags", async (t) => {
