@@ -8,6 +8,7 @@ import type { ActionContext } from "./actions/index.ts";
 import type { AdminTarget } from "./admin.ts";
 import { FaultInjector, type Faults } from "./faults.ts";
 import { InstanceRegistry } from "./instances.ts";
+import { InitializationHold } from "./initialization-hold.ts";
 import { Lifecycle, type Delays, type ShutdownKind } from "./lifecycle.ts";
 import type { Model } from "./model.ts";
 import { RequestLedger } from "./requests.ts";
@@ -72,6 +73,14 @@ export interface Ec2Emulator {
    * theirs): a bench draws new EC2 latencies for each boot.
    */
   setDelays(next: Partial<Delays>): void;
+  /**
+   * Stops provisioned-rate initialization where it is (a volume created during the hold stays at
+   * 0 %) until releaseInitialization, so a test sees a volume still initializing on any machine.
+   * The lab's cold layer warms such volumes' chunks on regardless.
+   */
+  holdInitialization(): void;
+  /** Lets held initialization go on at its rate from now. */
+  releaseInitialization(): void;
   /** A deep copy of the whole model, for assertions. */
   snapshotState(): Model;
   /** The EC2 requests received (counters, records) and the holds that park chosen ones. */
@@ -114,6 +123,7 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
     now,
     instance: (id) => instances.get(id),
   });
+  const initializationHold = new InitializationHold();
   const ctx: ActionContext = {
     store,
     lifecycle,
@@ -123,6 +133,7 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
     attachmentLimit: opts.attachmentLimit ?? 27,
     delays,
     initializationSpeedup: opts.initializationSpeedup ?? 1,
+    initializationHold,
     now,
     syncInstanceTags: (id) => instances.syncTags(id),
     log,
@@ -180,6 +191,8 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
     faults: () => faults.get(),
     // The lifecycle and the actions hold this very object: changing it in place is enough.
     setDelays: (next) => void Object.assign(delays, next),
+    holdInitialization: () => initializationHold.hold(now()),
+    releaseInitialization: () => initializationHold.release(now()),
     snapshotState: () => store.copy(),
     requests,
     replaceState,

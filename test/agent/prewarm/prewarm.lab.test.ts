@@ -21,7 +21,7 @@ import { createFioReader } from "../../../src/host/volume-reads.ts";
 import { startLab } from "../../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
+import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab-prereq.ts";
 import {
   attach,
   COLD,
@@ -201,6 +201,11 @@ t.test("fio missing or failing: verdict unknown, a clear error, the node still r
 t.test(
   "VolumeInitializationRate: followed through DescribeVolumeStatus, not read; tagged when EBS says 100 %",
   async (t) => {
+    // Held from before its creation, the volume is still initializing when the boot looks, however
+    // slow the machine: 1 GiB at 300 MiB/s would otherwise race attach and mount (and a volume
+    // done by then is `record-initialized`, not followed).
+    lab.ec2.holdInitialization();
+    t.teardown(() => lab.ec2.releaseInitialization());
     const volumeId = await createVolume(ec2, zone, { snapshotId, rate: 300 });
     const device = await attach(lab, ec2, volumeId, host);
     const volume = (await cloud.describeVolume(volumeId))!;
@@ -215,14 +220,35 @@ t.test(
     t.match(status, { type: "provisioned-rate" }, "DescribeVolumeStatus through the adapter");
     const dir = join(host.paths.hostRoot, "state-rate");
     const fetchesBefore = (await lab.cold!.volumeStatus(volumeId))!.fetches;
+    // Once the boot has seen it initializing, the hold ends when the layer has warmed every chunk
+    // (it warms at the rate regardless), so EC2's 100 % means warm reads on any machine.
+    const firstSeen: (number | undefined)[] = [];
+    let released: Promise<boolean> | undefined;
+    const releaseWhenWarm = async () => {
+      const warm = await pollUntil(async () => {
+        const s = await lab.cold!.volumeStatus(volumeId);
+        return s !== undefined && s.warmChunks === s.chunks;
+      }, 120_000);
+      lab.ec2.releaseInitialization();
+      return warm;
+    };
     const outcome = await prewarmAtBoot(
       tg,
       settings({ strategy: "files", background: false }),
       deps(dir, {
-        initializationStatus: (id) => cloud.initializationStatus(id),
+        initializationStatus: async (id) => {
+          const answer = await cloud.initializationStatus(id);
+          if (firstSeen.length === 0) {
+            firstSeen.push(answer?.progress);
+            released = releaseWhenWarm();
+          }
+          return answer;
+        },
         followPollMs: 200,
       }),
     );
+    t.same(firstSeen, [0], "the boot saw it at 0 %, held");
+    t.ok(await released, "the layer warmed every chunk before the hold ended");
     t.match(outcome, { decision: { action: "follow" }, phase: "done", verdict: "warm" });
     t.ok((await cloud.describeVolume(volumeId))!.tags[VolumeTag.initialized], "tagged");
     const state = await readPrewarmState(dir);

@@ -886,4 +886,33 @@ t.test("DescribeVolumeStatus: initialization progress at the provisioned rate", 
   t.match(await sdkError(ec2.send(new DescribeVolumeStatusCommand({ VolumeIds: ["vol-00000000000000000"] }))), {
     name: "InvalidVolume.NotFound",
   });
+
+  // A hold stops provisioned-rate progress where it is (a volume created during it stays at 0 %)
+  // until it is released; then progress goes on at the rate, the held time not counted.
+  const progress = async (id: string) => (await status(id))?.InitializationStatusDetails?.Progress;
+  now += 1024;
+  lab.emu.holdInitialization();
+  const held = await ec2.send(
+    new CreateVolumeCommand({
+      AvailabilityZone: "us-east-1a",
+      SnapshotId: snap.SnapshotId,
+      VolumeInitializationRate: 100,
+    }),
+  );
+  now += 10_000;
+  t.equal(await progress(held.VolumeId as string), 0, "created during the hold: 0 % however long it lasts");
+  const state = (await status(held.VolumeId as string))?.VolumeStatus?.Details?.find(
+    (x) => x.Name === "initialization-state",
+  )?.Status;
+  t.equal(state, "initializing");
+  lab.emu.releaseInitialization();
+  now += 1024;
+  t.equal(await progress(held.VolumeId as string), 20, "released: on at the rate from 0 %");
+  lab.emu.holdInitialization();
+  now += 10_000;
+  t.equal(await progress(held.VolumeId as string), 20, "held again: stands at 20 %");
+  lab.emu.releaseInitialization();
+  now += 1024;
+  t.equal(await progress(held.VolumeId as string), 40, "and goes on from there");
+  t.equal(await progress(rated.VolumeId as string), 100, "a completed volume stays completed");
 });

@@ -2,7 +2,7 @@
  * The lab's cold snapshots (src/lab/volumes/cold.ts): a volume made from a snapshot reads slowly on the
  * first touch of each chunk and fast afterwards; its bytes are the snapshot's; a blank volume is
  * not cold; the FUSE mount and process go with the lab, also when the lab's owner is killed.
- * Every comparison is relative (cold against warm, with the emulated delay as the factor).
+ * Cold and warm are told apart by what the layer counts (fetches, delayed time), never by speed.
  */
 import t from "tap";
 import { spawn } from "node:child_process";
@@ -98,14 +98,14 @@ t.test("a volume from a snapshot is cold on first read, warm after; its bytes ar
   t.ok(
     statusAfterFirst!.fetches > 0 &&
       statusAfterFirst!.delayedMs >= COLD.firstReadDelayMs * statusAfterFirst!.fetches * 0.9,
-    "first reads waited for their chunks",
+    `${first.reads} first reads waited for their chunks (${statusAfterFirst!.fetches} fetches)`,
   );
-  t.ok(
-    again.iops >= 10 * first.iops,
-    `warm re-read ${Math.round(again.iops)} IOPS >= 10 x cold ${Math.round(first.iops)} IOPS`,
-  );
+  // Warm means the layer makes a read wait for nothing: what it counts, not how fast fio went
+  // (a speed ratio fails on a loaded machine).
+  t.equal(again.reads, 150, "the re-read read them all");
   const statusAfterAgain = await lab.cold!.volumeStatus(coldId);
   t.equal(statusAfterAgain!.fetches, statusAfterFirst!.fetches, "re-reading fetched nothing");
+  t.equal(statusAfterAgain!.delayedMs, statusAfterFirst!.delayedMs, "re-reading waited for no first-read delay");
   t.equal(statusAfterAgain!.mostFetchesInFlight, 1, "one read at a time: one fetch at a time");
 
   // Byte for byte the snapshot, through the layer (where the data is, and holes after it).
@@ -133,13 +133,16 @@ t.test("a volume from a snapshot is cold on first read, warm after; its bytes ar
   const device2 = await attach(lab, ec2, coldId, host);
   t.equal(await sha256(device2, size), written, "the write is kept");
 
-  // A blank volume reads at full speed at once: no first-read delay.
+  // A blank volume reads at full speed at once: the layer is not in its path, so no first-read delay.
   const blankDevice = await attach(lab, ec2, blankId, host);
   const blank = await randomReads(blankDevice, lab.root, span, 150, 2);
+  t.equal(blank.reads, 150, "the blank volume read them all");
+  const blankBacking = (await listLoopDevices()).find((loop) => loop.device === blankDevice)?.backingFile;
   t.ok(
-    blank.iops >= 10 * first.iops,
-    `blank ${Math.round(blank.iops)} IOPS >= 10 x cold ${Math.round(first.iops)} IOPS`,
+    blankBacking !== undefined && !blankBacking.startsWith(`${lab.cold!.mountPoint}/`),
+    `the blank volume's loop device reads its own image (${blankBacking}), not the layer`,
   );
+  t.equal(await lab.cold!.volumeStatus(blankId), undefined, "the layer serves nothing of it");
 
   // Reads in parallel reach the layer in parallel (the loop device's direct I/O), and the
   // volume's fetch slots bound them.

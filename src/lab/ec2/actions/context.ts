@@ -7,6 +7,7 @@ import type { Logger } from "../../../log.ts";
 import { Ec2Error, invalidValue, missingParameter } from "../ec2-error.ts";
 import type { FaultInjector } from "../faults.ts";
 import { isWellFormed } from "../ids.ts";
+import type { InitializationHold } from "../initialization-hold.ts";
 import type { Delays, Lifecycle } from "../lifecycle.ts";
 import type { InstanceRecord, SnapshotRecord, VolumeRecord } from "../model.ts";
 import type { Params, TagParam, TagSpecificationParam } from "../params.ts";
@@ -24,6 +25,8 @@ export interface ActionContext {
   delays: Delays;
   /** Multiplies the emulated volume-initialization rate (tests watch 0 → 100 % quickly). */
   initializationSpeedup: number;
+  /** Holds provisioned-rate initialization while a test wants it to stand still. */
+  initializationHold: InitializationHold;
   /** The emulator's clock (ms since the epoch) for timestamps and progress; tests may drive it. */
   now(): number;
   /** Copies an instance's tags into its live LabInstance object after CreateTags/DeleteTags. */

@@ -3,7 +3,8 @@
  * VolumeInitializationRate (provisioned-rate) progress grows linearly from the creation time
  * at that rate over the snapshot's size; without one (default) progress is what the storage
  * has fetched so far (the lab's cold layer: warm chunks / all chunks), as EBS reports the
- * blocks it has loaded from S3, and 100 % where the storage does not track it.
+ * blocks it has loaded from S3, and 100 % where the storage does not track it. A test can hold
+ * provisioned-rate progress (Ec2Emulator.holdInitialization).
  */
 import { applyFilters, type FilterFields } from "../filters.ts";
 import type { VolumeRecord } from "../model.ts";
@@ -24,6 +25,7 @@ export function initialization(
   speedup: number,
   now: number,
   fetched?: { done: number; total: number },
+  heldMs = 0,
 ): { type: "default" | "provisioned-rate"; progress: number; etaSeconds: number | undefined } | undefined {
   if (volume.snapshotId === null) return undefined;
   if (volume.initializationRate === null || volume.sourceSizeGiB === null) {
@@ -35,7 +37,8 @@ export function initialization(
     return { type: "default", progress, etaSeconds: undefined };
   }
   const totalMiB = volume.sourceSizeGiB * 1024;
-  const elapsedSeconds = Math.max(0, (now - Date.parse(volume.createTime)) / 1000) * speedup;
+  // Time under a hold (see ../initialization-hold.ts) does not count.
+  const elapsedSeconds = Math.max(0, (now - Date.parse(volume.createTime) - heldMs) / 1000) * speedup;
   const doneMiB = Math.min(totalMiB, elapsedSeconds * volume.initializationRate);
   // The epsilons keep floating-point noise (e.g. 59.999…) from moving a value across an integer.
   const progress = totalMiB === 0 ? 100 : Math.floor((doneMiB * 100) / totalMiB + 1e-9);
@@ -49,7 +52,9 @@ function initializationOf(ctx: ActionContext, volume: VolumeRecord) {
     volume.snapshotId !== null && volume.initializationRate === null
       ? ctx.lifecycle.initializationProgress(volume.volumeId)
       : undefined;
-  return initialization(volume, ctx.initializationSpeedup, ctx.now(), fetched);
+  const now = ctx.now();
+  const heldMs = ctx.initializationHold.heldMs(Date.parse(volume.createTime), now);
+  return initialization(volume, ctx.initializationSpeedup, now, fetched, heldMs);
 }
 
 function statusItem(ctx: ActionContext, volume: VolumeRecord): XmlObject {
