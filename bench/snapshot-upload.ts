@@ -14,6 +14,14 @@
  * they were; one built by a fresh mkfs lays everything out anew and uploads about all of it.
  *
  *   sudo npx tsx bench/snapshot-upload.ts [--sizes 256,1024] [--added-mib 128]
+ *
+ * With `--image-store containerd`: the images are made by `snapshot build --image-store containerd`
+ * in a docker 28 engine machine instead (bench/snapshot-upload-containerd.ts): `--images` images of
+ * `--image-mib` each, then one of `--added-mib` added with `--parent-image`; each ratio is given
+ * against the store's bytes on disk (content blobs + unpacked snapshots) and against the images'
+ * content (what a pull transfers).
+ *
+ *   sudo npx tsx bench/snapshot-upload.ts --image-store containerd [--images 2 --image-mib 24 --added-mib 24]
  */
 import { randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
@@ -21,6 +29,7 @@ import { cpus, tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { buildContainerdGenerations, diskBytes, gzippedBytes } from "./snapshot-upload-containerd.ts";
 import { runSnapshotUpload } from "../src/agent/snapshot/run.ts";
 import { ebsClient, snapshotBlockWriter } from "../src/aws/ebs.ts";
 import { run } from "../src/exec.ts";
@@ -36,7 +45,10 @@ const MiB = 2 ** 20;
 const { values } = parseArgs({
   options: {
     sizes: { type: "string", default: "256,1024" },
-    "added-mib": { type: "string", default: "128" },
+    "added-mib": { type: "string" },
+    "image-store": { type: "string", default: "graphdriver" },
+    images: { type: "string", default: "2" },
+    "image-mib": { type: "string", default: "24" },
     out: { type: "string", default: join(REPO, "bench", "results") },
   },
 });
@@ -81,11 +93,22 @@ const deps = {
   zeroBlockHash,
   log: quiet,
 };
-const rows: Record<string, number>[] = [];
-const added = Number(values["added-mib"]);
+/** What every upload of the bench sets beside its image and manifests. */
+const UPLOAD = {
+  tags: { "ebs-cache:managed": "true", "ebs-cache:kind": "pool" },
+  description: "bench",
+  encrypted: false,
+  concurrency: 16,
+  timeoutMinutes: 60,
+};
+const rows: Record<string, number | string>[] = [];
+const containerd = values["image-store"] === "containerd";
+if (!containerd && values["image-store"] !== "graphdriver") throw new Error("--image-store: graphdriver or containerd");
+const added = Number(values["added-mib"] ?? (containerd ? 24 : 128));
 const work = await mkdtemp(join(tmpdir(), "bench-snapshot-"));
 try {
-  for (const size of values.sizes.split(",").map(Number)) {
+  if (containerd) rows.push(await containerdRow());
+  for (const size of containerd ? [] : values.sizes.split(",").map(Number)) {
     const gen1 = join(work, `gen1-${size}.img`);
     const gen2 = join(work, `gen2-${size}.img`);
     await run("truncate", ["-s", `${size * 4}M`, gen1]);
@@ -95,11 +118,7 @@ try {
       image: manifest.includes("gen1") ? gen1 : gen2,
       manifest: join(work, manifest),
       ...(parent ? { parentManifest: join(work, parent) } : {}),
-      tags: { "ebs-cache:managed": "true", "ebs-cache:kind": "pool" },
-      description: "bench",
-      encrypted: false,
-      concurrency: 16,
-      timeoutMinutes: 60,
+      ...UPLOAD,
     });
     const full = await runSnapshotUpload(deps, settings(`gen1-${size}.json`));
     await run("cp", ["--sparse=always", gen1, gen2]);
@@ -131,8 +150,61 @@ try {
   await emulator.close();
   await rm(work, { recursive: true, force: true });
 }
+/**
+ * The containerd store: gen1 and gen2 built in an engine machine, each uploaded as built (gen2 with
+ * gen1's manifest as parent), the ratios against both measures of the set's bytes.
+ */
+async function containerdRow(): Promise<Record<string, number | string>> {
+  const put: { bytes: number; seconds: number }[] = [];
+  const images = Number(values.images);
+  const imageMiB = Number(values["image-mib"]);
+  const built = await buildContainerdGenerations(
+    { images, imageMiB, addedMiB: added, say: (line) => process.stdout.write(`${line}\n`) },
+    async (generation, gen) => {
+      const started = performance.now();
+      const result = await runSnapshotUpload(deps, {
+        image: gen.image,
+        manifest: join(work, `gen${generation}.json`),
+        ...(generation === 2 ? { parentManifest: join(work, "gen1.json") } : {}),
+        ...UPLOAD,
+      });
+      put.push({ bytes: result.bytesPut, seconds: (performance.now() - started) / 1000 });
+    },
+  );
+  const [full, incremental] = put as [(typeof put)[0], (typeof put)[0]];
+  const { gen1, gen2 } = built;
+  const row = {
+    engineVersion: built.engineVersion,
+    images,
+    imageMiB,
+    addedMiB: added,
+    fullPutMiB: full.bytes / MiB,
+    fullDiskMiB: diskBytes(gen1) / MiB,
+    fullContentMiB: gzippedBytes(gen1) / MiB,
+    fullRatioDisk: full.bytes / diskBytes(gen1),
+    fullRatioContent: full.bytes / gzippedBytes(gen1),
+    fullSecondsPerGiB: full.seconds / (full.bytes / 1024 ** 3),
+    fullContentStoreDiskMiB: gen1.contentDiskBytes / MiB,
+    fullSnapshotsDiskMiB: gen1.snapshotDiskBytes / MiB,
+    fullFsUsedMiB: gen1.fsUsedBytes / MiB,
+    fullBuildSeconds: gen1.buildSeconds,
+    incrementalPutMiB: incremental.bytes / MiB,
+    addedDiskMiB: diskBytes(gen2, gen1) / MiB,
+    addedContentMiB: gzippedBytes(gen2, gen1) / MiB,
+    incrementalRatioDisk: incremental.bytes / diskBytes(gen2, gen1),
+    incrementalRatioContent: incremental.bytes / gzippedBytes(gen2, gen1),
+    incrementalSecondsPerGiB: incremental.seconds / (incremental.bytes / 1024 ** 3),
+    incrementalFsUsedGrowthMiB: (gen2.fsUsedBytes - gen1.fsUsedBytes) / MiB,
+    incrementalBuildSeconds: gen2.buildSeconds,
+  };
+  process.stdout.write(`${JSON.stringify(row, null, 1)}\n`);
+  return row;
+}
+
 const stamp = new Date().toISOString().replace(/:/g, "-").replace(/\..*/, "");
 await mkdir(values.out, { recursive: true });
 const file = join(values.out, `snapshot-upload-${stamp}.json`);
-await writeFile(file, JSON.stringify({ cpus: cpus().length, addedMiB: added, rows }, null, 1) + "\n");
+const store = values["image-store"];
+const summary = { cpus: cpus().length, imageStore: store, addedMiB: added, rows };
+await writeFile(file, JSON.stringify(summary, null, 1) + "\n");
 process.stdout.write(`written ${file}\n`);
