@@ -250,6 +250,10 @@ const HOST_SIDE_FS = new Set([
   "docker/dockerd-command.ts",
   // The snapshot build's private dockerd: its config, pidfile and log in the build's work folder.
   "docker/build-dockerd.ts",
+  // The build's private containerd: its config, socket and state in the work folder, and its root
+  // folder on the image the build itself formatted (never a volume in use); the daemons' pidfiles.
+  "docker/build-containerd.ts",
+  "docker/build-process.ts",
   // The machine's /run/docker/plugins, removed after a private dockerd when it made it.
   "docker/plugin-discovery-dir.ts",
   // The host's own data-root, recorded in the state folder before the first switch.
@@ -269,6 +273,8 @@ const HOST_SIDE_FS = new Set([
   "host/record-reads.ts",
   "host/snapshot-manifest.ts",
   "host/fio.ts",
+  // sysfs: the device's read counters, read only.
+  "host/read-pacer.ts",
   "host/mount.ts",
   "host/serial.ts",
   "host/volume-reads.ts",
