@@ -25,7 +25,7 @@ import {
   detachLoop,
   releaseImageFile,
 } from "../host/image-file.ts";
-import { mountDevice, syncFilesystem, unmountPath } from "../host/mount.ts";
+import { mountDevice, settleFilesystem, unmountPath } from "../host/mount.ts";
 import { recordImageReads, writeImageReads } from "../host/record-reads.ts";
 import { AGENT_SUBDIR } from "../host/volume-layout.ts";
 import { removeBeneath } from "../host/volume-paths.ts";
@@ -77,7 +77,8 @@ export function volumeBuildDeps(log: Logger, signal?: AbortSignal): VolumeBuildD
     format: (device, label) => formatDevice(device, label, { log }),
     mount: (device, mountPoint) => mountDevice(device, mountPoint, { log, fsType: "xfs" }),
     async unmount(mountPoint) {
-      await syncFilesystem(mountPoint, { log });
+      // In place, not just in the log: identify (xfs_db) and the image's copy read the device raw.
+      await settleFilesystem(mountPoint, { log });
       await unmountPath(mountPoint, { log });
     },
     clearNeedList: async (mountPoint) => void (await removeBeneath(mountPoint, join(AGENT_SUBDIR, READ_LIST_FILE))),
