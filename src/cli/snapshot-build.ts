@@ -14,7 +14,7 @@ import { stripBuiltVolume } from "../docker/built-volume-strip.ts";
 import type { ImageStore } from "../docker/engine.ts";
 import { ExitCode } from "../errors.ts";
 import { writeFileAtomic } from "../fs-atomic.ts";
-import { formatDevice, growFilesystem } from "../host/filesystem.ts";
+import { dropDeviceCache, formatDevice, growFilesystem } from "../host/filesystem.ts";
 import { identifyCacheVolume } from "../host/identify.ts";
 import {
   attachLoop,
@@ -86,6 +86,7 @@ export function volumeBuildDeps(log: Logger, signal?: AbortSignal): VolumeBuildD
     startDockerd: (root, dataRoot, imageStore) => startDocker(root, dataRoot, imageStore, log),
     stripMachineLocalState: (dataRoot, imageStore) => stripBuiltVolume(dataRoot, imageStore, log),
     async identify(device) {
+      await dropDeviceCache(device, { log });
       const identity = await identifyCacheVolume({ volumeId: "the built image", createdByAgent: false }, device, {
         log,
       });
