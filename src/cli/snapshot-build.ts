@@ -14,7 +14,7 @@ import { stripBuiltVolume } from "../docker/built-volume-strip.ts";
 import type { ImageStore } from "../docker/engine.ts";
 import { ExitCode } from "../errors.ts";
 import { writeFileAtomic } from "../fs-atomic.ts";
-import { formatDevice, growFilesystem } from "../host/filesystem.ts";
+import { dropDeviceCache, formatDevice, growFilesystem } from "../host/filesystem.ts";
 import { identifyCacheVolume } from "../host/identify.ts";
 import {
   attachLoop,
@@ -25,7 +25,7 @@ import {
   detachLoop,
   releaseImageFile,
 } from "../host/image-file.ts";
-import { mountDevice, syncFilesystem, unmountPath } from "../host/mount.ts";
+import { mountDevice, settleFilesystem, unmountPath } from "../host/mount.ts";
 import { recordImageReads, writeImageReads } from "../host/record-reads.ts";
 import { AGENT_SUBDIR } from "../host/volume-layout.ts";
 import { removeBeneath } from "../host/volume-paths.ts";
@@ -77,7 +77,8 @@ export function volumeBuildDeps(log: Logger, signal?: AbortSignal): VolumeBuildD
     format: (device, label) => formatDevice(device, label, { log }),
     mount: (device, mountPoint) => mountDevice(device, mountPoint, { log, fsType: "xfs" }),
     async unmount(mountPoint) {
-      await syncFilesystem(mountPoint, { log });
+      // In place, not just in the log: identify (xfs_db) and the image's copy read the device raw.
+      await settleFilesystem(mountPoint, { log });
       await unmountPath(mountPoint, { log });
     },
     clearNeedList: async (mountPoint) => void (await removeBeneath(mountPoint, join(AGENT_SUBDIR, READ_LIST_FILE))),
@@ -85,6 +86,7 @@ export function volumeBuildDeps(log: Logger, signal?: AbortSignal): VolumeBuildD
     startDockerd: (root, dataRoot, imageStore) => startDocker(root, dataRoot, imageStore, log),
     stripMachineLocalState: (dataRoot, imageStore) => stripBuiltVolume(dataRoot, imageStore, log),
     async identify(device) {
+      await dropDeviceCache(device, { log });
       const identity = await identifyCacheVolume({ volumeId: "the built image", createdByAgent: false }, device, {
         log,
       });

@@ -251,6 +251,18 @@ function isAllZero(start: Buffer): boolean {
 }
 
 /**
+ * Drops the device's cached blocks (`blockdev --flushbufs`, BLKFLSBUF), so that the next buffered
+ * reads (blkid, xfs_db, readDeviceStart) see the device. The kernel drops them itself when the
+ * last opener closes the device; while a filesystem on it stays live (a copy of its mount in
+ * another mount namespace), blocks read before its last writes stay cached, since a filesystem
+ * writes around that cache.
+ */
+export async function dropDeviceCache(device: string, options: { log?: Logger } = {}): Promise<void> {
+  assertDevicePath(device);
+  await run("blockdev", ["--flushbufs", device], { log: options.log, remediation: "util-linux's blockdev, as root" });
+}
+
+/**
  * Opens and reads the first MiB of the device (what it holds there: zeros for a blank volume,
  * a superblock). Proves the device readable; throws ProbeError otherwise.
  */

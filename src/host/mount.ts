@@ -236,6 +236,27 @@ export async function mountPointsOf(device: string | undefined, mountPoint: stri
   return [...new Set(found)].sort((a, b) => b.length - a.length);
 }
 
+/**
+ * Writes everything the filesystem holds to its device, in place: `fsfreeze --freeze` (which for
+ * XFS also writes back the metadata that syncfs(2) leaves in the log only) then `--unfreeze`.
+ * For a filesystem that is read raw after its unmount (`xfs_db -r`, a copy of the image): an
+ * unmount removes the mount from this mount namespace only, and while any process on the host
+ * holds a copy of the namespace made meanwhile (`unshare --mount`, a container), the
+ * filesystem stays live and its unmount writes back nothing. Its device then shows the layout
+ * as of the last writeback: an XFS root without the folders made since mkfs.
+ */
+export async function settleFilesystem(mountPoint: string, options: MountOptions = {}): Promise<void> {
+  assertMountPoint(mountPoint);
+  const fsfreeze = (action: string) =>
+    run("fsfreeze", [action, mountPoint], {
+      log: options.log,
+      timeoutMs: 300_000,
+      remediation: `check the device under ${mountPoint} (dmesg); fsfreeze --unfreeze ${mountPoint} if still frozen`,
+    });
+  await fsfreeze("--freeze");
+  await fsfreeze("--unfreeze");
+}
+
 /** Flushes one filesystem's dirty data and metadata to its device (`sync -f`, syncfs(2)). */
 export async function syncFilesystem(mountPoint: string, options: MountOptions = {}): Promise<void> {
   assertMountPoint(mountPoint);

@@ -1,16 +1,22 @@
 // Probing, formatting, mounting and growing against real loop devices from the lab's backend,
 // plus the parsers replayed on recorded tool output.
 import t from "tap";
-import type { ChildProcess } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { subscribe, unsubscribe } from "node:diagnostics_channel";
 import { mkdir, open, readFile, truncate, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { run } from "../../src/exec.ts";
 import { allocatedRanges, mergeRanges, parseFreesp, parseXfsInfo, usedRanges } from "../../src/host/extents.ts";
-import { contentsFromBlkid, parseBlkidExport, parseWipefsJson, xfsDataBytes } from "../../src/host/filesystem.ts";
+import {
+  contentsFromBlkid,
+  dropDeviceCache,
+  parseBlkidExport,
+  parseWipefsJson,
+  xfsDataBytes,
+} from "../../src/host/filesystem.ts";
 import { foundPhrase, judgeLayout, judgeSignature, parseXfsDb, parseXfsSuperblock } from "../../src/host/identify.ts";
-import { parseMountInfo } from "../../src/host/mount.ts";
+import { parseMountInfo, settleFilesystem, syncFilesystem } from "../../src/host/mount.ts";
 import {
   ForeignVolumeError,
   FormatRefusedError,
@@ -584,5 +590,54 @@ t.test(
     const free = parseFreesp((await run("xfs_spaceman", ["-c", "freesp -d", mp])).stdout);
     t.same(ranges, mergeRanges(allocatedRanges(geometry, free)), "the ranges xfs_info and freesp give apart");
     t.ok(ranges.reduce((sum, r) => sum + r.end - r.start, 0) >= 3 * 1024 * 1024, "the file's data is in them");
+  },
+);
+
+/** A process in a copy of this mount namespace (as `unshare --mount`, a container or nspawn makes), until killed. */
+async function namespaceCopy(t: Teardown): Promise<void> {
+  const holder = ["--mount", "--fork", "--kill-child", "--", "sh", "-c", "echo copied; exec sleep 600"];
+  const child = spawn("unshare", holder, {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  t.teardown(async () => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    child.kill("SIGKILL");
+    await exited;
+  });
+  await new Promise<void>((resolve, reject) => {
+    child.stdout.once("data", () => {
+      child.stdout.destroy(); // Read: the pipe must not keep this process alive.
+      resolve();
+    });
+    child.once("error", reject);
+    child.once("exit", (code) => reject(new Error(`unshare exited with ${code} before copying the namespace`)));
+  });
+}
+
+t.test(
+  "a filesystem still live in another mount namespace: identified after its unmount only when settled first",
+  async (t) => {
+    const { volumeId, device } = await volume(t);
+    await storage.format(device, FS_LABEL);
+    const mp = mountPoint(t, "settle");
+    await storage.mount(device, mp);
+    await mkdir(join(mp, DATA_ROOT_SUBDIR));
+    await namespaceCopy(t);
+    const built = { volumeId, createdByAgent: false };
+
+    await syncFilesystem(mp, { log });
+    await storage.unmount(mp);
+    t.type(
+      await storage.identify(built, device).catch((e: unknown) => e),
+      ForeignVolumeError,
+      "synced only: the root on the device lacks the data-root (the kernel's behaviour this guards against)",
+    );
+
+    await storage.mount(device, mp); // The same live filesystem again.
+    await settleFilesystem(mp, { log });
+    await storage.unmount(mp);
+    await dropDeviceCache(device, { log }); // The refused identification read the old root into the cache.
+    t.match(await storage.identify(built, device), { kind: "cache", fresh: false }, "settled: the data-root is there");
   },
 );
