@@ -244,6 +244,11 @@ export interface HostStorage {
   /** Mounts read-write; refuses (ForeignVolumeError) a device without the agent's XFS label. */
   mount(device: string, mountPoint: string): Promise<void>;
   unmount(mountPoint: string): Promise<void>;
+  /**
+   * Where the device's filesystem is still mounted in any mount namespace of the host, not only
+   * the agent's (src/host/mount-namespaces.ts): asked after the unmount, before a detach.
+   */
+  liveness(device: string): Promise<FilesystemLiveness>;
   /** Grows the filesystem to the device's size; true when it grew. Refuses like mount(). */
   grow(mountPoint: string): Promise<boolean>;
 }
@@ -281,6 +286,27 @@ export interface MountTable {
   /** Every mount of the device's filesystem, plus `mountPoint` when mounted. */
   list(device: string | undefined, mountPoint: string): Promise<string[]>;
   sync(mountPoint: string): Promise<void>;
+}
+
+/** A process, as a refusal names it. */
+export interface NamespaceProcess {
+  pid: number;
+  command: string;
+}
+
+/** A mount namespace in which a filesystem is still mounted: its processes and the mount points there. */
+export interface NamespaceHolder {
+  /** The namespace's identity (`mnt:[4026531841]`). */
+  ns: string;
+  processes: NamespaceProcess[];
+  mountPoints: string[];
+}
+
+/** Where a filesystem is still live: the namespaces that mount it, and whether the kernel still holds it. */
+export interface FilesystemLiveness {
+  holders: NamespaceHolder[];
+  /** /sys/fs/<type>/<device> exists: mounted somewhere, perhaps in a namespace no process is in. */
+  superblock: boolean;
 }
 
 /** daemon.json as a release reads and resets it: its data-root and its `labels` entries (`key=value`, all of them). */

@@ -8,6 +8,7 @@ import { findVolumeDevice, waitForVolumeDevice } from "./device.ts";
 import { formatDevice, growFilesystem, probeDevice } from "./filesystem.ts";
 import { assertCacheLabel, identifyWithEvidence, type IdentifiedDevice } from "./identify.ts";
 import { findMountPoint, mountAt, mountDevice, unmountPath } from "./mount.ts";
+import { filesystemLiveness } from "./mount-namespaces.ts";
 
 export { DeviceTimeoutError } from "./device.ts";
 export { DeviceIdentityError, DevicePathError, InvalidVolumeIdError } from "./serial.ts";
@@ -58,6 +59,7 @@ export function createHostStorage(options: HostStorageOptions = {}): HostStorage
       await mountDevice(device, mountPoint, { fsType: type, ...(log ? { log } : {}) });
     },
     unmount: (mountPoint) => unmountPath(mountPoint, { log }),
+    liveness: (device) => filesystemLiveness(device),
     async grow(mountPoint) {
       const mounted = await mountAt(mountPoint);
       if (mounted) await assertCacheLabel(mounted.source, { log });

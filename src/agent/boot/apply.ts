@@ -12,7 +12,7 @@ import { describeError } from "../../errors.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL } from "../../layout.ts";
 import { containerdRootOnVolume } from "../../docker/containerd-store.ts";
 import { Label, VolumeKind, VolumeTag } from "../../tags.ts";
-import { mountPointOf, releaseTags } from "../release/plan.ts";
+import { liveElsewhere, mountPointOf, releaseTags } from "../release/plan.ts";
 import { DeviceTimeoutError } from "../../host/device.ts";
 import { GROW_MARGIN_BYTES } from "../../host/filesystem.ts";
 import type { VolumeInfo } from "../ports.ts";
@@ -299,6 +299,8 @@ async function handBackAttached(
       "find what holds it (fuser -vm), then run boot again",
     );
   }
+  const live = device ? liveElsewhere(volumeId, await storage.liveness(device), "boot") : undefined;
+  if (live) throw new BootStepError(step.step, `not handed back: ${live.message}`, live.remediation);
   await cloud.detachVolume(volumeId, plan.instanceId, call);
   await cloud.waitForAttachment(volumeId, plan.instanceId, "detached", limits.attachTimeoutMs, call);
   const volume = await cloud.describeVolume(volumeId, call);

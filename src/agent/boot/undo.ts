@@ -8,6 +8,7 @@ import { Label, VolumeTag } from "../../tags.ts";
 import type { BootLimits, Finished, Progress } from "./context.ts";
 import type { BootDeps } from "./deps.ts";
 import type { BootPlan } from "./plan.ts";
+import { liveElsewhere } from "../release/plan.ts";
 
 /**
  * Reverses what this boot did, newest first; each undo is best-effort and logged. The volume is
@@ -60,6 +61,24 @@ export async function undo(
       log.error("boot.undo", "volume still mounted: not detaching it (never force-detach a mounted volume)", {
         volume: volumeId,
         mountPoint: stillMounted,
+      });
+      return;
+    }
+    // Unmounted here is not unmounted everywhere: a mount namespace copied after the mount keeps
+    // the filesystem live (a check that fails counts as live).
+    const live = progress.device
+      ? await deps.storage.liveness(progress.device).then(
+          (found) => liveElsewhere(volumeId, found, "boot"),
+          (error: unknown) => ({
+            message: `could not learn whether ${volumeId} is mounted in another namespace: ${describeError(error)}`,
+            remediation: "",
+          }),
+        )
+      : undefined;
+    if (live) {
+      log.error("boot.undo", `not detaching it: ${live.message}`, {
+        volume: volumeId,
+        ...(live.remediation ? { remediation: live.remediation } : {}),
       });
       return;
     }

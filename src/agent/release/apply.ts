@@ -6,7 +6,8 @@
  * instance and writes the tags.
  *
  * What a release never does: detach a volume whose filesystem is still mounted (a busy unmount
- * refuses the release of that volume: nothing detached, nothing tagged), force a detach, or
+ * refuses the release of that volume: nothing detached, nothing tagged; so does the filesystem
+ * still mounted in another mount namespace after the unmount), force a detach, or
  * touch a volume that is not `ebs-cache:managed=true`.
  */
 import { dirname } from "node:path";
@@ -18,6 +19,7 @@ import type { ReleaseDeps } from "./deps.ts";
 import { dockerActive } from "./observe.ts";
 import {
   isBelow,
+  liveElsewhere,
   mountPointOf,
   releaseTags,
   type ReleasePlan,
@@ -293,6 +295,12 @@ async function detachVolume(
         `detaching it`,
       "unmount it, then run release again",
     );
+  }
+  // Unmounted here is not unmounted everywhere: a mount namespace copied after the mount keeps
+  // the filesystem live, and detaching it then would lose what is written back later.
+  if (step.device) {
+    const blocker = liveElsewhere(step.volumeId, await deps.storage.liveness(step.device));
+    if (blocker) throw new ReleaseRefusedError(step.step, blocker.message, blocker.remediation);
   }
   const volume = await deps.cloud.describeVolume(step.volumeId);
   const a = volume?.attachment;

@@ -18,7 +18,7 @@ import type {
 /** The adapters a release uses (built in src/cli/wiring.ts), and its few knobs. */
 export interface ReleaseDeps {
   cloud: CloudVolumes;
-  storage: Pick<HostStorage, "findDevice" | "mountPointOf" | "unmount">;
+  storage: Pick<HostStorage, "findDevice" | "mountPointOf" | "unmount" | "liveness">;
   mounts: MountTable;
   daemonConfig: ReleaseDaemonConfig;
   /** undefined with `docker.control: none`. */

@@ -277,6 +277,22 @@ for (const failure of FAILURES) {
   });
 }
 
+t.test("the undo leaves attached a volume still mounted in another mount namespace after its unmount", async (t) => {
+  const { node, volumes } = await poolNode(t, 1);
+  const volumeId = volumes[0]!;
+  node.host.namespaceHolders.set(node.host.deviceOf(volumeId), [
+    { ns: "mnt:[4026532900]", processes: [{ pid: 4242, command: "sleep 600" }], mountPoints: ["/srv/cache"] },
+  ]);
+  node.script.failNext("docker.start", new Error("docker.start failed (scripted)"));
+  const outcome = await boot(node);
+  t.equal(outcome.report?.outcome, "degraded");
+  t.ok(node.script.of("storage.unmount").length > 0, "unmounted here");
+  t.equal(node.script.of("cloud.detachVolume").length, 0, "not detached: live in the other namespace");
+  const volume = await node.fake.describe(volumeId);
+  t.equal(volume.attachment?.instanceId, node.instance.instanceId, "still attached here");
+  t.equal(node.fake.forceDetaches(), 0);
+});
+
 t.test("an unparsable daemon.json refuses the boot before any claim", async (t) => {
   const { node } = await poolNode(t, 1, { docker: { unparsable: true } });
   const outcome = await boot(node);

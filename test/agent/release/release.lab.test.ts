@@ -3,13 +3,15 @@
  * killed between DetachVolume and the tags is finished by the next one; a busy mount refuses the
  * release (nothing detached, never forced) until the process holding it ends; docker still
  * running on the volume is stopped, or the release refused with release.stopDocker=false; a
- * disabled instance attaches nothing at boot and releases nothing.
+ * disabled instance attaches nothing at boot and releases nothing; a filesystem still mounted in
+ * another mount namespace after the unmount refuses the detach until that namespace is gone.
  */
 import t, { type Test } from "tap";
 import { spawn } from "node:child_process";
-import { readFile } from "node:fs/promises";
+import { readFile, readlink } from "node:fs/promises";
 import { join } from "node:path";
 import type { ReleasePlan } from "../../../src/agent/release/plan.ts";
+import { filesystemLiveness as liveness } from "../../../src/host/mount-namespaces.ts";
 import { DATA_ROOT_SUBDIR } from "../../../src/layout.ts";
 import type { LabHost } from "../../../src/lab/lab.ts";
 import { initSwarm } from "../../../src/lab/docker/images.ts";
@@ -24,6 +26,7 @@ import {
   closeLabLeavingNothing,
 } from "../../fixtures/boot-lab.ts";
 import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
+import { waitFor } from "../../fixtures/fakes/cloud.ts";
 import { mutatingCalls, releaseCli, releaseHost, startReleaseCli, volumeEnd } from "../../fixtures/lifecycle-lab.ts";
 import { assertOutcome, ISO_TIME } from "../../fixtures/lifecycle-lab.ts";
 
@@ -245,6 +248,73 @@ t.test(
     t.equal(released.exitCode, 0);
     assertReleasedTags(t, await volumeEnd(bl, volumeId));
     t.notOk(await findmnt(mountPoint), "unmounted");
+  },
+);
+
+t.test(
+  "a mount namespace copied after the mount (unshare --mount) keeps the filesystem live: the release unmounts " +
+    "but refuses to detach, naming the process; once it ends the release succeeds",
+  async (t) => {
+    const { host, volumeId, mountPoint } = await bootedHost(t);
+    await host.dockerd!.stop();
+    const device = (await findmnt(mountPoint))?.source;
+    t.ok(device, "mounted from its device");
+    // Its own process group, so that the forked sleep goes with it.
+    const holder = spawn("unshare", ["--mount", "--fork", "--", "sleep", "600"], { stdio: "ignore", detached: true });
+    const exited = new Promise<void>((resolve) => holder.once("exit", () => resolve()));
+    t.teardown(() => {
+      try {
+        if (holder.exitCode === null && holder.pid) process.kill(-holder.pid, "SIGKILL");
+      } catch {
+        // Already gone.
+      }
+    });
+    const ownNs = await readlink("/proc/self/ns/mnt");
+    // The copy exists once the sleep runs in it (a guard against a hang, not a timing assertion).
+    await waitFor(async () => (await liveness(device!)).holders.some((h) => h.ns !== ownNs), "the copy", 60_000);
+
+    const calls = bl.calls.length;
+    const refused = await releaseHost(bl, host);
+    assertOutcome(t, refused, "refused", "release refused");
+    t.equal(refused.exitCode, 1, "exit code 1");
+    const problem = refused.report?.problems[0];
+    t.equal(problem?.step, "detach", "at the detach");
+    t.match(problem?.message, /still mounted in another mount namespace, held by pid \d+ "unshare --mount/);
+    t.match(problem?.message, /"sleep 600"/, "names the sleep");
+    t.match(problem?.message, /stays attached and untagged: a mounted volume is never detached/);
+    t.match(problem?.remediation, /nsenter -t \d+ -m umount /, "says how to end the hold");
+    t.ok(
+      refused.log.some((line) => line.startsWith("<3>release.refused:")),
+      "logged as an error",
+    );
+    t.same(
+      refused.report?.timeline.filter((s) => s.skipped).map((s) => s.step),
+      ["wait-detached", "tag-released"],
+      "wait and tags skipped",
+    );
+    t.same(mutatingCalls(bl, calls), [], "no DetachVolume, no tag change");
+    const stuck = await volumeEnd(bl, volumeId);
+    t.equal(stuck.state, "in-use", "the volume stays attached");
+    t.same(stuck.attachments, [`attached ${host.instance.instanceId}`]);
+    t.equal(stuck.tags[VolumeTag.claimedBy], host.instance.instanceId, "still claimed");
+    t.notOk(stuck.tags[VolumeTag.releasedAt], "not tagged released");
+    t.notOk(await findmnt(mountPoint), "unmounted in the agent's namespace");
+
+    process.kill(-holder.pid!, "SIGTERM");
+    await exited;
+    // The namespace goes with its last process; the kernel then drops the filesystem.
+    await waitFor(
+      async () => {
+        const live = await liveness(device!);
+        return live.holders.length === 0 && !live.superblock;
+      },
+      "the namespace to go",
+      60_000,
+    );
+    const released = await releaseHost(bl, host);
+    assertOutcome(t, released, "released", "after the process ended: released");
+    t.equal(released.exitCode, 0);
+    assertReleasedTags(t, await volumeEnd(bl, volumeId));
   },
 );
 

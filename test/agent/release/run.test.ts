@@ -71,6 +71,34 @@ t.test("refused: the volume's mount is busy; nothing detached, nothing tagged", 
   t.equal(later.report?.outcome, "released", "once the mount is free, the next release completes");
 });
 
+t.test(
+  "refused at the detach: the filesystem is still mounted in another mount namespace; released once it is not",
+  async (t) => {
+    const { node, volumeId } = await bootedNode(t);
+    const device = node.host.deviceOf(volumeId);
+    node.host.namespaceHolders.set(device, [
+      { ns: "mnt:[4026532900]", processes: [{ pid: 4242, command: "sleep 600" }], mountPoints: ["/srv/cache"] },
+    ]);
+    const outcome = await release(node);
+    t.equal(outcome.exitCode, 1);
+    t.equal(outcome.report?.outcome, "refused");
+    const problem = outcome.report?.problems[0];
+    t.equal(problem?.step, "detach", "at the detach");
+    t.equal(problem?.kind, "refused");
+    t.match(problem?.message, /still mounted in another mount namespace, held by pid 4242 "sleep 600"/);
+    t.match(problem?.remediation, /nsenter -t 4242 -m umount \/srv\/cache/);
+    t.equal(node.script.of("cloud.detachVolume").length, 0, "no DetachVolume");
+    const volume = await node.fake.describe(volumeId);
+    t.equal(volume.attachment?.instanceId, node.instance.instanceId, "still attached here");
+    t.equal(volume.tags[VolumeTag.releasedAt], undefined, "not tagged released");
+
+    node.host.namespaceHolders.clear();
+    const later = await release(node);
+    t.equal(later.report?.outcome, "released", "once no namespace holds it, the next release completes");
+    t.equal(node.fake.forceDetaches(), 0, "never forced");
+  },
+);
+
 t.test("refused: a second mount of the volume made by someone else is busy", async (t) => {
   const { node, volumeId } = await bootedNode(t);
   const device = node.host.deviceOf(volumeId);
