@@ -276,6 +276,8 @@ const HOST_SIDE_FS = new Set([
   // sysfs: the device's read counters, read only.
   "host/read-pacer.ts",
   "host/mount.ts",
+  // /proc and /sys/fs: which mount namespaces still hold a filesystem, read only.
+  "host/mount-namespaces.ts",
   "host/serial.ts",
   "host/volume-reads.ts",
   "metrics/textfile.ts",
