@@ -41,7 +41,10 @@ type Handler<S extends KeeperStep> = (
   fields: Fields,
 ) => Promise<{ done: Exclude<KeeperStepDone, "failed">; volumeId?: string }>;
 
-const KEEPER_HANDLERS: { [K in KeeperStep["step"]]: Handler<Extract<KeeperStep, { step: K }>> } = {
+type KeeperStepName = KeeperStep["step"];
+type KeeperStepOf<K extends KeeperStepName> = Extract<KeeperStep, { step: K }>;
+
+const KEEPER_HANDLERS: { [K in KeeperStepName]: Handler<KeeperStepOf<K>> } = {
   create: async (step, { cloud, log, known }, fields) => {
     const volume = await cloud.createVolume(createVolumeSpec(step));
     const existing = known.has(volume.volumeId);
@@ -118,6 +121,11 @@ const KEEPER_HANDLERS: { [K in KeeperStep["step"]]: Handler<Extract<KeeperStep, 
   },
 };
 
+/** The step's handler, typed by the step's own kind (no cast to the whole union). */
+function runKeeperStep<K extends KeeperStepName>(step: KeeperStepOf<K>, ctx: HandlerContext, fields: Fields) {
+  return KEEPER_HANDLERS[step.step](step, ctx, fields);
+}
+
 /** Carries out the steps in order; a failed step is recorded and logged, never thrown. */
 export async function applyKeeper(steps: readonly KeeperStep[], ctx: HandlerContext): Promise<KeeperStepReport[]> {
   const results: KeeperStepReport[] = [];
@@ -128,8 +136,7 @@ export async function applyKeeper(steps: readonly KeeperStep[], ctx: HandlerCont
       ...("volumeId" in step ? { volume: step.volumeId } : { slot: step.slot }),
     };
     try {
-      const handler = KEEPER_HANDLERS[step.step] as Handler<KeeperStep>;
-      results.push({ ...step, ...(await handler(step, ctx, fields)) });
+      results.push({ ...step, ...(await runKeeperStep(step, ctx, fields)) });
     } catch (error) {
       const message = describeError(error);
       ctx.log.error("keeper.step-failed", `${step.step} failed: ${message}`, fields);

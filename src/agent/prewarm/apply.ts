@@ -162,9 +162,15 @@ async function decideAtBoot(
 }
 
 function handleAtBoot(run: AtBoot & { decision: PrewarmPlan }): Promise<PrewarmReport> {
-  // The table's key is the decision's action: each handler gets the decision it is written for.
-  const handle = AT_BOOT[run.decision.action] as AtBootHandler<Action>;
-  return handle(run, run.decision);
+  return handleDecision(run, run.decision);
+}
+
+/** The table's key is the decision's action: each handler gets the decision it is written for. */
+function handleDecision<A extends Action>(
+  run: AtBoot,
+  decision: Extract<PrewarmPlan, { action: A }>,
+): Promise<PrewarmReport> {
+  return AT_BOOT[decision.action](run, decision);
 }
 
 async function skipReads(run: AtBoot, decision: Extract<PrewarmPlan, { action: "skip" }>): Promise<PrewarmReport> {

@@ -154,9 +154,8 @@ function problemOf(step: string, volumeId: string | undefined, error: unknown): 
   };
 }
 
-function runStep(step: ReleaseStep, context: StepContext): Promise<void> {
-  const handler = STEP_HANDLERS[step.step] as (step: ReleaseStep, context: StepContext) => Promise<void>;
-  return handler(step, context);
+function runStep<K extends StepName>(step: Extract<ReleaseStep, { step: K }>, context: StepContext): Promise<void> {
+  return STEP_HANDLERS[step.step](step, context);
 }
 
 const STEP_HANDLERS: { [K in StepName]: StepHandler<K> } = {
