@@ -3,7 +3,7 @@
  * the release's decision from it (liveElsewhere): a refusal naming the processes, or none. No root.
  */
 import t from "tap";
-import { liveElsewhere } from "../../src/agent/release/plan.ts";
+import { liveElsewhere } from "../../src/agent/detach-guard.ts";
 import { namespacesHolding, readNamespaces, type NamespaceView } from "../../src/host/mount-namespaces.ts";
 
 const HOST = [

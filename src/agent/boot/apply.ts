@@ -12,7 +12,8 @@ import { describeError } from "../../errors.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL } from "../../layout.ts";
 import { containerdRootOnVolume } from "../../docker/containerd-store.ts";
 import { Label, VolumeKind, VolumeTag } from "../../tags.ts";
-import { liveElsewhere, mountPointOf, releaseTags } from "../release/plan.ts";
+import { mountPointOf, releaseTags } from "../release/plan.ts";
+import { detachBlocker } from "../detach-guard.ts";
 import { DeviceTimeoutError } from "../../host/device.ts";
 import { GROW_MARGIN_BYTES } from "../../host/filesystem.ts";
 import type { VolumeInfo } from "../ports.ts";
@@ -292,15 +293,8 @@ async function handBackAttached(
     );
   }
   if (mounted !== undefined) await storage.unmount(mounted);
-  if (device && (await storage.mountPointOf(device)) !== undefined) {
-    throw new BootStepError(
-      step.step,
-      `${volumeId} is still mounted: not detaching it`,
-      "find what holds it (fuser -vm), then run boot again",
-    );
-  }
-  const live = device ? liveElsewhere(volumeId, await storage.liveness(device), "boot") : undefined;
-  if (live) throw new BootStepError(step.step, `not handed back: ${live.message}`, live.remediation);
+  const blocker = device ? await detachBlocker(storage, volumeId, device, "boot") : undefined;
+  if (blocker) throw new BootStepError(step.step, `not handed back: ${blocker.message}`, blocker.remediation);
   await cloud.detachVolume(volumeId, plan.instanceId, call);
   await cloud.waitForAttachment(volumeId, plan.instanceId, "detached", limits.attachTimeoutMs, call);
   const volume = await cloud.describeVolume(volumeId, call);

@@ -8,7 +8,7 @@ import { Label, VolumeTag } from "../../tags.ts";
 import type { BootLimits, Finished, Progress } from "./context.ts";
 import type { BootDeps } from "./deps.ts";
 import type { BootPlan } from "./plan.ts";
-import { liveElsewhere } from "../release/plan.ts";
+import { detachBlocker } from "../detach-guard.ts";
 
 /**
  * Reverses what this boot did, newest first; each undo is best-effort and logged. The volume is
@@ -54,31 +54,13 @@ export async function undo(
   }
   if (progress.volume) {
     const volumeId = progress.volume.volumeId;
-    const stillMounted = progress.device
-      ? await deps.storage.mountPointOf(progress.device).catch(() => "unknown")
-      : undefined;
-    if (stillMounted) {
-      log.error("boot.undo", "volume still mounted: not detaching it (never force-detach a mounted volume)", {
-        volume: volumeId,
-        mountPoint: stillMounted,
-      });
-      return;
-    }
     // Unmounted here is not unmounted everywhere: a mount namespace copied after the mount keeps
-    // the filesystem live (a check that fails counts as live).
-    const live = progress.device
-      ? await deps.storage.liveness(progress.device).then(
-          (found) => liveElsewhere(volumeId, found, "boot"),
-          (error: unknown) => ({
-            message: `could not learn whether ${volumeId} is mounted in another namespace: ${describeError(error)}`,
-            remediation: "",
-          }),
-        )
-      : undefined;
-    if (live) {
-      log.error("boot.undo", `not detaching it: ${live.message}`, {
+    // the filesystem live (a check that fails counts as mounted).
+    const blocker = progress.device ? await detachBlocker(deps.storage, volumeId, progress.device, "boot") : undefined;
+    if (blocker) {
+      log.error("boot.undo", `not detaching it: ${blocker.message}`, {
         volume: volumeId,
-        ...(live.remediation ? { remediation: live.remediation } : {}),
+        remediation: blocker.remediation,
       });
       return;
     }

@@ -14,12 +14,12 @@ import { dirname } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AgentError, describeError, remediationOr } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
+import { detachBlocker } from "../detach-guard.ts";
 import type { VolumeInfo } from "../ports.ts";
 import type { ReleaseDeps } from "./deps.ts";
 import { dockerActive } from "./observe.ts";
 import {
   isBelow,
-  liveElsewhere,
   mountPointOf,
   releaseTags,
   type ReleasePlan,
@@ -286,21 +286,17 @@ async function detachVolume(
 ): Promise<void> {
   // Re-checked right before the call: never detach a volume whose filesystem is mounted.
   const mounted = await deps.mounts.list(step.device, step.mountPoint);
-  const viaDevice = step.device ? await deps.storage.mountPointOf(step.device).catch(() => "unknown") : undefined;
-  if (mounted.length > 0 || viaDevice) {
+  if (mounted.length > 0) {
     throw new ReleaseRefusedError(
       step.step,
-      `${step.volumeId} is still mounted (${[...mounted, ...(viaDevice ? [viaDevice] : [])].join(", ")}): not ` +
-        `detaching it`,
+      `${step.volumeId} is still mounted (${mounted.join(", ")}): not detaching it`,
       "unmount it, then run release again",
     );
   }
   // Unmounted here is not unmounted everywhere: a mount namespace copied after the mount keeps
   // the filesystem live, and detaching it then would lose what is written back later.
-  if (step.device) {
-    const blocker = liveElsewhere(step.volumeId, await deps.storage.liveness(step.device));
-    if (blocker) throw new ReleaseRefusedError(step.step, blocker.message, blocker.remediation);
-  }
+  const blocker = step.device ? await detachBlocker(deps.storage, step.volumeId, step.device, "release") : undefined;
+  if (blocker) throw new ReleaseRefusedError(step.step, blocker.message, blocker.remediation);
   const volume = await deps.cloud.describeVolume(step.volumeId);
   const a = volume?.attachment;
   if (!volume || !a || a.instanceId !== instanceId || a.state === "detaching" || a.state === "detached") {

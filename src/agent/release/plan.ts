@@ -17,7 +17,7 @@ import { VolumeTag } from "../../tags.ts";
 import { intentChanges, keepApplies } from "../volume-intent.ts";
 import { tagTime } from "../volume-rules.ts";
 import type { LabelModeSetting } from "../../docker/labels.ts";
-import type { FilesystemLiveness, Identity, VolumeInfo } from "../ports.ts";
+import type { Identity, VolumeInfo } from "../ports.ts";
 
 /** What the planner needs of the settings (config, environment and instance tags merged). */
 export interface ReleaseSettings {
@@ -354,52 +354,4 @@ export function planRelease(settings: ReleaseSettings, observed: ReleaseObservat
   }
   for (const volume of untagged) steps.push(tag(volume));
   return { ...base, volumes, decision: "release", steps };
-}
-
-/** How many processes of one namespace a refusal names. */
-const NAMED_PROCESSES = 5;
-
-/**
- * Why a volume unmounted here must not be detached yet (pure): its filesystem is still mounted in
- * another mount namespace (a copy made after the mount that no unmount propagates to: `unshare
- * --mount`, a container, a service's own namespace), so the unmount left it live and a detach now
- * would be a forced detach in effect. Undefined when it is live nowhere: the detach may go.
- * `rerun`: the command that takes it from there (release; boot for a boot's hand-back).
- */
-export function liveElsewhere(
-  volumeId: string,
-  live: FilesystemLiveness,
-  rerun = "release",
-): { message: string; remediation: string } | undefined {
-  const kept = `${volumeId} stays attached and untagged: a mounted volume is never detached`;
-  if (live.holders.length > 0) {
-    const where = live.holders.map((holder) => {
-      const named = holder.processes.slice(0, NAMED_PROCESSES).map((p) => `pid ${p.pid} ${JSON.stringify(p.command)}`);
-      const more = holder.processes.length - named.length;
-      const at = `(${holder.ns}, at ${holder.mountPoints.join(", ")})`;
-      return `${named.join(", ")}${more > 0 ? ` and ${more} more` : ""} ${at}`;
-    });
-    const first = live.holders[0]!;
-    const pids = live.holders.flatMap((holder) => holder.processes.map((p) => p.pid));
-    return {
-      message:
-        `${volumeId}'s filesystem is still mounted in another mount namespace, held by ${where.join("; ")}; ` +
-        `${kept}`,
-      remediation:
-        `stop those processes (kill ${pids.slice(0, 20).join(" ")}), or unmount it in their namespace ` +
-        `(nsenter -t ${first.processes[0]?.pid ?? "PID"} -m umount ${first.mountPoints[0] ?? "MOUNTPOINT"}), ` +
-        `then run ${rerun} again`,
-    };
-  }
-  if (live.superblock) {
-    return {
-      message: `${volumeId}'s filesystem is still mounted in a mount namespace no process is in; ${kept}`,
-      remediation:
-        "find the namespace file that keeps it (findmnt -t nsfs), unmount that file or unmount the filesystem in " +
-        "that namespace (nsenter --mount=FILE umount MOUNTPOINT), then run " +
-        rerun +
-        " again",
-    };
-  }
-  return undefined;
 }
