@@ -14,7 +14,7 @@ import type { AgentConfig } from "../config/index.ts";
 import type { EffectiveSettings } from "../config/overrides.ts";
 import { createContainerdConfig, prepareContainerdRoot } from "../docker/containerd-store.ts";
 import { createDaemonConfig } from "../docker/daemon-json.ts";
-import { configuredStore, type HostStore } from "../docker/image-store.ts";
+import { readHostStore } from "../docker/image-store.ts";
 import { prepareDataRoot } from "../docker/data-root.ts";
 import { createDockerEngine } from "../docker/engine.ts";
 import { systemdRebootQueued } from "../host/reboot.ts";
@@ -172,18 +172,6 @@ function memoizedDockerVersion(log: Logger): () => Promise<string | undefined> {
   };
 }
 
-/** The image store daemon.json asks for, and the engine's version (for selection, image-store.ts). */
-function hostStoreReader(
-  options: WiringOptions,
-  dockerVersion: () => Promise<string | undefined>,
-): () => Promise<HostStore> {
-  const daemonConfig = createDaemonConfig({ path: options.config.paths.daemonJson, log: options.log });
-  return async () => {
-    const [json, engineVersion] = await Promise.all([daemonConfig.read(), dockerVersion().catch(() => undefined)]);
-    return { store: configuredStore(json), ...(engineVersion ? { engineVersion } : {}) };
-  };
-}
-
 /** containerd's config.toml and service, for a host on the containerd image store. */
 function wireContainerd(options: WiringOptions): ContainerdRoot {
   const { config, log } = options;
@@ -264,13 +252,14 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
   const { log } = options;
   const dockerVersion = memoizedDockerVersion(log);
   const containerd = wireContainerd(options);
+  const hostDaemonConfig = createDaemonConfig({ path: options.config.paths.daemonJson, log });
   // The labels the last report of this run published (the reporter tells), for the boot's record.
   let published: Record<string, string> | undefined;
   const recorder = wireRecorder(options, () => published);
   return {
     ...wireCommon(options),
     recorder,
-    hostStore: hostStoreReader(options, dockerVersion),
+    hostStore: () => readHostStore({ daemonJson: () => hostDaemonConfig.read(), engineVersion: dockerVersion }),
     ...(options.startRefresh ? { startRefresh: options.startRefresh } : {}),
     bootDeps: (settings, cloud) => {
       const host = wireHost(options, settings.effective.labels, dockerVersion);

@@ -29,6 +29,22 @@ export function configuredStore(daemonJson: Readonly<Record<string, unknown>>): 
   return (features as Record<string, unknown>)["containerd-snapshotter"] === true ? "containerd" : "graphdriver";
 }
 
+/**
+ * The host's store as a boot sees it before claiming: daemon.json's choice and the installed
+ * engine's version, read side by side. A version that cannot be read is unknown (the selection
+ * then takes no engine-major preference), never a failed boot.
+ */
+export async function readHostStore(sources: {
+  daemonJson: () => Promise<Readonly<Record<string, unknown>>>;
+  engineVersion: () => Promise<string | undefined>;
+}): Promise<HostStore> {
+  const [json, engineVersion] = await Promise.all([
+    sources.daemonJson(),
+    sources.engineVersion().catch(() => undefined),
+  ]);
+  return { store: configuredStore(json), ...(engineVersion ? { engineVersion } : {}) };
+}
+
 /** The tags that record how a volume's images were built (golden build, Packer pool volumes). */
 export function storeTags(built: { store: ImageStore; engineVersion: string }): Record<string, string> {
   return { [VolumeTag.imageStore]: built.store, [VolumeTag.engineVersion]: built.engineVersion };

@@ -1,5 +1,5 @@
 import t from "tap";
-import { storeTags } from "../../src/docker/image-store.ts";
+import { readHostStore, storeTags } from "../../src/docker/image-store.ts";
 import { candidateOrder, orderCandidates, storeFit, volumeStore } from "../../src/agent/volume-rules.ts";
 import { VolumeTag } from "../../src/tags.ts";
 
@@ -84,4 +84,21 @@ t.test("storeTags: what the golden build and Packer write", async (t) => {
     recorded: true,
     engineVersion: "28.5.2",
   });
+});
+
+t.test("readHostStore: daemon.json's store and the engine's version; a version unread is unknown", async (t) => {
+  const containerd = { features: { "containerd-snapshotter": true } };
+  t.same(await readHostStore({ daemonJson: async () => containerd, engineVersion: async () => "28.5.2" }), {
+    store: "containerd",
+    engineVersion: "28.5.2",
+  });
+  const failing = async (): Promise<string | undefined> => {
+    throw new Error("dockerd: not found");
+  };
+  t.same(await readHostStore({ daemonJson: async () => ({}), engineVersion: failing }), { store: "graphdriver" });
+  await t.rejects(
+    readHostStore({ daemonJson: () => Promise.reject(new Error("daemon.json: bad JSON")), engineVersion: failing }),
+    /bad JSON/,
+    "an unreadable daemon.json is the boot's error to report, not a guess",
+  );
 });
