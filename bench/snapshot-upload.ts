@@ -30,6 +30,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { buildContainerdGenerations, diskBytes, gzippedBytes } from "./snapshot-upload-containerd.ts";
+import { IMAGE_PER_SET, parseSizes } from "./snapshot-upload-sizes.ts";
 import { runSnapshotUpload } from "../src/agent/snapshot/run.ts";
 import { ebsClient, snapshotBlockWriter } from "../src/aws/ebs.ts";
 import { run } from "../src/exec.ts";
@@ -52,6 +53,7 @@ const { values } = parseArgs({
     out: { type: "string", default: join(REPO, "bench", "results") },
   },
 });
+const sizes = parseSizes(values.sizes);
 if (process.getuid?.() !== 0) throw new Error("run as root: the images are made with mkfs.xfs and mount");
 
 /** Writes `mib` of incompressible files under `dir`, in files of up to 64 MiB. */
@@ -108,10 +110,10 @@ const added = Number(values["added-mib"] ?? (containerd ? 24 : 128));
 const work = await mkdtemp(join(tmpdir(), "bench-snapshot-"));
 try {
   if (containerd) rows.push(await containerdRow());
-  for (const size of containerd ? [] : values.sizes.split(",").map(Number)) {
+  for (const size of containerd ? [] : sizes) {
     const gen1 = join(work, `gen1-${size}.img`);
     const gen2 = join(work, `gen2-${size}.img`);
-    await run("truncate", ["-s", `${size * 4}M`, gen1]);
+    await run("truncate", ["-s", `${size * IMAGE_PER_SET}M`, gen1]);
     await run("mkfs.xfs", ["-q", "-L", "ebs-cache", "-n", "ftype=1", gen1]);
     await withMounted(gen1, (mnt) => fill(join(mnt, "docker", "overlay2", "layers"), size, "layer"));
     const settings = (manifest: string, parent?: string) => ({

@@ -24,3 +24,24 @@ export function volumeCreation(config: Pick<AgentConfig, "volumes">): VolumeCrea
     ),
   };
 }
+
+/**
+ * The CreateVolume parameters config `volumes` sends, by their EC2 names in name order, each only
+ * when sent (Encrypted only when true; the operator's tags in key order): what a ClientToken
+ * covers of it. Named and omitted when unsent, so a later agent that knows a setting more sends,
+ * for a pool that leaves it unset, the same request under the same token: two keepers of two
+ * versions within one hour agree on the slot's token and EC2 makes one volume, not two.
+ * src/aws/ec2.ts createVolumeInput sends them (test/agent/volume-creation.test.ts holds the two
+ * together).
+ */
+export function sentCreationParameters(creation: VolumeCreation | undefined): [string, unknown][] {
+  if (!creation) return [];
+  const sent: [string, unknown][] = [];
+  if (creation.encrypted) sent.push(["Encrypted", true]);
+  if (creation.iops !== undefined) sent.push(["Iops", creation.iops]);
+  if (creation.kmsKeyId !== undefined) sent.push(["KmsKeyId", creation.kmsKeyId]);
+  const tags = Object.entries(creation.tags).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  if (tags.length > 0) sent.push(["Tags", tags]);
+  if (creation.throughputMiBps !== undefined) sent.push(["Throughput", creation.throughputMiBps]);
+  return sent;
+}

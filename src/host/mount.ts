@@ -5,7 +5,7 @@
  */
 import { mkdir, readFile, realpath, stat } from "node:fs/promises";
 import { isAbsolute, normalize } from "node:path";
-import { AgentError } from "../errors.ts";
+import { AgentError, CommandError, describeError } from "../errors.ts";
 import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";
 import { assertDevicePath } from "./serial.ts";
@@ -236,6 +236,9 @@ export async function mountPointsOf(device: string | undefined, mountPoint: stri
   return [...new Set(found)].sort((a, b) => b.length - a.length);
 }
 
+/** Runs a command (`run`; a fake in the unit test of the freeze-and-thaw sequence). */
+export type CommandRunner = typeof run;
+
 /**
  * Writes everything the filesystem holds to its device, in place: `fsfreeze --freeze` (which for
  * XFS also writes back the metadata that syncfs(2) leaves in the log only) then `--unfreeze`.
@@ -244,17 +247,60 @@ export async function mountPointsOf(device: string | undefined, mountPoint: stri
  * holds a copy of the namespace made meanwhile (`unshare --mount`, a container), the
  * filesystem stays live and its unmount writes back nothing. Its device then shows the layout
  * as of the last writeback: an XFS root without the folders made since mkfs.
+ *
+ * A frozen filesystem holds every writer on it until thawed, so the thaw is attempted whenever
+ * the freeze may have taken effect, and a thaw that fails is an error that says how to thaw by
+ * hand.
  */
-export async function settleFilesystem(mountPoint: string, options: MountOptions = {}): Promise<void> {
+export async function settleFilesystem(
+  mountPoint: string,
+  options: MountOptions & { runCommand?: CommandRunner } = {},
+): Promise<void> {
   assertMountPoint(mountPoint);
-  const fsfreeze = (action: string) =>
-    run("fsfreeze", [action, mountPoint], {
-      log: options.log,
+  const { log, runCommand = run } = options;
+  try {
+    await runCommand("fsfreeze", ["--freeze", mountPoint], {
+      log,
       timeoutMs: 300_000,
-      remediation: `check the device under ${mountPoint} (dmesg); fsfreeze --unfreeze ${mountPoint} if still frozen`,
+      remediation: `check the device under ${mountPoint} (dmesg)`,
     });
-  await fsfreeze("--freeze");
-  await fsfreeze("--unfreeze");
+  } catch (error) {
+    // fsfreeze exits non-zero only when its FIFREEZE failed: not frozen by us (or already frozen by
+    // someone else, EBUSY, whose freeze a thaw here would undo). Killed at its timeout instead, it
+    // may have frozen the filesystem all the same (the ioctl runs to its end before the kill lands).
+    if (!(error instanceof CommandError) || error.exitCode_ === undefined)
+      await thawFilesystem(mountPoint, log, runCommand, { mayBeThawed: true });
+    throw error;
+  }
+  await thawFilesystem(mountPoint, log, runCommand, { mayBeThawed: false });
+}
+
+/**
+ * `fsfreeze --unfreeze`; a failure is an error saying the filesystem may be left frozen. With
+ * `mayBeThawed` (a freeze that may not have happened), "Invalid argument" (not frozen) is no failure.
+ */
+async function thawFilesystem(
+  mountPoint: string,
+  log: Logger | undefined,
+  runCommand: CommandRunner,
+  { mayBeThawed }: { mayBeThawed: boolean },
+): Promise<void> {
+  let detail;
+  try {
+    const thawed = await runCommand("fsfreeze", ["--unfreeze", mountPoint], { log, timeoutMs: 300_000, check: false });
+    if (thawed.exitCode === 0) return;
+    const stderr = thawed.stderr.trim();
+    if (mayBeThawed && /Invalid argument/.test(stderr)) return;
+    detail = `exited with ${thawed.exitCode}${stderr ? `: ${stderr}` : ""}`;
+  } catch (error) {
+    detail = describeError(error);
+  }
+  throw new AgentError(
+    `fsfreeze --unfreeze ${mountPoint} failed (${detail}): the filesystem may be left frozen, and every write to ` +
+      `it waits until it is thawed`,
+    `thaw it by hand: fsfreeze --unfreeze ${mountPoint} ("Invalid argument" there means it is not frozen); then ` +
+      `check the device under ${mountPoint} (dmesg)`,
+  );
 }
 
 /** Flushes one filesystem's dirty data and metadata to its device (`sync -f`, syncfs(2)). */

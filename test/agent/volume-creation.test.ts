@@ -3,7 +3,7 @@
  * the KMS key, gp3 IOPS and throughput, and the operator's tags beside the agent's own.
  */
 import t from "tap";
-import { volumeCreation } from "../../src/agent/volume-creation.ts";
+import { sentCreationParameters, volumeCreation } from "../../src/agent/volume-creation.ts";
 import { createVolumeInput } from "../../src/aws/ec2.ts";
 import { clientToken } from "../../src/agent/boot/claim.ts";
 import { createStep, createVolumeSpec } from "../../src/agent/keeper/plan.ts";
@@ -152,5 +152,58 @@ t.test("a boot's token covers each field of its create spec", async (t) => {
     token({ creation: { encrypted: true, iops: 6000, tags: {} } }),
     token({ creation: { encrypted: true, iops: 7000, tags: {} } }),
     "config volumes changed: another token",
+  );
+});
+
+t.test("a token covers config volumes by what the request sends, and only that", async (t) => {
+  const variants: VolumeCreation[] = [
+    { encrypted: false, tags: {} },
+    { encrypted: true, tags: {} },
+    { encrypted: false, iops: 6000, tags: {} },
+    { encrypted: true, kmsKeyId: "alias/k", iops: 6000, throughputMiBps: 500, tags: { B: "2", A: "1" } },
+    { encrypted: false, throughputMiBps: 250, tags: { Owner: "a=b" } },
+  ];
+  for (const creation of variants) {
+    const input = createVolumeInput({ ...spec, creation, clientToken: "x" });
+    const operatorTags = (input.TagSpecifications?.[0]?.Tags ?? [])
+      .filter((tag) => tag.Key !== undefined && !(tag.Key in spec.tags))
+      .map((tag): [string, unknown] => [String(tag.Key), tag.Value])
+      .sort(([a], [b]) => (a < b ? -1 : 1));
+    const sent = Object.entries({
+      Encrypted: input.Encrypted,
+      Iops: input.Iops,
+      KmsKeyId: input.KmsKeyId,
+      Tags: operatorTags.length > 0 ? operatorTags : undefined,
+      Throughput: input.Throughput,
+    }).filter(([, value]) => value !== undefined);
+    t.same(sentCreationParameters(creation), sent, `the parameters sent for ${JSON.stringify(creation)}`);
+  }
+});
+
+t.test("a keeper's token of a given slot and request is the same in every agent version", async (t) => {
+  // A change of these values is a change of every pool's tokens at an upgrade: a keeper of the old
+  // version and one of the new planning one slot within the hour would each make a volume for it.
+  const settings = {
+    pool: "default",
+    imageSet: null,
+    volumeType: "gp3",
+    zones: ["eu-west-1a"],
+    minAvailable: 1,
+    maxAvailable: 1,
+    maxVolumes: 5,
+    maxGiB: 100,
+    initializationRateMiBps: null,
+    quarantineHours: 6,
+  };
+  const snapshot = { snapshotId: "snap-1", state: "completed" as const, volumeSizeGiB: 8, tags: {} };
+  const slot = { zone: "eu-west-1a", slot: 1, zoneVolumeIds: ["vol-a"], now: new Date("2026-12-01T10:30:00Z") };
+  const token = (creation?: VolumeCreation) =>
+    createStep({ ...settings, ...(creation ? { creation } : {}) }, snapshot, slot).clientToken;
+  t.equal(token(), "ebs-cache-keeper-c0da271e3c2bcdd628602f1ad241eafdee8e264a", "no config volumes");
+  t.equal(token({ encrypted: false, tags: {} }), token(), "the defaults: as if none");
+  t.equal(
+    token({ encrypted: true, iops: 6000, tags: { A: "1" } }),
+    "ebs-cache-keeper-e1d130d7551c20c5d104e16980b8bf549186664c",
+    "configured",
   );
 });

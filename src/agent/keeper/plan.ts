@@ -37,6 +37,7 @@ import type {
   VolumeInfo,
 } from "../ports.ts";
 import { volumesHeldByStopped } from "../pool/stopped.ts";
+import { sentCreationParameters } from "../volume-creation.ts";
 
 /** What the keeper needs of the configuration (`keeper.*`, the pool, the volume type). */
 export interface KeeperSettings {
@@ -249,16 +250,12 @@ export function slotToken(
 }
 
 /**
- * Config `volumes` in a fixed order, for the token; nothing when it asks nothing (the defaults),
- * so a pool's tokens stay those of keepers that did not send it, during an upgrade within the hour.
+ * Config `volumes` for the token: the parameters it sends, by name; nothing when it sends nothing
+ * (the defaults), so the token stays that of keepers that did not know config `volumes`.
  */
 function creationShape(creation: VolumeCreation | undefined): unknown[] {
-  if (!creation) return [];
-  const { encrypted, kmsKeyId, iops, throughputMiBps, tags } = creation;
-  const operatorTags = Object.entries(tags).sort(([a], [b]) => a.localeCompare(b));
-  const plain = !encrypted && kmsKeyId === undefined && iops === undefined && throughputMiBps === undefined;
-  if (plain && operatorTags.length === 0) return [];
-  return [[encrypted, kmsKeyId ?? null, iops ?? null, throughputMiBps ?? null, operatorTags]];
+  const sent = sentCreationParameters(creation);
+  return sent.length > 0 ? [sent] : [];
 }
 
 /**

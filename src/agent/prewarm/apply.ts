@@ -122,28 +122,42 @@ export function beginPrewarmAtBoot(target: PrewarmTarget, settings: PrewarmSetti
 
 /**
  * The boot's pre-warm step, whole. Returns what to publish with the readiness labels; never
- * throws for the pre-warm's own failures (the node is reported either way).
+ * throws for the pre-warm's own failures (the node is reported either way). `decided`: the
+ * decision the caller already made (from one observation: the volume's tags and EC2's status
+ * are not read again); default: decided here.
  */
 export async function prewarmAtBoot(
   target: PrewarmTarget,
   settings: PrewarmSettings,
   deps: PrewarmDeps,
+  decided?: PrewarmPlan,
 ): Promise<PrewarmReport> {
-  return handleAtBoot(await decideAtBoot(target, settings, deps));
+  return handleAtBoot(await decideAtBoot(target, settings, deps, decided));
 }
 
-/** The decision, and the state file as decided beside the previous run's. */
+/** The pre-warm's decision from the volume's tags and EC2's status (observed once), logged. */
+export async function decidePrewarm(
+  target: PrewarmTarget,
+  settings: PrewarmSettings,
+  deps: PrewarmDeps,
+): Promise<PrewarmPlan> {
+  const decision = planPrewarm(settings, await observePrewarm(deps, target.volume));
+  deps.log.info("prewarm.decide", `${decision.action}: ${decision.reason}`, {
+    volume: target.volume.volumeId,
+    strategy: settings.strategy,
+  });
+  return decision;
+}
+
+/** The decision (the caller's, or made here), and the state file as decided beside the previous run's. */
 async function decideAtBoot(
   target: PrewarmTarget,
   settings: PrewarmSettings,
   deps: PrewarmDeps,
+  decided?: PrewarmPlan,
 ): Promise<AtBoot & { decision: PrewarmPlan }> {
   const { log } = deps;
-  const decision = planPrewarm(settings, await observePrewarm(deps, target.volume));
-  log.info("prewarm.decide", `${decision.action}: ${decision.reason}`, {
-    volume: target.volume.volumeId,
-    strategy: settings.strategy,
-  });
+  const decision = decided ?? (await decidePrewarm(target, settings, deps));
   const state = startingState(target, settings, decision, nowOf(deps));
   const previous = await readPrewarmState(deps.stateDir);
   const save = async (changes: Partial<PrewarmState>) => {
@@ -371,11 +385,11 @@ export async function runInitialization(
   deps: PrewarmDeps,
   options: RunInitializationOptions,
 ): Promise<PrewarmReport> {
-  const decision = options.decision ?? planPrewarm(settings, await observePrewarm(deps, target.volume));
+  const decision = options.decision ?? (await decidePrewarm(target, settings, deps));
   const publish = publisher(target, deps, options.publish);
   if (decision.action !== "initialize" && decision.action !== "follow") {
-    // Nothing long to do (tagged meanwhile, or the strategy changed): the boot's step covers it.
-    const outcome = await prewarmAtBoot(target, settings, { ...deps, startBackground: undefined });
+    // Nothing long to do (tagged meanwhile, or the strategy changed): the boot's step covers it, as decided.
+    const outcome = await prewarmAtBoot(target, settings, { ...deps, startBackground: undefined }, decision);
     await publish("ready", outcome.labels);
     return outcome;
   }

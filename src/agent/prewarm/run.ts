@@ -13,11 +13,11 @@ import type { Logger } from "../../log.ts";
 import type { CloudVolumes, HostStorage, Identity, PrewarmReader, VolumeInfo } from "../ports.ts";
 import { volumeDetails } from "../report.ts";
 import { resolveSettings, type ResolvedSettings } from "../settings.ts";
-import { prewarmAtBoot, runInitialization } from "./apply.ts";
+import { decidePrewarm, prewarmAtBoot, runInitialization } from "./apply.ts";
 import { imagesOfNode } from "./need.ts";
-import { findAttachedVolume, findMountedDevice, observePrewarm } from "./observe.ts";
+import { findAttachedVolume, findMountedDevice } from "./observe.ts";
 import type { PrewarmDeps } from "./deps.ts";
-import { planPrewarm, prewarmSettingsFrom, type PrewarmReport, type PrewarmTarget } from "./plan.ts";
+import { prewarmSettingsFrom, type PrewarmReport, type PrewarmTarget } from "./plan.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
 import { isAlive, readPrewarmState, renderPrewarmStatus, stateOfVolume, type PrewarmState } from "./state.ts";
 import type { OutcomeRecorder } from "../outcomes.ts";
@@ -96,11 +96,8 @@ export async function runPrewarm(
     log,
     ...(deps.recorder ? { recorder: deps.recorder } : {}),
   };
-  const decision = planPrewarm(settings, await observePrewarm(prewarmDeps, target.volume));
-  log.info("prewarm.decide", `${decision.action}: ${decision.reason}`, {
-    volume: volume.volumeId,
-    strategy: settings.strategy,
-  });
+  // Decided once: the long part and the boot's step both take this decision, not one of their own.
+  const decision = await decidePrewarm(target, settings, prewarmDeps);
   let report: PrewarmReport;
   if (decision.action === "initialize" || decision.action === "follow") {
     report = await runInitialization(target, settings, prewarmDeps, {
@@ -109,7 +106,7 @@ export async function runPrewarm(
       ...(options.signal ? { signal: options.signal } : {}),
     });
   } else {
-    report = await prewarmAtBoot(target, settings, prewarmDeps);
+    report = await prewarmAtBoot(target, settings, prewarmDeps, decision);
     await host.report("ready", { ...target.labels, ...report.labels }).catch((error: unknown) => {
       log.warning("prewarm.labels", `could not publish the labels: ${String(error)}`);
     });

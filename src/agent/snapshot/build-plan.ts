@@ -66,7 +66,7 @@ export function buildPaths(workDir: string): { mountPoint: string; dockerdRoot: 
 
 const GiB = 1024 ** 3;
 /** mkfs.xfs needs 300 MiB at least; a pool volume of less than a GiB holds no image set. */
-const MIN_SIZE_GIB = 1;
+export const MIN_SIZE_GIB = 1;
 /** EBS's largest volume (gp3, io2): a snapshot of more cannot be made a volume. */
 const MAX_SIZE_GIB = 16384;
 

@@ -32,13 +32,33 @@ function prewarmDeps(node: FakeNode, reader: FakeReader): PrewarmCommandDeps {
   };
 }
 
+/** How many times the pre-warm decided (its `prewarm.decide` lines). */
+function decisions(node: FakeNode): number {
+  return node.log.lines.filter((line) => line.includes("prewarm.decide:")).length;
+}
+
+/** Counts the DescribeVolumeStatus calls from here on. */
+function countStatusCalls(node: FakeNode): () => number {
+  const cloud = node.fake.cloud;
+  const asked = cloud.initializationStatus.bind(cloud);
+  let calls = 0;
+  cloud.initializationStatus = async (volumeId: string) => {
+    calls += 1;
+    return asked(volumeId);
+  };
+  return () => calls;
+}
+
 t.test("check: a cold sample gives the verdict cold, published, the volume not tagged initialized", async (t) => {
   const { node, volumeId } = await bootedFromSnapshot(t);
   const reader = fakeReader(node.script, { figures: [COLD] });
+  const statusAsked = countStatusCalls(node);
   const outcome = await runPrewarm(prewarmDeps(node, reader), { strategy: "check" });
   t.equal(outcome.exitCode, 0);
   t.equal(outcome.volumeId, volumeId);
   t.equal(outcome.report?.verdict, "cold");
+  t.equal(decisions(node), 1, "decided once");
+  t.equal(statusAsked(), 1, "from one observation: EC2's initialization status asked once");
   t.equal(node.script.of("fio.initialize").length, 0, "a check reads nothing more");
   t.equal((await node.fake.describe(volumeId)).tags[VolumeTag.initialized], undefined);
   t.match(node.labels.reports.at(-1), { details: { [Label.prewarm]: "cold" } });
@@ -59,8 +79,10 @@ t.test("files: the data is read, the volume tagged initialized, the node labelle
   t.ok((await node.fake.describe(volumeId)).tags[VolumeTag.initialized], "tagged initialized");
   t.equal(node.labels.current(), "ready");
 
+  const before = decisions(node);
   const again = await runPrewarm(prewarmDeps(node, reader), { strategy: "files" });
   t.equal(again.exitCode, 0);
+  t.equal(decisions(node) - before, 1, "an initialized volume: decided once as well");
   t.equal(node.script.of("fio.initialize").length, 1, "an initialized volume is never read again");
 });
 
