@@ -5,10 +5,8 @@
  * pool-volume step and the lab's golden build run it; docs/prewarm.md.
  */
 import { Command, InvalidArgumentError } from "commander";
-import { join } from "node:path";
 import { run } from "../exec.ts";
 import { DEFAULT_RECORD_SECONDS, recordImageReads, writeImageReads } from "../host/record-reads.ts";
-import { DATA_ROOT_SUBDIR } from "../layout.ts";
 import { createLogger } from "../log.ts";
 
 function seconds(value: string): number {
@@ -43,7 +41,7 @@ export function recordReadsCommand(): Command {
         for (const image of images) {
           const files = await recordImageReads(docker, {
             image,
-            dataRoot: join(options.volume, DATA_ROOT_SUBDIR),
+            volume: options.volume,
             workDir: options.workDir,
             seconds: options.seconds,
             log,

@@ -55,7 +55,7 @@ async function startDocker(root: string, dataRoot: string, imageStore: ImageStor
       for (const id of gone) await d.docker(["image", "rm", "--force", id]);
       return gone.length;
     },
-    recordReads: (image, dataRoot, scratch) => recordImageReads(d, { image, dataRoot, workDir: scratch, log }),
+    recordReads: (image, volume, scratch) => recordImageReads(d, { image, volume, workDir: scratch, log }),
     stop: () => d.stop(),
   };
 }

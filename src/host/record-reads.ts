@@ -4,16 +4,18 @@
  * builder's data-root, are mounted read-only under a scratch upper layer; the image's
  * entrypoint/cmd runs chrooted into that view for a bounded time, with no network and its own
  * pid and mount namespaces, under `strace -f`; each file it opened or executed is mapped to the
- * layer file overlay served it from. Parsing and ordering are pure (src/host/read-trace.ts).
- * Needs root, strace and util-linux's unshare; the overlay2 store only (not containerd's).
+ * layer file overlay served it from, as a path from the volume's root. Parsing and ordering are
+ * pure (src/host/read-trace.ts). Needs root, strace and util-linux's unshare; the overlay2 store
+ * only (not containerd's).
  */
 import { lstat, mkdir, mkdtemp, readFile, readlink, rm } from "node:fs/promises";
-import { join, posix, relative } from "node:path";
+import { join, posix, relative, resolve } from "node:path";
 import { AgentError } from "../errors.ts";
 import { run, type RunOptions, type RunResult } from "../exec.ts";
 import { writeFileAtomic } from "../fs-atomic.ts";
 import type { Logger } from "../log.ts";
-import { READ_LIST_FILE, ReadListError } from "../read-list.ts";
+import { DATA_ROOT_SUBDIR } from "../layout.ts";
+import { READ_LIST_FILE, ReadListError, readListText } from "../read-list.ts";
 import { firstReads, parseTrace, withImageReads } from "./read-trace.ts";
 import { readReadList } from "./need-reads.ts";
 import { AGENT_SUBDIR } from "./volume-layout.ts";
@@ -41,15 +43,18 @@ interface ImageInspect {
 }
 
 /**
- * Runs `image` (pulled or imported into the dockerd whose data-root is `dataRoot`) for at most
- * `seconds` and returns the files it read, as data-root-relative layer paths, first read first.
+ * Runs `image` (pulled or imported into the dockerd whose data-root is `<volume>/docker`) for at
+ * most `seconds` and returns the files it read, as layer files from the volume's root, first read
+ * first.
  * `workDir`: where the scratch layer and the trace go (removed afterwards), not on an overlay.
  */
 export async function recordImageReads(
   docker: DockerCli,
-  options: { image: string; dataRoot: string; workDir: string; seconds?: number; log?: Logger },
+  options: { image: string; volume: string; workDir: string; seconds?: number; log?: Logger },
 ): Promise<string[]> {
-  const { image, dataRoot, log } = options;
+  const { image, log } = options;
+  const volume = resolve(options.volume);
+  const dataRoot = join(volume, DATA_ROOT_SUBDIR);
   const seconds = options.seconds ?? DEFAULT_RECORD_SECONDS;
   const inspected = (await docker.docker(["image", "inspect", "--format", "{{json .}}", image], { log })).stdout;
   const { GraphDriver: driver, Config: config } = JSON.parse(inspected) as ImageInspect;
@@ -116,7 +121,7 @@ export async function recordImageReads(
       }
       const owners = new Map<string, string | undefined>();
       for (const { path } of resolved) {
-        if (!owners.has(path)) owners.set(path, await layerFileOf(layers, dataRoot, path));
+        if (!owners.has(path)) owners.set(path, await layerFileOf(layers, volume, path));
       }
       const files = firstReads(resolved, (path) => owners.get(path));
       log?.info("prewarm.record-reads", "recorded the files an image reads at start", {
@@ -133,12 +138,15 @@ export async function recordImageReads(
   }
 }
 
-/** The layer file overlay serves `path` from: the topmost layer holding it as a regular file. */
-async function layerFileOf(layers: readonly string[], dataRoot: string, path: string): Promise<string | undefined> {
+/**
+ * The layer file overlay serves `path` from: the topmost layer holding it as a regular file, as a
+ * path from the volume's root.
+ */
+async function layerFileOf(layers: readonly string[], volume: string, path: string): Promise<string | undefined> {
   for (const layer of layers) {
     const stats = await lstat(join(layer, path)).catch(() => undefined);
     if (stats === undefined) continue;
-    return stats.isFile() ? posix.join(relative(dataRoot, layer), path) : undefined;
+    return stats.isFile() ? posix.join(relative(volume, layer), path) : undefined;
   }
   return undefined;
 }
@@ -184,5 +192,5 @@ export async function writeImageReads(mountPoint: string, image: string, files: 
     });
   }
   const folder = await mkdirBeneath(mountPoint, AGENT_SUBDIR);
-  await writeFileAtomic(join(folder, READ_LIST_FILE), JSON.stringify(withImageReads(list, image, files)) + "\n");
+  await writeFileAtomic(join(folder, READ_LIST_FILE), readListText(withImageReads(list, image, files)));
 }

@@ -165,7 +165,12 @@ async function recordNeedList(
       },
     };
     for (const image of options.images) {
-      const files = await recordImageReads(cli, { image: image.tag, dataRoot, workDir: join(work, "record"), log });
+      const files = await recordImageReads(cli, {
+        image: image.tag,
+        volume: hostMount,
+        workDir: join(work, "record"),
+        log,
+      });
       await writeImageReads(hostMount, image.tag, files, log);
     }
   } finally {

@@ -205,7 +205,7 @@ t.test("engine machine builds: the need list on graphdriver, `snapshot build` of
   t.teardown(() => run("umount", [mountPoint], { check: false }));
   const reads = await readReadList(mountPoint);
   t.same(
-    reads?.images.map((entry) => [entry.image, entry.files[0]?.replace(/^overlay2\/[^/]+\/diff\//, "")]),
+    reads?.images.map((entry) => [entry.image, entry.files[0]?.replace(/^docker\/overlay2\/[^/]+\/diff\//, "")]),
     [
       ["lab/app:1", "bin/busybox"],
       ["lab/tool:2", "bin/busybox"],
