@@ -71,7 +71,7 @@ export interface VolumeBuildReport {
   images: string[];
   imageStore: ImageStore;
   engineVersion: string;
-  /** Images whose reads at start are in the volume's need list (none with the containerd store). */
+  /** Images whose reads at start are in the volume's need list. */
   needList: string[];
   /** Images removed because the set no longer names them (a copy of the previous generation). */
   removedImages: number;
