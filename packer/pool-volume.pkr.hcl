@@ -16,7 +16,7 @@
 #   ebs-cache:image-store=<image_store>  ebs-cache:engine-version=<the builder's docker version>
 #   ebs-cache:built-at=<this build's start, UTC, RFC 3339>
 # The builder also records what each image reads at start into the volume's need list
-# (.ebs-cache-agent/reads.json, docs/prewarm.md) when the store is graphdriver: the template
+# (.ebs-cache-agent/reads.json, docs/prewarm.md), on either store: the template
 # packages the agent from this checkout (as packer/ami.pkr.hcl does), uploads it with Node.js
 # (scripts/node.sh), and scripts/pool-volume.sh runs, after the pulls and with dockerd still up,
 # `ebs-cache-agent record-reads --volume /mnt/ebs-cache <images>` (the builder's own agent when

@@ -5,5 +5,7 @@
  */
 export const FS_LABEL = "ebs-cache";
 export const DATA_ROOT_SUBDIR = "docker";
+/** containerd's root on the volume with the containerd image store (src/docker/containerd-store.ts). */
+export const CONTAINERD_ROOT_SUBDIR = "containerd";
 /** State that must not travel between machines: removed from a pool volume before docker sees it. */
 export const MACHINE_LOCAL_STATE = ["swarm", "containers", "network"] as const;

@@ -2,7 +2,7 @@
 # Runs (as root) on the builder instance of packer/pool-volume.pkr.hcl: formats the extra EBS
 # volume XFS (label ebs-cache, ftype=1), runs dockerd with its data-root on <volume>/docker
 # (and, for the containerd image store, containerd with its root on <volume>/containerd),
-# pulls the image set, records what each image reads at start (graphdriver store),
+# pulls the image set, records what each image reads at start (either store),
 # stops docker, removes the machine-local state and unmounts. The same
 # steps as the lab's golden snapshot (src/lab/volumes/golden.ts). Writes ENGINE_VERSION to $BUILT_FILE
 # for the template to download (the snapshot step tags it). Environment (set by the template):
@@ -121,26 +121,22 @@ docker image ls
 # The need list (docs/prewarm.md): what each image reads at start, recorded with dockerd still
 # running, by the agent's own builder step: the builder's agent when its source AMI has one (made
 # by packer/ami.pkr.hcl), else the package the template uploaded, run by the Node.js it installed.
-# The overlay2 store only (containerd's snapshots are not layers of the data-root): without the
-# list the pre-warm reads the volume in device order.
-if [ "$IMAGE_STORE" = graphdriver ]; then
-  record=(ebs-cache-agent)
-  if ! command -v ebs-cache-agent >/dev/null; then
-    if [ ! -f "$AGENT_PACKAGE" ]; then
-      echo "pool-volume: no ebs-cache-agent and no AGENT_PACKAGE to record the need list" >&2
-      exit 1
-    fi
-    agent_dir=$(mktemp -d)
-    tar -xzf "$AGENT_PACKAGE" -C "$agent_dir"
-    record=(/usr/bin/node "$agent_dir/dist/ebs-cache-agent.mjs")
+# With the containerd store the images' layers are containerd's snapshots on the volume: the step
+# asks the system containerd (its socket, dockerd's namespace moby) through ctr.
+record=(ebs-cache-agent)
+if ! command -v ebs-cache-agent >/dev/null; then
+  if [ ! -f "$AGENT_PACKAGE" ]; then
+    echo "pool-volume: no ebs-cache-agent and no AGENT_PACKAGE to record the need list" >&2
+    exit 1
   fi
-  apt-get install -y -qq --no-install-recommends strace
-  # shellcheck disable=SC2086 # IMAGES is space-separated on purpose
-  "${record[@]}" record-reads --volume "$MOUNT" $IMAGES
-  [ -z "${agent_dir:-}" ] || rm -rf "$agent_dir"
-else
-  echo "pool-volume: no need list recorded (the containerd store's snapshots are not overlay2 layers)"
+  agent_dir=$(mktemp -d)
+  tar -xzf "$AGENT_PACKAGE" -C "$agent_dir"
+  record=(/usr/bin/node "$agent_dir/dist/ebs-cache-agent.mjs")
 fi
+apt-get install -y -qq --no-install-recommends strace
+# shellcheck disable=SC2086 # IMAGES is space-separated on purpose
+"${record[@]}" record-reads --volume "$MOUNT" --containerd-address /run/containerd/containerd.sock $IMAGES
+[ -z "${agent_dir:-}" ] || rm -rf "$agent_dir"
 systemctl stop docker.service docker.socket
 if [ "$IMAGE_STORE" = containerd ]; then systemctl stop containerd.service; fi
 

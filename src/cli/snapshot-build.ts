@@ -10,9 +10,11 @@ import { Command, InvalidArgumentError, Option } from "commander";
 import { runVolumeBuild, type BuildDocker, type VolumeBuildDeps } from "../agent/snapshot/build.ts";
 import { buildPaths, describeStep, planBuild, type BuildRequest } from "../agent/snapshot/build-plan.ts";
 import { startBuildDockerd, stopLeftoverBuildDockerd } from "../docker/build-dockerd.ts";
+import { buildContainerdPaths } from "../docker/build-containerd.ts";
 import { stripBuiltVolume } from "../docker/built-volume-strip.ts";
 import type { ImageStore } from "../docker/engine.ts";
 import { ExitCode } from "../errors.ts";
+import { run } from "../exec.ts";
 import { writeFileAtomic } from "../fs-atomic.ts";
 import { dropDeviceCache, formatDevice, growFilesystem } from "../host/filesystem.ts";
 import { identifyCacheVolume } from "../host/identify.ts";
@@ -26,12 +28,20 @@ import {
   releaseImageFile,
 } from "../host/image-file.ts";
 import { mountDevice, settleFilesystem, unmountPath } from "../host/mount.ts";
-import { recordImageReads, writeImageReads } from "../host/record-reads.ts";
+import { recordImageReads, writeImageReads, type ContainerdCli } from "../host/record-reads.ts";
 import { AGENT_SUBDIR } from "../host/volume-layout.ts";
 import { removeBeneath } from "../host/volume-paths.ts";
 import { createLogger, type Logger } from "../log.ts";
 import { READ_LIST_FILE } from "../read-list.ts";
 import { sigtermSignal } from "./common.ts";
+
+/** ctr on the build's own containerd (the containerd store), in the namespace its dockerd uses (`moby`). */
+function buildContainerdCli(dockerdRoot: string, log: Logger): ContainerdCli {
+  const address = buildContainerdPaths(dockerdRoot).socket;
+  return {
+    ctr: (args, options) => run("ctr", ["--address", address, "--namespace", "moby", ...args], { log, ...options }),
+  };
+}
 
 /** The build's dockerd with the image steps the build takes. */
 async function startDocker(root: string, dataRoot: string, imageStore: ImageStore, log: Logger): Promise<BuildDocker> {
@@ -55,7 +65,14 @@ async function startDocker(root: string, dataRoot: string, imageStore: ImageStor
       for (const id of gone) await d.docker(["image", "rm", "--force", id]);
       return gone.length;
     },
-    recordReads: (image, dataRoot, scratch) => recordImageReads(d, { image, dataRoot, workDir: scratch, log }),
+    recordReads: (image, volume, scratch) =>
+      recordImageReads(d, {
+        image,
+        volume,
+        workDir: scratch,
+        log,
+        ...(imageStore === "containerd" ? { containerd: buildContainerdCli(root, log) } : {}),
+      }),
     stop: () => d.stop(),
   };
 }
@@ -131,7 +148,8 @@ export function snapshotBuildCommand(): Command {
         "its root, the need list; with the containerd store containerd/ beside it), with a private dockerd (and " +
         "for the containerd store a private containerd) that loads --load tarballs and pulls the rest; " +
         "machine-local state stripped; then `snapshot upload` it. Needs root, docker (dockerd), xfsprogs, " +
-        "util-linux and strace (the need list); the containerd store docker 24 or later and containerd. Never " +
+        "util-linux and strace (the need list); the containerd store docker 24 or later and containerd (with its " +
+        "ctr: the need list). Never " +
         "touches the machine's docker or containerd, /etc/docker, /etc/containerd or any disk but the image",
     )
     .requiredOption("--image <path>", "the image file to write (must not exist; a killed build's own is replaced)")
@@ -152,15 +170,12 @@ export function snapshotBuildCommand(): Command {
       new Option(
         "--image-store <store>",
         "the image store the hosts run (containerd: their daemon.json sets features.containerd-snapshotter; " +
-          "no need list then)",
+          "the need list then names files of containerd's snapshots in containerd/)",
       )
         .choices(["graphdriver", "containerd"])
         .default("graphdriver"),
     )
-    .option(
-      "--no-record-reads",
-      "leave the need list out (the pre-warm then reads the volume in device order; the containerd store has none)",
-    )
+    .option("--no-record-reads", "leave the need list out (the pre-warm then reads the volume in device order)")
     .option(
       "--work-dir <dir>",
       "the build's own folder: mount point, the sockets, configs and logs of its dockerd and containerd " +

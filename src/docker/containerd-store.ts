@@ -20,12 +20,13 @@
 import { mkdir } from "node:fs/promises";
 import { isAbsolute, join } from "node:path";
 import { AgentError } from "../errors.ts";
+import { CONTAINERD_ROOT_SUBDIR } from "../layout.ts";
 import { entryKind, removeBeneath } from "../host/volume-paths.ts";
 import type { Logger } from "../log.ts";
 import { createOwnedFile, ioError as ownedFileIoError } from "./owned-file.ts";
 
 /** The volume's folder that is containerd's root, beside DATA_ROOT_SUBDIR (src/layout.ts). */
-export const CONTAINERD_ROOT_SUBDIR = "containerd";
+export { CONTAINERD_ROOT_SUBDIR } from "../layout.ts";
 /** containerd's root when config.toml sets none. */
 export const DEFAULT_CONTAINERD_ROOT = "/var/lib/containerd";
 /** Usually where containerd reads its config. */

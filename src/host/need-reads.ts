@@ -1,13 +1,14 @@
 /**
  * Where on the device the files of the pre-warm's need list lie (src/agent/prewarm/need.ts):
  * the list read from the volume through volume-paths (bounded, never through a link), each file
- * checked to be a regular file inside the data-root before `filefrag` maps it to device ranges.
+ * (a path from the volume's root: in the data-root, or in containerd's root for the containerd
+ * image store) checked to be a regular file, walked from the volume's root without following a
+ * link, before `filefrag` maps it to device ranges.
  * An entry that is missing, a link, or behind one is left out (a layer's `lib -> usr/lib` is
  * image content, not a reason to refuse the volume); a list that does not validate is not used.
  */
 import { join } from "node:path";
 import { AGENT_SUBDIR } from "./volume-layout.ts";
-import { DATA_ROOT_SUBDIR } from "../layout.ts";
 import { MAX_READ_LIST_BYTES, parseReadList, READ_LIST_FILE, type ReadList } from "../read-list.ts";
 import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";
@@ -27,7 +28,7 @@ export async function readReadList(mountPoint: string): Promise<ReadList | undef
 }
 
 /**
- * The device ranges of `files` (paths relative to the data-root), in the files' order; each range
+ * The device ranges of `files` (paths relative to the volume's root), in the files' order; each range
  * once (a block two files share, or a file listed twice, is read once).
  */
 export async function fileRanges(
@@ -39,7 +40,7 @@ export async function fileRanges(
   let skipped = 0;
   for (const file of files) {
     try {
-      const found = await resolveBeneath(mountPoint, join(DATA_ROOT_SUBDIR, file));
+      const found = await resolveBeneath(mountPoint, file);
       if (found.kind === "file") paths.push(found.path);
       else skipped++;
     } catch (error) {

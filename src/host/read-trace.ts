@@ -82,5 +82,5 @@ export function firstReads(
 /** The list with `image`'s entry replaced (or added last): a rebuild of one image keeps the others'. */
 export function withImageReads(list: ReadList | undefined, image: string, files: string[]): ReadList {
   const others = (list?.images ?? []).filter((entry) => asListed(entry.image) !== asListed(image));
-  return { version: 1, images: [...others, { image, files }] };
+  return { images: [...others, { image, files }] };
 }

@@ -1,19 +1,24 @@
 /**
  * The golden build's record of what each image reads when it starts (the need list,
- * src/agent/prewarm/need.ts): the image's layers, as dockerd's overlay2 stores them in the
- * builder's data-root, are mounted read-only under a scratch upper layer; the image's
- * entrypoint/cmd runs chrooted into that view for a bounded time, with no network and its own
- * pid and mount namespaces, under `strace -f`; each file it opened or executed is mapped to the
- * layer file overlay served it from. Parsing and ordering are pure (src/host/read-trace.ts).
- * Needs root, strace and util-linux's unshare; the overlay2 store only (not containerd's).
+ * src/agent/prewarm/need.ts): the image's layers, as the builder's dockerd stores them on the
+ * volume (overlay2's in the data-root; with the containerd image store, containerd's overlayfs
+ * snapshots in containerd's root: image-layers.ts), are mounted read-only under a scratch upper
+ * layer; the image's entrypoint/cmd runs chrooted into that view for a bounded time, with no
+ * network and its own pid and mount namespaces, under `strace -f`; each file it opened or
+ * executed is mapped to the layer file overlay served it from, as a path from the volume's root. Parsing, ordering and
+ * the layers' places are pure (src/host/read-trace.ts, src/host/image-layers.ts). Needs root,
+ * strace and util-linux's unshare; with the containerd store, containerd's `ctr`.
  */
+import { randomUUID } from "node:crypto";
 import { lstat, mkdir, mkdtemp, readFile, readlink, rm } from "node:fs/promises";
-import { join, posix, relative } from "node:path";
+import { join, posix, relative, resolve } from "node:path";
 import { AgentError } from "../errors.ts";
 import { run, type RunOptions, type RunResult } from "../exec.ts";
 import { writeFileAtomic } from "../fs-atomic.ts";
 import type { Logger } from "../log.ts";
-import { READ_LIST_FILE, ReadListError } from "../read-list.ts";
+import { READ_LIST_FILE, ReadListError, readListText } from "../read-list.ts";
+import { CONTAINERD_ROOT_SUBDIR, DATA_ROOT_SUBDIR } from "../layout.ts";
+import { chainId, layerPaths, OVERLAYFS_SNAPSHOTTER, servedFile, snapshotLayerDirs } from "./image-layers.ts";
 import { firstReads, parseTrace, withImageReads } from "./read-trace.ts";
 import { readReadList } from "./need-reads.ts";
 import { AGENT_SUBDIR } from "./volume-layout.ts";
@@ -29,53 +34,82 @@ const DEVICES: Array<[string, number, number]> = [
   ["urandom", 1, 9],
 ];
 const MAX_LINK_HOPS = 40;
+/** The scratch layer's tmpfs: what the run writes in its seconds (a write past it fails, the reads go on). */
+const SCRATCH_BYTES = 256 * 1024 * 1024;
 
 /** The docker CLI of the builder's dockerd. */
 export interface DockerCli {
   docker(args: readonly string[], options?: RunOptions): Promise<RunResult>;
 }
 
+/**
+ * `ctr` on the containerd the builder's dockerd keeps its images in (its address and dockerd's
+ * namespace, `moby`, given), for the containerd image store.
+ */
+export interface ContainerdCli {
+  ctr(args: readonly string[], options?: RunOptions): Promise<RunResult>;
+}
+
 interface ImageInspect {
-  GraphDriver?: { Name?: string; Data?: { LowerDir?: string; UpperDir?: string } };
+  GraphDriver?: { Name?: string; Data?: { LowerDir?: string; UpperDir?: string } | null };
+  RootFS?: { Layers?: string[] };
   Config?: { Entrypoint?: string[] | null; Cmd?: string[] | null; Env?: string[] | null; WorkingDir?: string };
 }
 
+/** An image's layers on the volume: the store's layer folder, and the layers below it, top-most first. */
+interface ImageLayers {
+  /** Absolute: the overlay's lowerdir entries are given relative to it (a page holds many layers). */
+  base: string;
+  /** Paths from the volume's root, top-most first. */
+  layers: string[];
+}
+
 /**
- * Runs `image` (pulled or imported into the dockerd whose data-root is `dataRoot`) for at most
- * `seconds` and returns the files it read, as data-root-relative layer paths, first read first.
+ * Runs `image` (pulled or imported into the builder's dockerd, whose data-root is `<volume>/docker`
+ * and, with the containerd store, whose containerd's root is `<volume>/containerd`) for at most
+ * `seconds` and returns the files it read, as paths from the volume's root, first read first.
  * `workDir`: where the scratch layer and the trace go (removed afterwards), not on an overlay.
+ * `containerd`: how to reach that containerd (the containerd store only).
  */
 export async function recordImageReads(
   docker: DockerCli,
-  options: { image: string; dataRoot: string; workDir: string; seconds?: number; log?: Logger },
+  options: {
+    image: string;
+    volume: string;
+    workDir: string;
+    seconds?: number;
+    log?: Logger;
+    containerd?: ContainerdCli;
+  },
 ): Promise<string[]> {
-  const { image, dataRoot, log } = options;
+  const { image, log } = options;
+  const volume = resolve(options.volume);
   const seconds = options.seconds ?? DEFAULT_RECORD_SECONDS;
   const inspected = (await docker.docker(["image", "inspect", "--format", "{{json .}}", image], { log })).stdout;
-  const { GraphDriver: driver, Config: config } = JSON.parse(inspected) as ImageInspect;
-  if (driver?.Name !== "overlay2" || !driver.Data?.UpperDir) {
-    throw new AgentError(
-      `${image}: stored by ${driver?.Name ?? "an unknown driver"}, not overlay2: its reads cannot be recorded`,
-      "record the reads with dockerd's overlay2 storage driver (not the containerd image store)",
-    );
-  }
-  const layerRoot = join(dataRoot, "overlay2");
-  const layers = [driver.Data.UpperDir, ...(driver.Data.LowerDir ? driver.Data.LowerDir.split(":") : [])];
-  for (const layer of layers) {
-    if (relative(layerRoot, layer).startsWith("..")) {
-      throw new AgentError(`${image}: layer ${layer} is not under ${layerRoot}`, "pass the dockerd's own data-root");
-    }
-  }
+  const inspect = JSON.parse(inspected) as ImageInspect;
+  const config = inspect.Config;
   const command = [...(config?.Entrypoint ?? []), ...(config?.Cmd ?? [])];
   if (command.length === 0) throw new AgentError(`${image} has neither entrypoint nor cmd`, "give the image a CMD");
+  const driver = (await docker.docker(["info", "--format", "{{.Driver}}"], { log })).stdout.trim();
+  const { base, layers } =
+    driver === "overlay2"
+      ? overlay2Layers(image, volume, inspect)
+      : await snapshotLayers(image, volume, driver, inspect, options.containerd, log);
 
   await mkdir(options.workDir, { recursive: true });
   const temp = await mkdtemp(join(options.workDir, "record-reads-"));
   const merged = join(temp, "merged");
+  const scratch = join(temp, "scratch");
+  let scratchMounted = false;
   try {
-    for (const dir of ["upper", "work", "merged"]) await mkdir(join(temp, dir));
-    // Paths relative to overlay2/, as dockerd mounts them: many layers stay within a page of options.
-    const lower = layers.map((layer) => relative(layerRoot, layer)).join(":");
+    await mkdir(merged);
+    await mkdir(scratch);
+    // The scratch layer on a tmpfs of its own: overlay refuses an upperdir on an overlay (a work
+    // folder in a container's or a machine's root file system).
+    await run("mount", ["-t", "tmpfs", "-o", `size=${SCRATCH_BYTES},mode=0700`, "tmpfs", scratch], { log });
+    scratchMounted = true;
+    for (const dir of ["upper", "work"]) await mkdir(join(scratch, dir));
+    const lower = layers.map((layer) => relative(base, join(volume, layer))).join(":");
     await run(
       "mount",
       [
@@ -83,10 +117,10 @@ export async function recordImageReads(
         "overlay",
         "overlay",
         "-o",
-        `lowerdir=${lower},upperdir=${join(temp, "upper")},workdir=${join(temp, "work")}`,
+        `lowerdir=${lower},upperdir=${join(scratch, "upper")},workdir=${join(scratch, "work")}`,
         merged,
       ],
-      { cwd: layerRoot, log },
+      { cwd: base, log },
     );
     try {
       await mkdir(join(merged, "dev"), { recursive: true });
@@ -116,11 +150,12 @@ export async function recordImageReads(
       }
       const owners = new Map<string, string | undefined>();
       for (const { path } of resolved) {
-        if (!owners.has(path)) owners.set(path, await layerFileOf(layers, dataRoot, path));
+        if (!owners.has(path)) owners.set(path, await layerFileOf(volume, layers, path));
       }
       const files = firstReads(resolved, (path) => owners.get(path));
       log?.info("prewarm.record-reads", "recorded the files an image reads at start", {
         image,
+        store: driver === "overlay2" ? "graphdriver" : "containerd",
         files: files.length,
         seconds,
       });
@@ -129,18 +164,89 @@ export async function recordImageReads(
       await run("umount", [merged], { log });
     }
   } finally {
+    if (scratchMounted) await run("umount", [scratch], { log });
     await rm(temp, { recursive: true, force: true });
   }
 }
 
-/** The layer file overlay serves `path` from: the topmost layer holding it as a regular file. */
-async function layerFileOf(layers: readonly string[], dataRoot: string, path: string): Promise<string | undefined> {
-  for (const layer of layers) {
-    const stats = await lstat(join(layer, path)).catch(() => undefined);
-    if (stats === undefined) continue;
-    return stats.isFile() ? posix.join(relative(dataRoot, layer), path) : undefined;
+/** The graphdriver store's layers: `docker image inspect`'s GraphDriver, overlay2's `diff` folders in the data-root. */
+function overlay2Layers(image: string, volume: string, inspect: ImageInspect): ImageLayers {
+  const data = inspect.GraphDriver?.Data;
+  if (inspect.GraphDriver?.Name !== "overlay2" || !data?.UpperDir) {
+    throw new AgentError(
+      `${image}: docker inspect names no overlay2 layers (driver ${inspect.GraphDriver?.Name ?? "unknown"})`,
+      "record the reads with dockerd's overlay2 storage driver or the containerd image store (overlayfs)",
+    );
   }
-  return undefined;
+  const root = posix.join(DATA_ROOT_SUBDIR, "overlay2");
+  const dirs = [data.UpperDir, ...(data.LowerDir ? data.LowerDir.split(":") : [])];
+  return { base: join(volume, root), layers: checkedLayers(image, volume, root, "diff", dirs) };
+}
+
+/**
+ * The containerd store's layers: the snapshots of the image's top snapshot (its chain id), as a
+ * read-only view of it mounts them (image-layers.ts), the view removed at once (the image's
+ * snapshots it names stay: the image holds them).
+ */
+async function snapshotLayers(
+  image: string,
+  volume: string,
+  snapshotter: string,
+  inspect: ImageInspect,
+  containerd: ContainerdCli | undefined,
+  log: Logger | undefined,
+): Promise<ImageLayers> {
+  if (snapshotter !== "overlayfs") {
+    throw new AgentError(
+      `${image}: dockerd stores images with ${JSON.stringify(snapshotter)}: its reads cannot be recorded`,
+      "record the reads with dockerd's overlay2 storage driver or the containerd image store's overlayfs snapshotter",
+    );
+  }
+  if (containerd === undefined) {
+    throw new AgentError(
+      `${image}: dockerd keeps its images in containerd, and no containerd address was given`,
+      "give the address of the containerd dockerd uses (record-reads --containerd-address)",
+    );
+  }
+  const top = chainId(inspect.RootFS?.Layers ?? []);
+  if (top === undefined) throw new AgentError(`${image} has no layers`, "record the reads of an image with files");
+  const key = `ebs-cache-record-reads-${randomUUID()}`;
+  const snapshots = ["snapshots", "--snapshotter", snapshotter];
+  const view = await containerd.ctr([...snapshots, "view", "--mounts", key, top], {
+    log,
+    remediation: "install containerd's ctr; check that the image is unpacked (docker image ls lists it)",
+  });
+  await containerd.ctr([...snapshots, "rm", key], { log });
+  const root = posix.join(CONTAINERD_ROOT_SUBDIR, OVERLAYFS_SNAPSHOTTER, "snapshots");
+  let dirs: string[];
+  try {
+    dirs = snapshotLayerDirs(view.stdout);
+  } catch (error) {
+    throw new AgentError(`${image}: ${(error as Error).message}`, "report this: ctr's output changed");
+  }
+  return { base: join(volume, root), layers: checkedLayers(image, volume, root, "fs", dirs) };
+}
+
+function checkedLayers(image: string, volume: string, root: string, leaf: string, dirs: readonly string[]): string[] {
+  try {
+    return layerPaths(volume, root, leaf, dirs);
+  } catch (error) {
+    throw new AgentError(
+      `${image}: ${(error as Error).message}`,
+      "run the recording against the dockerd (and containerd) whose roots are on the volume given",
+    );
+  }
+}
+
+/** The layer file overlay serves `path` from (image-layers.ts servedFile), looked up in the layers. */
+async function layerFileOf(volume: string, layers: readonly string[], path: string): Promise<string | undefined> {
+  const kinds: Array<"file" | "other" | "missing"> = [];
+  for (const layer of layers) {
+    const stats = await lstat(join(volume, layer, path)).catch(() => undefined);
+    kinds.push(stats === undefined ? "missing" : stats.isFile() ? "file" : "other");
+    if (stats !== undefined) break;
+  }
+  return servedFile(layers, path, kinds);
 }
 
 /** `path` (root-relative) with its links resolved as the chrooted run saw them; undefined past 40 hops or outside. */
@@ -184,5 +290,5 @@ export async function writeImageReads(mountPoint: string, image: string, files: 
     });
   }
   const folder = await mkdirBeneath(mountPoint, AGENT_SUBDIR);
-  await writeFileAtomic(join(folder, READ_LIST_FILE), JSON.stringify(withImageReads(list, image, files)) + "\n");
+  await writeFileAtomic(join(folder, READ_LIST_FILE), readListText(withImageReads(list, image, files)));
 }

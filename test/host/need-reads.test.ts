@@ -25,7 +25,7 @@ t.test("the list on the volume: read when it is a plain file, refused through a 
     join(root, ".ebs-cache-agent/reads.json"),
     JSON.stringify({ version: 1, images: [{ image: "a", files: ["f"] }] }),
   );
-  t.same(await readReadList(root), { version: 1, images: [{ image: "a", files: ["f"] }] });
+  t.same(await readReadList(root), { images: [{ image: "a", files: ["docker/f"] }] });
   await writeFile(
     join(root, ".ebs-cache-agent/reads.json"),
     '{"version":1,"images":[{"image":"a","files":["../../x"]}]}',
@@ -50,15 +50,51 @@ t.test(
     await symlink("usr/lib", join(diff, "lib"));
     await symlink("/etc/hostname", join(diff, "hostname"));
     const mapped = await fileRanges(root, [
-      "overlay2/l1/diff/usr/lib/a.so",
-      "overlay2/l1/diff/lib/a.so",
-      "overlay2/l1/diff/hostname",
-      "overlay2/l1/diff/missing",
+      "docker/overlay2/l1/diff/usr/lib/a.so",
+      "docker/overlay2/l1/diff/lib/a.so",
+      "docker/overlay2/l1/diff/hostname",
+      "docker/overlay2/l1/diff/missing",
     ]);
     t.equal(mapped.mapped, 1, "the regular file");
     t.equal(mapped.skipped, 3, "behind a link, a link, missing");
   },
 );
+
+t.test("files in containerd's root: mapped as the data-root's, never through a link", async (t) => {
+  const root = await volume(t);
+  const fs = join(root, "containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/4/fs");
+  await mkdir(join(fs, "usr/bin"), { recursive: true });
+  await writeFile(join(fs, "usr/bin/python3"), Buffer.alloc(64 * 1024, 1));
+  await symlink("usr/bin", join(fs, "bin"));
+  const outside = await volume(t);
+  await mkdir(join(outside, "snapshots/5/fs"), { recursive: true });
+  await writeFile(join(outside, "snapshots/5/fs/secret"), "x");
+  await symlink(join(outside, "snapshots/5"), join(root, "containerd/io.containerd.snapshotter.v1.overlayfs/l"));
+  const mapped = await fileRanges(root, [
+    "containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/4/fs/usr/bin/python3",
+    "containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/4/fs/bin/python3",
+    "containerd/io.containerd.snapshotter.v1.overlayfs/l/fs/secret",
+  ]);
+  t.equal(mapped.mapped, 1, "the snapshot's regular file");
+  t.equal(mapped.skipped, 2, "behind a link in the snapshot, and behind a link out of the volume");
+
+  // containerd's root itself a link out of the volume: nothing of it is read.
+  await rm(join(root, "containerd"), { recursive: true });
+  await symlink(join(outside), join(root, "containerd"));
+  const escaped = await fileRanges(root, ["containerd/snapshots/5/fs/secret"]);
+  t.same([escaped.mapped, escaped.skipped], [0, 1], "containerd/ a symlink: not followed");
+});
+
+t.test("a version 2 list on the volume is read with its containerd paths", async (t) => {
+  const root = await volume(t);
+  await mkdir(join(root, ".ebs-cache-agent"));
+  const file = "containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/4/fs/bin/sh";
+  await writeFile(
+    join(root, ".ebs-cache-agent/reads.json"),
+    JSON.stringify({ version: 2, images: [{ image: "a", files: [file] }] }),
+  );
+  t.same(await readReadList(root), { images: [{ image: "a", files: [file] }] });
+});
 
 t.test("filefrag -v -e output and range arithmetic", async (t) => {
   const text = [

@@ -42,21 +42,21 @@ await buildImage(dockerd, {
 t.test("the files an image reads at start, first read first, as layer files of the data-root", async (t) => {
   const files = await recordImageReads(dockerd, {
     image: "lab/reader:1",
-    dataRoot,
+    volume,
     workDir: join(top, "work"),
     seconds: 30,
     log,
   });
   t.ok(files.length >= 3, `a few files recorded: ${files.join(", ")}`);
-  const names = files.map((file) => file.replace(/^overlay2\/[^/]+\/diff\//, ""));
-  for (const file of files) t.match(file, /^overlay2\/[0-9a-f]+\/diff\//, `${file} is a layer file`);
+  const names = files.map((file) => file.replace(/^docker\/overlay2\/[^/]+\/diff\//, ""));
+  for (const file of files) t.match(file, /^docker\/overlay2\/[0-9a-f]+\/diff\//, `${file} is a layer file`);
   t.same(names.slice(0, 3), ["bin/busybox", "app/b.txt", "app/a.txt"], "the program, then b, then a");
   t.equal(new Set(files).size, files.length, "each file once");
   t.notOk(names.includes("tmp/written"), "a file the run wrote is no layer's");
-  for (const file of files) await readFile(join(dataRoot, file)); // each names a real file
+  for (const file of files) await readFile(join(volume, file)); // each names a real file
 
   await writeImageReads(volume, "lab/reader:1", files, log);
-  await writeImageReads(volume, "lab/other:1", ["overlay2/x/diff/y"], log);
+  await writeImageReads(volume, "lab/other:1", ["docker/overlay2/x/diff/y"], log);
   await writeImageReads(volume, "lab/reader:1", files, log);
   const list = await readReadList(volume);
   t.same(
@@ -65,6 +65,12 @@ t.test("the files an image reads at start, first read first, as layer files of t
     "the agent's reader accepts the list; a rerun replaces the image's entry, keeping the other's",
   );
   t.same(list?.images[1]?.files, files);
+  const stored = JSON.parse(await readFile(join(volume, ".ebs-cache-agent", "reads.json"), "utf8")) as {
+    version: number;
+    images: Array<{ files: string[] }>;
+  };
+  t.equal(stored.version, 1, "a list of data-root files only is stored as version 1 (older agents read it)");
+  t.equal(`docker/${stored.images[1]?.files[0]}`, files[0], "its paths relative to the data-root");
 });
 
 t.test("the builder's command (the Packer step) writes the image's entry", async (t) => {
@@ -77,7 +83,7 @@ t.test("the builder's command (the Packer step) writes the image's entry", async
   t.equal(cli.exitCode, 0, cli.stderr);
   const list = await readReadList(volume);
   t.same(
-    list?.images[0]?.files.slice(1, 3).map((file) => file.replace(/^overlay2\/[^/]+\/diff\//, "")),
+    list?.images[0]?.files.slice(1, 3).map((file) => file.replace(/^docker\/overlay2\/[^/]+\/diff\//, "")),
     ["app/b.txt", "app/a.txt"],
   );
 });
@@ -98,14 +104,14 @@ t.test("a file a later layer replaced is read from that layer", async (t) => {
   const cmd = (await dockerd.docker(["image", "inspect", "--format", "{{json .Config.Cmd}}", "lab/reader:1"])).stdout;
   await dockerd.docker(["commit", "--change", `CMD ${cmd}`, "upper", "lab/reader:2"]);
   await dockerd.docker(["rm", "upper"]);
-  const files = await recordImageReads(dockerd, { image: "lab/reader:2", dataRoot, workDir: join(top, "work"), log });
-  const layerOf = (name: string) => files.find((file) => file.endsWith(`/diff/${name}`))?.split("/")[1];
+  const files = await recordImageReads(dockerd, { image: "lab/reader:2", volume, workDir: join(top, "work"), log });
+  const layerOf = (name: string) => files.find((file) => file.endsWith(`/diff/${name}`))?.split("/")[2];
   t.ok(layerOf("app/a.txt"), `a.txt recorded: ${files.join(", ")}`);
   t.not(layerOf("app/a.txt"), layerOf("app/b.txt"), "a.txt from the upper layer, b.txt from the lower");
   t.equal(
     await readFile(
       join(
-        dataRoot,
+        volume,
         files.find((f) => f.endsWith("/app/a.txt"))!,
       ),
       "utf8",

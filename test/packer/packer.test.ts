@@ -192,7 +192,12 @@ t.test("the templates agree with the code on tags and the volume layout", async 
     t.match(template, /destination\s*=\s*"\/tmp\/ebs-cache-agent-package\.tar\.gz"/, `${name}: the agent is uploaded`);
     t.match(template, /"AGENT_PACKAGE=\/tmp\/ebs-cache-agent-package\.tar\.gz"/, `${name}: its script is told where`);
   }
-  // The pool builder always records the need list on the graphdriver store: its own agent, or the uploaded one.
+  // The pool builder always records the need list, on either store: its own agent, or the uploaded one.
   t.match(script, /record=\(\/usr\/bin\/node "\$agent_dir\/dist\/ebs-cache-agent\.mjs"\)/, "the uploaded agent runs");
-  t.match(script, /"\$\{record\[@\]\}" record-reads --volume "\$MOUNT" \$IMAGES/, "record-reads on the volume");
+  t.match(
+    script,
+    /"\$\{record\[@\]\}" record-reads --volume "\$MOUNT" --containerd-address \/run\/containerd\/\S+ \$IMAGES/,
+    "record-reads on the volume, asking the system containerd for the containerd store's snapshots",
+  );
+  t.notMatch(script, /if \[ "\$IMAGE_STORE" = graphdriver \]; then\s+record=/, "whatever the store");
 });

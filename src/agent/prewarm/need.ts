@@ -1,8 +1,9 @@
 /**
  * The pre-warm ordered by need, as pure decisions. At the golden build a builder records which
- * files of the data-root each image reads when it starts (in first-read order) and stores the
- * list on the volume, `.ebs-cache-agent/reads.json`; at boot the `files` initialization reads
- * first the files of the images the node is about to run, then everything else. This module
+ * files of the volume (the data-root's layers, or containerd's snapshots) each image reads when it
+ * starts (in first-read order) and stores the list on the volume, `.ebs-cache-agent/reads.json`;
+ * at boot the `files` initialization reads first the files of the images the node is about to
+ * run, then everything else. This module
  * parses that list (volume content: untrusted, validated and bounded here) and orders it; the
  * host reads it through src/host/volume-paths.ts (src/host/need-reads.ts). See docs/prewarm.md.
  */
@@ -13,11 +14,14 @@ import { readPrePulledImages } from "../refresh/images.ts";
 export {
   imagesAboutToRun,
   isDataRootPath,
+  isVolumeFilePath,
   MAX_READ_LIST_BYTES,
   MAX_READ_LIST_FILES,
   needOrder,
   parseReadList,
   READ_LIST_FILE,
+  READ_LIST_ROOTS,
+  readListText,
   ReadListError,
   type ReadList,
 } from "../../read-list.ts";

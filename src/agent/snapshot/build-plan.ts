@@ -12,8 +12,8 @@
  *
  * The containerd image store: the images are in containerd's root (`containerd/` beside
  * `docker/`, where a boot on such a host puts containerd's root), so the build's dockerd runs with
- * a private containerd whose root is there (src/docker/build-containerd.ts). No need list: its
- * format names files of the data-root (src/read-list.ts), and containerd's snapshots are outside it.
+ * a private containerd whose root is there (src/docker/build-containerd.ts). The need list then
+ * names files of containerd's snapshots there (version 2 of its format, src/read-list.ts).
  */
 import { validateImageRef } from "../../inputs.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL } from "../../layout.ts";
@@ -34,7 +34,7 @@ export interface BuildRequest {
   /** Pull what the tarballs do not hold (false: such an image is an error; offline builds). */
   pull: boolean;
   imageStore: "graphdriver" | "containerd";
-  /** Record what each image reads at start (the volume's need list; the graphdriver store only). */
+  /** Record what each image reads at start (the volume's need list). */
   recordReads: boolean;
 }
 
@@ -112,21 +112,13 @@ export function planBuild(request: BuildRequest): { steps: BuildStep[] } | { pro
   for (const tarball of request.load) steps.push({ step: "load", tarball });
   for (const image of request.images) steps.push({ step: "ensure-image", image, pull: request.pull });
   steps.push({ step: "remove-other-images", keep: [...request.images] });
-  if (recordsReads(request)) for (const image of request.images) steps.push({ step: "record-reads", image });
+  if (request.recordReads) for (const image of request.images) steps.push({ step: "record-reads", image });
   steps.push({ step: "stop-dockerd" });
   steps.push({ step: "strip-machine-local-state", dataRoot, imageStore: request.imageStore });
   steps.push({ step: "unmount", mountPoint });
   steps.push({ step: "identify" });
   if ("image" in target) steps.push({ step: "detach-loop" });
   return { steps };
-}
-
-/**
- * Whether the build records the need list: asked, and the graphdriver store (the list names
- * data-root paths, src/read-list.ts; the containerd store's files are in containerd's root).
- */
-export function recordsReads(request: Pick<BuildRequest, "recordReads" | "imageStore">): boolean {
-  return request.recordReads && request.imageStore === "graphdriver";
 }
 
 /** One line per step, for `--dry-run` and the log. */

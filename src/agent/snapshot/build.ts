@@ -21,8 +21,11 @@ export interface BuildDocker {
   pull(image: string): Promise<void>;
   /** Removes every image but `keep` (by id: their other tags go too); returns how many went. */
   removeAllBut(keep: readonly string[]): Promise<number>;
-  /** The files `image` reads at start, as data-root-relative layer paths (src/host/record-reads.ts). */
-  recordReads(image: string, dataRoot: string, scratch: string): Promise<string[]>;
+  /**
+   * The files `image` reads at start, as layer files from the root of the volume mounted at
+   * `volume` (src/host/record-reads.ts).
+   */
+  recordReads(image: string, volume: string, scratch: string): Promise<string[]>;
   stop(): Promise<void>;
 }
 
@@ -68,7 +71,7 @@ export interface VolumeBuildReport {
   images: string[];
   imageStore: ImageStore;
   engineVersion: string;
-  /** Images whose reads at start are in the volume's need list (none with the containerd store). */
+  /** Images whose reads at start are in the volume's need list. */
   needList: string[];
   /** Images removed because the set no longer names them (a copy of the previous generation). */
   removedImages: number;
@@ -167,7 +170,7 @@ export async function runVolumeBuild(
         report.removedImages = await needDocker().removeAllBut(step.keep);
         return;
       case "record-reads": {
-        const files = await needDocker().recordReads(step.image, buildPaths(request.workDir).dataRoot, request.workDir);
+        const files = await needDocker().recordReads(step.image, mountPoint, request.workDir);
         await deps.writeNeedList(mountPoint, step.image, files);
         report.needList.push(step.image);
         return;

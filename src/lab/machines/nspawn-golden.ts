@@ -3,8 +3,8 @@
  * store: what the pool Packer template does on an AMI with that engine. As golden.ts, with the
  * builder's dockerd inside the machine: the volume formatted by the agent's rule, mounted in the
  * machine, docker's data-root (and, for the containerd store, containerd's root) on it, the image
- * set imported, the need list recorded (graphdriver store: what each image reads at start, as the
- * Packer template's builder records it), machine-local state dropped, snapshotted and tagged with
+ * set imported, the need list recorded (what each image reads at start, as the Packer template's
+ * builder records it), machine-local state dropped, snapshotted and tagged with
  * the store and engine version the machine's docker reported.
  */
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
@@ -13,8 +13,8 @@ import { AttachVolumeCommand, CreateVolumeCommand, waitUntilVolumeAvailable } fr
 import { CONTAINERD_MACHINE_LOCAL_STATE, CONTAINERD_ROOT_SUBDIR } from "../../docker/containerd-store.ts";
 import type { ImageStore } from "../../docker/engine.ts";
 import { AgentError } from "../../errors.ts";
-import { run, type RunOptions } from "../../exec.ts";
-import { recordImageReads, writeImageReads, type DockerCli } from "../../host/record-reads.ts";
+import { run, type RunOptions, type RunResult } from "../../exec.ts";
+import { recordImageReads, writeImageReads, type ContainerdCli, type DockerCli } from "../../host/record-reads.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL, MACHINE_LOCAL_STATE } from "../../layout.ts";
 import {
   builderVolumeInput,
@@ -136,9 +136,10 @@ export async function buildEngineGoldenSnapshot(lab: Lab, options: EngineGoldenO
 /**
  * The volume's need list (src/host/record-reads.ts), recorded with the machine's dockerd still up:
  * the host mounts the same device (the kernel shares the filesystem with the machine's mount),
- * asks the machine's docker for each image's layers and config (their paths rewritten from the
- * machine's mount to the host's), runs each image's start under strace on the host and writes the
- * list. The containerd store has no overlay2 layers in the data-root: no list, as on Packer's builder.
+ * asks the machine's docker for each image's layers and config (and, with the containerd store,
+ * the machine's containerd for the image's snapshots: `ctr` in the machine), their paths
+ * rewritten from the machine's mount to the host's, runs each image's start under strace on the
+ * host and writes the list, as Packer's builder does.
  */
 async function recordNeedList(
   m: Machine,
@@ -147,25 +148,35 @@ async function recordNeedList(
   options: Pick<EngineGoldenOptions, "images" | "store" | "log">,
 ): Promise<void> {
   const { log } = options;
-  if (options.store !== "graphdriver") {
-    log?.info("lab.golden", "no need list recorded: the containerd store's snapshots are not overlay2 layers");
-    return;
-  }
   const hostMount = join(work, "volume");
   await mkdir(hostMount);
   await run("mount", ["-o", "noatime", device, hostMount], { log });
   try {
     const docker = machineDockerClient(m);
-    const inMachineDataRoot = join(BUILDER_MOUNT, DATA_ROOT_SUBDIR);
-    const dataRoot = join(hostMount, DATA_ROOT_SUBDIR);
+    const toHost = (result: RunResult): RunResult => ({
+      ...result,
+      stdout: result.stdout.split(`${BUILDER_MOUNT}/`).join(`${hostMount}/`),
+    });
     const cli: DockerCli = {
-      docker: async (args: readonly string[], runOptions?: RunOptions) => {
-        const result = await docker.docker(args, runOptions);
-        return { ...result, stdout: result.stdout.split(`${inMachineDataRoot}/`).join(`${dataRoot}/`) };
+      docker: async (args: readonly string[], runOptions?: RunOptions) => toHost(await docker.docker(args, runOptions)),
+    };
+    const containerd: ContainerdCli = {
+      ctr: async (args: readonly string[]) => {
+        const command = ["ctr", "--address", "/run/containerd/containerd.sock", "--namespace", "moby", ...args];
+        const result = await m.exec(command, 120_000);
+        if (result.exitCode !== 0)
+          throw new AgentError(`${command.join(" ")} exited ${result.exitCode} in ${m.name}: ${result.stderr}`, "");
+        return toHost(result);
       },
     };
     for (const image of options.images) {
-      const files = await recordImageReads(cli, { image: image.tag, dataRoot, workDir: join(work, "record"), log });
+      const files = await recordImageReads(cli, {
+        image: image.tag,
+        volume: hostMount,
+        workDir: join(work, "record"),
+        log,
+        ...(options.store === "containerd" ? { containerd } : {}),
+      });
       await writeImageReads(hostMount, image.tag, files, log);
     }
   } finally {

@@ -42,7 +42,9 @@ const AGENT_PACKAGES = ["xfsprogs", "util-linux", "fio", "ca-certificates", "pro
 
 /**
  * The engines tested (docs/operations.md, "Engines tested"): Debian 12's docker.io 20.10, Debian
- * 13's 26.1 and sid's 28.5 with containerd 2.1 (there the client is a package of its own).
+ * 13's 26.1 and sid's 28.5 with containerd 2.1 (there the client is a package of its own). sid's
+ * machine also builds golden volumes of the containerd store (nspawn-golden.lab.test.ts): strace
+ * records their need list there, as on Packer's builder.
  */
 export const ENGINES = {
   "20.10": {
@@ -58,7 +60,7 @@ export const ENGINES = {
   "28": {
     name: "docker 28 (sid)",
     suite: "sid",
-    packages: ["systemd", "systemd-sysv", "dbus", "docker.io", "docker-cli", "containerd", ...AGENT_PACKAGES],
+    packages: ["systemd", "systemd-sysv", "dbus", "docker.io", "docker-cli", "containerd", "strace", ...AGENT_PACKAGES],
   },
 } as const satisfies Record<string, EngineRootfs>;
 export type EngineName = keyof typeof ENGINES;

@@ -7,15 +7,19 @@ import {
   imagesAboutToRun,
   imagesOfNode,
   isDataRootPath,
+  isVolumeFilePath,
   MAX_READ_LIST_BYTES,
   MAX_READ_LIST_FILES,
   needOrder,
   parseReadList,
   ReadListError,
+  readListText,
 } from "../../../src/agent/prewarm/need.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 
 const list = (images: Array<{ image: unknown; files: unknown }>) => JSON.stringify({ version: 1, images });
+const list2 = (images: Array<{ image: unknown; files: unknown }>) => JSON.stringify({ version: 2, images });
+const SNAPSHOT = "containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/12/fs";
 
 t.test("paths inside the data-root only", async (t) => {
   for (const good of ["overlay2/abc/diff/usr/bin/python3", "a", "overlay2/x/diff/with space/f"])
@@ -37,15 +41,58 @@ t.test("paths inside the data-root only", async (t) => {
   t.notOk(isDataRootPath("a/".repeat(3000)), "too long");
 });
 
+t.test("version 2 paths: below the volume's data-root or containerd's root only", async (t) => {
+  for (const good of ["docker/overlay2/abc/diff/usr/bin/python3", `${SNAPSHOT}/usr/bin/python3`, "containerd/x"])
+    t.ok(isVolumeFilePath(good), good);
+  for (const bad of [
+    "overlay2/abc/diff/usr/bin/python3",
+    ".ebs-cache-agent/reads.json",
+    "docker",
+    "containerd",
+    "containerd/",
+    "/containerd/x",
+    "containerd/../etc/shadow",
+    "containerd/a/../../etc",
+    "containerd/./x",
+    "docker//x",
+    "containerd/a\nb",
+    "dockerx/y",
+    7,
+  ])
+    t.notOk(isVolumeFilePath(bad), JSON.stringify(bad));
+  t.notOk(isVolumeFilePath(`containerd/${"a/".repeat(3000)}b`), "too long");
+});
+
 t.test("parse: a builder's list, and every way it can be wrong", async (t) => {
-  t.same(parseReadList(list([{ image: "alpine:3.20", files: ["overlay2/l1/diff/bin/sh"] }])), {
-    version: 1,
-    images: [{ image: "alpine:3.20", files: ["overlay2/l1/diff/bin/sh"] }],
-  });
+  t.same(
+    parseReadList(list([{ image: "alpine:3.20", files: ["overlay2/l1/diff/bin/sh"] }])),
+    { images: [{ image: "alpine:3.20", files: ["docker/overlay2/l1/diff/bin/sh"] }] },
+    "version 1: data-root paths, the same files named from the volume's root",
+  );
+  t.same(
+    parseReadList(
+      list2([{ image: "alpine:3.20", files: [`${SNAPSHOT}/bin/sh`, "docker/overlay2/l1/diff/etc/passwd"] }]),
+    ),
+    { images: [{ image: "alpine:3.20", files: [`${SNAPSHOT}/bin/sh`, "docker/overlay2/l1/diff/etc/passwd"] }] },
+    "version 2: volume paths, as they are",
+  );
   const refused: Array<[string, RegExp]> = [
     ["not json", /not JSON/],
     ["[]", /JSON object/],
-    [JSON.stringify({ version: 2, images: [] }), /version 2 is not 1/],
+    [JSON.stringify({ version: 3, images: [] }), /version 3 is neither 1 nor 2/],
+    [JSON.stringify({ version: "2", images: [] }), /version "2" is neither/],
+    [list2([{ image: "alpine", files: ["overlay2/l1/diff/bin/sh"] }]), /files\[0\] .*inside the volume's docker\//],
+    [list2([{ image: "alpine", files: [".ebs-cache-agent/reads.json"] }]), /not a plain path inside the volume/],
+    [list2([{ image: "alpine", files: ["containerd/../../etc/passwd"] }]), /not a plain path/],
+    [list2([{ image: "alpine", files: ["/containerd/x"] }]), /not a plain path/],
+    [list2([{ image: "alpine", files: ["containerd"] }]), /not a plain path/],
+    [
+      list2([
+        { image: "a", files: Array.from({ length: MAX_READ_LIST_FILES / 2 }, (_, i) => `containerd/f${i}`) },
+        { image: "b", files: Array.from({ length: MAX_READ_LIST_FILES / 2 + 1 }, (_, i) => `docker/f${i}`) },
+      ]),
+      /more than/,
+    ],
     [JSON.stringify({ version: 1 }), /images. must be an array/],
     [list([{ image: "Bad Ref", files: [] }]), /images\[0\]\.image/],
     [list([{ image: "alpine", files: "x" }]), /files must be an array/],
@@ -66,6 +113,19 @@ t.test("parse: a builder's list, and every way it can be wrong", async (t) => {
   }
 });
 
+t.test("stored: version 1 while every file is in the data-root, version 2 once one is not", async (t) => {
+  const graphdriver = { images: [{ image: "a:1", files: ["docker/overlay2/l/diff/bin/sh"] }] };
+  t.same(JSON.parse(readListText(graphdriver)), {
+    version: 1,
+    images: [{ image: "a:1", files: ["overlay2/l/diff/bin/sh"] }],
+  });
+  t.same(parseReadList(readListText(graphdriver)), graphdriver, "read back as written");
+  const mixed = { images: [...graphdriver.images, { image: "b:1", files: [`${SNAPSHOT}/bin/sh`] }] };
+  t.same(JSON.parse(readListText(mixed)), { version: 2, ...mixed });
+  t.same(parseReadList(readListText(mixed)), mixed, "read back as written");
+  t.same(JSON.parse(readListText({ images: [] })), { version: 1, images: [] }, "an empty list: version 1");
+});
+
 t.test("order: the images about to run first, each file once", async (t) => {
   const parsed = parseReadList(
     list([
@@ -77,14 +137,14 @@ t.test("order: the images about to run first, each file once", async (t) => {
   t.same(
     needOrder(parsed, ["itisfoundation/sim4life:1.0", "python:3.12"]),
     {
-      files: ["s1", "p1", "p2", "shared", "o1"],
+      files: ["docker/s1", "docker/p1", "docker/p2", "docker/shared", "docker/o1"],
       wanted: 4,
     },
     "wanted images in the node's order (python matched across spellings), then the rest in the list's order",
   );
   t.same(
     needOrder(parsed, []),
-    { files: ["o1", "shared", "p1", "p2", "s1"], wanted: 0 },
+    { files: ["docker/o1", "docker/shared", "docker/p1", "docker/p2", "docker/s1"], wanted: 0 },
     "nothing wanted: the list's order",
   );
 });

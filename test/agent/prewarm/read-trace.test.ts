@@ -4,7 +4,7 @@
  */
 import t from "tap";
 import { firstReads, parseTrace, withImageReads } from "../../../src/host/read-trace.ts";
-import { parseReadList } from "../../../src/agent/prewarm/need.ts";
+import { parseReadList, readListText } from "../../../src/agent/prewarm/need.ts";
 
 const ROOT = "/var/tmp/record-reads-x/merged";
 const LOG = [
@@ -49,15 +49,15 @@ t.test("each layer file once, in first-read order; paths no layer holds left out
 });
 
 t.test("an image's entry replaces its old one, keeps the others', and the list validates", async (t) => {
-  let list = withImageReads(undefined, "lab/a:1", ["overlay2/L/diff/x"]);
-  list = withImageReads(list, "lab/b:1", ["overlay2/L/diff/y"]);
-  list = withImageReads(list, "docker.io/lab/a:1", ["overlay2/L/diff/z"]);
+  let list = withImageReads(undefined, "lab/a:1", ["docker/overlay2/L/diff/x"]);
+  list = withImageReads(list, "lab/b:1", ["containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/3/fs/y"]);
+  list = withImageReads(list, "docker.io/lab/a:1", ["docker/overlay2/L/diff/z"]);
   t.same(
     list.images.map((e) => [e.image, e.files]),
     [
-      ["lab/b:1", ["overlay2/L/diff/y"]],
-      ["docker.io/lab/a:1", ["overlay2/L/diff/z"]],
+      ["lab/b:1", ["containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/3/fs/y"]],
+      ["docker.io/lab/a:1", ["docker/overlay2/L/diff/z"]],
     ],
   );
-  t.same(parseReadList(JSON.stringify(list)), list);
+  t.same(parseReadList(readListText(list)), list);
 });

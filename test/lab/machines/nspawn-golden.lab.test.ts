@@ -57,6 +57,20 @@ const IMAGE = "/var/tmp/set.img";
 const WORK = "/var/tmp/b";
 const TARBALL = "/var/tmp/served.tar";
 
+/**
+ * Prints the volume's need list (mounted at $1, in the machine: node is there for the agent):
+ * `version N`, then `listed <path> <kind>` per file, its kind by lstat of each component from the
+ * volume's root (what the boot's walk finds).
+ */
+const LIST_FILES =
+  `node -e 'const fs = require("fs"); const root = process.argv[1];` +
+  ` const list = JSON.parse(fs.readFileSync(root + "/.ebs-cache-agent/reads.json", "utf8"));` +
+  ` console.log("version " + list.version);` +
+  ` for (const f of list.images.flatMap((e) => e.files)) { let p = root, kind = "file";` +
+  ` for (const part of f.split("/")) { p += "/" + part; const s = fs.lstatSync(p, { throwIfNoEntry: false });` +
+  ` if (!s) { kind = "missing"; break } if (s.isSymbolicLink()) { kind = "link"; break } }` +
+  ` if (kind === "file" && !fs.lstatSync(p).isFile()) kind = "other"; console.log("listed " + f + " " + kind) }'`;
+
 interface BuildReport {
   seconds: number;
   images: string[];
@@ -105,10 +119,23 @@ t.test("engine machine builds: the need list on graphdriver, `snapshot build` of
     t.equal((await sh(`test -e ${WORK}/d/c/containerd.pid`)).exitCode, 1, "no containerd of the build runs");
     t.equal((await sh(namespaces)).stdout, before.stdout, "the machine's containerd got no namespace of the build");
 
-    // The image, looked at read-only: the layout a boot on a containerd host expects.
+    // The image, looked at read-only: the layout a boot on a containerd host expects, and the need list.
     const look = await sh(
       `mkdir -p /mnt/look && mount -o ro,nouuid,loop ${IMAGE} /mnt/look && ls /mnt/look /mnt/look/containerd; ` +
-        `ls /mnt/look/docker; umount /mnt/look`,
+        `ls /mnt/look/docker; ${LIST_FILES} /mnt/look; umount /mnt/look`,
+    );
+    t.match(look.stdout, /^version 2$/m, "the build recorded the need list, version 2 (files of containerd's root)");
+    const listed = [...look.stdout.matchAll(/^listed (\S+) (\S+)$/gm)].map((m) => [m[1], m[2]]);
+    t.ok(listed.length >= 1, "the list names what the image read at start", { out: look.stdout });
+    t.same(
+      listed.filter(([, kind]) => kind !== "file"),
+      [],
+      "each listed file is a regular file on the volume (walked from its root)",
+    );
+    t.match(
+      listed[0]?.[0] ?? "",
+      /^containerd\/io\.containerd\.snapshotter\.v1\.overlayfs\/snapshots\/\d+\/fs\/bin\/busybox$/,
+      "first the image's shell, in a snapshot of containerd's root on the volume",
     );
     t.match(look.stdout, /io\.containerd\.content\.v1\.content/, "containerd's content store is on the image");
     t.match(look.stdout, /io\.containerd\.snapshotter\.v1\.overlayfs/, "and its unpacked snapshots");
@@ -173,8 +200,11 @@ t.test("engine machine builds: the need list on graphdriver, `snapshot build` of
       t.match(packer.stdout, /machine-local paths stripped/, "by the agent's list (snapshot strip)");
       t.equal((await sh(configs)).stdout, before.stdout, "daemon.json and config.toml are put back");
       const look = await sh(
-        `mount -o ro ${loop} /mnt/look && ls /mnt/look/containerd /mnt/look/docker; umount /mnt/look`,
+        `mount -o ro ${loop} /mnt/look && ls /mnt/look/containerd /mnt/look/docker; ${LIST_FILES} /mnt/look; ` +
+          `umount /mnt/look`,
       );
+      t.match(look.stdout, /^version 2$/m, "the Packer flow recorded the need list too");
+      t.match(look.stdout, /^listed containerd\/\S+\/fs\/bin\/busybox file$/m, "a file of containerd's root");
       t.match(look.stdout, /io\.containerd\.content\.v1\.content/, "the pulled image is in containerd's root");
       t.notMatch(look.stdout, /introspection|tmpmounts|runtime\.v2\.task|engine-id/, "machine-local state went");
     } finally {
@@ -205,7 +235,7 @@ t.test("engine machine builds: the need list on graphdriver, `snapshot build` of
   t.teardown(() => run("umount", [mountPoint], { check: false }));
   const reads = await readReadList(mountPoint);
   t.same(
-    reads?.images.map((entry) => [entry.image, entry.files[0]?.replace(/^overlay2\/[^/]+\/diff\//, "")]),
+    reads?.images.map((entry) => [entry.image, entry.files[0]?.replace(/^docker\/overlay2\/[^/]+\/diff\//, "")]),
     [
       ["lab/app:1", "bin/busybox"],
       ["lab/tool:2", "bin/busybox"],
@@ -216,7 +246,12 @@ t.test("engine machine builds: the need list on graphdriver, `snapshot build` of
 
   // The containerd-store generation serves a containerd host.
   if (built === undefined) throw new Error("the containerd build did not run");
-  t.match(built, { images: [CONTAINERD_IMAGE.tag], imageStore: "containerd", engineVersion: /^28\./, needList: [] });
+  t.match(built, {
+    images: [CONTAINERD_IMAGE.tag],
+    imageStore: "containerd",
+    engineVersion: /^28\./,
+    needList: [CONTAINERD_IMAGE.tag],
+  });
   t.ok(built.stripped > 0, "machine-local state was stripped");
   const [poolVolume] = await createPoolVolumes(
     lab,

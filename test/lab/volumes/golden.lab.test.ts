@@ -92,7 +92,7 @@ t.test("golden snapshot, pool, and an image run from a pool volume", async (t) =
   t.ok((await readdir(dataRoot)).includes("image"), "the volume holds a docker data-root");
   const reads = await readReadList(mountPoint);
   t.same(
-    reads?.images.map((entry) => [entry.image, entry.files[0]?.replace(/^overlay2\/[^/]+\/diff\//, "")]),
+    reads?.images.map((entry) => [entry.image, entry.files[0]?.replace(/^docker\/overlay2\/[^/]+\/diff\//, "")]),
     [
       ["lab/app:1", "bin/busybox"],
       ["lab/tool:2", "bin/busybox"],
