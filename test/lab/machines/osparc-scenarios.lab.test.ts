@@ -379,10 +379,11 @@ t.test(
     bl.lab.ec2.setFaults({ stuckAttach: true });
     t.teardown(() => bl.lab.ec2.setFaults({}));
     const bootSeconds = 6;
+    const attachSeconds = 600;
     // osparc's default placement config ({}): no labels tag, a pool volume, whose attachment hangs.
     const node = await osparc.launch({});
     const boot = await osparc.boot(node, {
-      overrides: { timeouts: { bootSeconds, attachSeconds: 600, deviceSeconds: 600 } },
+      overrides: { timeouts: { bootSeconds, attachSeconds, deviceSeconds: attachSeconds } },
     });
     bl.lab.ec2.setFaults({});
     assertBoot(t, boot.phase1, "degraded", "phase 1: degraded");
@@ -391,8 +392,13 @@ t.test(
       new RegExp(`boot budget of ${bootSeconds} s ran out`),
       "the reason names the budget",
     );
-    // Generous (a slow machine): the budget plus the undo; the point is that it is not attachSeconds.
-    t.ok(boot.phase1.ms < (bootSeconds + 30) * 1000, `phase 1 returned after ${Math.round(boot.phase1.ms)} ms`);
+    // Not late: the budget's reason above says what ended phase 1, and it returned before the attach wait
+    // would have. A bound on the other outcome (attachSeconds), not on the machine's speed: the budget plus
+    // the undo take what the load makes them take.
+    t.ok(
+      boot.phase1.ms < attachSeconds * 1000,
+      `phase 1 returned after ${Math.round(boot.phase1.ms)} ms, not after attachSeconds (${attachSeconds} s)`,
+    );
     assertBoot(t, boot, "degraded", "phase 2: degraded (no volume attached)");
     t.equal(
       (await node.host.dockerd!.info()).DockerRootDir,
