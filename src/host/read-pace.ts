@@ -10,8 +10,8 @@
  *   mostly small requests (its files' first blocks, docker's metadata, the container's own
  *   writes) with gaps of CPU work between them. Measured on the lab's cold volumes (bench/cold.ts,
  *   4 containers starting while the pre-warm read on): their reads stayed under a threshold of
- *   1 MiB/s in most looks, and the pre-warm ran beside them. Any request of others counts
- *   (`quietIops` 0) unless told otherwise.
+ *   1 MiB/s in most looks (0-3 stops in 4-9 looks a service), and the pre-warm read on beside
+ *   them. Any request of others counts (`quietIops` 0) unless told otherwise.
  * - Once stopped for others, it stays stopped until they have been quiet for `settleMs` in a row:
  *   a look that falls in one of the start's gaps would otherwise let 250 ms of the pre-warm's
  *   reads in ahead of the start's next ones.
@@ -50,8 +50,9 @@ export const DEFAULT_PACE: PaceSettings = {
 
 /** How long fio has been stopped in a row, and for how long of that others have been quiet. */
 export interface Stopped {
+  /** Paused so far in a row, the pause the current look is taken in included (0: the look after a run). */
   pausedMs: number;
-  /** Milliseconds since the last look that saw others (the whole stop when none did). */
+  /** Milliseconds of looks without others since the last look that saw them, the current look not included. */
   quietMs: number;
 }
 
@@ -65,10 +66,7 @@ export function othersActive(look: DeviceLook, settings: Pick<PaceSettings, "qui
   return look.otherRequests / Math.max(look.seconds, 0.001) > settings.quietIops;
 }
 
-/**
- * The next step after a look (undefined: the counters could not be read), given how long fio has
- * been stopped so far (`stopped`, before this look's own length is counted).
- */
+/** The next step after a look (undefined: the counters could not be read), given the stop so far. */
 export function nextPace(look: DeviceLook | undefined, stopped: Stopped, settings: PaceSettings): Pace {
   if (!look) return { runMs: settings.runMs };
   const active = othersActive(look, settings);
@@ -80,7 +78,7 @@ export function nextPace(look: DeviceLook | undefined, stopped: Stopped, setting
   return { pauseMs: settings.pauseMs };
 }
 
-/** The stop after a look: `pausedMs` grows by the pause about to be taken, `quietMs` restarts when others were seen. */
+/** The stop after a look that chose a pause of `pauseMs`: the pause counted, the quiet grown or restarted. */
 export function afterLook(
   stopped: Stopped,
   look: DeviceLook | undefined,
