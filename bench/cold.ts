@@ -42,6 +42,15 @@ import { createMemoryLogger } from "../src/log.ts";
 import { startLab } from "../src/lab/lab.ts";
 import { buildGoldenSnapshot } from "../src/lab/volumes/golden.ts";
 import { attach, createVolume, detach, mountXfs } from "../src/lab/volumes/volumes.ts";
+import {
+  classifyFetches,
+  coldFusePid,
+  fileDataRanges,
+  machineCpuSeconds,
+  processCpuSeconds,
+  startWarmProbe,
+  type WindowFetches,
+} from "./cold-window.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const MiB = 1024 * 1024;
@@ -62,6 +71,7 @@ const { values } = parseArgs({
     fractions: { type: "string", default: "10,50,100" },
     strategies: { type: "string", default: "initialized,off,check,files,need" },
     out: { type: "string", default: join(REPO, "bench", "results") },
+    "probe-ms": { type: "string", default: "0" },
     help: { type: "boolean", default: false },
   },
 });
@@ -69,7 +79,10 @@ if (values.help) {
   process.stdout.write(
     "sudo npx tsx bench/cold.ts [--delay-ms 40] [--chunk-kib 512] [--image-mib 32] [--filler-mib 128]\n" +
       "  [--head-start-ms 2000] [--runs 3] [--node-images 1,4] [--fractions 10,50,100]\n" +
-      "  [--strategies initialized,off,check,files,need] [--out DIR]\n",
+      "  [--strategies initialized,off,check,files,need] [--out DIR] [--probe-ms N]\n" +
+      "  --probe-ms N: during the service, a warm 4 KiB read of the device every N ms, its latency\n" +
+      "    reported (the wait behind reads queued before it); its reads are others' to the pacing:\n" +
+      "    for evidence runs, not timed ones\n",
   );
   process.exit(0);
 }
@@ -79,6 +92,7 @@ const imageMiB = Number(values["image-mib"]);
 const fillerMiB = Number(values["filler-mib"]);
 const headStartMs = Number(values["head-start-ms"]);
 const runs = Math.max(1, Number(values.runs));
+const probeMs = Number(values["probe-ms"]);
 const FRACTIONS = values.fractions.split(",").map((p) => Number(p) / 100);
 const NODE_IMAGES = values["node-images"].split(",").map(Number);
 const STRATEGIES = values.strategies.split(",") as Array<(typeof ALL_STRATEGIES)[number]>;
@@ -141,6 +155,7 @@ try {
     say(`golden snapshot ${golden.snapshotId}: images read ${fraction * 100} % of their files at start`);
   }
   const host = await lab.addHost();
+  const fusePid = await coldFusePid(lab.root);
   const zone = host.instance.availabilityZone;
   // The pre-warm's own log: its pacing and fio lines per phase go with each case.
   const readerLog = createMemoryLogger("info");
@@ -170,6 +185,14 @@ try {
     fetchesBefore: number;
     fetchesDuring: number;
     deviceMiBDuring: number;
+    /** The window's fetches: file data or metadata, asked by reads or writes, their wait for a slot. */
+    during?: WindowFetches;
+    /** CPU seconds in the window: the cold layer's FUSE process, the machine (2 cores: 2 per second). */
+    fuseCpuS?: number;
+    machineBusyS?: number;
+    windowS?: number;
+    /** --probe-ms: latency of a warm 4 KiB read during the service. */
+    probe?: { reads: number; p50Ms: number; p90Ms: number; maxMs: number };
     note?: string;
   }> = [];
   // Runs outermost: each run passes once over every case, so a burst of load on the machine
@@ -227,13 +250,35 @@ try {
           // The gap between the node's `ready` and the scheduler's first `docker run` there.
           await sleep(headStartMs);
           const fetchesBefore = await fetches();
+          const logBefore = (await lab.cold!.fetches(volumeId)).length;
           const bytesBefore = (await counters.readBytes()) ?? 0;
+          const fuseBefore = fusePid ? await processCpuSeconds(fusePid) : undefined;
+          const cpuBefore = await machineCpuSeconds();
           const load = loadavg()[0]!;
+          const probe = probeMs > 0 ? startWarmProbe(device, probeMs) : undefined;
           const seconds = await service(nodeImages);
+          const probeLatencies = (await probe?.stop())?.sort((a, b) => a - b);
+          const probeSummary = probeLatencies?.length
+            ? {
+                reads: probeLatencies.length,
+                p50Ms: probeLatencies[probeLatencies.length >> 1]!,
+                p90Ms: probeLatencies[Math.floor(probeLatencies.length * 0.9)]!,
+                maxMs: probeLatencies.at(-1)!,
+              }
+            : undefined;
+          const cpuAfter = await machineCpuSeconds();
+          const fuseAfter = fusePid ? await processCpuSeconds(fusePid) : undefined;
           const fetchesDuring = (await fetches()) - fetchesBefore;
+          const windowFetches = (await lab.cold!.fetches(volumeId)).slice(logBefore, logBefore + fetchesDuring);
           const deviceMiBDuring = (((await counters.readBytes()) ?? 0) - bytesBefore) / MiB;
           stop.abort();
           await background;
+          const during = classifyFetches(windowFetches, await fileDataRanges(target.mountPoint), chunkBytes);
+          const fuseCpuS =
+            fuseBefore !== undefined && fuseAfter !== undefined
+              ? Math.round((fuseAfter - fuseBefore) * 100) / 100
+              : undefined;
+          const machineBusyS = Math.round((cpuAfter.busy - cpuBefore.busy) * 100) / 100;
           // How the pre-warm read and paced itself: one line per phase.
           if (strategy === "files" || strategy === "need")
             note = readerLog.lines
@@ -250,13 +295,25 @@ try {
             fetchesBefore,
             fetchesDuring,
             deviceMiBDuring: Math.round(deviceMiBDuring * 10) / 10,
+            during,
+            ...(fuseCpuS !== undefined ? { fuseCpuS } : {}),
+            machineBusyS,
+            windowS: Math.round(((cpuAfter.total - cpuBefore.total) / cpus().length) * 100) / 100,
+            ...(probeSummary ? { probe: probeSummary } : {}),
             ...(note ? { note } : {}),
           });
           say(
             `run ${runIndex + 1} ${strategy} images=${nodeImages} reads=${fraction * 100} %: ` +
               `${seconds.toFixed(2)} s, ` +
               `fetches ${fetchesBefore} before + ${fetchesDuring} during, device ${deviceMiBDuring.toFixed(1)} MiB ` +
-              `during, load ${load.toFixed(1)}` +
+              `during, load ${load.toFixed(1)}; during: metadata ${during.metadata.fetches} ` +
+              `(${during.metadata.byWrite} by writes, queued ${during.metadata.queuedMs} ms, ` +
+              `p50 ${during.metadata.queuedP50Ms}), file data ${during.fileData.fetches} ` +
+              `(queued ${during.fileData.queuedMs} ms); cpu fuse ${fuseCpuS ?? "?"} s, ` +
+              `machine ${machineBusyS} s` +
+              (probeSummary
+                ? `; warm probe p50 ${probeSummary.p50Ms} p90 ${probeSummary.p90Ms} max ${probeSummary.maxMs} ms`
+                : "") +
               (note ? ` (${note})` : ""),
           );
           await host.dockerd!.stop();

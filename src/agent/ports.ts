@@ -383,7 +383,8 @@ export interface ReadProgress {
 
 /**
  * How the background run's reads give way to others' (config `prewarm.giveWay`): fio reads for
- * `runMs`, is stopped, and stays stopped while others read (src/host/read-pace.ts decides).
+ * `runMs`, is stopped, and stays stopped while others read or write and `settleMs` after
+ * (src/host/read-pace.ts decides).
  */
 export interface GiveWaySettings {
   /** How long fio reads between two looks at the device. */
@@ -392,8 +393,10 @@ export interface GiveWaySettings {
   pauseMs: number;
   /** Stopped this long in a row, fio reads one `runMs` anyway. */
   maxPausedMs: number;
-  /** Others reading at most this many bytes per second count as quiet. */
-  quietBytesPerSecond: number;
+  /** Once stopped for others, fio stays stopped until they have been quiet this long in a row. */
+  settleMs: number;
+  /** Others' reads and writes per second up to which the device counts as quiet (0: any request of others is not). */
+  quietIops: number;
 }
 
 export interface InitializeOptions {

@@ -704,7 +704,7 @@ export const CONFIG_SCHEMA = {
           description:
             "How the background initialization (`files`) gives way to others' reads of the volume, such as a " +
             "service starting: a device serves reads in arrival order, so fio is stopped (SIGSTOP) every " +
-            "`runMs` and stays stopped while others read.",
+            "`runMs` and stays stopped while others read or write, and `settleMs` after.",
           properties: {
             enabled: {
               type: "boolean",
@@ -741,14 +741,26 @@ export const CONFIG_SCHEMA = {
                 "Stopped this long in a row, fio reads `runMs` anyway, so that a node whose services never stop " +
                 "reading still gets its volume initialized; at least `pauseMs`.",
             },
-            othersReadMiBps: {
+            settleMs: {
+              type: "integer",
+              minimum: 0,
+              maximum: 600000,
+              default: 1000,
+              description:
+                "Once stopped for others, fio stays stopped until the device has had none of their reads or " +
+                "writes for this long: a service's start comes in bursts of reads with gaps of CPU work between " +
+                "them (container create, the runtime, the process's own start), and continuing in a gap puts " +
+                "its next reads behind the pre-warm's. `maxPausedMs` still bounds the stop.",
+            },
+            othersIops: {
               type: "number",
               minimum: 0,
-              maximum: 100000,
-              default: 1,
+              maximum: 1000000,
+              default: 0,
               description:
-                "Others reading more than this (MiB/s) keep fio stopped; less (a log flush, metadata) counts as " +
-                "quiet. 0: any read of others does.",
+                "Others' reads and writes per second (requests, whatever their size) up to which the device " +
+                "counts as quiet. 0: any read or write of others keeps fio stopped (a service starting reads " +
+                "little but often). Raise it on nodes whose services touch the volume all the time.",
             },
           },
         },

@@ -1,7 +1,7 @@
 /**
  * The background pre-warm's pacing carried out on a running fio: it reads for `runMs`, is stopped
- * (SIGSTOP), looked at through the device's counters, and continued (SIGCONT) or left stopped as
- * read-pace.ts decides, until its reads are done. The counters and the clock come from the
+ * (SIGSTOP), looked at through the device's counters (others' reads and writes), and continued
+ * (SIGCONT) or left stopped as read-pace.ts decides, until its reads are done. The counters and the clock come from the
  * caller, so that the loop runs in tests without a device or real time.
  */
 import { readFile, realpath } from "node:fs/promises";
@@ -9,17 +9,21 @@ import { basename, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { RunningCommand } from "../exec.ts";
 import {
+  afterLook,
   nextPace,
   parseReadBytes,
   parseReadsInFlight,
+  parseRequests,
   type DeviceLook,
   type Pace,
   type PaceSettings,
+  type Stopped,
 } from "./read-pace.ts";
 
-/** The device's counters: bytes read so far and reads in flight (undefined: unreadable). */
+/** The device's counters: bytes read, requests (reads + writes) completed, reads in flight (undefined: unreadable). */
 export interface DeviceCounters {
   readBytes(): Promise<number | undefined>;
+  requests(): Promise<number | undefined>;
   readsInFlight(): Promise<number | undefined>;
 }
 
@@ -36,6 +40,7 @@ export function deviceCounters(device: string): DeviceCounters {
   };
   return {
     readBytes: async () => parseReadBytes(await read("stat")),
+    requests: async () => parseRequests(await read("stat")),
     readsInFlight: async () => parseReadsInFlight(await read("inflight")),
   };
 }
@@ -98,21 +103,23 @@ export async function paceReads(options: PaceReadsOptions): Promise<PaceTally> {
   const tally: PaceTally = { looks: 0, pauses: 0, pausedMs: 0 };
   try {
     let step: Pace = { runMs: settings.runMs };
-    let pausedMs = 0;
+    let stop: Stopped = { pausedMs: 0, quietMs: 0 };
     for (;;) {
+      let seen: DeviceLook | undefined;
       if ("runMs" in step) {
-        pausedMs = 0;
+        stop = { pausedMs: 0, quietMs: 0 };
         if (!(await clock.sleep(step.runMs, done))) return tally;
         if (!signal("SIGSTOP")) continue;
         tally.looks++;
-        step = nextPace(await look(counters, settings.drainMs, settings.pauseMs, done, clock), pausedMs, settings);
+        seen = await look(counters, settings.drainMs, settings.pauseMs, done, clock);
       } else {
         tally.pauses++;
         tally.pausedMs += step.pauseMs;
-        pausedMs += step.pauseMs;
-        // The pause is the next look: fio is stopped and drained, whatever the device reads is others'.
-        step = nextPace(await look(counters, 0, step.pauseMs, done, clock), pausedMs, settings);
+        // The pause is the next look: fio is stopped and drained, whatever the device does is others'.
+        seen = await look(counters, 0, step.pauseMs, done, clock);
       }
+      step = nextPace(seen, stop, settings);
+      if ("pauseMs" in step) stop = afterLook(stop, seen, step.pauseMs, settings);
       if (done.aborted) return tally;
       if ("runMs" in step) signal("SIGCONT");
     }
@@ -124,7 +131,7 @@ export async function paceReads(options: PaceReadsOptions): Promise<PaceTally> {
 
 /**
  * A look at the device with the pre-warm stopped: waits up to `drainMs` for the reads in flight
- * to be done, then counts the bytes read over `windowMs` (all of them others').
+ * to be done, then counts the requests completed over `windowMs` (all of them others').
  */
 async function look(
   counters: DeviceCounters,
@@ -147,10 +154,10 @@ async function look(
       await clock.sleep(5);
     }
   }
-  const start = await counters.readBytes();
+  const start = await counters.requests();
   const started = clock.now();
   await clock.sleep(windowMs, done);
-  const end = await counters.readBytes();
+  const end = await counters.requests();
   if (start === undefined || end === undefined) return undefined;
-  return { drained, otherBytes: Math.max(0, end - start), seconds: (clock.now() - started) / 1000 };
+  return { drained, otherRequests: Math.max(0, end - start), seconds: (clock.now() - started) / 1000 };
 }

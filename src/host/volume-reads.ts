@@ -291,7 +291,7 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
         done.abort();
         const tally = await pacer;
         if (tally)
-          log?.info("prewarm.pace", `${name}: stopped ${tally.pauses} times while others read the device`, {
+          log?.info("prewarm.pace", `${name}: stopped ${tally.pauses} times while others read or wrote the device`, {
             looks: tally.looks,
             pausedMs: tally.pausedMs,
           });

@@ -71,7 +71,7 @@ const DEFAULTS = {
     check: { seconds: 5, reads: 2000, ioDepth: 16 },
     thresholds: { minIops: 1000, maxMedianLatencyMs: 20 },
     initialize: { ioDepth: 32, maxIoKiB: 1024, timeoutMinutes: null, progressSeconds: 10 },
-    giveWay: { enabled: true, runMs: 250, pauseMs: 100, maxPausedMs: 5000, othersReadMiBps: 1 },
+    giveWay: { enabled: true, runMs: 250, pauseMs: 100, maxPausedMs: 5000, settleMs: 1000, othersIops: 0 },
   },
   keeper: {
     zones: [],
@@ -671,7 +671,8 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_PREWARM__GIVE_WAY__RUN_MS",
     "EBS_CACHE_AGENT_PREWARM__GIVE_WAY__PAUSE_MS",
     "EBS_CACHE_AGENT_PREWARM__GIVE_WAY__MAX_PAUSED_MS",
-    "EBS_CACHE_AGENT_PREWARM__GIVE_WAY__OTHERS_READ_MIBPS",
+    "EBS_CACHE_AGENT_PREWARM__GIVE_WAY__SETTLE_MS",
+    "EBS_CACHE_AGENT_PREWARM__GIVE_WAY__OTHERS_IOPS",
     "EBS_CACHE_AGENT_KEEPER__ZONES",
     "EBS_CACHE_AGENT_KEEPER__MIN_AVAILABLE",
     "EBS_CACHE_AGENT_KEEPER__MAX_AVAILABLE",

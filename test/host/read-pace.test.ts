@@ -1,50 +1,97 @@
 /**
  * The background pre-warm's pacing (src/host/read-pace.ts): it runs while the device is its own,
- * stays stopped while others read (or its own reads do not drain), runs one period after a long
- * pause all the same, and runs when the counters cannot be read.
+ * stays stopped while others read or write (one request is enough) and until they have been quiet
+ * for settleMs (or while its own reads do not drain), runs one period after a long pause all the
+ * same, and runs when the counters cannot be read.
  */
 import t from "tap";
-import { DEFAULT_PACE, nextPace, othersReading, parseReadBytes, parseReadsInFlight } from "../../src/host/read-pace.ts";
+import {
+  afterLook,
+  DEFAULT_PACE,
+  nextPace,
+  othersActive,
+  parseReadBytes,
+  parseReadsInFlight,
+  parseRequests,
+  type DeviceLook,
+  type Stopped,
+} from "../../src/host/read-pace.ts";
 
 const settings = DEFAULT_PACE;
-const MiB = 1024 * 1024;
-const busy = { drained: true, otherBytes: 8 * MiB, seconds: 0.1 };
-const quiet = { drained: true, otherBytes: 4096, seconds: 0.1 };
+const busy: DeviceLook = { drained: true, otherRequests: 1, seconds: 0.1 };
+const quiet: DeviceLook = { drained: true, otherRequests: 0, seconds: 0.1 };
+const afterRun: Stopped = { pausedMs: 0, quietMs: 0 };
 
-t.test("alone on the device: run", async (t) => {
-  t.same(nextPace(quiet, 0, settings), { runMs: settings.runMs });
-  t.same(nextPace({ drained: true, otherBytes: 0, seconds: 0 }, 0, settings), { runMs: settings.runMs });
+t.test("alone on the device after a run: run", async (t) => {
+  t.same(nextPace(quiet, afterRun, settings), { runMs: settings.runMs });
+  t.same(nextPace({ drained: true, otherRequests: 0, seconds: 0 }, afterRun, settings), { runMs: settings.runMs });
 });
 
-t.test("others reading: stay stopped, looking again every pauseMs", async (t) => {
-  t.same(nextPace(busy, 0, settings), { pauseMs: settings.pauseMs });
-  t.same(nextPace(busy, settings.maxPausedMs - settings.pauseMs, settings), { pauseMs: settings.pauseMs });
+t.test("one read or write of others in a look: stay stopped, looking again every pauseMs", async (t) => {
+  t.same(nextPace(busy, afterRun, settings), { pauseMs: settings.pauseMs });
+  t.same(nextPace(busy, { pausedMs: settings.maxPausedMs - settings.pauseMs, quietMs: 0 }, settings), {
+    pauseMs: settings.pauseMs,
+  });
+});
+
+t.test("stopped for others: quiet looks keep it stopped until settleMs of quiet in a row", async (t) => {
+  // Others seen in the look after a run, then nothing: 100 ms looks until 1 s of quiet.
+  let stop = afterLook(afterRun, busy, settings.pauseMs, settings);
+  t.same(stop, { pausedMs: settings.pauseMs, quietMs: 0 }, "others seen: the quiet count starts over");
+  const steps: string[] = [];
+  for (let i = 0; i < 20; i++) {
+    const step = nextPace(quiet, stop, settings);
+    steps.push("runMs" in step ? "run" : "pause");
+    if ("runMs" in step) break;
+    stop = afterLook(stop, quiet, step.pauseMs, settings);
+  }
+  t.equal(steps.length, settings.settleMs / 100, "runs on the look that completes settleMs of quiet");
+  t.same(steps.slice(0, -1), Array(steps.length - 1).fill("pause"));
+  t.equal(steps.at(-1), "run");
+});
+
+t.test("others again while settling: the quiet count starts over", async (t) => {
+  const settling: Stopped = { pausedMs: 800, quietMs: 700 };
+  t.same(afterLook(settling, busy, 100, settings), { pausedMs: 900, quietMs: 0 });
+  t.same(afterLook(settling, quiet, 100, settings), { pausedMs: 900, quietMs: 800 });
+  t.same(nextPace(quiet, { pausedMs: 900, quietMs: 900 }, settings), { runMs: settings.runMs }, "900 + 100 ms");
+  t.same(nextPace(quiet, { pausedMs: 900, quietMs: 800 }, settings), { pauseMs: settings.pauseMs });
+});
+
+t.test("settleMs 0: the first quiet look runs, as before the settling", async (t) => {
+  t.same(nextPace(quiet, { pausedMs: 300, quietMs: 0 }, { ...settings, settleMs: 0 }), { runMs: settings.runMs });
 });
 
 t.test("own reads not drained: others queue with them, stay stopped", async (t) => {
-  t.same(nextPace({ drained: false, otherBytes: 0, seconds: 0.05 }, 0, settings), { pauseMs: settings.pauseMs });
+  t.same(nextPace({ drained: false, otherRequests: 0, seconds: 0.05 }, afterRun, settings), {
+    pauseMs: settings.pauseMs,
+  });
 });
 
-t.test("stopped maxPausedMs in a row: one period of running anyway", async (t) => {
-  t.same(nextPace(busy, settings.maxPausedMs, settings), { runMs: settings.runMs });
+t.test("stopped maxPausedMs in a row: one period of running anyway, settled or not", async (t) => {
+  t.same(nextPace(busy, { pausedMs: settings.maxPausedMs, quietMs: 0 }, settings), { runMs: settings.runMs });
+  t.same(nextPace(quiet, { pausedMs: settings.maxPausedMs, quietMs: 100 }, settings), { runMs: settings.runMs });
 });
 
 t.test("counters that cannot be read: run (nothing says the pre-warm is in the way)", async (t) => {
-  t.same(nextPace(undefined, 0, settings), { runMs: settings.runMs });
+  t.same(nextPace(undefined, afterRun, settings), { runMs: settings.runMs });
+  t.same(nextPace(undefined, { pausedMs: 400, quietMs: 0 }, settings), { runMs: settings.runMs });
 });
 
-t.test("a trickle of others' reads is quiet, a stream is not", async (t) => {
-  t.notOk(othersReading({ drained: true, otherBytes: 512 * 1024, seconds: 1 }, settings));
-  t.ok(othersReading({ drained: true, otherBytes: 2 * MiB, seconds: 1 }, settings));
-  t.ok(
-    othersReading({ drained: true, otherBytes: 4096, seconds: 0 }, { quietBytesPerSecond: 1024 }),
-    "no division by 0",
-  );
+t.test("others counted in requests: any by default, a rate above quietIops when one is set", async (t) => {
+  t.ok(othersActive({ drained: true, otherRequests: 1, seconds: 1 }, settings), "one 4 KiB read of others");
+  t.notOk(othersActive({ drained: true, otherRequests: 0, seconds: 1 }, settings));
+  t.notOk(othersActive({ drained: true, otherRequests: 5, seconds: 1 }, { quietIops: 10 }));
+  t.ok(othersActive({ drained: true, otherRequests: 2, seconds: 0.1 }, { quietIops: 10 }), "20 per second");
+  t.ok(othersActive({ drained: true, otherRequests: 1, seconds: 0 }, { quietIops: 500 }), "no division by 0");
 });
 
 t.test("the device's counters from its sysfs files", async (t) => {
   const stat = "    4538        0   526064     1745      142       98    10912      265        0     1880     2011\n";
   t.equal(parseReadBytes(stat), 526064 * 512);
+  t.equal(parseRequests(stat), 4538 + 142, "reads and writes completed");
+  t.equal(parseRequests("1 2 3 4"), undefined);
+  t.equal(parseRequests("1 2 3 4 x"), undefined);
   t.equal(parseReadBytes(""), undefined);
   t.equal(parseReadBytes("1 2"), undefined);
   t.equal(parseReadBytes("1 2 x 4"), undefined);

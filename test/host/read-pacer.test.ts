@@ -1,21 +1,24 @@
 /**
  * The pacing loop on a running fio (src/host/read-pacer.ts), with a fake clock, fake device
  * counters and a fake fio handle: the settings it is given are the lengths it runs and pauses
- * for, its threshold decides whether others' reads keep fio stopped, and fio is left running.
+ * for, its threshold decides whether others' requests keep fio stopped, it stays stopped settleMs
+ * after others' last request, and fio is left running.
  * No device, no real time: the clock moves only when the pacer sleeps.
  */
 import t from "tap";
 import { DEFAULT_PACE, type PaceSettings } from "../../src/host/read-pace.ts";
 import { paceReads, type PacerClock } from "../../src/host/read-pacer.ts";
 
-const MiB = 1024 * 1024;
-
-/** A world where others read `othersBytesPerSecond` all along; the reads end at `endMs`. */
-function world(othersBytesPerSecond: number, endMs: number, fioAlive = true) {
+/**
+ * A world where others have made `othersRequests(now)` requests by `now` (ms); the reads end at
+ * `endMs`. Each signal is recorded with the time it was sent.
+ */
+function world(othersRequests: (now: number) => number, endMs: number, fioAlive = true) {
   let now = 0;
   const end = new AbortController();
   const sleeps: number[] = [];
   const signals: string[] = [];
+  const signalled: Array<{ sig: string; at: number }> = [];
   const clock: PacerClock = {
     now: () => now,
     sleep: async (ms, until) => {
@@ -31,13 +34,16 @@ function world(othersBytesPerSecond: number, endMs: number, fioAlive = true) {
     done: end.signal,
     sleeps,
     signals,
+    signalled,
     counters: {
-      readBytes: async () => Math.floor((othersBytesPerSecond * now) / 1000),
+      readBytes: async () => 0,
+      requests: async () => Math.floor(othersRequests(now)),
       readsInFlight: async () => 0,
     },
     reads: () => ({
       signal: (sig: NodeJS.Signals) => {
         signals.push(sig);
+        signalled.push({ sig, at: now });
         return fioAlive;
       },
     }),
@@ -48,14 +54,17 @@ const settings: PaceSettings = {
   runMs: 40,
   pauseMs: 7,
   maxPausedMs: 21,
+  settleMs: 0,
   drainMs: 1_000,
-  quietBytesPerSecond: 2 * MiB,
+  quietIops: 200,
 };
+/** Others making `perSecond` requests a second all along. */
+const steady = (perSecond: number) => (now: number) => (perSecond * now) / 1000;
 
 t.test(
   "others above the threshold: fio runs runMs, then stays stopped pauseMs at a time up to maxPausedMs",
   async (t) => {
-    const w = world(3 * MiB, 1_000);
+    const w = world(steady(300), 1_000);
     const tally = await paceReads({ ...w, settings });
     const runs = w.sleeps.filter((ms) => ms === settings.runMs).length;
     t.ok(runs >= 2, "several periods of runMs");
@@ -75,9 +84,10 @@ t.test(
 );
 
 t.test("others below the threshold: fio is stopped only for the looks and always continued", async (t) => {
-  const w = world(3 * MiB, 1_000);
-  const tally = await paceReads({ ...w, settings: { ...settings, quietBytesPerSecond: 4 * MiB } });
-  t.equal(tally.pauses, 0, "never paused: 3 MiB/s counts as quiet under a 4 MiB/s threshold");
+  const w = world(steady(100), 1_000);
+  const tally = await paceReads({ ...w, settings: { ...settings, quietIops: 400 } });
+  // At most one request in a 7 ms look: up to 143 a second.
+  t.equal(tally.pauses, 0, "never paused: 100 requests a second count as quiet under a threshold of 400");
   t.ok(tally.looks > 0, "looked");
   t.same(
     [...new Set(w.sleeps)].sort((a, b) => a - b),
@@ -87,41 +97,30 @@ t.test("others below the threshold: fio is stopped only for the looks and always
   t.same(w.signals.slice(0, 4), ["SIGSTOP", "SIGCONT", "SIGSTOP", "SIGCONT"]);
 });
 
-t.test("the defaults: runs of 250 ms, looks of 100 ms, others under 1 MiB/s are quiet", async (t) => {
-  const quiet = world(0.5 * MiB, 3_000);
+t.test("the defaults: runs of 250 ms, looks of 100 ms, any request of others stops fio", async (t) => {
+  const quiet = world(() => 0, 3_000);
   t.equal((await paceReads({ ...quiet, settings: DEFAULT_PACE })).pauses, 0);
   t.same(quiet.sleeps.slice(0, 2), [250, 100]);
-  const busy = world(2 * MiB, 3_000);
-  t.ok((await paceReads({ ...busy, settings: DEFAULT_PACE })).pauses > 0, "2 MiB/s of others: paused");
+  const trickle = world(steady(20), 3_000);
+  t.ok((await paceReads({ ...trickle, settings: DEFAULT_PACE })).pauses > 0, "20 small requests a second: paused");
 });
 
-t.test("fio gone (the handle sends nothing): no look is taken, nothing is counted", async (t) => {
-  const w = world(3 * MiB, 500, false);
-  const tally = await paceReads({ ...w, settings });
-  t.same(tally, { looks: 0, pauses: 0, pausedMs: 0 });
-  t.ok(
-    w.sleeps.every((ms) => ms === settings.runMs),
-    "only runs",
+t.test("a burst of others: fio stays stopped until settleMs after their last request", async (t) => {
+  // Others make a request every ms from 30 ms to 60 ms (a service's start), then none.
+  const burst = (now: number) => Math.max(0, Math.min(now, 60) - 30);
+  const w = world(burst, 400);
+  const tally = await paceReads({ ...w, settings: { ...settings, quietIops: 0, settleMs: 21, maxPausedMs: 1_000 } });
+  // Run 0-40; looks of 7 ms: 40-47, 47-54, 54-61 see others; 61-68, 68-75, 75-82 are quiet: 21 ms.
+  const firstStop = w.signalled.find((s) => s.sig === "SIGSTOP");
+  const firstCont = w.signalled.find((s) => s.sig === "SIGCONT");
+  t.equal(firstStop?.at, 40, "stopped after the first run");
+  t.equal(firstCont?.at, 82, "continued once 21 ms had passed without a request of others");
+  t.ok(tally.pauses >= 5, "left stopped through the burst and the settling");
+  const noSettle = world(burst, 400);
+  await paceReads({ ...noSettle, settings: { ...settings, quietIops: 0, settleMs: 0, maxPausedMs: 1_000 } });
+  t.equal(
+    noSettle.signalled.find((s) => s.sig === "SIGCONT")?.at,
+    68,
+    "without settling: continued on the first quiet look",
   );
-});
-
-t.test("a stop of the reads (SIGTERM) continues fio first, so that it acts on it", async (t) => {
-  const w = world(3 * MiB, 1_000);
-  const stopped = new AbortController();
-  let signalsAtStop = -1;
-  const clock: PacerClock = {
-    ...w.clock,
-    sleep: async (ms, until) => {
-      // Stopped while paused: fio was stopped (SIGSTOP) by the look before.
-      if (w.signals.at(-1) === "SIGSTOP" && signalsAtStop < 0 && w.sleeps.length > 3) {
-        signalsAtStop = w.signals.length;
-        stopped.abort();
-      }
-      return w.clock.sleep(ms, until);
-    },
-  };
-  await paceReads({ ...w, clock, settings, stopped: stopped.signal });
-  t.ok(signalsAtStop > 0, "the stop came while fio was stopped");
-  t.equal(w.signals[signalsAtStop], "SIGCONT", "continued at once");
-  t.equal(w.signals.at(-1), "SIGCONT");
 });

@@ -66,7 +66,8 @@ export function prewarmSettingsFrom(config: AgentConfig): PrewarmSettings {
           runMs: prewarm.giveWay.runMs,
           pauseMs: prewarm.giveWay.pauseMs,
           maxPausedMs: prewarm.giveWay.maxPausedMs,
-          quietBytesPerSecond: prewarm.giveWay.othersReadMiBps * 1024 * 1024,
+          settleMs: prewarm.giveWay.settleMs,
+          quietIops: prewarm.giveWay.othersIops,
         }
       : null,
   };

@@ -25,8 +25,11 @@ asynchronous direct I/O, a loop device with direct I/O on passes its reads on in
 - MOUNTPOINT/.cold-status.json (read-only) gives per file: chunks, warm chunks, fetches,
   delayed milliseconds, the first-read delay, bytes read and written, the most fetches that
   were in flight at once.
-- --fetch-log FILE: one line `<file> <chunk index>` per chunk fetched, in the order fetched (what
-  was read first on a cold volume; tests check the pre-warm's order with it).
+- --fetch-log FILE: one line `<file> <chunk index> <queued ms> <r|w>` per chunk fetched, in the
+  order fetched (what was read first on a cold volume; tests check the pre-warm's order with it):
+  how long the fetch waited for one of the volume's fetch slots (behind others' fetches), and
+  whether a read or a partial write asked for it (benches tell a service's reads from a
+  pre-warm's with it).
 - MOUNTPOINT/.cold-control (write-only) takes one JSON command per write:
   {"op": "initialize", "file": "<name>", "rateMiBps": N}: warms the file in the background at
   N MiB/s, in chunk order (EBS's provisioned-rate initialization);
@@ -87,7 +90,7 @@ class ChunkState:
     def __init__(self, size, chunk, holes_warm, fd, budget, on_fetched=None):
         self.chunk = chunk
         self.budget = budget
-        self.on_fetched = on_fetched  # called with the chunk indexes each fetch warmed, in order
+        self.on_fetched = on_fetched  # called with (chunk index, queued seconds, "r" | "w") per fetch, in order
         self.count = (size + chunk - 1) // chunk
         self.warm = bytearray(self.count)
         self.fetching = {}  # chunk index -> trio.Event set when its fetch ends
@@ -125,9 +128,11 @@ class ChunkState:
             self.warm.extend(b"\x01" * (count - self.count))
             self.count = count
 
-    async def _fetch_one(self, index, event, delay):
+    async def _fetch_one(self, index, event, delay, kind):
         budget = self.budget
+        asked = trio.current_time()
         async with budget.slots:
+            queued = trio.current_time() - asked
             budget.in_flight += 1
             budget.most_in_flight = max(budget.most_in_flight, budget.in_flight)
             started = trio.current_time()
@@ -141,9 +146,9 @@ class ChunkState:
         self.delayed_ms += (trio.current_time() - started) * 1000
         event.set()
         if self.on_fetched is not None:
-            self.on_fetched([index])
+            self.on_fetched(index, queued, kind)
 
-    async def fetch(self, indexes, delay):
+    async def fetch(self, indexes, delay, kind="r"):
         """Makes the chunks warm: fetches those nobody fetches yet (in parallel), waits for the others."""
         mine = []
         theirs = []
@@ -158,11 +163,11 @@ class ChunkState:
             else:
                 theirs.append(event)
         if len(mine) == 1:
-            await self._fetch_one(mine[0][0], mine[0][1], delay)
+            await self._fetch_one(mine[0][0], mine[0][1], delay, kind)
         elif mine:
             async with trio.open_nursery() as nursery:
                 for index, event in mine:
-                    nursery.start_soon(self._fetch_one, index, event, delay)
+                    nursery.start_soon(self._fetch_one, index, event, delay, kind)
         for event in theirs:
             await event.wait()
 
@@ -207,10 +212,10 @@ class ColdImages(pyfuse3.Operations):
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _logged(self, name, indexes):
-        """Appends `<file> <chunk>` per chunk fetched to --fetch-log (the order of first reads)."""
+    def _logged(self, name, index, queued, kind):
+        """Appends `<file> <chunk> <queued ms> <r|w>` per chunk fetched to --fetch-log (the order of first reads)."""
         if self.fetch_log is not None:
-            self.fetch_log.write("".join(f"{name} {index}\n" for index in indexes))
+            self.fetch_log.write(f"{name} {index} {queued * 1000:.1f} {kind}\n")
 
     def _inode_of(self, name):
         inode = self.inodes.get(name)
@@ -241,7 +246,7 @@ class ColdImages(pyfuse3.Operations):
                 self.holes_warm,
                 fd,
                 budget,
-                on_fetched=lambda idx, n=name: self._logged(n, idx),
+                on_fetched=lambda index, queued, kind, n=name: self._logged(n, index, queued, kind),
             )
             self.states[key] = state
         return state
@@ -416,7 +421,7 @@ class ColdImages(pyfuse3.Operations):
             last = (end - 1) // self.chunk
             whole = [i for i in range(first, last + 1) if i * self.chunk >= offset and (i + 1) * self.chunk <= end]
             partial = [i for i in range(first, last + 1) if i not in whole]
-            await state.fetch(partial, self._delay_of(state))
+            await state.fetch(partial, self._delay_of(state), "w")
             state.mark_warm(whole)
             await state.budget.transfer(len(data))
         written = os.pwrite(value, data, offset)
@@ -500,7 +505,7 @@ def main():
     parser.add_argument("--throughput-mibps", type=float, default=125.0, help="0: no throughput cap")
     parser.add_argument("--holes", choices=("cold", "warm"), default="cold")
     parser.add_argument("--name", default="ebs-cache-cold")
-    parser.add_argument("--fetch-log", help="append `<file> <chunk>` per chunk fetched, in order")
+    parser.add_argument("--fetch-log", help="append `<file> <chunk> <queued ms> <r|w>` per chunk fetched, in order")
     args = parser.parse_args()
     if args.chunk_bytes < 4096 or args.chunk_bytes % 4096:
         parser.error("--chunk-bytes must be a multiple of 4096")

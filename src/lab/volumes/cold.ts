@@ -75,6 +75,15 @@ export interface ColdVolumeStatus {
   initializing: boolean;
 }
 
+/** One chunk fetch of a cold volume (the layer's fetch log). */
+export interface ColdFetch {
+  chunk: number;
+  /** How long it waited for one of the volume's fetch slots (behind fetches asked for before it). */
+  queuedMs: number;
+  /** A read asked for it, or a write to part of the chunk (the rest had to be fetched first). */
+  by: "read" | "write";
+}
+
 /** The cold layer of a lab. */
 export interface ColdLayer extends VolumeImageLayer {
   readonly mountPoint: string;
@@ -85,6 +94,8 @@ export interface ColdLayer extends VolumeImageLayer {
   volumeStatus(volumeId: string): Promise<ColdVolumeStatus | undefined>;
   /** The chunks of a cold volume fetched so far, in the order they were first read. */
   fetchOrder(volumeId: string): Promise<number[]>;
+  /** The same with how each fetch was asked for: how long it queued for a fetch slot, by a read or a write. */
+  fetches(volumeId: string): Promise<ColdFetch[]>;
   /** Warms the volume in the background at `rateMiBps` (EBS's provisioned-rate initialization). */
   initialize(volumeId: string, rateMiBps: number): Promise<void>;
   /** Makes every chunk of the volume cold again (tests). */
@@ -289,13 +300,21 @@ export async function startColdLayer(
     },
 
     async fetchOrder(volumeId) {
+      return (await layer.fetches(volumeId)).map((fetch) => fetch.chunk);
+    },
+
+    async fetches(volumeId) {
       const file = `${volumeId}.img`;
       const text = await readFile(paths.fetches, "utf8").catch(() => "");
       return text
         .split("\n")
         .map((line) => line.split(" "))
         .filter(([name, index]) => name === file && index !== undefined)
-        .map(([, index]) => Number(index));
+        .map(([, index, queued, kind]) => ({
+          chunk: Number(index),
+          queuedMs: Number(queued ?? 0),
+          by: kind === "w" ? ("write" as const) : ("read" as const),
+        }));
     },
 
     async initialize(volumeId, rateMiBps) {

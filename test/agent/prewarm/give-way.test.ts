@@ -13,7 +13,6 @@ import { VolumeTag } from "../../../src/tags.ts";
 import { COLD, WARM, fakeNode, fakeReader } from "../../fixtures/fakes/index.ts";
 
 const POOL = { [VolumeTag.managed]: "true", [VolumeTag.kind]: "pool", [VolumeTag.pool]: "default" };
-const MiB = 1024 * 1024;
 
 /** `prewarm --strategy files` on a node booted from the pool's snapshot; the options the reader was given. */
 async function filesRead(t: Test, giveWay: Record<string, unknown>) {
@@ -38,10 +37,10 @@ async function filesRead(t: Test, giveWay: Record<string, unknown>) {
   return reads[0]?.args[2] as InitializeOptions;
 }
 
-t.test("the configured pacing reaches the reader, MiB/s as bytes per second", async (t) => {
-  const options = await filesRead(t, { runMs: 400, pauseMs: 50, maxPausedMs: 2000, othersReadMiBps: 4 });
+t.test("the configured pacing reaches the reader", async (t) => {
+  const options = await filesRead(t, { runMs: 400, pauseMs: 50, maxPausedMs: 2000, settleMs: 300, othersIops: 4 });
   t.equal(options.yieldDepth, YIELD_IO_DEPTH, "the yielding depth");
-  t.same(options.giveWay, { runMs: 400, pauseMs: 50, maxPausedMs: 2000, quietBytesPerSecond: 4 * MiB });
+  t.same(options.giveWay, { runMs: 400, pauseMs: 50, maxPausedMs: 2000, settleMs: 300, quietIops: 4 });
 });
 
 t.test("giving way off: full depth, never paced", async (t) => {

@@ -147,11 +147,33 @@ t.test("a volume from a snapshot is cold on first read, warm after; its bytes ar
   // Reads in parallel reach the layer in parallel (the loop device's direct I/O), and the
   // volume's fetch slots bound them.
   await lab.cold!.cool(coldId);
+  const logged = (await lab.cold!.fetches(coldId)).length;
   await parallelReads(device, lab.root, span, 400);
   const parallel = await lab.cold!.volumeStatus(coldId);
   t.ok(
     parallel!.mostFetchesInFlight > 1 && parallel!.mostFetchesInFlight <= FETCH_SLOTS,
     `parallel reads: ${parallel!.mostFetchesInFlight} fetches in flight at most (1 < n <= ${FETCH_SLOTS})`,
+  );
+  // The fetch log says how each fetch was asked for: by reads here, each with its wait for a slot.
+  const byReads = (await lab.cold!.fetches(coldId)).slice(logged);
+  t.ok(byReads.length > 0 && byReads.every((f) => f.by === "read" && f.queuedMs >= 0), "asked for by reads");
+  // A write to part of a cold chunk fetches the chunk first: by a write.
+  const partialAt = 90 * 1024 * 1024 + 4096;
+  const beforeWrite = (await lab.cold!.fetches(coldId)).length;
+  await run("dd", [
+    "if=/dev/zero",
+    `of=${device}`,
+    "bs=4096",
+    "count=1",
+    `seek=${partialAt / 4096}`,
+    "oflag=direct",
+    "status=none",
+  ]);
+  t.ok(
+    (await lab.cold!.fetches(coldId))
+      .slice(beforeWrite)
+      .some((f) => f.by === "write" && f.chunk === Math.floor(partialAt / COLD.chunkBytes)),
+    "a 4 KiB write into a cold chunk: fetched by a write",
   );
 
   // A volume's own first-read delay (setFirstReadDelay): the layer's status says it. (That such a
