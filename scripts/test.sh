@@ -78,15 +78,10 @@ count_of() {
   echo "${n:-0}"
 }
 
-# tap builds its test runner (@tapjs/test) with the plugins named in package.json, but a run that
-# finds the built list stale rebuilds it for the next run and still starts its own test files with
-# the old one: after a fresh `npm ci`, that is @tapjs/typescript's ts-node loaded beside tsx in every
-# file of the first run (about 2.7 s of CPU a file). Building first gives every run the configured list.
-tap build >"$work/tap-build.log" 2>&1 || {
-  cat "$work/tap-build.log"
-  echo "# tap build failed"
-  exit 1
-}
+# tap's test class must be built with the plugins package.json names before tap starts: a run
+# that finds the built list stale starts its own test files with the old list's loaders (after a
+# fresh `npm ci`, ts-node in every file). scripts/tap-build.mjs builds it when it is stale.
+node scripts/tap-build.mjs || exit 1
 
 status=0
 if [ "$#" -gt 0 ]; then

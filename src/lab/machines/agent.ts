@@ -14,6 +14,7 @@ import { validateConfig, type AgentConfig } from "../../config/index.ts";
 import { AgentError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import type { Lab, LabHost, LabHostPaths } from "../lab.ts";
+import { deepMerge } from "./deep-merge.ts";
 
 /** Config keys a test or the demo may set on top of the lab's (a raw config.json object). */
 export type ConfigOverrides = Record<string, unknown>;
@@ -62,24 +63,6 @@ export function agentConfigJson(target: AgentTarget, overrides: ConfigOverrides 
     metrics: { textfileDir: join(paths.hostRoot, "var/lib/prometheus/node-exporter") },
   };
   return deepMerge(base, overrides);
-}
-
-/** Config overrides on top of a base: objects merged key by key, anything else replaced. */
-export function deepMerge(a: Record<string, unknown>, b: Record<string, unknown>): Record<string, unknown> {
-  const out: Record<string, unknown> = { ...a };
-  for (const [key, value] of Object.entries(b)) {
-    const prev = out[key];
-    out[key] =
-      value &&
-      typeof value === "object" &&
-      !Array.isArray(value) &&
-      prev &&
-      typeof prev === "object" &&
-      !Array.isArray(prev)
-        ? deepMerge(prev as Record<string, unknown>, value as Record<string, unknown>)
-        : value;
-  }
-  return out;
 }
 
 /** Validates the lab config; a problem here is a bug in the caller. */

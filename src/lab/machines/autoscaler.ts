@@ -38,7 +38,8 @@ import { labelsTagAsOsparcWrites, readLabelsTag } from "../../agent/labels-tag.t
 import type { ReleaseOutcome } from "../../agent/release/run.ts";
 import { AgentError } from "../../errors.ts";
 import { createMemoryLogger, type Logger } from "../../log.ts";
-import { bootLabHost, deepMerge, releaseLabHost, type ConfigOverrides } from "./agent.ts";
+import { bootLabHost, releaseLabHost, type ConfigOverrides } from "./agent.ts";
+import { deepMerge } from "./deep-merge.ts";
 import type { PrivateDockerd } from "../docker/dockerd.ts";
 import type { Lab, LabHost } from "../lab.ts";
 import { startOsparcSwarm, type OsparcSwarm } from "./osparc-swarm.ts";

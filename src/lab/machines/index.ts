@@ -1,6 +1,7 @@
 /** machines: see docs/lab.md. */
 export * from "./agent.ts";
 export * from "./autoscaler.ts";
+export * from "./deep-merge.ts";
 export * from "./nspawn-docker.ts";
 export * from "./nspawn-golden.ts";
 export * from "./nspawn-host.ts";
