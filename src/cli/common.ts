@@ -13,6 +13,7 @@ import type { CloudVolumes } from "../agent/ports.ts";
 import type { AgentConfig } from "../config/index.ts";
 import type { Logger } from "../log.ts";
 import { loadCommandConfig } from "./load-config.ts";
+import { onStopSignals } from "./stop-signals.ts";
 import type { OutcomeRecorder } from "../agent/outcomes.ts";
 
 export interface HostContext {
@@ -99,9 +100,10 @@ export async function startBackgroundRefresh(configPath: string | undefined): Pr
  */
 export function sigtermSignal(log: Logger): AbortSignal {
   const controller = new AbortController();
-  process.once("SIGTERM", () => {
+  // Installed for the rest of the run, not once (src/cli/stop-signals.ts says why).
+  onStopSignals(() => {
     log.warning("agent.sigterm", "SIGTERM received: stopping after the step in flight");
     controller.abort();
-  });
+  }, ["SIGTERM"]);
   return controller.signal;
 }

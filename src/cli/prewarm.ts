@@ -7,6 +7,7 @@ import { PREWARM_STRATEGIES, type PrewarmStrategy } from "../config/index.ts";
 import { runPrewarm } from "../agent/prewarm/run.ts";
 import { hostContext } from "./common.ts";
 import { CONFIG_OPTION } from "./options.ts";
+import { onStopSignals } from "./stop-signals.ts";
 
 /** Builds `ebs-cache-agent prewarm`. */
 export function prewarmCommand(): Command {
@@ -30,8 +31,7 @@ export function prewarmCommand(): Command {
         context.log.info("prewarm.background", "background pre-warm run started", { pid: process.pid });
       const controller = new AbortController();
       const stop = () => controller.abort(new Error("stopped by a signal"));
-      process.once("SIGTERM", stop);
-      process.once("SIGINT", stop);
+      const removeStop = onStopSignals(stop);
       try {
         const result = await runPrewarm(context.prewarmDeps, {
           ...(opts.strategy ? { strategy: opts.strategy } : {}),
@@ -51,8 +51,7 @@ export function prewarmCommand(): Command {
         } else out("no cache volume attached: nothing to pre-warm");
         process.exitCode = result.exitCode;
       } finally {
-        process.off("SIGTERM", stop);
-        process.off("SIGINT", stop);
+        removeStop();
       }
     });
 }

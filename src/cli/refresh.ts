@@ -7,6 +7,7 @@ import { Command } from "commander";
 import { renderRefresh, runRefresh } from "../agent/refresh/run.ts";
 import { hostContext } from "./common.ts";
 import { CONFIG_OPTION } from "./options.ts";
+import { onStopSignals } from "./stop-signals.ts";
 
 /** Builds `ebs-cache-agent refresh`. */
 export function refreshCommand(): Command {
@@ -34,8 +35,7 @@ export function refreshCommand(): Command {
         context.log.warning("agent.sigterm", "signal received: stopping the pulls in flight");
         controller.abort(new Error("stopped by a signal"));
       };
-      process.once("SIGTERM", stop);
-      process.once("SIGINT", stop);
+      const removeStop = onStopSignals(stop);
       try {
         const outcome = await runRefresh(context.refreshDeps, {
           dryRun: opts.dryRun ?? false,
@@ -46,8 +46,7 @@ export function refreshCommand(): Command {
         else for (const line of renderRefresh(outcome)) out(line);
         process.exitCode = outcome.exitCode;
       } finally {
-        process.off("SIGTERM", stop);
-        process.off("SIGINT", stop);
+        removeStop();
       }
     });
 }
