@@ -216,7 +216,7 @@ async function snapshotLayers(
     log,
     remediation: "install containerd's ctr; check that the image is unpacked (docker image ls lists it)",
   });
-  await containerd.ctr([...snapshots, "rm", key], { log });
+  await removeView(containerd, [...snapshots, "rm", key], log);
   const root = posix.join(CONTAINERD_ROOT_SUBDIR, OVERLAYFS_SNAPSHOTTER, "snapshots");
   let dirs: string[];
   try {
@@ -225,6 +225,25 @@ async function snapshotLayers(
     throw new AgentError(`${image}: ${(error as Error).message}`, "report this: ctr's output changed");
   }
   return { base: join(volume, root), layers: checkedLayers(image, volume, root, "fs", dirs) };
+}
+
+/**
+ * Removes the view `ctr snapshots view` made. ctr makes it under no lease, so containerd's
+ * garbage collector may have removed it already (any deletion in the namespace schedules a
+ * collection): "not found" is the state wanted. The mounts it printed stay true, as the image's
+ * own snapshots they name are held by the image.
+ */
+export async function removeView(
+  containerd: ContainerdCli,
+  args: readonly string[],
+  log: Logger | undefined,
+): Promise<void> {
+  const removed = await containerd.ctr(args, { log, check: false });
+  if (removed.exitCode === 0 || /\bnot found\b/.test(removed.stderr)) return;
+  throw new AgentError(
+    `ctr ${args.join(" ")} exited ${removed.exitCode}: ${removed.stderr.trim()}`,
+    "remove the snapshot with the same ctr command once containerd answers; it holds no data of its own",
+  );
 }
 
 function checkedLayers(image: string, volume: string, root: string, leaf: string, dirs: readonly string[]): string[] {

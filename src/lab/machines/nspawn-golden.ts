@@ -161,10 +161,10 @@ async function recordNeedList(
       docker: async (args: readonly string[], runOptions?: RunOptions) => toHost(await docker.docker(args, runOptions)),
     };
     const containerd: ContainerdCli = {
-      ctr: async (args: readonly string[]) => {
+      ctr: async (args: readonly string[], runOptions?: RunOptions) => {
         const command = ["ctr", "--address", "/run/containerd/containerd.sock", "--namespace", "moby", ...args];
         const result = await m.exec(command, 120_000);
-        if (result.exitCode !== 0)
+        if (result.exitCode !== 0 && runOptions?.check !== false)
           throw new AgentError(`${command.join(" ")} exited ${result.exitCode} in ${m.name}: ${result.stderr}`, "");
         return toHost(result);
       },
