@@ -153,6 +153,13 @@ t.test("a boot's token covers each field of its create spec", async (t) => {
     token({ creation: { encrypted: true, iops: 7000, tags: {} } }),
     "config volumes changed: another token",
   );
+  const reversed = <T>(record: Record<string, T>) => Object.fromEntries(Object.entries(record).reverse());
+  t.equal(
+    token({ tags: reversed(spec.tags), creation: { tags: { B: "2", A: "1" }, iops: 6000, encrypted: true } }),
+    token({ creation: { encrypted: true, iops: 6000, tags: { A: "1", B: "2" } } }),
+    "the same tags and settings in another key order: the same token",
+  );
+  t.equal(token({ creation: { encrypted: false, tags: {} } }), token(), "config volumes that send nothing: no change");
 });
 
 t.test("a token covers config volumes by what the request sends, and only that", async (t) => {

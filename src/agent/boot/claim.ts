@@ -7,6 +7,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { VolumeTag } from "../../tags.ts";
 import type { StepContext } from "./context.ts";
 import { BootStepError } from "./errors.ts";
+import { sentCreationParameters } from "../volume-creation.ts";
 import { candidateOrder, currentSnapshot, hostStoreOr, isClaimable, storeFit } from "../volume-rules.ts";
 import { createSpecFrom, type BootStep, type CreateSpec } from "./plan.ts";
 
@@ -184,9 +185,11 @@ export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promis
  * this boot (same instance, same boot id, same spec, same turn), so a boot killed after
  * CreateVolume gets that volume back rather than leaving it behind and making another. Every
  * field of the spec that shapes the volume is in it (EC2 answers a repeated token with the volume
- * it made first), config `volumes` (the spec's creation) included.
+ * it made first), config `volumes` (the spec's creation) included, by the parameters the request
+ * sends (as the keeper's slot token): tags sorted, so no object's key order shapes the token.
  */
 export function clientToken(instanceId: string, bootId: string | undefined, spec: CreateSpec, turn: number): string {
+  const sent = sentCreationParameters(spec.creation);
   const text = JSON.stringify([
     instanceId,
     bootId ?? "",
@@ -196,8 +199,8 @@ export function clientToken(instanceId: string, bootId: string | undefined, spec
     spec.availabilityZone,
     spec.volumeType,
     spec.initializationRateMiBps ?? null,
-    spec.tags,
-    ...(spec.creation ? [spec.creation] : []),
+    Object.entries(spec.tags).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
+    ...(sent.length > 0 ? [sent] : []),
   ]);
   return `ebs-cache-${createHash("sha256").update(text).digest("hex").slice(0, 48)}`;
 }
