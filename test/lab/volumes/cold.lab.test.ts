@@ -130,8 +130,10 @@ t.test("a volume from a snapshot is cold on first read, warm after; its bytes ar
   ]);
   const written = await sha256(device, size);
   await detach(ec2, coldId, host);
-  const device2 = await attach(lab, ec2, coldId, host);
-  t.equal(await sha256(device2, size), written, "the write is kept");
+  // The volume's device from here on: the loop device it had may be another test's by now (the
+  // lab files run side by side and take the lowest free loop device).
+  const reattached = await attach(lab, ec2, coldId, host);
+  t.equal(await sha256(reattached, size), written, "the write is kept");
 
   // A blank volume reads at full speed at once: the layer is not in its path, so no first-read delay.
   const blankDevice = await attach(lab, ec2, blankId, host);
@@ -148,7 +150,7 @@ t.test("a volume from a snapshot is cold on first read, warm after; its bytes ar
   // volume's fetch slots bound them.
   await lab.cold!.cool(coldId);
   const logged = (await lab.cold!.fetches(coldId)).length;
-  await parallelReads(device, lab.root, span, 400);
+  await parallelReads(reattached, lab.root, span, 400);
   const parallel = await lab.cold!.volumeStatus(coldId);
   t.ok(
     parallel!.mostFetchesInFlight > 1 && parallel!.mostFetchesInFlight <= FETCH_SLOTS,
@@ -162,7 +164,7 @@ t.test("a volume from a snapshot is cold on first read, warm after; its bytes ar
   const beforeWrite = (await lab.cold!.fetches(coldId)).length;
   await run("dd", [
     "if=/dev/zero",
-    `of=${device}`,
+    `of=${reattached}`,
     "bs=4096",
     "count=1",
     `seek=${partialAt / 4096}`,
