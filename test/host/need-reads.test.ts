@@ -10,6 +10,7 @@ import { ReadListError } from "../../src/agent/prewarm/need.ts";
 import { parseFilefrag, subtractRanges } from "../../src/host/extents.ts";
 import { fileRanges, readReadList } from "../../src/host/need-reads.ts";
 import { VolumePathError } from "../../src/host/volume-paths.ts";
+import { LINKS, makeLink, makeSpecial, SPECIALS } from "../fixtures/odd-files.ts";
 
 const volume = async (t: { teardown(fn: () => unknown): void }) => {
   const root = await mkdtemp(join(tmpdir(), "need-reads-"));
@@ -59,6 +60,28 @@ t.test(
     t.equal(mapped.skipped, 3, "behind a link, a link, missing");
   },
 );
+
+t.test("a listed file that is no regular file is never handed to filefrag (a FIFO would hang it)", async (t) => {
+  const root = await volume(t);
+  const canary = await volume(t);
+  await writeFile(join(canary, "file"), Buffer.alloc(64 * 1024, 1));
+  const diff = join(root, "docker/overlay2/l1/diff");
+  await mkdir(join(diff, "folder"), { recursive: true });
+  const odd = ["folder"];
+  for (const kind of SPECIALS) {
+    makeSpecial(kind, join(diff, kind));
+    odd.push(kind);
+  }
+  for (const kind of Object.keys(LINKS)) {
+    await makeLink(kind, canary, join(diff, kind));
+    odd.push(kind, `${kind}/file`);
+  }
+  const mapped = await fileRanges(
+    root,
+    odd.map((name) => `docker/overlay2/l1/diff/${name}`),
+  );
+  t.same([mapped.mapped, mapped.skipped, mapped.ranges], [0, odd.length, []], odd.join(", "));
+});
 
 t.test("files in containerd's root: mapped as the data-root's, never through a link", async (t) => {
   const root = await volume(t);
