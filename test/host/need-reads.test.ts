@@ -83,6 +83,12 @@ t.test("a listed file that is no regular file is never handed to filefrag (a FIF
   t.same([mapped.mapped, mapped.skipped, mapped.ranges], [0, odd.length, []], odd.join(", "));
 });
 
+t.test("a listed file on a filesystem mounted below the volume is not the volume's: left out", async (t) => {
+  // No mount without root: "/" stands for the volume, /proc for a filesystem mounted below it.
+  const mapped = await fileRanges("/", ["proc/version"]);
+  t.same([mapped.mapped, mapped.skipped], [0, 1]);
+});
+
 t.test("files in containerd's root: mapped as the data-root's, never through a link", async (t) => {
   const root = await volume(t);
   const fs = join(root, "containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/4/fs");
