@@ -3,7 +3,7 @@
  * volume: no root needed), and filefrag's output and range arithmetic on recorded text.
  */
 import t from "tap";
-import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, symlink, truncate, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ReadListError } from "../../src/agent/prewarm/need.ts";
@@ -39,6 +39,14 @@ t.test("the list on the volume: read when it is a plain file, refused through a 
   await rm(join(root, ".ebs-cache-agent"), { recursive: true });
   await symlink(other, join(root, ".ebs-cache-agent"));
   await t.rejects(readReadList(root), VolumePathError, "the agent's folder a symlink: not followed");
+});
+
+t.test("a huge list on the volume: read up to the bound only, then refused", async (t) => {
+  const root = await volume(t);
+  await mkdir(join(root, ".ebs-cache-agent"));
+  await writeFile(join(root, ".ebs-cache-agent/reads.json"), "");
+  await truncate(join(root, ".ebs-cache-agent/reads.json"), 64 * 1024 ** 3);
+  await t.rejects(readReadList(root), { name: "ReadListError", message: /larger than/ });
 });
 
 t.test(
