@@ -4,8 +4,9 @@
  * (a path from the volume's root: in the data-root, or in containerd's root for the containerd
  * image store) checked to be a regular file, walked from the volume's root without following a
  * link, before `filefrag` maps it to device ranges.
- * An entry that is missing, a link, or behind one is left out (a layer's `lib -> usr/lib` is
- * image content, not a reason to refuse the volume); a list that does not validate is not used.
+ * An entry that is missing, a link, behind one, or on a filesystem mounted below the volume is
+ * left out (a layer's `lib -> usr/lib` is image content, not a reason to refuse the volume); a
+ * list that does not validate is not used.
  */
 import { join } from "node:path";
 import { AGENT_SUBDIR } from "./volume-layout.ts";
@@ -13,7 +14,7 @@ import { MAX_READ_LIST_BYTES, parseReadList, READ_LIST_FILE, type ReadList } fro
 import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";
 import { parseFilefrag, type ByteRange } from "./extents.ts";
-import { readFileBeneath, resolveBeneath, VolumePathError } from "./volume-paths.ts";
+import { fileSystemOf, readFileBeneath, resolveBeneath, VolumePathError } from "./volume-paths.ts";
 
 /** Files per filefrag process (its command line stays far below ARG_MAX). */
 const FILEFRAG_BATCH = 256;
@@ -38,10 +39,18 @@ export async function fileRanges(
 ): Promise<{ ranges: ByteRange[]; mapped: number; skipped: number }> {
   const paths: string[] = [];
   let skipped = 0;
+  // A file of another filesystem mounted below the volume (a docker volume's bind mount, a
+  // container's tmpfs) is not the volume's: filefrag would give its offsets on that filesystem's
+  // device, read on this one.
+  const volumeFileSystem = await fileSystemOf(mountPoint);
+  const onVolume = async (path: string) => {
+    const id = await fileSystemOf(path);
+    return id !== undefined && id === volumeFileSystem;
+  };
   for (const file of files) {
     try {
       const found = await resolveBeneath(mountPoint, file);
-      if (found.kind === "file") paths.push(found.path);
+      if (found.kind === "file" && (await onVolume(found.path))) paths.push(found.path);
       else skipped++;
     } catch (error) {
       if (!(error instanceof VolumePathError)) throw error;

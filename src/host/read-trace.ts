@@ -4,8 +4,16 @@
  * order, each once, then placed in the need list (src/agent/prewarm/need.ts) beside the other
  * images' entries. See docs/prewarm.md.
  */
+import { AgentError } from "../errors.ts";
 import { asListed } from "../image-ref.ts";
-import { MAX_READ_LIST_FILES, type ReadList } from "../read-list.ts";
+import {
+  isVolumeFilePath,
+  MAX_READ_LIST_FILES,
+  parseReadList,
+  ReadListError,
+  readListText,
+  type ReadList,
+} from "../read-list.ts";
 
 /** One line of `strace -f -y -e status=successful`: an opened fd (`= 3</path>`), an execve, a chroot. */
 const OPENED = /^\d+\s+(?:open|openat|openat2)\(.*\)\s+=\s+\d+<(.*)>$/;
@@ -83,4 +91,30 @@ export function firstReads(
 export function withImageReads(list: ReadList | undefined, image: string, files: string[]): ReadList {
   const others = (list?.images ?? []).filter((entry) => asListed(entry.image) !== asListed(image));
   return { images: [...others, { image, files }] };
+}
+
+/**
+ * The list's text with `image`'s entry set to `files` (withImageReads), checked as the boot will
+ * read it: a file the boot refuses (a control character in its name, a path past the bound) is
+ * left out and counted in `dropped`; a list the boot would still refuse (an image reference it
+ * does not accept, past its size or file count) throws, since the boot would then use none of it,
+ * the other images' entries included.
+ */
+export function needListText(
+  list: ReadList | undefined,
+  image: string,
+  files: readonly string[],
+): { text: string; dropped: number } {
+  const kept = files.filter((file) => isVolumeFilePath(file));
+  const text = readListText(withImageReads(list, image, kept));
+  try {
+    parseReadList(text);
+  } catch (error) {
+    if (!(error instanceof ReadListError)) throw error;
+    throw new AgentError(
+      `${image}'s reads are not stored: with them, ${error.message}, and the boot would use none of the list`,
+      "name the image by a valid Docker reference, or record fewer images (or fewer --seconds) into one volume",
+    );
+  }
+  return { text, dropped: files.length - kept.length };
 }

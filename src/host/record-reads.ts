@@ -16,10 +16,10 @@ import { AgentError } from "../errors.ts";
 import { run, type RunOptions, type RunResult } from "../exec.ts";
 import { writeFileAtomic } from "../fs-atomic.ts";
 import type { Logger } from "../log.ts";
-import { READ_LIST_FILE, ReadListError, readListText } from "../read-list.ts";
+import { READ_LIST_FILE, ReadListError } from "../read-list.ts";
 import { CONTAINERD_ROOT_SUBDIR, DATA_ROOT_SUBDIR } from "../layout.ts";
 import { chainId, layerPaths, OVERLAYFS_SNAPSHOTTER, servedFile, snapshotLayerDirs } from "./image-layers.ts";
-import { firstReads, parseTrace, withImageReads } from "./read-trace.ts";
+import { firstReads, needListText, parseTrace } from "./read-trace.ts";
 import { readReadList } from "./need-reads.ts";
 import { AGENT_SUBDIR } from "./volume-layout.ts";
 import { mkdirBeneath } from "./volume-paths.ts";
@@ -296,7 +296,8 @@ async function resolveInRoot(root: string, path: string): Promise<string | undef
 /**
  * Stores `files` as `image`'s entry of the need list on the volume mounted at `mountPoint`
  * (`.ebs-cache-agent/reads.json`), keeping the other images' entries; a list that does not
- * validate is replaced.
+ * validate is replaced. Files the boot would refuse are left out (a warning); a list the boot
+ * would refuse whole is not written (read-trace.ts needListText throws).
  */
 export async function writeImageReads(mountPoint: string, image: string, files: string[], log?: Logger): Promise<void> {
   let list;
@@ -308,6 +309,12 @@ export async function writeImageReads(mountPoint: string, image: string, files: 
       error: error.message,
     });
   }
+  const { text, dropped } = needListText(list, image, files);
+  if (dropped > 0)
+    log?.warning("prewarm.need-list-dropped", "files the boot would refuse are left out of the need list", {
+      image,
+      dropped,
+    });
   const folder = await mkdirBeneath(mountPoint, AGENT_SUBDIR);
-  await writeFileAtomic(join(folder, READ_LIST_FILE), readListText(withImageReads(list, image, files)));
+  await writeFileAtomic(join(folder, READ_LIST_FILE), text);
 }

@@ -48,6 +48,19 @@ export async function entryKind(path: string): Promise<EntryKind> {
 }
 
 /**
+ * The id of the filesystem `path` is on (lstat's st_dev: a link's own), or undefined when it is
+ * missing: a path on a filesystem mounted below the volume's root has another.
+ */
+export async function fileSystemOf(path: string): Promise<number | undefined> {
+  try {
+    return (await lstat(path)).dev;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw error;
+  }
+}
+
+/**
  * What an lstat answer or a readdir entry is (an entry's type is its d_type, or lstat's when the
  * filesystem gives none).
  */

@@ -3,13 +3,14 @@
  * volume: no root needed), and filefrag's output and range arithmetic on recorded text.
  */
 import t from "tap";
-import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, symlink, truncate, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ReadListError } from "../../src/agent/prewarm/need.ts";
 import { parseFilefrag, subtractRanges } from "../../src/host/extents.ts";
 import { fileRanges, readReadList } from "../../src/host/need-reads.ts";
 import { VolumePathError } from "../../src/host/volume-paths.ts";
+import { LINKS, makeLink, makeSpecial, SPECIALS } from "../fixtures/odd-files.ts";
 
 const volume = async (t: { teardown(fn: () => unknown): void }) => {
   const root = await mkdtemp(join(tmpdir(), "need-reads-"));
@@ -40,6 +41,14 @@ t.test("the list on the volume: read when it is a plain file, refused through a 
   await t.rejects(readReadList(root), VolumePathError, "the agent's folder a symlink: not followed");
 });
 
+t.test("a huge list on the volume: read up to the bound only, then refused", async (t) => {
+  const root = await volume(t);
+  await mkdir(join(root, ".ebs-cache-agent"));
+  await writeFile(join(root, ".ebs-cache-agent/reads.json"), "");
+  await truncate(join(root, ".ebs-cache-agent/reads.json"), 64 * 1024 ** 3);
+  await t.rejects(readReadList(root), { name: "ReadListError", message: /larger than/ });
+});
+
 t.test(
   "files: only regular files inside the data-root are mapped; links and what lies behind them are left out",
   async (t) => {
@@ -59,6 +68,34 @@ t.test(
     t.equal(mapped.skipped, 3, "behind a link, a link, missing");
   },
 );
+
+t.test("a listed file that is no regular file is never handed to filefrag (a FIFO would hang it)", async (t) => {
+  const root = await volume(t);
+  const canary = await volume(t);
+  await writeFile(join(canary, "file"), Buffer.alloc(64 * 1024, 1));
+  const diff = join(root, "docker/overlay2/l1/diff");
+  await mkdir(join(diff, "folder"), { recursive: true });
+  const odd = ["folder"];
+  for (const kind of SPECIALS) {
+    makeSpecial(kind, join(diff, kind));
+    odd.push(kind);
+  }
+  for (const kind of Object.keys(LINKS)) {
+    await makeLink(kind, canary, join(diff, kind));
+    odd.push(kind, `${kind}/file`);
+  }
+  const mapped = await fileRanges(
+    root,
+    odd.map((name) => `docker/overlay2/l1/diff/${name}`),
+  );
+  t.same([mapped.mapped, mapped.skipped, mapped.ranges], [0, odd.length, []], odd.join(", "));
+});
+
+t.test("a listed file on a filesystem mounted below the volume is not the volume's: left out", async (t) => {
+  // No mount without root: "/" stands for the volume, /proc for a filesystem mounted below it.
+  const mapped = await fileRanges("/", ["proc/version"]);
+  t.same([mapped.mapped, mapped.skipped], [0, 1]);
+});
 
 t.test("files in containerd's root: mapped as the data-root's, never through a link", async (t) => {
   const root = await volume(t);

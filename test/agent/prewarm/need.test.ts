@@ -113,6 +113,30 @@ t.test("parse: a builder's list, and every way it can be wrong", async (t) => {
   }
 });
 
+t.test("an odd image reference in the list: Docker's grammar, or the list is refused", async (t) => {
+  const digest = `sha256:${"a".repeat(64)}`;
+  for (const image of [`redis@${digest}`, `redis:7@${digest}`, "Registry.Example.com:5000/app:1"])
+    t.same(parseReadList(list([{ image, files: ["x"] }])).images[0]?.image, image, image);
+  const refused: Array<[unknown, RegExp]> = [
+    ["Alpine:3", /must be lowercase/],
+    ["ghcr.io/Org/app:1", /must be lowercase/],
+    [`redis@sha256:${"A".repeat(64)}`, /64 lowercase hex/],
+    ["a".repeat(256), /at most 255/],
+    ["a b", /whitespace/],
+    ["../../etc", /"\.\."/],
+    [7, /must be a string/],
+    [null, /must be a string/],
+  ];
+  for (const [image, message] of refused)
+    t.throws(() => parseReadList(list([{ image, files: ["x"] }])), { name: "ReadListError", message }, String(image));
+  for (const entry of [null, 5, "x", [], {}])
+    t.throws(
+      () => parseReadList(JSON.stringify({ version: 1, images: [entry] })),
+      ReadListError,
+      JSON.stringify(entry),
+    );
+});
+
 t.test("stored: version 1 while every file is in the data-root, version 2 once one is not", async (t) => {
   const graphdriver = { images: [{ image: "a:1", files: ["docker/overlay2/l/diff/bin/sh"] }] };
   t.same(JSON.parse(readListText(graphdriver)), {

@@ -3,8 +3,8 @@
  * as version 6 writes them, the host's own opens and execs left out, each file once.
  */
 import t from "tap";
-import { firstReads, parseTrace, withImageReads } from "../../../src/host/read-trace.ts";
-import { parseReadList, readListText } from "../../../src/agent/prewarm/need.ts";
+import { firstReads, needListText, parseTrace, withImageReads } from "../../../src/host/read-trace.ts";
+import { MAX_READ_LIST_FILES, parseReadList, readListText } from "../../../src/agent/prewarm/need.ts";
 
 const ROOT = "/var/tmp/record-reads-x/merged";
 const LOG = [
@@ -60,4 +60,19 @@ t.test("an image's entry replaces its old one, keeps the others', and the list v
     ],
   );
   t.same(parseReadList(readListText(list)), list);
+});
+
+t.test("stored only as the boot will read it: a file it refuses left out, a list it refuses not made", async (t) => {
+  const ok = "docker/overlay2/L/diff/bin/sh";
+  const stored = needListText(undefined, "lab/a:1", [ok, "docker/overlay2/L/diff/a\nb", `docker/${"x".repeat(5000)}`]);
+  t.equal(stored.dropped, 2, "a control character, a path past the bound");
+  t.same(parseReadList(stored.text), { images: [{ image: "lab/a:1", files: [ok] }] });
+
+  const others = {
+    images: [{ image: "lab/a:1", files: Array.from({ length: MAX_READ_LIST_FILES - 10 }, (_, i) => `docker/f${i}`) }],
+  };
+  const many = Array.from({ length: 11 }, (_, i) => `docker/g${i}`);
+  t.throws(() => needListText(others, "lab/b:1", many), { name: "AgentError", message: /lab\/b:1.*more than/ });
+  t.equal(needListText(others, "lab/b:1", many.slice(1)).dropped, 0, "up to the bound: stored");
+  t.throws(() => needListText(undefined, "Lab/B:1", [ok]), { name: "AgentError", message: /must be lowercase/ });
 });
