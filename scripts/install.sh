@@ -19,7 +19,8 @@
 #                                                   ebs-cache-agent-release.service
 #   /etc/systemd/system/timers.target.wants/        ebs-cache-agent-gc.timer, ebs-cache-agent-prune.timer (ebs-cache-agent-keeper.timer is
 #                                                   installed, not enabled: only the hosts that keep the pool run it)
-#   /usr/share/doc/ebs-cache-agent/                 operations.md, config.md, boot.md, labels.md, the IAM policy
+#   /usr/share/doc/ebs-cache-agent/                 operations.md, config.md, boot.md, labels.md, keeper.md, the IAM
+#                                                   policies (the agent's, the keeper's reclaim)
 #
 # The units are enabled by creating the .wants symlinks directly (what `systemctl enable`
 # does), so this works in a chroot or on a tree with no systemd running. It runs no systemctl

@@ -1,6 +1,6 @@
 /** The docs stay true to the code: the config reference is generated from the schema, the paths they name exist. */
 import t from "tap";
-import { access, readFile } from "node:fs/promises";
+import { access, readdir, readFile } from "node:fs/promises";
 import { run } from "../../src/exec.ts";
 
 t.test("docs/config.md is what scripts/config-reference.ts prints", async (t) => {
@@ -32,4 +32,21 @@ t.test("every path docs/architecture.md names exists", async (t) => {
   const missing: string[] = [];
   for (const path of new Set(named)) await access(path).catch(() => missing.push(path));
   t.same(missing, [], "renamed or removed: update docs/architecture.md");
+});
+
+t.test("every use case folder of src/agent is in docs/architecture.md's layers", async (t) => {
+  const doc = await readFile("docs/architecture.md", "utf8");
+  const layers = doc.slice(doc.indexOf("## Layers"), doc.indexOf("## The names of a use case"));
+  // The box's left column, from `src/agent/<use-case>/` to the shared modules below it.
+  const box = layers.slice(layers.indexOf("src/agent/<use-case>/"), layers.indexOf("src/agent/*.ts"));
+  const named = new Set(box.split("\n").flatMap((line) => line.slice(0, 31).split(/[\s,]+/)));
+  const folders = (await readdir("src/agent", { withFileTypes: true }))
+    .filter((e) => e.isDirectory())
+    .map((e) => e.name);
+  t.ok(folders.includes("boot"), `the check reads src/agent's folders (${folders.join(", ")})`);
+  t.same(
+    folders.filter((folder) => !named.has(folder)),
+    [],
+    "a use case folder not in the layers' box: add it to docs/architecture.md",
+  );
 });
