@@ -491,7 +491,10 @@ async function startRun(
 function stopper(settings: PrewarmSettings, signal: AbortSignal | undefined): { signal: AbortSignal; dispose(): void } {
   const controller = new AbortController();
   const stop = () => controller.abort(new Error("stopped"));
-  signal?.addEventListener("abort", stop, { once: true });
+  // A signal that came before the run began (while the command asked EC2 and decided) fires no
+  // event any more: taken as it is, or the reads would ignore the stop and run to their end.
+  if (signal?.aborted) stop();
+  else signal?.addEventListener("abort", stop, { once: true });
   const limit = settings.initialize.timeoutSeconds;
   const timer = limit
     ? setTimeout(() => controller.abort(new Error(`timed out after ${limit} s`)), limit * 1000)
