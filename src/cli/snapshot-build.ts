@@ -33,7 +33,7 @@ import { AGENT_SUBDIR } from "../host/volume-layout.ts";
 import { removeBeneath } from "../host/volume-paths.ts";
 import { createLogger, type Logger } from "../log.ts";
 import { READ_LIST_FILE } from "../read-list.ts";
-import { sigtermSignal } from "./common.ts";
+import { stopSignal } from "./common.ts";
 
 /** ctr on the build's own containerd (the containerd store), in the namespace its dockerd uses (`moby`). */
 function buildContainerdCli(dockerdRoot: string, log: Logger): ContainerdCli {
@@ -223,7 +223,7 @@ export function snapshotBuildCommand(): Command {
         process.stdout.write(planned.steps.map((step) => describeStep(step) + "\n").join(""));
         return;
       }
-      const report = await runVolumeBuild(volumeBuildDeps(log, sigtermSignal(log)), request, planned.steps);
+      const report = await runVolumeBuild(volumeBuildDeps(log, stopSignal(log)), request, planned.steps);
       const json = JSON.stringify({ ...report, sizeGiB: size }, null, 2) + "\n";
       if (opts.summary) await writeFileAtomic(resolve(opts.summary), json);
       process.stdout.write(

@@ -10,7 +10,7 @@ import { ConfigError, ExitCode } from "../errors.ts";
 import { readImageBlock, scanImage, sha256, zeroBlockHash } from "../host/image-blocks.ts";
 import { readManifestJson, writeManifestJson } from "../host/snapshot-manifest.ts";
 import { createLogger } from "../log.ts";
-import { sigtermSignal } from "./common.ts";
+import { stopSignal } from "./common.ts";
 import { poolNameOption, wholeNumber } from "./options.ts";
 import { snapshotBuildCommand } from "./snapshot-build.ts";
 import { snapshotStripCommand } from "./snapshot-strip.ts";
@@ -151,7 +151,7 @@ export function snapshotCommand(): Command {
               sha256,
               zeroBlockHash,
               log,
-              signal: sigtermSignal(log),
+              signal: stopSignal(log),
             },
             {
               image: opts.image,
