@@ -117,8 +117,8 @@ export function snapshotCommand(): Command {
         "after",
         "\nCredentials: the AWS SDK's default chain (environment, profile, SSO, an instance role); the build role's " +
           "policy is iam/ebs-cache-snapshot-builder-policy.json." +
-          "\nExit codes: 0 completed, 1 EBS refused or failed, 2 usage (a bad tag or manifest too: nothing " +
-          "uploaded), 3 no region.",
+          "\nExit codes: 0 completed, 1 EBS refused or failed, or stopped (SIGTERM, SIGINT: run it again, it " +
+          "resumes), 2 usage (a bad tag or manifest too: nothing uploaded), 3 no region.",
       )
       .action(async (opts: UploadOptions) => {
         const log = createLogger();

@@ -180,7 +180,11 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
     ...settings("gen3.json", "gen2.json"),
     concurrency: 1,
   });
-  await t.rejects(killed, /killed/, "the kill stops the upload between blocks");
+  await t.rejects(
+    killed,
+    { name: "SnapshotUploadError", message: /stopped \(killed\)/, exitCode: 1, remediation: /resumes/ },
+    "the kill stops the upload between blocks: an error of the upload's own (exit 1), no bug",
+  );
   const left = parseManifest("gen3.json", await readManifestJson(join(dir, "gen3.json")));
   t.equal(left?.status, "uploading", "the manifest says the upload is unfinished");
   t.equal(Object.keys(left?.written ?? {}).length, 2, "… with the 2 blocks put");
