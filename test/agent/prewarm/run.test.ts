@@ -95,6 +95,17 @@ t.test("files: an initialization that fails leaves the volume untagged and exits
   t.equal((await node.fake.describe(volumeId)).tags[VolumeTag.initialized], undefined, "not tagged initialized");
 });
 
+t.test("files: an initialization stopped by a signal stays resumable, untagged, and exits 1", async (t) => {
+  const { node, volumeId } = await bootedFromSnapshot(t);
+  const reader = fakeReader(node.script, { figures: [COLD] });
+  const stop = new AbortController();
+  node.script.before("fio.initialize", () => stop.abort(new Error("SIGTERM received")));
+  const outcome = await runPrewarm(prewarmDeps(node, reader), { strategy: "files", signal: stop.signal });
+  t.equal(outcome.report?.phase, "pending", "interrupted: the next run resumes");
+  t.equal(outcome.exitCode, 1, "not done: a script or an operator's shell must not read it as success");
+  t.equal((await node.fake.describe(volumeId)).tags[VolumeTag.initialized], undefined, "not tagged initialized");
+});
+
 t.test("no cache volume attached: nothing to pre-warm", async (t) => {
   const node = await fakeNode(t);
   const reader = fakeReader(node.script);
