@@ -17,6 +17,7 @@
  * with the remedy, and the node is still reported. A run killed half-way leaves a resume point
  * in the state file: the next run starts there (and reads again what may not have completed).
  */
+import { setTimeout as delay } from "node:timers/promises";
 import { describeError, remediationOr } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
 import { observePrewarm, sampleVolume, type Sample } from "./observe.ts";
@@ -612,7 +613,8 @@ async function readVolume(run: LongRun<"initialize">, onProgress: OnProgress, si
 async function followEbs(run: LongRun<"follow">, onProgress: OnProgress, signal: AbortSignal): Promise<void> {
   const { deps, target } = run;
   if (!deps.initializationStatus) throw new Error("EC2's initialization status is not available");
-  const sleep = deps.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
+  // The pause between polls ends at the stop too (a poll is 10 s): SIGTERM does not wait for it.
+  const sleep = deps.sleep ?? ((ms: number) => delay(ms, undefined, { signal }));
   const total = target.sizeBytes ?? 100;
   let first: number | undefined;
   for (;;) {
