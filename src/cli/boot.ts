@@ -5,7 +5,7 @@
 import { Command } from "commander";
 import { runBoot, type BootOutcome } from "../agent/boot/run.ts";
 import { serviceReadyNotifier } from "../host/systemd-notify.ts";
-import { hostContext, sigtermSignal } from "./common.ts";
+import { hostContext, stopSignal } from "./common.ts";
 import { CONFIG_OPTION } from "./options.ts";
 
 export interface BootCliOptions {
@@ -77,7 +77,7 @@ export function bootCommand(): Command {
     )
     .action(async (opts: BootCliOptions) => {
       const { deps, log, config } = await hostContext(opts.config);
-      const signal = sigtermSignal(log);
+      const signal = stopSignal(log);
       const outcome = await runBoot(deps, {
         dryRun: opts.dryRun ?? false,
         withDocker: opts.docker,

@@ -94,16 +94,18 @@ export async function startBackgroundRefresh(configPath: string | undefined): Pr
 }
 
 /**
- * An abort signal for systemd's SIGTERM (a stop, or TimeoutStartSec/TimeoutStopSec). Handling
- * the signal keeps Node from dying at once: the command undoes (boot) or finishes its current
- * step (release) and exits by itself; systemd's SIGKILL still follows after its timeout.
+ * An abort signal for a stop: systemd's SIGTERM (a stop, or TimeoutStartSec/TimeoutStopSec), or
+ * SIGINT (Ctrl-C of a command run by hand). Handling the signal keeps Node from dying at once: the
+ * command undoes (boot, snapshot build) or finishes its current step (release, snapshot upload)
+ * and exits by itself; systemd's SIGKILL still follows after its timeout. The abort's reason
+ * names the signal.
  */
-export function sigtermSignal(log: Logger): AbortSignal {
+export function stopSignal(log: Logger): AbortSignal {
   const controller = new AbortController();
   // Installed for the rest of the run, not once (src/cli/stop-signals.ts says why).
-  onStopSignals(() => {
-    log.warning("agent.sigterm", "SIGTERM received: stopping after the step in flight");
-    controller.abort();
-  }, ["SIGTERM"]);
+  onStopSignals((signal) => {
+    log.warning("agent.sigterm", `${signal} received: stopping after the step in flight`);
+    controller.abort(new Error(`${signal} received`));
+  });
   return controller.signal;
 }

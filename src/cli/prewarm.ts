@@ -23,7 +23,7 @@ export function prewarmCommand(): Command {
     .addHelpText(
       "after",
       "\nExit codes: 0 done (or nothing to do), 1 the pre-warm failed (the node is still reported; the log says " +
-        "why), 2 usage, 3 invalid configuration.",
+        "why) or was stopped (SIGTERM, SIGINT: the next run resumes), 2 usage, 3 invalid configuration.",
     )
     .action(async (opts: { config?: string; strategy?: PrewarmStrategy; background?: boolean; json?: boolean }) => {
       const context = await hostContext(opts.config);

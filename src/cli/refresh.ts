@@ -24,7 +24,8 @@ export function refreshCommand(): Command {
       "after",
       "\nA failed pull is a warning: the node's readiness labels never change. Only pool volumes are refreshed.\n" +
         ("Exit codes: 0 done (pulls may have failed: see the output or `status`), 1 the refresh could not run " +
-          "(EC2 or docker unreachable), 2 usage, 3 invalid configuration."),
+          "(EC2 or docker unreachable) or was stopped (SIGTERM, SIGINT: the rest is pulled by the next run), " +
+          "2 usage, 3 invalid configuration."),
     )
     .action(async (opts: { config?: string; dryRun?: boolean; json?: boolean; background?: boolean }) => {
       const context = await hostContext(opts.config);

@@ -6,7 +6,7 @@
  */
 import { Command } from "commander";
 import { runRelease, type ReleaseOutcome } from "../agent/release/run.ts";
-import { hostContext, sigtermSignal } from "./common.ts";
+import { hostContext, stopSignal } from "./common.ts";
 import { CONFIG_OPTION } from "./options.ts";
 
 export interface ReleaseCliOptions {
@@ -71,7 +71,7 @@ export function releaseCommand(): Command {
     )
     .action(async (opts: ReleaseCliOptions) => {
       const { releaseDeps, log } = await hostContext(opts.config);
-      const outcome = await runRelease(releaseDeps, { dryRun: opts.dryRun ?? false, signal: sigtermSignal(log) });
+      const outcome = await runRelease(releaseDeps, { dryRun: opts.dryRun ?? false, signal: stopSignal(log) });
       printReleaseOutcome(outcome, opts.json ?? false, (line) => process.stdout.write(line + "\n"));
       process.exitCode = outcome.exitCode;
     });

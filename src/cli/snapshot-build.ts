@@ -33,7 +33,7 @@ import { AGENT_SUBDIR } from "../host/volume-layout.ts";
 import { removeBeneath } from "../host/volume-paths.ts";
 import { createLogger, type Logger } from "../log.ts";
 import { READ_LIST_FILE } from "../read-list.ts";
-import { sigtermSignal } from "./common.ts";
+import { stopSignal } from "./common.ts";
 
 /** ctr on the build's own containerd (the containerd store), in the namespace its dockerd uses (`moby`). */
 function buildContainerdCli(dockerdRoot: string, log: Logger): ContainerdCli {
@@ -48,6 +48,8 @@ async function startDocker(root: string, dataRoot: string, imageStore: ImageStor
   const d = await startBuildDockerd({ root, dataRoot, imageStore, log });
   // Large images take long to unpack: these bound a hung daemon, not a slow disk.
   const long = { timeoutMs: 60 * 60_000 };
+  // A stop (SIGTERM, SIGINT) kills the CLI: dockerd cancels the pull, and the build undoes.
+  const stoppable = (signal: AbortSignal | undefined) => ({ ...long, ...(signal ? { signal } : {}) });
   const idOf = async (image: string) => {
     const found = await d.docker(["image", "inspect", "--format", "{{.Id}}", image], { check: false });
     return found.exitCode === 0 ? found.stdout.trim() : undefined;
@@ -55,9 +57,9 @@ async function startDocker(root: string, dataRoot: string, imageStore: ImageStor
   return {
     engineVersion: d.engineVersion,
     imageStore: d.imageStore,
-    load: async (tarball) => void (await d.docker(["load", "--quiet", "--input", tarball], long)),
+    load: async (tarball, signal) => void (await d.docker(["load", "--quiet", "--input", tarball], stoppable(signal))),
     has: async (image) => (await idOf(image)) !== undefined,
-    pull: async (image) => void (await d.docker(["pull", "--quiet", image], long)),
+    pull: async (image, signal) => void (await d.docker(["pull", "--quiet", image], stoppable(signal))),
     async removeAllBut(keep) {
       const kept = new Set(await Promise.all(keep.map(idOf)));
       const all = new Set((await d.docker(["image", "ls", "--quiet", "--no-trunc"])).stdout.split(/\s+/));
@@ -223,7 +225,7 @@ export function snapshotBuildCommand(): Command {
         process.stdout.write(planned.steps.map((step) => describeStep(step) + "\n").join(""));
         return;
       }
-      const report = await runVolumeBuild(volumeBuildDeps(log, sigtermSignal(log)), request, planned.steps);
+      const report = await runVolumeBuild(volumeBuildDeps(log, stopSignal(log)), request, planned.steps);
       const json = JSON.stringify({ ...report, sizeGiB: size }, null, 2) + "\n";
       if (opts.summary) await writeFileAtomic(resolve(opts.summary), json);
       process.stdout.write(

@@ -10,7 +10,8 @@ import { ConfigError, ExitCode } from "../errors.ts";
 import { readImageBlock, scanImage, sha256, zeroBlockHash } from "../host/image-blocks.ts";
 import { readManifestJson, writeManifestJson } from "../host/snapshot-manifest.ts";
 import { createLogger } from "../log.ts";
-import { sigtermSignal } from "./common.ts";
+import { VolumeTag } from "../tags.ts";
+import { stopSignal } from "./common.ts";
 import { poolNameOption, wholeNumber } from "./options.ts";
 import { snapshotBuildCommand } from "./snapshot-build.ts";
 import { snapshotStripCommand } from "./snapshot-strip.ts";
@@ -19,6 +20,19 @@ function tagOption(value: string, previous: Record<string, string> = {}): Record
   const at = value.indexOf("=");
   if (at <= 0) throw new InvalidArgumentError(`expected KEY=VALUE, got ${JSON.stringify(value)}`);
   return { ...previous, [value.slice(0, at)]: value.slice(at + 1) };
+}
+
+/**
+ * The build time of the upload `manifest` left unfinished (a kill, a stop), to resume with: the
+ * snapshot is started again with the same ClientToken, and EBS refuses that token with other
+ * parameters, tags included. Undefined when there is none (a manifest EBS refuses is reported by
+ * the upload itself).
+ */
+async function interruptedBuiltAt(manifest: string): Promise<string | undefined> {
+  const earlier = (await readManifestJson(manifest).catch(() => undefined)) as
+    { status?: unknown; tags?: Record<string, unknown> } | undefined;
+  const builtAt = earlier?.status === "uploading" ? earlier.tags?.[VolumeTag.builtAt] : undefined;
+  return typeof builtAt === "string" ? builtAt : undefined;
 }
 
 function positive(value: string): number {
@@ -90,7 +104,10 @@ export function snapshotCommand(): Command {
           .makeOptionMandatory(),
       )
       .requiredOption("--engine-version <version>", "the docker version that built it (tag ebs-cache:engine-version)")
-      .option("--built-at <time>", "the generation's time, RFC 3339 UTC (default now)")
+      .option(
+        "--built-at <time>",
+        "the generation's time, RFC 3339 UTC (default now; resuming, the interrupted upload's)",
+      )
       .option(
         "--tag <key=value>",
         "an operator's tag on the snapshot (repeatable; not ebs-cache:*, not aws:*)",
@@ -117,8 +134,8 @@ export function snapshotCommand(): Command {
         "after",
         "\nCredentials: the AWS SDK's default chain (environment, profile, SSO, an instance role); the build role's " +
           "policy is iam/ebs-cache-snapshot-builder-policy.json." +
-          "\nExit codes: 0 completed, 1 EBS refused or failed, 2 usage (a bad tag or manifest too: nothing " +
-          "uploaded), 3 no region.",
+          "\nExit codes: 0 completed, 1 EBS refused or failed, or stopped (SIGTERM, SIGINT: run it again, it " +
+          "resumes), 2 usage (a bad tag or manifest too: nothing uploaded), 3 no region.",
       )
       .action(async (opts: UploadOptions) => {
         const log = createLogger();
@@ -130,7 +147,10 @@ export function snapshotCommand(): Command {
           images: opts.images.split(",").filter((s) => s !== ""),
           imageStore: opts.imageStore,
           engineVersion: opts.engineVersion,
-          builtAt: opts.builtAt ?? new Date().toISOString().replace(/\.\d{3}Z$/, "Z"),
+          builtAt:
+            opts.builtAt ??
+            (await interruptedBuiltAt(opts.manifest)) ??
+            new Date().toISOString().replace(/\.\d{3}Z$/, "Z"),
           operatorTags: opts.tag ?? {},
         });
         if ("problems" in tags) {
@@ -151,7 +171,7 @@ export function snapshotCommand(): Command {
               sha256,
               zeroBlockHash,
               log,
-              signal: sigtermSignal(log),
+              signal: stopSignal(log),
             },
             {
               image: opts.image,

@@ -109,6 +109,9 @@ export async function paceReads(options: PaceReadsOptions): Promise<PaceTally> {
       if ("runMs" in step) {
         stop = { pausedMs: 0, quietMs: 0 };
         if (!(await clock.sleep(step.runMs, done))) return tally;
+        // Being stopped: fio is never stopped again (SIGSTOP would hold its SIGTERM, which it
+        // handles, until a SIGCONT: up to maxPausedMs while others read, at a shutdown).
+        if (stopped?.aborted) return tally;
         if (!signal("SIGSTOP")) continue;
         tally.looks++;
         seen = await look(counters, settings.drainMs, settings.pauseMs, done, clock);
@@ -120,7 +123,7 @@ export async function paceReads(options: PaceReadsOptions): Promise<PaceTally> {
       }
       step = nextPace(seen, stop, settings);
       if ("pauseMs" in step) stop = afterLook(stop, seen, step.pauseMs, settings);
-      if (done.aborted) return tally;
+      if (done.aborted || stopped?.aborted) return tally;
       if ("runMs" in step) signal("SIGCONT");
     }
   } finally {

@@ -1,7 +1,9 @@
 /**
  * A command stops by itself on SIGTERM even while a child it started runs: the stop handler stays
  * installed (src/cli/stop-signals.ts), so execa's exit cleanup (signal-exit) does not end the
- * agent with the signal again. The `once` case shows the failure the helper exists for. No root.
+ * agent with the signal again. The `once` case shows the failure the helper exists for. The
+ * commands that undo or finish their step on a stop (stopSignal) take Ctrl-C's SIGINT the same
+ * way. No root.
  */
 import t from "tap";
 import { execa } from "execa";
@@ -9,7 +11,7 @@ import { fileURLToPath } from "node:url";
 
 const CHILD = fileURLToPath(new URL("../fixtures/stop-signals-child.ts", import.meta.url));
 
-async function stopWhileChildRuns(mode: "stays" | "once") {
+async function stopWhileChildRuns(mode: "stays" | "once" | "command", signal: "SIGTERM" | "SIGINT" = "SIGTERM") {
   // Through `env -u NODE_OPTIONS`: the test runner's process-info hook adds itself to every child's
   // NODE_OPTIONS at the spawn, and its exit handling hides the failure; the agent runs without it.
   const child = execa("env", ["-u", "NODE_OPTIONS", process.execPath, "--import", "tsx", CHILD, mode], {
@@ -22,7 +24,7 @@ async function stopWhileChildRuns(mode: "stays" | "once") {
     timeout: 120_000,
   });
   await new Promise<void>((resolve) => child.stdout!.once("data", () => resolve()));
-  child.kill("SIGTERM");
+  child.kill(signal);
   return child;
 }
 
@@ -37,4 +39,13 @@ t.test("a once-handler: the same SIGTERM kills the command before it can stop", 
   const ended = await stopWhileChildRuns("once");
   t.equal(ended.signal, "SIGTERM", "signal-exit raised the signal again once no other listener was left");
   t.notMatch(String(ended.stdout), /stopped by itself/);
+});
+
+t.test("boot, release and the snapshot commands stop by themselves on SIGINT (Ctrl-C) as on SIGTERM", async (t) => {
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    const ended = await stopWhileChildRuns("command", signal);
+    t.equal(ended.signal, undefined, `${signal}: not killed by the signal`);
+    t.equal(ended.exitCode, 0, String(ended.stderr));
+    t.match(String(ended.stdout), `stopped by itself (${signal} received)`, `${signal}: the stop names it`);
+  }
 });

@@ -124,3 +124,24 @@ t.test("a burst of others: fio stays stopped until settleMs after their last req
     "without settling: continued on the first quiet look",
   );
 });
+
+t.test("being stopped (SIGTERM): fio is continued and never stopped again, whatever others do", async (t) => {
+  const w = world(steady(300), 1_000);
+  const stop = new AbortController();
+  // The stop comes during the first pause (others busy): fio stopped, its SIGTERM held until continued.
+  const sleep = w.clock.sleep;
+  w.clock.sleep = async (ms, until) => {
+    const slept = await sleep(ms, until);
+    if (w.clock.now() >= 50 && !stop.signal.aborted) stop.abort();
+    return slept;
+  };
+  const tally = await paceReads({ ...w, settings, stopped: stop.signal });
+  const stoppedAt = w.signalled.findIndex(({ at }) => at >= 50);
+  t.ok(stoppedAt >= 0, "signals sent after the stop");
+  t.notOk(
+    w.signalled.slice(stoppedAt).some(({ sig }) => sig === "SIGSTOP"),
+    `no SIGSTOP after the stop (${JSON.stringify(w.signalled.slice(stoppedAt, stoppedAt + 4))})`,
+  );
+  t.equal(w.signals.at(-1), "SIGCONT", "fio is left running, to act on its SIGTERM");
+  t.ok(tally.pausedMs < 50, `no pause after the stop (${tally.pausedMs} ms paused in all)`);
+});

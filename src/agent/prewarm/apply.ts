@@ -17,6 +17,7 @@
  * with the remedy, and the node is still reported. A run killed half-way leaves a resume point
  * in the state file: the next run starts there (and reads again what may not have completed).
  */
+import { setTimeout as delay } from "node:timers/promises";
 import { describeError, remediationOr } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
 import { observePrewarm, sampleVolume, type Sample } from "./observe.ts";
@@ -491,7 +492,10 @@ async function startRun(
 function stopper(settings: PrewarmSettings, signal: AbortSignal | undefined): { signal: AbortSignal; dispose(): void } {
   const controller = new AbortController();
   const stop = () => controller.abort(new Error("stopped"));
-  signal?.addEventListener("abort", stop, { once: true });
+  // A signal that came before the run began (while the command asked EC2 and decided) fires no
+  // event any more: taken as it is, or the reads would ignore the stop and run to their end.
+  if (signal?.aborted) stop();
+  else signal?.addEventListener("abort", stop, { once: true });
   const limit = settings.initialize.timeoutSeconds;
   const timer = limit
     ? setTimeout(() => controller.abort(new Error(`timed out after ${limit} s`)), limit * 1000)
@@ -609,7 +613,8 @@ async function readVolume(run: LongRun<"initialize">, onProgress: OnProgress, si
 async function followEbs(run: LongRun<"follow">, onProgress: OnProgress, signal: AbortSignal): Promise<void> {
   const { deps, target } = run;
   if (!deps.initializationStatus) throw new Error("EC2's initialization status is not available");
-  const sleep = deps.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
+  // The pause between polls ends at the stop too (a poll is 10 s): SIGTERM does not wait for it.
+  const sleep = deps.sleep ?? ((ms: number) => delay(ms, undefined, { signal }));
   const total = target.sizeBytes ?? 100;
   let first: number | undefined;
   for (;;) {

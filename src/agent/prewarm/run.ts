@@ -52,7 +52,7 @@ export interface PrewarmCommandOptions {
 export interface PrewarmOutcome {
   volumeId?: string;
   report?: PrewarmReport;
-  /** 0 done (or nothing to do), 1 the pre-warm failed (the node is still reported). */
+  /** 0 done (or nothing to do), 1 the pre-warm failed or was stopped (the node is still reported). */
   exitCode: number;
 }
 
@@ -111,7 +111,13 @@ export async function runPrewarm(
       log.warning("prewarm.labels", `could not publish the labels: ${String(error)}`);
     });
   }
-  return { volumeId: volume.volumeId, report, exitCode: report.phase === "failed" ? ExitCode.failure : ExitCode.ok };
+  // Failed, or stopped by a signal (SIGTERM, SIGINT; `pending`: the next run resumes): not done.
+  const stopped = report.phase === "pending" && options.signal?.aborted === true;
+  return {
+    volumeId: volume.volumeId,
+    report,
+    exitCode: report.phase === "failed" || stopped ? ExitCode.failure : ExitCode.ok,
+  };
 }
 
 /** The volume as the pre-warm sees it; the labels of this volume's previous run, which the boot chose. */

@@ -80,7 +80,8 @@ export async function runRefresh(
     { cloud, engine: deps.engine, puller: deps.puller, saveState, instanceId: identity.instanceId, log },
     options.signal ? { signal: options.signal } : {},
   );
-  return { plan, state, exitCode: ExitCode.ok };
+  // Stopped by a signal (SIGTERM, SIGINT): not done, whatever it pulled; the next run pulls the rest.
+  return { plan, state, exitCode: state.phase === "stopped" ? ExitCode.failure : ExitCode.ok };
 }
 
 /** The plan (dry run) or the state, for people. */

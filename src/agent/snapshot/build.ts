@@ -6,7 +6,7 @@
  * leaves them: its rerun's first step (`clean-leftovers`) takes them down, then builds anew.
  */
 import type { ImageStore } from "../../docker/engine.ts";
-import { AgentError, describeError } from "../../errors.ts";
+import { AgentError, ExitCode, describeError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { buildPaths, describeStep, type BuildRequest, type BuildStep } from "./build-plan.ts";
 
@@ -14,11 +14,12 @@ import { buildPaths, describeStep, type BuildRequest, type BuildStep } from "./b
 export interface BuildDocker {
   readonly engineVersion: string;
   readonly imageStore: ImageStore;
-  /** `docker load -i tarball`. */
-  load(tarball: string): Promise<void>;
+  /** `docker load -i tarball`; stopped (the CLI killed) when `signal` aborts. */
+  load(tarball: string, signal?: AbortSignal): Promise<void>;
   /** Whether the image is in the store. */
   has(image: string): Promise<boolean>;
-  pull(image: string): Promise<void>;
+  /** `docker pull image`; stopped (the CLI killed: dockerd cancels the pull) when `signal` aborts. */
+  pull(image: string, signal?: AbortSignal): Promise<void>;
   /** Removes every image but `keep` (by id: their other tags go too); returns how many went. */
   removeAllBut(keep: readonly string[]): Promise<number>;
   /**
@@ -154,7 +155,7 @@ export async function runVolumeBuild(
         return;
       }
       case "load":
-        return needDocker().load(step.tarball);
+        return needDocker().load(step.tarball, deps.signal);
       case "ensure-image": {
         const d = needDocker();
         if (await d.has(step.image)) return;
@@ -164,7 +165,7 @@ export async function runVolumeBuild(
             "give the tarball that holds it (--load), or let the build pull it (without --no-pull)",
           );
         }
-        return d.pull(step.image);
+        return d.pull(step.image, deps.signal);
       }
       case "remove-other-images":
         report.removedImages = await needDocker().removeAllBut(step.keep);
@@ -196,13 +197,27 @@ export async function runVolumeBuild(
     }
   };
 
+  let current: BuildStep | undefined;
   try {
     for (const step of steps) {
       if (deps.signal?.aborted) throw new VolumeBuildError("stopped by SIGTERM", "run the build again");
+      current = step;
       log.info("snapshot.build-step", describeStep(step));
       await runStep(step);
     }
-  } catch (error) {
+  } catch (caught) {
+    // A step the signal cut short (a pull, a load) failed because of the stop, not by itself.
+    const error =
+      deps.signal?.aborted && !(caught instanceof VolumeBuildError)
+        ? new VolumeBuildError(
+            `stopped by SIGTERM during ${current?.step ?? "the build"}`,
+            "run the build again",
+            ExitCode.failure,
+            {
+              cause: caught,
+            },
+          )
+        : caught;
     for (const entry of undo.reverse()) {
       try {
         await entry.run();

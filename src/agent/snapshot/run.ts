@@ -62,6 +62,21 @@ export class SnapshotUploadError extends AgentError {
 
 const GiB = 1024 ** 3;
 
+/**
+ * Stops between blocks once the signal (SIGTERM, Ctrl-C's SIGINT) is aborted: an error of its own
+ * (exit 1, the manifest keeps what was put, the rerun resumes), not the abort's reason, which the
+ * CLI would take for a bug.
+ */
+function stopIfAborted(signal: AbortSignal | undefined): void {
+  if (!signal?.aborted) return;
+  const why = signal.reason instanceof Error ? signal.reason.message : String(signal.reason);
+  throw new SnapshotUploadError(
+    `the upload was stopped (${why}); the manifest keeps the blocks put so far`,
+    "run the same command again: it resumes from the manifest",
+    ExitCode.failure,
+  );
+}
+
 /** The manifest at `path` checked, or undefined when there is none. */
 async function readManifest(deps: SnapshotUploadDeps, path: string): Promise<SnapshotManifest | undefined> {
   let json: unknown;
@@ -193,7 +208,7 @@ export async function runSnapshotUpload(
   const zeros = Buffer.alloc(EBS_BLOCK_BYTES);
   const worker = async () => {
     while (next < plan.put.length) {
-      deps.signal?.throwIfAborted();
+      stopIfAborted(deps.signal);
       const block = plan.put[next++]!;
       const data = block.zeros ? zeros : await deps.readBlock(settings.image, block.index, EBS_BLOCK_BYTES);
       await deps.writer.putBlock(snapshotId, block.index, data, block.hash);
@@ -268,7 +283,7 @@ async function readParentBlocks(
   let next = 0;
   const worker = async () => {
     while (next < toRead.length) {
-      deps.signal?.throwIfAborted();
+      stopIfAborted(deps.signal);
       const [index, token] = toRead[next++]!;
       blocks.set(index, await reader.blockChecksum(snapshotId, index, token));
     }

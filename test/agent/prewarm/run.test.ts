@@ -95,6 +95,38 @@ t.test("files: an initialization that fails leaves the volume untagged and exits
   t.equal((await node.fake.describe(volumeId)).tags[VolumeTag.initialized], undefined, "not tagged initialized");
 });
 
+t.test("files: an initialization stopped by a signal stays resumable, untagged, and exits 1", async (t) => {
+  const { node, volumeId } = await bootedFromSnapshot(t);
+  const reader = fakeReader(node.script, { figures: [COLD] });
+  const stop = new AbortController();
+  node.script.before("fio.initialize", () => stop.abort(new Error("SIGTERM received")));
+  const outcome = await runPrewarm(prewarmDeps(node, reader), { strategy: "files", signal: stop.signal });
+  t.equal(outcome.report?.phase, "pending", "interrupted: the next run resumes");
+  t.equal(outcome.exitCode, 1, "not done: a script or an operator's shell must not read it as success");
+  t.equal((await node.fake.describe(volumeId)).tags[VolumeTag.initialized], undefined, "not tagged initialized");
+});
+
+t.test("following EBS's initialization: a stop ends the pause between polls, not after it", async (t) => {
+  const { node, volumeId } = await bootedFromSnapshot(t);
+  const reader = fakeReader(node.script, { figures: [COLD] });
+  const stop = new AbortController();
+  let polls = 0;
+  // EBS initializes the volume (a provisioned rate) and stays at 50 %; the stop comes with the
+  // second answer (the first is the decision's), and the next poll would be 10 s later.
+  node.fake.cloud.initializationStatus = async () => {
+    if (++polls === 2) stop.abort(new Error("SIGTERM received"));
+    return { type: "provisioned-rate", progress: 50 };
+  };
+  const started = Date.now();
+  const outcome = await runPrewarm(prewarmDeps(node, reader), { strategy: "files", signal: stop.signal });
+  const seconds = (Date.now() - started) / 1000;
+  t.equal(outcome.report?.phase, "pending", "interrupted: the next run follows again");
+  t.equal(outcome.exitCode, 1);
+  t.equal(polls, 2, "no poll after the stop");
+  t.ok(seconds < 5, `ended ${seconds.toFixed(1)} s after it began, not after the 10 s pause`);
+  t.equal((await node.fake.describe(volumeId)).tags[VolumeTag.initialized], undefined, "not tagged initialized");
+});
+
 t.test("no cache volume attached: nothing to pre-warm", async (t) => {
   const node = await fakeNode(t);
   const reader = fakeReader(node.script);

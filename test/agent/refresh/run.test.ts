@@ -63,3 +63,19 @@ t.test("a dry run pulls nothing; a failed pull is reported and the run ends", as
   t.equal(outcome.exitCode, 0, "a failed pull does not fail the node");
   t.match(JSON.stringify(outcome.state), /pull access denied/, "the failure is in the state");
 });
+
+t.test("a refresh stopped by a signal pulls nothing more, says stopped and exits 1", async (t) => {
+  const node = await bootedOnOldGeneration(t);
+  const stop = new AbortController();
+  stop.abort(new Error("SIGTERM received"));
+  const outcome = await runRefresh(refreshDeps(node, fakePuller(node.script)), {
+    dryRun: false,
+    signal: stop.signal,
+  });
+  t.equal(outcome.state?.phase, "stopped");
+  t.match(outcome.state?.images, [
+    { image: "lab/app:1", phase: "present" },
+    { image: "lab/app:2", phase: "pending" },
+  ]);
+  t.equal(outcome.exitCode, 1, "not done: a script or an operator's shell must not read it as success");
+});

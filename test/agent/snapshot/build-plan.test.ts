@@ -176,6 +176,39 @@ t.test("the runner: without pulling, an image no tarball held fails the build", 
   t.same(calls.slice(-3), ["stop-dockerd", "unmount", "detach"]);
 });
 
+t.test("the runner: SIGTERM during a pull stops the pull, undoes, and says it was stopped", async (t) => {
+  const { deps, calls } = fakeDeps();
+  const controller = new AbortController();
+  // A pull that takes long (a big image, a slow registry) unless its signal stops it.
+  deps.startDockerd = async () => {
+    calls.push("start-dockerd");
+    return {
+      ...(await fakeDeps().deps.startDockerd("", "", "graphdriver")),
+      pull: async (image, signal) => {
+        calls.push(`pull ${image}`);
+        controller.abort();
+        const stopped = await new Promise<boolean>((resolve) => {
+          const timer = setTimeout(() => resolve(false), 2_000);
+          const stop = () => (clearTimeout(timer), resolve(true));
+          if (signal?.aborted) stop();
+          else signal?.addEventListener("abort", stop, { once: true });
+        });
+        calls.push(stopped ? "pull stopped" : "pull done");
+        if (stopped) throw new Error("docker pull: killed by SIGTERM");
+      },
+      stop: async () => void calls.push("stop-dockerd"),
+    };
+  };
+  const planned = planBuild(request);
+  if (!("steps" in planned)) throw new Error("no plan");
+  await t.rejects(runVolumeBuild({ ...deps, signal: controller.signal }, request, planned.steps), {
+    message: /stopped by SIGTERM during ensure-image/,
+    exitCode: 1,
+  });
+  t.ok(calls.includes("pull stopped"), "the pull was given the stop, not waited for");
+  t.same(calls.slice(-3), ["stop-dockerd", "unmount", "detach"], "what was set up is undone");
+});
+
 t.test("the runner: SIGTERM between steps stops the build and undoes", async (t) => {
   const { deps, calls } = fakeDeps();
   const controller = new AbortController();

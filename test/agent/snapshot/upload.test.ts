@@ -2,10 +2,12 @@
  * `snapshot upload` in-process, without root: the real EBS SDK client over HTTP to the lab's
  * EBS direct emulator (on the EC2 emulator, memory backend), a sparse image in a temp dir.
  * A full upload puts exactly the image's blocks holding data; an incremental one only what
- * changed (zeros over cleared blocks); a killed one resumes without putting twice; volumes
+ * changed (zeros over cleared blocks); a killed one resumes without putting twice, rerun by
+ * the CLI too (with the interrupted upload's build time, as EBS's ClientToken needs); volumes
  * made from the result hold the image; bad input changes nothing.
  */
 import { DescribeSnapshotsCommand, CreateVolumeCommand } from "@aws-sdk/client-ec2";
+import { execa } from "execa";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, open, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -22,6 +24,8 @@ import { readManifestJson, writeManifestJson } from "../../../src/host/snapshot-
 import { parseManifest } from "../../../src/agent/snapshot/manifest.ts";
 import { createLogger } from "../../../src/log.ts";
 import { run } from "../../../src/exec.ts";
+import { VolumeTag } from "../../../src/tags.ts";
+import { childEnv } from "../../fixtures/lab-prereq.ts";
 import { AWS_CLI, AWS_CLI_EMULATOR_ENV, startLab } from "../../lab/ec2/helpers.ts";
 
 const MiB = 2 ** 20;
@@ -180,7 +184,11 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
     ...settings("gen3.json", "gen2.json"),
     concurrency: 1,
   });
-  await t.rejects(killed, /killed/, "the kill stops the upload between blocks");
+  await t.rejects(
+    killed,
+    { name: "SnapshotUploadError", message: /stopped \(killed\)/, exitCode: 1, remediation: /resumes/ },
+    "the kill stops the upload between blocks: an error of the upload's own (exit 1), no bug",
+  );
   const left = parseManifest("gen3.json", await readManifestJson(join(dir, "gen3.json")));
   t.equal(left?.status, "uploading", "the manifest says the upload is unfinished");
   t.equal(Object.keys(left?.written ?? {}).length, 2, "… with the 2 blocks put");
@@ -348,4 +356,88 @@ t.test("the aws CLI's `ebs` commands accept the emulator", async (t) => {
     join(dir, "out"),
   ]);
   t.ok((await readFile(join(dir, "out"))).equals(data), "get-snapshot-block returns the bytes put");
+});
+
+t.test("the CLI resumes an upload a stop interrupted: without --built-at, the interrupted one's", async (t) => {
+  const lab = await startLab(t);
+  const dir = await mkdtemp(join(tmpdir(), "snapshot-resume-"));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const image = join(dir, "set.img");
+  const manifest = join(dir, "gen.json");
+  const data: Record<number, Buffer> = {};
+  for (const i of [0, 1, 2, 3, 4, 5]) data[i] = block();
+  await writeBlocks(image, data);
+  const builtAt = "2026-12-02T01:00:00Z";
+  const tags = generationTags({
+    pool: "sim4life",
+    imageSet: "2026-12",
+    images: ["registry.example.org/app:1"],
+    imageStore: "graphdriver",
+    engineVersion: "28.5.1",
+    builtAt,
+    operatorTags: {},
+  });
+  if (!("tags" in tags)) throw new Error(tags.problems.join("; "));
+  const client = ebsClient({
+    region: "us-east-1",
+    endpoint: lab.emu.endpoint,
+    credentials: { accessKeyId: "dummy", secretAccessKey: "dummy" },
+  });
+  t.teardown(() => client.destroy());
+  // The run the stop interrupted, started at `builtAt`, as the CLI starts it: stopped after 2 puts.
+  const controller = new AbortController();
+  const writer = snapshotBlockWriter(client);
+  let puts = 0;
+  const stopped = runSnapshotUpload(
+    {
+      writer: {
+        ...writer,
+        async putBlock(...args: Parameters<typeof writer.putBlock>) {
+          await writer.putBlock(...args);
+          if (++puts === 2) controller.abort(new Error("SIGTERM received"));
+        },
+      },
+      reader: snapshotBlockReader(client),
+      scanImage,
+      readBlock: readImageBlock,
+      readManifestJson,
+      writeManifestJson,
+      sha256,
+      zeroBlockHash,
+      log: createLogger(() => undefined),
+      signal: controller.signal,
+    },
+    {
+      image,
+      manifest,
+      tags: tags.tags,
+      description: "ebs-cache golden snapshot: pool sim4life, image set 2026-12",
+      encrypted: false,
+      concurrency: 1,
+      timeoutMinutes: 60,
+    },
+  );
+  await t.rejects(stopped, { name: "SnapshotUploadError" });
+
+  // The same command again, later, as an operator reruns it: no --built-at.
+  const rerun = await execa(
+    process.execPath,
+    [
+      ...["--import", "tsx", "src/cli.ts", "snapshot", "upload", "--image", image, "--manifest", manifest],
+      ...["--pool", "sim4life", "--image-set", "2026-12", "--images", "registry.example.org/app:1"],
+      ...["--image-store", "graphdriver", "--engine-version", "28.5.1", "--concurrency", "1"],
+      ...["--region", "us-east-1", "--endpoint", lab.emu.endpoint, "--json"],
+    ],
+    {
+      env: { ...childEnv(), AWS_ACCESS_KEY_ID: "dummy", AWS_SECRET_ACCESS_KEY: "dummy" },
+      extendEnv: false,
+      reject: false,
+    },
+  );
+  t.equal(rerun.exitCode, 0, String(rerun.stderr));
+  const report = JSON.parse(String(rerun.stdout || "{}")) as { resumed?: number; put?: number; status?: string };
+  t.match(report, { status: "completed", resumed: 2, put: 4 }, "the 2 blocks put before the stop are not put again");
+  const snapshots = Object.values(lab.emu.snapshotState().snapshots);
+  t.equal(snapshots.length, 1, "one snapshot: the interrupted one, resumed");
+  t.match(snapshots[0]?.tags, { [VolumeTag.builtAt]: builtAt }, "tagged with the interrupted upload's build time");
 });
