@@ -51,6 +51,12 @@ export interface FioReaderOptions {
   fio?: string;
   /** Where I/O logs are written (default the OS temp folder). */
   workDir?: string;
+  /**
+   * How long the paced reads in flight may take to complete once fio is stopped, before the look
+   * counts them as others' (default DEFAULT_PACE.drainMs). A host's constant, not configuration:
+   * tests that assert "never stopped" on a loaded machine give it room.
+   */
+  drainMs?: number;
 }
 
 /** The size of a block device in bytes. */
@@ -273,7 +279,11 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
         ? paceReads({
             reads: () => spawned,
             counters: deviceCounters(target.device),
-            settings: { ...DEFAULT_PACE, ...init.giveWay },
+            settings: {
+              ...DEFAULT_PACE,
+              ...init.giveWay,
+              ...(options.drainMs !== undefined ? { drainMs: options.drainMs } : {}),
+            },
             done: done.signal,
             ...(init.signal ? { stopped: init.signal } : {}),
           })
