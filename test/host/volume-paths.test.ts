@@ -239,6 +239,8 @@ const HOST_SIDE_FS = new Set([
   "agent/boot/preflight.ts",
   "agent/boot/prepared-record.ts",
   "agent/prewarm/state.ts",
+  // /proc/<pid>/stat: whether a state's or a lock's writer still runs, read only.
+  "agent/process-identity.ts",
   "agent/refresh/state.ts",
   "agent/workspace-record.ts",
   "cli/wiring.ts",

@@ -37,10 +37,9 @@ import {
   type PrewarmSettings,
   type PrewarmTarget,
 } from "./plan.ts";
+import { isAlive, processStartTime } from "../process-identity.ts";
 import {
   acquirePrewarmLock,
-  isAlive,
-  processStartTime,
   readPrewarmState,
   writePrewarmState,
   type PrewarmState,

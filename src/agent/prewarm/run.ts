@@ -19,7 +19,8 @@ import { findAttachedVolume, findMountedDevice } from "./observe.ts";
 import type { PrewarmDeps } from "./deps.ts";
 import { prewarmSettingsFrom, type PrewarmReport, type PrewarmTarget } from "./plan.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
-import { isAlive, readPrewarmState, renderPrewarmStatus, stateOfVolume, type PrewarmState } from "./state.ts";
+import { isAlive } from "../process-identity.ts";
+import { readPrewarmState, renderPrewarmStatus, stateOfVolume, type PrewarmState } from "./state.ts";
 import type { OutcomeRecorder } from "../outcomes.ts";
 
 /** The host's side of the command, built once the settings are known. */

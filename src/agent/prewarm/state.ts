@@ -8,6 +8,7 @@
 import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { writeFileAtomic } from "../../fs-atomic.ts";
+import { isAlive, processStartTime } from "../process-identity.ts";
 import type { CheckFigures } from "../ports.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
 import type { PrewarmPlan, PrewarmPhase, PrewarmSettings, PrewarmTarget, Progress, Verdict } from "./plan.ts";
@@ -63,26 +64,6 @@ export async function readPrewarmState(stateDir: string): Promise<PrewarmState |
 export async function writePrewarmState(stateDir: string, state: PrewarmState): Promise<void> {
   await mkdir(stateDir, { recursive: true });
   await writeFileAtomic(statePath(stateDir), JSON.stringify(state, null, 2) + "\n");
-}
-
-/** The start time of a process (field 22 of /proc/<pid>/stat), or undefined when it is gone. */
-export async function processStartTime(pid: number): Promise<string | undefined> {
-  try {
-    const stat = await readFile(`/proc/${pid}/stat`, "utf8");
-    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    if (fields[0] === "Z" || fields[0] === "X") return undefined;
-    return fields[19];
-  } catch {
-    return undefined;
-  }
-}
-
-/** Whether the process that wrote (pid, start) still runs. */
-export async function isAlive(pid: number | undefined, start: string | undefined): Promise<boolean> {
-  if (!pid) return false;
-  const now = await processStartTime(pid);
-  return now !== undefined && (start === undefined || now === start);
 }
 
 /**
