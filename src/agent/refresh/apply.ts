@@ -5,6 +5,7 @@
  * flight and starts no other: the state says `stopped`, and the volume is not tagged.
  */
 import { describeError } from "../../errors.ts";
+import { processStartTime } from "../process-identity.ts";
 import { asListed } from "./images.ts";
 import type { RefreshPlan, RefreshSettings, RefreshStep } from "./plan.ts";
 import type { RefreshState } from "./state.ts";
@@ -21,9 +22,11 @@ export async function applyRefresh(
   const now = deps.now ?? (() => new Date());
   const pulls = plan.steps.filter((s): s is Extract<RefreshStep, { step: "pull" }> => s.step === "pull");
   const mark = plan.steps.find((s): s is Extract<RefreshStep, { step: "mark-current" }> => s.step === "mark-current");
+  const pidStart = await processStartTime(process.pid);
   const state: RefreshState = {
     version: 1,
     pid: process.pid,
+    ...(pidStart ? { pidStart } : {}),
     volumeId: plan.volumeId,
     generation: plan.generation,
     phase: plan.skipped ? "skipped" : "running",

@@ -60,7 +60,7 @@ export async function runRefresh(
   if (options.dryRun) return { plan, exitCode: ExitCode.ok };
 
   const previous = await readRefreshState(stateDir).catch(() => undefined);
-  if (previous && previous.pid !== process.pid && isRunning(previous)) {
+  if (previous && previous.pid !== process.pid && (await isRunning(previous))) {
     log.notice("refresh.running", `a refresh runs already (process ${previous.pid}): this one does nothing`);
     return { plan, state: previous, exitCode: ExitCode.ok };
   }
@@ -133,5 +133,5 @@ export function renderRefreshState(state: RefreshState, running = false): string
 /** What `status` shows: the refresh's state and whether its process runs. */
 export async function refreshStatus(stateDir: string): Promise<{ state?: RefreshState; running: boolean }> {
   const state = await readRefreshState(stateDir);
-  return state ? { state, running: isRunning(state) } : { running: false };
+  return state ? { state, running: await isRunning(state) } : { running: false };
 }

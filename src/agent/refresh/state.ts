@@ -8,6 +8,7 @@ import { mkdir, readFile } from "node:fs/promises";
 import { uptime } from "node:os";
 import { join } from "node:path";
 import { writeFileAtomic } from "../../fs-atomic.ts";
+import { isAlive } from "../process-identity.ts";
 import type { RefreshSource } from "./plan.ts";
 
 export const REFRESH_STATE_FILE = "refresh.json";
@@ -28,6 +29,11 @@ export interface RefreshState {
   version: 1;
   /** The process that runs (ran) it: `running` with a dead pid is a refresh that was killed. */
   pid: number;
+  /**
+   * That process's start time (/proc/<pid>/stat): a live pid that started at another time is a
+   * reused one. Absent in a file an older agent wrote: its live pid is taken for the refresh.
+   */
+  pidStart?: string;
   volumeId: string | null;
   generation: string | null;
   phase: RefreshPhase;
@@ -77,16 +83,14 @@ export async function readRefreshState(stateDir: string): Promise<RefreshState |
 
 /**
  * Whether the refresh still runs: `running`, started since the machine booted (a pid from before
- * a reboot may name another process now), and its process exists. A `running` state whose
- * process is gone was killed.
+ * a reboot may name another process now), and its process exists and started when the state says
+ * (a refresh killed by SIGKILL or a power loss stays `running`, and its pid may be reused). A
+ * `running` state whose process is gone was killed.
  */
-export function isRunning(state: Pick<RefreshState, "pid" | "phase" | "startedAt">): boolean {
+export async function isRunning(
+  state: Pick<RefreshState, "pid" | "pidStart" | "phase" | "startedAt">,
+): Promise<boolean> {
   if (state.phase !== "running") return false;
   if (Date.parse(state.startedAt) < Date.now() - uptime() * 1000) return false;
-  try {
-    process.kill(state.pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
-  }
+  return isAlive(state.pid, state.pidStart);
 }

@@ -5,7 +5,9 @@
  */
 import t from "tap";
 import { runBoot } from "../../../src/agent/boot/run.ts";
-import { runRefresh, type RefreshCommandDeps } from "../../../src/agent/refresh/run.ts";
+import { processStartTime } from "../../../src/agent/process-identity.ts";
+import { refreshStatus, runRefresh, type RefreshCommandDeps } from "../../../src/agent/refresh/run.ts";
+import { writeRefreshState } from "../../../src/agent/refresh/state.ts";
 import type { ImagePuller } from "../../../src/agent/ports.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import { fakeNode, fakePuller, type FakeNode } from "../../fixtures/fakes/index.ts";
@@ -78,4 +80,50 @@ t.test("a refresh stopped by a signal pulls nothing more, says stopped and exits
     { image: "lab/app:2", phase: "pending" },
   ]);
   t.equal(outcome.exitCode, 1, "not done: a script or an operator's shell must not read it as success");
+});
+
+/** A state left `running` by a refresh whose process was `pid` (started at `pidStart`). */
+async function leftRunning(node: FakeNode, pid: number, pidStart?: string): Promise<void> {
+  const now = new Date().toISOString();
+  await writeRefreshState(node.config.paths.stateDir, {
+    version: 1,
+    pid,
+    ...(pidStart !== undefined ? { pidStart } : {}),
+    volumeId: null,
+    generation: null,
+    phase: "running",
+    images: [],
+    markedCurrent: null,
+    warnings: [],
+    startedAt: now,
+    updatedAt: now,
+  });
+}
+
+t.test("a killed refresh's pid reused by another process does not stop the next refresh", async (t) => {
+  // The parent process (the test runner) lives: it plays the unrelated process the pid now names.
+  const other = process.ppid;
+  const start = await processStartTime(other);
+  t.ok(start, "the other process's start time is readable");
+  const node = await bootedOnOldGeneration(t);
+  const { stateDir } = node.config.paths;
+
+  await leftRunning(node, other, `${Number(start) + 1}`);
+  t.equal((await refreshStatus(stateDir)).running, false, "a live pid that started at another time: not running");
+  const outcome = await runRefresh(refreshDeps(node, fakePuller(node.script)), { dryRun: false });
+  t.equal(outcome.state?.phase, "done", "the next refresh runs");
+  t.same(
+    node.script.of("pull.pull").map((c) => c.args[0]),
+    ["lab/app:2"],
+  );
+  t.equal(outcome.state?.pidStart, await processStartTime(process.pid), "it records its own start time");
+
+  await leftRunning(node, other, start);
+  t.equal((await refreshStatus(stateDir)).running, true, "the same pid and start time: running");
+  const skipped = await runRefresh(refreshDeps(node, fakePuller(node.script)), { dryRun: false });
+  t.equal(skipped.state?.pid, other, "a refresh that runs is left alone");
+  t.equal(node.script.of("pull.pull").length, 1, "no second pull");
+
+  await leftRunning(node, other);
+  t.equal((await refreshStatus(stateDir)).running, true, "an older agent's state (no start time): a live pid runs");
 });
