@@ -59,3 +59,20 @@ export function describeError(error: unknown): string {
   if (error instanceof Error) return error.message;
   return String(error);
 }
+
+/**
+ * The reason a command's stop aborts its signal with (src/cli/common.ts `stopSignal`): the signal
+ * received, systemd's SIGTERM or a Ctrl-C's SIGINT, so that messages name the one that came.
+ */
+export class StopSignalReceived extends Error {
+  constructor(readonly signalName: "SIGTERM" | "SIGINT") {
+    super(`${signalName} received`);
+    this.name = "StopSignalReceived";
+  }
+}
+
+/** The signal that stopped a command, for its messages: its name, or "a signal (SIGTERM or SIGINT)". */
+export function stopSignalName(signal: AbortSignal | undefined): string {
+  const reason: unknown = signal?.reason;
+  return reason instanceof StopSignalReceived ? reason.signalName : "a signal (SIGTERM or SIGINT)";
+}

@@ -82,6 +82,9 @@ t.test("remediation is read without a cast; a retry that ran out keeps its last 
 /** Error classes that are no agent error on purpose, and why. */
 const NOT_AGENT_ERRORS: Record<string, string> = {
   "errors.ts:AgentError": "the root",
+  // A stop's abort reason (the signal's name), as the plain Error it replaced was: each command
+  // wraps a stop in an error of its own (the boot's CancelledError, the build's VolumeBuildError).
+  "errors.ts:StopSignalReceived": "an abort's reason",
   // Control flow inside the JSON parser's error position search; never leaves the function.
   "config/load.ts:JsonStop": "internal",
   // The EC2 emulator's wire errors: what EC2 answers, turned into the SDK's exceptions by the client.

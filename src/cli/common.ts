@@ -12,6 +12,7 @@ import type { RefreshCommandDeps } from "../agent/refresh/run.ts";
 import type { CloudVolumes } from "../agent/ports.ts";
 import type { AgentConfig } from "../config/index.ts";
 import type { Logger } from "../log.ts";
+import { StopSignalReceived } from "../errors.ts";
 import { loadCommandConfig } from "./load-config.ts";
 import { onStopSignals } from "./stop-signals.ts";
 import type { OutcomeRecorder } from "../agent/outcomes.ts";
@@ -105,7 +106,7 @@ export function stopSignal(log: Logger): AbortSignal {
   // Installed for the rest of the run, not once (src/cli/stop-signals.ts says why).
   onStopSignals((signal) => {
     log.warning("agent.sigterm", `${signal} received: stopping after the step in flight`);
-    controller.abort(new Error(`${signal} received`));
+    controller.abort(new StopSignalReceived(signal));
   });
   return controller.signal;
 }

@@ -7,7 +7,8 @@ import { Command } from "commander";
 import { renderRefresh, runRefresh } from "../agent/refresh/run.ts";
 import { hostContext } from "./common.ts";
 import { CONFIG_OPTION } from "./options.ts";
-import { onStopSignals } from "./stop-signals.ts";
+import { onStopSignals, type StopSignal } from "./stop-signals.ts";
+import { StopSignalReceived } from "../errors.ts";
 
 /** Builds `ebs-cache-agent refresh`. */
 export function refreshCommand(): Command {
@@ -32,9 +33,9 @@ export function refreshCommand(): Command {
       if (opts.background)
         context.log.info("refresh.background", "background refresh run started", { pid: process.pid });
       const controller = new AbortController();
-      const stop = () => {
-        context.log.warning("agent.sigterm", "signal received: stopping the pulls in flight");
-        controller.abort(new Error("stopped by a signal"));
+      const stop = (signal: StopSignal) => {
+        context.log.warning("agent.sigterm", `${signal} received: stopping the pulls in flight`);
+        controller.abort(new StopSignalReceived(signal));
       };
       const removeStop = onStopSignals(stop);
       try {

@@ -3,7 +3,7 @@
  * exit: apply catches them, and run.ts derives the exit code from the outcome. They still carry
  * the exit code of that outcome (4, degraded) so the one error hierarchy tells the truth.
  */
-import { AgentError, ExitCode, remediationOr } from "../../errors.ts";
+import { AgentError, ExitCode, remediationOr, stopSignalName } from "../../errors.ts";
 
 /** A failure that should leave the node degraded, with the reason for the log and the label. */
 export class BootStepError extends AgentError {
@@ -50,19 +50,31 @@ export class BootBudgetSpent extends AgentError {
   }
 }
 
-/** systemd stopped the boot (SIGTERM: a stop, or TimeoutStartSec), or its budget ran out: it undoes and degrades. */
+/**
+ * The boot was stopped (systemd's SIGTERM: a stop, or TimeoutStartSec; a Ctrl-C's SIGINT), or its
+ * budget ran out: it undoes and degrades.
+ */
 export class CancelledError extends BootStepError {
   constructor(step: string, signal: AbortSignal, cause?: unknown) {
     const budget = signal.reason instanceof BootBudgetSpent ? signal.reason : undefined;
+    const received = stopSignalName(signal);
     super(
       step,
       budget
         ? `the boot budget of ${budget.seconds} s ran out before it finished`
-        : "stopped by SIGTERM before it finished",
-      budget ? budget.remediation : "see why systemd stopped the unit (journalctl -u ebs-cache-agent; TimeoutStartSec)",
+        : `stopped by ${received} before it finished`,
+      budget ? budget.remediation : stopRemediation(received),
       cause !== undefined ? { cause } : undefined,
     );
   }
+}
+
+/** What to do after a stop, by the signal that came (neither: the abort did not say which). */
+function stopRemediation(received: string): string {
+  if (received === "SIGTERM")
+    return "see why systemd stopped the unit (journalctl -u ebs-cache-agent; TimeoutStartSec)";
+  if (received === "SIGINT") return "it was interrupted (Ctrl-C): run the boot again";
+  return "see why the boot was stopped: by systemd (journalctl -u ebs-cache-agent; TimeoutStartSec), or by a Ctrl-C";
 }
 
 /** The remediation to log with any failure: an AgentError's own, else a pointer to the log. */

@@ -1,10 +1,10 @@
 /**
  * Applies a refresh plan: the pulls, `concurrency` at a time, each bounded by its timeout, then
  * the mark-current step. A failed pull is a warning and the next image is pulled; nothing here
- * touches the readiness labels or the boot's exit code. SIGTERM (the signal) stops the pulls in
- * flight and starts no other: the state says `stopped`, and the volume is not tagged.
+ * touches the readiness labels or the boot's exit code. A stop (the signal: SIGTERM, SIGINT) stops the
+ * pulls in flight and starts no other: the state says `stopped`, and the volume is not tagged.
  */
-import { describeError } from "../../errors.ts";
+import { describeError, stopSignalName } from "../../errors.ts";
 import { processStartTime } from "../process-identity.ts";
 import { asListed } from "./images.ts";
 import type { RefreshPlan, RefreshSettings, RefreshStep } from "./plan.ts";
@@ -77,9 +77,13 @@ export async function applyRefresh(
 
   if (options.signal?.aborted) {
     state.phase = "stopped";
-    log.notice("refresh.stopped", "stopped by SIGTERM: no further pull, the volume keeps its tags", {
-      volume: plan.volumeId ?? undefined,
-    });
+    log.notice(
+      "refresh.stopped",
+      `stopped by ${stopSignalName(options.signal)}: no further pull, the volume keeps its tags`,
+      {
+        volume: plan.volumeId ?? undefined,
+      },
+    );
   } else {
     if (mark) state.markedCurrent = await markCurrent(mark, deps);
     state.phase = "done";

@@ -12,7 +12,7 @@
  */
 import { dirname } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { AgentError, describeError, remediationOr } from "../../errors.ts";
+import { AgentError, describeError, remediationOr, stopSignalName } from "../../errors.ts";
 import { VolumeTag } from "../../tags.ts";
 import { detachBlocker } from "../detach-guard.ts";
 import type { VolumeInfo } from "../ports.ts";
@@ -80,13 +80,13 @@ export async function applyRelease(
       result.timeline.push({ ...entry, ms: 0, skipped: true });
       continue;
     }
-    // SIGTERM: the step in flight was let finish (an unmount or a detach cut in half helps no
+    // A stop (SIGTERM, SIGINT): the step in flight was let finish (an unmount or a detach cut in half helps no
     // one); no further step starts. Every step re-checks the world, so the next release
     // (or gc, for a volume EC2 detaches at termination) takes it from here.
     if (options.signal?.aborted) {
       result.timeline.push({ ...entry, ms: 0, skipped: true });
       if (!result.problems.some((p) => p.step === "sigterm")) {
-        const message = `stopped by SIGTERM before ${step.step}`;
+        const message = `stopped by ${stopSignalName(options.signal)} before ${step.step}`;
         result.problems.push({
           step: "sigterm",
           kind: "failed",

@@ -6,7 +6,7 @@
  * leaves them: its rerun's first step (`clean-leftovers`) takes them down, then builds anew.
  */
 import type { ImageStore } from "../../docker/engine.ts";
-import { AgentError, ExitCode, describeError } from "../../errors.ts";
+import { AgentError, ExitCode, describeError, stopSignalName } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { buildPaths, describeStep, type BuildRequest, type BuildStep } from "./build-plan.ts";
 
@@ -200,7 +200,8 @@ export async function runVolumeBuild(
   let current: BuildStep | undefined;
   try {
     for (const step of steps) {
-      if (deps.signal?.aborted) throw new VolumeBuildError("stopped by SIGTERM", "run the build again");
+      if (deps.signal?.aborted)
+        throw new VolumeBuildError(`stopped by ${stopSignalName(deps.signal)}`, "run the build again");
       current = step;
       log.info("snapshot.build-step", describeStep(step));
       await runStep(step);
@@ -210,7 +211,7 @@ export async function runVolumeBuild(
     const error =
       deps.signal?.aborted && !(caught instanceof VolumeBuildError)
         ? new VolumeBuildError(
-            `stopped by SIGTERM during ${current?.step ?? "the build"}`,
+            `stopped by ${stopSignalName(deps.signal)} during ${current?.step ?? "the build"}`,
             "run the build again",
             ExitCode.failure,
             {

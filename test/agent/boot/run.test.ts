@@ -6,7 +6,7 @@
  */
 import t, { type Test } from "tap";
 import { runBoot } from "../../../src/agent/boot/run.ts";
-import { ConfigError } from "../../../src/errors.ts";
+import { ConfigError, StopSignalReceived } from "../../../src/errors.ts";
 import { Label, VolumeTag } from "../../../src/tags.ts";
 import { fakeNode, waitFor, DEFAULT_ROOT, type FakeNode } from "../../fixtures/fakes/index.ts";
 
@@ -309,12 +309,19 @@ t.test("bad instance tags: ConfigError before any EC2 call", async (t) => {
   t.same(node.script.names("storage.", "daemon-json.", "docker."), [], "nothing on the host");
 });
 
-t.test("SIGTERM during the device wait: the claim is undone, the node degrades", async (t) => {
-  const { node, volumes } = await poolNode(t, 1);
-  const controller = new AbortController();
-  node.script.before("storage.waitForDevice", () => controller.abort(new Error("SIGTERM")));
-  const outcome = await runBoot(node.bootCommand(), { dryRun: false, signal: controller.signal });
-  t.equal(outcome.report?.outcome, "degraded");
-  const tags = await handedBack(t, node, volumes[0]!);
-  t.equal(tags[VolumeTag.lastError], undefined, "a stop is not the volume's fault");
-});
+for (const [signal, remediation] of [
+  ["SIGTERM", /systemd stopped the unit/],
+  ["SIGINT", /interrupted \(Ctrl-C\): run the boot again/],
+] as const) {
+  t.test(`${signal} during the device wait: the claim is undone, the node degrades, the reason names it`, async (t) => {
+    const { node, volumes } = await poolNode(t, 1);
+    const controller = new AbortController();
+    node.script.before("storage.waitForDevice", () => controller.abort(new StopSignalReceived(signal)));
+    const outcome = await runBoot(node.bootCommand(), { dryRun: false, signal: controller.signal });
+    t.equal(outcome.report?.outcome, "degraded");
+    t.match(outcome.report?.reason, `stopped by ${signal} before it finished`);
+    t.match(node.log.lines.join("\n"), remediation, "the remediation fits the signal");
+    const tags = await handedBack(t, node, volumes[0]!);
+    t.equal(tags[VolumeTag.lastError], undefined, "a stop is not the volume's fault");
+  });
+}

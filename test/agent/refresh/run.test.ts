@@ -9,6 +9,7 @@ import { processStartTime } from "../../../src/agent/process-identity.ts";
 import { refreshStatus, runRefresh, type RefreshCommandDeps } from "../../../src/agent/refresh/run.ts";
 import { writeRefreshState } from "../../../src/agent/refresh/state.ts";
 import type { ImagePuller } from "../../../src/agent/ports.ts";
+import { StopSignalReceived } from "../../../src/errors.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import { fakeNode, fakePuller, type FakeNode } from "../../fixtures/fakes/index.ts";
 
@@ -69,7 +70,7 @@ t.test("a dry run pulls nothing; a failed pull is reported and the run ends", as
 t.test("a refresh stopped by a signal pulls nothing more, says stopped and exits 1", async (t) => {
   const node = await bootedOnOldGeneration(t);
   const stop = new AbortController();
-  stop.abort(new Error("SIGTERM received"));
+  stop.abort(new StopSignalReceived("SIGINT"));
   const outcome = await runRefresh(refreshDeps(node, fakePuller(node.script)), {
     dryRun: false,
     signal: stop.signal,
@@ -80,6 +81,7 @@ t.test("a refresh stopped by a signal pulls nothing more, says stopped and exits
     { image: "lab/app:2", phase: "pending" },
   ]);
   t.equal(outcome.exitCode, 1, "not done: a script or an operator's shell must not read it as success");
+  t.match(node.log.lines.join("\n"), /stopped by SIGINT: no further pull/, "the log names the signal that came");
 });
 
 /** A state left `running` by a refresh whose process was `pid` (started at `pidStart`). */

@@ -7,6 +7,7 @@
 import t from "tap";
 import { runBoot } from "../../../src/agent/boot/run.ts";
 import { runRelease } from "../../../src/agent/release/run.ts";
+import { StopSignalReceived } from "../../../src/errors.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import { fakeNode, waitFor, type FakeNode } from "../../fixtures/fakes/index.ts";
 
@@ -195,4 +196,20 @@ t.test("a release killed between the detach and the tags: the next one writes th
   const volume = await node.fake.describe(volumeId);
   t.equal(volume.tags[VolumeTag.claimedBy], undefined);
   t.ok(volume.tags[VolumeTag.expiresAt]);
+});
+
+t.test("stopped by SIGINT (Ctrl-C) before it starts: no step runs, the problem names SIGINT", async (t) => {
+  const { node, volumeId } = await bootedNode(t);
+  const stop = new AbortController();
+  stop.abort(new StopSignalReceived("SIGINT"));
+  const outcome = await runRelease(node.releaseCommand(), { dryRun: false, signal: stop.signal });
+  t.equal(outcome.exitCode, 1);
+  t.match(outcome.report?.problems, [{ step: "sigterm", message: /^stopped by SIGINT before / }]);
+  t.equal(node.script.of("cloud.detachVolume").length, 0, "no DetachVolume");
+  t.equal((await node.fake.describe(volumeId)).attachment?.instanceId, node.instance.instanceId, "still attached");
+
+  const unnamed = new AbortController();
+  unnamed.abort();
+  const again = await runRelease(node.releaseCommand(), { dryRun: false, signal: unnamed.signal });
+  t.match(again.report?.problems, [{ message: /^stopped by a signal \(SIGTERM or SIGINT\) before / }]);
 });

@@ -5,6 +5,7 @@
 import t from "tap";
 import { runVolumeBuild, type BuildDocker, type VolumeBuildDeps } from "../../../src/agent/snapshot/build.ts";
 import { describeStep, planBuild, type BuildRequest } from "../../../src/agent/snapshot/build-plan.ts";
+import { StopSignalReceived } from "../../../src/errors.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 
 const request: BuildRequest = {
@@ -186,7 +187,7 @@ t.test("the runner: SIGTERM during a pull stops the pull, undoes, and says it wa
       ...(await fakeDeps().deps.startDockerd("", "", "graphdriver")),
       pull: async (image, signal) => {
         calls.push(`pull ${image}`);
-        controller.abort();
+        controller.abort(new StopSignalReceived("SIGTERM"));
         const stopped = await new Promise<boolean>((resolve) => {
           const timer = setTimeout(() => resolve(false), 2_000);
           const stop = () => (clearTimeout(timer), resolve(true));
@@ -209,16 +210,18 @@ t.test("the runner: SIGTERM during a pull stops the pull, undoes, and says it wa
   t.same(calls.slice(-3), ["stop-dockerd", "unmount", "detach"], "what was set up is undone");
 });
 
-t.test("the runner: SIGTERM between steps stops the build and undoes", async (t) => {
+t.test("the runner: SIGINT (Ctrl-C) between steps stops the build, undoes, and names it", async (t) => {
   const { deps, calls } = fakeDeps();
   const controller = new AbortController();
   deps.mount = async () => {
     calls.push("mount");
-    controller.abort();
+    controller.abort(new StopSignalReceived("SIGINT"));
   };
   const planned = planBuild(request);
   if (!("steps" in planned)) throw new Error("no plan");
-  await t.rejects(runVolumeBuild({ ...deps, signal: controller.signal }, request, planned.steps), /SIGTERM/);
+  await t.rejects(runVolumeBuild({ ...deps, signal: controller.signal }, request, planned.steps), {
+    message: /^stopped by SIGINT$/,
+  });
   t.same(calls.slice(-2), ["unmount", "detach"]);
   t.notOk(calls.includes("start-dockerd"));
 });
