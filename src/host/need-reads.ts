@@ -4,9 +4,9 @@
  * (a path from the volume's root: in the data-root, or in containerd's root for the containerd
  * image store) checked to be a regular file, walked from the volume's root without following a
  * link, before `filefrag` maps it to device ranges.
- * An entry that is missing, a link, behind one, or on a filesystem mounted below the volume is
- * left out (a layer's `lib -> usr/lib` is image content, not a reason to refuse the volume); a
- * list that does not validate is not used.
+ * An entry that is missing, a link, behind one, on a filesystem mounted below the volume, or
+ * that lstat cannot take (a name over 255 bytes) is left out (a layer's `lib -> usr/lib` is
+ * image content, not a reason to refuse the volume); a list that does not validate is not used.
  */
 import { join } from "node:path";
 import { AGENT_SUBDIR } from "./volume-layout.ts";
@@ -15,6 +15,16 @@ import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";
 import { parseFilefrag, type ByteRange } from "./extents.ts";
 import { fileSystemOf, readFileBeneath, resolveBeneath, VolumePathError } from "./volume-paths.ts";
+
+/**
+ * What lstat answers for a listed path it cannot take, the entry's own fault: left out like a
+ * missing file (resolveBeneath's other callers name fixed paths, and keep these as errors).
+ * ENAMETOOLONG: a name over 255 bytes (the list bounds a path's characters, not a name's bytes),
+ * or a path over PATH_MAX with the mount point's. ENOTDIR, ELOOP: a folder the walk checked was
+ * replaced since (by a file, by a link). EACCES: a folder the agent may not search (root is
+ * refused only by a security module).
+ */
+const UNREACHABLE = new Set(["ENAMETOOLONG", "ENOTDIR", "ELOOP", "EACCES"]);
 
 /** Files per filefrag process (its command line stays far below ARG_MAX). */
 const FILEFRAG_BATCH = 256;
@@ -53,7 +63,8 @@ export async function fileRanges(
       if (found.kind === "file" && (await onVolume(found.path))) paths.push(found.path);
       else skipped++;
     } catch (error) {
-      if (!(error instanceof VolumePathError)) throw error;
+      if (!(error instanceof VolumePathError || UNREACHABLE.has((error as NodeJS.ErrnoException).code ?? "")))
+        throw error;
       skipped++;
     }
   }

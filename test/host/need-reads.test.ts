@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { ReadListError } from "../../src/agent/prewarm/need.ts";
 import { parseFilefrag, subtractRanges } from "../../src/host/extents.ts";
 import { fileRanges, readReadList } from "../../src/host/need-reads.ts";
+import { isDataRootPath } from "../../src/read-list.ts";
 import { VolumePathError } from "../../src/host/volume-paths.ts";
 import { LINKS, makeLink, makeSpecial, SPECIALS } from "../fixtures/odd-files.ts";
 
@@ -68,6 +69,22 @@ t.test(
     t.equal(mapped.skipped, 3, "behind a link, a link, missing");
   },
 );
+
+t.test("a listed name over 255 bytes (lstat: ENAMETOOLONG) is left out, the list kept", async (t) => {
+  const root = await volume(t);
+  const diff = join(root, "docker/overlay2/l1/diff");
+  await mkdir(diff, { recursive: true });
+  await writeFile(join(diff, "a.so"), Buffer.alloc(64 * 1024, 1));
+  // The list bounds a path's characters (4096), not a name's bytes: both pass its checks.
+  const long = `docker/overlay2/l1/diff/${"n".repeat(256)}`;
+  const wide = `docker/overlay2/l1/diff/${"é".repeat(200)}`;
+  t.ok(
+    [long, wide].every((path) => isDataRootPath(path)),
+    "valid list paths",
+  );
+  const mapped = await fileRanges(root, [long, "docker/overlay2/l1/diff/a.so", `${long}/x`, wide]);
+  t.same([mapped.mapped, mapped.skipped], [1, 3]);
+});
 
 t.test("a listed file that is no regular file is never handed to filefrag (a FIFO would hang it)", async (t) => {
   const root = await volume(t);
