@@ -9,6 +9,7 @@
  * image content, not a reason to refuse the volume); a list that does not validate is not used.
  */
 import { join } from "node:path";
+import { AgentError } from "../errors.ts";
 import { AGENT_SUBDIR } from "./volume-layout.ts";
 import { MAX_READ_LIST_BYTES, parseReadList, READ_LIST_FILE, type ReadList } from "../read-list.ts";
 import { run } from "../exec.ts";
@@ -30,6 +31,16 @@ const UNREACHABLE = new Set(["ENAMETOOLONG", "ENOTDIR", "ELOOP", "EACCES"]);
 const FILEFRAG_BATCH = 256;
 
 /**
+ * How long one filefrag process may take before it is killed and the list is not used. A file
+ * swapped for a FIFO after the walk would block filefrag's open for ever, and the pre-warm with
+ * it. A batch maps in milliseconds (256 files in 4-7 ms on a warm ext4 disk): the walk has read
+ * its inodes already, FIEMAP reads at most a file's extent tree. Five minutes allows over a
+ * second a file, for a volume still fetched from its snapshot with those reads queued behind the
+ * pre-warm's own: only a file that blocks filefrag comes near it.
+ */
+const FILEFRAG_TIMEOUT_MS = 5 * 60 * 1000;
+
+/**
  * The need list on the volume mounted at `mountPoint`, or undefined when it has none. Throws ReadListError /
  * VolumePathError.
  */
@@ -45,7 +56,7 @@ export async function readReadList(mountPoint: string): Promise<ReadList | undef
 export async function fileRanges(
   mountPoint: string,
   files: readonly string[],
-  options: { log?: Logger } = {},
+  options: { log?: Logger; filefragTimeoutMs?: number } = {},
 ): Promise<{ ranges: ByteRange[]; mapped: number; skipped: number }> {
   const paths: string[] = [];
   let skipped = 0;
@@ -72,11 +83,23 @@ export async function fileRanges(
   const seen = new Set<number>();
   for (let i = 0; i < paths.length; i += FILEFRAG_BATCH) {
     const batch = paths.slice(i, i + FILEFRAG_BATCH);
+    const timeoutMs = options.filefragTimeoutMs ?? FILEFRAG_TIMEOUT_MS;
+    const signal = AbortSignal.timeout(timeoutMs);
     // check: false: a file removed since the walk makes filefrag exit 1 for that file only.
     const { stdout } = await run("filefrag", ["-v", "-e", ...batch], {
       log: options.log,
       check: false,
       remediation: "install e2fsprogs (filefrag)",
+      signal,
+    }).catch((error: unknown) => {
+      if (!signal.aborted) throw error;
+      throw new AgentError(
+        `filefrag did not map ${batch.length} file${batch.length === 1 ? "" : "s"} of the need list within ` +
+          `${timeoutMs / 1000} s (killed): a listed file blocks it (a FIFO or a device put there since it was checked)`,
+        "the volume's content changed while the agent read it: inspect the files the need list names",
+        undefined,
+        { cause: error },
+      );
     });
     const extents = parseFilefrag(stdout);
     for (const path of batch) {

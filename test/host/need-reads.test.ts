@@ -108,6 +108,24 @@ t.test("a listed file that is no regular file is never handed to filefrag (a FIF
   t.same([mapped.mapped, mapped.skipped, mapped.ranges], [0, odd.length, []], odd.join(", "));
 });
 
+t.test("a filefrag that does not answer is killed after its bound: an error, so the list is not used", async (t) => {
+  // A file swapped for a FIFO after the walk would block filefrag's open: a filefrag that hangs stands for it.
+  const root = await volume(t);
+  const bin = await volume(t);
+  await writeFile(join(bin, "filefrag"), "#!/bin/sh\nexec sleep 600\n", { mode: 0o755 });
+  const path = process.env.PATH;
+  process.env.PATH = `${bin}:${path}`;
+  t.teardown(() => void (process.env.PATH = path));
+  await mkdir(join(root, "docker"));
+  await writeFile(join(root, "docker/a.so"), "x");
+  const started = Date.now();
+  await t.rejects(fileRanges(root, ["docker/a.so"], { filefragTimeoutMs: 200 }), {
+    name: "AgentError",
+    message: /^filefrag did not map 1 file of the need list within 0\.2 s/,
+  });
+  t.ok(Date.now() - started < 5000, "not held");
+});
+
 t.test("a listed file on a filesystem mounted below the volume is not the volume's: left out", async (t) => {
   // No mount without root: "/" stands for the volume, /proc for a filesystem mounted below it.
   const mapped = await fileRanges("/", ["proc/version"]);
