@@ -4,11 +4,12 @@
  * (a path from the volume's root: in the data-root, or in containerd's root for the containerd
  * image store) checked to be a regular file, walked from the volume's root without following a
  * link, before `filefrag` maps it to device ranges.
- * An entry that is missing, a link, behind one, or on a filesystem mounted below the volume is
- * left out (a layer's `lib -> usr/lib` is image content, not a reason to refuse the volume); a
- * list that does not validate is not used.
+ * An entry that is missing, a link, behind one, on a filesystem mounted below the volume, or
+ * that lstat cannot take (a name over 255 bytes) is left out (a layer's `lib -> usr/lib` is
+ * image content, not a reason to refuse the volume); a list that does not validate is not used.
  */
 import { join } from "node:path";
+import { AgentError } from "../errors.ts";
 import { AGENT_SUBDIR } from "./volume-layout.ts";
 import { MAX_READ_LIST_BYTES, parseReadList, READ_LIST_FILE, type ReadList } from "../read-list.ts";
 import { run } from "../exec.ts";
@@ -16,8 +17,28 @@ import type { Logger } from "../log.ts";
 import { parseFilefrag, type ByteRange } from "./extents.ts";
 import { fileSystemOf, readFileBeneath, resolveBeneath, VolumePathError } from "./volume-paths.ts";
 
+/**
+ * What lstat answers for a listed path it cannot take, the entry's own fault: left out like a
+ * missing file (resolveBeneath's other callers name fixed paths, and keep these as errors).
+ * ENAMETOOLONG: a name over 255 bytes (the list bounds a path's characters, not a name's bytes),
+ * or a path over PATH_MAX with the mount point's. ENOTDIR, ELOOP: a folder the walk checked was
+ * replaced since (by a file, by a link). EACCES: a folder the agent may not search (root is
+ * refused only by a security module).
+ */
+const UNREACHABLE = new Set(["ENAMETOOLONG", "ENOTDIR", "ELOOP", "EACCES"]);
+
 /** Files per filefrag process (its command line stays far below ARG_MAX). */
 const FILEFRAG_BATCH = 256;
+
+/**
+ * How long one filefrag process may take before it is killed and the list is not used. A file
+ * swapped for a FIFO after the walk would block filefrag's open for ever, and the pre-warm with
+ * it. A batch maps in milliseconds (256 files in 4-7 ms on a warm ext4 disk): the walk has read
+ * its inodes already, FIEMAP reads at most a file's extent tree. Five minutes allows over a
+ * second a file, for a volume still fetched from its snapshot with those reads queued behind the
+ * pre-warm's own: only a file that blocks filefrag comes near it.
+ */
+const FILEFRAG_TIMEOUT_MS = 5 * 60 * 1000;
 
 /**
  * The need list on the volume mounted at `mountPoint`, or undefined when it has none. Throws ReadListError /
@@ -35,7 +56,7 @@ export async function readReadList(mountPoint: string): Promise<ReadList | undef
 export async function fileRanges(
   mountPoint: string,
   files: readonly string[],
-  options: { log?: Logger } = {},
+  options: { log?: Logger; filefragTimeoutMs?: number } = {},
 ): Promise<{ ranges: ByteRange[]; mapped: number; skipped: number }> {
   const paths: string[] = [];
   let skipped = 0;
@@ -53,7 +74,8 @@ export async function fileRanges(
       if (found.kind === "file" && (await onVolume(found.path))) paths.push(found.path);
       else skipped++;
     } catch (error) {
-      if (!(error instanceof VolumePathError)) throw error;
+      if (!(error instanceof VolumePathError || UNREACHABLE.has((error as NodeJS.ErrnoException).code ?? "")))
+        throw error;
       skipped++;
     }
   }
@@ -61,11 +83,23 @@ export async function fileRanges(
   const seen = new Set<number>();
   for (let i = 0; i < paths.length; i += FILEFRAG_BATCH) {
     const batch = paths.slice(i, i + FILEFRAG_BATCH);
+    const timeoutMs = options.filefragTimeoutMs ?? FILEFRAG_TIMEOUT_MS;
+    const signal = AbortSignal.timeout(timeoutMs);
     // check: false: a file removed since the walk makes filefrag exit 1 for that file only.
     const { stdout } = await run("filefrag", ["-v", "-e", ...batch], {
       log: options.log,
       check: false,
       remediation: "install e2fsprogs (filefrag)",
+      signal,
+    }).catch((error: unknown) => {
+      if (!signal.aborted) throw error;
+      throw new AgentError(
+        `filefrag did not map ${batch.length} file${batch.length === 1 ? "" : "s"} of the need list within ` +
+          `${timeoutMs / 1000} s (killed): a listed file blocks it (a FIFO or a device put there since it was checked)`,
+        "the volume's content changed while the agent read it: inspect the files the need list names",
+        undefined,
+        { cause: error },
+      );
     });
     const extents = parseFilefrag(stdout);
     for (const path of batch) {

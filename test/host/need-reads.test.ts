@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { ReadListError } from "../../src/agent/prewarm/need.ts";
 import { parseFilefrag, subtractRanges } from "../../src/host/extents.ts";
 import { fileRanges, readReadList } from "../../src/host/need-reads.ts";
+import { isDataRootPath } from "../../src/read-list.ts";
 import { VolumePathError } from "../../src/host/volume-paths.ts";
 import { LINKS, makeLink, makeSpecial, SPECIALS } from "../fixtures/odd-files.ts";
 
@@ -69,6 +70,22 @@ t.test(
   },
 );
 
+t.test("a listed name over 255 bytes (lstat: ENAMETOOLONG) is left out, the list kept", async (t) => {
+  const root = await volume(t);
+  const diff = join(root, "docker/overlay2/l1/diff");
+  await mkdir(diff, { recursive: true });
+  await writeFile(join(diff, "a.so"), Buffer.alloc(64 * 1024, 1));
+  // The list bounds a path's characters (4096), not a name's bytes: both pass its checks.
+  const long = `docker/overlay2/l1/diff/${"n".repeat(256)}`;
+  const wide = `docker/overlay2/l1/diff/${"é".repeat(200)}`;
+  t.ok(
+    [long, wide].every((path) => isDataRootPath(path)),
+    "valid list paths",
+  );
+  const mapped = await fileRanges(root, [long, "docker/overlay2/l1/diff/a.so", `${long}/x`, wide]);
+  t.same([mapped.mapped, mapped.skipped], [1, 3]);
+});
+
 t.test("a listed file that is no regular file is never handed to filefrag (a FIFO would hang it)", async (t) => {
   const root = await volume(t);
   const canary = await volume(t);
@@ -89,6 +106,24 @@ t.test("a listed file that is no regular file is never handed to filefrag (a FIF
     odd.map((name) => `docker/overlay2/l1/diff/${name}`),
   );
   t.same([mapped.mapped, mapped.skipped, mapped.ranges], [0, odd.length, []], odd.join(", "));
+});
+
+t.test("a filefrag that does not answer is killed after its bound: an error, so the list is not used", async (t) => {
+  // A file swapped for a FIFO after the walk would block filefrag's open: a filefrag that hangs stands for it.
+  const root = await volume(t);
+  const bin = await volume(t);
+  await writeFile(join(bin, "filefrag"), "#!/bin/sh\nexec sleep 600\n", { mode: 0o755 });
+  const path = process.env.PATH;
+  process.env.PATH = `${bin}:${path}`;
+  t.teardown(() => void (process.env.PATH = path));
+  await mkdir(join(root, "docker"));
+  await writeFile(join(root, "docker/a.so"), "x");
+  const started = Date.now();
+  await t.rejects(fileRanges(root, ["docker/a.so"], { filefragTimeoutMs: 200 }), {
+    name: "AgentError",
+    message: /^filefrag did not map 1 file of the need list within 0\.2 s/,
+  });
+  t.ok(Date.now() - started < 5000, "not held");
 });
 
 t.test("a listed file on a filesystem mounted below the volume is not the volume's: left out", async (t) => {
