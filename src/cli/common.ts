@@ -94,19 +94,31 @@ export async function startBackgroundRefresh(configPath: string | undefined): Pr
   await startDetached(["refresh", "--background"], configPath);
 }
 
+/** A command's stop: the abort signal, and the removal of its handler (for a command that returns). */
+export interface CommandStop {
+  signal: AbortSignal;
+  remove(): void;
+}
+
 /**
  * An abort signal for a stop: systemd's SIGTERM (a stop, or TimeoutStartSec/TimeoutStopSec), or
  * SIGINT (Ctrl-C of a command run by hand). Handling the signal keeps Node from dying at once: the
- * command undoes (boot, snapshot build) or finishes its current step (release, snapshot upload)
- * and exits by itself; systemd's SIGKILL still follows after its timeout. The abort's reason
- * names the signal.
+ * command undoes (boot, snapshot build), finishes its current step (release, snapshot upload) or
+ * stops its reads and pulls (prewarm, refresh) and exits by itself; systemd's SIGKILL still
+ * follows after its timeout. The abort's reason names the signal (StopSignalReceived); `log`
+ * gets a line saying what the command does about it (`doing`).
  */
-export function stopSignal(log: Logger): AbortSignal {
+export function stopOnSignals(log: Logger | undefined, doing: string): CommandStop {
   const controller = new AbortController();
   // Installed for the rest of the run, not once (src/cli/stop-signals.ts says why).
-  onStopSignals((signal) => {
-    log.warning("agent.sigterm", `${signal} received: stopping after the step in flight`);
+  const remove = onStopSignals((signal) => {
+    log?.warning("agent.sigterm", `${signal} received: ${doing}`);
     controller.abort(new StopSignalReceived(signal));
   });
-  return controller.signal;
+  return { signal: controller.signal, remove };
+}
+
+/** The stop of a command that runs until the process exits (its handler is never removed). */
+export function stopSignal(log: Logger): AbortSignal {
+  return stopOnSignals(log, "stopping after the step in flight").signal;
 }

@@ -5,9 +5,8 @@
 import { Command, Option } from "commander";
 import { PREWARM_STRATEGIES, type PrewarmStrategy } from "../config/index.ts";
 import { runPrewarm } from "../agent/prewarm/run.ts";
-import { hostContext } from "./common.ts";
+import { hostContext, stopOnSignals } from "./common.ts";
 import { CONFIG_OPTION } from "./options.ts";
-import { onStopSignals } from "./stop-signals.ts";
 
 /** Builds `ebs-cache-agent prewarm`. */
 export function prewarmCommand(): Command {
@@ -29,13 +28,12 @@ export function prewarmCommand(): Command {
       const context = await hostContext(opts.config);
       if (opts.background)
         context.log.info("prewarm.background", "background pre-warm run started", { pid: process.pid });
-      const controller = new AbortController();
-      const stop = () => controller.abort(new Error("stopped by a signal"));
-      const removeStop = onStopSignals(stop);
+      // No log line of its own: the run logs how it stopped.
+      const stop = stopOnSignals(undefined, "stopping the reads");
       try {
         const result = await runPrewarm(context.prewarmDeps, {
           ...(opts.strategy ? { strategy: opts.strategy } : {}),
-          signal: controller.signal,
+          signal: stop.signal,
         });
         const out = (line: string) => process.stdout.write(line + "\n");
         // The JSON keeps the key it always had (`outcome`), whatever the use case calls it now.
@@ -51,7 +49,7 @@ export function prewarmCommand(): Command {
         } else out("no cache volume attached: nothing to pre-warm");
         process.exitCode = result.exitCode;
       } finally {
-        removeStop();
+        stop.remove();
       }
     });
 }

@@ -5,10 +5,8 @@
  */
 import { Command } from "commander";
 import { renderRefresh, runRefresh } from "../agent/refresh/run.ts";
-import { hostContext } from "./common.ts";
+import { hostContext, stopOnSignals } from "./common.ts";
 import { CONFIG_OPTION } from "./options.ts";
-import { onStopSignals, type StopSignal } from "./stop-signals.ts";
-import { StopSignalReceived } from "../errors.ts";
 
 /** Builds `ebs-cache-agent refresh`. */
 export function refreshCommand(): Command {
@@ -32,23 +30,18 @@ export function refreshCommand(): Command {
       const context = await hostContext(opts.config);
       if (opts.background)
         context.log.info("refresh.background", "background refresh run started", { pid: process.pid });
-      const controller = new AbortController();
-      const stop = (signal: StopSignal) => {
-        context.log.warning("agent.sigterm", `${signal} received: stopping the pulls in flight`);
-        controller.abort(new StopSignalReceived(signal));
-      };
-      const removeStop = onStopSignals(stop);
+      const stop = stopOnSignals(context.log, "stopping the pulls in flight");
       try {
         const outcome = await runRefresh(context.refreshDeps, {
           dryRun: opts.dryRun ?? false,
-          signal: controller.signal,
+          signal: stop.signal,
         });
         const out = (line: string) => process.stdout.write(line + "\n");
         if (opts.json) out(JSON.stringify({ plan: outcome.plan, state: outcome.state ?? null }, null, 2));
         else for (const line of renderRefresh(outcome)) out(line);
         process.exitCode = outcome.exitCode;
       } finally {
-        removeStop();
+        stop.remove();
       }
     });
 }
