@@ -5,7 +5,9 @@
  * running on the volume is stopped, or the release refused with release.stopDocker=false; a
  * disabled instance attaches nothing at boot and releases nothing; a filesystem still mounted in
  * another mount namespace after the unmount is waited for (timeouts.mountHolderSeconds): released
- * once that namespace is gone, refused when it stays past the bound.
+ * once that namespace is gone, refused when it stays past the bound. A namespace made outside this
+ * lab file (another lab's container) never holds a copy: each lab file has a mount namespace of its
+ * own (test/fixtures/lab-namespace.ts).
  */
 import t, { type Test } from "tap";
 import { spawn } from "node:child_process";
@@ -379,6 +381,52 @@ t.test(
     const released = await releaseHost(bl, host);
     assertOutcome(t, released, "released", "after the process ended: released");
     t.equal(released.exitCode, 0);
+    assertReleasedTags(t, await volumeEnd(bl, volumeId));
+  },
+);
+
+t.test(
+  "a mount namespace made outside this lab file (a container of another lab, a service of the machine) holds no " +
+    "copy of its volume: the release detaches without a wait",
+  async (t) => {
+    const { host, volumeId, mountPoint } = await bootedHost(t);
+    await host.dockerd!.stop();
+    const device = (await findmnt(mountPoint))?.source;
+    t.ok(device, "mounted from its device");
+    // The namespace this file was started from (the tap runner's): where the other lab files
+    // running beside it start, and the machine's services. A namespace made from it now copies
+    // whatever is mounted there.
+    const outside = `/proc/${process.ppid}/ns/mnt`;
+    const holder = spawn(
+      "nsenter",
+      [`--mount=${outside}`, "--", "unshare", "--mount", "--propagation", "private", "--fork", "--"].concat([
+        "sh",
+        "-c",
+        "echo ready; exec sleep 600",
+      ]),
+      { stdio: ["ignore", "pipe", "ignore"], detached: true },
+    );
+    t.teardown(() => {
+      try {
+        if (holder.exitCode === null && holder.pid) process.kill(-holder.pid, "SIGKILL");
+      } catch {
+        // Already gone.
+      }
+    });
+    // "ready" comes from inside the new namespace: its copy is made by then.
+    await new Promise<void>((resolve, reject) => {
+      holder.stdout!.once("data", () => resolve());
+      holder.once("exit", (code) => reject(new Error(`the outside holder exited (${code}) before it was ready`)));
+    });
+    const ownNs = await readlink("/proc/self/ns/mnt");
+    const elsewhere = (await liveness(device!)).holders.filter((h) => h.ns !== ownNs);
+    t.same(elsewhere, [], "no namespace but this file's own mounts the volume");
+    const released = await releaseHost(bl, host, { overrides: { ...overrides, timeouts: { mountHolderSeconds: 0 } } });
+    assertOutcome(t, released, "released", "released with no wait at all (mountHolderSeconds 0)");
+    t.notOk(
+      released.log.some((line) => line.includes("release.mount-held")),
+      "nothing held it",
+    );
     assertReleasedTags(t, await volumeEnd(bl, volumeId));
   },
 );
