@@ -374,6 +374,31 @@ t.test("carryCounters ignores a broken previous file", async (tt) => {
   tt.equal(sampleOf(parsed, "ebs_cache_agent_gc_failed_volumes_total")?.value, 4);
 });
 
+t.test("carryCounters keeps a counter's series this run did not add to, escapes and all", async (tt) => {
+  const previous = renderTextFormat(
+    keeperMetrics({
+      actions: [
+        { action: "create", pool: 'p"1\\x', outcome: "done" },
+        { action: "trim", pool: "p2", outcome: "failed" },
+      ],
+      poolVolumes: {},
+      finishedAt: at,
+    }),
+  );
+  const now = keeperMetrics({
+    actions: [{ action: "trim", pool: "p2", outcome: "failed" }],
+    poolVolumes: {},
+    finishedAt: at,
+  });
+  const parsed = parsePromText(renderTextFormat(carryCounters(now, previous)));
+  tt.equal(sampleOf(parsed, "ebs_cache_agent_keeper_actions_total", { action: "trim" })?.value, 2, "added up");
+  tt.match(
+    sampleOf(parsed, "ebs_cache_agent_keeper_actions_total", { action: "create" }),
+    { labels: { action: "create", pool: 'p"1\\x', outcome: "done" }, value: 1 },
+    "no create this run: its count stays, its labels as they were",
+  );
+});
+
 t.test("a write that cannot happen says so and leaves the old file", async (tt) => {
   const dir = await mkdtemp(join(tmpdir(), "metrics-"));
   tt.teardown(() => rm(dir, { recursive: true, force: true }));
