@@ -80,7 +80,7 @@ export interface KeeperAction {
 
 export interface KeeperFacts {
   actions: readonly KeeperAction[];
-  /** Available volumes per pool after the run. */
+  /** Volumes in stock per pool after the run: available, and being created. */
   poolVolumes: Readonly<Record<string, number>>;
   /** Steps that failed and pools that could not be judged (what makes the run exit 1); absent: none. */
   failed?: number;

@@ -34,7 +34,8 @@ export function keeperMetrics({
       "keeper_pool_volumes",
       "gauge",
       "volumes",
-      "Available volumes in each pool after the keeper's last run.",
+      "Volumes in stock in each pool after the keeper's last run: available ones and ones EC2 is still " +
+        "creating (the keeper counts both toward keeper.minAvailable).",
       Object.entries(poolVolumes).map(([pool, value]) => ({ labels: { pool }, value })),
     ),
     family(

@@ -472,6 +472,14 @@ t.test("gc and the keeper say the last run's outcome", async (tt) => {
   tt.match(sampleOf(keeper, "ebs_cache_agent_keeper_info")?.labels, { outcome: "failed", reason: /^1 step/ });
 });
 
+t.test("the keeper's stock counts volumes still being created, and its HELP says so", async (tt) => {
+  const help = roundTrip(keeperMetrics({ actions: [], poolVolumes: { p: 3 }, finishedAt: at })).get(
+    "ebs_cache_agent_keeper_pool_volumes",
+  )?.help;
+  tt.match(help, /available ones and ones EC2 is still creating/);
+  tt.notMatch(help, /^Available volumes/, "not available ones alone");
+});
+
 t.test("a write that cannot happen says so and leaves the old file", async (tt) => {
   const dir = await mkdtemp(join(tmpdir(), "metrics-"));
   tt.teardown(() => rm(dir, { recursive: true, force: true }));
