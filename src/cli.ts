@@ -6,7 +6,7 @@
  *
  * Shell conventions hold in every command: a usage error (an unknown option or command, a bad
  * choice or value, a missing argument) exits 2 with the command's usage line, `--help` and
- * `--version` exit 0.
+ * `--version` exit 0, and a reader that stops reading (`| head`) ends nothing with a stack trace.
  *
  * A command group named without a subcommand (the program itself, `snapshot`) has been asked for
  * nothing: a usage error, like git's (`git worktree` alone prints its usage on stderr and exits
@@ -21,6 +21,7 @@
  */
 import { Command, CommanderError } from "commander";
 import packageJson from "../package.json" with { type: "json" };
+import { tolerateClosedOutput } from "./closed-output.ts";
 import { ExitCode } from "./errors.ts";
 import { reportFatal } from "./fatal.ts";
 import { createLogger } from "./log.ts";
@@ -165,6 +166,8 @@ async function buildProgram(args: readonly string[]): Promise<Command> {
   return followShellConventions(program, program.name());
 }
 
+// First: `--help | head -1` must not end in a stack trace (src/closed-output.ts).
+tolerateClosedOutput("agent");
 try {
   const program = await buildProgram(process.argv.slice(2));
   await program.parseAsync(process.argv);

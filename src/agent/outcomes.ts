@@ -80,8 +80,10 @@ export interface KeeperAction {
 
 export interface KeeperFacts {
   actions: readonly KeeperAction[];
-  /** Available volumes per pool after the run. */
+  /** Volumes in stock per pool after the run: available, and being created. */
   poolVolumes: Readonly<Record<string, number>>;
+  /** Steps that failed and pools that could not be judged (what makes the run exit 1); absent: none. */
+  failed?: number;
   /**
    * Per pool, the volumes attached to stopped instances (sleeping warm buffers, leaked stopped
    * machines) and the longest such stop in seconds (null: EC2 does not say since when).
@@ -137,4 +139,16 @@ export interface OutcomeRecorder {
   refreshStateWritten(state: RefreshState): Promise<void>;
   /** After a prune (src/agent/prune/): its figures, and the fill it left (a dry run: the fill it found). */
   pruneFinished(prune: PruneFacts): Promise<void>;
+  /**
+   * After a run that ended before its report (it threw: IMDS or EC2 could not be asked, bad
+   * instance tags, a bug): its metrics file says so, with its time, in place of the last run's.
+   */
+  runFailed(failure: RunFailure): Promise<void>;
 }
+
+/** A run that ended before its report, as its metrics record it (src/cli/common.ts recordingFailure). */
+export type RunFailure = { reason: string; finishedAt: Date } & (
+  | { useCase: "boot" | "release" | "keeper" }
+  | { useCase: "gc"; dryRun: boolean }
+  | { useCase: "prune"; trigger: PruneTrigger; dryRun: boolean }
+);

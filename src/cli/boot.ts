@@ -5,7 +5,7 @@
 import { Command } from "commander";
 import { runBoot, type BootOutcome } from "../agent/boot/run.ts";
 import { serviceReadyNotifier } from "../host/systemd-notify.ts";
-import { hostContext, stopSignal } from "./common.ts";
+import { hostContext, recordingFailure, stopSignal } from "./common.ts";
 import { CONFIG_OPTION } from "./options.ts";
 
 export interface BootCliOptions {
@@ -76,16 +76,20 @@ export function bootCommand(): Command {
       "second boot phase (after docker.service): only reuse a volume already attached; never claim or create one",
     )
     .action(async (opts: BootCliOptions) => {
-      const { deps, log, config } = await hostContext(opts.config);
+      const { deps, log, config, recorder } = await hostContext(opts.config);
       const signal = stopSignal(log);
-      const outcome = await runBoot(deps, {
-        dryRun: opts.dryRun ?? false,
-        withDocker: opts.docker,
-        mayClaim: opts.claim,
-        signal,
-        // Under a Type=notify unit (phase 2), its start ends here: the swarm join waits for no more of the boot.
-        dataRootFinal: serviceReadyNotifier(log),
-      });
+      const dryRun = opts.dryRun ?? false;
+      const run = () =>
+        runBoot(deps, {
+          dryRun,
+          withDocker: opts.docker,
+          mayClaim: opts.claim,
+          signal,
+          // Under a Type=notify unit (phase 2), its start ends here: the swarm join waits for no more of the boot.
+          dataRootFinal: serviceReadyNotifier(log),
+        });
+      // A dry run records nothing, failed or not.
+      const outcome = dryRun ? await run() : await recordingFailure(recorder, { useCase: "boot" }, run);
       printOutcome(outcome, opts.json ?? false, (line) => process.stdout.write(line + "\n"));
       process.exitCode = outcome.exitCode;
       // The prune runs detached, after the node is up and only on a full disk: it never delays or

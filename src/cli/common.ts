@@ -12,10 +12,10 @@ import type { RefreshCommandDeps } from "../agent/refresh/run.ts";
 import type { CloudVolumes } from "../agent/ports.ts";
 import type { AgentConfig } from "../config/index.ts";
 import type { Logger } from "../log.ts";
-import { StopSignalReceived } from "../errors.ts";
+import { describeError, StopSignalReceived } from "../errors.ts";
 import { loadCommandConfig } from "./load-config.ts";
 import { onStopSignals } from "./stop-signals.ts";
-import type { OutcomeRecorder } from "../agent/outcomes.ts";
+import type { OutcomeRecorder, RunFailure } from "../agent/outcomes.ts";
 
 export interface HostContext {
   config: AgentConfig;
@@ -52,6 +52,27 @@ export async function hostContext(configPath: string | undefined): Promise<HostC
     recorder: wireRecorder(wiring),
   };
 }
+
+/**
+ * Runs a command's use case; when it throws (IMDS or EC2 could not be asked, bad instance tags, a
+ * bug), the run's failure goes to its metrics file first (its time and outcome: the recorder never
+ * throws), then the error goes on to the one top-level handler (src/fatal.ts) as before. A run that
+ * fails before the config is read has no metrics folder to write to.
+ */
+export async function recordingFailure<T>(
+  recorder: Pick<OutcomeRecorder, "runFailed">,
+  failure: DistributiveOmit<RunFailure, "reason" | "finishedAt">,
+  run: () => Promise<T>,
+): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    await recorder.runFailed({ ...failure, reason: describeError(error), finishedAt: new Date() } as RunFailure);
+    throw error;
+  }
+}
+
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 
 /**
  * Starts this same program detached with `args` (and the config it was given): the caller exits

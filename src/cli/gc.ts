@@ -4,7 +4,7 @@
  */
 import { Command } from "commander";
 import { gcExitCode, runGc } from "../agent/gc/run.ts";
-import { hostContext } from "./common.ts";
+import { hostContext, recordingFailure } from "./common.ts";
 import { CONFIG_OPTION, wholeNumber } from "./options.ts";
 
 export function gcCommand(): Command {
@@ -24,18 +24,21 @@ export function gcCommand(): Command {
     )
     .action(async (opts: { config?: string; dryRun?: boolean; maxDeletes: number; json?: boolean }) => {
       const context = await hostContext(opts.config);
-      const outcome = await runGc(
-        { cloud: await context.cloud(), log: context.log, recorder: context.recorder },
-        {
-          dryRun: opts.dryRun ?? false,
-          maxDeletes: opts.maxDeletes,
-          ttlHours: context.config.ttlHours,
-          retire: {
-            graceHours: context.config.gc.supersededGraceHours,
-            quarantineHours: context.config.claim.quarantineHours,
-            pool: { name: context.config.pool, imageSet: context.config.imageSet },
+      const dryRun = opts.dryRun ?? false;
+      const outcome = await recordingFailure(context.recorder, { useCase: "gc", dryRun }, async () =>
+        runGc(
+          { cloud: await context.cloud(), log: context.log, recorder: context.recorder },
+          {
+            dryRun,
+            maxDeletes: opts.maxDeletes,
+            ttlHours: context.config.ttlHours,
+            retire: {
+              graceHours: context.config.gc.supersededGraceHours,
+              quarantineHours: context.config.claim.quarantineHours,
+              pool: { name: context.config.pool, imageSet: context.config.imageSet },
+            },
           },
-        },
+        ),
       );
       const out = (line: string) => process.stdout.write(line + "\n");
       if (opts.json) out(JSON.stringify(outcome, null, 2));

@@ -4,7 +4,7 @@ import { keeperExitCode, keeperSettingsForPools, runKeepers, type KeeperReport }
 import { observePool } from "../agent/pool/observe.ts";
 import { poolReport, poolViewSettingsFrom } from "../agent/pool/summary.ts";
 import { renderPoolReport } from "../agent/pool/view.ts";
-import { hostContext } from "./common.ts";
+import { hostContext, recordingFailure } from "./common.ts";
 import { CONFIG_OPTION, poolNameOption } from "./options.ts";
 
 export function poolCommand(): Command {
@@ -64,10 +64,11 @@ function fillCommand(): Command {
       const opts = command.optsWithGlobals<{ config?: string; dryRun?: boolean; json?: boolean }>();
       const context = await hostContext(opts.config);
       const pools = keeperSettingsForPools(context.config);
-      const outcomes = await runKeepers(
-        { cloud: await context.cloud(), log: context.log, recorder: context.recorder },
-        pools,
-        { dryRun: opts.dryRun ?? false },
+      const dryRun = opts.dryRun ?? false;
+      // A dry run writes no metrics, failed or not.
+      const recorder = dryRun ? { runFailed: async () => undefined } : context.recorder;
+      const outcomes = await recordingFailure(recorder, { useCase: "keeper" }, async () =>
+        runKeepers({ cloud: await context.cloud(), log: context.log, recorder: context.recorder }, pools, { dryRun }),
       );
       // Under `pools` however many there are (as `pool --json` lists them): a script reads one shape,
       // and a pool added to instanceTypePools does not change it.

@@ -5,7 +5,7 @@
  * ebs-cache-agent-prune.timer runs it every hour while the node runs (`--timer`): a hot buffer or
  * a long-lived node pulls images for days and its disk would fill otherwise.
  */
-import { startDetached } from "./common.ts";
+import { recordingFailure, startDetached } from "./common.ts";
 import { loadCommandConfig } from "./load-config.ts";
 import { Command, Option } from "commander";
 import { pruneExitCode, runPrune, type PruneReport } from "../agent/prune/run.ts";
@@ -82,13 +82,18 @@ export function pruneCommand(): Command {
           return;
         }
         const wiring = hostWiringOptions(config, log, async () => undefined);
-        const run = runPrune(wirePrune(wiring), {
-          settings: { thresholdPercent: config.prune.thresholdPercent, targetPercent: config.prune.targetPercent },
-          imageSet: config.imageSet,
-          dryRun: opts.dryRun ?? false,
-          trigger: opts.afterBoot ? "boot" : opts.timer ? "timer" : "manual",
-          recorder: wireRecorder(wiring),
-        });
+        const recorder = wireRecorder(wiring);
+        const dryRun = opts.dryRun ?? false;
+        const trigger = opts.afterBoot ? "boot" : opts.timer ? "timer" : "manual";
+        const run = recordingFailure(recorder, { useCase: "prune", trigger, dryRun }, () =>
+          runPrune(wirePrune(wiring), {
+            settings: { thresholdPercent: config.prune.thresholdPercent, targetPercent: config.prune.targetPercent },
+            imageSet: config.imageSet,
+            dryRun,
+            trigger,
+            recorder,
+          }),
+        );
         if (opts.afterBoot) {
           // Off the boot's path: whatever happens here, the node's readiness stands.
           await run.catch((error: unknown) =>

@@ -6,7 +6,7 @@
  */
 import { Command } from "commander";
 import { runRelease, type ReleaseOutcome } from "../agent/release/run.ts";
-import { hostContext, stopSignal } from "./common.ts";
+import { hostContext, recordingFailure, stopSignal } from "./common.ts";
 import { CONFIG_OPTION } from "./options.ts";
 
 export interface ReleaseCliOptions {
@@ -70,8 +70,11 @@ export function releaseCommand(): Command {
         "mounted was detached), 2 usage, 3 invalid configuration file (nothing changed).",
     )
     .action(async (opts: ReleaseCliOptions) => {
-      const { releaseDeps, log } = await hostContext(opts.config);
-      const outcome = await runRelease(releaseDeps, { dryRun: opts.dryRun ?? false, signal: stopSignal(log) });
+      const { releaseDeps, log, recorder } = await hostContext(opts.config);
+      const dryRun = opts.dryRun ?? false;
+      const run = () => runRelease(releaseDeps, { dryRun, signal: stopSignal(log) });
+      // A dry run records nothing, failed or not.
+      const outcome = dryRun ? await run() : await recordingFailure(recorder, { useCase: "release" }, run);
       printReleaseOutcome(outcome, opts.json ?? false, (line) => process.stdout.write(line + "\n"));
       process.exitCode = outcome.exitCode;
     });

@@ -366,6 +366,17 @@ export const CONFIG_SCHEMA = {
         },
         attachSeconds: seconds("a volume to reach `attached` (or `available` when detaching)", 120),
         deviceSeconds: seconds("the attached volume's block device to appear", 60),
+        mountHolderSeconds: {
+          type: "number",
+          minimum: 0,
+          maximum: 120,
+          default: 10,
+          description:
+            "Before a detach (the release, the boot's hand-back and undo): how long a copy of the volume's mount " +
+            "still held in another mount namespace after the unmount is given to go (a container or a service " +
+            "starting at that moment makes one) before the detach is refused and the volume stays attached. " +
+            "Counted in the release's stop timeout (TimeoutStopSec=300). 0: refused at once.",
+        },
         dockerSeconds: seconds("docker to start and answer on the new data-root", 120),
         bootSeconds: {
           type: "number",

@@ -12,10 +12,27 @@ import type { BootReport } from "../agent/outcomes.ts";
 /** The sources whose volume already held the images: what the dashboard's hit rate counts. */
 export const CACHE_HIT_SOURCES: readonly BootSource[] = ["pool", "workspace", "attached"];
 
-/** What the boot metrics need: the report (with its source) and when it finished. */
+/**
+ * What the boot metrics need: the report (with its source) and when it finished. A boot that
+ * ended before its report (bootFailedMetrics) has outcome `failed` and no source.
+ */
 export interface BootFacts {
-  report: Pick<BootReport, "outcome" | "source" | "volumeId" | "reason" | "timeline">;
+  report: Pick<BootReport, "volumeId" | "reason" | "timeline"> & {
+    outcome: BootReport["outcome"] | "failed";
+    source: BootSource | "";
+  };
   finishedAt: Date;
+}
+
+/** A boot that ended before its report (IMDS unreachable, bad instance tags): why, and when. */
+export interface BootFailure {
+  reason: string;
+  finishedAt: Date;
+}
+
+/** A boot that failed before its report: outcome `failed` with why, no source, no step, no cache hit. */
+export function bootFailedMetrics({ reason, finishedAt }: BootFailure): MetricFamily[] {
+  return bootMetrics({ report: { outcome: "failed", source: "", reason, timeline: [] }, finishedAt });
 }
 
 /** The boot's families, in the order the file lists them. */
@@ -27,8 +44,8 @@ export function bootMetrics({ report, finishedAt }: BootFacts): MetricFamily[] {
     gauge(
       "boot_info",
       "info",
-      "The last boot: outcome (ready, warming, prepared, degraded, disabled), source of the data-root, volume, " +
-        "and the reason when it did not get a cache volume.",
+      "The last boot: outcome (ready, warming, prepared, degraded, disabled; failed: it ended before its report), " +
+        "source of the data-root, volume, and the reason when it did not get a cache volume.",
       1,
       {
         outcome: report.outcome,
@@ -41,7 +58,7 @@ export function bootMetrics({ report, finishedAt }: BootFacts): MetricFamily[] {
       "boot_cache_hit_ratio",
       "ratio",
       "1 when the last boot got a volume that already held docker's data (pool, workspace, attached), 0 otherwise.",
-      CACHE_HIT_SOURCES.includes(source) && isUp(report.outcome) ? 1 : 0,
+      source !== "" && CACHE_HIT_SOURCES.includes(source) && isUp(report.outcome) ? 1 : 0,
     ),
     gauge(
       "boot_duration_seconds",
@@ -60,12 +77,12 @@ export function bootMetrics({ report, finishedAt }: BootFacts): MetricFamily[] {
     gauge(
       "boot_timestamp_seconds",
       "seconds",
-      "When the last boot finished (seconds since the epoch).",
+      "When the last boot finished, or failed (seconds since the epoch).",
       finishedAt.getTime() / 1000,
     ),
   ];
 }
 
-function isUp(outcome: BootReport["outcome"]): boolean {
+function isUp(outcome: BootFacts["report"]["outcome"]): boolean {
   return outcome === "ready" || outcome === "warming" || outcome === "prepared";
 }

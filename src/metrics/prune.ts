@@ -5,7 +5,32 @@
  * (src/metrics/host.ts cacheFilesystemMetrics), not here: no series is in two files.
  */
 import { family, gauge, reasonLabel, type MetricFamily } from "./family.ts";
-import type { PruneFacts } from "../agent/outcomes.ts";
+import type { PruneFacts, PruneTrigger } from "../agent/outcomes.ts";
+
+/** A prune that ended before its report (docker or EC2 could not be asked): what started it, why, and when. */
+export interface PruneFailure {
+  trigger: PruneTrigger;
+  reason: string;
+  dryRun: boolean;
+  finishedAt: Date;
+}
+
+/**
+ * A prune that failed before its report, as a run of verdict `failed`: counted as a run of its
+ * trigger (a timer whose runs all fail is not a timer that is off), nothing removed, no fills.
+ */
+export function pruneFailedMetrics(failure: PruneFailure): MetricFamily[] {
+  return pruneMetrics({
+    verdict: "failed",
+    trigger: failure.trigger,
+    reason: failure.reason,
+    dryRun: failure.dryRun,
+    removedImages: 0,
+    failedImages: 0,
+    removedBytes: 0,
+    finishedAt: failure.finishedAt,
+  });
+}
 
 /** The prune's families; its counters count this run only until carryCounters adds the previous file's. */
 export function pruneMetrics(facts: PruneFacts): MetricFamily[] {
@@ -39,7 +64,8 @@ export function pruneMetrics(facts: PruneFacts): MetricFamily[] {
     gauge(
       "prune_info",
       "info",
-      "The last prune's verdict (prune, below-threshold, workspace, …), what started it, and why.",
+      "The last prune's verdict (prune, below-threshold, workspace, …; failed: it ended before its end), what " +
+        "started it, and why.",
       1,
       {
         verdict: facts.verdict,
@@ -76,7 +102,7 @@ export function pruneMetrics(facts: PruneFacts): MetricFamily[] {
     gauge(
       "prune_timestamp_seconds",
       "seconds",
-      "When the last prune finished (seconds since the epoch).",
+      "When the last prune finished, or failed (seconds since the epoch).",
       facts.finishedAt.getTime() / 1000,
     ),
   ];

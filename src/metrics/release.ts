@@ -7,6 +7,27 @@ export interface ReleaseFacts {
   finishedAt: Date;
 }
 
+/** A release that ended before its report (IMDS or EC2 could not be asked): why, and when. */
+export interface ReleaseFailure {
+  reason: string;
+  finishedAt: Date;
+}
+
+/** A release that failed before its report: outcome `failed` and why, no step, no volume. */
+export function releaseFailedMetrics({ reason, finishedAt }: ReleaseFailure): MetricFamily[] {
+  return releaseMetrics({
+    report: {
+      outcome: "failed",
+      reason,
+      released: [],
+      kept: [],
+      problems: [{ step: "release", kind: "failed", message: reason, remediation: "" }],
+      timeline: [],
+    },
+    finishedAt,
+  });
+}
+
 /** The release's families. */
 export function releaseMetrics({ report, finishedAt }: ReleaseFacts): MetricFamily[] {
   const steps = durationsByStep(report.timeline);
@@ -58,7 +79,7 @@ export function releaseMetrics({ report, finishedAt }: ReleaseFacts): MetricFami
     gauge(
       "release_timestamp_seconds",
       "seconds",
-      "When the last release finished (seconds since the epoch).",
+      "When the last release finished, or failed (seconds since the epoch).",
       finishedAt.getTime() / 1000,
     ),
   ];

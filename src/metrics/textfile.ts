@@ -9,7 +9,7 @@ import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { AgentError } from "../errors.ts";
 import { writeFileAtomic } from "../fs-atomic.ts";
-import type { MetricFamily } from "./family.ts";
+import type { Labels, MetricFamily } from "./family.ts";
 import { renderSeries, renderTextFormat } from "./render.ts";
 
 export type MetricsUseCase = "boot" | "prewarm" | "release" | "gc" | "keeper" | "host" | "fill" | "prune" | "refresh";
@@ -33,7 +33,9 @@ export class MetricsWriteError extends AgentError {
 
 /**
  * Counters of this run plus the values the previous file holds for the same series, so a
- * counter keeps counting over the runs of a timer (gc, the keeper). A previous file that is
+ * counter keeps counting over the runs of a timer (gc, the keeper). A series of a counter this
+ * run did not add to (no `create` this time, a run that failed before it counted anything) keeps
+ * its value: a series that vanished and came back would read as a reset. A previous file that is
  * missing or unreadable starts the counters from this run, which Prometheus reads as a reset.
  */
 export function carryCounters(families: readonly MetricFamily[], previousText: string | undefined): MetricFamily[] {
@@ -45,17 +47,39 @@ export function carryCounters(families: readonly MetricFamily[], previousText: s
     const value = Number(line.slice(space + 1));
     if (space > 0 && Number.isFinite(value) && value >= 0) previous.set(line.slice(0, space), value);
   }
-  return families.map((f) =>
-    f.type !== "counter"
-      ? f
-      : {
-          ...f,
-          samples: f.samples.map((s) => ({
-            ...s,
-            value: s.value + (previous.get(renderSeries(f.name, s.labels)) ?? 0),
-          })),
-        },
-  );
+  return families.map((f) => {
+    if (f.type !== "counter") return f;
+    const now = new Set(f.samples.map((s) => renderSeries(f.name, s.labels)));
+    const kept = [...previous].flatMap(([series, value]) => {
+      const parsed = now.has(series) ? undefined : parseSeries(series);
+      return parsed?.name === f.name ? [{ labels: parsed.labels, value }] : [];
+    });
+    return {
+      ...f,
+      samples: [
+        ...f.samples.map((s) => ({ ...s, value: s.value + (previous.get(renderSeries(f.name, s.labels)) ?? 0) })),
+        ...kept,
+      ],
+    };
+  });
+}
+
+const LABEL_PAIR = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(?:,|$)/y;
+
+/** A series as renderSeries writes it (`name{label="value",…}`) read back; undefined when it is not one. */
+export function parseSeries(series: string): { name: string; labels: Labels } | undefined {
+  const brace = series.indexOf("{");
+  if (brace < 0) return { name: series, labels: {} };
+  if (!series.endsWith("}")) return undefined;
+  const body = series.slice(brace + 1, -1);
+  const labels: Labels = {};
+  LABEL_PAIR.lastIndex = 0;
+  while (LABEL_PAIR.lastIndex < body.length) {
+    const match = LABEL_PAIR.exec(body);
+    if (!match) return undefined;
+    labels[match[1]!] = match[2]!.replace(/\\(.)/g, (_, c: string) => (c === "n" ? "\n" : c));
+  }
+  return { name: series.slice(0, brace), labels };
 }
 
 /** Replaces the use case's file atomically; returns its path. `carry`: add the previous file's counters. */

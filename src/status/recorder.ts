@@ -12,15 +12,15 @@
 import { AgentError, describeError } from "../errors.ts";
 import type { CacheFilesystem, HostContext } from "../host/facts.ts";
 import type { Logger } from "../log.ts";
-import { bootMetrics } from "../metrics/boot.ts";
+import { bootFailedMetrics, bootMetrics } from "../metrics/boot.ts";
 import type { MetricFamily } from "../metrics/family.ts";
-import { gcMetrics } from "../metrics/gc.ts";
-import { keeperMetrics } from "../metrics/keeper.ts";
+import { gcFailedMetrics, gcMetrics } from "../metrics/gc.ts";
+import { keeperFailedMetrics, keeperMetrics } from "../metrics/keeper.ts";
 import { refreshMetrics } from "../metrics/refresh.ts";
 import { cacheDeviceMetrics, cacheFilesystemMetrics, hostMetrics } from "../metrics/host.ts";
-import { pruneMetrics } from "../metrics/prune.ts";
+import { pruneFailedMetrics, pruneMetrics } from "../metrics/prune.ts";
 import { prewarmMetrics } from "../metrics/prewarm.ts";
-import { releaseMetrics } from "../metrics/release.ts";
+import { releaseFailedMetrics, releaseMetrics } from "../metrics/release.ts";
 import { writeTextfile, type MetricsUseCase } from "../metrics/textfile.ts";
 import { readBootRecord, withFirstPhase, writeBootRecord, writeReleaseRecord, type BootRecord } from "./records.ts";
 import type { OutcomeRecorder } from "../agent/outcomes.ts";
@@ -156,6 +156,29 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
       // Like gc's, the prune's counters count over its runs.
       await textfile("prune", () => pruneMetrics(prune), true);
       if (prune.fill) await textfile("fill", () => cacheFilesystemMetrics(prune.fill!));
+    },
+    async runFailed(failure) {
+      // Only the metrics: a status record of a run that learned nothing would hide the last real one.
+      const { reason, finishedAt } = failure;
+      switch (failure.useCase) {
+        case "boot":
+          await textfile("boot", () => bootFailedMetrics({ reason, finishedAt }));
+          // As a boot that did not come up: no fill of an earlier one left behind.
+          await textfile("fill", () => []);
+          return;
+        case "release":
+          return textfile("release", () => releaseFailedMetrics({ reason, finishedAt }));
+        case "gc":
+          return textfile("gc", () => gcFailedMetrics({ reason, dryRun: failure.dryRun, finishedAt }), true);
+        case "keeper":
+          return textfile("keeper", () => keeperFailedMetrics({ reason, finishedAt }), true);
+        case "prune":
+          return textfile(
+            "prune",
+            () => pruneFailedMetrics({ reason, trigger: failure.trigger, dryRun: failure.dryRun, finishedAt }),
+            true,
+          );
+      }
     },
   };
 }

@@ -38,6 +38,7 @@ const DEFAULTS = {
     imdsRequestSeconds: 5,
     attachSeconds: 120,
     deviceSeconds: 60,
+    mountHolderSeconds: 10,
     dockerSeconds: 120,
     bootSeconds: 40,
     createSeconds: 20,
@@ -186,6 +187,7 @@ t.test("unknown keys are errors, with a suggestion when one is close", async (t)
   ]);
   t.same(validateConfig({ timeouts: { zzz: 1 } }).problems, [
     "timeouts.zzz: unknown key (keys of timeouts: imdsSeconds, imdsRequestSeconds, attachSeconds, deviceSeconds, " +
+      "mountHolderSeconds, " +
       "dockerSeconds, bootSeconds, createSeconds)",
   ]);
   t.match(validateConfig({ __proto__x: 1 }).problems[0], /^__proto__x: unknown key \(top-level keys: enabled, pool, /);
@@ -630,6 +632,7 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_TIMEOUTS__IMDS_REQUEST_SECONDS",
     "EBS_CACHE_AGENT_TIMEOUTS__ATTACH_SECONDS",
     "EBS_CACHE_AGENT_TIMEOUTS__DEVICE_SECONDS",
+    "EBS_CACHE_AGENT_TIMEOUTS__MOUNT_HOLDER_SECONDS",
     "EBS_CACHE_AGENT_TIMEOUTS__DOCKER_SECONDS",
     "EBS_CACHE_AGENT_TIMEOUTS__BOOT_SECONDS",
     "EBS_CACHE_AGENT_TIMEOUTS__CREATE_SECONDS",
@@ -746,7 +749,7 @@ t.test("a top-level $schema key is accepted and ignored", async (t) => {
     validateConfig({ timeouts: { $schema: "x" } }).problems,
     [
       "timeouts.$schema: unknown key (keys of timeouts: imdsSeconds, imdsRequestSeconds, attachSeconds, " +
-        "deviceSeconds, dockerSeconds, bootSeconds, createSeconds)",
+        "deviceSeconds, mountHolderSeconds, dockerSeconds, bootSeconds, createSeconds)",
     ],
     "only at the top",
   );

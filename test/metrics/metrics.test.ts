@@ -9,13 +9,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t, { type Test } from "tap";
 import type { PrewarmState } from "../../src/agent/prewarm/state.ts";
-import { bootMetrics } from "../../src/metrics/boot.ts";
+import { bootFailedMetrics, bootMetrics } from "../../src/metrics/boot.ts";
 import { family, gauge, namingProblems, reasonLabel, type MetricFamily } from "../../src/metrics/family.ts";
-import { gcMetrics } from "../../src/metrics/gc.ts";
+import { gcFailedMetrics, gcMetrics } from "../../src/metrics/gc.ts";
 import { cacheDeviceMetrics, cacheFilesystemMetrics, hostMetrics } from "../../src/metrics/host.ts";
-import { keeperMetrics } from "../../src/metrics/keeper.ts";
+import { keeperFailedMetrics, keeperMetrics } from "../../src/metrics/keeper.ts";
 import { prewarmMetrics } from "../../src/metrics/prewarm.ts";
-import { releaseMetrics } from "../../src/metrics/release.ts";
+import { releaseFailedMetrics, releaseMetrics } from "../../src/metrics/release.ts";
+import { pruneFailedMetrics } from "../../src/metrics/prune.ts";
 import { escapeLabelValue, renderTextFormat } from "../../src/metrics/render.ts";
 import { carryCounters, MetricsWriteError, textfilePath, writeTextfile } from "../../src/metrics/textfile.ts";
 import { parsePromText, sampleOf, type ParsedFamily } from "../fixtures/prom-text.ts";
@@ -34,7 +35,10 @@ function assertConventions(tt: Test, families: Map<string, ParsedFamily>) {
     else tt.notMatch(f.name, /_total$/, `${f.name}: only counters end with _total`);
     tt.match(
       f.name,
-      /_(seconds|bytes|ratio|info|iops|bytes_per_second|volumes|actions|cores|problems|inodes|images)(_total)?$/,
+      new RegExp(
+        "_(seconds|bytes|ratio|info|iops|bytes_per_second|volumes|actions|cores|problems|inodes|images|runs|disks)" +
+          "(_total)?$",
+      ),
       `${f.name}: a unit in the name`,
     );
     tt.notMatch(f.name, /_(milliseconds|ms|mib|kb|percent)(_|$)/, `${f.name}: base units only`);
@@ -372,6 +376,108 @@ t.test("carryCounters ignores a broken previous file", async (tt) => {
   const parsed = parsePromText(renderTextFormat(carried));
   tt.equal(sampleOf(parsed, "ebs_cache_agent_gc_deleted_volumes_total")?.value, 1, "a negative count is not carried");
   tt.equal(sampleOf(parsed, "ebs_cache_agent_gc_failed_volumes_total")?.value, 4);
+});
+
+t.test("carryCounters keeps a counter's series this run did not add to, escapes and all", async (tt) => {
+  const previous = renderTextFormat(
+    keeperMetrics({
+      actions: [
+        { action: "create", pool: 'p"1\\x', outcome: "done" },
+        { action: "trim", pool: "p2", outcome: "failed" },
+      ],
+      poolVolumes: {},
+      finishedAt: at,
+    }),
+  );
+  const now = keeperMetrics({
+    actions: [{ action: "trim", pool: "p2", outcome: "failed" }],
+    poolVolumes: {},
+    finishedAt: at,
+  });
+  const parsed = parsePromText(renderTextFormat(carryCounters(now, previous)));
+  tt.equal(sampleOf(parsed, "ebs_cache_agent_keeper_actions_total", { action: "trim" })?.value, 2, "added up");
+  tt.match(
+    sampleOf(parsed, "ebs_cache_agent_keeper_actions_total", { action: "create" }),
+    { labels: { action: "create", pool: 'p"1\\x', outcome: "done" }, value: 1 },
+    "no create this run: its count stays, its labels as they were",
+  );
+  const failed = parsePromText(
+    renderTextFormat(carryCounters(keeperFailedMetrics({ reason: "EC2 unreachable", finishedAt: at }), previous)),
+  );
+  tt.equal(
+    failed.get("ebs_cache_agent_keeper_actions_total")?.samples.length,
+    2,
+    "a run that failed keeps every count",
+  );
+});
+
+t.test(
+  "a run that failed before its report: its file says failed, why and when, and keeps its counters",
+  async (tt) => {
+    const reason = "EC2 DescribeVolumes failed: ECONNREFUSED";
+    const later = new Date(at.getTime() + 3_600_000);
+    const files = {
+      boot: bootFailedMetrics({ reason, finishedAt: later }),
+      release: releaseFailedMetrics({ reason, finishedAt: later }),
+      gc: gcFailedMetrics({ reason, dryRun: false, finishedAt: later }),
+      keeper: keeperFailedMetrics({ reason, finishedAt: later }),
+      prune: pruneFailedMetrics({ reason, trigger: "timer", dryRun: false, finishedAt: later }),
+    };
+    for (const [useCase, families] of Object.entries(files)) {
+      const parsed = roundTrip(families);
+      assertConventions(tt, parsed);
+      tt.equal(
+        sampleOf(parsed, `ebs_cache_agent_${useCase}_timestamp_seconds`)?.value,
+        later.getTime() / 1000,
+        `${useCase}: when it failed`,
+      );
+      const info = sampleOf(parsed, `ebs_cache_agent_${useCase}_info`)?.labels;
+      tt.equal(info?.[useCase === "prune" ? "verdict" : "outcome"], "failed", `${useCase}: failed`);
+      tt.equal(info?.reason, reason, `${useCase}: why`);
+    }
+    const boot = roundTrip(files.boot);
+    tt.equal(sampleOf(boot, "ebs_cache_agent_boot_cache_hit_ratio")?.value, 0, "a failed boot is no cache hit");
+    tt.equal(sampleOf(roundTrip(files.release), "ebs_cache_agent_release_problems", { kind: "failed" })?.value, 1);
+    const gc = roundTrip(files.gc);
+    tt.notOk(gc.has("ebs_cache_agent_gc_volumes"), "no count of volumes gc never saw");
+    tt.equal(sampleOf(gc, "ebs_cache_agent_gc_deleted_volumes_total")?.value, 0, "nothing deleted this run");
+    tt.equal(
+      sampleOf(roundTrip(files.prune), "ebs_cache_agent_prune_runs_total", { trigger: "timer" })?.value,
+      1,
+      "a failed prune is a run of its timer: the timer is not off",
+    );
+    const carried = parsePromText(
+      renderTextFormat(
+        carryCounters(files.gc, renderTextFormat(gcMetrics({ report: gcRun, dryRun: false, finishedAt: at }))),
+      ),
+    );
+    tt.equal(sampleOf(carried, "ebs_cache_agent_gc_deleted_volumes_total")?.value, 1, "the counters go on");
+  },
+);
+
+t.test("gc and the keeper say the last run's outcome", async (tt) => {
+  tt.same(
+    sampleOf(
+      roundTrip(gcMetrics({ report: { ...gcRun, failed: 0 }, dryRun: false, finishedAt: at })),
+      "ebs_cache_agent_gc_info",
+    )?.labels,
+    {
+      outcome: "done",
+      reason: "",
+    },
+  );
+  const refused = roundTrip(gcMetrics({ report: { ...gcRun, failed: 2 }, dryRun: false, finishedAt: at }));
+  tt.match(sampleOf(refused, "ebs_cache_agent_gc_info")?.labels, { outcome: "failed", reason: /^2 deletion/ });
+  const keeper = roundTrip(keeperMetrics({ actions: [], poolVolumes: { p: 3 }, failed: 1, finishedAt: at }));
+  tt.match(sampleOf(keeper, "ebs_cache_agent_keeper_info")?.labels, { outcome: "failed", reason: /^1 step/ });
+});
+
+t.test("the keeper's stock counts volumes still being created, and its HELP says so", async (tt) => {
+  const help = roundTrip(keeperMetrics({ actions: [], poolVolumes: { p: 3 }, finishedAt: at })).get(
+    "ebs_cache_agent_keeper_pool_volumes",
+  )?.help;
+  tt.match(help, /available ones and ones EC2 is still creating/);
+  tt.notMatch(help, /^Available volumes/, "not available ones alone");
 });
 
 t.test("a write that cannot happen says so and leaves the old file", async (tt) => {

@@ -128,6 +128,7 @@ export async function applyBoot(
       await undo(progress, plan, deps, reason, {
         quarantine: volumeFault || (!cancelled && !joined && DOCKER_ON_VOLUME_STEPS.has(failed)),
         keepDocker: joined,
+        ...(limits.holderWaitMs !== undefined ? { holderWaitMs: limits.holderWaitMs } : {}),
       });
       if (volumeFault && volumeId && claimIndex >= 0 && claim.volumes < maxVolumes) {
         log.warning("boot.volume-unusable", `${reason}; handed back, trying the next candidate`, {
@@ -293,7 +294,8 @@ async function handBackAttached(
     );
   }
   if (mounted !== undefined) await storage.unmount(mounted);
-  const blocker = device ? await detachBlocker(storage, volumeId, device, "boot") : undefined;
+  const wait = { boundMs: limits.holderWaitMs ?? 0, log, area: "boot" as const, ...call };
+  const blocker = device ? await detachBlocker(storage, volumeId, device, "boot", wait) : undefined;
   if (blocker) throw new BootStepError(step.step, `not handed back: ${blocker.message}`, blocker.remediation);
   await cloud.detachVolume(volumeId, plan.instanceId, call);
   await cloud.waitForAttachment(volumeId, plan.instanceId, "detached", limits.attachTimeoutMs, call);

@@ -14,6 +14,11 @@ import type { BootDeps } from "./deps.ts";
 export interface BootLimits {
   attachTimeoutMs: number;
   deviceTimeoutMs: number;
+  /**
+   * How long a copy of the volume's mount held in another mount namespace is given to go before
+   * the hand-back's or the undo's detach is refused (config timeouts.mountHolderSeconds; absent: at once).
+   */
+  holderWaitMs?: number;
   dockerTimeoutMs: number;
   /** Images that must be listed after docker starts, beyond the volume's `images` tag. */
   expectedImages: string[];

@@ -170,6 +170,7 @@ export async function runBoot(
   const limits: BootLimits = {
     attachTimeoutMs: config.timeouts.attachSeconds * 1000,
     deviceTimeoutMs: config.timeouts.deviceSeconds * 1000,
+    holderWaitMs: config.timeouts.mountHolderSeconds * 1000,
     dockerTimeoutMs: config.timeouts.dockerSeconds * 1000,
     expectedImages: [...config.docker.expectedImages],
     device: settings.device,

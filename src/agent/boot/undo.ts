@@ -22,7 +22,12 @@ export async function undo(
   plan: BootPlan,
   deps: BootDeps,
   reason: string,
-  options: { quarantine: boolean; keepDocker?: boolean },
+  options: {
+    quarantine: boolean;
+    keepDocker?: boolean;
+    /** How long a holder of the mount in another namespace is given to go (BootLimits.holderWaitMs). */
+    holderWaitMs?: number;
+  },
 ): Promise<void> {
   const { log } = deps;
   const attempt = async (what: string, work: () => Promise<unknown>) => {
@@ -55,8 +60,12 @@ export async function undo(
   if (progress.volume) {
     const volumeId = progress.volume.volumeId;
     // Unmounted here is not unmounted everywhere: a mount namespace copied after the mount keeps
-    // the filesystem live (a check that fails counts as mounted).
-    const blocker = progress.device ? await detachBlocker(deps.storage, volumeId, progress.device, "boot") : undefined;
+    // the filesystem live (a check that fails counts as mounted). A copy made for a moment is given
+    // its time to go; the undo has no signal (a stopped boot still hands back what it holds).
+    const wait = { boundMs: options.holderWaitMs ?? 0, log, area: "boot" as const };
+    const blocker = progress.device
+      ? await detachBlocker(deps.storage, volumeId, progress.device, "boot", wait)
+      : undefined;
     if (blocker) {
       log.error("boot.undo", `not detaching it: ${blocker.message}`, {
         volume: volumeId,

@@ -91,6 +91,7 @@ export async function runKeepers(
       // One entry per pool: each report is one pool's, so no pool's figures overwrite another's.
       poolVolumes: Object.fromEntries(facts.flatMap((f) => Object.entries(f.poolVolumes))),
       heldByStopped: Object.fromEntries(facts.flatMap((f) => Object.entries(f.heldByStopped ?? {}))),
+      failed: facts.reduce((sum, f) => sum + (f.failed ?? 0), 0),
       finishedAt,
     });
   }
@@ -203,6 +204,7 @@ export function keeperFacts(report: KeeperReport, finishedAt: Date): KeeperFacts
     heldByStopped: {
       [report.plan.pool]: { volumes: held, oldestSeconds: days.length > 0 ? Math.max(...days) * 86_400 : null },
     },
+    failed: report.failed,
     finishedAt,
   };
 }

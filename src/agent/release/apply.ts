@@ -31,6 +31,11 @@ import type { ReleaseReport, ReleaseProblem } from "../outcomes.ts";
 export interface ReleaseLimits {
   /** How long a detach may take to reach `available` (config timeouts.attachSeconds). */
   detachTimeoutMs: number;
+  /**
+   * How long a copy of the mount held in another mount namespace is given to go before the detach
+   * is refused (config timeouts.mountHolderSeconds; absent: refused at once).
+   */
+  holderWaitMs?: number;
 }
 
 /** A step the release will not take, for a reason a person must remove: nothing of it was done. */
@@ -51,6 +56,8 @@ interface StepContext {
   settings: ReleaseSettings;
   limits: ReleaseLimits;
   result: ReleaseReport;
+  /** A stop (SIGTERM, SIGINT): ends a wait for a holder of the mount. */
+  signal?: AbortSignal;
 }
 
 type StepName = ReleaseStep["step"];
@@ -69,7 +76,14 @@ export async function applyRelease(
   for (const warning of plan.warnings) log.warning("release.plan", warning);
   if (plan.decision !== "release") return undecided(plan, deps, result);
 
-  const context: StepContext = { instanceId: plan.instanceId, deps, settings, limits, result };
+  const context: StepContext = {
+    instanceId: plan.instanceId,
+    deps,
+    settings,
+    limits,
+    result,
+    ...(options.signal ? { signal: options.signal } : {}),
+  };
   /** Volumes whose remaining steps are skipped (a step of theirs was refused or failed). */
   const stopped = new Set<string>();
   let hostSteps = true;
@@ -282,7 +296,7 @@ async function releaseContainerdRoot(mountPoint: string, deps: ReleaseDeps): Pro
 
 async function detachVolume(
   step: Extract<ReleaseStep, { step: "detach" }>,
-  { deps, instanceId }: StepContext,
+  { deps, instanceId, limits, signal }: StepContext,
 ): Promise<void> {
   // Re-checked right before the call: never detach a volume whose filesystem is mounted.
   const mounted = await deps.mounts.list(step.device, step.mountPoint);
@@ -294,8 +308,17 @@ async function detachVolume(
     );
   }
   // Unmounted here is not unmounted everywhere: a mount namespace copied after the mount keeps
-  // the filesystem live, and detaching it then would lose what is written back later.
-  const blocker = step.device ? await detachBlocker(deps.storage, step.volumeId, step.device, "release") : undefined;
+  // the filesystem live, and detaching it then would lose what is written back later. A copy
+  // made for a moment (a container starting) is given timeouts.mountHolderSeconds to go.
+  const wait = {
+    boundMs: limits.holderWaitMs ?? 0,
+    log: deps.log,
+    area: "release" as const,
+    ...(signal ? { signal } : {}),
+  };
+  const blocker = step.device
+    ? await detachBlocker(deps.storage, step.volumeId, step.device, "release", wait)
+    : undefined;
   if (blocker) throw new ReleaseRefusedError(step.step, blocker.message, blocker.remediation);
   const volume = await deps.cloud.describeVolume(step.volumeId);
   const a = volume?.attachment;

@@ -97,7 +97,10 @@ export async function runRelease(
     plan,
     releaseDeps,
     settings,
-    { detachTimeoutMs: config.timeouts.attachSeconds * 1000 },
+    {
+      detachTimeoutMs: config.timeouts.attachSeconds * 1000,
+      holderWaitMs: config.timeouts.mountHolderSeconds * 1000,
+    },
     options.signal ? { signal: options.signal } : {},
   );
   await deps.recorder?.releaseFinished({ instanceId: identity.instanceId, report, finishedAt: new Date() });

@@ -277,20 +277,54 @@ for (const failure of FAILURES) {
   });
 }
 
-t.test("the undo leaves attached a volume still mounted in another mount namespace after its unmount", async (t) => {
+t.test(
+  "the undo leaves attached a volume still mounted in another mount namespace after its unmount, past the bound",
+  async (t) => {
+    const { node, volumes } = await poolNode(t, 1, { config: { timeouts: { mountHolderSeconds: 0.2 } } });
+    const volumeId = volumes[0]!;
+    node.host.namespaceHolders.set(node.host.deviceOf(volumeId), [
+      { ns: "mnt:[4026532900]", processes: [{ pid: 4242, command: "sleep 600" }], mountPoints: ["/srv/cache"] },
+    ]);
+    node.script.failNext("docker.start", new Error("docker.start failed (scripted)"));
+    const outcome = await boot(node);
+    t.equal(outcome.report?.outcome, "degraded");
+    t.ok(node.script.of("storage.unmount").length > 0, "unmounted here");
+    t.equal(node.script.of("cloud.detachVolume").length, 0, "not detached: live in the other namespace");
+    const volume = await node.fake.describe(volumeId);
+    t.equal(volume.attachment?.instanceId, node.instance.instanceId, "still attached here");
+    t.equal(node.fake.forceDetaches(), 0);
+    t.match(
+      node.log.lines.find((line) => line.includes("boot.undo") && line.includes("not detaching")),
+      /held by pid 4242 "sleep 600".*still there at the end of the 0\.2 s the detach waits for it \(timeouts\.mount/,
+      "the undo's refusal says how long it waited",
+    );
+  },
+);
+
+t.test("the undo waits for a copy of the mount held for a moment, then hands the volume back", async (t) => {
   const { node, volumes } = await poolNode(t, 1);
   const volumeId = volumes[0]!;
   node.host.namespaceHolders.set(node.host.deviceOf(volumeId), [
-    { ns: "mnt:[4026532900]", processes: [{ pid: 4242, command: "sleep 600" }], mountPoints: ["/srv/cache"] },
+    { ns: "mnt:[4026532901]", processes: [{ pid: 5151, command: "runc init" }], mountPoints: ["/srv/cache"] },
   ]);
+  // Gone before the undo's second look: counted in looks, not in time (the bound is config's 10 s).
+  let looks = 0;
+  node.script.before("storage.liveness", () => void (++looks === 2 && node.host.namespaceHolders.clear()), {
+    times: 2,
+  });
   node.script.failNext("docker.start", new Error("docker.start failed (scripted)"));
   const outcome = await boot(node);
   t.equal(outcome.report?.outcome, "degraded");
-  t.ok(node.script.of("storage.unmount").length > 0, "unmounted here");
-  t.equal(node.script.of("cloud.detachVolume").length, 0, "not detached: live in the other namespace");
-  const volume = await node.fake.describe(volumeId);
-  t.equal(volume.attachment?.instanceId, node.instance.instanceId, "still attached here");
-  t.equal(node.fake.forceDetaches(), 0);
+  t.equal(node.script.of("cloud.detachVolume").length, 1, "detached once the copy went");
+  await handedBack(t, node, volumeId);
+  t.match(
+    node.log.lines.find((line) => line.includes("boot.mount-held")),
+    /held by pid 5151 "runc init" \(mnt:\[4026532901\], at \/srv\/cache\): waiting up to 10 s/,
+  );
+  t.ok(
+    node.log.lines.some((line) => line.includes("boot.mount-released")),
+    "the log says it went",
+  );
 });
 
 t.test("an unparsable daemon.json refuses the boot before any claim", async (t) => {

@@ -493,6 +493,7 @@ t.test("the run's facts for the metrics textfile", async (t) => {
     ],
     poolVolumes: { p1: 1 },
     heldByStopped: { p1: { volumes: 0, oldestSeconds: null } },
+    failed: 2,
     finishedAt: at,
   });
 });

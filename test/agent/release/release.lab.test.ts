@@ -4,7 +4,10 @@
  * release (nothing detached, never forced) until the process holding it ends; docker still
  * running on the volume is stopped, or the release refused with release.stopDocker=false; a
  * disabled instance attaches nothing at boot and releases nothing; a filesystem still mounted in
- * another mount namespace after the unmount refuses the detach until that namespace is gone.
+ * another mount namespace after the unmount is waited for (timeouts.mountHolderSeconds): released
+ * once that namespace is gone, refused when it stays past the bound. A namespace made outside this
+ * lab file (another lab's container) never holds a copy: each lab file has a mount namespace of its
+ * own (test/fixtures/lab-namespace.ts).
  */
 import t, { type Test } from "tap";
 import { spawn } from "node:child_process";
@@ -251,36 +254,101 @@ t.test(
   },
 );
 
+/**
+ * A process in a private copy of this mount namespace (`unshare --mount`, as a container or a
+ * service starting makes one), holding a copy of the volume's mount until `end()`. Its own process
+ * group, so that the forked sleep goes with it.
+ */
+async function namespaceHolder(t: Test, device: string): Promise<{ pid: number; end(): Promise<void> }> {
+  const holder = spawn("unshare", ["--mount", "--propagation", "private", "--fork", "--", "sleep", "600"], {
+    stdio: "ignore",
+    detached: true,
+  });
+  const exited = new Promise<void>((resolve) => holder.once("exit", () => resolve()));
+  const kill = (signal: NodeJS.Signals) => {
+    try {
+      if (holder.exitCode === null && holder.pid) process.kill(-holder.pid, signal);
+    } catch {
+      // Already gone.
+    }
+  };
+  t.teardown(() => kill("SIGKILL"));
+  const ownNs = await readlink("/proc/self/ns/mnt");
+  // The copy exists once the sleep runs in it (a guard against a hang, not a timing assertion).
+  await waitFor(async () => (await liveness(device)).holders.some((h) => h.ns !== ownNs), "the copy", 60_000);
+  return {
+    pid: holder.pid!,
+    end: async () => {
+      kill("SIGTERM");
+      await exited;
+    },
+  };
+}
+
 t.test(
-  "a mount namespace copied after the mount (unshare --mount) keeps the filesystem live: the release unmounts " +
-    "but refuses to detach, naming the process; once it ends the release succeeds",
+  "a copy of the mount held for a moment in another mount namespace (a container starting): the release waits " +
+    "for it to go, then detaches; the log names the holder and how long it held",
   async (t) => {
     const { host, volumeId, mountPoint } = await bootedHost(t);
     await host.dockerd!.stop();
     const device = (await findmnt(mountPoint))?.source;
     t.ok(device, "mounted from its device");
-    // Its own process group, so that the forked sleep goes with it.
-    const holder = spawn("unshare", ["--mount", "--fork", "--", "sleep", "600"], { stdio: "ignore", detached: true });
-    const exited = new Promise<void>((resolve) => holder.once("exit", () => resolve()));
-    t.teardown(() => {
-      try {
-        if (holder.exitCode === null && holder.pid) process.kill(-holder.pid, "SIGKILL");
-      } catch {
-        // Already gone.
-      }
+    const holder = await namespaceHolder(t, device!);
+    // The holder goes when the release says it waits for it: an event, not a time. The bound
+    // (120 s) only keeps a broken wait from hanging the test.
+    let held: string | undefined;
+    let ended: Promise<void> | undefined;
+    const released = await releaseHost(bl, host, {
+      overrides: { ...overrides, timeouts: { mountHolderSeconds: 120 } },
+      onLine: (line) => {
+        if (held !== undefined || !line.includes("release.mount-held")) return;
+        held = line;
+        ended = holder.end();
+      },
     });
-    const ownNs = await readlink("/proc/self/ns/mnt");
-    // The copy exists once the sleep runs in it (a guard against a hang, not a timing assertion).
-    await waitFor(async () => (await liveness(device!)).holders.some((h) => h.ns !== ownNs), "the copy", 60_000);
+    await ended;
+    assertOutcome(t, released, "released", "released once the copy went");
+    t.equal(released.exitCode, 0);
+    t.match(held, /held by pid \d+ "unshare --mount[^"]*", pid \d+ "sleep 600" \(mnt:\[\d+\], at [^)]+\)/);
+    t.match(held, /waiting up to 120 s for it to go before the detach/);
+    const gone = released.log.find((line) => line.includes("release.mount-released"));
+    t.match(
+      gone,
+      new RegExp(`heldBy="pid ${holder.pid} .*sleep 600.* for \\d+(\\.\\d)? s"`),
+      "names it, with how long",
+    );
+    assertReleasedTags(t, await volumeEnd(bl, volumeId));
+    t.notOk(await findmnt(mountPoint), "unmounted");
+  },
+);
+
+t.test(
+  "a mount namespace copied after the mount (unshare --mount) that stays past the bound: the release unmounts " +
+    "but refuses to detach, naming the process and how long it waited; once it ends the release succeeds",
+  async (t) => {
+    const { host, volumeId, mountPoint } = await bootedHost(t);
+    await host.dockerd!.stop();
+    const device = (await findmnt(mountPoint))?.source;
+    t.ok(device, "mounted from its device");
+    const holder = await namespaceHolder(t, device!);
 
     const calls = bl.calls.length;
-    const refused = await releaseHost(bl, host);
+    const refused = await releaseHost(bl, host, { overrides: { ...overrides, timeouts: { mountHolderSeconds: 1 } } });
     assertOutcome(t, refused, "refused", "release refused");
     t.equal(refused.exitCode, 1, "exit code 1");
     const problem = refused.report?.problems[0];
     t.equal(problem?.step, "detach", "at the detach");
     t.match(problem?.message, /still mounted in another mount namespace, held by pid \d+ "unshare --mount/);
     t.match(problem?.message, /"sleep 600"/, "names the sleep");
+    t.match(
+      problem?.message,
+      /still there at the end of the 1 s the detach waits for it \(timeouts\.mountHolderSeconds\)/,
+      "after waiting the bound",
+    );
+    t.ok(
+      refused.log.some((line) => line.includes("release.mount-held")),
+      "the wait was logged as it began",
+    );
     t.match(problem?.message, /stays attached and untagged: a mounted volume is never detached/);
     t.match(problem?.remediation, /nsenter -t \d+ -m umount /, "says how to end the hold");
     t.ok(
@@ -300,8 +368,7 @@ t.test(
     t.notOk(stuck.tags[VolumeTag.releasedAt], "not tagged released");
     t.notOk(await findmnt(mountPoint), "unmounted in the agent's namespace");
 
-    process.kill(-holder.pid!, "SIGTERM");
-    await exited;
+    await holder.end();
     // The namespace goes with its last process; the kernel then drops the filesystem.
     await waitFor(
       async () => {
@@ -314,6 +381,52 @@ t.test(
     const released = await releaseHost(bl, host);
     assertOutcome(t, released, "released", "after the process ended: released");
     t.equal(released.exitCode, 0);
+    assertReleasedTags(t, await volumeEnd(bl, volumeId));
+  },
+);
+
+t.test(
+  "a mount namespace made outside this lab file (a container of another lab, a service of the machine) holds no " +
+    "copy of its volume: the release detaches without a wait",
+  async (t) => {
+    const { host, volumeId, mountPoint } = await bootedHost(t);
+    await host.dockerd!.stop();
+    const device = (await findmnt(mountPoint))?.source;
+    t.ok(device, "mounted from its device");
+    // The namespace this file was started from (the tap runner's): where the other lab files
+    // running beside it start, and the machine's services. A namespace made from it now copies
+    // whatever is mounted there.
+    const outside = `/proc/${process.ppid}/ns/mnt`;
+    const holder = spawn(
+      "nsenter",
+      [`--mount=${outside}`, "--", "unshare", "--mount", "--propagation", "private", "--fork", "--"].concat([
+        "sh",
+        "-c",
+        "echo ready; exec sleep 600",
+      ]),
+      { stdio: ["ignore", "pipe", "ignore"], detached: true },
+    );
+    t.teardown(() => {
+      try {
+        if (holder.exitCode === null && holder.pid) process.kill(-holder.pid, "SIGKILL");
+      } catch {
+        // Already gone.
+      }
+    });
+    // "ready" comes from inside the new namespace: its copy is made by then.
+    await new Promise<void>((resolve, reject) => {
+      holder.stdout!.once("data", () => resolve());
+      holder.once("exit", (code) => reject(new Error(`the outside holder exited (${code}) before it was ready`)));
+    });
+    const ownNs = await readlink("/proc/self/ns/mnt");
+    const elsewhere = (await liveness(device!)).holders.filter((h) => h.ns !== ownNs);
+    t.same(elsewhere, [], "no namespace but this file's own mounts the volume");
+    const released = await releaseHost(bl, host, { overrides: { ...overrides, timeouts: { mountHolderSeconds: 0 } } });
+    assertOutcome(t, released, "released", "released with no wait at all (mountHolderSeconds 0)");
+    t.notOk(
+      released.log.some((line) => line.includes("release.mount-held")),
+      "nothing held it",
+    );
     assertReleasedTags(t, await volumeEnd(bl, volumeId));
   },
 );

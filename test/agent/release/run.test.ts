@@ -73,9 +73,10 @@ t.test("refused: the volume's mount is busy; nothing detached, nothing tagged", 
 });
 
 t.test(
-  "refused at the detach: the filesystem is still mounted in another mount namespace; released once it is not",
+  "refused at the detach: the filesystem is still mounted in another mount namespace past the bound; released " +
+    "once it is not",
   async (t) => {
-    const { node, volumeId } = await bootedNode(t);
+    const { node, volumeId } = await bootedNode(t, { config: { timeouts: { mountHolderSeconds: 0.2 } } });
     const device = node.host.deviceOf(volumeId);
     node.host.namespaceHolders.set(device, [
       { ns: "mnt:[4026532900]", processes: [{ pid: 4242, command: "sleep 600" }], mountPoints: ["/srv/cache"] },
@@ -87,6 +88,12 @@ t.test(
     t.equal(problem?.step, "detach", "at the detach");
     t.equal(problem?.kind, "refused");
     t.match(problem?.message, /still mounted in another mount namespace, held by pid 4242 "sleep 600"/);
+    t.match(
+      problem?.message,
+      /still there at the end of the 0\.2 s the detach waits for it \(timeouts\.mountHolderSeconds\); /,
+      "after its wait",
+    );
+    t.ok(node.script.of("storage.liveness").length > 1, "looked at again before refusing");
     t.match(problem?.remediation, /nsenter -t 4242 -m umount \/srv\/cache/);
     t.equal(node.script.of("cloud.detachVolume").length, 0, "no DetachVolume");
     const volume = await node.fake.describe(volumeId);
@@ -97,6 +104,32 @@ t.test(
     const later = await release(node);
     t.equal(later.report?.outcome, "released", "once no namespace holds it, the next release completes");
     t.equal(node.fake.forceDetaches(), 0, "never forced");
+  },
+);
+
+t.test(
+  "a copy of the mount held for a moment in another namespace (a container starting): the release waits for it " +
+    "to go and releases; the log names the holder",
+  async (t) => {
+    const { node, volumeId } = await bootedNode(t);
+    const device = node.host.deviceOf(volumeId);
+    node.host.namespaceHolders.set(device, [
+      { ns: "mnt:[4026532901]", processes: [{ pid: 5151, command: "runc init" }], mountPoints: ["/srv/cache"] },
+    ]);
+    // Gone before the third look: counted in looks, not in time (the bound is config's 10 s).
+    let looks = 0;
+    node.script.before("storage.liveness", () => void (++looks === 3 && node.host.namespaceHolders.clear()), {
+      times: 3,
+    });
+    const outcome = await release(node);
+    t.equal(outcome.report?.outcome, "released", "released");
+    t.equal(outcome.exitCode, 0);
+    t.equal(node.script.of("cloud.detachVolume").length, 1, "detached once the copy went");
+    t.equal(node.fake.forceDetaches(), 0, "never forced");
+    const held = node.log.lines.find((line) => line.includes("release.mount-held"));
+    t.match(held, /held by pid 5151 "runc init" \(mnt:\[4026532901\], at \/srv\/cache\): waiting up to 10 s/);
+    const gone = node.log.lines.find((line) => line.includes("release.mount-released"));
+    t.match(gone, /heldBy="pid 5151 \\"runc init\\" \(mnt:\[4026532901\], at \/srv\/cache\) for \d/);
   },
 );
 
