@@ -280,6 +280,7 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
         dockerVersion: host.dockerVersion,
         report,
         preflight: host.preflight,
+        fill: (mountPoint) => readFilesystemFill(mountPoint),
         prewarm: (target) =>
           beginPrewarmAtBoot(target, prewarmSettingsFrom(settings.effective), {
             reader: fioReader(options),

@@ -4,7 +4,10 @@
  * label, one clear log line).
  */
 import { describeError } from "../../errors.ts";
-import { Label, VolumeTag } from "../../tags.ts";
+import { Label, VolumeKind, VolumeTag } from "../../tags.ts";
+import type { VolumeInfo } from "../ports.ts";
+import { releaseTags } from "../release/plan.ts";
+import type { VolumeIntent } from "../volume-intent.ts";
 import type { BootLimits, Finished, Progress } from "./context.ts";
 import type { BootDeps } from "./deps.ts";
 import type { BootPlan } from "./plan.ts";
@@ -15,14 +18,15 @@ import { detachBlocker } from "../detach-guard.ts";
  * detached (never forced) and its claim tags removed (only while they are this instance's, with
  * a keep its claim wrote);
  * with `quarantine` (the failure was the volume's) it is tagged `last-error` and
- * `last-error-at`, so no boot takes it for `claim.quarantineHours`.
+ * `last-error-at`, so no boot takes it for `claim.quarantineHours`; with `releaseWorkspace` (the
+ * user's own workspace, full) it is tagged as a release tags it instead (releaseWorkspace).
  */
 export async function undo(
   progress: Progress,
   plan: BootPlan,
   deps: BootDeps,
   reason: string,
-  options: { quarantine: boolean; keepDocker?: boolean },
+  options: { quarantine: boolean; keepDocker?: boolean; releaseWorkspace?: boolean },
 ): Promise<void> {
   const { log } = deps;
   const attempt = async (what: string, work: () => Promise<unknown>) => {
@@ -74,26 +78,64 @@ export async function undo(
     const claimStep = plan.steps.find((s) => s.step === "tag-claim");
     const ownTtl: Record<string, string> =
       claimStep?.step === "tag-claim" ? { [VolumeTag.ttlHours]: String(claimStep.intent.ttlHours) } : {};
-    await attempt("tagging the failure", async () => {
-      await deps.cloud.untagVolume(volumeId, {
-        [VolumeTag.claimedBy]: plan.instanceId,
-        ...(progress.claimedAt ? { [VolumeTag.claimedAt]: progress.claimedAt } : {}),
-        ...ownKeep,
-        ...ownTtl,
-      });
-      if (options.quarantine) {
-        const at = (deps.now?.() ?? new Date()).toISOString();
-        await deps.cloud.tagVolume(volumeId, {
-          [VolumeTag.lastError]: shorten(`${plan.instanceId}: ${reason}`),
-          [VolumeTag.lastErrorAt]: at,
+    if (options.releaseWorkspace && claimStep?.step === "tag-claim") {
+      const intent = claimStep.intent;
+      await attempt("tagging it released", () => releaseWorkspace(progress.volume!, intent, plan, deps));
+    } else {
+      await attempt("tagging the failure", async () => {
+        await deps.cloud.untagVolume(volumeId, {
+          [VolumeTag.claimedBy]: plan.instanceId,
+          ...(progress.claimedAt ? { [VolumeTag.claimedAt]: progress.claimedAt } : {}),
+          ...ownKeep,
+          ...ownTtl,
         });
-      }
-    });
+        if (options.quarantine) {
+          const at = (deps.now?.() ?? new Date()).toISOString();
+          await deps.cloud.tagVolume(volumeId, {
+            [VolumeTag.lastError]: shorten(`${plan.instanceId}: ${reason}`),
+            [VolumeTag.lastErrorAt]: at,
+          });
+        }
+      });
+    }
     await attempt("detaching", async () => {
       await deps.cloud.detachVolume(volumeId, plan.instanceId);
       log.info("boot.undo", "volume detached and left for another instance", { volume: volumeId });
     });
   }
+}
+
+/**
+ * The user's own workspace, handed back unused (its filesystem is full), tagged as a release
+ * tags it: `released-at`, and `expires-at` by this run's TTL or `keep` as this run asks (the run
+ * claimed it for its own ids), the claim's tags removed. Neither abandoned without an expiry nor
+ * quarantined: the same user's next boot finds it.
+ */
+async function releaseWorkspace(
+  volume: VolumeInfo,
+  intent: VolumeIntent,
+  plan: BootPlan,
+  deps: BootDeps,
+): Promise<void> {
+  const claimedAt = volume.tags[VolumeTag.claimedAt];
+  const keepBy = volume.tags[VolumeTag.keepBy];
+  const tags = releaseTags({
+    instanceId: plan.instanceId,
+    kind: VolumeKind.workspace,
+    keep: intent.keep,
+    ttlHours: intent.ttlHours,
+    releasedAt: deps.now?.() ?? new Date(),
+    ...(claimedAt !== undefined ? { claimedAt } : {}),
+    ...(keepBy !== undefined ? { keepBy } : {}),
+  });
+  await deps.cloud.tagVolume(volume.volumeId, tags.set);
+  await deps.cloud.untagVolume(volume.volumeId, tags.removeKeys);
+  await deps.cloud.untagVolume(volume.volumeId, tags.remove);
+  deps.log.notice("boot.undo", "workspace volume handed back released, for its user", {
+    volume: volume.volumeId,
+    expiresAt: tags.set[VolumeTag.expiresAt],
+    keep: tags.set[VolumeTag.keep],
+  });
 }
 
 /** One line of at most 250 characters: fits an EC2 tag value (256) and a docker label. */
