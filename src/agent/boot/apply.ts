@@ -171,7 +171,7 @@ export async function applyBoot(
           remediation,
         },
       );
-      const degraded = await degrade(deps, limits, reason);
+      const degraded = await degrade(deps, limits, reason, attachedHere(plan, claim, progress));
       return { ...degraded, timeline, source: bootSourceOf(plan.selection, degraded.outcome, undefined) };
     }
   }
@@ -326,9 +326,20 @@ async function reportDisabled(step: StepOf<"report-disabled">, { deps }: StepCon
   return { outcome: "disabled", reason: step.reason };
 }
 
-async function degradeAsPlanned(step: StepOf<"degrade">, { deps, limits }: StepContext): Promise<Finished> {
+async function degradeAsPlanned(
+  step: StepOf<"degrade">,
+  { plan, claim, progress, deps, limits }: StepContext,
+): Promise<Finished> {
   deps.log.warning("boot.no-volume", step.reason);
-  return degrade(deps, limits, step.reason);
+  return degrade(deps, limits, step.reason, attachedHere(plan, claim, progress));
+}
+
+/** The cache volumes attached to this instance as observed, and the one in hand: a degraded node uses none. */
+function attachedHere(plan: BootPlan, claim: ClaimState, progress: Progress): string[] {
+  const attached = [...claim.known.values()]
+    .filter((v) => v.attachment?.instanceId === plan.instanceId && v.attachment.state !== "detached")
+    .map((v) => v.volumeId);
+  return progress.volume ? [...attached, progress.volume.volumeId] : attached;
 }
 
 /**

@@ -6,7 +6,7 @@
 import { describeError } from "../../errors.ts";
 import { Label, VolumeKind, VolumeTag } from "../../tags.ts";
 import type { VolumeInfo } from "../ports.ts";
-import { releaseTags } from "../release/plan.ts";
+import { mountPointOf, releaseTags } from "../release/plan.ts";
 import type { VolumeIntent } from "../volume-intent.ts";
 import type { BootLimits, Finished, Progress } from "./context.ts";
 import type { BootDeps } from "./deps.ts";
@@ -145,8 +145,19 @@ export function shorten(text: string): string {
   return line.length <= 250 ? line : `${line.slice(0, 247)}...`;
 }
 
-/** Docker on its default data-root, started, and the degraded label. */
-export async function degrade(deps: BootDeps, limits: BootLimits, reason: string): Promise<Finished> {
+/**
+ * Docker on its default data-root, started, and the degraded label; then the cache volumes
+ * attached here (`attached`) that are still mounted where the agent mounts them are unmounted:
+ * a volume the node does not use is not left mounted (phase 1 mounted it, and phase 2 found it
+ * not this run's, or failed on it). Never forced; one that cannot be unmounted stays as it is,
+ * with one line. They stay attached: the release gives them back.
+ */
+export async function degrade(
+  deps: BootDeps,
+  limits: BootLimits,
+  reason: string,
+  attached: readonly string[] = [],
+): Promise<Finished> {
   const { log } = deps;
   try {
     let current = await deps.daemonConfig.dataRoot();
@@ -170,10 +181,13 @@ export async function degrade(deps: BootDeps, limits: BootLimits, reason: string
       await deps.docker!.stop();
       await containerd.restart();
     }
-    if (
-      deps.docker &&
-      (!(await deps.docker.isActive()) || (info && current !== undefined && info.dockerRootDir !== current))
-    ) {
+    // Restarted when it runs elsewhere than daemon.json says now: on a cache volume whatever the
+    // key (docker's default has no key), or on another root the key names.
+    const elsewhere =
+      info !== undefined &&
+      (info.dockerRootDir.startsWith(`${limits.mountRoot}/`) ||
+        (current !== undefined && info.dockerRootDir !== current));
+    if (deps.docker && (!(await deps.docker.isActive()) || elsewhere)) {
       await deps.docker.restart();
       await deps.engine.waitUntilReady(limits.dockerTimeoutMs);
     }
@@ -182,11 +196,34 @@ export async function degrade(deps: BootDeps, limits: BootLimits, reason: string
       remediation: "journalctl -u docker",
     });
   }
+  for (const volumeId of new Set(attached)) await unmountUnused(deps, limits, volumeId);
   await deps.report("degraded", { [Label.reason]: shorten(reason) }).catch((error: unknown) => {
     log.error("boot.label", `could not publish the degraded label: ${describeError(error)}`);
   });
   log.warning("boot.degraded", `node up without a cache volume: ${reason}`);
   return { outcome: "degraded", reason };
+}
+
+/**
+ * Unmounts a volume the degraded node does not use, where the agent mounted it (`<mountRoot>/<id>`).
+ * Only after docker left it: a mount elsewhere is not the agent's, and a busy one is left as it is.
+ */
+async function unmountUnused(deps: BootDeps, limits: BootLimits, volumeId: string): Promise<void> {
+  const ours = mountPointOf(limits.mountRoot, volumeId);
+  try {
+    const device = await deps.storage.findDevice(volumeId);
+    if (!device || (await deps.storage.mountPointOf(device)) !== ours) return;
+    await deps.storage.unmount(ours);
+    deps.log.notice("boot.unmount", "unmounted the cache volume the degraded node does not use", {
+      volume: volumeId,
+      mountPoint: ours,
+    });
+  } catch (error) {
+    deps.log.error("boot.unmount", `${volumeId} stays mounted at ${ours}: ${describeError(error)}`, {
+      volume: volumeId,
+      remediation: `find what still uses it (fuser -vm ${ours}); the release unmounts it at shutdown`,
+    });
+  }
 }
 
 /**
