@@ -65,7 +65,7 @@ export function readOsparcRequest(
     ...(record.keep !== undefined ? { keep: record.keep } : {}),
     ...(record.enabled !== undefined ? { enabled: record.enabled } : {}),
     keepMalformed: false,
-    origin: `recorded by the first boot phase at ${record.recordedAt}`,
+    origin: `recorded by the first boot phase at ${record.recordedAt}${onVolume(record)}`,
     fromRecord: true,
     known: true,
     warnings: [],
@@ -109,6 +109,11 @@ export function readOsparcRequest(
   if (switches.enabled !== undefined) request.enabled = switches.enabled;
   request.keepMalformed = switches.keepMalformed;
   return request;
+}
+
+/** ` on vol-…` for the copy a volume carries (volume-record.ts), nothing for the state folder's. */
+function onVolume(record: WorkspaceRecord): string {
+  return record.volumeId ? ` on ${record.volumeId}` : "";
 }
 
 /** The record phase 1 leaves for the later runs (without its time, which the caller adds). */

@@ -195,7 +195,11 @@ function wireHost(
   const daemonConfig = createDaemonConfig({
     path: config.paths.daemonJson,
     log,
-    original: { stateDir: config.paths.stateDir, mountRoot: config.paths.mountRoot },
+    original: {
+      stateDir: config.paths.stateDir,
+      mountRoot: config.paths.mountRoot,
+      ...(options.defaultDataRoot ? { fallback: options.defaultDataRoot } : {}),
+    },
   });
   const engine = createDockerEngine({ host: config.paths.dockerHost, log });
   // Read once per run: the unit does not change under a boot, and every report checks it.

@@ -24,6 +24,7 @@ import { volumeDetails } from "../report.ts";
 import { imagesOf, withLatest } from "../volume-rules.ts";
 import { claimNext, createAndClaim } from "./claim.ts";
 import { prepareVolumeDataRoot } from "./activation-marker.ts";
+import { writeVolumeRecord } from "../volume-record.ts";
 import { claimTagChanges } from "./claim-tags.ts";
 import {
   freshProgress,
@@ -547,6 +548,8 @@ async function prepareDataRoot(
     deps.dataRoot,
     deps.log,
   );
+  // The volume carries its own copy of what it was chosen for: the state folder's may be lost.
+  if (limits.workspaceRecord) await writeVolumeRecord(progress.mountPoint!, volume.volumeId, limits.workspaceRecord);
   return undefined;
 }
 
