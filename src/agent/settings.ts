@@ -25,6 +25,7 @@ import type { Identity } from "./ports.ts";
 import { describeWorkspace, workspaceIdsFromLabels, type WorkspaceIds } from "./workspace-ids.ts";
 import type { WorkspaceRecord } from "./workspace-record.ts";
 import { volumeCreation } from "./volume-creation.ts";
+import type { KeepAsked } from "./volume-intent.ts";
 
 /** What osparc's labels tag asked of this instance, from the tag itself or from the first phase's record. */
 export interface OsparcRequest {
@@ -36,6 +37,8 @@ export interface OsparcRequest {
   origin: string;
   /** It came from the record (then phase 1 leaves the record as it is). */
   fromRecord: boolean;
+  /** The labels' word is known: the tag was read whole, or the record was. False: no tag, or an unusable one. */
+  known: boolean;
   /** Problems with the tag: each is one warning line; the part it concerns is not used. */
   warnings: string[];
   /** Worth an info line (ids below workspace.minimumKeys). */
@@ -62,8 +65,9 @@ export function readOsparcRequest(
     ...(record.keep !== undefined ? { keep: record.keep } : {}),
     ...(record.enabled !== undefined ? { enabled: record.enabled } : {}),
     keepMalformed: false,
-    origin: `recorded by the first boot phase at ${record.recordedAt}`,
+    origin: `recorded by the first boot phase at ${record.recordedAt}${onVolume(record)}`,
     fromRecord: true,
+    known: true,
     warnings: [],
     notes: [],
   });
@@ -74,6 +78,7 @@ export function readOsparcRequest(
     keepMalformed: false,
     origin,
     fromRecord: false,
+    known: false,
     warnings,
     notes: [],
   });
@@ -84,7 +89,14 @@ export function readOsparcRequest(
     ]);
 
   const origin = `instance tag ${tag}${read.form === "chunked" ? ` in ${read.chunks} chunks` : ""}`;
-  const request: OsparcRequest = { keepMalformed: false, origin, fromRecord: false, warnings: [], notes: [] };
+  const request: OsparcRequest = {
+    keepMalformed: false,
+    origin,
+    fromRecord: false,
+    known: true,
+    warnings: [],
+    notes: [],
+  };
   const workspace = workspaceIdsFromLabels(read.labels, config.workspace);
   if (!workspace.ok) request.warnings.push(`${origin}: ${workspace.problem}: no workspace, the pool is used`);
   else {
@@ -97,6 +109,11 @@ export function readOsparcRequest(
   if (switches.enabled !== undefined) request.enabled = switches.enabled;
   request.keepMalformed = switches.keepMalformed;
   return request;
+}
+
+/** ` on vol-…` for the copy a volume carries (volume-record.ts), nothing for the state folder's. */
+function onVolume(record: WorkspaceRecord): string {
+  return record.volumeId ? ` on ${record.volumeId}` : "";
 }
 
 /** The record phase 1 leaves for the later runs (without its time, which the caller adds). */
@@ -221,6 +238,28 @@ function keepAsked(
   return effective.keep || (tags[InstanceTag.keep] === undefined && request.keepMalformed);
 }
 
+/**
+ * Who asks keep at the release (volume-intent.ts keepFor decides per volume): the instance tag
+ * when there is one (malformed: keep), else the labels when their word is known (the record, or
+ * the tag read whole; a malformed keep there counts as keep), else nobody.
+ */
+function releaseKeep(
+  effective: Pick<EffectiveSettings, "keep">,
+  request: OsparcRequest,
+  tags: Readonly<Record<string, string>>,
+  keepTagMalformed: boolean,
+): KeepAsked {
+  if (keepTagMalformed) return { by: "instance", keep: true };
+  if (tags[InstanceTag.keep] !== undefined) return { by: "instance", keep: effective.keep };
+  if (!request.known) return { by: "nobody" };
+  return {
+    by: "labels",
+    keep: request.keep === true || request.keepMalformed,
+    ...(request.ids ? { ids: request.ids } : {}),
+    origin: request.origin,
+  };
+}
+
 /** The settings a release acts on, with what instance tags changed and what was wrong with them. */
 export interface ResolvedReleaseSettings {
   effective: EffectiveSettings;
@@ -260,7 +299,7 @@ export function resolveReleaseSettings(
     );
   const release: ReleaseSettings = {
     enabled: effective.enabled,
-    keep: keepTagMalformed || keepAsked(effective, request, identity.tags),
+    keep: releaseKeep(effective, request, identity.tags, keepTagMalformed),
     ttlHours: effective.ttlHours,
     mountRoot: effective.paths.mountRoot,
     defaultDataRoot: options.defaultDataRoot,

@@ -13,6 +13,8 @@
  * removes it (gc never deletes a kept volume).
  */
 import { VolumeKind, VolumeTag } from "../tags.ts";
+import type { VolumeInfo } from "./ports.ts";
+import { describeWorkspace, volumeMatchesWorkspace, workspaceIdsOfVolume, type WorkspaceIds } from "./workspace-ids.ts";
 
 export interface VolumeIntent {
   keep: boolean;
@@ -57,6 +59,48 @@ export function intentChanges(
     changes.remove.push(VolumeTag.keepBy);
   }
   return changes;
+}
+
+/**
+ * Who asks the keep a release writes, and for which volume it may: the instance's own
+ * `ebs-cache:keep` tag (a malformed one counts as keep) holds for whatever workspace the instance
+ * holds; osparc's labels — the labels tag, or the first boot phase's record of it — hold only for a
+ * workspace volume of exactly their ids (another task may have rewritten the tag since, and a
+ * record may be lost); `nobody` when neither is known (no instance tag, no record of this
+ * activation, no usable labels tag).
+ */
+export type KeepAsked =
+  | { by: "instance"; keep: boolean }
+  | { by: "labels"; keep: boolean; ids?: WorkspaceIds; origin: string }
+  | { by: "nobody" };
+
+/**
+ * The keep a release writes on this volume: what was asked, where the asker may speak for it;
+ * otherwise what the volume's claim recorded (its `keep` marked `keep-by` this instance), so
+ * that a tag of another task neither puts a keep on this user's workspace nor takes theirs away.
+ * Labels whose ids are not the volume's give a warning (one line naming both sets of ids) and
+ * change nothing. Pure.
+ */
+export function keepFor(
+  volume: Pick<VolumeInfo, "volumeId" | "tags">,
+  instanceId: string,
+  asked: KeepAsked,
+): { keep: boolean; warning?: string } {
+  const { tags } = volume;
+  const claimed = tags[VolumeTag.keep] === "true" && tags[VolumeTag.keepBy] === instanceId;
+  if (asked.by === "instance") return { keep: asked.keep };
+  if (asked.by === "nobody") return { keep: claimed };
+  // A pool volume is never kept (keepApplies), whoever asks: nothing to tell apart.
+  if (tags[VolumeTag.kind] !== VolumeKind.workspace) return { keep: asked.keep };
+  if (asked.ids && volumeMatchesWorkspace(tags, asked.ids)) return { keep: asked.keep };
+  const own = workspaceIdsOfVolume(tags);
+  return {
+    keep: claimed,
+    warning:
+      `${volume.volumeId} is the workspace of ${own ? describeWorkspace(own) : "ids it does not record"}, and ` +
+      `the labels (${asked.origin}) name ${asked.ids ? describeWorkspace(asked.ids) : "no workspace"}: their keep ` +
+      `is not applied to it; it keeps what its claim recorded (${claimed ? "keep" : "no keep"})`,
+  };
 }
 
 /**

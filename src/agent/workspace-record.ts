@@ -18,7 +18,7 @@ import { quote, validateWorkspaceId } from "../inputs.ts";
 import { WORKSPACE_KEYS, type WorkspaceKey } from "../tags.ts";
 import type { WorkspaceIds } from "./workspace-ids.ts";
 
-const RECORD_FILE = "workspace.json";
+export const RECORD_FILE = "workspace.json";
 
 export interface WorkspaceRecord {
   /** The instance it was written on: a record of another instance (a copied disk) is not used. */
@@ -32,6 +32,8 @@ export interface WorkspaceRecord {
   /** `<labels.prefix>.keep` / `.enabled` from the labels tag, when it carried them. */
   keep?: boolean;
   enabled?: boolean;
+  /** The volume the copy on a volume is on (volume-record.ts); absent in the state folder's. */
+  volumeId?: string;
 }
 
 /** Which activation a run belongs to: its instance, EC2's LaunchTime and the kernel's boot id, as far as known. */
@@ -57,6 +59,8 @@ export function sameActivation(
 
 /** An EC2 instance id, as records and markers must name one. */
 export const INSTANCE_ID = /^i-[0-9a-f]{8,17}$/;
+/** An EBS volume id. */
+export const VOLUME_ID = /^vol-[0-9a-f]{8,17}$/;
 
 export function workspaceRecordPath(stateDir: string): string {
   return join(stateDir, RECORD_FILE);
@@ -72,6 +76,10 @@ export function parseWorkspaceRecord(
   if (typeof r.instanceId !== "string" || !INSTANCE_ID.test(r.instanceId)) return bad("no valid instanceId");
   if (typeof r.recordedAt !== "string") return bad("no recordedAt");
   const record: WorkspaceRecord = { instanceId: r.instanceId, recordedAt: r.recordedAt };
+  if (r.volumeId !== undefined) {
+    if (typeof r.volumeId !== "string" || !VOLUME_ID.test(r.volumeId)) return bad("volumeId is not a volume id");
+    record.volumeId = r.volumeId;
+  }
   for (const field of ["launchTime", "bootId"] as const) {
     if (r[field] === undefined) continue;
     if (typeof r[field] !== "string" || r[field] === "") return bad(`${field} is not a non-empty string`);
@@ -105,6 +113,11 @@ export async function readWorkspaceRecord(stateDir: string): Promise<{ record?: 
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return {};
     return { problem: `${RECORD_FILE} unreadable: ${(error as Error).message}` };
   }
+  return workspaceRecordOf(text);
+}
+
+/** A record's text, checked (parseWorkspaceRecord); a problem when it cannot be used. */
+export function workspaceRecordOf(text: string): { record?: WorkspaceRecord; problem?: string } {
   let raw: unknown;
   try {
     raw = JSON.parse(text);
@@ -115,8 +128,13 @@ export async function readWorkspaceRecord(stateDir: string): Promise<{ record?: 
   return parsed.ok ? { record: parsed.record } : { problem: parsed.problem };
 }
 
+/** The record's text as the agent writes it, in the state folder and on the volume alike. */
+export function workspaceRecordText(record: WorkspaceRecord): string {
+  return `${JSON.stringify(record, null, 2)}\n`;
+}
+
 /** Replaces the record atomically: a reader sees the old one or the new one, never half of one. */
 export async function writeWorkspaceRecord(stateDir: string, record: WorkspaceRecord): Promise<void> {
   await mkdir(stateDir, { recursive: true });
-  await writeFileAtomic(workspaceRecordPath(stateDir), `${JSON.stringify(record, null, 2)}\n`);
+  await writeFileAtomic(workspaceRecordPath(stateDir), workspaceRecordText(record));
 }

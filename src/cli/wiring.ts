@@ -195,7 +195,11 @@ function wireHost(
   const daemonConfig = createDaemonConfig({
     path: config.paths.daemonJson,
     log,
-    original: { stateDir: config.paths.stateDir, mountRoot: config.paths.mountRoot },
+    original: {
+      stateDir: config.paths.stateDir,
+      mountRoot: config.paths.mountRoot,
+      ...(options.defaultDataRoot ? { fallback: options.defaultDataRoot } : {}),
+    },
   });
   const engine = createDockerEngine({ host: config.paths.dockerHost, log });
   // Read once per run: the unit does not change under a boot, and every report checks it.
@@ -280,6 +284,7 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
         dockerVersion: host.dockerVersion,
         report,
         preflight: host.preflight,
+        fill: (mountPoint) => readFilesystemFill(mountPoint),
         prewarm: (target) =>
           beginPrewarmAtBoot(target, prewarmSettingsFrom(settings.effective), {
             reader: fioReader(options),

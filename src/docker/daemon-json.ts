@@ -63,9 +63,11 @@ export interface DaemonConfigOptions {
   /**
    * Where to record the host's own data-root before the first switch to a cache volume (below
    * `mountRoot`), so that the release and a degraded boot put exactly it back
-   * (original-data-root.ts). Absent: nothing is recorded.
+   * (original-data-root.ts); `fallback`: what they put back without a record (absent: docker's
+   * default), so that a state folder refusing the record costs nothing while daemon.json says
+   * just that. Absent: nothing is recorded.
    */
-  original?: { stateDir: string; mountRoot: string };
+  original?: { stateDir: string; mountRoot: string; fallback?: string };
 }
 
 /** Parses daemon.json text; blank text is `{}` (dockerd accepts an empty file too). */
@@ -230,6 +232,7 @@ export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFi
           ? (config) =>
               recordOriginalDataRoot(options.original!.stateDir, dataRootOf(config, path), {
                 mountRoot: options.original!.mountRoot,
+                fallback: options.original!.fallback,
                 ...(log ? { log } : {}),
               })
           : undefined,

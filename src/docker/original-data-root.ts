@@ -18,7 +18,7 @@
  */
 import { mkdir, readFile } from "node:fs/promises";
 import { isAbsolute, join } from "node:path";
-import { describeError } from "../errors.ts";
+import { AgentError, describeError, ExitCode } from "../errors.ts";
 import { writeFileAtomic } from "../fs-atomic.ts";
 import type { Logger } from "../log.ts";
 
@@ -74,7 +74,7 @@ export async function readOriginalDataRoot(stateDir: string): Promise<{ record?:
 export async function recordOriginalDataRoot(
   stateDir: string,
   current: string | undefined,
-  options: { mountRoot: string; log?: Logger; now?: Date },
+  options: { mountRoot: string; fallback?: string | undefined; log?: Logger; now?: Date },
 ): Promise<OriginalDataRoot | undefined> {
   const existing = await readOriginalDataRoot(stateDir);
   if (existing.record) return existing.record;
@@ -104,10 +104,30 @@ export async function recordOriginalDataRoot(
     dataRoot: current ?? null,
     recordedAt: (options.now ?? new Date()).toISOString(),
   };
-  await mkdir(stateDir, { recursive: true, mode: 0o700 });
-  await writeFileAtomic(join(stateDir, ORIGINAL_DATA_ROOT_FILE), JSON.stringify(record, null, 2) + "\n", {
-    mode: 0o644,
-  });
+  try {
+    await mkdir(stateDir, { recursive: true, mode: 0o700 });
+    await writeFileAtomic(join(stateDir, ORIGINAL_DATA_ROOT_FILE), JSON.stringify(record, null, 2) + "\n", {
+      mode: 0o644,
+    });
+  } catch (error) {
+    // A state folder that takes no write (full, read-only) loses nothing here when what the
+    // release puts back without a record (dataRootToRestore's fallback) is what daemon.json says now.
+    if (current === options.fallback) {
+      options.log?.info(
+        "docker.original-data-root",
+        `the host's own data-root is not recorded (${describeError(error)}): none is needed, the release puts ` +
+          `back ${current ?? "docker's default"}, which it is now`,
+      );
+      return record;
+    }
+    throw new AgentError(
+      `the host's own docker data-root (${current ?? "docker's default"}) cannot be recorded in ${stateDir} ` +
+        `(${describeError(error)}): docker is not switched to the cache volume, since nothing could put it back`,
+      `free space in ${stateDir} or make it writable (df -h ${stateDir}), then boot again`,
+      ExitCode.failure,
+      { cause: error },
+    );
+  }
   options.log?.info("docker.original-data-root", "recorded the host's own docker data-root before the first switch", {
     dataRoot: record.dataRoot ?? "(docker's default)",
   });

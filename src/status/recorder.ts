@@ -12,6 +12,7 @@
 import { AgentError, describeError } from "../errors.ts";
 import type { CacheFilesystem, HostContext } from "../host/facts.ts";
 import type { Logger } from "../log.ts";
+import { stateFolderRefused } from "../state-folder.ts";
 import { bootFailedMetrics, bootMetrics } from "../metrics/boot.ts";
 import type { MetricFamily } from "../metrics/family.ts";
 import { gcFailedMetrics, gcMetrics } from "../metrics/gc.ts";
@@ -59,18 +60,18 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
   const { stateDir, textfileDir, log } = options;
   const { facts } = options;
 
-  /** Runs a write; a failure is logged, never thrown. */
-  const attempt = async (what: string, write: () => Promise<unknown>): Promise<void> => {
+  /**
+   * Runs a write; a failure is logged, never thrown. One into the state folder (`inStateDir`) is
+   * said once per run with the folder's other failures (src/state-folder.ts).
+   */
+  const attempt = async (what: string, write: () => Promise<unknown>, inStateDir = false): Promise<void> => {
     try {
       await write();
     } catch (error) {
-      log.warning(
-        "metrics.write-failed",
-        `could not write ${what}: ${describeError(error)}; the outcome is unchanged`,
-        {
-          remediation: error instanceof AgentError ? error.remediation : undefined,
-        },
-      );
+      const line = `could not write ${what}: ${describeError(error)}; the outcome is unchanged`;
+      const fields = { remediation: error instanceof AgentError ? error.remediation : undefined };
+      if (inStateDir) stateFolderRefused(log, stateDir, "metrics.write-failed", line, fields);
+      else log.warning("metrics.write-failed", line, fields);
     }
   };
   const textfile = (
@@ -125,7 +126,7 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
       };
       if (phase === "second")
         record = withFirstPhase((await readBootRecord(stateDir).catch(() => ({ record: undefined }))).record, record);
-      await attempt("the boot's status record", () => writeBootRecord(stateDir, record));
+      await attempt("the boot's status record", () => writeBootRecord(stateDir, record), true);
       const up = report.outcome === "ready" || report.outcome === "warming";
       const figures = up && report.mountPoint ? await factsFor(report.mountPoint) : { boot: [], fill: [] };
       await textfile("boot", () => [...bootMetrics({ report: record.result, finishedAt }), ...figures.boot]);
@@ -133,8 +134,16 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
       await textfile("fill", () => figures.fill);
     },
     async releaseFinished({ instanceId, report, finishedAt }) {
-      await attempt("the release's status record", () =>
-        writeReleaseRecord(stateDir, { version: 1, instanceId, finishedAt: finishedAt.toISOString(), result: report }),
+      await attempt(
+        "the release's status record",
+        () =>
+          writeReleaseRecord(stateDir, {
+            version: 1,
+            instanceId,
+            finishedAt: finishedAt.toISOString(),
+            result: report,
+          }),
+        true,
       );
       await textfile("release", () => releaseMetrics({ report, finishedAt }));
     },

@@ -11,7 +11,14 @@ import { labelsTagAsOsparcWrites } from "../../src/agent/labels-tag.ts";
 import type { VolumeInfo } from "../../src/agent/ports.ts";
 import { releaseTags } from "../../src/agent/release/plan.ts";
 import { resolveReleaseSettings, resolveSettings } from "../../src/agent/settings.ts";
-import { intentChanges, recordedTtlHours, type TagChanges, type VolumeIntent } from "../../src/agent/volume-intent.ts";
+import {
+  intentChanges,
+  keepFor,
+  recordedTtlHours,
+  type KeepAsked,
+  type TagChanges,
+  type VolumeIntent,
+} from "../../src/agent/volume-intent.ts";
 import { defaultConfig } from "../../src/config/index.ts";
 import { VolumeTag } from "../../src/tags.ts";
 
@@ -156,26 +163,41 @@ t.test("where the intent comes from: the same rule for the boot and the release"
   });
   const labels = (extra: Record<string, unknown>) =>
     labelsTagAsOsparcWrites(config.workspace.labelsTag, { "user-id": "21", ...extra });
-  const cases: Array<[string, Record<string, string>, VolumeIntent]> = [
-    ["nothing asked", {}, { keep: false, ttlHours: 24 }],
-    ["instance tags", { "ebs-cache:keep": "true", "ebs-cache:ttl-hours": "72" }, { keep: true, ttlHours: 72 }],
-    ["keep in the labels tag", labels({ "io.simcore.ebs-cache.keep": "true" }), { keep: true, ttlHours: 24 }],
+  const fromTag = { by: "labels", ids: { "user-id": "21" }, origin: `instance tag ${config.workspace.labelsTag}` };
+  const cases: Array<[string, Record<string, string>, VolumeIntent, KeepAsked]> = [
+    ["nothing asked", {}, { keep: false, ttlHours: 24 }, { by: "nobody" }],
+    [
+      "instance tags",
+      { "ebs-cache:keep": "true", "ebs-cache:ttl-hours": "72" },
+      { keep: true, ttlHours: 72 },
+      { by: "instance", keep: true },
+    ],
+    [
+      "keep in the labels tag",
+      labels({ "io.simcore.ebs-cache.keep": "true" }),
+      { keep: true, ttlHours: 24 },
+      { ...fromTag, keep: true } as KeepAsked,
+    ],
     [
       "a malformed keep in the labels tag: kept rather than guessed",
       labels({ "io.simcore.ebs-cache.keep": "yes" }),
       { keep: true, ttlHours: 24 },
+      { ...fromTag, keep: true } as KeepAsked,
     ],
+    ["the labels without keep", labels({}), { keep: false, ttlHours: 24 }, { ...fromTag, keep: false } as KeepAsked],
     [
       "the instance tag wins over the labels",
       { ...labels({ "io.simcore.ebs-cache.keep": "true" }), "ebs-cache:keep": "false" },
       { keep: false, ttlHours: 24 },
+      { by: "instance", keep: false },
     ],
   ];
-  for (const [what, tags, intent] of cases) {
+  for (const [what, tags, intent, asked] of cases) {
     const boot = resolveSettings(config, identity(tags), { withDocker: false });
     t.same(boot.ok && boot.value.boot.intent, intent, `boot: ${what}`);
     const release = resolveReleaseSettings(config, identity(tags), { defaultDataRoot: undefined });
-    t.same({ keep: release.release.keep, ttlHours: release.release.ttlHours }, intent, `release: ${what}`);
+    t.same(release.release.keep, asked, `release: ${what}`);
+    t.equal(release.release.ttlHours, intent.ttlHours, `release's TTL: ${what}`);
   }
 });
 
@@ -224,3 +246,57 @@ t.test("gc: a never-released volume expires by the TTL its instance recorded; a 
     t.equal(recordedTtlHours({ [VolumeTag.ttlHours]: text }).kind, "malformed", JSON.stringify(text));
   t.same(recordedTtlHours({ [VolumeTag.ttlHours]: "1.5" }), { kind: "hours", hours: 1.5 });
 });
+
+t.test(
+  "a keep the labels ask applies only to a workspace of their ids; nobody's: what the claim recorded",
+  async (t) => {
+    const ofA = {
+      volumeId: "vol-a",
+      tags: { ...workspace, [VolumeTag.userId]: "A", [VolumeTag.workspaceKeys]: "user-id" },
+    };
+    const ownKeep = { ...ofA, tags: { ...ofA.tags, [VolumeTag.keep]: "true", [VolumeTag.keepBy]: ME } };
+    const labels = (ids: Record<string, string> | undefined, keep: boolean): KeepAsked => ({
+      by: "labels",
+      keep,
+      ...(ids ? { ids } : {}),
+      origin: "instance tag io.simcore.autoscaling.ec2_instance.docker_node_labels",
+    });
+    t.same(keepFor(ofA, ME, labels({ "user-id": "A" }, true)), { keep: true }, "the labels of its own ids");
+    const other = keepFor(ofA, ME, labels({ "user-id": "B" }, true));
+    t.equal(other.keep, false, "another user's keep is not written on A's workspace");
+    t.match(
+      other.warning,
+      new RegExp(
+        "vol-a is the workspace of user-id=A, and the labels \\(instance tag .*\\) name user-id=B: their keep is " +
+          "not applied to it; it keeps what its claim recorded \\(no keep\\)",
+      ),
+      "one line naming both sets of ids",
+    );
+    t.same(
+      { keep: keepFor(ownKeep, ME, labels({ "user-id": "B" }, false)).keep },
+      { keep: true },
+      "nor does another user's missing keep take A's away",
+    );
+    t.match(keepFor(ofA, ME, labels(undefined, true)).warning, /name no workspace/, "labels with no ids at all");
+    t.match(
+      keepFor(ofA, ME, labels({ "user-id": "A", "project-id": "p" }, true)),
+      { keep: false, warning: /name user-id=A project-id=p/ },
+      "ids of another level are other ids",
+    );
+    t.same(
+      keepFor({ volumeId: "vol-p", tags: pool }, ME, labels({ "user-id": "B" }, true)),
+      { keep: true },
+      "a pool volume: no warning (never kept anyway)",
+    );
+    t.same(keepFor(ownKeep, ME, { by: "nobody" }), { keep: true }, "nobody known: the keep its claim wrote stays");
+    t.same(keepFor(ofA, ME, { by: "nobody" }), { keep: false }, "and no keep where it wrote none");
+    t.same(
+      keepFor({ ...ofA, tags: { ...ofA.tags, [VolumeTag.keep]: "true", [VolumeTag.keepBy]: "i-other" } }, ME, {
+        by: "nobody",
+      }),
+      { keep: false },
+      "another instance's keep is not this claim's",
+    );
+    t.same(keepFor(ofA, ME, { by: "instance", keep: true }), { keep: true }, "the instance's own tag holds for any");
+  },
+);

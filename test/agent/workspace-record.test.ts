@@ -114,6 +114,15 @@ t.test("the activation's fields are read back and checked", async (t) => {
     problem: /launchTime is not a non-empty string/,
   });
   t.match(parseWorkspaceRecord({ ...good, bootId: "" }), { ok: false, problem: /bootId/ });
+  t.same(parseWorkspaceRecord({ ...good, volumeId: "vol-0123456789abcdef0" }), {
+    ok: true,
+    record: { ...good, volumeId: "vol-0123456789abcdef0" },
+  });
+  t.match(
+    parseWorkspaceRecord({ ...good, volumeId: "../vol-1" }),
+    { ok: false, problem: /volumeId is not a volume id/ },
+    "a copy on a volume names a volume id, nothing else",
+  );
 });
 
 t.test("what phase 1 waits for: the activation's tags on a stopped warm buffer started again", async (t) => {

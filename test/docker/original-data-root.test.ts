@@ -93,3 +93,34 @@ t.test("a record that is not one is never overwritten nor used", async (t) => {
   }
   t.match(log.lines.join("\n"), /docker\.original-data-root/);
 });
+
+t.test(
+  "a state folder that takes no write: nothing lost when daemon.json says what a release puts back without a " +
+    "record; a switch refused, daemon.json unchanged, when it says the host's own disk",
+  async (t) => {
+    const dir = await mkdtemp(join(tmpdir(), "original-data-root-"));
+    t.teardown(() => rm(dir, { recursive: true, force: true }));
+    // A folder that holds no record and takes no new file, whoever runs the test: the kernel's.
+    const stateDir = "/proc/self";
+    const path = join(dir, "daemon.json");
+    const log = createMemoryLogger("info");
+
+    await writeFile(path, JSON.stringify({ "data-root": "/var/lib/docker" }) + "\n");
+    const fallback = createDaemonConfig({
+      path,
+      log,
+      original: { stateDir, mountRoot: MOUNT_ROOT, fallback: "/var/lib/docker" },
+    });
+    await fallback.setDataRoot(`${MOUNT_ROOT}/vol-1/docker`);
+    t.equal(await fallback.dataRoot(), `${MOUNT_ROOT}/vol-1/docker`, "switched: the fallback is the host's own");
+    t.match(log.lines.join("\n"), /not recorded .*none is needed, the release puts back \/var\/lib\/docker/);
+
+    await writeFile(path, JSON.stringify({ "data-root": "/mnt/docker" }) + "\n");
+    const ami = createDaemonConfig({ path, log, original: { stateDir, mountRoot: MOUNT_ROOT } });
+    await t.rejects(ami.setDataRoot(`${MOUNT_ROOT}/vol-1/docker`), {
+      message: /the host's own docker data-root \(\/mnt\/docker\) cannot be recorded .*not switched/,
+      remediation: /free space in .* or make it writable/,
+    });
+    t.same(JSON.parse(await readFile(path, "utf8")), { "data-root": "/mnt/docker" }, "daemon.json as it was");
+  },
+);

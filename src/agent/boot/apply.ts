@@ -9,6 +9,7 @@
  */
 import { join } from "node:path";
 import { describeError } from "../../errors.ts";
+import { diskErrorKind } from "../../disk-errors.ts";
 import { DATA_ROOT_SUBDIR, FS_LABEL } from "../../layout.ts";
 import { containerdRootOnVolume } from "../../docker/containerd-store.ts";
 import { Label, VolumeKind, VolumeTag } from "../../tags.ts";
@@ -23,6 +24,7 @@ import { volumeDetails } from "../report.ts";
 import { imagesOf, withLatest } from "../volume-rules.ts";
 import { claimNext, createAndClaim } from "./claim.ts";
 import { prepareVolumeDataRoot } from "./activation-marker.ts";
+import { writeVolumeRecord } from "../volume-record.ts";
 import { claimTagChanges } from "./claim-tags.ts";
 import {
   freshProgress,
@@ -39,6 +41,7 @@ import type { BootPlan, BootStep } from "./plan.ts";
 import { bootSourceOf } from "./source.ts";
 import { imagesOfNode } from "../prewarm/need.ts";
 import { degrade, shorten, undo } from "./undo.ts";
+import { judgeSpace, type SpaceFailure } from "./volume-space.ts";
 import type { BootReport } from "../outcomes.ts";
 
 /** Steps whose failure is the volume's: it is handed back quarantined and the next one tried. */
@@ -114,11 +117,23 @@ export async function applyBoot(
         options.signal?.aborted && !(caught instanceof CancelledError)
           ? new CancelledError(step.step, options.signal, caught)
           : caught;
-      const reason = describeError(error);
       const volumeId = progress.volume?.volumeId;
       const cancelled = error instanceof CancelledError;
       const failed = progress.inStep ?? step.step;
-      const volumeFault = !cancelled && VOLUME_STEPS.has(failed) && (await isVolumeFault(error, progress, plan, deps));
+      // Space first: a full volume is handed back for its owner, never quarantined (volume-space.ts).
+      const space = cancelled ? undefined : await spaceFailureOf(error, failed, progress, deps);
+      const full = space?.kind === "volume-full";
+      const reason = space
+        ? `${volumeId ?? "the volume"}: ${space.detail}: ${describeError(error)}`
+        : describeError(error);
+      const remediation = space ? spaceRemediation(space, progress) : remediationOf(error);
+      const volumeFault =
+        !cancelled &&
+        !full &&
+        space?.kind !== "host-full" &&
+        VOLUME_STEPS.has(failed) &&
+        (await isVolumeFault(error, progress, plan, deps));
+      const workspace = progress.volume?.tags[VolumeTag.kind] === VolumeKind.workspace;
       // A sample begun while docker started still reads the device: the undo unmounts and
       // detaches only once it is done (it is bounded by prewarm.check.seconds).
       await progress.prewarmRun?.idle();
@@ -126,28 +141,39 @@ export async function applyBoot(
       // A node that joined before the switch keeps docker as it runs: not the volume's fault either.
       const joined = error instanceof JoinedBeforeSwitch;
       await undo(progress, plan, deps, reason, {
-        quarantine: volumeFault || (!cancelled && !joined && DOCKER_ON_VOLUME_STEPS.has(failed)),
+        quarantine: volumeFault || (!cancelled && !joined && space === undefined && DOCKER_ON_VOLUME_STEPS.has(failed)),
         keepDocker: joined,
         ...(limits.holderWaitMs !== undefined ? { holderWaitMs: limits.holderWaitMs } : {}),
+        // The user's own workspace goes back as a release gives it back: its expiry (or keep) intact.
+        releaseWorkspace: full && workspace,
       });
-      if (volumeFault && volumeId && claimIndex >= 0 && claim.volumes < maxVolumes) {
-        log.warning("boot.volume-unusable", `${reason}; handed back, trying the next candidate`, {
-          step: failed,
-          volume: volumeId,
-          remediation: remediationOf(error),
-        });
+      // Another volume for a full pool volume, as for a broken one (not after docker ran on it:
+      // docker is not restarted on volume after volume); never for a full workspace, whose user
+      // would get a fresh one and lose theirs.
+      const nextCandidate = volumeFault || (full && !workspace && VOLUME_STEPS.has(failed));
+      if (nextCandidate && volumeId && claimIndex >= 0 && claim.volumes < maxVolumes) {
+        log.warning(
+          full ? "boot.volume-full" : "boot.volume-unusable",
+          `${reason}; handed back${full ? " to the pool, not quarantined" : ""}, trying the next candidate`,
+          { step: failed, volume: volumeId, remediation },
+        );
         claim.tried.add(volumeId);
         claim.handedBack.push(reason);
         progress = freshProgress();
         index = claimIndex - 1;
         continue;
       }
-      log.error("boot.failed", `${reason}; falling back to docker's default data-root`, {
-        step: failed,
-        volume: volumeId,
-        remediation: remediationOf(error),
-      });
-      const degraded = await degrade(deps, limits, reason);
+      const kept = full && workspace ? "; the workspace is handed back for its user, not quarantined" : "";
+      log.error(
+        full ? "boot.volume-full" : "boot.failed",
+        `${reason}${kept}; falling back to docker's default data-root`,
+        {
+          step: failed,
+          volume: volumeId,
+          remediation,
+        },
+      );
+      const degraded = await degrade(deps, limits, reason, attachedHere(plan, claim, progress));
       return { ...degraded, timeline, source: bootSourceOf(plan.selection, degraded.outcome, undefined) };
     }
   }
@@ -213,6 +239,44 @@ function resultOf(progress: Progress) {
 }
 
 /**
+ * Space or writability behind a failure of a step on the volume (volume-space.ts): the error's
+ * class, and the fill of the volume's filesystem read right after it. Undefined for any other step
+ * or failure.
+ */
+async function spaceFailureOf(
+  error: unknown,
+  failed: BootStep["step"],
+  progress: Progress,
+  deps: BootDeps,
+): Promise<SpaceFailure | undefined> {
+  const onVolume = VOLUME_STEPS.has(failed);
+  if (!onVolume && !DOCKER_ON_VOLUME_STEPS.has(failed)) return undefined;
+  const mountPoint = progress.mountPoint;
+  const fill = mountPoint && deps.fill ? await deps.fill(mountPoint).catch(() => undefined) : undefined;
+  return judgeSpace(diskErrorKind(error), fill, { onVolume });
+}
+
+/** What to do about a volume failure that space or writability explains. */
+function spaceRemediation(space: SpaceFailure, progress: Progress): string {
+  const volumeId = progress.volume?.volumeId ?? "the volume";
+  switch (space.kind) {
+    case "volume-full":
+      return progress.volume?.tags[VolumeTag.kind] === VolumeKind.workspace
+        ? `free space on ${volumeId} (its user's images and docker volumes: attach it to a machine, mount it, ` +
+            `remove what is no longer needed) or grow it (aws ec2 modify-volume --size), then boot again`
+        : `prune ${volumeId} (ebs-cache-agent prune on a machine that holds it), grow it (aws ec2 modify-volume ` +
+            `--size), or delete it and let the keeper make a fresh one`;
+    case "host-full":
+      return "free space on the host's own disks (df -h; journalctl -u docker), then boot again";
+    case "read-only":
+      return (
+        `the kernel made ${volumeId}'s filesystem read-only (XFS shuts a filesystem down after a metadata I/O ` +
+        `error or corruption: dmesg); repair it (xfs_repair) or delete it`
+      );
+  }
+}
+
+/**
  * Whether a failure of a volume step is the volume's fault (quarantine it, try the next) rather
  * than the host's. A device that never appeared is the volume's only while EC2 still shows the
  * attachment unfinished: attached with no device is this host's udev/driver, and quarantining
@@ -264,9 +328,20 @@ async function reportDisabled(step: StepOf<"report-disabled">, { deps }: StepCon
   return { outcome: "disabled", reason: step.reason };
 }
 
-async function degradeAsPlanned(step: StepOf<"degrade">, { deps, limits }: StepContext): Promise<Finished> {
+async function degradeAsPlanned(
+  step: StepOf<"degrade">,
+  { plan, claim, progress, deps, limits }: StepContext,
+): Promise<Finished> {
   deps.log.warning("boot.no-volume", step.reason);
-  return degrade(deps, limits, step.reason);
+  return degrade(deps, limits, step.reason, attachedHere(plan, claim, progress));
+}
+
+/** The cache volumes attached to this instance as observed, and the one in hand: a degraded node uses none. */
+function attachedHere(plan: BootPlan, claim: ClaimState, progress: Progress): string[] {
+  const attached = [...claim.known.values()]
+    .filter((v) => v.attachment?.instanceId === plan.instanceId && v.attachment.state !== "detached")
+    .map((v) => v.volumeId);
+  return progress.volume ? [...attached, progress.volume.volumeId] : attached;
 }
 
 /**
@@ -475,6 +550,8 @@ async function prepareDataRoot(
     deps.dataRoot,
     deps.log,
   );
+  // The volume carries its own copy of what it was chosen for: the state folder's may be lost.
+  if (limits.workspaceRecord) await writeVolumeRecord(progress.mountPoint!, volume.volumeId, limits.workspaceRecord);
   return undefined;
 }
 

@@ -9,6 +9,7 @@ import type { PrewarmReport } from "../prewarm/plan.ts";
 import type { BootReport } from "../outcomes.ts";
 import type { CreatedFrom } from "./source.ts";
 import type { BootDeps } from "./deps.ts";
+import type { WorkspaceRecord } from "../workspace-record.ts";
 
 /** Limits and expectations of this boot. */
 export interface BootLimits {
@@ -38,6 +39,12 @@ export interface BootLimits {
    * the activation a pool volume's data-root is prepared for (activation-marker.ts). Absent: unknown.
    */
   launchTime?: string;
+  /**
+   * The workspace record a run that may claim acts on (workspace-record.ts): prepare-data-root
+   * writes a copy on the volume (volume-record.ts), for phase 2 and the release when the state
+   * folder's copy is lost. Absent: none is written (phase 2, a dry run).
+   */
+  workspaceRecord?: WorkspaceRecord;
 }
 
 /** What apply gets besides the plan. */

@@ -4,7 +4,15 @@
  */
 import type { Logger } from "../../log.ts";
 import type { ReadinessState } from "../../tags.ts";
-import type { CloudVolumes, ContainerdRoot, DaemonConfig, DockerEngine, DockerService, HostStorage } from "../ports.ts";
+import type {
+  CloudVolumes,
+  ContainerdRoot,
+  DaemonConfig,
+  DockerEngine,
+  DockerService,
+  FilesystemFill,
+  HostStorage,
+} from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
 import type { PrewarmTarget } from "../prewarm/plan.ts";
 import type { DataRootPorts } from "./activation-marker.ts";
@@ -43,6 +51,12 @@ export interface BootDeps {
    * handed to the background run, once its outcome is asked for. Absent: the step does nothing.
    */
   prewarm?(target: PrewarmTarget): PrewarmAtBoot;
+  /**
+   * The fill of the filesystem mounted exactly at a mount point (statfs, src/host/fill.ts), read
+   * when a step on the volume failed: a full volume is handed back, never quarantined
+   * (volume-space.ts). Absent: only the error's class tells.
+   */
+  fill?(mountPoint: string): Promise<FilesystemFill | undefined>;
   log: Logger;
   now?: () => Date;
 }

@@ -12,6 +12,7 @@ import type { Logger } from "../../log.ts";
 import type { HostStore } from "../../docker/image-store.ts";
 import type { Cancellable, CloudVolumes, Identity } from "../ports.ts";
 import { readWorkspaceRecord, sameActivation, type Activation, type WorkspaceRecord } from "../workspace-record.ts";
+import { findVolumeRecord } from "../volume-record.ts";
 import { VolumeKind, VolumeTag } from "../../tags.ts";
 import { attachedCacheVolume, currentSnapshot, MANAGED, poolSelector } from "../volume-rules.ts";
 import { bufferRole, hasChunkedTag } from "../buffer-tags.ts";
@@ -62,14 +63,19 @@ export async function observeIdentity(
     ...(source.bootId ? { bootId: source.bootId } : {}),
   };
   const mine = read.record?.instanceId === found.instanceId ? read.record : undefined;
-  const current = mine && sameActivation(mine, activation) ? mine : undefined;
+  // The state folder's record lost (a full or read-only folder, wiped): the copy on the volume
+  // phase 1 mounted (volume-record.ts) speaks for this activation as well.
+  const onVolume: { record?: WorkspaceRecord; problem?: string } =
+    mine && sameActivation(mine, activation) ? {} : await findVolumeRecord(source.config.paths.mountRoot, activation);
+  if (onVolume.problem) source.log.warning("boot.settings", `${onVolume.problem}: not used`);
+  const current = mine && sameActivation(mine, activation) ? mine : onVolume.record;
   const identity =
     options.mayClaim && !current
       ? await waitForTags(source, found, { startedBefore: mine !== undefined }, options.signal)
       : found;
   const previous = {
     ...(current ? { record: current } : {}),
-    ...(mine && !current ? { earlier: mine } : {}),
+    ...(mine && !sameActivation(mine, activation) ? { earlier: mine } : {}),
     ...(read.problem ? { problem: read.problem } : {}),
   };
   return { identity, activation, previous };

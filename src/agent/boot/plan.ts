@@ -19,7 +19,7 @@ import {
   type HostStore,
 } from "../volume-rules.ts";
 import type { PreparedRecord } from "./prepared-record.ts";
-import type { VolumeIntent } from "../volume-intent.ts";
+import { recordedTtlHours, type VolumeIntent } from "../volume-intent.ts";
 
 export type { WorkspaceIds };
 
@@ -592,9 +592,10 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
     head.push({
       step: "hand-back-attached",
       volumeId: foreign.volumeId,
-      // Its owner's keep, as its claim recorded it on the volume; else it expires like any release.
+      // Its owner's keep and TTL, as its claim recorded them on the volume: this instance's own
+      // (a tag of its current tenant) only where the volume records none.
       keep: foreign.tags[VolumeTag.keep] === "true",
-      ttlHours: settings.intent.ttlHours,
+      ttlHours: ownerTtl(foreign) ?? settings.intent.ttlHours,
       reason: foreignReason(settings, foreign),
     });
   }
@@ -648,6 +649,12 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
     selection,
     steps: [...head, ...(prepared ? resumingPrepared(steps, settings, prepared) : steps)],
   };
+}
+
+/** The TTL a volume's claim recorded (`ebs-cache:ttl-hours`), when it reads as one. */
+function ownerTtl(volume: VolumeInfo): number | undefined {
+  const recorded = recordedTtlHours(volume.tags);
+  return recorded.kind === "hours" ? recorded.hours : undefined;
 }
 
 /** What phase 1 of this boot did to the volume: confirmed in one step rather than done again. */

@@ -22,7 +22,9 @@ import { planBoot, type BootObservation, type BootPlan, type BootSettings } from
 import type { BootPhase, CloudVolumes, Identity } from "../ports.ts";
 import type { HostStore } from "../../docker/image-store.ts";
 import { recordOf, resolveSettings, type ResolvedSettings } from "../settings.ts";
-import { writeWorkspaceRecord } from "../workspace-record.ts";
+import { writeWorkspaceRecord, type WorkspaceRecord } from "../workspace-record.ts";
+import { describeDiskError, diskErrorKind } from "../../disk-errors.ts";
+import { stateFolderRefused } from "../../state-folder.ts";
 import type { BootReport, OutcomeRecorder } from "../outcomes.ts";
 import { dataRootToRestore } from "../../docker/original-data-root.ts";
 
@@ -120,22 +122,24 @@ export async function runBoot(
   for (const line of resolved.value.notes) log.info("boot.settings", line);
   const settings = resolved.value.boot;
   // The autoscaler deletes the labels tag after the join: phase 2, reboots' later phases and the
-  // release read what this phase used from the record.
-  if (mayClaim && !options.dryRun && !resolved.value.request.fromRecord) {
-    const record = {
-      ...recordOf(identity, resolved.value.request),
-      ...(activation.launchTime ? { launchTime: activation.launchTime } : {}),
-      ...(activation.bootId ? { bootId: activation.bootId } : {}),
-      recordedAt: new Date().toISOString(),
-    };
-    await writeWorkspaceRecord(stateDir, record).catch((error: unknown) =>
-      log.warning(
-        "boot.settings",
-        `could not record the workspace request: ${describeError(error)}; later runs read the labels tag, which ` +
-          `the autoscaler may have deleted by then`,
-        { stateDir },
-      ),
-    );
+  // release read what this phase used from the record, in the state folder and on the volume.
+  let record: WorkspaceRecord | undefined;
+  if (mayClaim && !options.dryRun) {
+    record = resolved.value.request.fromRecord
+      ? previous.record
+      : {
+          ...recordOf(identity, resolved.value.request),
+          ...(activation.launchTime ? { launchTime: activation.launchTime } : {}),
+          ...(activation.bootId ? { bootId: activation.bootId } : {}),
+          recordedAt: new Date().toISOString(),
+        };
+    if (record && !resolved.value.request.fromRecord) {
+      await writeWorkspaceRecord(stateDir, record).catch((error: unknown) =>
+        stateFolderRefused(log, stateDir, "boot.state-folder", stateFolderLine(stateDir, error), {
+          error: describeError(error),
+        }),
+      );
+    }
   }
 
   const cloud = deps.cloudFor(config.region ?? identity.region);
@@ -178,6 +182,7 @@ export async function runBoot(
     defaultDataRoot: await dataRootToRestore(config.paths.stateDir, deps.defaultDataRoot, log),
     ...(deps.bootId ? { bootId: deps.bootId } : {}),
     ...(activation.launchTime ? { launchTime: activation.launchTime } : {}),
+    ...(record ? { workspaceRecord: record } : {}),
   };
   // Without docker (the phase before docker.service) nothing may start or restart docker: such
   // a start job would wait for this very unit. A degraded boot then only writes its label.
@@ -245,11 +250,28 @@ async function recordPrepared(
     preparedAt: new Date().toISOString(),
   };
   await writePreparedRecord(stateDir, record).catch((error: unknown) =>
-    log.warning(
+    stateFolderRefused(
+      log,
+      stateDir,
       "boot.prepared",
       `could not record the prepared volume: ${describeError(error)}; the second phase checks it again`,
       { stateDir },
     ),
+  );
+}
+
+/**
+ * The one line a state folder that takes no write gets (full, read-only, or otherwise refused):
+ * what it means for this boot. Nothing that matters is lost: the workspace record goes on the
+ * volume too (volume-record.ts), the second phase checks the volume again without prepared.json,
+ * and the host's own data-root is recorded already or is docker's default (original-data-root.ts).
+ */
+export function stateFolderLine(stateDir: string, error: unknown): string {
+  const kind = diskErrorKind(error);
+  const why = kind ? describeDiskError(kind) : "refused";
+  return (
+    `the agent's state folder ${stateDir} takes no write (${why}): the workspace record is kept on the volume ` +
+    `instead, and the second phase checks the volume again; free space there (or make it writable)`
   );
 }
 

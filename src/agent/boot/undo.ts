@@ -4,7 +4,10 @@
  * label, one clear log line).
  */
 import { describeError } from "../../errors.ts";
-import { Label, VolumeTag } from "../../tags.ts";
+import { Label, VolumeKind, VolumeTag } from "../../tags.ts";
+import type { VolumeInfo } from "../ports.ts";
+import { mountPointOf, releaseTags } from "../release/plan.ts";
+import type { VolumeIntent } from "../volume-intent.ts";
 import type { BootLimits, Finished, Progress } from "./context.ts";
 import type { BootDeps } from "./deps.ts";
 import type { BootPlan } from "./plan.ts";
@@ -15,7 +18,8 @@ import { detachBlocker } from "../detach-guard.ts";
  * detached (never forced) and its claim tags removed (only while they are this instance's, with
  * a keep its claim wrote);
  * with `quarantine` (the failure was the volume's) it is tagged `last-error` and
- * `last-error-at`, so no boot takes it for `claim.quarantineHours`.
+ * `last-error-at`, so no boot takes it for `claim.quarantineHours`; with `releaseWorkspace` (the
+ * user's own workspace, full) it is tagged as a release tags it instead (releaseWorkspace).
  */
 export async function undo(
   progress: Progress,
@@ -27,6 +31,7 @@ export async function undo(
     keepDocker?: boolean;
     /** How long a holder of the mount in another namespace is given to go (BootLimits.holderWaitMs). */
     holderWaitMs?: number;
+    releaseWorkspace?: boolean;
   },
 ): Promise<void> {
   const { log } = deps;
@@ -83,26 +88,64 @@ export async function undo(
     const claimStep = plan.steps.find((s) => s.step === "tag-claim");
     const ownTtl: Record<string, string> =
       claimStep?.step === "tag-claim" ? { [VolumeTag.ttlHours]: String(claimStep.intent.ttlHours) } : {};
-    await attempt("tagging the failure", async () => {
-      await deps.cloud.untagVolume(volumeId, {
-        [VolumeTag.claimedBy]: plan.instanceId,
-        ...(progress.claimedAt ? { [VolumeTag.claimedAt]: progress.claimedAt } : {}),
-        ...ownKeep,
-        ...ownTtl,
-      });
-      if (options.quarantine) {
-        const at = (deps.now?.() ?? new Date()).toISOString();
-        await deps.cloud.tagVolume(volumeId, {
-          [VolumeTag.lastError]: shorten(`${plan.instanceId}: ${reason}`),
-          [VolumeTag.lastErrorAt]: at,
+    if (options.releaseWorkspace && claimStep?.step === "tag-claim") {
+      const intent = claimStep.intent;
+      await attempt("tagging it released", () => releaseWorkspace(progress.volume!, intent, plan, deps));
+    } else {
+      await attempt("tagging the failure", async () => {
+        await deps.cloud.untagVolume(volumeId, {
+          [VolumeTag.claimedBy]: plan.instanceId,
+          ...(progress.claimedAt ? { [VolumeTag.claimedAt]: progress.claimedAt } : {}),
+          ...ownKeep,
+          ...ownTtl,
         });
-      }
-    });
+        if (options.quarantine) {
+          const at = (deps.now?.() ?? new Date()).toISOString();
+          await deps.cloud.tagVolume(volumeId, {
+            [VolumeTag.lastError]: shorten(`${plan.instanceId}: ${reason}`),
+            [VolumeTag.lastErrorAt]: at,
+          });
+        }
+      });
+    }
     await attempt("detaching", async () => {
       await deps.cloud.detachVolume(volumeId, plan.instanceId);
       log.info("boot.undo", "volume detached and left for another instance", { volume: volumeId });
     });
   }
+}
+
+/**
+ * The user's own workspace, handed back unused (its filesystem is full), tagged as a release
+ * tags it: `released-at`, and `expires-at` by this run's TTL or `keep` as this run asks (the run
+ * claimed it for its own ids), the claim's tags removed. Neither abandoned without an expiry nor
+ * quarantined: the same user's next boot finds it.
+ */
+async function releaseWorkspace(
+  volume: VolumeInfo,
+  intent: VolumeIntent,
+  plan: BootPlan,
+  deps: BootDeps,
+): Promise<void> {
+  const claimedAt = volume.tags[VolumeTag.claimedAt];
+  const keepBy = volume.tags[VolumeTag.keepBy];
+  const tags = releaseTags({
+    instanceId: plan.instanceId,
+    kind: VolumeKind.workspace,
+    keep: intent.keep,
+    ttlHours: intent.ttlHours,
+    releasedAt: deps.now?.() ?? new Date(),
+    ...(claimedAt !== undefined ? { claimedAt } : {}),
+    ...(keepBy !== undefined ? { keepBy } : {}),
+  });
+  await deps.cloud.tagVolume(volume.volumeId, tags.set);
+  await deps.cloud.untagVolume(volume.volumeId, tags.removeKeys);
+  await deps.cloud.untagVolume(volume.volumeId, tags.remove);
+  deps.log.notice("boot.undo", "workspace volume handed back released, for its user", {
+    volume: volume.volumeId,
+    expiresAt: tags.set[VolumeTag.expiresAt],
+    keep: tags.set[VolumeTag.keep],
+  });
 }
 
 /** One line of at most 250 characters: fits an EC2 tag value (256) and a docker label. */
@@ -112,8 +155,19 @@ export function shorten(text: string): string {
   return line.length <= 250 ? line : `${line.slice(0, 247)}...`;
 }
 
-/** Docker on its default data-root, started, and the degraded label. */
-export async function degrade(deps: BootDeps, limits: BootLimits, reason: string): Promise<Finished> {
+/**
+ * Docker on its default data-root, started, and the degraded label; then the cache volumes
+ * attached here (`attached`) that are still mounted where the agent mounts them are unmounted:
+ * a volume the node does not use is not left mounted (phase 1 mounted it, and phase 2 found it
+ * not this run's, or failed on it). Never forced; one that cannot be unmounted stays as it is,
+ * with one line. They stay attached: the release gives them back.
+ */
+export async function degrade(
+  deps: BootDeps,
+  limits: BootLimits,
+  reason: string,
+  attached: readonly string[] = [],
+): Promise<Finished> {
   const { log } = deps;
   try {
     let current = await deps.daemonConfig.dataRoot();
@@ -137,10 +191,13 @@ export async function degrade(deps: BootDeps, limits: BootLimits, reason: string
       await deps.docker!.stop();
       await containerd.restart();
     }
-    if (
-      deps.docker &&
-      (!(await deps.docker.isActive()) || (info && current !== undefined && info.dockerRootDir !== current))
-    ) {
+    // Restarted when it runs elsewhere than daemon.json says now: on a cache volume whatever the
+    // key (docker's default has no key), or on another root the key names.
+    const elsewhere =
+      info !== undefined &&
+      (info.dockerRootDir.startsWith(`${limits.mountRoot}/`) ||
+        (current !== undefined && info.dockerRootDir !== current));
+    if (deps.docker && (!(await deps.docker.isActive()) || elsewhere)) {
       await deps.docker.restart();
       await deps.engine.waitUntilReady(limits.dockerTimeoutMs);
     }
@@ -149,11 +206,34 @@ export async function degrade(deps: BootDeps, limits: BootLimits, reason: string
       remediation: "journalctl -u docker",
     });
   }
+  for (const volumeId of new Set(attached)) await unmountUnused(deps, limits, volumeId);
   await deps.report("degraded", { [Label.reason]: shorten(reason) }).catch((error: unknown) => {
     log.error("boot.label", `could not publish the degraded label: ${describeError(error)}`);
   });
   log.warning("boot.degraded", `node up without a cache volume: ${reason}`);
   return { outcome: "degraded", reason };
+}
+
+/**
+ * Unmounts a volume the degraded node does not use, where the agent mounted it (`<mountRoot>/<id>`).
+ * Only after docker left it: a mount elsewhere is not the agent's, and a busy one is left as it is.
+ */
+async function unmountUnused(deps: BootDeps, limits: BootLimits, volumeId: string): Promise<void> {
+  const ours = mountPointOf(limits.mountRoot, volumeId);
+  try {
+    const device = await deps.storage.findDevice(volumeId);
+    if (!device || (await deps.storage.mountPointOf(device)) !== ours) return;
+    await deps.storage.unmount(ours);
+    deps.log.notice("boot.unmount", "unmounted the cache volume the degraded node does not use", {
+      volume: volumeId,
+      mountPoint: ours,
+    });
+  } catch (error) {
+    deps.log.error("boot.unmount", `${volumeId} stays mounted at ${ours}: ${describeError(error)}`, {
+      volume: volumeId,
+      remediation: `find what still uses it (fuser -vm ${ours}); the release unmounts it at shutdown`,
+    });
+  }
 }
 
 /**

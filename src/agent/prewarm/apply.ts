@@ -19,6 +19,7 @@
  */
 import { setTimeout as delay } from "node:timers/promises";
 import { describeError, remediationOr } from "../../errors.ts";
+import { stateFolderRefused } from "../../state-folder.ts";
 import { VolumeTag } from "../../tags.ts";
 import { observePrewarm, sampleVolume, type Sample } from "./observe.ts";
 import type { PrewarmDeps } from "./deps.ts";
@@ -165,9 +166,15 @@ async function decideAtBoot(
     try {
       await writePrewarmState(deps.stateDir, state);
     } catch (error) {
-      log.warning("prewarm.state", `could not write the state file: ${describeError(error)}`, {
-        stateDir: deps.stateDir,
-      });
+      stateFolderRefused(
+        log,
+        deps.stateDir,
+        "prewarm.state",
+        `could not write the state file: ${describeError(error)}`,
+        {
+          stateDir: deps.stateDir,
+        },
+      );
       return;
     }
     await deps.recorder?.prewarmStateWritten(state);
@@ -480,7 +487,12 @@ async function startRun(
       .then(() => writePrewarmState(deps.stateDir, snapshot))
       .then(() => deps.recorder?.prewarmStateWritten(snapshot))
       .catch((error: unknown) =>
-        deps.log.warning("prewarm.state", `could not write the state file: ${describeError(error)}`),
+        stateFolderRefused(
+          deps.log,
+          deps.stateDir,
+          "prewarm.state",
+          `could not write the state file: ${describeError(error)}`,
+        ),
       );
     return writes;
   };

@@ -14,7 +14,7 @@
  * activation, a person) comes up on its default root and never on the volume being released.
  */
 import { VolumeTag } from "../../tags.ts";
-import { intentChanges, keepApplies } from "../volume-intent.ts";
+import { intentChanges, keepApplies, keepFor, type KeepAsked } from "../volume-intent.ts";
 import { tagTime } from "../volume-rules.ts";
 import type { LabelModeSetting } from "../../docker/labels.ts";
 import type { Identity, VolumeInfo } from "../ports.ts";
@@ -22,8 +22,11 @@ import type { Identity, VolumeInfo } from "../ports.ts";
 /** What the planner needs of the settings (config, environment and instance tags merged). */
 export interface ReleaseSettings {
   enabled: boolean;
-  /** Instance tag `ebs-cache:keep=true`: the workspace volume released here never expires. */
-  keep: boolean;
+  /**
+   * Who asks keep (the instance tag, osparc's labels with their ids, or nobody known): a workspace
+   * volume released here with keep never expires. Decided per volume (volume-intent.ts keepFor).
+   */
+  keep: KeepAsked;
   /** `expires-at` = release time + this. */
   ttlHours: number;
   /** Where cache volumes are mounted: a data-root below it is the agent's doing. */
@@ -316,13 +319,19 @@ export function planRelease(settings: ReleaseSettings, observed: ReleaseObservat
   if (dockerOnCache)
     steps.push({ step: "stop-docker", ...(docker.dataRoot !== undefined ? { dataRoot: docker.dataRoot } : {}) });
 
+  // The keep each volume gets: the labels' word only on a workspace of their ids.
+  const keepOf = (volume: VolumeInfo): boolean => {
+    const decided = keepFor(volume, instanceId, settings.keep);
+    if (decided.warning) warnings.push(decided.warning);
+    return decided.keep;
+  };
   const tag = (volume: VolumeInfo): ReleaseStep => {
     const releasedAt = earlierReleaseTime(volume);
     return {
       step: "tag-released",
       volumeId: volume.volumeId,
       kind: volume.tags[VolumeTag.kind] ?? "unknown",
-      keep: settings.keep,
+      keep: keepOf(volume),
       ttlHours: settings.ttlHours,
       ...(releasedAt !== undefined ? { releasedAt } : {}),
     };
@@ -335,7 +344,7 @@ export function planRelease(settings: ReleaseSettings, observed: ReleaseObservat
       // Cleanly unmounted (the next start mounts it without a log replay), and left attached.
       if (mountPoints.length > 0) steps.push({ step: "sync", volumeId, mountPoints });
       steps.push({ step: "unmount", volumeId, ...dev, mountPoints: [...new Set([...mountPoints, ours])] });
-      const intent = intentChanges(volume.tags, instanceId, settings);
+      const intent = intentChanges(volume.tags, instanceId, { keep: keepOf(volume), ttlHours: settings.ttlHours });
       const removeTags = [
         ...[VolumeTag.releasedAt, VolumeTag.expiresAt].filter((key) => key in volume.tags),
         ...intent.remove,

@@ -9,7 +9,8 @@ import { ExitCode } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import type { CloudVolumes, Identity } from "../ports.ts";
 import { resolveReleaseSettings, type ResolvedReleaseSettings } from "../settings.ts";
-import { readWorkspaceRecord } from "../workspace-record.ts";
+import { readWorkspaceRecord, type WorkspaceRecord } from "../workspace-record.ts";
+import { findVolumeRecord } from "../volume-record.ts";
 import { applyRelease } from "./apply.ts";
 import { observeRelease } from "./observe.ts";
 import { planRelease, type ReleasePlan } from "./plan.ts";
@@ -34,6 +35,8 @@ export interface ReleaseCommandDeps {
   log: Logger;
   /** Leaves the outcome for `status` and the metrics; absent: nothing is recorded. */
   recorder?: OutcomeRecorder;
+  /** This boot of the machine (/proc/sys/kernel/random/boot_id): the activation a volume's record must be of. */
+  bootId?: string;
 }
 
 export interface ReleaseOutcome {
@@ -48,6 +51,31 @@ export function releaseExitCode(report: ReleaseReport): number {
   return report.outcome === "refused" || report.outcome === "failed" ? ExitCode.failure : ExitCode.ok;
 }
 
+/**
+ * The first boot phase's workspace record: the state folder's, else (lost: a full or read-only
+ * folder, wiped) the copy on the volume still mounted for this boot (volume-record.ts; this
+ * boot's kernel boot id is its activation here, the launch time being unknown to the release).
+ */
+async function recordOfThisInstance(
+  deps: ReleaseCommandDeps,
+  identity: Identity,
+): Promise<{ record?: WorkspaceRecord; problem?: string }> {
+  const { config } = deps;
+  const host = await readWorkspaceRecord(config.paths.stateDir);
+  if (host.record?.instanceId === identity.instanceId) return host;
+  if (!deps.bootId) return host;
+  const onVolume = await findVolumeRecord(config.paths.mountRoot, {
+    instanceId: identity.instanceId,
+    bootId: deps.bootId,
+  });
+  if (onVolume.record) {
+    if (host.problem)
+      deps.log.info("release.settings", `${host.problem}: the copy on ${onVolume.record.volumeId} is read`);
+    return { record: onVolume.record };
+  }
+  return host.problem ? host : onVolume;
+}
+
 /** Runs the release (or, with dryRun, only plans it). */
 export async function runRelease(
   deps: ReleaseCommandDeps,
@@ -60,7 +88,7 @@ export async function runRelease(
     zone: identity.availabilityZone,
     tags: identity.tagsSource,
   });
-  const previous = await readWorkspaceRecord(config.paths.stateDir);
+  const previous = await recordOfThisInstance(deps, identity);
   if (previous.problem)
     log.warning("release.settings", `${previous.problem}: keep is read from the labels tag instead`);
   const resolved = resolveReleaseSettings(config, identity, {

@@ -777,6 +777,15 @@ t.test(
       observed({ attached: [{ ...theirs, tags: { ...theirs.tags, [VolumeTag.keep]: "true" } }], pool }),
     );
     t.match(kept.steps[0], { step: "hand-back-attached", keep: true }, "its owner's keep, as the volume carries it");
+    const recorded = planBoot(
+      { ...settings, workspace: { "user-id": "bob" }, intent: { keep: false, ttlHours: 48 } },
+      observed({ attached: [{ ...theirs, tags: { ...theirs.tags, [VolumeTag.ttlHours]: "6" } }], pool }),
+    );
+    t.match(
+      recorded.steps[0],
+      { step: "hand-back-attached", ttlHours: 6 },
+      "its owner's TTL, as its claim recorded it, not this tenant's",
+    );
 
     const alice = planBoot({ ...settings, workspace: { "user-id": "alice" } }, observed({ attached: [theirs], pool }));
     t.same(alice.selection, { source: "attached", volumeId: "vol-a", kind: "workspace" }, "the same ids: reused");

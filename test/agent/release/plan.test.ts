@@ -313,3 +313,42 @@ t.test("earlierReleaseTime: only a released-at of the current claim counts", asy
     undefined,
   );
 });
+
+t.test(
+  "the labels rewritten for another task: no keep on this user's workspace, one warning, the claim's keep as it was",
+  async (t) => {
+    const ofA = (over: Record<string, string> = {}) =>
+      volume("vol-1", {
+        tags: { ...volume("vol-1").tags, [VolumeTag.userId]: "A", [VolumeTag.workspaceKeys]: "user-id", ...over },
+      });
+    const otherTask = {
+      ...settings,
+      keep: { by: "labels" as const, keep: true, ids: { "user-id": "B" }, origin: "instance tag labels" },
+    };
+    const plan = planRelease(otherTask, observed({ held: [{ volume: ofA(), mountPoints: [] }] }));
+    t.same(plan.steps.at(-1), {
+      step: "tag-released",
+      volumeId: "vol-1",
+      kind: "workspace",
+      keep: false,
+      ttlHours: 24,
+    });
+    t.equal(plan.warnings.length, 1, "one warning");
+    t.match(plan.warnings[0], /vol-1 is the workspace of user-id=A, and the labels .* name user-id=B/);
+    const claimedKeep = planRelease(
+      { ...otherTask, keep: { ...otherTask.keep, keep: false } },
+      observed({ held: [{ volume: ofA({ [VolumeTag.keep]: "true", [VolumeTag.keepBy]: ME }), mountPoints: [] }] }),
+    );
+    t.match(
+      claimedKeep.steps.at(-1),
+      { step: "tag-released", keep: true },
+      "A's own keep is not withdrawn by B's labels",
+    );
+    const own = planRelease(
+      { ...otherTask, keep: { ...otherTask.keep, ids: { "user-id": "A" } } },
+      observed({ held: [{ volume: ofA(), mountPoints: [] }] }),
+    );
+    t.match(own.steps.at(-1), { step: "tag-released", keep: true }, "the labels of A's own ids: kept");
+    t.same(own.warnings, []);
+  },
+);

@@ -235,7 +235,7 @@ t.test(
     const stopping = { instanceState: state("stopping"), spotAction: spot(undefined) };
     const workspace = heldVolume("vol-1", "workspace");
     const keepNow = planRelease(
-      { ...settings, keep: true, ttlHours: 72 },
+      { ...settings, keep: { by: "instance", keep: true }, ttlHours: 72 },
       observed(stopping, { held: [mounted(workspace)] }),
     );
     t.same(
@@ -257,7 +257,7 @@ t.test(
       { step: "keep-attached", volumeId: "vol-1", setTags: {}, removeTags: [VolumeTag.keep, VolumeTag.keepBy] },
       "the keep its claim wrote, no longer asked: removed",
     );
-    const poolKeep = planRelease({ ...settings, keep: true }, observed(stopping));
+    const poolKeep = planRelease({ ...settings, keep: { by: "instance", keep: true } }, observed(stopping));
     t.same(
       poolKeep.steps.at(-1),
       { step: "keep-attached", volumeId: "vol-1", setTags: {}, removeTags: [] },
