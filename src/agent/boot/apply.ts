@@ -152,11 +152,14 @@ export async function applyBoot(
       // would get a fresh one and lose theirs.
       const nextCandidate = volumeFault || (full && !workspace && VOLUME_STEPS.has(failed));
       if (nextCandidate && volumeId && claimIndex >= 0 && claim.volumes < maxVolumes) {
-        log.warning(
-          full ? "boot.volume-full" : "boot.volume-unusable",
-          `${reason}; handed back${full ? " to the pool, not quarantined" : ""}, trying the next candidate`,
-          { step: failed, volume: volumeId, remediation },
-        );
+        const fields = { step: failed, volume: volumeId, remediation };
+        if (full)
+          log.warning(
+            "boot.volume-full",
+            `${reason}; handed back to the pool, not quarantined, trying the next candidate`,
+            fields,
+          );
+        else log.warning("boot.volume-unusable", `${reason}; handed back, trying the next candidate`, fields);
         claim.tried.add(volumeId);
         claim.handedBack.push(reason);
         progress = freshProgress();
@@ -164,15 +167,10 @@ export async function applyBoot(
         continue;
       }
       const kept = full && workspace ? "; the workspace is handed back for its user, not quarantined" : "";
-      log.error(
-        full ? "boot.volume-full" : "boot.failed",
-        `${reason}${kept}; falling back to docker's default data-root`,
-        {
-          step: failed,
-          volume: volumeId,
-          remediation,
-        },
-      );
+      const line = `${reason}${kept}; falling back to docker's default data-root`;
+      const fields = { step: failed, volume: volumeId, remediation };
+      if (full) log.error("boot.volume-full", line, fields);
+      else log.error("boot.failed", line, fields);
       const degraded = await degrade(deps, limits, reason, attachedHere(plan, claim, progress));
       return { ...degraded, timeline, source: bootSourceOf(plan.selection, degraded.outcome, undefined) };
     }
