@@ -50,6 +50,7 @@ import type {
   Cancellable,
   ClaimOptions,
   ClaimOutcome,
+  CloudClock,
   CloudVolumes,
   InstanceInfo,
   SnapshotInfo,
@@ -59,6 +60,7 @@ import type {
 } from "../agent/ports.ts";
 import { ConfigError } from "../errors.ts";
 import { createLogger, type Logger } from "../log.ts";
+import { cloudClockOf } from "./cloud-clock.ts";
 import { agentCredentials, type InstanceProfileOptions, type StaticCredentials } from "./credentials.ts";
 import { isEc2Client, sdkEc2Api, type Ec2Api } from "./ec2-api.ts";
 import {
@@ -153,6 +155,8 @@ export interface CloudVolumesOptions {
   createTimeoutMs?: number;
   /** MaxResults of Describe* pages (EC2 accepts 5 or more), capped at what each action allows (default: the cap). */
   pageSize?: number;
+  /** EC2's clock; default: the one the SDK client's answers teach (cloudClockOf). Required with an Ec2Api. */
+  clock?: CloudClock;
 }
 
 /** Device names the agent attaches at, in order (EC2's recommended range for EBS data volumes). */
@@ -200,6 +204,8 @@ interface Ec2Context {
 
 /** CloudVolumes backed by EC2. */
 export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
+  const clock = options.clock ?? (isEc2Client(options.client) ? cloudClockOf(options.client, options.log) : undefined);
+  if (!clock) throw new Error("createCloudVolumes: an Ec2Api needs the clock its answers teach");
   const ctx: Ec2Context = {
     api: isEc2Client(options.client) ? sdkEc2Api(options.client) : options.client,
     log: options.log ?? createLogger(() => undefined),
@@ -208,6 +214,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
     pageSize: (action) => Math.min(options.pageSize ?? MAX_PAGE[action], MAX_PAGE[action]),
   };
   return {
+    clock,
     findVolumes: (query, options) => findVolumes(ctx, query, options),
     describeVolume: (volumeId, options) => describeVolume(ctx, volumeId, options),
     describeInstance: (instanceId, options) => describeInstance(ctx, instanceId, options),
