@@ -12,7 +12,7 @@ export function gcCommand(): Command {
     .description(
       "delete managed volumes that are available, past ebs-cache:expires-at and not kept, and available pool " +
         "volumes of a superseded generation once gc.supersededGraceHours have passed; never touches other volumes " +
-        "or snapshots",
+        "or snapshots. Every time is judged in EC2's time (the Date of its answers), never the host's clock",
     )
     .option(...CONFIG_OPTION)
     .option("--dry-run", "print what would be done; change nothing")
