@@ -93,11 +93,11 @@ export async function claimNext(step: ClaimStep, ctx: StepContext): Promise<void
  * instance's order (those built by the host's engine major first).
  */
 async function relist(step: ClaimStep, { plan, deps, claim }: StepContext): Promise<string[]> {
-  const now = deps.now?.() ?? new Date();
   const fresh = await deps.cloud.findVolumes(step.relist, {
     firstPage: step.pageSize,
     ...(claim.signal ? { signal: claim.signal } : {}),
   });
+  const now = deps.cloud.clock.now();
   for (const volume of fresh) claim.known.set(volume.volumeId, volume);
   const at = {
     now,

@@ -44,5 +44,4 @@ export interface BootDeps {
    */
   prewarm?(target: PrewarmTarget): PrewarmAtBoot;
   log: Logger;
-  now?: () => Date;
 }

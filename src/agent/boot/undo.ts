@@ -82,7 +82,7 @@ export async function undo(
         ...ownTtl,
       });
       if (options.quarantine) {
-        const at = (deps.now?.() ?? new Date()).toISOString();
+        const at = deps.cloud.clock.now().toISOString();
         await deps.cloud.tagVolume(volumeId, {
           [VolumeTag.lastError]: shorten(`${plan.instanceId}: ${reason}`),
           [VolumeTag.lastErrorAt]: at,
