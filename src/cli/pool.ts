@@ -26,8 +26,10 @@ export function poolCommand(): Command {
     )
     .action(async (opts: { config?: string; pool?: string; json?: boolean }) => {
       const context = await hostContext(opts.config);
-      const observed = await observePool(await context.cloud(), opts.pool !== undefined ? { pool: opts.pool } : {});
-      const report = poolReport(observed, poolViewSettingsFrom(context.config, opts.pool), new Date());
+      const cloud = await context.cloud();
+      const observed = await observePool(cloud, opts.pool !== undefined ? { pool: opts.pool } : {});
+      // Ages, expiries, quarantine and stops are EC2's times: judged in EC2's time, known from those answers.
+      const report = poolReport(observed, poolViewSettingsFrom(context.config, opts.pool), cloud.clock.now());
       process.stdout.write((opts.json ? JSON.stringify(report, null, 2) : renderPoolReport(report)) + "\n");
     });
   pool.addCommand(fillCommand());

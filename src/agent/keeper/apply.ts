@@ -56,7 +56,7 @@ const KEEPER_HANDLERS: { [K in KeeperStepName]: Handler<KeeperStepOf<K>> } = {
     return { done: existing ? "existing" : "created", volumeId: volume.volumeId };
   },
   "tag-initialized": async (step, { cloud, log }, fields) => {
-    await cloud.tagVolume(step.volumeId, { [VolumeTag.initialized]: new Date().toISOString() });
+    await cloud.tagVolume(step.volumeId, { [VolumeTag.initialized]: cloud.clock.now().toISOString() });
     log.info("keeper.initialized", "volume tagged initialized", fields);
     return { done: "tagged", volumeId: step.volumeId };
   },
@@ -108,7 +108,7 @@ const KEEPER_HANDLERS: { [K in KeeperStepName]: Handler<KeeperStepOf<K>> } = {
       kind: VolumeKind.pool,
       keep: false,
       ttlHours: ttlHours ?? 24,
-      releasedAt: new Date(),
+      releasedAt: cloud.clock.now(),
       ...(volume!.tags[VolumeTag.claimedAt] !== undefined ? { claimedAt: volume!.tags[VolumeTag.claimedAt] } : {}),
     });
     await cloud.tagVolume(step.volumeId, tags.set);

@@ -70,6 +70,7 @@ export interface KeeperSettings {
 
 /** What observe() found. */
 export interface KeeperObservation {
+  /** EC2's time when observed (its clock, after the listing's answers). */
   now: Date;
   /** Every volume tagged as this pool's (`managed`, kind `pool`, `pool`), all zones, all states. */
   volumes: VolumeInfo[];
