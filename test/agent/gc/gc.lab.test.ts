@@ -66,7 +66,12 @@ async function cli(args: string[]) {
   return {
     ...result,
     json: args.includes("--json")
-      ? (JSON.parse(result.stdout) as { decisions: Array<{ volumeId: string; verdict: string; done?: string }> })
+      ? (JSON.parse(result.stdout) as {
+          decisions: Array<{ volumeId: string; verdict: string; done?: string }>;
+          wouldDelete: number;
+          wouldTag: number;
+          deleted: number;
+        })
       : undefined,
   };
 }
@@ -120,6 +125,13 @@ t.test("gc --dry-run judges every volume and deletes nothing", async (t) => {
   );
   t.same(await states(ec2), before, "no volume or tag changed");
   t.match(dry.stderr, /malformed/, "the malformed volume is reported");
+  t.match(dry.json, { wouldDelete: 2, wouldTag: 1, deleted: 0 }, "--json: what it would do, and did nothing");
+  const text = await cli(["gc", "--dry-run"]);
+  t.match(
+    text.stdout,
+    /^dry run, nothing changed: would delete 2, would tag 1 to expire; 0 failed, 8 managed volumes seen$/m,
+    "its last line says what it would delete",
+  );
 });
 
 t.test("gc deletes only the expired managed volumes, within the cap", async (t) => {
