@@ -332,6 +332,23 @@ export class VolumeCreateError extends AgentError {
   }
 }
 
+/**
+ * CreateVolume's ClientToken answered a volume made by an earlier request, which is gone since
+ * (deleted): EC2 remembers a token for a day at least and answers it with that volume. No volume
+ * was made; the caller asks again with the token that replaces it (replacingToken).
+ */
+export class ClientTokenSpentError extends AgentError {
+  constructor(
+    readonly clientToken: string,
+    readonly volumeId: string,
+  ) {
+    super(
+      `CreateVolume's client token ${clientToken} answered ${volumeId}, made earlier and gone since: no volume made`,
+      "run the agent again: it asks with the next token",
+    );
+  }
+}
+
 /** The instance metadata service did not answer in time. */
 export class ImdsUnavailableError extends AgentError {
   constructor(

@@ -55,8 +55,8 @@ function fillCommand(): Command {
     )
     .addHelpText(
       "after",
-      "\nSafe to run on several hosts at once: each new volume's ClientToken names its slot, and the pool is " +
-        "counted again before each further volume." +
+      "\nSafe to run on several hosts at once, whatever their clocks: each new volume's ClientToken names its " +
+        "slot and what its zone holds (never the time), and the pool is counted again before each further volume." +
         ("\nExit codes: 0 done (or nothing to do), 1 some step failed (or a pool's size is below its snapshot's), 2 " +
           "usage, 3 invalid configuration " +
           "(keeper.zones empty)."),
