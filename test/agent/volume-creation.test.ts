@@ -137,7 +137,7 @@ t.test("a boot's token covers each field of its create spec", async (t) => {
     initializationRateMiBps: null,
     tags: spec.tags,
   };
-  const token = (change: object = {}) => clientToken("i-1", "boot-1", { ...create, ...change }, 0);
+  const token = (change: object = {}) => clientToken("i-1", "boot-1", { ...create, ...change });
   t.equal(token(), token(), "a rerun of the same boot: the same token");
   t.not(token({ sizeGiB: 500 }), token(), "the rule's size (instanceTypePools): another token");
   t.not(token({ sizeGiB: 500 }), token({ sizeGiB: 600 }), "another size: another token");
