@@ -63,6 +63,12 @@ export type GcStepReport = GcDecision & { done?: GcStepDone; error?: string };
 
 export interface GcReport {
   decisions: GcStepReport[];
+  /** The deletions the plan makes within this run's cap: what a dry run would delete, what a real run tries. */
+  wouldDelete: number;
+  /** Never-released volumes the plan tags to expire. */
+  wouldTag: number;
+  /** Deletions left to a later run by `--max-deletes`. */
+  overCap: number;
   deleted: number;
   /** Deletions called off by the look right before them. */
   spared: number;

@@ -124,8 +124,28 @@ export interface ClaimOptions extends Cancellable {
   notHeldHere?: boolean;
 }
 
+/**
+ * EC2's clock, as EC2's own answers show it (src/aws/cloud-clock.ts): every time the agent
+ * writes to EC2 (claimed-at, released-at, expires-at, initialized, last-error-at) or compares
+ * with a time EC2 wrote (expires-at, claimed-at, a create time, a stop time) is reckoned in it,
+ * never in the host's, whose clock may be days off. Durations the host measures itself
+ * (timeouts, progress rates) stay on the host's clock.
+ */
+export interface CloudClock {
+  /**
+   * EC2's time now: its last answer's time plus what has elapsed since on the host's monotonic
+   * clock. Throws CloudTimeUnknownError (src/aws/errors.ts) while no answer of EC2 has been seen:
+   * a use case makes its first EC2 call before it asks.
+   */
+  now(): Date;
+  /** How far EC2's clock is ahead of the host's (ms; negative: behind); undefined before EC2's first answer. */
+  offsetMs(): number | undefined;
+}
+
 /** EC2, in the agent's words. */
 export interface CloudVolumes {
+  /** EC2's time, as this connection's answers show it. */
+  readonly clock: CloudClock;
   /**
    * Server-side filtered DescribeVolumes. With `firstPage`, one call that returns at most that
    * many (a bounded page of candidates: the boot's cost does not grow with the pool); without,
@@ -447,6 +467,7 @@ export interface InitializationStatus {
 /** What `pool fill` asks of EC2 (src/agent/keeper/): the pool's volumes and snapshots, creates, tags and deletes. */
 export type KeeperCloud = Pick<
   CloudVolumes,
+  | "clock"
   | "findVolumes"
   | "describeVolume"
   | "findSnapshots"

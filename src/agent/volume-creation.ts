@@ -3,6 +3,7 @@
  * IOPS and throughput, the operator's tags). The use cases put it into the CreateVolume spec
  * they plan, so the spec's ClientToken covers it and a dry run shows the request as sent.
  */
+import { createHash } from "node:crypto";
 import type { AgentConfig } from "../config/index.ts";
 import { splitOperatorTag } from "../config/validate.ts";
 import type { VolumeCreation } from "./ports.ts";
@@ -30,7 +31,7 @@ export function volumeCreation(config: Pick<AgentConfig, "volumes">): VolumeCrea
  * when sent (Encrypted only when true; the operator's tags in key order): what a ClientToken
  * covers of it. Named and omitted when unsent, so a later agent that knows a setting more sends,
  * for a pool that leaves it unset, the same request under the same token: two keepers of two
- * versions within one hour agree on the slot's token and EC2 makes one volume, not two.
+ * versions agree on the slot's token and EC2 makes one volume, not two.
  * src/aws/ec2.ts createVolumeInput sends them (test/agent/volume-creation.test.ts holds the two
  * together).
  */
@@ -44,4 +45,19 @@ export function sentCreationParameters(creation: VolumeCreation | undefined): [s
   if (tags.length > 0) sent.push(["Tags", tags]);
   if (creation.throughputMiBps !== undefined) sent.push(["Throughput", creation.throughputMiBps]);
   return sent;
+}
+
+/**
+ * The token after `token`, for the same intent once the volume `token` made is no longer of use
+ * (deleted since, or handed back): the same prefix and length (EC2 allows 64 ASCII characters),
+ * the rest a digest of the token and the volume it replaces. EC2 remembers a token for a day at
+ * least and answers it with the volume it made first, gone or not; this is how a slot or a boot
+ * gets a new volume for the same intent, and every keeper that met the same answer gets the same
+ * next token (derived from EC2's answer, never from a clock).
+ */
+export function replacingToken(token: string, replaced: string): string {
+  const cut = token.lastIndexOf("-") + 1;
+  const length = Math.max(16, token.length - cut);
+  const digest = createHash("sha256").update(`${token}\0replaces\0${replaced}`).digest("hex").slice(0, length);
+  return `${token.slice(0, cut)}${digest}`;
 }

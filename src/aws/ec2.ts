@@ -21,7 +21,10 @@
  * - A device name already used on this instance is not an error of the volume: the next free
  *   name of /dev/sdf…/dev/sdp is tried (bounded, each failure a cheap 400 that changed nothing).
  * - CreateVolume carries a ClientToken so an SDK retry after a lost answer cannot make a second
- *   volume, and TagSpecifications so the volume is never visible untagged.
+ *   volume, and TagSpecifications so the volume is never visible untagged. EC2 answers a token it
+ *   remembers with the volume it made first, gone or not: an answered volume created more than
+ *   CREATED_VISIBLE_MS before EC2's time now that EC2 no longer knows (or deletes) is a spent
+ *   token (ClientTokenSpentError), not EC2's eventual consistency, and is not waited for.
  * - An AttachVolume failure with an unknown outcome (5xx or network after the SDK's retries)
  *   whose volume then shows no attachment at all is `taken` (left available for another try):
  *   the claim moves on rather than fail the boot.
@@ -50,6 +53,7 @@ import type {
   Cancellable,
   ClaimOptions,
   ClaimOutcome,
+  CloudClock,
   CloudVolumes,
   InstanceInfo,
   SnapshotInfo,
@@ -59,10 +63,12 @@ import type {
 } from "../agent/ports.ts";
 import { ConfigError } from "../errors.ts";
 import { createLogger, type Logger } from "../log.ts";
+import { cloudClockOf } from "./cloud-clock.ts";
 import { agentCredentials, type InstanceProfileOptions, type StaticCredentials } from "./credentials.ts";
 import { isEc2Client, sdkEc2Api, type Ec2Api } from "./ec2-api.ts";
 import {
   AttachmentLimitError,
+  ClientTokenSpentError,
   AttachmentLostError,
   AttachmentTimeoutError,
   DeviceNameError,
@@ -153,6 +159,8 @@ export interface CloudVolumesOptions {
   createTimeoutMs?: number;
   /** MaxResults of Describe* pages (EC2 accepts 5 or more), capped at what each action allows (default: the cap). */
   pageSize?: number;
+  /** EC2's clock; default: the one the SDK client's answers teach (cloudClockOf). Required with an Ec2Api. */
+  clock?: CloudClock;
 }
 
 /** Device names the agent attaches at, in order (EC2's recommended range for EBS data volumes). */
@@ -188,10 +196,11 @@ const HELD: readonly AttachmentState[] = ["attaching", "attached", "busy"];
 
 type VolumeSpec = Parameters<CloudVolumes["createVolume"]>[0];
 
-/** What every operation of CloudVolumes shares: the API, the log and the timing settings. */
+/** What every operation of CloudVolumes shares: the API, the log, EC2's clock and the timing settings. */
 interface Ec2Context {
   api: Ec2Api;
   log: Logger;
+  clock: CloudClock;
   pollMs: number;
   createTimeoutMs: number;
   /** MaxResults for an action's pages: the configured page size, capped at what the action allows. */
@@ -200,14 +209,18 @@ interface Ec2Context {
 
 /** CloudVolumes backed by EC2. */
 export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
+  const clock = options.clock ?? (isEc2Client(options.client) ? cloudClockOf(options.client, options.log) : undefined);
+  if (!clock) throw new Error("createCloudVolumes: an Ec2Api needs the clock its answers teach");
   const ctx: Ec2Context = {
     api: isEc2Client(options.client) ? sdkEc2Api(options.client) : options.client,
     log: options.log ?? createLogger(() => undefined),
+    clock,
     pollMs: options.pollMs ?? 1000,
     createTimeoutMs: options.createTimeoutMs ?? 300_000,
     pageSize: (action) => Math.min(options.pageSize ?? MAX_PAGE[action], MAX_PAGE[action]),
   };
   return {
+    clock,
     findVolumes: (query, options) => findVolumes(ctx, query, options),
     describeVolume: (volumeId, options) => describeVolume(ctx, volumeId, options),
     describeInstance: (instanceId, options) => describeInstance(ctx, instanceId, options),
@@ -424,10 +437,23 @@ export function createVolumeInput(spec: VolumeSpec & { clientToken: string }): C
 
 async function createVolume(ctx: Ec2Context, spec: VolumeSpec, options?: Cancellable): Promise<VolumeInfo> {
   // The same token on every SDK retry of this call: EC2 makes one volume, not one per attempt.
-  const input = createVolumeInput({ ...spec, clientToken: spec.clientToken ?? randomUUID() });
+  const clientToken = spec.clientToken ?? randomUUID();
+  const input = createVolumeInput({ ...spec, clientToken });
   const created = await call("CreateVolume", () => ctx.api.createVolume(input, options));
   const volumeId = created.VolumeId;
   if (!volumeId) throw ec2CallError("CreateVolume", new Error("the answer names no volume id"));
+  if (created.CreateTime && ctx.clock.now().getTime() - created.CreateTime.getTime() > CREATED_VISIBLE_MS) {
+    // An earlier request's volume, long enough ago for any describe to see it: gone means spent.
+    const now = await describeVolume(ctx, volumeId, options);
+    if (!now || now.state === "deleting" || now.state === "deleted") {
+      ctx.log.info("ec2.create-volume", "the client token answered a volume that is gone: no volume made", {
+        volumeId,
+        clientToken,
+        state: now?.state ?? "not found",
+      });
+      throw new ClientTokenSpentError(clientToken, volumeId);
+    }
+  }
   ctx.log.info("ec2.create-volume", "volume created, waiting until available", {
     volumeId,
     zone: spec.availabilityZone,

@@ -22,6 +22,9 @@
  * | AttachmentLimitExceeded                               | attachment-limit     | AttachmentLimitError             |
  * | IncorrectInstanceState                                | instance-state       | Ec2CallError                     |
  * | RequestLimitExceeded and the SDK's throttling codes   | throttled            | SDK retries; then as server      |
+ * | RequestExpired, RequestInTheFuture,                   | clock                | the SDK corrects its clock from  |
+ * |   RequestTimeTooSkewed (a signature's time > 5 min    |                      |   the answer's Date and retries; |
+ * |   off EC2's)                                          |                      |   then Ec2CallError (transient)  |
  * | UnauthorizedOperation, AuthFailure, Blocked, …        | unauthorized         | Ec2CallError (names the IAM      |
  * |                                                       |                      |   action)                        |
  * | no credentials to sign with: CredentialsProviderError,| credentials-         | Ec2CallError (IMDS / instance    |
@@ -45,6 +48,7 @@ export type Ec2Fault =
   | "attachment-limit"
   | "instance-state"
   | "throttled"
+  | "clock"
   | "unauthorized"
   | "credentials-unavailable"
   | "server"
@@ -97,6 +101,12 @@ const CREDENTIALS = new Set([
   "InstanceMetadataV1FallbackError",
   "CredentialsUnavailableError",
 ]);
+/**
+ * EC2's refusals of a signature whose time is more than 5 minutes off its own (EC2 answers
+ * RequestExpired, HTTP 400). The SDK takes EC2's time from the answer's Date header and signs the
+ * retry with it (its clock-skew correction), so one reaching the agent means it could not.
+ */
+const CLOCK = new Set(["RequestExpired", "RequestInTheFuture", "RequestTimeTooSkewed"]);
 const SERVER = new Set(["InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable"]);
 
 /** Classifies anything an SDK call threw (never throws itself). */
@@ -129,6 +139,7 @@ export function classifyEc2Error(error: unknown): Ec2Failure {
   if (code === "InvalidParameterValue" && /device name|parameter device|unixDevice/i.test(message))
     return failure("invalid-device");
   if (THROTTLED.has(code) || status === 429) return failure("throttled");
+  if (CLOCK.has(code)) return failure("clock");
   if (UNAUTHORIZED.has(code) || status === 401 || status === 403) return failure("unauthorized");
   if (SERVER.has(code) || (status !== undefined && status >= 500)) return failure("server");
   if (status === undefined) return failure("network");
@@ -140,7 +151,7 @@ export function classifyEc2Error(error: unknown): Ec2Failure {
  * degrades on them with exit 4 instead of failing. A permission or request problem does not clear.
  */
 export function isTransientFailure(failure: Pick<Ec2Failure, "kind">): boolean {
-  return ["credentials-unavailable", "throttled", "server", "network"].includes(failure.kind);
+  return ["credentials-unavailable", "throttled", "clock", "server", "network"].includes(failure.kind);
 }
 
 /**
@@ -153,7 +164,9 @@ export function cloudFailureOf(error: unknown): { kind: Ec2Fault; transient: boo
       ? error.kind
       : error instanceof CredentialsUnavailableError
         ? "credentials-unavailable"
-        : undefined;
+        : error instanceof CloudTimeUnknownError
+          ? "clock"
+          : undefined;
   return kind && { kind, transient: isTransientFailure({ kind }) };
 }
 
@@ -176,6 +189,8 @@ function remediationFor(action: string, failure: Ec2Failure): string {
         "EC2 kept throttling the account's API calls (many machines booting at once): re-run the agent (it is " +
         "idempotent), or raise its maxAttempts / stagger the launches"
       );
+    case "clock":
+      return CLOCK_REMEDIATION;
     case "server":
     case "network":
       return (
@@ -190,6 +205,21 @@ function remediationFor(action: string, failure: Ec2Failure): string {
       return "the instance is not running (stopping or terminating): nothing to do";
     default:
       return "check the values named in the message (configuration or tags); if they look right, report it as a bug";
+  }
+}
+
+/** What to check when EC2's time cannot be had, or EC2 refuses the signature's time. */
+const CLOCK_REMEDIATION =
+  "check the host's clock (chrony or systemd-timesyncd, `timedatectl`) and that EC2's answers reach the agent " +
+  "with their Date header (no proxy that strips it); then re-run the agent (it is idempotent)";
+
+/**
+ * EC2's time is not known: no answer of EC2 (with its Date header) has been seen yet. Nothing that
+ * needs it (a deletion, an expiry) is done.
+ */
+export class CloudTimeUnknownError extends AgentError {
+  constructor(what: string) {
+    super(`EC2's time is not known yet (no answer of EC2 with a Date header seen): ${what}`, CLOCK_REMEDIATION);
   }
 }
 
@@ -298,6 +328,23 @@ export class VolumeCreateError extends AgentError {
       `volume ${volumeId} did not become available: ${reason}`,
       `look at ${volumeId} in the EC2 console (its state message, the snapshot it came from) and delete it if it ` +
         `is in 'error'; the agent creates another on its next run`,
+    );
+  }
+}
+
+/**
+ * CreateVolume's ClientToken answered a volume made by an earlier request, which is gone since
+ * (deleted): EC2 remembers a token for a day at least and answers it with that volume. No volume
+ * was made; the caller asks again with the token that replaces it (replacingToken).
+ */
+export class ClientTokenSpentError extends AgentError {
+  constructor(
+    readonly clientToken: string,
+    readonly volumeId: string,
+  ) {
+    super(
+      `CreateVolume's client token ${clientToken} answered ${volumeId}, made earlier and gone since: no volume made`,
+      "run the agent again: it asks with the next token",
     );
   }
 }

@@ -4,6 +4,7 @@
  */
 import { Command } from "commander";
 import { gcExitCode, runGc } from "../agent/gc/run.ts";
+import type { GcReport } from "../agent/outcomes.ts";
 import { hostContext, recordingFailure } from "./common.ts";
 import { CONFIG_OPTION, wholeNumber } from "./options.ts";
 
@@ -12,10 +13,13 @@ export function gcCommand(): Command {
     .description(
       "delete managed volumes that are available, past ebs-cache:expires-at and not kept, and available pool " +
         "volumes of a superseded generation once gc.supersededGraceHours have passed; never touches other volumes " +
-        "or snapshots",
+        "or snapshots. Every time is judged in EC2's time (the Date of its answers), never the host's clock",
     )
     .option(...CONFIG_OPTION)
-    .option("--dry-run", "print what would be done; change nothing")
+    .option(
+      "--dry-run",
+      "print what would be done (its last line: would delete N, would tag N to expire); change nothing",
+    )
     .option("--max-deletes <n>", "delete at most this many volumes per run", wholeNumber, 10)
     .option("--json", "print the decisions as JSON")
     .addHelpText(
@@ -45,11 +49,24 @@ export function gcCommand(): Command {
       else {
         for (const d of outcome.decisions)
           out(`${d.volumeId}  ${d.verdict.padEnd(13)} ${d.reason}${d.done ? `  -> ${d.done}` : ""}`);
-        out(
-          `${opts.dryRun ? "dry run: " : ""}${outcome.deleted} deleted, ${outcome.spared} spared, ` +
-            `${outcome.failed} failed, ${outcome.decisions.length} managed volumes seen`,
-        );
+        out(gcSummary(outcome, opts.dryRun ?? false));
       }
       process.exitCode = gcExitCode(outcome);
     });
+}
+
+/**
+ * gc's last line: a dry run says what it would do (`would delete N`), a real run what it did. Both
+ * end `… failed, N managed volumes seen` (a dry run fails nothing).
+ */
+export function gcSummary(report: GcReport, dryRun: boolean): string {
+  const overCap = report.overCap > 0 ? `, ${report.overCap} over this run's cap (next run)` : "";
+  const seen = `${report.failed} failed, ${report.decisions.length} managed volumes seen`;
+  if (dryRun)
+    return (
+      `dry run, nothing changed: would delete ${report.wouldDelete}, would tag ${report.wouldTag} to expire` +
+      `${overCap}; ${seen}`
+    );
+  const tagged = report.decisions.filter((d) => d.done === "tagged").length;
+  return `${report.deleted} deleted, ${report.spared} spared, ${tagged} tagged to expire${overCap}, ${seen}`;
 }

@@ -26,8 +26,10 @@ export function poolCommand(): Command {
     )
     .action(async (opts: { config?: string; pool?: string; json?: boolean }) => {
       const context = await hostContext(opts.config);
-      const observed = await observePool(await context.cloud(), opts.pool !== undefined ? { pool: opts.pool } : {});
-      const report = poolReport(observed, poolViewSettingsFrom(context.config, opts.pool), new Date());
+      const cloud = await context.cloud();
+      const observed = await observePool(cloud, opts.pool !== undefined ? { pool: opts.pool } : {});
+      // Ages, expiries, quarantine and stops are EC2's times: judged in EC2's time, known from those answers.
+      const report = poolReport(observed, poolViewSettingsFrom(context.config, opts.pool), cloud.clock.now());
       process.stdout.write((opts.json ? JSON.stringify(report, null, 2) : renderPoolReport(report)) + "\n");
     });
   pool.addCommand(fillCommand());
@@ -53,8 +55,8 @@ function fillCommand(): Command {
     )
     .addHelpText(
       "after",
-      "\nSafe to run on several hosts at once: each new volume's ClientToken names its slot, and the pool is " +
-        "counted again before each further volume." +
+      "\nSafe to run on several hosts at once, whatever their clocks: each new volume's ClientToken names its " +
+        "slot and what its zone holds (never the time), and the pool is counted again before each further volume." +
         ("\nExit codes: 0 done (or nothing to do), 1 some step failed (or a pool's size is below its snapshot's), 2 " +
           "usage, 3 invalid configuration " +
           "(keeper.zones empty)."),

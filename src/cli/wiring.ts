@@ -290,6 +290,7 @@ export function wireBoot(options: WiringOptions): BootCommandDeps {
             reader: fioReader(options),
             initializationStatus: (volumeId) => cloud.initializationStatus(volumeId),
             tagVolume: (volumeId, tags) => cloud.tagVolume(volumeId, tags),
+            clock: cloud.clock,
             report,
             stateDir: options.config.paths.stateDir,
             log,

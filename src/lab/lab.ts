@@ -39,6 +39,12 @@ export interface LabOptions {
   coldSnapshots?: ColdSnapshotOptions;
   /** Multiplies the emulated VolumeInitializationRate (default 1). */
   initializationSpeedup?: number;
+  /**
+   * How far EC2's clock runs ahead of the host's (ms; negative: behind; default 0); changeable with
+   * `lab.ec2.setClockOffset()`. The agents' host clock stays real: moving EC2's clock is how a test
+   * puts a host's clock days off.
+   */
+  clockOffsetMs?: number;
   log?: Logger;
 }
 
@@ -196,6 +202,7 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
       stateFile: join(root, "state", "ec2.json"),
       delays: { ...DEFAULT_DELAYS, ...options.delays },
       faults: options.faults,
+      ...(options.clockOffsetMs !== undefined ? { clockOffsetMs: options.clockOffsetMs } : {}),
       initializationSpeedup: speedup,
       log,
     });

@@ -28,7 +28,11 @@ const families = [
     report: { outcome: "released", released: [], kept: [], problems: [], timeline: [{ step: "detach", ms: 1 }] },
     finishedAt: at,
   }),
-  ...gcMetrics({ report: { decisions: [], deleted: 0, spared: 0, failed: 0 }, dryRun: false, finishedAt: at }),
+  ...gcMetrics({
+    report: { decisions: [], wouldDelete: 0, wouldTag: 0, overCap: 0, deleted: 0, spared: 0, failed: 0 },
+    dryRun: false,
+    finishedAt: at,
+  }),
   ...keeperMetrics({
     actions: [{ action: "create", pool: "p", outcome: "done" }],
     poolVolumes: { p: 1 },

@@ -228,7 +228,7 @@ t.test("a write that fails is a warning, never an exception", async (tt) => {
     finishedAt: at,
   });
   await recorder.gcFinished({
-    report: { decisions: [], deleted: 0, spared: 0, failed: 0 },
+    report: { decisions: [], wouldDelete: 0, wouldTag: 0, overCap: 0, deleted: 0, spared: 0, failed: 0 },
     dryRun: false,
     finishedAt: at,
   });
@@ -251,6 +251,9 @@ t.test("gc's counters are carried from run to run; the pre-warm's state becomes 
   });
   const report: GcReport = {
     decisions: [{ volumeId: "vol-1", verdict: "delete", reason: "expired", done: "deleted" }],
+    wouldDelete: 1,
+    wouldTag: 0,
+    overCap: 0,
     deleted: 1,
     spared: 0,
     failed: 0,

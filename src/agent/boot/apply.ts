@@ -375,7 +375,7 @@ async function handBackAttached(
   const volume = await cloud.describeVolume(volumeId, call);
   if (!volume) return undefined;
   const claimedAt = volume.tags[VolumeTag.claimedAt];
-  const releasedAt = deps.now?.() ?? new Date();
+  const releasedAt = cloud.clock.now();
   const tags = releaseTags({
     instanceId: plan.instanceId,
     kind: VolumeKind.workspace,
@@ -428,7 +428,7 @@ async function createVolumeAndClaim(step: StepOf<"create-and-claim">, ctx: StepC
 async function tagClaim(step: StepOf<"tag-claim">, { plan, progress, deps, call }: StepContext): Promise<undefined> {
   const volume = volumeOf(progress);
   const tags = volume.tags;
-  const changes = claimTagChanges(tags, plan.instanceId, step.intent, deps.now?.() ?? new Date());
+  const changes = claimTagChanges(tags, plan.instanceId, step.intent, deps.cloud.clock.now());
   if (Object.keys(changes.set).length > 0) {
     await deps.cloud.tagVolume(volume.volumeId, changes.set, call);
     Object.assign(tags, changes.set);

@@ -7,7 +7,10 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { VolumeTag } from "../../tags.ts";
 import type { StepContext } from "./context.ts";
 import { BootStepError } from "./errors.ts";
-import { sentCreationParameters } from "../volume-creation.ts";
+import { ClientTokenSpentError } from "../../aws/errors.ts";
+import type { Logger } from "../../log.ts";
+import type { VolumeInfo } from "../ports.ts";
+import { replacingToken, sentCreationParameters } from "../volume-creation.ts";
 import { candidateOrder, currentSnapshot, hostStoreOr, isClaimable, storeFit } from "../volume-rules.ts";
 import { createSpecFrom, type BootStep, type CreateSpec } from "./plan.ts";
 
@@ -93,11 +96,11 @@ export async function claimNext(step: ClaimStep, ctx: StepContext): Promise<void
  * instance's order (those built by the host's engine major first).
  */
 async function relist(step: ClaimStep, { plan, deps, claim }: StepContext): Promise<string[]> {
-  const now = deps.now?.() ?? new Date();
   const fresh = await deps.cloud.findVolumes(step.relist, {
     firstPage: step.pageSize,
     ...(claim.signal ? { signal: claim.signal } : {}),
   });
+  const now = deps.cloud.clock.now();
   for (const volume of fresh) claim.known.set(volume.volumeId, volume);
   const at = {
     now,
@@ -134,20 +137,22 @@ export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promis
   // available pool volume before this boot attaches it, and they leave a claimed one alone
   // (isInTransit, timed by the volume's create time until tag-claim adds claimed-at). Only the
   // instance id: the request must be the same on a rerun, or EC2 refuses the repeated token.
-  const volume = await deps.cloud.createVolume(
-    {
-      availabilityZone: spec.availabilityZone,
-      ...(spec.snapshotId !== undefined ? { snapshotId: spec.snapshotId } : {}),
-      ...(spec.sizeGiB !== undefined ? { sizeGiB: spec.sizeGiB } : {}),
-      volumeType: spec.volumeType,
-      tags: { ...spec.tags, [VolumeTag.claimedBy]: plan.instanceId },
-      ...(spec.initializationRateMiBps && spec.snapshotId !== undefined
-        ? { initializationRateMiBps: spec.initializationRateMiBps }
-        : {}),
-      ...(spec.creation ? { creation: spec.creation } : {}),
-      clientToken: clientToken(plan.instanceId, limits.bootId, spec, claim.volumes),
-    },
-    call,
+  const request = {
+    availabilityZone: spec.availabilityZone,
+    ...(spec.snapshotId !== undefined ? { snapshotId: spec.snapshotId } : {}),
+    ...(spec.sizeGiB !== undefined ? { sizeGiB: spec.sizeGiB } : {}),
+    volumeType: spec.volumeType,
+    tags: { ...spec.tags, [VolumeTag.claimedBy]: plan.instanceId },
+    ...(spec.initializationRateMiBps && spec.snapshotId !== undefined
+      ? { initializationRateMiBps: spec.initializationRateMiBps }
+      : {}),
+    ...(spec.creation ? { creation: spec.creation } : {}),
+  };
+  const volume = await createUsable(
+    (token) => deps.cloud.createVolume({ ...request, clientToken: token }, call),
+    clientToken(plan.instanceId, limits.bootId, spec),
+    (made) => unusableForThisBoot(made, ctx),
+    deps.log,
   );
   const kind = spec.tags[VolumeTag.kind] ?? "pool";
   deps.log.info(
@@ -180,20 +185,75 @@ export async function createAndClaim(spec: CreateSpec, ctx: StepContext): Promis
   claim.volumes++;
 }
 
+/** How many volumes of its own a boot's CreateVolume may meet again, unusable, before it gives up. */
+const MAX_REPLACED = 3;
+
+/**
+ * CreateVolume with `token`, or, while EC2 answers with a volume made earlier for the same intent
+ * that is gone since (ClientTokenSpentError) or of no use to this boot (`unusable` says why), with
+ * the token that replaces that volume (replacingToken): a rerun meets the same answers and asks
+ * with the same tokens, so it gets the volume the killed run made, never a second one.
+ */
+export async function createUsable(
+  create: (token: string) => Promise<VolumeInfo>,
+  token: string,
+  unusable: (volume: VolumeInfo) => string | undefined,
+  log: Logger,
+): Promise<VolumeInfo> {
+  for (let replaced = 0; ; replaced++) {
+    let why: string;
+    let volumeId: string;
+    try {
+      const volume = await create(token);
+      const reason = unusable(volume);
+      if (reason === undefined) return volume;
+      [why, volumeId] = [reason, volume.volumeId];
+    } catch (error) {
+      if (!(error instanceof ClientTokenSpentError)) throw error;
+      [why, volumeId] = ["gone since", error.volumeId];
+    }
+    if (replaced >= MAX_REPLACED)
+      throw new BootStepError(
+        "create-and-claim",
+        `CreateVolume answered ${volumeId}, made earlier for this boot and ${why}, ${replaced + 1} times`,
+        "run boot again after a reboot (a new boot id), or look at the volumes tagged with this instance's claim",
+      );
+    log.info("boot.create", `CreateVolume answered ${volumeId}, made earlier for this boot and ${why}: asking again`, {
+      volume: volumeId,
+    });
+    token = replacingToken(token, volumeId);
+  }
+}
+
+/**
+ * Why a volume CreateVolume answered cannot serve this boot, or undefined: handed back by it (a
+ * volume of its own that failed), quarantined (a failure recorded by an earlier run of it), or
+ * attached to another instance (taken while this boot was not looking).
+ */
+function unusableForThisBoot(volume: VolumeInfo, { plan, claim }: StepContext): string | undefined {
+  if (claim.tried.has(volume.volumeId)) return "handed back by this boot";
+  if (volume.tags[VolumeTag.lastError] !== undefined) return `quarantined (${volume.tags[VolumeTag.lastError]})`;
+  const holder = volume.attachment?.instanceId;
+  if (holder !== undefined && holder !== plan.instanceId) return `attached to ${holder}`;
+  return undefined;
+}
+
 /**
  * CreateVolume's idempotency token (EC2 allows 64 ASCII characters): the same for a rerun of
- * this boot (same instance, same boot id, same spec, same turn), so a boot killed after
- * CreateVolume gets that volume back rather than leaving it behind and making another. Every
- * field of the spec that shapes the volume is in it (EC2 answers a repeated token with the volume
- * it made first), config `volumes` (the spec's creation) included, by the parameters the request
- * sends (as the keeper's slot token): tags sorted, so no object's key order shapes the token.
+ * this boot (same instance, same boot id, same spec), so a boot killed after CreateVolume gets
+ * that volume back rather than leaving it behind and making another. Nothing that changes between
+ * reruns of the same intent is in it (no clock, no count of the volumes this run went through: a
+ * rerun skips a volume the killed run handed back): a volume of this token's that can no longer
+ * serve is stepped over by createUsable. Every field of the spec that shapes the volume is in it
+ * (EC2 answers a repeated token with the volume it made first), config `volumes` (the spec's
+ * creation) included, by the parameters the request sends (as the keeper's slot token): tags
+ * sorted, so no object's key order shapes the token.
  */
-export function clientToken(instanceId: string, bootId: string | undefined, spec: CreateSpec, turn: number): string {
+export function clientToken(instanceId: string, bootId: string | undefined, spec: CreateSpec): string {
   const sent = sentCreationParameters(spec.creation);
   const text = JSON.stringify([
     instanceId,
     bootId ?? "",
-    turn,
     spec.snapshotId ?? "",
     spec.sizeGiB ?? 0,
     spec.availabilityZone,

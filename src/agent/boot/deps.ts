@@ -58,5 +58,4 @@ export interface BootDeps {
    */
   fill?(mountPoint: string): Promise<FilesystemFill | undefined>;
   log: Logger;
-  now?: () => Date;
 }

@@ -90,16 +90,17 @@ export async function observeBoot(
   cloud: CloudVolumes,
   identity: Identity,
   settings: BootSettings,
-  options: Cancellable & { now?: () => Date; hostStore?: () => Promise<HostStore> } = {},
+  options: Cancellable & { hostStore?: () => Promise<HostStore> } = {},
 ): Promise<BootObservation> {
-  const now = options.now?.() ?? new Date();
-  const observed: BootObservation = { identity, now, attached: [], workspace: [], pool: [] };
+  const observed: BootObservation = { identity, attached: [], workspace: [], pool: [] };
   if (!settings.enabled) return observed;
   const hostStore = options.hostStore?.().catch(() => undefined);
   const call = options.signal ? { signal: options.signal } : {};
   const zone = identity.availabilityZone;
 
   const instance = await cloud.describeInstance(identity.instanceId, call);
+  // EC2's time, known from that answer: the candidates' quarantine and claims are judged in it.
+  observed.now = cloud.clock.now();
   const mapped = instance.volumes.map((v) => v.volumeId);
   if (mapped.length > 0) {
     observed.attached = await cloud.findVolumes({ volumeIds: mapped, tags: MANAGED }, call);

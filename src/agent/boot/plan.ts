@@ -89,7 +89,7 @@ export interface ClaimSettings {
 /** What observe() found. */
 export interface BootObservation {
   identity: Identity;
-  /** When it was observed: quarantine is judged against it. */
+  /** EC2's time when it was observed (CloudClock): quarantine and claims on their way are judged against it. */
   now?: Date;
   /** Managed volumes attached (or attaching) to this instance. */
   attached: VolumeInfo[];

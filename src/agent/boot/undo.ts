@@ -100,7 +100,7 @@ export async function undo(
           ...ownTtl,
         });
         if (options.quarantine) {
-          const at = (deps.now?.() ?? new Date()).toISOString();
+          const at = deps.cloud.clock.now().toISOString();
           await deps.cloud.tagVolume(volumeId, {
             [VolumeTag.lastError]: shorten(`${plan.instanceId}: ${reason}`),
             [VolumeTag.lastErrorAt]: at,
@@ -134,7 +134,7 @@ async function releaseWorkspace(
     kind: VolumeKind.workspace,
     keep: intent.keep,
     ttlHours: intent.ttlHours,
-    releasedAt: deps.now?.() ?? new Date(),
+    releasedAt: deps.cloud.clock.now(),
     ...(claimedAt !== undefined ? { claimedAt } : {}),
     ...(keepBy !== undefined ? { keepBy } : {}),
   });

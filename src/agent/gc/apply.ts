@@ -8,7 +8,7 @@
 import { describeError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import type { CloudVolumes, VolumeInfo } from "../ports.ts";
-import { sparedSince, type GcDecision, type GcPlan, type GcPlanOptions, type GcVerdict } from "./plan.ts";
+import { DELETING, sparedSince, type GcDecision, type GcPlan, type GcPlanOptions, type GcVerdict } from "./plan.ts";
 import type { GcStepDone, GcReport } from "../outcomes.ts";
 
 type Fields = Record<string, string>;
@@ -68,7 +68,16 @@ export async function applyGc(
   options: { dryRun: boolean; log: Logger; recheck: Recheck },
 ): Promise<GcReport> {
   const { log } = options;
-  const report: GcReport = { decisions, deleted: 0, spared: 0, failed: 0 };
+  const count = (which: (verdict: GcVerdict) => boolean) => decisions.filter((d) => which(d.verdict)).length;
+  const report: GcReport = {
+    decisions,
+    wouldDelete: count((verdict) => DELETING.has(verdict)),
+    wouldTag: count((verdict) => verdict === "tag-expiry"),
+    overCap: count((verdict) => verdict === "over-cap"),
+    deleted: 0,
+    spared: 0,
+    failed: 0,
+  };
   for (const decision of report.decisions) {
     const fields = { volume: decision.volumeId, verdict: decision.verdict, reason: decision.reason };
     if (decision.verdict === "malformed") log.warning("gc.malformed", "skipping a volume with malformed tags", fields);

@@ -1,6 +1,8 @@
 /**
  * gc's entry (`ebs-cache-agent gc`, src/cli/gc.ts): observe the managed volumes and the pools'
- * snapshots, plan (pure, ./plan.ts), apply.
+ * snapshots, plan (pure, ./plan.ts), apply. Every expiry is judged against EC2's time (the
+ * CloudClock its answers teach), never the host's: a host days ahead would otherwise delete what
+ * EC2's time still keeps. Without EC2's time nothing is planned, so nothing is deleted.
  */
 import { ExitCode } from "../../errors.ts";
 import { applyGc } from "./apply.ts";
@@ -18,13 +20,13 @@ export async function runGc(
     ttlHours: number;
     /** Retiring superseded pool volumes (`gc.supersededGraceHours`, `claim.quarantineHours`, this host's pool). */
     retire: Omit<RetireOptions, "snapshots">;
-    now?: Date;
   },
 ): Promise<GcReport> {
   const { cloud, log, recorder } = deps;
   const { volumes, snapshots } = await observeGc(cloud);
+  // After the listing: EC2's answers have told its time (CloudTimeUnknownError otherwise: nothing deleted).
   const judging = {
-    now: options.now ?? new Date(),
+    now: cloud.clock.now(),
     ttlHours: options.ttlHours,
     retire: { ...options.retire, snapshots },
   };

@@ -3,14 +3,22 @@
  * relies on: a trim describes the volume again and deletes it only while it is still an
  * available, unattached, managed, not kept volume of the pool (EC2 refuses DeleteVolume for an
  * attached one anyway); a create carries its slot's ClientToken, so a keeper racing another
- * gets the volume the other made rather than a second one.
+ * gets the volume the other made rather than a second one. A slot token EC2 answers with a
+ * volume gone since (the slot's own volume, deleted, the zone back as it was) is followed by the
+ * token that replaces that volume (replacingToken): every keeper that met the same answer asks
+ * with the same next token, so the slot still gets one volume.
  */
 import { describeError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { VolumeKind, VolumeTag } from "../../tags.ts";
 import type { KeeperCloud } from "../ports.ts";
+import { ClientTokenSpentError } from "../../aws/errors.ts";
 import { releaseTags } from "../release/plan.ts";
-import { createVolumeSpec, type KeeperStep } from "./plan.ts";
+import { replacingToken } from "../volume-creation.ts";
+import { createVolumeSpec, type CreateStep, type KeeperStep } from "./plan.ts";
+
+/** How many volumes gone since a slot's tokens may have made before the create gives up (the next run goes on). */
+const MAX_REPLACED = 3;
 
 /**
  * `created`: a new volume; `existing`: the slot's token answered a volume that existed before
@@ -39,24 +47,24 @@ type Handler<S extends KeeperStep> = (
   step: S,
   ctx: HandlerContext,
   fields: Fields,
-) => Promise<{ done: Exclude<KeeperStepDone, "failed">; volumeId?: string }>;
+) => Promise<{ done: Exclude<KeeperStepDone, "failed">; volumeId?: string; clientToken?: string }>;
 
 type KeeperStepName = KeeperStep["step"];
 type KeeperStepOf<K extends KeeperStepName> = Extract<KeeperStep, { step: K }>;
 
 const KEEPER_HANDLERS: { [K in KeeperStepName]: Handler<KeeperStepOf<K>> } = {
   create: async (step, { cloud, log, known }, fields) => {
-    const volume = await cloud.createVolume(createVolumeSpec(step));
+    const { volume, clientToken } = await createForSlot(step, cloud, log, fields);
     const existing = known.has(volume.volumeId);
     log.notice(
       "keeper.create",
       existing ? "the slot's volume exists already (another keeper made it)" : "pool volume created",
       { ...fields, volume: volume.volumeId },
     );
-    return { done: existing ? "existing" : "created", volumeId: volume.volumeId };
+    return { done: existing ? "existing" : "created", volumeId: volume.volumeId, clientToken };
   },
   "tag-initialized": async (step, { cloud, log }, fields) => {
-    await cloud.tagVolume(step.volumeId, { [VolumeTag.initialized]: new Date().toISOString() });
+    await cloud.tagVolume(step.volumeId, { [VolumeTag.initialized]: cloud.clock.now().toISOString() });
     log.info("keeper.initialized", "volume tagged initialized", fields);
     return { done: "tagged", volumeId: step.volumeId };
   },
@@ -108,7 +116,7 @@ const KEEPER_HANDLERS: { [K in KeeperStepName]: Handler<KeeperStepOf<K>> } = {
       kind: VolumeKind.pool,
       keep: false,
       ttlHours: ttlHours ?? 24,
-      releasedAt: new Date(),
+      releasedAt: cloud.clock.now(),
       ...(volume!.tags[VolumeTag.claimedAt] !== undefined ? { claimedAt: volume!.tags[VolumeTag.claimedAt] } : {}),
     });
     await cloud.tagVolume(step.volumeId, tags.set);
@@ -120,6 +128,26 @@ const KEEPER_HANDLERS: { [K in KeeperStepName]: Handler<KeeperStepOf<K>> } = {
     return { done: "reclaimed", volumeId: step.volumeId };
   },
 };
+
+/**
+ * CreateVolume for the slot, with its token, or, while EC2 answers a token with a volume gone
+ * since, with the token that replaces that volume: the volume and the token that made it.
+ */
+async function createForSlot(step: CreateStep, cloud: KeeperCloud, log: Logger, fields: Fields) {
+  let clientToken = step.clientToken;
+  for (let replaced = 0; ; replaced++) {
+    try {
+      return { volume: await cloud.createVolume({ ...createVolumeSpec(step), clientToken }), clientToken };
+    } catch (error) {
+      if (!(error instanceof ClientTokenSpentError) || replaced >= MAX_REPLACED) throw error;
+      log.info("keeper.create", `the slot's token made ${error.volumeId}, gone since: asking with the next token`, {
+        ...fields,
+        replaced: error.volumeId,
+      });
+      clientToken = replacingToken(clientToken, error.volumeId);
+    }
+  }
+}
 
 /** The step's handler, typed by the step's own kind (no cast to the whole union). */
 function runKeeperStep<K extends KeeperStepName>(step: KeeperStepOf<K>, ctx: HandlerContext, fields: Fields) {

@@ -1,6 +1,6 @@
 /**
- * What the pool keeper takes: EC2, its clock and where its figures go, in a module of their own
- * beside run.ts, as every use case has.
+ * What the pool keeper takes: EC2 (with EC2's clock, which judges every time of the pool) and
+ * where its figures go, in a module of their own beside run.ts, as every use case has.
  */
 import type { Logger } from "../../log.ts";
 import type { OutcomeRecorder } from "../outcomes.ts";
@@ -10,7 +10,6 @@ import type { KeeperCloud } from "../ports.ts";
 export interface KeeperDeps {
   cloud: KeeperCloud;
   log: Logger;
-  now?: () => Date;
   /** Takes the run's figures for the metrics (not on a dry run); absent: nothing is recorded. */
   recorder?: Pick<OutcomeRecorder, "keeperFinished">;
 }

@@ -19,13 +19,15 @@ import { keeperVolumeSelector, type KeeperObservation, type KeeperSettings } fro
 export async function observeKeeper(
   cloud: KeeperCloud,
   settings: KeeperSettings,
-  options: { now: Date; withInitialization?: boolean },
+  options: { withInitialization?: boolean } = {},
 ): Promise<KeeperObservation> {
   // Every image set's snapshots of the pool: the generation of any of its volumes may be needed.
   const [volumes, snapshots] = await Promise.all([
     cloud.findVolumes({ tags: keeperVolumeSelector(settings) }),
     cloud.findSnapshots(keeperVolumeSelector(settings)),
   ]);
+  // EC2's time, known from those answers: claims on their way, quarantine and stops are judged in it.
+  const now = cloud.clock.now();
   const snapshot = currentSnapshot(snapshots, settings.imageSet);
   // Who holds the attached ones: a stopped instance's volume is no stock, and may be reclaimed.
   const attached = attachedInstanceIds(volumes);
@@ -46,7 +48,7 @@ export async function observeKeeper(
       (volumeId) => cloud.initializationStatus(volumeId),
     );
   }
-  return { now: options.now, volumes, ...(snapshot ? { snapshot } : {}), snapshots, ...status, instances };
+  return { now, volumes, ...(snapshot ? { snapshot } : {}), snapshots, ...status, instances };
 }
 
 /** What DescribeVolumeStatus said of each volume asked about, and why it could not say it of the others. */

@@ -7,12 +7,16 @@
  * (`pool fill --dry-run` prints it).
  *
  * Several keepers may run at once (a timer on each manager). Each create carries a ClientToken
- * derived from what the keepers agree on when they see the same pool: the pool, the zone, the
- * slot (how many live volumes of the pool the zone has), the snapshot, the zone's volume ids and
- * an hour bucket. Two keepers planning from the same pool get the same token for the same slot,
- * and EC2 makes one volume for both; once it exists, the zone's ids differ and so does the next
- * token. The ids keep a token from being reused after a claim (same count, other availability)
- * or a deletion; the bucket keeps tokens from living forever (EC2 forgets them after a while).
+ * derived from what the keepers agree on when they see the same pool, and from nothing else:
+ * what the slot is (the pool, the zone, the slot: how many live volumes of the pool the zone has,
+ * the snapshot and everything the request sends) and what the zone holds (its volume ids). Never
+ * from when it is asked: two keepers that plan on either side of an hour, or whose clocks differ,
+ * get the same token for the same slot, and EC2 makes one volume for both; once it exists, the
+ * zone's ids differ and so does the next token. The ids keep a token from being reused after a
+ * claim (same count, other availability) or a deletion. The one case they cannot tell, the
+ * slot's own volume deleted and the zone as it was before it (EC2 remembers a token for a day at
+ * least, and answers it with the deleted volume), the create step settles from EC2's answer: the
+ * next token names the volume it replaces (replacingToken, src/agent/volume-creation.ts).
  */
 import { createHash } from "node:crypto";
 import { CONTENT_TAGS, VolumeKind, VolumeTag } from "../../tags.ts";
@@ -70,6 +74,7 @@ export interface KeeperSettings {
 
 /** What observe() found. */
 export interface KeeperObservation {
+  /** EC2's time when observed (its clock, after the listing's answers). */
   now: Date;
   /** Every volume tagged as this pool's (`managed`, kind `pool`, `pool`), all zones, all states. */
   volumes: VolumeInfo[];
@@ -153,9 +158,6 @@ export interface KeeperPlan {
   problem?: string;
 }
 
-/** How long a slot's token stands: keepers that straddle the hour make a volume each at worst. */
-export const TOKEN_BUCKET_MS = 3600_000;
-
 const GONE = new Set(["deleting", "deleted"]);
 
 /** A volume of the pool, every image set: keeperVolumeSelector's, as EC2 filtered them. */
@@ -224,8 +226,9 @@ export type VolumeShape = Pick<
  * The ClientToken of a slot (at most 64 ASCII characters, as EC2 requires). It covers the whole
  * shape of the volume: EC2 answers a repeated token with the volume it made first, so a token
  * that outlived a change of the pool's size (instanceTypePools) or volume type would get back a
- * volume of the old shape. Keepers that agree on the slot and the shape agree on the token.
- * Config `volumes` is part of the shape: the token is final here, and sent as it is.
+ * volume of the old shape. Keepers that agree on the slot, the shape and the zone's volumes agree
+ * on the token, whenever they ask. Config `volumes` is part of the shape: the token is final
+ * here, and sent as it is.
  */
 export function slotToken(
   pool: string,
@@ -233,9 +236,7 @@ export function slotToken(
   slot: number,
   volume: VolumeShape,
   zoneVolumeIds: readonly string[],
-  now: Date,
 ): string {
-  const bucket = Math.floor(now.getTime() / TOKEN_BUCKET_MS);
   const ids = [...zoneVolumeIds].sort().join(",");
   const shape = JSON.stringify([
     volume.snapshotId,
@@ -245,7 +246,7 @@ export function slotToken(
     Object.entries(volume.tags).sort(([a], [b]) => a.localeCompare(b)),
     ...creationShape(volume.creation),
   ]);
-  const digest = createHash("sha256").update(`${pool}\0${zone}\0${slot}\0${shape}\0${bucket}\0${ids}`).digest("hex");
+  const digest = createHash("sha256").update(`${pool}\0${zone}\0${slot}\0${shape}\0${ids}`).digest("hex");
   return `ebs-cache-keeper-${digest.slice(0, 40)}`;
 }
 
@@ -265,7 +266,7 @@ function creationShape(creation: VolumeCreation | undefined): unknown[] {
 export function createStep(
   settings: KeeperSettings,
   snapshot: SnapshotInfo,
-  slot: { zone: string; slot: number; zoneVolumeIds: readonly string[]; now: Date },
+  slot: { zone: string; slot: number; zoneVolumeIds: readonly string[] },
 ): CreateStep {
   const volume: VolumeShape = {
     snapshotId: snapshot.snapshotId,
@@ -279,7 +280,7 @@ export function createStep(
     step: "create",
     zone: slot.zone,
     slot: slot.slot,
-    clientToken: slotToken(settings.pool, slot.zone, slot.slot, volume, slot.zoneVolumeIds, slot.now),
+    clientToken: slotToken(settings.pool, slot.zone, slot.slot, volume, slot.zoneVolumeIds),
     ...volume,
   };
 }
@@ -463,7 +464,7 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
         }
         const slot = next.total + next.create;
         const zoneIds = live.filter((v) => v.availabilityZone === next.zone).map((v) => v.volumeId);
-        steps.push(createStep(settings, snapshot, { zone: next.zone, slot, zoneVolumeIds: zoneIds, now }));
+        steps.push(createStep(settings, snapshot, { zone: next.zone, slot, zoneVolumeIds: zoneIds }));
         next.create++;
         room--;
       }

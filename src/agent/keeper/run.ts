@@ -84,7 +84,7 @@ export async function runKeepers(
   const reports: KeeperReport[] = [];
   for (const settings of pools) reports.push(await runKeeper(each, settings, options));
   if (!options.dryRun && recorder) {
-    const finishedAt = (deps.now ?? (() => new Date()))();
+    const finishedAt = new Date();
     const facts = reports.map((report) => keeperFacts(report, finishedAt));
     await recorder.keeperFinished({
       actions: facts.flatMap((f) => f.actions),
@@ -105,8 +105,7 @@ export async function runKeeper(
   options: { dryRun: boolean },
 ): Promise<KeeperReport> {
   const { cloud, log, recorder } = deps;
-  const now = deps.now ?? (() => new Date());
-  const observed = await observeKeeper(cloud, settings, { now: now() });
+  const observed = await observeKeeper(cloud, settings);
   const plan = planKeeper(settings, observed);
   const zoneOf = new Map(observed.volumes.map((v) => [v.volumeId, v.availabilityZone]));
   const unread = Object.entries(observed.unread ?? {}).map(([volumeId, error]) => ({
@@ -155,7 +154,7 @@ export async function runKeeper(
     // A failed create, or a token that answered a volume seen before (nothing new): stop here, the next run goes on.
     if (!firstCreate || !last || last.step !== "create" || last.done !== "created") break;
     if (last.volumeId) known.add(last.volumeId);
-    const recount = await observeKeeper(cloud, settings, { now: now(), withInitialization: false });
+    const recount = await observeKeeper(cloud, settings, { withInitialization: false });
     for (const v of recount.volumes) known.add(v.volumeId);
     report.final = planKeeper(settings, recount);
     report.rounds = round;
@@ -164,7 +163,7 @@ export async function runKeeper(
     report.results.push(...(await applyKeeper([next], ctx)));
   }
   report.failed = report.results.filter((r) => r.done === "failed").length + unread.length + misconfigured;
-  await recorder?.keeperFinished(keeperFacts(report, now()));
+  await recorder?.keeperFinished(keeperFacts(report, new Date()));
   return report;
 }
 

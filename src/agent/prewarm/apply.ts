@@ -205,11 +205,13 @@ async function recordInitialized(
 ): Promise<PrewarmReport> {
   const { deps } = run;
   const volumeId = run.target.volume.volumeId;
-  await deps.tagVolume(volumeId, { [VolumeTag.initialized]: nowOf(deps).toISOString() }).catch((error: unknown) => {
-    deps.log.warning("prewarm.tag", `could not tag the volume initialized: ${describeError(error)}`, {
-      volume: volumeId,
+  await deps
+    .tagVolume(volumeId, { [VolumeTag.initialized]: deps.clock.now().toISOString() })
+    .catch((error: unknown) => {
+      deps.log.warning("prewarm.tag", `could not tag the volume initialized: ${describeError(error)}`, {
+        volume: volumeId,
+      });
     });
-  });
   await run.save({ phase: "done", verdict: "warm", finishedAt: nowOf(deps).toISOString() });
   deps.log.notice("prewarm.done", decision.reason, { volume: volumeId });
   return readyReport(decision, "warm", "done");
@@ -649,7 +651,7 @@ async function finishRun(run: LongRun): Promise<PrewarmReport> {
   const { deps, state } = run;
   const volumeId = run.target.volume.volumeId;
   await run.flush();
-  await deps.tagVolume(volumeId, { [VolumeTag.initialized]: nowOf(deps).toISOString() });
+  await deps.tagVolume(volumeId, { [VolumeTag.initialized]: deps.clock.now().toISOString() });
   const after = await sampleVolume(run.target, run.settings, deps, "after initialization");
   const verdict = after.verdict === "unknown" ? "warm" : after.verdict;
   await run.save({

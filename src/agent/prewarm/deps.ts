@@ -3,7 +3,7 @@
  * run.ts, so that observe and apply share the type without importing each other.
  */
 import type { Logger } from "../../log.ts";
-import type { InitializationStatus, PrewarmReader } from "../ports.ts";
+import type { CloudClock, InitializationStatus, PrewarmReader } from "../ports.ts";
 import type { OutcomeRecorder } from "../outcomes.ts";
 
 /** What the pre-warm uses of the world (the ports, narrowed to its calls). */
@@ -12,11 +12,14 @@ export interface PrewarmDeps {
   /** DescribeVolumeStatus initialization details; undefined when EC2 does not say. */
   initializationStatus?(volumeId: string): Promise<InitializationStatus | undefined>;
   tagVolume(volumeId: string, tags: Record<string, string>): Promise<void>;
+  /** EC2's time (the cloud's clock): the volume's age from its create time, the `initialized` tag. */
+  clock: Pick<CloudClock, "now">;
   /** Publishes the readiness labels (absent: nothing is published, e.g. before docker runs). */
   report?(state: "warming" | "ready", details: Record<string, string>): Promise<void>;
   /** `paths.stateDir`: prewarm.json and prewarm.lock. */
   stateDir: string;
   log: Logger;
+  /** The host's time, for the state file (default: the host's clock). */
   now?: () => Date;
   sleep?: (ms: number) => Promise<void>;
   /**

@@ -28,7 +28,7 @@ export interface Sample {
 /** What planPrewarm decides from: the volume, EC2's initialization status when it is had, and now. */
 export async function observePrewarm(deps: PrewarmDeps, volume: PrewarmVolume): Promise<PrewarmObservation> {
   const status = await initializationStatusOf(deps, volume);
-  return { volume, ...(status ? { status } : {}), now: deps.now?.() ?? new Date() };
+  return { volume, ...(status ? { status } : {}), now: deps.clock.now() };
 }
 
 /**

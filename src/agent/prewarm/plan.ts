@@ -103,7 +103,7 @@ export interface PrewarmObservation {
   volume: PrewarmVolume;
   /** EC2's initialization status; absent when EC2 does not say, or it was not needed (see observePrewarm). */
   status?: InitializationStatus;
-  /** When it was observed: a volume created from a snapshot minutes ago is cold. Default: now. */
+  /** EC2's time when it was observed: a volume created from a snapshot minutes ago is cold. Default: the host's now. */
   now?: Date;
 }
 

@@ -92,6 +92,7 @@ export async function runPrewarm(
     reader: host.reader,
     initializationStatus: (volumeId) => cloud.initializationStatus(volumeId),
     tagVolume: (volumeId, tags) => cloud.tagVolume(volumeId, tags),
+    clock: cloud.clock,
     report: (state, details) => host.report(state, details),
     stateDir: config.paths.stateDir,
     log,

@@ -389,7 +389,9 @@ async function tagReleased(
     result.released.push(step.volumeId);
     return;
   }
-  const releasedAt = step.releasedAt !== undefined ? new Date(step.releasedAt) : (deps.now?.() ?? new Date());
+  // EC2's time (asked after this step's DescribeVolumes): a host days behind must not write an
+  // expiry already past in EC2's time, nor one days ahead an expiry that outlives its TTL.
+  const releasedAt = step.releasedAt !== undefined ? new Date(step.releasedAt) : cloud.clock.now();
   const claimedAt = volume.tags[VolumeTag.claimedAt];
   const keepBy = volume.tags[VolumeTag.keepBy];
   const tags = releaseTags({

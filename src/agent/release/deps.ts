@@ -27,7 +27,6 @@ export interface ReleaseDeps {
   engine: DockerRootQuery;
   withdrawLabels: LabelWithdrawer;
   log: Logger;
-  now?: () => Date;
   /** Interval between DescribeVolumes while waiting for `available` (default 1000 ms). */
   pollMs?: number;
   /** Absent: the notice is not read. */

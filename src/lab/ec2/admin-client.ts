@@ -57,6 +57,15 @@ export class Ec2Admin {
     return (await this.call<Faults>("PUT", "faults", faults)).body;
   }
 
+  /** EC2's clock: how far it runs ahead of the host's (ms), and its time now. */
+  async clock(): Promise<{ offsetMs: number; now: string }> {
+    return (await this.call<{ offsetMs: number; now: string }>("GET", "clock")).body;
+  }
+
+  async setClockOffset(offsetMs: number): Promise<{ offsetMs: number; now: string }> {
+    return (await this.call<{ offsetMs: number; now: string }>("PUT", "clock", { offsetMs })).body;
+  }
+
   async state(): Promise<Model> {
     return (await this.call<Model>("GET", "state")).body;
   }

@@ -9,6 +9,8 @@
  *   POST /_lab/instances/<id>/terminate   → instance (its volumes become available)
  *   GET  /_lab/faults                     → Faults
  *   PUT  /_lab/faults                     body: Faults (replaces all faults) → Faults
+ *   GET  /_lab/clock                      → { offsetMs, now }: EC2's clock, ahead of the host's by offsetMs
+ *   PUT  /_lab/clock                      body: { offsetMs } → { offsetMs, now }
  *   GET  /_lab/state                      → the whole model
  *   PUT  /_lab/state                      body: model (replaces it; transitions restart) → model
  *   GET  /_lab/events                     → [event…] (force-detaches, backend errors, …)
@@ -44,6 +46,8 @@ export interface AdminTarget {
   terminateInstance(instanceId: string): void;
   faults(): Faults;
   setFaults(faults: Faults): void;
+  clock(): { offsetMs: number; now: string };
+  setClockOffset(offsetMs: number): void;
   snapshotState(): Model;
   replaceState(model: Model): void;
 }
@@ -106,6 +110,16 @@ export function handleAdminRequest(target: AdminTarget, method: string, path: st
         if (problems.length > 0) return bad(problems.join("; "));
         target.setFaults(body as Faults);
         return { status: 200, body: target.faults() };
+      }
+    }
+    if (collection === "clock" && parts.length === 1) {
+      if (method === "GET") return { status: 200, body: target.clock() };
+      if (method === "PUT") {
+        const offsetMs = (body as { offsetMs?: unknown } | undefined)?.offsetMs;
+        if (typeof offsetMs !== "number" || !Number.isFinite(offsetMs))
+          return bad("body must be { offsetMs: <a finite number of ms> }");
+        target.setClockOffset(offsetMs);
+        return { status: 200, body: target.clock() };
       }
     }
     if (collection === "state" && parts.length === 1) {

@@ -34,6 +34,13 @@ export interface Ec2EmulatorOptions {
    * drive it to follow initialization deterministically; delays always use real timers.
    */
   clock?: () => number;
+  /**
+   * How far EC2's clock runs ahead of `clock` (ms; negative: behind; default 0): the emulator's
+   * time, which stamps its answers (`Date`), its timestamps, and judges signatures' times, is
+   * `clock() + clockOffsetMs`. Changeable with setClockOffset: a test moves "the host's clock" by
+   * moving EC2's the other way, the agent's host clock staying real.
+   */
+  clockOffsetMs?: number;
   faults?: Faults;
   log?: Logger;
   /** Port on 127.0.0.1 (default 0: a free one). */
@@ -65,6 +72,11 @@ export interface Ec2Emulator {
    * removes it.
    */
   setShutdownHook(instanceId: string, hook: ((kind: ShutdownKind) => Promise<void>) | undefined): void;
+  /** EC2's time now (ms since the epoch): `clock() + clockOffsetMs`. */
+  now(): number;
+  /** Moves EC2's clock to `offsetMs` ahead of `clock` (negative: behind), from now on. */
+  setClockOffset(offsetMs: number): void;
+  clockOffsetMs(): number;
   /** Replaces all faults (and restarts the throttle counting). */
   setFaults(faults: Faults): void;
   faults(): Faults;
@@ -105,7 +117,14 @@ const DEFAULT_DELAYS: Delays = {
 export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emulator> {
   const region = opts.region ?? "us-east-1";
   const zones = ["a", "b", "c"].map((suffix) => `${region}${suffix}`);
-  const now = opts.clock ?? Date.now;
+  const base = opts.clock ?? Date.now;
+  let offsetMs = opts.clockOffsetMs ?? 0;
+  const now = () => base() + offsetMs;
+  const setClockOffset = (next: number): void => {
+    if (!Number.isFinite(next)) throw new Error(`clock offset must be a finite number of ms, got ${next}`);
+    offsetMs = next;
+    log?.info("lab.ec2-emulator", "clock offset set", { offsetMs: next, now: new Date(now()).toISOString() });
+  };
   const store = StateStore.open(opts.stateFile, now);
   const faults = new FaultInjector(opts.faults);
   const delays: Delays = { ...DEFAULT_DELAYS, ...opts.delays };
@@ -164,6 +183,8 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
     terminateInstance,
     faults: () => faults.get(),
     setFaults,
+    clock: () => ({ offsetMs, now: new Date(now()).toISOString() }),
+    setClockOffset,
     snapshotState: () => store.copy(),
     replaceState,
   };
@@ -187,6 +208,9 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
       if (hook) shutdownHooks.set(instanceId, hook);
       else shutdownHooks.delete(instanceId);
     },
+    now,
+    setClockOffset,
+    clockOffsetMs: () => offsetMs,
     setFaults,
     faults: () => faults.get(),
     // The lifecycle and the actions hold this very object: changing it in place is enough.

@@ -7,7 +7,12 @@
  * answered 500 is retried without making a second volume.
  *
  * Tokens are kept in the model (so they survive a restart of the emulator) for the one
- * account the emulator has; EC2 keeps them for a limited time, here the newest MAX_TOKENS.
+ * account the emulator has. EC2 promises to remember a token for at least 24 hours; the emulator
+ * remembers it for exactly TOKEN_MEMORY_MS of its own clock after the first request (and at most
+ * the newest MAX_TOKENS): a client that counts on a longer memory, or on a token being forgotten
+ * sooner, is caught. A token whose volume was deleted since is still remembered: EC2 answers the
+ * first request's volume again, gone or not, so a client must not repeat a token once the volume
+ * it made is gone if it wants a new one.
  */
 import { Ec2Error, invalidValue } from "./ec2-error.ts";
 import type { ClientTokenRecord, Model } from "./model.ts";
@@ -16,6 +21,8 @@ import type { Params } from "./params.ts";
 /** EC2's limit on a client token: up to 64 ASCII characters. */
 const MAX_TOKEN_LENGTH = 64;
 const MAX_TOKENS = 10_000;
+/** How long (of the emulator's clock) a token is remembered after its first request: EC2's promised minimum. */
+export const TOKEN_MEMORY_MS = 24 * 3600_000;
 
 /** Parameters that are not part of what a token stands for. */
 const NOT_FINGERPRINTED = new Set(["ClientToken", "Action", "Version", "DryRun"]);
@@ -38,12 +45,22 @@ export function fingerprint(p: Params): string {
 }
 
 /**
- * The record of an earlier request with this token, or undefined for a new token. Throws
- * IdempotentParameterMismatch when the token was used with other parameters.
+ * The record of an earlier request with this token (within TOKEN_MEMORY_MS of `nowMs`), or
+ * undefined for a new token, or one forgotten. Throws IdempotentParameterMismatch when the token
+ * was used with other parameters.
  */
-export function earlierRequest(model: Model, token: string, print: string): ClientTokenRecord | undefined {
+export function earlierRequest(
+  model: Model,
+  token: string,
+  print: string,
+  nowMs: number,
+): ClientTokenRecord | undefined {
   const tokens = model.clientTokens ?? {};
-  const known = Object.hasOwn(tokens, token) ? tokens[token] : undefined;
+  let known = Object.hasOwn(tokens, token) ? tokens[token] : undefined;
+  if (known && !(nowMs - Date.parse(known.at) < TOKEN_MEMORY_MS)) {
+    delete tokens[token];
+    known = undefined;
+  }
   if (known && known.fingerprint !== print) {
     throw new Ec2Error(
       "IdempotentParameterMismatch",

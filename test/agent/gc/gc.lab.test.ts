@@ -1,8 +1,9 @@
 /**
  * gc and pool on the lab, as CLI processes against the EC2 emulator: volumes of every kind;
  * only the expired managed ones go, a dry run deletes nothing, the cap holds, a never-released
- * volume is tagged to expire, snapshots and foreign volumes are never touched, and a volume that
- * changed between gc's judgement and its deletion is spared.
+ * volume is tagged to expire, snapshots and foreign volumes are never touched, a volume that
+ * changed between gc's judgement and its deletion is spared, and every time is judged and written
+ * in EC2's time when the host's clock is days off.
  */
 import t from "tap";
 import {
@@ -65,7 +66,12 @@ async function cli(args: string[]) {
   return {
     ...result,
     json: args.includes("--json")
-      ? (JSON.parse(result.stdout) as { decisions: Array<{ volumeId: string; verdict: string; done?: string }> })
+      ? (JSON.parse(result.stdout) as {
+          decisions: Array<{ volumeId: string; verdict: string; done?: string }>;
+          wouldDelete: number;
+          wouldTag: number;
+          deleted: number;
+        })
       : undefined,
   };
 }
@@ -119,6 +125,13 @@ t.test("gc --dry-run judges every volume and deletes nothing", async (t) => {
   );
   t.same(await states(ec2), before, "no volume or tag changed");
   t.match(dry.stderr, /malformed/, "the malformed volume is reported");
+  t.match(dry.json, { wouldDelete: 2, wouldTag: 1, deleted: 0 }, "--json: what it would do, and did nothing");
+  const text = await cli(["gc", "--dry-run"]);
+  t.match(
+    text.stdout,
+    /^dry run, nothing changed: would delete 2, would tag 1 to expire; 0 failed, 8 managed volumes seen$/m,
+    "its last line says what it would delete",
+  );
 });
 
 t.test("gc deletes only the expired managed volumes, within the cap", async (t) => {
@@ -242,5 +255,92 @@ t.test(
     for (const name of ["kept", "claimed", "attached", "reReleased"] as const)
       t.equal(after.get(late[name])?.state === "deleting" || !after.has(late[name]), false, `${name}: still there`);
     t.ok(!after.has(late.untouched) || after.get(late.untouched)?.state === "deleting", "the unchanged one is gone");
+  },
+);
+
+t.test(
+  "gc judges in EC2's time: a host 3 days ahead deletes nothing EC2's time keeps and tags expiries in EC2's " +
+    "time; a host 3 days behind deletes what EC2's time expired",
+  async (t) => {
+    // "The host's clock" moves by moving EC2's the other way: the gc process's own clock stays real.
+    t.teardown(() => lab.ec2.setClockOffset(0));
+    const day = 24 * hour;
+    /** A time `offsetMs` from EC2's now, as a tag says it. */
+    const ec2Iso = (offsetMs: number) => new Date(lab.ec2.now() + offsetMs).toISOString();
+    const available = async (ids: string[]) => {
+      if (
+        !(await pollUntil(async () => {
+          const now = await states(ec2);
+          return ids.every((id) => now.get(id)?.state === "available");
+        }))
+      )
+        throw new Error("the volumes never became available");
+    };
+    const gcRun = async () => {
+      const run = await cli(["gc", "--max-deletes", "100", "--json"]);
+      t.equal(run.exitCode, 0, run.stderr);
+      return { run, verdict: (id: string) => run.json!.decisions.find((d) => d.volumeId === id) };
+    };
+    const gone = async (id: string) => {
+      const now = (await states(ec2)).get(id);
+      return now === undefined || now.state === "deleting";
+    };
+
+    lab.ec2.setClockOffset(-3 * day);
+    const ahead = {
+      releasedJustNow: await volume({
+        ...managed,
+        [VolumeTag.releasedAt]: ec2Iso(-60_000),
+        [VolumeTag.expiresAt]: ec2Iso(24 * hour - 60_000),
+      }),
+      in60h: await volume({ ...managed, [VolumeTag.expiresAt]: ec2Iso(60 * hour) }),
+      workspace23h: await volume({
+        ...managed,
+        [VolumeTag.kind]: "workspace",
+        [VolumeTag.expiresAt]: ec2Iso(23 * hour),
+      }),
+      deadInstance: await volume({
+        ...managed,
+        [VolumeTag.claimedBy]: "i-0dead00000000beef",
+        [VolumeTag.claimedAt]: ec2Iso(-2 * hour),
+      }),
+      expired: await volume({ ...managed, [VolumeTag.expiresAt]: ec2Iso(-hour) }),
+    };
+    await available(Object.values(ahead));
+    const first = await gcRun();
+    t.same(
+      Object.fromEntries(Object.entries(ahead).map(([name, id]) => [name, first.verdict(id)?.verdict])),
+      {
+        releasedJustNow: "not-expired",
+        in60h: "not-expired",
+        workspace23h: "not-expired",
+        deadInstance: "tag-expiry",
+        expired: "delete",
+      },
+      "only what EC2's time has expired goes",
+    );
+    t.match(first.run.stderr, /ec2\.clock-offset: this host's clock is 3 d ahead of EC2's/, "one warning says so");
+    for (const name of ["releasedJustNow", "in60h", "workspace23h", "deadInstance"] as const)
+      t.notOk(await gone(ahead[name]), `${name} is still there`);
+    t.ok(await gone(ahead.expired), "the expired one is gone");
+    const tagged = (await states(ec2)).get(ahead.deadInstance)!.tags;
+    const releasedAt = Date.parse(tagged[VolumeTag.releasedAt] ?? "");
+    t.ok(Math.abs(releasedAt - lab.ec2.now()) < 10 * 60_000, "the dead instance's volume released at EC2's time", {
+      releasedAt: tagged[VolumeTag.releasedAt],
+      ec2: ec2Iso(0),
+    });
+    t.equal(Date.parse(tagged[VolumeTag.expiresAt] ?? ""), releasedAt + 24 * hour, "and expiring a TTL later");
+
+    lab.ec2.setClockOffset(3 * day);
+    const behind = {
+      expiredHourAgo: await volume({ ...managed, [VolumeTag.expiresAt]: ec2Iso(-hour) }),
+      in2d: await volume({ ...managed, [VolumeTag.expiresAt]: ec2Iso(2 * day) }),
+    };
+    await available(Object.values(behind));
+    const second = await gcRun();
+    t.equal(second.verdict(behind.expiredHourAgo)?.done, "deleted", "expired an hour ago in EC2's time: deleted");
+    t.equal(second.verdict(behind.in2d)?.verdict, "not-expired", "expiring in two days: kept");
+    t.ok(await gone(behind.expiredHourAgo), "it is gone");
+    t.notOk(await gone(behind.in2d), "the other is there");
   },
 );

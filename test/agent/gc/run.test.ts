@@ -4,6 +4,7 @@
  */
 import t from "tap";
 import { runGc } from "../../../src/agent/gc/run.ts";
+import { gcSummary } from "../../../src/cli/gc.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import { fakeRecorder, startFakeCloud, type FakeCloud } from "../../fixtures/fakes/index.ts";
@@ -67,9 +68,27 @@ t.test("a dry run deletes nothing; the cap bounds a run", async (t) => {
   const dry = await gc(fake, { dryRun: true });
   t.equal(fake.script.of("cloud.deleteVolume").length, 0, "dry run: no DeleteVolume");
   t.equal(dry.decisions.filter((d) => d.verdict === "delete").length, 3, "but it says what it would delete");
+  t.same([dry.wouldDelete, dry.deleted], [3, 0], "in its figures too: would delete 3, deleted none");
+  t.equal(
+    gcSummary(dry, true),
+    "dry run, nothing changed: would delete 3, would tag 0 to expire; 0 failed, 3 managed volumes seen",
+    "and in its last line",
+  );
+  const dryCapped = await gc(fake, { dryRun: true, maxDeletes: 2 });
+  t.equal(
+    gcSummary(dryCapped, true),
+    "dry run, nothing changed: would delete 2, would tag 0 to expire, 1 over this run's cap (next run); " +
+      "0 failed, 3 managed volumes seen",
+    "within the cap, the rest named",
+  );
   const capped = await gc(fake, { maxDeletes: 2 });
   t.equal(capped.deleted, 2);
   t.equal(capped.decisions.filter((d) => d.verdict === "over-cap").length, 1, "the third waits for the next run");
+  t.equal(
+    gcSummary(capped, false),
+    "2 deleted, 0 spared, 0 tagged to expire, 1 over this run's cap (next run), 0 failed, 3 managed volumes seen",
+    "a real run says what it did",
+  );
   const next = await gc(fake);
   t.equal(next.deleted, 1);
   for (const v of volumes) t.notOk(await exists(fake, v.volumeId));

@@ -409,66 +409,66 @@ t.test(
   },
 );
 
-t.test("slot tokens: equal for keepers that see the same pool, different once it changed", async (t) => {
-  const shape: VolumeShape = {
-    snapshotId: "snap-new",
-    sizeGiB: 10,
-    volumeType: "gp3",
-    initializationRateMiBps: null,
-    tags: {},
-  };
-  const base = slotToken("p1", "eu-west-1a", 2, shape, ["vol-b", "vol-a"], now);
-  t.equal(
-    slotToken("p1", "eu-west-1a", 2, shape, ["vol-a", "vol-b"], new Date(now.getTime() + 60_000)),
-    base,
-    "same pool, same hour: same token",
-  );
-  t.not(
-    slotToken("p1", "eu-west-1a", 2, shape, ["vol-a", "vol-c"], now),
-    base,
-    "other volumes (one deleted, one made): another token",
-  );
-  t.not(slotToken("p1", "eu-west-1b", 2, shape, ["vol-a", "vol-b"], now), base, "another zone");
-  t.not(
-    slotToken("p1", "eu-west-1a", 2, { ...shape, snapshotId: "snap-newer" }, ["vol-a", "vol-b"], now),
-    base,
-    "another snapshot",
-  );
-  t.not(
-    slotToken("p1", "eu-west-1a", 2, shape, ["vol-a", "vol-b"], new Date(now.getTime() + 3600_000)),
-    base,
-    "the next hour",
-  );
-  const token = (change: Partial<VolumeShape>) =>
-    slotToken("p1", "eu-west-1a", 2, { ...shape, ...change }, ["vol-a", "vol-b"], now);
-  t.equal(token({ tags: {} }), base, "the same shape: the same token");
-  t.not(token({ sizeGiB: 500 }), base, "the pool's size changed (instanceTypePools): another token, another volume");
-  t.not(token({ volumeType: "io2" }), base, "another volume type");
-  t.not(token({ initializationRateMiBps: 300 }), base, "another initialization rate");
-  t.not(token({ tags: { "ebs-cache:image-set": "x" } }), base, "other tags");
-  const a = planKeeper(settings, observed([volume("vol-a", "eu-west-1a")]));
-  const b = planKeeper(settings, observed([volume("vol-a", "eu-west-1a")]));
-  t.same(
-    creates(a).map((s) => s.clientToken),
-    creates(b).map((s) => s.clientToken),
-    "two keepers planning from the same pool: the same tokens",
-  );
-  const claimed = planKeeper(
-    settings,
-    observed([
-      volume("vol-a", "eu-west-1a", {
-        state: "in-use",
-        attachment: { instanceId: "i-1", device: "/dev/sdf", state: "attached" },
-      }),
-    ]),
-  );
-  t.notSame(creates(claimed)[0]?.clientToken, undefined);
-  t.not(
-    creates(claimed).find((s) => s.zone === "eu-west-1a")?.slot,
-    0,
-    "a claimed volume still holds its slot: the top-up takes the next",
-  );
-});
+t.test(
+  "slot tokens: equal for keepers that see the same pool, whenever they ask; different once it changed",
+  async (t) => {
+    const shape: VolumeShape = {
+      snapshotId: "snap-new",
+      sizeGiB: 10,
+      volumeType: "gp3",
+      initializationRateMiBps: null,
+      tags: {},
+    };
+    const base = slotToken("p1", "eu-west-1a", 2, shape, ["vol-b", "vol-a"]);
+    t.equal(slotToken("p1", "eu-west-1a", 2, shape, ["vol-a", "vol-b"]), base, "same pool: same token");
+    t.not(
+      slotToken("p1", "eu-west-1a", 2, shape, ["vol-a", "vol-c"]),
+      base,
+      "other volumes (one deleted, one made): another token",
+    );
+    t.not(slotToken("p1", "eu-west-1b", 2, shape, ["vol-a", "vol-b"]), base, "another zone");
+    t.not(
+      slotToken("p1", "eu-west-1a", 2, { ...shape, snapshotId: "snap-newer" }, ["vol-a", "vol-b"]),
+      base,
+      "another snapshot",
+    );
+    // Keepers on either side of an hour, or a day apart (clocks of hosts that differ): the same slot, the same token.
+    const seen = [volume("vol-a", "eu-west-1a")];
+    const at = (iso: string) => creates(planKeeper(settings, observed(seen, { now: new Date(iso) })));
+    const tokens = (plan: ReturnType<typeof at>) => plan.map((s) => s.clientToken);
+    t.same(tokens(at("2026-06-01T11:59:59.900Z")), tokens(at("2026-06-01T12:00:00.100Z")), "across the hour");
+    t.same(tokens(at("2026-06-01T12:00:00Z")), tokens(at("2026-06-04T12:00:00Z")), "three days later");
+    const token = (change: Partial<VolumeShape>) =>
+      slotToken("p1", "eu-west-1a", 2, { ...shape, ...change }, ["vol-a", "vol-b"]);
+    t.equal(token({ tags: {} }), base, "the same shape: the same token");
+    t.not(token({ sizeGiB: 500 }), base, "the pool's size changed (instanceTypePools): another token, another volume");
+    t.not(token({ volumeType: "io2" }), base, "another volume type");
+    t.not(token({ initializationRateMiBps: 300 }), base, "another initialization rate");
+    t.not(token({ tags: { "ebs-cache:image-set": "x" } }), base, "other tags");
+    const a = planKeeper(settings, observed([volume("vol-a", "eu-west-1a")]));
+    const b = planKeeper(settings, observed([volume("vol-a", "eu-west-1a")]));
+    t.same(
+      creates(a).map((s) => s.clientToken),
+      creates(b).map((s) => s.clientToken),
+      "two keepers planning from the same pool: the same tokens",
+    );
+    const claimed = planKeeper(
+      settings,
+      observed([
+        volume("vol-a", "eu-west-1a", {
+          state: "in-use",
+          attachment: { instanceId: "i-1", device: "/dev/sdf", state: "attached" },
+        }),
+      ]),
+    );
+    t.notSame(creates(claimed)[0]?.clientToken, undefined);
+    t.not(
+      creates(claimed).find((s) => s.zone === "eu-west-1a")?.slot,
+      0,
+      "a claimed volume still holds its slot: the top-up takes the next",
+    );
+  },
+);
 
 t.test("the run's facts for the metrics textfile", async (t) => {
   const plan = planKeeper(settings, observed([volume("vol-a", "eu-west-1a")]));

@@ -70,6 +70,7 @@ t.test("files reads the wanted image's files first, then the other listed image'
     {
       reader: createFioReader({ log }),
       tagVolume: (id, tags) => cloud.tagVolume(id, tags),
+      clock: cloud.clock,
       stateDir: join(host.paths.hostRoot, "state-need"),
       log,
     },

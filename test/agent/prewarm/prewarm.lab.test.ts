@@ -86,6 +86,7 @@ function deps(stateDir: string, over: Partial<PrewarmDeps> = {}): PrewarmDeps {
   return {
     reader: createFioReader({ log }),
     tagVolume: (id, tags) => cloud.tagVolume(id, tags),
+    clock: cloud.clock,
     stateDir,
     log,
     ...over,

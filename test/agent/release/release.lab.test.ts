@@ -7,7 +7,8 @@
  * another mount namespace after the unmount is waited for (timeouts.mountHolderSeconds): released
  * once that namespace is gone, refused when it stays past the bound. A namespace made outside this
  * lab file (another lab's container) never holds a copy: each lab file has a mount namespace of its
- * own (test/fixtures/lab-namespace.ts).
+ * own (test/fixtures/lab-namespace.ts). The claim's and the release's times are EC2's when the
+ * host's clock is days off.
  */
 import t, { type Test } from "tap";
 import { spawn } from "node:child_process";
@@ -17,6 +18,8 @@ import type { ReleasePlan } from "../../../src/agent/release/plan.ts";
 import { filesystemLiveness as liveness } from "../../../src/host/mount-namespaces.ts";
 import { DATA_ROOT_SUBDIR } from "../../../src/layout.ts";
 import type { LabHost } from "../../../src/lab/lab.ts";
+import { bootLabHost } from "../../../src/lab/machines/agent.ts";
+import { createMemoryLogger } from "../../../src/log.ts";
 import { initSwarm } from "../../../src/lab/docker/images.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import {
@@ -509,6 +512,50 @@ t.test(
     t.same(mutatingCalls(bl, calls), [], "no EC2 change");
     t.same(await hostState(host), before, "daemon.json (with its disabled label) byte for byte, no mount, no device");
     t.notOk(host.dockerd, "docker still untouched");
+  },
+);
+
+t.test(
+  "the release's times are EC2's: a host 2 days behind writes an expiry in EC2's future, a host years ahead no " +
+    "expiry years away",
+  async (t) => {
+    // "The host's clock" moves by moving EC2's the other way: the agent's own clock stays real.
+    t.teardown(() => bl.lab.ec2.setClockOffset(0));
+    const day = 24 * 3_600_000;
+    for (const [hostClock, ec2Offset] of [
+      ["2 d behind", 2 * day],
+      ["1825 d ahead of", -5 * 365 * day],
+    ] as const) {
+      bl.lab.ec2.setClockOffset(ec2Offset);
+      const host = await bl.addHost();
+      // Phase 1 only (`boot --no-docker`): a volume claimed and mounted, as the release finds it.
+      const bootLog = createMemoryLogger("debug");
+      const booted = await bootLabHost(bl.lab, host, { overrides, log: bootLog, withDocker: false });
+      assertOutcome(t, { ...booted, log: bootLog.lines }, "prepared", `boot (host ${hostClock} EC2's): prepared`);
+      const volumeId = booted.report!.volumeId!;
+      const claimedAt = Date.parse((await volumeEnd(bl, volumeId)).tags[VolumeTag.claimedAt] ?? "");
+      t.ok(Math.abs(claimedAt - bl.lab.ec2.now()) < 10 * 60_000, "claimed-at in EC2's time");
+
+      const released = await releaseHost(bl, host);
+      assertOutcome(t, released, "released", "released");
+      const end = await volumeEnd(bl, volumeId);
+      assertReleasedTags(t, end);
+      const releasedAt = Date.parse(end.tags[VolumeTag.releasedAt] ?? "");
+      const expiresAt = Date.parse(end.tags[VolumeTag.expiresAt] ?? "");
+      const ec2Now = bl.lab.ec2.now();
+      t.ok(Math.abs(releasedAt - ec2Now) < 10 * 60_000, "released-at is EC2's time", {
+        releasedAt: end.tags[VolumeTag.releasedAt],
+        ec2: new Date(ec2Now).toISOString(),
+      });
+      t.ok(
+        expiresAt > ec2Now + 23 * 3_600_000 && expiresAt < ec2Now + 25 * 3_600_000,
+        "expires a TTL (24 h) into EC2's future: neither already past nor years away",
+      );
+      t.ok(
+        released.log.some((line) => line.includes(`ec2.clock-offset: this host's clock is ${hostClock} EC2's`)),
+        "the release says the host's clock is off",
+      );
+    }
   },
 );
 

@@ -70,7 +70,7 @@ export const createVolume: ActionHandler = (ctx, params) => {
   // A repeat of an earlier request (same token, same parameters) answers what that one made.
   const token = clientToken(params);
   const print = token === undefined ? "" : fingerprint(params);
-  const earlier = token === undefined ? undefined : earlierRequest(ctx.store.model, token, print);
+  const earlier = token === undefined ? undefined : earlierRequest(ctx.store.model, token, print, ctx.now());
   if (earlier) {
     ctx.store.event({ kind: "idempotent-replay", volumeId: earlier.volumeId, detail: "CreateVolume" });
     ctx.store.commit();
