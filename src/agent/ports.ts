@@ -556,10 +556,14 @@ export interface DockerImages {
 
 /**
  * What the snapshot builder asks of the EBS direct APIs (src/aws/ebs.ts): a snapshot written block by block, from
- * anywhere.
+ * anywhere. Every answer is checked against the API before it is returned (src/aws/ebs-answers.ts), and every
+ * failure is typed (src/aws/ebs-errors.ts).
  */
 export interface SnapshotBlockWriter {
-  /** StartSnapshot: a `pending` snapshot; the same clientToken again returns the same snapshot. */
+  /**
+   * StartSnapshot: a `pending` snapshot of 512 KiB blocks; the same clientToken again returns the same snapshot
+   * (pending, or by now `completed` or `error`).
+   */
   start(request: {
     volumeSizeGiB: number;
     parentSnapshotId?: string;
@@ -569,7 +573,7 @@ export interface SnapshotBlockWriter {
     encrypted: boolean;
     kmsKeyArn?: string;
     timeoutMinutes: number;
-  }): Promise<{ snapshotId: string; blockSize: number; status: string }>;
+  }): Promise<{ snapshotId: string; status: "pending" | "completed" | "error" }>;
   /** PutSnapshotBlock with the block's base64 SHA-256 (EBS checks it). */
   putBlock(snapshotId: string, index: number, data: Uint8Array, sha256: string): Promise<void>;
   /** CompleteSnapshot with the count of blocks written and their LINEAR aggregate checksum. */
@@ -577,13 +581,13 @@ export interface SnapshotBlockWriter {
 }
 
 /**
- * What EBS says of a completed snapshot's blocks, for an incremental upload whose parent's
- * manifest is not at hand: which blocks hold data (ListSnapshotBlocks, cheap: one call per
- * 10,000 blocks) and a block's SHA-256 (GetSnapshotBlock's checksum: the block is read).
+ * What EBS says of a completed snapshot's blocks: which blocks hold data (ListSnapshotBlocks, cheap: one call per
+ * 10,000 blocks) and a block's bytes (GetSnapshotBlock): a parent's content when its manifest is not at hand, and
+ * the read-back check of a snapshot just uploaded.
  */
 export interface SnapshotBlockReader {
-  /** The blocks holding data, with the tokens GetSnapshotBlock wants, and the snapshot's size. */
+  /** The blocks written (the snapshot's own and its parents'), with the tokens GetSnapshotBlock wants, and its size. */
   listBlocks(snapshotId: string): Promise<{ volumeSizeGiB: number; blocks: Map<number, string> }>;
-  /** The block's base64 SHA-256, as EBS reports it with the block. */
-  blockChecksum(snapshotId: string, index: number, token: string): Promise<string>;
+  /** The block's bytes and their base64 SHA-256 (hashed here; a checksum EBS sends with them must agree). */
+  getBlock(snapshotId: string, index: number, token: string): Promise<{ data: Uint8Array; sha256: string }>;
 }

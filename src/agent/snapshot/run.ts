@@ -150,13 +150,6 @@ export async function runSnapshotUpload(
     ...(settings.kmsKeyArn ? { kmsKeyArn: settings.kmsKeyArn } : {}),
     timeoutMinutes: settings.timeoutMinutes,
   });
-  if (newSnapshot.blockSize !== EBS_BLOCK_BYTES) {
-    throw new SnapshotUploadError(
-      `EBS answered a block size of ${newSnapshot.blockSize} bytes, not ${EBS_BLOCK_BYTES}`,
-      "report this: the builder is written for 512 KiB blocks",
-      ExitCode.failure,
-    );
-  }
   const { snapshotId } = newSnapshot;
   // The same token gives the same snapshot; another one (the first expired) starts from nothing.
   const written = new Map(earlier?.snapshotId === snapshotId ? toMap(earlier.written) : []);
@@ -285,7 +278,7 @@ async function readParentBlocks(
     while (next < toRead.length) {
       stopIfAborted(deps.signal);
       const [index, token] = toRead[next++]!;
-      blocks.set(index, await reader.blockChecksum(snapshotId, index, token));
+      blocks.set(index, (await reader.getBlock(snapshotId, index, token)).sha256);
     }
   };
   await Promise.all(Array.from({ length: Math.max(1, Math.min(concurrency, toRead.length)) }, worker));
