@@ -9,7 +9,14 @@
 import { randomUUID } from "node:crypto";
 import { AgentError, ExitCode } from "../../errors.ts";
 import { MANIFEST_FORMAT, ManifestError, parseManifest, toMap, toRecord, type SnapshotManifest } from "./manifest.ts";
-import { EBS_BLOCK_BYTES, linearAggregate, planSnapshotUpload, type BlockHashes } from "./plan.ts";
+import {
+  EBS_BLOCK_BYTES,
+  blocksOfVolume,
+  checkWritten,
+  linearAggregate,
+  planSnapshotUpload,
+  type BlockHashes,
+} from "./plan.ts";
 import type { SnapshotUploadDeps } from "./deps.ts";
 
 export interface SnapshotUploadSettings {
@@ -168,7 +175,9 @@ export async function runSnapshotUpload(
   });
   await deps.writeManifestJson(settings.manifest, manifest());
 
+  const volumeBlocks = blocksOfVolume(volumeSizeGiB);
   const plan = planSnapshotUpload({
+    volumeBlocks,
     image: scan.blocks,
     ...(parentBlocks ? { parent: parentBlocks } : {}),
     alreadyPut: written,
@@ -223,6 +232,7 @@ export async function runSnapshotUpload(
     await save(true);
   }
 
+  checkWritten(plan.wanted, written, volumeBlocks);
   const status = await deps.writer.complete(snapshotId, written.size, linearAggregate(written, deps.sha256));
   await deps.writeManifestJson(settings.manifest, { ...manifest(), status: "completed" });
   const report: SnapshotUploadReport = {
