@@ -117,8 +117,8 @@ export interface XfsFileMap {
 }
 
 /**
- * Parses `xfs_db -r -f IMG -c "sb 0" -c "print blocksize agblocks" -c "path P" -c "print core.size
- * core.mode" -c bmap` (pure; undefined when the path is missing).
+ * Parses `xfs_db -r -f IMG -c "sb 0" -c "print blocksize agblocks" -c "inode N" -c "print core.size
+ * core.mode" -c bmap` (pure; undefined when there is no such inode's core).
  */
 export function parseXfsFileMap(text: string): XfsFileMap | undefined {
   const field = (name: string) => {
@@ -144,28 +144,74 @@ export function parseXfsFileMap(text: string): XfsFileMap | undefined {
 }
 
 /**
- * A small regular file of the file system in `image` (its text), read through xfs_db's map of its
- * blocks; undefined when there is no such file. Allocation group `a` starts at block
- * `a × agblocks` of the image.
+ * The entries of a directory as xfs_db shows them (pure): a short-form directory's `print u3`
+ * (`u3.sfdir3.list[k].name = "…"`, `u3.sfdir3.list[k].inumber.i4 = N`), or `ls` of the current
+ * inode (`<offset> <inode> <type> <hash> <namelen> <name>`).
+ */
+export function parseDirectoryEntries(text: string): { name: string; inode: number }[] {
+  const names = new Map<string, string>();
+  const inodes = new Map<string, number>();
+  for (const m of text.matchAll(/^u3\.sfdir\d\.list\[(\d+)\]\.name = "(.*)"$/gm)) names.set(m[1]!, m[2]!);
+  for (const m of text.matchAll(/^u3\.sfdir\d\.list\[(\d+)\]\.inumber\.i[48] = (\d+)$/gm))
+    inodes.set(m[1]!, Number(m[2]));
+  const entries = [...names].flatMap(([k, name]) => (inodes.has(k) ? [{ name, inode: inodes.get(k)! }] : []));
+  for (const m of text.matchAll(/^\s*\d+\s+(\d+)\s+\S+\s+0x[0-9a-f]+\s+(\d+)\s(.*)$/gm)) {
+    const name = m[3]!.slice(0, Number(m[2]));
+    if (name !== "." && name !== "..") entries.push({ name, inode: Number(m[1]) });
+  }
+  return entries;
+}
+
+/**
+ * A small regular file of the file system in `image` (its text), read through xfs_db without a
+ * mount; undefined when there is no such file. The path is walked inode by inode from the root
+ * (`inode N`, a short-form directory's entries printed, a longer one listed), never with xfs_db's
+ * `path`, which an older xfs_db cannot take on a file system a newer mkfs.xfs made (parent
+ * pointers: xfsprogs 6.1 crashes on them, 7.2 makes them): the upload's machine may well be older
+ * than the build's. The file's blocks are read where its block map puts them: allocation group
+ * `a` starts at block `a × agblocks` of the image.
  */
 export async function readFileInImage(
   image: string,
   path: string,
   options: { log?: Logger } = {},
 ): Promise<string | undefined> {
-  const result = await run(
-    "xfs_db",
-    [
-      ...["-r", "-f", "-c", "sb 0", "-c", "print blocksize agblocks", "-c", `path ${path}`],
-      ...["-c", "print core.size core.mode", "-c", "bmap", image],
-    ],
-    { log: options.log, check: false, timeoutMs: XFS_DB_TIMEOUT_MS },
-  );
+  const xfsDb = async (...commands: string[]) => {
+    try {
+      const result = await run("xfs_db", ["-r", "-f", ...commands.flatMap((c) => ["-c", c]), image], {
+        log: options.log,
+        check: false,
+        timeoutMs: XFS_DB_TIMEOUT_MS,
+      });
+      return result.stdout;
+    } catch (error) {
+      throw new PoolImageError(
+        image,
+        `cannot be read by this machine's xfs_db (${(error as Error).message.split("\n")[0]}): its xfsprogs may be ` +
+          "older than the mkfs.xfs that made the image",
+        { cause: error },
+      );
+    }
+  };
+  const geometry = await xfsDb("sb 0", "print blocksize agblocks rootino");
+  const root = /^rootino = (\d+)$/m.exec(geometry);
+  if (!root) throw new PoolImageError(image, `has no root inode xfs_db can print (${geometry.trim().slice(0, 200)})`);
+  let inode = Number(root[1]);
+  for (const name of path.split("/").filter((part) => part !== "")) {
+    const shown = await xfsDb(`inode ${inode}`, "print core.format core.mode", "print u3");
+    if (!/^core\.mode = 040[0-7]+$/m.test(shown)) return undefined;
+    const listing = /^core\.format = 1 \(local\)$/m.test(shown) ? shown : await xfsDb(`inode ${inode}`, "ls");
+    const entry = parseDirectoryEntries(listing).find((e) => e.name === name);
+    if (!entry) return undefined;
+    inode = entry.inode;
+  }
   let map: XfsFileMap | undefined;
   try {
-    map = parseXfsFileMap(result.stdout);
+    map = parseXfsFileMap(
+      await xfsDb("sb 0", "print blocksize agblocks", `inode ${inode}`, "print core.size core.mode", "bmap"),
+    );
   } catch (error) {
-    throw new PoolImageError(image, `cannot be read by xfs_db (${(error as Error).message}: ${result.stderr.trim()})`);
+    throw new PoolImageError(image, `cannot be read by xfs_db (${(error as Error).message})`);
   }
   if (!map) return undefined;
   if ((map.mode & 0o170000) !== 0o100000) throw new PoolImageError(image, `holds ${path}, but not as a regular file`);
