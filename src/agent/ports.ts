@@ -138,14 +138,9 @@ export interface CloudVolumes {
   /** DescribeInstances of several instances (every page); one that EC2 no longer knows is left out. */
   describeInstances(instanceIds: readonly string[], options?: Cancellable): Promise<InstanceInfo[]>;
   /**
-   * The newest completed snapshot carrying all the tags, by start time. Not the pool's current
-   * generation (built-at beats start time): for that, currentSnapshot(findSnapshots(…)) of
-   * src/agent/volume-rules.ts.
-   */
-  newestSnapshot(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo | undefined>;
-  /**
    * Every snapshot of this account carrying all the tags, in any state (the keeper orders volumes by their snapshot's
-   * age).
+   * age). The pool's current one is currentSnapshot(findSnapshots(…)) of src/agent/volume-rules.ts, the one rule
+   * every use case applies (the newest usable by generation: completed, not marked unverified).
    */
   findSnapshots(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo[]>;
   /** Creates a volume and waits until it is available. */
@@ -450,7 +445,6 @@ export type KeeperCloud = Pick<
   | "findVolumes"
   | "describeVolume"
   | "findSnapshots"
-  | "newestSnapshot"
   | "createVolume"
   | "tagVolume"
   | "deleteVolume"
