@@ -35,6 +35,7 @@ import { runSnapshotUpload } from "../src/agent/snapshot/run.ts";
 import { imageSetRecordText, type ImageSetRecord } from "../src/agent/snapshot/image-set-record.ts";
 import { generationTags } from "../src/agent/snapshot/tags.ts";
 import { ebsClient, snapshotBlockReader, snapshotBlockWriter } from "../src/aws/ebs.ts";
+import { builderEc2Client, uploadedSnapshots } from "../src/aws/uploaded-snapshots.ts";
 import { run } from "../src/exec.ts";
 import { readImageBlock, scanImage, sha256, zeroBlockHash } from "../src/host/image-blocks.ts";
 import { inspectPoolImage } from "../src/host/pool-image.ts";
@@ -106,10 +107,16 @@ const client = ebsClient({
   endpoint: emulator.endpoint,
   credentials: { accessKeyId: "b", secretAccessKey: "b" },
 });
+const ec2 = builderEc2Client({
+  region: "us-east-1",
+  endpoint: emulator.endpoint,
+  credentials: { accessKeyId: "b", secretAccessKey: "b" },
+});
 const quiet = createLogger(() => undefined);
 const deps = {
   writer: snapshotBlockWriter(client),
   reader: snapshotBlockReader(client),
+  snapshots: uploadedSnapshots(ec2),
   inspectImage: (image: string) => inspectPoolImage(image),
   scanImage: (image: string, blockSize: number) => scanImage(image, blockSize),
   readBlock: readImageBlock,
@@ -177,6 +184,7 @@ try {
   }
 } finally {
   client.destroy();
+  ec2.destroy();
   await emulator.close();
   await rm(work, { recursive: true, force: true });
 }

@@ -575,6 +575,18 @@ export interface SnapshotBlockWriter {
 }
 
 /**
+ * What `snapshot upload` asks of EC2 about a snapshot it made (src/aws/uploaded-snapshots.ts). StartSnapshot tags
+ * every snapshot `ebs-cache:unverified` (src/tags.ts), which keeps it from being any pool's current generation
+ * until the upload has read it back against the image.
+ */
+export interface UploadedSnapshots {
+  /** Removes `ebs-cache:unverified` (DeleteTags; a snapshot without it stays as it is). */
+  markVerified(snapshotId: string): Promise<void>;
+  /** Deletes a snapshot found not to hold the image (DeleteSnapshot; one already gone counts as deleted). */
+  discard(snapshotId: string): Promise<void>;
+}
+
+/**
  * What EBS says of a completed snapshot's blocks: which blocks hold data (ListSnapshotBlocks, cheap: one call per
  * 10,000 blocks) and a block's bytes (GetSnapshotBlock): a parent's content when its manifest is not at hand, and
  * the read-back check of a snapshot just uploaded.

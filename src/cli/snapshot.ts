@@ -7,6 +7,7 @@ import { Command, InvalidArgumentError, Option } from "commander";
 import { runSnapshotUpload, type SnapshotUploadReport } from "../agent/snapshot/run.ts";
 import { generationTags } from "../agent/snapshot/tags.ts";
 import { ebsClient, snapshotBlockReader, snapshotBlockWriter } from "../aws/ebs.ts";
+import { builderEc2Client, uploadedSnapshots } from "../aws/uploaded-snapshots.ts";
 import { ConfigError, ExitCode } from "../errors.ts";
 import { readImageBlock, scanImage, sha256, zeroBlockHash } from "../host/image-blocks.ts";
 import { inspectPoolImage } from "../host/pool-image.ts";
@@ -33,8 +34,9 @@ function tagOption(value: string, previous: Record<string, string> = {}): Record
 async function interruptedBuiltAt(manifest: string): Promise<string | undefined> {
   const earlier = (await readManifestJson(manifest).catch(() => undefined)) as
     { status?: unknown; tags?: Record<string, unknown> } | undefined;
-  const unfinished = earlier?.status === "uploading" || earlier?.status === "completing";
-  const builtAt = unfinished ? earlier.tags?.[VolumeTag.builtAt] : undefined;
+  // A rejected one too: the rerun uploads the same build anew (a new snapshot, the generation's time kept).
+  const unfinished = ["uploading", "completing", "rejected"].includes(earlier?.status as string);
+  const builtAt = unfinished ? earlier?.tags?.[VolumeTag.builtAt] : undefined;
   return typeof builtAt === "string" ? builtAt : undefined;
 }
 
@@ -63,6 +65,7 @@ interface UploadOptions {
   timeoutMinutes: number;
   region?: string;
   endpoint?: string;
+  ec2Endpoint?: string;
   verify?: boolean;
   json?: boolean;
 }
@@ -177,6 +180,12 @@ export function snapshotCommand(): Command {
       .option("--region <region>", "AWS region (default $AWS_REGION)")
       .option("--endpoint <url>", "the EBS direct endpoint (a VPC endpoint, or the lab's emulator)", endpointOption)
       .option(
+        "--ec2-endpoint <url>",
+        "the EC2 endpoint (a VPC endpoint, or the lab's emulator): the snapshot's ebs-cache:unverified tag removed " +
+          "once it is read back, a snapshot found wrong deleted",
+        endpointOption,
+      )
+      .option(
         "--verify",
         "read every block back before the manifest says completed (default: a sample of 32, and that every block " +
           "holding data is listed)",
@@ -186,9 +195,13 @@ export function snapshotCommand(): Command {
         "after",
         "\nCredentials: the AWS SDK's default chain (environment, profile, SSO, an instance role); the build role's " +
           "policy is iam/ebs-cache-snapshot-builder-policy.json." +
-          "\nExit codes: 0 completed and read back, 1 EBS refused or failed, the snapshot read back is not the " +
-          "image, or stopped (SIGTERM, SIGINT: run it again, it resumes; docs/snapshot.md's error table says which " +
-          "failures a rerun resumes), 2 usage (a bad option, tag, manifest or image: nothing uploaded), 3 no region.",
+          "\nThe snapshot is tagged ebs-cache:unverified from its start: no keeper, boot or refresh takes it until " +
+          "the upload has read it back and removed the tag. One found not to hold the image is deleted; its " +
+          "manifest says rejected, and the same command run again uploads anew." +
+          "\nExit codes: 0 completed and read back, 1 EBS or EC2 refused or failed, the snapshot read back is not " +
+          "the image, or stopped (SIGTERM, SIGINT: run it again, it resumes; docs/snapshot.md's error table says " +
+          "which failures a rerun resumes), 2 usage (a bad option, tag, manifest or image: nothing uploaded), 3 no " +
+          "region.",
       )
       .action(async (opts: UploadOptions) => {
         const log = createLogger();
@@ -214,11 +227,13 @@ export function snapshotCommand(): Command {
           return;
         }
         const client = ebsClient({ region, ...(opts.endpoint ? { endpoint: opts.endpoint } : {}) });
+        const ec2 = builderEc2Client({ region, ...(opts.ec2Endpoint ? { endpoint: opts.ec2Endpoint } : {}) });
         try {
           const report = await runSnapshotUpload(
             {
               writer: snapshotBlockWriter(client),
               reader: snapshotBlockReader(client),
+              snapshots: uploadedSnapshots(ec2),
               inspectImage: (image) => inspectPoolImage(image, { log }),
               scanImage: (image, blockSize) => scanImage(image, blockSize, { log }),
               readBlock: readImageBlock,
@@ -247,6 +262,7 @@ export function snapshotCommand(): Command {
           process.stdout.write(opts.json ? JSON.stringify(report, null, 2) + "\n" : uploadSummary(report));
         } finally {
           client.destroy();
+          ec2.destroy();
         }
       }),
   );

@@ -1,9 +1,10 @@
 /**
- * What the snapshot upload takes: the EBS direct APIs and the build machine's files, in a module
+ * What the snapshot upload takes: the EBS direct APIs, EC2 on the snapshot it made and the build machine's files, in
+ * a module
  * of their own beside run.ts.
  */
 import type { Logger } from "../../log.ts";
-import type { SnapshotBlockReader, SnapshotBlockWriter } from "../ports.ts";
+import type { SnapshotBlockReader, SnapshotBlockWriter, UploadedSnapshots } from "../ports.ts";
 import type { SnapshotManifest } from "./manifest.ts";
 
 /** What the image is, as far as the upload must know before any call (src/host/pool-image.ts). */
@@ -21,6 +22,8 @@ export interface SnapshotUploadDeps {
   writer: SnapshotBlockWriter;
   /** Reads snapshots back from EBS: a parent's blocks (without its manifest), the read-back check of the upload. */
   reader: SnapshotBlockReader;
+  /** EC2 on the snapshot it made: its `ebs-cache:unverified` tag removed once read back, or the snapshot deleted. */
+  snapshots: UploadedSnapshots;
   /**
    * Refuses (typed, nothing read from EBS) anything but a pool image: a regular file holding an
    * XFS file system with the agent's label and the layout a boot accepts.

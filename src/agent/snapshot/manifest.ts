@@ -19,9 +19,11 @@ export interface SnapshotManifest {
   clientToken: string;
   /**
    * uploading: blocks are being put; completing: CompleteSnapshot was accepted, the read-back check
-   * is what is left; completed: the snapshot was read back and holds the image (a parent for the next).
+   * is what is left; completed: the snapshot was read back and holds the image (a parent for the next);
+   * rejected: it was read back and does not hold the image (deleted, or left tagged unverified): the
+   * same command run again uploads anew, never asking its ClientToken again.
    */
-  status: "uploading" | "completing" | "completed";
+  status: "uploading" | "completing" | "completed" | "rejected";
   volumeSizeGiB: number;
   blockSize: number;
   /** The image's size in bytes and its blocks holding data: index → base64 SHA-256. */
@@ -78,8 +80,8 @@ export function parseManifest(path: string, json: unknown): SnapshotManifest {
     problems.push("parentSnapshotId is not snap-…");
   if (typeof m.clientToken !== "string" || m.clientToken.length === 0 || m.clientToken.length > 64)
     problems.push("clientToken is not a token");
-  if (m.status !== "uploading" && m.status !== "completing" && m.status !== "completed")
-    problems.push("status is none of uploading, completing, completed");
+  if (!["uploading", "completing", "completed", "rejected"].includes(m.status as string))
+    problems.push("status is none of uploading, completing, completed, rejected");
   for (const key of ["volumeSizeGiB", "blockSize", "imageBytes"] as const) {
     if (!Number.isSafeInteger(m[key]) || (m[key] as number) <= 0) problems.push(`${key} is not a positive integer`);
   }

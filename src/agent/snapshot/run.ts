@@ -3,15 +3,19 @@
  * snapshot through the EBS direct APIs, with no instance and no volume: check what is asked and
  * the image (a pool image of the image set the tags name: before any call) → observe (the parent
  * build's manifest, this build's manifest if a killed run left one, the image's blocks) → start
- * the snapshot, or find what the manifest's ClientToken gives back (pending: resume; completed:
- * check it and record it; in error, or not holding the image: abandon it for a fresh one) → plan
- * (src/agent/snapshot/plan.ts) → put the planned blocks, several at once → complete → read back
- * (verify.ts) → the manifest says completed. The manifest is rewritten as blocks land, so a kill
- * at any point resumes where it stopped; once completed it is the next generation's parent.
+ * the snapshot, tagged `ebs-cache:unverified`, or find what the manifest's ClientToken gives back
+ * (pending: resume; completed: check it and record it; in error, or not holding the image: reject
+ * it, delete it and start a fresh one) → plan (src/agent/snapshot/plan.ts) → put the planned
+ * blocks, several at once → complete → read back (verify.ts) → the tag removed (only now may the
+ * snapshot be a pool's current generation) → the manifest says completed. The manifest is
+ * rewritten as blocks land, so a kill at any point resumes where it stopped; once completed it is
+ * the next generation's parent. A snapshot the read-back finds wrong is never untagged: the
+ * manifest says `rejected`, it is deleted, and the rerun starts a new one.
  */
 import { randomUUID } from "node:crypto";
 import { EbsAnswerError } from "../../aws/ebs-errors.ts";
-import { ExitCode } from "../../errors.ts";
+import { AgentError, ExitCode } from "../../errors.ts";
+import { SnapshotTag } from "../../tags.ts";
 import type { SnapshotUploadDeps } from "./deps.ts";
 import { imageSetMismatch, parseImageSetRecord } from "./image-set-record.ts";
 import { MANIFEST_FORMAT, ManifestError, parseManifest, toMap, toRecord, type SnapshotManifest } from "./manifest.ts";
@@ -26,7 +30,7 @@ import {
 } from "./plan.ts";
 import { checkUploadSettings, type SnapshotUploadSettings } from "./settings.ts";
 import { SnapshotUploadError, stopIfAborted } from "./stop.ts";
-import { SnapshotVerifyError, verifySnapshot, waitUntilReadable, type VerifyReport } from "./verify.ts";
+import { SnapshotVerifyError, verifySnapshot, waitUntilReadable, type Disposal, type VerifyReport } from "./verify.ts";
 
 export type { SnapshotUploadSettings } from "./settings.ts";
 export { SnapshotUploadError } from "./stop.ts";
@@ -54,7 +58,10 @@ export interface SnapshotUploadReport {
   verified: VerifyReport;
   /** The snapshot an earlier run completed, found so on this run, checked and recorded (nothing put). */
   reconciled: boolean;
-  /** Snapshots of earlier runs this one abandoned (in error, or completed without the image). */
+  /**
+   * Snapshots of earlier runs this one abandoned (in error, completed without the image, or rejected by an earlier
+   * read-back), each deleted if it could be (logged `snapshot.discarded`, else `snapshot.kept`).
+   */
   abandoned: string[];
   seconds: number;
 }
@@ -205,20 +212,62 @@ export async function runSnapshotUpload(
     ...(deps.signal ? { signal: deps.signal } : {}),
   };
   const abandoned: string[] = [];
+  /**
+   * Deletes a snapshot this build made and will never use (its manifest already says so, so no
+   * rerun asks its ClientToken again). A failure is told, not thrown: the snapshot keeps
+   * `ebs-cache:unverified`, so nothing takes it, and the upload goes on.
+   */
+  const discard = async (snapshotId: string): Promise<Disposal> => {
+    try {
+      await deps.snapshots.discard(snapshotId);
+      log.notice("snapshot.discarded", `${snapshotId} deleted (or gone already): abandoned, never verified`, {
+        snapshotId,
+      });
+      return { deleted: true };
+    } catch (error) {
+      if (!(error instanceof AgentError)) throw error;
+      log.warning(
+        "snapshot.kept",
+        `${snapshotId} could not be deleted: it keeps ${SnapshotTag.unverified}, so nothing takes it; delete it ` +
+          `(aws ec2 delete-snapshot --snapshot-id ${snapshotId})`,
+        { snapshotId, error: error.message, remediation: error.remediation },
+      );
+      return { deleted: false, why: error.message };
+    }
+  };
+  /** The manifest's snapshot abandoned: the manifest says rejected first (no rerun resumes it), then it is deleted. */
+  const abandon = async (snapshotId: string, clientToken: string): Promise<void> => {
+    await writeManifest(deps, settings.manifest, { ...earlier!, snapshotId, clientToken, status: "rejected" });
+    abandoned.push(snapshotId);
+    await discard(snapshotId);
+  };
 
   /**
    * StartSnapshot with the manifest's ClientToken (or a new one): the snapshot it gives back,
-   * resumed, checked, or abandoned for a fresh one. A new token must give a pending snapshot.
+   * resumed, checked, or abandoned for a fresh one. A new token must give a pending snapshot. A
+   * rejected manifest's token is never asked again: its snapshot may be deleted, and what EBS
+   * answers for a deleted snapshot's token it does not say.
    */
   const open = async (): Promise<Opened> => {
     let clientToken = earlier?.clientToken ?? randomUUID();
-    for (let fromManifest = earlier !== undefined; ; fromManifest = false) {
+    let fromManifest = earlier !== undefined;
+    if (earlier?.status === "rejected") {
+      log.notice("snapshot.rejected-before", `${earlier.snapshotId} was found not to hold the image: uploading anew`, {
+        snapshotId: earlier.snapshotId,
+      });
+      abandoned.push(earlier.snapshotId);
+      await discard(earlier.snapshotId);
+      clientToken = randomUUID();
+      fromManifest = false;
+    }
+    for (; ; fromManifest = false) {
       const snapshot = await deps.writer.start({
         volumeSizeGiB,
         ...(parentId ? { parentSnapshotId: parentId } : {}),
         clientToken,
         description: settings.description,
-        tags: settings.tags,
+        // Never any pool's current generation until read back (finish removes it).
+        tags: { ...settings.tags, [SnapshotTag.unverified]: "true" },
         encrypted: settings.encrypted,
         ...(settings.kmsKeyArn ? { kmsKeyArn: settings.kmsKeyArn } : {}),
         timeoutMinutes: settings.timeoutMinutes,
@@ -254,8 +303,8 @@ export async function runSnapshotUpload(
           if (!(error instanceof SnapshotVerifyError)) throw error;
           log.error(
             "snapshot.abandoned",
-            `${snapshotId} is completed but does not hold the image: abandoned, uploading anew; delete it ` +
-              `(aws ec2 delete-snapshot --snapshot-id ${snapshotId}) before the keeper stocks from it`,
+            `${snapshotId} is completed but does not hold the image: abandoned (it keeps ` +
+              `${SnapshotTag.unverified}: nothing took it), deleting it, uploading anew`,
             { snapshotId, problems: error.problems.join("; ") },
           );
         }
@@ -263,11 +312,11 @@ export async function runSnapshotUpload(
         log.warning(
           "snapshot.abandoned",
           `${snapshotId} is in error (EBS fails a pending snapshot --timeout-minutes after its last put): ` +
-            "abandoned, uploading anew",
+            "abandoned, deleting it, uploading anew",
           { snapshotId },
         );
       }
-      abandoned.push(snapshotId);
+      await abandon(snapshotId, clientToken);
       clientToken = randomUUID();
     }
   };
@@ -316,6 +365,12 @@ export async function runSnapshotUpload(
     seconds: Math.round((now() - started) / 100) / 10,
   });
   const finish = async (status: string, verified: VerifyReport) => {
+    // Read back and found to hold the image: only now may a keeper, a boot or a refresh take it.
+    // Before the manifest: a kill in between leaves it `completing`, and the rerun checks and untags again.
+    await deps.snapshots.markVerified(snapshotId);
+    log.info("snapshot.verified", `${SnapshotTag.unverified} removed: the snapshot may be the pool's current one`, {
+      snapshotId,
+    });
     await writeManifest(deps, settings.manifest, manifest("completed", verified));
     const done = report(status, verified);
     log.notice("snapshot.completed", `snapshot ${snapshotId} ${status}, read back`, {
@@ -359,7 +414,20 @@ export async function runSnapshotUpload(
     });
     status = "completed";
   }
-  const verified = await verifySnapshot(deps.reader, snapshotId, expected, verifyOptions);
+  let verified: VerifyReport;
+  try {
+    verified = await verifySnapshot(deps.reader, snapshotId, expected, verifyOptions);
+  } catch (error) {
+    if (!(error instanceof SnapshotVerifyError)) throw error;
+    // Found wrong: recorded as such before it goes, so no rerun ever checks it again (a second
+    // sample could miss what the first found) or asks its ClientToken.
+    await writeManifest(deps, settings.manifest, manifest("rejected"));
+    log.error("snapshot.rejected", `${snapshotId} does not hold the image: rejected, deleting it`, {
+      snapshotId,
+      problems: error.problems.join("; "),
+    });
+    throw new SnapshotVerifyError(snapshotId, error.problems, await discard(snapshotId));
+  }
   return finish(status, verified);
 }
 

@@ -5,6 +5,7 @@
  * planBuild does.
  */
 import { MAX_VOLUME_GIB } from "../../aws/ebs-answers.ts";
+import { SnapshotTag } from "../../tags.ts";
 
 export interface SnapshotUploadSettings {
   image: string;
@@ -77,8 +78,14 @@ export function checkUploadSettings(settings: SnapshotUploadSettings): string[] 
     problems.push(
       `the description is ${settings.description.length} characters; StartSnapshot takes ${MAX_DESCRIPTION}`,
     );
-  if (Object.keys(settings.tags).length > MAX_TAGS)
-    problems.push(`${Object.keys(settings.tags).length} tags; a snapshot carries ${MAX_TAGS}`);
+  // The upload adds ebs-cache:unverified at the start (removed once the snapshot is read back).
+  if (Object.keys(settings.tags).length + 1 > MAX_TAGS)
+    problems.push(
+      `${Object.keys(settings.tags).length} tags and the upload's ${SnapshotTag.unverified}; a snapshot carries ` +
+        MAX_TAGS,
+    );
+  if (Object.hasOwn(settings.tags, SnapshotTag.unverified))
+    problems.push(`the tags name ${SnapshotTag.unverified}, which the upload sets and removes itself`);
   if (settings.parentManifest !== undefined && settings.parentManifest === settings.manifest)
     problems.push("--parent is the manifest being written (--manifest)");
   return problems;

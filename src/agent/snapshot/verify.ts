@@ -26,18 +26,38 @@ export interface VerifyReport {
   all: boolean;
 }
 
-/** The snapshot does not hold the image: it must not be used, and the manifest does not say completed. */
+/**
+ * What became of a snapshot found not to hold the image: deleted, or kept (why it could not be
+ * deleted); either way it was never untagged `ebs-cache:unverified`, so nothing took it.
+ */
+export type Disposal = { deleted: true } | { deleted: false; why: string };
+
+/**
+ * The snapshot does not hold the image: it keeps `ebs-cache:unverified` (no keeper, boot or
+ * refresh takes it), its manifest says `rejected`, never completed, and the upload deleted it if
+ * it could (`disposal`; absent: not decided yet, as verifySnapshot throws it).
+ */
 export class SnapshotVerifyError extends AgentError {
   constructor(
     readonly snapshotId: string,
     readonly problems: string[],
+    readonly disposal?: Disposal,
   ) {
-    super(
+    const found =
       `snapshot ${snapshotId} is completed but does not hold the image: ${problems.slice(0, 3).join("; ")}` +
-        (problems.length > 3 ? ` (and ${problems.length - 3} more)` : ""),
-      `do not use it: delete it (aws ec2 delete-snapshot --snapshot-id ${snapshotId}) before the keeper stocks ` +
-        "from it; its manifest is not marked completed, and the same command run again abandons it and uploads " +
-        "anew",
+      (problems.length > 3 ? ` (and ${problems.length - 3} more)` : "");
+    const rerun = "the same command run again uploads anew (a new snapshot; this one is never checked again)";
+    super(
+      disposal === undefined
+        ? found
+        : disposal.deleted
+          ? `${found}; it was deleted`
+          : `${found}; it keeps ebs-cache:unverified, so nothing takes it, but it could not be deleted: ` +
+            disposal.why,
+      disposal?.deleted
+        ? `${rerun}; if it fails again, check that --endpoint is EBS direct itself`
+        : `nothing takes it (it keeps ebs-cache:unverified); delete it (aws ec2 delete-snapshot --snapshot-id ` +
+            `${snapshotId}), or let the rerun try again (the build role needs ec2:DeleteSnapshot); ${rerun}`,
       ExitCode.failure,
     );
   }

@@ -15,6 +15,9 @@ import { pickSample } from "../../../src/agent/snapshot/verify.ts";
 import { uploadSummary } from "../../../src/cli/snapshot.ts";
 import { DEFAULT_RECORD } from "../../fixtures/pool-image.ts";
 import { generationTagsFor } from "../../fixtures/snapshot-upload.ts";
+import { SnapshotTag } from "../../../src/tags.ts";
+
+const range = (n: number) => Array.from({ length: n }, (_, i) => i);
 
 const base: SnapshotUploadSettings = {
   image: "/b/set.img",
@@ -58,6 +61,20 @@ t.test("the settings: what EBS's model refuses is refused before the call, every
       String(pattern),
     );
   t.equal(problems.length, 8, "all of them at once");
+});
+
+t.test("the tags leave room for the upload's ebs-cache:unverified, and never name it", async (t) => {
+  const many = (n: number) => ({ ...generationTagsFor(), ...Object.fromEntries(range(n).map((i) => [`k${i}`, "v"])) });
+  const own = Object.keys(generationTagsFor()).length;
+  t.same(checkUploadSettings({ ...base, tags: many(49 - own) }), [], "49 tags: with the upload's, a snapshot's 50");
+  t.match(
+    checkUploadSettings({ ...base, tags: many(50 - own) }),
+    [/50 tags and the upload's ebs-cache:unverified; a snapshot carries 50/],
+    "50 tags: no room for it",
+  );
+  t.match(checkUploadSettings({ ...base, tags: { ...base.tags, [SnapshotTag.unverified]: "false" } }), [
+    /the tags name ebs-cache:unverified, which the upload sets and removes itself/,
+  ]);
 });
 
 t.test("the image set record: read back as written, compared with the tags as a set", async (t) => {

@@ -4,7 +4,8 @@
  * (test/fixtures/ebs-twice.ts: it holds answers where a kill goes, and makes up for moto's named
  * deviations, never the product). A full upload, an incremental one, a SIGKILL among the puts
  * and its rerun, a SIGKILL once CompleteSnapshot was applied and its rerun (found completed,
- * checked, recorded): each snapshot read back through the raw SDK
+ * checked, recorded; until then tagged ebs-cache:unverified, so the pool's current snapshot as
+ * EC2 lists it on either stays the previous one): each snapshot read back through the raw SDK
  * and compared with the image, and the two backends' reports the same once ids and times are
  * left out. Then moto as it is: each deviation the adapter names is still there (a moto that
  * closes one fails here and says which), and the product refuses the ones that reach it.
@@ -27,7 +28,9 @@ import t, { type Test } from "tap";
 import { parseManifest } from "../../../src/agent/snapshot/manifest.ts";
 import { EBS_BLOCK_BYTES } from "../../../src/agent/snapshot/plan.ts";
 import { runSnapshotUpload, type SnapshotUploadSettings } from "../../../src/agent/snapshot/run.ts";
+import { currentSnapshot } from "../../../src/agent/volume-rules.ts";
 import { EbsAnswerError } from "../../../src/aws/ebs-errors.ts";
+import { SnapshotTag, VolumeTag } from "../../../src/tags.ts";
 import { scanImage } from "../../../src/host/image-blocks.ts";
 import { readManifestJson } from "../../../src/host/snapshot-manifest.ts";
 import { agentBundle, withCompileCache } from "../../fixtures/agent-bundle.ts";
@@ -35,7 +38,13 @@ import { motoVersion } from "../../fixtures/ec2-twice.ts";
 import { MOTO_DEVIATIONS, startEbsBackend, type EbsBackend } from "../../fixtures/ebs-twice.ts";
 import { childEnv } from "../../fixtures/lab-prereq.ts";
 import { DEFAULT_RECORD, blocksInside, makePoolImage, randomBlock, writeBlocks } from "../../fixtures/pool-image.ts";
-import { generationTagsFor, testEbsClient, uploadDeps, uploadSettings } from "../../fixtures/snapshot-upload.ts";
+import {
+  generationTagsFor,
+  poolSnapshots,
+  testEbsClient,
+  uploadDeps,
+  uploadSettings,
+} from "../../fixtures/snapshot-upload.ts";
 
 // Fails (never skips) when the machine lacks moto.
 const moto = await motoVersion();
@@ -133,7 +142,8 @@ async function scenario(t: Test, backend: EbsBackend): Promise<Map<string, Repor
         ...["--pool", "sim4life", "--image-set", "2026-12", "--images", DEFAULT_RECORD.images.join(",")],
         ...["--image-store", DEFAULT_RECORD.imageStore, "--engine-version", DEFAULT_RECORD.engineVersion],
         ...["--built-at", "2026-12-02T01:00:00Z", "--concurrency", "1", "--region", "us-east-1"],
-        ...["--tag", "team=platform", "--endpoint", backend.endpoint, "--json", ...more],
+        ...["--tag", "team=platform", "--endpoint", backend.endpoint, "--ec2-endpoint", backend.endpoint],
+        ...["--json", ...more],
       ],
       { env, extendEnv: false, reject: false },
     );
@@ -189,6 +199,15 @@ async function scenario(t: Test, backend: EbsBackend): Promise<Map<string, Repor
   await writeBlocks(image, { [spare[10]!]: randomBlock(), [layer[5]!]: randomBlock() });
   const completing = await killed("gen4.json", "CompleteSnapshot", 1, ["--parent", join(dir, "gen3.json")]);
   t.equal(completing.status, "uploading", "killed at the completion: the manifest does not say completed");
+  // EC2 lists it with the pool's tags (moto's EC2 as completed from the start), and with
+  // ebs-cache:unverified: the pool's readers pass it over, the previous generation stays current.
+  const listed = await poolSnapshots(sdk)();
+  t.match(
+    listed.find((x) => x.snapshotId === completing.snapshotId)?.tags,
+    { [SnapshotTag.unverified]: "true", [VolumeTag.pool]: "sim4life" },
+    "EC2 lists the killed run's snapshot, tagged unverified",
+  );
+  t.equal(currentSnapshot(listed)?.snapshotId, resumed.snapshotId, "… and the pool's current one is still gen3's");
   const reconciled = await step("reconciled", "gen4.json", { parentManifest: join(dir, "gen3.json") });
   t.match(
     reconciled,
@@ -198,6 +217,11 @@ async function scenario(t: Test, backend: EbsBackend): Promise<Map<string, Repor
   const gen4 = parseManifest("gen4.json", await readManifestJson(join(dir, "gen4.json")));
   t.equal(gen4.status, "completed", "… its manifest completed: the next generation's parent");
   await holdsImage(t, client, reconciled.snapshotId, image);
+  t.equal(
+    currentSnapshot(await poolSnapshots(sdk)())?.snapshotId,
+    reconciled.snapshotId,
+    "read back by the rerun and untagged: now the pool's current one",
+  );
 
   return reports;
 }

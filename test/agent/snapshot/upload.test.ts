@@ -372,7 +372,7 @@ t.test("the CLI resumes an upload a stop interrupted: without --built-at, the in
       ...["--import", "tsx", "src/cli.ts", "snapshot", "upload", "--image", image, "--manifest", manifest],
       ...["--pool", "sim4life", "--image-set", "2026-12", "--images", "registry.example.org/app:1"],
       ...["--image-store", "graphdriver", "--engine-version", "28.5.1", "--concurrency", "1"],
-      ...["--region", "us-east-1", "--endpoint", lab.emu.endpoint, "--json"],
+      ...["--region", "us-east-1", "--endpoint", lab.emu.endpoint, "--ec2-endpoint", lab.emu.endpoint, "--json"],
     ],
     {
       env: { ...childEnv(), AWS_ACCESS_KEY_ID: "dummy", AWS_SECRET_ACCESS_KEY: "dummy" },
