@@ -29,6 +29,9 @@ const SNAPSHOTS = `${CONTAINERD}/io.containerd.snapshotter.v1.overlayfs`;
 export interface Generation {
   /** The image file, seen from the host. */
   image: string;
+  /** The image set built into it, and the engine that built it (what the upload's tags name). */
+  images: string[];
+  engineVersion: string;
   buildSeconds: number;
   /** Allocated bytes of the content store and of the snapshots. */
   contentDiskBytes: number;
@@ -105,6 +108,8 @@ export async function buildContainerdGenerations(
       engineVersion = report.engineVersion;
       return {
         image: join(m.dir, image),
+        images: set,
+        engineVersion: report.engineVersion,
         buildSeconds: report.seconds,
         contentDiskBytes: Number(content),
         snapshotDiskBytes: Number(snapshots),

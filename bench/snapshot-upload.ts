@@ -32,9 +32,13 @@ import { parseArgs } from "node:util";
 import { buildContainerdGenerations, diskBytes, gzippedBytes } from "./snapshot-upload-containerd.ts";
 import { IMAGE_PER_SET, parseSizes } from "./snapshot-upload-sizes.ts";
 import { runSnapshotUpload } from "../src/agent/snapshot/run.ts";
-import { ebsClient, snapshotBlockWriter } from "../src/aws/ebs.ts";
+import { imageSetRecordText, type ImageSetRecord } from "../src/agent/snapshot/image-set-record.ts";
+import { generationTags } from "../src/agent/snapshot/tags.ts";
+import { ebsClient, snapshotBlockReader, snapshotBlockWriter } from "../src/aws/ebs.ts";
+import { builderEc2Client, uploadedSnapshots } from "../src/aws/uploaded-snapshots.ts";
 import { run } from "../src/exec.ts";
 import { readImageBlock, scanImage, sha256, zeroBlockHash } from "../src/host/image-blocks.ts";
+import { inspectPoolImage } from "../src/host/pool-image.ts";
 import { readManifestJson, writeManifestJson } from "../src/host/snapshot-manifest.ts";
 import { startEc2Emulator } from "../src/lab/ec2/index.ts";
 import { MemoryVolumeBackend } from "../src/lab/ec2/memory-backend.ts";
@@ -66,6 +70,25 @@ async function fill(dir: string, mib: number, name: string): Promise<void> {
   }
 }
 
+/** A pool generation's tags for the image set `set` (the upload checks them against the image's record). */
+function benchTags(set: ImageSetRecord): Record<string, string> {
+  const tags = generationTags({
+    pool: "bench",
+    imageSet: "bench",
+    ...set,
+    builtAt: "2026-12-01T10:00:00Z",
+    operatorTags: {},
+  });
+  if (!("tags" in tags)) throw new Error(tags.problems.join("; "));
+  return tags.tags;
+}
+
+/** The image set record `snapshot build` leaves on an image, for an image the bench made itself. */
+async function writeRecord(mnt: string, set: ImageSetRecord): Promise<void> {
+  await mkdir(join(mnt, ".ebs-cache-agent"), { recursive: true });
+  await writeFile(join(mnt, ".ebs-cache-agent", "image-set.json"), imageSetRecordText(set));
+}
+
 async function withMounted(image: string, work: (dir: string) => Promise<void>): Promise<void> {
   const mnt = await mkdtemp(join(tmpdir(), "bench-snapshot-mnt-"));
   await run("mount", ["-o", "loop", image, mnt]);
@@ -84,10 +107,18 @@ const client = ebsClient({
   endpoint: emulator.endpoint,
   credentials: { accessKeyId: "b", secretAccessKey: "b" },
 });
+const ec2 = builderEc2Client({
+  region: "us-east-1",
+  endpoint: emulator.endpoint,
+  credentials: { accessKeyId: "b", secretAccessKey: "b" },
+});
 const quiet = createLogger(() => undefined);
 const deps = {
   writer: snapshotBlockWriter(client),
-  scanImage,
+  reader: snapshotBlockReader(client),
+  snapshots: uploadedSnapshots(ec2),
+  inspectImage: (image: string) => inspectPoolImage(image),
+  scanImage: (image: string, blockSize: number) => scanImage(image, blockSize),
   readBlock: readImageBlock,
   readManifestJson,
   writeManifestJson,
@@ -96,8 +127,9 @@ const deps = {
   log: quiet,
 };
 /** What every upload of the bench sets beside its image and manifests. */
+const BENCH_SET = { images: ["bench/set:1"], imageStore: "graphdriver" as const, engineVersion: "bench" };
 const UPLOAD = {
-  tags: { "ebs-cache:managed": "true", "ebs-cache:kind": "pool" },
+  tags: benchTags(BENCH_SET),
   description: "bench",
   encrypted: false,
   concurrency: 16,
@@ -115,7 +147,10 @@ try {
     const gen2 = join(work, `gen2-${size}.img`);
     await run("truncate", ["-s", `${size * IMAGE_PER_SET}M`, gen1]);
     await run("mkfs.xfs", ["-q", "-L", "ebs-cache", "-n", "ftype=1", gen1]);
-    await withMounted(gen1, (mnt) => fill(join(mnt, "docker", "overlay2", "layers"), size, "layer"));
+    await withMounted(gen1, async (mnt) => {
+      await fill(join(mnt, "docker", "overlay2", "layers"), size, "layer");
+      await writeRecord(mnt, BENCH_SET);
+    });
     const settings = (manifest: string, parent?: string) => ({
       image: manifest.includes("gen1") ? gen1 : gen2,
       manifest: join(work, manifest),
@@ -149,6 +184,7 @@ try {
   }
 } finally {
   client.destroy();
+  ec2.destroy();
   await emulator.close();
   await rm(work, { recursive: true, force: true });
 }
@@ -169,6 +205,7 @@ async function containerdRow(): Promise<Record<string, number | string>> {
         manifest: join(work, `gen${generation}.json`),
         ...(generation === 2 ? { parentManifest: join(work, "gen1.json") } : {}),
         ...UPLOAD,
+        tags: benchTags({ images: gen.images, imageStore: "containerd", engineVersion: gen.engineVersion }),
       });
       put.push({ bytes: result.bytesPut, seconds: (performance.now() - started) / 1000 });
     },

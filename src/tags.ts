@@ -67,6 +67,22 @@ export const VolumeTag = {
 } as const;
 
 /**
+ * Tags only a pool snapshot carries (never copied to its volumes, so no volume's tag budget pays
+ * for them).
+ */
+export const SnapshotTag = {
+  /**
+   * `true` on a snapshot whose content nobody has checked yet: `snapshot upload` starts every
+   * snapshot with it (StartSnapshot's tags) and removes it only once it has read the snapshot back
+   * against the image. A snapshot carrying it, whatever its value, is never a pool's current
+   * generation (src/agent/volume-rules.ts `isUsableSnapshot`): not while its upload completes and
+   * reads it back, not after a read-back that found it wrong or a kill before one. A snapshot
+   * without it (Packer's pool-volume flow, an upload older than the tag) is taken as before.
+   */
+  unverified: `${TAG_PREFIX}unverified`,
+} as const;
+
+/**
  * The tags that say what a volume's data-root holds: a volume made from a snapshot copies them
  * from it (a workspace volume all but `images`: once in use, what it holds is the user's).
  */

@@ -158,14 +158,9 @@ export interface CloudVolumes {
   /** DescribeInstances of several instances (every page); one that EC2 no longer knows is left out. */
   describeInstances(instanceIds: readonly string[], options?: Cancellable): Promise<InstanceInfo[]>;
   /**
-   * The newest completed snapshot carrying all the tags, by start time. Not the pool's current
-   * generation (built-at beats start time): for that, currentSnapshot(findSnapshots(…)) of
-   * src/agent/volume-rules.ts.
-   */
-  newestSnapshot(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo | undefined>;
-  /**
    * Every snapshot of this account carrying all the tags, in any state (the keeper orders volumes by their snapshot's
-   * age).
+   * age). The pool's current one is currentSnapshot(findSnapshots(…)) of src/agent/volume-rules.ts, the one rule
+   * every use case applies (the newest usable by generation: completed, not marked unverified).
    */
   findSnapshots(tags: Record<string, string>, options?: Cancellable): Promise<SnapshotInfo[]>;
   /** Creates a volume and waits until it is available. */
@@ -471,7 +466,6 @@ export type KeeperCloud = Pick<
   | "findVolumes"
   | "describeVolume"
   | "findSnapshots"
-  | "newestSnapshot"
   | "createVolume"
   | "tagVolume"
   | "deleteVolume"
@@ -577,10 +571,14 @@ export interface DockerImages {
 
 /**
  * What the snapshot builder asks of the EBS direct APIs (src/aws/ebs.ts): a snapshot written block by block, from
- * anywhere.
+ * anywhere. Every answer is checked against the API before it is returned (src/aws/ebs-answers.ts), and every
+ * failure is typed (src/aws/ebs-errors.ts).
  */
 export interface SnapshotBlockWriter {
-  /** StartSnapshot: a `pending` snapshot; the same clientToken again returns the same snapshot. */
+  /**
+   * StartSnapshot: a `pending` snapshot of 512 KiB blocks; the same clientToken again returns the same snapshot
+   * (pending, or by now `completed` or `error`).
+   */
   start(request: {
     volumeSizeGiB: number;
     parentSnapshotId?: string;
@@ -590,7 +588,7 @@ export interface SnapshotBlockWriter {
     encrypted: boolean;
     kmsKeyArn?: string;
     timeoutMinutes: number;
-  }): Promise<{ snapshotId: string; blockSize: number; status: string }>;
+  }): Promise<{ snapshotId: string; status: "pending" | "completed" | "error" }>;
   /** PutSnapshotBlock with the block's base64 SHA-256 (EBS checks it). */
   putBlock(snapshotId: string, index: number, data: Uint8Array, sha256: string): Promise<void>;
   /** CompleteSnapshot with the count of blocks written and their LINEAR aggregate checksum. */
@@ -598,13 +596,25 @@ export interface SnapshotBlockWriter {
 }
 
 /**
- * What EBS says of a completed snapshot's blocks, for an incremental upload whose parent's
- * manifest is not at hand: which blocks hold data (ListSnapshotBlocks, cheap: one call per
- * 10,000 blocks) and a block's SHA-256 (GetSnapshotBlock's checksum: the block is read).
+ * What `snapshot upload` asks of EC2 about a snapshot it made (src/aws/uploaded-snapshots.ts). StartSnapshot tags
+ * every snapshot `ebs-cache:unverified` (src/tags.ts), which keeps it from being any pool's current generation
+ * until the upload has read it back against the image.
+ */
+export interface UploadedSnapshots {
+  /** Removes `ebs-cache:unverified` (DeleteTags; a snapshot without it stays as it is). */
+  markVerified(snapshotId: string): Promise<void>;
+  /** Deletes a snapshot found not to hold the image (DeleteSnapshot; one already gone counts as deleted). */
+  discard(snapshotId: string): Promise<void>;
+}
+
+/**
+ * What EBS says of a completed snapshot's blocks: which blocks hold data (ListSnapshotBlocks, cheap: one call per
+ * 10,000 blocks) and a block's bytes (GetSnapshotBlock): a parent's content when its manifest is not at hand, and
+ * the read-back check of a snapshot just uploaded.
  */
 export interface SnapshotBlockReader {
-  /** The blocks holding data, with the tokens GetSnapshotBlock wants, and the snapshot's size. */
+  /** The blocks written (the snapshot's own and its parents'), with the tokens GetSnapshotBlock wants, and its size. */
   listBlocks(snapshotId: string): Promise<{ volumeSizeGiB: number; blocks: Map<number, string> }>;
-  /** The block's base64 SHA-256, as EBS reports it with the block. */
-  blockChecksum(snapshotId: string, index: number, token: string): Promise<string>;
+  /** The block's bytes and their base64 SHA-256 (hashed here; a checksum EBS sends with them must agree). */
+  getBlock(snapshotId: string, index: number, token: string): Promise<{ data: Uint8Array; sha256: string }>;
 }

@@ -10,7 +10,7 @@ import { engineMajorVersion } from "../engine-version.ts";
 import { createHash } from "node:crypto";
 import type { ImageStore } from "../docker/engine.ts";
 import type { HostStore } from "../docker/image-store.ts";
-import { VolumeKind, VolumeTag } from "../tags.ts";
+import { SnapshotTag, VolumeKind, VolumeTag } from "../tags.ts";
 import type { SnapshotInfo, VolumeInfo } from "./ports.ts";
 
 export type { HostStore };
@@ -102,9 +102,22 @@ export function compareGenerations(a: Generation, b: Generation): number {
 }
 
 /**
- * The snapshot of the pool's current generation: the newest completed one by `built-at` (else
- * its start time), restricted to `imageSet` when the configuration names one. New volumes
- * (boot's cold path, the keeper) come from it. Undefined when the pool has no completed snapshot.
+ * Whether a snapshot may carry a pool's generation: completed, and not marked unverified
+ * (`ebs-cache:unverified`, whatever its value: `snapshot upload` removes the tag only once it
+ * has read the snapshot back against the image, so one completed but not read back, or found
+ * wrong, keeps it). A snapshot without the tag (Packer's flow, an upload older than the tag) is
+ * usable as it always was.
+ */
+export function isUsableSnapshot(snapshot: Pick<SnapshotInfo, "state" | "tags">): boolean {
+  return snapshot.state === "completed" && !Object.hasOwn(snapshot.tags, SnapshotTag.unverified);
+}
+
+/**
+ * The snapshot of the pool's current generation: the newest usable one (completed, not marked
+ * unverified: isUsableSnapshot) by `built-at` (else its start time), restricted to `imageSet`
+ * when the configuration names one. New volumes (boot's cold path, the keeper) come from it;
+ * gc, the refresh, the prune and the pool view read the current generation from it. Undefined
+ * when the pool has no usable snapshot.
  */
 export function currentSnapshot<S extends Pick<SnapshotInfo, "state" | "tags" | "startTime">>(
   snapshots: readonly S[],
@@ -113,15 +126,15 @@ export function currentSnapshot<S extends Pick<SnapshotInfo, "state" | "tags" | 
   const byStart = (s: S) => s.startTime?.getTime() ?? -Infinity;
   return (
     snapshots
-      .filter((s) => s.state === "completed" && (imageSet === null || s.tags[VolumeTag.imageSet] === imageSet))
+      .filter((s) => isUsableSnapshot(s) && (imageSet === null || s.tags[VolumeTag.imageSet] === imageSet))
       // The same generation snapshotted twice: the later snapshot, as before generations existed.
       .sort((a, b) => compareGenerations(snapshotGeneration(a), snapshotGeneration(b)) || byStart(b) - byStart(a))[0]
   );
 }
 
 /**
- * The pool's current generation: its newest completed snapshot's (restricted to `imageSet` when
- * the configuration names one). Undefined when the pool has no completed snapshot.
+ * The pool's current generation: its current snapshot's (currentSnapshot: the newest usable one,
+ * restricted to `imageSet` when the configuration names one). Undefined when the pool has none.
  */
 export function currentGeneration(
   snapshots: readonly Pick<SnapshotInfo, "state" | "tags" | "startTime">[],

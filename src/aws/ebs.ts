@@ -1,10 +1,11 @@
 /**
  * The EBS direct APIs (StartSnapshot, PutSnapshotBlock, CompleteSnapshot) as the snapshot
  * builder's SnapshotBlockWriter, and ListSnapshotBlocks, GetSnapshotBlock as its reader of a
- * parent snapshot (SnapshotBlockReader). Runs where the operator's CI runs, not on an instance: the
- * SDK's default credential chain (environment, profile, SSO, an instance role) and region.
+ * parent snapshot and of the one it uploaded (SnapshotBlockReader). Runs where the operator's CI
+ * runs, not on an instance: the SDK's default credential chain (environment, profile, SSO, an
+ * instance role) and region. The boundary: every answer is checked against the API before it is
+ * returned (ebs-answers.ts), and every failure leaves here typed (ebs-errors.ts).
  */
-import { createHash } from "node:crypto";
 import {
   CompleteSnapshotCommand,
   EBSClient,
@@ -14,6 +15,8 @@ import {
   StartSnapshotCommand,
 } from "@aws-sdk/client-ebs";
 import type { SnapshotBlockReader, SnapshotBlockWriter } from "../agent/ports.ts";
+import { checkBlock, checkCompleted, checkListPage, checkPut, checkStarted, newListState } from "./ebs-answers.ts";
+import { ebsCallError, type EbsCall } from "./ebs-errors.ts";
 
 export interface EbsClientOptions {
   region: string;
@@ -37,48 +40,62 @@ export function ebsClient(options: EbsClientOptions): EBSClient {
   });
 }
 
+/** Runs one EBS call: what it throws comes out typed (ebs-errors.ts). */
+async function call<T>(action: EbsCall, snapshotId: string | undefined, send: () => Promise<T>): Promise<T> {
+  try {
+    return await send();
+  } catch (error) {
+    throw ebsCallError(action, snapshotId, error);
+  }
+}
+
 export function snapshotBlockWriter(client: EBSClient): SnapshotBlockWriter {
   return {
     async start(request) {
-      const answer = await client.send(
-        new StartSnapshotCommand({
-          VolumeSize: request.volumeSizeGiB,
-          ...(request.parentSnapshotId ? { ParentSnapshotId: request.parentSnapshotId } : {}),
-          ClientToken: request.clientToken,
-          Description: request.description,
-          Tags: Object.entries(request.tags).map(([Key, Value]) => ({ Key, Value })),
-          Timeout: request.timeoutMinutes,
-          ...(request.encrypted ? { Encrypted: true } : {}),
-          ...(request.kmsKeyArn ? { KmsKeyArn: request.kmsKeyArn } : {}),
-        }),
+      const answer = await call("StartSnapshot", request.parentSnapshotId, () =>
+        client.send(
+          new StartSnapshotCommand({
+            VolumeSize: request.volumeSizeGiB,
+            ...(request.parentSnapshotId ? { ParentSnapshotId: request.parentSnapshotId } : {}),
+            ClientToken: request.clientToken,
+            Description: request.description,
+            Tags: Object.entries(request.tags).map(([Key, Value]) => ({ Key, Value })),
+            Timeout: request.timeoutMinutes,
+            ...(request.encrypted ? { Encrypted: true } : {}),
+            ...(request.kmsKeyArn ? { KmsKeyArn: request.kmsKeyArn } : {}),
+          }),
+        ),
       );
-      if (!answer.SnapshotId || !answer.BlockSize)
-        throw new Error("StartSnapshot answered without SnapshotId or BlockSize");
-      return { snapshotId: answer.SnapshotId, blockSize: answer.BlockSize, status: answer.Status ?? "pending" };
+      return checkStarted(answer, request);
     },
     async putBlock(snapshotId, index, data, sha256) {
-      await client.send(
-        new PutSnapshotBlockCommand({
-          SnapshotId: snapshotId,
-          BlockIndex: index,
-          BlockData: data,
-          DataLength: data.length,
-          Checksum: sha256,
-          ChecksumAlgorithm: "SHA256",
-        }),
+      const answer = await call("PutSnapshotBlock", snapshotId, () =>
+        client.send(
+          new PutSnapshotBlockCommand({
+            SnapshotId: snapshotId,
+            BlockIndex: index,
+            BlockData: data,
+            DataLength: data.length,
+            Checksum: sha256,
+            ChecksumAlgorithm: "SHA256",
+          }),
+        ),
       );
+      checkPut(answer, snapshotId, index, sha256);
     },
     async complete(snapshotId, changedBlocks, aggregateSha256) {
-      const answer = await client.send(
-        new CompleteSnapshotCommand({
-          SnapshotId: snapshotId,
-          ChangedBlocksCount: changedBlocks,
-          Checksum: aggregateSha256,
-          ChecksumAlgorithm: "SHA256",
-          ChecksumAggregationMethod: "LINEAR",
-        }),
+      const answer = await call("CompleteSnapshot", snapshotId, () =>
+        client.send(
+          new CompleteSnapshotCommand({
+            SnapshotId: snapshotId,
+            ChangedBlocksCount: changedBlocks,
+            Checksum: aggregateSha256,
+            ChecksumAlgorithm: "SHA256",
+            ChecksumAggregationMethod: "LINEAR",
+          }),
+        ),
       );
-      return answer.Status ?? "pending";
+      return checkCompleted(answer, snapshotId);
     },
   };
 }
@@ -86,33 +103,32 @@ export function snapshotBlockWriter(client: EBSClient): SnapshotBlockWriter {
 export function snapshotBlockReader(client: EBSClient): SnapshotBlockReader {
   return {
     async listBlocks(snapshotId) {
-      const blocks = new Map<number, string>();
-      let volumeSizeGiB = 0;
+      const state = newListState();
       let nextToken: string | undefined;
       do {
-        const page = await client.send(
-          new ListSnapshotBlocksCommand({
-            SnapshotId: snapshotId,
-            MaxResults: 10_000,
-            ...(nextToken ? { NextToken: nextToken } : {}),
-          }),
+        const token = nextToken;
+        const page = await call("ListSnapshotBlocks", snapshotId, () =>
+          client.send(
+            new ListSnapshotBlocksCommand({
+              SnapshotId: snapshotId,
+              MaxResults: 10_000,
+              ...(token ? { NextToken: token } : {}),
+            }),
+          ),
         );
-        volumeSizeGiB = page.VolumeSize ?? volumeSizeGiB;
-        for (const block of page.Blocks ?? []) {
-          if (block.BlockIndex !== undefined && block.BlockToken) blocks.set(block.BlockIndex, block.BlockToken);
-        }
-        nextToken = page.NextToken;
+        nextToken = checkListPage(page, snapshotId, state);
       } while (nextToken);
-      return { volumeSizeGiB, blocks };
+      return { volumeSizeGiB: state.volumeSizeGiB!, blocks: state.blocks };
     },
-    async blockChecksum(snapshotId, index, token) {
-      const answer = await client.send(
-        new GetSnapshotBlockCommand({ SnapshotId: snapshotId, BlockIndex: index, BlockToken: token }),
-      );
-      // The body is read either way (it holds the connection): without a checksum, it is hashed.
-      const data = (await answer.BlockData?.transformToByteArray()) ?? new Uint8Array();
-      if (answer.Checksum && answer.ChecksumAlgorithm === "SHA256") return answer.Checksum;
-      return createHash("sha256").update(data).digest("base64");
+    async getBlock(snapshotId, index, token) {
+      return call("GetSnapshotBlock", snapshotId, async () => {
+        const answer = await client.send(
+          new GetSnapshotBlockCommand({ SnapshotId: snapshotId, BlockIndex: index, BlockToken: token }),
+        );
+        // The body is read whole either way: it holds the connection.
+        const data = (await answer.BlockData?.transformToByteArray()) ?? new Uint8Array();
+        return { data, sha256: checkBlock(answer, data, snapshotId, index) };
+      });
     },
   };
 }

@@ -225,7 +225,6 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
     describeVolume: (volumeId, options) => describeVolume(ctx, volumeId, options),
     describeInstance: (instanceId, options) => describeInstance(ctx, instanceId, options),
     describeInstances: (instanceIds, options) => describeInstances(ctx, instanceIds, options),
-    newestSnapshot: (tags, options) => newestSnapshot(ctx, tags, options),
     findSnapshots: (tags, options) => findSnapshots(ctx, tags, options),
     createVolume: (spec, options) => createVolume(ctx, spec, options),
     claimVolume: (volumeId, instanceId, device, options) => claimVolume(ctx, volumeId, instanceId, device, options),
@@ -372,28 +371,6 @@ function instanceInfo(instance: Instance): InstanceInfo {
     ...(instance.LaunchTime ? { launchTime: instance.LaunchTime.toISOString() } : {}),
     ...(instance.StateTransitionReason ? { stateTransitionReason: instance.StateTransitionReason } : {}),
   };
-}
-
-/** The newest completed snapshot of this account with the tags (every page: EC2 does not sort them). */
-async function newestSnapshot(
-  ctx: Ec2Context,
-  tags: Record<string, string>,
-  options?: Cancellable,
-): Promise<SnapshotInfo | undefined> {
-  const input = {
-    OwnerIds: ["self"],
-    Filters: [...tagFilters(tags), { Name: "status", Values: ["completed"] }],
-    MaxResults: ctx.pageSize("DescribeSnapshots"),
-  };
-  return call("DescribeSnapshots", async () => {
-    let newest: Snapshot | undefined;
-    for await (const page of ctx.api.describeSnapshotsPages(input, options)) {
-      for (const snapshot of page.Snapshots ?? []) {
-        if (!newest || startTime(snapshot) > startTime(newest)) newest = snapshot;
-      }
-    }
-    return newest && toSnapshotInfo(newest);
-  });
 }
 
 /** Every snapshot of the account with these tags, whatever its state (the keeper orders by start time). */
@@ -776,10 +753,6 @@ function toVolumeInfo(volume: Volume): VolumeInfo {
   if (volume.Encrypted !== undefined) info.encrypted = volume.Encrypted;
   if (volume.KmsKeyId) info.kmsKeyId = volume.KmsKeyId;
   return info;
-}
-
-function startTime(snapshot: Snapshot): number {
-  return snapshot.StartTime?.getTime() ?? 0;
 }
 
 function toSnapshotInfo(snapshot: Snapshot): SnapshotInfo {

@@ -29,6 +29,7 @@ import {
 } from "../host/image-file.ts";
 import { mountDevice, settleFilesystem, unmountPath } from "../host/mount.ts";
 import { recordImageReads, writeImageReads, type ContainerdCli } from "../host/record-reads.ts";
+import { writeImageSetRecord } from "../host/pool-image.ts";
 import { AGENT_SUBDIR } from "../host/volume-layout.ts";
 import { removeBeneath } from "../host/volume-paths.ts";
 import { createLogger, type Logger } from "../log.ts";
@@ -104,6 +105,7 @@ export function volumeBuildDeps(log: Logger, signal?: AbortSignal): VolumeBuildD
     writeNeedList: (mountPoint, image, files) => writeImageReads(mountPoint, image, files, log),
     startDockerd: (root, dataRoot, imageStore) => startDocker(root, dataRoot, imageStore, log),
     stripMachineLocalState: (dataRoot, imageStore) => stripBuiltVolume(dataRoot, imageStore, log),
+    writeImageSetRecord,
     async identify(device) {
       await dropDeviceCache(device, { log });
       const identity = await identifyCacheVolume({ volumeId: "the built image", createdByAgent: false }, device, {

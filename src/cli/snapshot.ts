@@ -2,12 +2,15 @@
  * `ebs-cache-agent snapshot upload`: the pool's golden snapshot from a disk image, through the
  * EBS direct APIs (src/agent/snapshot/), on any machine with credentials: no builder instance.
  */
+import { resolve } from "node:path";
 import { Command, InvalidArgumentError, Option } from "commander";
-import { runSnapshotUpload } from "../agent/snapshot/run.ts";
+import { runSnapshotUpload, type SnapshotUploadReport } from "../agent/snapshot/run.ts";
 import { generationTags } from "../agent/snapshot/tags.ts";
 import { ebsClient, snapshotBlockReader, snapshotBlockWriter } from "../aws/ebs.ts";
+import { builderEc2Client, uploadedSnapshots } from "../aws/uploaded-snapshots.ts";
 import { ConfigError, ExitCode } from "../errors.ts";
 import { readImageBlock, scanImage, sha256, zeroBlockHash } from "../host/image-blocks.ts";
+import { inspectPoolImage } from "../host/pool-image.ts";
 import { readManifestJson, writeManifestJson } from "../host/snapshot-manifest.ts";
 import { createLogger } from "../log.ts";
 import { VolumeTag } from "../tags.ts";
@@ -31,7 +34,9 @@ function tagOption(value: string, previous: Record<string, string> = {}): Record
 async function interruptedBuiltAt(manifest: string): Promise<string | undefined> {
   const earlier = (await readManifestJson(manifest).catch(() => undefined)) as
     { status?: unknown; tags?: Record<string, unknown> } | undefined;
-  const builtAt = earlier?.status === "uploading" ? earlier.tags?.[VolumeTag.builtAt] : undefined;
+  // A rejected one too: the rerun uploads the same build anew (a new snapshot, the generation's time kept).
+  const unfinished = ["uploading", "completing", "rejected"].includes(earlier?.status as string);
+  const builtAt = unfinished ? earlier?.tags?.[VolumeTag.builtAt] : undefined;
   return typeof builtAt === "string" ? builtAt : undefined;
 }
 
@@ -60,7 +65,43 @@ interface UploadOptions {
   timeoutMinutes: number;
   region?: string;
   endpoint?: string;
+  ec2Endpoint?: string;
+  verify?: boolean;
   json?: boolean;
+}
+
+/** `--endpoint`: an http(s) URL, checked before the SDK takes it. */
+function endpointOption(value: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new InvalidArgumentError(`expected an http(s) URL, got ${JSON.stringify(value)}`);
+  }
+  if (url.protocol !== "https:" && url.protocol !== "http:")
+    throw new InvalidArgumentError(`expected an http(s) URL, got ${JSON.stringify(value)}`);
+  return value;
+}
+
+/** The one line the upload prints without --json. */
+export function uploadSummary(report: SnapshotUploadReport): string {
+  const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MiB`;
+  const parent = !report.parentSnapshotId
+    ? "no parent"
+    : report.parentHashes === "read back"
+      ? `${report.parentSnapshotId} (its hashes read back from EBS: ${mib(report.parentBytesRead ?? 0)} ` +
+        "downloaded; its manifest, given with --parent, spares this)"
+      : `${report.parentSnapshotId} (its hashes from its manifest)`;
+  const { verified } = report;
+  return (
+    `${report.snapshotId} ${report.status}` +
+    (report.reconciled ? " (completed by an earlier run, found so and checked)" : "") +
+    `: ${report.put} blocks put (${report.zeros} zeros), ${report.unchanged} unchanged from ${parent}, ` +
+    `${report.resumed} resumed; ${mib(report.bytesPut)} of an image of ${mib(report.imageBytes)} in ` +
+    `${report.seconds} s; read back: ${verified.read} of ${verified.listed} blocks` +
+    (report.abandoned.length > 0 ? `; abandoned: ${report.abandoned.join(", ")}` : "") +
+    "\n"
+  );
 }
 
 export function snapshotCommand(): Command {
@@ -92,8 +133,9 @@ export function snapshotCommand(): Command {
       )
       .option(
         "--parent-snapshot <id>",
-        "the previous generation's snapshot when its manifest is lost: its blocks are listed and the checksums of " +
-          "those the image holds too read back from EBS (each such block is downloaded once)",
+        "the previous generation's snapshot (snap-…): with --parent naming it, its manifest's hashes are used; alone " +
+          "(its manifest lost), its blocks are listed and those the image holds too read back from EBS to hash " +
+          "them (each such block downloaded once)",
       )
       .requiredOption("--pool <name>", "the pool (tag ebs-cache:pool)", poolNameOption)
       .requiredOption("--image-set <name>", "the image set's name (tag ebs-cache:image-set)")
@@ -113,34 +155,60 @@ export function snapshotCommand(): Command {
         "an operator's tag on the snapshot (repeatable; not ebs-cache:*, not aws:*)",
         tagOption,
       )
-      .option("--encrypted", "encrypt the snapshot (with --kms-key-arn, that key; else the account's default EBS key)")
-      .option("--kms-key-arn <arn>", "the KMS key that encrypts the snapshot (implies --encrypted)")
+      .option(
+        "--encrypted",
+        "encrypt the snapshot (with --kms-key-arn, that key; else the account's default EBS key); not with a parent, " +
+          "whose encryption the snapshot takes",
+      )
+      .option(
+        "--kms-key-arn <arn>",
+        "the KMS key's ARN that encrypts the snapshot (implies --encrypted; not with a parent)",
+      )
       .option("--concurrency <n>", "blocks put at once", positive, 16)
       .option(
         "--size-gib <n>",
-        "the snapshot's size (default: the image's, rounded up; at least the parent's)",
+        "the snapshot's size, 1-65536 (default: the image's, rounded up; at least the parent's); never less than the " +
+          "image's or the parent's",
         positive,
       )
       .option(
         "--timeout-minutes <n>",
-        "EBS fails a pending snapshot after this long without a put (StartSnapshot's Timeout)",
+        "EBS fails a pending snapshot after this long without a put (StartSnapshot's Timeout, 10-4320)",
         positive,
         60,
       )
       .option("--region <region>", "AWS region (default $AWS_REGION)")
-      .option("--endpoint <url>", "the EBS direct endpoint (a VPC endpoint, or the lab's emulator)")
+      .option("--endpoint <url>", "the EBS direct endpoint (a VPC endpoint, or the lab's emulator)", endpointOption)
+      .option(
+        "--ec2-endpoint <url>",
+        "the EC2 endpoint (a VPC endpoint, or the lab's emulator): the snapshot's ebs-cache:unverified tag removed " +
+          "once it is read back, a snapshot found wrong deleted",
+        endpointOption,
+      )
+      .option(
+        "--verify",
+        "read every block back before the manifest says completed (default: a sample of 32, and that every block " +
+          "holding data is listed)",
+      )
       .option("--json", "print the report as JSON")
       .addHelpText(
         "after",
         "\nCredentials: the AWS SDK's default chain (environment, profile, SSO, an instance role); the build role's " +
           "policy is iam/ebs-cache-snapshot-builder-policy.json." +
-          "\nExit codes: 0 completed, 1 EBS refused or failed, or stopped (SIGTERM, SIGINT: run it again, it " +
-          "resumes), 2 usage (a bad tag or manifest too: nothing uploaded), 3 no region.",
+          "\nThe snapshot is tagged ebs-cache:unverified from its start: no keeper, boot or refresh takes it until " +
+          "the upload has read it back and removed the tag. One found not to hold the image is deleted; its " +
+          "manifest says rejected, and the same command run again uploads anew." +
+          "\nExit codes: 0 completed and read back, 1 EBS or EC2 refused or failed, the snapshot read back is not " +
+          "the image, or stopped (SIGTERM, SIGINT: run it again, it resumes; docs/snapshot.md's error table says " +
+          "which failures a rerun resumes), 2 usage (a bad option, tag, manifest or image: nothing uploaded), 3 no " +
+          "region.",
       )
       .action(async (opts: UploadOptions) => {
         const log = createLogger();
         const region = opts.region ?? process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION;
         if (!region) throw new ConfigError(["no region: give --region or set AWS_REGION"]);
+        if (!/^[a-z]{2}(-[a-z]+)+-\d+$/.test(region))
+          throw new ConfigError([`region ${JSON.stringify(region)} is not an AWS region (us-east-1)`]);
         const tags = generationTags({
           pool: opts.pool,
           imageSet: opts.imageSet,
@@ -159,12 +227,15 @@ export function snapshotCommand(): Command {
           return;
         }
         const client = ebsClient({ region, ...(opts.endpoint ? { endpoint: opts.endpoint } : {}) });
+        const ec2 = builderEc2Client({ region, ...(opts.ec2Endpoint ? { endpoint: opts.ec2Endpoint } : {}) });
         try {
           const report = await runSnapshotUpload(
             {
               writer: snapshotBlockWriter(client),
               reader: snapshotBlockReader(client),
-              scanImage,
+              snapshots: uploadedSnapshots(ec2),
+              inspectImage: (image) => inspectPoolImage(image, { log }),
+              scanImage: (image, blockSize) => scanImage(image, blockSize, { log }),
               readBlock: readImageBlock,
               readManifestJson,
               writeManifestJson,
@@ -174,9 +245,9 @@ export function snapshotCommand(): Command {
               signal: stopSignal(log),
             },
             {
-              image: opts.image,
-              manifest: opts.manifest,
-              ...(opts.parent ? { parentManifest: opts.parent } : {}),
+              image: resolve(opts.image),
+              manifest: resolve(opts.manifest),
+              ...(opts.parent ? { parentManifest: resolve(opts.parent) } : {}),
               ...(opts.parentSnapshot ? { parentSnapshotId: opts.parentSnapshot } : {}),
               tags: tags.tags,
               description: `ebs-cache golden snapshot: pool ${opts.pool}, image set ${opts.imageSet}`,
@@ -185,19 +256,13 @@ export function snapshotCommand(): Command {
               concurrency: opts.concurrency,
               ...(opts.sizeGib ? { volumeSizeGiB: opts.sizeGib } : {}),
               timeoutMinutes: opts.timeoutMinutes,
+              verifyAll: Boolean(opts.verify),
             },
           );
-          process.stdout.write(
-            opts.json
-              ? JSON.stringify(report, null, 2) + "\n"
-              : `${report.snapshotId} ${report.status}: ${report.put} blocks put (${report.zeros} zeros), ` +
-                  `${report.unchanged} unchanged from ${report.parentSnapshotId ?? "no parent"}, ${report.resumed} ` +
-                  `resumed; ` +
-                  `${(report.bytesPut / 2 ** 20).toFixed(1)} MiB of an image of ` +
-                  `${(report.imageBytes / 2 ** 20).toFixed(1)} MiB in ${report.seconds} s\n`,
-          );
+          process.stdout.write(opts.json ? JSON.stringify(report, null, 2) + "\n" : uploadSummary(report));
         } finally {
           client.destroy();
+          ec2.destroy();
         }
       }),
   );

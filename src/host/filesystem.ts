@@ -130,13 +130,33 @@ export async function probeDevice(
   device: string,
   options: FilesystemOptions & { start?: Promise<Buffer> } = {},
 ): Promise<DeviceContents> {
-  const { log } = options;
   assertDevicePath(device);
+  return probeSignatures(device, options.start ?? readDeviceStart(device), options);
+}
+
+/**
+ * probeDevice's probe of a disk image file (`snapshot upload`'s image: a regular file, never a
+ * device), with its first MiB as the caller read it.
+ */
+export async function probeImageFile(
+  image: string,
+  start: Promise<Buffer>,
+  options: FilesystemOptions = {},
+): Promise<DeviceContents> {
+  return probeSignatures(image, start, options);
+}
+
+async function probeSignatures(
+  device: string,
+  startRead: Promise<Buffer>,
+  options: FilesystemOptions,
+): Promise<DeviceContents> {
+  const { log } = options;
   // Three reads of the device, none of them writing: at once. Each is waited for, and judged in
   // this order, so that a failure reads as it did one after the other (and no probe outlives
   // the answer).
   const [start, blkidRun, wipefsRun] = await Promise.allSettled([
-    options.start ?? readDeviceStart(device),
+    startRead,
     run("blkid", ["-p", "-o", "export", device], { log, check: false }),
     run("wipefs", ["-n", "-J", device], { log, check: false }),
   ]);

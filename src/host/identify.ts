@@ -201,7 +201,16 @@ export function parseXfsSuperblock(start: Buffer): XfsSuperblock | undefined {
 /** Reads an XFS filesystem's features and root directory without writing (`xfs_db -r`). */
 export async function readXfsLayout(device: string, options: { log?: Logger } = {}): Promise<XfsLayout> {
   assertDevicePath(device);
-  const result = await run("xfs_db", ["-r", "-c", "version", "-c", "ls /", device], {
+  return xfsDbLayout(device, [], options);
+}
+
+/** readXfsLayout of the file system in a disk image file (`xfs_db -f`: `snapshot upload`'s image). */
+export async function readXfsImageLayout(image: string, options: { log?: Logger } = {}): Promise<XfsLayout> {
+  return xfsDbLayout(image, ["-f"], options);
+}
+
+async function xfsDbLayout(device: string, flags: string[], options: { log?: Logger }): Promise<XfsLayout> {
+  const result = await run("xfs_db", ["-r", ...flags, "-c", "version", "-c", "ls /", device], {
     log: options.log,
     check: false,
     timeoutMs: XFS_DB_TIMEOUT_MS,

@@ -6,11 +6,12 @@ import {
   currentSnapshot,
   generationName,
   isSuperseded,
+  isUsableSnapshot,
   snapshotGeneration,
   volumeGeneration,
 } from "../../src/agent/volume-rules.ts";
 import type { SnapshotInfo } from "../../src/agent/ports.ts";
-import { VolumeTag } from "../../src/tags.ts";
+import { SnapshotTag, VolumeTag } from "../../src/tags.ts";
 
 const snap = (id: string, tags: Record<string, string>, over: Partial<SnapshotInfo> = {}): SnapshotInfo => ({
   snapshotId: id,
@@ -136,3 +137,28 @@ t.test(
     t.equal(currentSnapshot(snapshots, "no-such-set"), undefined);
   },
 );
+
+t.test("a snapshot marked unverified is never current; one without the marker (made before it) still is", async (t) => {
+  const built = (day: string) => ({ [VolumeTag.imageSet]: "set", [VolumeTag.builtAt]: `2026-12-${day}T00:00:00Z` });
+  // Made before the marker existed (Packer's flow, an older upload): no tag, usable as always.
+  const old = snap("snap-old", built("01"), { startTime: new Date("2026-12-01T01:00:00Z") });
+  // An upload completed in EBS whose read-back failed, or has not run yet (a kill in between).
+  const unread = snap("snap-unread", { ...built("02"), [SnapshotTag.unverified]: "true" });
+  t.ok(isUsableSnapshot(old), "no marker: usable");
+  t.notOk(isUsableSnapshot(unread), "completed, but marked: not usable");
+  t.notOk(
+    isUsableSnapshot({ ...unread, tags: { ...unread.tags, [SnapshotTag.unverified]: "" } }),
+    "whatever its value",
+  );
+  t.notOk(isUsableSnapshot({ ...old, state: "pending" }), "pending: not usable");
+  t.equal(currentSnapshot([old, unread])?.snapshotId, "snap-old", "the newer generation is passed over while marked");
+  t.equal(currentSnapshot([old, unread], "set")?.snapshotId, "snap-old", "… with the image set configured too");
+  t.same(currentGeneration([old, unread])?.builtAt, new Date("2026-12-01T00:00:00Z"), "the current generation, too");
+  t.equal(currentSnapshot([unread]), undefined, "a pool whose only snapshot is marked has none");
+  const { [SnapshotTag.unverified]: _removed, ...verified } = unread.tags;
+  t.equal(
+    currentSnapshot([old, { ...unread, tags: verified }])?.snapshotId,
+    "snap-unread",
+    "once the upload read it back and removed the marker: current",
+  );
+});

@@ -6,13 +6,16 @@
 import t from "tap";
 import {
   CreateSnapshotCommand,
+  CreateTagsCommand,
   CreateVolumeCommand,
+  DeleteTagsCommand,
   DescribeSnapshotsCommand,
   DescribeVolumesCommand,
   EC2ServiceException,
   type EC2Client,
 } from "@aws-sdk/client-ec2";
 import type { CloudVolumes } from "../../src/agent/ports.ts";
+import { currentSnapshot } from "../../src/agent/volume-rules.ts";
 import {
   CREATE_POLL,
   createCloudVolumes,
@@ -27,7 +30,7 @@ import { AgentError } from "../../src/errors.ts";
 import { run } from "../../src/exec.ts";
 import { LAB_CREDENTIALS, startLab, type Lab, type LabHost } from "../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../src/log.ts";
-import { VolumeTag } from "../../src/tags.ts";
+import { SnapshotTag, VolumeTag } from "../../src/tags.ts";
 import { assertLabPrerequisites, pollUntil } from "../fixtures/lab-prereq.ts";
 
 await assertLabPrerequisites();
@@ -188,7 +191,7 @@ t.test("describeVolume: undefined for a volume that does not exist", async (t) =
   t.equal(await volumes.describeVolume("vol-0123456789abcdef0"), undefined);
 });
 
-t.test("newestSnapshot picks the newest completed snapshot carrying the tags", async (t) => {
+t.test("findSnapshots lists every snapshot carrying the tags; the current one is chosen from them", async (t) => {
   const tags = poolTags();
   const [source] = await makeVolumes(1, zoneA, {});
   const snapshotIds: string[] = [];
@@ -210,22 +213,41 @@ t.test("newestSnapshot picks the newest completed snapshot carrying the tags", a
     );
   }
   const { volumes, sends } = cloud();
-  const newest = await volumes.newestSnapshot(tags);
-  t.equal(newest?.snapshotId, snapshotIds[2], "the latest of the three");
-  t.match(newest, { state: "completed", volumeSizeGiB: 1, tags });
-  t.equal(sends.DescribeSnapshotsCommand, 1);
+  const listed = await volumes.findSnapshots(tags);
+  t.equal(sends.DescribeSnapshotsCommand, 1, "one DescribeSnapshots");
+  t.equal(currentSnapshot(listed)?.snapshotId, snapshotIds[2], "the latest of the three (no built-at: start time)");
+  t.match(
+    listed.find((s) => s.snapshotId === snapshotIds[2]),
+    { state: "completed", volumeSizeGiB: 1, tags },
+  );
 
   // Order by StartTime, not by listing order: make the first one the newest, then broken.
   const model = lab.ec2.snapshotState();
   model.snapshots[snapshotIds[0]!]!.startTime = new Date(Date.now() + 3600_000).toISOString();
   lab.ec2.replaceState(model);
-  t.equal((await volumes.newestSnapshot(tags))?.snapshotId, snapshotIds[0], "the greatest StartTime wins");
+  t.equal(
+    currentSnapshot(await volumes.findSnapshots(tags))?.snapshotId,
+    snapshotIds[0],
+    "the greatest StartTime wins",
+  );
   const broken = lab.ec2.snapshotState();
   broken.snapshots[snapshotIds[0]!]!.state = "error";
   lab.ec2.replaceState(broken);
-  t.equal((await volumes.newestSnapshot(tags))?.snapshotId, snapshotIds[2], "only completed snapshots count");
-  t.equal(await volumes.newestSnapshot({ [VolumeTag.pool]: "no-such-pool" }), undefined);
+  t.equal(
+    currentSnapshot(await volumes.findSnapshots(tags))?.snapshotId,
+    snapshotIds[2],
+    "only completed snapshots count",
+  );
+  // An upload's snapshot not yet read back carries ebs-cache:unverified: listed, never current.
+  await setup.send(
+    new CreateTagsCommand({ Resources: [snapshotIds[2]!], Tags: [{ Key: SnapshotTag.unverified, Value: "true" }] }),
+  );
+  const marked = await volumes.findSnapshots(tags);
+  t.match(marked.find((s) => s.snapshotId === snapshotIds[2])?.tags, { [SnapshotTag.unverified]: "true" });
+  t.equal(currentSnapshot(marked)?.snapshotId, snapshotIds[1], "a snapshot marked unverified is passed over");
+  await setup.send(new DeleteTagsCommand({ Resources: [snapshotIds[2]!], Tags: [{ Key: SnapshotTag.unverified }] }));
   const all = await volumes.findSnapshots(tags);
+  t.equal(currentSnapshot(all)?.snapshotId, snapshotIds[2], "… and current again once the marker is removed");
   t.same(
     all.map((s) => s.snapshotId).sort(),
     snapshotIds.slice(0, 3).sort(),

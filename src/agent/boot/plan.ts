@@ -97,7 +97,7 @@ export interface BootObservation {
   workspace: VolumeInfo[];
   /** Available pool volumes of the pool, in this zone and image set (one bounded page). */
   pool: VolumeInfo[];
-  /** The pool's newest completed snapshot, looked up only when the selection may need it. */
+  /** The pool's current snapshot (currentSnapshot), looked up only when the selection may need it. */
   snapshot?: SnapshotInfo;
   /**
    * The image store this host's dockerd is configured with (daemon.json) and its version: a

@@ -79,7 +79,7 @@ export interface KeeperObservation {
   /** Every volume tagged as this pool's (`managed`, kind `pool`, `pool`), all zones, all states. */
   volumes: VolumeInfo[];
   /**
-   * The snapshot of the pool's current generation (currentSnapshot: the newest completed one by
+   * The snapshot of the pool's current generation (currentSnapshot: the newest usable one by
    * built-at, with the image set when configured): new volumes come from it, and volumes of an
    * older generation are no stock.
    */

@@ -4,13 +4,14 @@
  * target where the keeper stocks the zone. Pure: volumes and snapshots in, a serializable report
  * out (`pool --json`, schema/pool.schema.json).
  */
-import { VolumeKind, VolumeTag } from "../../tags.ts";
+import { SnapshotTag, VolumeKind, VolumeTag } from "../../tags.ts";
 import {
   compareGenerations,
   currentGeneration,
   generationName,
   isQuarantined,
   isSuperseded,
+  snapshotGeneration,
   volumeGeneration,
   type Generation,
 } from "../volume-rules.ts";
@@ -139,7 +140,17 @@ export interface PoolSummary {
   pool: string;
   currentGeneration: { generation: string; imageSet: string | null; builtAt: string | null } | null;
   zones: ZoneSummary[];
-  snapshots: { completed: number; gib: number; monthlyUsd: number };
+  snapshots: {
+    completed: number;
+    gib: number;
+    monthlyUsd: number;
+    /**
+     * The pool's snapshots tagged `ebs-cache:unverified`, oldest first: an upload that has not read
+     * them back yet (running, or killed before its check) or found them wrong. None is ever the
+     * current generation (isUsableSnapshot); each still costs what a snapshot costs.
+     */
+    unverified: UnverifiedSnapshot[];
+  };
   /** The keeper's pool-wide caps beside what the pool holds, for each pool the keeper stocks. */
   keeper: {
     /** The size of the pool's volumes the keeper makes (config `instanceTypePools`); null: the snapshot's. */
@@ -157,6 +168,15 @@ export interface PoolSummary {
   volumesMonthlyUsd: number;
   snapshotsMonthlyUsd: number;
   monthlyUsd: number;
+}
+
+/** A snapshot the pool has that is not verified (`ebs-cache:unverified`): never its current generation. */
+export interface UnverifiedSnapshot {
+  snapshotId: string;
+  /** EC2's state: `pending` while its upload puts blocks, `completed` once it completed it. */
+  state: SnapshotInfo["state"];
+  /** The generation it would carry once verified (generationName). */
+  generation: string;
 }
 
 /** A volume's row, with what it is worth knowing about its generation and cost. */
@@ -225,8 +245,8 @@ function rounded<T extends Tally>(tally: T): T {
 }
 
 /**
- * A pool's current generation: that of its newest completed pool snapshot (of the configured image set, for the
- * configured pool and each pool the keeper stocks, as the keeper and the boot choose).
+ * A pool's current generation: that of its current pool snapshot (currentSnapshot: the newest usable one; of the
+ * configured image set, for the configured pool and each pool the keeper stocks, as the keeper and the boot choose).
  */
 function currentOf(
   pool: string,
@@ -305,6 +325,11 @@ function summarizePool(
   const completed = snapshots.filter((s) => s.state === "completed");
   const volumesUsd = sum(assessed, (a) => a.monthlyUsd);
   const snapshotsUsd = sum(completed, (s) => snapshotMonthlyCost(s, prices));
+  const byStart = (s: SnapshotInfo) => s.startTime?.getTime() ?? -Infinity;
+  const unverified = snapshots
+    .filter((s) => Object.hasOwn(s.tags, SnapshotTag.unverified))
+    .sort((a, b) => byStart(a) - byStart(b) || a.snapshotId.localeCompare(b.snapshotId))
+    .map((s) => ({ snapshotId: s.snapshotId, state: s.state, generation: generationName(snapshotGeneration(s)) }));
   // What the keeper's caps count: the pool's volumes of kind pool, every state.
   const poolKind = assessed.filter((a) => a.kind === VolumeKind.pool);
   return {
@@ -317,6 +342,7 @@ function summarizePool(
       completed: completed.length,
       gib: sum(completed, (s) => s.volumeSizeGiB),
       monthlyUsd: usd(snapshotsUsd),
+      unverified,
     },
     keeper: keeper
       ? { ...keeper, zones: [...keeper.zones], volumes: poolKind.length, gib: sum(poolKind, (a) => a.volume.sizeGiB) }

@@ -45,6 +45,12 @@ export function renderPoolSummary(summary: PoolSummary): string[] {
       (`(${summary.snapshots.gib} GiB at most) USD ${formatUsd(summary.snapshotsMonthlyUsd)}/month = USD ` +
         `${formatUsd(summary.monthlyUsd)}/month`),
   ];
+  for (const u of summary.snapshots.unverified)
+    lines.push(
+      `  unverified snapshot ${u.snapshotId} (${u.state}, generation ${u.generation}): never current until its ` +
+        "upload reads it back (running, killed before its check, or found wrong: the upload's rerun checks it or " +
+        "deletes it)",
+    );
   const cells: string[][] = [];
   for (const z of summary.zones) {
     for (const g of z.generations)

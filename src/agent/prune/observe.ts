@@ -5,7 +5,14 @@
  */
 import { describeError } from "../../errors.ts";
 import { VolumeKind, VolumeTag } from "../../tags.ts";
-import { currentGeneration, generationName, imagesOf, poolSelector, snapshotGeneration } from "../volume-rules.ts";
+import {
+  currentGeneration,
+  generationName,
+  imagesOf,
+  isUsableSnapshot,
+  poolSelector,
+  snapshotGeneration,
+} from "../volume-rules.ts";
 import type { SnapshotInfo } from "../ports.ts";
 import type { PruneObservation } from "./plan.ts";
 import type { LastBoot, PrewarmActivity, PruneDeps } from "./deps.ts";
@@ -31,7 +38,7 @@ export function prewarmReads(prewarm: PrewarmActivity | undefined): boolean {
   );
 }
 
-/** The current generation's images: the pool's newest completed snapshot's list, else the volume's own. */
+/** The current generation's images: the pool's current snapshot's list (currentSnapshot), else the volume's own. */
 export function currentImages(
   tags: Readonly<Record<string, string>>,
   snapshots: readonly SnapshotInfo[] | undefined,
@@ -43,8 +50,7 @@ export function currentImages(
     name === undefined
       ? undefined
       : snapshots?.find(
-          (s) =>
-            s.state === "completed" && generationName(snapshotGeneration(s)) === name && imagesOf(s.tags).length > 0,
+          (s) => isUsableSnapshot(s) && generationName(snapshotGeneration(s)) === name && imagesOf(s.tags).length > 0,
         );
   if (snapshot) return { images: imagesOf(snapshot.tags), source: "snapshot", generation: name! };
   const own = imagesOf(tags);

@@ -14,6 +14,7 @@ import {
   currentGeneration,
   generationName,
   imagesOf,
+  isUsableSnapshot,
   snapshotGeneration,
   volumeGeneration,
   type Generation,
@@ -137,13 +138,13 @@ export function planRefresh(settings: RefreshSettings, observed: RefreshObservat
   };
 }
 
-/** The completed snapshot that carries the current generation. */
+/** The usable snapshot (completed, not marked unverified) that carries the current generation. */
 function snapshotOf(
   snapshots: RefreshObservation["snapshots"],
   current: Generation,
 ): RefreshObservation["snapshots"][number] | undefined {
   const name = generationName(current);
-  return snapshots.find((s) => s.state === "completed" && generationName(snapshotGeneration(s)) === name);
+  return snapshots.find((s) => isUsableSnapshot(s) && generationName(snapshotGeneration(s)) === name);
 }
 
 /**

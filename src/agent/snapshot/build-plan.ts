@@ -54,6 +54,7 @@ export type BuildStep =
   | { step: "record-reads"; image: string }
   | { step: "stop-dockerd" }
   | { step: "strip-machine-local-state"; dataRoot: string; imageStore: BuildRequest["imageStore"] }
+  | { step: "record-image-set"; images: string[]; imageStore: BuildRequest["imageStore"] }
   | { step: "unmount"; mountPoint: string }
   | { step: "identify" }
   | { step: "detach-loop" };
@@ -115,6 +116,8 @@ export function planBuild(request: BuildRequest): { steps: BuildStep[] } | { pro
   if (request.recordReads) for (const image of request.images) steps.push({ step: "record-reads", image });
   steps.push({ step: "stop-dockerd" });
   steps.push({ step: "strip-machine-local-state", dataRoot, imageStore: request.imageStore });
+  // Last before the unmount: what `snapshot upload` checks its tags against (a copy's is the parent's until now).
+  steps.push({ step: "record-image-set", images: [...request.images], imageStore: request.imageStore });
   steps.push({ step: "unmount", mountPoint });
   steps.push({ step: "identify" });
   if ("image" in target) steps.push({ step: "detach-loop" });

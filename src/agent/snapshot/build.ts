@@ -9,6 +9,7 @@ import type { ImageStore } from "../../docker/engine.ts";
 import { AgentError, ExitCode, describeError, stopSignalName } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { buildPaths, describeStep, type BuildRequest, type BuildStep } from "./build-plan.ts";
+import { imageSetRecordText } from "./image-set-record.ts";
 
 /** The build's dockerd, as the steps use it. */
 export interface BuildDocker {
@@ -57,6 +58,8 @@ export interface VolumeBuildDeps {
    * the containerd store, from containerd's root beside it).
    */
   stripMachineLocalState(dataRoot: string, imageStore: ImageStore): Promise<string[]>;
+  /** Writes the image set record (its text: image-set-record.ts) onto the volume mounted at `mountPoint`. */
+  writeImageSetRecord(mountPoint: string, text: string): Promise<void>;
   /** The agent's own identification of the device (throws when it would refuse it). */
   identify(device: string): Promise<void>;
   log: Logger;
@@ -184,6 +187,11 @@ export async function runVolumeBuild(
       case "strip-machine-local-state":
         report.stripped = (await deps.stripMachineLocalState(step.dataRoot, step.imageStore)).length;
         return;
+      case "record-image-set":
+        return deps.writeImageSetRecord(
+          mountPoint,
+          imageSetRecordText({ images: step.images, imageStore: step.imageStore, engineVersion: report.engineVersion }),
+        );
       case "unmount":
         await deps.unmount(step.mountPoint);
         done("mount");

@@ -1,11 +1,12 @@
 /**
  * The build's manifest: a local JSON file naming the snapshot an upload writes and the blocks
- * put to it so far (a killed upload resumes from it), and once completed, every block the image
- * holds (the next generation's upload reads it as its parent's content and puts only what
- * differs). Pure: reading and writing the file is src/host/snapshot-manifest.ts.
+ * put to it so far (a killed upload resumes from it), and once completed (read back and found to
+ * hold the image), every block the image holds (the next generation's upload reads it as its
+ * parent's content and puts only what differs). Pure: reading and writing the file is
+ * src/host/snapshot-manifest.ts.
  */
 import { AgentError, ExitCode } from "../../errors.ts";
-import type { BlockHashes } from "./plan.ts";
+import { EBS_BLOCK_BYTES, blocksOfVolume, type BlockHashes } from "./plan.ts";
 
 export const MANIFEST_FORMAT = "ebs-cache-agent/snapshot-manifest@1";
 
@@ -16,7 +17,13 @@ export interface SnapshotManifest {
   parentSnapshotId?: string;
   /** StartSnapshot's ClientToken: a StartSnapshot repeated after a kill returns the same snapshot. */
   clientToken: string;
-  status: "uploading" | "completed";
+  /**
+   * uploading: blocks are being put; completing: CompleteSnapshot was accepted, the read-back check
+   * is what is left; completed: the snapshot was read back and holds the image (a parent for the next);
+   * rejected: it was read back and does not hold the image (deleted, or left tagged unverified): the
+   * same command run again uploads anew, never asking its ClientToken again.
+   */
+  status: "uploading" | "completing" | "completed" | "rejected";
   volumeSizeGiB: number;
   blockSize: number;
   /** The image's size in bytes and its blocks holding data: index → base64 SHA-256. */
@@ -25,6 +32,8 @@ export interface SnapshotManifest {
   /** Blocks put to this snapshot, index → the hash put (zeros included). */
   written: Record<string, string>;
   tags: Record<string, string>;
+  /** The read-back check of a completed manifest: blocks EBS listed, and how many were read back and compared. */
+  verified?: { listed: number; read: number; all: boolean };
 }
 
 /** A manifest that cannot be read as one: nothing is uploaded. */
@@ -71,12 +80,23 @@ export function parseManifest(path: string, json: unknown): SnapshotManifest {
     problems.push("parentSnapshotId is not snap-…");
   if (typeof m.clientToken !== "string" || m.clientToken.length === 0 || m.clientToken.length > 64)
     problems.push("clientToken is not a token");
-  if (m.status !== "uploading" && m.status !== "completed") problems.push("status is neither uploading nor completed");
+  if (!["uploading", "completing", "completed", "rejected"].includes(m.status as string))
+    problems.push("status is none of uploading, completing, completed, rejected");
   for (const key of ["volumeSizeGiB", "blockSize", "imageBytes"] as const) {
     if (!Number.isSafeInteger(m[key]) || (m[key] as number) <= 0) problems.push(`${key} is not a positive integer`);
   }
   const blocks = hashes(m.blocks, "blocks", problems);
   const written = hashes(m.written, "written", problems);
+  // The counts must fit the volume the manifest names: its blocks, 512 KiB each.
+  if (m.blockSize !== undefined && m.blockSize !== EBS_BLOCK_BYTES)
+    problems.push(`blockSize is not ${EBS_BLOCK_BYTES}`);
+  if (Number.isSafeInteger(m.volumeSizeGiB) && (m.volumeSizeGiB as number) > 0) {
+    const volumeBlocks = blocksOfVolume(m.volumeSizeGiB as number);
+    const outside = [...Object.keys(blocks), ...Object.keys(written)].find((k) => Number(k) >= volumeBlocks);
+    if (outside !== undefined) problems.push(`block ${outside} is outside a volume of ${String(m.volumeSizeGiB)} GiB`);
+    if (Number.isSafeInteger(m.imageBytes) && (m.imageBytes as number) > volumeBlocks * EBS_BLOCK_BYTES)
+      problems.push(`imageBytes is more than a volume of ${String(m.volumeSizeGiB)} GiB holds`);
+  }
   const tags = m.tags;
   if (typeof tags !== "object" || tags === null || Object.values(tags).some((v) => typeof v !== "string"))
     problems.push("tags is not an object of strings");

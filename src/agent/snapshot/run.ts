@@ -1,39 +1,39 @@
 /**
  * `snapshot upload`: a disk image (the image set built into a sparse XFS image) becomes an EBS
- * snapshot through the EBS direct APIs, with no instance and no volume: observe (the parent
- * build's manifest, this build's manifest if a killed run left one, the image's blocks) →
- * plan (src/agent/snapshot/plan.ts) → start or resume the snapshot → put the planned blocks,
- * several at once → complete. The manifest is rewritten as blocks land, so a kill at any point
- * resumes where it stopped; once completed it is the next generation's parent.
+ * snapshot through the EBS direct APIs, with no instance and no volume: check what is asked and
+ * the image (a pool image of the image set the tags name: before any call) → observe (the parent
+ * build's manifest, this build's manifest if a killed run left one, the image's blocks) → start
+ * the snapshot, tagged `ebs-cache:unverified`, or find what the manifest's ClientToken gives back
+ * (pending: resume; completed: check it and record it; in error, or not holding the image: reject
+ * it, delete it and start a fresh one) → plan (src/agent/snapshot/plan.ts) → put the planned
+ * blocks, several at once → complete → read back (verify.ts) → the tag removed (only now may the
+ * snapshot be a pool's current generation) → the manifest says completed. The manifest is
+ * rewritten as blocks land, so a kill at any point resumes where it stopped; once completed it is
+ * the next generation's parent. A snapshot the read-back finds wrong is never untagged: the
+ * manifest says `rejected`, it is deleted, and the rerun starts a new one.
  */
 import { randomUUID } from "node:crypto";
+import { EbsAnswerError } from "../../aws/ebs-errors.ts";
 import { AgentError, ExitCode } from "../../errors.ts";
-import { MANIFEST_FORMAT, ManifestError, parseManifest, toMap, toRecord, type SnapshotManifest } from "./manifest.ts";
-import { EBS_BLOCK_BYTES, linearAggregate, planSnapshotUpload, type BlockHashes } from "./plan.ts";
+import { SnapshotTag } from "../../tags.ts";
 import type { SnapshotUploadDeps } from "./deps.ts";
+import { imageSetMismatch, parseImageSetRecord } from "./image-set-record.ts";
+import { MANIFEST_FORMAT, ManifestError, parseManifest, toMap, toRecord, type SnapshotManifest } from "./manifest.ts";
+import { readParentBlocks, type ParentRead } from "./parent.ts";
+import {
+  EBS_BLOCK_BYTES,
+  blocksOfVolume,
+  checkWritten,
+  linearAggregate,
+  planSnapshotUpload,
+  type BlockHashes,
+} from "./plan.ts";
+import { checkUploadSettings, type SnapshotUploadSettings } from "./settings.ts";
+import { SnapshotUploadError, stopIfAborted } from "./stop.ts";
+import { SnapshotVerifyError, verifySnapshot, waitUntilReadable, type Disposal, type VerifyReport } from "./verify.ts";
 
-export interface SnapshotUploadSettings {
-  image: string;
-  manifest: string;
-  /** The previous generation's completed manifest: its snapshot becomes the parent. */
-  parentManifest?: string;
-  /**
-   * The previous generation's snapshot, its manifest not at hand: which blocks it holds comes from
-   * ListSnapshotBlocks, and the SHA-256 of those the image holds too from GetSnapshotBlock (each
-   * such block is read once: the price of not keeping the manifest).
-   */
-  parentSnapshotId?: string;
-  tags: Record<string, string>;
-  description: string;
-  encrypted: boolean;
-  kmsKeyArn?: string;
-  /** Puts in flight at once. */
-  concurrency: number;
-  /** The snapshot's size; default the image's, rounded up to GiB (at least the parent's). */
-  volumeSizeGiB?: number;
-  /** Minutes EBS keeps a pending snapshot without a put before it fails it (StartSnapshot's Timeout). */
-  timeoutMinutes: number;
-}
+export type { SnapshotUploadSettings } from "./settings.ts";
+export { SnapshotUploadError } from "./stop.ts";
 
 export interface SnapshotUploadReport {
   snapshotId: string;
@@ -50,32 +50,25 @@ export interface SnapshotUploadReport {
   unchanged: number;
   resumed: number;
   bytesPut: number;
+  /** Where the parent's block hashes came from: its manifest, or EBS (each shared block downloaded). */
+  parentHashes?: "manifest" | "read back";
+  /** Bytes downloaded to learn the parent's hashes (none with its manifest). */
+  parentBytesRead?: number;
+  /** The read-back check before the manifest said completed. */
+  verified: VerifyReport;
+  /** The snapshot an earlier run completed, found so on this run, checked and recorded (nothing put). */
+  reconciled: boolean;
+  /**
+   * Snapshots of earlier runs this one abandoned (in error, completed without the image, or rejected by an earlier
+   * read-back), each deleted if it could be (logged `snapshot.discarded`, else `snapshot.kept`).
+   */
+  abandoned: string[];
   seconds: number;
 }
 
-/** An upload that cannot go on as asked: nothing more is put. */
-export class SnapshotUploadError extends AgentError {
-  constructor(message: string, remediation: string, exitCode: number = ExitCode.usage) {
-    super(message, remediation, exitCode);
-  }
-}
-
 const GiB = 1024 ** 3;
-
-/**
- * Stops between blocks once the signal (SIGTERM, Ctrl-C's SIGINT) is aborted: an error of its own
- * (exit 1, the manifest keeps what was put, the rerun resumes), not the abort's reason, which the
- * CLI would take for a bug.
- */
-function stopIfAborted(signal: AbortSignal | undefined): void {
-  if (!signal?.aborted) return;
-  const why = signal.reason instanceof Error ? signal.reason.message : String(signal.reason);
-  throw new SnapshotUploadError(
-    `the upload was stopped (${why}); the manifest keeps the blocks put so far`,
-    "run the same command again: it resumes from the manifest",
-    ExitCode.failure,
-  );
-}
+/** How long a snapshot CompleteSnapshot left `pending` may take to become readable, by default. */
+const READABLE_WAIT_MINUTES = 60;
 
 /** The manifest at `path` checked, or undefined when there is none. */
 async function readManifest(deps: SnapshotUploadDeps, path: string): Promise<SnapshotManifest | undefined> {
@@ -88,22 +81,74 @@ async function readManifest(deps: SnapshotUploadDeps, path: string): Promise<Sna
   return json === undefined ? undefined : parseManifest(path, json);
 }
 
+/** Writes the manifest; a failure (a full disk, a folder gone) is the upload's, typed. */
+async function writeManifest(deps: SnapshotUploadDeps, path: string, manifest: SnapshotManifest): Promise<void> {
+  try {
+    await deps.writeManifestJson(path, manifest);
+  } catch (error) {
+    throw new SnapshotUploadError(
+      `the manifest ${path} cannot be written: ${(error as Error).message}`,
+      "make its folder writable with room to spare, then run the same command again: it resumes from the " +
+        "manifest as last written (blocks put since are put again)",
+      ExitCode.failure,
+    );
+  }
+}
+
+/** The image is a pool image of the image set the tags name, or nothing is asked of EBS. */
+async function checkImage(deps: SnapshotUploadDeps, settings: SnapshotUploadSettings) {
+  const image = await deps.inspectImage(settings.image);
+  const record =
+    image.imageSetRecord === undefined
+      ? { problem: "is missing (.ebs-cache-agent/image-set.json)" }
+      : parseImageSetRecord(image.imageSetRecord);
+  if ("problem" in record)
+    throw new SnapshotUploadError(
+      `${settings.image} is not an image \`snapshot build\` made: the record of its image set ${record.problem}`,
+      "upload an image `snapshot build` made (it records the image set it built on the image); nothing was uploaded",
+    );
+  const mismatch = imageSetMismatch(record, settings.tags);
+  if (mismatch.length > 0)
+    throw new SnapshotUploadError(
+      `${settings.image} does not hold the image set the tags would name: ${mismatch.join("; ")}`,
+      "give --images, --image-store and --engine-version as the build's report names them, or upload the image " +
+        "built for these; nothing was uploaded",
+    );
+  return image;
+}
+
+/** What the manifest's ClientToken (or a new one) gave: a snapshot to put blocks to, or one to check. */
+type Opened =
+  | { kind: "upload"; snapshotId: string; clientToken: string; alreadyPut: Map<number, string> }
+  /** CompleteSnapshot was accepted on an earlier run (`completing`): only the check is left. */
+  | { kind: "sealing"; snapshotId: string; clientToken: string; alreadyPut: Map<number, string> }
+  | { kind: "reconciled"; snapshotId: string; clientToken: string; verified: VerifyReport };
+
 export async function runSnapshotUpload(
   deps: SnapshotUploadDeps,
   settings: SnapshotUploadSettings,
 ): Promise<SnapshotUploadReport> {
   const now = deps.now ?? Date.now;
   const started = now();
-  if (settings.parentManifest && settings.parentSnapshotId) {
+  const { log } = deps;
+  const problems = checkUploadSettings(settings);
+  if (problems.length > 0)
     throw new SnapshotUploadError(
-      "both a parent manifest and a parent snapshot were given",
-      "give one: the manifest when it is at hand (no block is read back), else the snapshot",
+      `the upload is refused: ${problems.join("; ")}`,
+      "fix the options named; nothing was asked of EBS",
     );
-  }
+  const image = await checkImage(deps, settings);
+
   const parent = settings.parentManifest ? await readManifest(deps, settings.parentManifest) : undefined;
   if (settings.parentManifest && parent?.status !== "completed") {
     throw new ManifestError(settings.parentManifest, parent ? "is not completed" : "does not exist");
   }
+  if (parent && settings.parentSnapshotId !== undefined && parent.snapshotId !== settings.parentSnapshotId)
+    throw new SnapshotUploadError(
+      `--parent ${settings.parentManifest} is the manifest of ${parent.snapshotId}, not of --parent-snapshot ` +
+        settings.parentSnapshotId,
+      "give the manifest of that snapshot, or one of the two",
+    );
   const parentId = parent?.snapshotId ?? settings.parentSnapshotId;
   const earlier = await readManifest(deps, settings.manifest);
   if (earlier?.status === "completed") {
@@ -119,105 +164,320 @@ export async function runSnapshotUpload(
       "resume with the same --parent, or start a new build with a new --manifest path",
     );
   }
-
-  deps.log.info("snapshot.scan", "reading the image's blocks", { image: settings.image });
-  const scan = await deps.scanImage(settings.image, EBS_BLOCK_BYTES);
-  if (earlier && !sameHashes(toMap(earlier.blocks), scan.blocks)) {
+  // The sizes, before any call: EBS would take a smaller size and leave the image's end out.
+  const imageGiB = Math.ceil(Math.max(image.bytes, image.fsBytes) / GiB);
+  const refuseSize = (what: string, giB: number) => {
     throw new SnapshotUploadError(
-      `${settings.image} changed since the upload of ${earlier.snapshotId} started`,
+      `--size-gib ${settings.volumeSizeGiB} is smaller than ${what} (${giB} GiB)`,
+      `give --size-gib of at least ${giB}, or none (the image's size, at least the parent's)`,
+    );
+  };
+  if (settings.volumeSizeGiB !== undefined && settings.volumeSizeGiB < imageGiB) refuseSize("the image", imageGiB);
+  if (parent && settings.volumeSizeGiB !== undefined && settings.volumeSizeGiB < parent.volumeSizeGiB)
+    refuseSize(`the parent ${parent.snapshotId}`, parent.volumeSizeGiB);
+
+  log.info("snapshot.scan", "finding the image's blocks holding data", { image: settings.image });
+  const scan = await deps.scanImage(settings.image, EBS_BLOCK_BYTES);
+  if (scan.bytes !== image.bytes || (earlier && !sameHashes(toMap(earlier.blocks), scan.blocks))) {
+    throw new SnapshotUploadError(
+      `${settings.image} changed ${earlier ? `since the upload of ${earlier.snapshotId} started` : "while read"}`,
       "upload an image once it is built and unmounted; start a new build with a new --manifest path",
     );
   }
-  const parentRead =
-    settings.parentSnapshotId !== undefined
-      ? await readParentBlocks(deps, settings.parentSnapshotId, scan.blocks, settings.concurrency)
-      : undefined;
-  const parentBlocks = parent ? toMap(parent.blocks) : parentRead?.blocks;
-  const volumeSizeGiB = Math.max(
-    settings.volumeSizeGiB ?? Math.ceil(scan.bytes / GiB),
-    parent?.volumeSizeGiB ?? parentRead?.volumeSizeGiB ?? 1,
-    Math.ceil(scan.bytes / GiB),
-  );
-
-  const clientToken = earlier?.clientToken ?? randomUUID();
-  const newSnapshot = await deps.writer.start({
-    volumeSizeGiB,
-    ...(parentId ? { parentSnapshotId: parentId } : {}),
-    clientToken,
-    description: settings.description,
-    tags: settings.tags,
-    encrypted: settings.encrypted,
-    ...(settings.kmsKeyArn ? { kmsKeyArn: settings.kmsKeyArn } : {}),
-    timeoutMinutes: settings.timeoutMinutes,
-  });
-  if (newSnapshot.blockSize !== EBS_BLOCK_BYTES) {
-    throw new SnapshotUploadError(
-      `EBS answered a block size of ${newSnapshot.blockSize} bytes, not ${EBS_BLOCK_BYTES}`,
-      "report this: the builder is written for 512 KiB blocks",
-      ExitCode.failure,
-    );
+  let parentRead: ParentRead | undefined;
+  if (parent) {
+    log.info("snapshot.parent", "the parent's block hashes from its manifest: nothing read back", {
+      parent: parent.snapshotId,
+      manifest: settings.parentManifest,
+    });
+  } else if (settings.parentSnapshotId !== undefined) {
+    parentRead = await readParentBlocks(deps, settings.parentSnapshotId, scan.blocks, settings.concurrency);
+    if (settings.volumeSizeGiB !== undefined && settings.volumeSizeGiB < parentRead.volumeSizeGiB)
+      refuseSize(`the parent ${settings.parentSnapshotId}`, parentRead.volumeSizeGiB);
   }
-  const { snapshotId } = newSnapshot;
-  // The same token gives the same snapshot; another one (the first expired) starts from nothing.
-  const written = new Map(earlier?.snapshotId === snapshotId ? toMap(earlier.written) : []);
-  const manifest = (): SnapshotManifest => ({
+  const parentBlocks: BlockHashes | undefined = parent ? toMap(parent.blocks) : parentRead?.blocks;
+  const volumeSizeGiB =
+    settings.volumeSizeGiB ?? Math.max(imageGiB, parent?.volumeSizeGiB ?? parentRead?.volumeSizeGiB ?? 1);
+  if (earlier && earlier.volumeSizeGiB !== volumeSizeGiB)
+    throw new SnapshotUploadError(
+      `${settings.manifest} resumes an upload of ${earlier.volumeSizeGiB} GiB, not ${volumeSizeGiB} GiB`,
+      `resume with --size-gib ${earlier.volumeSizeGiB}, or start a new build with a new --manifest path`,
+    );
+  const volumeBlocks = blocksOfVolume(volumeSizeGiB);
+  const zeroHash = deps.zeroBlockHash(EBS_BLOCK_BYTES);
+  const expected = { image: scan.blocks, volumeSizeGiB, zeroHash };
+  const verifyOptions = {
+    all: settings.verifyAll ?? false,
+    concurrency: settings.concurrency,
+    ...(deps.signal ? { signal: deps.signal } : {}),
+  };
+  const abandoned: string[] = [];
+  /**
+   * Deletes a snapshot this build made and will never use (its manifest already says so, so no
+   * rerun asks its ClientToken again). A failure is told, not thrown: the snapshot keeps
+   * `ebs-cache:unverified`, so nothing takes it, and the upload goes on.
+   */
+  const discard = async (snapshotId: string): Promise<Disposal> => {
+    try {
+      await deps.snapshots.discard(snapshotId);
+      log.notice("snapshot.discarded", `${snapshotId} deleted (or gone already): abandoned, never verified`, {
+        snapshotId,
+      });
+      return { deleted: true };
+    } catch (error) {
+      if (!(error instanceof AgentError)) throw error;
+      log.warning(
+        "snapshot.kept",
+        `${snapshotId} could not be deleted: it keeps ${SnapshotTag.unverified}, so nothing takes it; delete it ` +
+          `(aws ec2 delete-snapshot --snapshot-id ${snapshotId})`,
+        { snapshotId, error: error.message, remediation: error.remediation },
+      );
+      return { deleted: false, why: error.message };
+    }
+  };
+  /** The manifest's snapshot abandoned: the manifest says rejected first (no rerun resumes it), then it is deleted. */
+  const abandon = async (snapshotId: string, clientToken: string): Promise<void> => {
+    await writeManifest(deps, settings.manifest, { ...earlier!, snapshotId, clientToken, status: "rejected" });
+    abandoned.push(snapshotId);
+    await discard(snapshotId);
+  };
+
+  /**
+   * StartSnapshot with the manifest's ClientToken (or a new one): the snapshot it gives back,
+   * resumed, checked, or abandoned for a fresh one. A new token must give a pending snapshot. A
+   * rejected manifest's token is never asked again: its snapshot may be deleted, and what EBS
+   * answers for a deleted snapshot's token it does not say.
+   */
+  const open = async (): Promise<Opened> => {
+    let clientToken = earlier?.clientToken ?? randomUUID();
+    let fromManifest = earlier !== undefined;
+    if (earlier?.status === "rejected") {
+      log.notice("snapshot.rejected-before", `${earlier.snapshotId} was found not to hold the image: uploading anew`, {
+        snapshotId: earlier.snapshotId,
+      });
+      abandoned.push(earlier.snapshotId);
+      await discard(earlier.snapshotId);
+      clientToken = randomUUID();
+      fromManifest = false;
+    }
+    for (; ; fromManifest = false) {
+      const snapshot = await deps.writer.start({
+        volumeSizeGiB,
+        ...(parentId ? { parentSnapshotId: parentId } : {}),
+        clientToken,
+        description: settings.description,
+        // Never any pool's current generation until read back (finish removes it).
+        tags: { ...settings.tags, [SnapshotTag.unverified]: "true" },
+        encrypted: settings.encrypted,
+        ...(settings.kmsKeyArn ? { kmsKeyArn: settings.kmsKeyArn } : {}),
+        timeoutMinutes: settings.timeoutMinutes,
+      });
+      const { snapshotId } = snapshot;
+      const same = fromManifest && snapshotId === earlier?.snapshotId;
+      if (snapshot.status === "pending") {
+        if (fromManifest && !same)
+          log.warning("snapshot.resume-lost", "the manifest's snapshot was not given back: uploading anew", {
+            left: earlier?.snapshotId,
+            snapshotId,
+            why: "its ClientToken expired, or the endpoint keeps none; EBS fails the one left after its Timeout",
+          });
+        const alreadyPut = new Map(same ? toMap(earlier!.written) : []);
+        return same && earlier?.status === "completing"
+          ? { kind: "sealing", snapshotId, clientToken, alreadyPut }
+          : { kind: "upload", snapshotId, clientToken, alreadyPut };
+      }
+      if (!fromManifest)
+        throw new EbsAnswerError(
+          "StartSnapshot",
+          snapshotId,
+          `a ${snapshot.status} snapshot for a ClientToken never used`,
+        );
+      if (snapshot.status === "completed") {
+        log.notice("snapshot.reconcile", "the manifest's snapshot is completed already: reading it back", {
+          snapshotId,
+        });
+        try {
+          const verified = await verifySnapshot(deps.reader, snapshotId, expected, verifyOptions);
+          return { kind: "reconciled", snapshotId, clientToken, verified };
+        } catch (error) {
+          if (!(error instanceof SnapshotVerifyError)) throw error;
+          log.error(
+            "snapshot.abandoned",
+            `${snapshotId} is completed but does not hold the image: abandoned (it keeps ` +
+              `${SnapshotTag.unverified}: nothing took it), deleting it, uploading anew`,
+            { snapshotId, problems: error.problems.join("; ") },
+          );
+        }
+      } else {
+        log.warning(
+          "snapshot.abandoned",
+          `${snapshotId} is in error (EBS fails a pending snapshot --timeout-minutes after its last put): ` +
+            "abandoned, deleting it, uploading anew",
+          { snapshotId },
+        );
+      }
+      await abandon(snapshotId, clientToken);
+      clientToken = randomUUID();
+    }
+  };
+  const opened = await open();
+  const { snapshotId, clientToken } = opened;
+
+  const plan = planSnapshotUpload({
+    volumeBlocks,
+    image: scan.blocks,
+    ...(parentBlocks ? { parent: parentBlocks } : {}),
+    ...(opened.kind === "reconciled" ? {} : { alreadyPut: opened.alreadyPut }),
+    zeroHash,
+  });
+  const written = new Map(opened.kind === "reconciled" ? plan.wanted : opened.alreadyPut);
+  const manifest = (status: SnapshotManifest["status"], verified?: VerifyReport): SnapshotManifest => ({
     format: MANIFEST_FORMAT,
     snapshotId,
     ...(parentId ? { parentSnapshotId: parentId } : {}),
     clientToken,
-    status: "uploading",
+    status,
     volumeSizeGiB,
     blockSize: EBS_BLOCK_BYTES,
     imageBytes: scan.bytes,
     blocks: toRecord(scan.blocks),
     written: toRecord(written),
     tags: settings.tags,
+    ...(verified ? { verified } : {}),
   });
-  await deps.writeManifestJson(settings.manifest, manifest());
+  const report = (status: string, verified: VerifyReport): SnapshotUploadReport => ({
+    snapshotId,
+    ...(parentId ? { parentSnapshotId: parentId } : {}),
+    status,
+    volumeSizeGiB,
+    imageBytes: scan.bytes,
+    imageBlocks: scan.blocks.size,
+    put: opened.kind === "upload" ? plan.put.length : 0,
+    zeros: opened.kind === "upload" ? plan.put.filter((b) => b.zeros).length : 0,
+    unchanged: plan.unchanged,
+    resumed: opened.kind === "upload" ? plan.resumed : plan.wanted.size,
+    bytesPut: opened.kind === "upload" ? plan.put.length * EBS_BLOCK_BYTES : 0,
+    ...(parent ? { parentHashes: "manifest" as const, parentBytesRead: 0 } : {}),
+    ...(parentRead ? { parentHashes: "read back" as const, parentBytesRead: parentRead.bytesRead } : {}),
+    verified,
+    reconciled: opened.kind === "reconciled",
+    abandoned,
+    seconds: Math.round((now() - started) / 100) / 10,
+  });
+  const finish = async (status: string, verified: VerifyReport) => {
+    // Read back and found to hold the image: only now may a keeper, a boot or a refresh take it.
+    // Before the manifest: a kill in between leaves it `completing`, and the rerun checks and untags again.
+    await deps.snapshots.markVerified(snapshotId);
+    log.info("snapshot.verified", `${SnapshotTag.unverified} removed: the snapshot may be the pool's current one`, {
+      snapshotId,
+    });
+    await writeManifest(deps, settings.manifest, manifest("completed", verified));
+    const done = report(status, verified);
+    log.notice("snapshot.completed", `snapshot ${snapshotId} ${status}, read back`, {
+      ...done,
+      verified: `${verified.read} of ${verified.listed} blocks`,
+      abandoned: abandoned.join(","),
+    });
+    return done;
+  };
+  if (opened.kind === "reconciled") return finish("completed", opened.verified);
 
-  const plan = planSnapshotUpload({
-    image: scan.blocks,
-    ...(parentBlocks ? { parent: parentBlocks } : {}),
-    alreadyPut: written,
-    zeroHash: deps.zeroBlockHash(EBS_BLOCK_BYTES),
-  });
-  deps.log.info("snapshot.plan", "blocks to put", {
+  await writeManifest(deps, settings.manifest, manifest(opened.kind === "sealing" ? "completing" : "uploading"));
+  log.info("snapshot.plan", "blocks to put", {
     snapshotId,
     parent: parentId,
     imageBlocks: scan.blocks.size,
-    put: plan.put.length,
+    put: opened.kind === "upload" ? plan.put.length : 0,
     unchanged: plan.unchanged,
     resumed: plan.resumed,
   });
+  let status = "pending";
+  if (opened.kind === "upload") {
+    await putBlocks(deps, settings, snapshotId, plan.put, written, () => manifest("uploading"));
+    checkWritten(plan.wanted, written, volumeBlocks);
+    status = await deps.writer.complete(snapshotId, written.size, linearAggregate(written, deps.sha256));
+    if (status === "error")
+      throw new SnapshotUploadError(
+        `EBS failed snapshot ${snapshotId} at its completion`,
+        "run the same command again: it abandons the failed snapshot and uploads anew",
+        ExitCode.failure,
+      );
+    await writeManifest(deps, settings.manifest, manifest("completing"));
+  }
+  if (status !== "completed") {
+    const minutes = settings.readableWaitMinutes ?? READABLE_WAIT_MINUTES;
+    await waitUntilReadable(deps.reader, snapshotId, now() + minutes * 60_000, {
+      now,
+      ...(deps.signal ? { signal: deps.signal } : {}),
+      onWait: (attempt) =>
+        log.info("snapshot.sealing", "waiting for EBS to let the completed snapshot be read", { snapshotId, attempt }),
+    });
+    status = "completed";
+  }
+  let verified: VerifyReport;
+  try {
+    verified = await verifySnapshot(deps.reader, snapshotId, expected, verifyOptions);
+  } catch (error) {
+    if (!(error instanceof SnapshotVerifyError)) throw error;
+    // Found wrong: recorded as such before it goes, so no rerun ever checks it again (a second
+    // sample could miss what the first found) or asks its ClientToken.
+    await writeManifest(deps, settings.manifest, manifest("rejected"));
+    log.error("snapshot.rejected", `${snapshotId} does not hold the image: rejected, deleting it`, {
+      snapshotId,
+      problems: error.problems.join("; "),
+    });
+    throw new SnapshotVerifyError(snapshotId, error.problems, await discard(snapshotId));
+  }
+  return finish(status, verified);
+}
 
-  // The manifest is saved at most every 2 s while puts land: a kill loses at most those puts'
-  // records, and they are put again (the same bytes) on resume.
+/**
+ * Puts `put`, `settings.concurrency` at once, recording each in `written`. The manifest is saved
+ * at most every 2 s while puts land: a kill loses at most those puts' records, and they are put
+ * again (the same bytes) on resume.
+ */
+async function putBlocks(
+  deps: SnapshotUploadDeps,
+  settings: SnapshotUploadSettings,
+  snapshotId: string,
+  put: readonly { index: number; hash: string; zeros: boolean }[],
+  written: Map<number, string>,
+  manifest: () => SnapshotManifest,
+): Promise<void> {
+  const now = deps.now ?? Date.now;
   let saving: Promise<void> = Promise.resolve();
   let lastSave = now();
   const save = (force: boolean) => {
     if (!force && now() - lastSave < 2000) return saving;
     lastSave = now();
     const copy = manifest();
-    saving = saving.then(() => deps.writeManifestJson(settings.manifest, copy));
+    saving = saving.then(() => writeManifest(deps, settings.manifest, copy));
     return saving;
   };
-
   let next = 0;
   let done = 0;
   let lastProgress = now();
   const zeros = Buffer.alloc(EBS_BLOCK_BYTES);
   const worker = async () => {
-    while (next < plan.put.length) {
+    while (next < put.length) {
       stopIfAborted(deps.signal);
-      const block = plan.put[next++]!;
-      const data = block.zeros ? zeros : await deps.readBlock(settings.image, block.index, EBS_BLOCK_BYTES);
+      const block = put[next++]!;
+      const data = block.zeros ? zeros : await readImageBlock(deps, settings.image, block.index);
+      // The bytes read now must be the bytes planned: the image may not change under the upload.
+      const hash = Buffer.from(deps.sha256(data)).toString("base64");
+      if (hash !== block.hash)
+        throw new SnapshotUploadError(
+          `${settings.image} changed while uploading (block ${block.index})`,
+          "upload an image once it is built and unmounted; start a new build with a new --manifest path",
+          ExitCode.failure,
+        );
       await deps.writer.putBlock(snapshotId, block.index, data, block.hash);
       written.set(block.index, block.hash);
       done += 1;
-      void save(false);
+      void save(false).catch(() => undefined);
       if (now() - lastProgress >= 5000) {
         lastProgress = now();
-        deps.log.info("snapshot.progress", `${done} of ${plan.put.length} blocks put`, {
+        deps.log.info("snapshot.progress", `${done} of ${put.length} blocks put`, {
           snapshotId,
           mib: Math.round((done * EBS_BLOCK_BYTES) / 2 ** 20),
         });
@@ -225,69 +485,27 @@ export async function runSnapshotUpload(
     }
   };
   try {
-    await Promise.all(Array.from({ length: Math.max(1, Math.min(settings.concurrency, plan.put.length)) }, worker));
+    await Promise.all(Array.from({ length: Math.max(1, Math.min(settings.concurrency, put.length)) }, worker));
   } finally {
     await save(true);
   }
+}
 
-  const status = await deps.writer.complete(snapshotId, written.size, linearAggregate(written, deps.sha256));
-  await deps.writeManifestJson(settings.manifest, { ...manifest(), status: "completed" });
-  const report: SnapshotUploadReport = {
-    snapshotId,
-    ...(parentId ? { parentSnapshotId: parentId } : {}),
-    status,
-    volumeSizeGiB,
-    imageBytes: scan.bytes,
-    imageBlocks: scan.blocks.size,
-    put: plan.put.length,
-    zeros: plan.put.filter((b) => b.zeros).length,
-    unchanged: plan.unchanged,
-    resumed: plan.resumed,
-    bytesPut: plan.put.length * EBS_BLOCK_BYTES,
-    seconds: Math.round((now() - started) / 100) / 10,
-  };
-  deps.log.notice("snapshot.completed", `snapshot ${snapshotId} ${status}`, { ...report });
-  return report;
+/** One block of the image; a failure to read it (the file gone, an I/O error) is the upload's, typed. */
+async function readImageBlock(deps: SnapshotUploadDeps, image: string, index: number): Promise<Uint8Array> {
+  try {
+    return await deps.readBlock(image, index, EBS_BLOCK_BYTES);
+  } catch (error) {
+    throw new SnapshotUploadError(
+      `block ${index} of ${image} cannot be read: ${(error as Error).message}`,
+      "keep the image in place and readable until the upload ends, then run the same command again: it resumes",
+      ExitCode.failure,
+    );
+  }
 }
 
 function sameHashes(a: BlockHashes, b: BlockHashes): boolean {
   if (a.size !== b.size) return false;
   for (const [index, hash] of a) if (b.get(index) !== hash) return false;
   return true;
-}
-
-/**
- * The parent snapshot's blocks as EBS holds them: every block it lists holds data; the checksum
- * is read (GetSnapshotBlock) only where the image holds data too, the one place a hash can spare
- * a put. Elsewhere the hash stays unknown (""), which matches no block's: the plan needs only to
- * know that the parent holds data there (zeros go over it).
- */
-async function readParentBlocks(
-  deps: SnapshotUploadDeps,
-  snapshotId: string,
-  image: BlockHashes,
-  concurrency: number,
-): Promise<{ volumeSizeGiB: number; blocks: BlockHashes }> {
-  const { reader } = deps;
-  if (!reader) {
-    throw new SnapshotUploadError("no reader of EBS snapshots was given", "report this bug", ExitCode.failure);
-  }
-  const listed = await reader.listBlocks(snapshotId);
-  const blocks = new Map<number, string>([...listed.blocks.keys()].map((index) => [index, ""]));
-  const toRead = [...listed.blocks].filter(([index]) => image.has(index));
-  deps.log.info("snapshot.parent-read", "reading the parent snapshot's checksums back from EBS", {
-    parent: snapshotId,
-    parentBlocks: listed.blocks.size,
-    read: toRead.length,
-  });
-  let next = 0;
-  const worker = async () => {
-    while (next < toRead.length) {
-      stopIfAborted(deps.signal);
-      const [index, token] = toRead[next++]!;
-      blocks.set(index, await reader.blockChecksum(snapshotId, index, token));
-    }
-  };
-  await Promise.all(Array.from({ length: Math.max(1, Math.min(concurrency, toRead.length)) }, worker));
-  return { volumeSizeGiB: listed.volumeSizeGiB, blocks };
 }

@@ -5,7 +5,11 @@
  * lists it; CreateVolume makes volumes holding exactly its blocks), its image kept by the
  * backend's BlockSnapshotStore. Checked as EBS checks: 512 KiB blocks, each put's SHA-256,
  * indices within the size, the count of changed blocks and the LINEAR aggregate at completion,
- * ClientToken idempotency, a parent that must be completed and no larger.
+ * ClientToken idempotency, a parent that must be completed and no larger; and refuses what
+ * StartSnapshot's model refuses (Encrypted with ParentSnapshotId, a Timeout outside 10-4320).
+ * A pending snapshot with no put for its Timeout is failed (`error`), as EBS cancels it, by the
+ * emulator's clock. The fault injector's throttling and applyThen500 apply to these calls too,
+ * by their action names (StartSnapshot, PutSnapshotBlock, …).
  */
 import { createHash } from "node:crypto";
 import type { BlockSnapshotStore } from "../types.ts";
@@ -18,10 +22,15 @@ export const EBS_BLOCK_BYTES = 512 * 1024;
 const GiB = 1024 ** 3;
 /** EBS's largest snapshot through these APIs (64 TiB). */
 const MAX_VOLUME_GIB = 65536;
+/** StartSnapshot's Timeout (minutes): 10 to 4320, 60 when not given. */
+const TIMEOUT_MINUTES = { min: 10, max: 4320, default: 60 } as const;
 /** A snapshot a StartSnapshot made: what was put, for CompleteSnapshot's checks. */
 interface Upload {
   written: Map<number, string>;
   blockCount: number;
+  /** Its Timeout (ms), and when it last saw a put (or its start): EBS fails it once the one passes the other. */
+  timeoutMs: number;
+  lastActivity: number;
 }
 
 export interface EbsAnswer {
@@ -89,6 +98,21 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
     const size = request.VolumeSize;
     if (!Number.isSafeInteger(size) || (size as number) < 1 || (size as number) > MAX_VOLUME_GIB)
       throw validation("VolumeSize must be 1 to 65536 GiB", "INVALID_VOLUME_SIZE");
+    const timeout = request.Timeout ?? TIMEOUT_MINUTES.default;
+    if (
+      !Number.isSafeInteger(timeout) ||
+      (timeout as number) < TIMEOUT_MINUTES.min ||
+      (timeout as number) > TIMEOUT_MINUTES.max
+    )
+      throw validation(
+        `Timeout must be ${TIMEOUT_MINUTES.min} to ${TIMEOUT_MINUTES.max} minutes`,
+        "INVALID_PARAMETER_VALUE",
+      );
+    if (request.Encrypted !== undefined && request.ParentSnapshotId !== undefined)
+      throw validation(
+        "You can't specify ParentSnapshotId and Encrypted in the same request",
+        "INVALID_PARAMETER_VALUE",
+      );
     const token = typeof request.ClientToken === "string" ? request.ClientToken : undefined;
     const fingerprint = JSON.stringify({ ...request, ClientToken: undefined });
     if (token !== undefined) {
@@ -96,7 +120,10 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
       if (earlier && earlier.request !== fingerprint)
         throw new EbsError(409, "ConflictException", "the ClientToken was used with other parameters");
       const snapshot = earlier && ctx.store.snapshot(earlier.snapshotId);
-      if (snapshot) return json(201, describe(snapshot));
+      if (snapshot) {
+        expireIfIdle(snapshot);
+        return json(201, describe(snapshot));
+      }
     }
     const parentId = typeof request.ParentSnapshotId === "string" ? request.ParentSnapshotId : undefined;
     const parent = parentId === undefined ? undefined : completedSnapshot(parentId);
@@ -134,7 +161,12 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
     await blockStore().start(snapshot.snapshotId, size as number, parent?.snapshotId);
     ctx.store.model.snapshots[snapshot.snapshotId] = snapshot;
     ctx.store.commit();
-    uploads.set(snapshot.snapshotId, { written: new Map(), blockCount: (snapshot.volumeSize * GiB) / EBS_BLOCK_BYTES });
+    uploads.set(snapshot.snapshotId, {
+      written: new Map(),
+      blockCount: (snapshot.volumeSize * GiB) / EBS_BLOCK_BYTES,
+      timeoutMs: (timeout as number) * 60_000,
+      lastActivity: ctx.now(),
+    });
     if (token !== undefined) clientTokens.set(token, { snapshotId: snapshot.snapshotId, request: fingerprint });
     ctx.log?.info("lab.ebs-direct", "snapshot started", { snapshotId: snapshot.snapshotId, parent: parentId });
     return json(201, describe(snapshot));
@@ -155,9 +187,21 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
     };
   }
 
+  /** A pending snapshot of these APIs idle past its Timeout is failed, as EBS cancels it. */
+  const expireIfIdle = (snapshot: SnapshotRecord) => {
+    const upload = uploads.get(snapshot.snapshotId);
+    if (snapshot.state !== "pending" || !upload || ctx.now() - upload.lastActivity <= upload.timeoutMs) return;
+    snapshot.state = "error";
+    snapshot.error = "the snapshot's Timeout passed without a put";
+    ctx.store.commit();
+    uploads.delete(snapshot.snapshotId);
+    ctx.log?.info("lab.ebs-direct", "snapshot timed out", { snapshotId: snapshot.snapshotId });
+  };
+
   const pendingUpload = (id: string): { snapshot: SnapshotRecord; upload: Upload } => {
     const snapshot = ctx.store.snapshot(id);
     if (!snapshot) throw notFound(`The snapshot '${id}' does not exist.`);
+    expireIfIdle(snapshot);
     if (snapshot.state !== "pending")
       throw validation(`The snapshot '${id}' is ${snapshot.state}.`, "INVALID_SNAPSHOT_STATE");
     // A snapshot pending but not started here (CreateSnapshot's, or one from before an emulator restart).
@@ -178,6 +222,7 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
       throw validation("the checksum does not match the data", "INVALID_CHECKSUM");
     await blockStore().put(id, index, body);
     upload.written.set(index, checksum);
+    upload.lastActivity = ctx.now();
     return { status: 201, headers: { "x-amz-checksum": checksum, "x-amz-checksum-algorithm": "SHA256" }, body: "" };
   }
 
@@ -261,22 +306,58 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
     };
   }
 
+  /** The action a request names, for the fault injector (undefined: no EBS direct call). */
+  const actionOf = (method: string, parts: string[]): string | undefined => {
+    if (method === "POST" && parts.length === 1) return "StartSnapshot";
+    if (method === "POST" && parts[1] === "completion" && parts.length === 3) return "CompleteSnapshot";
+    if (method === "PUT" && parts[2] === "blocks" && parts.length === 4) return "PutSnapshotBlock";
+    if (method === "GET" && parts[2] === "blocks" && parts.length === 3) return "ListSnapshotBlocks";
+    if (method === "GET" && parts[2] === "blocks" && parts.length === 4) return "GetSnapshotBlock";
+    if (method === "GET" && parts[2] === "changedblocks" && parts.length === 3) return "ListChangedBlocks";
+    return undefined;
+  };
+
+  const route = async (
+    action: string | undefined,
+    method: string,
+    parts: string[],
+    url: URL,
+    headers: Headers,
+    body: Buffer,
+  ): Promise<EbsAnswer> => {
+    switch (action) {
+      case "StartSnapshot":
+        return startSnapshot(body);
+      case "CompleteSnapshot":
+        return completeSnapshot(parts[2]!, headers);
+      case "PutSnapshotBlock":
+        return putBlock(parts[1]!, parts[3]!, headers, body);
+      case "ListSnapshotBlocks":
+        return listBlocks(parts[1]!, url.searchParams);
+      case "GetSnapshotBlock":
+        return getBlock(parts[1]!, parts[3]!, url.searchParams);
+      case "ListChangedBlocks":
+        return listChanged(parts[1]!, url.searchParams);
+      default:
+        throw new EbsError(404, "ResourceNotFoundException", `no EBS direct call ${method} ${url.pathname}`);
+    }
+  };
+
   return {
     async handle(method: string, url: URL, headers: Headers, body: Buffer): Promise<EbsAnswer> {
       try {
         const parts = url.pathname.split("/").filter(Boolean).map(decodeURIComponent);
-        if (method === "POST" && parts.length === 1) return await startSnapshot(body);
-        if (method === "POST" && parts[1] === "completion" && parts.length === 3)
-          return completeSnapshot(parts[2]!, headers);
-        if (method === "PUT" && parts[2] === "blocks" && parts.length === 4)
-          return await putBlock(parts[1]!, parts[3]!, headers, body);
-        if (method === "GET" && parts[2] === "blocks" && parts.length === 3)
-          return await listBlocks(parts[1]!, url.searchParams);
-        if (method === "GET" && parts[2] === "blocks" && parts.length === 4)
-          return await getBlock(parts[1]!, parts[3]!, url.searchParams);
-        if (method === "GET" && parts[2] === "changedblocks" && parts.length === 3)
-          return await listChanged(parts[1]!, url.searchParams);
-        throw new EbsError(404, "ResourceNotFoundException", `no EBS direct call ${method} ${url.pathname}`);
+        const action = actionOf(method, parts);
+        if (action !== undefined) {
+          const latency = ctx.faults.latencyMs(action);
+          if (latency > 0) await new Promise((resolve) => setTimeout(resolve, latency));
+          if (ctx.faults.throttle(action))
+            throw new EbsError(400, "RequestThrottledException", "Rate exceeded", "RESOURCE_LEVEL_THROTTLE");
+        }
+        const answer = await route(action, method, parts, url, headers, body);
+        if (action !== undefined && ctx.faults.applyThen500(action))
+          throw new EbsError(500, "InternalServerException", "an internal error (the lab's fault)");
+        return answer;
       } catch (error) {
         if (!(error instanceof EbsError)) throw error;
         return json(

@@ -3,7 +3,7 @@ import t from "tap";
 import { judgeVolume, planGc, sparedSince, type RetireOptions } from "../../../src/agent/gc/plan.ts";
 import { parseTimestamp } from "../../../src/agent/volume-rules.ts";
 import type { SnapshotInfo, VolumeInfo } from "../../../src/agent/ports.ts";
-import { VolumeTag } from "../../../src/tags.ts";
+import { SnapshotTag, VolumeTag } from "../../../src/tags.ts";
 
 const now = new Date("2026-11-30T12:00:00Z");
 const managed = { [VolumeTag.managed]: "true" };
@@ -272,6 +272,16 @@ t.test("superseded pool volumes: retired after the grace, only when they sit in 
     verdicts({ retire: { ...retire, snapshots: pinned, pool: { name: "other", imageSet: "set" } } })["vol-old"],
     "superseded",
     "a pool this host does not use: the newest of any image set",
+  );
+  // snap-new's upload has not read it back yet (or found it wrong): it supersedes nothing, and
+  // snap-old, the pool's only usable snapshot, is the current generation.
+  const unread = snapshots.map((s) =>
+    s.snapshotId === "snap-new" ? { ...s, tags: { ...s.tags, [SnapshotTag.unverified]: "true" } } : s,
+  );
+  t.same(
+    Object.values(verdicts({ retire: { ...retire, snapshots: unread } })).filter((v) => v === "superseded"),
+    [],
+    "a newer snapshot marked unverified retires nothing",
   );
   const capped = planGc(volumes, { ...opts, maxDeletes: 2, retire });
   t.same(

@@ -5,7 +5,7 @@ import t from "tap";
 import { poolReport, poolViewSettingsFrom, type PoolViewSettings } from "../../../src/agent/pool/summary.ts";
 import { renderPoolReport } from "../../../src/agent/pool/view.ts";
 import type { SnapshotInfo, VolumeInfo } from "../../../src/agent/ports.ts";
-import { VolumeTag } from "../../../src/tags.ts";
+import { SnapshotTag, VolumeTag } from "../../../src/tags.ts";
 
 const now = new Date("2026-12-01T12:00:00Z");
 const OLD = "2026-11-01T10:00:00.000Z";
@@ -118,6 +118,31 @@ t.test("the current generation is the newest completed snapshot's; volumes take 
   );
 });
 
+t.test("a snapshot tagged unverified: shown as such, never the current generation", async (t) => {
+  const NEWER = "2026-12-01T08:00:00.000Z";
+  const unread = snap("snap-unread", NEWER);
+  unread.tags[SnapshotTag.unverified] = "true";
+  const uploading = { ...snap("snap-uploading", "2026-12-01T09:00:00.000Z", "pending") };
+  uploading.tags[SnapshotTag.unverified] = "true";
+  const marked = poolReport({ volumes, snapshots: [...snapshots, unread, uploading] }, settings, now).pools[0]!;
+  t.equal(marked.currentGeneration?.generation, `set@${NEW}`, "the newer, completed one does not count while marked");
+  t.same(
+    marked.snapshots.unverified,
+    [
+      { snapshotId: "snap-unread", state: "completed", generation: `set@${NEWER}` },
+      { snapshotId: "snap-uploading", state: "pending", generation: "set@2026-12-01T09:00:00.000Z" },
+    ],
+    "each listed, oldest first, with its state and the generation it would carry",
+  );
+  t.equal(marked.snapshots.completed, pool.snapshots.completed + 1, "it is counted (and priced) as a snapshot");
+  t.same(pool.snapshots.unverified, [], "none without the tag: snapshots made before it are verified ones");
+  const text = renderPoolReport(poolReport({ volumes, snapshots: [...snapshots, unread] }, settings, now));
+  t.match(
+    text,
+    /unverified snapshot snap-unread \(completed, generation set@2026-12-01T08:00:00.000Z\): never current/,
+  );
+});
+
 t.test("zones count volumes by state, quarantined apart", async (t) => {
   t.same(zone("eu-west-1a").states, { available: 2, inUse: 1, creating: 1, other: 0, quarantined: 1 });
   t.same(zone("eu-west-1b").states, { available: 2, inUse: 1, creating: 0, other: 1, quarantined: 0 });
@@ -134,7 +159,11 @@ t.test("costs per zone, per generation and in all, snapshots apart", async (t) =
   // 20 GiB with 3000 extra IOPS and 125 extra MiB/s: 1.60 + 15 + 5; three of 10 GiB: 2.40 (io2 by its GiB only).
   t.equal(zone("eu-west-1b").monthlyUsd, 24);
   t.equal(zone("eu-west-1b").generations.find((g) => g.superseded)?.monthlyUsd, 22.4);
-  t.same(pool.snapshots, { completed: 2, gib: 20, monthlyUsd: 1 }, "completed snapshots only, at their volume size");
+  t.same(
+    pool.snapshots,
+    { completed: 2, gib: 20, monthlyUsd: 1, unverified: [] },
+    "completed snapshots only, at their volume size",
+  );
   t.same([pool.volumesMonthlyUsd, pool.snapshotsMonthlyUsd, pool.monthlyUsd], [28, 1, 29]);
   t.same(report.total, {
     volumes: 9,

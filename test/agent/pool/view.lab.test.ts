@@ -197,7 +197,11 @@ t.test("pool --json: per zone by state and generation, the cost, the keeper's ta
   t.same(zone(zoneC).keeper, { minAvailable: 2, maxAvailable: 3, stock: 0, belowMin: 2, aboveMax: 0 });
   t.match(p!.keeper, { maxVolumes: 10, maxGiB: 100, volumes: 5, gib: 12 });
 
-  t.same(p!.snapshots, { completed: 2, gib: 2, monthlyUsd: 0.1 }, "the pool's two snapshots at 0.05 per GiB");
+  t.same(
+    p!.snapshots,
+    { completed: 2, gib: 2, monthlyUsd: 0.1, unverified: [] },
+    "the pool's two snapshots at 0.05 per GiB",
+  );
   t.same(report.total, {
     volumes: 5,
     gib: 12,

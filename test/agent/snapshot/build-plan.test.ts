@@ -5,6 +5,7 @@
 import t from "tap";
 import { runVolumeBuild, type BuildDocker, type VolumeBuildDeps } from "../../../src/agent/snapshot/build.ts";
 import { describeStep, planBuild, type BuildRequest } from "../../../src/agent/snapshot/build-plan.ts";
+import { parseImageSetRecord } from "../../../src/agent/snapshot/image-set-record.ts";
 import { StopSignalReceived } from "../../../src/errors.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 
@@ -40,6 +41,7 @@ t.test("a new image: created, attached, formatted, built, stripped, identified, 
     "record-reads",
     "stop-dockerd",
     "strip-machine-local-state",
+    "record-image-set",
     "unmount",
     "identify",
     "detach-loop",
@@ -137,6 +139,7 @@ function fakeDeps(failAt?: string): { deps: VolumeBuildDeps; calls: string[] } {
     writeNeedList: step("write-reads"),
     startDockerd: async () => (calls.push("start-dockerd"), docker),
     stripMachineLocalState: async () => (calls.push("strip"), ["swarm", "engine-id"]),
+    writeImageSetRecord: async (_mountPoint, text) => void calls.push(`record-image-set ${text}`),
     identify: step("identify"),
     log: createMemoryLogger(),
   };
@@ -152,6 +155,13 @@ t.test("the runner: a whole build, the absent image pulled, the report for the u
   t.notOk(calls.includes("pull tool:2"), "what a tarball held is not");
   t.same(report.needList, request.images);
   t.match(report, { engineVersion: "28.5.1", imageStore: "graphdriver", removedImages: 1, stripped: 2 });
+  const recorded = calls.find((c) => c.startsWith("record-image-set "));
+  t.same(
+    parseImageSetRecord(recorded?.slice("record-image-set ".length) ?? ""),
+    { images: request.images, imageStore: "graphdriver", engineVersion: "28.5.1" },
+    "the image set, its store and the engine that built it are recorded on the image, for the upload to check",
+  );
+  t.ok(calls.indexOf(recorded!) > calls.indexOf("strip") && calls.indexOf(recorded!) < calls.indexOf("unmount"));
   t.equal(calls.at(-1), "release", "the image is released as finished last");
 });
 

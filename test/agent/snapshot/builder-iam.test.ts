@@ -1,13 +1,16 @@
 /**
  * iam/ebs-cache-snapshot-builder-policy.json, the build role of `snapshot upload`, decided by the
  * IAM evaluator this project did not write (@cloud-copilot/iam-simulate with AWS's service
- * data): its EBS actions are exactly the EBS commands the builder imports, it may start and write
- * pool snapshots tagged as the builder tags them, and nothing else.
+ * data): its EBS and EC2 actions are exactly the commands the builder's adapters import (grants =
+ * calls), it may start and write pool snapshots tagged as the builder tags them, remove their
+ * `ebs-cache:unverified` tag and no other, delete one only while it carries that tag, and nothing else.
  */
 import { runSimulation, type Simulation } from "@cloud-copilot/iam-simulate";
 import { readFile } from "node:fs/promises";
 import t from "tap";
 import { generationTags } from "../../../src/agent/snapshot/tags.ts";
+import { SnapshotTag } from "../../../src/tags.ts";
+import { BUILDER_ADAPTERS, sdkActionsOf } from "../../fixtures/sdk-calls.ts";
 
 const ACCOUNT = "123456789012";
 const REGION = "us-east-1";
@@ -55,6 +58,8 @@ const built = generationTags({
   operatorTags: { team: "platform" },
 });
 const tags = "tags" in built ? built.tags : {};
+/** What StartSnapshot sends and the snapshot carries until read back. */
+const marked = { ...tags, [SnapshotTag.unverified]: "true" };
 const requestTags = (given: Record<string, string>) => ({
   ...Object.fromEntries(Object.entries(given).map(([k, v]) => [`aws:RequestTag/${k}`, v])),
   "aws:TagKeys": Object.keys(given),
@@ -62,18 +67,38 @@ const requestTags = (given: Record<string, string>) => ({
 const resourceTags = (given: Record<string, string>) =>
   Object.fromEntries(Object.entries(given).map(([k, v]) => [`aws:ResourceTag/${k}`, v]));
 
-t.test("the policy's EBS actions are the EBS commands the builder calls", async (t) => {
-  const source = await readFile("src/aws/ebs.ts", "utf8");
-  const imported = [...source.matchAll(/\b(\w+)Command\b/g)].map((m) => `ebs:${m[1]}`);
-  const called = new Set(imported);
-  const statements = (policy as { Statement: { Action: string | string[] }[] }).Statement;
-  const granted = new Set(statements.flatMap((s) => [s.Action].flat()).filter((a) => a.startsWith("ebs:")));
-  for (const action of called) t.ok(granted.has(action), `${action} is granted`);
-  // Read calls are granted for operators checking a build (aws ebs list-snapshot-blocks …) and for
-  // --parent-snapshot's read-back; writes only as called.
-  const isWrite = (a: string) => !/^ebs:(List|Get)/.test(a);
-  const writes = [...granted].filter(isWrite);
-  t.same(writes.sort(), [...called].filter(isWrite).sort(), "no write the builder does not make");
+/** The actions the builder's adapters import, and the problems parsing them. */
+async function builderCalls(): Promise<{ called: Set<string>; problems: string[] }> {
+  const ebs = sdkActionsOf(BUILDER_ADAPTERS.ebs, await readFile(BUILDER_ADAPTERS.ebs, "utf8"), "@aws-sdk/client-ebs");
+  const ec2 = sdkActionsOf(BUILDER_ADAPTERS.ec2, await readFile(BUILDER_ADAPTERS.ec2, "utf8"), "@aws-sdk/client-ec2");
+  return {
+    called: new Set([...ebs.actions.map((a) => `ebs:${a}`), ...ec2.actions.map((a) => `ec2:${a}`)]),
+    problems: [...ebs.problems, ...ec2.problems],
+  };
+}
+
+/** The policy's ebs: and ec2: actions. */
+function grantedOf(p: unknown): Set<string> {
+  const statements = (p as { Statement: { Action: string | string[] }[] }).Statement;
+  return new Set(statements.flatMap((s) => [s.Action].flat()).filter((a) => /^(ebs|ec2):/.test(a)));
+}
+
+t.test("the policy's EBS and EC2 actions are the commands the builder calls, no more", async (t) => {
+  const { called, problems } = await builderCalls();
+  t.same(problems, [], "every import of the SDKs can be checked");
+  for (const action of ["ebs:StartSnapshot", "ebs:GetSnapshotBlock", "ec2:DeleteTags", "ec2:DeleteSnapshot"])
+    t.ok(called.has(action), `the code's ${action} is found`);
+  t.same([...grantedOf(policy)].sort(), [...called].sort(), "granted = called");
+  const grantedExtra = {
+    Statement: [...(policy as { Statement: object[] }).Statement, { Action: "ebs:ListChangedBlocks" }],
+  };
+  t.not([...grantedOf(grantedExtra)].sort().join(), [...called].sort().join(), "a grant nothing calls is noticed");
+  const wiring = await readFile("src/cli/snapshot.ts", "utf8");
+  t.same(
+    [...wiring.matchAll(/from "\.\.\/aws\/([\w-]+)\.ts"/g)].map((m) => `src/aws/${m[1]}.ts`).sort(),
+    Object.values(BUILDER_ADAPTERS).sort(),
+    "the upload's command builds its AWS access from these adapters alone",
+  );
 });
 
 const cases: [string, string, Record<string, string | string[]>, "Allowed" | "ImplicitlyDenied"][] = [
@@ -87,7 +112,30 @@ const cases: [string, string, Record<string, string | string[]>, "Allowed" | "Im
   ["ebs:ListSnapshotBlocks", SNAPSHOT, resourceTags(tags), "Allowed"],
   ["ebs:GetSnapshotBlock", SNAPSHOT, resourceTags(tags), "Allowed"],
   ["ebs:GetSnapshotBlock", SNAPSHOT, {}, "ImplicitlyDenied"],
+  // The upload's snapshot is tagged unverified from StartSnapshot on, and untagged once read back.
+  ["ebs:StartSnapshot", SNAPSHOT, requestTags(marked), "Allowed"],
+  ["ec2:DeleteTags", SNAPSHOT, { ...resourceTags(marked), "aws:TagKeys": [SnapshotTag.unverified] }, "Allowed"],
+  ["ec2:DeleteTags", SNAPSHOT, { ...resourceTags(tags), "aws:TagKeys": [SnapshotTag.unverified] }, "Allowed"],
+  // No other tag: not the pool's tags (a snapshot of no pool), not all at once (no Tag.N deletes every tag).
+  ["ec2:DeleteTags", SNAPSHOT, { ...resourceTags(marked), "aws:TagKeys": ["ebs-cache:pool"] }, "ImplicitlyDenied"],
+  [
+    "ec2:DeleteTags",
+    SNAPSHOT,
+    { ...resourceTags(marked), "aws:TagKeys": [SnapshotTag.unverified, "ebs-cache:managed"] },
+    "ImplicitlyDenied",
+  ],
+  ["ec2:DeleteTags", SNAPSHOT, resourceTags(marked), "ImplicitlyDenied"],
+  ["ec2:DeleteTags", SNAPSHOT, { "aws:TagKeys": [SnapshotTag.unverified] }, "ImplicitlyDenied"],
+  // A snapshot found wrong is deleted; a verified one (the pool's current) never.
+  ["ec2:DeleteSnapshot", SNAPSHOT, resourceTags(marked), "Allowed"],
   ["ec2:DeleteSnapshot", SNAPSHOT, resourceTags(tags), "ImplicitlyDenied"],
+  ["ec2:DeleteSnapshot", SNAPSHOT, resourceTags({ [SnapshotTag.unverified]: "true" }), "ImplicitlyDenied"],
+  [
+    "ec2:CreateTags",
+    SNAPSHOT,
+    { ...resourceTags(tags), ...requestTags({ [SnapshotTag.unverified]: "true" }) },
+    "ImplicitlyDenied",
+  ],
   ["kms:GenerateDataKeyWithoutPlaintext", KEY, { "kms:ViaService": `ebs.${REGION}.amazonaws.com` }, "Allowed"],
   ["kms:Decrypt", KEY, {}, "ImplicitlyDenied"],
 ];

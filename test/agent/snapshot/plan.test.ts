@@ -1,7 +1,12 @@
 /** Which blocks an upload puts (src/agent/snapshot/plan.ts), pure. */
 import { createHash } from "node:crypto";
 import t from "tap";
-import { linearAggregate, planSnapshotUpload } from "../../../src/agent/snapshot/plan.ts";
+import {
+  SnapshotPlanError,
+  checkWritten,
+  linearAggregate,
+  planSnapshotUpload,
+} from "../../../src/agent/snapshot/plan.ts";
 
 const Z = "zero";
 const m = (entries: [number, string][]) => new Map(entries);
@@ -14,6 +19,7 @@ t.test("a full upload puts the blocks holding data, in index order", async (t) =
       [4, "b"],
     ]),
     zeroHash: Z,
+    volumeBlocks: 2048,
   });
   t.same(
     plan.put.map((b) => b.index),
@@ -36,6 +42,7 @@ t.test("an incremental upload puts what differs from the parent, zeros over what
       [2, "gone"],
     ]),
     zeroHash: Z,
+    volumeBlocks: 2048,
   });
   t.same(plan.put, [
     { index: 1, hash: "B", zeros: false },
@@ -58,6 +65,7 @@ t.test("a resumed upload skips blocks put with the same hash, puts again one put
       [1, "old"],
     ]),
     zeroHash: Z,
+    volumeBlocks: 2048,
   });
   t.same(
     plan.put.map((b) => b.index),
@@ -69,7 +77,7 @@ t.test("a resumed upload skips blocks put with the same hash, puts again one put
 
 t.test("an image the same as its parent puts nothing", async (t) => {
   const same = m([[3, "x"]]);
-  const plan = planSnapshotUpload({ image: same, parent: same, zeroHash: Z });
+  const plan = planSnapshotUpload({ image: same, parent: same, zeroHash: Z, volumeBlocks: 2048 });
   t.same(plan.put, []);
   t.equal(plan.changedBlocks, 0);
 });
@@ -88,5 +96,78 @@ t.test("the LINEAR aggregate is SHA-256 over the digests in index order", async 
       sha,
     ),
     expected,
+  );
+});
+
+t.test("an index that is not a whole number within the volume is refused, never planned", async (t) => {
+  // What a server answering BlockIndex as the string "5" would have made of a parent: "5" beside 5.
+  const stringKeyed = new Map<number, string>([["5" as unknown as number, "p"]]);
+  t.throws(
+    () => planSnapshotUpload({ image: m([[5, "a"]]), parent: stringKeyed, zeroHash: Z, volumeBlocks: 2048 }),
+    { name: "SnapshotPlanError", message: /a parent block "5" \(string\)/, exitCode: 1 },
+    "a string index: refused before any put",
+  );
+  for (const index of [-1, 2048, 1.5, Number.NaN, 2 ** 60])
+    t.throws(
+      () => planSnapshotUpload({ image: m([[index, "a"]]), zeroHash: Z, volumeBlocks: 2048 }),
+      SnapshotPlanError,
+      `image block ${index} of a 2048-block volume`,
+    );
+  t.throws(
+    () => planSnapshotUpload({ image: m([[1, "a"]]), alreadyPut: m([[4096, "x"]]), zeroHash: Z, volumeBlocks: 2048 }),
+    SnapshotPlanError,
+    "a resumed block outside the volume",
+  );
+  t.throws(() => planSnapshotUpload({ image: m([]), zeroHash: Z, volumeBlocks: 0 }), SnapshotPlanError);
+});
+
+t.test("each index is planned once, and what the plan wants is what completion checks", async (t) => {
+  const plan = planSnapshotUpload({
+    image: m([
+      [0, "a"],
+      [2, "c"],
+    ]),
+    parent: m([
+      [0, "a"],
+      [1, "b"],
+      [2, "old"],
+    ]),
+    zeroHash: Z,
+    volumeBlocks: 8,
+  });
+  t.same(
+    [...plan.wanted].sort(([a], [b]) => a - b),
+    [
+      [1, Z],
+      [2, "c"],
+    ],
+  );
+  t.equal(new Set(plan.put.map((b) => b.index)).size, plan.put.length, "no index twice");
+  t.doesNotThrow(() => checkWritten(plan.wanted, plan.wanted, 8), "every wanted block written as wanted");
+  t.throws(() => checkWritten(plan.wanted, m([[2, "c"]]), 8), { message: /block 1 never put/ });
+  t.throws(
+    () =>
+      checkWritten(
+        plan.wanted,
+        m([
+          [1, Z],
+          [2, "other"],
+        ]),
+        8,
+      ),
+    { message: /block 2 put with another hash/ },
+  );
+  t.throws(
+    () =>
+      checkWritten(
+        plan.wanted,
+        m([
+          [1, Z],
+          [2, "c"],
+          [9, "x"],
+        ]),
+        8,
+      ),
+    { message: /a written block 9/ },
   );
 });

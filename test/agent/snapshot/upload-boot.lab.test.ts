@@ -127,7 +127,8 @@ t.test("build, upload, a second generation, keeper, boot, docker", async (t) => 
     const uploaded = await agent([
       ...["upload", "--image", image, "--manifest", manifest, "--pool", POOL, "--image-set", IMAGE_SET],
       ...["--images", images.join(","), "--image-store", report.imageStore, "--engine-version", report.engineVersion],
-      ...["--region", bl.lab.region, "--endpoint", bl.lab.ec2.endpoint, "--json", ...more],
+      ...["--region", bl.lab.region, "--endpoint", bl.lab.ec2.endpoint, "--ec2-endpoint", bl.lab.ec2.endpoint],
+      ...["--json", ...more],
     ]);
     t.equal(uploaded.exitCode, 0, "snapshot upload exits 0", { stderr: uploaded.stderr.slice(-2000) });
     return JSON.parse(uploaded.stdout) as UploadReport;

@@ -1,94 +1,55 @@
 /**
  * `snapshot upload` in-process, without root: the real EBS SDK client over HTTP to the lab's
- * EBS direct emulator (on the EC2 emulator, memory backend), a sparse image in a temp dir.
- * A full upload puts exactly the image's blocks holding data; an incremental one only what
- * changed (zeros over cleared blocks); a killed one resumes without putting twice, rerun by
- * the CLI too (with the interrupted upload's build time, as EBS's ClientToken needs); volumes
- * made from the result hold the image; bad input changes nothing.
+ * EBS direct emulator (on the EC2 emulator, memory backend), a pool image made by mkfs.xfs in a
+ * temp dir (test/fixtures/pool-image.ts). A full upload puts exactly the image's blocks holding
+ * data; an incremental one only what changed (zeros over cleared blocks); a killed one resumes
+ * without putting twice, rerun by the CLI too (with the interrupted upload's build time, as EBS's
+ * ClientToken needs); every upload is read back before its manifest says completed; volumes made
+ * from the result hold the image; bad input changes nothing.
  */
 import { DescribeSnapshotsCommand, CreateVolumeCommand } from "@aws-sdk/client-ec2";
 import { execa } from "execa";
-import { randomBytes } from "node:crypto";
-import { mkdtemp, open, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
 import { ManifestError } from "../../../src/agent/snapshot/manifest.ts";
 import { EBS_BLOCK_BYTES } from "../../../src/agent/snapshot/plan.ts";
 import { SnapshotUploadError, runSnapshotUpload } from "../../../src/agent/snapshot/run.ts";
-import type { SnapshotUploadDeps } from "../../../src/agent/snapshot/deps.ts";
 import { generationTags } from "../../../src/agent/snapshot/tags.ts";
-import { ebsClient, snapshotBlockReader, snapshotBlockWriter } from "../../../src/aws/ebs.ts";
-import { readImageBlock, scanImage, sha256, zeroBlockHash } from "../../../src/host/image-blocks.ts";
-import { readManifestJson, writeManifestJson } from "../../../src/host/snapshot-manifest.ts";
+import { snapshotBlockWriter } from "../../../src/aws/ebs.ts";
+import { scanImage, sha256 } from "../../../src/host/image-blocks.ts";
+import { readManifestJson } from "../../../src/host/snapshot-manifest.ts";
 import { parseManifest } from "../../../src/agent/snapshot/manifest.ts";
-import { createLogger } from "../../../src/log.ts";
 import { run } from "../../../src/exec.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import { childEnv } from "../../fixtures/lab-prereq.ts";
+import {
+  DEFAULT_RECORD,
+  blocksInside,
+  makePoolImage,
+  randomBlock as block,
+  writeBlocks,
+} from "../../fixtures/pool-image.ts";
+import { generationTagsFor, testEbsClient, uploadDeps, uploadSettings } from "../../fixtures/snapshot-upload.ts";
 import { AWS_CLI, AWS_CLI_EMULATOR_ENV, startLab } from "../../lab/ec2/helpers.ts";
-
-const MiB = 2 ** 20;
-
-async function writeBlocks(path: string, blocks: Record<number, Buffer | null>, sizeBytes = 64 * MiB) {
-  // Not "a+": positioned writes to a file opened for appending land at its end (Linux).
-  const file = await open(path, "r+").catch(() => open(path, "w+"));
-  await file.truncate(sizeBytes);
-  for (const [index, data] of Object.entries(blocks)) {
-    await file.write(data ?? Buffer.alloc(EBS_BLOCK_BYTES), 0, EBS_BLOCK_BYTES, Number(index) * EBS_BLOCK_BYTES);
-  }
-  await file.close();
-}
-
-const block = () => randomBytes(EBS_BLOCK_BYTES);
-
-const TAGS = generationTags({
-  pool: "sim4life",
-  imageSet: "2026-12",
-  images: ["registry.example.org/simcore/services/dynamic/sim4life:3.1.0"],
-  imageStore: "graphdriver",
-  engineVersion: "28.5.1",
-  builtAt: "2026-12-02T01:00:00Z",
-  operatorTags: { team: "platform" },
-});
 
 t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
   const lab = await startLab(t);
   const dir = await mkdtemp(join(tmpdir(), "snapshot-upload-"));
   t.teardown(() => rm(dir, { recursive: true, force: true }));
-  const client = ebsClient({
-    region: "us-east-1",
-    endpoint: lab.emu.endpoint,
-    credentials: { accessKeyId: "dummy", secretAccessKey: "dummy" },
-  });
-  t.teardown(() => client.destroy());
-  t.ok("tags" in TAGS);
-  const tags = "tags" in TAGS ? TAGS.tags : {};
+  const client = testEbsClient(t, lab.emu.endpoint);
+  const tags = generationTagsFor();
   const lines: string[] = [];
-  const deps = (writer = snapshotBlockWriter(client), signal?: AbortSignal): SnapshotUploadDeps => ({
-    writer,
-    reader: snapshotBlockReader(client),
-    scanImage,
-    readBlock: readImageBlock,
-    readManifestJson,
-    writeManifestJson,
-    sha256,
-    zeroBlockHash,
-    log: createLogger((line) => lines.push(line)),
-    ...(signal ? { signal } : {}),
-  });
-  const settings = (manifest: string, parentManifest?: string) => ({
-    image: join(dir, "set.img"),
-    manifest: join(dir, manifest),
-    ...(parentManifest ? { parentManifest: join(dir, parentManifest) } : {}),
-    tags,
-    description: "ebs-cache golden snapshot: test",
-    encrypted: false,
-    concurrency: 4,
-    timeoutMinutes: 60,
-  });
+  const deps = (writer = snapshotBlockWriter(client), signal?: AbortSignal) =>
+    uploadDeps(client, { lines, writer, ...(signal ? { signal } : {}) });
+  const image = join(dir, "set.img");
+  const settings = (manifest: string, parentManifest?: string) =>
+    uploadSettings(image, join(dir, manifest), {
+      ...(parentManifest ? { parentManifest: join(dir, parentManifest) } : {}),
+    });
   const snapshotBlocks = (id: string) => lab.backend.snapshotBlocks.get(id) ?? new Map<number, Buffer>();
-  const imageBlocks = async () => (await scanImage(join(dir, "set.img"), EBS_BLOCK_BYTES)).blocks;
+  const imageBlocks = async () => (await scanImage(image, EBS_BLOCK_BYTES)).blocks;
   const sameContent = async (
     t: { same: (a: unknown, b: unknown, m: string) => void; ok: (v: unknown, m: string) => void },
     snapshotId: string,
@@ -106,21 +67,29 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
     );
   };
 
-  // Generation 1: 10 blocks of data in a 64 MiB image (128 blocks).
-  const first: Record<number, Buffer> = {};
-  for (const i of [0, 1, 2, 7, 8, 40, 41, 90, 126, 127]) first[i] = block();
-  await writeBlocks(join(dir, "set.img"), first);
+  // Generation 1: a pool image of 1 GiB holding 4 MiB of a layer and 8 MiB of zeros written.
+  await makePoolImage(image, { files: { layer: { mib: 4 }, spare: { mib: 8, zeros: true } } });
+  const layer = await blocksInside(image, "/docker/layer");
+  const spare = await blocksInside(image, "/docker/spare");
+  t.ok(layer.length >= 6 && spare.length >= 12, "the layer's and the spare file's blocks are found in the image");
+  const data1 = await imageBlocks();
 
   const full = await runSnapshotUpload(deps(), settings("gen1.json"));
-  t.equal(full.put, 10, "a full upload puts the 10 blocks holding data, none of the 118 holes");
-  t.equal(full.bytesPut / (await imageBlocks()).size / EBS_BLOCK_BYTES, 1, "bytes put ÷ bytes of data = 1");
+  t.equal(full.put, data1.size, "a full upload puts every block holding data, none of the holes");
+  t.ok(data1.size < 2048 / 4, `… a few of the image's 2048 blocks (${data1.size})`);
+  t.equal(full.bytesPut / data1.size / EBS_BLOCK_BYTES, 1, "bytes put ÷ bytes of data = 1");
   t.equal(full.status, "completed");
+  t.match(
+    full.verified,
+    { listed: data1.size, read: Math.min(32, data1.size), all: false },
+    "a sample of (at most) 32 blocks read back",
+  );
   await sameContent(t, full.snapshotId);
   const ec2 = lab.client();
   const described = await ec2.send(new DescribeSnapshotsCommand({ SnapshotIds: [full.snapshotId] }));
   const snap = described.Snapshots?.[0];
   t.equal(snap?.State, "completed", "EC2 lists the snapshot, completed");
-  t.equal(snap?.VolumeSize, 1, "64 MiB rounds up to 1 GiB");
+  t.equal(snap?.VolumeSize, 1, "the image's 1 GiB");
   t.same(
     Object.fromEntries((snap?.Tags ?? []).map((tag) => [tag.Key, tag.Value])),
     tags,
@@ -130,6 +99,8 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
     new CreateVolumeCommand({ SnapshotId: full.snapshotId, AvailabilityZone: "us-east-1a" }),
   );
   t.ok(volume.VolumeId, "a volume can be created from it");
+  const gen1 = parseManifest("gen1.json", await readManifestJson(join(dir, "gen1.json")));
+  t.match(gen1, { status: "completed", verified: { listed: data1.size } }, "the manifest says so");
 
   await t.rejects(
     runSnapshotUpload(deps(), settings("gen1.json")),
@@ -137,16 +108,20 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
     "a completed build is not uploaded again",
   );
 
-  // Generation 2: one block changed, one cleared, one added.
-  await writeBlocks(join(dir, "set.img"), { 8: block(), 40: null, 60: block() });
-  const incremental = await runSnapshotUpload(deps(), settings("gen2.json", "gen1.json"));
+  // Generation 2: one block of the layer changed, one cleared, one added in the spare file.
+  await writeBlocks(image, { [layer[1]!]: block(), [layer[3]!]: null, [spare[2]!]: block() });
+  const incremental = await runSnapshotUpload(deps(), {
+    ...settings("gen2.json", "gen1.json"),
+    verifyAll: true,
+  });
   t.equal(incremental.parentSnapshotId, full.snapshotId, "started from the previous generation");
   t.equal(incremental.put, 3, "only the changed, the cleared and the added block are put");
   t.equal(incremental.zeros, 1, "zeros go over the cleared block");
-  t.equal(incremental.unchanged, 8, "the 8 unchanged blocks stay the parent's");
+  t.equal(incremental.unchanged, data1.size - 2, "the unchanged blocks stay the parent's");
+  t.match(incremental, { parentHashes: "manifest", parentBytesRead: 0 }, "the parent's hashes from its manifest");
+  t.match(incremental.verified, { listed: data1.size, read: data1.size, all: true }, "--verify reads every block");
   await sameContent(t, incremental.snapshotId);
-  await sameContent(t, incremental.snapshotId); // holds after a second read too
-  t.same(snapshotBlocks(full.snapshotId).has(40), true, "the parent is unchanged");
+  t.same(snapshotBlocks(full.snapshotId).has(layer[3]!), true, "the parent is unchanged");
 
   // The same generation with the parent's manifest lost: the parent's blocks read back from EBS.
   const fromEbs = await runSnapshotUpload(deps(), {
@@ -156,20 +131,16 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
   t.equal(fromEbs.parentSnapshotId, full.snapshotId, "started from the snapshot named");
   t.match(
     fromEbs,
-    { put: incremental.put, zeros: incremental.zeros, unchanged: incremental.unchanged },
+    { put: incremental.put, zeros: incremental.zeros, unchanged: incremental.unchanged, parentHashes: "read back" },
     "ListSnapshotBlocks and GetSnapshotBlock's checksums plan what the manifest planned",
   );
+  t.equal(fromEbs.parentBytesRead, (data1.size - 1) * EBS_BLOCK_BYTES, "… each block the image shares downloaded");
   await sameContent(t, fromEbs.snapshotId);
-  await t.rejects(
-    runSnapshotUpload(deps(), { ...settings("gen2-both.json", "gen1.json"), parentSnapshotId: full.snapshotId }),
-    SnapshotUploadError,
-    "a parent manifest and a parent snapshot both given are refused",
-  );
 
   // Generation 3, killed after 2 puts, then resumed.
   const third: Record<number, Buffer> = {};
-  for (const i of [10, 11, 12, 13, 14, 15]) third[i] = block();
-  await writeBlocks(join(dir, "set.img"), third);
+  for (const i of spare.slice(3, 9)) third[i] = block();
+  await writeBlocks(image, third);
   const controller = new AbortController();
   const base = snapshotBlockWriter(client);
   let puts = 0;
@@ -199,7 +170,7 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
   await sameContent(t, resumed.snapshotId);
 
   // Refusals change nothing.
-  await writeBlocks(join(dir, "set.img"), { 20: block() });
+  await writeBlocks(image, { [spare[10]!]: block() });
   const before = lab.emu.snapshotState().snapshots;
   await t.rejects(
     runSnapshotUpload(deps(), settings("gen4.json", "missing.json")),
@@ -218,13 +189,7 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
 
 t.test("the EBS direct emulator checks what EBS checks", async (t) => {
   const lab = await startLab(t);
-  const client = ebsClient({
-    region: "us-east-1",
-    endpoint: lab.emu.endpoint,
-    credentials: { accessKeyId: "dummy", secretAccessKey: "dummy" },
-    maxAttempts: 1,
-  });
-  t.teardown(() => client.destroy());
+  const client = testEbsClient(t, lab.emu.endpoint, 1);
   const writer = snapshotBlockWriter(client);
   const started = await writer.start({
     volumeSizeGiB: 1,
@@ -234,7 +199,7 @@ t.test("the EBS direct emulator checks what EBS checks", async (t) => {
     encrypted: false,
     timeoutMinutes: 60,
   });
-  t.equal(started.blockSize, EBS_BLOCK_BYTES);
+  t.equal(started.status, "pending");
   const data = block();
   const good = sha256(data).toString("base64");
   await t.rejects(
@@ -364,9 +329,7 @@ t.test("the CLI resumes an upload a stop interrupted: without --built-at, the in
   t.teardown(() => rm(dir, { recursive: true, force: true }));
   const image = join(dir, "set.img");
   const manifest = join(dir, "gen.json");
-  const data: Record<number, Buffer> = {};
-  for (const i of [0, 1, 2, 3, 4, 5]) data[i] = block();
-  await writeBlocks(image, data);
+  await makePoolImage(image, { record: { ...DEFAULT_RECORD, images: ["registry.example.org/app:1"] } });
   const builtAt = "2026-12-02T01:00:00Z";
   const tags = generationTags({
     pool: "sim4life",
@@ -378,18 +341,13 @@ t.test("the CLI resumes an upload a stop interrupted: without --built-at, the in
     operatorTags: {},
   });
   if (!("tags" in tags)) throw new Error(tags.problems.join("; "));
-  const client = ebsClient({
-    region: "us-east-1",
-    endpoint: lab.emu.endpoint,
-    credentials: { accessKeyId: "dummy", secretAccessKey: "dummy" },
-  });
-  t.teardown(() => client.destroy());
+  const client = testEbsClient(t, lab.emu.endpoint);
   // The run the stop interrupted, started at `builtAt`, as the CLI starts it: stopped after 2 puts.
   const controller = new AbortController();
   const writer = snapshotBlockWriter(client);
   let puts = 0;
   const stopped = runSnapshotUpload(
-    {
+    uploadDeps(client, {
       writer: {
         ...writer,
         async putBlock(...args: Parameters<typeof writer.putBlock>) {
@@ -397,25 +355,13 @@ t.test("the CLI resumes an upload a stop interrupted: without --built-at, the in
           if (++puts === 2) controller.abort(new Error("SIGTERM received"));
         },
       },
-      reader: snapshotBlockReader(client),
-      scanImage,
-      readBlock: readImageBlock,
-      readManifestJson,
-      writeManifestJson,
-      sha256,
-      zeroBlockHash,
-      log: createLogger(() => undefined),
       signal: controller.signal,
-    },
-    {
-      image,
-      manifest,
+    }),
+    uploadSettings(image, manifest, {
       tags: tags.tags,
       description: "ebs-cache golden snapshot: pool sim4life, image set 2026-12",
-      encrypted: false,
       concurrency: 1,
-      timeoutMinutes: 60,
-    },
+    }),
   );
   await t.rejects(stopped, { name: "SnapshotUploadError" });
 
@@ -426,7 +372,7 @@ t.test("the CLI resumes an upload a stop interrupted: without --built-at, the in
       ...["--import", "tsx", "src/cli.ts", "snapshot", "upload", "--image", image, "--manifest", manifest],
       ...["--pool", "sim4life", "--image-set", "2026-12", "--images", "registry.example.org/app:1"],
       ...["--image-store", "graphdriver", "--engine-version", "28.5.1", "--concurrency", "1"],
-      ...["--region", "us-east-1", "--endpoint", lab.emu.endpoint, "--json"],
+      ...["--region", "us-east-1", "--endpoint", lab.emu.endpoint, "--ec2-endpoint", lab.emu.endpoint, "--json"],
     ],
     {
       env: { ...childEnv(), AWS_ACCESS_KEY_ID: "dummy", AWS_SECRET_ACCESS_KEY: "dummy" },
@@ -436,7 +382,12 @@ t.test("the CLI resumes an upload a stop interrupted: without --built-at, the in
   );
   t.equal(rerun.exitCode, 0, String(rerun.stderr));
   const report = JSON.parse(String(rerun.stdout || "{}")) as { resumed?: number; put?: number; status?: string };
-  t.match(report, { status: "completed", resumed: 2, put: 4 }, "the 2 blocks put before the stop are not put again");
+  const blocks = (await scanImage(image, EBS_BLOCK_BYTES)).blocks.size;
+  t.match(
+    report,
+    { status: "completed", resumed: 2, put: blocks - 2 },
+    "the 2 blocks put before the stop are not put again",
+  );
   const snapshots = Object.values(lab.emu.snapshotState().snapshots);
   t.equal(snapshots.length, 1, "one snapshot: the interrupted one, resumed");
   t.match(snapshots[0]?.tags, { [VolumeTag.builtAt]: builtAt }, "tagged with the interrupted upload's build time");

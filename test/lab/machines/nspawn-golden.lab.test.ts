@@ -147,7 +147,7 @@ t.test("engine machine builds: the need list on graphdriver, `snapshot build` of
         ...[bundle, "snapshot", "upload", "--image", join(m.dir, IMAGE), "--manifest", join(work, "cs1.json")],
         ...["--pool", CONTAINERD_POOL, "--image-set", CONTAINERD_SET, "--images", CONTAINERD_IMAGE.tag],
         ...["--image-store", built.imageStore, "--engine-version", built.engineVersion],
-        ...["--region", lab.region, "--endpoint", lab.ec2.endpoint, "--json"],
+        ...["--region", lab.region, "--endpoint", lab.ec2.endpoint, "--ec2-endpoint", lab.ec2.endpoint, "--json"],
       ],
       {
         check: false,
