@@ -75,7 +75,7 @@ async function setup(t: Test, lab: Lab) {
   /** What the pool's readers take as its current snapshot: the boot's (gc's, the refresh's) and the keeper's. */
   const chosen = async () => ({
     boot: currentSnapshot(await listed())?.snapshotId,
-    keeper: (await observeKeeper(cloud, keeper, { now: new Date(), withInitialization: false })).snapshot?.snapshotId,
+    keeper: (await observeKeeper(cloud, keeper, { withInitialization: false })).snapshot?.snapshotId,
   });
   /** The snapshot's tags as EC2 lists them (undefined: it is gone). */
   const tagsOf = async (snapshotId: string) => (await listed()).find((x) => x.snapshotId === snapshotId)?.tags;
