@@ -135,8 +135,13 @@ export interface OutcomeRecorder {
     report: BootReport;
     finishedAt: Date;
   }): Promise<void>;
-  releaseFinished(release: { instanceId: string; report: ReleaseReport; finishedAt: Date }): Promise<void>;
-  gcFinished(gc: { report: GcReport; dryRun: boolean; finishedAt: Date }): Promise<void>;
+  /**
+   * `finishedAt` defaults to the host's clock at the call: the record and the metrics are this
+   * host's, read on this host (by `status`, node_exporter), never compared with EC2's times, so
+   * the use cases that must keep to EC2's time (gc, the release) never read the host's clock.
+   */
+  releaseFinished(release: { instanceId: string; report: ReleaseReport; finishedAt?: Date }): Promise<void>;
+  gcFinished(gc: { report: GcReport; dryRun: boolean; finishedAt?: Date }): Promise<void>;
   /** After a keeper run (`pool fill`) that was not a dry run. */
   keeperFinished(keeper: KeeperFacts): Promise<void>;
   /** After each write of the pre-warm's state file (at boot, and as a long initialization goes). */

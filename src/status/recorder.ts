@@ -133,7 +133,7 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
       // A boot that did not come up leaves no fill of an earlier one behind.
       await textfile("fill", () => figures.fill);
     },
-    async releaseFinished({ instanceId, report, finishedAt }) {
+    async releaseFinished({ instanceId, report, finishedAt = new Date() }) {
       await attempt(
         "the release's status record",
         () =>
@@ -147,7 +147,7 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
       );
       await textfile("release", () => releaseMetrics({ report, finishedAt }));
     },
-    async gcFinished({ report, dryRun, finishedAt }) {
+    async gcFinished({ report, dryRun, finishedAt = new Date() }) {
       // gc's counters count over its runs: the previous file's values are carried.
       await textfile("gc", () => gcMetrics({ report, dryRun, finishedAt }), true);
     },

@@ -33,7 +33,7 @@ export async function runGc(
   const decisions = planGc(volumes, { ...judging, maxDeletes: options.maxDeletes });
   const recheck = { observed: new Map(volumes.map((v) => [v.volumeId, v])), options: judging };
   const report = await applyGc(decisions, cloud, { dryRun: options.dryRun, log, recheck });
-  await recorder?.gcFinished({ report, dryRun: options.dryRun, finishedAt: new Date() });
+  await recorder?.gcFinished({ report, dryRun: options.dryRun });
   return report;
 }
 

@@ -111,12 +111,13 @@ export async function applyRelease(
       }
       continue;
     }
-    const started = Date.now();
+    // The monotonic clock: a step's time does not jump when NTP sets the host's clock.
+    const started = performance.now();
     try {
       await runStep(step, context);
-      result.timeline.push({ ...entry, ms: Date.now() - started });
+      result.timeline.push({ ...entry, ms: performance.now() - started });
     } catch (error) {
-      result.timeline.push({ ...entry, ms: Date.now() - started });
+      result.timeline.push({ ...entry, ms: performance.now() - started });
       const problem = problemOf(step.step, volumeId, error);
       result.problems.push(problem);
       log.error(`release.${problem.kind}`, problem.message, {
@@ -428,12 +429,13 @@ async function waitAvailable(
   instanceId: string,
   timeoutMs: number,
 ): Promise<VolumeInfo | undefined> {
-  const deadline = Date.now() + timeoutMs;
+  // Monotonic, as the bound is a duration: the host's clock may be set while the detach goes.
+  const deadline = performance.now() + timeoutMs;
   for (;;) {
     const volume = await deps.cloud.describeVolume(volumeId);
     const a = volume?.attachment;
     if (!volume || volume.state === "available" || (a && a.instanceId !== instanceId)) return volume;
-    if (Date.now() >= deadline) {
+    if (performance.now() >= deadline) {
       throw new AgentError(
         `${volumeId} is still '${volume.state}' after its detach`,
         `check it (aws ec2 describe-volumes --volume-ids ${volumeId}), then run release again`,

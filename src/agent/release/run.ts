@@ -131,6 +131,6 @@ export async function runRelease(
     },
     options.signal ? { signal: options.signal } : {},
   );
-  await deps.recorder?.releaseFinished({ instanceId: identity.instanceId, report, finishedAt: new Date() });
+  await deps.recorder?.releaseFinished({ instanceId: identity.instanceId, report });
   return { identity, plan, report, exitCode: releaseExitCode(report) };
 }
