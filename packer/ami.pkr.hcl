@@ -103,4 +103,12 @@ build {
       "AGENT_IMAGE_SET=${var.agent_image_set}",
     ]
   }
+
+  # The host's part of `ebs-cache-agent doctor` (no credentials: the builder's role is not the
+  # agent's): the image fails to build when it lacks what a boot needs (fio, xfsprogs, blkid,
+  # docker, the units installed, enabled and ordered, a daemon.json the switch accepts, a valid
+  # config). Its cloud part runs on a fresh instance of the AMI (docs/operations.md).
+  provisioner "shell" {
+    inline = ["sudo ebs-cache-agent doctor --host-only"]
+  }
 }

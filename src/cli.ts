@@ -88,6 +88,11 @@ const COMMANDS: CommandEntry[] = [
     load: async () => (await import("./cli/snapshot.ts")).snapshotCommand(),
   },
   {
+    name: "doctor",
+    summary: "check every precondition of a boot on this host (IAM by DryRun included), one line each; changes nothing",
+    load: async () => (await import("./cli/doctor.ts")).doctorCommand(),
+  },
+  {
     name: "record-reads",
     summary: "at a golden build, record what each image reads at start into the volume's need list",
     load: async () => (await import("./cli/record-reads.ts")).recordReadsCommand(),

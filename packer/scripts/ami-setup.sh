@@ -32,7 +32,7 @@ ebs-cache-agent --help >/dev/null
 # Node's compile cache (NODE_COMPILE_CACHE in the units and the wrapper): each command's --help
 # loads that command's code without running it, so the first boot of every instance starts from
 # compiled code instead of parsing the bundle. Nothing here talks to EC2 or docker.
-for command in boot release prewarm status gc pool; do
+for command in boot release prewarm status gc pool doctor; do
   ebs-cache-agent "$command" --help >/dev/null
 done
 echo "ami-setup: compile cache warmed: $(du -sh /var/cache/ebs-cache-agent | cut -f1)"
