@@ -560,8 +560,10 @@ export const CONFIG_SCHEMA = {
           enum: ["snapshot", "blank", "never"],
           default: "snapshot",
           description:
-            "When no workspace volume exists for the ids: `snapshot` creates one from the pool's newest " +
-            "snapshot, `blank` creates an empty one (formatted by the agent), `never` uses the pool instead.",
+            "When no workspace volume exists for the ids: `snapshot` makes a pool volume their workspace in " +
+            "the same claim (from the pool's newest snapshot only when the pool is empty), `blank` creates an " +
+            "empty one (formatted by the agent), `never` uses the pool instead. A workspace of the ids held by " +
+            "another instance: the pool, as a plain node (at most one workspace per ids).",
         },
         sizeGiB: {
           type: "integer",
