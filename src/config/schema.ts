@@ -966,9 +966,10 @@ export const CONFIG_SCHEMA = {
     prune: {
       type: "object",
       description:
-        "Keeps a pool volume's filesystem from filling up: after each boot that came up, every hour while the node " +
-        "runs, and with `ebs-cache-agent prune`, images outside the pool's current generation are removed (never " +
-        "on a workspace volume, never an image a container uses; see docs/operations.md).",
+        "Keeps a pool or workspace volume's filesystem from filling up: after each boot that came up, every hour " +
+        "while the node runs, and with `ebs-cache-agent prune`, images outside the pool's current generation are " +
+        "removed (never an image a container uses or one osparc's `pre_pulled_images` instance tag lists, never " +
+        "anything but images; see docs/operations.md).",
       properties: {
         afterBoot: {
           type: "boolean",
