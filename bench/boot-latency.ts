@@ -4,8 +4,10 @@
  *   latency   N fresh lab instances boot one after another, each with EC2 latencies drawn anew
  *             (below), the way a host boots: phase 1 `boot --no-docker` as a CLI process (the
  *             esbuild bundle) → `prepared`; dockerd started on the volume (systemd's
- *             docker.service); phase 2 `boot --no-claim` → `ready`. Twice: a pool volume is
- *             claimed, then (the pool used up) a volume is created from the pool's snapshot.
+ *             docker.service); phase 2 `boot --no-claim` → `ready`. Per path: a pool volume is
+ *             claimed (`pool`); an instance with osparc's labels tag for ids that have no workspace
+ *             yet takes a pool volume and makes it their workspace (`new-ids`, stock in the pool);
+ *             the pool used up, a volume is created from the pool's snapshot (`snapshot`).
  *   overhead  Zero EC2 delays: the one-shot boot (claim … docker … pre-warm sample … labels) on a
  *             fresh instance and pool volume, then, on the same host and volume, the floor: mount
  *             and dockerd start alone. Reported side by side with the agent's step timeline.
@@ -16,7 +18,7 @@
  *
  *   npx tsx bench/boot-latency.ts [--boots 20] [--overhead-runs 10] [--parts latency,overhead,nspawn]
  *                                 [--nspawn-boots 3]
- *                                 [--paths pool,snapshot] [--seed 13] [--drop-caches] [--verbose]
+ *                                 [--paths pool,new-ids,snapshot] [--seed 13] [--drop-caches] [--verbose]
  *
  * Needs root and the lab's Debian packages (docs/lab.md). Runs on demand only. See bench/README.md.
  */
@@ -42,6 +44,8 @@ import { buildGoldenSnapshot, createPoolVolumes } from "../src/lab/volumes/golde
 import { startLab, type Lab, type LabHost } from "../src/lab/lab.ts";
 import { buildAgent } from "../scripts/build.mjs";
 import { startOsparcSwarm, type OsparcSwarm } from "../src/lab/machines/osparc-swarm.ts";
+import { Osparc } from "../src/lab/machines/autoscaler.ts";
+import { labelsTagAsOsparcWrites } from "../src/agent/labels-tag.ts";
 import { nspawnJoinPart } from "./nspawn-join.ts";
 import { EC2_RANGES, EC2_START_RANGES, percentile, seededRandom } from "./sampling.ts";
 
@@ -134,7 +138,7 @@ interface Options {
   overheadRuns: number;
   parts: Set<Part>;
   nspawnBoots: number;
-  paths: Array<"pool" | "snapshot">;
+  paths: BenchPath[];
   seed: number;
   dropCaches: boolean;
   zeroLatency: boolean;
@@ -164,7 +168,8 @@ function parseOptions(argv: string[]): Options {
       [
         "usage: npx tsx bench/boot-latency.ts [options]",
         "  --boots N            instances booted per path with EC2 latencies (default 20)",
-        "  --paths pool,snapshot  where the volume comes from: a pool volume, a volume created from the snapshot",
+        "  --paths pool,new-ids,snapshot  where the volume comes from: a pool volume; a pool volume made the",
+        "                       workspace of new ids (osparc's labels tag); a volume created from the snapshot",
         "  --overhead-runs N    zero-delay boots, each beside its floor (mount + dockerd start) (default 10)",
         "  --parts latency,overhead[,nspawn]",
         "  --nspawn-boots N     nspawn machines per variant, before and after (default 3)",
@@ -187,13 +192,13 @@ function parseOptions(argv: string[]): Options {
   for (const part of parts) if (!PARTS.includes(part as Part)) throw new Error(`--parts: unknown part ${part}`);
   const paths = values.paths.split(",").map((p) => p.trim());
   for (const path of paths)
-    if (path !== "pool" && path !== "snapshot") throw new Error(`--paths: unknown path ${path}`);
+    if (!(BENCH_PATHS as readonly string[]).includes(path)) throw new Error(`--paths: unknown path ${path}`);
   return {
     boots: count("boots", values.boots, 200),
     overheadRuns: count("overhead-runs", values["overhead-runs"], 100),
     parts: parts as Set<Part>,
     nspawnBoots: count("nspawn-boots", values["nspawn-boots"], 50),
-    paths: paths as Array<"pool" | "snapshot">,
+    paths: paths as BenchPath[],
     seed: count("seed", values.seed, 2 ** 31),
     dropCaches: values["drop-caches"],
     zeroLatency: values["zero-latency"],
@@ -261,6 +266,7 @@ interface CliRun {
   outcome?: string;
   reason?: string;
   source?: string;
+  bootSource?: string;
   timeline?: Array<{ step: string; ms: number }>;
   stderrTail: string[];
   /** Each log line with the ms since spawn it arrived at: places what the timeline does not cover (start, exit). */
@@ -297,8 +303,9 @@ async function runCli(bundle: string, args: string[]): Promise<CliRun> {
   try {
     const parsed = JSON.parse(stdout) as {
       plan?: { selection?: { source?: string } };
-      result?: { outcome?: string; reason?: string; timeline?: CliRun["timeline"] } | null;
+      result?: { outcome?: string; reason?: string; source?: string; timeline?: CliRun["timeline"] } | null;
     };
+    if (parsed.result?.source) result.bootSource = parsed.result.source;
     if (parsed.result?.outcome) result.outcome = parsed.result.outcome;
     if (parsed.result?.reason) result.reason = parsed.result.reason;
     if (parsed.result?.timeline) result.timeline = parsed.result.timeline;
@@ -335,13 +342,36 @@ async function bootInProcess(
 
 const overrides: ConfigOverrides = { pool: POOL, imageSet: IMAGE_SET };
 
+const BENCH_PATHS = ["pool", "new-ids", "snapshot"] as const;
+type BenchPath = (typeof BENCH_PATHS)[number];
+
+/** What a path's boot must end with to count: the source of its report. */
+const EXPECTED_SOURCE: Record<BenchPath, string> = { pool: "pool", "new-ids": "pool", snapshot: "snapshot" };
+
+let newIds = 0;
+/**
+ * osparc's labels tag for ids no workspace exists for yet (a new `node_id`: every cold launch's
+ * user, `_assign_tasks_to_current_cluster` leaving only new work to RunInstances).
+ */
+function newIdsTags(): Record<string, string> {
+  newIds++;
+  return labelsTagAsOsparcWrites(Osparc.labelsTag, {
+    "user-id": `bench_${newIds}`,
+    "project-id": `p-${newIds}`,
+    "node-id": `n-${newIds}`,
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Part 1: boots with EC2's latencies
 
 interface LatencyBoot {
-  path: "pool" | "snapshot";
+  path: BenchPath;
   latencies: Latencies;
+  /** The plan's selection (`new-workspace` for new ids). */
   source?: string;
+  /** Where the volume came from in the end (the report's source: `pool` for a pool volume adopted). */
+  bootSource?: string;
   /** Phase 1 as a process, spawn → exit: time to `prepared`. */
   preparedMs?: number;
   phase1Outcome?: string;
@@ -379,7 +409,7 @@ interface LatencyBoot {
 
 async function latencyBoot(
   lab: Lab,
-  path: "pool" | "snapshot",
+  path: BenchPath,
   latencies: Latencies,
   bundle: string,
   nodeStartMs: number,
@@ -387,7 +417,7 @@ async function latencyBoot(
   osparc: { swarm: OsparcSwarm; ec2StartMs: number },
 ): Promise<LatencyBoot> {
   const boot: LatencyBoot = { path, latencies, loadAvg1: Math.round((loadavg()[0] ?? 0) * 100) / 100 };
-  const host = await lab.addHost({ tags: { Name: `bench-${path}` } });
+  const host = await lab.addHost({ tags: { Name: `bench-${path}`, ...(path === "new-ids" ? newIdsTags() : {}) } });
   try {
     const config = await writeLabConfig(lab, host, { ...overrides, docker: { control: "none" } });
     applyLatencies(lab, latencies);
@@ -395,6 +425,7 @@ async function latencyBoot(
     boot.preparedMs = phase1.wallMs;
     if (phase1.outcome) boot.phase1Outcome = phase1.outcome;
     if (phase1.source) boot.source = phase1.source;
+    if (phase1.bootSource) boot.bootSource = phase1.bootSource;
     if (phase1.timeline) boot.phase1Timeline = phase1.timeline;
     boot.phase1Log = phase1.logAt;
     if (phase1.outcome !== "prepared") {
@@ -658,7 +689,8 @@ async function main(): Promise<void> {
   const doOverhead = options.parts.has("overhead") && options.overheadRuns > 0;
   const doNspawn = options.parts.has("nspawn") && options.nspawnBoots > 0;
   const poolBoots =
-    (doLatency && options.paths.includes("pool") ? options.boots : 0) + (doNspawn ? options.nspawnBoots * 2 : 0);
+    (doLatency ? options.paths.filter((p) => p !== "snapshot").length * options.boots : 0) +
+    (doNspawn ? options.nspawnBoots * 2 : 0);
   let nspawn: Awaited<ReturnType<typeof nspawnJoinPart>> | undefined;
   let stopSwarm: () => Promise<void> = async () => undefined;
   const lab = await startLab({
@@ -785,7 +817,7 @@ async function main(): Promise<void> {
     );
     for (const path of options.paths) {
       const boots = latencyBoots.filter((b) => b.path === path);
-      const ok = boots.filter((b) => !b.error && b.source === (path === "pool" ? "pool" : "snapshot"));
+      const ok = boots.filter((b) => !b.error && b.bootSource === EXPECTED_SOURCE[path]);
       const prepared = stats(ok.map((b) => b.preparedMs!));
       const ready = stats(ok.map((b) => b.readyMs!));
       const inBudget = boots.filter((b) => b.preparedMs !== undefined && b.preparedMs <= 40_000).length;
@@ -806,6 +838,7 @@ async function main(): Promise<void> {
         ok: ok.length,
         inBudget,
         sources: boots.map((b) => b.source ?? "?"),
+        bootSources: boots.map((b) => b.bootSource ?? "?"),
       };
       say(
         `  ${path.padEnd(9)}  ${String(boots.length).padStart(5)}  ${String(ok.length).padStart(2)}  ` +

@@ -89,6 +89,7 @@ export function pruneCommand(): Command {
           runPrune(wirePrune(wiring), {
             settings: { thresholdPercent: config.prune.thresholdPercent, targetPercent: config.prune.targetPercent },
             imageSet: config.imageSet,
+            prePulledImagesTag: config.refresh.prePulledImagesTag,
             dryRun,
             trigger,
             recorder,

@@ -418,6 +418,8 @@ export function wirePrune(options: WiringOptions): PruneDeps {
     },
     fill: (mountPoint) => readFilesystemFill(mountPoint),
     docker: createDockerEngine({ host: config.paths.dockerHost, log }),
+    // Fresh: osparc tags pre_pulled_images after its pulls, long after the boot read the tags.
+    instanceTags: async () => (await common.identify({ fresh: true })).tags,
     prewarm: async () => {
       const { state, running } = await prewarmStatus(config.paths.stateDir);
       return { phase: state?.phase, running };

@@ -560,8 +560,10 @@ export const CONFIG_SCHEMA = {
           enum: ["snapshot", "blank", "never"],
           default: "snapshot",
           description:
-            "When no workspace volume exists for the ids: `snapshot` creates one from the pool's newest " +
-            "snapshot, `blank` creates an empty one (formatted by the agent), `never` uses the pool instead.",
+            "When no workspace volume exists for the ids: `snapshot` makes a pool volume their workspace in " +
+            "the same claim (from the pool's newest snapshot only when the pool is empty), `blank` creates an " +
+            "empty one (formatted by the agent), `never` uses the pool instead. A workspace of the ids held by " +
+            "another instance: the pool, as a plain node (at most one workspace per ids).",
         },
         sizeGiB: {
           type: "integer",
@@ -964,9 +966,10 @@ export const CONFIG_SCHEMA = {
     prune: {
       type: "object",
       description:
-        "Keeps a pool volume's filesystem from filling up: after each boot that came up, every hour while the node " +
-        "runs, and with `ebs-cache-agent prune`, images outside the pool's current generation are removed (never " +
-        "on a workspace volume, never an image a container uses; see docs/operations.md).",
+        "Keeps a pool or workspace volume's filesystem from filling up: after each boot that came up, every hour " +
+        "while the node runs, and with `ebs-cache-agent prune`, images outside the pool's current generation are " +
+        "removed (never an image a container uses or one osparc's `pre_pulled_images` instance tag lists, never " +
+        "anything but images; see docs/operations.md).",
       properties: {
         afterBoot: {
           type: "boolean",

@@ -59,9 +59,16 @@ t.test("bootSourceOf: the outcome, then what the boot created, then the selectio
   tt.equal(bootSourceOf(pool, "degraded", "snapshot"), "degraded", "no volume in the end");
   tt.equal(bootSourceOf({ source: "attached", volumeId: "vol-1", kind: "pool" }, "ready", undefined), "attached");
   const create = { availabilityZone: "eu-west-1a", volumeType: "gp3", initializationRateMiBps: null, tags: {} };
-  tt.equal(bootSourceOf({ source: "new-workspace", create: { ...create, sizeGiB: 20 } }, "ready", undefined), "blank");
   tt.equal(
-    bootSourceOf({ source: "new-workspace", create: { ...create, snapshotId: "snap-1" } }, "prepared", "snapshot"),
+    bootSourceOf({ source: "new-workspace", from: "blank", create: { ...create, sizeGiB: 20 } }, "ready", undefined),
+    "blank",
+  );
+  tt.equal(
+    bootSourceOf(
+      { source: "new-workspace", from: "snapshot", create: { ...create, snapshotId: "snap-1" } },
+      "prepared",
+      "snapshot",
+    ),
     "snapshot",
   );
   tt.equal(bootSourceOf({ source: "disabled", reason: "off" }, "disabled", undefined), "disabled");

@@ -23,6 +23,7 @@ import { CHECKING, type PrewarmReport } from "../prewarm/plan.ts";
 import { volumeDetails } from "../report.ts";
 import { imagesOf, withLatest } from "../volume-rules.ts";
 import { claimNext, createAndClaim } from "./claim.ts";
+import { adoptWorkspace } from "./adopt.ts";
 import { prepareVolumeDataRoot } from "./activation-marker.ts";
 import { writeVolumeRecord } from "../volume-record.ts";
 import { claimTagChanges } from "./claim-tags.ts";
@@ -302,6 +303,10 @@ const STEP_HANDLERS: { [K in StepName]: StepHandler<K> } = {
   "reuse-attached": reuseAttached,
   "claim-volume": claimVolume,
   "create-and-claim": createVolumeAndClaim,
+  "adopt-workspace": async (step, ctx) => {
+    await adoptWorkspace(step, ctx);
+    return undefined;
+  },
   "tag-claim": tagClaim,
   "wait-for-device": waitForDevice,
   "check-filesystem": checkFilesystem,

@@ -25,6 +25,7 @@ type ClaimStep = Extract<BootStep, { step: "claim-volume" }>;
 export async function claimNext(step: ClaimStep, ctx: StepContext): Promise<void> {
   const { plan, progress, deps, limits, claim, call } = ctx;
   const { cloud, log } = deps;
+  if (step.note && claim.volumes === 0) log.notice("boot.claim", step.note);
   let candidates = step.candidates.filter((id) => !claim.tried.has(id));
   // After a volume was handed back, the plan's list is stale: ask again.
   if (claim.volumes > 0) candidates = await relist(step, ctx);

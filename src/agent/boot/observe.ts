@@ -16,7 +16,13 @@ import { findVolumeRecord } from "../volume-record.ts";
 import { VolumeKind, VolumeTag } from "../../tags.ts";
 import { attachedCacheVolume, currentSnapshot, MANAGED, poolSelector } from "../volume-rules.ts";
 import { bufferRole, hasChunkedTag } from "../buffer-tags.ts";
-import { lookupsNeeded, poolQuery, workspaceQuery, type BootObservation, type BootSettings } from "./plan.ts";
+import {
+  everyWorkspaceVolumeQuery,
+  lookupsNeeded,
+  poolQuery,
+  type BootObservation,
+  type BootSettings,
+} from "./plan.ts";
 
 /** What identifying the instance needs (part of the boot's deps). */
 export interface IdentitySource {
@@ -107,7 +113,8 @@ export async function observeBoot(
   }
   const page = { ...call, firstPage: settings.claim.candidatesPerListing };
   if (settings.workspace && lookupsNeeded(settings, observed, "workspace")) {
-    observed.workspace = await cloud.findVolumes(workspaceQuery(settings.workspace, zone), page);
+    // Every state: one in use elsewhere makes this boot a plain pool node (workspaceHeldElsewhere).
+    observed.workspace = await cloud.findVolumes(everyWorkspaceVolumeQuery(settings.workspace, zone), page);
   }
   if (lookupsNeeded(settings, observed, "pool")) {
     observed.pool = await cloud.findVolumes(poolQuery(settings, zone), page);

@@ -7,12 +7,13 @@
 import { CONTENT_TAGS, VolumeKind, VolumeTag } from "../../tags.ts";
 import type { Identity, SnapshotInfo, VolumeCreation, VolumeInfo, VolumeQuery } from "../ports.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
-import { volumeMatchesWorkspace, workspaceIdTags, type WorkspaceIds } from "../workspace-ids.ts";
+import { describeWorkspace, volumeMatchesWorkspace, workspaceIdTags, type WorkspaceIds } from "../workspace-ids.ts";
 import {
   attachedCacheVolume,
   candidateOrder,
   hostStoreOr,
   isClaimable,
+  isQuarantined,
   poolSelector,
   storeFit,
   type ClaimContext,
@@ -46,8 +47,9 @@ export interface BootSettings {
   workspace?: WorkspaceIds;
   /**
    * When the instance names a workspace and no volume of it is available (config
-   * `workspace.create`): `snapshot` creates one from the pool's newest snapshot, `blank` an empty
-   * one of `workspaceSizeGiB` (formatted by the agent), `never` falls back to the pool.
+   * `workspace.create`): `snapshot` adopts a pool volume (one from the pool's newest snapshot
+   * when the pool is empty), `blank` creates an empty one of `workspaceSizeGiB` (formatted by the
+   * agent), `never` falls back to the pool.
    */
   workspaceCreate: "snapshot" | "blank" | "never";
   workspaceSizeGiB: number;
@@ -118,11 +120,44 @@ export function hostStoreOf(observed: Pick<BootObservation, "hostStore">): HostS
 export type Selection =
   | { source: "disabled"; reason: string }
   | { source: "attached"; volumeId: string; kind: string }
-  | { source: "workspace" | "pool"; candidates: string[]; relist: VolumeQuery; fallback?: SnapshotFallback }
+  | {
+      source: "workspace" | "pool";
+      candidates: string[];
+      relist: VolumeQuery;
+      fallback?: SnapshotFallback;
+      /** Why a boot with workspace ids runs on the pool (its workspace is held elsewhere). */
+      note?: string;
+    }
   | { source: "snapshot"; create: CreateSpec }
-  /** A new workspace volume for this instance's ids (from the pool's snapshot, or blank). */
-  | { source: "new-workspace"; create: CreateSpec }
+  /**
+   * A new workspace for this instance's ids: an initialized pool volume claimed and adopted
+   * (`from: "pool"`), one created from the pool's snapshot only when no pool volume is in stock,
+   * or a blank one (workspace.create `blank`).
+   */
+  | {
+      source: "new-workspace";
+      from: "pool";
+      candidates: string[];
+      relist: VolumeQuery;
+      fallback?: SnapshotFallback;
+      adopt: WorkspaceAdoption;
+    }
+  | { source: "new-workspace"; from: "snapshot" | "blank"; create: CreateSpec; adopt?: WorkspaceAdoption }
   | { source: "none"; reason: string };
+
+/**
+ * Making the pool volume this boot claimed the workspace of `ids`: its tags say workspace, the
+ * ids and the keys they are for (workspaceIdTags), and no longer its image list (a workspace's
+ * content is its user's business). Carried out right after the claim, before tag-claim, so that
+ * the intent, the activation marker and the record on the volume are a workspace's.
+ */
+export interface WorkspaceAdoption {
+  ids: WorkspaceIds;
+  /** The tags that make it the workspace (CreateTags). */
+  set: Record<string, string>;
+  /** The pool's tags a workspace does not carry (DeleteTags). */
+  remove: string[];
+}
 
 /** A volume to create when no existing one can be claimed: from a snapshot, or blank (`sizeGiB`). */
 export interface CreateSpec {
@@ -182,8 +217,19 @@ export type BootStep =
       /** Workspace volumes EBS does not encrypt are left out of a fresh page too (workspace.requireEncrypted). */
       requireEncrypted?: boolean;
       fallback?: SnapshotFallback;
+      /** Said in the log before the claim (the selection's note). */
+      note?: string;
     }
   | { step: "create-and-claim"; create: CreateSpec }
+  /**
+   * The claimed pool volume becomes the workspace of these ids (WorkspaceAdoption) and gets the
+   * instance's intent as a workspace's; then a listing of every volume of the ids checks that it
+   * is the only one: when another boot's workspace of the same ids is there (two boots at once),
+   * the adoption is undone and this node runs on the volume as a plain pool node (adopt.ts).
+   * After prepare-data-root: the volume is cleaned as the pool volume it was (a previous tenant's
+   * named volumes go), and one that fails before goes back to the pool, not as a workspace.
+   */
+  | { step: "adopt-workspace"; adopt: WorkspaceAdoption; intent: VolumeIntent }
   /**
    * Ensures the claim tags (claimed-by this instance, no release or error tags) and the
    * instance's intent (keep, TTL: src/agent/volume-intent.ts): every run, not assumed.
@@ -266,39 +312,50 @@ export function workspaceVolumeTags(
   return tags;
 }
 
-/** The workspace volume to create for this instance's ids, if the settings allow one. */
-function newWorkspaceSpec(settings: BootSettings, observed: BootObservation): CreateSpec | undefined {
-  const ids = settings.workspace;
-  if (!ids) return undefined;
-  const base = {
+/** The pool tags a workspace drops when it adopts a pool volume: its image list (workspaceVolumeTags). */
+const ADOPTION_DROPS = [VolumeTag.images] as const;
+
+/** Adopting a pool volume as the workspace of `ids` (WorkspaceAdoption). */
+export function workspaceAdoption(ids: WorkspaceIds): WorkspaceAdoption {
+  return {
+    ids,
+    set: { [VolumeTag.kind]: VolumeKind.workspace, ...workspaceIdTags(ids) },
+    remove: [...ADOPTION_DROPS],
+  };
+}
+
+/** A blank workspace volume for this instance's ids (workspace.create `blank`). */
+function blankWorkspaceSpec(settings: BootSettings, observed: BootObservation, ids: WorkspaceIds): CreateSpec {
+  return {
     availabilityZone: observed.identity.availabilityZone,
     volumeType: settings.volumeType,
     initializationRateMiBps: null,
     ...(settings.volumeCreation ? { creation: settings.volumeCreation } : {}),
+    sizeGiB: settings.workspaceSizeGiB,
+    tags: workspaceVolumeTags(settings, ids, undefined, hostStoreOf(observed)),
   };
-  switch (settings.workspaceCreate) {
-    case "never":
-      return undefined;
-    case "blank":
-      return {
-        ...base,
-        sizeGiB: settings.workspaceSizeGiB,
-        tags: workspaceVolumeTags(settings, ids, undefined, hostStoreOf(observed)),
-      };
-    case "snapshot": {
-      const snapshot = observed.snapshot;
-      if (!snapshot || snapshot.state !== "completed" || !storeFit(snapshot.tags, hostStoreOf(observed)).fits)
-        return undefined;
-      // Made from the pool's snapshot for a machine of the pool's kind: the pool's size, as a pool volume.
-      return {
-        ...base,
-        snapshotId: snapshot.snapshotId,
-        ...poolSize(settings.poolSizeGiB, snapshot),
-        initializationRateMiBps: settings.initializationRateMiBps,
-        tags: workspaceVolumeTags(settings, ids, snapshot),
-      };
-    }
-  }
+}
+
+/**
+ * Workspace volumes of exactly these ids that another instance holds (attached to it, or on
+ * their way to it): the ids' workspace is claimed, and at most one workspace serves them, so
+ * this boot runs on the pool as a plain node. Quarantined volumes do not count: they serve nobody.
+ */
+export function workspaceHeldElsewhere(
+  settings: Pick<BootSettings, "workspace" | "claim">,
+  observed: Pick<BootObservation, "workspace" | "identity" | "now">,
+): VolumeInfo | undefined {
+  const ids = settings.workspace;
+  if (!ids) return undefined;
+  const me = observed.identity.instanceId;
+  const now = observed.now ?? new Date(0);
+  return observed.workspace.find(
+    (v) =>
+      volumeMatchesWorkspace(v.tags, ids) &&
+      !isQuarantined(v, now, settings.claim.quarantineHours) &&
+      ((v.attachment !== undefined && v.attachment.instanceId !== me && v.attachment.state !== "detached") ||
+        (v.state !== "available" && v.attachment?.instanceId !== me)),
+  );
 }
 
 /** The query a pool boot lists candidates with (and lists again after a loss). */
@@ -312,6 +369,15 @@ export function poolQuery(settings: Pick<BootSettings, "pool" | "imageSet">, zon
  * one of the same user differ in `ebs-cache:workspace-keys`).
  */
 export function workspaceQuery(ids: WorkspaceIds, zone: string): VolumeQuery {
+  return { ...everyWorkspaceVolumeQuery(ids, zone), status: ["available"] };
+}
+
+/**
+ * Every volume of these ids in the zone, whatever its state: what a boot observes (an available
+ * one it may claim, one in use elsewhere that makes it a plain pool node) and what an adoption
+ * checks it is alone against.
+ */
+export function everyWorkspaceVolumeQuery(ids: WorkspaceIds, zone: string): VolumeQuery {
   return {
     tags: {
       [VolumeTag.managed]: "true",
@@ -319,7 +385,7 @@ export function workspaceQuery(ids: WorkspaceIds, zone: string): VolumeQuery {
       ...workspaceIdTags(ids),
     },
     availabilityZone: zone,
-    status: ["available"],
+    status: ["creating", "available", "in-use"],
   };
 }
 
@@ -440,15 +506,37 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
   // The same for this user's volumes EBS does not encrypt when the operator requires it.
   const plain = unencrypted[0];
   if (plain) return { source: "none", reason: unencryptedWorkspace(plain, "of these ids") };
-  // No workspace volume of these ids yet: make one (unless `never`, or no snapshot to make it from).
-  const newWorkspace = newWorkspaceSpec(settings, observed);
-  if (newWorkspace) return { source: "new-workspace", create: newWorkspace };
+  // The ids' workspace is held by another instance (a second boot of one batch, osparc's
+  // `_launch_instances`): at most one workspace per ids, so this node runs on the pool, plain.
+  const held = workspaceHeldElsewhere(settings, observed);
+  // No workspace volume of these ids yet: the pool's stock becomes one (unless `never`); only an
+  // empty pool makes one from the snapshot.
+  const adopt = ids && !held && settings.workspaceCreate === "snapshot" ? workspaceAdoption(ids) : undefined;
+  if (ids && !held && settings.workspaceCreate === "blank")
+    return { source: "new-workspace", from: "blank", create: blankWorkspaceSpec(settings, observed, ids) };
+  const adoptFallback = adopt ? snapshotFallback({ ...settings, createFromSnapshot: true }, observed) : undefined;
+  if (adopt && pool.fitting.length > 0) {
+    return {
+      source: "new-workspace",
+      from: "pool",
+      candidates: pool.fitting,
+      relist: poolQuery(settings, identity.availabilityZone),
+      ...(adoptFallback ? { fallback: adoptFallback } : {}),
+      adopt,
+    };
+  }
+  if (adopt && adoptFallback) {
+    const create = createSpecFrom(adoptFallback, observed.snapshot);
+    if (create) return { source: "new-workspace", from: "snapshot", create, adopt };
+  }
+  const note = held && ids ? heldNote(ids, held) : undefined;
   if (pool.fitting.length > 0) {
     return {
       source: "pool",
       candidates: pool.fitting,
       relist: poolQuery(settings, identity.availabilityZone),
       ...(fallback ? { fallback } : {}),
+      ...(note ? { note } : {}),
     };
   }
   const create = createSpec(settings, observed);
@@ -474,6 +562,15 @@ export function selectSource(settings: BootSettings, observed: BootObservation):
     ? "no available volume in the pool and creating from the snapshot is off"
     : "no available volume in the pool and no completed snapshot for it";
   return { source: "none", reason: `${why} (pool ${settings.pool}, zone ${identity.availabilityZone})` };
+}
+
+/** What a boot whose ids' workspace is held elsewhere says before it claims a pool volume. */
+function heldNote(ids: WorkspaceIds, held: VolumeInfo): string {
+  const holder = held.attachment?.instanceId ?? held.tags[VolumeTag.claimedBy] ?? "another instance";
+  return (
+    `the workspace of ${describeWorkspace(ids)} (${held.volumeId}) is held by ${holder}: ` +
+    "this node runs on a pool volume as a plain node, no second workspace"
+  );
 }
 
 /** Why a workspace volume that EBS does not encrypt is not attached (config workspace.requireEncrypted). */
@@ -548,11 +645,10 @@ export function lookupsNeeded(
       return settings.workspace !== undefined;
     case "snapshot":
       if (hasWorkspace) return false;
-      if (settings.workspace && settings.workspaceCreate === "snapshot") return true;
+      // A new workspace adopts a pool volume: the snapshot only for an empty pool, as without ids.
+      if (settings.workspace && settings.workspaceCreate === "snapshot") return pool.fitting.length === 0;
       return settings.createFromSnapshot && pool.fitting.length === 0;
     case "pool":
-      // A new workspace volume from the snapshot comes before the pool; the pool is still asked
-      // for, since the snapshot may turn out missing.
       return !hasWorkspace;
   }
 }
@@ -609,9 +705,14 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
       break;
     case "workspace":
     case "pool":
+    case "new-workspace":
+      if (selection.source === "new-workspace" && selection.from !== "pool") {
+        head.push({ step: "create-and-claim", create: selection.create });
+        break;
+      }
       head.push({
         step: "claim-volume",
-        family: selection.source,
+        family: selection.source === "workspace" ? "workspace" : "pool",
         candidates: selection.candidates,
         relist: selection.relist,
         maxVolumes: settings.claim.maxVolumes,
@@ -621,10 +722,10 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
         ...(observed.hostStore ? { hostStore: observed.hostStore } : {}),
         ...(selection.source === "workspace" && settings.requireEncryptedWorkspace ? { requireEncrypted: true } : {}),
         ...(selection.fallback ? { fallback: selection.fallback } : {}),
+        ...("note" in selection && selection.note ? { note: selection.note } : {}),
       });
       break;
     case "snapshot":
-    case "new-workspace":
       head.push({ step: "create-and-claim", create: selection.create });
       break;
   }
@@ -639,7 +740,13 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
   );
   // tag-claim stays for a reused attachment too: a boot killed between AttachVolume and its
   // tags (or between CreateTags and DeleteTags) is finished by the next run, not assumed done.
-  const steps = tail.filter((s) => settings.withDocker || !DOCKER_STEPS.has(s.step));
+  const kept = tail.filter((s) => settings.withDocker || !DOCKER_STEPS.has(s.step));
+  const adopt = selection.source === "new-workspace" ? selection.adopt : undefined;
+  const steps = adopt
+    ? kept.flatMap((s): BootStep[] =>
+        s.step === "prepare-data-root" ? [s, { step: "adopt-workspace", adopt, intent: settings.intent }] : [s],
+      )
+    : kept;
   const prepared =
     selection.source === "attached" && observed.prepared?.volumeId === selection.volumeId
       ? observed.prepared

@@ -32,8 +32,10 @@ export function bootSourceOf(
     case "pool":
     case "workspace":
       return selection.source;
-    case "snapshot":
     case "new-workspace":
+      if (selection.from === "pool") return "pool";
+      return selection.create.snapshotId !== undefined ? "snapshot" : "blank";
+    case "snapshot":
       return selection.create.snapshotId !== undefined ? "snapshot" : "blank";
     case "disabled":
       return "disabled";

@@ -27,6 +27,11 @@ export interface PruneDeps {
   /** statfs of the filesystem mounted exactly there (src/host/fill.ts). */
   fill(mountPoint: string): Promise<FilesystemFill | undefined>;
   docker: DockerImages;
+  /**
+   * The instance's tags as EC2 has them now (osparc writes `pre_pulled_images` after its pulls).
+   * Absent: not read (no pre-pulled images known).
+   */
+  instanceTags?(): Promise<Record<string, string>>;
   /** The background pre-warm's state (observe.ts prewarmReads judges it). Absent: none runs. */
   prewarm?(): Promise<PrewarmActivity>;
   log: Logger;

@@ -14,6 +14,7 @@ import {
   snapshotGeneration,
 } from "../volume-rules.ts";
 import type { SnapshotInfo } from "../ports.ts";
+import { prePulledImages } from "../pre-pulled.ts";
 import type { PruneObservation } from "./plan.ts";
 import type { LastBoot, PrewarmActivity, PruneDeps } from "./deps.ts";
 
@@ -60,7 +61,7 @@ export function currentImages(
 /** Everything planPrune() needs. A pool snapshot listing EC2 refuses falls back to the volume's own list (logged). */
 export async function observePrune(
   deps: PruneDeps,
-  options: { imageSet: string | null; fillFirstBelowPercent?: number },
+  options: { imageSet: string | null; fillFirstBelowPercent?: number; prePulledImagesTag?: string | null },
 ): Promise<PruneObservation> {
   const { log } = deps;
   const volume = mountedVolumeOf(await deps.lastBoot());
@@ -86,8 +87,10 @@ export async function observePrune(
     ...(described ? { tags: described.tags } : {}),
   };
   const tags = described?.tags;
-  // The snapshots, images and containers matter only for a pool volume docker runs on.
-  if (!fill || !tags || tags[VolumeTag.kind] !== VolumeKind.pool || info.dockerRootDir !== volume.dataRoot) return base;
+  // The snapshots, images and containers matter only for a pool or workspace volume docker runs on.
+  const kind = tags?.[VolumeTag.kind];
+  if (!fill || !tags || (kind !== VolumeKind.pool && kind !== VolumeKind.workspace)) return base;
+  if (info.dockerRootDir !== volume.dataRoot) return base;
   const pool = tags[VolumeTag.pool];
   let snapshots: SnapshotInfo[] | undefined;
   if (pool) {
@@ -103,16 +106,33 @@ export async function observePrune(
         return undefined;
       });
   }
-  const [images, containerImageIds, prewarmRunning] = await Promise.all([
+  const key = options.prePulledImagesTag;
+  const [images, containerImageIds, prewarmRunning, prePulled] = await Promise.all([
     deps.docker.imageEntries(),
     deps.docker.containerImageIds(),
     deps.prewarm ? deps.prewarm().then(prewarmReads) : Promise.resolve(false),
+    key && deps.instanceTags ? readPrePulled(deps.instanceTags, key) : Promise.resolve(undefined),
   ]);
   return {
     ...base,
+    ...(prePulled ? { prePulled } : {}),
     current: currentImages(tags, snapshots, options.imageSet),
     images,
     containerImageIds,
     prewarmRunning,
   };
+}
+
+/** The pre-pulled images of the instance's tags; a problem when unreadable (the prune then removes nothing). */
+async function readPrePulled(
+  instanceTags: () => Promise<Record<string, string>>,
+  key: string,
+): Promise<NonNullable<PruneObservation["prePulled"]>> {
+  let tags: Record<string, string>;
+  try {
+    tags = await instanceTags();
+  } catch (error) {
+    return { problem: `the instance's tags could not be read (${describeError(error)})` };
+  }
+  return prePulledImages(tags, key);
 }

@@ -5,9 +5,12 @@
  * (`prune --dry-run` prints them).
  *
  * What is never removed: an image of the current generation (the pool's newest completed
- * snapshot's `ebs-cache:images`, else the volume's own), an image any container uses (running or
- * stopped, by image id, so every tag of that id is kept), and the parents of kept images. A
- * workspace volume is never pruned: what it holds is its user's.
+ * snapshot's `ebs-cache:images`, else the volume's own), an image osparc pulled into this
+ * machine (its `io.simcore.autoscaling.pre_pulled_images` instance tag: osparc pulls again only
+ * when the wanted list differs from the tag, so an image removed behind it is never pulled
+ * again), an image any container uses (running or stopped, by image id, so every tag of that id
+ * is kept), and the parents of kept images. A workspace volume is pruned of images only (its
+ * user's images outside those, above the threshold), never of docker volumes or other data.
  */
 import { VolumeKind, VolumeTag } from "../../tags.ts";
 import { withLatest } from "../volume-rules.ts";
@@ -36,6 +39,12 @@ export interface PruneObservation {
   prewarmRunning?: boolean;
   /** The current generation's image references, as tagged, and where they came from. */
   current: { images: string[]; source: CurrentImagesSource; generation?: string };
+  /**
+   * What osparc's `pre_pulled_images` instance tag lists (either form, src/agent/pre-pulled.ts);
+   * `problem` when the tag is there but cannot be read: then nothing outside the generation is
+   * removed, since any image may be one osparc pulled.
+   */
+  prePulled?: { images: string[] } | { problem: string };
   images: ImageEntry[];
   /** Image ids of every container, running or stopped. */
   containerImageIds: string[];
@@ -61,7 +70,7 @@ export type PruneVerdict =
   /** Neither the pool's snapshot nor the volume names the current images: nothing can be told apart. */
   | "no-generation";
 
-export type ImageVerdict = "remove" | "current" | "in-use" | "parent-of-kept" | "spared";
+export type ImageVerdict = "remove" | "current" | "pre-pulled" | "in-use" | "parent-of-kept" | "spared";
 
 export interface ImageDecision {
   id: string;
@@ -148,9 +157,11 @@ export function planPrune(settings: PruneSettings, observed: PruneObservation): 
   if (!tags || tags[VolumeTag.managed] !== "true")
     return stop("not-managed", `${volume.volumeId} is not a volume the agent manages`);
   const kind = tags[VolumeTag.kind];
-  if (kind === VolumeKind.workspace) return stop("workspace", "a workspace volume's data is its user's: never pruned");
-  if (kind !== VolumeKind.pool)
-    return stop("not-managed", `${volume.volumeId} has ${VolumeTag.kind}=${JSON.stringify(kind ?? null)}, not pool`);
+  if (kind !== VolumeKind.pool && kind !== VolumeKind.workspace)
+    return stop(
+      "not-managed",
+      `${volume.volumeId} has ${VolumeTag.kind}=${JSON.stringify(kind ?? null)}, neither pool nor workspace`,
+    );
   const percent = fill.usedRatio * 100;
   if (observed.prewarmRunning && percent > settings.thresholdPercent) {
     return stop(
@@ -164,6 +175,14 @@ export function planPrune(settings: PruneSettings, observed: PruneObservation): 
       `${percent.toFixed(1)} % used, at or below the threshold of ${settings.thresholdPercent} %`,
     );
   }
+  const prePulled = observed.prePulled;
+  if (prePulled && "problem" in prePulled) {
+    return stop(
+      "nothing-to-remove",
+      `${percent.toFixed(1)} % used, above ${settings.thresholdPercent} %, but ${prePulled.problem}: any image may ` +
+        "be one osparc pulled here, none is removed",
+    );
+  }
   if (observed.current.images.length === 0) {
     return stop(
       "no-generation",
@@ -173,11 +192,19 @@ export function planPrune(settings: PruneSettings, observed: PruneObservation): 
   }
 
   const current = currentReferences(observed.current.images);
+  const pulled = currentReferences(prePulled && "images" in prePulled ? prePulled.images : []);
   const byId = new Map(observed.images.map((image) => [image.id, image]));
   const inUse = new Set(observed.containerImageIds);
-  const isCurrent = (image: ImageEntry) => [...image.repoTags, ...image.repoDigests].some((ref) => current.has(ref));
+  const listedIn = (refs: ReadonlySet<string>) => (image: ImageEntry) =>
+    [...image.repoTags, ...image.repoDigests].some((ref) => refs.has(ref));
+  const isCurrent = listedIn(current);
+  const isPrePulled = listedIn(pulled);
   const kept = withAncestors(
-    new Set(observed.images.filter((image) => inUse.has(image.id) || isCurrent(image)).map((image) => image.id)),
+    new Set(
+      observed.images
+        .filter((image) => inUse.has(image.id) || isCurrent(image) || isPrePulled(image))
+        .map((image) => image.id),
+    ),
     byId,
   );
 
@@ -193,6 +220,7 @@ export function planPrune(settings: PruneSettings, observed: PruneObservation): 
     });
     if (inUse.has(image.id)) return decide("in-use", "a container (running or stopped) uses it");
     if (isCurrent(image)) return decide("current", "in the current generation's image list");
+    if (isPrePulled(image)) return decide("pre-pulled", "osparc pulled it here (the pre_pulled_images instance tag)");
     if (kept.has(image.id)) return decide("parent-of-kept", "a kept image is built on it");
     return decide("remove", "outside the current generation, no container uses it");
   });
@@ -218,8 +246,8 @@ export function planPrune(settings: PruneSettings, observed: PruneObservation): 
   if (removals.length === 0) {
     return stop(
       "nothing-to-remove",
-      `${percent.toFixed(1)} % used, above ${settings.thresholdPercent} %, but every image is current, in use, ` +
-        `or a parent of one`,
+      `${percent.toFixed(1)} % used, above ${settings.thresholdPercent} %, but every image is current, ` +
+        `pre-pulled by osparc, in use, or a parent of one`,
       { images: decisions },
     );
   }

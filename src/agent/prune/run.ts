@@ -32,6 +32,8 @@ export async function runPrune(
   options: {
     settings: PruneSettings;
     imageSet: string | null;
+    /** osparc's pre-pulled images instance tag (config refresh.prePulledImagesTag); null or absent: not read. */
+    prePulledImagesTag?: string | null;
     dryRun: boolean;
     /** What started this run (the metrics tell the timer's runs apart); default manual. */
     trigger?: PruneTrigger;
@@ -41,6 +43,7 @@ export async function runPrune(
   const { log } = deps;
   const observed = await observePrune(deps, {
     imageSet: options.imageSet,
+    ...(options.prePulledImagesTag ? { prePulledImagesTag: options.prePulledImagesTag } : {}),
     ...(options.trigger === "timer" ? { fillFirstBelowPercent: options.settings.thresholdPercent } : {}),
   });
   const plan = planPrune(options.settings, observed);

@@ -192,20 +192,27 @@ t.test("a blank workspace volume records the host's store; one from the snapshot
     { ...settings, workspace: ids, workspaceCreate: "blank" },
     observed({ hostStore: containerd28 }),
   );
-  if (blank.source !== "new-workspace") return t.fail(`expected new-workspace, got ${blank.source}`);
+  if (blank.source !== "new-workspace" || blank.from === "pool")
+    return t.fail(`expected new-workspace, got ${blank.source}`);
   t.equal(blank.create.tags[VolumeTag.imageStore], "containerd", "this host's docker fills it, in its store");
   t.equal(blank.create.tags[VolumeTag.engineVersion], "28.5.2");
   const fromSnapshot = selectSource(
     { ...settings, workspace: ids },
     observed({ snapshot: snapshotOf("containerd"), hostStore: containerd28 }),
   );
-  if (fromSnapshot.source !== "new-workspace") return t.fail(`expected new-workspace, got ${fromSnapshot.source}`);
+  if (fromSnapshot.source !== "new-workspace" || fromSnapshot.from === "pool")
+    return t.fail(`expected new-workspace, got ${fromSnapshot.source}`);
   t.equal(fromSnapshot.create.tags[VolumeTag.imageStore], "containerd");
   const misfit = selectSource(
     { ...settings, workspace: ids },
     observed({ snapshot: snapshotOf("graphdriver"), pool: [volume("vol-c1", "containerd")], hostStore: containerd28 }),
   );
-  t.equal(misfit.source, "pool", "a snapshot of the other store makes no workspace volume: the pool serves");
+  t.equal(misfit.source, "new-workspace", "a pool volume of the host's store becomes the workspace");
+  t.same(
+    misfit.source === "new-workspace" && misfit.from === "pool" ? misfit.candidates : [],
+    ["vol-c1"],
+    "its fitting stock only",
+  );
 });
 
 t.test(

@@ -282,7 +282,7 @@ t.test(
       lookupsNeeded(ws, { ...base, workspace: [workspaceVolume("vol-w", { "user-id": "1" })] }, "pool"),
       "a volume of another level is no workspace volume of these ids",
     );
-    t.ok(lookupsNeeded(ws, base, "snapshot"), "no workspace volume: the snapshot makes one");
+    t.ok(lookupsNeeded(ws, base, "snapshot"), "no workspace volume and an empty pool: the snapshot makes one");
   },
 );
 
@@ -538,67 +538,96 @@ t.test(
 );
 
 t.test(
-  "no workspace volume for the ids: one is created (from the pool's snapshot, blank, or never: the pool)",
+  "no workspace volume for the ids: a pool volume becomes it " +
+    "(the snapshot only for an empty pool; blank; never: the pool)",
   async (t) => {
     const ids = { "user-id": "7", "project-id": "p-1", "node-id": "n-1" };
     const ws = { ...settings, workspace: ids };
-    const pool = [volume("vol-1")];
+    const pool = [volume("vol-1"), volume("vol-2", { tags: { ...volume("x").tags, [VolumeTag.initialized]: "t" } })];
 
-    const fromSnapshot = planBoot(ws, observed({ pool, snapshot }));
-    t.equal(fromSnapshot.selection.source, "new-workspace", "snapshot: a new workspace volume, not a pool volume");
+    const adopted = planBoot(ws, observed({ pool, snapshot }));
+    const sel = adopted.selection;
+    if (sel.source !== "new-workspace" || sel.from !== "pool")
+      return t.fail(`expected a new workspace from the pool, got ${JSON.stringify(sel)}`);
+    t.equal(sel.candidates[0], "vol-2", "the pool's order: an initialized volume first");
     t.same(
-      fromSnapshot.steps.slice(0, 3).map((s) => s.step),
-      ["create-and-claim", "tag-claim", "wait-for-device"],
+      adopted.steps.map((s) => s.step).slice(0, 9),
+      [
+        "claim-volume",
+        "tag-claim",
+        "wait-for-device",
+        "check-filesystem",
+        "mount",
+        "grow-filesystem",
+        "prepare-data-root",
+        "adopt-workspace",
+        "switch-data-root",
+      ],
+      "claimed as a pool volume, cleaned as one, adopted before docker starts on it",
     );
-    const spec = fromSnapshot.selection.source === "new-workspace" ? fromSnapshot.selection.create : undefined;
-    t.equal(spec?.snapshotId, "snap-1", "made from the pool's newest snapshot");
-    t.equal(spec?.sizeGiB, undefined, "its size is the snapshot's");
+    const adopt = adopted.steps.find((s) => s.step === "adopt-workspace");
     t.same(
-      spec?.tags,
-      {
-        [VolumeTag.managed]: "true",
-        [VolumeTag.kind]: "workspace",
-        [VolumeTag.pool]: "p1",
-        [VolumeTag.userId]: "7",
-        [VolumeTag.projectId]: "p-1",
-        [VolumeTag.nodeId]: "n-1",
-        [VolumeTag.workspaceKeys]: "user-id,project-id,node-id",
-        [VolumeTag.imageSet]: "s1",
-      },
-      "tagged workspace with the ids, the keys they are for and the image set; no image list, not created-by " +
-        "(never formatted)",
+      adopt?.step === "adopt-workspace" ? [adopt.adopt.set, adopt.adopt.remove, adopt.intent] : [],
+      [
+        {
+          [VolumeTag.kind]: "workspace",
+          [VolumeTag.userId]: "7",
+          [VolumeTag.projectId]: "p-1",
+          [VolumeTag.nodeId]: "n-1",
+          [VolumeTag.workspaceKeys]: "user-id,project-id,node-id",
+        },
+        [VolumeTag.images],
+        settings.intent,
+      ],
+      "tagged workspace with the ids and the keys they are for; its image list dropped; the intent a workspace's",
     );
+    t.ok(sel.fallback, "the pool's snapshot stays the fallback should every candidate be taken");
+    t.notOk(lookupsNeeded(ws, observed({ pool }), "snapshot"), "stock in the pool: no snapshot lookup");
 
-    const blank = selectSource({ ...ws, workspaceCreate: "blank", workspaceSizeGiB: 30 }, observed({ pool }));
-    t.equal(blank.source, "new-workspace", "blank: no snapshot needed");
-    const blankSpec = blank.source === "new-workspace" ? blank.create : undefined;
-    t.equal(blankSpec?.snapshotId, undefined, "blank: no snapshot");
-    t.equal(blankSpec?.sizeGiB, 30, "blank: workspace.sizeGiB");
-    t.equal(
-      blankSpec?.tags[VolumeTag.createdBy],
-      "agent",
-      "blank: created-by=agent, the only volumes the agent formats",
+    const empty = planBoot(ws, observed({ snapshot }));
+    const fromSnapshot = empty.selection;
+    if (fromSnapshot.source !== "new-workspace" || fromSnapshot.from !== "snapshot")
+      return t.fail(`expected a new workspace from the snapshot, got ${JSON.stringify(fromSnapshot)}`);
+    t.equal(fromSnapshot.create.snapshotId, "snap-1", "an empty pool: made from the pool's snapshot");
+    t.equal(fromSnapshot.create.tags[VolumeTag.kind], "pool", "made as a pool volume, adopted after preparation");
+    t.ok(
+      empty.steps.some((s) => s.step === "adopt-workspace"),
+      "and adopted like one from the stock",
     );
-    t.equal(blankSpec?.tags[VolumeTag.kind], "workspace");
-    t.equal(blankSpec?.tags[VolumeTag.nodeId], "n-1");
-
-    const never = selectSource({ ...ws, workspaceCreate: "never" }, observed({ pool, snapshot }));
-    t.equal(never.source, "pool", "never: the pool, as without ids");
-    t.equal(selectSource(ws, observed({ pool })).source, "pool", "snapshot without a completed snapshot: the pool");
-    t.equal(
-      selectSource(ws, observed({ pool, snapshot: { ...snapshot, state: "pending" } })).source,
-      "pool",
-      "a pending snapshot makes no workspace",
-    );
+    t.ok(lookupsNeeded(ws, observed(), "snapshot"), "an empty pool: the snapshot is looked up");
     t.equal(
       selectSource({ ...ws, createFromSnapshot: false }, observed({ snapshot })).source,
       "new-workspace",
       "createFromSnapshot is about pool volumes",
     );
 
+    const blank = selectSource({ ...ws, workspaceCreate: "blank", workspaceSizeGiB: 30 }, observed({ pool }));
+    if (blank.source !== "new-workspace" || blank.from !== "blank") return t.fail("blank: a blank workspace volume");
+    t.equal(blank.create.snapshotId, undefined, "blank: no snapshot");
+    t.equal(blank.create.sizeGiB, 30, "blank: workspace.sizeGiB");
+    t.equal(
+      blank.create.tags[VolumeTag.createdBy],
+      "agent",
+      "blank: created-by=agent, the only volumes the agent formats",
+    );
+    t.equal(blank.create.tags[VolumeTag.kind], "workspace");
+    t.equal(blank.create.tags[VolumeTag.nodeId], "n-1");
+
+    const never = planBoot({ ...ws, workspaceCreate: "never" }, observed({ pool, snapshot }));
+    t.equal(never.selection.source, "pool", "never: the pool, as without ids");
+    t.notOk(
+      never.steps.some((s) => s.step === "adopt-workspace"),
+      "never: nothing adopted",
+    );
+    t.equal(
+      selectSource(ws, observed({ pool: [], snapshot: { ...snapshot, state: "pending" } })).source,
+      "none",
+      "an empty pool and a pending snapshot make no workspace",
+    );
+
     const existing = workspaceVolume("vol-ws", ids);
     t.equal(
-      selectSource({ ...ws, workspaceCreate: "blank" }, observed({ workspace: [existing], pool })).source,
+      selectSource(ws, observed({ workspace: [existing], pool })).source,
       "workspace",
       "an existing workspace volume is taken, not a new one",
     );
@@ -614,6 +643,62 @@ t.test(
     t.equal(selectSource(settings, observed({ pool, snapshot })).source, "pool", "without ids nothing changes");
   },
 );
+
+t.test("at most one workspace per ids: one held by another instance makes this boot a plain pool node", async (t) => {
+  const ids = { "user-id": "7", "project-id": "p-1", "node-id": "n-1" };
+  const ws = { ...settings, workspace: ids };
+  const pool = [volume("vol-1")];
+  const held = workspaceVolume("vol-ws", ids, {
+    state: "in-use",
+    attachment: { instanceId: "i-0bbb", device: "/dev/sdf", state: "attached" },
+  });
+  const plan = planBoot(ws, observed({ workspace: [held], pool, snapshot }));
+  t.equal(plan.selection.source, "pool", "the pool, not a second workspace");
+  t.notOk(
+    plan.steps.some((s) => s.step === "adopt-workspace"),
+    "nothing adopted",
+  );
+  const claim = plan.steps[0];
+  t.match(
+    claim?.step === "claim-volume" ? claim.note : "",
+    new RegExp(
+      String.raw`the workspace of user-id=7 project-id=p-1 node-id=n-1 \(vol-ws\) is held by i-0bbb: ` +
+        "this node runs on a pool volume as a plain node",
+    ),
+    "and says so before the claim",
+  );
+  t.equal(
+    selectSource(ws, observed({ workspace: [held], snapshot })).source,
+    "snapshot",
+    "an empty pool: a pool volume from the snapshot, still no workspace",
+  );
+  t.equal(
+    selectSource({ ...ws, workspaceCreate: "blank" }, observed({ workspace: [held], pool })).source,
+    "pool",
+    "blank: no second blank workspace either",
+  );
+  const quarantined = workspaceVolume("vol-q", ids, {
+    state: "in-use",
+    attachment: { instanceId: "i-0bbb", device: "/dev/sdf", state: "attached" },
+    tags: { ...held.tags, [VolumeTag.lastError]: "broken", [VolumeTag.lastErrorAt]: "2099-01-01T00:00:00.000Z" },
+  });
+  t.equal(
+    selectSource(ws, observed({ workspace: [quarantined], pool, now: new Date("2099-01-01T01:00:00Z") })).source,
+    "new-workspace",
+    "a quarantined workspace serves nobody: a new one is made",
+  );
+  const otherLevel = workspaceVolume("vol-u", { "user-id": "7" }, { state: "in-use", attachment: held.attachment! });
+  t.equal(
+    selectSource(ws, observed({ workspace: [otherLevel], pool })).source,
+    "new-workspace",
+    "the user's user-level workspace is another workspace",
+  );
+  t.same(
+    workspaceQuery(ids, "eu-west-1a").status,
+    ["available"],
+    "claims are of available volumes; observe lists every state",
+  );
+});
 
 t.test("the second boot phase (--no-claim) reuses an attached volume and never claims", async (t) => {
   const noClaim = { ...settings, mayClaim: false };
@@ -697,10 +782,10 @@ t.test(
     );
 
     const made = planBoot({ ...settings, workspace: { "user-id": "user_42" } }, observed({ snapshot }));
-    const spec = made.selection.source === "new-workspace" ? made.selection.create : undefined;
+    const adoption = made.steps.find((s) => s.step === "adopt-workspace");
     t.same(
       Object.fromEntries(
-        Object.entries(spec?.tags ?? {}).filter(([k]) =>
+        Object.entries(adoption?.step === "adopt-workspace" ? adoption.adopt.set : {}).filter(([k]) =>
           [VolumeTag.userId, VolumeTag.projectId, VolumeTag.nodeId, VolumeTag.workspaceKeys].includes(k as never),
         ),
       ),
@@ -708,7 +793,7 @@ t.test(
       "a new user-level volume records only user-id, and says so",
     );
     t.same(
-      workspaceIdsOfVolume(spec?.tags ?? {}),
+      workspaceIdsOfVolume(adoption?.step === "adopt-workspace" ? adoption.adopt.set : {}),
       { "user-id": "user_42" },
       "the ids read back from the volume's tags (phase 2, labels)",
     );
@@ -922,13 +1007,13 @@ t.test("a pool of instanceTypePools: a volume made from its snapshot is of the p
 
   const ws = { ...large, workspace: { "user-id": "7", "project-id": "p-1", "node-id": "n-1" } };
   const workspace = (over: Partial<typeof ws>) => {
-    const sel = selectSource({ ...ws, ...over }, observed({ pool: [volume("vol-1")], snapshot }));
-    return sel.source === "new-workspace" ? sel.create : undefined;
+    const sel = selectSource({ ...ws, ...over }, observed({ snapshot }));
+    return sel.source === "new-workspace" && sel.from !== "pool" ? sel.create : undefined;
   };
   t.same(
     [workspace({})?.snapshotId, workspace({})?.sizeGiB],
     ["snap-1", 500],
-    "a new workspace volume from the pool's snapshot: the pool's size too",
+    "a new workspace volume from the pool's snapshot (an empty pool): the pool's size too",
   );
   t.equal(workspace({ poolSizeGiB: 5 })?.sizeGiB, undefined, "below the snapshot's: the snapshot's");
   t.equal(

@@ -172,6 +172,49 @@ t.test("current by digest", async (t) => {
   t.same(verdicts(plan), { d: "current", e: "remove" });
 });
 
+t.test(
+  "osparc's pulls are kept: an image the pre_pulled_images tag lists, outside the generation, is never removed",
+  async (t) => {
+    const plan = planPrune(
+      settings,
+      observed({ prePulled: { images: ["lab/app:0", "registry.osparc.io/simcore/services/dynamic/x:1.0"] } }),
+    );
+    t.same(
+      verdicts(plan),
+      { cur: "current", tool: "current", old: "pre-pulled", older: "remove", used: "in-use" },
+      "lab/app:0 is osparc's pull: kept; lab/legacy:9 goes",
+    );
+    t.same(
+      plan.removals.map((d) => d.id),
+      ["sha256:older"],
+    );
+    const digest = planPrune(
+      settings,
+      observed({
+        images: [image("pulled", [], 300, 1, { repoDigests: ["r/s@sha256:abc"] })],
+        prePulled: { images: ["r/s:2@sha256:abc"] },
+      }),
+    );
+    t.same(verdicts(digest), { pulled: "pre-pulled" }, "by digest too");
+  },
+);
+
+t.test(
+  "a workspace volume is pruned of images above the threshold, as a pool volume, never of anything else",
+  async (t) => {
+    const plan = planPrune(
+      settings,
+      observed({ tags: { ...poolTags, [VolumeTag.kind]: "workspace" }, prePulled: { images: [] } }),
+    );
+    t.equal(plan.verdict, "prune");
+    t.same(
+      plan.removals.map((d) => d.id),
+      ["sha256:older", "sha256:old"],
+      "images only: the plan has no other kind of removal",
+    );
+  },
+);
+
 t.test("nothing to remove when every image is kept", async (t) => {
   const plan = planPrune(
     settings,
@@ -181,27 +224,28 @@ t.test("nothing to remove when every image is kept", async (t) => {
   t.same(plan.removals, []);
 });
 
-t.test(
-  "never pruned: a workspace volume, a foreign or unknown one, no generation, docker elsewhere, nothing mounted",
-  async (t) => {
-    const cases: Array<[string, Partial<PruneObservation>, string]> = [
-      ["workspace", { tags: { ...poolTags, [VolumeTag.kind]: "workspace" } }, "workspace"],
-      ["not managed", { tags: { ...poolTags, [VolumeTag.managed]: "false" } }, "not-managed"],
-      ["unknown to EC2", { tags: undefined }, "not-managed"],
-      ["no kind tag", { tags: { [VolumeTag.managed]: "true" } }, "not-managed"],
-      ["no image list anywhere", { current: { images: [], source: "none" } }, "no-generation"],
-      ["docker on its default root", { dockerRootDir: "/var/lib/docker" }, "docker-elsewhere"],
-      ["a background pre-warm reading the files", { prewarmRunning: true }, "prewarm-running"],
-      ["nothing mounted", { fill: undefined }, "not-mounted"],
-      ["no boot on a volume", { volume: undefined }, "no-volume"],
-    ];
-    for (const [name, over, verdict] of cases) {
-      const plan = planPrune(settings, observed({ fill: fill(99), ...over }));
-      t.equal(plan.verdict, verdict, name);
-      t.same(plan.removals, [], `${name}: nothing removed`);
-    }
-  },
-);
+t.test("never pruned: a foreign or unknown volume, no generation, docker elsewhere, nothing mounted", async (t) => {
+  const cases: Array<[string, Partial<PruneObservation>, string]> = [
+    [
+      "an unreadable pre_pulled_images tag",
+      { prePulled: { problem: "instance tag x: chunk _1 missing" } },
+      "nothing-to-remove",
+    ],
+    ["not managed", { tags: { ...poolTags, [VolumeTag.managed]: "false" } }, "not-managed"],
+    ["unknown to EC2", { tags: undefined }, "not-managed"],
+    ["no kind tag", { tags: { [VolumeTag.managed]: "true" } }, "not-managed"],
+    ["no image list anywhere", { current: { images: [], source: "none" } }, "no-generation"],
+    ["docker on its default root", { dockerRootDir: "/var/lib/docker" }, "docker-elsewhere"],
+    ["a background pre-warm reading the files", { prewarmRunning: true }, "prewarm-running"],
+    ["nothing mounted", { fill: undefined }, "not-mounted"],
+    ["no boot on a volume", { volume: undefined }, "no-volume"],
+  ];
+  for (const [name, over, verdict] of cases) {
+    const plan = planPrune(settings, observed({ fill: fill(99), ...over }));
+    t.equal(plan.verdict, verdict, name);
+    t.same(plan.removals, [], `${name}: nothing removed`);
+  }
+});
 
 t.test("the current images: the pool's newest completed snapshot, else the volume's own list", async (t) => {
   const snap = (
