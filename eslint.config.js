@@ -39,7 +39,6 @@ export default tseslint.config(
     files: ["src/agent/boot/run.ts"],
     rules: { "max-lines-per-function": "off" },
   },
-
   {
     // tap queues subtests itself; the promise t.test() returns need not be awaited.
     files: ["test/**/*.ts"],
