@@ -121,7 +121,7 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
   const ctx: FioContext = {
     options,
     log,
-    fioOptions: { ...(log ? { log } : {}), ...(options.fio ? { fio: options.fio } : {}) },
+    fioOptions: { log, ...(options.fio ? { fio: options.fio } : {}) },
   };
 
   return {
@@ -280,10 +280,10 @@ async function replay(
     let spawned: RunningCommand | undefined;
     const done = new AbortController();
     const fio = runFio(
-      { name, iolog, ioDepth: depth, idle: true, ...(paced ? { thread: true } : {}) },
+      { name, iolog, ioDepth: depth, idle: true, thread: paced },
       {
         ...ctx.fioOptions,
-        ...(init.signal ? { signal: init.signal } : {}),
+        signal: init.signal,
         ...(onStatus ? { statusIntervalSeconds: 1, onStatus } : {}),
         onSpawn: (fio) => {
           spawned = fio;
@@ -301,7 +301,7 @@ async function replay(
             ...(ctx.options.drainMs !== undefined ? { drainMs: ctx.options.drainMs } : {}),
           },
           done: done.signal,
-          ...(init.signal ? { stopped: init.signal } : {}),
+          stopped: init.signal,
         })
       : undefined;
     try {
@@ -338,11 +338,11 @@ async function readDevice(ctx: FioContext, target: ReadTarget, init: InitializeO
       rw: "read",
       blockSize: "128k",
       ioDepth: 32,
-      ...(from > 0 ? { offset: from } : {}),
+      offset: from,
     },
     {
       ...ctx.fioOptions,
-      ...(init.signal ? { signal: init.signal } : {}),
+      signal: init.signal,
       statusIntervalSeconds: 1,
       onStatus: (report) => {
         const counted = report.read.ioBytes;
