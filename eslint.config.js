@@ -28,6 +28,18 @@ export default tseslint.config(
     rules: { "max-len": "off" },
   },
   {
+    // A product function fits on a screen or two: past that it decides more than one thing.
+    // The lab (src/lab) is a separate program that plays the outside world, not product code.
+    files: ["src/**/*.ts"],
+    ignores: ["src/lab/**"],
+    rules: { "max-lines-per-function": ["error", { max: 120, skipBlankLines: true, skipComments: true }] },
+  },
+  {
+    // Until the frame's round 2 lands (these use cases are being recomposed).
+    files: ["src/agent/boot/run.ts"],
+    rules: { "max-lines-per-function": "off" },
+  },
+  {
     // tap queues subtests itself; the promise t.test() returns need not be awaited.
     files: ["test/**/*.ts"],
     rules: { "@typescript-eslint/no-floating-promises": "off" },

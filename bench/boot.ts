@@ -380,21 +380,42 @@ interface Context {
   say(line: string): void;
 }
 
-async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
-  const { options, log, say } = ctx;
+/** An image set of one size, as every kind of node benches it. */
+interface SizeSet {
+  sizeGiB: number;
+  images: ReturnType<typeof imageSet>;
+  tags: string[];
+  snapshotGiB: number;
+  imageSetName: string;
+}
+
+/**
+ * One size on one kind of node: the host's dockerd, or engine machines of one engine and store.
+ * The same steps either way (prepare the golden snapshot, the tar and the registry; then attach,
+ * load and pull, each `runs` times), each kind's own in benchOnHost and benchOnMachines.
+ */
+async function benchSize(choice: HostEngine, sizeGiB: number, ctx: Context): Promise<SizeResult> {
+  const { log, say } = ctx;
   const images = imageSet(sizeGiB);
-  const tags = images.map((image) => image.tag);
   const payload = images.reduce((sum, image) => sum + (image.payloadBytes ?? 0), 0);
   // The data-root holds the set once (extracted). Headroom as a pool volume needs it for
   // containers' writable layers; here `docker save` on the source host also stages a full copy
   // of the layers under <data-root>/tmp. Sparse files: unwritten space costs no disk.
   const snapshotGiB = Math.max(2, Math.ceil((payload / GiB) * 2.25 + 1));
-  const imageSetName = `bench-${sizeGiB}g`;
+  const set: SizeSet = {
+    sizeGiB,
+    images,
+    tags: images.map((image) => image.tag),
+    snapshotGiB,
+    imageSetName: `bench-${sizeGiB}g`,
+  };
+  const engine = choice.kind === "machine" ? ENGINES[choice.engine] : undefined;
+  const store = choice.kind === "machine" ? choice.store : "graphdriver";
   const result: SizeResult = {
     sizeGiB,
-    engine: ctx.hostEngine,
-    store: "graphdriver",
-    nodes: "host",
+    engine: engine?.name ?? ctx.hostEngine,
+    store,
+    nodes: choice.kind,
     images: images.map((image) => ({ tag: image.tag, payloadBytes: image.payloadBytes ?? 0 })),
     snapshotGiB,
     setup: {},
@@ -405,175 +426,33 @@ async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
     ratios: {},
   };
   say(
-    `\n== image set ${sizeGiB} GiB: ${images.length} images x ` +
+    `\n== ${engine ? `${engine.name}, ${store} store, ` : ""}image set ${sizeGiB} GiB: ${images.length} images x ` +
       `${((images[0]!.payloadBytes ?? 0) / MiB).toFixed(0)} MiB, golden snapshot ${snapshotGiB} GiB`,
   );
+  let rootfs: Rootfs | undefined;
+  if (engine) {
+    const t = now();
+    rootfs = await cachedRootfs(engine, say);
+    result.setup.rootfsMs = ms(t);
+    if (rootfs.built)
+      say(`  built the root file system of ${engine.name} in ${seconds(rootfs.ms)} s (cached from now on)`);
+  }
 
   const zero = { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 };
   const lab = await startLab({ name: "bench", delays: zero, deviceDelayMs: 0, log });
+  const machines: Machine[] = [];
   try {
     const work = join(lab.root, "bench");
     await mkdir(work, { recursive: true });
-
-    // --- Preparation (not timed) -----------------------------------------------------------
-    let t = now();
-    const golden = await buildGoldenSnapshot(lab, {
-      pool: POOL,
-      imageSet: imageSetName,
-      images,
-      sizeGiB: snapshotGiB,
-      log,
-    });
-    result.setup.goldenSnapshotMs = ms(t);
-    say(`  prepared golden snapshot ${golden.snapshotId} in ${seconds(result.setup.goldenSnapshotMs)} s`);
-    t = now();
-    // One per attach run, one for the source of save/push, one (or two) for the agent process.
-    const count = options.runs + 2 + (options.rssTsx ? 1 : 0);
-    const volumes = await createPoolVolumes(lab, golden, { pool: POOL, imageSet: imageSetName, count });
-    result.setup.poolVolumesMs = ms(t);
-
-    // The source of the tar and the registry: a host running dockerd straight on a pool volume,
-    // attached and mounted by hand (as the golden test does), so (b) and (c) do not depend on (a).
-    const tar = join(work, "images.tar");
-    const registryStorage = join(work, "registry");
-    const port = await freeLoopbackPort();
-    const remote = (tag: string) => `127.0.0.1:${port}/${tag}`;
-    let prepared: Awaited<ReturnType<typeof prepareTarAndRegistry>>;
-    const source = await lab.addHost({ tags: { Name: "bench-source" } });
-    try {
-      const sourceVolume = volumes.pop()!;
-      const dataRoot = await attachAndMount(lab, source, sourceVolume);
-      await setDaemonJson(source, { "data-root": dataRoot, "insecure-registries": [`127.0.0.1:${port}`] });
-      const dockerd = await source.startDocker();
-      await assertImages(dockerd, tags, dataRoot);
-      const docker: DockerCli = (args, timeoutMs) => dockerd.docker(args, timeoutMs ? { timeoutMs } : {});
-      prepared = await prepareTarAndRegistry(lab, docker, tags, {
-        tarArg: tar,
-        tarFile: tar,
-        work,
-        storage: registryStorage,
-        netns: netnsOf(source),
-        port,
-        log,
-      });
-    } finally {
-      await source.dockerd?.stop();
-      await unmountVolumes(source);
-    }
-    Object.assign(result.setup, prepared);
-    say(
-      `  prepared tar (${(prepared.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(prepared.saveMs)} s) and ` +
-        `registry (${(prepared.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(prepared.pushMs)} s)`,
-    );
-
-    // --- (a) attach: the agent's boot, then the run check ----------------------------------
-    await method(result.attach, "attach", ctx, lab, async () => {
-      const host = await lab.addHost({ tags: { Name: "bench-attach" } });
-      try {
-        const quiesceMs = await quiesce(options.dropCaches);
-        const t0 = now();
-        const booted = await bootLabHost(lab, host, { overrides: { pool: POOL, imageSet: imageSetName }, log });
-        const agentMs = ms(t0);
-        const outcome = booted.report?.outcome;
-        if (outcome !== "ready" || !host.dockerd) {
-          throw new Error(
-            `agent boot ended ${outcome ?? "without a result"}: ${booted.report?.reason ?? "see the log"}`,
-          );
-        }
-        const t1 = now();
-        await runCheck(host.dockerd, tags);
-        const runCheckMs = ms(t1);
-        return {
-          totalMs: ms(t0),
-          parts: { agentMs, runCheckMs },
-          excluded: { quiesceMs },
-          timeline: booted.report?.timeline ?? [],
-        };
-      } finally {
-        // Frees the CPU for what follows, and the XFS UUID for the next mount (the volume stays
-        // attached until the lab closes).
-        await host.dockerd?.stop();
-        await unmountVolumes(host);
-      }
-    });
-
-    // --- The agent as a process: wall time and peak RSS -----------------------------------
-    const processRuns: Array<[string, string[]]> = [["bundle", [ctx.bundle]]];
-    if (options.rssTsx) processRuns.push(["tsx", ["--import", "tsx", join(REPO, "src/cli.ts")]]);
-    const agentArgs = (config: string) => ["boot", "--config", config, "--json"];
-    for (const [how, entry] of processRuns) {
-      const host = await lab.addHost({ tags: { Name: `bench-rss-${how}` } });
-      try {
-        const config = await writeLabConfig(lab, host, {
-          pool: POOL,
-          imageSet: imageSetName,
-          docker: { control: "none" },
-        });
-        await quiesce(options.dropCaches);
-        const measured = await measureAgentProcess(entry, agentArgs(config), how, ctx.temp);
-        result.agentProcess.push(measured);
-        say(
-          `  agent process (${how}): ${measured.outcome ?? "?"} in ${seconds(measured.wallMs)} s, ${rssText(measured)}`,
-        );
-      } catch (error) {
-        result.agentProcess.push({ how, command: [], exitCode: -1, wallMs: 0, error: describeError(error) });
-        say(`  agent process (${how}) FAILED: ${describeError(error)}`);
-      } finally {
-        await unmountVolumes(host);
-      }
-    }
-
-    // --- (b) docker load into a fresh dockerd ----------------------------------------------
-    await method(result.load, "load", ctx, lab, async () => {
-      const host = await lab.addHost({ tags: { Name: "bench-load" } });
-      try {
-        const t = now();
-        const dockerd = await host.startDocker();
-        const dockerdStartMs = ms(t);
-        const quiesceMs = await quiesce(options.dropCaches);
-        const t0 = now();
-        await dockerd.docker(["load", "-i", tar], { timeoutMs: LONG_MS });
-        const loadMs = ms(t0);
-        const t1 = now();
-        await runCheck(dockerd, tags);
-        const runCheckMs = ms(t1);
-        return { totalMs: ms(t0), parts: { loadMs, runCheckMs }, excluded: { dockerdStartMs, quiesceMs } };
-      } finally {
-        await host.dockerd?.stop();
-        await rm(host.paths.defaultDataRoot, { recursive: true, force: true });
-      }
-    });
-    await rm(tar, { force: true });
-
-    // --- (c) docker pull from the registry into a fresh dockerd ----------------------------
-    await method(result.pull, "pull", ctx, lab, async () => {
-      const host = await lab.addHost({ tags: { Name: "bench-pull" } });
-      let registry: Registry | undefined;
-      try {
-        await setDaemonJson(host, { "insecure-registries": [`127.0.0.1:${port}`] });
-        const t = now();
-        const dockerd = await host.startDocker();
-        const dockerdStartMs = ms(t);
-        registry = await startRegistry(lab, { dir: work, storage: registryStorage, netns: netnsOf(host), port, log });
-        const quiesceMs = await quiesce(options.dropCaches);
-        const t0 = now();
-        for (const tag of tags) await dockerd.docker(["pull", "--quiet", remote(tag)], { timeoutMs: LONG_MS });
-        const pullMs = ms(t0);
-        const t1 = now();
-        await runCheck(dockerd, tags.map(remote));
-        const runCheckMs = ms(t1);
-        return { totalMs: ms(t0), parts: { pullMs, runCheckMs }, excluded: { dockerdStartMs, quiesceMs } };
-      } finally {
-        await registry?.stop();
-        await host.dockerd?.stop();
-        await rm(host.paths.defaultDataRoot, { recursive: true, force: true });
-      }
-    });
+    if (choice.kind === "machine")
+      await benchOnMachines({ lab, work, set, result, ctx }, { store: choice.store, rootfs: rootfs!, machines });
+    else await benchOnHost({ lab, work, set, result, ctx });
   } catch (error) {
     result.error = describeError(error);
     say(`  FAILED: ${result.error}`);
     for (const line of log.tail(30)) say(`    | ${line}`);
   } finally {
+    for (const m of machines.splice(0)) await m.destroy();
     await lab.close();
   }
 
@@ -583,6 +462,360 @@ async function benchSize(sizeGiB: number, ctx: Context): Promise<SizeResult> {
     if (result.pull.medianMs !== undefined) result.ratios.pullOverAttach = round2(result.pull.medianMs / attach);
   }
   return result;
+}
+
+/** What a size's bench on either kind of node works in: the lab, its work folder, the set, the result it fills. */
+interface SizeBench {
+  lab: Lab;
+  work: string;
+  set: SizeSet;
+  result: SizeResult;
+  ctx: Context;
+}
+
+type Rootfs = Awaited<ReturnType<typeof cachedRootfs>>;
+
+/** The size on the host's dockerd: lab hosts for the source, attach (and the agent as a process), load and pull. */
+async function benchOnHost({ lab, work, set, result, ctx }: SizeBench): Promise<void> {
+  const { options, log, say } = ctx;
+  const { images, tags, snapshotGiB, imageSetName } = set;
+  // --- Preparation (not timed) -----------------------------------------------------------
+  let t = now();
+  const golden = await buildGoldenSnapshot(lab, {
+    pool: POOL,
+    imageSet: imageSetName,
+    images,
+    sizeGiB: snapshotGiB,
+    log,
+  });
+  result.setup.goldenSnapshotMs = ms(t);
+  say(`  prepared golden snapshot ${golden.snapshotId} in ${seconds(result.setup.goldenSnapshotMs)} s`);
+  t = now();
+  // One per attach run, one for the source of save/push, one (or two) for the agent process.
+  const count = options.runs + 2 + (options.rssTsx ? 1 : 0);
+  const volumes = await createPoolVolumes(lab, golden, { pool: POOL, imageSet: imageSetName, count });
+  result.setup.poolVolumesMs = ms(t);
+
+  // The source of the tar and the registry: a host running dockerd straight on a pool volume,
+  // attached and mounted by hand (as the golden test does), so (b) and (c) do not depend on (a).
+  const tar = join(work, "images.tar");
+  const registryStorage = join(work, "registry");
+  const port = await freeLoopbackPort();
+  const remote = (tag: string) => `127.0.0.1:${port}/${tag}`;
+  let prepared: Awaited<ReturnType<typeof prepareTarAndRegistry>>;
+  const source = await lab.addHost({ tags: { Name: "bench-source" } });
+  try {
+    const sourceVolume = volumes.pop()!;
+    const dataRoot = await attachAndMount(lab, source, sourceVolume);
+    await setDaemonJson(source, { "data-root": dataRoot, "insecure-registries": [`127.0.0.1:${port}`] });
+    const dockerd = await source.startDocker();
+    await assertImages(dockerd, tags, dataRoot);
+    const docker: DockerCli = (args, timeoutMs) => dockerd.docker(args, timeoutMs ? { timeoutMs } : {});
+    prepared = await prepareTarAndRegistry(lab, docker, tags, {
+      tarArg: tar,
+      tarFile: tar,
+      work,
+      storage: registryStorage,
+      netns: netnsOf(source),
+      port,
+      log,
+    });
+  } finally {
+    await source.dockerd?.stop();
+    await unmountVolumes(source);
+  }
+  Object.assign(result.setup, prepared);
+  say(
+    `  prepared tar (${(prepared.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(prepared.saveMs)} s) and ` +
+      `registry (${(prepared.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(prepared.pushMs)} s)`,
+  );
+
+  // --- (a) attach: the agent's boot, then the run check ----------------------------------
+  await method(result.attach, "attach", ctx, lab, async () => {
+    const host = await lab.addHost({ tags: { Name: "bench-attach" } });
+    try {
+      const quiesceMs = await quiesce(options.dropCaches);
+      const t0 = now();
+      const booted = await bootLabHost(lab, host, { overrides: { pool: POOL, imageSet: imageSetName }, log });
+      const agentMs = ms(t0);
+      const outcome = booted.report?.outcome;
+      if (outcome !== "ready" || !host.dockerd) {
+        throw new Error(`agent boot ended ${outcome ?? "without a result"}: ${booted.report?.reason ?? "see the log"}`);
+      }
+      const t1 = now();
+      await runCheck(host.dockerd, tags);
+      const runCheckMs = ms(t1);
+      return {
+        totalMs: ms(t0),
+        parts: { agentMs, runCheckMs },
+        excluded: { quiesceMs },
+        timeline: booted.report?.timeline ?? [],
+      };
+    } finally {
+      // Frees the CPU for what follows, and the XFS UUID for the next mount (the volume stays
+      // attached until the lab closes).
+      await host.dockerd?.stop();
+      await unmountVolumes(host);
+    }
+  });
+
+  // --- The agent as a process: wall time and peak RSS -----------------------------------
+  const processRuns: Array<[string, string[]]> = [["bundle", [ctx.bundle]]];
+  if (options.rssTsx) processRuns.push(["tsx", ["--import", "tsx", join(REPO, "src/cli.ts")]]);
+  const agentArgs = (config: string) => ["boot", "--config", config, "--json"];
+  for (const [how, entry] of processRuns) {
+    const host = await lab.addHost({ tags: { Name: `bench-rss-${how}` } });
+    try {
+      const config = await writeLabConfig(lab, host, {
+        pool: POOL,
+        imageSet: imageSetName,
+        docker: { control: "none" },
+      });
+      await quiesce(options.dropCaches);
+      const measured = await measureAgentProcess(entry, agentArgs(config), how, ctx.temp);
+      result.agentProcess.push(measured);
+      say(
+        `  agent process (${how}): ${measured.outcome ?? "?"} in ${seconds(measured.wallMs)} s, ${rssText(measured)}`,
+      );
+    } catch (error) {
+      result.agentProcess.push({ how, command: [], exitCode: -1, wallMs: 0, error: describeError(error) });
+      say(`  agent process (${how}) FAILED: ${describeError(error)}`);
+    } finally {
+      await unmountVolumes(host);
+    }
+  }
+
+  // --- (b) docker load into a fresh dockerd ----------------------------------------------
+  await method(result.load, "load", ctx, lab, async () => {
+    const host = await lab.addHost({ tags: { Name: "bench-load" } });
+    try {
+      const t = now();
+      const dockerd = await host.startDocker();
+      const dockerdStartMs = ms(t);
+      const quiesceMs = await quiesce(options.dropCaches);
+      const t0 = now();
+      await dockerd.docker(["load", "-i", tar], { timeoutMs: LONG_MS });
+      const loadMs = ms(t0);
+      const t1 = now();
+      await runCheck(dockerd, tags);
+      const runCheckMs = ms(t1);
+      return { totalMs: ms(t0), parts: { loadMs, runCheckMs }, excluded: { dockerdStartMs, quiesceMs } };
+    } finally {
+      await host.dockerd?.stop();
+      await rm(host.paths.defaultDataRoot, { recursive: true, force: true });
+    }
+  });
+  await rm(tar, { force: true });
+
+  // --- (c) docker pull from the registry into a fresh dockerd ----------------------------
+  await method(result.pull, "pull", ctx, lab, async () => {
+    const host = await lab.addHost({ tags: { Name: "bench-pull" } });
+    let registry: Registry | undefined;
+    try {
+      await setDaemonJson(host, { "insecure-registries": [`127.0.0.1:${port}`] });
+      const t = now();
+      const dockerd = await host.startDocker();
+      const dockerdStartMs = ms(t);
+      registry = await startRegistry(lab, { dir: work, storage: registryStorage, netns: netnsOf(host), port, log });
+      const quiesceMs = await quiesce(options.dropCaches);
+      const t0 = now();
+      for (const tag of tags) await dockerd.docker(["pull", "--quiet", remote(tag)], { timeoutMs: LONG_MS });
+      const pullMs = ms(t0);
+      const t1 = now();
+      await runCheck(dockerd, tags.map(remote));
+      const runCheckMs = ms(t1);
+      return { totalMs: ms(t0), parts: { pullMs, runCheckMs }, excluded: { dockerdStartMs, quiesceMs } };
+    } finally {
+      await registry?.stop();
+      await host.dockerd?.stop();
+      await rm(host.paths.defaultDataRoot, { recursive: true, force: true });
+    }
+  });
+}
+
+/**
+ * The size on engine machines of one engine and store: the golden snapshot built by that docker
+ * on that store (buildEngineGoldenSnapshot); attach = the agent under the machine's systemd; load
+ * and pull in fresh machines. The same source volume feeds the tar and the registry (which
+ * listens on this machine's loopback: the machines share its network). Every machine booted goes
+ * in `machines` (benchSize destroys what is left).
+ */
+async function benchOnMachines(
+  { lab, work, set, result, ctx }: SizeBench,
+  { store, rootfs, machines }: { store: ImageStore; rootfs: Rootfs; machines: Machine[] },
+): Promise<void> {
+  const { options, log, say } = ctx;
+  const { images, tags, snapshotGiB, imageSetName } = set;
+  const keep = (m: Machine) => void machines.push(m);
+  const destroyAll = async () => {
+    for (const m of machines.splice(0)) await m.destroy();
+  };
+  const workBind = { from: work, to: IN_MACHINE_WORK };
+
+  // --- Preparation (not timed) -----------------------------------------------------------
+  const t = now();
+  const golden = await buildEngineGoldenSnapshot(lab, {
+    pool: POOL,
+    imageSet: imageSetName,
+    images,
+    sizeGiB: snapshotGiB,
+    rootfs: rootfs.dir,
+    bundle: ctx.bundle,
+    store,
+    log,
+  });
+  result.setup.goldenSnapshotMs = ms(t);
+  say(
+    `  prepared golden snapshot ${golden.snapshotId} (docker ${golden.built.engineVersion}, ` +
+      `${golden.built.store}) in ${seconds(result.setup.goldenSnapshotMs)} s`,
+  );
+  const volumes = await createPoolVolumes(lab, golden, {
+    pool: POOL,
+    imageSet: imageSetName,
+    count: options.runs + 1,
+  });
+
+  const port = await freeLoopbackPort();
+  const registryAt = `127.0.0.1:${port}`;
+  const remote = (tag: string) => `${registryAt}/${tag}`;
+  const registryStorage = join(work, "registry");
+  const hostNetns = `/proc/${process.pid}/ns/net`;
+  const insecure = { "insecure-registries": [registryAt] };
+  let prepared: Awaited<ReturnType<typeof prepareTarAndRegistry>>;
+  const source = await lab.addHost({ tags: { Name: "bench-source" } });
+  try {
+    const device = await attachDevice(lab, source, volumes.pop()!);
+    const m = await dockerOnlyMachine({
+      rootfs: rootfs.dir,
+      bundle: ctx.bundle,
+      store,
+      onBooted: keep,
+      binds: [workBind],
+      daemonJson: insecure,
+    });
+    await inMachine(m, ["mkdir", "-p", "/mnt/source"]);
+    await inMachine(m, ["mount", "-o", "noatime,nouuid", device, "/mnt/source"]);
+    await dockerOnVolume(m, "/mnt/source", store);
+    const docker: DockerCli = (args, timeoutMs) => inMachine(m, ["docker", ...args], timeoutMs);
+    const tarArg = join(IN_MACHINE_WORK, "images.tar");
+    prepared = await prepareTarAndRegistry(lab, docker, tags, {
+      tarArg,
+      tarFile: join(work, "images.tar"),
+      work,
+      storage: registryStorage,
+      netns: hostNetns,
+      port,
+      log,
+    });
+  } finally {
+    await destroyAll();
+  }
+  Object.assign(result.setup, prepared);
+  say(
+    `  prepared tar (${(prepared.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(prepared.saveMs)} s) and ` +
+      `registry (${(prepared.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(prepared.pushMs)} s)`,
+  );
+
+  // --- (a) attach: the agent's phases under the machine's systemd, then the run check ------
+  await method(result.attach, "attach", ctx, lab, async () => {
+    try {
+      const quiesceMs = await quiesce(options.dropCaches);
+      const t0 = now();
+      const { machine: m } = await startEngineHost(
+        lab,
+        {
+          rootfs: rootfs.dir,
+          bundle: ctx.bundle,
+          store,
+          name: "bench-attach",
+          overrides: { pool: POOL, imageSet: imageSetName },
+        },
+        keep,
+      );
+      const journal = await waitForReadyUnit(m, LONG_MS);
+      const machineMs = ms(t0);
+      const agentStarting = unitStarting(journal, "ebs-cache-agent.service");
+      // The end of phase 2's run (its last line): its unit has started earlier, at READY=1 (docker final).
+      const readyDone = journal.find(
+        (e) => e.identifier === "ebs-cache-agent" && e.systemdUnit === READY_UNIT && e.message.startsWith("boot.done:"),
+      );
+      if (!agentStarting || !readyDone)
+        throw new Error("the machine's journal lacks the agent's start or the ready unit's end");
+      const agentMs = Math.round((readyDone.realtimeUs - agentStarting.realtimeUs) / 1000);
+      const status = await machineStatus(m);
+      if (status.boot?.outcome !== "ready")
+        throw new Error(
+          `agent boot ended ${status.boot?.outcome ?? "without a result"}: ` +
+            `${status.boot?.reason ?? "see the journal"}`,
+        );
+      const t1 = now();
+      await machineRunCheck(m, tags);
+      const runCheckMs = ms(t1);
+      return {
+        totalMs: agentMs + runCheckMs,
+        parts: { agentMs, runCheckMs },
+        excluded: { quiesceMs, machineBootUntilReadyMs: machineMs },
+        timeline: status.boot.timeline.map((entry) => ({ step: entry.step, ms: Math.round(entry.seconds * 1000) })),
+      };
+    } finally {
+      // Frees the CPU, and the XFS UUID (every pool volume is a clone) for the next mount.
+      await destroyAll();
+    }
+  });
+
+  // --- (b) docker load into a fresh machine's docker -------------------------------------
+  await method(result.load, "load", ctx, lab, async () => {
+    try {
+      const t0 = now();
+      const m = await dockerOnlyMachine({
+        rootfs: rootfs.dir,
+        bundle: ctx.bundle,
+        store,
+        onBooted: keep,
+        binds: [{ ...workBind, readOnly: true }],
+      });
+      const dockerdStartMs = ms(t0);
+      const quiesceMs = await quiesce(options.dropCaches);
+      const t1 = now();
+      await inMachine(m, ["docker", "load", "-i", join(IN_MACHINE_WORK, "images.tar")], LONG_MS);
+      const loadMs = ms(t1);
+      const t2 = now();
+      await machineRunCheck(m, tags);
+      const runCheckMs = ms(t2);
+      return { totalMs: ms(t1), parts: { loadMs, runCheckMs }, excluded: { dockerdStartMs, quiesceMs } };
+    } finally {
+      await destroyAll();
+    }
+  });
+  await rm(join(work, "images.tar"), { force: true });
+
+  // --- (c) docker pull into a fresh machine's docker -------------------------------------
+  await method(result.pull, "pull", ctx, lab, async () => {
+    let registry: Registry | undefined;
+    try {
+      const t0 = now();
+      const m = await dockerOnlyMachine({
+        rootfs: rootfs.dir,
+        bundle: ctx.bundle,
+        store,
+        onBooted: keep,
+        daemonJson: insecure,
+      });
+      const dockerdStartMs = ms(t0);
+      registry = await startRegistry(lab, { dir: work, storage: registryStorage, netns: hostNetns, port, log });
+      const quiesceMs = await quiesce(options.dropCaches);
+      const t1 = now();
+      for (const tag of tags) await inMachine(m, ["docker", "pull", "--quiet", remote(tag)], LONG_MS);
+      const pullMs = ms(t1);
+      const t2 = now();
+      await machineRunCheck(m, tags.map(remote));
+      const runCheckMs = ms(t2);
+      return { totalMs: ms(t1), parts: { pullMs, runCheckMs }, excluded: { dockerdStartMs, quiesceMs } };
+    } finally {
+      await registry?.stop();
+      await destroyAll();
+    }
+  });
 }
 
 const round2 = (value: number) => Math.round(value * 100) / 100;
@@ -783,242 +1016,6 @@ async function machineRunCheck(m: Machine, refs: readonly string[]): Promise<voi
     await inMachine(m, ["docker", "run", "--rm", "--pull=never", "--network", "none", ref, ...RUN_CHECK], LONG_MS);
 }
 
-/**
- * One size on one engine and store, every node an engine machine: the golden snapshot built by
- * that docker on that store (buildEngineGoldenSnapshot); attach = the agent under the machine's
- * systemd; load and pull in fresh machines. The same source volume feeds the tar and the
- * registry (which listens on this machine's loopback: the machines share its network).
- */
-async function benchEngineSize(
-  choice: Extract<HostEngine, { kind: "machine" }>,
-  sizeGiB: number,
-  ctx: Context,
-): Promise<SizeResult> {
-  const { options, log, say } = ctx;
-  const engine = ENGINES[choice.engine];
-  const { store } = choice;
-  const images = imageSet(sizeGiB);
-  const tags = images.map((image) => image.tag);
-  const payload = images.reduce((sum, image) => sum + (image.payloadBytes ?? 0), 0);
-  const snapshotGiB = Math.max(2, Math.ceil((payload / GiB) * 2.25 + 1));
-  const imageSetName = `bench-${sizeGiB}g`;
-  const result: SizeResult = {
-    sizeGiB,
-    engine: engine.name,
-    store,
-    nodes: "machine",
-    images: images.map((image) => ({ tag: image.tag, payloadBytes: image.payloadBytes ?? 0 })),
-    snapshotGiB,
-    setup: {},
-    attach: emptyMethod(),
-    load: emptyMethod(),
-    pull: emptyMethod(),
-    agentProcess: [],
-    ratios: {},
-  };
-  say(
-    `\n== ${engine.name}, ${store} store, image set ${sizeGiB} GiB: ${images.length} images x ` +
-      `${((images[0]!.payloadBytes ?? 0) / MiB).toFixed(0)} MiB, golden snapshot ${snapshotGiB} GiB`,
-  );
-  let t = now();
-  const rootfs = await cachedRootfs(engine, say);
-  result.setup.rootfsMs = ms(t);
-  if (rootfs.built)
-    say(`  built the root file system of ${engine.name} in ${seconds(rootfs.ms)} s (cached from now on)`);
-
-  const zero = { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 };
-  const lab = await startLab({ name: "bench", delays: zero, deviceDelayMs: 0, log });
-  const machines: Machine[] = [];
-  const keep = (m: Machine) => void machines.push(m);
-  const destroyAll = async () => {
-    for (const m of machines.splice(0)) await m.destroy();
-  };
-  try {
-    const work = join(lab.root, "bench");
-    await mkdir(work, { recursive: true });
-    const workBind = { from: work, to: IN_MACHINE_WORK };
-
-    // --- Preparation (not timed) -----------------------------------------------------------
-    t = now();
-    const golden = await buildEngineGoldenSnapshot(lab, {
-      pool: POOL,
-      imageSet: imageSetName,
-      images,
-      sizeGiB: snapshotGiB,
-      rootfs: rootfs.dir,
-      bundle: ctx.bundle,
-      store,
-      log,
-    });
-    result.setup.goldenSnapshotMs = ms(t);
-    say(
-      `  prepared golden snapshot ${golden.snapshotId} (docker ${golden.built.engineVersion}, ` +
-        `${golden.built.store}) in ${seconds(result.setup.goldenSnapshotMs)} s`,
-    );
-    const volumes = await createPoolVolumes(lab, golden, {
-      pool: POOL,
-      imageSet: imageSetName,
-      count: options.runs + 1,
-    });
-
-    const port = await freeLoopbackPort();
-    const registryAt = `127.0.0.1:${port}`;
-    const remote = (tag: string) => `${registryAt}/${tag}`;
-    const registryStorage = join(work, "registry");
-    const hostNetns = `/proc/${process.pid}/ns/net`;
-    const insecure = { "insecure-registries": [registryAt] };
-    let prepared: Awaited<ReturnType<typeof prepareTarAndRegistry>>;
-    const source = await lab.addHost({ tags: { Name: "bench-source" } });
-    try {
-      const device = await attachDevice(lab, source, volumes.pop()!);
-      const m = await dockerOnlyMachine({
-        rootfs: rootfs.dir,
-        bundle: ctx.bundle,
-        store,
-        onBooted: keep,
-        binds: [workBind],
-        daemonJson: insecure,
-      });
-      await inMachine(m, ["mkdir", "-p", "/mnt/source"]);
-      await inMachine(m, ["mount", "-o", "noatime,nouuid", device, "/mnt/source"]);
-      await dockerOnVolume(m, "/mnt/source", store);
-      const docker: DockerCli = (args, timeoutMs) => inMachine(m, ["docker", ...args], timeoutMs);
-      const tarArg = join(IN_MACHINE_WORK, "images.tar");
-      prepared = await prepareTarAndRegistry(lab, docker, tags, {
-        tarArg,
-        tarFile: join(work, "images.tar"),
-        work,
-        storage: registryStorage,
-        netns: hostNetns,
-        port,
-        log,
-      });
-    } finally {
-      await destroyAll();
-    }
-    Object.assign(result.setup, prepared);
-    say(
-      `  prepared tar (${(prepared.tarBytes / GiB).toFixed(2)} GiB, save ${seconds(prepared.saveMs)} s) and ` +
-        `registry (${(prepared.registryBytes / GiB).toFixed(2)} GiB, push ${seconds(prepared.pushMs)} s)`,
-    );
-
-    // --- (a) attach: the agent's phases under the machine's systemd, then the run check ------
-    await method(result.attach, "attach", ctx, lab, async () => {
-      try {
-        const quiesceMs = await quiesce(options.dropCaches);
-        const t0 = now();
-        const { machine: m } = await startEngineHost(
-          lab,
-          {
-            rootfs: rootfs.dir,
-            bundle: ctx.bundle,
-            store,
-            name: "bench-attach",
-            overrides: { pool: POOL, imageSet: imageSetName },
-          },
-          keep,
-        );
-        const journal = await waitForReadyUnit(m, LONG_MS);
-        const machineMs = ms(t0);
-        const agentStarting = unitStarting(journal, "ebs-cache-agent.service");
-        // The end of phase 2's run (its last line): its unit has started earlier, at READY=1 (docker final).
-        const readyDone = journal.find(
-          (e) =>
-            e.identifier === "ebs-cache-agent" && e.systemdUnit === READY_UNIT && e.message.startsWith("boot.done:"),
-        );
-        if (!agentStarting || !readyDone)
-          throw new Error("the machine's journal lacks the agent's start or the ready unit's end");
-        const agentMs = Math.round((readyDone.realtimeUs - agentStarting.realtimeUs) / 1000);
-        const status = await machineStatus(m);
-        if (status.boot?.outcome !== "ready")
-          throw new Error(
-            `agent boot ended ${status.boot?.outcome ?? "without a result"}: ` +
-              `${status.boot?.reason ?? "see the journal"}`,
-          );
-        const t1 = now();
-        await machineRunCheck(m, tags);
-        const runCheckMs = ms(t1);
-        return {
-          totalMs: agentMs + runCheckMs,
-          parts: { agentMs, runCheckMs },
-          excluded: { quiesceMs, machineBootUntilReadyMs: machineMs },
-          timeline: status.boot.timeline.map((entry) => ({ step: entry.step, ms: Math.round(entry.seconds * 1000) })),
-        };
-      } finally {
-        // Frees the CPU, and the XFS UUID (every pool volume is a clone) for the next mount.
-        await destroyAll();
-      }
-    });
-
-    // --- (b) docker load into a fresh machine's docker -------------------------------------
-    await method(result.load, "load", ctx, lab, async () => {
-      try {
-        const t0 = now();
-        const m = await dockerOnlyMachine({
-          rootfs: rootfs.dir,
-          bundle: ctx.bundle,
-          store,
-          onBooted: keep,
-          binds: [{ ...workBind, readOnly: true }],
-        });
-        const dockerdStartMs = ms(t0);
-        const quiesceMs = await quiesce(options.dropCaches);
-        const t1 = now();
-        await inMachine(m, ["docker", "load", "-i", join(IN_MACHINE_WORK, "images.tar")], LONG_MS);
-        const loadMs = ms(t1);
-        const t2 = now();
-        await machineRunCheck(m, tags);
-        const runCheckMs = ms(t2);
-        return { totalMs: ms(t1), parts: { loadMs, runCheckMs }, excluded: { dockerdStartMs, quiesceMs } };
-      } finally {
-        await destroyAll();
-      }
-    });
-    await rm(join(work, "images.tar"), { force: true });
-
-    // --- (c) docker pull into a fresh machine's docker -------------------------------------
-    await method(result.pull, "pull", ctx, lab, async () => {
-      let registry: Registry | undefined;
-      try {
-        const t0 = now();
-        const m = await dockerOnlyMachine({
-          rootfs: rootfs.dir,
-          bundle: ctx.bundle,
-          store,
-          onBooted: keep,
-          daemonJson: insecure,
-        });
-        const dockerdStartMs = ms(t0);
-        registry = await startRegistry(lab, { dir: work, storage: registryStorage, netns: hostNetns, port, log });
-        const quiesceMs = await quiesce(options.dropCaches);
-        const t1 = now();
-        for (const tag of tags) await inMachine(m, ["docker", "pull", "--quiet", remote(tag)], LONG_MS);
-        const pullMs = ms(t1);
-        const t2 = now();
-        await machineRunCheck(m, tags.map(remote));
-        const runCheckMs = ms(t2);
-        return { totalMs: ms(t1), parts: { pullMs, runCheckMs }, excluded: { dockerdStartMs, quiesceMs } };
-      } finally {
-        await registry?.stop();
-        await destroyAll();
-      }
-    });
-  } catch (error) {
-    result.error = describeError(error);
-    say(`  FAILED: ${result.error}`);
-    for (const line of log.tail(30)) say(`    | ${line}`);
-  } finally {
-    await destroyAll();
-    await lab.close();
-  }
-  const attach = result.attach.medianMs;
-  if (attach) {
-    if (result.load.medianMs !== undefined) result.ratios.loadOverAttach = round2(result.load.medianMs / attach);
-    if (result.pull.medianMs !== undefined) result.ratios.pullOverAttach = round2(result.pull.medianMs / attach);
-  }
-  return result;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Report
 
@@ -1133,8 +1130,7 @@ async function main(): Promise<void> {
       `agent bundle for the process run: ${options.bundle ? bundle : "src/cli.ts built afresh with scripts/build.mjs"}`,
     );
     for (const choice of choices) {
-      for (const size of options.sizes)
-        results.push(choice.kind === "host" ? await benchSize(size, ctx) : await benchEngineSize(choice, size, ctx));
+      for (const size of options.sizes) results.push(await benchSize(choice, size, ctx));
     }
   } finally {
     await rm(temp, { recursive: true, force: true });

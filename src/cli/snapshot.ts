@@ -112,159 +112,163 @@ export function snapshotCommand(): Command {
   );
   snapshot.addCommand(snapshotBuildCommand());
   snapshot.addCommand(snapshotStripCommand());
-  snapshot.addCommand(
-    new Command("upload")
-      .description(
-        "upload a disk image holding the image set (an XFS image with docker/ at its root, as the pool volume holds " +
-          "it) as a pool snapshot: " +
-          "only the 512 KiB blocks holding data, SHA-256 checked, several at once; with --parent only the blocks " +
-          "that differ from the previous generation's; " +
-          "resumable after a kill (the manifest); tagged as the pool's generation, " +
-          "as Packer's pool-volume flow tags it",
-      )
-      .requiredOption("--image <path>", "the disk image (a sparse file; unmounted)")
-      .requiredOption(
-        "--manifest <path>",
-        "this build's manifest: written as blocks land, resumed from if it exists, the next build's --parent",
-      )
-      .option(
-        "--parent <path>",
-        "the previous generation's completed manifest: upload only what changed (ParentSnapshotId)",
-      )
-      .option(
-        "--parent-snapshot <id>",
-        "the previous generation's snapshot (snap-…): with --parent naming it, its manifest's hashes are used; alone " +
-          "(its manifest lost), its blocks are listed and those the image holds too read back from EBS to hash " +
-          "them (each such block downloaded once)",
-      )
-      .requiredOption("--pool <name>", "the pool (tag ebs-cache:pool)", poolNameOption)
-      .requiredOption("--image-set <name>", "the image set's name (tag ebs-cache:image-set)")
-      .requiredOption("--images <refs>", "the image references in the set, comma-separated (tag ebs-cache:images)")
-      .addOption(
-        new Option("--image-store <store>", "the image store the volume was built with (tag ebs-cache:image-store)")
-          .choices(["graphdriver", "containerd"])
-          .makeOptionMandatory(),
-      )
-      .requiredOption("--engine-version <version>", "the docker version that built it (tag ebs-cache:engine-version)")
-      .option(
-        "--built-at <time>",
-        "the generation's time, RFC 3339 UTC (default now; resuming, the interrupted upload's)",
-      )
-      .option(
-        "--tag <key=value>",
-        "an operator's tag on the snapshot (repeatable; not ebs-cache:*, not aws:*)",
-        tagOption,
-      )
-      .option(
-        "--encrypted",
-        "encrypt the snapshot (with --kms-key-arn, that key; else the account's default EBS key); not with a parent, " +
-          "whose encryption the snapshot takes",
-      )
-      .option(
-        "--kms-key-arn <arn>",
-        "the KMS key's ARN that encrypts the snapshot (implies --encrypted; not with a parent)",
-      )
-      .option("--concurrency <n>", "blocks put at once", positive, 16)
-      .option(
-        "--size-gib <n>",
-        "the snapshot's size, 1-65536 (default: the image's, rounded up; at least the parent's); never less than the " +
-          "image's or the parent's",
-        positive,
-      )
-      .option(
-        "--timeout-minutes <n>",
-        "EBS fails a pending snapshot after this long without a put (StartSnapshot's Timeout, 10-4320)",
-        positive,
-        60,
-      )
-      .option("--region <region>", "AWS region (default $AWS_REGION)")
-      .option("--endpoint <url>", "the EBS direct endpoint (a VPC endpoint, or the lab's emulator)", endpointOption)
-      .option(
-        "--ec2-endpoint <url>",
-        "the EC2 endpoint (a VPC endpoint, or the lab's emulator): the snapshot's ebs-cache:unverified tag removed " +
-          "once it is read back, a snapshot found wrong deleted",
-        endpointOption,
-      )
-      .option(
-        "--verify",
-        "read every block back before the manifest says completed (default: a sample of 32, and that every block " +
-          "holding data is listed)",
-      )
-      .option("--json", "print the report as JSON")
-      .addHelpText(
-        "after",
-        "\nCredentials: the AWS SDK's default chain (environment, profile, SSO, an instance role); the build role's " +
-          "policy is iam/ebs-cache-snapshot-builder-policy.json." +
-          "\nThe snapshot is tagged ebs-cache:unverified from its start: no keeper, boot or refresh takes it until " +
-          "the upload has read it back and removed the tag. One found not to hold the image is deleted; its " +
-          "manifest says rejected, and the same command run again uploads anew." +
-          "\nExit codes: 0 completed and read back, 1 EBS or EC2 refused or failed, the snapshot read back is not " +
-          "the image, or stopped (SIGTERM, SIGINT: run it again, it resumes; docs/snapshot.md's error table says " +
-          "which failures a rerun resumes), 2 usage (a bad option, tag, manifest or image: nothing uploaded), 3 no " +
-          "region.",
-      )
-      .action(async (opts: UploadOptions) => {
-        const log = createLogger();
-        const region = opts.region ?? process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION;
-        if (!region) throw new ConfigError(["no region: give --region or set AWS_REGION"]);
-        if (!/^[a-z]{2}(-[a-z]+)+-\d+$/.test(region))
-          throw new ConfigError([`region ${JSON.stringify(region)} is not an AWS region (us-east-1)`]);
-        const tags = generationTags({
-          pool: opts.pool,
-          imageSet: opts.imageSet,
-          images: opts.images.split(",").filter((s) => s !== ""),
-          imageStore: opts.imageStore,
-          engineVersion: opts.engineVersion,
-          builtAt:
-            opts.builtAt ??
-            (await interruptedBuiltAt(opts.manifest)) ??
-            new Date().toISOString().replace(/\.\d{3}Z$/, "Z"),
-          operatorTags: opts.tag ?? {},
-        });
-        if ("problems" in tags) {
-          process.stderr.write(`error: ${tags.problems.join("; ")}\n`);
-          process.exitCode = ExitCode.usage;
-          return;
-        }
-        const client = ebsClient({ region, ...(opts.endpoint ? { endpoint: opts.endpoint } : {}) });
-        const ec2 = builderEc2Client({ region, ...(opts.ec2Endpoint ? { endpoint: opts.ec2Endpoint } : {}) });
-        try {
-          const report = await runSnapshotUpload(
-            {
-              writer: snapshotBlockWriter(client),
-              reader: snapshotBlockReader(client),
-              snapshots: uploadedSnapshots(ec2),
-              inspectImage: (image) => inspectPoolImage(image, { log }),
-              scanImage: (image, blockSize) => scanImage(image, blockSize, { log }),
-              readBlock: readImageBlock,
-              readManifestJson,
-              writeManifestJson,
-              sha256,
-              zeroBlockHash,
-              log,
-              signal: stopSignal(log),
-            },
-            {
-              image: resolve(opts.image),
-              manifest: resolve(opts.manifest),
-              ...(opts.parent ? { parentManifest: resolve(opts.parent) } : {}),
-              ...(opts.parentSnapshot ? { parentSnapshotId: opts.parentSnapshot } : {}),
-              tags: tags.tags,
-              description: `ebs-cache golden snapshot: pool ${opts.pool}, image set ${opts.imageSet}`,
-              encrypted: Boolean(opts.encrypted || opts.kmsKeyArn),
-              ...(opts.kmsKeyArn ? { kmsKeyArn: opts.kmsKeyArn } : {}),
-              concurrency: opts.concurrency,
-              ...(opts.sizeGib ? { volumeSizeGiB: opts.sizeGib } : {}),
-              timeoutMinutes: opts.timeoutMinutes,
-              verifyAll: Boolean(opts.verify),
-            },
-          );
-          process.stdout.write(opts.json ? JSON.stringify(report, null, 2) + "\n" : uploadSummary(report));
-        } finally {
-          client.destroy();
-          ec2.destroy();
-        }
-      }),
-  );
+  snapshot.addCommand(snapshotUploadCommand());
   return snapshot;
+}
+
+/** `snapshot upload`'s options and help. */
+function snapshotUploadCommand(): Command {
+  return new Command("upload")
+    .description(
+      "upload a disk image holding the image set (an XFS image with docker/ at its root, as the pool volume holds " +
+        "it) as a pool snapshot: " +
+        "only the 512 KiB blocks holding data, SHA-256 checked, several at once; with --parent only the blocks " +
+        "that differ from the previous generation's; " +
+        "resumable after a kill (the manifest); tagged as the pool's generation, " +
+        "as Packer's pool-volume flow tags it",
+    )
+    .requiredOption("--image <path>", "the disk image (a sparse file; unmounted)")
+    .requiredOption(
+      "--manifest <path>",
+      "this build's manifest: written as blocks land, resumed from if it exists, the next build's --parent",
+    )
+    .option(
+      "--parent <path>",
+      "the previous generation's completed manifest: upload only what changed (ParentSnapshotId)",
+    )
+    .option(
+      "--parent-snapshot <id>",
+      "the previous generation's snapshot (snap-…): with --parent naming it, its manifest's hashes are used; alone " +
+        "(its manifest lost), its blocks are listed and those the image holds too read back from EBS to hash " +
+        "them (each such block downloaded once)",
+    )
+    .requiredOption("--pool <name>", "the pool (tag ebs-cache:pool)", poolNameOption)
+    .requiredOption("--image-set <name>", "the image set's name (tag ebs-cache:image-set)")
+    .requiredOption("--images <refs>", "the image references in the set, comma-separated (tag ebs-cache:images)")
+    .addOption(
+      new Option("--image-store <store>", "the image store the volume was built with (tag ebs-cache:image-store)")
+        .choices(["graphdriver", "containerd"])
+        .makeOptionMandatory(),
+    )
+    .requiredOption("--engine-version <version>", "the docker version that built it (tag ebs-cache:engine-version)")
+    .option(
+      "--built-at <time>",
+      "the generation's time, RFC 3339 UTC (default now; resuming, the interrupted upload's)",
+    )
+    .option(
+      "--tag <key=value>",
+      "an operator's tag on the snapshot (repeatable; not ebs-cache:*, not aws:*)",
+      tagOption,
+    )
+    .option(
+      "--encrypted",
+      "encrypt the snapshot (with --kms-key-arn, that key; else the account's default EBS key); not with a parent, " +
+        "whose encryption the snapshot takes",
+    )
+    .option(
+      "--kms-key-arn <arn>",
+      "the KMS key's ARN that encrypts the snapshot (implies --encrypted; not with a parent)",
+    )
+    .option("--concurrency <n>", "blocks put at once", positive, 16)
+    .option(
+      "--size-gib <n>",
+      "the snapshot's size, 1-65536 (default: the image's, rounded up; at least the parent's); never less than the " +
+        "image's or the parent's",
+      positive,
+    )
+    .option(
+      "--timeout-minutes <n>",
+      "EBS fails a pending snapshot after this long without a put (StartSnapshot's Timeout, 10-4320)",
+      positive,
+      60,
+    )
+    .option("--region <region>", "AWS region (default $AWS_REGION)")
+    .option("--endpoint <url>", "the EBS direct endpoint (a VPC endpoint, or the lab's emulator)", endpointOption)
+    .option(
+      "--ec2-endpoint <url>",
+      "the EC2 endpoint (a VPC endpoint, or the lab's emulator): the snapshot's ebs-cache:unverified tag removed " +
+        "once it is read back, a snapshot found wrong deleted",
+      endpointOption,
+    )
+    .option(
+      "--verify",
+      "read every block back before the manifest says completed (default: a sample of 32, and that every block " +
+        "holding data is listed)",
+    )
+    .option("--json", "print the report as JSON")
+    .addHelpText(
+      "after",
+      "\nCredentials: the AWS SDK's default chain (environment, profile, SSO, an instance role); the build role's " +
+        "policy is iam/ebs-cache-snapshot-builder-policy.json." +
+        "\nThe snapshot is tagged ebs-cache:unverified from its start: no keeper, boot or refresh takes it until " +
+        "the upload has read it back and removed the tag. One found not to hold the image is deleted; its " +
+        "manifest says rejected, and the same command run again uploads anew." +
+        "\nExit codes: 0 completed and read back, 1 EBS or EC2 refused or failed, the snapshot read back is not " +
+        "the image, or stopped (SIGTERM, SIGINT: run it again, it resumes; docs/snapshot.md's error table says " +
+        "which failures a rerun resumes), 2 usage (a bad option, tag, manifest or image: nothing uploaded), 3 no " +
+        "region.",
+    )
+    .action(uploadSnapshot);
+}
+
+/** `snapshot upload`: the generation's tags checked, then the image uploaded; prints the report. */
+async function uploadSnapshot(opts: UploadOptions): Promise<void> {
+  const log = createLogger();
+  const region = opts.region ?? process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION;
+  if (!region) throw new ConfigError(["no region: give --region or set AWS_REGION"]);
+  if (!/^[a-z]{2}(-[a-z]+)+-\d+$/.test(region))
+    throw new ConfigError([`region ${JSON.stringify(region)} is not an AWS region (us-east-1)`]);
+  const tags = generationTags({
+    pool: opts.pool,
+    imageSet: opts.imageSet,
+    images: opts.images.split(",").filter((s) => s !== ""),
+    imageStore: opts.imageStore,
+    engineVersion: opts.engineVersion,
+    builtAt:
+      opts.builtAt ?? (await interruptedBuiltAt(opts.manifest)) ?? new Date().toISOString().replace(/\.\d{3}Z$/, "Z"),
+    operatorTags: opts.tag ?? {},
+  });
+  if ("problems" in tags) {
+    process.stderr.write(`error: ${tags.problems.join("; ")}\n`);
+    process.exitCode = ExitCode.usage;
+    return;
+  }
+  const client = ebsClient({ region, ...(opts.endpoint ? { endpoint: opts.endpoint } : {}) });
+  const ec2 = builderEc2Client({ region, ...(opts.ec2Endpoint ? { endpoint: opts.ec2Endpoint } : {}) });
+  try {
+    const report = await runSnapshotUpload(
+      {
+        writer: snapshotBlockWriter(client),
+        reader: snapshotBlockReader(client),
+        snapshots: uploadedSnapshots(ec2),
+        inspectImage: (image) => inspectPoolImage(image, { log }),
+        scanImage: (image, blockSize) => scanImage(image, blockSize, { log }),
+        readBlock: readImageBlock,
+        readManifestJson,
+        writeManifestJson,
+        sha256,
+        zeroBlockHash,
+        log,
+        signal: stopSignal(log),
+      },
+      {
+        image: resolve(opts.image),
+        manifest: resolve(opts.manifest),
+        ...(opts.parent ? { parentManifest: resolve(opts.parent) } : {}),
+        ...(opts.parentSnapshot ? { parentSnapshotId: opts.parentSnapshot } : {}),
+        tags: tags.tags,
+        description: `ebs-cache golden snapshot: pool ${opts.pool}, image set ${opts.imageSet}`,
+        encrypted: Boolean(opts.encrypted || opts.kmsKeyArn),
+        ...(opts.kmsKeyArn ? { kmsKeyArn: opts.kmsKeyArn } : {}),
+        concurrency: opts.concurrency,
+        ...(opts.sizeGib ? { volumeSizeGiB: opts.sizeGib } : {}),
+        timeoutMinutes: opts.timeoutMinutes,
+        verifyAll: Boolean(opts.verify),
+      },
+    );
+    process.stdout.write(opts.json ? JSON.stringify(report, null, 2) + "\n" : uploadSummary(report));
+  } finally {
+    client.destroy();
+    ec2.destroy();
+  }
 }

@@ -142,164 +142,189 @@ export function toEngineInfo(raw: RawDockerInfo): EngineInfo {
   };
 }
 
+/** What every call to the engine takes: its socket, how long a call may take, the log. */
+interface EngineContext {
+  socketPath: string;
+  timeoutMs: number;
+  log: Logger | undefined;
+}
+
 /** A client for the Docker Engine API at `host`. */
 export function createDockerEngine(options: DockerEngineOptions): DockerEngineClient {
-  const socketPath = socketOf(options.host);
-  const timeoutMs = options.requestTimeoutMs ?? 30_000;
-  const log = options.log;
-
-  async function call<T>(
-    method: "GET" | "POST" | "DELETE",
-    path: string,
-    body?: unknown,
-    callTimeoutMs = timeoutMs,
-  ): Promise<T> {
-    const label = `${method} ${path}`;
-    log?.debug("docker.api", label, { socket: socketPath });
-    let answer: { status: number; text: string };
-    try {
-      answer = await send(socketPath, method, path, body, callTimeoutMs);
-    } catch (cause) {
-      throw new DockerApiError(
-        undefined,
-        `no answer on ${socketPath} (${describeError(cause)})`,
-        label,
-        "start docker (systemctl start docker) and see why it is down: journalctl -u docker -n 100",
-        { cause },
-      );
-    }
-    if (answer.status < 200 || answer.status >= 300) {
-      const message = apiMessage(answer.text);
-      throw new DockerApiError(answer.status, message, label, remediationFor(answer.status));
-    }
-    if (answer.text === "") return undefined as T;
-    try {
-      return JSON.parse(answer.text) as T;
-    } catch (cause) {
-      throw new DockerApiError(answer.status, "the answer is not JSON", label, "check that the socket is docker's", {
-        cause,
-      });
-    }
-  }
-
-  async function node(nodeId: string): Promise<{ version: number; spec: Record<string, unknown> }> {
-    if (!NODE_ID.test(nodeId)) throw new ConfigError([`${JSON.stringify(nodeId)} is not a swarm node id`]);
-    const raw = await call<{ Version?: { Index?: number }; Spec?: Record<string, unknown> }>(
-      "GET",
-      `/nodes/${encodeURIComponent(nodeId)}`,
-    );
-    const version = raw.Version?.Index;
-    if (typeof version !== "number" || !raw.Spec) {
-      throw new DockerApiError(
-        200,
-        "the node has no version or spec",
-        `GET /nodes/${nodeId}`,
-        "check the docker version",
-      );
-    }
-    return { version, spec: raw.Spec };
-  }
-
-  async function ping(timeout = 2000): Promise<boolean> {
-    try {
-      const answer = await send(socketPath, "GET", "/_ping", undefined, timeout);
-      return answer.status === 200 && answer.text === "OK";
-    } catch {
-      return false;
-    }
-  }
-
+  const ctx: EngineContext = {
+    socketPath: socketOf(options.host),
+    timeoutMs: options.requestTimeoutMs ?? 30_000,
+    log: options.log,
+  };
   const engine: DockerEngineClient = {
-    socketPath,
-    rawInfo: () => call<RawDockerInfo>("GET", "/info"),
+    socketPath: ctx.socketPath,
+    rawInfo: () => call<RawDockerInfo>(ctx, "GET", "/info"),
     info: async () => toEngineInfo(await engine.rawInfo()),
     async images() {
-      const list = await call<Array<{ RepoTags?: string[] | null }>>("GET", "/images/json");
+      const list = await call<Array<{ RepoTags?: string[] | null }>>(ctx, "GET", "/images/json");
       const tags = list.flatMap((image) => image.RepoTags ?? []).filter((tag) => !tag.includes("<none>"));
       return [...new Set(tags)].sort();
     },
     async imageEntries() {
-      const list = await call<RawImage[]>("GET", "/images/json?shared-size=1");
+      const list = await call<RawImage[]>(ctx, "GET", "/images/json?shared-size=1");
       return list.map(toImageEntry);
     },
     async containerImageIds() {
-      const list = await call<Array<{ ImageID?: string }>>("GET", "/containers/json?all=1");
+      const list = await call<Array<{ ImageID?: string }>>(ctx, "GET", "/containers/json?all=1");
       return [...new Set(list.map((c) => c.ImageID ?? "").filter(Boolean))];
     },
-    async removeImage(reference) {
-      if (!IMAGE_REFERENCE.test(reference))
-        throw new ConfigError([`${JSON.stringify(reference)} is not an image reference`]);
-      // No force: docker itself refuses an image a container (running or stopped) uses.
-      const answer = await call<Array<{ Untagged?: string; Deleted?: string }>>(
-        "DELETE",
-        `/images/${encodeURIComponent(reference)}?force=false&noprune=false`,
-      );
-      return {
-        untagged: (answer ?? []).flatMap((item) => (item.Untagged ? [item.Untagged] : [])),
-        deleted: (answer ?? []).flatMap((item) => (item.Deleted ? [item.Deleted] : [])),
-      };
-    },
-    ping: () => ping(),
-    async waitUntilReady(waitMs) {
-      const deadline = Date.now() + waitMs;
-      while (true) {
-        const left = deadline - Date.now();
-        if (await ping(Math.max(100, Math.min(2000, left)))) return;
-        if (Date.now() >= deadline) {
-          throw new DockerApiError(
-            undefined,
-            `docker did not answer /_ping within ${waitMs} ms`,
-            "GET /_ping",
-            "see why docker did not come up: journalctl -u docker -n 100",
-          );
-        }
-        await sleep(Math.min(200, Math.max(0, deadline - Date.now())));
-      }
-    },
+    removeImage: (reference) => removeImage(ctx, reference),
+    ping: () => ping(ctx),
+    waitUntilReady: (waitMs) => waitUntilReady(ctx, waitMs),
     async nodeLabels(nodeId) {
-      const { spec } = await node(nodeId);
+      const { spec } = await node(ctx, nodeId);
       return { ...((spec.Labels as Record<string, string> | undefined) ?? {}) };
     },
-    async setNodeLabels(nodeId, add, remove) {
-      for (const [key, value] of Object.entries(add)) {
-        validateLabelKey(key);
-        validateLabelValue(key, value);
-      }
-      for (const key of remove) validateLabelKey(key);
-      // The update names the version it read: a concurrent change makes it fail "out of sequence";
-      // read again and retry once (a second conflict is reported: something keeps changing the node).
-      for (let attempt = 1; ; attempt += 1) {
-        const { version, spec } = await node(nodeId);
-        const before = (spec.Labels as Record<string, string> | undefined) ?? {};
-        const labels = { ...before };
-        for (const key of remove) delete labels[key];
-        Object.assign(labels, add);
-        if (JSON.stringify(sorted(labels)) === JSON.stringify(sorted(before))) {
-          log?.debug("labels.node-unchanged", "node labels already as wanted", { nodeId });
-          return;
-        }
-        try {
-          await call("POST", `/nodes/${encodeURIComponent(nodeId)}/update?version=${version}`, {
-            ...spec,
-            Labels: labels,
-          });
-          log?.info("labels.node", "updated node labels", {
-            nodeId,
-            added: Object.keys(add).join(","),
-            removed: remove.join(","),
-          });
-          return;
-        } catch (error) {
-          if (attempt >= 2 || !isVersionConflict(error)) throw error;
-          log?.notice("labels.node-retry", "the node changed meanwhile, updating its labels again", {
-            nodeId,
-            version,
-          });
-        }
-      }
-    },
+    setNodeLabels: (nodeId, add, remove) => setNodeLabels(ctx, nodeId, add, remove),
   };
   return engine;
+}
+
+/** One API call; its answer's JSON, or a DockerApiError that says what to do. */
+async function call<T>(
+  ctx: EngineContext,
+  method: "GET" | "POST" | "DELETE",
+  path: string,
+  body?: unknown,
+  callTimeoutMs = ctx.timeoutMs,
+): Promise<T> {
+  const { socketPath } = ctx;
+  const label = `${method} ${path}`;
+  ctx.log?.debug("docker.api", label, { socket: socketPath });
+  let answer: { status: number; text: string };
+  try {
+    answer = await send(socketPath, method, path, body, callTimeoutMs);
+  } catch (cause) {
+    throw new DockerApiError(
+      undefined,
+      `no answer on ${socketPath} (${describeError(cause)})`,
+      label,
+      "start docker (systemctl start docker) and see why it is down: journalctl -u docker -n 100",
+      { cause },
+    );
+  }
+  if (answer.status < 200 || answer.status >= 300) {
+    const message = apiMessage(answer.text);
+    throw new DockerApiError(answer.status, message, label, remediationFor(answer.status));
+  }
+  if (answer.text === "") return undefined as T;
+  try {
+    return JSON.parse(answer.text) as T;
+  } catch (cause) {
+    throw new DockerApiError(answer.status, "the answer is not JSON", label, "check that the socket is docker's", {
+      cause,
+    });
+  }
+}
+
+async function node(ctx: EngineContext, nodeId: string): Promise<{ version: number; spec: Record<string, unknown> }> {
+  if (!NODE_ID.test(nodeId)) throw new ConfigError([`${JSON.stringify(nodeId)} is not a swarm node id`]);
+  const raw = await call<{ Version?: { Index?: number }; Spec?: Record<string, unknown> }>(
+    ctx,
+    "GET",
+    `/nodes/${encodeURIComponent(nodeId)}`,
+  );
+  const version = raw.Version?.Index;
+  if (typeof version !== "number" || !raw.Spec) {
+    throw new DockerApiError(
+      200,
+      "the node has no version or spec",
+      `GET /nodes/${nodeId}`,
+      "check the docker version",
+    );
+  }
+  return { version, spec: raw.Spec };
+}
+
+async function ping(ctx: EngineContext, timeout = 2000): Promise<boolean> {
+  try {
+    const answer = await send(ctx.socketPath, "GET", "/_ping", undefined, timeout);
+    return answer.status === 200 && answer.text === "OK";
+  } catch {
+    return false;
+  }
+}
+
+async function waitUntilReady(ctx: EngineContext, waitMs: number): Promise<void> {
+  const deadline = Date.now() + waitMs;
+  while (true) {
+    const left = deadline - Date.now();
+    if (await ping(ctx, Math.max(100, Math.min(2000, left)))) return;
+    if (Date.now() >= deadline) {
+      throw new DockerApiError(
+        undefined,
+        `docker did not answer /_ping within ${waitMs} ms`,
+        "GET /_ping",
+        "see why docker did not come up: journalctl -u docker -n 100",
+      );
+    }
+    await sleep(Math.min(200, Math.max(0, deadline - Date.now())));
+  }
+}
+
+async function removeImage(ctx: EngineContext, reference: string): Promise<{ untagged: string[]; deleted: string[] }> {
+  if (!IMAGE_REFERENCE.test(reference))
+    throw new ConfigError([`${JSON.stringify(reference)} is not an image reference`]);
+  // No force: docker itself refuses an image a container (running or stopped) uses.
+  const answer = await call<Array<{ Untagged?: string; Deleted?: string }>>(
+    ctx,
+    "DELETE",
+    `/images/${encodeURIComponent(reference)}?force=false&noprune=false`,
+  );
+  return {
+    untagged: (answer ?? []).flatMap((item) => (item.Untagged ? [item.Untagged] : [])),
+    deleted: (answer ?? []).flatMap((item) => (item.Deleted ? [item.Deleted] : [])),
+  };
+}
+
+async function setNodeLabels(
+  ctx: EngineContext,
+  nodeId: string,
+  add: Record<string, string>,
+  remove: readonly string[],
+): Promise<void> {
+  const { log } = ctx;
+  for (const [key, value] of Object.entries(add)) {
+    validateLabelKey(key);
+    validateLabelValue(key, value);
+  }
+  for (const key of remove) validateLabelKey(key);
+  // The update names the version it read: a concurrent change makes it fail "out of sequence";
+  // read again and retry once (a second conflict is reported: something keeps changing the node).
+  for (let attempt = 1; ; attempt += 1) {
+    const { version, spec } = await node(ctx, nodeId);
+    const before = (spec.Labels as Record<string, string> | undefined) ?? {};
+    const labels = { ...before };
+    for (const key of remove) delete labels[key];
+    Object.assign(labels, add);
+    if (JSON.stringify(sorted(labels)) === JSON.stringify(sorted(before))) {
+      log?.debug("labels.node-unchanged", "node labels already as wanted", { nodeId });
+      return;
+    }
+    try {
+      await call(ctx, "POST", `/nodes/${encodeURIComponent(nodeId)}/update?version=${version}`, {
+        ...spec,
+        Labels: labels,
+      });
+      log?.info("labels.node", "updated node labels", {
+        nodeId,
+        added: Object.keys(add).join(","),
+        removed: remove.join(","),
+      });
+      return;
+    } catch (error) {
+      if (attempt >= 2 || !isVersionConflict(error)) throw error;
+      log?.notice("labels.node-retry", "the node changed meanwhile, updating its labels again", {
+        nodeId,
+        version,
+      });
+    }
+  }
 }
 
 function socketOf(host: string): string {

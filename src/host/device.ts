@@ -186,20 +186,7 @@ export async function waitForVolumeDevice(
     };
 
     timer = setTimeout(() => {
-      // One last look (a lost event must not fail a boot), then give up.
-      void inspectVolumeLink(volumeId, where)
-        .then((state) => {
-          if (state.kind === "verified") return finish({ device: state.device });
-          if (state.kind === "refused") return finish({ error: state.error });
-          const detail =
-            state.kind === "dangling"
-              ? `the link points at ${state.target}, which does not exist`
-              : last.kind === "refused"
-                ? `the link led elsewhere: ${last.error.message}`
-                : "no such link";
-          finish({ error: new DeviceTimeoutError(volumeId, link, timeoutMs, detail) });
-        })
-        .catch((error: unknown) => finish({ error }));
+      void lastLook(volumeId, where, timeoutMs, last).then(finish, (error: unknown) => finish({ error }));
     }, timeoutMs);
 
     /** Keeps a watcher for closing at the end, or closes it now if the wait is already over. */
@@ -217,6 +204,28 @@ export async function waitForVolumeDevice(
       })
       .catch((error: unknown) => finish({ error }));
   });
+}
+
+/**
+ * The deadline's one last look (a lost event must not fail a boot): the device, or why there is
+ * none (`last`: what the wait saw before).
+ */
+async function lastLook(
+  volumeId: string,
+  where: DeviceLocations,
+  timeoutMs: number,
+  last: LinkState,
+): Promise<{ device: string } | { error: unknown }> {
+  const state = await inspectVolumeLink(volumeId, where);
+  if (state.kind === "verified") return { device: state.device };
+  if (state.kind === "refused") return { error: state.error };
+  const detail =
+    state.kind === "dangling"
+      ? `the link points at ${state.target}, which does not exist`
+      : last.kind === "refused"
+        ? `the link led elsewhere: ${last.error.message}`
+        : "no such link";
+  return { error: new DeviceTimeoutError(volumeId, volumeLinkPath(where.byIdDir, volumeId), timeoutMs, detail) };
 }
 
 /**

@@ -108,18 +108,21 @@ export function safeCursor(
   return best < 0 ? from : reads[best]!.offset + reads[best]!.length;
 }
 
+/** What the reads share: the reader's options, and fio's as every run of it takes them. */
+interface FioContext {
+  options: FioReaderOptions;
+  log: Logger | undefined;
+  fioOptions: { log?: Logger; fio?: string };
+}
+
 /** The PrewarmReader over fio and xfs_spaceman. */
 export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
   const { log } = options;
-  const withIolog = async <T>(work: (path: string) => Promise<T>): Promise<T> => {
-    const dir = await mkdtemp(join(options.workDir ?? tmpdir(), "ebs-cache-prewarm-"));
-    try {
-      return await work(join(dir, "reads.iolog"));
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
+  const ctx: FioContext = {
+    options,
+    log,
+    fioOptions: { log, ...(options.fio ? { fio: options.fio } : {}) },
   };
-  const fioOptions = { ...(log ? { log } : {}), ...(options.fio ? { fio: options.fio } : {}) };
 
   return {
     async allocatedBytes(target: ReadTarget): Promise<number> {
@@ -130,11 +133,11 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
       const ranges = await usedRanges(target.mountPoint, { log });
       const reads = sampleReads(ranges, check.reads, check.blockBytes);
       if (reads.length === 0) throw new Error(`no allocated data on ${target.device} to sample`);
-      const report = await withIolog(async (iolog) => {
+      const report = await withIolog(ctx, async (iolog) => {
         await writeIolog(iolog, target.device, reads);
         return runFio(
           { name: "prewarm-check", iolog, ioDepth: check.ioDepth, runtimeSeconds: check.seconds },
-          { ...fioOptions, timeoutMs: (check.seconds + 60) * 1000 },
+          { ...ctx.fioOptions, timeoutMs: (check.seconds + 60) * 1000 },
         );
       });
       return checkFigures(report);
@@ -146,200 +149,212 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
       allocated?.catch(() => undefined);
       let needed: ByteRange[];
       try {
-        needed = await readNeeded(target, init);
+        needed = await readNeeded(ctx, target, init);
       } finally {
         await allocated?.catch(() => undefined);
       }
-      if (mode === "device") return readDevice(target, init);
+      if (mode === "device") return readDevice(ctx, target, init);
       const read = mergeRanges(needed);
-      return readRanges(target, subtractRanges(await allocated!, read), init, totalBytes(read));
+      return readRanges(ctx, target, subtractRanges(await allocated!, read), init, totalBytes(read));
     },
   };
+}
 
-  /**
-   * The need list's files (read-phases.ts: those of the images about to run first, then the
-   * list's others), read before everything else, in the idle I/O class; returns the ranges read.
-   * The wanted files' reads start as soon as they are mapped: the other files are mapped
-   * meanwhile. Any problem with the list is a warning: everything is then read in device order.
-   */
-  async function readNeeded(target: ReadTarget, init: InitializeOptions): Promise<ByteRange[]> {
-    const started = Date.now();
-    const mapping = log ? { log } : {};
-    let order: { files: string[]; wanted: number };
-    let wanted: Awaited<ReturnType<typeof fileRanges>>;
-    try {
-      const list = await readReadList(target.mountPoint);
-      if (!list) return [];
-      order = needOrder(list, imagesAboutToRun(init.images ?? []));
-      wanted = await fileRanges(target.mountPoint, order.files.slice(0, order.wanted), mapping);
-    } catch (error) {
-      log?.warning("prewarm.need", `the need list is not used, reading in device order: ${describeError(error)}`);
-      return [];
-    }
-    const mappedMs = Date.now() - started;
-    const [first] = needPhases(wanted.ranges, [], init);
-    let spawned = () => {};
-    const underWay = new Promise<void>((resolve) => (spawned = resolve));
-    const reading = first
-      ? replay(target, first.reads, first.name, first.depth, init, { ...first, onSpawn: spawned })
-      : Promise.resolve();
-    // A failed read of the wanted files is the run's failure, reported once the mapping below is done.
-    void reading.catch(() => undefined).finally(spawned);
-    // The other files are mapped once the wanted files' reads are under way (their metadata reads then queue
-    // behind a few of those, not before all of them).
-    await underWay;
-    let listed: Awaited<ReturnType<typeof fileRanges>>;
-    try {
-      listed = await fileRanges(target.mountPoint, order.files.slice(order.wanted), mapping);
-    } catch (error) {
-      await reading;
-      log?.warning("prewarm.need", `the list's other files are not read first: ${describeError(error)}`);
-      return wanted.ranges;
-    }
-    const need = [...wanted.ranges, ...listed.ranges];
-    log?.info("prewarm.need", `reading first the ${order.files.length} files the images read at start`, {
-      wanted: order.wanted,
-      mapped: wanted.mapped + listed.mapped,
-      skipped: wanted.skipped + listed.skipped,
-      bytes: totalBytes(need),
-      mappedMs,
-    });
+/** Runs `work` with the path of an I/O log in a folder of its own, removed afterwards. */
+async function withIolog<T>(ctx: FioContext, work: (path: string) => Promise<T>): Promise<T> {
+  const dir = await mkdtemp(join(ctx.options.workDir ?? tmpdir(), "ebs-cache-prewarm-"));
+  try {
+    return await work(join(dir, "reads.iolog"));
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * The need list's files (read-phases.ts: those of the images about to run first, then the
+ * list's others), read before everything else, in the idle I/O class; returns the ranges read.
+ * The wanted files' reads start as soon as they are mapped: the other files are mapped
+ * meanwhile. Any problem with the list is a warning: everything is then read in device order.
+ */
+async function readNeeded(ctx: FioContext, target: ReadTarget, init: InitializeOptions): Promise<ByteRange[]> {
+  const started = Date.now();
+  const mapping = ctx.log ? { log: ctx.log } : {};
+  let order: { files: string[]; wanted: number };
+  let wanted: Awaited<ReturnType<typeof fileRanges>>;
+  try {
+    const list = await readReadList(target.mountPoint);
+    if (!list) return [];
+    order = needOrder(list, imagesAboutToRun(init.images ?? []));
+    wanted = await fileRanges(target.mountPoint, order.files.slice(0, order.wanted), mapping);
+  } catch (error) {
+    ctx.log?.warning("prewarm.need", `the need list is not used, reading in device order: ${describeError(error)}`);
+    return [];
+  }
+  const mappedMs = Date.now() - started;
+  const [first] = needPhases(wanted.ranges, [], init);
+  let spawned = () => {};
+  const underWay = new Promise<void>((resolve) => (spawned = resolve));
+  const reading = first
+    ? replay(ctx, target, first.reads, first.name, first.depth, init, { ...first, onSpawn: spawned })
+    : Promise.resolve();
+  // A failed read of the wanted files is the run's failure, reported once the mapping below is done.
+  void reading.catch(() => undefined).finally(spawned);
+  // The other files are mapped once the wanted files' reads are under way (their metadata reads then queue
+  // behind a few of those, not before all of them).
+  await underWay;
+  let listed: Awaited<ReturnType<typeof fileRanges>>;
+  try {
+    listed = await fileRanges(target.mountPoint, order.files.slice(order.wanted), mapping);
+  } catch (error) {
     await reading;
-    for (const phase of needPhases([], listed.ranges, init))
-      await replay(target, phase.reads, phase.name, phase.depth, init, phase);
-    return need;
+    ctx.log?.warning("prewarm.need", `the list's other files are not read first: ${describeError(error)}`);
+    return wanted.ranges;
   }
+  const need = [...wanted.ranges, ...listed.ranges];
+  ctx.log?.info("prewarm.need", `reading first the ${order.files.length} files the images read at start`, {
+    wanted: order.wanted,
+    mapped: wanted.mapped + listed.mapped,
+    skipped: wanted.skipped + listed.skipped,
+    bytes: totalBytes(need),
+    mappedMs,
+  });
+  await reading;
+  for (const phase of needPhases([], listed.ranges, init))
+    await replay(ctx, target, phase.reads, phase.name, phase.depth, init, phase);
+  return need;
+}
 
-  async function readRanges(
-    target: ReadTarget,
-    ranges: ByteRange[],
-    init: InitializeOptions,
-    readAlready = 0,
-  ): Promise<InitializeResult> {
-    const total = totalBytes(ranges) + readAlready;
-    const reads = coveringReads(ranges, init.maxIoBytes, init.fromOffset);
-    const before = total - reads.reduce((sum, r) => sum + r.length, 0);
-    const prefix: number[] = [];
-    let sum = 0;
-    for (const r of reads) prefix.push((sum += r.length));
-    const inFlight = init.ioDepth * init.maxIoBytes;
-    init.onProgress({ doneBytes: before, totalBytes: total, cursor: init.fromOffset, runBytes: 0 });
-    if (reads.length === 0) return { totalBytes: total, readBytes: readAlready };
-    await replay(target, reads, "prewarm-files", init.yieldDepth ?? init.ioDepth, init, undefined, (report) => {
-      const counted = Math.min(report.read.ioBytes, sum);
-      init.onProgress({
-        doneBytes: before + counted,
-        totalBytes: total,
-        cursor: safeCursor(reads, prefix, counted, inFlight, init.fromOffset),
-        runBytes: counted,
-      });
-    });
-    // fio leaves up to iodepth-1 replayed reads out of its byte count: the log is done, all of it.
+async function readRanges(
+  ctx: FioContext,
+  target: ReadTarget,
+  ranges: ByteRange[],
+  init: InitializeOptions,
+  readAlready = 0,
+): Promise<InitializeResult> {
+  const total = totalBytes(ranges) + readAlready;
+  const reads = coveringReads(ranges, init.maxIoBytes, init.fromOffset);
+  const before = total - reads.reduce((sum, r) => sum + r.length, 0);
+  const prefix: number[] = [];
+  let sum = 0;
+  for (const r of reads) prefix.push((sum += r.length));
+  const inFlight = init.ioDepth * init.maxIoBytes;
+  init.onProgress({ doneBytes: before, totalBytes: total, cursor: init.fromOffset, runBytes: 0 });
+  if (reads.length === 0) return { totalBytes: total, readBytes: readAlready };
+  await replay(ctx, target, reads, "prewarm-files", init.yieldDepth ?? init.ioDepth, init, undefined, (report) => {
+    const counted = Math.min(report.read.ioBytes, sum);
     init.onProgress({
-      doneBytes: total,
+      doneBytes: before + counted,
       totalBytes: total,
-      cursor: reads.at(-1)!.offset + reads.at(-1)!.length,
-      runBytes: sum,
+      cursor: safeCursor(reads, prefix, counted, inFlight, init.fromOffset),
+      runBytes: counted,
     });
-    return { totalBytes: total, readBytes: sum + readAlready };
-  }
+  });
+  // fio leaves up to iodepth-1 replayed reads out of its byte count: the log is done, all of it.
+  init.onProgress({
+    doneBytes: total,
+    totalBytes: total,
+    cursor: reads.at(-1)!.offset + reads.at(-1)!.length,
+    runBytes: sum,
+  });
+  return { totalBytes: total, readBytes: sum + readAlready };
+}
 
-  /**
-   * One fio replaying `reads` at `depth`, in the idle I/O class. In the background run
-   * (`init.yieldDepth` set) it is paced, stopped while others read the device (read-pace.ts),
-   * unless `phase` says otherwise (read-phases.ts); `phase.onSpawn` is told once fio runs.
-   */
-  async function replay(
-    target: ReadTarget,
-    reads: readonly DeviceRead[],
-    name: string,
-    depth: number,
-    init: InitializeOptions,
-    phase?: { paced: boolean; onSpawn?: () => void },
-    onStatus?: (report: FioReport) => void,
-  ): Promise<void> {
-    const paced = phase?.paced ?? init.yieldDepth !== undefined;
-    await withIolog(async (iolog) => {
-      await writeIolog(iolog, target.device, reads);
-      let spawned: RunningCommand | undefined;
-      const done = new AbortController();
-      const fio = runFio(
-        { name, iolog, ioDepth: depth, idle: true, ...(paced ? { thread: true } : {}) },
-        {
-          ...fioOptions,
-          ...(init.signal ? { signal: init.signal } : {}),
-          ...(onStatus ? { statusIntervalSeconds: 1, onStatus } : {}),
-          onSpawn: (fio) => {
-            spawned = fio;
-            phase?.onSpawn?.();
-          },
-        },
-      );
-      const pacer = paced
-        ? paceReads({
-            reads: () => spawned,
-            counters: deviceCounters(target.device),
-            settings: {
-              ...DEFAULT_PACE,
-              ...init.giveWay,
-              ...(options.drainMs !== undefined ? { drainMs: options.drainMs } : {}),
-            },
-            done: done.signal,
-            ...(init.signal ? { stopped: init.signal } : {}),
-          })
-        : undefined;
-      try {
-        const report = await fio;
-        const bytes = reads.reduce((sum, r) => sum + r.length, 0);
-        const latency = report.read.latencyMs;
-        log?.info("prewarm.read", `${name}: ${reads.length} reads, ${round1(bytes / MiB)} MiB at depth ${depth}`, {
-          seconds: round1(report.read.runtimeMs / 1000),
-          ...(latency.p50 !== undefined ? { p50ms: round1(latency.p50) } : {}),
-          ...(latency.p99 !== undefined ? { p99ms: round1(latency.p99) } : {}),
-        });
-      } finally {
-        done.abort();
-        const tally = await pacer;
-        if (tally)
-          log?.info("prewarm.pace", `${name}: stopped ${tally.pauses} times while others read or wrote the device`, {
-            looks: tally.looks,
-            pausedMs: tally.pausedMs,
-          });
-      }
-    });
-  }
-
-  async function readDevice(target: ReadTarget, init: InitializeOptions): Promise<InitializeResult> {
-    const size = await deviceSize(target.device, log);
-    const from = Math.min(size, Math.floor(init.fromOffset / MiB) * MiB);
-    init.onProgress({ doneBytes: from, totalBytes: size, cursor: from, runBytes: 0 });
-    if (from >= size) return { totalBytes: size, readBytes: 0 };
-    const inFlight = 32 * DEVICE_READ_BLOCK;
-    await runFio(
+/**
+ * One fio replaying `reads` at `depth`, in the idle I/O class. In the background run
+ * (`init.yieldDepth` set) it is paced, stopped while others read the device (read-pace.ts),
+ * unless `phase` says otherwise (read-phases.ts); `phase.onSpawn` is told once fio runs.
+ */
+async function replay(
+  ctx: FioContext,
+  target: ReadTarget,
+  reads: readonly DeviceRead[],
+  name: string,
+  depth: number,
+  init: InitializeOptions,
+  phase?: { paced: boolean; onSpawn?: () => void },
+  onStatus?: (report: FioReport) => void,
+): Promise<void> {
+  const paced = phase?.paced ?? init.yieldDepth !== undefined;
+  await withIolog(ctx, async (iolog) => {
+    await writeIolog(iolog, target.device, reads);
+    let spawned: RunningCommand | undefined;
+    const done = new AbortController();
+    const fio = runFio(
+      { name, iolog, ioDepth: depth, idle: true, thread: paced },
       {
-        name: "volume-initialize",
-        device: target.device,
-        rw: "read",
-        blockSize: "128k",
-        ioDepth: 32,
-        ...(from > 0 ? { offset: from } : {}),
-      },
-      {
-        ...fioOptions,
-        ...(init.signal ? { signal: init.signal } : {}),
-        statusIntervalSeconds: 1,
-        onStatus: (report) => {
-          const counted = report.read.ioBytes;
-          init.onProgress({
-            doneBytes: Math.min(size, from + counted),
-            totalBytes: size,
-            cursor: Math.max(from, Math.floor((from + counted - inFlight) / MiB) * MiB),
-            runBytes: counted,
-          });
+        ...ctx.fioOptions,
+        signal: init.signal,
+        ...(onStatus ? { statusIntervalSeconds: 1, onStatus } : {}),
+        onSpawn: (fio) => {
+          spawned = fio;
+          phase?.onSpawn?.();
         },
       },
     );
-    init.onProgress({ doneBytes: size, totalBytes: size, cursor: size, runBytes: size - from });
-    return { totalBytes: size, readBytes: size - from };
-  }
+    const pacer = paced
+      ? paceReads({
+          reads: () => spawned,
+          counters: deviceCounters(target.device),
+          settings: {
+            ...DEFAULT_PACE,
+            ...init.giveWay,
+            ...(ctx.options.drainMs !== undefined ? { drainMs: ctx.options.drainMs } : {}),
+          },
+          done: done.signal,
+          stopped: init.signal,
+        })
+      : undefined;
+    try {
+      const report = await fio;
+      const bytes = reads.reduce((sum, r) => sum + r.length, 0);
+      const latency = report.read.latencyMs;
+      ctx.log?.info("prewarm.read", `${name}: ${reads.length} reads, ${round1(bytes / MiB)} MiB at depth ${depth}`, {
+        seconds: round1(report.read.runtimeMs / 1000),
+        ...(latency.p50 !== undefined ? { p50ms: round1(latency.p50) } : {}),
+        ...(latency.p99 !== undefined ? { p99ms: round1(latency.p99) } : {}),
+      });
+    } finally {
+      done.abort();
+      const tally = await pacer;
+      if (tally)
+        ctx.log?.info("prewarm.pace", `${name}: stopped ${tally.pauses} times while others read or wrote the device`, {
+          looks: tally.looks,
+          pausedMs: tally.pausedMs,
+        });
+    }
+  });
+}
+
+async function readDevice(ctx: FioContext, target: ReadTarget, init: InitializeOptions): Promise<InitializeResult> {
+  const size = await deviceSize(target.device, ctx.log);
+  const from = Math.min(size, Math.floor(init.fromOffset / MiB) * MiB);
+  init.onProgress({ doneBytes: from, totalBytes: size, cursor: from, runBytes: 0 });
+  if (from >= size) return { totalBytes: size, readBytes: 0 };
+  const inFlight = 32 * DEVICE_READ_BLOCK;
+  await runFio(
+    {
+      name: "volume-initialize",
+      device: target.device,
+      rw: "read",
+      blockSize: "128k",
+      ioDepth: 32,
+      offset: from,
+    },
+    {
+      ...ctx.fioOptions,
+      signal: init.signal,
+      statusIntervalSeconds: 1,
+      onStatus: (report) => {
+        const counted = report.read.ioBytes;
+        init.onProgress({
+          doneBytes: Math.min(size, from + counted),
+          totalBytes: size,
+          cursor: Math.max(from, Math.floor((from + counted - inFlight) / MiB) * MiB),
+          runBytes: counted,
+        });
+      },
+    },
+  );
+  init.onProgress({ doneBytes: size, totalBytes: size, cursor: size, runBytes: size - from });
+  return { totalBytes: size, readBytes: size - from };
 }

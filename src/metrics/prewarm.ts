@@ -46,6 +46,22 @@ export function prewarmMetrics(facts: PrewarmFacts): MetricFamily[] {
       },
     ),
   ];
+  families.push(...sampleMetrics(facts), ...progressMetrics(facts.progress));
+  const updated = epochSeconds(facts.updatedAt);
+  if (updated !== undefined)
+    families.push(
+      gauge(
+        "prewarm_updated_timestamp_seconds",
+        "seconds",
+        "When the pre-warm last wrote its state (seconds since the epoch).",
+        updated,
+      ),
+    );
+  return families;
+}
+
+/** fio's samples before and after the initialization: IOPS, throughput, latency by percentile. */
+function sampleMetrics(facts: PrewarmFacts): MetricFamily[] {
   const samples = [
     ["before", facts.before],
     ["after", facts.after],
@@ -62,7 +78,7 @@ export function prewarmMetrics(facts: PrewarmFacts): MetricFamily[] {
       if (ms !== undefined) latency.push({ labels: { sample, percentile }, value: Math.round(ms * 1e6) / 1e9 });
     }
   }
-  families.push(
+  return [
     family(
       "prewarm_sample_iops",
       "gauge",
@@ -84,43 +100,36 @@ export function prewarmMetrics(facts: PrewarmFacts): MetricFamily[] {
       "Read latency fio measured (percentile: p50, p90, p99, mean, max).",
       latency,
     ),
+  ];
+}
+
+/** The initialization's progress: how much is read, at what rate, how long it has left. */
+function progressMetrics(progress: Progress | undefined): MetricFamily[] {
+  if (!progress) return [];
+  const families: MetricFamily[] = [];
+  families.push(
+    gauge(
+      "prewarm_progress_ratio",
+      "ratio",
+      "How much of the volume the initialization has read (0 to 1).",
+      progress.percent / 100,
+    ),
+    gauge("prewarm_progress_read_bytes", "bytes", "Bytes the initialization has read.", progress.doneBytes),
+    gauge("prewarm_progress_total_bytes", "bytes", "Bytes the initialization reads in all.", progress.totalBytes),
+    gauge(
+      "prewarm_progress_read_bytes_per_second",
+      "bytes_per_second",
+      "The initialization's average read rate in this run.",
+      progress.mibps * MiB,
+    ),
   );
-  const progress = facts.progress;
-  if (progress) {
+  if (progress.etaSeconds !== undefined)
     families.push(
       gauge(
-        "prewarm_progress_ratio",
-        "ratio",
-        "How much of the volume the initialization has read (0 to 1).",
-        progress.percent / 100,
-      ),
-      gauge("prewarm_progress_read_bytes", "bytes", "Bytes the initialization has read.", progress.doneBytes),
-      gauge("prewarm_progress_total_bytes", "bytes", "Bytes the initialization reads in all.", progress.totalBytes),
-      gauge(
-        "prewarm_progress_read_bytes_per_second",
-        "bytes_per_second",
-        "The initialization's average read rate in this run.",
-        progress.mibps * MiB,
-      ),
-    );
-    if (progress.etaSeconds !== undefined)
-      families.push(
-        gauge(
-          "prewarm_progress_remaining_seconds",
-          "seconds",
-          "Estimated time until the initialization is done.",
-          progress.etaSeconds,
-        ),
-      );
-  }
-  const updated = epochSeconds(facts.updatedAt);
-  if (updated !== undefined)
-    families.push(
-      gauge(
-        "prewarm_updated_timestamp_seconds",
+        "prewarm_progress_remaining_seconds",
         "seconds",
-        "When the pre-warm last wrote its state (seconds since the epoch).",
-        updated,
+        "Estimated time until the initialization is done.",
+        progress.etaSeconds,
       ),
     );
   return families;

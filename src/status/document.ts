@@ -132,102 +132,31 @@ const UP = new Set(["ready", "warming"]);
 /** Labels the background pre-warm moves on after the boot (warming → ready, the progress): not a drift. */
 const MOVING_LABELS = [Label.state, Label.prewarm, Label.prewarmProgress].map((name) => `.${name}`);
 
+/** What the document's blocks find wrong: problems make the host unhealthy, warnings do not. */
+interface Verdict {
+  problems: string[];
+  warnings: string[];
+}
+
 /** Builds the document and its verdict. Pure: the same inputs give the same document. */
 export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds = DEFAULT_THRESHOLDS): StatusDocument {
-  const problems: string[] = [...(inputs.recordProblems ?? [])];
-  const warnings: string[] = [];
+  const verdict: Verdict = { problems: [...(inputs.recordProblems ?? [])], warnings: [] };
+  const { problems, warnings } = verdict;
   const bootRecord = inputs.boot;
   const boot = bootRecord?.result;
-  if (!bootRecord || !boot)
-    problems.push("no boot recorded on this host (`ebs-cache-agent boot` has not finished here)");
-  else if (boot.outcome === "degraded") problems.push(`the boot degraded: ${boot.reason ?? "see the journal"}`);
-  else if (boot.outcome === "prepared")
-    problems.push("the boot's second phase has not run: docker is not started on the cache volume");
-  else if (boot.outcome === "disabled")
-    warnings.push(`the cache is disabled on this host${boot.reason ? `: ${boot.reason}` : ""}`);
-
-  const fs = inputs.filesystem;
-  let mount: StatusDocument["mount"] = null;
-  if (boot?.mountPoint) {
-    mount = {
-      mountPoint: boot.mountPoint,
-      mounted: fs !== undefined,
-      fsType: fs?.fsType ?? null,
-      sizeBytes: fs?.sizeBytes ?? null,
-      usedBytes: fs?.usedBytes ?? null,
-      availableBytes: fs?.availableBytes ?? null,
-      usedRatio: fs ? round(fs.usedRatio, 4) : null,
-      inodes: fs?.inodes ?? null,
-      freeInodes: fs?.freeInodes ?? null,
-    };
-    const percent = (ratio: number) => `${(ratio * 100).toFixed(1)} %`;
-    if (!fs && UP.has(boot.outcome)) problems.push(`the cache volume is not mounted at ${boot.mountPoint}`);
-    else if (fs && fs.usedRatio >= thresholds.failUsedRatio)
-      problems.push(`the cache filesystem is ${percent(fs.usedRatio)} full`);
-    else if (fs && fs.usedRatio >= thresholds.warnUsedRatio)
-      warnings.push(
-        `the cache filesystem is ${percent(fs.usedRatio)} full (\`ebs-cache-agent prune\` removes images outside ` +
-          `the current generation of a pool volume)`,
-      );
-  }
-
-  let dataRoot: StatusDocument["dataRoot"] = null;
-  if (boot?.dataRoot) {
-    const current = inputs.dockerDataRoot ?? null;
-    dataRoot = { expected: boot.dataRoot, current, matches: current === boot.dataRoot };
-    if (!dataRoot.matches && UP.has(boot.outcome))
-      problems.push(`docker's data-root is ${current ?? "its default"}, not the cache volume's ${boot.dataRoot}`);
-  }
-
+  judgeBoot(inputs, verdict);
+  const mount = mountBlock(inputs, thresholds, verdict);
+  const dataRoot = dataRootBlock(inputs, verdict);
   const published = bootRecord?.labels ?? {};
   const shown = inputs.labels ?? null;
-  if (shown && bootRecord?.labels) {
-    const differ = Object.entries(published).filter(
-      ([name, value]) => shown[name] !== value && !MOVING_LABELS.some((suffix) => name.endsWith(suffix)),
-    );
-    for (const [name, value] of differ)
-      warnings.push(
-        `label ${name} shows ${JSON.stringify(shown[name] ?? null)}, the boot published ${JSON.stringify(value)}`,
-      );
-  }
-
-  const p = inputs.prewarm;
-  if (p && isInterrupted(p.state, p.running)) {
-    warnings.push("the pre-warm's initialization was interrupted (`ebs-cache-agent prewarm` resumes it)");
-  }
-  if (p?.state.phase === "failed") warnings.push(`the pre-warm failed: ${p.state.error ?? "see the journal"}`);
-  if (p?.state.verdict === "cold" && p.state.phase !== "initializing")
-    warnings.push("the cache volume is cold: its first reads come from S3");
-
-  const releaseRecord = inputs.release;
-  const afterBoot =
-    releaseRecord !== undefined &&
-    (!bootRecord || Date.parse(releaseRecord.finishedAt) > Date.parse(bootRecord.finishedAt));
-  if (
-    releaseRecord &&
-    afterBoot &&
-    (releaseRecord.result.outcome === "released" ||
-      releaseRecord.result.outcome === "failed" ||
-      releaseRecord.result.outcome === "refused")
-  ) {
-    problems.push(
-      `a release (${releaseRecord.result.outcome}) ran after the boot: the node is no longer on its cache volume`,
-    );
-  }
-
+  judgeLabels(inputs, verdict);
+  judgePrewarm(inputs, verdict);
+  const lastRelease = releaseBlock(inputs, verdict);
   const refresh = refreshBlock(inputs.refresh);
-  // A refresh never changes readiness: what it failed to pull is a warning, never a problem.
-  if (refresh && refresh.failed > 0)
-    warnings.push(
-      `the refresh could not pull ${refresh.failed} of ${refresh.wanted} image(s): ${refresh.images
-        .filter((i) => i.phase === "failed")
-        .map((i) => i.image)
-        .slice(0, 3)
-        .join(", ")}`,
-    );
-  if (refresh?.phase === "running" && !refresh.running)
-    warnings.push("the refresh was interrupted (`ebs-cache-agent refresh` runs it again)");
+  judgeRefresh(refresh, verdict);
 
+  const fs = inputs.filesystem;
+  const p = inputs.prewarm;
   const timeline = (boot?.timeline ?? []).map((entry) => ({ step: entry.step, seconds: entry.ms / 1000 }));
   return {
     version: STATUS_VERSION,
@@ -270,25 +199,127 @@ export function buildStatus(inputs: StatusInputs, thresholds: StatusThresholds =
           error: p.state.error ?? null,
         }
       : null,
-    lastRelease: releaseRecord
-      ? {
-          outcome: releaseRecord.result.outcome,
-          reason: releaseRecord.result.reason ?? null,
-          finishedAt: releaseRecord.finishedAt,
-          afterBoot,
-          released: releaseRecord.result.released,
-          kept: releaseRecord.result.kept,
-          problems: releaseRecord.result.problems.map((x) => ({
-            step: x.step,
-            volumeId: x.volumeId ?? null,
-            kind: x.kind,
-            message: x.message,
-          })),
-        }
-      : null,
+    lastRelease,
     refresh,
     instanceStore: inputs.instanceStore?.map((d) => ({ device: d.device, sizeBytes: d.sizeBytes })) ?? null,
   };
+}
+
+/** The boot's outcome: none recorded, degraded or only prepared is a problem; disabled a warning. */
+function judgeBoot(inputs: StatusInputs, { problems, warnings }: Verdict): void {
+  const boot = inputs.boot?.result;
+  if (!inputs.boot || !boot)
+    problems.push("no boot recorded on this host (`ebs-cache-agent boot` has not finished here)");
+  else if (boot.outcome === "degraded") problems.push(`the boot degraded: ${boot.reason ?? "see the journal"}`);
+  else if (boot.outcome === "prepared")
+    problems.push("the boot's second phase has not run: docker is not started on the cache volume");
+  else if (boot.outcome === "disabled")
+    warnings.push(`the cache is disabled on this host${boot.reason ? `: ${boot.reason}` : ""}`);
+}
+
+/** The cache volume's mount: missing while the cache is up, or too full, is a problem; filling, a warning. */
+function mountBlock(inputs: StatusInputs, thresholds: StatusThresholds, verdict: Verdict): StatusDocument["mount"] {
+  const boot = inputs.boot?.result;
+  if (!boot?.mountPoint) return null;
+  const fs = inputs.filesystem;
+  const percent = (ratio: number) => `${(ratio * 100).toFixed(1)} %`;
+  if (!fs && UP.has(boot.outcome)) verdict.problems.push(`the cache volume is not mounted at ${boot.mountPoint}`);
+  else if (fs && fs.usedRatio >= thresholds.failUsedRatio)
+    verdict.problems.push(`the cache filesystem is ${percent(fs.usedRatio)} full`);
+  else if (fs && fs.usedRatio >= thresholds.warnUsedRatio)
+    verdict.warnings.push(
+      `the cache filesystem is ${percent(fs.usedRatio)} full (\`ebs-cache-agent prune\` removes images outside ` +
+        `the current generation of a pool volume)`,
+    );
+  return {
+    mountPoint: boot.mountPoint,
+    mounted: fs !== undefined,
+    fsType: fs?.fsType ?? null,
+    sizeBytes: fs?.sizeBytes ?? null,
+    usedBytes: fs?.usedBytes ?? null,
+    availableBytes: fs?.availableBytes ?? null,
+    usedRatio: fs ? round(fs.usedRatio, 4) : null,
+    inodes: fs?.inodes ?? null,
+    freeInodes: fs?.freeInodes ?? null,
+  };
+}
+
+/** Docker's data-root: another than the cache volume's while the cache is up is a problem. */
+function dataRootBlock(inputs: StatusInputs, verdict: Verdict): StatusDocument["dataRoot"] {
+  const boot = inputs.boot?.result;
+  if (!boot?.dataRoot) return null;
+  const current = inputs.dockerDataRoot ?? null;
+  const dataRoot = { expected: boot.dataRoot, current, matches: current === boot.dataRoot };
+  if (!dataRoot.matches && UP.has(boot.outcome))
+    verdict.problems.push(`docker's data-root is ${current ?? "its default"}, not the cache volume's ${boot.dataRoot}`);
+  return dataRoot;
+}
+
+/** A label the node shows otherwise than the boot published it is a warning (those the pre-warm moves apart). */
+function judgeLabels(inputs: StatusInputs, verdict: Verdict): void {
+  const published = inputs.boot?.labels;
+  const shown = inputs.labels ?? null;
+  if (!shown || !published) return;
+  const differ = Object.entries(published).filter(
+    ([name, value]) => shown[name] !== value && !MOVING_LABELS.some((suffix) => name.endsWith(suffix)),
+  );
+  for (const [name, value] of differ)
+    verdict.warnings.push(
+      `label ${name} shows ${JSON.stringify(shown[name] ?? null)}, the boot published ${JSON.stringify(value)}`,
+    );
+}
+
+/** The pre-warm interrupted, failed, or the volume cold: warnings. */
+function judgePrewarm(inputs: StatusInputs, { warnings }: Verdict): void {
+  const p = inputs.prewarm;
+  if (p && isInterrupted(p.state, p.running)) {
+    warnings.push("the pre-warm's initialization was interrupted (`ebs-cache-agent prewarm` resumes it)");
+  }
+  if (p?.state.phase === "failed") warnings.push(`the pre-warm failed: ${p.state.error ?? "see the journal"}`);
+  if (p?.state.verdict === "cold" && p.state.phase !== "initializing")
+    warnings.push("the cache volume is cold: its first reads come from S3");
+}
+
+/** The last release: one that ran after the boot took the node off its cache volume, a problem. */
+function releaseBlock(inputs: StatusInputs, verdict: Verdict): StatusDocument["lastRelease"] {
+  const releaseRecord = inputs.release;
+  if (!releaseRecord) return null;
+  const bootRecord = inputs.boot;
+  const afterBoot = !bootRecord || Date.parse(releaseRecord.finishedAt) > Date.parse(bootRecord.finishedAt);
+  const { outcome } = releaseRecord.result;
+  if (afterBoot && (outcome === "released" || outcome === "failed" || outcome === "refused")) {
+    verdict.problems.push(
+      `a release (${releaseRecord.result.outcome}) ran after the boot: the node is no longer on its cache volume`,
+    );
+  }
+  return {
+    outcome: releaseRecord.result.outcome,
+    reason: releaseRecord.result.reason ?? null,
+    finishedAt: releaseRecord.finishedAt,
+    afterBoot,
+    released: releaseRecord.result.released,
+    kept: releaseRecord.result.kept,
+    problems: releaseRecord.result.problems.map((x) => ({
+      step: x.step,
+      volumeId: x.volumeId ?? null,
+      kind: x.kind,
+      message: x.message,
+    })),
+  };
+}
+
+/** A refresh never changes readiness: what it failed to pull, or its interruption, is a warning. */
+function judgeRefresh(refresh: StatusDocument["refresh"], { warnings }: Verdict): void {
+  if (refresh && refresh.failed > 0)
+    warnings.push(
+      `the refresh could not pull ${refresh.failed} of ${refresh.wanted} image(s): ${refresh.images
+        .filter((i) => i.phase === "failed")
+        .map((i) => i.image)
+        .slice(0, 3)
+        .join(", ")}`,
+    );
+  if (refresh?.phase === "running" && !refresh.running)
+    warnings.push("the refresh was interrupted (`ebs-cache-agent refresh` runs it again)");
 }
 
 /** The refresh's block: its state with counts by phase. */

@@ -57,84 +57,15 @@ export function hostFacts(sysfsRoot: string): HostFacts {
 
 /** Builds the recorder. */
 export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder {
-  const { stateDir, textfileDir, log } = options;
-  const { facts } = options;
-
-  /**
-   * Runs a write; a failure is logged, never thrown. One into the state folder (`inStateDir`) is
-   * said once per run with the folder's other failures (src/state-folder.ts).
-   */
-  const attempt = async (what: string, write: () => Promise<unknown>, inStateDir = false): Promise<void> => {
-    try {
-      await write();
-    } catch (error) {
-      const line = `could not write ${what}: ${describeError(error)}; the outcome is unchanged`;
-      const fields = { remediation: error instanceof AgentError ? error.remediation : undefined };
-      if (inStateDir) stateFolderRefused(log, stateDir, "metrics.write-failed", line, fields);
-      else log.warning("metrics.write-failed", line, fields);
-    }
-  };
-  const textfile = (
-    useCase: MetricsUseCase,
-    families: () => Promise<MetricFamily[]> | MetricFamily[],
-    carry = false,
-  ) =>
-    textfileDir === null
-      ? Promise.resolve()
-      : attempt(`the ${useCase} metrics`, async () => writeTextfile(textfileDir, useCase, await families(), { carry }));
-
-  /**
-   * The boot's host figures (the device, the host) and the fill (its own file, which the prune
-   * replaces too), each left out (with a note) when it cannot be read.
-   */
-  const factsFor = async (mountPoint: string): Promise<{ boot: MetricFamily[]; fill: MetricFamily[] }> => {
-    const [fs, host] = await Promise.allSettled([facts.cacheFilesystem(mountPoint), facts.host()]);
-    const figures = { boot: [] as MetricFamily[], fill: [] as MetricFamily[] };
-    if (fs.status === "fulfilled" && fs.value) {
-      figures.boot.push(...cacheDeviceMetrics(fs.value));
-      figures.fill.push(...cacheFilesystemMetrics(fs.value));
-    } else
-      log.info(
-        "metrics.no-figures",
-        `no figures of the cache filesystem at ${mountPoint}: ` +
-          `${fs.status === "rejected" ? describeError(fs.reason) : "nothing mounted there"}`,
-      );
-    if (host.status === "fulfilled") {
-      figures.boot.push(...hostMetrics(host.value));
-      const disks = host.value.instanceStore ?? [];
-      if (disks.length > 0)
-        log.notice(
-          "host.instance-store",
-          `${disks.length} NVMe instance-store disk(s) on this host, left alone: ` +
-            `${disks.map((d) => `${d.device} ${(d.sizeBytes / 1e9).toFixed(0)} GB`).join(", ")}`,
-        );
-    } else log.info("metrics.no-figures", `no figures of the host: ${describeError(host.reason)}`);
-    return figures;
-  };
+  const { stateDir } = options;
+  const textfile = (useCase: MetricsUseCase, families: () => Promise<MetricFamily[]> | MetricFamily[], carry = false) =>
+    writeMetrics(options, useCase, families, carry);
 
   return {
-    async bootFinished({ instanceId, bootId, phase, report, finishedAt }) {
-      const labels = options.publishedLabels?.();
-      let record: BootRecord = {
-        version: 1,
-        instanceId,
-        ...(bootId ? { bootId } : {}),
-        phase,
-        finishedAt: finishedAt.toISOString(),
-        result: report,
-        ...(labels ? { labels } : {}),
-      };
-      if (phase === "second")
-        record = withFirstPhase((await readBootRecord(stateDir).catch(() => ({ record: undefined }))).record, record);
-      await attempt("the boot's status record", () => writeBootRecord(stateDir, record), true);
-      const up = report.outcome === "ready" || report.outcome === "warming";
-      const figures = up && report.mountPoint ? await factsFor(report.mountPoint) : { boot: [], fill: [] };
-      await textfile("boot", () => [...bootMetrics({ report: record.result, finishedAt }), ...figures.boot]);
-      // A boot that did not come up leaves no fill of an earlier one behind.
-      await textfile("fill", () => figures.fill);
-    },
+    bootFinished: (boot) => recordBoot(options, boot),
     async releaseFinished({ instanceId, report, finishedAt = new Date() }) {
       await attempt(
+        options,
         "the release's status record",
         () =>
           writeReleaseRecord(stateDir, {
@@ -166,28 +97,128 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
       await textfile("prune", () => pruneMetrics(prune), true);
       if (prune.fill) await textfile("fill", () => cacheFilesystemMetrics(prune.fill!));
     },
-    async runFailed(failure) {
-      // Only the metrics: a status record of a run that learned nothing would hide the last real one.
-      const { reason, finishedAt } = failure;
-      switch (failure.useCase) {
-        case "boot":
-          await textfile("boot", () => bootFailedMetrics({ reason, finishedAt }));
-          // As a boot that did not come up: no fill of an earlier one left behind.
-          await textfile("fill", () => []);
-          return;
-        case "release":
-          return textfile("release", () => releaseFailedMetrics({ reason, finishedAt }));
-        case "gc":
-          return textfile("gc", () => gcFailedMetrics({ reason, dryRun: failure.dryRun, finishedAt }), true);
-        case "keeper":
-          return textfile("keeper", () => keeperFailedMetrics({ reason, finishedAt }), true);
-        case "prune":
-          return textfile(
-            "prune",
-            () => pruneFailedMetrics({ reason, trigger: failure.trigger, dryRun: failure.dryRun, finishedAt }),
-            true,
-          );
-      }
-    },
+    runFailed: (failure) => recordFailure(options, failure),
   };
+}
+
+/**
+ * Runs a write; a failure is logged, never thrown. One into the state folder (`inStateDir`) is
+ * said once per run with the folder's other failures (src/state-folder.ts).
+ */
+async function attempt(
+  options: RecorderOptions,
+  what: string,
+  write: () => Promise<unknown>,
+  inStateDir = false,
+): Promise<void> {
+  const { log, stateDir } = options;
+  try {
+    await write();
+  } catch (error) {
+    const line = `could not write ${what}: ${describeError(error)}; the outcome is unchanged`;
+    const fields = { remediation: error instanceof AgentError ? error.remediation : undefined };
+    if (inStateDir) stateFolderRefused(log, stateDir, "metrics.write-failed", line, fields);
+    else log.warning("metrics.write-failed", line, fields);
+  }
+}
+
+/** A use case's metrics textfile (none without a textfile folder); `carry` keeps the previous file's counters. */
+function writeMetrics(
+  options: RecorderOptions,
+  useCase: MetricsUseCase,
+  families: () => Promise<MetricFamily[]> | MetricFamily[],
+  carry = false,
+): Promise<void> {
+  const { textfileDir } = options;
+  return textfileDir === null
+    ? Promise.resolve()
+    : attempt(options, `the ${useCase} metrics`, async () =>
+        writeTextfile(textfileDir, useCase, await families(), { carry }),
+      );
+}
+
+/** The boot's status record (the second phase's carries the first's), its metrics and the fill. */
+async function recordBoot(
+  options: RecorderOptions,
+  { instanceId, bootId, phase, report, finishedAt }: Parameters<OutcomeRecorder["bootFinished"]>[0],
+): Promise<void> {
+  const { stateDir } = options;
+  const labels = options.publishedLabels?.();
+  let record: BootRecord = {
+    version: 1,
+    instanceId,
+    ...(bootId ? { bootId } : {}),
+    phase,
+    finishedAt: finishedAt.toISOString(),
+    result: report,
+    ...(labels ? { labels } : {}),
+  };
+  if (phase === "second")
+    record = withFirstPhase((await readBootRecord(stateDir).catch(() => ({ record: undefined }))).record, record);
+  await attempt(options, "the boot's status record", () => writeBootRecord(stateDir, record), true);
+  const up = report.outcome === "ready" || report.outcome === "warming";
+  const figures = up && report.mountPoint ? await factsFor(options, report.mountPoint) : { boot: [], fill: [] };
+  await writeMetrics(options, "boot", () => [...bootMetrics({ report: record.result, finishedAt }), ...figures.boot]);
+  // A boot that did not come up leaves no fill of an earlier one behind.
+  await writeMetrics(options, "fill", () => figures.fill);
+}
+
+/**
+ * The boot's host figures (the device, the host) and the fill (its own file, which the prune
+ * replaces too), each left out (with a note) when it cannot be read.
+ */
+async function factsFor(
+  { facts, log }: RecorderOptions,
+  mountPoint: string,
+): Promise<{ boot: MetricFamily[]; fill: MetricFamily[] }> {
+  const [fs, host] = await Promise.allSettled([facts.cacheFilesystem(mountPoint), facts.host()]);
+  const figures = { boot: [] as MetricFamily[], fill: [] as MetricFamily[] };
+  if (fs.status === "fulfilled" && fs.value) {
+    figures.boot.push(...cacheDeviceMetrics(fs.value));
+    figures.fill.push(...cacheFilesystemMetrics(fs.value));
+  } else
+    log.info(
+      "metrics.no-figures",
+      `no figures of the cache filesystem at ${mountPoint}: ` +
+        `${fs.status === "rejected" ? describeError(fs.reason) : "nothing mounted there"}`,
+    );
+  if (host.status === "fulfilled") {
+    figures.boot.push(...hostMetrics(host.value));
+    const disks = host.value.instanceStore ?? [];
+    if (disks.length > 0)
+      log.notice(
+        "host.instance-store",
+        `${disks.length} NVMe instance-store disk(s) on this host, left alone: ` +
+          `${disks.map((d) => `${d.device} ${(d.sizeBytes / 1e9).toFixed(0)} GB`).join(", ")}`,
+      );
+  } else log.info("metrics.no-figures", `no figures of the host: ${describeError(host.reason)}`);
+  return figures;
+}
+
+/** A run that failed: only the metrics (a status record of a run that learned nothing would hide the last real one). */
+async function recordFailure(
+  options: RecorderOptions,
+  failure: Parameters<OutcomeRecorder["runFailed"]>[0],
+): Promise<void> {
+  const { reason, finishedAt } = failure;
+  switch (failure.useCase) {
+    case "boot":
+      await writeMetrics(options, "boot", () => bootFailedMetrics({ reason, finishedAt }));
+      // As a boot that did not come up: no fill of an earlier one left behind.
+      await writeMetrics(options, "fill", () => []);
+      return;
+    case "release":
+      return writeMetrics(options, "release", () => releaseFailedMetrics({ reason, finishedAt }));
+    case "gc":
+      return writeMetrics(options, "gc", () => gcFailedMetrics({ reason, dryRun: failure.dryRun, finishedAt }), true);
+    case "keeper":
+      return writeMetrics(options, "keeper", () => keeperFailedMetrics({ reason, finishedAt }), true);
+    case "prune":
+      return writeMetrics(
+        options,
+        "prune",
+        () => pruneFailedMetrics({ reason, trigger: failure.trigger, dryRun: failure.dryRun, finishedAt }),
+        true,
+      );
+  }
 }

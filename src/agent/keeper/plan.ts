@@ -311,19 +311,62 @@ function trimOrder(generations: Generations): (a: VolumeInfo, b: VolumeInfo) => 
     a.volumeId.localeCompare(b.volumeId);
 }
 
+/** What every decision of a round reads: the settings, the pool's live volumes, their generations. */
+interface KeeperRound {
+  settings: KeeperSettings;
+  observed: KeeperObservation;
+  now: Date;
+  live: VolumeInfo[];
+  generations: Generations;
+}
+
 /** Plans one round of the keeper. */
 export function planKeeper(settings: KeeperSettings, observed: KeeperObservation): KeeperPlan {
   const { now } = observed;
   const live = observed.volumes.filter((v) => isPoolVolume(settings, v) && !GONE.has(v.state));
+  const round: KeeperRound = { settings, observed, now, live, generations: generationsOf(observed) };
   const totals = {
     volumes: live.length,
     gib: live.reduce((sum, v) => sum + v.sizeGiB, 0),
     maxVolumes: settings.maxVolumes,
     maxGiB: settings.maxGiB,
   };
-  const steps: KeeperStep[] = [];
-  const generations = generationsOf(observed);
+  const held = volumesHeldByStopped(live, observed.instances ?? [], now);
+  const zones = settings.zones.map((zone) => zoneView(round, zone, held));
+  const steps: KeeperStep[] = [...initializedTags(round), ...reclaims(round, held), ...trims(round, zones)];
 
+  // Shortage: the zone furthest below its target first, within what the caps leave.
+  const snapshot = observed.snapshot?.state === "completed" ? observed.snapshot : undefined;
+  const tooSmall =
+    snapshot && settings.sizeGiB !== undefined && settings.sizeGiB < snapshot.volumeSizeGiB
+      ? `instanceTypePools gives pool ${settings.pool} ${settings.sizeGiB} GiB volumes, below its snapshot ` +
+        `${snapshot.snapshotId}'s ${snapshot.volumeSizeGiB} GiB: no volume made (raise the rule's size to at least ` +
+        `${snapshot.volumeSizeGiB})`
+      : undefined;
+  const lacking = (view: ZoneView) => settings.minAvailable - (view.available + view.creating + view.create);
+  if (zones.some((view) => lacking(view) > 0)) {
+    if (!snapshot) {
+      for (const view of zones) if (lacking(view) > 0) view.short = "the pool has no completed snapshot";
+    } else if (tooSmall) {
+      for (const view of zones) if (lacking(view) > 0) view.short = tooSmall;
+    } else {
+      steps.push(...creates(round, snapshot, zones, totals));
+    }
+  }
+  return {
+    pool: settings.pool,
+    snapshotId: snapshot?.snapshotId ?? null,
+    generation: round.generations.current ? generationName(round.generations.current) : null,
+    totals,
+    zones,
+    steps,
+    ...(tooSmall ? { problem: tooSmall } : {}),
+  };
+}
+
+/** A volume EBS has finished initializing, not yet tagged so. */
+function initializedTags({ live, observed }: KeeperRound): KeeperStep[] {
+  const steps: KeeperStep[] = [];
   for (const v of live) {
     const status = observed.initialization[v.volumeId];
     if (
@@ -341,51 +384,65 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
       });
     }
   }
+  return steps;
+}
 
-  const held = volumesHeldByStopped(live, observed.instances ?? [], now);
-  const zones: ZoneView[] = settings.zones.map((zone) => {
-    const inZone = live.filter((v) => v.availabilityZone === zone);
-    const stock = inZone.filter((v) => isStock(settings, v, now, generations));
-    const creating = stock.filter((v) => v.state === "creating").length;
-    const superseded = inZone.filter((v) => isSupersededStock(settings, v, now, generations)).length;
-    const heldHere = held.filter((h) => inZone.some((v) => v.volumeId === h.volumeId));
-    const days = heldHere.flatMap((h) => (h.stoppedDays === null ? [] : [h.stoppedDays]));
-    return {
-      zone,
-      available: stock.length - creating,
-      superseded,
-      creating,
-      total: inZone.length,
-      heldByStopped: heldHere.length,
-      oldestStoppedDays: days.length > 0 ? Math.max(...days) : null,
-      create: 0,
-      trim: 0,
-    };
-  });
+/** A zone's stock as the round finds it (nothing planned yet). */
+function zoneView(round: KeeperRound, zone: string, held: ReturnType<typeof volumesHeldByStopped>): ZoneView {
+  const { settings, now, generations } = round;
+  const inZone = round.live.filter((v) => v.availabilityZone === zone);
+  const stock = inZone.filter((v) => isStock(settings, v, now, generations));
+  const creating = stock.filter((v) => v.state === "creating").length;
+  const superseded = inZone.filter((v) => isSupersededStock(settings, v, now, generations)).length;
+  const heldHere = held.filter((h) => inZone.some((v) => v.volumeId === h.volumeId));
+  const days = heldHere.flatMap((h) => (h.stoppedDays === null ? [] : [h.stoppedDays]));
+  return {
+    zone,
+    available: stock.length - creating,
+    superseded,
+    creating,
+    total: inZone.length,
+    heldByStopped: heldHere.length,
+    oldestStoppedDays: days.length > 0 ? Math.max(...days) : null,
+    create: 0,
+    trim: 0,
+  };
+}
 
-  // Reclaim (opt-in): a volume asleep on a long-stopped instance goes back to the pool. A stop
-  // whose time EC2 does not give is never old enough. The step re-checks the state before it acts.
+/**
+ * Reclaim (opt-in): a volume asleep on a long-stopped instance goes back to the pool. A stop
+ * whose time EC2 does not give is never old enough. The step re-checks the state before it acts.
+ */
+function reclaims({ settings, live }: KeeperRound, held: ReturnType<typeof volumesHeldByStopped>): KeeperStep[] {
   const reclaimAfter = settings.reclaimStoppedAfterDays ?? null;
-  if (reclaimAfter !== null) {
-    for (const h of held) {
-      if (h.stoppedDays === null || h.stoppedDays < reclaimAfter) continue;
-      const zone = live.find((v) => v.volumeId === h.volumeId)!.availabilityZone;
-      steps.push({
-        step: "reclaim",
-        volumeId: h.volumeId,
-        zone,
-        instanceId: h.instanceId,
-        reason:
-          `attached to ${h.instanceId}, stopped since ${h.stoppedSince} (${h.stoppedDays.toFixed(1)} days, ` +
-          `reclaim after ${reclaimAfter})`,
-      });
-    }
+  if (reclaimAfter === null) return [];
+  const steps: KeeperStep[] = [];
+  for (const h of held) {
+    if (h.stoppedDays === null || h.stoppedDays < reclaimAfter) continue;
+    const zone = live.find((v) => v.volumeId === h.volumeId)!.availabilityZone;
+    steps.push({
+      step: "reclaim",
+      volumeId: h.volumeId,
+      zone,
+      instanceId: h.instanceId,
+      reason:
+        `attached to ${h.instanceId}, stopped since ${h.stoppedSince} (${h.stoppedDays.toFixed(1)} days, ` +
+        `reclaim after ${reclaimAfter})`,
+    });
   }
+  return steps;
+}
 
-  // Surplus: the current stock beyond maxAvailable goes, oldest first. Superseded volumes count
-  // toward maxAvailable too, and go before any current one, but only once the current stock has
-  // reached minAvailable: until then they are what a boot gets warm. Never kept, quarantined or
-  // attached ones; never a current volume to make room for a superseded one.
+/**
+ * Surplus: the current stock beyond maxAvailable goes, oldest first. Superseded volumes count
+ * toward maxAvailable too, and go before any current one, but only once the current stock has
+ * reached minAvailable: until then they are what a boot gets warm. Never kept, quarantined or
+ * attached ones; never a current volume to make room for a superseded one. Counts each zone's
+ * trims in its view.
+ */
+function trims(round: KeeperRound, zones: ZoneView[]): KeeperStep[] {
+  const { settings, live, now, generations } = round;
+  const steps: KeeperStep[] = [];
   for (const view of zones) {
     const current = view.available + view.creating;
     const trimmable = (which: (v: VolumeInfo) => boolean) =>
@@ -426,59 +483,50 @@ export function planKeeper(settings: KeeperSettings, observed: KeeperObservation
     }
     view.trim = supersededTrims.length + currentTrims.length;
   }
+  return steps;
+}
 
-  // Shortage: the zone furthest below its target first, within what the caps leave.
-  const snapshot = observed.snapshot?.state === "completed" ? observed.snapshot : undefined;
+/**
+ * Shortage, with a snapshot to make volumes from: one volume at a time to the zone furthest
+ * below minAvailable, until none lacks or the caps leave no room (then every zone still lacking
+ * says so). Counts each zone's creates in its view.
+ */
+function creates(
+  round: KeeperRound,
+  snapshot: SnapshotInfo,
+  zones: ZoneView[],
+  totals: KeeperPlan["totals"],
+): CreateStep[] {
+  const { settings, live } = round;
   const lacking = (view: ZoneView) => settings.minAvailable - (view.available + view.creating + view.create);
-  const tooSmall =
-    snapshot && settings.sizeGiB !== undefined && settings.sizeGiB < snapshot.volumeSizeGiB
-      ? `instanceTypePools gives pool ${settings.pool} ${settings.sizeGiB} GiB volumes, below its snapshot ` +
-        `${snapshot.snapshotId}'s ${snapshot.volumeSizeGiB} GiB: no volume made (raise the rule's size to at least ` +
-        `${snapshot.volumeSizeGiB})`
-      : undefined;
-  if (zones.some((view) => lacking(view) > 0)) {
-    if (!snapshot) {
-      for (const view of zones) if (lacking(view) > 0) view.short = "the pool has no completed snapshot";
-    } else if (tooSmall) {
-      for (const view of zones) if (lacking(view) > 0) view.short = tooSmall;
-    } else {
-      const size = settings.sizeGiB ?? snapshot.volumeSizeGiB;
-      let room = Math.max(
-        0,
-        Math.min(
-          settings.maxVolumes - totals.volumes,
-          size > 0 ? Math.floor((settings.maxGiB - totals.gib) / size) : Infinity,
-        ),
-      );
-      for (;;) {
-        const next = zones.filter((view) => lacking(view) > 0).sort((a, b) => lacking(b) - lacking(a))[0];
-        if (!next) break;
-        if (room <= 0) {
-          for (const view of zones) {
-            if (lacking(view) > 0)
-              view.short =
-                `the pool's cap (${settings.maxVolumes} volumes, ${settings.maxGiB} GiB; ${totals.volumes} ` +
-                `volumes, ${totals.gib} GiB now)`;
-          }
-          break;
-        }
-        const slot = next.total + next.create;
-        const zoneIds = live.filter((v) => v.availabilityZone === next.zone).map((v) => v.volumeId);
-        steps.push(createStep(settings, snapshot, { zone: next.zone, slot, zoneVolumeIds: zoneIds }));
-        next.create++;
-        room--;
+  const steps: CreateStep[] = [];
+  const size = settings.sizeGiB ?? snapshot.volumeSizeGiB;
+  let room = Math.max(
+    0,
+    Math.min(
+      settings.maxVolumes - totals.volumes,
+      size > 0 ? Math.floor((settings.maxGiB - totals.gib) / size) : Infinity,
+    ),
+  );
+  for (;;) {
+    const next = zones.filter((view) => lacking(view) > 0).sort((a, b) => lacking(b) - lacking(a))[0];
+    if (!next) break;
+    if (room <= 0) {
+      for (const view of zones) {
+        if (lacking(view) > 0)
+          view.short =
+            `the pool's cap (${settings.maxVolumes} volumes, ${settings.maxGiB} GiB; ${totals.volumes} ` +
+            `volumes, ${totals.gib} GiB now)`;
       }
+      break;
     }
+    const slot = next.total + next.create;
+    const zoneIds = live.filter((v) => v.availabilityZone === next.zone).map((v) => v.volumeId);
+    steps.push(createStep(settings, snapshot, { zone: next.zone, slot, zoneVolumeIds: zoneIds }));
+    next.create++;
+    room--;
   }
-  return {
-    pool: settings.pool,
-    snapshotId: snapshot?.snapshotId ?? null,
-    generation: generations.current ? generationName(generations.current) : null,
-    totals,
-    zones,
-    steps,
-    ...(tooSmall ? { problem: tooSmall } : {}),
-  };
+  return steps;
 }
 
 /**

@@ -125,7 +125,7 @@ function withAncestors(kept: ReadonlySet<string>, byId: ReadonlyMap<string, Imag
 
 /** Decides the prune. */
 export function planPrune(settings: PruneSettings, observed: PruneObservation): PrunePlan {
-  const { volume, fill, tags } = observed;
+  const { volume, fill } = observed;
   const base = {
     currentSource: observed.current.source,
     ...(observed.current.generation ? { generation: observed.current.generation } : {}),
@@ -142,6 +142,42 @@ export function planPrune(settings: PruneSettings, observed: PruneObservation): 
   });
   if (!volume) return stop("no-volume", "no boot on a cache volume is recorded on this host");
   if (!fill) return stop("not-mounted", `nothing is mounted at ${volume.mountPoint}`);
+  const refused = whyNotPrune(settings, observed, volume, fill);
+  if (refused) return stop(refused.verdict, refused.reason);
+
+  const percent = fill.usedRatio * 100;
+  const decisions = imageDecisions(observed);
+  const { removals, projectedUsedRatio } = chooseRemovals(settings, fill, decisions);
+  if (removals.length === 0) {
+    return stop(
+      "nothing-to-remove",
+      `${percent.toFixed(1)} % used, above ${settings.thresholdPercent} %, but every image is current, ` +
+        `pre-pulled by osparc, in use, or a parent of one`,
+      { images: decisions },
+    );
+  }
+  const freed = removals.reduce((sum, d) => sum + d.freesBytes, 0);
+  return stop(
+    "prune",
+    `${percent.toFixed(1)} % used, above ${settings.thresholdPercent} %: ${removals.length} image(s) outside the ` +
+      `current generation, about ${(freed / 2 ** 20).toFixed(0)} MiB`,
+    { images: decisions, removals, projectedUsedRatio },
+  );
+}
+
+/**
+ * Why the mounted volume is not pruned now (docker elsewhere, not a pool volume the agent
+ * manages, the pre-warm reading it, below the threshold, no generation to tell images apart);
+ * undefined when it is.
+ */
+function whyNotPrune(
+  settings: PruneSettings,
+  observed: PruneObservation,
+  volume: NonNullable<PruneObservation["volume"]>,
+  fill: NonNullable<PruneObservation["fill"]>,
+): { verdict: PruneVerdict; reason: string } | undefined {
+  const { tags } = observed;
+  const stop = (verdict: PruneVerdict, reason: string) => ({ verdict, reason });
   if (observed.fillOnly)
     return stop(
       "below-threshold",
@@ -190,8 +226,13 @@ export function planPrune(settings: PruneSettings, observed: PruneObservation): 
         "told apart",
     );
   }
+  return undefined;
+}
 
+/** Each image's verdict: in use, current, pre-pulled by osparc, a kept image's parent, or to remove. */
+function imageDecisions(observed: PruneObservation): ImageDecision[] {
   const current = currentReferences(observed.current.images);
+  const prePulled = observed.prePulled;
   const pulled = currentReferences(prePulled && "images" in prePulled ? prePulled.images : []);
   const byId = new Map(observed.images.map((image) => [image.id, image]));
   const inUse = new Set(observed.containerImageIds);
@@ -208,7 +249,7 @@ export function planPrune(settings: PruneSettings, observed: PruneObservation): 
     byId,
   );
 
-  const decisions: ImageDecision[] = observed.images.map((image) => {
+  return observed.images.map((image) => {
     const decide = (verdict: ImageVerdict, reason: string): ImageDecision => ({
       id: image.id,
       references: image.repoTags,
@@ -224,8 +265,17 @@ export function planPrune(settings: PruneSettings, observed: PruneObservation): 
     if (kept.has(image.id)) return decide("parent-of-kept", "a kept image is built on it");
     return decide("remove", "outside the current generation, no container uses it");
   });
+}
 
-  // Oldest first (the generations furthest behind), the largest first among equals.
+/**
+ * The images to remove until the fill reaches the target: oldest first (the generations furthest
+ * behind), the largest first among equals; those the target spares are marked so.
+ */
+function chooseRemovals(
+  settings: PruneSettings,
+  fill: NonNullable<PruneObservation["fill"]>,
+  decisions: ImageDecision[],
+): { removals: ImageDecision[]; projectedUsedRatio: number } {
   const candidates = decisions
     .filter((d) => d.verdict === "remove")
     .sort((a, b) => a.created.localeCompare(b.created) || b.freesBytes - a.freesBytes || a.id.localeCompare(b.id));
@@ -242,20 +292,5 @@ export function planPrune(settings: PruneSettings, observed: PruneObservation): 
     removals.push(candidate);
     used -= candidate.freesBytes;
   }
-  const projectedUsedRatio = capacity > 0 ? Math.max(0, used) / capacity : 0;
-  if (removals.length === 0) {
-    return stop(
-      "nothing-to-remove",
-      `${percent.toFixed(1)} % used, above ${settings.thresholdPercent} %, but every image is current, ` +
-        `pre-pulled by osparc, in use, or a parent of one`,
-      { images: decisions },
-    );
-  }
-  const freed = removals.reduce((sum, d) => sum + d.freesBytes, 0);
-  return stop(
-    "prune",
-    `${percent.toFixed(1)} % used, above ${settings.thresholdPercent} %: ${removals.length} image(s) outside the ` +
-      `current generation, about ${(freed / 2 ** 20).toFixed(0)} MiB`,
-    { images: decisions, removals, projectedUsedRatio },
-  );
+  return { removals, projectedUsedRatio: capacity > 0 ? Math.max(0, used) / capacity : 0 };
 }

@@ -87,6 +87,18 @@ export interface VolumeBuildReport {
 /** The build could not finish; what it had set up was undone. */
 export class VolumeBuildError extends AgentError {}
 
+/** A build under way: what its steps have acquired so far, and what the report says. */
+interface BuildRun {
+  deps: VolumeBuildDeps;
+  request: BuildRequest;
+  mountPoint: string;
+  /** What a failing step undoes, in reverse. */
+  undo: Array<{ what: string; run: () => Promise<void> }>;
+  device: string | undefined;
+  docker: BuildDocker | undefined;
+  report: Omit<VolumeBuildReport, "seconds">;
+}
+
 /** Runs the planned steps; returns the report, or throws after undoing what was set up. */
 export async function runVolumeBuild(
   deps: VolumeBuildDeps,
@@ -96,113 +108,23 @@ export async function runVolumeBuild(
   const { log } = deps;
   const now = deps.now ?? Date.now;
   const started = now();
-  const { mountPoint } = buildPaths(request.workDir);
-  const undo: Array<{ what: string; run: () => Promise<void> }> = [];
-  let device = "device" in request.target ? request.target.device : undefined;
-  let docker: BuildDocker | undefined;
-  const report: Omit<VolumeBuildReport, "seconds"> = {
-    ...("image" in request.target ? { image: request.target.image } : { device: request.target.device }),
-    ...("image" in request.target && request.target.parentImage ? { parentImage: request.target.parentImage } : {}),
-    images: [...request.images],
-    imageStore: request.imageStore,
-    engineVersion: "",
-    needList: [],
-    removedImages: 0,
-    stripped: 0,
-  };
-  const needDevice = () => {
-    if (device === undefined) throw new AgentError("no device: the plan attaches one first", "report this bug");
-    return device;
-  };
-  const needDocker = () => {
-    if (docker === undefined) throw new AgentError("no dockerd: the plan starts one first", "report this bug");
-    return docker;
-  };
-  /** Drops the undo entry of what a step just took down itself. */
-  const done = (what: string) => {
-    const at = undo.findLastIndex((entry) => entry.what === what);
-    if (at >= 0) undo.splice(at, 1);
-  };
-
-  const runStep = async (step: BuildStep): Promise<void> => {
-    switch (step.step) {
-      case "clean-leftovers":
-        await deps.cleanLeftovers(step.workDir, step.image);
-        if (step.image !== undefined) await deps.claimImageFile(step.workDir, step.image);
-        return;
-      case "create-image":
-        return deps.createImage(step.image, step.bytes);
-      case "copy-image":
-        return deps.copyImage(step.from, step.image, step.bytes);
-      case "attach-loop": {
-        const attached = await deps.attachLoop(step.image);
-        device = attached;
-        undo.push({ what: "loop", run: () => deps.detachLoop(attached) });
-        return;
-      }
-      case "format":
-        return deps.format(needDevice(), step.label);
-      case "mount":
-        await deps.mount(needDevice(), step.mountPoint);
-        undo.push({ what: "mount", run: () => deps.unmount(step.mountPoint) });
-        return;
-      case "grow":
-        return deps.grow(step.mountPoint);
-      case "clear-need-list":
-        return deps.clearNeedList(mountPoint);
-      case "start-dockerd": {
-        const started = await deps.startDockerd(step.root, step.dataRoot, step.imageStore);
-        docker = started;
-        report.engineVersion = started.engineVersion;
-        undo.push({ what: "dockerd", run: () => started.stop() });
-        return;
-      }
-      case "load":
-        return needDocker().load(step.tarball, deps.signal);
-      case "ensure-image": {
-        const d = needDocker();
-        if (await d.has(step.image)) return;
-        if (!step.pull) {
-          throw new VolumeBuildError(
-            `${step.image} is in none of the tarballs, and pulling is off`,
-            "give the tarball that holds it (--load), or let the build pull it (without --no-pull)",
-          );
-        }
-        return d.pull(step.image, deps.signal);
-      }
-      case "remove-other-images":
-        report.removedImages = await needDocker().removeAllBut(step.keep);
-        return;
-      case "record-reads": {
-        const files = await needDocker().recordReads(step.image, mountPoint, request.workDir);
-        await deps.writeNeedList(mountPoint, step.image, files);
-        report.needList.push(step.image);
-        return;
-      }
-      case "stop-dockerd":
-        await needDocker().stop();
-        done("dockerd");
-        docker = undefined;
-        return;
-      case "strip-machine-local-state":
-        report.stripped = (await deps.stripMachineLocalState(step.dataRoot, step.imageStore)).length;
-        return;
-      case "record-image-set":
-        return deps.writeImageSetRecord(
-          mountPoint,
-          imageSetRecordText({ images: step.images, imageStore: step.imageStore, engineVersion: report.engineVersion }),
-        );
-      case "unmount":
-        await deps.unmount(step.mountPoint);
-        done("mount");
-        return;
-      case "identify":
-        return deps.identify(needDevice());
-      case "detach-loop":
-        await deps.detachLoop(needDevice());
-        done("loop");
-        return;
-    }
+  const run: BuildRun = {
+    deps,
+    request,
+    mountPoint: buildPaths(request.workDir).mountPoint,
+    undo: [],
+    device: "device" in request.target ? request.target.device : undefined,
+    docker: undefined,
+    report: {
+      ...("image" in request.target ? { image: request.target.image } : { device: request.target.device }),
+      ...("image" in request.target && request.target.parentImage ? { parentImage: request.target.parentImage } : {}),
+      images: [...request.images],
+      imageStore: request.imageStore,
+      engineVersion: "",
+      needList: [],
+      removedImages: 0,
+      stripped: 0,
+    },
   };
 
   let current: BuildStep | undefined;
@@ -212,7 +134,7 @@ export async function runVolumeBuild(
         throw new VolumeBuildError(`stopped by ${stopSignalName(deps.signal)}`, "run the build again");
       current = step;
       log.info("snapshot.build-step", describeStep(step));
-      await runStep(step);
+      await runStep(run, step);
     }
   } catch (caught) {
     // A step the signal cut short (a pull, a load) failed because of the stop, not by itself.
@@ -227,19 +149,11 @@ export async function runVolumeBuild(
             },
           )
         : caught;
-    for (const entry of undo.reverse()) {
-      try {
-        await entry.run();
-      } catch (undoError) {
-        log.error("snapshot.build-undo-failed", `could not undo the ${entry.what}`, {
-          error: describeError(undoError),
-        });
-      }
-    }
+    await undoAll(run);
     throw error;
   }
   if ("image" in request.target) await deps.releaseImageFile(request.workDir);
-  const built: VolumeBuildReport = { ...report, seconds: Math.round((now() - started) / 1000) };
+  const built: VolumeBuildReport = { ...run.report, seconds: Math.round((now() - started) / 1000) };
   log.notice("snapshot.built", "the image set is built into the volume's file system", {
     images: built.images.join(","),
     store: built.imageStore,
@@ -247,4 +161,120 @@ export async function runVolumeBuild(
     seconds: built.seconds,
   });
   return built;
+}
+
+/** Undoes what the steps set up, last first; an undo that fails is logged, and the others still run. */
+async function undoAll(run: BuildRun): Promise<void> {
+  for (const entry of run.undo.reverse()) {
+    try {
+      await entry.run();
+    } catch (undoError) {
+      run.deps.log.error("snapshot.build-undo-failed", `could not undo the ${entry.what}`, {
+        error: describeError(undoError),
+      });
+    }
+  }
+}
+
+function needDevice(run: BuildRun): string {
+  if (run.device === undefined) throw new AgentError("no device: the plan attaches one first", "report this bug");
+  return run.device;
+}
+
+function needDocker(run: BuildRun): BuildDocker {
+  if (run.docker === undefined) throw new AgentError("no dockerd: the plan starts one first", "report this bug");
+  return run.docker;
+}
+
+/** Drops the undo entry of what a step just took down itself. */
+function done(run: BuildRun, what: string): void {
+  const at = run.undo.findLastIndex((entry) => entry.what === what);
+  if (at >= 0) run.undo.splice(at, 1);
+}
+
+/** One step's side effects, and what it acquired pushed on the undo stack. */
+async function runStep(run: BuildRun, step: BuildStep): Promise<void> {
+  const { deps, undo, report, mountPoint } = run;
+  switch (step.step) {
+    case "clean-leftovers":
+      await deps.cleanLeftovers(step.workDir, step.image);
+      if (step.image !== undefined) await deps.claimImageFile(step.workDir, step.image);
+      return;
+    case "create-image":
+      return deps.createImage(step.image, step.bytes);
+    case "copy-image":
+      return deps.copyImage(step.from, step.image, step.bytes);
+    case "attach-loop": {
+      const attached = await deps.attachLoop(step.image);
+      run.device = attached;
+      undo.push({ what: "loop", run: () => deps.detachLoop(attached) });
+      return;
+    }
+    case "format":
+      return deps.format(needDevice(run), step.label);
+    case "mount":
+      await deps.mount(needDevice(run), step.mountPoint);
+      undo.push({ what: "mount", run: () => deps.unmount(step.mountPoint) });
+      return;
+    case "grow":
+      return deps.grow(step.mountPoint);
+    case "clear-need-list":
+      return deps.clearNeedList(mountPoint);
+    case "start-dockerd": {
+      const started = await deps.startDockerd(step.root, step.dataRoot, step.imageStore);
+      run.docker = started;
+      report.engineVersion = started.engineVersion;
+      undo.push({ what: "dockerd", run: () => started.stop() });
+      return;
+    }
+    case "load":
+      return needDocker(run).load(step.tarball, deps.signal);
+    case "ensure-image":
+      return ensureImage(run, step);
+    case "remove-other-images":
+      report.removedImages = await needDocker(run).removeAllBut(step.keep);
+      return;
+    case "record-reads": {
+      const files = await needDocker(run).recordReads(step.image, mountPoint, run.request.workDir);
+      await deps.writeNeedList(mountPoint, step.image, files);
+      report.needList.push(step.image);
+      return;
+    }
+    case "stop-dockerd":
+      await needDocker(run).stop();
+      done(run, "dockerd");
+      run.docker = undefined;
+      return;
+    case "strip-machine-local-state":
+      report.stripped = (await deps.stripMachineLocalState(step.dataRoot, step.imageStore)).length;
+      return;
+    case "record-image-set":
+      return deps.writeImageSetRecord(
+        mountPoint,
+        imageSetRecordText({ images: step.images, imageStore: step.imageStore, engineVersion: report.engineVersion }),
+      );
+    case "unmount":
+      await deps.unmount(step.mountPoint);
+      done(run, "mount");
+      return;
+    case "identify":
+      return deps.identify(needDevice(run));
+    case "detach-loop":
+      await deps.detachLoop(needDevice(run));
+      done(run, "loop");
+      return;
+  }
+}
+
+/** The image in the store: already there, or pulled when pulling is on. */
+async function ensureImage(run: BuildRun, step: Extract<BuildStep, { step: "ensure-image" }>): Promise<void> {
+  const d = needDocker(run);
+  if (await d.has(step.image)) return;
+  if (!step.pull) {
+    throw new VolumeBuildError(
+      `${step.image} is in none of the tarballs, and pulling is off`,
+      "give the tarball that holds it (--load), or let the build pull it (without --no-pull)",
+    );
+  }
+  return d.pull(step.image, run.deps.signal);
 }

@@ -130,7 +130,40 @@ export async function runSnapshotUpload(
 ): Promise<SnapshotUploadReport> {
   const now = deps.now ?? Date.now;
   const started = now();
-  const { log } = deps;
+  const request = await checkRequest(deps, settings);
+  const upload = await readUpload(deps, settings, request);
+  const opened = await openSnapshot(upload);
+  const plan = planSnapshotUpload({
+    volumeBlocks: upload.volumeBlocks,
+    image: upload.scan.blocks,
+    ...(upload.parentBlocks ? { parent: upload.parentBlocks } : {}),
+    ...(opened.kind === "reconciled" ? {} : { alreadyPut: opened.alreadyPut }),
+    zeroHash: upload.expected.zeroHash,
+  });
+  const run: OpenedUpload = {
+    ...upload,
+    opened,
+    plan,
+    written: new Map(opened.kind === "reconciled" ? plan.wanted : opened.alreadyPut),
+    seconds: () => Math.round((now() - started) / 100) / 10,
+  };
+  if (opened.kind === "reconciled") return finish(run, "completed", opened.verified);
+  const status = await putAndComplete(run);
+  return finish(run, status, await readBack(run));
+}
+
+/** The request as checked before anything is asked of EBS: the image, the parent's and this build's manifests. */
+interface CheckedRequest {
+  image: Awaited<ReturnType<typeof checkImage>>;
+  /** The parent's manifest (--parent), completed. */
+  parent: SnapshotManifest | undefined;
+  parentId: string | undefined;
+  /** This build's manifest, left by an earlier run. */
+  earlier: SnapshotManifest | undefined;
+}
+
+/** The settings, the image and the manifests agree, or the upload is refused before any call. */
+async function checkRequest(deps: SnapshotUploadDeps, settings: SnapshotUploadSettings): Promise<CheckedRequest> {
   const problems = checkUploadSettings(settings);
   if (problems.length > 0)
     throw new SnapshotUploadError(
@@ -164,6 +197,38 @@ export async function runSnapshotUpload(
       "resume with the same --parent, or start a new build with a new --manifest path",
     );
   }
+  return { image, parent, parentId, earlier };
+}
+
+/** What the upload works from once the image is read: the decisions below take it. */
+interface Upload extends CheckedRequest {
+  deps: SnapshotUploadDeps;
+  settings: SnapshotUploadSettings;
+  log: SnapshotUploadDeps["log"];
+  scan: { bytes: number; blocks: BlockHashes };
+  /** The parent's blocks read back from EBS (no parent manifest given). */
+  parentRead: ParentRead | undefined;
+  parentBlocks: BlockHashes | undefined;
+  volumeSizeGiB: number;
+  volumeBlocks: number;
+  /** What a read-back checks the snapshot against. */
+  expected: { image: BlockHashes; volumeSizeGiB: number; zeroHash: string };
+  verifyOptions: { all: boolean; concurrency: number; signal?: AbortSignal };
+  /** Snapshots this run abandoned (the report's `abandoned`). */
+  abandoned: string[];
+}
+
+/**
+ * The image's blocks and the parent's, and the volume's size: the image unchanged since an
+ * earlier run, the size no smaller than the image or the parent.
+ */
+async function readUpload(
+  deps: SnapshotUploadDeps,
+  settings: SnapshotUploadSettings,
+  request: CheckedRequest,
+): Promise<Upload> {
+  const { log } = deps;
+  const { image, parent, earlier } = request;
   // The sizes, before any call: EBS would take a smaller size and leave the image's end out.
   const imageGiB = Math.ceil(Math.max(image.bytes, image.fsBytes) / GiB);
   const refuseSize = (what: string, giB: number) => {
@@ -195,7 +260,6 @@ export async function runSnapshotUpload(
     if (settings.volumeSizeGiB !== undefined && settings.volumeSizeGiB < parentRead.volumeSizeGiB)
       refuseSize(`the parent ${settings.parentSnapshotId}`, parentRead.volumeSizeGiB);
   }
-  const parentBlocks: BlockHashes | undefined = parent ? toMap(parent.blocks) : parentRead?.blocks;
   const volumeSizeGiB =
     settings.volumeSizeGiB ?? Math.max(imageGiB, parent?.volumeSizeGiB ?? parentRead?.volumeSizeGiB ?? 1);
   if (earlier && earlier.volumeSizeGiB !== volumeSizeGiB)
@@ -203,155 +267,196 @@ export async function runSnapshotUpload(
       `${settings.manifest} resumes an upload of ${earlier.volumeSizeGiB} GiB, not ${volumeSizeGiB} GiB`,
       `resume with --size-gib ${earlier.volumeSizeGiB}, or start a new build with a new --manifest path`,
     );
-  const volumeBlocks = blocksOfVolume(volumeSizeGiB);
-  const zeroHash = deps.zeroBlockHash(EBS_BLOCK_BYTES);
-  const expected = { image: scan.blocks, volumeSizeGiB, zeroHash };
-  const verifyOptions = {
-    all: settings.verifyAll ?? false,
-    concurrency: settings.concurrency,
-    ...(deps.signal ? { signal: deps.signal } : {}),
+  return {
+    ...request,
+    deps,
+    settings,
+    log,
+    scan,
+    parentRead,
+    parentBlocks: parent ? toMap(parent.blocks) : parentRead?.blocks,
+    volumeSizeGiB,
+    volumeBlocks: blocksOfVolume(volumeSizeGiB),
+    expected: { image: scan.blocks, volumeSizeGiB, zeroHash: deps.zeroBlockHash(EBS_BLOCK_BYTES) },
+    verifyOptions: {
+      all: settings.verifyAll ?? false,
+      concurrency: settings.concurrency,
+      ...(deps.signal ? { signal: deps.signal } : {}),
+    },
+    abandoned: [],
   };
-  const abandoned: string[] = [];
-  /**
-   * Deletes a snapshot this build made and will never use (its manifest already says so, so no
-   * rerun asks its ClientToken again). A failure is told, not thrown: the snapshot keeps
-   * `ebs-cache:unverified`, so nothing takes it, and the upload goes on.
-   */
-  const discard = async (snapshotId: string): Promise<Disposal> => {
-    try {
-      await deps.snapshots.discard(snapshotId);
-      log.notice("snapshot.discarded", `${snapshotId} deleted (or gone already): abandoned, never verified`, {
-        snapshotId,
-      });
-      return { deleted: true };
-    } catch (error) {
-      if (!(error instanceof AgentError)) throw error;
-      log.warning(
-        "snapshot.kept",
-        `${snapshotId} could not be deleted: it keeps ${SnapshotTag.unverified}, so nothing takes it; delete it ` +
-          `(aws ec2 delete-snapshot --snapshot-id ${snapshotId})`,
-        { snapshotId, error: error.message, remediation: error.remediation },
-      );
-      return { deleted: false, why: error.message };
-    }
-  };
-  /** The manifest's snapshot abandoned: the manifest says rejected first (no rerun resumes it), then it is deleted. */
-  const abandon = async (snapshotId: string, clientToken: string): Promise<void> => {
-    await writeManifest(deps, settings.manifest, { ...earlier!, snapshotId, clientToken, status: "rejected" });
-    abandoned.push(snapshotId);
-    await discard(snapshotId);
-  };
+}
 
-  /**
-   * StartSnapshot with the manifest's ClientToken (or a new one): the snapshot it gives back,
-   * resumed, checked, or abandoned for a fresh one. A new token must give a pending snapshot. A
-   * rejected manifest's token is never asked again: its snapshot may be deleted, and what EBS
-   * answers for a deleted snapshot's token it does not say.
-   */
-  const open = async (): Promise<Opened> => {
-    let clientToken = earlier?.clientToken ?? randomUUID();
-    let fromManifest = earlier !== undefined;
-    if (earlier?.status === "rejected") {
-      log.notice("snapshot.rejected-before", `${earlier.snapshotId} was found not to hold the image: uploading anew`, {
-        snapshotId: earlier.snapshotId,
-      });
-      abandoned.push(earlier.snapshotId);
-      await discard(earlier.snapshotId);
-      clientToken = randomUUID();
-      fromManifest = false;
-    }
-    for (; ; fromManifest = false) {
-      const snapshot = await deps.writer.start({
-        volumeSizeGiB,
-        ...(parentId ? { parentSnapshotId: parentId } : {}),
-        clientToken,
-        description: settings.description,
-        // Never any pool's current generation until read back (finish removes it).
-        tags: { ...settings.tags, [SnapshotTag.unverified]: "true" },
-        encrypted: settings.encrypted,
-        ...(settings.kmsKeyArn ? { kmsKeyArn: settings.kmsKeyArn } : {}),
-        timeoutMinutes: settings.timeoutMinutes,
-      });
-      const { snapshotId } = snapshot;
-      const same = fromManifest && snapshotId === earlier?.snapshotId;
-      if (snapshot.status === "pending") {
-        if (fromManifest && !same)
-          log.warning("snapshot.resume-lost", "the manifest's snapshot was not given back: uploading anew", {
-            left: earlier?.snapshotId,
-            snapshotId,
-            why: "its ClientToken expired, or the endpoint keeps none; EBS fails the one left after its Timeout",
-          });
-        const alreadyPut = new Map(same ? toMap(earlier!.written) : []);
-        return same && earlier?.status === "completing"
-          ? { kind: "sealing", snapshotId, clientToken, alreadyPut }
-          : { kind: "upload", snapshotId, clientToken, alreadyPut };
-      }
-      if (!fromManifest)
-        throw new EbsAnswerError(
-          "StartSnapshot",
-          snapshotId,
-          `a ${snapshot.status} snapshot for a ClientToken never used`,
-        );
-      if (snapshot.status === "completed") {
-        log.notice("snapshot.reconcile", "the manifest's snapshot is completed already: reading it back", {
-          snapshotId,
-        });
-        try {
-          const verified = await verifySnapshot(deps.reader, snapshotId, expected, verifyOptions);
-          return { kind: "reconciled", snapshotId, clientToken, verified };
-        } catch (error) {
-          if (!(error instanceof SnapshotVerifyError)) throw error;
-          log.error(
-            "snapshot.abandoned",
-            `${snapshotId} is completed but does not hold the image: abandoned (it keeps ` +
-              `${SnapshotTag.unverified}: nothing took it), deleting it, uploading anew`,
-            { snapshotId, problems: error.problems.join("; ") },
-          );
-        }
-      } else {
-        log.warning(
-          "snapshot.abandoned",
-          `${snapshotId} is in error (EBS fails a pending snapshot --timeout-minutes after its last put): ` +
-            "abandoned, deleting it, uploading anew",
-          { snapshotId },
-        );
-      }
-      await abandon(snapshotId, clientToken);
-      clientToken = randomUUID();
-    }
-  };
-  const opened = await open();
-  const { snapshotId, clientToken } = opened;
+/**
+ * Deletes a snapshot this build made and will never use (its manifest already says so, so no
+ * rerun asks its ClientToken again). A failure is told, not thrown: the snapshot keeps
+ * `ebs-cache:unverified`, so nothing takes it, and the upload goes on.
+ */
+async function discard(upload: Upload, snapshotId: string): Promise<Disposal> {
+  const { deps, log } = upload;
+  try {
+    await deps.snapshots.discard(snapshotId);
+    log.notice("snapshot.discarded", `${snapshotId} deleted (or gone already): abandoned, never verified`, {
+      snapshotId,
+    });
+    return { deleted: true };
+  } catch (error) {
+    if (!(error instanceof AgentError)) throw error;
+    log.warning(
+      "snapshot.kept",
+      `${snapshotId} could not be deleted: it keeps ${SnapshotTag.unverified}, so nothing takes it; delete it ` +
+        `(aws ec2 delete-snapshot --snapshot-id ${snapshotId})`,
+      { snapshotId, error: error.message, remediation: error.remediation },
+    );
+    return { deleted: false, why: error.message };
+  }
+}
 
-  const plan = planSnapshotUpload({
-    volumeBlocks,
-    image: scan.blocks,
-    ...(parentBlocks ? { parent: parentBlocks } : {}),
-    ...(opened.kind === "reconciled" ? {} : { alreadyPut: opened.alreadyPut }),
-    zeroHash,
-  });
-  const written = new Map(opened.kind === "reconciled" ? plan.wanted : opened.alreadyPut);
-  const manifest = (status: SnapshotManifest["status"], verified?: VerifyReport): SnapshotManifest => ({
-    format: MANIFEST_FORMAT,
+/** The manifest's snapshot abandoned: the manifest says rejected first (no rerun resumes it), then it is deleted. */
+async function abandon(upload: Upload, snapshotId: string, clientToken: string): Promise<void> {
+  await writeManifest(upload.deps, upload.settings.manifest, {
+    ...upload.earlier!,
     snapshotId,
-    ...(parentId ? { parentSnapshotId: parentId } : {}),
     clientToken,
-    status,
-    volumeSizeGiB,
-    blockSize: EBS_BLOCK_BYTES,
-    imageBytes: scan.bytes,
-    blocks: toRecord(scan.blocks),
-    written: toRecord(written),
-    tags: settings.tags,
-    ...(verified ? { verified } : {}),
+    status: "rejected",
   });
-  const report = (status: string, verified: VerifyReport): SnapshotUploadReport => ({
+  upload.abandoned.push(snapshotId);
+  await discard(upload, snapshotId);
+}
+
+/**
+ * StartSnapshot with the manifest's ClientToken (or a new one): the snapshot it gives back,
+ * resumed, checked, or abandoned for a fresh one. A new token must give a pending snapshot. A
+ * rejected manifest's token is never asked again: its snapshot may be deleted, and what EBS
+ * answers for a deleted snapshot's token it does not say.
+ */
+async function openSnapshot(upload: Upload): Promise<Opened> {
+  const { deps, settings, log, earlier, parentId } = upload;
+  let clientToken = earlier?.clientToken ?? randomUUID();
+  let fromManifest = earlier !== undefined;
+  if (earlier?.status === "rejected") {
+    log.notice("snapshot.rejected-before", `${earlier.snapshotId} was found not to hold the image: uploading anew`, {
+      snapshotId: earlier.snapshotId,
+    });
+    upload.abandoned.push(earlier.snapshotId);
+    await discard(upload, earlier.snapshotId);
+    clientToken = randomUUID();
+    fromManifest = false;
+  }
+  for (; ; fromManifest = false) {
+    const snapshot = await deps.writer.start({
+      volumeSizeGiB: upload.volumeSizeGiB,
+      ...(parentId ? { parentSnapshotId: parentId } : {}),
+      clientToken,
+      description: settings.description,
+      // Never any pool's current generation until read back (finish removes it).
+      tags: { ...settings.tags, [SnapshotTag.unverified]: "true" },
+      encrypted: settings.encrypted,
+      ...(settings.kmsKeyArn ? { kmsKeyArn: settings.kmsKeyArn } : {}),
+      timeoutMinutes: settings.timeoutMinutes,
+    });
+    const { snapshotId } = snapshot;
+    const same = fromManifest && snapshotId === earlier?.snapshotId;
+    if (snapshot.status === "pending") {
+      if (fromManifest && !same)
+        log.warning("snapshot.resume-lost", "the manifest's snapshot was not given back: uploading anew", {
+          left: earlier?.snapshotId,
+          snapshotId,
+          why: "its ClientToken expired, or the endpoint keeps none; EBS fails the one left after its Timeout",
+        });
+      const alreadyPut = new Map(same ? toMap(earlier!.written) : []);
+      return same && earlier?.status === "completing"
+        ? { kind: "sealing", snapshotId, clientToken, alreadyPut }
+        : { kind: "upload", snapshotId, clientToken, alreadyPut };
+    }
+    if (!fromManifest)
+      throw new EbsAnswerError(
+        "StartSnapshot",
+        snapshotId,
+        `a ${snapshot.status} snapshot for a ClientToken never used`,
+      );
+    const reconciled = await reconcile(upload, snapshot.status, snapshotId, clientToken);
+    if (reconciled) return reconciled;
+    await abandon(upload, snapshotId, clientToken);
+    clientToken = randomUUID();
+  }
+}
+
+/**
+ * The manifest's snapshot, found completed or in error by StartSnapshot: completed and holding
+ * the image, it is this build's; otherwise undefined (it is to be abandoned).
+ */
+async function reconcile(
+  upload: Upload,
+  status: string,
+  snapshotId: string,
+  clientToken: string,
+): Promise<Opened | undefined> {
+  const { deps, log } = upload;
+  if (status !== "completed") {
+    log.warning(
+      "snapshot.abandoned",
+      `${snapshotId} is in error (EBS fails a pending snapshot --timeout-minutes after its last put): ` +
+        "abandoned, deleting it, uploading anew",
+      { snapshotId },
+    );
+    return undefined;
+  }
+  log.notice("snapshot.reconcile", "the manifest's snapshot is completed already: reading it back", {
     snapshotId,
+  });
+  try {
+    const verified = await verifySnapshot(deps.reader, snapshotId, upload.expected, upload.verifyOptions);
+    return { kind: "reconciled", snapshotId, clientToken, verified };
+  } catch (error) {
+    if (!(error instanceof SnapshotVerifyError)) throw error;
+    log.error(
+      "snapshot.abandoned",
+      `${snapshotId} is completed but does not hold the image: abandoned (it keeps ` +
+        `${SnapshotTag.unverified}: nothing took it), deleting it, uploading anew`,
+      { snapshotId, problems: error.problems.join("; ") },
+    );
+    return undefined;
+  }
+}
+
+/** The upload with its snapshot opened and its blocks planned. */
+interface OpenedUpload extends Upload {
+  opened: Opened;
+  plan: ReturnType<typeof planSnapshotUpload>;
+  /** The blocks the snapshot holds (put by this run or an earlier one). */
+  written: Map<number, string>;
+  /** Since the run started. */
+  seconds(): number;
+}
+
+/** This build's manifest as it stands. */
+function manifestOf(run: OpenedUpload, status: SnapshotManifest["status"], verified?: VerifyReport): SnapshotManifest {
+  return {
+    format: MANIFEST_FORMAT,
+    snapshotId: run.opened.snapshotId,
+    ...(run.parentId ? { parentSnapshotId: run.parentId } : {}),
+    clientToken: run.opened.clientToken,
+    status,
+    volumeSizeGiB: run.volumeSizeGiB,
+    blockSize: EBS_BLOCK_BYTES,
+    imageBytes: run.scan.bytes,
+    blocks: toRecord(run.scan.blocks),
+    written: toRecord(run.written),
+    tags: run.settings.tags,
+    ...(verified ? { verified } : {}),
+  };
+}
+
+function reportOf(run: OpenedUpload, status: string, verified: VerifyReport): SnapshotUploadReport {
+  const { opened, plan, parent, parentRead, parentId } = run;
+  return {
+    snapshotId: opened.snapshotId,
     ...(parentId ? { parentSnapshotId: parentId } : {}),
     status,
-    volumeSizeGiB,
-    imageBytes: scan.bytes,
-    imageBlocks: scan.blocks.size,
+    volumeSizeGiB: run.volumeSizeGiB,
+    imageBytes: run.scan.bytes,
+    imageBlocks: run.scan.blocks.size,
     put: opened.kind === "upload" ? plan.put.length : 0,
     zeros: opened.kind === "upload" ? plan.put.filter((b) => b.zeros).length : 0,
     unchanged: plan.unchanged,
@@ -361,40 +466,32 @@ export async function runSnapshotUpload(
     ...(parentRead ? { parentHashes: "read back" as const, parentBytesRead: parentRead.bytesRead } : {}),
     verified,
     reconciled: opened.kind === "reconciled",
-    abandoned,
-    seconds: Math.round((now() - started) / 100) / 10,
-  });
-  const finish = async (status: string, verified: VerifyReport) => {
-    // Read back and found to hold the image: only now may a keeper, a boot or a refresh take it.
-    // Before the manifest: a kill in between leaves it `completing`, and the rerun checks and untags again.
-    await deps.snapshots.markVerified(snapshotId);
-    log.info("snapshot.verified", `${SnapshotTag.unverified} removed: the snapshot may be the pool's current one`, {
-      snapshotId,
-    });
-    await writeManifest(deps, settings.manifest, manifest("completed", verified));
-    const done = report(status, verified);
-    log.notice("snapshot.completed", `snapshot ${snapshotId} ${status}, read back`, {
-      ...done,
-      verified: `${verified.read} of ${verified.listed} blocks`,
-      abandoned: abandoned.join(","),
-    });
-    return done;
+    abandoned: run.abandoned,
+    seconds: run.seconds(),
   };
-  if (opened.kind === "reconciled") return finish("completed", opened.verified);
+}
 
-  await writeManifest(deps, settings.manifest, manifest(opened.kind === "sealing" ? "completing" : "uploading"));
+/**
+ * The planned blocks put (an upload) and the snapshot completed, then readable; the manifest
+ * says `completing` from CompleteSnapshot on. Returns the snapshot's status.
+ */
+async function putAndComplete(run: OpenedUpload): Promise<string> {
+  const { deps, settings, log, opened, plan, written } = run;
+  const { snapshotId } = opened;
+  const now = deps.now ?? Date.now;
+  await writeManifest(deps, settings.manifest, manifestOf(run, opened.kind === "sealing" ? "completing" : "uploading"));
   log.info("snapshot.plan", "blocks to put", {
     snapshotId,
-    parent: parentId,
-    imageBlocks: scan.blocks.size,
+    parent: run.parentId,
+    imageBlocks: run.scan.blocks.size,
     put: opened.kind === "upload" ? plan.put.length : 0,
     unchanged: plan.unchanged,
     resumed: plan.resumed,
   });
   let status = "pending";
   if (opened.kind === "upload") {
-    await putBlocks(deps, settings, snapshotId, plan.put, written, () => manifest("uploading"));
-    checkWritten(plan.wanted, written, volumeBlocks);
+    await putBlocks(deps, settings, snapshotId, plan.put, written, () => manifestOf(run, "uploading"));
+    checkWritten(plan.wanted, written, run.volumeBlocks);
     status = await deps.writer.complete(snapshotId, written.size, linearAggregate(written, deps.sha256));
     if (status === "error")
       throw new SnapshotUploadError(
@@ -402,7 +499,7 @@ export async function runSnapshotUpload(
         "run the same command again: it abandons the failed snapshot and uploads anew",
         ExitCode.failure,
       );
-    await writeManifest(deps, settings.manifest, manifest("completing"));
+    await writeManifest(deps, settings.manifest, manifestOf(run, "completing"));
   }
   if (status !== "completed") {
     const minutes = settings.readableWaitMinutes ?? READABLE_WAIT_MINUTES;
@@ -414,21 +511,45 @@ export async function runSnapshotUpload(
     });
     status = "completed";
   }
-  let verified: VerifyReport;
+  return status;
+}
+
+/** The completed snapshot read back; one found wrong is recorded rejected and deleted, and the run fails. */
+async function readBack(run: OpenedUpload): Promise<VerifyReport> {
+  const { snapshotId } = run.opened;
   try {
-    verified = await verifySnapshot(deps.reader, snapshotId, expected, verifyOptions);
+    return await verifySnapshot(run.deps.reader, snapshotId, run.expected, run.verifyOptions);
   } catch (error) {
     if (!(error instanceof SnapshotVerifyError)) throw error;
     // Found wrong: recorded as such before it goes, so no rerun ever checks it again (a second
     // sample could miss what the first found) or asks its ClientToken.
-    await writeManifest(deps, settings.manifest, manifest("rejected"));
-    log.error("snapshot.rejected", `${snapshotId} does not hold the image: rejected, deleting it`, {
+    await writeManifest(run.deps, run.settings.manifest, manifestOf(run, "rejected"));
+    run.log.error("snapshot.rejected", `${snapshotId} does not hold the image: rejected, deleting it`, {
       snapshotId,
       problems: error.problems.join("; "),
     });
-    throw new SnapshotVerifyError(snapshotId, error.problems, await discard(snapshotId));
+    throw new SnapshotVerifyError(snapshotId, error.problems, await discard(run, snapshotId));
   }
-  return finish(status, verified);
+}
+
+/** The snapshot read back: untagged, then recorded completed; returns the report. */
+async function finish(run: OpenedUpload, status: string, verified: VerifyReport): Promise<SnapshotUploadReport> {
+  const { deps, log } = run;
+  const { snapshotId } = run.opened;
+  // Read back and found to hold the image: only now may a keeper, a boot or a refresh take it.
+  // Before the manifest: a kill in between leaves it `completing`, and the rerun checks and untags again.
+  await deps.snapshots.markVerified(snapshotId);
+  log.info("snapshot.verified", `${SnapshotTag.unverified} removed: the snapshot may be the pool's current one`, {
+    snapshotId,
+  });
+  await writeManifest(deps, run.settings.manifest, manifestOf(run, "completed", verified));
+  const done = reportOf(run, status, verified);
+  log.notice("snapshot.completed", `snapshot ${snapshotId} ${status}, read back`, {
+    ...done,
+    verified: `${verified.read} of ${verified.listed} blocks`,
+    abandoned: run.abandoned.join(","),
+  });
+  return done;
 }
 
 /**
