@@ -12,6 +12,7 @@ interface PoolOptions {
   config?: string;
   pool?: string;
   json?: boolean;
+  wide?: boolean;
   profile?: string;
   region?: string;
 }
@@ -21,12 +22,13 @@ export function poolCommand(): Command {
     .description(
       "list the pool and workspace volumes the agent manages: per zone by state and generation with their GiB, " +
         "estimated monthly cost " +
-        ("(config cost.*) and the keeper's target; then each volume: state, claimed-by, age, expiry, generation, " +
-          "last error (quarantined)"),
+        ("(config cost.*) and the keeper's target; then each volume: state, GiB, age, claimed-by, generation " +
+          "(--wide: expiry, cost, workspace, last error)"),
     )
     .option(...CONFIG_OPTION)
     .option("--pool <name>", "only this pool", poolNameOption)
-    .option("--json", "JSON for scripts (schema/pool.schema.json)");
+    .option("--json", "JSON for scripts (schema/pool.schema.json): every field")
+    .option("--wide", "the volume table with every column (expiry, cost, workspace, last error)");
   for (const option of fleetOptions()) pool.addOption(option);
   pool
     .addHelpText(
@@ -44,7 +46,9 @@ export function poolCommand(): Command {
       const observed = await observePool(cloud, opts.pool !== undefined ? { pool: opts.pool } : {});
       // Ages, expiries, quarantine and stops are EC2's times: judged in EC2's time, known from those answers.
       const report = poolReport(observed, poolViewSettingsFrom(context.config, opts.pool), cloud.clock.now());
-      process.stdout.write((opts.json ? JSON.stringify(report, null, 2) : renderPoolReport(report)) + "\n");
+      process.stdout.write(
+        (opts.json ? JSON.stringify(report, null, 2) : renderPoolReport(report, { wide: opts.wide ?? false })) + "\n",
+      );
     });
   pool.addCommand(fillCommand());
   return pool;
