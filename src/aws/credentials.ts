@@ -156,7 +156,7 @@ export function agentCredentials(options: {
 /**
  * The SDK provider's few messages (e.g. an expiry extended while IMDS is down) into the agent's log, not the console.
  */
-function sdkLogger(log: Logger): SdkLogger {
+export function sdkLogger(log: Logger): SdkLogger {
   const text = (parts: unknown[]) =>
     parts.map((part) => (typeof part === "string" ? part : describeError(part))).join(" ");
   return {

@@ -2,9 +2,10 @@
  * The EBS direct APIs (StartSnapshot, PutSnapshotBlock, CompleteSnapshot) as the snapshot
  * builder's SnapshotBlockWriter, and ListSnapshotBlocks, GetSnapshotBlock as its reader of a
  * parent snapshot and of the one it uploaded (SnapshotBlockReader). Runs where the operator's CI
- * runs, not on an instance: the SDK's default credential chain (environment, profile, SSO, an
- * instance role) and region. The boundary: every answer is checked against the API before it is
- * returned (ebs-answers.ts), and every failure leaves here typed (ebs-errors.ts).
+ * runs, not on an instance: the fleet commands' credential chain (fleet-credentials.ts: profile,
+ * environment, SSO, an instance role last) and region. The boundary: every answer is checked
+ * against the API before it is returned (ebs-answers.ts), and every failure leaves here typed
+ * (ebs-errors.ts).
  */
 import {
   CompleteSnapshotCommand,
@@ -14,6 +15,7 @@ import {
   PutSnapshotBlockCommand,
   StartSnapshotCommand,
 } from "@aws-sdk/client-ebs";
+import type { AwsCredentialIdentityProvider } from "@smithy/types";
 import type { SnapshotBlockReader, SnapshotBlockWriter } from "../agent/ports.ts";
 import { checkBlock, checkCompleted, checkListPage, checkPut, checkStarted, newListState } from "./ebs-answers.ts";
 import { ebsCallError, type EbsCall } from "./ebs-errors.ts";
@@ -24,8 +26,11 @@ export interface EbsClientOptions {
   endpoint?: string;
   /** Attempts per call: throttling (PutSnapshotBlock's rate is per snapshot) is retried with backoff. */
   maxAttempts?: number;
-  /** Fixed credentials (the lab's); absent: the SDK's default chain. */
-  credentials?: { accessKeyId: string; secretAccessKey: string };
+  /**
+   * Fixed credentials (the lab's), or a provider (the fleet commands' chain, fleet-credentials.ts);
+   * absent: the SDK's default chain.
+   */
+  credentials?: { accessKeyId: string; secretAccessKey: string } | AwsCredentialIdentityProvider;
 }
 
 export function ebsClient(options: EbsClientOptions): EBSClient {

@@ -61,6 +61,7 @@ import type {
   VolumeQuery,
   VolumeState,
 } from "../agent/ports.ts";
+import type { AwsCredentialIdentityProvider } from "@smithy/types";
 import { ConfigError } from "../errors.ts";
 import { createLogger, type Logger } from "../log.ts";
 import { cloudClockOf } from "./cloud-clock.ts";
@@ -123,6 +124,11 @@ export interface Ec2ClientOptions {
    * request, 60 s in all.
    */
   instanceProfile?: Partial<InstanceProfileOptions>;
+  /**
+   * Another source of credentials than the node's (static, environment, instance profile): the fleet
+   * commands' standard chain (fleet-credentials.ts). Wins over `credentials` and `instanceProfile`.
+   */
+  credentialChain?: AwsCredentialIdentityProvider;
   /** Per-request socket timeout (default 30 s): a hung connection must not hang the boot. */
   requestTimeoutMs?: number;
 }
@@ -141,7 +147,9 @@ export function createEc2Client(options: Ec2ClientOptions): EC2Client {
     region: options.region,
     ...(options.endpoint !== undefined ? { endpoint: options.endpoint } : {}),
     // A provider function: the client memoizes it (one fetch for concurrent calls) and refreshes it before expiry.
-    credentials: agentCredentials({ ...(options.credentials ? { static: options.credentials } : {}), instanceProfile }),
+    credentials:
+      options.credentialChain ??
+      agentCredentials({ ...(options.credentials ? { static: options.credentials } : {}), instanceProfile }),
     maxAttempts: options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
     retryMode: options.retryMode ?? "standard",
     requestHandler: { connectionTimeout: 5_000, requestTimeout: options.requestTimeoutMs ?? 30_000 },

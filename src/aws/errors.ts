@@ -162,7 +162,7 @@ export function cloudFailureOf(error: unknown): { kind: Ec2Fault; transient: boo
   const kind =
     error instanceof Ec2CallError
       ? error.kind
-      : error instanceof CredentialsUnavailableError
+      : error instanceof CredentialsUnavailableError || error instanceof NoFleetCredentialsError
         ? "credentials-unavailable"
         : error instanceof CloudTimeUnknownError
           ? "clock"
@@ -406,6 +406,32 @@ export class CredentialsUnavailableError extends AgentError {
       `no instance-profile credentials from IMDS at ${endpoint} after ${attempts} ` +
         `attempt${attempts === 1 ? "" : "s"} in ${(elapsedMs / 1000).toFixed(1)} s: ${describeError(cause)}`,
       CREDENTIALS_REMEDIATION,
+      undefined,
+      { cause },
+    );
+  }
+}
+
+/**
+ * A fleet command (fleet-credentials.ts) found no credentials anywhere in the SDK's chain: none in
+ * the environment or the profile, and no IMDS answered at once (not on EC2). Nothing was asked of EC2.
+ */
+export class NoFleetCredentialsError extends AgentError {
+  constructor(
+    readonly profile: string | undefined,
+    detail: string,
+    cause: unknown,
+  ) {
+    super(
+      profile
+        ? `no AWS credentials from profile ${profile}: ${detail}`
+        : "no AWS credentials: none in the environment or ~/.aws, and no instance metadata service answered " +
+            `(not on EC2): ${detail}`,
+      profile
+        ? `check the profile in ~/.aws/config and ~/.aws/credentials (for SSO: aws sso login --profile ${profile})`
+        : "give --profile NAME (a profile of ~/.aws/config; for SSO first `aws sso login --profile NAME`), or set " +
+            "AWS_PROFILE or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run it on an instance with an instance " +
+            "profile (docs/operations.md)",
       undefined,
       { cause },
     );

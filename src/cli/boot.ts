@@ -18,6 +18,29 @@ export interface BootCliOptions {
   claim: boolean;
 }
 
+/**
+ * A step's arguments for people, one `name: value` a line (`--json` keeps the JSON): a nested
+ * object's keys are joined with dots, a list of plain values with commas, a tag map as key=value.
+ */
+export function stepArguments(detail: Record<string, unknown>, prefix = ""): string[] {
+  const lines: string[] = [];
+  for (const [key, value] of Object.entries(detail)) {
+    const name = `${prefix}${key}`;
+    if (value === undefined) continue;
+    if (Array.isArray(value)) {
+      if (value.every((item) => item === null || typeof item !== "object"))
+        lines.push(`${name}: ${value.length === 0 ? "(none)" : value.map(String).join(", ")}`);
+      else value.forEach((item, i) => lines.push(...stepArguments(item as Record<string, unknown>, `${name}[${i}].`)));
+    } else if (value !== null && typeof value === "object") {
+      const entries = Object.entries(value);
+      if (entries.length > 0 && entries.every(([, v]) => typeof v === "string"))
+        lines.push(`${name}: ${entries.map(([k, v]) => `${k}=${v as string}`).join(", ")}`);
+      else lines.push(...stepArguments(value as Record<string, unknown>, `${name}.`));
+    } else lines.push(`${name}: ${String(value)}`);
+  }
+  return lines;
+}
+
 /** Prints the outcome for people (or as JSON) on stdout. */
 export function printOutcome(outcome: BootOutcome, json: boolean, out: (line: string) => void): void {
   if (json) {
@@ -42,7 +65,8 @@ export function printOutcome(outcome: BootOutcome, json: boolean, out: (line: st
     out("plan (dry run, nothing changed):");
     for (const [i, step] of plan.steps.entries()) {
       const { step: name, ...detail } = step;
-      out(`  ${String(i + 1).padStart(2)}. ${name}${Object.keys(detail).length ? ` ${JSON.stringify(detail)}` : ""}`);
+      out(`  ${String(i + 1).padStart(2)}. ${name}`);
+      for (const line of stepArguments(detail)) out(`        ${line}`);
     }
     return;
   }

@@ -5,11 +5,12 @@
 import { Command } from "commander";
 import { gcExitCode, runGc } from "../agent/gc/run.ts";
 import type { GcReport } from "../agent/outcomes.ts";
-import { hostContext, recordingFailure } from "./common.ts";
+import { recordingFailure } from "./common.ts";
+import { fleetAccess, fleetContext, fleetOptions } from "./fleet.ts";
 import { CONFIG_OPTION, wholeNumber } from "./options.ts";
 
 export function gcCommand(): Command {
-  return new Command("gc")
+  const gc = new Command("gc")
     .description(
       "delete managed volumes that are available, past ebs-cache:expires-at and not kept, and available pool " +
         "volumes of a superseded generation once gc.supersededGraceHours have passed; never touches other volumes " +
@@ -21,13 +22,18 @@ export function gcCommand(): Command {
       "print what would be done (its last line: would delete N, would tag N to expire); change nothing",
     )
     .option("--max-deletes <n>", "delete at most this many volumes per run", wholeNumber, 10)
-    .option("--json", "print the decisions as JSON")
+    .option("--json", "print the decisions as JSON");
+  for (const option of fleetOptions()) gc.addOption(option);
+  return gc
     .addHelpText(
       "after",
-      "\nExit codes: 0 done (or nothing to do), 1 some deletion failed, 2 usage, 3 invalid configuration.",
+      "\nCredentials: the AWS SDK's chain (--profile, the environment, SSO, ~/.aws, the instance profile last): " +
+        "runs on a workstation, a management host or a CI job as on a node (docs/operations.md)." +
+        "\nExit codes: 0 done (or nothing to do), 1 some deletion failed (or EC2 could not be asked, or no " +
+        "credentials), 2 usage, 3 invalid configuration (or no region).",
     )
-    .action(async (opts: { config?: string; dryRun?: boolean; maxDeletes: number; json?: boolean }) => {
-      const context = await hostContext(opts.config);
+    .action(async (opts: GcOptions) => {
+      const context = await fleetContext(opts.config, fleetAccess(opts));
       const dryRun = opts.dryRun ?? false;
       const outcome = await recordingFailure(context.recorder, { useCase: "gc", dryRun }, async () =>
         runGc(
@@ -53,6 +59,15 @@ export function gcCommand(): Command {
       }
       process.exitCode = gcExitCode(outcome);
     });
+}
+
+interface GcOptions {
+  config?: string;
+  dryRun?: boolean;
+  maxDeletes: number;
+  json?: boolean;
+  profile?: string;
+  region?: string;
 }
 
 /**

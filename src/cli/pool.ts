@@ -4,83 +4,111 @@ import { keeperExitCode, keeperSettingsForPools, runKeepers, type KeeperReport }
 import { observePool } from "../agent/pool/observe.ts";
 import { poolReport, poolViewSettingsFrom } from "../agent/pool/summary.ts";
 import { renderPoolReport } from "../agent/pool/view.ts";
-import { hostContext, recordingFailure } from "./common.ts";
+import { recordingFailure } from "./common.ts";
+import { fleetAccess, fleetContext, fleetOptions } from "./fleet.ts";
 import { CONFIG_OPTION, poolNameOption } from "./options.ts";
+
+interface PoolOptions {
+  config?: string;
+  pool?: string;
+  json?: boolean;
+  wide?: boolean;
+  profile?: string;
+  region?: string;
+}
 
 export function poolCommand(): Command {
   const pool = new Command("pool")
     .description(
       "list the pool and workspace volumes the agent manages: per zone by state and generation with their GiB, " +
         "estimated monthly cost " +
-        ("(config cost.*) and the keeper's target; then each volume: state, claimed-by, age, expiry, generation, " +
-          "last error (quarantined)"),
+        ("(config cost.*) and the keeper's target; then each volume: state, GiB, age, claimed-by, generation " +
+          "(--wide: expiry, cost, workspace, last error)"),
     )
     .option(...CONFIG_OPTION)
     .option("--pool <name>", "only this pool", poolNameOption)
-    .option("--json", "JSON for scripts (schema/pool.schema.json)")
+    .option("--json", "JSON for scripts (schema/pool.schema.json): every field")
+    .option("--wide", "the volume table with every column (expiry, cost, workspace, last error)");
+  for (const option of fleetOptions()) pool.addOption(option);
+  pool
     .addHelpText(
       "after",
       "\nCosts are estimates at the prices in config cost.* (us-east-1 list prices by default); snapshots count " +
         "at their volume size, the most they can cost." +
-        "\nExit codes: 0 listed, 1 EC2 could not be asked, 2 usage (a bad --pool name too), 3 invalid configuration.",
+        "\nCredentials: the AWS SDK's chain (--profile, the environment, SSO, ~/.aws, the instance profile last): " +
+        "runs on a workstation, a management host or a CI job as on a node (docs/operations.md)." +
+        "\nExit codes: 0 listed, 1 EC2 could not be asked (or no credentials), 2 usage (a bad --pool name too), 3 " +
+        "invalid configuration (or no region).",
     )
-    .action(async (opts: { config?: string; pool?: string; json?: boolean }) => {
-      const context = await hostContext(opts.config);
+    .action(async (opts: PoolOptions) => {
+      const context = await fleetContext(opts.config, fleetAccess(opts));
       const cloud = await context.cloud();
       const observed = await observePool(cloud, opts.pool !== undefined ? { pool: opts.pool } : {});
       // Ages, expiries, quarantine and stops are EC2's times: judged in EC2's time, known from those answers.
       const report = poolReport(observed, poolViewSettingsFrom(context.config, opts.pool), cloud.clock.now());
-      process.stdout.write((opts.json ? JSON.stringify(report, null, 2) : renderPoolReport(report)) + "\n");
+      process.stdout.write(
+        (opts.json ? JSON.stringify(report, null, 2) : renderPoolReport(report, { wide: opts.wide ?? false })) + "\n",
+      );
     });
   pool.addCommand(fillCommand());
   return pool;
 }
 
 function fillCommand(): Command {
-  return new Command("fill")
-    .description(
-      "the pool keeper: in each zone of keeper.zones, create volumes from the pool's newest snapshot up to " +
-        "keeper.minAvailable available " +
-        ("(within keeper.maxVolumes and keeper.maxGiB for the whole pool), delete available ones beyond " +
-          "keeper.maxAvailable (oldest first; ") +
-        ("never one in use, kept or not managed), and tag ebs-cache:initialized the volumes EBS reports fully " +
-          "initialized; the same for each pool of instanceTypePools, at its size"),
-    )
-    .option(...CONFIG_OPTION)
-    .option("--dry-run", "print the plan; change nothing")
-    .option(
-      "--json",
-      "print the plan and what was done as JSON: an object whose `pools` lists one outcome per pool stocked " +
-        "(`pool`, then each pool of instanceTypePools), one pool or several alike",
-    )
-    .addHelpText(
-      "after",
-      "\nSafe to run on several hosts at once, whatever their clocks: each new volume's ClientToken names its " +
-        "slot and what its zone holds (never the time), and the pool is counted again before each further volume." +
-        ("\nExit codes: 0 done (or nothing to do), 1 some step failed (or a pool's size is below its snapshot's), 2 " +
-          "usage, 3 invalid configuration " +
-          "(keeper.zones empty)."),
-    )
-    .action(async (_opts: unknown, command: Command) => {
-      // `pool`'s own --config and --json are parsed by `pool` wherever they stand (`pool fill --json`).
-      const opts = command.optsWithGlobals<{ config?: string; dryRun?: boolean; json?: boolean }>();
-      const context = await hostContext(opts.config);
-      const pools = keeperSettingsForPools(context.config);
-      const dryRun = opts.dryRun ?? false;
-      // A dry run writes no metrics, failed or not.
-      const recorder = dryRun ? { runFailed: async () => undefined } : context.recorder;
-      const outcomes = await recordingFailure(recorder, { useCase: "keeper" }, async () =>
-        runKeepers({ cloud: await context.cloud(), log: context.log, recorder: context.recorder }, pools, { dryRun }),
-      );
-      // Under `pools` however many there are (as `pool --json` lists them): a script reads one shape,
-      // and a pool added to instanceTypePools does not change it.
-      process.stdout.write(
-        (opts.json
-          ? JSON.stringify({ pools: outcomes }, null, 2)
-          : outcomes.map((outcome) => renderKeeperReport(outcome, opts.dryRun ?? false)).join("\n")) + "\n",
-      );
-      process.exitCode = Math.max(...outcomes.map(keeperExitCode));
-    });
+  return (
+    new Command("fill")
+      // `pool`'s --config, --json, --profile and --region count here too: listed in `pool fill --help`.
+      .configureHelp({ showGlobalOptions: true })
+      .description(
+        "the pool keeper: in each zone of keeper.zones, create volumes from the pool's newest snapshot up to " +
+          "keeper.minAvailable available " +
+          ("(within keeper.maxVolumes and keeper.maxGiB for the whole pool), delete available ones beyond " +
+            "keeper.maxAvailable (oldest first; ") +
+          ("never one in use, kept or not managed), and tag ebs-cache:initialized the volumes EBS reports fully " +
+            "initialized; the same for each pool of instanceTypePools, at its size"),
+      )
+      .option(...CONFIG_OPTION)
+      .option("--dry-run", "print the plan; change nothing")
+      .option(
+        "--json",
+        "print the plan and what was done as JSON: an object whose `pools` lists one outcome per pool stocked " +
+          "(`pool`, then each pool of instanceTypePools), one pool or several alike",
+      )
+      .addHelpText(
+        "after",
+        "\nSafe to run on several hosts at once, whatever their clocks: each new volume's ClientToken names its " +
+          "slot and what its zone holds (never the time), and the pool is counted again before each further " +
+          "volume." +
+          "\nExit codes: 0 done (or nothing to do), 1 some step failed (or a pool's size is below its " +
+          "snapshot's, or no credentials), 2 usage, 3 invalid configuration (keeper.zones empty, or no region).",
+      )
+      .action(async (_opts: unknown, command: Command) => {
+        // `pool`'s own --config and --json are parsed by `pool` wherever they stand (`pool fill --json`).
+        const opts = command.optsWithGlobals<{
+          config?: string;
+          dryRun?: boolean;
+          json?: boolean;
+          profile?: string;
+          region?: string;
+        }>();
+        const context = await fleetContext(opts.config, fleetAccess(opts));
+        const pools = keeperSettingsForPools(context.config);
+        const dryRun = opts.dryRun ?? false;
+        // A dry run writes no metrics, failed or not.
+        const recorder = dryRun ? { runFailed: async () => undefined } : context.recorder;
+        const outcomes = await recordingFailure(recorder, { useCase: "keeper" }, async () =>
+          runKeepers({ cloud: await context.cloud(), log: context.log, recorder: context.recorder }, pools, { dryRun }),
+        );
+        // Under `pools` however many there are (as `pool --json` lists them): a script reads one shape,
+        // and a pool added to instanceTypePools does not change it.
+        process.stdout.write(
+          (opts.json
+            ? JSON.stringify({ pools: outcomes }, null, 2)
+            : outcomes.map((outcome) => renderKeeperReport(outcome, opts.dryRun ?? false)).join("\n")) + "\n",
+        );
+        process.exitCode = Math.max(...outcomes.map(keeperExitCode));
+      })
+  );
 }
 
 /** The plan and what was done, for people. */

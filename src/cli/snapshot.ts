@@ -6,6 +6,7 @@ import { resolve } from "node:path";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { runSnapshotUpload, type SnapshotUploadReport } from "../agent/snapshot/run.ts";
 import { generationTags } from "../agent/snapshot/tags.ts";
+import { fleetCredentials, fleetRegion } from "../aws/fleet-credentials.ts";
 import { ebsClient, snapshotBlockReader, snapshotBlockWriter } from "../aws/ebs.ts";
 import { builderEc2Client, uploadedSnapshots } from "../aws/uploaded-snapshots.ts";
 import { ConfigError, ExitCode } from "../errors.ts";
@@ -15,6 +16,7 @@ import { readManifestJson, writeManifestJson } from "../host/snapshot-manifest.t
 import { createLogger } from "../log.ts";
 import { VolumeTag } from "../tags.ts";
 import { stopSignal } from "./common.ts";
+import { fleetAccess, fleetOptions } from "./fleet.ts";
 import { poolNameOption, wholeNumber } from "./options.ts";
 import { snapshotBuildCommand } from "./snapshot-build.ts";
 import { snapshotStripCommand } from "./snapshot-strip.ts";
@@ -63,6 +65,7 @@ interface UploadOptions {
   concurrency: number;
   sizeGib?: number;
   timeoutMinutes: number;
+  profile?: string;
   region?: string;
   endpoint?: string;
   ec2Endpoint?: string;
@@ -182,7 +185,8 @@ function snapshotUploadCommand(): Command {
       positive,
       60,
     )
-    .option("--region <region>", "AWS region (default $AWS_REGION)")
+    .addOption(fleetOptions()[0])
+    .addOption(fleetOptions("$AWS_REGION, $AWS_DEFAULT_REGION, the profile's region")[1])
     .option("--endpoint <url>", "the EBS direct endpoint (a VPC endpoint, or the lab's emulator)", endpointOption)
     .option(
       "--ec2-endpoint <url>",
@@ -198,15 +202,15 @@ function snapshotUploadCommand(): Command {
     .option("--json", "print the report as JSON")
     .addHelpText(
       "after",
-      "\nCredentials: the AWS SDK's default chain (environment, profile, SSO, an instance role); the build role's " +
-        "policy is iam/ebs-cache-snapshot-builder-policy.json." +
+      "\nCredentials: the AWS SDK's chain, as pool and gc take it (--profile, the environment, SSO, ~/.aws, an " +
+        "instance role last); the build role's policy is iam/ebs-cache-snapshot-builder-policy.json." +
         "\nThe snapshot is tagged ebs-cache:unverified from its start: no keeper, boot or refresh takes it until " +
         "the upload has read it back and removed the tag. One found not to hold the image is deleted; its " +
         "manifest says rejected, and the same command run again uploads anew." +
         "\nExit codes: 0 completed and read back, 1 EBS or EC2 refused or failed, the snapshot read back is not " +
         "the image, or stopped (SIGTERM, SIGINT: run it again, it resumes; docs/snapshot.md's error table says " +
-        "which failures a rerun resumes), 2 usage (a bad option, tag, manifest or image: nothing uploaded), 3 no " +
-        "region.",
+        "which failures a rerun resumes), 2 usage (a bad option, tag, manifest or image: nothing uploaded), " +
+        "3 no region (or not a region); no credentials is 1, told in one line.",
     )
     .action(uploadSnapshot);
 }
@@ -214,10 +218,13 @@ function snapshotUploadCommand(): Command {
 /** `snapshot upload`: the generation's tags checked, then the image uploaded; prints the report. */
 async function uploadSnapshot(opts: UploadOptions): Promise<void> {
   const log = createLogger();
-  const region = opts.region ?? process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION;
-  if (!region) throw new ConfigError(["no region: give --region or set AWS_REGION"]);
-  if (!/^[a-z]{2}(-[a-z]+)+-\d+$/.test(region))
-    throw new ConfigError([`region ${JSON.stringify(region)} is not an AWS region (us-east-1)`]);
+  const region = await fleetRegion(fleetAccess(opts), null);
+  if (!region)
+    throw new ConfigError(
+      ["no region: no --region, no AWS_REGION, no region in the profile"],
+      "give --region NAME, set AWS_REGION, or add `region` to the profile in ~/.aws/config",
+    );
+  const credentials = fleetCredentials({ ...(opts.profile ? { profile: opts.profile } : {}), log });
   const tags = generationTags({
     pool: opts.pool,
     imageSet: opts.imageSet,
@@ -233,8 +240,8 @@ async function uploadSnapshot(opts: UploadOptions): Promise<void> {
     process.exitCode = ExitCode.usage;
     return;
   }
-  const client = ebsClient({ region, ...(opts.endpoint ? { endpoint: opts.endpoint } : {}) });
-  const ec2 = builderEc2Client({ region, ...(opts.ec2Endpoint ? { endpoint: opts.ec2Endpoint } : {}) });
+  const client = ebsClient({ region, credentials, ...(opts.endpoint ? { endpoint: opts.endpoint } : {}) });
+  const ec2 = builderEc2Client({ region, credentials, ...(opts.ec2Endpoint ? { endpoint: opts.ec2Endpoint } : {}) });
   try {
     const report = await runSnapshotUpload(
       {

@@ -238,7 +238,7 @@ function wireHost(
  * tells the boot's record which labels the run published.
  */
 export function wireRecorder(
-  options: WiringOptions,
+  options: Pick<WiringOptions, "config" | "log">,
   publishedLabels?: () => Record<string, string> | undefined,
 ): OutcomeRecorder {
   const { config, log } = options;

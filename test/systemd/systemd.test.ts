@@ -376,6 +376,49 @@ t.test("keeper service and timer", async (t) => {
   t.ok(words(timer, "Install", "WantedBy").includes("timers.target"));
 });
 
+/**
+ * Each service's exposure as `systemd-analyze security --offline=yes` rates it (0 safest, 10 most
+ * exposed), the most it may be: the units that mount nothing (gc, the keeper, the prune) share one
+ * strict sandbox; the boot and release units share the host's mounts and devices by design
+ * (docs/operations.md, Sandboxing).
+ */
+const EXPOSURE_AT_MOST: Record<string, number> = {
+  "ebs-cache-agent-gc.service": 2.2,
+  "ebs-cache-agent-keeper.service": 2.2,
+  "ebs-cache-agent-prune.service": 2.2,
+  "ebs-cache-agent.service": 7.6,
+  "ebs-cache-agent-release.service": 7.6,
+  "ebs-cache-agent-ready.service": 7.8,
+};
+
+/** A unit file's overall exposure, read offline (no running systemd needed). */
+async function exposure(path: string): Promise<number> {
+  const result = await run("systemd-analyze", ["security", "--offline=yes", path], { check: false, timeoutMs: 60_000 });
+  const figure = /Overall exposure level for \S+: (\d+\.\d+)/.exec(result.stdout + result.stderr);
+  if (!figure)
+    throw new Error(`systemd-analyze security gave no figure for ${path}:\n${result.stdout}${result.stderr}`);
+  return Number(figure[1]);
+}
+
+t.test("systemd-analyze security: every unit within its exposure; gc, keeper and prune alike", async (t) => {
+  const services = UNITS.filter((unit) => unit.endsWith(".service"));
+  t.same(Object.keys(EXPOSURE_AT_MOST).sort(), [...services].sort(), "every service has a figure");
+  const figures: Record<string, number> = {};
+  for (const unit of services) {
+    figures[unit] = await exposure(join("systemd", unit));
+    t.ok(figures[unit] <= EXPOSURE_AT_MOST[unit]!, `${unit}: ${figures[unit]} <= ${EXPOSURE_AT_MOST[unit]}`);
+  }
+  t.equal(figures["ebs-cache-agent-prune.service"], figures["ebs-cache-agent-gc.service"], "prune as gc");
+  t.equal(figures["ebs-cache-agent-keeper.service"], figures["ebs-cache-agent-gc.service"], "keeper as gc");
+
+  // The check has teeth: the prune without its sandbox rates worse.
+  const dir = await scratchRoot(t, "systemd-security");
+  const text = await readFile("systemd/ebs-cache-agent-prune.service", "utf8");
+  const loose = join(dir, "ebs-cache-agent-prune.service");
+  await writeFile(loose, text.replace(/^(ProtectSystem|CapabilityBoundingSet|PrivateDevices)=.*$/gm, ""));
+  t.ok((await exposure(loose)) > EXPOSURE_AT_MOST["ebs-cache-agent-prune.service"]!, "a loosened unit rates worse");
+});
+
 t.test("the commands the units run exist in the bundle", async (t) => {
   const bundlePath = await bundle();
   const boot = await run(process.execPath, [bundlePath, "boot", "--help"], { check: false, env: childEnv() });

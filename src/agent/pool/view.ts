@@ -105,45 +105,42 @@ export function renderPoolSummary(summary: PoolSummary): string[] {
   return lines;
 }
 
-/** The volumes, one a line. */
-export function renderPoolTable(rows: readonly PoolVolume[]): string {
-  const header = [
-    "VOLUME",
-    "KIND",
-    "POOL",
-    "ZONE",
-    "STATE",
-    "GiB",
-    "CLAIMED-BY",
-    "AGE",
-    "EXPIRES",
-    "GENERATION",
-    "USD/MONTH",
-    "WORKSPACE",
-    "LAST-ERROR",
-  ];
-  const cells = rows.map((r) => [
-    r.volumeId,
-    r.kind,
-    r.pool,
-    r.zone,
-    r.heldByStopped
-      ? `${r.state}, instance stopped ` +
-        `${r.heldByStopped.days !== null ? `${r.heldByStopped.days.toFixed(1)} d` : "(since ?)"}`
-      : r.state,
-    String(r.sizeGiB),
-    r.claimedBy ?? "-",
-    age(r.ageHours),
-    r.expires ?? "-",
-    `${r.generation}${r.superseded ? " (superseded)" : ""}`,
-    formatUsd(r.monthlyUsd),
-    r.workspace
-      ? Object.entries(r.workspace)
-          .map(([key, id]) => `${key}=${id}`)
-          .join(",")
-      : "-",
-    r.lastError ? `${r.lastError.quarantined ? "quarantined: " : ""}${r.lastError.message}` : "-",
-  ]);
+/**
+ * The volumes, one a line: by default the columns a person scans (about 130 characters); `wide`
+ * adds the expiry, the monthly cost, the workspace and the last error (`--wide`; `--json` has all).
+ */
+export function renderPoolTable(rows: readonly PoolVolume[], options: { wide?: boolean } = {}): string {
+  const wide = options.wide ?? false;
+  const header = ["VOLUME", "KIND", "POOL", "ZONE", "STATE", "GiB", "AGE", "CLAIMED-BY", "GENERATION"];
+  if (wide) header.push("EXPIRES", "USD/MONTH", "WORKSPACE", "LAST-ERROR");
+  const cells = rows.map((r) => {
+    const narrow = [
+      r.volumeId,
+      r.kind,
+      r.pool,
+      r.zone,
+      (r.heldByStopped
+        ? `${r.state}, instance stopped ` +
+          `${r.heldByStopped.days !== null ? `${r.heldByStopped.days.toFixed(1)} d` : "(since ?)"}`
+        : r.state) + (!wide && r.lastError?.quarantined ? ", quarantined" : ""),
+      String(r.sizeGiB),
+      age(r.ageHours),
+      r.claimedBy ?? "-",
+      `${r.generation}${r.superseded ? " (superseded)" : ""}`,
+    ];
+    if (!wide) return narrow;
+    return [
+      ...narrow,
+      r.expires ?? "-",
+      formatUsd(r.monthlyUsd),
+      r.workspace
+        ? Object.entries(r.workspace)
+            .map(([key, id]) => `${key}=${id}`)
+            .join(",")
+        : "-",
+      r.lastError ? `${r.lastError.quarantined ? "quarantined: " : ""}${r.lastError.message}` : "-",
+    ];
+  });
   return table(header, cells).join("\n");
 }
 
@@ -159,7 +156,7 @@ function heldByStoppedLine(rows: readonly PoolVolume[]): string[] {
 }
 
 /** The whole report: each pool, the total and the prices it was made with, any notes, then the volumes. */
-export function renderPoolReport(report: PoolReport): string {
+export function renderPoolReport(report: PoolReport, options: { wide?: boolean } = {}): string {
   const { total, prices } = report;
   const lines = report.pools.flatMap((p) => [...renderPoolSummary(p), ""]);
   lines.push(
@@ -173,7 +170,7 @@ export function renderPoolReport(report: PoolReport): string {
     ...report.notes.map((n) => `note: ${n}`),
     ...heldByStoppedLine(report.volumes),
     "",
-    renderPoolTable(report.volumes),
+    renderPoolTable(report.volumes, options),
   );
   return lines.join("\n");
 }

@@ -174,7 +174,10 @@ t.test("pool shows the managed volumes as a table and as JSON", async (t) => {
   t.equal(table.exitCode, 0, table.stderr);
   t.match(table.stdout, /^VOLUME\s+KIND\s+POOL\s+ZONE\s+STATE/m);
   t.match(table.stdout, new RegExp(`${v.attached}.*in-use.*${host.instance.instanceId}`));
-  t.match(table.stdout, new RegExp(`${v.kept}.*never`));
+  t.notMatch(table.stdout, /EXPIRES/, "narrow by default");
+  const wide = await cli(["pool", "--wide"]);
+  t.match(wide.stdout, /^VOLUME\s+KIND\s+POOL\s+ZONE\s+STATE.*EXPIRES/m);
+  t.match(wide.stdout, new RegExp(`${v.kept}.*never`), "--wide: the expiry");
   t.notMatch(table.stdout, new RegExp(v.foreign), "foreign volumes are not listed");
   const json = await run(process.execPath, ["--import", "tsx", "src/cli.ts", "pool", "--json", "--config", config]);
   const rows = (

@@ -50,7 +50,14 @@ t.test("quarantined volumes and workspace ids show", async (t) => {
     rows.map((r) => r.volumeId),
     "the report keeps the rows and their order",
   );
-  const table = renderPoolTable(report.volumes);
+  const narrow = renderPoolTable(report.volumes);
+  t.notMatch(narrow, /LAST-ERROR|WORKSPACE|USD/, "the default table leaves out the wide columns");
+  t.match(narrow, /vol-q .*available, quarantined/, "a quarantine still shows");
+  t.ok(
+    narrow.split("\n").every((line) => line.length <= 140),
+    `the default table fits 140 columns (widest ${Math.max(...narrow.split("\n").map((l) => l.length))})`,
+  );
+  const table = renderPoolTable(report.volumes, { wide: true });
   t.match(table, /LAST-ERROR/);
   t.match(table, /vol-q .*quarantined: i-1: foreign ext4/);
   t.match(table, /vol-w .*user-id=user_42/);
