@@ -16,6 +16,7 @@ import { defaultConfig, validateConfig } from "../../src/config/index.ts";
 import { run } from "../../src/exec.ts";
 import { buildStatus } from "../../src/status/document.ts";
 import { VolumeTag } from "../../src/tags.ts";
+import { DEFAULT_EBS_MODEL_FILE, parseEbsModel } from "../../src/lab/volumes/ebs-model.ts";
 import { SCHEMA_FILE } from "../../scripts/config-schema.ts";
 import { FULL_CONFIG, INVALID_CONFIGS } from "../fixtures/config-documents.ts";
 import { DOCUMENT_SCHEMA_FILES, documentValidator, shippedConfigValidator } from "../fixtures/schema-validators.ts";
@@ -395,6 +396,68 @@ t.test("schema/status.schema.json and schema/pool.schema.json: ajv and python's 
     const built = kind === "status" ? 4 : 2;
     for (const [i, { name }] of corpus.entries())
       t.equal(verdicts.get(name), i < built, `${kind}: ${name} is ${i < built ? "valid" : "invalid"}`);
+  }
+});
+
+/** The lab's assumed model and a measured one, then mutations: the first two are valid. */
+async function ebsModelCorpus(): Promise<Named[]> {
+  const assumed = JSON.parse(await readFile(DEFAULT_EBS_MODEL_FILE, "utf8")) as Record<string, unknown>;
+  const { $comment: _note, blockKiB: _block, ...bare } = assumed;
+  const measured = {
+    ...bare,
+    origin: "measured",
+    source: "acceptance run",
+    instanceType: "c7gd.2xlarge",
+    region: "eu-central-2",
+    date: "2026-12-05T09:14:03.120Z",
+    attachSeconds: 6,
+    firstReadLatencyMs: { qd1: 11.5, qd8: 13, qd32: 41.25 },
+    concurrency: 16,
+    warmThroughputMiBps: 1000,
+  };
+  const latency = assumed.firstReadLatencyMs as Record<string, unknown>;
+  const { qd32: _deepest, ...twoDepths } = latency;
+  const { source: _source, ...noSource } = assumed;
+  return [
+    { name: "the lab's assumed model", document: assumed },
+    { name: "a measured one, no block size", document: measured },
+    { name: "an unknown key", document: { ...assumed, iops: 3000 } },
+    { name: "an unknown depth", document: { ...assumed, firstReadLatencyMs: { ...latency, qd64: 1 } } },
+    { name: "a depth missing", document: { ...assumed, firstReadLatencyMs: twoDepths } },
+    { name: "no source", document: noSource },
+    { name: "an empty source", document: { ...assumed, source: "" } },
+    { name: "another origin", document: { ...assumed, origin: "guessed" } },
+    { name: "schemaVersion 2", document: { ...assumed, schemaVersion: 2 } },
+    { name: "a fractional concurrency", document: { ...assumed, concurrency: 2.5 } },
+    { name: "no concurrency at all", document: { ...assumed, concurrency: 0 } },
+    { name: "a warm throughput of 0", document: { ...assumed, warmThroughputMiBps: 0 } },
+    { name: "a negative latency", document: { ...assumed, firstReadLatencyMs: { ...latency, qd8: -1 } } },
+    { name: "a latency as a string", document: { ...assumed, firstReadLatencyMs: { ...latency, qd1: "40" } } },
+    { name: "an attach of two hours", document: { ...assumed, attachSeconds: 7200 } },
+    { name: "a block not of 4 KiB", document: { ...assumed, blockKiB: 510 } },
+    { name: "a region with a final newline", document: { ...assumed, region: "eu-west-1\n" } },
+    { name: "a zone for a region", document: { ...assumed, region: "eu-west-1a" } },
+    { name: "an instance type without its size", document: { ...assumed, instanceType: "m6i" } },
+    { name: "a date in fullwidth digits", document: { ...assumed, date: "\uff12026-12-06" } },
+    { name: "a date with a final newline", document: { ...assumed, date: "2026-12-06\n" } },
+    { name: "a list", document: [assumed] },
+  ];
+}
+
+t.test("schema/ebs-model.schema.json: ajv, python's jsonschema and the lab's parser agree", async (t) => {
+  const file = DOCUMENT_SCHEMA_FILES.ebsModel;
+  const corpus = await ebsModelCorpus();
+  const verdicts = await compare(t, file, await documentValidator(file), corpus);
+  for (const [i, { name, document }] of corpus.entries()) {
+    t.equal(verdicts.get(name), i < 2, `${name} is ${i < 2 ? "valid" : "invalid"}`);
+    let parsed = true;
+    try {
+      parseEbsModel(document, "model.json");
+    } catch (error) {
+      parsed = false;
+      t.match((error as Error).message, /^model\.json: not an EBS model: [^\n]+$/, `${name}: one line naming the file`);
+    }
+    t.equal(parsed, i < 2, `the parser ${i < 2 ? "takes" : "refuses"} ${name}`);
   }
 });
 

@@ -109,10 +109,21 @@ export interface ColdLayer extends VolumeImageLayer {
   close(): Promise<void>;
 }
 
-const DEFAULT_CHUNK = 512 * 1024;
-const DEFAULT_FETCH_CONCURRENCY = 8;
-/** gp3's baseline throughput (EC2 CreateVolume: Throughput, 125-2000 MiB/s for gp3). */
-const DEFAULT_THROUGHPUT_MIBPS = 125;
+/**
+ * The layer's defaults: the lab's assumed EBS model (ebs-model.default.json, whose `source` says
+ * what each rests on; test/lab/volumes/ebs-model.test.ts holds the two equal). A calibration
+ * replaces them through `coldSnapshotOptionsOf(model)` (ebs-model.ts), as `--ebs-model FILE` does.
+ */
+export const COLD_LAYER_DEFAULTS = {
+  /** The block size of EBS snapshots. */
+  chunkBytes: 512 * 1024,
+  fetchConcurrency: 8,
+  /** gp3's baseline throughput (EC2 CreateVolume: Throughput, 125-2000 MiB/s for gp3). */
+  throughputMiBps: 125,
+} as const;
+const DEFAULT_CHUNK = COLD_LAYER_DEFAULTS.chunkBytes;
+const DEFAULT_FETCH_CONCURRENCY = COLD_LAYER_DEFAULTS.fetchConcurrency;
+const DEFAULT_THROUGHPUT_MIBPS = COLD_LAYER_DEFAULTS.throughputMiBps;
 const PYTHON = "/usr/bin/python3";
 const FS_NAME = "ebs-cache-cold";
 const PROCESS_NAME = "cold-fuse";

@@ -4,3 +4,4 @@ export * from "./golden.ts";
 export * from "./loopdev.ts";
 export * from "./loopstate.ts";
 export * from "./volumes.ts";
+export * from "./ebs-model.ts";
