@@ -42,6 +42,8 @@ import { mountPointsUnder } from "../src/lab/reaper/devices.ts";
 import type { Faults } from "../src/lab/ec2/index.ts";
 import { buildGoldenSnapshot, createPoolVolumes } from "../src/lab/volumes/golden.ts";
 import { startLab, type Lab, type LabHost } from "../src/lab/lab.ts";
+import { attachDelayMsOf, type EbsModel } from "../src/lab/volumes/ebs-model.ts";
+import { ebsModelOption, labTimingOf, type EbsModelChoice } from "./ebs-model-option.ts";
 import { buildAgent } from "../scripts/build.mjs";
 import { startOsparcSwarm, type OsparcSwarm } from "../src/lab/machines/osparc-swarm.ts";
 import { Osparc } from "../src/lab/machines/autoscaler.ts";
@@ -106,11 +108,13 @@ const ACTIONS = [
   "DescribeVolumeStatus",
 ];
 
-function draw(random: () => number): Latencies {
+/** One boot's latencies; a model's attach time, when given, replaces the attach and device draws. */
+function draw(random: () => number, model?: EbsModel): Latencies {
   const between = ([lo, hi]: readonly [number, number]) => Math.round(lo + (hi - lo) * random());
+  const attachMs = between(RANGES.attachMs);
+  const deviceDelayMs = between(RANGES.deviceDelayMs);
   return {
-    attachMs: between(RANGES.attachMs),
-    deviceDelayMs: between(RANGES.deviceDelayMs),
+    ...(model ? { attachMs: attachDelayMsOf(model), deviceDelayMs: 0 } : { attachMs, deviceDelayMs }),
     createMs: between(RANGES.createMs),
     apiMs: Object.fromEntries(ACTIONS.map((action) => [action, between(RANGES.apiMs)])),
   };
@@ -142,11 +146,13 @@ interface Options {
   seed: number;
   dropCaches: boolean;
   zeroLatency: boolean;
+  /** `--ebs-model FILE`: the attach time and the cold layer from a calibration. */
+  ebsModel: EbsModelChoice | undefined;
   verbose: boolean;
   outDir: string;
 }
 
-function parseOptions(argv: string[]): Options {
+async function parseOptions(argv: string[]): Promise<Options> {
   const { values } = parseArgs({
     args: argv,
     options: {
@@ -158,6 +164,7 @@ function parseOptions(argv: string[]): Options {
       seed: { type: "string", default: "13" },
       "drop-caches": { type: "boolean", default: false },
       "zero-latency": { type: "boolean", default: false },
+      "ebs-model": { type: "string" },
       verbose: { type: "boolean", default: false },
       out: { type: "string", default: join(REPO, "bench", "results") },
       help: { type: "boolean", default: false },
@@ -175,6 +182,9 @@ function parseOptions(argv: string[]): Options {
         "  --nspawn-boots N     nspawn machines per variant, before and after (default 3)",
         "  --seed N             seed of the latency draws (default 13)",
         "  --zero-latency       the latency part with every EC2 delay at 0 (the phased boot's own time)",
+        "  --ebs-model FILE     a calibration (schema/ebs-model.schema.json): its attach time instead of the attach",
+        "                       and device draws, volumes from a snapshot cold as it says (default: the ranges of",
+        "                       bench/sampling.ts, no cold layer)",
         "  --drop-caches        drop the page cache before each timed overhead run (agent and floor alike)",
         "  --out DIR            where the JSON goes (default bench/results)",
         "  --verbose            stream the lab's and the agent's log lines to stderr",
@@ -202,6 +212,7 @@ function parseOptions(argv: string[]): Options {
     seed: count("seed", values.seed, 2 ** 31),
     dropCaches: values["drop-caches"],
     zeroLatency: values["zero-latency"],
+    ebsModel: await ebsModelOption(values["ebs-model"]),
     verbose: values.verbose,
     outDir: resolve(values.out),
   };
@@ -673,9 +684,10 @@ function stepMedians(timelines: Array<Array<{ step: string; ms: number }>>): Arr
 // Main
 
 async function main(): Promise<void> {
-  const options = parseOptions(process.argv.slice(2));
+  const options = await parseOptions(process.argv.slice(2));
   if (process.getuid?.() !== 0) throw new Error("the lab needs root: run it with sudo");
   const say = (line: string) => process.stdout.write(line + "\n");
+  if (options.ebsModel) say(options.ebsModel.description);
   const log = timedLogger(options.verbose);
   const started = new Date();
   const temp = await mkdtemp(join(tmpdir(), "ebs-bench-lat-"));
@@ -697,6 +709,7 @@ async function main(): Promise<void> {
     name: "bootlat",
     delays: { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 },
     deviceDelayMs: 0,
+    ...(options.ebsModel ? { coldSnapshots: labTimingOf(options.ebsModel.model).coldSnapshots } : {}),
     log,
   });
   try {
@@ -775,11 +788,13 @@ async function main(): Promise<void> {
           `\n== latency, ${path}: ${options.boots} boots, ` +
             (options.zeroLatency
               ? "every EC2 delay 0"
-              : `attach ${RANGES.attachMs.join("–")} ms, device ${RANGES.deviceDelayMs.join("–")} ms, ` +
+              : (options.ebsModel
+                  ? `attach → device ${attachDelayMsOf(options.ebsModel.model)} ms (--ebs-model), `
+                  : `attach ${RANGES.attachMs.join("–")} ms, device ${RANGES.deviceDelayMs.join("–")} ms, `) +
                 `create ${RANGES.createMs.join("–")} ms, API ${RANGES.apiMs.join("–")} ms per action`),
         );
         for (let i = 0; i < options.boots; i++) {
-          const latencies = options.zeroLatency ? ZERO : draw(random);
+          const latencies = options.zeroLatency ? ZERO : draw(random, options.ebsModel?.model);
           const ec2StartMs = between(EC2_START_RANGES.pendingToRunningMs) + between(EC2_START_RANGES.runningToUnitsMs);
           const b = await latencyBoot(lab, path, latencies, bundle, nodeStartMs, log, { swarm, ec2StartMs });
           latencyBoots.push(b);

@@ -59,6 +59,7 @@ import { dockerOnlyMachine, dockerOnVolume, inMachine, unitStarting } from "../s
 import { buildEngineGoldenSnapshot } from "../src/lab/machines/nspawn-golden.ts";
 import { READY_UNIT, machineStatus, startEngineHost, waitForReadyUnit } from "../src/lab/machines/nspawn-host.ts";
 import type { Machine } from "../src/lab/machines/nspawn.ts";
+import { ebsModelOption, labTimingOf, type EbsModelChoice } from "./ebs-model-option.ts";
 import { ENGINES, cachedRootfs, nspawnProblems, type EngineName } from "../src/lab/machines/nspawn-rootfs.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -85,9 +86,17 @@ interface BenchOptions {
   /** The engines asked for (none: the host's dockerd only). */
   engines: EngineName[];
   stores: ImageStore[];
+  /** `--ebs-model FILE`: the lab's attach time and cold layer from a calibration. */
+  ebsModel?: EbsModelChoice | undefined;
 }
 
-function parseOptions(argv: string[]): BenchOptions {
+/** The lab's delays: zero (the methods' own time), or the `--ebs-model` calibration's. */
+function labTiming(options: BenchOptions) {
+  if (options.ebsModel) return labTimingOf(options.ebsModel.model);
+  return { delays: { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 }, deviceDelayMs: 0 };
+}
+
+async function parseOptions(argv: string[]): Promise<BenchOptions> {
   const { values } = parseArgs({
     args: argv,
     options: {
@@ -100,6 +109,7 @@ function parseOptions(argv: string[]): BenchOptions {
       out: { type: "string", default: join(REPO, "bench", "results") },
       engines: { type: "string" },
       stores: { type: "string", default: "graphdriver" },
+      "ebs-model": { type: "string" },
       help: { type: "boolean", default: false },
     },
   });
@@ -116,6 +126,9 @@ function parseOptions(argv: string[]): BenchOptions {
         "  --engines 20,26,28  docker engines to compare (default: this machine's dockerd); one other than the",
         "                      host's runs every node in a systemd-nspawn machine of its Debian release",
         "  --stores graphdriver,containerd  image stores to compare (default graphdriver; containerd needs 26 or 28)",
+        "  --ebs-model FILE    the lab's EBS from a calibration (schema/ebs-model.schema.json): the model's attach",
+        "                      time, volumes from a snapshot cold as it says (default: every EC2 delay 0, no cold",
+        "                      layer: the methods' own time)",
         "  --verbose           stream the lab's and the agent's log lines to stderr",
         "",
       ].join("\n"),
@@ -138,6 +151,7 @@ function parseOptions(argv: string[]): BenchOptions {
     outDir: resolve(values.out),
     engines: values.engines ? values.engines.split(",").map(parseEngine) : [],
     stores: values.stores.split(",").map(parseStore),
+    ebsModel: await ebsModelOption(values["ebs-model"]),
   };
 }
 
@@ -438,8 +452,7 @@ async function benchSize(choice: HostEngine, sizeGiB: number, ctx: Context): Pro
       say(`  built the root file system of ${engine.name} in ${seconds(rootfs.ms)} s (cached from now on)`);
   }
 
-  const zero = { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 };
-  const lab = await startLab({ name: "bench", delays: zero, deviceDelayMs: 0, log });
+  const lab = await startLab({ name: "bench", ...labTiming(ctx.options), log });
   const machines: Machine[] = [];
   try {
     const work = join(lab.root, "bench");
@@ -1098,13 +1111,14 @@ function sizeTable(r: SizeResult): string[] {
 // Main
 
 async function main(): Promise<void> {
-  const options = parseOptions(process.argv.slice(2));
+  const options = await parseOptions(process.argv.slice(2));
   if (process.getuid?.() !== 0) throw new Error("the lab needs root: run it with sudo");
   for (const binary of [REGISTRY_BIN, DOCKER_CLI, BUSYBOX, "/usr/bin/nsenter"]) {
     if (!existsSync(binary))
       throw new Error(`${binary} is missing: apt-get install -y docker-registry docker.io busybox-static util-linux`);
   }
   const say = (line: string) => process.stdout.write(line + "\n");
+  say(`lab: ${options.ebsModel?.description ?? "every EC2 delay 0, no cold layer (no --ebs-model)"}`);
   const log = benchLogger(options.verbose);
   const started = new Date();
   const temp = await mkdtemp(join(tmpdir(), "ebs-bench-"));
@@ -1160,6 +1174,7 @@ async function main(): Promise<void> {
       runs: options.runs,
       dropCaches: options.dropCaches,
       rssTsx: options.rssTsx,
+      ebsModel: options.ebsModel ? { file: options.ebsModel.file, ...options.ebsModel.model } : null,
       engines: options.engines,
       stores: options.stores,
     },
@@ -1180,7 +1195,7 @@ async function main(): Promise<void> {
         "docker pull of each image (loopback registry) + run check; the fresh dockerd's start is measured but not " +
         "counted",
       runCheck: `docker run --rm --network none <image> ${RUN_CHECK.join(" ")}, each image in turn`,
-      lab: "EC2 emulator delays 0, device delay 0",
+      lab: options.ebsModel?.description ?? "EC2 emulator delays 0, device delay 0, no cold layer",
       machine:
         "engine machines: attach = the agent's phases under the machine's systemd (ebs-cache-agent.service " +
         "starting -> ebs-cache-agent-ready.service done, from the machine's journal; docker.service's start " +

@@ -2,11 +2,14 @@
  * Cold-volume benchmark: boot → the first `docker run` of the node's images on a volume fresh from a
  * snapshot, per pre-warm strategy, against the same volume initialized.
  *
- * A lab with cold snapshots (src/lab/volumes/cold.ts: the first read of each chunk waits `--delay-ms`,
- * up to 8 fetches of a volume at once) builds, per fraction, a golden snapshot the product's way
- * (src/lab/volumes/golden.ts: `snapshot build`'s steps, the need list recorded by running each image):
- * a filler image of `--filler-mib` loaded first (other data, read first in device order), then 4
- * images of `--image-mib` each in 4 MiB files, whose CMD reads the first `fraction` of its files once
+ * A lab with cold snapshots (src/lab/volumes/cold.ts) set by an EBS model (`--ebs-model FILE`, a
+ * calibration; default src/lab/volumes/ebs-model.default.json, the lab's assumptions: the first read of
+ * each 512 KiB chunk waits 40 ms, up to 8 fetches of a volume at once, 125 MiB/s; `--delay-ms` and
+ * `--chunk-kib` override the model's first-read delay and block) builds, per fraction, a golden
+ * snapshot the product's way (src/lab/volumes/golden.ts: `snapshot build`'s steps, the need list
+ * recorded by running each image): a filler image of `--filler-mib` loaded first (other data, read
+ * first in device order), then 4 images of `--image-mib` each in 4 MiB files, whose CMD reads the
+ * first `fraction` of its files once
  * (`cat … > /dev/null`). Then, per case, on a fresh cold volume from that snapshot, mounted, with the
  * host's private dockerd started on the volume's data-root (the boot's `start-docker`):
  *   initialized  the volume read whole first (the keeper's), then the service;
@@ -20,7 +23,7 @@
  * Timed: the `docker run`s, from the first start to the last exit. Beside each case: the cold
  * layer's fetches before and during the service, the device's bytes read, the pre-warm's own lines.
  *
- *   sudo npx tsx bench/cold.ts [--delay-ms 40] [--chunk-kib 512] [--image-mib 32] [--filler-mib 128]
+ *   sudo npx tsx bench/cold.ts [--ebs-model FILE] [--delay-ms 40] [--chunk-kib 512] [--image-mib 32] [--filler-mib 128]
  *                         [--head-start-ms 2000] [--runs 3]
  *
  * Needs root, the lab's Debian packages, busybox-static, strace and python3-pyfuse3 (scripts/setup.sh).
@@ -41,6 +44,12 @@ import { deviceCounters } from "../src/host/read-pacer.ts";
 import { createMemoryLogger } from "../src/log.ts";
 import { startLab } from "../src/lab/lab.ts";
 import { buildGoldenSnapshot } from "../src/lab/volumes/golden.ts";
+import {
+  coldSnapshotOptionsOf,
+  DEFAULT_EBS_MODEL_FILE,
+  describeEbsModel,
+  readEbsModel,
+} from "../src/lab/volumes/ebs-model.ts";
 import { attach, createVolume, detach, mountXfs } from "../src/lab/volumes/volumes.ts";
 import {
   classifyFetches,
@@ -61,8 +70,9 @@ const ALL_STRATEGIES = ["initialized", "off", "check", "files", "need"] as const
 
 const { values } = parseArgs({
   options: {
-    "delay-ms": { type: "string", default: "40" },
-    "chunk-kib": { type: "string", default: "512" },
+    "ebs-model": { type: "string" },
+    "delay-ms": { type: "string" },
+    "chunk-kib": { type: "string" },
     "image-mib": { type: "string", default: "32" },
     "filler-mib": { type: "string", default: "128" },
     "head-start-ms": { type: "string", default: "2000" },
@@ -77,7 +87,10 @@ const { values } = parseArgs({
 });
 if (values.help) {
   process.stdout.write(
-    "sudo npx tsx bench/cold.ts [--delay-ms 40] [--chunk-kib 512] [--image-mib 32] [--filler-mib 128]\n" +
+    "sudo npx tsx bench/cold.ts [--ebs-model FILE] [--delay-ms 40] [--chunk-kib 512] [--image-mib 32]\n" +
+      "  [--filler-mib 128]\n" +
+      "  --ebs-model FILE: the lab's EBS (schema/ebs-model.schema.json, an acceptance run's calibration);\n" +
+      "    default src/lab/volumes/ebs-model.default.json (assumed); --delay-ms, --chunk-kib override it\n" +
       "  [--head-start-ms 2000] [--runs 3] [--node-images 1,4] [--fractions 10,50,100]\n" +
       "  [--strategies initialized,off,check,files,need] [--out DIR] [--probe-ms N]\n" +
       "  --probe-ms N: during the service, a warm 4 KiB read of the device every N ms, its latency\n" +
@@ -86,8 +99,18 @@ if (values.help) {
   );
   process.exit(0);
 }
-const delayMs = Number(values["delay-ms"]);
-const chunkBytes = Number(values["chunk-kib"]) * 1024;
+const ebsModelFile = values["ebs-model"] ?? DEFAULT_EBS_MODEL_FILE;
+const ebsModel = await readEbsModel(ebsModelFile).catch((error: unknown) => {
+  process.stderr.write(`bench/cold.ts: ${(error as Error).message}\n`);
+  process.exit(2);
+});
+const coldOptions = {
+  ...coldSnapshotOptionsOf(ebsModel),
+  ...(values["delay-ms"] !== undefined ? { firstReadDelayMs: Number(values["delay-ms"]) } : {}),
+  ...(values["chunk-kib"] !== undefined ? { chunkBytes: Number(values["chunk-kib"]) * 1024 } : {}),
+};
+const delayMs = coldOptions.firstReadDelayMs;
+const chunkBytes = coldOptions.chunkBytes;
 const imageMiB = Number(values["image-mib"]);
 const fillerMiB = Number(values["filler-mib"]);
 const headStartMs = Number(values["head-start-ms"]);
@@ -116,15 +139,17 @@ const startReads = (fraction: number) =>
 const say = (line: string) => process.stdout.write(line + "\n");
 const lab = await startLab({
   name: "bench-cold",
-  coldSnapshots: { firstReadDelayMs: delayMs, chunkBytes },
+  coldSnapshots: coldOptions,
   delays: { createMs: 0, attachMs: 0, detachMs: 0, snapshotMs: 0 },
   deviceDelayMs: 0,
 });
 try {
   const ec2 = lab.ec2Client();
+  say(describeEbsModel(ebsModel, ebsModelFile));
   say(
     `lab ${lab.root}: a filler image of ${fillerMiB} MiB, then ${IMAGES} images of ${imageMiB} MiB ` +
-      `(${FILE_MIB} MiB files); first read of a ${chunkBytes / 1024} KiB chunk waits ${delayMs} ms`,
+      `(${FILE_MIB} MiB files); first read of a ${chunkBytes / 1024} KiB chunk waits ${delayMs} ms, ` +
+      `${coldOptions.fetchConcurrency} at once, ${coldOptions.throughputMiBps} MiB/s`,
   );
   // One golden snapshot per fraction: each image's CMD reads that fraction of its files, and the
   // build records it into the need list, as a pool volume's builder does.
@@ -359,6 +384,7 @@ try {
       runs,
       service: "docker run --rm --network none",
     },
+    ebsModel: { file: ebsModelFile, ...ebsModel },
     cold: lab.cold?.options,
     rows,
   };
