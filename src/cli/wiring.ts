@@ -34,12 +34,13 @@ import { createFioReader } from "../host/volume-reads.ts";
 import type { ReleaseCommandDeps } from "../agent/release/run.ts";
 import type { RefreshCommandDeps } from "../agent/refresh/run.ts";
 import { createImagePuller } from "../docker/pull.ts";
-import { createLabelWithdrawer, createReporter } from "../agent/report.ts";
+import { createLabelWithdrawer, createReporter } from "../docker/readiness-labels.ts";
 import { createOutcomeRecorder, hostFacts } from "../status/recorder.ts";
 import { readBootRecord } from "../status/records.ts";
 import { readFilesystemFill } from "../host/fill.ts";
 import type { PruneDeps } from "../agent/prune/run.ts";
-import { engineLabelsProblem, preflightHost } from "../agent/boot/preflight.ts";
+import { preflightHost } from "../agent/boot/preflight.ts";
+import { engineLabelsProblem } from "../docker/dockerd-flags.ts";
 import type { OutcomeRecorder } from "../agent/outcomes.ts";
 
 export interface WiringOptions {
