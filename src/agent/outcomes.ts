@@ -134,6 +134,8 @@ export interface OutcomeRecorder {
     phase: BootPhase;
     report: BootReport;
     finishedAt: Date;
+    /** The readiness labels this run published last (name → value), for `status` to compare. */
+    publishedLabels?: Record<string, string>;
   }): Promise<void>;
   releaseFinished(release: { instanceId: string; report: ReleaseReport; finishedAt: Date }): Promise<void>;
   gcFinished(gc: { report: GcReport; dryRun: boolean; finishedAt: Date }): Promise<void>;

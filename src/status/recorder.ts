@@ -37,8 +37,6 @@ export interface RecorderOptions {
   /** node_exporter's textfile folder; null writes no metrics. */
   textfileDir: string | null;
   log: Logger;
-  /** The readiness labels this run published last (name → value), for `status` to compare. */
-  publishedLabels?: () => Record<string, string> | undefined;
   /** The host's facts: hostFacts() on a host, in-memory ones in tests. */
   facts: HostFacts;
 }
@@ -113,8 +111,7 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
   };
 
   return {
-    async bootFinished({ instanceId, bootId, phase, report, finishedAt }) {
-      const labels = options.publishedLabels?.();
+    async bootFinished({ instanceId, bootId, phase, report, finishedAt, publishedLabels: labels }) {
       let record: BootRecord = {
         version: 1,
         instanceId,
