@@ -35,7 +35,6 @@ import type { HostAdapters } from "../agent/adapters.ts";
 import type { OutcomeRecorder } from "../agent/outcomes.ts";
 import type { CloudVolumes, ContainerdRoot, DockerService } from "../agent/ports.ts";
 import type { PruneDeps } from "../agent/prune/run.ts";
-import { prewarmStatus } from "../agent/prewarm/run.ts";
 
 export interface WiringOptions {
   config: AgentConfig;
@@ -252,7 +251,7 @@ export function hostWiringOptions(config: AgentConfig, log: Logger, startPrewarm
  * Builds everything `runPrune()` needs: the boot's record (which volume is mounted where), EC2 of
  * the instance's region, statfs, and the host's docker API.
  */
-export function wirePrune(options: WiringOptions): PruneDeps {
+export function wirePrune(options: WiringOptions): Omit<PruneDeps, "prewarm"> {
   const { config, log } = options;
   const common = wireAdapters(options);
   let cloud: CloudVolumes | undefined;
@@ -265,10 +264,6 @@ export function wirePrune(options: WiringOptions): PruneDeps {
     },
     fill: common.fill,
     docker: createDockerEngine({ host: config.paths.dockerHost, log }),
-    prewarm: async () => {
-      const { state, running } = await prewarmStatus(config.paths.stateDir);
-      return { phase: state?.phase, running };
-    },
     log,
   };
 }
