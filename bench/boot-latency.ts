@@ -32,7 +32,7 @@ import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { runBoot, type BootOutcome } from "../src/agent/boot/run.ts";
-import { wireBoot } from "../src/cli/wiring.ts";
+import { wireAdapters } from "../src/cli/wiring.ts";
 import { createMetadataService } from "../src/aws/imds.ts";
 import { describeError } from "../src/errors.ts";
 import { run } from "../src/exec.ts";
@@ -339,7 +339,7 @@ async function bootInProcess(
   options: { withDocker: boolean; mayClaim: boolean; dataRootFinal?: () => Promise<void> },
 ): Promise<BootOutcome> {
   const config = labConfig(lab, host, overrides);
-  const deps = wireBoot({
+  const adapters = wireAdapters({
     config,
     ec2Client: () => lab.ec2Client(),
     metadata: createMetadataService({ endpoint: host.imds.endpoint }),
@@ -348,7 +348,7 @@ async function bootInProcess(
     log,
     dockerdCommand: async () => host.dockerdCommand(),
   });
-  return runBoot(deps, { dryRun: false, ...options });
+  return runBoot(config, adapters, { dryRun: false, ...options });
 }
 
 const overrides: ConfigOverrides = { pool: POOL, imageSet: IMAGE_SET };

@@ -245,3 +245,17 @@ t.test("the composition root is the command line's: nothing below it imports src
     "only the lab (which runs the agent on its hosts) imports it",
   );
 });
+
+t.test("the wiring builds adapters only: src/cli/wiring.ts takes nothing from src/agent but types", async (t) => {
+  const graph = await importGraph();
+  const intoAgent = (graph.get("cli/wiring.ts") ?? []).filter((i) => layerOf(i.target) === "agent");
+  t.ok(
+    intoAgent.some((i) => i.target === "agent/adapters.ts"),
+    "the scan sees the wiring's imports (HostAdapters, the port it returns)",
+  );
+  t.same(
+    intoAgent.filter((i) => !i.typeOnly).map((i) => i.target),
+    [],
+    "no agent code in the wiring",
+  );
+});

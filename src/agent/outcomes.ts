@@ -134,6 +134,8 @@ export interface OutcomeRecorder {
     phase: BootPhase;
     report: BootReport;
     finishedAt: Date;
+    /** The readiness labels this run published last (name → value), for `status` to compare. */
+    publishedLabels?: Record<string, string>;
   }): Promise<void>;
   /**
    * `finishedAt` defaults to the host's clock at the call: the record and the metrics are this

@@ -340,7 +340,10 @@ export interface DockerRootQuery {
  */
 export type SpotInstanceAction = (call: { timeoutMs: number }) => Promise<string | undefined>;
 
-/** Removes the agent's readiness labels (src/agent/report.ts createLabelWithdrawer); node labels only with `node`. */
+/**
+ * Removes the agent's readiness labels (src/docker/readiness-labels.ts createLabelWithdrawer); node labels only
+ * with `node`.
+ */
 export type LabelWithdrawer = (options: { node: boolean }) => Promise<void>;
 
 /** What the agent asks of the docker API. */

@@ -169,6 +169,12 @@ export interface CloudVolumesOptions {
   pageSize?: number;
   /** EC2's clock; default: the one the SDK client's answers teach (cloudClockOf). Required with an Ec2Api. */
   clock?: CloudClock;
+  /**
+   * One DescribeInstances per instance for the adapter's life (a command's): its identification and
+   * its observation read the same answer; `fresh` asks again, a failed call is not remembered.
+   * Default: every call asks EC2.
+   */
+  shareDescribeInstance?: boolean;
 }
 
 /** Device names the agent attaches at, in order (EC2's recommended range for EBS data volumes). */
@@ -227,7 +233,7 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
     createTimeoutMs: options.createTimeoutMs ?? 300_000,
     pageSize: (action) => Math.min(options.pageSize ?? MAX_PAGE[action], MAX_PAGE[action]),
   };
-  return {
+  const cloud: CloudVolumes = {
     clock,
     findVolumes: (query, options) => findVolumes(ctx, query, options),
     describeVolume: (volumeId, options) => describeVolume(ctx, volumeId, options),
@@ -252,6 +258,24 @@ export function createCloudVolumes(options: CloudVolumesOptions): CloudVolumes {
       await call("DeleteTags", () => ctx.api.deleteTags({ Resources: [volumeId], Tags: tags }, options));
     },
     initializationStatus: (volumeId) => initializationStatus(ctx, volumeId),
+  };
+  return options.shareDescribeInstance ? sharingDescribeInstance(cloud) : cloud;
+}
+
+/** CloudVolumes whose describeInstance answers each instance once (see shareDescribeInstance). */
+function sharingDescribeInstance(cloud: CloudVolumes): CloudVolumes {
+  const answers = new Map<string, ReturnType<CloudVolumes["describeInstance"]>>();
+  return {
+    ...cloud,
+    describeInstance(instanceId, call) {
+      let answer = call?.fresh ? undefined : answers.get(instanceId);
+      if (!answer) {
+        answer = cloud.describeInstance(instanceId, call);
+        answers.set(instanceId, answer);
+        answer.catch(() => answers.delete(instanceId));
+      }
+      return answer;
+    },
   };
 }
 

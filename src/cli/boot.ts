@@ -100,11 +100,11 @@ export function bootCommand(): Command {
       "second boot phase (after docker.service): only reuse a volume already attached; never claim or create one",
     )
     .action(async (opts: BootCliOptions) => {
-      const { deps, log, config, recorder } = await hostContext(opts.config);
+      const { host, log, config, recorder } = await hostContext(opts.config);
       const signal = stopSignal(log);
       const dryRun = opts.dryRun ?? false;
       const run = () =>
-        runBoot(deps, {
+        runBoot(config, host, {
           dryRun,
           withDocker: opts.docker,
           mayClaim: opts.claim,

@@ -4,11 +4,8 @@
  * docker.service).
  */
 import { spawn } from "node:child_process";
-import type { BootCommandDeps } from "../agent/boot/run.ts";
-import type { PrewarmCommandDeps } from "../agent/prewarm/run.ts";
-import type { ReleaseCommandDeps } from "../agent/release/run.ts";
-import { hostWiringOptions, wireBoot, wirePrewarm, wireRecorder, wireRefresh, wireRelease } from "./wiring.ts";
-import type { RefreshCommandDeps } from "../agent/refresh/run.ts";
+import type { HostAdapters } from "../agent/adapters.ts";
+import { hostWiringOptions, wireAdapters } from "./wiring.ts";
 import type { CloudVolumes } from "../agent/ports.ts";
 import type { AgentConfig } from "../config/index.ts";
 import type { Logger } from "../log.ts";
@@ -20,13 +17,8 @@ import type { OutcomeRecorder, RunFailure } from "../agent/outcomes.ts";
 export interface HostContext {
   config: AgentConfig;
   log: Logger;
-  deps: BootCommandDeps;
-  /** The same adapters, wired for `release`. */
-  releaseDeps: ReleaseCommandDeps;
-  /** The same adapters, wired for `prewarm`. */
-  prewarmDeps: PrewarmCommandDeps;
-  /** The same adapters, wired for `refresh`. */
-  refreshDeps: RefreshCommandDeps;
+  /** The host's adapters: each use case composes itself from them. */
+  host: HostAdapters;
   /** EC2 in the configured region, or this instance's (from IMDS). */
   cloud(): Promise<CloudVolumes>;
   /** The status records and metrics textfiles (`gc` writes its metrics through it). */
@@ -40,16 +32,13 @@ export async function hostContext(configPath: string | undefined): Promise<HostC
     ...hostWiringOptions(config, log, () => startBackgroundPrewarm(configPath)),
     startRefresh: () => startBackgroundRefresh(configPath),
   };
-  const deps = wireBoot(wiring);
+  const host = wireAdapters(wiring);
   return {
     config,
     log,
-    deps,
-    releaseDeps: wireRelease(wiring),
-    prewarmDeps: wirePrewarm(wiring),
-    refreshDeps: wireRefresh(wiring),
-    cloud: async () => deps.cloudFor(config.region ?? (await deps.identify()).region),
-    recorder: wireRecorder(wiring),
+    host,
+    cloud: async () => host.cloudFor(config.region ?? (await host.identify()).region),
+    recorder: host.recorder,
   };
 }
 

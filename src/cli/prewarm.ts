@@ -31,7 +31,7 @@ export function prewarmCommand(): Command {
       // No log line of its own: the run logs how it stopped.
       const stop = stopOnSignals(undefined, "stopping the reads");
       try {
-        const result = await runPrewarm(context.prewarmDeps, {
+        const result = await runPrewarm(context.config, context.host, {
           ...(opts.strategy ? { strategy: opts.strategy } : {}),
           signal: stop.signal,
         });

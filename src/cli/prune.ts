@@ -9,6 +9,7 @@ import { recordingFailure, startDetached } from "./common.ts";
 import { loadCommandConfig } from "./load-config.ts";
 import { Command, Option } from "commander";
 import { pruneExitCode, runPrune, type PruneReport } from "../agent/prune/run.ts";
+import { prewarmStatus } from "../agent/prewarm/run.ts";
 import { hostWiringOptions, wirePrune, wireRecorder } from "./wiring.ts";
 import { AgentError, describeError } from "../errors.ts";
 import { readFilesystemFill } from "../host/fill.ts";
@@ -86,14 +87,24 @@ export function pruneCommand(): Command {
         const dryRun = opts.dryRun ?? false;
         const trigger = opts.afterBoot ? "boot" : opts.timer ? "timer" : "manual";
         const run = recordingFailure(recorder, { useCase: "prune", trigger, dryRun }, () =>
-          runPrune(wirePrune(wiring), {
-            settings: { thresholdPercent: config.prune.thresholdPercent, targetPercent: config.prune.targetPercent },
-            imageSet: config.imageSet,
-            prePulledImagesTag: config.refresh.prePulledImagesTag,
-            dryRun,
-            trigger,
-            recorder,
-          }),
+          runPrune(
+            {
+              ...wirePrune(wiring),
+              // The pre-warm's activity, from its state file: the prune gives way to a running one.
+              prewarm: async () => {
+                const { state, running } = await prewarmStatus(config.paths.stateDir);
+                return { phase: state?.phase, running };
+              },
+            },
+            {
+              settings: { thresholdPercent: config.prune.thresholdPercent, targetPercent: config.prune.targetPercent },
+              imageSet: config.imageSet,
+              prePulledImagesTag: config.refresh.prePulledImagesTag,
+              dryRun,
+              trigger,
+              recorder,
+            },
+          ),
         );
         if (opts.afterBoot) {
           // Off the boot's path: whatever happens here, the node's readiness stands.

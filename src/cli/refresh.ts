@@ -32,7 +32,7 @@ export function refreshCommand(): Command {
         context.log.info("refresh.background", "background refresh run started", { pid: process.pid });
       const stop = stopOnSignals(context.log, "stopping the pulls in flight");
       try {
-        const outcome = await runRefresh(context.refreshDeps, {
+        const outcome = await runRefresh(context.config, context.host, {
           dryRun: opts.dryRun ?? false,
           signal: stop.signal,
         });

@@ -70,9 +70,9 @@ export function releaseCommand(): Command {
         "mounted was detached), 2 usage, 3 invalid configuration file (nothing changed).",
     )
     .action(async (opts: ReleaseCliOptions) => {
-      const { releaseDeps, log, recorder } = await hostContext(opts.config);
+      const { host, config, log, recorder } = await hostContext(opts.config);
       const dryRun = opts.dryRun ?? false;
-      const run = () => runRelease(releaseDeps, { dryRun, signal: stopSignal(log) });
+      const run = () => runRelease(config, host, { dryRun, signal: stopSignal(log) });
       // A dry run records nothing, failed or not.
       const outcome = dryRun ? await run() : await recordingFailure(recorder, { useCase: "release" }, run);
       printReleaseOutcome(outcome, opts.json ?? false, (line) => process.stdout.write(line + "\n"));

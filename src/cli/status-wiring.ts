@@ -11,7 +11,7 @@ import { createDaemonConfig } from "../docker/daemon-json.ts";
 import { createDockerEngine } from "../docker/engine.ts";
 import { findInstanceStoreDisks } from "../host/instance-store.ts";
 import type { Logger } from "../log.ts";
-import { createLabelReader } from "../agent/report.ts";
+import { createLabelReader } from "../docker/readiness-labels.ts";
 import type { StatusSources } from "../status/observe.ts";
 
 /** A health check must answer promptly: a docker that does not answer in this long shows no labels. */

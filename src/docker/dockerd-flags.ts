@@ -292,3 +292,26 @@ export function dockerdFlagProblems(
 const SHORT_KEY: Record<string, string> = Object.fromEntries(
   Object.entries(SHORTHANDS).map(([letter, name]) => [name, letter]),
 );
+
+/**
+ * The engine-label check of the reporter: a `--label` flag makes dockerd refuse daemon.json's
+ * `labels` (at the reload, and at its next start), so engine labels must not be written at all.
+ */
+export async function engineLabelsProblem(deps: {
+  dockerdCommand(): Promise<DockerdCommand>;
+  daemonJsonPath: string;
+}): Promise<HostProblem | undefined> {
+  const command = await deps.dockerdCommand();
+  if (command.unknown !== undefined) return undefined;
+  const flags = parseDockerdFlags(command.args);
+  return dockerdFlagProblems(
+    flags,
+    { labels: [] },
+    {
+      daemonJsonPath: deps.daemonJsonPath,
+      readsAgentFile: true,
+      agentKeys: ["labels"],
+      source: command.source,
+    },
+  ).find((p) => p.key === "labels");
+}

@@ -119,3 +119,17 @@ export async function installedDockerdVersion(options: { dockerd?: string; log?:
   }
   return version;
 }
+
+/**
+ * The installed dockerd's version for the life of a command: it does not change during a run, so
+ * `dockerd --version` (~0.1 s) runs once for the host's store, the pre-claim check and the
+ * data-root switch alike. A failed read is not remembered.
+ */
+export function createDockerdVersion(options: { log?: Logger } = {}): () => Promise<string | undefined> {
+  let version: Promise<string | undefined> | undefined;
+  return () => {
+    version ??= installedDockerdVersion(options);
+    version.catch(() => (version = undefined));
+    return version;
+  };
+}

@@ -22,7 +22,7 @@ export interface StatusSources {
   /** daemon.json's `data-root` now (undefined: docker's default). */
   dockerDataRoot(): Promise<string | undefined>;
   /**
-   * The agent's labels as docker shows them now (src/agent/report.ts createLabelReader); undefined:
+   * The agent's labels as docker shows them now (src/docker/readiness-labels.ts createLabelReader); undefined:
    * none are published (labels.mode off). Absent: not asked.
    */
   labels?(): Promise<Record<string, string> | undefined>;

@@ -37,8 +37,6 @@ export interface RecorderOptions {
   /** node_exporter's textfile folder; null writes no metrics. */
   textfileDir: string | null;
   log: Logger;
-  /** The readiness labels this run published last (name → value), for `status` to compare. */
-  publishedLabels?: () => Record<string, string> | undefined;
   /** The host's facts: hostFacts() on a host, in-memory ones in tests. */
   facts: HostFacts;
 }
@@ -140,10 +138,16 @@ function writeMetrics(
 /** The boot's status record (the second phase's carries the first's), its metrics and the fill. */
 async function recordBoot(
   options: RecorderOptions,
-  { instanceId, bootId, phase, report, finishedAt }: Parameters<OutcomeRecorder["bootFinished"]>[0],
+  {
+    instanceId,
+    bootId,
+    phase,
+    report,
+    finishedAt,
+    publishedLabels: labels,
+  }: Parameters<OutcomeRecorder["bootFinished"]>[0],
 ): Promise<void> {
   const { stateDir } = options;
-  const labels = options.publishedLabels?.();
   let record: BootRecord = {
     version: 1,
     instanceId,

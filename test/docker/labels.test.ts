@@ -18,7 +18,8 @@ import {
   validateOwnedLabels,
 } from "../../src/docker/labels.ts";
 import { labelPrefixProblems, OSPARC_LABELS } from "../../src/label-prefix.ts";
-import { createLabelWithdrawer, createReporter, volumeDetails, type ReporterDeps } from "../../src/agent/report.ts";
+import { createLabelWithdrawer, createReporter, type ReporterDeps } from "../../src/docker/readiness-labels.ts";
+import { volumeDetails } from "../../src/agent/report.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 import { Label, MAX_TAG_VALUE, RequestLabel, WORKSPACE_KEYS, workspaceLabel } from "../../src/tags.ts";
 

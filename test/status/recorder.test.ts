@@ -88,9 +88,15 @@ t.test("a boot: the record and the textfile, with the host facts of a boot that 
     textfileDir: join(dir, "prom"),
     log,
     facts,
-    publishedLabels: () => ({ "x.state": "ready" }),
   });
-  await recorder.bootFinished({ instanceId: "i-1", bootId: "b-1", phase: "single", report: readyBoot, finishedAt: at });
+  await recorder.bootFinished({
+    instanceId: "i-1",
+    bootId: "b-1",
+    phase: "single",
+    report: readyBoot,
+    finishedAt: at,
+    publishedLabels: { "x.state": "ready" },
+  });
   const record = (await readBootRecord(join(dir, "state"))).record!;
   tt.equal(record.result.source, "pool");
   tt.same(record.labels, { "x.state": "ready" });

@@ -724,23 +724,27 @@ async function verifyDocker(
   return undefined;
 }
 
-/** Begins the pre-warm of the volume in hand (undefined without a pre-warm). */
-function beginPrewarm({ progress, deps, limits }: StepContext): PrewarmAtBoot | undefined {
-  if (!deps.prewarm) return undefined;
+/** Begins the pre-warm of the volume in hand with the plan's strategy (undefined without a pre-warm step). */
+function beginPrewarm({ progress, deps, limits, plan }: StepContext): PrewarmAtBoot | undefined {
+  const step = plan.steps.find((s): s is StepOf<"prewarm"> => s.step === "prewarm");
+  if (!deps.prewarm || !step) return undefined;
   const volume = volumeOf(progress);
-  return deps.prewarm({
-    volume: {
-      volumeId: volume.volumeId,
-      ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}),
-      ...(volume.createTime ? { createTime: volume.createTime } : {}),
-      tags: volume.tags,
+  return deps.prewarm(
+    {
+      volume: {
+        volumeId: volume.volumeId,
+        ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}),
+        ...(volume.createTime ? { createTime: volume.createTime } : {}),
+        tags: volume.tags,
+      },
+      sizeBytes: volume.sizeGiB * 1024 ** 3,
+      device: progress.device!,
+      mountPoint: progress.mountPoint!,
+      labels: volumeDetails(volume),
+      images: imagesOfNode(volume.tags, limits.expectedImages),
     },
-    sizeBytes: volume.sizeGiB * 1024 ** 3,
-    device: progress.device!,
-    mountPoint: progress.mountPoint!,
-    labels: volumeDetails(volume),
-    images: imagesOfNode(volume.tags, limits.expectedImages),
-  });
+    step.strategy,
+  );
 }
 
 /**

@@ -15,9 +15,10 @@ import type {
 } from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
 import type { PrewarmTarget } from "../prewarm/plan.ts";
+import type { PrewarmStrategy } from "../../config/index.ts";
 import type { DataRootPorts } from "./activation-marker.ts";
 
-/** The adapters a boot uses (built in src/cli/wiring.ts, for the CLI or a lab host). */
+/** The adapters a boot uses, and the parts it composes from them once its settings are known (compose.ts). */
 export interface BootDeps {
   cloud: CloudVolumes;
   storage: HostStorage;
@@ -46,11 +47,11 @@ export interface BootDeps {
    */
   preflight?(): Promise<void>;
   /**
-   * Begins the pre-warm (beginPrewarmAtBoot with the configured settings): the sample starts at
+   * Begins the pre-warm (beginPrewarmAtBoot with the plan's strategy): the sample starts at
    * once (the boot begins it as docker starts); a verdict, and maybe an initialization, inline or
    * handed to the background run, once its outcome is asked for. Absent: the step does nothing.
    */
-  prewarm?(target: PrewarmTarget): PrewarmAtBoot;
+  prewarm?(target: PrewarmTarget, strategy: PrewarmStrategy): PrewarmAtBoot;
   /**
    * The fill of the filesystem mounted exactly at a mount point (statfs, src/host/fill.ts), read
    * when a step on the volume failed: a full volume is handed back, never quarantined

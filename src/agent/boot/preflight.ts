@@ -179,28 +179,6 @@ export async function preflightHost(deps: PreflightDeps): Promise<void> {
   });
 }
 
-/**
- * The engine-label check of the reporter: a `--label` flag makes dockerd refuse daemon.json's
- * `labels` (at the reload, and at its next start), so engine labels must not be written at all.
- */
-export async function engineLabelsProblem(
-  deps: Pick<PreflightDeps, "dockerdCommand" | "daemonJsonPath">,
-): Promise<HostProblem | undefined> {
-  const command = await deps.dockerdCommand();
-  if (command.unknown !== undefined) return undefined;
-  const flags = parseDockerdFlags(command.args);
-  return dockerdFlagProblems(
-    flags,
-    { labels: [] },
-    {
-      daemonJsonPath: deps.daemonJsonPath,
-      readsAgentFile: true,
-      agentKeys: ["labels"],
-      source: command.source,
-    },
-  ).find((p) => p.key === "labels");
-}
-
 /** Whether two paths name the same file (symlinks resolved when they exist). */
 async function sameFile(a: string, b: string): Promise<boolean> {
   const real = (p: string) => realpath(p).catch(() => resolve(p));

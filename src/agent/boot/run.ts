@@ -1,17 +1,19 @@
 /**
  * The boot use case's entry, called by the CLI (`ebs-cache-agent boot`): identify → resolve
- * settings → observe (or degrade) → plan → (dry run: print) → apply → exit code. The adapters
- * come from the caller (the CLI's real ones, or a lab host's), so the same code runs on EC2 and
- * in the lab.
+ * settings → compose its parts → observe (or degrade) → plan → (dry run: print) → apply → exit
+ * code. The host's adapters come from the caller (src/cli/wiring.ts: the CLI's real ones, or a lab
+ * host's; the port fakes in the unit tests), so the same code runs on EC2, in the lab and in process.
  */
 import { cloudFailureOf } from "../../aws/errors.ts";
 import { AgentError, ConfigError, ExitCode, describeError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { applyBoot } from "./apply.ts";
 import type { BootLimits } from "./context.ts";
-import type { BootDeps } from "./deps.ts";
+import type { AgentConfig } from "../../config/index.ts";
+import type { HostAdapters } from "../adapters.ts";
+import { composeBoot } from "./compose.ts";
 import { BootBudgetSpent, CancelledError } from "./errors.ts";
-import { observeBoot, observeIdentity, type IdentitySource } from "./observe.ts";
+import { observeBoot, observeIdentity } from "./observe.ts";
 import {
   preparedInThisBoot,
   readPreparedRecord,
@@ -22,31 +24,10 @@ import { planBoot, type BootObservation, type BootPlan, type BootSettings } from
 import type { BootPhase, CloudVolumes, Identity } from "../ports.ts";
 import type { HostStore } from "../../docker/image-store.ts";
 import { recordOf, resolveSettings, type ResolvedSettings } from "../settings.ts";
-import { writeWorkspaceRecord, type WorkspaceRecord } from "../workspace-record.ts";
+import { writeWorkspaceRecord, type Activation, type WorkspaceRecord } from "../workspace-record.ts";
 import { describeDiskError, diskErrorKind } from "../../disk-errors.ts";
 import { stateFolderRefused } from "../../state-folder.ts";
-import type { BootReport, OutcomeRecorder } from "../outcomes.ts";
-import { dataRootToRestore } from "../../docker/original-data-root.ts";
-
-export interface BootCommandDeps extends IdentitySource {
-  /** EC2 in the instance's region. */
-  cloudFor(region: string): CloudVolumes;
-  /** The side-effecting adapters, built once the settings are known. */
-  bootDeps(settings: ResolvedSettings, cloud: CloudVolumes): BootDeps;
-  /**
-   * docker's data-root without the agent when the host's own is not recorded (original-data-root.ts); undefined:
-   * docker's default.
-   */
-  defaultDataRoot?: string;
-  /** Leaves the outcome for `status` and the metrics; absent: nothing is recorded. */
-  recorder?: OutcomeRecorder;
-  /**
-   * The host's image store and engine version (daemon.json, `dockerd --version`); absent: not observed (graphdriver).
-   */
-  hostStore?: () => Promise<HostStore>;
-  /** Starts the background refresh of the volume's images, asked only with config refresh.enabled; absent: none. */
-  startRefresh?: () => Promise<void>;
-}
+import type { BootReport } from "../outcomes.ts";
 
 export interface BootOutcome {
   identity: Identity;
@@ -60,89 +41,33 @@ export function bootExitCode(report: BootReport): number {
   return report.outcome === "degraded" ? ExitCode.degraded : ExitCode.ok;
 }
 
-/** Runs the boot (or, with dryRun, only plans it). Throws ConfigError on bad tags: nothing changed. */
-export async function runBoot(
-  deps: BootCommandDeps,
-  options: {
-    dryRun: boolean;
-    withDocker?: boolean;
-    mayClaim?: boolean;
-    signal?: AbortSignal;
-    /** Docker is on its final data-root: as soon as it is verified there, else when the boot ends (ApplyOptions). */
-    dataRootFinal?: () => Promise<void>;
-  },
-): Promise<BootOutcome> {
-  const { log, config } = deps;
+export interface BootOptions {
+  dryRun: boolean;
+  withDocker?: boolean;
+  mayClaim?: boolean;
+  signal?: AbortSignal;
+  /** Docker is on its final data-root: as soon as it is verified there, else when the boot ends (ApplyOptions). */
+  dataRootFinal?: () => Promise<void>;
+}
+
+/**
+ * Runs the boot (or, with dryRun, only plans it) over the host's adapters; it composes its own parts
+ * (compose.ts) once its settings are known. Throws ConfigError on bad tags: nothing changed.
+ */
+export async function runBoot(config: AgentConfig, host: HostAdapters, options: BootOptions): Promise<BootOutcome> {
+  const { log } = host;
   const started = Date.now();
-  const mayClaim = options.mayClaim ?? true;
   const stateDir = config.paths.stateDir;
   // The host's image store (daemon.json, and `dockerd --version`: a process, ~0.1 s) is read
   // beside IMDS and EC2 rather than after them: with EC2 answering fast the observation would
   // otherwise wait for it. Read-only; a failure leaves the store unobserved, as in observeBoot.
-  const hostStoreRead = deps.hostStore?.();
+  const hostStoreRead = host.hostStore?.();
   hostStoreRead?.catch(() => undefined);
   const hostStore = hostStoreRead ? () => hostStoreRead : undefined;
-  // Bad instance tags refuse the boot whatever an earlier record says: checked as soon as they
-  // are read, before any EC2 call (nothing was changed on this node).
-  const checkTags = (found: Identity) => {
-    const checked = resolveSettings(config, found, { withDocker: options.withDocker ?? true, mayClaim });
-    if (!checked.ok)
-      throw new ConfigError(checked.problems, "fix the instance tags (nothing was changed on this node)");
-  };
-  const { identity, activation, previous } = await observeIdentity(deps, {
-    mayClaim,
-    checkTags,
-    ...(options.signal ? { signal: options.signal } : {}),
-  });
-  log.info("boot.identity", "instance identified", {
-    instance: identity.instanceId,
-    zone: identity.availabilityZone,
-    tags: identity.tagsSource,
-  });
-  if (previous.problem)
-    log.warning("boot.settings", `${previous.problem}: the labels tag is read instead`, { stateDir });
-  // A stop and start: whoever the record named is not this run's tenant until the tags say so.
-  if (previous.earlier)
-    log.info(
-      "boot.settings",
-      `the workspace record is of an earlier activation (${previous.earlier.recordedAt}): not used; the current ` +
-        `tags say who this instance serves`,
-      { stateDir },
-    );
-  const resolved = resolveSettings(config, identity, {
-    withDocker: options.withDocker ?? true,
-    mayClaim,
-    recorded: previous.record,
-  });
-  if (!resolved.ok) {
-    throw new ConfigError(resolved.problems, "fix the instance tags (nothing was changed on this node)");
-  }
-  for (const line of resolved.value.applied) log.info("boot.settings", `instance tag override: ${line}`);
-  for (const line of resolved.value.warnings) log.warning("boot.settings", line);
-  for (const line of resolved.value.notes) log.info("boot.settings", line);
-  const settings = resolved.value.boot;
-  // The autoscaler deletes the labels tag after the join: phase 2, reboots' later phases and the
-  // release read what this phase used from the record, in the state folder and on the volume.
-  let record: WorkspaceRecord | undefined;
-  if (mayClaim && !options.dryRun) {
-    record = resolved.value.request.fromRecord
-      ? previous.record
-      : {
-          ...recordOf(identity, resolved.value.request),
-          ...(activation.launchTime ? { launchTime: activation.launchTime } : {}),
-          ...(activation.bootId ? { bootId: activation.bootId } : {}),
-          recordedAt: new Date().toISOString(),
-        };
-    if (record && !resolved.value.request.fromRecord) {
-      await writeWorkspaceRecord(stateDir, record).catch((error: unknown) =>
-        stateFolderRefused(log, stateDir, "boot.state-folder", stateFolderLine(stateDir, error), {
-          error: describeError(error),
-        }),
-      );
-    }
-  }
+  const { identity, activation, resolved, record } = await identifyAndResolve(config, host, options);
+  const settings = resolved.boot;
 
-  const cloud = deps.cloudFor(config.region ?? identity.region);
+  const cloud = host.cloudFor(config.region ?? identity.region);
   // One budget for the first phase (it may claim, and runs before docker.service): whatever is
   // not done by then is undone and the node degrades, so that it joins the swarm in time.
   const budget =
@@ -150,7 +75,9 @@ export async function runBoot(
       ? bootBudget(config.timeouts.bootSeconds, started)
       : undefined;
   const signal = anySignal([options.signal, budget?.signal]);
-  const bootDeps = deps.bootDeps(resolved.value, cloud);
+  // The labels the last report of this run published (the reporter tells), for the boot's record.
+  let published: Record<string, string> | undefined;
+  const bootDeps = composeBoot(host, config, resolved, cloud, (labels) => (published = labels));
   // `dockerd --version` (~0.1 s, memoized per run) is wanted by the host check and the switch of a
   // run that may claim: read while EC2 is asked, off the boot's path. A failure is not kept.
   if (settings.mayClaim && settings.enabled && !options.dryRun) void bootDeps.dockerVersion().catch(() => undefined);
@@ -158,7 +85,7 @@ export async function runBoot(
   // The second phase need not redo what the first did in this boot (prepared-record.ts); a first phase
   // vouches for nothing until it has prepared the volume again.
   const prepared = !settings.mayClaim
-    ? preparedInThisBoot(await readPreparedRecord(stateDir), { bootId: deps.bootId, instanceId: identity.instanceId })
+    ? preparedInThisBoot(await readPreparedRecord(stateDir), { bootId: host.bootId, instanceId: identity.instanceId })
     : undefined;
   if (settings.mayClaim && !options.dryRun) await removePreparedRecord(stateDir).catch(() => undefined);
   const plan =
@@ -172,15 +99,9 @@ export async function runBoot(
   if (options.dryRun) return { identity, plan, exitCode: ExitCode.ok };
 
   const limits: BootLimits = {
-    attachTimeoutMs: config.timeouts.attachSeconds * 1000,
-    deviceTimeoutMs: config.timeouts.deviceSeconds * 1000,
-    holderWaitMs: config.timeouts.mountHolderSeconds * 1000,
-    dockerTimeoutMs: config.timeouts.dockerSeconds * 1000,
-    expectedImages: [...config.docker.expectedImages],
-    device: settings.device,
-    mountRoot: settings.mountRoot,
-    defaultDataRoot: await dataRootToRestore(config.paths.stateDir, deps.defaultDataRoot, log),
-    ...(deps.bootId ? { bootId: deps.bootId } : {}),
+    ...limitsOf(config, settings),
+    defaultDataRoot: await host.dataRootToRestore(),
+    ...(host.bootId ? { bootId: host.bootId } : {}),
     ...(activation.launchTime ? { launchTime: activation.launchTime } : {}),
     ...(record ? { workspaceRecord: record } : {}),
   };
@@ -200,21 +121,100 @@ export async function runBoot(
   }).finally(() => budget?.clear());
   // A boot that ended otherwise (degraded, disabled, prepared) has docker where it stays too.
   await options.dataRootFinal?.();
-  if (report.outcome === "prepared" && deps.bootId)
-    await recordPrepared(stateDir, deps.bootId, identity.instanceId, report, log);
+  if (report.outcome === "prepared" && host.bootId)
+    await recordPrepared(stateDir, host.bootId, identity.instanceId, report, log);
   // A problem that will not clear by itself (permissions) fails the unit, after the node came up degraded.
   const exitCode = "plan" in observation && !observation.transient ? ExitCode.failure : bootExitCode(report);
   const phase: BootPhase = !settings.mayClaim ? "second" : settings.withDocker ? "single" : "first";
-  await deps.recorder?.bootFinished({
+  await host.recorder?.bootFinished({
     instanceId: identity.instanceId,
-    ...(deps.bootId ? { bootId: deps.bootId } : {}),
+    ...(host.bootId ? { bootId: host.bootId } : {}),
     phase,
     report,
     finishedAt: new Date(),
+    ...(published ? { publishedLabels: published } : {}),
   });
-  if (deps.startRefresh && config.refresh.enabled && (report.outcome === "ready" || report.outcome === "warming"))
-    await startRefresh(deps.startRefresh, log);
+  if (host.startRefresh && config.refresh.enabled && (report.outcome === "ready" || report.outcome === "warming"))
+    await startRefresh(host.startRefresh, log);
   return { identity, plan, report, exitCode };
+}
+
+/** The boot's limits of config `timeouts` and `docker`, and where it mounts. */
+function limitsOf(config: AgentConfig, settings: BootSettings): Omit<BootLimits, "defaultDataRoot"> {
+  return {
+    attachTimeoutMs: config.timeouts.attachSeconds * 1000,
+    deviceTimeoutMs: config.timeouts.deviceSeconds * 1000,
+    holderWaitMs: config.timeouts.mountHolderSeconds * 1000,
+    dockerTimeoutMs: config.timeouts.dockerSeconds * 1000,
+    expectedImages: [...config.docker.expectedImages],
+    device: settings.device,
+    mountRoot: settings.mountRoot,
+  };
+}
+
+/**
+ * The instance, its activation, its settings (config < instance tags < this activation's record), and
+ * the workspace record this run writes (the first phase's, unless a dry run).
+ */
+async function identifyAndResolve(
+  config: AgentConfig,
+  host: HostAdapters,
+  options: BootOptions,
+): Promise<{ identity: Identity; activation: Activation; resolved: ResolvedSettings; record?: WorkspaceRecord }> {
+  const { log } = host;
+  const stateDir = config.paths.stateDir;
+  const mayClaim = options.mayClaim ?? true;
+  const withDocker = options.withDocker ?? true;
+  // Bad instance tags refuse the boot whatever an earlier record says: checked as soon as they
+  // are read, before any EC2 call (nothing was changed on this node).
+  const checkTags = (found: Identity) => {
+    const checked = resolveSettings(config, found, { withDocker, mayClaim });
+    if (!checked.ok)
+      throw new ConfigError(checked.problems, "fix the instance tags (nothing was changed on this node)");
+  };
+  const { identity, activation, previous } = await observeIdentity(
+    { ...host, config },
+    { mayClaim, checkTags, ...(options.signal ? { signal: options.signal } : {}) },
+  );
+  log.info("boot.identity", "instance identified", {
+    instance: identity.instanceId,
+    zone: identity.availabilityZone,
+    tags: identity.tagsSource,
+  });
+  if (previous.problem)
+    log.warning("boot.settings", `${previous.problem}: the labels tag is read instead`, { stateDir });
+  // A stop and start: whoever the record named is not this run's tenant until the tags say so.
+  if (previous.earlier)
+    log.info(
+      "boot.settings",
+      `the workspace record is of an earlier activation (${previous.earlier.recordedAt}): not used; the current ` +
+        `tags say who this instance serves`,
+      { stateDir },
+    );
+  const resolved = resolveSettings(config, identity, { withDocker, mayClaim, recorded: previous.record });
+  if (!resolved.ok) {
+    throw new ConfigError(resolved.problems, "fix the instance tags (nothing was changed on this node)");
+  }
+  for (const line of resolved.value.applied) log.info("boot.settings", `instance tag override: ${line}`);
+  for (const line of resolved.value.warnings) log.warning("boot.settings", line);
+  for (const line of resolved.value.notes) log.info("boot.settings", line);
+  // The autoscaler deletes the labels tag after the join: phase 2, reboots' later phases and the
+  // release read what this phase used from the record, in the state folder and on the volume.
+  if (!mayClaim || options.dryRun) return { identity, activation, resolved: resolved.value };
+  if (resolved.value.request.fromRecord)
+    return { identity, activation, resolved: resolved.value, ...(previous.record ? { record: previous.record } : {}) };
+  const record: WorkspaceRecord = {
+    ...recordOf(identity, resolved.value.request),
+    ...(activation.launchTime ? { launchTime: activation.launchTime } : {}),
+    ...(activation.bootId ? { bootId: activation.bootId } : {}),
+    recordedAt: new Date().toISOString(),
+  };
+  await writeWorkspaceRecord(stateDir, record).catch((error: unknown) =>
+    stateFolderRefused(log, stateDir, "boot.state-folder", stateFolderLine(stateDir, error), {
+      error: describeError(error),
+    }),
+  );
+  return { identity, activation, resolved: resolved.value, record };
 }
 
 /** Hands the refresh to its own process once the node is up; a failure to start it is a warning, never the boot's. */

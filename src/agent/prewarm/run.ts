@@ -2,17 +2,17 @@
  * `ebs-cache-agent prewarm`: the pre-warm of the cache volume attached to this instance, on its
  * own. With `--background` it is the run the boot hands a long initialization to (the node is
  * labelled `warming` meanwhile); by hand it checks, initializes, or resumes an interrupted
- * initialization. The adapters come from the caller (src/cli/wiring.ts: the CLI's real ones,
- * or a lab host's).
+ * initialization. The host's adapters come from the caller (src/cli/wiring.ts: the CLI's real
+ * ones, or a lab host's); it composes its labels and reads from them.
  *
  * And `ebs-cache-agent status`: the state file in words.
  */
 import type { AgentConfig } from "../../config/index.ts";
 import { ConfigError, ExitCode } from "../../errors.ts";
-import type { Logger } from "../../log.ts";
-import type { CloudVolumes, HostStorage, Identity, PrewarmReader, VolumeInfo } from "../ports.ts";
+import type { HostAdapters } from "../adapters.ts";
+import type { VolumeInfo } from "../ports.ts";
 import { volumeDetails } from "../report.ts";
-import { resolveSettings, type ResolvedSettings } from "../settings.ts";
+import { resolveSettings } from "../settings.ts";
 import { decidePrewarm, prewarmAtBoot, runInitialization } from "./apply.ts";
 import { imagesOfNode } from "./need.ts";
 import { findAttachedVolume, findMountedDevice } from "./observe.ts";
@@ -21,27 +21,6 @@ import { prewarmSettingsFrom, type PrewarmReport, type PrewarmTarget } from "./p
 import type { PrewarmStrategy } from "../../config/index.ts";
 import { isAlive } from "../process-identity.ts";
 import { readPrewarmState, renderPrewarmStatus, stateOfVolume, type PrewarmState } from "./state.ts";
-import type { OutcomeRecorder } from "../outcomes.ts";
-
-/** The host's side of the command, built once the settings are known. */
-export interface PrewarmHost {
-  storage: Pick<HostStorage, "findDevice" | "mountPointOf">;
-  /** Publishes the readiness labels. */
-  report(state: "warming" | "ready", details: Record<string, string>): Promise<void>;
-  reader: PrewarmReader;
-}
-
-/** What the command needs (src/cli/wiring.ts builds it). */
-export interface PrewarmCommandDeps {
-  config: AgentConfig;
-  identify(): Promise<Identity>;
-  /** EC2 in the instance's region. */
-  cloudFor(region: string): CloudVolumes;
-  prewarmHost(settings: ResolvedSettings): PrewarmHost;
-  log: Logger;
-  /** Writes the pre-warm's metrics with each state written; absent: only the state file. */
-  recorder?: Pick<OutcomeRecorder, "prewarmStateWritten">;
-}
 
 export interface PrewarmCommandOptions {
   /** Overrides config `prewarm.strategy`. */
@@ -59,15 +38,16 @@ export interface PrewarmOutcome {
 
 /** Runs the pre-warm of the attached cache volume. */
 export async function runPrewarm(
-  deps: PrewarmCommandDeps,
+  config: AgentConfig,
+  host: HostAdapters,
   options: PrewarmCommandOptions = {},
 ): Promise<PrewarmOutcome> {
-  const { log, config } = deps;
-  const identity = await deps.identify();
+  const { log } = host;
+  const identity = await host.identify();
   const resolved = resolveSettings(config, identity, { withDocker: true, mayClaim: false });
   if (!resolved.ok)
     throw new ConfigError(resolved.problems, "fix the instance tags (nothing was changed on this node)");
-  const cloud = deps.cloudFor(config.region ?? identity.region);
+  const cloud = host.cloudFor(config.region ?? identity.region);
   const volume = await findAttachedVolume(cloud, identity.instanceId);
   if (!volume) {
     log.notice("prewarm.none", "no cache volume is attached to this instance: nothing to pre-warm", {
@@ -75,7 +55,10 @@ export async function runPrewarm(
     });
     return { exitCode: ExitCode.ok };
   }
-  const host = deps.prewarmHost(resolved.value);
+  const labels = host.labels({
+    prefix: resolved.value.effective.labels.prefix,
+    mode: resolved.value.effective.labels.mode,
+  });
   const mounted = await findMountedDevice(host.storage, volume.volumeId);
   const settings = {
     ...prewarmSettingsFrom(resolved.value.effective),
@@ -93,10 +76,10 @@ export async function runPrewarm(
     initializationStatus: (volumeId) => cloud.initializationStatus(volumeId),
     tagVolume: (volumeId, tags) => cloud.tagVolume(volumeId, tags),
     clock: cloud.clock,
-    report: (state, details) => host.report(state, details),
+    report: (state, details) => labels.report(state, details),
     stateDir: config.paths.stateDir,
     log,
-    ...(deps.recorder ? { recorder: deps.recorder } : {}),
+    ...(host.recorder ? { recorder: host.recorder } : {}),
   };
   // Decided once: the long part and the boot's step both take this decision, not one of their own.
   const decision = await decidePrewarm(target, settings, prewarmDeps);
@@ -109,7 +92,7 @@ export async function runPrewarm(
     });
   } else {
     report = await prewarmAtBoot(target, settings, prewarmDeps, decision);
-    await host.report("ready", { ...target.labels, ...report.labels }).catch((error: unknown) => {
+    await labels.report("ready", { ...target.labels, ...report.labels }).catch((error: unknown) => {
       log.warning("prewarm.labels", `could not publish the labels: ${String(error)}`);
     });
   }

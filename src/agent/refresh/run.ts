@@ -6,25 +6,12 @@
  */
 import type { AgentConfig } from "../../config/index.ts";
 import { ConfigError, ExitCode, describeError } from "../../errors.ts";
-import type { Logger } from "../../log.ts";
-import type { DockerEngine, Identity, ImagePuller, RefreshCloud } from "../ports.ts";
+import type { HostAdapters } from "../adapters.ts";
 import { resolveSettings } from "../settings.ts";
 import { applyRefresh } from "./apply.ts";
 import { observeRefresh } from "./observe.ts";
 import { planRefresh, type RefreshPlan, type RefreshSettings } from "./plan.ts";
 import { isRunning, readRefreshState, writeRefreshState, type RefreshState } from "./state.ts";
-
-/** What the command needs (src/cli/wiring.ts builds it). */
-export interface RefreshCommandDeps {
-  config: AgentConfig;
-  identify(): Promise<Identity>;
-  cloudFor(region: string): RefreshCloud;
-  engine: Pick<DockerEngine, "images">;
-  puller: ImagePuller;
-  /** The refresh's metrics, rewritten with the state; absent: only the state file. */
-  writeMetrics?(state: RefreshState): Promise<void>;
-  log: Logger;
-}
 
 export interface RefreshOutcome {
   plan: RefreshPlan;
@@ -44,18 +31,19 @@ export function refreshSettingsFrom(config: AgentConfig, imageSet: string | null
 
 /** Runs the refresh (or, with dryRun, only plans it). */
 export async function runRefresh(
-  deps: RefreshCommandDeps,
+  config: AgentConfig,
+  host: HostAdapters,
   options: { dryRun: boolean; signal?: AbortSignal },
 ): Promise<RefreshOutcome> {
-  const { config, log } = deps;
+  const { log } = host;
   const stateDir = config.paths.stateDir;
-  const identity = await deps.identify();
+  const identity = await host.identify();
   const resolved = resolveSettings(config, identity, { withDocker: true, mayClaim: false });
   if (!resolved.ok)
     throw new ConfigError(resolved.problems, "fix the instance tags (nothing was changed on this node)");
   const settings = refreshSettingsFrom(config, resolved.value.effective.imageSet);
-  const cloud = deps.cloudFor(config.region ?? identity.region);
-  const observed = await observeRefresh(cloud, deps.engine, identity, settings.imageSet);
+  const cloud = host.cloudFor(config.region ?? identity.region);
+  const observed = await observeRefresh(cloud, host.engine, identity, settings.imageSet);
   const plan = planRefresh(settings, observed);
   if (options.dryRun) return { plan, exitCode: ExitCode.ok };
 
@@ -72,12 +60,12 @@ export async function runRefresh(
         { stateDir },
       ),
     );
-    await deps.writeMetrics?.(state);
+    await host.recorder?.refreshStateWritten(state);
   };
   const state = await applyRefresh(
     plan,
     settings,
-    { cloud, engine: deps.engine, puller: deps.puller, saveState, instanceId: identity.instanceId, log },
+    { cloud, engine: host.engine, puller: host.puller, saveState, instanceId: identity.instanceId, log },
     options.signal ? { signal: options.signal } : {},
   );
   // Stopped by a signal (SIGTERM, SIGINT): not done, whatever it pulled; the next run pulls the rest.

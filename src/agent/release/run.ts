@@ -1,12 +1,11 @@
 /**
  * The release's entry (`ebs-cache-agent release`, src/cli/release.ts): identify → resolve
- * settings → observe → plan → (dry run: print) → apply. The adapters come from the caller
- * (src/cli/wiring.ts: the CLI's real ones, or a lab host's), so the same code runs on EC2
- * (systemd's ExecStop, after docker.service stopped) and in the lab.
+ * settings → compose its parts → observe → plan → (dry run: print) → apply. The host's adapters
+ * come from the caller (src/cli/wiring.ts: the CLI's real ones, or a lab host's), so the same code
+ * runs on EC2 (systemd's ExecStop, after docker.service stopped) and in the lab.
  */
 import type { AgentConfig } from "../../config/index.ts";
 import { ExitCode } from "../../errors.ts";
-import type { Logger } from "../../log.ts";
 import type { CloudVolumes, Identity } from "../ports.ts";
 import { resolveReleaseSettings, type ResolvedReleaseSettings } from "../settings.ts";
 import { readWorkspaceRecord, type WorkspaceRecord } from "../workspace-record.ts";
@@ -14,30 +13,11 @@ import { findVolumeRecord } from "../volume-record.ts";
 import { applyRelease } from "./apply.ts";
 import { observeRelease } from "./observe.ts";
 import { planRelease, type ReleasePlan } from "./plan.ts";
-import { dataRootToRestore } from "../../docker/original-data-root.ts";
+import type { HostAdapters } from "../adapters.ts";
 import type { ReleaseDeps } from "./deps.ts";
 
 export type { ReleaseDeps } from "./deps.ts";
-import type { OutcomeRecorder, ReleaseReport } from "../outcomes.ts";
-
-export interface ReleaseCommandDeps {
-  config: AgentConfig;
-  identify(): Promise<Identity>;
-  /** EC2 in the instance's region. */
-  cloudFor(region: string): CloudVolumes;
-  /** The side-effecting adapters, built once the settings are known. */
-  releaseDeps(settings: ResolvedReleaseSettings, cloud: CloudVolumes): ReleaseDeps;
-  /**
-   * docker's data-root without the agent when the host's own is not recorded (original-data-root.ts); undefined:
-   * docker's default.
-   */
-  defaultDataRoot?: string;
-  log: Logger;
-  /** Leaves the outcome for `status` and the metrics; absent: nothing is recorded. */
-  recorder?: OutcomeRecorder;
-  /** This boot of the machine (/proc/sys/kernel/random/boot_id): the activation a volume's record must be of. */
-  bootId?: string;
-}
+import type { ReleaseReport } from "../outcomes.ts";
 
 export interface ReleaseOutcome {
   identity: Identity;
@@ -57,50 +37,76 @@ export function releaseExitCode(report: ReleaseReport): number {
  * boot's kernel boot id is its activation here, the launch time being unknown to the release).
  */
 async function recordOfThisInstance(
-  deps: ReleaseCommandDeps,
+  config: AgentConfig,
+  adapters: HostAdapters,
   identity: Identity,
 ): Promise<{ record?: WorkspaceRecord; problem?: string }> {
-  const { config } = deps;
   const host = await readWorkspaceRecord(config.paths.stateDir);
   if (host.record?.instanceId === identity.instanceId) return host;
-  if (!deps.bootId) return host;
+  if (!adapters.bootId) return host;
   const onVolume = await findVolumeRecord(config.paths.mountRoot, {
     instanceId: identity.instanceId,
-    bootId: deps.bootId,
+    bootId: adapters.bootId,
   });
   if (onVolume.record) {
     if (host.problem)
-      deps.log.info("release.settings", `${host.problem}: the copy on ${onVolume.record.volumeId} is read`);
+      adapters.log.info("release.settings", `${host.problem}: the copy on ${onVolume.record.volumeId} is read`);
     return { record: onVolume.record };
   }
   return host.problem ? host : onVolume;
 }
 
+/** The release's deps: the host's adapters, its labels under the run's prefix and mode, its few knobs. */
+export function composeRelease(
+  config: AgentConfig,
+  host: HostAdapters,
+  settings: ResolvedReleaseSettings,
+  cloud: CloudVolumes,
+): ReleaseDeps {
+  const { withdraw } = host.labels({ prefix: settings.effective.labels.prefix, mode: settings.effective.labels.mode });
+  return {
+    cloud,
+    storage: host.storage,
+    mounts: host.mounts,
+    daemonConfig: host.daemonConfig,
+    docker: host.docker,
+    engine: host.engine,
+    withdrawLabels: withdraw,
+    ...(host.containerd ? { containerd: host.containerd } : {}),
+    log: host.log,
+    ...(host.pollMs ? { pollMs: host.pollMs } : {}),
+    ...(host.spotInstanceAction ? { spotInstanceAction: host.spotInstanceAction } : {}),
+    imdsRequestSeconds: config.timeouts.imdsRequestSeconds,
+    ...(host.rebootQueued ? { rebootQueued: host.rebootQueued } : {}),
+  };
+}
+
 /** Runs the release (or, with dryRun, only plans it). */
 export async function runRelease(
-  deps: ReleaseCommandDeps,
+  config: AgentConfig,
+  host: HostAdapters,
   options: { dryRun: boolean; signal?: AbortSignal },
 ): Promise<ReleaseOutcome> {
-  const { log, config } = deps;
-  const identity = await deps.identify();
+  const { log } = host;
+  const identity = await host.identify();
   log.info("release.identity", "instance identified", {
     instance: identity.instanceId,
     zone: identity.availabilityZone,
     tags: identity.tagsSource,
   });
-  const previous = await recordOfThisInstance(deps, identity);
+  const previous = await recordOfThisInstance(config, host, identity);
   if (previous.problem)
     log.warning("release.settings", `${previous.problem}: keep is read from the labels tag instead`);
   const resolved = resolveReleaseSettings(config, identity, {
-    defaultDataRoot: await dataRootToRestore(config.paths.stateDir, deps.defaultDataRoot, log),
+    defaultDataRoot: await host.dataRootToRestore(),
     recorded: previous.record,
   });
   for (const line of resolved.applied) log.info("release.settings", `instance tag override: ${line}`);
   for (const line of resolved.warnings) log.warning("release.settings", line);
   const settings = resolved.release;
 
-  const cloud = deps.cloudFor(config.region ?? identity.region);
-  const releaseDeps = deps.releaseDeps(resolved, cloud);
+  const cloud = host.cloudFor(config.region ?? identity.region);
+  const releaseDeps = composeRelease(config, host, resolved, cloud);
   const observed = await observeRelease(releaseDeps, identity, settings);
   const plan = planRelease(settings, observed);
   if (observed.shutdown) {
@@ -131,6 +137,6 @@ export async function runRelease(
     },
     options.signal ? { signal: options.signal } : {},
   );
-  await deps.recorder?.releaseFinished({ instanceId: identity.instanceId, report });
+  await host.recorder?.releaseFinished({ instanceId: identity.instanceId, report });
   return { identity, plan, report, exitCode: releaseExitCode(report) };
 }

@@ -8,7 +8,7 @@ import { runBoot, type BootOutcome } from "../../agent/boot/run.ts";
 import { runPrewarm, type PrewarmCommandOptions, type PrewarmOutcome } from "../../agent/prewarm/run.ts";
 import { runRelease, type ReleaseOutcome } from "../../agent/release/run.ts";
 import { runRefresh, type RefreshOutcome } from "../../agent/refresh/run.ts";
-import { wireBoot, wirePrewarm, wireRefresh, wireRelease, type WiringOptions } from "../../cli/wiring.ts";
+import { wireAdapters, type WiringOptions } from "../../cli/wiring.ts";
 import { createMetadataService } from "../../aws/imds.ts";
 import { validateConfig, type AgentConfig } from "../../config/index.ts";
 import { AgentError } from "../../errors.ts";
@@ -134,7 +134,8 @@ export async function bootLabHost(
   },
 ): Promise<BootOutcome> {
   // withDocker false / mayClaim false: `boot --no-docker` (phase 1) / `boot --no-claim` (phase 2).
-  return runBoot(wireBoot(labWiring(lab, host, options)), {
+  const wiring = labWiring(lab, host, options);
+  return runBoot(wiring.config, wireAdapters(wiring), {
     dryRun: options.dryRun ?? false,
     ...(options.withDocker !== undefined ? { withDocker: options.withDocker } : {}),
     ...(options.mayClaim !== undefined ? { mayClaim: options.mayClaim } : {}),
@@ -148,7 +149,8 @@ export async function prewarmLabHost(
   host: LabHost,
   options: { overrides?: ConfigOverrides; log: Logger } & PrewarmCommandOptions,
 ): Promise<PrewarmOutcome> {
-  return runPrewarm(wirePrewarm(labWiring(lab, host, options)), options);
+  const wiring = labWiring(lab, host, options);
+  return runPrewarm(wiring.config, wireAdapters(wiring), options);
 }
 
 /** Releases in this process on a lab host (what ebs-cache-agent-release.service's ExecStop does at shutdown). */
@@ -157,7 +159,8 @@ export async function releaseLabHost(
   host: LabHost,
   options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger },
 ): Promise<ReleaseOutcome> {
-  return runRelease(wireRelease(labWiring(lab, host, options)), { dryRun: options.dryRun ?? false });
+  const wiring = labWiring(lab, host, options);
+  return runRelease(wiring.config, wireAdapters(wiring), { dryRun: options.dryRun ?? false });
 }
 
 /** `ebs-cache-agent refresh` in this process on a lab host (pulls through the host's private dockerd). */
@@ -166,7 +169,8 @@ export async function refreshLabHost(
   host: LabHost,
   options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger; signal?: AbortSignal },
 ): Promise<RefreshOutcome> {
-  return runRefresh(wireRefresh(labWiring(lab, host, options)), {
+  const wiring = labWiring(lab, host, options);
+  return runRefresh(wiring.config, wireAdapters(wiring), {
     dryRun: options.dryRun ?? false,
     ...(options.signal ? { signal: options.signal } : {}),
   });

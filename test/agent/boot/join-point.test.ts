@@ -5,18 +5,19 @@
  * (published with `prewarm=checking`, the verdict after it); a boot that ends otherwise still gets there.
  */
 import t from "tap";
-import type { PrewarmAtBoot } from "../../../src/agent/prewarm/apply.ts";
-import { readyReport, type PrewarmReport } from "../../../src/agent/prewarm/plan.ts";
-import { runBoot, type BootCommandDeps } from "../../../src/agent/boot/run.ts";
+import type { HostAdapters } from "../../../src/agent/adapters.ts";
+import type { PrewarmReader } from "../../../src/agent/ports.ts";
+import { runBoot } from "../../../src/agent/boot/run.ts";
 import { Label, VolumeTag } from "../../../src/tags.ts";
-import { fakeNode, type FakeNode } from "../../fixtures/fakes/index.ts";
+import { LATER, gatedReader } from "../../fixtures/background-prewarm.ts";
+import { WARM, fakeNode, fakeReader, waitFor, type FakeNode } from "../../fixtures/fakes/index.ts";
 
 const IMAGES = "lab/app:1";
-const CHECK = { action: "check", reason: "prewarm.strategy is check" } as const;
 
-/** A node with one pool volume whose images docker lists. */
+/** A node with one pool volume, made from a snapshot, whose images docker lists. */
 async function poolNode(t: Parameters<typeof fakeNode>[0]): Promise<FakeNode> {
   const node = await fakeNode(t);
+  const snapshotId = await node.fake.snapshot({ Name: "the pool's origin" });
   const volume = await node.fake.volume({
     tags: {
       [VolumeTag.managed]: "true",
@@ -24,34 +25,28 @@ async function poolNode(t: Parameters<typeof fakeNode>[0]): Promise<FakeNode> {
       [VolumeTag.pool]: "default",
       [VolumeTag.images]: IMAGES,
     },
+    snapshotId,
   });
   node.docker.state.images.set(`${node.config.paths.mountRoot}/${volume.volumeId}/docker`, [IMAGES]);
   return node;
 }
 
-/** A sample that ends only when the test says so. */
-function gatedSample(): { run: PrewarmAtBoot; finish(outcome: PrewarmReport): void } {
-  let finish!: (outcome: PrewarmReport) => void;
-  const outcome = new Promise<PrewarmReport>((resolve) => (finish = resolve));
-  return {
-    run: { outcome: () => outcome, idle: async () => undefined, decided: async () => CHECK },
-    finish: (o) => finish(o),
-  };
-}
-
-/** The boot command of `node` with this pre-warm, recording the join point among the calls. */
-function withPrewarm(node: FakeNode, run: PrewarmAtBoot): BootCommandDeps {
-  const command = node.bootCommand();
-  return { ...command, bootDeps: (settings, cloud) => ({ ...command.bootDeps(settings, cloud), prewarm: () => run }) };
+/**
+ * The host's adapters of `node` with this fio, and EC2's clock two hours on: the volume is no longer known cold by
+ * its age, so the boot's real pre-warm (strategy check) takes a sample.
+ */
+function withPrewarm(node: FakeNode, reader: PrewarmReader): HostAdapters {
+  const cloud = { ...node.fake.cloud, clock: { ...node.fake.cloud.clock, now: LATER } };
+  return node.adapters({ reader, cloudFor: () => cloud });
 }
 
 t.test(
   "a running sample: ready at once with prewarm=checking, then its verdict; the join point before both",
   async (t) => {
     const node = await poolNode(t);
-    const sample = gatedSample();
+    const sample = gatedReader(node);
     const events: string[] = [];
-    const booting = runBoot(withPrewarm(node, sample.run), {
+    const booting = runBoot(node.config, withPrewarm(node, sample.reader), {
       dryRun: false,
       dataRootFinal: async () => {
         events.push(
@@ -65,7 +60,7 @@ t.test(
     t.equal(node.labels.reports[0]?.state, "ready");
     t.equal(node.labels.reports[0]?.details[Label.prewarm], "checking", "prewarm=checking until the verdict");
     t.match(events, [/^final after [1-9]\d* docker calls, 0 labels$/], "the join point: docker verified, no label yet");
-    sample.finish(readyReport(CHECK, "cold", "done"));
+    sample.release(); // fio's first sample reads cold
     const outcome = await booting;
     t.equal(outcome.report?.outcome, "ready");
     t.equal(node.labels.reports.length, 2, "the labels again, with the verdict");
@@ -78,9 +73,17 @@ t.test(
 
 t.test("a sample done by the time docker is verified: one publication, with its verdict", async (t) => {
   const node = await poolNode(t);
-  const sample = gatedSample();
-  sample.finish(readyReport(CHECK, "warm", "done"));
-  const outcome = await runBoot(withPrewarm(node, sample.run), { dryRun: false });
+  const fio = fakeReader(node.script, { figures: [WARM] });
+  // docker's verification waits until the sample has read and its verdict is written (the state's second write).
+  node.script.before("engine.images", () =>
+    waitFor(
+      async () =>
+        node.script.of("fio.check").length > 0 &&
+        node.recorder.recorded.filter((r) => r.kind === "prewarmStateWritten").length >= 2,
+      "the sample's verdict",
+    ),
+  );
+  const outcome = await runBoot(node.config, withPrewarm(node, fio.reader), { dryRun: false });
   t.equal(outcome.report?.outcome, "ready");
   t.same(
     node.labels.reports.map((r) => [r.state, r.details[Label.prewarm]]),
@@ -94,7 +97,7 @@ t.test(
   async (t) => {
     const node = await fakeNode(t);
     const seen: string[] = [];
-    const outcome = await runBoot(node.bootCommand(), {
+    const outcome = await runBoot(node.config, node.adapters(), {
       dryRun: false,
       dataRootFinal: async () => void seen.push(`${node.labels.current()}`),
     });

@@ -32,7 +32,7 @@ t.test(
     });
     node.docker.state.images.set("*", []);
 
-    const first = await runBoot(node.bootCommand(), { dryRun: false, withDocker: false });
+    const first = await runBoot(node.config, node.adapters(), { dryRun: false, withDocker: false });
     t.equal(first.report?.outcome, "prepared", "phase 1 prepared A's workspace");
     t.equal(first.report?.volumeId, ofA.volumeId);
     await node.docker.service.start(); // docker.service, on the volume daemon.json names
@@ -42,7 +42,7 @@ t.test(
     for (const key of Object.keys(node.instance.tags)) if (key.startsWith("io.simcore")) delete node.instance.tags[key];
     Object.assign(node.instance.tags, labelsOf("B", { "io.simcore.ebs-cache.keep": "true" }));
 
-    const second = await runBoot(node.bootCommand(), { dryRun: false, mayClaim: false });
+    const second = await runBoot(node.config, node.adapters(), { dryRun: false, mayClaim: false });
     t.equal(second.report?.outcome, "degraded", "phase 2 degrades: the workspace is not B's");
     t.equal(node.docker.state.runningRoot, DEFAULT_ROOT, "docker moved off the workspace");
     t.equal(node.docker.state.daemonJson["data-root"], undefined, "daemon.json back on docker's default");
@@ -54,7 +54,7 @@ t.test(
     );
 
     await node.docker.service.stop(); // systemd stops docker before the release
-    const released = await runRelease(node.releaseCommand(), { dryRun: false });
+    const released = await runRelease(node.config, node.adapters(), { dryRun: false });
     t.equal(released.report?.outcome, "released");
     const end = await node.fake.describe(ofA.volumeId);
     t.equal(end.state, "available");

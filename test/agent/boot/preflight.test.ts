@@ -8,14 +8,8 @@ import { mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DaemonJsonError, parseDaemonJson, type DaemonJson } from "../../../src/docker/daemon-json.ts";
-import type { DockerdCommand } from "../../../src/docker/dockerd-flags.ts";
-import {
-  agentKeysFor,
-  daemonJsonProblems,
-  engineLabelsProblem,
-  PreflightError,
-  preflightHost,
-} from "../../../src/agent/boot/preflight.ts";
+import { engineLabelsProblem, type DockerdCommand } from "../../../src/docker/dockerd-flags.ts";
+import { agentKeysFor, daemonJsonProblems, PreflightError, preflightHost } from "../../../src/agent/boot/preflight.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 
 const PATH = "/etc/docker/daemon.json";

@@ -34,7 +34,7 @@ async function poolNode(
   return { node, volumes };
 }
 
-const boot = (node: FakeNode) => runBoot(node.bootCommand(), { dryRun: false });
+const boot = (node: FakeNode) => runBoot(node.config, node.adapters(), { dryRun: false });
 
 /** The volume is back in the pool: available, no attachment, no claim of this instance, never force-detached. */
 async function handedBack(t: Tap, node: FakeNode, volumeId: string): Promise<Record<string, string>> {
@@ -351,7 +351,7 @@ for (const [signal, remediation] of [
     const { node, volumes } = await poolNode(t, 1);
     const controller = new AbortController();
     node.script.before("storage.waitForDevice", () => controller.abort(new StopSignalReceived(signal)));
-    const outcome = await runBoot(node.bootCommand(), { dryRun: false, signal: controller.signal });
+    const outcome = await runBoot(node.config, node.adapters(), { dryRun: false, signal: controller.signal });
     t.equal(outcome.report?.outcome, "degraded");
     t.match(outcome.report?.reason, `stopped by ${signal} before it finished`);
     t.match(node.log.lines.join("\n"), remediation, "the remediation fits the signal");

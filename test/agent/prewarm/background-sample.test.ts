@@ -17,7 +17,7 @@ t.test("files in the background: the boot reports warming with prewarm=checking 
   const wired = withBackgroundPrewarm(node, fio.reader);
 
   // The sample has not ended (it cannot before release()): the boot ends all the same.
-  const booted = await runBoot(wired.command, { dryRun: false });
+  const booted = await runBoot(node.config, wired.adapters, { dryRun: false });
   const volumeId = booted.report?.volumeId ?? "";
   t.equal(booted.report?.outcome, "warming", booted.report?.reason ?? "usable, warming in the background");
   t.equal((await node.fake.describe(volumeId)).snapshotId, snapshot, "the volume is made from the pool's snapshot");

@@ -24,7 +24,7 @@ t.test("during the background run's first sample the state shows its process, ch
   const wired = withBackgroundPrewarm(node, fio.reader);
   const stateDir = node.config.paths.stateDir;
 
-  const booted = await runBoot(wired.command, { dryRun: false });
+  const booted = await runBoot(node.config, wired.adapters, { dryRun: false });
   t.equal(booted.report?.outcome, "warming", booted.report?.reason ?? "warming");
   const background = wired.background();
   if (!background) throw new Error("the initialization was not handed to the background run");

@@ -18,19 +18,10 @@ const POOL = { [VolumeTag.managed]: "true", [VolumeTag.kind]: "pool", [VolumeTag
 async function filesRead(t: Test, giveWay: Record<string, unknown>) {
   const node = await fakeNode(t, { config: { prewarm: { strategy: "off", giveWay } } });
   await node.fake.snapshot({ ...POOL });
-  const booted = await runBoot(node.bootCommand(), { dryRun: false });
+  const booted = await runBoot(node.config, node.adapters(), { dryRun: false });
   if (booted.report?.outcome !== "ready") throw new Error(`boot: ${booted.report?.reason}`);
   const reader = fakeReader(node.script, { figures: [COLD, WARM] });
-  const outcome = await runPrewarm(
-    {
-      config: node.config,
-      identify: async () => node.fake.identity(node.instance),
-      cloudFor: () => node.fake.cloud,
-      prewarmHost: () => ({ storage: node.host.storage, report: node.labels.report, reader: reader.reader }),
-      log: node.log,
-    },
-    { strategy: "files" },
-  );
+  const outcome = await runPrewarm(node.config, node.adapters({ reader: reader.reader }), { strategy: "files" });
   t.equal(outcome.report?.phase, "done", outcome.report?.error ?? "initialized");
   const reads = node.script.of("fio.initialize");
   t.equal(reads.length, 1, "one initialization");

@@ -6,7 +6,8 @@
  */
 import t from "tap";
 import { runBoot } from "../../../src/agent/boot/run.ts";
-import { runPrewarm, type PrewarmCommandDeps } from "../../../src/agent/prewarm/run.ts";
+import type { HostAdapters } from "../../../src/agent/adapters.ts";
+import { runPrewarm } from "../../../src/agent/prewarm/run.ts";
 import { Label, VolumeTag } from "../../../src/tags.ts";
 import { COLD, WARM, fakeNode, fakeReader, type FakeNode, type FakeReader } from "../../fixtures/fakes/index.ts";
 
@@ -16,20 +17,15 @@ const POOL = { [VolumeTag.managed]: "true", [VolumeTag.kind]: "pool", [VolumeTag
 async function bootedFromSnapshot(t: Parameters<typeof fakeNode>[0]): Promise<{ node: FakeNode; volumeId: string }> {
   const node = await fakeNode(t, { config: { prewarm: { strategy: "off" } } });
   await node.fake.snapshot({ ...POOL });
-  const booted = await runBoot(node.bootCommand(), { dryRun: false });
+  const booted = await runBoot(node.config, node.adapters(), { dryRun: false });
   if (booted.report?.outcome !== "ready" || !booted.report.volumeId) throw new Error(`boot: ${booted.report?.reason}`);
+  // The boot's own pre-warm step (strategy off) decided too: the test reads the command's lines only.
+  node.log.lines.splice(0);
   return { node, volumeId: booted.report.volumeId };
 }
 
-function prewarmDeps(node: FakeNode, reader: FakeReader): PrewarmCommandDeps {
-  return {
-    config: node.config,
-    identify: async () => node.fake.identity(node.instance),
-    cloudFor: () => node.fake.cloud,
-    prewarmHost: () => ({ storage: node.host.storage, report: node.labels.report, reader: reader.reader }),
-    log: node.log,
-    recorder: node.recorder,
-  };
+function prewarmDeps(node: FakeNode, reader: FakeReader): HostAdapters {
+  return node.adapters({ reader: reader.reader });
 }
 
 /** How many times the pre-warm decided (its `prewarm.decide` lines). */
@@ -53,7 +49,7 @@ t.test("check: a cold sample gives the verdict cold, published, the volume not t
   const { node, volumeId } = await bootedFromSnapshot(t);
   const reader = fakeReader(node.script, { figures: [COLD] });
   const statusAsked = countStatusCalls(node);
-  const outcome = await runPrewarm(prewarmDeps(node, reader), { strategy: "check" });
+  const outcome = await runPrewarm(node.config, prewarmDeps(node, reader), { strategy: "check" });
   t.equal(outcome.exitCode, 0);
   t.equal(outcome.volumeId, volumeId);
   t.equal(outcome.report?.verdict, "cold");
@@ -71,7 +67,7 @@ t.test("check: a cold sample gives the verdict cold, published, the volume not t
 t.test("files: the data is read, the volume tagged initialized, the node labelled warm", async (t) => {
   const { node, volumeId } = await bootedFromSnapshot(t);
   const reader = fakeReader(node.script, { figures: [COLD, WARM] });
-  const outcome = await runPrewarm(prewarmDeps(node, reader), { strategy: "files" });
+  const outcome = await runPrewarm(node.config, prewarmDeps(node, reader), { strategy: "files" });
   t.equal(outcome.exitCode, 0, node.log.lines.filter((l) => l.startsWith("<3>")).join("\n") || "exit 0");
   const reads = node.script.of("fio.initialize");
   t.equal(reads.length, 1, "one initialization");
@@ -80,7 +76,7 @@ t.test("files: the data is read, the volume tagged initialized, the node labelle
   t.equal(node.labels.current(), "ready");
 
   const before = decisions(node);
-  const again = await runPrewarm(prewarmDeps(node, reader), { strategy: "files" });
+  const again = await runPrewarm(node.config, prewarmDeps(node, reader), { strategy: "files" });
   t.equal(again.exitCode, 0);
   t.equal(decisions(node) - before, 1, "an initialized volume: decided once as well");
   t.equal(node.script.of("fio.initialize").length, 1, "an initialized volume is never read again");
@@ -90,7 +86,7 @@ t.test("files: an initialization that fails leaves the volume untagged and exits
   const { node, volumeId } = await bootedFromSnapshot(t);
   const reader = fakeReader(node.script, { figures: [COLD] });
   node.script.failNext("fio.initialize", new Error("fio exited with 1 (scripted)"));
-  const outcome = await runPrewarm(prewarmDeps(node, reader), { strategy: "files" });
+  const outcome = await runPrewarm(node.config, prewarmDeps(node, reader), { strategy: "files" });
   t.equal(outcome.exitCode, 1);
   t.equal((await node.fake.describe(volumeId)).tags[VolumeTag.initialized], undefined, "not tagged initialized");
 });
@@ -100,7 +96,7 @@ t.test("files: an initialization stopped by a signal stays resumable, untagged, 
   const reader = fakeReader(node.script, { figures: [COLD] });
   const stop = new AbortController();
   node.script.before("fio.initialize", () => stop.abort(new Error("SIGTERM received")));
-  const outcome = await runPrewarm(prewarmDeps(node, reader), { strategy: "files", signal: stop.signal });
+  const outcome = await runPrewarm(node.config, prewarmDeps(node, reader), { strategy: "files", signal: stop.signal });
   t.equal(outcome.report?.phase, "pending", "interrupted: the next run resumes");
   t.equal(outcome.exitCode, 1, "not done: a script or an operator's shell must not read it as success");
   t.equal((await node.fake.describe(volumeId)).tags[VolumeTag.initialized], undefined, "not tagged initialized");
@@ -118,7 +114,7 @@ t.test("following EBS's initialization: a stop ends the pause between polls, not
     return { type: "provisioned-rate", progress: 50 };
   };
   const started = Date.now();
-  const outcome = await runPrewarm(prewarmDeps(node, reader), { strategy: "files", signal: stop.signal });
+  const outcome = await runPrewarm(node.config, prewarmDeps(node, reader), { strategy: "files", signal: stop.signal });
   const seconds = (Date.now() - started) / 1000;
   t.equal(outcome.report?.phase, "pending", "interrupted: the next run follows again");
   t.equal(outcome.exitCode, 1);
@@ -130,7 +126,7 @@ t.test("following EBS's initialization: a stop ends the pause between polls, not
 t.test("no cache volume attached: nothing to pre-warm", async (t) => {
   const node = await fakeNode(t);
   const reader = fakeReader(node.script);
-  const outcome = await runPrewarm(prewarmDeps(node, reader));
+  const outcome = await runPrewarm(node.config, prewarmDeps(node, reader));
   t.equal(outcome.exitCode, 0);
   t.equal(outcome.volumeId, undefined);
   t.same(node.script.names("fio."), [], "nothing read");

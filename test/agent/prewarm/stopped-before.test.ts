@@ -20,7 +20,7 @@ t.test("a stop before the background run began: it reads nothing, tags nothing, 
   const fio = fakeReader(node.script);
   const wired = withBackgroundPrewarm(node, fio.reader, { signal: stop.signal });
 
-  const booted = await runBoot(wired.command, { dryRun: false });
+  const booted = await runBoot(node.config, wired.adapters, { dryRun: false });
   t.equal(booted.report?.outcome, "warming", booted.report?.reason ?? "warming");
   const background = wired.background();
   if (!background) throw new Error("the initialization was not handed to the background run");

@@ -6,7 +6,8 @@
 import t from "tap";
 import { runBoot } from "../../../src/agent/boot/run.ts";
 import { processStartTime } from "../../../src/agent/process-identity.ts";
-import { refreshStatus, runRefresh, type RefreshCommandDeps } from "../../../src/agent/refresh/run.ts";
+import type { HostAdapters } from "../../../src/agent/adapters.ts";
+import { refreshStatus, runRefresh } from "../../../src/agent/refresh/run.ts";
 import { writeRefreshState } from "../../../src/agent/refresh/state.ts";
 import type { ImagePuller } from "../../../src/agent/ports.ts";
 import { StopSignalReceived } from "../../../src/errors.ts";
@@ -21,7 +22,7 @@ async function bootedOnOldGeneration(t: Parameters<typeof fakeNode>[0]): Promise
     tags: { ...POOL, [VolumeTag.images]: "lab/app:1", [VolumeTag.builtAt]: "2026-01-01T00:00:00.000Z" },
   });
   node.docker.state.images.set("*", ["lab/app:1"]);
-  const booted = await runBoot(node.bootCommand(), { dryRun: false });
+  const booted = await runBoot(node.config, node.adapters(), { dryRun: false });
   if (booted.report?.outcome !== "ready") throw new Error(`boot: ${booted.report?.reason}`);
   await node.fake.snapshot({
     ...POOL,
@@ -31,19 +32,11 @@ async function bootedOnOldGeneration(t: Parameters<typeof fakeNode>[0]): Promise
   return node;
 }
 
-const refreshDeps = (node: FakeNode, puller: ImagePuller): RefreshCommandDeps => ({
-  config: node.config,
-  identify: async () => node.fake.identity(node.instance),
-  cloudFor: () => node.fake.cloud,
-  engine: node.docker.engine,
-  puller,
-  writeMetrics: (state) => node.recorder.refreshStateWritten(state),
-  log: node.log,
-});
+const refreshDeps = (node: FakeNode, puller: ImagePuller): HostAdapters => node.adapters({ puller });
 
 t.test("pulls what the newer generation lists and docker lacks, nothing else", async (t) => {
   const node = await bootedOnOldGeneration(t);
-  const outcome = await runRefresh(refreshDeps(node, fakePuller(node.script)), { dryRun: false });
+  const outcome = await runRefresh(node.config, refreshDeps(node, fakePuller(node.script)), { dryRun: false });
   t.equal(outcome.exitCode, 0);
   t.same(
     node.script.of("pull.pull").map((c) => c.args[0]),
@@ -58,11 +51,11 @@ t.test("pulls what the newer generation lists and docker lacks, nothing else", a
 
 t.test("a dry run pulls nothing; a failed pull is reported and the run ends", async (t) => {
   const node = await bootedOnOldGeneration(t);
-  const dry = await runRefresh(refreshDeps(node, fakePuller(node.script)), { dryRun: true });
+  const dry = await runRefresh(node.config, refreshDeps(node, fakePuller(node.script)), { dryRun: true });
   t.equal(dry.exitCode, 0);
   t.equal(node.script.of("pull.pull").length, 0, "dry run: no pull");
   node.script.failNext("pull.pull", new Error("pull access denied (scripted)"));
-  const outcome = await runRefresh(refreshDeps(node, fakePuller(node.script)), { dryRun: false });
+  const outcome = await runRefresh(node.config, refreshDeps(node, fakePuller(node.script)), { dryRun: false });
   t.equal(outcome.exitCode, 0, "a failed pull does not fail the node");
   t.match(JSON.stringify(outcome.state), /pull access denied/, "the failure is in the state");
 });
@@ -71,7 +64,7 @@ t.test("a refresh stopped by a signal pulls nothing more, says stopped and exits
   const node = await bootedOnOldGeneration(t);
   const stop = new AbortController();
   stop.abort(new StopSignalReceived("SIGINT"));
-  const outcome = await runRefresh(refreshDeps(node, fakePuller(node.script)), {
+  const outcome = await runRefresh(node.config, refreshDeps(node, fakePuller(node.script)), {
     dryRun: false,
     signal: stop.signal,
   });
@@ -112,7 +105,7 @@ t.test("a killed refresh's pid reused by another process does not stop the next 
 
   await leftRunning(node, other, `${Number(start) + 1}`);
   t.equal((await refreshStatus(stateDir)).running, false, "a live pid that started at another time: not running");
-  const outcome = await runRefresh(refreshDeps(node, fakePuller(node.script)), { dryRun: false });
+  const outcome = await runRefresh(node.config, refreshDeps(node, fakePuller(node.script)), { dryRun: false });
   t.equal(outcome.state?.phase, "done", "the next refresh runs");
   t.same(
     node.script.of("pull.pull").map((c) => c.args[0]),
@@ -122,7 +115,7 @@ t.test("a killed refresh's pid reused by another process does not stop the next 
 
   await leftRunning(node, other, start);
   t.equal((await refreshStatus(stateDir)).running, true, "the same pid and start time: running");
-  const skipped = await runRefresh(refreshDeps(node, fakePuller(node.script)), { dryRun: false });
+  const skipped = await runRefresh(node.config, refreshDeps(node, fakePuller(node.script)), { dryRun: false });
   t.equal(skipped.state?.pid, other, "a refresh that runs is left alone");
   t.equal(node.script.of("pull.pull").length, 1, "no second pull");
 

@@ -20,12 +20,12 @@ async function bootedNode(
 ): Promise<{ node: FakeNode; volumeId: string }> {
   const node = await fakeNode(t, options);
   const { volumeId } = await node.fake.volume({ tags: { ...POOL_TAGS } });
-  const booted = await runBoot(node.bootCommand(), { dryRun: false });
+  const booted = await runBoot(node.config, node.adapters(), { dryRun: false });
   if (booted.report?.outcome !== "ready") throw new Error(`boot: ${booted.report?.reason}`);
   return { node, volumeId };
 }
 
-const release = (node: FakeNode) => runRelease(node.releaseCommand(), { dryRun: false });
+const release = (node: FakeNode) => runRelease(node.config, node.adapters(), { dryRun: false });
 
 t.test("after a boot: unmounted, docker off the volume, detached without force, tagged released", async (t) => {
   const { node, volumeId } = await bootedNode(t);
@@ -148,10 +148,7 @@ t.test("refused: a second mount of the volume made by someone else is busy", asy
 t.test("refused: docker runs on the volume and the agent does not control it", async (t) => {
   const { node, volumeId } = await bootedNode(t);
   const config = { ...node.config, docker: { ...node.config.docker, control: "none" as const } };
-  const outcome = await runRelease(
-    { ...node.releaseCommand(), config, releaseDeps: () => ({ ...node.releaseDeps(), docker: undefined }) },
-    { dryRun: false },
-  );
+  const outcome = await runRelease(config, node.adapters({ docker: undefined }), { dryRun: false });
   t.equal(outcome.report?.outcome, "refused");
   t.match(outcome.report?.reason, /docker still runs on the cache volume/);
   t.equal(node.script.of("storage.unmount").length, 0, "nothing unmounted");
@@ -193,18 +190,15 @@ t.test("not ours any more: claimed by another instance after our detach, its tag
 t.test("a stop (instance stopping): unmounted and kept attached, no expiry", async (t) => {
   const { node, volumeId } = await bootedNode(t);
   const asked: number[] = [];
+  const config = { ...node.config, timeouts: { ...node.config.timeouts, imdsRequestSeconds: 3 } };
   const outcome = await runRelease(
-    {
-      ...node.releaseCommand(),
-      releaseDeps: () => ({
-        ...node.releaseDeps(),
-        imdsRequestSeconds: 3,
-        spotInstanceAction: async ({ timeoutMs }) => {
-          asked.push(timeoutMs);
-          return "stop";
-        },
-      }),
-    },
+    config,
+    node.adapters({
+      spotInstanceAction: async ({ timeoutMs }) => {
+        asked.push(timeoutMs);
+        return "stop";
+      },
+    }),
     { dryRun: false },
   );
   t.same(asked, [3000], "the notice asked once, given one IMDS answer's time");
@@ -235,7 +229,7 @@ t.test("stopped by SIGINT (Ctrl-C) before it starts: no step runs, the problem n
   const { node, volumeId } = await bootedNode(t);
   const stop = new AbortController();
   stop.abort(new StopSignalReceived("SIGINT"));
-  const outcome = await runRelease(node.releaseCommand(), { dryRun: false, signal: stop.signal });
+  const outcome = await runRelease(node.config, node.adapters(), { dryRun: false, signal: stop.signal });
   t.equal(outcome.exitCode, 1);
   t.match(outcome.report?.problems, [{ step: "sigterm", message: /^stopped by SIGINT before / }]);
   t.equal(node.script.of("cloud.detachVolume").length, 0, "no DetachVolume");
@@ -243,6 +237,6 @@ t.test("stopped by SIGINT (Ctrl-C) before it starts: no step runs, the problem n
 
   const unnamed = new AbortController();
   unnamed.abort();
-  const again = await runRelease(node.releaseCommand(), { dryRun: false, signal: unnamed.signal });
+  const again = await runRelease(node.config, node.adapters(), { dryRun: false, signal: unnamed.signal });
   t.match(again.report?.problems, [{ message: /^stopped by a signal \(SIGTERM or SIGINT\) before / }]);
 });

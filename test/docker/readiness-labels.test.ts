@@ -4,7 +4,12 @@
  * The engine-label read-back against a real dockerd is in test/agent/boot/preflight.lab.test.ts.
  */
 import t from "tap";
-import { createLabelReader, createReporter, labelDifferences, LabelsNotTakenError } from "../../src/agent/report.ts";
+import {
+  createLabelReader,
+  createReporter,
+  labelDifferences,
+  LabelsNotTakenError,
+} from "../../src/docker/readiness-labels.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 
 const PREFIX = "io.simcore.ebs-cache";

@@ -1,0 +1,65 @@
+/**
+ * The boot's parts, composed from the host's adapters once its settings are known: the readiness
+ * labels under the run's prefix and mode, the host checks before a claim (preflight.ts), and the
+ * pre-warm of the volume in hand (prewarm/apply.ts) with the strategy the plan's step carries.
+ */
+import type { AgentConfig } from "../../config/index.ts";
+import type { HostAdapters } from "../adapters.ts";
+import type { CloudVolumes } from "../ports.ts";
+import { beginPrewarmAtBoot } from "../prewarm/apply.ts";
+import { prewarmSettingsFrom } from "../prewarm/plan.ts";
+import type { ResolvedSettings } from "../settings.ts";
+import type { BootDeps } from "./deps.ts";
+import { preflightHost } from "./preflight.ts";
+
+/** The boot's deps; `published` is told the labels each report published (the boot's record keeps the last). */
+export function composeBoot(
+  host: HostAdapters,
+  config: AgentConfig,
+  settings: ResolvedSettings,
+  cloud: CloudVolumes,
+  published?: (labels: Record<string, string>) => void,
+): BootDeps {
+  const { log } = host;
+  const labels = { prefix: settings.effective.labels.prefix, mode: settings.effective.labels.mode };
+  const { report } = host.labels({ ...labels, ...(published ? { onPublished: published } : {}) });
+  return {
+    cloud,
+    storage: host.storage,
+    daemonConfig: host.daemonConfig,
+    docker: host.docker,
+    engine: host.engine,
+    ...(host.containerd ? { containerd: host.containerd } : {}),
+    dataRoot: host.dataRoot,
+    dockerVersion: () => host.dockerVersion(),
+    report,
+    preflight: () =>
+      preflightHost({
+        daemonJsonPath: config.paths.daemonJson,
+        readDaemonJson: () => host.daemonConfig.read(),
+        dockerdCommand: () => host.dockerdCommand(),
+        dockerVersion: () => host.dockerVersion(),
+        labels,
+        log,
+      }),
+    fill: (mountPoint) => host.fill(mountPoint),
+    // The plan's strategy (what `--dry-run` printed), the rest of config `prewarm` after the instance's overrides.
+    prewarm: (target, strategy) =>
+      beginPrewarmAtBoot(
+        target,
+        { ...prewarmSettingsFrom(settings.effective), strategy },
+        {
+          reader: host.reader,
+          initializationStatus: (volumeId) => cloud.initializationStatus(volumeId),
+          tagVolume: (volumeId, tags) => cloud.tagVolume(volumeId, tags),
+          clock: cloud.clock,
+          report,
+          stateDir: config.paths.stateDir,
+          log,
+          ...(host.recorder ? { recorder: host.recorder } : {}),
+          ...(host.startPrewarm ? { startBackground: host.startPrewarm } : {}),
+        },
+      ),
+    log,
+  };
+}
