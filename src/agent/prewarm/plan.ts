@@ -182,8 +182,11 @@ export function knownCold(
     return status.progress < 100 ? `EBS reports the ${status.type} initialization at ${status.progress} %` : undefined;
   if (volume.createTime) {
     const minutes = (now.getTime() - volume.createTime.getTime()) / 60_000;
-    if (minutes >= 0 && minutes < FRESH_FROM_SNAPSHOT_MINUTES)
-      return `created from ${volume.snapshotId} ${Math.floor(minutes)} min ago`;
+    // `now` is EC2's time as estimated from whole-second Date headers: a volume created a moment
+    // ago may look created up to a second or so ahead of it. Up to a minute ahead is that error;
+    // further ahead is a clock that says nothing.
+    if (minutes > -1 && minutes < FRESH_FROM_SNAPSHOT_MINUTES)
+      return `created from ${volume.snapshotId} ${Math.max(0, Math.floor(minutes))} min ago`;
   }
   return undefined;
 }

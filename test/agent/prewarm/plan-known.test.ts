@@ -82,6 +82,11 @@ t.test("knownCold edge cases", async (t) => {
     undefined,
     "a clock ahead of ours says nothing",
   );
+  t.match(
+    knownCold({ ...fromSnapshot, createTime: new Date(now.getTime() + 800) }, undefined, now),
+    /created from snap-1 0 min ago/,
+    "created 0.8 s ahead of EC2's time as estimated from whole-second Date headers: just created, cold",
+  );
   t.equal(knownCold(fromSnapshot, undefined, now), undefined, "no creation time, no status");
   t.match(
     knownCold(fromSnapshot, { type: "provisioned-rate", progress: 40 }, now),
