@@ -378,14 +378,15 @@ t.test("keeper service and timer", async (t) => {
 
 /**
  * Each service's exposure as `systemd-analyze security --offline=yes` rates it (0 safest, 10 most
- * exposed), the most it may be: the units that mount nothing (gc, the keeper, the prune) share one
- * strict sandbox; the boot and release units share the host's mounts and devices by design
- * (docs/operations.md, Sandboxing).
+ * exposed), the most it may be: gc and the keeper share one strict sandbox; the prune takes all of
+ * it that needs no mount namespace (it reads the cache volume's mount as the host has it, and a
+ * namespace's copy of that mount would hold the release's detach at shutdown); the boot and
+ * release units share the host's mounts and devices by design (docs/operations.md, Sandboxing).
  */
 const EXPOSURE_AT_MOST: Record<string, number> = {
   "ebs-cache-agent-gc.service": 2.2,
   "ebs-cache-agent-keeper.service": 2.2,
-  "ebs-cache-agent-prune.service": 2.2,
+  "ebs-cache-agent-prune.service": 3.9,
   "ebs-cache-agent.service": 7.6,
   "ebs-cache-agent-release.service": 7.6,
   "ebs-cache-agent-ready.service": 7.8,
@@ -400,7 +401,7 @@ async function exposure(path: string): Promise<number> {
   return Number(figure[1]);
 }
 
-t.test("systemd-analyze security: every unit within its exposure; gc, keeper and prune alike", async (t) => {
+t.test("systemd-analyze security: every unit within its exposure; gc and keeper alike", async (t) => {
   const services = UNITS.filter((unit) => unit.endsWith(".service"));
   t.same(Object.keys(EXPOSURE_AT_MOST).sort(), [...services].sort(), "every service has a figure");
   const figures: Record<string, number> = {};
@@ -408,14 +409,13 @@ t.test("systemd-analyze security: every unit within its exposure; gc, keeper and
     figures[unit] = await exposure(join("systemd", unit));
     t.ok(figures[unit] <= EXPOSURE_AT_MOST[unit]!, `${unit}: ${figures[unit]} <= ${EXPOSURE_AT_MOST[unit]}`);
   }
-  t.equal(figures["ebs-cache-agent-prune.service"], figures["ebs-cache-agent-gc.service"], "prune as gc");
   t.equal(figures["ebs-cache-agent-keeper.service"], figures["ebs-cache-agent-gc.service"], "keeper as gc");
 
   // The check has teeth: the prune without its sandbox rates worse.
   const dir = await scratchRoot(t, "systemd-security");
   const text = await readFile("systemd/ebs-cache-agent-prune.service", "utf8");
   const loose = join(dir, "ebs-cache-agent-prune.service");
-  await writeFile(loose, text.replace(/^(ProtectSystem|CapabilityBoundingSet|PrivateDevices)=.*$/gm, ""));
+  await writeFile(loose, text.replace(/^(SystemCallFilter|CapabilityBoundingSet|RestrictAddressFamilies)=.*$/gm, ""));
   t.ok((await exposure(loose)) > EXPOSURE_AT_MOST["ebs-cache-agent-prune.service"]!, "a loosened unit rates worse");
 });
 
