@@ -32,6 +32,7 @@ const COMMANDS = [
   ["snapshot", "upload"],
   ["snapshot", "strip"],
   ["record-reads"],
+  ["doctor"],
 ];
 
 interface Ended {

@@ -238,6 +238,8 @@ t.test("mkdirBeneath and removeBeneath: no link is gone through; a link is remov
 const HOST_SIDE_FS = new Set([
   "agent/boot/preflight.ts",
   "agent/boot/prepared-record.ts",
+  // systemd's unit folder on the host (presence, enablement, ordering), read only.
+  "agent/doctor/observe.ts",
   "agent/prewarm/state.ts",
   // /proc/<pid>/stat: whether a state's or a lock's writer still runs, read only.
   "agent/process-identity.ts",

@@ -94,8 +94,16 @@ t.test("the policy's EBS and EC2 actions are the commands the builder calls, no 
   };
   t.not([...grantedOf(grantedExtra)].sort().join(), [...called].sort().join(), "a grant nothing calls is noticed");
   const wiring = await readFile("src/cli/snapshot.ts", "utf8");
+  // Where the credentials and the region come from: it builds a client only to read the SDK's
+  // region (no command), so it calls no EC2 or EBS action for the policy to grant.
+  const CREDENTIALS = "src/aws/fleet-credentials.ts";
+  t.match(wiring, /from "\.\.\/aws\/fleet-credentials\.ts"/, "the upload takes the fleet's credentials");
+  t.notMatch(await readFile(CREDENTIALS, "utf8"), /Command\b/, "which sends no command");
   t.same(
-    [...wiring.matchAll(/from "\.\.\/aws\/([\w-]+)\.ts"/g)].map((m) => `src/aws/${m[1]}.ts`).sort(),
+    [...wiring.matchAll(/from "\.\.\/aws\/([\w-]+)\.ts"/g)]
+      .map((m) => `src/aws/${m[1]}.ts`)
+      .filter((path) => path !== CREDENTIALS)
+      .sort(),
     Object.values(BUILDER_ADAPTERS).sort(),
     "the upload's command builds its AWS access from these adapters alone",
   );
