@@ -23,7 +23,7 @@ import { startLab, type Lab } from "../lab.ts";
 
 export interface OsparcDemoOptions {
   pool: string;
-  /** Pool volumes (the warm buffer and id-less machines take them). */
+  /** Pool volumes: new ids' workspaces are made of them (one each), the warm buffer takes one. */
   poolSize: number;
   log: Logger;
   out: (line: string) => void;

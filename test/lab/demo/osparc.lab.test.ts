@@ -14,7 +14,9 @@ await assertLabPrerequisites();
 const lines: string[] = [];
 const log = createMemoryLogger("debug");
 // The start limit polled every 0.5 s, not osparc's 10 s: each launch would wait for that poll.
-await runOsparcDemo({ pool: "osparc-demo", poolSize: 2, log, out: (line) => lines.push(line), startPollMs: 500 });
+// Three, as `npm run lab -- --osparc` makes: the first ids' workspace and the other ids' are made of
+// pool volumes (new users start from the pool's stock), and the warm buffer takes the third.
+await runOsparcDemo({ pool: "osparc-demo", poolSize: 3, log, out: (line) => lines.push(line), startPollMs: 500 });
 const text = lines.join("\n");
 const has = (pattern: RegExp, message: string) => t.match(text, pattern, message, { timeline: text });
 
