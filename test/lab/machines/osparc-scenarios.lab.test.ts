@@ -24,7 +24,9 @@ import { volumeEnd } from "../../fixtures/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 
-const bl = await startBootLab({ name: "test-osparc", poolSize: 3 });
+// New ids' workspaces are made of pool volumes (two scenarios below), and the warm buffer and the
+// stuck attach each take one more: six leave stock for every scenario in any order of claims.
+const bl = await startBootLab({ name: "test-osparc", poolSize: 6 });
 t.teardown(() => bl.close());
 const IMAGE = GOLDEN_IMAGES[0]!.tag;
 /** What osparc pre-pulls onto buffers; the lab has no registry for it: a tag of a golden image. */
