@@ -25,7 +25,9 @@ import { ISO_TIME, volumeEnd } from "../../fixtures/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 
-const bl = await startBootLab({ name: "test-osparc-tenant", poolSize: 2 });
+// A's, B's and C's workspaces are made of pool volumes (new users start from the pool's stock), and
+// the hot-buffer refill takes one more: five leave stock for every scenario.
+const bl = await startBootLab({ name: "test-osparc-tenant", poolSize: 5 });
 t.teardown(() => bl.close());
 const osparc = createAutoscalerActor({ lab: bl.lab, agentConfig: { pool: POOL } });
 const WAIT = { workspace: { waitForLabelsTagSeconds: 30 } };
