@@ -19,7 +19,7 @@ import { DeviceTimeoutError } from "../../host/device.ts";
 import { GROW_MARGIN_BYTES } from "../../host/filesystem.ts";
 import type { VolumeInfo } from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
-import { CHECKING, type PrewarmReport } from "../prewarm/plan.ts";
+import { CHECKING, prewarmVolumeOf, type PrewarmReport } from "../prewarm/plan.ts";
 import { volumeDetails } from "../report.ts";
 import { imagesOf, withLatest } from "../volume-rules.ts";
 import { claimNext, createAndClaim } from "./claim.ts";
@@ -731,12 +731,7 @@ function beginPrewarm({ progress, deps, limits, plan }: StepContext): PrewarmAtB
   const volume = volumeOf(progress);
   return deps.prewarm(
     {
-      volume: {
-        volumeId: volume.volumeId,
-        ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}),
-        ...(volume.createTime ? { createTime: volume.createTime } : {}),
-        tags: volume.tags,
-      },
+      volume: prewarmVolumeOf(volume),
       sizeBytes: volume.sizeGiB * 1024 ** 3,
       device: progress.device!,
       mountPoint: progress.mountPoint!,

@@ -7,7 +7,14 @@
  */
 import { defaultConfig, type AgentConfig, type PrewarmStrategy } from "../../config/index.ts";
 import { Label, VolumeTag } from "../../tags.ts";
-import type { CheckFigures, GiveWaySettings, InitializationStatus, ReadTarget, SampleBounds } from "../ports.ts";
+import type {
+  CheckFigures,
+  GiveWaySettings,
+  InitializationStatus,
+  ReadTarget,
+  SampleBounds,
+  VolumeInfo,
+} from "../ports.ts";
 
 /** What the pre-warm says about the volume's read performance. */
 export type Verdict = "warm" | "cold" | "unknown";
@@ -90,6 +97,16 @@ export interface PrewarmVolume {
   /** When EC2 created it (DescribeVolumes CreateTime), when known. */
   createTime?: Date;
   tags: Record<string, string>;
+}
+
+/** The pre-warm's view of a volume EC2 described: the boot's pre-warm and `prewarm` alike. */
+export function prewarmVolumeOf(volume: VolumeInfo): PrewarmVolume {
+  return {
+    volumeId: volume.volumeId,
+    ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}),
+    ...(volume.createTime ? { createTime: volume.createTime } : {}),
+    tags: volume.tags,
+  };
 }
 
 /**

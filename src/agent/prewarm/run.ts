@@ -17,7 +17,7 @@ import { decidePrewarm, prewarmAtBoot, runInitialization } from "./apply.ts";
 import { imagesOfNode } from "./need.ts";
 import { findAttachedVolume, findMountedDevice } from "./observe.ts";
 import type { PrewarmDeps } from "./deps.ts";
-import { prewarmSettingsFrom, type PrewarmReport, type PrewarmTarget } from "./plan.ts";
+import { prewarmSettingsFrom, prewarmVolumeOf, type PrewarmReport, type PrewarmTarget } from "./plan.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
 import { isAlive } from "../process-identity.ts";
 import { readPrewarmState, renderPrewarmStatus, stateOfVolume, type PrewarmState } from "./state.ts";
@@ -112,12 +112,7 @@ function targetOf(
   previous: PrewarmState | undefined,
 ): PrewarmTarget {
   return {
-    volume: {
-      volumeId: volume.volumeId,
-      ...(volume.snapshotId ? { snapshotId: volume.snapshotId } : {}),
-      ...(volume.createTime ? { createTime: volume.createTime } : {}),
-      tags: volume.tags,
-    },
+    volume: prewarmVolumeOf(volume),
     sizeBytes: volume.sizeGiB * 1024 ** 3,
     device: mounted.device,
     mountPoint: mounted.mountPoint,
