@@ -4,11 +4,14 @@
  * run holds it. An nspawn machine shares that namespace, so two runs at once (two test files, a
  * test and a bench) must not pick the same addresses, link names or ports there.
  *
- * A run holds its subnet by a directory of its own under RESERVATIONS (mkdir is atomic), with its
- * pid: a reservation whose process is gone is taken over. /run is emptied at a reboot, and so are
- * they.
+ * A run holds its subnet by a file of its own under RESERVATIONS holding its pid, made whole at
+ * once (written aside, then hard-linked into place: link fails when the name exists), so no run
+ * ever sees a reservation without its pid. A reservation whose process is gone is taken over: it
+ * is renamed away (of runs racing for it, one rename wins) and, if what was renamed turns out to
+ * be a live run's (a run that took it over a moment before), linked back. /run is emptied at a
+ * reboot, and so are they.
  */
-import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
+import { link, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { createSocket } from "node:dgram";
 import { join } from "node:path";
@@ -47,9 +50,9 @@ async function networksInUse(): Promise<Array<[number, number]>> {
   });
 }
 
-/** Whether the process that made a reservation is still there. */
-async function holderAlive(dir: string): Promise<boolean> {
-  const pid = Number((await readFile(join(dir, "pid"), "utf8").catch(() => "")).trim());
+/** Whether the process whose pid a reservation holds is still there. */
+async function holderAlive(file: string): Promise<boolean> {
+  const pid = Number((await readFile(file, "utf8").catch(() => "")).trim());
   if (!Number.isInteger(pid) || pid <= 0) return false;
   try {
     process.kill(pid, 0);
@@ -59,33 +62,55 @@ async function holderAlive(dir: string): Promise<boolean> {
   }
 }
 
-/** Takes a free 10.x.0.0/16 for this run. */
-export async function reserveLabSubnet(): Promise<LabSubnet> {
-  await mkdir(RESERVATIONS, { recursive: true });
+/** Links the whole reservation `mine` at `file`; false when the name is taken. */
+const claim = (mine: string, file: string) =>
+  link(mine, file).then(
+    () => true,
+    () => false,
+  );
+
+/**
+ * Takes `file` over from a run that is gone: renames it away (one racer wins), then puts back what
+ * was renamed if a live run held it after all. Whether `file` is free to claim now.
+ */
+async function takeOverStale(file: string): Promise<boolean> {
+  if (await holderAlive(file)) return false;
+  const aside = `${file}.stale-${process.pid}-${Math.random().toString(36).slice(2)}`;
+  const moved = await rename(file, aside).then(
+    () => true,
+    () => false,
+  );
+  if (moved && (await holderAlive(aside))) {
+    // Another run took it over between the check and the rename: it is theirs.
+    await link(aside, file).catch(() => undefined);
+    await rm(aside, { recursive: true, force: true });
+    return false;
+  }
+  await rm(aside, { recursive: true, force: true });
+  return true;
+}
+
+/** Takes a free 10.x.0.0/16 for this run (`reservations`: the folder all runs share; a test's own). */
+export async function reserveLabSubnet(reservations = RESERVATIONS): Promise<LabSubnet> {
+  await mkdir(reservations, { recursive: true });
   const inUse = await networksInUse();
-  for (const octet of SECOND_OCTETS) {
-    const first = (10 * 256 + octet) * 65536;
-    if (inUse.some(([lo, hi]) => lo <= first + 65535 && hi >= first)) continue;
-    const dir = join(RESERVATIONS, `10.${octet}`);
-    let taken = await mkdir(dir).then(
-      () => true,
-      () => false,
-    );
-    if (!taken && !(await holderAlive(dir))) {
-      // Its run ended without releasing it (killed): take it over, unless another run just did.
-      await rm(dir, { recursive: true, force: true });
-      taken = await mkdir(dir).then(
-        () => true,
-        () => false,
-      );
+  const mine = join(reservations, `.pid-${process.pid}-${Math.random().toString(36).slice(2)}`);
+  await writeFile(mine, `${process.pid}\n`);
+  try {
+    for (const octet of SECOND_OCTETS) {
+      const first = (10 * 256 + octet) * 65536;
+      if (inUse.some(([lo, hi]) => lo <= first + 65535 && hi >= first)) continue;
+      const file = join(reservations, `10.${octet}`);
+      const taken = (await claim(mine, file)) || ((await takeOverStale(file)) && (await claim(mine, file)));
+      if (!taken) continue;
+      return { prefix: `10.${octet}`, octet, release: () => rm(file, { recursive: true, force: true }) };
     }
-    if (!taken) continue;
-    await writeFile(join(dir, "pid"), `${process.pid}\n`);
-    return { prefix: `10.${octet}`, octet, release: () => rm(dir, { recursive: true, force: true }) };
+  } finally {
+    await rm(mine, { force: true });
   }
   throw new AgentError(
     "no free 10.x.0.0/16 for the lab's swarm (10.200 to 10.254 are all in use or held by other runs)",
-    `remove stale reservations under ${RESERVATIONS} or free one of those networks`,
+    `remove stale reservations under ${reservations} or free one of those networks`,
   );
 }
 
