@@ -5,6 +5,7 @@
  * machine's tools wired here. The lab's golden build (src/lab/volumes/golden.ts) runs the same
  * steps through the same wiring, on its builder volume.
  */
+import { AGENT_SUBDIR } from "../layout.ts";
 import { join, resolve } from "node:path";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { runVolumeBuild, type BuildDocker, type VolumeBuildDeps } from "../agent/snapshot/build.ts";
@@ -30,7 +31,6 @@ import {
 import { mountDevice, settleFilesystem, unmountPath } from "../host/mount.ts";
 import { recordImageReads, writeImageReads, type ContainerdCli } from "../host/record-reads.ts";
 import { writeImageSetRecord } from "../host/pool-image.ts";
-import { AGENT_SUBDIR } from "../host/volume-layout.ts";
 import { removeBeneath } from "../host/volume-paths.ts";
 import { createLogger, type Logger } from "../log.ts";
 import { READ_LIST_FILE } from "../read-list.ts";

@@ -7,12 +7,13 @@
  * containerd store, containerd's own (containerd-store.ts CONTAINERD_MACHINE_LOCAL_STATE).
  * dockerd and containerd must be stopped: nothing may be mounted below the data-root.
  */
+import { containerdRootOnVolume } from "../layout.ts";
 import { dirname, join } from "node:path";
 import { removeBeneath } from "../host/volume-paths.ts";
 import type { Logger } from "../log.ts";
 import { VolumeKind } from "../tags.ts";
 import { BUILD_LOCAL_STATE, BUILD_LOCAL_STATE_GRAPHDRIVER } from "./build-dockerd.ts";
-import { CONTAINERD_MACHINE_LOCAL_STATE, containerdRootOnVolume } from "./containerd-store.ts";
+import { CONTAINERD_MACHINE_LOCAL_STATE } from "./containerd-store.ts";
 import { prepareDataRoot } from "./data-root.ts";
 import type { ImageStore } from "./engine.ts";
 

@@ -19,12 +19,11 @@
  * src/host/volume-paths.ts, never through a link (a marker folder linked to a host folder would
  * have the agent write there).
  */
+import { AGENT_SUBDIR, containerdRootOnVolume } from "../../layout.ts";
 import { basename, dirname, join } from "node:path";
 import type { Logger } from "../../log.ts";
 import { writeFileAtomic } from "../../fs-atomic.ts";
-import { containerdRootOnVolume } from "../../docker/containerd-store.ts";
 import type { ImageStore } from "../../docker/engine.ts";
-import { AGENT_SUBDIR } from "../../host/volume-layout.ts";
 import { mkdirBeneath, readFileBeneath, resolveBeneath } from "../../host/volume-paths.ts";
 import { VolumeKind } from "../../tags.ts";
 import { INSTANCE_ID, sameActivation, type Activation } from "../workspace-record.ts";

@@ -10,13 +10,11 @@
 import { join } from "node:path";
 import { describeError } from "../../errors.ts";
 import { diskErrorKind } from "../../disk-errors.ts";
-import { DATA_ROOT_SUBDIR, FS_LABEL } from "../../layout.ts";
-import { containerdRootOnVolume } from "../../docker/containerd-store.ts";
+import { containerdRootOnVolume, DATA_ROOT_SUBDIR, FS_LABEL, GROW_MARGIN_BYTES, mountPointOf } from "../../layout.ts";
 import { Label, VolumeKind, VolumeTag } from "../../tags.ts";
-import { mountPointOf, releaseTags } from "../release/plan.ts";
+import { releaseTags } from "../release/plan.ts";
 import { detachBlocker } from "../detach-guard.ts";
 import { DeviceTimeoutError } from "../../host/device.ts";
-import { GROW_MARGIN_BYTES } from "../../host/filesystem.ts";
 import type { VolumeInfo } from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
 import { CHECKING, prewarmVolumeOf, type PrewarmReport } from "../prewarm/plan.ts";

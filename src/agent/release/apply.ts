@@ -10,6 +10,7 @@
  * still mounted in another mount namespace after the unmount), force a detach, or
  * touch a volume that is not `ebs-cache:managed=true`.
  */
+import { mountPointOf } from "../../layout.ts";
 import { dirname } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AgentError, describeError, remediationOr, stopSignalName } from "../../errors.ts";
@@ -18,14 +19,7 @@ import { detachBlocker } from "../detach-guard.ts";
 import type { VolumeInfo } from "../ports.ts";
 import type { ReleaseDeps } from "./deps.ts";
 import { dockerActive } from "./observe.ts";
-import {
-  isBelow,
-  mountPointOf,
-  releaseTags,
-  type ReleasePlan,
-  type ReleaseSettings,
-  type ReleaseStep,
-} from "./plan.ts";
+import { isBelow, releaseTags, type ReleasePlan, type ReleaseSettings, type ReleaseStep } from "./plan.ts";
 import type { ReleaseReport, ReleaseProblem } from "../outcomes.ts";
 
 export interface ReleaseLimits {
