@@ -4,6 +4,7 @@
  * its own parts from them. The CLI uses it with systemd's docker.service; the lab uses it with a
  * lab host's private dockerd and its own IMDS and EC2 endpoints.
  */
+import { volumeMarker } from "../host/volume-marker.ts";
 import { readFileSync } from "node:fs";
 import type { EC2Client } from "@aws-sdk/client-ec2";
 import { useImdsEndpoint } from "../aws/credentials.ts";
@@ -157,6 +158,7 @@ export function wireAdapters(options: WiringOptions): HostAdapters & { recorder:
     },
     containerd: wireContainerd(options),
     dataRoot: {
+      ...volumeMarker,
       checkLayout: (volumeRoot) => checkVolumeLayout(volumeRoot),
       clean: (dataRoot, { kind, imageStore }) =>
         prepareDataRoot(dataRoot, { kind, log, ...(imageStore ? { imageStore } : {}) }),
