@@ -35,7 +35,6 @@ import { readBootRecord } from "../status/records.ts";
 import type { HostAdapters } from "../agent/adapters.ts";
 import type { OutcomeRecorder } from "../agent/outcomes.ts";
 import type { CloudVolumes, ContainerdRoot, DockerService } from "../agent/ports.ts";
-import type { PruneDeps } from "../agent/prune/run.ts";
 
 export interface WiringOptions {
   config: AgentConfig;
@@ -143,6 +142,7 @@ export function wireAdapters(options: WiringOptions): HostAdapters & { recorder:
     dataRootToRestore: () => dataRootToRestore(config.paths.stateDir, options.defaultDataRoot, log),
     docker: options.docker,
     engine,
+    images: engine,
     labels: ({ prefix, mode, onPublished }) => {
       const reporter = {
         prefix,
@@ -171,6 +171,7 @@ export function wireAdapters(options: WiringOptions): HostAdapters & { recorder:
     reader: createFioReader({ log, ...(options.fio ? { fio: options.fio } : {}) }),
     puller: createImagePuller({ host: config.paths.dockerHost, log }),
     recorder: wireRecorder(options),
+    lastBoot: async () => (await readBootRecord(config.paths.stateDir)).record?.result,
     ...(options.startPrewarm ? { startPrewarm: options.startPrewarm } : {}),
     ...(options.startRefresh ? { startRefresh: options.startRefresh } : {}),
     spotInstanceAction: (call) => readSpotInstanceAction(metadata, call),
@@ -246,28 +247,5 @@ export function hostWiringOptions(config: AgentConfig, log: Logger, startPrewarm
     rebootQueued: () => systemdRebootQueued(),
     log,
     startPrewarm,
-  };
-}
-
-/**
- * Builds everything `runPrune()` needs: the boot's record (which volume is mounted where), EC2 of
- * the instance's region, statfs, and the host's docker API.
- */
-export function wirePrune(options: WiringOptions): Omit<PruneDeps, "prewarm"> {
-  const { config, log } = options;
-  const common = wireAdapters(options);
-  let cloud: CloudVolumes | undefined;
-  const cloudNow = async () => (cloud ??= common.cloudFor(config.region ?? (await common.identify()).region));
-  return {
-    lastBoot: async () => (await readBootRecord(config.paths.stateDir)).record?.result,
-    cloud: {
-      describeVolume: async (volumeId, call) => (await cloudNow()).describeVolume(volumeId, call),
-      findSnapshots: async (tags, call) => (await cloudNow()).findSnapshots(tags, call),
-    },
-    fill: common.fill,
-    docker: createDockerEngine({ host: config.paths.dockerHost, log }),
-    // Fresh: osparc tags pre_pulled_images after its pulls, long after the boot read the tags.
-    instanceTags: async () => (await common.identify({ fresh: true })).tags,
-    log,
   };
 }
