@@ -8,8 +8,15 @@
 import { AGENT_SUBDIR } from "../layout.ts";
 import { join, resolve } from "node:path";
 import { Command, InvalidArgumentError, Option } from "commander";
-import { runVolumeBuild, type BuildDocker, type VolumeBuildDeps } from "../agent/snapshot/build.ts";
-import { buildPaths, describeStep, planBuild, type BuildRequest } from "../agent/snapshot/build-plan.ts";
+import {
+  buildPaths,
+  describeStep,
+  planBuild,
+  runVolumeBuild,
+  type BuildDocker,
+  type BuildRequest,
+  type VolumeBuildDeps,
+} from "../agent/snapshot/build.ts";
 import { startBuildDockerd, stopLeftoverBuildDockerd } from "../docker/build-dockerd.ts";
 import { buildContainerdPaths } from "../docker/build-containerd.ts";
 import { stripBuiltVolume } from "../docker/built-volume-strip.ts";

@@ -34,6 +34,8 @@ import { SnapshotVerifyError, verifySnapshot, waitUntilReadable, type Disposal, 
 
 export type { SnapshotUploadSettings } from "./settings.ts";
 export { SnapshotUploadError } from "./stop.ts";
+/** The generation's tags an upload carries, checked (tags.ts): the command builds them before it uploads. */
+export { generationTags } from "./tags.ts";
 
 export interface SnapshotUploadReport {
   snapshotId: string;
