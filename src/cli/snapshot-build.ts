@@ -57,7 +57,7 @@ async function startDocker(root: string, dataRoot: string, imageStore: ImageStor
   // Large images take long to unpack: these bound a hung daemon, not a slow disk.
   const long = { timeoutMs: 60 * 60_000 };
   // A stop (SIGTERM, SIGINT) kills the CLI: dockerd cancels the pull, and the build undoes.
-  const stoppable = (signal: AbortSignal | undefined) => ({ ...long, ...(signal ? { signal } : {}) });
+  const stoppable = (signal: AbortSignal | undefined) => ({ ...long, signal });
   const idOf = async (image: string) => {
     const found = await d.docker(["image", "inspect", "--format", "{{.Id}}", image], { check: false });
     return found.exitCode === 0 ? found.stdout.trim() : undefined;
@@ -121,7 +121,7 @@ export function volumeBuildDeps(log: Logger, signal?: AbortSignal): VolumeBuildD
       if (identity.kind !== "cache") throw new Error(`the built file system on ${device} is ${identity.kind}`);
     },
     log,
-    ...(signal ? { signal } : {}),
+    signal,
   };
 }
 

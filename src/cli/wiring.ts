@@ -168,7 +168,7 @@ export function wireAdapters(options: WiringOptions): HostAdapters & { recorder:
     dockerdCommand,
     hostStore: () => readHostStore({ daemonJson: () => daemonConfig.read(), engineVersion: dockerVersion }),
     fill: (mountPoint) => readFilesystemFill(mountPoint),
-    reader: createFioReader({ log, ...(options.fio ? { fio: options.fio } : {}) }),
+    reader: createFioReader({ log, fio: options.fio }),
     puller: createImagePuller({ host: config.paths.dockerHost, log }),
     recorder: wireRecorder(options),
     lastBoot: async () => (await readBootRecord(config.paths.stateDir)).record?.result,

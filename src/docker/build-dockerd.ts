@@ -145,7 +145,7 @@ export async function startBuildDockerd(options: BuildDockerdOptions): Promise<B
     containerd = await startBuildContainerd({
       dockerdRoot: root,
       containerdRoot: containerdRootOnVolume(dirname(options.dataRoot)),
-      ...(log ? { log } : {}),
+      log,
       ...(options.stopTimeoutMs !== undefined ? { stopTimeoutMs: options.stopTimeoutMs } : {}),
     });
   }

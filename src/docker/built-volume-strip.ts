@@ -22,7 +22,7 @@ import type { ImageStore } from "./engine.ts";
  * returns what went, relative to the data-root (containerd's as `../containerd/<name>`).
  */
 export async function stripBuiltVolume(dataRoot: string, imageStore: ImageStore, log?: Logger): Promise<string[]> {
-  const prepared = await prepareDataRoot(dataRoot, { kind: VolumeKind.pool, imageStore, ...(log ? { log } : {}) });
+  const prepared = await prepareDataRoot(dataRoot, { kind: VolumeKind.pool, imageStore, log });
   const removed = [...prepared.removed];
   const ownState =
     imageStore === "graphdriver" ? [...BUILD_LOCAL_STATE, ...BUILD_LOCAL_STATE_GRAPHDRIVER] : BUILD_LOCAL_STATE;

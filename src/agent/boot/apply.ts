@@ -73,8 +73,8 @@ export async function applyBoot(
     losses: 0,
     handedBack: [],
     createMs: options.createMs ?? 0,
-    ...(options.signal ? { signal: options.signal } : {}),
-    ...(options.deadline !== undefined ? { deadline: options.deadline } : {}),
+    signal: options.signal,
+    deadline: options.deadline,
   };
   const claimIndex = plan.steps.findIndex((step) => step.step === "claim-volume");
   const claimStep = plan.steps[claimIndex];
@@ -193,7 +193,7 @@ async function afterFailure(run: Run, step: BootStep, progress: Progress, caught
   await undo(progress, plan, deps, reason, {
     quarantine: volumeFault || (!cancelled && !joined && space === undefined && DOCKER_ON_VOLUME_STEPS.has(failed)),
     keepDocker: joined,
-    ...(limits.holderWaitMs !== undefined ? { holderWaitMs: limits.holderWaitMs } : {}),
+    holderWaitMs: limits.holderWaitMs,
     // The user's own workspace goes back as a release gives it back: its expiry (or keep) intact.
     releaseWorkspace: full && workspace,
   });

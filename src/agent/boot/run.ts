@@ -100,9 +100,9 @@ export async function runBoot(config: AgentConfig, host: HostAdapters, options: 
   const report = await applyBoot(plan, bootDeps, limits, {
     known,
     createMs: config.timeouts.createSeconds * 1000,
-    ...(signal ? { signal } : {}),
-    ...(budget ? { deadline: budget.deadline } : {}),
-    ...(options.dataRootFinal ? { dataRootFinal: options.dataRootFinal } : {}),
+    signal,
+    deadline: budget?.deadline,
+    dataRootFinal: options.dataRootFinal,
   }).finally(() => budget?.clear());
   // A problem that will not clear by itself (permissions) fails the unit, after the node came up degraded.
   const exitCode = "plan" in observation && !observation.transient ? ExitCode.failure : bootExitCode(report);
@@ -206,7 +206,7 @@ async function identifyAndResolve(
   };
   const { identity, activation, previous } = await observeIdentity(
     { ...host, config },
-    { mayClaim, checkTags, ...(options.signal ? { signal: options.signal } : {}) },
+    { mayClaim, checkTags, signal: options.signal },
   );
   log.info("boot.identity", "instance identified", {
     instance: identity.instanceId,
@@ -328,8 +328,8 @@ async function observeOrDegrade(
   try {
     return {
       observed: await observeBoot(cloud, identity, settings, {
-        ...(signal ? { signal } : {}),
-        ...(hostStore ? { hostStore } : {}),
+        signal,
+        hostStore,
       }),
     };
   } catch (error) {

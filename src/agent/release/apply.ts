@@ -76,7 +76,7 @@ export async function applyRelease(
     settings,
     limits,
     result,
-    ...(options.signal ? { signal: options.signal } : {}),
+    signal: options.signal,
   };
   /** Volumes whose remaining steps are skipped (a step of theirs was refused or failed). */
   const stopped = new Set<string>();
@@ -309,7 +309,7 @@ async function detachVolume(
     boundMs: limits.holderWaitMs ?? 0,
     log: deps.log,
     area: "release" as const,
-    ...(signal ? { signal } : {}),
+    signal,
   };
   const blocker = step.device
     ? await detachBlocker(deps.storage, step.volumeId, step.device, "release", wait)
