@@ -35,11 +35,6 @@ export default tseslint.config(
     rules: { "max-lines-per-function": ["error", { max: 120, skipBlankLines: true, skipComments: true }] },
   },
   {
-    // Until the frame's round 2 lands (these use cases are being recomposed).
-    files: ["src/agent/boot/run.ts"],
-    rules: { "max-lines-per-function": "off" },
-  },
-  {
     // tap queues subtests itself; the promise t.test() returns need not be awaited.
     files: ["test/**/*.ts"],
     rules: { "@typescript-eslint/no-floating-promises": "off" },

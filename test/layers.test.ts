@@ -259,3 +259,24 @@ t.test("the wiring builds adapters only: src/cli/wiring.ts takes nothing from sr
     "no agent code in the wiring",
   );
 });
+
+t.test("the command line takes from src/agent, besides types, only a use case's entry", async (t) => {
+  const graph = await importGraph();
+  // A use case's entry is its run.ts. Two more are entries of their own: the volume build's build.ts
+  // (snapshot/run.ts is the upload's), and the doctor's composition from the host (doctor/wire.ts).
+  const entry = (module: string) =>
+    /^agent\/[a-z-]+\/run\.ts$/.test(module) ||
+    module === "agent/snapshot/build.ts" ||
+    module === "agent/doctor/wire.ts";
+  const intoAgent = [...graph]
+    .filter(([from]) => layerOf(from) === "cli")
+    .flatMap(([from, imports]) =>
+      imports.filter((i) => layerOf(i.target) === "agent" && !i.typeOnly).map((i) => `${from} -> ${i.target}`),
+    );
+  t.ok(intoAgent.includes("cli/pool.ts -> agent/pool/run.ts"), "the scan sees the command line's imports");
+  t.same(
+    intoAgent.filter((line) => !entry(line.split(" -> ")[1]!)),
+    [],
+    "a command goes through its use case's entry (run.ts), never into the use case's modules",
+  );
+});

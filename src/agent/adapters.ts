@@ -10,12 +10,13 @@ import type { LabelModeSetting } from "../docker/labels.ts";
 import type { Logger } from "../log.ts";
 import type { ReadinessState } from "../tags.ts";
 import type { DataRootPorts } from "./boot/activation-marker.ts";
-import type { OutcomeRecorder } from "./outcomes.ts";
+import type { BootReport, OutcomeRecorder } from "./outcomes.ts";
 import type {
   CloudVolumes,
   ContainerdRoot,
   DaemonConfig,
   DockerEngine,
+  DockerImages,
   DockerService,
   FilesystemFill,
   HostStorage,
@@ -65,6 +66,8 @@ export interface HostAdapters {
   /** undefined when docker is left to systemd ordering (config docker.control = none). */
   docker: DockerService | undefined;
   engine: DockerEngine & { waitUntilReady(timeoutMs: number): Promise<void> };
+  /** The docker API's images and the containers that use them: what a prune reads and removes. */
+  images: DockerImages;
   /** The readiness labels under a prefix and mode. */
   labels(target: LabelTarget): ReadinessLabels;
   containerd?: ContainerdRoot;
@@ -81,6 +84,8 @@ export interface HostAdapters {
   puller: ImagePuller;
   /** Leaves each outcome for `status` and the metrics; absent: nothing is recorded. */
   recorder?: OutcomeRecorder;
+  /** The last boot's result as its record holds it (src/status/records.ts); undefined when none is recorded. */
+  lastBoot(): Promise<BootReport | undefined>;
   /** Starts the background pre-warm run; absent: a long initialization runs inline. */
   startPrewarm?(): Promise<void>;
   /** Starts the background refresh after `ready` (config refresh.enabled); absent: none. */

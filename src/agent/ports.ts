@@ -268,6 +268,23 @@ export interface HostStorage {
   grow(mountPoint: string): Promise<boolean>;
 }
 
+/**
+ * What the agent keeps beside the data-root on a mounted volume (src/host/volume-marker.ts): the
+ * activation marker (src/agent/boot/activation-marker.ts decides what it means) and the data-root
+ * folder itself. Reached without following a link: a folder linked to a host folder would have
+ * the agent write there.
+ */
+export interface VolumeMarker {
+  /** The marker's text (at most 1 KiB); undefined when there is none. */
+  readMarker(volumeRoot: string): Promise<string | undefined>;
+  /** Replaces the marker atomically, in the agent's folder on the volume (created when missing). */
+  writeMarker(volumeRoot: string, text: string): Promise<void>;
+  /** Whether docker has initialized the data-root (its `image/` folder is there). */
+  dataRootInitialized(dataRoot: string): Promise<boolean>;
+  /** Creates the empty data-root folder (0711), for docker to fill. */
+  createDataRoot(dataRoot: string): Promise<void>;
+}
+
 /** dockerd's daemon.json, changed only in the keys the agent owns. */
 export interface DaemonConfig {
   /** The current data-root (undefined = docker's default). Throws when the file does not parse. */

@@ -8,9 +8,9 @@
  *
  * On the volume: reached through src/host/volume-paths.ts, never through a link.
  */
+import { AGENT_SUBDIR } from "../layout.ts";
 import { join } from "node:path";
 import { writeFileAtomic } from "../fs-atomic.ts";
-import { AGENT_SUBDIR } from "../host/volume-layout.ts";
 import { fileSystemOf, listBeneath, mkdirBeneath, readFileBeneath } from "../host/volume-paths.ts";
 import {
   RECORD_FILE,

@@ -1,9 +1,7 @@
 /** `ebs-cache-agent pool`: the managed volumes, as a table or JSON; `pool fill`: the keeper (src/agent/keeper/). */
 import { Command } from "commander";
 import { keeperExitCode, keeperSettingsForPools, runKeepers, type KeeperReport } from "../agent/keeper/run.ts";
-import { observePool } from "../agent/pool/observe.ts";
-import { poolReport, poolViewSettingsFrom } from "../agent/pool/summary.ts";
-import { renderPoolReport } from "../agent/pool/view.ts";
+import { renderPoolView, runPoolView } from "../agent/pool/run.ts";
 import { recordingFailure } from "./common.ts";
 import { fleetAccess, fleetContext, fleetOptions } from "./fleet.ts";
 import { CONFIG_OPTION, poolNameOption } from "./options.ts";
@@ -43,12 +41,8 @@ export function poolCommand(): Command {
     .action(async (opts: PoolOptions) => {
       const context = await fleetContext(opts.config, fleetAccess(opts));
       const cloud = await context.cloud();
-      const observed = await observePool(cloud, opts.pool !== undefined ? { pool: opts.pool } : {});
-      // Ages, expiries, quarantine and stops are EC2's times: judged in EC2's time, known from those answers.
-      const report = poolReport(observed, poolViewSettingsFrom(context.config, opts.pool), cloud.clock.now());
-      process.stdout.write(
-        (opts.json ? JSON.stringify(report, null, 2) : renderPoolReport(report, { wide: opts.wide ?? false })) + "\n",
-      );
+      const report = await runPoolView(context.config, cloud, opts.pool !== undefined ? { pool: opts.pool } : {});
+      process.stdout.write(renderPoolView(report, { json: opts.json ?? false, wide: opts.wide ?? false }) + "\n");
     });
   pool.addCommand(fillCommand());
   return pool;

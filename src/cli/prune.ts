@@ -8,9 +8,8 @@
 import { recordingFailure, startDetached } from "./common.ts";
 import { loadCommandConfig } from "./load-config.ts";
 import { Command, Option } from "commander";
-import { pruneExitCode, runPrune, type PruneReport } from "../agent/prune/run.ts";
-import { prewarmStatus } from "../agent/prewarm/run.ts";
-import { hostWiringOptions, wirePrune, wireRecorder } from "./wiring.ts";
+import { pruneExitCode, pruneDeps, runPrune, type PruneReport } from "../agent/prune/run.ts";
+import { hostWiringOptions, wireAdapters } from "./wiring.ts";
 import { AgentError, describeError } from "../errors.ts";
 import { readFilesystemFill } from "../host/fill.ts";
 import { CONFIG_OPTION } from "./options.ts";
@@ -82,29 +81,19 @@ export function pruneCommand(): Command {
           log.info("prune.off", "prune.periodic is false: the timer's run does nothing");
           return;
         }
-        const wiring = hostWiringOptions(config, log, async () => undefined);
-        const recorder = wireRecorder(wiring);
+        const host = wireAdapters(hostWiringOptions(config, log, async () => undefined));
+        const { recorder } = host;
         const dryRun = opts.dryRun ?? false;
         const trigger = opts.afterBoot ? "boot" : opts.timer ? "timer" : "manual";
         const run = recordingFailure(recorder, { useCase: "prune", trigger, dryRun }, () =>
-          runPrune(
-            {
-              ...wirePrune(wiring),
-              // The pre-warm's activity, from its state file: the prune gives way to a running one.
-              prewarm: async () => {
-                const { state, running } = await prewarmStatus(config.paths.stateDir);
-                return { phase: state?.phase, running };
-              },
-            },
-            {
-              settings: { thresholdPercent: config.prune.thresholdPercent, targetPercent: config.prune.targetPercent },
-              imageSet: config.imageSet,
-              prePulledImagesTag: config.refresh.prePulledImagesTag,
-              dryRun,
-              trigger,
-              recorder,
-            },
-          ),
+          runPrune(pruneDeps(config, host), {
+            settings: { thresholdPercent: config.prune.thresholdPercent, targetPercent: config.prune.targetPercent },
+            imageSet: config.imageSet,
+            prePulledImagesTag: config.refresh.prePulledImagesTag,
+            dryRun,
+            trigger,
+            recorder,
+          }),
         );
         if (opts.afterBoot) {
           // Off the boot's path: whatever happens here, the node's readiness stands.

@@ -5,10 +5,18 @@
  * machine's tools wired here. The lab's golden build (src/lab/volumes/golden.ts) runs the same
  * steps through the same wiring, on its builder volume.
  */
+import { AGENT_SUBDIR } from "../layout.ts";
 import { join, resolve } from "node:path";
 import { Command, InvalidArgumentError, Option } from "commander";
-import { runVolumeBuild, type BuildDocker, type VolumeBuildDeps } from "../agent/snapshot/build.ts";
-import { buildPaths, describeStep, planBuild, type BuildRequest } from "../agent/snapshot/build-plan.ts";
+import {
+  buildPaths,
+  describeStep,
+  planBuild,
+  runVolumeBuild,
+  type BuildDocker,
+  type BuildRequest,
+  type VolumeBuildDeps,
+} from "../agent/snapshot/build.ts";
 import { startBuildDockerd, stopLeftoverBuildDockerd } from "../docker/build-dockerd.ts";
 import { buildContainerdPaths } from "../docker/build-containerd.ts";
 import { stripBuiltVolume } from "../docker/built-volume-strip.ts";
@@ -30,7 +38,6 @@ import {
 import { mountDevice, settleFilesystem, unmountPath } from "../host/mount.ts";
 import { recordImageReads, writeImageReads, type ContainerdCli } from "../host/record-reads.ts";
 import { writeImageSetRecord } from "../host/pool-image.ts";
-import { AGENT_SUBDIR } from "../host/volume-layout.ts";
 import { removeBeneath } from "../host/volume-paths.ts";
 import { createLogger, type Logger } from "../log.ts";
 import { READ_LIST_FILE } from "../read-list.ts";
@@ -50,7 +57,7 @@ async function startDocker(root: string, dataRoot: string, imageStore: ImageStor
   // Large images take long to unpack: these bound a hung daemon, not a slow disk.
   const long = { timeoutMs: 60 * 60_000 };
   // A stop (SIGTERM, SIGINT) kills the CLI: dockerd cancels the pull, and the build undoes.
-  const stoppable = (signal: AbortSignal | undefined) => ({ ...long, ...(signal ? { signal } : {}) });
+  const stoppable = (signal: AbortSignal | undefined) => ({ ...long, signal });
   const idOf = async (image: string) => {
     const found = await d.docker(["image", "inspect", "--format", "{{.Id}}", image], { check: false });
     return found.exitCode === 0 ? found.stdout.trim() : undefined;
@@ -114,7 +121,7 @@ export function volumeBuildDeps(log: Logger, signal?: AbortSignal): VolumeBuildD
       if (identity.kind !== "cache") throw new Error(`the built file system on ${device} is ${identity.kind}`);
     },
     log,
-    ...(signal ? { signal } : {}),
+    signal,
   };
 }
 

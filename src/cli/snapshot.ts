@@ -4,21 +4,19 @@
  */
 import { resolve } from "node:path";
 import { Command, InvalidArgumentError, Option } from "commander";
-import { runSnapshotUpload, type SnapshotUploadReport } from "../agent/snapshot/run.ts";
-import { generationTags } from "../agent/snapshot/tags.ts";
+import { generationTags, runSnapshotUpload, type SnapshotUploadReport } from "../agent/snapshot/run.ts";
 import { fleetCredentials, fleetRegion } from "../aws/fleet-credentials.ts";
-import { ebsClient, snapshotBlockReader, snapshotBlockWriter } from "../aws/ebs.ts";
-import { builderEc2Client, uploadedSnapshots } from "../aws/uploaded-snapshots.ts";
+import { ebsClient } from "../aws/ebs.ts";
+import { builderEc2Client } from "../aws/uploaded-snapshots.ts";
 import { ConfigError, ExitCode } from "../errors.ts";
-import { readImageBlock, scanImage, sha256, zeroBlockHash } from "../host/image-blocks.ts";
-import { inspectPoolImage } from "../host/pool-image.ts";
-import { readManifestJson, writeManifestJson } from "../host/snapshot-manifest.ts";
+import { readManifestJson } from "../host/snapshot-manifest.ts";
 import { createLogger } from "../log.ts";
 import { VolumeTag } from "../tags.ts";
 import { stopSignal } from "./common.ts";
 import { fleetAccess, fleetOptions } from "./fleet.ts";
 import { poolNameOption, wholeNumber } from "./options.ts";
 import { snapshotBuildCommand } from "./snapshot-build.ts";
+import { snapshotUploadDeps } from "./snapshot-deps.ts";
 import { snapshotStripCommand } from "./snapshot-strip.ts";
 
 function tagOption(value: string, previous: Record<string, string> = {}): Record<string, string> {
@@ -244,20 +242,7 @@ async function uploadSnapshot(opts: UploadOptions): Promise<void> {
   const ec2 = builderEc2Client({ region, credentials, ...(opts.ec2Endpoint ? { endpoint: opts.ec2Endpoint } : {}) });
   try {
     const report = await runSnapshotUpload(
-      {
-        writer: snapshotBlockWriter(client),
-        reader: snapshotBlockReader(client),
-        snapshots: uploadedSnapshots(ec2),
-        inspectImage: (image) => inspectPoolImage(image, { log }),
-        scanImage: (image, blockSize) => scanImage(image, blockSize, { log }),
-        readBlock: readImageBlock,
-        readManifestJson,
-        writeManifestJson,
-        sha256,
-        zeroBlockHash,
-        log,
-        signal: stopSignal(log),
-      },
+      { ...snapshotUploadDeps({ ebs: client, ec2 }, log), signal: stopSignal(log) },
       {
         image: resolve(opts.image),
         manifest: resolve(opts.manifest),

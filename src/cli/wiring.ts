@@ -4,6 +4,7 @@
  * its own parts from them. The CLI uses it with systemd's docker.service; the lab uses it with a
  * lab host's private dockerd and its own IMDS and EC2 endpoints.
  */
+import { volumeMarker } from "../host/volume-marker.ts";
 import { readFileSync } from "node:fs";
 import type { EC2Client } from "@aws-sdk/client-ec2";
 import { useImdsEndpoint } from "../aws/credentials.ts";
@@ -34,7 +35,6 @@ import { readBootRecord } from "../status/records.ts";
 import type { HostAdapters } from "../agent/adapters.ts";
 import type { OutcomeRecorder } from "../agent/outcomes.ts";
 import type { CloudVolumes, ContainerdRoot, DockerService } from "../agent/ports.ts";
-import type { PruneDeps } from "../agent/prune/run.ts";
 
 export interface WiringOptions {
   config: AgentConfig;
@@ -142,6 +142,7 @@ export function wireAdapters(options: WiringOptions): HostAdapters & { recorder:
     dataRootToRestore: () => dataRootToRestore(config.paths.stateDir, options.defaultDataRoot, log),
     docker: options.docker,
     engine,
+    images: engine,
     labels: ({ prefix, mode, onPublished }) => {
       const reporter = {
         prefix,
@@ -157,6 +158,7 @@ export function wireAdapters(options: WiringOptions): HostAdapters & { recorder:
     },
     containerd: wireContainerd(options),
     dataRoot: {
+      ...volumeMarker,
       checkLayout: (volumeRoot) => checkVolumeLayout(volumeRoot),
       clean: (dataRoot, { kind, imageStore }) =>
         prepareDataRoot(dataRoot, { kind, log, ...(imageStore ? { imageStore } : {}) }),
@@ -166,9 +168,10 @@ export function wireAdapters(options: WiringOptions): HostAdapters & { recorder:
     dockerdCommand,
     hostStore: () => readHostStore({ daemonJson: () => daemonConfig.read(), engineVersion: dockerVersion }),
     fill: (mountPoint) => readFilesystemFill(mountPoint),
-    reader: createFioReader({ log, ...(options.fio ? { fio: options.fio } : {}) }),
+    reader: createFioReader({ log, fio: options.fio }),
     puller: createImagePuller({ host: config.paths.dockerHost, log }),
     recorder: wireRecorder(options),
+    lastBoot: async () => (await readBootRecord(config.paths.stateDir)).record?.result,
     ...(options.startPrewarm ? { startPrewarm: options.startPrewarm } : {}),
     ...(options.startRefresh ? { startRefresh: options.startRefresh } : {}),
     spotInstanceAction: (call) => readSpotInstanceAction(metadata, call),
@@ -244,28 +247,5 @@ export function hostWiringOptions(config: AgentConfig, log: Logger, startPrewarm
     rebootQueued: () => systemdRebootQueued(),
     log,
     startPrewarm,
-  };
-}
-
-/**
- * Builds everything `runPrune()` needs: the boot's record (which volume is mounted where), EC2 of
- * the instance's region, statfs, and the host's docker API.
- */
-export function wirePrune(options: WiringOptions): Omit<PruneDeps, "prewarm"> {
-  const { config, log } = options;
-  const common = wireAdapters(options);
-  let cloud: CloudVolumes | undefined;
-  const cloudNow = async () => (cloud ??= common.cloudFor(config.region ?? (await common.identify()).region));
-  return {
-    lastBoot: async () => (await readBootRecord(config.paths.stateDir)).record?.result,
-    cloud: {
-      describeVolume: async (volumeId, call) => (await cloudNow()).describeVolume(volumeId, call),
-      findSnapshots: async (tags, call) => (await cloudNow()).findSnapshots(tags, call),
-    },
-    fill: common.fill,
-    docker: createDockerEngine({ host: config.paths.dockerHost, log }),
-    // Fresh: osparc tags pre_pulled_images after its pulls, long after the boot read the tags.
-    instanceTags: async () => (await common.identify({ fresh: true })).tags,
-    log,
   };
 }

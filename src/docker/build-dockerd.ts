@@ -13,6 +13,7 @@
  * build starts a containerd of its own with its root on the image (build-containerd.ts), and
  * dockerd uses it, in the namespace a host's dockerd reads (`moby`, the default).
  */
+import { containerdRootOnVolume } from "../layout.ts";
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
@@ -23,7 +24,6 @@ import { run, type RunOptions, type RunResult } from "../exec.ts";
 import type { Logger } from "../log.ts";
 import { startBuildContainerd, stopLeftoverBuildContainerd, type BuildContainerd } from "./build-containerd.ts";
 import { leftoverPid, spawnDaemon, stopProcess, waitUntilServing } from "./build-process.ts";
-import { containerdRootOnVolume } from "./containerd-store.ts";
 import { detectImageStore, type ImageStore } from "./engine.ts";
 import { missingFolders, PLUGIN_DISCOVERY_DIR, removeCreatedFolders } from "./plugin-discovery-dir.ts";
 
@@ -145,7 +145,7 @@ export async function startBuildDockerd(options: BuildDockerdOptions): Promise<B
     containerd = await startBuildContainerd({
       dockerdRoot: root,
       containerdRoot: containerdRootOnVolume(dirname(options.dataRoot)),
-      ...(log ? { log } : {}),
+      log,
       ...(options.stopTimeoutMs !== undefined ? { stopTimeoutMs: options.stopTimeoutMs } : {}),
     });
   }

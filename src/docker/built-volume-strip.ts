@@ -7,12 +7,13 @@
  * containerd store, containerd's own (containerd-store.ts CONTAINERD_MACHINE_LOCAL_STATE).
  * dockerd and containerd must be stopped: nothing may be mounted below the data-root.
  */
+import { containerdRootOnVolume } from "../layout.ts";
 import { dirname, join } from "node:path";
 import { removeBeneath } from "../host/volume-paths.ts";
 import type { Logger } from "../log.ts";
 import { VolumeKind } from "../tags.ts";
 import { BUILD_LOCAL_STATE, BUILD_LOCAL_STATE_GRAPHDRIVER } from "./build-dockerd.ts";
-import { CONTAINERD_MACHINE_LOCAL_STATE, containerdRootOnVolume } from "./containerd-store.ts";
+import { CONTAINERD_MACHINE_LOCAL_STATE } from "./containerd-store.ts";
 import { prepareDataRoot } from "./data-root.ts";
 import type { ImageStore } from "./engine.ts";
 
@@ -21,7 +22,7 @@ import type { ImageStore } from "./engine.ts";
  * returns what went, relative to the data-root (containerd's as `../containerd/<name>`).
  */
 export async function stripBuiltVolume(dataRoot: string, imageStore: ImageStore, log?: Logger): Promise<string[]> {
-  const prepared = await prepareDataRoot(dataRoot, { kind: VolumeKind.pool, imageStore, ...(log ? { log } : {}) });
+  const prepared = await prepareDataRoot(dataRoot, { kind: VolumeKind.pool, imageStore, log });
   const removed = [...prepared.removed];
   const ownState =
     imageStore === "graphdriver" ? [...BUILD_LOCAL_STATE, ...BUILD_LOCAL_STATE_GRAPHDRIVER] : BUILD_LOCAL_STATE;

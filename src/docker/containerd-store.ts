@@ -20,13 +20,10 @@
 import { mkdir } from "node:fs/promises";
 import { isAbsolute, join } from "node:path";
 import { AgentError } from "../errors.ts";
-import { CONTAINERD_ROOT_SUBDIR } from "../layout.ts";
 import { entryKind, removeBeneath } from "../host/volume-paths.ts";
 import type { Logger } from "../log.ts";
 import { createOwnedFile, ioError as ownedFileIoError } from "./owned-file.ts";
 
-/** The volume's folder that is containerd's root, beside DATA_ROOT_SUBDIR (src/layout.ts). */
-export { CONTAINERD_ROOT_SUBDIR } from "../layout.ts";
 /** containerd's root when config.toml sets none. */
 export const DEFAULT_CONTAINERD_ROOT = "/var/lib/containerd";
 /** Usually where containerd reads its config. */
@@ -55,11 +52,6 @@ export class ContainerdConfigError extends AgentError {
   ) {
     super(message, remediation, undefined, options);
   }
-}
-
-/** containerd's root on a volume mounted at `mountPoint`. */
-export function containerdRootOnVolume(mountPoint: string): string {
-  return join(mountPoint, CONTAINERD_ROOT_SUBDIR);
 }
 
 /**

@@ -233,7 +233,7 @@ export function createDaemonConfig(options: DaemonConfigOptions): DaemonConfigFi
               recordOriginalDataRoot(options.original!.stateDir, dataRootOf(config, path), {
                 mountRoot: options.original!.mountRoot,
                 fallback: options.original!.fallback,
-                ...(log ? { log } : {}),
+                log,
               })
           : undefined,
       ),

@@ -34,8 +34,8 @@ export function createImagePuller(options: ImagePullerOptions): ImagePuller {
       const result = await run(docker, ["--host", options.host, "pull", "--quiet", check.value], {
         check: false,
         timeoutMs,
-        ...(signal ? { signal } : {}),
-        ...(log ? { log } : {}),
+        signal,
+        log,
       });
       if (result.exitCode !== 0) {
         throw new AgentError(
@@ -48,7 +48,7 @@ export function createImagePuller(options: ImagePullerOptions): ImagePuller {
       const inspected = await run(
         docker,
         ["--host", options.host, "image", "inspect", "--format", "{{.Size}}", check.value],
-        { check: false, timeoutMs: 30_000, ...(log ? { log } : {}) },
+        { check: false, timeoutMs: 30_000, log },
       );
       const bytes = Number(inspected.stdout.trim());
       return inspected.exitCode === 0 && Number.isSafeInteger(bytes) ? { bytes } : {};

@@ -6,6 +6,7 @@
  * throws, because a device that could not be read must never be taken for blank: `blkid -p`
  * itself answers "nothing found" (exit 2) for a device it cannot even open.
  */
+import { GROW_MARGIN_BYTES } from "../layout.ts";
 import { open, stat } from "node:fs/promises";
 import { AgentError } from "../errors.ts";
 import { run } from "../exec.ts";
@@ -227,9 +228,6 @@ export async function xfsDataBytes(mountPoint: string, options: FilesystemOption
     throw new AgentError(`cannot read the data size from xfs_info ${mountPoint}`, "check the xfsprogs version");
   return Number(match[1]) * Number(match[2]);
 }
-
-/** Growing is skipped when the device exceeds the filesystem by this much or less. */
-export const GROW_MARGIN_BYTES = 16 * 1024 * 1024;
 
 /**
  * Grows the filesystem mounted at `mountPoint` to its device's size when the device is larger by

@@ -277,9 +277,9 @@ export async function runFio(job: FioJob, options: RunFioOptions = {}): Promise<
     result = await run(fio, args, {
       check: false,
       log: options.log,
-      ...(options.timeoutMs ? { timeoutMs: options.timeoutMs } : {}),
+      timeoutMs: options.timeoutMs,
       ...(options.onStatus ? { onStdout } : {}),
-      ...(options.signal ? { signal: options.signal } : {}),
+      signal: options.signal,
       ...(options.onSpawn ? { onSpawn: options.onSpawn } : {}),
     });
   } catch (error) {

@@ -8,9 +8,9 @@
  * that lstat cannot take (a name over 255 bytes) is left out (a layer's `lib -> usr/lib` is
  * image content, not a reason to refuse the volume); a list that does not validate is not used.
  */
+import { AGENT_SUBDIR } from "../layout.ts";
 import { join } from "node:path";
 import { AgentError } from "../errors.ts";
-import { AGENT_SUBDIR } from "./volume-layout.ts";
 import { MAX_READ_LIST_BYTES, parseReadList, READ_LIST_FILE, type ReadList } from "../read-list.ts";
 import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";

@@ -10,12 +10,11 @@ import { open, stat } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { AgentError, ExitCode } from "../errors.ts";
 import { run } from "../exec.ts";
-import { DATA_ROOT_SUBDIR, FS_LABEL } from "../layout.ts";
+import { AGENT_SUBDIR, DATA_ROOT_SUBDIR, FS_LABEL } from "../layout.ts";
 import type { Logger } from "../log.ts";
 import { probeImageFile } from "./filesystem.ts";
 import { judgeLayout, judgeSignature, parseXfsSuperblock, readXfsImageLayout } from "./identify.ts";
 import { writeFileAtomic } from "../fs-atomic.ts";
-import { AGENT_SUBDIR } from "./volume-layout.ts";
 import { mkdirBeneath } from "./volume-paths.ts";
 
 /** Where the build records the image set on the image (src/agent/snapshot/image-set-record.ts). */

@@ -17,11 +17,10 @@ import { run, type RunOptions, type RunResult } from "../exec.ts";
 import { writeFileAtomic } from "../fs-atomic.ts";
 import type { Logger } from "../log.ts";
 import { READ_LIST_FILE, ReadListError } from "../read-list.ts";
-import { CONTAINERD_ROOT_SUBDIR, DATA_ROOT_SUBDIR } from "../layout.ts";
+import { AGENT_SUBDIR, CONTAINERD_ROOT_SUBDIR, DATA_ROOT_SUBDIR } from "../layout.ts";
 import { chainId, layerPaths, OVERLAYFS_SNAPSHOTTER, servedFile, snapshotLayerDirs } from "./image-layers.ts";
 import { firstReads, needListText, parseTrace } from "./read-trace.ts";
 import { readReadList } from "./need-reads.ts";
-import { AGENT_SUBDIR } from "./volume-layout.ts";
 import { mkdirBeneath } from "./volume-paths.ts";
 
 /** How long an image's start is watched by default: long enough for an entrypoint to load its program. */

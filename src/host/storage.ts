@@ -33,7 +33,7 @@ export function createHostStorage(options: HostStorageOptions = {}): HostStorage
   const where = {
     byIdDir: options.byIdDir ?? "/dev/disk/by-id",
     sysfsRoot: options.sysfsRoot ?? "/sys",
-    ...(options.log ? { log: options.log } : {}),
+    log: options.log,
   };
   const { log } = options;
   // The last positive identification in this process: the mount's label check reuses its probe
@@ -53,10 +53,10 @@ export function createHostStorage(options: HostStorageOptions = {}): HostStorage
     mountPointOf: (device) => findMountPoint(device),
     async mount(device, mountPoint) {
       const { type } = await assertCacheLabel(device, {
-        ...(log ? { log } : {}),
+        log,
         ...(identified ? { identified } : {}),
       });
-      await mountDevice(device, mountPoint, { fsType: type, ...(log ? { log } : {}) });
+      await mountDevice(device, mountPoint, { fsType: type, log });
     },
     unmount: (mountPoint) => unmountPath(mountPoint, { log }),
     liveness: (device) => filesystemLiveness(device),

@@ -14,12 +14,8 @@
  * `diff/` is image content: symlinks there are ordinary files of the image, and docker only
  * ever mounts them inside a container.
  */
-import { CONTAINERD_ROOT_SUBDIR } from "../docker/containerd-store.ts";
-import { DATA_ROOT_SUBDIR } from "../layout.ts";
+import { AGENT_SUBDIR, CONTAINERD_ROOT_SUBDIR, DATA_ROOT_SUBDIR } from "../layout.ts";
 import { kindOf, type EntryKind, listBeneath, readLinkBeneath, VolumePathError } from "./volume-paths.ts";
-
-/** The agent's own folder on the volume (beside the data-root, out of docker's sight). */
-export const AGENT_SUBDIR = ".ebs-cache-agent";
 
 /**
  * What a path must be. Named children have their own rule; `each` is the rule of the others (none: not looked into).

@@ -121,7 +121,7 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
   const ctx: FioContext = {
     options,
     log,
-    fioOptions: { log, ...(options.fio ? { fio: options.fio } : {}) },
+    fioOptions: { log, fio: options.fio },
   };
 
   return {

@@ -1,3 +1,4 @@
+import { containerdRootOnVolume } from "../../src/layout.ts";
 import t from "tap";
 import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
 import { existsSync } from "node:fs";
@@ -6,7 +7,6 @@ import { join } from "node:path";
 import {
   ContainerdConfigError,
   containerdRootOf,
-  containerdRootOnVolume,
   createContainerdConfig,
   CONTAINERD_MACHINE_LOCAL_STATE,
   DEFAULT_CONTAINERD_ROOT,

@@ -296,6 +296,7 @@ const ON_THE_VOLUME = [
   "agent/boot/activation-marker.ts",
   "agent/volume-record.ts",
   "host/volume-layout.ts",
+  "host/volume-marker.ts",
 ];
 
 t.test("no module of src/ but volume-paths.ts and the listed host-side ones imports node:fs", async (t) => {

@@ -15,26 +15,16 @@
  * A kill at any point converges: until the marker is replaced (atomically, after the cleanup)
  * a rerun decides the same and cleans again, which finds less or nothing to remove.
  *
- * The marker and the data-root are on the volume: they are reached through
- * src/host/volume-paths.ts, never through a link (a marker folder linked to a host folder would
- * have the agent write there).
+ * The marker and the data-root are on the volume: this module decides, and reads and writes them
+ * through the VolumeMarker port (src/host/volume-marker.ts reaches them without following a link).
  */
-import { basename, dirname, join } from "node:path";
+import { containerdRootOnVolume } from "../../layout.ts";
+import { dirname } from "node:path";
 import type { Logger } from "../../log.ts";
-import { writeFileAtomic } from "../../fs-atomic.ts";
-import { containerdRootOnVolume } from "../../docker/containerd-store.ts";
 import type { ImageStore } from "../../docker/engine.ts";
-import { AGENT_SUBDIR } from "../../host/volume-layout.ts";
-import { mkdirBeneath, readFileBeneath, resolveBeneath } from "../../host/volume-paths.ts";
 import { VolumeKind } from "../../tags.ts";
+import type { VolumeMarker } from "../ports.ts";
 import { INSTANCE_ID, sameActivation, type Activation } from "../workspace-record.ts";
-
-const MARKER = "prepared-for";
-
-/** The marker's place: beside the data-root, on the volume, out of docker's sight. */
-export function preparedMarkerPath(dataRoot: string): string {
-  return join(dirname(dataRoot), AGENT_SUBDIR, MARKER);
-}
 
 /**
  * The activation the marker names. Its text is JSON (`instanceId`, `launchTime`, `bootId`); a
@@ -87,11 +77,12 @@ export async function prepareOncePerActivation(
   dataRoot: string,
   options: { kind: VolumeKind; activation: Activation },
   clean: () => Promise<void>,
+  volume: Pick<VolumeMarker, "readMarker" | "writeMarker">,
   log: Logger,
 ): Promise<"prepared" | "already"> {
   const { kind, activation } = options;
   const volumeRoot = dirname(dataRoot);
-  const marker = parsePreparedMarker((await readFileBeneath(volumeRoot, join(AGENT_SUBDIR, MARKER), 1024)) ?? "");
+  const marker = parsePreparedMarker((await volume.readMarker(volumeRoot)) ?? "");
   if (keepsNodeState(kind, marker, activation)) {
     // The activation as now known (a reboot's boot id, a launch time learned since): the
     // fallback to the boot id then holds for the rest of this boot.
@@ -100,10 +91,8 @@ export async function prepareOncePerActivation(
       launchTime: activation.launchTime ?? marker!.launchTime,
       bootId: activation.bootId ?? marker!.bootId,
     };
-    if (preparedMarkerText(current) !== preparedMarkerText(marker!)) {
-      const folder = await mkdirBeneath(volumeRoot, AGENT_SUBDIR);
-      await writeFileAtomic(join(folder, MARKER), preparedMarkerText(current));
-    }
+    if (preparedMarkerText(current) !== preparedMarkerText(marker!))
+      await volume.writeMarker(volumeRoot, preparedMarkerText(current));
     log.info(
       "boot.data-root",
       `data-root already prepared for this ${kind === VolumeKind.pool ? "activation" : "instance"}: keeping its ` +
@@ -113,8 +102,7 @@ export async function prepareOncePerActivation(
     return "already";
   }
   await clean();
-  const folder = await mkdirBeneath(volumeRoot, AGENT_SUBDIR);
-  await writeFileAtomic(join(folder, MARKER), preparedMarkerText(activation));
+  await volume.writeMarker(volumeRoot, preparedMarkerText(activation));
   log.info("boot.data-root", `machine-local state removed from the data-root: ${previousTenant(marker, activation)}`, {
     dataRoot,
     previousInstance: marker?.instanceId,
@@ -122,8 +110,11 @@ export async function prepareOncePerActivation(
   return "prepared";
 }
 
-/** The host's parts of a data-root's preparation, one adapter each (built in src/cli/wiring.ts). */
-export interface DataRootPorts {
+/**
+ * The host's parts of a data-root's preparation, one adapter each (built in src/cli/wiring.ts): the
+ * marker and the data-root folder on the volume (VolumeMarker), and what checks and cleans it.
+ */
+export interface DataRootPorts extends VolumeMarker {
   /**
    * Refuses a volume whose layout breaks the agent's (src/host/volume-layout.ts: no link, FIFO,
    * socket or device where docker or the agent expects a folder or a file; a refusal quarantines
@@ -158,7 +149,7 @@ export async function prepareVolumeDataRoot(
     { kind, activation },
     async () => {
       // A blank volume the agent formatted has no data-root yet: docker makes it.
-      if (createdByAgent && (await createFreshDataRoot(dataRoot, log))) return;
+      if (createdByAgent && (await createFreshDataRoot(dataRoot, ports, log))) return;
       await ports.clean(dataRoot, { kind, ...(imageStore ? { imageStore } : {}) });
       // containerd's root beside the data-root: its machine-local state goes with the
       // data-root's, once per activation, before containerd starts on it.
@@ -166,6 +157,7 @@ export async function prepareVolumeDataRoot(
         await ports.cleanContainerdRoot(containerdRootOnVolume(dirname(dataRoot)));
       }
     },
+    ports,
     log,
   );
 }
@@ -176,12 +168,13 @@ export async function prepareVolumeDataRoot(
  * to clean and the pool-volume cleanup would refuse a folder that is not a data-root yet. Once
  * docker has run on it, false: it is cleaned like any other volume.
  */
-export async function createFreshDataRoot(dataRoot: string, log: Logger): Promise<boolean> {
-  const volumeRoot = dirname(dataRoot);
-  const name = basename(dataRoot);
-  const initialized = (await resolveBeneath(volumeRoot, join(name, "image"))).kind !== "missing";
-  if (initialized) return false;
-  await mkdirBeneath(volumeRoot, name, 0o711);
+export async function createFreshDataRoot(
+  dataRoot: string,
+  volume: Pick<VolumeMarker, "dataRootInitialized" | "createDataRoot">,
+  log: Logger,
+): Promise<boolean> {
+  if (await volume.dataRootInitialized(dataRoot)) return false;
+  await volume.createDataRoot(dataRoot);
   log.info("boot.data-root", "empty data-root created on the blank volume: docker initializes it", { dataRoot });
   return true;
 }

@@ -10,13 +10,11 @@
 import { join } from "node:path";
 import { describeError } from "../../errors.ts";
 import { diskErrorKind } from "../../disk-errors.ts";
-import { DATA_ROOT_SUBDIR, FS_LABEL } from "../../layout.ts";
-import { containerdRootOnVolume } from "../../docker/containerd-store.ts";
+import { containerdRootOnVolume, DATA_ROOT_SUBDIR, FS_LABEL, GROW_MARGIN_BYTES, mountPointOf } from "../../layout.ts";
 import { Label, VolumeKind, VolumeTag } from "../../tags.ts";
-import { mountPointOf, releaseTags } from "../release/plan.ts";
+import { releaseTags } from "../release/plan.ts";
 import { detachBlocker } from "../detach-guard.ts";
 import { DeviceTimeoutError } from "../../host/device.ts";
-import { GROW_MARGIN_BYTES } from "../../host/filesystem.ts";
 import type { VolumeInfo } from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
 import { CHECKING, prewarmVolumeOf, type PrewarmReport } from "../prewarm/plan.ts";
@@ -67,9 +65,7 @@ export async function applyBoot(
   limits: BootLimits,
   options: ApplyOptions = {},
 ): Promise<BootReport> {
-  const { log } = deps;
   const timeline: BootReport["timeline"] = [];
-  let progress = freshProgress();
   const claim: ClaimState = {
     known: new Map((options.known ?? []).map((v) => [v.volumeId, v])),
     tried: new Set(),
@@ -77,8 +73,8 @@ export async function applyBoot(
     losses: 0,
     handedBack: [],
     createMs: options.createMs ?? 0,
-    ...(options.signal ? { signal: options.signal } : {}),
-    ...(options.deadline !== undefined ? { deadline: options.deadline } : {}),
+    signal: options.signal,
+    deadline: options.deadline,
   };
   const claimIndex = plan.steps.findIndex((step) => step.step === "claim-volume");
   const claimStep = plan.steps[claimIndex];
@@ -87,10 +83,37 @@ export async function applyBoot(
     const refused = await checkHost(deps, limits, timeline);
     if (refused) return { ...refused, timeline, source: bootSourceOf(plan.selection, refused.outcome, undefined) };
   }
-  // Docker verified on the volume: the node may join the swarm from here on, so nothing moves docker any more.
-  let dataRootFinal = false;
-  for (let index = 0; index < plan.steps.length; index++) {
-    const step = plan.steps[index]!;
+  const run: Run = { plan, deps, limits, options, claim, timeline, claimIndex, maxVolumes, dataRootFinal: false };
+  // The first attempt runs the whole plan; one whose volume was handed back is followed by another
+  // from the claim, with nothing in hand, until a volume serves or claim.maxVolumes are spent.
+  let ended = await attemptFrom(0, run);
+  while ("retryFrom" in ended) ended = await attemptFrom(ended.retryFrom, run);
+  return ended.report;
+}
+
+/** One boot's run of its plan, across its attempts. */
+interface Run {
+  plan: BootPlan;
+  deps: BootDeps;
+  limits: BootLimits;
+  options: ApplyOptions;
+  claim: ClaimState;
+  timeline: BootReport["timeline"];
+  /** Where a retry starts: the plan's claim-volume step (-1 when the plan claims nothing). */
+  claimIndex: number;
+  maxVolumes: number;
+  /** Docker verified on the volume: the node may join the swarm from here on, so nothing moves docker any more. */
+  dataRootFinal: boolean;
+}
+
+/** How an attempt ended: the boot's report, or its volume handed back and the plan's step to go on from. */
+type AttemptEnd = { report: BootReport } | { retryFrom: number };
+
+/** Runs the plan's steps from `from` with a fresh progress (nothing in hand yet). */
+async function attemptFrom(from: number, run: Run): Promise<AttemptEnd> {
+  const { plan, deps, limits, claim, options, timeline } = run;
+  const progress = freshProgress();
+  for (const step of plan.steps.slice(from)) {
     const started = Date.now();
     try {
       if (options.signal?.aborted) throw new CancelledError(step.step, options.signal);
@@ -103,77 +126,15 @@ export async function applyBoot(
         call: claim.signal ? { signal: claim.signal } : {},
       });
       timeline.push({ step: step.step, ms: Date.now() - started });
-      if (done) return { ...done, timeline, source: bootSourceOf(plan.selection, done.outcome, progress.created) };
+      if (done)
+        return { report: { ...done, timeline, source: bootSourceOf(plan.selection, done.outcome, progress.created) } };
       if (step.step === "verify-docker") {
-        dataRootFinal = true;
+        run.dataRootFinal = true;
         await options.dataRootFinal?.();
       }
     } catch (caught) {
       timeline.push({ step: step.step, ms: Date.now() - started });
-      if (dataRootFinal) {
-        const finished = await failedAfterDataRootFinal(deps, progress, caught);
-        return { ...finished, timeline, source: bootSourceOf(plan.selection, finished.outcome, progress.created) };
-      }
-      const error =
-        options.signal?.aborted && !(caught instanceof CancelledError)
-          ? new CancelledError(step.step, options.signal, caught)
-          : caught;
-      const volumeId = progress.volume?.volumeId;
-      const cancelled = error instanceof CancelledError;
-      const failed = progress.inStep ?? step.step;
-      // Space first: a full volume is handed back for its owner, never quarantined (volume-space.ts).
-      const space = cancelled ? undefined : await spaceFailureOf(error, failed, progress, deps);
-      const full = space?.kind === "volume-full";
-      const reason = space
-        ? `${volumeId ?? "the volume"}: ${space.detail}: ${describeError(error)}`
-        : describeError(error);
-      const remediation = space ? spaceRemediation(space, progress) : remediationOf(error);
-      const volumeFault =
-        !cancelled &&
-        !full &&
-        space?.kind !== "host-full" &&
-        VOLUME_STEPS.has(failed) &&
-        (await isVolumeFault(error, progress, plan, deps));
-      const workspace = progress.volume?.tags[VolumeTag.kind] === VolumeKind.workspace;
-      // A sample begun while docker started still reads the device: the undo unmounts and
-      // detaches only once it is done (it is bounded by prewarm.check.seconds).
-      await progress.prewarmRun?.idle();
-      // Undo with no signal: a boot stopped by SIGTERM still hands back what it holds.
-      // A node that joined before the switch keeps docker as it runs: not the volume's fault either.
-      const joined = error instanceof JoinedBeforeSwitch;
-      await undo(progress, plan, deps, reason, {
-        quarantine: volumeFault || (!cancelled && !joined && space === undefined && DOCKER_ON_VOLUME_STEPS.has(failed)),
-        keepDocker: joined,
-        ...(limits.holderWaitMs !== undefined ? { holderWaitMs: limits.holderWaitMs } : {}),
-        // The user's own workspace goes back as a release gives it back: its expiry (or keep) intact.
-        releaseWorkspace: full && workspace,
-      });
-      // Another volume for a full pool volume, as for a broken one (not after docker ran on it:
-      // docker is not restarted on volume after volume); never for a full workspace, whose user
-      // would get a fresh one and lose theirs.
-      const nextCandidate = volumeFault || (full && !workspace && VOLUME_STEPS.has(failed));
-      if (nextCandidate && volumeId && claimIndex >= 0 && claim.volumes < maxVolumes) {
-        const fields = { step: failed, volume: volumeId, remediation };
-        if (full)
-          log.warning(
-            "boot.volume-full",
-            `${reason}; handed back to the pool, not quarantined, trying the next candidate`,
-            fields,
-          );
-        else log.warning("boot.volume-unusable", `${reason}; handed back, trying the next candidate`, fields);
-        claim.tried.add(volumeId);
-        claim.handedBack.push(reason);
-        progress = freshProgress();
-        index = claimIndex - 1;
-        continue;
-      }
-      const kept = full && workspace ? "; the workspace is handed back for its user, not quarantined" : "";
-      const line = `${reason}${kept}; falling back to docker's default data-root`;
-      const fields = { step: failed, volume: volumeId, remediation };
-      if (full) log.error("boot.volume-full", line, fields);
-      else log.error("boot.failed", line, fields);
-      const degraded = await degrade(deps, limits, reason, attachedHere(plan, claim, progress));
-      return { ...degraded, timeline, source: bootSourceOf(plan.selection, degraded.outcome, undefined) };
+      return afterFailure(run, step, progress, caught);
     }
   }
   const outcome = !plan.steps.some((step) => step.step === "report-ready")
@@ -181,7 +142,85 @@ export async function applyBoot(
     : progress.prewarm?.labelState === "warming"
       ? "warming"
       : "ready";
-  return { outcome, source: bootSourceOf(plan.selection, outcome, progress.created), timeline, ...resultOf(progress) };
+  return {
+    report: {
+      outcome,
+      source: bootSourceOf(plan.selection, outcome, progress.created),
+      timeline,
+      ...resultOf(progress),
+    },
+  };
+}
+
+/**
+ * A step failed: what is undone, and whether the next candidate is claimed (the volume's fault, or a
+ * full pool volume) or the node degrades.
+ */
+async function afterFailure(run: Run, step: BootStep, progress: Progress, caught: unknown): Promise<AttemptEnd> {
+  const { plan, deps, limits, claim, options, timeline } = run;
+  const { log } = deps;
+  if (run.dataRootFinal) {
+    const finished = await failedAfterDataRootFinal(deps, progress, caught);
+    return {
+      report: { ...finished, timeline, source: bootSourceOf(plan.selection, finished.outcome, progress.created) },
+    };
+  }
+  const error =
+    options.signal?.aborted && !(caught instanceof CancelledError)
+      ? new CancelledError(step.step, options.signal, caught)
+      : caught;
+  const volumeId = progress.volume?.volumeId;
+  const cancelled = error instanceof CancelledError;
+  const failed = progress.inStep ?? step.step;
+  // Space first: a full volume is handed back for its owner, never quarantined (volume-space.ts).
+  const space = cancelled ? undefined : await spaceFailureOf(error, failed, progress, deps);
+  const full = space?.kind === "volume-full";
+  const reason = space ? `${volumeId ?? "the volume"}: ${space.detail}: ${describeError(error)}` : describeError(error);
+  const remediation = space ? spaceRemediation(space, progress) : remediationOf(error);
+  const volumeFault =
+    !cancelled &&
+    !full &&
+    space?.kind !== "host-full" &&
+    VOLUME_STEPS.has(failed) &&
+    (await isVolumeFault(error, progress, plan, deps));
+  const workspace = progress.volume?.tags[VolumeTag.kind] === VolumeKind.workspace;
+  // A sample begun while docker started still reads the device: the undo unmounts and
+  // detaches only once it is done (it is bounded by prewarm.check.seconds).
+  await progress.prewarmRun?.idle();
+  // Undo with no signal: a boot stopped by SIGTERM still hands back what it holds.
+  // A node that joined before the switch keeps docker as it runs: not the volume's fault either.
+  const joined = error instanceof JoinedBeforeSwitch;
+  await undo(progress, plan, deps, reason, {
+    quarantine: volumeFault || (!cancelled && !joined && space === undefined && DOCKER_ON_VOLUME_STEPS.has(failed)),
+    keepDocker: joined,
+    holderWaitMs: limits.holderWaitMs,
+    // The user's own workspace goes back as a release gives it back: its expiry (or keep) intact.
+    releaseWorkspace: full && workspace,
+  });
+  // Another volume for a full pool volume, as for a broken one (not after docker ran on it:
+  // docker is not restarted on volume after volume); never for a full workspace, whose user
+  // would get a fresh one and lose theirs.
+  const nextCandidate = volumeFault || (full && !workspace && VOLUME_STEPS.has(failed));
+  if (nextCandidate && volumeId && run.claimIndex >= 0 && claim.volumes < run.maxVolumes) {
+    const fields = { step: failed, volume: volumeId, remediation };
+    if (full)
+      log.warning(
+        "boot.volume-full",
+        `${reason}; handed back to the pool, not quarantined, trying the next candidate`,
+        fields,
+      );
+    else log.warning("boot.volume-unusable", `${reason}; handed back, trying the next candidate`, fields);
+    claim.tried.add(volumeId);
+    claim.handedBack.push(reason);
+    return { retryFrom: run.claimIndex };
+  }
+  const kept = full && workspace ? "; the workspace is handed back for its user, not quarantined" : "";
+  const line = `${reason}${kept}; falling back to docker's default data-root`;
+  const fields = { step: failed, volume: volumeId, remediation };
+  if (full) log.error("boot.volume-full", line, fields);
+  else log.error("boot.failed", line, fields);
+  const degraded = await degrade(deps, limits, reason, attachedHere(plan, claim, progress));
+  return { report: { ...degraded, timeline, source: bootSourceOf(plan.selection, degraded.outcome, undefined) } };
 }
 
 /**

@@ -99,7 +99,7 @@ export async function claimNext(step: ClaimStep, ctx: StepContext): Promise<void
 async function relist(step: ClaimStep, { plan, deps, claim }: StepContext): Promise<string[]> {
   const fresh = await deps.cloud.findVolumes(step.relist, {
     firstPage: step.pageSize,
-    ...(claim.signal ? { signal: claim.signal } : {}),
+    signal: claim.signal,
   });
   const now = deps.cloud.clock.now();
   for (const volume of fresh) claim.known.set(volume.volumeId, volume);

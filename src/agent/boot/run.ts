@@ -55,9 +55,7 @@ export interface BootOptions {
  * (compose.ts) once its settings are known. Throws ConfigError on bad tags: nothing changed.
  */
 export async function runBoot(config: AgentConfig, host: HostAdapters, options: BootOptions): Promise<BootOutcome> {
-  const { log } = host;
   const started = Date.now();
-  const stateDir = config.paths.stateDir;
   // The host's image store (daemon.json, and `dockerd --version`: a process, ~0.1 s) is read
   // beside IMDS and EC2 rather than after them: with EC2 answering fast the observation would
   // otherwise wait for it. Read-only; a failure leaves the store unobserved, as in observeBoot.
@@ -81,21 +79,8 @@ export async function runBoot(config: AgentConfig, host: HostAdapters, options: 
   // `dockerd --version` (~0.1 s, memoized per run) is wanted by the host check and the switch of a
   // run that may claim: read while EC2 is asked, off the boot's path. A failure is not kept.
   if (settings.mayClaim && settings.enabled && !options.dryRun) void bootDeps.dockerVersion().catch(() => undefined);
-  const observation = await observeOrDegrade(cloud, identity, settings, log, signal, hostStore);
-  // The second phase need not redo what the first did in this boot (prepared-record.ts); a first phase
-  // vouches for nothing until it has prepared the volume again.
-  const prepared = !settings.mayClaim
-    ? preparedInThisBoot(await readPreparedRecord(stateDir), { bootId: host.bootId, instanceId: identity.instanceId })
-    : undefined;
-  if (settings.mayClaim && !options.dryRun) await removePreparedRecord(stateDir).catch(() => undefined);
-  const plan =
-    "plan" in observation
-      ? observation.plan
-      : planBoot(settings, { ...observation.observed, ...(prepared ? { prepared } : {}) });
-  log.info("boot.plan", `source: ${plan.selection.source}`, {
-    candidates: "candidates" in plan.selection ? plan.selection.candidates.length : undefined,
-    steps: plan.steps.length,
-  });
+  const observation = await observeOrDegrade(cloud, identity, settings, host.log, signal, hostStore);
+  const plan = await planOf(observation, settings, config.paths.stateDir, host, identity, options);
   if (options.dryRun) return { identity, plan, exitCode: ExitCode.ok };
 
   const limits: BootLimits = {
@@ -115,16 +100,64 @@ export async function runBoot(config: AgentConfig, host: HostAdapters, options: 
   const report = await applyBoot(plan, bootDeps, limits, {
     known,
     createMs: config.timeouts.createSeconds * 1000,
-    ...(signal ? { signal } : {}),
-    ...(budget ? { deadline: budget.deadline } : {}),
-    ...(options.dataRootFinal ? { dataRootFinal: options.dataRootFinal } : {}),
+    signal,
+    deadline: budget?.deadline,
+    dataRootFinal: options.dataRootFinal,
   }).finally(() => budget?.clear());
+  // A problem that will not clear by itself (permissions) fails the unit, after the node came up degraded.
+  const exitCode = "plan" in observation && !observation.transient ? ExitCode.failure : bootExitCode(report);
+  await finishBoot(config, host, { identity, settings, report, published }, options);
+  return { identity, plan, report, exitCode };
+}
+
+/**
+ * The plan of what was observed (or the degraded boot observeOrDegrade planned). The second phase
+ * need not redo what the first did in this boot (prepared-record.ts); a first phase vouches for
+ * nothing until it has prepared the volume again, so it removes the record before it plans.
+ */
+async function planOf(
+  observation: { observed: BootObservation } | { plan: BootPlan },
+  settings: BootSettings,
+  stateDir: string,
+  host: HostAdapters,
+  identity: Identity,
+  options: BootOptions,
+): Promise<BootPlan> {
+  const prepared = !settings.mayClaim
+    ? preparedInThisBoot(await readPreparedRecord(stateDir), { bootId: host.bootId, instanceId: identity.instanceId })
+    : undefined;
+  if (settings.mayClaim && !options.dryRun) await removePreparedRecord(stateDir).catch(() => undefined);
+  const plan =
+    "plan" in observation
+      ? observation.plan
+      : planBoot(settings, { ...observation.observed, ...(prepared ? { prepared } : {}) });
+  host.log.info("boot.plan", `source: ${plan.selection.source}`, {
+    candidates: "candidates" in plan.selection ? plan.selection.candidates.length : undefined,
+    steps: plan.steps.length,
+  });
+  return plan;
+}
+
+/**
+ * What follows a boot that ran: docker's data-root final, the prepared volume left to the second
+ * phase, the boot's record, and the background refresh of a node that serves.
+ */
+async function finishBoot(
+  config: AgentConfig,
+  host: HostAdapters,
+  ended: {
+    identity: Identity;
+    settings: BootSettings;
+    report: BootReport;
+    published: Record<string, string> | undefined;
+  },
+  options: BootOptions,
+): Promise<void> {
+  const { identity, settings, report, published } = ended;
   // A boot that ended otherwise (degraded, disabled, prepared) has docker where it stays too.
   await options.dataRootFinal?.();
   if (report.outcome === "prepared" && host.bootId)
-    await recordPrepared(stateDir, host.bootId, identity.instanceId, report, log);
-  // A problem that will not clear by itself (permissions) fails the unit, after the node came up degraded.
-  const exitCode = "plan" in observation && !observation.transient ? ExitCode.failure : bootExitCode(report);
+    await recordPrepared(config.paths.stateDir, host.bootId, identity.instanceId, report, host.log);
   const phase: BootPhase = !settings.mayClaim ? "second" : settings.withDocker ? "single" : "first";
   await host.recorder?.bootFinished({
     instanceId: identity.instanceId,
@@ -135,8 +168,7 @@ export async function runBoot(config: AgentConfig, host: HostAdapters, options: 
     ...(published ? { publishedLabels: published } : {}),
   });
   if (host.startRefresh && config.refresh.enabled && (report.outcome === "ready" || report.outcome === "warming"))
-    await startRefresh(host.startRefresh, log);
-  return { identity, plan, report, exitCode };
+    await startRefresh(host.startRefresh, host.log);
 }
 
 /** The boot's limits of config `timeouts` and `docker`, and where it mounts. */
@@ -174,7 +206,7 @@ async function identifyAndResolve(
   };
   const { identity, activation, previous } = await observeIdentity(
     { ...host, config },
-    { mayClaim, checkTags, ...(options.signal ? { signal: options.signal } : {}) },
+    { mayClaim, checkTags, signal: options.signal },
   );
   log.info("boot.identity", "instance identified", {
     instance: identity.instanceId,
@@ -296,8 +328,8 @@ async function observeOrDegrade(
   try {
     return {
       observed: await observeBoot(cloud, identity, settings, {
-        ...(signal ? { signal } : {}),
-        ...(hostStore ? { hostStore } : {}),
+        signal,
+        hostStore,
       }),
     };
   } catch (error) {

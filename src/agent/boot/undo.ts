@@ -3,10 +3,11 @@
  * handed back, maybe quarantined), and degrade (docker on its default data-root, the `degraded`
  * label, one clear log line).
  */
+import { mountPointOf } from "../../layout.ts";
 import { describeError } from "../../errors.ts";
 import { Label, VolumeKind, VolumeTag } from "../../tags.ts";
 import type { VolumeInfo } from "../ports.ts";
-import { mountPointOf, releaseTags } from "../release/plan.ts";
+import { releaseTags } from "../release/plan.ts";
 import type { VolumeIntent } from "../volume-intent.ts";
 import type { BootLimits, Finished, Progress } from "./context.ts";
 import type { BootDeps } from "./deps.ts";

@@ -88,7 +88,7 @@ export async function runPrewarm(
     report = await runInitialization(target, settings, prewarmDeps, {
       decision,
       publish: true,
-      ...(options.signal ? { signal: options.signal } : {}),
+      signal: options.signal,
     });
   } else {
     report = await prewarmAtBoot(target, settings, prewarmDeps, decision);

@@ -3,9 +3,12 @@
  * from ebs-cache-agent-prune.timer while the node runs):
  * observe → plan (pure, ./plan.ts) → apply → measure the fill again → record the figures.
  */
+import type { AgentConfig } from "../../config/index.ts";
 import { ExitCode } from "../../errors.ts";
-
+import type { HostAdapters } from "../adapters.ts";
 import type { OutcomeRecorder, PruneFacts, PruneTrigger } from "../outcomes.ts";
+import type { CloudVolumes } from "../ports.ts";
+import { prewarmStatus } from "../prewarm/run.ts";
 import { applyPrune, type PruneStepReport } from "./apply.ts";
 import { observePrune } from "./observe.ts";
 import { planPrune, type PrunePlan, type PruneSettings } from "./plan.ts";
@@ -24,6 +27,33 @@ export interface PruneReport {
   usedRatioBefore?: number;
   /** Measured again after the removals (statfs). */
   usedRatioAfter?: number;
+}
+
+/**
+ * The prune's parts, from the host's adapters: the volume it works on is the one the last boot
+ * recorded (observe.ts mountedVolumeOf takes it only from a boot that came up), EC2 of the
+ * instance's region (asked only once the fill calls for it), and the pre-warm's activity from its
+ * state file, since the prune gives way to a running pre-warm.
+ */
+export function pruneDeps(config: AgentConfig, host: HostAdapters): PruneDeps {
+  let cloud: CloudVolumes | undefined;
+  const cloudNow = async () => (cloud ??= host.cloudFor(config.region ?? (await host.identify()).region));
+  return {
+    lastBoot: () => host.lastBoot(),
+    cloud: {
+      describeVolume: async (volumeId, call) => (await cloudNow()).describeVolume(volumeId, call),
+      findSnapshots: async (tags, call) => (await cloudNow()).findSnapshots(tags, call),
+    },
+    fill: (mountPoint) => host.fill(mountPoint),
+    docker: host.images,
+    // Fresh: osparc tags pre_pulled_images after its pulls, long after the boot read the tags.
+    instanceTags: async () => (await host.identify({ fresh: true })).tags,
+    prewarm: async () => {
+      const { state, running } = await prewarmStatus(config.paths.stateDir);
+      return { phase: state?.phase, running };
+    },
+    log: host.log,
+  };
 }
 
 /** Runs the prune (a dry run plans and changes nothing). */

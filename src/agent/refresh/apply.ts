@@ -126,7 +126,7 @@ async function pullOne(
   try {
     const { bytes } = await deps.puller.pull(step.image, {
       timeoutMs: settings.pullSeconds * 1000,
-      ...(signal ? { signal } : {}),
+      signal,
     });
     entry.phase = "pulled";
     entry.seconds = (Date.now() - started) / 1000;

@@ -10,6 +10,7 @@
  * still mounted in another mount namespace after the unmount), force a detach, or
  * touch a volume that is not `ebs-cache:managed=true`.
  */
+import { mountPointOf } from "../../layout.ts";
 import { dirname } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AgentError, describeError, remediationOr, stopSignalName } from "../../errors.ts";
@@ -18,14 +19,7 @@ import { detachBlocker } from "../detach-guard.ts";
 import type { VolumeInfo } from "../ports.ts";
 import type { ReleaseDeps } from "./deps.ts";
 import { dockerActive } from "./observe.ts";
-import {
-  isBelow,
-  mountPointOf,
-  releaseTags,
-  type ReleasePlan,
-  type ReleaseSettings,
-  type ReleaseStep,
-} from "./plan.ts";
+import { isBelow, releaseTags, type ReleasePlan, type ReleaseSettings, type ReleaseStep } from "./plan.ts";
 import type { ReleaseReport, ReleaseProblem } from "../outcomes.ts";
 
 export interface ReleaseLimits {
@@ -82,7 +76,7 @@ export async function applyRelease(
     settings,
     limits,
     result,
-    ...(options.signal ? { signal: options.signal } : {}),
+    signal: options.signal,
   };
   /** Volumes whose remaining steps are skipped (a step of theirs was refused or failed). */
   const stopped = new Set<string>();
@@ -315,7 +309,7 @@ async function detachVolume(
     boundMs: limits.holderWaitMs ?? 0,
     log: deps.log,
     area: "release" as const,
-    ...(signal ? { signal } : {}),
+    signal,
   };
   const blocker = step.device
     ? await detachBlocker(deps.storage, step.volumeId, step.device, "release", wait)

@@ -3,19 +3,14 @@
  * interrupted release detached but did not tag), their devices and mounts, whether the instance
  * stops or terminates, daemon.json and docker. Reads only, through the ports.
  */
+import { mountPointOf } from "../../layout.ts";
 import { describeError } from "../../errors.ts";
 import { isUnderPrefix, parseEngineLabel } from "../../docker/labels.ts";
 import { VolumeTag } from "../../tags.ts";
 import { MANAGED } from "../volume-rules.ts";
 import type { Identity } from "../ports.ts";
 import type { ReleaseDeps } from "./deps.ts";
-import {
-  mountPointOf,
-  type HeldVolume,
-  type ReleaseObservation,
-  type ReleaseSettings,
-  type ShutdownObservation,
-} from "./plan.ts";
+import { type HeldVolume, type ReleaseObservation, type ReleaseSettings, type ShutdownObservation } from "./plan.ts";
 
 /** Gathers what the planner needs: two filtered DescribeVolumes, the mount table, daemon.json, docker. */
 export async function observeRelease(

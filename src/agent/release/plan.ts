@@ -13,6 +13,7 @@
  * daemon.json is reset before docker stops, so that a docker started again meanwhile (a socket
  * activation, a person) comes up on its default root and never on the volume being released.
  */
+import { mountPointOf } from "../../layout.ts";
 import { VolumeTag } from "../../tags.ts";
 import { intentChanges, keepApplies, keepFor, type KeepAsked } from "../volume-intent.ts";
 import { tagTime } from "../volume-rules.ts";
@@ -195,11 +196,6 @@ export interface ReleasePlan {
 export function isBelow(root: string, path: string | undefined): boolean {
   const base = root.replace(/\/+$/, "");
   return path !== undefined && path.startsWith(`${base}/`) && path.length > base.length + 1;
-}
-
-/** The mount point the agent gives a volume. */
-export function mountPointOf(mountRoot: string, volumeId: string): string {
-  return `${mountRoot.replace(/\/+$/, "")}/${volumeId}`;
 }
 
 /** The release time an interrupted release already tagged, when it belongs to the current claim. */

@@ -9,6 +9,9 @@ import type { ImageStore } from "../../docker/engine.ts";
 import { AgentError, ExitCode, describeError, stopSignalName } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { buildPaths, describeStep, type BuildRequest, type BuildStep } from "./build-plan.ts";
+
+/** The build's plan (build-plan.ts, pure): what `snapshot build` prints with --dry-run and then runs. */
+export { buildPaths, describeStep, planBuild, type BuildRequest } from "./build-plan.ts";
 import { imageSetRecordText } from "./image-set-record.ts";
 
 /** The build's dockerd, as the steps use it. */

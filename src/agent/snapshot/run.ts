@@ -34,6 +34,8 @@ import { SnapshotVerifyError, verifySnapshot, waitUntilReadable, type Disposal, 
 
 export type { SnapshotUploadSettings } from "./settings.ts";
 export { SnapshotUploadError } from "./stop.ts";
+/** The generation's tags an upload carries, checked (tags.ts): the command builds them before it uploads. */
+export { generationTags } from "./tags.ts";
 
 export interface SnapshotUploadReport {
   snapshotId: string;
@@ -281,7 +283,7 @@ async function readUpload(
     verifyOptions: {
       all: settings.verifyAll ?? false,
       concurrency: settings.concurrency,
-      ...(deps.signal ? { signal: deps.signal } : {}),
+      signal: deps.signal,
     },
     abandoned: [],
   };
@@ -505,7 +507,7 @@ async function putAndComplete(run: OpenedUpload): Promise<string> {
     const minutes = settings.readableWaitMinutes ?? READABLE_WAIT_MINUTES;
     await waitUntilReadable(deps.reader, snapshotId, now() + minutes * 60_000, {
       now,
-      ...(deps.signal ? { signal: deps.signal } : {}),
+      signal: deps.signal,
       onWait: (attempt) =>
         log.info("snapshot.sealing", "waiting for EBS to let the completed snapshot be read", { snapshotId, attempt }),
     });

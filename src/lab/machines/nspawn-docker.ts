@@ -6,11 +6,11 @@
  */
 import { readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { containerdRootOnVolume, createContainerdConfig } from "../../docker/containerd-store.ts";
+import { createContainerdConfig } from "../../docker/containerd-store.ts";
 import { createDockerEngine, type DockerEngineClient, type ImageStore } from "../../docker/engine.ts";
 import { AgentError } from "../../errors.ts";
 import { run, type RunOptions } from "../../exec.ts";
-import { DATA_ROOT_SUBDIR } from "../../layout.ts";
+import { containerdRootOnVolume, DATA_ROOT_SUBDIR } from "../../layout.ts";
 import { DOCKER_CLI } from "../docker/dockerd.ts";
 import type { DockerClient } from "../docker/images.ts";
 import { MessageId, type JournalEntry } from "./nspawn-journal.ts";

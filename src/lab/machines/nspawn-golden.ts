@@ -10,12 +10,12 @@
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { AttachVolumeCommand, CreateVolumeCommand, waitUntilVolumeAvailable } from "@aws-sdk/client-ec2";
-import { CONTAINERD_MACHINE_LOCAL_STATE, CONTAINERD_ROOT_SUBDIR } from "../../docker/containerd-store.ts";
+import { CONTAINERD_MACHINE_LOCAL_STATE } from "../../docker/containerd-store.ts";
 import type { ImageStore } from "../../docker/engine.ts";
 import { AgentError } from "../../errors.ts";
 import { run, type RunOptions, type RunResult } from "../../exec.ts";
 import { recordImageReads, writeImageReads, type ContainerdCli, type DockerCli } from "../../host/record-reads.ts";
-import { DATA_ROOT_SUBDIR, FS_LABEL, MACHINE_LOCAL_STATE } from "../../layout.ts";
+import { CONTAINERD_ROOT_SUBDIR, DATA_ROOT_SUBDIR, FS_LABEL, MACHINE_LOCAL_STATE } from "../../layout.ts";
 import {
   builderVolumeInput,
   snapshotBuilderVolume,

@@ -7,14 +7,14 @@
  */
 import t from "tap";
 import { mkdir, readdir, readFile, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import {
   keepsNodeState,
   parsePreparedMarker,
   prepareOncePerActivation,
-  preparedMarkerPath,
   preparedMarkerText,
 } from "../../../src/agent/boot/activation-marker.ts";
+import { volumeMarker } from "../../../src/host/volume-marker.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import type { Activation } from "../../../src/agent/workspace-record.ts";
 
@@ -23,6 +23,9 @@ const OTHER = "i-0fedcba9876543210";
 const L1 = "2026-12-01T10:00:00.000Z";
 const L2 = "2026-12-01T12:00:00.000Z";
 const first: Activation = { instanceId: I, launchTime: L1, bootId: "boot-1" };
+
+/** Where a data-root's marker is on the volume, read here without the agent's help. */
+const preparedMarkerPath = (dataRoot: string) => join(dirname(dataRoot), ".ebs-cache-agent", "prepared-for");
 
 t.test(
   "keepsNodeState: a pool volume only for the same activation, a workspace volume for the same instance",
@@ -91,7 +94,7 @@ t.test(
       cleans++;
     };
     const run = (activation: Activation, kind: "pool" | "workspace" = "pool") =>
-      prepareOncePerActivation(dataRoot, { kind, activation }, clean, log);
+      prepareOncePerActivation(dataRoot, { kind, activation }, clean, volumeMarker, log);
 
     t.equal(await run(first), "prepared", "first use: cleaned");
     t.same(
@@ -120,6 +123,7 @@ t.test(
         dataRoot,
         { kind: "pool", activation: started },
         async () => Promise.reject(new Error("killed")),
+        volumeMarker,
         log,
       ),
       /killed/,

@@ -8,6 +8,7 @@ import t from "tap";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { prepareVolumeDataRoot, type DataRootPorts } from "../../../src/agent/boot/activation-marker.ts";
+import { volumeMarker } from "../../../src/host/volume-marker.ts";
 import type { Activation } from "../../../src/agent/workspace-record.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 
@@ -18,6 +19,7 @@ function recording(): { ports: DataRootPorts; calls: string[] } {
   return {
     calls,
     ports: {
+      ...volumeMarker,
       checkLayout: async (root) => void calls.push(`layout ${root}`),
       clean: async (dataRoot, { kind, imageStore }) =>
         void calls.push(`clean ${dataRoot} ${kind} ${imageStore ?? "-"}`),

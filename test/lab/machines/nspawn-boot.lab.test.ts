@@ -48,12 +48,7 @@ import {
   waitUntilVolumeAvailable,
   type Volume,
 } from "@aws-sdk/client-ec2";
-import {
-  CONTAINERD_MACHINE_LOCAL_STATE,
-  CONTAINERD_ROOT_SUBDIR,
-  containerdRootOnVolume,
-  createContainerdConfig,
-} from "../../../src/docker/containerd-store.ts";
+import { CONTAINERD_MACHINE_LOCAL_STATE, createContainerdConfig } from "../../../src/docker/containerd-store.ts";
 import { createDockerEngine } from "../../../src/docker/engine.ts";
 import {
   CLOUD_FINAL_UNIT,
@@ -66,7 +61,13 @@ import { startOsparcSwarm } from "../../../src/lab/machines/osparc-swarm.ts";
 import { run, type RunOptions } from "../../../src/exec.ts";
 import { DOCKER_CLI } from "../../../src/lab/docker/dockerd.ts";
 import { buildImage } from "../../../src/lab/docker/images.ts";
-import { DATA_ROOT_SUBDIR, FS_LABEL, MACHINE_LOCAL_STATE } from "../../../src/layout.ts";
+import {
+  CONTAINERD_ROOT_SUBDIR,
+  containerdRootOnVolume,
+  DATA_ROOT_SUBDIR,
+  FS_LABEL,
+  MACHINE_LOCAL_STATE,
+} from "../../../src/layout.ts";
 import { labConfigJson } from "../../../src/lab/machines/agent.ts";
 import {
   buildGoldenSnapshot,
