@@ -8,6 +8,7 @@ import { runSnapshotUpload, type SnapshotUploadReport } from "../agent/snapshot/
 import { generationTags } from "../agent/snapshot/tags.ts";
 import { fleetCredentials, fleetRegion } from "../aws/fleet-credentials.ts";
 import { ebsClient, snapshotBlockReader, snapshotBlockWriter } from "../aws/ebs.ts";
+import { hostMaxAttempts } from "../aws/ec2.ts";
 import { builderEc2Client, uploadedSnapshots } from "../aws/uploaded-snapshots.ts";
 import { ConfigError, ExitCode } from "../errors.ts";
 import { readImageBlock, scanImage, sha256, zeroBlockHash } from "../host/image-blocks.ts";
@@ -240,7 +241,13 @@ async function uploadSnapshot(opts: UploadOptions): Promise<void> {
     process.exitCode = ExitCode.usage;
     return;
   }
-  const client = ebsClient({ region, credentials, ...(opts.endpoint ? { endpoint: opts.endpoint } : {}) });
+  // AWS_MAX_ATTEMPTS counts for the puts as for every EC2 call of the agent (hostMaxAttempts).
+  const client = ebsClient({
+    region,
+    credentials,
+    maxAttempts: hostMaxAttempts(),
+    ...(opts.endpoint ? { endpoint: opts.endpoint } : {}),
+  });
   const ec2 = builderEc2Client({ region, credentials, ...(opts.ec2Endpoint ? { endpoint: opts.ec2Endpoint } : {}) });
   try {
     const report = await runSnapshotUpload(
