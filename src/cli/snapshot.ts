@@ -16,7 +16,7 @@ import { inspectPoolImage } from "../host/pool-image.ts";
 import { readManifestJson, writeManifestJson } from "../host/snapshot-manifest.ts";
 import { createLogger } from "../log.ts";
 import { VolumeTag } from "../tags.ts";
-import { stopSignal } from "./common.ts";
+import { progressOutputs, stopSignal } from "./common.ts";
 import { fleetAccess, fleetOptions } from "./fleet.ts";
 import { poolNameOption, wholeNumber } from "./options.ts";
 import { snapshotBuildCommand } from "./snapshot-build.ts";
@@ -256,7 +256,8 @@ async function uploadSnapshot(opts: UploadOptions): Promise<void> {
         reader: snapshotBlockReader(client),
         snapshots: uploadedSnapshots(ec2),
         inspectImage: (image) => inspectPoolImage(image, { log }),
-        scanImage: (image, blockSize) => scanImage(image, blockSize, { log }),
+        scanImage: (image, blockSize, onProgress) =>
+          scanImage(image, blockSize, { log, ...(onProgress ? { onProgress } : {}) }),
         readBlock: readImageBlock,
         readManifestJson,
         writeManifestJson,
@@ -264,6 +265,7 @@ async function uploadSnapshot(opts: UploadOptions): Promise<void> {
         zeroBlockHash,
         log,
         signal: stopSignal(log),
+        progress: progressOutputs(log),
       },
       {
         image: resolve(opts.image),
