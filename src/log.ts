@@ -4,6 +4,8 @@
  * Lines go to stderr so stdout stays free for machine-readable output (`--json`, `--dry-run`).
  */
 
+import { clearTerminalLine } from "./terminal-line.ts";
+
 export type Level = "error" | "warning" | "notice" | "info" | "debug";
 
 /**
@@ -69,7 +71,10 @@ export function formatLine(level: Level, event: string, message: string, fields:
 
 /** A logger writing to a sink (stderr by default); `minLevel` drops more verbose events. */
 export function createLogger(
-  sink: (line: string) => void = (line) => process.stderr.write(line + "\n"),
+  sink: (line: string) => void = (line) => {
+    clearTerminalLine();
+    process.stderr.write(line + "\n");
+  },
   minLevel: Level = "info",
 ): Logger {
   const emit = (level: Level) => (event: string, message: string, fields?: Fields) => {

@@ -41,7 +41,7 @@ export function ebsClient(options: EbsClientOptions): EBSClient {
     // Many puts run at once; throttling answers are expected under load and retried.
     maxAttempts: options.maxAttempts ?? 10,
     retryMode: "adaptive",
-    requestHandler: { connectionTimeout: 5_000, requestTimeout: 60_000 },
+    requestHandler: { connectionTimeout: 5_000, requestTimeout: 60_000, throwOnRequestTimeout: true },
   });
 }
 

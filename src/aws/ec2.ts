@@ -152,7 +152,12 @@ export function createEc2Client(options: Ec2ClientOptions): EC2Client {
       agentCredentials({ ...(options.credentials ? { static: options.credentials } : {}), instanceProfile }),
     maxAttempts: options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
     retryMode: options.retryMode ?? "standard",
-    requestHandler: { connectionTimeout: 5_000, requestTimeout: options.requestTimeoutMs ?? 30_000 },
+    requestHandler: {
+      connectionTimeout: 5_000,
+      requestTimeout: options.requestTimeoutMs ?? 30_000,
+      // Without it the SDK only warns once the time is over and waits on: a hung endpoint hung the command.
+      throwOnRequestTimeout: true,
+    },
   });
 }
 

@@ -17,7 +17,7 @@ export function createSts(options: { region: string; instanceProfile: InstancePr
     region: options.region,
     credentials: agentCredentials({ instanceProfile: options.instanceProfile }),
     maxAttempts: 3,
-    requestHandler: { connectionTimeout: 5_000, requestTimeout: 15_000 },
+    requestHandler: { connectionTimeout: 5_000, requestTimeout: 15_000, throwOnRequestTimeout: true },
   });
   return {
     async callerArn() {

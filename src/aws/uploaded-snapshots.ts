@@ -20,7 +20,7 @@ export function builderEc2Client(options: EbsClientOptions): EC2Client {
     ...(options.endpoint !== undefined ? { endpoint: options.endpoint } : {}),
     ...(options.credentials ? { credentials: options.credentials } : {}),
     maxAttempts: options.maxAttempts ?? 10,
-    requestHandler: { connectionTimeout: 5_000, requestTimeout: 30_000 },
+    requestHandler: { connectionTimeout: 5_000, requestTimeout: 30_000, throwOnRequestTimeout: true },
   });
 }
 

@@ -12,6 +12,9 @@ import type { Logger } from "../log.ts";
 import { describeError, StopSignalReceived } from "../errors.ts";
 import { loadCommandConfig } from "./load-config.ts";
 import { onStopSignals } from "./stop-signals.ts";
+import type { ProgressOutputs } from "../progress.ts";
+import { serviceStatusNotifier } from "../host/systemd-notify.ts";
+import { stderrLine } from "../terminal-line.ts";
 import type { OutcomeRecorder, RunFailure } from "../agent/outcomes.ts";
 
 export interface HostContext {
@@ -131,4 +134,14 @@ export function stopOnSignals(log: Logger | undefined, doing: string): CommandSt
 /** The stop of a command that runs until the process exits (its handler is never removed). */
 export function stopSignal(log: Logger): AbortSignal {
   return stopOnSignals(log, "stopping after the step in flight").signal;
+}
+
+/**
+ * Where a command's progress line goes besides its log: the terminal's line when stderr is one,
+ * systemd's STATUS= when a unit takes notifications (src/progress.ts).
+ */
+export function progressOutputs(log: Logger): Pick<ProgressOutputs, "terminal" | "status"> {
+  const terminal = stderrLine();
+  const status = serviceStatusNotifier(log);
+  return { ...(terminal ? { terminal } : {}), ...(status ? { status } : {}) };
 }

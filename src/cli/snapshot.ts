@@ -7,12 +7,13 @@ import { Command, InvalidArgumentError, Option } from "commander";
 import { generationTags, runSnapshotUpload, type SnapshotUploadReport } from "../agent/snapshot/run.ts";
 import { fleetCredentials, fleetRegion } from "../aws/fleet-credentials.ts";
 import { ebsClient } from "../aws/ebs.ts";
+import { hostMaxAttempts } from "../aws/ec2.ts";
 import { builderEc2Client } from "../aws/uploaded-snapshots.ts";
 import { ConfigError, ExitCode } from "../errors.ts";
 import { readManifestJson } from "../host/snapshot-manifest.ts";
 import { createLogger } from "../log.ts";
 import { VolumeTag } from "../tags.ts";
-import { stopSignal } from "./common.ts";
+import { progressOutputs, stopSignal } from "./common.ts";
 import { fleetAccess, fleetOptions } from "./fleet.ts";
 import { poolNameOption, wholeNumber } from "./options.ts";
 import { snapshotBuildCommand } from "./snapshot-build.ts";
@@ -238,11 +239,17 @@ async function uploadSnapshot(opts: UploadOptions): Promise<void> {
     process.exitCode = ExitCode.usage;
     return;
   }
-  const client = ebsClient({ region, credentials, ...(opts.endpoint ? { endpoint: opts.endpoint } : {}) });
+  // AWS_MAX_ATTEMPTS counts for the puts as for every EC2 call of the agent (hostMaxAttempts).
+  const client = ebsClient({
+    region,
+    credentials,
+    maxAttempts: hostMaxAttempts(),
+    ...(opts.endpoint ? { endpoint: opts.endpoint } : {}),
+  });
   const ec2 = builderEc2Client({ region, credentials, ...(opts.ec2Endpoint ? { endpoint: opts.ec2Endpoint } : {}) });
   try {
     const report = await runSnapshotUpload(
-      { ...snapshotUploadDeps({ ebs: client, ec2 }, log), signal: stopSignal(log) },
+      { ...snapshotUploadDeps({ ebs: client, ec2 }, log), signal: stopSignal(log), progress: progressOutputs(log) },
       {
         image: resolve(opts.image),
         manifest: resolve(opts.manifest),

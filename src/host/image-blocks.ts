@@ -105,12 +105,14 @@ export function zeroBlockHash(blockSize: number): string {
 export async function scanImage(
   path: string,
   blockSize: number,
-  options: { log?: Logger; onProgress?: (blocksRead: number) => void } = {},
+  options: { log?: Logger; onProgress?: (blocksRead: number, blocksToRead: number) => void } = {},
 ): Promise<ImageScan> {
   const file = await open(path, "r");
   try {
     const { size } = await file.stat();
     const runs = blockRuns(await dataRanges(path, size, options.log), blockSize);
+    const toRead = runs.reduce((sum, [first, last]) => sum + last - first + 1, 0);
+    options.onProgress?.(0, toRead);
     const chunkBlocks = 32;
     const buffer = Buffer.alloc(blockSize * chunkBlocks);
     const blocks = new Map<number, string>();
@@ -125,7 +127,7 @@ export async function scanImage(
           if (!isZero(block)) blocks.set(index + i, sha256(block).toString("base64"));
         }
         read += count;
-        options.onProgress?.(read);
+        options.onProgress?.(read, toRead);
       }
     }
     return { bytes: size, blocks };

@@ -31,3 +31,28 @@ async function notifyReady(log: Logger): Promise<void> {
     log.warning("boot.notify", `could not tell systemd the unit has started: ${describeError(error)}`);
   }
 }
+
+/**
+ * Tells systemd where a long task stands (`STATUS=`, shown by `systemctl status`), or undefined
+ * without $NOTIFY_SOCKET (a shell, a unit that takes no notifications). One message at a time: a
+ * status given while the previous one is still being sent is dropped, the next one says more. A
+ * failure is logged once at debug level: the status is a courtesy, the journal has the progress.
+ */
+export function serviceStatusNotifier(
+  log: Logger,
+  env: NodeJS.ProcessEnv = process.env,
+): ((text: string) => void) | undefined {
+  if (!env.NOTIFY_SOCKET) return undefined;
+  let sending = false;
+  let failed = false;
+  return (text) => {
+    if (sending) return;
+    sending = true;
+    run("systemd-notify", [`--status=${text}`, `--pid=${process.pid}`], { log, timeoutMs: 10_000 })
+      .catch((error: unknown) => {
+        if (!failed) log.debug("host.notify", `could not tell systemd the status: ${describeError(error)}`);
+        failed = true;
+      })
+      .finally(() => (sending = false));
+  };
+}

@@ -19,6 +19,7 @@
  */
 import { setTimeout as delay } from "node:timers/promises";
 import { describeError, remediationOr } from "../../errors.ts";
+import { formatProgress } from "../../progress.ts";
 import { stateFolderRefused } from "../../state-folder.ts";
 import { VolumeTag } from "../../tags.ts";
 import { observePrewarm, sampleVolume, type Sample } from "./observe.ts";
@@ -30,6 +31,7 @@ import {
   formatDuration,
   prewarmLabels,
   progressLabel,
+  progressFigures,
   progressOf,
   readyReport,
   YIELD_IO_DEPTH,
@@ -563,15 +565,9 @@ function progressReporter(run: LongRun): OnProgress {
     if (due || progress.percent >= 100) {
       lastLog = Date.now();
       void run.save(changes);
-      const eta = progress.etaSeconds !== undefined ? `, ETA ${formatDuration(progress.etaSeconds)}` : "";
-      run.deps.log.info(
-        "prewarm.progress",
-        `${progress.percent.toFixed(1)} % (${formatBytes(progress.doneBytes)} of ` +
-          `${formatBytes(progress.totalBytes)}), ${progress.mibps.toFixed(1)} MiB/s${eta}`,
-        {
-          volume: run.target.volume.volumeId,
-        },
-      );
+      run.deps.log.info("prewarm.progress", formatProgress(progressFigures(progress)), {
+        volume: run.target.volume.volumeId,
+      });
     } else {
       Object.assign(state, changes);
     }

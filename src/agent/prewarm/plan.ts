@@ -5,6 +5,7 @@
  * state a run starts from. Nothing here touches the world; apply.ts carries the decisions out.
  * See docs/prewarm.md.
  */
+import { percentOf, type ProgressFigures } from "../../progress.ts";
 import { defaultConfig, type AgentConfig, type PrewarmStrategy } from "../../config/index.ts";
 import { Label, VolumeTag } from "../../tags.ts";
 import type {
@@ -241,10 +242,19 @@ export interface Progress {
   etaSeconds?: number;
 }
 
+/** A pre-warm's progress as the shared progress line tells it (src/progress.ts). */
+export function progressFigures(progress: Progress): ProgressFigures {
+  return {
+    bytes: { done: progress.doneBytes, total: progress.totalBytes },
+    bytesPerSecond: progress.mibps * MiB,
+    ...(progress.etaSeconds !== undefined ? { etaSeconds: progress.etaSeconds } : {}),
+  };
+}
+
 /** Progress figures from bytes done (this run: `runDoneBytes` in `elapsedMs`) and total. */
 export function progressOf(doneBytes: number, totalBytes: number, runDoneBytes: number, elapsedMs: number): Progress {
   const done = Math.max(0, Math.min(doneBytes, totalBytes));
-  const percent = totalBytes <= 0 ? 100 : Math.floor((done * 1000) / totalBytes) / 10;
+  const percent = percentOf(done, totalBytes);
   const rate = elapsedMs > 0 ? runDoneBytes / (elapsedMs / 1000) : 0;
   const progress: Progress = { doneBytes: done, totalBytes, percent, mibps: round(rate / MiB) };
   if (rate > 0) progress.etaSeconds = Math.ceil((totalBytes - done) / rate);
@@ -327,23 +337,10 @@ export function readyReport(
   return { decision, verdict, phase, labelState: "ready", labels: prewarmLabels("ready", verdict), ...extra };
 }
 
-/** `1.5 GiB`, `300 MiB`: for log lines and the status command. */
-export function formatBytes(bytes: number): string {
-  if (bytes >= GiB) return `${round(bytes / GiB)} GiB`;
-  if (bytes >= MiB) return `${round(bytes / MiB)} MiB`;
-  return `${Math.round(bytes / 1024)} KiB`;
-}
-
-/** `1h02m`, `3m05s`, `12s`. */
-export function formatDuration(seconds: number): string {
-  const s = Math.max(0, Math.round(seconds));
-  if (s >= 3600) return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
-  if (s >= 60) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s`;
-  return `${s}s`;
-}
+/** The shared progress line's units (src/progress.ts), for the pre-warm's log lines and the status command. */
+export { formatBytes, formatDuration } from "../../progress.ts";
 
 const MiB = 1024 * 1024;
-const GiB = 1024 * MiB;
 
 function round(n: number): number {
   return Math.round(n * 10) / 10;

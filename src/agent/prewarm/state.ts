@@ -12,7 +12,8 @@ import { isAlive, processStartTime } from "../process-identity.ts";
 import type { CheckFigures } from "../ports.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
 import type { PrewarmPlan, PrewarmPhase, PrewarmSettings, PrewarmTarget, Progress, Verdict } from "./plan.ts";
-import { formatBytes, formatDuration } from "./plan.ts";
+import { formatDuration, progressFigures } from "./plan.ts";
+import { formatProgress } from "../../progress.ts";
 
 export const STATE_FILE = "prewarm.json";
 export const LOCK_FILE = "prewarm.lock";
@@ -137,13 +138,7 @@ export function renderPrewarmStatus(
   figures("after:   ", state.after);
   const progress = state.progress;
   if (progress) {
-    const eta =
-      progress.etaSeconds !== undefined && progress.percent < 100 ? `, ETA ${formatDuration(progress.etaSeconds)}` : "";
-    lines.push(
-      `progress: ${progress.percent.toFixed(1)} % (${formatBytes(progress.doneBytes)} of ` +
-        `${formatBytes(progress.totalBytes)}), ` +
-        `${progress.mibps.toFixed(1)} MiB/s${eta}`,
-    );
+    lines.push(`progress: ${formatProgress(progressFigures(progress))}`);
   }
   const age = Math.max(0, Math.round((now.getTime() - Date.parse(state.updatedAt)) / 1000));
   lines.push(`updated:  ${state.updatedAt} (${formatDuration(age)} ago)`);

@@ -3,6 +3,7 @@
  * a module
  * of their own beside run.ts.
  */
+import type { ProgressOutputs } from "../../progress.ts";
 import type { Logger } from "../../log.ts";
 import type { SnapshotBlockReader, SnapshotBlockWriter, UploadedSnapshots } from "../ports.ts";
 import type { SnapshotManifest } from "./manifest.ts";
@@ -30,7 +31,11 @@ export interface SnapshotUploadDeps {
    */
   inspectImage(path: string): Promise<InspectedImage>;
   /** The image's blocks holding data (index → base64 SHA-256), found by seeking its data, not reading its holes. */
-  scanImage(path: string, blockSize: number): Promise<{ bytes: number; blocks: Map<number, string> }>;
+  scanImage(
+    path: string,
+    blockSize: number,
+    onProgress?: (blocksRead: number, blocksToRead: number) => void,
+  ): Promise<{ bytes: number; blocks: Map<number, string> }>;
   readBlock(path: string, index: number, blockSize: number): Promise<Uint8Array>;
   /** The manifest file's JSON, undefined when there is none (src/host/snapshot-manifest.ts). */
   readManifestJson(path: string): Promise<unknown>;
@@ -42,4 +47,6 @@ export interface SnapshotUploadDeps {
   now?: () => number;
   /** Stops the upload between blocks (SIGTERM): the manifest keeps what was put. */
   signal?: AbortSignal;
+  /** Where the progress line goes besides the log: a terminal's line, systemd's STATUS= (src/progress.ts). */
+  progress?: Pick<ProgressOutputs, "terminal" | "status">;
 }

@@ -12,6 +12,8 @@
  * the next generation's parent. A snapshot the read-back finds wrong is never untagged: the
  * manifest says `rejected`, it is deleted, and the rerun starts a new one.
  */
+import { progressReporter, type ProgressReporter } from "../../progress.ts";
+import type { Fields } from "../../log.ts";
 import { randomUUID } from "node:crypto";
 import { EbsAnswerError } from "../../aws/ebs-errors.ts";
 import { AgentError, ExitCode } from "../../errors.ts";
@@ -244,7 +246,21 @@ async function readUpload(
     refuseSize(`the parent ${parent.snapshotId}`, parent.volumeSizeGiB);
 
   log.info("snapshot.scan", "finding the image's blocks holding data", { image: settings.image });
-  const scan = await deps.scanImage(settings.image, EBS_BLOCK_BYTES);
+  const scanning = uploadProgress(deps, { image: settings.image });
+  const scanned = (read: number, toRead: number, done = false) =>
+    scanning.update(
+      {
+        step: { index: 1, count: 2, name: "scan" },
+        bytes: { done: read * EBS_BLOCK_BYTES, total: toRead * EBS_BLOCK_BYTES },
+      },
+      done,
+    );
+  let toRead = 0;
+  const scan = await deps.scanImage(settings.image, EBS_BLOCK_BYTES, (read, total) => {
+    toRead = total;
+    scanned(read, total, read === total && total > 0);
+  });
+  if (toRead === 0) scanned(0, 0, true);
   if (scan.bytes !== image.bytes || (earlier && !sameHashes(toMap(earlier.blocks), scan.blocks))) {
     throw new SnapshotUploadError(
       `${settings.image} changed ${earlier ? `since the upload of ${earlier.snapshotId} started` : "while read"}`,
@@ -579,7 +595,16 @@ async function putBlocks(
   };
   let next = 0;
   let done = 0;
-  let lastProgress = now();
+  const progress = uploadProgress(deps, { snapshotId });
+  const putting = (finished: boolean) =>
+    progress.update(
+      {
+        step: { index: 2, count: 2, name: "put" },
+        bytes: { done: done * EBS_BLOCK_BYTES, total: put.length * EBS_BLOCK_BYTES },
+      },
+      finished,
+    );
+  putting(put.length === 0);
   const zeros = Buffer.alloc(EBS_BLOCK_BYTES);
   const worker = async () => {
     while (next < put.length) {
@@ -598,13 +623,7 @@ async function putBlocks(
       written.set(block.index, block.hash);
       done += 1;
       void save(false).catch(() => undefined);
-      if (now() - lastProgress >= 5000) {
-        lastProgress = now();
-        deps.log.info("snapshot.progress", `${done} of ${put.length} blocks put`, {
-          snapshotId,
-          mib: Math.round((done * EBS_BLOCK_BYTES) / 2 ** 20),
-        });
-      }
+      putting(done === put.length);
     }
   };
   try {
@@ -612,6 +631,20 @@ async function putBlocks(
   } finally {
     await save(true);
   }
+}
+
+/**
+ * The upload's progress line: in the log every 5 s (and at each step's end), and on a terminal or
+ * to systemd where the CLI gives them.
+ */
+function uploadProgress(deps: SnapshotUploadDeps, fields: Fields): ProgressReporter {
+  return progressReporter({
+    log: deps.log,
+    event: "snapshot.progress",
+    fields,
+    now: deps.now ?? (() => performance.now()),
+    ...deps.progress,
+  });
 }
 
 /** One block of the image; a failure to read it (the file gone, an I/O error) is the upload's, typed. */

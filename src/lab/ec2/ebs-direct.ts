@@ -353,6 +353,8 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
           if (latency > 0) await new Promise((resolve) => setTimeout(resolve, latency));
           if (ctx.faults.throttle(action))
             throw new EbsError(400, "RequestThrottledException", "Rate exceeded", "RESOURCE_LEVEL_THROTTLE");
+          const refusal = ctx.faults.errorCode(action);
+          if (refusal !== undefined) throw new EbsError(400, refusal, `refused with ${refusal} (a fault of the lab)`);
         }
         const answer = await route(action, method, parts, url, headers, body);
         if (action !== undefined && ctx.faults.applyThen500(action))

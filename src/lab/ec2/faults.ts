@@ -17,6 +17,12 @@ export interface ActionFaults {
   applyThen500?: boolean;
   /** This action does not see volumes younger than this (ms); overrides the global value. */
   notFoundAfterCreateMs?: number;
+  /**
+   * Answer every request of this action with this EC2 error code (HTTP 400, e.g.
+   * `UnauthorizedOperation`, `InvalidVolume.NotFound`), changing nothing: the refusals a policy or
+   * a vanished resource give, for tests of how the agent tells them.
+   */
+  errorCode?: string;
 }
 
 export interface Faults {
@@ -68,6 +74,9 @@ export function validateFaults(value: unknown): string[] {
         rate(`actions.${action}.throttleRate`, o?.throttleRate);
         ms(`actions.${action}.latencyMs`, o?.latencyMs);
         ms(`actions.${action}.notFoundAfterCreateMs`, o?.notFoundAfterCreateMs);
+        const code = o?.errorCode;
+        if (code !== undefined && (typeof code !== "string" || !/^[A-Za-z][A-Za-z0-9.]*$/.test(code)))
+          problems.push(`actions.${action}.errorCode must be an error code (letters, digits, dots)`);
       }
   }
   for (const key of Object.keys(f)) {
@@ -125,6 +134,11 @@ export class FaultInjector {
   /** How long (ms) after its creation a volume stays invisible to `action`. */
   notFoundAfterCreateMs(action: string): number {
     return this.faults.actions?.[action]?.notFoundAfterCreateMs ?? this.faults.notFoundAfterCreateMs ?? 0;
+  }
+
+  /** The error code `action` is to be answered with, if a fault says so. */
+  errorCode(action: string): string | undefined {
+    return this.faults.actions?.[action]?.errorCode;
   }
 
   stuckAttach(volumeId: string): boolean {

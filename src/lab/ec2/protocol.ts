@@ -37,6 +37,11 @@ export async function handleEc2Request(ctx: ActionContext, params: Params): Prom
   if (!handler) {
     return fail(new Ec2Error("InvalidAction", `The action ${action} is not valid for this web service.`), requestId);
   }
+  const refusal = ctx.faults.errorCode(action);
+  if (refusal !== undefined) {
+    ctx.log?.debug("lab.ec2-emulator", `answering ${refusal} (fault)`, { action, requestId });
+    return fail(new Ec2Error(refusal, `The request was refused with ${refusal} (a fault of the lab).`), requestId);
+  }
   try {
     if (params.bool("DryRun")) {
       throw new Ec2Error("DryRunOperation", "Request would have succeeded, but DryRun flag is set.", 412);

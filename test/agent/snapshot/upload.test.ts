@@ -185,6 +185,15 @@ t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {
     lines.some((l) => l.includes("snapshot.completed")),
     "the completion is logged",
   );
+  // The shared progress line, each step's last one (a step's end is always told; no timing asserted).
+  t.ok(
+    lines.some((l) => /snapshot\.progress: step 1 of 2, scan: 100\.0 % \(.+ of .+\)/.test(l)),
+    "the scan's progress is logged",
+  );
+  t.ok(
+    lines.some((l) => /snapshot\.progress: step 2 of 2, put: 100\.0 % \(.+ of .+\)/.test(l)),
+    "the puts' progress is logged",
+  );
 });
 
 t.test("the EBS direct emulator checks what EBS checks", async (t) => {

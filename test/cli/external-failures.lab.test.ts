@@ -1,0 +1,261 @@
+/**
+ * Every failure told as what it is: each command, run as a process (the production bundle), meets
+ * each class of failure that is not the agent's own (a config file missing, unreadable or
+ * malformed; an EC2 or EBS endpoint that refuses the connection or never answers; no credentials;
+ * an AWS refusal: UnauthorizedOperation, InvalidVolume.NotFound, RequestLimitExceeded on every
+ * call) and must end with one typed error line (`<3>agent.failed: …` with a remediation) and its
+ * documented exit code, and never with "report this as a bug", which is for the agent's own bugs.
+ * The cases share one EC2 emulator and run a few at a time; an AWS refusal is an `errorCode` (or
+ * throttle) fault of one action, so the cases that need different faults run one after another.
+ */
+import { execFile } from "node:child_process";
+import { createServer, type Server, type Socket } from "node:net";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import t, { type Test } from "tap";
+import { LAB_CREDENTIALS, startLab } from "../../src/lab/lab.ts";
+import type { Faults } from "../../src/lab/ec2/faults.ts";
+import { createMemoryLogger } from "../../src/log.ts";
+import { ExitCode } from "../../src/errors.ts";
+import { agentBundle, REPO, withCompileCache } from "../fixtures/agent-bundle.ts";
+import { assertLabPrerequisites, childEnv } from "../fixtures/lab-prereq.ts";
+import { DEFAULT_RECORD, makePoolImage } from "../fixtures/pool-image.ts";
+
+await assertLabPrerequisites();
+const CLI = await agentBundle();
+
+const lab = await startLab({ name: "test-external-failures", log: createMemoryLogger() });
+t.teardown(() => lab.close());
+const work = await mkdtemp(join(tmpdir(), "ebs-cache-failures-"));
+t.teardown(() => rm(work, { recursive: true, force: true }));
+
+/** A port that accepts connections and never answers: an endpoint that times out. */
+const held = new Set<Socket>();
+const silent: Server = createServer((socket) => {
+  held.add(socket);
+  socket.on("close", () => held.delete(socket));
+});
+await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+t.teardown(() => {
+  for (const socket of held) socket.destroy();
+  silent.close();
+});
+const SILENT = `http://127.0.0.1:${(silent.address() as { port: number }).port}`;
+/** A port nothing listens on (the silent server's, closed at once, is taken: port 9 is discard, never served here). */
+const REFUSED = "http://127.0.0.1:9";
+
+const EMPTY_HOME = join(work, "home");
+await mkdir(EMPTY_HOME);
+const image = join(work, "pool.img");
+await makePoolImage(image);
+
+/** The agent's config for the fleet commands: the pool, a zone, the EC2 endpoint given. */
+async function fleetConfig(name: string, ec2Endpoint: string): Promise<string> {
+  const path = join(work, `${name}.json`);
+  await writeFile(
+    path,
+    JSON.stringify({
+      pool: "failures",
+      region: lab.region,
+      keeper: { zones: [`${lab.region}a`], minAvailable: 1 },
+      ec2Endpoint,
+      metrics: { textfileDir: null },
+      paths: { stateDir: join(work, `state-${name}`) },
+    }),
+  );
+  return path;
+}
+
+interface Ran {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** The bundle with only PATH, HOME and `env` of the environment (no AWS_* of the test's). */
+async function agent(args: string[], env: Record<string, string> = {}): Promise<Ran> {
+  const base = await withCompileCache(childEnv());
+  const own = Object.fromEntries(
+    Object.entries(base).filter(([key]) => !key.startsWith("AWS_") && key !== "EBS_CACHE_AGENT_CONFIG"),
+  );
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      [CLI, ...args],
+      { cwd: REPO, env: { ...own, HOME: EMPTY_HOME, ...env }, timeout: 120_000 },
+      (error, stdout, stderr) =>
+        resolve({ code: error ? (typeof error.code === "number" ? error.code : -1) : 0, stdout, stderr }),
+    );
+  });
+}
+
+const CREDENTIALS = {
+  AWS_ACCESS_KEY_ID: LAB_CREDENTIALS.accessKeyId,
+  AWS_SECRET_ACCESS_KEY: LAB_CREDENTIALS.secretAccessKey,
+};
+
+/** One failure told as what it is: one `<3>agent.failed` line with its remediation, the code, no bug. */
+function assertTold(t: Test, out: Ran, code: number, says: RegExp): void {
+  t.equal(out.code, code, `exit code ${code}\n${out.stderr}`);
+  t.notMatch(out.stderr, /report this as a bug|unexpected failure/, "not told as the agent's bug");
+  const failed = out.stderr.split("\n").filter((line) => line.startsWith("<3>agent.failed: "));
+  t.equal(failed.length, 1, "one failure line");
+  t.match(failed[0] ?? "", says, "the failure says what it is");
+  t.match(failed[0] ?? "", /remediation=/, "and what to do");
+  t.notMatch(out.stderr, /^\s+at /m, "no stack trace");
+}
+
+// ---- config files: every command that reads one, as the node and the fleet run them ----
+
+const CONFIG_COMMANDS = [
+  ["boot"],
+  ["release"],
+  ["prewarm"],
+  ["refresh"],
+  ["status"],
+  ["gc"],
+  ["prune"],
+  ["pool"],
+  ["pool", "fill"],
+];
+const malformed = join(work, "malformed.json");
+await writeFile(malformed, '{ "pool": ');
+const folder = join(work, "folder.json");
+await mkdir(folder);
+const CONFIG_FAILURES: Array<[string, string, RegExp]> = [
+  ["missing", join(work, "absent.json"), /no such file/],
+  ["unreadable (a folder)", folder, /cannot be read/],
+  ["malformed", malformed, /not valid JSON/],
+];
+
+t.test("a config file missing, unreadable or malformed: exit 3, nothing done", async (t) => {
+  const cases = CONFIG_COMMANDS.flatMap((command) =>
+    CONFIG_FAILURES.map(([what, path, says]) => ({ command, what, path, says })),
+  );
+  await inBatches(cases, 6, async ({ command, what, path, says }) => {
+    const out = await agent([...command, "--config", path]);
+    t.test(`${command.join(" ")}: config ${what}`, async (t) => assertTold(t, out, ExitCode.config, says));
+  });
+});
+
+// ---- EC2: the fleet commands, whose credentials are the SDK's chain ----
+
+const FLEET_COMMANDS = [["pool"], ["gc", "--dry-run"], ["gc"], ["pool", "fill", "--dry-run"], ["pool", "fill"]];
+const labConfig = await fleetConfig("lab", lab.ec2.endpoint);
+const refusedConfig = await fleetConfig("refused", REFUSED);
+const silentConfig = await fleetConfig("silent", SILENT);
+
+t.test("EC2 refuses the connection: exit 1, the endpoint named", async (t) => {
+  await inBatches(FLEET_COMMANDS, 5, async (command) => {
+    const out = await agent([...command, "--config", refusedConfig], CREDENTIALS);
+    t.test(command.join(" "), async (t) => assertTold(t, out, ExitCode.failure, /127\.0\.0\.1:9|ECONNREFUSED|refused/));
+  });
+});
+
+t.test("EC2 never answers: exit 1 once the request's timeout is over", async (t) => {
+  await inBatches(FLEET_COMMANDS, 5, async (command) => {
+    // One attempt: the SDK's 30 s per request is the wait under test, not its retries.
+    const out = await agent([...command, "--config", silentConfig], { ...CREDENTIALS, AWS_MAX_ATTEMPTS: "1" });
+    t.test(command.join(" "), async (t) => assertTold(t, out, ExitCode.failure, /answer|time/));
+  });
+});
+
+t.test("no credentials anywhere: exit 1, said in one line", async (t) => {
+  await inBatches(FLEET_COMMANDS, 5, async (command) => {
+    const out = await agent([...command, "--config", labConfig], { AWS_EC2_METADATA_SERVICE_ENDPOINT: REFUSED });
+    t.test(command.join(" "), async (t) => assertTold(t, out, ExitCode.failure, /credentials/));
+  });
+});
+
+const AWS_REFUSALS: Array<[string, Faults, RegExp]> = [
+  [
+    "UnauthorizedOperation",
+    { actions: { DescribeVolumes: { errorCode: "UnauthorizedOperation" } } },
+    /UnauthorizedOperation|not authori[sz]ed/,
+  ],
+  [
+    "InvalidVolume.NotFound",
+    { actions: { DescribeVolumes: { errorCode: "InvalidVolume.NotFound" } } },
+    /InvalidVolume\.NotFound|not found/,
+  ],
+  ["RequestLimitExceeded on every call", { throttleRate: 1 }, /RequestLimitExceeded|throttl/],
+];
+
+for (const [what, faults, says] of AWS_REFUSALS) {
+  t.test(`EC2 answers ${what}: exit 1, the code named`, async (t) => {
+    lab.ec2.setFaults(faults);
+    t.teardown(() => lab.ec2.setFaults({}));
+    await inBatches(FLEET_COMMANDS, 5, async (command) => {
+      const out = await agent([...command, "--config", labConfig], { ...CREDENTIALS, AWS_MAX_ATTEMPTS: "2" });
+      t.test(command.join(" "), async (t) => assertTold(t, out, ExitCode.failure, says));
+    });
+  });
+}
+
+// ---- EBS direct: snapshot upload ----
+
+function uploadArgs(name: string, endpoint: string, ec2Endpoint = lab.ec2.endpoint): string[] {
+  return [
+    "snapshot",
+    "upload",
+    "--image",
+    image,
+    "--manifest",
+    join(work, `${name}.manifest.json`),
+    "--pool",
+    "failures",
+    "--image-set",
+    "set-1",
+    "--images",
+    DEFAULT_RECORD.images.join(","),
+    "--image-store",
+    DEFAULT_RECORD.imageStore,
+    "--engine-version",
+    DEFAULT_RECORD.engineVersion,
+    "--region",
+    lab.region,
+    "--endpoint",
+    endpoint,
+    "--ec2-endpoint",
+    ec2Endpoint,
+  ];
+}
+
+t.test("snapshot upload: each failure not its own told as what it is", async (t) => {
+  const cases: Array<[string, string[], Record<string, string>, RegExp]> = [
+    ["EBS refuses the connection", uploadArgs("refused", REFUSED), CREDENTIALS, /refused|ECONNREFUSED/],
+    ["EBS never answers", uploadArgs("silent", SILENT), { ...CREDENTIALS, AWS_MAX_ATTEMPTS: "1" }, /answer|time/],
+    [
+      "no credentials",
+      uploadArgs("anonymous", lab.ec2.endpoint),
+      { AWS_EC2_METADATA_SERVICE_ENDPOINT: REFUSED },
+      /credentials/,
+    ],
+    [
+      "the image missing",
+      ["snapshot", "upload", ...uploadArgs("absent", lab.ec2.endpoint).slice(2)].map((a) =>
+        a === image ? join(work, "absent.img") : a,
+      ),
+      CREDENTIALS,
+      /absent\.img/,
+    ],
+  ];
+  await inBatches(cases, 4, async ([what, args, env, says]) => {
+    const out = await agent(args, env);
+    t.test(what, async (t) =>
+      assertTold(t, out, what === "the image missing" ? ExitCode.usage : ExitCode.failure, says),
+    );
+  });
+  lab.ec2.setFaults({ actions: { StartSnapshot: { errorCode: "AccessDeniedException" } } });
+  t.teardown(() => lab.ec2.setFaults({}));
+  const denied = await agent(uploadArgs("denied", lab.ec2.endpoint), CREDENTIALS);
+  t.test("EBS answers AccessDeniedException", async (t) =>
+    assertTold(t, denied, ExitCode.failure, /AccessDenied|denied/),
+  );
+});
+
+/** Runs `each` over `items`, `size` at a time. */
+async function inBatches<T>(items: T[], size: number, each: (item: T) => Promise<void>): Promise<void> {
+  for (let i = 0; i < items.length; i += size) await Promise.all(items.slice(i, i + size).map(each));
+}
