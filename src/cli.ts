@@ -93,6 +93,13 @@ const COMMANDS: CommandEntry[] = [
     load: async () => (await import("./cli/doctor.ts")).doctorCommand(),
   },
   {
+    name: "acceptance",
+    summary:
+      "measure EBS on this instance (attach, first reads at depths 1/8/32, warm throughput) with volumes it creates " +
+      "and deletes; writes the lab's calibration (needs --yes)",
+    load: async () => (await import("./cli/acceptance.ts")).acceptanceCommand(),
+  },
+  {
     name: "record-reads",
     summary: "at a golden build, record what each image reads at start into the volume's need list",
     load: async () => (await import("./cli/record-reads.ts")).recordReadsCommand(),

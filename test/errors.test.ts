@@ -91,8 +91,6 @@ const NOT_AGENT_ERRORS: Record<string, string> = {
   "lab/ec2/ec2-error.ts:Ec2Error": "EC2's, not the agent's",
   // The EBS direct emulator's wire errors, likewise: what EBS answers.
   "lab/ec2/ebs-direct.ts:EbsError": "EBS's, not the agent's",
-  // A calibration file the benches refuse: the lab's and the benches', never the agent's.
-  "lab/volumes/ebs-model.ts:EbsModelError": "the lab's, not the agent's",
 };
 
 t.test("every error class in src/ extends AgentError (or an AgentError subclass)", async (t) => {

@@ -205,6 +205,8 @@ export type FioJob =
       ioDepth: number;
       offset?: number;
       size?: number;
+      /** Sequential reads only: bytes skipped after each read (one read every blockSize + skipBytes). */
+      skipBytes?: number;
       runtimeSeconds?: number;
     };
 
@@ -215,7 +217,7 @@ export function fioArgs(job: FioJob, options: { statusIntervalSeconds?: number }
       ? [`--name=${job.name}`, `--read_iolog=${job.iolog}`, "--replay_no_stall=1", `--iodepth=${job.ioDepth}`]
       : [
           `--filename=${job.device}`,
-          `--rw=${job.rw}`,
+          `--rw=${job.rw}${job.skipBytes && job.rw === "read" ? `:${job.skipBytes}` : ""}`,
           `--bs=${job.blockSize}`,
           `--iodepth=${job.ioDepth}`,
           "--ioengine=libaio",

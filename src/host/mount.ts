@@ -152,14 +152,15 @@ export async function findMountPoint(device: string): Promise<string | undefined
 
 /**
  * Mounts the device at `mountPoint` (created if missing) with noatime (and nouuid for XFS: the
- * type given, or probed).
+ * type given, or probed); `readOnly`: `ro`, and for XFS `norecovery` too, since XFS replays a dirty
+ * log even on a read-only mount, which writes to the device.
  * Nothing to do when the device is already mounted there; MountConflictError when something
  * else is.
  */
 export async function mountDevice(
   device: string,
   mountPoint: string,
-  options: MountOptions & { fsType?: string } = {},
+  options: MountOptions & { fsType?: string; readOnly?: boolean } = {},
 ): Promise<void> {
   const { log } = options;
   assertDevicePath(device);
@@ -185,7 +186,9 @@ export async function mountDevice(
   const fsType =
     options.fsType ??
     (await run("blkid", ["-p", "-o", "value", "-s", "TYPE", device], { check: false, log })).stdout.trim();
-  await run("mount", ["-o", fsType === "xfs" ? "noatime,nouuid" : "noatime", device, target], {
+  const flags = options.readOnly ? ["ro", ...(fsType === "xfs" ? ["norecovery"] : [])] : ["noatime"];
+  if (fsType === "xfs") flags.push("nouuid");
+  await run("mount", ["-o", flags.join(","), device, target], {
     log,
     remediation: `check the filesystem on ${device} (dmesg; xfs_repair -n ${device} while unmounted)`,
   });
@@ -193,6 +196,8 @@ export async function mountDevice(
   if (!mounted || !isWholeMountOf(mounted, device, number)) {
     throw new AgentError(`mount reported success but ${device} is not mounted at ${target}`, `check findmnt ${target}`);
   }
+  if (options.readOnly && !mounted.options.split(",").includes("ro"))
+    throw new AgentError(`${device} was to be mounted read-only at ${target} but is not`, `unmount ${target} now`);
   log?.info("host.mount", "mounted", { device, mountPoint: target, fsType: mounted.fsType });
 }
 

@@ -33,6 +33,7 @@ const COMMANDS = [
   ["snapshot", "strip"],
   ["record-reads"],
   ["doctor"],
+  ["acceptance"],
 ];
 
 interface Ended {

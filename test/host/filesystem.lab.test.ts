@@ -16,7 +16,7 @@ import {
   xfsDataBytes,
 } from "../../src/host/filesystem.ts";
 import { foundPhrase, judgeLayout, judgeSignature, parseXfsDb, parseXfsSuperblock } from "../../src/host/identify.ts";
-import { parseMountInfo, settleFilesystem, syncFilesystem } from "../../src/host/mount.ts";
+import { mountDevice, parseMountInfo, settleFilesystem, syncFilesystem } from "../../src/host/mount.ts";
 import {
   ForeignVolumeError,
   FormatRefusedError,
@@ -300,6 +300,23 @@ t.test("two volumes restored from one snapshot (the same XFS UUID) mount side by
   await storage.unmount(b);
   await storage.unmount(a);
 });
+
+t.test(
+  "a read-only mount (the acceptance run's): ro and norecovery, a write refused, not a byte changed",
+  async (t) => {
+    const { device } = await volume(t);
+    await storage.format(device, FS_LABEL);
+    const digest = async () => (await run("sha256sum", [device])).stdout.split(" ")[0];
+    const before = await digest();
+    const mp = mountPoint(t, "read-only");
+    await mountDevice(device, mp, { readOnly: true, fsType: "xfs" });
+    const { stdout } = await run("findmnt", ["-n", "-o", "OPTIONS", mp]);
+    t.match(stdout, /^ro,.*norecovery/, "ro, and no log replay");
+    await t.rejects(writeFile(join(mp, "x"), "x"), { code: "EROFS" }, "a write is refused");
+    await storage.unmount(mp);
+    t.equal(await digest(), before, "the device is byte for byte as it was");
+  },
+);
 
 t.test("grow: a volume made larger than its filesystem grows once", async (t) => {
   const source = await volume(t);

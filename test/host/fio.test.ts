@@ -95,6 +95,18 @@ t.test("argument arrays: AWS's documented full read, read-only, JSON", async (t)
     { statusIntervalSeconds: 1 },
   );
   t.ok(resumed.includes(`--offset=${1 << 30}`) && resumed.includes("--status-interval=1"));
+  // One 4 KiB read at the start of every 512 KiB block (the acceptance run's first reads).
+  const strided = fioArgs({
+    name: "first-read-qd8",
+    device: "/dev/nvme1n1",
+    rw: "read",
+    blockSize: "4096",
+    ioDepth: 8,
+    skipBytes: 512 * 1024 - 4096,
+    size: 32 << 20,
+  });
+  t.ok(strided.includes(`--rw=read:${512 * 1024 - 4096}`) && strided.includes(`--size=${32 << 20}`));
+  t.ok(strided.includes("--readonly"));
   const replay = fioArgs({ name: "prewarm-check", iolog: "/tmp/x.iolog", ioDepth: 16, runtimeSeconds: 5 });
   t.ok(
     [

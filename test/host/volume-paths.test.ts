@@ -236,6 +236,8 @@ t.test("mkdirBeneath and removeBeneath: no link is gone through; a link is remov
  * through src/host/volume-paths.ts. The lab (src/lab) builds volumes and is not the agent.
  */
 const HOST_SIDE_FS = new Set([
+  // The calibration file the acceptance run writes: the state folder or --output, never a volume (it mounts read-only).
+  "agent/acceptance/wire.ts",
   "agent/boot/preflight.ts",
   "agent/boot/prepared-record.ts",
   // systemd's unit folder on the host (presence, enablement, ordering), read only.

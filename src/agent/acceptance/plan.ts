@@ -146,13 +146,13 @@ const round = (value: number, digits: number) => Number(value.toFixed(digits));
  */
 export function calibrationOf(
   measured: AcceptanceMeasurements,
-  where: { instanceType: string; region: string; date: Date; runId: string },
+  where: { instanceType: string; region: string; date: Date; runId: string; note?: string },
 ): Record<string, unknown> {
   const concurrency = Math.min(32, Math.max(1, Math.round(measured.firstReadIops.qd32 / measured.firstReadIops.qd1)));
   return {
     schemaVersion: 1,
     origin: "measured",
-    source: `ebs-cache-agent acceptance run ${where.runId}`,
+    source: `ebs-cache-agent acceptance run ${where.runId}${where.note ? `: ${where.note}` : ""}`,
     instanceType: where.instanceType,
     region: where.region,
     date: where.date.toISOString(),

@@ -4,6 +4,8 @@
  */
 import { mkdir, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
+import type { AcceptanceDeps } from "../../agent/acceptance/deps.ts";
+import { wireAcceptance } from "../../agent/acceptance/wire.ts";
 import { runBoot, type BootOutcome } from "../../agent/boot/run.ts";
 import { runPrewarm, type PrewarmCommandOptions, type PrewarmOutcome } from "../../agent/prewarm/run.ts";
 import { runRelease, type ReleaseOutcome } from "../../agent/release/run.ts";
@@ -174,4 +176,14 @@ export async function refreshLabHost(
     dryRun: options.dryRun ?? false,
     ...(options.signal ? { signal: options.signal } : {}),
   });
+}
+
+/** `ebs-cache-agent acceptance`'s parts on a lab host (runAcceptance runs them); `say` takes its printed lines. */
+export function acceptanceLabDeps(
+  lab: Lab,
+  host: LabHost,
+  options: { overrides?: ConfigOverrides; log: Logger; output: string; say(line: string): void },
+): AcceptanceDeps {
+  const wiring = labWiring(lab, host, options);
+  return wireAcceptance(wiring.config, wireAdapters(wiring), { output: options.output, say: options.say });
 }
