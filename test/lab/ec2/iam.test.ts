@@ -18,8 +18,8 @@ import {
 } from "@aws-sdk/client-ec2";
 import { EBSClient, StartSnapshotCommand } from "@aws-sdk/client-ebs";
 import agentPolicy from "../../../iam/ebs-cache-agent-policy.json" with { type: "json" };
-import { decodeAuthorizationMessage } from "../../../src/lab/ec2/iam/authorizer.ts";
-import { rolePrincipal } from "../../../src/lab/ec2/iam/principals.ts";
+import { contextKeysNamed, decodeAuthorizationMessage } from "../../../src/lab/ec2/iam/authorizer.ts";
+import { ROLE_POLICIES, rolePrincipal } from "../../../src/lab/ec2/iam/principals.ts";
 import { attachmentState, availableVolume, describeVolume, sdkError, startLab, volumeState } from "./helpers.ts";
 
 const lab = await startLab(t);
@@ -221,4 +221,33 @@ t.test("with enforcement off, an installed key may do anything", async (t) => {
   await nodeA.send(new AttachVolumeCommand({ VolumeId: foreign, InstanceId: lab.a.instanceId, Device: "/dev/sdf" }));
   await attachmentState(admin, foreign, "attached");
   t.pass("attached");
+});
+
+t.test("decisions are kept under the context keys the policies name, and only those", async (t) => {
+  t.same(
+    [...contextKeysNamed(ROLE_POLICIES.agent)].sort(),
+    [
+      "aws:requesttag/ebs-cache:managed",
+      "aws:resourcetag/ebs-cache:keep",
+      "aws:resourcetag/ebs-cache:managed",
+      "aws:tagkeys",
+      "ec2:createaction",
+      "ec2:instanceid",
+      "ec2:sourceinstancearn",
+      "kms:grantisforawsresource",
+      "kms:viaservice",
+    ],
+    "the condition keys and the ${ec2:InstanceID} variable",
+  );
+  const pool = await availableVolume(admin, { tags: managed });
+  const claim = (key: string, value: string) =>
+    nodeA.send(new CreateTagsCommand({ Resources: [pool], Tags: [{ Key: key, Value: value }] }));
+  await claim("ebs-cache:claimed-at", "2026-12-01T00:00:00Z");
+  await claim("ebs-cache:claimed-at", "2026-12-01T00:00:01Z");
+  t.equal((await tagsOf(pool))["ebs-cache:claimed-at"], "2026-12-01T00:00:01Z", "a kept decision, a new value");
+  t.equal(
+    (await sdkError(claim("Name", "2026-12-01T00:00:01Z"))).name,
+    "UnauthorizedOperation",
+    "a new key is asked anew",
+  );
 });

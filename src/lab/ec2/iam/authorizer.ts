@@ -1,12 +1,13 @@
 /**
  * The lab's IAM: every request is decided for the principal of its access key by an evaluator
  * this project did not write (@cloud-copilot/iam-simulate), against the shipped policies of the
- * principal's role. A decision depends only on the role, the action, the resource and the
- * context, so decisions are kept: the lab's polling asks the same questions many times.
+ * principal's role. A decision depends only on the role's policies, the action, the resource and
+ * the context keys those policies name, so decisions are kept under those: the lab's polling, and
+ * each claim's tags with a new timestamp, ask the same question many times.
  */
 import { runSimulation, type Simulation } from "@cloud-copilot/iam-simulate";
 import type { IamCheck } from "./checks.ts";
-import { LAB_ACCOUNT, principalArn, type LabPrincipal } from "./principals.ts";
+import { LAB_ACCOUNT, principalArn, type LabPrincipal, type NamedPolicy } from "./principals.ts";
 
 export type Decision = "Allowed" | "ImplicitlyDenied" | "ExplicitlyDenied";
 
@@ -23,8 +24,8 @@ const MAX_KEPT = 20_000;
 /** Decides requests; one per emulator. */
 export class Authorizer {
   private readonly kept = new Map<string, Decision>();
-  /** Distinct policy sets, so a cache key names a set by a short number. */
-  private readonly policyIds = new WeakMap<object, number>();
+  /** Distinct policy sets, so a cache key names a set by a short number, and the context keys they name. */
+  private readonly policySets = new WeakMap<object, { id: number; keys: ReadonlySet<string> }>();
   private nextPolicyId = 1;
 
   /** The first of `checks` the principal may not do; undefined when it may do them all. */
@@ -37,12 +38,15 @@ export class Authorizer {
   }
 
   private async decide(principal: LabPrincipal, check: IamCheck): Promise<Decision> {
+    const set = this.policySet(principal.policies);
     const key = JSON.stringify([
-      this.policyId(principal.policies),
+      set.id,
       principal.role,
       check.action,
       check.resource,
-      Object.entries(check.context).sort(([a], [b]) => (a < b ? -1 : 1)),
+      Object.entries(check.context)
+        .filter(([name]) => set.keys.has(name.toLowerCase()))
+        .sort(([a], [b]) => (a < b ? -1 : 1)),
     ]);
     const known = this.kept.get(key);
     if (known) return known;
@@ -52,14 +56,37 @@ export class Authorizer {
     return decision;
   }
 
-  private policyId(policies: object): number {
-    let id = this.policyIds.get(policies);
-    if (id === undefined) {
-      id = this.nextPolicyId++;
-      this.policyIds.set(policies, id);
+  private policySet(policies: readonly NamedPolicy[]): { id: number; keys: ReadonlySet<string> } {
+    let set = this.policySets.get(policies);
+    if (set === undefined) {
+      set = { id: this.nextPolicyId++, keys: contextKeysNamed(policies) };
+      this.policySets.set(policies, set);
     }
-    return id;
+    return set;
   }
+}
+
+/**
+ * The context keys (lower case, as IAM compares them) a decision under these policies can depend
+ * on: those of their Condition blocks and the `${…}` variables anywhere in them.
+ */
+export function contextKeysNamed(policies: readonly NamedPolicy[]): Set<string> {
+  const keys = new Set<string>();
+  const visit = (value: unknown, inCondition: boolean): void => {
+    if (typeof value === "string") {
+      for (const match of value.matchAll(/\$\{([^}]+)\}/g)) keys.add(match[1]!.toLowerCase());
+    } else if (Array.isArray(value)) {
+      for (const item of value) visit(item, inCondition);
+    } else if (typeof value === "object" && value !== null) {
+      for (const [name, child] of Object.entries(value)) {
+        // Condition: { Operator: { key: values } }: the keys are one level below the operators.
+        if (inCondition) for (const key of Object.keys(child as object)) keys.add(key.toLowerCase());
+        visit(child, name === "Condition");
+      }
+    }
+  };
+  for (const { policy } of policies) visit(policy, false);
+  return keys;
 }
 
 async function evaluate(principal: LabPrincipal, check: IamCheck): Promise<Decision> {
