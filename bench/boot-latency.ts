@@ -341,7 +341,7 @@ async function bootInProcess(
   const config = labConfig(lab, host, overrides);
   const adapters = wireAdapters({
     config,
-    ec2Client: () => lab.ec2Client(),
+    ec2Client: () => lab.ec2Client(host.credentials),
     metadata: createMetadataService({ endpoint: host.imds.endpoint }),
     docker: host.dockerService(),
     defaultDataRoot: host.paths.defaultDataRoot,

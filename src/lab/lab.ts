@@ -13,6 +13,7 @@ import type { Logger } from "../log.ts";
 import { privateDockerdArgs, startPrivateDockerd, type PrivateDockerd } from "./docker/dockerd.ts";
 import type { DockerdCommand } from "../docker/dockerd-flags.ts";
 import { startEc2Emulator, type Delays, type Ec2Emulator, type Faults } from "./ec2/index.ts";
+import { rolePrincipal, type LabRole, type NamedPolicy } from "./ec2/iam/principals.ts";
 import { startImdsEmulator, type ImdsEmulator } from "./imds/imds.ts";
 import { createHostRoot } from "./reaper/labdir.ts";
 import { openLabRoot, type LabRoot } from "./reaper/labroot.ts";
@@ -45,7 +46,19 @@ export interface LabOptions {
    * puts a host's clock days off.
    */
   clockOffsetMs?: number;
+  /**
+   * Decide each request by the shipped IAM policy of its caller's role (default true): the hosts'
+   * instance-profile keys are the agent's role, `credentials(role)` hands out the others, and the
+   * lab's own key (LAB_CREDENTIALS, a test's setup) is unrestricted.
+   */
+  enforceIam?: boolean;
   log?: Logger;
+}
+
+/** A key pair the emulator knows the role of. */
+export interface LabCredentials {
+  accessKeyId: string;
+  secretAccessKey: string;
 }
 
 /** The files and folders of one emulated host, as the agent is configured to see them. */
@@ -109,6 +122,8 @@ export interface LabHost {
   dockerHost: string;
   /** dockerd's command line on this host, as the agent reads it (systemd's unit on a real host). */
   dockerdCommand(): DockerdCommand;
+  /** The host's instance-profile credentials (its IMDS hands out the same): its role's, issued to this instance. */
+  credentials: LabCredentials;
 }
 
 /** A running lab. */
@@ -120,8 +135,16 @@ export interface Lab {
   /** The cold-snapshot layer, when started with `coldSnapshots`. */
   cold?: ColdLayer;
   hosts: LabHost[];
-  /** An SDK client for the emulator, with dummy credentials. */
-  ec2Client(): EC2Client;
+  /**
+   * An SDK client for the emulator, signing with `credentials` (a role's: a host's, or
+   * `lab.credentials(role)`), or with the lab's own unrestricted key for a test's setup.
+   */
+  ec2Client(credentials?: LabCredentials): EC2Client;
+  /**
+   * Fresh credentials of a role (the shipped policies, or `policies` instead: a test's edited
+   * copy), issued to `host`'s instance when given, as an instance profile's are.
+   */
+  credentials(role: LabRole, options?: { host?: LabHost; policies?: readonly NamedPolicy[] }): LabCredentials;
   /** Adds a running instance (zone `<region>a` unless told) with its IMDS. */
   addHost(options?: AddHostOptions): Promise<LabHost>;
   /** Environment for a process that talks to the lab as the aws CLI would. */
@@ -139,6 +162,10 @@ export interface AddHostOptions {
   dockerdArgs?: string[];
   /** Its EC2 instance type, as IMDS and DescribeInstances give it (default LAB_INSTANCE_TYPE). */
   instanceType?: string;
+  /** The role of its instance profile (default "agent"; the keeper's host: "keeper"). */
+  role?: LabRole;
+  /** Policies of that role instead of the shipped ones (a test's edited copy). */
+  policies?: readonly NamedPolicy[];
 }
 
 const DEFAULT_DELAYS: Delays = {
@@ -151,8 +178,18 @@ const DEFAULT_DELAYS: Delays = {
   terminateMs: 100,
 };
 
-/** Dummy credentials: the emulator does not check signatures, but the SDK and CLI want some. */
+/**
+ * The lab's own key: a test's setup and the demo's tools. The emulator checks no signature and
+ * installs no role for it, so it may do anything.
+ */
 export const LAB_CREDENTIALS = { accessKeyId: "AKIALABLABLABLABLAB0", secretAccessKey: "lab-secret-not-checked" };
+
+function newLabCredentials(): LabCredentials {
+  return {
+    accessKeyId: `ASIA${randomBytes(8).toString("hex").toUpperCase()}`,
+    secretAccessKey: randomBytes(30).toString("base64"),
+  };
+}
 
 function newInstanceId(): string {
   return `i-${randomBytes(9).toString("hex").slice(0, 17)}`;
@@ -204,6 +241,7 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
       faults: options.faults,
       ...(options.clockOffsetMs !== undefined ? { clockOffsetMs: options.clockOffsetMs } : {}),
       initializationSpeedup: speedup,
+      enforceIam: options.enforceIam ?? true,
       log,
     });
   } catch (error) {
@@ -212,6 +250,12 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
   }
   const emulator = ec2;
   let dockerdCount = 0;
+
+  const credentials: Lab["credentials"] = (role, { host, policies } = {}) => {
+    const issued = newLabCredentials();
+    emulator.iam.principals.install(issued.accessKeyId, rolePrincipal(role, host?.instance.instanceId, policies));
+    return issued;
+  };
 
   const addHost = async (hostOptions: AddHostOptions = {}): Promise<LabHost> => {
     const instanceId = newInstanceId();
@@ -231,12 +275,19 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
       hostRoot,
       ...(hostOptions.instanceType !== undefined ? { instanceType: hostOptions.instanceType } : {}),
     });
-    const imds = await startImdsEmulator({ instance: () => instance, log });
+    // The instance profile's credentials: the role's, issued to this instance.
+    const profile = newLabCredentials();
+    emulator.iam.principals.install(
+      profile.accessKeyId,
+      rolePrincipal(hostOptions.role ?? "agent", instanceId, hostOptions.policies),
+    );
+    const imds = await startImdsEmulator({ instance: () => instance, credentials: profile, log });
     imdsServers.push(imds);
     const host: LabHost = {
       instance,
       imds,
       paths,
+      credentials: profile,
       dockerHost: `unix://${join(dockerdRoot, "docker.sock")}`,
       dockerService: () => ({
         start: async () => void (await host.startDocker()),
@@ -283,17 +334,18 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
     backend,
     ...(cold ? { cold } : {}),
     hosts,
-    ec2Client() {
+    ec2Client(as?: LabCredentials) {
       const client = new EC2Client({
         endpoint: emulator.endpoint,
         region,
-        credentials: LAB_CREDENTIALS,
+        credentials: as ?? LAB_CREDENTIALS,
         maxAttempts: 5,
       });
       clients.push(client);
       return client;
     },
     addHost,
+    credentials,
     awsEnv() {
       return {
         AWS_ACCESS_KEY_ID: LAB_CREDENTIALS.accessKeyId,

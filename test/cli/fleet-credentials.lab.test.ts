@@ -13,7 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
 import { CreateVolumeCommand } from "@aws-sdk/client-ec2";
-import { LAB_CREDENTIALS, startLab } from "../../src/lab/lab.ts";
+import { startLab } from "../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 import { VolumeTag } from "../../src/tags.ts";
 import { assertLabPrerequisites } from "../fixtures/lab-prereq.ts";
@@ -25,15 +25,17 @@ t.teardown(() => lab.close());
 const work = await mkdtemp(join(tmpdir(), "ebs-cache-fleet-"));
 t.teardown(() => rm(work, { recursive: true, force: true }));
 
-// An operator's ~/.aws: the keys in credentials, the region in config (profile "lab").
+// An operator's ~/.aws: the keys in credentials (a management role: the agent's policy, of no
+// instance, decided by the emulator), the region in config (profile "lab").
+const operatorKeys = lab.credentials("agent");
 const home = join(work, "home");
 await mkdir(join(home, ".aws"), { recursive: true });
 await writeFile(
   join(home, ".aws/credentials"),
   [
     "[lab]",
-    `aws_access_key_id = ${LAB_CREDENTIALS.accessKeyId}`,
-    `aws_secret_access_key = ${LAB_CREDENTIALS.secretAccessKey}`,
+    `aws_access_key_id = ${operatorKeys.accessKeyId}`,
+    `aws_secret_access_key = ${operatorKeys.secretAccessKey}`,
     "",
   ].join("\n"),
 );

@@ -344,7 +344,7 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
   };
 
   return {
-    async handle(method: string, url: URL, headers: Headers, body: Buffer): Promise<EbsAnswer> {
+    async handle(method: string, url: URL, headers: Headers, body: Buffer, accessKeyId?: string): Promise<EbsAnswer> {
       try {
         const parts = url.pathname.split("/").filter(Boolean).map(decodeURIComponent);
         const action = actionOf(method, parts);
@@ -355,6 +355,9 @@ export function createEbsDirect(ctx: ActionContext, store: BlockSnapshotStore | 
             throw new EbsError(400, "RequestThrottledException", "Rate exceeded", "RESOURCE_LEVEL_THROTTLE");
           const refusal = ctx.faults.errorCode(action);
           if (refusal !== undefined) throw new EbsError(400, refusal, `refused with ${refusal} (a fault of the lab)`);
+          const snapshotId = action === "CompleteSnapshot" ? parts[2] : parts[1];
+          const denied = await ctx.iam.ebsRefusal(ctx, action, snapshotId, body, accessKeyId);
+          if (denied !== undefined) throw new EbsError(403, "AccessDeniedException", denied, "UNAUTHORIZED_ACCOUNT");
         }
         const answer = await route(action, method, parts, url, headers, body);
         if (action !== undefined && ctx.faults.applyThen500(action))

@@ -13,6 +13,7 @@ import { Lifecycle, type Delays, type ShutdownKind } from "./lifecycle.ts";
 import type { Model } from "./model.ts";
 import { RequestLedger } from "./requests.ts";
 import { createEbsDirect } from "./ebs-direct.ts";
+import { LabIam } from "./iam/enforcement.ts";
 import { listen } from "./server.ts";
 import { StateStore } from "./state.ts";
 
@@ -45,6 +46,8 @@ export interface Ec2EmulatorOptions {
   log?: Logger;
   /** Port on 127.0.0.1 (default 0: a free one). */
   port?: number;
+  /** Decide requests of installed keys by their role's policies (default true); false allows everything. */
+  enforceIam?: boolean;
 }
 
 export interface Ec2Emulator {
@@ -97,6 +100,8 @@ export interface Ec2Emulator {
   snapshotState(): Model;
   /** The EC2 requests received (counters, records) and the holds that park chosen ones. */
   readonly requests: RequestLedger;
+  /** IAM: `iam.principals.install(key, principal)` makes a key's requests that principal's. */
+  readonly iam: LabIam;
   /** Replaces the whole model; transitions under way in it restart. */
   replaceState(model: Model): void;
   /** Stops the server and the timers, waits for backend calls under way, saves the state. */
@@ -155,6 +160,7 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
     initializationHold,
     now,
     syncInstanceTags: (id) => instances.syncTags(id),
+    iam: new LabIam(opts.enforceIam ?? true),
     log,
   };
 
@@ -219,6 +225,7 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
     releaseInitialization: () => initializationHold.release(now()),
     snapshotState: () => store.copy(),
     requests,
+    iam: ctx.iam,
     replaceState,
     close: () => {
       closing ??= (async () => {

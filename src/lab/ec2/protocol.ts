@@ -1,6 +1,7 @@
 /**
  * One EC2 Query request, start to end: faults first (latency, throttling), then the action,
- * then the XML answer. Signatures and credentials are not checked: any client may call.
+ * then IAM's decision for the caller's key (iam/enforcement.ts), then the action, then the XML
+ * answer. Signatures are not checked: a key is taken at its word.
  */
 import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -21,7 +22,11 @@ function fail(error: Ec2Error, requestId: string): Ec2Answer {
 }
 
 /** Handles one request's parameters (`Action`, `Version`, the action's own). */
-export async function handleEc2Request(ctx: ActionContext, params: Params): Promise<Ec2Answer> {
+export async function handleEc2Request(
+  ctx: ActionContext,
+  params: Params,
+  accessKeyId: string | undefined,
+): Promise<Ec2Answer> {
   const requestId = randomUUID();
   const action = params.action ?? "";
   const latency = ctx.faults.latencyMs(action);
@@ -43,6 +48,9 @@ export async function handleEc2Request(ctx: ActionContext, params: Params): Prom
     return fail(new Ec2Error(refusal, `The request was refused with ${refusal} (a fault of the lab).`), requestId);
   }
   try {
+    const refusal = await ctx.iam.ec2Refusal(ctx, params, accessKeyId);
+    if (refusal) return fail(refusal, requestId);
+    // EC2 answers a DryRun after deciding it: DryRunOperation means the caller may.
     if (params.bool("DryRun")) {
       throw new Ec2Error("DryRunOperation", "Request would have succeeded, but DryRun flag is set.", 412);
     }

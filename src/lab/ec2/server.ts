@@ -82,7 +82,9 @@ async function handle(
     for (const [name, value] of Object.entries(req.headers)) {
       if (typeof value === "string") headers.set(name, value);
     }
-    const answer = await ebs.handle(req.method ?? "GET", url, headers, raw);
+    const header = req.headers.authorization;
+    const caller = callerOf(Array.isArray(header) ? header[0] : header);
+    const answer = await ebs.handle(req.method ?? "GET", url, headers, raw, caller);
     res.writeHead(answer.status, {
       ...answer.headers,
       ...dateHeader(ctx.now()),
@@ -110,7 +112,8 @@ async function handle(
   // a hand-made GET puts it in the URL.
   const params = new Params([...url.searchParams.entries(), ...new URLSearchParams(body).entries()]);
   const header = req.headers.authorization;
-  const ticket = ledger.arrive(params, callerOf(Array.isArray(header) ? header[0] : header));
+  const caller = callerOf(Array.isArray(header) ? header[0] : header);
+  const ticket = ledger.arrive(params, caller);
   // EC2 judges the signature's time before anything else: a refused request changes nothing.
   const refusal = signatureTimeRefusal(amzDateOf(req, url), ctx.now());
   if (refusal) {
@@ -127,7 +130,7 @@ async function handle(
     res.destroy();
     return;
   }
-  const answer = await handleEc2Request(ctx, params);
+  const answer = await handleEc2Request(ctx, params, caller);
   ledger.settle(ticket.record, answer.status, /<Code>([^<]+)<\/Code>/.exec(answer.body)?.[1]);
   if (!(await ticket.gate("after"))) {
     res.destroy();

@@ -97,7 +97,8 @@ function labWiring(
   const config = labConfig(lab, host, options.overrides);
   return {
     config,
-    ec2Client: () => lab.ec2Client(),
+    // The host's instance-profile credentials: the agent runs with its role's policy.
+    ec2Client: () => lab.ec2Client(host.credentials),
     metadata: createMetadataService({ endpoint: host.imds.endpoint }),
     docker: config.docker.control === "none" ? undefined : host.dockerService(),
     defaultDataRoot: host.paths.defaultDataRoot,

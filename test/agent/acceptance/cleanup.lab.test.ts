@@ -42,7 +42,8 @@ t.test("a killed run's volumes: detached here and deleted, the others left", asy
   await attached(elsewhere, other.instance.instanceId);
   await attached(mountedHere, me.instance.instanceId, "/dev/sdg");
   const deps = {
-    cloud: createCloudVolumes({ client: bl.lab.ec2Client(), pollMs: 100 }),
+    // The run's host's instance profile: the agent's role, as acceptance runs on a node.
+    cloud: createCloudVolumes({ client: bl.lab.ec2Client(me.credentials), pollMs: 100 }),
     instanceId: me.instance.instanceId,
     mounted: async (volumeId: string) => volumeId === mountedHere,
     detachTimeoutMs: 30_000,

@@ -62,7 +62,7 @@ t.test("pool fill stocks both pools at their sizes; a g4dn boot claims from its 
   });
   t.same(problems, []);
   const log = createMemoryLogger();
-  const cloud = createCloudVolumes({ client: bl.lab.ec2Client(), pollMs: 50 });
+  const cloud = createCloudVolumes({ client: bl.lab.ec2Client(bl.lab.credentials("keeper")), pollMs: 50 });
   const pools = keeperSettingsForPools(config);
   t.same(
     pools.map((p) => [p.pool, p.sizeGiB]),

@@ -2,8 +2,10 @@
  * `doctor` end to end on lab hosts: the real adapters (IMDS emulator with its token flow, the EC2
  * emulator through the SDK, the host's daemon.json and dockerd command line, real fio, mkfs.xfs,
  * blkid and dockerd --version), the agent's units installed as scripts/install.sh installs them.
- * A host that is right passes (exit 0) with every IAM probe answered DryRunOperation; hosts broken
- * in the lab's real ways each fail (or warn) on the one line that names it. Nothing in EC2 changes.
+ * A host that is right passes (exit 0) with every IAM probe answered DryRunOperation by the
+ * emulator's IAM (the host's role, iam/ebs-cache-agent-policy.json); hosts broken in the lab's real
+ * ways each fail (or warn) on the one line that names it, a role without the attach statement
+ * among them, its denial decoded. Nothing in EC2 changes.
  */
 import t from "tap";
 import { copyFile, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from "node:fs/promises";
@@ -12,7 +14,10 @@ import { join } from "node:path";
 import { CreateSnapshotCommand, DescribeSnapshotsCommand, DescribeVolumesCommand } from "@aws-sdk/client-ec2";
 import { runDoctor, type DoctorReport } from "../../../src/agent/doctor/run.ts";
 import { wireDoctor } from "../../../src/agent/doctor/wire.ts";
-import { LAB_CREDENTIALS, type LabHost } from "../../../src/lab/lab.ts";
+import agentPolicy from "../../../iam/ebs-cache-agent-policy.json" with { type: "json" };
+import { decodedGist } from "../../../src/agent/doctor/plan.ts";
+import { decodeAuthorizationMessage } from "../../../src/lab/ec2/iam/authorizer.ts";
+import type { LabHost } from "../../../src/lab/lab.ts";
 import { labConfig } from "../../../src/lab/machines/agent.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { goldenPoolTags, POOL, startBootLab } from "../../fixtures/boot-lab.ts";
@@ -70,7 +75,8 @@ async function doctor(host: LabHost, options: { units?: string; hostOnly?: boole
       hostOnly: options.hostOnly ?? false,
       unitsDir: options.units ?? (await unitsDir()),
       dockerdCommand: async () => host.dockerdCommand(),
-      credentials: LAB_CREDENTIALS,
+      // The host's instance-profile keys: the emulator decides each probe by the agent's policy.
+      credentials: host.credentials,
     }),
   );
 }
@@ -188,4 +194,36 @@ t.test("hosts broken in the lab's real ways: one line each, with its remediation
     t.match(bad[0]?.remediation, c.remediation);
     t.equal(report.exitCode, c.verdict === "fail" ? 1 : 0, `${c.what}: exit code`);
   }
+});
+
+t.test("a role without the attach statement: AttachVolume denied, the encoded message decodes to why", async (t) => {
+  const withoutAttach = {
+    ...agentPolicy,
+    Statement: agentPolicy.Statement.filter((statement) => statement.Sid !== "AttachDetachManagedVolumes"),
+  };
+  const host = await bl.addHost({ policies: [{ name: "edited", policy: withoutAttach }] });
+  const before = await ec2State();
+  const report = await doctor(host);
+  const bad = notOk(report);
+  t.same(
+    bad.map((l) => [l.check, l.verdict]),
+    [
+      ["iam.AttachVolume", "fail"],
+      ["iam.DetachVolume", "fail"],
+    ],
+    "the two calls the statement granted, and only they, are denied",
+  );
+  t.equal(report.exitCode, 1);
+  const attach = bad[0]!;
+  t.match(attach.detail, new RegExp(`${poolVolume} to ${host.instance.instanceId}: denied`));
+  // The agent's role may not decode (no sts:DecodeAuthorizationMessage): the line gives the command.
+  const encoded = /--encoded-message (\S+)$/.exec(attach.remediation ?? "")?.[1];
+  t.ok(encoded, "the remediation names aws sts decode-authorization-message", { attach });
+  const decoded = decodeAuthorizationMessage(encoded ?? "");
+  t.equal(
+    decoded === undefined ? undefined : decodedGist(decoded),
+    `ec2:AttachVolume on arn:aws:ec2:${bl.lab.region}:123456789012:volume/${poolVolume}: no statement allows it`,
+    "decoded, the denial names the call and the volume",
+  );
+  t.equal(await ec2State(), before, "nothing changed");
 });

@@ -224,7 +224,8 @@ t.test(
     const hold = lab.ec2.requests.addHold({ action: "DescribeVolumes", nth: 2, apply: "before" });
     const gcLog = createMemoryLogger("debug");
     const running = runGc(
-      { cloud: createCloudVolumes({ client: lab.ec2Client(), pollMs: 50 }), log: gcLog },
+      // gc from a management host: the agent's policy, credentials not of an instance (docs/operations.md).
+      { cloud: createCloudVolumes({ client: lab.ec2Client(lab.credentials("agent")), pollMs: 50 }), log: gcLog },
       { dryRun: false, maxDeletes: 20, ttlHours: 24, retire: { graceHours: null, quarantineHours: 6 } },
     );
     t.ok(await lab.ec2.requests.waitForHold(hold.id, 60_000), "gc judged and is about to delete");

@@ -142,7 +142,8 @@ t.test("the keeper trims the old generation first, never the new one", async (t)
   // The new-generation volume is the oldest volume of the zone: only its generation saves it.
   const current = await pool(fresh, "gen-set-2", 1, zoneB);
   const older = await pool(stale, "gen-set-1", 2, zoneB);
-  const cloud = createCloudVolumes({ client: lab.ec2Client(), pollMs: 50 });
+  // The keeper's role (the nodes' policy and the reclaim policy): the emulator decides each call by it.
+  const cloud = createCloudVolumes({ client: lab.ec2Client(lab.credentials("keeper")), pollMs: 50 });
   const settings = {
     pool: POOL,
     imageSet: null,

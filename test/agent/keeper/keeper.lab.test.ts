@@ -36,7 +36,8 @@ const log = createMemoryLogger();
 const lab = await startLab({ name: "test-keeper", log, initializationSpeedup: 1000 });
 t.teardown(() => lab.close());
 const ec2 = lab.ec2Client();
-const host = await lab.addHost();
+// The keeper's host: its role holds the reclaim policy beside the nodes' (docs/keeper.md).
+const host = await lab.addHost({ role: "keeper" });
 const [zoneA, zoneB, zoneC] = [`${lab.region}a`, `${lab.region}b`, `${lab.region}c`] as const;
 const WRITES = new Set(["CreateVolume", "DeleteVolume", "CreateTags", "DeleteTags", "AttachVolume", "DetachVolume"]);
 
@@ -135,7 +136,7 @@ function settings(pool: string, over: Partial<KeeperSettings> = {}): KeeperSetti
 
 /** One keeper in this process, with its own SDK client (as another host would have). */
 function keeper(pool: string, over: Partial<KeeperSettings> = {}, dryRun = false): Promise<KeeperReport> {
-  const cloud = createCloudVolumes({ client: lab.ec2Client(), pollMs: 50 });
+  const cloud = createCloudVolumes({ client: lab.ec2Client(host.credentials), pollMs: 50 });
   return runKeeper({ cloud, log }, settings(pool, over), { dryRun });
 }
 

@@ -56,12 +56,14 @@ t.test("build, upload, a second generation, keeper, boot, docker", async (t) => 
   const dir = await mkdtemp(join(tmpdir(), "snapshot-build-"));
   t.teardown(() => rm(dir, { recursive: true, force: true }));
   const bundle = await agentBundle();
+  // The build role's credentials: the emulator decides each call by its policy.
+  const builder = bl.lab.credentials("builder");
   const env = {
     PATH: process.env.PATH ?? "/usr/sbin:/usr/bin:/sbin:/bin",
     // The docker client of the build reads (and may create) its config there, not in ~/.docker.
     DOCKER_CONFIG: join(dir, "docker-config"),
-    AWS_ACCESS_KEY_ID: "lab",
-    AWS_SECRET_ACCESS_KEY: "lab",
+    AWS_ACCESS_KEY_ID: builder.accessKeyId,
+    AWS_SECRET_ACCESS_KEY: builder.secretAccessKey,
     AWS_EC2_METADATA_DISABLED: "true",
   };
   const agent = (args: string[]) =>
@@ -178,7 +180,10 @@ t.test("build, upload, a second generation, keeper, boot, docker", async (t) => 
 
   const zone = `${bl.lab.region}a`;
   const kept = await runKeeper(
-    { cloud: createCloudVolumes({ client: bl.lab.ec2Client(), pollMs: 50 }), log: createMemoryLogger() },
+    {
+      cloud: createCloudVolumes({ client: bl.lab.ec2Client(bl.lab.credentials("keeper")), pollMs: 50 }),
+      log: createMemoryLogger(),
+    },
     {
       pool: POOL,
       imageSet: null,

@@ -10,6 +10,7 @@ import { isWellFormed } from "../ids.ts";
 import type { InitializationHold } from "../initialization-hold.ts";
 import type { Delays, Lifecycle } from "../lifecycle.ts";
 import type { InstanceRecord, SnapshotRecord, VolumeRecord } from "../model.ts";
+import type { LabIam } from "../iam/enforcement.ts";
 import type { Params, TagParam, TagSpecificationParam } from "../params.ts";
 import type { StateStore } from "../state.ts";
 import type { XmlObject } from "../xml.ts";
@@ -31,6 +32,8 @@ export interface ActionContext {
   now(): number;
   /** Copies an instance's tags into its live LabInstance object after CreateTags/DeleteTags. */
   syncInstanceTags(instanceId: string): void;
+  /** Who may do what: the installed access keys' policies, decided before a request is applied. */
+  iam: LabIam;
   log: Logger | undefined;
 }
 
