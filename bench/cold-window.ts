@@ -43,14 +43,18 @@ export async function coldFusePid(labRoot: string): Promise<number | undefined> 
   return undefined;
 }
 
-/** The data ranges of every regular file of the data-root on the mounted volume. */
+/**
+ * The data ranges of every regular file of the data-root on the mounted volume. fileRanges resolves
+ * names from the volume's root (as the need list names them), so the paths given are relative to
+ * the mount point, the data-root's folder included.
+ */
 export async function fileDataRanges(mountPoint: string): Promise<ByteRange[]> {
   const root = join(mountPoint, DATA_ROOT_SUBDIR);
   const { stdout } = await run("find", [root, "-xdev", "-type", "f", "-size", "+0"], { check: false });
   const files = stdout
     .split("\n")
     .filter(Boolean)
-    .map((path) => relative(root, path));
+    .map((path) => relative(mountPoint, path));
   return (await fileRanges(mountPoint, files)).ranges;
 }
 

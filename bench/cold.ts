@@ -14,7 +14,8 @@
  * host's private dockerd started on the volume's data-root (the boot's `start-docker`):
  *   initialized  the volume read whole first (the keeper's), then the service;
  *   off          the service alone;
- *   check        what the agent decides (on a volume created from its snapshot just now: no sample);
+ *   check        what the agent decides by default (on a volume created from its snapshot just now: no
+ *                sample, the files initialization by need in the background, as `need`);
  *   files        the files initialization as the background run does it, with no image named;
  *   need         the same with the node's images named (their files first).
  * The service: for each of the node's images (1 or 4, concurrently), `docker run --rm --network none`
@@ -259,10 +260,15 @@ try {
             });
             // A sample never holds `ready`: it runs beside the head start, as the boot runs it.
             if (decision.action === "check") background = reader.check(target, DEFAULT_PREWARM.check);
-            note =
-              decision.action === "check"
-                ? "sampled"
-                : `${decision.action} ${"verdict" in decision ? decision.verdict : ""}`;
+            // Known cold: the files initialization by need, as the background run reads it.
+            if (decision.action === "initialize")
+              background = init(
+                Array.from({ length: nodeImages }, (_, i) => image(i)),
+                stop.signal,
+                decision.background ? YIELD_IO_DEPTH : undefined,
+              ).catch(() => undefined);
+            const verdict = "verdict" in decision ? decision.verdict : "known" in decision ? decision.known : "";
+            note = decision.action === "check" ? "sampled" : `${decision.action} ${verdict ?? ""}`;
           }
           // As the background run reads (yielding to others' reads).
           if (strategy === "files") background = init(undefined, stop.signal, YIELD_IO_DEPTH).catch(() => undefined);
@@ -305,7 +311,7 @@ try {
               : undefined;
           const machineBusyS = Math.round((cpuAfter.busy - cpuBefore.busy) * 100) / 100;
           // How the pre-warm read and paced itself: one line per phase.
-          if (strategy === "files" || strategy === "need")
+          if (strategy === "files" || strategy === "need" || (strategy === "check" && note?.startsWith("initialize")))
             note = readerLog.lines
               .filter((line) => /prewarm\.(pace|need|read)/.test(line))
               .map((line) => line.replace(/^.*prewarm\.(pace|need|read): /, "").replace(/ volume=.*$/, ""))

@@ -172,9 +172,17 @@ export function planPrewarm(settings: PrewarmSettings, observed: PrewarmObservat
     };
   }
   const cold = knownCold(volume, status, now);
+  // A volume EBS already says is cold is warmed by need without configuration: the files of the images the node is
+  // about to run first (need.ts), read ahead of their services. Only a volume that may be warm is sampled.
   if (settings.strategy === "check")
     return cold
-      ? { action: "skip", verdict: "cold", reason: `${cold}: cold without a sample` }
+      ? {
+          action: "initialize",
+          mode: "files",
+          background: settings.background,
+          reason: `${cold}: cold, warmed by need`,
+          known: "cold",
+        }
       : { action: "check", reason: "prewarm.strategy is check" };
   return {
     action: "initialize",

@@ -2,8 +2,8 @@
  * The pre-warm in the boot, on the lab's cold pool volumes: with `files` in the background the
  * node is labelled `warming` (docker serving from the volume) and then `ready` + `prewarm=warm`,
  * docker never restarted; the volume is tagged initialized at the end and a later boot skips it;
- * with the default `check` a cold volume is `ready` + `prewarm=cold`; `status` and `prewarm` as
- * processes. Verdict thresholds come from the emulated delay, never from the machine's speed.
+ * with the default `check` a volume EBS says is cold is `warming`, initialized the same way; `status`
+ * and `prewarm` as processes. Verdict thresholds come from the emulated delay, never from the machine's speed.
  */
 import t from "tap";
 import { readFile } from "node:fs/promises";
@@ -142,31 +142,44 @@ t.test(
   },
 );
 
-t.test("check (the default): a cold volume is ready + prewarm=cold as EBS reports it, nothing read", async (t) => {
+t.test("check (the default): a volume EBS says is cold is warmed by need in the background", async (t) => {
   const host = await bl.addHost();
   const overrides = { pool: POOL, labels: { mode: "engine" }, prewarm: prewarm("check") };
-  const booted = await bootLabHost(bl.lab, host, { overrides, log: createMemoryLogger("debug") });
-  t.equal(booted.report?.outcome, "ready");
+  let handedOver = 0;
+  const booted = await bootLabHost(bl.lab, host, {
+    overrides,
+    log: createMemoryLogger("debug"),
+    // The background run is started as a process below (`ebs-cache-agent prewarm`), as its unit would run it.
+    startPrewarm: async () => {
+      handedOver++;
+    },
+  });
+  t.equal(booted.report?.outcome, "warming", "usable at once: warming");
+  t.equal(handedOver, 1, "handed to the background run");
   t.match(
     booted.report?.prewarm,
-    { action: "skip", verdict: "cold" },
-    "EBS's lazy initialization under 100 %: no sample",
+    { action: "initialize", verdict: "cold", phase: "pending" },
+    "EBS's lazy initialization under 100 %: no sample, the files initialization",
   );
   const labels = await engineLabels(host);
-  t.equal(labels[`${LABEL_PREFIX}.state`], "ready");
+  t.equal(labels[`${LABEL_PREFIX}.state`], "warming");
   t.equal(labels[`${LABEL_PREFIX}.prewarm`], "cold");
   const volumeId = booted.report!.volumeId!;
-  t.notOk((await bl.tags(volumeId))[VolumeTag.initialized]);
+  t.notOk((await bl.tags(volumeId))[VolumeTag.initialized], "not tagged before its reads");
 
-  // `ebs-cache-agent prewarm --strategy files` by hand, as a process: initializes it.
+  // `ebs-cache-agent prewarm` with the default strategy, as a process: the same decision, the reads, the tag.
   const config = await writeLabConfig(bl.lab, host, overrides);
-  const run = await execa(
-    process.execPath,
-    ["--import", "tsx", MAIN, "prewarm", "--config", config, "--strategy", "files", "--json"],
-    { cwd: REPO, env: childEnv(), extendEnv: false, reject: false },
-  );
+  const run = await execa(process.execPath, ["--import", "tsx", MAIN, "prewarm", "--config", config, "--json"], {
+    cwd: REPO,
+    env: childEnv(),
+    extendEnv: false,
+    reject: false,
+  });
   t.equal(run.exitCode, 0, run.stderr);
-  t.match(JSON.parse(run.stdout), { volumeId, outcome: { verdict: "warm", phase: "done" } });
+  t.match(JSON.parse(run.stdout), {
+    volumeId,
+    outcome: { decision: { action: "initialize", mode: "files" }, verdict: "warm", phase: "done" },
+  });
   // The process's docker.service is systemd's, absent in the lab: the labels are in daemon.json.
   const daemonJson = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as { labels?: string[] };
   t.ok(daemonJson.labels?.includes(`${LABEL_PREFIX}.prewarm=warm`), "labels updated by the command");

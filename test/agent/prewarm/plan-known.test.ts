@@ -18,16 +18,21 @@ const minutesAgo = (m: number) => new Date(now.getTime() - m * 60_000);
 const with_ = (over: Partial<PrewarmSettings>): PrewarmSettings => ({ ...DEFAULT_PREWARM, ...over });
 const fromSnapshot = { volumeId: "vol-1", snapshotId: "snap-1", tags: {} };
 
-t.test("check: known cold is decided without a sample", async (t) => {
+t.test("check (the default): known cold is warmed by need, without a sample", async (t) => {
   t.match(
     planPrewarm(DEFAULT_PREWARM, { volume: fromSnapshot, status: { type: "default", progress: 3 }, now }),
-    { action: "skip", verdict: "cold", reason: /default initialization at 3 %/ },
+    { action: "initialize", mode: "files", background: true, known: "cold", reason: /default initialization at 3 %/ },
     "EBS's lazy initialization under 100 %",
   );
   t.match(
     planPrewarm(DEFAULT_PREWARM, { volume: { ...fromSnapshot, createTime: minutesAgo(2) }, now }),
-    { action: "skip", verdict: "cold", reason: /created from snap-1 2 min ago/ },
+    { action: "initialize", mode: "files", known: "cold", reason: /created from snap-1 2 min ago/ },
     "created from a snapshot minutes ago",
+  );
+  t.match(
+    planPrewarm(with_({ background: false }), { volume: { ...fromSnapshot, createTime: minutesAgo(2) }, now }),
+    { action: "initialize", mode: "files", background: false },
+    "prewarm.background decides where the reads run, as for `files`",
   );
   t.match(
     planPrewarm(DEFAULT_PREWARM, {
