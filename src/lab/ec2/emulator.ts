@@ -148,6 +148,7 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
     instance: (id) => instances.get(id),
   });
   const initializationHold = new InitializationHold();
+  const iam = new LabIam(opts.enforceIam ?? true);
   const ctx: ActionContext = {
     store,
     lifecycle,
@@ -160,7 +161,7 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
     initializationHold,
     now,
     syncInstanceTags: (id) => instances.syncTags(id),
-    iam: new LabIam(opts.enforceIam ?? true),
+    iam,
     log,
   };
 
@@ -225,7 +226,7 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
     releaseInitialization: () => initializationHold.release(now()),
     snapshotState: () => store.copy(),
     requests,
-    iam: ctx.iam,
+    iam,
     replaceState,
     close: () => {
       closing ??= (async () => {

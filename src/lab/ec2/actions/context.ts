@@ -10,10 +10,26 @@ import { isWellFormed } from "../ids.ts";
 import type { InitializationHold } from "../initialization-hold.ts";
 import type { Delays, Lifecycle } from "../lifecycle.ts";
 import type { InstanceRecord, SnapshotRecord, VolumeRecord } from "../model.ts";
-import type { LabIam } from "../iam/enforcement.ts";
 import type { Params, TagParam, TagSpecificationParam } from "../params.ts";
 import type { StateStore } from "../state.ts";
 import type { XmlObject } from "../xml.ts";
+
+/**
+ * IAM at the emulator's door, as the request handlers ask it (iam/enforcement.ts's LabIam answers;
+ * declared here so that the IAM checks, which read the model through this context, form no cycle).
+ */
+export interface RequestIam {
+  /** The refusal of an EC2 request signed with `accessKeyId`; undefined when it may go on. */
+  ec2Refusal(ctx: ActionContext, params: Params, accessKeyId: string | undefined): Promise<Ec2Error | undefined>;
+  /** The denial of an EBS direct request, as its message; undefined when it may go on. */
+  ebsRefusal(
+    ctx: ActionContext,
+    action: string,
+    snapshotId: string | undefined,
+    body: Buffer,
+    accessKeyId: string | undefined,
+  ): Promise<string | undefined>;
+}
 
 export interface ActionContext {
   store: StateStore;
@@ -33,7 +49,7 @@ export interface ActionContext {
   /** Copies an instance's tags into its live LabInstance object after CreateTags/DeleteTags. */
   syncInstanceTags(instanceId: string): void;
   /** Who may do what: the installed access keys' policies, decided before a request is applied. */
-  iam: LabIam;
+  iam: RequestIam;
   log: Logger | undefined;
 }
 

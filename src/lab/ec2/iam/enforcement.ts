@@ -4,7 +4,7 @@
  * message form and an encoded authorization failure message, and a DryRun is answered truthfully
  * (`DryRunOperation` only when allowed); EBS direct answers `AccessDeniedException` (403).
  */
-import type { ActionContext } from "../actions/context.ts";
+import type { ActionContext, RequestIam } from "../actions/context.ts";
 import { Ec2Error } from "../ec2-error.ts";
 import type { Params } from "../params.ts";
 import { Authorizer, encodeDenial, type Denial } from "./authorizer.ts";
@@ -12,7 +12,7 @@ import { ebsChecks, ec2Checks } from "./checks.ts";
 import { Principals } from "./principals.ts";
 
 /** The emulator's IAM: installed keys, and whether their requests are decided at all. */
-export class LabIam {
+export class LabIam implements RequestIam {
   readonly principals = new Principals();
   private readonly authorizer = new Authorizer();
 
