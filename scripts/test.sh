@@ -16,7 +16,7 @@
 #   dockerd, nspawn machines and the emulator's delays, and every lab has a root, loop devices,
 #   dockerds and machines of its own. "serial" files run one at a time: the herd (the load test,
 #   sized to the machine's cores) and the files that boot systemd machines (lab-demo-engine,
-#   nspawn-boot, nspawn-golden), whose release at a machine's poweroff or reboot was seen missing
+#   nspawn-boot, nspawn-containerd, nspawn-golden), whose release at a machine's poweroff or reboot was seen missing
 #   with two machines' files running at once (and once on main, alone in the suite).
 # - with no arguments, tap runs twice at once, in two lanes: the serial files one at a time in
 #   one lane, every other file two at a time in the other. No two machine files ever run at once,

@@ -2,7 +2,7 @@
  * The image store in the lab (the host's docker 20.10 on the graphdriver store, its daemon.json
  * asking for nothing else): pool volumes tagged `ebs-cache:image-store=containerd` are never
  * claimed; with only those in the pool the node degrades with the reason before any
- * AttachVolume. The containerd store itself runs in test/lab/machines/nspawn-boot.lab.test.ts (docker 28).
+ * AttachVolume. The containerd store itself runs in test/lab/machines/nspawn-containerd.lab.test.ts (docker 28).
  */
 import t from "tap";
 import { CreateTagsCommand } from "@aws-sdk/client-ec2";
