@@ -7,7 +7,7 @@ import { Command, InvalidArgumentError, Option } from "commander";
 import { generationTags, runSnapshotUpload, type SnapshotUploadReport } from "../agent/snapshot/run.ts";
 import { fleetCredentials, fleetRegion } from "../aws/fleet-credentials.ts";
 import { ebsClient } from "../aws/ebs.ts";
-import { hostMaxAttempts } from "../aws/ec2.ts";
+import { hostMaxAttempts } from "../aws/max-attempts.ts";
 import { builderEc2Client } from "../aws/uploaded-snapshots.ts";
 import { ConfigError, ExitCode } from "../errors.ts";
 import { readManifestJson } from "../host/snapshot-manifest.ts";

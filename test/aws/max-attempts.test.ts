@@ -1,10 +1,10 @@
 /**
- * The attempts per EC2 call on a host (src/aws/ec2.ts hostMaxAttempts): the agent's default,
+ * The attempts per EC2 call on a host (src/aws/max-attempts.ts hostMaxAttempts): the agent's default,
  * or AWS_MAX_ATTEMPTS (the variable every AWS SDK and the aws CLI read) when it is set; any
  * other value is a configuration error. test/cli/conventions.test.ts runs the error as a process.
  */
 import t from "tap";
-import { DEFAULT_MAX_ATTEMPTS, hostMaxAttempts } from "../../src/aws/ec2.ts";
+import { DEFAULT_MAX_ATTEMPTS, hostMaxAttempts } from "../../src/aws/max-attempts.ts";
 import { ConfigError, ExitCode } from "../../src/errors.ts";
 
 t.test("unset: the agent's default, enough for a boot storm", async (t) => {

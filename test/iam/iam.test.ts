@@ -142,7 +142,17 @@ t.test("the builder's EC2 adapter, left out above, is wired by `snapshot upload`
     const text = await readFile(file, "utf8");
     if (/from "[./]+(aws\/)?uploaded-snapshots\.ts"/.test(text)) importers.push(relative(".", file));
   }
-  t.same(importers, ["src/cli/snapshot.ts"], "no command a node runs reaches its calls (ec2:DeleteSnapshot)");
+  // snapshot-deps.ts assembles the upload's adapters for snapshot.ts (and the tests) alone.
+  t.same(
+    importers.sort(),
+    ["src/cli/snapshot-deps.ts", "src/cli/snapshot.ts"],
+    "no command a node runs reaches its calls (ec2:DeleteSnapshot)",
+  );
+  const depsImporters: string[] = [];
+  for (const file of await sourceFiles("src")) {
+    if (/from "\.\/snapshot-deps\.ts"/.test(await readFile(file, "utf8"))) depsImporters.push(relative(".", file));
+  }
+  t.same(depsImporters, ["src/cli/snapshot.ts"], "and the upload's deps are wired by `snapshot upload` alone");
 });
 
 t.test("the comparison notices a change on either side", async (t) => {

@@ -3,7 +3,8 @@
  * credentials, daemon.json and dockerd's command line as the boot reads them, STS when the EC2 is
  * AWS's (a stand-in EC2, `ec2Endpoint`, has no STS beside it).
  */
-import { createEc2Client, createCloudVolumes, hostMaxAttempts } from "../../aws/ec2.ts";
+import { createEc2Client, createCloudVolumes } from "../../aws/ec2.ts";
+import { hostMaxAttempts } from "../../aws/max-attempts.ts";
 import { sdkEc2Api, type Ec2Api } from "../../aws/ec2-api.ts";
 import { DEFAULT_IMDS_ENDPOINT, createMetadataService, identifyInstance, type MetadataSource } from "../../aws/imds.ts";
 import { useImdsEndpoint } from "../../aws/credentials.ts";

@@ -99,10 +99,13 @@ t.test("the policy's EBS and EC2 actions are the commands the builder calls, no 
   const CREDENTIALS = "src/aws/fleet-credentials.ts";
   t.match(wiring, /from "\.\.\/aws\/fleet-credentials\.ts"/, "the upload takes the fleet's credentials");
   t.notMatch(await readFile(CREDENTIALS, "utf8"), /Command\b/, "which sends no command");
+  // AWS_MAX_ATTEMPTS, read as for every call of the agent: a number, no client.
+  const ATTEMPTS = "src/aws/max-attempts.ts";
+  t.notMatch(await readFile(ATTEMPTS, "utf8"), /Command\b|@aws-sdk/, "the attempts' module sends no command");
   t.same(
     [...wiring.matchAll(/from "\.\.\/aws\/([\w-]+)\.ts"/g)]
       .map((m) => `src/aws/${m[1]}.ts`)
-      .filter((path) => path !== CREDENTIALS)
+      .filter((path) => path !== CREDENTIALS && path !== ATTEMPTS)
       .sort(),
     Object.values(BUILDER_ADAPTERS).sort(),
     "the upload's command builds its AWS access from these adapters alone",
