@@ -96,7 +96,7 @@ const COMMANDS: CommandEntry[] = [
     name: "acceptance",
     summary:
       "measure EBS on this instance (attach, first reads at depths 1/8/32, warm throughput) with volumes it creates " +
-      "and deletes; writes the lab's calibration (needs --yes)",
+      "and deletes; writes a calibration file (needs --yes)",
     load: async () => (await import("./cli/acceptance.ts")).acceptanceCommand(),
   },
   {

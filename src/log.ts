@@ -36,6 +36,7 @@ export const LOG_AREAS = [
   "host",
   "exec",
   "lab",
+  "acceptance",
 ] as const;
 
 const WORDS = "[a-z0-9]+(?:-[a-z0-9]+)*";

@@ -262,12 +262,14 @@ t.test("the wiring builds adapters only: src/cli/wiring.ts takes nothing from sr
 
 t.test("the command line takes from src/agent, besides types, only a use case's entry", async (t) => {
   const graph = await importGraph();
-  // A use case's entry is its run.ts. Two more are entries of their own: the volume build's build.ts
-  // (snapshot/run.ts is the upload's), and the doctor's composition from the host (doctor/wire.ts).
+  // A use case's entry is its run.ts. More are entries of their own: the volume build's build.ts
+  // (snapshot/run.ts is the upload's), and the compositions from the host of the use cases that
+  // compose themselves that way (doctor/wire.ts, acceptance/wire.ts).
   const entry = (module: string) =>
     /^agent\/[a-z-]+\/run\.ts$/.test(module) ||
     module === "agent/snapshot/build.ts" ||
-    module === "agent/doctor/wire.ts";
+    module === "agent/doctor/wire.ts" ||
+    module === "agent/acceptance/wire.ts";
   const intoAgent = [...graph]
     .filter(([from]) => layerOf(from) === "cli")
     .flatMap(([from, imports]) =>

@@ -4,9 +4,8 @@
  * with --yes; without, it says so in one line and touches nothing.
  */
 import { Command } from "commander";
-import { runAcceptance } from "../agent/acceptance/run.ts";
+import { ACCEPTANCE_LIFETIME_HOURS, runAcceptance } from "../agent/acceptance/run.ts";
 import { wireAcceptance } from "../agent/acceptance/wire.ts";
-import { ACCEPTANCE_LIFETIME_HOURS } from "../agent/acceptance/plan.ts";
 import { ExitCode } from "../errors.ts";
 import { hostContext } from "./common.ts";
 import { CONFIG_OPTION } from "./options.ts";
@@ -24,8 +23,8 @@ export function acceptanceCommand(): Command {
         `${ACCEPTANCE_LIFETIME_HOURS} h), attach each here, find its device by NVMe serial, mount the snapshot's ` +
         "read-only, time attach-to-device and first reads of never-read blocks at queue depths 1, 8 and 32 and the " +
         "throughput once initialized (fio), then unmount, detach (never forced) and delete everything it made, and " +
-        "write the calibration (schema/ebs-model.schema.json) the lab takes with --ebs-model. It prints the cost " +
-        "bound and every volume before it starts, and first cleans up what an earlier, killed run left",
+        "write the calibration file (schema/ebs-model.schema.json; benches take it with --ebs-model). It prints the " +
+        "cost bound and every volume before it starts, and first cleans up what an earlier, killed run left",
     )
     .option(...CONFIG_OPTION)
     .option("--yes", "create, attach and delete the volumes (without it the command refuses and changes nothing)")

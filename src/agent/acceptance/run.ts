@@ -19,6 +19,9 @@ import { calibrationOf, planAcceptance, type AcceptanceMeasurements, type Accept
 import { DEPTHS, EBS_BLOCK_BYTES, FIRST_READ_BYTES, WARM_READ, planReads, type Depth, type ReadPlan } from "./reads.ts";
 
 /** The folder under the mount root where a run mounts its volume (and only a run). */
+/** How long a killed run's volumes live before gc deletes them (the command's help says it). */
+export { ACCEPTANCE_LIFETIME_HOURS } from "./plan.ts";
+
 export const ACCEPTANCE_FOLDER = "acceptance";
 
 /** The run could not be made, or left something behind: what, and what to do. */
