@@ -6,7 +6,7 @@
 import { readFile } from "node:fs/promises";
 import t from "tap";
 import { run, type RunningCommand } from "../src/exec.ts";
-import { waitFor } from "./fixtures/wait-for.ts";
+import { waitFor } from "./fixtures/builders/wait-for.ts";
 
 /** The state letter of /proc/<pid>/stat (`T`: stopped), undefined once the process is gone. */
 async function stateOf(pid: number): Promise<string | undefined> {

@@ -9,8 +9,8 @@ import t from "tap";
 import { readFile } from "node:fs/promises";
 import { ExitCode } from "../../src/errors.ts";
 import { VolumeTag } from "../../src/tags.ts";
-import { labelRecord, LABEL_PREFIX, POOL, startBootLab } from "../fixtures/boot-lab.ts";
-import { assertLabPrerequisites } from "../fixtures/lab-prereq.ts";
+import { labelRecord, LABEL_PREFIX, POOL, startBootLab } from "../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites } from "../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

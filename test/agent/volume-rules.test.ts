@@ -24,7 +24,7 @@ import {
   type CandidateFacts,
 } from "../../src/agent/volume-rules.ts";
 import { VolumeTag } from "../../src/tags.ts";
-import { observed, settings } from "../fixtures/boot-plan.ts";
+import { observed, settings } from "../fixtures/builders/boot-plan.ts";
 
 const now = new Date("2026-06-01T12:00:00Z");
 const hoursAgo = (h: number) => new Date(now.getTime() - h * 3600_000).toISOString();

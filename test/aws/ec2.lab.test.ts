@@ -31,7 +31,7 @@ import { run } from "../../src/exec.ts";
 import { LAB_CREDENTIALS, startLab, type Lab, type LabHost } from "../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 import { SnapshotTag, VolumeTag } from "../../src/tags.ts";
-import { assertLabPrerequisites, pollUntil } from "../fixtures/lab-prereq.ts";
+import { assertLabPrerequisites, pollUntil } from "../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

@@ -14,7 +14,7 @@ import type { AgentError } from "../../src/errors.ts";
 import { LAB_CREDENTIALS, startLab } from "../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 import { VolumeTag } from "../../src/tags.ts";
-import { assertLabPrerequisites } from "../fixtures/lab-prereq.ts";
+import { assertLabPrerequisites } from "../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

@@ -8,8 +8,8 @@ import { execa } from "execa";
 import t from "tap";
 import { REFUSAL } from "../../src/cli/acceptance.ts";
 import { ExitCode } from "../../src/errors.ts";
-import { agentBundle, withCompileCache } from "../fixtures/agent-bundle.ts";
-import { childEnv } from "../fixtures/lab-prereq.ts";
+import { agentBundle, withCompileCache } from "../fixtures/lab/agent-bundle.ts";
+import { childEnv } from "../fixtures/lab/lab-prereq.ts";
 
 const CLI = await agentBundle();
 const env = await withCompileCache(childEnv());

@@ -13,8 +13,8 @@ import { orderCandidates } from "../../src/agent/volume-rules.ts";
 import type { BootPlan } from "../../src/agent/boot/plan.ts";
 import { ExitCode } from "../../src/errors.ts";
 import type { LabHost } from "../../src/lab/lab.ts";
-import { goldenPoolTags, mountsUnder, POOL, startBootLab } from "../fixtures/boot-lab.ts";
-import { assertLabPrerequisites } from "../fixtures/lab-prereq.ts";
+import { goldenPoolTags, mountsUnder, POOL, startBootLab } from "../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites } from "../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

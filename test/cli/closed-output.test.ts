@@ -11,8 +11,8 @@ import { mkdtemp, open, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
-import { agentBundle, REPO, withCompileCache } from "../fixtures/agent-bundle.ts";
-import { childEnv } from "../fixtures/lab-prereq.ts";
+import { agentBundle, REPO, withCompileCache } from "../fixtures/lab/agent-bundle.ts";
+import { childEnv } from "../fixtures/lab/lab-prereq.ts";
 
 const CLI = await agentBundle();
 /** Every command as typed after `ebs-cache-agent`, the program itself and the hidden one included. */

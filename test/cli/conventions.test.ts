@@ -14,8 +14,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
 import { ExitCode } from "../../src/errors.ts";
-import { agentBundle, withCompileCache } from "../fixtures/agent-bundle.ts";
-import { childEnv } from "../fixtures/lab-prereq.ts";
+import { agentBundle, withCompileCache } from "../fixtures/lab/agent-bundle.ts";
+import { childEnv } from "../fixtures/lab/lab-prereq.ts";
 
 /** The production build, as a host runs it: some fifty processes, each started by plain node, not tsx. */
 const CLI = await agentBundle();

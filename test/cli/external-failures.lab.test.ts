@@ -18,9 +18,9 @@ import { LAB_CREDENTIALS, startLab } from "../../src/lab/lab.ts";
 import type { Faults } from "../../src/lab/ec2/faults.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 import { ExitCode } from "../../src/errors.ts";
-import { agentBundle, REPO, withCompileCache } from "../fixtures/agent-bundle.ts";
-import { assertLabPrerequisites, childEnv } from "../fixtures/lab-prereq.ts";
-import { DEFAULT_RECORD, makePoolImage } from "../fixtures/pool-image.ts";
+import { agentBundle, REPO, withCompileCache } from "../fixtures/lab/agent-bundle.ts";
+import { assertLabPrerequisites, childEnv } from "../fixtures/lab/lab-prereq.ts";
+import { DEFAULT_RECORD, makePoolImage } from "../fixtures/builders/pool-image.ts";
 
 await assertLabPrerequisites();
 const CLI = await agentBundle();

@@ -16,7 +16,7 @@ import { CreateVolumeCommand } from "@aws-sdk/client-ec2";
 import { startLab } from "../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 import { VolumeTag } from "../../src/tags.ts";
-import { assertLabPrerequisites } from "../fixtures/lab-prereq.ts";
+import { assertLabPrerequisites } from "../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

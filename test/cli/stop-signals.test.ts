@@ -9,7 +9,7 @@ import t from "tap";
 import { execa } from "execa";
 import { fileURLToPath } from "node:url";
 
-const CHILD = fileURLToPath(new URL("../fixtures/stop-signals-child.ts", import.meta.url));
+const CHILD = fileURLToPath(new URL("../fixtures/kill/stop-signals-child.ts", import.meta.url));
 
 async function stopWhileChildRuns(mode: "stays" | "once" | "command", signal: "SIGTERM" | "SIGINT" = "SIGTERM") {
   // Through `env -u NODE_OPTIONS`: the test runner's process-info hook adds itself to every child's

@@ -18,11 +18,15 @@ import { buildStatus } from "../../src/status/document.ts";
 import { VolumeTag } from "../../src/tags.ts";
 import { DEFAULT_EBS_MODEL_FILE, parseEbsModel } from "../../src/lab/volumes/ebs-model.ts";
 import { SCHEMA_FILE } from "../../scripts/config-schema.ts";
-import { FULL_CONFIG, INVALID_CONFIGS } from "../fixtures/config-documents.ts";
-import { DOCUMENT_SCHEMA_FILES, documentValidator, shippedConfigValidator } from "../fixtures/schema-validators.ts";
-import { healthyStatusInputs, readyBootRecord, statusNow } from "../fixtures/status-inputs.ts";
+import { FULL_CONFIG, INVALID_CONFIGS } from "../fixtures/builders/config-documents.ts";
+import {
+  DOCUMENT_SCHEMA_FILES,
+  documentValidator,
+  shippedConfigValidator,
+} from "../fixtures/oracles/schema-validators.ts";
+import { healthyStatusInputs, readyBootRecord, statusNow } from "../fixtures/builders/status-inputs.ts";
 
-const ORACLE = "test/fixtures/jsonschema-oracle.py";
+const ORACLE = "test/fixtures/oracles/jsonschema-oracle.py";
 /** The python3 on PATH (pyenv's, say), then Debian's, which scripts/setup.sh gives jsonschema. */
 const PYTHONS = ["python3", "/usr/bin/python3"];
 
@@ -462,7 +466,7 @@ t.test("schema/ebs-model.schema.json: ajv, python's jsonschema and the lab's par
 });
 
 t.test("the oracle itself refuses what only ECMAScript reads (so the agreement above means something)", async (t) => {
-  const file = "test/fixtures/jsonschema-oracle.py";
+  const file = "test/fixtures/oracles/jsonschema-oracle.py";
   const schema = { $schema: "https://json-schema.org/draft/2020-12/schema", type: "string", pattern: "^[^\\p{Cc}]+$" };
   const answer = await run(python, [file], { input: JSON.stringify({ schema, documents: ["x"] }), check: false });
   t.not(answer.exitCode, 0, "a \\p{…} pattern does not compile in Python's re");

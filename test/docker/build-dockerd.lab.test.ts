@@ -10,8 +10,8 @@ import { join } from "node:path";
 import t from "tap";
 import { run } from "../../src/exec.ts";
 import { writeImageArchive } from "../../src/lab/docker/images.ts";
-import { agentBundle } from "../fixtures/agent-process.ts";
-import { assertLabPrerequisites } from "../fixtures/lab-prereq.ts";
+import { agentBundle } from "../fixtures/lab/agent-process.ts";
+import { assertLabPrerequisites } from "../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

@@ -14,7 +14,7 @@ import { VolumePathError } from "../../src/host/volume-paths.ts";
 import { chooseLabelMode, LabelError, nodeLabelChanges, readinessLabels } from "../../src/docker/labels.ts";
 import { createSystemdDockerService, DockerServiceError, installedDockerdVersion } from "../../src/docker/service.ts";
 import { createMemoryLogger } from "../../src/log.ts";
-import { tempFolders } from "../fixtures/temp-folders.ts";
+import { tempFolders } from "../fixtures/builders/temp-folders.ts";
 
 const folder = await tempFolders("ebs-cache-docker-json-");
 

@@ -1,6 +1,6 @@
 /**
  * Reading dockerd's effective command line from systemd: the parser on `systemctl show` output
- * recorded from systemd 252 (test/fixtures/systemctl-show, see its README), the environment-file
+ * recorded from systemd 252 (test/fixtures/data/systemctl-show, see its README), the environment-file
  * rules, and the adapter end to end with a stand-in systemctl that prints a recording and real
  * unit and environment files on disk.
  */
@@ -19,7 +19,7 @@ import {
 } from "../../src/docker/dockerd-command.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 
-const FIXTURES = fileURLToPath(new URL("../fixtures/systemctl-show", import.meta.url));
+const FIXTURES = fileURLToPath(new URL("../fixtures/data/systemctl-show", import.meta.url));
 const recorded = (name: string) => readFile(join(FIXTURES, `${name}.txt`), "utf8");
 const unitText = (relative: string) => readFile(join(FIXTURES, "units", relative), "utf8");
 const SYSTEM = "/etc/systemd/system";

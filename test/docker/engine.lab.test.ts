@@ -21,7 +21,7 @@ import {
   type PrivateDockerd,
 } from "../../src/lab/docker/dockerd.ts";
 import { buildImage, initSwarm, leaveSwarm } from "../../src/lab/docker/images.ts";
-import { assertDockerPrerequisites } from "../fixtures/lab-prereq.ts";
+import { assertDockerPrerequisites } from "../fixtures/lab/lab-prereq.ts";
 
 assertDockerPrerequisites("test/docker/engine.lab.test.ts");
 
@@ -309,7 +309,7 @@ t.test("setNodeLabels retries once when the node changed meanwhile", async (t) =
 
 t.test("image store detection on recorded docker 29 answers", async (t) => {
   const samples = JSON.parse(
-    await readFile(join(import.meta.dirname, "..", "fixtures", "docker-info-29.json"), "utf8"),
+    await readFile(join(import.meta.dirname, "..", "fixtures", "data", "docker-info-29.json"), "utf8"),
   ) as Record<string, RawDockerInfo>;
   t.equal(detectImageStore(samples.containerd ?? {}), "containerd");
   t.equal(detectImageStore(samples.graphdriver ?? {}), "graphdriver");

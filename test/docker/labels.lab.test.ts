@@ -6,9 +6,9 @@
  */
 import t from "tap";
 import { readFile, writeFile } from "node:fs/promises";
-import { labelRecord, LABEL_PREFIX, POOL, startBootLab } from "../fixtures/boot-lab.ts";
-import { assertLabPrerequisites } from "../fixtures/lab-prereq.ts";
-import { releaseHost, workspaceTags } from "../fixtures/lifecycle-lab.ts";
+import { labelRecord, LABEL_PREFIX, POOL, startBootLab } from "../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites } from "../fixtures/lab/lab-prereq.ts";
+import { releaseHost, workspaceTags } from "../fixtures/lab/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 

@@ -8,9 +8,9 @@ import t from "tap";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { ORIGINAL_DATA_ROOT_FILE } from "../../src/docker/original-data-root.ts";
-import { POOL, startBootLab } from "../fixtures/boot-lab.ts";
-import { assertLabPrerequisites } from "../fixtures/lab-prereq.ts";
-import { assertOutcome, releaseHost } from "../fixtures/lifecycle-lab.ts";
+import { POOL, startBootLab } from "../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites } from "../fixtures/lab/lab-prereq.ts";
+import { assertOutcome, releaseHost } from "../fixtures/lab/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 

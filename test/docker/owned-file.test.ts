@@ -11,7 +11,7 @@ import {
   restoreOriginal,
   writeOwnedFile,
 } from "../../src/docker/owned-file.ts";
-import { tempFolders } from "../fixtures/temp-folders.ts";
+import { tempFolders } from "../fixtures/builders/temp-folders.ts";
 
 const folder = await tempFolders("ebs-cache-owned-file-");
 

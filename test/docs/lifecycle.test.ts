@@ -2,7 +2,7 @@
 import t from "tap";
 import { readFile } from "node:fs/promises";
 import { run } from "../../src/exec.ts";
-import { RELEASE_ENTRY } from "../fixtures/lifecycle-lab.ts";
+import { RELEASE_ENTRY } from "../fixtures/lab/lifecycle-lab.ts";
 
 t.test("every release exit code in --help is documented in docs/release.md", async (t) => {
   const help = await run(process.execPath, ["--import", "tsx", RELEASE_ENTRY, "release", "--help"]);

@@ -20,7 +20,7 @@ import { createLoopVolumeBackend, ebsNvmeSerial } from "../../src/lab/volumes/lo
 import { byIdDir, ebsByIdName, sysfsRoot, type LabInstance } from "../../src/lab/types.ts";
 import { createLogger } from "../../src/log.ts";
 import type { HostStorage } from "../../src/agent/ports.ts";
-import { assertLabPrerequisites } from "../fixtures/lab-prereq.ts";
+import { assertLabPrerequisites } from "../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

@@ -29,8 +29,8 @@ import { createHostRoot, volumeImagePath } from "../../src/lab/reaper/labdir.ts"
 import { openLabRoot } from "../../src/lab/reaper/labroot.ts";
 import { createLoopVolumeBackend } from "../../src/lab/volumes/loopdev.ts";
 import { createMemoryLogger } from "../../src/log.ts";
-import { assertLabPrerequisites } from "../fixtures/lab-prereq.ts";
-import { loopInstance } from "../fixtures/loop-instance.ts";
+import { assertLabPrerequisites } from "../fixtures/lab/lab-prereq.ts";
+import { loopInstance } from "../fixtures/lab/loop-instance.ts";
 
 await assertLabPrerequisites();
 

@@ -1,13 +1,13 @@
 /**
  * fio's JSON, parsed from output recorded from real fio 3.33 runs on the lab's cold volumes
- * (test/fixtures/fio/record.ts), and the argument arrays and I/O logs the agent gives fio.
+ * (test/fixtures/data/fio/record.ts), and the argument arrays and I/O logs the agent gives fio.
  */
 import t from "tap";
 import { readFileSync } from "node:fs";
 import { fioArgs, FioError, parseFioJson, renderIolog, splitJsonDocuments } from "../../src/host/fio.ts";
 import { checkFigures, safeCursor } from "../../src/host/volume-reads.ts";
 
-const fixture = (name: string) => readFileSync(new URL(`../fixtures/fio/${name}`, import.meta.url), "utf8");
+const fixture = (name: string) => readFileSync(new URL(`../fixtures/data/fio/${name}`, import.meta.url), "utf8");
 const lastDocument = (text: string) => splitJsonDocuments(text).documents.at(-1)!;
 
 t.test("the sample on a cold volume: few IOPS, long latencies", async (t) => {

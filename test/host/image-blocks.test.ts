@@ -12,7 +12,7 @@ import { join } from "node:path";
 import t from "tap";
 import { EBS_BLOCK_BYTES } from "../../src/agent/snapshot/plan.ts";
 import { blockRuns, dataRanges, parseSeekRanges, scanImage } from "../../src/host/image-blocks.ts";
-import { makePoolImage } from "../fixtures/pool-image.ts";
+import { makePoolImage } from "../fixtures/builders/pool-image.ts";
 
 /** `xfs_io -r -c "seek -a -r 0"` of a pool image of 1 GiB, as xfsprogs 6.1 prints it. */
 const RECORDED = `Whence	Result

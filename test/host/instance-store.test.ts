@@ -16,7 +16,7 @@ import { createMemoryLogger } from "../../src/log.ts";
 import { buildStatus } from "../../src/status/document.ts";
 import { observeStatus } from "../../src/status/observe.ts";
 import { renderStatus } from "../../src/status/view.ts";
-import { readyBoot } from "../fixtures/use-case-results.ts";
+import { readyBoot } from "../fixtures/builders/use-case-results.ts";
 
 async function sysfs(
   t: { teardown(fn: () => unknown): void },

@@ -11,7 +11,7 @@ import { parseFilefrag, subtractRanges } from "../../src/host/extents.ts";
 import { fileRanges, readReadList } from "../../src/host/need-reads.ts";
 import { isDataRootPath } from "../../src/read-list.ts";
 import { VolumePathError } from "../../src/host/volume-paths.ts";
-import { LINKS, makeLink, makeSpecial, SPECIALS } from "../fixtures/odd-files.ts";
+import { LINKS, makeLink, makeSpecial, SPECIALS } from "../fixtures/builders/odd-files.ts";
 
 const volume = async (t: { teardown(fn: () => unknown): void }) => {
   const root = await mkdtemp(join(tmpdir(), "need-reads-"));

@@ -17,7 +17,7 @@ import {
   parseXfsFileMap,
   readFileInImage,
 } from "../../src/host/pool-image.ts";
-import { DEFAULT_RECORD, makePoolImage } from "../fixtures/pool-image.ts";
+import { DEFAULT_RECORD, makePoolImage } from "../fixtures/builders/pool-image.ts";
 
 t.test("xfs_db's map of a file: geometry, size, mode, extents by allocation group", async (t) => {
   const recorded = [

@@ -13,8 +13,8 @@ import { createFioReader } from "../../src/host/volume-reads.ts";
 import { DEFAULT_PACE } from "../../src/host/read-pace.ts";
 import { startLab } from "../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../src/log.ts";
-import { assertLabPrerequisites } from "../fixtures/lab-prereq.ts";
-import { attach, COLD, createVolume, mountXfs, needListSnapshot } from "../fixtures/prewarm-lab.ts";
+import { assertLabPrerequisites } from "../fixtures/lab/lab-prereq.ts";
+import { attach, COLD, createVolume, mountXfs, needListSnapshot } from "../fixtures/lab/prewarm-lab.ts";
 
 await assertLabPrerequisites();
 

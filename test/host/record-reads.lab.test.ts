@@ -14,7 +14,7 @@ import { readReadList } from "../../src/host/need-reads.ts";
 import { startPrivateDockerd, type PrivateDockerd } from "../../src/lab/docker/dockerd.ts";
 import { buildImage } from "../../src/lab/docker/images.ts";
 import { createMemoryLogger } from "../../src/log.ts";
-import { assertDockerPrerequisites, onPath } from "../fixtures/lab-prereq.ts";
+import { assertDockerPrerequisites, onPath } from "../fixtures/lab/lab-prereq.ts";
 
 assertDockerPrerequisites("test/host/record-reads.lab.test.ts");
 if (!(await onPath("strace"))) throw new Error("strace is missing: run scripts/setup.sh (apt-get install strace)");

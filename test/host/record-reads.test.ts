@@ -13,7 +13,7 @@ import type { RunOptions, RunResult } from "../../src/exec.ts";
 import { removeView, writeImageReads, type ContainerdCli } from "../../src/host/record-reads.ts";
 import { VolumePathError } from "../../src/host/volume-paths.ts";
 import { MAX_READ_LIST_FILES, READ_LIST_FILE } from "../../src/read-list.ts";
-import { makeSpecial } from "../fixtures/odd-files.ts";
+import { makeSpecial } from "../fixtures/builders/odd-files.ts";
 
 const ARGS = ["snapshots", "--snapshotter", "overlayfs", "rm", "ebs-cache-record-reads-1"];
 

@@ -17,8 +17,8 @@ import {
   resolveBeneath,
   VolumePathError,
 } from "../../src/host/volume-paths.ts";
-import { LINKS, makeLink, makeSpecial, SPECIALS } from "../fixtures/odd-files.ts";
-import { tempFolders } from "../fixtures/temp-folders.ts";
+import { LINKS, makeLink, makeSpecial, SPECIALS } from "../fixtures/builders/odd-files.ts";
+import { tempFolders } from "../fixtures/builders/temp-folders.ts";
 
 const folder = await tempFolders("volume-paths-");
 

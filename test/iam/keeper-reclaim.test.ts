@@ -21,7 +21,7 @@ import {
   requestTags,
   volume,
   type Check,
-} from "../fixtures/iam-matrix.ts";
+} from "../fixtures/oracles/iam-matrix.ts";
 
 const RECLAIM = "iam/ebs-cache-keeper-reclaim-policy.json";
 const reclaimPolicy: unknown = JSON.parse(await readFile(RECLAIM, "utf8"));

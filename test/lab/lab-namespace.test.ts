@@ -1,9 +1,9 @@
 /**
- * The mounts a lab file's own mount namespace drops as it starts (test/fixtures/lab-namespace.ts):
+ * The mounts a lab file's own mount namespace drops as it starts (test/fixtures/lab/lab-namespace.ts):
  * those another lab or test left where labs and tests mount, never the machine's own. No root.
  */
 import t from "tap";
-import { foreignLabMounts } from "../fixtures/lab-namespace.ts";
+import { foreignLabMounts } from "../fixtures/lab/lab-namespace.ts";
 
 const PLACES = ["/var/tmp/ebs-cache-lab", "/tmp/"];
 

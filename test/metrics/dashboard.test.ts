@@ -13,7 +13,7 @@ import { keeperMetrics } from "../../src/metrics/keeper.ts";
 import { pruneMetrics } from "../../src/metrics/prune.ts";
 import { prewarmMetrics } from "../../src/metrics/prewarm.ts";
 import { releaseMetrics } from "../../src/metrics/release.ts";
-import { readyBoot } from "../fixtures/use-case-results.ts";
+import { readyBoot } from "../fixtures/builders/use-case-results.ts";
 
 const at = new Date();
 const families = [

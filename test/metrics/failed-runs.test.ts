@@ -12,10 +12,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
 import { writeBootRecord } from "../../src/status/records.ts";
-import { agentBundle, withCompileCache } from "../fixtures/agent-bundle.ts";
-import { childEnv } from "../fixtures/lab-prereq.ts";
-import { parsePromText, sampleOf } from "../fixtures/prom-text.ts";
-import { readyBoot } from "../fixtures/use-case-results.ts";
+import { agentBundle, withCompileCache } from "../fixtures/lab/agent-bundle.ts";
+import { childEnv } from "../fixtures/lab/lab-prereq.ts";
+import { parsePromText, sampleOf } from "../fixtures/oracles/prom-text.ts";
+import { readyBoot } from "../fixtures/builders/use-case-results.ts";
 
 const CLI = await agentBundle();
 const dir = await mkdtemp(join(tmpdir(), "ebs-cache-failed-runs-"));

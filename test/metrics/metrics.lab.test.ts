@@ -18,10 +18,10 @@ import { createMemoryLogger } from "../../src/log.ts";
 import type { StatusDocument } from "../../src/status/document.ts";
 import type { BootRecord } from "../../src/status/records.ts";
 import { VolumeTag } from "../../src/tags.ts";
-import { POOL, startBootLab } from "../fixtures/boot-lab.ts";
-import { assertLabPrerequisites, childEnv } from "../fixtures/lab-prereq.ts";
-import { releaseHost } from "../fixtures/lifecycle-lab.ts";
-import { parsePromText, sampleOf, type ParsedFamily } from "../fixtures/prom-text.ts";
+import { POOL, startBootLab } from "../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites, childEnv } from "../fixtures/lab/lab-prereq.ts";
+import { releaseHost } from "../fixtures/lab/lifecycle-lab.ts";
+import { parsePromText, sampleOf, type ParsedFamily } from "../fixtures/oracles/prom-text.ts";
 import type { GcReport } from "../../src/agent/outcomes.ts";
 
 await assertLabPrerequisites();

@@ -1,7 +1,7 @@
 /**
  * The metrics model and its text format, without a lab: each use case's result (built here as
  * the use cases return them) renders to a file that a strict parser of the format reads back
- * (test/fixtures/prom-text.ts), with names that follow Prometheus' conventions; the textfile
+ * (test/fixtures/oracles/prom-text.ts), with names that follow Prometheus' conventions; the textfile
  * is replaced atomically and counters carry over runs.
  */
 import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
@@ -19,8 +19,8 @@ import { releaseFailedMetrics, releaseMetrics } from "../../src/metrics/release.
 import { pruneFailedMetrics } from "../../src/metrics/prune.ts";
 import { escapeLabelValue, renderTextFormat } from "../../src/metrics/render.ts";
 import { carryCounters, MetricsWriteError, textfilePath, writeTextfile } from "../../src/metrics/textfile.ts";
-import { parsePromText, sampleOf, type ParsedFamily } from "../fixtures/prom-text.ts";
-import { readyBoot } from "../fixtures/use-case-results.ts";
+import { parsePromText, sampleOf, type ParsedFamily } from "../fixtures/oracles/prom-text.ts";
+import { readyBoot } from "../fixtures/builders/use-case-results.ts";
 import { readCacheFilesystem } from "../../src/host/facts.ts";
 import type { BootReport, GcReport, ReleaseReport } from "../../src/agent/outcomes.ts";
 

@@ -10,7 +10,7 @@ import { mkdtemp, readFile, rm, symlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { ACCOUNT, evaluate, OTHER, OWN, type Check } from "../fixtures/iam-matrix.ts";
+import { ACCOUNT, evaluate, OTHER, OWN, type Check } from "../fixtures/oracles/iam-matrix.ts";
 
 const SCRIPT = "scripts/check-iam.sh";
 const POLICY = "iam/ebs-cache-agent-policy.json";

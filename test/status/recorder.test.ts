@@ -16,8 +16,8 @@ import type { CacheFilesystem } from "../../src/host/facts.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 import { readBootRecord, withFirstPhase, type BootRecord } from "../../src/status/records.ts";
 import { createOutcomeRecorder, type HostFacts } from "../../src/status/recorder.ts";
-import { parsePromText, sampleOf } from "../fixtures/prom-text.ts";
-import { readyBoot } from "../fixtures/use-case-results.ts";
+import { parsePromText, sampleOf } from "../fixtures/oracles/prom-text.ts";
+import { readyBoot } from "../fixtures/builders/use-case-results.ts";
 import type { BootReport, GcReport } from "../../src/agent/outcomes.ts";
 
 const at = new Date("2026-12-01T10:00:00Z");

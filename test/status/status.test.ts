@@ -21,14 +21,14 @@ import {
 import { renderStatus, statusExitCode } from "../../src/status/view.ts";
 import { observeStatus, type StatusSources } from "../../src/status/observe.ts";
 import { createMemoryLogger } from "../../src/log.ts";
-import { readyBoot } from "../fixtures/use-case-results.ts";
+import { readyBoot } from "../fixtures/builders/use-case-results.ts";
 import {
   cacheFilesystem as fs,
   healthyStatusInputs as healthyInputs,
   prewarmState as prewarm,
   readyBootRecord as boot,
   statusNow as now,
-} from "../fixtures/status-inputs.ts";
+} from "../fixtures/builders/status-inputs.ts";
 import type { ReleaseReport } from "../../src/agent/outcomes.ts";
 
 const schema = JSON.parse(

@@ -26,7 +26,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { validateConfig } from "../../src/config/index.ts";
 import { run } from "../../src/exec.ts";
-import { NODE_BINARY, REPO, buildBundle, childEnv } from "../fixtures/nspawn.ts";
+import { NODE_BINARY, REPO, buildBundle, childEnv } from "../fixtures/lab/nspawn.ts";
 
 const UNITS = [
   "ebs-cache-agent.service",

@@ -27,9 +27,9 @@ import { acceptanceLabDeps } from "../../../src/lab/machines/agent.ts";
 import { LAB_INSTANCE_TYPE } from "../../../src/lab/types.ts";
 import { coldSnapshotOptionsOf, readEbsModel } from "../../../src/lab/volumes/ebs-model.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
-import { goldenPoolTags, mountsUnder, POOL, startBootLab } from "../../fixtures/boot-lab.ts";
+import { goldenPoolTags, mountsUnder, POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
 import { asProcess, lived, ProcessKilled, ProcessLife, type DeathPoint } from "../../fixtures/fakes/death.ts";
-import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab-prereq.ts";
+import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

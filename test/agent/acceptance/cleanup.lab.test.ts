@@ -9,8 +9,8 @@ import { AttachVolumeCommand } from "@aws-sdk/client-ec2";
 import { cleanUpEarlierRuns } from "../../../src/agent/acceptance/apply.ts";
 import { ACCEPTANCE_TAG, acceptanceTags } from "../../../src/agent/acceptance/plan.ts";
 import { createCloudVolumes } from "../../../src/aws/ec2.ts";
-import { startBootLab } from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab-prereq.ts";
+import { startBootLab } from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

@@ -20,7 +20,7 @@ import { createCloudVolumes } from "../../../src/aws/ec2.ts";
 import { parseEbsModel } from "../../../src/ebs-model.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { IMAGE_SET, motoVersion, POOL, REGION, seed, startBackend, ZONE_A } from "../../fixtures/ec2-twice.ts";
+import { IMAGE_SET, motoVersion, POOL, REGION, seed, startBackend, ZONE_A } from "../../fixtures/lab/ec2-twice.ts";
 import { asProcess, lived, ProcessKilled, ProcessLife } from "../../fixtures/fakes/death.ts";
 
 // Fails (never skips) when the machine lacks moto.

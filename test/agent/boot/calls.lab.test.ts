@@ -6,15 +6,15 @@
  *
  * The pool volumes look used (an earlier release's released-at / expires-at), as a pool does in
  * its steady state. Big pools are cheap: one real volume, the others sharing its image
- * (test/fixtures/cheap-pool.ts); each size is a pool of its own, and its claimed volume stays
+ * (test/fixtures/lab/cheap-pool.ts); each size is a pool of its own, and its claimed volume stays
  * attached to its host (the next size's volumes share another image). No faults: a throttled
  * request would be a second request.
  */
 import t from "tap";
-import { startBootLab } from "../../fixtures/boot-lab.ts";
-import { measureBootCalls, type BootCalls } from "../../fixtures/herd.ts";
-import { earlierRelease } from "../../fixtures/kill-matrix.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
+import { startBootLab } from "../../fixtures/lab/boot-lab.ts";
+import { measureBootCalls, type BootCalls } from "../../fixtures/lab/herd.ts";
+import { earlierRelease } from "../../fixtures/kill/kill-matrix.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

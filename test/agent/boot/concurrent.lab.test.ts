@@ -15,8 +15,8 @@ import { run } from "../../../src/exec.ts";
 import { DATA_ROOT_SUBDIR } from "../../../src/layout.ts";
 import type { LabHost } from "../../../src/lab/lab.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { findmnt, mountsUnder, POOL, startBootLab, type CliBoot } from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
+import { findmnt, mountsUnder, POOL, startBootLab, type CliBoot } from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
 import type { BootReport } from "../../../src/agent/outcomes.ts";
 
 await assertLabPrerequisites();

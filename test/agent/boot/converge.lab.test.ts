@@ -13,8 +13,8 @@ import { writeLabConfig } from "../../../src/lab/machines/agent.ts";
 import { orderCandidates } from "../../../src/agent/volume-rules.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import { writeWorkspaceRecord } from "../../../src/agent/workspace-record.ts";
-import { goldenPoolTags, POOL, startBootLab } from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites, childEnv, pollUntil } from "../../fixtures/lab-prereq.ts";
+import { goldenPoolTags, POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites, childEnv, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

@@ -8,7 +8,7 @@
 import t from "tap";
 import { VolumeTag } from "../../../src/tags.ts";
 import { asProcess, fakeNode, ProcessKilled, ProcessLife, waitFor } from "../../fixtures/fakes/index.ts";
-import { alive, boot } from "../../fixtures/kill-in-process.ts";
+import { alive, boot } from "../../fixtures/kill/kill-in-process.ts";
 
 const POOL_TAGS = { [VolumeTag.managed]: "true", [VolumeTag.kind]: "pool", [VolumeTag.pool]: "default" };
 

@@ -21,9 +21,9 @@ import { ExitCode } from "../../../src/errors.ts";
 import { writeLabConfig, type ConfigOverrides } from "../../../src/lab/machines/agent.ts";
 import type { LabHost } from "../../../src/lab/lab.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { startBootLab } from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites, childEnv } from "../../fixtures/lab-prereq.ts";
-import { workspaceTags } from "../../fixtures/lifecycle-lab.ts";
+import { startBootLab } from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites, childEnv } from "../../fixtures/lab/lab-prereq.ts";
+import { workspaceTags } from "../../fixtures/lab/lifecycle-lab.ts";
 import type { BootReport } from "../../../src/agent/outcomes.ts";
 
 await assertLabPrerequisites();

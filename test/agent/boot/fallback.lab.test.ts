@@ -12,9 +12,9 @@ import { DATA_ROOT_SUBDIR } from "../../../src/layout.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import { CreateVolumeCommand } from "@aws-sdk/client-ec2";
 import { workspaceIdTags } from "../../../src/agent/workspace-ids.ts";
-import { labelRecord, LABEL_PREFIX, POOL, startBootLab, type InProcessBoot } from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab-prereq.ts";
-import { workspaceTags } from "../../fixtures/lifecycle-lab.ts";
+import { labelRecord, LABEL_PREFIX, POOL, startBootLab, type InProcessBoot } from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
+import { workspaceTags } from "../../fixtures/lab/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 

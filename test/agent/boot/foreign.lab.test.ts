@@ -33,9 +33,9 @@ import {
   startBootLab,
   withMounted,
   closeLabLeavingNothing,
-} from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
-import { withImageDevice } from "../../fixtures/volume-image.ts";
+} from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
+import { withImageDevice } from "../../fixtures/lab/volume-image.ts";
 
 await assertLabPrerequisites();
 

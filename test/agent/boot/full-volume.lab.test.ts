@@ -19,9 +19,9 @@ import {
   startBootLab,
   withMounted,
   type BootLab,
-} from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab-prereq.ts";
-import { assertOutcome, ISO_TIME, releaseHost, volumeEnd, workspaceTags } from "../../fixtures/lifecycle-lab.ts";
+} from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
+import { assertOutcome, ISO_TIME, releaseHost, volumeEnd, workspaceTags } from "../../fixtures/lab/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 

@@ -19,11 +19,11 @@
 import t from "tap";
 import { ExitCode } from "../../../src/errors.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { managedVolumes } from "../../fixtures/agent-process.ts";
-import { POOL, startBootLab } from "../../fixtures/boot-lab.ts";
-import { defaultHerdAgents, herdSummary, runHerd } from "../../fixtures/herd.ts";
-import { assertNothingLost } from "../../fixtures/kill-matrix.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
+import { managedVolumes } from "../../fixtures/lab/agent-process.ts";
+import { POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
+import { defaultHerdAgents, herdSummary, runHerd } from "../../fixtures/lab/herd.ts";
+import { assertNothingLost } from "../../fixtures/kill/kill-matrix.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

@@ -8,8 +8,8 @@ import t from "tap";
 import { CreateTagsCommand } from "@aws-sdk/client-ec2";
 import { ExitCode } from "../../../src/errors.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { POOL, startBootLab } from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
+import { POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

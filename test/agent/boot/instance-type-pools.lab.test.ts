@@ -13,8 +13,8 @@ import { createCloudVolumes } from "../../../src/aws/ec2.ts";
 import { validateConfig } from "../../../src/config/index.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { goldenPoolTags, POOL, startBootLab } from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab-prereq.ts";
+import { goldenPoolTags, POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

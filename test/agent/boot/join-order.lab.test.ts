@@ -12,8 +12,8 @@ import { bootLabHost } from "../../../src/lab/machines/agent.ts";
 import { initSwarm } from "../../../src/lab/docker/images.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { POOL, startBootLab } from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
+import { POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 const bl = await startBootLab({ name: "test-join-order", poolSize: 1 });

@@ -9,7 +9,7 @@ import type { HostAdapters } from "../../../src/agent/adapters.ts";
 import type { PrewarmReader } from "../../../src/agent/ports.ts";
 import { runBoot } from "../../../src/agent/boot/run.ts";
 import { Label, VolumeTag } from "../../../src/tags.ts";
-import { LATER, gatedReader } from "../../fixtures/background-prewarm.ts";
+import { LATER, gatedReader } from "../../fixtures/lab/background-prewarm.ts";
 import { WARM, fakeNode, fakeReader, waitFor, type FakeNode } from "../../fixtures/fakes/index.ts";
 
 const IMAGES = "lab/app:1";

@@ -20,14 +20,14 @@
  * - on the first `host.mount` line: during the real mount of the volume's XFS;
  * - on the first `docker.daemon-json-backup` line: during the data-root switch (the volume's
  *   data-root prepared, daemon.json being rewritten).
- * The points come from one clean boot of the same kind (see test/fixtures/kill-matrix.ts), so a
+ * The points come from one clean boot of the same kind (see test/fixtures/kill/kill-matrix.ts), so a
  * kept point the agent no longer passes fails the matrix instead of shrinking it. Pool volumes
  * start as a used pool looks: released once before (released-at, expires-at), which is what a
  * rerun must not keep.
  */
 import t from "tap";
 import { VolumeTag } from "../../../src/tags.ts";
-import { callerKey } from "../../fixtures/agent-process.ts";
+import { callerKey } from "../../fixtures/lab/agent-process.ts";
 import {
   assertBootConverged,
   describePoint,
@@ -38,7 +38,7 @@ import {
   startKillMatrixLab,
   testLabClosesClean,
   type PointName,
-} from "../../fixtures/kill-matrix.ts";
+} from "../../fixtures/kill/kill-matrix.ts";
 
 /** The points this matrix kills at (see the header). */
 const KEEP: PointName[] = [

@@ -27,8 +27,8 @@ import {
   referenceRun,
   release,
   usedPoolNode,
-} from "../../fixtures/kill-in-process.ts";
-import { assertHoldsOne, assertNothingLostIn, assertReleased } from "../../fixtures/kill-invariants.ts";
+} from "../../fixtures/kill/kill-in-process.ts";
+import { assertHoldsOne, assertNothingLostIn, assertReleased } from "../../fixtures/kill/kill-invariants.ts";
 
 // Each point is a world of its own (its emulator, host and docker) and waits mostly on the
 // emulator's transitions: several at a time, each in its own process life.

@@ -13,7 +13,7 @@ import { VolumeKind, VolumeTag } from "../../../src/tags.ts";
 import { writeWorkspaceRecord } from "../../../src/agent/workspace-record.ts";
 import { defaultConfig } from "../../../src/config/schema.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
-import { tempFolders } from "../../fixtures/temp-folders.ts";
+import { tempFolders } from "../../fixtures/builders/temp-folders.ts";
 
 const folder = await tempFolders("labels-wait-");
 const INSTANCE = "i-0123456789abcdef0";

@@ -11,9 +11,9 @@ import { CreateTagsCommand } from "@aws-sdk/client-ec2";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { DATA_ROOT_SUBDIR } from "../../../src/layout.ts";
-import { POOL, startBootLab, withMounted } from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
-import { assertOutcome, workspaceTags } from "../../fixtures/lifecycle-lab.ts";
+import { POOL, startBootLab, withMounted } from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
+import { assertOutcome, workspaceTags } from "../../fixtures/lab/lifecycle-lab.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 
 await assertLabPrerequisites();

@@ -7,7 +7,7 @@ import t from "tap";
 import { createSpecFrom, lookupsNeeded, planBoot, selectSource } from "../../../src/agent/boot/plan.ts";
 import { orderCandidates } from "../../../src/agent/volume-rules.ts";
 import type { SnapshotInfo, VolumeInfo } from "../../../src/agent/ports.ts";
-import { observed, settings } from "../../fixtures/boot-plan.ts";
+import { observed, settings } from "../../fixtures/builders/boot-plan.ts";
 import { configuredStore, type HostStore } from "../../../src/docker/image-store.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import { workspaceIdTags } from "../../../src/agent/workspace-ids.ts";

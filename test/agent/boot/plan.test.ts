@@ -11,7 +11,7 @@ import {
 import { candidateOrder, isInTransit, isQuarantined, orderCandidates } from "../../../src/agent/volume-rules.ts";
 import { preparedInThisBoot } from "../../../src/agent/boot/prepared-record.ts";
 import type { SnapshotInfo, VolumeInfo } from "../../../src/agent/ports.ts";
-import { identity, observed, settings } from "../../fixtures/boot-plan.ts";
+import { identity, observed, settings } from "../../fixtures/builders/boot-plan.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import { workspaceIdsOfVolume, workspaceIdTags, type WorkspaceIds } from "../../../src/agent/workspace-ids.ts";
 

@@ -22,8 +22,8 @@ import {
   startBootLab,
   withMounted,
   type InProcessBoot,
-} from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab-prereq.ts";
+} from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

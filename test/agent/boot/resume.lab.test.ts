@@ -13,8 +13,8 @@ import type { LabHost } from "../../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { DATA_ROOT_SUBDIR } from "../../../src/layout.ts";
 import { run } from "../../../src/exec.ts";
-import { findmnt, POOL, startBootLab } from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
+import { findmnt, POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

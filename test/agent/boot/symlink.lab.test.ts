@@ -23,10 +23,10 @@ import t from "tap";
 import { run } from "../../../src/exec.ts";
 import { DATA_ROOT_SUBDIR } from "../../../src/layout.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { startBootLab, closeLabLeavingNothing } from "../../fixtures/boot-lab.ts";
-import { assertDockerPrerequisites, assertLabPrerequisites, onPath } from "../../fixtures/lab-prereq.ts";
-import { LINKS, makeLink, makeSpecial, SPECIALS } from "../../fixtures/odd-files.ts";
-import { withImageDevice } from "../../fixtures/volume-image.ts";
+import { startBootLab, closeLabLeavingNothing } from "../../fixtures/lab/boot-lab.ts";
+import { assertDockerPrerequisites, assertLabPrerequisites, onPath } from "../../fixtures/lab/lab-prereq.ts";
+import { LINKS, makeLink, makeSpecial, SPECIALS } from "../../fixtures/builders/odd-files.ts";
+import { withImageDevice } from "../../fixtures/lab/volume-image.ts";
 
 await assertLabPrerequisites();
 assertDockerPrerequisites("boot.symlink");

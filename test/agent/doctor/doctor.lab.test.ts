@@ -20,8 +20,8 @@ import { decodeAuthorizationMessage } from "../../../src/lab/ec2/iam/authorizer.
 import type { LabHost } from "../../../src/lab/lab.ts";
 import { labConfig } from "../../../src/lab/machines/agent.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
-import { goldenPoolTags, POOL, startBootLab } from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab-prereq.ts";
+import { goldenPoolTags, POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

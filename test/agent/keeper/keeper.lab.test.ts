@@ -25,8 +25,8 @@ import { poolTags } from "../../../src/lab/volumes/golden.ts";
 import { startLab } from "../../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab-prereq.ts";
-import { parsePromText, sampleOf } from "../../fixtures/prom-text.ts";
+import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
+import { parsePromText, sampleOf } from "../../fixtures/oracles/prom-text.ts";
 
 await assertLabPrerequisites();
 

@@ -14,7 +14,7 @@ import { createCloudVolumes } from "../../../src/aws/ec2.ts";
 import { poolTags } from "../../../src/lab/volumes/golden.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { withCloudTime } from "../../fixtures/cloud-time.ts";
+import { withCloudTime } from "../../fixtures/fakes/cloud-time.ts";
 import { REGION, startFakeCloud, waitFor, ZONE } from "../../fixtures/fakes/cloud.ts";
 
 const fake = await startFakeCloud(t);

@@ -7,7 +7,7 @@
 import t from "tap";
 import { runBoot } from "../../../src/agent/boot/run.ts";
 import { Label, VolumeTag } from "../../../src/tags.ts";
-import { POOL, gatedReader, withBackgroundPrewarm } from "../../fixtures/background-prewarm.ts";
+import { POOL, gatedReader, withBackgroundPrewarm } from "../../fixtures/lab/background-prewarm.ts";
 import { fakeNode } from "../../fixtures/fakes/index.ts";
 
 t.test("files in the background: the boot reports warming with prewarm=checking before the sample ends", async (t) => {

@@ -14,7 +14,7 @@ import {
   renderPrewarmStatus,
   type PrewarmState,
 } from "../../../src/agent/prewarm/state.ts";
-import { POOL, gatedReader, withBackgroundPrewarm } from "../../fixtures/background-prewarm.ts";
+import { POOL, gatedReader, withBackgroundPrewarm } from "../../fixtures/lab/background-prewarm.ts";
 import { fakeNode, waitFor } from "../../fixtures/fakes/index.ts";
 
 t.test("during the background run's first sample the state shows its process, checking", async (t) => {

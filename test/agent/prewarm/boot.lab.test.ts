@@ -15,9 +15,9 @@ import { bootLabHost, prewarmLabHost, writeLabConfig } from "../../../src/lab/ma
 import type { LabHost } from "../../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { GOLDEN_IMAGES, labelRecord, LABEL_PREFIX, POOL, startBootLab } from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites, childEnv } from "../../fixtures/lab-prereq.ts";
-import { COLD, COLD_IOPS_CEILING } from "../../fixtures/prewarm-lab.ts";
+import { GOLDEN_IMAGES, labelRecord, LABEL_PREFIX, POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites, childEnv } from "../../fixtures/lab/lab-prereq.ts";
+import { COLD, COLD_IOPS_CEILING } from "../../fixtures/lab/prewarm-lab.ts";
 
 await assertLabPrerequisites();
 

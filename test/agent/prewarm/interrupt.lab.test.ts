@@ -17,7 +17,7 @@ import { run } from "../../../src/exec.ts";
 import { startLab } from "../../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { assertLabPrerequisites, childEnv, pollUntil } from "../../fixtures/lab-prereq.ts";
+import { assertLabPrerequisites, childEnv, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
 import {
   attach,
   COLD,
@@ -25,12 +25,12 @@ import {
   createVolume,
   makeDataSnapshot,
   mountXfs,
-} from "../../fixtures/prewarm-lab.ts";
+} from "../../fixtures/lab/prewarm-lab.ts";
 
 await assertLabPrerequisites();
 
 const REPO = fileURLToPath(new URL("../../..", import.meta.url));
-const RUNNER = join(REPO, "test/fixtures/prewarm-runner.ts");
+const RUNNER = join(REPO, "test/fixtures/lab/prewarm-runner.ts");
 
 t.test("killed half-way: not tagged, resumed by the next run, tagged at the end", async (t) => {
   const lab = await startLab({ name: "test-prewarm-kill", coldSnapshots: COLD, log: createMemoryLogger("info") });

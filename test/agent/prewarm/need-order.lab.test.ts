@@ -14,8 +14,8 @@ import { parseFilefrag } from "../../../src/host/extents.ts";
 import { createFioReader } from "../../../src/host/volume-reads.ts";
 import { startLab } from "../../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
-import { attach, COLD, createVolume, mountXfs, NEED_FILES, needListSnapshot } from "../../fixtures/prewarm-lab.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
+import { attach, COLD, createVolume, mountXfs, NEED_FILES, needListSnapshot } from "../../fixtures/lab/prewarm-lab.ts";
 
 await assertLabPrerequisites();
 

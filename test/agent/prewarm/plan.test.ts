@@ -38,7 +38,7 @@ import { parseFioJson, splitJsonDocuments } from "../../../src/host/fio.ts";
 import { checkFigures } from "../../../src/host/volume-reads.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 
-const fixture = (name: string) => readFileSync(new URL(`../../fixtures/fio/${name}`, import.meta.url), "utf8");
+const fixture = (name: string) => readFileSync(new URL(`../../fixtures/data/fio/${name}`, import.meta.url), "utf8");
 const with_ = (over: Partial<PrewarmSettings>): PrewarmSettings => ({ ...DEFAULT_PREWARM, ...over });
 const fromSnapshot = { volumeId: "vol-1", snapshotId: "snap-1", tags: {} };
 

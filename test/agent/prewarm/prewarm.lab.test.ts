@@ -21,7 +21,7 @@ import { createFioReader } from "../../../src/host/volume-reads.ts";
 import { startLab } from "../../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab-prereq.ts";
+import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
 import {
   attach,
   COLD,
@@ -29,7 +29,7 @@ import {
   createVolume,
   makeDataSnapshot,
   mountXfs,
-} from "../../fixtures/prewarm-lab.ts";
+} from "../../fixtures/lab/prewarm-lab.ts";
 import type { PrewarmDeps } from "../../../src/agent/prewarm/deps.ts";
 import type { CheckFigures, PrewarmReader } from "../../../src/agent/ports.ts";
 

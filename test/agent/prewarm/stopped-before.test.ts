@@ -9,7 +9,7 @@ import t from "tap";
 import { runBoot } from "../../../src/agent/boot/run.ts";
 import { readPrewarmState } from "../../../src/agent/prewarm/state.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { POOL, withBackgroundPrewarm } from "../../fixtures/background-prewarm.ts";
+import { POOL, withBackgroundPrewarm } from "../../fixtures/lab/background-prewarm.ts";
 import { fakeNode, fakeReader } from "../../fixtures/fakes/index.ts";
 
 t.test("a stop before the background run began: it reads nothing, tags nothing, and stays resumable", async (t) => {

@@ -31,8 +31,8 @@ import {
   childEnv,
   onPath,
   pollUntil,
-} from "../../fixtures/lab-prereq.ts";
-import { parsePromText, sampleOf } from "../../fixtures/prom-text.ts";
+} from "../../fixtures/lab/lab-prereq.ts";
+import { parsePromText, sampleOf } from "../../fixtures/oracles/prom-text.ts";
 
 await assertLabPrerequisites();
 assertDockerPrerequisites("test/agent/prune/prune.lab.test.ts");

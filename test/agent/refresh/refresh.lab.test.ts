@@ -30,8 +30,20 @@ import {
 } from "../../../src/lab/docker/registry.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { GOLDEN_IMAGES, IMAGE_SET, labelRecord, LABEL_PREFIX, POOL, startBootLab } from "../../fixtures/boot-lab.ts";
-import { assertDockerPrerequisites, assertLabPrerequisites, childEnv, pollUntil } from "../../fixtures/lab-prereq.ts";
+import {
+  GOLDEN_IMAGES,
+  IMAGE_SET,
+  labelRecord,
+  LABEL_PREFIX,
+  POOL,
+  startBootLab,
+} from "../../fixtures/lab/boot-lab.ts";
+import {
+  assertDockerPrerequisites,
+  assertLabPrerequisites,
+  childEnv,
+  pollUntil,
+} from "../../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 assertDockerPrerequisites("test/agent/refresh/refresh.lab.test.ts");

@@ -20,7 +20,7 @@ import { renderTextFormat } from "../../../src/metrics/render.ts";
 import { buildStatus } from "../../../src/status/document.ts";
 import type { BootRecord } from "../../../src/status/records.ts";
 import { renderStatus, statusExitCode } from "../../../src/status/view.ts";
-import { readyBoot } from "../../fixtures/use-case-results.ts";
+import { readyBoot } from "../../fixtures/builders/use-case-results.ts";
 
 const schema = JSON.parse(
   await readFile(new URL("../../../schema/status.schema.json", import.meta.url), "utf8"),

@@ -19,13 +19,13 @@
  *   agent died;
  * - after EC2 applied the 1st CreateTags (its answer lost): the release's tags half written
  *   (released-at set, claimed-by not yet deleted).
- * The points come from one clean release (see test/fixtures/kill-matrix.ts), so a kept point the
+ * The points come from one clean release (see test/fixtures/kill/kill-matrix.ts), so a kept point the
  * agent no longer passes fails the matrix instead of shrinking it.
  */
 import t from "tap";
 import { VolumeTag } from "../../../src/tags.ts";
 import type { LabHost } from "../../../src/lab/lab.ts";
-import { callerKey } from "../../fixtures/agent-process.ts";
+import { callerKey } from "../../fixtures/lab/agent-process.ts";
 import {
   assertReleaseConverged,
   describePoint,
@@ -36,7 +36,7 @@ import {
   startKillMatrixLab,
   testLabClosesClean,
   type PointName,
-} from "../../fixtures/kill-matrix.ts";
+} from "../../fixtures/kill/kill-matrix.ts";
 
 /** The points this matrix kills at (see the header). */
 const KEEP: PointName[] = [

@@ -26,8 +26,8 @@ import {
   referenceRun,
   release,
   usedPoolNode,
-} from "../../fixtures/kill-in-process.ts";
-import { assertHoldsOne, assertNothingLostIn, assertReleased } from "../../fixtures/kill-invariants.ts";
+} from "../../fixtures/kill/kill-in-process.ts";
+import { assertHoldsOne, assertNothingLostIn, assertReleased } from "../../fixtures/kill/kill-invariants.ts";
 
 // Each point is a world of its own: several at a time, each in its own process life.
 t.jobs = 4;

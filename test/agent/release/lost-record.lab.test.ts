@@ -15,9 +15,9 @@ import type { LabHost } from "../../../src/lab/lab.ts";
 import { run } from "../../../src/exec.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { closeLabLeavingNothing, LABEL_PREFIX, mountsUnder, POOL, startBootLab } from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
-import { assertOutcome, releaseHost, volumeEnd, workspaceTags } from "../../fixtures/lifecycle-lab.ts";
+import { closeLabLeavingNothing, LABEL_PREFIX, mountsUnder, POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
+import { assertOutcome, releaseHost, volumeEnd, workspaceTags } from "../../fixtures/lab/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 

@@ -7,7 +7,7 @@
  * another mount namespace after the unmount is waited for (timeouts.mountHolderSeconds): released
  * once that namespace is gone, refused when it stays past the bound. A namespace made outside this
  * lab file (another lab's container) never holds a copy: each lab file has a mount namespace of its
- * own (test/fixtures/lab-namespace.ts). The claim's and the release's times are EC2's when the
+ * own (test/fixtures/lab/lab-namespace.ts). The claim's and the release's times are EC2's when the
  * host's clock is days off.
  */
 import t, { type Test } from "tap";
@@ -30,11 +30,17 @@ import {
   POOL,
   startBootLab,
   closeLabLeavingNothing,
-} from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
+} from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
 import { waitFor } from "../../fixtures/fakes/cloud.ts";
-import { mutatingCalls, releaseCli, releaseHost, startReleaseCli, volumeEnd } from "../../fixtures/lifecycle-lab.ts";
-import { assertOutcome, ISO_TIME } from "../../fixtures/lifecycle-lab.ts";
+import {
+  mutatingCalls,
+  releaseCli,
+  releaseHost,
+  startReleaseCli,
+  volumeEnd,
+} from "../../fixtures/lab/lifecycle-lab.ts";
+import { assertOutcome, ISO_TIME } from "../../fixtures/lab/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 

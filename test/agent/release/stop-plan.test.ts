@@ -14,7 +14,7 @@ import {
   type ShutdownObservation,
 } from "../../../src/agent/release/plan.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { heldVolume, identity, ME, ON_CACHE, releaseSettings } from "../../fixtures/release-plan.ts";
+import { heldVolume, identity, ME, ON_CACHE, releaseSettings } from "../../fixtures/builders/release-plan.ts";
 
 const settings = releaseSettings;
 

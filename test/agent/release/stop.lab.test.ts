@@ -31,16 +31,16 @@ import {
   POOL,
   startBootLab,
   type Ec2Call,
-} from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab-prereq.ts";
+} from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
 import {
   mutatingCalls,
   releaseCli,
   releaseHost,
   volumeEnd,
   type InProcessRelease,
-} from "../../fixtures/lifecycle-lab.ts";
-import { assertOutcome, ISO_TIME } from "../../fixtures/lifecycle-lab.ts";
+} from "../../fixtures/lab/lifecycle-lab.ts";
+import { assertOutcome, ISO_TIME } from "../../fixtures/lab/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 

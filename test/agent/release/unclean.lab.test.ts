@@ -35,11 +35,11 @@ import {
   POOL,
   startBootLab,
   closeLabLeavingNothing,
-} from "../../fixtures/boot-lab.ts";
-import { runKilled } from "../../fixtures/kill-matrix.ts";
-import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab-prereq.ts";
-import { gcAt, releaseHost, verdictOf, volumeEnd, workspaceTags } from "../../fixtures/lifecycle-lab.ts";
-import { assertOutcome } from "../../fixtures/lifecycle-lab.ts";
+} from "../../fixtures/lab/boot-lab.ts";
+import { runKilled } from "../../fixtures/kill/kill-matrix.ts";
+import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
+import { gcAt, releaseHost, verdictOf, volumeEnd, workspaceTags } from "../../fixtures/lab/lifecycle-lab.ts";
+import { assertOutcome } from "../../fixtures/lab/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 

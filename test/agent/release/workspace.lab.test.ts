@@ -21,11 +21,11 @@ import {
   POOL,
   startBootLab,
   closeLabLeavingNothing,
-} from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
+} from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
 import { readWorkspaceRecord } from "../../../src/agent/workspace-record.ts";
-import { releaseHost, volumeEnd, workspaceTags, WORKSPACE_TAG } from "../../fixtures/lifecycle-lab.ts";
-import { assertOutcome, ISO_TIME } from "../../fixtures/lifecycle-lab.ts";
+import { releaseHost, volumeEnd, workspaceTags, WORKSPACE_TAG } from "../../fixtures/lab/lifecycle-lab.ts";
+import { assertOutcome, ISO_TIME } from "../../fixtures/lab/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 

@@ -10,7 +10,7 @@ import { readFile } from "node:fs/promises";
 import t from "tap";
 import { generationTags } from "../../../src/agent/snapshot/tags.ts";
 import { SnapshotTag } from "../../../src/tags.ts";
-import { BUILDER_ADAPTERS, sdkActionsOf } from "../../fixtures/sdk-calls.ts";
+import { BUILDER_ADAPTERS, sdkActionsOf } from "../../fixtures/oracles/sdk-calls.ts";
 
 const ACCOUNT = "123456789012";
 const REGION = "us-east-1";

@@ -13,8 +13,8 @@ import type { SnapshotUploadReport } from "../../../src/agent/snapshot/run.ts";
 import { checkUploadSettings, type SnapshotUploadSettings } from "../../../src/agent/snapshot/settings.ts";
 import { pickSample } from "../../../src/agent/snapshot/verify.ts";
 import { uploadSummary } from "../../../src/cli/snapshot.ts";
-import { DEFAULT_RECORD } from "../../fixtures/pool-image.ts";
-import { generationTagsFor } from "../../fixtures/snapshot-upload.ts";
+import { DEFAULT_RECORD } from "../../fixtures/builders/pool-image.ts";
+import { generationTagsFor } from "../../fixtures/lab/snapshot-upload.ts";
 import { SnapshotTag } from "../../../src/tags.ts";
 
 const range = (n: number) => Array.from({ length: n }, (_, i) => i);

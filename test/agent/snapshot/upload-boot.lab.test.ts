@@ -22,9 +22,9 @@ import { pushImageArchive } from "../../../src/lab/docker/registry-push.ts";
 import { snapshotImagePath } from "../../../src/lab/reaper/labdir.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { agentBundle } from "../../fixtures/agent-process.ts";
-import { GOLDEN_IMAGES, IMAGE_SET, POOL, startBootLab } from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
+import { agentBundle } from "../../fixtures/lab/agent-process.ts";
+import { GOLDEN_IMAGES, IMAGE_SET, POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

@@ -17,8 +17,8 @@ import { ExitCode } from "../../../src/errors.ts";
 import { reportFatal } from "../../../src/fatal.ts";
 import { readManifestJson } from "../../../src/host/snapshot-manifest.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
-import { makePoolImage } from "../../fixtures/pool-image.ts";
-import { generationTagsFor, testEbsClient, uploadDeps, uploadSettings } from "../../fixtures/snapshot-upload.ts";
+import { makePoolImage } from "../../fixtures/builders/pool-image.ts";
+import { generationTagsFor, testEbsClient, uploadDeps, uploadSettings } from "../../fixtures/lab/snapshot-upload.ts";
 import { startLab } from "../../lab/ec2/helpers.ts";
 
 /** What the CLI's handler prints for `error` and the exit code it gives: never a bug report. */

@@ -34,7 +34,7 @@ import { uploadedSnapshots } from "../../../src/aws/uploaded-snapshots.ts";
 import { SnapshotTag } from "../../../src/tags.ts";
 import { scanImage, sha256 } from "../../../src/host/image-blocks.ts";
 import { readManifestJson } from "../../../src/host/snapshot-manifest.ts";
-import { makePoolImage, randomBlock } from "../../fixtures/pool-image.ts";
+import { makePoolImage, randomBlock } from "../../fixtures/builders/pool-image.ts";
 import {
   generationTagsFor,
   poolSnapshots,
@@ -42,7 +42,7 @@ import {
   testEc2Client,
   uploadDeps,
   uploadSettings,
-} from "../../fixtures/snapshot-upload.ts";
+} from "../../fixtures/lab/snapshot-upload.ts";
 import { startLab, type Lab } from "../../lab/ec2/helpers.ts";
 
 async function setup(t: Test, lab: Lab) {

@@ -13,8 +13,8 @@ import { runSnapshotUpload, type SnapshotUploadSettings } from "../../../src/age
 import { snapshotBlockWriter } from "../../../src/aws/ebs.ts";
 import { ExitCode } from "../../../src/errors.ts";
 import { run } from "../../../src/exec.ts";
-import { DEFAULT_RECORD, makePoolImage } from "../../fixtures/pool-image.ts";
-import { testEbsClient, uploadDeps, uploadSettings } from "../../fixtures/snapshot-upload.ts";
+import { DEFAULT_RECORD, makePoolImage } from "../../fixtures/builders/pool-image.ts";
+import { testEbsClient, uploadDeps, uploadSettings } from "../../fixtures/lab/snapshot-upload.ts";
 import { startLab } from "../../lab/ec2/helpers.ts";
 
 const KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab";

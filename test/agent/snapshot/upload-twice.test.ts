@@ -1,7 +1,7 @@
 /**
  * `snapshot upload`, as a process, from one scenario against two EBS directs: the lab's emulator
  * and moto's server (which nobody on this project wrote), each behind the test's adapter
- * (test/fixtures/ebs-twice.ts: it holds answers where a kill goes, and makes up for moto's named
+ * (test/fixtures/lab/ebs-twice.ts: it holds answers where a kill goes, and makes up for moto's named
  * deviations, never the product). A full upload, an incremental one, a SIGKILL among the puts
  * and its rerun, a SIGKILL once CompleteSnapshot was applied and its rerun (found completed,
  * checked, recorded; until then tagged ebs-cache:unverified, so the pool's current snapshot as
@@ -33,18 +33,24 @@ import { EbsAnswerError } from "../../../src/aws/ebs-errors.ts";
 import { SnapshotTag, VolumeTag } from "../../../src/tags.ts";
 import { scanImage } from "../../../src/host/image-blocks.ts";
 import { readManifestJson } from "../../../src/host/snapshot-manifest.ts";
-import { agentBundle, withCompileCache } from "../../fixtures/agent-bundle.ts";
-import { motoVersion } from "../../fixtures/ec2-twice.ts";
-import { MOTO_DEVIATIONS, startEbsBackend, type EbsBackend } from "../../fixtures/ebs-twice.ts";
-import { childEnv } from "../../fixtures/lab-prereq.ts";
-import { DEFAULT_RECORD, blocksInside, makePoolImage, randomBlock, writeBlocks } from "../../fixtures/pool-image.ts";
+import { agentBundle, withCompileCache } from "../../fixtures/lab/agent-bundle.ts";
+import { motoVersion } from "../../fixtures/lab/ec2-twice.ts";
+import { MOTO_DEVIATIONS, startEbsBackend, type EbsBackend } from "../../fixtures/lab/ebs-twice.ts";
+import { childEnv } from "../../fixtures/lab/lab-prereq.ts";
+import {
+  DEFAULT_RECORD,
+  blocksInside,
+  makePoolImage,
+  randomBlock,
+  writeBlocks,
+} from "../../fixtures/builders/pool-image.ts";
 import {
   generationTagsFor,
   poolSnapshots,
   testEbsClient,
   uploadDeps,
   uploadSettings,
-} from "../../fixtures/snapshot-upload.ts";
+} from "../../fixtures/lab/snapshot-upload.ts";
 
 // Fails (never skips) when the machine lacks moto.
 const moto = await motoVersion();

@@ -1,7 +1,7 @@
 /**
  * `snapshot upload` in-process, without root: the real EBS SDK client over HTTP to the lab's
  * EBS direct emulator (on the EC2 emulator, memory backend), a pool image made by mkfs.xfs in a
- * temp dir (test/fixtures/pool-image.ts). A full upload puts exactly the image's blocks holding
+ * temp dir (test/fixtures/builders/pool-image.ts). A full upload puts exactly the image's blocks holding
  * data; an incremental one only what changed (zeros over cleared blocks); a killed one resumes
  * without putting twice, rerun by the CLI too (with the interrupted upload's build time, as EBS's
  * ClientToken needs); every upload is read back before its manifest says completed; volumes made
@@ -23,15 +23,15 @@ import { readManifestJson } from "../../../src/host/snapshot-manifest.ts";
 import { parseManifest } from "../../../src/agent/snapshot/manifest.ts";
 import { run } from "../../../src/exec.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { childEnv } from "../../fixtures/lab-prereq.ts";
+import { childEnv } from "../../fixtures/lab/lab-prereq.ts";
 import {
   DEFAULT_RECORD,
   blocksInside,
   makePoolImage,
   randomBlock as block,
   writeBlocks,
-} from "../../fixtures/pool-image.ts";
-import { generationTagsFor, testEbsClient, uploadDeps, uploadSettings } from "../../fixtures/snapshot-upload.ts";
+} from "../../fixtures/builders/pool-image.ts";
+import { generationTagsFor, testEbsClient, uploadDeps, uploadSettings } from "../../fixtures/lab/snapshot-upload.ts";
 import { AWS_CLI, AWS_CLI_EMULATOR_ENV, startLab } from "../../lab/ec2/helpers.ts";
 
 t.test("snapshot upload against the lab's EBS direct emulator", async (t) => {

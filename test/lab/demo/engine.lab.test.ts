@@ -25,8 +25,8 @@ import { runEngineDemo } from "../../../src/lab/demo/engine.ts";
 import { machineOwner } from "../../../src/lab/machines/nspawn.ts";
 import { MACHINE_LAYERS, MACHINES, pidAlive } from "../../../src/lab/machines/nspawn-rootfs.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
-import { assertDockerPrerequisites, assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
-import { assertNspawnPrerequisites } from "../../fixtures/nspawn.ts";
+import { assertDockerPrerequisites, assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
+import { assertNspawnPrerequisites } from "../../fixtures/lab/nspawn.ts";
 
 t.test("the engine and store of a lab host", async (t) => {
   t.equal(parseEngine("20"), "20.10", "--engine 20 is bookworm's 20.10");

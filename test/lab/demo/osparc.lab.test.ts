@@ -7,7 +7,7 @@ import { existsSync } from "node:fs";
 import t from "tap";
 import { runOsparcDemo } from "../../../src/lab/demo/osparc.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

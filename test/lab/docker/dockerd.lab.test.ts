@@ -10,7 +10,7 @@ import {
   type PrivateDockerd,
 } from "../../../src/lab/docker/dockerd.ts";
 import { buildImage, initSwarm, leaveSwarm } from "../../../src/lab/docker/images.ts";
-import { assertDockerPrerequisites } from "../../fixtures/lab-prereq.ts";
+import { assertDockerPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
 
 assertDockerPrerequisites("test/lab/docker/dockerd.lab.test.ts");
 

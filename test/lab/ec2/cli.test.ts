@@ -1,7 +1,7 @@
 /**
  * The EC2 emulator driven by the real Debian aws CLI (/usr/bin/aws's entry point, `--endpoint-url`): every
  * action, every error code the CLI can provoke, auto-pagination, waiters and faults. Its
- * commands run two at a time in long-lived Python processes (test/fixtures/aws-cli-batch.ts),
+ * commands run two at a time in long-lived Python processes (test/fixtures/lab/aws-cli-batch.ts),
  * which pay the CLI's start-up once.
  */
 import t from "tap";

@@ -12,8 +12,8 @@ import { run } from "../../../src/exec.ts";
 import { startLab, type Lab } from "../../../src/lab/lab.ts";
 import { byIdDir, ebsByIdName } from "../../../src/lab/types.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
-import { attach, createVolume, makeDataSnapshot, mountXfs } from "../../fixtures/prewarm-lab.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
+import { attach, createVolume, makeDataSnapshot, mountXfs } from "../../fixtures/lab/prewarm-lab.ts";
 import { describeVolume, poll } from "./helpers.ts";
 
 await assertLabPrerequisites();

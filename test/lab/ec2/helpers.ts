@@ -16,7 +16,7 @@ import type { RunResult } from "../../../src/exec.ts";
 import { MemoryVolumeBackend, type MemoryVolumeBackendOptions } from "../../../src/lab/ec2/memory-backend.ts";
 import { startEc2Emulator, type Ec2Emulator, type Ec2EmulatorOptions } from "../../../src/lab/ec2/index.ts";
 import type { LabInstance } from "../../../src/lab/types.ts";
-import { awsCli } from "../../fixtures/aws-cli-batch.ts";
+import { awsCli } from "../../fixtures/lab/aws-cli-batch.ts";
 
 /** Delays short enough for a fast suite, long enough to observe each state by polling. */
 export const FAST = { createMs: 30, attachMs: 60, detachMs: 60, snapshotMs: 60 };

@@ -32,7 +32,7 @@ import {
   type AgentRun,
   type Backend,
   type Seed,
-} from "../../fixtures/ec2-twice.ts";
+} from "../../fixtures/lab/ec2-twice.ts";
 
 // Fails (never skips) when the machine lacks moto.
 const moto = await motoVersion();

@@ -34,8 +34,8 @@ import { machineStatus, startEngineHost, waitForReadyUnit } from "../../../src/l
 import { createPoolVolumes } from "../../../src/lab/volumes/golden.ts";
 import { attach, createVolume } from "../../../src/lab/volumes/volumes.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
-import { REPO } from "../../fixtures/agent-bundle.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
+import { REPO } from "../../fixtures/lab/agent-bundle.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
 import {
   assertNspawnPrerequisites,
   buildBundle,
@@ -43,7 +43,7 @@ import {
   cachedRootfs,
   ENGINES,
   type Machine,
-} from "../../fixtures/nspawn.ts";
+} from "../../fixtures/lab/nspawn.ts";
 
 await assertLabPrerequisites();
 await assertNspawnPrerequisites();

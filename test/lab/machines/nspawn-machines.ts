@@ -1,5 +1,5 @@
 /**
- * The real-systemd boot, on three docker engines (test/fixtures/nspawn.ts ENGINES: Debian 12's
+ * The real-systemd boot, on three docker engines (test/fixtures/lab/nspawn.ts ENGINES: Debian 12's
  * 20.10, Debian 13's 26.1, sid's 28.5): a Debian machine (debootstrap, cached) with docker.io, the
  * agent installed by scripts/install.sh and its units enabled, booted with `systemd-nspawn -b`
  * against the lab (EC2 + IMDS emulators on 127.0.0.1, the host's network shared, a pool of
@@ -80,7 +80,7 @@ import { startLab, type Lab } from "../../../src/lab/lab.ts";
 import { IN_MACHINE, MACHINE_AGENT_PATHS, readyRunEnded } from "../../../src/lab/machines/nspawn-host.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { pollUntil } from "../../fixtures/lab-prereq.ts";
+import { pollUntil } from "../../fixtures/lab/lab-prereq.ts";
 import {
   CACHE_BASE,
   ENGINE_NAMES,
@@ -99,7 +99,7 @@ import {
   type JournalEntry,
   type Machine,
   type MachineSetup,
-} from "../../fixtures/nspawn.ts";
+} from "../../fixtures/lab/nspawn.ts";
 
 const POOL = "nspawn";
 /** `dockerd --version` of each engine's machine. */

@@ -18,9 +18,9 @@ import {
   type OsparcNode,
 } from "../../../src/lab/machines/autoscaler.ts";
 import type { BootOutcome } from "../../../src/agent/boot/run.ts";
-import { GOLDEN_IMAGES, labelRecord, LABEL_PREFIX, POOL, startBootLab } from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
-import { volumeEnd } from "../../fixtures/lifecycle-lab.ts";
+import { GOLDEN_IMAGES, labelRecord, LABEL_PREFIX, POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
+import { volumeEnd } from "../../fixtures/lab/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import t from "tap";
 import { run } from "../../../src/exec.ts";
 import { startOsparcSwarm } from "../../../src/lab/machines/osparc-swarm.ts";
-import { assertDockerPrerequisites } from "../../fixtures/lab-prereq.ts";
+import { assertDockerPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
 
 assertDockerPrerequisites("test/lab/machines/osparc-swarm.lab.test.ts");
 

@@ -19,9 +19,9 @@ import {
   type OsparcNode,
 } from "../../../src/lab/machines/autoscaler.ts";
 import { VolumeTag } from "../../../src/tags.ts";
-import { mountsUnder, POOL, startBootLab } from "../../fixtures/boot-lab.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
-import { ISO_TIME, volumeEnd } from "../../fixtures/lifecycle-lab.ts";
+import { mountsUnder, POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
+import { ISO_TIME, volumeEnd } from "../../fixtures/lab/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 

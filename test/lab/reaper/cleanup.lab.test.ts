@@ -21,8 +21,8 @@ import {
   type ProcessIdentity,
 } from "../../../src/lab/reaper/procinfo.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
-import { assertLabPrerequisites, childEnv, pollUntil } from "../../fixtures/lab-prereq.ts";
-import { loopInstance } from "../../fixtures/loop-instance.ts";
+import { assertLabPrerequisites, childEnv, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
+import { loopInstance } from "../../fixtures/lab/loop-instance.ts";
 
 await assertLabPrerequisites();
 
@@ -40,7 +40,7 @@ async function privateBase(): Promise<string> {
   return base;
 }
 
-/** What test/fixtures/lab-owner.ts made before it was killed. */
+/** What test/fixtures/lab/lab-owner.ts made before it was killed. */
 interface OwnerReport {
   root: string;
   janitorPid: number;
@@ -51,7 +51,7 @@ interface OwnerReport {
   pidfilePid: number;
 }
 
-/** What test/fixtures/lab-dockerd-owner.ts made before it was killed. */
+/** What test/fixtures/lab/lab-dockerd-owner.ts made before it was killed. */
 interface DockerdOwnerReport {
   root: string;
   janitorPid: number;
@@ -60,8 +60,8 @@ interface DockerdOwnerReport {
   containerPid: number;
 }
 
-const ownerFixture = fileURLToPath(new URL("../../fixtures/lab-owner.ts", import.meta.url));
-const dockerdOwnerFixture = fileURLToPath(new URL("../../fixtures/lab-dockerd-owner.ts", import.meta.url));
+const ownerFixture = fileURLToPath(new URL("../../fixtures/lab/lab-owner.ts", import.meta.url));
+const dockerdOwnerFixture = fileURLToPath(new URL("../../fixtures/lab/lab-dockerd-owner.ts", import.meta.url));
 
 /** Starts the fixture owner and reads its report; the caller kills it. */
 function startOwner(args: string[]): Promise<{ child: ChildProcess; report: OwnerReport }> {

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { run } from "../../../src/exec.ts";
 import { currentLoop, detachLoop, listLoopDevices, sameBacking } from "../../../src/lab/reaper/devices.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab-prereq.ts";
+import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
 

@@ -16,8 +16,8 @@ import { startLab } from "../../../src/lab/lab.ts";
 import { snapshotImagePath } from "../../../src/lab/reaper/labdir.ts";
 import { runFio, writeIolog } from "../../../src/host/fio.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
-import { assertLabPrerequisites, childEnv, pollUntil } from "../../fixtures/lab-prereq.ts";
-import { attach, COLD, createVolume, detach, makeDataSnapshot } from "../../fixtures/prewarm-lab.ts";
+import { assertLabPrerequisites, childEnv, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
+import { attach, COLD, createVolume, detach, makeDataSnapshot } from "../../fixtures/lab/prewarm-lab.ts";
 
 await assertLabPrerequisites();
 
@@ -223,7 +223,7 @@ t.test("close, and a killed owner's janitor, leave no FUSE mount, loop device or
   t.equal((await run("pgrep", ["-f", root], { check: false })).stdout, "", "no process left");
 
   // 2. The owner is killed with SIGKILL: the janitor reaps (FUSE process killed, all unmounted).
-  const child = spawn(process.execPath, ["--import", "tsx", join(REPO, "test/fixtures/cold-lab-owner.ts"), base], {
+  const child = spawn(process.execPath, ["--import", "tsx", join(REPO, "test/fixtures/lab/cold-lab-owner.ts"), base], {
     cwd: REPO,
     env: childEnv(),
     stdio: ["ignore", "pipe", "inherit"],

@@ -9,8 +9,8 @@ import { openLabRoot } from "../../../src/lab/reaper/labroot.ts";
 import { createLoopVolumeBackend, type LoopVolumeBackend } from "../../../src/lab/volumes/loopdev.ts";
 import { byIdDir, ebsByIdName, sysfsRoot, type LabInstance } from "../../../src/lab/types.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
-import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab-prereq.ts";
-import { loopInstance } from "../../fixtures/loop-instance.ts";
+import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
+import { loopInstance } from "../../fixtures/lab/loop-instance.ts";
 
 await assertLabPrerequisites();
 
