@@ -38,7 +38,7 @@ import { buildGoldenSnapshot } from "../src/lab/volumes/golden.ts";
 import { startLab, type Lab, type LabHost } from "../src/lab/lab.ts";
 import { createLogger, type Logger } from "../src/log.ts";
 import { VolumeTag } from "../src/tags.ts";
-import { assertLabPrerequisites } from "../test/fixtures/lab-prereq.ts";
+import { assertLabPrerequisites } from "../test/fixtures/lab/lab-prereq.ts";
 import { buildAgent } from "../scripts/build.mjs";
 import {
   DAY_MINUTES,

@@ -8,7 +8,7 @@
  *          requests per agent, double claims (must be 0), wall time;
  *   calls  EC2 calls of one pool boot (a CLI agent) at pool sizes `--sizes` (goal: ≤ 5 and the
  *          same at every size). Big pools are cheap: one real volume, the rest sharing its
- *          image (test/fixtures/cheap-pool.ts).
+ *          image (test/fixtures/lab/cheap-pool.ts).
  *
  *   npx tsx bench/herd.ts [--agents 50] [--volumes 20] [--throttle 0.2] [--sizes 1,100,1000] [--no-herd] [--no-calls]
  * [--out DIR]
@@ -21,10 +21,10 @@ import { cpus, loadavg, release, totalmem } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { POOL, startBootLab } from "../test/fixtures/boot-lab.ts";
-import { herdSummary, measureBootCalls, runHerd, type BootCalls, type HerdFigures } from "../test/fixtures/herd.ts";
-import { earlierRelease } from "../test/fixtures/kill-matrix.ts";
-import { assertLabPrerequisites } from "../test/fixtures/lab-prereq.ts";
+import { POOL, startBootLab } from "../test/fixtures/lab/boot-lab.ts";
+import { herdSummary, measureBootCalls, runHerd, type BootCalls, type HerdFigures } from "../test/fixtures/lab/herd.ts";
+import { earlierRelease } from "../test/fixtures/kill/kill-matrix.ts";
+import { assertLabPrerequisites } from "../test/fixtures/lab/lab-prereq.ts";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const USAGE =

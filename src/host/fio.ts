@@ -2,7 +2,7 @@
  * fio, the one tool the pre-warm reads with: building its argument arrays, writing the I/O logs
  * it replays (reads of chosen device ranges), and parsing its JSON output
  * (`--output-format=json`), including the stream of reports `--status-interval` prints while
- * it runs. Parsing is pure and tested against recorded real output (test/fixtures/fio/).
+ * it runs. Parsing is pure and tested against recorded real output (test/fixtures/data/fio/).
  *
  * fio 3.33 facts this relies on (seen in the recordings):
  * - with `--status-interval`, stdout is a sequence of whole JSON documents, the last one the
