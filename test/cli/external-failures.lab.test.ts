@@ -1,10 +1,15 @@
 /**
- * Every failure told as what it is: each command, run as a process (the production bundle), meets
- * each class of failure that is not the agent's own (a config file missing, unreadable or
- * malformed; an EC2 or EBS endpoint that refuses the connection or never answers; no credentials;
- * an AWS refusal: UnauthorizedOperation, InvalidVolume.NotFound, RequestLimitExceeded on every
- * call) and must end with one typed error line (`<3>agent.failed: …` with a remediation) and its
- * documented exit code, and never with "report this as a bug", which is for the agent's own bugs.
+ * Every failure told as what it is: commands, run as processes (the production bundle), meet
+ * classes of failure that are not the agent's own and must end with one typed error line
+ * (`<3>agent.failed: …` with a remediation) and its documented exit code, and never with "report
+ * this as a bug", which is for the agent's own bugs.
+ * What is covered: a config file missing, unreadable or malformed, for every command that takes
+ * one (boot, release, prewarm, refresh, status, gc, prune, pool, pool fill); for the fleet
+ * commands (pool, gc, pool fill, with and without --dry-run), an EC2 endpoint that refuses the
+ * connection or never answers, no credentials, and an AWS refusal on every call
+ * (UnauthorizedOperation, InvalidVolume.NotFound, RequestLimitExceeded); for snapshot upload, the
+ * same of EBS and a missing image. Not yet: the node commands against IMDS or EC2 failing (their
+ * IMDS wait is a minute), snapshot build, doctor, a full disk.
  * The cases share one EC2 emulator and run a few at a time; an AWS refusal is an `errorCode` (or
  * throttle) fault of one action, so the cases that need different faults run one after another.
  */
