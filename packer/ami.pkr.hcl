@@ -1,4 +1,4 @@
-# The cluster's AMI: Debian 12 with Node.js (NodeSource, /usr/bin/node), docker, fio, xfsprogs
+# The cluster's AMI: Debian 13 with Node.js (NodeSource, /usr/bin/node), docker, fio, xfsprogs
 # and ebs-cache-agent installed by scripts/install.sh, its units enabled:
 #   ebs-cache-agent.service          boot --no-docker, Before=docker.service
 #   ebs-cache-agent-ready.service    boot --no-claim (verify docker, readiness labels), After=docker.service
@@ -19,13 +19,17 @@
 # The agent is packaged from this checkout by a local step (npm run build + tar into dist/),
 # so the machine running Packer needs the checkout's node_modules (npm ci).
 #
-# What the instances launched from this AMI need (set on the autoscaler's launch template, not
-# here; the builder instance itself runs no agent):
-# - an IAM instance profile whose role has iam/ebs-cache-agent-policy.json;
-# - instance metadata tags, and IMDSv2:
-#     metadata_options { http_tokens = "required", instance_metadata_tags = "enabled" }
-#   (aws ec2 create-launch-template … --metadata-options HttpTokens=required,InstanceMetadataTags=enabled).
-#   Without metadata tags the agent reads them from the DescribeInstances call it makes anyway.
+# What the instances launched from this AMI need (set where they are launched, not here; the
+# builder instance itself runs no agent). osparc's autoscaler uses no launch template: its
+# RunInstances passes the instance profile and no metadata options (docs/osparc-deploy.md):
+# - an IAM instance profile whose role has iam/ebs-cache-agent-policy.json (osparc:
+#   EC2_INSTANCES_ATTACHED_IAM_PROFILE);
+# - IMDSv2 with a hop limit of 1, and optionally instance metadata tags: under osparc from the
+#   account's defaults,
+#     aws ec2 modify-instance-metadata-defaults --http-tokens required --http-put-response-hop-limit 1
+#   (a launcher that takes options passes HttpTokens=required, HttpPutResponseHopLimit=1,
+#   InstanceMetadataTags=enabled itself). Without metadata tags the agent reads them from the
+#   DescribeInstances call it makes anyway.
 # With the amazon plugin (Packer >= 1.7) the builder can get the same options:
 #     metadata_options { http_endpoint = "enabled" http_tokens = "required" instance_metadata_tags = "enabled" }
 # Packer 1.6.6 (used to validate these templates offline) does not know the block, so it is

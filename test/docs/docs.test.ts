@@ -50,3 +50,60 @@ t.test("every use case folder of src/agent is in docs/architecture.md's layers",
     "a use case folder not in the layers' box: add it to docs/architecture.md",
   );
 });
+
+/** GitHub's anchor of a heading: lower case, punctuation but '-' and '_' dropped, spaces to '-'. */
+function anchorOf(heading: string): string {
+  return heading
+    .trim()
+    .toLowerCase()
+    .replace(/[^\p{L}\p{N}\s_-]/gu, "")
+    .replace(/\s/g, "-");
+}
+
+async function anchorsOf(path: string): Promise<Set<string>> {
+  const text = await readFile(path, "utf8");
+  const seen = new Map<string, number>();
+  const anchors = new Set<string>();
+  // Headings outside fenced code; a repeated heading gets -1, -2, … as on GitHub.
+  let fenced = false;
+  for (const line of text.split("\n")) {
+    if (/^(```|~~~)/.test(line)) fenced = !fenced;
+    const heading = fenced ? null : /^#{1,6}\s+(.*?)\s*#*\s*$/.exec(line);
+    if (!heading) continue;
+    const base = anchorOf(heading[1]!);
+    const count = seen.get(base) ?? 0;
+    seen.set(base, count + 1);
+    anchors.add(count === 0 ? base : `${base}-${count}`);
+  }
+  return anchors;
+}
+
+t.test("every relative link of README.md and docs/ leads to a file, and to a heading there", async (t) => {
+  const pages = ["README.md", ...(await readdir("docs")).filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
+  const broken: string[] = [];
+  let links = 0;
+  for (const page of pages) {
+    const text = (await readFile(page, "utf8")).replace(/^(```|~~~)[\s\S]*?^\1/gm, "");
+    const base = page.includes("/") ? page.slice(0, page.lastIndexOf("/") + 1) : "";
+    for (const [, target] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+      if (/^[a-z]+:/i.test(target!)) continue;
+      links += 1;
+      const [file, anchor] = target!.split("#") as [string, string | undefined];
+      const path = file === "" ? page : new URL(file, `file:///${base}`).pathname.slice(1);
+      if (
+        !(await access(path).then(
+          () => true,
+          () => false,
+        ))
+      ) {
+        broken.push(`${page}: ${target} (no ${path})`);
+        continue;
+      }
+      if (anchor && path.endsWith(".md") && !(await anchorsOf(path)).has(anchor))
+        broken.push(`${page}: ${target} (no heading #${anchor} in ${path})`);
+    }
+  }
+  t.ok(links > 100, `the check reads the pages' links (${links})`);
+  t.ok(pages.includes("docs/osparc-deploy.md"), "the deployment guide among them");
+  t.same(broken, [], "a link to a file or heading that is not there");
+});

@@ -2,12 +2,15 @@
  * `npm run lab -- --osparc`: the agent under osparc's autoscaler, as a readable timeline. The
  * autoscaler actor (autoscaler.ts) launches, joins, labels, terminates, stops and starts lab
  * instances the way osparc does, each running the real agent (phase 1 / docker / phase 2):
- * a machine for a task's ids gets a workspace volume from the chunked labels tag; terminated and
- * launched again for the same ids, it gets that volume back with a file its first instance wrote
- * into a docker volume; other ids never get it; a warm buffer keeps its volume over a stop and
+ * a machine for a task's ids gets a workspace volume from the chunked labels tag; its service
+ * writes a file into a docker volume and brings an image of its own, then closes, and osparc removes
+ * the service's docker volumes as director-v2 does; launched again for the same ids, the machine
+ * gets that volume back with the image (no pull again: the time the first machine spent on it) and
+ * without the docker volume; other ids never get it; a warm buffer keeps its volume over a stop and
  * takes its task's tag written after the start, with no AttachVolume (the emulator's ledger).
  * Then the lab is torn down, as by the first demo (demo.ts).
  */
+import { join } from "node:path";
 import { DescribeVolumesCommand } from "@aws-sdk/client-ec2";
 import type { Logger } from "../../log.ts";
 import { VolumeTag } from "../../tags.ts";
@@ -18,6 +21,7 @@ import {
   type OsparcBoot,
   type OsparcNode,
 } from "../machines/autoscaler.ts";
+import { buildImage, type DockerClient } from "../docker/images.ts";
 import { buildGoldenSnapshot, createPoolVolumes } from "../volumes/golden.ts";
 import { startLab, type Lab } from "../lab.ts";
 
@@ -35,6 +39,11 @@ export interface OsparcDemoOptions {
 }
 
 const IMAGE = "lab/app:1";
+/** An image outside the pool's set, which the first user's service brings (the lab has no registry: imported). */
+const USER_IMAGE = "user-service:42";
+const USER_IMAGE_BYTES = 8 * 1024 * 1024;
+/** The service's docker volume: director-v2 names them per run and removes them at the service's close. */
+const SERVICE_VOLUME = "work";
 const PRODUCT = "s4l-academic-research-platform-europe-west-cluster-with-a-long-product-name";
 
 /** A dynamic service's placement labels, long enough that osparc writes the tag in chunks. */
@@ -143,31 +152,52 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
       return { node, boot };
     };
 
-    // 1. A machine for a task's ids.
+    // 1. A machine for a task's ids: its service brings an image of its own and writes into a docker volume.
     const first = await machineFor(FIRST, "user_42 / a project / a node");
     const workspace = first.boot.report?.volumeId ?? "";
     const dockerd = first.node.host.dockerd!;
-    await dockerd.docker(["volume", "create", "work"]);
+    const pullStarted = performance.now();
+    await buildImage(dockerd, {
+      tag: USER_IMAGE,
+      workDir: join(lab.root, "user-images"),
+      payloadBytes: USER_IMAGE_BYTES,
+      log,
+    });
+    const pullMs = performance.now() - pullStarted;
+    say(
+      "docker",
+      `the service's own image ${USER_IMAGE} (${USER_IMAGE_BYTES / 1024 / 1024} MiB, outside the pool's set) ` +
+        `put on ${workspace} in ${sec(pullMs)} (the lab's stand-in for its pull)`,
+    );
+    await dockerd.docker(["volume", "create", SERVICE_VOLUME]);
     await dockerd.docker([
       "run",
       "--rm",
       "--network",
       "none",
       "-v",
-      "work:/data",
+      `${SERVICE_VOLUME}:/data`,
       IMAGE,
       "sh",
       "-c",
       "echo written-by-the-first-instance > /data/file",
     ]);
-    say("docker", `docker volume "work" on ${workspace}: /data/file = written-by-the-first-instance`);
+    say("docker", `docker volume "${SERVICE_VOLUME}" on ${workspace}: /data/file = written-by-the-first-instance`);
     say("docker", "node labels:");
     for (const [key, value] of Object.entries(await osparc.nodeLabels(first.node)).sort())
       out(`             ${key}=${value}`);
     const engineLabels = (await dockerd.info()).Labels.filter((label) => label.startsWith("io.simcore.ebs-cache."));
     if (engineLabels.length > 0) say("docker", `engine labels: ${engineLabels.join(" ")}`);
 
-    // 2. Terminate: the release hands the workspace back.
+    // 2. The service closes (its state saved to S3 first), then the node is emptied and terminated.
+    await osparc.closeService(first.node, [SERVICE_VOLUME]);
+    const leftVolumes = await dockerVolumes(dockerd);
+    say(
+      "osparc",
+      `service closed: director-v2 removed its docker volumes from the node ` +
+        `(docker volumes left: ${leftVolumes.length === 0 ? "none" : leftVolumes.join(" ")})`,
+    );
+    // Terminate: the release hands the workspace back.
     await osparc.drain(first.node);
     await osparc.terminate(first.node);
     const released = await describe(lab, workspace);
@@ -178,36 +208,39 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
         `${workspace} ${released.state}, expires-at ${released.tags[VolumeTag.expiresAt] ?? "none"}`,
     );
 
-    // 3. The same ids again.
+    // 3. The same ids again: the workspace brings the images back, not the service's volumes.
     const again = await machineFor(FIRST, "the same ids again");
-    const file = await again.node.host.dockerd!.docker([
-      "run",
-      "--rm",
-      "--network",
-      "none",
-      "-v",
-      "work:/data",
-      IMAGE,
-      "cat",
-      "/data/file",
-    ]);
+    const againDocker = again.node.host.dockerd!;
     say(
       "agent",
       `${again.boot.report?.volumeId === workspace ? "the same" : "ANOTHER"} workspace volume ` +
         `${again.boot.report?.volumeId} (${again.boot.phase1.plan.selection.source})`,
     );
-    say("docker", `cat /data/file in docker volume "work": ${file.stdout.trim()}`);
+    const againVolumes = await dockerVolumes(againDocker);
+    say(
+      "docker",
+      `docker volume "${SERVICE_VOLUME}": ${againVolumes.includes(SERVICE_VOLUME) ? "STILL THERE" : "gone"} ` +
+        `(osparc removed it at the close; the service's state comes from S3, as on any node)`,
+    );
+    const imageKept = await hasImage(againDocker, USER_IMAGE);
+    say(
+      "docker",
+      `image ${USER_IMAGE}: ${imageKept ? "present, no pull" : "MISSING"}; the workspace saves ` +
+        `its ${sec(pullMs)} here (a Sim4Life core image: about 4 min from the registry)`,
+    );
     // Nothing below needs these two volumes back: their terminations run while the next boots do.
     const terminations = [terminateInBackground(again.node)];
 
     // 4. Other ids.
     const other = await machineFor(OTHER, "user_77 (other ids)");
-    const volumes = (await other.node.host.dockerd!.docker(["volume", "ls", "-q"])).stdout.split("\n").filter(Boolean);
+    const volumes = await dockerVolumes(other.node.host.dockerd!);
+    const otherHasImage = await hasImage(other.node.host.dockerd!, USER_IMAGE);
     say(
       "agent",
       `other ids: volume ${other.boot.report?.volumeId} (${other.boot.phase1.plan.selection.source}), ` +
         `${other.boot.report?.volumeId === workspace ? "THE FIRST IDS' WORKSPACE" : "not the workspace of user_42"}; ` +
-        `docker volumes: ${volumes.length === 0 ? "none" : volumes.join(" ")}`,
+        `docker volumes: ${volumes.length === 0 ? "none" : volumes.join(" ")}; ` +
+        `image ${USER_IMAGE}: ${otherHasImage ? "PRESENT" : "absent"}`,
     );
     terminations.push(terminateInBackground(other.node));
 
@@ -269,6 +302,17 @@ function outcomeOf(
     `${result.outcome}${result.volumeId ? ` on ${result.volumeId}` : ""}` +
     `${result.reason ? ` (${result.reason})` : ""}`
   );
+}
+
+/** The node's docker volumes, by name. */
+async function dockerVolumes(dockerd: DockerClient): Promise<string[]> {
+  return (await dockerd.docker(["volume", "ls", "-q"])).stdout.split("\n").filter(Boolean);
+}
+
+/** Whether the node has the image (an inspect, never a pull). */
+async function hasImage(dockerd: DockerClient, image: string): Promise<boolean> {
+  const listed = await dockerd.docker(["image", "ls", "--format", "{{.Repository}}:{{.Tag}}"]);
+  return listed.stdout.split("\n").includes(image);
 }
 
 function sec(ms: number): string {

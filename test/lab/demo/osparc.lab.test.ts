@@ -33,14 +33,30 @@ has(
   /release \(terminate\): released; vol-[0-9a-f]+ available, expires-at \d{4}-/,
   "terminate: released with an expiry",
 );
-has(/the same workspace volume vol-[0-9a-f]+ \(workspace\)/, "the same ids get their workspace back");
 has(
-  /cat \/data\/file in docker volume "work": written-by-the-first-instance$/m,
-  "with the file the first instance wrote",
+  /the service's own image user-service:42 \(8 MiB, outside the pool's set\) put on vol-[0-9a-f]+ in [0-9.]+ s/,
+  "the first user's service brings an image of its own",
 );
 has(
-  /other ids: volume vol-[0-9a-f]+ \([a-z-]+\), not the workspace of user_42; docker volumes: none/,
-  "other ids never get it",
+  /docker volume "work" on vol-[0-9a-f]+: \/data\/file = written-by-the-first-instance/,
+  "and writes into a docker volume",
+);
+has(
+  /service closed: director-v2 removed its docker volumes from the node \(docker volumes left: none\)/,
+  "the service's close removes its docker volumes, as osparc does",
+);
+has(/the same workspace volume vol-[0-9a-f]+ \(workspace\)/, "the same ids get their workspace back");
+has(/docker volume "work": gone \(osparc removed it at the close/, "without the service's docker volume");
+has(
+  /image user-service:42: present, no pull; the workspace saves its [0-9.]+ s here/,
+  "with the image the first machine had, and the time it took",
+);
+has(
+  new RegExp(
+    String.raw`other ids: volume vol-[0-9a-f]+ \([a-z-]+\), not the workspace of user_42; ` +
+      String.raw`docker volumes: none; image user-service:42: absent`,
+  ),
+  "other ids never get it, nor its image",
 );
 has(/buffer on vol-[0-9a-f]+ \(pool\)/, "the warm buffer boots on a pool volume");
 has(
