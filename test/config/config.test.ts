@@ -41,7 +41,7 @@ const DEFAULTS = {
     mountHolderSeconds: 10,
     dockerSeconds: 120,
     bootSeconds: 40,
-    startLimitSeconds: 60,
+    startLimitSeconds: 0,
     joinMarginSeconds: 20,
     createSeconds: 20,
   },
