@@ -72,7 +72,7 @@ export async function runBoot(config: AgentConfig, host: HostAdapters, options: 
   // not done by then is undone and the node degrades, so that it joins the swarm in time.
   const budget =
     settings.mayClaim && !settings.withDocker && !options.dryRun
-      ? bootBudget(config, started, activation.launchTime, cloud.clock, log)
+      ? bootBudget(config, started, activation.launchTime, cloud.clock, host.log)
       : undefined;
   const signal = anySignal([options.signal, budget?.signal]);
   // The labels the last report of this run published (the reporter tells), for the boot's record.
