@@ -16,6 +16,7 @@ import {
   type AgentRun,
   type OsparcBoot,
   type OsparcNode,
+  type StartVerdict,
 } from "../../../src/lab/machines/autoscaler.ts";
 import type { BootOutcome } from "../../../src/agent/boot/run.ts";
 import { GOLDEN_IMAGES, labelRecord, LABEL_PREFIX, POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
@@ -79,6 +80,16 @@ function attachRequests(instanceId: string, since = 0): number {
 function lastSeq(): number {
   return bl.lab.ec2.requests.records().at(-1)?.seq ?? 0;
 }
+/** Moves EC2's clock (the stand-in's too: it reads EC2's time) by `ms`, back at the end of the test: time passes. */
+function passEc2Time(t: Test, ms: number): void {
+  if (!clockMoved.has(t)) {
+    const before = bl.lab.ec2.clockOffsetMs();
+    clockMoved.add(t);
+    t.teardown(() => bl.lab.ec2.setClockOffset(before));
+  }
+  bl.lab.ec2.setClockOffset(bl.lab.ec2.clockOffsetMs() + ms);
+}
+const clockMoved = new WeakSet<Test>();
 const isOsparcLabel = (key: string) =>
   key.startsWith("io.simcore.osparc-") ||
   ["ec2-instance-type", "product-name", "user-id", "project-id", "node-id", "wallet-id"].includes(key);
@@ -311,6 +322,10 @@ t.test(
     // The boot reads its tags before that CreateTags lands: its pool volume is attached and
     // reused whatever the tags say, so it does not wait for them.
     const since = lastSeq();
+    // The buffer stood stopped for 2 minutes (EC2's clock): its first LaunchTime is past osparc's minute, and
+    // the activation is supervised from the LaunchTime its StartInstances sets.
+    passEc2Time(t, 120_000);
+    const supervised = osparc.superviseStart(buffer);
     const activated = await osparc.activateWarmBuffer(buffer, FIRST, {
       overrides: { workspace: { waitForLabelsTagSeconds: 20 } },
       bootBeforeTags: true,
@@ -335,8 +350,9 @@ t.test(
       "\n",
     );
     t.ok(images.includes(IMAGE), "its images are there");
-    await osparc.join(buffer);
-    await osparc.attachNode(buffer);
+    await osparc.superviseCycle();
+    const verdict = await supervised;
+    t.equal(verdict.joined, true, "attached by osparc's cycle, counted from its StartInstances", { verdict });
     t.same(
       Object.keys(await osparc.instanceTags(buffer)).filter((key) => key.startsWith(Osparc.labelsTag)),
       [],
@@ -421,22 +437,92 @@ t.test(
 );
 
 t.test(
-  "the start limit: LaunchTime to joined, polled like osparc; a node that never joins is terminated",
+  "the start limit, osparc's cycle: broken instances are terminated BEFORE the cycle attaches, so a node that " +
+    "joined after the limit is broken though it is in the swarm; one that joined in time is attached",
   async (t) => {
-    const node = await osparc.launch({});
-    const booting = osparc.boot(node);
-    const verdict = await osparc.superviseStart(node, { pollIntervalMs: 200 });
-    await booting;
-    t.equal(verdict.joined, true, "joined within the minute");
-    if (verdict.joined) t.comment(`launch → joined ${verdict.launchToJoinedMs} ms (lab, poll 200 ms)`);
-    await osparc.terminate(node);
-
-    // Never booted (a hung AMI): broken once LaunchTime is older than the limit, and terminated.
+    // A node that joins, but not in time, and one that never boots (a hung AMI), launched together.
+    const late = await osparc.launch({});
     const hung = await osparc.launch({});
-    const broken = await osparc.superviseStart(hung, { maxStartTimeMs: 2000, pollIntervalMs: 500 });
-    t.equal(broken.joined, false, "found broken");
-    await osparc.terminate(hung);
-    t.equal(await osparc.instanceState(hung), "terminated", "terminated by the stand-in");
+    assertBoot(t, await osparc.boot(late), "ready", "the late node boots");
+    const lateNodeId = (await late.host.dockerd!.info()).Swarm.NodeID;
+    t.ok(lateNodeId, "and is in the swarm");
+    // 50 s pass on EC2's clock (not waited for), then a node that joins in time.
+    passEc2Time(t, 50_000);
+    const fresh = await osparc.launch({});
+    assertBoot(t, await osparc.boot(fresh), "ready", "the fresh node boots");
+    // 15 s more: the first two are past osparc's minute, the fresh one is not.
+    passEc2Time(t, 15_000);
+    const verdicts = [late, hung, fresh].map((node) => osparc.superviseStart(node));
+    const cycle = await osparc.superviseCycle();
+    t.same(
+      cycle,
+      { broken: [late.instanceId, hung.instanceId], attached: [fresh.instanceId] },
+      "one cycle: the late node and the hung one broken (terminated first), the fresh one attached",
+    );
+    const [lateVerdict, hungVerdict, freshVerdict] = (await Promise.all(verdicts)) as [
+      StartVerdict,
+      StartVerdict,
+      StartVerdict,
+    ];
+    t.equal(lateVerdict.joined, false, "in the swarm before the poll, and broken all the same");
+    t.equal(hungVerdict.joined, false, "never joined: broken");
+    t.equal(freshVerdict.joined, true, "joined within the minute: attached");
+    if (freshVerdict.joined)
+      t.ok(freshVerdict.launchToJoinedMs <= 60_000, `launch → attached ${freshVerdict.launchToJoinedMs} ms`);
+    const manager = (await osparc.swarm()).manager;
+    const lateLabels = JSON.parse(
+      (await manager.docker(["node", "inspect", lateNodeId, "--format", "{{json .Spec.Labels}}"])).stdout,
+    ) as Record<string, string> | null;
+    t.notOk(lateLabels?.[Osparc.servicesReady], "the late node was never attached (no osparc labels)");
+    t.equal((await osparc.nodeLabels(fresh))[Osparc.servicesReady], "false", "the fresh one was: drained, labelled");
+    await Promise.all([late, hung, fresh].map((node) => osparc.terminate(node)));
+    t.same(
+      await Promise.all([late, hung].map((node) => osparc.instanceState(node))),
+      ["terminated", "terminated"],
+      "terminated by the stand-in",
+    );
+  },
+);
+
+t.test(
+  "a machine that reaches phase 1 late, with osparc's minute configured: phase 1 ends at LaunchTime + 60 − 30 s " +
+    "(not its 40 s budget: the attachment hangs), the node degrades and still joins in time",
+  async (t) => {
+    bl.lab.ec2.setFaults({ stuckAttach: true });
+    t.teardown(() => bl.lab.ec2.setFaults({}));
+    const node = await osparc.launch({});
+    const verdict = osparc.superviseStart(node);
+    // EC2 took 28 s to bring the instance to its systemd: passed on EC2's clock, not waited for.
+    passEc2Time(t, 28_000);
+    const boot = await osparc.boot(node, {
+      overrides: {
+        timeouts: {
+          startLimitSeconds: 60,
+          joinMarginSeconds: 30,
+          bootSeconds: 40,
+          attachSeconds: 600,
+          deviceSeconds: 600,
+        },
+      },
+    });
+    bl.lab.ec2.setFaults({});
+    assertBoot(t, boot.phase1, "degraded", "phase 1: degraded");
+    t.match(
+      boot.phase1.report?.reason,
+      /the start limit's deadline \(LaunchTime \S+ \+ 60 s − 30 s for the join\) ran out/,
+      "the reason names the start limit",
+    );
+    t.ok(
+      boot.phase1.log.some((line) => /boot\.deadline/.test(line) && /start limit's deadline/.test(line)),
+      "boot.deadline said which bound applies",
+    );
+    t.ok(boot.phase1.ms < 40_000, `phase 1 returned after ${Math.round(boot.phase1.ms)} ms, before its budget`);
+    assertBoot(t, boot, "degraded", "phase 2: degraded, docker on its default data-root");
+    await osparc.superviseCycle();
+    const seen = await verdict;
+    t.equal(seen.joined, true, "attached by osparc's cycle: not broken", { seen });
+    if (seen.joined) t.comment(`launch → attached ${Math.round(seen.launchToJoinedMs)} ms on EC2's clock`);
+    await osparc.terminate(node);
   },
 );
 
