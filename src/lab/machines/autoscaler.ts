@@ -404,7 +404,9 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
     now: () => lab.ec2.now(),
     maxStartTimeMs: defaultMaxStartMs,
     pollIntervalMs: defaultPollIntervalMs,
-    inSwarm: joined,
+    // Asked through the node's docker (see the header): one that does not answer (stopped, not started yet)
+    // is not found, as osparc's manager would not list it.
+    inSwarm: (node) => joined(node).catch(() => false),
     attach: (nodes) => actor.attachNode(...nodes),
   });
 
