@@ -386,7 +386,30 @@ export const CONFIG_SCHEMA = {
           description:
             "The first boot phase's budget (`boot --no-docker`, before docker.service), identification included: " +
             "whatever is not done by then is undone and the node degrades, so it still joins the swarm within " +
-            "the autoscaler's start-time limit (osparc's EC2_INSTANCES_MAX_START_TIME, 1 minute by default).",
+            "the autoscaler's start-time limit (osparc's EC2_INSTANCES_MAX_START_TIME, 1 minute by default). " +
+            "The start limit counted from LaunchTime (timeouts.startLimitSeconds) may end the phase earlier.",
+        },
+        startLimitSeconds: {
+          type: "number",
+          minimum: 0,
+          maximum: 3600,
+          default: 0,
+          description:
+            "The autoscaler's start-time limit, counted from the instance's EC2 LaunchTime (reset by " +
+            "StartInstances), when the deployment has one: under osparc its EC2_INSTANCES_MAX_START_TIME (60 " +
+            "by default there: set it to your deployment's value). The first phase then ends by LaunchTime + " +
+            "this − timeouts.joinMarginSeconds (or its own budget, whichever comes first), reckoned in EC2's " +
+            "time. 0 (the default: a deployment without such an autoscaler has no start limit): the budget alone.",
+        },
+        joinMarginSeconds: {
+          type: "number",
+          minimum: 0,
+          maximum: 3600,
+          default: 20,
+          description:
+            "What the start limit keeps free after the first phase: docker's start, the second phase up to the " +
+            "join, the join itself and one poll of the autoscaler (osparc's AUTOSCALING_POLL_INTERVAL, 10 s). " +
+            "Must be below timeouts.startLimitSeconds when that is set.",
         },
         createSeconds: {
           type: "number",

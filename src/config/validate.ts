@@ -318,7 +318,8 @@ export function crossCheck(config: AgentConfig): string[] {
 
 /**
  * Problems that only show with two keys together: a workspace minimum key outside the id keys,
- * a keeper whose lower bound is above its upper one, a prune target not below its threshold, a pre-warm that could
+ * a keeper whose lower bound is above its upper one, a prune target not below its threshold, a join margin that
+ * leaves the start limit no time, a pre-warm that could
  * never stay stopped (maxPausedMs below pauseMs), and a label prefix that
  * collides with one of `labels.protectedKeys` (its collisions with
  * osparc's own labels are the prefix's own problems).
@@ -343,6 +344,14 @@ export function crossProblems(config: AgentConfig): string[] {
     problems.push(
       `prune.targetPercent: ${config.prune.targetPercent} is not below prune.thresholdPercent ` +
         `(${config.prune.thresholdPercent}), so a prune could never reach its target; lower it`,
+    );
+  }
+  const { startLimitSeconds, joinMarginSeconds } = config.timeouts;
+  if (startLimitSeconds > 0 && joinMarginSeconds >= startLimitSeconds) {
+    problems.push(
+      `timeouts.joinMarginSeconds: ${joinMarginSeconds} is not below timeouts.startLimitSeconds ` +
+        `(${startLimitSeconds}), so the first phase would have no time at all; lower it, or set startLimitSeconds ` +
+        `to the autoscaler's limit (0: not counted)`,
     );
   }
   const giveWay = config.prewarm.giveWay;

@@ -41,6 +41,8 @@ const DEFAULTS = {
     mountHolderSeconds: 10,
     dockerSeconds: 120,
     bootSeconds: 40,
+    startLimitSeconds: 0,
+    joinMarginSeconds: 20,
     createSeconds: 20,
   },
   paths: {
@@ -188,7 +190,7 @@ t.test("unknown keys are errors, with a suggestion when one is close", async (t)
   t.same(validateConfig({ timeouts: { zzz: 1 } }).problems, [
     "timeouts.zzz: unknown key (keys of timeouts: imdsSeconds, imdsRequestSeconds, attachSeconds, deviceSeconds, " +
       "mountHolderSeconds, " +
-      "dockerSeconds, bootSeconds, createSeconds)",
+      "dockerSeconds, bootSeconds, startLimitSeconds, joinMarginSeconds, createSeconds)",
   ]);
   t.match(validateConfig({ __proto__x: 1 }).problems[0], /^__proto__x: unknown key \(top-level keys: enabled, pool, /);
   t.same(
@@ -362,6 +364,20 @@ t.test("prune: the target must be below the threshold", async (t) => {
   ]);
   t.same(validateConfig({ prune: { thresholdPercent: 101 } }).problems.length, 1, "a percent above 100 is refused");
   t.same(validateConfig({ prune: { thresholdPercent: 90, targetPercent: 50 } }).problems, []);
+});
+
+t.test("timeouts: the join margin must leave the start limit some time", async (t) => {
+  t.same(validateConfig({ timeouts: { startLimitSeconds: 60, joinMarginSeconds: 60 } }).problems, [
+    "timeouts.joinMarginSeconds: 60 is not below timeouts.startLimitSeconds (60), so the first phase would have " +
+      "no time at all; lower it, or set startLimitSeconds to the autoscaler's limit (0: not counted)",
+  ]);
+  t.same(
+    validateConfig({ timeouts: { startLimitSeconds: 0, joinMarginSeconds: 60 } }).problems,
+    [],
+    "no limit counted from LaunchTime: the margin is not used",
+  );
+  t.same(validateConfig({ timeouts: { startLimitSeconds: 120, joinMarginSeconds: 30 } }).problems, []);
+  t.equal(validateConfig({ timeouts: { startLimitSeconds: -1 } }).problems.length, 1, "a negative limit is refused");
 });
 
 t.test("values must also make sense together (warnings)", async (t) => {
@@ -635,6 +651,8 @@ t.test("schema: every key has a unique env var, a description, and valid default
     "EBS_CACHE_AGENT_TIMEOUTS__MOUNT_HOLDER_SECONDS",
     "EBS_CACHE_AGENT_TIMEOUTS__DOCKER_SECONDS",
     "EBS_CACHE_AGENT_TIMEOUTS__BOOT_SECONDS",
+    "EBS_CACHE_AGENT_TIMEOUTS__START_LIMIT_SECONDS",
+    "EBS_CACHE_AGENT_TIMEOUTS__JOIN_MARGIN_SECONDS",
     "EBS_CACHE_AGENT_TIMEOUTS__CREATE_SECONDS",
     "EBS_CACHE_AGENT_PATHS__BY_ID_DIR",
     "EBS_CACHE_AGENT_PATHS__SYSFS_ROOT",
@@ -749,7 +767,8 @@ t.test("a top-level $schema key is accepted and ignored", async (t) => {
     validateConfig({ timeouts: { $schema: "x" } }).problems,
     [
       "timeouts.$schema: unknown key (keys of timeouts: imdsSeconds, imdsRequestSeconds, attachSeconds, " +
-        "deviceSeconds, mountHolderSeconds, dockerSeconds, bootSeconds, createSeconds)",
+        "deviceSeconds, mountHolderSeconds, dockerSeconds, bootSeconds, startLimitSeconds, joinMarginSeconds, " +
+        "createSeconds)",
     ],
     "only at the top",
   );

@@ -38,13 +38,24 @@ export class JoinedBeforeSwitch extends BootStepError {
   }
 }
 
-/** The abort reason of a boot whose budget (config timeouts.bootSeconds) ran out. */
+/**
+ * The abort reason of a first phase whose deadline passed: its budget (config timeouts.bootSeconds), or the
+ * autoscaler's start limit counted from LaunchTime (timeouts.startLimitSeconds, deadline.ts), whichever came first.
+ */
 export class BootBudgetSpent extends AgentError {
-  constructor(readonly seconds: number) {
+  constructor(
+    readonly seconds: number,
+    /** What ran out, in words (deadline.ts describeDeadline); the budget by default. */
+    readonly what = `the boot budget of ${seconds} s`,
+    startLimit = false,
+  ) {
     super(
-      `boot budget of ${seconds} s spent`,
-      "EC2 or the device was slow: see the timeline; raise timeouts.bootSeconds only as far as the autoscaler's " +
-        "start-time limit allows",
+      `${what} spent`,
+      startLimit
+        ? "the instance reached phase 1 late after its launch, or EC2 or the device was slow: see the timeline; " +
+            "keep timeouts.startLimitSeconds equal to the autoscaler's EC2_INSTANCES_MAX_START_TIME"
+        : "EC2 or the device was slow: see the timeline; raise timeouts.bootSeconds only as far as the autoscaler's " +
+            "start-time limit allows",
       ExitCode.degraded,
     );
   }
@@ -60,9 +71,7 @@ export class CancelledError extends BootStepError {
     const received = stopSignalName(signal);
     super(
       step,
-      budget
-        ? `the boot budget of ${budget.seconds} s ran out before it finished`
-        : `stopped by ${received} before it finished`,
+      budget ? `${budget.what} ran out before it finished` : `stopped by ${received} before it finished`,
       budget ? budget.remediation : stopRemediation(received),
       cause !== undefined ? { cause } : undefined,
     );

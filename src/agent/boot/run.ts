@@ -13,6 +13,7 @@ import type { AgentConfig } from "../../config/index.ts";
 import type { HostAdapters } from "../adapters.ts";
 import { composeBoot } from "./compose.ts";
 import { BootBudgetSpent, CancelledError } from "./errors.ts";
+import { describeDeadline, planBootDeadline } from "./deadline.ts";
 import { observeBoot, observeIdentity } from "./observe.ts";
 import {
   preparedInThisBoot,
@@ -21,7 +22,7 @@ import {
   writePreparedRecord,
 } from "./prepared-record.ts";
 import { planBoot, type BootObservation, type BootPlan, type BootSettings } from "./plan.ts";
-import type { BootPhase, CloudVolumes, Identity } from "../ports.ts";
+import type { BootPhase, CloudClock, CloudVolumes, Identity } from "../ports.ts";
 import type { HostStore } from "../../docker/image-store.ts";
 import { recordOf, resolveSettings, type ResolvedSettings } from "../settings.ts";
 import { writeWorkspaceRecord, type Activation, type WorkspaceRecord } from "../workspace-record.ts";
@@ -66,11 +67,12 @@ export async function runBoot(config: AgentConfig, host: HostAdapters, options: 
   const settings = resolved.boot;
 
   const cloud = host.cloudFor(config.region ?? identity.region);
-  // One budget for the first phase (it may claim, and runs before docker.service): whatever is
+  // One deadline for the first phase (it may claim, and runs before docker.service): its budget or
+  // the autoscaler's start limit from LaunchTime, whichever comes first (deadline.ts). Whatever is
   // not done by then is undone and the node degrades, so that it joins the swarm in time.
   const budget =
     settings.mayClaim && !settings.withDocker && !options.dryRun
-      ? bootBudget(config.timeouts.bootSeconds, started)
+      ? bootBudget(config, started, activation.launchTime, cloud.clock, host.log)
       : undefined;
   const signal = anySignal([options.signal, budget?.signal]);
   // The labels the last report of this run published (the reporter tells), for the boot's record.
@@ -356,14 +358,43 @@ async function observeOrDegrade(
 }
 
 /**
- * The first phase's budget: a signal aborted `seconds` after `started` (with BootBudgetSpent as
- * its reason, so the log says which ran out), and that deadline. The timer does not keep the
- * process alive.
+ * The first phase's deadline (deadline.ts, logged): a signal aborted then (with BootBudgetSpent as
+ * its reason, naming the bound that ran out), and that deadline on the host's wall clock. The
+ * timer does not keep the process alive.
  */
-function bootBudget(seconds: number, started: number): { signal: AbortSignal; deadline: number; clear(): void } {
+function bootBudget(
+  config: AgentConfig,
+  started: number,
+  launchTime: string | undefined,
+  clock: CloudClock,
+  log: Logger,
+): { signal: AbortSignal; deadline: number; clear(): void } {
+  const { bootSeconds, startLimitSeconds, joinMarginSeconds } = config.timeouts;
+  let ec2Now: Date | undefined;
+  try {
+    ec2Now = clock.now();
+  } catch {
+    ec2Now = undefined;
+  }
+  const inputs = {
+    startedMs: started,
+    hostNowMs: Date.now(),
+    ec2Now,
+    launchTime,
+    budgetSeconds: bootSeconds,
+    startLimitSeconds,
+    joinMarginSeconds,
+  };
+  const planned = planBootDeadline(inputs);
+  const what = describeDeadline(planned, inputs);
+  log.info("boot.deadline", planned.note ? `${what}; ${planned.note}` : what, {
+    secondsLeft: Math.round((planned.deadlineMs - inputs.hostNowMs) / 100) / 10,
+    sinceLaunchSeconds: planned.sinceLaunchSeconds,
+  });
   const controller = new AbortController();
-  const deadline = started + seconds * 1000;
-  const timer = setTimeout(() => controller.abort(new BootBudgetSpent(seconds)), Math.max(0, deadline - Date.now()));
+  const deadline = planned.deadlineMs;
+  const reason = new BootBudgetSpent(bootSeconds, what, planned.bound === "start-limit");
+  const timer = setTimeout(() => controller.abort(reason), Math.max(0, deadline - Date.now()));
   timer.unref();
   return { signal: controller.signal, deadline, clear: () => clearTimeout(timer) };
 }

@@ -89,7 +89,13 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
     );
 
     const startPollMs = options.startPollMs ?? 10_000;
-    const osparc = createAutoscalerActor({ lab, agentConfig: { pool: options.pool }, pollIntervalMs: startPollMs });
+    // osparc's minute, counted by the stand-in and (as docs/osparc.md has the operator set it) by the agents.
+    const osparc = createAutoscalerActor({
+      lab,
+      agentConfig: { pool: options.pool },
+      maxStartTimeMs: 60_000,
+      pollIntervalMs: startPollMs,
+    });
     actor = osparc;
     const attachesSince = (node: OsparcNode, seq: number) =>
       lab.ec2.requests
@@ -128,7 +134,8 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
         `RunInstances ${node.instanceId} for ${who}: labels tag in ${chunks.length} chunks ` +
           `(${chunks.map((key) => key.slice(Osparc.labelsTag.length)).join(", ")})`,
       );
-      // The autoscaler's start limit watches the boot: LaunchTime to joined, polled (osparc: every 10 s).
+      // The autoscaler's cycle watches the boot: broken if not attached 60 s after LaunchTime, else
+      // attached (labels copied, the tag deleted) at its first poll (osparc: every 10 s) after the join.
       const watched = osparc.superviseStart(node);
       const boot = await osparc.boot(node);
       sayBoot(boot);
@@ -140,8 +147,6 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
               `(seen at the ${startPollMs / 1000} s poll; limit 60 s)`
           : `never joined: terminated as broken after ${sec(verdict.brokenAfterMs)}`,
       );
-      await osparc.join(node);
-      await osparc.attachNode(node);
       const left = Object.keys(await osparc.instanceTags(node)).filter((key) => key.startsWith(Osparc.labelsTag));
       say(
         "osparc",
@@ -265,6 +270,8 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
       "osparc",
       `activation for user_99: StartInstances, then one CreateTags: ${Osparc.warmBufferTag}=false with the labels tag`,
     );
+    // Supervised from its StartInstances, which resets LaunchTime (its first launch is older than the limit).
+    const bufferWatched = osparc.superviseStart(buffer);
     const activated = await osparc.activateWarmBuffer(buffer, BUFFERED, {
       overrides: { workspace: { waitForLabelsTagSeconds: 20 } },
     });
@@ -280,9 +287,14 @@ export async function runOsparcDemo(options: OsparcDemoOptions): Promise<void> {
       `AttachVolume requests for ${buffer.instanceId} since StartInstances: ${attachesSince(buffer, since)} ` +
         `(volume ${activated.report?.volumeId === kept ? "kept" : `changed to ${activated.report?.volumeId}`})`,
     );
-    await osparc.join(buffer);
-    await osparc.attachNode(buffer);
-    say("osparc", "joined; labels tag deleted");
+    const bufferVerdict = await bufferWatched;
+    say(
+      "osparc",
+      bufferVerdict.joined
+        ? `in the swarm ${sec(bufferVerdict.launchToJoinedMs)} after the LaunchTime its StartInstances set; ` +
+            "joined; labels tag deleted"
+        : `never joined: terminated as broken after ${sec(bufferVerdict.brokenAfterMs)}`,
+    );
     await osparc.terminate(buffer);
     say("osparc", `TerminateInstances ${buffer.instanceId}: ${kept} ${(await describe(lab, kept)).state}`);
     await Promise.all(terminations);

@@ -43,6 +43,9 @@ import { deepMerge } from "./deep-merge.ts";
 import type { PrivateDockerd } from "../docker/dockerd.ts";
 import type { Lab, LabHost } from "../lab.ts";
 import { startOsparcSwarm, type OsparcSwarm } from "./osparc-swarm.ts";
+import { createStartSupervisor, type StartVerdict, type SupervisionCycle } from "./start-supervisor.ts";
+
+export type { StartVerdict, SupervisionCycle } from "./start-supervisor.ts";
 
 /** Tags and node labels osparc's autoscaler reads and writes (docs/osparc.md, OSPARC.md). */
 export const Osparc = {
@@ -88,9 +91,6 @@ export type AgentRun<T> = T & { log: string[]; ms: number };
  */
 export type OsparcBoot = AgentRun<BootOutcome> & { phase1: AgentRun<BootOutcome>; joinedMs?: number };
 
-/** What `superviseStart` saw: joined within the start limit, or found broken and terminated. */
-export type StartVerdict = { joined: true; launchToJoinedMs: number } | { joined: false; brokenAfterMs: number };
-
 export interface AutoscalerActorOptions {
   lab: Lab;
   /** Config overrides for every agent the actor runs (a boot may add its own). */
@@ -99,7 +99,12 @@ export interface AutoscalerActorOptions {
   pollMs?: number;
   /** How long a state transition may take before the actor gives up (ms; default 120 000). */
   transitionTimeoutMs?: number;
-  /** `EC2_INSTANCES_MAX_START_TIME` (ms; osparc's default 1 minute). */
+  /**
+   * `EC2_INSTANCES_MAX_START_TIME` (ms; osparc's default 1 minute). Given, the agents the actor runs
+   * count it too (`timeouts.startLimitSeconds`, as docs/osparc.md has the operator set both). Not given,
+   * they count none: a lab boot starts when its test calls it, not 15–30 s after RunInstances, and a
+   * loaded machine would otherwise degrade boots that are not about the limit.
+   */
   maxStartTimeMs?: number;
   /** `AUTOSCALING_POLL_INTERVAL` (ms; osparc's default 10 s). */
   pollIntervalMs?: number;
@@ -143,14 +148,16 @@ export interface AutoscalerActor {
    */
   join(node: OsparcNode): Promise<string>;
   /**
-   * `_analyze_current_cluster` (core) + `_terminate_broken_ec2s` (core): every `pollIntervalMs`,
-   * an instance not in the swarm `maxStartTimeMs` after its EC2 `LaunchTime` is broken and
-   * terminated. Runs until the node joined or was terminated.
+   * `auto_scale_cluster`'s first steps (core), start-supervisor.ts: on the autoscaler's own poll
+   * (every `pollIntervalMs`, a phase unrelated to the launch), an instance not attached
+   * `maxStartTimeMs` after its EC2 `LaunchTime` (reset by StartInstances) is broken and terminated
+   * (`_analyze_current_cluster`, `_terminate_broken_ec2s`), BEFORE the cycle attaches the ones in
+   * the swarm (`_try_attach_pending_ec2s`: attachNode, all of one cycle together). Resolves once a
+   * cycle attached the node or terminated it; a stopped warm buffer waits for its start.
    */
-  superviseStart(
-    node: OsparcNode,
-    limits?: { maxStartTimeMs?: number; pollIntervalMs?: number },
-  ): Promise<StartVerdict>;
+  superviseStart(node: OsparcNode): Promise<StartVerdict>;
+  /** One supervision cycle now, over the instances superviseStart watches (a test need not wait for the poll). */
+  superviseCycle(): Promise<SupervisionCycle>;
   /**
    * `_try_attach_pending_ec2s` (core) / `attach_node`: for each joined node, the labels tag read
    * back from EC2 and merged onto the node's labels with `osparc-services-ready=false` (drained),
@@ -236,7 +243,11 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
   const transitionMs = options.transitionTimeoutMs ?? 120_000;
   const defaultMaxStartMs = options.maxStartTimeMs ?? 60_000;
   const defaultPollIntervalMs = options.pollIntervalMs ?? 10_000;
-  const merged = (extra?: ConfigOverrides): ConfigOverrides => deepMerge(options.agentConfig ?? {}, extra ?? {});
+  // The agents count the autoscaler's limit only when the actor is given one (see maxStartTimeMs).
+  const startLimit: ConfigOverrides =
+    options.maxStartTimeMs !== undefined ? { timeouts: { startLimitSeconds: options.maxStartTimeMs / 1000 } } : {};
+  const merged = (extra?: ConfigOverrides): ConfigOverrides =>
+    deepMerge(deepMerge(startLimit, options.agentConfig ?? {}), extra ?? {});
   let swarmStarting: Promise<OsparcSwarm> | undefined;
   const swarm = () => (swarmStarting ??= startOsparcSwarm(joinPath(lab.root, "osparc")));
 
@@ -388,7 +399,18 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
     return stdout.split("\n").includes(id);
   };
 
-  return {
+  const supervisor = createStartSupervisor<OsparcNode>({
+    ec2,
+    now: () => lab.ec2.now(),
+    maxStartTimeMs: defaultMaxStartMs,
+    pollIntervalMs: defaultPollIntervalMs,
+    // Asked through the node's docker (see the header): one that does not answer (stopped, not started yet)
+    // is not found, as osparc's manager would not list it.
+    inSwarm: (node) => joined(node).catch(() => false),
+    attach: (nodes) => actor.attachNode(...nodes),
+  });
+
+  const actor: AutoscalerActor = {
     ec2,
     swarm,
     async launch(labels, launchOptions = {}) {
@@ -418,20 +440,8 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
     },
     boot,
     join,
-    async superviseStart(node, limits = {}) {
-      const maxStartMs = limits.maxStartTimeMs ?? defaultMaxStartMs;
-      const pollIntervalMs = limits.pollIntervalMs ?? defaultPollIntervalMs;
-      for (;;) {
-        const instance = await describe(node);
-        const launched = instance?.LaunchTime ? new Date(instance.LaunchTime).getTime() : Date.now();
-        if (await joined(node)) return { joined: true, launchToJoinedMs: Date.now() - launched };
-        if (Date.now() - launched > maxStartMs) {
-          await ec2.send(new TerminateInstancesCommand({ InstanceIds: [node.instanceId] }));
-          return { joined: false, brokenAfterMs: Date.now() - launched };
-        }
-        await sleep(pollIntervalMs);
-      }
-    },
+    superviseStart: (node) => supervisor.watch(node),
+    superviseCycle: () => supervisor.cycle(),
     async attachNode(...nodes) {
       const withLabels: Array<{ node: OsparcNode; tags: Record<string, string> }> = [];
       for (const node of nodes) {
@@ -531,9 +541,11 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
     instanceState,
     instanceTags,
     async close() {
+      supervisor.close();
       if (swarmStarting) await (await swarmStarting).stop();
     },
   };
+  return actor;
 }
 
 /** `list_task_required_node_labels_tag_keys`: the labels tag's keys in these tags, whole or chunked. */

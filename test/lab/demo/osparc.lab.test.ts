@@ -69,6 +69,10 @@ has(
   "the join from the user data",
 );
 has(/in the swarm [0-9.]+ s after LaunchTime/, "the start limit's view: LaunchTime to joined");
+has(
+  /in the swarm [0-9.]+ s after the LaunchTime its StartInstances set; joined; labels tag deleted/,
+  "a warm buffer's activation supervised from its start",
+);
 has(/AttachVolume requests for i-[0-9a-f]+ since StartInstances: 0 \(volume kept\)/, "0 AttachVolume on the start");
 t.match(lines.at(-1), /lab +down$/, "the lab is torn down");
 const root = /lab root (\S+)/.exec(text)?.[1];

@@ -16,6 +16,7 @@ import {
   type AgentRun,
   type OsparcBoot,
   type OsparcNode,
+  type StartVerdict,
 } from "../../../src/lab/machines/autoscaler.ts";
 import type { BootOutcome } from "../../../src/agent/boot/run.ts";
 import { GOLDEN_IMAGES, labelRecord, LABEL_PREFIX, POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
@@ -79,6 +80,16 @@ function attachRequests(instanceId: string, since = 0): number {
 function lastSeq(): number {
   return bl.lab.ec2.requests.records().at(-1)?.seq ?? 0;
 }
+/** Moves EC2's clock (the stand-in's too: it reads EC2's time) by `ms`, back at the end of the test: time passes. */
+function passEc2Time(t: Test, ms: number): void {
+  if (!clockMoved.has(t)) {
+    const before = bl.lab.ec2.clockOffsetMs();
+    clockMoved.add(t);
+    t.teardown(() => bl.lab.ec2.setClockOffset(before));
+  }
+  bl.lab.ec2.setClockOffset(bl.lab.ec2.clockOffsetMs() + ms);
+}
+const clockMoved = new WeakSet<Test>();
 const isOsparcLabel = (key: string) =>
   key.startsWith("io.simcore.osparc-") ||
   ["ec2-instance-type", "product-name", "user-id", "project-id", "node-id", "wallet-id"].includes(key);
@@ -311,6 +322,10 @@ t.test(
     // The boot reads its tags before that CreateTags lands: its pool volume is attached and
     // reused whatever the tags say, so it does not wait for them.
     const since = lastSeq();
+    // The buffer stood stopped for 2 minutes (EC2's clock): its first LaunchTime is past osparc's minute, and
+    // the activation is supervised from the LaunchTime its StartInstances sets.
+    passEc2Time(t, 120_000);
+    const supervised = osparc.superviseStart(buffer);
     const activated = await osparc.activateWarmBuffer(buffer, FIRST, {
       overrides: { workspace: { waitForLabelsTagSeconds: 20 } },
       bootBeforeTags: true,
@@ -335,8 +350,9 @@ t.test(
       "\n",
     );
     t.ok(images.includes(IMAGE), "its images are there");
-    await osparc.join(buffer);
-    await osparc.attachNode(buffer);
+    await osparc.superviseCycle();
+    const verdict = await supervised;
+    t.equal(verdict.joined, true, "attached by osparc's cycle, counted from its StartInstances", { verdict });
     t.same(
       Object.keys(await osparc.instanceTags(buffer)).filter((key) => key.startsWith(Osparc.labelsTag)),
       [],
@@ -421,22 +437,77 @@ t.test(
 );
 
 t.test(
-  "the start limit: LaunchTime to joined, polled like osparc; a node that never joins is terminated",
+  "the start limit, osparc's cycle: a machine that reaches phase 1 late, with osparc's minute configured, degrades " +
+    "at LaunchTime + 60 − 30 s (not at its budget: its attachment hangs) and is attached in time; in the same " +
+    "cycle the broken are terminated BEFORE the attach: a node that joined after the limit, though in the swarm, " +
+    "and one that never booted",
   async (t) => {
-    const node = await osparc.launch({});
-    const booting = osparc.boot(node);
-    const verdict = await osparc.superviseStart(node, { pollIntervalMs: 200 });
-    await booting;
-    t.equal(verdict.joined, true, "joined within the minute");
-    if (verdict.joined) t.comment(`launch → joined ${verdict.launchToJoinedMs} ms (lab, poll 200 ms)`);
-    await osparc.terminate(node);
-
-    // Never booted (a hung AMI): broken once LaunchTime is older than the limit, and terminated.
+    // A node that joins, but not in time, and one that never boots (a hung AMI), launched together.
+    const late = await osparc.launch({});
     const hung = await osparc.launch({});
-    const broken = await osparc.superviseStart(hung, { maxStartTimeMs: 2000, pollIntervalMs: 500 });
-    t.equal(broken.joined, false, "found broken");
-    await osparc.terminate(hung);
-    t.equal(await osparc.instanceState(hung), "terminated", "terminated by the stand-in");
+    assertBoot(t, await osparc.boot(late), "ready", "the late node boots");
+    const lateNodeId = (await late.host.dockerd!.info()).Swarm.NodeID;
+    t.ok(lateNodeId, "and is in the swarm");
+    // 35 s pass on EC2's clock (not waited for), then a machine EC2 takes 28 s to bring to its systemd.
+    passEc2Time(t, 35_000);
+    bl.lab.ec2.setFaults({ stuckAttach: true });
+    t.teardown(() => bl.lab.ec2.setFaults({}));
+    const slow = await osparc.launch({});
+    passEc2Time(t, 28_000);
+    const boot = await osparc.boot(slow, {
+      overrides: {
+        timeouts: {
+          startLimitSeconds: 60,
+          joinMarginSeconds: 30,
+          bootSeconds: 40,
+          attachSeconds: 600,
+          deviceSeconds: 600,
+        },
+      },
+    });
+    bl.lab.ec2.setFaults({});
+    assertBoot(t, boot.phase1, "degraded", "phase 1: degraded");
+    t.match(
+      boot.phase1.report?.reason,
+      /the start limit's deadline \(LaunchTime \S+ \+ 60 s − 30 s for the join\) ran out/,
+      "the reason names the start limit",
+    );
+    t.ok(
+      boot.phase1.log.some((line) => /boot\.deadline/.test(line) && /start limit's deadline/.test(line)),
+      "boot.deadline said which bound applies",
+    );
+    t.ok(boot.phase1.ms < 40_000, `phase 1 returned after ${Math.round(boot.phase1.ms)} ms, before its budget`);
+    assertBoot(t, boot, "degraded", "phase 2: degraded, docker on its default data-root");
+
+    const verdicts = [late, hung, slow].map((node) => osparc.superviseStart(node));
+    const cycle = await osparc.superviseCycle();
+    t.same(
+      cycle,
+      { broken: [late.instanceId, hung.instanceId], attached: [slow.instanceId] },
+      "one cycle: the late node and the hung one broken (terminated first), the slow one attached",
+    );
+    const [lateVerdict, hungVerdict, slowVerdict] = (await Promise.all(verdicts)) as [
+      StartVerdict,
+      StartVerdict,
+      StartVerdict,
+    ];
+    t.equal(lateVerdict.joined, false, "in the swarm before the poll, and broken all the same");
+    t.equal(hungVerdict.joined, false, "never joined: broken");
+    t.equal(slowVerdict.joined, true, "the slow machine joined within the minute: attached", { slowVerdict });
+    if (slowVerdict.joined)
+      t.ok(slowVerdict.launchToJoinedMs <= 60_000, `launch → attached ${slowVerdict.launchToJoinedMs} ms`);
+    const manager = (await osparc.swarm()).manager;
+    const lateLabels = JSON.parse(
+      (await manager.docker(["node", "inspect", lateNodeId, "--format", "{{json .Spec.Labels}}"])).stdout,
+    ) as Record<string, string> | null;
+    t.notOk(lateLabels?.[Osparc.servicesReady], "the late node was never attached (no osparc labels)");
+    t.equal((await osparc.nodeLabels(slow))[Osparc.servicesReady], "false", "the slow one was: drained, labelled");
+    await Promise.all([late, hung, slow].map((node) => osparc.terminate(node)));
+    t.same(
+      await Promise.all([late, hung].map((node) => osparc.instanceState(node))),
+      ["terminated", "terminated"],
+      "terminated by the stand-in",
+    );
   },
 );
 
