@@ -43,9 +43,12 @@ t.teardown(() => bl.close());
 const IMAGE = GOLDEN_IMAGES[0]!.tag;
 /** What osparc pre-pulls onto buffers; the lab has no registry for it: a tag of a golden image. */
 const PRE_PULLED = "registry.osparc.io/simcore/services/dynamic/s4l-core:3.2.1";
+const CUSTOM_TAGS = { "osparc.io/deployment": "lab", "cost-center": "sim4life" };
 const osparc = createAutoscalerActor({
   lab: bl.lab,
   agentConfig: { pool: POOL },
+  // EC2_INSTANCES_CUSTOM_TAGS, as a deployment sets them: on every instance, root volume and ENI.
+  customTags: CUSTOM_TAGS,
   prePullImages: [PRE_PULLED],
   pull: async (docker, image) => void (await docker.docker(["tag", IMAGE, image])),
 });
@@ -533,7 +536,11 @@ t.test(
     t.not(a!.instanceId, b!.instanceId);
     for (const node of [a!, b!]) {
       const tags = await osparc.instanceTags(node);
-      t.match(tags, osparcBaseTags(), "the base tags on the instance");
+      t.match(
+        tags,
+        osparcBaseTags(CUSTOM_TAGS),
+        "the base tags, EC2_INSTANCES_CUSTOM_TAGS among them, on the instance",
+      );
       t.ok(`${Osparc.labelsTag}_0` in tags, "and the labels tag, chunked");
       const parts = await launchParts(node);
       t.same(parts.rootTags, tags, "its root volume carries every instance tag (TagSpecifications `volume`)");
