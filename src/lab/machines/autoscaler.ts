@@ -10,8 +10,9 @@
  * What stands for what:
  * - `RunInstances`: the emulator's own, as `launch_instances` (ec2lib) sends it: MinCount 1, MaxCount
  *   the batch's count, the base tags (`get_ec2_tags_dynamic`, with `EC2_INSTANCES_CUSTOM_TAGS`), the
- *   labels tag (chunked as `dump_as_ec2_tags` cuts it) and the product name in TagSpecifications for
- *   the instance, its volumes and its ENI, the cold-start user data (`compose_user_data`,
+ *   labels tag (chunked as `dump_as_ec2_tags` cuts it) in TagSpecifications for the instance, its
+ *   volumes and its ENI (not `dump_product_name_as_tag`'s product name: the lab's tasks name no
+ *   product outside their labels), the cold-start user data (`compose_user_data`,
  *   run_on_every_boot=False), tags in instance metadata off; each launched instance becomes a lab
  *   host (`lab.adoptHost`);
  * - cloud-init's once-per-instance user data: a semaphore in the host folder (its root disk), as
@@ -477,8 +478,8 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
     launchOptions: LaunchOptions = {},
   ): Promise<OsparcNode[]> => {
     const warm = launchOptions.warmBuffer === true;
-    // `base_tags | dump_task_required_node_labels_as_tags(labels) | dump_product_name_as_tag` (core);
-    // a warm buffer: `get_ec2_tags | get_deactivated_warm_buffer_ec2_tags` (wb).
+    // `base_tags | dump_task_required_node_labels_as_tags(labels)` (core; its `dump_product_name_as_tag`
+    // left out, see the header); a warm buffer: `get_ec2_tags | get_deactivated_warm_buffer_ec2_tags` (wb).
     const tags: Record<string, string> = { ...osparcBaseTags(options.customTags), ...launchOptions.extraTags };
     if (warm) tags[Osparc.warmBufferTag] = "true";
     else if (Object.keys(labels).length > 0) Object.assign(tags, labelsTagAsOsparcWrites(Osparc.labelsTag, labels));
