@@ -317,8 +317,12 @@ async function findVolumes(
       allVolumes(ctx, { Filters: filters, MaxResults: maxResults }, options),
     );
   }
-  ctx.log.debug("ec2.find-volumes", `${volumes.length} volumes match`, { filters: JSON.stringify(filters) });
-  return volumes.map(toVolumeInfo);
+  const launchDisks = volumes.filter(isLaunchDisk);
+  ctx.log.debug("ec2.find-volumes", `${volumes.length - launchDisks.length} volumes match`, {
+    filters: JSON.stringify(filters),
+    ...(launchDisks.length > 0 ? { ignoredLaunchDisks: launchDisks.map((v) => v.VolumeId).join(",") } : {}),
+  });
+  return volumes.filter((v) => !isLaunchDisk(v)).map(toVolumeInfo);
 }
 
 async function allVolumes(
@@ -746,6 +750,23 @@ function toAttachment(attachment: VolumeAttachment): VolumeInfo["attachment"] {
     device: attachment.Device ?? "",
     state: (attachment.State ?? "attaching") as AttachmentState,
   };
+}
+
+/** The device names an AMI's root volume sits at (Amazon Linux's and Debian's / Ubuntu's). */
+const ROOT_DEVICE_NAMES: readonly string[] = ["/dev/xvda", "/dev/sda1", "/dev/sda", "/dev/nvme0n1"];
+
+/**
+ * Whether a volume is a disk of its instance's launch (the AMI's root, or another disk of its block
+ * device mapping): EC2 deletes it with the instance, or it sits at a root device name. osparc's
+ * RunInstances copies every instance tag onto those disks (`launch_instances`' `volume`
+ * TagSpecification), so `ebs-cache:*` tags given through EC2_INSTANCES_CUSTOM_TAGS land on them too.
+ * The agent attaches its volumes with DeleteOnTermination false, at /dev/sdf…/dev/sdp only: such a
+ * disk is never one of its own, whatever its tags say, and no listing returns it.
+ */
+export function isLaunchDisk(volume: Pick<Volume, "Attachments">): boolean {
+  return (volume.Attachments ?? []).some(
+    (a) => a.State !== "detached" && (a.DeleteOnTermination === true || ROOT_DEVICE_NAMES.includes(a.Device ?? "")),
+  );
 }
 
 /** A volume as the agent sees it; EC2 volumes here are never multi-attach, so one attachment. */

@@ -15,7 +15,7 @@ import type { DockerdCommand } from "../docker/dockerd-flags.ts";
 import { startEc2Emulator, type Delays, type Ec2Emulator, type Faults } from "./ec2/index.ts";
 import { rolePrincipal, type LabRole, type NamedPolicy } from "./ec2/iam/principals.ts";
 import { startImdsEmulator, type ImdsEmulator } from "./imds/imds.ts";
-import { createHostRoot } from "./reaper/labdir.ts";
+import { createHostRoot, hostRootPath } from "./reaper/labdir.ts";
 import { openLabRoot, type LabRoot } from "./reaper/labroot.ts";
 import { createLoopVolumeBackend, type LoopVolumeBackend } from "./volumes/loopdev.ts";
 import { startColdLayer, type ColdLayer, type ColdSnapshotOptions } from "./volumes/cold.ts";
@@ -147,6 +147,11 @@ export interface Lab {
   credentials(role: LabRole, options?: { host?: LabHost; policies?: readonly NamedPolicy[] }): LabCredentials;
   /** Adds a running instance (zone `<region>a` unless told) with its IMDS. */
   addHost(options?: AddHostOptions): Promise<LabHost>;
+  /**
+   * The host of an instance the emulator's RunInstances launched (its zone, tags, type and
+   * metadata-tags setting are the launch's): its folder, IMDS and instance-profile credentials.
+   */
+  adoptHost(instanceId: string, options?: Pick<AddHostOptions, "dockerdArgs" | "role" | "policies">): Promise<LabHost>;
   /** Environment for a process that talks to the lab as the aws CLI would. */
   awsEnv(): Record<string, string>;
   close(): Promise<void>;
@@ -242,6 +247,7 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
       ...(options.clockOffsetMs !== undefined ? { clockOffsetMs: options.clockOffsetMs } : {}),
       initializationSpeedup: speedup,
       enforceIam: options.enforceIam ?? true,
+      launchedHostRoot: (instanceId) => hostRootPath(root, instanceId),
       log,
     });
   } catch (error) {
@@ -257,8 +263,37 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
     return issued;
   };
 
-  const addHost = async (hostOptions: AddHostOptions = {}): Promise<LabHost> => {
-    const instanceId = newInstanceId();
+  const addHost = (hostOptions: AddHostOptions = {}): Promise<LabHost> =>
+    makeHost(newInstanceId(), hostOptions, (hostRoot, instanceId) =>
+      emulator.registerInstance({
+        instanceId,
+        region,
+        availabilityZone: hostOptions.availabilityZone ?? `${region}a`,
+        tags: { ...hostOptions.tags },
+        metadataTags: hostOptions.metadataTags ?? true,
+        hostRoot,
+        ...(hostOptions.instanceType !== undefined ? { instanceType: hostOptions.instanceType } : {}),
+      }),
+    );
+
+  const adoptHost: Lab["adoptHost"] = (instanceId, hostOptions = {}) => {
+    const launched = emulator.snapshotState().instances[instanceId];
+    if (!launched) throw new Error(`no instance ${instanceId} in the EC2 emulator: launch it first (RunInstances)`);
+    return makeHost(instanceId, hostOptions, (hostRoot) => {
+      // RunInstances named this folder already (launchedHostRoot); the live object is the emulator's.
+      const instance = emulator.instances().find((each) => each.instanceId === instanceId);
+      if (!instance || instance.hostRoot !== hostRoot) {
+        throw new Error(`instance ${instanceId} was not launched by RunInstances in this lab`);
+      }
+      return instance;
+    });
+  };
+
+  const makeHost = async (
+    instanceId: string,
+    hostOptions: Pick<AddHostOptions, "dockerdArgs" | "role" | "policies">,
+    register: (hostRoot: string, instanceId: string) => LabInstance,
+  ): Promise<LabHost> => {
     const hostRoot = await createHostRoot(root, instanceId);
     // dockerd's socket path must stay under 108 bytes: keep its folder short.
     const dockerdRoot = join(root, "d", String(++dockerdCount));
@@ -266,15 +301,7 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
     const paths: LabHostPaths = { ...hostFolderPaths(hostRoot), dockerdRoot };
     await prepareHostFolder(paths);
     await mkdir(dockerdRoot, { recursive: true });
-    const instance = emulator.registerInstance({
-      instanceId,
-      region,
-      availabilityZone: hostOptions.availabilityZone ?? `${region}a`,
-      tags: { ...hostOptions.tags },
-      metadataTags: hostOptions.metadataTags ?? true,
-      hostRoot,
-      ...(hostOptions.instanceType !== undefined ? { instanceType: hostOptions.instanceType } : {}),
-    });
+    const instance = register(hostRoot, instanceId);
     // The instance profile's credentials: the role's, issued to this instance.
     const profile = newLabCredentials();
     emulator.iam.principals.install(
@@ -345,6 +372,7 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
       return client;
     },
     addHost,
+    adoptHost,
     credentials,
     awsEnv() {
       return {

@@ -12,6 +12,8 @@ import {
   DescribeSnapshotsCommand,
   DescribeVolumesCommand,
   EC2ServiceException,
+  RunInstancesCommand,
+  TerminateInstancesCommand,
   type EC2Client,
 } from "@aws-sdk/client-ec2";
 import type { CloudVolumes } from "../../src/agent/ports.ts";
@@ -23,6 +25,7 @@ import {
   createPollPause,
   DEVICE_NAMES,
   escapeFilterValue,
+  isLaunchDisk,
   tagFilters,
 } from "../../src/aws/ec2.ts";
 import { AttachmentTimeoutError, classifyEc2Error, Ec2CallError, outcomeUnknown } from "../../src/aws/errors.ts";
@@ -176,6 +179,47 @@ t.test("findVolumes: one DescribeVolumes serves 30 matches among 35, filtered by
   const all = await paged.volumes.findVolumes({ tags, availabilityZone: zoneA, status: ["available"] });
   t.same(all.map((v) => v.volumeId).sort(), [...matching].sort(), "paging returns the same volumes");
   t.equal(paged.sends.DescribeVolumesCommand, 3, "calls grow with pages (30 / 10), not with volumes");
+});
+
+t.test("findVolumes leaves out an instance's launch disks, whatever ebs-cache tags they carry", async (t) => {
+  // As osparc launches: every instance tag (here the pool's, keep, a workspace's) copied onto the root volume.
+  const tags = { ...poolTags(), [VolumeTag.keep]: "true", [VolumeTag.userId]: "u-1" };
+  const launched = await setup.send(
+    new RunInstancesCommand({
+      ImageId: "ami-0123456789abcdef0",
+      MinCount: 1,
+      MaxCount: 1,
+      Placement: { AvailabilityZone: zoneA },
+      TagSpecifications: [
+        { ResourceType: "volume", Tags: Object.entries(tags).map(([Key, Value]) => ({ Key, Value })) },
+      ],
+    }),
+  );
+  const instanceId = launched.Instances![0]!.InstanceId!;
+  const described = await setup.send(
+    new DescribeVolumesCommand({ Filters: [{ Name: "attachment.instance-id", Values: [instanceId] }] }),
+  );
+  t.equal(described.Volumes?.length, 1, "EC2 lists its root volume, tagged as the instance");
+  const { volumes } = cloud();
+  t.same(await volumes.findVolumes({ tags, attachedTo: instanceId }), [], "the agent's listing does not");
+  t.same(
+    (await volumes.findVolumes({ tags })).map((v) => v.volumeId),
+    [],
+    "nor any listing by its tags (a pool's, a workspace's)",
+  );
+  t.equal(isLaunchDisk({ Attachments: [{ Device: "/dev/sda1", State: "attached" }] }), true, "at a root device name");
+  t.equal(
+    isLaunchDisk({ Attachments: [{ Device: "/dev/sdf", State: "attached", DeleteOnTermination: true }] }),
+    true,
+    "deleted with the instance",
+  );
+  t.equal(
+    isLaunchDisk({ Attachments: [{ Device: "/dev/sdf", State: "attached", DeleteOnTermination: false }] }),
+    false,
+    "an attachment as the agent makes it",
+  );
+  t.equal(isLaunchDisk({ Attachments: [] }), false, "an available volume");
+  await setup.send(new TerminateInstancesCommand({ InstanceIds: [instanceId] }));
 });
 
 t.test("tag filters escape wildcards; '*' becomes tag-key", async (t) => {

@@ -48,6 +48,11 @@ export interface Ec2EmulatorOptions {
   port?: number;
   /** Decide requests of installed keys by their role's policies (default true); false allows everything. */
   enforceIam?: boolean;
+  /**
+   * The folder standing for the root filesystem of an instance RunInstances launches (the lab's host
+   * folder, made when the lab adopts the instance as a host); default: none (an empty path).
+   */
+  launchedHostRoot?: (instanceId: string) => string;
 }
 
 export interface Ec2Emulator {
@@ -160,6 +165,7 @@ export async function startEc2Emulator(opts: Ec2EmulatorOptions): Promise<Ec2Emu
     initializationSpeedup: opts.initializationSpeedup ?? 1,
     initializationHold,
     now,
+    launchedHostRoot: opts.launchedHostRoot ?? (() => ""),
     syncInstanceTags: (id) => instances.syncTags(id),
     iam,
     log,

@@ -8,12 +8,13 @@ import { randomBytes } from "node:crypto";
 export const OWNER_ID = "123456789012";
 
 /** The resource kinds the emulator keeps. */
-export type ResourceKind = "volume" | "snapshot" | "instance";
+export type ResourceKind = "volume" | "snapshot" | "instance" | "network-interface";
 
 const PREFIX: Record<ResourceKind | "reservation", string> = {
   volume: "vol",
   snapshot: "snap",
   instance: "i",
+  "network-interface": "eni",
   reservation: "r",
 };
 
@@ -27,6 +28,7 @@ export function kindOfId(id: string): ResourceKind | undefined {
   if (id.startsWith("vol-")) return "volume";
   if (id.startsWith("snap-")) return "snapshot";
   if (id.startsWith("i-")) return "instance";
+  if (id.startsWith("eni-")) return "network-interface";
   return undefined;
 }
 

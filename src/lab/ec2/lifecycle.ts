@@ -374,6 +374,10 @@ export class Lifecycle {
         );
       }
     }
+    // Its primary network interface goes with it (RunInstances made it with DeleteOnTermination).
+    const interfaces = this.store.model.networkInterfaces ?? {};
+    for (const eni of Object.values(interfaces))
+      if (eni.instanceId === instanceId) delete interfaces[eni.networkInterfaceId];
     this.store.commit();
     // Queued behind the detach of the same volume: the device goes before the image.
     for (const volumeId of deleting) this.volumeDeleting(volumeId);

@@ -115,6 +115,22 @@ export interface InstanceRecord {
    * (2026-01-02 03:04:05 GMT)`), empty again once the instance runs.
    */
   stateTransitionReason?: string;
+  /** RunInstances' UserData as sent (base64), for the instance's cloud-init; absent for a registered instance. */
+  userData?: string;
+  /** RunInstances' ImageId; absent for a registered instance. */
+  imageId?: string;
+}
+
+/**
+ * The primary network interface RunInstances makes with each instance (device index 0): what its
+ * `network-interface` TagSpecification tags. It goes with its instance (DeleteOnTermination).
+ */
+export interface NetworkInterfaceRecord {
+  networkInterfaceId: string;
+  seq: number;
+  availabilityZone: string;
+  instanceId: string;
+  tags: Record<string, string>;
 }
 
 /** Things tests want to assert happened (or never happened) besides the current state. */
@@ -156,11 +172,22 @@ export interface Model {
   events: LabEvent[];
   /** CreateVolume idempotency: ClientToken → what it made (absent in state files from before). */
   clientTokens?: Record<string, ClientTokenRecord>;
+  /** The ENIs RunInstances made (absent in state files from before). */
+  networkInterfaces?: Record<string, NetworkInterfaceRecord>;
 }
 
 /** A model with nothing in it. */
 export function emptyModel(): Model {
-  return { version: 1, nextSeq: 1, volumes: {}, snapshots: {}, instances: {}, events: [], clientTokens: {} };
+  return {
+    version: 1,
+    nextSeq: 1,
+    volumes: {},
+    snapshots: {},
+    instances: {},
+    events: [],
+    clientTokens: {},
+    networkInterfaces: {},
+  };
 }
 
 /** Checks that parsed JSON has the model's shape (enough to fail early on a foreign file). */
@@ -174,6 +201,7 @@ export function isModel(value: unknown): value is Model {
     typeof m.snapshots === "object" &&
     typeof m.instances === "object" &&
     Array.isArray(m.events) &&
-    (m.clientTokens === undefined || (typeof m.clientTokens === "object" && m.clientTokens !== null))
+    (m.clientTokens === undefined || (typeof m.clientTokens === "object" && m.clientTokens !== null)) &&
+    (m.networkInterfaces === undefined || (typeof m.networkInterfaces === "object" && m.networkInterfaces !== null))
   );
 }

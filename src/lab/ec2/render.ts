@@ -10,6 +10,7 @@ import {
   type AttachmentRecord,
   type InstanceRecord,
   type InstanceState,
+  type NetworkInterfaceRecord,
   type SnapshotRecord,
   type VolumeRecord,
 } from "./model.ts";
@@ -91,11 +92,37 @@ export function renderStateChange(instanceId: string, previous: InstanceState, c
   return { instanceId, currentState: renderInstanceState(current), previousState: renderInstanceState(previous) };
 }
 
-/** One `Instance` with the volumes attached to it as its block device mapping. */
-export function renderInstance(instance: InstanceRecord, attached: readonly VolumeRecord[]): XmlObject {
+/** One `NetworkInterface` (DescribeNetworkInterfaces): the primary interface of its instance. */
+export function renderNetworkInterface(eni: NetworkInterfaceRecord): XmlObject {
+  return {
+    networkInterfaceId: eni.networkInterfaceId,
+    availabilityZone: eni.availabilityZone,
+    interfaceType: "interface",
+    status: "in-use",
+    ownerId: OWNER_ID,
+    attachment: {
+      attachmentId: eni.networkInterfaceId.replace(/^eni-/, "eni-attach-"),
+      instanceId: eni.instanceId,
+      deviceIndex: 0,
+      status: "attached",
+      deleteOnTermination: true,
+    },
+    tagSet: renderTags(eni.tags),
+  };
+}
+
+/**
+ * One `Instance` with the volumes attached to it as its block device mapping, and its network
+ * interfaces (a launched instance's primary one; a registered instance has none).
+ */
+export function renderInstance(
+  instance: InstanceRecord,
+  attached: readonly VolumeRecord[],
+  interfaces: readonly NetworkInterfaceRecord[] = [],
+): XmlObject {
   return {
     instanceId: instance.instanceId,
-    imageId: "ami-00000000000000000",
+    imageId: instance.imageId ?? "ami-00000000000000000",
     instanceState: renderInstanceState(instance.state),
     instanceType: instance.instanceType ?? LAB_INSTANCE_TYPE,
     launchTime: instance.launchTime,
@@ -119,6 +146,11 @@ export function renderInstance(instance: InstanceRecord, attached: readonly Volu
           ]
         : [],
     ),
+    networkInterfaceSet: interfaces.map((eni) => ({
+      networkInterfaceId: eni.networkInterfaceId,
+      status: "in-use",
+      attachment: { deviceIndex: 0, status: "attached", deleteOnTermination: true },
+    })),
     tagSet: renderTags(instance.tags),
   };
 }

@@ -13,6 +13,7 @@ import {
   type InstanceRecord,
   type LabEvent,
   type Model,
+  type NetworkInterfaceRecord,
   type SnapshotRecord,
   type VolumeRecord,
 } from "./model.ts";
@@ -109,5 +110,15 @@ export class StateStore {
 
   instances(): InstanceRecord[] {
     return Object.values(this.current.instances).sort((a, b) => a.seq - b.seq);
+  }
+
+  networkInterface(id: string): NetworkInterfaceRecord | undefined {
+    const all = this.current.networkInterfaces ?? {};
+    return Object.hasOwn(all, id) ? all[id] : undefined;
+  }
+
+  /** ENIs in creation order. */
+  networkInterfaces(): NetworkInterfaceRecord[] {
+    return Object.values(this.current.networkInterfaces ?? {}).sort((a, b) => a.seq - b.seq);
   }
 }

@@ -92,6 +92,7 @@ function labWiring(
     startPrewarm?: () => Promise<void>;
     startRefresh?: () => Promise<void>;
     fio?: string;
+    rebootQueued?: boolean;
   },
 ): WiringOptions {
   const config = labConfig(lab, host, options.overrides);
@@ -107,6 +108,8 @@ function labWiring(
     ...(options.startPrewarm ? { startPrewarm: options.startPrewarm } : {}),
     ...(options.startRefresh ? { startRefresh: options.startRefresh } : {}),
     ...(options.fio ? { fio: options.fio } : {}),
+    // A lab host has no systemd to ask: a reboot says so itself (the stand-in's reboot()).
+    ...(options.rebootQueued !== undefined ? { rebootQueued: async () => options.rebootQueued === true } : {}),
     // The lab has no systemd unit for its dockerd: the host says how it starts it.
     dockerdCommand: async () => host.dockerdCommand(),
   };
@@ -160,7 +163,7 @@ export async function prewarmLabHost(
 export async function releaseLabHost(
   lab: Lab,
   host: LabHost,
-  options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger },
+  options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger; rebootQueued?: boolean },
 ): Promise<ReleaseOutcome> {
   const wiring = labWiring(lab, host, options);
   return runRelease(wiring.config, wireAdapters(wiring), { dryRun: options.dryRun ?? false });

@@ -8,8 +8,16 @@
  * (osparc-swarm.ts). It never waits for the agent and never reads its labels.
  *
  * What stands for what:
- * - `RunInstances` with tags: a lab host registered with the tags osparc writes (the labels tag
- *   chunked as `dump_as_ec2_tags` cuts it, tags in instance metadata off, as osparc launches);
+ * - `RunInstances`: the emulator's own, as `launch_instances` (ec2lib) sends it: MinCount 1, MaxCount
+ *   the batch's count, the base tags (`get_ec2_tags_dynamic`, with `EC2_INSTANCES_CUSTOM_TAGS`), the
+ *   labels tag (chunked as `dump_as_ec2_tags` cuts it) in TagSpecifications for the instance, its
+ *   volumes and its ENI (not `dump_product_name_as_tag`'s product name: the lab's tasks name no
+ *   product outside their labels), the cold-start user data (`compose_user_data`,
+ *   run_on_every_boot=False), tags in instance metadata off; each launched instance becomes a lab
+ *   host (`lab.adoptHost`);
+ * - cloud-init's once-per-instance user data: a semaphore in the host folder (its root disk), as
+ *   cloud-init keeps under /var/lib/cloud/instances/<id>/sem: a reboot or a start runs it no more;
+ *   a warm buffer's activation script is per boot (MIME `text/x-shellscript-per-boot`);
  * - the instance's systemd: `boot()` runs ebs-cache-agent.service (phase 1), docker.service,
  *   ebs-cache-agent-ready.service (phase 2), and cloud-final's user data, which Debian orders
  *   After=multi-user.target, from phase 2's READY=1 (docker final) on: boot scripts,
@@ -26,12 +34,14 @@ import {
   CreateTagsCommand,
   DeleteTagsCommand,
   DescribeInstancesCommand,
+  RunInstancesCommand,
   StartInstancesCommand,
   StopInstancesCommand,
   TerminateInstancesCommand,
   type EC2Client,
 } from "@aws-sdk/client-ec2";
-import { join as joinPath } from "node:path";
+import { access, mkdir, writeFile } from "node:fs/promises";
+import { dirname, join as joinPath } from "node:path";
 import type { BootOutcome } from "../../agent/boot/run.ts";
 import { BufferTag } from "../../agent/buffer-tags.ts";
 import { labelsTagAsOsparcWrites, readLabelsTag } from "../../agent/labels-tag.ts";
@@ -42,6 +52,7 @@ import { bootLabHost, releaseLabHost, type ConfigOverrides } from "./agent.ts";
 import { deepMerge } from "./deep-merge.ts";
 import type { PrivateDockerd } from "../docker/dockerd.ts";
 import type { Lab, LabHost } from "../lab.ts";
+import { LAB_INSTANCE_TYPE } from "../types.ts";
 import { startOsparcSwarm, type OsparcSwarm } from "./osparc-swarm.ts";
 import { createStartSupervisor, type StartVerdict, type SupervisionCycle } from "./start-supervisor.ts";
 
@@ -62,12 +73,36 @@ export const Osparc = {
   servicesReady: "io.simcore.osparc-services-ready",
   servicesReadyLastChanged: "io.simcore.osparc-services-ready-last-changed",
   instanceType: "ec2-instance-type",
+  /** Base tags (`AS/constants.py`): the autoscaler's version and what its nodes monitoring watches. */
+  versionTag: "io.simcore.autoscaling.version",
+  monitoredNodesLabelsTag: "io.simcore.autoscaling.monitored_nodes_labels",
+  monitoredServicesLabelsTag: "io.simcore.autoscaling.monitored_services_labels",
 } as const;
+
+/**
+ * `get_ec2_tags_dynamic` (AS/utils/utils_ec2.py) with osparc's defaults: the version, the nodes
+ * monitoring's label lists as JSON, `Name` = `<EC2_INSTANCES_NAME_PREFIX>-<EC2_INSTANCES_KEY_NAME>`;
+ * `EC2_INSTANCES_CUSTOM_TAGS` go on top. They are also osparc's `tag:` filters for its instances.
+ */
+export function osparcBaseTags(customTags: Readonly<Record<string, string>> = {}): Record<string, string> {
+  return {
+    [Osparc.versionTag]: "1.117.0",
+    [Osparc.monitoredNodesLabelsTag]: JSON.stringify([Osparc.servicesReady]),
+    [Osparc.monitoredServicesLabelsTag]: JSON.stringify(["io.simcore.runtime.user-id"]),
+    Name: "osparc-dynamic-autoscaled-worker-osparc-lab-key",
+    ...customTags,
+  };
+}
+
+/** The AMI the stand-in launches (`EC2_INSTANCES_ALLOWED_TYPES[type].ami_id`): any id, the lab has no images. */
+export const LAB_AMI = "ami-0a1b2c3d4e5f60718";
 
 /** An instance the actor started, and what happened on it. */
 export interface OsparcNode {
   host: LabHost;
   instanceId: string;
+  /** The RunInstances reservation it was launched in: a batch's instances share it. */
+  reservationId: string;
   /** The task labels it was launched or last activated for (placement keys and values). */
   labels: Record<string, string>;
   /**
@@ -77,8 +112,13 @@ export interface OsparcNode {
   userData: "cold" | "warm-buffer" | "join";
   /** The last release the shutdown hook ran (after a stop or a terminate of a running instance). */
   lastRelease?: AgentRun<ReleaseOutcome>;
-  /** Every user-data command cloud-final ran on this node, in order (the last boot's). */
+  /**
+   * Every user-data command cloud-final ran on this node, in order (the last boot's; empty when
+   * cloud-init ran nothing: a once-per-instance script that ran already).
+   */
   userDataRun: string[];
+  /** How many boots ran the user data (cloud-init's scripts-user) on this instance. */
+  userDataRuns: number;
 }
 
 /** An agent command run on a node, with its log and how long it took. */
@@ -117,6 +157,11 @@ export interface AutoscalerActorOptions {
    */
   prePullImages?: string[];
   pull?: (docker: PrivateDockerd, image: string) => Promise<void>;
+  /**
+   * `EC2_INSTANCES_CUSTOM_TAGS`: added to the base tags of every launch, so copied onto each instance,
+   * its root volume and its ENI (default none).
+   */
+  customTags?: Record<string, string>;
 }
 
 export interface AutoscalerActor {
@@ -129,10 +174,30 @@ export interface AutoscalerActor {
    * start user data (`ec2_startup_script`). `warmBuffer`: `_add_remove_buffer_instances` (wb), tags
    * `get_deactivated_warm_buffer_ec2_tags`, user data `ec2_warm_buffer_startup_script` (no join).
    */
-  launch(
-    labels: Record<string, string>,
-    options?: { warmBuffer?: boolean; extraTags?: Record<string, string> },
-  ): Promise<OsparcNode>;
+  launch(labels: Record<string, string>, options?: LaunchOptions): Promise<OsparcNode>;
+  /**
+   * The same RunInstances for `count` instances of identical labels (MinCount 1, MaxCount count: one
+   * reservation), as `_launch_instances` (core) launches a batch.
+   */
+  launchBatch(labels: Record<string, string>, count: number, options?: LaunchOptions): Promise<OsparcNode[]>;
+  /**
+   * `_launch_instances` (core): the tasks grouped by identical labels (its `Counter` of
+   * `InstanceToLaunch`), one RunInstances per group, all at once (`asyncio.gather`); the nodes in
+   * the order of the tasks.
+   */
+  launchForTasks(tasks: ReadonlyArray<Record<string, string>>): Promise<OsparcNode[]>;
+  /**
+   * A reboot of the instance's OS (a kernel update, `sudo reboot`; EC2 keeps it `running` and its
+   * LaunchTime): systemd stops docker.service and runs the agent's release with reboot.target queued
+   * (`node.lastRelease`), then the instance boots again (`boot()`): cloud-init runs no
+   * once-per-instance user data this time, so nothing joins the swarm again.
+   */
+  reboot(node: OsparcNode, options?: { overrides?: ConfigOverrides }): Promise<OsparcBoot>;
+  /**
+   * Whether the manager lists the node as a member, `ready` (docker's node status): what osparc's
+   * `get_worker_nodes` / `is_node_ready_and_available` see.
+   */
+  swarmStatus(node: OsparcNode): Promise<{ member: boolean; nodeId?: string; status?: string }>;
   /**
    * The instance's systemd: phase 1, docker.service, phase 2, then cloud-final (after
    * multi-user.target) runs the user data. `log` sees phase 1's lines as they come.
@@ -231,6 +296,12 @@ export interface AutoscalerActor {
   instanceTags(node: OsparcNode): Promise<Record<string, string>>;
   /** Stops the manager. */
   close(): Promise<void>;
+}
+
+/** What a launch adds to osparc's tags: a warm buffer's, or tags a test sets besides osparc's. */
+export interface LaunchOptions {
+  warmBuffer?: boolean;
+  extraTags?: Record<string, string>;
 }
 
 /** `OSPARC_CUSTOM_DOCKER_PLACEMENT_CONSTRAINTS_LABEL_KEYS`: copied from the labels tag, removed on drain. */
@@ -344,9 +415,21 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
     await dockerd.docker(["swarm", "join", "--availability=drain", "--token", token, address]);
     return swarmNodeId(node);
   };
+  // cloud-init's semaphore of a once-per-instance script (`scripts-user`), on the instance's root disk.
+  const userDataSemaphore = (node: OsparcNode) =>
+    joinPath(node.host.paths.hostRoot, "var/lib/cloud/instances", node.instanceId, "sem/config_scripts_user");
   // cloud-init's cloud-final: the user data, its commands joined with `&&` (the first failure stops it).
   const runUserData = async (node: OsparcNode, started: number): Promise<number | undefined> => {
     node.userDataRun = [];
+    // `compose_user_data(run_on_every_boot=False)` (cold start, warm buffer's launch): once per
+    // instance. cloud-init writes the semaphore as it starts the scripts: a failed run is not retried.
+    if (node.userData !== "join") {
+      const semaphore = userDataSemaphore(node);
+      if (await exists(semaphore)) return undefined;
+      await mkdir(dirname(semaphore), { recursive: true });
+      await writeFile(semaphore, `${new Date().toISOString()}\n`);
+    }
+    node.userDataRuns += 1;
     const step = async (name: string, work: () => Promise<unknown>) => {
       node.userDataRun.push(name);
       await work();
@@ -399,6 +482,63 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
     return stdout.split("\n").includes(id);
   };
 
+  // `launch_instances` (ec2lib): one RunInstances for the batch, then a lab host per instance.
+  const launchBatch = async (
+    labels: Record<string, string>,
+    count: number,
+    launchOptions: LaunchOptions = {},
+  ): Promise<OsparcNode[]> => {
+    const warm = launchOptions.warmBuffer === true;
+    // `base_tags | dump_task_required_node_labels_as_tags(labels)` (core; its `dump_product_name_as_tag`
+    // left out, see the header); a warm buffer: `get_ec2_tags | get_deactivated_warm_buffer_ec2_tags` (wb).
+    const tags: Record<string, string> = { ...osparcBaseTags(options.customTags), ...launchOptions.extraTags };
+    if (warm) tags[Osparc.warmBufferTag] = "true";
+    else if (Object.keys(labels).length > 0) Object.assign(tags, labelsTagAsOsparcWrites(Osparc.labelsTag, labels));
+    const commands = [
+      ...(options.bootScripts ?? []).map((_, index) => `custom_boot_scripts[${index}]`),
+      ...(warm ? ["docker login", "write the pre-pull compose file"] : ["docker swarm join --availability=drain"]),
+      ...(!warm ? ["docker login", ...((options.prePullImages ?? []).length > 0 ? ["docker compose pull"] : [])] : []),
+    ];
+    const asTags = Object.entries(tags).map(([Key, Value]) => ({ Key, Value }));
+    const out = await ec2.send(
+      new RunInstancesCommand({
+        ImageId: LAB_AMI,
+        MinCount: 1,
+        MaxCount: count,
+        InstanceType: LAB_INSTANCE_TYPE,
+        InstanceInitiatedShutdownBehavior: "terminate",
+        TagSpecifications: (["instance", "volume", "network-interface"] as const).map((ResourceType) => ({
+          ResourceType,
+          Tags: asTags,
+        })),
+        UserData: Buffer.from(`#!/bin/bash\n${commands.join(" && ")}\n`).toString("base64"),
+      }),
+    );
+    const launched = out.Instances ?? [];
+    return Promise.all(
+      launched.map(async (instance) => {
+        const host = await lab.adoptHost(instance.InstanceId ?? "");
+        // Its network reaches the manager from each start of its dockerd (a joined worker needs it then).
+        host.network = async (netnsFile) => (await swarm()).link(host.instance.instanceId, netnsFile);
+        const node: OsparcNode = {
+          host,
+          instanceId: host.instance.instanceId,
+          reservationId: out.ReservationId ?? "",
+          labels: warm ? {} : { ...labels },
+          userData: warm ? "warm-buffer" : "cold",
+          userDataRun: [],
+          userDataRuns: 0,
+        };
+        // The OS's shutdown: docker.service stops, then the agent's release (its ExecStop).
+        lab.ec2.setShutdownHook(node.instanceId, async () => {
+          await host.dockerd?.stop();
+          node.lastRelease = await timed((log) => releaseLabHost(lab, host, { overrides: merged(), log }));
+        });
+        return node;
+      }),
+    );
+  };
+
   const supervisor = createStartSupervisor<OsparcNode>({
     ec2,
     now: () => lab.ec2.now(),
@@ -414,29 +554,43 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
     ec2,
     swarm,
     async launch(labels, launchOptions = {}) {
-      const warm = launchOptions.warmBuffer === true;
-      const tags: Record<string, string> = {
-        Name: warm ? "osparc-dynamic-node-buffer" : "osparc-dynamic-node",
-        ...launchOptions.extraTags,
-      };
-      if (warm) tags[Osparc.warmBufferTag] = "true";
-      else if (Object.keys(labels).length > 0) Object.assign(tags, labelsTagAsOsparcWrites(Osparc.labelsTag, labels));
-      const host = await lab.addHost({ tags, metadataTags: false });
-      // Its network reaches the manager from each start of its dockerd (a joined worker needs it then).
-      host.network = async (netnsFile) => (await swarm()).link(host.instance.instanceId, netnsFile);
-      const node: OsparcNode = {
-        host,
-        instanceId: host.instance.instanceId,
-        labels: warm ? {} : { ...labels },
-        userData: warm ? "warm-buffer" : "cold",
-        userDataRun: [],
-      };
-      // The OS's shutdown: docker.service stops, then the agent's release (its ExecStop).
-      lab.ec2.setShutdownHook(node.instanceId, async () => {
-        await host.dockerd?.stop();
-        node.lastRelease = await timed((log) => releaseLabHost(lab, host, { overrides: merged(), log }));
-      });
+      const [node] = await launchBatch(labels, 1, launchOptions);
+      if (!node) throw new AgentError("RunInstances launched no instance", "see the lab's EC2 emulator log");
       return node;
+    },
+    launchBatch,
+    async launchForTasks(tasks) {
+      const batches = new Map<string, { labels: Record<string, string>; count: number }>();
+      for (const labels of tasks) {
+        const key = canonicalLabels(labels);
+        const batch = batches.get(key) ?? { labels, count: 0 };
+        batch.count += 1;
+        batches.set(key, batch);
+      }
+      const launched = new Map(
+        await Promise.all(
+          [...batches].map(async ([key, batch]) => [key, await launchBatch(batch.labels, batch.count)] as const),
+        ),
+      );
+      return tasks.map((labels) => launched.get(canonicalLabels(labels))!.shift()!);
+    },
+    async reboot(node, rebootOptions = {}) {
+      const host = node.host;
+      await host.dockerd?.stop();
+      node.lastRelease = await timed((log) =>
+        releaseLabHost(lab, host, { overrides: merged(rebootOptions.overrides), log, rebootQueued: true }),
+      );
+      return boot(node, rebootOptions.overrides ? { overrides: rebootOptions.overrides } : {});
+    },
+    async swarmStatus(node) {
+      const nodeId = node.host.dockerd?.pid !== undefined ? (await docker(node).info()).Swarm.NodeID : "";
+      const manager = (await swarm()).manager;
+      const { stdout } = await manager.docker(["node", "ls", "--format", "{{.ID}} {{.Status}}"]);
+      const row = stdout
+        .split("\n")
+        .map((line) => line.trim().split(" "))
+        .find(([id]) => nodeId !== "" && id === nodeId);
+      return { member: row !== undefined, ...(nodeId ? { nodeId } : {}), ...(row?.[1] ? { status: row[1] } : {}) };
     },
     boot,
     join,
@@ -552,6 +706,18 @@ export function createAutoscalerActor(options: AutoscalerActorOptions): Autoscal
 function labelsTagKeys(tags: Readonly<Record<string, string>>): string[] {
   return Object.keys(tags).filter(
     (key) => key === Osparc.labelsTag || new RegExp(`^${escape(Osparc.labelsTag)}_\\d+$`).test(key),
+  );
+}
+
+/** A task's labels as one key: tasks with identical labels are one batch (`_launch_instances`). */
+function canonicalLabels(labels: Readonly<Record<string, string>>): string {
+  return JSON.stringify(Object.entries(labels).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+}
+
+async function exists(path: string): Promise<boolean> {
+  return access(path).then(
+    () => true,
+    () => false,
   );
 }
 

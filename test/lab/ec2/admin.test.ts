@@ -338,7 +338,7 @@ t.test("protocol: InvalidAction, MissingAction, DryRun, GET with a query string"
       headers: { "content-type": "application/x-www-form-urlencoded" },
       body,
     });
-  const unknown = await post("Action=RunInstances&Version=2016-11-15");
+  const unknown = await post("Action=RebootInstances&Version=2016-11-15");
   t.equal(unknown.status, 400);
   const text = await unknown.text();
   t.match(

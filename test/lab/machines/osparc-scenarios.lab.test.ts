@@ -6,13 +6,24 @@
  * CreateTags), terminated while stopped; a hot buffer re-activated and pulled into; the start
  * limit; a batch attach; a boot whose attachment never completes. The nodes join a swarm manager
  * of the stand-in's own, drained, from cloud-final's user data after the agent's phases. One lab;
- * the subtests run in order and share the workspace volume the first machine creates.
+ * the subtests run in order and share the workspace volume the first machine creates. Launches are
+ * the emulator's RunInstances as osparc sends it: a batch of two for the same new ids (one
+ * reservation, booted at once: one workspace at most), a reboot (no user data again, the node keeps
+ * its swarm identity), and a node whose root volume and ENI carry `ebs-cache:*` tags (as
+ * EC2_INSTANCES_CUSTOM_TAGS would put them there): boot, pool, pool fill, gc, prune (on it as an idle
+ * hot buffer whose `pre_pulled_images` lists an image outside the generation) and the release never
+ * touch them.
  */
 import t, { type Test } from "tap";
+import { fileURLToPath } from "node:url";
+import { DescribeNetworkInterfacesCommand, DescribeVolumesCommand, type Tag } from "@aws-sdk/client-ec2";
+import { execa } from "execa";
+import { writeLabConfig, type ConfigOverrides } from "../../../src/lab/machines/agent.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import {
   createAutoscalerActor,
   Osparc,
+  osparcBaseTags,
   type AgentRun,
   type OsparcBoot,
   type OsparcNode,
@@ -20,21 +31,25 @@ import {
 } from "../../../src/lab/machines/autoscaler.ts";
 import type { BootOutcome } from "../../../src/agent/boot/run.ts";
 import { GOLDEN_IMAGES, labelRecord, LABEL_PREFIX, POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
-import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
+import { assertLabPrerequisites, childEnv, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
 import { volumeEnd } from "../../fixtures/lab/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
 
 // New ids' workspaces are made of pool volumes (two scenarios below), and the warm buffer and the
-// stuck attach each take one more: six leave stock for every scenario in any order of claims.
-const bl = await startBootLab({ name: "test-osparc", poolSize: 6 });
+// stuck attach each take one more: six leave stock for every scenario in any order of claims; the
+// batch of two and the node whose root disk carries ebs-cache tags take three more.
+const bl = await startBootLab({ name: "test-osparc", poolSize: 9 });
 t.teardown(() => bl.close());
 const IMAGE = GOLDEN_IMAGES[0]!.tag;
 /** What osparc pre-pulls onto buffers; the lab has no registry for it: a tag of a golden image. */
 const PRE_PULLED = "registry.osparc.io/simcore/services/dynamic/s4l-core:3.2.1";
+const CUSTOM_TAGS = { "osparc.io/deployment": "lab", "cost-center": "sim4life" };
 const osparc = createAutoscalerActor({
   lab: bl.lab,
   agentConfig: { pool: POOL },
+  // EC2_INSTANCES_CUSTOM_TAGS, as a deployment sets them: on every instance, root volume and ENI.
+  customTags: CUSTOM_TAGS,
   prePullImages: [PRE_PULLED],
   pull: async (docker, image) => void (await docker.docker(["tag", IMAGE, image])),
 });
@@ -526,3 +541,229 @@ t.test("a batch attach deletes the labels tag keys of the FIRST instance from al
   t.match(await osparc.nodeLabels(b), FIRST, "both nodes labelled all the same");
   await Promise.all([osparc.terminate(a), osparc.terminate(b)]);
 });
+
+const REPO = fileURLToPath(new URL("../../..", import.meta.url));
+const tagRecord = (tags: Tag[] | undefined) =>
+  Object.fromEntries((tags ?? []).map((tag) => [tag.Key!, tag.Value ?? ""]));
+
+/** The disks and interface RunInstances made with the instance: its root volume and its ENI, with their tags. */
+async function launchParts(node: OsparcNode) {
+  const volumes = await bl.ec2.send(
+    new DescribeVolumesCommand({ Filters: [{ Name: "attachment.instance-id", Values: [node.instanceId] }] }),
+  );
+  const root = (volumes.Volumes ?? []).find((v) => v.Attachments?.some((a) => a.DeleteOnTermination === true));
+  const enis = await bl.ec2.send(
+    new DescribeNetworkInterfacesCommand({ Filters: [{ Name: "attachment.instance-id", Values: [node.instanceId] }] }),
+  );
+  const eni = enis.NetworkInterfaces?.[0];
+  return {
+    rootId: root?.VolumeId ?? "",
+    rootTags: tagRecord(root?.Tags),
+    rootAttachment: root?.Attachments?.[0]?.State,
+    eniId: eni?.NetworkInterfaceId ?? "",
+    eniTags: tagRecord(eni?.TagSet),
+  };
+}
+
+/** `ebs-cache-agent <args> --config <the host's config>` as a process on the node (as a timer or a person runs it). */
+async function agentCommand(node: OsparcNode, args: string[], overrides: ConfigOverrides = {}) {
+  const config = await writeLabConfig(bl.lab, node.host, { pool: POOL, ...overrides });
+  const result = await execa(process.execPath, ["--import", "tsx", `${REPO}src/cli.ts`, ...args, "--config", config], {
+    cwd: REPO,
+    env: childEnv(),
+    extendEnv: false,
+    reject: false,
+    stdin: "ignore",
+    timeout: 240_000,
+  });
+  return { exitCode: result.exitCode ?? -1, stdout: String(result.stdout), stderr: String(result.stderr) };
+}
+
+/** Requests that change a resource (or name it in a change), since `since`, naming `id`. */
+function changesNaming(id: string, since: number): string[] {
+  const changing = ["AttachVolume", "DetachVolume", "CreateTags", "DeleteTags", "DeleteVolume", "CreateSnapshot"];
+  return bl.lab.ec2.requests
+    .records()
+    .filter((r) => r.seq > since && r.volumeId === id && changing.includes(r.action))
+    .map((r) => r.action);
+}
+
+const BATCH = taskLabels({
+  user: "user_77",
+  project: "5a5a5a5a-7777-4777-8777-777777777777",
+  node: "6b6b6b6b-8888-4888-8888-888888888888",
+});
+let batchNode: OsparcNode;
+
+t.test(
+  "a batch of two for the same new ids: one RunInstances, both boot at once; one workspace at most, the other a " +
+    "plain node on a pool volume",
+  async (t) => {
+    const since = lastSeq();
+    const [a, b] = await osparc.launchForTasks([BATCH, BATCH]);
+    const runs = bl.lab.ec2.requests.records().filter((r) => r.seq > since && r.action === "RunInstances");
+    t.equal(runs.length, 1, "identical labels: one RunInstances (`_launch_instances` groups them)");
+    t.equal(a!.reservationId, b!.reservationId, "one reservation for both");
+    t.not(a!.instanceId, b!.instanceId);
+    for (const node of [a!, b!]) {
+      const tags = await osparc.instanceTags(node);
+      t.match(
+        tags,
+        osparcBaseTags(CUSTOM_TAGS),
+        "the base tags, EC2_INSTANCES_CUSTOM_TAGS among them, on the instance",
+      );
+      t.ok(`${Osparc.labelsTag}_0` in tags, "and the labels tag, chunked");
+      const parts = await launchParts(node);
+      t.same(parts.rootTags, tags, "its root volume carries every instance tag (TagSpecifications `volume`)");
+      t.same(parts.eniTags, tags, "so does its ENI (`network-interface`)");
+    }
+
+    const [bootA, bootB] = await Promise.all([osparc.boot(a!), osparc.boot(b!)]);
+    assertBoot(t, bootA, "ready", "the first of the batch: ready");
+    assertBoot(t, bootB, "ready", "the second: ready");
+    const volumes = [bootA.report!.volumeId!, bootB.report!.volumeId!];
+    t.not(volumes[0], volumes[1], "two volumes");
+    const kinds = await Promise.all(volumes.map(async (id) => (await bl.tags(id))[VolumeTag.kind]));
+    const workspaces =
+      (
+        await bl.ec2.send(
+          new DescribeVolumesCommand({
+            Filters: [
+              { Name: `tag:${VolumeTag.kind}`, Values: ["workspace"] },
+              { Name: `tag:${VolumeTag.userId}`, Values: [BATCH["user-id"]!] },
+            ],
+          }),
+        )
+      ).Volumes ?? [];
+    t.equal(workspaces.length, 1, "one workspace for these ids, not two", {
+      kinds,
+      sources: [bootA, bootB].map((b) => b.phase1.plan.selection.source),
+    });
+    t.same([...kinds].sort(), ["pool", "workspace"], "the other node runs on a pool volume as a plain node");
+    for (const node of [a!, b!]) {
+      t.same(
+        node.userDataRun,
+        ["docker swarm join --availability=drain", "docker login", "docker compose pull"],
+        "each ran its cold-start user data",
+      );
+    }
+    await osparc.attachNode(a!, b!);
+    batchNode = a!;
+    await osparc.terminate(b!);
+  },
+);
+
+t.test(
+  "a reboot: the agent keeps the volume and the node's swarm identity; cloud-init runs no user data again",
+  async (t) => {
+    const node = batchNode;
+    const before = await osparc.swarmStatus(node);
+    t.ok(before.member, "in the swarm before");
+    const rootBefore = (await launchParts(node)).rootId;
+    const since = lastSeq();
+    const rebooted = await osparc.reboot(node);
+    t.equal(node.lastRelease?.plan.shutdown.kind, "stop", "the release on the way down: a reboot keeps the volume", {
+      log: node.lastRelease?.log.join("\n"),
+    });
+    assertBoot(t, rebooted, "ready", "after the reboot: ready");
+    t.equal(rebooted.phase1.plan.selection.source, "attached", "phase 1 finds its volume attached");
+    t.equal(attachRequests(node.instanceId, since), 0, "no AttachVolume");
+    t.same(node.userDataRun, [], "cloud-init ran no user data: the cold start's is once per instance");
+    t.equal(node.userDataRuns, 1, "it ran once, at the first boot");
+    t.equal(rebooted.joinedMs, undefined, "nothing joined the swarm on this boot");
+    // The node's swarm state lives in the data-root on the volume, kept for the same activation
+    // (same instance, same LaunchTime): docker comes back as the same node and reconnects by itself.
+    const ready = await pollUntil(async () => (await osparc.swarmStatus(node)).status === "Ready", 60_000, 200);
+    const after = await osparc.swarmStatus(node);
+    t.equal(after.nodeId, before.nodeId, "the same swarm node id");
+    t.ok(ready, "the manager sees it Ready again without a join", { after });
+    t.match(await osparc.nodeLabels(node), BATCH, "osparc's labels on it are still there");
+    t.equal(
+      (await launchParts(node)).rootId,
+      rootBefore,
+      "its root volume is still there (a reboot is no termination)",
+    );
+    await osparc.terminate(node);
+  },
+);
+
+t.test(
+  "a root volume and ENI tagged ebs-cache:* (keep, the pool's, a workspace's): boot, pool, pool fill, gc, prune " +
+    "and the release never touch them",
+  async (t) => {
+    // As an operator's EC2_INSTANCES_CUSTOM_TAGS would put them on everything osparc launches.
+    const custom = {
+      [VolumeTag.managed]: "true",
+      [VolumeTag.kind]: "pool",
+      [VolumeTag.pool]: POOL,
+      [VolumeTag.imageSet]: (await bl.tags(bl.poolVolumes[0]!))[VolumeTag.imageSet] ?? "",
+      [VolumeTag.keep]: "true",
+      [VolumeTag.userId]: "root-disk-user",
+      [VolumeTag.expiresAt]: "2020-01-01T00:00:00.000Z",
+    };
+    const node = await osparc.launch({}, { extraTags: custom });
+    const launched = await launchParts(node);
+    t.match(launched.rootTags, custom, "the root volume carries the ebs-cache tags");
+    t.match(launched.eniTags, custom, "so does the ENI");
+    const since = lastSeq();
+
+    const boot = await osparc.boot(node);
+    assertBoot(t, boot, "ready", "the node boots ready");
+    t.not(boot.report?.volumeId, launched.rootId, "on a volume of the pool, not its root volume");
+    t.not(boot.phase1.plan.selection.source, "attached", "the root volume is no cache volume attached here");
+
+    const pool = await agentCommand(node, ["pool", "--json"]);
+    t.equal(pool.exitCode, 0, "pool", { stderr: pool.stderr });
+    t.notMatch(pool.stdout, launched.rootId, "pool neither lists nor counts the root volume");
+    const fill = await agentCommand(node, ["pool", "fill", "--json"], {
+      keeper: { zones: [`${bl.lab.region}a`], minAvailable: 0, maxAvailable: 1000, maxVolumes: 1000, maxGiB: 100000 },
+    });
+    t.equal(fill.exitCode, 0, "pool fill (the keeper)", { stderr: fill.stderr });
+    t.notMatch(fill.stdout, launched.rootId, "the keeper neither counts nor deletes it");
+    const gc = await agentCommand(node, ["gc", "--json"]);
+    t.equal(gc.exitCode, 0, "gc", { stderr: gc.stderr });
+    t.notMatch(gc.stdout, launched.rootId, "gc does not consider it, expired as its tag says");
+
+    // An idle hot buffer: osparc pulls into it and lists what it pulled; an image outside the
+    // generation that nobody listed is also there. The prune, above its threshold, keeps osparc's.
+    await osparc.join(node);
+    await osparc.attachNode(node);
+    await osparc.pullIntoHotBuffer(node);
+    const docker = node.host.dockerd!;
+    // Images of their own, outside the generation (the lab has no registry: a commit stands for a
+    // pull): what osparc pulled, under the name its tag lists, and one nobody listed.
+    const imageOfItsOwn = async (name: string) => {
+      await docker.docker(["rmi", name]).catch(() => undefined);
+      const container = `made-${name.replace(/[^a-z0-9]/g, "-")}`;
+      await docker.docker(["run", "--network", "none", "--name", container, IMAGE, "sh", "-c", `echo ${name} > /made`]);
+      await docker.docker(["commit", container, name]);
+      await docker.docker(["rm", container]);
+    };
+    await imageOfItsOwn(PRE_PULLED);
+    await imageOfItsOwn("someone/else:1");
+    const prune = await agentCommand(node, ["prune", "--json"], { prune: { thresholdPercent: 1, targetPercent: 0 } });
+    t.equal(prune.exitCode, 0, "prune", { stdout: prune.stdout, stderr: prune.stderr });
+    t.notMatch(prune.stdout, launched.rootId, "prune works on the cache volume, not the root volume");
+    const images = (await docker.docker(["images", "--format", "{{.Repository}}:{{.Tag}}"])).stdout.split("\n");
+    t.ok(images.includes(PRE_PULLED), "the image osparc's pre_pulled_images lists stays", {
+      images,
+      prune: prune.stdout,
+    });
+    t.notOk(images.includes("someone/else:1"), "the one outside the generation nobody listed is removed", {
+      images,
+      prune: prune.stdout,
+    });
+
+    await osparc.stop(node);
+    t.equal(node.lastRelease?.report?.outcome, "released", "the release on the stop", {
+      log: node.lastRelease?.log.join("\n"),
+    });
+    const after = await launchParts(node);
+    t.same(after.rootTags, launched.rootTags, "the root volume's tags: as launched");
+    t.equal(after.rootAttachment, "attached", "still attached to its instance");
+    t.same(after.eniTags, launched.eniTags, "the ENI's tags: as launched");
+    t.same(changesNaming(launched.rootId, since), [], "no attach, detach, tag or delete named the root volume");
+    t.same(changesNaming(launched.eniId, since), [], "nor the ENI");
+    await osparc.terminate(node);
+  },
+);

@@ -60,7 +60,8 @@ export const attachVolume: ActionHandler = (ctx, params) => {
       `Invalid value '${device}' for unixDevice. Attachment point ${device} is already in use`,
     );
   }
-  if (existing.length >= ctx.attachmentLimit) {
+  // The limit counts volumes besides the root (which a launched instance has: RunInstances).
+  if (existing.filter((a) => !ROOT_DEVICES.includes(a.device)).length >= ctx.attachmentLimit) {
     throw new Ec2Error(
       "AttachmentLimitExceeded",
       `The maximum number of volume attachments (${ctx.attachmentLimit}) ` +

@@ -9,7 +9,7 @@ import type { FaultInjector } from "../faults.ts";
 import { isWellFormed } from "../ids.ts";
 import type { InitializationHold } from "../initialization-hold.ts";
 import type { Delays, Lifecycle } from "../lifecycle.ts";
-import type { InstanceRecord, SnapshotRecord, VolumeRecord } from "../model.ts";
+import type { InstanceRecord, NetworkInterfaceRecord, SnapshotRecord, VolumeRecord } from "../model.ts";
 import type { Params, TagParam, TagSpecificationParam } from "../params.ts";
 import type { StateStore } from "../state.ts";
 import type { XmlObject } from "../xml.ts";
@@ -46,6 +46,8 @@ export interface ActionContext {
   initializationHold: InitializationHold;
   /** The emulator's clock (ms since the epoch) for timestamps and progress; tests may drive it. */
   now(): number;
+  /** The folder standing for the root filesystem of an instance RunInstances launches. */
+  launchedHostRoot(instanceId: string): string;
   /** Copies an instance's tags into its live LabInstance object after CreateTags/DeleteTags. */
   syncInstanceTags(instanceId: string): void;
   /** Who may do what: the installed access keys' policies, decided before a request is applied. */
@@ -121,6 +123,14 @@ export function getInstance(ctx: ActionContext, id: string): InstanceRecord {
   const instance = ctx.store.instance(id);
   if (!instance) throw new Ec2Error("InvalidInstanceID.NotFound", notFoundMessage("instance ID", [id]));
   return instance;
+}
+
+export function getNetworkInterface(ctx: ActionContext, id: string): NetworkInterfaceRecord {
+  const eni = ctx.store.networkInterface(id);
+  if (!eni) {
+    throw new Ec2Error("InvalidNetworkInterfaceID.NotFound", `The networkInterface ID '${id}' does not exist`);
+  }
+  return eni;
 }
 
 /** The records named by a `VolumeId.N`-style list, all of which must exist (else one NotFound for all missing). */

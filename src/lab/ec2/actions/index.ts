@@ -3,6 +3,8 @@ import { attachVolume, detachVolume } from "./attachments.ts";
 import type { ActionHandler } from "./context.ts";
 import { startInstances, stopInstances, terminateInstances } from "./instance-states.ts";
 import { describeInstances } from "./instances.ts";
+import { describeNetworkInterfaces } from "./network-interfaces.ts";
+import { runInstances } from "./run-instances.ts";
 import { createSnapshot, deleteSnapshot, describeSnapshots } from "./snapshots.ts";
 import { createTags, deleteTags, describeTags } from "./tags.ts";
 import { describeVolumeStatus } from "./volume-status.ts";
@@ -24,6 +26,8 @@ export const ACTIONS: Readonly<Record<string, ActionHandler>> = {
   DeleteTags: deleteTags,
   DescribeTags: describeTags,
   DescribeInstances: describeInstances,
+  RunInstances: runInstances,
+  DescribeNetworkInterfaces: describeNetworkInterfaces,
   StopInstances: stopInstances,
   StartInstances: startInstances,
   TerminateInstances: terminateInstances,

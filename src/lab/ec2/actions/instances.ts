@@ -1,4 +1,4 @@
-/** DescribeInstances: each registered instance in its own reservation. */
+/** DescribeInstances: a registered instance in a reservation of its own, a launched batch in one together. */
 import { applyFilters, type FilterFields } from "../filters.ts";
 import { OWNER_ID } from "../ids.ts";
 import { INSTANCE_STATE_CODE, type InstanceRecord } from "../model.ts";
@@ -41,12 +41,21 @@ export const describeInstances: ActionHandler = (ctx, params) => {
     params,
     limits,
   );
+  // A batch's instances share their reservation (RunInstances), as EC2 lists them.
+  const reservations = new Map<string, InstanceRecord[]>();
+  for (const i of page.items) reservations.set(i.reservationId, [...(reservations.get(i.reservationId) ?? []), i]);
   return {
-    reservationSet: page.items.map((i) => ({
-      reservationId: i.reservationId,
+    reservationSet: [...reservations].map(([reservationId, members]) => ({
+      reservationId,
       ownerId: OWNER_ID,
       groupSet: [],
-      instancesSet: [renderInstance(i, attachedTo(ctx, i.instanceId))],
+      instancesSet: members.map((i) =>
+        renderInstance(
+          i,
+          attachedTo(ctx, i.instanceId),
+          ctx.store.networkInterfaces().filter((n) => n.instanceId === i.instanceId),
+        ),
+      ),
     })),
     nextToken: page.nextToken,
   };

@@ -1,4 +1,4 @@
-/** CreateTags, DeleteTags, DescribeTags on volumes, snapshots and instances. */
+/** CreateTags, DeleteTags, DescribeTags on volumes, snapshots, instances and network interfaces. */
 import { Ec2Error, missingParameter } from "../ec2-error.ts";
 import { applyFilters, type FilterFields } from "../filters.ts";
 import { kindOfId, type ResourceKind } from "../ids.ts";
@@ -6,6 +6,7 @@ import { paginate } from "../pagination.ts";
 import {
   checkTags,
   getInstance,
+  getNetworkInterface,
   getSnapshot,
   getVolume,
   MAX_TAGS,
@@ -24,6 +25,7 @@ function tagsOf(
   if (kind === "volume") return { kind, tags: getVolume(ctx, id, action).tags };
   if (kind === "snapshot") return { kind, tags: getSnapshot(ctx, id).tags };
   if (kind === "instance") return { kind, tags: getInstance(ctx, id).tags };
+  if (kind === "network-interface") return { kind, tags: getNetworkInterface(ctx, id).tags };
   throw new Ec2Error("InvalidID", `The ID '${id}' is not valid`);
 }
 
@@ -114,6 +116,7 @@ function rows(ctx: ActionContext, action: string | undefined): TagRow[] {
   for (const v of visibleVolumes(ctx, action)) add(v.seq, v.volumeId, "volume", v.tags);
   for (const s of ctx.store.snapshots()) add(s.seq, s.snapshotId, "snapshot", s.tags);
   for (const i of ctx.store.instances()) add(i.seq, i.instanceId, "instance", i.tags);
+  for (const n of ctx.store.networkInterfaces()) add(n.seq, n.networkInterfaceId, "network-interface", n.tags);
   return out.sort((a, b) => a.seq - b.seq);
 }
 

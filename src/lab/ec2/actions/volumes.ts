@@ -36,7 +36,7 @@ export const VOLUME_FILTERS: FilterFields<VolumeRecord> = {
   "attachment.status": (v) => [v.attachment?.state],
   "attachment.device": (v) => [v.attachment?.device],
   "attachment.attach-time": (v) => [v.attachment?.attachTime],
-  "attachment.delete-on-termination": (v) => [v.attachment ? false : undefined],
+  "attachment.delete-on-termination": (v) => [v.attachment ? (v.attachment.deleteOnTermination ?? false) : undefined],
 };
 
 export const describeVolumes: ActionHandler = (ctx, params) => {

@@ -6,7 +6,7 @@
  * The resources are looked up as the action would look them up, so a missing one gets the
  * action's own NotFound answer, before any decision.
  */
-import { getInstance, getSnapshot, getVolume, type ActionContext } from "../actions/context.ts";
+import { getInstance, getNetworkInterface, getSnapshot, getVolume, type ActionContext } from "../actions/context.ts";
 import type { Params, TagParam } from "../params.ts";
 import { LAB_ACCOUNT, type LabPrincipal } from "./principals.ts";
 
@@ -23,6 +23,8 @@ export interface IamCheck {
 
 export const volumeArn = (region: string, id: string) => `arn:aws:ec2:${region}:${LAB_ACCOUNT}:volume/${id}`;
 export const instanceArn = (region: string, id: string) => `arn:aws:ec2:${region}:${LAB_ACCOUNT}:instance/${id}`;
+const networkInterfaceArn = (region: string, id: string) =>
+  `arn:aws:ec2:${region}:${LAB_ACCOUNT}:network-interface/${id}`;
 /** Snapshot ARNs carry no account (EC2's form). */
 export const snapshotArn = (region: string, id: string) => `arn:aws:ec2:${region}::snapshot/${id}`;
 
@@ -61,6 +63,9 @@ function specifiedTags(params: Params): Record<string, string> {
 function taggedResource(ctx: ActionContext, action: string, id: string): { arn: string; tags: Record<string, string> } {
   if (id.startsWith("snap-")) return { arn: snapshotArn(ctx.region, id), tags: getSnapshot(ctx, id).tags };
   if (id.startsWith("i-")) return { arn: instanceArn(ctx.region, id), tags: getInstance(ctx, id).tags };
+  if (id.startsWith("eni-")) {
+    return { arn: networkInterfaceArn(ctx.region, id), tags: getNetworkInterface(ctx, id).tags };
+  }
   return { arn: volumeArn(ctx.region, id), tags: getVolume(ctx, id, action).tags };
 }
 
