@@ -32,7 +32,7 @@
  */
 import { mkdir, writeFile } from "node:fs/promises";
 import { cpus, loadavg, release, totalmem } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { dirname, join, relative, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -405,7 +405,8 @@ try {
       runs,
       service: "docker run --rm --network none",
     },
-    ebsModel: { file: ebsModelFile, ...ebsModel },
+    // The model's file as the project names it, not the machine's path (results are committed).
+    ebsModel: { file: relative(REPO, resolve(ebsModelFile)), ...ebsModel },
     cold: lab.cold?.options,
     rows,
   };
