@@ -19,7 +19,8 @@
  *   files        the files initialization as the background run does it, with no image named;
  *   need         the same with the node's images named (their files first).
  * The service: for each of the node's images (1 or 4, concurrently), `docker run --rm --network none`
- * of it, `--head-start-ms` after the pre-warm began (the pre-warm starts at `ready`; osparc's first
+ * of it, `--head-start-ms` after `ready` (the default's reads of a volume known cold begin at the mount, before
+ * dockerd starts, and are handed over at `ready`, as the boot does; the others start at `ready`; osparc's first
  * `docker run` comes after the join, the autoscaler's next poll and its scheduling: see bench/README.md).
  * Timed: the `docker run`s, from the first start to the last exit. Beside each case: the cold
  * layer's fetches before and during the service, the device's bytes read, the pre-warm's own lines.
@@ -31,12 +32,12 @@
  */
 import { mkdir, writeFile } from "node:fs/promises";
 import { cpus, loadavg, release, totalmem } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { dirname, join, relative, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
-import { planPrewarm, DEFAULT_PREWARM, YIELD_IO_DEPTH } from "../src/agent/prewarm/plan.ts";
+import { headStartAtMount, planPrewarm, DEFAULT_PREWARM, YIELD_IO_DEPTH } from "../src/agent/prewarm/plan.ts";
 import type { ReadTarget } from "../src/agent/ports.ts";
 import { run } from "../src/exec.ts";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
@@ -206,6 +207,8 @@ try {
     fraction: number;
     run: number;
     seconds: number;
+    /** dockerd's start on the volume (the boot's start-docker): the head start must not delay it. */
+    dockerStartS: number;
     load: number;
     /** Cold-layer fetches (chunks) before the service, during it; device MiB read during it. */
     fetchesBefore: number;
@@ -246,27 +249,38 @@ try {
           let note: string | undefined;
           const stop = new AbortController();
           if (strategy === "initialized") await init();
+          const nodeImageNames = Array.from({ length: nodeImages }, (_, i) => image(i));
+          const decision = planPrewarm(DEFAULT_PREWARM, {
+            volume: { volumeId, snapshotId, createTime: new Date(), tags: {} },
+          });
+          // The boot's head start (headStartAtMount): a volume known cold is read by need from the mount on, while
+          // docker starts, and handed to the background run at the `prewarm` step (stopped, then read from its plan's
+          // start, as the boot does).
+          const headStop = new AbortController();
+          const headStart =
+            strategy === "check" && headStartAtMount(decision)
+              ? init(nodeImageNames, headStop.signal, YIELD_IO_DEPTH).catch(() => undefined)
+              : undefined;
           // The boot's start-docker: dockerd on the volume's data-root (it reads its metadata there).
           await writeFile(
             host.paths.daemonJson,
             JSON.stringify({ "data-root": join(target.mountPoint, DATA_ROOT_SUBDIR) }) + "\n",
           );
+          const dockerStarted = performance.now();
           await host.startDocker();
+          const dockerStartS = Math.round((performance.now() - dockerStarted) / 10) / 100;
+          headStop.abort();
+          await headStart;
           readerLog.lines.length = 0;
           let background: Promise<unknown> | undefined;
           if (strategy === "check") {
-            const decision = planPrewarm(DEFAULT_PREWARM, {
-              volume: { volumeId, snapshotId, createTime: new Date(), tags: {} },
-            });
             // A sample never holds `ready`: it runs beside the head start, as the boot runs it.
             if (decision.action === "check") background = reader.check(target, DEFAULT_PREWARM.check);
             // Known cold: the files initialization by need, as the background run reads it.
             if (decision.action === "initialize")
-              background = init(
-                Array.from({ length: nodeImages }, (_, i) => image(i)),
-                stop.signal,
-                decision.background ? YIELD_IO_DEPTH : undefined,
-              ).catch(() => undefined);
+              background = init(nodeImageNames, stop.signal, decision.background ? YIELD_IO_DEPTH : undefined).catch(
+                () => undefined,
+              );
             const verdict = "verdict" in decision ? decision.verdict : "known" in decision ? decision.known : "";
             note = decision.action === "check" ? "sampled" : `${decision.action} ${verdict ?? ""}`;
           }
@@ -322,6 +336,7 @@ try {
             fraction,
             run: runIndex,
             seconds,
+            dockerStartS,
             load,
             fetchesBefore,
             fetchesDuring,
@@ -335,7 +350,7 @@ try {
           });
           say(
             `run ${runIndex + 1} ${strategy} images=${nodeImages} reads=${fraction * 100} %: ` +
-              `${seconds.toFixed(2)} s, ` +
+              `${seconds.toFixed(2)} s (dockerd started in ${dockerStartS} s), ` +
               `fetches ${fetchesBefore} before + ${fetchesDuring} during, device ${deviceMiBDuring.toFixed(1)} MiB ` +
               `during, load ${load.toFixed(1)}; during: metadata ${during.metadata.fetches} ` +
               `(${during.metadata.byWrite} by writes, queued ${during.metadata.queuedMs} ms, ` +
@@ -390,7 +405,8 @@ try {
       runs,
       service: "docker run --rm --network none",
     },
-    ebsModel: { file: ebsModelFile, ...ebsModel },
+    // The model's file as the project names it, not the machine's path (results are committed).
+    ebsModel: { file: relative(REPO, resolve(ebsModelFile)), ...ebsModel },
     cold: lab.cold?.options,
     rows,
   };

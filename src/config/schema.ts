@@ -638,9 +638,10 @@ export const CONFIG_SCHEMA = {
           default: "check",
           description:
             "`check`: a volume EBS says is cold (its lazy initialization under 100 %, or made from a snapshot " +
-            "less than an hour ago) gets the `files` initialization, the files of the node's images first; any " +
-            "other a short fio sample of random reads over the allocated data gives a verdict (label " +
-            "`<prefix>.prewarm=warm|cold`); `files`: reads the filesystem's allocated data once " +
+            "less than an hour ago) gets the `files` initialization, the files of the node's images first, read " +
+            "from the mount on; any other a short fio sample of random reads over the allocated data gives a " +
+            "verdict (label `<prefix>.prewarm=warm|cold`), and a volume it finds cold gets the same " +
+            "initialization; `files`: reads the filesystem's allocated data once " +
             "(initialization), then tags the volume `ebs-cache:initialized`; `device`: AWS's documented full " +
             "read of the device; `off`: nothing. Volumes not made from a snapshot, tagged initialized, or " +
             "initialized by EBS at a provisioned rate are never read.",

@@ -534,7 +534,8 @@ async function checkFilesystem(step: StepOf<"check-filesystem">, { progress, dep
   return undefined;
 }
 
-async function mountVolume(step: StepOf<"mount">, { progress, deps }: StepContext): Promise<undefined> {
+async function mountVolume(step: StepOf<"mount">, ctx: StepContext): Promise<undefined> {
+  const { progress, deps } = ctx;
   const volume = volumeOf(progress);
   const device = progress.device!;
   const mountPoint = join(step.mountRoot, volume.volumeId);
@@ -548,6 +549,10 @@ async function mountVolume(step: StepOf<"mount">, { progress, deps }: StepContex
   }
   progress.mountPoint = mountPoint;
   deps.log.info("boot.mount", "volume mounted", { volume: volume.volumeId, mountPoint });
+  // The pre-warm needs only the device from here on: its decision, and the sample or (a volume known cold) the
+  // need list's reads, run while the data-root is prepared and docker starts. A first phase (no docker) has no
+  // `prewarm` step: the second begins it with start-docker.
+  if (ctx.plan.steps.some((each) => each.step === "prewarm")) progress.prewarmRun ??= beginPrewarm(ctx);
   return undefined;
 }
 
@@ -687,8 +692,8 @@ async function resumePrepared(step: StepOf<"resume-prepared">, ctx: StepContext)
 async function startDocker(_step: StepOf<"start-docker">, ctx: StepContext): Promise<undefined> {
   const { progress, deps, limits } = ctx;
   const { docker, engine, log } = deps;
-  // The pre-warm sample reads the device, not docker: it runs while docker starts and is
-  // verified; the `prewarm` step awaits its verdict.
+  // The pre-warm reads the device, not docker: begun at the mount (or here, when the first phase mounted), it runs
+  // while docker starts and is verified; the `prewarm` step awaits its verdict.
   if (ctx.plan.steps.some((step) => step.step === "prewarm")) progress.prewarmRun ??= beginPrewarm(ctx);
   if (!docker) return undefined;
   // containerd reads its root only at start: restarted on the new one, docker after it (dockerd
@@ -799,7 +804,8 @@ async function prewarm(_step: StepOf<"prewarm">, ctx: StepContext): Promise<unde
       progress.verdictPending = outcome;
       return undefined;
     }
-    progress.prewarm = await outcome;
+    // A sample that found the volume cold hands it to the background run (the node is published `warming`).
+    progress.prewarm = await run.warmIfCold(await outcome);
   } catch (error) {
     prewarmFailed(deps, progress, error);
   }
@@ -875,15 +881,20 @@ async function reportVerdict(
 ): Promise<Finished | undefined> {
   progress.verdictPending = undefined;
   try {
-    progress.prewarm = await pending;
+    const verdict = await pending;
+    // Now that `ready` is out: a volume the sample found cold is handed to the background run, which publishes
+    // `warming` before it starts (and from then on alone).
+    progress.prewarm = (await progress.prewarmRun?.warmIfCold(verdict)) ?? verdict;
   } catch (error) {
     prewarmFailed(deps, progress, error);
   }
   const labels = progress.prewarm?.labels ?? { [Label.prewarm]: "unknown" };
-  try {
-    await deps.report("ready", { ...volumeDetails(volume), ...labels });
-  } catch (error) {
-    return labelsDidNotTake(deps, progress, error);
+  if (!progress.prewarm?.published) {
+    try {
+      await deps.report(progress.prewarm?.labelState ?? "ready", { ...volumeDetails(volume), ...labels });
+    } catch (error) {
+      return labelsDidNotTake(deps, progress, error);
+    }
   }
   deps.log.notice("boot.verdict", "the pre-warm verdict published", {
     volume: volume.volumeId,

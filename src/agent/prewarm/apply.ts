@@ -26,6 +26,8 @@ import { observePrewarm, sampleVolume, type Sample } from "./observe.ts";
 import type { PrewarmDeps } from "./deps.ts";
 import {
   CHECKING,
+  headStartAtMount,
+  planAfterSample,
   planPrewarm,
   formatBytes,
   formatDuration,
@@ -76,8 +78,8 @@ const AT_BOOT: { [A in Action]: AtBootHandler<A> } = {
   skip: skipReads,
   "record-initialized": recordInitialized,
   check: checkOnly,
-  follow: startLongRun,
-  initialize: startLongRun,
+  follow: (run, decision) => startLongRun(run, decision),
+  initialize: (run, decision) => startLongRun(run, decision),
 };
 
 /** Decisions whose work needs only the device (and EC2), not docker: done as soon as the pre-warm begins. */
@@ -95,6 +97,12 @@ export interface PrewarmAtBoot {
   idle(): Promise<void>;
   /** What the pre-warm does with this volume, as soon as it is decided (before any read); rejects as outcome() does. */
   decided(): Promise<PrewarmPlan>;
+  /**
+   * What follows outcome()'s sample (`check`): a volume it found cold is handed to the background run, warmed by
+   * need (planAfterSample), which publishes `warming`; any other outcome is returned as it is. Call it once the node
+   * is published (the hand-over publishes its own labels). Never rejects for the pre-warm's own failures.
+   */
+  warmIfCold(report: PrewarmReport): Promise<PrewarmReport>;
 }
 
 /**
@@ -104,22 +112,111 @@ export interface PrewarmAtBoot {
  */
 export function beginPrewarmAtBoot(target: PrewarmTarget, settings: PrewarmSettings, deps: PrewarmDeps): PrewarmAtBoot {
   const decided = decideAtBoot(target, settings, deps);
+  // A failed decision reaches outcome() through `begun`: here it only means no head start.
+  const headStart = decided.then(
+    (run) => (headStartAtMount(run.decision) ? beginHeadStart(run) : undefined),
+    () => undefined,
+  );
   const begun = decided.then(async (run) => ({
     run,
     early: DEVICE_ONLY.has(run.decision.action) ? await handleAtBoot(run) : undefined,
   }));
   // Rejections reach outcome(); idle() only waits.
-  const idle = begun.then(
+  const settled = begun.then(
     () => undefined,
     () => undefined,
   );
+  const stopHeadStart = async () => (await headStart)?.stop();
   return {
     outcome: async () => {
       const { run, early } = await begun;
-      return early ?? handleAtBoot(run);
+      if (early) return early;
+      // The background run takes the reads over from the start of its plan: the head start's reads are warm then.
+      await stopHeadStart();
+      return handleAtBoot(run);
     },
-    idle: () => idle,
+    // Nothing reads once the head start is stopped (only a failed boot waits for idle(), before it unmounts).
+    idle: async () => {
+      await stopHeadStart();
+      await settled;
+    },
     decided: async () => (await decided).decision,
+    warmIfCold: async (report) => {
+      const { run } = await begun;
+      const next = planAfterSample(settings, report.decision, report.verdict);
+      if (!next) return report;
+      deps.log.info("prewarm.decide", `${next.action}: ${next.reason}`, {
+        volume: target.volume.volumeId,
+        strategy: settings.strategy,
+      });
+      await run.save({ action: next.action, mode: next.mode, reason: next.reason });
+      try {
+        return await startLongRun(run, next, { verdict: "cold", ...(report.before ? { figures: report.before } : {}) });
+      } catch (error) {
+        deps.log.error("prewarm.failed", `could not warm the cold volume: ${describeError(error)}`, {
+          volume: target.volume.volumeId,
+          remediation: remediationOr(error, "run `ebs-cache-agent prewarm --strategy files`"),
+        });
+        return report;
+      }
+    },
+  };
+}
+
+/** The head start under way: stop() ends its reads and resolves once none is in flight. */
+interface HeadStart {
+  stop(): Promise<void>;
+}
+
+/**
+ * The reads of a volume known cold from the mount on, before docker starts (headStartAtMount): the need list first,
+ * the node's images' files at the depth EBS fetches at, the rest giving way to docker's own reads, as the background
+ * run reads. Nothing is recorded (no state, no progress label): the background run reads from its plan's start.
+ */
+function beginHeadStart(run: AtBoot): HeadStart {
+  const { target, settings, deps } = run;
+  const controller = new AbortController();
+  const started = performance.now();
+  let readBytes = 0;
+  deps.log.info("prewarm.headstart", "reading the need list from the mount on, while docker starts", {
+    volume: target.volume.volumeId,
+  });
+  const reads = deps.reader
+    .initialize(target, "files", {
+      fromOffset: 0,
+      ioDepth: settings.initialize.ioDepth,
+      maxIoBytes: settings.initialize.maxIoBytes,
+      ...(target.images ? { images: target.images } : {}),
+      ...(settings.giveWay
+        ? { yieldDepth: Math.min(YIELD_IO_DEPTH, settings.initialize.ioDepth), giveWay: settings.giveWay }
+        : {}),
+      onProgress: (p) => {
+        readBytes = p.runBytes;
+      },
+      signal: controller.signal,
+    })
+    .then(
+      () => undefined,
+      (error: unknown) => {
+        if (!controller.signal.aborted)
+          deps.log.warning("prewarm.headstart", `the reads before docker's start ended: ${describeError(error)}`, {
+            volume: target.volume.volumeId,
+          });
+      },
+    );
+  return {
+    stop: async () => {
+      controller.abort(new Error("handed over"));
+      await reads;
+      const seconds = (performance.now() - started) / 1000;
+      deps.log.info(
+        "prewarm.headstart",
+        `read ${formatBytes(readBytes)} before the hand-over, in ${formatDuration(seconds)}`,
+        {
+          volume: target.volume.volumeId,
+        },
+      );
+    },
   };
 }
 
@@ -239,10 +336,11 @@ async function checkOnly(run: AtBoot, decision: Extract<PrewarmPlan, { action: "
 async function startLongRun(
   run: AtBoot,
   decision: Extract<PrewarmPlan, { action: "follow" | "initialize" }>,
+  sampled?: Sample,
 ): Promise<PrewarmReport> {
   const running = await alreadyRunning(run, decision);
   if (running) return running;
-  const before = sampleAtHand(run, decision);
+  const before = sampled ?? sampleAtHand(run, decision);
   const background = decision.action === "follow" ? run.settings.background : decision.background;
   if (background && run.deps.startBackground) {
     const handed = await handToBackground(run, decision, before, run.deps.startBackground);

@@ -9,6 +9,7 @@ import { VolumeTag } from "../../tags.ts";
 import { attachedCacheVolume, MANAGED } from "../volume-rules.ts";
 import type { CheckFigures, CloudVolumes, HostStorage, InitializationStatus, VolumeInfo } from "../ports.ts";
 import type { PrewarmDeps } from "./deps.ts";
+import { readPrewarmState, stateOfVolume } from "./state.ts";
 import {
   verdictOf,
   type PrewarmObservation,
@@ -28,7 +29,10 @@ export interface Sample {
 /** What planPrewarm decides from: the volume, EC2's initialization status when it is had, and now. */
 export async function observePrewarm(deps: PrewarmDeps, volume: PrewarmVolume): Promise<PrewarmObservation> {
   const status = await initializationStatusOf(deps, volume);
-  return { volume, ...(status ? { status } : {}), now: deps.clock.now() };
+  // The verdict an earlier run of this volume left (the boot's sample, which the background run it hands to
+  // takes): a volume a sample found cold is warmed, not sampled again.
+  const sampled = stateOfVolume(await readPrewarmState(deps.stateDir), volume.volumeId)?.verdict;
+  return { volume, ...(status ? { status } : {}), ...(sampled ? { sampled } : {}), now: deps.clock.now() };
 }
 
 /**

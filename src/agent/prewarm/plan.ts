@@ -123,6 +123,8 @@ export interface PrewarmObservation {
   status?: InitializationStatus;
   /** EC2's time when it was observed: a volume created from a snapshot minutes ago is cold. Default: the host's now. */
   now?: Date;
+  /** The verdict this volume's earlier run left in the state file (a sample's, or EBS's), when it has one. */
+  sampled?: Verdict;
 }
 
 export type PrewarmPlan =
@@ -171,7 +173,7 @@ export function planPrewarm(settings: PrewarmSettings, observed: PrewarmObservat
       reason: `EBS initializes it (${status.type}, ${status.progress} %): following its progress`,
     };
   }
-  const cold = knownCold(volume, status, now);
+  const cold = knownCold(volume, status, now) ?? (observed.sampled === "cold" ? SAMPLED_COLD : undefined);
   // A volume EBS already says is cold is warmed by need without configuration: the files of the images the node is
   // about to run first (need.ts), read ahead of their services. Only a volume that may be warm is sampled.
   if (settings.strategy === "check")
@@ -191,6 +193,38 @@ export function planPrewarm(settings: PrewarmSettings, observed: PrewarmObservat
     reason: `prewarm.strategy is ${settings.strategy}${cold ? ` (${cold})` : ""}`,
     ...(cold ? { known: "cold" as const } : {}),
   };
+}
+
+/** Why a volume EBS says nothing of is known cold: a sample of it said so (this boot's, or an earlier run's). */
+const SAMPLED_COLD = "the sample found it cold";
+
+/**
+ * What follows a sample (`check`): a volume it finds cold is warmed by need, as one EBS says is cold (planPrewarm);
+ * undefined: the verdict is all (warm, unknown, or a strategy that read already).
+ */
+export function planAfterSample(
+  settings: PrewarmSettings,
+  decision: PrewarmPlan,
+  verdict: Verdict,
+): Extract<PrewarmPlan, { action: "initialize" }> | undefined {
+  if (decision.action !== "check" || verdict !== "cold" || settings.strategy !== "check") return undefined;
+  return {
+    action: "initialize",
+    mode: "files",
+    background: settings.background,
+    reason: `${SAMPLED_COLD}: cold, warmed by need`,
+    known: "cold",
+  };
+}
+
+/**
+ * Whether the decision's reads begin at the mount, before docker starts (the boot's head start): a volume known
+ * cold, warmed in the background, with no sample to take first. The head start reads the need list (the node's
+ * images' files first) while docker starts and is verified, and hands over to the background run at the `prewarm`
+ * step; a sample first, or an inline initialization, waits for the step as before.
+ */
+export function headStartAtMount(decision: PrewarmPlan): decision is Extract<PrewarmPlan, { action: "initialize" }> {
+  return decision.action === "initialize" && decision.background && decision.known !== undefined;
 }
 
 /**

@@ -8,7 +8,9 @@ import {
   planPrewarm,
   DEFAULT_PREWARM,
   FRESH_FROM_SNAPSHOT_MINUTES,
+  headStartAtMount,
   knownCold,
+  planAfterSample,
   type PrewarmSettings,
 } from "../../../src/agent/prewarm/plan.ts";
 import { VolumeTag } from "../../../src/tags.ts";
@@ -96,5 +98,65 @@ t.test("knownCold edge cases", async (t) => {
   t.match(
     knownCold(fromSnapshot, { type: "provisioned-rate", progress: 40 }, now),
     /provisioned-rate initialization at 40 %/,
+  );
+});
+
+t.test("a volume a sample found cold is warmed by need as one EBS says is cold", async (t) => {
+  const check = planPrewarm(DEFAULT_PREWARM, { volume: fromSnapshot, now });
+  t.match(check, { action: "check" }, "EBS says nothing: sampled");
+  t.match(
+    planAfterSample(DEFAULT_PREWARM, check, "cold"),
+    { action: "initialize", mode: "files", background: true, known: "cold" },
+    "the sample's cold: the files initialization by need, in the background",
+  );
+  t.equal(planAfterSample(DEFAULT_PREWARM, check, "warm"), undefined, "warm: the verdict is all");
+  t.equal(planAfterSample(DEFAULT_PREWARM, check, "unknown"), undefined, "a failed sample reads nothing");
+  t.equal(
+    planAfterSample(
+      with_({ strategy: "files" }),
+      { action: "initialize", mode: "files", background: true, reason: "" },
+      "cold",
+    ),
+    undefined,
+    "a strategy that reads already decides nothing more",
+  );
+  t.match(
+    planPrewarm(DEFAULT_PREWARM, { volume: fromSnapshot, now, sampled: "cold" }),
+    { action: "initialize", mode: "files", known: "cold", reason: /sample found it cold/ },
+    "the background run takes the boot's sample (the state file's verdict): no second sample",
+  );
+  t.match(
+    planPrewarm(DEFAULT_PREWARM, { volume: fromSnapshot, now, sampled: "warm" }),
+    { action: "check" },
+    "an earlier warm verdict is sampled again",
+  );
+  t.match(
+    planPrewarm(DEFAULT_PREWARM, {
+      volume: { ...fromSnapshot, tags: { [VolumeTag.initialized]: "x" } },
+      now,
+      sampled: "cold",
+    }),
+    { action: "skip", verdict: "warm" },
+    "the tag wins over an old verdict",
+  );
+});
+
+t.test("the reads begin at the mount only for a volume known cold, warmed in the background", async (t) => {
+  const cold = planPrewarm(DEFAULT_PREWARM, { volume: fromSnapshot, status: { type: "default", progress: 3 }, now });
+  t.ok(headStartAtMount(cold), "known cold, background: from the mount on");
+  t.notOk(headStartAtMount(planPrewarm(DEFAULT_PREWARM, { volume: fromSnapshot, now })), "a sample first: not");
+  t.notOk(
+    headStartAtMount(
+      planPrewarm(with_({ background: false }), {
+        volume: fromSnapshot,
+        status: { type: "default", progress: 3 },
+        now,
+      }),
+    ),
+    "inline: the step reads it whole, before ready",
+  );
+  t.notOk(
+    headStartAtMount(planPrewarm(with_({ strategy: "files" }), { volume: fromSnapshot, now })),
+    "files with a sample to take first: not",
   );
 });
