@@ -16,32 +16,12 @@ import t from "tap";
 import { ExitCode } from "../../src/errors.ts";
 import { agentBundle, withCompileCache } from "../fixtures/lab/agent-bundle.ts";
 import { childEnv } from "../fixtures/lab/lab-prereq.ts";
+import { BUILD_COMMANDS, CONFIG_COMMANDS } from "../fixtures/builders/commands.ts";
 
 /** The production build, as a host runs it: some fifty processes, each started by plain node, not tsx. */
 const CLI = await agentBundle();
-/** Every command a host runs, as typed after `ebs-cache-agent`: each reads the agent's config (--config). */
-const COMMANDS = [
-  ["boot"],
-  ["release"],
-  ["prewarm"],
-  ["refresh"],
-  ["status"],
-  ["gc"],
-  ["prune"],
-  ["pool"],
-  ["pool", "fill"],
-];
-/**
- * The commands of a build machine (docs/snapshot.md), which has no agent config: a builder or CI
- * machine building the pool's snapshot for any pool, given everything as options. They take no
- * --config, so the --config cases do not apply to them. Each has required options, none given
- * here: the usage errors below are still named as themselves, not as a missing --image.
- */
-const BUILD_COMMANDS = [
-  ["snapshot", "build"],
-  ["snapshot", "upload"],
-  ["snapshot", "strip"],
-];
+// The commands (test/fixtures/builders/commands.ts): a host's read the config; a build machine's take none
+// and have required options, none given here: the usage errors below are still named as themselves.
 /**
  * The command groups without an action of their own, as typed (the program itself too): named
  * alone, each is a usage error (src/cli.ts). `pool` is a group with one, the listing: a --config
@@ -144,10 +124,10 @@ const usageLine = (command: readonly string[]) =>
 
 t.test("a usage error exits 2 with the command's usage line, in every command", async (t) => {
   const cases = [
-    ...[...COMMANDS, ...BUILD_COMMANDS].flatMap((command) =>
+    ...[...CONFIG_COMMANDS, ...BUILD_COMMANDS].flatMap((command) =>
       EVERY_COMMAND_ERRORS.map((error) => ({ command, ...error })),
     ),
-    ...COMMANDS.flatMap((command) => CONFIG_ERRORS.map((error) => ({ command, ...error }))),
+    ...CONFIG_COMMANDS.flatMap((command) => CONFIG_ERRORS.map((error) => ({ command, ...error }))),
     ...OWN_ERRORS,
   ];
   const runs = await inBatches(cases.map((c) => () => agent([...c.command, ...c.args])));
@@ -177,7 +157,7 @@ t.test("a group named without a subcommand: its help on stderr, nothing on stdou
 });
 
 t.test("--help exits 0 in every command and lists exit code 2; --version prints the package's version", async (t) => {
-  const commands = [...COMMANDS, ...BUILD_COMMANDS];
+  const commands = [...CONFIG_COMMANDS, ...BUILD_COMMANDS];
   const runs = await inBatches(commands.map((command) => () => agent([...command, "--help"])));
   for (const [i, command] of commands.entries()) {
     const run = runs[i]!;
@@ -199,8 +179,8 @@ t.test(
     const dir = await mkdtemp(join(tmpdir(), "cli-conventions-"));
     t.teardown(() => rm(dir, { recursive: true, force: true }));
     const missing = join(dir, "confg.json");
-    const runs = await inBatches(COMMANDS.map((command) => () => agent([...command, "--config", missing])));
-    for (const [i, command] of COMMANDS.entries()) {
+    const runs = await inBatches(CONFIG_COMMANDS.map((command) => () => agent([...command, "--config", missing])));
+    for (const [i, command] of CONFIG_COMMANDS.entries()) {
       const run = runs[i]!;
       t.equal(run.exitCode, ExitCode.config, `${command.join(" ")}: exit 3`, { stderr: run.stderr });
       t.match(

@@ -26,6 +26,7 @@ import { ExitCode } from "../../src/errors.ts";
 import { agentBundle, REPO, withCompileCache } from "../fixtures/lab/agent-bundle.ts";
 import { assertLabPrerequisites, childEnv } from "../fixtures/lab/lab-prereq.ts";
 import { DEFAULT_RECORD, makePoolImage } from "../fixtures/builders/pool-image.ts";
+import { CONFIG_COMMANDS } from "../fixtures/builders/commands.ts";
 
 await assertLabPrerequisites();
 const CLI = await agentBundle();
@@ -113,17 +114,6 @@ function assertTold(t: Test, out: Ran, code: number, says: RegExp): void {
 
 // ---- config files: every command that reads one, as the node and the fleet run them ----
 
-const CONFIG_COMMANDS = [
-  ["boot"],
-  ["release"],
-  ["prewarm"],
-  ["refresh"],
-  ["status"],
-  ["gc"],
-  ["prune"],
-  ["pool"],
-  ["pool", "fill"],
-];
 const malformed = join(work, "malformed.json");
 await writeFile(malformed, '{ "pool": ');
 const folder = join(work, "folder.json");
