@@ -21,6 +21,7 @@ import { startBuildDockerd, stopLeftoverBuildDockerd } from "../docker/build-doc
 import { buildContainerdPaths } from "../docker/build-containerd.ts";
 import { stripBuiltVolume } from "../docker/built-volume-strip.ts";
 import type { ImageStore } from "../docker/engine.ts";
+import { pullThroughApi, PullStreamError } from "../docker/pull-stream.ts";
 import { ExitCode } from "../errors.ts";
 import { run } from "../exec.ts";
 import { writeFileAtomic } from "../fs-atomic.ts";
@@ -41,7 +42,7 @@ import { writeImageSetRecord } from "../host/pool-image.ts";
 import { removeBeneath } from "../host/volume-paths.ts";
 import { createLogger, type Logger } from "../log.ts";
 import { READ_LIST_FILE } from "../read-list.ts";
-import { stopSignal } from "./common.ts";
+import { progressOutputs, stopSignal } from "./common.ts";
 
 /** ctr on the build's own containerd (the containerd store), in the namespace its dockerd uses (`moby`). */
 function buildContainerdCli(dockerdRoot: string, log: Logger): ContainerdCli {
@@ -67,7 +68,16 @@ async function startDocker(root: string, dataRoot: string, imageStore: ImageStor
     imageStore: d.imageStore,
     load: async (tarball, signal) => void (await d.docker(["load", "--quiet", "--input", tarball], stoppable(signal))),
     has: async (image) => (await idOf(image)) !== undefined,
-    pull: async (image, signal) => void (await d.docker(["pull", "--quiet", image], stoppable(signal))),
+    async pull(image, signal, onBytes) {
+      try {
+        await pullThroughApi(d.socket, image, { ...(signal ? { signal } : {}), ...(onBytes ? { onBytes } : {}) });
+      } catch (error) {
+        if (!(error instanceof PullStreamError)) throw error;
+        // The API pull sent no credentials: the CLI reads the machine's (a private registry), or says why not.
+        log.info("snapshot.pull", `pulling through the docker CLI, without bytes shown: ${error.message}`, { image });
+        await d.docker(["pull", "--quiet", image], stoppable(signal));
+      }
+    },
     async removeAllBut(keep) {
       const kept = new Set(await Promise.all(keep.map(idOf)));
       const all = new Set((await d.docker(["image", "ls", "--quiet", "--no-trunc"])).stdout.split(/\s+/));
@@ -234,7 +244,11 @@ export function snapshotBuildCommand(): Command {
         process.stdout.write(planned.steps.map((step) => describeStep(step) + "\n").join(""));
         return;
       }
-      const report = await runVolumeBuild(volumeBuildDeps(log, stopSignal(log)), request, planned.steps);
+      const report = await runVolumeBuild(
+        { ...volumeBuildDeps(log, stopSignal(log)), progress: progressOutputs(log) },
+        request,
+        planned.steps,
+      );
       const json = JSON.stringify({ ...report, sizeGiB: size }, null, 2) + "\n";
       if (opts.summary) await writeFileAtomic(resolve(opts.summary), json);
       process.stdout.write(

@@ -57,6 +57,8 @@ export interface BuildDockerdOptions {
 export interface BuildDockerd {
   readonly engineVersion: string;
   readonly imageStore: ImageStore;
+  /** Its API's unix socket (a pull's JSON progress stream: src/docker/pull-stream.ts). */
+  readonly socket: string;
   /** `docker -H <its socket> args…`. */
   docker(args: readonly string[], options?: RunOptions): Promise<RunResult>;
   stop(): Promise<void>;
@@ -188,7 +190,7 @@ export async function startBuildDockerd(options: BuildDockerdOptions): Promise<B
       );
     }
     log?.info("docker.build-dockerd-ready", "the build's dockerd is up", { pid, version: info.ServerVersion });
-    return { engineVersion: String(info.ServerVersion), imageStore: store, docker, stop };
+    return { engineVersion: String(info.ServerVersion), imageStore: store, socket: p.socket, docker, stop };
   } catch (error) {
     await stop();
     throw error;

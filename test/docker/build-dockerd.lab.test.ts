@@ -2,7 +2,8 @@
  * The snapshot build's dockerd leaves nothing under the machine's /run/docker: dockerd makes
  * /run/docker/plugins whatever its exec-root, and the build removes what it made. Run in a
  * private mount namespace with an empty /run, so that the machine's own /run/docker (there or
- * not, another dockerd's or not) neither hides the result nor is touched.
+ * not, another dockerd's or not) neither hides the result nor is touched. Its log, the build's
+ * own, also shows its progress line, step by step.
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -36,4 +37,9 @@ t.test("a build on a machine without /run/docker leaves none", async (t) => {
   );
   t.equal(ran.exitCode, 0, "the build succeeds", { stderr: ran.stderr.slice(-3000) });
   t.same(ran.stdout.trim().split("\n"), ["built", "end"], "nothing under /run/docker after it, not even the folder");
+  // The build's progress line in its log (stderr, not a terminal: no control characters), first step to last.
+  const steps = [...ran.stderr.matchAll(/snapshot\.progress: step (\d+) of (\d+), ([a-z-]+)/g)];
+  t.match(steps[0]?.slice(1), ["1", /\d+/, "clean-leftovers"], "the first step's progress is logged");
+  t.equal(steps.at(-1)?.[1], steps.at(-1)?.[2], "so is the last one's");
+  t.notOk(ran.stderr.includes("\r"), "no line is redrawn in a log");
 });

@@ -8,6 +8,8 @@
 import type { ImageStore } from "../../docker/engine.ts";
 import { AgentError, ExitCode, describeError, stopSignalName } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
+import { progressReporter, type ProgressOutputs, type ProgressReporter } from "../../progress.ts";
+import type { PullBytes } from "../../docker/pull-stream.ts";
 import { buildPaths, describeStep, type BuildRequest, type BuildStep } from "./build-plan.ts";
 
 /** The build's plan (build-plan.ts, pure): what `snapshot build` prints with --dry-run and then runs. */
@@ -22,8 +24,11 @@ export interface BuildDocker {
   load(tarball: string, signal?: AbortSignal): Promise<void>;
   /** Whether the image is in the store. */
   has(image: string): Promise<boolean>;
-  /** `docker pull image`; stopped (the CLI killed: dockerd cancels the pull) when `signal` aborts. */
-  pull(image: string, signal?: AbortSignal): Promise<void>;
+  /**
+   * Pulls `image`, telling `onBytes` the pull's bytes where docker reports them; stopped (dockerd
+   * cancels the pull) when `signal` aborts.
+   */
+  pull(image: string, signal?: AbortSignal, onBytes?: (bytes: PullBytes) => void): Promise<void>;
   /** Removes every image but `keep` (by id: their other tags go too); returns how many went. */
   removeAllBut(keep: readonly string[]): Promise<number>;
   /**
@@ -66,8 +71,11 @@ export interface VolumeBuildDeps {
   /** The agent's own identification of the device (throws when it would refuse it). */
   identify(device: string): Promise<void>;
   log: Logger;
+  /** A clock in ms (default `performance.now`): the build's seconds and its progress's rate. */
   now?: () => number;
   signal?: AbortSignal;
+  /** Where the progress line goes besides the log: a terminal's line, systemd's STATUS= (src/cli/common.ts). */
+  progress?: Pick<ProgressOutputs, "terminal" | "status">;
 }
 
 /** What was built: what the upload's tags say (`snapshot upload --image-store … --engine-version …`). */
@@ -100,6 +108,8 @@ interface BuildRun {
   device: string | undefined;
   docker: BuildDocker | undefined;
   report: Omit<VolumeBuildReport, "seconds">;
+  /** The progress line: step k of n and its name, and a pull's bytes. */
+  progress: ProgressReporter;
 }
 
 /** Runs the planned steps; returns the report, or throws after undoing what was set up. */
@@ -109,7 +119,7 @@ export async function runVolumeBuild(
   steps: readonly BuildStep[],
 ): Promise<VolumeBuildReport> {
   const { log } = deps;
-  const now = deps.now ?? Date.now;
+  const now = deps.now ?? (() => performance.now());
   const started = now();
   const run: BuildRun = {
     deps,
@@ -128,17 +138,22 @@ export async function runVolumeBuild(
       removedImages: 0,
       stripped: 0,
     },
+    progress: progressReporter({ log, event: "snapshot.progress", now, ...deps.progress }),
   };
 
   let current: BuildStep | undefined;
   try {
-    for (const step of steps) {
+    for (const [index, step] of steps.entries()) {
       if (deps.signal?.aborted)
         throw new VolumeBuildError(`stopped by ${stopSignalName(deps.signal)}`, "run the build again");
       current = step;
       log.info("snapshot.build-step", describeStep(step));
-      await runStep(run, step);
+      // Each step's start is told (a new step is always a line): its own progress, if any, follows.
+      run.progress.update({ step: stepFigures(steps, index) });
+      await runStep(run, step, stepFigures(steps, index));
     }
+    // The end is always told (and the terminal's line cleared).
+    if (steps.length > 0) run.progress.update({ step: stepFigures(steps, steps.length - 1) }, true);
   } catch (caught) {
     // A step the signal cut short (a pull, a load) failed because of the stop, not by itself.
     const error =
@@ -195,8 +210,15 @@ function done(run: BuildRun, what: string): void {
   if (at >= 0) run.undo.splice(at, 1);
 }
 
+/** Step k of n, named by what it does (`ensure-image lab/a:1`). */
+function stepFigures(steps: readonly BuildStep[], index: number) {
+  const step = steps[index]!;
+  const name = step.step === "ensure-image" ? `${step.step} ${step.image}` : step.step;
+  return { index: index + 1, count: steps.length, name };
+}
+
 /** One step's side effects, and what it acquired pushed on the undo stack. */
-async function runStep(run: BuildRun, step: BuildStep): Promise<void> {
+async function runStep(run: BuildRun, step: BuildStep, figures: ReturnType<typeof stepFigures>): Promise<void> {
   const { deps, undo, report, mountPoint } = run;
   switch (step.step) {
     case "clean-leftovers":
@@ -233,7 +255,7 @@ async function runStep(run: BuildRun, step: BuildStep): Promise<void> {
     case "load":
       return needDocker(run).load(step.tarball, deps.signal);
     case "ensure-image":
-      return ensureImage(run, step);
+      return ensureImage(run, step, figures);
     case "remove-other-images":
       report.removedImages = await needDocker(run).removeAllBut(step.keep);
       return;
@@ -270,7 +292,11 @@ async function runStep(run: BuildRun, step: BuildStep): Promise<void> {
 }
 
 /** The image in the store: already there, or pulled when pulling is on. */
-async function ensureImage(run: BuildRun, step: Extract<BuildStep, { step: "ensure-image" }>): Promise<void> {
+async function ensureImage(
+  run: BuildRun,
+  step: Extract<BuildStep, { step: "ensure-image" }>,
+  figures: ReturnType<typeof stepFigures>,
+): Promise<void> {
   const d = needDocker(run);
   if (await d.has(step.image)) return;
   if (!step.pull) {
@@ -279,5 +305,11 @@ async function ensureImage(run: BuildRun, step: Extract<BuildStep, { step: "ensu
       "give the tarball that holds it (--load), or let the build pull it (without --no-pull)",
     );
   }
-  return d.pull(step.image, run.deps.signal);
+  let last: PullBytes | undefined;
+  await d.pull(step.image, run.deps.signal, (bytes) => {
+    last = bytes;
+    run.progress.update({ step: figures, bytes });
+  });
+  // The pull's end, always in the log: a paced line may have left it out.
+  if (last) run.progress.update({ step: figures, bytes: { done: last.total, total: last.total } }, true);
 }

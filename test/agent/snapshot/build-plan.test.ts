@@ -235,3 +235,42 @@ t.test("the runner: SIGINT (Ctrl-C) between steps stops the build, undoes, and n
   t.same(calls.slice(-2), ["unmount", "detach"]);
   t.notOk(calls.includes("start-dockerd"));
 });
+
+t.test("the runner: the progress line tells step k of n, a pull's bytes, and the end", async (t) => {
+  const { deps } = fakeDeps();
+  const log = createMemoryLogger();
+  const drawn: string[] = [];
+  let clock = 0;
+  deps.log = log;
+  deps.now = () => (clock += 1000);
+  deps.progress = { terminal: { show: (text) => void drawn.push(text), clear: () => void drawn.push("") } };
+  deps.startDockerd = async () => ({
+    ...(await fakeDeps().deps.startDockerd("", "", "graphdriver")),
+    pull: async (_image, _signal, onBytes) => {
+      onBytes?.({ done: 0, total: 2 * 1024 ** 3 });
+      onBytes?.({ done: 1024 ** 3, total: 2 * 1024 ** 3 });
+    },
+  });
+  const planned = planBuild(request);
+  if (!("steps" in planned)) throw new Error("no plan");
+  await runVolumeBuild(deps, request, planned.steps);
+  const n = planned.steps.length;
+  const pullAt = planned.steps.findIndex((s) => s.step === "ensure-image" && s.image === "registry.example.org/app:1");
+  t.ok(log.lines.includes(`<6>snapshot.progress: step 1 of ${n}, clean-leftovers`), "the first step is logged");
+  t.ok(
+    log.lines.some((l) =>
+      l.startsWith(
+        `<6>snapshot.progress: step ${pullAt + 1} of ${n}, ensure-image registry.example.org/app:1: ` +
+          "100.0 % (2 GiB of 2 GiB), ",
+      ),
+    ),
+    "the pull's end, its bytes all done",
+  );
+  t.match(
+    drawn.find((d) => d.includes("50.0 %")),
+    /ensure-image registry\.example\.org\/app:1: 50\.0 % \(1 GiB of 2 GiB\), 1024\.0 MiB\/s, ETA 1s$/,
+    "the pull's bytes, rate and ETA on the terminal's line",
+  );
+  t.ok(log.lines.at(-2)?.startsWith(`<6>snapshot.progress: step ${n} of ${n}, `), "the end is logged");
+  t.equal(drawn.at(-1), "", "the terminal's line is cleared at the end");
+});
