@@ -21,6 +21,8 @@ export interface ProgressFigures {
   bytesPerSecond?: number;
   /** Seconds left, when the task knows them better than the reporter's estimate. */
   etaSeconds?: number;
+  /** What the task waits on now, after the figures (`waiting for vol-0abc (eu-west-1a): creating`). */
+  note?: string;
 }
 
 /** The percent done, floored to a tenth: 100.0 only once all is done. */
@@ -49,7 +51,8 @@ export function formatProgress(f: ProgressFigures): string {
   if (f.etaSeconds !== undefined && !(done && done.total > 0 && done.done >= done.total))
     figures.push(`ETA ${formatDuration(f.etaSeconds)}`);
   if (figures.length > 0) parts.push(figures.join(", "));
-  return parts.join(": ");
+  const line = parts.join(": ");
+  return f.note ? (line ? `${line}; ${f.note}` : f.note) : line;
 }
 
 /** `1.5 GiB`, `300 MiB`, `12 KiB`. */

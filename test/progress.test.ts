@@ -36,6 +36,18 @@ t.test("things counted when no bytes are known; no ETA once all is done", async 
   t.equal(formatProgress({ bytes: { done: 5 * MiB, total: 0 } }), "5 MiB", "an unknown total: the bytes alone");
 });
 
+t.test("what the task waits on follows the figures, or stands alone", async (t) => {
+  t.equal(
+    formatProgress({
+      step: { index: 2, count: 2, name: "pool gpu" },
+      count: { done: 1, total: 3, noun: "volumes available" },
+      note: "waiting for vol-1 (zone-a): creating",
+    }),
+    "step 2 of 2, pool gpu: 1 of 3 volumes available (33.3 %); waiting for vol-1 (zone-a): creating",
+  );
+  t.equal(formatProgress({ note: "waiting" }), "waiting");
+});
+
 /** A reporter on a clock the test moves, its outputs kept. */
 function reporter(terminal: boolean) {
   let now = 0;

@@ -96,6 +96,12 @@ export interface Cancellable {
   signal?: AbortSignal;
 }
 
+/** createVolume's options: besides the stop, who is told the volume's state while it is awaited. */
+export interface CreateOptions extends Cancellable {
+  /** Called after each look at the volume still being created (undefined: not visible yet). */
+  onWait?: (volume: VolumeInfo | undefined) => void;
+}
+
 /** What a query for volumes filters on, server-side. */
 export interface VolumeQuery {
   /** Only these volumes (DescribeVolumes by id, with the filters below applied too). */
@@ -185,7 +191,7 @@ export interface CloudVolumes {
        */
       clientToken?: string;
     },
-    options?: Cancellable,
+    options?: CreateOptions,
   ): Promise<VolumeInfo>;
   /**
    * AttachVolume as a lock: `claimed` when this instance now holds it (also when the call failed

@@ -51,6 +51,7 @@ import {
 import type {
   AttachmentState,
   Cancellable,
+  CreateOptions,
   ClaimOptions,
   ClaimOutcome,
   CloudClock,
@@ -431,7 +432,7 @@ export function createVolumeInput(spec: VolumeSpec & { clientToken: string }): C
   return input;
 }
 
-async function createVolume(ctx: Ec2Context, spec: VolumeSpec, options?: Cancellable): Promise<VolumeInfo> {
+async function createVolume(ctx: Ec2Context, spec: VolumeSpec, options?: CreateOptions): Promise<VolumeInfo> {
   // The same token on every SDK retry of this call: EC2 makes one volume, not one per attempt.
   const clientToken = spec.clientToken ?? randomUUID();
   const input = createVolumeInput({ ...spec, clientToken });
@@ -468,7 +469,11 @@ async function createVolume(ctx: Ec2Context, spec: VolumeSpec, options?: Cancell
         volumeId,
         `still ${last ? `'${last.state}'` : "not visible"} after ${Math.round(timeoutMs / 1000)} s`,
       ),
-    { ...options, interval: (previousMs, elapsedMs) => createPollPause(previousMs, elapsedMs, ctx.pollMs) },
+    {
+      ...(options?.signal ? { signal: options.signal } : {}),
+      ...(options?.onWait ? { onPoll: options.onWait } : {}),
+      interval: (previousMs, elapsedMs) => createPollPause(previousMs, elapsedMs, ctx.pollMs),
+    },
   );
   // `in-use`: another agent claimed it already (it carries pool tags); the caller's claim will say so.
   if (!ready || (ready.state !== "available" && ready.state !== "in-use")) {
@@ -488,7 +493,11 @@ async function pollVolume(
   timeoutMs: number,
   done: (volume: VolumeInfo | undefined) => boolean,
   onTimeout: (last: VolumeInfo | undefined) => Error,
-  options?: Cancellable & { interval?: (previousMs: number | undefined, elapsedMs: number) => number },
+  options?: Cancellable & {
+    interval?: (previousMs: number | undefined, elapsedMs: number) => number;
+    /** Told each look at the volume that is not yet what is awaited. */
+    onPoll?: (volume: VolumeInfo | undefined) => void;
+  },
 ): Promise<VolumeInfo | undefined> {
   const started = Date.now();
   const deadline = started + timeoutMs;
@@ -497,6 +506,7 @@ async function pollVolume(
   for (;;) {
     const volume = await describeVolume(ctx, volumeId, call);
     if (done(volume)) return volume;
+    options?.onPoll?.(volume);
     const remaining = deadline - Date.now();
     if (remaining <= 0) throw onTimeout(volume);
     previous = options?.interval ? options.interval(previous, Date.now() - started) : ctx.pollMs;

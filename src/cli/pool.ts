@@ -2,7 +2,7 @@
 import { Command } from "commander";
 import { keeperExitCode, keeperSettingsForPools, runKeepers, type KeeperReport } from "../agent/keeper/run.ts";
 import { renderPoolView, runPoolView } from "../agent/pool/run.ts";
-import { recordingFailure } from "./common.ts";
+import { progressOutputs, recordingFailure } from "./common.ts";
 import { fleetAccess, fleetContext, fleetOptions } from "./fleet.ts";
 import { CONFIG_OPTION, poolNameOption } from "./options.ts";
 
@@ -91,7 +91,16 @@ function fillCommand(): Command {
         // A dry run writes no metrics, failed or not.
         const recorder = dryRun ? { runFailed: async () => undefined } : context.recorder;
         const outcomes = await recordingFailure(recorder, { useCase: "keeper" }, async () =>
-          runKeepers({ cloud: await context.cloud(), log: context.log, recorder: context.recorder }, pools, { dryRun }),
+          runKeepers(
+            {
+              cloud: await context.cloud(),
+              log: context.log,
+              recorder: context.recorder,
+              progress: progressOutputs(context.log),
+            },
+            pools,
+            { dryRun },
+          ),
         );
         // Under `pools` however many there are (as `pool --json` lists them): a script reads one shape,
         // and a pool added to instanceTypePools does not change it.

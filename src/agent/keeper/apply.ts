@@ -11,7 +11,7 @@
 import { describeError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { VolumeKind, VolumeTag } from "../../tags.ts";
-import type { KeeperCloud } from "../ports.ts";
+import type { KeeperCloud, VolumeInfo } from "../ports.ts";
 import { ClientTokenSpentError } from "../../aws/errors.ts";
 import { releaseTags } from "../release/plan.ts";
 import { replacingToken } from "../volume-creation.ts";
@@ -41,6 +41,8 @@ interface HandlerContext {
   detachTimeoutMs?: number;
   /** Volume ids this round observed: a create answered with one of them made nothing new. */
   known: ReadonlySet<string>;
+  /** Told the new volume's state while a create waits for it to be available (the progress line). */
+  onWait?: (volume: VolumeInfo | undefined, zone: string) => void;
 }
 
 type Handler<S extends KeeperStep> = (
@@ -53,8 +55,9 @@ type KeeperStepName = KeeperStep["step"];
 type KeeperStepOf<K extends KeeperStepName> = Extract<KeeperStep, { step: K }>;
 
 const KEEPER_HANDLERS: { [K in KeeperStepName]: Handler<KeeperStepOf<K>> } = {
-  create: async (step, { cloud, log, known }, fields) => {
-    const { volume, clientToken } = await createForSlot(step, cloud, log, fields);
+  create: async (step, { cloud, log, known, onWait }, fields) => {
+    const wait = onWait ? (volume: VolumeInfo | undefined) => onWait(volume, step.zone) : undefined;
+    const { volume, clientToken } = await createForSlot(step, cloud, log, fields, wait);
     const existing = known.has(volume.volumeId);
     log.notice(
       "keeper.create",
@@ -133,11 +136,18 @@ const KEEPER_HANDLERS: { [K in KeeperStepName]: Handler<KeeperStepOf<K>> } = {
  * CreateVolume for the slot, with its token, or, while EC2 answers a token with a volume gone
  * since, with the token that replaces that volume: the volume and the token that made it.
  */
-async function createForSlot(step: CreateStep, cloud: KeeperCloud, log: Logger, fields: Fields) {
+async function createForSlot(
+  step: CreateStep,
+  cloud: KeeperCloud,
+  log: Logger,
+  fields: Fields,
+  onWait?: (volume: VolumeInfo | undefined) => void,
+) {
   let clientToken = step.clientToken;
   for (let replaced = 0; ; replaced++) {
     try {
-      return { volume: await cloud.createVolume({ ...createVolumeSpec(step), clientToken }), clientToken };
+      const volume = await cloud.createVolume({ ...createVolumeSpec(step), clientToken }, onWait ? { onWait } : {});
+      return { volume, clientToken };
     } catch (error) {
       if (!(error instanceof ClientTokenSpentError) || replaced >= MAX_REPLACED) throw error;
       log.info("keeper.create", `the slot's token made ${error.volumeId}, gone since: asking with the next token`, {

@@ -14,6 +14,8 @@ import type { KeeperDeps } from "./deps.ts";
 import { parseInstanceTypePools, stockedPools } from "../../config/instance-type-pools.ts";
 import type { AgentConfig } from "../../config/index.ts";
 import { volumeCreation } from "../volume-creation.ts";
+import { progressReporter, type ProgressFigures } from "../../progress.ts";
+import type { VolumeInfo } from "../ports.ts";
 
 export interface KeeperReport {
   /** The first round's plan (what `--dry-run` prints). */
@@ -82,7 +84,12 @@ export async function runKeepers(
 ): Promise<KeeperReport[]> {
   const { recorder, ...each } = deps;
   const reports: KeeperReport[] = [];
-  for (const settings of pools) reports.push(await runKeeper(each, settings, options));
+  for (const [index, settings] of pools.entries()) {
+    // Several pools: the progress line says which one of them is being stocked.
+    const step =
+      pools.length > 1 ? { index: index + 1, count: pools.length, name: `pool ${settings.pool}` } : undefined;
+    reports.push(await runKeeper(each, settings, { ...options, ...(step ? { step } : {}) }));
+  }
   if (!options.dryRun && recorder) {
     const finishedAt = new Date();
     const facts = reports.map((report) => keeperFacts(report, finishedAt));
@@ -102,7 +109,7 @@ export async function runKeepers(
 export async function runKeeper(
   deps: KeeperDeps,
   settings: KeeperSettings,
-  options: { dryRun: boolean },
+  options: { dryRun: boolean; step?: ProgressFigures["step"] },
 ): Promise<KeeperReport> {
   const { cloud, log, recorder } = deps;
   const observed = await observeKeeper(cloud, settings);
@@ -134,10 +141,12 @@ export async function runKeeper(
   if (options.dryRun) return report;
 
   const known = new Set(observed.volumes.map((v) => v.volumeId));
+  const waiting = volumesProgress(deps, plan.steps.filter((s) => s.step === "create").length, options.step);
   const ctx = {
     cloud,
     log,
     known,
+    onWait: waiting.onWait,
     ...(settings.ttlHours !== undefined ? { ttlHours: settings.ttlHours } : {}),
   };
   const firstCreate = plan.steps.find((s) => s.step === "create");
@@ -159,12 +168,55 @@ export async function runKeeper(
     report.final = planKeeper(settings, recount);
     report.rounds = round;
     const next = report.final.steps.find((s) => s.step === "create");
+    waiting.made(report.results, report.final.steps.filter((s) => s.step === "create").length);
     if (!next) break;
     report.results.push(...(await applyKeeper([next], ctx)));
   }
+  waiting.end(report.results);
   report.failed = report.results.filter((r) => r.done === "failed").length + unread.length + misconfigured;
   await recorder?.keeperFinished(keeperFacts(report, new Date()));
   return report;
+}
+
+/**
+ * The keeper's wait for the volumes it creates, told as one progress line (src/progress.ts): n of
+ * m available, and the state of the one awaited (one at a time: the slowest so far); in the log
+ * at its pace, on a terminal, to systemd. Nothing is told when the run creates nothing.
+ */
+function volumesProgress(deps: KeeperDeps, wanted: number, step: ProgressFigures["step"]) {
+  const reporter = progressReporter({
+    log: deps.log,
+    event: "keeper.progress",
+    now: deps.now ?? (() => performance.now()),
+    ...deps.progress,
+  });
+  let total = wanted;
+  let available = 0;
+  const figures = (note?: string): ProgressFigures => ({
+    ...(step ? { step } : {}),
+    count: { done: available, total, noun: "volumes available" },
+    ...(note ? { note } : {}),
+  });
+  const madeOf = (results: readonly KeeperStepReport[]) =>
+    results.filter((r) => r.step === "create" && (r.done === "created" || r.done === "existing")).length;
+  return {
+    onWait(volume: VolumeInfo | undefined, zone: string) {
+      const state = volume
+        ? `${volume.volumeId} (${zone}): ${volume.state}`
+        : `a new volume (${zone}): not visible yet`;
+      reporter.update(figures(`waiting for ${state}`));
+    },
+    /** After a round: what was made, and how many creates the recount still wants. */
+    made(results: readonly KeeperStepReport[], stillWanted: number) {
+      available = madeOf(results);
+      total = available + stillWanted;
+    },
+    end(results: readonly KeeperStepReport[]) {
+      if (wanted === 0) return;
+      available = madeOf(results);
+      reporter.update(figures(), true);
+    },
+  };
 }
 
 /**

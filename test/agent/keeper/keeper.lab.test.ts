@@ -219,6 +219,10 @@ t.test("fills three zones to the target from empty", async (t) => {
   const outcome = (JSON.parse(fill.stdout) as { pools: KeeperReport[] }).pools[0]!;
   t.equal(outcome.results.filter((r) => r.done === "created").length, 6, "six volumes made");
   t.equal(outcome.rounds, 7, "a recount after each volume (the last finds nothing to do)");
+  // The wait for them, one progress line (paced: no count of lines asserted), its end always told.
+  t.match(fill.stderr, /keeper\.progress: 6 of 6 volumes available \(100\.0 %\)$/m, "the wait's end is logged");
+  for (const line of fill.stderr.split("\n").filter((l) => l.includes("keeper.progress: ") && l.includes("waiting")))
+    t.match(line, /: \d of 6 volumes available \(.+\); waiting for (vol-\w+|a new volume) \(.+\): \w/);
   // The dry run showed the request as sent: the step it printed is a token the emulator received, for a
   // volume made as configured.
   const received = lab.ec2.snapshotState().clientTokens ?? {};
