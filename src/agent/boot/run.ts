@@ -81,7 +81,7 @@ export async function runBoot(config: AgentConfig, host: HostAdapters, options: 
   // `dockerd --version` (~0.1 s, memoized per run) is wanted by the host check and the switch of a
   // run that may claim: read while EC2 is asked, off the boot's path. A failure is not kept.
   if (settings.mayClaim && settings.enabled && !options.dryRun) void bootDeps.dockerVersion().catch(() => undefined);
-  const observation = await observeOrDegrade(cloud, identity, settings, host.log, signal, hostStore);
+  const observation = await observeOrDegrade(cloud, identity, settings, host.log, signal, hostStore, options.dryRun);
   const plan = await planOf(observation, settings, config.paths.stateDir, host, identity, options);
   if (options.dryRun) return { identity, plan, exitCode: ExitCode.ok };
 
@@ -326,6 +326,7 @@ async function observeOrDegrade(
   log: Logger,
   signal: AbortSignal | undefined,
   hostStore: (() => Promise<HostStore>) | undefined,
+  dryRun: boolean,
 ): Promise<{ observed: BootObservation } | { plan: BootPlan; transient: boolean }> {
   try {
     return {
@@ -338,7 +339,8 @@ async function observeOrDegrade(
     // SIGTERM or the budget while observing: nothing was claimed yet; the node degrades like
     // any stopped boot.
     const failure = signal?.aborted ? { transient: true } : cloudFailureOf(error);
-    if (!failure || !settings.mayClaim) throw error;
+    // A dry run that could not ask EC2 has no plan to show: the failure is its outcome (exit 1), not a degraded boot.
+    if (!failure || !settings.mayClaim || dryRun) throw error;
     const { transient } = failure;
     const reason = signal?.aborted ? new CancelledError("observe", signal).message : describeError(error);
     log.error("boot.observe", `${reason}; no volume was claimed`, {
