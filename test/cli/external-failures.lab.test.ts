@@ -8,8 +8,12 @@
  * commands (pool, gc, pool fill, with and without --dry-run), an EC2 endpoint that refuses the
  * connection or never answers, no credentials, and an AWS refusal on every call
  * (UnauthorizedOperation, InvalidVolume.NotFound, RequestLimitExceeded); for snapshot upload, the
- * same of EBS and a missing image. Not yet: the node commands against IMDS or EC2 failing (their
- * IMDS wait is a minute), snapshot build, doctor, a full disk.
+ * same of EBS and a missing image; for the node commands (boot --dry-run, boot --no-docker,
+ * release, refresh, prewarm), an IMDS that refuses or never answers (with a short IMDS wait) and
+ * an EC2 that refuses, denies (UnauthorizedOperation) or throttles every call: exit 1, but phase
+ * 1's boot, which degrades (exit 4, one error line); for snapshot build, an image in no tarball
+ * with pulling off, and one whose registry refuses. Not yet: IMDS answering odd data, doctor, a
+ * full disk, docker unreachable for the build.
  * The cases share one EC2 emulator and run a few at a time; an AWS refusal is an `errorCode` (or
  * throttle) fault of one action, so the cases that need different faults run one after another.
  */
@@ -27,6 +31,7 @@ import { agentBundle, REPO, withCompileCache } from "../fixtures/lab/agent-bundl
 import { assertLabPrerequisites, childEnv } from "../fixtures/lab/lab-prereq.ts";
 import { DEFAULT_RECORD, makePoolImage } from "../fixtures/builders/pool-image.ts";
 import { CONFIG_COMMANDS } from "../fixtures/builders/commands.ts";
+import { labConfigJson } from "../../src/lab/machines/agent.ts";
 
 await assertLabPrerequisites();
 const CLI = await agentBundle();
@@ -188,6 +193,96 @@ for (const [what, faults, says] of AWS_REFUSALS) {
   });
 }
 
+// ---- IMDS and EC2: the node commands, whose credentials are the instance profile's ----
+
+/** A lab host (its folders, its IMDS): the node commands' config with IMDS and EC2 as given. */
+const node = await lab.addHost();
+async function nodeConfig(name: string, over: { imds?: string; ec2?: string }): Promise<string> {
+  const path = join(work, `node-${name}.json`);
+  // A short IMDS wait (its default is a minute): the give-up is what is under test, not its length.
+  const timeouts = { imdsSeconds: 2, imdsRequestSeconds: 1 };
+  const json = labConfigJson(lab, node, {
+    timeouts,
+    ...(over.imds ? { imdsEndpoint: over.imds } : {}),
+    ...(over.ec2 ? { ec2Endpoint: over.ec2 } : {}),
+  });
+  await writeFile(path, JSON.stringify(json));
+  return path;
+}
+
+/**
+ * The node commands that ask IMDS and EC2 on a host with no cache volume yet. `status` and `prune`
+ * read the host's own records first and ask neither here (nothing booted, nothing mounted).
+ * Phase 1's boot degrades rather than fail when EC2 fails (its own exit code, 4); a dry run fails.
+ */
+const NODE_COMMANDS = [["release"], ["refresh"], ["prewarm"], ["boot", "--dry-run"], ["boot", "--no-docker"]];
+
+t.test("IMDS refuses or never answers: exit 1, IMDS named, with what to check", async (t) => {
+  const refused = await nodeConfig("imds-refused", { imds: REFUSED });
+  const silentImds = await nodeConfig("imds-silent", { imds: SILENT });
+  const cases = NODE_COMMANDS.flatMap((command) => [
+    { command, what: "refused", config: refused },
+    { command, what: "silent", config: silentImds },
+  ]);
+  await inBatches(cases, 5, async ({ command, what, config }) => {
+    const out = await agent([...command, "--config", config]);
+    t.test(`${command.join(" ")}: IMDS ${what}`, async (t) =>
+      assertTold(t, out, ExitCode.failure, /instance metadata service .* did not answer/),
+    );
+  });
+});
+
+/**
+ * Phase 1 degrades when EC2 fails (docker on its default data-root): exit 4 when the failure may
+ * clear, 1 when an operator must fix it (a denial); the failure one error line, no bug, no stack.
+ */
+function assertDegraded(t: Test, out: Ran, code: number, says: RegExp): void {
+  t.equal(out.code, code, `exit code ${code}\n${out.stderr}`);
+  t.notMatch(out.stderr, /report this as a bug|unexpected failure/, "not told as the agent's bug");
+  const errors = out.stderr.split("\n").filter((line) => line.startsWith("<3>"));
+  t.equal(errors.length, 1, "one error line");
+  t.match(errors[0] ?? "", says, "it says what failed");
+  t.match(errors[0] ?? "", /remediation=/, "and what to do");
+  t.match(out.stderr, /<4>boot\.degraded: /, "the node said degraded");
+  t.notMatch(out.stderr, /^\s+at /m, "no stack trace");
+}
+
+const NODE_EC2_FAILURES: Array<[string, { config?: string; faults?: Faults; phase1: number }, RegExp]> = [
+  ["refuses the connection", { config: "ec2-refused", phase1: ExitCode.degraded }, /ECONNREFUSED|refused/],
+  [
+    "answers UnauthorizedOperation",
+    {
+      faults: {
+        actions: {
+          DescribeInstances: { errorCode: "UnauthorizedOperation" },
+          DescribeVolumes: { errorCode: "UnauthorizedOperation" },
+        },
+      },
+      phase1: ExitCode.failure,
+    },
+    /UnauthorizedOperation|not authori[sz]ed/,
+  ],
+  ["throttles every call", { faults: { throttleRate: 1 }, phase1: ExitCode.degraded }, /RequestLimitExceeded|throttl/],
+];
+
+for (const [what, { config, faults, phase1 }, says] of NODE_EC2_FAILURES) {
+  t.test(`EC2 ${what}: the node commands exit 1, phase 1 degrades`, async (t) => {
+    const path = await nodeConfig(config ?? "ec2-lab", config ? { ec2: REFUSED } : {});
+    if (faults) {
+      lab.ec2.setFaults(faults);
+      t.teardown(() => lab.ec2.setFaults({}));
+    }
+    await inBatches(NODE_COMMANDS, 5, async (command) => {
+      const out = await agent([...command, "--config", path], { AWS_MAX_ATTEMPTS: "1" });
+      t.test(command.join(" "), async (t) =>
+        command.includes("--no-docker")
+          ? assertDegraded(t, out, phase1, says)
+          : assertTold(t, out, ExitCode.failure, says),
+      );
+    });
+  });
+}
+
 // ---- EBS direct: snapshot upload ----
 
 function uploadArgs(name: string, endpoint: string, ec2Endpoint = lab.ec2.endpoint): string[] {
@@ -248,6 +343,35 @@ t.test("snapshot upload: each failure not its own told as what it is", async (t)
   t.test("EBS answers AccessDeniedException", async (t) =>
     assertTold(t, denied, ExitCode.failure, /AccessDenied|denied/),
   );
+});
+
+// ---- snapshot build: the images it cannot have ----
+
+t.test("snapshot build: an image it cannot have is told as what it is, and undone", async (t) => {
+  const build = (name: string, images: string, extra: string[]) => [
+    "snapshot",
+    "build",
+    "--image",
+    join(work, `${name}.img`),
+    "--size-gib",
+    "1",
+    "--images",
+    images,
+    "--no-record-reads",
+    ...extra,
+  ];
+  const cases: Array<[string, string[], RegExp]> = [
+    ["in no tarball, pulling off", build("offline", "lab/absent:1", ["--no-pull"]), /lab\/absent:1 is in none/],
+    // dockerd takes a registry on 127.0.0.1 as plain http: refused at once, by the API pull and then the CLI's.
+    ["its registry refusing", build("unreachable", "127.0.0.1:9/lab/absent:1", []), /127\.0\.0\.1:9.*refused/],
+  ];
+  await inBatches(cases, 2, async ([what, args, says]) => {
+    const out = await agent(args);
+    t.test(what, async (t) => {
+      assertTold(t, out, ExitCode.failure, says);
+      t.notMatch(out.stderr, /snapshot\.build-undo-failed/, "what it set up was undone");
+    });
+  });
 });
 
 /** Runs `each` over `items`, `size` at a time. */
