@@ -12,29 +12,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
 import { agentBundle, REPO, withCompileCache } from "../fixtures/lab/agent-bundle.ts";
+import { EVERY_COMMAND } from "../fixtures/builders/commands.ts";
 import { childEnv } from "../fixtures/lab/lab-prereq.ts";
 
 const CLI = await agentBundle();
-/** Every command as typed after `ebs-cache-agent`, the program itself and the hidden one included. */
-const COMMANDS = [
-  [],
-  ["boot"],
-  ["release"],
-  ["prewarm"],
-  ["refresh"],
-  ["status"],
-  ["gc"],
-  ["prune"],
-  ["pool"],
-  ["pool", "fill"],
-  ["snapshot"],
-  ["snapshot", "build"],
-  ["snapshot", "upload"],
-  ["snapshot", "strip"],
-  ["record-reads"],
-  ["doctor"],
-  ["acceptance"],
-];
+/** Every command, the program itself and the hidden one included (listed once: test/fixtures/builders/commands.ts). */
+const COMMANDS = EVERY_COMMAND;
 
 interface Ended {
   exitCode: number | null;
