@@ -86,6 +86,8 @@ export interface HostAdapters {
   recorder?: OutcomeRecorder;
   /** The last boot's result as its record holds it (src/status/records.ts); undefined when none is recorded. */
   lastBoot(): Promise<BootReport | undefined>;
+  /** systemd's `STATUS=` under a unit that takes notifications (src/host/systemd-notify.ts); absent: none. */
+  serviceStatus?(text: string): void;
   /** Starts the background pre-warm run; absent: a long initialization runs inline. */
   startPrewarm?(): Promise<void>;
   /** Starts the background refresh after `ready` (config refresh.enabled); absent: none. */

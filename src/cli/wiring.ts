@@ -27,6 +27,7 @@ import { createDockerdVersion, createSystemdDockerService } from "../docker/serv
 import { readFilesystemFill } from "../host/fill.ts";
 import { mountPointsOf, syncFilesystem } from "../host/mount.ts";
 import { systemdRebootQueued } from "../host/reboot.ts";
+import { serviceStatusNotifier } from "../host/systemd-notify.ts";
 import { createHostStorage } from "../host/storage.ts";
 import { checkVolumeLayout } from "../host/volume-layout.ts";
 import { createFioReader } from "../host/volume-reads.ts";
@@ -62,6 +63,8 @@ export interface WiringOptions {
    * --background`). Absent: a long initialization runs inline, before `ready`.
    */
   startPrewarm?: () => Promise<void>;
+  /** systemd's `STATUS=` (under a unit that takes notifications): the pre-warm's progress line. */
+  serviceStatus?: (text: string) => void;
   /** The fio binary the pre-warm runs (default `fio` on PATH). */
   fio?: string;
   /**
@@ -173,6 +176,7 @@ export function wireAdapters(options: WiringOptions): HostAdapters & { recorder:
     puller: createImagePuller({ host: config.paths.dockerHost, log }),
     recorder: wireRecorder(options),
     lastBoot: async () => (await readBootRecord(config.paths.stateDir)).record?.result,
+    ...(options.serviceStatus ? { serviceStatus: options.serviceStatus } : {}),
     ...(options.startPrewarm ? { startPrewarm: options.startPrewarm } : {}),
     ...(options.startRefresh ? { startRefresh: options.startRefresh } : {}),
     spotInstanceAction: (call) => readSpotInstanceAction(metadata, call),
@@ -230,6 +234,8 @@ export function hostWiringOptions(config: AgentConfig, log: Logger, startPrewarm
   };
   // Read before anything runs: a bad value is a configuration error that changed nothing.
   const maxAttempts = hostMaxAttempts();
+  // Set under a unit that takes notifications (the ready unit, the background pre-warm in its cgroup).
+  const serviceStatus = serviceStatusNotifier(log);
   return {
     config,
     ec2Client: (region) =>
@@ -248,5 +254,6 @@ export function hostWiringOptions(config: AgentConfig, log: Logger, startPrewarm
     rebootQueued: () => systemdRebootQueued(),
     log,
     startPrewarm,
+    ...(serviceStatus ? { serviceStatus } : {}),
   };
 }

@@ -57,6 +57,7 @@ export function composeBoot(
           stateDir: config.paths.stateDir,
           log,
           ...(host.recorder ? { recorder: host.recorder } : {}),
+          ...(host.serviceStatus ? { status: (text: string) => host.serviceStatus?.(text) } : {}),
           ...(host.startPrewarm ? { startBackground: host.startPrewarm } : {}),
         },
       ),

@@ -646,7 +646,7 @@ function needsSample(run: LongRun): boolean {
 }
 
 /**
- * Progress into the state (written every `progressSeconds`), the log, and the `prewarm-progress`
+ * Progress into the state (written every `progressSeconds`), the log and systemd's STATUS=, and the `prewarm-progress`
  * label (only when it moves a whole step: each change reloads dockerd or updates the node).
  */
 function progressReporter(run: LongRun): OnProgress {
@@ -663,9 +663,9 @@ function progressReporter(run: LongRun): OnProgress {
     if (due || progress.percent >= 100) {
       lastLog = Date.now();
       void run.save(changes);
-      run.deps.log.info("prewarm.progress", formatProgress(progressFigures(progress)), {
-        volume: run.target.volume.volumeId,
-      });
+      const line = formatProgress(progressFigures(progress));
+      run.deps.log.info("prewarm.progress", line, { volume: run.target.volume.volumeId });
+      run.deps.status?.(line);
     } else {
       Object.assign(state, changes);
     }

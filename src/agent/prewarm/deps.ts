@@ -29,6 +29,11 @@ export interface PrewarmDeps {
   startBackground?: () => Promise<void>;
   /** How often EBS's initialization status is polled while following it (default 10 s). */
   followPollMs?: number;
+  /**
+   * systemd's `STATUS=` (a unit that takes notifications): the progress line, at the journal's pace,
+   * so that `systemctl status` shows how far the reads are. Absent: the journal alone.
+   */
+  status?: (text: string) => void;
   /** Told of each state written (the pre-warm's metrics); absent: nothing but the state file. */
   recorder?: Pick<OutcomeRecorder, "prewarmStateWritten">;
 }

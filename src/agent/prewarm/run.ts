@@ -80,6 +80,7 @@ export async function runPrewarm(
     stateDir: config.paths.stateDir,
     log,
     ...(host.recorder ? { recorder: host.recorder } : {}),
+    ...(host.serviceStatus ? { status: (text: string) => host.serviceStatus?.(text) } : {}),
   };
   // Decided once: the long part and the boot's step both take this decision, not one of their own.
   const decision = await decidePrewarm(target, settings, prewarmDeps);
