@@ -14,12 +14,14 @@
  * 1's boot, which degrades (exit 4, one error line); for snapshot build, an image in no tarball
  * with pulling off, and one whose registry refuses; a full disk (a filled tmpfs) under the node
  * commands' state folder (a warning naming it, their outcome's exit code) and under snapshot
- * upload's --manifest (exit 1), nothing half-written. Not yet: IMDS answering odd data, doctor,
+ * upload's --manifest (exit 1), nothing half-written; IMDS answering an empty instance id or a
+ * web page for it. Not yet: doctor,
  * snapshot build's --image on a full disk, docker unreachable for the build.
  * The cases share one EC2 emulator and run a few at a time; an AWS refusal is an `errorCode` (or
  * throttle) fault of one action, so the cases that need different faults run one after another.
  */
 import { execFile } from "node:child_process";
+import { createServer as createHttpServer } from "node:http";
 import { createServer, type Server, type Socket } from "node:net";
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -248,6 +250,39 @@ t.test("IMDS refuses or never answers: exit 1, IMDS named, with what to check", 
       assertTold(t, out, ExitCode.failure, /instance metadata service .* did not answer/),
     );
   });
+});
+
+/** An IMDS that answers, but with `instanceId` for the instance id (a token and a zone as EC2's). */
+async function oddImds(t: Test, instanceId: string): Promise<string> {
+  const server = createHttpServer((request, response) => {
+    // The SDK asks `//latest/meta-data/…` (its base URL's slash and the path's): one slash here.
+    const path = (request.url ?? "").replace(/\/+/g, "/");
+    if (request.method === "PUT" && path === "/latest/api/token") return void response.end("lab-token");
+    if (path === "/latest/meta-data/instance-id") return void response.end(instanceId);
+    if (path === "/latest/meta-data/placement/availability-zone") return void response.end(`${lab.region}a`);
+    if (path === "/latest/meta-data/placement/region") return void response.end(lab.region);
+    response.statusCode = 404;
+    response.end();
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  t.teardown(() => server.close());
+  return `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+}
+
+t.test("IMDS answering odd data: exit 1, IMDS named with what it answered", async (t) => {
+  const answers: Array<[string, string, RegExp]> = [
+    ["an empty instance id", "", /instance metadata service .*unexpected identity: instance ""/],
+    ["a web page for the instance id", "<html>login</html>", /instance metadata service .*instance "<html>login/],
+  ];
+  for (const [what, instanceId, says] of answers) {
+    const config = await nodeConfig(`imds-odd-${answers.findIndex(([w]) => w === what)}`, {
+      imds: await oddImds(t, instanceId),
+    });
+    await inBatches([["release"], ["boot", "--dry-run"]], 2, async (command) => {
+      const out = await agent([...command, "--config", config]);
+      t.test(`${command.join(" ")}: ${what}`, async (t) => assertTold(t, out, ExitCode.failure, says));
+    });
+  }
 });
 
 /**
