@@ -6,6 +6,8 @@
 import { randomBytes } from "node:crypto";
 import { open, rename, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
+import { describeDiskError, diskErrorKind, type DiskErrorKind } from "./disk-errors.ts";
+import { AgentError } from "./errors.ts";
 
 export interface AtomicWriteOptions {
   /** The new file's mode (default 0644); set after the write too, since the umask trims open()'s. */
@@ -18,8 +20,9 @@ export interface AtomicWriteOptions {
  * Writes `data` to `path` atomically and durably: a temp file in the same folder (a rename is
  * atomic only within one filesystem; the dot name keeps it out of globs such as the metrics
  * collector's `*.prom`), fsynced, renamed over `path`, then the folder fsynced so the rename
- * itself survives a crash. The folder must exist. Throws the filesystem's error; the temp file
- * is removed on failure.
+ * itself survives a crash. The folder must exist. Throws the filesystem's error, but a full or
+ * read-only filesystem as a FolderNotWritableError (not the agent's bug: an operator frees room);
+ * the temp file is removed on failure, and the file at `path` is then as it was.
  */
 export async function writeFileAtomic(
   path: string,
@@ -41,9 +44,31 @@ export async function writeFileAtomic(
     await rename(temp, path);
   } catch (error) {
     await rm(temp, { force: true }).catch(() => undefined);
-    throw error;
+    const kind = diskErrorKind(error);
+    throw kind ? new FolderNotWritableError(dirname(path), basename(path), kind, error) : error;
   }
   await syncFolder(dirname(path));
+}
+
+/** A file not written because its folder's filesystem is full (ENOSPC, EDQUOT) or read-only (EROFS). */
+export class FolderNotWritableError extends AgentError {
+  constructor(
+    readonly folder: string,
+    file: string,
+    readonly kind: DiskErrorKind,
+    cause: unknown,
+  ) {
+    const code = (cause as { code?: unknown }).code;
+    super(
+      `${describeDiskError(kind)} on ${folder}${typeof code === "string" ? ` (${code})` : ""}: ${file} not written, ` +
+        "the file there is as it was",
+      kind === "no-space"
+        ? `free space on the filesystem of ${folder} (df -h ${folder}) and run the command again`
+        : `remount the filesystem of ${folder} read-write, or point the setting at a writable folder, and run again`,
+      undefined,
+      { cause },
+    );
+  }
 }
 
 /** Fsyncs a folder, so a rename or an unlink in it is on disk. */

@@ -12,14 +12,18 @@
  * release, refresh, prewarm), an IMDS that refuses or never answers (with a short IMDS wait) and
  * an EC2 that refuses, denies (UnauthorizedOperation) or throttles every call: exit 1, but phase
  * 1's boot, which degrades (exit 4, one error line); for snapshot build, an image in no tarball
- * with pulling off, and one whose registry refuses. Not yet: IMDS answering odd data, doctor, a
- * full disk, docker unreachable for the build.
+ * with pulling off, and one whose registry refuses; a full disk (a filled tmpfs) under the node
+ * commands' state folder (a warning naming it, their outcome's exit code) and under snapshot
+ * upload's --manifest (exit 1), nothing half-written; IMDS answering an empty instance id or a
+ * web page for it. Not yet: doctor,
+ * snapshot build's --image on a full disk, docker unreachable for the build.
  * The cases share one EC2 emulator and run a few at a time; an AWS refusal is an `errorCode` (or
  * throttle) fault of one action, so the cases that need different faults run one after another.
  */
 import { execFile } from "node:child_process";
+import { createServer as createHttpServer } from "node:http";
 import { createServer, type Server, type Socket } from "node:net";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t, { type Test } from "tap";
@@ -248,6 +252,39 @@ t.test("IMDS refuses or never answers: exit 1, IMDS named, with what to check", 
   });
 });
 
+/** An IMDS that answers, but with `instanceId` for the instance id (a token and a zone as EC2's). */
+async function oddImds(t: Test, instanceId: string): Promise<string> {
+  const server = createHttpServer((request, response) => {
+    // The SDK asks `//latest/meta-data/…` (its base URL's slash and the path's): one slash here.
+    const path = (request.url ?? "").replace(/\/+/g, "/");
+    if (request.method === "PUT" && path === "/latest/api/token") return void response.end("lab-token");
+    if (path === "/latest/meta-data/instance-id") return void response.end(instanceId);
+    if (path === "/latest/meta-data/placement/availability-zone") return void response.end(`${lab.region}a`);
+    if (path === "/latest/meta-data/placement/region") return void response.end(lab.region);
+    response.statusCode = 404;
+    response.end();
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  t.teardown(() => server.close());
+  return `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+}
+
+t.test("IMDS answering odd data: exit 1, IMDS named with what it answered", async (t) => {
+  const answers: Array<[string, string, RegExp]> = [
+    ["an empty instance id", "", /instance metadata service .*unexpected identity: instance ""/],
+    ["a web page for the instance id", "<html>login</html>", /instance metadata service .*instance "<html>login/],
+  ];
+  for (const [what, instanceId, says] of answers) {
+    const config = await nodeConfig(`imds-odd-${answers.findIndex(([w]) => w === what)}`, {
+      imds: await oddImds(t, instanceId),
+    });
+    await inBatches([["release"], ["boot", "--dry-run"]], 2, async (command) => {
+      const out = await agent([...command, "--config", config]);
+      t.test(`${command.join(" ")}: ${what}`, async (t) => assertTold(t, out, ExitCode.failure, says));
+    });
+  }
+});
+
 /**
  * Phase 1 degrades when EC2 fails (docker on its default data-root): exit 4 when the failure may
  * clear, 1 when an operator must fix it (a denial); the failure one error line, no bug, no stack.
@@ -389,6 +426,95 @@ t.test("snapshot build: an image it cannot have is told as what it is, and undon
       assertTold(t, out, ExitCode.failure, says);
       t.notMatch(out.stderr, /snapshot\.build-undo-failed/, "what it set up was undone");
     });
+  });
+});
+
+// ---- a full disk where a command writes ----
+
+/**
+ * A small tmpfs, mounted for the test and filled to the last byte after `seed` has put the files
+ * a command finds there: a write to it fails with ENOSPC at once, wherever in the write it lands.
+ */
+async function fullFilesystem(t: Test, name: string, seed: (folder: string) => Promise<void>): Promise<string> {
+  const folder = join(work, name);
+  await mkdir(folder);
+  await run("mount", ["-t", "tmpfs", "-o", "size=512k,mode=0755", `full-${name}`, folder]);
+  t.teardown(() => run("umount", [folder]));
+  await seed(folder);
+  // dd ends with "No space left on device" once it is full: that end is the point.
+  await run("dd", ["if=/dev/zero", `of=${join(folder, ".filler")}`, "bs=4k"]).catch(() => undefined);
+  return folder;
+}
+
+/** The files under `folder` (recursively) with their content, for "nothing changed". */
+async function contents(folder: string): Promise<Record<string, string>> {
+  const found: Record<string, string> = {};
+  for (const entry of await readdir(folder, { recursive: true, withFileTypes: true })) {
+    if (!entry.isFile() || entry.name === ".filler") continue;
+    const path = join(entry.parentPath, entry.name);
+    found[path] = await readFile(path, "utf8");
+  }
+  return found;
+}
+
+function run(command: string, args: string[]): Promise<void> {
+  return new Promise((resolve, reject) =>
+    execFile(command, args, (error, _out, stderr) => (error ? reject(new Error(`${command}: ${stderr}`)) : resolve())),
+  );
+}
+
+/**
+ * A node command whose state folder is full: its outcome's own exit code (a state file is the
+ * status's, not the outcome: docs/operations.md), one warning naming the full folder and what to
+ * do, no bug, no stack, and nothing half-written (no temp file left, what was there intact).
+ */
+async function assertFullWarned(t: Test, out: Ran, code: number, folder: string, before: Record<string, string>) {
+  t.equal(out.code, code, `exit code ${code}\n${out.stderr}`);
+  t.notMatch(out.stderr, /report this as a bug|unexpected failure/, "not told as the agent's bug");
+  const full = out.stderr.split("\n").filter((line) => line.includes(`no space left on ${folder} (ENOSPC)`));
+  t.equal(full.length, 1, "said once");
+  t.match(full[0] ?? "", /^<4>/, "as a warning");
+  t.match(full[0] ?? "", /remediation=".*free space|free space there/, "with what to do");
+  t.notMatch(out.stderr, /^\s+at /m, "no stack trace");
+  t.same(await contents(folder), before, "no temp file left, what was there intact");
+}
+
+t.test("a full disk where a command writes: the folder named, ENOSPC said, nothing half-written", async (t) => {
+  const stateDir = await fullFilesystem(t, "full-state", async (folder) => {
+    await writeFile(join(folder, "last-release.json"), "{}\n");
+    await writeFile(join(folder, "refresh.json"), "{}\n");
+  });
+  const before = await contents(stateDir);
+  const config = join(work, "node-full-state.json");
+  const json = JSON.parse(await readFile(await nodeConfig("full-state-base", {}), "utf8")) as {
+    paths: Record<string, unknown>;
+  };
+  await writeFile(config, JSON.stringify({ ...json, paths: { ...json.paths, stateDir } }));
+  // The state each writes on a host with no cache volume: release and refresh their records, phase
+  // 1's boot the workspace record (kept on the volume instead), degraded as it would be anyway.
+  const writers: Array<[string[], number]> = [
+    [["release"], ExitCode.ok],
+    [["refresh"], ExitCode.ok],
+    [["boot", "--no-docker"], ExitCode.degraded],
+  ];
+  for (const [command, code] of writers) {
+    const out = await agent([...command, "--config", config]);
+    t.test(command.join(" "), async (t) => assertFullWarned(t, out, code, stateDir, before));
+  }
+  const dryRun = await agent(["boot", "--dry-run", "--config", config]);
+  t.test("boot --dry-run writes nothing: unaffected", async (t) => {
+    t.equal(dryRun.code, ExitCode.ok, dryRun.stderr);
+    t.notMatch(dryRun.stderr, /no space left/);
+  });
+
+  const manifests = await fullFilesystem(t, "full-manifests", async () => undefined);
+  const args = uploadArgs("full", lab.ec2.endpoint).map((a) =>
+    a === join(work, "full.manifest.json") ? join(manifests, "full.manifest.json") : a,
+  );
+  const out = await agent(args, CREDENTIALS);
+  t.test("snapshot upload --manifest: exit 1", async (t) => {
+    assertTold(t, out, ExitCode.failure, new RegExp(`no space left on ${manifests} \\(ENOSPC\\)`));
+    t.same(await contents(manifests), {}, "no temp file left, no manifest half-written");
   });
 });
 

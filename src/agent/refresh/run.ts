@@ -5,7 +5,7 @@
  * changes the node's readiness: the exit code is 0 unless the refresh could not run at all.
  */
 import type { AgentConfig } from "../../config/index.ts";
-import { ConfigError, ExitCode, describeError } from "../../errors.ts";
+import { ConfigError, ExitCode, describeError, remediationOr } from "../../errors.ts";
 import type { HostAdapters } from "../adapters.ts";
 import { resolveSettings } from "../settings.ts";
 import { applyRefresh } from "./apply.ts";
@@ -57,7 +57,7 @@ export async function runRefresh(
       log.warning(
         "refresh.state",
         `could not write the refresh's state: ${describeError(error)}; status will not show its progress`,
-        { stateDir },
+        { stateDir, remediation: remediationOr(error, "make the state folder writable") },
       ),
     );
     await host.recorder?.refreshStateWritten(state);
