@@ -551,8 +551,8 @@ async function mountVolume(step: StepOf<"mount">, ctx: StepContext): Promise<und
   deps.log.info("boot.mount", "volume mounted", { volume: volume.volumeId, mountPoint });
   // The pre-warm needs only the device from here on: its decision, and the sample or (a volume known cold) the
   // need list's reads, run while the data-root is prepared and docker starts. A first phase (no docker) has no
-  // `prewarm` step: the second begins it with start-docker.
-  if (ctx.plan.steps.some((each) => each.step === "prewarm")) progress.prewarmRun ??= beginPrewarm(ctx);
+  // `prewarm` step (beginPrewarm then begins nothing): the second begins it with start-docker.
+  progress.prewarmRun ??= beginPrewarm(ctx);
   return undefined;
 }
 
@@ -694,7 +694,7 @@ async function startDocker(_step: StepOf<"start-docker">, ctx: StepContext): Pro
   const { docker, engine, log } = deps;
   // The pre-warm reads the device, not docker: begun at the mount (or here, when the first phase mounted), it runs
   // while docker starts and is verified; the `prewarm` step awaits its verdict.
-  if (ctx.plan.steps.some((step) => step.step === "prewarm")) progress.prewarmRun ??= beginPrewarm(ctx);
+  progress.prewarmRun ??= beginPrewarm(ctx);
   if (!docker) return undefined;
   // containerd reads its root only at start: restarted on the new one, docker after it (dockerd
   // keeps its view of containerd's images from its own start).
