@@ -32,6 +32,7 @@ import { createMemoryLogger, type Logger } from "../../log.ts";
 import { VolumeKind, VolumeTag } from "../../tags.ts";
 import { writeImageArchive } from "../docker/images.ts";
 import type { Lab } from "../lab.ts";
+import { LAB_WAIT } from "./volumes.ts";
 
 /** One image of the golden set. */
 export interface GoldenImage {
@@ -99,7 +100,7 @@ export interface GoldenSnapshot {
   builtAt?: string;
 }
 
-const WAIT = { minDelay: 1, maxDelay: 2, maxWaitTime: 120 };
+const WAIT = LAB_WAIT;
 
 function tagList(tags: Record<string, string>): Tag[] {
   return Object.entries(tags).map(([Key, Value]) => ({ Key, Value }));
