@@ -80,6 +80,7 @@ import { startLab, type Lab } from "../../../src/lab/lab.ts";
 import { IN_MACHINE, MACHINE_AGENT_PATHS, readyRunEnded } from "../../../src/lab/machines/nspawn-host.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
+import { GOLDEN_REUSE_FOLDER } from "../../fixtures/lab/golden-reuse.ts";
 import { pollUntil } from "../../fixtures/lab/lab-prereq.ts";
 import {
   CACHE_BASE,
@@ -193,7 +194,13 @@ function shared(time: Timer): Promise<Shared> {
     const lab: Lab = await time("lab", () => startLab({ name: "nspawn", log: labLog }));
     t.teardown(() => lab.close()); // after every subtest's machine is destroyed
     const golden = await time("golden", () =>
-      buildGoldenSnapshot(lab, { pool: POOL, imageSet: IMAGE_SET, images: IMAGES, log: labLog }),
+      buildGoldenSnapshot(lab, {
+        pool: POOL,
+        imageSet: IMAGE_SET,
+        images: IMAGES,
+        reuseFolder: GOLDEN_REUSE_FOLDER,
+        log: labLog,
+      }),
     );
     const ec2 = lab.ec2Client();
     const describe = async (volumeId: string): Promise<Volume> => {
