@@ -101,6 +101,7 @@ import {
   type Machine,
   type MachineSetup,
 } from "../../fixtures/lab/nspawn.ts";
+import { LAB_WAIT } from "../../../src/lab/volumes/volumes.ts";
 
 const POOL = "nspawn";
 /** `dockerd --version` of each engine's machine. */
@@ -828,7 +829,7 @@ async function containerdGolden(t: Test, s: Shared, pool: string): Promise<Golde
     new CreateVolumeCommand({ AvailabilityZone: host.instance.availabilityZone, Size: 2, VolumeType: "gp3" }),
   );
   const volumeId = created.VolumeId!;
-  const wait = { client: ec2, minDelay: 1, maxDelay: 2, maxWaitTime: 120 };
+  const wait = { client: ec2, ...LAB_WAIT };
   await waitUntilVolumeAvailable(wait, { VolumeIds: [volumeId] });
   await ec2.send(
     new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: host.instance.instanceId, Device: "/dev/sdf" }),
