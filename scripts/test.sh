@@ -32,6 +32,10 @@ export PATH="$PWD/node_modules/.bin:$PATH"
 
 work=$(mktemp -d -t ebs-cache-agent-test.XXXXXX)
 trap 'rm -rf "$work"' EXIT
+# The golden build most lab files start from, built by the first and reused by the others for
+# this run only (src/lab/volumes/golden-reuse.ts): removed with $work, so a change to the build
+# is always built.
+export EBS_CACHE_LAB_GOLDEN_REUSE="$work/golden"
 
 rootfs_pid=
 if [ "$(id -u)" = 0 ]; then

@@ -34,10 +34,11 @@ import {
 } from "./nspawn-docker.ts";
 import type { Machine } from "./nspawn.ts";
 import { CACHE_BASE } from "./nspawn-rootfs.ts";
+import { LAB_WAIT } from "../volumes/volumes.ts";
 
 /** Where the builder machine mounts the volume. */
 const BUILDER_MOUNT = "/mnt/golden";
-const WAIT = { minDelay: 1, maxDelay: 2, maxWaitTime: 120 };
+const WAIT = LAB_WAIT;
 
 /** What to build, and with which engine machine. */
 export interface EngineGoldenOptions extends GoldenOptions {

@@ -26,12 +26,14 @@ import {
 import { runVolumeBuild } from "../../agent/snapshot/build.ts";
 import { planBuild, type BuildRequest } from "../../agent/snapshot/build-plan.ts";
 import { volumeBuildDeps } from "../../cli/snapshot-build.ts";
-import type { ImageStore } from "../../docker/engine.ts";
 import { storeTags } from "../../docker/image-store.ts";
 import { createMemoryLogger, type Logger } from "../../log.ts";
 import { VolumeKind, VolumeTag } from "../../tags.ts";
 import { writeImageArchive } from "../docker/images.ts";
 import type { Lab } from "../lab.ts";
+import { snapshotImagePath, volumeImagePath } from "../reaper/labdir.ts";
+import { goldenReuse, type GoldenBuilt } from "./golden-reuse.ts";
+import { LAB_WAIT } from "./volumes.ts";
 
 /** One image of the golden set. */
 export interface GoldenImage {
@@ -67,6 +69,12 @@ export interface GoldenOptions {
    * as the Packer template's provisioner does (default true); false: a volume without the list.
    */
   recordReads?: boolean;
+  /**
+   * A folder of golden builds kept for one test run (src/lab/volumes/golden-reuse.ts): a build
+   * of the same inputs found there is written onto the builder volume instead of built again,
+   * and a new build is kept there. Unset (the default): always built.
+   */
+  reuseFolder?: string;
   log?: Logger;
 }
 
@@ -91,7 +99,7 @@ export interface GoldenSnapshot {
   sizeGiB: number;
   images: string[];
   /** How the images were stored, as the builder's dockerd reported it (tagged on the snapshot and the pool volumes). */
-  built: { store: ImageStore; engineVersion: string };
+  built: GoldenBuilt;
   /**
    * The build's time as tagged (`ebs-cache:built-at`, ISO 8601): its generation, with the image
    * set. Always set by buildGoldenSnapshot; absent for a snapshot a test made otherwise.
@@ -99,7 +107,7 @@ export interface GoldenSnapshot {
   builtAt?: string;
 }
 
-const WAIT = { minDelay: 1, maxDelay: 2, maxWaitTime: 120 };
+const WAIT = LAB_WAIT;
 
 function tagList(tags: Record<string, string>): Tag[] {
   return Object.entries(tags).map(([Key, Value]) => ({ Key, Value }));
@@ -140,6 +148,10 @@ export async function buildGoldenSnapshot(lab: Lab, options: GoldenOptions): Pro
   const created = await ec2.send(new CreateVolumeCommand(builderVolumeInput(zone, sizeGiB, options.volume)));
   const volumeId = created.VolumeId!;
   await waitUntilVolumeAvailable({ client: ec2, ...WAIT }, { VolumeIds: [volumeId] });
+  // A kept build replaces the blank volume's image before it is attached (a file copy that keeps
+  // holes, as a volume made from a snapshot is: writing 2 GiB through the device took seconds).
+  const reuse = options.reuseFolder ? goldenReuse(options.reuseFolder, options, log) : undefined;
+  const reused = await reuse?.restore(volumeImagePath(lab.backend.root, volumeId));
   await ec2.send(
     new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: builder.instance.instanceId, Device: "/dev/sdf" }),
   );
@@ -148,14 +160,16 @@ export async function buildGoldenSnapshot(lab: Lab, options: GoldenOptions): Pro
   log?.info("lab.golden-attach", "builder volume attached", { volume: volumeId, device });
 
   // Short: the build's dockerd puts its unix sockets (107 bytes at most) under it.
-  const built = await buildOnDevice(device, join(lab.root, "g", volumeId.slice(4, 12)), options);
+  const built = reused ?? (await buildOnDevice(device, join(lab.root, "g", volumeId.slice(4, 12)), options));
 
-  return snapshotBuilderVolume(lab, volumeId, options, {
+  const golden = await snapshotBuilderVolume(lab, volumeId, options, {
     sizeGiB,
     built,
     builtAt,
     description: `ebs-cache golden snapshot: pool ${options.pool}, image set ${options.imageSet}`,
   });
+  if (reuse && !reused) await reuse.keep(snapshotImagePath(lab.backend.root, golden.snapshotId), built);
+  return golden;
 }
 
 /**

@@ -44,6 +44,7 @@ import {
   childEnv,
   pollUntil,
 } from "../../fixtures/lab/lab-prereq.ts";
+import { LAB_WAIT } from "../../../src/lab/volumes/volumes.ts";
 
 await assertLabPrerequisites();
 assertDockerPrerequisites("test/agent/refresh/refresh.lab.test.ts");
@@ -112,10 +113,7 @@ t.test(
         ],
       }),
     );
-    await waitUntilSnapshotCompleted(
-      { client: bl.ec2, minDelay: 1, maxDelay: 2, maxWaitTime: 120 },
-      { SnapshotIds: [created.SnapshotId!] },
-    );
+    await waitUntilSnapshotCompleted({ client: bl.ec2, ...LAB_WAIT }, { SnapshotIds: [created.SnapshotId!] });
 
     const overrides = {
       pool: POOL,

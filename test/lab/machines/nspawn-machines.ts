@@ -80,6 +80,7 @@ import { startLab, type Lab } from "../../../src/lab/lab.ts";
 import { IN_MACHINE, MACHINE_AGENT_PATHS, readyRunEnded } from "../../../src/lab/machines/nspawn-host.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
+import { GOLDEN_REUSE_FOLDER } from "../../fixtures/lab/golden-reuse.ts";
 import { pollUntil } from "../../fixtures/lab/lab-prereq.ts";
 import {
   CACHE_BASE,
@@ -100,6 +101,7 @@ import {
   type Machine,
   type MachineSetup,
 } from "../../fixtures/lab/nspawn.ts";
+import { LAB_WAIT } from "../../../src/lab/volumes/volumes.ts";
 
 const POOL = "nspawn";
 /** `dockerd --version` of each engine's machine. */
@@ -193,7 +195,13 @@ function shared(time: Timer): Promise<Shared> {
     const lab: Lab = await time("lab", () => startLab({ name: "nspawn", log: labLog }));
     t.teardown(() => lab.close()); // after every subtest's machine is destroyed
     const golden = await time("golden", () =>
-      buildGoldenSnapshot(lab, { pool: POOL, imageSet: IMAGE_SET, images: IMAGES, log: labLog }),
+      buildGoldenSnapshot(lab, {
+        pool: POOL,
+        imageSet: IMAGE_SET,
+        images: IMAGES,
+        reuseFolder: GOLDEN_REUSE_FOLDER,
+        log: labLog,
+      }),
     );
     const ec2 = lab.ec2Client();
     const describe = async (volumeId: string): Promise<Volume> => {
@@ -821,7 +829,7 @@ async function containerdGolden(t: Test, s: Shared, pool: string): Promise<Golde
     new CreateVolumeCommand({ AvailabilityZone: host.instance.availabilityZone, Size: 2, VolumeType: "gp3" }),
   );
   const volumeId = created.VolumeId!;
-  const wait = { client: ec2, minDelay: 1, maxDelay: 2, maxWaitTime: 120 };
+  const wait = { client: ec2, ...LAB_WAIT };
   await waitUntilVolumeAvailable(wait, { VolumeIds: [volumeId] });
   await ec2.send(
     new AttachVolumeCommand({ VolumeId: volumeId, InstanceId: host.instance.instanceId, Device: "/dev/sdf" }),

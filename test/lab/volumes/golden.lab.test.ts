@@ -2,11 +2,12 @@
  * The lab end to end: a golden snapshot holding a docker data-root with a locally built image,
  * pool volumes made from it, and one of them attached to another host where a private dockerd
  * runs the image straight from the volume (no pull, no load). Then the lab closes and leaves
- * no loop device, mount or folder behind.
+ * no loop device, mount or folder behind. A build kept for the test run is reused byte for byte.
  */
 import t from "tap";
 import { existsSync } from "node:fs";
-import { readdir, writeFile } from "node:fs/promises";
+import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
   AttachVolumeCommand,
@@ -18,6 +19,8 @@ import { run } from "../../../src/exec.ts";
 import { readReadList } from "../../../src/host/need-reads.ts";
 import { DATA_ROOT_SUBDIR } from "../../../src/layout.ts";
 import { buildGoldenSnapshot, createPoolVolumes } from "../../../src/lab/volumes/golden.ts";
+import { goldenBuildKey } from "../../../src/lab/volumes/golden-reuse.ts";
+import { snapshotImagePath } from "../../../src/lab/reaper/labdir.ts";
 import { startLab } from "../../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
@@ -129,3 +132,33 @@ t.test("golden snapshot, pool, and an image run from a pool volume", async (t) =
   t.notOk((await run("losetup", ["-a"])).stdout.includes(root), "no loop device of the lab is left");
   t.notOk((await run("findmnt", ["-rn", "-o", "TARGET"])).stdout.includes(root), "no mount of the lab is left");
 });
+
+t.test(
+  "a golden build kept for the run (golden-reuse.ts) is reused: the same bytes and report, the pool's own tags",
+  async (t) => {
+    const log = createMemoryLogger();
+    const lab = await startLab({ name: "test-golden-reuse", log });
+    t.teardown(() => lab.close());
+    const reuseFolder = await mkdtemp(join(tmpdir(), "golden-reuse-"));
+    t.teardown(() => rm(reuseFolder, { recursive: true, force: true }));
+    const images = [{ tag: "lab/app:1", payloadBytes: 1 << 20 }];
+    const reused = () => log.lines.filter((line) => line.includes("lab.golden-reused")).length;
+
+    const first = await buildGoldenSnapshot(lab, { pool: "p1", imageSet: "set-1", images, reuseFolder, log });
+    t.equal(reused(), 0, "the first build is built");
+    const key = goldenBuildKey({ images });
+    t.same((await readdir(reuseFolder)).sort(), [`${key}.img`, `${key}.json`], "and kept: its bytes and its report");
+
+    const second = await buildGoldenSnapshot(lab, { pool: "p2", imageSet: "set-2", images, reuseFolder, log });
+    t.equal(reused(), 1, "the second, of the same inputs, is reused");
+    t.not(second.snapshotId, first.snapshotId, "a snapshot of its own");
+    t.same(second.built, first.built, "with the first build's store and engine");
+    const image = (snapshotId: string) => snapshotImagePath(lab.backend.root, snapshotId);
+    const cmp = await run("cmp", [image(first.snapshotId), image(second.snapshotId)], { check: false });
+    t.equal(cmp.exitCode, 0, "its snapshot holds the first build's bytes");
+    const snapshots = await lab.ec2Client().send(new DescribeSnapshotsCommand({ SnapshotIds: [second.snapshotId] }));
+    const tags = Object.fromEntries((snapshots.Snapshots?.[0]?.Tags ?? []).map((tag) => [tag.Key, tag.Value]));
+    t.equal(tags[VolumeTag.pool], "p2", "tagged for its own pool");
+    t.equal(tags[VolumeTag.imageSet], "set-2", "and image set");
+  },
+);
