@@ -214,7 +214,9 @@ export async function startLab(options: LabOptions = {}): Promise<Lab> {
   const clients: EC2Client[] = [];
 
   const close = async () => {
-    for (const host of hosts) await host.dockerd?.stop().catch(() => undefined);
+    // At once: a dockerd in swarm mode takes seconds to stop (its ingress network and raft), and
+    // the hosts' dockerds share nothing.
+    await Promise.all(hosts.flatMap((host) => (host.dockerd ? [host.dockerd.stop().catch(() => undefined)] : [])));
     for (const client of clients) client.destroy();
     await Promise.all(imdsServers.map((server) => server.close().catch(() => undefined)));
     await ec2?.close().catch(() => undefined);
