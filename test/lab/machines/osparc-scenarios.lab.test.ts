@@ -15,10 +15,8 @@
  * touch them.
  */
 import t, { type Test } from "tap";
-import { fileURLToPath } from "node:url";
 import { DescribeNetworkInterfacesCommand, DescribeVolumesCommand, type Tag } from "@aws-sdk/client-ec2";
-import { execa } from "execa";
-import { writeLabConfig, type ConfigOverrides } from "../../../src/lab/machines/agent.ts";
+import type { ConfigOverrides } from "../../../src/lab/machines/agent.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import {
   createAutoscalerActor,
@@ -31,7 +29,7 @@ import {
 } from "../../../src/lab/machines/autoscaler.ts";
 import type { BootOutcome } from "../../../src/agent/boot/run.ts";
 import { GOLDEN_IMAGES, labelRecord, LABEL_PREFIX, POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
-import { assertLabPrerequisites, childEnv, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
+import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
 import { volumeEnd } from "../../fixtures/lab/lifecycle-lab.ts";
 
 await assertLabPrerequisites();
@@ -542,7 +540,6 @@ t.test("a batch attach deletes the labels tag keys of the FIRST instance from al
   await Promise.all([osparc.terminate(a), osparc.terminate(b)]);
 });
 
-const REPO = fileURLToPath(new URL("../../..", import.meta.url));
 const tagRecord = (tags: Tag[] | undefined) =>
   Object.fromEntries((tags ?? []).map((tag) => [tag.Key!, tag.Value ?? ""]));
 
@@ -565,18 +562,9 @@ async function launchParts(node: OsparcNode) {
   };
 }
 
-/** `ebs-cache-agent <args> --config <the host's config>` as a process on the node (as a timer or a person runs it). */
-async function agentCommand(node: OsparcNode, args: string[], overrides: ConfigOverrides = {}) {
-  const config = await writeLabConfig(bl.lab, node.host, { pool: POOL, ...overrides });
-  const result = await execa(process.execPath, ["--import", "tsx", `${REPO}src/cli.ts`, ...args, "--config", config], {
-    cwd: REPO,
-    env: childEnv(),
-    extendEnv: false,
-    reject: false,
-    stdin: "ignore",
-    timeout: 240_000,
-  });
-  return { exitCode: result.exitCode ?? -1, stdout: String(result.stdout), stderr: String(result.stderr) };
+/** `ebs-cache-agent <args>` as a process on the node, with the pool's config. */
+function agentCommand(node: OsparcNode, args: string[], overrides: ConfigOverrides = {}) {
+  return bl.agent(node.host, args, { pool: POOL, ...overrides });
 }
 
 /** Requests that change a resource (or name it in a change), since `since`, naming `id`. */
