@@ -43,6 +43,17 @@ export interface LabelTarget {
   onPublished?: (labels: Record<string, string>) => void;
 }
 
+/**
+ * The pre-warm run begun at the mount (`ebs-cache-agent prewarm --from-mount`): on a host the unit
+ * ebs-cache-agent-prewarm.service, so that it outlives the first boot phase's oneshot (whose processes end with it).
+ */
+export interface PrewarmFromMount {
+  /** Starts it without waiting for it (already running: nothing new). */
+  start(): Promise<void>;
+  /** Stops it and resolves once it has ended (its reads too); not running: nothing. */
+  stop(): Promise<void>;
+}
+
 /** What a host offers every use case: EC2, IMDS, its disks, docker, its records. */
 export interface HostAdapters {
   log: Logger;
@@ -90,6 +101,8 @@ export interface HostAdapters {
   serviceStatus?(text: string): void;
   /** Starts the background pre-warm run; absent: a long initialization runs inline. */
   startPrewarm?(): Promise<void>;
+  /** The pre-warm run begun at the mount, outliving the boot's first phase (a unit of its own); absent: none. */
+  prewarmFromMount?: PrewarmFromMount;
   /** Starts the background refresh after `ready` (config refresh.enabled); absent: none. */
   startRefresh?(): Promise<void>;
   /** The spot interruption notice (IMDS); absent: not read. */
