@@ -168,7 +168,13 @@ export async function prewarmLabHost(
 export async function releaseLabHost(
   lab: Lab,
   host: LabHost,
-  options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger; rebootQueued?: boolean },
+  options: {
+    overrides?: ConfigOverrides;
+    dryRun?: boolean;
+    log: Logger;
+    rebootQueued?: boolean;
+    prewarmFromMount?: PrewarmFromMount;
+  },
 ): Promise<ReleaseOutcome> {
   const wiring = labWiring(lab, host, options);
   return runRelease(wiring.config, wireAdapters(wiring), { dryRun: options.dryRun ?? false });

@@ -240,6 +240,7 @@ t.test(
       stop: async () => {
         stop.abort(new Error("stopped"));
         await run;
+        log.info("lab.prewarm-unit", "stopped");
       },
     };
     const phase1 = await bootLabHost(bl.lab, host, { overrides, log, withDocker: false, prewarmFromMount });
@@ -288,8 +289,11 @@ t.test(
     t.ok((await bl.tags(volumeId))[VolumeTag.initialized], "tagged initialized by the run");
     t.match(await readPrewarmState(stateDir(host)), { phase: "done", verdict: "warm" });
 
-    // Nothing of the run blocks the release.
-    const released = await releaseLabHost(bl.lab, host, { overrides, log });
+    // The release stops the run (systemctl stop on a host) before it unmounts; nothing of the run blocks it.
+    const released = await releaseLabHost(bl.lab, host, { overrides, log, prewarmFromMount });
     t.equal(released.exitCode, 0, "released", { log: lines.join("\n") });
+    const stoppedAt = lines.findIndex((l) => /lab\.prewarm-unit: stopped/.test(l));
+    const unmountedAt = lines.findIndex((l) => /release\.unmount: unmounted/.test(l));
+    t.ok(stoppedAt >= 0 && stoppedAt < unmountedAt, "the run was stopped before the unmount");
   },
 );
