@@ -24,6 +24,7 @@ import type {
   ImagePuller,
   LabelWithdrawer,
   MountTable,
+  PrewarmFromMount,
   PrewarmReader,
   ReleaseDaemonConfig,
   SpotInstanceAction,
@@ -41,17 +42,6 @@ export interface LabelTarget {
   mode: LabelModeSetting;
   /** Told the labels each report published (the boot's record keeps the last). */
   onPublished?: (labels: Record<string, string>) => void;
-}
-
-/**
- * The pre-warm run begun at the mount (`ebs-cache-agent prewarm --from-mount`): on a host the unit
- * ebs-cache-agent-prewarm.service, so that it outlives the first boot phase's oneshot (whose processes end with it).
- */
-export interface PrewarmFromMount {
-  /** Starts it without waiting for it (already running: nothing new). */
-  start(): Promise<void>;
-  /** Stops it and resolves once it has ended (its reads too); not running: nothing. */
-  stop(): Promise<void>;
 }
 
 /** What a host offers every use case: EC2, IMDS, its disks, docker, its records. */

@@ -34,10 +34,10 @@ import { createFioReader } from "../host/volume-reads.ts";
 import type { Logger } from "../log.ts";
 import { createOutcomeRecorder, hostFacts } from "../status/recorder.ts";
 import { readBootRecord } from "../status/records.ts";
-import type { HostAdapters, PrewarmFromMount } from "../agent/adapters.ts";
+import type { HostAdapters } from "../agent/adapters.ts";
 import { createPrewarmUnit } from "../host/prewarm-unit.ts";
 import type { OutcomeRecorder } from "../agent/outcomes.ts";
-import type { CloudVolumes, ContainerdRoot, DockerService } from "../agent/ports.ts";
+import type { CloudVolumes, ContainerdRoot, DockerService, PrewarmFromMount } from "../agent/ports.ts";
 
 export interface WiringOptions {
   config: AgentConfig;

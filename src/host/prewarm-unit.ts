@@ -5,7 +5,7 @@
  * docker starts, which is when the reads matter most. A unit started by the first phase lives on,
  * and systemd orders its stop before the release's (the unit file says how).
  */
-import type { PrewarmFromMount } from "../agent/adapters.ts";
+import type { PrewarmFromMount } from "../agent/ports.ts";
 import { AgentError, describeError } from "../errors.ts";
 import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";

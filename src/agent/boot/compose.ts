@@ -4,7 +4,8 @@
  * pre-warm of the volume in hand (prewarm/apply.ts) with the strategy the plan's step carries.
  */
 import type { AgentConfig } from "../../config/index.ts";
-import type { HostAdapters, PrewarmFromMount } from "../adapters.ts";
+import type { HostAdapters } from "../adapters.ts";
+import type { PrewarmFromMount } from "../ports.ts";
 import type { CloudVolumes } from "../ports.ts";
 import { beginPrewarmAtBoot } from "../prewarm/apply.ts";
 import { prewarmSettingsFrom } from "../prewarm/plan.ts";

@@ -6,7 +6,7 @@ import { mkdir, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { AcceptanceDeps } from "../../agent/acceptance/deps.ts";
 import { wireAcceptance } from "../../agent/acceptance/wire.ts";
-import type { PrewarmFromMount } from "../../agent/adapters.ts";
+import type { PrewarmFromMount } from "../../agent/ports.ts";
 import { runBoot, type BootOutcome } from "../../agent/boot/run.ts";
 import { runPrewarm, type PrewarmCommandOptions, type PrewarmOutcome } from "../../agent/prewarm/run.ts";
 import { runRelease, type ReleaseOutcome } from "../../agent/release/run.ts";
@@ -131,7 +131,7 @@ export async function bootLabHost(
     dryRun?: boolean;
     log: Logger;
     startPrewarm?: () => Promise<void>;
-    /** Stands for ebs-cache-agent-prewarm.service, which the first phase starts (e.g. prewarmLabHost with fromMount). */
+    /** Stands for ebs-cache-agent-prewarm.service, which the first phase starts (prewarmLabHost with fromMount). */
     prewarmFromMount?: PrewarmFromMount;
     /**
      * Stands for the detached `ebs-cache-agent refresh --background` (e.g. refreshLabHost); used with refresh.enabled.
