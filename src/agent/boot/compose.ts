@@ -5,8 +5,7 @@
  */
 import type { AgentConfig } from "../../config/index.ts";
 import type { HostAdapters } from "../adapters.ts";
-import type { PrewarmFromMount } from "../ports.ts";
-import type { CloudVolumes } from "../ports.ts";
+import type { CloudVolumes, PrewarmFromMount } from "../ports.ts";
 import { beginPrewarmAtBoot } from "../prewarm/apply.ts";
 import { prewarmSettingsFrom } from "../prewarm/plan.ts";
 import type { ResolvedSettings } from "../settings.ts";
@@ -76,7 +75,8 @@ function mountRunOf(unit: PrewarmFromMount, stateDir: string, bootId: string | u
   const key = (volumeId: string) => ({ volumeId, ...(bootId ? { bootId } : {}) });
   return {
     begin: async (volumeId) => {
-      // Recorded first: a run that starts before its record would find its labels' gate from an earlier boot.
+      // Recorded first, its labels held: the second phase learns of the run from the record even while it starts,
+      // and the run never finds an earlier boot's gate open (the record names this boot).
       await recordMountRun(stateDir, key(volumeId));
       await unit.start();
     },
