@@ -84,6 +84,7 @@ const { values } = parseArgs({
     strategies: { type: "string", default: "initialized,off,check,files,need" },
     out: { type: "string", default: join(REPO, "bench", "results") },
     "probe-ms": { type: "string", default: "0" },
+    "hand-over": { type: "boolean", default: false },
     help: { type: "boolean", default: false },
   },
 });
@@ -95,6 +96,8 @@ if (values.help) {
       "    default src/lab/volumes/ebs-model.default.json (assumed); --delay-ms, --chunk-kib override it\n" +
       "  [--head-start-ms 2000] [--runs 3] [--node-images 1,4] [--fractions 10,50,100]\n" +
       "  [--strategies initialized,off,check,files,need] [--out DIR] [--probe-ms N]\n" +
+      "  --hand-over: check as a single-phase boot before round 3 (its head start cut at `ready` and read again\n" +
+      "    by the background run); default: the run begun at the mount, read through (a two-phase host's)\n" +
       "  --probe-ms N: during the service, a warm 4 KiB read of the device every N ms, its latency\n" +
       "    reported (the wait behind reads queued before it); its reads are others' to the pacing:\n" +
       "    for evidence runs, not timed ones\n",
@@ -118,6 +121,7 @@ const fillerMiB = Number(values["filler-mib"]);
 const headStartMs = Number(values["head-start-ms"]);
 const runs = Math.max(1, Number(values.runs));
 const probeMs = Number(values["probe-ms"]);
+const handOver = values["hand-over"];
 const FRACTIONS = values.fractions.split(",").map((p) => Number(p) / 100);
 const NODE_IMAGES = values["node-images"].split(",").map(Number);
 const STRATEGIES = values.strategies.split(",") as Array<(typeof ALL_STRATEGIES)[number]>;
@@ -253,14 +257,16 @@ try {
           const decision = planPrewarm(DEFAULT_PREWARM, {
             volume: { volumeId, snapshotId, createTime: new Date(), tags: {} },
           });
-          // The boot's head start (headStartAtMount): a volume known cold is read by need from the mount on, while
-          // docker starts, and handed to the background run at the `prewarm` step (stopped, then read from its plan's
-          // start, as the boot does).
+          // A volume known cold (headStartAtMount) is read by need from the mount on, while docker starts. On a
+          // two-phase host (the default here) that is the run phase 1 begins at the mount (prewarm --from-mount),
+          // which reads through docker's start and `ready` to the end: phase 2 takes it over. With --hand-over, the
+          // single-phase boot of round 2: the head start is stopped at `ready` and the background run reads from its
+          // plan's start (the head start's blocks a second time, warm).
+          const mountRun = strategy === "check" && headStartAtMount(decision);
           const headStop = new AbortController();
-          const headStart =
-            strategy === "check" && headStartAtMount(decision)
-              ? init(nodeImageNames, headStop.signal, YIELD_IO_DEPTH).catch(() => undefined)
-              : undefined;
+          const headStart = mountRun
+            ? init(nodeImageNames, handOver ? headStop.signal : stop.signal, YIELD_IO_DEPTH).catch(() => undefined)
+            : undefined;
           // The boot's start-docker: dockerd on the volume's data-root (it reads its metadata there).
           await writeFile(
             host.paths.daemonJson,
@@ -269,15 +275,17 @@ try {
           const dockerStarted = performance.now();
           await host.startDocker();
           const dockerStartS = Math.round((performance.now() - dockerStarted) / 10) / 100;
-          headStop.abort();
-          await headStart;
+          if (handOver) {
+            headStop.abort();
+            await headStart;
+          }
           readerLog.lines.length = 0;
-          let background: Promise<unknown> | undefined;
+          let background: Promise<unknown> | undefined = handOver ? undefined : headStart;
           if (strategy === "check") {
             // A sample never holds `ready`: it runs beside the head start, as the boot runs it.
             if (decision.action === "check") background = reader.check(target, DEFAULT_PREWARM.check);
-            // Known cold: the files initialization by need, as the background run reads it.
-            if (decision.action === "initialize")
+            // Known cold, handed over: the files initialization by need, as the background run reads it.
+            if (decision.action === "initialize" && handOver)
               background = init(nodeImageNames, stop.signal, decision.background ? YIELD_IO_DEPTH : undefined).catch(
                 () => undefined,
               );
@@ -402,6 +410,7 @@ try {
       filesPerImage,
       fileMiB: FILE_MIB,
       headStartMs,
+      handOver,
       runs,
       service: "docker run --rm --network none",
     },

@@ -146,7 +146,7 @@ else
 fi
 install_file 0644 "$repo/config/config.schema.json" "$root/etc/ebs-cache-agent/config.schema.json"
 
-for unit in ebs-cache-agent.service ebs-cache-agent-ready.service ebs-cache-agent-release.service ebs-cache-agent-gc.service ebs-cache-agent-gc.timer \
+for unit in ebs-cache-agent.service ebs-cache-agent-ready.service ebs-cache-agent-prewarm.service ebs-cache-agent-release.service ebs-cache-agent-gc.service ebs-cache-agent-gc.timer \
   ebs-cache-agent-keeper.service ebs-cache-agent-keeper.timer ebs-cache-agent-prune.service ebs-cache-agent-prune.timer; do
   install_file 0644 "$repo/systemd/$unit" "$root/etc/systemd/system/$unit"
 done

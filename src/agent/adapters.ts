@@ -24,6 +24,7 @@ import type {
   ImagePuller,
   LabelWithdrawer,
   MountTable,
+  PrewarmFromMount,
   PrewarmReader,
   ReleaseDaemonConfig,
   SpotInstanceAction,
@@ -90,6 +91,8 @@ export interface HostAdapters {
   serviceStatus?(text: string): void;
   /** Starts the background pre-warm run; absent: a long initialization runs inline. */
   startPrewarm?(): Promise<void>;
+  /** The pre-warm run begun at the mount, outliving the boot's first phase (a unit of its own); absent: none. */
+  prewarmFromMount?: PrewarmFromMount;
   /** Starts the background refresh after `ready` (config refresh.enabled); absent: none. */
   startRefresh?(): Promise<void>;
   /** The spot interruption notice (IMDS); absent: not read. */

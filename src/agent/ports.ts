@@ -644,3 +644,14 @@ export interface SnapshotBlockReader {
   /** The block's bytes and their base64 SHA-256 (hashed here; a checksum EBS sends with them must agree). */
   getBlock(snapshotId: string, index: number, token: string): Promise<{ data: Uint8Array; sha256: string }>;
 }
+
+/**
+ * The pre-warm run begun at the mount (`ebs-cache-agent prewarm --from-mount`): on a host the unit
+ * ebs-cache-agent-prewarm.service, so that it outlives the first boot phase's oneshot (whose processes end with it).
+ */
+export interface PrewarmFromMount {
+  /** Starts it without waiting for it (already running: nothing new). */
+  start(): Promise<void>;
+  /** Stops it and resolves once it has ended (its reads too); not running: nothing. */
+  stop(): Promise<void>;
+}

@@ -35,8 +35,9 @@ import type { Logger } from "../log.ts";
 import { createOutcomeRecorder, hostFacts } from "../status/recorder.ts";
 import { readBootRecord } from "../status/records.ts";
 import type { HostAdapters } from "../agent/adapters.ts";
+import { createPrewarmUnit } from "../host/prewarm-unit.ts";
 import type { OutcomeRecorder } from "../agent/outcomes.ts";
-import type { CloudVolumes, ContainerdRoot, DockerService } from "../agent/ports.ts";
+import type { CloudVolumes, ContainerdRoot, DockerService, PrewarmFromMount } from "../agent/ports.ts";
 
 export interface WiringOptions {
   config: AgentConfig;
@@ -63,6 +64,8 @@ export interface WiringOptions {
    * --background`). Absent: a long initialization runs inline, before `ready`.
    */
   startPrewarm?: () => Promise<void>;
+  /** The pre-warm run begun at the mount (on a host: ebs-cache-agent-prewarm.service). Absent: none. */
+  prewarmFromMount?: PrewarmFromMount;
   /** systemd's `STATUS=` (under a unit that takes notifications): the pre-warm's progress line. */
   serviceStatus?: (text: string) => void;
   /** The fio binary the pre-warm runs (default `fio` on PATH). */
@@ -178,6 +181,7 @@ export function wireAdapters(options: WiringOptions): HostAdapters & { recorder:
     lastBoot: async () => (await readBootRecord(config.paths.stateDir)).record?.result,
     ...(options.serviceStatus ? { serviceStatus: options.serviceStatus } : {}),
     ...(options.startPrewarm ? { startPrewarm: options.startPrewarm } : {}),
+    ...(options.prewarmFromMount ? { prewarmFromMount: options.prewarmFromMount } : {}),
     ...(options.startRefresh ? { startRefresh: options.startRefresh } : {}),
     spotInstanceAction: (call) => readSpotInstanceAction(metadata, call),
     ...(options.rebootQueued ? { rebootQueued: options.rebootQueued } : {}),
@@ -254,6 +258,8 @@ export function hostWiringOptions(config: AgentConfig, log: Logger, startPrewarm
     rebootQueued: () => systemdRebootQueued(),
     log,
     startPrewarm,
+    // Only where the agent is installed with its units: a bundle run by hand elsewhere has no unit to start.
+    ...(config.docker.control === "systemd" ? { prewarmFromMount: createPrewarmUnit({ log }) } : {}),
     ...(serviceStatus ? { serviceStatus } : {}),
   };
 }

@@ -242,6 +242,8 @@ const HOST_SIDE_FS = new Set([
   "agent/boot/prepared-record.ts",
   // systemd's unit folder on the host (presence, enablement, ordering), read only.
   "agent/doctor/observe.ts",
+  // prewarm-mount.json in the state folder, and an inotify watch of that folder (the run's labels' gate).
+  "agent/prewarm/mount-run.ts",
   "agent/prewarm/state.ts",
   // /proc/<pid>/stat: whether a state's or a lock's writer still runs, read only.
   "agent/process-identity.ts",

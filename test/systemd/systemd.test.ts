@@ -31,6 +31,7 @@ import { NODE_BINARY, REPO, buildBundle, childEnv } from "../fixtures/lab/nspawn
 const UNITS = [
   "ebs-cache-agent.service",
   "ebs-cache-agent-ready.service",
+  "ebs-cache-agent-prewarm.service",
   "ebs-cache-agent-release.service",
   "ebs-cache-agent-gc.service",
   "ebs-cache-agent-gc.timer",
@@ -352,6 +353,31 @@ t.test("ebs-cache-agent-ready.service: phase 2, after docker, even when docker f
   for (const key of NAMESPACING) t.notOk(unit.Service?.[key], `no ${key}=`);
 });
 
+t.test("ebs-cache-agent-prewarm.service: begun by phase 1, outlives it, stopped before the release", async (t) => {
+  const { text, unit } = await readUnit("ebs-cache-agent-prewarm.service");
+  t.equal(last(unit, "Service", "ExecStart"), `${NODE} ${BUNDLE} prewarm --from-mount`);
+  t.not(last(unit, "Service", "Type"), "oneshot", "a long run: its start is not waited for");
+  t.notOk(unit.Install, "no [Install]: phase 1 starts it, nothing else");
+  t.ok(
+    words(unit, "Unit", "After").includes("ebs-cache-agent-release.service"),
+    "After= the release: stopped before the release unmounts at shutdown",
+  );
+  for (const key of ["After", "Before", "Requires", "Wants", "BindsTo", "PartOf"])
+    for (const other of ["docker.service", "containerd.service", "ebs-cache-agent.service"])
+      t.notOk(
+        words(unit, "Unit", key).includes(other),
+        `no ${key}=${other}: docker and phase 1 wait for nothing of it`,
+      );
+  t.equal(last(unit, "Service", "NotifyAccess"), "all", "its progress reaches systemctl status (STATUS=)");
+  t.match(last(unit, "Service", "TimeoutStopSec") ?? "", /^\d+$/);
+  for (const key of NAMESPACING) t.notOk(unit.Service?.[key], `no ${key}=: a copy of the mount would hold the detach`);
+  t.same(uncommentedSandboxing(text), [], "every sandboxing option comes with a comment saying why");
+  // Phase 1 starts it by name.
+  const { createPrewarmUnit, PREWARM_UNIT } = await import("../../src/host/prewarm-unit.ts");
+  t.equal(PREWARM_UNIT, "ebs-cache-agent-prewarm.service");
+  t.ok(createPrewarmUnit());
+});
+
 t.test("gc service and timer", async (t) => {
   const { unit: service } = await readUnit("ebs-cache-agent-gc.service");
   t.equal(last(service, "Service", "Type"), "oneshot");
@@ -393,6 +419,7 @@ const EXPOSURE_AT_MOST: Record<string, number> = {
   "ebs-cache-agent.service": 7.6,
   "ebs-cache-agent-release.service": 7.6,
   "ebs-cache-agent-ready.service": 7.8,
+  "ebs-cache-agent-prewarm.service": 7.8,
 };
 
 /** A unit file's overall exposure, read offline (no running systemd needed). */
@@ -502,6 +529,7 @@ t.test("install.sh: layout, enabled units, idempotent, keeps an operator's confi
     ["ebs-cache-agent.service", "enabled"],
     ["ebs-cache-agent-ready.service", "enabled"],
     ["ebs-cache-agent-release.service", "enabled"],
+    ["ebs-cache-agent-prewarm.service", "static"],
     ["ebs-cache-agent-gc.timer", "enabled"],
     ["ebs-cache-agent-gc.service", "static"],
     ["ebs-cache-agent-keeper.timer", "disabled"],

@@ -17,7 +17,7 @@ import { detachBlocker } from "../detach-guard.ts";
 import { DeviceTimeoutError } from "../../host/device.ts";
 import type { VolumeInfo } from "../ports.ts";
 import type { PrewarmAtBoot } from "../prewarm/apply.ts";
-import { CHECKING, prewarmVolumeOf, type PrewarmReport } from "../prewarm/plan.ts";
+import { CHECKING, mayReadFromMount, prewarmVolumeOf, type PrewarmReport } from "../prewarm/plan.ts";
 import { volumeDetails } from "../report.ts";
 import { imagesOf, withLatest } from "../volume-rules.ts";
 import { claimNext, createAndClaim } from "./claim.ts";
@@ -184,9 +184,9 @@ async function afterFailure(run: Run, step: BootStep, progress: Progress, caught
     VOLUME_STEPS.has(failed) &&
     (await isVolumeFault(error, progress, plan, deps));
   const workspace = progress.volume?.tags[VolumeTag.kind] === VolumeKind.workspace;
-  // A sample begun while docker started still reads the device: the undo unmounts and
-  // detaches only once it is done (it is bounded by prewarm.check.seconds).
-  await progress.prewarmRun?.idle();
+  // A sample begun while docker started still reads the device, and so may the run begun at the mount: the undo
+  // unmounts and detaches only once they are done (the sample is bounded by prewarm.check.seconds, the run stopped).
+  await stopPrewarmReads(deps, progress);
   // Undo with no signal: a boot stopped by SIGTERM still hands back what it holds.
   // A node that joined before the switch keeps docker as it runs: not the volume's fault either.
   const joined = error instanceof JoinedBeforeSwitch;
@@ -350,6 +350,7 @@ const STEP_HANDLERS: { [K in StepName]: StepHandler<K> } = {
   "wait-for-device": waitForDevice,
   "check-filesystem": checkFilesystem,
   mount: mountVolume,
+  "begin-prewarm": beginPrewarmRun,
   "grow-filesystem": growFilesystem,
   "prepare-data-root": prepareDataRoot,
   "switch-data-root": switchDataRoot,
@@ -552,8 +553,46 @@ async function mountVolume(step: StepOf<"mount">, ctx: StepContext): Promise<und
   // The pre-warm needs only the device from here on: its decision, and the sample or (a volume known cold) the
   // need list's reads, run while the data-root is prepared and docker starts. A first phase (no docker) has no
   // `prewarm` step (beginPrewarm then begins nothing): the second begins it with start-docker.
-  progress.prewarmRun ??= beginPrewarm(ctx);
+  progress.prewarmRun ??= await beginPrewarm(ctx);
   return undefined;
+}
+
+/**
+ * The first phase's pre-warm run (mount-run.ts): a volume that may be cold (pure: mayReadFromMount) gets a run that
+ * reads it from here on and outlives this phase; it decides itself (one more EC2 call, not this phase's) and reads
+ * only a volume known cold. Never fails the boot: without it, the second phase reads as before.
+ */
+async function beginPrewarmRun(step: StepOf<"begin-prewarm">, { progress, deps }: StepContext): Promise<undefined> {
+  const volume = volumeOf(progress);
+  if (!deps.mountRun || !mayReadFromMount(prewarmVolumeOf(volume), step.strategy)) return undefined;
+  try {
+    await deps.mountRun.begin(volume.volumeId);
+    progress.mountRunBegun = true;
+    deps.log.info("boot.prewarm", "pre-warm run begun at the mount: it reads a cold volume while docker starts", {
+      volume: volume.volumeId,
+    });
+  } catch (error) {
+    deps.log.warning("boot.prewarm", `could not begin the pre-warm run at the mount: ${describeError(error)}`, {
+      volume: volume.volumeId,
+      remediation: remediationOf(error),
+    });
+  }
+  return undefined;
+}
+
+/** Ends every read of the volume this boot began (the sample, the head start, the run begun at the mount). */
+async function stopPrewarmReads(deps: BootDeps, progress: Progress): Promise<void> {
+  await progress.prewarmRun?.idle();
+  const volumeId = progress.volume?.volumeId;
+  if (!deps.mountRun || volumeId === undefined) return;
+  // A second phase that failed before its pre-warm began learns of the first phase's run from its record.
+  if (!progress.mountRunBegun && !(await deps.mountRun.begun(volumeId).catch(() => true))) return;
+  await deps.mountRun.stop().catch((error: unknown) => {
+    deps.log.warning("boot.prewarm", `could not stop the pre-warm run begun at the mount: ${describeError(error)}`, {
+      volume: progress.volume?.volumeId,
+      remediation: remediationOf(error),
+    });
+  });
 }
 
 /**
@@ -694,7 +733,7 @@ async function startDocker(_step: StepOf<"start-docker">, ctx: StepContext): Pro
   const { docker, engine, log } = deps;
   // The pre-warm reads the device, not docker: begun at the mount (or here, when the first phase mounted), it runs
   // while docker starts and is verified; the `prewarm` step awaits its verdict.
-  progress.prewarmRun ??= beginPrewarm(ctx);
+  progress.prewarmRun ??= await beginPrewarm(ctx);
   if (!docker) return undefined;
   // containerd reads its root only at start: restarted on the new one, docker after it (dockerd
   // keeps its view of containerd's images from its own start).
@@ -768,11 +807,15 @@ async function verifyDocker(
   return undefined;
 }
 
-/** Begins the pre-warm of the volume in hand with the plan's strategy (undefined without a pre-warm step). */
-function beginPrewarm({ progress, deps, limits, plan }: StepContext): PrewarmAtBoot | undefined {
+/**
+ * Begins the pre-warm of the volume in hand with the plan's strategy (undefined without a pre-warm step). A run begun
+ * at the first phase's mount is taken over: it reads already, this process only decides and publishes.
+ */
+async function beginPrewarm({ progress, deps, limits, plan }: StepContext): Promise<PrewarmAtBoot | undefined> {
   const step = plan.steps.find((s): s is StepOf<"prewarm"> => s.step === "prewarm");
   if (!deps.prewarm || !step) return undefined;
   const volume = volumeOf(progress);
+  progress.mountRunBegun ||= (await deps.mountRun?.begun(volume.volumeId).catch(() => false)) ?? false;
   return deps.prewarm(
     {
       volume: prewarmVolumeOf(volume),
@@ -783,6 +826,7 @@ function beginPrewarm({ progress, deps, limits, plan }: StepContext): PrewarmAtB
       images: imagesOfNode(volume.tags, limits.expectedImages),
     },
     step.strategy,
+    { takeOver: progress.mountRunBegun === true },
   );
 }
 
@@ -794,7 +838,7 @@ async function prewarm(_step: StepOf<"prewarm">, ctx: StepContext): Promise<unde
   const { progress, deps } = ctx;
   if (!deps.prewarm) return undefined;
   try {
-    progress.prewarmRun ??= beginPrewarm(ctx);
+    progress.prewarmRun ??= await beginPrewarm(ctx);
     const run = progress.prewarmRun;
     if (!run) return undefined;
     const outcome = run.outcome();
@@ -854,6 +898,14 @@ async function reportReady(
       return labelsDidNotTake(deps, progress, error);
     }
   }
+  // The node is published: the run begun at the mount, which held its labels until now, publishes from here on.
+  if (progress.mountRunBegun)
+    await deps.mountRun?.published(volume.volumeId).catch((error: unknown) => {
+      deps.log.warning("boot.prewarm", `could not let the pre-warm run publish: ${describeError(error)}`, {
+        volume: volume.volumeId,
+        remediation: remediationOf(error),
+      });
+    });
   // What the `prewarm` label says: `checking` too while a background run's sample is still to come.
   const fields = {
     volume: volume.volumeId,

@@ -5,11 +5,12 @@
  */
 import type { AgentConfig } from "../../config/index.ts";
 import type { HostAdapters } from "../adapters.ts";
-import type { CloudVolumes } from "../ports.ts";
+import type { CloudVolumes, PrewarmFromMount } from "../ports.ts";
 import { beginPrewarmAtBoot } from "../prewarm/apply.ts";
 import { prewarmSettingsFrom } from "../prewarm/plan.ts";
 import type { ResolvedSettings } from "../settings.ts";
-import type { BootDeps } from "./deps.ts";
+import type { BootDeps, MountRun } from "./deps.ts";
+import { mountRunBegun, openLabelsGate, recordMountRun } from "../prewarm/mount-run.ts";
 import { preflightHost } from "./preflight.ts";
 
 /** The boot's deps; `published` is told the labels each report published (the boot's record keeps the last). */
@@ -44,7 +45,7 @@ export function composeBoot(
       }),
     fill: (mountPoint) => host.fill(mountPoint),
     // The plan's strategy (what `--dry-run` printed), the rest of config `prewarm` after the instance's overrides.
-    prewarm: (target, strategy) =>
+    prewarm: (target, strategy, options) =>
       beginPrewarmAtBoot(
         target,
         { ...prewarmSettingsFrom(settings.effective), strategy },
@@ -60,7 +61,27 @@ export function composeBoot(
           ...(host.serviceStatus ? { status: (text: string) => host.serviceStatus?.(text) } : {}),
           ...(host.startPrewarm ? { startBackground: host.startPrewarm } : {}),
         },
+        options,
       ),
+    ...(host.prewarmFromMount
+      ? { mountRun: mountRunOf(host.prewarmFromMount, config.paths.stateDir, host.bootId) }
+      : {}),
     log,
+  };
+}
+
+/** The run begun at the mount: the host's unit, and its record in the state folder (this boot's, per volume). */
+function mountRunOf(unit: PrewarmFromMount, stateDir: string, bootId: string | undefined): MountRun {
+  const key = (volumeId: string) => ({ volumeId, ...(bootId ? { bootId } : {}) });
+  return {
+    begin: async (volumeId) => {
+      // Recorded first, its labels held: the second phase learns of the run from the record even while it starts,
+      // and the run never finds an earlier boot's gate open (the record names this boot).
+      await recordMountRun(stateDir, key(volumeId));
+      await unit.start();
+    },
+    begun: (volumeId) => mountRunBegun(stateDir, key(volumeId)),
+    published: (volumeId) => openLabelsGate(stateDir, key(volumeId)),
+    stop: () => unit.stop(),
   };
 }

@@ -89,6 +89,11 @@ export interface Progress {
   filesystemBytes?: number;
   /** The pre-warm begun while docker starts; its outcome is awaited by the `prewarm` step. */
   prewarmRun?: PrewarmAtBoot;
+  /**
+   * A pre-warm run was begun at this boot's mount (begin-prewarm, or the first phase's record): taken over, stopped
+   * before an undo.
+   */
+  mountRunBegun?: boolean;
   prewarm?: PrewarmReport;
   /**
    * The sample still running when the `prewarm` step came: `ready` is published without waiting for it

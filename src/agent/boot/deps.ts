@@ -18,6 +18,21 @@ import type { PrewarmTarget } from "../prewarm/plan.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
 import type { DataRootPorts } from "./activation-marker.ts";
 
+/**
+ * The pre-warm run the first phase begins at the mount (`ebs-cache-agent prewarm --from-mount`, a unit of its own on
+ * a host) and the second takes over, with its record (prewarm/mount-run.ts).
+ */
+export interface MountRun {
+  /** Records the run, its labels held, and starts it. */
+  begin(volumeId: string): Promise<void>;
+  /** Whether this boot began one for the volume (the first phase's record). */
+  begun(volumeId: string): Promise<boolean>;
+  /** The boot has published the node: the run publishes from now on. */
+  published(volumeId: string): Promise<void>;
+  /** Stops it and resolves once its reads have ended (before an unmount). */
+  stop(): Promise<void>;
+}
+
 /** The adapters a boot uses, and the parts it composes from them once its settings are known (compose.ts). */
 export interface BootDeps {
   cloud: CloudVolumes;
@@ -51,7 +66,9 @@ export interface BootDeps {
    * once (the boot begins it as docker starts); a verdict, and maybe an initialization, inline or
    * handed to the background run, once its outcome is asked for. Absent: the step does nothing.
    */
-  prewarm?(target: PrewarmTarget, strategy: PrewarmStrategy): PrewarmAtBoot;
+  prewarm?(target: PrewarmTarget, strategy: PrewarmStrategy, options?: { takeOver?: boolean }): PrewarmAtBoot;
+  /** The pre-warm run begun at the first phase's mount (a unit of its own on a host). Absent: none is begun. */
+  mountRun?: MountRun;
   /**
    * The fill of the filesystem mounted exactly at a mount point (statfs, src/host/fill.ts), read
    * when a step on the volume failed: a full volume is handed back, never quarantined

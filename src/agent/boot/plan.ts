@@ -238,6 +238,12 @@ export type BootStep =
   | { step: "wait-for-device" }
   | { step: "check-filesystem" }
   | { step: "mount"; mountRoot: string }
+  /**
+   * The first phase's (no docker): starts the pre-warm run that reads a volume known cold from the mount on, while
+   * docker starts, and outlives this phase (ebs-cache-agent-prewarm.service); the second phase takes it over at its
+   * `prewarm` step. It publishes no label before the second phase has (prewarm/labels-gate.ts).
+   */
+  | { step: "begin-prewarm"; strategy: PrewarmStrategy }
   | { step: "grow-filesystem" }
   | { step: "prepare-data-root" }
   | { step: "switch-data-root" }
@@ -660,16 +666,22 @@ function createSpec(settings: BootSettings, observed: BootObservation): CreateSp
 
 /** Steps that need docker running: left to the second phase when this run goes without docker. */
 const DOCKER_STEPS = new Set<BootStep["step"]>(["start-docker", "verify-docker", "prewarm", "report-ready"]);
+/**
+ * Steps of the first phase alone: a single-phase boot begins its pre-warm at the mount in its own process and keeps
+ * it to its `prewarm` step.
+ */
+const FIRST_PHASE_STEPS = new Set<BootStep["step"]>(["begin-prewarm"]);
 
 /** The members of a step union that carry nothing but their name. */
 type BareStep<S> = S extends unknown ? (keyof S extends "step" ? S : never) : never;
 
 /** The steps that bring a volume (however selected) to a docker running on it. */
-const AFTER_CLAIM: (BareStep<BootStep>["step"] | "tag-claim" | "mount" | "prewarm")[] = [
+const AFTER_CLAIM: (BareStep<BootStep>["step"] | "tag-claim" | "mount" | "begin-prewarm" | "prewarm")[] = [
   "tag-claim",
   "wait-for-device",
   "check-filesystem",
   "mount",
+  "begin-prewarm",
   "grow-filesystem",
   "prepare-data-root",
   "switch-data-root",
@@ -732,7 +744,7 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
   const tail = AFTER_CLAIM.map((step): BootStep =>
     step === "mount"
       ? { step, mountRoot: settings.mountRoot }
-      : step === "prewarm"
+      : step === "prewarm" || step === "begin-prewarm"
         ? { step, strategy: settings.prewarm ?? "check" }
         : step === "tag-claim"
           ? { step, intent: settings.intent }
@@ -740,7 +752,11 @@ export function planBoot(settings: BootSettings, observed: BootObservation): Boo
   );
   // tag-claim stays for a reused attachment too: a boot killed between AttachVolume and its
   // tags (or between CreateTags and DeleteTags) is finished by the next run, not assumed done.
-  const kept = tail.filter((s) => settings.withDocker || !DOCKER_STEPS.has(s.step));
+  const kept = tail.filter((s) =>
+    settings.withDocker
+      ? !FIRST_PHASE_STEPS.has(s.step)
+      : !DOCKER_STEPS.has(s.step) && !(s.step === "begin-prewarm" && s.strategy === "off"),
+  );
   const adopt = selection.source === "new-workspace" ? selection.adopt : undefined;
   const steps = adopt
     ? kept.flatMap((s): BootStep[] =>

@@ -24,6 +24,7 @@ import { stateFolderRefused } from "../../state-folder.ts";
 import { VolumeTag } from "../../tags.ts";
 import { observePrewarm, sampleVolume, type Sample } from "./observe.ts";
 import type { PrewarmDeps } from "./deps.ts";
+import { labelsGateOpen, waitForLabelsGate, type MountRunKey } from "./mount-run.ts";
 import {
   CHECKING,
   headStartAtMount,
@@ -110,11 +111,17 @@ export interface PrewarmAtBoot {
  * sample, a skip, the `initialized` tag), so that the boot can run it while docker starts: the
  * sample reads the device, not docker.
  */
-export function beginPrewarmAtBoot(target: PrewarmTarget, settings: PrewarmSettings, deps: PrewarmDeps): PrewarmAtBoot {
+export function beginPrewarmAtBoot(
+  target: PrewarmTarget,
+  settings: PrewarmSettings,
+  deps: PrewarmDeps,
+  options: { takeOver?: boolean } = {},
+): PrewarmAtBoot {
   const decided = decideAtBoot(target, settings, deps);
-  // A failed decision reaches outcome() through `begun`: here it only means no head start.
+  // A failed decision reaches outcome() through `begun`: here it only means no head start. `takeOver`: a run begun
+  // at the first phase's mount reads already (mount-run.ts); reads of this process's own would read its blocks twice.
   const headStart = decided.then(
-    (run) => (headStartAtMount(run.decision) ? beginHeadStart(run) : undefined),
+    (run) => (headStartAtMount(run.decision) && !options.takeOver ? beginHeadStart(run) : undefined),
     () => undefined,
   );
   const begun = decided.then(async (run) => ({
@@ -374,7 +381,11 @@ function sampleState(before: Sample | undefined): Partial<PrewarmState> {
 
 /** Another run may hold it already (a re-run of the boot while the background run works). */
 async function alreadyRunning(run: AtBoot, decision: PrewarmPlan): Promise<PrewarmReport | undefined> {
-  const previous = stateOfVolume(run.previous, run.target.volume.volumeId);
+  // Read now, not at the decision: a run begun at the mount may have written its first state since.
+  const previous = stateOfVolume(
+    (await readPrewarmState(run.deps.stateDir)) ?? run.previous,
+    run.target.volume.volumeId,
+  );
   if (!previous?.pid || !(await isAlive(previous.pid, previous.pidStart))) return undefined;
   run.deps.log.notice("prewarm.running", `already ${previous.phase} by process ${previous.pid}`, {
     volume: previous.volumeId,
@@ -448,6 +459,12 @@ export interface RunInitializationOptions {
   /** Publish `warming` with progress, then `ready` (the background run does; inline at boot, the boot does). */
   publish: boolean;
   signal?: AbortSignal;
+  /**
+   * A run begun at the mount (`prewarm --from-mount`): nothing is published until the boot has opened the gate for
+   * this key (mount-run.ts); `warming` and progress meanwhile are left out (the boot's own publication carries
+   * them, from the state file), `ready` waits for the gate.
+   */
+  holdLabels?: MountRunKey;
 }
 
 type LongAction = "follow" | "initialize";
@@ -495,7 +512,7 @@ export async function runInitialization(
   options: RunInitializationOptions,
 ): Promise<PrewarmReport> {
   const decision = options.decision ?? (await decidePrewarm(target, settings, deps));
-  const publish = publisher(target, deps, options.publish);
+  const publish = publisher(target, deps, options.publish, options.holdLabels, options.signal);
   if (decision.action !== "initialize" && decision.action !== "follow") {
     // Nothing long to do (tagged meanwhile, or the strategy changed): the boot's step covers it, as decided.
     const outcome = await prewarmAtBoot(target, settings, { ...deps, startBackground: undefined }, decision);
@@ -529,13 +546,38 @@ export async function runInitialization(
   }
 }
 
-/** Publishes the labels when this run publishes (a failure is logged, not thrown). */
-function publisher(target: PrewarmTarget, deps: PrewarmDeps, enabled: boolean): Publish {
-  return async (state, labels) => {
+/**
+ * Publishes the labels when this run publishes (a failure is logged, not thrown). Held (`hold`): `warming` only once
+ * the boot has opened the gate, `ready` once it does (unless the run is stopped meanwhile: then nothing).
+ */
+function publisher(
+  target: PrewarmTarget,
+  deps: PrewarmDeps,
+  enabled: boolean,
+  hold?: MountRunKey,
+  signal?: AbortSignal,
+): Publish {
+  const send = async (state: "warming" | "ready", labels: Record<string, string>) => {
     if (!enabled || !deps.report) return;
     await deps.report(state, { ...target.labels, ...labels }).catch((error: unknown) => {
       deps.log.warning("prewarm.labels", `could not publish the labels: ${describeError(error)}`, { state });
     });
+  };
+  if (!hold || !enabled) return send;
+  let open = false;
+  return async (state, labels) => {
+    open ||= await labelsGateOpen(deps.stateDir, hold);
+    if (!open && state === "ready" && !signal?.aborted) {
+      deps.log.info("prewarm.labels", "read to the end before the boot published the node: waiting for it", {
+        volume: target.volume.volumeId,
+      });
+      open = await waitForLabelsGate(deps.stateDir, hold, signal ?? new AbortController().signal).then(
+        () => true,
+        () => false,
+      );
+    }
+    if (open) await send(state, labels);
+    else deps.log.debug("prewarm.labels", `${state} held: the boot has not published the node yet`);
   };
 }
 

@@ -228,6 +228,15 @@ export function headStartAtMount(decision: PrewarmPlan): decision is Extract<Pre
 }
 
 /**
+ * Whether the first boot phase begins a pre-warm run at the mount: a volume that may be cold (made from a snapshot, not
+ * tagged initialized) with a pre-warm wanted. The run decides the rest itself (it reads only what headStartAtMount
+ * takes), so that this phase, before docker, asks EC2 nothing more.
+ */
+export function mayReadFromMount(volume: PrewarmVolume, strategy: PrewarmStrategy): boolean {
+  return strategy !== "off" && volume.snapshotId !== undefined && !volume.tags[VolumeTag.initialized];
+}
+
+/**
  * Why EBS already says the (untagged, snapshot-made) volume is cold, or undefined when only a
  * sample can tell. EC2's initialization status, when it gives one, decides; without it, a volume
  * created from a snapshot minutes ago is cold. A lazy initialization at 100 % is not taken as

@@ -17,7 +17,13 @@ import { decidePrewarm, prewarmAtBoot, runInitialization } from "./apply.ts";
 import { imagesOfNode } from "./need.ts";
 import { findAttachedVolume, findMountedDevice } from "./observe.ts";
 import type { PrewarmDeps } from "./deps.ts";
-import { prewarmSettingsFrom, prewarmVolumeOf, type PrewarmReport, type PrewarmTarget } from "./plan.ts";
+import {
+  headStartAtMount,
+  prewarmSettingsFrom,
+  prewarmVolumeOf,
+  type PrewarmReport,
+  type PrewarmTarget,
+} from "./plan.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
 import { isAlive } from "../process-identity.ts";
 import { readPrewarmState, renderPrewarmStatus, stateOfVolume, type PrewarmState } from "./state.ts";
@@ -27,6 +33,12 @@ export interface PrewarmCommandOptions {
   strategy?: PrewarmStrategy;
   /** Stops the reads (SIGTERM): the state keeps the resume point. */
   signal?: AbortSignal;
+  /**
+   * The run the boot begins at the mount, before docker starts (`--from-mount`, ebs-cache-agent-prewarm.service): it
+   * reads only a volume known cold, warmed in the background (headStartAtMount; any other decision is left to the
+   * boot's `prewarm` step), and publishes nothing until the boot has published the node (mount-run.ts).
+   */
+  fromMount?: boolean;
 }
 
 export interface PrewarmOutcome {
@@ -84,12 +96,22 @@ export async function runPrewarm(
   };
   // Decided once: the long part and the boot's step both take this decision, not one of their own.
   const decision = await decidePrewarm(target, settings, prewarmDeps);
+  if (options.fromMount && !headStartAtMount(decision)) {
+    log.info("prewarm.mount", "nothing to read before docker starts: left to the boot's prewarm step", {
+      volume: volume.volumeId,
+      action: decision.action,
+    });
+    return { volumeId: volume.volumeId, exitCode: ExitCode.ok };
+  }
   let report: PrewarmReport;
   if (decision.action === "initialize" || decision.action === "follow") {
     report = await runInitialization(target, settings, prewarmDeps, {
       decision,
       publish: true,
       signal: options.signal,
+      ...(options.fromMount
+        ? { holdLabels: { volumeId: volume.volumeId, ...(host.bootId ? { bootId: host.bootId } : {}) } }
+        : {}),
     });
   } else {
     report = await prewarmAtBoot(target, settings, prewarmDeps, decision);

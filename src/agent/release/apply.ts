@@ -233,6 +233,8 @@ async function unmountVolume(
   { deps, settings }: StepContext,
 ): Promise<void> {
   const ours = mountPointOf(settings.mountRoot, step.volumeId);
+  // The pre-warm run begun at the mount reads the device: it ends first (at shutdown systemd stopped it already).
+  await stopPrewarmRun(step, deps);
   await releaseContainerdRoot(ours, deps);
   const now = await deps.mounts.list(step.device, ours);
   // Deepest first: a mount below another must go before it.
@@ -249,6 +251,20 @@ async function unmountVolume(
     }
   }
   deps.log.info("release.unmount", "unmounted", { volume: step.volumeId });
+}
+
+/** Stops the pre-warm run begun at the mount; one that will not stop refuses the unmount (nothing is forced). */
+async function stopPrewarmRun(step: Extract<ReleaseStep, { step: "unmount" }>, deps: ReleaseDeps): Promise<void> {
+  if (!deps.stopPrewarm) return;
+  try {
+    await deps.stopPrewarm();
+  } catch (error) {
+    throw new ReleaseRefusedError(
+      step.step,
+      `the pre-warm run could not be stopped (${describeError(error)}); ${step.volumeId} stays mounted and attached`,
+      "systemctl stop ebs-cache-agent-prewarm.service; then run release again",
+    );
+  }
 }
 
 /**

@@ -47,4 +47,9 @@ export interface ReleaseDeps {
    * systemd).
    */
   rebootQueued?: () => Promise<boolean>;
+  /**
+   * Stops the pre-warm run begun at the boot's mount (ebs-cache-agent-prewarm.service on a host) and resolves once its
+   * reads have ended: it reads the device, so it must end before the volume is unmounted and detached. Absent: none.
+   */
+  stopPrewarm?: () => Promise<void>;
 }

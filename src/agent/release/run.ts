@@ -78,6 +78,7 @@ export function composeRelease(
     ...(host.spotInstanceAction ? { spotInstanceAction: host.spotInstanceAction } : {}),
     imdsRequestSeconds: config.timeouts.imdsRequestSeconds,
     ...(host.rebootQueued ? { rebootQueued: host.rebootQueued } : {}),
+    ...(host.prewarmFromMount ? { stopPrewarm: () => host.prewarmFromMount!.stop() } : {}),
   };
 }
 

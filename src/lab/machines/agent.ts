@@ -6,6 +6,7 @@ import { mkdir, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { AcceptanceDeps } from "../../agent/acceptance/deps.ts";
 import { wireAcceptance } from "../../agent/acceptance/wire.ts";
+import type { PrewarmFromMount } from "../../agent/ports.ts";
 import { runBoot, type BootOutcome } from "../../agent/boot/run.ts";
 import { runPrewarm, type PrewarmCommandOptions, type PrewarmOutcome } from "../../agent/prewarm/run.ts";
 import { runRelease, type ReleaseOutcome } from "../../agent/release/run.ts";
@@ -90,6 +91,7 @@ function labWiring(
     overrides?: ConfigOverrides;
     log: Logger;
     startPrewarm?: () => Promise<void>;
+    prewarmFromMount?: PrewarmFromMount;
     startRefresh?: () => Promise<void>;
     fio?: string;
     rebootQueued?: boolean;
@@ -106,6 +108,7 @@ function labWiring(
     log: options.log,
     pollMs: 100,
     ...(options.startPrewarm ? { startPrewarm: options.startPrewarm } : {}),
+    ...(options.prewarmFromMount ? { prewarmFromMount: options.prewarmFromMount } : {}),
     ...(options.startRefresh ? { startRefresh: options.startRefresh } : {}),
     ...(options.fio ? { fio: options.fio } : {}),
     // A lab host has no systemd to ask: a reboot says so itself (the stand-in's reboot()).
@@ -128,6 +131,8 @@ export async function bootLabHost(
     dryRun?: boolean;
     log: Logger;
     startPrewarm?: () => Promise<void>;
+    /** Stands for ebs-cache-agent-prewarm.service, which the first phase starts (prewarmLabHost with fromMount). */
+    prewarmFromMount?: PrewarmFromMount;
     /**
      * Stands for the detached `ebs-cache-agent refresh --background` (e.g. refreshLabHost); used with refresh.enabled.
      */
@@ -163,7 +168,13 @@ export async function prewarmLabHost(
 export async function releaseLabHost(
   lab: Lab,
   host: LabHost,
-  options: { overrides?: ConfigOverrides; dryRun?: boolean; log: Logger; rebootQueued?: boolean },
+  options: {
+    overrides?: ConfigOverrides;
+    dryRun?: boolean;
+    log: Logger;
+    rebootQueued?: boolean;
+    prewarmFromMount?: PrewarmFromMount;
+  },
 ): Promise<ReleaseOutcome> {
   const wiring = labWiring(lab, host, options);
   return runRelease(wiring.config, wireAdapters(wiring), { dryRun: options.dryRun ?? false });

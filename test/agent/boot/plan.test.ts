@@ -464,6 +464,33 @@ t.test("without docker (first boot phase): no docker steps and no readiness repo
   t.notOk(steps.includes("start-docker"));
 });
 
+t.test("the first phase begins the pre-warm run at the mount; the second and a single phase do not", async (t) => {
+  const seen = { pool: [volume("vol-1")], snapshot };
+  const first = planBoot({ ...settings, withDocker: false, prewarm: "check" }, observed(seen));
+  const steps = first.steps.map((s) => s.step);
+  t.equal(steps[steps.indexOf("mount") + 1], "begin-prewarm", "right after the mount, before the data-root's steps");
+  t.match(
+    first.steps.find((s) => s.step === "begin-prewarm"),
+    { strategy: "check" },
+    "with the strategy phase 2 will take",
+  );
+  const off = planBoot({ ...settings, withDocker: false, prewarm: "off" }, observed(seen));
+  t.notOk(
+    off.steps.some((s) => s.step === "begin-prewarm"),
+    "prewarm.strategy off: none",
+  );
+  for (const [name, over] of [
+    ["single phase", {}],
+    ["second phase", { mayClaim: false }],
+  ] as const) {
+    const plan = planBoot({ ...settings, ...over, prewarm: "check" }, observed(seen));
+    t.notOk(
+      plan.steps.some((s) => s.step === "begin-prewarm"),
+      `${name}: none (its own pre-warm begins at the mount, or takes the first phase's over)`,
+    );
+  }
+});
+
 t.test(
   "workspace.requireEncrypted: a workspace volume EBS does not encrypt is never attached, the node degrades with " +
     "the reason",

@@ -11,9 +11,9 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { execa } from "execa";
 import { readPrewarmState } from "../../../src/agent/prewarm/state.ts";
-import { bootLabHost, prewarmLabHost, writeLabConfig } from "../../../src/lab/machines/agent.ts";
+import { bootLabHost, prewarmLabHost, releaseLabHost, writeLabConfig } from "../../../src/lab/machines/agent.ts";
 import type { LabHost } from "../../../src/lab/lab.ts";
-import { createMemoryLogger } from "../../../src/log.ts";
+import { createLogger, createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import { GOLDEN_IMAGES, labelRecord, LABEL_PREFIX, POOL, startBootLab } from "../../fixtures/lab/boot-lab.ts";
 import { assertLabPrerequisites, childEnv } from "../../fixtures/lab/lab-prereq.ts";
@@ -23,7 +23,7 @@ await assertLabPrerequisites();
 
 const REPO = fileURLToPath(new URL("../../..", import.meta.url));
 const MAIN = join(REPO, "src/cli.ts");
-const bl = await startBootLab({ name: "test-prewarm-boot", poolSize: 3, coldSnapshots: COLD });
+const bl = await startBootLab({ name: "test-prewarm-boot", poolSize: 4, coldSnapshots: COLD });
 t.teardown(() => bl.close());
 
 const prewarm = (strategy: string, over: Record<string, unknown> = {}) => ({
@@ -205,3 +205,95 @@ t.test("fio missing at boot: the node is still ready, prewarm=cold as EBS said, 
     "an error line with the remedy",
   );
 });
+
+/** A logger that keeps its lines and resolves `until(pattern)` once a line matches (no polling). */
+function watchedLogger() {
+  const lines: string[] = [];
+  const waiting: { pattern: RegExp; resolve(): void }[] = [];
+  const log = createLogger((line) => {
+    lines.push(line);
+    for (const w of waiting.filter((w) => w.pattern.test(line))) w.resolve();
+  }, "debug");
+  const until = (pattern: RegExp) =>
+    lines.some((l) => pattern.test(l))
+      ? Promise.resolve()
+      : new Promise<void>((resolve) => waiting.push({ pattern, resolve }));
+  return { log, lines, until };
+}
+
+// Last: it releases its volume to the pool initialized, where another case would claim it.
+t.test(
+  "two phases: the run begun at phase 1's mount reads before docker starts, publishes nothing before phase 2, " +
+    "which takes it over",
+  async (t) => {
+    const host = await bl.addHost();
+    const overrides = { pool: POOL, labels: { mode: "engine" }, prewarm: prewarm("check") };
+    const { log, lines, until } = watchedLogger();
+    let run: Promise<unknown> | undefined;
+    const stop = new AbortController();
+    let handedOver = 0;
+    // What ebs-cache-agent-prewarm.service runs on a host (`prewarm --from-mount`), in this process.
+    const prewarmFromMount = {
+      start: async () => {
+        run ??= prewarmLabHost(bl.lab, host, { overrides, log, fromMount: true, signal: stop.signal });
+      },
+      stop: async () => {
+        stop.abort(new Error("stopped"));
+        await run;
+        log.info("lab.prewarm-unit", "stopped");
+      },
+    };
+    const phase1 = await bootLabHost(bl.lab, host, { overrides, log, withDocker: false, prewarmFromMount });
+    t.equal(phase1.report?.outcome, "prepared", "phase 1 prepared the volume", { log: lines.join("\n") });
+    t.ok(
+      phase1.plan.steps.some((s) => s.step === "begin-prewarm"),
+      "phase 1's plan begins the pre-warm run",
+    );
+    t.ok(run, "the run was started by phase 1");
+    const volumeId = phase1.report!.volumeId!;
+    // The run reads the need list from the mount on: its reads begin before docker starts (phase 2 starts it).
+    await until(/prewarm\.initialize: reading the allocated data/);
+    t.notOk(
+      lines.some((l) => /boot\.docker: (re)?starting docker/.test(l)),
+      "the reads began before docker's start",
+    );
+    t.same(await engineLabels(host).catch(() => ({})), {}, "no label published while only phase 1 has run");
+    const daemonJson = JSON.parse(await readFile(host.paths.daemonJson, "utf8")) as { labels?: string[] };
+    t.notOk(
+      (daemonJson.labels ?? []).some((l) => l.startsWith(`${LABEL_PREFIX}.`)),
+      "none in daemon.json either, though the run has begun",
+    );
+
+    const phase2 = await bootLabHost(bl.lab, host, {
+      overrides,
+      log,
+      mayClaim: false,
+      prewarmFromMount,
+      startPrewarm: async () => {
+        handedOver++;
+      },
+    });
+    t.equal(phase2.report?.outcome, "warming", "phase 2: usable at once, warming", { log: lines.join("\n") });
+    t.equal(handedOver, 0, "phase 2 took the run over: no second run");
+    t.notOk(
+      lines.some((l) => /prewarm\.headstart/.test(l)),
+      "and no reads of its own (no head start reading the same blocks)",
+    );
+    const dockerAt = lines.findIndex((l) => /boot\.docker: (re)?starting docker/.test(l));
+    const readAt = lines.findIndex((l) => /prewarm\.initialize: reading the allocated data/.test(l));
+    t.ok(readAt >= 0 && readAt < dockerAt, "read before docker's start, in the log's order");
+
+    await run;
+    const ready = await engineLabels(host);
+    t.match(ready, { [`${LABEL_PREFIX}.state`]: "ready", [`${LABEL_PREFIX}.prewarm`]: "warm" }, "the run's ready");
+    t.ok((await bl.tags(volumeId))[VolumeTag.initialized], "tagged initialized by the run");
+    t.match(await readPrewarmState(stateDir(host)), { phase: "done", verdict: "warm" });
+
+    // The release stops the run (systemctl stop on a host) before it unmounts; nothing of the run blocks it.
+    const released = await releaseLabHost(bl.lab, host, { overrides, log, prewarmFromMount });
+    t.equal(released.exitCode, 0, "released", { log: lines.join("\n") });
+    const stoppedAt = lines.findIndex((l) => /lab\.prewarm-unit: stopped/.test(l));
+    const unmountedAt = lines.findIndex((l) => /release\.unmount: unmounted/.test(l));
+    t.ok(stoppedAt >= 0 && stoppedAt < unmountedAt, "the run was stopped before the unmount");
+  },
+);

@@ -3,7 +3,8 @@
  * against the port fakes; no root, no fio):
  * - a volume EBS says is cold is read from the mount on, before docker starts (the head start), and handed to the
  *   background run at the `prewarm` step: the head start's reads end before the background run's begin;
- * - a failed boot stops the head start before it gives the volume back;
+ * - a failed boot stops the head start before it gives the volume back; in two phases, the run the first begins at
+ *   the mount is taken over by the second (no reads of its own), which stops it when it fails, before the unmount;
  * - a volume that only the default sample (`check`) finds cold is handed to the background run too, which takes
  *   the boot's verdict rather than sampling again; the node is published `warming`, then `ready` at the end.
  */
@@ -162,3 +163,39 @@ t.test("a sample still running at ready: ready first, then warming once it finds
   );
   t.equal(node.labels.current(), "ready");
 });
+
+t.test(
+  "two phases: the first begins the run at the mount; a second that fails stops it before giving the volume back",
+  async (t) => {
+    const node = await fakeNode(t);
+    await node.fake.snapshot({ ...POOL });
+    lazilyLoaded(node);
+    const events: string[] = [];
+    // What ebs-cache-agent-prewarm.service stands for: started by phase 1, stopped by whoever unmounts.
+    const prewarmFromMount = {
+      start: async () => void events.push("run started"),
+      stop: async () => void events.push("run stopped"),
+    };
+    node.script.before("storage.unmount", async () => void events.push("unmount"), { times: 10 });
+    const fio = fakeReader(node.script, { figures: [COLD, WARM] });
+    const adapters = node.adapters({ reader: fio.reader, prewarmFromMount });
+
+    const first = await runBoot(node.config, adapters, { dryRun: false, withDocker: false });
+    t.equal(first.report?.outcome, "prepared", first.report?.reason ?? "phase 1 prepared");
+    t.same(events, ["run started"], "phase 1 began the run at the mount, and left it running");
+
+    node.script.failNext("docker.start", new Error("dockerd failed"), { times: 10 });
+    node.script.failNext("docker.restart", new Error("dockerd failed"), { times: 10 });
+    const second = await runBoot(node.config, adapters, { dryRun: false, mayClaim: false });
+    t.not(second.report?.outcome, "ready", second.report?.reason ?? "not ready");
+    t.equal(node.script.of("fio.initialize").length, 0, "phase 2 read nothing itself: the run was taken over");
+    const stopped = events.indexOf("run stopped");
+    const unmounted = events.indexOf("unmount");
+    t.ok(stopped > 0 && (unmounted < 0 || stopped < unmounted), `stopped before any unmount: ${events.join(" | ")}`);
+    t.same(
+      node.labels.reports.map((r) => r.state),
+      ["degraded"],
+      "the failed boot's `degraded` alone: no `warming` or `ready` from the run",
+    );
+  },
+);

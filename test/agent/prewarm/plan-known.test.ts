@@ -9,6 +9,7 @@ import {
   DEFAULT_PREWARM,
   FRESH_FROM_SNAPSHOT_MINUTES,
   headStartAtMount,
+  mayReadFromMount,
   knownCold,
   planAfterSample,
   type PrewarmSettings,
@@ -160,3 +161,17 @@ t.test("the reads begin at the mount only for a volume known cold, warmed in the
     "files with a sample to take first: not",
   );
 });
+
+t.test(
+  "mayReadFromMount: the first phase begins a run for a volume that may be cold, with a pre-warm wanted",
+  async (t) => {
+    t.ok(mayReadFromMount(fromSnapshot, "check"), "from a snapshot, untagged: maybe cold");
+    t.ok(mayReadFromMount(fromSnapshot, "files"));
+    t.notOk(mayReadFromMount(fromSnapshot, "off"), "strategy off: nothing");
+    t.notOk(mayReadFromMount({ volumeId: "vol-2", tags: {} }, "check"), "not from a snapshot: every block is local");
+    t.notOk(
+      mayReadFromMount({ ...fromSnapshot, tags: { [VolumeTag.initialized]: "2026-11-30T00:00:00Z" } }, "check"),
+      "tagged initialized: warm",
+    );
+  },
+);

@@ -8,6 +8,7 @@ import t from "tap";
 import { runBoot } from "../../../src/agent/boot/run.ts";
 import type { HostAdapters } from "../../../src/agent/adapters.ts";
 import { runPrewarm } from "../../../src/agent/prewarm/run.ts";
+import { openLabelsGate, recordMountRun } from "../../../src/agent/prewarm/mount-run.ts";
 import { Label, VolumeTag } from "../../../src/tags.ts";
 import { COLD, WARM, fakeNode, fakeReader, type FakeNode, type FakeReader } from "../../fixtures/fakes/index.ts";
 
@@ -130,4 +131,58 @@ t.test("no cache volume attached: nothing to pre-warm", async (t) => {
   t.equal(outcome.exitCode, 0);
   t.equal(outcome.volumeId, undefined);
   t.same(node.script.names("fio."), [], "nothing read");
+});
+
+/** Resolves once a line of the node's log matches, or `done()` (checked between turns of the event loop, no timer). */
+async function untilLogged(node: FakeNode, pattern: RegExp, done: () => boolean): Promise<void> {
+  while (!done() && !node.log.lines.some((line) => pattern.test(line)))
+    await new Promise((resolve) => setImmediate(resolve));
+}
+
+t.test(
+  "--from-mount: a volume known cold is read, and no label goes out until the boot has published the node",
+  async (t) => {
+    const { node, volumeId } = await bootedFromSnapshot(t);
+    const reader = fakeReader(node.script, { figures: [WARM] });
+    const published = node.labels.reports.length;
+    const adapters = prewarmDeps(node, reader);
+    const key = { volumeId, ...(adapters.bootId ? { bootId: adapters.bootId } : {}) };
+    await recordMountRun(node.config.paths.stateDir, key);
+    // EBS says the volume is cold (its lazy initialization under 100 %): the run reads it.
+    node.fake.cloud.initializationStatus = async () => ({ type: "default", progress: 3 });
+    let settled = false;
+    const running = runPrewarm(node.config, adapters, { strategy: "check", fromMount: true }).finally(() => {
+      settled = true;
+    });
+    // The reads end before the boot has published: the run waits for it, its labels held.
+    const ended = await Promise.race([
+      untilLogged(node, /prewarm\.labels: read to the end before the boot published the node/, () => settled).then(
+        () => false,
+      ),
+      running.then(() => true),
+    ]);
+    t.notOk(ended, "the run waits for the boot", { log: node.log.lines.join("\n") });
+    if (ended) return;
+    t.equal(node.script.of("fio.initialize").length, 1, "the volume was read");
+    t.ok((await node.fake.describe(volumeId)).tags[VolumeTag.initialized], "and tagged initialized");
+    t.equal(node.labels.reports.length, published, "no label published meanwhile (warming, progress, ready held)");
+    // The boot publishes the node, then opens the gate: the run's `ready` follows.
+    await openLabelsGate(node.config.paths.stateDir, key);
+    const outcome = await running;
+    t.equal(outcome.exitCode, 0);
+    t.equal(node.labels.reports.length, published + 1, "one publication: ready");
+    t.equal(node.labels.current(), "ready");
+    t.match(node.labels.reports.at(-1), { details: { [Label.prewarm]: "warm" } });
+  },
+);
+
+t.test("--from-mount: a decision that needs no reads before docker is left to the boot's step", async (t) => {
+  const { node } = await bootedFromSnapshot(t);
+  const reader = fakeReader(node.script, { figures: [COLD] });
+  const published = node.labels.reports.length;
+  const outcome = await runPrewarm(node.config, prewarmDeps(node, reader), { strategy: "off", fromMount: true });
+  t.equal(outcome.exitCode, 0);
+  t.equal(outcome.report, undefined, "nothing done");
+  t.equal(node.script.of("fio.initialize").length + node.script.of("fio.check").length, 0, "nothing read");
+  t.equal(node.labels.reports.length, published, "nothing published");
 });

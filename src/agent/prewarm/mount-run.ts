@@ -1,0 +1,96 @@
+/**
+ * The record of a pre-warm run begun at the mount (`ebs-cache-agent prewarm --from-mount`), in
+ * `<paths.stateDir>/prewarm-mount.json`: this boot of the machine, the volume, and whether the boot has published the
+ * node yet (the run's labels' gate).
+ *
+ * The run reads from the first phase's mount on, before docker starts, but publishes no label until the boot has
+ * published the node (the second phase's `ready` or `warming`): a label before that would announce a node that has
+ * not joined yet, and the boot's own publication would then overwrite the run's. The first phase writes the record
+ * closed before it starts the run; the second phase finds it (a run to take over: no reads of its own, the run
+ * stopped if the boot fails) and opens it once its labels are out. A record of another boot or volume says nothing.
+ */
+import { watch } from "node:fs";
+import { mkdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { writeFileAtomic } from "../../fs-atomic.ts";
+
+export const MOUNT_RUN_FILE = "prewarm-mount.json";
+
+/** Which run: this boot of the machine (/proc/sys/kernel/random/boot_id), this volume. */
+export interface MountRunKey {
+  bootId?: string;
+  volumeId: string;
+}
+
+interface MountRunRecord extends MountRunKey {
+  /** The boot has published the node: the run publishes from now on. */
+  published: boolean;
+  at: string;
+}
+
+const pathOf = (stateDir: string) => join(stateDir, MOUNT_RUN_FILE);
+
+async function write(stateDir: string, key: MountRunKey, published: boolean): Promise<void> {
+  await mkdir(stateDir, { recursive: true });
+  const record: MountRunRecord = { ...key, published, at: new Date().toISOString() };
+  await writeFileAtomic(pathOf(stateDir), JSON.stringify(record) + "\n");
+}
+
+async function read(stateDir: string, key: MountRunKey): Promise<MountRunRecord | undefined> {
+  try {
+    const record = JSON.parse(await readFile(pathOf(stateDir), "utf8")) as Partial<MountRunRecord> | null;
+    const same = record?.volumeId === key.volumeId && (key.bootId === undefined || record.bootId === key.bootId);
+    return same && typeof record.published === "boolean" ? (record as MountRunRecord) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Records a run begun at the mount, its labels held (before the run is started). */
+export function recordMountRun(stateDir: string, key: MountRunKey): Promise<void> {
+  return write(stateDir, key, false);
+}
+
+/** Whether a run was begun at this boot's mount of the volume. */
+export async function mountRunBegun(stateDir: string, key: MountRunKey): Promise<boolean> {
+  return (await read(stateDir, key)) !== undefined;
+}
+
+/** Opens the run's labels' gate: the boot has published the node. */
+export function openLabelsGate(stateDir: string, key: MountRunKey): Promise<void> {
+  return write(stateDir, key, true);
+}
+
+/** Whether the boot has published the node (a missing record, or another boot's, holds the labels). */
+export async function labelsGateOpen(stateDir: string, key: MountRunKey): Promise<boolean> {
+  return (await read(stateDir, key))?.published === true;
+}
+
+/**
+ * Resolves once the gate is open for `key` (inotify on the state folder: no polling), or rejects with the signal's
+ * reason when it is aborted first.
+ */
+export async function waitForLabelsGate(stateDir: string, key: MountRunKey, signal: AbortSignal): Promise<void> {
+  await mkdir(stateDir, { recursive: true });
+  signal.throwIfAborted();
+  const watcher = watch(stateDir, { persistent: true });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      let checking = Promise.resolve();
+      const check = () => {
+        checking = checking.then(async () => {
+          if (await labelsGateOpen(stateDir, key)) resolve();
+        });
+      };
+      watcher.on("change", (_event, name) => {
+        if (name === null || String(name) === MOUNT_RUN_FILE) check();
+      });
+      watcher.on("error", reject);
+      signal.addEventListener("abort", () => reject(signal.reason as Error), { once: true });
+      // The gate may have opened before the watch was in place.
+      check();
+    });
+  } finally {
+    watcher.close();
+  }
+}
