@@ -15,8 +15,11 @@
  * with pulling off, and one whose registry refuses; a full disk (a filled tmpfs) under the node
  * commands' state folder (a warning naming it, their outcome's exit code) and under snapshot
  * upload's --manifest (exit 1), nothing half-written; IMDS answering an empty instance id or a
- * web page for it. Not yet: doctor,
- * snapshot build's --image on a full disk, docker unreachable for the build.
+ * web page for it; doctor against IMDS refusing or silent and EC2 refusing, denying or throttling
+ * (its failing line with the failure's own remediation, exit 1), the agent's units missing. Not
+ * yet: doctor against an EC2 that never answers (its calls wait one after another, a minute and
+ * more), doctor on a bad config (it goes on with the defaults: the machine's own paths), docker
+ * unreachable for the build.
  * The cases share one EC2 emulator and run a few at a time; an AWS refusal is an `errorCode` (or
  * throttle) fault of one action, so the cases that need different faults run one after another.
  */
@@ -31,6 +34,7 @@ import { LAB_CREDENTIALS, startLab } from "../../src/lab/lab.ts";
 import type { Faults } from "../../src/lab/ec2/faults.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 import { ExitCode } from "../../src/errors.ts";
+import { DoctorExit } from "../../src/cli/doctor.ts";
 import { agentBundle, REPO, withCompileCache } from "../fixtures/lab/agent-bundle.ts";
 import { assertLabPrerequisites, childEnv } from "../fixtures/lab/lab-prereq.ts";
 import { DEFAULT_RECORD, makePoolImage } from "../fixtures/builders/pool-image.ts";
@@ -244,13 +248,39 @@ t.test("IMDS refuses or never answers: exit 1, IMDS named, with what to check", 
     { command, what: "refused", config: refused },
     { command, what: "silent", config: silentImds },
   ]);
-  await inBatches(cases, 5, async ({ command, what, config }) => {
+  const doctorCases = [
+    { command: ["doctor"], what: "refused", config: refused },
+    { command: ["doctor"], what: "silent", config: silentImds },
+  ];
+  await inBatches([...cases, ...doctorCases], 6, async ({ command, what, config }) => {
     const out = await agent([...command, "--config", config]);
     t.test(`${command.join(" ")}: IMDS ${what}`, async (t) =>
-      assertTold(t, out, ExitCode.failure, /instance metadata service .* did not answer/),
+      command[0] === "doctor"
+        ? assertDoctorFailed(t, out, "imds", /instance metadata service .* did not answer/, /metadata service enabled/)
+        : assertTold(t, out, ExitCode.failure, /instance metadata service .* did not answer/),
     );
   });
 });
+
+/**
+ * doctor tells a failure as one of its lines (the check, `FAIL`, what failed, `->` what to do) and
+ * exits 1; never as the agent's bug, never "could not run". The lab's config points its units folder
+ * and systemd's runtime folder into the host folder: the agent's units are missing there (a `FAIL`
+ * of each, with how to install them), and no unit of the machine's docker is read.
+ */
+function assertDoctorFailed(t: Test, out: Ran, check: string, says: RegExp, remedy: RegExp): void {
+  t.equal(out.code, DoctorExit.failed, `exit code ${DoctorExit.failed}\n${out.stderr}`);
+  t.notMatch(out.stdout + out.stderr, /report this as a bug|unexpected failure|could not run/, "not told as a bug");
+  t.notMatch(out.stdout + out.stderr, /^\s+at /m, "no stack trace");
+  const line = out.stdout.split("\n").find((l) => l.startsWith(`FAIL ${check} `));
+  t.ok(line, `a FAIL line for ${check}\n${out.stdout}`);
+  const [detail, remediation] = (line ?? "").split("  -> ");
+  t.match(detail ?? "", says, "it says what failed");
+  t.match(remediation ?? "", remedy, "and what to do");
+  t.match(out.stdout, /^WARN daemon-json .*systemd does not run this host/m, "the machine's docker unit not read");
+  for (const unit of out.stdout.split("\n").filter((l) => / unit\.ebs-cache-agent/.test(l)))
+    t.match(unit, /^FAIL .* not installed {2}-> install the agent's units/, "a missing unit file, named");
+}
 
 /** An IMDS that answers, but with `instanceId` for the instance id (a token and a zone as EC2's). */
 async function oddImds(t: Test, instanceId: string): Promise<string> {
@@ -300,37 +330,50 @@ function assertDegraded(t: Test, out: Ran, code: number, says: RegExp): void {
   t.notMatch(out.stderr, /^\s+at /m, "no stack trace");
 }
 
-const NODE_EC2_FAILURES: Array<[string, { config?: string; faults?: Faults; phase1: number }, RegExp]> = [
-  ["refuses the connection", { config: "ec2-refused", phase1: ExitCode.degraded }, /ECONNREFUSED|refused/],
+/** `doctor` is the remediation its `volumes` line gives: the failure's own, not always a permission. */
+const NODE_EC2_FAILURES: Array<[string, { config?: string; faults?: Faults; phase1: number; doctor: RegExp }, RegExp]> =
   [
-    "answers UnauthorizedOperation",
-    {
-      faults: {
-        actions: {
-          DescribeInstances: { errorCode: "UnauthorizedOperation" },
-          DescribeVolumes: { errorCode: "UnauthorizedOperation" },
+    [
+      "refuses the connection",
+      { config: "ec2-refused", phase1: ExitCode.degraded, doctor: /route to the EC2 endpoint/ },
+      /ECONNREFUSED|refused/,
+    ],
+    [
+      "answers UnauthorizedOperation",
+      {
+        faults: {
+          actions: {
+            DescribeInstances: { errorCode: "UnauthorizedOperation" },
+            DescribeVolumes: { errorCode: "UnauthorizedOperation" },
+          },
         },
+        phase1: ExitCode.failure,
+        doctor: /allow ec2:DescribeVolumes/,
       },
-      phase1: ExitCode.failure,
-    },
-    /UnauthorizedOperation|not authori[sz]ed/,
-  ],
-  ["throttles every call", { faults: { throttleRate: 1 }, phase1: ExitCode.degraded }, /RequestLimitExceeded|throttl/],
-];
+      /UnauthorizedOperation|not authori[sz]ed/,
+    ],
+    [
+      "throttles every call",
+      { faults: { throttleRate: 1 }, phase1: ExitCode.degraded, doctor: /throttling .* re-run/ },
+      /RequestLimitExceeded|throttl/,
+    ],
+  ];
 
-for (const [what, { config, faults, phase1 }, says] of NODE_EC2_FAILURES) {
+for (const [what, { config, faults, phase1, doctor }, says] of NODE_EC2_FAILURES) {
   t.test(`EC2 ${what}: the node commands exit 1, phase 1 degrades`, async (t) => {
     const path = await nodeConfig(config ?? "ec2-lab", config ? { ec2: REFUSED } : {});
     if (faults) {
       lab.ec2.setFaults(faults);
       t.teardown(() => lab.ec2.setFaults({}));
     }
-    await inBatches(NODE_COMMANDS, 5, async (command) => {
+    await inBatches([...NODE_COMMANDS, ["doctor"]], 6, async (command) => {
       const out = await agent([...command, "--config", path], { AWS_MAX_ATTEMPTS: "1" });
       t.test(command.join(" "), async (t) =>
         command.includes("--no-docker")
           ? assertDegraded(t, out, phase1, says)
-          : assertTold(t, out, ExitCode.failure, says),
+          : command[0] === "doctor"
+            ? assertDoctorFailed(t, out, "volumes", says, doctor)
+            : assertTold(t, out, ExitCode.failure, says),
       );
     });
   });
