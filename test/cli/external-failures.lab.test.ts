@@ -478,14 +478,20 @@ t.test("snapshot build: an image it cannot have is told as what it is, and undon
  * A small tmpfs, mounted for the test and filled to the last byte after `seed` has put the files
  * a command finds there: a write to it fails with ENOSPC at once, wherever in the write it lands.
  */
-async function fullFilesystem(t: Test, name: string, seed: (folder: string) => Promise<void>): Promise<string> {
+async function fullFilesystem(
+  t: Test,
+  name: string,
+  seed: (folder: string) => Promise<void>,
+  /** A size given: a tmpfs that small, left empty (room, but less than a write needs). */
+  small?: string,
+): Promise<string> {
   const folder = join(work, name);
   await mkdir(folder);
-  await run("mount", ["-t", "tmpfs", "-o", "size=512k,mode=0755", `full-${name}`, folder]);
+  await run("mount", ["-t", "tmpfs", "-o", `size=${small ?? "512k"},mode=0755`, `full-${name}`, folder]);
   t.teardown(() => run("umount", [folder]));
   await seed(folder);
   // dd ends with "No space left on device" once it is full: that end is the point.
-  await run("dd", ["if=/dev/zero", `of=${join(folder, ".filler")}`, "bs=4k"]).catch(() => undefined);
+  if (!small) await run("dd", ["if=/dev/zero", `of=${join(folder, ".filler")}`, "bs=4k"]).catch(() => undefined);
   return folder;
 }
 
@@ -548,6 +554,22 @@ t.test("a full disk where a command writes: the folder named, ENOSPC said, nothi
   t.test("boot --dry-run writes nothing: unaffected", async (t) => {
     t.equal(dryRun.code, ExitCode.ok, dryRun.stderr);
     t.notMatch(dryRun.stderr, /no space left/);
+  });
+
+  // snapshot build with its --image on a full disk: at its marker (filled), or at mkfs (3 MiB for 1 GiB).
+  const buildFolders = [
+    ["filled", await fullFilesystem(t, "full-build", async () => undefined)],
+    ["too small for the file system", await fullFilesystem(t, "small-build", async () => undefined, "3m")],
+  ] as const;
+  await inBatches([...buildFolders], 2, async ([what, folder]) => {
+    const args = ["snapshot", "build", "--image", join(folder, "pool.img"), "--size-gib", "1"];
+    const out = await agent([...args, "--images", "lab/a:1", "--no-pull", "--no-record-reads"]);
+    t.test(`snapshot build, its folder ${what}: exit 1, nothing left`, async (t) => {
+      assertTold(t, out, ExitCode.failure, /^<3>agent\.failed: no space left during (clean-leftovers|format): /);
+      t.match(out.stderr, new RegExp(`remediation="free space on the filesystem of ${folder} \\(df -h`));
+      t.notMatch(out.stderr, /snapshot\.build-undo-failed/, "what it set up was undone");
+      t.same(await readdir(folder), what === "filled" ? [".filler"] : [], "nothing left");
+    });
   });
 
   const manifests = await fullFilesystem(t, "full-manifests", async () => undefined);
