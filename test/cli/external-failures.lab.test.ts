@@ -14,7 +14,8 @@
  * 1's boot, which degrades (exit 4, one error line); for snapshot build, an image in no tarball
  * with pulling off, and one whose registry refuses; a full disk (a filled tmpfs) under the node
  * commands' state folder (a warning naming it, their outcome's exit code) and under snapshot
- * upload's --manifest (exit 1), nothing half-written; IMDS answering an empty instance id or a
+ * upload's --manifest (exit 1), snapshot build's --image (exit 1) and the pre-warm's lock, nothing
+ * half-written; IMDS answering an empty instance id or a
  * web page for it; doctor against IMDS refusing or silent and EC2 refusing, denying or throttling
  * (its failing line with the failure's own remediation, exit 1), the agent's units missing. Not
  * yet: doctor against an EC2 that never answers (its calls wait one after another, a minute and
@@ -35,6 +36,8 @@ import type { Faults } from "../../src/lab/ec2/faults.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 import { ExitCode } from "../../src/errors.ts";
 import { DoctorExit } from "../../src/cli/doctor.ts";
+import { acquirePrewarmLock } from "../../src/agent/prewarm/state.ts";
+import { FolderNotWritableError } from "../../src/fs-atomic.ts";
 import { agentBundle, REPO, withCompileCache } from "../fixtures/lab/agent-bundle.ts";
 import { assertLabPrerequisites, childEnv } from "../fixtures/lab/lab-prereq.ts";
 import { DEFAULT_RECORD, makePoolImage } from "../fixtures/builders/pool-image.ts";
@@ -570,6 +573,17 @@ t.test("a full disk where a command writes: the folder named, ENOSPC said, nothi
       t.notMatch(out.stderr, /snapshot\.build-undo-failed/, "what it set up was undone");
       t.same(await readdir(folder), what === "filled" ? [".filler"] : [], "nothing left");
     });
+  });
+
+  // The pre-warm's lock in a full state folder (in-process: a CLI prewarm that takes it needs a booted
+  // volume, which this file does not make): told with what to free, no empty lock left behind.
+  const prewarmState = await fullFilesystem(t, "full-prewarm", async () => undefined);
+  const locked = await acquirePrewarmLock(prewarmState).catch((error: unknown) => error);
+  t.test("prewarm's lock: the folder named, nothing half-written", async (t) => {
+    t.type(locked, FolderNotWritableError);
+    t.match((locked as Error).message, `no space left on ${prewarmState} (ENOSPC): prewarm.lock not written`);
+    t.match((locked as FolderNotWritableError).remediation, /free space on the filesystem of/);
+    t.same(await readdir(prewarmState), [".filler"], "no empty lock file left");
   });
 
   const manifests = await fullFilesystem(t, "full-manifests", async () => undefined);
