@@ -34,6 +34,7 @@ import {
   copySparseImage,
   createSparseImage,
   detachLoop,
+  discardImageFile,
   releaseImageFile,
 } from "../host/image-file.ts";
 import { mountDevice, settleFilesystem, unmountPath } from "../host/mount.ts";
@@ -106,6 +107,7 @@ export function volumeBuildDeps(log: Logger, signal?: AbortSignal): VolumeBuildD
     },
     claimImageFile: (workDir, image) => claimImageFile(workDir, image, log),
     releaseImageFile,
+    discardImageFile,
     createImage: createSparseImage,
     copyImage: (from, image, bytes) => copySparseImage(from, image, bytes, log),
     grow: async (mountPoint) => void (await growFilesystem(mountPoint, { log })),

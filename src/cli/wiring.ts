@@ -124,7 +124,10 @@ export function wireAdapters(options: WiringOptions): HostAdapters & { recorder:
   // Read once per run: the unit does not change under a command, and every report checks it.
   let command: Promise<DockerdCommand> | undefined;
   const dockerdCommand = () =>
-    (command ??= (options.dockerdCommand ?? createSystemdDockerdCommand({ unit: config.docker.unit, log }))());
+    (command ??= (
+      options.dockerdCommand ??
+      createSystemdDockerdCommand({ unit: config.docker.unit, systemdRuntimeDir: config.paths.systemdRunDir, log })
+    )());
   return {
     log,
     ...(bootId ? { bootId } : {}),

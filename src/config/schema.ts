@@ -449,6 +449,16 @@ export const CONFIG_SCHEMA = {
           "/var/lib/ebs-cache-agent",
           "The agent's own state (what it attached, backups of daemon.json).",
         ),
+        unitsDir: absolutePath(
+          "/etc/systemd/system",
+          "Where the agent's systemd units are installed (`doctor` checks them and their enablement there).",
+        ),
+        systemdRunDir: absolutePath(
+          "/run/systemd/system",
+          "systemd's runtime folder: where it exists systemd runs the host (sd_booted()), and dockerd's flags " +
+            "are read from `docker.unit` (`systemctl show`) and checked against daemon.json; where it does not (a " +
+            "container, the lab's host folders), no unit is read and the flags are not checked.",
+        ),
       },
     },
     docker: {

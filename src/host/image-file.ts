@@ -6,10 +6,11 @@
  * the build's own marker in its work folder says a killed run of the build was making it.
  */
 import { constants } from "node:fs";
-import { mkdir, open, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, open, readFile, rm, rmdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { AgentError, ExitCode } from "../errors.ts";
 import { run } from "../exec.ts";
+import { writeFileAtomic } from "../fs-atomic.ts";
 import type { Logger } from "../log.ts";
 import { readMountTable, unmountPath } from "./mount.ts";
 
@@ -48,8 +49,24 @@ export async function claimImageFile(workDir: string, image: string, log?: Logge
     log?.warning("snapshot.build-leftover", "removing the image a killed build left half made", { image: path });
     await rm(path, { force: true });
   }
-  await mkdir(workDir, { recursive: true });
-  await writeFile(marker, `${path}\n`);
+  const made = await mkdir(workDir, { recursive: true });
+  try {
+    await writeFileAtomic(marker, `${path}\n`);
+  } catch (error) {
+    // A full disk: the folder this claim made goes too, so the build leaves nothing behind.
+    if (made !== undefined) await rm(made, { recursive: true, force: true }).catch(() => undefined);
+    throw error;
+  }
+}
+
+/**
+ * Removes the image this build was making and its marker (the build owns it: it claimed it), and
+ * the work folder when nothing else is left in it.
+ */
+export async function discardImageFile(workDir: string, image: string): Promise<void> {
+  await rm(resolve(image), { force: true });
+  await releaseImageFile(workDir);
+  await rmdir(workDir).catch(() => undefined);
 }
 
 /** The build is done: its marker goes (the image is now a finished one, never replaced by a rerun). */

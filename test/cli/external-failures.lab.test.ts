@@ -14,9 +14,13 @@
  * 1's boot, which degrades (exit 4, one error line); for snapshot build, an image in no tarball
  * with pulling off, and one whose registry refuses; a full disk (a filled tmpfs) under the node
  * commands' state folder (a warning naming it, their outcome's exit code) and under snapshot
- * upload's --manifest (exit 1), nothing half-written; IMDS answering an empty instance id or a
- * web page for it. Not yet: doctor,
- * snapshot build's --image on a full disk, docker unreachable for the build.
+ * upload's --manifest (exit 1), snapshot build's --image (exit 1) and the pre-warm's lock, nothing
+ * half-written; IMDS answering an empty instance id or a
+ * web page for it; doctor against IMDS refusing or silent and EC2 refusing, denying or throttling
+ * (its failing line with the failure's own remediation, exit 1), the agent's units missing. Not
+ * yet: doctor against an EC2 that never answers (its calls wait one after another, a minute and
+ * more), doctor on a bad config (it goes on with the defaults: the machine's own paths), docker
+ * unreachable for the build.
  * The cases share one EC2 emulator and run a few at a time; an AWS refusal is an `errorCode` (or
  * throttle) fault of one action, so the cases that need different faults run one after another.
  */
@@ -31,6 +35,9 @@ import { LAB_CREDENTIALS, startLab } from "../../src/lab/lab.ts";
 import type { Faults } from "../../src/lab/ec2/faults.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 import { ExitCode } from "../../src/errors.ts";
+import { DoctorExit } from "../../src/cli/doctor.ts";
+import { acquirePrewarmLock } from "../../src/agent/prewarm/state.ts";
+import { FolderNotWritableError } from "../../src/fs-atomic.ts";
 import { agentBundle, REPO, withCompileCache } from "../fixtures/lab/agent-bundle.ts";
 import { assertLabPrerequisites, childEnv } from "../fixtures/lab/lab-prereq.ts";
 import { DEFAULT_RECORD, makePoolImage } from "../fixtures/builders/pool-image.ts";
@@ -244,13 +251,39 @@ t.test("IMDS refuses or never answers: exit 1, IMDS named, with what to check", 
     { command, what: "refused", config: refused },
     { command, what: "silent", config: silentImds },
   ]);
-  await inBatches(cases, 5, async ({ command, what, config }) => {
+  const doctorCases = [
+    { command: ["doctor"], what: "refused", config: refused },
+    { command: ["doctor"], what: "silent", config: silentImds },
+  ];
+  await inBatches([...cases, ...doctorCases], 6, async ({ command, what, config }) => {
     const out = await agent([...command, "--config", config]);
     t.test(`${command.join(" ")}: IMDS ${what}`, async (t) =>
-      assertTold(t, out, ExitCode.failure, /instance metadata service .* did not answer/),
+      command[0] === "doctor"
+        ? assertDoctorFailed(t, out, "imds", /instance metadata service .* did not answer/, /metadata service enabled/)
+        : assertTold(t, out, ExitCode.failure, /instance metadata service .* did not answer/),
     );
   });
 });
+
+/**
+ * doctor tells a failure as one of its lines (the check, `FAIL`, what failed, `->` what to do) and
+ * exits 1; never as the agent's bug, never "could not run". The lab's config points its units folder
+ * and systemd's runtime folder into the host folder: the agent's units are missing there (a `FAIL`
+ * of each, with how to install them), and no unit of the machine's docker is read.
+ */
+function assertDoctorFailed(t: Test, out: Ran, check: string, says: RegExp, remedy: RegExp): void {
+  t.equal(out.code, DoctorExit.failed, `exit code ${DoctorExit.failed}\n${out.stderr}`);
+  t.notMatch(out.stdout + out.stderr, /report this as a bug|unexpected failure|could not run/, "not told as a bug");
+  t.notMatch(out.stdout + out.stderr, /^\s+at /m, "no stack trace");
+  const line = out.stdout.split("\n").find((l) => l.startsWith(`FAIL ${check} `));
+  t.ok(line, `a FAIL line for ${check}\n${out.stdout}`);
+  const [detail, remediation] = (line ?? "").split("  -> ");
+  t.match(detail ?? "", says, "it says what failed");
+  t.match(remediation ?? "", remedy, "and what to do");
+  t.match(out.stdout, /^WARN daemon-json .*systemd does not run this host/m, "the machine's docker unit not read");
+  for (const unit of out.stdout.split("\n").filter((l) => / unit\.ebs-cache-agent/.test(l)))
+    t.match(unit, /^FAIL .* not installed {2}-> install the agent's units/, "a missing unit file, named");
+}
 
 /** An IMDS that answers, but with `instanceId` for the instance id (a token and a zone as EC2's). */
 async function oddImds(t: Test, instanceId: string): Promise<string> {
@@ -300,37 +333,50 @@ function assertDegraded(t: Test, out: Ran, code: number, says: RegExp): void {
   t.notMatch(out.stderr, /^\s+at /m, "no stack trace");
 }
 
-const NODE_EC2_FAILURES: Array<[string, { config?: string; faults?: Faults; phase1: number }, RegExp]> = [
-  ["refuses the connection", { config: "ec2-refused", phase1: ExitCode.degraded }, /ECONNREFUSED|refused/],
+/** `doctor` is the remediation its `volumes` line gives: the failure's own, not always a permission. */
+const NODE_EC2_FAILURES: Array<[string, { config?: string; faults?: Faults; phase1: number; doctor: RegExp }, RegExp]> =
   [
-    "answers UnauthorizedOperation",
-    {
-      faults: {
-        actions: {
-          DescribeInstances: { errorCode: "UnauthorizedOperation" },
-          DescribeVolumes: { errorCode: "UnauthorizedOperation" },
+    [
+      "refuses the connection",
+      { config: "ec2-refused", phase1: ExitCode.degraded, doctor: /route to the EC2 endpoint/ },
+      /ECONNREFUSED|refused/,
+    ],
+    [
+      "answers UnauthorizedOperation",
+      {
+        faults: {
+          actions: {
+            DescribeInstances: { errorCode: "UnauthorizedOperation" },
+            DescribeVolumes: { errorCode: "UnauthorizedOperation" },
+          },
         },
+        phase1: ExitCode.failure,
+        doctor: /allow ec2:DescribeVolumes/,
       },
-      phase1: ExitCode.failure,
-    },
-    /UnauthorizedOperation|not authori[sz]ed/,
-  ],
-  ["throttles every call", { faults: { throttleRate: 1 }, phase1: ExitCode.degraded }, /RequestLimitExceeded|throttl/],
-];
+      /UnauthorizedOperation|not authori[sz]ed/,
+    ],
+    [
+      "throttles every call",
+      { faults: { throttleRate: 1 }, phase1: ExitCode.degraded, doctor: /throttling .* re-run/ },
+      /RequestLimitExceeded|throttl/,
+    ],
+  ];
 
-for (const [what, { config, faults, phase1 }, says] of NODE_EC2_FAILURES) {
+for (const [what, { config, faults, phase1, doctor }, says] of NODE_EC2_FAILURES) {
   t.test(`EC2 ${what}: the node commands exit 1, phase 1 degrades`, async (t) => {
     const path = await nodeConfig(config ?? "ec2-lab", config ? { ec2: REFUSED } : {});
     if (faults) {
       lab.ec2.setFaults(faults);
       t.teardown(() => lab.ec2.setFaults({}));
     }
-    await inBatches(NODE_COMMANDS, 5, async (command) => {
+    await inBatches([...NODE_COMMANDS, ["doctor"]], 6, async (command) => {
       const out = await agent([...command, "--config", path], { AWS_MAX_ATTEMPTS: "1" });
       t.test(command.join(" "), async (t) =>
         command.includes("--no-docker")
           ? assertDegraded(t, out, phase1, says)
-          : assertTold(t, out, ExitCode.failure, says),
+          : command[0] === "doctor"
+            ? assertDoctorFailed(t, out, "volumes", says, doctor)
+            : assertTold(t, out, ExitCode.failure, says),
       );
     });
   });
@@ -435,14 +481,20 @@ t.test("snapshot build: an image it cannot have is told as what it is, and undon
  * A small tmpfs, mounted for the test and filled to the last byte after `seed` has put the files
  * a command finds there: a write to it fails with ENOSPC at once, wherever in the write it lands.
  */
-async function fullFilesystem(t: Test, name: string, seed: (folder: string) => Promise<void>): Promise<string> {
+async function fullFilesystem(
+  t: Test,
+  name: string,
+  seed: (folder: string) => Promise<void>,
+  /** A size given: a tmpfs that small, left empty (room, but less than a write needs). */
+  small?: string,
+): Promise<string> {
   const folder = join(work, name);
   await mkdir(folder);
-  await run("mount", ["-t", "tmpfs", "-o", "size=512k,mode=0755", `full-${name}`, folder]);
+  await run("mount", ["-t", "tmpfs", "-o", `size=${small ?? "512k"},mode=0755`, `full-${name}`, folder]);
   t.teardown(() => run("umount", [folder]));
   await seed(folder);
   // dd ends with "No space left on device" once it is full: that end is the point.
-  await run("dd", ["if=/dev/zero", `of=${join(folder, ".filler")}`, "bs=4k"]).catch(() => undefined);
+  if (!small) await run("dd", ["if=/dev/zero", `of=${join(folder, ".filler")}`, "bs=4k"]).catch(() => undefined);
   return folder;
 }
 
@@ -505,6 +557,33 @@ t.test("a full disk where a command writes: the folder named, ENOSPC said, nothi
   t.test("boot --dry-run writes nothing: unaffected", async (t) => {
     t.equal(dryRun.code, ExitCode.ok, dryRun.stderr);
     t.notMatch(dryRun.stderr, /no space left/);
+  });
+
+  // snapshot build with its --image on a full disk: at its marker (filled), or at mkfs (3 MiB for 1 GiB).
+  const buildFolders = [
+    ["filled", await fullFilesystem(t, "full-build", async () => undefined)],
+    ["too small for the file system", await fullFilesystem(t, "small-build", async () => undefined, "3m")],
+  ] as const;
+  await inBatches([...buildFolders], 2, async ([what, folder]) => {
+    const args = ["snapshot", "build", "--image", join(folder, "pool.img"), "--size-gib", "1"];
+    const out = await agent([...args, "--images", "lab/a:1", "--no-pull", "--no-record-reads"]);
+    t.test(`snapshot build, its folder ${what}: exit 1, nothing left`, async (t) => {
+      assertTold(t, out, ExitCode.failure, /^<3>agent\.failed: no space left during (clean-leftovers|format): /);
+      t.match(out.stderr, new RegExp(`remediation="free space on the filesystem of ${folder} \\(df -h`));
+      t.notMatch(out.stderr, /snapshot\.build-undo-failed/, "what it set up was undone");
+      t.same(await readdir(folder), what === "filled" ? [".filler"] : [], "nothing left");
+    });
+  });
+
+  // The pre-warm's lock in a full state folder (in-process: a CLI prewarm that takes it needs a booted
+  // volume, which this file does not make): told with what to free, no empty lock left behind.
+  const prewarmState = await fullFilesystem(t, "full-prewarm", async () => undefined);
+  const locked = await acquirePrewarmLock(prewarmState).catch((error: unknown) => error);
+  t.test("prewarm's lock: the folder named, nothing half-written", async (t) => {
+    t.type(locked, FolderNotWritableError);
+    t.match((locked as Error).message, `no space left on ${prewarmState} (ENOSPC): prewarm.lock not written`);
+    t.match((locked as FolderNotWritableError).remediation, /free space on the filesystem of/);
+    t.same(await readdir(prewarmState), [".filler"], "no empty lock file left");
   });
 
   const manifests = await fullFilesystem(t, "full-manifests", async () => undefined);

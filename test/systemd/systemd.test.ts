@@ -407,7 +407,7 @@ t.test("keeper service and timer", async (t) => {
 /**
  * Each service's exposure as `systemd-analyze security --offline=yes` rates it (0 safest, 10 most
  * exposed), the most it may be: gc and the keeper share one strict sandbox (the keeper's 0.2 more is
- * NotifyAccess=all, its progress to `systemctl status`); the prune takes all of
+ * NotifyAccess=all, its progress to `systemctl status`, as the ready unit's over phase 1's); the prune takes all of
  * it that needs no mount namespace (it reads the cache volume's mount as the host has it, and a
  * namespace's copy of that mount would hold the release's detach at shutdown); the boot and
  * release units share the host's mounts and devices by design (docs/operations.md, Sandboxing).
@@ -444,6 +444,12 @@ t.test("systemd-analyze security: every unit within its exposure; gc and keeper 
     0.2,
     "keeper as gc, but for NotifyAccess=all (rated 0.2)",
   );
+  t.equal(
+    Math.round((figures["ebs-cache-agent-ready.service"]! - figures["ebs-cache-agent.service"]!) * 10) / 10,
+    0.2,
+    "the ready unit as phase 1, but for NotifyAccess=all (rated 0.2)",
+  );
+  t.equal(figures["ebs-cache-agent-release.service"], figures["ebs-cache-agent.service"], "the release as phase 1");
 
   // The check has teeth: the prune without its sandbox rates worse.
   const dir = await scratchRoot(t, "systemd-security");

@@ -7,6 +7,7 @@
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { DEVICE_NAMES } from "../../aws/ec2.ts";
+import { cloudFailureOf, ec2CallError } from "../../aws/errors.ts";
 import { describeError } from "../../errors.ts";
 import { configuredStore } from "../../docker/image-store.ts";
 import { DaemonJsonError } from "../../docker/daemon-json.ts";
@@ -20,7 +21,14 @@ import {
   snapshotGeneration,
 } from "../volume-rules.ts";
 import type { DoctorCloudDeps, DoctorHostDeps } from "./deps.ts";
-import { AGENT_UNITS, type CloudFacts, type DockerConflictsFact, type HostFacts, type UnitFact } from "./plan.ts";
+import {
+  AGENT_UNITS,
+  type CloudFacts,
+  type CloudProblem,
+  type DockerConflictsFact,
+  type HostFacts,
+  type UnitFact,
+} from "./plan.ts";
 
 /** The host's facts. */
 export async function observeHost(deps: DoctorHostDeps): Promise<HostFacts> {
@@ -83,7 +91,7 @@ export async function readUnit(unitsDir: string, name: string): Promise<UnitFact
 
 /** IMDS, credentials and what EC2 holds for the pool; the identity too (the IAM probes need it). */
 export async function observeCloud(deps: DoctorCloudDeps): Promise<{ facts: CloudFacts; identity?: Identity }> {
-  const problems: Record<string, string> = {};
+  const problems: CloudFacts["problems"] = {};
   let identity: Identity;
   try {
     identity = await deps.identify();
@@ -119,7 +127,7 @@ export async function observeCloud(deps: DoctorCloudDeps): Promise<{ facts: Clou
     const used = new Set((instance?.BlockDeviceMappings ?? []).map((m) => m.DeviceName));
     facts.freeDeviceNames = DEVICE_NAMES.filter((name) => !used.has(name) && !used.has(name.replace("/dev/", "")));
   } catch (error) {
-    problems.instance = describeError(error);
+    problems.instance = cloudProblem("DescribeInstances", error);
   }
   try {
     const snapshots = await cloud.findSnapshots(poolSelector(deps.pool));
@@ -132,7 +140,7 @@ export async function observeCloud(deps: DoctorCloudDeps): Promise<{ facts: Clou
         : {}),
     };
   } catch (error) {
-    problems.snapshots = describeError(error);
+    problems.snapshots = cloudProblem("DescribeSnapshots", error);
   }
   try {
     const volumes = await cloud.findVolumes({
@@ -142,9 +150,17 @@ export async function observeCloud(deps: DoctorCloudDeps): Promise<{ facts: Clou
     });
     facts.availableVolumes = volumes.map((v) => v.volumeId);
   } catch (error) {
-    problems.volumes = describeError(error);
+    problems.volumes = cloudProblem("DescribeVolumes", error);
   }
   return { facts, identity };
+}
+
+/** A describe call's failure as a fact: a refusal leaves the remediation to the line (the permission to grant). */
+function cloudProblem(action: string, error: unknown): CloudProblem {
+  const typed = ec2CallError(action, error);
+  const failure = cloudFailureOf(typed);
+  const told = failure !== undefined && failure.kind !== "unauthorized" && failure.kind !== "invalid-request";
+  return { problem: describeError(error), ...(told ? { remediation: typed.remediation } : {}) };
 }
 
 async function credentials(deps: DoctorCloudDeps, region: string): Promise<CloudFacts["credentials"]> {

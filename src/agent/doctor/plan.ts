@@ -225,7 +225,22 @@ export interface CloudFacts {
   /** Device names /dev/sdf…/dev/sdp the instance does not use. */
   freeDeviceNames?: string[];
   /** A describe call that failed, by what it was for. */
-  problems: Record<string, string>;
+  problems: Partial<Record<"instance" | "snapshots" | "volumes", CloudProblem>>;
+}
+
+/**
+ * A describe call's failure: what it said, and what to do as the error itself tells it (a network
+ * failure or throttling is no missing permission); undefined `remediation`: a refusal, or a failure
+ * of no known kind, which the line tells as the permission to grant.
+ */
+export interface CloudProblem {
+  problem: string;
+  remediation?: string;
+}
+
+/** The line's remediation: the failure's own, else the permission `denied` names. */
+function remedy(problem: CloudProblem | undefined, denied: string): string {
+  return problem?.remediation ?? denied;
 }
 
 /** The configured pool (config `pool`, `imageSet`). */
@@ -270,8 +285,11 @@ export function cloudLines(facts: CloudFacts, pool: PoolSettings): CheckLine[] {
     lines.push({
       check: "hop-limit",
       verdict: "warn",
-      detail: `metadata options unknown: ${facts.problems.instance ?? "DescribeInstances gave none"}`,
-      remediation: "allow ec2:DescribeInstances to the agent's role (iam/ebs-cache-agent-policy.json)",
+      detail: `metadata options unknown: ${facts.problems.instance?.problem ?? "DescribeInstances gave none"}`,
+      remediation: remedy(
+        facts.problems.instance,
+        "allow ec2:DescribeInstances to the agent's role (iam/ebs-cache-agent-policy.json)",
+      ),
     });
   else
     lines.push(
@@ -318,8 +336,8 @@ function snapshotLine(facts: CloudFacts, pool: PoolSettings): CheckLine {
     return {
       check: "snapshot",
       verdict: "fail",
-      detail: `the snapshots of ${which} could not be listed: ${facts.problems.snapshots ?? "not asked"}`,
-      remediation: "allow ec2:DescribeSnapshots to the agent's role",
+      detail: `the snapshots of ${which} could not be listed: ${facts.problems.snapshots?.problem ?? "not asked"}`,
+      remediation: remedy(facts.problems.snapshots, "allow ec2:DescribeSnapshots to the agent's role"),
     };
   const { current, seen, unusable } = facts.snapshot;
   if (current === undefined)
@@ -345,8 +363,8 @@ function volumesLine(facts: CloudFacts, pool: PoolSettings, zone: string): Check
     return {
       check: "volumes",
       verdict: "fail",
-      detail: `the pool's volumes could not be listed: ${facts.problems.volumes ?? "not asked"}`,
-      remediation: "allow ec2:DescribeVolumes to the agent's role",
+      detail: `the pool's volumes could not be listed: ${facts.problems.volumes?.problem ?? "not asked"}`,
+      remediation: remedy(facts.problems.volumes, "allow ec2:DescribeVolumes to the agent's role"),
     };
   const count = facts.availableVolumes.length;
   return count > 0
@@ -364,8 +382,8 @@ function slotsLine(facts: CloudFacts): CheckLine {
     return {
       check: "slots",
       verdict: "warn",
-      detail: `free device names unknown: ${facts.problems.instance ?? "not asked"}`,
-      remediation: "allow ec2:DescribeInstances to the agent's role",
+      detail: `free device names unknown: ${facts.problems.instance?.problem ?? "not asked"}`,
+      remediation: remedy(facts.problems.instance, "allow ec2:DescribeInstances to the agent's role"),
     };
   return facts.freeDeviceNames.length > 0
     ? {

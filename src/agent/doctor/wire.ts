@@ -27,7 +27,7 @@ export interface DoctorWiring {
   configFile: { path: string; problems: string[] };
   log: Logger;
   hostOnly: boolean;
-  /** Where systemd's units are (default /etc/systemd/system). */
+  /** Where the agent's units are installed (default: the config's `paths.unitsDir`). */
   unitsDir?: string;
   /** dockerd's command line (default: systemd's docker unit); the lab passes its private dockerd's. */
   dockerdCommand?: () => Promise<DockerdCommand>;
@@ -59,7 +59,10 @@ export function wireDoctor(options: DoctorWiring): DoctorDeps {
   });
   let command: Promise<DockerdCommand> | undefined;
   const dockerdCommand = () =>
-    (command ??= (options.dockerdCommand ?? createSystemdDockerdCommand({ unit: config.docker.unit, log }))());
+    (command ??= (
+      options.dockerdCommand ??
+      createSystemdDockerdCommand({ unit: config.docker.unit, systemdRuntimeDir: config.paths.systemdRunDir, log })
+    )());
   const host: DoctorHostDeps = {
     nodeVersion: process.version,
     toolVersion,
@@ -72,7 +75,7 @@ export function wireDoctor(options: DoctorWiring): DoctorDeps {
       labels: { prefix: config.labels.prefix, mode: config.labels.mode },
       log,
     },
-    unitsDir: options.unitsDir ?? "/etc/systemd/system",
+    unitsDir: options.unitsDir ?? config.paths.unitsDir,
     config: options.configFile,
     log,
   };

@@ -5,9 +5,10 @@
  * reads it. A lock file (`prewarm.lock`, pid + start time) keeps two initializations of one
  * host from running at once; a dead holder's lock is taken over.
  */
-import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
-import { join } from "node:path";
-import { writeFileAtomic } from "../../fs-atomic.ts";
+import { mkdir, open, readFile, rm, type FileHandle } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
+import { diskErrorKind } from "../../disk-errors.ts";
+import { FolderNotWritableError, writeFileAtomic } from "../../fs-atomic.ts";
 import { isAlive, processStartTime } from "../process-identity.ts";
 import type { CheckFigures } from "../ports.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
@@ -91,7 +92,7 @@ export async function acquirePrewarmLock(stateDir: string): Promise<PrewarmLock 
   const me = { pid: process.pid, start: await processStartTime(process.pid) };
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
-      await writeFile(path, JSON.stringify(me) + "\n", { flag: "wx" });
+      await writeLock(path, JSON.stringify(me) + "\n");
       return { release: () => rm(path, { force: true }) };
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
@@ -107,6 +108,27 @@ export async function acquirePrewarmLock(stateDir: string): Promise<PrewarmLock 
     await rm(path, { force: true }); // A dead holder (the agent was killed): take over.
   }
   return { heldBy: -1 };
+}
+
+/**
+ * Creates the lock file (EEXIST when it is there). A write that fails once the file exists (a full
+ * disk) removes it again: an empty lock would read as a dead holder's. A full or read-only state
+ * folder is told as such (FolderNotWritableError: what to free), not as the agent's bug.
+ */
+async function writeLock(path: string, text: string): Promise<void> {
+  let handle: FileHandle | undefined;
+  try {
+    handle = await open(path, "wx", 0o644);
+    await handle.writeFile(text);
+    await handle.close();
+  } catch (error) {
+    if (handle) {
+      await handle.close().catch(() => undefined);
+      await rm(path, { force: true }).catch(() => undefined);
+    }
+    const kind = diskErrorKind(error);
+    throw kind ? new FolderNotWritableError(dirname(path), basename(path), kind, error) : error;
+  }
 }
 
 /** The state in words, for `ebs-cache-agent status`. */

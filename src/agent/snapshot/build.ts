@@ -5,6 +5,8 @@
  * stack in reverse, so a failed build leaves nothing mounted or attached. A build killed outright
  * leaves them: its rerun's first step (`clean-leftovers`) takes them down, then builds anew.
  */
+import { dirname, resolve } from "node:path";
+import { describeDiskError, diskErrorKind, type DiskErrorKind } from "../../disk-errors.ts";
 import type { ImageStore } from "../../docker/engine.ts";
 import { AgentError, ExitCode, describeError, stopSignalName } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
@@ -46,6 +48,8 @@ export interface VolumeBuildDeps {
   /** Makes `image` the build's to write (refuses a file it did not make), marking it as in the making. */
   claimImageFile(workDir: string, image: string): Promise<void>;
   releaseImageFile(workDir: string): Promise<void>;
+  /** Removes the half-made image and its marker (a full disk: the space it holds is what the build lacked). */
+  discardImageFile(workDir: string, image: string): Promise<void>;
   createImage(image: string, bytes: number): Promise<void>;
   /** A copy of `from`, made `bytes` long (never shorter than `from`). */
   copyImage(from: string, image: string, bytes: number): Promise<void>;
@@ -110,6 +114,8 @@ interface BuildRun {
   report: Omit<VolumeBuildReport, "seconds">;
   /** The progress line: step k of n and its name, and a pull's bytes. */
   progress: ProgressReporter;
+  /** This run created (or copied) the image file. */
+  imageMade: boolean;
 }
 
 /** Runs the planned steps; returns the report, or throws after undoing what was set up. */
@@ -139,6 +145,7 @@ export async function runVolumeBuild(
       stripped: 0,
     },
     progress: progressReporter({ log, event: "snapshot.progress", now, ...deps.progress }),
+    imageMade: false,
   };
 
   let current: BuildStep | undefined;
@@ -168,7 +175,12 @@ export async function runVolumeBuild(
           )
         : caught;
     await undoAll(run);
-    throw error;
+    const kind = diskErrorKind(caught);
+    if (kind === undefined) throw error;
+    const image = "image" in request.target ? request.target.image : undefined;
+    const discard = kind === "no-space" && run.imageMade && image !== undefined;
+    if (discard) await discardHalfMadeImage(run, image);
+    throw diskFullError(request, current?.step ?? "the build", kind, caught, discard);
   }
   if ("image" in request.target) await deps.releaseImageFile(request.workDir);
   const built: VolumeBuildReport = { ...run.report, seconds: Math.round((now() - started) / 1000) };
@@ -179,6 +191,42 @@ export async function runVolumeBuild(
     seconds: built.seconds,
   });
   return built;
+}
+
+/**
+ * A full (or read-only) disk stopped the build: not the agent's bug. The image's own file system
+ * (`--size-gib`) or the folder that holds the image may be the full one: the line names both.
+ */
+function diskFullError(
+  request: BuildRequest,
+  step: string,
+  kind: DiskErrorKind,
+  cause: unknown,
+  discarded: boolean,
+): VolumeBuildError {
+  const folder = "image" in request.target ? dirname(resolve(request.target.image)) : request.workDir;
+  const removed = discarded ? "; the half-made image is removed" : "";
+  return new VolumeBuildError(
+    `${describeDiskError(kind)} during ${step}: ${describeError(cause)}${removed}`,
+    kind === "no-space"
+      ? `free space on the filesystem of ${folder} (df -h ${folder}), or give a larger --size-gib when the ` +
+          "image set outgrew the image, and run the build again"
+      : `remount the filesystem of ${folder} read-write, or give an --image on a writable one, and run the build again`,
+    ExitCode.failure,
+    { cause },
+  );
+}
+
+/** The image a full disk stopped, removed with its marker: a rerun would replace it, and it holds the space. */
+async function discardHalfMadeImage(run: BuildRun, image: string): Promise<void> {
+  try {
+    await run.deps.discardImageFile(run.request.workDir, image);
+  } catch (error) {
+    run.deps.log.error("snapshot.build-undo-failed", "could not remove the half-made image", {
+      image,
+      error: describeError(error),
+    });
+  }
 }
 
 /** Undoes what the steps set up, last first; an undo that fails is logged, and the others still run. */
@@ -226,8 +274,10 @@ async function runStep(run: BuildRun, step: BuildStep, figures: ReturnType<typeo
       if (step.image !== undefined) await deps.claimImageFile(step.workDir, step.image);
       return;
     case "create-image":
+      run.imageMade = true;
       return deps.createImage(step.image, step.bytes);
     case "copy-image":
+      run.imageMade = true;
       return deps.copyImage(step.from, step.image, step.bytes);
     case "attach-loop": {
       const attached = await deps.attachLoop(step.image);

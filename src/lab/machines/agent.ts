@@ -61,6 +61,9 @@ export function agentConfigJson(target: AgentTarget, overrides: ConfigOverrides 
       containerdConfig: join(paths.hostRoot, "etc/containerd/config.toml"),
       dockerHost: target.dockerHost,
       stateDir: join(paths.hostRoot, "var/lib/ebs-cache-agent"),
+      // The host folder's own: systemd does not run it, so the host's docker unit is never read.
+      unitsDir: join(paths.hostRoot, "etc/systemd/system"),
+      systemdRunDir: join(paths.hostRoot, "run/systemd/system"),
     },
     // Never the host's node_exporter folder: the host's own, in its root.
     metrics: { textfileDir: join(paths.hostRoot, "var/lib/prometheus/node-exporter") },

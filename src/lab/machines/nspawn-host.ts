@@ -30,6 +30,9 @@ export const MACHINE_AGENT_PATHS = {
   containerdConfig: "/etc/containerd/config.toml",
   dockerHost: "unix:///var/run/docker.sock",
   stateDir: "/var/lib/ebs-cache-agent",
+  // The machine's own systemd (PID 1 there) runs its docker.service.
+  unitsDir: "/etc/systemd/system",
+  systemdRunDir: "/run/systemd/system",
 } as const;
 export const READY_UNIT = "ebs-cache-agent-ready.service";
 

@@ -3,7 +3,12 @@
  * order, what it refuses before doing anything, and what a failing step leaves (nothing it set up).
  */
 import t from "tap";
-import { runVolumeBuild, type BuildDocker, type VolumeBuildDeps } from "../../../src/agent/snapshot/build.ts";
+import {
+  runVolumeBuild,
+  VolumeBuildError,
+  type BuildDocker,
+  type VolumeBuildDeps,
+} from "../../../src/agent/snapshot/build.ts";
 import { describeStep, planBuild, type BuildRequest } from "../../../src/agent/snapshot/build-plan.ts";
 import { parseImageSetRecord } from "../../../src/agent/snapshot/image-set-record.ts";
 import { StopSignalReceived } from "../../../src/errors.ts";
@@ -127,6 +132,7 @@ function fakeDeps(failAt?: string): { deps: VolumeBuildDeps; calls: string[] } {
     cleanLeftovers: step("clean"),
     claimImageFile: step("claim"),
     releaseImageFile: step("release"),
+    discardImageFile: step("discard"),
     createImage: step("create"),
     copyImage: step("copy"),
     grow: step("grow"),
@@ -172,6 +178,32 @@ t.test("the runner: a failing step undoes what was set up, in reverse, and keeps
   await t.rejects(runVolumeBuild(deps, request, planned.steps), /load failed/);
   t.same(calls.slice(calls.indexOf("load")), ["load", "stop-dockerd", "unmount", "detach"]);
   t.notOk(calls.includes("release"), "a rerun may replace the half-made image");
+  t.notOk(calls.includes("discard"), "which is kept");
+});
+
+t.test("the runner: a full disk is told as one, with what to free, and the half-made image goes", async (t) => {
+  const { deps, calls } = fakeDeps();
+  deps.createImage = async () => void calls.push("create");
+  const full = Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC" });
+  deps.format = async () => {
+    calls.push("format");
+    throw full;
+  };
+  const planned = planBuild(request);
+  if (!("steps" in planned)) throw new Error("no plan");
+  const error = await runVolumeBuild(deps, request, planned.steps).catch((e: unknown) => e);
+  t.type(error, VolumeBuildError, "a typed error, not the agent's bug");
+  t.match((error as VolumeBuildError).message, /^no space left during format: ENOSPC.*the half-made image is removed/);
+  t.match((error as VolumeBuildError).remediation, /free space on the filesystem of \/.* \(df -h .*--size-gib/);
+  t.same(calls.slice(calls.indexOf("format")), ["format", "detach", "discard"], "undone, then the image removed");
+
+  // Before the image exists (its folder full at the claim): nothing to remove.
+  const early = fakeDeps();
+  early.deps.claimImageFile = async () => {
+    throw full;
+  };
+  await t.rejects(runVolumeBuild(early.deps, request, planned.steps), /^no space left during clean-leftovers/);
+  t.notOk(early.calls.includes("discard"));
 });
 
 t.test("the runner: without pulling, an image no tarball held fails the build", async (t) => {
