@@ -18,7 +18,7 @@ export class PrewarmUnitError extends AgentError {}
 export function createPrewarmUnit(options: { log?: Logger; systemctl?: string; unit?: string } = {}): PrewarmFromMount {
   const systemctl = options.systemctl ?? "systemctl";
   const unit = options.unit ?? PREWARM_UNIT;
-  const act = async (args: string[]) => {
+  const act = async (args: string[], nothingToStop = false) => {
     const result = await run(systemctl, [...args, unit], { check: false, log: options.log, timeoutMs: 120_000 }).catch(
       (cause: unknown) => {
         throw new PrewarmUnitError(
@@ -29,6 +29,12 @@ export function createPrewarmUnit(options: { log?: Logger; systemctl?: string; u
         );
       },
     );
+    // systemctl's EXIT_NOTINSTALLED: a host installed before this unit existed (or without it) has
+    // no run to stop, and a release must not be refused for it.
+    if (nothingToStop && result.exitCode === 5 && /not loaded/.test(result.stderr)) {
+      options.log?.debug("prewarm.unit", `${unit} is not installed: no run to stop`);
+      return;
+    }
     if (result.exitCode !== 0) {
       const detail = (result.stderr || result.stdout).trim().split("\n").slice(-2).join(" | ");
       throw new PrewarmUnitError(
@@ -41,6 +47,6 @@ export function createPrewarmUnit(options: { log?: Logger; systemctl?: string; u
     // --no-block: the first phase (ordered before docker) only queues the start; the unit waits for nothing.
     start: () => act(["start", "--no-block"]),
     // Waits for the stop job: the run stops fio and writes its resume point, so the volume is free once it returns.
-    stop: () => act(["stop"]),
+    stop: () => act(["stop"], true),
   };
 }
