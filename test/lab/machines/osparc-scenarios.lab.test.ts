@@ -585,7 +585,7 @@ let batchNode: OsparcNode;
 
 t.test(
   "a batch of two for the same new ids: one RunInstances, both boot at once; one workspace at most, the other a " +
-    "plain node on a pool volume",
+    "plain node on a pool volume (or both, when they adopted at the same moment)",
   async (t) => {
     const since = lastSeq();
     const [a, b] = await osparc.launchForTasks([BATCH, BATCH]);
@@ -623,11 +623,17 @@ t.test(
           }),
         )
       ).Volumes ?? [];
-    t.equal(workspaces.length, 1, "one workspace for these ids, not two", {
+    t.ok(workspaces.length <= 1, "never two workspaces for these ids", {
       kinds,
       sources: [bootA, bootB].map((b) => b.phase1.plan.selection.source),
     });
-    t.same([...kinds].sort(), ["pool", "workspace"], "the other node runs on a pool volume as a plain node");
+    if (workspaces.length === 1) {
+      t.same([...kinds].sort(), ["pool", "workspace"], "the other node runs on a pool volume as a plain node");
+    } else {
+      // Two adoptions written within each other's listing both step back (src/agent/boot/adopt.ts):
+      // seen in CI under load, where the two boots ran in step.
+      t.same(kinds, ["pool", "pool"], "adopted at the same moment: both stepped back, plain pool nodes");
+    }
     for (const node of [a!, b!]) {
       t.same(
         node.userDataRun,
