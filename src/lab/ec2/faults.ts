@@ -32,6 +32,11 @@ export interface Faults {
   latencyMs?: number;
   /** Volumes whose attachment stays `attaching` forever (`true`: all volumes). */
   stuckAttach?: true | string[];
+  /**
+   * New volumes stay `creating` past their delay while this is set (EBS can take minutes to make a
+   * volume from a large snapshot); once it is cleared, those whose delay has passed become `available`.
+   */
+  stuckCreate?: true;
   /** Actions whose change is applied but which answer 500 `InternalError`. */
   applyThen500?: string[];
   /**
@@ -63,6 +68,7 @@ export function validateFaults(value: unknown): string[] {
   if (stuck !== undefined && stuck !== true && !(Array.isArray(stuck) && stuck.every((s) => typeof s === "string"))) {
     problems.push("stuckAttach must be true or a list of volume ids");
   }
+  if (f.stuckCreate !== undefined && f.stuckCreate !== true) problems.push("stuckCreate must be true");
   const a500 = f.applyThen500;
   if (a500 !== undefined && !(Array.isArray(a500) && a500.every((s) => typeof s === "string"))) {
     problems.push("applyThen500 must be a list of action names");
@@ -81,7 +87,15 @@ export function validateFaults(value: unknown): string[] {
   }
   for (const key of Object.keys(f)) {
     if (
-      !["throttleRate", "latencyMs", "stuckAttach", "applyThen500", "notFoundAfterCreateMs", "actions"].includes(key)
+      ![
+        "throttleRate",
+        "latencyMs",
+        "stuckAttach",
+        "stuckCreate",
+        "applyThen500",
+        "notFoundAfterCreateMs",
+        "actions",
+      ].includes(key)
     ) {
       problems.push(`unknown fault ${key}`);
     }
@@ -139,6 +153,10 @@ export class FaultInjector {
   /** The error code `action` is to be answered with, if a fault says so. */
   errorCode(action: string): string | undefined {
     return this.faults.actions?.[action]?.errorCode;
+  }
+
+  stuckCreate(): boolean {
+    return this.faults.stuckCreate === true;
   }
 
   stuckAttach(volumeId: string): boolean {

@@ -67,6 +67,8 @@ export class Lifecycle {
   /** Backend snapshot creations and volume creations from a snapshot, so deletion waits for them. */
   private readonly snapshotUsers = new Map<string, Set<Promise<void>>>();
   private stopping = false;
+  /** Volumes made and past their delay, kept `creating` by the stuckCreate fault. */
+  private readonly createsHeld = new Set<string>();
 
   constructor(private readonly deps: LifecycleDeps) {}
 
@@ -157,6 +159,12 @@ export class Lifecycle {
       ([, elapsed]) => {
         const volume = this.store.volume(volumeId);
         if (!elapsed || !this.live(epoch) || volume?.state !== "creating") return;
+        if (this.deps.faults.stuckCreate()) {
+          this.createsHeld.add(volumeId);
+          this.store.event({ kind: "stuck-create", volumeId });
+          this.store.commit();
+          return;
+        }
         volume.state = "available";
         this.store.commit();
       },
@@ -495,6 +503,14 @@ export class Lifecycle {
 
   /** After the stuckAttach fault changed: releases the attachments it no longer holds. */
   faultsChanged(): void {
+    if (!this.deps.faults.stuckCreate()) {
+      for (const volumeId of this.createsHeld) {
+        const volume = this.store.volume(volumeId);
+        if (volume?.state === "creating") volume.state = "available";
+      }
+      if (this.createsHeld.size > 0) this.store.commit();
+      this.createsHeld.clear();
+    }
     for (const volume of this.store.volumes()) {
       const attachment = volume.attachment;
       if (attachment?.stuck && !this.deps.faults.stuckAttach(volume.volumeId)) {
@@ -534,6 +550,7 @@ export class Lifecycle {
    */
   cancelTimers(): void {
     this.epoch++;
+    this.createsHeld.clear(); // resume() holds again those of the new model
     this.clearTimers();
   }
 

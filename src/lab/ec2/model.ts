@@ -144,6 +144,7 @@ export interface LabEvent {
     | "instance-started"
     | "apply-then-500"
     | "stuck-attach"
+    | "stuck-create"
     | "detach-busy"
     | "idempotent-replay";
   volumeId?: string;

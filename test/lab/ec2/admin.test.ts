@@ -18,6 +18,7 @@ import {
   EC2Client,
 } from "@aws-sdk/client-ec2";
 import { Ec2Admin } from "../../../src/lab/ec2/admin-client.ts";
+import { validateFaults } from "../../../src/lab/ec2/faults.ts";
 import { startEc2Emulator, type Model } from "../../../src/lab/ec2/index.ts";
 import { MemoryVolumeBackend } from "../../../src/lab/ec2/memory-backend.ts";
 import {
@@ -123,6 +124,22 @@ t.test("stuckAttach keeps an attachment in attaching until lifted", async (t) =>
   await ec2.send(new DetachVolumeCommand({ VolumeId: third }));
   await volumeState(ec2, third, "available");
   t.notOk(lab.backend.calls.some((c) => c.id === third && (c.op === "attach" || c.op === "detach")));
+});
+
+t.test("stuckCreate keeps new volumes creating past their delay until lifted", async (t) => {
+  const lab = await startLab(t);
+  const ec2 = lab.client();
+  lab.emu.setFaults({ stuckCreate: true });
+  const held = (await ec2.send(new CreateVolumeCommand({ AvailabilityZone: "us-east-1a", Size: 4 }))).VolumeId!;
+  // The event is recorded once the delay has passed and the image is made: only the fault holds it.
+  await poll(
+    () => lab.emu.snapshotState().events,
+    (events) => events.some((e) => e.kind === "stuck-create" && e.volumeId === held),
+  );
+  t.equal((await volume(ec2, held)).State, "creating", "held in creating past its delay");
+  lab.emu.setFaults({});
+  t.equal((await volume(ec2, held)).State, "available", "available as soon as the fault is lifted");
+  t.match(validateFaults({ stuckCreate: false }), ["stuckCreate must be true"], "only `true` holds");
 });
 
 t.test("applyThen500: the change happens although the call failed", async (t) => {

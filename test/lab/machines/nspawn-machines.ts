@@ -11,6 +11,8 @@
  *   attached volume and published `state=ready`;
  * - ebs-cache-agent-release.service was active before phase 1 began;
  * - ebs-cache-agent-gc.service runs in its sandbox;
+ * - (20.10) ebs-cache-agent-keeper.service, waiting for a volume it created, shows its progress
+ *   line as the unit's StatusText (STATUS= from its sandbox), then ends successfully;
  * - at poweroff, docker stopped before ebs-cache-agent-release.service began to stop, its
  *   ExecStop (release) exited 0, and the volume is `available` again in the emulator, tagged
  *   `ebs-cache:released-at`.
@@ -35,7 +37,7 @@
  * /var/cache/ebs-cache-agent-test). It never skips: a machine that cannot run it fails it.
  */
 import t, { type Test } from "tap";
-import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import {
   AttachVolumeCommand,
@@ -122,6 +124,7 @@ const AGENT = "ebs-cache-agent.service";
 const READY = "ebs-cache-agent-ready.service";
 const RELEASE = "ebs-cache-agent-release.service";
 const GC = "ebs-cache-agent-gc.service";
+const KEEPER = "ebs-cache-agent-keeper.service";
 const DOCKER = "docker.service";
 
 /** How many runs of phase 2 have ended (their `boot.done` line). */
@@ -319,7 +322,7 @@ async function bootAndRelease(
   s: Setup,
   machineName: string,
   timings: Record<string, number>,
-  options: { store?: ImageStore; rerun?: boolean; reboot?: boolean } = {},
+  options: { store?: ImageStore; rerun?: boolean; reboot?: boolean; keeper?: boolean } = {},
 ): Promise<string> {
   const time = timer(timings);
   const { poolVolumes, describe } = s;
@@ -459,6 +462,7 @@ async function bootAndRelease(
       journal.some((e) => e.systemdUnit === GC && /\b0 failed, [1-9]\d* managed volumes seen/.test(e.message)),
       "gc reached EC2 from its sandbox and saw the managed volumes (deleting none: none expired)",
     );
+    if (options.keeper) await keeperStatus(t, m, s);
 
     // Poweroff: docker stops, then the release unit's ExecStop releases the volume.
     const poweroffStarted = Date.now();
@@ -539,6 +543,111 @@ async function bootAndRelease(
     t.comment(timingsText(timings));
   }
   return volumeId;
+}
+
+/**
+ * The keeper unit, started as systemd starts it, tells its wait for a new volume as STATUS=
+ * (systemd-notify from the sandboxed oneshot, NotifyAccess=all): a pool of its own with a usable
+ * snapshot, the new volume held `creating` (the emulator's stuckCreate fault) until `systemctl show`
+ * has shown the progress line, then let go; the unit then ends successfully.
+ */
+async function keeperStatus(t: Test, m: Machine, s: Setup): Promise<void> {
+  const ec2 = s.lab.ec2Client();
+  const pool = `${s.pool}-keeper`;
+  const zone = `${s.lab.region}a`;
+  // The keeper stocks from the pool's newest completed snapshot of its image set (tags as the build makes them).
+  const tags = Object.entries(poolTags(pool, IMAGE_SET, s.golden.images, s.golden.built));
+  const source = await ec2.send(new CreateVolumeCommand({ AvailabilityZone: zone, Size: 1 }));
+  await waitUntilVolumeAvailable({ client: ec2, ...LAB_WAIT }, { VolumeIds: [source.VolumeId!] });
+  const snapshot = await ec2.send(
+    new CreateSnapshotCommand({
+      VolumeId: source.VolumeId!,
+      TagSpecifications: [
+        {
+          ResourceType: "snapshot",
+          Tags: tags.map(([Key, Value]) => ({ Key, Value })),
+        },
+      ],
+    }),
+  );
+  await waitUntilSnapshotCompleted({ client: ec2, ...LAB_WAIT }, { SnapshotIds: [snapshot.SnapshotId!] });
+  await ec2.send(new DeleteVolumeCommand({ VolumeId: source.VolumeId! }));
+
+  // The machine's config, for that pool, one volume wanted in one zone; the unit reads it by drop-in.
+  const config = JSON.parse(await readFile(join(m.dir, "etc/ebs-cache-agent/config.json"), "utf8")) as Record<
+    string,
+    unknown
+  >;
+  const keeperConfig = "/etc/ebs-cache-agent/keeper-status.json";
+  await writeFile(
+    join(m.dir, keeperConfig),
+    JSON.stringify({ ...config, pool, keeper: { zones: [zone], minAvailable: 1, maxAvailable: 1 } }),
+  );
+  const dropInDir = join(m.dir, `etc/systemd/system/${KEEPER}.d`);
+  await mkdir(dropInDir, { recursive: true });
+  await writeFile(
+    join(dropInDir, "status-test.conf"),
+    `# Test: the keeper of a pool of its own.\n[Service]\nEnvironment=EBS_CACHE_AGENT_CONFIG=${keeperConfig}\n`,
+  );
+  await inMachine(t, m, ["systemctl", "daemon-reload"]);
+
+  const keeperJournal = async () =>
+    journalText(await m.journal(), (e) => e.unit === KEEPER || e.systemdUnit === KEEPER);
+  const faults = s.lab.ec2.faults();
+  s.lab.ec2.setFaults({ ...faults, stuckCreate: true });
+  let released = false;
+  const release = () => {
+    if (released) return;
+    released = true;
+    s.lab.ec2.setFaults(faults);
+  };
+  try {
+    await inMachine(t, m, ["systemctl", "start", "--no-block", KEEPER]);
+    let statusText = "";
+    // Stops early should the unit fail (it cannot have ended well while its volume is held).
+    const shown = await pollUntil(
+      async () => {
+        const out = await m.exec(["systemctl", "show", "-p", "StatusText", "-p", "ActiveState", KEEPER], 30_000);
+        statusText = /^StatusText=(.*)$/m.exec(out.stdout)?.[1] ?? "";
+        return /of \d+ volumes available/.test(statusText) || /^ActiveState=failed$/m.test(out.stdout);
+      },
+      120_000,
+      250,
+    );
+    t.match(
+      statusText,
+      /^\d+ of 1 volumes available\b/,
+      `systemctl show -p StatusText ${KEEPER} gave the keeper's progress while it waited` +
+        (shown ? "" : ` (not within 120 s):\n${await keeperJournal()}`),
+    );
+    t.match(statusText, /waiting for vol-\w+ \(\S+\): creating/, "naming the volume it waits for, still creating");
+    release();
+    const ended = await pollUntil(
+      async () => {
+        const out = await m.exec(["systemctl", "show", "-p", "ActiveState", "--value", KEEPER], 30_000);
+        return /^(inactive|failed)$/.test(out.stdout.trim());
+      },
+      120_000,
+      250,
+    );
+    const result = (await m.exec(["systemctl", "show", "-p", "Result", "--value", KEEPER], 30_000)).stdout.trim();
+    t.ok(ended, `${KEEPER} ended once the volume became available`);
+    t.equal(
+      result,
+      "success",
+      `${KEEPER} ended successfully` + (result === "success" ? "" : `:\n${await keeperJournal()}`),
+    );
+    const made = (
+      await ec2.send(new DescribeVolumesCommand({ Filters: [{ Name: `tag:${VolumeTag.pool}`, Values: [pool] }] }))
+    ).Volumes;
+    t.same(
+      made?.map((v) => [v.SnapshotId, v.State]),
+      [[snapshot.SnapshotId, "available"]],
+      "the keeper made the pool's one volume, from its snapshot, now available",
+    );
+  } finally {
+    release();
+  }
 }
 
 const engineNameOf = (engine: EngineRootfs) => ENGINE_NAMES.find((name) => ENGINES[name] === engine)!;
@@ -912,6 +1021,8 @@ export function nspawnBootTests(part: "systemd" | "docker-28"): void {
         const s = await setup(name, 1, timer(timings), (line) => t.comment(line));
         const released = await bootAndRelease(t, s, `nspawn-${name.replace(/\W/g, "")}`, timings, {
           reboot: name === "28",
+          // The keeper's STATUS= under this PID-1 systemd: checked on one machine (seconds).
+          keeper: name === "20.10",
         });
         if (name !== "28") return;
         // A second instance takes the volume the first released (the pool's only one) and runs
