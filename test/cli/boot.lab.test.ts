@@ -110,6 +110,8 @@ t.test(
       "wait-for-device",
       "check-filesystem",
       "mount",
+      // The lab's boot runs without docker (phase 1): the pre-warm run from the mount is begun there.
+      "begin-prewarm",
       "grow-filesystem",
       "prepare-data-root",
       "switch-data-root",
