@@ -113,7 +113,6 @@ else
     test/agent/boot/symlink.lab.test.ts
     test/agent/boot/foreign.lab.test.ts
     test/agent/boot/converge.lab.test.ts
-    test/agent/snapshot/upload-boot.lab.test.ts
   )
   exclude=()
   for file in "${serial[@]}" "${long[@]}"; do exclude+=(--exclude "$file"); done
