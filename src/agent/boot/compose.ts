@@ -10,7 +10,7 @@ import { beginPrewarmAtBoot } from "../prewarm/apply.ts";
 import { prewarmSettingsFrom } from "../prewarm/plan.ts";
 import type { ResolvedSettings } from "../settings.ts";
 import type { BootDeps, MountRun } from "./deps.ts";
-import { mountRunBegun, openLabelsGate, recordMountRun } from "../prewarm/mount-run.ts";
+import { mountRunBegun, mountRunKey, openLabelsGate, recordMountRun } from "../prewarm/mount-run.ts";
 import { preflightHost } from "./preflight.ts";
 
 /** The boot's deps; `published` is told the labels each report published (the boot's record keeps the last). */
@@ -72,7 +72,7 @@ export function composeBoot(
 
 /** The run begun at the mount: the host's unit, and its record in the state folder (this boot's, per volume). */
 function mountRunOf(unit: PrewarmFromMount, stateDir: string, bootId: string | undefined): MountRun {
-  const key = (volumeId: string) => ({ volumeId, ...(bootId ? { bootId } : {}) });
+  const key = (volumeId: string) => mountRunKey(volumeId, bootId);
   return {
     begin: async (volumeId) => {
       // Recorded first, its labels held: the second phase learns of the run from the record even while it starts,

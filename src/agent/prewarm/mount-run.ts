@@ -22,6 +22,11 @@ export interface MountRunKey {
   volumeId: string;
 }
 
+/** The key of the run on this volume in this boot of the machine (no boot id known: any boot's record matches). */
+export function mountRunKey(volumeId: string, bootId: string | undefined): MountRunKey {
+  return { volumeId, ...(bootId ? { bootId } : {}) };
+}
+
 interface MountRunRecord extends MountRunKey {
   /** The boot has published the node: the run publishes from now on. */
   published: boolean;

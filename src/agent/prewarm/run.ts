@@ -27,6 +27,7 @@ import {
 import type { PrewarmStrategy } from "../../config/index.ts";
 import { isAlive } from "../process-identity.ts";
 import { readPrewarmState, renderPrewarmStatus, stateOfVolume, type PrewarmState } from "./state.ts";
+import { mountRunKey } from "./mount-run.ts";
 
 export interface PrewarmCommandOptions {
   /** Overrides config `prewarm.strategy`. */
@@ -109,9 +110,7 @@ export async function runPrewarm(
       decision,
       publish: true,
       signal: options.signal,
-      ...(options.fromMount
-        ? { holdLabels: { volumeId: volume.volumeId, ...(host.bootId ? { bootId: host.bootId } : {}) } }
-        : {}),
+      ...(options.fromMount ? { holdLabels: mountRunKey(volume.volumeId, host.bootId) } : {}),
     });
   } else {
     report = await prewarmAtBoot(target, settings, prewarmDeps, decision);
