@@ -228,12 +228,22 @@ t.test(
     const payload = randomBytes(1024 * 1024);
     await writeFile(join(target, "docker", "layer", "payload"), payload);
 
-    const holdMs = 2_000;
-    const holder = spawn("unshare", ["--mount", "--propagation", "private", "sleep", String(holdMs / 1000)], {
-      stdio: "ignore",
+    // The holder keeps its copy until the test lets it go (its stdin closed): what is checked is the
+    // order (the snapshot ends only after the holder let go), never how long anything took.
+    const holder = spawn("unshare", ["--mount", "--propagation", "private", "sh", "-c", "read -r _"], {
+      stdio: ["pipe", "ignore", "ignore"],
     });
-    const exited = new Promise<void>((resolve) => holder.once("exit", () => resolve()));
-    t.teardown(() => exited);
+    let holderGone = false;
+    const exited = new Promise<void>((resolve) =>
+      holder.once("exit", () => {
+        holderGone = true;
+        resolve();
+      }),
+    );
+    t.teardown(() => {
+      holder.stdin?.end();
+      return exited;
+    });
     t.ok(
       await pollUntil(
         async () => (await readFile(`/proc/${holder.pid}/mountinfo`, "utf8").catch(() => "")).includes(target),
@@ -246,11 +256,19 @@ t.test(
     await backend.detach(source, inst);
     t.not(await loopsOf(image), "", "the kernel still serves the image: the filesystem is live in the other namespace");
 
-    const started = Date.now();
-    await backend.createSnapshot("snap-0eeeeeeeeeeeeee01", source);
-    t.ok(Date.now() - started >= holdMs / 2, "the snapshot waited for the kernel to let go of the device", {
-      ms: Date.now() - started,
+    let snapshotDone = false;
+    const snapshot = backend.createSnapshot("snap-0eeeeeeeeeeeeee01", source).then(() => {
+      snapshotDone = true;
+      return holderGone;
     });
+    const waiting = (line: string) => line.includes("waiting for the kernel to release") && line.includes(source);
+    t.ok(
+      await pollUntil(async () => snapshotDone || log.lines.some(waiting), 20_000, 10),
+      "the snapshot waits for the kernel to let go of the device (it says so)",
+    );
+    t.notOk(snapshotDone, "and has not ended while the other namespace holds the filesystem");
+    holder.stdin?.end();
+    t.ok(await snapshot, "the snapshot ended after the other namespace let go of the filesystem");
     t.equal(await loopsOf(image), "", "no loop device serves the image any more");
 
     // What the agent's identification reads (xfs_db, no log replay), then the data through a mount.
