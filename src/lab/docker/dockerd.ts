@@ -100,6 +100,12 @@ export interface PrivateDockerd extends Omit<ServiceControl, "name"> {
   docker(args: readonly string[], options?: RunOptions): Promise<RunResult>;
   /** `GET /info` through the socket. */
   info(): Promise<DockerInfo>;
+  /**
+   * Ends dockerd as a power cut would (SIGKILL), then cleans up what it left as stop() does: for a
+   * lab's close, when what dockerd would write at a clean stop is thrown away with the lab. A clean
+   * stop takes 1.5-2 s, 4-6 s in swarm mode (its raft and ingress network); a kill a few ms.
+   */
+  kill(): Promise<void>;
 }
 
 /** Starts a private dockerd and resolves once its API answers. */
@@ -278,6 +284,15 @@ class LabDockerd implements PrivateDockerd {
     return privateDockerdArgs(this.options);
   }
 
+  async kill(): Promise<void> {
+    const pid = this.runningPid ?? (await readPid(this.pidFile));
+    if (pid !== undefined) {
+      this.options.log?.info("lab.dockerd-close", "killing private dockerd (the lab is closing)", { pid });
+      await killAndWait([pid]);
+    }
+    await this.afterExit();
+  }
+
   async stop(): Promise<void> {
     const pid = this.runningPid ?? (await readPid(this.pidFile));
     const stopTimeoutMs = this.options.stopTimeoutMs ?? 45_000;
@@ -290,6 +305,11 @@ class LabDockerd implements PrivateDockerd {
         await killAndWait([pid]);
       }
     }
+    await this.afterExit();
+  }
+
+  /** Once dockerd is gone: its exit seen, what it left cleaned up. */
+  private async afterExit(): Promise<void> {
     // The child is unref'd: a bare `await this.exited` would let node exit before the event
     // comes (nothing else keeps the loop alive), so wait on a timer too.
     if (this.exited) await Promise.race([this.exited, sleep(5000)]);
