@@ -72,6 +72,8 @@ echo "setup: $moto"
 [ -e /dev/loop-control ] || modprobe loop 2>/dev/null || true
 
 if [ ! -x node_modules/.bin/node ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  npm ci --no-audit --no-fund
+  # --prefer-offline: what the npm cache holds is used without asking the registry whether it is stale
+  # (the lock names exact versions and integrity hashes); what it lacks is fetched as usual.
+  npm ci --no-audit --no-fund --prefer-offline
 fi
 echo "setup: ready (node $(node_modules/.bin/node --version))"
