@@ -204,7 +204,12 @@ function remediationFor(action: string, failure: Ec2Failure): string {
     case "instance-state":
       return "the instance is not running (stopping or terminating): nothing to do";
     default:
-      return "check the values named in the message (configuration or tags); if they look right, report it as a bug";
+      // A 4xx the table does not know: EC2 judged OUR request and said why (its code and message).
+      // What it names came from the configuration or a tag, so that is what to correct: not a bug.
+      return (
+        `EC2 refused ${action} (${failure.code}) for the reason its message gives: correct the value it names ` +
+        `(in the configuration, or in the instance's or volume's tags), then re-run the agent`
+      );
   }
 }
 
