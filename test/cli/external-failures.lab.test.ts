@@ -36,7 +36,7 @@ import type { Faults } from "../../src/lab/ec2/faults.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 import { ExitCode } from "../../src/errors.ts";
 import { DoctorExit } from "../../src/cli/doctor.ts";
-import { acquirePrewarmLock } from "../../src/agent/prewarm/state.ts";
+import { acquirePrewarmLock, writePrewarmState } from "../../src/agent/prewarm/state.ts";
 import { FolderNotWritableError } from "../../src/fs-atomic.ts";
 import { agentBundle, REPO, withCompileCache } from "../fixtures/lab/agent-bundle.ts";
 import { assertLabPrerequisites, childEnv } from "../fixtures/lab/lab-prereq.ts";
@@ -482,6 +482,8 @@ t.test("snapshot build: an image it cannot have is told as what it is, and undon
 /**
  * A small tmpfs, mounted for the test and filled to the last byte after `seed` has put the files
  * a command finds there: a write to it fails with ENOSPC at once, wherever in the write it lands.
+ * A tmpfs full of bytes still makes folders (they take an inode, no block): `inodes` caps its inodes
+ * too, so that the filler takes the last one and a mkdir there fails with ENOSPC as well.
  */
 async function fullFilesystem(
   t: Test,
@@ -489,10 +491,12 @@ async function fullFilesystem(
   seed: (folder: string) => Promise<void>,
   /** A size given: a tmpfs that small, left empty (room, but less than a write needs). */
   small?: string,
+  inodes?: number,
 ): Promise<string> {
   const folder = join(work, name);
   await mkdir(folder);
-  await run("mount", ["-t", "tmpfs", "-o", `size=${small ?? "512k"},mode=0755`, `full-${name}`, folder]);
+  const options = `size=${small ?? "512k"},mode=0755${inodes ? `,nr_inodes=${inodes}` : ""}`;
+  await run("mount", ["-t", "tmpfs", "-o", options, `full-${name}`, folder]);
   t.teardown(() => run("umount", [folder]));
   await seed(folder);
   // dd ends with "No space left on device" once it is full: that end is the point.
@@ -586,6 +590,36 @@ t.test("a full disk where a command writes: the folder named, ENOSPC said, nothi
     t.match((locked as Error).message, `no space left on ${prewarmState} (ENOSPC): prewarm.lock not written`);
     t.match((locked as FolderNotWritableError).remediation, /free space on the filesystem of/);
     t.same(await readdir(prewarmState), [".filler"], "no empty lock file left");
+  });
+  // The same when the state folder is not there yet and the full disk refuses to make it: the root
+  // and the filler take the tmpfs's two inodes.
+  const noFolder = await fullFilesystem(t, "full-prewarm-folder", async () => undefined, undefined, 2);
+  const prewarmDir = join(noFolder, "state");
+  const unmade = await acquirePrewarmLock(prewarmDir).catch((error: unknown) => error);
+  const unwritten = await writePrewarmState(prewarmDir, {
+    version: 1,
+    volumeId: "vol-0123456789abcdef0",
+    device: "/dev/nvme1n1",
+    mountPoint: "/var/lib/ebs-cache",
+    strategy: "check",
+    action: "check",
+    reason: "test",
+    phase: "checking",
+    verdict: "unknown",
+    labels: {},
+    startedAt: "2026-01-01T00:00:00.000Z",
+    updatedAt: "2026-01-01T00:00:00.000Z",
+  }).catch((error: unknown) => error);
+  t.test("prewarm's lock and state, their folder not made on a full disk: the same typed error", async (t) => {
+    for (const [error, file] of [
+      [unmade, "prewarm.lock"],
+      [unwritten, "prewarm.json"],
+    ] as const) {
+      t.type(error, FolderNotWritableError, file);
+      t.match((error as Error).message, `no space left on ${prewarmDir} (ENOSPC): ${file} not written`);
+      t.match((error as FolderNotWritableError).remediation, `free space on the filesystem of ${noFolder} (df -h`);
+    }
+    t.same(await readdir(noFolder), [".filler"], "nothing made");
   });
 
   const manifests = await fullFilesystem(t, "full-manifests", async () => undefined);
