@@ -306,8 +306,16 @@ async function oddImds(t: Test, instanceId: string): Promise<string> {
 
 t.test("IMDS answering odd data: exit 1, IMDS named with what it answered", async (t) => {
   const answers: Array<[string, string, RegExp]> = [
-    ["an empty instance id", "", /instance metadata service .*unexpected identity: instance ""/],
-    ["a web page for the instance id", "<html>login</html>", /instance metadata service .*instance "<html>login/],
+    [
+      "an empty instance id",
+      "",
+      /instance metadata service at \S+ answered \/latest\/meta-data with unexpected data .*: instance ""/,
+    ],
+    [
+      "a web page for the instance id",
+      "<html>login</html>",
+      /instance metadata service at \S+ answered \/latest\/meta-data with unexpected data .*: instance "<html>login/,
+    ],
   ];
   for (const [what, instanceId, says] of answers) {
     const config = await nodeConfig(`imds-odd-${answers.findIndex(([w]) => w === what)}`, {
