@@ -584,6 +584,11 @@ t.test("a full disk where a command writes: the folder named, ENOSPC said, nothi
     t.test(`snapshot build, its folder ${what}: exit 1, nothing left`, async (t) => {
       assertTold(t, out, ExitCode.failure, /^<3>agent\.failed: no space left during (clean-leftovers|format): /);
       t.match(out.stderr, new RegExp(`remediation="free space on the filesystem of ${folder} \\(df -h`));
+      if (what === "filled") {
+        // Full before the build began: the line names the image asked for, not the build's own marker file.
+        t.match(out.stderr, `the build of ${join(folder, "pool.img")} could not begin`);
+        t.notMatch(out.stderr, /building not written/);
+      }
       t.notMatch(out.stderr, /snapshot\.build-undo-failed/, "what it set up was undone");
       t.same(await readdir(folder), what === "filled" ? [".filler"] : [], "nothing left");
     });
