@@ -639,10 +639,15 @@ t.test("a full disk where a command writes: the folder named, ENOSPC said, nothi
   const args = uploadArgs("full", lab.ec2.endpoint).map((a) =>
     a === join(work, "full.manifest.json") ? join(manifests, "full.manifest.json") : a,
   );
+  const snapshotsBefore = new Set(Object.keys(lab.ec2.snapshotState().snapshots));
   const out = await agent(args, CREDENTIALS);
+  const startedLeft = Object.keys(lab.ec2.snapshotState().snapshots).filter((id) => !snapshotsBefore.has(id));
   t.test("snapshot upload --manifest: exit 1", async (t) => {
     assertTold(t, out, ExitCode.failure, new RegExp(`no space left on ${manifests} \\(ENOSPC\\)`));
     t.same(await contents(manifests), {}, "no temp file left, no manifest half-written");
+    // The first manifest write failed after StartSnapshot: nothing names that snapshot, so it is deleted.
+    t.match(out.stderr, /snap-[0-9a-f]+, started for it, is deleted/);
+    t.same(startedLeft, [], "no snapshot left pending that no manifest names");
   });
 });
 
