@@ -38,6 +38,7 @@ import { ExitCode } from "../../src/errors.ts";
 import { DoctorExit } from "../../src/cli/doctor.ts";
 import { acquirePrewarmLock, writePrewarmState } from "../../src/agent/prewarm/state.ts";
 import { FolderNotWritableError } from "../../src/fs-atomic.ts";
+import { MOUNT_RUN_FILE, mountRunKey, recordMountRun } from "../../src/agent/prewarm/mount-run.ts";
 import { agentBundle, REPO, withCompileCache } from "../fixtures/lab/agent-bundle.ts";
 import { assertLabPrerequisites, childEnv } from "../fixtures/lab/lab-prereq.ts";
 import { DEFAULT_RECORD, makePoolImage } from "../fixtures/builders/pool-image.ts";
@@ -623,17 +624,24 @@ t.test("a full disk where a command writes: the folder named, ENOSPC said, nothi
     startedAt: "2026-01-01T00:00:00.000Z",
     updatedAt: "2026-01-01T00:00:00.000Z",
   }).catch((error: unknown) => error);
-  t.test("prewarm's lock and state, their folder not made on a full disk: the same typed error", async (t) => {
-    for (const [error, file] of [
-      [unmade, "prewarm.lock"],
-      [unwritten, "prewarm.json"],
-    ] as const) {
-      t.type(error, FolderNotWritableError, file);
-      t.match((error as Error).message, `no space left on ${prewarmDir} (ENOSPC): ${file} not written`);
-      t.match((error as FolderNotWritableError).remediation, `free space on the filesystem of ${noFolder} (df -h`);
-    }
-    t.same(await readdir(noFolder), [".filler"], "nothing made");
-  });
+  const unrecorded = await recordMountRun(prewarmDir, mountRunKey("vol-0123456789abcdef0", undefined)).catch(
+    (error: unknown) => error,
+  );
+  t.test(
+    "prewarm's lock, state and mount run, their folder not made on a full disk: the same typed error",
+    async (t) => {
+      for (const [error, file] of [
+        [unmade, "prewarm.lock"],
+        [unwritten, "prewarm.json"],
+        [unrecorded, MOUNT_RUN_FILE],
+      ] as const) {
+        t.type(error, FolderNotWritableError, file);
+        t.match((error as Error).message, `no space left on ${prewarmDir} (ENOSPC): ${file} not written`);
+        t.match((error as FolderNotWritableError).remediation, `free space on the filesystem of ${noFolder} (df -h`);
+      }
+      t.same(await readdir(noFolder), [".filler"], "nothing made");
+    },
+  );
 
   const manifests = await fullFilesystem(t, "full-manifests", async () => undefined);
   const args = uploadArgs("full", lab.ec2.endpoint).map((a) =>
