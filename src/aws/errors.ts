@@ -427,14 +427,16 @@ export class ImdsError extends AgentError {
             : `${service} failed ${path} (HTTP ${status}): ${why}`;
       }
     }
+    const options = "the instance's metadata options (HttpEndpoint=enabled, HttpTokens, HttpPutResponseHopLimit)";
     super(
       message,
       kind === "unexpected-data"
         ? `something other than EC2's instance metadata service answers at ${endpoint} (a proxy, or the config's ` +
             "imdsEndpoint / AWS_EC2_METADATA_SERVICE_ENDPOINT pointing elsewhere): check what serves that address, " +
             "then re-run the agent"
-        : "this agent only runs on EC2 instances (or in the lab); check the instance's metadata options " +
-            "(HttpEndpoint=enabled, HttpTokens, HttpPutResponseHopLimit), then re-run the agent",
+        : kind === "failed"
+          ? `IMDS failed on its side: re-run the agent (it is idempotent); if it keeps failing, check ${options}`
+          : `this agent only runs on EC2 instances (or in the lab); check ${options}, then re-run the agent`,
       undefined,
       "cause" in answer ? { cause: answer.cause } : undefined,
     );

@@ -73,7 +73,10 @@ t.test("each way IMDS fails a read, in its words: odd data shown trimmed, a refu
     const thrown = await readSpotInstanceAction(failing(error), { timeoutMs: 1000 }).catch((e: unknown) => e);
     t.type(thrown, ImdsError, what);
     t.match(thrown, { kind, message: says }, what);
-    if (kind === "failed") t.notMatch((thrown as Error).message, /refused/, `${what}: not told as a refusal`);
+    if (kind === "failed") {
+      t.notMatch((thrown as Error).message, /refused/, `${what}: not told as a refusal`);
+      t.match((thrown as ImdsError).remediation, /^IMDS failed on its side: re-run the agent/, `${what}: a rerun`);
+    } else t.match((thrown as ImdsError).remediation, /only runs on EC2 instances/, `${what}: where it runs`);
   }
 });
 
