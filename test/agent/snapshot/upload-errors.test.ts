@@ -18,7 +18,15 @@ import { reportFatal } from "../../../src/fatal.ts";
 import { readManifestJson } from "../../../src/host/snapshot-manifest.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { makePoolImage } from "../../fixtures/builders/pool-image.ts";
-import { generationTagsFor, testEbsClient, uploadDeps, uploadSettings } from "../../fixtures/lab/snapshot-upload.ts";
+import {
+  generationTagsFor,
+  testEbsClient,
+  testEc2Client,
+  uploadDeps,
+  uploadSettings,
+} from "../../fixtures/lab/snapshot-upload.ts";
+import { classifyEc2Error, Ec2CallError } from "../../../src/aws/errors.ts";
+import { uploadedSnapshots } from "../../../src/aws/uploaded-snapshots.ts";
 import { startLab } from "../../lab/ec2/helpers.ts";
 
 /** What the CLI's handler prints for `error` and the exit code it gives: never a bug report. */
@@ -126,6 +134,25 @@ t.test("each failure typed, printed as itself", async (t) => {
       lines.some((l) => /snapshot\.discarded/.test(l)),
       "the deletion is in the log",
     );
+
+    // The deletion refused too: the snapshot is named, with the command that deletes it.
+    const refused = new Ec2CallError(
+      "DeleteSnapshot",
+      classifyEc2Error(Object.assign(new Error("not authorized"), { name: "UnauthorizedOperation" })),
+      undefined,
+    );
+    const keeping = { ...uploadedSnapshots(testEc2Client(client)), discard: () => Promise.reject(refused) };
+    const kept = await rejection(
+      runSnapshotUpload(uploadDeps(client, { snapshots: keeping }), uploadSettings(image, manifest)),
+    );
+    const left = Object.keys(lab.emu.snapshotState().snapshots).filter((id) => !before.has(id));
+    t.equal(left.length, 1, "the one it could not delete");
+    t.match(kept, {
+      name: "SnapshotUploadError",
+      message: new RegExp(`${left[0]}, started for it, could not be deleted \\(EC2 DeleteSnapshot failed`),
+      remediation: new RegExp(`^delete ${left[0]} \\(aws ec2 delete-snapshot --snapshot-id ${left[0]}: it keeps`),
+    });
+    await uploadedSnapshots(testEc2Client(client)).discard(left[0]!);
 
     await mkdir(join(dir, "gone"));
     const rerun = await runSnapshotUpload(uploadDeps(client), uploadSettings(image, manifest));
