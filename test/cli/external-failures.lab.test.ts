@@ -39,6 +39,10 @@ import { DoctorExit } from "../../src/cli/doctor.ts";
 import { acquirePrewarmLock, writePrewarmState } from "../../src/agent/prewarm/state.ts";
 import { FolderNotWritableError } from "../../src/fs-atomic.ts";
 import { MOUNT_RUN_FILE, mountRunKey, recordMountRun } from "../../src/agent/prewarm/mount-run.ts";
+import { REFRESH_STATE_FILE, writeRefreshState, type RefreshState } from "../../src/agent/refresh/state.ts";
+import { PREPARED_FILE, writePreparedRecord, type PreparedRecord } from "../../src/agent/boot/prepared-record.ts";
+import { RECORD_FILE, writeWorkspaceRecord, type WorkspaceRecord } from "../../src/agent/workspace-record.ts";
+import { RELEASE_RECORD_FILE, writeReleaseRecord, type ReleaseRecord } from "../../src/status/records.ts";
 import { agentBundle, REPO, withCompileCache } from "../fixtures/lab/agent-bundle.ts";
 import { assertLabPrerequisites, childEnv } from "../fixtures/lab/lab-prereq.ts";
 import { DEFAULT_RECORD, makePoolImage } from "../fixtures/builders/pool-image.ts";
@@ -627,13 +631,24 @@ t.test("a full disk where a command writes: the folder named, ENOSPC said, nothi
   const unrecorded = await recordMountRun(prewarmDir, mountRunKey("vol-0123456789abcdef0", undefined)).catch(
     (error: unknown) => error,
   );
+  // The other records of the state folder, as the boot, the release and refresh write them (what they
+  // hold does not matter here: the folder is refused first).
+  const refused = (write: Promise<void>) => write.catch((error: unknown) => error);
+  const others = [
+    [await refused(writeRefreshState(prewarmDir, {} as RefreshState)), REFRESH_STATE_FILE],
+    [await refused(writePreparedRecord(prewarmDir, {} as PreparedRecord)), PREPARED_FILE],
+    [await refused(writeWorkspaceRecord(prewarmDir, {} as WorkspaceRecord)), RECORD_FILE],
+    [await refused(writeReleaseRecord(prewarmDir, {} as ReleaseRecord)), RELEASE_RECORD_FILE],
+  ] as const;
   t.test(
-    "prewarm's lock, state and mount run, their folder not made on a full disk: the same typed error",
+    "the state folder's files (prewarm's lock, state and mount run, the boot's, release's and refresh's records), " +
+      "their folder not made on a full disk: the same typed error",
     async (t) => {
       for (const [error, file] of [
         [unmade, "prewarm.lock"],
         [unwritten, "prewarm.json"],
         [unrecorded, MOUNT_RUN_FILE],
+        ...others,
       ] as const) {
         t.type(error, FolderNotWritableError, file);
         t.match((error as Error).message, `no space left on ${prewarmDir} (ENOSPC): ${file} not written`);
