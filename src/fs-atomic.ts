@@ -4,7 +4,7 @@
  * (daemon.json and its backup, containerd's config, state files, metrics textfiles, status records).
  */
 import { randomBytes } from "node:crypto";
-import { open, rename, rm } from "node:fs/promises";
+import { mkdir, open, rename, rm, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { describeDiskError, diskErrorKind, type DiskErrorKind } from "./disk-errors.ts";
 import { AgentError } from "./errors.ts";
@@ -57,18 +57,41 @@ export class FolderNotWritableError extends AgentError {
     file: string,
     readonly kind: DiskErrorKind,
     cause: unknown,
+    /** A path on the same filesystem that exists (the folder's nearest when it could not be made). */
+    existing = folder,
   ) {
     const code = (cause as { code?: unknown }).code;
     super(
       `${describeDiskError(kind)} on ${folder}${typeof code === "string" ? ` (${code})` : ""}: ${file} not written, ` +
         "the file there is as it was",
       kind === "no-space"
-        ? `free space on the filesystem of ${folder} (df -h ${folder}) and run the command again`
-        : `remount the filesystem of ${folder} read-write, or point the setting at a writable folder, and run again`,
+        ? `free space on the filesystem of ${existing} (df -h ${existing}) and run the command again`
+        : `remount the filesystem of ${existing} read-write, or point the setting at a writable folder, and run again`,
       undefined,
       { cause },
     );
   }
+}
+
+/**
+ * Makes `folder` (and its parents) for `file` to be written there. A full or read-only filesystem
+ * (a full disk still refuses a folder when its inodes are spent) is a FolderNotWritableError naming
+ * the folder, its remediation the nearest folder that exists (df cannot look at a missing one).
+ */
+export async function makeFolderFor(folder: string, file: string): Promise<void> {
+  try {
+    await mkdir(folder, { recursive: true });
+  } catch (error) {
+    const kind = diskErrorKind(error);
+    if (!kind) throw error;
+    throw new FolderNotWritableError(folder, file, kind, error, await nearestExisting(folder));
+  }
+}
+
+async function nearestExisting(path: string): Promise<string> {
+  let at = path;
+  while (at !== dirname(at) && !(await stat(at).catch(() => undefined))) at = dirname(at);
+  return at;
 }
 
 /** Fsyncs a folder, so a rename or an unlink in it is on disk. */

@@ -6,11 +6,11 @@ import { stateFolderRefused } from "../src/state-folder.ts";
 t.test("the first failed write of a run is the warning, the rest are details", async (t) => {
   const run = createMemoryLogger("debug");
   stateFolderRefused(run, "/var/lib/a", "boot.state-folder", "first");
-  stateFolderRefused(run, "/var/lib/a", "metrics.write-failed", "second");
+  stateFolderRefused(run, "/var/lib/a", "boot.record-failed", "second");
   stateFolderRefused(run, "/var/lib/b", "prewarm.state", "another folder");
   t.same(run.lines, [
     "<4>boot.state-folder: first",
-    "<7>metrics.write-failed: second",
+    "<7>boot.record-failed: second",
     "<4>prewarm.state: another folder",
   ]);
   const next = createMemoryLogger("debug");

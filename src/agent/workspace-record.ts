@@ -11,9 +11,9 @@
  * (`/proc/sys/kernel/random/boot_id`: phase 1, phase 2 and the release at shutdown of one boot).
  * Anything else — another instance, another launch, neither known — is an earlier activation.
  */
-import { mkdir, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { writeFileAtomic } from "../fs-atomic.ts";
+import { makeFolderFor, writeFileAtomic } from "../fs-atomic.ts";
 import { quote, validateWorkspaceId } from "../inputs.ts";
 import { WORKSPACE_KEYS, type WorkspaceKey } from "../tags.ts";
 import type { WorkspaceIds } from "./workspace-ids.ts";
@@ -135,6 +135,6 @@ export function workspaceRecordText(record: WorkspaceRecord): string {
 
 /** Replaces the record atomically: a reader sees the old one or the new one, never half of one. */
 export async function writeWorkspaceRecord(stateDir: string, record: WorkspaceRecord): Promise<void> {
-  await mkdir(stateDir, { recursive: true });
+  await makeFolderFor(stateDir, RECORD_FILE);
   await writeFileAtomic(workspaceRecordPath(stateDir), workspaceRecordText(record));
 }

@@ -204,7 +204,12 @@ function remediationFor(action: string, failure: Ec2Failure): string {
     case "instance-state":
       return "the instance is not running (stopping or terminating): nothing to do";
     default:
-      return "check the values named in the message (configuration or tags); if they look right, report it as a bug";
+      // A 4xx the table does not know: EC2 judged OUR request and said why (its code and message).
+      // What it names came from the configuration or a tag, so that is what to correct: not a bug.
+      return (
+        `EC2 refused ${action} (${failure.code}) for the reason its message gives: correct the value it names ` +
+        `(in the configuration, or in the instance's or volume's tags), then re-run the agent`
+      );
   }
 }
 
@@ -368,19 +373,74 @@ export class ImdsUnavailableError extends AgentError {
   }
 }
 
-/** IMDS answered, but not what the agent needs (e.g. a path is missing). */
+/**
+ * How IMDS failed a read: it refused it (an HTTP 4xx, or no connection at all), failed it (an HTTP
+ * 5xx, a reset, no answer), or answered with data of another shape than the path's (a proxy's page,
+ * a stand-in's odd answer): each is a different thing to check.
+ */
+export type ImdsFailureKind = "refused" | "failed" | "unexpected-data";
+
+/** What IMDS answered: the request's failure, or the data that does not fit with what was expected. */
+export type ImdsAnswer = { cause: unknown } | { data: string; expected: string };
+
+/** The most of an odd answer a message shows (a page can be kilobytes). */
+const SHOWN_CHARS = 80;
+
+/** An answer as a message shows it: quoted, trimmed to its first SHOWN_CHARS characters. */
+export function shownAnswer(data: string): string {
+  return JSON.stringify(data.length > SHOWN_CHARS ? `${data.slice(0, SHOWN_CHARS)}…` : data);
+}
+
+function imdsStatusOf(error: unknown): number | undefined {
+  return (error as { $metadata?: { httpStatusCode?: number } } | undefined)?.$metadata?.httpStatusCode;
+}
+
+/** IMDS did not give what the agent needs of `path` (see ImdsFailureKind). */
 export class ImdsError extends AgentError {
+  readonly kind: ImdsFailureKind;
   constructor(
     readonly endpoint: string,
     readonly path: string,
-    cause: unknown,
+    answer: ImdsAnswer,
   ) {
+    const service = `the instance metadata service at ${endpoint}`;
+    let kind: ImdsFailureKind;
+    let message: string;
+    if ("data" in answer) {
+      kind = "unexpected-data";
+      message = `${service} answered ${path} with unexpected data (${answer.expected} expected): ${answer.data}`;
+    } else {
+      const status = imdsStatusOf(answer.cause);
+      const why = describeError(answer.cause);
+      // The SDK keeps no error code on a failed connection, only its words.
+      if (status === undefined && /ECONNREFUSED/.test(why)) {
+        kind = "refused";
+        message = `${service} refused the connection for ${path}: ${why}`;
+      } else if (status !== undefined && status < 500) {
+        kind = "refused";
+        message = `${service} refused ${path} (HTTP ${status}): ${why}`;
+      } else {
+        kind = "failed";
+        message =
+          status === undefined
+            ? `${service} did not answer ${path}: ${why}`
+            : `${service} failed ${path} (HTTP ${status}): ${why}`;
+      }
+    }
+    const options = "the instance's metadata options (HttpEndpoint=enabled, HttpTokens, HttpPutResponseHopLimit)";
     super(
-      `the instance metadata service at ${endpoint} refused ${path}: ${describeError(cause)}`,
-      "this agent only runs on EC2 instances (or in the lab); check the instance's metadata options",
+      message,
+      kind === "unexpected-data"
+        ? `something other than EC2's instance metadata service answers at ${endpoint} (a proxy, or the config's ` +
+            "imdsEndpoint / AWS_EC2_METADATA_SERVICE_ENDPOINT pointing elsewhere): check what serves that address, " +
+            "then re-run the agent"
+        : kind === "failed"
+          ? `IMDS failed on its side: re-run the agent (it is idempotent); if it keeps failing, check ${options}`
+          : `this agent only runs on EC2 instances (or in the lab); check ${options}, then re-run the agent`,
       undefined,
-      { cause },
+      "cause" in answer ? { cause: answer.cause } : undefined,
     );
+    this.kind = kind;
   }
 }
 

@@ -7,7 +7,7 @@ import { MetadataService } from "@aws-sdk/ec2-metadata-service";
 import type { Identity } from "../agent/ports.ts";
 import { describeError } from "../errors.ts";
 import { createLogger, type Logger } from "../log.ts";
-import { ImdsError, ImdsUnavailableError } from "./errors.ts";
+import { ImdsError, ImdsUnavailableError, shownAnswer } from "./errors.ts";
 import { retry, RetryDeadlineError } from "./retry.ts";
 
 /** What the agent needs of the metadata service: the SDK's MetadataService fits. */
@@ -109,7 +109,7 @@ export async function identifyInstance(options: IdentifyOptions): Promise<Identi
       if (error instanceof RetryDeadlineError)
         throw new ImdsUnavailableError(endpoint, path, timeoutMs, error.lastError);
       if (optional && statusOf(error) === 404) return undefined;
-      throw new ImdsError(endpoint, path, error);
+      throw new ImdsError(endpoint, path, { cause: error });
     }
   };
   const required = async (path: string): Promise<string> => ((await read(path)) ?? "").trim();
@@ -129,14 +129,12 @@ export async function identifyInstance(options: IdentifyOptions): Promise<Identi
     });
 
   if (!/^i-[0-9a-f]{8,17}$/.test(instanceId) || availabilityZone === "" || region === "") {
-    throw new ImdsError(
-      endpoint,
-      META,
-      new Error(
-        `unexpected identity: instance ${JSON.stringify(instanceId)}, zone ${JSON.stringify(availabilityZone)}, ` +
-          `region ${JSON.stringify(region)}`,
-      ),
-    );
+    throw new ImdsError(endpoint, META, {
+      data:
+        `instance ${shownAnswer(instanceId)}, zone ${shownAnswer(availabilityZone)}, ` +
+        `region ${shownAnswer(region)}`,
+      expected: "an instance id i-… and a zone and region",
+    });
   }
 
   let tags: Record<string, string>;

@@ -4,7 +4,7 @@
  * before EC2 interrupts a spot instance, and is a 404 otherwise (and on on-demand instances).
  * The release reads it to learn whether this shutdown is a stop or a termination.
  */
-import { ImdsError } from "./errors.ts";
+import { ImdsError, shownAnswer } from "./errors.ts";
 import type { MetadataSource } from "./imds.ts";
 
 export const SPOT_INSTANCE_ACTION_PATH = "/latest/meta-data/spot/instance-action";
@@ -35,7 +35,7 @@ export async function readSpotInstanceAction(
     text = await Promise.race([metadata.request(SPOT_INSTANCE_ACTION_PATH, {}), timeout]);
   } catch (error) {
     if (statusOf(error) === 404) return undefined;
-    throw new ImdsError(endpoint, SPOT_INSTANCE_ACTION_PATH, error);
+    throw new ImdsError(endpoint, SPOT_INSTANCE_ACTION_PATH, { cause: error });
   } finally {
     clearTimeout(timer);
   }
@@ -46,9 +46,8 @@ export async function readSpotInstanceAction(
     action = undefined;
   }
   if (action === "stop" || action === "hibernate" || action === "terminate") return action;
-  throw new ImdsError(
-    endpoint,
-    SPOT_INSTANCE_ACTION_PATH,
-    new Error(`unexpected notice ${JSON.stringify(text.slice(0, 200))}`),
-  );
+  throw new ImdsError(endpoint, SPOT_INSTANCE_ACTION_PATH, {
+    data: shownAnswer(text),
+    expected: 'a notice {"action": "stop" | "hibernate" | "terminate", …}',
+  });
 }

@@ -10,7 +10,8 @@ import { mkdir, open, readFile, rm, rmdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { AgentError, ExitCode } from "../errors.ts";
 import { run } from "../exec.ts";
-import { writeFileAtomic } from "../fs-atomic.ts";
+import { describeDiskError } from "../disk-errors.ts";
+import { FolderNotWritableError, writeFileAtomic } from "../fs-atomic.ts";
 import type { Logger } from "../log.ts";
 import { readMountTable, unmountPath } from "./mount.ts";
 
@@ -55,7 +56,23 @@ export async function claimImageFile(workDir: string, image: string, log?: Logge
   } catch (error) {
     // A full disk: the folder this claim made goes too, so the build leaves nothing behind.
     if (made !== undefined) await rm(made, { recursive: true, force: true }).catch(() => undefined);
+    // The marker is the build's own file: the operator knows the image they asked for.
+    if (error instanceof FolderNotWritableError) throw new BuildNotBegunError(workDir, path, error);
     throw error;
+  }
+}
+
+/** The work folder took no write (full, read-only) as the build began: nothing was made. */
+export class BuildNotBegunError extends AgentError {
+  constructor(workDir: string, image: string, cause: FolderNotWritableError) {
+    const code = (cause.cause as { code?: unknown } | undefined)?.code;
+    super(
+      `${describeDiskError(cause.kind)} on ${workDir}${typeof code === "string" ? ` (${code})` : ""}: the build of ` +
+        `${image} could not begin, nothing was made`,
+      cause.remediation,
+      ExitCode.failure,
+      { cause },
+    );
   }
 }
 

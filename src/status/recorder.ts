@@ -72,7 +72,7 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
             finishedAt: finishedAt.toISOString(),
             result: report,
           }),
-        true,
+        "release",
       );
       await textfile("release", () => releaseMetrics({ report, finishedAt }));
     },
@@ -100,14 +100,16 @@ export function createOutcomeRecorder(options: RecorderOptions): OutcomeRecorder
 }
 
 /**
- * Runs a write; a failure is logged, never thrown. One into the state folder (`inStateDir`) is
- * said once per run with the folder's other failures (src/state-folder.ts).
+ * Runs a write; a failure is logged, never thrown. A metrics file's is `metrics.write-failed`; a
+ * status record's (`recordOf`: the use case whose record it is, in the state folder) is that use
+ * case's `<use case>.record-failed`, said once per run with the folder's other failures
+ * (src/state-folder.ts): an operator filtering the journal on the release finds its record there.
  */
 async function attempt(
   options: RecorderOptions,
   what: string,
   write: () => Promise<unknown>,
-  inStateDir = false,
+  recordOf?: "boot" | "release",
 ): Promise<void> {
   const { log, stateDir } = options;
   try {
@@ -115,7 +117,7 @@ async function attempt(
   } catch (error) {
     const line = `could not write ${what}: ${describeError(error)}; the outcome is unchanged`;
     const fields = { remediation: error instanceof AgentError ? error.remediation : undefined };
-    if (inStateDir) stateFolderRefused(log, stateDir, "metrics.write-failed", line, fields);
+    if (recordOf) stateFolderRefused(log, stateDir, `${recordOf}.record-failed`, line, fields);
     else log.warning("metrics.write-failed", line, fields);
   }
 }
@@ -159,7 +161,7 @@ async function recordBoot(
   };
   if (phase === "second")
     record = withFirstPhase((await readBootRecord(stateDir).catch(() => ({ record: undefined }))).record, record);
-  await attempt(options, "the boot's status record", () => writeBootRecord(stateDir, record), true);
+  await attempt(options, "the boot's status record", () => writeBootRecord(stateDir, record), "boot");
   const up = report.outcome === "ready" || report.outcome === "warming";
   const figures = up && report.mountPoint ? await factsFor(options, report.mountPoint) : { boot: [], fill: [] };
   await writeMetrics(options, "boot", () => [...bootMetrics({ report: record.result, finishedAt }), ...figures.boot]);

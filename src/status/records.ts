@@ -4,9 +4,9 @@
  * without these a health check would have to read the journal. Written atomically (temp,
  * fsync, rename, fsync of the folder); a record that does not parse is reported, not trusted.
  */
-import { mkdir, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { writeFileAtomic } from "../fs-atomic.ts";
+import { makeFolderFor, writeFileAtomic } from "../fs-atomic.ts";
 import type { BootPhase } from "../agent/ports.ts";
 import type { BootReport, ReleaseReport } from "../agent/outcomes.ts";
 
@@ -37,7 +37,7 @@ export interface ReleaseRecord {
 export type RecordRead<T> = { record?: T; problem?: string };
 
 async function writeJsonAtomic(dir: string, file: string, value: unknown): Promise<void> {
-  await mkdir(dir, { recursive: true });
+  await makeFolderFor(dir, file);
   await writeFileAtomic(join(dir, file), JSON.stringify(value, null, 2) + "\n");
 }
 

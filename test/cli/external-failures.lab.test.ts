@@ -36,8 +36,13 @@ import type { Faults } from "../../src/lab/ec2/faults.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 import { ExitCode } from "../../src/errors.ts";
 import { DoctorExit } from "../../src/cli/doctor.ts";
-import { acquirePrewarmLock } from "../../src/agent/prewarm/state.ts";
+import { acquirePrewarmLock, writePrewarmState } from "../../src/agent/prewarm/state.ts";
 import { FolderNotWritableError } from "../../src/fs-atomic.ts";
+import { MOUNT_RUN_FILE, mountRunKey, recordMountRun } from "../../src/agent/prewarm/mount-run.ts";
+import { REFRESH_STATE_FILE, writeRefreshState, type RefreshState } from "../../src/agent/refresh/state.ts";
+import { PREPARED_FILE, writePreparedRecord, type PreparedRecord } from "../../src/agent/boot/prepared-record.ts";
+import { RECORD_FILE, writeWorkspaceRecord, type WorkspaceRecord } from "../../src/agent/workspace-record.ts";
+import { RELEASE_RECORD_FILE, writeReleaseRecord, type ReleaseRecord } from "../../src/status/records.ts";
 import { agentBundle, REPO, withCompileCache } from "../fixtures/lab/agent-bundle.ts";
 import { assertLabPrerequisites, childEnv } from "../fixtures/lab/lab-prereq.ts";
 import { DEFAULT_RECORD, makePoolImage } from "../fixtures/builders/pool-image.ts";
@@ -306,8 +311,16 @@ async function oddImds(t: Test, instanceId: string): Promise<string> {
 
 t.test("IMDS answering odd data: exit 1, IMDS named with what it answered", async (t) => {
   const answers: Array<[string, string, RegExp]> = [
-    ["an empty instance id", "", /instance metadata service .*unexpected identity: instance ""/],
-    ["a web page for the instance id", "<html>login</html>", /instance metadata service .*instance "<html>login/],
+    [
+      "an empty instance id",
+      "",
+      /instance metadata service at \S+ answered \/latest\/meta-data with unexpected data .*: instance ""/,
+    ],
+    [
+      "a web page for the instance id",
+      "<html>login</html>",
+      /instance metadata service at \S+ answered \/latest\/meta-data with unexpected data .*: instance "<html>login/,
+    ],
   ];
   for (const [what, instanceId, says] of answers) {
     const config = await nodeConfig(`imds-odd-${answers.findIndex(([w]) => w === what)}`, {
@@ -482,6 +495,8 @@ t.test("snapshot build: an image it cannot have is told as what it is, and undon
 /**
  * A small tmpfs, mounted for the test and filled to the last byte after `seed` has put the files
  * a command finds there: a write to it fails with ENOSPC at once, wherever in the write it lands.
+ * A tmpfs full of bytes still makes folders (they take an inode, no block): `inodes` caps its inodes
+ * too, so that the filler takes the last one and a mkdir there fails with ENOSPC as well.
  */
 async function fullFilesystem(
   t: Test,
@@ -489,10 +504,12 @@ async function fullFilesystem(
   seed: (folder: string) => Promise<void>,
   /** A size given: a tmpfs that small, left empty (room, but less than a write needs). */
   small?: string,
+  inodes?: number,
 ): Promise<string> {
   const folder = join(work, name);
   await mkdir(folder);
-  await run("mount", ["-t", "tmpfs", "-o", `size=${small ?? "512k"},mode=0755`, `full-${name}`, folder]);
+  const options = `size=${small ?? "512k"},mode=0755${inodes ? `,nr_inodes=${inodes}` : ""}`;
+  await run("mount", ["-t", "tmpfs", "-o", options, `full-${name}`, folder]);
   t.teardown(() => run("umount", [folder]));
   await seed(folder);
   // dd ends with "No space left on device" once it is full: that end is the point.
@@ -572,6 +589,11 @@ t.test("a full disk where a command writes: the folder named, ENOSPC said, nothi
     t.test(`snapshot build, its folder ${what}: exit 1, nothing left`, async (t) => {
       assertTold(t, out, ExitCode.failure, /^<3>agent\.failed: no space left during (clean-leftovers|format): /);
       t.match(out.stderr, new RegExp(`remediation="free space on the filesystem of ${folder} \\(df -h`));
+      if (what === "filled") {
+        // Full before the build began: the line names the image asked for, not the build's own marker file.
+        t.match(out.stderr, `the build of ${join(folder, "pool.img")} could not begin`);
+        t.notMatch(out.stderr, /building not written/);
+      }
       t.notMatch(out.stderr, /snapshot\.build-undo-failed/, "what it set up was undone");
       t.same(await readdir(folder), what === "filled" ? [".filler"] : [], "nothing left");
     });
@@ -587,15 +609,68 @@ t.test("a full disk where a command writes: the folder named, ENOSPC said, nothi
     t.match((locked as FolderNotWritableError).remediation, /free space on the filesystem of/);
     t.same(await readdir(prewarmState), [".filler"], "no empty lock file left");
   });
+  // The same when the state folder is not there yet and the full disk refuses to make it: the root
+  // and the filler take the tmpfs's two inodes.
+  const noFolder = await fullFilesystem(t, "full-prewarm-folder", async () => undefined, undefined, 2);
+  const prewarmDir = join(noFolder, "state");
+  const unmade = await acquirePrewarmLock(prewarmDir).catch((error: unknown) => error);
+  const unwritten = await writePrewarmState(prewarmDir, {
+    version: 1,
+    volumeId: "vol-0123456789abcdef0",
+    device: "/dev/nvme1n1",
+    mountPoint: "/var/lib/ebs-cache",
+    strategy: "check",
+    action: "check",
+    reason: "test",
+    phase: "checking",
+    verdict: "unknown",
+    labels: {},
+    startedAt: "2026-01-01T00:00:00.000Z",
+    updatedAt: "2026-01-01T00:00:00.000Z",
+  }).catch((error: unknown) => error);
+  const unrecorded = await recordMountRun(prewarmDir, mountRunKey("vol-0123456789abcdef0", undefined)).catch(
+    (error: unknown) => error,
+  );
+  // The other records of the state folder, as the boot, the release and refresh write them (what they
+  // hold does not matter here: the folder is refused first).
+  const refused = (write: Promise<void>) => write.catch((error: unknown) => error);
+  const others = [
+    [await refused(writeRefreshState(prewarmDir, {} as RefreshState)), REFRESH_STATE_FILE],
+    [await refused(writePreparedRecord(prewarmDir, {} as PreparedRecord)), PREPARED_FILE],
+    [await refused(writeWorkspaceRecord(prewarmDir, {} as WorkspaceRecord)), RECORD_FILE],
+    [await refused(writeReleaseRecord(prewarmDir, {} as ReleaseRecord)), RELEASE_RECORD_FILE],
+  ] as const;
+  t.test(
+    "the state folder's files (prewarm's lock, state and mount run, the boot's, release's and refresh's records), " +
+      "their folder not made on a full disk: the same typed error",
+    async (t) => {
+      for (const [error, file] of [
+        [unmade, "prewarm.lock"],
+        [unwritten, "prewarm.json"],
+        [unrecorded, MOUNT_RUN_FILE],
+        ...others,
+      ] as const) {
+        t.type(error, FolderNotWritableError, file);
+        t.match((error as Error).message, `no space left on ${prewarmDir} (ENOSPC): ${file} not written`);
+        t.match((error as FolderNotWritableError).remediation, `free space on the filesystem of ${noFolder} (df -h`);
+      }
+      t.same(await readdir(noFolder), [".filler"], "nothing made");
+    },
+  );
 
   const manifests = await fullFilesystem(t, "full-manifests", async () => undefined);
   const args = uploadArgs("full", lab.ec2.endpoint).map((a) =>
     a === join(work, "full.manifest.json") ? join(manifests, "full.manifest.json") : a,
   );
+  const snapshotsBefore = new Set(Object.keys(lab.ec2.snapshotState().snapshots));
   const out = await agent(args, CREDENTIALS);
+  const startedLeft = Object.keys(lab.ec2.snapshotState().snapshots).filter((id) => !snapshotsBefore.has(id));
   t.test("snapshot upload --manifest: exit 1", async (t) => {
     assertTold(t, out, ExitCode.failure, new RegExp(`no space left on ${manifests} \\(ENOSPC\\)`));
     t.same(await contents(manifests), {}, "no temp file left, no manifest half-written");
+    // The first manifest write failed after StartSnapshot: nothing names that snapshot, so it is deleted.
+    t.match(out.stderr, /snap-[0-9a-f]+, started for it, is deleted/);
+    t.same(startedLeft, [], "no snapshot left pending that no manifest names");
   });
 });
 

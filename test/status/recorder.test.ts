@@ -246,12 +246,36 @@ t.test("a write that fails is a warning, never an exception", async (tt) => {
     finishedAt: at,
   });
   const warnings = log.lines.filter((l) => l.startsWith("<4>metrics.write-failed: could not write"));
-  tt.equal(warnings.length, 5, "boot record, boot and fill metrics, release metrics, gc metrics");
+  tt.equal(warnings.length, 4, "boot and fill metrics, release metrics, gc metrics");
   tt.match(warnings.find((l) => l.includes("the boot metrics")) ?? "", /remediation=/, "with what to do");
+  // A status record is not a metric: its failure is the use case's own event.
   tt.ok(
-    log.lines.some((l) => l.startsWith("<7>metrics.write-failed: could not write the release's status record")),
-    "the state folder's second failure in one run is a detail: said once",
+    log.lines.some((l) => l.startsWith("<4>boot.record-failed: could not write the boot's status record")),
+    "the boot's record: its own event",
   );
+  tt.ok(
+    log.lines.some((l) => l.startsWith("<7>release.record-failed: could not write the release's status record")),
+    "the release's record: its own event; the state folder's second failure in one run is a detail: said once",
+  );
+  tt.notOk(
+    log.lines.some((l) => /^<\d>metrics\.write-failed: .*status record/.test(l)),
+    "no status record told as metrics",
+  );
+});
+
+t.test("the release's status record alone not written: a warning of the release's own", async (tt) => {
+  const dir = await folder(tt);
+  const notADir = join(dir, "file");
+  await writeFile(notADir, "x");
+  const log = createMemoryLogger();
+  const recorder = createOutcomeRecorder({ stateDir: notADir, textfileDir: null, log, facts: countingFacts() });
+  await recorder.releaseFinished({
+    instanceId: "i-1",
+    report: { outcome: "nothing", released: [], kept: [], problems: [], timeline: [] },
+    finishedAt: at,
+  });
+  tt.equal(log.lines.length, 1, log.lines.join("\n"));
+  tt.match(log.lines[0], /^<4>release\.record-failed: could not write the release's status record: .*unchanged$/);
 });
 
 t.test("gc's counters are carried from run to run; the pre-warm's state becomes its own file", async (tt) => {

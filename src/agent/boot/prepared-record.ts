@@ -6,9 +6,9 @@
  * (`resume-prepared`). Another boot id (a reboot), instance or volume makes the record say
  * nothing; anything not as recorded makes the second phase do every check.
  */
-import { mkdir, readFile, rm } from "node:fs/promises";
+import { readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { writeFileAtomic } from "../../fs-atomic.ts";
+import { makeFolderFor, writeFileAtomic } from "../../fs-atomic.ts";
 
 export const PREPARED_FILE = "prepared.json";
 
@@ -48,7 +48,7 @@ export async function readPreparedRecord(stateDir: string): Promise<PreparedReco
 
 /** Writes the record atomically (src/fs-atomic.ts). */
 export async function writePreparedRecord(stateDir: string, record: PreparedRecord): Promise<void> {
-  await mkdir(stateDir, { recursive: true });
+  await makeFolderFor(stateDir, PREPARED_FILE);
   await writeFileAtomic(join(stateDir, PREPARED_FILE), JSON.stringify(record, null, 2) + "\n");
 }
 

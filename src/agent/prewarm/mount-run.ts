@@ -12,7 +12,7 @@
 import { watch } from "node:fs";
 import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { writeFileAtomic } from "../../fs-atomic.ts";
+import { makeFolderFor, writeFileAtomic } from "../../fs-atomic.ts";
 
 export const MOUNT_RUN_FILE = "prewarm-mount.json";
 
@@ -36,7 +36,7 @@ interface MountRunRecord extends MountRunKey {
 const pathOf = (stateDir: string) => join(stateDir, MOUNT_RUN_FILE);
 
 async function write(stateDir: string, key: MountRunKey, published: boolean): Promise<void> {
-  await mkdir(stateDir, { recursive: true });
+  await makeFolderFor(stateDir, MOUNT_RUN_FILE);
   const record: MountRunRecord = { ...key, published, at: new Date().toISOString() };
   await writeFileAtomic(pathOf(stateDir), JSON.stringify(record) + "\n");
 }

@@ -5,10 +5,10 @@
  * reads it. A lock file (`prewarm.lock`, pid + start time) keeps two initializations of one
  * host from running at once; a dead holder's lock is taken over.
  */
-import { mkdir, open, readFile, rm, type FileHandle } from "node:fs/promises";
+import { open, readFile, rm, type FileHandle } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { diskErrorKind } from "../../disk-errors.ts";
-import { FolderNotWritableError, writeFileAtomic } from "../../fs-atomic.ts";
+import { FolderNotWritableError, makeFolderFor, writeFileAtomic } from "../../fs-atomic.ts";
 import { isAlive, processStartTime } from "../process-identity.ts";
 import type { CheckFigures } from "../ports.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
@@ -64,7 +64,7 @@ export async function readPrewarmState(stateDir: string): Promise<PrewarmState |
 
 /** Writes the state atomically. */
 export async function writePrewarmState(stateDir: string, state: PrewarmState): Promise<void> {
-  await mkdir(stateDir, { recursive: true });
+  await makeFolderFor(stateDir, STATE_FILE);
   await writeFileAtomic(statePath(stateDir), JSON.stringify(state, null, 2) + "\n");
 }
 
@@ -87,7 +87,7 @@ export interface PrewarmLock {
 
 /** Takes the lock, or returns the pid holding it. A dead holder's lock is taken over. */
 export async function acquirePrewarmLock(stateDir: string): Promise<PrewarmLock | { heldBy: number }> {
-  await mkdir(stateDir, { recursive: true });
+  await makeFolderFor(stateDir, LOCK_FILE);
   const path = join(stateDir, LOCK_FILE);
   const me = { pid: process.pid, start: await processStartTime(process.pid) };
   for (let attempt = 0; attempt < 3; attempt++) {

@@ -4,10 +4,10 @@
  * and ends, so `status` and the metrics show the progress of a refresh that runs in the
  * background; a file that does not parse is reported, not trusted.
  */
-import { mkdir, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { uptime } from "node:os";
 import { join } from "node:path";
-import { writeFileAtomic } from "../../fs-atomic.ts";
+import { makeFolderFor, writeFileAtomic } from "../../fs-atomic.ts";
 import { isAlive } from "../process-identity.ts";
 import type { RefreshSource } from "./plan.ts";
 
@@ -56,7 +56,7 @@ export function countImages(state: Pick<RefreshState, "images">): Record<ImagePh
 }
 
 export async function writeRefreshState(stateDir: string, state: RefreshState): Promise<void> {
-  await mkdir(stateDir, { recursive: true });
+  await makeFolderFor(stateDir, REFRESH_STATE_FILE);
   await writeFileAtomic(join(stateDir, REFRESH_STATE_FILE), JSON.stringify(state, null, 2) + "\n");
 }
 

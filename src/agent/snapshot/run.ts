@@ -123,7 +123,14 @@ async function checkImage(deps: SnapshotUploadDeps, settings: SnapshotUploadSett
 
 /** What the manifest's ClientToken (or a new one) gave: a snapshot to put blocks to, or one to check. */
 type Opened =
-  | { kind: "upload"; snapshotId: string; clientToken: string; alreadyPut: Map<number, string> }
+  | {
+      kind: "upload";
+      snapshotId: string;
+      clientToken: string;
+      alreadyPut: Map<number, string>;
+      /** This run's StartSnapshot began it: no manifest names it until this run writes one. */
+      startedHere: boolean;
+    }
   /** CompleteSnapshot was accepted on an earlier run (`completing`): only the check is left. */
   | { kind: "sealing"; snapshotId: string; clientToken: string; alreadyPut: Map<number, string> }
   | { kind: "reconciled"; snapshotId: string; clientToken: string; verified: VerifyReport };
@@ -385,7 +392,7 @@ async function openSnapshot(upload: Upload): Promise<Opened> {
       const alreadyPut = new Map(same ? toMap(earlier!.written) : []);
       return same && earlier?.status === "completing"
         ? { kind: "sealing", snapshotId, clientToken, alreadyPut }
-        : { kind: "upload", snapshotId, clientToken, alreadyPut };
+        : { kind: "upload", snapshotId, clientToken, alreadyPut, startedHere: !same };
     }
     if (!fromManifest)
       throw new EbsAnswerError(
@@ -497,7 +504,7 @@ async function putAndComplete(run: OpenedUpload): Promise<string> {
   const { deps, settings, log, opened, plan, written } = run;
   const { snapshotId } = opened;
   const now = deps.now ?? Date.now;
-  await writeManifest(deps, settings.manifest, manifestOf(run, opened.kind === "sealing" ? "completing" : "uploading"));
+  await recordOpened(run, manifestOf(run, opened.kind === "sealing" ? "completing" : "uploading"));
   log.info("snapshot.plan", "blocks to put", {
     snapshotId,
     parent: run.parentId,
@@ -530,6 +537,35 @@ async function putAndComplete(run: OpenedUpload): Promise<string> {
     status = "completed";
   }
   return status;
+}
+
+/**
+ * The manifest's first write for the snapshot opened. One this run started is named by nothing
+ * else (its ClientToken is in no file), so when that write fails it is deleted: the snapshot was
+ * begun by this run, moments ago, nothing put to it, and a rerun (with a new token) would
+ * otherwise leave it pending until EBS fails it, then in error for good. A snapshot a manifest
+ * names already is never deleted here: the rerun resumes it.
+ */
+async function recordOpened(run: OpenedUpload, manifest: SnapshotManifest): Promise<void> {
+  try {
+    await writeManifest(run.deps, run.settings.manifest, manifest);
+  } catch (error) {
+    const { opened } = run;
+    if (!(error instanceof SnapshotUploadError) || opened.kind !== "upload" || !opened.startedHere) throw error;
+    const { snapshotId } = opened;
+    const disposal = await discard(run, snapshotId);
+    const room = "make the manifest's folder writable with room to spare, then run the same command again";
+    throw new SnapshotUploadError(
+      disposal.deleted
+        ? `${error.message}; ${snapshotId}, started for it, is deleted`
+        : `${error.message}; ${snapshotId}, started for it, could not be deleted (${disposal.why})`,
+      disposal.deleted
+        ? `${room}: it starts the upload anew`
+        : `delete ${snapshotId} (aws ec2 delete-snapshot --snapshot-id ${snapshotId}: it keeps ` +
+            `${SnapshotTag.unverified}, so nothing takes it), ${room}: it starts the upload anew`,
+      ExitCode.failure,
+    );
+  }
 }
 
 /** The completed snapshot read back; one found wrong is recorded rejected and deleted, and the run fails. */
