@@ -28,6 +28,7 @@ import {
   type DockerConflictsFact,
   type HostFacts,
   type UnitFact,
+  UNANSWERED_REMEDIATION,
 } from "./plan.ts";
 
 /** The host's facts. */
@@ -115,7 +116,23 @@ export async function observeCloud(deps: DoctorCloudDeps): Promise<{ facts: Clou
   };
   const ec2 = deps.ec2(region);
   const cloud = deps.cloud(region);
-  try {
+  /** Runs `call` unless EC2 already left one unanswered; its failure is a problem, a silence ends the asking. */
+  const ask = async (key: keyof CloudFacts["problems"], action: string, call: () => Promise<void>) => {
+    if (facts.unanswered !== undefined) {
+      problems[key] = {
+        problem: `not asked: EC2 gave no answer to ${facts.unanswered}`,
+        remediation: UNANSWERED_REMEDIATION,
+      };
+      return;
+    }
+    try {
+      await call();
+    } catch (error) {
+      problems[key] = cloudProblem(action, error);
+      if (cloudFailureOf(ec2CallError(action, error))?.kind === "network") facts.unanswered = action;
+    }
+  };
+  await ask("instance", "DescribeInstances", async () => {
     const answer = await ec2.describeInstances({ InstanceIds: [instanceId] });
     const instance = answer.Reservations?.[0]?.Instances?.[0];
     const options = instance?.MetadataOptions;
@@ -126,10 +143,8 @@ export async function observeCloud(deps: DoctorCloudDeps): Promise<{ facts: Clou
     };
     const used = new Set((instance?.BlockDeviceMappings ?? []).map((m) => m.DeviceName));
     facts.freeDeviceNames = DEVICE_NAMES.filter((name) => !used.has(name) && !used.has(name.replace("/dev/", "")));
-  } catch (error) {
-    problems.instance = cloudProblem("DescribeInstances", error);
-  }
-  try {
+  });
+  await ask("snapshots", "DescribeSnapshots", async () => {
     const snapshots = await cloud.findSnapshots(poolSelector(deps.pool));
     const current = currentSnapshot(snapshots, deps.pool.imageSet);
     facts.snapshot = {
@@ -139,19 +154,15 @@ export async function observeCloud(deps: DoctorCloudDeps): Promise<{ facts: Clou
         ? { current: { snapshotId: current.snapshotId, generation: generationName(snapshotGeneration(current)) } }
         : {}),
     };
-  } catch (error) {
-    problems.snapshots = cloudProblem("DescribeSnapshots", error);
-  }
-  try {
+  });
+  await ask("volumes", "DescribeVolumes", async () => {
     const volumes = await cloud.findVolumes({
       tags: poolSelector(deps.pool),
       availabilityZone: zone,
       status: ["available"],
     });
     facts.availableVolumes = volumes.map((v) => v.volumeId);
-  } catch (error) {
-    problems.volumes = cloudProblem("DescribeVolumes", error);
-  }
+  });
   return { facts, identity };
 }
 

@@ -226,6 +226,12 @@ export interface CloudFacts {
   freeDeviceNames?: string[];
   /** A describe call that failed, by what it was for. */
   problems: Partial<Record<"instance" | "snapshots" | "volumes", CloudProblem>>;
+  /**
+   * The first EC2 call that got no answer at all (a timeout, no route): nothing more is asked of
+   * EC2 after it, since each call would wait as long again (30 s per attempt, the SDK's attempts
+   * one after another: an unreachable endpoint made doctor take many minutes).
+   */
+  unanswered?: string;
 }
 
 /**
@@ -488,6 +494,20 @@ export function planIamProbes(targets: IamTargets): IamProbe[] {
 }
 
 /** The calls planIamProbes could not ask about, and why. */
+/** What to do when EC2 gave no answer: the route to it, not a permission. */
+export const UNANSWERED_REMEDIATION =
+  "check the instance's route to EC2 (VPC endpoint, proxy, security group), then run doctor again";
+
+/** The IAM probes not sent because EC2 gave no answer to `call` before them. */
+export function iamSkipsUnanswered(probes: readonly IamProbe[], call: string): CheckLine[] {
+  return probes.map((probe) => ({
+    check: `iam.${probe.action}`,
+    verdict: "skip",
+    detail: `${probe.action} not asked: EC2 gave no answer to ${call}`,
+    remediation: UNANSWERED_REMEDIATION,
+  }));
+}
+
 export function iamSkips(targets: IamTargets): CheckLine[] {
   const skips: CheckLine[] = [];
   if (targets.volumeId === undefined)
@@ -552,7 +572,7 @@ export function iamLine(probe: IamProbe, answer: DryRunAnswer): CheckLine {
       check,
       verdict: "fail",
       detail: `${what}: no answer (${answer.message})`,
-      remediation: "check the instance's route to EC2 (VPC endpoint, proxy, security group)",
+      remediation: UNANSWERED_REMEDIATION,
     };
   if (answer.code === "DryRunOperation") return { check, verdict: "ok", detail: `${what}: allowed` };
   if (answer.code === "UnauthorizedOperation") {

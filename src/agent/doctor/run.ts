@@ -6,7 +6,7 @@
 import { MANAGED, poolSelector } from "../volume-rules.ts";
 import { VolumeKind, VolumeTag } from "../../tags.ts";
 import { sendProbe } from "./apply.ts";
-import type { DoctorDeps } from "./deps.ts";
+import type { DoctorCloudDeps, DoctorDeps } from "./deps.ts";
 import { observeCloud, observeHost } from "./observe.ts";
 import {
   cloudLines,
@@ -14,6 +14,7 @@ import {
   hostLines,
   iamLine,
   iamSkips,
+  iamSkipsUnanswered,
   planIamProbes,
   type CheckLine,
   type IamTargets,
@@ -29,34 +30,47 @@ export interface DoctorReport {
 
 export async function runDoctor(deps: DoctorDeps): Promise<DoctorReport> {
   const lines = hostLines(await observeHost(deps.host));
-  if (deps.cloud) {
-    const cloud = deps.cloud;
-    const { facts, identity } = await observeCloud(cloud);
-    lines.push(...cloudLines(facts, cloud.pool));
-    if (identity) {
-      const targets: IamTargets = {
-        instanceId: identity.instanceId,
-        zone: identity.availabilityZone,
-        ...(facts.availableVolumes?.[0] ? { volumeId: facts.availableVolumes[0] } : {}),
-        ...(facts.snapshot?.current ? { snapshotId: facts.snapshot.current.snapshotId } : {}),
-        ...(facts.freeDeviceNames?.[0] ? { deviceName: facts.freeDeviceNames[0] } : {}),
-        createTags: {
-          ...poolSelector(cloud.pool),
-          ...MANAGED,
-          [VolumeTag.kind]: VolumeKind.pool,
-          [VolumeTag.claimedBy]: identity.instanceId,
-        },
-      };
-      const ec2 = cloud.ec2(identity.region);
-      const decode = cloud.decodeAuthorization
-        ? (encoded: string) => cloud.decodeAuthorization!(identity.region, encoded)
-        : undefined;
-      // One at a time: a denied role must not read as throttling.
-      for (const probe of planIamProbes(targets)) lines.push(iamLine(probe, await sendProbe(ec2, probe, decode)));
-      lines.push(...iamSkips(targets));
-    }
-  }
+  if (deps.cloud) lines.push(...(await cloudCheckLines(deps.cloud)));
   return { hostOnly: deps.cloud === undefined, lines, exitCode: doctorExitCode(lines) };
+}
+
+/** IMDS, the credentials, EC2's state of the pool, then the IAM probes: their lines. */
+export async function cloudCheckLines(cloud: DoctorCloudDeps): Promise<CheckLine[]> {
+  const { facts, identity } = await observeCloud(cloud);
+  const lines = cloudLines(facts, cloud.pool);
+  if (!identity) return lines;
+  const targets: IamTargets = {
+    instanceId: identity.instanceId,
+    zone: identity.availabilityZone,
+    ...(facts.availableVolumes?.[0] ? { volumeId: facts.availableVolumes[0] } : {}),
+    ...(facts.snapshot?.current ? { snapshotId: facts.snapshot.current.snapshotId } : {}),
+    ...(facts.freeDeviceNames?.[0] ? { deviceName: facts.freeDeviceNames[0] } : {}),
+    createTags: {
+      ...poolSelector(cloud.pool),
+      ...MANAGED,
+      [VolumeTag.kind]: VolumeKind.pool,
+      [VolumeTag.claimedBy]: identity.instanceId,
+    },
+  };
+  const ec2 = cloud.ec2(identity.region);
+  const decode = cloud.decodeAuthorization
+    ? (encoded: string) => cloud.decodeAuthorization!(identity.region, encoded)
+    : undefined;
+  // One at a time: a denied role must not read as throttling. After a call EC2 left unanswered,
+  // nothing more is sent: each would wait as long again.
+  const probes = planIamProbes(targets);
+  let unanswered = facts.unanswered;
+  for (const [index, probe] of probes.entries()) {
+    if (unanswered !== undefined) {
+      lines.push(...iamSkipsUnanswered(probes.slice(index), unanswered));
+      break;
+    }
+    const answer = await sendProbe(ec2, probe, decode);
+    lines.push(iamLine(probe, answer));
+    if (answer.kind === "unanswered") unanswered = `${probe.action} (DryRun)`;
+  }
+  lines.push(...iamSkips(targets));
+  return lines;
 }
 
 /** The text report: one line per check, `ok`/`WARN`/`FAIL`/`skip`, the remediation after `->`. */
