@@ -117,11 +117,12 @@ export async function observeCloud(deps: DoctorCloudDeps): Promise<{ facts: Clou
   const ec2 = deps.ec2(region);
   const cloud = deps.cloud(region);
   /** Runs `call` unless EC2 already left one unanswered; its failure is a problem, a silence ends the asking. */
+  let silence: CloudProblem | undefined;
   const ask = async (key: keyof CloudFacts["problems"], action: string, call: () => Promise<void>) => {
     if (facts.unanswered !== undefined) {
       problems[key] = {
-        problem: `not asked: EC2 gave no answer to ${facts.unanswered}`,
-        remediation: UNANSWERED_REMEDIATION,
+        problem: `not asked: EC2 gave no answer to ${facts.unanswered} (${silence?.problem ?? "no answer"})`,
+        remediation: silence?.remediation ?? UNANSWERED_REMEDIATION,
       };
       return;
     }
@@ -129,7 +130,10 @@ export async function observeCloud(deps: DoctorCloudDeps): Promise<{ facts: Clou
       await call();
     } catch (error) {
       problems[key] = cloudProblem(action, error);
-      if (cloudFailureOf(ec2CallError(action, error))?.kind === "network") facts.unanswered = action;
+      if (cloudFailureOf(ec2CallError(action, error))?.kind === "network") {
+        facts.unanswered = action;
+        silence = problems[key];
+      }
     }
   };
   await ask("instance", "DescribeInstances", async () => {
