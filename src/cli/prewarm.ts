@@ -27,7 +27,7 @@ export function prewarmCommand(): Command {
     .addHelpText(
       "after",
       "\nExit codes: 0 done (or nothing to do), 1 the pre-warm failed (the node is still reported; the log says " +
-        "why) or was stopped (SIGTERM, SIGINT: the next run resumes), 2 usage, 3 invalid configuration.",
+        "why), 2 usage, 3 invalid configuration, 143 (SIGTERM) or 130 (SIGINT) stopped: the next run resumes.",
     )
     .action(
       async (opts: {

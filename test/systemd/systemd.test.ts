@@ -370,6 +370,15 @@ t.test("ebs-cache-agent-prewarm.service: begun by phase 1, outlives it, stopped 
       );
   t.equal(last(unit, "Service", "NotifyAccess"), "all", "its progress reaches systemctl status (STATUS=)");
   t.match(last(unit, "Service", "TimeoutStopSec") ?? "", /^\d+$/);
+  const { stoppedExitCode } = await import("../../src/agent/prewarm/run.ts");
+  const { StopSignalReceived } = await import("../../src/errors.ts");
+  const byRelease = new AbortController();
+  byRelease.abort(new StopSignalReceived("SIGTERM"));
+  t.same(
+    words(unit, "Service", "SuccessExitStatus"),
+    [String(stoppedExitCode(byRelease.signal))],
+    "a run stopped by SIGTERM (the release's stop) is a clean stop, and only that: a failed read (1) fails the unit",
+  );
   for (const key of NAMESPACING) t.notOk(unit.Service?.[key], `no ${key}=: a copy of the mount would hold the detach`);
   t.same(uncommentedSandboxing(text), [], "every sandboxing option comes with a comment saying why");
   // Phase 1 starts it by name.

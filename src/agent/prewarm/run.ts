@@ -8,7 +8,7 @@
  * And `ebs-cache-agent status`: the state file in words.
  */
 import type { AgentConfig } from "../../config/index.ts";
-import { ConfigError, ExitCode } from "../../errors.ts";
+import { ConfigError, ExitCode, StopSignalReceived } from "../../errors.ts";
 import type { HostAdapters } from "../adapters.ts";
 import type { VolumeInfo } from "../ports.ts";
 import { volumeDetails } from "../report.ts";
@@ -123,8 +123,23 @@ export async function runPrewarm(
   return {
     volumeId: volume.volumeId,
     report,
-    exitCode: report.phase === "failed" || stopped ? ExitCode.failure : ExitCode.ok,
+    exitCode: report.phase === "failed" ? ExitCode.failure : stopped ? stoppedExitCode(options.signal) : ExitCode.ok,
   };
+}
+
+/**
+ * The exit code of a run stopped on request, with its state `pending`: 128 + the signal's number
+ * (143 for SIGTERM, 130 for SIGINT), what a shell shows for a command that a signal ended. Not 0:
+ * a script or an operator's shell must not read a run stopped half-way as done. Not 1 either: a
+ * read failure exits 1, and the prewarm unit, which the release stops before every unmount, lists
+ * 143 in SuccessExitStatus= so that systemd records such a stop as the clean stop it is (as it
+ * does for a process the SIGTERM itself ends), while a failed run still shows the unit failed.
+ * An abort with no signal named (a caller's own) stays 1.
+ */
+export function stoppedExitCode(signal: AbortSignal | undefined): number {
+  const reason: unknown = signal?.reason;
+  if (!(reason instanceof StopSignalReceived)) return ExitCode.failure;
+  return 128 + (reason.signalName === "SIGTERM" ? 15 : 2);
 }
 
 /** The volume as the pre-warm sees it; the labels of this volume's previous run, which the boot chose. */

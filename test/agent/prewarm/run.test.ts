@@ -10,6 +10,7 @@ import type { HostAdapters } from "../../../src/agent/adapters.ts";
 import { runPrewarm } from "../../../src/agent/prewarm/run.ts";
 import { openLabelsGate, recordMountRun } from "../../../src/agent/prewarm/mount-run.ts";
 import { Label, VolumeTag } from "../../../src/tags.ts";
+import { StopSignalReceived } from "../../../src/errors.ts";
 import { COLD, WARM, fakeNode, fakeReader, type FakeNode, type FakeReader } from "../../fixtures/fakes/index.ts";
 
 const POOL = { [VolumeTag.managed]: "true", [VolumeTag.kind]: "pool", [VolumeTag.pool]: "default" };
@@ -92,16 +93,24 @@ t.test("files: an initialization that fails leaves the volume untagged and exits
   t.equal((await node.fake.describe(volumeId)).tags[VolumeTag.initialized], undefined, "not tagged initialized");
 });
 
-t.test("files: an initialization stopped by a signal stays resumable, untagged, and exits 1", async (t) => {
-  const { node, volumeId } = await bootedFromSnapshot(t);
-  const reader = fakeReader(node.script, { figures: [COLD] });
-  const stop = new AbortController();
-  node.script.before("fio.initialize", () => stop.abort(new Error("SIGTERM received")));
-  const outcome = await runPrewarm(node.config, prewarmDeps(node, reader), { strategy: "files", signal: stop.signal });
-  t.equal(outcome.report?.phase, "pending", "interrupted: the next run resumes");
-  t.equal(outcome.exitCode, 1, "not done: a script or an operator's shell must not read it as success");
-  t.equal((await node.fake.describe(volumeId)).tags[VolumeTag.initialized], undefined, "not tagged initialized");
-});
+for (const [reason, code, why] of [
+  [new StopSignalReceived("SIGTERM"), 143, "SIGTERM: 128 + 15, the code the prewarm unit counts as a clean stop"],
+  [new StopSignalReceived("SIGINT"), 130, "SIGINT (Ctrl-C): 128 + 2"],
+  [new Error("stopped by its caller"), 1, "an abort naming no signal"],
+] as const)
+  t.test(`files: an initialization stopped (${reason.message}) stays resumable, untagged, exits ${code}`, async (t) => {
+    const { node, volumeId } = await bootedFromSnapshot(t);
+    const reader = fakeReader(node.script, { figures: [COLD] });
+    const stop = new AbortController();
+    node.script.before("fio.initialize", () => stop.abort(reason));
+    const outcome = await runPrewarm(node.config, prewarmDeps(node, reader), {
+      strategy: "files",
+      signal: stop.signal,
+    });
+    t.equal(outcome.report?.phase, "pending", "interrupted: the next run resumes");
+    t.equal(outcome.exitCode, code, `${why}; never 0: a script or an operator's shell must not read it as done`);
+    t.equal((await node.fake.describe(volumeId)).tags[VolumeTag.initialized], undefined, "not tagged initialized");
+  });
 
 t.test("following EBS's initialization: a stop ends the pause between polls, not after it", async (t) => {
   const { node, volumeId } = await bootedFromSnapshot(t);
