@@ -129,10 +129,11 @@ export async function observeCloud(deps: DoctorCloudDeps): Promise<{ facts: Clou
     try {
       await call();
     } catch (error) {
-      problems[key] = cloudProblem(action, error);
-      if (cloudFailureOf(ec2CallError(action, error))?.kind === "network") {
+      const { problem, unanswered } = cloudProblem(action, error);
+      problems[key] = problem;
+      if (unanswered) {
         facts.unanswered = action;
-        silence = problems[key];
+        silence = problem;
       }
     }
   };
@@ -171,11 +172,15 @@ export async function observeCloud(deps: DoctorCloudDeps): Promise<{ facts: Clou
 }
 
 /** A describe call's failure as a fact: a refusal leaves the remediation to the line (the permission to grant). */
-function cloudProblem(action: string, error: unknown): CloudProblem {
+function cloudProblem(action: string, error: unknown): { problem: CloudProblem; unanswered: boolean } {
   const typed = ec2CallError(action, error);
   const failure = cloudFailureOf(typed);
   const told = failure !== undefined && failure.kind !== "unauthorized" && failure.kind !== "invalid-request";
-  return { problem: describeError(error), ...(told ? { remediation: typed.remediation } : {}) };
+  return {
+    problem: { problem: describeError(error), ...(told ? { remediation: typed.remediation } : {}) },
+    // No answer at all (a timeout, no route): nothing more is asked of EC2.
+    unanswered: failure?.kind === "network",
+  };
 }
 
 async function credentials(deps: DoctorCloudDeps, region: string): Promise<CloudFacts["credentials"]> {
