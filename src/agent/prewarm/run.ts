@@ -7,6 +7,7 @@
  *
  * And `ebs-cache-agent status`: the state file in words.
  */
+import { constants } from "node:os";
 import type { AgentConfig } from "../../config/index.ts";
 import { ConfigError, ExitCode, StopSignalReceived } from "../../errors.ts";
 import type { HostAdapters } from "../adapters.ts";
@@ -139,7 +140,7 @@ export async function runPrewarm(
 export function stoppedExitCode(signal: AbortSignal | undefined): number {
   const reason: unknown = signal?.reason;
   if (!(reason instanceof StopSignalReceived)) return ExitCode.failure;
-  return 128 + (reason.signalName === "SIGTERM" ? 15 : 2);
+  return 128 + constants.signals[reason.signalName];
 }
 
 /** The volume as the pre-warm sees it; the labels of this volume's previous run, which the boot chose. */
