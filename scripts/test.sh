@@ -36,6 +36,10 @@ trap 'rm -rf "$work"' EXIT
 # this run only (src/lab/volumes/golden-reuse.ts): removed with $work, so a change to the build
 # is always built.
 export EBS_CACHE_LAB_GOLDEN_REUSE="$work/golden"
+# Likewise the agent's production build, for the tests that run it as a process
+# (test/fixtures/lab/agent-bundle.ts): built by the first file that asks, with the compile cache
+# its processes share.
+export EBS_CACHE_AGENT_TEST_BUNDLE="$work/agent"
 
 rootfs_pid=
 if [ "$(id -u)" = 0 ]; then
