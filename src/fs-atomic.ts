@@ -77,10 +77,11 @@ export class FolderNotWritableError extends AgentError {
  * Makes `folder` (and its parents) for `file` to be written there. A full or read-only filesystem
  * (a full disk still refuses a folder when its inodes are spent) is a FolderNotWritableError naming
  * the folder, its remediation the nearest folder that exists (df cannot look at a missing one).
+ * Returns the first folder it made (mkdir's answer), undefined when it was there.
  */
-export async function makeFolderFor(folder: string, file: string): Promise<void> {
+export async function makeFolderFor(folder: string, file: string): Promise<string | undefined> {
   try {
-    await mkdir(folder, { recursive: true });
+    return await mkdir(folder, { recursive: true });
   } catch (error) {
     const kind = diskErrorKind(error);
     if (!kind) throw error;

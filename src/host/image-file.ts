@@ -6,12 +6,12 @@
  * the build's own marker in its work folder says a killed run of the build was making it.
  */
 import { constants } from "node:fs";
-import { mkdir, open, readFile, rm, rmdir } from "node:fs/promises";
+import { open, readFile, rm, rmdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { AgentError, ExitCode } from "../errors.ts";
 import { run } from "../exec.ts";
 import { describeDiskError } from "../disk-errors.ts";
-import { FolderNotWritableError, writeFileAtomic } from "../fs-atomic.ts";
+import { FolderNotWritableError, makeFolderFor, writeFileAtomic } from "../fs-atomic.ts";
 import type { Logger } from "../log.ts";
 import { readMountTable, unmountPath } from "./mount.ts";
 
@@ -50,8 +50,9 @@ export async function claimImageFile(workDir: string, image: string, log?: Logge
     log?.warning("snapshot.build-leftover", "removing the image a killed build left half made", { image: path });
     await rm(path, { force: true });
   }
-  const made = await mkdir(workDir, { recursive: true });
+  let made: string | undefined;
   try {
+    made = await makeFolderFor(workDir, BUILDING_MARKER);
     await writeFileAtomic(marker, `${path}\n`);
   } catch (error) {
     // A full disk: the folder this claim made goes too, so the build leaves nothing behind.

@@ -38,6 +38,7 @@ import { ExitCode } from "../../src/errors.ts";
 import { DoctorExit } from "../../src/cli/doctor.ts";
 import { acquirePrewarmLock, writePrewarmState } from "../../src/agent/prewarm/state.ts";
 import { FolderNotWritableError } from "../../src/fs-atomic.ts";
+import { BuildNotBegunError, claimImageFile } from "../../src/host/image-file.ts";
 import { MOUNT_RUN_FILE, mountRunKey, recordMountRun } from "../../src/agent/prewarm/mount-run.ts";
 import { REFRESH_STATE_FILE, writeRefreshState, type RefreshState } from "../../src/agent/refresh/state.ts";
 import { PREPARED_FILE, writePreparedRecord, type PreparedRecord } from "../../src/agent/boot/prepared-record.ts";
@@ -631,6 +632,10 @@ t.test("a full disk where a command writes: the folder named, ENOSPC said, nothi
   const unrecorded = await recordMountRun(prewarmDir, mountRunKey("vol-0123456789abcdef0", undefined)).catch(
     (error: unknown) => error,
   );
+  // snapshot build's work folder, which its claim of the image makes first (in-process, as above).
+  const unbegun = await claimImageFile(join(noFolder, "work"), join(noFolder, "pool.img")).catch(
+    (error: unknown) => error,
+  );
   // The other records of the state folder, as the boot, the release and refresh write them (what they
   // hold does not matter here: the folder is refused first).
   const refused = (write: Promise<void>) => write.catch((error: unknown) => error);
@@ -654,6 +659,8 @@ t.test("a full disk where a command writes: the folder named, ENOSPC said, nothi
         t.match((error as Error).message, `no space left on ${prewarmDir} (ENOSPC): ${file} not written`);
         t.match((error as FolderNotWritableError).remediation, `free space on the filesystem of ${noFolder} (df -h`);
       }
+      t.type(unbegun, BuildNotBegunError, "snapshot build's work folder");
+      t.match((unbegun as Error).message, `the build of ${join(noFolder, "pool.img")} could not begin`);
       t.same(await readdir(noFolder), [".filler"], "nothing made");
     },
   );
