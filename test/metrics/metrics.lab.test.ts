@@ -70,7 +70,7 @@ async function status(
   const config = await writeLabConfig(bl.lab, host, { pool: POOL });
   const result = await execa(
     process.execPath,
-    ["--import", "tsx", "src/cli.ts", "status", "--config", config, ...(json ? ["--json"] : [])],
+    ["src/cli.ts", "status", "--config", config, ...(json ? ["--json"] : [])],
     {
       cwd: REPO,
       env: childEnv(),
@@ -334,7 +334,7 @@ t.test("gc through the CLI: an expired volume deleted and counted, the counter c
   });
   const config = await writeLabConfig(bl.lab, gcHost);
   const gc = async () => {
-    const out = await execa(process.execPath, ["--import", "tsx", "src/cli.ts", "gc", "--json", "--config", config], {
+    const out = await execa(process.execPath, ["src/cli.ts", "gc", "--json", "--config", config], {
       cwd: REPO,
       env: childEnv(),
       extendEnv: false,
