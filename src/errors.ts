@@ -13,39 +13,51 @@ export const ExitCode = {
 } as const;
 
 export class AgentError extends Error {
+  readonly remediation: string;
+  readonly exitCode: number;
+
   constructor(
     message: string,
-    readonly remediation: string,
-    readonly exitCode: number = ExitCode.failure,
+    remediation: string,
+    exitCode: number = ExitCode.failure,
     options?: { cause?: unknown },
   ) {
     super(message, options);
+    this.remediation = remediation;
+    this.exitCode = exitCode;
     this.name = new.target.name;
   }
 }
 
 /** Bad configuration or tags: nothing was changed. */
 export class ConfigError extends AgentError {
-  constructor(
-    readonly problems: string[],
-    remediation = "fix the listed settings and run again",
-  ) {
+  readonly problems: string[];
+
+  constructor(problems: string[], remediation = "fix the listed settings and run again") {
     super(`invalid configuration: ${problems.join("; ")}`, remediation, ExitCode.config);
+    this.problems = problems;
   }
 }
 
 /** An external command failed to start or exited non-zero. */
 export class CommandError extends AgentError {
+  readonly command: string[];
+  readonly exitCode_: number | undefined;
+  readonly stderr: string;
+
   constructor(
-    readonly command: string[],
-    readonly exitCode_: number | undefined,
-    readonly stderr: string,
+    command: string[],
+    exitCode_: number | undefined,
+    stderr: string,
     remediation: string,
     options?: { cause?: unknown },
   ) {
     const how = exitCode_ === undefined ? "failed to start" : `exited with ${exitCode_}`;
     const detail = stderr.trim().split("\n").slice(-3).join(" | ");
     super(`${command.join(" ")} ${how}${detail ? `: ${detail}` : ""}`, remediation, ExitCode.failure, options);
+    this.command = command;
+    this.exitCode_ = exitCode_;
+    this.stderr = stderr;
   }
 }
 
@@ -65,8 +77,11 @@ export function describeError(error: unknown): string {
  * received, systemd's SIGTERM or a Ctrl-C's SIGINT, so that messages name the one that came.
  */
 export class StopSignalReceived extends Error {
-  constructor(readonly signalName: "SIGTERM" | "SIGINT") {
+  readonly signalName: "SIGTERM" | "SIGINT";
+
+  constructor(signalName: "SIGTERM" | "SIGINT") {
     super(`${signalName} received`);
+    this.signalName = signalName;
     this.name = "StopSignalReceived";
   }
 }

@@ -52,10 +52,13 @@ export async function writeFileAtomic(
 
 /** A file not written because its folder's filesystem is full (ENOSPC, EDQUOT) or read-only (EROFS). */
 export class FolderNotWritableError extends AgentError {
+  readonly folder: string;
+  readonly kind: DiskErrorKind;
+
   constructor(
-    readonly folder: string,
+    folder: string,
     file: string,
-    readonly kind: DiskErrorKind,
+    kind: DiskErrorKind,
     cause: unknown,
     /** A path on the same filesystem that exists (the folder's nearest when it could not be made). */
     existing = folder,
@@ -70,6 +73,8 @@ export class FolderNotWritableError extends AgentError {
       undefined,
       { cause },
     );
+    this.folder = folder;
+    this.kind = kind;
   }
 }
 

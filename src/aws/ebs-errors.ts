@@ -180,17 +180,14 @@ export const EBS_FAULTS: Record<EbsFault, EbsFaultRow> = {
 
 /** An EBS direct call failed, past the SDK's retries. */
 export class EbsCallError extends AgentError {
+  readonly call: EbsCall;
+  readonly snapshotId: string | undefined;
   readonly kind: EbsFault;
   readonly code: string;
   readonly reason: string | undefined;
   /** Whether the rerun of the same command resumes (the manifest holds what was put). */
   readonly resumes: boolean;
-  constructor(
-    readonly call: EbsCall,
-    readonly snapshotId: string | undefined,
-    failure: EbsFailure,
-    cause: unknown,
-  ) {
+  constructor(call: EbsCall, snapshotId: string | undefined, failure: EbsFailure, cause: unknown) {
     const row = EBS_FAULTS[failure.kind];
     super(
       `EBS ${call}${snapshotId ? ` (${snapshotId})` : ""} failed: ${failure.code}` +
@@ -199,6 +196,8 @@ export class EbsCallError extends AgentError {
       ExitCode.failure,
       { cause },
     );
+    this.call = call;
+    this.snapshotId = snapshotId;
     this.kind = failure.kind;
     this.code = failure.code;
     this.reason = failure.reason;
@@ -218,12 +217,11 @@ export function ebsCallError(call: EbsCall, snapshotId: string | undefined, erro
  * answers as EBS does.
  */
 export class EbsAnswerError extends AgentError {
+  readonly call: EbsCall;
+  readonly snapshotId: string | undefined;
+  readonly problem: string;
   readonly resumes = true;
-  constructor(
-    readonly call: EbsCall,
-    readonly snapshotId: string | undefined,
-    readonly problem: string,
-  ) {
+  constructor(call: EbsCall, snapshotId: string | undefined, problem: string) {
     super(
       `EBS ${call}${snapshotId ? ` (${snapshotId})` : ""} answered ${problem}, which the EBS direct API does not ` +
         `allow: the answer was not used`,
@@ -231,5 +229,8 @@ export class EbsAnswerError extends AgentError {
         `endpoint whose answers drift from the API; once it answers as EBS does, ${RERUN}`,
       ExitCode.failure,
     );
+    this.call = call;
+    this.snapshotId = snapshotId;
+    this.problem = problem;
   }
 }

@@ -230,15 +230,12 @@ export class CloudTimeUnknownError extends AgentError {
 
 /** An EC2 call failed in a way the agent does not handle. */
 export class Ec2CallError extends AgentError {
+  readonly action: string;
   readonly kind: Ec2Fault;
   readonly code: string;
-  constructor(
-    readonly action: string,
-    failure: Ec2Failure,
-    cause: unknown,
-    remediation = remediationFor(action, failure),
-  ) {
+  constructor(action: string, failure: Ec2Failure, cause: unknown, remediation = remediationFor(action, failure)) {
     super(`EC2 ${action} failed: ${failure.code}: ${failure.message}`, remediation, undefined, { cause });
+    this.action = action;
     this.kind = failure.kind;
     this.code = failure.code;
   }
@@ -252,11 +249,10 @@ export function ec2CallError(action: string, error: unknown): AgentError {
 
 /** The instance has as many volumes attached as EC2 allows: no candidate can succeed. */
 export class AttachmentLimitError extends AgentError {
-  constructor(
-    readonly instanceId: string,
-    readonly volumeId: string,
-    cause: unknown,
-  ) {
+  readonly instanceId: string;
+  readonly volumeId: string;
+
+  constructor(instanceId: string, volumeId: string, cause: unknown) {
     super(
       `cannot attach ${volumeId}: ${instanceId} has reached its limit of volume attachments`,
       "detach volumes this instance no longer needs, or use an instance type with more EBS attachments; the node " +
@@ -264,17 +260,18 @@ export class AttachmentLimitError extends AgentError {
       undefined,
       { cause },
     );
+    this.instanceId = instanceId;
+    this.volumeId = volumeId;
   }
 }
 
 /** No device name could be used for the attachment (invalid, or all candidates taken). */
 export class DeviceNameError extends AgentError {
-  constructor(
-    readonly instanceId: string,
-    readonly volumeId: string,
-    readonly tried: string[],
-    cause: unknown,
-  ) {
+  readonly instanceId: string;
+  readonly volumeId: string;
+  readonly tried: string[];
+
+  constructor(instanceId: string, volumeId: string, tried: string[], cause: unknown) {
     super(
       `cannot attach ${volumeId} to ${instanceId}: no usable device name (tried ${tried.join(", ")})`,
       "set the agent's device to a free EBS name (/dev/sdf to /dev/sdp) and detach volumes this instance no " +
@@ -282,18 +279,27 @@ export class DeviceNameError extends AgentError {
       undefined,
       { cause },
     );
+    this.instanceId = instanceId;
+    this.volumeId = volumeId;
+    this.tried = tried;
   }
 }
 
 /** An attachment did not reach the wanted state before the deadline. */
 export class AttachmentTimeoutError extends AgentError {
+  readonly volumeId: string;
+  readonly instanceId: string;
+  readonly wanted: "attached" | "detached";
+  /** What was seen last, e.g. `attaching to i-…` or `no attachment`. */
+  readonly lastSeen: string;
+  readonly timeoutMs: number;
+
   constructor(
-    readonly volumeId: string,
-    readonly instanceId: string,
-    readonly wanted: "attached" | "detached",
-    /** What was seen last, e.g. `attaching to i-…` or `no attachment`. */
-    readonly lastSeen: string,
-    readonly timeoutMs: number,
+    volumeId: string,
+    instanceId: string,
+    wanted: "attached" | "detached",
+    lastSeen: string,
+    timeoutMs: number,
   ) {
     const remediation =
       wanted === "attached"
@@ -306,34 +312,42 @@ export class AttachmentTimeoutError extends AgentError {
         `seen: ${lastSeen})`,
       remediation,
     );
+    this.volumeId = volumeId;
+    this.instanceId = instanceId;
+    this.wanted = wanted;
+    this.lastSeen = lastSeen;
+    this.timeoutMs = timeoutMs;
   }
 }
 
 /** Waiting for an attachment to this instance, the volume turned out attached to another one. */
 export class AttachmentLostError extends AgentError {
-  constructor(
-    readonly volumeId: string,
-    readonly instanceId: string,
-    readonly holder: string,
-  ) {
+  readonly volumeId: string;
+  readonly instanceId: string;
+  readonly holder: string;
+
+  constructor(volumeId: string, instanceId: string, holder: string) {
     super(
       `${volumeId} is attached to ${holder}, not to ${instanceId}`,
       "another agent holds this volume: re-run the agent, it picks another one",
     );
+    this.volumeId = volumeId;
+    this.instanceId = instanceId;
+    this.holder = holder;
   }
 }
 
 /** A volume the agent created did not become available. */
 export class VolumeCreateError extends AgentError {
-  constructor(
-    readonly volumeId: string,
-    reason: string,
-  ) {
+  readonly volumeId: string;
+
+  constructor(volumeId: string, reason: string) {
     super(
       `volume ${volumeId} did not become available: ${reason}`,
       `look at ${volumeId} in the EC2 console (its state message, the snapshot it came from) and delete it if it ` +
         `is in 'error'; the agent creates another on its next run`,
     );
+    this.volumeId = volumeId;
   }
 }
 
@@ -343,25 +357,25 @@ export class VolumeCreateError extends AgentError {
  * was made; the caller asks again with the token that replaces it (replacingToken).
  */
 export class ClientTokenSpentError extends AgentError {
-  constructor(
-    readonly clientToken: string,
-    readonly volumeId: string,
-  ) {
+  readonly clientToken: string;
+  readonly volumeId: string;
+
+  constructor(clientToken: string, volumeId: string) {
     super(
       `CreateVolume's client token ${clientToken} answered ${volumeId}, made earlier and gone since: no volume made`,
       "run the agent again: it asks with the next token",
     );
+    this.clientToken = clientToken;
+    this.volumeId = volumeId;
   }
 }
 
 /** The instance metadata service did not answer in time. */
 export class ImdsUnavailableError extends AgentError {
-  constructor(
-    readonly endpoint: string,
-    readonly path: string,
-    timeoutMs: number,
-    cause: unknown,
-  ) {
+  readonly endpoint: string;
+  readonly path: string;
+
+  constructor(endpoint: string, path: string, timeoutMs: number, cause: unknown) {
     super(
       `the instance metadata service at ${endpoint} did not answer ${path} within ` +
         `${Math.round(timeoutMs / 1000)} s: ${describeError(cause)}`,
@@ -370,6 +384,8 @@ export class ImdsUnavailableError extends AgentError {
       undefined,
       { cause },
     );
+    this.endpoint = endpoint;
+    this.path = path;
   }
 }
 
@@ -397,12 +413,10 @@ function imdsStatusOf(error: unknown): number | undefined {
 
 /** IMDS did not give what the agent needs of `path` (see ImdsFailureKind). */
 export class ImdsError extends AgentError {
+  readonly endpoint: string;
+  readonly path: string;
   readonly kind: ImdsFailureKind;
-  constructor(
-    readonly endpoint: string,
-    readonly path: string,
-    answer: ImdsAnswer,
-  ) {
+  constructor(endpoint: string, path: string, answer: ImdsAnswer) {
     const service = `the instance metadata service at ${endpoint}`;
     let kind: ImdsFailureKind;
     let message: string;
@@ -440,6 +454,8 @@ export class ImdsError extends AgentError {
       undefined,
       "cause" in answer ? { cause: answer.cause } : undefined,
     );
+    this.endpoint = endpoint;
+    this.path = path;
     this.kind = kind;
   }
 }
@@ -456,12 +472,11 @@ const CREDENTIALS_REMEDIATION =
 
 /** The instance profile's credentials did not come from IMDS within the agent's budget. */
 export class CredentialsUnavailableError extends AgentError {
-  constructor(
-    readonly endpoint: string,
-    readonly attempts: number,
-    readonly elapsedMs: number,
-    cause: unknown,
-  ) {
+  readonly endpoint: string;
+  readonly attempts: number;
+  readonly elapsedMs: number;
+
+  constructor(endpoint: string, attempts: number, elapsedMs: number, cause: unknown) {
     super(
       `no instance-profile credentials from IMDS at ${endpoint} after ${attempts} ` +
         `attempt${attempts === 1 ? "" : "s"} in ${(elapsedMs / 1000).toFixed(1)} s: ${describeError(cause)}`,
@@ -469,6 +484,9 @@ export class CredentialsUnavailableError extends AgentError {
       undefined,
       { cause },
     );
+    this.endpoint = endpoint;
+    this.attempts = attempts;
+    this.elapsedMs = elapsedMs;
   }
 }
 
@@ -477,11 +495,9 @@ export class CredentialsUnavailableError extends AgentError {
  * the environment or the profile, and no IMDS answered at once (not on EC2). Nothing was asked of EC2.
  */
 export class NoFleetCredentialsError extends AgentError {
-  constructor(
-    readonly profile: string | undefined,
-    detail: string,
-    cause: unknown,
-  ) {
+  readonly profile: string | undefined;
+
+  constructor(profile: string | undefined, detail: string, cause: unknown) {
     super(
       profile
         ? `no AWS credentials from profile ${profile}: ${detail}`
@@ -495,5 +511,6 @@ export class NoFleetCredentialsError extends AgentError {
       undefined,
       { cause },
     );
+    this.profile = profile;
   }
 }

@@ -21,16 +21,18 @@ export interface RetryOptions {
  * whose remediation (if it has one) is this one's: the last failure says what to fix.
  */
 export class RetryDeadlineError extends AgentError {
-  constructor(
-    readonly attempts: number,
-    readonly lastError: unknown,
-  ) {
+  readonly attempts: number;
+  readonly lastError: unknown;
+
+  constructor(attempts: number, lastError: unknown) {
     super(
       `still failing after ${attempts} attempts`,
       remediationOr(lastError, "see the last error (the cause) and run the command again"),
       lastError instanceof AgentError ? lastError.exitCode : undefined,
       { cause: lastError },
     );
+    this.attempts = attempts;
+    this.lastError = lastError;
   }
 }
 

@@ -42,11 +42,13 @@ export function parseConfigText(text: string, path: string): ParsedConfig {
 }
 
 class JsonStop extends Error {
-  constructor(
-    readonly offset: number,
-    readonly reason: string,
-  ) {
+  readonly offset: number;
+  readonly reason: string;
+
+  constructor(offset: number, reason: string) {
     super(reason);
+    this.offset = offset;
+    this.reason = reason;
   }
 }
 

@@ -44,13 +44,11 @@ export const CONTAINERD_MACHINE_LOCAL_STATE = [
 
 /** config.toml cannot be read, understood or written; it was not changed. */
 export class ContainerdConfigError extends AgentError {
-  constructor(
-    readonly path: string,
-    message: string,
-    remediation: string,
-    options?: { cause?: unknown },
-  ) {
+  readonly path: string;
+
+  constructor(path: string, message: string, remediation: string, options?: { cause?: unknown }) {
     super(message, remediation, undefined, options);
+    this.path = path;
   }
 }
 

@@ -27,13 +27,11 @@ export type DaemonJson = Record<string, unknown>;
 
 /** daemon.json cannot be read, parsed, or written; the file was not changed. */
 export class DaemonJsonError extends AgentError {
-  constructor(
-    readonly path: string,
-    message: string,
-    remediation: string,
-    options?: { cause?: unknown },
-  ) {
+  readonly path: string;
+
+  constructor(path: string, message: string, remediation: string, options?: { cause?: unknown }) {
     super(message, remediation, undefined, options);
+    this.path = path;
   }
 }
 

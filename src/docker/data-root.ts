@@ -33,13 +33,11 @@ import { VolumeKind } from "../tags.ts";
 
 /** The data-root cannot be prepared (not a data-root, in use, unreadable): docker has not seen it. */
 export class DataRootError extends AgentError {
-  constructor(
-    readonly dataRoot: string,
-    message: string,
-    remediation: string,
-    options?: { cause?: unknown },
-  ) {
+  readonly dataRoot: string;
+
+  constructor(dataRoot: string, message: string, remediation: string, options?: { cause?: unknown }) {
     super(message, remediation, undefined, options);
+    this.dataRoot = dataRoot;
   }
 }
 
@@ -193,11 +191,15 @@ async function removeContainerLayers(tree: ScopedTree, driver: string): Promise<
  * Removal inside one folder, never through a symlink: every folder on the way is checked with lstat (volume-paths.ts).
  */
 class ScopedTree {
-  constructor(
-    private readonly root: string,
-    private readonly report: PreparedDataRoot,
-    private readonly log: Logger | undefined,
-  ) {}
+  private readonly root: string;
+  private readonly report: PreparedDataRoot;
+  private readonly log: Logger | undefined;
+
+  constructor(root: string, report: PreparedDataRoot, log: Logger | undefined) {
+    this.root = root;
+    this.report = report;
+    this.log = log;
+  }
 
   /** Removes `relative` (a folder recursively; a symlink as a link). */
   async remove(relative: string): Promise<void> {

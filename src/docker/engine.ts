@@ -40,10 +40,14 @@ export interface RawDockerInfo {
 
 /** The Docker API answered with an error status, or did not answer at all (`status` undefined). */
 export class DockerApiError extends AgentError {
+  readonly status: number | undefined;
+  readonly apiMessage: string;
+  readonly request: string;
+
   constructor(
-    readonly status: number | undefined,
-    readonly apiMessage: string,
-    readonly request: string,
+    status: number | undefined,
+    apiMessage: string,
+    request: string,
     remediation: string,
     options?: { cause?: unknown },
   ) {
@@ -55,6 +59,9 @@ export class DockerApiError extends AgentError {
       undefined,
       options,
     );
+    this.status = status;
+    this.apiMessage = apiMessage;
+    this.request = request;
   }
 }
 

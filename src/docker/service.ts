@@ -9,14 +9,13 @@ import type { Logger } from "../log.ts";
 
 /** systemctl could not start, stop, restart or reload docker. */
 export class DockerServiceError extends AgentError {
-  constructor(
-    readonly unit: string,
-    readonly action: string,
-    message: string,
-    remediation: string,
-    options?: { cause?: unknown },
-  ) {
+  readonly unit: string;
+  readonly action: string;
+
+  constructor(unit: string, action: string, message: string, remediation: string, options?: { cause?: unknown }) {
     super(message, remediation, undefined, options);
+    this.unit = unit;
+    this.action = action;
   }
 }
 

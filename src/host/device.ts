@@ -16,18 +16,20 @@ import { assertVolumeId, DeviceIdentityError, ebsByIdName, verifyVolumeSerialMat
 
 /** The volume's device did not show up (or only as a dangling link) before the deadline. */
 export class DeviceTimeoutError extends AgentError {
-  constructor(
-    readonly volumeId: string,
-    readonly link: string,
-    readonly timeoutMs: number,
-    detail: string,
-  ) {
+  readonly volumeId: string;
+  readonly link: string;
+  readonly timeoutMs: number;
+
+  constructor(volumeId: string, link: string, timeoutMs: number, detail: string) {
     super(
       `the device of volume ${volumeId} did not appear at ${link} within ${timeoutMs} ms: ${detail}`,
       `check that ${volumeId} is attached to this instance (aws ec2 describe-volumes --volume-ids ${volumeId}) ` +
         ("and that udev made its by-id link (ls -l /dev/disk/by-id; udevadm trigger --subsystem-match=block), " +
           "then run the agent again"),
     );
+    this.volumeId = volumeId;
+    this.link = link;
+    this.timeoutMs = timeoutMs;
   }
 }
 

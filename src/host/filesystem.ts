@@ -17,11 +17,9 @@ import { mountAt } from "./mount.ts";
 
 /** The device could not be probed: nothing may be formatted or mounted from it. */
 export class ProbeError extends AgentError {
-  constructor(
-    readonly device: string,
-    detail: string,
-    options?: { cause?: unknown },
-  ) {
+  readonly device: string;
+
+  constructor(device: string, detail: string, options?: { cause?: unknown }) {
     super(
       `cannot tell what ${device} holds: ${detail}`,
       `check the device (lsblk -f ${device}; dmesg for I/O errors) and run the agent again; the agent never ` +
@@ -29,20 +27,23 @@ export class ProbeError extends AgentError {
       undefined,
       options,
     );
+    this.device = device;
   }
 }
 
 /** format() found something on the device: it refuses, whatever the caller believed. */
 export class FormatRefusedError extends AgentError {
-  constructor(
-    readonly device: string,
-    readonly found: DeviceContents,
-  ) {
+  readonly device: string;
+  readonly found: DeviceContents;
+
+  constructor(device: string, found: DeviceContents) {
     super(
       `refusing to format ${device}: it is not blank (${describeContents(found)})`,
       `inspect the device (lsblk -f ${device}; wipefs -n ${device}); the agent never formats a device that ` +
         `carries any signature`,
     );
+    this.device = device;
+    this.found = found;
   }
 }
 

@@ -38,14 +38,13 @@ const XFS_DB_TIMEOUT_MS = 60_000;
  * error every refusal uses, so that a boot can tell "not ours" from any other failure.
  */
 export class ForeignVolumeError extends AgentError {
-  constructor(
-    /** undefined when the refusal comes from a host operation that knows only the device. */
-    readonly volumeId: string | undefined,
-    readonly device: string,
-    /** What was found, as a phrase ("an ext4 filesystem labelled \"data\""). */
-    readonly found: string,
-    options?: { cause?: unknown },
-  ) {
+  /** undefined when the refusal comes from a host operation that knows only the device. */
+  readonly volumeId: string | undefined;
+  readonly device: string;
+  /** What was found, as a phrase ("an ext4 filesystem labelled \"data\""). */
+  readonly found: string;
+
+  constructor(volumeId: string | undefined, device: string, found: string, options?: { cause?: unknown }) {
     super(
       `${volumeId ? `${volumeId} (${device})` : device} holds ${found}, not the agent's cache filesystem (XFS ` +
         `labelled ${JSON.stringify(FS_LABEL)} holding ${DATA_ROOT_SUBDIR}/); it was left untouched`,
@@ -56,6 +55,9 @@ export class ForeignVolumeError extends AgentError {
       undefined,
       options,
     );
+    this.volumeId = volumeId;
+    this.device = device;
+    this.found = found;
   }
 }
 

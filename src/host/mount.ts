@@ -26,17 +26,20 @@ export interface MountEntry {
 
 /** Something other than the expected device is mounted at the mount point. */
 export class MountConflictError extends AgentError {
-  constructor(
-    readonly mountPoint: string,
-    readonly device: string,
-    readonly mounted: MountEntry,
-  ) {
+  readonly mountPoint: string;
+  readonly device: string;
+  readonly mounted: MountEntry;
+
+  constructor(mountPoint: string, device: string, mounted: MountEntry) {
     super(
       `cannot mount ${device} at ${mountPoint}: ${mounted.source} ` +
         `(${mounted.fsType}${mounted.root === "/" ? "" : `, ${mounted.root}`}) is mounted there`,
       `find out what mounted ${mounted.source} at ${mountPoint} (findmnt ${mountPoint}) and unmount it, or ` +
         `configure another mount point`,
     );
+    this.mountPoint = mountPoint;
+    this.device = device;
+    this.mounted = mounted;
   }
 }
 

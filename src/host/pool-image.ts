@@ -32,11 +32,9 @@ const XFS_DB_TIMEOUT_MS = 60_000;
 
 /** The file is not a pool image: nothing was asked of EBS. */
 export class PoolImageError extends AgentError {
-  constructor(
-    readonly image: string,
-    found: string,
-    options?: { cause?: unknown },
-  ) {
+  readonly image: string;
+
+  constructor(image: string, found: string, options?: { cause?: unknown }) {
     super(
       `${image} ${found}, not a pool image (an XFS file system labelled ${JSON.stringify(FS_LABEL)} holding ` +
         `${DATA_ROOT_SUBDIR}/, as \`snapshot build\` makes it): nothing was uploaded`,
@@ -44,6 +42,7 @@ export class PoolImageError extends AgentError {
       ExitCode.usage,
       options,
     );
+    this.image = image;
   }
 }
 

@@ -16,21 +16,27 @@ const DEVICE_PATH = /^\/dev\/[A-Za-z0-9]+$/;
 
 /** A volume id that is not of EC2's shape: it never reaches a path or a command. */
 export class InvalidVolumeIdError extends AgentError {
-  constructor(readonly volumeId: string) {
+  readonly volumeId: string;
+
+  constructor(volumeId: string) {
     super(
       `invalid volume id ${JSON.stringify(volumeId)}: expected vol- and 8 or 17 lowercase hex digits`,
       "check where the volume id came from (tags, configuration): it must be an EC2 volume id",
     );
+    this.volumeId = volumeId;
   }
 }
 
 /** A device path outside the allow-list (`/dev/<letters and digits>`): refused before any command runs. */
 export class DevicePathError extends AgentError {
-  constructor(readonly device: string) {
+  readonly device: string;
+
+  constructor(device: string) {
     super(
       `refusing device path ${JSON.stringify(device)}: only /dev/<letters and digits> is accepted`,
       "pass the device path waitForDevice/findDevice returned (e.g. /dev/nvme1n1), not a link or a partition path",
     );
+    this.device = device;
   }
 }
 
@@ -39,14 +45,14 @@ export class DevicePathError extends AgentError {
  * once made another driver mount the wrong volume, so nothing may be written to it.
  */
 export class DeviceIdentityError extends AgentError {
-  constructor(
-    readonly volumeId: string,
-    /** What the link resolved to (may be a path outside /dev when refused for that). */
-    readonly device: string,
-    /** The serial read from the device, when one could be read. */
-    readonly serial: string | undefined,
-    readonly reason: string,
-  ) {
+  readonly volumeId: string;
+  /** What the link resolved to (may be a path outside /dev when refused for that). */
+  readonly device: string;
+  /** The serial read from the device, when one could be read. */
+  readonly serial: string | undefined;
+  readonly reason: string;
+
+  constructor(volumeId: string, device: string, serial: string | undefined, reason: string) {
     super(
       `device ${device} is not volume ${volumeId}: ${reason}` +
         (` (serial found ${serial === undefined ? "none" : JSON.stringify(serial)}, expected ` +
@@ -54,6 +60,10 @@ export class DeviceIdentityError extends AgentError {
       "do not use this device: check the volume's attachment (aws ec2 describe-volumes) and the udev links " +
         "(ls -l /dev/disk/by-id; udevadm trigger --subsystem-match=block), then run the agent again",
     );
+    this.volumeId = volumeId;
+    this.device = device;
+    this.serial = serial;
+    this.reason = reason;
   }
 }
 

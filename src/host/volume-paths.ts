@@ -22,18 +22,20 @@ export type EntryKind =
 
 /** A path on the volume is not what the agent or docker expects there: the volume is refused. */
 export class VolumePathError extends AgentError {
-  constructor(
-    readonly root: string,
-    readonly relative: string,
-    readonly found: EntryKind,
-    expected: string,
-  ) {
+  readonly root: string;
+  readonly relative: string;
+  readonly found: EntryKind;
+
+  constructor(root: string, relative: string, found: EntryKind, expected: string) {
     super(
       `${join(root, relative)} on the volume is a ${found}, where ${expected} is expected: volume content is not ` +
         `followed out of the volume`,
       "the volume's content was tampered with or damaged: it is quarantined; inspect it (mount it read-only " +
         "elsewhere) or delete it",
     );
+    this.root = root;
+    this.relative = relative;
+    this.found = found;
   }
 }
 

@@ -97,7 +97,7 @@ t.test("status --json into a closed pipe: the exit code it has with a reader, no
 });
 
 t.test("the lab's --help into a closed pipe: exit 0, nothing on stderr", async (t) => {
-  const lab = [process.execPath, "--import", "tsx", join(REPO, "src/lab/main.ts"), "--help"];
+  const lab = [process.execPath, join(REPO, "src/lab/main.ts"), "--help"];
   const ended = await runWith(lab[0]!, lab.slice(1), env, true);
   t.equal(ended.exitCode, 0);
   t.equal(ended.stderr, "");

@@ -89,7 +89,7 @@ function agent(args: string[], env: Record<string, string>): Promise<Ran> {
   return new Promise((resolve) => {
     execFile(
       process.execPath,
-      ["--import", "tsx", "src/cli.ts", ...args, "--config", config],
+      ["src/cli.ts", ...args, "--config", config],
       { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", ...env }, timeout: 120_000 },
       (error, stdout, stderr) =>
         resolve({

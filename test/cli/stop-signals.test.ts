@@ -14,7 +14,7 @@ const CHILD = fileURLToPath(new URL("../fixtures/kill/stop-signals-child.ts", im
 async function stopWhileChildRuns(mode: "stays" | "once" | "command", signal: "SIGTERM" | "SIGINT" = "SIGTERM") {
   // Through `env -u NODE_OPTIONS`: the test runner's process-info hook adds itself to every child's
   // NODE_OPTIONS at the spawn, and its exit handling hides the failure; the agent runs without it.
-  const child = execa("env", ["-u", "NODE_OPTIONS", process.execPath, "--import", "tsx", CHILD, mode], {
+  const child = execa("env", ["-u", "NODE_OPTIONS", process.execPath, CHILD, mode], {
     env: Object.fromEntries(
       Object.entries(process.env).filter(([key]) => key !== "NODE_OPTIONS" && !/^_?TAP/.test(key)),
     ),

@@ -4,7 +4,7 @@ import { access, readdir, readFile } from "node:fs/promises";
 import { run } from "../../src/exec.ts";
 
 t.test("docs/config.md is what scripts/config-reference.ts prints", async (t) => {
-  const generated = await run(process.execPath, ["--import", "tsx", "scripts/config-reference.ts"]);
+  const generated = await run(process.execPath, ["scripts/config-reference.ts"]);
   const committed = await readFile("docs/config.md", "utf8");
   t.equal(
     committed.trimEnd(),
@@ -14,7 +14,7 @@ t.test("docs/config.md is what scripts/config-reference.ts prints", async (t) =>
 });
 
 t.test("every boot exit code in --help is documented in docs/boot.md", async (t) => {
-  const help = await run(process.execPath, ["--import", "tsx", "src/cli.ts", "boot", "--help"]);
+  const help = await run(process.execPath, ["src/cli.ts", "boot", "--help"]);
   const doc = await readFile("docs/boot.md", "utf8");
   const codes = [...help.stdout.matchAll(/(\d) (ready|failure|usage|invalid|degraded)/g)].map((m) => m[1]);
   t.ok(codes.length >= 5, `--help lists the exit codes (${codes.join(",")})`);

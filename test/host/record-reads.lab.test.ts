@@ -76,7 +76,7 @@ t.test("the files an image reads at start, first read first, as layer files of t
 t.test("the builder's command (the Packer step) writes the image's entry", async (t) => {
   await rm(join(volume, ".ebs-cache-agent"), { recursive: true });
   const cli = await run(
-    "node_modules/.bin/tsx",
+    process.execPath,
     ["src/cli.ts", "record-reads", "--volume", volume, "--docker-host", `unix://${dockerd.socket}`, "lab/reader:1"],
     { check: false },
   );

@@ -18,6 +18,7 @@ import { createMemoryLogger } from "../../src/log.ts";
 import type { StatusDocument } from "../../src/status/document.ts";
 import type { BootRecord } from "../../src/status/records.ts";
 import { VolumeTag } from "../../src/tags.ts";
+import { agentBundle, withCompileCache } from "../fixtures/lab/agent-bundle.ts";
 import { POOL, startBootLab } from "../fixtures/lab/boot-lab.ts";
 import { assertLabPrerequisites, childEnv } from "../fixtures/lab/lab-prereq.ts";
 import { releaseHost } from "../fixtures/lab/lifecycle-lab.ts";
@@ -62,24 +63,24 @@ async function assertFolder(tt: Test, host: LabHost): Promise<Map<string, Map<st
   return byFile;
 }
 
+// The agent's bundle: this file starts the CLI seven times (fixtures/lab/agent-bundle.ts).
+const CLI = await agentBundle();
+const CLI_ENV = await withCompileCache(childEnv());
+
 /** `ebs-cache-agent status` (with --json: the document) as a process, against the host's config. */
 async function status(
   host: LabHost,
   json: boolean,
 ): Promise<{ exitCode: number; stdout: string; doc?: StatusDocument }> {
   const config = await writeLabConfig(bl.lab, host, { pool: POOL });
-  const result = await execa(
-    process.execPath,
-    ["--import", "tsx", "src/cli.ts", "status", "--config", config, ...(json ? ["--json"] : [])],
-    {
-      cwd: REPO,
-      env: childEnv(),
-      extendEnv: false,
-      reject: false,
-      stdin: "ignore",
-      timeout: 60_000,
-    },
-  );
+  const result = await execa(process.execPath, [CLI, "status", "--config", config, ...(json ? ["--json"] : [])], {
+    cwd: REPO,
+    env: CLI_ENV,
+    extendEnv: false,
+    reject: false,
+    stdin: "ignore",
+    timeout: 60_000,
+  });
   const stdout = String(result.stdout);
   return { exitCode: result.exitCode ?? -1, stdout, ...(json ? { doc: JSON.parse(stdout) as StatusDocument } : {}) };
 }
@@ -334,9 +335,9 @@ t.test("gc through the CLI: an expired volume deleted and counted, the counter c
   });
   const config = await writeLabConfig(bl.lab, gcHost);
   const gc = async () => {
-    const out = await execa(process.execPath, ["--import", "tsx", "src/cli.ts", "gc", "--json", "--config", config], {
+    const out = await execa(process.execPath, [CLI, "gc", "--json", "--config", config], {
       cwd: REPO,
-      env: childEnv(),
+      env: CLI_ENV,
       extendEnv: false,
       reject: false,
       stdin: "ignore",

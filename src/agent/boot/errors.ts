@@ -7,13 +7,11 @@ import { AgentError, ExitCode, remediationOr, stopSignalName } from "../../error
 
 /** A failure that should leave the node degraded, with the reason for the log and the label. */
 export class BootStepError extends AgentError {
-  constructor(
-    readonly step: string,
-    message: string,
-    remediation: string,
-    options?: { cause?: unknown },
-  ) {
+  readonly step: string;
+
+  constructor(step: string, message: string, remediation: string, options?: { cause?: unknown }) {
     super(`${step}: ${message}`, remediation, ExitCode.degraded, options);
+    this.step = step;
   }
 }
 
@@ -24,10 +22,10 @@ export class BootStepError extends AgentError {
  * state, and the node would leave the swarm under the autoscaler: docker is left as it is.
  */
 export class JoinedBeforeSwitch extends BootStepError {
-  constructor(
-    readonly dockerRootDir: string,
-    readonly swarmState: string,
-  ) {
+  readonly dockerRootDir: string;
+  readonly swarmState: string;
+
+  constructor(dockerRootDir: string, swarmState: string) {
     super(
       "start-docker",
       `docker already runs on ${dockerRootDir} and is in a swarm (${swarmState}): not moved to the cache volume ` +
@@ -35,6 +33,8 @@ export class JoinedBeforeSwitch extends BootStepError {
       "order the join after the agent (cloud-final After=ebs-cache-agent-ready.service, or docker.service " +
         "After=ebs-cache-agent.service, which the unit sets); the next boot of a fresh instance uses the volume",
     );
+    this.dockerRootDir = dockerRootDir;
+    this.swarmState = swarmState;
   }
 }
 
@@ -43,12 +43,11 @@ export class JoinedBeforeSwitch extends BootStepError {
  * autoscaler's start limit counted from LaunchTime (timeouts.startLimitSeconds, deadline.ts), whichever came first.
  */
 export class BootBudgetSpent extends AgentError {
-  constructor(
-    readonly seconds: number,
-    /** What ran out, in words (deadline.ts describeDeadline); the budget by default. */
-    readonly what = `the boot budget of ${seconds} s`,
-    startLimit = false,
-  ) {
+  readonly seconds: number;
+  /** What ran out, in words (deadline.ts describeDeadline); the budget by default. */
+  readonly what: string;
+
+  constructor(seconds: number, what = `the boot budget of ${seconds} s`, startLimit = false) {
     super(
       `${what} spent`,
       startLimit
@@ -58,6 +57,8 @@ export class BootBudgetSpent extends AgentError {
             "start-time limit allows",
       ExitCode.degraded,
     );
+    this.seconds = seconds;
+    this.what = what;
   }
 }
 

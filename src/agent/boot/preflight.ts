@@ -28,12 +28,15 @@ import { engineMajorVersion } from "../../engine-version.ts";
 
 /** The host would refuse the switch; nothing was changed and no volume was claimed. */
 export class PreflightError extends AgentError {
-  constructor(readonly problems: HostProblem[]) {
+  readonly problems: HostProblem[];
+
+  constructor(problems: HostProblem[]) {
     super(
       `this host would refuse the data-root switch: ${problems.map((p) => p.problem).join("; ")}`,
       problems.map((p) => p.remediation).join("; "),
       ExitCode.degraded,
     );
+    this.problems = problems;
   }
 }
 

@@ -34,12 +34,11 @@ export interface ReleaseLimits {
 
 /** A step the release will not take, for a reason a person must remove: nothing of it was done. */
 export class ReleaseRefusedError extends AgentError {
-  constructor(
-    readonly step: string,
-    message: string,
-    remediation: string,
-  ) {
+  readonly step: string;
+
+  constructor(step: string, message: string, remediation: string) {
     super(`${step}: ${message}`, remediation);
+    this.step = step;
   }
 }
 

@@ -38,11 +38,11 @@ export type Disposal = { deleted: true } | { deleted: false; why: string };
  * it could (`disposal`; absent: not decided yet, as verifySnapshot throws it).
  */
 export class SnapshotVerifyError extends AgentError {
-  constructor(
-    readonly snapshotId: string,
-    readonly problems: string[],
-    readonly disposal?: Disposal,
-  ) {
+  readonly snapshotId: string;
+  readonly problems: string[];
+  readonly disposal?: Disposal;
+
+  constructor(snapshotId: string, problems: string[], disposal?: Disposal) {
     const found =
       `snapshot ${snapshotId} is completed but does not hold the image: ${problems.slice(0, 3).join("; ")}` +
       (problems.length > 3 ? ` (and ${problems.length - 3} more)` : "");
@@ -60,6 +60,9 @@ export class SnapshotVerifyError extends AgentError {
             `${snapshotId}), or let the rerun try again (the build role needs ec2:DeleteSnapshot); ${rerun}`,
       ExitCode.failure,
     );
+    this.snapshotId = snapshotId;
+    this.problems = problems;
+    this.disposal = disposal;
   }
 }
 

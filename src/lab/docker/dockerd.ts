@@ -180,6 +180,7 @@ async function findPrivateDockerdProcesses(root: string): Promise<ProcessEntry[]
 }
 
 class LabDockerd implements PrivateDockerd {
+  private readonly options: PrivateDockerdOptions;
   readonly root: string;
   readonly configFile: string;
   readonly host: string;
@@ -195,7 +196,8 @@ class LabDockerd implements PrivateDockerd {
   /** The folders of /run/docker/plugins missing before this dockerd first started: its own to remove. */
   private createdFolders: string[] | undefined;
 
-  constructor(private readonly options: PrivateDockerdOptions) {
+  constructor(options: PrivateDockerdOptions) {
+    this.options = options;
     this.root = options.root;
     this.configFile = options.configFile;
     this.socket = join(this.root, "docker.sock");

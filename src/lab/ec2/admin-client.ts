@@ -7,7 +7,11 @@ import type { HoldSpec, HoldStatus, RequestCounts, RequestRecord } from "./reque
 
 /** Talks to `/_lab/` of the emulator at `endpoint` (e.g. `http://127.0.0.1:4566`). */
 export class Ec2Admin {
-  constructor(readonly endpoint: string) {}
+  readonly endpoint: string;
+
+  constructor(endpoint: string) {
+    this.endpoint = endpoint;
+  }
 
   private async call<T>(method: string, path: string, body?: unknown): Promise<{ status: number; body: T }> {
     const response = await fetch(`${this.endpoint}/_lab/${path}`, {

@@ -40,13 +40,15 @@ export interface EbsAnswer {
 }
 
 class EbsError extends Error {
-  constructor(
-    readonly status: number,
-    readonly type: string,
-    message: string,
-    readonly reason?: string,
-  ) {
+  readonly status: number;
+  readonly type: string;
+  readonly reason?: string;
+
+  constructor(status: number, type: string, message: string, reason?: string) {
     super(message);
+    this.status = status;
+    this.type = type;
+    this.reason = reason;
   }
 }
 

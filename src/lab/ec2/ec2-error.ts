@@ -4,13 +4,14 @@
  */
 
 export class Ec2Error extends Error {
-  constructor(
-    readonly code: string,
-    message: string,
-    /** 400 for client errors; 503 for throttling, 500 for internal errors, 412 for DryRun. */
-    readonly status = 400,
-  ) {
+  readonly code: string;
+  /** 400 for client errors; 503 for throttling, 500 for internal errors, 412 for DryRun. */
+  readonly status: number;
+
+  constructor(code: string, message: string, status = 400) {
     super(message);
+    this.code = code;
+    this.status = status;
     this.name = "Ec2Error";
   }
 }

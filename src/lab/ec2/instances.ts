@@ -26,15 +26,19 @@ function toLabInstance(record: InstanceRecord): LabInstance {
 
 /** Registration, live objects and termination of instances. */
 export class InstanceRegistry {
+  private readonly store: StateStore;
+  private readonly region: string;
+  private readonly zones: readonly string[];
+  private readonly now: () => number;
+  private readonly log: Logger | undefined;
   private readonly live = new Map<string, LabInstance>();
 
-  constructor(
-    private readonly store: StateStore,
-    private readonly region: string,
-    private readonly zones: readonly string[],
-    private readonly now: () => number,
-    private readonly log: Logger | undefined,
-  ) {
+  constructor(store: StateStore, region: string, zones: readonly string[], now: () => number, log: Logger | undefined) {
+    this.store = store;
+    this.region = region;
+    this.zones = zones;
+    this.now = now;
+    this.log = log;
     this.syncAll();
   }
 

@@ -59,6 +59,7 @@ function message(error: unknown): string {
 
 /** Runs the delayed transitions and backend calls; `close()` stops it. */
 export class Lifecycle {
+  private readonly deps: LifecycleDeps;
   private readonly timers = new Map<NodeJS.Timeout, (elapsed: boolean) => void>();
   /** Bumped whenever the timers are cancelled, so callbacks from before see they are stale. */
   private epoch = 0;
@@ -70,7 +71,9 @@ export class Lifecycle {
   /** Volumes made and past their delay, kept `creating` by the stuckCreate fault. */
   private readonly createsHeld = new Set<string>();
 
-  constructor(private readonly deps: LifecycleDeps) {}
+  constructor(deps: LifecycleDeps) {
+    this.deps = deps;
+  }
 
   private get store(): StateStore {
     return this.deps.store;

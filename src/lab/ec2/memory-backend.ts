@@ -27,6 +27,7 @@ export interface MemoryVolumeBackendOptions {
 }
 
 export class MemoryVolumeBackend implements VolumeBackend {
+  private readonly options: MemoryVolumeBackendOptions;
   /** Every call, in the order received. */
   readonly calls: BackendCall[] = [];
   readonly volumes = new Map<string, number>();
@@ -41,7 +42,9 @@ export class MemoryVolumeBackend implements VolumeBackend {
   /** Snapshot id → its blocks written through the EBS direct APIs (index → bytes). */
   readonly snapshotBlocks = new Map<string, Map<number, Buffer>>();
 
-  constructor(private readonly options: MemoryVolumeBackendOptions = {}) {}
+  constructor(options: MemoryVolumeBackendOptions = {}) {
+    this.options = options;
+  }
 
   readonly blockSnapshots: BlockSnapshotStore = {
     start: async (snapshotId, _sizeGiB, parentSnapshotId) => {

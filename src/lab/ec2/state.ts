@@ -23,14 +23,14 @@ const MAX_EVENTS = 1000;
 
 /** Holds the model; call `commit()` after each change. */
 export class StateStore {
+  private readonly file: string | undefined;
+  private readonly now: () => number;
   private current: Model;
   private sealed = false;
 
-  private constructor(
-    model: Model,
-    private readonly file: string | undefined,
-    private readonly now: () => number,
-  ) {
+  private constructor(model: Model, file: string | undefined, now: () => number) {
+    this.file = file;
+    this.now = now;
     this.current = model;
   }
 

@@ -1,5 +1,5 @@
 /**
- * Entry of the janitor process when run from sources (`node --import tsx janitor-main.ts <root>`);
+ * Entry of the janitor process when run from sources (`node janitor-main.ts <root>`);
  * a bundled lab routes `janitor <root>` (src/lab/main.ts) to the same runJanitor(). See janitor.ts.
  */
 import { createLogger } from "../../log.ts";

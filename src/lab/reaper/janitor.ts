@@ -5,7 +5,8 @@
  * writes "bye" first, and the janitor then exits without reaping (the owner already did).
  *
  * How it is started (so a bundled build can do the same):
- *   from sources: `<node> --import <tsx loader URL> src/lab/reaper/janitor-main.ts <root>`
+ *   from sources: `<node> src/lab/reaper/janitor-main.ts <root>` (`<node> --import <tsx loader URL> …` on a
+ *   node that does not strip types itself)
  *   from a bundle: `<node> <ebs-cache-lab.mjs> janitor <root>`; src/lab/main.ts routes that to runJanitor().
  */
 import { spawn, type ChildProcess } from "node:child_process";
@@ -32,16 +33,18 @@ export interface JanitorCommand {
 }
 
 /**
- * How to run the janitor for `root`: from sources through tsx (resolved from this module, so the
- * caller's cwd does not matter), or, when this code is bundled, through the lab bundle's CLI.
- * Only the loader is passed on, not the caller's execArgv: a test runner's instrumentation
- * (tap's --import hooks) must not ride along into a process that outlives the test.
+ * How to run the janitor for `root`: from sources with this node, which strips the types itself
+ * (Node 24), or through tsx's loader where it does not (resolved from this module, so the caller's
+ * cwd does not matter); or, when this code is bundled, through the lab bundle's CLI. Nothing of
+ * the caller's execArgv is passed on: a test runner's instrumentation (tap's --import hooks) must
+ * not ride along into a process that outlives the test.
  */
 export function janitorCommand(root: string): JanitorCommand {
   const here = import.meta.url;
   if (here.endsWith(".ts")) {
     const entry = fileURLToPath(new URL("./janitor-main.ts", here));
-    return { file: process.execPath, args: ["--import", import.meta.resolve("tsx"), entry, root] };
+    const loader = process.features.typescript ? [] : ["--import", import.meta.resolve("tsx")];
+    return { file: process.execPath, args: [...loader, entry, root] };
   }
   return { file: process.execPath, args: [fileURLToPath(here), "janitor", root] };
 }

@@ -156,18 +156,14 @@ t.test(
       docker: { control: "none" },
       timeouts: { attachSeconds: 600, deviceSeconds: 600 },
     });
-    const child = execa(
-      process.execPath,
-      ["--import", "tsx", CLI, "boot", "--no-docker", "--json", "--config", config],
-      {
-        cwd: fileURLToPath(new URL("../../..", import.meta.url)),
-        env: childEnv(),
-        extendEnv: false,
-        reject: false,
-        stdin: "ignore",
-        timeout: 240_000,
-      },
-    );
+    const child = execa(process.execPath, [CLI, "boot", "--no-docker", "--json", "--config", config], {
+      cwd: fileURLToPath(new URL("../../..", import.meta.url)),
+      env: childEnv(),
+      extendEnv: false,
+      reject: false,
+      stdin: "ignore",
+      timeout: 240_000,
+    });
     const attachedHere = async () =>
       (await bl.describe(volumeId!)).Attachments?.some(
         (a) => a.InstanceId === host.instance.instanceId && a.State !== "detached",

@@ -54,7 +54,7 @@ async function bootCli(host: LabHost, overrides: ConfigOverrides = {}, phase = "
   const env = Object.fromEntries(Object.entries(childEnv()).filter(([key]) => !key.startsWith("AWS_")));
   const result = await execa(
     process.execPath,
-    ["--import", "tsx", join(REPO, "src", "cli.ts"), "boot", phase, "--json", "--config", config],
+    [join(REPO, "src", "cli.ts"), "boot", phase, "--json", "--config", config],
     {
       cwd: REPO,
       env: {

@@ -127,11 +127,11 @@ t.test("an activation without labels (a hot-buffer refill) ends the wait at once
 
 t.test("`false` already there: no wait in any mode, the legacy key beside it included", async (t) => {
   for (const mode of ["warm-buffer", "always"] as const)
-    for (const tags of <Array<Record<string, string>>>[
+    for (const tags of [
       { [BufferTag.warm]: "false" },
       { [BufferTag.legacyWarm]: "true", [BufferTag.warm]: "false" },
       { [BufferTag.warm]: "false", [BufferTag.hot]: "true" },
-    ]) {
+    ] as Array<Record<string, string>>) {
       const { src, log, reads } = await source({ tags, mode });
       await observeIdentity(src, { mayClaim: true });
       t.equal(reads(), 1, `${mode} ${JSON.stringify(tags)}: one read`);

@@ -22,6 +22,7 @@ import { writeLabConfig } from "../../../src/lab/machines/agent.ts";
 import { startLab } from "../../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
+import { agentBundle, compileCacheEnv } from "../../fixtures/lab/agent-bundle.ts";
 import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
@@ -59,10 +60,12 @@ async function states(client: EC2Client): Promise<Map<string, { state: string; t
   );
 }
 
+// The agent's bundle: this file starts the CLI some ten times (fixtures/lab/agent-bundle.ts).
+const CLI = await agentBundle();
+const CLI_ENV = await compileCacheEnv();
+
 async function cli(args: string[]) {
-  const result = await run(process.execPath, ["--import", "tsx", "src/cli.ts", ...args, "--config", config], {
-    check: false,
-  });
+  const result = await run(process.execPath, [CLI, ...args, "--config", config], { check: false, env: CLI_ENV });
   return {
     ...result,
     json: args.includes("--json")
@@ -179,7 +182,7 @@ t.test("pool shows the managed volumes as a table and as JSON", async (t) => {
   t.match(wide.stdout, /^VOLUME\s+KIND\s+POOL\s+ZONE\s+STATE.*EXPIRES/m);
   t.match(wide.stdout, new RegExp(`${v.kept}.*never`), "--wide: the expiry");
   t.notMatch(table.stdout, new RegExp(v.foreign), "foreign volumes are not listed");
-  const json = await run(process.execPath, ["--import", "tsx", "src/cli.ts", "pool", "--json", "--config", config]);
+  const json = await run(process.execPath, [CLI, "pool", "--json", "--config", config], { env: CLI_ENV });
   const rows = (
     JSON.parse(json.stdout) as {
       volumes: Array<{ volumeId: string; claimedBy: string | null; expires: string | null }>;

@@ -21,6 +21,7 @@ import { run } from "../../../src/exec.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
 import { startBootLab } from "../../fixtures/lab/boot-lab.ts";
+import { agentBundle, compileCacheEnv } from "../../fixtures/lab/agent-bundle.ts";
 import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
 
 await assertLabPrerequisites();
@@ -87,8 +88,9 @@ const host = await lab.addHost({ availabilityZone: zoneA });
 /** gc as the CLI process systemd's timer runs, with this grace. */
 async function gc(graceHours: number | null, args: string[]) {
   const config = await writeLabConfig(lab, host, { pool: POOL, gc: { supersededGraceHours: graceHours } });
-  const result = await run(process.execPath, ["--import", "tsx", "src/cli.ts", "gc", ...args, "--config", config], {
+  const result = await run(process.execPath, [await agentBundle(), "gc", ...args, "--config", config], {
     check: false,
+    env: await compileCacheEnv(),
   });
   const decisions =
     result.exitCode === 0 && args.includes("--json")

@@ -25,6 +25,7 @@ import { poolTags } from "../../../src/lab/volumes/golden.ts";
 import { startLab } from "../../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
+import { agentBundle, compileCacheEnv } from "../../fixtures/lab/agent-bundle.ts";
 import { assertLabPrerequisites, pollUntil } from "../../fixtures/lab/lab-prereq.ts";
 import { parsePromText, sampleOf } from "../../fixtures/oracles/prom-text.ts";
 
@@ -140,10 +141,12 @@ function keeper(pool: string, over: Partial<KeeperSettings> = {}, dryRun = false
   return runKeeper({ cloud, log }, settings(pool, over), { dryRun });
 }
 
+// The agent's bundle: this file starts the CLI seven times (fixtures/lab/agent-bundle.ts).
+const CLI = await agentBundle();
+const CLI_ENV = await compileCacheEnv();
+
 async function cli(config: string, args: string[]) {
-  return run(process.execPath, ["--import", "tsx", "src/cli.ts", "pool", "fill", ...args, "--config", config], {
-    check: false,
-  });
+  return run(process.execPath, [CLI, "pool", "fill", ...args, "--config", config], { check: false, env: CLI_ENV });
 }
 
 const fillSnapshot = await poolSnapshot("fill");
@@ -445,11 +448,10 @@ t.test(
       "the operator's tags beside the agent's",
     );
 
-    const view = await run(
-      process.execPath,
-      ["--import", "tsx", "src/cli.ts", "pool", "--json", "--config", configured],
-      { check: false },
-    );
+    const view = await run(process.execPath, [CLI, "pool", "--json", "--config", configured], {
+      check: false,
+      env: CLI_ENV,
+    });
     t.equal(view.exitCode, 0, view.stderr);
     const report = JSON.parse(view.stdout) as {
       volumes: Array<{ volumeId: string; iops: number | null; throughputMiBps: number | null; monthlyUsd: number }>;

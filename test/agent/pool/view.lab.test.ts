@@ -124,7 +124,7 @@ const settings = {
 };
 const config = await writeLabConfig(lab, host, settings);
 const pool = (args: string[]) =>
-  run(process.execPath, ["--import", "tsx", "src/cli.ts", "pool", ...args, "--config", config], { check: false });
+  run(process.execPath, ["src/cli.ts", "pool", ...args, "--config", config], { check: false });
 
 t.test("pool --json: per zone by state and generation, the cost, the keeper's target", async (t) => {
   const out = await pool(["--json"]);
@@ -258,7 +258,7 @@ t.test("pool: the same for people, and the configured prices", async (t) => {
     pool: "cost",
     cost: { gibMonthUsd: 0.1, iopsMonthUsd: 0, throughputMonthUsd: 0, snapshotGibMonthUsd: 0 },
   });
-  const other = await run(process.execPath, ["--import", "tsx", "src/cli.ts", "pool", "--json", "--config", priced], {
+  const other = await run(process.execPath, ["src/cli.ts", "pool", "--json", "--config", priced], {
     check: false,
   });
   t.equal(other.exitCode, 0, other.stderr);

@@ -124,7 +124,7 @@ t.test(
 
     // status, as a process.
     const config = await writeLabConfig(bl.lab, host, overrides);
-    const status = await execa(process.execPath, ["--import", "tsx", MAIN, "status", "--config", config], {
+    const status = await execa(process.execPath, [MAIN, "status", "--config", config], {
       cwd: REPO,
       env: childEnv(),
       extendEnv: false,
@@ -169,7 +169,7 @@ t.test("check (the default): a volume EBS says is cold is warmed by need in the 
 
   // `ebs-cache-agent prewarm` with the default strategy, as a process: the same decision, the reads, the tag.
   const config = await writeLabConfig(bl.lab, host, overrides);
-  const run = await execa(process.execPath, ["--import", "tsx", MAIN, "prewarm", "--config", config, "--json"], {
+  const run = await execa(process.execPath, [MAIN, "prewarm", "--config", config, "--json"], {
     cwd: REPO,
     env: childEnv(),
     extendEnv: false,

@@ -66,7 +66,7 @@ t.test("killed half-way: not tagged, resumed by the next run, tagged at the end"
     settings,
   });
 
-  const first = spawn(process.execPath, ["--import", "tsx", RUNNER, input], {
+  const first = spawn(process.execPath, [RUNNER, input], {
     cwd: REPO,
     env: childEnv(),
     stdio: ["ignore", "ignore", "pipe"],
@@ -92,7 +92,7 @@ t.test("killed half-way: not tagged, resumed by the next run, tagged at the end"
   t.notOk((await cloud.describeVolume(volumeId))!.tags[VolumeTag.initialized], "not tagged after the kill");
   t.match(firstLog, /prewarm\.progress/, "progress was logged");
 
-  const second = await execa(process.execPath, ["--import", "tsx", RUNNER, input], {
+  const second = await execa(process.execPath, [RUNNER, input], {
     cwd: REPO,
     env: childEnv(),
     extendEnv: false,

@@ -222,17 +222,13 @@ t.test(
       finishedAt: new Date().toISOString(),
       result: { outcome: "ready", source: "pool", volumeId, device: loopDevice, mountPoint, dataRoot, timeline: [] },
     });
-    const cli = await execa(
-      process.execPath,
-      ["--import", "tsx", CLI, "prune", "--dry-run", "--json", "--config", config],
-      {
-        env: childEnv(),
-        extendEnv: false,
-        reject: false,
-        stdin: "ignore",
-        timeout: 120_000,
-      },
-    );
+    const cli = await execa(process.execPath, [CLI, "prune", "--dry-run", "--json", "--config", config], {
+      env: childEnv(),
+      extendEnv: false,
+      reject: false,
+      stdin: "ignore",
+      timeout: 120_000,
+    });
     t.equal(cli.exitCode, 0, "prune --dry-run exits 0", cli.exitCode === 0 ? {} : { stderr: String(cli.stderr) });
     const printed = JSON.parse(String(cli.stdout)) as PruneReport;
     t.equal(printed.plan.volumeId, volumeId, "the volume the boot recorded");
@@ -251,7 +247,7 @@ t.test(
     // The run a boot starts (`prune --after-boot`): its figures, exit 0 whatever happens, nothing when turned off.
     const afterBoot = (overrides: Record<string, unknown>) =>
       writeLabConfig(lab, host, { imageSet: "set", ...overrides }).then((path) =>
-        execa(process.execPath, ["--import", "tsx", CLI, "prune", "--after-boot", "--config", path], {
+        execa(process.execPath, [CLI, "prune", "--after-boot", "--config", path], {
           env: childEnv(),
           extendEnv: false,
           reject: false,

@@ -178,7 +178,7 @@ t.test(
     );
 
     const config = await writeLabConfig(bl.lab, host, overrides);
-    const status = await execa(process.execPath, ["--import", "tsx", MAIN, "status", "--json", "--config", config], {
+    const status = await execa(process.execPath, [MAIN, "status", "--json", "--config", config], {
       cwd: REPO,
       env: childEnv(),
       extendEnv: false,
@@ -212,11 +212,12 @@ t.test(
     await buildImage(host.dockerd!, { tag: later, workDir: work, payloadBytes: 1 * MiB, log });
     await host.dockerd!.docker(["push", later]);
     await host.dockerd!.docker(["rmi", later]);
-    const dry = await execa(
-      process.execPath,
-      ["--import", "tsx", MAIN, "refresh", "--dry-run", "--json", "--config", config],
-      { cwd: REPO, env: childEnv(), extendEnv: false, reject: false },
-    );
+    const dry = await execa(process.execPath, [MAIN, "refresh", "--dry-run", "--json", "--config", config], {
+      cwd: REPO,
+      env: childEnv(),
+      extendEnv: false,
+      reject: false,
+    });
     t.equal(dry.exitCode, 0, "refresh --dry-run", { stderr: dry.stderr });
     const dryPlan = JSON.parse(dry.stdout) as {
       plan: { steps: Array<{ step: string; image?: string }> };
@@ -228,7 +229,7 @@ t.test(
       "the dry run plans the pull and the tag",
     );
     t.equal(dryPlan.state, null, "and does nothing");
-    const byHand = await execa(process.execPath, ["--import", "tsx", MAIN, "refresh", "--json", "--config", config], {
+    const byHand = await execa(process.execPath, [MAIN, "refresh", "--json", "--config", config], {
       cwd: REPO,
       env: childEnv(),
       extendEnv: false,
@@ -259,11 +260,12 @@ t.test(
     t.teardown(() => void blackHole.kill("SIGKILL"));
     await new Promise<void>((resolve) => blackHole.stdout!.once("data", () => resolve()));
     host.instance.tags["io.simcore.autoscaling.pre_pulled_images"] = JSON.stringify([hang, fresh]);
-    const background = execa(
-      process.execPath,
-      ["--import", "tsx", MAIN, "refresh", "--background", "--config", config],
-      { cwd: REPO, env: childEnv(), extendEnv: false, reject: false },
-    );
+    const background = execa(process.execPath, [MAIN, "refresh", "--background", "--config", config], {
+      cwd: REPO,
+      env: childEnv(),
+      extendEnv: false,
+      reject: false,
+    });
     const stateFile = join(host.paths.hostRoot, "var/lib/ebs-cache-agent/refresh.json");
     const pulling = await pollUntil(async () => {
       const text = await readFile(stateFile, "utf8").catch(() => "{}");

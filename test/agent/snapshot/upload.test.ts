@@ -378,7 +378,7 @@ t.test("the CLI resumes an upload a stop interrupted: without --built-at, the in
   const rerun = await execa(
     process.execPath,
     [
-      ...["--import", "tsx", "src/cli.ts", "snapshot", "upload", "--image", image, "--manifest", manifest],
+      ...["src/cli.ts", "snapshot", "upload", "--image", image, "--manifest", manifest],
       ...["--pool", "sim4life", "--image-set", "2026-12", "--images", "registry.example.org/app:1"],
       ...["--image-store", "graphdriver", "--engine-version", "28.5.1", "--concurrency", "1"],
       ...["--region", "us-east-1", "--endpoint", lab.emu.endpoint, "--ec2-endpoint", lab.emu.endpoint, "--json"],

@@ -70,7 +70,7 @@ function startOwner(args: string[]): Promise<{ child: ChildProcess; report: Owne
 
 /** Starts a fixture and reads the JSON line it prints once it is set up; the caller kills it. */
 async function startFixture<Report>(fixture: string, args: string[]): Promise<{ child: ChildProcess; report: Report }> {
-  const child = spawn(process.execPath, ["--import", "tsx", fixture, ...args], {
+  const child = spawn(process.execPath, [fixture, ...args], {
     env: childEnv(),
     stdio: ["ignore", "pipe", "inherit"],
   });

@@ -223,7 +223,7 @@ t.test("close, and a killed owner's janitor, leave no FUSE mount, loop device or
   t.equal((await run("pgrep", ["-f", root], { check: false })).stdout, "", "no process left");
 
   // 2. The owner is killed with SIGKILL: the janitor reaps (FUSE process killed, all unmounted).
-  const child = spawn(process.execPath, ["--import", "tsx", join(REPO, "test/fixtures/lab/cold-lab-owner.ts"), base], {
+  const child = spawn(process.execPath, [join(REPO, "test/fixtures/lab/cold-lab-owner.ts"), base], {
     cwd: REPO,
     env: childEnv(),
     stdio: ["ignore", "pipe", "inherit"],

@@ -13,13 +13,14 @@ import { Principals } from "./principals.ts";
 
 /** The emulator's IAM: installed keys, and whether their requests are decided at all. */
 export class LabIam implements RequestIam {
+  /** Off: every request is allowed, as before the lab enforced IAM. */
+  public enforce: boolean;
   readonly principals = new Principals();
   private readonly authorizer = new Authorizer();
 
-  constructor(
-    /** Off: every request is allowed, as before the lab enforced IAM. */
-    public enforce = true,
-  ) {}
+  constructor(enforce = true) {
+    this.enforce = enforce;
+  }
 
   /** The refusal of an EC2 request signed with `accessKeyId`; undefined when it may go on. */
   async ec2Refusal(ctx: ActionContext, params: Params, accessKeyId: string | undefined): Promise<Ec2Error | undefined> {
