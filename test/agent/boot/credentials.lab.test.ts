@@ -15,7 +15,6 @@ import { readFile } from "node:fs/promises";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { fileURLToPath } from "node:url";
-import { join } from "node:path";
 import type { BootPlan } from "../../../src/agent/boot/plan.ts";
 import { ExitCode } from "../../../src/errors.ts";
 import { writeLabConfig, type ConfigOverrides } from "../../../src/lab/machines/agent.ts";
@@ -24,6 +23,7 @@ import { VolumeTag } from "../../../src/tags.ts";
 import { startBootLab } from "../../fixtures/lab/boot-lab.ts";
 import { assertLabPrerequisites, childEnv } from "../../fixtures/lab/lab-prereq.ts";
 import { workspaceTags } from "../../fixtures/lab/lifecycle-lab.ts";
+import { agentBundle, withCompileCache } from "../../fixtures/lab/agent-bundle.ts";
 import type { BootReport } from "../../../src/agent/outcomes.ts";
 
 await assertLabPrerequisites();
@@ -52,22 +52,18 @@ interface Run {
 async function bootCli(host: LabHost, overrides: ConfigOverrides = {}, phase = "--no-docker"): Promise<Run> {
   const config = await writeLabConfig(bl.lab, host, { ...OVERRIDES, ...overrides });
   const env = Object.fromEntries(Object.entries(childEnv()).filter(([key]) => !key.startsWith("AWS_")));
-  const result = await execa(
-    process.execPath,
-    [join(REPO, "src", "cli.ts"), "boot", phase, "--json", "--config", config],
-    {
-      cwd: REPO,
-      env: {
-        ...env,
-        AWS_CONFIG_FILE: "/nonexistent/aws-config",
-        AWS_SHARED_CREDENTIALS_FILE: "/nonexistent/aws-credentials",
-      },
-      extendEnv: false,
-      reject: false,
-      stdin: "ignore",
-      timeout: 240_000,
+  const result = await execa(process.execPath, [await agentBundle(), "boot", phase, "--json", "--config", config], {
+    cwd: REPO,
+    env: {
+      ...(await withCompileCache(env)),
+      AWS_CONFIG_FILE: "/nonexistent/aws-config",
+      AWS_SHARED_CREDENTIALS_FILE: "/nonexistent/aws-credentials",
     },
-  );
+    extendEnv: false,
+    reject: false,
+    stdin: "ignore",
+    timeout: 240_000,
+  });
   const run: Run = { exitCode: result.exitCode ?? -1, stdout: String(result.stdout), stderr: String(result.stderr) };
   try {
     Object.assign(run, JSON.parse(run.stdout) as { plan: BootPlan; result: BootReport | null });
