@@ -67,13 +67,9 @@ async function assertFolder(tt: Test, host: LabHost): Promise<Map<string, Map<st
 const CLI = await agentBundle();
 const CLI_ENV = await withCompileCache(childEnv());
 
-/** `ebs-cache-agent status` (with --json: the document) as a process, against the host's config. */
-async function status(
-  host: LabHost,
-  json: boolean,
-): Promise<{ exitCode: number; stdout: string; doc?: StatusDocument }> {
-  const config = await writeLabConfig(bl.lab, host, { pool: POOL });
-  const result = await execa(process.execPath, [CLI, "status", "--config", config, ...(json ? ["--json"] : [])], {
+/** `ebs-cache-agent <args> --config <config>` as a process; its exit code, not a throw, when it fails. */
+function agentRun(args: string[], config: string) {
+  return execa(process.execPath, [CLI, ...args, "--config", config], {
     cwd: REPO,
     env: CLI_ENV,
     extendEnv: false,
@@ -81,6 +77,15 @@ async function status(
     stdin: "ignore",
     timeout: 60_000,
   });
+}
+
+/** `ebs-cache-agent status` (with --json: the document) as a process, against the host's config. */
+async function status(
+  host: LabHost,
+  json: boolean,
+): Promise<{ exitCode: number; stdout: string; doc?: StatusDocument }> {
+  const config = await writeLabConfig(bl.lab, host, { pool: POOL });
+  const result = await agentRun(["status", ...(json ? ["--json"] : [])], config);
   const stdout = String(result.stdout);
   return { exitCode: result.exitCode ?? -1, stdout, ...(json ? { doc: JSON.parse(stdout) as StatusDocument } : {}) };
 }
@@ -335,14 +340,7 @@ t.test("gc through the CLI: an expired volume deleted and counted, the counter c
   });
   const config = await writeLabConfig(bl.lab, gcHost);
   const gc = async () => {
-    const out = await execa(process.execPath, [CLI, "gc", "--json", "--config", config], {
-      cwd: REPO,
-      env: CLI_ENV,
-      extendEnv: false,
-      reject: false,
-      stdin: "ignore",
-      timeout: 60_000,
-    });
+    const out = await agentRun(["gc", "--json"], config);
     tt.equal(out.exitCode, 0, "gc ran", out.exitCode === 0 ? {} : { stderr: String(out.stderr) });
     return JSON.parse(String(out.stdout)) as GcReport;
   };
