@@ -15,6 +15,11 @@ export interface SpawnedDaemon {
   readonly pid: number | undefined;
   /** How it ended (exit code, signal or spawn error), or undefined while it runs. */
   exited(): string | undefined;
+  /**
+   * Resolves when its end is known (exited() says how). The child is unref'd: wait on a timer beside it, or node may
+   * exit first.
+   */
+  readonly ended: Promise<void>;
 }
 
 /** Starts `program` detached from this process, its output appended to `logFile`. */
@@ -24,32 +29,59 @@ export async function spawnDaemon(program: string, args: readonly string[], logF
   await logHandle.close();
   child.unref();
   let exited: string | undefined;
-  child.once("exit", (code, signal) => (exited = String(code ?? signal)));
-  child.once("error", (error) => (exited = describeError(error)));
-  return { pid: child.pid, exited: () => exited };
+  const ended = new Promise<void>((resolve) => {
+    child.once("exit", (code, signal) => {
+      exited = String(code ?? signal);
+      resolve();
+    });
+    child.once("error", (error) => {
+      exited = describeError(error);
+      resolve();
+    });
+  });
+  return { pid: child.pid, exited: () => exited, ended };
 }
 
 /**
  * Waits until `answers` says the daemon serves; when it exits or the time is up, runs `stop`
- * and throws, pointing at its log.
+ * and throws, pointing at its log (`detail`, when given, is read before the stop and ends the message: e.g. the
+ * log's last lines).
  */
 export async function waitUntilServing(
   daemon: SpawnedDaemon,
   answers: () => Promise<boolean>,
-  options: { what: string; logFile: string; timeoutMs: number; stop: () => Promise<void> },
+  options: {
+    what: string;
+    logFile: string;
+    timeoutMs: number;
+    stop: () => Promise<void>;
+    detail?: () => Promise<string>;
+  },
 ): Promise<void> {
   const deadline = Date.now() + options.timeoutMs;
   while (!(await answers())) {
-    const exited = daemon.exited();
-    if (exited !== undefined || Date.now() > deadline) {
+    if (daemon.exited() !== undefined || Date.now() > deadline) {
+      const exited = await exitedMeanwhile(daemon);
+      const detail = options.detail ? `: ${await options.detail()}` : "";
       await options.stop();
       throw new AgentError(
-        `${options.what} ${exited !== undefined ? `exited (${exited})` : "did not answer in time"}`,
+        `${options.what} ${exited !== undefined ? `exited (${exited})` : "did not answer in time"}${detail}`,
         `see ${options.logFile}`,
       );
     }
     await sleep(100);
   }
+}
+
+/**
+ * How the daemon ended, or undefined while it runs. On a loaded machine the deadline and the daemon's exit come
+ * together: the exit event may not be in yet when the process is already a zombie (or reaped), and a daemon that
+ * failed on its own is then told as that exit, with its status, not as a timeout.
+ */
+async function exitedMeanwhile(daemon: SpawnedDaemon): Promise<string | undefined> {
+  if (daemon.exited() !== undefined || daemon.pid === undefined || !(await isGone(daemon.pid))) return daemon.exited();
+  await Promise.race([daemon.ended, sleep(5000, undefined, { ref: false })]);
+  return daemon.exited() ?? "with a status not known";
 }
 
 /** Stops `pid` (`what` names it in the log and the error); throws when even SIGKILL leaves it running. */
@@ -82,11 +114,15 @@ function signal(pid: number, name: NodeJS.Signals): void {
 }
 
 /** Gone: no such process, or a zombie nobody reaped yet (the unref'd child of this process). */
+async function isGone(pid: number): Promise<boolean> {
+  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
+  return stat === undefined || /\) [ZX] /.test(stat);
+}
+
 async function waitGone(pid: number, timeoutMs: number): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
-    if (stat === undefined || /\) [ZX] /.test(stat)) return true;
+    if (await isGone(pid)) return true;
     await sleep(50);
   }
   return false;

@@ -15,16 +15,16 @@
  *   `<exec-root>/containerd` and `<data-root>/containerd`; the sweep in `stop()` kills it and
  *   any shim or container left behind.
  */
-import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { mkdir, open, readFile, rm, rmdir, stat, writeFile } from "node:fs/promises";
 import { request } from "node:http";
 import { join, resolve as resolvePath } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { AgentError, describeError } from "../../errors.ts";
+import { AgentError } from "../../errors.ts";
 import { run, type RunOptions, type RunResult } from "../../exec.ts";
 import type { Logger } from "../../log.ts";
+import { spawnDaemon, waitUntilServing, type SpawnedDaemon } from "../../docker/build-process.ts";
 import { missingFolders, removeCreatedFolders } from "../../docker/plugin-discovery-dir.ts";
 import { isMountPoint, listMounts, mountPointsUnder } from "../reaper/devices.ts";
 import { argAfter, isPidAlive, listProcesses, withDescendants, type ProcessEntry } from "../reaper/procinfo.ts";
@@ -242,44 +242,32 @@ class LabDockerd implements PrivateDockerd {
 
     const logOffset = existsSync(this.logFile) ? (await stat(this.logFile)).size : 0;
     this.options.log?.info("lab.dockerd-start", "starting private dockerd", { root: this.root, dataRoot });
-    const exitStatus = await this.launch();
-    const ready = await this.waitReady(this.options.readyTimeoutMs ?? 60_000, () => exitStatus() !== undefined);
-    if (!ready) {
-      const tail = await readLogTail(this.logFile, logOffset);
-      await this.stop();
-      const how = exitStatus() !== undefined ? `exited (${exitStatus()})` : "did not answer in time";
-      throw new AgentError(`private dockerd ${how}: ${tail}`, `see ${this.logFile}`);
-    }
+    const daemon = await this.launch();
+    // An exit that comes with the deadline (a loaded machine) is told as dockerd's exit, with its reason.
+    await waitUntilServing(daemon, () => ping(this.socket, 1000), {
+      what: "private dockerd",
+      logFile: this.logFile,
+      timeoutMs: this.options.readyTimeoutMs ?? 60_000,
+      stop: () => this.stop(),
+      detail: () => readLogTail(this.logFile, logOffset),
+    });
     this.options.log?.info("lab.dockerd-ready", "private dockerd is up", { pid: this.runningPid, host: this.host });
   }
 
-  /** Spawns dockerd in its namespace; returns how to ask whether (and how) it has exited. */
-  private async launch(): Promise<() => string | undefined> {
+  /** Spawns dockerd in its namespace. */
+  private async launch(): Promise<SpawnedDaemon> {
     const args = [`--net=${this.netnsFile}`, "--", DOCKERD, ...this.dockerdArgs()];
     this.options.log?.debug("lab.exec", ["nsenter", ...args].join(" "));
-    const logHandle = await open(this.logFile, "a");
-    // A daemon, so spawn rather than run(): nsenter execs dockerd (same pid) in the namespace.
+    // A daemon, so spawned rather than run(): nsenter execs dockerd (same pid) in the namespace.
     // Detached and unref'd: it behaves as a service, not as a child of whoever started it.
-    const child = spawn("nsenter", args, { detached: true, stdio: ["ignore", logHandle.fd, logHandle.fd] });
-    await logHandle.close();
-    child.unref();
-    let status: string | undefined;
-    this.exited = new Promise<void>((resolve) => {
-      child.once("exit", (code, signal) => {
-        status = String(code ?? signal);
-        resolve();
-      });
-      child.once("error", (error) => {
-        status = describeError(error);
-        resolve();
-      });
-    });
-    if (child.pid === undefined) {
-      await this.exited;
-      throw new AgentError(`could not start dockerd: ${status}`, "install util-linux (nsenter) and docker.io");
+    const daemon = await spawnDaemon("nsenter", args, this.logFile);
+    this.exited = daemon.ended;
+    if (daemon.pid === undefined) {
+      await daemon.ended;
+      throw new AgentError(`could not start dockerd: ${daemon.exited()}`, "install util-linux (nsenter) and docker.io");
     }
-    this.runningPid = child.pid;
-    return () => status;
+    this.runningPid = daemon.pid;
+    return daemon;
   }
 
   private dockerdArgs(): string[] {
@@ -364,15 +352,6 @@ class LabDockerd implements PrivateDockerd {
   }
 
   /** Polls the API until it answers, the process dies or the deadline passes. */
-  private async waitReady(timeoutMs: number, died: () => boolean): Promise<boolean> {
-    const deadline = Date.now() + timeoutMs;
-    while (Date.now() < deadline && !died()) {
-      if (await ping(this.socket, 1000)) return true;
-      await sleep(100);
-    }
-    return false;
-  }
-
   /**
    * Cleans up after a dockerd that is gone, as its own shutdown would have: kills what it left
    * (a killed dockerd takes containerd along (pdeathsig) but not the shims and containers),
