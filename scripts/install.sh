@@ -92,12 +92,30 @@ fi
 # sees half a file and a second run replaces the file with identical content.
 install_file() {
   local mode=$1 source=$2 target=$3
-  mkdir -p "$(dirname "$target")"
+  mkdir -p "${target%/*}"
   local temp
-  temp=$(mktemp "$(dirname "$target")/.$(basename "$target").XXXXXX")
+  temp=$(mktemp "${target%/*}/.${target##*/}.XXXXXX")
   cat "$source" >"$temp"
   chmod "$mode" "$temp"
   mv -f "$temp" "$target"
+}
+
+# install_files MODE FOLDER SOURCE…: install_file for each SOURCE into FOLDER under its own name,
+# with a handful of processes for all of them (five per file made an install of the bundle's
+# chunks take seconds): copied into a temp folder beside them, then each renamed into place.
+install_files() {
+  local mode=$1 folder=$2
+  shift 2
+  [ $# -gt 0 ] || return 0
+  mkdir -p "$folder"
+  local stage source
+  local names=()
+  stage=$(mktemp -d "$folder/.install.XXXXXX")
+  cp -- "$@" "$stage/"
+  for source in "$@"; do names+=("$stage/${source##*/}"); done
+  chmod "$mode" "${names[@]}"
+  mv -f -- "${names[@]}" "$folder/"
+  rmdir "$stage"
 }
 
 # enable UNIT TARGET: the symlink `systemctl enable` makes for WantedBy=TARGET.
@@ -112,14 +130,13 @@ enable_unit() {
 shopt -s nullglob
 declare -A wanted=()
 if [ -d "$chunks" ]; then
-  for chunk in "$chunks"/*.mjs; do
-    install_file 0644 "$chunk" "$root/opt/ebs-cache-agent/chunks/$(basename "$chunk")"
-    wanted[$(basename "$chunk")]=1
-  done
+  new_chunks=("$chunks"/*.mjs)
+  install_files 0644 "$root/opt/ebs-cache-agent/chunks" "${new_chunks[@]}"
+  for chunk in "${new_chunks[@]}"; do wanted[${chunk##*/}]=1; done
 fi
 install_file 0644 "$bundle" "$root/opt/ebs-cache-agent/ebs-cache-agent.mjs"
 for old in "$root"/opt/ebs-cache-agent/chunks/*.mjs; do
-  [ -n "${wanted[$(basename "$old")]:-}" ] || rm -f "$old"
+  [ -n "${wanted[${old##*/}]:-}" ] || rm -f "$old"
 done
 shopt -u nullglob
 # Node's compile cache (see the units' NODE_COMPILE_CACHE): root's, written by the agent's runs.
@@ -146,20 +163,24 @@ else
 fi
 install_file 0644 "$repo/config/config.schema.json" "$root/etc/ebs-cache-agent/config.schema.json"
 
+units=()
 for unit in ebs-cache-agent.service ebs-cache-agent-ready.service ebs-cache-agent-prewarm.service ebs-cache-agent-release.service ebs-cache-agent-gc.service ebs-cache-agent-gc.timer \
   ebs-cache-agent-keeper.service ebs-cache-agent-keeper.timer ebs-cache-agent-prune.service ebs-cache-agent-prune.timer; do
-  install_file 0644 "$repo/systemd/$unit" "$root/etc/systemd/system/$unit"
+  units+=("$repo/systemd/$unit")
 done
+install_files 0644 "$root/etc/systemd/system" "${units[@]}"
 enable_unit ebs-cache-agent.service multi-user.target
 enable_unit ebs-cache-agent-ready.service multi-user.target
 enable_unit ebs-cache-agent-release.service multi-user.target
 enable_unit ebs-cache-agent-gc.timer timers.target
 enable_unit ebs-cache-agent-prune.timer timers.target
 
+docs=()
 for doc in docs/operations.md docs/config.md docs/boot.md docs/labels.md docs/keeper.md iam/ebs-cache-agent-policy.json \
   iam/ebs-cache-keeper-reclaim-policy.json; do
-  if [ -f "$repo/$doc" ]; then install_file 0644 "$repo/$doc" "$root/usr/share/doc/ebs-cache-agent/$(basename "$doc")"; fi
+  if [ -f "$repo/$doc" ]; then docs+=("$repo/$doc"); fi
 done
+install_files 0644 "$root/usr/share/doc/ebs-cache-agent" "${docs[@]}"
 
 # Node.js check: a warning only.
 node="$root/usr/bin/node"
