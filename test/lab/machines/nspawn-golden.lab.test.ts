@@ -34,11 +34,10 @@ import { machineStatus, startEngineHost, waitForReadyUnit } from "../../../src/l
 import { createPoolVolumes } from "../../../src/lab/volumes/golden.ts";
 import { attach, createVolume } from "../../../src/lab/volumes/volumes.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
-import { REPO } from "../../fixtures/lab/agent-bundle.ts";
+import { agentBundle, REPO } from "../../fixtures/lab/agent-bundle.ts";
 import { assertLabPrerequisites } from "../../fixtures/lab/lab-prereq.ts";
 import {
   assertNspawnPrerequisites,
-  buildBundle,
   CACHE_BASE,
   cachedRootfs,
   ENGINES,
@@ -85,7 +84,8 @@ t.test("engine machine builds: the need list on graphdriver, `snapshot build` of
   const rootfs = await cachedRootfs(ENGINES["28"], (line) => t.comment(line));
   const work = await mkdtemp(join(CACHE_BASE, "golden-test-"));
   t.teardown(() => rm(work, { recursive: true, force: true }));
-  const bundle = await buildBundle(work);
+  // The run's production build of the agent (one per `npm test`), as install.sh installs it.
+  const bundle = await agentBundle();
   const lab = await startLab({ name: "test-nspawn-golden", log });
   t.teardown(() => lab.close());
 

@@ -82,6 +82,7 @@ import { startLab, type Lab } from "../../../src/lab/lab.ts";
 import { IN_MACHINE, MACHINE_AGENT_PATHS, readyRunEnded } from "../../../src/lab/machines/nspawn-host.ts";
 import { createMemoryLogger } from "../../../src/log.ts";
 import { VolumeTag } from "../../../src/tags.ts";
+import { agentBundle } from "../../fixtures/lab/agent-bundle.ts";
 import { GOLDEN_REUSE_FOLDER } from "../../fixtures/lab/golden-reuse.ts";
 import { pollUntil } from "../../fixtures/lab/lab-prereq.ts";
 import {
@@ -91,7 +92,6 @@ import {
   MessageId,
   assertNspawnPrerequisites,
   bootMachine,
-  buildBundle,
   cachedRootfs,
   journalText,
   loopDeviceNumbers,
@@ -191,9 +191,8 @@ function shared(time: Timer): Promise<Shared> {
   sharedPromise ??= (async () => {
     await assertNspawnPrerequisites();
     startRootfsBuilds();
-    const work = await mkdtemp(join(CACHE_BASE, "bundle-"));
-    t.teardown(() => rm(work, { recursive: true, force: true })); // the file's, not a subtest's
-    const bundle = await time("bundle", () => buildBundle(work));
+    // The run's production build of the agent (one per `npm test`), as install.sh installs it.
+    const bundle = await time("bundle", () => agentBundle());
     const labLog = createMemoryLogger("info");
     const lab: Lab = await time("lab", () => startLab({ name: "nspawn", log: labLog }));
     t.teardown(() => lab.close()); // after every subtest's machine is destroyed
