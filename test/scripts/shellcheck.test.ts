@@ -1,7 +1,7 @@
 /**
  * Every shell script of the repository passes shellcheck (Debian's `shellcheck`, installed by
  * scripts/setup.sh) with no finding at any severity: the tracked files that are shell by their
- * extension or by their shebang, and the script the lab writes for its systemd-nspawn machines.
+ * extension or by their shebang.
  * A finding is fixed, or silenced on its line with a `# shellcheck disable=SCxxxx` that says why.
  */
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
@@ -9,7 +9,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import t from "tap";
 import { run } from "../../src/exec.ts";
-import { deviceNodesScript } from "../../src/lab/machines/nspawn.ts";
 
 const SHELL_EXTENSION = /\.(sh|bash)$/;
 const SHELLS = new Set(["sh", "bash", "dash", "ksh"]);
@@ -67,16 +66,6 @@ t.test("every tracked shell script is shellcheck clean", async (t) => {
   const result = await run("shellcheck", ["--format=gcc", "--external-sources", ...scripts], { check: false });
   t.equal(result.exitCode, 0, `shellcheck over ${scripts.length} scripts: ${scripts.join(", ")}`);
   t.equal(result.stdout, "", "no finding at any severity");
-});
-
-t.test("the script the lab writes for its nspawn machines is shellcheck clean", async (t) => {
-  const script = deviceNodesScript([
-    { name: "loop7", major: 7, minor: 7 },
-    { name: "nvme1n1", major: 259, minor: 1 },
-  ]);
-  const result = await run("shellcheck", ["--format=gcc", "-"], { input: script, check: false });
-  t.equal(result.exitCode, 0, result.stdout);
-  t.equal(result.stdout, "", "no finding");
 });
 
 t.test("shellcheck does report findings here (so the checks above mean something)", async (t) => {
