@@ -1,8 +1,9 @@
 /**
  * The Debian root file systems of the docker engines the lab can run a host on: made once by
  * debootstrap from the machine's Debian mirror, cached outside the repository (keyed by suite
- * and package list) and copied per machine (src/lab/machines/nspawn.ts). Used by the nspawn boot test,
- * `npm run lab -- --engine`, and bench/boot.ts's engine dimension.
+ * and package list), the read-only lower layer of each machine's overlay
+ * (src/lab/machines/nspawn.ts). Used by the nspawn boot test, `npm run lab -- --engine`, and
+ * bench/boot.ts's engine dimension.
  */
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
