@@ -302,8 +302,10 @@ export function fioArgs(job: FioJob, options: { statusIntervalSeconds?: number }
       ...(job.thread ? ["--thread"] : []),
     );
   if (job.runtimeSeconds) args.push(`--runtime=${job.runtimeSeconds}`);
-  // --readonly: fio refuses any write; it never creates or lays out a file.
-  args.push("--readonly", "--output-format=json");
+  // --clocksource: told which clock to use, fio does not calibrate the CPU's at its start (a one-read job: 0.29
+  // against 0.38 s, 0.11 against 0.18 CPU-s, on an idle 2-core machine); clock_gettime is precise to far below the
+  // milliseconds fio measures here. --readonly: fio refuses any write; it never creates or lays out a file.
+  args.push("--clocksource=clock_gettime", "--readonly", "--output-format=json");
   if (options.statusIntervalSeconds) args.push(`--status-interval=${options.statusIntervalSeconds}`);
   return args;
 }

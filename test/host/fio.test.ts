@@ -97,6 +97,7 @@ t.test("argument arrays: AWS's documented full read, read-only, JSON", async (t)
     "--ioengine=libaio",
     "--direct=1",
     "--name=volume-initialize",
+    "--clocksource=clock_gettime",
     "--readonly",
     "--output-format=json",
   ]);
