@@ -143,6 +143,32 @@ const startReads = (fraction: number) =>
   );
 
 const say = (line: string) => process.stdout.write(line + "\n");
+
+/** The volume's fetches per 100 ms from `fromMs` on (the mount of a case's volume). */
+function fetchTimeline(fetches: readonly { atMs: number }[], fromMs: number): number[] {
+  const timeline: number[] = [];
+  for (const { atMs } of fetches) {
+    const slot = Math.floor((atMs - fromMs) / 100);
+    if (!(slot >= 0)) continue;
+    while (timeline.length <= slot) timeline.push(0);
+    timeline[slot]!++;
+  }
+  return timeline;
+}
+
+/**
+ * Seconds from the mount to the first 100 ms in which the volume fetched at half the model's rate or more (its
+ * fetches at once per first-read delay, or its throughput cap if lower): the head start's reads under way, as a
+ * starting dockerd's one-by-one reads never are where EBS serves several fetches at once.
+ */
+function firstBusy(timeline: readonly number[]): number | undefined {
+  const perSlot = Math.min(
+    (coldOptions.fetchConcurrency * 100) / delayMs,
+    (coldOptions.throughputMiBps * 1024 * 1024) / 10 / chunkBytes,
+  );
+  const slot = timeline.findIndex((n) => n >= perSlot / 2);
+  return slot < 0 ? undefined : slot / 10;
+}
 const lab = await startLab({
   name: "bench-cold",
   coldSnapshots: coldOptions,
@@ -217,6 +243,10 @@ try {
     /** Cold-layer fetches (chunks) before the service, during it; device MiB read during it. */
     fetchesBefore: number;
     fetchesDuring: number;
+    /** From the mount (the head start's begin): the service's start; the volume's fetches per 100 ms (firstBusy). */
+    serviceFromS: number;
+    fullFromS?: number;
+    fetchesPer100Ms: number[];
     deviceMiBDuring: number;
     /** The window's fetches: file data or metadata, asked by reads or writes, their wait for a slot. */
     during?: WindowFetches;
@@ -264,6 +294,7 @@ try {
           // plan's start (the head start's blocks a second time, warm).
           const mountRun = strategy === "check" && headStartAtMount(decision);
           const headStop = new AbortController();
+          const mountedAtMs = Date.now();
           const headStart = mountRun
             ? init(nodeImageNames, handOver ? headStop.signal : stop.signal, YIELD_IO_DEPTH).catch(() => undefined)
             : undefined;
@@ -309,6 +340,7 @@ try {
           const cpuBefore = await machineCpuSeconds();
           const load = loadavg()[0]!;
           const probe = probeMs > 0 ? startWarmProbe(device, probeMs) : undefined;
+          const serviceFromS = Math.round((Date.now() - mountedAtMs) / 10) / 100;
           const seconds = await service(nodeImages);
           const probeLatencies = (await probe?.stop())?.sort((a, b) => a - b);
           const probeSummary = probeLatencies?.length
@@ -327,6 +359,8 @@ try {
           stop.abort();
           await background;
           const during = classifyFetches(windowFetches, await fileDataRanges(target.mountPoint), chunkBytes);
+          const timeline = fetchTimeline(await lab.cold!.fetches(volumeId), mountedAtMs);
+          const fullFromS = firstBusy(timeline);
           const fuseCpuS =
             fuseBefore !== undefined && fuseAfter !== undefined
               ? Math.round((fuseAfter - fuseBefore) * 100) / 100
@@ -348,6 +382,9 @@ try {
             load,
             fetchesBefore,
             fetchesDuring,
+            serviceFromS,
+            ...(fullFromS !== undefined ? { fullFromS } : {}),
+            fetchesPer100Ms: timeline,
             deviceMiBDuring: Math.round(deviceMiBDuring * 10) / 10,
             during,
             ...(fuseCpuS !== undefined ? { fuseCpuS } : {}),
@@ -359,7 +396,9 @@ try {
           say(
             `run ${runIndex + 1} ${strategy} images=${nodeImages} reads=${fraction * 100} %: ` +
               `${seconds.toFixed(2)} s (dockerd started in ${dockerStartS} s), ` +
-              `fetches ${fetchesBefore} before + ${fetchesDuring} during, device ${deviceMiBDuring.toFixed(1)} MiB ` +
+              `fetches ${fetchesBefore} before + ${fetchesDuring} during, ` +
+              `from the mount: service at ${serviceFromS} s, fetching at half the model's rate or more from ` +
+              `${fullFromS ?? "never"} s, device ${deviceMiBDuring.toFixed(1)} MiB ` +
               `during, load ${load.toFixed(1)}; during: metadata ${during.metadata.fetches} ` +
               `(${during.metadata.byWrite} by writes, queued ${during.metadata.queuedMs} ms, ` +
               `p50 ${during.metadata.queuedP50Ms}), file data ${during.fileData.fetches} ` +

@@ -2,6 +2,7 @@
  * Running external programs: argument arrays only (never a shell string), the command line
  * logged before it runs, "failed to start" told apart from "exited with N".
  */
+import type { Readable } from "node:stream";
 import { StringDecoder } from "node:string_decoder";
 import { execa } from "execa";
 import { CommandError } from "./errors.ts";
@@ -18,7 +19,8 @@ export interface RunOptions {
   check?: boolean;
   /** What the operator should do when this command fails. */
   remediation?: string;
-  input?: string;
+  /** What the command reads on stdin (none: stdin is closed). */
+  input?: string | Readable;
   env?: Record<string, string>;
   timeoutMs?: number;
   cwd?: string;

@@ -49,6 +49,14 @@ export function fetchDepth(init: DepthOptions): number {
 }
 
 /**
+ * The phase of the wanted files' reads: at the fetch depth, never paced (what reads beside it most likely reads the
+ * same files).
+ */
+export function wantedPhase(init: DepthOptions): { name: "prewarm-need"; depth: number; paced: false } {
+  return { name: "prewarm-need", depth: fetchDepth(init), paced: false };
+}
+
+/**
  * The need list's phases, in order: the files of the images about to run (`wanted`), then the
  * list's other files (`listed`). The listed files go at the fetch depth too when no image was
  * named (they are then the best guess), else at the background's yielding depth; only they are
@@ -61,7 +69,7 @@ export function needPhases(
 ): ReadPhase[] {
   const named = (init.images?.length ?? 0) > 0;
   const phases: ReadPhase[] = [
-    { name: "prewarm-need", reads: coveringReads(wanted, init.maxIoBytes), depth: fetchDepth(init), paced: false },
+    { ...wantedPhase(init), reads: coveringReads(wanted, init.maxIoBytes) },
     {
       name: "prewarm-listed",
       reads: coveringReads(listed, init.maxIoBytes),

@@ -35,9 +35,9 @@ import {
   type ByteRange,
 } from "./extents.ts";
 import { fileRanges, readReadList } from "./need-reads.ts";
-import { needPhases } from "./read-phases.ts";
+import { needPhases, wantedPhase } from "./read-phases.ts";
 import type { RunningCommand } from "../exec.ts";
-import { runFio, writeIolog, type DeviceRead, type FioReport } from "./fio.ts";
+import { feedIolog, runFio, writeIolog, type DeviceRead, type FedIolog, type FioReport } from "./fio.ts";
 import { DEFAULT_PACE } from "./read-pace.ts";
 import { deviceCounters, paceReads } from "./read-pacer.ts";
 
@@ -173,35 +173,41 @@ async function withIolog<T>(ctx: FioContext, work: (path: string) => Promise<T>)
 /**
  * The need list's files (read-phases.ts: those of the images about to run first, then the
  * list's others), read before everything else, in the idle I/O class; returns the ranges read.
- * The wanted files' reads start as soon as they are mapped: the other files are mapped
- * meanwhile. Any problem with the list is a warning: everything is then read in device order.
+ * fio for the wanted files' reads is started before the list is read, and given their reads once
+ * they are mapped (feedIolog: its start-up passes meanwhile); the other files are mapped while those
+ * reads run. Any problem with the list is a warning: everything is then read in device order.
  */
 async function readNeeded(ctx: FioContext, target: ReadTarget, init: InitializeOptions): Promise<ByteRange[]> {
   const started = Date.now();
   const mapping = ctx.log ? { log: ctx.log } : {};
+  const phase = wantedPhase(init);
+  const feed = feedIolog(target.device, init.maxIoBytes);
+  // A failed read of the wanted files is the run's failure, reported once the mapping below is done.
+  const reading = replayFed(ctx, target, feed, phase, init);
+  void reading.catch(() => undefined);
   let order: { files: string[]; wanted: number };
   let wanted: Awaited<ReturnType<typeof fileRanges>>;
   try {
     const list = await readReadList(target.mountPoint);
-    if (!list) return [];
+    if (!list) {
+      feed.end();
+      await reading.catch(() => undefined);
+      return [];
+    }
     order = needOrder(list, imagesAboutToRun(init.images ?? []));
     wanted = await fileRanges(target.mountPoint, order.files.slice(0, order.wanted), mapping);
   } catch (error) {
+    feed.end();
+    await reading.catch(() => undefined);
     ctx.log?.warning("prewarm.need", `the need list is not used, reading in device order: ${describeError(error)}`);
     return [];
   }
+  feed.add(coveringReads(wanted.ranges, init.maxIoBytes));
+  feed.end();
+  ctx.log?.debug("prewarm.need", `${feed.added.length} reads of the wanted files given to fio`);
   const mappedMs = Date.now() - started;
-  const [first] = needPhases(wanted.ranges, [], init);
-  let spawned = () => {};
-  const underWay = new Promise<void>((resolve) => (spawned = resolve));
-  const reading = first
-    ? replay(ctx, target, first.reads, first.name, first.depth, init, { ...first, onSpawn: spawned })
-    : Promise.resolve();
-  // A failed read of the wanted files is the run's failure, reported once the mapping below is done.
-  void reading.catch(() => undefined).finally(spawned);
-  // The other files are mapped once the wanted files' reads are under way (their metadata reads then queue
-  // behind a few of those, not before all of them).
-  await underWay;
+  // The other files are mapped while the wanted files are read (their metadata reads then queue behind a few of
+  // those, not before all of them).
   let listed: Awaited<ReturnType<typeof fileRanges>>;
   try {
     listed = await fileRanges(target.mountPoint, order.files.slice(order.wanted), mapping);
@@ -222,6 +228,36 @@ async function readNeeded(ctx: FioContext, target: ReadTarget, init: InitializeO
   for (const phase of needPhases([], listed.ranges, init))
     await replay(ctx, target, phase.reads, phase.name, phase.depth, init, phase);
   return need;
+}
+
+/**
+ * The wanted files' reads, replayed by a fio started before they are known (feedIolog). A fio that cannot take its
+ * log from stdin (before 3.22) or fails otherwise: the same reads from a file, once they are all known, as before
+ * fio read logs from stdin.
+ */
+async function replayFed(
+  ctx: FioContext,
+  target: ReadTarget,
+  feed: FedIolog,
+  phase: { name: string; depth: number; paced: boolean },
+  init: InitializeOptions,
+): Promise<void> {
+  try {
+    const report = await runFio(
+      { name: phase.name, iolog: feed, ioDepth: phase.depth, idle: true },
+      { ...ctx.fioOptions, signal: init.signal },
+    );
+    if (feed.added.length > 0) logReplay(ctx, phase.name, feed.added, phase.depth, report);
+  } catch (error) {
+    if (init.signal?.aborted) throw error;
+    await feed.ended;
+    if (feed.added.length === 0) return;
+    ctx.log?.info(
+      "prewarm.read",
+      `${phase.name}: fio did not take its reads on stdin (${describeError(error)}): replaying them from a file`,
+    );
+    await replay(ctx, target, feed.added, phase.name, phase.depth, init, phase);
+  }
 }
 
 async function readRanges(
@@ -305,14 +341,7 @@ async function replay(
         })
       : undefined;
     try {
-      const report = await fio;
-      const bytes = reads.reduce((sum, r) => sum + r.length, 0);
-      const latency = report.read.latencyMs;
-      ctx.log?.info("prewarm.read", `${name}: ${reads.length} reads, ${round1(bytes / MiB)} MiB at depth ${depth}`, {
-        seconds: round1(report.read.runtimeMs / 1000),
-        ...(latency.p50 !== undefined ? { p50ms: round1(latency.p50) } : {}),
-        ...(latency.p99 !== undefined ? { p99ms: round1(latency.p99) } : {}),
-      });
+      logReplay(ctx, name, reads, depth, await fio);
     } finally {
       done.abort();
       const tally = await pacer;
@@ -322,6 +351,17 @@ async function replay(
           pausedMs: tally.pausedMs,
         });
     }
+  });
+}
+
+/** fio's figures of one replay. */
+function logReplay(ctx: FioContext, name: string, reads: readonly DeviceRead[], depth: number, report: FioReport) {
+  const bytes = reads.reduce((sum, r) => sum + r.length, 0);
+  const latency = report.read.latencyMs;
+  ctx.log?.info("prewarm.read", `${name}: ${reads.length} reads, ${round1(bytes / MiB)} MiB at depth ${depth}`, {
+    seconds: round1(report.read.runtimeMs / 1000),
+    ...(latency.p50 !== undefined ? { p50ms: round1(latency.p50) } : {}),
+    ...(latency.p99 !== undefined ? { p99ms: round1(latency.p99) } : {}),
   });
 }
 

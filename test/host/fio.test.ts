@@ -3,8 +3,18 @@
  * (test/fixtures/data/fio/record.ts), and the argument arrays and I/O logs the agent gives fio.
  */
 import t from "tap";
-import { readFileSync } from "node:fs";
-import { fioArgs, FioError, parseFioJson, renderIolog, splitJsonDocuments } from "../../src/host/fio.ts";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  feedIolog,
+  fioArgs,
+  FioError,
+  parseFioJson,
+  renderIolog,
+  runFio,
+  splitJsonDocuments,
+} from "../../src/host/fio.ts";
 import { checkFigures, safeCursor } from "../../src/host/volume-reads.ts";
 
 const fixture = (name: string) => readFileSync(new URL(`../fixtures/data/fio/${name}`, import.meta.url), "utf8");
@@ -87,6 +97,7 @@ t.test("argument arrays: AWS's documented full read, read-only, JSON", async (t)
     "--ioengine=libaio",
     "--direct=1",
     "--name=volume-initialize",
+    "--clocksource=clock_gettime",
     "--readonly",
     "--output-format=json",
   ]);
@@ -143,3 +154,85 @@ t.test("the resume point only covers reads fio surely finished", async (t) => {
   );
   t.equal(safeCursor(reads, prefix, 500, 0, 0), 500);
 });
+
+t.test("a log fed while fio runs: header at once, reads as added, the close line at its end", async (t) => {
+  const feed = feedIolog("/dev/nvme1n1", 1 << 20);
+  t.same(
+    fioArgs({ name: "prewarm-need", iolog: feed, ioDepth: 4, idle: true }).slice(0, 6),
+    [
+      "--name=prewarm-need",
+      "--read_iolog=-",
+      "--read_iolog_chunked=1",
+      "--bs=1048576",
+      "--replay_no_stall=1",
+      "--iodepth=4",
+    ],
+    "from stdin, a part at a time, buffers for the longest read",
+  );
+  const text = streamText(feed.input);
+  feed.add([{ offset: 0, length: 4096 }]);
+  feed.add([]);
+  feed.add([{ offset: 1 << 20, length: 1 << 20 }]);
+  t.throws(
+    () =>
+      feed.add([
+        { offset: 0, length: 4096 },
+        { offset: 0, length: (1 << 20) + 4096 },
+      ]),
+    RangeError,
+  );
+  let ended = false;
+  void feed.ended.then(() => (ended = true));
+  await Promise.resolve();
+  t.notOk(ended, "not ended before end()");
+  feed.end();
+  feed.end();
+  feed.add([{ offset: 8192, length: 4096 }]);
+  await feed.ended;
+  t.equal(
+    await text,
+    renderIolog("/dev/nvme1n1", [
+      { offset: 0, length: 4096 },
+      { offset: 1 << 20, length: 1 << 20 },
+    ]),
+    "fio's version-2 format, as a file's; nothing of a refused part, nothing after the end",
+  );
+  t.same(feed.added, [
+    { offset: 0, length: 4096 },
+    { offset: 1 << 20, length: 1 << 20 },
+  ]);
+});
+
+t.test("a fio waiting on its fed log when stopped: the log is ended, so it ends by itself", async (t) => {
+  // As fio does: SIGTERM is not enough while its job waits on stdin. This one ignores it, reads to the end, says so.
+  const dir = mkdtempSync(join(tmpdir(), "fed-fio-"));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const fio = join(dir, "fio");
+  writeFileSync(fio, `#!/bin/sh\ntrap '' TERM\ncat > /dev/null\necho eof > ${dir}/saw\n`, { mode: 0o755 });
+  const feed = feedIolog("/dev/nvme1n1", 1 << 20);
+  const stop = new AbortController();
+  const running = runFio(
+    { name: "prewarm-need", iolog: feed, ioDepth: 4 },
+    { fio, signal: stop.signal, onSpawn: () => setTimeout(() => stop.abort(), 50) },
+  );
+  await t.rejects(running, /fio was stopped/);
+  t.equal(readFileSync(join(dir, "saw"), "utf8"), "eof\n", "it read the log's end: not killed");
+});
+
+t.test("a fed log's fio stopped before it starts: the log is ended at once", async (t) => {
+  const feed = feedIolog("/dev/nvme1n1", 1 << 20);
+  await t.rejects(runFio({ name: "x", iolog: feed, ioDepth: 1 }, { fio: "true", signal: AbortSignal.abort() }));
+  let ended = false;
+  await Promise.race([feed.ended.then(() => (ended = true)), Promise.resolve()]);
+  t.ok(ended, "ended");
+});
+
+function streamText(stream: NodeJS.ReadableStream): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let text = "";
+    stream.setEncoding("utf8");
+    stream.on("data", (chunk: string) => (text += chunk));
+    stream.on("end", () => resolve(text));
+    stream.on("error", reject);
+  });
+}

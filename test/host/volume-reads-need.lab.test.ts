@@ -6,6 +6,8 @@
  * read before the rest of the volume.
  */
 import t from "tap";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { InitializeOptions, ReadTarget } from "../../src/agent/ports.ts";
@@ -70,27 +72,33 @@ const fioLine = (lines: string[], name: string) => {
   return { index, line: lines[index] ?? "" };
 };
 
-t.test("the wanted files are read before the other files are mapped, at depth 4, never stopped", async (t) => {
-  const { target } = await coldVolume();
-  const log = createMemoryLogger("debug");
-  const { reader, options } = background(log, { images: ["lab/want:1"] });
-  await reader.initialize(target, "files", options);
-  const lines = log.lines;
-  const filefrags = lines.flatMap((l, i) => (l.includes("exec.run") && l.includes("filefrag") ? [i] : []));
-  const need = fioLine(lines, "prewarm-need");
-  const listed = fioLine(lines, "prewarm-listed");
-  t.equal(filefrags.length, 2, "the wanted files mapped, then the others");
-  t.ok(need.index > filefrags[0]! && need.index < filefrags[1]!, "the wanted reads start between the two mappings");
-  t.match(need.line, /--iodepth=4 /, "4 reads of 1 MiB in flight, not 32");
-  t.notMatch(need.line, /--thread/, "not paced (one process to stop is only made for paced reads)");
-  t.match(listed.line, /--iodepth=2 /, "the other image's files at the yielding depth");
-  t.match(listed.line, /--thread/, "paced");
-  t.ok(listed.index > need.index, "after the wanted files");
-  t.ok(
-    lines.some((l) => /prewarm\.read: prewarm-need: 4 reads, 4 MiB at depth 4/.test(l)),
-    "fio's figures of the phase are logged",
-  );
-});
+t.test(
+  "fio for the wanted files starts first; their reads go before the others are mapped, at depth 4, unpaced",
+  async (t) => {
+    const { target } = await coldVolume();
+    const log = createMemoryLogger("debug");
+    const { reader, options } = background(log, { images: ["lab/want:1"] });
+    await reader.initialize(target, "files", options);
+    const lines = log.lines;
+    const filefrags = lines.flatMap((l, i) => (l.includes("exec.run") && l.includes("filefrag") ? [i] : []));
+    const need = fioLine(lines, "prewarm-need");
+    const listed = fioLine(lines, "prewarm-listed");
+    const given = lines.findIndex((l) => /prewarm\.need: 4 reads of the wanted files given to fio/.test(l));
+    t.equal(filefrags.length, 2, "the wanted files mapped, then the others");
+    t.ok(need.index >= 0 && need.index < filefrags[0]!, "fio started before the wanted files are mapped");
+    t.match(need.line, /--read_iolog=- --read_iolog_chunked=1 --bs=1048576 /, "its log read from stdin, as it comes");
+    t.ok(given > filefrags[0]! && given < filefrags[1]!, "the wanted reads given to it between the two mappings");
+    t.match(need.line, /--iodepth=4 /, "4 reads of 1 MiB in flight, not 32");
+    t.notMatch(need.line, /--thread/, "not paced (one process to stop is only made for paced reads)");
+    t.match(listed.line, /--iodepth=2 /, "the other image's files at the yielding depth");
+    t.match(listed.line, /--thread/, "paced");
+    t.ok(listed.index > need.index, "after the wanted files");
+    t.ok(
+      lines.some((l) => /prewarm\.read: prewarm-need: 4 reads, 4 MiB at depth 4/.test(l)),
+      "fio's figures of the phase are logged",
+    );
+  },
+);
 
 t.test("files with no image named reads the whole list first, then the rest", async (t) => {
   const { volumeId, target } = await coldVolume();
@@ -106,6 +114,38 @@ t.test("files with no image named reads the whole list first, then the rest", as
   const r = [...rest].filter((c) => !listed.has(c) && position.has(c)).map((c) => position.get(c)!);
   t.ok(l.length >= 20 && r.length >= 50, `fetched: ${l.length} listed chunks, ${r.length} others`);
   t.ok(Math.max(...l) < Math.min(...r), `listed first (last at ${Math.max(...l)}, the rest from ${Math.min(...r)})`);
+});
+
+t.test("a fio that cannot read its log from stdin gets the wanted files' reads from a file", async (t) => {
+  const { volumeId, target } = await coldVolume();
+  const wanted = await chunksOf(target.mountPoint, WANTED);
+  const before = (await lab.cold!.fetchOrder(volumeId)).length;
+  // As fio before 3.22 (which takes `-` for a file name), or any fio whose run from stdin fails.
+  const dir = await mkdtemp(join(tmpdir(), "old-fio-"));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const fio = join(dir, "fio");
+  await writeFile(
+    fio,
+    '#!/bin/sh\ncase " $* " in *" --read_iolog=- "*)\n' +
+      '  echo "fopen read iolog: No such file or directory" >&2; exit 1;;\nesac\nexec fio "$@"\n',
+    { mode: 0o755 },
+  );
+  const log = createMemoryLogger("debug");
+  const options = background(log, { images: ["lab/want:1"] }).options;
+  await createFioReader({ log, fio }).initialize(target, "files", options);
+  t.ok(
+    log.lines.some((l) =>
+      /prewarm-need: fio did not take its reads on stdin .*No such file.*: replaying them from a file/.test(l),
+    ),
+    "said so",
+  );
+  t.ok(
+    log.lines.some((l) => /prewarm\.read: prewarm-need: 4 reads, 4 MiB at depth 4/.test(l)),
+    "the same reads, from a file",
+  );
+  const position = await fetchPositions(volumeId, before);
+  const fetched = [...wanted].filter((c) => position.has(c));
+  t.equal(fetched.length, wanted.size, "every chunk of the wanted files fetched");
 });
 
 t.test("device reads the list first, then the device from its start", async (t) => {

@@ -213,9 +213,10 @@ class ColdImages(pyfuse3.Operations):
     # -- helpers -------------------------------------------------------------------------
 
     def _logged(self, name, index, queued, kind):
-        """Appends `<file> <chunk> <queued ms> <r|w>` per chunk fetched to --fetch-log (the order of first reads)."""
+        """Appends `<file> <chunk> <queued ms> <r|w> <unix time s>` per chunk fetched to --fetch-log (the order of
+        first reads; the time the fetch ended)."""
         if self.fetch_log is not None:
-            self.fetch_log.write(f"{name} {index} {queued * 1000:.1f} {kind}\n")
+            self.fetch_log.write(f"{name} {index} {queued * 1000:.1f} {kind} {time.time():.3f}\n")
 
     def _inode_of(self, name):
         inode = self.inodes.get(name)

@@ -82,6 +82,8 @@ export interface ColdFetch {
   queuedMs: number;
   /** A read asked for it, or a write to part of the chunk (the rest had to be fetched first). */
   by: "read" | "write";
+  /** When the fetch ended (ms since the epoch, this machine's clock). */
+  atMs: number;
 }
 
 /** The cold layer of a lab. */
@@ -321,10 +323,11 @@ export async function startColdLayer(
         .split("\n")
         .map((line) => line.split(" "))
         .filter(([name, index]) => name === file && index !== undefined)
-        .map(([, index, queued, kind]) => ({
+        .map(([, index, queued, kind, at]) => ({
           chunk: Number(index),
           queuedMs: Number(queued ?? 0),
           by: kind === "w" ? ("write" as const) : ("read" as const),
+          atMs: Math.round(Number(at ?? Number.NaN) * 1000),
         }));
     },
 
