@@ -35,8 +35,9 @@ function tagOption(value: string, previous: Record<string, string> = {}): Record
 async function interruptedBuiltAt(manifest: string): Promise<string | undefined> {
   const earlier = (await readManifestJson(manifest).catch(() => undefined)) as
     { status?: unknown; tags?: Record<string, unknown> } | undefined;
-  // A rejected one too: the rerun uploads the same build anew (a new snapshot, the generation's time kept).
-  const unfinished = ["uploading", "completing", "rejected"].includes(earlier?.status as string);
+  // A starting one: its ClientToken may have reached EBS with these tags. A rejected one too: the
+  // rerun uploads the same build anew (a new snapshot, the generation's time kept).
+  const unfinished = ["starting", "uploading", "completing", "rejected"].includes(earlier?.status as string);
   const builtAt = unfinished ? earlier?.tags?.[VolumeTag.builtAt] : undefined;
   return typeof builtAt === "string" ? builtAt : undefined;
 }
@@ -132,7 +133,8 @@ function snapshotUploadCommand(): Command {
     .requiredOption("--image <path>", "the disk image (a sparse file; unmounted)")
     .requiredOption(
       "--manifest <path>",
-      "this build's manifest: written as blocks land, resumed from if it exists, the next build's --parent",
+      "this build's manifest: written before the snapshot is started and as blocks land, resumed from if it " +
+        "exists, the next build's --parent",
     )
     .option(
       "--parent <path>",

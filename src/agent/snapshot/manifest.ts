@@ -1,6 +1,7 @@
 /**
- * The build's manifest: a local JSON file naming the snapshot an upload writes and the blocks
- * put to it so far (a killed upload resumes from it), and once completed (read back and found to
+ * The build's manifest: a local JSON file naming the ClientToken StartSnapshot is asked with
+ * (written before it is asked), then the snapshot an upload writes and the blocks put to it so
+ * far (a killed upload resumes from it), and once completed (read back and found to
  * hold the image), every block the image holds (the next generation's upload reads it as its
  * parent's content and puts only what differs). Pure: reading and writing the file is
  * src/host/snapshot-manifest.ts.
@@ -8,22 +9,19 @@
 import { AgentError, ExitCode } from "../../errors.ts";
 import { EBS_BLOCK_BYTES, blocksOfVolume, type BlockHashes } from "./plan.ts";
 
+/**
+ * Still @1 since `starting` came: a status added, every manifest written before read as it was
+ * (an older agent refuses a `starting` one by its status, naming it, and reads the rest).
+ */
 export const MANIFEST_FORMAT = "ebs-cache-agent/snapshot-manifest@1";
 
-export interface SnapshotManifest {
+/** What every manifest holds, whatever its status. */
+interface ManifestBody {
   format: typeof MANIFEST_FORMAT;
-  snapshotId: string;
   /** The snapshot this one was started from (absent: a full upload). */
   parentSnapshotId?: string;
   /** StartSnapshot's ClientToken: a StartSnapshot repeated after a kill returns the same snapshot. */
   clientToken: string;
-  /**
-   * uploading: blocks are being put; completing: CompleteSnapshot was accepted, the read-back check
-   * is what is left; completed: the snapshot was read back and holds the image (a parent for the next);
-   * rejected: it was read back and does not hold the image (deleted, or left tagged unverified): the
-   * same command run again uploads anew, never asking its ClientToken again.
-   */
-  status: "uploading" | "completing" | "completed" | "rejected";
   volumeSizeGiB: number;
   blockSize: number;
   /** The image's size in bytes and its blocks holding data: index → base64 SHA-256. */
@@ -35,6 +33,37 @@ export interface SnapshotManifest {
   /** The read-back check of a completed manifest: blocks EBS listed, and how many were read back and compared. */
   verified?: { listed: number; read: number; all: boolean };
 }
+
+/**
+ * Written before StartSnapshot is asked, with the ClientToken it is asked with: a kill before its
+ * answer is recorded leaves the token named, and the rerun asks it again (the same snapshot back,
+ * or a first one if the request never reached EBS). No snapshot yet, so nothing written.
+ */
+export interface StartingManifest extends ManifestBody {
+  status: "starting";
+  snapshotId?: undefined;
+}
+
+/**
+ * uploading: blocks are being put; completing: CompleteSnapshot was accepted, the read-back check
+ * is what is left; completed: the snapshot was read back and holds the image (a parent for the
+ * next); rejected: it was read back and does not hold the image (deleted, or left tagged
+ * unverified): the same command run again uploads anew, never asking its ClientToken again.
+ */
+export interface StartedManifest extends ManifestBody {
+  status: "uploading" | "completing" | "completed" | "rejected";
+  snapshotId: string;
+}
+
+export type SnapshotManifest = StartingManifest | StartedManifest;
+
+const STATUSES: readonly SnapshotManifest["status"][] = [
+  "starting",
+  "uploading",
+  "completing",
+  "completed",
+  "rejected",
+];
 
 /** A manifest that cannot be read as one: nothing is uploaded. */
 export class ManifestError extends AgentError {
@@ -72,7 +101,15 @@ export function parseManifest(path: string, json: unknown): SnapshotManifest {
   const problems: string[] = [];
   const m = (typeof json === "object" && json !== null ? json : {}) as Record<string, unknown>;
   if (m.format !== MANIFEST_FORMAT) problems.push(`format is not ${MANIFEST_FORMAT}`);
-  if (typeof m.snapshotId !== "string" || !SNAPSHOT_ID.test(m.snapshotId)) problems.push("snapshotId is not snap-…");
+  if (!STATUSES.includes(m.status as SnapshotManifest["status"]))
+    problems.push(`status is none of ${STATUSES.join(", ")}`);
+  const starting = m.status === "starting";
+  // A starting manifest is written before StartSnapshot answers: a snapshot named, or blocks
+  // recorded put, would be a record of something that cannot have happened yet.
+  if (starting && m.snapshotId !== undefined)
+    problems.push("a starting manifest names a snapshotId (only one StartSnapshot answered does)");
+  else if (!starting && (typeof m.snapshotId !== "string" || !SNAPSHOT_ID.test(m.snapshotId)))
+    problems.push("snapshotId is not snap-…");
   if (
     m.parentSnapshotId !== undefined &&
     (typeof m.parentSnapshotId !== "string" || !SNAPSHOT_ID.test(m.parentSnapshotId))
@@ -80,8 +117,6 @@ export function parseManifest(path: string, json: unknown): SnapshotManifest {
     problems.push("parentSnapshotId is not snap-…");
   if (typeof m.clientToken !== "string" || m.clientToken.length === 0 || m.clientToken.length > 64)
     problems.push("clientToken is not a token");
-  if (!["uploading", "completing", "completed", "rejected"].includes(m.status as string))
-    problems.push("status is none of uploading, completing, completed, rejected");
   for (const key of ["volumeSizeGiB", "blockSize", "imageBytes"] as const) {
     if (!Number.isSafeInteger(m[key]) || (m[key] as number) <= 0) problems.push(`${key} is not a positive integer`);
   }
@@ -97,6 +132,9 @@ export function parseManifest(path: string, json: unknown): SnapshotManifest {
     if (Number.isSafeInteger(m.imageBytes) && (m.imageBytes as number) > volumeBlocks * EBS_BLOCK_BYTES)
       problems.push(`imageBytes is more than a volume of ${String(m.volumeSizeGiB)} GiB holds`);
   }
+  if (starting && Object.keys(written).length > 0)
+    problems.push("a starting manifest records blocks written (none is put before StartSnapshot answered)");
+  if (starting && m.verified !== undefined) problems.push("a starting manifest records a read-back check");
   const tags = m.tags;
   if (typeof tags !== "object" || tags === null || Object.values(tags).some((v) => typeof v !== "string"))
     problems.push("tags is not an object of strings");

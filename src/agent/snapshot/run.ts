@@ -3,7 +3,8 @@
  * snapshot through the EBS direct APIs, with no instance and no volume: check what is asked and
  * the image (a pool image of the image set the tags name: before any call) → observe (the parent
  * build's manifest, this build's manifest if a killed run left one, the image's blocks) → start
- * the snapshot, tagged `ebs-cache:unverified`, or find what the manifest's ClientToken gives back
+ * the snapshot, tagged `ebs-cache:unverified`, with a new ClientToken the manifest records
+ * (`starting`) before StartSnapshot is asked, or find what the manifest's ClientToken gives back
  * (pending: resume; completed: check it and record it; in error, or not holding the image: reject
  * it, delete it and start a fresh one) → plan (src/agent/snapshot/plan.ts) → put the planned
  * blocks, several at once → complete → read back (verify.ts) → the tag removed (only now may the
@@ -20,7 +21,16 @@ import { AgentError, ExitCode } from "../../errors.ts";
 import { SnapshotTag } from "../../tags.ts";
 import type { SnapshotUploadDeps } from "./deps.ts";
 import { imageSetMismatch, parseImageSetRecord } from "./image-set-record.ts";
-import { MANIFEST_FORMAT, ManifestError, parseManifest, toMap, toRecord, type SnapshotManifest } from "./manifest.ts";
+import {
+  MANIFEST_FORMAT,
+  ManifestError,
+  parseManifest,
+  toMap,
+  toRecord,
+  type SnapshotManifest,
+  type StartedManifest,
+  type StartingManifest,
+} from "./manifest.ts";
 import { readParentBlocks, type ParentRead } from "./parent.ts";
 import {
   EBS_BLOCK_BYTES,
@@ -85,15 +95,21 @@ async function readManifest(deps: SnapshotUploadDeps, path: string): Promise<Sna
   return json === undefined ? undefined : parseManifest(path, json);
 }
 
+const ROOM = "make its folder writable with room to spare, then run the same command again";
+
 /** Writes the manifest; a failure (a full disk, a folder gone) is the upload's, typed. */
-async function writeManifest(deps: SnapshotUploadDeps, path: string, manifest: SnapshotManifest): Promise<void> {
+async function writeManifest(
+  deps: SnapshotUploadDeps,
+  path: string,
+  manifest: SnapshotManifest,
+  remediation = `${ROOM}: it resumes from the manifest as last written (blocks put since are put again)`,
+): Promise<void> {
   try {
     await deps.writeManifestJson(path, manifest);
   } catch (error) {
     throw new SnapshotUploadError(
       `the manifest ${path} cannot be written: ${(error as Error).message}`,
-      "make its folder writable with room to spare, then run the same command again: it resumes from the " +
-        "manifest as last written (blocks put since are put again)",
+      remediation,
       ExitCode.failure,
     );
   }
@@ -128,8 +144,6 @@ type Opened =
       snapshotId: string;
       clientToken: string;
       alreadyPut: Map<number, string>;
-      /** This run's StartSnapshot began it: no manifest names it until this run writes one. */
-      startedHere: boolean;
     }
   /** CompleteSnapshot was accepted on an earlier run (`completing`): only the check is left. */
   | { kind: "sealing"; snapshotId: string; clientToken: string; alreadyPut: Map<number, string> }
@@ -167,7 +181,7 @@ export async function runSnapshotUpload(
 interface CheckedRequest {
   image: Awaited<ReturnType<typeof checkImage>>;
   /** The parent's manifest (--parent), completed. */
-  parent: SnapshotManifest | undefined;
+  parent: StartedManifest | undefined;
   parentId: string | undefined;
   /** This build's manifest, left by an earlier run. */
   earlier: SnapshotManifest | undefined;
@@ -183,10 +197,11 @@ async function checkRequest(deps: SnapshotUploadDeps, settings: SnapshotUploadSe
     );
   const image = await checkImage(deps, settings);
 
-  const parent = settings.parentManifest ? await readManifest(deps, settings.parentManifest) : undefined;
-  if (settings.parentManifest && parent?.status !== "completed") {
-    throw new ManifestError(settings.parentManifest, parent ? "is not completed" : "does not exist");
+  const read = settings.parentManifest ? await readManifest(deps, settings.parentManifest) : undefined;
+  if (settings.parentManifest && read?.status !== "completed") {
+    throw new ManifestError(settings.parentManifest, read ? "is not completed" : "does not exist");
   }
+  const parent = read?.status === "completed" ? read : undefined;
   if (parent && settings.parentSnapshotId !== undefined && parent.snapshotId !== settings.parentSnapshotId)
     throw new SnapshotUploadError(
       `--parent ${settings.parentManifest} is the manifest of ${parent.snapshotId}, not of --parent-snapshot ` +
@@ -269,8 +284,9 @@ async function readUpload(
   });
   if (toRead === 0) scanned(0, 0, true);
   if (scan.bytes !== image.bytes || (earlier && !sameHashes(toMap(earlier.blocks), scan.blocks))) {
+    const since = earlier ? `since the upload of ${earlier.snapshotId ?? "this build"} began` : "while read";
     throw new SnapshotUploadError(
-      `${settings.image} changed ${earlier ? `since the upload of ${earlier.snapshotId} started` : "while read"}`,
+      `${settings.image} changed ${since}`,
       "upload an image once it is built and unmounted; start a new build with a new --manifest path",
     );
   }
@@ -350,24 +366,43 @@ async function abandon(upload: Upload, snapshotId: string, clientToken: string):
 }
 
 /**
- * StartSnapshot with the manifest's ClientToken (or a new one): the snapshot it gives back,
- * resumed, checked, or abandoned for a fresh one. A new token must give a pending snapshot. A
- * rejected manifest's token is never asked again: its snapshot may be deleted, and what EBS
- * answers for a deleted snapshot's token it does not say.
+ * A new ClientToken, recorded in a `starting` manifest before StartSnapshot is asked with it. A
+ * kill between the request and the manifest naming its answer (or an answer lost, then a kill)
+ * leaves the token named, and the rerun asks it again instead of starting a second snapshot
+ * beside the first (which would stay pending, nameless, until EBS failed it). The write failing
+ * (a full disk, a folder gone) stops the upload with nothing started.
+ */
+async function newClientToken(upload: Upload): Promise<string> {
+  const clientToken = randomUUID();
+  await writeManifest(
+    upload.deps,
+    upload.settings.manifest,
+    startingManifest(upload, clientToken),
+    `nothing was started: ${ROOM}`,
+  );
+  return clientToken;
+}
+
+/**
+ * StartSnapshot with the manifest's ClientToken (or a new one, recorded first): the snapshot it
+ * gives back, resumed, checked, or abandoned for a fresh one. A new token must give a pending
+ * snapshot; a `starting` manifest's may give one made by the run that recorded it (nothing put to
+ * it yet), or a first one (that run was stopped before its request reached EBS). A rejected
+ * manifest's token is never asked again: its snapshot may be deleted, and what EBS answers for a
+ * deleted snapshot's token it does not say.
  */
 async function openSnapshot(upload: Upload): Promise<Opened> {
   const { deps, settings, log, earlier, parentId } = upload;
-  let clientToken = earlier?.clientToken ?? randomUUID();
-  let fromManifest = earlier !== undefined;
+  let clientToken: string;
+  let fromManifest = earlier !== undefined && earlier.status !== "rejected";
   if (earlier?.status === "rejected") {
     log.notice("snapshot.rejected-before", `${earlier.snapshotId} was found not to hold the image: uploading anew`, {
       snapshotId: earlier.snapshotId,
     });
     upload.abandoned.push(earlier.snapshotId);
     await discard(upload, earlier.snapshotId);
-    clientToken = randomUUID();
-    fromManifest = false;
-  }
+    clientToken = await newClientToken(upload);
+  } else clientToken = earlier?.clientToken ?? (await newClientToken(upload));
   for (; ; fromManifest = false) {
     const snapshot = await deps.writer.start({
       volumeSizeGiB: upload.volumeSizeGiB,
@@ -383,7 +418,16 @@ async function openSnapshot(upload: Upload): Promise<Opened> {
     const { snapshotId } = snapshot;
     const same = fromManifest && snapshotId === earlier?.snapshotId;
     if (snapshot.status === "pending") {
-      if (fromManifest && !same)
+      if (fromManifest && earlier?.status === "starting")
+        log.notice(
+          "snapshot.start-recorded",
+          "the manifest's ClientToken asked again: uploading from its first block",
+          {
+            snapshotId,
+            why: "an earlier run stopped between recording the token and recording StartSnapshot's answer",
+          },
+        );
+      else if (fromManifest && !same)
         log.warning("snapshot.resume-lost", "the manifest's snapshot was not given back: uploading anew", {
           left: earlier?.snapshotId,
           snapshotId,
@@ -392,7 +436,7 @@ async function openSnapshot(upload: Upload): Promise<Opened> {
       const alreadyPut = new Map(same ? toMap(earlier!.written) : []);
       return same && earlier?.status === "completing"
         ? { kind: "sealing", snapshotId, clientToken, alreadyPut }
-        : { kind: "upload", snapshotId, clientToken, alreadyPut, startedHere: !same };
+        : { kind: "upload", snapshotId, clientToken, alreadyPut };
     }
     if (!fromManifest)
       throw new EbsAnswerError(
@@ -403,7 +447,7 @@ async function openSnapshot(upload: Upload): Promise<Opened> {
     const reconciled = await reconcile(upload, snapshot.status, snapshotId, clientToken);
     if (reconciled) return reconciled;
     await abandon(upload, snapshotId, clientToken);
-    clientToken = randomUUID();
+    clientToken = await newClientToken(upload);
   }
 }
 
@@ -455,20 +499,29 @@ interface OpenedUpload extends Upload {
   seconds(): number;
 }
 
-/** This build's manifest as it stands. */
-function manifestOf(run: OpenedUpload, status: SnapshotManifest["status"], verified?: VerifyReport): SnapshotManifest {
+/** This build's manifest before StartSnapshot is asked with `clientToken`: no snapshot, nothing written. */
+function startingManifest(upload: Upload, clientToken: string): StartingManifest {
   return {
     format: MANIFEST_FORMAT,
-    snapshotId: run.opened.snapshotId,
-    ...(run.parentId ? { parentSnapshotId: run.parentId } : {}),
-    clientToken: run.opened.clientToken,
-    status,
-    volumeSizeGiB: run.volumeSizeGiB,
+    ...(upload.parentId ? { parentSnapshotId: upload.parentId } : {}),
+    clientToken,
+    status: "starting",
+    volumeSizeGiB: upload.volumeSizeGiB,
     blockSize: EBS_BLOCK_BYTES,
-    imageBytes: run.scan.bytes,
-    blocks: toRecord(run.scan.blocks),
+    imageBytes: upload.scan.bytes,
+    blocks: toRecord(upload.scan.blocks),
+    written: {},
+    tags: upload.settings.tags,
+  };
+}
+
+/** This build's manifest as it stands, once its snapshot is opened. */
+function manifestOf(run: OpenedUpload, status: StartedManifest["status"], verified?: VerifyReport): StartedManifest {
+  return {
+    ...startingManifest(run, run.opened.clientToken),
+    snapshotId: run.opened.snapshotId,
+    status,
     written: toRecord(run.written),
-    tags: run.settings.tags,
     ...(verified ? { verified } : {}),
   };
 }
@@ -504,7 +557,9 @@ async function putAndComplete(run: OpenedUpload): Promise<string> {
   const { deps, settings, log, opened, plan, written } = run;
   const { snapshotId } = opened;
   const now = deps.now ?? Date.now;
-  await recordOpened(run, manifestOf(run, opened.kind === "sealing" ? "completing" : "uploading"));
+  // The first record of the snapshot opened; a kill before it leaves the manifest `starting` (or as
+  // it was), and the rerun asks the same ClientToken again.
+  await writeManifest(deps, settings.manifest, manifestOf(run, opened.kind === "sealing" ? "completing" : "uploading"));
   log.info("snapshot.plan", "blocks to put", {
     snapshotId,
     parent: run.parentId,
@@ -537,35 +592,6 @@ async function putAndComplete(run: OpenedUpload): Promise<string> {
     status = "completed";
   }
   return status;
-}
-
-/**
- * The manifest's first write for the snapshot opened. One this run started is named by nothing
- * else (its ClientToken is in no file), so when that write fails it is deleted: the snapshot was
- * begun by this run, moments ago, nothing put to it, and a rerun (with a new token) would
- * otherwise leave it pending until EBS fails it, then in error for good. A snapshot a manifest
- * names already is never deleted here: the rerun resumes it.
- */
-async function recordOpened(run: OpenedUpload, manifest: SnapshotManifest): Promise<void> {
-  try {
-    await writeManifest(run.deps, run.settings.manifest, manifest);
-  } catch (error) {
-    const { opened } = run;
-    if (!(error instanceof SnapshotUploadError) || opened.kind !== "upload" || !opened.startedHere) throw error;
-    const { snapshotId } = opened;
-    const disposal = await discard(run, snapshotId);
-    const room = "make the manifest's folder writable with room to spare, then run the same command again";
-    throw new SnapshotUploadError(
-      disposal.deleted
-        ? `${error.message}; ${snapshotId}, started for it, is deleted`
-        : `${error.message}; ${snapshotId}, started for it, could not be deleted (${disposal.why})`,
-      disposal.deleted
-        ? `${room}: it starts the upload anew`
-        : `delete ${snapshotId} (aws ec2 delete-snapshot --snapshot-id ${snapshotId}: it keeps ` +
-            `${SnapshotTag.unverified}, so nothing takes it), ${room}: it starts the upload anew`,
-      ExitCode.failure,
-    );
-  }
 }
 
 /** The completed snapshot read back; one found wrong is recorded rejected and deleted, and the run fails. */

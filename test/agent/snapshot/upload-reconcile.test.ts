@@ -52,7 +52,12 @@ async function setup(t: Test, lab: Lab) {
   await makePoolImage(image);
   const client = testEbsClient(t, lab.emu.endpoint, 1);
   const manifest = join(dir, "gen.json");
-  const read = async () => parseManifest(manifest, await readManifestJson(manifest));
+  /** The manifest, past `starting`: a snapshot named (every test here reads it once StartSnapshot answered). */
+  const read = async () => {
+    const m = parseManifest(manifest, await readManifestJson(manifest));
+    if (m.status === "starting") throw new Error(`${manifest} is still starting: no snapshot named`);
+    return m;
+  };
   const holdsImage = async (snapshotId: string) => {
     const expected = (await scanImage(image, EBS_BLOCK_BYTES)).blocks;
     const held = lab.backend.snapshotBlocks.get(snapshotId) ?? new Map<number, Buffer>();
