@@ -5,10 +5,13 @@
  * deviations, never the product). A full upload, an incremental one, a SIGKILL among the puts
  * and its rerun, a SIGKILL once CompleteSnapshot was applied and its rerun (found completed,
  * checked, recorded; until then tagged ebs-cache:unverified, so the pool's current snapshot as
- * EC2 lists it on either stays the previous one): each snapshot read back through the raw SDK
- * and compared with the image, and the two backends' reports the same once ids and times are
- * left out. Then moto as it is: each deviation the adapter names is still there (a moto that
- * closes one fails here and says which), and the product refuses the ones that reach it.
+ * EC2 lists it on either stays the previous one), a SIGKILL once StartSnapshot was applied and
+ * its rerun (the token recorded before the request: the same snapshot, one in all): each
+ * snapshot read back through the raw SDK and compared with the image, and the two backends'
+ * reports the same once ids and times are left out. Then moto as it is: each deviation the
+ * adapter names is still there (a moto that closes one fails here and says which; its
+ * StartSnapshot keeps no ClientToken, so the start's kill holds on moto only through the
+ * adapter's client-token fix), and the product refuses the ones that reach it.
  *
  * moto must be on the machine (scripts/setup.sh checks it): without it this test fails, it never skips.
  */
@@ -165,7 +168,7 @@ async function scenario(t: Test, backend: EbsBackend): Promise<Map<string, Repor
   /** Runs the upload until `action`'s `nth` request was applied, then SIGKILLs it (its answer still held). */
   const killed = async (
     manifest: string,
-    action: "PutSnapshotBlock" | "CompleteSnapshot",
+    action: "StartSnapshot" | "PutSnapshotBlock" | "CompleteSnapshot",
     nth: number,
     more: string[],
   ) => {
@@ -228,6 +231,37 @@ async function scenario(t: Test, backend: EbsBackend): Promise<Map<string, Repor
     reconciled.snapshotId,
     "read back by the rerun and untagged: now the pool's current one",
   );
+
+  // A SIGKILL once StartSnapshot was applied, its answer not yet given: the manifest was written
+  // (`starting`, the ClientToken) before the request, so the rerun asks the same token and writes
+  // the snapshot the killed run started: one snapshot for the generation, none left pending
+  // beside it. (moto keeps no ClientToken: there the adapter's client-token fix is what answers.)
+  await writeBlocks(image, { [spare[12]!]: randomBlock() });
+  const earlier = new Set((await poolSnapshots(sdk)()).map((x) => x.snapshotId));
+  const made = async () => (await poolSnapshots(sdk)()).filter((x) => !earlier.has(x.snapshotId));
+  const starting = await killed("gen5.json", "StartSnapshot", 1, ["--parent", join(dir, "gen4.json")]);
+  t.match(starting, { status: "starting", written: {} }, "killed at the start: the manifest says starting");
+  t.equal(starting.snapshotId, undefined, "… and names no snapshot");
+  const nameless = await made();
+  t.equal(nameless.length, 1, "EBS made one snapshot, which no manifest names yet");
+  t.match(nameless[0]?.tags, { [SnapshotTag.unverified]: "true" }, "… tagged unverified");
+  const started = await step("started", "gen5.json", { parentManifest: join(dir, "gen4.json") });
+  t.match(
+    started,
+    { snapshotId: nameless[0]?.snapshotId, status: "completed", resumed: 0 },
+    "the rerun writes that one",
+  );
+  t.same(
+    (await made()).map((x) => x.snapshotId),
+    [started.snapshotId],
+    "one snapshot for the generation in all, as EC2 lists them",
+  );
+  t.match(
+    parseManifest("gen5.json", await readManifestJson(join(dir, "gen5.json"))),
+    { status: "completed", snapshotId: started.snapshotId, clientToken: starting.clientToken },
+    "its manifest completed, with the token recorded before the start",
+  );
+  await holdsImage(t, client, started.snapshotId, image);
 
   return reports;
 }
