@@ -4,8 +4,9 @@
  * temp dir (test/fixtures/builders/pool-image.ts). A full upload puts exactly the image's blocks holding
  * data; an incremental one only what changed (zeros over cleared blocks); a killed one resumes
  * without putting twice, rerun by the CLI too (with the interrupted upload's build time, as EBS's
- * ClientToken needs); every upload is read back before its manifest says completed; volumes made
- * from the result hold the image; bad input changes nothing.
+ * ClientToken needs, also when it was killed before StartSnapshot's answer was recorded); every
+ * upload is read back before its manifest says completed; volumes made from the result hold the
+ * image; bad input changes nothing.
  */
 import { DescribeSnapshotsCommand, CreateVolumeCommand } from "@aws-sdk/client-ec2";
 import { execa } from "execa";
@@ -401,3 +402,69 @@ t.test("the CLI resumes an upload a stop interrupted: without --built-at, the in
   t.equal(snapshots.length, 1, "one snapshot: the interrupted one, resumed");
   t.match(snapshots[0]?.tags, { [VolumeTag.builtAt]: builtAt }, "tagged with the interrupted upload's build time");
 });
+
+t.test(
+  "the CLI reruns an upload killed once StartSnapshot was applied: the starting manifest's build time",
+  async (t) => {
+    const lab = await startLab(t);
+    const dir = await mkdtemp(join(tmpdir(), "snapshot-starting-"));
+    t.teardown(() => rm(dir, { recursive: true, force: true }));
+    const image = join(dir, "set.img");
+    const manifest = join(dir, "gen.json");
+    await makePoolImage(image, { record: { ...DEFAULT_RECORD, images: ["registry.example.org/app:1"] } });
+    const builtAt = "2026-12-02T01:00:00Z";
+    const tags = generationTags({
+      pool: "sim4life",
+      imageSet: "2026-12",
+      images: ["registry.example.org/app:1"],
+      imageStore: "graphdriver",
+      engineVersion: "28.5.1",
+      builtAt,
+      operatorTags: {},
+    });
+    if (!("tags" in tags)) throw new Error(tags.problems.join("; "));
+    const client = testEbsClient(t, lab.emu.endpoint);
+    // The run killed at `builtAt`, as the CLI starts it: EBS made the snapshot, its answer was lost.
+    const writer = snapshotBlockWriter(client);
+    const killed = runSnapshotUpload(
+      uploadDeps(client, {
+        writer: {
+          ...writer,
+          async start(...args: Parameters<typeof writer.start>) {
+            await writer.start(...args);
+            throw new Error("killed once StartSnapshot was applied");
+          },
+        },
+      }),
+      uploadSettings(image, manifest, {
+        tags: tags.tags,
+        description: "ebs-cache golden snapshot: pool sim4life, image set 2026-12",
+      }),
+    );
+    await t.rejects(killed, { message: /killed once/ });
+    t.match(parseManifest("gen.json", await readManifestJson(manifest)), { status: "starting" });
+    const [left] = Object.keys(lab.emu.snapshotState().snapshots);
+
+    // The same command again, later, without --built-at: the token is asked with the same tags.
+    const rerun = await execa(
+      process.execPath,
+      [
+        ...["src/cli.ts", "snapshot", "upload", "--image", image, "--manifest", manifest],
+        ...["--pool", "sim4life", "--image-set", "2026-12", "--images", "registry.example.org/app:1"],
+        ...["--image-store", "graphdriver", "--engine-version", "28.5.1"],
+        ...["--region", "us-east-1", "--endpoint", lab.emu.endpoint, "--ec2-endpoint", lab.emu.endpoint, "--json"],
+      ],
+      {
+        env: { ...childEnv(), AWS_ACCESS_KEY_ID: "dummy", AWS_SECRET_ACCESS_KEY: "dummy" },
+        extendEnv: false,
+        reject: false,
+      },
+    );
+    t.equal(rerun.exitCode, 0, String(rerun.stderr));
+    const report = JSON.parse(String(rerun.stdout || "{}")) as { snapshotId?: string; status?: string };
+    t.match(report, { snapshotId: left, status: "completed" }, "the rerun writes the snapshot the killed run started");
+    const snapshots = Object.values(lab.emu.snapshotState().snapshots);
+    t.equal(snapshots.length, 1, "one snapshot in all");
+    t.match(snapshots[0]?.tags, { [VolumeTag.builtAt]: builtAt }, "tagged with the killed upload's build time");
+  },
+);
