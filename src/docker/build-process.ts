@@ -26,8 +26,8 @@ export interface SpawnedDaemon {
 export async function spawnDaemon(program: string, args: readonly string[], logFile: string): Promise<SpawnedDaemon> {
   const logHandle = await open(logFile, "a");
   const child = spawn(program, args, { detached: true, stdio: ["ignore", logHandle.fd, logHandle.fd] });
-  await logHandle.close();
-  child.unref();
+  // Listened to before anything is awaited: a daemon that fails at once (a refused daemon.json) may exit while the
+  // log's handle closes, and an exit event with no listener yet is not told again.
   let exited: string | undefined;
   const ended = new Promise<void>((resolve) => {
     child.once("exit", (code, signal) => {
@@ -39,6 +39,8 @@ export async function spawnDaemon(program: string, args: readonly string[], logF
       resolve();
     });
   });
+  child.unref();
+  await logHandle.close();
   return { pid: child.pid, exited: () => exited, ended };
 }
 
@@ -80,7 +82,14 @@ export async function waitUntilServing(
  */
 async function exitedMeanwhile(daemon: SpawnedDaemon): Promise<string | undefined> {
   if (daemon.exited() !== undefined || daemon.pid === undefined || !(await isGone(daemon.pid))) return daemon.exited();
-  await Promise.race([daemon.ended, sleep(5000, undefined, { ref: false })]);
+  // The timer holds the process while the exit is awaited (the daemon's child handle is unref'd: alone, it would let
+  // the process end here with the wait unsettled), and is cleared once the exit is in.
+  const exitSeen = new AbortController();
+  try {
+    await Promise.race([daemon.ended, sleep(5000, undefined, { signal: exitSeen.signal }).catch(() => undefined)]);
+  } finally {
+    exitSeen.abort();
+  }
   return daemon.exited() ?? "with a status not known";
 }
 

@@ -96,3 +96,20 @@ t.test("a daemon that answers is waited for no further", async (t) => {
   t.equal(asked, 2, "asked until it answered");
   t.equal(daemon.exited(), undefined, "it still runs");
 });
+
+t.test(
+  "a daemon that exits at once: its exit is told every time (none lost while the log's handle closes)",
+  async (t) => {
+    let told = 0;
+    for (let i = 0; i < 30; i++) {
+      const daemon = await spawnDaemon("sh", ["-c", "exit 3"], logFile);
+      // Only a bound against a lost exit, which is never told: a told one comes in milliseconds.
+      let bound: NodeJS.Timeout | undefined;
+      await Promise.race([daemon.ended, new Promise((resolve) => (bound = setTimeout(resolve, 30_000)))]);
+      clearTimeout(bound);
+      if (daemon.exited() === "3") told++;
+      else break;
+    }
+    t.equal(told, 30, "30 exits of 30 told, with their status");
+  },
+);

@@ -98,9 +98,11 @@ export async function startLabRegistry(options: LabRegistryOptions): Promise<Lab
     child = spawn("nsenter", [`--net=${netns}`, "--", REGISTRY_BIN, "serve", config], {
       stdio: ["ignore", logHandle.fd, logHandle.fd],
     });
-  } finally {
+  } catch (error) {
     await logHandle.close();
+    throw error;
   }
+  // Listened to before anything is awaited: an exit event with no listener yet is not told again.
   let exited: string | undefined;
   const gone = new Promise<void>((done) => {
     child.once("exit", (code, signal) => {
@@ -112,6 +114,7 @@ export async function startLabRegistry(options: LabRegistryOptions): Promise<Lab
       done();
     });
   });
+  await logHandle.close();
   const name = `registry-${port}`;
   const stop = async () => {
     if (exited === undefined) {
