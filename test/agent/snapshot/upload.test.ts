@@ -13,7 +13,7 @@ import { execa } from "execa";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import t from "tap";
+import t, { type Test } from "tap";
 import { ManifestError } from "../../../src/agent/snapshot/manifest.ts";
 import { EBS_BLOCK_BYTES } from "../../../src/agent/snapshot/plan.ts";
 import { SnapshotUploadError, runSnapshotUpload } from "../../../src/agent/snapshot/run.ts";
@@ -333,9 +333,10 @@ t.test("the aws CLI's `ebs` commands accept the emulator", async (t) => {
   t.ok((await readFile(join(dir, "out"))).equals(data), "get-snapshot-block returns the bytes put");
 });
 
-t.test("the CLI resumes an upload a stop interrupted: without --built-at, the interrupted one's", async (t) => {
+/** A generation's pool image (one image) and its tags, built at `builtAt`, with a lab and an EBS client for it. */
+async function generationToUpload(t: Test, prefix: string) {
   const lab = await startLab(t);
-  const dir = await mkdtemp(join(tmpdir(), "snapshot-resume-"));
+  const dir = await mkdtemp(join(tmpdir(), prefix));
   t.teardown(() => rm(dir, { recursive: true, force: true }));
   const image = join(dir, "set.img");
   const manifest = join(dir, "gen.json");
@@ -351,7 +352,29 @@ t.test("the CLI resumes an upload a stop interrupted: without --built-at, the in
     operatorTags: {},
   });
   if (!("tags" in tags)) throw new Error(tags.problems.join("; "));
-  const client = testEbsClient(t, lab.emu.endpoint);
+  return { lab, image, manifest, builtAt, tags, client: testEbsClient(t, lab.emu.endpoint) };
+}
+
+/** The CLI's `snapshot upload` of that generation again, as an operator reruns it: no --built-at. */
+function uploadAgain(endpoint: string, image: string, manifest: string, extra: string[] = []) {
+  return execa(
+    process.execPath,
+    [
+      ...["src/cli.ts", "snapshot", "upload", "--image", image, "--manifest", manifest],
+      ...["--pool", "sim4life", "--image-set", "2026-12", "--images", "registry.example.org/app:1"],
+      ...["--image-store", "graphdriver", "--engine-version", "28.5.1", ...extra],
+      ...["--region", "us-east-1", "--endpoint", endpoint, "--ec2-endpoint", endpoint, "--json"],
+    ],
+    {
+      env: { ...childEnv(), AWS_ACCESS_KEY_ID: "dummy", AWS_SECRET_ACCESS_KEY: "dummy" },
+      extendEnv: false,
+      reject: false,
+    },
+  );
+}
+
+t.test("the CLI resumes an upload a stop interrupted: without --built-at, the interrupted one's", async (t) => {
+  const { lab, image, manifest, builtAt, tags, client } = await generationToUpload(t, "snapshot-resume-");
   // The run the stop interrupted, started at `builtAt`, as the CLI starts it: stopped after 2 puts.
   const controller = new AbortController();
   const writer = snapshotBlockWriter(client);
@@ -376,20 +399,7 @@ t.test("the CLI resumes an upload a stop interrupted: without --built-at, the in
   await t.rejects(stopped, { name: "SnapshotUploadError" });
 
   // The same command again, later, as an operator reruns it: no --built-at.
-  const rerun = await execa(
-    process.execPath,
-    [
-      ...["src/cli.ts", "snapshot", "upload", "--image", image, "--manifest", manifest],
-      ...["--pool", "sim4life", "--image-set", "2026-12", "--images", "registry.example.org/app:1"],
-      ...["--image-store", "graphdriver", "--engine-version", "28.5.1", "--concurrency", "1"],
-      ...["--region", "us-east-1", "--endpoint", lab.emu.endpoint, "--ec2-endpoint", lab.emu.endpoint, "--json"],
-    ],
-    {
-      env: { ...childEnv(), AWS_ACCESS_KEY_ID: "dummy", AWS_SECRET_ACCESS_KEY: "dummy" },
-      extendEnv: false,
-      reject: false,
-    },
-  );
+  const rerun = await uploadAgain(lab.emu.endpoint, image, manifest, ["--concurrency", "1"]);
   t.equal(rerun.exitCode, 0, String(rerun.stderr));
   const report = JSON.parse(String(rerun.stdout || "{}")) as { resumed?: number; put?: number; status?: string };
   const blocks = (await scanImage(image, EBS_BLOCK_BYTES)).blocks.size;
@@ -406,24 +416,7 @@ t.test("the CLI resumes an upload a stop interrupted: without --built-at, the in
 t.test(
   "the CLI reruns an upload killed once StartSnapshot was applied: the starting manifest's build time",
   async (t) => {
-    const lab = await startLab(t);
-    const dir = await mkdtemp(join(tmpdir(), "snapshot-starting-"));
-    t.teardown(() => rm(dir, { recursive: true, force: true }));
-    const image = join(dir, "set.img");
-    const manifest = join(dir, "gen.json");
-    await makePoolImage(image, { record: { ...DEFAULT_RECORD, images: ["registry.example.org/app:1"] } });
-    const builtAt = "2026-12-02T01:00:00Z";
-    const tags = generationTags({
-      pool: "sim4life",
-      imageSet: "2026-12",
-      images: ["registry.example.org/app:1"],
-      imageStore: "graphdriver",
-      engineVersion: "28.5.1",
-      builtAt,
-      operatorTags: {},
-    });
-    if (!("tags" in tags)) throw new Error(tags.problems.join("; "));
-    const client = testEbsClient(t, lab.emu.endpoint);
+    const { lab, image, manifest, builtAt, tags, client } = await generationToUpload(t, "snapshot-starting-");
     // The run killed at `builtAt`, as the CLI starts it: EBS made the snapshot, its answer was lost.
     const writer = snapshotBlockWriter(client);
     const killed = runSnapshotUpload(
@@ -446,20 +439,7 @@ t.test(
     const [left] = Object.keys(lab.emu.snapshotState().snapshots);
 
     // The same command again, later, without --built-at: the token is asked with the same tags.
-    const rerun = await execa(
-      process.execPath,
-      [
-        ...["src/cli.ts", "snapshot", "upload", "--image", image, "--manifest", manifest],
-        ...["--pool", "sim4life", "--image-set", "2026-12", "--images", "registry.example.org/app:1"],
-        ...["--image-store", "graphdriver", "--engine-version", "28.5.1"],
-        ...["--region", "us-east-1", "--endpoint", lab.emu.endpoint, "--ec2-endpoint", lab.emu.endpoint, "--json"],
-      ],
-      {
-        env: { ...childEnv(), AWS_ACCESS_KEY_ID: "dummy", AWS_SECRET_ACCESS_KEY: "dummy" },
-        extendEnv: false,
-        reject: false,
-      },
-    );
+    const rerun = await uploadAgain(lab.emu.endpoint, image, manifest);
     t.equal(rerun.exitCode, 0, String(rerun.stderr));
     const report = JSON.parse(String(rerun.stdout || "{}")) as { snapshotId?: string; status?: string };
     t.match(report, { snapshotId: left, status: "completed" }, "the rerun writes the snapshot the killed run started");
