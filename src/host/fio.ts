@@ -167,12 +167,18 @@ export function splitJsonDocuments(buffer: string): { documents: string[]; rest:
 
 /** fio's own I/O-log format (version 2): the reads to replay, in order. */
 export function renderIolog(device: string, reads: readonly DeviceRead[]): string {
+  return iologHead(device) + iologReads(device, reads) + `${device} close\n`;
+}
+
+/** A log's first lines: the format's, then `add` and `open` of the device. */
+function iologHead(device: string): string {
   if (/\s/.test(device))
     throw new FioError(`device path ${JSON.stringify(device)} holds whitespace`, "use the device's /dev path");
-  const lines = ["fio version 2 iolog", `${device} add`, `${device} open`];
-  for (const { offset, length } of reads) lines.push(`${device} read ${offset} ${length}`);
-  lines.push(`${device} close`);
-  return lines.join("\n") + "\n";
+  return `fio version 2 iolog\n${device} add\n${device} open\n`;
+}
+
+function iologReads(device: string, reads: readonly DeviceRead[]): string {
+  return reads.map(({ offset, length }) => `${device} read ${offset} ${length}\n`).join("");
 }
 
 /** Writes an I/O log for `--read_iolog`. */
@@ -208,7 +214,6 @@ export interface FedIolog {
 
 /** A log to feed fio while it runs (FedIolog), its header written. */
 export function feedIolog(device: string, maxReadBytes: number): FedIolog {
-  const [header, ...reads] = renderIolog(device, []).split("\n");
   const input = new PassThrough();
   // fio may exit before it has read everything (stopped, failed): what it did not read is dropped.
   input.on("error", () => undefined);
@@ -216,8 +221,8 @@ export function feedIolog(device: string, maxReadBytes: number): FedIolog {
   let ended = false;
   let resolveEnded = () => {};
   const endedPromise = new Promise<void>((resolve) => (resolveEnded = resolve));
-  // The header, `add` and `open`; `close` ends the log.
-  input.write([header, ...reads.slice(0, 2)].join("\n") + "\n");
+  // `close` ends the log.
+  input.write(iologHead(device));
   return {
     device,
     maxReadBytes,
@@ -228,7 +233,7 @@ export function feedIolog(device: string, maxReadBytes: number): FedIolog {
       const long = reads.find((read) => read.length > maxReadBytes);
       if (long) throw new RangeError(`a read of ${long.length} bytes in a log made for at most ${maxReadBytes}`);
       added.push(...reads);
-      input.write(reads.map(({ offset, length }) => `${device} read ${offset} ${length}\n`).join(""));
+      input.write(iologReads(device, reads));
     },
     end() {
       if (ended) return;
