@@ -37,7 +37,7 @@ import {
   progressFigures,
   progressOf,
   readyReport,
-  YIELD_IO_DEPTH,
+  readDepths,
   type PrewarmPlan,
   type PrewarmReport,
   type PrewarmSettings,
@@ -191,12 +191,8 @@ function beginHeadStart(run: AtBoot): HeadStart {
   const reads = deps.reader
     .initialize(target, "files", {
       fromOffset: 0,
-      ioDepth: settings.initialize.ioDepth,
-      maxIoBytes: settings.initialize.maxIoBytes,
+      ...readDepths(settings, true),
       ...(target.images ? { images: target.images } : {}),
-      ...(settings.giveWay
-        ? { yieldDepth: Math.min(YIELD_IO_DEPTH, settings.initialize.ioDepth), giveWay: settings.giveWay }
-        : {}),
       onProgress: (p) => {
         readBytes = p.runBytes;
       },
@@ -738,13 +734,9 @@ async function readVolume(run: LongRun<"initialize">, onProgress: OnProgress, si
   );
   const result = await run.deps.reader.initialize(target, decision.mode, {
     fromOffset: from,
-    ioDepth: settings.initialize.ioDepth,
-    maxIoBytes: settings.initialize.maxIoBytes,
-    ...(target.images ? { images: target.images } : {}),
     // In the background the reads give way to the services starting meanwhile, unless configured not to.
-    ...(decision.background && settings.giveWay
-      ? { yieldDepth: Math.min(YIELD_IO_DEPTH, settings.initialize.ioDepth), giveWay: settings.giveWay }
-      : {}),
+    ...readDepths(settings, decision.background),
+    ...(target.images ? { images: target.images } : {}),
     onProgress,
     signal,
   });

@@ -12,6 +12,7 @@ import type {
   CheckFigures,
   GiveWaySettings,
   InitializationStatus,
+  InitializeOptions,
   ReadTarget,
   SampleBounds,
   VolumeInfo,
@@ -87,6 +88,24 @@ export function prewarmSettingsFrom(config: AgentConfig): PrewarmSettings {
  * the reads in flight, so few are kept in flight while services start.
  */
 export const YIELD_IO_DEPTH = 2;
+
+/**
+ * How an initialization reads (InitializeOptions' depths): in the background, giving way to others' reads as
+ * configured (`prewarm.giveWay`) at YIELD_IO_DEPTH after the wanted files; inline, `initialize.ioDepth` throughout.
+ */
+export function readDepths(
+  settings: Pick<PrewarmSettings, "initialize" | "giveWay">,
+  background: boolean,
+): Pick<InitializeOptions, "ioDepth" | "maxIoBytes" | "yieldDepth" | "giveWay"> {
+  const { ioDepth, maxIoBytes } = settings.initialize;
+  return {
+    ioDepth,
+    maxIoBytes,
+    ...(background && settings.giveWay
+      ? { yieldDepth: Math.min(YIELD_IO_DEPTH, ioDepth), giveWay: settings.giveWay }
+      : {}),
+  };
+}
 
 /** The defaults, read from the config schema\'s defaults (not repeated here). */
 export const DEFAULT_PREWARM: PrewarmSettings = prewarmSettingsFrom(defaultConfig());
