@@ -459,6 +459,20 @@ export interface InitializeOptions {
   giveWay?: GiveWaySettings;
   onProgress(progress: ReadProgress): void;
   signal?: AbortSignal;
+  /**
+   * files: the wanted files' reads begun before this call (PrewarmReader.beginWanted): taken over when they read what
+   * this call would read first (same device, images, read size and depth), else stopped and read afresh.
+   */
+  begun?: BegunReads;
+}
+
+/** What beginWanted reads: the wanted phase of an initialization yet to be decided. */
+export type WantedReadOptions = Pick<InitializeOptions, "ioDepth" | "maxIoBytes" | "yieldDepth" | "images" | "signal">;
+
+/** Reads begun ahead of their run (PrewarmReader.beginWanted); opaque but for stop(). */
+export interface BegunReads {
+  /** Ends the reads (when no initialization took them over) and resolves once none is in flight. */
+  stop(): Promise<void>;
 }
 
 export interface InitializeResult {
@@ -472,6 +486,12 @@ export interface PrewarmReader {
   allocatedBytes(target: ReadTarget): Promise<number>;
   check(target: ReadTarget, bounds: SampleBounds): Promise<CheckFigures>;
   initialize(target: ReadTarget, mode: "files" | "device", options: InitializeOptions): Promise<InitializeResult>;
+  /**
+   * Begins the files initialization's first reads (the need list's files of `options.images`) before the run is
+   * decided: the run at the mount reads while it asks EC2 (agent/prewarm/read-first.ts). Only reads; absent: the
+   * reads begin with initialize().
+   */
+  beginWanted?(target: ReadTarget, options: WantedReadOptions): BegunReads;
 }
 
 /** EC2's view of a volume's initialization (DescribeVolumeStatus InitializationStatusDetails). */

@@ -14,12 +14,14 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type {
+  BegunReads,
   CheckFigures,
   InitializeOptions,
   InitializeResult,
   PrewarmReader,
   ReadTarget,
   SampleBounds,
+  WantedReadOptions,
 } from "../agent/ports.ts";
 import { run } from "../exec.ts";
 import type { Logger } from "../log.ts";
@@ -157,8 +159,18 @@ export function createFioReader(options: FioReaderOptions = {}): PrewarmReader {
       const read = mergeRanges(needed);
       return readRanges(ctx, target, subtractRanges(await allocated!, read), init, totalBytes(read));
     },
+
+    beginWanted(target: ReadTarget, init: WantedReadOptions): BegunReads {
+      const begun = startWanted(ctx, target, init);
+      const handle: BegunReads = { stop: () => begun.stop() };
+      begunReads.set(handle, begun);
+      return handle;
+    },
   };
 }
+
+/** What a replay takes of an initialization's options. */
+type ReplayOptions = Pick<InitializeOptions, "signal" | "yieldDepth" | "giveWay">;
 
 /** Runs `work` with the path of an I/O log in a folder of its own, removed afterwards. */
 async function withIolog<T>(ctx: FioContext, work: (path: string) => Promise<T>): Promise<T> {
@@ -170,61 +182,146 @@ async function withIolog<T>(ctx: FioContext, work: (path: string) => Promise<T>)
   }
 }
 
+/** The wanted files' reads under way (startWanted): the fed fio, and the need list's order once it is read. */
+interface WantedStart {
+  /** What it reads: adopted by an initialization only when it would read the same (sameWanted). */
+  key: { device: string; mountPoint: string; depth: number; maxIoBytes: number; images: readonly string[] };
+  /** The fed fio's replay (its failure is the run's, reported once the mapping is done). */
+  reading: Promise<void>;
+  /** The list's order and the wanted files' ranges, given to fio; undefined: no list, or not usable (warned). */
+  mapped: Promise<
+    | { order: { files: string[]; wanted: number }; wanted: ByteRange[]; mappedFiles: number; skipped: number }
+    | undefined
+  >;
+  /** When the reads began (the log's mappedMs counts from here). */
+  started: number;
+  stopped: AbortSignal;
+  stop(reason?: unknown): Promise<void>;
+}
+
+/** Reads begun by beginWanted, by the handle the caller holds. */
+const begunReads = new WeakMap<BegunReads, WantedStart>();
+
+/**
+ * The wanted files' reads, begun: fio for them is started before the list is read, and given their reads once they
+ * are mapped (feedIolog: its start-up passes meanwhile). Any problem with the list is a warning: no reads then.
+ */
+function startWanted(ctx: FioContext, target: ReadTarget, init: WantedReadOptions): WantedStart {
+  const started = Date.now();
+  const controller = new AbortController();
+  const onAbort = () => controller.abort(init.signal?.reason);
+  if (init.signal?.aborted) onAbort();
+  else init.signal?.addEventListener("abort", onAbort, { once: true });
+  const phase = wantedPhase(init);
+  const feed = feedIolog(target.device, init.maxIoBytes);
+  const reading = replayFed(ctx, target, feed, phase, { ...init, signal: controller.signal });
+  void reading.catch(() => undefined);
+  const mapping = ctx.log ? { log: ctx.log } : {};
+  const mapped = (async () => {
+    try {
+      const list = await readReadList(target.mountPoint);
+      if (!list) return undefined;
+      const order = needOrder(list, imagesAboutToRun(init.images ?? []));
+      const wanted = await fileRanges(target.mountPoint, order.files.slice(0, order.wanted), mapping);
+      feed.add(coveringReads(wanted.ranges, init.maxIoBytes));
+      ctx.log?.debug("prewarm.need", `${feed.added.length} reads of the wanted files given to fio`);
+      return { order, wanted: wanted.ranges, mappedFiles: wanted.mapped, skipped: wanted.skipped };
+    } catch (error) {
+      ctx.log?.warning("prewarm.need", `the need list is not used, reading in device order: ${describeError(error)}`);
+      return undefined;
+    } finally {
+      feed.end();
+    }
+  })();
+  return {
+    key: {
+      device: target.device,
+      mountPoint: target.mountPoint,
+      depth: phase.depth,
+      maxIoBytes: init.maxIoBytes,
+      images: [...(init.images ?? [])],
+    },
+    reading,
+    mapped,
+    started,
+    stopped: controller.signal,
+    async stop(reason) {
+      controller.abort(reason ?? new Error("stopped"));
+      feed.end();
+      await Promise.all([reading.catch(() => undefined), mapped]);
+    },
+  };
+}
+
+/** Whether begun reads read what an initialization of `target` with `init` reads first. */
+function sameWanted(begun: WantedStart, target: ReadTarget, init: WantedReadOptions): boolean {
+  const images = init.images ?? [];
+  return (
+    !begun.stopped.aborted &&
+    begun.key.device === target.device &&
+    begun.key.mountPoint === target.mountPoint &&
+    begun.key.depth === wantedPhase(init).depth &&
+    begun.key.maxIoBytes === init.maxIoBytes &&
+    begun.key.images.length === images.length &&
+    begun.key.images.every((image, i) => image === images[i])
+  );
+}
+
+/**
+ * The wanted reads an initialization starts with: those begun for it (beginWanted) when they read the same, its
+ * signal then stopping them; else its own (begun ones that differ are stopped first: nothing reads twice at once).
+ */
+async function wantedReads(ctx: FioContext, target: ReadTarget, init: InitializeOptions): Promise<WantedStart> {
+  const begun = init.begun ? begunReads.get(init.begun) : undefined;
+  if (begun && sameWanted(begun, target, init)) {
+    const stop = () => void begun.stop(init.signal?.reason);
+    if (init.signal?.aborted) stop();
+    else init.signal?.addEventListener("abort", stop, { once: true });
+    ctx.log?.info("prewarm.need", "the wanted files' reads begun before the decision are taken over");
+    return begun;
+  }
+  if (begun) {
+    ctx.log?.info("prewarm.need", "the reads begun before the decision read other files or ways: read afresh");
+    await begun.stop();
+  }
+  return startWanted(ctx, target, init);
+}
+
 /**
  * The need list's files (read-phases.ts: those of the images about to run first, then the
  * list's others), read before everything else, in the idle I/O class; returns the ranges read.
- * fio for the wanted files' reads is started before the list is read, and given their reads once
- * they are mapped (feedIolog: its start-up passes meanwhile); the other files are mapped while those
- * reads run. Any problem with the list is a warning: everything is then read in device order.
+ * The wanted files' reads (startWanted, or begun before this run by beginWanted) run while the other files are
+ * mapped. Any problem with the list is a warning: everything is then read in device order.
  */
 async function readNeeded(ctx: FioContext, target: ReadTarget, init: InitializeOptions): Promise<ByteRange[]> {
-  const started = Date.now();
-  const mapping = ctx.log ? { log: ctx.log } : {};
-  const phase = wantedPhase(init);
-  const feed = feedIolog(target.device, init.maxIoBytes);
-  // A failed read of the wanted files is the run's failure, reported once the mapping below is done.
-  const reading = replayFed(ctx, target, feed, phase, init);
-  void reading.catch(() => undefined);
-  let order: { files: string[]; wanted: number };
-  let wanted: Awaited<ReturnType<typeof fileRanges>>;
-  try {
-    const list = await readReadList(target.mountPoint);
-    if (!list) {
-      feed.end();
-      await reading.catch(() => undefined);
-      return [];
-    }
-    order = needOrder(list, imagesAboutToRun(init.images ?? []));
-    wanted = await fileRanges(target.mountPoint, order.files.slice(0, order.wanted), mapping);
-  } catch (error) {
-    feed.end();
-    await reading.catch(() => undefined);
-    ctx.log?.warning("prewarm.need", `the need list is not used, reading in device order: ${describeError(error)}`);
+  const start = await wantedReads(ctx, target, init);
+  const found = await start.mapped;
+  if (!found) {
+    await start.reading.catch(() => undefined);
     return [];
   }
-  feed.add(coveringReads(wanted.ranges, init.maxIoBytes));
-  feed.end();
-  ctx.log?.debug("prewarm.need", `${feed.added.length} reads of the wanted files given to fio`);
-  const mappedMs = Date.now() - started;
+  const { order, wanted } = found;
+  const mappedMs = Date.now() - start.started;
+  const mapping = ctx.log ? { log: ctx.log } : {};
   // The other files are mapped while the wanted files are read (their metadata reads then queue behind a few of
   // those, not before all of them).
   let listed: Awaited<ReturnType<typeof fileRanges>>;
   try {
     listed = await fileRanges(target.mountPoint, order.files.slice(order.wanted), mapping);
   } catch (error) {
-    await reading;
+    await start.reading;
     ctx.log?.warning("prewarm.need", `the list's other files are not read first: ${describeError(error)}`);
-    return wanted.ranges;
+    return wanted;
   }
-  const need = [...wanted.ranges, ...listed.ranges];
+  const need = [...wanted, ...listed.ranges];
   ctx.log?.info("prewarm.need", `reading first the ${order.files.length} files the images read at start`, {
     wanted: order.wanted,
-    mapped: wanted.mapped + listed.mapped,
-    skipped: wanted.skipped + listed.skipped,
+    mapped: found.mappedFiles + listed.mapped,
+    skipped: found.skipped + listed.skipped,
     bytes: totalBytes(need),
     mappedMs,
   });
-  await reading;
+  await start.reading;
   for (const phase of needPhases([], listed.ranges, init))
     await replay(ctx, target, phase.reads, phase.name, phase.depth, init, phase);
   return need;
@@ -240,7 +337,7 @@ async function replayFed(
   target: ReadTarget,
   feed: FedIolog,
   phase: { name: string; depth: number; paced: boolean },
-  init: InitializeOptions,
+  init: ReplayOptions,
 ): Promise<void> {
   try {
     const report = await runFio(
@@ -306,7 +403,7 @@ async function replay(
   reads: readonly DeviceRead[],
   name: string,
   depth: number,
-  init: InitializeOptions,
+  init: ReplayOptions,
   phase?: { paced: boolean; onSpawn?: () => void },
   onStatus?: (report: FioReport) => void,
 ): Promise<void> {

@@ -148,6 +148,68 @@ t.test("a fio that cannot read its log from stdin gets the wanted files' reads f
   t.equal(fetched.length, wanted.size, "every chunk of the wanted files fetched");
 });
 
+t.test("reads begun ahead (beginWanted) are taken over by the initialization that reads the same", async (t) => {
+  const { volumeId, target } = await coldVolume();
+  const wanted = await chunksOf(target.mountPoint, WANTED);
+  const before = (await lab.cold!.fetchOrder(volumeId)).length;
+  const log = createMemoryLogger("debug");
+  const { reader, options } = background(log, { images: ["lab/want:1"] });
+  const begun = reader.beginWanted!(target, options);
+  // The begun reads fetch before any initialization is asked for.
+  while (![...(await fetchPositions(volumeId, before)).keys()].some((c) => wanted.has(c))) await sleep(20);
+  await reader.initialize(target, "files", { ...options, begun });
+  const needRuns = log.lines.filter((l) => l.includes("exec.run") && l.includes("--name=prewarm-need "));
+  t.equal(needRuns.length, 1, "one fio for the wanted files: the one begun");
+  t.ok(
+    log.lines.some((l) => /prewarm\.need: the wanted files' reads begun before the decision are taken over/.test(l)),
+  );
+  t.ok(
+    log.lines.some((l) => /prewarm\.read: prewarm-need: 4 reads, 4 MiB at depth 4/.test(l)),
+    "its reads, once",
+  );
+  const position = await fetchPositions(volumeId, before);
+  t.equal([...wanted].filter((c) => position.has(c)).length, wanted.size, "every chunk of the wanted files fetched");
+  t.ok(
+    fioLine(log.lines, "prewarm-listed").index > fioLine(log.lines, "prewarm-need").index,
+    "then the list's other files",
+  );
+  await begun.stop();
+});
+
+t.test("reads begun for other images are stopped, and the initialization reads its own", async (t) => {
+  const { target } = await coldVolume();
+  const log = createMemoryLogger("debug");
+  const { reader, options } = background(log, { images: ["lab/want:1"] });
+  const begun = reader.beginWanted!(target, { ...options, images: ["lab/other:1"] });
+  await reader.initialize(target, "files", { ...options, begun });
+  t.ok(
+    log.lines.some((l) => /prewarm\.need: the reads begun before the decision read other files/.test(l)),
+    "said so",
+  );
+  const needRuns = log.lines.filter((l) => l.includes("exec.run") && l.includes("--name=prewarm-need "));
+  t.equal(needRuns.length, 2, "the begun fio, then the initialization's own");
+  t.ok(
+    log.lines.some((l) => /prewarm\.read: prewarm-need: 4 reads, 4 MiB at depth 4/.test(l)),
+    "the wanted files read",
+  );
+});
+
+t.test("reads begun and never taken over end on stop(), fio with them", async (t) => {
+  const { target } = await coldVolume();
+  const log = createMemoryLogger("debug");
+  const { reader, options } = background(log, { images: ["lab/want:1"] });
+  const begun = reader.beginWanted!(target, options);
+  await begun.stop();
+  await begun.stop();
+  // fio is this process's child while it runs.
+  const { stdout } = await run("pgrep", ["-P", String(process.pid), "fio"], { check: false });
+  t.equal(stdout.trim(), "", "no fio left");
+  t.ok(
+    log.lines.some((l) => l.includes("exec.run") && l.includes("--name=prewarm-need ")),
+    "fio had been started",
+  );
+});
+
 t.test("device reads the list first, then the device from its start", async (t) => {
   const { volumeId, target } = await coldVolume();
   const listed = await chunksOf(target.mountPoint, [...WANTED, ...OTHER]);
