@@ -566,7 +566,7 @@ async function beginPrewarmRun(step: StepOf<"begin-prewarm">, { progress, deps }
   const volume = volumeOf(progress);
   if (!deps.mountRun || !mayReadFromMount(prewarmVolumeOf(volume), step.strategy)) return undefined;
   try {
-    await deps.mountRun.begin(volume.volumeId);
+    await deps.mountRun.begin(volume);
     progress.mountRunBegun = true;
     deps.log.info("boot.prewarm", "pre-warm run begun at the mount: it reads a cold volume while docker starts", {
       volume: volume.volumeId,

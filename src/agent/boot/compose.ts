@@ -74,10 +74,11 @@ export function composeBoot(
 function mountRunOf(unit: PrewarmFromMount, stateDir: string, bootId: string | undefined): MountRun {
   const key = (volumeId: string) => mountRunKey(volumeId, bootId);
   return {
-    begin: async (volumeId) => {
+    begin: async ({ volumeId, tags }) => {
       // Recorded first, its labels held: the second phase learns of the run from the record even while it starts,
-      // and the run never finds an earlier boot's gate open (the record names this boot).
-      await recordMountRun(stateDir, key(volumeId));
+      // and the run never finds an earlier boot's gate open (the record names this boot). The tags: the run knows the
+      // node's images and reads before it asks EC2 (prewarm/read-first.ts).
+      await recordMountRun(stateDir, key(volumeId), { ...tags });
       await unit.start();
     },
     begun: (volumeId) => mountRunBegun(stateDir, key(volumeId)),

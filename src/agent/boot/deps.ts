@@ -23,8 +23,8 @@ import type { DataRootPorts } from "./activation-marker.ts";
  * a host) and the second takes over, with its record (prewarm/mount-run.ts).
  */
 export interface MountRun {
-  /** Records the run, its labels held, and starts it. */
-  begin(volumeId: string): Promise<void>;
+  /** Records the run (the volume's tags as this phase saw them), its labels held, and starts it. */
+  begin(volume: { volumeId: string; tags: Readonly<Record<string, string>> }): Promise<void>;
   /** Whether this boot began one for the volume (the first phase's record). */
   begun(volumeId: string): Promise<boolean>;
   /** The boot has published the node: the run publishes from now on. */

@@ -11,9 +11,9 @@ import { constants } from "node:os";
 import type { AgentConfig } from "../../config/index.ts";
 import { ConfigError, ExitCode, StopSignalReceived } from "../../errors.ts";
 import type { HostAdapters } from "../adapters.ts";
-import type { VolumeInfo } from "../ports.ts";
+import type { BegunReads, Identity, VolumeInfo } from "../ports.ts";
 import { volumeDetails } from "../report.ts";
-import { resolveSettings } from "../settings.ts";
+import { resolveSettings, type ResolvedSettings } from "../settings.ts";
 import { decidePrewarm, prewarmAtBoot, runInitialization } from "./apply.ts";
 import { imagesOfNode } from "./need.ts";
 import { findAttachedVolume, findMountedDevice } from "./observe.ts";
@@ -29,6 +29,7 @@ import type { PrewarmStrategy } from "../../config/index.ts";
 import { isAlive } from "../process-identity.ts";
 import { readPrewarmState, renderPrewarmStatus, stateOfVolume, type PrewarmState } from "./state.ts";
 import { mountRunKey } from "./mount-run.ts";
+import { beginReadsAtMount, takingOver } from "./read-first.ts";
 
 export interface PrewarmCommandOptions {
   /** Overrides config `prewarm.strategy`. */
@@ -61,6 +62,47 @@ export async function runPrewarm(
   const resolved = resolveSettings(config, identity, { withDocker: true, mayClaim: false });
   if (!resolved.ok)
     throw new ConfigError(resolved.problems, "fix the instance tags (nothing was changed on this node)");
+  const nodeImages = (volumeTags: Readonly<Record<string, string>>) =>
+    imagesOfNode(volumeTags, resolved.value.effective.docker.expectedImages, {
+      tags: identity.tags,
+      prePulledImagesTag: config.refresh.prePulledImagesTag,
+    });
+  // The run at the mount reads before EC2 answers (read-first.ts); whatever does not take its reads over stops them.
+  const begun = options.fromMount
+    ? await beginReadsAtMount(
+        {
+          reader: host.reader,
+          storage: host.storage,
+          stateDir: config.paths.stateDir,
+          bootId: host.bootId,
+          log,
+        },
+        prewarmSettingsFrom(resolved.value.effective),
+        nodeImages,
+        options.signal,
+      )
+    : undefined;
+  try {
+    return await prewarmVolume(config, host, options, { identity, resolved: resolved.value, nodeImages, begun });
+  } finally {
+    await begun?.stop();
+  }
+}
+
+/** runPrewarm once the settings are known: the attached volume's pre-warm. */
+async function prewarmVolume(
+  config: AgentConfig,
+  host: HostAdapters,
+  options: PrewarmCommandOptions,
+  known: {
+    identity: Identity;
+    resolved: ResolvedSettings;
+    nodeImages: (volumeTags: Readonly<Record<string, string>>) => string[];
+    begun: BegunReads | undefined;
+  },
+): Promise<PrewarmOutcome> {
+  const { log } = host;
+  const { identity, resolved } = known;
   const cloud = host.cloudFor(config.region ?? identity.region);
   const volume = await findAttachedVolume(cloud, identity.instanceId);
   if (!volume) {
@@ -70,23 +112,20 @@ export async function runPrewarm(
     return { exitCode: ExitCode.ok };
   }
   const labels = host.labels({
-    prefix: resolved.value.effective.labels.prefix,
-    mode: resolved.value.effective.labels.mode,
+    prefix: resolved.effective.labels.prefix,
+    mode: resolved.effective.labels.mode,
   });
   const mounted = await findMountedDevice(host.storage, volume.volumeId);
   const settings = {
-    ...prewarmSettingsFrom(resolved.value.effective),
+    ...prewarmSettingsFrom(resolved.effective),
     ...(options.strategy ? { strategy: options.strategy } : {}),
   };
   const target = {
     ...targetOf(volume, mounted, await readPrewarmState(config.paths.stateDir)),
-    images: imagesOfNode(volume.tags, resolved.value.effective.docker.expectedImages, {
-      tags: identity.tags,
-      prePulledImagesTag: config.refresh.prePulledImagesTag,
-    }),
+    images: known.nodeImages(volume.tags),
   };
   const prewarmDeps: PrewarmDeps = {
-    reader: host.reader,
+    reader: takingOver(host.reader, known.begun),
     initializationStatus: (volumeId) => cloud.initializationStatus(volumeId),
     tagVolume: (volumeId, tags) => cloud.tagVolume(volumeId, tags),
     clock: cloud.clock,

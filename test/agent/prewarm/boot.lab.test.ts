@@ -253,6 +253,13 @@ t.test(
     const volumeId = phase1.report!.volumeId!;
     // The run reads the need list from the mount on: its reads begin before docker starts (phase 2 starts it).
     await until(/prewarm\.initialize: reading the allocated data/);
+    // It began the node's images' files before it asked EC2 (read-first.ts), and its initialization took them over.
+    await until(/prewarm\.need: the wanted files' reads begun before the decision are taken over/);
+    const begunAt = lines.findIndex((l) =>
+      /prewarm\.mount: reading the node's images' files while EC2 is asked/.test(l),
+    );
+    const decidedAt = lines.findIndex((l) => /prewarm\.decide: /.test(l));
+    t.ok(begunAt >= 0 && begunAt < decidedAt, "the run's reads began before its decision", { log: lines.join("\n") });
     t.notOk(
       lines.some((l) => /boot\.docker: (re)?starting docker/.test(l)),
       "the reads began before docker's start",

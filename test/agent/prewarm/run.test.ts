@@ -8,7 +8,12 @@ import t from "tap";
 import { runBoot } from "../../../src/agent/boot/run.ts";
 import type { HostAdapters } from "../../../src/agent/adapters.ts";
 import { runPrewarm } from "../../../src/agent/prewarm/run.ts";
-import { openLabelsGate, recordMountRun } from "../../../src/agent/prewarm/mount-run.ts";
+import { MOUNT_RUN_FILE, openLabelsGate, recordMountRun } from "../../../src/agent/prewarm/mount-run.ts";
+import { findMountedDevice } from "../../../src/agent/prewarm/observe.ts";
+import { imagesOfNode } from "../../../src/agent/prewarm/need.ts";
+import type { BegunReads, ReadTarget, WantedReadOptions } from "../../../src/agent/ports.ts";
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { Label, VolumeTag } from "../../../src/tags.ts";
 import { StopSignalReceived } from "../../../src/errors.ts";
 import { COLD, WARM, fakeNode, fakeReader, type FakeNode, type FakeReader } from "../../fixtures/fakes/index.ts";
@@ -194,4 +199,100 @@ t.test("--from-mount: a decision that needs no reads before docker is left to th
   t.equal(outcome.report, undefined, "nothing done");
   t.equal(node.script.of("fio.initialize").length + node.script.of("fio.check").length, 0, "nothing read");
   t.equal(node.labels.reports.length, published, "nothing published");
+});
+
+/**
+ * A reader that can begin the wanted reads ahead (PrewarmReader.beginWanted), recorded in the node's script as
+ * `fio.beginWanted` and `fio.begun-stop`; `given` holds what initialize() was handed as `begun`.
+ */
+function readerBeginningAhead(node: FakeNode): { reader: FakeReader; handle: BegunReads; given: unknown[] } {
+  const reader = fakeReader(node.script, { figures: [WARM] });
+  const handle: BegunReads = {
+    stop: async () => {
+      await node.script.call("fio.begun-stop", [], async () => undefined);
+    },
+  };
+  const given: unknown[] = [];
+  const initialize = reader.reader.initialize.bind(reader.reader);
+  reader.reader = {
+    ...reader.reader,
+    initialize: async (target, mode, options) => {
+      given.push(options.begun);
+      return initialize(target, mode, options);
+    },
+    beginWanted: (target, options) => {
+      node.script.calls.push({ name: "fio.beginWanted", args: [target, options] });
+      return handle;
+    },
+  };
+  return { reader, handle, given };
+}
+
+t.test(
+  "--from-mount: the node's images' files are begun before EC2 is asked, and the initialization takes them over",
+  async (t) => {
+    const { node, volumeId } = await bootedFromSnapshot(t);
+    const { reader, handle, given } = readerBeginningAhead(node);
+    const adapters = prewarmDeps(node, reader);
+    const volume = await node.fake.describe(volumeId);
+    const key = { volumeId, bootId: adapters.bootId! };
+    await recordMountRun(node.config.paths.stateDir, key, volume.tags);
+    await openLabelsGate(node.config.paths.stateDir, key);
+    node.fake.cloud.initializationStatus = async () => ({ type: "default", progress: 3 });
+    const from = node.script.calls.length;
+    const outcome = await runPrewarm(node.config, adapters, { strategy: "check", fromMount: true });
+    t.equal(outcome.exitCode, 0);
+    const names = node.script.calls.slice(from).map((call) => call.name);
+    const begun = names.indexOf("fio.beginWanted");
+    const firstEc2 = names.findIndex((name) => name.startsWith("cloud."));
+    t.ok(begun >= 0 && begun < firstEc2, "begun before the first EC2 call", { names });
+    const [target, options] = node.script.of("fio.beginWanted")[0]!.args as [ReadTarget, WantedReadOptions];
+    const mounted = await findMountedDevice(node.adapters().storage, volumeId);
+    t.same(target, mounted, "on the device the volume is mounted from");
+    t.same(options.images, imagesOfNode(volume.tags, node.config.docker.expectedImages), "the images its tags name");
+    t.same(given, [handle], "the initialization was handed the reads begun");
+    t.equal(names.filter((name) => name === "fio.initialize").length, 1);
+  },
+);
+
+t.test("--from-mount: reads begun on a volume EBS says is initialized are stopped, nothing more read", async (t) => {
+  const { node, volumeId } = await bootedFromSnapshot(t);
+  const { reader } = readerBeginningAhead(node);
+  const adapters = prewarmDeps(node, reader);
+  const key = { volumeId, bootId: adapters.bootId! };
+  await recordMountRun(node.config.paths.stateDir, key, (await node.fake.describe(volumeId)).tags);
+  node.fake.cloud.initializationStatus = async () => ({ type: "default", progress: 100 });
+  const outcome = await runPrewarm(node.config, adapters, { strategy: "check", fromMount: true });
+  t.equal(outcome.exitCode, 0);
+  t.equal(node.script.of("fio.beginWanted").length, 1, "begun");
+  t.equal(node.script.of("fio.begun-stop").length, 1, "and stopped");
+  t.equal(node.script.of("fio.initialize").length, 0, "no initialization");
+});
+
+t.test("--from-mount: no reads before EC2 answers without this boot's record of the volume's tags", async (t) => {
+  const { node, volumeId } = await bootedFromSnapshot(t);
+  const { reader } = readerBeginningAhead(node);
+  const adapters = prewarmDeps(node, reader);
+  const tags = (await node.fake.describe(volumeId)).tags;
+  node.fake.cloud.initializationStatus = async () => ({ type: "default", progress: 3 });
+  const cases: Array<[string, () => Promise<void>]> = [
+    ["another boot's record", () => recordMountRun(node.config.paths.stateDir, { volumeId, bootId: "other" }, tags)],
+    ["a record without tags (an older agent's)", () => recordMountRun(node.config.paths.stateDir, { volumeId })],
+    [
+      "a record whose tags are not strings",
+      () =>
+        writeFile(
+          join(node.config.paths.stateDir, MOUNT_RUN_FILE),
+          JSON.stringify({ volumeId, bootId: adapters.bootId, published: true, at: "", volumeTags: { a: 1 } }),
+        ),
+    ],
+  ];
+  for (const [name, record] of cases) {
+    await record();
+    const decided = decisions(node);
+    // Stopped from the start: the run decides and ends (its labels' gate is never opened here).
+    await runPrewarm(node.config, adapters, { strategy: "check", fromMount: true, signal: AbortSignal.abort() });
+    t.equal(decisions(node), decided + 1, `${name}: the run went past its decision`);
+    t.equal(node.script.of("fio.beginWanted").length, 0, `${name}: nothing begun`);
+  }
 });
