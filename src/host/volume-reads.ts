@@ -227,7 +227,9 @@ function startWanted(ctx: FioContext, target: ReadTarget, init: WantedReadOption
       ctx.log?.debug("prewarm.need", `${feed.added.length} reads of the wanted files given to fio`);
       return { order, wanted: wanted.ranges, mappedFiles: wanted.mapped, skipped: wanted.skipped };
     } catch (error) {
-      ctx.log?.warning("prewarm.need", `the need list is not used, reading in device order: ${describeError(error)}`);
+      // Stopped meanwhile (the volume unmounted under it, say): nothing is read on, nothing to warn of.
+      if (!controller.signal.aborted)
+        ctx.log?.warning("prewarm.need", `the need list is not used, reading in device order: ${describeError(error)}`);
       return undefined;
     } finally {
       feed.end();
