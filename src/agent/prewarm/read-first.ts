@@ -7,7 +7,9 @@
  * the same (host/volume-reads.ts); any other outcome (not cold after all, another volume, other images) stops them.
  * They only read: at worst a volume that turns out warm had a few of its blocks read once more.
  */
+import { describeError } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
+import { VolumeTag } from "../../tags.ts";
 import type { BegunReads, HostStorage, PrewarmReader } from "../ports.ts";
 import { mountRunOfBoot } from "./mount-run.ts";
 import { findMountedDevice } from "./observe.ts";
@@ -29,25 +31,35 @@ export interface ReadFirstDeps {
  */
 export async function beginReadsAtMount(
   deps: ReadFirstDeps,
-  settings: Pick<PrewarmSettings, "initialize" | "giveWay">,
+  settings: Pick<PrewarmSettings, "initialize" | "giveWay" | "strategy">,
   imagesOf: (volumeTags: Readonly<Record<string, string>>) => string[],
   signal: AbortSignal | undefined,
 ): Promise<BegunReads | undefined> {
   if (!deps.reader.beginWanted) return undefined;
   const recorded = await mountRunOfBoot(deps.stateDir, deps.bootId);
-  if (!recorded) return undefined;
+  // What the decision could not read at the mount whatever EC2 says: no reads ahead of it either.
+  if (!recorded || settings.strategy === "off" || recorded.volumeTags[VolumeTag.initialized]) return undefined;
   const mounted = await findMountedDevice(deps.storage, recorded.volumeId).catch(() => undefined);
   if (!mounted) return undefined;
-  deps.log.info("prewarm.mount", "reading the node's images' files while EC2 is asked about the volume", {
-    volume: recorded.volumeId,
-    device: mounted.device,
-  });
   const { giveWay: _giveWay, ...depths } = readDepths(settings, true);
-  return deps.reader.beginWanted(mounted, {
-    ...depths,
-    images: imagesOf(recorded.volumeTags),
-    ...(signal ? { signal } : {}),
-  });
+  try {
+    const begun = deps.reader.beginWanted(mounted, {
+      ...depths,
+      images: imagesOf(recorded.volumeTags),
+      ...(signal ? { signal } : {}),
+    });
+    deps.log.info("prewarm.mount", "reading the node's images' files while EC2 is asked about the volume", {
+      volume: recorded.volumeId,
+      device: mounted.device,
+    });
+    return begun;
+  } catch (error) {
+    // Never the run's failure: it reads once it has decided, as without the record.
+    deps.log.warning("prewarm.mount", `could not begin the reads before the decision: ${describeError(error)}`, {
+      volume: recorded.volumeId,
+    });
+    return undefined;
+  }
 }
 
 /** The reader whose initializations take `begun` over (when they read the same). */

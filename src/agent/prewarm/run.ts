@@ -77,7 +77,10 @@ export async function runPrewarm(
           bootId: host.bootId,
           log,
         },
-        prewarmSettingsFrom(resolved.value.effective),
+        {
+          ...prewarmSettingsFrom(resolved.value.effective),
+          ...(options.strategy ? { strategy: options.strategy } : {}),
+        },
         nodeImages,
         options.signal,
       )

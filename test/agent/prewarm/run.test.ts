@@ -275,7 +275,18 @@ t.test("--from-mount: no reads before EC2 answers without this boot's record of 
   const adapters = prewarmDeps(node, reader);
   const tags = (await node.fake.describe(volumeId)).tags;
   node.fake.cloud.initializationStatus = async () => ({ type: "default", progress: 3 });
-  const cases: Array<[string, () => Promise<void>]> = [
+  const record = () => recordMountRun(node.config.paths.stateDir, { volumeId, bootId: adapters.bootId! }, tags);
+  const cases: Array<[string, () => Promise<void>, ("check" | "off")?]> = [
+    ["the pre-warm turned off on the command", record, "off"],
+    [
+      "a volume tagged initialized",
+      () =>
+        recordMountRun(
+          node.config.paths.stateDir,
+          { volumeId, bootId: adapters.bootId! },
+          { ...tags, [VolumeTag.initialized]: "2026-12-07T00:00:00Z" },
+        ),
+    ],
     ["another boot's record", () => recordMountRun(node.config.paths.stateDir, { volumeId, bootId: "other" }, tags)],
     ["a record without tags (an older agent's)", () => recordMountRun(node.config.paths.stateDir, { volumeId })],
     [
@@ -287,12 +298,40 @@ t.test("--from-mount: no reads before EC2 answers without this boot's record of 
         ),
     ],
   ];
-  for (const [name, record] of cases) {
-    await record();
+  for (const [name, write, strategy = "check"] of cases) {
+    await write();
     const decided = decisions(node);
     // Stopped from the start: the run decides and ends (its labels' gate is never opened here).
-    await runPrewarm(node.config, adapters, { strategy: "check", fromMount: true, signal: AbortSignal.abort() });
+    await runPrewarm(node.config, adapters, { strategy, fromMount: true, signal: AbortSignal.abort() });
     t.equal(decisions(node), decided + 1, `${name}: the run went past its decision`);
     t.equal(node.script.of("fio.beginWanted").length, 0, `${name}: nothing begun`);
   }
 });
+
+t.test(
+  "--from-mount: reads that cannot begin before the decision are a warning: the run reads once decided",
+  async (t) => {
+    const { node, volumeId } = await bootedFromSnapshot(t);
+    const { reader, given } = readerBeginningAhead(node);
+    reader.reader = {
+      ...reader.reader,
+      beginWanted: () => {
+        throw new Error("fio would not start");
+      },
+    };
+    const adapters = prewarmDeps(node, reader);
+    const key = { volumeId, bootId: adapters.bootId! };
+    await recordMountRun(node.config.paths.stateDir, key, (await node.fake.describe(volumeId)).tags);
+    await openLabelsGate(node.config.paths.stateDir, key);
+    node.fake.cloud.initializationStatus = async () => ({ type: "default", progress: 3 });
+    const outcome = await runPrewarm(node.config, adapters, { strategy: "check", fromMount: true });
+    t.equal(outcome.exitCode, 0, "the run went on");
+    t.ok(
+      node.log.lines.some((l) =>
+        /prewarm\.mount: could not begin the reads before the decision: fio would not start/.test(l),
+      ),
+      "said so",
+    );
+    t.same(given, [undefined], "one initialization, with no reads begun");
+  },
+);
