@@ -16,7 +16,7 @@ import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { MOUNT_RUN_FILE } from "../src/agent/prewarm/mount-run.ts";
-import { bootLabHost, prewarmLabHost } from "../src/lab/machines/agent.ts";
+import { bootLabHost, labConfig, prewarmLabHost } from "../src/lab/machines/agent.ts";
 import type { LabHost } from "../src/lab/lab.ts";
 import { createLogger } from "../src/log.ts";
 import { coldSnapshotOptionsOf, DEFAULT_EBS_MODEL_FILE, readEbsModel } from "../src/lab/volumes/ebs-model.ts";
@@ -41,7 +41,8 @@ const bl = await startBootLab({
   coldSnapshots: coldSnapshotOptionsOf(model),
 });
 const overrides = { pool: POOL, labels: { mode: "engine" }, prewarm: { strategy: "check" } };
-const stateDir = (host: LabHost) => join(host.paths.hostRoot, "var/lib/ebs-cache-agent");
+// Where the run looks for phase 1's record: the lab agent's own config, not a path written out again here.
+const stateDir = (host: LabHost) => labConfig(bl.lab, host, overrides).paths.stateDir;
 
 /** Phase 1's record as an older agent wrote it: no volume tags. */
 async function withoutTags(host: LabHost): Promise<void> {
