@@ -23,6 +23,7 @@ import {
   prewarmSettingsFrom,
   prewarmVolumeOf,
   type PrewarmReport,
+  type PrewarmSettings,
   type PrewarmTarget,
 } from "./plan.ts";
 import type { PrewarmStrategy } from "../../config/index.ts";
@@ -67,6 +68,10 @@ export async function runPrewarm(
       tags: identity.tags,
       prePulledImagesTag: config.refresh.prePulledImagesTag,
     });
+  const settings: PrewarmSettings = {
+    ...prewarmSettingsFrom(resolved.value.effective),
+    ...(options.strategy ? { strategy: options.strategy } : {}),
+  };
   // The run at the mount reads before EC2 answers (read-first.ts); whatever does not take its reads over stops them.
   const begun = options.fromMount
     ? await beginReadsAtMount(
@@ -77,16 +82,19 @@ export async function runPrewarm(
           bootId: host.bootId,
           log,
         },
-        {
-          ...prewarmSettingsFrom(resolved.value.effective),
-          ...(options.strategy ? { strategy: options.strategy } : {}),
-        },
+        settings,
         nodeImages,
         options.signal,
       )
     : undefined;
   try {
-    return await prewarmVolume(config, host, options, { identity, resolved: resolved.value, nodeImages, begun });
+    return await prewarmVolume(config, host, options, {
+      identity,
+      resolved: resolved.value,
+      settings,
+      nodeImages,
+      begun,
+    });
   } finally {
     await begun?.stop();
   }
@@ -100,6 +108,8 @@ async function prewarmVolume(
   known: {
     identity: Identity;
     resolved: ResolvedSettings;
+    /** The pre-warm's settings, the command's strategy over the config's. */
+    settings: PrewarmSettings;
     nodeImages: (volumeTags: Readonly<Record<string, string>>) => string[];
     begun: BegunReads | undefined;
   },
@@ -119,10 +129,7 @@ async function prewarmVolume(
     mode: resolved.effective.labels.mode,
   });
   const mounted = await findMountedDevice(host.storage, volume.volumeId);
-  const settings = {
-    ...prewarmSettingsFrom(resolved.effective),
-    ...(options.strategy ? { strategy: options.strategy } : {}),
-  };
+  const { settings } = known;
   const target = {
     ...targetOf(volume, mounted, await readPrewarmState(config.paths.stateDir)),
     images: known.nodeImages(volume.tags),
