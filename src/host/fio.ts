@@ -277,7 +277,7 @@ export type FioJob =
     };
 
 /** The fio argument array for a job: always read-only, direct, libaio, JSON. */
-export function fioArgs(job: FioJob, options: { statusIntervalSeconds?: number } = {}): string[] {
+export function fioArgs(job: FioJob, options: { statusIntervalMs?: number } = {}): string[] {
   const args =
     "iolog" in job
       ? [
@@ -311,7 +311,8 @@ export function fioArgs(job: FioJob, options: { statusIntervalSeconds?: number }
   // against 0.38 s, 0.11 against 0.18 CPU-s, on an idle 2-core machine); clock_gettime is precise to far below the
   // milliseconds fio measures here. --readonly: fio refuses any write; it never creates or lays out a file.
   args.push("--clocksource=clock_gettime", "--readonly", "--output-format=json");
-  if (options.statusIntervalSeconds) args.push(`--status-interval=${options.statusIntervalSeconds}`);
+  // In milliseconds: fio reads a bare `0.2` as 0 (no reports at all).
+  if (options.statusIntervalMs) args.push(`--status-interval=${Math.max(1, Math.round(options.statusIntervalMs))}ms`);
   return args;
 }
 
@@ -324,7 +325,7 @@ export interface RunFioOptions {
   timeoutMs?: number;
   /** Called with each status report while fio runs (`--status-interval`). */
   onStatus?: (report: FioReport) => void;
-  statusIntervalSeconds?: number;
+  statusIntervalMs?: number;
   signal?: AbortSignal;
   /** Called with fio's process once started (to stop and continue it: RunningCommand.signal). */
   onSpawn?: (fio: RunningCommand) => void;
@@ -333,8 +334,8 @@ export interface RunFioOptions {
 /** Runs fio and returns its final report; throws FioError when fio is missing or the job failed. */
 export async function runFio(job: FioJob, options: RunFioOptions = {}): Promise<FioReport> {
   const fio = options.fio ?? "fio";
-  const interval = options.onStatus ? (options.statusIntervalSeconds ?? 1) : undefined;
-  const args = fioArgs(job, interval ? { statusIntervalSeconds: interval } : {});
+  const interval = options.onStatus ? (options.statusIntervalMs ?? 1000) : undefined;
+  const args = fioArgs(job, interval ? { statusIntervalMs: interval } : {});
   let pending = "";
   let last: FioReport | undefined;
   const onStdout = (chunk: string) => {

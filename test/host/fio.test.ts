@@ -103,9 +103,9 @@ t.test("argument arrays: AWS's documented full read, read-only, JSON", async (t)
   ]);
   const resumed = fioArgs(
     { name: "volume-initialize", device: "/dev/nvme1n1", rw: "read", blockSize: "128k", ioDepth: 32, offset: 1 << 30 },
-    { statusIntervalSeconds: 1 },
+    { statusIntervalMs: 1000 },
   );
-  t.ok(resumed.includes(`--offset=${1 << 30}`) && resumed.includes("--status-interval=1"));
+  t.ok(resumed.includes(`--offset=${1 << 30}`) && resumed.includes("--status-interval=1000ms"));
   // One 4 KiB read at the start of every 512 KiB block (the acceptance run's first reads).
   const strided = fioArgs({
     name: "first-read-qd8",
