@@ -112,3 +112,24 @@ export function parseReadsInFlight(inflightText: string): number | undefined {
   const first = inflightText.trim().split(/\s+/)[0] ?? "";
   return /^\d+$/.test(first) ? Number(first) : undefined;
 }
+
+/**
+ * Whether the pre-warm's reads hold others up on the volume: where the volume's throughput binds (not its fetches),
+ * every read of others, warm or cold, waits behind the bytes the pre-warm has queued, and a read ahead costs the
+ * volume's throughput twice (once now, once when the service reads the block again through its file). Where fetches
+ * bind, a warm block is served at once beside them. So: warm blocks' reads timed while the pre-warm reads
+ * (`warmReadMs`) against the pre-warm's own reads' median completion (`readP50Ms`). It holds others up when the
+ * median warm read waited a quarter of that or more, and longer than any warm read of a volume takes
+ * (QUEUED_WARM_READ_MS). The median, not the fastest: the throughput's queue empties for a moment while all the
+ * pre-warm's reads wait for their fetches (a warm read then passes: the lab's 10 ms fetches at 125 MiB/s, one of
+ * three 0.9 ms, the others 10-20 ms), and one of the blocks may still have been cold (its fetch's time).
+ */
+export function holdsOthersUp(warmReadMs: readonly number[], readP50Ms: number): boolean {
+  if (warmReadMs.length === 0 || !(readP50Ms > 0)) return false;
+  const sorted = [...warmReadMs].sort((a, b) => a - b);
+  const median = sorted[(sorted.length - 1) >> 1]!;
+  return median >= QUEUED_WARM_READ_MS && median >= readP50Ms / 4;
+}
+
+/** A warm read slower than this waited behind others (EBS serves a warm block in about a millisecond). */
+export const QUEUED_WARM_READ_MS = 5;

@@ -8,11 +8,13 @@ import t from "tap";
 import {
   afterLook,
   DEFAULT_PACE,
+  holdsOthersUp,
   nextPace,
   othersActive,
   parseReadBytes,
   parseReadsInFlight,
   parseRequests,
+  QUEUED_WARM_READ_MS,
   type DeviceLook,
   type Stopped,
 } from "../../src/host/read-pace.ts";
@@ -99,3 +101,29 @@ t.test("the device's counters from its sysfs files", async (t) => {
   t.equal(parseReadsInFlight(""), undefined);
   t.equal(parseReadsInFlight("x 0"), undefined);
 });
+
+t.test(
+  "the pre-warm holds others up where the median warm read waits a quarter of its reads' time and 5 ms",
+  async (t) => {
+    // The lab's 10 ms fetches at gp3's 125 MiB/s: 4 MiB queued, a warm read waits 10-20 ms, the reads take 32 ms.
+    t.ok(holdsOthersUp([16, 10.2, 15.5], 32), "the throughput binds");
+    t.ok(
+      holdsOthersUp([0.9, 20.1, 10.6], 32),
+      "one warm read passed in a moment the queue was empty: the median counts",
+    );
+    // 40 ms fetches, 8 at once: a warm read passes them, or waits a little behind a batch of fetches done at once.
+    t.notOk(holdsOthersUp([0.6, 1.4, 0.4], 44), "the fetches bind");
+    t.notOk(holdsOthersUp([12, 2.8, 8.5], 59.5), "the fetches bind, a cap behind them at times");
+    // One fetch at a time: a cold read waits for the slot, a warm one does not.
+    t.notOk(holdsOthersUp([0.3, 0.3, 0.3], 80), "the fetch slot binds");
+    t.notOk(holdsOthersUp([40, 0.3, 0.5], 40), "one block was still cold: its fetch's time is not the queue's");
+    t.notOk(holdsOthersUp([3, 3, 3], 4), "a fast volume: what waited was a few milliseconds");
+    t.ok(holdsOthersUp([QUEUED_WARM_READ_MS], 4 * QUEUED_WARM_READ_MS), "on the line");
+    t.notOk(holdsOthersUp([QUEUED_WARM_READ_MS], 4 * QUEUED_WARM_READ_MS + 1));
+    t.ok(holdsOthersUp([30, 1, 30, 1, 30], 32), "five: the third fastest");
+    t.notOk(holdsOthersUp([30, 1, 1, 30], 32), "four: the lower middle one");
+    t.notOk(holdsOthersUp([], 32), "no warm read timed: nothing known");
+    t.notOk(holdsOthersUp([30], 0), "no completion time of its own");
+    t.notOk(holdsOthersUp([30], Number.NaN));
+  },
+);
