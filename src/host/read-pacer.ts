@@ -10,6 +10,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { RunningCommand } from "../exec.ts";
 import {
   afterLook,
+  holdsOthersUp,
   nextPace,
   parseReadBytes,
   parseReadsInFlight,
@@ -80,6 +81,8 @@ export interface PaceReadsOptions {
   done: AbortSignal;
   /** The reads are being stopped (SIGTERM): fio is continued, or it would not act on it. */
   stopped?: AbortSignal;
+  /** Stop and look at once, not after a first run (reads that have run already and were found in the way). */
+  lookFirst?: boolean;
   clock?: PacerClock;
 }
 
@@ -102,7 +105,7 @@ export async function paceReads(options: PaceReadsOptions): Promise<PaceTally> {
   stopped?.addEventListener("abort", onStop, { once: true });
   const tally: PaceTally = { looks: 0, pauses: 0, pausedMs: 0 };
   try {
-    let step: Pace = { runMs: settings.runMs };
+    let step: Pace = { runMs: options.lookFirst ? 0 : settings.runMs };
     let stop: Stopped = { pausedMs: 0, quietMs: 0 };
     for (;;) {
       let seen: DeviceLook | undefined;
@@ -163,4 +166,44 @@ async function look(
   const end = await counters.requests();
   if (start === undefined || end === undefined) return undefined;
   return { drained, otherRequests: Math.max(0, end - start), seconds: (clock.now() - started) / 1000 };
+}
+
+/** What a look at the pre-warm's queue found (read-pace.ts, holdsOthersUp). */
+export interface QueueVerdict {
+  holdsUp: boolean;
+  /** The warm reads' times, in milliseconds. */
+  warmReadMs: number[];
+  /** The pre-warm's reads' median completion then. */
+  readP50Ms: number;
+}
+
+export interface WatchQueueOptions {
+  /** The reads' median completion so far and offsets of a few reads surely done, once fio has reported enough. */
+  progress: () => { readP50Ms: number; doneOffsets: readonly number[] } | undefined;
+  /** Times a warm read at `offset` (warm-read.ts); undefined: no figure. */
+  timeRead: (offset: number) => Promise<number | undefined>;
+  /** The reads ended: nothing to decide. */
+  done: AbortSignal;
+  /** How often progress is looked at until it is enough (default 100 ms). */
+  lookEveryMs?: number;
+  clock?: PacerClock;
+}
+
+/**
+ * Once the reads have run long enough to be surely queued (progress), times a warm read at each of the offsets (at
+ * once) and tells whether the reads hold others up. Undefined: the reads ended first, or no warm read could be timed.
+ */
+export async function watchQueue(options: WatchQueueOptions): Promise<QueueVerdict | undefined> {
+  const clock = options.clock ?? REAL_CLOCK;
+  for (;;) {
+    if (!(await clock.sleep(options.lookEveryMs ?? 100, options.done))) return undefined;
+    const progress = options.progress();
+    if (!progress) continue;
+    // At once: each waits behind the same queue, not behind the others' few KiB.
+    const timed = await Promise.all(progress.doneOffsets.map((offset) => options.timeRead(offset)));
+    if (options.done.aborted) return undefined;
+    const warmReadMs = timed.filter((ms): ms is number => ms !== undefined);
+    if (warmReadMs.length === 0) return undefined;
+    return { holdsUp: holdsOthersUp(warmReadMs, progress.readP50Ms), warmReadMs, readP50Ms: progress.readP50Ms };
+  }
 }

@@ -7,7 +7,7 @@
  */
 import t from "tap";
 import { DEFAULT_PACE, type PaceSettings } from "../../src/host/read-pace.ts";
-import { paceReads, type PacerClock } from "../../src/host/read-pacer.ts";
+import { paceReads, watchQueue, type PacerClock } from "../../src/host/read-pacer.ts";
 
 /**
  * A world where others have made `othersRequests(now)` requests by `now` (ms); the reads end at
@@ -105,6 +105,15 @@ t.test("the defaults: runs of 250 ms, looks of 100 ms, any request of others sto
   t.ok((await paceReads({ ...trickle, settings: DEFAULT_PACE })).pauses > 0, "20 small requests a second: paused");
 });
 
+t.test("reads found in the way already (lookFirst): stopped and looked at before any run", async (t) => {
+  const w = world(steady(300), 1_000);
+  const tally = await paceReads({ ...w, settings, lookFirst: true });
+  t.same(w.signalled[0], { sig: "SIGSTOP", at: 0 }, "stopped at once");
+  t.same(w.sleeps.slice(0, 5), [0, 7, 7, 7, 7], "no run first: the look, then pauses while others read");
+  t.equal(w.sleeps[5], settings.runMs, "later runs last runMs");
+  t.ok(tally.looks >= 1);
+});
+
 t.test("a burst of others: fio stays stopped until settleMs after their last request", async (t) => {
   // Others make a request every ms from 30 ms to 60 ms (a service's start), then none.
   const burst = (now: number) => Math.max(0, Math.min(now, 60) - 30);
@@ -144,4 +153,68 @@ t.test("being stopped (SIGTERM): fio is continued and never stopped again, whate
   );
   t.equal(w.signals.at(-1), "SIGCONT", "fio is left running, to act on its SIGTERM");
   t.ok(tally.pausedMs < 50, `no pause after the stop (${tally.pausedMs} ms paused in all)`);
+});
+
+t.test("the look at the queue: once progress is enough, a warm read at each offset decides", async (t) => {
+  const w = world(() => 0, 10_000);
+  const timed: number[] = [];
+  let progress: { readP50Ms: number; doneOffsets: number[] } | undefined;
+  const looked = watchQueue({
+    progress: () => (w.clock.now() >= 300 ? (progress ??= { readP50Ms: 32, doneOffsets: [0, 512, 1024] }) : undefined),
+    timeRead: async (offset) => {
+      timed.push(offset);
+      return offset === 512 ? undefined : 30;
+    },
+    done: w.done,
+    clock: w.clock,
+  });
+  const verdict = await looked;
+  t.same(verdict, { holdsUp: true, warmReadMs: [30, 30], readP50Ms: 32 }, "a read dd could not time is left out");
+  t.same(timed, [0, 512, 1024], "each offset once, after the first look with enough progress");
+  t.equal(w.clock.now(), 300, "looked every 100 ms until then");
+
+  const fast = world(() => 0, 10_000);
+  t.same(
+    await watchQueue({
+      progress: () => ({ readP50Ms: 40, doneOffsets: [0] }),
+      timeRead: async () => 0.3,
+      done: fast.done,
+      clock: fast.clock,
+    }),
+    { holdsUp: false, warmReadMs: [0.3], readP50Ms: 40 },
+  );
+});
+
+t.test("the look at the queue: nothing decided when the reads end first or no warm read is timed", async (t) => {
+  const ended = world(() => 0, 250);
+  t.equal(
+    await watchQueue({ progress: () => undefined, timeRead: async () => 30, done: ended.done, clock: ended.clock }),
+    undefined,
+    "the reads ended before progress was enough",
+  );
+  const untimed = world(() => 0, 10_000);
+  t.equal(
+    await watchQueue({
+      progress: () => ({ readP50Ms: 32, doneOffsets: [0, 1] }),
+      timeRead: async () => undefined,
+      done: untimed.done,
+      clock: untimed.clock,
+    }),
+    undefined,
+  );
+  const during = world(() => 0, 10_000);
+  const stop = new AbortController();
+  t.equal(
+    await watchQueue({
+      progress: () => ({ readP50Ms: 32, doneOffsets: [0, 1] }),
+      timeRead: async () => {
+        stop.abort();
+        return 30;
+      },
+      done: stop.signal,
+      clock: during.clock,
+    }),
+    undefined,
+    "the reads ended while a warm read was timed",
+  );
 });
