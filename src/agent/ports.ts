@@ -451,8 +451,10 @@ export interface InitializeOptions {
   images?: readonly string[];
   /**
    * The background run's reads (set while services may be starting): the wanted images' files at
-   * `ioDepth`, everything after them at this depth, and all of it stopped while others read the
-   * device (src/host/read-pace.ts). Absent: `ioDepth` throughout, never stopped (inline, at boot).
+   * the fetch depth (src/host/read-phases.ts), stopped while others read the device only where
+   * their queue holds others up (read-pace.ts, holdsOthersUp); everything after them at this depth,
+   * stopped while others read the device (read-pace.ts). Absent: `ioDepth` throughout, never
+   * stopped (inline, at boot).
    */
   yieldDepth?: number;
   /** How the reads at `yieldDepth` give way (config `prewarm.giveWay`); absent: read-pace.ts's defaults. */
@@ -467,7 +469,10 @@ export interface InitializeOptions {
 }
 
 /** What beginWanted reads: the wanted phase of an initialization yet to be decided. */
-export type WantedReadOptions = Pick<InitializeOptions, "ioDepth" | "maxIoBytes" | "yieldDepth" | "images" | "signal">;
+export type WantedReadOptions = Pick<
+  InitializeOptions,
+  "ioDepth" | "maxIoBytes" | "yieldDepth" | "giveWay" | "images" | "signal"
+>;
 
 /** Reads begun ahead of their run (PrewarmReader.beginWanted); opaque but for stop(). */
 export interface BegunReads {

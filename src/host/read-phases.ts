@@ -13,11 +13,15 @@
  * the lab's cold layer (8 fetches at once, 40 ms each), 1 MiB reads: depth 4 55 MiB/s at a median
  * completion of 62 ms, depth 8 62 MiB/s at 108 ms, depth 32 52 MiB/s at 518 ms (bench/README.md).
  *
- * Pacing: the wanted files' reads are not stopped while others read the device (read-pace.ts):
- * what reads the device then is, most likely, a service starting from those very files, and a
- * read it waits behind (a few MiB at most, by the depth above) fetches a block it reads next.
- * Stopping for every look instead cost the head start a third of its reads. The list's other
- * files are paced in the background, as device order is.
+ * Pacing: the wanted files' reads are not stopped while others read the device (read-pace.ts)
+ * where EBS serves them in parallel: what reads the device then is, most likely, a service
+ * starting from those very files, and a read it waits behind (a few MiB at most, by the depth
+ * above) fetches a block it reads next. Stopping for every look instead cost the head start a
+ * third of its reads. Where the volume's throughput binds instead, every read of others (docker's
+ * start, warm or cold) waits behind all of them, and a block read ahead costs the throughput twice
+ * (once now, once through its file): there, once a warm read timed beside them says so
+ * (holdsOthersUp), they are paced too (volume-reads.ts). The list's other files are paced in the
+ * background, as device order is.
  */
 import type { InitializeOptions } from "../agent/ports.ts";
 import { coveringReads, type ByteRange } from "./extents.ts";
@@ -49,8 +53,8 @@ export function fetchDepth(init: DepthOptions): number {
 }
 
 /**
- * The phase of the wanted files' reads: at the fetch depth, never paced (what reads beside it most likely reads the
- * same files).
+ * The phase of the wanted files' reads: at the fetch depth, not paced from the start (what reads beside it most likely
+ * reads the same files; paced later only where its queue holds others up).
  */
 export function wantedPhase(init: DepthOptions): { name: "prewarm-need"; depth: number; paced: false } {
   return { name: "prewarm-need", depth: fetchDepth(init), paced: false };

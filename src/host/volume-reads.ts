@@ -41,7 +41,8 @@ import { needPhases, wantedPhase } from "./read-phases.ts";
 import type { RunningCommand } from "../exec.ts";
 import { feedIolog, runFio, writeIolog, type DeviceRead, type FedIolog, type FioReport } from "./fio.ts";
 import { DEFAULT_PACE } from "./read-pace.ts";
-import { deviceCounters, paceReads } from "./read-pacer.ts";
+import { deviceCounters, paceReads, watchQueue, type PaceTally } from "./read-pacer.ts";
+import { timeWarmRead } from "./warm-read.ts";
 
 const MiB = 1024 * 1024;
 const round1 = (n: number) => Math.round(n * 10) / 10;
@@ -341,14 +342,39 @@ async function replayFed(
   phase: { name: string; depth: number; paced: boolean },
   init: ReplayOptions,
 ): Promise<void> {
+  // In the background run its queue is looked at once it has built up: paced from then on where it holds others up.
+  const background = init.yieldDepth !== undefined;
+  let spawned: RunningCommand | undefined;
+  let latest: FioReport | undefined;
+  const done = new AbortController();
+  const watched = background
+    ? paceWhenHoldingUp(ctx, target, init, {
+        name: phase.name,
+        reads: () => spawned,
+        progress: () => queueProgress(latest, feed.added, phase.depth),
+        done: done.signal,
+      })
+    : undefined;
   try {
     const report = await runFio(
-      { name: phase.name, iolog: feed, ioDepth: phase.depth, idle: true },
-      { ...ctx.fioOptions, signal: init.signal },
+      { name: phase.name, iolog: feed, ioDepth: phase.depth, idle: true, thread: background },
+      {
+        ...ctx.fioOptions,
+        signal: init.signal,
+        ...(background
+          ? {
+              statusIntervalMs: QUEUE_LOOK_MS,
+              onStatus: (report: FioReport) => (latest = report),
+              onSpawn: (fio: RunningCommand) => (spawned = fio),
+            }
+          : {}),
+      },
     );
     if (feed.added.length > 0) logReplay(ctx, phase.name, feed.added, phase.depth, report);
   } catch (error) {
     if (init.signal?.aborted) throw error;
+    done.abort();
+    await watched;
     await feed.ended;
     if (feed.added.length === 0) return;
     ctx.log?.info(
@@ -356,7 +382,95 @@ async function replayFed(
       `${phase.name}: fio did not take its reads on stdin (${describeError(error)}): replaying them from a file`,
     );
     await replay(ctx, target, feed.added, phase.name, phase.depth, init, phase);
+  } finally {
+    done.abort();
+    await watched;
   }
+}
+
+/** How often fio reports on the wanted reads in the background, for the look at their queue. */
+const QUEUE_LOOK_MS = 100;
+/** Warm reads timed at the look (its median decides). */
+const WARM_READS = 5;
+
+/**
+ * What the look at the queue needs from fio's latest report: its reads' median completion, and the first reads of
+ * the log, surely done once fio has issued twice the depth (each read issued past the depth waited for one to
+ * complete, and reads complete about in the order they were issued; the median warm read counts, so one found cold
+ * does not mislead). Undefined until then.
+ */
+export function queueProgress(
+  report: FioReport | undefined,
+  reads: readonly DeviceRead[],
+  depth: number,
+): { readP50Ms: number; doneOffsets: number[] } | undefined {
+  const p50 = report?.read.latencyMs.p50;
+  if (!report || p50 === undefined || report.read.totalIos < 2 * depth || reads.length < 2 * depth) return undefined;
+  return { readP50Ms: p50, doneOffsets: reads.slice(0, WARM_READS).map((read) => read.offset) };
+}
+
+/**
+ * Looks at the reads' queue once (watchQueue, with dd's warm reads) and, where they hold others up, paces them until
+ * `done`, as the background's other reads are.
+ */
+async function paceWhenHoldingUp(
+  ctx: FioContext,
+  target: ReadTarget,
+  init: ReplayOptions,
+  reads: {
+    name: string;
+    reads: () => RunningCommand | undefined;
+    progress: () => ReturnType<typeof queueProgress>;
+    done: AbortSignal;
+  },
+): Promise<void> {
+  const verdict = await watchQueue({
+    progress: reads.progress,
+    timeRead: (offset) => timeWarmRead(target.device, offset, ctx.log ? { log: ctx.log } : {}),
+    done: reads.done,
+  });
+  if (!verdict || reads.done.aborted) return;
+  const figures = { warmReadMs: verdict.warmReadMs.map(round1).join(" "), readP50Ms: round1(verdict.readP50Ms) };
+  if (!verdict.holdsUp) {
+    ctx.log?.info(
+      "prewarm.pace",
+      `${reads.name}: others' reads pass these (a warm read is not held up): not paced`,
+      figures,
+    );
+    return;
+  }
+  ctx.log?.info(
+    "prewarm.pace",
+    `${reads.name}: a warm read waits behind these (the volume's throughput binds): they give way to others now`,
+    figures,
+  );
+  const tally = await paceReads({
+    reads: reads.reads,
+    counters: deviceCounters(target.device),
+    settings: paceSettings(ctx, init),
+    done: reads.done,
+    stopped: init.signal,
+    // They have been in the way since they began: stopped now, not after one more run.
+    lookFirst: true,
+  });
+  logPaceTally(ctx, reads.name, tally);
+}
+
+/** The pacing of a replay: the defaults, the agent's give-way settings over them, the reader's drain. */
+function paceSettings(ctx: FioContext, init: ReplayOptions) {
+  return {
+    ...DEFAULT_PACE,
+    ...init.giveWay,
+    ...(ctx.options.drainMs !== undefined ? { drainMs: ctx.options.drainMs } : {}),
+  };
+}
+
+function logPaceTally(ctx: FioContext, name: string, tally: PaceTally | undefined) {
+  if (tally)
+    ctx.log?.info("prewarm.pace", `${name}: stopped ${tally.pauses} times while others read or wrote the device`, {
+      looks: tally.looks,
+      pausedMs: tally.pausedMs,
+    });
 }
 
 async function readRanges(
@@ -419,7 +533,7 @@ async function replay(
       {
         ...ctx.fioOptions,
         signal: init.signal,
-        ...(onStatus ? { statusIntervalSeconds: 1, onStatus } : {}),
+        ...(onStatus ? { statusIntervalMs: 1000, onStatus } : {}),
         onSpawn: (fio) => {
           spawned = fio;
           phase?.onSpawn?.();
@@ -430,11 +544,7 @@ async function replay(
       ? paceReads({
           reads: () => spawned,
           counters: deviceCounters(target.device),
-          settings: {
-            ...DEFAULT_PACE,
-            ...init.giveWay,
-            ...(ctx.options.drainMs !== undefined ? { drainMs: ctx.options.drainMs } : {}),
-          },
+          settings: paceSettings(ctx, init),
           done: done.signal,
           stopped: init.signal,
         })
@@ -443,12 +553,7 @@ async function replay(
       logReplay(ctx, name, reads, depth, await fio);
     } finally {
       done.abort();
-      const tally = await pacer;
-      if (tally)
-        ctx.log?.info("prewarm.pace", `${name}: stopped ${tally.pauses} times while others read or wrote the device`, {
-          looks: tally.looks,
-          pausedMs: tally.pausedMs,
-        });
+      logPaceTally(ctx, name, await pacer);
     }
   });
 }
@@ -482,7 +587,7 @@ async function readDevice(ctx: FioContext, target: ReadTarget, init: InitializeO
     {
       ...ctx.fioOptions,
       signal: init.signal,
-      statusIntervalSeconds: 1,
+      statusIntervalMs: 1000,
       onStatus: (report) => {
         const counted = report.read.ioBytes;
         init.onProgress({

@@ -89,7 +89,11 @@ t.test(
     t.match(need.line, /--read_iolog=- --read_iolog_chunked=1 --bs=1048576 /, "its log read from stdin, as it comes");
     t.ok(given > filefrags[0]! && given < filefrags[1]!, "the wanted reads given to it between the two mappings");
     t.match(need.line, /--iodepth=4 /, "4 reads of 1 MiB in flight, not 32");
-    t.notMatch(need.line, /--thread/, "not paced (one process to stop is only made for paced reads)");
+    t.match(need.line, /--thread/, "one process, to stop should its queue hold others up");
+    t.notOk(
+      lines.some((l) => l.includes("prewarm.pace: prewarm-need")),
+      "4 reads are too few to build a queue: never looked at, never paced",
+    );
     t.match(listed.line, /--iodepth=2 /, "the other image's files at the yielding depth");
     t.match(listed.line, /--thread/, "paced");
     t.ok(listed.index > need.index, "after the wanted files");
@@ -99,6 +103,30 @@ t.test(
     );
   },
 );
+
+t.test("where the fetches bind (one at a time), a warm read passes the wanted files' reads: not paced", async (t) => {
+  const { volumeId, target } = await coldVolume();
+  // 16 reads of 256 KiB at depth 4, a 100 ms fetch each: 1.6 s, the look comes after 8 are issued.
+  await lab.cold!.setFirstReadDelay(volumeId, 100);
+  const log = createMemoryLogger("debug");
+  await createFioReader({ log }).initialize(target, "files", {
+    ...background(log).options,
+    ioDepth: 4,
+    maxIoBytes: 256 * 1024,
+    images: ["lab/want:1"],
+  });
+  await lab.cold!.setFirstReadDelay(volumeId, COLD.firstReadDelayMs);
+  const verdict = log.lines.find((l) => l.includes("prewarm.pace: prewarm-need:"));
+  t.comment(verdict);
+  t.match(verdict, /others' reads pass these \(a warm read is not held up\): not paced/);
+  const p50 = Number(/readP50Ms=([0-9.]+)/.exec(verdict ?? "")?.[1]);
+  t.ok(p50 >= 100, `the reads' own median: a fetch and more (${p50} ms)`);
+  t.notOk(
+    log.lines.some((l) => /prewarm\.pace: prewarm-need: stopped/.test(l)),
+    "no pacer ran on them",
+  );
+  t.ok(log.lines.some((l) => /prewarm\.read: prewarm-need: 16 reads, 4 MiB at depth 4/.test(l)));
+});
 
 t.test("files with no image named reads the whole list first, then the rest", async (t) => {
   const { volumeId, target } = await coldVolume();

@@ -41,7 +41,8 @@ export async function beginReadsAtMount(
   if (!recorded || settings.strategy === "off" || recorded.volumeTags[VolumeTag.initialized]) return undefined;
   const mounted = await findMountedDevice(deps.storage, recorded.volumeId).catch(() => undefined);
   if (!mounted) return undefined;
-  const { giveWay: _giveWay, ...depths } = readDepths(settings, true);
+  // With the give-way settings: where the volume's throughput binds, the wanted reads give way as the others do.
+  const depths = readDepths(settings, true);
   try {
     const begun = deps.reader.beginWanted(mounted, {
       ...depths,
