@@ -295,6 +295,8 @@ try {
           const mountRun = strategy === "check" && headStartAtMount(decision);
           const headStop = new AbortController();
           const mountedAtMs = Date.now();
+          // The reader's lines from the mount on: the head start's look at its queue comes while docker starts.
+          readerLog.lines.length = 0;
           const headStart = mountRun
             ? init(nodeImageNames, handOver ? headStop.signal : stop.signal, YIELD_IO_DEPTH).catch(() => undefined)
             : undefined;
@@ -310,7 +312,6 @@ try {
             headStop.abort();
             await headStart;
           }
-          readerLog.lines.length = 0;
           let background: Promise<unknown> | undefined = handOver ? undefined : headStart;
           if (strategy === "check") {
             // A sample never holds `ready`: it runs beside the head start, as the boot runs it.
