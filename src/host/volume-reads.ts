@@ -426,7 +426,8 @@ async function paceWhenHoldingUp(
 ): Promise<void> {
   const verdict = await watchQueue({
     progress: reads.progress,
-    timeRead: (offset) => timeWarmRead(target.device, offset, ctx.log ? { log: ctx.log } : {}),
+    timeRead: (offset) =>
+      timeWarmRead(target.device, offset, { ...(ctx.log ? { log: ctx.log } : {}), signal: reads.done }),
     done: reads.done,
   });
   if (!verdict || reads.done.aborted) return;

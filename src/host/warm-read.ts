@@ -20,19 +20,26 @@ export function parseDdMs(stderr: string): number | undefined {
 
 /**
  * Times a direct read of the 4 KiB block at `offset` (rounded down to a block) of `device`; undefined when dd cannot
- * read it or reports no time (the caller then has no figure, never a failure: the pre-warm reads on as before).
+ * read it, reports no time or is stopped (`signal`: the reads it was timed beside are done). The caller then has no
+ * figure, never a failure: the pre-warm reads on as before.
  */
 export async function timeWarmRead(
   device: string,
   offset: number,
-  options: { log?: Logger; dd?: string } = {},
+  options: { log?: Logger; dd?: string; signal?: AbortSignal } = {},
 ): Promise<number | undefined> {
   assertDevicePath(device);
   const block = Math.floor(Math.max(0, offset) / WARM_READ_BYTES);
   const result = await run(
     options.dd ?? "dd",
     [`if=${device}`, "of=/dev/null", `bs=${WARM_READ_BYTES}`, "count=1", `skip=${block}`, "iflag=direct"],
-    { check: false, env: { LC_ALL: "C" }, timeoutMs: 10_000, ...(options.log ? { log: options.log } : {}) },
+    {
+      check: false,
+      env: { LC_ALL: "C" },
+      timeoutMs: 10_000,
+      ...(options.log ? { log: options.log } : {}),
+      ...(options.signal ? { signal: options.signal } : {}),
+    },
   ).catch(() => undefined);
   return result?.exitCode === 0 ? parseDdMs(result.stderr) : undefined;
 }

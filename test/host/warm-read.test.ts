@@ -1,9 +1,12 @@
 /**
  * The warm read's figure (src/host/warm-read.ts) from dd's own report, and the queue look's progress from fio's
- * (src/host/volume-reads.ts, queueProgress). dd runs for real on a regular file: the device path check refuses it, so
- * the timing itself is run by the lab test (volume-reads-need.lab.test.ts).
+ * (src/host/volume-reads.ts, queueProgress). dd is a script here that records its arguments; the real dd on a real
+ * (loop) device is run by the lab tests (volume-reads-queue.lab.test.ts, volume-reads-need.lab.test.ts).
  */
 import t from "tap";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { parseDdMs, timeWarmRead } from "../../src/host/warm-read.ts";
 import { queueProgress } from "../../src/host/volume-reads.ts";
 import type { FioReport } from "../../src/host/fio.ts";
@@ -17,6 +20,40 @@ t.test("dd's copy time in milliseconds", async (t) => {
   t.equal(parseDdMs(""), undefined);
   t.equal(parseDdMs("4096 bytes copied, . s"), undefined);
 });
+
+t.test(
+  "dd is asked for one direct 4 KiB read at the block of the offset; a dd that fails or is stopped: no figure",
+  async (t) => {
+    const dir = await mkdtemp(join(tmpdir(), "warm-read-"));
+    t.teardown(() => rm(dir, { recursive: true, force: true }));
+    const dd = join(dir, "dd");
+    const args = join(dir, "args");
+    // Writes its arguments, reports a copy of 12.5 ms; at block 99 it becomes a 30 s sleep (exec: one process).
+    await writeFile(
+      dd,
+      `#!/bin/sh\necho "$*" > ${args}\ncase "$*" in *skip=99*) exec sleep 30;; esac\n` +
+        'echo "4096 bytes (4.1 kB, 4.0 KiB) copied, 0.0125 s, 328 kB/s" >&2\n',
+      { mode: 0o755 },
+    );
+    t.equal(await timeWarmRead("/dev/loop7", 8192 + 100, { dd }), 12.5);
+    t.equal(
+      (await readFile(args, "utf8")).trim(),
+      "if=/dev/loop7 of=/dev/null bs=4096 count=1 skip=2 iflag=direct",
+      "the block holding the offset",
+    );
+    const failing = join(dir, "dd-fails");
+    await writeFile(failing, "#!/bin/sh\necho 'dd: error reading' >&2\nexit 1\n", { mode: 0o755 });
+    t.equal(await timeWarmRead("/dev/loop7", 0, { dd: failing }), undefined);
+    t.equal(await timeWarmRead("/dev/loop7", 0, { dd: join(dir, "missing") }), undefined, "no dd at all");
+    const stop = new AbortController();
+    const began = Date.now();
+    const stopped = timeWarmRead("/dev/loop7", 99 * 4096, { dd, signal: stop.signal });
+    setTimeout(() => stop.abort(), 50);
+    t.equal(await stopped, undefined, "stopped while it waited: killed, no figure");
+    // The stop, not the run's own 10 s guard, ended it (the script would sleep 30 s).
+    t.ok(Date.now() - began < 9_000, "ended by the stop");
+  },
+);
 
 t.test("a path that is not a device is refused before dd runs", async (t) => {
   await t.rejects(timeWarmRead("/etc/passwd", 0), /device/i);
