@@ -131,5 +131,5 @@ export function holdsOthersUp(warmReadMs: readonly number[], readP50Ms: number):
   return median >= QUEUED_WARM_READ_MS && median >= readP50Ms / 4;
 }
 
-/** A warm read slower than this waited behind others (EBS serves a warm block in about a millisecond). */
+/** A warm 4 KiB read slower than this most likely waited behind others (AWS gives gp3 single-digit milliseconds). */
 export const QUEUED_WARM_READ_MS = 5;

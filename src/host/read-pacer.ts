@@ -2,7 +2,8 @@
  * The background pre-warm's pacing carried out on a running fio: it reads for `runMs`, is stopped
  * (SIGSTOP), looked at through the device's counters (others' reads and writes), and continued
  * (SIGCONT) or left stopped as read-pace.ts decides, until its reads are done. The counters and the clock come from the
- * caller, so that the loop runs in tests without a device or real time.
+ * caller, so that the loop runs in tests without a device or real time. And the one look (watchQueue) that decides
+ * whether reads otherwise left unpaced (the wanted files') hold others up, and so are paced too.
  */
 import { readFile, realpath } from "node:fs/promises";
 import { basename, join } from "node:path";
