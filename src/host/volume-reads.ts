@@ -356,25 +356,30 @@ async function replayFed(
       })
     : undefined;
   try {
-    const report = await runFio(
-      { name: phase.name, iolog: feed, ioDepth: phase.depth, idle: true, thread: background },
-      {
-        ...ctx.fioOptions,
-        signal: init.signal,
-        ...(background
-          ? {
-              statusIntervalMs: QUEUE_LOOK_MS,
-              onStatus: (report: FioReport) => (latest = report),
-              onSpawn: (fio: RunningCommand) => (spawned = fio),
-            }
-          : {}),
-      },
-    );
+    let report: FioReport;
+    try {
+      report = await runFio(
+        { name: phase.name, iolog: feed, ioDepth: phase.depth, idle: true, thread: background },
+        {
+          ...ctx.fioOptions,
+          signal: init.signal,
+          ...(background
+            ? {
+                statusIntervalMs: QUEUE_LOOK_MS,
+                onStatus: (report: FioReport) => (latest = report),
+                onSpawn: (fio: RunningCommand) => (spawned = fio),
+              }
+            : {}),
+        },
+      );
+    } finally {
+      // The look and its pacing end with this fio, before any replay from a file.
+      done.abort();
+      await watched;
+    }
     if (feed.added.length > 0) logReplay(ctx, phase.name, feed.added, phase.depth, report);
   } catch (error) {
     if (init.signal?.aborted) throw error;
-    done.abort();
-    await watched;
     await feed.ended;
     if (feed.added.length === 0) return;
     ctx.log?.info(
@@ -382,9 +387,6 @@ async function replayFed(
       `${phase.name}: fio did not take its reads on stdin (${describeError(error)}): replaying them from a file`,
     );
     await replay(ctx, target, feed.added, phase.name, phase.depth, init, phase);
-  } finally {
-    done.abort();
-    await watched;
   }
 }
 
@@ -417,7 +419,7 @@ async function paceWhenHoldingUp(
   ctx: FioContext,
   target: ReadTarget,
   init: ReplayOptions,
-  reads: {
+  phase: {
     name: string;
     reads: () => RunningCommand | undefined;
     progress: () => ReturnType<typeof queueProgress>;
@@ -425,36 +427,36 @@ async function paceWhenHoldingUp(
   },
 ): Promise<void> {
   const verdict = await watchQueue({
-    progress: reads.progress,
+    progress: phase.progress,
     timeRead: (offset) =>
-      timeWarmRead(target.device, offset, { ...(ctx.log ? { log: ctx.log } : {}), signal: reads.done }),
-    done: reads.done,
+      timeWarmRead(target.device, offset, { ...(ctx.log ? { log: ctx.log } : {}), signal: phase.done }),
+    done: phase.done,
   });
-  if (!verdict || reads.done.aborted) return;
+  if (!verdict || phase.done.aborted) return;
   const figures = { warmReadMs: verdict.warmReadMs.map(round1).join(" "), readP50Ms: round1(verdict.readP50Ms) };
   if (!verdict.holdsUp) {
     ctx.log?.info(
       "prewarm.pace",
-      `${reads.name}: others' reads pass these (a warm read is not held up): not paced`,
+      `${phase.name}: others' reads pass these (a warm read is not held up): not paced`,
       figures,
     );
     return;
   }
   ctx.log?.info(
     "prewarm.pace",
-    `${reads.name}: a warm read waits behind these (the volume's throughput binds): they give way to others now`,
+    `${phase.name}: a warm read waits behind these (the volume's throughput binds): they give way to others now`,
     figures,
   );
   const tally = await paceReads({
-    reads: reads.reads,
+    reads: phase.reads,
     counters: deviceCounters(target.device),
     settings: paceSettings(ctx, init),
-    done: reads.done,
+    done: phase.done,
     stopped: init.signal,
     // They have been in the way since they began: stopped now, not after one more run.
     lookFirst: true,
   });
-  logPaceTally(ctx, reads.name, tally);
+  logPaceTally(ctx, phase.name, tally);
 }
 
 /** The pacing of a replay: the defaults, the agent's give-way settings over them, the reader's drain. */
