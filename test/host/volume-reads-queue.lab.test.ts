@@ -7,16 +7,15 @@
  * time: the lab's cap of 8 MiB/s makes the wait some 250 ms, fifty times the line.
  */
 import t from "tap";
-import { mkdir, writeFile } from "node:fs/promises";
-import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ReadTarget } from "../../src/agent/ports.ts";
 import { run } from "../../src/exec.ts";
 import { createFioReader } from "../../src/host/volume-reads.ts";
+import { timeWarmRead, WARM_READ_BYTES } from "../../src/host/warm-read.ts";
 import { startLab } from "../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../src/log.ts";
 import { assertLabPrerequisites } from "../fixtures/lab/lab-prereq.ts";
-import { attach, createVolume, makeDataSnapshot, mountXfs } from "../fixtures/lab/prewarm-lab.ts";
+import { attach, createVolume, makeDataSnapshot, mountXfs, writeNeedListFiles } from "../fixtures/lab/prewarm-lab.ts";
 
 await assertLabPrerequisites();
 
@@ -35,17 +34,8 @@ const snapshotId = await makeDataSnapshot(lab, ec2, {
   sizeGiB: 1,
   dataMiB: 4,
   files: 1,
-  addContent: async (mountPoint) => {
-    const path = join(mountPoint, "docker", WANTED);
-    await mkdir(join(path, ".."), { recursive: true });
-    // 24 MiB: three seconds of the cap, far longer than the look takes.
-    await run("dd", ["if=/dev/urandom", `of=${path}`, "bs=1M", "count=24", "status=none"]);
-    await mkdir(join(mountPoint, ".ebs-cache-agent"));
-    await writeFile(
-      join(mountPoint, ".ebs-cache-agent/reads.json"),
-      JSON.stringify({ version: 1, images: [{ image: "lab/want:1", files: [WANTED] }] }),
-    );
-  },
+  // 24 MiB: three seconds of the cap, far longer than the look takes.
+  addContent: (mountPoint) => writeNeedListFiles(mountPoint, [{ image: "lab/want:1", files: [WANTED] }], 24),
 });
 const host = await lab.addHost();
 
@@ -60,14 +50,12 @@ t.test("the wanted files' reads hold a warm read up where the throughput binds: 
   const log = createMemoryLogger("debug");
   const reader = createFioReader({ log, drainMs: 5_000 });
   // Another reader of the device (a service, say): small direct reads of the volume's first 4 MiB, until two seconds
-  // after the look found the queue holding reads up (the pacer's first look at the device comes 250 ms after that).
+  // after the look found the queue holding reads up (the pacer looks at the device at once then).
   let reading = true;
   const other = (async () => {
     let verdictAt: number | undefined;
     for (let block = 0; reading; block = (block + 1) % 1024) {
-      await run("dd", [`if=${target.device}`, "of=/dev/null", "bs=4096", "count=1", `skip=${block}`, "iflag=direct"], {
-        check: false,
-      });
+      await timeWarmRead(target.device, block * WARM_READ_BYTES);
       await sleep(20);
       if (verdictAt === undefined && log.lines.some((l) => l.includes("prewarm.pace: prewarm-need: a warm read")))
         verdictAt = Date.now();
