@@ -275,20 +275,16 @@ t.test("--from-mount: no reads before EC2 answers without this boot's record of 
   const adapters = prewarmDeps(node, reader);
   const tags = (await node.fake.describe(volumeId)).tags;
   node.fake.cloud.initializationStatus = async () => ({ type: "default", progress: 3 });
-  const record = () => recordMountRun(node.config.paths.stateDir, { volumeId, bootId: adapters.bootId! }, tags);
+  const recordOfBoot = (bootId: string | undefined, volumeTags?: Record<string, string>) => () =>
+    recordMountRun(node.config.paths.stateDir, { volumeId, bootId }, volumeTags);
   const cases: Array<[string, () => Promise<void>, ("check" | "off")?]> = [
-    ["the pre-warm turned off on the command", record, "off"],
+    ["the pre-warm turned off on the command", recordOfBoot(adapters.bootId!, tags), "off"],
     [
       "a volume tagged initialized",
-      () =>
-        recordMountRun(
-          node.config.paths.stateDir,
-          { volumeId, bootId: adapters.bootId! },
-          { ...tags, [VolumeTag.initialized]: "2026-12-07T00:00:00Z" },
-        ),
+      recordOfBoot(adapters.bootId!, { ...tags, [VolumeTag.initialized]: "2026-12-07T00:00:00Z" }),
     ],
-    ["another boot's record", () => recordMountRun(node.config.paths.stateDir, { volumeId, bootId: "other" }, tags)],
-    ["a record without tags (an older agent's)", () => recordMountRun(node.config.paths.stateDir, { volumeId })],
+    ["another boot's record", recordOfBoot("other", tags)],
+    ["a record without tags (an older agent's)", recordOfBoot(undefined)],
     [
       "a record whose tags are not strings",
       () =>
