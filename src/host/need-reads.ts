@@ -27,6 +27,13 @@ import { fileSystemOf, readFileBeneath, resolveBeneath, VolumePathError } from "
  */
 const UNREACHABLE = new Set(["ENAMETOOLONG", "ENOTDIR", "ELOOP", "EACCES"]);
 
+/**
+ * Files walked at once. On a volume still fetched from its snapshot each walk's folders and inodes
+ * are first reads (10-40 ms each): walked one after another they held the wanted reads' start back
+ * 100-200 ms; EBS serves several fetches at once.
+ */
+const RESOLVE_AT_ONCE = 8;
+
 /** Files per filefrag process (its command line stays far below ARG_MAX). */
 const FILEFRAG_BATCH = 256;
 
@@ -58,8 +65,6 @@ export async function fileRanges(
   files: readonly string[],
   options: { log?: Logger; filefragTimeoutMs?: number } = {},
 ): Promise<{ ranges: ByteRange[]; mapped: number; skipped: number }> {
-  const paths: string[] = [];
-  let skipped = 0;
   // A file of another filesystem mounted below the volume (a docker volume's bind mount, a
   // container's tmpfs) is not the volume's: filefrag would give its offsets on that filesystem's
   // device, read on this one.
@@ -68,17 +73,19 @@ export async function fileRanges(
     const id = await fileSystemOf(path);
     return id !== undefined && id === volumeFileSystem;
   };
-  for (const file of files) {
+  const resolveOne = async (file: string): Promise<string | undefined> => {
     try {
       const found = await resolveBeneath(mountPoint, file);
-      if (found.kind === "file" && (await onVolume(found.path))) paths.push(found.path);
-      else skipped++;
+      return found.kind === "file" && (await onVolume(found.path)) ? found.path : undefined;
     } catch (error) {
       if (!(error instanceof VolumePathError || UNREACHABLE.has((error as NodeJS.ErrnoException).code ?? "")))
         throw error;
-      skipped++;
+      return undefined;
     }
-  }
+  };
+  const resolved = await mapConcurrently(files, RESOLVE_AT_ONCE, resolveOne);
+  const paths = resolved.filter((path): path is string => path !== undefined);
+  const skipped = resolved.length - paths.length;
   const ranges: ByteRange[] = [];
   const seen = new Set<number>();
   for (let i = 0; i < paths.length; i += FILEFRAG_BATCH) {
@@ -111,4 +118,27 @@ export async function fileRanges(
     }
   }
   return { ranges, mapped: paths.length, skipped };
+}
+
+/**
+ * `work` over `items`, at most `limit` at once, the answers in the items' order; the first failure rejects, and no
+ * item is begun after it.
+ */
+async function mapConcurrently<T, R>(items: readonly T[], limit: number, work: (item: T) => Promise<R>): Promise<R[]> {
+  const answers: R[] = new Array<R>(items.length);
+  let next = 0;
+  let failed = false;
+  const worker = async () => {
+    while (next < items.length && !failed) {
+      const index = next++;
+      try {
+        answers[index] = await work(items[index]!);
+      } catch (error) {
+        failed = true;
+        throw error;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return answers;
 }
