@@ -10,12 +10,9 @@
  * - replaying an I/O log (`--read_iolog`) with iodepth N leaves the first N-1 I/Os out of
  *   `io_bytes` and the latency counts, while `total_ios` counts them all: the caller knows the
  *   log's size and uses it for the total;
- * - a job that fails (no such device, EIO) still prints JSON with `error` set, and exits 1;
- * - SIGUSR1 makes a running fio print a report at once (within a few milliseconds), in the same form as
- *   `--status-interval`'s; before fio has set its handler (its start-up: 0.2 s in one run here) SIGUSR1's default
- *   action would end it, so it is sent only once the process catches it (requestFioReport).
+ * - a job that fails (no such device, EIO) still prints JSON with `error` set, and exits 1.
  */
-import { readFile, writeFile } from "node:fs/promises";
+import { writeFile } from "node:fs/promises";
 import { PassThrough, type Readable } from "node:stream";
 import { AgentError, CommandError, describeError } from "../errors.ts";
 import { run, type RunningCommand } from "../exec.ts";
@@ -326,11 +323,9 @@ export interface RunFioOptions {
   fio?: string;
   /** Kill fio after this long (a guard; jobs bound themselves with runtimeSeconds). */
   timeoutMs?: number;
-  /** Called with each status report while fio runs (`--status-interval`, or asked for: `reportsOnRequest`). */
+  /** Called with each status report while fio runs (`--status-interval`). */
   onStatus?: (report: FioReport) => void;
   statusIntervalMs?: number;
-  /** No reports of fio's own accord: only those asked for (requestFioReport). */
-  reportsOnRequest?: boolean;
   signal?: AbortSignal;
   /** Called with fio's process once started (to stop and continue it: RunningCommand.signal). */
   onSpawn?: (fio: RunningCommand) => void;
@@ -339,7 +334,7 @@ export interface RunFioOptions {
 /** Runs fio and returns its final report; throws FioError when fio is missing or the job failed. */
 export async function runFio(job: FioJob, options: RunFioOptions = {}): Promise<FioReport> {
   const fio = options.fio ?? "fio";
-  const interval = options.onStatus && !options.reportsOnRequest ? (options.statusIntervalMs ?? 1000) : undefined;
+  const interval = options.onStatus ? (options.statusIntervalMs ?? 1000) : undefined;
   const args = fioArgs(job, interval ? { statusIntervalMs: interval } : {});
   let pending = "";
   let last: FioReport | undefined;
@@ -408,28 +403,4 @@ export async function runFio(job: FioJob, options: RunFioOptions = {}): Promise<
 export async function fioVersion(fio = "fio"): Promise<string | undefined> {
   const result = await run(fio, ["--version"], { check: false }).catch(() => undefined);
   return result && result.exitCode === 0 ? result.stdout.trim() : undefined;
-}
-
-/** SIGUSR1's bit in a /proc/<pid>/status signal mask (bit n-1 for signal n). */
-const SIGUSR1_BIT = 1n << 9n;
-
-/** Whether a /proc/<pid>/status text says the process catches SIGUSR1 (its `SigCgt` mask). */
-export function catchesSigusr1(statusText: string): boolean {
-  const mask = /^SigCgt:\s*([0-9a-fA-F]+)\s*$/m.exec(statusText)?.[1];
-  return mask !== undefined && (BigInt(`0x${mask}`) & SIGUSR1_BIT) !== 0n;
-}
-
-/**
- * Asks a running fio for a report (SIGUSR1): true once sent. False while fio does not catch SIGUSR1 yet (its
- * default action would end fio), or once it has exited. The process's status is read by its id only while the
- * child is unreaped (RunningCommand.signal sends through the child's handle).
- */
-export async function requestFioReport(fio: RunningCommand, procRoot = "/proc"): Promise<boolean> {
-  let status: string;
-  try {
-    status = await readFile(`${procRoot}/${fio.pid}/status`, "utf8");
-  } catch {
-    return false;
-  }
-  return catchesSigusr1(status) && fio.signal("SIGUSR1");
 }

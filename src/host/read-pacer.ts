@@ -181,13 +181,11 @@ export interface QueueVerdict {
 export interface WatchQueueOptions {
   /** The reads' median completion so far and offsets of a few reads surely done, once fio has reported enough. */
   progress: () => { readP50Ms: number; doneOffsets: readonly number[] } | undefined;
-  /** Asks for fresh progress (fio's report) before each look at it; resolves once it is in, or not coming. */
-  askProgress?: () => Promise<void>;
   /** Times a warm read at `offset` (warm-read.ts); undefined: no figure. */
   timeRead: (offset: number) => Promise<number | undefined>;
   /** The reads ended: nothing to decide. */
   done: AbortSignal;
-  /** How often progress is asked for and looked at until it is enough (default 100 ms). */
+  /** How often progress is looked at until it is enough (default 100 ms). */
   lookEveryMs?: number;
   clock?: PacerClock;
 }
@@ -200,8 +198,6 @@ export async function watchQueue(options: WatchQueueOptions): Promise<QueueVerdi
   const clock = options.clock ?? REAL_CLOCK;
   for (;;) {
     if (!(await clock.sleep(options.lookEveryMs ?? 100, options.done))) return undefined;
-    await options.askProgress?.();
-    if (options.done.aborted) return undefined;
     const progress = options.progress();
     if (!progress) continue;
     // At once: each waits behind the same queue, not behind the others' few KiB.

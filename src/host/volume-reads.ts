@@ -12,7 +12,6 @@
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { setTimeout as sleep } from "node:timers/promises";
 import { join } from "node:path";
 import type {
   BegunReads,
@@ -40,15 +39,7 @@ import {
 import { fileRanges, readReadList } from "./need-reads.ts";
 import { needPhases, wantedPhase } from "./read-phases.ts";
 import type { RunningCommand } from "../exec.ts";
-import {
-  feedIolog,
-  requestFioReport,
-  runFio,
-  writeIolog,
-  type DeviceRead,
-  type FedIolog,
-  type FioReport,
-} from "./fio.ts";
+import { feedIolog, runFio, writeIolog, type DeviceRead, type FedIolog, type FioReport } from "./fio.ts";
 import { DEFAULT_PACE } from "./read-pace.ts";
 import { deviceCounters, paceReads, watchQueue, type PaceTally } from "./read-pacer.ts";
 import { timeWarmRead } from "./warm-read.ts";
@@ -355,14 +346,12 @@ async function replayFed(
   const background = init.yieldDepth !== undefined;
   let spawned: RunningCommand | undefined;
   let latest: FioReport | undefined;
-  let reports = 0;
   const done = new AbortController();
   const watched = background
     ? paceWhenHoldingUp(ctx, target, init, {
         name: phase.name,
         reads: () => spawned,
         progress: () => queueProgress(latest, feed.added, phase.depth),
-        askProgress: () => askReport(spawned, () => reports, done.signal),
         done: done.signal,
       })
     : undefined;
@@ -376,12 +365,8 @@ async function replayFed(
           signal: init.signal,
           ...(background
             ? {
-                // Reports only when the look asks (SIGUSR1): at once when it needs one, none after it has decided.
-                reportsOnRequest: true,
-                onStatus: (report: FioReport) => {
-                  latest = report;
-                  reports++;
-                },
+                statusIntervalMs: QUEUE_LOOK_MS,
+                onStatus: (report: FioReport) => (latest = report),
                 onSpawn: (fio: RunningCommand) => (spawned = fio),
               }
             : {}),
@@ -405,26 +390,8 @@ async function replayFed(
   }
 }
 
-/**
- * How often the look asks fio for a report on the wanted reads in the background, until they have run long enough:
- * the first 2×depth reads take 64 ms where the volume's throughput binds (4 MiB at 125 MiB/s), and every
- * millisecond after that until the verdict keeps others' reads queued behind them.
- */
-const QUEUE_LOOK_MS = 20;
-/** How long the look waits for the report it asked for (fio answers in a few milliseconds). */
-const REPORT_WAIT_MS = 100;
-
-/**
- * Asks the fio under way for a report; resolves once `reports()` has grown (the report is in), after
- * REPORT_WAIT_MS, or at once when none could be asked for (fio not started, or not catching SIGUSR1 yet).
- */
-async function askReport(fio: RunningCommand | undefined, reports: () => number, done: AbortSignal): Promise<void> {
-  const before = reports();
-  if (!fio || done.aborted || !(await requestFioReport(fio))) return;
-  const until = Date.now() + REPORT_WAIT_MS;
-  while (reports() === before && Date.now() < until && !done.aborted) await sleep(2);
-}
-
+/** How often fio reports on the wanted reads in the background, for the look at their queue. */
+const QUEUE_LOOK_MS = 100;
 /** Warm reads timed at the look (its median decides). */
 const WARM_READS = 5;
 
@@ -456,14 +423,11 @@ async function paceWhenHoldingUp(
     name: string;
     reads: () => RunningCommand | undefined;
     progress: () => ReturnType<typeof queueProgress>;
-    askProgress: () => Promise<void>;
     done: AbortSignal;
   },
 ): Promise<void> {
   const verdict = await watchQueue({
     progress: phase.progress,
-    askProgress: phase.askProgress,
-    lookEveryMs: QUEUE_LOOK_MS,
     timeRead: (offset) =>
       timeWarmRead(target.device, offset, { ...(ctx.log ? { log: ctx.log } : {}), signal: phase.done }),
     done: phase.done,

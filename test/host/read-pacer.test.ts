@@ -185,46 +185,6 @@ t.test("the look at the queue: once progress is enough, a warm read at each offs
   );
 });
 
-t.test("the look at the queue: fresh progress is asked for before each look at it", async (t) => {
-  const w = world(() => 0, 10_000);
-  const events: string[] = [];
-  let reports = 0;
-  const verdict = await watchQueue({
-    // The progress is the latest report's: enough once the third report is in.
-    progress: () => {
-      events.push(`look ${w.clock.now()} after ${reports}`);
-      return reports >= 3 ? { readP50Ms: 32, doneOffsets: [0] } : undefined;
-    },
-    askProgress: async () => {
-      events.push(`ask ${w.clock.now()}`);
-      reports++;
-    },
-    timeRead: async () => 20,
-    done: w.done,
-    lookEveryMs: 20,
-    clock: w.clock,
-  });
-  t.same(verdict, { holdsUp: true, warmReadMs: [20], readP50Ms: 32 });
-  t.same(events, ["ask 20", "look 20 after 1", "ask 40", "look 40 after 2", "ask 60", "look 60 after 3"]);
-
-  const stopped = world(() => 0, 10_000);
-  const stop = new AbortController();
-  t.equal(
-    await watchQueue({
-      progress: () => ({ readP50Ms: 32, doneOffsets: [0] }),
-      askProgress: async () => stop.abort(),
-      timeRead: async () => {
-        t.fail("no warm read once the reads have ended");
-        return 20;
-      },
-      done: stop.signal,
-      clock: stopped.clock,
-    }),
-    undefined,
-    "the reads ended while progress was asked for",
-  );
-});
-
 t.test("the look at the queue: nothing decided when the reads end first or no warm read is timed", async (t) => {
   const ended = world(() => 0, 250);
   t.equal(
