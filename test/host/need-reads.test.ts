@@ -70,6 +70,25 @@ t.test(
   },
 );
 
+t.test("files walked several at once: their ranges in the list's order, what is left out counted", async (t) => {
+  const root = await volume(t);
+  const diff = join(root, "docker/overlay2/l1/diff");
+  await mkdir(join(diff, "deep/er/still"), { recursive: true });
+  const files: string[] = [];
+  for (let i = 0; i < 20; i++) {
+    // Each file its own size and folder depth, so that walks end in another order than they began.
+    const path = `docker/overlay2/l1/diff/${i % 3 === 0 ? "deep/er/still/" : ""}f${i}`;
+    await writeFile(join(root, path), Buffer.alloc((i + 1) * 8192, i));
+    files.push(path);
+  }
+  const listed = [...files].reverse().flatMap((path, i) => (i % 4 === 0 ? [path, `${path}.missing`] : [path]));
+  const mapped = await fileRanges(root, listed);
+  t.same([mapped.mapped, mapped.skipped], [20, 5]);
+  const oneByOne = [];
+  for (const path of listed) oneByOne.push(...(await fileRanges(root, [path])).ranges);
+  t.same(mapped.ranges, oneByOne, "the ranges of each file as mapped alone, in the list's order");
+});
+
 t.test("a listed name over 255 bytes (lstat: ENAMETOOLONG) is left out, the list kept", async (t) => {
   const root = await volume(t);
   const diff = join(root, "docker/overlay2/l1/diff");
