@@ -57,15 +57,22 @@ export async function readReadList(mountPoint: string): Promise<ReadList | undef
   return text === undefined ? undefined : parseReadList(text);
 }
 
+/** A listed file found on the volume: its path (the mount point's joined), and the ranges it adds to the list's. */
+export interface MappedFile {
+  path: string;
+  /** Its extents not already given by a file before it, in the file's order. */
+  ranges: ByteRange[];
+}
+
 /**
  * The device ranges of `files` (paths relative to the volume's root), in the files' order; each range
- * once (a block two files share, or a file listed twice, is read once).
+ * once (a block two files share, or a file listed twice, is read once); and the files mapped, in the same order.
  */
 export async function fileRanges(
   mountPoint: string,
   files: readonly string[],
   options: { log?: Logger; filefragTimeoutMs?: number } = {},
-): Promise<{ ranges: ByteRange[]; mapped: number; skipped: number }> {
+): Promise<{ ranges: ByteRange[]; files: MappedFile[]; mapped: number; skipped: number }> {
   // A file of another filesystem mounted below the volume (a docker volume's bind mount, a
   // container's tmpfs) is not the volume's: filefrag would give its offsets on that filesystem's
   // device, read on this one.
@@ -88,6 +95,7 @@ export async function fileRanges(
   const paths = resolved.filter((path): path is string => path !== undefined);
   const skipped = resolved.length - paths.length;
   const ranges: ByteRange[] = [];
+  const mappedFiles: MappedFile[] = [];
   const seen = new Set<number>();
   for (let i = 0; i < paths.length; i += FILEFRAG_BATCH) {
     const batch = paths.slice(i, i + FILEFRAG_BATCH);
@@ -111,14 +119,17 @@ export async function fileRanges(
     });
     const extents = parseFilefrag(stdout);
     for (const path of batch) {
+      const own: ByteRange[] = [];
       for (const range of extents.get(path) ?? []) {
         if (seen.has(range.start)) continue;
         seen.add(range.start);
-        ranges.push(range);
+        own.push(range);
       }
+      ranges.push(...own);
+      mappedFiles.push({ path, ranges: own });
     }
   }
-  return { ranges, mapped: paths.length, skipped };
+  return { ranges, files: mappedFiles, mapped: paths.length, skipped };
 }
 
 /**

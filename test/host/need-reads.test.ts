@@ -87,6 +87,16 @@ t.test("files walked several at once: their ranges in the list's order, what is 
   const oneByOne = [];
   for (const path of listed) oneByOne.push(...(await fileRanges(root, [path])).ranges);
   t.same(mapped.ranges, oneByOne, "the ranges of each file as mapped alone, in the list's order");
+  t.same(
+    mapped.files.map((file) => file.path),
+    listed.filter((path) => !path.endsWith(".missing")).map((path) => join(root, path)),
+    "the files mapped, in the list's order, by their paths on the volume",
+  );
+  t.same(
+    mapped.files.flatMap((file) => file.ranges),
+    mapped.ranges,
+    "each file's own ranges: together the list's",
+  );
 });
 
 t.test("a listed name over 255 bytes (lstat: ENAMETOOLONG) is left out, the list kept", async (t) => {
