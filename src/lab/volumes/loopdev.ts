@@ -386,6 +386,9 @@ export function createLoopVolumeBackend(options: LoopVolumeBackendOptions): Loop
   return backend;
 }
 
+/** An EBS volume's read-ahead on a Nitro instance, in 512-byte sectors (`blockdev --getra`): 128 KiB. */
+export const EBS_READ_AHEAD_SECTORS = 256;
+
 /** Sets up the loop device, then the sysfs entry, then (last, atomically) the by-id link. */
 async function setUpDevice(
   volumeId: string,
@@ -401,6 +404,9 @@ async function setUpDevice(
   const device = stdout.trim();
   if (!/^\/dev\/loop\d+$/.test(device))
     throw new Error(`losetup printed an unexpected device: ${JSON.stringify(device)}`);
+  // Read ahead as an EBS NVMe device does (the kernel's default, 128 KiB), not as a loop device over the cold layer's
+  // file is set up (2560 KiB here): a service's buffered reads of a cold volume then fetch what they would on EC2.
+  await run("blockdev", ["--setra", String(EBS_READ_AHEAD_SECTORS), device], { log });
   const record: AttachmentRecord = {
     volumeId,
     instanceId: instance.instanceId,
