@@ -7,6 +7,8 @@
  *   `ioDepth` at a time (one fio replaying an I/O log);
  * - device: AWS's documented full read, `fio --filename=<dev> --rw=read --bs=128k --iodepth=32
  *   --ioengine=libaio --direct=1 --name=volume-initialize` (plus --readonly and JSON output).
+ * Both begin with the need list's files (read-phases.ts); its wanted files within the page cache's budget are read
+ * through their files instead (cache-reads.ts), so that the service finds them in memory.
  * Both long reads report progress (fio --status-interval) and a resume point: every byte of the
  * device below it has been read.
  */
@@ -36,7 +38,9 @@ import {
   usedRanges,
   type ByteRange,
 } from "./extents.ts";
-import { fileRanges, readReadList } from "./need-reads.ts";
+import { fileRanges, readReadList, type MappedFile } from "./need-reads.ts";
+import { cacheBudget, cacheReaders, filesWithin, poolThreads, readThroughCache } from "./cache-reads.ts";
+import { fileSystemOf } from "./volume-paths.ts";
 import { needPhases, wantedPhase } from "./read-phases.ts";
 import type { RunningCommand } from "../exec.ts";
 import { feedIolog, runFio, writeIolog, type DeviceRead, type FedIolog, type FioReport } from "./fio.ts";
@@ -60,6 +64,11 @@ export interface FioReaderOptions {
    * tests that assert "never stopped" on a loaded machine give it room.
    */
   drainMs?: number;
+  /**
+   * How many bytes of the wanted files may be read through the page cache (cache-reads.ts; default half the host's
+   * available memory then): the files past it are read with fio. Tests give 0 to have fio read all of them.
+   */
+  pageCacheBudget?: () => Promise<number>;
 }
 
 /** The size of a block device in bytes. */
@@ -204,8 +213,9 @@ interface WantedStart {
 const begunReads = new WeakMap<BegunReads, WantedStart>();
 
 /**
- * The wanted files' reads, begun: fio for them is started before the list is read, and given their reads once they
- * are mapped (feedIolog: its start-up passes meanwhile). Any problem with the list is a warning: no reads then.
+ * The wanted files' reads, begun: once they are mapped, those within the page cache's budget are read through their
+ * files (readCached), the others by a fio started before the list is read and given their reads then (feedIolog: its
+ * start-up passes meanwhile). Any problem with the list is a warning: no reads then.
  */
 function startWanted(ctx: FioContext, target: ReadTarget, init: WantedReadOptions): WantedStart {
   const started = Date.now();
@@ -215,8 +225,9 @@ function startWanted(ctx: FioContext, target: ReadTarget, init: WantedReadOption
   else init.signal?.addEventListener("abort", onAbort, { once: true });
   const phase = wantedPhase(init);
   const feed = feedIolog(target.device, init.maxIoBytes);
-  const reading = replayFed(ctx, target, feed, phase, { ...init, signal: controller.signal });
-  void reading.catch(() => undefined);
+  const replayed = replayFed(ctx, target, feed, phase, { ...init, signal: controller.signal });
+  void replayed.catch(() => undefined);
+  let cached: Promise<void> = Promise.resolve();
   const mapping = ctx.log ? { log: ctx.log } : {};
   const mapped = (async () => {
     try {
@@ -224,8 +235,27 @@ function startWanted(ctx: FioContext, target: ReadTarget, init: WantedReadOption
       if (!list) return undefined;
       const order = needOrder(list, imagesAboutToRun(init.images ?? []));
       const wanted = await fileRanges(target.mountPoint, order.files.slice(0, order.wanted), mapping);
-      feed.add(coveringReads(wanted.ranges, init.maxIoBytes));
-      ctx.log?.debug("prewarm.need", `${feed.added.length} reads of the wanted files given to fio`);
+      const budget = await (ctx.options.pageCacheBudget ?? cacheBudget)();
+      const within = filesWithin(wanted.files, budget);
+      cached = readCached(
+        ctx,
+        target,
+        wanted.files.slice(0, within),
+        { ...phase, chunkBytes: init.maxIoBytes },
+        controller.signal,
+      );
+      void cached.catch(() => undefined);
+      feed.add(
+        coveringReads(
+          wanted.files.slice(within).flatMap((file) => file.ranges),
+          init.maxIoBytes,
+        ),
+      );
+      ctx.log?.debug(
+        "prewarm.need",
+        `${within} of ${wanted.files.length} wanted files read through the page cache, ` +
+          `${feed.added.length} reads of the rest given to fio`,
+      );
       return { order, wanted: wanted.ranges, mappedFiles: wanted.mapped, skipped: wanted.skipped };
     } catch (error) {
       // Stopped meanwhile (the volume unmounted under it, say): nothing is read on, nothing to warn of.
@@ -236,6 +266,9 @@ function startWanted(ctx: FioContext, target: ReadTarget, init: WantedReadOption
       feed.end();
     }
   })();
+  // Both ways of reading end before the phase does; fio's failure is reported first, as before.
+  const reading = Promise.all([replayed, mapped.then(() => cached)]).then(() => undefined);
+  void reading.catch(() => undefined);
   return {
     key: {
       device: target.device,
@@ -254,6 +287,34 @@ function startWanted(ctx: FioContext, target: ReadTarget, init: WantedReadOption
       await Promise.all([reading.catch(() => undefined), mapped]);
     },
   };
+}
+
+/**
+ * The wanted files within the page cache's budget, read through it (cache-reads.ts) at the phase's depth: as many
+ * files at once as fio would keep reads in flight (cacheReaders: fewer in a process with a small thread pool), each in
+ * reads of `maxIoBytes`.
+ */
+async function readCached(
+  ctx: FioContext,
+  target: ReadTarget,
+  files: readonly MappedFile[],
+  phase: { name: string; depth: number; chunkBytes: number },
+  signal: AbortSignal,
+): Promise<void> {
+  if (files.length === 0) return;
+  const fileSystem = await fileSystemOf(target.mountPoint);
+  if (fileSystem === undefined) throw new Error(`${target.mountPoint} is gone`);
+  const started = Date.now();
+  const readers = cacheReaders(phase.depth, poolThreads());
+  const tally = await readThroughCache(
+    files.map((file) => file.path),
+    { readers, chunkBytes: phase.chunkBytes, fileSystem, signal },
+  );
+  ctx.log?.info(
+    "prewarm.read",
+    `${phase.name}: ${tally.files} files, ${round1(tally.bytes / MiB)} MiB through the page cache, ${readers} at once`,
+    { seconds: round1((Date.now() - started) / 1000), ...(tally.skipped > 0 ? { skipped: tally.skipped } : {}) },
+  );
 }
 
 /** Whether begun reads read what an initialization of `target` with `init` reads first. */

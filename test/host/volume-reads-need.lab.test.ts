@@ -61,8 +61,11 @@ async function fetchPositions(volumeId: string, skip: number): Promise<Map<numbe
   return position;
 }
 
+/** Reads all the wanted files with fio (none through the page cache): what most cases here look at. */
+const FIO_ONLY = { pageCacheBudget: async () => 0 };
+
 const background = (log: ReturnType<typeof createMemoryLogger>, extra: Partial<InitializeOptions> = {}) => ({
-  reader: createFioReader({ log }),
+  reader: createFioReader({ log, ...FIO_ONLY }),
   options: { fromOffset: 0, ioDepth: 32, maxIoBytes: MiB, yieldDepth: 2, onProgress: () => undefined, ...extra },
 });
 
@@ -83,7 +86,9 @@ t.test(
     const filefrags = lines.flatMap((l, i) => (l.includes("exec.run") && l.includes("filefrag") ? [i] : []));
     const need = fioLine(lines, "prewarm-need");
     const listed = fioLine(lines, "prewarm-listed");
-    const given = lines.findIndex((l) => /prewarm\.need: 4 reads of the wanted files given to fio/.test(l));
+    const given = lines.findIndex((l) =>
+      /prewarm\.need: 0 of 2 wanted files read through the page cache, 4 reads of the rest given to fio/.test(l),
+    );
     t.equal(filefrags.length, 2, "the wanted files mapped, then the others");
     t.ok(need.index >= 0 && need.index < filefrags[0]!, "fio started before the wanted files are mapped");
     t.match(need.line, /--read_iolog=- --read_iolog_chunked=1 --bs=1048576 /, "its log read from stdin, as it comes");
@@ -109,7 +114,7 @@ t.test("where the fetches bind (one at a time), a warm read passes the wanted fi
   // 16 reads of 256 KiB at depth 4, a 100 ms fetch each: 1.6 s, the look comes after 8 are issued.
   await lab.cold!.setFirstReadDelay(volumeId, 100);
   const log = createMemoryLogger("debug");
-  await createFioReader({ log }).initialize(target, "files", {
+  await createFioReader({ log, ...FIO_ONLY }).initialize(target, "files", {
     ...background(log).options,
     ioDepth: 4,
     maxIoBytes: 256 * 1024,
@@ -126,6 +131,48 @@ t.test("where the fetches bind (one at a time), a warm read passes the wanted fi
     "no pacer ran on them",
   );
   t.ok(log.lines.some((l) => /prewarm\.read: prewarm-need: 16 reads, 4 MiB at depth 4/.test(l)));
+});
+
+/** The file's bytes in the page cache (fincore, util-linux). */
+async function cachedBytes(path: string): Promise<number> {
+  const { stdout } = await run("fincore", ["--bytes", "--noheadings", "--output", "RES", path]);
+  return Number(stdout.trim());
+}
+
+t.test("the wanted files within the page cache's budget are read through it; fio reads the rest", async (t) => {
+  for (const [budget, through] of [
+    [undefined, 2],
+    [2 * MiB, 1],
+  ] as const) {
+    const { volumeId, target } = await coldVolume();
+    const paths = WANTED.map((file) => join(target.mountPoint, "docker", file));
+    const wanted = await chunksOf(target.mountPoint, WANTED);
+    for (const path of paths) t.equal(await cachedBytes(path), 0, "cold, and not in memory, before");
+    const before = (await lab.cold!.fetchOrder(volumeId)).length;
+    const log = createMemoryLogger("debug");
+    const reader = createFioReader({ log, ...(budget === undefined ? {} : { pageCacheBudget: async () => budget }) });
+    await reader.initialize(target, "files", background(log, { images: ["lab/want:1"] }).options);
+    const name = budget === undefined ? "the host's budget" : "a budget of one file";
+    const split = `${through} of 2 wanted files read through the page cache, ${(2 - through) * 2} reads of the rest`;
+    t.ok(
+      log.lines.some((l) => l.includes(`prewarm.need: ${split}`)),
+      `${name}: ${through} of the 2 files through the page cache`,
+    );
+    t.ok(
+      log.lines.some((l) =>
+        l.includes(`prewarm.read: prewarm-need: ${through} files, ${through * 2} MiB through the page`),
+      ),
+      "their figures logged",
+    );
+    for (const [i, path] of paths.slice(0, through).entries()) {
+      const bytes = await cachedBytes(path);
+      t.ok(bytes >= 2 * MiB, `${name}: ${WANTED[i]} in memory after (${bytes} bytes)`);
+    }
+    for (const [i, path] of paths.slice(through).entries())
+      t.equal(await cachedBytes(path), 0, `${name}: ${WANTED[through + i]} read by fio (direct), not in memory`);
+    const position = await fetchPositions(volumeId, before);
+    t.equal([...wanted].filter((c) => position.has(c)).length, wanted.size, "every chunk of the wanted files fetched");
+  }
 });
 
 t.test("files with no image named reads the whole list first, then the rest", async (t) => {
@@ -160,7 +207,7 @@ t.test("a fio that cannot read its log from stdin gets the wanted files' reads f
   );
   const log = createMemoryLogger("debug");
   const options = background(log, { images: ["lab/want:1"] }).options;
-  await createFioReader({ log, fio }).initialize(target, "files", options);
+  await createFioReader({ log, fio, ...FIO_ONLY }).initialize(target, "files", options);
   t.ok(
     log.lines.some((l) =>
       /prewarm-need: fio did not take its reads on stdin .*No such file.*: replaying them from a file/.test(l),

@@ -48,7 +48,7 @@ async function coldVolume(): Promise<ReadTarget> {
 t.test("the wanted files' reads hold a warm read up where the throughput binds: paced from then on", async (t) => {
   const target = await coldVolume();
   const log = createMemoryLogger("debug");
-  const reader = createFioReader({ log, drainMs: 5_000 });
+  const reader = createFioReader({ log, drainMs: 5_000, pageCacheBudget: async () => 0 });
   // Another reader of the device (a service, say): small direct reads of the volume's first 4 MiB, until two seconds
   // after the look found the queue holding reads up (the pacer looks at the device at once then).
   let reading = true;
