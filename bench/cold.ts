@@ -30,6 +30,7 @@
  *
  * Needs root, the lab's Debian packages, busybox-static, strace and python3-pyfuse3 (scripts/setup.sh).
  */
+import { spawnSync } from "node:child_process";
 import { mkdir, writeFile } from "node:fs/promises";
 import { cpus, loadavg, release, totalmem } from "node:os";
 import { dirname, join, relative, resolve } from "node:path";
@@ -42,6 +43,7 @@ import type { ReadTarget } from "../src/agent/ports.ts";
 import { run } from "../src/exec.ts";
 import { DATA_ROOT_SUBDIR } from "../src/layout.ts";
 import { createFioReader } from "../src/host/volume-reads.ts";
+import { poolThreads, READ_POOL_THREADS } from "../src/host/cache-reads.ts";
 import { deviceCounters } from "../src/host/read-pacer.ts";
 import { createMemoryLogger } from "../src/log.ts";
 import { startLab } from "../src/lab/lab.ts";
@@ -103,6 +105,17 @@ if (values.help) {
       "    for evidence runs, not timed ones\n",
   );
   process.exit(0);
+}
+// The reader runs in this process, beside docker's start: it gets the pool of Node's threads the agent's units give
+// theirs (READ_POOL_THREADS), or its reads through the page cache hold up this process's own file operations (docker's
+// start among them), which on a host run in processes of their own. libuv sizes its pool once, at its first use (this
+// script's loading): so a child with the size set.
+if (poolThreads() !== READ_POOL_THREADS) {
+  const child = spawnSync(process.execPath, [...process.execArgv, ...process.argv.slice(1)], {
+    stdio: "inherit",
+    env: { ...process.env, UV_THREADPOOL_SIZE: String(READ_POOL_THREADS) },
+  });
+  process.exit(child.status ?? 1);
 }
 const ebsModelFile = values["ebs-model"] ?? DEFAULT_EBS_MODEL_FILE;
 const ebsModel = await readEbsModel(ebsModelFile).catch((error: unknown) => {

@@ -387,6 +387,17 @@ t.test("ebs-cache-agent-prewarm.service: begun by phase 1, outlives it, stopped 
   t.ok(createPrewarmUnit());
 });
 
+t.test("the units that read a cold volume give Node the pool its reads through the page cache need", async (t) => {
+  const { READ_POOL_THREADS } = await import("../../src/host/cache-reads.ts");
+  for (const name of ["ebs-cache-agent.service", "ebs-cache-agent-ready.service", "ebs-cache-agent-prewarm.service"]) {
+    const { unit } = await readUnit(name);
+    t.ok(
+      words(unit, "Service", "Environment").includes(`UV_THREADPOOL_SIZE=${READ_POOL_THREADS}`),
+      `${name}: UV_THREADPOOL_SIZE=${READ_POOL_THREADS}`,
+    );
+  }
+});
+
 t.test("gc service and timer", async (t) => {
   const { unit: service } = await readUnit("ebs-cache-agent-gc.service");
   t.equal(last(service, "Service", "Type"), "oneshot");
