@@ -8,29 +8,23 @@
  * would otherwise push out the ones read before them, and the service would read them from the device again. The
  * files past it are read as before, with fio (volume-reads.ts).
  *
+ * A sparse file (denseEnough) is fio's too: only its allocated ranges are read.
+ *
  * Read-only, and only files of the volume: each is opened without following a link (O_NOFOLLOW), without waiting
  * on a FIFO put in its place (O_NONBLOCK), without updating its access time (O_NOATIME: a read of the agent's that
  * wrote the volume would count as others' writes in the pacer's looks), and read only when it is a regular file of
  * the volume's filesystem (one swapped since the walk is left out, as the walk leaves it out).
  */
-import { constants, type Stats } from "node:fs";
-import { open, readFile, type FileHandle } from "node:fs/promises";
+import { readMemAvailable } from "./facts.ts";
 import type { MappedFile } from "./need-reads.ts";
+import { openWalkedFile, statWalked } from "./volume-paths.ts";
 
 /** The share of the host's available memory the wanted files may take in the page cache. */
 export const CACHE_SHARE = 0.5;
 
-/** The bytes of MemAvailable in /proc/meminfo text (`MemAvailable:  123456 kB`); undefined when absent. */
-export function parseMemAvailable(meminfo: string): number | undefined {
-  const match = /^MemAvailable:\s+(\d+)\s+kB\s*$/m.exec(meminfo);
-  if (!match) return undefined;
-  const kib = Number(match[1]);
-  return Number.isSafeInteger(kib) ? kib * 1024 : undefined;
-}
-
 /** How many bytes of the wanted files may be read through the page cache now: 0 when memory cannot be told. */
-export async function cacheBudget(meminfo = "/proc/meminfo"): Promise<number> {
-  const available = parseMemAvailable(await readFile(meminfo, "utf8").catch(() => ""));
+export async function cacheBudget(meminfo?: string): Promise<number> {
+  const available = await readMemAvailable(meminfo);
   return available === undefined ? 0 : Math.floor(available * CACHE_SHARE);
 }
 
@@ -56,6 +50,29 @@ export function cacheReaders(depth: number, pool: number): number {
   return Math.max(1, Math.min(depth, pool - 2));
 }
 
+/**
+ * How far a file's size may pass its allocated blocks and still be read through the page cache. A sparse file (a
+ * `lastlog` of a user with a high id, a database's preallocated file: gigabytes of holes) read to its end would fill
+ * the page cache with zeros and the readers with copying them; such a file's few allocated ranges are fio's. The
+ * slack covers a file whose last block is partly written.
+ */
+export const SPARSE_SLACK_BYTES = 1024 * 1024;
+
+/** Whether a file of `size` bytes with `blocks` 512-byte blocks allocated (stat's st_blocks) is read to its end. */
+export function denseEnough(stats: { size: number; blocks: number }): boolean {
+  return stats.size <= stats.blocks * 512 + SPARSE_SLACK_BYTES;
+}
+
+/** Whether each of `paths` (walked) is a regular file dense enough to be read to its end; false when it is gone. */
+export async function denseFiles(paths: readonly string[]): Promise<boolean[]> {
+  return Promise.all(
+    paths.map(async (path) => {
+      const stats = await statWalked(path).catch(() => undefined);
+      return stats !== undefined && stats.isFile() && denseEnough(stats);
+    }),
+  );
+}
+
 /** How many of `files`, from the first, hold together no more than `budget` bytes (their ranges'). */
 export function filesWithin(files: readonly Pick<MappedFile, "ranges">[], budget: number): number {
   let total = 0;
@@ -64,6 +81,23 @@ export function filesWithin(files: readonly Pick<MappedFile, "ranges">[], budget
     if (total > budget) return i;
   }
   return files.length;
+}
+
+/**
+ * The wanted files split (pure): those read through the page cache (within `budget`, in the list's order, and dense
+ * enough: `dense[i]` for the i-th file), and those fio reads (the others within it, then all past it), each group in
+ * the list's order.
+ */
+export function splitForCache<F extends Pick<MappedFile, "ranges">>(
+  files: readonly F[],
+  budget: number,
+  dense: readonly boolean[],
+): { cached: F[]; byFio: F[] } {
+  const within = filesWithin(files, budget);
+  const cached: F[] = [];
+  const byFio: F[] = [];
+  files.forEach((file, i) => (i < within && dense[i] === true ? cached : byFio).push(file));
+  return { cached, byFio };
 }
 
 export interface CacheReadOptions {
@@ -83,9 +117,6 @@ export interface CacheReadTally {
   skipped: number;
   bytes: number;
 }
-
-/** What open may answer for a file swapped or removed since the walk: left out, as the walk leaves such files out. */
-const GONE = new Set(["ENOENT", "ELOOP", "ENOTDIR", "ENXIO"]);
 
 /**
  * Reads `paths` (absolute, in the list's order) to their end, `readers` at once: the first files first. Stops at
@@ -119,37 +150,22 @@ export async function readThroughCache(paths: readonly string[], options: CacheR
 
 /** One file read to its end; undefined when it is left out. */
 async function readOne(path: string, buffer: Buffer, options: CacheReadOptions): Promise<number | undefined> {
-  const handle = await openQuietly(path);
+  const handle = await openWalkedFile(path);
   if (!handle) return undefined;
   try {
-    const stats: Stats = await handle.stat();
+    const stats = await handle.stat();
     if (!stats.isFile() || stats.dev !== options.fileSystem) return undefined;
+    // Made sparse since it was chosen (denseEnough): no further than its allocated bytes go.
+    const limit = stats.blocks * 512 + SPARSE_SLACK_BYTES;
     let bytes = 0;
-    for (;;) {
+    while (bytes < limit) {
       options.signal?.throwIfAborted();
-      const { bytesRead } = await handle.read(buffer, 0, buffer.length, null);
-      if (bytesRead === 0) return bytes;
+      const { bytesRead } = await handle.read(buffer, 0, Math.min(buffer.length, limit - bytes), null);
+      if (bytesRead === 0) break;
       bytes += bytesRead;
     }
+    return bytes;
   } finally {
     await handle.close();
-  }
-}
-
-const FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
-
-/** The file opened read-only, without following a link or updating its access time; undefined when it is gone. */
-async function openQuietly(path: string): Promise<FileHandle | undefined> {
-  try {
-    try {
-      return await open(path, FLAGS | constants.O_NOATIME);
-    } catch (error) {
-      // O_NOATIME is for the file's owner (or CAP_FOWNER): without it the read may touch the access time (relatime).
-      if ((error as NodeJS.ErrnoException).code !== "EPERM") throw error;
-      return await open(path, FLAGS);
-    }
-  } catch (error) {
-    if (GONE.has((error as NodeJS.ErrnoException).code ?? "")) return undefined;
-    throw error;
   }
 }

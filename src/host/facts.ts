@@ -8,7 +8,7 @@
  * so nothing here touches a device; these are facts to show, never to decide a write on (the
  * device's identity for that is src/host/serial.ts, read from sysfs).
  */
-import { statfs } from "node:fs/promises";
+import { readFile, statfs } from "node:fs/promises";
 import { findInstanceStoreDisks, type InstanceStoreDisk } from "./instance-store.ts";
 
 /** The cache volume's filesystem as df sees it, with the device under it. */
@@ -103,4 +103,17 @@ export async function readHostContext(sysfsRoot: string): Promise<HostContext> {
         .join(" ")
         .trim() || "unknown",
   };
+}
+
+/** The bytes of MemAvailable in /proc/meminfo text (`MemAvailable:  123456 kB`); undefined when absent. */
+export function parseMemAvailable(meminfo: string): number | undefined {
+  const match = /^MemAvailable:\s+(\d+)\s+kB\s*$/m.exec(meminfo);
+  if (!match) return undefined;
+  const kib = Number(match[1]);
+  return Number.isSafeInteger(kib) ? kib * 1024 : undefined;
+}
+
+/** The host's available memory (the kernel's estimate, without swapping), in bytes; undefined when unreadable. */
+export async function readMemAvailable(meminfo = "/proc/meminfo"): Promise<number | undefined> {
+  return parseMemAvailable(await readFile(meminfo, "utf8").catch(() => ""));
 }

@@ -12,7 +12,7 @@
  * Every module that reads, writes or removes on a volume goes through this one (a test holds it).
  */
 import { constants, type Dirent, type Stats } from "node:fs";
-import { lstat, mkdir, open, readdir, readlink, rm } from "node:fs/promises";
+import { lstat, mkdir, open, readdir, readlink, rm, type FileHandle } from "node:fs/promises";
 import { isAbsolute, join, normalize, sep } from "node:path";
 import { AgentError } from "../errors.ts";
 
@@ -162,6 +162,42 @@ export async function readFileBeneath(root: string, relative: string, maxBytes =
     return buffer.subarray(0, bytesRead).toString("utf8").trim();
   } finally {
     await handle.close();
+  }
+}
+
+/**
+ * A file already walked to (its path resolved beneath the volume, as need-reads does), opened to read its data:
+ * O_NOFOLLOW and O_NONBLOCK (a link or a FIFO put there since is not followed, not waited on) and O_NOATIME (the
+ * read writes nothing to the volume, not even the access time: the pre-warm's own reads must not count as others'
+ * writes). Undefined when it is gone or was swapped for a link since; the caller checks the descriptor (a regular
+ * file, on the volume's filesystem).
+ */
+export async function openWalkedFile(path: string): Promise<FileHandle | undefined> {
+  const flags = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+  try {
+    try {
+      return await open(path, flags | constants.O_NOATIME);
+    } catch (error) {
+      // O_NOATIME is for the file's owner (or CAP_FOWNER): without it the read may touch the access time (relatime).
+      if ((error as NodeJS.ErrnoException).code !== "EPERM") throw error;
+      return await open(path, flags);
+    }
+  } catch (error) {
+    if (SWAPPED_SINCE.has((error as NodeJS.ErrnoException).code ?? "")) return undefined;
+    throw error;
+  }
+}
+
+/** What open answers for a walked path removed or swapped since (ENXIO: a socket there). */
+const SWAPPED_SINCE = new Set(["ENOENT", "ELOOP", "ENOTDIR", "ENXIO"]);
+
+/** lstat of a walked path (a link not followed); undefined when it is gone. */
+export async function statWalked(path: string): Promise<Stats | undefined> {
+  try {
+    return await lstat(path);
+  } catch (error) {
+    if (SWAPPED_SINCE.has((error as NodeJS.ErrnoException).code ?? "")) return undefined;
+    throw error;
   }
 }
 

@@ -39,7 +39,15 @@ import {
   type ByteRange,
 } from "./extents.ts";
 import { fileRanges, readReadList, type MappedFile } from "./need-reads.ts";
-import { cacheBudget, cacheReaders, filesWithin, poolThreads, readThroughCache } from "./cache-reads.ts";
+import {
+  cacheBudget,
+  cacheReaders,
+  denseFiles,
+  filesWithin,
+  poolThreads,
+  readThroughCache,
+  splitForCache,
+} from "./cache-reads.ts";
 import { fileSystemOf } from "./volume-paths.ts";
 import { needPhases, wantedPhase } from "./read-phases.ts";
 import type { RunningCommand } from "../exec.ts";
@@ -236,24 +244,20 @@ function startWanted(ctx: FioContext, target: ReadTarget, init: WantedReadOption
       const order = needOrder(list, imagesAboutToRun(init.images ?? []));
       const wanted = await fileRanges(target.mountPoint, order.files.slice(0, order.wanted), mapping);
       const budget = await (ctx.options.pageCacheBudget ?? cacheBudget)();
-      const within = filesWithin(wanted.files, budget);
-      cached = readCached(
-        ctx,
-        target,
-        wanted.files.slice(0, within),
-        { ...phase, chunkBytes: init.maxIoBytes },
-        controller.signal,
-      );
+      // A sparse file, or one that cannot be looked at now, is read by fio: its allocated ranges only.
+      const dense = await denseFiles(wanted.files.slice(0, filesWithin(wanted.files, budget)).map((f) => f.path));
+      const { cached: throughCache, byFio } = splitForCache(wanted.files, budget, dense);
+      cached = readCached(ctx, target, throughCache, { ...phase, chunkBytes: init.maxIoBytes }, controller.signal);
       void cached.catch(() => undefined);
       feed.add(
         coveringReads(
-          wanted.files.slice(within).flatMap((file) => file.ranges),
+          byFio.flatMap((file) => file.ranges),
           init.maxIoBytes,
         ),
       );
       ctx.log?.debug(
         "prewarm.need",
-        `${within} of ${wanted.files.length} wanted files read through the page cache, ` +
+        `${throughCache.length} of ${wanted.files.length} wanted files read through the page cache, ` +
           `${feed.added.length} reads of the rest given to fio`,
       );
       return { order, wanted: wanted.ranges, mappedFiles: wanted.mapped, skipped: wanted.skipped };

