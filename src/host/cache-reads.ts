@@ -11,9 +11,9 @@
  * A sparse file (denseEnough) is fio's too: only its allocated ranges are read.
  *
  * Read-only, and only files of the volume: each is opened without following a link (O_NOFOLLOW), without waiting
- * on a FIFO put in its place (O_NONBLOCK), without updating its access time (O_NOATIME: a read of the agent's that
- * wrote the volume would count as others' writes in the pacer's looks), and read only when it is a regular file of
- * the volume's filesystem (one swapped since the walk is left out, as the walk leaves it out).
+ * on a FIFO put in its place (O_NONBLOCK), without updating its access time (O_NOATIME: an access time written to
+ * the volume would count as others' writes in the pacer's looks), and read only when it is a regular file of the
+ * volume's filesystem (one swapped since the walk is left out, as the walk leaves it out).
  */
 import { readMemAvailable } from "./facts.ts";
 import type { MappedFile } from "./need-reads.ts";
