@@ -15,6 +15,8 @@
  * the volume would count as others' writes in the pacer's looks), and read only when it is a regular file of the
  * volume's filesystem (one swapped since the walk is left out, as the walk leaves it out).
  */
+import { mapConcurrently } from "../map-concurrently.ts";
+import { totalBytes } from "./extents.ts";
 import { readMemAvailable } from "./facts.ts";
 import type { MappedFile } from "./need-reads.ts";
 import { openWalkedFile, statWalked } from "./volume-paths.ts";
@@ -77,27 +79,38 @@ export async function denseFiles(paths: readonly string[]): Promise<boolean[]> {
 export function filesWithin(files: readonly Pick<MappedFile, "ranges">[], budget: number): number {
   let total = 0;
   for (let i = 0; i < files.length; i++) {
-    total += files[i]!.ranges.reduce((sum, r) => sum + (r.end - r.start), 0);
+    total += totalBytes(files[i]!.ranges);
     if (total > budget) return i;
   }
   return files.length;
 }
 
 /**
- * The wanted files split (pure): those read through the page cache (within `budget`, in the list's order, and dense
- * enough: `dense[i]` for the i-th file), and those fio reads (the others within it, then all past it), each group in
- * the list's order.
+ * The wanted files split (pure): those read through the page cache (the first `within`, in the list's order, that are
+ * dense enough: `dense[i]` for the i-th file), and those fio reads (the others of the first `within`, then all after
+ * them), each group in the list's order.
  */
-export function splitForCache<F extends Pick<MappedFile, "ranges">>(
+export function splitForCache<F>(
   files: readonly F[],
-  budget: number,
+  within: number,
   dense: readonly boolean[],
 ): { cached: F[]; byFio: F[] } {
-  const within = filesWithin(files, budget);
   const cached: F[] = [];
   const byFio: F[] = [];
   files.forEach((file, i) => (i < within && dense[i] === true ? cached : byFio).push(file));
   return { cached, byFio };
+}
+
+/**
+ * The wanted files split for their reads: within `budget` (filesWithin) and dense enough (denseFiles: only those are
+ * looked at) through the page cache, the others by fio (splitForCache).
+ */
+export async function chooseCached<F extends MappedFile>(
+  files: readonly F[],
+  budget: number,
+): Promise<{ cached: F[]; byFio: F[] }> {
+  const within = filesWithin(files, budget);
+  return splitForCache(files, within, await denseFiles(files.slice(0, within).map((file) => file.path)));
 }
 
 export interface CacheReadOptions {
@@ -123,29 +136,15 @@ export interface CacheReadTally {
  * `signal` (rejecting with its reason); a read that fails otherwise rejects (the volume's own I/O error).
  */
 export async function readThroughCache(paths: readonly string[], options: CacheReadOptions): Promise<CacheReadTally> {
-  const tally: CacheReadTally = { files: 0, skipped: 0, bytes: 0 };
-  let next = 0;
-  let failed = false;
-  const reader = async () => {
-    const buffer = Buffer.allocUnsafe(options.chunkBytes);
-    while (next < paths.length && !failed) {
-      options.signal?.throwIfAborted();
-      const path = paths[next++]!;
-      try {
-        const read = await readOne(path, buffer, options);
-        if (read === undefined) tally.skipped++;
-        else {
-          tally.files++;
-          tally.bytes += read;
-        }
-      } catch (error) {
-        failed = true;
-        throw error;
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.max(1, Math.min(options.readers, paths.length)) }, reader));
-  return tally;
+  const readers = Math.max(1, options.readers);
+  // One buffer a reader, used for each of its files in turn.
+  const buffers = Array.from({ length: Math.min(readers, paths.length) }, () => Buffer.allocUnsafe(options.chunkBytes));
+  const read = await mapConcurrently(paths, readers, (path, reader) => {
+    options.signal?.throwIfAborted();
+    return readOne(path, buffers[reader]!, options);
+  });
+  const done = read.filter((bytes): bytes is number => bytes !== undefined);
+  return { files: done.length, skipped: read.length - done.length, bytes: done.reduce((sum, bytes) => sum + bytes, 0) };
 }
 
 /** One file read to its end; undefined when it is left out. */

@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { AgentError } from "../errors.ts";
 import { MAX_READ_LIST_BYTES, parseReadList, READ_LIST_FILE, type ReadList } from "../read-list.ts";
 import { run } from "../exec.ts";
+import { mapConcurrently } from "../map-concurrently.ts";
 import type { Logger } from "../log.ts";
 import { parseFilefrag, type ByteRange } from "./extents.ts";
 import { fileSystemOf, readFileBeneath, resolveBeneath, VolumePathError } from "./volume-paths.ts";
@@ -130,27 +131,4 @@ export async function fileRanges(
     }
   }
   return { ranges, files: mappedFiles, mapped: paths.length, skipped };
-}
-
-/**
- * `work` over `items`, at most `limit` at once, the answers in the items' order; the first failure rejects, and no
- * item is begun after it.
- */
-async function mapConcurrently<T, R>(items: readonly T[], limit: number, work: (item: T) => Promise<R>): Promise<R[]> {
-  const answers: R[] = new Array<R>(items.length);
-  let next = 0;
-  let failed = false;
-  const worker = async () => {
-    while (next < items.length && !failed) {
-      const index = next++;
-      try {
-        answers[index] = await work(items[index]!);
-      } catch (error) {
-        failed = true;
-        throw error;
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
-  return answers;
 }

@@ -39,15 +39,7 @@ import {
   type ByteRange,
 } from "./extents.ts";
 import { fileRanges, readReadList, type MappedFile } from "./need-reads.ts";
-import {
-  cacheBudget,
-  cacheReaders,
-  denseFiles,
-  filesWithin,
-  poolThreads,
-  readThroughCache,
-  splitForCache,
-} from "./cache-reads.ts";
+import { cacheBudget, cacheReaders, chooseCached, poolThreads, readThroughCache } from "./cache-reads.ts";
 import { fileSystemOf } from "./volume-paths.ts";
 import { needPhases, wantedPhase } from "./read-phases.ts";
 import type { RunningCommand } from "../exec.ts";
@@ -245,8 +237,7 @@ function startWanted(ctx: FioContext, target: ReadTarget, init: WantedReadOption
       const wanted = await fileRanges(target.mountPoint, order.files.slice(0, order.wanted), mapping);
       const budget = await (ctx.options.pageCacheBudget ?? cacheBudget)();
       // A sparse file, or one that cannot be looked at now, is read by fio: its allocated ranges only.
-      const dense = await denseFiles(wanted.files.slice(0, filesWithin(wanted.files, budget)).map((f) => f.path));
-      const { cached: throughCache, byFio } = splitForCache(wanted.files, budget, dense);
+      const { cached: throughCache, byFio } = await chooseCached(wanted.files, budget);
       cached = readCached(ctx, target, throughCache, { ...phase, chunkBytes: init.maxIoBytes }, controller.signal);
       void cached.catch(() => undefined);
       feed.add(

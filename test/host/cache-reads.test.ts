@@ -18,6 +18,7 @@ import {
   splitForCache,
 } from "../../src/host/cache-reads.ts";
 import { parseMemAvailable } from "../../src/host/facts.ts";
+import { cachedBytes } from "../fixtures/oracles/page-cache.ts";
 import { makeSpecial } from "../fixtures/builders/odd-files.ts";
 
 const MiB = 1024 * 1024;
@@ -28,12 +29,6 @@ const volume = async (t: { teardown(fn: () => unknown): void }) => {
   t.teardown(() => rm(root, { recursive: true, force: true }));
   return root;
 };
-
-/** The file's bytes in the page cache (fincore). */
-async function cachedBytes(path: string): Promise<number> {
-  const { stdout } = await execa("fincore", ["--bytes", "--noheadings", "--output", "RES", path]);
-  return Number(stdout.trim());
-}
 
 /** Writes `bytes` to `path`, and drops its pages (written back first: dirty pages stay). */
 async function coldFile(path: string, bytes: number): Promise<void> {
@@ -77,14 +72,20 @@ t.test(
       cached: split.cached.map((f) => f.name),
       byFio: split.byFio.map((f) => f.name),
     });
-    t.same(names(splitForCache(files, 210, [true, false, true])), { cached: ["a", "b"], byFio: ["sparse", "c", "d"] });
-    t.same(names(splitForCache(files, 0, [])), { cached: [], byFio: ["a", "sparse", "b", "c", "d"] });
-    t.same(names(splitForCache(files, 1e9, [true, true, true, true, true])), {
+    t.same(names(splitForCache(files, filesWithin(files, 210), [true, false, true])), {
+      cached: ["a", "b"],
+      byFio: ["sparse", "c", "d"],
+    });
+    t.same(names(splitForCache(files, filesWithin(files, 0), [])), {
+      cached: [],
+      byFio: ["a", "sparse", "b", "c", "d"],
+    });
+    t.same(names(splitForCache(files, filesWithin(files, 1e9), [true, true, true, true, true])), {
       cached: ["a", "sparse", "b", "c", "d"],
       byFio: [],
     });
     t.same(
-      names(splitForCache(files, 1e9, [true])),
+      names(splitForCache(files, filesWithin(files, 1e9), [true])),
       { cached: ["a"], byFio: ["sparse", "b", "c", "d"] },
       "unknown: fio",
     );
