@@ -16,6 +16,7 @@ import { parseFilefrag } from "../../src/host/extents.ts";
 import { createFioReader } from "../../src/host/volume-reads.ts";
 import { startLab } from "../../src/lab/lab.ts";
 import { createMemoryLogger } from "../../src/log.ts";
+import { cachedBytes } from "../fixtures/oracles/page-cache.ts";
 import { assertLabPrerequisites } from "../fixtures/lab/lab-prereq.ts";
 import { attach, COLD, createVolume, mountXfs, NEED_FILES, needListSnapshot } from "../fixtures/lab/prewarm-lab.ts";
 
@@ -132,12 +133,6 @@ t.test("where the fetches bind (one at a time), a warm read passes the wanted fi
   );
   t.ok(log.lines.some((l) => /prewarm\.read: prewarm-need: 16 reads, 4 MiB at depth 4/.test(l)));
 });
-
-/** The file's bytes in the page cache (fincore, util-linux). */
-async function cachedBytes(path: string): Promise<number> {
-  const { stdout } = await run("fincore", ["--bytes", "--noheadings", "--output", "RES", path]);
-  return Number(stdout.trim());
-}
 
 t.test("the wanted files within the page cache's budget are read through it; fio reads the rest", async (t) => {
   for (const [budget, through] of [
